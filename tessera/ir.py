@@ -1,0 +1,38 @@
+"""Building an xDSL context that knows Tessera's dialects, and parsing/printing modules with it."""
+
+from __future__ import annotations
+
+import io
+
+from xdsl.context import Context
+from xdsl.dialects import arith, builtin, func, scf
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.parser import Parser
+from xdsl.printer import Printer
+
+from tessera.kernel_abi import verify_kernels
+
+
+def make_context() -> Context:
+    """A context with builtin, func, arith, scf and Tessera's own dialects loaded."""
+    from tessera.dialects.tile import Tile
+
+    ctx = Context()
+    for dialect in (builtin.Builtin, func.Func, arith.Arith, scf.Scf, Tile):
+        ctx.load_dialect(dialect)
+    return ctx
+
+
+def parse_module(text: str, name: str = "<string>") -> ModuleOp:
+    """Parse and verify a module (ops, then kernel signatures). Raises ParseError or VerifyException."""
+    module = Parser(make_context(), text, name).parse_module()
+    module.verify()
+    verify_kernels(module)
+    return module
+
+
+def print_module(module: ModuleOp, generic: bool = False) -> str:
+    stream = io.StringIO()
+    Printer(stream=stream, print_generic_format=generic).print_op(module)
+    stream.write("\n")
+    return stream.getvalue()

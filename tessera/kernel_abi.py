@@ -1,0 +1,207 @@
+"""How a Tile IR kernel is described: which `func.func` is a kernel, what its arguments are, its grid.
+
+A kernel is a `func.func` with these attributes:
+
+    tile.kernel = {kind = "attention", causal = false, scale = 0.0883883461 : f32}
+    tile.grid   = #tile.dims<ceildiv(seq_q, 128), heads, batch>
+
+`kind` is "attention" (arguments Q, K, V in, O out; `causal` and `scale` say what it computes), "gemm"
+(A, B in, C out) or "custom" (no reference). Each argument is a global tile carrying
+
+    tile.dims = #tile.dims<batch, heads, seq_q, 128>    (one expression per dimension; required)
+    tile.role = "in" | "out" | "scratch"                (default "in")
+
+Inputs name their dimensions with plain names or constants; the same name in two places means the same size.
+Outputs and scratch buffers may also use `ceildiv(name, N)`, but only of names some input defines. The
+launcher allocates outputs (zeros) and scratch buffers, checks that inputs agree with the named sizes, and
+computes the grid from `tile.grid`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from xdsl.dialects import func
+from xdsl.dialects.builtin import DictionaryAttr, FloatAttr, IntegerAttr, ModuleOp, StringAttr
+from xdsl.ir import Attribute
+from xdsl.utils.exceptions import VerifyException
+
+from tessera.dialects.tile_types import DYNAMIC, DimsAttr, MemSpace, TileType
+
+KERNEL_ATTR = "tile.kernel"
+GRID_ATTR = "tile.grid"
+DIMS_ATTR = "tile.dims"
+ROLE_ATTR = "tile.role"
+ROLES = ("in", "out", "scratch")
+KINDS = {"attention": (("Q", "K", "V"), ("O",)), "gemm": (("A", "B"), ("C",)), "custom": (None, None)}
+
+
+@dataclass(frozen=True)
+class KernelArg:
+    """One kernel argument: its name (the SSA name hint, or argN), role, tile type and named dimensions."""
+
+    name: str
+    role: str
+    type: TileType
+    dims: DimsAttr
+
+    def shape(self, sizes: Mapping[str, int]) -> tuple[int, ...]:
+        return self.dims.evaluate(sizes)
+
+
+@dataclass(frozen=True)
+class KernelSignature:
+    """Everything a launcher needs to know about a kernel, read from its attributes."""
+
+    op: func.FuncOp
+    name: str
+    kind: str
+    causal: bool
+    scale: float | None
+    args: tuple[KernelArg, ...]
+    grid: DimsAttr
+
+    @property
+    def inputs(self) -> tuple[KernelArg, ...]:
+        return tuple(a for a in self.args if a.role == "in")
+
+    @property
+    def outputs(self) -> tuple[KernelArg, ...]:
+        return tuple(a for a in self.args if a.role == "out")
+
+    def dim_names(self) -> list[str]:
+        """Names of the sizes the inputs define, in the order they first appear."""
+        names: list[str] = []
+        for arg in self.inputs:
+            for e in arg.dims:
+                if not e.is_constant and e.symbol.data not in names:
+                    names.append(e.symbol.data)
+        return names
+
+    def sizes_from_inputs(self, shapes: Sequence[Sequence[int]]) -> dict[str, int]:
+        """Bind the named sizes from the shapes of the inputs, checking every constraint.
+
+        Raises ValueError naming the argument and dimension that disagree."""
+        inputs = self.inputs
+        if len(shapes) != len(inputs):
+            names = ", ".join(a.name for a in inputs)
+            raise ValueError(f"kernel @{self.name} takes {len(inputs)} inputs ({names}), got {len(shapes)}")
+        sizes: dict[str, int] = {}
+        for arg, shape in zip(inputs, shapes):
+            shape = tuple(int(d) for d in shape)
+            if len(shape) != arg.type.rank:
+                raise ValueError(f"input {arg.name} of @{self.name} must have rank {arg.type.rank}, got shape {shape}")
+            for axis, (expr, static, actual) in enumerate(zip(arg.dims, arg.type.get_shape(), shape)):
+                what = f"input {arg.name} of @{self.name}, dimension {axis} ({expr})"
+                if actual <= 0:
+                    raise ValueError(f"{what}: sizes must be positive, got {actual}")
+                if static != DYNAMIC and actual != static:
+                    raise ValueError(f"{what}: the kernel is compiled for {static}, got {actual}")
+                if expr.is_constant:
+                    continue
+                name = expr.symbol.data
+                if sizes.setdefault(name, actual) != actual:
+                    raise ValueError(f"{what}: '{name}' is {sizes[name]} elsewhere, got {actual}")
+        return sizes
+
+    def grid_size(self, sizes: Mapping[str, int]) -> tuple[int, int, int]:
+        grid = self.grid.evaluate(sizes)
+        return tuple(grid) + (1,) * (3 - len(grid))  # type: ignore[return-value]
+
+
+def is_kernel(op: Attribute | func.FuncOp) -> bool:
+    return isinstance(op, func.FuncOp) and KERNEL_ATTR in op.attributes
+
+
+def kernels(module: ModuleOp) -> list[func.FuncOp]:
+    return [op for op in module.walk() if is_kernel(op)]
+
+
+def _fail(op: func.FuncOp, message: str) -> None:
+    raise VerifyException(f"kernel @{op.sym_name.data}: {message}")
+
+
+def signature(op: func.FuncOp) -> KernelSignature:
+    """Read and check a kernel's attributes; raises VerifyException naming the rule that is broken."""
+    info = op.attributes.get(KERNEL_ATTR)
+    if not isinstance(info, DictionaryAttr):
+        _fail(op, f"'{KERNEL_ATTR}' must be a dictionary such as {{kind = \"attention\"}}")
+    entries = info.data
+    kind_attr = entries.get("kind")
+    if not isinstance(kind_attr, StringAttr) or kind_attr.data not in KINDS:
+        _fail(op, f"'{KERNEL_ATTR}' needs kind = one of {', '.join(map(repr, KINDS))}")
+    kind = kind_attr.data
+    unknown = set(entries) - {"kind", "causal", "scale"}
+    if unknown:
+        _fail(op, f"unknown '{KERNEL_ATTR}' entries {sorted(unknown)} (known: kind, causal, scale)")
+    causal_attr = entries.get("causal")
+    causal = False
+    if causal_attr is not None:
+        if not (isinstance(causal_attr, IntegerAttr) and causal_attr.type.width.data == 1):
+            _fail(op, "'causal' must be true or false")
+        causal = bool(causal_attr.value.data)
+    scale_attr = entries.get("scale")
+    scale = None
+    if scale_attr is not None:
+        if not isinstance(scale_attr, FloatAttr):
+            _fail(op, "'scale' must be a float such as 0.125 : f32")
+        scale = scale_attr.value.data
+    if kind != "attention" and (causal or scale is not None):
+        _fail(op, "'causal' and 'scale' apply to attention kernels only")
+
+    grid = op.attributes.get(GRID_ATTR)
+    if not isinstance(grid, DimsAttr) or not 1 <= len(grid) <= 3:
+        _fail(op, f"'{GRID_ATTR}' must be #tile.dims<...> with 1 to 3 entries")
+
+    if op.function_type.outputs.data:
+        _fail(op, "kernels return nothing; outputs are arguments with tile.role = \"out\"")
+    block_args = op.body.blocks.first.args if op.body.blocks else ()
+    arg_attrs = op.arg_attrs.data if op.arg_attrs is not None else [DictionaryAttr({})] * len(op.function_type.inputs)
+    args: list[KernelArg] = []
+    for i, (ty, attrs) in enumerate(zip(op.function_type.inputs.data, arg_attrs)):
+        name = block_args[i].name_hint if i < len(block_args) and block_args[i].name_hint else f"arg{i}"
+        where = f"argument {i} (%{name})"
+        if not isinstance(ty, TileType) or ty.memory_space != MemSpace.GLOBAL:
+            _fail(op, f"{where} must be a global tile, got {ty}")
+        dims = attrs.data.get(DIMS_ATTR)
+        if not isinstance(dims, DimsAttr):
+            _fail(op, f"{where} needs '{DIMS_ATTR} = #tile.dims<...>' naming each dimension")
+        if len(dims) != ty.rank:
+            _fail(op, f"{where} has rank {ty.rank} but '{DIMS_ATTR}' names {len(dims)} dimensions")
+        role_attr = attrs.data.get(ROLE_ATTR, StringAttr("in"))
+        if not isinstance(role_attr, StringAttr) or role_attr.data not in ROLES:
+            _fail(op, f"{where}: '{ROLE_ATTR}' must be one of {', '.join(map(repr, ROLES))}")
+        role = role_attr.data
+        for expr, static in zip(dims, ty.get_shape()):
+            if expr.is_constant and static != DYNAMIC and expr.value.data != static:
+                _fail(op, f"{where}: dimension '{expr}' contradicts the static size {static}")
+            if role == "in" and not (expr.is_constant or expr.is_name):
+                _fail(op, f"{where}: inputs name their dimensions with plain names or constants, got '{expr}'")
+        args.append(KernelArg(name, role, ty, dims))
+
+    defined = {e.symbol.data for a in args if a.role == "in" for e in a.dims if not e.is_constant}
+    for arg in args:
+        missing = arg.dims.symbols() - defined
+        if arg.role != "in" and missing:
+            _fail(op, f"{arg.role} argument %{arg.name} uses sizes no input defines: {sorted(missing)}")
+    if missing := grid.symbols() - defined:
+        _fail(op, f"'{GRID_ATTR}' uses sizes no input defines: {sorted(missing)}")
+
+    expected_in, expected_out = KINDS[kind]
+    if expected_in is not None:
+        n_in = sum(a.role == "in" for a in args)
+        n_out = sum(a.role == "out" for a in args)
+        if (n_in, n_out) != (len(expected_in), len(expected_out)):
+            _fail(
+                op,
+                f"a {kind} kernel takes inputs {', '.join(expected_in)} and output {', '.join(expected_out)}, "
+                f"got {n_in} inputs and {n_out} outputs",
+            )
+    return KernelSignature(op, op.sym_name.data, kind, causal, scale, tuple(args), grid)
+
+
+def verify_kernels(module: ModuleOp) -> None:
+    """Check the signature of every kernel in `module` (raises VerifyException)."""
+    for op in kernels(module):
+        signature(op)
