@@ -1,0 +1,67 @@
+"""Tessera: a multi-level tile compiler on xDSL for sm_90a, with an interpreter at every level.
+
+Public API:
+- `tessera.kernels`: builders of Tile IR kernels (flash/two-pass/three-pass attention, GEMM);
+- `tessera.interpret(module, *inputs, level="tile", kernel=None, **sizes)`: run a kernel on NumPy arrays;
+- `tessera.parse_module(text)` / `tessera.print_module(module)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp
+
+from tessera.ir import parse_module, print_module
+from tessera.kernel_abi import KernelSignature, kernels, signature
+
+__version__ = "0.1.0"
+LEVELS = ("tile",)
+
+__all__ = ["interpret", "parse_module", "print_module", "find_kernel", "LEVELS", "__version__"]
+
+
+def find_kernel(module: ModuleOp, kernel: str | None = None) -> KernelSignature:
+    """The signature of the kernel named `kernel`, or of the module's only kernel."""
+    found = kernels(module)
+    if kernel is not None:
+        found = [k for k in found if k.sym_name.data == kernel]
+        if not found:
+            names = ", ".join(k.sym_name.data for k in kernels(module)) or "none"
+            raise ValueError(f"no kernel named '{kernel}' in the module (kernels: {names})")
+    if not found:
+        raise ValueError("the module has no kernel (a func.func with a 'tile.kernel' attribute)")
+    if len(found) > 1:
+        names = ", ".join(k.sym_name.data for k in found)
+        raise ValueError(f"the module has several kernels ({names}); pass kernel=NAME")
+    return signature(found[0])
+
+
+def interpret(
+    module: ModuleOp, *inputs: np.ndarray, level: str = "tile", kernel: str | None = None, **sizes: int
+) -> np.ndarray | tuple[np.ndarray, ...]:
+    """Run a kernel over its whole grid on NumPy inputs and return its outputs.
+
+    Inputs are given in argument order (attention: Q, K, V as [batch, heads, seq, head_dim]; GEMM: A, B) and
+    converted to the kernel's element types (float inputs are rounded to bf16/f16 as the kernel would read
+    them). Named sizes in `sizes` are checked against the inputs. Returns the output (or a tuple of outputs)
+    in the output argument's element type."""
+    if level not in LEVELS:
+        raise ValueError(f"unknown interpreter level '{level}' (available: {', '.join(LEVELS)})")
+    from tessera.interpreters.launch import prepare_arguments, run_grid
+
+    sig = find_kernel(module, kernel)
+    arguments, bound = prepare_arguments(sig, inputs, sizes)
+    run_grid(sig, module, arguments, bound)
+    outputs = tuple(a for a, arg in zip(arguments, sig.args) if arg.role == "out")
+    return outputs[0] if len(outputs) == 1 else outputs
+
+
+def __getattr__(name: str):
+    # `tessera.kernels` is imported on first use, so `import tessera` stays light.
+    if name == "kernels":
+        import importlib
+
+        return importlib.import_module("tessera.kernels")
+    raise AttributeError(f"module 'tessera' has no attribute '{name}'")

@@ -1,0 +1,234 @@
+"""The Tile IR interpreter: each `tile` op is one NumPy call over a batch of thread blocks.
+
+Register tiles are arrays [B, *shape] in their element type's dtype (bf16 through `ml_dtypes`); f32 compute
+stays f32; `tile.mma` multiplies in f32 (exact for bf16/f16 inputs) and accumulates in f32. Shared tiles and
+asynchronous copies follow `tile_memory`, which reports reads of data that has not arrived and races.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from xdsl.interpreter import Interpreter, InterpreterFunctions, PythonValues, impl, register_impls
+
+from tessera.dialects import tile
+from tessera.dialects.tile_types import TileType
+from tessera.interpreters.block_batch import BlockBatch
+from tessera.interpreters.tile_memory import AsyncCopies, GlobalView, SharedBuffer, SharedRef
+from tessera.numerics import F32, numpy_dtype, round_to
+
+NEG_INF = np.float32(-np.inf)
+
+
+def _rows(vector: np.ndarray) -> np.ndarray:
+    """A [B, M] row vector broadcast against [B, M, N]."""
+    return vector[..., None]
+
+
+def _safe_max(vector: np.ndarray) -> np.ndarray:
+    """The softmax 'safe max': -inf counts as 0, so exp(-inf - m) is 0 rather than NaN."""
+    return np.where(vector == NEG_INF, np.float32(0), vector)
+
+
+@register_impls
+class TileFunctions(InterpreterFunctions):
+    """Implementations of the `tile` ops for one `BlockBatch`."""
+
+    def __init__(self, batch: BlockBatch):
+        super().__init__()
+        self.batch = batch
+        self.copies = AsyncCopies()
+        self.shared: list[SharedBuffer] = []
+
+    def _register_tile(self, op, value: np.ndarray) -> tuple[np.ndarray]:
+        ty = op.result.type
+        assert isinstance(ty, TileType)
+        return (np.ascontiguousarray(value, dtype=numpy_dtype(ty.element_type)),)
+
+    def _operand_tile(self, op, value, what: str) -> np.ndarray:
+        """A register tile, or a shared tile checked to be readable."""
+        if isinstance(value, SharedRef):
+            value.check_stage_range(self.batch, op)
+            value.check_readable(self.batch, op, what)
+            return value.read()
+        return value
+
+    # region identity and sizes
+    @impl(tile.ProgramIdOp)
+    def run_program_id(self, interpreter: Interpreter, op: tile.ProgramIdOp, args: PythonValues):
+        return (self.batch.program_ids[op.axis_index],)
+
+    @impl(tile.DimOp)
+    def run_dim(self, interpreter: Interpreter, op: tile.DimOp, args: PythonValues):
+        (source,) = args
+        return (int(source.shape[op.index.value.data]),)
+
+    # endregion
+    # region memory
+    @impl(tile.AllocSharedOp)
+    def run_alloc_shared(self, interpreter: Interpreter, op: tile.AllocSharedOp, args: PythonValues):
+        ty = op.result.type
+        data = np.zeros((self.batch.size,) + ty.get_shape(), numpy_dtype(ty.element_type))
+        buffer = SharedBuffer(op.result.name_hint or f"#{len(self.shared)}", data, staged=ty.rank >= 3)
+        self.shared.append(buffer)
+        return (SharedRef(buffer),)
+
+    @impl(tile.StageOp)
+    def run_stage(self, interpreter: Interpreter, op: tile.StageOp, args: PythonValues):
+        ref, index = args
+        if ref.stage is not None:
+            self.batch.fail(op, "selects a stage of a buffer that is already a single stage")
+        staged = SharedRef(ref.buffer, self.batch.index_array(index).copy())
+        staged.check_stage_range(self.batch, op)
+        return (staged,)
+
+    @impl(tile.ViewOp)
+    def run_view(self, interpreter: Interpreter, op: tile.ViewOp, args: PythonValues):
+        source, *indices = args
+        indices = [self.batch.index_array(i) for i in indices]
+        if isinstance(source, GlobalView):  # a window of a window: offsets add up, bounds stay the tensor's
+            base = list(source.indices)
+            lead = len(base) - len(source.shape)
+            for k, offset in enumerate(indices):
+                base[lead + k] = base[lead + k] + offset
+            return (GlobalView(source.tensor, tuple(base), op.result.type.get_shape()),)
+        return (GlobalView(source, tuple(indices), op.result.type.get_shape()),)
+
+    @impl(tile.CpAsyncOp)
+    def run_cp_async(self, interpreter: Interpreter, op: tile.CpAsyncOp, args: PythonValues):
+        source, dest = args
+        self.copies.issue(self.batch, op, source, dest)
+        return ()
+
+    @impl(tile.CpCommitGroupOp)
+    def run_commit(self, interpreter: Interpreter, op: tile.CpCommitGroupOp, args: PythonValues):
+        self.copies.commit(self.batch)
+        return ()
+
+    @impl(tile.CpWaitGroupOp)
+    def run_wait(self, interpreter: Interpreter, op: tile.CpWaitGroupOp, args: PythonValues):
+        self.copies.wait(self.batch, op.pending.value.data)
+        return ()
+
+    @impl(tile.BarrierOp)
+    def run_barrier(self, interpreter: Interpreter, op: tile.BarrierOp, args: PythonValues):
+        self.copies.barrier(self.batch, self.shared)
+        return ()
+
+    @impl(tile.LoadOp)
+    def run_load(self, interpreter: Interpreter, op: tile.LoadOp, args: PythonValues):
+        (source,) = args
+        if isinstance(source, GlobalView):
+            return self._register_tile(op, source.read())
+        return self._register_tile(op, self._operand_tile(op, source, "the source").copy())
+
+    @impl(tile.StoreGlobalOp)
+    def run_store_global(self, interpreter: Interpreter, op: tile.StoreGlobalOp, args: PythonValues):
+        value, dest = args
+        dest.write(value, self.batch.active)
+        return ()
+
+    # endregion
+    # region compute
+    @impl(tile.MmaOp)
+    def run_mma(self, interpreter: Interpreter, op: tile.MmaOp, args: PythonValues):
+        a = self._operand_tile(op, args[0], "operand A").astype(F32)
+        b = self._operand_tile(op, args[1], "operand B").astype(F32)
+        if op.transpose_b:
+            b = np.swapaxes(b, -1, -2)
+        return self._register_tile(op, np.matmul(a, b) + args[2])
+
+    @impl(tile.RowMaxOp)
+    def run_row_max(self, interpreter: Interpreter, op: tile.RowMaxOp, args: PythonValues):
+        return self._register_tile(op, np.max(args[0], axis=-1))
+
+    @impl(tile.RowSumOp)
+    def run_row_sum(self, interpreter: Interpreter, op: tile.RowSumOp, args: PythonValues):
+        return self._register_tile(op, np.sum(args[0], axis=-1, dtype=F32))
+
+    @impl(tile.ExpDiffOp)
+    def run_exp_diff(self, interpreter: Interpreter, op: tile.ExpDiffOp, args: PythonValues):
+        a, b = args
+        return self._register_tile(op, np.exp(a - _safe_max(b)))
+
+    @impl(tile.ElementMaxOp)
+    def run_element_max(self, interpreter: Interpreter, op: tile.ElementMaxOp, args: PythonValues):
+        return self._register_tile(op, np.maximum(*args))
+
+    @impl(tile.AddOp)
+    def run_add(self, interpreter: Interpreter, op: tile.AddOp, args: PythonValues):
+        return self._register_tile(op, args[0] + args[1])
+
+    @impl(tile.MulOp)
+    def run_mul(self, interpreter: Interpreter, op: tile.MulOp, args: PythonValues):
+        return self._register_tile(op, args[0] * args[1])
+
+    @impl(tile.FmaOp)
+    def run_fma(self, interpreter: Interpreter, op: tile.FmaOp, args: PythonValues):
+        a, b, c = (np.asarray(x, np.float64) for x in args)
+        return self._register_tile(op, a * b + c)  # exact f64 product, then rounded to f32 like a fused fma
+
+    @impl(tile.ScaleOp)
+    def run_scale(self, interpreter: Interpreter, op: tile.ScaleOp, args: PythonValues):
+        factor = np.asarray(op.factor.value.data, args[0].dtype)
+        return self._register_tile(op, args[0] * factor)
+
+    @impl(tile.ExpSubtractOp)
+    def run_exp_subtract(self, interpreter: Interpreter, op: tile.ExpSubtractOp, args: PythonValues):
+        x, m = args
+        return self._register_tile(op, np.exp(x - _rows(_safe_max(m))))
+
+    @impl(tile.MulRowsOp)
+    def run_mul_rows(self, interpreter: Interpreter, op: tile.MulRowsOp, args: PythonValues):
+        x, s = args
+        return self._register_tile(op, x * _rows(s))
+
+    @impl(tile.DivRowsOp)
+    def run_div_rows(self, interpreter: Interpreter, op: tile.DivRowsOp, args: PythonValues):
+        x, l = args
+        l = _rows(l)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return self._register_tile(op, np.where(l == 0, np.zeros((), x.dtype), x / l))
+
+    # endregion
+    # region conversions and constants
+    @impl(tile.CastOp)
+    def run_cast(self, interpreter: Interpreter, op: tile.CastOp, args: PythonValues):
+        return (round_to(args[0], numpy_dtype(op.result.type.element_type)),)
+
+    @impl(tile.ReshapeOp)
+    def run_reshape(self, interpreter: Interpreter, op: tile.ReshapeOp, args: PythonValues):
+        return (args[0].reshape((self.batch.size,) + op.result.type.get_shape()),)
+
+    @impl(tile.FillOp)
+    def run_fill(self, interpreter: Interpreter, op: tile.FillOp, args: PythonValues):
+        ty = op.result.type
+        dtype = numpy_dtype(ty.element_type)
+        value = round_to(np.asarray(op.value.value.data), dtype)
+        return (np.full((self.batch.size,) + ty.get_shape(), value, dtype),)
+
+    # endregion
+    # region masks
+    def _positions(self, start, length: int, axis: int, ndim: int) -> np.ndarray:
+        """Absolute positions start + arange(length) along `axis` of a [B, ...] tile of rank `ndim`."""
+        start = self.batch.index_array(start).reshape((-1,) + (1,) * (ndim - 1))
+        shape = [1] * ndim
+        shape[axis] = length
+        return start + np.arange(length).reshape(shape)
+
+    @impl(tile.MaskCausalOp)
+    def run_mask_causal(self, interpreter: Interpreter, op: tile.MaskCausalOp, args: PythonValues):
+        s, q0, k0, seq_q, seq_k = args
+        m, n = op.source.type.get_shape()
+        query = self._positions(q0, m, 1, 3)
+        key = self._positions(k0, n, 2, 3)
+        offset = (self.batch.index_array(seq_k) - self.batch.index_array(seq_q)).reshape(-1, 1, 1)
+        return self._register_tile(op, np.where(key > query + offset, NEG_INF, s))
+
+    @impl(tile.MaskBoundsOp)
+    def run_mask_bounds(self, interpreter: Interpreter, op: tile.MaskBoundsOp, args: PythonValues):
+        s, k0, seq_k = args
+        n = op.source.type.get_shape()[1]
+        key = self._positions(k0, n, 2, 3)
+        return self._register_tile(op, np.where(key >= self.batch.index_array(seq_k).reshape(-1, 1, 1), NEG_INF, s))
+
+    # endregion

@@ -1,0 +1,209 @@
+"""Global windows, shared buffers and asynchronous copies, as the Tile IR interpreter models them.
+
+Global memory: a kernel argument is a NumPy array; `GlobalView` is a window of it at per-block offsets.
+Reads outside the tensor give zero, writes outside it are dropped (the bounds rule of `tile.view`).
+
+Shared memory: a `SharedBuffer` holds one array per block ([B, *shape]) and, per stage and block, the state
+of its contents, so that the interpreter reports what the hardware would leave undefined:
+
+    EMPTY  --cp_async-->  IN_FLIGHT  --cp_wait_group-->  LANDED  --barrier-->  READY
+
+Only READY contents may be read (by `tile.mma` or `tile.load`). A `tile.cp_async` into a tile whose copy is
+still in flight, or into a tile read since the last barrier (other threads may still be reading it), is a
+race. A copy's data is taken from global memory when it is issued and written to shared memory when a
+`tile.cp_wait_group` covers its group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from xdsl.ir import Operation
+
+from tessera.interpreters.block_batch import BlockBatch
+
+EMPTY, IN_FLIGHT, LANDED, READY = range(4)
+_STATE_TEXT = {EMPTY: "never written", IN_FLIGHT: "still in flight (no cp_wait_group covers its copy)",
+               LANDED: "landed but not yet published to the block (missing tile.barrier after cp_wait_group)"}
+
+
+@dataclass
+class GlobalView:
+    """A window of `shape` into `tensor`: `indices` holds one [B] index array per tensor dimension; the last
+    len(shape) of them are the window's start, the others select the leading dimensions."""
+
+    tensor: np.ndarray
+    indices: tuple[np.ndarray, ...]
+    shape: tuple[int, ...]
+
+    def _coordinates(self) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+        rank, window_rank = self.tensor.ndim, len(self.shape)
+        batch = len(self.indices[0])
+        out_ndim = 1 + window_rank
+        coords, valid = [], np.ones((batch,) + self.shape, bool)
+        for dim, start in enumerate(self.indices):
+            c = start.reshape((batch,) + (1,) * window_rank)
+            window_axis = dim - (rank - window_rank)
+            if window_axis >= 0:
+                offsets = np.arange(self.shape[window_axis]).reshape(
+                    (1,) * (1 + window_axis) + (-1,) + (1,) * (out_ndim - 2 - window_axis)
+                )
+                c = c + offsets
+            valid &= (c >= 0) & (c < self.tensor.shape[dim])
+            coords.append(np.clip(c, 0, self.tensor.shape[dim] - 1))
+        return tuple(coords), valid
+
+    def read(self) -> np.ndarray:
+        """The window's elements, [B, *shape]; zero outside the tensor."""
+        coords, valid = self._coordinates()
+        values = self.tensor[coords]
+        return np.where(valid, values, np.zeros((), self.tensor.dtype))
+
+    def write(self, values: np.ndarray, active: np.ndarray) -> None:
+        """Write [B, *shape] values for the active blocks, dropping elements outside the tensor."""
+        coords, valid = self._coordinates()
+        keep = valid & active.reshape((-1,) + (1,) * len(self.shape))
+        target = tuple(np.broadcast_to(c, keep.shape)[keep] for c in coords)
+        self.tensor[target] = values.astype(self.tensor.dtype)[keep]
+
+
+@dataclass
+class SharedBuffer:
+    """One `tile.alloc_shared`: data [B, *shape] and per-(stage, block) state (stages = shape[0] when the
+    buffer has a stage dimension, else 1)."""
+
+    name: str
+    data: np.ndarray
+    staged: bool
+    state: np.ndarray = field(init=False)
+    read_since_barrier: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        stages = self.data.shape[1] if self.staged else 1
+        self.state = np.full((stages, self.data.shape[0]), EMPTY, np.int8)
+        self.read_since_barrier = np.zeros((stages, self.data.shape[0]), bool)
+
+
+@dataclass
+class SharedRef:
+    """A shared tile: a whole buffer (`stage` None) or one stage of it (`stage` a [B] index array)."""
+
+    buffer: SharedBuffer
+    stage: np.ndarray | None = None
+
+    def _stage_rows(self) -> np.ndarray:
+        """[stages covered, B] indices into the buffer's state arrays."""
+        batch = self.buffer.data.shape[0]
+        if self.stage is None:
+            return np.broadcast_to(np.arange(self.buffer.state.shape[0])[:, None], (self.buffer.state.shape[0], batch))
+        return self.stage[None, :]
+
+    def _get(self, table: np.ndarray) -> np.ndarray:
+        rows = self._stage_rows()
+        return table[rows, np.arange(rows.shape[1])[None, :]]
+
+    def _set(self, table: np.ndarray, value, mask: np.ndarray) -> None:
+        rows = self._stage_rows()
+        cols = np.broadcast_to(np.arange(rows.shape[1])[None, :], rows.shape)
+        m = np.broadcast_to(mask[None, :], rows.shape)
+        table[rows[m], cols[m]] = value
+
+    def read(self) -> np.ndarray:
+        if self.stage is None:
+            return self.buffer.data
+        return self.buffer.data[np.arange(len(self.stage)), self.stage]
+
+    def write(self, values: np.ndarray, mask: np.ndarray) -> None:
+        if self.stage is None:
+            self.buffer.data[mask] = values[mask]
+        else:
+            blocks = np.nonzero(mask)[0]
+            self.buffer.data[blocks, self.stage[blocks]] = values[blocks]
+
+    def check_stage_range(self, batch: BlockBatch, op: Operation) -> None:
+        if self.stage is not None:
+            stages = self.buffer.state.shape[0]
+            bad = batch.active & ((self.stage < 0) | (self.stage >= stages))
+            if bad.any():
+                batch.fail(op, f"stage index out of range [0, {stages}) for shared buffer {self.buffer.name}", bad)
+
+    def check_readable(self, batch: BlockBatch, op: Operation, what: str) -> None:
+        states = self._get(self.buffer.state)
+        for state, text in _STATE_TEXT.items():
+            bad = batch.active & (states == state).any(axis=0)
+            if bad.any():
+                batch.fail(op, f"reads {what} (shared buffer {self.buffer.name}) whose contents are {text}", bad)
+        self._set(self.buffer.read_since_barrier, True, batch.active)
+
+    def select(self, mask: np.ndarray, other: SharedRef) -> SharedRef:
+        if self.buffer is not other.buffer or (self.stage is None) != (other.stage is None):
+            raise ValueError("blocks that took different paths hold different shared buffers")
+        if self.stage is None:
+            return self
+        return SharedRef(self.buffer, np.where(mask, self.stage, other.stage))
+
+
+@dataclass
+class _Copy:
+    dest: SharedRef
+    data: np.ndarray
+
+
+@dataclass
+class _Group:
+    copies: list[tuple[_Copy, np.ndarray]]  # each copy with the [B] mask of blocks that issued it
+    blocks: np.ndarray  # [B] mask of blocks whose copies in this group are still in flight
+
+
+@dataclass
+class AsyncCopies:
+    """The copy groups of a batch of blocks: copies issued since the last commit, then committed groups,
+    oldest first."""
+
+    open: list[tuple[_Copy, np.ndarray]] = field(default_factory=list)
+    groups: list[_Group] = field(default_factory=list)
+
+    def issue(self, batch: BlockBatch, op: Operation, source: GlobalView, dest: SharedRef) -> None:
+        dest.check_stage_range(batch, op)
+        active = batch.active
+        in_flight = active & (dest._get(dest.buffer.state) == IN_FLIGHT).any(axis=0)
+        if in_flight.any():
+            batch.fail(op, f"copies into shared buffer {dest.buffer.name} while an earlier copy into it is in flight", in_flight)
+        racing = active & dest._get(dest.buffer.read_since_barrier).any(axis=0)
+        if racing.any():
+            batch.fail(
+                op,
+                f"overwrites shared buffer {dest.buffer.name}, read since the last tile.barrier (write-after-read race)",
+                racing,
+            )
+        dest._set(dest.buffer.state, IN_FLIGHT, active)
+        self.open.append((_Copy(dest, source.read()), active.copy()))
+
+    def commit(self, batch: BlockBatch) -> None:
+        active = batch.active
+        copies = [(c, m & active) for c, m in self.open if (m & active).any()]
+        self.open = [(c, m & ~active) for c, m in self.open if (m & ~active).any()]
+        self.groups.append(_Group(copies, active.copy()))
+
+    def wait(self, batch: BlockBatch, pending: int) -> None:
+        """Complete, for each active block, every committed group but its `pending` newest ones."""
+        active = batch.active
+        newer = np.zeros(len(active), np.int64)
+        for group in reversed(self.groups):
+            finish = group.blocks & active & (newer >= pending)
+            newer += group.blocks & active
+            if finish.any():
+                for copy, issued in group.copies:
+                    copy.dest.write(copy.data, finish & issued)
+                    copy.dest._set(copy.dest.buffer.state, LANDED, finish & issued)
+                group.blocks = group.blocks & ~finish
+        self.groups = [g for g in self.groups if g.blocks.any()]
+
+    @staticmethod
+    def barrier(batch: BlockBatch, buffers: list[SharedBuffer]) -> None:
+        active = batch.active
+        for buffer in buffers:
+            landed = (buffer.state == LANDED) & active[None, :]
+            buffer.state[landed] = READY
+            buffer.read_since_barrier[:, active] = False

@@ -1,0 +1,113 @@
+"""NumPy references for the kernels Tessera builds, and the tolerance rule that compares against them.
+
+Conventions (the same as the kernels'):
+- attention inputs are [batch, heads, seq, head_dim]; `scale` defaults to 1/sqrt(head_dim);
+- causal masking is aligned bottom-right (FlashAttention >= 2.1): query i sees keys 0 .. i + seq_k - seq_q,
+  so with seq_q = 1 the single query sees the whole cache; a query row that sees no key gives zeros.
+
+Tolerance (DESIGN.md section 9, in the FlashAttention style): a kernel's error against the fp64 reference
+computed from the same rounded inputs may be at most twice the error of a straightforward computation in
+the kernel's precision, plus a small absolute term.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tessera.numerics import F32, round_to
+
+ABSOLUTE_TOLERANCE = 1e-3
+"""The small absolute term of the attention tolerance (outputs are O(1): convex combinations of V rows)."""
+
+
+def causal_visible(seq_q: int, seq_k: int) -> np.ndarray:
+    """[seq_q, seq_k] mask of the keys each query sees under the bottom-right causal convention."""
+    query = np.arange(seq_q)[:, None]
+    key = np.arange(seq_k)[None, :]
+    return key <= query + (seq_k - seq_q)
+
+
+def _scores(q: np.ndarray, k: np.ndarray, scale: float, dtype) -> np.ndarray:
+    return np.einsum("bhqd,bhkd->bhqk", q.astype(dtype), k.astype(dtype)) * dtype(scale)
+
+
+def _softmax_rows(scores: np.ndarray, visible: np.ndarray | None) -> np.ndarray:
+    if visible is not None:
+        scores = np.where(visible, scores, -np.inf)
+    row_max = scores.max(axis=-1, keepdims=True)
+    row_max = np.where(np.isneginf(row_max), 0, row_max)
+    weights = np.exp(scores - row_max)
+    total = weights.sum(axis=-1, keepdims=True)
+    return np.divide(weights, total, out=np.zeros_like(weights), where=total > 0)
+
+
+def attention(q, k, v, causal: bool = False, scale: float | None = None) -> np.ndarray:
+    """softmax(Q K^T * scale [+ causal mask]) V in float64 on the given (already rounded) inputs."""
+    q, k, v = (np.asarray(x).astype(np.float64) for x in (q, k, v))
+    scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+    visible = causal_visible(q.shape[2], k.shape[2]) if causal else None
+    return np.einsum("bhqk,bhkd->bhqd", _softmax_rows(_scores(q, k, scale, np.float64), visible), v)
+
+
+def attention_same_precision(q, k, v, dtype, causal: bool = False, scale: float | None = None) -> np.ndarray:
+    """The straightforward computation in the kernel's precision: scores rounded to `dtype`, softmax in f32
+    rounded to `dtype`, P V accumulated in f32 and rounded to `dtype` (what PyTorch's eager attention does)."""
+    q, k, v = (np.asarray(x).astype(F32) for x in (q, k, v))
+    scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+    visible = causal_visible(q.shape[2], k.shape[2]) if causal else None
+    scores = round_to(_scores(q, k, scale, np.float32), dtype).astype(F32)
+    p = round_to(_softmax_rows(scores, visible).astype(F32), dtype).astype(F32)
+    return round_to(np.einsum("bhqk,bhkd->bhqd", p, v), dtype)
+
+
+def gemm(a, b) -> np.ndarray:
+    """A @ B in float64 on the given (already rounded) inputs."""
+    return np.asarray(a).astype(np.float64) @ np.asarray(b).astype(np.float64)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The outcome of checking a kernel's output against its reference."""
+
+    max_error: float
+    tolerance: float
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.max_error <= self.tolerance)
+
+    def __str__(self) -> str:
+        verdict = "ok" if self.ok else "MISMATCH"
+        return f"max error {self.max_error:.3e}, tolerance {self.tolerance:.3e}: {verdict}"
+
+
+def _max_error(out, ref) -> float:
+    out = np.asarray(out).astype(np.float64)
+    if out.shape != ref.shape:
+        return float("inf")
+    if out.size == 0:
+        return 0.0
+    return float(np.nan_to_num(np.abs(out - ref), nan=np.inf).max())
+
+
+def check_attention(out, q, k, v, dtype, causal: bool = False, scale: float | None = None) -> Comparison:
+    """Compare an attention output with the fp64 reference under the tolerance rule."""
+    q, k, v = (round_to(np.asarray(x), dtype) for x in (q, k, v))
+    ref = attention(q, k, v, causal, scale)
+    baseline = attention_same_precision(q, k, v, dtype, causal, scale)
+    tolerance = 2 * _max_error(baseline, ref) + ABSOLUTE_TOLERANCE
+    return Comparison(_max_error(out, ref), tolerance)
+
+
+def check_gemm(out, a, b, dtype) -> Comparison:
+    """Compare a GEMM output (f32 accumulation) with the fp64 reference: twice the error of a plain f32
+    matmul, plus the worst-case bound of any f32 summation order, K * 2^-24 * max(|A| |B|)."""
+    a, b = (round_to(np.asarray(x), dtype) for x in (a, b))
+    ref = gemm(a, b)
+    baseline = a.astype(F32) @ b.astype(F32)
+    magnitude = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
+    bound = a.shape[-1] * 2.0**-24 * (float(magnitude.max()) if magnitude.size else 0.0)
+    tolerance = 2 * _max_error(baseline, ref) + bound
+    return Comparison(_max_error(out, ref), tolerance)
