@@ -26,9 +26,9 @@ from xdsl.dialects.builtin import (
     IntegerType,
     StringAttr,
 )
+from xdsl.dialects.utils import EnumAttribute
 from xdsl.ir import (
     Attribute,
-    EnumAttribute,
     ParametrizedAttribute,
     SpacedOpaqueSyntaxAttribute,
     TypeAttribute,

@@ -14,7 +14,10 @@ import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
 from tessera.ir import parse_module, print_module
-from tessera.kernel_abi import KernelSignature, kernels, signature
+# `kernels` is imported under another name: importing the subpackage `tessera.kernels` rebinds the
+# package attribute `kernels`, which would replace a function of that name here.
+from tessera.kernel_abi import KernelSignature, signature
+from tessera.kernel_abi import kernels as kernel_functions
 
 __version__ = "0.1.0"
 LEVELS = ("tile",)
@@ -24,11 +27,11 @@ __all__ = ["interpret", "parse_module", "print_module", "find_kernel", "LEVELS",
 
 def find_kernel(module: ModuleOp, kernel: str | None = None) -> KernelSignature:
     """The signature of the kernel named `kernel`, or of the module's only kernel."""
-    found = kernels(module)
+    found = kernel_functions(module)
     if kernel is not None:
         found = [k for k in found if k.sym_name.data == kernel]
         if not found:
-            names = ", ".join(k.sym_name.data for k in kernels(module)) or "none"
+            names = ", ".join(k.sym_name.data for k in kernel_functions(module)) or "none"
             raise ValueError(f"no kernel named '{kernel}' in the module (kernels: {names})")
     if not found:
         raise ValueError("the module has no kernel (a func.func with a 'tile.kernel' attribute)")

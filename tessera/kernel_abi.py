@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from xdsl.dialects import func
-from xdsl.dialects.builtin import DictionaryAttr, FloatAttr, IntegerAttr, ModuleOp, StringAttr
+from xdsl.dialects.builtin import DictionaryAttr, FloatAttr, IntegerAttr, IntegerType, ModuleOp, StringAttr
 from xdsl.ir import Attribute
 from xdsl.utils.exceptions import VerifyException
 
@@ -138,7 +138,7 @@ def signature(op: func.FuncOp) -> KernelSignature:
     causal_attr = entries.get("causal")
     causal = False
     if causal_attr is not None:
-        if not (isinstance(causal_attr, IntegerAttr) and causal_attr.type.width.data == 1):
+        if not (isinstance(causal_attr, IntegerAttr) and causal_attr.type == IntegerType(1)):
             _fail(op, "'causal' must be true or false")
         causal = bool(causal_attr.value.data)
     scale_attr = entries.get("scale")

@@ -1,0 +1,26 @@
+"""Kernel builders: each returns a verified `ModuleOp` holding one Tile IR kernel.
+
+- `flash_attention`: online one-pass attention;
+- `two_pass_attention`, `three_pass_attention`: the multi-pass variants (scratch buffers in global memory);
+- `gemm`: C = A x B with an f32 output.
+"""
+
+from tessera.kernels.attention import HEAD_DIMS, AttentionConfig, flash_attention
+from tessera.kernels.attention_multipass import three_pass_attention, two_pass_attention
+from tessera.kernels.gemm import gemm
+
+ATTENTION_BUILDERS = {
+    "flash": flash_attention,
+    "two_pass": two_pass_attention,
+    "three_pass": three_pass_attention,
+}
+
+__all__ = [
+    "ATTENTION_BUILDERS",
+    "HEAD_DIMS",
+    "AttentionConfig",
+    "flash_attention",
+    "gemm",
+    "three_pass_attention",
+    "two_pass_attention",
+]
