@@ -134,7 +134,7 @@ class ProgramIdOp(IRDLOperation):
         axis = parser.parse_identifier("grid axis x, y or z")
         attributes = parser.parse_optional_attr_dict()
         parser.parse_punctuation(":")
-        parser.parse_type()
+        parser.parse_keyword("index", " (tile.program_id returns an index)")
         op = cls(axis)
         op.attributes.update(attributes)
         return op
@@ -521,10 +521,6 @@ class ScaleOp(_ElementwiseOp):
             result_types=[SSAValue.get(source).type],
         )
 
-    def verify_(self) -> None:
-        super().verify_()
-        _require(isinstance(self.factor.type, Float32Type), self, "factor must be an f32 constant")
-
 
 class _RowBroadcastOp(IRDLOperation):
     """Base of ops combining a 2-D register tile [M, N] with an f32 row vector [M]."""
@@ -627,6 +623,7 @@ class FillOp(IRDLOperation):
 
     def verify_(self) -> None:
         _require_space(self, "result", _tile(self.result), MemSpace.REGISTER)
+        _require(self.value.value.data == self.value.value.data, self, "fill value must not be NaN")
 
     def print(self, printer: Printer) -> None:
         value = self.value.value.data

@@ -1,0 +1,40 @@
+"""Tessera's pass registry.
+
+`PASSES` maps a pass name to a factory returning the pass class, the convention of xDSL's own registry. Each pass
+lives in its own file of this package, has a kebab-case verb-noun name (`lower-tile-to-ptx`) and a `...Pass` class;
+its factory imports that file lazily, so that `tessera-opt` starts fast:
+
+    def _lower_tile_to_ptx() -> type[ModulePass]:
+        from tessera.passes.lower_tile_to_ptx import LowerTileToPtxPass
+        return LowerTileToPtxPass
+
+    PASSES = {"lower-tile-to-ptx": _lower_tile_to_ptx}
+
+`tessera-opt` registers every entry (`tessera-opt -p lower-tile-to-ptx`). Options are fields of a
+`@dataclass(frozen=True)` pass; check their values in `__post_init__` and raise ValueError, so that a bad option
+is reported as a pipeline error before any input is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from xdsl.passes import ModulePass
+
+PASSES: dict[str, Callable[[], type[ModulePass]]] = {}
+
+
+def all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
+    """Tessera's passes together with xDSL's generic ones (canonicalize, cse, dce, ...)."""
+    from xdsl.transforms import get_all_passes
+
+    return {**get_all_passes(), **PASSES}
+
+
+def apply_pipeline(module, spec: str) -> None:
+    """Apply a pass pipeline written as for `tessera-opt -p` (e.g. 'canonicalize,cse') to `module` in place."""
+    from xdsl.passes import PassPipeline
+
+    from tessera.ir import make_context
+
+    PassPipeline.parse_spec(all_passes(), spec).apply(make_context(), module)

@@ -195,7 +195,7 @@ def signature(op: func.FuncOp) -> KernelSignature:
         if (n_in, n_out) != (len(expected_in), len(expected_out)):
             _fail(
                 op,
-                f"a {kind} kernel takes inputs {', '.join(expected_in)} and output {', '.join(expected_out)}, "
+                f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} kernel takes inputs {', '.join(expected_in)} and output {', '.join(expected_out)}, "
                 f"got {n_in} inputs and {n_out} outputs",
             )
     return KernelSignature(op, op.sym_name.data, kind, causal, scale, tuple(args), grid)

@@ -46,3 +46,14 @@ def round_to(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     if np.issubdtype(dtype, np.integer) and not np.issubdtype(np.asarray(x).dtype, np.integer):
         return np.trunc(np.asarray(x, np.float64)).astype(dtype)
     return np.asarray(x).astype(dtype)
+
+
+def batched_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b over a leading batch axis, one BLAS call per matrix.
+
+    NumPy's stacked `matmul` does not reach BLAS for 3-D operands here and runs ~50x slower than a loop of
+    2-D products, which is why the interpreter loops."""
+    out = np.empty(a.shape[:-1] + b.shape[-1:], np.result_type(a, b))
+    for i in range(a.shape[0]):
+        np.matmul(a[i], b[i], out=out[i])
+    return out

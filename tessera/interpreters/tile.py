@@ -14,7 +14,7 @@ from tessera.dialects import tile
 from tessera.dialects.tile_types import TileType
 from tessera.interpreters.block_batch import BlockBatch
 from tessera.interpreters.tile_memory import AsyncCopies, GlobalView, SharedBuffer, SharedRef
-from tessera.numerics import F32, numpy_dtype, round_to
+from tessera.numerics import F32, batched_matmul, numpy_dtype, round_to
 
 NEG_INF = np.float32(-np.inf)
 
@@ -135,7 +135,7 @@ class TileFunctions(InterpreterFunctions):
         b = self._operand_tile(op, args[1], "operand B").astype(F32)
         if op.transpose_b:
             b = np.swapaxes(b, -1, -2)
-        return self._register_tile(op, np.matmul(a, b) + args[2])
+        return self._register_tile(op, batched_matmul(a, b) + args[2])
 
     @impl(tile.RowMaxOp)
     def run_row_max(self, interpreter: Interpreter, op: tile.RowMaxOp, args: PythonValues):

@@ -1,0 +1,188 @@
+// One chunk per rule of the kernel ABI (tessera/kernel_abi.py, `signature`), checked by tessera-opt after
+// parsing. Each kernel has its own name so that each message is unique; the last chunk is a valid module.
+// RUN: tessera-opt %s --split-input-file --verify-diagnostics | filecheck %s
+
+// ===== tile.kernel
+
+// CHECK: kernel @not_dict: 'tile.kernel' must be a dictionary such as {kind = "attention"}
+func.func @not_dict(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>}) attributes {tile.kernel = "attention", tile.grid = #tile.dims<n>} {
+  func.return
+}
+
+// -----
+
+// CHECK: kernel @no_kind: 'tile.kernel' needs kind = one of 'attention', 'gemm', 'custom'
+func.func @no_kind(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>}) attributes {tile.kernel = {}, tile.grid = #tile.dims<n>} {
+  func.return
+}
+
+// -----
+
+// CHECK: kernel @bad_kind: 'tile.kernel' needs kind = one of 'attention', 'gemm', 'custom'
+func.func @bad_kind(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>}) attributes {tile.kernel = {kind = "conv"}, tile.grid = #tile.dims<n>} {
+  func.return
+}
+
+// -----
+
+// CHECK: kernel @unknown_entry: unknown 'tile.kernel' entries ['block', 'tiles'] (known: kind, causal, scale)
+func.func @unknown_entry(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>}) attributes {tile.kernel = {kind = "custom", tiles = 4, block = 128}, tile.grid = #tile.dims<n>} {
+  func.return
+}
+
+// -----
+
+// CHECK: kernel @causal_int: 'causal' must be true or false
+func.func @causal_int(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>}) attributes {tile.kernel = {kind = "attention", causal = 1}, tile.grid = #tile.dims<n>} {
+  func.return
+}
+
+// -----
+
+// An index-typed integer has no bit width: this used to crash the check.
+// CHECK: kernel @causal_index: 'causal' must be true or false
+func.func @causal_index(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>}) attributes {tile.kernel = {kind = "attention", causal = 1 : index}, tile.grid = #tile.dims<n>} {
+  func.return
+}
+
+// -----
+
+// CHECK: kernel @scale_int: 'scale' must be a float such as 0.125 : f32
+func.func @scale_int(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>}) attributes {tile.kernel = {kind = "attention", scale = 1}, tile.grid = #tile.dims<n>} {
+  func.return
+}
+
+// -----
+
+// CHECK: kernel @causal_gemm: 'causal' and 'scale' apply to attention kernels only
+func.func @causal_gemm(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>}) attributes {tile.kernel = {kind = "gemm", causal = true}, tile.grid = #tile.dims<n>} {
+  func.return
+}
+
+// -----
+
+// CHECK: kernel @scale_custom: 'causal' and 'scale' apply to attention kernels only
+func.func @scale_custom(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>}) attributes {tile.kernel = {kind = "custom", scale = 0.5 : f32}, tile.grid = #tile.dims<n>} {
+  func.return
+}
+
+// ===== tile.grid and the function type
+
+// -----
+
+// CHECK: kernel @no_grid: 'tile.grid' must be #tile.dims<...> with 1 to 3 entries
+func.func @no_grid(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>}) attributes {tile.kernel = {kind = "custom"}} {
+  func.return
+}
+
+// -----
+
+// CHECK: kernel @grid_4d: 'tile.grid' must be #tile.dims<...> with 1 to 3 entries
+func.func @grid_4d(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<n, 1, 1, 1>} {
+  func.return
+}
+
+// -----
+
+// CHECK: kernel @returns: kernels return nothing; outputs are arguments with tile.role = "out"
+func.func @returns(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>}) -> index attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<n>} {
+  %c = arith.constant 0 : index
+  func.return %c : index
+}
+
+// ===== arguments
+
+// -----
+
+// CHECK: kernel @shared_arg: argument 1 (%s) must be a global tile, got !tile.tile<16xf32, shared>
+func.func @shared_arg(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>}, %s: !tile.tile<16xf32, shared> {tile.dims = #tile.dims<16>}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<n>} {
+  func.return
+}
+
+// -----
+
+// CHECK: kernel @scalar_arg: argument 0 (%n) must be a global tile, got index
+func.func @scalar_arg(%n: index) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>} {
+  func.return
+}
+
+// -----
+
+// CHECK: kernel @no_dims: argument 1 (%y) needs 'tile.dims = #tile.dims<...>' naming each dimension
+func.func @no_dims(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>}, %y: !tile.tile<?xf32, global> {tile.role = "out"}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<n>} {
+  func.return
+}
+
+// -----
+
+// CHECK: kernel @dims_rank: argument 0 (%x) has rank 2 but 'tile.dims' names 1 dimensions
+func.func @dims_rank(%x: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<n>}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<n>} {
+  func.return
+}
+
+// -----
+
+// CHECK: kernel @bad_role: argument 1 (%y): 'tile.role' must be one of 'in', 'out', 'scratch'
+func.func @bad_role(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>}, %y: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>, tile.role = "inout"}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<n>} {
+  func.return
+}
+
+// -----
+
+// CHECK: kernel @contradiction: argument 0 (%x): dimension '32' contradicts the static size 64
+func.func @contradiction(%x: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<n, 32>}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<n>} {
+  func.return
+}
+
+// -----
+
+// CHECK: kernel @ceildiv_input: argument 0 (%x): inputs name their dimensions with plain names or constants, got 'ceildiv(n, 2)'
+func.func @ceildiv_input(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<ceildiv(n, 2)>}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>} {
+  func.return
+}
+
+// -----
+
+// CHECK: kernel @undefined_out: out argument %y uses sizes no input defines: ['m']
+func.func @undefined_out(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>}, %y: !tile.tile<?xf32, global> {tile.dims = #tile.dims<ceildiv(m, 2)>, tile.role = "out"}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<n>} {
+  func.return
+}
+
+// -----
+
+// CHECK: kernel @undefined_grid: 'tile.grid' uses sizes no input defines: ['heads', 'seq']
+func.func @undefined_grid(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<ceildiv(seq, 64), heads, n>} {
+  func.return
+}
+
+// ===== inputs and outputs of the kinds with a reference
+
+// -----
+
+// CHECK: kernel @attention_args: an attention kernel takes inputs Q, K, V and output O, got 2 inputs and 1 outputs
+func.func @attention_args(%q: !tile.tile<?x64xf16, global> {tile.dims = #tile.dims<s, 64>}, %k: !tile.tile<?x64xf16, global> {tile.dims = #tile.dims<s, 64>}, %o: !tile.tile<?x64xf16, global> {tile.dims = #tile.dims<s, 64>, tile.role = "out"}) attributes {tile.kernel = {kind = "attention"}, tile.grid = #tile.dims<s>} {
+  func.return
+}
+
+// -----
+
+// CHECK: kernel @gemm_args: a gemm kernel takes inputs A, B and output C, got 2 inputs and 0 outputs
+func.func @gemm_args(%a: !tile.tile<?x?xf16, global> {tile.dims = #tile.dims<m, k>}, %b: !tile.tile<?x?xf16, global> {tile.dims = #tile.dims<k, n>}, %c: !tile.tile<?x?xf32, global> {tile.dims = #tile.dims<m, n>, tile.role = "scratch"}) attributes {tile.kernel = {kind = "gemm"}, tile.grid = #tile.dims<m, n>} {
+  func.return
+}
+
+// ===== valid kernels of each kind pass
+
+// -----
+
+// CHECK-LABEL: builtin.module {
+// CHECK:       func.func @attention(
+// CHECK-SAME:    attributes {tile.kernel = {kind = "attention", causal = true, scale = 1.250000e-01 : f32}, tile.grid = #tile.dims<ceildiv(seq_q, 128), heads, batch>}
+// CHECK:       func.func @gemm(
+// CHECK-SAME:    attributes {tile.kernel = {kind = "gemm", causal = false}, tile.grid = #tile.dims<ceildiv(m, 128), ceildiv(n, 128)>}
+func.func @attention(%q: !tile.tile<?x?x?x128xbf16, global> {tile.dims = #tile.dims<batch, heads, seq_q, 128>}, %k: !tile.tile<?x?x?x128xbf16, global> {tile.dims = #tile.dims<batch, heads, seq_k, 128>}, %v: !tile.tile<?x?x?x128xbf16, global> {tile.dims = #tile.dims<batch, heads, seq_k, 128>}, %o: !tile.tile<?x?x?x128xbf16, global> {tile.dims = #tile.dims<batch, heads, seq_q, 128>, tile.role = "out"}) attributes {tile.kernel = {kind = "attention", causal = true, scale = 0.125 : f32}, tile.grid = #tile.dims<ceildiv(seq_q, 128), heads, batch>} {
+  func.return
+}
+func.func @gemm(%a: !tile.tile<?x?xf16, global> {tile.dims = #tile.dims<m, k>}, %b: !tile.tile<?x?xf16, global> {tile.dims = #tile.dims<k, n>}, %c: !tile.tile<?x?xf32, global> {tile.dims = #tile.dims<m, n>, tile.role = "out"}, %ws: !tile.tile<?xf32, global> {tile.dims = #tile.dims<ceildiv(m, 128)>, tile.role = "scratch"}) attributes {tile.kernel = {kind = "gemm", causal = false}, tile.grid = #tile.dims<ceildiv(m, 128), ceildiv(n, 128)>} {
+  func.return
+}

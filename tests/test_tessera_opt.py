@@ -1,0 +1,141 @@
+"""tessera-opt's error paths: each bad input gives a diagnostic and an exit status, never a traceback.
+
+Every case runs the installed console script in a subprocess; the cases run concurrently (one Python start-up
+each) and the tests then check their results."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tessera.tools import tessera_opt
+
+KERNEL = """\
+func.func @k(%x: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<n, 64>}) \
+attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<ceildiv(n, 64)>} {
+  %i = tile.program_id x : index
+  func.return
+}
+"""
+
+INPUTS = {
+    "ok.mlir": KERNEL,
+    "empty.mlir": "",
+    "comments.mlir": "// nothing but a comment\n\n",
+    "syntax.mlir": "func.func @f() {\n  %x = arith.constant : index\n}\n",
+    "verifier.mlir": "%t = \"test.op\"() : () -> !tile.tile<4x4xf32, register>\n%n = tile.dim %t[0] : !tile.tile<4x4xf32, register>\n",
+    "type.mlir": "\n\"test.op\"() : () -> !tile.tile<8x64xf16, global, swizzle 128>\n",
+    "kernel.mlir": KERNEL.replace('kind = "custom"', 'kind = "conv"'),
+    "unknown-op.mlir": "func.func @f() {\n  %x = tile.bogus : index\n  func.return\n}\n",
+    "unknown-dialect.mlir": '"nosuch.op"() : () -> ()\n',
+    "split.mlir": KERNEL + "// -----\n" + KERNEL.replace("64>}", "32>}", 1),
+    "not-utf8.mlir": b"\xff\xfe\n",
+    "wrong.txt": KERNEL,
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    args: tuple[str, ...]
+    status: int
+    stderr: tuple[str, ...] = ()  # substrings of stderr
+    stdout: tuple[str, ...] = ()  # substrings of stdout
+    stdin: str = ""
+
+
+CASES = {
+    "ok": Case(("ok.mlir",), 0, stdout=("tile.program_id x : index",)),
+    "empty-file": Case(("empty.mlir",), 0, stdout=("builtin.module {",)),
+    "comments-only": Case(("comments.mlir",), 0, stdout=("builtin.module {",)),
+    "stdin": Case((), 0, stdout=("tile.program_id x : index",), stdin=KERNEL),
+    "syntax-error": Case(("syntax.mlir",), 1, stderr=("syntax.mlir:2:23", "attribute expected")),
+    "verifier-error": Case(
+        ("verifier.mlir",), 1, stderr=("'tile.dim' op source must be a global tile, got register", "Operation does not verify")
+    ),
+    "type-error": Case(("type.mlir",), 1, stderr=("type.mlir:2:31", "tile type: only shared tiles can be swizzled")),
+    "kernel-abi-error": Case(("kernel.mlir",), 1, stderr=("kernel @k: 'tile.kernel' needs kind",)),
+    "unknown-op": Case(("unknown-op.mlir",), 1, stderr=("unknown-op.mlir:2:19", "tile.bogus is not registered")),
+    "unknown-dialect": Case(("unknown-dialect.mlir",), 1, stderr=("unknown-dialect.mlir:1:", "nosuch.op")),
+    "error-in-second-chunk": Case(
+        ("split.mlir", "--split-input-file"), 1, stderr=("argument 0 (%x): dimension '32' contradicts the static size 64",)
+    ),
+    "verify-diagnostics": Case(
+        ("verifier.mlir", "--verify-diagnostics"), 0, stdout=("'tile.dim' op source must be a global tile",)
+    ),
+    "unknown-pass": Case(("ok.mlir", "-p", "no-such-pass"), 1, stderr=("Unrecognized passes: ['no-such-pass']",)),
+    "bad-pass-option": Case(("ok.mlir", "-p", "canonicalize{x=1}"), 1, stderr=("invalid pass pipeline",)),
+    "malformed-pipeline": Case(("ok.mlir", "-p", "cse{"), 1, stderr=("Error parsing pass pipeline specification",)),
+    "xdsl-pass-runs": Case(("ok.mlir", "-p", "canonicalize,cse"), 0, stdout=("func.func @k",)),
+    "missing-file": Case(("missing.mlir",), 1, stderr=("cannot read 'missing.mlir': No such file or directory",)),
+    "directory": Case((".",), 1, stderr=("cannot read '.'",)),
+    "not-utf8": Case(("not-utf8.mlir",), 1, stderr=("not-utf8.mlir is not UTF-8 text",)),
+    "unknown-extension": Case(("wrong.txt",), 1, stderr=("Unrecognized file extension 'txt'",)),
+    "unwritable-output": Case(("ok.mlir", "-o", "no-such-dir/out.mlir"), 1, stderr=("cannot write",)),
+    "bad-argument": Case(("ok.mlir", "--no-such-flag"), 2, stderr=("unrecognized arguments: --no-such-flag",)),
+    "bad-target": Case(("ok.mlir", "-t", "no-such-target"), 2, stderr=("invalid choice: 'no-such-target'",)),
+    "version": Case(("--version",), 0, stdout=("tessera-opt 0.1.0", "xdsl 0.74.0")),
+}
+
+
+def _tessera_opt() -> list[str]:
+    script = shutil.which("tessera-opt", path=os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]))
+    assert script, "the tessera-opt console script is not installed (pip install -e '.[test]')"
+    return [script]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
+    work: Path = tmp_path_factory.mktemp("tessera-opt")
+    for name, text in INPUTS.items():
+        (work / name).write_bytes(text if isinstance(text, bytes) else text.encode())
+    command = _tessera_opt()
+
+    def run(name: str) -> subprocess.CompletedProcess:
+        case = CASES[name]
+        env = {k: v for k, v in os.environ.items() if k != "TESSERA_DEBUG"}
+        return subprocess.run(
+            command + list(case.args), cwd=work, input=case.stdin, capture_output=True, text=True, env=env, timeout=120
+        )
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        return dict(zip(CASES, pool.map(run, CASES)))
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_exit_status_and_diagnostic(name: str, results) -> None:
+    case, result = CASES[name], results[name]
+    output = result.stdout + result.stderr
+    where = f"tessera-opt {' '.join(case.args)}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
+    assert result.returncode == case.status, where
+    assert "Traceback" not in output, where
+    for text in case.stderr:
+        assert text in result.stderr, where
+    for text in case.stdout:
+        assert text in result.stdout, where
+
+
+def test_internal_error_is_one_line_unless_debugging(monkeypatch, capsys, tmp_path) -> None:
+    """An unexpected exception is an internal error: one line, and a traceback only with TESSERA_DEBUG=1."""
+    source = tmp_path / "ok.mlir"
+    source.write_text(KERNEL)
+
+    def crash(self, module):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(tessera_opt.TesseraOptMain, "apply_passes", crash)
+    monkeypatch.delenv("TESSERA_DEBUG", raising=False)
+    assert tessera_opt.main([str(source)]) == 1
+    err = capsys.readouterr().err
+    assert err == "tessera-opt: internal error: RuntimeError: boom\n"
+
+    monkeypatch.setenv("TESSERA_DEBUG", "1")
+    assert tessera_opt.main([str(source)]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.endswith("tessera-opt: internal error: RuntimeError: boom\n")
