@@ -30,24 +30,12 @@ def _qkv(rng, seq_q, seq_k, head_dim):
 def test_attention_matches_reference(variant, head_dim, causal, dtype, rng):
     module = build_kernel(variant, head_dim=head_dim, causal=causal, dtype=dtype)
     for seq_q, seq_k in SEQ_PAIRS:
-        if variant != "flash_attention" and seq_q * seq_k > 200 * 200 and (seq_q, seq_k) != (1000, 128):
-            continue  # the multi-pass variants round-trip every score through global scratch: keep them small
         q, k, v = _qkv(rng, seq_q, seq_k, head_dim)
         out = tessera.interpret(module, q, k, v)
         assert out.dtype == dtype_from_name(dtype)
         assert out.shape == (BATCH, HEADS, seq_q, head_dim)
         comparison = reference.check_attention(out, q, k, v, dtype_from_name(dtype), causal=causal)
         assert comparison.ok, f"{variant} seq_q={seq_q} seq_k={seq_k}: {comparison}"
-
-
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_multipass_variants_long_sequences(variant, rng):
-    """One long-sequence case per variant (the matrix above keeps the multi-pass ones short)."""
-    module = build_kernel(variant, head_dim=64, causal=True, dtype="bf16")
-    q, k, v = _qkv(rng, 1000, 1000, 64)
-    out = tessera.interpret(module, q, k, v)
-    comparison = reference.check_attention(out, q, k, v, dtype_from_name("bf16"), causal=True)
-    assert comparison.ok, str(comparison)
 
 
 def test_causal_rows_that_see_no_key_are_zero(rng):
