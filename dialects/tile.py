@@ -169,22 +169,28 @@ class DimOp(IRDLOperation):
 
 @irdl_op_definition
 class AllocSharedOp(IRDLOperation):
-    """`%s = tile.alloc_shared : !tile.tile<...shared...>`: a shared-memory buffer for the whole block.
+    """`%s = tile.alloc_shared [align N] : !tile.tile<...shared...>`: a shared-memory buffer for the whole block.
 
     The buffer lives for the whole kernel. With rank >= 3 the leading dimension is a stage index (a ring of
-    buffers) that `tile.stage` selects."""
+    buffers) that `tile.stage` selects. `align` is the byte alignment of its start (a power of two, at least
+    16); `assign-swizzle` sets it to what the tile's swizzle needs."""
 
     name = "tile.alloc_shared"
     result = result_def(TILE)
+    alignment = opt_prop_def(IntegerAttr[I64])
     traits = traits_def(MemoryAllocEffect())
-    assembly_format = "attr-dict `:` type($result)"
+    assembly_format = "(`align` $alignment^)? attr-dict `:` type($result)"
 
-    def __init__(self, ty: TileType):
-        super().__init__(result_types=[ty])
+    def __init__(self, ty: TileType, alignment: int | None = None):
+        properties = {} if alignment is None else {"alignment": IntegerAttr(alignment, 64)}
+        super().__init__(result_types=[ty], properties=properties)
 
     def verify_(self) -> None:
         ty = _tile(self.result)
         _require_space(self, "result", ty, MemSpace.SHARED)
+        if self.alignment is not None:
+            align = self.alignment.value.data
+            _require(align >= 16 and align & (align - 1) == 0, self, f"alignment must be a power of two >= 16 bytes, got {align}")
 
 
 @irdl_op_definition

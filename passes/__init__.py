@@ -21,7 +21,17 @@ from collections.abc import Callable
 
 from xdsl.passes import ModulePass
 
-PASSES: dict[str, Callable[[], type[ModulePass]]] = {}
+
+
+def _assign_swizzle() -> type[ModulePass]:
+    from tessera.passes.assign_swizzle import AssignSwizzlePass
+
+    return AssignSwizzlePass
+
+
+PASSES: dict[str, Callable[[], type[ModulePass]]] = {
+    "assign-swizzle": _assign_swizzle,
+}
 
 
 def all_passes() -> dict[str, Callable[[], type[ModulePass]]]:

@@ -637,3 +637,8 @@ tile.store_global %v, %w : !tile.tile<16x16xf32, register>, !tile.tile<16x16xbf1
 
 // CHECK: 'tile.fill' op fill value must not be NaN
 %f = "tile.fill"() <{value = 0x7FC00000 : f32}> : () -> !tile.tile<16xf32, register>
+
+// -----
+
+// CHECK: 'tile.alloc_shared' op alignment must be a power of two >= 16 bytes, got 48
+%s = tile.alloc_shared align 48 : !tile.tile<64x64xbf16, shared>
