@@ -39,11 +39,13 @@ from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 from xdsl.utils.str_enum import StrEnum
 
+from tessera.sm90.swizzle import SWIZZLE_MODES
+
 DYNAMIC = DYNAMIC_INDEX
 """Marker of a dynamic (`?`) dimension in a tile shape."""
 
-SWIZZLE_BYTES = (0, 32, 64, 128)
-"""Shared-memory swizzle widths Tile IR can describe (0 = no swizzle)."""
+SWIZZLE_BYTES = SWIZZLE_MODES
+"""Shared-memory swizzle widths Tile IR can describe (0 = no swizzle): the hardware's, from the facts module."""
 
 
 class MemSpace(StrEnum):

@@ -24,10 +24,7 @@ from xdsl.rewriter import Rewriter
 from tessera.analysis.bank_conflicts import AccessPattern, AccessReport, conflict_ways
 from tessera.dialects import tile
 from tessera.dialects.tile_types import MemSpace, TileType, element_byte_width
-from tessera.sm90.facts import SWIZZLE_MODES, swizzle_period_bytes
-
-UNSWIZZLED_ALIGNMENT = 128
-"""Alignment of an unswizzled shared tile: what a bulk tensor copy destination needs."""
+from tessera.sm90.facts import SWIZZLE_MODES, TMA_SMEM_ALIGNMENT, swizzled_buffer_alignment
 
 
 def largest_swizzle(ty: TileType) -> int:
@@ -37,7 +34,9 @@ def largest_swizzle(ty: TileType) -> int:
 
 
 def required_alignment(swizzle: int) -> int:
-    return swizzle_period_bytes(swizzle) if swizzle else UNSWIZZLED_ALIGNMENT
+    """What a shared tile filled by bulk tensor copies and read by the tensor cores must start on: the swizzle
+    period (descriptor base offset 0), and at least the TMA destination alignment."""
+    return max(swizzled_buffer_alignment(swizzle), TMA_SMEM_ALIGNMENT)
 
 
 def _shared_accesses(op: Operation) -> list[tuple[str, object, AccessPattern]]:

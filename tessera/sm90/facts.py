@@ -1,59 +1,89 @@
-"""sm_90a facts, each with the documentation section it comes from.
+"""sm_90a facts, each with the documentation section it comes from: the one place the compiler, the simulators
+and the PTX printer take them from (DESIGN.md section 6).
+
+The facts live in one module per topic; this module re-exports them all:
+  swizzle     shared-memory swizzle functions and banks          [P#tensor-swizzling-modes]
+  wgmma       warpgroups, wgmma shapes/types, register fragments [P#asynchronous-warpgroup-level-*]
+  descriptor  the 64-bit matrix descriptor, canonical layouts    [P#...-matrix-shared-memory-layout-*]
+  tma         tensor maps (cuTensorMapEncodeTiled)               [DRV; P#tensor-*]
+  mbarrier    the mbarrier state machine                         [P#...-mbarrier]
+  warp        shfl.sync, named barriers, registers, setmaxnreg  [P#...-shfl-sync, -bar, -setmaxnreg]
+  packing     cvt/mov packing orders of 16-bit pairs             [P#...-cvt, -mov-2]
 
 Sources: [P#x] = PTX ISA 9.1, https://docs.nvidia.com/cuda/parallel-thread-execution/#x;
 [DRV] = CUDA driver API, cuTensorMapEncodeTiled (group__CUDA__TENSOR__MEMORY).
 See also ../shared/notes/ptx-sm90a.md, where each fact was checked with ptxas.
 """
 
-from __future__ import annotations
+from tessera.sm90.descriptor import (
+    DESCRIPTOR_ADDRESS_MASK,
+    MatrixDescriptor,
+    Major,
+    canonical_layout_offset,
+    decode_descriptor,
+    descriptor_base_offset,
+    descriptor_element_address,
+    descriptor_encode,
+    descriptor_swizzle_code,
+    encode_descriptor,
+    swizzled_buffer_alignment,
+)
+from tessera.sm90.mbarrier import MBARRIER_BYTES, MBARRIER_MAX_COUNT, MBARRIER_TX_LIMIT, MBarrierState
+from tessera.sm90.packing import cvt_rn_bits, cvt_rn_x2, half_bits_to_f32, mov_pack_b32, mov_unpack_b32
+from tessera.sm90.swizzle import (
+    BANK_BYTES,
+    SHARED_BANKS,
+    SWIZZLE_CHUNK_BYTES,
+    SWIZZLE_LINE_BYTES,
+    SWIZZLE_MODES,
+    bank_of,
+    swizzle_address,
+    swizzle_period_bytes,
+)
+from tessera.sm90.tma import (
+    TENSOR_MAP_ALIGNMENT,
+    TENSOR_MAP_BYTES,
+    TENSOR_MAP_ELEMENT_BYTES,
+    TMA_SMEM_ALIGNMENT,
+    TensorMapDataType,
+    TensorMapFloatOOBFill,
+    TensorMapInterleave,
+    TensorMapL2Promotion,
+    TensorMapSpec,
+    TensorMapSwizzle,
+    tensor_map_swizzle,
+    tensor_map_swizzle_bytes,
+)
+from tessera.sm90.warp import (
+    MAX_REGISTERS_PER_THREAD,
+    NAMED_BARRIERS,
+    REGISTERS_PER_SM,
+    SETMAXNREG_MAX,
+    SETMAXNREG_MIN,
+    SETMAXNREG_STEP,
+    SHFL_MODES,
+    WARP_SIZE,
+    check_named_barrier,
+    check_register_budget,
+    check_setmaxnreg,
+    shfl_source_lane,
+    shfl_sync,
+)
+from tessera.sm90.wgmma import (
+    A_FRAGMENT_REGISTERS,
+    WARPGROUP_SIZE,
+    WARPS_PER_WARPGROUP,
+    WGMMA_ACCUMULATOR_TYPES,
+    WGMMA_K_BYTES,
+    WGMMA_M,
+    a_fragment_coords,
+    a_register_sources,
+    accumulator_coords,
+    accumulator_registers,
+    warp_rank,
+    warpgroup_warps,
+    wgmma_n_values,
+    wgmma_shape,
+)
 
-from enum import IntEnum
-
-import numpy as np
-
-# region Shared-memory swizzle [P#tensor-swizzling-modes]
-
-SHARED_BANKS = 32
-"""Shared memory has 32 banks of 4 bytes; a warp's accesses to distinct addresses in one bank serialise."""
-
-BANK_BYTES = 4
-
-SWIZZLE_CHUNK_BYTES = 16
-"""Swizzling permutes 16-byte chunks inside each 128-byte line."""
-
-SWIZZLE_MODES = (0, 32, 64, 128)
-"""Swizzle widths in bytes (0 = none)."""
-
-
-def swizzle_period_bytes(mode: int) -> int:
-    """Bytes after which a swizzle pattern repeats: 8 lines of 128 B for 128B, 512 for 64B, 256 for 32B.
-    A swizzled buffer must start on this boundary for the pattern (and a descriptor base offset of 0) to
-    line up with the buffer."""
-    _check_mode(mode)
-    return 1 if mode == 0 else 8 * mode
-
-
-def swizzle_address(address, mode: int):
-    """The physical shared-memory byte address of logical byte `address` (int or integer array) under a
-    swizzle of `mode` bytes: bits [4, 4+log2(mode/16)) are XORed with the same number of bits from bit 7.
-
-    128B: A ^ (((A >> 7) & 7) << 4); 64B: A ^ (((A >> 7) & 3) << 4); 32B: A ^ (((A >> 7) & 1) << 4).
-    The pattern follows the absolute shared address; the function is its own inverse."""
-    _check_mode(mode)
-    if mode == 0:
-        return address
-    mask = mode // SWIZZLE_CHUNK_BYTES - 1
-    return address ^ (((address >> 7) & mask) << 4)
-
-
-def bank_of(address):
-    """The shared-memory bank of a byte address."""
-    return (address // BANK_BYTES) % SHARED_BANKS
-
-
-def _check_mode(mode: int) -> None:
-    if mode not in SWIZZLE_MODES:
-        raise ValueError(f"swizzle mode must be one of {SWIZZLE_MODES} bytes, got {mode}")
-
-
-# endregion
+__all__ = sorted(name for name in globals() if not name.startswith("_"))

@@ -1,0 +1,54 @@
+"""Packing orders of `cvt` and `mov` for 16-bit pairs in 32-bit registers, on uint16/uint32 arrays.
+
+Sources: PTX ISA 9.1, https://docs.nvidia.com/cuda/parallel-thread-execution/#x with x =
+data-movement-and-conversion-instructions-cvt (9.7.9.21): "for .f16x2 and .bf16x2 ... the value converted from
+input a is stored in the upper half of d and the value converted from input b is stored in the lower half";
+data-movement-and-conversion-instructions-mov-2 (9.7.9.4): "pack two 16-bit elements into .b32:
+d = a.x | (a.y << 16)". The .rn rounding is IEEE round-to-nearest-even.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import ml_dtypes
+import numpy as np
+
+Half = Literal["bf16", "f16"]
+
+_HALF_DTYPES = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}
+
+
+def _half_dtype(dtype: Half):
+    if dtype not in _HALF_DTYPES:
+        raise ValueError(f"16-bit float type must be one of {tuple(_HALF_DTYPES)}, got {dtype!r}")
+    return _HALF_DTYPES[dtype]
+
+
+def cvt_rn_bits(x, dtype: Half = "bf16"):
+    """The uint16 bits of `cvt.rn.<dtype>.f32` of f32 value(s) x: round to nearest, ties to even; values beyond
+    the format's range round to infinity (no .satfinite)."""
+    with np.errstate(over="ignore"):
+        return np.asarray(x, dtype=np.float32).astype(_half_dtype(dtype)).view(np.uint16)
+
+
+def half_bits_to_f32(bits, dtype: Half = "bf16"):
+    """The f32 values of 16-bit float bit patterns (exact)."""
+    return np.asarray(bits, dtype=np.uint16).view(_half_dtype(dtype)).astype(np.float32)
+
+
+def mov_pack_b32(lo, hi):
+    """`mov.b32 d, {lo, hi}` on uint16 bit patterns: d = lo | (hi << 16); the first operand is bits 15:0."""
+    return np.asarray(lo, dtype=np.uint16).astype(np.uint32) | (np.asarray(hi, dtype=np.uint16).astype(np.uint32) << 16)
+
+
+def mov_unpack_b32(d):
+    """`mov.b32 {lo, hi}, d`: (bits 15:0, bits 31:16) as uint16."""
+    d = np.asarray(d, dtype=np.uint32)
+    return (d & 0xFFFF).astype(np.uint16), (d >> 16).astype(np.uint16)
+
+
+def cvt_rn_x2(a, b, dtype: Half = "bf16"):
+    """`cvt.rn.<dtype>x2.f32 d, a, b` on f32 value(s): a goes to the upper half (bits 31:16), b to the lower.
+    So a fragment pair (even element e0, odd element e1) is `cvt.rn.bf16x2.f32 d, e1, e0`."""
+    return mov_pack_b32(cvt_rn_bits(b, dtype), cvt_rn_bits(a, dtype))

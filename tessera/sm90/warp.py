@@ -1,0 +1,136 @@
+"""Warp-level facts of sm_90a: shuffles, named barriers, the register file and `setmaxnreg`.
+
+Sources: [P#x] = PTX ISA 9.1, https://docs.nvidia.com/cuda/parallel-thread-execution/#x;
+[CCG] = CUDA C++ Programming Guide, "Compute Capabilities", technical specifications for compute capability 9.0.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+
+WARP_SIZE = 32
+"""Threads per warp; `%laneid` is 0..31 [P#special-registers-laneid]."""
+
+# region shfl.sync [P#data-movement-and-conversion-instructions-shfl-sync]
+
+ShuffleMode = Literal["up", "down", "bfly", "idx"]
+SHFL_MODES: tuple[ShuffleMode, ...] = ("up", "down", "bfly", "idx")
+
+_LANE_BITS = WARP_SIZE - 1
+
+
+def shfl_source_lane(mode: ShuffleMode, lane, b: int, c: int):
+    """The lane that `shfl.sync.<mode>.b32 d|p, a, b, c, membermask` reads for each `lane` (int or array),
+    and the predicate p. Exactly the PTX semantics: bval = b[4:0], cval = c[4:0], segmask = c[12:8];
+    maxLane = (lane & segmask) | (cval & ~segmask), minLane = lane & segmask;
+    up: j = lane - bval, p = j >= maxLane; down: j = lane + bval, p = j <= maxLane;
+    bfly: j = lane ^ bval, p = j <= maxLane; idx: j = minLane | (bval & ~segmask), p = j <= maxLane;
+    if !p then j = lane (the thread keeps its own a).
+
+    c = ((32 - width) << 8) | 0x1f gives `width`-lane segments for down/bfly/idx, and (32 - width) << 8 for up
+    (the CUDA `__shfl_*_sync(..., width)` encoding). Reading a lane outside `membermask` is undefined; the
+    caller checks membership."""
+    if mode not in SHFL_MODES:
+        raise ValueError(f"shfl.sync mode must be one of {SHFL_MODES}, got {mode!r}")
+    lane = np.asarray(lane, dtype=np.int64)
+    if np.any((lane < 0) | (lane >= WARP_SIZE)):
+        raise ValueError(f"lane must be in [0, {WARP_SIZE})")
+    bval = int(b) & _LANE_BITS
+    cval = int(c) & _LANE_BITS
+    segmask = (int(c) >> 8) & _LANE_BITS
+    max_lane = (lane & segmask) | (cval & ~segmask & _LANE_BITS)
+    min_lane = lane & segmask
+    if mode == "up":
+        j = lane - bval
+        valid = j >= max_lane
+    elif mode == "down":
+        j = lane + bval
+        valid = j <= max_lane
+    elif mode == "bfly":
+        j = lane ^ bval
+        valid = j <= max_lane
+    else:
+        j = min_lane | (bval & ~segmask & _LANE_BITS)
+        valid = j <= max_lane
+    return np.where(valid, j, lane), valid
+
+
+def shfl_sync(values, mode: ShuffleMode, b: int, c: int):
+    """`d|p` of `shfl.sync.<mode>.b32` for all 32 lanes, given every lane's `a` in `values` (length 32)."""
+    values = np.asarray(values)
+    if values.shape[0] != WARP_SIZE:
+        raise ValueError(f"shfl_sync needs one value per lane ({WARP_SIZE}), got {values.shape[0]}")
+    source, valid = shfl_source_lane(mode, np.arange(WARP_SIZE), b, c)
+    return values[source], valid
+
+
+# endregion
+
+# region Named barriers [P#parallel-synchronization-and-communication-instructions-bar]
+
+NAMED_BARRIERS = 16
+"""Each CTA has barriers 0..15 for `bar{.cta}.sync/arrive/red`."""
+
+
+def check_named_barrier(barrier: int, threads: int | None, cta_threads: int, *, arrive: bool = False) -> None:
+    """Refuse a `bar.sync barrier{, threads}` / `bar.arrive barrier, threads` that PTX rejects: the id must be
+    0..15; a thread count must be a non-zero multiple of the warp size and at most the CTA's threads;
+    `bar.arrive` needs a thread count (omitted = all threads of the CTA)."""
+    if not 0 <= barrier < NAMED_BARRIERS:
+        raise ValueError(f"named barrier id must be in [0, {NAMED_BARRIERS}), got {barrier}")
+    if threads is None:
+        if arrive:
+            raise ValueError("bar.arrive requires a non-zero thread count")
+        return
+    if threads <= 0 or threads % WARP_SIZE:
+        raise ValueError(f"barrier thread count must be a non-zero multiple of the warp size {WARP_SIZE}, "
+                         f"got {threads}")
+    if threads > cta_threads:
+        raise ValueError(f"barrier thread count {threads} exceeds the CTA's {cta_threads} threads")
+
+
+# endregion
+
+# region Registers and setmaxnreg [P#miscellaneous-instructions-setmaxnreg; CCG]
+
+REGISTERS_PER_SM = 65536
+"""32-bit registers per SM (and per CTA) on compute capability 9.0 [CCG]."""
+
+MAX_REGISTERS_PER_THREAD = 255
+"""Most 32-bit registers one thread may own at launch [CCG]; ptxas caps allocation at 255 (notes section 9)."""
+
+SETMAXNREG_MIN = 24
+SETMAXNREG_MAX = 256
+SETMAXNREG_STEP = 8
+
+
+def check_setmaxnreg(action: Literal["inc", "dec"], count: int, current: int | None = None) -> None:
+    """Refuse `setmaxnreg.<action>.sync.aligned.u32 count` where PTX says the behaviour is undefined or the
+    operand illegal: count must be a multiple of 8 in [24, 256]; `.dec` needs current >= count and `.inc`
+    current <= count (current = the warp's per-thread maximum before the instruction, when known).
+    All four warps of a warpgroup execute the same instruction; `.inc` blocks until the CTA's pool has the
+    registers and their contents are undefined."""
+    if action not in ("inc", "dec"):
+        raise ValueError(f"setmaxnreg action must be 'inc' or 'dec', got {action!r}")
+    if not SETMAXNREG_MIN <= count <= SETMAXNREG_MAX or count % SETMAXNREG_STEP:
+        raise ValueError(f"setmaxnreg count must be a multiple of {SETMAXNREG_STEP} in "
+                         f"[{SETMAXNREG_MIN}, {SETMAXNREG_MAX}], got {count}")
+    if current is None:
+        return
+    if action == "dec" and current < count:
+        raise ValueError(f"setmaxnreg.dec to {count} from {current}: .dec may only lower the count")
+    if action == "inc" and current > count:
+        raise ValueError(f"setmaxnreg.inc to {count} from {current}: .inc may only raise the count")
+
+
+def check_register_budget(per_thread_counts, threads_per_group: int) -> None:
+    """Refuse a register split that does not fit the SM's register file: sum(count * threads_per_group) over
+    the groups (e.g. warpgroups of 128 threads after their `setmaxnreg`) must be <= 65536."""
+    total = sum(int(n) * threads_per_group for n in per_thread_counts)
+    if total > REGISTERS_PER_SM:
+        raise ValueError(f"register split needs {total} registers, more than the {REGISTERS_PER_SM} of an SM")
+
+
+# endregion

@@ -1,0 +1,738 @@
+"""The sm_90a hardware facts against tables transcribed from NVIDIA's documentation (DESIGN.md section 6).
+
+Every expected value here is written out from the cited section (PTX ISA 9.1, "[P#anchor]" =
+https://docs.nvidia.com/cuda/parallel-thread-execution/#anchor; the CUDA driver API for tensor maps) or from a
+layout CUTLASS publishes, evaluated by the small CuTe interpreter below. Nothing is computed by calling the
+module under test to get an expected value.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tessera.sm90 import facts as F
+
+# region CuTe layout algebra, written out independently of the module
+
+
+def _size(shape) -> int:
+    return shape if isinstance(shape, int) else int(np.prod([_size(s) for s in shape]))
+
+
+def _cute_mode(shape, stride, index: int) -> int:
+    """A CuTe (shape, stride) mode at a 1-D index: colexicographic split of the index over the shape."""
+    if isinstance(shape, int):
+        assert 0 <= index < shape
+        return index * stride
+    total = 0
+    for s, d in zip(shape, stride):
+        total += _cute_mode(s, d, index % _size(s))
+        index //= _size(s)
+    return total
+
+
+def cute(layout, *coord: int) -> int:
+    """Evaluate a rank-2 CuTe layout ((shape0, shape1), (stride0, stride1)) at (coord0, coord1)."""
+    (shape0, shape1), (stride0, stride1) = layout
+    return _cute_mode(shape0, stride0, coord[0]) + _cute_mode(shape1, stride1, coord[1])
+
+
+def cute_swizzle(b: int, m: int, s: int, x: int) -> int:
+    """CuTe Swizzle<B,M,S>: x ^ ((x & (((1 << B) - 1) << (M + S))) >> S)."""
+    return x ^ ((x & (((1 << b) - 1) << (m + s))) >> s)
+
+
+def clayout_64xn(n: int):
+    """CUTLASS include/cute/atom/mma_traits_sm90_gmma.hpp: CLayout_64xN =
+    ((4,8,4),(2,2,N/8)):((128,1,16),(64,8,512)), (thread, value) -> m + 64 * n."""
+    return (((4, 8, 4), (2, 2, n // 8)), ((128, 1, 16), (64, 8, 512)))
+
+
+ALAYOUT_64X16 = (((4, 8, 4), (2, 2, 2)), ((128, 1, 16), (64, 8, 512)))
+"""Same file: ALayout_64x16, (thread, value) -> m + 64 * k for 16-bit A in registers."""
+
+# endregion
+
+# region wgmma accumulator D [P#asynchronous-warpgroup-level-matrix-register-fragment-wgmma-64n16]
+
+# (thread, d index, row, col), read off Figure 149 "WGMMA .m64nNk16 register fragment layout for accumulator
+# matrix D": rows 0-15 belong to warp 0 (16-31 warp 1, ...), four threads per row, each holding two adjacent
+# columns; the first 8 columns of row 0 read T0:d0 T0:d1 T1:d0 T1:d1 T2:d0 T2:d1 T3:d0 T3:d1, row 8 holds d2/d3,
+# columns 8-15 hold d4/d5 (row 0) and d6/d7 (row 8).
+ACCUMULATOR_FIGURE = [
+    (0, 0, 0, 0), (0, 1, 0, 1), (1, 0, 0, 2), (1, 1, 0, 3), (2, 0, 0, 4), (3, 1, 0, 7),
+    (0, 2, 8, 0), (0, 3, 8, 1), (3, 3, 8, 7),
+    (0, 4, 0, 8), (0, 5, 0, 9), (0, 6, 8, 8), (0, 7, 8, 9), (3, 5, 0, 15), (3, 7, 8, 15),
+    (4, 0, 1, 0), (7, 1, 1, 7), (28, 0, 7, 0), (31, 1, 7, 7), (31, 3, 15, 7),
+    (32, 0, 16, 0), (63, 3, 31, 7), (64, 0, 32, 0), (96, 0, 48, 0), (127, 7, 63, 15),
+]
+
+
+@pytest.mark.parametrize("thread, v, row, col", ACCUMULATOR_FIGURE)
+def test_accumulator_matches_figure_149(thread, v, row, col):
+    """[P#asynchronous-warpgroup-level-matrix-register-fragment-wgmma-64n16], Figure 149."""
+    assert tuple(map(int, F.accumulator_coords(v, thread))) == (row, col)
+
+
+@pytest.mark.parametrize("n", [8, 64, 256])
+def test_accumulator_last_elements_match_the_table(n):
+    """Same section, table "Accumulator D": elements d0 ... dX, dY, dZ, dW with X = N/2-4 ... W = N/2-1; the
+    figure puts T0's dX, dY at row 0 and dZ, dW at row 8 of the last 8-column block."""
+    x = n // 2 - 4
+    got = [tuple(map(int, F.accumulator_coords(v, 0))) for v in range(x, x + 4)]
+    assert got == [(0, n - 8), (0, n - 7), (8, n - 8), (8, n - 7)]
+
+
+def test_accumulator_rows_0_and_8_are_threads_0_to_3():
+    """Colfax Research, "Delivering 1 PFLOP/s ... FP8 FlashAttention-2" (2024), reading Figure 149: rows 0 and 8,
+    columns 0-15 are divided evenly among threads 0-3, contiguous in each thread's d index."""
+    t, v = np.meshgrid(np.arange(4), np.arange(8), indexing="ij")
+    rows, cols = F.accumulator_coords(v, t)
+    assert set(zip(rows.ravel().tolist(), cols.ravel().tolist())) == {(r, c) for r in (0, 8) for c in range(16)}
+
+
+def test_accumulator_is_the_mma_m16n8_fragment_per_warp_and_8_columns():
+    """[P#warp-level-matrix-fragment-mma-16816-float] (mma.m16n8k16 accumulators, printed formulas):
+    row = groupID (+8 for c2, c3), col = threadID_in_group * 2 + (i & 1); Figure 149 repeats that 16x8 tile for
+    each warp (16 rows each) and each 8 columns, d[4j + i] = c_i of column block j."""
+    for n in (8, 16, 256):
+        for thread in range(128):
+            warp, lane = divmod(thread, 32)
+            group, tig = divmod(lane, 4)
+            for v in range(n // 2):
+                block, i = divmod(v, 4)
+                expected = (16 * warp + group + (8 if i >= 2 else 0), 8 * block + tig * 2 + (i & 1))
+                assert tuple(map(int, F.accumulator_coords(v, thread))) == expected
+
+
+@pytest.mark.parametrize("n", [8, 16, 64, 136, 256])
+def test_accumulator_matches_cutlass_clayout(n):
+    """CUTLASS CLayout_64xN evaluated by hand: (thread, value) -> m + 64 n; all threads and values at once."""
+    t, v = np.meshgrid(np.arange(128), np.arange(n // 2), indexing="ij")
+    rows, cols = F.accumulator_coords(v, t)
+    layout = clayout_64xn(n)
+    expected = np.array([[cute(layout, ti, vi) for vi in range(n // 2)] for ti in range(128)])
+    np.testing.assert_array_equal(rows + 64 * cols, expected)
+
+
+def test_accumulator_refuses_threads_outside_the_warpgroup():
+    """[P#asynchronous-warpgroup-level-matrix-instructions-warpgroup]: a warpgroup has 4 warps = 128 threads."""
+    with pytest.raises(ValueError, match="thread"):
+        F.accumulator_coords(0, 128)
+
+
+# endregion
+
+# region wgmma A in registers [P#asynchronous-warpgroup-level-matrix-register-fragment-wgmma-64n16]
+
+# (thread, element a_j, row, k), read off Figure 148 "WGMMA .m64nNk16 register fragment layout for matrix A";
+# element a_j is register j // 2, half j % 2 (elements low to high: a0, a1 in the first .f16x2 register).
+A_FIGURE = [
+    (0, 0, 0, 0), (0, 1, 0, 1), (0, 2, 8, 0), (0, 3, 8, 1), (0, 4, 0, 8), (0, 5, 0, 9), (0, 6, 8, 8),
+    (0, 7, 8, 9), (1, 0, 0, 2), (3, 7, 8, 15), (4, 0, 1, 0), (31, 6, 15, 14), (32, 0, 16, 0), (127, 7, 63, 15),
+]
+
+
+@pytest.mark.parametrize("thread, j, row, k", A_FIGURE)
+def test_a_fragment_matches_figure_148(thread, j, row, k):
+    """[P#asynchronous-warpgroup-level-matrix-register-fragment-wgmma-64n16], Figure 148."""
+    assert tuple(map(int, F.a_fragment_coords(j // 2, j % 2, thread))) == (row, k)
+
+
+def test_a_fragment_is_the_mma_m16n8k16_a_fragment_per_warp():
+    """[P#warp-level-matrix-fragment-mma-16816-float], multiplicand A .f16/.bf16, printed formulas:
+    row = groupID for a_i with 0 <= i < 2 or 4 <= i < 6, else groupID + 8; col = threadID_in_group * 2 + (i & 1),
+    + 8 for i >= 4; each warp of the warpgroup owns 16 rows (Figure 148)."""
+    for thread in range(128):
+        warp, lane = divmod(thread, 32)
+        group, tig = divmod(lane, 4)
+        for i in range(8):
+            row = group if (i < 2 or 4 <= i < 6) else group + 8
+            col = tig * 2 + (i & 1) + (8 if i >= 4 else 0)
+            assert tuple(map(int, F.a_fragment_coords(i // 2, i % 2, thread))) == (16 * warp + row, col)
+
+
+def test_a_fragment_matches_cutlass_alayout():
+    """CUTLASS ALayout_64x16 evaluated by hand; value v = 2 * register + half."""
+    t, v = np.meshgrid(np.arange(128), np.arange(8), indexing="ij")
+    rows, ks = F.a_fragment_coords(v // 2, v % 2, t)
+    expected = np.array([[cute(ALAYOUT_64X16, ti, vi) for vi in range(8)] for ti in range(128)])
+    np.testing.assert_array_equal(rows + 64 * ks, expected)
+
+
+@pytest.mark.parametrize("k_slice", [0, 1, 3, 7])
+def test_accumulator_to_a_repacking_follows_the_cutlass_layouts(k_slice):
+    """P.V with P in registers (FlashAttention-3): A register i of K-slice s must hold the P elements at
+    (row, 16s + k) of the A element (row, k). Checked with CLayout_64xN and ALayout_64x16 evaluated by hand:
+    the accumulator element (thread, value) sits where the A element (thread, 2i + half) must go."""
+    sources = F.a_register_sources(k_slice)
+    c_layout = clayout_64xn(16 * (k_slice + 1))
+    for thread in range(128):
+        for i, pair in enumerate(sources):
+            for half, v in enumerate(pair):
+                a_index = cute(ALAYOUT_64X16, thread, 2 * i + half)
+                d_index = cute(c_layout, thread, v)
+                assert (d_index % 64, d_index // 64 - 16 * k_slice) == (a_index % 64, a_index // 64)
+    assert sources == tuple((8 * k_slice + 2 * i, 8 * k_slice + 2 * i + 1) for i in range(4))
+
+
+# endregion
+
+# region wgmma shapes, types, warpgroups
+
+
+def test_warp_rank_and_warpgroups():
+    """[P#asynchronous-warpgroup-level-matrix-instructions-warpgroup]: warp-rank =
+    (%tid.x + %tid.y * %ntid.x + %tid.z * %ntid.x * %ntid.y) / 32; a warpgroup is four contiguous warps whose
+    first warp-rank is a multiple of 4."""
+    assert F.warp_rank((37, 1, 0), (64, 2, 1)) == (37 + 64) // 32
+    assert F.warp_rank((5, 1, 1), (32, 2, 2)) == (5 + 1 * 32 + 1 * 32 * 2) // 32
+    assert list(F.warpgroup_warps(4)) == [4, 5, 6, 7]
+    with pytest.raises(ValueError, match="multiple of 4"):
+        F.warpgroup_warps(2)
+
+
+@pytest.mark.parametrize("n, atype, dtype, shape", [
+    (8, "bf16", "f32", (64, 8, 16)), (256, "f16", "f16", (64, 256, 16)), (136, "f16", "f32", (64, 136, 16)),
+    (64, "tf32", "f32", (64, 64, 8)), (64, "e4m3", "f16", (64, 64, 32)), (48, "s8", "s32", (64, 48, 32)),
+    (256, "b1", "s32", (64, 256, 256)),
+])
+def test_legal_wgmma_shapes(n, atype, dtype, shape):
+    """[P#asynchronous-warpgroup-level-matrix-shape] and [-matrix-data-types]: .f16/.bf16 m64nNk16 with
+    N = 8..256 step 8, .tf32 k8, .e4m3 k32, .s8 k32 (N 8, 16, 24, 32, 48, ...), .b1 k256."""
+    assert F.wgmma_shape(n, atype, dtype) == shape
+
+
+@pytest.mark.parametrize("n, atype, dtype, message", [
+    (64, "bf16", "f16", "f32"),   # bf16 accumulates only in f32
+    (64, "tf32", "f16", "f32"),
+    (12, "bf16", "f32", "N must"),
+    (264, "f16", "f32", "N must"),
+    (40, "s8", "s32", "N must"),  # integer N list skips 40
+    (64, "f64", "f64", "multiplicand"),
+])
+def test_illegal_wgmma_shapes(n, atype, dtype, message):
+    """Same tables: the rows that are absent are illegal."""
+    with pytest.raises(ValueError, match=message):
+        F.wgmma_shape(n, atype, dtype)
+
+
+def test_accumulator_register_counts():
+    """[P#asynchronous-warpgroup-level-matrix-register-fragment-wgmma-64n16], table "Accumulator D": .f32 uses
+    N/2 registers, .f16 N/4 .f16x2 registers."""
+    assert F.accumulator_registers(64, "f32") == 32
+    assert F.accumulator_registers(256, "f32") == 128
+    assert F.accumulator_registers(64, "f16") == 16
+
+
+# endregion
+
+# region Matrix descriptor [P#asynchronous-warpgroup-level-matrix-shared-memory-layout-matrix-descriptor]
+
+
+def test_notes_example_descriptor_decodes_by_the_bit_table():
+    """Bit table: 13-0 enc(start), 29-16 enc(LBO), 45-32 enc(SBO), 51-49 base offset, 63-62 swizzle
+    (1 = 128-Byte). 0x4000004000010000: bit 62 -> 128B; bits 45-32 = 0x40 -> SBO 64 * 16 = 1024;
+    bits 29-16 = 1 -> LBO 16; start 0."""
+    value = 0x4000004000010000
+    assert (value >> 62, (value >> 32) & 0x3FFF, (value >> 16) & 0x3FFF, value & 0x3FFF) == (1, 0x40, 1, 0)
+    assert F.decode_descriptor(value) == F.MatrixDescriptor(0, 16, 1024, 128, 0)
+    assert F.encode_descriptor(0, 16, 1024, 128) == value
+    assert F.encode_descriptor(1024, 16, 1024, 128) == 0x4000004000010040  # the notes' B operand at smem 1024
+
+
+@pytest.mark.parametrize("kwargs, value", [
+    (dict(start_address=16, lbo=0, sbo=0, swizzle=0), 1 << 0),
+    (dict(start_address=2**18 - 16, lbo=0, sbo=0, swizzle=0), 0x3FFF),
+    (dict(start_address=0, lbo=16, sbo=0, swizzle=0), 1 << 16),
+    (dict(start_address=0, lbo=2**18 - 16, sbo=0, swizzle=0), 0x3FFF << 16),
+    (dict(start_address=0, lbo=0, sbo=16, swizzle=0), 1 << 32),
+    (dict(start_address=0, lbo=0, sbo=2**18 - 16, swizzle=0), 0x3FFF << 32),
+    (dict(start_address=0, lbo=0, sbo=0, swizzle=128, base_offset=1), (1 << 49) | (1 << 62)),
+    (dict(start_address=0, lbo=0, sbo=0, swizzle=128, base_offset=7), (7 << 49) | (1 << 62)),
+    (dict(start_address=0, lbo=0, sbo=0, swizzle=64), 2 << 62),
+    (dict(start_address=0, lbo=0, sbo=0, swizzle=32), 3 << 62),
+])
+def test_descriptor_fields_sit_where_the_bit_table_says(kwargs, value):
+    """Bit table, one field at a time; matrix-descriptor-encode(x) = (x & 0x3FFFF) >> 4; swizzle codes
+    0 none, 1 128-Byte, 2 64-Byte, 3 32-Byte."""
+    assert F.encode_descriptor(**kwargs) == value
+    decoded = F.decode_descriptor(value)
+    assert (decoded.start_address, decoded.leading_byte_offset, decoded.stride_byte_offset, decoded.swizzle,
+            decoded.base_offset) == (kwargs["start_address"], kwargs["lbo"], kwargs["sbo"], kwargs["swizzle"],
+                                     kwargs.get("base_offset", 0))
+
+
+@pytest.mark.parametrize("lbo, sbo, enc_lbo, enc_sbo", [
+    (64 * 4, 32 * 4, 16, 8),      # K-major, no swizzle, tf32
+    (128 * 2, 64 * 2, 16, 8),     # MN-major, no swizzle, bf16
+    (128 * 2, 256 * 2, 16, 32),   # MN-major, 32B, bf16
+    (256 * 2, 512 * 2, 32, 64),   # MN-major, 64B, bf16
+])
+def test_canonical_layout_examples_encode_as_listed(lbo, sbo, enc_lbo, enc_sbo):
+    """[P#asynchronous-warpgroup-level-canonical-layouts], example tables: "Encoding of LBO/SBO in descriptor"."""
+    value = F.encode_descriptor(0, lbo, sbo, 0)
+    assert ((value >> 16) & 0x3FFF, (value >> 32) & 0x3FFF) == (enc_lbo, enc_sbo)
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(start_address=8, lbo=16, sbo=16, swizzle=0), "start_address"),
+    (dict(start_address=2**18, lbo=16, sbo=16, swizzle=0), "start_address"),
+    (dict(start_address=-16, lbo=16, sbo=16, swizzle=0), "start_address"),
+    (dict(start_address=0, lbo=24, sbo=16, swizzle=0), "leading_byte_offset"),
+    (dict(start_address=0, lbo=16, sbo=2**18 + 16, swizzle=0), "stride_byte_offset"),
+    (dict(start_address=0, lbo=16, sbo=16, swizzle=16), "swizzle"),
+    (dict(start_address=0, lbo=16, sbo=16, swizzle=128, base_offset=8), "base_offset"),
+    (dict(start_address=0, lbo=16, sbo=16, swizzle=0, base_offset=1), "base_offset"),
+])
+def test_descriptor_refuses_what_the_fields_cannot_hold(kwargs, field):
+    """14-bit fields of 16-byte units from an 18-bit value; 3-bit base offset, "valid for all swizzling modes
+    except the no-swizzle mode"."""
+    with pytest.raises(ValueError, match=field):
+        F.encode_descriptor(**kwargs)
+
+
+def test_decode_refuses_bits_outside_the_fields():
+    """Bit table: only the listed fields exist; e.g. bit 46 (set by Blackwell tcgen05 descriptors) is not one."""
+    with pytest.raises(ValueError, match="undefined bits"):
+        F.decode_descriptor(0x4000004000010000 | (1 << 46))
+
+
+@pytest.mark.parametrize("start, mode, base", [
+    (0, 128, 0), (1024, 128, 0), (4096, 128, 0), (128, 128, 1), (1024 + 7 * 128, 128, 7), (512, 64, 0),
+    (640, 64, 5), (256, 32, 0), (128, 32, 1), (384, 0, 0),
+])
+def test_descriptor_base_offset(start, mode, base):
+    """Descriptor section: base offset 0 when the pattern starts on a 1024/512/256-byte boundary
+    (128/64/32-byte swizzle), else (pattern start addr >> 0x7) & 0x7."""
+    assert F.descriptor_base_offset(start, mode) == base
+
+
+def test_buffer_alignments():
+    """Descriptor section (repeating pattern boundaries 1024/512/256); start address is encoded in 16-byte units."""
+    assert [F.swizzled_buffer_alignment(m) for m in (128, 64, 32, 0)] == [1024, 512, 256, 16]
+    assert F.TMA_SMEM_ALIGNMENT == 128
+
+
+def test_swizzle_codes_differ_between_descriptor_and_tensor_map():
+    """Descriptor bits 63-62: 0 none, 1 128-Byte, 2 64-Byte, 3 32-Byte; [DRV] CUtensorMapSwizzle:
+    NONE = 0, 32B, 64B, 128B numbered in order."""
+    assert [F.descriptor_swizzle_code(m) for m in (0, 32, 64, 128)] == [0, 3, 2, 1]
+    assert [int(F.tensor_map_swizzle(m)) for m in (0, 32, 64, 128)] == [0, 1, 2, 3]
+
+
+# endregion
+
+# region Canonical layouts [P#asynchronous-warpgroup-level-canonical-layouts]
+
+
+def canonical(major: str, w: int, t: int, lbo: int, sbo: int, m: int, k: int):
+    """The table "Canonical Layout without swizzling" in elements (T = 128 / element bits), W = swizzle bytes."""
+    x = w // 16  # 16-byte chunks per swizzle row: 1/2/4/8
+    if major == "MN":
+        if w == 0:
+            return (((t, 1, m), (8, k)), ((1, t, sbo), (t, lbo)))
+        return (((t, x, m), (8, k)), ((1, t, lbo), (x * t, sbo)))
+    if w == 0:
+        return (((8, m), (t, 2 * k)), ((t, sbo), (1, lbo)))
+    return (((8, m), (t, 2 * k)), ((x * t, sbo), (1, t)))
+
+
+# (major, swizzle bytes, element bytes, LBO bytes, SBO bytes, exact layout or None for the canonical form)
+CANONICAL_CASES = [
+    ("K", 0, 4, 64 * 4, 32 * 4, (((8, 2), (4, 4)), ((4, 32), (1, 64)))),            # Figure 166, tf32
+    ("K", 32, 4, 16, 64 * 4, (((8, 2), (4, 4)), ((8, 64), (1, 4)))),                # Figure 167, tf32
+    ("MN", 0, 2, 128 * 2, 64 * 2, (((8, 1, 2), (8, 2)), ((1, 8, 64), (8, 128)))),    # Figure 168, bf16
+    ("MN", 32, 2, 128 * 2, 256 * 2, (((8, 2, 2), (8, 2)), ((1, 8, 128), (16, 256)))),  # Figure 169, bf16
+    ("MN", 64, 2, 256 * 2, 512 * 2, (((8, 4, 2), (8, 2)), ((1, 8, 256), (32, 512)))),  # Figure 170, bf16
+    ("K", 0, 2, 128, 256, None), ("K", 32, 2, 16, 512, None), ("K", 64, 2, 16, 1024, None),
+    ("K", 128, 2, 16, 1024, None), ("K", 128, 4, 16, 1024, None), ("MN", 128, 2, 2048, 1024, None),
+]
+
+
+@pytest.mark.parametrize("major, w, e, lbo, sbo, exact", CANONICAL_CASES)
+def test_descriptor_addresses_follow_the_canonical_layouts(major, w, e, lbo, sbo, exact):
+    """[P#asynchronous-warpgroup-level-canonical-layouts]: the CuTe layout (exact layout of the examples, or the
+    table's canonical form with m = 2 repeats) composed with Swizzle<log2(W/16), 4, 3> on the byte address,
+    over one wgmma's K (32 bytes) and two MN repeats; the buffer starts at 2048 (on every swizzle period)."""
+    t = 16 // e
+    layout = exact or canonical(major, w, t, lbo // e, sbo // e, 2, 2)
+    k_extent = 32 // e
+    mn_extent = 16 if major == "K" else 2 * max(w, 16) // e
+    start = 2048
+    desc = F.encode_descriptor(start, lbo, sbo, w)
+    mn, k = np.meshgrid(np.arange(mn_extent), np.arange(k_extent), indexing="ij")
+    got = F.descriptor_element_address(desc, major, e, mn, k)
+    bits = {0: 0, 32: 1, 64: 2, 128: 3}[w]
+    expected = np.array([[cute_swizzle(bits, 4, 3, start + e * cute(layout, i, j)) for j in range(k_extent)]
+                         for i in range(mn_extent)])
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_sw128_k_major_bf16_tile_is_8_rows_of_128_bytes():
+    """Notes section 3 and the swizzling table: a TMA box of 64 bf16 x rows with SWIZZLE_128B lands as 128-byte
+    rows; the K-major SW128 descriptor (SBO 1024) reads row r, element k at chunk (k*2/16) ^ (r % 8)."""
+    desc = F.encode_descriptor(0, 16, 1024, 128)
+    for r in range(16):
+        for kk in range(16):
+            chunk = (kk * 2 // 16) ^ (r % 8)
+            assert int(F.descriptor_element_address(desc, "K", 2, r, kk)) == r * 128 + chunk * 16 + (kk * 2) % 16
+
+
+# endregion
+
+# region Swizzle [P#tensor-swizzling-modes]
+
+# The tables of section 5.5.7, one row per 128-byte line, entry = 16-byte chunk; "... Pattern repeats ...".
+SWIZZLE_TABLES = {
+    32: [[0, 1, 2, 3, 4, 5, 6, 7], [1, 0, 3, 2, 5, 4, 7, 6]],
+    64: [[0, 1, 2, 3, 4, 5, 6, 7], [1, 0, 3, 2, 5, 4, 7, 6], [2, 3, 0, 1, 6, 7, 4, 5], [3, 2, 1, 0, 7, 6, 5, 4]],
+    128: [[0, 1, 2, 3, 4, 5, 6, 7], [1, 0, 3, 2, 5, 4, 7, 6], [2, 3, 0, 1, 6, 7, 4, 5], [3, 2, 1, 0, 7, 6, 5, 4],
+          [4, 5, 6, 7, 0, 1, 2, 3], [5, 4, 7, 6, 1, 0, 3, 2], [6, 7, 4, 5, 2, 3, 0, 1], [7, 6, 5, 4, 3, 2, 1, 0]],
+    0: [[0, 1, 2, 3, 4, 5, 6, 7]],
+}
+
+
+@pytest.mark.parametrize("mode", [0, 32, 64, 128])
+def test_swizzle_matches_the_chunk_tables(mode):
+    """[P#tensor-swizzling-modes]: tables for no/32/64/128-byte swizzle (start aligned to 256/512/1024 bytes),
+    16-byte chunks kept intact, pattern repeating; checked over four periods and every byte."""
+    table = SWIZZLE_TABLES[mode]
+    base = 3 * 1024
+    for line in range(4 * len(table)):
+        for chunk in range(8):
+            for byte in (0, 5, 15):
+                logical = base + line * 128 + chunk * 16 + byte
+                physical = base + line * 128 + table[line % len(table)][chunk] * 16 + byte
+                assert F.swizzle_address(logical, mode) == physical
+
+
+@pytest.mark.parametrize("mode, period", [(0, 1), (32, 256), (64, 512), (128, 1024)])
+def test_swizzle_is_a_self_inverse_permutation_of_each_period(mode, period):
+    """Same section: the starting-address table (256/512/1024 bytes) is the period; the XOR pattern is a
+    bijection on each period and its own inverse."""
+    assert F.swizzle_period_bytes(mode) == period
+    block = max(period, 1024)
+    addresses = np.arange(5 * block, 7 * block)
+    swizzled = F.swizzle_address(addresses, mode)
+    assert np.array_equal(F.swizzle_address(swizzled, mode), addresses)
+    for start in range(5 * block, 7 * block, max(period, 1)):
+        assert sorted(swizzled[start - 5 * block:start - 5 * block + period].tolist()) == list(
+            range(start, start + period))
+
+
+def test_128b_swizzle_spreads_a_16_byte_column_over_all_banks():
+    """Why the swizzle exists ([P#tensor-swizzling-modes]: "to avoid bank conflicts"): chunk 0 of eight 128-byte
+    lines lands in eight different groups of four 4-byte banks."""
+    banks = {int(F.bank_of(F.swizzle_address(r * 128, 128))) for r in range(8)}
+    assert banks == {0, 4, 8, 12, 16, 20, 24, 28}
+
+
+def test_swizzle_refuses_unknown_modes():
+    with pytest.raises(ValueError, match="swizzle mode"):
+        F.swizzle_address(0, 96)
+
+
+# endregion
+
+# region Tensor maps [DRV]
+
+
+def test_tensor_map_enum_values():
+    """[DRV] cuTensorMapEncodeTiled: CUtensorMapDataType UINT8 = 0, UINT16, UINT32, INT32, UINT64, INT64,
+    FLOAT16, FLOAT32, FLOAT64, BFLOAT16, FLOAT32_FTZ, TFLOAT32, TFLOAT32_FTZ (implicit numbering: FLOAT16 6,
+    FLOAT32 7, BFLOAT16 9); CUtensorMapInterleave NONE = 0, 16B, 32B; CUtensorMapL2promotion NONE = 0, 64B, 128B,
+    256B; CUtensorMapFloatOOBfill NONE = 0, NAN_REQUEST_ZERO_FMA."""
+    names = ["UINT8", "UINT16", "UINT32", "INT32", "UINT64", "INT64", "FLOAT16", "FLOAT32", "FLOAT64",
+             "BFLOAT16", "FLOAT32_FTZ", "TFLOAT32", "TFLOAT32_FTZ"]
+    assert [F.TensorMapDataType[n].value for n in names] == list(range(13))
+    assert (F.TensorMapDataType.FLOAT16, F.TensorMapDataType.FLOAT32, F.TensorMapDataType.BFLOAT16) == (6, 7, 9)
+    assert [F.TENSOR_MAP_ELEMENT_BYTES[F.TensorMapDataType[n]] for n in names] == [1, 2, 4, 4, 8, 8, 2, 4, 8, 2,
+                                                                                   4, 4, 4]
+    assert [int(x) for x in F.TensorMapSwizzle] == [0, 1, 2, 3]
+    assert [int(x) for x in F.TensorMapInterleave] == [0, 1, 2]
+    assert [int(x) for x in F.TensorMapL2Promotion] == [0, 1, 2, 3]
+    assert (F.TensorMapFloatOOBFill.NONE, F.TensorMapFloatOOBFill.NAN_REQUEST_ZERO_FMA) == (0, 1)
+
+
+def _spec(**changes) -> F.TensorMapSpec:
+    base = dict(dtype=F.TensorMapDataType.BFLOAT16, global_dims=(128, 4096), global_strides=(256,),
+                box_dims=(64, 64), swizzle=F.TensorMapSwizzle.B128, global_address=0x7F0000001000)
+    base.update(changes)
+    return F.TensorMapSpec(**base)
+
+
+def test_flash_attention_tensor_map_is_valid():
+    """Notes section 3/10: bf16, head dim 128 as two 64-element boxes of 64 rows, SWIZZLE_128B: 128-byte box
+    rows (= the swizzle span), 8192 bytes per box (the sanity kernel expects 2 boxes = 16384 bytes)."""
+    spec = _spec()
+    spec.validate()
+    assert spec.box_bytes == 8192
+    _spec(global_dims=(64, 3, 5, 7, 9), global_strides=(128, 384, 1920, 13440), box_dims=(64, 1, 1, 1, 1)).validate()
+    assert _spec(element_strides=(1, 2), box_dims=(64, 63)).box_bytes == 64 * 2 * 32
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(global_dims=(), global_strides=(), box_dims=()), "tensorRank"),
+    (dict(global_dims=(16,) * 6, global_strides=(256,) * 5, box_dims=(8,) * 6), "tensorRank"),
+    (dict(interleave=F.TensorMapInterleave.B16), "tensorRank"),
+    (dict(global_strides=()), "globalStrides needs"),
+    (dict(global_address=0x7F0000001008), "globalAddress"),
+    (dict(global_dims=(128, 0)), "globalDim"),
+    (dict(global_dims=(128, 2**32 + 1)), "globalDim"),
+    (dict(global_strides=(264,)), "globalStrides must"),
+    (dict(global_strides=(2**40,)), "globalStrides must"),
+    (dict(box_dims=(64, 257)), "boxDim must"),
+    (dict(box_dims=(64, 0)), "boxDim must"),
+    (dict(box_dims=(4, 64), swizzle=F.TensorMapSwizzle.NONE), "multiple of 16"),
+    (dict(box_dims=(128, 64)), "<= 128"),
+    (dict(box_dims=(32, 64), swizzle=F.TensorMapSwizzle.B32), "<= 32"),
+    (dict(element_strides=(1, 9)), "elementStrides"),
+    (dict(element_strides=(0, 1)), "elementStrides"),
+    (dict(dtype=F.TensorMapDataType.UINT8, box_dims=(64, 64), oob_fill=F.TensorMapFloatOOBFill.NAN_REQUEST_ZERO_FMA),
+     "NAN_REQUEST_ZERO_FMA"),
+])
+def test_tensor_map_rules(changes, message):
+    """[DRV] cuTensorMapEncodeTiled requirements: tensorRank 1..5 (>= 3 with interleave); globalAddress 16-byte
+    aligned; globalDim non-zero, <= 2^32; globalStrides multiples of 16, < 2^40; boxDim non-zero, <= 256, boxDim[0]
+    * elementSize a multiple of 16 bytes; with a swizzle the inner box dimension <= the swizzle span;
+    elementStrides 1..8; NAN_REQUEST_ZERO_FMA only for floating-point types."""
+    with pytest.raises(ValueError, match=message):
+        _spec(**changes).validate()
+
+
+def test_tensor_map_interleave_32b_needs_swizzle_32b():
+    """[DRV]: "When interleave is CU_TENSOR_MAP_INTERLEAVE_32B, swizzle must be CU_TENSOR_MAP_SWIZZLE_32B"."""
+    spec = _spec(global_dims=(16, 8, 8), global_strides=(32, 256), box_dims=(16, 8, 8),
+                 interleave=F.TensorMapInterleave.B32, swizzle=F.TensorMapSwizzle.B64)
+    with pytest.raises(ValueError, match="SWIZZLE_32B"):
+        spec.validate()
+
+
+# endregion
+
+# region mbarrier [P#parallel-synchronization-and-communication-instructions-mbarrier]
+
+
+def test_init_and_a_phase_of_arrivals():
+    """mbarrier.init: phase 0, expected = pending = count, tx-count 0. Phase completion: pending reached zero and
+    tx-count zero -> next phase, pending reinitialised to the expected count. try_wait.parity P is True for the
+    completed immediately preceding phase (parity != current phase's)."""
+    bar = F.MBarrierState()
+    bar.init(3)
+    assert (bar.phase, bar.pending, bar.expected, bar.tx_count) == (0, 3, 3, 0)
+    assert bar.try_wait_parity(1) and not bar.try_wait_parity(0)  # CUTLASS producer start state passes at once
+    bar.arrive()
+    bar.arrive(count=1)
+    assert (bar.phase, bar.pending) == (0, 1) and not bar.try_wait_parity(0)
+    bar.arrive()
+    assert (bar.phase, bar.pending) == (1, 3)
+    assert bar.try_wait_parity(0) and not bar.try_wait_parity(1)
+
+
+def test_parity_loop_example():
+    """test_wait/try_wait section, "Example 2, thread synchronization using phase parity": iteration i waits
+    with parArg = i & 1 after the N arrivals of phase i."""
+    n, bar = 4, F.MBarrierState()
+    bar.init(n)
+    for i in range(6):
+        assert not bar.try_wait_parity(i & 1)
+        for _ in range(n):
+            bar.arrive()
+        assert bar.try_wait_parity(i & 1)
+    assert bar.phase == 6
+
+
+def test_tma_transaction_bytes_complete_the_phase():
+    """Tracking asynchronous operations: arrive.expect_tx performs expect-tx before the arrive-on; each copy's
+    complete-tx decrements tx-count; the phase completes only when both counts are zero."""
+    bar = F.MBarrierState()
+    bar.init(1)
+    assert bar.arrive_expect_tx(16384) == 0
+    assert (bar.phase, bar.pending, bar.tx_count) == (0, 0, 16384)
+    bar.complete_tx(8192)
+    assert bar.phase == 0 and not bar.try_wait_parity(0)
+    bar.complete_tx(8192)
+    assert (bar.phase, bar.pending, bar.tx_count) == (1, 1, 0) and bar.try_wait_parity(0)
+
+
+def test_copy_completing_before_its_expect_tx():
+    """tx-count ranges over -(2^20-1)..2^20-1: a complete-tx before the expect-tx leaves it negative and the
+    phase open until the arrive.expect_tx."""
+    bar = F.MBarrierState()
+    bar.init(1)
+    bar.complete_tx(100)
+    assert (bar.phase, bar.tx_count) == (0, -100)
+    bar.arrive_expect_tx(100)
+    assert (bar.phase, bar.tx_count) == (1, 0)
+
+
+def test_test_wait_with_an_arrive_state():
+    """test_wait/try_wait with `state`: valid for the current (False) and the immediately preceding (True) phase."""
+    bar = F.MBarrierState()
+    bar.init(1)
+    state = bar.arrive()
+    assert state == 0 and bar.test_wait(state)
+    bar.arrive()
+    with pytest.raises(ValueError, match="preceding"):
+        bar.test_wait(state)
+
+
+@pytest.mark.parametrize("action, message", [
+    (lambda b: b.init(0), "init count"),
+    (lambda b: b.init(2**20), "init count"),
+    (lambda b: b.arrive(3), "exceeds"),
+    (lambda b: b.expect_tx(2**20), r"expect_tx count"),
+    (lambda b: (b.expect_tx(2**20 - 1), b.expect_tx(1)), "outside"),
+    (lambda b: (b.complete_tx(2**20 - 1), b.complete_tx(1)), "outside"),
+    (lambda b: b.try_wait_parity(2), "phaseParity"),
+])
+def test_mbarrier_limits(action, message):
+    """Contents of the mbarrier object: expected count 1..2^20-1, pending 0..2^20-1, tx-count +-(2^20-1);
+    phaseParity 0 or 1."""
+    bar = F.MBarrierState()
+    bar.init(2)
+    with pytest.raises(ValueError, match=message):
+        action(bar)
+    F.MBarrierState().init(2**20 - 1)
+
+
+def test_mbarrier_used_before_init():
+    with pytest.raises(ValueError, match="before mbarrier.init"):
+        F.MBarrierState().arrive()
+
+
+# endregion
+
+# region shfl.sync [P#data-movement-and-conversion-instructions-shfl-sync]
+
+LANES = np.arange(32)
+
+
+@pytest.mark.parametrize("mode, b, c, lanes, sources, valid", [
+    ("bfly", 1, 0x1F, [0, 1, 6, 31], [1, 0, 7, 30], [1, 1, 1, 1]),
+    ("bfly", 2, 0x1F, [5, 29], [7, 31], [1, 1]),
+    ("up", 1, 0x0, [0, 5, 31], [0, 4, 30], [0, 1, 1]),
+    ("down", 1, 0x1F, [30, 31], [31, 31], [1, 0]),
+    ("idx", 0, 0x1F, [0, 17, 31], [0, 0, 0], [1, 1, 1]),
+    ("idx", 35, 0x1F, [9], [3], [1]),                    # b out of range: bval = b[4:0] = 3, still valid
+    ("down", 33, 0x1F, [3, 31], [4, 31], [1, 0]),       # bval = 33 & 31 = 1
+    ("down", 1, 0x181F, [6, 7, 15, 30], [7, 7, 15, 31], [1, 0, 0, 1]),   # width 8: c = (24 << 8) | 0x1f
+    ("up", 1, 0x1800, [8, 9, 16, 17], [8, 8, 16, 16], [0, 1, 0, 1]),     # width 8 up: c = 24 << 8
+    ("idx", 3, 0x181F, [13, 0, 31], [11, 3, 27], [1, 1, 1]),
+    # segmask 0x1c, clamp 3: lane 1 has maxLane 3 and j = 5 -> own value; lane 5 has maxLane 7 and j = 1 <= 7,
+    # so it reads lane 1 (p true) although lane 1 lies in another 4-lane segment
+    ("bfly", 4, 0x1C03, [1, 2, 5], [1, 2, 1], [0, 0, 1]),
+])
+def test_shfl_source_lane_hand_worked(mode, b, c, lanes, sources, valid):
+    """Semantics pseudo-code: bval = b[4:0], cval = c[4:0], segmask = c[12:8];
+    maxLane = (lane & segmask) | (cval & ~segmask); minLane = lane & segmask; up j = lane - bval, p = j >= maxLane;
+    down j = lane + bval, p = j <= maxLane; bfly j = lane ^ bval, p = j <= maxLane; idx j = minLane |
+    (bval & ~segmask), p = j <= maxLane; !p -> j = lane. Each row worked by hand, e.g. width-8 down at lane 7:
+    maxLane = (7 & 0x18) | (0x1f & 7) = 7, j = 8 > 7 -> own value, p false."""
+    got_sources, got_valid = F.shfl_source_lane(mode, np.array(lanes), b, c)
+    assert got_sources.tolist() == sources
+    assert got_valid.astype(int).tolist() == valid
+
+
+def test_shfl_row_max_butterfly():
+    """Notes section 6: a row's four lanes 4g..4g+3 reduce with bfly 1 then bfly 2 (full-warp c = 0x1f)."""
+    values = np.arange(32) * 3 % 11
+    m = values.copy()
+    for b in (1, 2):
+        other, _ = F.shfl_sync(m, "bfly", b, 0x1F)
+        m = np.maximum(m, other)
+    assert m.tolist() == [max(values[4 * (lane // 4):4 * (lane // 4) + 4]) for lane in range(32)]
+
+
+# endregion
+
+# region Named barriers, registers, setmaxnreg
+
+
+@pytest.mark.parametrize("barrier, threads, arrive", [(0, None, False), (15, 128, True), (1, 384, False)])
+def test_named_barriers_accepted(barrier, threads, arrive):
+    """[P#parallel-synchronization-and-communication-instructions-bar]: barriers 0..15; thread count a multiple of
+    the warp size; omitted = all threads of the CTA."""
+    F.check_named_barrier(barrier, threads, 384, arrive=arrive)
+
+
+@pytest.mark.parametrize("barrier, threads, arrive, message", [
+    (16, 128, False, "id"), (-1, 128, False, "id"), (1, 100, False, "multiple"), (1, 0, False, "multiple"),
+    (1, 416, False, "exceeds"), (2, None, True, "bar.arrive"),
+])
+def test_named_barriers_refused(barrier, threads, arrive, message):
+    """Same section (ptxas rejects `bar.sync 1, 100` and id 16, notes section 6); "a non-zero thread count is
+    required for barrier{.cta}.arrive"."""
+    with pytest.raises(ValueError, match=message):
+        F.check_named_barrier(barrier, threads, 384, arrive=arrive)
+
+
+def test_setmaxnreg_rules():
+    """[P#miscellaneous-instructions-setmaxnreg]: imm-reg-count in 24..256, a multiple of 8; .dec from a count
+    >= the operand, .inc from a count <= the operand."""
+    for n in (24, 240, 256):
+        F.check_setmaxnreg("inc", n)
+    for n in (16, 23, 100, 257, 264):
+        with pytest.raises(ValueError, match="multiple of 8"):
+            F.check_setmaxnreg("dec", n)
+    F.check_setmaxnreg("dec", 24, current=168)
+    F.check_setmaxnreg("inc", 240, current=168)
+    with pytest.raises(ValueError, match=".dec"):
+        F.check_setmaxnreg("dec", 240, current=168)
+    with pytest.raises(ValueError, match=".inc"):
+        F.check_setmaxnreg("inc", 24, current=168)
+
+
+def test_register_file():
+    """CUDA C++ Programming Guide, compute capability 9.0: 64K 32-bit registers per SM, at most 255 per thread.
+    Notes section 6: producer 24 + two consumers 240 registers per thread: 24*128 + 240*256 = 64512 fits."""
+    assert (F.REGISTERS_PER_SM, F.MAX_REGISTERS_PER_THREAD) == (65536, 255)
+    F.check_register_budget([24, 240, 240], 128)
+    with pytest.raises(ValueError, match="register"):
+        F.check_register_budget([256, 256, 24], 128)
+
+
+# endregion
+
+# region cvt / mov packing [P#data-movement-and-conversion-instructions-cvt, -mov-2]
+
+
+def test_cvt_bf16x2_puts_a_in_the_upper_half():
+    """cvt: "the value converted from input a is stored in the upper half of d and the value converted from
+    input b is stored in the lower half". bf16(1.0) = 0x3F80, bf16(2.0) = 0x4000."""
+    assert int(F.cvt_rn_x2(np.float32(1.0), np.float32(2.0))) == 0x3F804000
+    assert int(F.cvt_rn_x2(np.float32(1.0), np.float32(2.0), "f16")) == 0x3C004000
+    assert int(F.cvt_rn_x2(np.float32(1.0), np.float32(1.0))) == 0x3F803F80  # the notes' "two bf16 1.0"
+
+
+def test_mov_pack_puts_the_first_operand_in_the_low_half():
+    """mov: "pack two 16-bit elements into .b32: d = a.x | (a.y << 16)"; unpack {d.x, d.y} = {a[0..15], a[16..31]}.
+    Notes section 7: `cvt.rn.bf16x2.f32 pk, e1, e0` equals `mov.b32 pk2, {cvt(e0), cvt(e1)}`."""
+    assert int(F.mov_pack_b32(0x4000, 0x3F80)) == 0x3F804000
+    lo, hi = F.mov_unpack_b32(np.uint32(0x3F804000))
+    assert (int(lo), int(hi)) == (0x4000, 0x3F80)
+    e0, e1 = np.float32([0.3, 1.7]), np.float32([-2.5, 1e-3])
+    np.testing.assert_array_equal(F.cvt_rn_x2(e1, e0), F.mov_pack_b32(F.cvt_rn_bits(e0), F.cvt_rn_bits(e1)))
+
+
+@pytest.mark.parametrize("dtype, value, bits", [
+    ("bf16", 1.0 + 2.0**-8, 0x3F80),        # tie between 0x3F80 and 0x3F81 -> even
+    ("bf16", 1.0 + 3 * 2.0**-8, 0x3F82),    # tie between 0x3F81 and 0x3F82 -> even
+    ("bf16", 1.0 + 2.0**-8 + 2.0**-20, 0x3F81),  # above the tie
+    ("bf16", -1.0, 0xBF80),
+    ("bf16", 3.4e38, 0x7F80),               # above the midpoint of bf16 max 0x7F7F and 2^128 -> +inf
+    ("f16", 1.0 + 2.0**-11, 0x3C00),
+    ("f16", 1.0 + 3 * 2.0**-11, 0x3C02),
+    ("f16", 65520.0, 0x7C00),               # tie between 65504 and 2^16 -> inf (even)
+    ("f16", 2.0**-24, 0x0001),              # smallest subnormal kept (no .ftz)
+])
+def test_cvt_rn_is_round_to_nearest_even(dtype, value, bits):
+    """cvt .rn: round to nearest, ties to even; subnormals supported by default. Bit patterns worked by hand from
+    the bf16 (1/8/7) and f16 (1/5/10) formats."""
+    assert int(F.cvt_rn_bits(np.float32(value), dtype)) == bits
+    assert F.half_bits_to_f32(np.uint16(0x3F80), "bf16") == np.float32(1.0)
+
+
+# endregion
