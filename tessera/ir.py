@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 from xdsl.context import Context
-from xdsl.dialects import arith, builtin, func, scf
+from xdsl.dialects import arith, builtin, func, math, scf, vector
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.parser import Parser
 from xdsl.printer import Printer
@@ -14,11 +14,12 @@ from tessera.kernel_abi import verify_kernels
 
 
 def make_context() -> Context:
-    """A context with builtin, func, arith, scf and Tessera's own dialects loaded."""
+    """A context with builtin, func, arith, math, scf, vector and Tessera's own dialects (tile, sm90) loaded."""
+    from tessera.dialects.sm90 import SM90
     from tessera.dialects.tile import Tile
 
     ctx = Context()
-    for dialect in (builtin.Builtin, func.Func, arith.Arith, scf.Scf, Tile):
+    for dialect in (builtin.Builtin, func.Func, arith.Arith, math.Math, scf.Scf, vector.Vector, Tile, SM90):
         ctx.load_dialect(dialect)
     return ctx
 
