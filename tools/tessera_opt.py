@@ -72,7 +72,13 @@ class TesseraOptMain(xDSLOptMain):
 
             return Tile
 
+        def get_sm90():
+            from tessera.dialects.sm90 import SM90
+
+            return SM90
+
         self.ctx.register_dialect("tile", get_tile)
+        self.ctx.register_dialect("sm90", get_sm90)
 
     def register_all_passes(self) -> None:
         from tessera.passes import PASSES
