@@ -610,6 +610,77 @@ class StGlobalOp(IRDLOperation):
         _require(self.mask.type == VectorType(i1, [n]), self, f"mask must be vector<{n}xi1>, got {self.mask.type}")
 
 
+@irdl_op_definition
+class LdGlobalOp(IRDLOperation):
+    """`%v = sm90.ld_global %base[%offsets], %mask : vector<32xi64>, vector<32xi1> -> vector<32xf32>`: for
+    each register i whose mask bit is set, load 32 bits from global byte address base + offsets[i]; other
+    registers are 0. Prints as one predicated `ld.global.b32` (after a `mov.b32 r, 0`) per register."""
+
+    name = "sm90.ld_global"
+    base_ptr = operand_def(I64)
+    offsets = operand_def(base(VectorType))
+    mask = operand_def(base(VectorType))
+    result = result_def(base(VectorType))
+    assembly_format = "$base_ptr `[` $offsets `]` `,` $mask attr-dict `:` type($offsets) `,` type($mask) `->` type($result)"
+    traits = traits_def(MemoryReadEffect())
+
+    def __init__(self, base_ptr, offsets, mask, result_type):
+        super().__init__(operands=[base_ptr, offsets, mask], result_types=[result_type])
+
+    def verify_(self) -> None:
+        n = _lanes(self.result.type)
+        _require(_element(self.result.type) in (i32, Float32Type()), self, f"loads 32-bit registers, got {self.result.type}")
+        _require(self.offsets.type == VectorType(i64, [n]), self, f"offsets must be vector<{n}xi64>, got {self.offsets.type}")
+        _require(self.mask.type == VectorType(i1, [n]), self, f"mask must be vector<{n}xi1>, got {self.mask.type}")
+
+
+# endregion
+# region Shared memory loads and stores [P#data-movement-and-conversion-instructions-ld, -st]
+
+
+@irdl_op_definition
+class StSharedOp(IRDLOperation):
+    """`sm90.st_shared %addresses, %values : vector<4xi32>, vector<4xi32>`: store each 32-bit register at its
+    shared byte address (generic proxy). Data read afterwards by wgmma or a TMA store needs a
+    `sm90.fence_proxy_async` first. Prints as one `st.shared.b32` per register."""
+
+    name = "sm90.st_shared"
+    addresses = operand_def(base(VectorType) | base(IntegerType))
+    values = operand_def(base(VectorType) | base(IntegerType) | base(Float32Type))
+    assembly_format = "$addresses `,` $values attr-dict `:` type($addresses) `,` type($values)"
+    traits = traits_def(MemoryWriteEffect())
+
+    def __init__(self, addresses, values):
+        super().__init__(operands=[addresses, values])
+
+    def verify_(self) -> None:
+        n = _lanes(self.values.type)
+        _require(_element(self.values.type) in (i32, Float32Type()), self, f"stores 32-bit registers, got {self.values.type}")
+        _require(_lanes(self.addresses.type) == n and _element(self.addresses.type) == i32, self,
+                 f"one i32 shared address per register ({n}), got {self.addresses.type}")
+
+
+@irdl_op_definition
+class LdSharedOp(IRDLOperation):
+    """`%v = sm90.ld_shared %addresses : vector<4xi32> -> vector<4xf32>`: load 32 bits from each shared byte
+    address. Prints as one `ld.shared.b32` per register."""
+
+    name = "sm90.ld_shared"
+    addresses = operand_def(base(VectorType) | base(IntegerType))
+    result = result_def(base(VectorType) | base(IntegerType) | base(Float32Type))
+    assembly_format = "$addresses attr-dict `:` type($addresses) `->` type($result)"
+    traits = traits_def(MemoryReadEffect())
+
+    def __init__(self, addresses, result_type):
+        super().__init__(operands=[addresses], result_types=[result_type])
+
+    def verify_(self) -> None:
+        n = _lanes(self.result.type)
+        _require(_element(self.result.type) in (i32, Float32Type()), self, f"loads 32-bit registers, got {self.result.type}")
+        _require(_lanes(self.addresses.type) == n and _element(self.addresses.type) == i32, self,
+                 f"one i32 shared address per register ({n}), got {self.addresses.type}")
+
+
 # endregion
 
 SM90 = Dialect(
@@ -639,6 +710,9 @@ SM90 = Dialect(
         RcpApproxOp,
         CvtPackOp,
         StGlobalOp,
+        LdGlobalOp,
+        StSharedOp,
+        LdSharedOp,
     ],
     [TensorMapType],
 )
