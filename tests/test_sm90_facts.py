@@ -736,3 +736,17 @@ def test_cvt_rn_is_round_to_nearest_even(dtype, value, bits):
 
 
 # endregion
+
+
+def test_accumulator_thread_terms_are_the_figure_149_layout_over_warpgroups():
+    """The code generator's affine form (thread part + element part) reproduces Figure 149 for every thread
+    of a 4-warpgroup CTA, with warpgroup w owning rows 64w .. 64w + 63."""
+    from tessera.sm90.facts import accumulator_thread_base
+
+    threads = np.arange(512)
+    v = np.arange(64)[:, None]
+    row, col = accumulator_thread_base(threads)
+    v_row, v_col = F.accumulator_coords(v, 0)
+    f_row, f_col = F.accumulator_coords(v, threads % 128)
+    np.testing.assert_array_equal(row + v_row - v_row[0], 64 * (threads // 128) + f_row)
+    np.testing.assert_array_equal(col + v_col - v_col[0], f_col)

@@ -70,6 +70,8 @@ from tessera.sm90.warp import (
     shfl_sync,
 )
 from tessera.sm90.wgmma import (
+    ACCUMULATOR_THREAD_TERMS,
+    accumulator_thread_base,
     A_FRAGMENT_REGISTERS,
     WARPGROUP_SIZE,
     WARPS_PER_WARPGROUP,

@@ -118,6 +118,31 @@ def accumulator_coords(v, thread):
     return 16 * w + g + 8 * ((v >> 1) & 1), 8 * (v >> 2) + 2 * c + (v & 1)
 
 
+ACCUMULATOR_THREAD_TERMS: dict[str, tuple[tuple[int, int, int], ...]] = {
+    "row": ((WARP_SIZE, 0, 16), (4, 8, 1)),
+    "col": ((1, 4, 2),),
+}
+"""The thread-dependent part of `accumulator_coords`, as data a code generator can emit: for thread T of the
+CTA, sum over terms (divisor, modulus, multiplier) of ((T // divisor) % modulus) * multiplier (modulus 0 =
+none) gives the row (in a tile of 64 rows per warpgroup: 16 * (T / 32) + (T % 32) / 4) and the column
+(2 * (T % 4)) of d[0]. Element v adds `accumulator_coords(v, 0)`: the layout is affine in (v, thread)."""
+
+
+def accumulator_thread_base(thread) -> tuple[np.ndarray, np.ndarray]:
+    """(row, col) of d[0] for CTA thread `thread` (any thread index; warpgroup w owns rows 64w..64w+63),
+    evaluated from ACCUMULATOR_THREAD_TERMS."""
+    thread = np.asarray(thread, dtype=np.int64)
+
+    def evaluate(terms):
+        total = np.zeros_like(thread)
+        for divisor, modulus, multiplier in terms:
+            part = thread // divisor
+            total = total + (part % modulus if modulus else part) * multiplier
+        return total
+
+    return evaluate(ACCUMULATOR_THREAD_TERMS["row"]), evaluate(ACCUMULATOR_THREAD_TERMS["col"])
+
+
 A_FRAGMENT_REGISTERS = 4
 """m64nNk16 f16/bf16 A in registers: four .f16x2/.b32 registers a0..a3 per thread, eight 16-bit elements."""
 
