@@ -38,6 +38,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Dialect, Operation, ParametrizedAttribute, SSAValue, TypeAttribute
 from xdsl.irdl import (
+    EqAttrConstraint,
     IRDLOperation,
     VarConstraint,
     base,
@@ -76,7 +77,7 @@ def _element(ty: Attribute) -> Attribute:
 
 
 F32_LIKE = base(Float32Type) | base(VectorType)
-I32_OR_INDEX = base(IntegerType) | base(IndexType)
+I32_OR_INDEX = EqAttrConstraint(i32) | base(IndexType)
 
 
 @irdl_attr_definition
@@ -581,6 +582,58 @@ class CvtPackOp(IRDLOperation):
         _require(self.result.type == VectorType(i32, [n // 2]), self, f"result must be vector<{n // 2}xi32>, got {self.result.type}")
 
 
+@irdl_op_definition
+class SetpOp(IRDLOperation):
+    """`%p = sm90.setp "lt" %a, %b : vector<64xi64> -> vector<64xi1>`: compare register by register
+    (integers signed, floats ordered: a NaN compares false except for `ne`). Prints as `setp.CMP.TYPE`.
+    Upstream `arith.cmpi/cmpf` in xDSL 0.74 compare scalars only; predicates of fragments need this."""
+
+    name = "sm90.setp"
+    PREDICATES: ClassVar[tuple[str, ...]] = ("eq", "ne", "lt", "le", "gt", "ge")
+    T: ClassVar = VarConstraint("T", base(Float32Type) | base(IntegerType) | base(IndexType) | base(VectorType))
+    predicate = prop_def(StringAttr)
+    lhs = operand_def(T)
+    rhs = operand_def(T)
+    result = result_def(base(IntegerType) | base(VectorType))
+    traits = traits_def(Pure())
+    assembly_format = "$predicate $lhs `,` $rhs attr-dict `:` type($lhs) `->` type($result)"
+
+    def __init__(self, predicate: str, lhs, rhs):
+        ty = SSAValue.get(lhs).type
+        result = VectorType(i1, [_lanes(ty)]) if isinstance(ty, VectorType) else i1
+        super().__init__(operands=[lhs, rhs], properties={"predicate": StringAttr(predicate)}, result_types=[result])
+
+    def verify_(self) -> None:
+        _require(self.predicate.data in self.PREDICATES, self,
+                 f"predicate must be one of {', '.join(self.PREDICATES)}, got '{self.predicate.data}'")
+        ty = self.lhs.type
+        expected = VectorType(i1, [_lanes(ty)]) if isinstance(ty, VectorType) else i1
+        _require(self.result.type == expected, self, f"result must be {expected}, got {self.result.type}")
+
+
+@irdl_op_definition
+class SelpOp(IRDLOperation):
+    """`%r = sm90.selp %p, %a, %b : vector<64xi1>, vector<64xf32>`: r = p ? a : b register by register.
+    Prints as `selp.TYPE`."""
+
+    name = "sm90.selp"
+    T: ClassVar = VarConstraint("T", base(Float32Type) | base(IntegerType) | base(IndexType) | base(VectorType))
+    condition = operand_def(base(IntegerType) | base(VectorType))
+    lhs = operand_def(T)
+    rhs = operand_def(T)
+    result = result_def(T)
+    traits = traits_def(Pure())
+    assembly_format = "$condition `,` $lhs `,` $rhs attr-dict `:` type($condition) `,` type($lhs)"
+
+    def __init__(self, condition, lhs, rhs):
+        super().__init__(operands=[condition, lhs, rhs], result_types=[SSAValue.get(lhs).type])
+
+    def verify_(self) -> None:
+        ty = self.lhs.type
+        expected = VectorType(i1, [_lanes(ty)]) if isinstance(ty, VectorType) else i1
+        _require(self.condition.type == expected, self, f"condition must be {expected}, got {self.condition.type}")
+
+
 # endregion
 # region Global memory [P#data-movement-and-conversion-instructions-st]
 
@@ -709,6 +762,8 @@ SM90 = Dialect(
         Ex2ApproxOp,
         RcpApproxOp,
         CvtPackOp,
+        SetpOp,
+        SelpOp,
         StGlobalOp,
         LdGlobalOp,
         StSharedOp,

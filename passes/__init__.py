@@ -29,8 +29,15 @@ def _assign_swizzle() -> type[ModulePass]:
     return AssignSwizzlePass
 
 
+def _convert_tile_to_sm90() -> type[ModulePass]:
+    from tessera.passes.convert_tile_to_sm90 import ConvertTileToSm90Pass
+
+    return ConvertTileToSm90Pass
+
+
 PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "assign-swizzle": _assign_swizzle,
+    "convert-tile-to-sm90": _convert_tile_to_sm90,
 }
 
 

@@ -110,8 +110,17 @@ class KernelSignature:
         return tuple(grid) + (1,) * (3 - len(grid))  # type: ignore[return-value]
 
 
+TARGET_KERNEL_ATTR = "sm90.kernel"
+"""Marks a kernel already lowered to Target IR (see passes/convert_tile_to_sm90.py); it keeps `tile.kernel`."""
+
+
 def is_kernel(op: Attribute | func.FuncOp) -> bool:
-    return isinstance(op, func.FuncOp) and KERNEL_ATTR in op.attributes
+    """A Tile IR kernel (not yet lowered)."""
+    return isinstance(op, func.FuncOp) and KERNEL_ATTR in op.attributes and TARGET_KERNEL_ATTR not in op.attributes
+
+
+def is_target_kernel(op: Attribute | func.FuncOp) -> bool:
+    return isinstance(op, func.FuncOp) and TARGET_KERNEL_ATTR in op.attributes
 
 
 def kernels(module: ModuleOp) -> list[func.FuncOp]:

@@ -1,0 +1,712 @@
+"""`convert-tile-to-sm90`: translate Tile IR kernels into Target IR for one sm_90a thread block.
+
+Input: verified Tile IR kernels whose shared tiles have a 128-byte swizzle (run `assign-swizzle` first).
+Output: each kernel `func.func` replaced by a Target IR kernel (`sm90.kernel = {threads, smem_bytes}`, the
+`tile.kernel`/`tile.grid` attributes kept) whose arguments are tensor maps, global pointers and named sizes
+(each with `sm90.source`, `sm90.box`, `sm90.swizzle` or `sm90.size`; see `tessera.interpreters.sm90`).
+
+How each piece maps:
+- Warpgroups: every register tile is [BM, N] with BM = 64 x W; W warpgroups (128 threads each) split the
+  rows, 64 each, in the wgmma accumulator layout (`tessera.lowering.fragments`).
+- Shared tiles are buffers of `sm90.shared_buffer`, stored as boxes of 128-byte rows: an [R, C] tile is
+  C x elt / 128 boxes of R rows (head_dim 128 in bf16 is two 64-column boxes).
+- `tile.cp_async` becomes one TMA load per box, issued by thread 0, on the mbarrier of the
+  `tile.cp_commit_group` that closes its group; the commit is thread 0's `arrive.expect_tx` of the group's
+  bytes. `tile.cp_wait_group` waits (try_wait.parity loops, every thread) on the barriers of the groups it
+  covers, with the parity of the execution it waits for (the loop trip, mod 2). `tile.barrier` is bar.sync 0.
+- `tile.mma` is a wgmma chain over K in steps of 16 (shared A and B through descriptors: K-major for A and
+  for B^T, MN-major for B; bf16/f16 A from registers, packed, for P x V), then commit and wait 0.
+- Row reductions reduce a thread's registers of each row, then across the 4 lanes of the row with
+  shfl.sync.bfly; exponentials are ex2.approx with log2(e) folded into an fma; division is rcp.approx with
+  rows of sum 0 giving 0; masks compare per-register row/column coordinates.
+- `tile.store_global` / `tile.load` of a global window store / load each thread's registers (packed pairs
+  for bf16/f16) with a bounds mask (out-of-bounds loads give 0).
+Refused by name: shared tiles that are staged or not 128B-swizzled with whole 128-byte rows, register tiles
+that are not [64 W, N] with a legal wgmma N, `tile.reshape` (so two-pass attention's [BM, 1] statistics columns), waits whose groups come from a
+previous loop trip (pipelining is `pipeline-loops`' job), and any op not listed here.
+"""
+
+from __future__ import annotations
+
+import math as pymath
+from dataclasses import dataclass, field
+
+from xdsl.context import Context
+from xdsl.dialects import arith, func, scf
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    BFloat16Type,
+    DictionaryAttr,
+    Float16Type,
+    Float32Type,
+    IndexType,
+    IntegerAttr,
+    ModuleOp,
+    StringAttr,
+    VectorType,
+    f32,
+    i1,
+    i32,
+    i64,
+)
+from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import DiagnosticException
+
+from tessera.dialects import sm90, tile
+from tessera.dialects.tile_types import MemSpace, TileType
+from tessera.kernel_abi import (
+    DIMS_ATTR,
+    GRID_ATTR,
+    KERNEL_ATTR,
+    ROLE_ATTR,
+    TARGET_KERNEL_ATTR,
+    KernelSignature,
+    kernels,
+    signature,
+)
+from tessera.lowering.emitter import Emitter
+from tessera.lowering.fragments import (
+    ROW_VECTOR_TYPE,
+    AccumulatorLayout,
+    a_operand_registers,
+    element_type_bytes,
+    quad_shuffle_offsets,
+)
+from tessera.sm90 import facts
+
+SOURCE_ATTR = "sm90.source"
+BOX_ATTR = "sm90.box"
+SWIZZLE_ATTR = "sm90.swizzle"
+SIZE_ATTR = "sm90.size"
+
+LINE = facts.SWIZZLE_LINE_BYTES                     # bytes of one swizzled row of a box
+CORE_ROWS = facts.swizzle_period_bytes(128) // LINE  # rows per 1024-byte swizzle atom (the descriptor SBO)
+K_STEP = 16                                         # wgmma k for 16-bit types
+LOG2E = 1.4426950408889634
+
+
+class LoweringError(DiagnosticException):
+    """A Tile IR construct convert-tile-to-sm90 cannot lower; the message names the op and the rule."""
+
+
+def _refuse(op: Operation | None, message: str) -> None:
+    where = f"{tile_text(op)}: " if op is not None else ""
+    raise LoweringError(f"convert-tile-to-sm90: {where}{message}")
+
+
+def tile_text(op: Operation) -> str:
+    text = str(op).splitlines()[0].strip()
+    return text if len(text) < 140 else text[:137] + "..."
+
+
+@dataclass
+class SharedTile:
+    """A shared tile placed in dynamic shared memory: [rows, cols] of `elt_bytes`, stored as boxes of
+    128-byte rows."""
+
+    address: SSAValue
+    rows: int
+    cols: int
+    elt_bytes: int
+
+    @property
+    def box_cols(self) -> int:
+        return LINE // self.elt_bytes
+
+    @property
+    def boxes(self) -> int:
+        return self.cols // self.box_cols
+
+    @property
+    def box_bytes(self) -> int:
+        return self.rows * LINE
+
+
+@dataclass
+class Window:
+    """A `tile.view`: source argument index, its (new) index values, window shape."""
+
+    arg: int
+    indices: list[SSAValue]
+    shape: tuple[int, ...]
+
+
+@dataclass
+class Group:
+    """A `tile.cp_commit_group`: its mbarrier, the bytes its copies bring, the loop it executes in."""
+
+    barrier: SSAValue
+    loop: scf.ForOp | None
+    nbytes: int = 0
+
+
+@dataclass
+class LoopInfo:
+    op: scf.ForOp
+    trip: SSAValue  # the trip index (iv - lb) / step in the new IR
+
+
+@dataclass
+class KernelLowering:
+    """Lowers one Tile IR kernel; see the module docstring."""
+
+    fn: func.FuncOp
+    sig: KernelSignature = field(init=False)
+    values: dict = field(default_factory=dict)
+    groups: dict = field(default_factory=dict)  # commit op -> Group
+    copy_group: dict = field(default_factory=dict)  # cp_async op -> commit op
+    loops: list = field(default_factory=list)  # enclosing LoopInfo, innermost last
+    outstanding: list = field(default_factory=list)  # commit ops possibly in flight
+    committed_this_trip: set = field(default_factory=set)  # commit ops executed so far in the innermost trip
+
+    def __post_init__(self) -> None:
+        self.sig = signature(self.fn)
+
+    # region set-up --------------------------------------------------------------------------------------
+    def _block_rows(self) -> int:
+        rows = set()
+        for op in self.fn.walk():
+            for value in op.results:
+                ty = value.type
+                if isinstance(ty, TileType) and ty.memory_space == MemSpace.REGISTER:
+                    rows.add(ty.get_shape()[0])
+        if len(rows) != 1:
+            _refuse(None, f"register tiles must all have the same number of rows (the block's query/row tile), got {sorted(rows)}")
+        (bm,) = rows
+        if bm % facts.WGMMA_M:
+            _refuse(None, f"register tiles have {bm} rows; warpgroups take {facts.WGMMA_M} rows each")
+        return bm
+
+    def _plan_groups(self) -> None:
+        for op in self.fn.walk():
+            if isinstance(op, tile.CpAsyncOp):
+                nxt = op.next_op
+                while nxt is not None and not isinstance(nxt, tile.CpCommitGroupOp):
+                    nxt = nxt.next_op
+                if nxt is None:
+                    _refuse(op, "a copy must be followed by a tile.cp_commit_group in the same block")
+                self.copy_group[op] = nxt
+
+    def _tensor_maps(self) -> dict[tuple[int, int], int]:
+        """(source argument, box rows) of every TMA the kernel issues."""
+        keys = {}
+        for op in self.fn.walk():
+            if isinstance(op, tile.CpAsyncOp):
+                view = op.source.owner
+                if not isinstance(view, tile.ViewOp) or not isinstance(view.source.owner, Block):
+                    _refuse(op, "copies must read a tile.view of a kernel argument")
+                arg = view.source.index
+                keys.setdefault((arg, view.result.type.get_shape()[0]), len(keys))
+        return keys
+
+    def _pointer_args(self) -> list[int]:
+        args = []
+        for op in self.fn.walk():
+            if isinstance(op, tile.StoreGlobalOp | tile.LoadOp):
+                view = (op.dest if isinstance(op, tile.StoreGlobalOp) else op.source).owner
+                if not isinstance(view, tile.ViewOp) or not isinstance(view.source.owner, Block):
+                    _refuse(op, "global loads and stores must access a tile.view of a kernel argument")
+                if view.source.index not in args:
+                    args.append(view.source.index)
+        return args
+
+    # endregion
+    # region driver --------------------------------------------------------------------------------------
+    def run(self) -> func.FuncOp:
+        self.bm = self._block_rows()
+        self.warpgroups = self.bm // facts.WGMMA_M
+        self.threads = self.warpgroups * facts.WARPGROUP_SIZE
+        self._plan_groups()
+        maps = self._tensor_maps()
+        pointers = self._pointer_args()
+        names = self.sig.dim_names()
+
+        arg_types, arg_attrs, self.map_args, self.pointer_args, self.size_args = [], [], {}, {}, {}
+        src_args = self.sig.args
+        for (arg, rows), _ in sorted(maps.items(), key=lambda kv: kv[1]):
+            a = src_args[arg]
+            elt = element_type_bytes(a.type.element_type)
+            box = [LINE // elt, rows] + [1] * (a.type.rank - 2)
+            self.map_args[(arg, rows)] = len(arg_types)
+            arg_types.append(sm90.TensorMapType())
+            arg_attrs.append(DictionaryAttr({
+                SOURCE_ATTR: IntegerAttr(arg, 64), BOX_ATTR: ArrayAttr([IntegerAttr(b, 64) for b in box]),
+                SWIZZLE_ATTR: IntegerAttr(128, 64), DIMS_ATTR: a.dims, ROLE_ATTR: StringAttr(a.role)}))
+        for arg in pointers:
+            a = src_args[arg]
+            self.pointer_args[arg] = len(arg_types)
+            arg_types.append(i64)
+            arg_attrs.append(DictionaryAttr({SOURCE_ATTR: IntegerAttr(arg, 64), DIMS_ATTR: a.dims, ROLE_ATTR: StringAttr(a.role)}))
+        for name in names:
+            self.size_args[name] = len(arg_types)
+            arg_types.append(IndexType())
+            arg_attrs.append(DictionaryAttr({SIZE_ATTR: StringAttr(name)}))
+
+        entry = Block(arg_types=arg_types)
+        for attrs, barg in zip(arg_attrs, entry.args):
+            barg.name_hint = self._arg_name(attrs)
+        self.entry_args = entry.args
+        e = Emitter(entry)
+        self.smem_offset = 0
+        self._prologue(e)
+        old = self.fn.body.blocks.first
+        for i, barg in enumerate(old.args):
+            self.values[barg] = ("arg", i)
+        self._translate_block(old, e)
+
+        attributes = {KERNEL_ATTR: self.fn.attributes[KERNEL_ATTR], GRID_ATTR: self.fn.attributes[GRID_ATTR]}
+        attributes[TARGET_KERNEL_ATTR] = DictionaryAttr({
+            "threads": IntegerAttr(self.threads, 64), "smem_bytes": IntegerAttr(self.smem_offset, 64)})
+        new = func.FuncOp(self.fn.sym_name.data, (arg_types, []), Region(entry), arg_attrs=ArrayAttr(arg_attrs))
+        new.attributes.update(attributes)
+        return new
+
+    def _arg_name(self, attrs: DictionaryAttr) -> str:
+        if SIZE_ATTR in attrs.data:
+            return attrs.data[SIZE_ATTR].data
+        source = self.sig.args[attrs.data[SOURCE_ATTR].value.data].name
+        if BOX_ATTR in attrs.data:
+            return f"{source}_map{attrs.data[BOX_ATTR].data[1].value.data}"
+        return f"{source}_ptr"
+
+    def _alloc(self, e: Emitter, name: str, size: int, align: int, swizzle: int) -> SSAValue:
+        offset = -(-self.smem_offset // align) * align
+        self.smem_offset = offset + size
+        value = e.op(sm90.SharedBufferOp(name, offset, size, align, swizzle))
+        value.name_hint = name
+        return value
+
+    def _prologue(self, e: Emitter) -> None:
+        """Thread ids, this thread's accumulator coordinates, and the mbarriers of every commit group."""
+        self.tid = e.op(sm90.SpecialRegOp("tid.x"))
+        self.tid.name_hint = "tid"
+        zero = e.index(0)
+        self.is_thread0 = e.cmpi(self.tid, zero, "eq")
+        self.row_base = self._thread_term(e, "row")
+        self.col_base = self._thread_term(e, "col")
+        warpgroup = e.op(arith.DivUIOp(self.tid, e.index(facts.WARPGROUP_SIZE)))
+        rows_bytes = e.muli(warpgroup, e.index(facts.WGMMA_M * LINE))
+        self.a_row_offset = e.op(arith.IndexCastOp(rows_bytes, i32))
+        commits = [op for op in self.fn.walk() if isinstance(op, tile.CpCommitGroupOp)]
+        for k, op in enumerate(commits):
+            bar = self._alloc(e, f"group{k}_bar", facts.MBARRIER_BYTES, facts.MBARRIER_BYTES, 0)
+            self.groups[op] = Group(bar, self._enclosing_loop(op))
+        if commits:
+            def init(t: Emitter):
+                for g in self.groups.values():
+                    t.op(sm90.MBarrierInitOp(g.barrier, 1))
+                t.op(sm90.FenceMBarrierInitOp())
+            e.if_(self.is_thread0, init)
+            e.op(sm90.BarSyncOp(0, self.threads))
+
+    def _thread_term(self, e: Emitter, which: str) -> SSAValue:
+        total = e.index(0)
+        for divisor, modulus, multiplier in facts.ACCUMULATOR_THREAD_TERMS[which]:
+            part = e.op(arith.DivUIOp(self.tid, e.index(divisor))) if divisor != 1 else self.tid
+            if modulus:
+                part = e.op(arith.RemUIOp(part, e.index(modulus)))
+            total = e.addi(total, e.muli(part, e.index(multiplier)))
+        total.name_hint = f"{which}_base"
+        return total
+
+    @staticmethod
+    def _enclosing_loop(op: Operation) -> scf.ForOp | None:
+        parent = op.parent_op()
+        while parent is not None and not isinstance(parent, scf.ForOp | func.FuncOp):
+            parent = parent.parent_op()
+        return parent if isinstance(parent, scf.ForOp) else None
+
+    # endregion
+    # region translation ---------------------------------------------------------------------------------
+    def _translate_block(self, block: Block, e: Emitter) -> None:
+        for op in block.ops:
+            handler = getattr(self, f"_lower_{type(op).__name__}", None)
+            if handler is None:
+                if op.dialect_name() == "arith":
+                    self._clone(op, e)
+                    continue
+                _refuse(op, f"no lowering for '{op.name}'")
+            handler(op, e)
+
+    def _get(self, value: SSAValue):
+        return self.values[value]
+
+    def _clone(self, op: Operation, e: Emitter) -> None:
+        new = op.clone(value_mapper={v: self.values[v] for v in op.operands})
+        e.builder.insert(new)
+        for old, res in zip(op.results, new.results):
+            res.name_hint = old.name_hint
+            self.values[old] = res
+
+    def _set(self, old: SSAValue, new) -> None:
+        if isinstance(new, SSAValue) and old.name_hint:
+            new.name_hint = old.name_hint
+        self.values[old] = new
+
+    def _arg_tile(self, index: int) -> TileType:
+        return self.sig.args[index].type
+
+    def _lower_ProgramIdOp(self, op: tile.ProgramIdOp, e: Emitter) -> None:
+        self._set(op.result, e.op(sm90.SpecialRegOp(f"ctaid.{op.axis.data}")))
+
+    def _lower_DimOp(self, op: tile.DimOp, e: Emitter) -> None:
+        kind, arg = self._get(op.source)
+        self._set(op.result, self._dim_value(arg, op.index.value.data, e))
+
+    def _dim_value(self, arg: int, dim: int, e: Emitter) -> SSAValue:
+        expr = list(self.sig.args[arg].dims)[dim]
+        if expr.is_constant:
+            return e.index(expr.value.data)
+        if not expr.is_name:
+            _refuse(None, f"argument {self.sig.args[arg].name}: computed dimension '{expr}' is not supported")
+        return self.entry_args[self.size_args[expr.symbol.data]]
+
+    def _lower_AllocSharedOp(self, op: tile.AllocSharedOp, e: Emitter) -> None:
+        ty = op.result.type
+        elt = element_type_bytes(ty.element_type)
+        if ty.rank != 2:
+            _refuse(op, "staged shared tiles need pipeline-loops' lowering, which does not exist yet")
+        rows, cols = ty.get_shape()
+        if ty.swizzle_bytes != 128 or (cols * elt) % LINE:
+            _refuse(op, "shared tiles must have a 128B swizzle and rows of a multiple of 128 bytes (run assign-swizzle)")
+        if rows % CORE_ROWS:
+            _refuse(op, f"shared tiles must have a multiple of {CORE_ROWS} rows")
+        size = rows * cols * elt
+        address = self._alloc(e, op.result.name_hint or "smem", size, facts.swizzle_period_bytes(128), 128)
+        self.values[op.result] = SharedTile(address, rows, cols, elt)
+
+    def _lower_ViewOp(self, op: tile.ViewOp, e: Emitter) -> None:
+        source = self._get(op.source)
+        if not (isinstance(source, tuple) and source[0] == "arg"):
+            _refuse(op, "views must be of kernel arguments")
+        if op.result.type.rank != 2:
+            _refuse(op, "only 2-D windows are supported")
+        self.values[op.result] = Window(source[1], [self._get(i) for i in op.indices], op.result.type.get_shape())
+
+    def _lower_CpAsyncOp(self, op: tile.CpAsyncOp, e: Emitter) -> None:
+        window, dest = self._get(op.source), self._get(op.dest)
+        rows = window.shape[0]
+        tmap = self.entry_args[self.map_args[(window.arg, rows)]]
+        group = self.groups[self.copy_group[op]]
+        group.nbytes += dest.rows * dest.cols * dest.elt_bytes
+
+        def issue(t: Emitter):
+            coords = list(reversed(window.indices))
+            for b in range(dest.boxes):
+                inner = t.addi(coords[0], t.index(b * dest.box_cols)) if b else coords[0]
+                box_addr = t.op(arith.AddiOp(dest.address, t.op(arith.ConstantOp(IntegerAttr(b * dest.box_bytes, i32)))))
+                t.op(sm90.TmaLoadOp(tmap, [inner] + coords[1:], box_addr, group.barrier))
+        e.if_(self.is_thread0, issue)
+
+    def _lower_CpCommitGroupOp(self, op: tile.CpCommitGroupOp, e: Emitter) -> None:
+        group = self.groups[op]
+
+        def arrive(t: Emitter):
+            if group.nbytes:
+                t.op(sm90.MBarrierArriveExpectTxOp(group.barrier, group.nbytes))
+            else:
+                t.op(sm90.MBarrierArriveOp(group.barrier))
+        e.if_(self.is_thread0, arrive)
+        self.outstanding.append(op)
+
+    def _lower_CpWaitGroupOp(self, op: tile.CpWaitGroupOp, e: Emitter) -> None:
+        pending = op.pending.value.data
+        waited = self.outstanding[: len(self.outstanding) - pending] if pending else list(self.outstanding)
+        for commit in waited:
+            group = self.groups[commit]
+            parity = self._parity(op, commit, group, e)
+            e.spin_until(lambda t: t.op(sm90.MBarrierTryWaitParityOp(group.barrier, parity)))
+        self.outstanding = [c for c in self.outstanding if c not in waited]
+
+    def _parity(self, wait: Operation, commit: Operation, group: Group, e: Emitter) -> SSAValue:
+        """The parity of the barrier phase that the execution of `commit` being waited for completes."""
+        if group.loop is None:
+            return e.index(0)
+        info = next((l for l in self.loops if l.op is group.loop), None)
+        if info is None:
+            _refuse(wait, "waiting after a loop for copies committed inside it is not supported")
+        if commit not in self.committed_this_trip:
+            _refuse(wait, "waits for copies committed in an earlier loop trip need pipeline-loops (not supported yet)")
+        return e.op(arith.AndIOp(info.trip, e.index(1)))
+
+    def _lower_BarrierOp(self, op: tile.BarrierOp, e: Emitter) -> None:
+        e.op(sm90.BarSyncOp(0, self.threads))
+
+    # -- register tiles --------------------------------------------------------------------------------------
+    def _layout(self, op: Operation, ty: TileType) -> AccumulatorLayout:
+        shape = ty.get_shape()
+        if len(shape) != 2:
+            _refuse(op, f"expected a 2-D register tile, got {ty}")
+        n = shape[1]
+        try:
+            facts.wgmma_shape(n, "bf16", "f32")
+        except ValueError:
+            _refuse(op, f"register tiles need a column count that is a legal wgmma N (8..256 step 8), got {n}")
+        return AccumulatorLayout(n)
+
+    def _vector_type(self, op: Operation, ty: TileType) -> VectorType:
+        if ty.rank == 1:
+            if not isinstance(ty.element_type, Float32Type):
+                _refuse(op, "row vectors must be f32")
+            return ROW_VECTOR_TYPE
+        layout = self._layout(op, ty)
+        if isinstance(ty.element_type, Float32Type):
+            return layout.vector_type()
+        if isinstance(ty.element_type, BFloat16Type | Float16Type):
+            return layout.vector_type(packed=True)
+        _refuse(op, f"register tiles of {ty.element_type} are not supported")
+
+    def _lower_FillOp(self, op: tile.FillOp, e: Emitter) -> None:
+        ty = op.result.type
+        vt = self._vector_type(op, ty)
+        if not isinstance(ty.element_type, Float32Type):
+            _refuse(op, "fills of 16-bit register tiles are not supported")
+        self._set(op.result, e.splat(f32, op.value.value.data, vt.get_shape()[0]))
+
+    def _lower_MmaOp(self, op: tile.MmaOp, e: Emitter) -> None:
+        a, b, acc = (self._get(v) for v in (op.a, op.b, op.acc))
+        ab = "bf16" if isinstance(op.a.type.element_type, BFloat16Type) else "f16"
+        m, k = op.a.type.get_shape()
+        n = op.acc.type.get_shape()[1]
+        if k % K_STEP:
+            _refuse(op, f"the contraction size must be a multiple of {K_STEP}, got {k}")
+        if not isinstance(b, SharedTile):
+            _refuse(op, "operand B must be in shared memory")
+        e.op(sm90.WgmmaFenceOp())
+        for step in range(k // K_STEP):
+            if isinstance(a, SharedTile):
+                a_operand = self._k_major_descriptor(e, a, step, self.a_row_offset)
+            else:
+                a_operand = e.shuffle(a, a_operand_registers(step))
+            if op.transpose_b:
+                b_desc = self._k_major_descriptor(e, b, step, None)
+                trans_b = 0
+            else:
+                start = e.op(arith.AddiOp(b.address, e.op(arith.ConstantOp(IntegerAttr(step * K_STEP * LINE, i32)))))
+                b_desc = e.op(sm90.MakeDescriptorOp(start, b.box_bytes, CORE_ROWS * LINE, 128))
+                trans_b = 1
+            acc = e.op(sm90.WgmmaMmaAsyncOp(acc, a_operand, b_desc, n, ab, 0, trans_b))
+        e.op(sm90.WgmmaCommitGroupOp())
+        e.op(sm90.WgmmaWaitGroupOp(0))
+        self._set(op.result, acc)
+
+    def _k_major_descriptor(self, e: Emitter, t: SharedTile, step: int, row_offset: SSAValue | None) -> SSAValue:
+        byte = step * K_STEP * t.elt_bytes
+        offset = (byte // LINE) * t.box_bytes + byte % LINE
+        start = e.op(arith.AddiOp(t.address, e.op(arith.ConstantOp(IntegerAttr(offset, i32)))))
+        if row_offset is not None:
+            start = e.op(arith.AddiOp(start, row_offset))
+        return e.op(sm90.MakeDescriptorOp(start, facts.SWIZZLE_CHUNK_BYTES, CORE_ROWS * LINE, 128))
+
+    def _reduce_rows(self, op, x: SSAValue, combine, e: Emitter) -> SSAValue:
+        layout = self._layout(op, op.source.type)
+        rows = layout.row_of_element
+        grouped = [v for r in range(2) for v in range(layout.lanes) if rows[v] == r]
+        x = e.shuffle(x, grouped)
+        size = layout.lanes // 2
+        while size > 1:
+            half = size // 2
+            left = e.shuffle(x, [r * size + i for r in range(2) for i in range(half)])
+            right = e.shuffle(x, [r * size + half + i for r in range(2) for i in range(half)])
+            x = combine(left, right)
+            size = half
+        for offset in quad_shuffle_offsets():
+            x = combine(x, e.op(sm90.ShflSyncOp("bfly", x, offset)))
+        return x
+
+    def _lower_RowMaxOp(self, op: tile.RowMaxOp, e: Emitter) -> None:
+        self._set(op.result, self._reduce_rows(op, self._get(op.source), e.maxf, e))
+
+    def _lower_RowSumOp(self, op: tile.RowSumOp, e: Emitter) -> None:
+        self._set(op.result, self._reduce_rows(op, self._get(op.source), e.addf, e))
+
+    def _broadcast_rows(self, op, rows: SSAValue, e: Emitter) -> SSAValue:
+        return e.shuffle(rows, self._layout(op, op.source.type).row_of_element)
+
+    def _safe_max(self, m: SSAValue, e: Emitter) -> SSAValue:
+        lanes = m.type.get_shape()[0]
+        is_inf = e.setp("eq", m, e.splat(f32, float("-inf"), lanes))
+        return e.select(is_inf, e.splat(f32, 0.0, lanes), m)
+
+    def _exp_minus(self, x: SSAValue, m: SSAValue, e: Emitter) -> SSAValue:
+        """exp(x - m) = ex2(x log2e - m log2e), one fma per register."""
+        lanes = x.type.get_shape()[0]
+        log2e = e.splat(f32, LOG2E, lanes)
+        scaled_m = e.mulf(m, log2e)
+        return e.ex2(e.fma(x, log2e, e.op(arith.NegfOp(scaled_m))))
+
+    def _lower_ExpSubtractOp(self, op: tile.ExpSubtractOp, e: Emitter) -> None:
+        m = self._broadcast_rows(op, self._safe_max(self._get(op.rows), e), e)
+        self._set(op.result, self._exp_minus(self._get(op.source), m, e))
+
+    def _lower_ExpDiffOp(self, op: tile.ExpDiffOp, e: Emitter) -> None:
+        self._set(op.result, self._exp_minus(self._get(op.lhs), self._safe_max(self._get(op.rhs), e), e))
+
+    def _lower_ElementMaxOp(self, op, e: Emitter) -> None:
+        self._set(op.result, e.maxf(self._get(op.lhs), self._get(op.rhs)))
+
+    def _lower_AddOp(self, op, e: Emitter) -> None:
+        self._set(op.result, e.addf(self._get(op.lhs), self._get(op.rhs)))
+
+    def _lower_MulOp(self, op, e: Emitter) -> None:
+        self._set(op.result, e.mulf(self._get(op.lhs), self._get(op.rhs)))
+
+    def _lower_FmaOp(self, op, e: Emitter) -> None:
+        self._set(op.result, e.fma(self._get(op.a), self._get(op.b), self._get(op.c)))
+
+    def _lower_ScaleOp(self, op: tile.ScaleOp, e: Emitter) -> None:
+        x = self._get(op.source)
+        self._set(op.result, e.mulf(x, e.splat(f32, op.factor.value.data, x.type.get_shape()[0])))
+
+    def _lower_MulRowsOp(self, op, e: Emitter) -> None:
+        self._set(op.result, e.mulf(self._get(op.source), self._broadcast_rows(op, self._get(op.rows), e)))
+
+    def _lower_DivRowsOp(self, op, e: Emitter) -> None:
+        rows = self._get(op.rows)
+        zero_rows = e.setp("eq", rows, e.splat(f32, 0.0, 2))
+        inverse = e.select(zero_rows, e.splat(f32, 0.0, 2), e.rcp(rows))
+        self._set(op.result, e.mulf(self._get(op.source), self._broadcast_rows(op, inverse, e)))
+
+    def _lower_CastOp(self, op: tile.CastOp, e: Emitter) -> None:
+        src, dst = op.source.type, op.result.type
+        if not (isinstance(src.element_type, Float32Type) and isinstance(dst.element_type, BFloat16Type | Float16Type) and src.rank == 2):
+            _refuse(op, "only casts of 2-D f32 register tiles to bf16/f16 are supported")
+        half = "bf16" if isinstance(dst.element_type, BFloat16Type) else "f16"
+        self._set(op.result, e.op(sm90.CvtPackOp(self._get(op.source), half)))
+
+    def _element_coords(self, op, e: Emitter, row0: SSAValue, col0: SSAValue, pairs: bool = False):
+        """i64 vectors of the absolute (row, col) of each of this thread's elements (or of each packed pair)."""
+        layout = self._layout(op, op_tile_type(op))
+        elements = layout.packed_pairs() if pairs else list(range(layout.lanes))
+        lanes = len(elements)
+        row = e.to_i64(e.addi(row0, self.row_base))
+        col = e.to_i64(e.addi(col0, self.col_base))
+        rows = e.addi(e.broadcast(row, lanes), e.dense(i64, [layout.row_offsets[v] for v in elements]))
+        cols = e.addi(e.broadcast(col, lanes), e.dense(i64, [layout.col_offsets[v] for v in elements]))
+        return rows, cols
+
+    def _mask(self, op, e: Emitter, hidden: SSAValue) -> None:
+        x = self._get(op.source)
+        lanes = x.type.get_shape()[0]
+        self._set(op.result, e.select(hidden, e.splat(f32, float("-inf"), lanes), x))
+
+    def _lower_MaskBoundsOp(self, op: tile.MaskBoundsOp, e: Emitter) -> None:
+        _, cols = self._element_coords(op, e, e.index(0), self._get(op.k_start))
+        limit = e.broadcast(e.to_i64(self._get(op.seq_k)), cols.type.get_shape()[0])
+        self._mask(op, e, e.setp("ge", cols, limit))
+
+    def _lower_MaskCausalOp(self, op: tile.MaskCausalOp, e: Emitter) -> None:
+        rows, cols = self._element_coords(op, e, self._get(op.q_start), self._get(op.k_start))
+        shift = e.to_i64(self.values[op.seq_k])
+        shift = e.op(arith.SubiOp(shift, e.to_i64(self._get(op.seq_q))))
+        last_key = e.addi(rows, e.broadcast(shift, rows.type.get_shape()[0]))
+        self._mask(op, e, e.setp("gt", cols, last_key))
+
+    def _window_access(self, op, window: Window, ty: TileType, e: Emitter) -> tuple[SSAValue, SSAValue]:
+        """Byte offsets (from the argument's first byte) and in-bounds mask of each register of this thread's
+        share of an [BM, N] window: one per element, or one per packed pair for 16-bit tiles."""
+        packed = not isinstance(ty.element_type, Float32Type)
+        if packed and ty.get_shape()[1] % 2:
+            _refuse(op, "16-bit tiles in registers need an even number of columns")
+        *lead, row0, col0 = window.indices
+        rows, cols = self._element_coords(op, e, row0, col0, pairs=packed)
+        lanes = rows.type.get_shape()[0]
+        dims = [e.to_i64(self._dim_value(window.arg, d, e)) for d in range(len(window.indices))]
+        flat = e.i64(0)
+        for index, dim in zip(lead, dims):
+            flat = e.addi(e.muli(flat, dim), e.to_i64(index))
+        flat = e.muli(flat, dims[-2])
+        offsets = e.addi(e.muli(e.addi(rows, e.broadcast(flat, lanes)), e.broadcast(dims[-1], lanes)), cols)
+        elt = element_type_bytes(self._arg_tile(window.arg).element_type)
+        offsets = e.muli(offsets, e.splat(i64, elt, lanes))
+        in_rows = e.setp("lt", rows, e.broadcast(dims[-2], lanes))
+        last_col = cols if not packed else e.addi(cols, e.splat(i64, 1, lanes))
+        in_cols = e.setp("lt", last_col, e.broadcast(dims[-1], lanes))
+        return offsets, e.andi(in_rows, in_cols)
+
+    def _lower_StoreGlobalOp(self, op: tile.StoreGlobalOp, e: Emitter) -> None:
+        window = self._get(op.dest)
+        offsets, mask = self._window_access(op, window, op.value.type, e)
+        e.op(sm90.StGlobalOp(self.entry_args[self.pointer_args[window.arg]], offsets, self._get(op.value), mask))
+
+    def _lower_LoadOp(self, op: tile.LoadOp, e: Emitter) -> None:
+        window = self._get(op.source)
+        if not isinstance(window, Window):
+            _refuse(op, "loads from shared memory are not supported")
+        ty = op.result.type
+        offsets, mask = self._window_access(op, window, ty, e)
+        value = e.op(sm90.LdGlobalOp(self.entry_args[self.pointer_args[window.arg]], offsets, mask, self._vector_type(op, ty)))
+        self._set(op.result, value)
+
+    # -- control flow --------------------------------------------------------------------------------------
+    def _lower_ForOp(self, op: scf.ForOp, e: Emitter) -> None:
+        lb, ub, step = (self._get(v) for v in (op.lb, op.ub, op.step))
+        inits = [self._get(v) for v in op.iter_args]
+        body = Block(arg_types=[IndexType()] + [v.type for v in inits])
+        iv = body.args[0]
+        iv.name_hint = op.body.block.args[0].name_hint
+        self.values[op.body.block.args[0]] = iv
+        for old, new in zip(op.body.block.args[1:], body.args[1:]):
+            new.name_hint = old.name_hint
+            self.values[old] = new
+        be = Emitter(body)
+        trip = be.op(arith.DivSIOp(be.op(arith.SubiOp(iv, lb)), step))
+        trip.name_hint = "trip"
+        saved_outstanding, saved_trip = list(self.outstanding), self.committed_this_trip
+        self.loops.append(LoopInfo(op, trip))
+        self.committed_this_trip = set()
+        self._translate_loop_body(op, be)
+        self.loops.pop()
+        left = [c for c in self.outstanding if c in self.committed_this_trip]
+        if left:
+            _refuse(left[0], "copies committed in a loop trip must be waited for in the same trip "
+                             "(overlapping trips is pipeline-loops' job)")
+        self.committed_this_trip = saved_trip
+        # Groups outstanding before the loop stay so: the loop may run no trip.
+        self.outstanding = saved_outstanding
+        new = e.op(scf.ForOp(lb, ub, step, inits, body))
+        results = new.results if isinstance(new, Operation) else [new]
+        for old, res in zip(op.results, results):
+            self._set(old, res)
+
+    def _translate_loop_body(self, op: scf.ForOp, e: Emitter) -> None:
+        for inner in op.body.block.ops:
+            if isinstance(inner, scf.YieldOp):
+                e.op(scf.YieldOp(*[self._get(v) for v in inner.operands]))
+                continue
+            if isinstance(inner, tile.CpCommitGroupOp):
+                self.committed_this_trip.add(inner)
+            handler = getattr(self, f"_lower_{type(inner).__name__}", None)
+            if handler is None:
+                if inner.dialect_name() == "arith":
+                    self._clone(inner, e)
+                    continue
+                _refuse(inner, f"no lowering for '{inner.name}'")
+            handler(inner, e)
+
+    def _lower_ReturnOp(self, op: func.ReturnOp, e: Emitter) -> None:
+        # A block must not exit with a bulk copy still writing its shared memory: drain what may be in flight.
+        for commit in self.outstanding:
+            group = self.groups[commit]
+            parity = self._parity(op, commit, group, e)
+            e.spin_until(lambda t: t.op(sm90.MBarrierTryWaitParityOp(group.barrier, parity)))
+        e.op(func.ReturnOp())
+
+
+def op_tile_type(op: Operation) -> TileType:
+    return op.operands[0].type
+
+
+@dataclass(frozen=True)
+class ConvertTileToSm90Pass(ModulePass):
+    """Replace every Tile IR kernel of the module by its sm_90a Target IR kernel (module docstring)."""
+
+    name = "convert-tile-to-sm90"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for kernel in kernels(op):
+            lowered = KernelLowering(kernel).run()
+            kernel.parent_block().insert_op_before(lowered, kernel)
+            kernel.detach()
+            kernel.erase()

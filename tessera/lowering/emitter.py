@@ -1,0 +1,139 @@
+"""A small IR emitter for lowerings: one method per instruction pattern, inserting at the end of a block.
+
+Lowerings that translate op by op (rather than rewrite in place) use it to keep each case a few lines long.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from xdsl.builder import Builder
+from xdsl.dialects import arith, math, scf, vector
+from xdsl.dialects.builtin import (
+    DenseArrayBase,
+    DenseIntOrFPElementsAttr,
+    Float32Type,
+    FloatAttr,
+    IndexType,
+    IntegerAttr,
+    VectorType,
+    f32,
+    i1,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.rewriter import InsertPoint
+
+from tessera.dialects import sm90
+
+
+class Emitter:
+    """Appends ops to `block` and returns their result(s)."""
+
+    def __init__(self, block: Block):
+        self.block = block
+        self.builder = Builder(InsertPoint.at_end(block))
+
+    def op(self, op: Operation) -> SSAValue | Operation:
+        self.builder.insert(op)
+        return op.results[0] if len(op.results) == 1 else op
+
+    # -- constants --------------------------------------------------------------------------------------------
+    def index(self, value: int) -> SSAValue:
+        return self.op(arith.ConstantOp(IntegerAttr(value, IndexType())))
+
+    def i64(self, value: int) -> SSAValue:
+        return self.op(arith.ConstantOp(IntegerAttr(value, i64)))
+
+    def f32(self, value: float) -> SSAValue:
+        return self.op(arith.ConstantOp(FloatAttr(value, f32)))
+
+    def dense(self, element_type: Attribute, values: Sequence) -> SSAValue:
+        ty = VectorType(element_type, [len(values)])
+        return self.op(arith.ConstantOp(DenseIntOrFPElementsAttr.from_list(ty, list(values))))
+
+    def splat(self, element_type: Attribute, value, lanes: int) -> SSAValue:
+        return self.dense(element_type, [value] * lanes)
+
+    # -- vectors ---------------------------------------------------------------------------------------------
+    def broadcast(self, scalar: SSAValue, lanes: int) -> SSAValue:
+        return self.op(vector.BroadcastOp(scalar, VectorType(scalar.type, [lanes])))
+
+    def shuffle(self, source: SSAValue, indices: Sequence[int]) -> SSAValue:
+        """result[i] = source[indices[i]] (registers of one thread)."""
+        element = source.type.element_type
+        mask = DenseArrayBase.from_list(i64, list(indices))
+        return self.op(vector.ShuffleOp(source, source, mask, result_type=VectorType(element, [len(indices)])))
+
+    # -- arithmetic (scalars or vectors) ----------------------------------------------------------------------
+    def addf(self, a, b):
+        return self.op(arith.AddfOp(a, b))
+
+    def subf(self, a, b):
+        return self.op(arith.SubfOp(a, b))
+
+    def mulf(self, a, b):
+        return self.op(arith.MulfOp(a, b))
+
+    def maxf(self, a, b):
+        return self.op(arith.MaximumfOp(a, b))
+
+    def fma(self, a, b, c):
+        return self.op(math.FmaOp(a, b, c))
+
+    def addi(self, a, b):
+        return self.op(arith.AddiOp(a, b))
+
+    def muli(self, a, b):
+        return self.op(arith.MuliOp(a, b))
+
+    def cmpi(self, a, b, predicate: str):
+        """Scalar integer compare (arith.cmpi; predicates eq, ne, slt, ...)."""
+        return self.op(arith.CmpiOp(a, b, predicate))
+
+    def setp(self, predicate: str, a, b):
+        """Compare scalars or fragments register by register (sm90.setp; eq, ne, lt, le, gt, ge)."""
+        return self.op(sm90.SetpOp(predicate, a, b))
+
+    def select(self, cond, a, b):
+        """cond ? a : b, register by register (sm90.selp)."""
+        return self.op(sm90.SelpOp(cond, a, b))
+
+    def andi(self, a, b):
+        return self.op(arith.AndIOp(a, b))
+
+    def to_i64(self, value: SSAValue) -> SSAValue:
+        if value.type == i64:
+            return value
+        return self.op(arith.IndexCastOp(value, i64))
+
+    # -- structured control flow ------------------------------------------------------------------------------
+    def if_(self, cond: SSAValue, body: Callable[[Emitter], None]) -> None:
+        """scf.if without results: `body` fills the then-block."""
+        block = Block()
+        body(Emitter(block))
+        Emitter(block).op(scf.YieldOp())
+        self.op(scf.IfOp(cond, [], Region(block)))
+
+    def spin_until(self, condition: Callable[[Emitter], SSAValue]) -> None:
+        """scf.while that re-evaluates `condition` (e.g. an mbarrier try_wait) until it is true."""
+        before = Block()
+        e = Emitter(before)
+        done = condition(e)
+        true = e.op(arith.ConstantOp(IntegerAttr(1, i1)))
+        again = e.op(arith.XOrIOp(done, true))
+        e.op(scf.ConditionOp(again))
+        after = Block()
+        Emitter(after).op(scf.YieldOp())
+        self.op(scf.WhileOp([], [], Region(before), Region(after)))
+
+    # -- machine ops ------------------------------------------------------------------------------------------
+    def ex2(self, x):
+        return self.op(sm90.Ex2ApproxOp(x))
+
+    def rcp(self, x):
+        return self.op(sm90.RcpApproxOp(x))
+
+
+def is_f32_like(ty: Attribute) -> bool:
+    return isinstance(ty, Float32Type) or (isinstance(ty, VectorType) and isinstance(ty.element_type, Float32Type))
