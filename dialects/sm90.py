@@ -254,7 +254,9 @@ class MBarrierTryWaitParityOp(IRDLOperation):
     parity = operand_def(I32_OR_INDEX)
     result = result_def(i1)
     assembly_format = "$mbarrier `,` $parity attr-dict `:` type($parity)"
-    traits = traits_def(MemoryReadEffect())
+    # A write effect as well: a successful wait acquires the copies' data, so a spin loop around it must
+    # never be removed as dead code.
+    traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
 
     def __init__(self, mbarrier, parity):
         super().__init__(operands=[mbarrier, parity], result_types=[i1])
