@@ -340,7 +340,7 @@ class KernelLowering:
             self.values[old] = res
 
     def _set(self, old: SSAValue, new) -> None:
-        if isinstance(new, SSAValue) and old.name_hint:
+        if isinstance(new, SSAValue) and old.name_hint and new.name_hint is None:
             new.name_hint = old.name_hint
         self.values[old] = new
 

@@ -1,0 +1,52 @@
+// RUN: tessera-opt %s --split-input-file --verify-diagnostics -p convert-tile-to-sm90 | filecheck %s
+
+// Constructs the lowering does not handle are refused by name.
+
+// CHECK: convert-tile-to-sm90: %s = tile.alloc_shared : !tile.tile<64x64xbf16, shared>: shared tiles must have a 128B swizzle and rows of a multiple of 128 bytes (run assign-swizzle)
+func.func @k(%A: !tile.tile<?x64xbf16, global> {tile.dims = #tile.dims<n, 64>}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>} {
+  %s = tile.alloc_shared : !tile.tile<64x64xbf16, shared>
+  %z = tile.fill 0.0 : !tile.tile<64x64xf32, register>
+  func.return
+}
+
+// -----
+
+// CHECK: convert-tile-to-sm90: register tiles have 32 rows; warpgroups take 64 rows each
+func.func @k(%A: !tile.tile<?x64xbf16, global> {tile.dims = #tile.dims<n, 64>}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>} {
+  %z = tile.fill 0.0 : !tile.tile<32x64xf32, register>
+  func.return
+}
+
+// -----
+
+// CHECK: convert-tile-to-sm90: %r = tile.reshape %z : !tile.tile<64x8xf32, register> -> !tile.tile<64x8xf32, register>: no lowering for 'tile.reshape'
+func.func @k(%A: !tile.tile<?x64xbf16, global> {tile.dims = #tile.dims<n, 64>}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>} {
+  %z = tile.fill 0.0 : !tile.tile<64x8xf32, register>
+  %r = tile.reshape %z : !tile.tile<64x8xf32, register> -> !tile.tile<64x8xf32, register>
+  func.return
+}
+
+// -----
+
+// CHECK: convert-tile-to-sm90: %z = tile.fill 0.0 : !tile.tile<64x12xf32, register>: register tiles need a column count that is a legal wgmma N (8..256 step 8), got 12
+func.func @k(%A: !tile.tile<?x64xbf16, global> {tile.dims = #tile.dims<n, 64>}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>} {
+  %z = tile.fill 0.0 : !tile.tile<64x12xf32, register>
+  func.return
+}
+
+// -----
+
+// CHECK: convert-tile-to-sm90: tile.cp_commit_group: copies committed in a loop trip must be waited for in the same trip (overlapping trips is pipeline-loops' job)
+func.func @k(%A: !tile.tile<?x64xbf16, global> {tile.dims = #tile.dims<n, 64>}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %s = tile.alloc_shared : !tile.tile<64x64xbf16, shared, swizzle 128>
+  %z = tile.fill 0.0 : !tile.tile<64x64xf32, register>
+  scf.for %i = %c0 to %c4 step %c1 {
+    %w = tile.view %A[%i, %c0] : !tile.tile<?x64xbf16, global> -> !tile.tile<64x64xbf16, global>
+    tile.cp_async %w, %s : !tile.tile<64x64xbf16, global>, !tile.tile<64x64xbf16, shared, swizzle 128>
+    tile.cp_commit_group
+  }
+  func.return
+}
