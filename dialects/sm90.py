@@ -68,8 +68,12 @@ def _int(attr: IntegerAttr) -> int:
 
 
 def _lanes(ty: Attribute) -> int:
-    """Registers per thread of a value: N for vector<N x T>, else 1."""
-    return ty.get_shape()[0] if isinstance(ty, VectorType) else 1
+    """Registers per thread of a value: N for vector<N x T>, else 1. Fragments are 1-D."""
+    if isinstance(ty, VectorType):
+        if ty.get_num_dims() != 1:
+            raise VerifyException(f"registers of a thread are 1-D vectors, got {ty}")
+        return ty.get_shape()[0]
+    return 1
 
 
 def _element(ty: Attribute) -> Attribute:
@@ -96,7 +100,7 @@ class TensorMapType(ParametrizedAttribute, TypeAttribute):
 @irdl_op_definition
 class SpecialRegOp(IRDLOperation):
     """`%t = sm90.special "tid.x" : index`: read a special register (tid.x/y/z, ntid.x, ctaid.x/y/z,
-    nctaid.x/y/z, laneid, warpid). Prints as `mov.u32 %r, %tid.x;`."""
+    nctaid.x/y/z, laneid). Prints as `mov.u32 %r, %tid.x;`."""
 
     name = "sm90.special"
     REGISTERS: ClassVar[tuple[str, ...]] = (
@@ -163,7 +167,7 @@ class SharedBufferOp(IRDLOperation):
 
 @irdl_op_definition
 class TmaLoadOp(IRDLOperation):
-    """`sm90.tma_load %map[%c0, %c1, ...], %dst, %mbar : !sm90.tensormap`: one bulk tensor copy of the map's
+    """`sm90.tma_load %map[%c0, %c1, ...], %dst, %mbar : index, index, ...`: one bulk tensor copy of the map's
     box at the given element coordinates (innermost first, may be out of bounds: those elements land as
     zero) into shared memory at %dst, completing `box bytes` of transaction on the mbarrier at %mbar.
     Prints as `cp.async.bulk.tensor.Nd.shared::cluster.global.tile.mbarrier::complete_tx::bytes`.
@@ -364,7 +368,7 @@ class MakeDescriptorOp(IRDLOperation):
 
 @irdl_op_definition
 class WgmmaMmaAsyncOp(IRDLOperation):
-    """`%d = sm90.wgmma_mma_async %acc, %a, %b_desc {n = 128, type = "bf16", trans_b = 1} [scale_d %p]`:
+    """`%d = sm90.wgmma_mma_async %acc, %a, %b [scale_d %p] n 128 type "bf16" trans 0, 1 : vector<64xf32>, i64`:
     D = A x B (+ D when scale-d is true), shape m64nNk16, f32 accumulators.
 
     %a is a descriptor (i64, A in shared memory, "SS") or vector<4xi32> (A from registers, packed pairs,
@@ -430,7 +434,7 @@ class WgmmaMmaAsyncOp(IRDLOperation):
 
 @irdl_op_definition
 class ShflSyncOp(IRDLOperation):
-    """`%r = sm90.shfl_sync bfly %x, 1, 31 : vector<2xf32>`: each register of %x from another lane of the
+    """`%r = sm90.shfl_sync "bfly" %x, 1, 31 : vector<2xf32>`: each register of %x from another lane of the
     warp, per `facts.shfl_source_lane(mode, lane, offset, clamp)` (all 32 lanes participate). Prints as
     `shfl.sync.MODE.b32 r, x, offset, clamp, 0xffffffff;` per register."""
 
@@ -504,7 +508,7 @@ class ElectSyncOp(IRDLOperation):
 
 @irdl_op_definition
 class SetMaxNRegOp(IRDLOperation):
-    """`sm90.setmaxnreg inc 240`: change the register budget of this warpgroup's threads (all four warps
+    """`sm90.setmaxnreg "inc" 240`: change the register budget of this warpgroup's threads (all four warps
     execute it). Prints as `setmaxnreg.inc.sync.aligned.u32 240;`."""
 
     name = "sm90.setmaxnreg"
@@ -560,7 +564,7 @@ class RcpApproxOp(_ApproxUnaryOp):
 
 @irdl_op_definition
 class CvtPackOp(IRDLOperation):
-    """`%p = sm90.cvt_pack %x {type = "bf16"} : vector<64xf32> -> vector<32xi32>`: round pairs of f32 to
+    """`%p = sm90.cvt_pack %x type "bf16" : vector<64xf32> -> vector<32xi32>`: round pairs of f32 to
     bf16 (or f16), nearest even, and pack each pair (x[2i], x[2i+1]) into one 32-bit register with x[2i]
     in the LOW half, as `cvt.rn.bf16x2.f32 p, x[2i+1], x[2i];` does (first source in the upper half)."""
 
@@ -642,7 +646,7 @@ class SelpOp(IRDLOperation):
 
 @irdl_op_definition
 class StGlobalOp(IRDLOperation):
-    """`sm90.st_global %base[%offsets], %values, %mask : vector<32xi32>`: for each register i whose mask
+    """`sm90.st_global %base[%offsets], %values, %mask : vector<32xi64>, vector<32xi32>, vector<32xi1>`: for each register i whose mask
     bit is set, store values[i] (32 bits) at global byte address base + offsets[i].
     Prints as one predicated `st.global.b32` per register. Invariants: offsets, values and mask have one
     entry per register; offsets are multiples of 4 at run time."""
