@@ -1,9 +1,11 @@
-"""Tile IR interpreter throughput, against the NumPy reference of the same attention, in one run.
+"""Interpreter throughput (Tile IR interpreter and the Target IR CTA simulator), against the NumPy reference of
+the same attention, in one run.
 
     python bench/interpret.py [--seq 1024] [--head-dim 128] [--repeats 3]
 
-Prints, for each attention variant and causal/non-causal: the best wall time of the interpreter over the
-repeats, the time of the fp64 NumPy reference on the same inputs, and their ratio (absolute times are only
+Prints, for each attention variant and causal/non-causal: the best wall time of the Tile interpreter and of
+the CTA simulator (lowering included; "-" where the variant does not lower) over the repeats, the time of the
+fp64 NumPy reference on the same inputs, and the ratios to it (absolute times are only
 indicative on a shared machine; compare ratios taken in the same run).
 """
 
@@ -13,6 +15,7 @@ import argparse
 import time
 
 import numpy as np
+from xdsl.utils.exceptions import DiagnosticException
 
 import tessera
 from tessera import reference
@@ -29,7 +32,8 @@ def best_time(fn, repeats: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seq", type=int, default=1024)
+    parser.add_argument("--seq", type=int, default=1024, help="keys (and queries unless --queries)")
+    parser.add_argument("--queries", type=int, default=None)
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--heads", type=int, default=1)
@@ -37,15 +41,22 @@ def main() -> None:
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     shape = (args.batch, args.heads, args.seq, args.head_dim)
-    q, k, v = (rng.standard_normal(shape) for _ in range(3))
-    print(f"attention {shape}, best of {args.repeats}")
-    print(f"{'variant':<22}{'causal':<8}{'interpreter s':>14}{'numpy ref s':>13}{'ratio':>8}")
+    q = rng.standard_normal((args.batch, args.heads, args.queries or args.seq, args.head_dim))
+    k, v = (rng.standard_normal(shape) for _ in range(2))
+    print(f"attention q {q.shape}, k/v {shape}, best of {args.repeats}")
+    print(f"{'variant':<22}{'causal':<8}{'tile s':>9}{'target s':>10}{'numpy s':>9}{'tile/np':>9}{'target/np':>10}")
     for variant in ("flash_attention", "two_pass_attention", "three_pass_attention"):
         for causal in (False, True):
             module = getattr(tessera.kernels, variant)(head_dim=args.head_dim, causal=causal)
-            t_interp = best_time(lambda: tessera.interpret(module, q, k, v), args.repeats)
+            t_tile = best_time(lambda: tessera.interpret(module, q, k, v), args.repeats)
+            try:
+                t_target = best_time(lambda: tessera.interpret(module, q, k, v, level="target"), args.repeats)
+            except DiagnosticException:
+                t_target = None
             t_ref = best_time(lambda: reference.attention(q, k, v, causal), args.repeats)
-            print(f"{variant:<22}{str(causal):<8}{t_interp:>14.3f}{t_ref:>13.3f}{t_interp / t_ref:>8.2f}")
+            target = ("-", "-") if t_target is None else (f"{t_target:.3f}", f"{t_target / t_ref:.2f}")
+            print(f"{variant:<22}{str(causal):<8}{t_tile:>9.3f}{target[0]:>10}{t_ref:>9.3f}"
+                  f"{t_tile / t_ref:>9.2f}{target[1]:>10}")
 
 
 if __name__ == "__main__":

@@ -55,3 +55,7 @@ def apply_pipeline(module, spec: str) -> None:
     from tessera.ir import make_context
 
     PassPipeline.parse_spec(all_passes(), spec).apply(make_context(), module)
+
+
+TARGET_PIPELINE = "assign-swizzle,convert-tile-to-sm90,canonicalize,cse"
+"""Tile IR to sm_90a Target IR: the deepest pipeline that exists (`tessera-opt -p` accepts it as written)."""

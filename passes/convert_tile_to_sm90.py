@@ -56,10 +56,14 @@ from xdsl.utils.exceptions import DiagnosticException
 from tessera.dialects import sm90, tile
 from tessera.dialects.tile_types import MemSpace, TileType
 from tessera.kernel_abi import (
+    BOX_ATTR,
     DIMS_ATTR,
     GRID_ATTR,
     KERNEL_ATTR,
     ROLE_ATTR,
+    SIZE_ATTR,
+    SOURCE_ATTR,
+    SWIZZLE_ATTR,
     TARGET_KERNEL_ATTR,
     KernelSignature,
     kernels,
@@ -75,10 +79,6 @@ from tessera.lowering.fragments import (
 )
 from tessera.sm90 import facts
 
-SOURCE_ATTR = "sm90.source"
-BOX_ATTR = "sm90.box"
-SWIZZLE_ATTR = "sm90.swizzle"
-SIZE_ATTR = "sm90.size"
 
 LINE = facts.SWIZZLE_LINE_BYTES                     # bytes of one swizzled row of a box
 CORE_ROWS = facts.swizzle_period_bytes(128) // LINE  # rows per 1024-byte swizzle atom (the descriptor SBO)

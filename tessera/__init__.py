@@ -20,7 +20,7 @@ from tessera.kernel_abi import KernelSignature, signature
 from tessera.kernel_abi import kernels as kernel_functions
 
 __version__ = "0.1.0"
-LEVELS = ("tile",)
+LEVELS = ("tile", "target")
 
 __all__ = ["interpret", "parse_module", "print_module", "find_kernel", "LEVELS", "__version__"]
 
@@ -41,12 +41,23 @@ def find_kernel(module: ModuleOp, kernel: str | None = None) -> KernelSignature:
     return signature(found[0])
 
 
+def lower_to_target(module: ModuleOp, kernel: str):
+    """The Target IR kernel (a func.func) of `kernel`, lowered from a copy of `module` by the target pipeline."""
+    from tessera.kernel_abi import is_target_kernel
+    from tessera.passes import TARGET_PIPELINE, apply_pipeline
+
+    lowered = module.clone()
+    apply_pipeline(lowered, TARGET_PIPELINE)
+    return next(op for op in lowered.walk() if is_target_kernel(op) and op.sym_name.data == kernel)
+
+
 def interpret(
     module: ModuleOp, *inputs: np.ndarray, level: str = "tile", kernel: str | None = None, **sizes: int
 ) -> np.ndarray | tuple[np.ndarray, ...]:
     """Run a kernel over its whole grid on NumPy inputs and return its outputs.
 
-    Inputs are given in argument order (attention: Q, K, V as [batch, heads, seq, head_dim]; GEMM: A, B) and
+    `level` is "tile" (the Tile IR interpreter) or "target" (lower with `passes.TARGET_PIPELINE` and run
+    the Target IR in the CTA simulator). Inputs are given in argument order (attention: Q, K, V as [batch, heads, seq, head_dim]; GEMM: A, B) and
     converted to the kernel's element types (float inputs are rounded to bf16/f16 as the kernel would read
     them). Named sizes in `sizes` are checked against the inputs. Returns the output (or a tuple of outputs)
     in the output argument's element type."""
@@ -56,7 +67,12 @@ def interpret(
 
     sig = find_kernel(module, kernel)
     arguments, bound = prepare_arguments(sig, inputs, sizes)
-    run_grid(sig, module, arguments, bound)
+    if level == "tile":
+        run_grid(sig, module, arguments, bound)
+    else:
+        from tessera.interpreters.sm90.launch import run_target_kernel
+
+        run_target_kernel(lower_to_target(module, sig.name), arguments, bound)
     outputs = tuple(a for a, arg in zip(arguments, sig.args) if arg.role == "out")
     return outputs[0] if len(outputs) == 1 else outputs
 

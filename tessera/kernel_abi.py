@@ -114,6 +114,17 @@ TARGET_KERNEL_ATTR = "sm90.kernel"
 """Marks a kernel already lowered to Target IR (see passes/convert_tile_to_sm90.py); it keeps `tile.kernel`."""
 
 
+# Arguments of a Target IR kernel (see passes/convert_tile_to_sm90.py, tessera/interpreters/sm90/launch.py):
+SOURCE_ATTR = "sm90.source"
+"""Index of the Tile IR argument a tensor map or global pointer stands for."""
+BOX_ATTR = "sm90.box"
+"""A tensor map's box, innermost dimension first."""
+SWIZZLE_ATTR = "sm90.swizzle"
+"""A tensor map's shared-memory swizzle in bytes."""
+SIZE_ATTR = "sm90.size"
+"""The named size an index argument carries."""
+
+
 def is_kernel(op: Attribute | func.FuncOp) -> bool:
     """A Tile IR kernel (not yet lowered)."""
     return isinstance(op, func.FuncOp) and KERNEL_ATTR in op.attributes and TARGET_KERNEL_ATTR not in op.attributes

@@ -41,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--check", action="store_true", help="compare with the NumPy reference")
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated inputs")
     parser.add_argument("-p", "--passes", default="", help="a pass pipeline to apply before interpreting")
-    parser.add_argument("--level", default="tile", help="interpreter level (tile)")
+    parser.add_argument("--level", default="tile", choices=("tile", "target"),
+                        help="tile: the Tile IR interpreter; target: lower to sm_90a Target IR and run the CTA simulator")
     return parser
 
 
@@ -69,7 +70,7 @@ def _check(sig, outputs, inputs):
 def run(args: argparse.Namespace) -> int:
     import tessera
     from tessera.kernel_abi import kernels, signature
-    from tessera.passes import apply_pipeline
+    from tessera.passes import TARGET_PIPELINE, apply_pipeline
 
     if args.file == "-":
         text = sys.stdin.read()
@@ -97,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
         grid = sig.grid_size(used)
         shapes = ", ".join(f"{a.name}{list(o.shape)}" for a, o in zip(sig.outputs, outputs))
         sizes_text = " ".join(f"{k}={v}" for k, v in used.items())
-        print(f"@{sig.name} [{sizes_text}]: grid {grid}, {args.level} level, {elapsed:.2f} s -> {shapes}")
+        level = "tile level" if args.level == "tile" else f"target level (-p {TARGET_PIPELINE}, CTA simulator)"
+        print(f"@{sig.name} [{sizes_text}]: grid {grid}, {level}, {elapsed:.2f} s -> {shapes}")
         if args.check:
             comparison = _check(sig, outputs, inputs)
             if comparison is None:

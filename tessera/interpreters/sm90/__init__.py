@@ -1,0 +1,13 @@
+"""The CTA simulator: an interpreter for Target IR (the `sm90` dialect over upstream arith/math/vector/scf).
+
+One CTA at a time, every SSA value held for all its threads at once (`registers`); divergent branches as
+cooperatively scheduled strands (`strands`, `control`); shared memory as bytes at absolute addresses with
+per-byte visibility tags (`shared_memory`); mbarriers, TMA copies and wgmma groups as asynchronous units
+whose misuse is reported with the op and the thread (`mbarrier`, `tma`, `wgmma`); the sm90 ops themselves in
+`machine`. Every hardware fact comes from `tessera.sm90.facts`. Entry point: `launch.run_target_kernel`.
+"""
+
+from tessera.interpreters.sm90.launch import run_target_kernel, target_kernel
+from tessera.interpreters.sm90.strands import DeadlockError
+
+__all__ = ["run_target_kernel", "target_kernel", "DeadlockError"]

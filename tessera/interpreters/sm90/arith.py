@@ -1,0 +1,335 @@
+"""Upstream `arith`, `math` and `vector` on per-thread registers, with the machine's widths and roundings.
+
+Every op is one or a few NumPy calls over all threads (arrays [T] or [T, N], see `registers`). Integers wrap
+at their width (i32 and `index` at 32 bits, i64 at 64); shifts by the width or more give 0 (or the sign for
+`shrsi`), as PTX `shl`/`shr` clamp the amount; division by zero in an active thread is an error. f32 ops round
+to f32 after each op (IEEE round to nearest even); `math.fma`/`vector.fma` multiply exactly and round once
+(through float64: exact product, then one rounding, except in the rare double-rounding case of a sum that is
+not representable in float64). `maximumf`/`minimumf` propagate NaN and order -0 < +0 (MLIR semantics; PTX
+`max.NaN.f32`); `maxnumf`/`minnumf` return the non-NaN operand (PTX `max.f32`). `fptosi`/`fptoui` truncate
+and saturate, NaN to 0 (PTX `cvt.rzi`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from xdsl.dialects import arith, math, vector
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, FloatAttr, IntegerAttr
+from xdsl.interpreter import Interpreter, InterpreterFunctions, PythonValues, impl, register_impls
+from xdsl.ir import Operation
+
+from tessera.interpreters.sm90.cta import CtaState
+from tessera.interpreters.sm90.registers import (
+    bit_width,
+    dtype_of,
+    full,
+    row_mask,
+    thread_shape,
+    unsigned,
+)
+
+_SIGNED_PREDICATES = (np.equal, np.not_equal, np.less, np.less_equal, np.greater, np.greater_equal)
+
+
+def _shift_left(a, s, w):
+    return np.where(s >= w, 0, a << np.minimum(s, w - 1).astype(a.dtype))
+
+
+def _shift_right_signed(a, s, w):
+    return a >> np.minimum(s, w - 1).astype(a.dtype)
+
+
+def _shift_right_unsigned(a, s, w):
+    u = unsigned(a)
+    return np.where(s >= w, 0, u >> np.minimum(s, w - 1).astype(u.dtype)).astype(u.dtype).view(a.dtype)
+
+
+def _trunc_div(a, b):
+    q = np.abs(a.astype(np.int64)) // np.abs(b.astype(np.int64))
+    return np.where((a < 0) != (b < 0), -q, q)
+
+
+def _floor_div(a, b):
+    return a.astype(np.int64) // b.astype(np.int64)
+
+
+def _ceil_div(a, b):
+    return -(-a.astype(np.int64) // b.astype(np.int64))
+
+
+def _unsigned_div(a, b):
+    return unsigned(a) // unsigned(b)
+
+
+def _unsigned_ceil_div(a, b):
+    ua, ub = unsigned(a).astype(np.uint64), unsigned(b).astype(np.uint64)
+    return (ua + ub - 1) // ub
+
+
+_INTEGER = {
+    arith.AddiOp: lambda a, b, w: a + b,
+    arith.SubiOp: lambda a, b, w: a - b,
+    arith.MuliOp: lambda a, b, w: a * b,
+    arith.AndIOp: lambda a, b, w: a & b,
+    arith.OrIOp: lambda a, b, w: a | b,
+    arith.XOrIOp: lambda a, b, w: a ^ b,
+    arith.ShLIOp: lambda a, b, w: _shift_left(a, unsigned(b).astype(np.int64), w),
+    arith.ShRSIOp: lambda a, b, w: _shift_right_signed(a, unsigned(b).astype(np.int64), w),
+    arith.ShRUIOp: lambda a, b, w: _shift_right_unsigned(a, unsigned(b).astype(np.int64), w),
+    arith.MinSIOp: lambda a, b, w: np.minimum(a, b),
+    arith.MaxSIOp: lambda a, b, w: np.maximum(a, b),
+    arith.MinUIOp: lambda a, b, w: np.minimum(unsigned(a), unsigned(b)),
+    arith.MaxUIOp: lambda a, b, w: np.maximum(unsigned(a), unsigned(b)),
+    arith.DivSIOp: lambda a, b, w: _trunc_div(a, b),
+    arith.RemSIOp: lambda a, b, w: a.astype(np.int64) - _trunc_div(a, b) * b.astype(np.int64),
+    arith.DivUIOp: lambda a, b, w: _unsigned_div(a, b),
+    arith.RemUIOp: lambda a, b, w: unsigned(a) % unsigned(b),
+    arith.FloorDivSIOp: lambda a, b, w: _floor_div(a, b),
+    arith.CeilDivSIOp: lambda a, b, w: _ceil_div(a, b),
+    arith.CeilDivUIOp: lambda a, b, w: _unsigned_ceil_div(a, b),
+}
+_DIVISIONS = (arith.DivSIOp, arith.RemSIOp, arith.DivUIOp, arith.RemUIOp, arith.FloorDivSIOp, arith.CeilDivSIOp,
+              arith.CeilDivUIOp)
+
+
+def _signed_zero_order(result, a, b, larger: bool):
+    """max/min of +0 and -0: +0 is the larger."""
+    zeros = (a == 0) & (b == 0)
+    if not zeros.any():
+        return result
+    pick = (np.signbit(a) & np.signbit(b)) if larger else (np.signbit(a) | np.signbit(b))
+    return np.where(zeros, np.where(pick, -0.0, 0.0).astype(result.dtype), result)
+
+
+_FLOAT = {
+    arith.AddfOp: lambda a, b: a + b,
+    arith.SubfOp: lambda a, b: a - b,
+    arith.MulfOp: lambda a, b: a * b,
+    arith.DivfOp: lambda a, b: a / b,
+    arith.MaximumfOp: lambda a, b: _signed_zero_order(np.maximum(a, b), a, b, True),
+    arith.MinimumfOp: lambda a, b: _signed_zero_order(np.minimum(a, b), a, b, False),
+    arith.MaxnumfOp: lambda a, b: _signed_zero_order(np.fmax(a, b), a, b, True),
+    arith.MinnumfOp: lambda a, b: _signed_zero_order(np.fmin(a, b), a, b, False),
+}
+
+
+def _cmpf(predicate: int, a, b):
+    unordered = np.isnan(a) | np.isnan(b)
+    name = arith.CMPF_COMPARISON_OPERATIONS[predicate]
+    if name in ("false", "true"):
+        return np.full(np.broadcast(a, b).shape, name == "true")
+    if name in ("ord", "uno"):
+        return ~unordered if name == "ord" else unordered
+    compare = {"eq": np.equal, "gt": np.greater, "ge": np.greater_equal, "lt": np.less, "le": np.less_equal,
+               "ne": np.not_equal}[name[1:]]
+    with np.errstate(invalid="ignore"):
+        result = compare(a, b)
+    return (result & ~unordered) if name[0] == "o" else (result | unordered)
+
+
+def fused_multiply_add(a, b, c):
+    """a * b + c with one rounding to the result type."""
+    return (a.astype(np.float64) * b.astype(np.float64) + c.astype(np.float64)).astype(a.dtype)
+
+
+def saturating_to_int(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    info = np.iinfo(dtype)
+    with np.errstate(invalid="ignore"):
+        clipped = np.clip(np.trunc(np.nan_to_num(x.astype(np.float64), nan=0.0)), info.min, info.max)
+    return clipped.astype(dtype)
+
+
+@register_impls
+class RegisterArithFunctions(InterpreterFunctions):
+    """`arith`, `math.fma` and `vector` ops on the registers of a CTA."""
+
+    def __init__(self, cta: CtaState):
+        super().__init__()
+        self.cta = cta
+        self._constants: dict[Operation, np.ndarray] = {}
+
+    def _result(self, op: Operation, value: np.ndarray) -> tuple[np.ndarray]:
+        return (np.asarray(value).astype(dtype_of(op.results[0].type), copy=False),)
+
+    # region constants and integers
+    @impl(arith.ConstantOp)
+    def run_constant(self, interpreter: Interpreter, op: arith.ConstantOp, args: PythonValues):
+        value = self._constants.get(op)
+        if value is None:
+            ty, attr = op.result.type, op.value
+            if isinstance(attr, (IntegerAttr, FloatAttr)):
+                value = full(ty, self.cta.threads, attr.value.data)
+            elif isinstance(attr, DenseIntOrFPElementsAttr):
+                elements = np.asarray(attr.get_values())
+                value = np.empty(thread_shape(ty, self.cta.threads), dtype_of(ty))
+                value[...] = elements.astype(np.int64).astype(value.dtype) if value.dtype.kind in "iub" \
+                    else elements.astype(value.dtype)
+            else:
+                raise NotImplementedError(f"arith.constant {attr} in the CTA simulator")
+            value.setflags(write=False)
+            self._constants[op] = value
+        return (value,)
+
+    def _integer(self, interpreter: Interpreter, op: Operation, args: PythonValues):
+        a, b = args
+        if isinstance(op, _DIVISIONS):
+            zero = (b == 0) & row_mask(self.cta.active, b)
+            if zero.any():
+                self.cta.fail(op, "divides by zero", np.argmax(zero.reshape(len(zero), -1).any(axis=1)))
+            b = np.where(b == 0, np.ones((), b.dtype), b)
+        dtype = a.dtype
+        if dtype == np.bool_:
+            a, b = a.astype(np.int8), b.astype(np.int8)
+        with np.errstate(all="ignore"):
+            result = _INTEGER[type(op)](a, b, bit_width(op.results[0].type))
+        result = np.asarray(result)
+        if dtype == np.bool_:
+            return ((result & 1).astype(bool),)
+        return (result.astype(np.int64).astype(dtype) if result.dtype.kind == "u" and dtype.kind == "i"
+                else result.astype(dtype),)
+
+    for _op in _INTEGER:
+        locals()[f"run_{_op.__name__}"] = impl(_op)(_integer)
+
+    @impl(arith.CmpiOp)
+    def run_cmpi(self, interpreter: Interpreter, op: arith.CmpiOp, args: PythonValues):
+        a, b = args
+        predicate = op.predicate.value.data
+        if predicate >= 6:
+            a, b = unsigned(a), unsigned(b)
+        return (_SIGNED_PREDICATES[(predicate - 4) if predicate >= 6 else predicate](a, b),)
+
+    @impl(arith.SelectOp)
+    def run_select(self, interpreter: Interpreter, op: arith.SelectOp, args: PythonValues):
+        cond, a, b = args
+        if cond.shape != a.shape:
+            cond = row_mask(cond, a)
+        return (np.where(cond, a, b),)
+
+    # endregion
+    # region floats
+    def _float(self, interpreter: Interpreter, op: Operation, args: PythonValues):
+        with np.errstate(all="ignore"):
+            return self._result(op, _FLOAT[type(op)](*args))
+
+    for _op in _FLOAT:
+        locals()[f"run_{_op.__name__}"] = impl(_op)(_float)
+    del _op
+
+    @impl(arith.NegfOp)
+    def run_negf(self, interpreter: Interpreter, op: arith.NegfOp, args: PythonValues):
+        return (-args[0],)
+
+    @impl(math.AbsFOp)
+    def run_absf(self, interpreter: Interpreter, op: math.AbsFOp, args: PythonValues):
+        return (np.abs(args[0]),)
+
+    @impl(arith.CmpfOp)
+    def run_cmpf(self, interpreter: Interpreter, op: arith.CmpfOp, args: PythonValues):
+        return (_cmpf(op.predicate.value.data, *args),)
+
+    @impl(math.FmaOp)
+    def run_math_fma(self, interpreter: Interpreter, op: math.FmaOp, args: PythonValues):
+        return (fused_multiply_add(*args),)
+
+    @impl(vector.FMAOp)
+    def run_vector_fma(self, interpreter: Interpreter, op: vector.FMAOp, args: PythonValues):
+        return (fused_multiply_add(*args),)
+
+    # endregion
+    # region conversions
+    def _integer_resize(self, interpreter: Interpreter, op: Operation, args: PythonValues):
+        """index_cast/extsi/trunci: sign-extend or truncate (two's complement)."""
+        (x,) = args
+        target = dtype_of(op.results[0].type)
+        if target == np.bool_:
+            return ((x & 1).astype(bool),)
+        if x.dtype == np.bool_:
+            return (np.where(x, -1, 0).astype(target) if isinstance(op, arith.ExtSIOp) else x.astype(target),)
+        return (x.astype(np.int64).astype(target),)
+
+    for _op in (arith.IndexCastOp, arith.ExtSIOp, arith.TruncIOp):
+        locals()[f"run_{_op.__name__}"] = impl(_op)(_integer_resize)
+    del _op
+
+    @impl(arith.ExtUIOp)
+    def run_extui(self, interpreter: Interpreter, op: arith.ExtUIOp, args: PythonValues):
+        return (unsigned(args[0]).astype(np.uint64).astype(dtype_of(op.result.type)),)
+
+    @impl(arith.SIToFPOp)
+    def run_sitofp(self, interpreter: Interpreter, op: arith.SIToFPOp, args: PythonValues):
+        return self._result(op, args[0].astype(np.int64) if args[0].dtype == np.bool_ else args[0])
+
+    @impl(arith.UIToFPOp)
+    def run_uitofp(self, interpreter: Interpreter, op: arith.UIToFPOp, args: PythonValues):
+        return self._result(op, unsigned(args[0]))
+
+    @impl(arith.FPToSIOp)
+    def run_fptosi(self, interpreter: Interpreter, op: arith.FPToSIOp, args: PythonValues):
+        return (saturating_to_int(args[0], dtype_of(op.result.type)),)
+
+    @impl(arith.FPToUIOp)
+    def run_fptoui(self, interpreter: Interpreter, op: arith.FPToUIOp, args: PythonValues):
+        target = dtype_of(op.result.type)
+        return (saturating_to_int(args[0], np.dtype(f"u{target.itemsize}")).view(target),)
+
+    @impl(arith.ExtFOp)
+    def run_extf(self, interpreter: Interpreter, op: arith.ExtFOp, args: PythonValues):
+        return self._result(op, args[0])
+
+    @impl(arith.TruncFOp)
+    def run_truncf(self, interpreter: Interpreter, op: arith.TruncFOp, args: PythonValues):
+        with np.errstate(over="ignore"):
+            return self._result(op, args[0])
+
+    @impl(arith.BitcastOp)
+    def run_bitcast(self, interpreter: Interpreter, op: arith.BitcastOp, args: PythonValues):
+        return (args[0].view(dtype_of(op.result.type)),)
+
+    # endregion
+    # region vector: registers of one thread
+    @impl(vector.BroadcastOp)
+    def run_broadcast(self, interpreter: Interpreter, op: vector.BroadcastOp, args: PythonValues):
+        (x,) = args
+        shape = thread_shape(op.vector.type, self.cta.threads)
+        source = x if x.ndim == 2 else x[:, None]
+        return (np.broadcast_to(source, shape).copy(),)
+
+    def _position(self, op, args_positions) -> tuple[np.ndarray | int, ...]:
+        return tuple(p if isinstance(p, int) else args_positions.pop(0) for p in op.get_mixed_position())
+
+    def _index(self, op: Operation, position, size: int):
+        if isinstance(position, int):
+            return position
+        bad = ((position < 0) | (position >= size)) & self.cta.active
+        if bad.any():
+            self.cta.fail(op, f"position {int(position[np.argmax(bad)])} is outside the {size} registers", bad)
+        return np.clip(position, 0, size - 1)
+
+    @impl(vector.ExtractOp)
+    def run_extract(self, interpreter: Interpreter, op: vector.ExtractOp, args: PythonValues):
+        source, *dynamic = args
+        (position,) = self._position(op, list(dynamic))
+        index = self._index(op, position, source.shape[1])
+        if isinstance(index, int):
+            return (source[:, index].copy(),)
+        return (source[np.arange(len(source)), index],)
+
+    @impl(vector.InsertOp)
+    def run_insert(self, interpreter: Interpreter, op: vector.InsertOp, args: PythonValues):
+        value, dest, *dynamic = args
+        (position,) = self._position(op, list(dynamic))
+        index = self._index(op, position, dest.shape[1])
+        result = dest.copy()
+        if isinstance(index, int):
+            result[:, index] = value
+        else:
+            result[np.arange(len(dest)), index] = value
+        return (result,)
+
+    @impl(vector.ShuffleOp)
+    def run_shuffle(self, interpreter: Interpreter, op: vector.ShuffleOp, args: PythonValues):
+        v1, v2 = (x if x.ndim == 2 else x[:, None] for x in args)
+        return (np.concatenate([v1, v2], axis=1)[:, list(op.mask.get_values())],)
+
+    # endregion

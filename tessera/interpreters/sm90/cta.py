@@ -1,0 +1,169 @@
+"""The state of one simulated CTA: its threads, who has synchronised with whom, its named barriers, and the
+units that own shared memory, mbarriers, TMA copies and wgmma groups.
+
+Synchronisation is recorded as a happens-before summary: `last_sync[w, r]` is the time (a counter that every
+memory event advances) of the latest barrier after which thread r is ordered after thread w's earlier
+accesses. A `bar_sync` that completes sets it for every participant w and every waiting thread r (a
+`bar_arrive` thread is a participant that does not wait). The checks of shared memory use it: a generic read of
+another thread's store needs a barrier after the store, a wgmma read of another warp's store needs one after
+the writer's `fence_proxy_async`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NoReturn
+
+import numpy as np
+from xdsl.ir import Operation
+
+from tessera.interpreters.block_batch import KernelHazardError, describe_op
+from tessera.interpreters.sm90.mbarrier import MBarriers
+from tessera.interpreters.sm90.shared_memory import SharedMemory
+from tessera.interpreters.sm90.strands import Scheduler, Strand
+from tessera.interpreters.sm90.tma import TmaUnit
+from tessera.interpreters.sm90.wgmma import WgmmaUnit
+from tessera.sm90 import facts
+
+
+@dataclass
+class NamedBarrier:
+    """One of the 16 named barriers between two completions: its thread count, who has arrived, who waits."""
+
+    threads: int = 0
+    arrived: np.ndarray | None = None
+    waiting: np.ndarray | None = None
+    generation: int = 0
+
+
+@dataclass
+class CtaState:
+    """One CTA being simulated: `threads` threads (1-D), `smem_bytes` of dynamic shared memory, its id and the
+    grid, the scheduler of its strands, and the units (`smem`, `mbarriers`, `tma`, `wgmma`)."""
+
+    threads: int
+    smem_bytes: int
+    cta_id: tuple[int, int, int]
+    grid: tuple[int, int, int]
+    scheduler: Scheduler
+    clock: int = 0
+    tid: np.ndarray = field(init=False)
+    last_sync: np.ndarray = field(init=False)
+    named: list[NamedBarrier] = field(init=False)
+    register_budget: dict[int, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.tid = np.arange(self.threads, dtype=np.int32)
+        self.last_sync = np.full((self.threads, self.threads), -1, np.int64)
+        self.named = [NamedBarrier() for _ in range(facts.NAMED_BARRIERS)]
+        # The units refer back to this object for errors, the clock and the active threads.
+        self.smem = SharedMemory(self, self.smem_bytes)
+        self.mbarriers = MBarriers(self)
+        self.tma = TmaUnit(self)
+        self.wgmma = WgmmaUnit(self)
+
+    # region threads and errors
+    @property
+    def warps(self) -> int:
+        return self.threads // facts.WARP_SIZE
+
+    @property
+    def warpgroups(self) -> int:
+        return self.threads // facts.WARPGROUP_SIZE
+
+    @property
+    def strand(self) -> Strand:
+        strand = self.scheduler.current
+        assert strand is not None
+        return strand
+
+    @property
+    def active(self) -> np.ndarray:
+        return self.strand.active
+
+    def tick(self) -> int:
+        self.clock += 1
+        return self.clock
+
+    def thread_name(self, thread: int) -> str:
+        thread = int(thread)
+        return (f"thread {thread} (warp {thread // facts.WARP_SIZE}, lane {thread % facts.WARP_SIZE}) "
+                f"of CTA {self.cta_id}")
+
+    def where(self, threads) -> str:
+        """'thread N (...) of CTA (x, y, z)' for an index, or for the first thread of a [T] mask."""
+        if isinstance(threads, np.ndarray) and threads.dtype == np.bool_:
+            threads = int(np.argmax(threads))
+        return self.thread_name(int(threads))
+
+    def fail(self, op: Operation, message: str, threads=None) -> NoReturn:
+        """Raise a KernelHazardError naming the op (its first line) and a thread (an index or a [T] mask)."""
+        where = "" if threads is None else f" in {self.where(threads)}"
+        raise KernelHazardError(f"{describe_op(op)}: {message}{where}")
+
+    def describe(self, op: Operation, message: str, threads=None) -> tuple[str, str]:
+        """(the op's first line, the message with the thread): what a blocked strand waits for."""
+        where = "" if threads is None else f" in {self.where(threads)}"
+        return describe_op(op), f"{message}{where}"
+
+    def converged_units(self, op: Operation, unit: int, what: str) -> list[int]:
+        """The indices of the `unit`-thread groups (warps or warpgroups) with active threads, refusing a group
+        that is only partly active: `what` executes per warp or warpgroup (`.sync.aligned`)."""
+        active = self.active
+        if self.threads % unit:
+            self.fail(op, f"{what} needs whole groups of {unit} threads, but the CTA has {self.threads} threads")
+        groups = active.reshape(-1, unit)
+        partial = groups.any(axis=1) & ~groups.all(axis=1)
+        if partial.any():
+            g = int(np.argmax(partial))
+            inactive = g * unit + int(np.argmax(~groups[g]))
+            kind = "warp" if unit == facts.WARP_SIZE else "warpgroup"
+            self.fail(op, f"divergent {what}: {kind} {g} executes it with only some of its threads active "
+                          f"(thread {inactive} is not)", g * unit + int(np.argmax(groups[g])))
+        return [int(g) for g in np.nonzero(groups.any(axis=1))[0]]
+
+    # endregion
+    # region synchronisation
+    def synchronise(self, participants: np.ndarray, waiters: np.ndarray) -> None:
+        """A barrier completed: `waiters` are now ordered after everything `participants` did before it."""
+        now = self.tick()
+        self.last_sync[np.ix_(participants, waiters)] = now
+        self.mbarriers.share_observations(participants, waiters)
+
+    def bar_arrive(self, op: Operation, barrier: int, count: int, wait: bool) -> None:
+        """bar.sync (wait=True) or bar.arrive at named barrier `barrier` expecting `count` threads."""
+        try:
+            facts.check_named_barrier(barrier, count, self.threads, arrive=not wait)
+        except ValueError as error:
+            self.fail(op, str(error), self.active)
+        self.converged_units(op, facts.WARP_SIZE, "barrier")
+        active = self.active
+        state = self.named[barrier]
+        if state.arrived is None:
+            state.threads = count
+            state.arrived, state.waiting = np.zeros(self.threads, bool), np.zeros(self.threads, bool)
+        elif state.threads != count:
+            self.fail(op, f"named barrier {barrier} expects {state.threads} threads from earlier arrivals, "
+                          f"this one says {count}", active)
+        again = active & state.arrived
+        if again.any():
+            self.fail(op, f"arrives at named barrier {barrier} twice before it completes", again)
+        state.arrived |= active
+        if wait:
+            state.waiting |= active
+        arrived = int(state.arrived.sum())
+        if arrived > count:
+            self.fail(op, f"{arrived} threads arrive at named barrier {barrier}, which expects {count}", active)
+        if arrived == count:
+            self.synchronise(state.arrived, state.waiting)
+            self.named[barrier] = NamedBarrier(generation=state.generation + 1)
+            return
+        if wait:
+            generation = state.generation
+            self.scheduler.block(
+                lambda: self.named[barrier].generation != generation,
+                lambda: self.describe(op, f"waits at named barrier {barrier} for {count} threads, but only "
+                                          f"{int(state.arrived.sum())} arrive", active),
+            )
+
+    # endregion

@@ -1,0 +1,184 @@
+"""The mbarriers of a simulated CTA: one `facts.MBarrierState` per initialised barrier, and what each thread has
+seen of it.
+
+A barrier *instance* lives from `mbarrier_init` to `mbarrier_inval` at an 8-byte shared address; TMA-written
+bytes are tagged with the instance and the phase their copy completed in. `observed[instance, t]` counts the
+phases thread t knows to be complete: a successful `mbarrier_try_wait_parity` sets it to the barrier's current
+phase, and a completed bar_sync passes it on to the threads that waited there. A thread may read TMA data of
+phase p only once `observed > p`.
+
+Rules enforced, each reported with the op and the thread: init at a free, 8-byte-aligned address inside shared
+memory, not over a live barrier; no use before init, after inval, or by a thread the init is not ordered before
+(a bar_sync after the init); the state machine's own limits (`facts.MBarrierState`: arrival count, tx-count
+range); no more arrivals in one op than the phase expects (the extra ones would complete later phases); no
+inval while TMA copies still complete on the barrier. A `try_wait` that fails in every active thread blocks the
+strand until the barrier changes; if nothing can change it, the scheduler reports the deadlock with the
+barrier's address, the parity waited for and the phase it is in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+from xdsl.ir import Operation
+
+from tessera.sm90 import facts
+
+if TYPE_CHECKING:
+    from tessera.interpreters.sm90.cta import CtaState
+
+
+@dataclass(eq=False)
+class MBarrier:
+    index: int
+    address: int
+    state: facts.MBarrierState
+    init_thread: int
+    init_time: int
+    live: bool = True
+
+
+class MBarriers:
+    def __init__(self, cta: CtaState):
+        self.cta = cta
+        self.instances: list[MBarrier] = []
+        self.live: dict[int, MBarrier] = {}
+        self.observed = np.zeros((0, cta.threads), np.int64)
+
+    def _locate(self, address: int) -> str:
+        return self.cta.smem.locate(address)
+
+    def _check_address(self, op: Operation, thread: int, address: int) -> None:
+        smem = self.cta.smem
+        if not 0 <= address <= smem.size - facts.MBARRIER_BYTES:
+            self.cta.fail(op, f"mbarrier address {address:#x} is outside the CTA's {smem.size} bytes of shared memory",
+                          thread)
+        if address % facts.MBARRIER_BYTES:
+            self.cta.fail(op, f"mbarrier at {self._locate(address)} is not {facts.MBARRIER_BYTES}-byte aligned", thread)
+
+    def get(self, op: Operation, thread: int, address: int) -> MBarrier:
+        """The live barrier at `address`, as seen by `thread`."""
+        self._check_address(op, thread, address)
+        barrier = self.live.get(address)
+        if barrier is None:
+            was = any(b.address == address for b in self.instances)
+            self.cta.fail(op, f"uses the mbarrier at {self._locate(address)} "
+                              f"{'after mbarrier_inval' if was else 'before mbarrier_init'}", thread)
+        if thread != barrier.init_thread and self.cta.last_sync[barrier.init_thread, thread] <= barrier.init_time:
+            self.cta.fail(op, f"uses the mbarrier at {self._locate(address)}, which thread {barrier.init_thread} "
+                              "initialised with no bar_sync since (the init is not yet visible to this thread: "
+                              "fence_mbarrier_init, then bar_sync)", thread)
+        return barrier
+
+    def _active_threads(self) -> np.ndarray:
+        return np.nonzero(self.cta.active)[0]
+
+    # region init, arrive, inval
+    def init(self, op: Operation, addresses: np.ndarray, count: int) -> None:
+        for thread in self._active_threads():
+            address = int(addresses[thread])
+            self._check_address(op, thread, address)
+            if address in self.live:
+                self.cta.fail(op, f"initialises the mbarrier at {self._locate(address)} again while it is live "
+                                  "(mbarrier_inval it first)", thread)
+            state = facts.MBarrierState()
+            try:
+                state.init(count)
+            except ValueError as error:
+                self.cta.fail(op, str(error), thread)
+            span = slice(address, address + facts.MBARRIER_BYTES)
+            self.cta.smem.check_writable(op, np.arange(span.start, span.stop),
+                                         np.full(facts.MBARRIER_BYTES, thread), "mbarrier_init")
+            barrier = MBarrier(len(self.instances), address, state, int(thread), self.cta.tick())
+            self.instances.append(barrier)
+            self.live[address] = barrier
+            self.cta.smem.is_mbarrier[span] = True
+            self.observed = np.concatenate([self.observed, np.zeros((1, self.cta.threads), np.int64)])
+
+    def arrive(self, op: Operation, addresses: np.ndarray, tx_bytes: int | None) -> None:
+        """mbarrier.arrive (tx_bytes None) or mbarrier.arrive.expect_tx by every active thread, in thread order."""
+        completed: set[int] = set()
+        for thread in self._active_threads():
+            barrier = self.get(op, thread, int(addresses[thread]))
+            if barrier.index in completed:
+                self.cta.fail(op, f"arrives on the mbarrier at {self._locate(barrier.address)} after the earlier "
+                                  f"arrivals of this op completed its phase {barrier.state.phase - 1}: more threads "
+                                  f"arrive than the {barrier.state.expected} the barrier expects", thread)
+            phase = barrier.state.phase
+            try:
+                if tx_bytes is None:
+                    barrier.state.arrive()
+                else:
+                    barrier.state.arrive_expect_tx(tx_bytes)
+            except ValueError as error:
+                self.cta.fail(op, f"{error} (mbarrier at {self._locate(barrier.address)}, phase {phase})", thread)
+            if barrier.state.phase != phase:
+                completed.add(barrier.index)
+
+    def complete_tx(self, op: Operation, thread: int, barrier: MBarrier, nbytes: int) -> None:
+        try:
+            barrier.state.complete_tx(nbytes)
+        except ValueError as error:
+            self.cta.fail(op, f"{error} (mbarrier at {self._locate(barrier.address)}, phase {barrier.state.phase})",
+                          thread)
+
+    def inval(self, op: Operation, addresses: np.ndarray) -> None:
+        for thread in self._active_threads():
+            barrier = self.get(op, thread, int(addresses[thread]))
+            if self.cta.tma.in_flight_on(barrier):
+                self.cta.fail(op, f"invalidates the mbarrier at {self._locate(barrier.address)} while TMA copies "
+                                  "still complete on it", thread)
+            barrier.live = False
+            del self.live[barrier.address]
+            self.cta.smem.is_mbarrier[barrier.address : barrier.address + facts.MBARRIER_BYTES] = False
+
+    # endregion
+    # region waiting
+    def try_wait_parity(self, op: Operation, addresses: np.ndarray, parity: np.ndarray) -> np.ndarray:
+        """mbarrier.try_wait.parity in every active thread: True where the phase of that parity has completed.
+        In-flight TMA copies on the barriers waited on land first. If no active thread succeeds, the strand
+        blocks until one of those barriers changes (or reports the deadlock)."""
+        threads = self._active_threads()
+        while True:
+            barriers = [self.get(op, t, int(addresses[t])) for t in threads]
+            bad = (parity[threads] != 0) & (parity[threads] != 1)
+            if bad.any():
+                t = threads[np.argmax(bad)]
+                self.cta.fail(op, f"phase parity must be 0 or 1, got {int(parity[t])}", t)
+            for barrier in {b.index: b for b in barriers}.values():
+                self.cta.tma.land_all(barrier)
+            phases = np.array([b.state.phase for b in barriers], np.int64)
+            done = parity[threads] != (phases & 1)
+            if done.any():
+                break
+            waited = {b.index: (b, b.state.phase) for b in barriers}
+            tma = self.cta.tma
+            self.cta.scheduler.block(
+                lambda: any(b.state.phase != p or not b.live or tma.in_flight_on(b) for b, p in waited.values()),
+                lambda: self._describe_stuck(op, barriers[0], int(parity[threads[0]]), int(threads[0])),
+            )
+        result = np.zeros(self.cta.threads, bool)
+        result[threads[done]] = True
+        seen = threads[done]
+        indices = np.array([b.index for b in barriers], np.int64)[done]
+        np.maximum.at(self.observed, (indices, seen), phases[done])
+        return result
+
+    def _describe_stuck(self, op: Operation, barrier: MBarrier, parity: int, thread: int) -> tuple[str, str]:
+        s = barrier.state
+        return self.cta.describe(
+            op, f"every active thread spins on the mbarrier at {self._locate(barrier.address)} waiting for "
+                f"parity {parity}, but the barrier is in phase {s.phase} (parity {s.phase & 1}) with {s.pending} of "
+                f"{s.expected} arrivals pending and tx-count {s.tx_count}, and no in-flight copy or other thread "
+                "can complete the phase", thread)
+
+    def share_observations(self, participants: np.ndarray, waiters: np.ndarray) -> None:
+        """After a barrier, the waiters know every phase completion a participant had observed."""
+        if not len(self.observed):
+            return
+        seen = self.observed[:, participants].max(axis=1, initial=0)
+        self.observed[:, waiters] = np.maximum(self.observed[:, waiters], seen[:, None])
+
+    # endregion

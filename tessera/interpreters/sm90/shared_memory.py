@@ -1,0 +1,237 @@
+"""The shared memory of a simulated CTA: `smem_bytes` bytes at absolute byte addresses, with a tag per byte
+that says who wrote it and whether a reader may see it yet.
+
+    NEVER       nothing has written the byte
+    GENERIC     st_shared by thread `writer` at time `written_at`; `fenced_at` is the time of the writer's
+                first fence_proxy_async after the store (-1: none yet)
+    IN_FLIGHT   a TMA copy completing on mbarrier instance `barrier` will write it
+    LANDED      the TMA copy has written it; it counts towards phase `phase` of mbarrier instance `barrier`
+
+Readers are checked against the tags (the checked asynchrony of DESIGN.md section 5):
+- a generic read (`ld_shared`) by thread r of a LANDED byte needs r to have observed phase `phase` of the
+  barrier complete (a successful try_wait, or a bar_sync with a thread that did); of a GENERIC byte another
+  thread wrote, a bar_sync ordering the store before the read;
+- an async-proxy read (a wgmma operand) needs every thread of the issuing warpgroup to have observed the TMA's
+  phase; a GENERIC byte must have been fenced by its writer, and a writer in another warp must be ordered
+  before the warpgroup by a bar_sync after that fence;
+- nobody reads IN_FLIGHT or NEVER bytes, and nothing is written over a live mbarrier, over bytes a TMA copy
+  is still writing, or over bytes a pending wgmma still reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+from xdsl.ir import Operation
+
+from tessera.interpreters.sm90.registers import WORD_BYTES
+
+if TYPE_CHECKING:
+    from tessera.interpreters.sm90.cta import CtaState
+
+NEVER, GENERIC, IN_FLIGHT, LANDED = range(4)
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A `sm90.shared_buffer`: its name, byte range and swizzle."""
+
+    name: str
+    offset: int
+    size: int
+    swizzle: int
+
+
+class SharedMemory:
+    def __init__(self, cta: CtaState, size: int):
+        self.cta = cta
+        self.size = size
+        self.data = np.zeros(size, np.uint8)
+        self.state = np.zeros(size, np.int8)
+        self.barrier = np.full(size, -1, np.int32)
+        self.phase = np.zeros(size, np.int64)
+        self.writer = np.full(size, -1, np.int32)
+        self.written_at = np.zeros(size, np.int64)
+        self.fenced_at = np.full(size, -1, np.int64)
+        self.is_mbarrier = np.zeros(size, bool)
+        self.buffers: dict[tuple[str, int], Buffer] = {}
+
+    # region buffers and addresses
+    def add_buffer(self, op: Operation, buffer: Buffer) -> None:
+        if buffer.offset + buffer.size > self.size:
+            self.cta.fail(op, f"shared buffer '{buffer.name}' [{buffer.offset}, {buffer.offset + buffer.size}) does "
+                              f"not fit the kernel's {self.size} bytes of shared memory (sm90.kernel smem_bytes)")
+        self.buffers[(buffer.name, buffer.offset)] = buffer
+
+    def buffer_at(self, address: int) -> Buffer | None:
+        for buffer in self.buffers.values():
+            if buffer.offset <= address < buffer.offset + buffer.size:
+                return buffer
+        return None
+
+    def locate(self, address: int) -> str:
+        address = int(address)
+        buffer = self.buffer_at(address)
+        inside = f" (buffer '{buffer.name}' + {address - buffer.offset})" if buffer else ""
+        return f"shared address {address:#x}{inside}"
+
+    def check_bounds(self, op: Operation, addresses: np.ndarray, threads: np.ndarray, width: int, what: str) -> None:
+        """Refuse accesses of `width` bytes at `addresses` (by `threads`, same shape) outside [0, smem_bytes)."""
+        bad = (addresses < 0) | (addresses + width > self.size)
+        if bad.any():
+            i = np.argmax(bad.reshape(-1))
+            self.cta.fail(op, f"{what} {width} bytes at shared address {int(addresses.reshape(-1)[i]):#x}, outside "
+                              f"the CTA's {self.size} bytes of shared memory", int(threads.reshape(-1)[i]))
+
+    def check_alignment(self, op: Operation, addresses: np.ndarray, threads: np.ndarray, align: int, what: str) -> None:
+        bad = addresses % align != 0
+        if bad.any():
+            i = np.argmax(bad.reshape(-1))
+            self.cta.fail(op, f"{what} at {self.locate(addresses.reshape(-1)[i])}, which is not {align}-byte aligned",
+                          int(threads.reshape(-1)[i]))
+
+    def check_writable(self, op: Operation, addresses: np.ndarray, threads: np.ndarray, what: str) -> None:
+        """Bytes at `addresses` (flat) may be overwritten by `threads` (flat): no live mbarrier, no TMA copy
+        still writing them, no pending wgmma reading them."""
+        over = self.is_mbarrier[addresses]
+        if over.any():
+            i = np.argmax(over)
+            self.cta.fail(op, f"{what} overwrites the live mbarrier at {self.locate(addresses[i] & ~7)}",
+                          int(threads[i]))
+        flying = self.state[addresses] == IN_FLIGHT
+        if flying.any():
+            i = np.argmax(flying)
+            self.cta.fail(op, f"{what} writes {self.locate(addresses[i])} while a TMA copy into it is still in "
+                              "flight (write-after-write race with the async proxy)", int(threads[i]))
+        self.cta.wgmma.check_not_read_by_pending(op, addresses, threads, what)
+
+    # endregion
+    # region generic proxy: st_shared, ld_shared, fence_proxy_async
+    def store_words(self, op: Operation, threads: np.ndarray, addresses: np.ndarray, words: np.ndarray) -> None:
+        """st.shared.b32 of `words` (uint32) at `addresses` by `threads` (all 1-D, same length)."""
+        self.check_bounds(op, addresses, threads, WORD_BYTES, "stores")
+        self.check_alignment(op, addresses, threads, WORD_BYTES, "stores 32 bits")
+        byte_addresses = (addresses[:, None] + np.arange(WORD_BYTES)).reshape(-1)
+        byte_threads = np.repeat(threads, WORD_BYTES)
+        self.check_writable(op, byte_addresses, byte_threads, "st_shared")
+        self.data[byte_addresses] = words.astype("<u4").view(np.uint8)
+        self.state[byte_addresses] = GENERIC
+        self.writer[byte_addresses] = byte_threads
+        self.written_at[byte_addresses] = self.cta.tick()
+        self.fenced_at[byte_addresses] = -1
+        self.barrier[byte_addresses] = -1
+
+    def load_words(self, op: Operation, threads: np.ndarray, addresses: np.ndarray) -> np.ndarray:
+        """ld.shared.b32 at `addresses` by `threads`: the uint32 words, after the visibility checks."""
+        self.check_bounds(op, addresses, threads, WORD_BYTES, "loads")
+        self.check_alignment(op, addresses, threads, WORD_BYTES, "loads 32 bits")
+        byte_addresses = (addresses[:, None] + np.arange(WORD_BYTES)).reshape(-1)
+        self.check_generic_read(op, byte_addresses, np.repeat(threads, WORD_BYTES))
+        return self.data[byte_addresses].view("<u4").astype(np.uint32)
+
+    def fence_proxy_async(self, threads: np.ndarray) -> None:
+        """fence.proxy.async by the threads of the [T] mask: their stores so far become visible to the async
+        proxy (wgmma operands)."""
+        stored = (self.state == GENERIC) & (self.fenced_at < self.written_at)
+        mine = np.zeros_like(stored)
+        mine[stored] = threads[self.writer[stored]]
+        self.fenced_at[mine] = self.cta.tick()
+
+    def check_generic_read(self, op: Operation, addresses: np.ndarray, readers: np.ndarray) -> None:
+        state = self.state[addresses]
+        self._refuse_unready(op, addresses, state, readers)
+        landed = state == LANDED
+        if landed.any():
+            barrier, phase, reader = self.barrier[addresses][landed], self.phase[addresses][landed], readers[landed]
+            unseen = self.cta.mbarriers.observed[barrier, reader] <= phase
+            if unseen.any():
+                i = np.argmax(unseen)
+                self._unsignalled(op, addresses[landed][i], int(barrier[i]), int(phase[i]), int(reader[i]))
+        stored = (state == GENERIC) & (self.writer[addresses] != readers)
+        if stored.any():
+            writer, reader = self.writer[addresses][stored], readers[stored]
+            unordered = self.cta.last_sync[writer, reader] <= self.written_at[addresses][stored]
+            if unordered.any():
+                i = np.argmax(unordered)
+                self.cta.fail(op, f"reads {self.locate(addresses[stored][i])}, which thread {int(writer[i])} stored "
+                                  "with no bar_sync in between (data race)", int(reader[i]))
+
+    # endregion
+    # region async proxy: wgmma operands, TMA copies
+    def check_async_read(self, op: Operation, addresses: np.ndarray, readers: np.ndarray, what: str) -> None:
+        """A warpgroup (`readers`, its 128 thread ids) reads `addresses` through the async proxy."""
+        state = self.state[addresses]
+        self._refuse_unready(op, addresses, state, np.full(addresses.shape, readers[0]), what)
+        landed = state == LANDED
+        if landed.any():
+            keys = self.barrier[addresses][landed].astype(np.int64) << 32 | self.phase[addresses][landed]
+            keys = keys[:1] if (keys == keys[0]).all() else np.unique(keys)
+            for key in keys:
+                barrier, phase = int(key >> 32), int(key & 0xFFFFFFFF)
+                unseen = self.cta.mbarriers.observed[barrier, readers] <= phase
+                if unseen.any():
+                    hit = landed & (self.barrier[addresses] == barrier) & (self.phase[addresses] == phase)
+                    self._unsignalled(op, addresses[np.argmax(hit)], barrier, phase, int(readers[np.argmax(unseen)]),
+                                      what)
+        stored = state == GENERIC
+        if not stored.any():
+            return
+        stored_addresses = addresses[stored]
+        unfenced = self.fenced_at[stored_addresses] < self.written_at[stored_addresses]
+        if unfenced.any():
+            address = stored_addresses[np.argmax(unfenced)]
+            self.cta.fail(op, f"reads {what} at {self.locate(address)}, which thread {int(self.writer[address])} "
+                              "stored with st_shared and has not made visible to the async proxy "
+                              "(missing fence_proxy_async after the store)", readers[0])
+        writers = self.writer[stored_addresses]
+        fenced = np.full(self.cta.threads, -1, np.int64)
+        np.maximum.at(fenced, writers, self.fenced_at[stored_addresses])
+        for writer in np.unique(writers):
+            other_warps = readers[readers // 32 != writer // 32]
+            unordered = self.cta.last_sync[writer, other_warps] <= fenced[writer]
+            if unordered.any():
+                address = stored_addresses[np.argmax(writers == writer)]
+                self.cta.fail(op, f"reads {what} at {self.locate(address)}, which thread {int(writer)} stored and "
+                                  "fenced with no bar_sync since then ordering it before this warp",
+                              int(other_warps[np.argmax(unordered)]))
+
+    def begin_async_write(self, op: Operation, thread: int, addresses: np.ndarray, barrier: int) -> None:
+        """A TMA copy by `thread` will write `addresses` and complete on mbarrier instance `barrier`."""
+        self.check_bounds(op, addresses, np.full(addresses.shape, thread), 1, "writes")
+        self.check_writable(op, addresses, np.full(addresses.shape, thread), "the TMA copy")
+        self.state[addresses] = IN_FLIGHT
+        self.barrier[addresses] = barrier
+
+    def land(self, addresses: np.ndarray, data: np.ndarray, barrier: int, phase: int) -> None:
+        self.data[addresses] = data
+        self.state[addresses] = LANDED
+        self.barrier[addresses] = barrier
+        self.phase[addresses] = phase
+        self.writer[addresses] = -1
+
+    def _refuse_unready(self, op: Operation, addresses: np.ndarray, state: np.ndarray, readers: np.ndarray,
+                        what: str = "") -> None:
+        what = f" {what}" if what else ""
+        never = state == NEVER
+        if never.any():
+            i = np.argmax(never)
+            self.cta.fail(op, f"reads{what} at {self.locate(addresses[i])}, which nothing has written", int(readers[i]))
+        flying = state == IN_FLIGHT
+        if flying.any():
+            i = np.argmax(flying)
+            mbarrier = self.cta.mbarriers.instances[int(self.barrier[addresses[i]])]
+            self.cta.fail(op, f"reads{what} at {self.locate(addresses[i])} before the TMA signalled: the copy into it "
+                              f"has not completed on the mbarrier at {self.locate(mbarrier.address)} (no successful "
+                              "mbarrier_try_wait_parity for its phase)", int(readers[i]))
+
+    def _unsignalled(self, op: Operation, address: int, barrier: int, phase: int, reader: int, what: str = "") -> None:
+        what = f" {what}" if what else ""
+        mbarrier = self.cta.mbarriers.instances[barrier]
+        self.cta.fail(op, f"reads{what} at {self.locate(address)} before the TMA signalled: this thread has not "
+                          f"observed phase {phase} (parity {phase & 1}) of the mbarrier at "
+                          f"{self.locate(mbarrier.address)} complete (missing or failed mbarrier_try_wait_parity)",
+                      reader)
+
+    # endregion

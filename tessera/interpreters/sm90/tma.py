@@ -1,0 +1,147 @@
+"""Tensor maps and TMA bulk tensor copies in the CTA simulator.
+
+A `TensorMap` is what the host would encode with cuTensorMapEncodeTiled for a kernel argument: the global
+tensor (a row-major NumPy array; its dimensions innermost first are `reversed(shape)`), the box and the
+swizzle. `facts.TensorMapSpec.validate` refuses what the driver refuses (e.g. a box whose inner row is wider
+than the swizzle span, or row strides that are not multiples of 16 bytes).
+
+`sm90.tma_load` reads the box at the given coordinates (elements outside the tensor read as zero, the
+FLOAT_OOB_FILL_NONE rule), lays it out row-major in shared memory from the destination address, applies the
+map's swizzle to the *absolute* addresses (`facts.swizzle_address`), and completes `box bytes` of transaction
+on the mbarrier. The copy is asynchronous: its bytes are marked in flight at issue, and it lands (data
+written, complete-tx applied, bytes tagged with the barrier phase they belong to) when a thread next waits on
+that barrier. Every executing thread issues its own copy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import ml_dtypes
+import numpy as np
+from xdsl.ir import Operation
+
+from tessera.sm90 import facts
+
+if TYPE_CHECKING:
+    from tessera.interpreters.sm90.cta import CtaState
+    from tessera.interpreters.sm90.mbarrier import MBarrier
+
+_DATA_TYPES = {
+    np.dtype(np.uint8): facts.TensorMapDataType.UINT8,
+    np.dtype(np.uint16): facts.TensorMapDataType.UINT16,
+    np.dtype(np.uint32): facts.TensorMapDataType.UINT32,
+    np.dtype(np.int32): facts.TensorMapDataType.INT32,
+    np.dtype(np.uint64): facts.TensorMapDataType.UINT64,
+    np.dtype(np.int64): facts.TensorMapDataType.INT64,
+    np.dtype(np.float16): facts.TensorMapDataType.FLOAT16,
+    np.dtype(np.float32): facts.TensorMapDataType.FLOAT32,
+    np.dtype(np.float64): facts.TensorMapDataType.FLOAT64,
+    np.dtype(ml_dtypes.bfloat16): facts.TensorMapDataType.BFLOAT16,
+}
+
+
+@dataclass(frozen=True, eq=False)
+class TensorMap:
+    """A `!sm90.tensormap` kernel argument."""
+
+    name: str
+    array: np.ndarray
+    spec: facts.TensorMapSpec
+    swizzle: int
+
+    @classmethod
+    def encode(cls, name: str, array: np.ndarray, box: tuple[int, ...], swizzle: int) -> TensorMap:
+        """The map of row-major `array` with `box` (innermost first); ValueError names a broken encode rule."""
+        if array.dtype not in _DATA_TYPES:
+            raise ValueError(f"tensor map {name}: no CUtensorMapDataType for elements of {array.dtype}")
+        if not array.flags.c_contiguous:
+            raise ValueError(f"tensor map {name}: the global tensor must be row-major contiguous")
+        dims = tuple(reversed(array.shape))
+        e = array.dtype.itemsize
+        strides = tuple(math.prod(dims[:i]) * e for i in range(1, len(dims)))
+        spec = facts.TensorMapSpec(_DATA_TYPES[array.dtype], dims, strides, tuple(box),
+                                   swizzle=facts.tensor_map_swizzle(swizzle))
+        spec.validate()
+        return cls(name, array, spec, swizzle)
+
+    def read_box(self, coords: list[int]) -> np.ndarray:
+        """The bytes of the box at element coordinates `coords` (innermost first), zero outside the tensor,
+        in shared-memory order (innermost dimension contiguous)."""
+        axes, valid = [], None
+        for axis, size in enumerate(self.array.shape):
+            dim = self.array.ndim - 1 - axis
+            index = coords[dim] + np.arange(self.spec.box_dims[dim])
+            inside = (index >= 0) & (index < size)
+            axes.append(np.clip(index, 0, size - 1))
+            shape = [1] * self.array.ndim
+            shape[axis] = -1
+            valid = inside.reshape(shape) if valid is None else valid & inside.reshape(shape)
+        box = np.where(valid, self.array[np.ix_(*axes)], np.zeros((), self.array.dtype))
+        return np.ascontiguousarray(box).view(np.uint8).reshape(-1)
+
+
+@dataclass(eq=False)
+class TmaCopy:
+    op: Operation
+    thread: int
+    barrier: MBarrier
+    addresses: np.ndarray
+    data: np.ndarray
+    nbytes: int
+
+
+class TmaUnit:
+    """The TMA copies of a CTA that have been issued and not yet landed, oldest first."""
+
+    def __init__(self, cta: CtaState):
+        self.cta = cta
+        self.in_flight: list[TmaCopy] = []
+
+    def load(self, op: Operation, tensor_map: TensorMap, coords: list[np.ndarray], dest: np.ndarray,
+             mbarrier: np.ndarray) -> None:
+        cta, smem = self.cta, self.cta.smem
+        spec = tensor_map.spec
+        for thread in np.nonzero(cta.active)[0]:
+            if len(coords) != spec.rank:
+                cta.fail(op, f"a rank-{spec.rank} tensor map needs {spec.rank} coordinates, got {len(coords)}", thread)
+            start = int(dest[thread])
+            if start % facts.TMA_SMEM_ALIGNMENT:
+                cta.fail(op, f"TMA destination {smem.locate(start)} is not {facts.TMA_SMEM_ALIGNMENT}-byte aligned",
+                         thread)
+            barrier = cta.mbarriers.get(op, thread, int(mbarrier[thread]))
+            data = tensor_map.read_box([int(c[thread]) for c in coords])
+            smem.check_bounds(op, np.array([start]), np.array([thread]), data.size, "the TMA copy writes")
+            buffer = smem.buffer_at(start)
+            if buffer is not None:
+                if buffer.swizzle != tensor_map.swizzle:
+                    cta.fail(op, f"tensor map {tensor_map.name} swizzles {tensor_map.swizzle}B but its destination, "
+                                 f"buffer '{buffer.name}', is declared with swizzle {buffer.swizzle}", thread)
+                if start + data.size > buffer.offset + buffer.size:
+                    cta.fail(op, f"the {data.size}-byte box of tensor map {tensor_map.name} at "
+                                 f"{smem.locate(start)} overruns buffer '{buffer.name}' ({buffer.size} bytes)", thread)
+            addresses = facts.swizzle_address(start + np.arange(data.size, dtype=np.int64), tensor_map.swizzle)
+            smem.begin_async_write(op, int(thread), addresses, barrier.index)
+            self.in_flight.append(TmaCopy(op, int(thread), barrier, addresses, data, spec.box_bytes))
+
+    def in_flight_on(self, barrier: MBarrier) -> bool:
+        return any(copy.barrier is barrier for copy in self.in_flight)
+
+    def land_all(self, barrier: MBarrier) -> None:
+        """Complete every in-flight copy on `barrier`, in issue order: write its bytes (tagged with the phase
+        they count towards) and complete its transaction bytes."""
+        landing = [copy for copy in self.in_flight if copy.barrier is barrier]
+        if not landing:
+            return
+        self.in_flight = [copy for copy in self.in_flight if copy.barrier is not barrier]
+        for copy in landing:
+            self.cta.smem.land(copy.addresses, copy.data, barrier.index, barrier.state.phase)
+            self.cta.mbarriers.complete_tx(copy.op, copy.thread, barrier, copy.nbytes)
+
+    def check_drained(self) -> None:
+        if self.in_flight:
+            copy = self.in_flight[0]
+            self.cta.fail(copy.op, "the kernel ends with this TMA copy in flight (no thread waited on its mbarrier "
+                                   f"at {self.cta.smem.locate(copy.barrier.address)})", copy.thread)

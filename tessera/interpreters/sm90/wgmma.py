@@ -1,0 +1,240 @@
+"""Warpgroup MMA in the CTA simulator: operands through descriptors or registers, the accumulator fragment,
+and the asynchrony of commit and wait groups.
+
+`wgmma_mma_async` runs per warpgroup (threads 128w .. 128w+127, all of them active): A (64 x 16) comes from
+shared memory through its descriptor (`facts.descriptor_element_address`, K-major for trans 0, MN-major for
+trans 1, the swizzle taken on absolute addresses) or from the threads' four packed registers
+(`facts.a_fragment_coords`, element 2i in the low half per `facts.mov_unpack_b32`); B (16 x N) always
+from shared memory (trans_b: 0 = K-major, 1 = MN-major). D = A x B (+ D), products exact, summed in float64
+and rounded once to f32; the accumulator is scattered and gathered with `facts.accumulator_coords`.
+
+The result is computed at once but is *pending*: each warpgroup has an open group that its mma_async ops
+join, `wgmma_commit_group` closes it, and `wgmma_wait_group N` completes all committed groups but the N
+newest. A pending value is tracked by the identity of its array (`Pending`): any op other than a later
+mma_async taking it as accumulator (or control flow passing it along) that reads it before its group
+completes is an error, and so is reading the A registers of a pending RS wgmma, or overwriting the shared
+memory a pending wgmma reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+import numpy as np
+from xdsl.dialects import scf
+from xdsl.interpreter import Interpreter
+from xdsl.ir import Operation
+
+from tessera.dialects import sm90
+from tessera.interpreters.block_batch import describe_op
+from tessera.interpreters.sm90.registers import as_unsigned64
+from tessera.sm90 import facts
+
+if TYPE_CHECKING:
+    from tessera.interpreters.sm90.cta import CtaState
+
+_PASS_THROUGH = {scf.YieldOp: 0, scf.ConditionOp: 1, scf.ForOp: 3, scf.WhileOp: 0}
+"""Control flow that carries values without reading them: operands from this position on."""
+
+
+@dataclass(eq=False)
+class Pending:
+    """A register value tied to wgmma groups: `groups[w]` is the group of warpgroup w it waits for (-1: none).
+    `kind` is "result" (an accumulator) or "A operand" (the registers of an RS wgmma)."""
+
+    array: np.ndarray
+    groups: np.ndarray
+    kind: str
+    op: Operation
+
+
+@lru_cache(maxsize=None)
+def _accumulator_coords(n: int) -> tuple[np.ndarray, np.ndarray]:
+    v = np.arange(facts.accumulator_registers(n, "f32"))
+    return facts.accumulator_coords(v[None, :], np.arange(facts.WARPGROUP_SIZE)[:, None])
+
+
+@lru_cache(maxsize=None)
+def _a_coords() -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    i = np.arange(facts.A_FRAGMENT_REGISTERS)[None, :]
+    t = np.arange(facts.WARPGROUP_SIZE)[:, None]
+    return facts.a_fragment_coords(i, 0, t), facts.a_fragment_coords(i, 1, t)
+
+
+class WgmmaUnit:
+    def __init__(self, cta: CtaState):
+        self.cta = cta
+        groups = max(1, cta.warpgroups)
+        self.open = np.zeros(groups, np.int64)
+        self.committed: list[list[int]] = [[] for _ in range(groups)]
+        self.done = np.full(groups, -1, np.int64)
+        self.registry: dict[int, Pending] = {}
+        # read_group[w, byte]: the newest group of warpgroup w with a wgmma reading that shared byte (-1: none);
+        # group_ops[(w, g)]: the first wgmma of that group, for messages.
+        self.read_group = np.full((groups, cta.smem_bytes), -1, np.int64)
+        self.group_ops: dict[tuple[int, int], Operation] = {}
+
+    # region mma_async
+    def mma(self, op: sm90.WgmmaMmaAsyncOp, acc: np.ndarray, a: np.ndarray, b: np.ndarray,
+            scale_d: np.ndarray | None) -> np.ndarray:
+        cta = self.cta
+        n, ab = op.n.value.data, op.ab_type.data
+        trans_a, trans_b = op.trans_a.value.data, op.trans_b.value.data
+        m, _, k = facts.wgmma_shape(n, ab, "f32")
+        rows, cols = _accumulator_coords(n)
+        result = acc.copy()
+        warpgroups = cta.converged_units(op, facts.WARPGROUP_SIZE, "wgmma_mma_async")
+        for w in warpgroups:
+            threads = np.arange(w * facts.WARPGROUP_SIZE, (w + 1) * facts.WARPGROUP_SIZE)
+            if op.a_in_registers:
+                a_tile = self._register_a(a[threads], ab, m, k)
+            else:
+                a_desc = self._uniform(op, a, threads, "A descriptor")
+                a_tile = self._shared_operand(op, w, a_desc, "MN" if trans_a else "K", m, k, ab, threads, "A")
+            b_desc = self._uniform(op, b, threads, "B descriptor")
+            b_tile = self._shared_operand(op, w, b_desc, "MN" if trans_b else "K", n, k, ab, threads, "B")
+            d = a_tile.astype(np.float64) @ b_tile.astype(np.float64).T
+            if scale_d is None or self._uniform(op, scale_d, threads, "scale-d predicate"):
+                d[rows, cols] += acc[threads].astype(np.float64)
+            result[threads] = d[rows, cols].astype(np.float32)
+        groups = self._groups_of(acc).copy()
+        groups[warpgroups] = self.open[warpgroups]
+        self.registry[id(result)] = Pending(result, groups, "result", op)
+        if op.a_in_registers:
+            a_groups = self._groups_of(a).copy()
+            a_groups[warpgroups] = self.open[warpgroups]
+            self.registry[id(a)] = Pending(a, a_groups, "A operand", op)
+        return result
+
+    def _uniform(self, op: Operation, values: np.ndarray, threads: np.ndarray, what: str):
+        mine = values[threads]
+        differ = mine != mine[0]
+        if differ.any():
+            t = int(threads[np.argmax(differ)])
+            self.cta.fail(op, f"the {what} must be the same in all threads of warpgroup "
+                              f"{threads[0] // facts.WARPGROUP_SIZE}: thread {int(threads[0])} has {mine[0]}, "
+                              f"thread {t} has {values[t]}", t)
+        return mine[0]
+
+    def _shared_operand(self, op: Operation, warpgroup: int, descriptor, major: str, extent: int, k: int, ab: str,
+                        threads: np.ndarray, what: str) -> np.ndarray:
+        """The [extent, k] operand (rows = M of A or N of B) read through `descriptor`, after the checks."""
+        cta, smem = self.cta, self.cta.smem
+        descriptor = as_unsigned64(descriptor)
+        element_bytes = facts.WGMMA_K_BYTES // k
+        try:
+            fields = facts.decode_descriptor(descriptor)
+            addresses = facts.descriptor_element_address(fields, major, element_bytes, np.arange(extent)[:, None],
+                                                         np.arange(k)[None, :])
+        except ValueError as error:
+            cta.fail(op, f"operand {what}: {error}", threads[0])
+        addresses = np.asarray(addresses, np.int64)
+        readers = np.full(addresses.shape, threads[0])
+        smem.check_bounds(op, addresses, readers, element_bytes, f"reads operand {what}:")
+        buffer = smem.buffer_at(fields.start_address)
+        if buffer is not None and buffer.swizzle != fields.swizzle:
+            cta.fail(op, f"operand {what}: the descriptor swizzles {fields.swizzle}B but buffer '{buffer.name}' is "
+                         f"declared with swizzle {buffer.swizzle}", threads[0])
+        byte_addresses = (addresses.reshape(-1, 1) + np.arange(element_bytes)).reshape(-1)
+        smem.check_async_read(op, byte_addresses, threads, f"wgmma operand {what}")
+        group = int(self.open[warpgroup])
+        self.read_group[warpgroup, byte_addresses] = group
+        self.group_ops.setdefault((warpgroup, group), op)
+        bits = smem.data[addresses[..., None] + np.arange(element_bytes)].view("<u2")[..., 0]
+        return facts.half_bits_to_f32(bits, ab)
+
+    @staticmethod
+    def _register_a(registers: np.ndarray, ab: str, m: int, k: int) -> np.ndarray:
+        """The m x k A tile from the [128, 4] packed registers of a warpgroup (each register two halves)."""
+        lo, hi = facts.mov_unpack_b32(registers.view(np.uint32))
+        tile = np.zeros((m, k), np.float32)
+        (row_lo, k_lo), (row_hi, k_hi) = _a_coords()
+        tile[row_lo, k_lo] = facts.half_bits_to_f32(lo, ab)
+        tile[row_hi, k_hi] = facts.half_bits_to_f32(hi, ab)
+        return tile
+
+    # endregion
+    # region groups
+    def commit(self, op: Operation) -> None:
+        for w in self.cta.converged_units(op, facts.WARPGROUP_SIZE, "wgmma_commit_group"):
+            self.committed[w].append(int(self.open[w]))
+            self.open[w] += 1
+
+    def wait(self, op: Operation, pending: int) -> None:
+        for w in self.cta.converged_units(op, facts.WARPGROUP_SIZE, "wgmma_wait_group"):
+            outstanding = [g for g in self.committed[w] if g > self.done[w]]
+            if len(outstanding) > pending:
+                self.done[w] = outstanding[len(outstanding) - pending - 1]
+        self.registry = {k: p for k, p in self.registry.items() if (p.groups > self.done).any()}
+
+    def _groups_of(self, value) -> np.ndarray:
+        entry = self.registry.get(id(value))
+        if entry is None or entry.array is not value:
+            return np.full(len(self.done), -1, np.int64)
+        return entry.groups
+
+    # endregion
+    # region checks
+    def check_uses(self, op: Operation, args: tuple) -> None:
+        """Refuse an op that reads a pending wgmma value (called before every op)."""
+        if not self.registry:
+            return
+        first_free = _PASS_THROUGH.get(type(op))
+        for position, value in enumerate(args):
+            entry = self.registry.get(id(value))
+            if entry is None or entry.array is not value:
+                continue
+            if first_free is not None and position >= first_free:
+                continue
+            if isinstance(op, sm90.WgmmaMmaAsyncOp) and (position, entry.kind) in ((0, "result"), (1, "A operand")):
+                continue
+            self._refuse_pending(op, entry)
+
+    def _refuse_pending(self, op: Operation, entry: Pending) -> None:
+        size, active = facts.WARPGROUP_SIZE, self.cta.active
+        for w in np.nonzero(entry.groups > self.done)[0]:
+            mine = active[w * size : (w + 1) * size]
+            if not mine.any():
+                continue
+            what = "the result" if entry.kind == "result" else "the A registers"
+            self.cta.fail(op, f"reads {what} of `{describe_op(entry.op)}` before a wgmma_wait_group covers its "
+                              f"group (group {int(entry.groups[w])} of warpgroup {w} is still pending)",
+                          w * size + int(np.argmax(mine)))
+
+    def merged(self, result: np.ndarray, *sources) -> np.ndarray:
+        """`result`, merged from `sources` at a reconvergence point, stays pending on their groups."""
+        entries = [self.registry[id(s)] for s in sources if id(s) in self.registry and self.registry[id(s)].array is s]
+        if entries:
+            groups = np.maximum.reduce([e.groups for e in entries])
+            self.registry[id(result)] = Pending(result, groups, entries[0].kind, entries[0].op)
+        return result
+
+    def check_not_read_by_pending(self, op: Operation, addresses: np.ndarray, threads: np.ndarray, what: str) -> None:
+        """Refuse writing shared bytes that a wgmma whose group has not completed may still read."""
+        pending = self.read_group[:, addresses] > self.done[:, None]
+        if pending.any():
+            w, i = np.unravel_index(np.argmax(pending), pending.shape)
+            reader = self.group_ops[(int(w), int(self.read_group[w, addresses[i]]))]
+            self.cta.fail(op, f"{what} overwrites {self.cta.smem.locate(addresses[i])} while `{describe_op(reader)}` "
+                              f"of warpgroup {w} may still read it (wgmma_wait_group first)", int(threads[i]))
+
+    def check_drained(self) -> None:
+        """At the end of the kernel, every wgmma must have completed."""
+        for (w, group), op in self.group_ops.items():
+            if group > self.done[w]:
+                self.cta.fail(op, f"the kernel ends with this wgmma pending in warpgroup {w} (no wgmma_commit_group "
+                                  "and wgmma_wait_group cover it)", w * facts.WARPGROUP_SIZE)
+
+    # endregion
+
+
+class PendingUseChecker(Interpreter.Listener):
+    """Checks every op's operands against the pending wgmma values before it runs."""
+
+    def __init__(self, unit: WgmmaUnit):
+        self.unit = unit
+
+    def will_interpret_op(self, op: Operation, args: tuple) -> None:
+        self.unit.check_uses(op, args)

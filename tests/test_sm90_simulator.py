@@ -1,0 +1,972 @@
+"""The CTA simulator runs hand-written Target IR: TMA into swizzled shared memory, wgmma with descriptors or
+register A, shuffles, warp-specialized pipelines and per-thread control flow match NumPy; every seeded
+asynchrony bug is reported as a KernelHazardError naming the op and the thread, never computed."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from xdsl.dialects import func
+
+from tessera.interpreters.block_batch import KernelHazardError
+from tessera.interpreters.sm90 import DeadlockError, run_target_kernel
+from tessera.ir import parse_module
+from tessera.kernel_abi import is_target_kernel
+
+BF16 = ml_dtypes.bfloat16
+
+
+def _kernel(text: str) -> func.FuncOp:
+    return next(op for op in parse_module(text).walk() if is_target_kernel(op))
+
+
+def _seed(text: str, old: str, new: str) -> str:
+    """The kernel with one bug planted: `old` (which must occur) replaced by `new`."""
+    assert old in text, old
+    return text.replace(old, new)
+
+
+# region kernels
+
+# C = A x B^T for one 64 x 64 x 64 bf16 tile: one warpgroup, TMA into 128B-swizzled buffers, four k16 steps
+# of SS wgmma advancing both descriptors by 32 bytes.
+SS_GEMM = """\
+builtin.module {
+  func.func @gemm_tile(
+      %a_map: !sm90.tensormap {sm90.source = 0 : i64, sm90.box = [64 : i64, 64 : i64], sm90.swizzle = 128 : i64, tile.dims = #tile.dims<64, 64>},
+      %b_map: !sm90.tensormap {sm90.source = 1 : i64, sm90.box = [64 : i64, 64 : i64], sm90.swizzle = 128 : i64, tile.dims = #tile.dims<64, 64>},
+      %c_ptr: i64 {sm90.source = 2 : i64, tile.dims = #tile.dims<64, 64>, tile.role = "out"})
+      attributes {sm90.kernel = {threads = 128 : i64, smem_bytes = 16392 : i64},
+                  tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>} {
+    %tid = sm90.special "tid.x" : index
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c4 = arith.constant 4 : index
+    %zero_i32 = arith.constant 0 : i32
+    %true = arith.constant true
+    %leader = arith.cmpi eq, %tid, %c0 : index
+    %sa = sm90.shared_buffer "a" offset 0 size 8192 align 1024 swizzle 128 : i32
+    %sb = sm90.shared_buffer "b" offset 8192 size 8192 align 1024 swizzle 128 : i32
+    %bar = sm90.shared_buffer "full" offset 16384 size 8 align 8 swizzle 0 : i32
+    scf.if %leader {
+      sm90.mbarrier_init %bar, 1
+      sm90.fence_mbarrier_init
+    }
+    sm90.bar_sync 0, 128
+    scf.if %leader {
+      sm90.mbarrier_arrive_expect_tx %bar, 16384
+      sm90.tma_load %a_map[%zero_i32, %zero_i32], %sa, %bar : i32, i32
+      sm90.tma_load %b_map[%zero_i32, %zero_i32], %sb, %bar : i32, i32
+    }
+    scf.while () : () -> () {
+      %ok = sm90.mbarrier_try_wait_parity %bar, %zero_i32 : i32
+      %again = arith.xori %ok, %true : i1
+      scf.condition(%again)
+    } do {
+      scf.yield
+    }
+    %da0 = sm90.make_descriptor %sa lbo 16 sbo 1024 swizzle 128 : i64
+    %db0 = sm90.make_descriptor %sb lbo 16 sbo 1024 swizzle 128 : i64
+    %step = arith.constant 2 : i64
+    %acc0 = arith.constant dense<0.0> : vector<32xf32>
+    sm90.wgmma_fence
+    %acc, %da, %db = scf.for %k = %c0 to %c4 step %c1 iter_args(%d = %acc0, %a = %da0, %b = %db0) -> (vector<32xf32>, i64, i64) {
+      %d2 = sm90.wgmma_mma_async %d, %a, %b n 64 type "bf16" trans 0, 0 : vector<32xf32>, i64
+      %a2 = arith.addi %a, %step : i64
+      %b2 = arith.addi %b, %step : i64
+      scf.yield %d2, %a2, %b2 : vector<32xf32>, i64, i64
+    }
+    sm90.wgmma_commit_group
+    sm90.wgmma_wait_group 0
+    // thread t owns rows 16w+g (+8) and columns 2c (+1) of each 8-column block: facts.accumulator_coords
+    %c32 = arith.constant 32 : index
+    %c4i = arith.constant 4 : index
+    %c16 = arith.constant 16 : index
+    %c2 = arith.constant 2 : index
+    %c64 = arith.constant 64 : index
+    %w = arith.divui %tid, %c32 : index
+    %lane = arith.remui %tid, %c32 : index
+    %g = arith.divui %lane, %c4i : index
+    %c = arith.remui %lane, %c4i : index
+    %row0 = arith.muli %w, %c16 : index
+    %row = arith.addi %row0, %g : index
+    %rowoff = arith.muli %row, %c64 : index
+    %coloff = arith.muli %c, %c2 : index
+    %elem = arith.addi %rowoff, %coloff : index
+    %elem64 = arith.index_cast %elem : index to i64
+    %base = vector.broadcast %elem64 : i64 to vector<32xi64>
+    %pattern = arith.constant dense<[0, 1, 512, 513, 8, 9, 520, 521, 16, 17, 528, 529, 24, 25, 536, 537, 32, 33, 544, 545, 40, 41, 552, 553, 48, 49, 560, 561, 56, 57, 568, 569]> : vector<32xi64>
+    %four = arith.constant dense<4> : vector<32xi64>
+    %elems = arith.addi %base, %pattern : vector<32xi64>
+    %offsets = arith.muli %elems, %four : vector<32xi64>
+    %mask = arith.constant dense<true> : vector<32xi1>
+    sm90.st_global %c_ptr[%offsets], %acc, %mask : vector<32xi64>, vector<32xf32>, vector<32xi1>
+    sm90.bar_sync 0, 128
+    scf.if %leader {
+      sm90.mbarrier_inval %bar
+    }
+    func.return
+  }
+}
+"""
+
+# C = A x B with A packed from registers (cvt_pack) and B [16, 64] MN-major (trans_b = 1): the P x V form.
+RS_GEMM = """\
+builtin.module {
+  func.func @rs_tile(
+      %a_ptr: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<64, 16>},
+      %b_map: !sm90.tensormap {sm90.source = 1 : i64, sm90.box = [64 : i64, 16 : i64], sm90.swizzle = 128 : i64, tile.dims = #tile.dims<16, 64>},
+      %c_ptr: i64 {sm90.source = 2 : i64, tile.dims = #tile.dims<64, 64>, tile.role = "out"})
+      attributes {sm90.kernel = {threads = 128 : i64, smem_bytes = 2056 : i64},
+                  tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>} {
+    %tid = sm90.special "tid.x" : index
+    %c0 = arith.constant 0 : index
+    %c2 = arith.constant 2 : index
+    %c4 = arith.constant 4 : index
+    %c16 = arith.constant 16 : index
+    %c32 = arith.constant 32 : index
+    %c64 = arith.constant 64 : index
+    %zero_i32 = arith.constant 0 : i32
+    %true = arith.constant true
+    %leader = arith.cmpi eq, %tid, %c0 : index
+    %sb = sm90.shared_buffer "b" offset 0 size 2048 align 1024 swizzle 128 : i32
+    %bar = sm90.shared_buffer "full" offset 2048 size 8 align 8 swizzle 0 : i32
+    scf.if %leader {
+      sm90.mbarrier_init %bar, 1
+      sm90.fence_mbarrier_init
+    }
+    sm90.bar_sync 0, 128
+    scf.if %leader {
+      sm90.mbarrier_arrive_expect_tx %bar, 2048
+      sm90.tma_load %b_map[%zero_i32, %zero_i32], %sb, %bar : i32, i32
+    }
+    // thread t (warp w, lane 4g + c) holds A[16w + g + 8(i & 1)][2c + 8(i >> 1) + h] in half h of register i
+    %w = arith.divui %tid, %c32 : index
+    %lane = arith.remui %tid, %c32 : index
+    %g = arith.divui %lane, %c4 : index
+    %c = arith.remui %lane, %c4 : index
+    %r16 = arith.muli %w, %c16 : index
+    %row = arith.addi %r16, %g : index
+    %a_row = arith.muli %row, %c16 : index
+    %a_col = arith.muli %c, %c2 : index
+    %a_elem = arith.addi %a_row, %a_col : index
+    %a_elem64 = arith.index_cast %a_elem : index to i64
+    %a_base = vector.broadcast %a_elem64 : i64 to vector<8xi64>
+    %a_pattern = arith.constant dense<[0, 1, 128, 129, 8, 9, 136, 137]> : vector<8xi64>
+    %four8 = arith.constant dense<4> : vector<8xi64>
+    %a_elems = arith.addi %a_base, %a_pattern : vector<8xi64>
+    %a_offsets = arith.muli %a_elems, %four8 : vector<8xi64>
+    %all8 = arith.constant dense<true> : vector<8xi1>
+    %a_f32 = sm90.ld_global %a_ptr[%a_offsets], %all8 : vector<8xi64>, vector<8xi1> -> vector<8xf32>
+    %a_regs = sm90.cvt_pack %a_f32 type "bf16" : vector<8xf32> -> vector<4xi32>
+    scf.while () : () -> () {
+      %ok = sm90.mbarrier_try_wait_parity %bar, %zero_i32 : i32
+      %again = arith.xori %ok, %true : i1
+      scf.condition(%again)
+    } do {
+      scf.yield
+    }
+    // B is K x N with N contiguous: MN-major (trans_b = 1), 128-byte rows, 8-row K groups 1024 bytes apart
+    %db = sm90.make_descriptor %sb lbo 8192 sbo 1024 swizzle 128 : i64
+    %acc0 = arith.constant dense<0.0> : vector<32xf32>
+    sm90.wgmma_fence
+    %d = sm90.wgmma_mma_async %acc0, %a_regs, %db n 64 type "bf16" trans 0, 1 : vector<32xf32>, vector<4xi32>
+    sm90.wgmma_commit_group
+    sm90.wgmma_wait_group 0
+    %rowoff = arith.muli %row, %c64 : index
+    %elem = arith.addi %rowoff, %a_col : index
+    %elem64 = arith.index_cast %elem : index to i64
+    %base = vector.broadcast %elem64 : i64 to vector<32xi64>
+    %pattern = arith.constant dense<[0, 1, 512, 513, 8, 9, 520, 521, 16, 17, 528, 529, 24, 25, 536, 537, 32, 33, 544, 545, 40, 41, 552, 553, 48, 49, 560, 561, 56, 57, 568, 569]> : vector<32xi64>
+    %four = arith.constant dense<4> : vector<32xi64>
+    %elems = arith.addi %base, %pattern : vector<32xi64>
+    %offsets = arith.muli %elems, %four : vector<32xi64>
+    %mask = arith.constant dense<true> : vector<32xi1>
+    sm90.st_global %c_ptr[%offsets], %d, %mask : vector<32xi64>, vector<32xf32>, vector<32xi1>
+    sm90.bar_sync 0, 128
+    scf.if %leader {
+      sm90.mbarrier_inval %bar
+    }
+    func.return
+  }
+}
+"""
+
+# C = A x B^T over K in two pipeline stages: warpgroup 1 produces (one thread issues TMA after waiting on the
+# stage's empty barrier), warpgroup 0 consumes (waits on full, wgmma, arrives on empty).
+WS_GEMM = """\
+builtin.module {
+  func.func @gemm_ws(
+      %a_map: !sm90.tensormap {sm90.source = 0 : i64, sm90.box = [64 : i64, 64 : i64], sm90.swizzle = 128 : i64, tile.dims = #tile.dims<64, K>},
+      %b_map: !sm90.tensormap {sm90.source = 1 : i64, sm90.box = [64 : i64, 64 : i64], sm90.swizzle = 128 : i64, tile.dims = #tile.dims<64, K>},
+      %c_ptr: i64 {sm90.source = 2 : i64, tile.dims = #tile.dims<64, 64>, tile.role = "out"},
+      %k_size: index {sm90.size = "K"})
+      attributes {sm90.kernel = {threads = 256 : i64, smem_bytes = 32800 : i64},
+                  tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>} {
+    %tid = sm90.special "tid.x" : index
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c2 = arith.constant 2 : index
+    %c4 = arith.constant 4 : index
+    %c16 = arith.constant 16 : index
+    %c32 = arith.constant 32 : index
+    %c64 = arith.constant 64 : index
+    %c128 = arith.constant 128 : index
+    %i1 = arith.constant 1 : i32
+    %i8 = arith.constant 8 : i32
+    %i8192 = arith.constant 8192 : i32
+    %z = arith.constant 0 : i32
+    %d2 = arith.constant 2 : i64
+    %true = arith.constant true
+    %sa = sm90.shared_buffer "a" offset 0 size 16384 align 1024 swizzle 128 : i32
+    %sb = sm90.shared_buffer "b" offset 16384 size 16384 align 1024 swizzle 128 : i32
+    %full = sm90.shared_buffer "full" offset 32768 size 16 align 8 swizzle 0 : i32
+    %empty = sm90.shared_buffer "empty" offset 32784 size 16 align 8 swizzle 0 : i32
+    %leader = arith.cmpi eq, %tid, %c0 : index
+    %producer = arith.cmpi sge, %tid, %c128 : index
+    %steps = arith.divui %k_size, %c64 : index
+    scf.if %leader {
+      %full1 = arith.addi %full, %i8 : i32
+      %empty1 = arith.addi %empty, %i8 : i32
+      sm90.mbarrier_init %full, 1
+      sm90.mbarrier_init %full1, 1
+      sm90.mbarrier_init %empty, 128
+      sm90.mbarrier_init %empty1, 128
+      sm90.fence_mbarrier_init
+    }
+    sm90.bar_sync 0, 256
+    %acc = scf.if %producer -> (vector<32xf32>) {
+      sm90.setmaxnreg "dec" 40
+      %issuer = arith.cmpi eq, %tid, %c128 : index
+      scf.if %issuer {
+        scf.for %k = %c0 to %steps step %c1 {
+          %s = arith.remui %k, %c2 : index
+          %round = arith.divui %k, %c2 : index
+          %s32 = arith.index_cast %s : index to i32
+          %r32 = arith.index_cast %round : index to i32
+          %phase = arith.andi %r32, %i1 : i32
+          %parity = arith.xori %phase, %i1 : i32
+          %bar_off = arith.muli %s32, %i8 : i32
+          %empty_s = arith.addi %empty, %bar_off : i32
+          %full_s = arith.addi %full, %bar_off : i32
+          scf.while () : () -> () {
+            %ok = sm90.mbarrier_try_wait_parity %empty_s, %parity : i32
+            %again = arith.xori %ok, %true : i1
+            scf.condition(%again)
+          } do {
+            scf.yield
+          }
+          sm90.mbarrier_arrive_expect_tx %full_s, 16384
+          %buf_off = arith.muli %s32, %i8192 : i32
+          %a_dst = arith.addi %sa, %buf_off : i32
+          %b_dst = arith.addi %sb, %buf_off : i32
+          %kx = arith.muli %k, %c64 : index
+          sm90.tma_load %a_map[%kx, %c0], %a_dst, %full_s : index, index
+          sm90.tma_load %b_map[%kx, %c0], %b_dst, %full_s : index, index
+        }
+      }
+      %unused = arith.constant dense<0.0> : vector<32xf32>
+      scf.yield %unused : vector<32xf32>
+    } else {
+      sm90.setmaxnreg "inc" 232
+      %acc0 = arith.constant dense<0.0> : vector<32xf32>
+      %accf = scf.for %k = %c0 to %steps step %c1 iter_args(%acc_k = %acc0) -> (vector<32xf32>) {
+        %s = arith.remui %k, %c2 : index
+        %round = arith.divui %k, %c2 : index
+        %s32 = arith.index_cast %s : index to i32
+        %r32 = arith.index_cast %round : index to i32
+        %phase = arith.andi %r32, %i1 : i32
+        %bar_off = arith.muli %s32, %i8 : i32
+        %empty_s = arith.addi %empty, %bar_off : i32
+        %full_s = arith.addi %full, %bar_off : i32
+        scf.while () : () -> () {
+          %ok = sm90.mbarrier_try_wait_parity %full_s, %phase : i32
+          %again = arith.xori %ok, %true : i1
+          scf.condition(%again)
+        } do {
+          scf.yield
+        }
+        %buf_off = arith.muli %s32, %i8192 : i32
+        %a_src = arith.addi %sa, %buf_off : i32
+        %b_src = arith.addi %sb, %buf_off : i32
+        %da0 = sm90.make_descriptor %a_src lbo 16 sbo 1024 swizzle 128 : i64
+        %db0 = sm90.make_descriptor %b_src lbo 16 sbo 1024 swizzle 128 : i64
+        sm90.wgmma_fence
+        %acc_n, %da, %db = scf.for %kk = %c0 to %c4 step %c1 iter_args(%d = %acc_k, %a = %da0, %b = %db0) -> (vector<32xf32>, i64, i64) {
+          %dn = sm90.wgmma_mma_async %d, %a, %b n 64 type "bf16" trans 0, 0 : vector<32xf32>, i64
+          %an = arith.addi %a, %d2 : i64
+          %bn = arith.addi %b, %d2 : i64
+          scf.yield %dn, %an, %bn : vector<32xf32>, i64, i64
+        }
+        sm90.wgmma_commit_group
+        sm90.wgmma_wait_group 0
+        sm90.mbarrier_arrive %empty_s
+        scf.yield %acc_n : vector<32xf32>
+      }
+      scf.yield %accf : vector<32xf32>
+    }
+    %consumer = arith.xori %producer, %true : i1
+    scf.if %consumer {
+      %w = arith.divui %tid, %c32 : index
+      %lane = arith.remui %tid, %c32 : index
+      %g = arith.divui %lane, %c4 : index
+      %c = arith.remui %lane, %c4 : index
+      %row0 = arith.muli %w, %c16 : index
+      %row = arith.addi %row0, %g : index
+      %rowoff = arith.muli %row, %c64 : index
+      %coloff = arith.muli %c, %c2 : index
+      %elem = arith.addi %rowoff, %coloff : index
+      %elem64 = arith.index_cast %elem : index to i64
+      %base = vector.broadcast %elem64 : i64 to vector<32xi64>
+      %pattern = arith.constant dense<[0, 1, 512, 513, 8, 9, 520, 521, 16, 17, 528, 529, 24, 25, 536, 537, 32, 33, 544, 545, 40, 41, 552, 553, 48, 49, 560, 561, 56, 57, 568, 569]> : vector<32xi64>
+      %four = arith.constant dense<4> : vector<32xi64>
+      %elems = arith.addi %base, %pattern : vector<32xi64>
+      %offsets = arith.muli %elems, %four : vector<32xi64>
+      %mask = arith.constant dense<true> : vector<32xi1>
+      sm90.st_global %c_ptr[%offsets], %acc, %mask : vector<32xi64>, vector<32xf32>, vector<32xi1>
+    }
+    sm90.bar_sync 0, 256
+    func.return
+  }
+}
+"""
+
+# A written into an unswizzled K-major buffer by st_shared (each thread 4 words of its image), B by TMA.
+ST_SHARED_GEMM = """\
+builtin.module {
+  func.func @st_shared_tile(
+      %a_img: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<512>},
+      %b_map: !sm90.tensormap {sm90.source = 1 : i64, sm90.box = [64 : i64, 16 : i64], sm90.swizzle = 128 : i64, tile.dims = #tile.dims<16, 64>},
+      %c_ptr: i64 {sm90.source = 2 : i64, tile.dims = #tile.dims<64, 64>, tile.role = "out"})
+      attributes {sm90.kernel = {threads = 128 : i64, smem_bytes = 4104 : i64},
+                  tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>} {
+    %tid = sm90.special "tid.x" : index
+    %c0 = arith.constant 0 : index
+    %c2 = arith.constant 2 : index
+    %c4 = arith.constant 4 : index
+    %c16 = arith.constant 16 : index
+    %c32 = arith.constant 32 : index
+    %c64 = arith.constant 64 : index
+    %zero_i32 = arith.constant 0 : i32
+    %true = arith.constant true
+    %leader = arith.cmpi eq, %tid, %c0 : index
+    %sb = sm90.shared_buffer "b" offset 0 size 2048 align 1024 swizzle 128 : i32
+    %sa = sm90.shared_buffer "a" offset 2048 size 2048 align 128 swizzle 0 : i32
+    %bar = sm90.shared_buffer "full" offset 4096 size 8 align 8 swizzle 0 : i32
+    scf.if %leader {
+      sm90.mbarrier_init %bar, 1
+      sm90.fence_mbarrier_init
+    }
+    sm90.bar_sync 0, 128
+    scf.if %leader {
+      sm90.mbarrier_arrive_expect_tx %bar, 2048
+      sm90.tma_load %b_map[%zero_i32, %zero_i32], %sb, %bar : i32, i32
+    }
+    // each thread copies 4 words of A's shared-memory image (K-major, no swizzle) from global memory
+    %t4 = arith.muli %tid, %c4 : index
+    %t4_64 = arith.index_cast %t4 : index to i64
+    %t4_32 = arith.index_cast %t4 : index to i32
+    %words64 = vector.broadcast %t4_64 : i64 to vector<4xi64>
+    %words32 = vector.broadcast %t4_32 : i32 to vector<4xi32>
+    %seq64 = arith.constant dense<[0, 1, 2, 3]> : vector<4xi64>
+    %seq32 = arith.constant dense<[0, 1, 2, 3]> : vector<4xi32>
+    %four64 = arith.constant dense<4> : vector<4xi64>
+    %four32 = arith.constant dense<4> : vector<4xi32>
+    %w64 = arith.addi %words64, %seq64 : vector<4xi64>
+    %g_off = arith.muli %w64, %four64 : vector<4xi64>
+    %all4 = arith.constant dense<true> : vector<4xi1>
+    %img = sm90.ld_global %a_img[%g_off], %all4 : vector<4xi64>, vector<4xi1> -> vector<4xi32>
+    %w32 = arith.addi %words32, %seq32 : vector<4xi32>
+    %s_off = arith.muli %w32, %four32 : vector<4xi32>
+    %sa_v = vector.broadcast %sa : i32 to vector<4xi32>
+    %s_addr = arith.addi %sa_v, %s_off : vector<4xi32>
+    sm90.st_shared %s_addr, %img : vector<4xi32>, vector<4xi32>
+    sm90.fence_proxy_async
+    sm90.bar_sync 1, 128
+    scf.while () : () -> () {
+      %ok = sm90.mbarrier_try_wait_parity %bar, %zero_i32 : i32
+      %again = arith.xori %ok, %true : i1
+      scf.condition(%again)
+    } do {
+      scf.yield
+    }
+    // no swizzle, K-major: (m/8)*SBO + (m%8)*16 + (k/8)*LBO + (k%8)*2
+    %da = sm90.make_descriptor %sa lbo 1024 sbo 128 swizzle 0 : i64
+    %db = sm90.make_descriptor %sb lbo 8192 sbo 1024 swizzle 128 : i64
+    %acc0 = arith.constant dense<0.0> : vector<32xf32>
+    sm90.wgmma_fence
+    %d = sm90.wgmma_mma_async %acc0, %da, %db n 64 type "bf16" trans 0, 1 : vector<32xf32>, i64
+    sm90.wgmma_commit_group
+    sm90.wgmma_wait_group 0
+    %w = arith.divui %tid, %c32 : index
+    %lane = arith.remui %tid, %c32 : index
+    %g = arith.divui %lane, %c4 : index
+    %c = arith.remui %lane, %c4 : index
+    %r16 = arith.muli %w, %c16 : index
+    %row = arith.addi %r16, %g : index
+    %rowoff = arith.muli %row, %c64 : index
+    %coloff = arith.muli %c, %c2 : index
+    %elem = arith.addi %rowoff, %coloff : index
+    %elem64 = arith.index_cast %elem : index to i64
+    %base = vector.broadcast %elem64 : i64 to vector<32xi64>
+    %pattern = arith.constant dense<[0, 1, 512, 513, 8, 9, 520, 521, 16, 17, 528, 529, 24, 25, 536, 537, 32, 33, 544, 545, 40, 41, 552, 553, 48, 49, 560, 561, 56, 57, 568, 569]> : vector<32xi64>
+    %four = arith.constant dense<4> : vector<32xi64>
+    %elems = arith.addi %base, %pattern : vector<32xi64>
+    %offsets = arith.muli %elems, %four : vector<32xi64>
+    %mask = arith.constant dense<true> : vector<32xi1>
+    sm90.st_global %c_ptr[%offsets], %d, %mask : vector<32xi64>, vector<32xf32>, vector<32xi1>
+    func.return
+  }
+}
+"""
+
+# The row max of an accumulator fragment: a row lives in 4 lanes, two butterfly shuffles.
+QUAD_ROW_MAX = """\
+builtin.module {
+  func.func @quad_row_max(
+      %x_ptr: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<32, 2>},
+      %m_ptr: i64 {sm90.source = 1 : i64, tile.dims = #tile.dims<32, 2>, tile.role = "out"})
+      attributes {sm90.kernel = {threads = 32 : i64, smem_bytes = 0 : i64},
+                  tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>} {
+    %tid = sm90.special "tid.x" : index
+    %c8 = arith.constant 8 : index
+    %byte = arith.muli %tid, %c8 : index
+    %byte64 = arith.index_cast %byte : index to i64
+    %base = vector.broadcast %byte64 : i64 to vector<2xi64>
+    %regs = arith.constant dense<[0, 4]> : vector<2xi64>
+    %offsets = arith.addi %base, %regs : vector<2xi64>
+    %all = arith.constant dense<true> : vector<2xi1>
+    %x = sm90.ld_global %x_ptr[%offsets], %all : vector<2xi64>, vector<2xi1> -> vector<2xf32>
+    // a row of the accumulator lives in lanes 4g .. 4g+3: butterfly over lane bits 0 and 1
+    %o1 = sm90.shfl_sync "bfly" %x, 1, 31 : vector<2xf32>
+    %m1 = arith.maximumf %x, %o1 : vector<2xf32>
+    %o2 = sm90.shfl_sync "bfly" %m1, 2, 31 : vector<2xf32>
+    %m2 = arith.maximumf %m1, %o2 : vector<2xf32>
+    sm90.st_global %m_ptr[%offsets], %m2, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>
+    func.return
+  }
+}
+"""
+
+# Per-thread integer semantics and divergent loops: i32 wrap, truncating division, a loop with a per-thread
+# trip count, a while loop with a divergent if inside; ex2/rcp.
+PER_THREAD = """\
+builtin.module {
+  func.func @per_thread(
+      %out: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<32, 4>, tile.role = "out"},
+      %fout: i64 {sm90.source = 1 : i64, tile.dims = #tile.dims<32, 2>, tile.role = "out"})
+      attributes {sm90.kernel = {threads = 32 : i64, smem_bytes = 0 : i64},
+                  tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>} {
+    %tid = sm90.special "tid.x" : index
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c5 = arith.constant 5 : index
+    %zero = arith.constant 0 : i32
+    %one = arith.constant 1 : i32
+    %two = arith.constant 2 : i32
+    %three = arith.constant 3 : i32
+    %true = arith.constant true
+    %t = arith.index_cast %tid : index to i32
+    %big = arith.constant 2147483647 : i32
+    %wrapped = arith.muli %t, %big : i32
+    %minus7 = arith.constant -7 : i32
+    %neg = arith.subi %minus7, %t : i32
+    %quotient = arith.divsi %neg, %three : i32
+    %trips = arith.remui %tid, %c5 : index
+    %sum = scf.for %i = %c0 to %trips step %c1 iter_args(%s = %zero) -> (i32) {
+      %i32 = arith.index_cast %i : index to i32
+      %term = arith.addi %i32, %one : i32
+      %s2 = arith.addi %s, %term : i32
+      scf.yield %s2 : i32
+    }
+    %start = arith.addi %t, %one : i32
+    %end:2 = scf.while (%x = %start, %n = %zero) : (i32, i32) -> (i32, i32) {
+      %at_one = arith.cmpi eq, %x, %one : i32
+      %go = arith.xori %at_one, %true : i1
+      scf.condition(%go) %x, %n : i32, i32
+    } do {
+    ^bb0(%x: i32, %n: i32):
+      %r = arith.remui %x, %two : i32
+      %even = arith.cmpi eq, %r, %zero : i32
+      %next = scf.if %even -> (i32) {
+        %half = arith.divui %x, %two : i32
+        scf.yield %half : i32
+      } else {
+        %x3 = arith.muli %x, %three : i32
+        %x31 = arith.addi %x3, %one : i32
+        scf.yield %x31 : i32
+      }
+      %n1 = arith.addi %n, %one : i32
+      scf.yield %next, %n1 : i32, i32
+    }
+    %v0 = arith.constant dense<0> : vector<4xi32>
+    %v1 = vector.insert %wrapped, %v0[0] : i32 into vector<4xi32>
+    %v2 = vector.insert %quotient, %v1[1] : i32 into vector<4xi32>
+    %v3 = vector.insert %sum, %v2[2] : i32 into vector<4xi32>
+    %v4 = vector.insert %end#1, %v3[3] : i32 into vector<4xi32>
+    %c16 = arith.constant 16 : index
+    %row = arith.muli %tid, %c16 : index
+    %row64 = arith.index_cast %row : index to i64
+    %base = vector.broadcast %row64 : i64 to vector<4xi64>
+    %cols = arith.constant dense<[0, 4, 8, 12]> : vector<4xi64>
+    %offsets = arith.addi %base, %cols : vector<4xi64>
+    %all = arith.constant dense<true> : vector<4xi1>
+    sm90.st_global %out[%offsets], %v4, %all : vector<4xi64>, vector<4xi32>, vector<4xi1>
+    %tf = arith.sitofp %t : i32 to f32
+    %twenty = arith.constant 20.0 : f32
+    %half_f = arith.constant 0.5 : f32
+    %e_in = arith.subf %tf, %twenty : f32
+    %r_in = arith.addf %tf, %half_f : f32
+    %e = sm90.ex2_approx %e_in : f32
+    %rc = sm90.rcp_approx %r_in : f32
+    %f0 = vector.broadcast %e : f32 to vector<2xf32>
+    %f1 = vector.insert %rc, %f0[1] : f32 into vector<2xf32>
+    %c8 = arith.constant 8 : index
+    %frow = arith.muli %tid, %c8 : index
+    %frow64 = arith.index_cast %frow : index to i64
+    %fbase = vector.broadcast %frow64 : i64 to vector<2xi64>
+    %fcols = arith.constant dense<[0, 4]> : vector<2xi64>
+    %foffsets = arith.addi %fbase, %fcols : vector<2xi64>
+    %all2 = arith.constant dense<true> : vector<2xi1>
+    sm90.st_global %fout[%foffsets], %f1, %all2 : vector<2xi64>, vector<2xf32>, vector<2xi1>
+    func.return
+  }
+}
+"""
+
+# endregion
+
+
+def _gemm_inputs(rng, m: int = 64, n: int = 64, k: int = 64):
+    return rng.standard_normal((m, k)).astype(BF16), rng.standard_normal((n, k)).astype(BF16)
+
+
+def _run_ss(text: str, rng) -> tuple[np.ndarray, np.ndarray]:
+    a, b = _gemm_inputs(rng)
+    c = np.zeros((64, 64), np.float32)
+    run_target_kernel(_kernel(text), [a, b, c], {})
+    return c, a.astype(np.float64) @ b.astype(np.float64).T
+
+
+def _run_ws(text: str, rng, k: int = 256) -> tuple[np.ndarray, np.ndarray]:
+    a, b = _gemm_inputs(rng, k=k)
+    c = np.zeros((64, 64), np.float32)
+    run_target_kernel(_kernel(text), [a, b, c], {"K": k})
+    return c, a.astype(np.float64) @ b.astype(np.float64).T
+
+
+def _run_rs(text: str, rng) -> tuple[np.ndarray, np.ndarray]:
+    a = rng.standard_normal((64, 16)).astype(np.float32)
+    b = rng.standard_normal((16, 64)).astype(BF16)
+    c = np.zeros((64, 64), np.float32)
+    run_target_kernel(_kernel(text), [a, b, c], {})
+    return c, a.astype(BF16).astype(np.float64) @ b.astype(np.float64)  # cvt.rn to bf16, then exact products
+
+
+def _k_major_image(a: np.ndarray) -> np.ndarray:
+    """A [64, 16] bf16 tile as the unswizzled K-major canonical layout stores it, as int32 words: element
+    (m, k) at (m / 8) * SBO + (m % 8) * 16 + (k / 8) * LBO + (k % 8) * 2 with SBO 128, LBO 1024
+    [P#asynchronous-warpgroup-level-canonical-layouts]."""
+    m, k = np.meshgrid(np.arange(64), np.arange(16), indexing="ij")
+    address = (m // 8) * 128 + (m % 8) * 16 + (k // 8) * 1024 + (k % 8) * 2
+    image = np.zeros(2048, np.uint8)
+    bits = a.view(np.uint16)
+    image[address], image[address + 1] = bits & 0xFF, bits >> 8
+    return image.view(np.int32)
+
+
+def _run_st_shared(text: str, rng) -> tuple[np.ndarray, np.ndarray]:
+    a = rng.standard_normal((64, 16)).astype(BF16)
+    b = rng.standard_normal((16, 64)).astype(BF16)
+    c = np.zeros((64, 64), np.float32)
+    run_target_kernel(_kernel(text), [_k_major_image(a), b, c], {})
+    return c, a.astype(np.float64) @ b.astype(np.float64)
+
+
+def _thread(t: int) -> str:
+    return rf"in thread {t} \(warp {t // 32}, lane {t % 32}\) of CTA \(0, 0, 0\)"
+
+
+_WAIT_LOOP = """\
+    scf.while () : () -> () {
+      %ok = sm90.mbarrier_try_wait_parity %bar, %zero_i32 : i32
+      %again = arith.xori %ok, %true : i1
+      scf.condition(%again)
+    } do {
+      scf.yield
+    }
+"""
+
+# region kernels that compute
+
+
+def test_ss_gemm_through_tma_and_swizzled_descriptors_matches_numpy(rng):
+    c, reference = _run_ss(SS_GEMM, rng)
+    np.testing.assert_allclose(c, reference, rtol=1e-5, atol=1e-5)
+
+
+def test_tma_box_partly_outside_the_tensor_reads_zeros(rng):
+    # A has 40 rows and its box starts at row -8: box rows 0-7 and 48-63 are outside and land as zeros.
+    kernel = _seed(SS_GEMM, "tile.dims = #tile.dims<64, 64>},\n      %b_map",
+                   "tile.dims = #tile.dims<40, 64>},\n      %b_map")
+    kernel = _seed(kernel, "sm90.tma_load %a_map[%zero_i32, %zero_i32]",
+                   "%minus8 = arith.constant -8 : i32\n      sm90.tma_load %a_map[%zero_i32, %minus8]")
+    a, b = rng.standard_normal((40, 64)).astype(BF16), rng.standard_normal((64, 64)).astype(BF16)
+    c = np.zeros((64, 64), np.float32)
+    run_target_kernel(_kernel(kernel), [a, b, c], {})
+    padded = np.zeros((64, 64))
+    padded[8:48] = a.astype(np.float64)
+    np.testing.assert_allclose(c, padded @ b.astype(np.float64).T, rtol=1e-5, atol=1e-5)
+
+
+def test_rs_gemm_with_a_packed_from_registers_matches_numpy(rng):
+    c, reference = _run_rs(RS_GEMM, rng)
+    np.testing.assert_allclose(c, reference, rtol=1e-5, atol=1e-5)
+
+
+def test_a_written_by_st_shared_unswizzled_matches_numpy(rng):
+    c, reference = _run_st_shared(ST_SHARED_GEMM, rng)
+    np.testing.assert_allclose(c, reference, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("k", [64, 256, 320])
+def test_warp_specialized_pipeline_matches_numpy(k, rng):
+    # From k = 256 on, the producer waits for the consumer's first release: the consumer branch runs as a
+    # strand of its own while the producer is blocked.
+    c, reference = _run_ws(WS_GEMM, rng, k)
+    np.testing.assert_allclose(c, reference, rtol=1e-5, atol=1e-4)
+
+
+def test_quad_row_max_by_butterfly_shuffles(rng):
+    x = rng.standard_normal((32, 2)).astype(np.float32)
+    out = np.zeros_like(x)
+    run_target_kernel(_kernel(QUAD_ROW_MAX), [x, out], {})
+    np.testing.assert_array_equal(out, np.repeat(x.reshape(8, 4, 2).max(axis=1), 4, axis=0))
+
+
+def _collatz_steps(x: int) -> int:
+    steps = 0
+    while x != 1:
+        x, steps = (x // 2 if x % 2 == 0 else 3 * x + 1), steps + 1
+    return steps
+
+
+def test_per_thread_integers_wrap_and_loops_diverge():
+    out, fout = np.zeros((32, 4), np.int32), np.zeros((32, 2), np.float32)
+    run_target_kernel(_kernel(PER_THREAD), [out, fout], {})
+    t = np.arange(32)
+    expected = np.stack([(t * 2147483647 % 2**32).astype(np.uint32).view(np.int32),
+                         -((7 + t) // 3),
+                         (t % 5) * (t % 5 + 1) // 2,
+                         [_collatz_steps(x + 1) for x in t]], axis=1)
+    np.testing.assert_array_equal(out, expected)
+    np.testing.assert_array_equal(fout[:, 0], np.exp2(t - 20.0).astype(np.float32))
+    np.testing.assert_array_equal(fout[:, 1], (1 / (t + 0.5)).astype(np.float32))
+
+
+GRID_FILL = """\
+builtin.module {
+  func.func @fill(
+      %out: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<N>, tile.role = "out"},
+      %n: index {sm90.size = "N"})
+      attributes {sm90.kernel = {threads = 32 : i64, smem_bytes = 0 : i64},
+                  tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<ceildiv(N, 32)>} {
+    %tid = sm90.special "tid.x" : index
+    %cta = sm90.special "ctaid.x" : index
+    %c32 = arith.constant 32 : index
+    %c4 = arith.constant 4 : index
+    %first = arith.muli %cta, %c32 : index
+    %i = arith.addi %first, %tid : index
+    %inside = arith.cmpi slt, %i, %n : index
+    %byte = arith.muli %i, %c4 : index
+    %byte64 = arith.index_cast %byte : index to i64
+    %offsets = vector.broadcast %byte64 : i64 to vector<1xi64>
+    %mask = vector.broadcast %inside : i1 to vector<1xi1>
+    %i32 = arith.index_cast %i : index to i32
+    %values = vector.broadcast %i32 : i32 to vector<1xi32>
+    sm90.st_global %out[%offsets], %values, %mask : vector<1xi64>, vector<1xi32>, vector<1xi1>
+    func.return
+  }
+}
+"""
+
+
+def test_grid_of_ctas_with_masked_stores():
+    out = np.full(70, -1, np.int32)
+    run_target_kernel(_kernel(GRID_FILL), [out], {"N": 70})
+    np.testing.assert_array_equal(out, np.arange(70))
+
+
+def test_store_outside_the_tensor_is_reported():
+    out = np.full(70, -1, np.int32)
+    kernel = _seed(GRID_FILL, "%inside = arith.cmpi slt, %i, %n : index", "%inside = arith.constant true")
+    with pytest.raises(KernelHazardError, match=r"sm90.st_global .*: stores 4 bytes at global address 0x[0-9a-f]+, "
+                                                r"outside tensor %out \(280 bytes\) at byte offset 280 "
+                                                r"in thread 6 \(warp 0, lane 6\) of CTA \(2, 0, 0\)"):
+        run_target_kernel(_kernel(kernel), [out], {"N": 70})
+
+
+# endregion
+# region 1. shared memory read before the TMA signalled
+
+
+def test_wgmma_by_threads_that_did_not_wait_is_reported(rng):
+    kernel = _seed(SS_GEMM, _WAIT_LOOP, "    scf.if %leader {\n" + _WAIT_LOOP + "    }\n")
+    with pytest.raises(KernelHazardError, match=r"sm90.wgmma_mma_async .*: reads wgmma operand A at shared address "
+                                                r"0x0 \(buffer 'a' \+ 0\) before the TMA signalled: this thread has "
+                                                r"not observed phase 0 .* " + _thread(1)):
+        _run_ss(kernel, rng)
+
+
+def test_wgmma_reading_a_copy_still_in_flight_is_reported(rng):
+    kernel = _seed(SS_GEMM, "%ok = sm90.mbarrier_try_wait_parity %bar, %zero_i32 : i32", "%ok = arith.constant true")
+    with pytest.raises(KernelHazardError, match=r"sm90.wgmma_mma_async .* before the TMA signalled: the copy into "
+                                                r"it has not completed on the mbarrier at shared address 0x4000 .*"
+                                                + _thread(0)):
+        _run_ss(kernel, rng)
+
+
+def test_ld_shared_before_the_wait_is_reported(rng):
+    kernel = _seed(SS_GEMM, _WAIT_LOOP, "    %peek = sm90.ld_shared %sb : i32 -> i32\n" + _WAIT_LOOP)
+    with pytest.raises(KernelHazardError, match=r"%peek = sm90.ld_shared %sb : i32 -> i32: reads at shared address "
+                                                r"0x2000 \(buffer 'b' \+ 0\) before the TMA signalled: the copy .*"
+                                                + _thread(0)):
+        _run_ss(kernel, rng)
+
+
+def test_arrive_without_expect_tx_completes_the_phase_before_the_data(rng):
+    kernel = _seed(SS_GEMM, "sm90.mbarrier_arrive_expect_tx %bar, 16384", "sm90.mbarrier_arrive %bar")
+    with pytest.raises(KernelHazardError, match=r"sm90.wgmma_mma_async .* before the TMA signalled: this thread has "
+                                                r"not observed phase 1 .*" + _thread(0)):
+        _run_ss(kernel, rng)
+
+
+# endregion
+# region 2. wgmma results and A registers touched before wgmma_wait_group
+
+
+def test_result_used_before_wait_group_is_reported(rng):
+    kernel = _seed(SS_GEMM, "    sm90.wgmma_wait_group 0\n", "")
+    with pytest.raises(KernelHazardError, match=r"sm90.st_global %c_ptr.*: reads the result of `%d2 = "
+                                                r"sm90.wgmma_mma_async .*` before a wgmma_wait_group covers its group "
+                                                r"\(group 0 of warpgroup 0 is still pending\) " + _thread(0)):
+        _run_ss(kernel, rng)
+
+
+def test_uncommitted_group_is_not_covered_by_wait_group(rng):
+    kernel = _seed(SS_GEMM, "    sm90.wgmma_commit_group\n", "")
+    with pytest.raises(KernelHazardError, match=r"sm90.st_global .* still pending"):
+        _run_ss(kernel, rng)
+
+
+def test_wait_group_1_leaves_the_newest_group_pending(rng):
+    # One group per k-step (groups 0..3); waiting with 1 pending leaves the last one, which produced %acc.
+    kernel = _seed(SS_GEMM, "      %a2 = arith.addi", "      sm90.wgmma_commit_group\n      %a2 = arith.addi")
+    kernel = _seed(kernel, "    sm90.wgmma_commit_group\n    sm90.wgmma_wait_group 0\n",
+                   "    sm90.wgmma_wait_group 1\n")
+    with pytest.raises(KernelHazardError, match=r"sm90.st_global .* \(group 3 of warpgroup 0 is still pending\)"):
+        _run_ss(kernel, rng)
+    c, reference = _run_ss(_seed(kernel, "sm90.wgmma_wait_group 1", "sm90.wgmma_wait_group 0"), rng)
+    np.testing.assert_allclose(c, reference, rtol=1e-5, atol=1e-5)
+
+
+def test_a_registers_of_a_pending_rs_wgmma_are_not_readable(rng):
+    kernel = _seed(RS_GEMM, "    sm90.wgmma_commit_group\n",
+                   "    %peek = vector.extract %a_regs[0] : i32 from vector<4xi32>\n    sm90.wgmma_commit_group\n")
+    with pytest.raises(KernelHazardError, match=r"%peek = vector.extract %a_regs\[0\] .*: reads the A registers of "
+                                                r"`%d = sm90.wgmma_mma_async .*` before a wgmma_wait_group "
+                                                r"covers its group .*" + _thread(0)):
+        _run_rs(kernel, rng)
+
+
+def test_tma_into_a_stage_a_pending_wgmma_still_reads_is_reported(rng):
+    # The consumer releases the stage (arrive on empty) before waiting for the wgmma that reads it.
+    kernel = _seed(WS_GEMM, "        sm90.wgmma_commit_group\n        sm90.wgmma_wait_group 0\n"
+                            "        sm90.mbarrier_arrive %empty_s\n",
+                   "        sm90.wgmma_commit_group\n        sm90.mbarrier_arrive %empty_s\n"
+                   "        sm90.wgmma_wait_group 1\n")
+    kernel = _seed(kernel, "      scf.yield %accf : vector<32xf32>",
+                   "      sm90.wgmma_wait_group 0\n      scf.yield %accf : vector<32xf32>")
+    with pytest.raises(KernelHazardError, match=r"sm90.tma_load %a_map.*: the TMA copy overwrites shared address "
+                                                r"0x[0-9a-f]+ \(buffer 'a' \+ \d+\) while `%dn = "
+                                                r"sm90.wgmma_mma_async .*` of warpgroup 0 may still read it "
+                                                r".*" + _thread(128)):
+        _run_ws(kernel, rng)
+
+
+# endregion
+# region 3. st_shared data read by wgmma without fence_proxy_async (and bar_sync)
+
+
+def test_missing_fence_proxy_async_is_reported(rng):
+    kernel = _seed(ST_SHARED_GEMM, "    sm90.fence_proxy_async\n", "")
+    with pytest.raises(KernelHazardError, match=r"sm90.wgmma_mma_async .*: reads wgmma operand A at shared address "
+                                                r"0x800 \(buffer 'a' \+ 0\), which thread 0 stored with st_shared and "
+                                                r"has not made visible to the async proxy \(missing "
+                                                r"fence_proxy_async after the store\) " + _thread(0)):
+        _run_st_shared(kernel, rng)
+
+
+def test_other_warps_stores_need_a_bar_sync_after_the_fence(rng):
+    kernel = _seed(ST_SHARED_GEMM, "    sm90.bar_sync 1, 128\n", "")
+    with pytest.raises(KernelHazardError, match=r"sm90.wgmma_mma_async .* which thread 0 stored and fenced with no "
+                                                r"bar_sync since then ordering it before this warp " + _thread(32)):
+        _run_st_shared(kernel, rng)
+
+
+def test_ld_shared_of_another_threads_store_without_bar_sync_is_a_race(rng):
+    kernel = _seed(ST_SHARED_GEMM, "    sm90.fence_proxy_async\n",
+                   "    %peek = sm90.ld_shared %sa : i32 -> i32\n    sm90.fence_proxy_async\n")
+    with pytest.raises(KernelHazardError, match=r"%peek = sm90.ld_shared %sa .*: reads shared address 0x800 "
+                                                r"\(buffer 'a' \+ 0\), which thread 0 stored with no bar_sync in "
+                                                r"between \(data race\) " + _thread(1)):
+        _run_st_shared(kernel, rng)
+
+
+# endregion
+# region 4. deadlocks
+
+
+def test_wrong_parity_deadlocks(rng):
+    kernel = _seed(SS_GEMM, "%ok = sm90.mbarrier_try_wait_parity %bar, %zero_i32 : i32",
+                   "%one = arith.constant 1 : i32\n      %ok = sm90.mbarrier_try_wait_parity %bar, %one : i32")
+    with pytest.raises(DeadlockError, match=r"%ok = sm90.mbarrier_try_wait_parity %bar, %one : i32: deadlock: every "
+                                            r"active thread spins on the mbarrier at shared address 0x4000 \(buffer "
+                                            r"'full' \+ 0\) waiting for parity 1, but the barrier is in phase 1 "
+                                            r"\(parity 1\) .* " + _thread(0)):
+        _run_ss(kernel, rng)
+
+
+def test_missing_expect_tx_deadlocks(rng):
+    kernel = _seed(SS_GEMM, "      sm90.mbarrier_arrive_expect_tx %bar, 16384\n", "")
+    with pytest.raises(DeadlockError, match=r"phase 0 \(parity 0\) with 1 of 1 arrivals pending and tx-count -16384"):
+        _run_ss(kernel, rng)
+
+
+def test_consumers_that_never_release_a_stage_deadlock_both_sides(rng):
+    kernel = _seed(WS_GEMM, "        sm90.mbarrier_arrive %empty_s\n", "")
+    with pytest.raises(DeadlockError, match=r"try_wait_parity %full_s, %phase : i32: deadlock: .*buffer 'full' \+ 0.*"
+                                            + _thread(0) + r"; meanwhile .*try_wait_parity %empty_s, %parity : "
+                                            r"i32: .*buffer 'empty' \+ 0\) waiting for parity 0, .* 128 of 128 "
+                                            r"arrivals pending .*" + _thread(128)):
+        _run_ws(kernel, rng)
+
+
+def test_named_barrier_the_other_warpgroup_never_reaches_deadlocks(rng):
+    kernel = _seed(WS_GEMM, '      sm90.setmaxnreg "dec" 40\n',
+                   '      sm90.setmaxnreg "dec" 40\n      sm90.bar_sync 2, 256\n')
+    # The consumers block first (the producer never issues), so their wait leads the message.
+    with pytest.raises(DeadlockError, match=r"%full_s, %phase : i32: deadlock: .*; meanwhile sm90.bar_sync 2, 256: "
+                                            r"waits at named barrier 2 for 256 threads, but only 128 arrive "
+                                            + _thread(128)):
+        _run_ws(kernel, rng, k=64)
+
+
+# endregion
+# region 5. out-of-bounds shared memory and broken mbarrier rules
+
+
+def test_out_of_bounds_shared_load_is_reported(rng):
+    kernel = _seed(SS_GEMM, "    %da0 =", "    %far = arith.constant 16392 : i32\n"
+                                         "    %peek = sm90.ld_shared %far : i32 -> i32\n    %da0 =")
+    with pytest.raises(KernelHazardError, match=r"%peek = sm90.ld_shared %far : i32 -> i32: loads 4 bytes at shared "
+                                                r"address 0x4008, outside the CTA's 16392 bytes of shared memory "
+                                                + _thread(0)):
+        _run_ss(kernel, rng)
+
+
+def test_tx_count_overflow_is_reported(rng):
+    kernel = _seed(SS_GEMM, "sm90.mbarrier_arrive_expect_tx %bar, 16384",
+                   "sm90.mbarrier_arrive_expect_tx %bar, 1048575\n      sm90.mbarrier_arrive_expect_tx %bar, 1048575")
+    with pytest.raises(KernelHazardError, match=r"sm90.mbarrier_arrive_expect_tx %bar, 1048575: mbarrier expect_tx "
+                                                r"takes tx-count to 2097150, outside \+-1048575 .*" + _thread(0)):
+        _run_ss(kernel, rng)
+
+
+def test_more_arrivals_than_the_phase_expects_are_reported(rng):
+    kernel = _seed(SS_GEMM, "    scf.if %leader {\n      sm90.mbarrier_arrive_expect_tx",
+                   "    sm90.mbarrier_arrive %bar\n    scf.if %leader {\n      sm90.mbarrier_arrive_expect_tx")
+    with pytest.raises(KernelHazardError, match=r"sm90.mbarrier_arrive %bar: arrives on the mbarrier at shared address "
+                                                r"0x4000 .* more threads arrive than the 1 the barrier expects "
+                                                + _thread(1)):
+        _run_ss(kernel, rng)
+
+
+def test_use_before_init_is_reported(rng):
+    kernel = _seed(SS_GEMM, "      sm90.mbarrier_init %bar, 1\n", "")
+    with pytest.raises(KernelHazardError, match=r"sm90.mbarrier_arrive_expect_tx %bar, 16384: uses the mbarrier at "
+                                                r"shared address 0x4000 \(buffer 'full' \+ 0\) before mbarrier_init "
+                                                + _thread(0)):
+        _run_ss(kernel, rng)
+
+
+def test_init_not_yet_visible_to_other_threads_is_reported(rng):
+    kernel = _seed(SS_GEMM, "    sm90.bar_sync 0, 128\n    scf.if %leader {\n      sm90.mbarrier_arrive_expect_tx",
+                   "    scf.if %leader {\n      sm90.mbarrier_arrive_expect_tx")
+    with pytest.raises(KernelHazardError, match=r"try_wait_parity %bar, %zero_i32 : i32: uses the mbarrier at shared "
+                                                r"address 0x4000 .*, which thread 0 initialised with no bar_sync since "
+                                                r".*" + _thread(1)):
+        _run_ss(kernel, rng)
+
+
+def test_init_by_every_thread_reinitialises_a_live_barrier(rng):
+    kernel = _seed(SS_GEMM,
+                   "    scf.if %leader {\n      sm90.mbarrier_init %bar, 1\n      sm90.fence_mbarrier_init\n    }",
+                   "    sm90.mbarrier_init %bar, 1")
+    with pytest.raises(KernelHazardError, match=r"sm90.mbarrier_init %bar, 1: initialises the mbarrier at shared "
+                                                r"address 0x4000 .* again while it is live \(mbarrier_inval it "
+                                                r"first\) " + _thread(1)):
+        _run_ss(kernel, rng)
+
+
+# endregion
+# region warp- and warpgroup-collective ops executed by part of their group; tensor-map rules
+
+
+def test_bar_sync_in_a_divergent_warp_is_reported(rng):
+    kernel = _seed(SS_GEMM, "      sm90.fence_mbarrier_init\n",
+                   "      sm90.fence_mbarrier_init\n      sm90.bar_sync 1, 32\n")
+    with pytest.raises(KernelHazardError, match=r"sm90.bar_sync 1, 32: divergent barrier: warp 0 executes it with only "
+                                                r"some of its threads active \(thread 1 is not\) " + _thread(0)):
+        _run_ss(kernel, rng)
+
+
+def test_shuffle_by_half_a_warp_is_reported(rng):
+    kernel = _seed(QUAD_ROW_MAX, '    %o1 = sm90.shfl_sync "bfly" %x, 1, 31 : vector<2xf32>\n',
+                   '    %c16 = arith.constant 16 : index\n    %low = arith.cmpi ult, %tid, %c16 : index\n'
+                   '    %o1 = scf.if %low -> (vector<2xf32>) {\n'
+                   '      %s = sm90.shfl_sync "bfly" %x, 1, 31 : vector<2xf32>\n      scf.yield %s : vector<2xf32>\n'
+                   '    } else {\n      scf.yield %x : vector<2xf32>\n    }\n')
+    x = rng.standard_normal((32, 2)).astype(np.float32)
+    with pytest.raises(KernelHazardError, match=r"sm90.shfl_sync .*: divergent shfl_sync .*: warp 0 executes it with "
+                                                r"only some of its threads active \(thread 16 is not\) " + _thread(0)):
+        run_target_kernel(_kernel(kernel), [x, np.zeros_like(x)], {})
+
+
+def test_setmaxnreg_by_part_of_a_warpgroup_is_reported(rng):
+    kernel = _seed(WS_GEMM, '      sm90.setmaxnreg "dec" 40\n      %issuer = arith.cmpi eq, %tid, %c128 : index\n'
+                            '      scf.if %issuer {\n',
+                   '      %issuer = arith.cmpi eq, %tid, %c128 : index\n      scf.if %issuer {\n'
+                   '        sm90.setmaxnreg "dec" 40\n')
+    with pytest.raises(KernelHazardError, match=r'sm90.setmaxnreg "dec" 40: divergent setmaxnreg: warpgroup 1 '
+                                                r"executes it with only some of its threads active"):
+        _run_ws(kernel, rng)
+
+
+def test_tma_box_wider_than_its_swizzle_is_refused_at_launch(rng):
+    kernel = SS_GEMM.replace("sm90.swizzle = 128 : i64", "sm90.swizzle = 64 : i64")
+    with pytest.raises(ValueError, match=r"argument 0 \(%a_map\): cuTensorMapEncodeTiled would refuse this map: with "
+                                         r"swizzle 64B the inner box dimension .* must be <= 64 bytes, got 128"):
+        _run_ss(kernel, rng)
+
+
+def test_tma_into_a_buffer_of_another_swizzle_is_reported(rng):
+    kernel = _seed(SS_GEMM, 'sm90.shared_buffer "a" offset 0 size 8192 align 1024 swizzle 128',
+                   'sm90.shared_buffer "a" offset 0 size 8192 align 1024 swizzle 64')
+    with pytest.raises(KernelHazardError, match=r"sm90.tma_load %a_map.*: tensor map a_map swizzles 128B but its "
+                                                r"destination, buffer 'a', is declared with swizzle 64 " + _thread(0)):
+        _run_ss(kernel, rng)
+
+
+# endregion
