@@ -22,7 +22,7 @@ How each piece maps:
 - `tile.store_global` / `tile.load` of a global window store / load each thread's registers (packed pairs
   for bf16/f16) with a bounds mask (out-of-bounds loads give 0).
 Refused by name: shared tiles that are staged or not 128B-swizzled with whole 128-byte rows, register tiles
-that are not [64 W, N] with a legal wgmma N, `tile.reshape` (so two-pass attention's [BM, 1] statistics columns), waits whose groups come from a
+that are not [64 W, N] with a legal wgmma N, reshapes other than [BM] <-> [BM, 1], waits whose groups come from a
 previous loop trip (pipelining is `pipeline-loops`' job), and any op not listed here.
 """
 
@@ -358,9 +358,10 @@ class KernelLowering:
         expr = list(self.sig.args[arg].dims)[dim]
         if expr.is_constant:
             return e.index(expr.value.data)
-        if not expr.is_name:
-            _refuse(None, f"argument {self.sig.args[arg].name}: computed dimension '{expr}' is not supported")
-        return self.entry_args[self.size_args[expr.symbol.data]]
+        size = self.entry_args[self.size_args[expr.symbol.data]]
+        if expr.is_name:
+            return size
+        return e.op(arith.CeilDivSIOp(size, e.index(expr.value.data)))
 
     def _lower_AllocSharedOp(self, op: tile.AllocSharedOp, e: Emitter) -> None:
         ty = op.result.type
@@ -445,8 +446,13 @@ class KernelLowering:
             _refuse(op, f"register tiles need a column count that is a legal wgmma N (8..256 step 8), got {n}")
         return AccumulatorLayout(n)
 
+    @staticmethod
+    def _is_column(ty: TileType) -> bool:
+        """An [BM, 1] tile: held like a row vector (each thread its two rows)."""
+        return ty.rank == 2 and ty.get_shape()[1] == 1
+
     def _vector_type(self, op: Operation, ty: TileType) -> VectorType:
-        if ty.rank == 1:
+        if ty.rank == 1 or self._is_column(ty):
             if not isinstance(ty.element_type, Float32Type):
                 _refuse(op, "row vectors must be f32")
             return ROW_VECTOR_TYPE
@@ -568,6 +574,13 @@ class KernelLowering:
         inverse = e.select(zero_rows, e.splat(f32, 0.0, 2), e.rcp(rows))
         self._set(op.result, e.mulf(self._get(op.source), self._broadcast_rows(op, inverse, e)))
 
+    def _lower_ReshapeOp(self, op: tile.ReshapeOp, e: Emitter) -> None:
+        if self._vector_type(op, op.source.type) != self._vector_type(op, op.result.type) or not (
+            op.source.type.rank == 1 or self._is_column(op.source.type)
+        ):
+            _refuse(op, "only reshapes between a row vector [BM] and a column [BM, 1] are supported")
+        self._set(op.result, self._get(op.source))
+
     def _lower_CastOp(self, op: tile.CastOp, e: Emitter) -> None:
         src, dst = op.source.type, op.result.type
         if not (isinstance(src.element_type, Float32Type) and isinstance(dst.element_type, BFloat16Type | Float16Type) and src.rank == 2):
@@ -585,6 +598,13 @@ class KernelLowering:
         rows = e.addi(e.broadcast(row, lanes), e.dense(i64, [layout.row_offsets[v] for v in elements]))
         cols = e.addi(e.broadcast(col, lanes), e.dense(i64, [layout.col_offsets[v] for v in elements]))
         return rows, cols
+
+    def _row_coords(self, e: Emitter, row0: SSAValue, col0: SSAValue):
+        """i64 vectors of the absolute (row, col) of the two rows a thread holds of an [BM, 1] column."""
+        offsets = sorted(set(AccumulatorLayout(8).row_offsets))
+        row = e.to_i64(e.addi(row0, self.row_base))
+        rows = e.addi(e.broadcast(row, len(offsets)), e.dense(i64, offsets))
+        return rows, e.broadcast(e.to_i64(col0), len(offsets))
 
     def _mask(self, op, e: Emitter, hidden: SSAValue) -> None:
         x = self._get(op.source)
@@ -610,7 +630,12 @@ class KernelLowering:
         if packed and ty.get_shape()[1] % 2:
             _refuse(op, "16-bit tiles in registers need an even number of columns")
         *lead, row0, col0 = window.indices
-        rows, cols = self._element_coords(op, e, row0, col0, pairs=packed)
+        if self._is_column(ty):
+            if packed:
+                _refuse(op, "columns [BM, 1] must be f32")
+            rows, cols = self._row_coords(e, row0, col0)
+        else:
+            rows, cols = self._element_coords(op, e, row0, col0, pairs=packed)
         lanes = rows.type.get_shape()[0]
         dims = [e.to_i64(self._dim_value(window.arg, d, e)) for d in range(len(window.indices))]
         flat = e.i64(0)
@@ -628,6 +653,10 @@ class KernelLowering:
     def _lower_StoreGlobalOp(self, op: tile.StoreGlobalOp, e: Emitter) -> None:
         window = self._get(op.dest)
         offsets, mask = self._window_access(op, window, op.value.type, e)
+        if self._is_column(op.value.type):
+            # The lanes of a row's quad hold the same value: the one whose column base is 0 writes it.
+            first = e.setp("eq", self.col_base, e.index(0))
+            mask = e.andi(mask, e.op(sm90.SelpOp(first, e.dense(i1, [1, 1]), e.dense(i1, [0, 0]))))
         e.op(sm90.StGlobalOp(self.entry_args[self.pointer_args[window.arg]], offsets, self._get(op.value), mask))
 
     def _lower_LoadOp(self, op: tile.LoadOp, e: Emitter) -> None:

@@ -61,9 +61,17 @@ def test_gemm_rows_tma_cannot_address_are_refused(rng):
         tessera.interpret(module, rng.standard_normal((64, 300)), rng.standard_normal((300, 64)), level="target")
 
 
-def test_two_pass_attention_is_refused_by_name():
-    from xdsl.utils.exceptions import DiagnosticException
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_two_pass_attention_target_matches(causal, rng):
+    module = build_kernel("two_pass_attention", head_dim=128, causal=causal, dtype="f16")
+    q, k, v = _qkv(rng, 150, 300, 128)
+    out = tessera.interpret(module, q, k, v, level="target")
+    assert reference.check_attention(out, q, k, v, dtype_from_name("f16"), causal=causal).ok
 
-    module = build_kernel("two_pass_attention", head_dim=64, causal=False, dtype="bf16")
-    with pytest.raises(DiagnosticException, match="no lowering for 'tile.reshape'"):
-        tessera.interpret(module, *[np.zeros((1, 1, 8, 64))] * 3, level="target")
+
+@pytest.mark.parametrize("head_dim,causal,dtype", [(64, True, "bf16"), (128, False, "f16")])
+def test_flash_attention_target_long_sequences(head_dim, causal, dtype, rng):
+    module = build_kernel("flash_attention", head_dim=head_dim, causal=causal, dtype=dtype)
+    q, k, v = _qkv(rng, 1000, 1000, head_dim)
+    out = tessera.interpret(module, q, k, v, level="target")
+    assert reference.check_attention(out, q, k, v, dtype_from_name(dtype), causal=causal).ok
