@@ -19,7 +19,7 @@ func.func @k(%A: !tile.tile<?x64xbf16, global> {tile.dims = #tile.dims<n, 64>}) 
 
 // -----
 
-// CHECK: convert-tile-to-sm90: %r = tile.reshape %z : !tile.tile<64x8xf32, register> -> !tile.tile<64x8xf32, register>: no lowering for 'tile.reshape'
+// CHECK: convert-tile-to-sm90: %r = tile.reshape %z : !tile.tile<64x8xf32, register> -> !tile.tile<64x8xf32, register>: only reshapes between a row vector [BM] and a column [BM, 1] are supported
 func.func @k(%A: !tile.tile<?x64xbf16, global> {tile.dims = #tile.dims<n, 64>}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>} {
   %z = tile.fill 0.0 : !tile.tile<64x8xf32, register>
   %r = tile.reshape %z : !tile.tile<64x8xf32, register> -> !tile.tile<64x8xf32, register>
