@@ -36,11 +36,20 @@ def test_flash_attention_target_matches(head_dim, causal, dtype, rng):
         assert np.abs(out.astype(np.float32) - tile_out.astype(np.float32)).max() <= 2 * comparison.tolerance
 
 
-def test_three_pass_attention_target_matches(rng):
-    module = build_kernel("three_pass_attention", head_dim=64, causal=True, dtype="bf16")
-    q, k, v = _qkv(rng, 150, 130, 64)
-    out = tessera.interpret(module, q, k, v, level="target")
-    assert reference.check_attention(out, q, k, v, dtype_from_name("bf16"), causal=True).ok
+MULTIPASS_SEQ_PAIRS = [(1, 1), (130, 200), (200, 17)]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("variant", ["two_pass_attention", "three_pass_attention"])
+def test_multipass_attention_target_matches(variant, head_dim, causal, dtype, rng):
+    module = build_kernel(variant, head_dim=head_dim, causal=causal, dtype=dtype)
+    for seq_q, seq_k in MULTIPASS_SEQ_PAIRS:
+        q, k, v = _qkv(rng, seq_q, seq_k, head_dim)
+        out = tessera.interpret(module, q, k, v, level="target")
+        comparison = reference.check_attention(out, q, k, v, dtype_from_name(dtype), causal=causal)
+        assert comparison.ok, f"seq_q={seq_q} seq_k={seq_k}: {comparison}"
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
@@ -59,14 +68,6 @@ def test_gemm_rows_tma_cannot_address_are_refused(rng):
     module = build_kernel("gemm", dtype="bf16")
     with pytest.raises(ValueError, match="cuTensorMapEncodeTiled would refuse this map: globalStrides"):
         tessera.interpret(module, rng.standard_normal((64, 300)), rng.standard_normal((300, 64)), level="target")
-
-
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_two_pass_attention_target_matches(causal, rng):
-    module = build_kernel("two_pass_attention", head_dim=128, causal=causal, dtype="f16")
-    q, k, v = _qkv(rng, 150, 300, 128)
-    out = tessera.interpret(module, q, k, v, level="target")
-    assert reference.check_attention(out, q, k, v, dtype_from_name("f16"), causal=causal).ok
 
 
 @pytest.mark.parametrize("head_dim,causal,dtype", [(64, True, "bf16"), (128, False, "f16")])
