@@ -665,7 +665,8 @@ class StGlobalOp(IRDLOperation):
     def verify_(self) -> None:
         n = _lanes(self.values.type)
         _require(_element(self.values.type) in (i32, Float32Type()), self, f"stores 32-bit registers, got {self.values.type}")
-        _require(self.offsets.type == VectorType(i64, [n]), self, f"offsets must be vector<{n}xi64>, got {self.offsets.type}")
+        _require(self.offsets.type in (VectorType(i64, [n]), VectorType(i32, [n])), self,
+                 f"offsets must be vector<{n}xi64> or vector<{n}xi32> (sign-extended), got {self.offsets.type}")
         _require(self.mask.type == VectorType(i1, [n]), self, f"mask must be vector<{n}xi1>, got {self.mask.type}")
 
 
@@ -689,7 +690,8 @@ class LdGlobalOp(IRDLOperation):
     def verify_(self) -> None:
         n = _lanes(self.result.type)
         _require(_element(self.result.type) in (i32, Float32Type()), self, f"loads 32-bit registers, got {self.result.type}")
-        _require(self.offsets.type == VectorType(i64, [n]), self, f"offsets must be vector<{n}xi64>, got {self.offsets.type}")
+        _require(self.offsets.type in (VectorType(i64, [n]), VectorType(i32, [n])), self,
+                 f"offsets must be vector<{n}xi64> or vector<{n}xi32> (sign-extended), got {self.offsets.type}")
         _require(self.mask.type == VectorType(i1, [n]), self, f"mask must be vector<{n}xi1>, got {self.mask.type}")
 
 

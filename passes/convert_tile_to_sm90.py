@@ -535,19 +535,21 @@ class KernelLowering:
         is_inf = e.setp("eq", m, e.splat(f32, float("-inf"), lanes))
         return e.select(is_inf, e.splat(f32, 0.0, lanes), m)
 
-    def _exp_minus(self, x: SSAValue, m: SSAValue, e: Emitter) -> SSAValue:
-        """exp(x - m) = ex2(x log2e - m log2e), one fma per register."""
+    def _exp_minus(self, op, x: SSAValue, rows: SSAValue, e: Emitter, broadcast: bool) -> SSAValue:
+        """exp(x - m) = ex2(x log2e - m log2e): -m log2e is computed once per row (two registers), then one
+        fma per register and ex2."""
         lanes = x.type.get_shape()[0]
-        log2e = e.splat(f32, LOG2E, lanes)
-        scaled_m = e.mulf(m, log2e)
-        return e.ex2(e.fma(x, log2e, e.op(arith.NegfOp(scaled_m))))
+        m = self._safe_max(rows, e)
+        neg_scaled_m = e.op(arith.NegfOp(e.mulf(m, e.splat(f32, LOG2E, m.type.get_shape()[0]))))
+        if broadcast:
+            neg_scaled_m = self._broadcast_rows(op, neg_scaled_m, e)
+        return e.ex2(e.fma(x, e.splat(f32, LOG2E, lanes), neg_scaled_m))
 
     def _lower_ExpSubtractOp(self, op: tile.ExpSubtractOp, e: Emitter) -> None:
-        m = self._broadcast_rows(op, self._safe_max(self._get(op.rows), e), e)
-        self._set(op.result, self._exp_minus(self._get(op.source), m, e))
+        self._set(op.result, self._exp_minus(op, self._get(op.source), self._get(op.rows), e, broadcast=True))
 
     def _lower_ExpDiffOp(self, op: tile.ExpDiffOp, e: Emitter) -> None:
-        self._set(op.result, self._exp_minus(self._get(op.lhs), self._safe_max(self._get(op.rhs), e), e))
+        self._set(op.result, self._exp_minus(op, self._get(op.lhs), self._get(op.rhs), e, broadcast=False))
 
     def _lower_ElementMaxOp(self, op, e: Emitter) -> None:
         self._set(op.result, e.maxf(self._get(op.lhs), self._get(op.rhs)))
@@ -588,23 +590,25 @@ class KernelLowering:
         half = "bf16" if isinstance(dst.element_type, BFloat16Type) else "f16"
         self._set(op.result, e.op(sm90.CvtPackOp(self._get(op.source), half)))
 
-    def _element_coords(self, op, e: Emitter, row0: SSAValue, col0: SSAValue, pairs: bool = False):
-        """i64 vectors of the absolute (row, col) of each of this thread's elements (or of each packed pair)."""
-        layout = self._layout(op, op_tile_type(op))
+    def _thread_offsets(self, op, ty: TileType, pairs: bool = False) -> tuple[list[int], list[int]]:
+        """Per register of this thread's share of an [BM, N] tile (or of an [BM, 1] column, or per packed
+        pair): its row and column relative to the thread's first element."""
+        if self._is_column(ty):
+            rows = sorted(set(AccumulatorLayout(8).row_offsets))
+            return rows, [0] * len(rows)
+        layout = self._layout(op, ty)
         elements = layout.packed_pairs() if pairs else list(range(layout.lanes))
-        lanes = len(elements)
-        row = e.to_i64(e.addi(row0, self.row_base))
-        col = e.to_i64(e.addi(col0, self.col_base))
-        rows = e.addi(e.broadcast(row, lanes), e.dense(i64, [layout.row_offsets[v] for v in elements]))
-        cols = e.addi(e.broadcast(col, lanes), e.dense(i64, [layout.col_offsets[v] for v in elements]))
-        return rows, cols
+        return [layout.row_offsets[v] for v in elements], [layout.col_offsets[v] for v in elements]
 
-    def _row_coords(self, e: Emitter, row0: SSAValue, col0: SSAValue):
-        """i64 vectors of the absolute (row, col) of the two rows a thread holds of an [BM, 1] column."""
-        offsets = sorted(set(AccumulatorLayout(8).row_offsets))
-        row = e.to_i64(e.addi(row0, self.row_base))
-        rows = e.addi(e.broadcast(row, len(offsets)), e.dense(i64, offsets))
-        return rows, e.broadcast(e.to_i64(col0), len(offsets))
+    def _origin(self, e: Emitter, row0: SSAValue, col0: SSAValue, column: bool = False) -> tuple[SSAValue, SSAValue]:
+        """The absolute (row, col) of this thread's first element of a tile whose corner is (row0, col0)."""
+        return e.addi(row0, self.row_base), (col0 if column else e.addi(col0, self.col_base))
+
+    @staticmethod
+    def _below(e: Emitter, limit: SSAValue, offsets: list[int]) -> SSAValue:
+        """Per register: offsets[i] < limit (a scalar threshold against constant offsets, so a mask costs
+        one setp per register and no vector of coordinates)."""
+        return e.setp("gt", e.broadcast(limit, len(offsets)), e.dense(IndexType(), offsets))
 
     def _mask(self, op, e: Emitter, hidden: SSAValue) -> None:
         x = self._get(op.source)
@@ -612,60 +616,67 @@ class KernelLowering:
         self._set(op.result, e.select(hidden, e.splat(f32, float("-inf"), lanes), x))
 
     def _lower_MaskBoundsOp(self, op: tile.MaskBoundsOp, e: Emitter) -> None:
-        _, cols = self._element_coords(op, e, e.index(0), self._get(op.k_start))
-        limit = e.broadcast(e.to_i64(self._get(op.seq_k)), cols.type.get_shape()[0])
-        self._mask(op, e, e.setp("ge", cols, limit))
+        # Key k0 + col is hidden where col >= seq_k - k0, i.e. unless col < seq_k - k0.
+        _, col_offsets = self._thread_offsets(op, op.source.type)
+        _, col = self._origin(e, e.index(0), self._get(op.k_start))
+        limit = e.op(arith.SubiOp(self._get(op.seq_k), col))
+        hidden = e.setp("le", e.broadcast(limit, len(col_offsets)), e.dense(IndexType(), col_offsets))
+        self._mask(op, e, hidden)
 
     def _lower_MaskCausalOp(self, op: tile.MaskCausalOp, e: Emitter) -> None:
-        rows, cols = self._element_coords(op, e, self._get(op.q_start), self._get(op.k_start))
-        shift = e.to_i64(self.values[op.seq_k])
-        shift = e.op(arith.SubiOp(shift, e.to_i64(self._get(op.seq_q))))
-        last_key = e.addi(rows, e.broadcast(shift, rows.type.get_shape()[0]))
-        self._mask(op, e, e.setp("gt", cols, last_key))
+        # Key k0 + c is hidden where k0 + c > q0 + r + seq_k - seq_q, i.e. where (c - r) > t with
+        # t = q0 + r0 + seq_k - seq_q - k0 - c0 for the thread's first element (r0, c0).
+        row_offsets, col_offsets = self._thread_offsets(op, op.source.type)
+        row, col = self._origin(e, self._get(op.q_start), self._get(op.k_start))
+        shift = e.op(arith.SubiOp(self._get(op.seq_k), self._get(op.seq_q)))
+        t = e.op(arith.SubiOp(e.addi(row, shift), col))
+        diagonal = [c - r for r, c in zip(row_offsets, col_offsets)]
+        hidden = e.setp("lt", e.broadcast(t, len(diagonal)), e.dense(IndexType(), diagonal))
+        self._mask(op, e, hidden)
 
-    def _window_access(self, op, window: Window, ty: TileType, e: Emitter) -> tuple[SSAValue, SSAValue]:
-        """Byte offsets (from the argument's first byte) and in-bounds mask of each register of this thread's
-        share of an [BM, N] window: one per element, or one per packed pair for 16-bit tiles."""
+    def _window_access(self, op, window: Window, ty: TileType, e: Emitter) -> tuple[SSAValue, SSAValue, SSAValue]:
+        """The global address of this thread's first element, and the byte offsets from it and in-bounds mask of
+        each register of its share of an [BM, N] window: one per element, or per packed pair for 16-bit tiles."""
         packed = not isinstance(ty.element_type, Float32Type)
-        if packed and ty.get_shape()[1] % 2:
+        if packed and (ty.get_shape()[1] % 2 or self._is_column(ty)):
             _refuse(op, "16-bit tiles in registers need an even number of columns")
         *lead, row0, col0 = window.indices
-        if self._is_column(ty):
-            if packed:
-                _refuse(op, "columns [BM, 1] must be f32")
-            rows, cols = self._row_coords(e, row0, col0)
-        else:
-            rows, cols = self._element_coords(op, e, row0, col0, pairs=packed)
-        lanes = rows.type.get_shape()[0]
-        dims = [e.to_i64(self._dim_value(window.arg, d, e)) for d in range(len(window.indices))]
+        row_offsets, col_offsets = self._thread_offsets(op, ty, pairs=packed)
+        row, col = self._origin(e, row0, col0, column=self._is_column(ty))
+        dims = [self._dim_value(window.arg, d, e) for d in range(len(window.indices))]
+        in_rows = self._below(e, e.op(arith.SubiOp(dims[-2], row)), row_offsets)
+        last = [c + 1 if packed else c for c in col_offsets]
+        in_cols = self._below(e, e.op(arith.SubiOp(dims[-1], col)), last)
+        # The thread's first element is at byte ((lead..., row) * C + col) * elt (i64, added to the pointer);
+        # register i is (row_offset[i] * C + col_offset[i]) * elt bytes further (i32: within one tile).
+        wide = [e.to_i64(d) for d in dims]
         flat = e.i64(0)
-        for index, dim in zip(lead, dims):
+        for index, dim in zip(lead, wide):
             flat = e.addi(e.muli(flat, dim), e.to_i64(index))
-        flat = e.muli(flat, dims[-2])
-        offsets = e.addi(e.muli(e.addi(rows, e.broadcast(flat, lanes)), e.broadcast(dims[-1], lanes)), cols)
         elt = element_type_bytes(self._arg_tile(window.arg).element_type)
-        offsets = e.muli(offsets, e.splat(i64, elt, lanes))
-        in_rows = e.setp("lt", rows, e.broadcast(dims[-2], lanes))
-        last_col = cols if not packed else e.addi(cols, e.splat(i64, 1, lanes))
-        in_cols = e.setp("lt", last_col, e.broadcast(dims[-1], lanes))
-        return offsets, e.andi(in_rows, in_cols)
+        first = e.addi(e.muli(e.addi(e.muli(flat, wide[-2]), e.to_i64(row)), wide[-1]), e.to_i64(col))
+        base = e.addi(self.entry_args[self.pointer_args[window.arg]], e.muli(first, e.i64(elt)))
+        lanes = len(row_offsets)
+        pitch = e.op(arith.IndexCastOp(e.muli(dims[-1], e.index(elt)), i32))
+        offsets = e.addi(e.muli(e.broadcast(pitch, lanes), e.dense(i32, row_offsets)), e.dense(i32, [c * elt for c in col_offsets]))
+        return base, offsets, e.andi(in_rows, in_cols)
 
     def _lower_StoreGlobalOp(self, op: tile.StoreGlobalOp, e: Emitter) -> None:
         window = self._get(op.dest)
-        offsets, mask = self._window_access(op, window, op.value.type, e)
+        base, offsets, mask = self._window_access(op, window, op.value.type, e)
         if self._is_column(op.value.type):
             # The lanes of a row's quad hold the same value: the one whose column base is 0 writes it.
             first = e.setp("eq", self.col_base, e.index(0))
             mask = e.andi(mask, e.op(sm90.SelpOp(first, e.dense(i1, [1, 1]), e.dense(i1, [0, 0]))))
-        e.op(sm90.StGlobalOp(self.entry_args[self.pointer_args[window.arg]], offsets, self._get(op.value), mask))
+        e.op(sm90.StGlobalOp(base, offsets, self._get(op.value), mask))
 
     def _lower_LoadOp(self, op: tile.LoadOp, e: Emitter) -> None:
         window = self._get(op.source)
         if not isinstance(window, Window):
             _refuse(op, "loads from shared memory are not supported")
         ty = op.result.type
-        offsets, mask = self._window_access(op, window, ty, e)
-        value = e.op(sm90.LdGlobalOp(self.entry_args[self.pointer_args[window.arg]], offsets, mask, self._vector_type(op, ty)))
+        base, offsets, mask = self._window_access(op, window, ty, e)
+        value = e.op(sm90.LdGlobalOp(base, offsets, mask, self._vector_type(op, ty)))
         self._set(op.result, value)
 
     # -- control flow --------------------------------------------------------------------------------------

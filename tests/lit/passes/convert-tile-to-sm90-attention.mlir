@@ -76,7 +76,8 @@ builtin.module {
 // CHECK:        sm90.mbarrier_try_wait_parity %group1_bar, %[[PARITY]] : index
 // CHECK:        sm90.wgmma_mma_async {{.*}} n 64 type "bf16" trans 0, 0 : vector<32xf32>, i64
 // CHECK:        sm90.wgmma_wait_group 0
-// CHECK:        sm90.setp "gt"
+// CHECK:        sm90.setp "le" %{{.*}}, %{{.*}} : vector<32xindex> -> vector<32xi1>
+// CHECK:        sm90.setp "lt" %{{.*}}, %{{.*}} : vector<32xindex> -> vector<32xi1>
 // CHECK:        sm90.shfl_sync "bfly" %{{.*}}, 1, 31 : vector<2xf32>
 // CHECK:        sm90.shfl_sync "bfly" %{{.*}}, 2, 31 : vector<2xf32>
 // CHECK:        %alpha = sm90.ex2_approx %{{.*}} : vector<2xf32>
@@ -86,4 +87,5 @@ builtin.module {
 // CHECK:        vector.shuffle %p_half, %p_half [0, 1, 2, 3]
 // CHECK:        sm90.wgmma_mma_async %acc_scaled, %{{.*}}, %{{.*}} n 64 type "bf16" trans 0, 1 : vector<32xf32>, vector<4xi32>
 // CHECK:      sm90.rcp_approx %l_final : vector<2xf32>
-// CHECK:      sm90.st_global %O_ptr[%{{.*}}], %o_half, %{{.*}} : vector<16xi64>, vector<16xi32>, vector<16xi1>
+// CHECK:      %[[BASE:.*]] = arith.addi %O_ptr, %{{.*}} : i64
+// CHECK:      sm90.st_global %[[BASE]][%{{.*}}], %o_half, %{{.*}} : vector<16xi32>, vector<16xi32>, vector<16xi1>

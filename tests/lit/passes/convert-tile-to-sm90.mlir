@@ -64,5 +64,6 @@ builtin.module {
 // CHECK-NEXT:   sm90.wgmma_commit_group
 // CHECK-NEXT:   sm90.wgmma_wait_group 0
 // CHECK-NEXT:   sm90.bar_sync 0, 128
-// CHECK:      sm90.setp "lt" %{{.*}}, %{{.*}} : vector<32xi64> -> vector<32xi1>
-// CHECK:      sm90.st_global %C_ptr[%{{.*}}], %acc_final, %{{.*}} : vector<32xi64>, vector<32xf32>, vector<32xi1>
+// CHECK:      sm90.setp "gt" %{{.*}}, %{{.*}} : vector<32xindex> -> vector<32xi1>
+// CHECK:      %[[BASE:.*]] = arith.addi %C_ptr, %{{.*}} : i64
+// CHECK:      sm90.st_global %[[BASE]][%{{.*}}], %acc_final, %{{.*}} : vector<32xi32>, vector<32xf32>, vector<32xi1>

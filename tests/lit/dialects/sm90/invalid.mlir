@@ -387,11 +387,11 @@ sm90.st_global %g[%o], %v, %m : vector<4xi64>, vector<4xi64>, vector<4xi1>
 // -----
 
 %g = "test.op"() : () -> i64
-%o = "test.op"() : () -> vector<4xi32>
+%o = "test.op"() : () -> vector<4xi16>
 %v = "test.op"() : () -> vector<4xf32>
 %m = "test.op"() : () -> vector<4xi1>
-// CHECK: {{^}}'sm90.st_global' op offsets must be vector<4xi64>, got vector<4xi32>
-sm90.st_global %g[%o], %v, %m : vector<4xi32>, vector<4xf32>, vector<4xi1>
+// CHECK: {{^}}'sm90.st_global' op offsets must be vector<4xi64> or vector<4xi32> (sign-extended), got vector<4xi16>
+sm90.st_global %g[%o], %v, %m : vector<4xi16>, vector<4xf32>, vector<4xi1>
 
 // -----
 
@@ -415,7 +415,7 @@ sm90.st_global %g[%o], %v, %m : vector<4xi64>, vector<4xi32>, vector<8xi1>
 %g = "test.op"() : () -> i64
 %o = "test.op"() : () -> vector<2xi64>
 %m = "test.op"() : () -> vector<4xi1>
-// CHECK: {{^}}'sm90.ld_global' op offsets must be vector<4xi64>, got vector<2xi64>
+// CHECK: {{^}}'sm90.ld_global' op offsets must be vector<4xi64> or vector<4xi32> (sign-extended), got vector<2xi64>
 %v = sm90.ld_global %g[%o], %m : vector<2xi64>, vector<4xi1> -> vector<4xf32>
 
 // -----
