@@ -35,9 +35,23 @@ def _convert_tile_to_sm90() -> type[ModulePass]:
     return ConvertTileToSm90Pass
 
 
+def _rematerialize_constants() -> type[ModulePass]:
+    from tessera.passes.rematerialize_constants import RematerializeConstantsPass
+
+    return RematerializeConstantsPass
+
+
+def _allocate_registers() -> type[ModulePass]:
+    from tessera.passes.allocate_registers import AllocateRegistersPass
+
+    return AllocateRegistersPass
+
+
 PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "assign-swizzle": _assign_swizzle,
     "convert-tile-to-sm90": _convert_tile_to_sm90,
+    "rematerialize-constants": _rematerialize_constants,
+    "allocate-registers": _allocate_registers,
 }
 
 
@@ -57,5 +71,8 @@ def apply_pipeline(module, spec: str) -> None:
     PassPipeline.parse_spec(all_passes(), spec).apply(make_context(), module)
 
 
-TARGET_PIPELINE = "assign-swizzle,convert-tile-to-sm90,canonicalize,cse"
-"""Tile IR to sm_90a Target IR: the deepest pipeline that exists (`tessera-opt -p` accepts it as written)."""
+TARGET_PIPELINE = "assign-swizzle,convert-tile-to-sm90,canonicalize,cse,rematerialize-constants"
+"""Tile IR to sm_90a Target IR (`tessera-opt -p` accepts it as written)."""
+
+PTX_PIPELINE = TARGET_PIPELINE + ",allocate-registers"
+"""Tile IR to register-allocated Target IR, ready for the PTX printer: the deepest pipeline."""

@@ -56,8 +56,8 @@ def interpret(
 ) -> np.ndarray | tuple[np.ndarray, ...]:
     """Run a kernel over its whole grid on NumPy inputs and return its outputs.
 
-    `level` is "tile" (the Tile IR interpreter) or "target" (lower with `passes.TARGET_PIPELINE` and run
-    the Target IR in the CTA simulator). Inputs are given in argument order (attention: Q, K, V as [batch, heads, seq, head_dim]; GEMM: A, B) and
+    `level` is "tile" (the Tile IR interpreter) or "target" (lower with `passes.TARGET_PIPELINE`, allocate
+    registers, and run the Target IR in the CTA simulator, checking the allocation against a register file). Inputs are given in argument order (attention: Q, K, V as [batch, heads, seq, head_dim]; GEMM: A, B) and
     converted to the kernel's element types (float inputs are rounded to bf16/f16 as the kernel would read
     them). Named sizes in `sizes` are checked against the inputs. Returns the output (or a tuple of outputs)
     in the output argument's element type."""
@@ -71,8 +71,10 @@ def interpret(
         run_grid(sig, module, arguments, bound)
     else:
         from tessera.interpreters.sm90.launch import run_target_kernel
+        from tessera.regalloc import allocate_registers
 
-        run_target_kernel(lower_to_target(module, sig.name), arguments, bound)
+        target = lower_to_target(module, sig.name)
+        run_target_kernel(target, arguments, bound, allocate_registers(target))
     outputs = tuple(a for a, arg in zip(arguments, sig.args) if arg.role == "out")
     return outputs[0] if len(outputs) == 1 else outputs
 

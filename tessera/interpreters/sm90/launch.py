@@ -37,6 +37,7 @@ from tessera.interpreters.sm90.machine import Sm90Functions
 from tessera.interpreters.sm90.registers import full
 from tessera.interpreters.sm90.strands import Scheduler
 from tessera.interpreters.sm90.tma import TensorMap
+from tessera.interpreters.sm90.register_check import RegisterFileChecker
 from tessera.interpreters.sm90.wgmma import PendingUseChecker
 from tessera.kernel_abi import (
     BOX_ATTR,
@@ -174,15 +175,17 @@ def _argument_values(kernel: TargetKernel, arrays: Sequence[np.ndarray], sizes: 
 
 
 def run_cta(kernel: TargetKernel, module: ModuleOp, values: list, memory: GlobalMemory,
-            cta_id: tuple[int, int, int], grid: tuple[int, int, int]) -> CtaState:
+            cta_id: tuple[int, int, int], grid: tuple[int, int, int], allocation=None) -> CtaState:
     """Run one CTA of `kernel` to completion; raises KernelHazardError (or DeadlockError) on a hazard."""
     scheduler = Scheduler(lambda env: make_interpreter(env))
     cta = CtaState(kernel.threads, kernel.smem_bytes, cta_id, grid, scheduler)
     functions = (DivergentControlFunctions(cta), RegisterArithFunctions(cta), Sm90Functions(cta, memory))
-    checker = PendingUseChecker(cta.wgmma)
+    checkers = (PendingUseChecker(cta.wgmma),)
+    if allocation is not None:
+        checkers += (RegisterFileChecker(cta, allocation),)
 
     def make_interpreter(env=None) -> Interpreter:
-        interpreter = Interpreter(module, listeners=(checker,))
+        interpreter = Interpreter(module, listeners=checkers)
         if env is not None:
             interpreter._ctx = env  # noqa: SLF001 - a deferred branch starts in the scope of its scf.if
         for f in functions:
@@ -200,10 +203,12 @@ def run_cta(kernel: TargetKernel, module: ModuleOp, values: list, memory: Global
     return cta
 
 
-def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], sizes: Mapping[str, int]) -> None:
+def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], sizes: Mapping[str, int],
+                      allocation=None) -> None:
     """Run every CTA of the target kernel `func_op` on the Tile-level argument arrays (inputs, outputs,
     scratch), writing outputs into them. Raises ValueError for a bad launch and KernelHazardError (or its
-    subclass DeadlockError) naming the op and thread of a hazard."""
+    subclass DeadlockError) naming the op and thread of a hazard. With a register `allocation`
+    (`tessera.regalloc`), every operand is also checked against the register file it implies."""
     kernel = target_kernel(func_op)
     names = [f"#{k}" for k in range(len(arguments))]
     for arg in kernel.args:
@@ -214,7 +219,8 @@ def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], siz
     module = _module_of(func_op)
     gx, gy, gz = grid = kernel.grid_size(sizes)
     for linear in range(gx * gy * gz):
-        run_cta(kernel, module, values, memory, (linear % gx, (linear // gx) % gy, linear // (gx * gy)), grid)
+        run_cta(kernel, module, values, memory, (linear % gx, (linear // gx) % gy, linear // (gx * gy)), grid,
+                allocation)
 
 
 __all__ = ["run_target_kernel", "target_kernel", "TargetKernel", "TargetArg", "KernelHazardError", "SOURCE_ATTR",

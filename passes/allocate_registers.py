@@ -1,0 +1,49 @@
+"""`allocate-registers`: allocate PTX registers for every Target IR kernel and check the register budget.
+
+Input: Target IR kernels (after `convert-tile-to-sm90` and `rematerialize-constants`). Output: the same IR,
+each kernel annotated with `sm90.registers = {peak = P, f32 = F, b32 = R, b64 = D, pred = Q}`: the peak of
+32-bit registers live at once per thread and the registers each class needs (`tessera.regalloc`; the names
+themselves are recomputed, deterministically, by whoever prints the kernel). A kernel whose peak exceeds the
+budget (255 per thread, or `budget=N`, e.g. a setmaxnreg budget) is refused with a diagnostic naming the
+values live at the peak, never silently spilled. `report=true` prints the pressure of each kernel to stderr.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, ModuleOp
+from xdsl.passes import ModulePass
+
+from tessera.kernel_abi import is_target_kernel
+from tessera.regalloc import allocate_registers
+from tessera.sm90 import facts
+
+REGISTERS_ATTR = "sm90.registers"
+
+
+@dataclass(frozen=True)
+class AllocateRegistersPass(ModulePass):
+    """Allocate registers of each Target IR kernel; refuse kernels over the budget (module docstring)."""
+
+    name = "allocate-registers"
+
+    budget: int = facts.MAX_REGISTERS_PER_THREAD
+    report: bool = False
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.budget <= facts.MAX_REGISTERS_PER_THREAD:
+            raise ValueError(f"allocate-registers: budget must be in [1, {facts.MAX_REGISTERS_PER_THREAD}], got {self.budget}")
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for kernel in [o for o in op.walk() if is_target_kernel(o)]:
+            allocation = allocate_registers(kernel, self.budget)
+            summary = {"peak": allocation.peak, **dict(sorted(allocation.counts.items()))}
+            kernel.attributes[REGISTERS_ATTR] = DictionaryAttr({k: IntegerAttr(v, 64) for k, v in summary.items()})
+            if self.report:
+                live = ", ".join(f"%{name} ({n})" for name, n in allocation.live_at_peak[:8])
+                classes = ", ".join(f"{k} {v}" for k, v in sorted(allocation.counts.items()))
+                print(f"allocate-registers: @{kernel.sym_name.data}: peak {allocation.peak} of {self.budget} "
+                      f"registers per thread ({classes}); live at the peak: {live}", file=sys.stderr)

@@ -1,0 +1,35 @@
+"""`rematerialize-constants`: give every use of an `arith.constant` its own copy, right before the user.
+
+Input and output: Target IR. Canonicalization hoists constants to the top of the kernel, where a splat
+`vector<64xf32>` or a table of lane offsets would hold its registers across the whole K/V loop. A constant
+costs one `mov` (or nothing, as an immediate operand), so re-creating it at each use is always cheaper than
+keeping it live: after this pass a constant lives from the instruction before its use to that use. Run it
+after `canonicalize`/`cse` (which would hoist the copies back) and before `allocate-registers`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+
+
+@dataclass(frozen=True)
+class RematerializeConstantsPass(ModulePass):
+    """Clone each constant next to each of its uses and erase the original."""
+
+    name = "rematerialize-constants"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for constant in [o for o in op.walk() if isinstance(o, arith.ConstantOp)]:
+            for use in list(constant.result.uses):
+                user = use.operation
+                copy = constant.clone()
+                copy.result.name_hint = constant.result.name_hint
+                user.parent_block().insert_op_before(copy, user)
+                user.operands[use.index] = copy.result
+            constant.detach()
+            constant.erase()

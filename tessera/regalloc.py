@@ -1,0 +1,366 @@
+"""Register allocation for Target IR: liveness over structured control flow, then linear scan per class.
+
+Every element of every per-thread value is one PTX register of a class (`f32` -> %f, `i32`/`index` ->
+.b32 %r, `i64` -> .b64 %rd, `i1` -> .pred %p). Some values share registers instead of being copied:
+- `vector.shuffle`, `vector.extract` and `vector.broadcast` results *are* the source's registers (a
+  permutation, a selection, a repetition): they cost no instruction;
+- a `scf.for` result is the register of its loop-carried block argument (the latch moves each yielded value
+  into it);
+- a `sm90.wgmma_mma_async` result reuses its accumulator's registers when the accumulator dies there (the
+  instruction reads and writes the same `{d...}` list; otherwise the printer copies the accumulator first),
+  and an elementwise op's vector result reuses the registers of an operand that dies there (register i of
+  the result reads only register i of each operand), so softmax chains run in place; a loop's initial value
+  that dies at the loop is computed directly into the carried register.
+
+Liveness: positions number the ops in program order; a value is live from its definition to its last use,
+and a value used inside a loop but defined outside it stays live to the end of that loop (it is read again on
+every trip); loop-carried registers are live for the whole loop. Linear scan then gives each class exactly as
+many registers as are live at once (interval graphs colour optimally), reusing the registers of dead values.
+Pressure counts 32-bit registers (a .b64 counts 2; predicates are a separate file and are not counted).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from xdsl.dialects import arith, func, math, scf, vector
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, FloatAttr, IntegerAttr
+from xdsl.dialects.builtin import Float32Type, IndexType, IntegerType, VectorType
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, SSAValue
+from xdsl.utils.exceptions import DiagnosticException
+
+from tessera.dialects import sm90
+from tessera.sm90 import facts
+
+CLASS_PREFIX = {"f32": "%f", "b32": "%r", "b64": "%rd", "pred": "%p"}
+
+IMMEDIATE_OPERANDS = {
+    **{op: (1,) for op in (
+        arith.AddiOp, arith.SubiOp, arith.MuliOp, arith.AndIOp, arith.OrIOp, arith.XOrIOp, arith.DivSIOp,
+        arith.DivUIOp, arith.RemSIOp, arith.RemUIOp, arith.MinSIOp, arith.MaxSIOp, arith.MinUIOp,
+        arith.MaxUIOp, arith.CeilDivSIOp, arith.CeilDivUIOp, arith.AddfOp, arith.SubfOp, arith.MulfOp,
+        arith.MaximumfOp, arith.MinimumfOp, arith.CmpiOp, sm90.SetpOp)},
+    math.FmaOp: (1, 2),
+    sm90.SelpOp: (1, 2),
+}
+"""Operand positions where PTX takes an immediate (the b and c sources of ALU instructions)."""
+CLASS_WIDTH = {"f32": 1, "b32": 1, "b64": 2, "pred": 0}
+"""32-bit registers each class costs (predicates live in their own file)."""
+
+
+class RegisterBudgetError(DiagnosticException):
+    """The values live at the peak need more registers than the budget."""
+
+
+def register_class(ty: Attribute) -> str | None:
+    element = ty.element_type if isinstance(ty, VectorType) else ty
+    if isinstance(element, Float32Type):
+        return "f32"
+    if isinstance(element, IndexType):
+        return "b32"
+    if isinstance(element, IntegerType):
+        return {1: "pred", 32: "b32", 64: "b64"}.get(element.width.data)
+    return None  # tensor maps and other parameters are not registers
+
+
+def element_count(ty: Attribute) -> int:
+    return ty.get_shape()[0] if isinstance(ty, VectorType) else 1
+
+
+@dataclass
+class Allocation:
+    """Register names of each value (one per element), the registers used per class, and the pressure."""
+
+    names: dict[SSAValue, list[str]]
+    """Register names per element; for a constant used only where PTX takes immediates, its immediates
+    (`0f3FB8AA3B`, `-7`): such a constant needs no instruction and no register."""
+    counts: dict[str, int]
+    peak: int
+    peak_position: int
+    live_at_peak: list[tuple[str, int]] = field(default_factory=list)
+
+    def declarations(self) -> dict[str, int]:
+        """Registers to declare per class (`.reg .f32 %f<N>;`)."""
+        return dict(self.counts)
+
+
+class _UnionFind:
+    def __init__(self):
+        self.parent: dict = {}
+
+    def find(self, x):
+        self.parent.setdefault(x, x)
+        while self.parent[x] != x:
+            self.parent[x] = self.parent[self.parent[x]]
+            x = self.parent[x]
+        return x
+
+    def union(self, a, b) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[rb] = ra
+
+
+def immediate_text(value: float | int, ty: Attribute) -> str:
+    """PTX immediate syntax: 0fXXXXXXXX for f32 (exact bits), decimal for integers."""
+    element = ty.element_type if isinstance(ty, VectorType) else ty
+    if isinstance(element, Float32Type):
+        import struct
+
+        return "0f%08X" % struct.unpack("<I", struct.pack("<f", value))[0]
+    return str(int(value))
+
+
+def immediates(fn: func.FuncOp) -> dict[SSAValue, list[str]]:
+    """Constants every use of which is an operand position that takes a PTX immediate."""
+    found = {}
+    for op in fn.walk():
+        if not isinstance(op, arith.ConstantOp) or register_class(op.result.type) in (None, "pred"):
+            continue
+        uses = list(op.result.uses)
+        if uses and all(use.index in IMMEDIATE_OPERANDS.get(type(use.operation), ()) for use in uses):
+            attr = op.value
+            if isinstance(attr, DenseIntOrFPElementsAttr):
+                values = list(attr.get_values())
+            elif isinstance(attr, IntegerAttr | FloatAttr):
+                values = [attr.value.data]
+            else:
+                continue
+            found[op.result] = [immediate_text(v, op.result.type) for v in values]
+    return found
+
+
+@dataclass
+class _Liveness:
+    fn: func.FuncOp
+    position: dict = field(default_factory=dict)   # op -> position
+    loops: list = field(default_factory=list)      # (op, start, end) of scf.for / scf.while
+    elements: list = field(default_factory=list)   # (value, index) in definition order
+    defs: dict = field(default_factory=dict)        # (value, index) -> position
+    uses: dict = field(default_factory=lambda: defaultdict(list))  # (value, index) -> positions
+    skip: dict = field(default_factory=dict)  # values that are immediates, not registers
+
+    def run(self) -> None:
+        self.counter = 0
+        self._block(self.fn.body.blocks.first, 0)
+
+    def _define(self, value: SSAValue, pos: int) -> None:
+        if register_class(value.type) is None or value in self.skip:
+            return
+        for i in range(element_count(value.type)):
+            self.elements.append((value, i))
+            self.defs[(value, i)] = pos
+
+    def _block(self, block: Block, pos: int) -> None:
+        for arg in block.args:
+            self._define(arg, pos)
+        for op in block.ops:
+            self._op(op)
+
+    def _op(self, op: Operation) -> None:
+        self.counter += 1
+        start = self.counter
+        self.position[op] = start
+        for operand in op.operands:
+            if register_class(operand.type) is not None and operand not in self.skip:
+                for i in range(element_count(operand.type)):
+                    self.uses[(operand, i)].append(start)
+        for region in op.regions:
+            for block in region.blocks:
+                self._block(block, start)
+        if isinstance(op, scf.ForOp | scf.WhileOp):
+            self.counter += 1
+            self.loops.append((op, start, self.counter))
+            for result in op.results:
+                self._define(result, start)  # tied to the carried registers, live from the loop's start
+        else:
+            for result in op.results:
+                self._define(result, start)
+
+    def end_of(self, element, use: int) -> int:
+        """A use at `use` keeps the element live to the end of every loop around the use that the element
+        was defined outside of."""
+        defined = self.defs[element]
+        end = use
+        for _, start, stop in self.loops:
+            if start < use < stop and not (start <= defined < stop):
+                end = max(end, stop)
+        return end
+
+
+def _alias_sources(op: Operation) -> list[tuple[int, tuple[SSAValue, int]]] | None:
+    """For a register-moving op, (result element, source element) pairs; None for other ops."""
+    if isinstance(op, vector.ShuffleOp):
+        n1 = element_count(op.v1.type)
+        return [(i, (op.v1, m) if m < n1 else (op.v2, m - n1)) for i, m in enumerate(op.mask.get_values())]
+    if isinstance(op, vector.BroadcastOp) and not isinstance(op.source.type, VectorType):
+        return [(i, (op.source, 0)) for i in range(element_count(op.vector.type))]
+    if isinstance(op, vector.ExtractOp) and not op.dynamic_position and len(op.static_position.get_values()) == 1:
+        return [(0, (op.vector, op.static_position.get_values()[0]))]
+    return None
+
+
+def allocate_registers(fn: func.FuncOp, budget: int = facts.MAX_REGISTERS_PER_THREAD) -> Allocation:
+    """Allocate PTX registers for a Target IR kernel (module docstring). Raises RegisterBudgetError naming
+    the values live at the peak when the pressure exceeds `budget` 32-bit registers per thread."""
+    constants = immediates(fn)
+    live = _Liveness(fn, skip=constants)
+    live.run()
+    groups = _UnionFind()
+    for op in fn.walk():
+        pairs = _alias_sources(op)
+        if pairs is not None:
+            for i, source in pairs:
+                groups.union(source, (op.results[0], i))
+        if isinstance(op, scf.ForOp):
+            for arg, result in zip(op.body.block.args[1:], op.results):
+                for i in range(element_count(arg.type)):
+                    groups.union((arg, i), (result, i))
+
+    intervals = _intervals(live, groups)
+    members: dict = defaultdict(set)
+    for element in live.elements:
+        members[groups.find(element)].add(element)
+    for op in fn.walk():  # in program order, so a chain of in-place ops shares one set of registers
+        for operand, result in _in_place_candidates(op):
+            if register_class(operand.type) is None or operand in constants or _is_function_argument(operand, fn):
+                continue
+            pos = live.position[op]
+            roots = [groups.find((operand, i)) for i in range(element_count(operand.type))]
+            dies_here = all(_last_read_before_latch(r, members, live, intervals) <= pos for r in roots)
+            distinct = len(set(roots)) == len(roots)  # not a broadcast or a shuffle with repeats
+            if dies_here and distinct:
+                for i, r in enumerate(roots):
+                    result_root = groups.find((result, i))
+                    merged = (min(intervals[r][0], intervals[result_root][0]), max(intervals[r][1], intervals[result_root][1]))
+                    joined = members.pop(r, set()) | members.pop(result_root, set())
+                    groups.union(r, result_root)
+                    intervals.pop(result_root, None)
+                    intervals[groups.find(r)] = merged
+                    members[groups.find(r)] = joined
+                if not isinstance(op, scf.ForOp):
+                    break  # one operand's registers per result
+    intervals = _intervals(live, groups)
+
+    # Linear scan per class.
+    names_of_root: dict = {}
+    counts: dict[str, int] = defaultdict(int)
+    order = sorted(intervals.items(), key=lambda kv: (kv[1][0], kv[1][1], _stable_key(kv[0])))
+    active: dict[str, list] = defaultdict(list)  # heaps of (end, register index)
+    free: dict[str, list] = defaultdict(list)    # heaps of free register indices
+    for root, (start, end) in order:
+        cls = register_class(root[0].type)
+        while active[cls] and active[cls][0][0] < start:
+            _, index = heapq.heappop(active[cls])
+            heapq.heappush(free[cls], index)
+        index = heapq.heappop(free[cls]) if free[cls] else counts[cls]
+        counts[cls] = max(counts[cls], index + 1)
+        heapq.heappush(active[cls], (end, index))
+        names_of_root[root] = f"{CLASS_PREFIX[cls]}{index}"
+
+    names = dict(constants)
+    for value, i in live.elements:
+        names.setdefault(value, [None] * element_count(value.type))[i] = names_of_root[groups.find((value, i))]
+    for op in fn.walk():  # aliasing results that are not in `elements` order still get their names
+        for result in op.results:
+            if result not in names and register_class(result.type) is not None and result not in constants:
+                names[result] = [names_of_root[groups.find((result, i))] for i in range(element_count(result.type))]
+
+    root_names: dict = {}
+    for value, i in live.elements:  # name a register group after its first named value
+        root_names.setdefault(groups.find((value, i)), value.name_hint) if value.name_hint else None
+    peak, peak_position, at_peak = _pressure(intervals, root_names)
+    allocation = Allocation(names, dict(counts), peak, peak_position, at_peak)
+    if peak > budget:
+        listing = ", ".join(f"%{name} ({n})" for name, n in at_peak[:12])
+        raise RegisterBudgetError(
+            f"@{fn.sym_name.data}: {peak} registers per thread are live at once, over the budget of {budget}; "
+            f"live at the peak: {listing}"
+        )
+    return allocation
+
+
+ELEMENTWISE = (
+    arith.AddfOp, arith.SubfOp, arith.MulfOp, arith.DivfOp, arith.MaximumfOp, arith.MinimumfOp, arith.NegfOp,
+    arith.AddiOp, arith.SubiOp, arith.MuliOp, arith.AndIOp, arith.OrIOp, arith.XOrIOp, math.FmaOp,
+    sm90.SelpOp, sm90.Ex2ApproxOp, sm90.RcpApproxOp,
+)
+"""Ops whose register i of the result depends only on register i of each operand: computed in place, the
+result may take the registers of an operand that dies there."""
+
+
+def _in_place_candidates(op: Operation) -> list[tuple[SSAValue, SSAValue]]:
+    """(operand, result) pairs where the result may take the operand's registers if the operand dies there:
+    the accumulator of a wgmma (the instruction reads and writes the same list), a same-typed vector operand
+    of an elementwise op, and the initial values of a loop's carried registers."""
+    if isinstance(op, sm90.WgmmaMmaAsyncOp):
+        return [(op.acc, op.result)]
+    if isinstance(op, scf.ForOp):
+        return list(zip(op.iter_args, op.results))
+    if isinstance(op, ELEMENTWISE) and len(op.results) == 1 and isinstance(op.results[0].type, VectorType):
+        return [(v, op.results[0]) for v in op.operands if v.type == op.results[0].type]
+    return []
+
+
+def _last_read_before_latch(root, members: dict, live: _Liveness, intervals: dict) -> int:
+    """The last position a register group is read before its loop's latch rewrites it. A group holding a
+    loop-carried value is free after the last read in the body (the latch writes the next trip's value into
+    it, and the loop result reads it only after the loop); any other group is live to its interval's end."""
+    group = members.get(root, set())
+    results = {(v, i) for v, i in group if isinstance(v.owner, scf.ForOp)}
+    if not any(_is_carried(v) for v, _ in group):
+        return intervals[root][1]
+    return max((live.end_of(m, u) for m in group - results for u in live.uses.get(m, [])), default=0)
+
+
+def _is_carried(value: SSAValue) -> bool:
+    return isinstance(value, BlockArgument) and isinstance(value.owner.parent_op(), scf.ForOp) and value.index > 0
+
+
+def _is_function_argument(value: SSAValue, fn: func.FuncOp) -> bool:
+    return isinstance(value, BlockArgument) and value.owner is fn.body.blocks.first
+
+
+def _stable_key(root) -> tuple:
+    value, index = root
+    return (value.name_hint or "", index)
+
+
+def _intervals(live: _Liveness, groups: _UnionFind) -> dict:
+    """(first, last) position of each register group; loop-carried block arguments stay live to the end of
+    their loop (the latch writes them)."""
+    intervals: dict = {}
+    for element in live.elements:
+        root = groups.find(element)
+        start = live.defs[element]
+        end = max([live.end_of(element, u) for u in live.uses.get(element, [])] + [start])
+        if isinstance(element[0], BlockArgument) and isinstance(element[0].owner.parent_op(), scf.ForOp | scf.WhileOp):
+            loop = element[0].owner.parent_op()
+            end = max(end, next(stop for op, _, stop in live.loops if op is loop))
+        if root in intervals:
+            s, e = intervals[root]
+            intervals[root] = (min(s, start), max(e, end))
+        else:
+            intervals[root] = (start, end)
+    return intervals
+
+
+def _pressure(intervals: dict, root_names: dict) -> tuple[int, int, list[tuple[str, int]]]:
+    """The largest number of 32-bit registers live at one position, where, and which values (by name)."""
+    events = defaultdict(int)
+    for root, (start, end) in intervals.items():
+        width = CLASS_WIDTH[register_class(root[0].type)]
+        events[start] += width
+        events[end + 1] -= width
+    peak, peak_position, current = 0, 0, 0
+    for position in sorted(events):
+        current += events[position]
+        if current > peak:
+            peak, peak_position = current, position
+    at_peak: dict[str, int] = defaultdict(int)
+    for root, (start, end) in intervals.items():
+        if start <= peak_position <= end:
+            at_peak[root_names.get(root) or "?"] += CLASS_WIDTH[register_class(root[0].type)]
+    return peak, peak_position, sorted(at_peak.items(), key=lambda kv: -kv[1])
