@@ -229,7 +229,7 @@ def allocate_registers(fn: func.FuncOp, budget: int = facts.MAX_REGISTERS_PER_TH
                 continue
             pos = live.position[op]
             roots = [groups.find((operand, i)) for i in range(element_count(operand.type))]
-            dies_here = all(_last_read_before_latch(r, members, live, intervals) <= pos for r in roots)
+            dies_here = all(_last_read_before_latch(r, members, live, intervals, pos) <= pos for r in roots)
             distinct = len(set(roots)) == len(roots)  # not a broadcast or a shuffle with repeats
             if dies_here and distinct:
                 for i, r in enumerate(roots):
@@ -304,14 +304,17 @@ def _in_place_candidates(op: Operation) -> list[tuple[SSAValue, SSAValue]]:
     return []
 
 
-def _last_read_before_latch(root, members: dict, live: _Liveness, intervals: dict) -> int:
-    """The last position a register group is read before its loop's latch rewrites it. A group holding a
-    loop-carried value is free after the last read in the body (the latch writes the next trip's value into
-    it, and the loop result reads it only after the loop); any other group is live to its interval's end."""
+def _last_read_before_latch(root, members: dict, live: _Liveness, intervals: dict, pos: int) -> int:
+    """The last position at which a register group is read, as seen from an op at `pos`. Inside the body of
+    a loop whose carried value the group holds, the group is free after its last read in the body: the latch
+    writes the next trip's value into it, and the loop result is read only after the loop. Anywhere else
+    the group is live to the end of its interval."""
     group = members.get(root, set())
-    results = {(v, i) for v, i in group if isinstance(v.owner, scf.ForOp)}
-    if not any(_is_carried(v) for v, _ in group):
+    loops = {v.owner.parent_op() for v, _ in group if _is_carried(v)}
+    spans = [(start, stop) for op, start, stop in live.loops if op in loops]
+    if not any(start < pos < stop for start, stop in spans):
         return intervals[root][1]
+    results = {(v, i) for v, i in group if isinstance(v.owner, scf.ForOp)}
     return max((live.end_of(m, u) for m in group - results for u in live.uses.get(m, [])), default=0)
 
 
