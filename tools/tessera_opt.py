@@ -80,6 +80,12 @@ class TesseraOptMain(xDSLOptMain):
         self.ctx.register_dialect("tile", get_tile)
         self.ctx.register_dialect("sm90", get_sm90)
 
+    def register_all_targets(self) -> None:
+        from tessera.ptx import register
+
+        super().register_all_targets()
+        register(self)
+
     def register_all_passes(self) -> None:
         from tessera.passes import PASSES
 

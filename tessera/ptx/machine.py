@@ -1,0 +1,376 @@
+"""PTX of the `sm90` machine ops: each op's docstring in `tessera.dialects.sm90` names the instruction; the
+PTX facts are those of ../shared/notes/ptx-sm90a.md (checked with ptxas), the numbers come from
+`tessera.sm90.facts`.
+
+Shared-memory addresses are 32-bit registers (`.shared` window addresses; the dynamic shared memory base is
+rounded up at run time, see `kernel`). Tensor maps are the generic addresses of their `.param`s. Per-register
+ops (shuffles, ex2/rcp, cvt packing, setp/selp, global and shared loads and stores) print one instruction (or
+a short sequence) per register, as `Job`s of one parallel assignment.
+
+wgmma: `wgmma.mma_async` reads and writes the same `{d...}` registers, so its result is its accumulator's
+registers when nothing reads those after it (`KernelPrinter.may_overwrite`, or the register assignment says
+so); otherwise the accumulator is first copied into the result's registers, before the `wgmma.fence` that
+precedes the mma when the accumulator already exists there (a register written between the fence and the mma
+would make ptxas insert another fence and serialize the pipeline).
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects import arith
+from xdsl.ir import Operation
+
+from tessera.dialects import sm90
+from tessera.ptx.arith import compare_integers, constant_values, elementwise, immediate, select
+from tessera.ptx.kernel import Job, KernelPrinter, element_lists, handles
+from tessera.ptx.registers import B32, B64, F32, is_register, lanes
+from tessera.sm90 import facts
+
+FULL_WARP = (1 << facts.WARP_SIZE) - 1
+"""The membermask of a shuffle all lanes of the warp take part in."""
+
+DESCRIPTOR_ADDRESS_MASK = facts.DESCRIPTOR_ADDRESS_MASK
+DESCRIPTOR_ADDRESS_SHIFT = facts.SWIZZLE_CHUNK_BYTES.bit_length() - 1
+"""The start address field (bits 13-0) is enc(address) = (address & 0x3FFFF) >> 4: 16-byte units."""
+
+
+def descriptor_constant(lbo: int, sbo: int, swizzle: int) -> int:
+    """The descriptor bits that do not depend on the start address (LBO, SBO, swizzle; base offset 0)."""
+    return facts.encode_descriptor(0, lbo, sbo, swizzle)
+
+
+def descriptor_of_address(address: int, lbo: int, sbo: int, swizzle: int) -> int:
+    """What the printed `sm90.make_descriptor` computes, in Python (the and/shr/cvt/or sequence)."""
+    return ((address & DESCRIPTOR_ADDRESS_MASK) >> DESCRIPTOR_ADDRESS_SHIFT) | descriptor_constant(lbo, sbo, swizzle)
+
+
+def _int(op: Operation, name: str) -> int:
+    return getattr(op, name).value.data
+
+
+# region special registers, shared memory ----------------------------------------------------------------------
+
+
+@handles(sm90.SpecialRegOp)
+def print_special(p: KernelPrinter, op: sm90.SpecialRegOp) -> None:
+    (d,) = p.define(op.result)
+    p.emit(f"mov.u32 {d}, %{op.register.data}")
+
+
+@handles(sm90.SharedBufferOp)
+def print_shared_buffer(p: KernelPrinter, op: sm90.SharedBufferOp) -> None:
+    offset = _int(op, "offset")
+    if offset == 0:
+        p.alias(op.result, [p.smem_base])
+        return
+    (d,) = p.define(op.result)
+    p.emit(f"add.u32 {d}, {p.smem_base}, {offset}")
+
+
+# endregion
+# region TMA and mbarriers -------------------------------------------------------------------------------------
+
+
+@handles(sm90.TmaLoadOp)
+def print_tma_load(p: KernelPrinter, op: sm90.TmaLoadOp) -> None:
+    coords = ", ".join(p.reg(c) for c in op.coords)
+    p.emit(f"cp.async.bulk.tensor.{len(op.coords)}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+           f"[{p.reg(op.dest)}], [{p.reg(op.tensor_map)}, {{{coords}}}], [{p.reg(op.mbarrier)}]")
+
+
+@handles(sm90.MBarrierInitOp)
+def print_mbarrier_init(p: KernelPrinter, op: sm90.MBarrierInitOp) -> None:
+    p.emit(f"mbarrier.init.shared::cta.b64 [{p.reg(op.mbarrier)}], {_int(op, 'count')}")
+
+
+@handles(sm90.MBarrierArriveExpectTxOp)
+def print_arrive_expect_tx(p: KernelPrinter, op: sm90.MBarrierArriveExpectTxOp) -> None:
+    p.emit(f"mbarrier.arrive.expect_tx.shared::cta.b64 _, [{p.reg(op.mbarrier)}], {_int(op, 'bytes')}")
+
+
+@handles(sm90.MBarrierArriveOp)
+def print_arrive(p: KernelPrinter, op: sm90.MBarrierArriveOp) -> None:
+    p.emit(f"mbarrier.arrive.shared::cta.b64 _, [{p.reg(op.mbarrier)}]")
+
+
+@handles(sm90.MBarrierTryWaitParityOp)
+def print_try_wait_parity(p: KernelPrinter, op: sm90.MBarrierTryWaitParityOp) -> None:
+    bar, parity = p.reg(op.mbarrier), p.reg(op.parity)
+    (d,) = p.define(op.result)
+    p.emit(f"mbarrier.try_wait.parity.shared::cta.b64 {d}, [{bar}], {parity}")
+
+
+@handles(sm90.MBarrierInvalOp)
+def print_mbarrier_inval(p: KernelPrinter, op: sm90.MBarrierInvalOp) -> None:
+    p.emit(f"mbarrier.inval.shared::cta.b64 [{p.reg(op.mbarrier)}]")
+
+
+_FIXED = {
+    sm90.FenceMBarrierInitOp: "fence.mbarrier_init.release.cluster",
+    sm90.FenceProxyAsyncOp: "fence.proxy.async.shared::cta",
+    sm90.WgmmaCommitGroupOp: "wgmma.commit_group.sync.aligned",
+}
+
+
+@handles(*_FIXED)
+def print_fixed(p: KernelPrinter, op: Operation) -> None:
+    p.emit(_FIXED[type(op)])
+
+
+# endregion
+# region wgmma -------------------------------------------------------------------------------------------------
+
+
+def _following_mmas(fence: sm90.WgmmaFenceOp) -> list[tuple[sm90.WgmmaMmaAsyncOp, list[Operation]]]:
+    """The mma ops after `fence` up to the next fence in its block, each with the ops between the fence and it."""
+    found, between = [], []
+    op = fence.next_op
+    while op is not None and not isinstance(op, sm90.WgmmaFenceOp):
+        if isinstance(op, sm90.WgmmaMmaAsyncOp):
+            found.append((op, list(between)))
+        between.append(op)
+        op = op.next_op
+    return found
+
+
+def _in_place(p: KernelPrinter, op: sm90.WgmmaMmaAsyncOp) -> bool:
+    assigned = p.assigned(op.result)
+    if assigned is not None:
+        return assigned == p.regs(op.acc)
+    return p.may_overwrite(op.acc, op)
+
+
+def _touches(p: KernelPrinter, ops: list[Operation], registers: set[str]) -> bool:
+    """Whether any of `ops` (or ops nested in them) reads or writes one of `registers` (by the assignment;
+    fresh registers are new to everything)."""
+    for outer in ops:
+        for op in outer.walk():
+            for value in (*op.operands, *op.results):
+                names = p.values.get(value) or p.assigned(value) or []
+                if registers.intersection(names):
+                    return True
+    return False
+
+
+def _constant_accumulator(p: KernelPrinter, mma: sm90.WgmmaMmaAsyncOp, between: list[Operation]) -> bool:
+    """A constant accumulator is written as immediates straight into the result registers before the fence
+    (the constant itself, if it comes between and has no other use, prints nothing)."""
+    constant = mma.acc.owner
+    if not isinstance(constant, arith.ConstantOp):
+        return False
+    assigned = p.assigned(mma.result)
+    if assigned is not None and _touches(p, [o for o in between if o is not constant], set(assigned)):
+        return False
+    p.comment(f"{p.name(mma.acc)} (constant) into the registers of {p.name(mma.result)}")
+    d = p.prepared[mma] = p.define(mma.result)
+    p.emit(*(f"mov.f32 {r}, {immediate(v, F32)}" for r, v in zip(d, constant_values(constant), strict=True)))
+    if constant in between and mma.acc.has_one_use():
+        p.folded[constant] = f"written into {p.name(mma.result)} at the wgmma.fence"
+    return True
+
+
+@handles(sm90.WgmmaFenceOp)
+def print_wgmma_fence(p: KernelPrinter, op: sm90.WgmmaFenceOp) -> None:
+    for mma, between in _following_mmas(op):
+        if mma in p.prepared or _constant_accumulator(p, mma, between) or mma.acc not in p.values:
+            continue
+        acc = p.regs(mma.acc)
+        holders = {h for n in acc if is_register(n) for h in p.holders[n]}
+        inside = {o for b in between for o in b.walk()}
+        if any(use.operation in inside for h in holders for use in h.uses):
+            continue  # something between reads the accumulator: decide at the mma
+        if _in_place(p, mma):
+            continue
+        assigned = p.assigned(mma.result)
+        if assigned is not None and _touches(p, between, set(assigned)):
+            continue
+        p.comment(f"{p.name(mma.acc)} is read after {p.name(mma.result)} is computed: copy it first")
+        p.prepared[mma] = p.define(mma.result)
+        p.move(p.prepared[mma], acc, F32)
+    p.emit("wgmma.fence.sync.aligned")
+
+
+@handles(sm90.WgmmaMmaAsyncOp)
+def print_wgmma(p: KernelPrinter, op: sm90.WgmmaMmaAsyncOp) -> None:
+    d = p.prepared.pop(op, None)
+    if d is None:
+        if _in_place(p, op):
+            d = p.regs(op.acc)
+            p.bind(op.result, d)
+        else:
+            d = p.define(op.result)
+            p.move(d, p.regs(op.acc), F32)
+    if len(set(d)) != len(d):
+        p.refuse(op, "the accumulator registers must be distinct")
+    ab = op.ab_type.data
+    _, n, k = facts.wgmma_shape(_int(op, "n"), ab, "f32")
+    b = p.reg(op.b)
+    scale_d = p.reg(op.scale_d) if op.scale_d is not None else "1"
+    trans_b = _int(op, "trans_b")
+    if op.a_in_registers:
+        a = "{" + ", ".join(p.regs(op.a)) + "}"
+        flags = f"{scale_d}, 1, 1, {trans_b}"
+    else:
+        a = p.reg(op.a)
+        flags = f"{scale_d}, 1, 1, {_int(op, 'trans_a')}, {trans_b}"
+    p.emit(f"wgmma.mma_async.sync.aligned.m{facts.WGMMA_M}n{n}k{k}.f32.{ab}.{ab} "
+           f"{{{', '.join(d)}}}, {a}, {b}, {flags}")
+
+
+@handles(sm90.WgmmaWaitGroupOp)
+def print_wgmma_wait(p: KernelPrinter, op: sm90.WgmmaWaitGroupOp) -> None:
+    p.emit(f"wgmma.wait_group.sync.aligned {_int(op, 'pending')}")
+
+
+@handles(sm90.MakeDescriptorOp)
+def print_make_descriptor(p: KernelPrinter, op: sm90.MakeDescriptorOp) -> None:
+    """enc(address) at bit 0 or'ed with the constant fields (`descriptor_of_address`)."""
+    address = p.reg(op.address)
+    constant = descriptor_constant(_int(op, "lbo"), _int(op, "sbo"), _int(op, "swizzle"))
+    masked, wide = p.temp(B32), p.temp(B64)
+    (d,) = p.define(op.result)
+    p.emit(f"and.b32 {masked}, {address}, {DESCRIPTOR_ADDRESS_MASK:#x}",
+           f"shr.u32 {masked}, {masked}, {DESCRIPTOR_ADDRESS_SHIFT}",
+           f"cvt.u64.u32 {wide}, {masked}",
+           f"or.b64 {d}, {wide}, {constant:#018x}")
+
+
+# endregion
+# region warps and the CTA -------------------------------------------------------------------------------------
+
+
+@handles(sm90.ShflSyncOp)
+def print_shfl(p: KernelPrinter, op: sm90.ShflSyncOp) -> None:
+    mode, offset, clamp = op.mode.data, _int(op, "offset"), _int(op, "clamp")
+    elementwise(p, op.result, [op.source],
+                lambda d, s: [f"shfl.sync.{mode}.b32 {d}, {s[0]}, {offset}, {clamp:#x}, {FULL_WARP:#x}"])
+
+
+@handles(sm90.BarSyncOp, sm90.BarArriveOp)
+def print_named_barrier(p: KernelPrinter, op: Operation) -> None:
+    kind = "sync" if isinstance(op, sm90.BarSyncOp) else "arrive"
+    p.emit(f"bar.{kind} {_int(op, 'barrier')}, {_int(op, 'threads')}")
+
+
+@handles(sm90.ElectSyncOp)
+def print_elect(p: KernelPrinter, op: sm90.ElectSyncOp) -> None:
+    (d,) = p.define(op.result)
+    p.emit(f"elect.sync _|{d}, {FULL_WARP:#x}")
+
+
+@handles(sm90.SetMaxNRegOp)
+def print_setmaxnreg(p: KernelPrinter, op: sm90.SetMaxNRegOp) -> None:
+    p.emit(f"setmaxnreg.{op.action.data}.sync.aligned.u32 {_int(op, 'count')}")
+
+
+# endregion
+# region arithmetic the machine does its own way --------------------------------------------------------------
+
+_APPROX = {sm90.Ex2ApproxOp: "ex2.approx.ftz.f32", sm90.RcpApproxOp: "rcp.approx.ftz.f32"}
+
+
+@handles(*_APPROX)
+def print_approx(p: KernelPrinter, op: Operation) -> None:
+    mnemonic = _APPROX[type(op)]
+    elementwise(p, op.results[0], list(op.operands), lambda d, s: [f"{mnemonic} {d}, {s[0]}"])
+
+
+@handles(sm90.CvtPackOp)
+def print_cvt_pack(p: KernelPrinter, op: sm90.CvtPackOp) -> None:
+    """Pair (x[2i], x[2i+1]) into register i with x[2i] in the low half: `cvt` puts its first source in the
+    high half (`facts.cvt_rn_x2`), so the odd element goes first."""
+    x = p.regs(op.source)
+    half = op.half_type.data
+    jobs = []
+    for i, dst in enumerate(p.define(op.result)):
+        hi, lo = x[2 * i + 1], x[2 * i]
+        jobs.append(Job(dst, B32, (hi, lo), lambda d, hi=hi, lo=lo: [f"cvt.rn.{half}x2.f32 {d}, {hi}, {lo}"]))
+    p.run(jobs)
+
+
+_SETP_FLOAT = {"eq": "eq", "ne": "neu", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
+"""The IR's float compares are ordered (false on NaN) except `ne` (true on NaN): PTX `neu`."""
+
+
+@handles(sm90.SetpOp)
+def print_setp(p: KernelPrinter, op: sm90.SetpOp) -> None:
+    predicate = op.predicate.data
+    if p.cls(op.lhs) is F32:
+        cmp = _SETP_FLOAT[predicate]
+        elementwise(p, op.result, [op.lhs, op.rhs], lambda d, s: [f"setp.{cmp}.f32 {d}, {s[0]}, {s[1]}"])
+        return
+    compare_integers(p, op.result, op.lhs, op.rhs, predicate, signed=True)
+
+
+@handles(sm90.SelpOp)
+def print_selp(p: KernelPrinter, op: sm90.SelpOp) -> None:
+    select(p, op.result, op.condition, op.lhs, op.rhs)
+
+
+# endregion
+# region global and shared memory ------------------------------------------------------------------------------
+
+
+def _global_address(p: KernelPrinter, base: str, offset: str, offset_cls) -> tuple[list[str], str]:
+    """Instructions computing base + offset (an i32 offset sign-extended) and the address operand."""
+    if not is_register(offset):
+        return [], f"[{base}+{offset}]"
+    lines = []
+    if offset_cls is B32:
+        wide = p.temp(B64)
+        lines.append(f"cvt.s64.s32 {wide}, {offset}")
+        offset = wide
+    address = p.temp(B64)
+    lines.append(f"add.s64 {address}, {base}, {offset}")
+    return lines, f"[{address}]"
+
+
+@handles(sm90.StGlobalOp)
+def print_st_global(p: KernelPrinter, op: sm90.StGlobalOp) -> None:
+    """One predicated `st.global.b32` per register at base + offset."""
+    n = lanes(op.values.type)
+    base = p.reg(op.base_ptr)
+    offset_cls = p.cls(op.offsets)
+    offsets, values, mask = element_lists(p, [op.offsets, op.values, op.mask], n)
+
+    def store(offset: str, value: str, predicate: str):
+        def lines(_: str | None) -> list[str]:
+            address_lines, address = _global_address(p, base, offset, offset_cls)
+            return address_lines + [f"@{predicate} st.global.b32 {address}, {value}"]
+        return lines
+
+    p.run([Job(None, None, (base, o, v, m), store(o, v, m)) for o, v, m in zip(offsets, values, mask)])
+
+
+@handles(sm90.LdGlobalOp)
+def print_ld_global(p: KernelPrinter, op: sm90.LdGlobalOp) -> None:
+    """One predicated `ld.global.b32` per register; a masked-off register is 0."""
+    n = lanes(op.result.type)
+    base = p.reg(op.base_ptr)
+    offset_cls = p.cls(op.offsets)
+    cls = p.cls(op.result)
+    zero = "0f00000000" if cls is F32 else "0"
+    offsets, mask = element_lists(p, [op.offsets, op.mask], n)
+
+    def load(offset: str, predicate: str):
+        def lines(d: str | None) -> list[str]:
+            address_lines, address = _global_address(p, base, offset, offset_cls)
+            return address_lines + [f"@{predicate} ld.global.b32 {d}, {address}", f"@!{predicate} {cls.move} {d}, {zero}"]
+        return lines
+
+    dsts = p.define(op.result)
+    p.run([Job(d, cls, (base, o, m), load(o, m)) for d, o, m in zip(dsts, offsets, mask)])
+
+
+@handles(sm90.StSharedOp)
+def print_st_shared(p: KernelPrinter, op: sm90.StSharedOp) -> None:
+    n = lanes(op.values.type)
+    addresses, values = element_lists(p, [op.addresses, op.values], n)
+    p.run([Job(None, None, (a, v), lambda _, a=a, v=v: [f"st.shared.b32 [{a}], {v}"]) for a, v in zip(addresses, values)])
+
+
+@handles(sm90.LdSharedOp)
+def print_ld_shared(p: KernelPrinter, op: sm90.LdSharedOp) -> None:
+    elementwise(p, op.result, [op.addresses], lambda d, s: [f"ld.shared.b32 {d}, [{s[0]}]"])
+
+
+# endregion

@@ -1,0 +1,27 @@
+"""`tessera-opt ... -t ptx`: the PTX printer as an xDSL output target."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import IO
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.utils.target import Target
+
+
+@dataclass(frozen=True)
+class PtxTarget(Target):
+    """Prints the module's Target IR kernels as one PTX module (`tessera.ptx.print_ptx`)."""
+
+    name = "ptx"
+
+    def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
+        from tessera.ptx.module import print_ptx
+
+        output.write(print_ptx(module))
+
+
+def register(opt_main) -> None:
+    """Make `-t ptx` available in an `xDSLOptMain` (call it from its `register_all_targets`)."""
+    opt_main.available_targets[PtxTarget.name] = lambda: PtxTarget
