@@ -3,6 +3,7 @@
 Public API:
 - `tessera.kernels`: builders of Tile IR kernels (flash/two-pass/three-pass attention, GEMM);
 - `tessera.interpret(module, *inputs, level="tile", kernel=None, **sizes)`: run a kernel on NumPy arrays;
+- `tessera.compile(module, target="ptx")`: Target IR, PTX text, or a ptxas result with the cubin;
 - `tessera.parse_module(text)` / `tessera.print_module(module)`.
 """
 
@@ -22,7 +23,7 @@ from tessera.kernel_abi import kernels as kernel_functions
 __version__ = "0.1.0"
 LEVELS = ("tile", "target")
 
-__all__ = ["interpret", "parse_module", "print_module", "find_kernel", "LEVELS", "__version__"]
+__all__ = ["compile", "interpret", "parse_module", "print_module", "find_kernel", "LEVELS", "__version__"]
 
 
 def find_kernel(module: ModuleOp, kernel: str | None = None) -> KernelSignature:
@@ -39,6 +40,33 @@ def find_kernel(module: ModuleOp, kernel: str | None = None) -> KernelSignature:
         names = ", ".join(k.sym_name.data for k in found)
         raise ValueError(f"the module has several kernels ({names}); pass kernel=NAME")
     return signature(found[0])
+
+
+TARGETS = ("target", "ptx", "cubin")
+
+
+def compile(module: ModuleOp, target: str = "ptx"):
+    """Compile the Tile IR kernels of `module` (which is not modified) through `passes.PTX_PIPELINE`.
+
+    target "target": the register-allocated Target IR module; "ptx": the PTX text (printed with the
+    allocated registers); "cubin": a `tessera.toolchain.PtxasResult` (ptxas -arch=sm_90a -v: resources,
+    warnings, and the cubin bytes). Raises a DiagnosticException for what a pass or ptxas refuses."""
+    if target not in TARGETS:
+        raise ValueError(f"unknown compile target '{target}' (available: {', '.join(TARGETS)})")
+    from tessera.passes import PTX_PIPELINE, apply_pipeline
+    from tessera.ptx.module import print_ptx
+    from tessera.ptx.target import allocated_registers
+
+    lowered = module.clone()
+    apply_pipeline(lowered, PTX_PIPELINE)
+    if target == "target":
+        return lowered
+    ptx = print_ptx(lowered, registers=allocated_registers)
+    if target == "ptx":
+        return ptx
+    from tessera.toolchain import compile_ptx
+
+    return compile_ptx(ptx)
 
 
 def lower_to_target(module: ModuleOp, kernel: str):

@@ -34,7 +34,7 @@ from xdsl.utils.exceptions import DiagnosticException
 from tessera.dialects import sm90
 from tessera.sm90 import facts
 
-CLASS_PREFIX = {"f32": "%f", "b32": "%r", "b64": "%rd", "pred": "%p"}
+CLASS_PREFIX = {"f32": "%f", "acc": "%fa", "b32": "%r", "b64": "%rd", "pred": "%p"}
 
 IMMEDIATE_OPERANDS = {
     **{op: (1,) for op in (
@@ -46,7 +46,7 @@ IMMEDIATE_OPERANDS = {
     sm90.SelpOp: (1, 2),
 }
 """Operand positions where PTX takes an immediate (the b and c sources of ALU instructions)."""
-CLASS_WIDTH = {"f32": 1, "b32": 1, "b64": 2, "pred": 0}
+CLASS_WIDTH = {"f32": 1, "acc": 1, "b32": 1, "b64": 2, "pred": 0}
 """32-bit registers each class costs (predicates live in their own file)."""
 
 
@@ -173,6 +173,10 @@ class _Liveness:
         if isinstance(op, scf.ForOp | scf.WhileOp):
             self.counter += 1
             self.loops.append((op, start, self.counter))
+            if isinstance(op, scf.ForOp):  # the latch compares with the bound and adds the step every trip
+                for bound in (op.ub, op.step):
+                    if register_class(bound.type) is not None and bound not in self.skip:
+                        self.uses[(bound, 0)].append(self.counter)
             for result in op.results:
                 self._define(result, start)  # tied to the carried registers, live from the loop's start
         else:
@@ -244,21 +248,37 @@ def allocate_registers(fn: func.FuncOp, budget: int = facts.MAX_REGISTERS_PER_TH
                     break  # one operand's registers per result
     intervals = _intervals(live, groups)
 
-    # Linear scan per class.
+    # Linear scan per class. wgmma accumulators are allocated as blocks of consecutive registers, element i
+    # at base + i: ptxas keeps a wgmma chain asynchronous only when every accumulator list it sees maps
+    # consistently onto its registers (otherwise it serializes the wgmmas, warning C7511).
+    blocks = _accumulator_blocks(fn, groups)
+    block_of = {root: block for block in blocks for root in block}
     names_of_root: dict = {}
     counts: dict[str, int] = defaultdict(int)
-    order = sorted(intervals.items(), key=lambda kv: (kv[1][0], kv[1][1], _stable_key(kv[0])))
+    units = []  # (start, end, roots) in allocation order: a block is one unit
+    for block in blocks:
+        units.append((min(intervals[r][0] for r in block), max(intervals[r][1] for r in block), block))
+    for root, (start, end) in intervals.items():
+        if root not in block_of:
+            units.append((start, end, (root,)))
+    units.sort(key=lambda u: (u[0], u[1], _stable_key(u[2][0])))
     active: dict[str, list] = defaultdict(list)  # heaps of (end, register index)
-    free: dict[str, list] = defaultdict(list)    # heaps of free register indices
-    for root, (start, end) in order:
-        cls = register_class(root[0].type)
+    free: dict[str, set] = defaultdict(set)      # free register indices
+    for start, end, roots in units:
+        cls = register_class(roots[0][0].type)
+        if roots[0] in block_of:
+            cls = "acc"  # accumulators get a pool of their own (see above)
         while active[cls] and active[cls][0][0] < start:
             _, index = heapq.heappop(active[cls])
-            heapq.heappush(free[cls], index)
-        index = heapq.heappop(free[cls]) if free[cls] else counts[cls]
-        counts[cls] = max(counts[cls], index + 1)
-        heapq.heappush(active[cls], (end, index))
-        names_of_root[root] = f"{CLASS_PREFIX[cls]}{index}"
+            free[cls].add(index)
+        # Each accumulator block keeps registers of its own: ptxas maps wgmma chains onto physical registers
+        # itself, and a register shared by two chains (even at different times) made it serialize them.
+        base = counts[cls] if cls == "acc" else _lowest_free_run(free[cls], counts[cls], len(roots))
+        for k, root in enumerate(roots):
+            free[cls].discard(base + k)
+            heapq.heappush(active[cls], (end, base + k))
+            names_of_root[root] = f"{CLASS_PREFIX[cls]}{base + k}"
+        counts[cls] = max(counts[cls], base + len(roots))
 
     names = dict(constants)
     for value, i in live.elements:
@@ -302,6 +322,29 @@ def _in_place_candidates(op: Operation) -> list[tuple[SSAValue, SSAValue]]:
     if isinstance(op, ELEMENTWISE) and len(op.results) == 1 and isinstance(op.results[0].type, VectorType):
         return [(v, op.results[0]) for v in op.operands if v.type == op.results[0].type]
     return []
+
+
+def _accumulator_blocks(fn: func.FuncOp, groups: _UnionFind) -> list[tuple]:
+    """The register groups of each wgmma accumulator, in element order, one block per distinct chain;
+    a group that would sit at two different positions (or in two blocks) is left to ordinary allocation."""
+    blocks: dict[tuple, None] = {}
+    for op in fn.walk():
+        if isinstance(op, sm90.WgmmaMmaAsyncOp):
+            blocks[tuple(groups.find((op.result, i)) for i in range(element_count(op.result.type)))] = None
+    position: dict = {}
+    for block in blocks:
+        for k, root in enumerate(block):
+            position.setdefault(root, set()).add((block, k))
+    return [b for b in blocks if len(set(b)) == len(b) and all(len(position[r]) == 1 for r in b)]
+
+
+def _lowest_free_run(free: set, count: int, length: int) -> int:
+    """The lowest index i such that i .. i + length - 1 are all free or beyond the registers used so far."""
+    base = 0
+    while True:
+        if all(base + k in free or base + k >= count for k in range(length)):
+            return base
+        base += 1
 
 
 def _last_read_before_latch(root, members: dict, live: _Liveness, intervals: dict, pos: int) -> int:

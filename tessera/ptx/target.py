@@ -12,14 +12,23 @@ from xdsl.utils.target import Target
 
 @dataclass(frozen=True)
 class PtxTarget(Target):
-    """Prints the module's Target IR kernels as one PTX module (`tessera.ptx.print_ptx`)."""
+    """Prints the module's Target IR kernels as one PTX module (`tessera.ptx.print_ptx`). Kernels that
+    `allocate-registers` annotated are printed with the registers it allocated."""
 
     name = "ptx"
 
     def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
         from tessera.ptx.module import print_ptx
 
-        output.write(print_ptx(module))
+        output.write(print_ptx(module, registers=allocated_registers))
+
+
+def allocated_registers(fn) -> dict:
+    """The allocation's register names for a kernel `allocate-registers` has run on, else none (fresh)."""
+    from tessera.passes.allocate_registers import REGISTERS_ATTR
+    from tessera.regalloc import allocate_registers
+
+    return allocate_registers(fn).names if REGISTERS_ATTR in fn.attributes else {}
 
 
 def register(opt_main) -> None:
