@@ -33,7 +33,7 @@ def main() -> None:
     parser.add_argument("--only", help="only configurations of this builder")
     args = parser.parse_args()
     sass = find_nvdisasm() is not None
-    print(f"{"configuration":<42}{'tile->ptx s':>12}{'ptxas s':>9}{'peak':>6}{'regs':>6}{'spill':>7}"
+    print(f"{'configuration':<42}{'tile->ptx s':>12}{'ptxas s':>9}{'peak':>6}{'regs':>6}{'spill':>7}"
           f"{'smem':>7}{'loop':>7}{'HGMMA':>7}{'EX2':>6}")
     for variant, config in CONFIGS:
         if args.only and variant != args.only:
