@@ -34,8 +34,9 @@ def test_every_configuration_fits_the_budget(variant, config):
     _, kernel = _target(variant, config)
     allocation = allocate_registers(kernel)
     assert allocation.peak <= facts.MAX_REGISTERS_PER_THREAD
-    # Linear scan on intervals is optimal: no class declares more registers than the peak needs.
-    assert allocation.counts["f32"] <= allocation.peak
+    # Linear scan on intervals is optimal: the f32 class declares no more registers than the peak needs
+    # (accumulator blocks, class acc, are not reused across chains on purpose).
+    assert allocation.counts.get("f32", 0) <= allocation.peak
     # Every value has one name per element; registers of one class share a prefix.
     for value, names in allocation.names.items():
         assert all(n.startswith(("%", "0f", "-")) or n.lstrip("-").isdigit() for n in names)
@@ -62,7 +63,7 @@ def test_the_pass_annotates_the_kernel_and_refuses_over_budget():
     apply_pipeline(module, PTX_PIPELINE)
     kernel = next(op for op in module.walk() if is_target_kernel(op))
     summary = {k: v.value.data for k, v in kernel.attributes["sm90.registers"].data.items()}
-    assert summary["peak"] <= 255 and summary["f32"] >= 64
+    assert summary["peak"] <= 255 and summary["acc"] >= 64  # the accumulators: a block of their own
     module = build_kernel("gemm", dtype="bf16").clone()
     with pytest.raises(RegisterBudgetError):
         apply_pipeline(module, TARGET_PIPELINE + ",allocate-registers{budget=64}")

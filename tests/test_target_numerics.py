@@ -12,8 +12,11 @@ from tessera.numerics import dtype_from_name
 
 from conftest import build_kernel
 
-SEQ_PAIRS = [(1, 1), (17, 17), (128, 128), (200, 200), (17, 200), (200, 17), (1, 300), (300, 128)]
-BATCH, HEADS = 2, 3
+SEQ_PAIRS = [(1, 1), (17, 17), (200, 200), (17, 200), (200, 17), (1, 300)]
+"""The Tile-level tests run the whole shape matrix; the CTA simulator (with its register-file check) costs
+~50x more, so the Target-level matrix keeps the shapes that exercise different paths: single rows,
+partial blocks, seq_q != seq_k both ways, a decoding query, and (below) one long sequence per head_dim."""
+BATCH, HEADS = 2, 1  # heads > 1 is exercised by the long-sequence tests (1 x 2)
 
 
 def _qkv(rng, seq_q, seq_k, head_dim):
@@ -73,6 +76,6 @@ def test_gemm_rows_tma_cannot_address_are_refused(rng):
 @pytest.mark.parametrize("head_dim,causal,dtype", [(64, True, "bf16"), (128, False, "f16")])
 def test_flash_attention_target_long_sequences(head_dim, causal, dtype, rng):
     module = build_kernel("flash_attention", head_dim=head_dim, causal=causal, dtype=dtype)
-    q, k, v = _qkv(rng, 1000, 1000, head_dim)
+    q, k, v = (rng.standard_normal((1, 2, 1000, head_dim)) for _ in range(3))
     out = tessera.interpret(module, q, k, v, level="target")
     assert reference.check_attention(out, q, k, v, dtype_from_name(dtype), causal=causal).ok
