@@ -58,6 +58,7 @@ from tessera.dialects.tile_types import MemSpace, TileType
 from tessera.kernel_abi import (
     BOX_ATTR,
     DIMS_ATTR,
+    ELEMENT_ATTR,
     GRID_ATTR,
     KERNEL_ATTR,
     ROLE_ATTR,
@@ -232,12 +233,14 @@ class KernelLowering:
             arg_types.append(sm90.TensorMapType())
             arg_attrs.append(DictionaryAttr({
                 SOURCE_ATTR: IntegerAttr(arg, 64), BOX_ATTR: ArrayAttr([IntegerAttr(b, 64) for b in box]),
-                SWIZZLE_ATTR: IntegerAttr(128, 64), DIMS_ATTR: a.dims, ROLE_ATTR: StringAttr(a.role)}))
+                SWIZZLE_ATTR: IntegerAttr(128, 64), ELEMENT_ATTR: a.type.element_type, DIMS_ATTR: a.dims,
+                ROLE_ATTR: StringAttr(a.role)}))
         for arg in pointers:
             a = src_args[arg]
             self.pointer_args[arg] = len(arg_types)
             arg_types.append(i64)
-            arg_attrs.append(DictionaryAttr({SOURCE_ATTR: IntegerAttr(arg, 64), DIMS_ATTR: a.dims, ROLE_ATTR: StringAttr(a.role)}))
+            arg_attrs.append(DictionaryAttr({SOURCE_ATTR: IntegerAttr(arg, 64), ELEMENT_ATTR: a.type.element_type,
+                                             DIMS_ATTR: a.dims, ROLE_ATTR: StringAttr(a.role)}))
         for name in names:
             self.size_args[name] = len(arg_types)
             arg_types.append(IndexType())

@@ -123,6 +123,8 @@ SWIZZLE_ATTR = "sm90.swizzle"
 """A tensor map's shared-memory swizzle in bytes."""
 SIZE_ATTR = "sm90.size"
 """The named size an index argument carries."""
+ELEMENT_ATTR = "sm90.element_type"
+"""The element type of the tensor a tensor map or pointer argument addresses."""
 
 
 def is_kernel(op: Attribute | func.FuncOp) -> bool:

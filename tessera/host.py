@@ -1,0 +1,86 @@
+"""What a runtime needs to launch a compiled kernel, as data: the host-side description.
+
+For each Target IR kernel: its name, block (threads, 1, 1), grid (from the named sizes), the dynamic shared
+memory to request (the kernel's bytes plus 1023 to align its base to 1024, as the PTX does), and its
+parameters in order — tensor maps (with the cuTensorMapEncodeTiled arguments each needs, for given sizes),
+global pointers, and 32-bit sizes — each with the Tile IR argument it stands for.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+
+from tessera.interpreters.sm90.launch import target_kernel
+from tessera.kernel_abi import ELEMENT_ATTR, is_target_kernel
+from tessera.numerics import numpy_dtype
+from tessera.ptx import launch_smem_bytes
+from tessera.sm90 import facts
+
+_DATA_TYPE = {"bfloat16": facts.TensorMapDataType.BFLOAT16, "float16": facts.TensorMapDataType.FLOAT16,
+              "float32": facts.TensorMapDataType.FLOAT32}
+
+
+@dataclass(frozen=True)
+class Param:
+    """One kernel parameter: kind "tensormap" (`.param .align 64 .b8 [128]`), "pointer" (`.u64`) or "size"
+    (`.u32`); `source` is the index of the Tile IR argument it stands for, `size` the named size."""
+
+    name: str
+    kind: str
+    source: int | None = None
+    size: str | None = None
+
+
+@dataclass(frozen=True)
+class HostDescription:
+    kernel: str
+    block: tuple[int, int, int]
+    dynamic_smem_bytes: int
+    params: tuple[Param, ...]
+    op: func.FuncOp
+
+    def grid(self, sizes: Mapping[str, int]) -> tuple[int, int, int]:
+        return target_kernel(self.op).grid_size(sizes)
+
+    def tensor_maps(self, sizes: Mapping[str, int]) -> dict[str, facts.TensorMapSpec]:
+        """The cuTensorMapEncodeTiled arguments of each tensor-map parameter for row-major tensors of the
+        given sizes: data type, dims and byte strides (innermost first), box, element strides, swizzle,
+        interleave none, OOB fill none (zeros)."""
+        maps = {}
+        kernel = target_kernel(self.op)
+        for arg, block_arg, attrs in zip(kernel.args, self.op.body.blocks.first.args, self.op.arg_attrs.data):
+            if arg.kind != "tensormap":
+                continue
+            dtype = numpy_dtype(attrs.data[ELEMENT_ATTR])
+            dims = tuple(reversed(arg.dims.evaluate(sizes)))
+            e = dtype.itemsize
+            strides = tuple(math.prod(dims[:i]) * e for i in range(1, len(dims)))
+            spec = facts.TensorMapSpec(_DATA_TYPE[dtype.name], dims, strides, tuple(arg.box),
+                                       swizzle=facts.tensor_map_swizzle(arg.swizzle))
+            spec.validate()
+            maps[arg.name] = spec
+        return maps
+
+    def as_dict(self, sizes: Mapping[str, int] | None = None) -> dict:
+        out = {"kernel": self.kernel, "block": self.block, "dynamic_smem_bytes": self.dynamic_smem_bytes,
+               "params": [asdict(p) for p in self.params]}
+        if sizes is not None:
+            out["grid"] = self.grid(sizes)
+            out["tensor_maps"] = {k: asdict(v) for k, v in self.tensor_maps(sizes).items()}
+        return out
+
+
+def describe(module: ModuleOp) -> list[HostDescription]:
+    """The host-side description of every Target IR kernel of `module` (e.g. `tessera.compile(m, "target")`)."""
+    found = []
+    for op in module.walk():
+        if is_target_kernel(op):
+            kernel = target_kernel(op)
+            params = tuple(Param(a.name, a.kind, a.source, a.size) for a in kernel.args)
+            found.append(HostDescription(kernel.name, (kernel.threads, 1, 1), launch_smem_bytes(op), params, op))
+    return found
