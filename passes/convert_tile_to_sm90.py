@@ -324,13 +324,17 @@ class KernelLowering:
     # region translation ---------------------------------------------------------------------------------
     def _translate_block(self, block: Block, e: Emitter) -> None:
         for op in block.ops:
-            handler = getattr(self, f"_lower_{type(op).__name__}", None)
-            if handler is None:
-                if op.dialect_name() == "arith":
-                    self._clone(op, e)
-                    continue
-                _refuse(op, f"no lowering for '{op.name}'")
+            self._translate(op, e)
+
+    def _translate(self, op: Operation, e: Emitter) -> None:
+        """Lower one op with its `_lower_<OpClass>` handler; index `arith` is copied as it is."""
+        handler = getattr(self, f"_lower_{type(op).__name__}", None)
+        if handler is not None:
             handler(op, e)
+        elif op.dialect_name() == "arith":
+            self._clone(op, e)
+        else:
+            _refuse(op, f"no lowering for '{op.name}'")
 
     def _get(self, value: SSAValue):
         return self.values[value]
@@ -417,11 +421,15 @@ class KernelLowering:
     def _lower_CpWaitGroupOp(self, op: tile.CpWaitGroupOp, e: Emitter) -> None:
         pending = op.pending.value.data
         waited = self.outstanding[: len(self.outstanding) - pending] if pending else list(self.outstanding)
-        for commit in waited:
+        self._wait_for(op, waited, e)
+        self.outstanding = [c for c in self.outstanding if c not in waited]
+
+    def _wait_for(self, op: Operation, commits: list, e: Emitter) -> None:
+        """Every thread spins on the mbarrier of each group until the phase its copies complete is done."""
+        for commit in commits:
             group = self.groups[commit]
             parity = self._parity(op, commit, group, e)
             e.spin_until(lambda t: t.op(sm90.MBarrierTryWaitParityOp(group.barrier, parity)))
-        self.outstanding = [c for c in self.outstanding if c not in waited]
 
     def _parity(self, wait: Operation, commit: Operation, group: Group, e: Emitter) -> SSAValue:
         """The parity of the barrier phase that the execution of `commit` being waited for completes."""
@@ -720,20 +728,11 @@ class KernelLowering:
                 continue
             if isinstance(inner, tile.CpCommitGroupOp):
                 self.committed_this_trip.add(inner)
-            handler = getattr(self, f"_lower_{type(inner).__name__}", None)
-            if handler is None:
-                if inner.dialect_name() == "arith":
-                    self._clone(inner, e)
-                    continue
-                _refuse(inner, f"no lowering for '{inner.name}'")
-            handler(inner, e)
+            self._translate(inner, e)
 
     def _lower_ReturnOp(self, op: func.ReturnOp, e: Emitter) -> None:
         # A block must not exit with a bulk copy still writing its shared memory: drain what may be in flight.
-        for commit in self.outstanding:
-            group = self.groups[commit]
-            parity = self._parity(op, commit, group, e)
-            e.spin_until(lambda t: t.op(sm90.MBarrierTryWaitParityOp(group.barrier, parity)))
+        self._wait_for(op, self.outstanding, e)
         e.op(func.ReturnOp())
 
 
