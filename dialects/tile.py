@@ -319,6 +319,30 @@ class BarrierOp(IRDLOperation):
 
 
 @irdl_op_definition
+class ReleaseOp(IRDLOperation):
+    """`tile.release %stage : stage_type`: the block has finished reading one stage of a ring (a `tile.stage`
+    of a staged shared buffer); a copy may refill it.
+
+    Copies into ring stages are bulk copies: the `tile.cp_wait_group` that covers one publishes it to the
+    whole block (no `tile.barrier` is needed), and every later read of that stage must come before the
+    `tile.release` of the stage. Refilling a stage that was read and not released since, or reading a
+    stage after its release and before its next copy landed, is a race. This is what lets a pipeline
+    overlap the copy of stage i+N-1 with the compute on stage i without a block-wide barrier per step."""
+
+    name = "tile.release"
+    stage = operand_def(TILE)
+    traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
+    assembly_format = "$stage attr-dict `:` type($stage)"
+
+    def __init__(self, stage: SSAValue | Operation):
+        super().__init__(operands=[stage])
+
+    def verify_(self) -> None:
+        _require_space(self, "operand", _tile(self.stage), MemSpace.SHARED)
+        _require(isinstance(self.stage.owner, StageOp), self, "operand must be a stage of a ring (the result of tile.stage)")
+
+
+@irdl_op_definition
 class LoadOp(IRDLOperation):
     """`%r = tile.load %window : window_type -> register_type`: read a global window (or a shared tile) into
     registers. Out-of-bounds elements of a window read as zero."""
@@ -721,6 +745,7 @@ Tile = Dialect(
         CpCommitGroupOp,
         CpWaitGroupOp,
         BarrierOp,
+        ReleaseOp,
         LoadOp,
         StoreGlobalOp,
         MmaOp,
