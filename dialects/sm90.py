@@ -367,6 +367,30 @@ class MakeDescriptorOp(IRDLOperation):
 
 
 @irdl_op_definition
+class DescriptorAdvanceOp(IRDLOperation):
+    """`%d2 = sm90.descriptor_advance %d, 32 : i64`: descriptor %d with its start address moved `bytes`
+    further (`facts.descriptor_start_delta`: bytes >> 4 added to the start field, bits 13-0). How a wgmma
+    chain steps along K without re-encoding. Invariant: bytes is a multiple of 16 below 2^18 and the start
+    field does not overflow (the simulator checks it). Prints as one 32-bit add on the low word."""
+
+    name = "sm90.descriptor_advance"
+    descriptor = operand_def(I64)
+    bytes = prop_def(IntegerAttr[I64])
+    result = result_def(I64)
+    traits = traits_def(Pure())
+    assembly_format = "$descriptor `,` $bytes attr-dict `:` type($result)"
+
+    def __init__(self, descriptor, nbytes: int):
+        super().__init__(operands=[descriptor], properties={"bytes": IntegerAttr(nbytes, 64)}, result_types=[i64])
+
+    def verify_(self) -> None:
+        try:
+            facts.descriptor_start_delta(_int(self.bytes))
+        except ValueError as e:
+            raise VerifyException(f"'{self.name}' op {e}") from None
+
+
+@irdl_op_definition
 class WgmmaMmaAsyncOp(IRDLOperation):
     """`%d = sm90.wgmma_mma_async %acc, %a, %b [scale_d %p] n 128 type "bf16" trans 0, 1 : vector<64xf32>, i64`:
     D = A x B (+ D when scale-d is true), shape m64nNk16, f32 accumulators.
@@ -761,6 +785,7 @@ SM90 = Dialect(
         WgmmaCommitGroupOp,
         WgmmaWaitGroupOp,
         MakeDescriptorOp,
+        DescriptorAdvanceOp,
         WgmmaMmaAsyncOp,
         ShflSyncOp,
         BarSyncOp,

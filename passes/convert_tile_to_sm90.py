@@ -29,6 +29,7 @@ previous loop trip (pipelining is `pipeline-loops`' job), and any op not listed 
 from __future__ import annotations
 
 import math as pymath
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
@@ -43,6 +44,7 @@ from xdsl.dialects.builtin import (
     IntegerAttr,
     ModuleOp,
     StringAttr,
+    UnitAttr,
     VectorType,
     f32,
     i1,
@@ -85,6 +87,15 @@ LINE = facts.SWIZZLE_LINE_BYTES                     # bytes of one swizzled row 
 CORE_ROWS = facts.swizzle_period_bytes(128) // LINE  # rows per 1024-byte swizzle atom (the descriptor SBO)
 K_STEP = 16                                         # wgmma k for 16-bit types
 LOG2E = 1.4426950408889634
+PRODUCER_ATTR = "sm90.producer"
+"""Marks the scf.if in which thread 0 refills a ring stage: the work warp-specialize gives the producer."""
+
+
+def _constant(value: SSAValue) -> int | None:
+    owner = value.owner
+    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
+        return owner.value.value.data
+    return None
 
 
 class LoweringError(DiagnosticException):
@@ -110,6 +121,7 @@ class SharedTile:
     rows: int
     cols: int
     elt_bytes: int
+    stage: Stage | None = None
 
     @property
     def box_cols(self) -> int:
@@ -122,6 +134,58 @@ class SharedTile:
     @property
     def box_bytes(self) -> int:
         return self.rows * LINE
+
+
+@dataclass
+class Ring:
+    """A staged shared buffer [slots, rows, cols]: `slots` tiles of `slot_bytes` from `address`, and per slot
+    a "full" mbarrier (one arrival with the copy's transaction bytes: the data landed) and an "empty" one
+    (one arrival per thread of the block: every thread finished reading it), 8 bytes apart from `full` and
+    `empty`. Fill and use number u go to slot u mod slots; each wraps the ring every `slots` uses, so
+    the phase parity of both barriers flips once per trip around the ring: use u waits for full's phase
+    u / slots (parity (u / slots) & 1) and fill u for empty's phase u / slots - 1 (parity flipped; for the
+    first trip that is the phase "before" a fresh barrier, which counts as complete)."""
+
+    address: SSAValue
+    slots: int
+    rows: int
+    cols: int
+    elt_bytes: int
+    full: SSAValue
+    empty: SSAValue
+
+    @property
+    def slot_bytes(self) -> int:
+        return self.rows * self.cols * self.elt_bytes
+
+
+@dataclass
+class Stage:
+    """One `tile.stage %ring[remui(use, slots)]`: the ring, the slot (index) and the use number (index)."""
+
+    ring: Ring
+    slot: SSAValue
+    use: SSAValue
+    full: SSAValue
+    empty: SSAValue
+
+
+@dataclass
+class Scaled:
+    """A register tile `raw * factor` (factor > 0) not multiplied out yet: masks, row maxima and exp_subtract
+    fold the factor (max(f x) = f max(x); exp(f x - m) = ex2(x (f log2 e) - m log2 e)), saving one multiply
+    per element; any other use multiplies it out once per block."""
+
+    raw: SSAValue
+    factor: float
+
+
+@dataclass
+class PendingMma:
+    """A committed wgmma group not waited for yet: its result (Tile value) and the shared tiles it reads."""
+
+    tile_value: SSAValue
+    reads: list
 
 
 @dataclass
@@ -160,6 +224,12 @@ class KernelLowering:
     loops: list = field(default_factory=list)  # enclosing LoopInfo, innermost last
     outstanding: list = field(default_factory=list)  # commit ops possibly in flight
     committed_this_trip: set = field(default_factory=set)  # commit ops executed so far in the innermost trip
+    ring_commits: set = field(default_factory=set)  # commit ops whose copies all fill ring stages
+    rings: dict = field(default_factory=dict)  # staged tile.alloc_shared -> (full, empty) barrier bases
+    pending: list = field(default_factory=list)  # PendingMma, oldest first, of the block being emitted
+    materialized: dict = field(default_factory=dict)  # (Tile value, Block) -> value of a Scaled multiplied out
+    waited_stages: set = field(default_factory=set)  # (stage Tile value, Block) whose full barrier was waited on
+    e: Emitter | None = None  # the emitter of the op being translated
 
     def __post_init__(self) -> None:
         self.sig = signature(self.fn)
@@ -180,14 +250,33 @@ class KernelLowering:
         return bm
 
     def _plan_groups(self) -> None:
+        """Map each copy to the commit that closes its group: the next tile.cp_commit_group after it in its
+        block or, for a copy inside an scf.if, after that scf.if. A group whose copies all fill ring stages
+        (and an empty group) is a ring group: its completion is tracked by the stages' full barriers, not by
+        a barrier of the group."""
+        ring_copies = defaultdict(list)
         for op in self.fn.walk():
             if isinstance(op, tile.CpAsyncOp):
-                nxt = op.next_op
-                while nxt is not None and not isinstance(nxt, tile.CpCommitGroupOp):
-                    nxt = nxt.next_op
-                if nxt is None:
-                    _refuse(op, "a copy must be followed by a tile.cp_commit_group in the same block")
+                anchor = op
+                while True:
+                    nxt = anchor.next_op
+                    while nxt is not None and not isinstance(nxt, tile.CpCommitGroupOp):
+                        nxt = nxt.next_op
+                    if nxt is not None:
+                        break
+                    parent = anchor.parent_op()
+                    if not isinstance(parent, scf.IfOp):
+                        _refuse(op, "a copy must be followed by a tile.cp_commit_group in its block (or after its scf.if)")
+                    anchor = parent
                 self.copy_group[op] = nxt
+                ring_copies[nxt].append(isinstance(op.dest.owner, tile.StageOp))
+        for op in self.fn.walk():
+            if isinstance(op, tile.CpCommitGroupOp):
+                kinds = ring_copies.get(op, [])
+                if all(kinds):
+                    self.ring_commits.add(op)
+                elif any(kinds):
+                    _refuse(op, "a copy group must fill either ring stages only or unstaged tiles only")
 
     def _tensor_maps(self) -> dict[tuple[int, int], int]:
         """(source argument, box rows) of every TMA the kernel issues."""
@@ -288,20 +377,40 @@ class KernelLowering:
         self.is_thread0 = e.cmpi(self.tid, zero, "eq")
         self.row_base = self._thread_term(e, "row")
         self.col_base = self._thread_term(e, "col")
-        warpgroup = e.op(arith.DivUIOp(self.tid, e.index(facts.WARPGROUP_SIZE)))
-        rows_bytes = e.muli(warpgroup, e.index(facts.WGMMA_M * LINE))
-        self.a_row_offset = e.op(arith.IndexCastOp(rows_bytes, i32))
-        commits = [op for op in self.fn.walk() if isinstance(op, tile.CpCommitGroupOp)]
+        # The warpgroup index, read from lane 0 with shfl.sync.idx as CUTLASS does: ptxas then knows it is
+        # warp-uniform and keeps the wgmma descriptors built from it in uniform registers (no R2UR each).
+        warpgroup = e.op(arith.IndexCastOp(e.op(arith.DivUIOp(self.tid, e.index(facts.WARPGROUP_SIZE))), i32))
+        warpgroup = e.op(sm90.ShflSyncOp("idx", warpgroup, 0))
+        warpgroup.name_hint = "warpgroup"
+        self.a_row_offset = e.op(arith.MuliOp(warpgroup, e.op(arith.ConstantOp(IntegerAttr(facts.WGMMA_M * LINE, i32)))))
+        commits = [op for op in self.fn.walk() if isinstance(op, tile.CpCommitGroupOp) and op not in self.ring_commits]
         for k, op in enumerate(commits):
             bar = self._alloc(e, f"group{k}_bar", facts.MBARRIER_BYTES, facts.MBARRIER_BYTES, 0)
             self.groups[op] = Group(bar, self._enclosing_loop(op))
-        if commits:
+        staged = [op for op in self.fn.walk() if isinstance(op, tile.AllocSharedOp) and op.result.type.rank >= 3]
+        for op in staged:
+            name, slots = op.result.name_hint or "ring", op.result.type.get_shape()[0]
+            self.rings[op] = tuple(self._alloc(e, f"{name}_{kind}", slots * facts.MBARRIER_BYTES, facts.MBARRIER_BYTES, 0)
+                                   for kind in ("full", "empty"))
+        if commits or staged:
             def init(t: Emitter):
                 for g in self.groups.values():
                     t.op(sm90.MBarrierInitOp(g.barrier, 1))
+                for op, (full, empty) in self.rings.items():
+                    for slot in range(op.result.type.get_shape()[0]):
+                        t.op(sm90.MBarrierInitOp(self._slot_barrier(t, full, slot), 1))
+                        t.op(sm90.MBarrierInitOp(self._slot_barrier(t, empty, slot), self.threads))
                 t.op(sm90.FenceMBarrierInitOp())
             e.if_(self.is_thread0, init)
             e.op(sm90.BarSyncOp(0, self.threads))
+
+    @staticmethod
+    def _slot_barrier(e: Emitter, base: SSAValue, slot: int | SSAValue) -> SSAValue:
+        """The mbarrier of `slot` in an array of 8-byte barriers at `base` (a constant or an index slot)."""
+        if isinstance(slot, int):
+            return base if slot == 0 else e.op(arith.AddiOp(base, e.op(arith.ConstantOp(IntegerAttr(slot * facts.MBARRIER_BYTES, i32)))))
+        offset = e.op(arith.IndexCastOp(e.muli(slot, e.index(facts.MBARRIER_BYTES)), i32))
+        return e.op(arith.AddiOp(base, offset))
 
     def _thread_term(self, e: Emitter, which: str) -> SSAValue:
         total = e.index(0)
@@ -329,6 +438,9 @@ class KernelLowering:
     def _translate(self, op: Operation, e: Emitter) -> None:
         """Lower one op with its `_lower_<OpClass>` handler; index `arith` is copied as it is."""
         handler = getattr(self, f"_lower_{type(op).__name__}", None)
+        self.e = e
+        if isinstance(op, scf.ForOp | scf.IfOp | scf.YieldOp | func.ReturnOp):
+            self._retire_all(e)  # wgmma groups never stay in flight across control flow
         if handler is not None:
             handler(op, e)
         elif op.dialect_name() == "arith":
@@ -337,7 +449,42 @@ class KernelLowering:
             _refuse(op, f"no lowering for '{op.name}'")
 
     def _get(self, value: SSAValue):
+        """The lowered value of a Tile value: a wgmma result still in flight is waited for first, and a
+        `Scaled` tile is multiplied out (once per block)."""
+        lowered = self._peek(value)
+        if isinstance(lowered, Scaled):
+            key = (value, self.e.block)
+            if key not in self.materialized:
+                lanes = lowered.raw.type.get_shape()[0]
+                self.materialized[key] = self.e.mulf(lowered.raw, self.e.splat(f32, lowered.factor, lanes))
+            return self.materialized[key]
+        return lowered
+
+    def _peek(self, value: SSAValue):
+        """Like `_get`, but a `Scaled` tile stays scaled (for the ops that fold the factor)."""
+        if any(p.tile_value is value for p in self.pending):
+            self._retire(value, self.e)
         return self.values[value]
+
+    # -- wgmma groups in flight ---------------------------------------------------------------------------
+    def _retire(self, value: SSAValue, e: Emitter) -> None:
+        """Wait for the wgmma group producing Tile value `value` (and every older one): wait_group N with N
+        the groups committed after it, which stay in flight."""
+        index = next(i for i, p in enumerate(self.pending) if p.tile_value is value)
+        e.op(sm90.WgmmaWaitGroupOp(len(self.pending) - 1 - index))
+        self.pending = self.pending[index + 1:]
+
+    def _retire_all(self, e: Emitter) -> None:
+        if self.pending:
+            e.op(sm90.WgmmaWaitGroupOp(0))
+            self.pending = []
+
+    def _retire_readers(self, address: SSAValue, e: Emitter) -> None:
+        """Wait for every group in flight that reads the shared tile at `address` (before it is refilled
+        or released)."""
+        readers = [p for p in self.pending if any(t.address is address for t in p.reads)]
+        if readers:
+            self._retire(readers[-1].tile_value, e)
 
     def _clone(self, op: Operation, e: Emitter) -> None:
         new = op.clone(value_mapper={v: self.values[v] for v in op.operands})
@@ -373,16 +520,53 @@ class KernelLowering:
     def _lower_AllocSharedOp(self, op: tile.AllocSharedOp, e: Emitter) -> None:
         ty = op.result.type
         elt = element_type_bytes(ty.element_type)
-        if ty.rank != 2:
-            _refuse(op, "staged shared tiles need pipeline-loops' lowering, which does not exist yet")
-        rows, cols = ty.get_shape()
+        if ty.rank not in (2, 3):
+            _refuse(op, "shared tiles must be [rows, cols] or rings [stages, rows, cols]")
+        *stages, rows, cols = ty.get_shape()
         if ty.swizzle_bytes != 128 or (cols * elt) % LINE:
             _refuse(op, "shared tiles must have a 128B swizzle and rows of a multiple of 128 bytes (run assign-swizzle)")
         if rows % CORE_ROWS:
             _refuse(op, f"shared tiles must have a multiple of {CORE_ROWS} rows")
         size = rows * cols * elt
-        address = self._alloc(e, op.result.name_hint or "smem", size, facts.swizzle_period_bytes(128), 128)
-        self.values[op.result] = SharedTile(address, rows, cols, elt)
+        slots = stages[0] if stages else 1
+        address = self._alloc(e, op.result.name_hint or "smem", slots * size, facts.swizzle_period_bytes(128), 128)
+        if stages:
+            full, empty = self.rings[op]
+            self.values[op.result] = Ring(address, slots, rows, cols, elt, full, empty)
+        else:
+            self.values[op.result] = SharedTile(address, rows, cols, elt)
+
+    def _lower_StageOp(self, op: tile.StageOp, e: Emitter) -> None:
+        ring = self._get(op.source)
+        index = op.index.owner
+        if not (isinstance(index, arith.RemUIOp) and _constant(index.rhs) == ring.slots):
+            _refuse(op, f"a stage index must be `arith.remui %use, {ring.slots}` (the use number modulo the ring "
+                        "size, as pipeline-loops writes it): the mbarrier parities come from the use number")
+        slot, use = self._get(op.index), self._get(index.lhs)
+        offset = e.op(arith.IndexCastOp(e.muli(slot, e.index(ring.slot_bytes)), i32))
+        address = e.op(arith.AddiOp(ring.address, offset))
+        stage = Stage(ring, slot, use, self._slot_barrier(e, ring.full, slot), self._slot_barrier(e, ring.empty, slot))
+        self.values[op.result] = SharedTile(address, ring.rows, ring.cols, ring.elt_bytes, stage)
+
+    def _phase_parity(self, stage: Stage, e: Emitter, flip: bool) -> SSAValue:
+        """(use / slots) & 1: the parity of the phase of the stage's barriers that use number `use` waits
+        for (flipped for the empty barrier: a fill waits for the release of the previous trip)."""
+        trip = stage.use if stage.ring.slots == 1 else e.op(arith.DivUIOp(stage.use, e.index(stage.ring.slots)))
+        parity = e.op(arith.AndIOp(trip, e.index(1)))
+        return e.op(arith.XOrIOp(parity, e.index(1))) if flip else parity
+
+    def _await_stage(self, value: SSAValue, t: SharedTile, e: Emitter) -> None:
+        """Every thread waits for the full barrier of a stage before its first read in this block."""
+        if t.stage is None or (value, e.block) in self.waited_stages:
+            return
+        self.waited_stages.add((value, e.block))
+        parity = self._phase_parity(t.stage, e, flip=False)
+        e.spin_until(lambda w: w.op(sm90.MBarrierTryWaitParityOp(t.stage.full, parity)))
+
+    def _lower_ReleaseOp(self, op: tile.ReleaseOp, e: Emitter) -> None:
+        t = self._get(op.stage)
+        self._retire_readers(t.address, e)
+        e.op(sm90.MBarrierArriveOp(t.stage.empty))
 
     def _lower_ViewOp(self, op: tile.ViewOp, e: Emitter) -> None:
         source = self._get(op.source)
@@ -396,18 +580,39 @@ class KernelLowering:
         window, dest = self._get(op.source), self._get(op.dest)
         rows = window.shape[0]
         tmap = self.entry_args[self.map_args[(window.arg, rows)]]
+        self._retire_readers(dest.address, e)
+        if dest.stage is not None:
+            self._fill_stage(window, dest, tmap, e)
+            return
         group = self.groups[self.copy_group[op]]
         group.nbytes += dest.rows * dest.cols * dest.elt_bytes
 
-        def issue(t: Emitter):
-            coords = list(reversed(window.indices))
-            for b in range(dest.boxes):
-                inner = t.addi(coords[0], t.index(b * dest.box_cols)) if b else coords[0]
-                box_addr = t.op(arith.AddiOp(dest.address, t.op(arith.ConstantOp(IntegerAttr(b * dest.box_bytes, i32)))))
-                t.op(sm90.TmaLoadOp(tmap, [inner] + coords[1:], box_addr, group.barrier))
-        e.if_(self.is_thread0, issue)
+        e.if_(self.is_thread0, lambda t: self._tma_boxes(t, window, dest, tmap, group.barrier))
+
+    def _tma_boxes(self, t: Emitter, window: Window, dest: SharedTile, tmap: SSAValue, barrier: SSAValue) -> None:
+        coords = list(reversed(window.indices))
+        for b in range(dest.boxes):
+            inner = t.addi(coords[0], t.index(b * dest.box_cols)) if b else coords[0]
+            box_addr = t.op(arith.AddiOp(dest.address, t.op(arith.ConstantOp(IntegerAttr(b * dest.box_bytes, i32)))))
+            t.op(sm90.TmaLoadOp(tmap, [inner] + coords[1:], box_addr, barrier))
+
+    def _fill_stage(self, window: Window, dest: SharedTile, tmap: SSAValue, e: Emitter) -> None:
+        """Thread 0, the producer: wait until every thread released the slot's previous contents (the empty
+        barrier's phase of the previous trip around the ring), expect the copy's bytes on the full barrier,
+        issue the boxes on it. The scf.if is marked `sm90.producer` for warp-specialize."""
+        stage = dest.stage
+
+        def produce(t: Emitter):
+            parity = self._phase_parity(stage, t, flip=True)
+            t.spin_until(lambda w: w.op(sm90.MBarrierTryWaitParityOp(stage.empty, parity)))
+            t.op(sm90.MBarrierArriveExpectTxOp(stage.full, dest.rows * dest.cols * dest.elt_bytes))
+            self._tma_boxes(t, window, dest, tmap, stage.full)
+        e.if_(self.is_thread0, produce).attributes[PRODUCER_ATTR] = UnitAttr()
 
     def _lower_CpCommitGroupOp(self, op: tile.CpCommitGroupOp, e: Emitter) -> None:
+        self.outstanding.append(op)
+        if op in self.ring_commits:
+            return  # ring stages signal their own full barriers
         group = self.groups[op]
 
         def arrive(t: Emitter):
@@ -416,7 +621,6 @@ class KernelLowering:
             else:
                 t.op(sm90.MBarrierArriveOp(group.barrier))
         e.if_(self.is_thread0, arrive)
-        self.outstanding.append(op)
 
     def _lower_CpWaitGroupOp(self, op: tile.CpWaitGroupOp, e: Emitter) -> None:
         pending = op.pending.value.data
@@ -427,6 +631,8 @@ class KernelLowering:
     def _wait_for(self, op: Operation, commits: list, e: Emitter) -> None:
         """Every thread spins on the mbarrier of each group until the phase its copies complete is done."""
         for commit in commits:
+            if commit in self.ring_commits:
+                continue  # waited for at the stage's first read, on its full barrier
             group = self.groups[commit]
             parity = self._parity(op, commit, group, e)
             e.spin_until(lambda t: t.op(sm90.MBarrierTryWaitParityOp(group.barrier, parity)))
@@ -443,6 +649,9 @@ class KernelLowering:
         return e.op(arith.AndIOp(info.trip, e.index(1)))
 
     def _lower_BarrierOp(self, op: tile.BarrierOp, e: Emitter) -> None:
+        # Reads before the barrier are done after it (another thread may refill the tiles next): the
+        # tensor core's reads of shared operands included.
+        self._retire_all(e)
         e.op(sm90.BarSyncOp(0, self.threads))
 
     # -- register tiles --------------------------------------------------------------------------------------
@@ -482,6 +691,9 @@ class KernelLowering:
         self._set(op.result, e.splat(f32, op.value.value.data, vt.get_shape()[0]))
 
     def _lower_MmaOp(self, op: tile.MmaOp, e: Emitter) -> None:
+        """One wgmma group: fence, the chain over K, commit. It is NOT waited for here: the wait comes at
+        the first use of the result (`_get`), before control flow, or before its shared operands are
+        released or refilled, so independent work (the softmax of another tile) runs meanwhile."""
         a, b, acc = (self._get(v) for v in (op.a, op.b, op.acc))
         ab = "bf16" if isinstance(op.a.type.element_type, BFloat16Type) else "f16"
         m, k = op.a.type.get_shape()
@@ -490,31 +702,44 @@ class KernelLowering:
             _refuse(op, f"the contraction size must be a multiple of {K_STEP}, got {k}")
         if not isinstance(b, SharedTile):
             _refuse(op, "operand B must be in shared memory")
+        reads = [t for t in (a, b) if isinstance(t, SharedTile)]
+        for value, t in ((op.a, a), (op.b, b)):
+            if isinstance(t, SharedTile):
+                self._await_stage(value, t, e)
+        if isinstance(a, SharedTile):
+            a_base = self._descriptor(e, e.op(arith.AddiOp(a.address, self.a_row_offset)), facts.SWIZZLE_CHUNK_BYTES)
+        b_base = self._descriptor(e, b.address, facts.SWIZZLE_CHUNK_BYTES if op.transpose_b else b.box_bytes)
         e.op(sm90.WgmmaFenceOp())
         for step in range(k // K_STEP):
             if isinstance(a, SharedTile):
-                a_operand = self._k_major_descriptor(e, a, step, self.a_row_offset)
+                a_operand = self._step(e, a_base, self._k_major_offset(a, step))
             else:
                 a_operand = e.shuffle(a, a_operand_registers(step))
             if op.transpose_b:
-                b_desc = self._k_major_descriptor(e, b, step, None)
-                trans_b = 0
+                b_desc, trans_b = self._step(e, b_base, self._k_major_offset(b, step)), 0
             else:
-                start = e.op(arith.AddiOp(b.address, e.op(arith.ConstantOp(IntegerAttr(step * K_STEP * LINE, i32)))))
-                b_desc = e.op(sm90.MakeDescriptorOp(start, b.box_bytes, CORE_ROWS * LINE, 128))
-                trans_b = 1
+                b_desc, trans_b = self._step(e, b_base, step * K_STEP * LINE), 1
             acc = e.op(sm90.WgmmaMmaAsyncOp(acc, a_operand, b_desc, n, ab, 0, trans_b))
         e.op(sm90.WgmmaCommitGroupOp())
-        e.op(sm90.WgmmaWaitGroupOp(0))
         self._set(op.result, acc)
+        self.pending.append(PendingMma(op.result, reads))
 
-    def _k_major_descriptor(self, e: Emitter, t: SharedTile, step: int, row_offset: SSAValue | None) -> SSAValue:
+    @staticmethod
+    def _k_major_offset(t: SharedTile, step: int) -> int:
+        """Bytes from a K-major tile's start to k-step `step`: whole boxes, then 32 bytes per step within."""
         byte = step * K_STEP * t.elt_bytes
-        offset = (byte // LINE) * t.box_bytes + byte % LINE
-        start = e.op(arith.AddiOp(t.address, e.op(arith.ConstantOp(IntegerAttr(offset, i32)))))
-        if row_offset is not None:
-            start = e.op(arith.AddiOp(start, row_offset))
-        return e.op(sm90.MakeDescriptorOp(start, facts.SWIZZLE_CHUNK_BYTES, CORE_ROWS * LINE, 128))
+        return (byte // LINE) * t.box_bytes + byte % LINE
+
+    @staticmethod
+    def _descriptor(e: Emitter, start: SSAValue, lbo: int) -> SSAValue:
+        return e.op(sm90.MakeDescriptorOp(start, lbo, CORE_ROWS * LINE, 128))
+
+    @staticmethod
+    def _step(e: Emitter, base: SSAValue, offset: int) -> SSAValue:
+        """The descriptor `offset` bytes after `base`'s start (one 32-bit add in PTX)."""
+        if not offset:
+            return base
+        return e.op(sm90.DescriptorAdvanceOp(base, offset))
 
     def _reduce_rows(self, op, x: SSAValue, combine, e: Emitter) -> SSAValue:
         layout = self._layout(op, op.source.type)
@@ -533,6 +758,11 @@ class KernelLowering:
         return x
 
     def _lower_RowMaxOp(self, op: tile.RowMaxOp, e: Emitter) -> None:
+        x = self._peek(op.source)
+        if isinstance(x, Scaled):  # max(f x) = f max(x) for f > 0: two multiplies instead of one per element
+            rows = self._reduce_rows(op, x.raw, e.maxf, e)
+            self._set(op.result, e.mulf(rows, e.splat(f32, x.factor, rows.type.get_shape()[0])))
+            return
         self._set(op.result, self._reduce_rows(op, self._get(op.source), e.maxf, e))
 
     def _lower_RowSumOp(self, op: tile.RowSumOp, e: Emitter) -> None:
@@ -546,18 +776,20 @@ class KernelLowering:
         is_inf = e.setp("eq", m, e.splat(f32, float("-inf"), lanes))
         return e.select(is_inf, e.splat(f32, 0.0, lanes), m)
 
-    def _exp_minus(self, op, x: SSAValue, rows: SSAValue, e: Emitter, broadcast: bool) -> SSAValue:
-        """exp(x - m) = ex2(x log2e - m log2e): -m log2e is computed once per row (two registers), then one
-        fma per register and ex2."""
+    def _exp_minus(self, op, x: SSAValue, rows: SSAValue, e: Emitter, broadcast: bool, factor: float = 1.0) -> SSAValue:
+        """exp(factor x - m) = ex2(x (factor log2e) - m log2e): -m log2e is computed once per row (two
+        registers), then one fma per register and ex2 (a `Scaled` operand's factor folds into the fma)."""
         lanes = x.type.get_shape()[0]
         m = self._safe_max(rows, e)
         neg_scaled_m = e.op(arith.NegfOp(e.mulf(m, e.splat(f32, LOG2E, m.type.get_shape()[0]))))
         if broadcast:
             neg_scaled_m = self._broadcast_rows(op, neg_scaled_m, e)
-        return e.ex2(e.fma(x, e.splat(f32, LOG2E, lanes), neg_scaled_m))
+        return e.ex2(e.fma(x, e.splat(f32, factor * LOG2E, lanes), neg_scaled_m))
 
     def _lower_ExpSubtractOp(self, op: tile.ExpSubtractOp, e: Emitter) -> None:
-        self._set(op.result, self._exp_minus(op, self._get(op.source), self._get(op.rows), e, broadcast=True))
+        x = self._peek(op.source)
+        raw, factor = (x.raw, x.factor) if isinstance(x, Scaled) else (x, 1.0)
+        self._set(op.result, self._exp_minus(op, raw, self._get(op.rows), e, broadcast=True, factor=factor))
 
     def _lower_ExpDiffOp(self, op: tile.ExpDiffOp, e: Emitter) -> None:
         self._set(op.result, self._exp_minus(op, self._get(op.lhs), self._get(op.rhs), e, broadcast=False))
@@ -575,8 +807,11 @@ class KernelLowering:
         self._set(op.result, e.fma(self._get(op.a), self._get(op.b), self._get(op.c)))
 
     def _lower_ScaleOp(self, op: tile.ScaleOp, e: Emitter) -> None:
-        x = self._get(op.source)
-        self._set(op.result, e.mulf(x, e.splat(f32, op.factor.value.data, x.type.get_shape()[0])))
+        x, factor = self._get(op.source), op.factor.value.data
+        if factor > 0 and pymath.isfinite(factor):
+            self.values[op.result] = Scaled(x, factor)  # multiplied out only where no consumer folds it
+            return
+        self._set(op.result, e.mulf(x, e.splat(f32, factor, x.type.get_shape()[0])))
 
     def _lower_MulRowsOp(self, op, e: Emitter) -> None:
         self._set(op.result, e.mulf(self._get(op.source), self._broadcast_rows(op, self._get(op.rows), e)))
@@ -622,9 +857,15 @@ class KernelLowering:
         return e.setp("gt", e.broadcast(limit, len(offsets)), e.dense(IndexType(), offsets))
 
     def _mask(self, op, e: Emitter, hidden: SSAValue) -> None:
-        x = self._get(op.source)
-        lanes = x.type.get_shape()[0]
-        self._set(op.result, e.select(hidden, e.splat(f32, float("-inf"), lanes), x))
+        """-inf where hidden. A `Scaled` source stays scaled: f * -inf = -inf for f > 0."""
+        x = self._peek(op.source)
+        raw = x.raw if isinstance(x, Scaled) else x
+        lanes = raw.type.get_shape()[0]
+        masked = e.select(hidden, e.splat(f32, float("-inf"), lanes), raw)
+        if isinstance(x, Scaled):
+            self.values[op.result] = Scaled(masked, x.factor)
+        else:
+            self._set(op.result, masked)
 
     def _lower_MaskBoundsOp(self, op: tile.MaskBoundsOp, e: Emitter) -> None:
         # Key k0 + col is hidden where col >= seq_k - k0, i.e. unless col < seq_k - k0.
@@ -709,7 +950,7 @@ class KernelLowering:
         self.committed_this_trip = set()
         self._translate_loop_body(op, be)
         self.loops.pop()
-        left = [c for c in self.outstanding if c in self.committed_this_trip]
+        left = [c for c in self.outstanding if c in self.committed_this_trip and c not in self.ring_commits]
         if left:
             _refuse(left[0], "copies committed in a loop trip must be waited for in the same trip "
                              "(overlapping trips is pipeline-loops' job)")
@@ -724,11 +965,43 @@ class KernelLowering:
     def _translate_loop_body(self, op: scf.ForOp, e: Emitter) -> None:
         for inner in op.body.block.ops:
             if isinstance(inner, scf.YieldOp):
+                self._retire_all(e)
+                self.e = e
                 e.op(scf.YieldOp(*[self._get(v) for v in inner.operands]))
                 continue
             if isinstance(inner, tile.CpCommitGroupOp):
                 self.committed_this_trip.add(inner)
             self._translate(inner, e)
+
+    def _lower_IfOp(self, op: scf.IfOp, e: Emitter) -> None:
+        """A block-uniform scf.if (Tile IR conditions are values of the whole block). Copy groups must not
+        be committed inside it unless they fill ring stages (their count would depend on the branch)."""
+        for inner in op.walk():
+            if isinstance(inner, tile.CpCommitGroupOp) and inner not in self.ring_commits:
+                _refuse(inner, "copy groups of unstaged tiles cannot be committed inside an scf.if")
+        regions = []
+        for region in op.regions:
+            if not region.blocks:
+                regions.append(Region())
+                continue
+            block = Block()
+            be = Emitter(block)
+            saved = list(self.outstanding)
+            for inner in region.block.ops:
+                if isinstance(inner, scf.YieldOp):
+                    self._retire_all(be)
+                    self.e = be
+                    be.op(scf.YieldOp(*[self._get(v) for v in inner.operands]))
+                else:
+                    self._translate(inner, be)
+            self.outstanding = saved + [c for c in self.outstanding if c not in saved]
+            regions.append(Region(block))
+        self.e = e
+        result_types = [v.type for v in regions[0].block.last_op.operands]
+        new = e.op(scf.IfOp(self._get(op.cond), result_types, regions[0], regions[1] if regions[1].blocks else None))
+        results = new.results if isinstance(new, Operation) else [new]
+        for old, res in zip(op.results, results):
+            self._set(old, res)
 
     def _lower_ReturnOp(self, op: func.ReturnOp, e: Emitter) -> None:
         # A block must not exit with a bulk copy still writing its shared memory: drain what may be in flight.

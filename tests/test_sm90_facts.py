@@ -750,3 +750,15 @@ def test_accumulator_thread_terms_are_the_figure_149_layout_over_warpgroups():
     f_row, f_col = F.accumulator_coords(v, threads % 128)
     np.testing.assert_array_equal(row + v_row - v_row[0], 64 * (threads // 128) + f_row)
     np.testing.assert_array_equal(col + v_col - v_col[0], f_col)
+
+
+def test_descriptor_start_delta_steps_the_start_field_only():
+    # PTX ISA "Matrix Descriptor Format": bits 13-0 hold matrix-descriptor-encode(start address) =
+    # (address & 0x3FFFF) >> 4. Stepping by d bytes therefore adds d >> 4 to the 64-bit value.
+    for address in (0, 1024, 0x8400, 0x3FFF0 - 4096):
+        for delta in (32, 64, 96, 2048, 4096):
+            stepped = F.encode_descriptor(address + delta, 16, 1024, 128)
+            assert stepped == F.encode_descriptor(address, 16, 1024, 128) + F.descriptor_start_delta(delta)
+    for bad in (8, -16, 1 << 18):
+        with pytest.raises(ValueError):
+            F.descriptor_start_delta(bad)

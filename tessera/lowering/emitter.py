@@ -108,12 +108,12 @@ class Emitter:
         return self.op(arith.IndexCastOp(value, i64))
 
     # -- structured control flow ------------------------------------------------------------------------------
-    def if_(self, cond: SSAValue, body: Callable[[Emitter], None]) -> None:
-        """scf.if without results: `body` fills the then-block."""
+    def if_(self, cond: SSAValue, body: Callable[[Emitter], None]) -> scf.IfOp:
+        """scf.if without results: `body` fills the then-block. Returns the op."""
         block = Block()
         body(Emitter(block))
         Emitter(block).op(scf.YieldOp())
-        self.op(scf.IfOp(cond, [], Region(block)))
+        return self.op(scf.IfOp(cond, [], Region(block)))
 
     def spin_until(self, condition: Callable[[Emitter], SSAValue]) -> None:
         """scf.while that re-evaluates `condition` (e.g. an mbarrier try_wait) until it is true."""

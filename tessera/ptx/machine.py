@@ -234,6 +234,17 @@ def print_make_descriptor(p: KernelPrinter, op: sm90.MakeDescriptorOp) -> None:
            f"or.b64 {d}, {wide}, {constant:#018x}")
 
 
+@handles(sm90.DescriptorAdvanceOp)
+def print_descriptor_advance(p: KernelPrinter, op: sm90.DescriptorAdvanceOp) -> None:
+    """The start field is the low 14 bits and does not overflow (the op's invariant), so only the low word
+    changes: one 32-bit add."""
+    lo, hi = p.temp(B32), p.temp(B32)
+    (d,) = p.define(op.result)
+    p.emit(f"mov.b64 {{{lo}, {hi}}}, {p.reg(op.descriptor)}",
+           f"add.s32 {lo}, {lo}, {facts.descriptor_start_delta(_int(op, 'bytes'))}",
+           f"mov.b64 {d}, {{{lo}, {hi}}}")
+
+
 # endregion
 # region warps and the CTA -------------------------------------------------------------------------------------
 

@@ -161,3 +161,13 @@ def descriptor_element_address(descriptor: int | MatrixDescriptor, major: Major,
 
 
 # endregion
+
+
+def descriptor_start_delta(offset_bytes: int) -> int:
+    """What to add to a descriptor (as a 64-bit integer) to move its start address `offset_bytes` further:
+    the start field holds address >> 4 in bits 13-0, so desc(a + d) == desc(a) + d >> 4 for 16-byte aligned
+    a and d as long as a + d stays below 2^18 (every shared-memory address does: 228 KiB < 256 KiB), with
+    no carry out of the field. This is how CUTLASS steps a descriptor along K."""
+    if offset_bytes % 16 or not 0 <= offset_bytes < 1 << 18:
+        raise ValueError(f"a descriptor start offset must be a multiple of 16 in [0, 2^18), got {offset_bytes}")
+    return offset_bytes >> 4

@@ -24,6 +24,7 @@ from tessera.sm90.descriptor import (
     descriptor_base_offset,
     descriptor_element_address,
     descriptor_encode,
+    descriptor_start_delta,
     descriptor_swizzle_code,
     encode_descriptor,
     swizzled_buffer_alignment,

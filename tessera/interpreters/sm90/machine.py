@@ -142,6 +142,17 @@ class Sm90Functions(InterpreterFunctions):
             result[threads[address[threads] == value]] = as_signed64(encoded)
         return (result,)
 
+    @impl(sm90.DescriptorAdvanceOp)
+    def run_descriptor_advance(self, interpreter: Interpreter, op: sm90.DescriptorAdvanceOp, args: PythonValues):
+        (descriptor,) = args
+        delta = facts.descriptor_start_delta(_prop(op, "bytes"))
+        threads = self._threads()
+        field = (descriptor.astype(np.int64) & 0x3FFF) + delta
+        if (field[threads] > 0x3FFF).any():
+            self.cta.fail(op, "the descriptor's start address field overflows (the start would pass 2^18 bytes)",
+                          threads[np.argmax(field[threads] > 0x3FFF)])
+        return (descriptor.astype(np.int64) + delta,)
+
     @impl(sm90.WgmmaMmaAsyncOp)
     def run_wgmma(self, interpreter: Interpreter, op: sm90.WgmmaMmaAsyncOp, args: PythonValues):
         acc, a, b, *scale = args

@@ -81,7 +81,7 @@ builtin.module {
 // CHECK:        sm90.shfl_sync "bfly" %{{.*}}, 1, 31 : vector<2xf32>
 // CHECK:        sm90.shfl_sync "bfly" %{{.*}}, 2, 31 : vector<2xf32>
 // CHECK:        %alpha = sm90.ex2_approx %{{.*}} : vector<2xf32>
-// CHECK:        math.fma %s_masked, %{{.*}}, %{{.*}} : vector<32xf32>
+// CHECK:        math.fma %{{.*}}, %{{.*}}, %{{.*}} : vector<32xf32>
 // CHECK-NEXT:   %p = sm90.ex2_approx %{{.*}} : vector<32xf32>
 // CHECK:        %p_half = sm90.cvt_pack %p type "bf16" : vector<32xf32> -> vector<16xi32>
 // CHECK:        vector.shuffle %p_half, %p_half [0, 1, 2, 3]

@@ -56,10 +56,12 @@ builtin.module {
 // CHECK:        scf.while
 // CHECK:          sm90.mbarrier_try_wait_parity %group0_bar, %{{.*}} : index
 // CHECK:        sm90.bar_sync 0, 128
+// CHECK:        %[[DA:.*]] = sm90.make_descriptor %{{.*}} lbo 16 sbo 1024 swizzle 128 : i64
+// CHECK:        %[[DB:.*]] = sm90.make_descriptor %b_smem lbo 8192 sbo 1024 swizzle 128 : i64
 // CHECK-NEXT:   sm90.wgmma_fence
-// CHECK:        sm90.make_descriptor %{{.*}} lbo 16 sbo 1024 swizzle 128 : i64
-// CHECK:        sm90.make_descriptor %b_smem lbo 8192 sbo 1024 swizzle 128 : i64
-// CHECK-NEXT:   sm90.wgmma_mma_async %acc, %{{.*}}, %{{.*}} n 64 type "bf16" trans 0, 1 : vector<32xf32>, i64
+// CHECK-NEXT:   sm90.wgmma_mma_async %acc, %[[DA]], %[[DB]] n 64 type "bf16" trans 0, 1 : vector<32xf32>, i64
+// CHECK-NEXT:   sm90.descriptor_advance %[[DA]], 32 : i64
+// CHECK-NEXT:   sm90.descriptor_advance %[[DB]], 2048 : i64
 // CHECK-COUNT-3: sm90.wgmma_mma_async
 // CHECK-NEXT:   sm90.wgmma_commit_group
 // CHECK-NEXT:   sm90.wgmma_wait_group 0

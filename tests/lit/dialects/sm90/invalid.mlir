@@ -132,6 +132,18 @@ sm90.wgmma_wait_group -1
 // CHECK: {{^}}'sm90.make_descriptor' op descriptor stride_byte_offset must be in [0, 262144) bytes, got 262160
 %d = sm90.make_descriptor %s lbo 16 sbo 262160 swizzle 0 : i64
 
+// -----
+
+%d = "test.op"() : () -> i64
+// CHECK: {{^}}'sm90.descriptor_advance' op a descriptor start offset must be a multiple of 16 in [0, 2^18), got 40
+%d2 = sm90.descriptor_advance %d, 40 : i64
+
+// -----
+
+%d = "test.op"() : () -> i64
+// CHECK: {{^}}'sm90.descriptor_advance' op a descriptor start offset must be a multiple of 16 in [0, 2^18), got 262144
+%d2 = sm90.descriptor_advance %d, 262144 : i64
+
 // ===== sm90.wgmma_mma_async
 
 // -----

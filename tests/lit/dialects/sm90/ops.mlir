@@ -64,6 +64,7 @@ func.func @attention_tile(%map_q: !sm90.tensormap, %map_k: !sm90.tensormap, %out
   // S = Q K^T (SS), first without, then with the accumulator
   %dq = sm90.make_descriptor %sq lbo 16 sbo 1024 swizzle 128 : i64
   %dk = sm90.make_descriptor %sk lbo 16 sbo 1024 swizzle 128 : i64
+  %dk1 = sm90.descriptor_advance %dk, 32 : i64
   %zero = arith.constant dense<0.000000e+00> : vector<64xf32>
   %false = arith.constant false
   sm90.wgmma_fence
@@ -181,6 +182,7 @@ func.func @attention_tile(%map_q: !sm90.tensormap, %map_k: !sm90.tensormap, %out
 // CHECK-NEXT:     }
 // CHECK-NEXT:     %dq = sm90.make_descriptor %sq lbo 16 sbo 1024 swizzle 128 : i64
 // CHECK-NEXT:     %dk = sm90.make_descriptor %sk lbo 16 sbo 1024 swizzle 128 : i64
+// CHECK-NEXT:     %dk1 = sm90.descriptor_advance %dk, 32 : i64
 // CHECK-NEXT:     %zero = arith.constant dense<0.000000e+00> : vector<64xf32>
 // CHECK-NEXT:     %false = arith.constant false
 // CHECK-NEXT:     sm90.wgmma_fence
