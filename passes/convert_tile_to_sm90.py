@@ -347,6 +347,11 @@ class KernelLowering:
             self.values[barg] = ("arg", i)
         self._translate_block(old, e)
 
+        # The launch asks for 1023 bytes more, to align the base at run time (tessera.ptx).
+        if self.smem_offset + 1023 > facts.MAX_SHARED_MEMORY_PER_BLOCK:
+            _refuse(None, f"the kernel needs {self.smem_offset} bytes of shared memory (+1023 to align the base), more "
+                          f"than the {facts.MAX_SHARED_MEMORY_PER_BLOCK} a thread block of sm_90 may have: use fewer "
+                          "pipeline stages or smaller tiles")
         attributes = {KERNEL_ATTR: self.fn.attributes[KERNEL_ATTR], GRID_ATTR: self.fn.attributes[GRID_ATTR]}
         attributes[TARGET_KERNEL_ATTR] = DictionaryAttr({
             "threads": IntegerAttr(self.threads, 64), "smem_bytes": IntegerAttr(self.smem_offset, 64)})

@@ -69,23 +69,27 @@ def compile(module: ModuleOp, target: str = "ptx"):
     return compile_ptx(ptx)
 
 
-def lower_to_target(module: ModuleOp, kernel: str):
-    """The Target IR kernel (a func.func) of `kernel`, lowered from a copy of `module` by the target pipeline."""
+def lower_to_target(module: ModuleOp, kernel: str, pipeline: str | None = None):
+    """The Target IR kernel (a func.func) of `kernel`, lowered from a copy of `module` by `pipeline` (a
+    `tessera-opt -p` spec that ends in Target IR; default `passes.TARGET_PIPELINE`)."""
     from tessera.kernel_abi import is_target_kernel
     from tessera.passes import TARGET_PIPELINE, apply_pipeline
 
     lowered = module.clone()
-    apply_pipeline(lowered, TARGET_PIPELINE)
+    apply_pipeline(lowered, pipeline or TARGET_PIPELINE)
     return next(op for op in lowered.walk() if is_target_kernel(op) and op.sym_name.data == kernel)
 
 
 def interpret(
-    module: ModuleOp, *inputs: np.ndarray, level: str = "tile", kernel: str | None = None, **sizes: int
+    module: ModuleOp, *inputs: np.ndarray, level: str = "tile", kernel: str | None = None,
+    pipeline: str | None = None, **sizes: int,
 ) -> np.ndarray | tuple[np.ndarray, ...]:
     """Run a kernel over its whole grid on NumPy inputs and return its outputs.
 
     `level` is "tile" (the Tile IR interpreter) or "target" (lower with `passes.TARGET_PIPELINE`, allocate
-    registers, and run the Target IR in the CTA simulator, checking the allocation against a register file). Inputs are given in argument order (attention: Q, K, V as [batch, heads, seq, head_dim]; GEMM: A, B) and
+    registers, and run the Target IR in the CTA simulator, checking the allocation against a register file).
+    `pipeline` replaces the lowering pipeline (at level "tile" it is applied first and must stay in Tile
+    IR, e.g. "assign-swizzle,pipeline-loops{stages=3}"). Inputs are given in argument order (attention: Q, K, V as [batch, heads, seq, head_dim]; GEMM: A, B) and
     converted to the kernel's element types (float inputs are rounded to bf16/f16 as the kernel would read
     them). Named sizes in `sizes` are checked against the inputs. Returns the output (or a tuple of outputs)
     in the output argument's element type."""
@@ -96,12 +100,17 @@ def interpret(
     sig = find_kernel(module, kernel)
     arguments, bound = prepare_arguments(sig, inputs, sizes)
     if level == "tile":
+        if pipeline:
+            from tessera.passes import apply_pipeline
+
+            module = module.clone()
+            apply_pipeline(module, pipeline)
         run_grid(sig, module, arguments, bound)
     else:
         from tessera.interpreters.sm90.launch import run_target_kernel
         from tessera.regalloc import allocate_registers
 
-        target = lower_to_target(module, sig.name)
+        target = lower_to_target(module, sig.name, pipeline)
         run_target_kernel(target, arguments, bound, allocate_registers(target))
     outputs = tuple(a for a, arg in zip(arguments, sig.args) if arg.role == "out")
     return outputs[0] if len(outputs) == 1 else outputs

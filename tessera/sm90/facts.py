@@ -56,6 +56,7 @@ from tessera.sm90.tma import (
     tensor_map_swizzle_bytes,
 )
 from tessera.sm90.warp import (
+    MAX_SHARED_MEMORY_PER_BLOCK,
     MAX_REGISTERS_PER_THREAD,
     NAMED_BARRIERS,
     REGISTERS_PER_SM,

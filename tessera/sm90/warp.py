@@ -95,6 +95,10 @@ def check_named_barrier(barrier: int, threads: int | None, cta_threads: int, *, 
 
 # region Registers and setmaxnreg [P#miscellaneous-instructions-setmaxnreg; CCG]
 
+MAX_SHARED_MEMORY_PER_BLOCK = 227 * 1024
+"""Most dynamic shared memory one thread block may use on compute capability 9.0 (opt-in, 232448 bytes) [CCG
+"Technical Specifications per Compute Capability": maximum amount of shared memory per thread block]."""
+
 REGISTERS_PER_SM = 65536
 """32-bit registers per SM (and per CTA) on compute capability 9.0 [CCG]."""
 
