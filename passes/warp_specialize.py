@@ -1,0 +1,321 @@
+"""`warp-specialize{pingpong=false}`: give a pipelined kernel a producer warpgroup and consumer warpgroups.
+
+Input: a Target IR kernel from `convert-tile-to-sm90` whose ring refills are marked `sm90.producer` (the
+`scf.if` in which thread 0 waits for a slot's empty barrier, arms its full barrier and issues the TMA).
+Output: the same kernel with one more warpgroup (threads T -> T + 128), split after the mbarrier
+initialisation barrier (which now counts every thread):
+
+    if tid >= T:                         // the producer warpgroup, after every consumer warpgroup
+        setmaxnreg.dec P
+        if tid == T:  <the producer slice: the loops and conditions that lead to refills, and the refills>
+    else:                                // the T consumer threads: tid, warpgroups and barriers unchanged
+        setmaxnreg.inc C
+        <the kernel without the refills>
+
+The producer slice is the part of the kernel the refills depend on: the loops and `scf.if`s around them
+(without their loop-carried values or results, which belong to the consumers) and the index arithmetic of
+their coordinates and parities. Refusing rather than guessing: a refill that depends on a loop-carried value
+or on an `scf.if` result is refused by name. The producer runs ahead of the consumers by as many refills as
+the rings have slots: its only synchronisation is the empty barrier of each slot, which the consumers
+arrive on when they release it, and the consumers' only one is the full barrier the TMA completes.
+
+Register budgets come from the allocator's pressure report, not constants: the producer branch's pressure
+(rounded up to setmaxnreg's step of 8, at least 24) is P; the consumers get what the register file leaves,
+C = min(256, (65536 - 128 P) / T rounded down to 8); a consumer pressure above C is refused, naming both.
+
+With `pingpong=true` (FlashAttention-3's warpgroup ping-pong), the consumer warpgroups take turns at the
+tensor core: in every loop that issues wgmma, warpgroup w waits at named barrier 1 + w before its first
+wgmma of the trip and, once the trip's last group is committed, arrives at the other warpgroup's barrier;
+warpgroup 1 arrives once before the loops so that warpgroup 0 starts, and warpgroup 0 consumes the extra
+arrival after them. While one warpgroup's GEMMs run, the other does its softmax. Needs exactly two
+consumer warpgroups.
+
+Kernels without ring refills have no producer work and are left unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import arith, func, scf
+from xdsl.dialects.builtin import DictionaryAttr, IndexType, IntegerAttr, ModuleOp
+from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.traits import is_side_effect_free
+from xdsl.utils.exceptions import DiagnosticException
+
+from tessera.dialects import sm90
+from tessera.kernel_abi import TARGET_KERNEL_ATTR, is_target_kernel
+from tessera.passes.convert_tile_to_sm90 import PRODUCER_ATTR
+from tessera.sm90 import facts
+
+PRODUCER_THREADS = facts.WARPGROUP_SIZE
+PINGPONG_BARRIER = 1
+"""Named barriers 1 and 2 are the ping-pong turns of consumer warpgroups 0 and 1 (0 is the block's)."""
+
+
+class WarpSpecializeError(DiagnosticException):
+    """A kernel warp-specialize cannot split; the message names the op and the rule."""
+
+
+def _refuse(op: Operation | None, message: str) -> None:
+    where = f"{str(op).splitlines()[0].strip()[:120]}: " if op is not None else ""
+    raise WarpSpecializeError(f"warp-specialize: {where}{message}")
+
+
+def _contains_producer(op: Operation) -> bool:
+    return any(PRODUCER_ATTR in inner.attributes for inner in op.walk())
+
+
+def _is_pure(op: Operation) -> bool:
+    """No effect but its results (arith's integer divisions declare no effects in xDSL, yet have none)."""
+    return not op.regions and (op.dialect_name() in ("arith", "vector", "math") or is_side_effect_free(op))
+
+
+def _erase_dead(block: Block) -> None:
+    """Erase pure ops without uses, and scf.if ops without results whose regions are empty, to a fixpoint."""
+    changed = True
+    while changed:
+        changed = False
+        for op in reversed(list(block.walk())):
+            if op.parent is None:
+                continue
+            empty_if = isinstance(op, scf.IfOp) and not op.results and all(
+                not r.blocks or len(r.block.ops) == 1 for r in op.regions)
+            if empty_if or (_is_pure(op) and op.results and not any(r.uses for r in op.results)):
+                op.detach()
+                op.erase()
+                changed = True
+
+
+@dataclass
+class _Split:
+    """Splits one kernel; see the module docstring."""
+
+    fn: func.FuncOp
+    pingpong: bool
+
+    def run(self) -> None:
+        if not any(PRODUCER_ATTR in op.attributes for op in self.fn.walk()):
+            return
+        entry = self.fn.body.block
+        info = self.fn.attributes[TARGET_KERNEL_ATTR]
+        consumers = info.data["threads"].value.data
+        if consumers % facts.WARPGROUP_SIZE:
+            _refuse(None, f"the kernel has {consumers} threads, not whole warpgroups")
+        init = next((op for op in entry.ops if isinstance(op, sm90.BarSyncOp)), None)
+        if init is None:
+            _refuse(None, "no barrier after the mbarrier initialisation to split at")
+        ret = entry.last_op
+        main = []
+        op = init.next_op
+        while op is not ret:
+            main.append(op)
+            op = op.next_op
+        tid = next((o.result for o in entry.ops if isinstance(o, sm90.SpecialRegOp) and o.register.data == "tid.x"), None)
+        if tid is None:
+            _refuse(None, "the kernel does not read tid.x")
+
+        producer_block, consumer_block = Block(), Block()
+        # The producer: a clone of the main part, pruned to the refills and what they need.
+        mapping = {}
+        for op in main:
+            producer_block.add_op(op.clone(value_mapper=mapping))
+        self._prune(producer_block)
+        self._inline_refills(producer_block)
+        for op in main:
+            op.detach()
+            consumer_block.add_op(op)
+        for op in [o for o in consumer_block.walk() if PRODUCER_ATTR in o.attributes]:
+            op.detach()
+            op.erase()
+        _erase_dead(consumer_block)
+        if self.pingpong:
+            self._pingpong(consumer_block, tid, consumers)
+
+        total = consumers + PRODUCER_THREADS
+        leader_block = producer_block
+        producer_block = Block()
+        pe = producer_block
+        c_total = arith.ConstantOp(IntegerAttr(consumers, IndexType()))
+        is_leader = arith.CmpiOp(tid, c_total.result, "eq")
+        pe.add_ops([c_total, is_leader])
+        leader_block.add_op(scf.YieldOp())
+        pe.add_op(scf.IfOp(is_leader.result, [], Region(leader_block)))
+        pe.add_op(scf.YieldOp())
+        consumer_block.add_op(scf.YieldOp())
+        c_split = arith.ConstantOp(IntegerAttr(consumers, IndexType()))
+        is_producer = arith.CmpiOp(tid, c_split.result, "uge")
+        split = scf.IfOp(is_producer.result, [], Region(producer_block), Region(consumer_block))
+        entry.insert_ops_before([c_split, is_producer, split], ret)
+
+        # Every thread initialises-and-waits together once.
+        new_init = sm90.BarSyncOp(init.barrier.value.data, total)
+        entry.insert_op_before(new_init, init)
+        init.detach()
+        init.erase()
+        self.fn.attributes[TARGET_KERNEL_ATTR] = DictionaryAttr({**info.data, "threads": IntegerAttr(total, 64)})
+        self._budgets(split, consumers)
+
+    # -- the producer slice ------------------------------------------------------------------------------
+    def _prune(self, block: Block) -> None:
+        """Keep the refills, the control flow around them and the values they read; drop the rest."""
+        needed: set[SSAValue] = set()
+
+        def need_operands(op: Operation) -> None:
+            for inner in op.walk():
+                needed.update(inner.operands)
+
+        def visit(block: Block) -> None:
+            last = block.last_op
+            if isinstance(last, scf.YieldOp) and last.operands:  # the consumers' loop-carried state
+                block.insert_op_before(scf.YieldOp(), last)
+                last.detach()
+                last.erase()
+            for op in reversed(list(block.ops)):
+                if isinstance(op, scf.YieldOp):
+                    continue
+                if PRODUCER_ATTR in op.attributes:
+                    need_operands(op)
+                elif isinstance(op, scf.ForOp | scf.IfOp) and _contains_producer(op):
+                    for region in op.regions:
+                        for inner in region.blocks:
+                            visit(inner)
+                    op = self._strip(op)
+                    needed.update(op.operands)
+                elif any(r in needed for r in op.results):
+                    if isinstance(op, scf.ForOp | scf.IfOp | scf.WhileOp) or not _is_pure(op):
+                        _refuse(op, "a ring refill depends on a value this op computes with side effects or "
+                                    "loop-carried state; the producer cannot recompute it")
+                    need_operands(op)
+                else:
+                    op.detach()
+                    op.erase()
+
+        visit(block)
+
+    def _strip(self, op: Operation) -> Operation:
+        """The loop or scf.if `op` without its loop-carried values / results (the consumers' state)."""
+        if isinstance(op, scf.ForOp):
+            body = op.body.block
+            for arg in body.args[1:]:
+                if arg.uses:
+                    _refuse(op, "a ring refill depends on a loop-carried value")
+            if any(r.uses for r in op.results):
+                _refuse(op, "the producer's loop results are used")
+            new_body = Block(arg_types=[body.args[0].type])
+            body.args[0].replace_all_uses_with(new_body.args[0])
+            for inner in list(body.ops):
+                inner.detach()
+                if isinstance(inner, scf.YieldOp):
+                    inner.erase()
+                    continue
+                new_body.add_op(inner)
+            new_body.add_op(scf.YieldOp())
+            new = scf.ForOp(op.lb, op.ub, op.step, [], new_body)
+        else:
+            if any(r.uses for r in op.results):
+                _refuse(op, "the producer needs the result of an scf.if")
+            regions = []
+            for region in op.regions:
+                if not region.blocks:
+                    regions.append(Region())
+                    continue
+                block = Block()
+                for inner in list(region.block.ops):
+                    inner.detach()
+                    if isinstance(inner, scf.YieldOp):
+                        inner.erase()
+                        continue
+                    block.add_op(inner)
+                block.add_op(scf.YieldOp())
+                regions.append(Region(block))
+            new = scf.IfOp(op.cond, [], regions[0], regions[1] if len(regions) > 1 and regions[1].blocks else None)
+        op.parent_block().insert_op_before(new, op)
+        op.detach()
+        op.erase()
+        return new
+
+    @staticmethod
+    def _inline_refills(block: Block) -> None:
+        """Inside the leader's branch the refills' `if thread 0` guards are moot: inline their bodies."""
+        for op in [o for o in block.walk() if PRODUCER_ATTR in o.attributes]:
+            body = op.regions[0].block
+            for inner in list(body.ops):
+                inner.detach()
+                if isinstance(inner, scf.YieldOp):
+                    inner.erase()
+                    continue
+                op.parent_block().insert_op_before(inner, op)
+            op.detach()
+            op.erase()
+
+    # -- ping-pong -----------------------------------------------------------------------------------------
+    def _pingpong(self, block: Block, tid: SSAValue, consumers: int) -> None:
+        """Emit the consumer code once per consumer warpgroup (`if tid < 128: <for warpgroup 0> else: <for
+        warpgroup 1>`) so that each copy names its turn barriers with constants; in each copy, every loop
+        that issues wgmma gets `bar.sync 1 + w` before its first wgmma and `bar.arrive 2 - w` after its last
+        commit; warpgroup 1 arrives at barrier 1 before its first such loop, warpgroup 0 syncs there after
+        its last. (A per-thread barrier id would need no copy, but the two warpgroups are then at different
+        points of the same code, which a lockstep simulation of one branch cannot follow.)"""
+        if consumers != 2 * facts.WARPGROUP_SIZE:
+            _refuse(None, f"ping-pong needs two consumer warpgroups, the kernel has {consumers // facts.WARPGROUP_SIZE}")
+        threads = 2 * facts.WARPGROUP_SIZE
+        ops = list(block.ops)
+        copies = []
+        for w in (0, 1):
+            copy = Block()
+            mapping = {}
+            for op in ops:
+                copy.add_op(op.clone(value_mapper=mapping))
+            copy.add_op(scf.YieldOp())
+            loops = [op for op in copy.walk() if isinstance(op, scf.ForOp)
+                     and any(isinstance(o, sm90.WgmmaMmaAsyncOp) for o in op.body.block.ops)]
+            if not loops:
+                _refuse(None, "ping-pong needs a loop that issues wgmma")
+            for loop in loops:
+                body = loop.body.block
+                first = next(o for o in body.ops if isinstance(o, sm90.WgmmaFenceOp | sm90.WgmmaMmaAsyncOp))
+                last_commit = [o for o in body.ops if isinstance(o, sm90.WgmmaCommitGroupOp)][-1]
+                body.insert_op_before(sm90.BarSyncOp(PINGPONG_BARRIER + w, threads), first)
+                body.insert_op_after(sm90.BarArriveOp(PINGPONG_BARRIER + 1 - w, threads), last_commit)
+            if w == 1:
+                loops[0].parent_block().insert_op_before(sm90.BarArriveOp(PINGPONG_BARRIER, threads), loops[0])
+            else:
+                loops[-1].parent_block().insert_op_after(sm90.BarSyncOp(PINGPONG_BARRIER, threads), loops[-1])
+            copies.append(copy)
+        for op in reversed(ops):
+            op.detach()
+            op.erase()
+        c = arith.ConstantOp(IntegerAttr(facts.WARPGROUP_SIZE, IndexType()))
+        first_group = arith.CmpiOp(tid, c.result, "ult")
+        block.add_ops([c, first_group, scf.IfOp(first_group.result, [], Region(copies[0]), Region(copies[1]))])
+
+    # -- register budgets ----------------------------------------------------------------------------------
+    def _budgets(self, split: scf.IfOp, consumers: int) -> None:
+        from tessera.regalloc import region_pressure
+
+        producer_region, consumer_region = split.regions
+        producer_need, consumer_need = region_pressure(self.fn, split)
+        step = facts.SETMAXNREG_STEP
+        producer = max(facts.SETMAXNREG_MIN, -(-producer_need // step) * step)
+        consumer = min(facts.SETMAXNREG_MAX, (facts.REGISTERS_PER_SM - PRODUCER_THREADS * producer) // consumers // step * step)
+        if consumer_need > consumer:
+            _refuse(None, f"the consumer warpgroups need {consumer_need} registers per thread but only {consumer} "
+                          f"are left after the producer's {producer} (the register file has {facts.REGISTERS_PER_SM})")
+        facts.check_register_budget([producer] + [consumer] * (consumers // facts.WARPGROUP_SIZE), facts.WARPGROUP_SIZE)
+        producer_region.block.insert_op_before(sm90.SetMaxNRegOp("dec", producer), producer_region.block.first_op)
+        consumer_region.block.insert_op_before(sm90.SetMaxNRegOp("inc", consumer), consumer_region.block.first_op)
+
+
+@dataclass(frozen=True)
+class WarpSpecializePass(ModulePass):
+    """Split every pipelined Target IR kernel into a TMA producer warpgroup and its consumer warpgroups."""
+
+    name = "warp-specialize"
+    pingpong: bool = False
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for fn in [o for o in op.walk() if is_target_kernel(o)]:
+            _Split(fn, self.pingpong).run()
