@@ -2,7 +2,9 @@
 
 Register tiles are arrays [B, *shape] in their element type's dtype (bf16 through `ml_dtypes`); f32 compute
 stays f32; `tile.mma` multiplies in f32 (exact for bf16/f16 inputs) and accumulates in f32. Shared tiles and
-asynchronous copies follow `tile_memory`, which reports reads of data that has not arrived and races.
+asynchronous copies follow `tile_memory`, which reports reads of data that has not arrived and races: for
+unstaged buffers, copies are published by `tile.barrier`; for ring stages, by the covering
+`tile.cp_wait_group`, and handed back to the copies by `tile.release`.
 """
 
 from __future__ import annotations
@@ -112,6 +114,12 @@ class TileFunctions(InterpreterFunctions):
     @impl(tile.BarrierOp)
     def run_barrier(self, interpreter: Interpreter, op: tile.BarrierOp, args: PythonValues):
         self.copies.barrier(self.batch, self.shared)
+        return ()
+
+    @impl(tile.ReleaseOp)
+    def run_release(self, interpreter: Interpreter, op: tile.ReleaseOp, args: PythonValues):
+        (stage,) = args
+        stage.release(self.batch, op)
         return ()
 
     @impl(tile.LoadOp)

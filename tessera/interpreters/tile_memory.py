@@ -4,14 +4,22 @@ Global memory: a kernel argument is a NumPy array; `GlobalView` is a window of i
 Reads outside the tensor give zero, writes outside it are dropped (the bounds rule of `tile.view`).
 
 Shared memory: a `SharedBuffer` holds one array per block ([B, *shape]) and, per stage and block, the state
-of its contents, so that the interpreter reports what the hardware would leave undefined:
+of its contents, so that the interpreter reports what the hardware would leave undefined. An unstaged buffer
+is filled by copies that each thread waits for, and published by a barrier:
 
     EMPTY  --cp_async-->  IN_FLIGHT  --cp_wait_group-->  LANDED  --barrier-->  READY
 
+A stage of a ring (a buffer of rank >= 3, whose stages `tile.stage` selects) is filled by bulk copies that
+the covering wait publishes to the whole block, and handed back to the copies by `tile.release`:
+
+    EMPTY/RELEASED  --cp_async-->  IN_FLIGHT  --cp_wait_group-->  READY  --tile.release-->  RELEASED
+
 Only READY contents may be read (by `tile.mma` or `tile.load`). A `tile.cp_async` into a tile whose copy is
-still in flight, or into a tile read since the last barrier (other threads may still be reading it), is a
-race. A copy's data is taken from global memory when it is issued and written to shared memory when a
-`tile.cp_wait_group` covers its group.
+still in flight is a race, and so is one into a tile that was read since the point from which a copy may
+overwrite it: the last `tile.barrier` for an unstaged buffer (other threads may still be reading it), the
+last `tile.release` of the stage for a ring (a barrier does not hand a stage back). Releasing a stage whose
+copy is still in flight is an error too. A copy's data is taken from global memory when it is issued and
+written to shared memory when a `tile.cp_wait_group` covers its group.
 """
 
 from __future__ import annotations
@@ -23,9 +31,10 @@ from xdsl.ir import Operation
 
 from tessera.interpreters.block_batch import BlockBatch
 
-EMPTY, IN_FLIGHT, LANDED, READY = range(4)
+EMPTY, IN_FLIGHT, LANDED, READY, RELEASED = range(5)
 _STATE_TEXT = {EMPTY: "never written", IN_FLIGHT: "still in flight (no cp_wait_group covers its copy)",
-               LANDED: "landed but not yet published to the block (missing tile.barrier after cp_wait_group)"}
+               LANDED: "landed but not yet published to the block (missing tile.barrier after cp_wait_group)",
+               RELEASED: "released by tile.release and not refilled since (read after release)"}
 
 
 @dataclass
@@ -71,18 +80,25 @@ class GlobalView:
 @dataclass
 class SharedBuffer:
     """One `tile.alloc_shared`: data [B, *shape] and per-(stage, block) state (stages = shape[0] when the
-    buffer has a stage dimension, else 1)."""
+    buffer has a stage dimension, else 1).
+
+    `read_unfreed` marks the stages read since the point from which a copy may overwrite them: the last
+    `tile.barrier` (unstaged buffer) or the stage's last `tile.release` (ring)."""
 
     name: str
     data: np.ndarray
     staged: bool
     state: np.ndarray = field(init=False)
-    read_since_barrier: np.ndarray = field(init=False)
+    read_unfreed: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
         stages = self.data.shape[1] if self.staged else 1
         self.state = np.full((stages, self.data.shape[0]), EMPTY, np.int8)
-        self.read_since_barrier = np.zeros((stages, self.data.shape[0]), bool)
+        self.read_unfreed = np.zeros((stages, self.data.shape[0]), bool)
+
+    @property
+    def kind(self) -> str:
+        return "ring" if self.staged else "shared buffer"
 
 
 @dataclass
@@ -133,8 +149,22 @@ class SharedRef:
         for state, text in _STATE_TEXT.items():
             bad = batch.active & (states == state).any(axis=0)
             if bad.any():
-                batch.fail(op, f"reads {what} (shared buffer {self.buffer.name}) whose contents are {text}", bad)
-        self._set(self.buffer.read_since_barrier, True, batch.active)
+                batch.fail(op, f"reads {what} ({self.buffer.kind} {self.buffer.name}) whose contents are {text}", bad)
+        self._set(self.buffer.read_unfreed, True, batch.active)
+
+    def release(self, batch: BlockBatch, op: Operation) -> None:
+        """`tile.release` of this ring stage: READY contents become RELEASED and the stage may be refilled.
+
+        A stage whose copy is still in flight cannot be released (the copy would land in a stage the block
+        has handed back); releasing a stage that holds nothing (EMPTY, or already RELEASED) changes nothing."""
+        self.check_stage_range(batch, op)
+        active = batch.active
+        in_flight = active & (self._get(self.buffer.state) == IN_FLIGHT).any(axis=0)
+        if in_flight.any():
+            batch.fail(op, f"releases a stage of ring {self.buffer.name} whose copy is still in flight", in_flight)
+        ready = active & (self._get(self.buffer.state) == READY).any(axis=0)
+        self._set(self.buffer.state, RELEASED, ready)
+        self._set(self.buffer.read_unfreed, False, active)
 
     def select(self, mask: np.ndarray, other: SharedRef) -> SharedRef:
         if self.buffer is not other.buffer or (self.stage is None) != (other.stage is None):
@@ -169,12 +199,13 @@ class AsyncCopies:
         active = batch.active
         in_flight = active & (dest._get(dest.buffer.state) == IN_FLIGHT).any(axis=0)
         if in_flight.any():
-            batch.fail(op, f"copies into shared buffer {dest.buffer.name} while an earlier copy into it is in flight", in_flight)
-        racing = active & dest._get(dest.buffer.read_since_barrier).any(axis=0)
+            batch.fail(op, f"copies into {dest.buffer.kind} {dest.buffer.name} while an earlier copy into it is in flight", in_flight)
+        racing = active & dest._get(dest.buffer.read_unfreed).any(axis=0)
         if racing.any():
+            since = "its last tile.release" if dest.buffer.staged else "the last tile.barrier"
             batch.fail(
                 op,
-                f"overwrites shared buffer {dest.buffer.name}, read since the last tile.barrier (write-after-read race)",
+                f"overwrites {dest.buffer.kind} {dest.buffer.name}, read since {since} (write-after-read race)",
                 racing,
             )
         dest._set(dest.buffer.state, IN_FLIGHT, active)
@@ -187,7 +218,8 @@ class AsyncCopies:
         self.groups.append(_Group(copies, active.copy()))
 
     def wait(self, batch: BlockBatch, pending: int) -> None:
-        """Complete, for each active block, every committed group but its `pending` newest ones."""
+        """Complete, for each active block, every committed group but its `pending` newest ones. Copies into
+        a ring are bulk copies: the wait publishes them (READY); others have only LANDED until a barrier."""
         active = batch.active
         newer = np.zeros(len(active), np.int64)
         for group in reversed(self.groups):
@@ -196,14 +228,19 @@ class AsyncCopies:
             if finish.any():
                 for copy, issued in group.copies:
                     copy.dest.write(copy.data, finish & issued)
-                    copy.dest._set(copy.dest.buffer.state, LANDED, finish & issued)
+                    landed = READY if copy.dest.buffer.staged else LANDED
+                    copy.dest._set(copy.dest.buffer.state, landed, finish & issued)
                 group.blocks = group.blocks & ~finish
         self.groups = [g for g in self.groups if g.blocks.any()]
 
     @staticmethod
     def barrier(batch: BlockBatch, buffers: list[SharedBuffer]) -> None:
+        """Publish the landed copies of unstaged buffers and free them for overwriting; rings are published
+        by their waits and freed stage by stage by `tile.release`, so a barrier leaves them as they are."""
         active = batch.active
         for buffer in buffers:
+            if buffer.staged:
+                continue
             landed = (buffer.state == LANDED) & active[None, :]
             buffer.state[landed] = READY
-            buffer.read_since_barrier[:, active] = False
+            buffer.read_unfreed[:, active] = False
