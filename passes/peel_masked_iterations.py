@@ -1,0 +1,166 @@
+"""`peel-masked-iterations`: run the trips of a loop whose masks are identities in a loop without the masks.
+
+Input: Tile IR kernels, pipelined by `pipeline-loops`, rotated by `overlap-softmax`, or neither; every
+`scf.for` (at any depth) is considered on its own, innermost first.
+
+A `tile.mask_bounds %s, %k0, %seq_k` or `tile.mask_causal %s, %q0, %k0, %seq_q, %seq_k` on a [BM, BN] score
+tile is the identity when k0 + BN <= T, with T = seq_k (bounds) or T = q0 + 1 + seq_k - seq_q (causal: the
+first row of the tile, query q0, sees the keys up to q0 + seq_k - seq_q). When k0 is affine in the trip
+number k of the loop, k0(k) = k0(0) + a k with a constant slope a > 0 (`tessera.analysis.loop_trips`), and
+the other operands are loop-invariant, the mask is the identity exactly for the trips
+k <= floordiv(T - BN - k0(0), a): a prefix of the loop. The loop is split at trip
+
+    k_mid = clamp(min over the masks of (floordiv(T - BN - k0(0), a) + 1), 0, n),  n = ceildivsi(ub - lb, step)
+    mid   = lb + k_mid * step                       (a trip boundary: "rounded up to lb + k * step")
+
+into `scf.for %iv = %lb to %mid` with every mask replaced by its source, and `scf.for %iv = %mid to %ub` with
+the original body, chained through the iter_args. All of it is signed index arithmetic (`floordivsi`,
+`minsi`, `maxsi`), so negative slack (a block whose first key block is already masked, as in causal blocks
+near the diagonal) gives an empty first loop; block-dependent operands (causal q0, seq_q != seq_k) are
+computed per block at run time. Where k0 goes through divsi/divui (e.g. the use index (iv - lb) / step of a
+pipelined loop), the dividend must not be negative at trip 0 for the affine form to hold; that is checked at
+run time and the first loop is empty when it fails.
+
+Invariants: both loops run the body of the original loop for the same values of iv, in order, so anything
+computed from iv (pipelined stage indices, load guards, the previous trip's values of a rotated loop) is
+unchanged; only masks that are identities on their trips are removed.
+
+Skipped (the loop is left unchanged): loops without masks; loops whose step is not a positive constant;
+loops with a mask whose k_start is not affine in iv with a positive constant slope (including a mask in a
+nested loop that depends on that loop's iv), or whose q0 / seq_q / seq_k vary between trips. Masks outside
+any loop (the first trip a rotated loop peels) stay.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import arith, scf
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
+
+from tessera.analysis.loop_trips import IndexBuilder, clone_at_iv, constant_index, erase_dead_code, trip_slope
+from tessera.dialects import tile
+
+MASKS = (tile.MaskBoundsOp, tile.MaskCausalOp)
+
+
+@dataclass(frozen=True)
+class MaskLimit:
+    """One mask of a loop body: it is the identity on trip k when k0(0) + slope * k + width <= threshold."""
+
+    mask: tile.MaskBoundsOp | tile.MaskCausalOp
+    slope: int
+
+    @property
+    def width(self) -> int:
+        return self.mask.source.type.get_shape()[1]
+
+    def invariant_operands(self) -> list[SSAValue]:
+        if isinstance(self.mask, tile.MaskBoundsOp):
+            return [self.mask.seq_k]
+        return [self.mask.q_start, self.mask.seq_q, self.mask.seq_k]
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    limits: list[MaskLimit]
+    nonnegative: list[SSAValue]  # body values that must be >= 0 at trip 0 (dividends of divsi/divui in k0)
+
+
+def plan_split(loop: scf.ForOp) -> SplitPlan | None:
+    """How to split `loop`, or None when it is skipped (see the module docstring)."""
+    step = constant_index(loop.step)
+    body = loop.body.block
+    masks = [op for op in body.walk() if isinstance(op, MASKS)]
+    if step is None or step <= 0 or not masks:
+        return None
+    nonnegative: list[SSAValue] = []
+    memo: dict = {}
+    limits = []
+    for mask in masks:
+        slope = trip_slope(mask.k_start, body, step, nonnegative, memo)
+        if slope is None or slope <= 0:
+            return None
+        limit = MaskLimit(mask, slope)
+        if any(trip_slope(v, body, step, nonnegative, memo) != 0 for v in limit.invariant_operands()):
+            return None
+        limits.append(limit)
+    return SplitPlan(limits, list(dict.fromkeys(nonnegative)))
+
+
+def _threshold(b: IndexBuilder, limit: MaskLimit, at: dict[SSAValue, SSAValue]) -> SSAValue:
+    """T of the module docstring, from the operands' values before the loop."""
+    mask = limit.mask
+    if isinstance(mask, tile.MaskBoundsOp):
+        return at[mask.seq_k]
+    first_row_sees = b.add(b.add(at[mask.q_start], b.const(1)), at[mask.seq_k])
+    return b.sub(first_row_sees, at[mask.seq_q], "causal_limit")
+
+
+def split_point(loop: scf.ForOp, plan: SplitPlan) -> SSAValue:
+    """Emit, before `loop`, the iv `mid` at which its masks stop being identities (see the module docstring)."""
+    b = IndexBuilder(loop)
+    body = loop.body.block
+    needed = [v for limit in plan.limits for v in (limit.mask.k_start, *limit.invariant_operands())]
+    mapping: dict[SSAValue, SSAValue] = {}
+    clone_at_iv(needed + plan.nonnegative, body, loop.lb, b, mapping)
+    at = {v: mapping.get(v, v) for v in needed + plan.nonnegative}
+    zero = b.const(0)
+    trips = b.trip_count(loop)
+    seen: set[tuple] = set()  # masks with the same operands have the same limit
+    mid_trip = None
+    for limit in plan.limits:
+        key = (type(limit.mask), limit.slope, limit.width, *(at[v] for v in (limit.mask.k_start, *limit.invariant_operands())))
+        if key in seen:
+            continue
+        seen.add(key)
+        slack = b.sub(_threshold(b, limit, at), b.add(at[limit.mask.k_start], b.const(limit.width)), "mask_slack")
+        last_unmasked = b.floordiv(slack, b.const(limit.slope), "last_unmasked_trip")
+        unmasked = b.add(last_unmasked, b.const(1), "unmasked_trips")
+        mid_trip = unmasked if mid_trip is None else b.min(mid_trip, unmasked)
+    mid_trip = b.max(b.min(mid_trip, trips), zero, "peeled_trips")
+    for dividend in plan.nonnegative:
+        known = constant_index(at[dividend])
+        if known is None:
+            affine = b.cmp("sge", at[dividend], zero, "affine")
+            mid_trip = b.emit(arith.SelectOp(affine, mid_trip, zero), "peeled_trips")
+        elif known < 0:
+            mid_trip = zero
+    return b.iv_of_trip(loop, mid_trip, "mid")
+
+
+def split_loop(loop: scf.ForOp, mid: SSAValue) -> tuple[scf.ForOp, scf.ForOp]:
+    """Replace `loop` by the unmasked loop [lb, mid) and the original loop [mid, ub), chained."""
+    unmasked_body = loop.body.clone()
+    for mask in [op for op in unmasked_body.walk() if isinstance(op, MASKS)]:
+        mask.result.replace_all_uses_with(mask.source)
+        Rewriter.erase_op(mask)
+    first = scf.ForOp(loop.lb, mid, loop.step, loop.iter_args, unmasked_body)
+    erase_dead_code(first)
+    rest = scf.ForOp(mid, loop.ub, loop.step, first.results, loop.body.clone())
+    for new in (first, rest):
+        new.attributes.update(loop.attributes)
+        for old_result, result in zip(loop.results, new.results):
+            result.name_hint = old_result.name_hint
+    Rewriter.insert_op([first, rest], InsertPoint.before(loop))
+    Rewriter.replace_op(loop, [], list(rest.results))
+    return first, rest
+
+
+@dataclass(frozen=True)
+class PeelMaskedIterationsPass(ModulePass):
+    """Split each loop with masks into a first loop without them (the trips where they are identities) and
+    the rest (see the module docstring)."""
+
+    name = "peel-masked-iterations"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        loops = [o for o in op.walk() if isinstance(o, scf.ForOp)]
+        for loop in reversed(loops):  # inner loops first: an outer split clones them already split
+            plan = plan_split(loop)
+            if plan is not None:
+                split_loop(loop, split_point(loop, plan))
