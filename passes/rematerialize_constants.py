@@ -3,7 +3,8 @@
 Input and output: Target IR. Canonicalization hoists constants to the top of the kernel, where a splat
 `vector<64xf32>` or a table of lane offsets would hold its registers across the whole K/V loop. A constant
 costs one `mov` (or nothing, as an immediate operand), so re-creating it at each use is always cheaper than
-keeping it live: after this pass a constant lives from the instruction before its use to that use. Run it
+keeping it live: after this pass a constant lives from the instruction before its use to that use (for a wgmma operand,
+from before the wgmma_fence that opens its chain). Run it
 after `canonicalize`/`cse` (which would hoist the copies back) and before `allocate-registers`.
 """
 
@@ -14,7 +15,22 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects import arith
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation
 from xdsl.passes import ModulePass
+
+from tessera.dialects import sm90
+
+
+def _insertion_point(user: Operation) -> Operation:
+    """Right before `user`, except for a wgmma: before the wgmma_fence that opens its chain. Registers a
+    wgmma reads must be written before that fence; a `mov` between the fence and the wgmma (a zero
+    accumulator) makes ptxas serialize the wgmma pipeline while other groups are in flight."""
+    if not isinstance(user, sm90.WgmmaMmaAsyncOp):
+        return user
+    op = user.prev_op
+    while op is not None and not isinstance(op, sm90.WgmmaFenceOp):
+        op = op.prev_op
+    return op if op is not None else user
 
 
 @dataclass(frozen=True)
@@ -29,7 +45,7 @@ class RematerializeConstantsPass(ModulePass):
                 user = use.operation
                 copy = constant.clone()
                 copy.result.name_hint = constant.result.name_hint
-                user.parent_block().insert_op_before(copy, user)
+                user.parent_block().insert_op_before(copy, _insertion_point(user))
                 user.operands[use.index] = copy.result
             constant.detach()
             constant.erase()

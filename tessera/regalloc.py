@@ -17,6 +17,32 @@ and a value used inside a loop but defined outside it stays live to the end of t
 every trip); loop-carried registers are live for the whole loop. Linear scan then gives each class exactly as
 many registers as are live at once (interval graphs colour optimally), reusing the registers of dead values.
 Pressure counts 32-bit registers (a .b64 counts 2; predicates are a separate file and are not counted).
+
+Asynchronous wgmma operands: between a `sm90.wgmma_mma_async` and the `sm90.wgmma_wait_group` that retires its
+group, the tensor core still reads the A fragment (register A, the vector operand) and writes the result's
+`{d...}` registers, so those registers are *held* until then even where no op reads them any more. The
+retiring wait is found by scanning forward from the wgmma over the ops of its block (ops nested in regions are
+not looked into): the first `sm90.wgmma_commit_group` closes the wgmma's own group, each later one adds a
+group after it, and the first `wgmma_wait_group k` with at least k groups committed after the own group
+retires it (`wait_group k` leaves only the k newest groups pending). Where the block ends first, the hold
+goes on at the end of the block: to the end of the enclosing loop and, because the next trip runs before any
+op after the loop, from the loop's start to the first retiring wait of the next trip (or over the whole
+loop if the next trip has none), then on after the enclosing op in its block, outwards to the end of the
+kernel. A hold may therefore be two ranges with a hole (an A fragment made late in a loop body and retired
+early in the next trip); linear scan keeps the register reserved for the later range and lets values that
+die before it use the hole. Only the result's registers are held for the accumulator: an accumulator that
+dies at the wgmma shares them (see above), one that does not is copied into them before the wgmma is issued.
+The accumulator chain's in-place decisions are made before the holds are added (a later wgmma of the chain
+may take the registers of a pending result: the tensor core orders its own accesses).
+
+Pressure per region: `Allocation.region_pressure(op)` gives, for each region of `op` (the producer and the
+consumer branch of a warp-specialized `scf.if`, a loop body), the peak of 32-bit registers live at one
+position inside it, so that a pass can size each branch's setmaxnreg budget. It is measured on a liveness
+that knows the regions of an `scf.if` are alternatives, which program order (and so the allocation above)
+does not: a value is live inside one region only while a read of it can still follow, in that region or
+after the if; reads only in another region of the if do not count, unless a loop around the if that the
+value is defined outside of leads there on a later trip. Held wgmma operands count as above.
+`region_pressure(fn, op)` answers the same without a budget check.
 """
 
 from __future__ import annotations
@@ -28,7 +54,7 @@ from dataclasses import dataclass, field
 from xdsl.dialects import arith, func, math, scf, vector
 from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, FloatAttr, IntegerAttr
 from xdsl.dialects.builtin import Float32Type, IndexType, IntegerType, VectorType
-from xdsl.ir import Attribute, Block, BlockArgument, Operation, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.utils.exceptions import DiagnosticException
 
 from tessera.dialects import sm90
@@ -80,10 +106,18 @@ class Allocation:
     peak: int
     peak_position: int
     live_at_peak: list[tuple[str, int]] = field(default_factory=list)
+    _pressure_map: _PressureMap | None = field(default=None, repr=False, compare=False)
 
     def declarations(self) -> dict[str, int]:
         """Registers to declare per class (`.reg .f32 %f<N>;`)."""
         return dict(self.counts)
+
+    def region_pressure(self, op: Operation) -> list[int]:
+        """For each region of `op` (then and else of an `scf.if`, the body of a loop), the peak of 32-bit
+        registers live at one position inside it (module docstring); 0 for a region with no ops."""
+        if self._pressure_map is None:
+            raise ValueError("this allocation carries no liveness (it was not made by allocate_registers)")
+        return self._pressure_map.region_pressure(op)
 
 
 class _UnionFind:
@@ -141,10 +175,48 @@ class _Liveness:
     defs: dict = field(default_factory=dict)        # (value, index) -> position
     uses: dict = field(default_factory=lambda: defaultdict(list))  # (value, index) -> positions
     skip: dict = field(default_factory=dict)  # values that are immediates, not registers
+    end: dict = field(default_factory=dict)         # op -> last position inside it (its latch for a loop)
+    holds: dict = field(default_factory=lambda: defaultdict(list))  # (value, index) -> ranges held in flight
 
     def run(self) -> None:
         self.counter = 0
         self._block(self.fn.body.blocks.first, 0)
+        for op in self.fn.walk():
+            if isinstance(op, sm90.WgmmaMmaAsyncOp):
+                ranges = self.in_flight(op)
+                held = [op.result] + ([op.a] if op.a_in_registers else [])
+                for value in held:
+                    if register_class(value.type) is None or value in self.skip:
+                        continue
+                    for i in range(element_count(value.type)):
+                        self.holds[(value, i)].extend(ranges)
+
+    def in_flight(self, mma: sm90.WgmmaMmaAsyncOp) -> list[tuple[int, int]]:
+        """The positions from `mma` to the wgmma_wait_group that retires its group (module docstring): one
+        range, or more where the scan leaves the block (the next trip of a loop, the code after it)."""
+        ranges = []
+        state = (False, 0)  # (own group committed, groups committed after it)
+        op, start = mma, self.position[mma]
+        while True:
+            retire, state = _scan_for_retirement(op.next_op, state)
+            if retire is not None:
+                ranges.append((start, self.position[retire]))
+                break
+            block = op.parent_block()
+            parent = block.parent_op() if block is not None else None
+            if parent is None or isinstance(parent, func.FuncOp):
+                ranges.append((start, self.end[block.last_op]))  # never retired: to the end of the kernel
+                break
+            if isinstance(parent, scf.ForOp | scf.WhileOp):
+                ranges.append((start, self.end[parent]))  # through the latch
+                trip = None
+                if isinstance(parent, scf.ForOp):  # the next trip, from the top of the body
+                    trip, _ = _scan_for_retirement(parent.body.block.first_op, state)
+                ranges.append((self.position[parent], self.position[trip] if trip is not None else self.end[parent]))
+            else:
+                ranges.append((start, self.end[block.last_op]))
+            op, start = parent, self.end[parent] + 1
+        return _merge_ranges(ranges)
 
     def _define(self, value: SSAValue, pos: int) -> None:
         if register_class(value.type) is None or value in self.skip:
@@ -179,9 +251,16 @@ class _Liveness:
                         self.uses[(bound, 0)].append(self.counter)
             for result in op.results:
                 self._define(result, start)  # tied to the carried registers, live from the loop's start
+        elif isinstance(op, scf.IfOp) and op.results:
+            # The results come into being where the branches join (each branch's yield moves its values
+            # into them), not at the branch: defining them there would keep them live over both branches.
+            self.counter += 1
+            for result in op.results:
+                self._define(result, self.counter)
         else:
             for result in op.results:
                 self._define(result, start)
+        self.end[op] = self.counter
 
     def end_of(self, element, use: int) -> int:
         """A use at `use` keeps the element live to the end of every loop around the use that the element
@@ -192,6 +271,37 @@ class _Liveness:
             if start < use < stop and not (start <= defined < stop):
                 end = max(end, stop)
         return end
+
+
+def _scan_for_retirement(op: Operation | None, state: tuple[bool, int]) -> tuple[Operation | None, tuple[bool, int]]:
+    """Scan `op` and the ops after it in its block for the wgmma_wait_group that retires a group, given
+    `state` = (its group is committed, groups committed after it). Returns the wait (or None) and the state
+    at the end of the scan."""
+    committed, after = state
+    while op is not None:
+        if isinstance(op, sm90.WgmmaCommitGroupOp):
+            committed, after = True, after + 1 if committed else 0
+        elif isinstance(op, sm90.WgmmaWaitGroupOp) and committed and after >= op.pending.value.data:
+            return op, (committed, after)
+        op = op.next_op
+    return None, (committed, after)
+
+
+def _merge_ranges(ranges) -> list[tuple[int, int]]:
+    """Sorted, disjoint, non-adjacent ranges covering the same positions."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(ranges):
+        if merged and start <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def aliases_operand_registers(op: Operation) -> bool:
+    """Whether `op`'s result is a view of its operands' registers (a permutation, selection or repetition
+    that prints no instruction)."""
+    return _alias_sources(op) is not None
 
 
 def _alias_sources(op: Operation) -> list[tuple[int, tuple[SSAValue, int]]] | None:
@@ -209,6 +319,23 @@ def _alias_sources(op: Operation) -> list[tuple[int, tuple[SSAValue, int]]] | No
 def allocate_registers(fn: func.FuncOp, budget: int = facts.MAX_REGISTERS_PER_THREAD) -> Allocation:
     """Allocate PTX registers for a Target IR kernel (module docstring). Raises RegisterBudgetError naming
     the values live at the peak when the pressure exceeds `budget` 32-bit registers per thread."""
+    allocation = _allocate(fn)
+    if allocation.peak > budget:
+        listing = ", ".join(f"%{name} ({n})" for name, n in allocation.live_at_peak[:12])
+        raise RegisterBudgetError(
+            f"@{fn.sym_name.data}: {allocation.peak} registers per thread are live at once, over the budget of "
+            f"{budget}; live at the peak: {listing}"
+        )
+    return allocation
+
+
+def region_pressure(fn: func.FuncOp, op: Operation) -> list[int]:
+    """`Allocation.region_pressure(op)` of `fn`'s allocation, with no budget check (so that a pass can say
+    which region is over budget)."""
+    return _allocate(fn).region_pressure(op)
+
+
+def _allocate(fn: func.FuncOp) -> Allocation:
     constants = immediates(fn)
     live = _Liveness(fn, skip=constants)
     live.run()
@@ -246,7 +373,7 @@ def allocate_registers(fn: func.FuncOp, budget: int = facts.MAX_REGISTERS_PER_TH
                     members[groups.find(r)] = joined
                 if not isinstance(op, scf.ForOp):
                     break  # one operand's registers per result
-    intervals = _intervals(live, groups)
+    ranges = _live_ranges(live, groups, _intervals(live, groups))
 
     # Linear scan per class. wgmma accumulators are allocated as blocks of consecutive registers, element i
     # at base + i: ptxas keeps a wgmma chain asynchronous only when every accumulator list it sees maps
@@ -255,16 +382,18 @@ def allocate_registers(fn: func.FuncOp, budget: int = facts.MAX_REGISTERS_PER_TH
     block_of = {root: block for block in blocks for root in block}
     names_of_root: dict = {}
     counts: dict[str, int] = defaultdict(int)
-    units = []  # (start, end, roots) in allocation order: a block is one unit
+    units = []  # (start, end, roots, ranges) in allocation order: a block is one unit
     for block in blocks:
-        units.append((min(intervals[r][0] for r in block), max(intervals[r][1] for r in block), block))
-    for root, (start, end) in intervals.items():
+        spans = _merge_ranges(r for root in block for r in ranges[root])
+        units.append((spans[0][0], spans[-1][1], block, spans))
+    for root, spans in ranges.items():
         if root not in block_of:
-            units.append((start, end, (root,)))
+            units.append((spans[0][0], spans[-1][1], (root,), spans))
     units.sort(key=lambda u: (u[0], u[1], _stable_key(u[2][0])))
-    active: dict[str, list] = defaultdict(list)  # heaps of (end, register index)
+    active: dict[str, list] = defaultdict(list)  # heaps of (end of the first range, register index)
     free: dict[str, set] = defaultdict(set)      # free register indices
-    for start, end, roots in units:
+    reserved: dict[str, dict] = defaultdict(dict)  # register index -> later ranges of a unit with holes
+    for start, _, roots, spans in units:
         cls = register_class(roots[0][0].type)
         if roots[0] in block_of:
             cls = "acc"  # accumulators get a pool of their own (see above)
@@ -273,10 +402,17 @@ def allocate_registers(fn: func.FuncOp, budget: int = facts.MAX_REGISTERS_PER_TH
             free[cls].add(index)
         # Each accumulator block keeps registers of its own: ptxas maps wgmma chains onto physical registers
         # itself, and a register shared by two chains (even at different times) made it serialize them.
-        base = counts[cls] if cls == "acc" else _lowest_free_run(free[cls], counts[cls], len(roots))
+        if cls == "acc":
+            base = counts[cls]
+        else:
+            holes = reserved[cls]
+            base = _lowest_free_run(free[cls], counts[cls], len(roots),
+                                    lambda index: not _overlap(holes.get(index, ()), spans))
         for k, root in enumerate(roots):
             free[cls].discard(base + k)
-            heapq.heappush(active[cls], (end, base + k))
+            heapq.heappush(active[cls], (spans[0][1], base + k))
+            if len(spans) > 1:  # free in the hole, reserved again for the later ranges
+                reserved[cls].setdefault(base + k, []).extend(spans[1:])
             names_of_root[root] = f"{CLASS_PREFIX[cls]}{base + k}"
         counts[cls] = max(counts[cls], base + len(roots))
 
@@ -291,15 +427,8 @@ def allocate_registers(fn: func.FuncOp, budget: int = facts.MAX_REGISTERS_PER_TH
     root_names: dict = {}
     for value, i in live.elements:  # name a register group after its first named value
         root_names.setdefault(groups.find((value, i)), value.name_hint) if value.name_hint else None
-    peak, peak_position, at_peak = _pressure(intervals, root_names)
-    allocation = Allocation(names, dict(counts), peak, peak_position, at_peak)
-    if peak > budget:
-        listing = ", ".join(f"%{name} ({n})" for name, n in at_peak[:12])
-        raise RegisterBudgetError(
-            f"@{fn.sym_name.data}: {peak} registers per thread are live at once, over the budget of {budget}; "
-            f"live at the peak: {listing}"
-        )
-    return allocation
+    peak, peak_position, at_peak = _pressure(ranges, root_names)
+    return Allocation(names, dict(counts), peak, peak_position, at_peak, _PressureMap(live, groups, ranges))
 
 
 ELEMENTWISE = (
@@ -338,13 +467,18 @@ def _accumulator_blocks(fn: func.FuncOp, groups: _UnionFind) -> list[tuple]:
     return [b for b in blocks if len(set(b)) == len(b) and all(len(position[r]) == 1 for r in b)]
 
 
-def _lowest_free_run(free: set, count: int, length: int) -> int:
-    """The lowest index i such that i .. i + length - 1 are all free or beyond the registers used so far."""
+def _lowest_free_run(free: set, count: int, length: int, usable=lambda index: True) -> int:
+    """The lowest index i such that i .. i + length - 1 are all free or beyond the registers used so far,
+    and `usable` (not reserved for a later range that overlaps)."""
     base = 0
     while True:
-        if all(base + k in free or base + k >= count for k in range(length)):
+        if all((base + k in free or base + k >= count) and usable(base + k) for k in range(length)):
             return base
         base += 1
+
+
+def _overlap(ranges_a, ranges_b) -> bool:
+    return any(a <= d and c <= b for a, b in ranges_a for c, d in ranges_b)
 
 
 def _last_read_before_latch(root, members: dict, live: _Liveness, intervals: dict, pos: int) -> int:
@@ -393,20 +527,131 @@ def _intervals(live: _Liveness, groups: _UnionFind) -> dict:
     return intervals
 
 
-def _pressure(intervals: dict, root_names: dict) -> tuple[int, int, list[tuple[str, int]]]:
+def _live_ranges(live: _Liveness, groups: _UnionFind, intervals: dict) -> dict:
+    """The positions each register group is live at, as merged ranges: its interval, and the ranges its
+    elements are held by in-flight wgmma groups (`_Liveness.in_flight`)."""
+    ranges = {root: [interval] for root, interval in intervals.items()}
+    for element, held in live.holds.items():
+        ranges[groups.find(element)].extend(held)
+    return {root: _merge_ranges(spans) for root, spans in ranges.items()}
+
+
+def _width(root) -> int:
+    return CLASS_WIDTH[register_class(root[0].type)]
+
+
+def _pressure(ranges: dict, root_names: dict) -> tuple[int, int, list[tuple[str, int]]]:
     """The largest number of 32-bit registers live at one position, where, and which values (by name)."""
     events = defaultdict(int)
-    for root, (start, end) in intervals.items():
-        width = CLASS_WIDTH[register_class(root[0].type)]
-        events[start] += width
-        events[end + 1] -= width
+    for root, spans in ranges.items():
+        for start, end in spans:
+            events[start] += _width(root)
+            events[end + 1] -= _width(root)
     peak, peak_position, current = 0, 0, 0
     for position in sorted(events):
         current += events[position]
         if current > peak:
             peak, peak_position = current, position
     at_peak: dict[str, int] = defaultdict(int)
-    for root, (start, end) in intervals.items():
-        if start <= peak_position <= end:
-            at_peak[root_names.get(root) or "?"] += CLASS_WIDTH[register_class(root[0].type)]
+    for root, spans in ranges.items():
+        if any(start <= peak_position <= end for start, end in spans):
+            at_peak[root_names.get(root) or "?"] += _width(root)
     return peak, peak_position, sorted(at_peak.items(), key=lambda kv: -kv[1])
+
+
+@dataclass
+class _PressureMap:
+    """The liveness behind an allocation, kept to answer `Allocation.region_pressure`. Pressure per region is
+    measured on a branch-aware liveness (module docstring), computed on the first question."""
+
+    live: _Liveness
+    groups: _UnionFind
+    ranges: dict
+    _branch_aware: dict | None = None
+
+    def region_pressure(self, op: Operation) -> list[int]:
+        if op not in self.live.position:
+            raise ValueError(f"{op.name} is not an op of @{self.live.fn.sym_name.data}")
+        if self._branch_aware is None:
+            self._branch_aware = self._branch_aware_ranges()
+        peaks = []
+        for span in (self._span(region) for region in op.regions):
+            if span is None:
+                peaks.append(0)
+                continue
+            first, last = span
+            events = defaultdict(int)
+            for root, spans in self._branch_aware.items():
+                for start, end in spans:
+                    if start <= last and end >= first:
+                        events[max(start, first)] += _width(root)
+                        events[min(end, last) + 1] -= _width(root)
+            peak = current = 0
+            for position in sorted(events):
+                current += events[position]
+                peak = max(peak, current)
+            peaks.append(peak)
+        return peaks
+
+    def _span(self, region: Region) -> tuple[int, int] | None:
+        """First and last position inside `region`; None if it has no ops."""
+        ops = [o for block in region.blocks for o in block.ops]
+        return (self.live.position[ops[0]], self.live.end[ops[-1]]) if ops else None
+
+    def _branch_aware_ranges(self) -> dict:
+        """Each group's positions, where a read inside one region of an `scf.if` keeps the value live up to
+        it only outside the if's other regions (from those, the read cannot follow), unless a loop around the
+        if that the value is defined outside of leads from one region to the other."""
+        live = self.live
+        op_at = {position: op for op, position in live.position.items()}
+        op_at.update({stop: loop for loop, _, stop in live.loops})  # the latch reads the bound and the step
+        alternatives: dict = {}
+        ranges: dict = defaultdict(list)
+        for element in live.elements:
+            defined = live.defs[element]
+            spans = [(defined, defined)]
+            for use in live.uses.get(element, []):
+                op = op_at[use]
+                if op not in alternatives:
+                    alternatives[op] = self._alternatives(op)
+                reach = [(defined, live.end_of(element, use))]
+                for others, loop in alternatives[op]:
+                    if loop is None or loop[0] <= defined <= loop[1]:
+                        for other in others:
+                            reach = _subtract(reach, other)
+                spans += reach
+            spans += live.holds.get(element, ())
+            ranges[self.groups.find(element)] += spans
+        return {root: _merge_ranges(spans) for root, spans in ranges.items()}
+
+    def _alternatives(self, op: Operation) -> list[tuple[list, tuple[int, int] | None]]:
+        """For each `scf.if` around `op`: the spans of its regions that do not hold `op`, and the span of the
+        innermost loop around the if (None if there is none)."""
+        found = []
+        child, parent = op, op.parent_op()
+        while parent is not None and not isinstance(parent, func.FuncOp):
+            if isinstance(parent, scf.IfOp):
+                others = [self._span(r) for r in parent.regions if not r.is_ancestor(child)]
+                loop = parent.parent_op()
+                while loop is not None and not isinstance(loop, scf.ForOp | scf.WhileOp | func.FuncOp):
+                    loop = loop.parent_op()
+                in_loop = isinstance(loop, scf.ForOp | scf.WhileOp)
+                found.append(([s for s in others if s is not None],
+                              (self.live.position[loop], self.live.end[loop]) if in_loop else None))
+            child, parent = parent, parent.parent_op()
+        return found
+
+
+def _subtract(ranges: list[tuple[int, int]], cut: tuple[int, int]) -> list[tuple[int, int]]:
+    """`ranges` without the positions of `cut`."""
+    a, b = cut
+    kept = []
+    for start, end in ranges:
+        if end < a or start > b:
+            kept.append((start, end))
+            continue
+        if start < a:
+            kept.append((start, a - 1))
+        if end > b:
+            kept.append((b + 1, end))
+    return kept

@@ -1,11 +1,13 @@
 """Register allocation of Target IR: pressure under the budget for every configuration, a diagnostic naming
-the values live at the peak when over budget, and allocation bugs caught by the simulator's register file."""
+the values live at the peak when over budget, allocation bugs caught by the simulator's register file, the
+registers of an in-flight wgmma (A fragment, accumulator) kept until the wait_group that retires its group,
+and the register pressure of each region (the branches of a warp-specialized kernel)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from xdsl.dialects import scf
+from xdsl.dialects import func, scf
 
 import tessera
 from tessera.interpreters.block_batch import KernelHazardError
@@ -13,7 +15,8 @@ from tessera.interpreters.launch import prepare_arguments
 from tessera.interpreters.sm90 import run_target_kernel
 from tessera.kernel_abi import is_target_kernel
 from tessera.passes import PTX_PIPELINE, TARGET_PIPELINE, apply_pipeline
-from tessera.regalloc import RegisterBudgetError, allocate_registers
+from tessera.ir import parse_module
+from tessera.regalloc import RegisterBudgetError, allocate_registers, region_pressure
 from tessera.sm90 import facts
 
 from conftest import build_kernel
@@ -94,3 +97,207 @@ def test_the_unseeded_allocation_passes_the_register_file_check(rng):
 
     ref = reference.attention(*[a.astype(np.float32) for a in arguments[:3]], causal=True)
     assert np.abs(out - ref).max() < 0.05
+
+
+# region wgmma operands stay allocated until the wait_group that retires their group
+
+
+def _function(body: str, args: str = "%out: i64, %n: index") -> func.FuncOp:
+    """A Target IR function around `body`, which may use: %tv (the thread index broadcast to vector<4xi32>,
+    one register), %seq and %seven (operands that print as immediates), a B descriptor %db, a zero
+    accumulator %acc0, and offsets and masks for stores of 32 (%off, %all) and 4 registers (%off4, %all4)."""
+    text = f"""builtin.module {{
+  func.func @k({args}) {{
+    %tid = sm90.special "tid.x" : index
+    %t = arith.index_cast %tid : index to i32
+    %tv = vector.broadcast %t : i32 to vector<4xi32>
+    %sb = sm90.shared_buffer "b" offset 0 size 2048 align 1024 swizzle 128 : i32
+    %db = sm90.make_descriptor %sb lbo 8192 sbo 1024 swizzle 128 : i64
+    %acc0 = arith.constant dense<0.0> : vector<32xf32>
+    %all = arith.constant dense<true> : vector<32xi1>
+    %all4 = arith.constant dense<true> : vector<4xi1>
+    %off = arith.constant dense<4> : vector<32xi64>
+    %off4 = arith.constant dense<4> : vector<4xi64>
+    %seq = arith.constant dense<[0, 1, 2, 3]> : vector<4xi32>
+    %seven = arith.constant dense<7> : vector<4xi32>
+{body}
+    func.return
+  }}
+}}"""
+    return next(op for op in parse_module(text).walk() if isinstance(op, func.FuncOp))
+
+
+def _registers(fn: func.FuncOp, allocation, name: str) -> set[str]:
+    return set(allocation.names[next(r for op in fn.walk() for r in op.results if r.name_hint == name)])
+
+
+RS_COMMIT_THEN_VALUE = """\
+    %a = arith.addi %tv, %seq : vector<4xi32>
+    sm90.wgmma_fence
+    %d = sm90.wgmma_mma_async %acc0, %a, %db n 64 type "bf16" trans 0, 1 : vector<32xf32>, vector<4xi32>
+    sm90.wgmma_commit_group
+    %x = arith.muli %tv, %seven : vector<4xi32>
+    sm90.wgmma_wait_group 0
+    sm90.st_global %out[%off], %d, %all : vector<32xi64>, vector<32xf32>, vector<32xi1>
+    sm90.st_global %out[%off4], %x, %all4 : vector<4xi64>, vector<4xi32>, vector<4xi1>"""
+
+
+def test_a_value_made_between_commit_and_wait_does_not_take_the_a_fragment():
+    """The tensor core reads %a until the wait_group: %x, computed meanwhile, needs registers of its own."""
+    fn = _function(RS_COMMIT_THEN_VALUE)
+    allocation = allocate_registers(fn)
+    assert not _registers(fn, allocation, "x") & _registers(fn, allocation, "a")
+
+
+def test_after_the_wait_the_a_fragment_registers_are_free_again():
+    """The same kernel waiting before %x: %x takes %a's registers (so the test above shows the hold)."""
+    eager = RS_COMMIT_THEN_VALUE.replace("    sm90.wgmma_wait_group 0\n", "").replace(
+        "    %x = arith.muli", "    sm90.wgmma_wait_group 0\n    %x = arith.muli")
+    fn = _function(eager)
+    allocation = allocate_registers(fn)
+    assert _registers(fn, allocation, "x") == _registers(fn, allocation, "a")
+
+
+def test_wait_group_1_retires_all_but_the_newest_group():
+    """Two groups: `wait_group 1` retires the first (its A registers may be reused: %y takes them) but not the
+    second; a value made before it (%x) avoids both fragments."""
+    fn = _function("""\
+    %nine = arith.constant dense<9> : vector<4xi32>
+    %seq2 = arith.constant dense<[4, 5, 6, 7]> : vector<4xi32>
+    %a1 = arith.addi %tv, %seq : vector<4xi32>
+    %a2 = arith.addi %tv, %seq2 : vector<4xi32>
+    sm90.wgmma_fence
+    %d1 = sm90.wgmma_mma_async %acc0, %a1, %db n 64 type "bf16" trans 0, 1 : vector<32xf32>, vector<4xi32>
+    sm90.wgmma_commit_group
+    %d2 = sm90.wgmma_mma_async %acc0, %a2, %db n 64 type "bf16" trans 0, 1 : vector<32xf32>, vector<4xi32>
+    sm90.wgmma_commit_group
+    %x = arith.muli %tv, %seven : vector<4xi32>
+    sm90.wgmma_wait_group 1
+    %y = arith.muli %tv, %nine : vector<4xi32>
+    sm90.wgmma_wait_group 0
+    sm90.st_global %out[%off], %d1, %all : vector<32xi64>, vector<32xf32>, vector<32xi1>
+    sm90.st_global %out[%off], %d2, %all : vector<32xi64>, vector<32xf32>, vector<32xi1>
+    sm90.st_global %out[%off4], %x, %all4 : vector<4xi64>, vector<4xi32>, vector<4xi1>
+    sm90.st_global %out[%off4], %y, %all4 : vector<4xi64>, vector<4xi32>, vector<4xi1>""")
+    allocation = allocate_registers(fn)
+    a1, a2 = _registers(fn, allocation, "a1"), _registers(fn, allocation, "a2")
+    assert not _registers(fn, allocation, "x") & (a1 | a2)
+    assert _registers(fn, allocation, "y") == a1
+
+
+def test_wait_group_1_right_after_the_only_commit_does_not_retire_it():
+    fn = _function(RS_COMMIT_THEN_VALUE.replace("    %x = arith.muli", "    sm90.wgmma_wait_group 1\n    %x = arith.muli"))
+    allocation = allocate_registers(fn)
+    assert not _registers(fn, allocation, "x") & _registers(fn, allocation, "a")
+
+
+LAZY_LOOP = """\
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %r = scf.for %i = %c0 to %n step %c1 iter_args(%acc = %acc0) -> (vector<32xf32>) {
+      %early = arith.muli %tv, %seven : vector<4xi32>
+      sm90.st_global %out[%off4], %early, %all4 : vector<4xi64>, vector<4xi32>, vector<4xi1>
+      sm90.wgmma_wait_group 0
+      %mid = arith.addi %tv, %seven : vector<4xi32>
+      sm90.st_global %out[%off4], %mid, %all4 : vector<4xi64>, vector<4xi32>, vector<4xi1>
+      %a = arith.addi %tv, %seq : vector<4xi32>
+      sm90.wgmma_fence
+      %d = sm90.wgmma_mma_async %acc, %a, %db n 64 type "bf16" trans 0, 1 : vector<32xf32>, vector<4xi32>
+      sm90.wgmma_commit_group
+      scf.yield %d : vector<32xf32>
+    }
+    sm90.wgmma_wait_group 0
+    sm90.st_global %out[%off], %r, %all : vector<32xi64>, vector<32xf32>, vector<32xi1>"""
+
+
+def test_a_group_waited_for_in_the_next_trip_holds_its_fragment_across_the_latch():
+    """The group committed at the end of a trip is retired by the wait at the top of the next one: %early
+    (written before that wait) must avoid %a; %mid, between the wait and %a, may use the hole."""
+    fn = _function(LAZY_LOOP)
+    allocation = allocate_registers(fn)
+    a = _registers(fn, allocation, "a")
+    assert not _registers(fn, allocation, "early") & a
+    assert _registers(fn, allocation, "mid") & a
+
+
+# endregion
+# region Register pressure per region
+
+
+WARP_SPECIALIZED = """\
+builtin.module {
+  func.func @ws(%out: i64) {
+    %tid = sm90.special "tid.x" : index
+    %c128 = arith.constant 128 : index
+    %producer = arith.cmpi uge, %tid, %c128 : index
+    %off = arith.constant dense<[0, 4]> : vector<2xi32>
+    %mask = arith.constant dense<true> : vector<2xi1>
+    %w = arith.constant dense<[1.0, 2.0]> : vector<2xf32>
+    %big = arith.constant dense<[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0]> : vector<16xf32>
+    scf.if %producer {
+      %p = arith.addf %w, %w : vector<2xf32>
+      sm90.st_global %out[%off], %p, %mask : vector<2xi32>, vector<2xf32>, vector<2xi1>
+    } else {
+      %c = arith.mulf %big, %big : vector<16xf32>
+      %lo = vector.shuffle %c, %c [0, 1] : vector<16xf32>, vector<16xf32>
+      %hi = vector.shuffle %c, %c [2, 3] : vector<16xf32>, vector<16xf32>
+      %s = arith.addf %lo, %hi : vector<2xf32>
+      sm90.st_global %out[%off], %s, %mask : vector<2xi32>, vector<2xf32>, vector<2xi1>
+    }
+    sm90.st_global %out[%off], %w, %mask : vector<2xi32>, vector<2xf32>, vector<2xi1>
+    func.return
+  }
+}"""
+
+
+def test_region_pressure_counts_what_each_branch_keeps_live():
+    """Producer branch: %out (a .b64: 2), %off (2), %w (2, read after the if) and %p (2) = 8; %big (16) is
+    read only by the consumer branch, so the producer's threads do not hold it. Consumer branch: %big, then
+    %c in its registers (16) + %out, %off, %w = 22. Program order puts the producer branch while %big is live,
+    so the kernel's peak (24) is neither."""
+    fn = next(op for op in parse_module(WARP_SPECIALIZED).walk() if isinstance(op, func.FuncOp))
+    allocation = allocate_registers(fn)
+    branch = next(op for op in fn.walk() if isinstance(op, scf.IfOp))
+    assert allocation.region_pressure(branch) == [8, 22]
+    assert region_pressure(fn, branch) == [8, 22]
+    assert allocation.peak == 24
+
+
+def test_region_pressure_in_a_loop_counts_reads_of_the_next_trip():
+    """Inside a loop that %big is defined outside of, a thread of the producer branch may take the consumer
+    branch on the next trip: %big stays live in both (16 more than above), and in the consumer branch %c can
+    no longer take its registers (16 more again)."""
+    looped = WARP_SPECIALIZED.replace("func.func @ws(%out: i64) {", "func.func @ws(%out: i64, %n: index) {").replace(
+        "    scf.if %producer {", "    %c0 = arith.constant 0 : index\n    %c1 = arith.constant 1 : index\n"
+                                "    scf.for %i = %c0 to %n step %c1 {\n    scf.if %producer {").replace(
+        "    sm90.st_global %out[%off], %w, %mask", "    }\n    sm90.st_global %out[%off], %w, %mask")
+    fn = next(op for op in parse_module(looped).walk() if isinstance(op, func.FuncOp))
+    branch = next(op for op in fn.walk() if isinstance(op, scf.IfOp))
+    # + the loop's bound %n and its counter %i (2 registers)
+    assert allocate_registers(fn).region_pressure(branch) == [8 + 16 + 2, 22 + 16 + 2]
+
+
+def test_region_pressure_of_a_loop_counts_held_wgmma_operands():
+    """In the lazily waited loop the fragment of the previous trip is held from the top of the body to its
+    wait: the body's pressure is the kernel's peak less what lives only outside the loop."""
+    fn = _function(LAZY_LOOP)
+    allocation = allocate_registers(fn)
+    loop = next(op for op in fn.walk() if isinstance(op, scf.ForOp))
+    (body,) = allocation.region_pressure(loop)
+    assert body <= allocation.peak
+    eager = _function(LAZY_LOOP.replace("      sm90.wgmma_wait_group 0\n      %mid", "      %mid").replace(
+        "      sm90.wgmma_commit_group\n      scf.yield", "      sm90.wgmma_commit_group\n      sm90.wgmma_wait_group 0\n      scf.yield"))
+    eager_loop = next(op for op in eager.walk() if isinstance(op, scf.ForOp))
+    (eager_body,) = allocate_registers(eager).region_pressure(eager_loop)
+    assert body == eager_body + 4  # %early overlaps the previous trip's %a
+
+
+def test_region_pressure_of_the_flash_attention_loop_is_within_the_peak():
+    _, kernel = _target("flash_attention", dict(head_dim=64, causal=False, dtype="bf16"))
+    allocation = allocate_registers(kernel)
+    loop = next(op for op in kernel.walk() if isinstance(op, scf.ForOp))
+    (body,) = allocation.region_pressure(loop)
+    assert 0 < body <= allocation.peak
+
+
+# endregion

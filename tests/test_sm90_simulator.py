@@ -1,6 +1,8 @@
 """The CTA simulator runs hand-written Target IR: TMA into swizzled shared memory, wgmma with descriptors or
-register A, shuffles, warp-specialized pipelines and per-thread control flow match NumPy; every seeded
-asynchrony bug is reported as a KernelHazardError naming the op and the thread, never computed."""
+register A, shuffles, warp-specialized pipelines (FlashAttention-3's 384-thread split: setmaxnreg budgets,
+named-barrier ping-pong, mbarrier phases) and per-thread control flow match NumPy; every seeded asynchrony
+bug is reported as a KernelHazardError naming the op and the thread, never computed, and so is, with a
+register allocation, a write into the registers of an in-flight wgmma."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from tessera.interpreters.block_batch import KernelHazardError
 from tessera.interpreters.sm90 import DeadlockError, run_target_kernel
 from tessera.ir import parse_module
 from tessera.kernel_abi import is_target_kernel
+from tessera.regalloc import allocate_registers
 
 BF16 = ml_dtypes.bfloat16
 
@@ -556,11 +559,13 @@ def _run_ws(text: str, rng, k: int = 256) -> tuple[np.ndarray, np.ndarray]:
     return c, a.astype(np.float64) @ b.astype(np.float64).T
 
 
-def _run_rs(text: str, rng) -> tuple[np.ndarray, np.ndarray]:
+def _run_rs(text: str, rng, registers=None) -> tuple[np.ndarray, np.ndarray]:
+    """Run an RS_GEMM variant; `registers(kernel)` gives a register allocation for the register-file check."""
     a = rng.standard_normal((64, 16)).astype(np.float32)
     b = rng.standard_normal((16, 64)).astype(BF16)
     c = np.zeros((64, 64), np.float32)
-    run_target_kernel(_kernel(text), [a, b, c], {})
+    kernel = _kernel(text)
+    run_target_kernel(kernel, [a, b, c], {}, registers(kernel) if registers else None)
     return c, a.astype(BF16).astype(np.float64) @ b.astype(np.float64)  # cvt.rn to bf16, then exact products
 
 
@@ -795,6 +800,41 @@ def test_tma_into_a_stage_a_pending_wgmma_still_reads_is_reported(rng):
         _run_ws(kernel, rng)
 
 
+# RS_GEMM with %x and %y computed between the commit and the wait (dead values: only their writes matter).
+RS_GEMM_OVERLAP = _seed(RS_GEMM, "    sm90.wgmma_commit_group\n",
+                        "    sm90.wgmma_commit_group\n    %w32 = arith.index_cast %w : index to i32\n"
+                        "    %wv = vector.broadcast %w32 : i32 to vector<4xi32>\n"
+                        "    %x = arith.muli %wv, %wv : vector<4xi32>\n    %y = arith.sitofp %w32 : i32 to f32\n")
+
+
+def _value(kernel: func.FuncOp, name: str):
+    return next(r for op in kernel.walk() for r in op.results if r.name_hint == name)
+
+
+def test_values_made_while_a_wgmma_is_in_flight_get_registers_of_their_own(rng):
+    """tessera.regalloc keeps the A fragment and the accumulator allocated until the wait: the register-file
+    check, which reports writes to the registers of in-flight wgmma groups, passes."""
+    c, reference = _run_rs(RS_GEMM_OVERLAP, rng, allocate_registers)
+    np.testing.assert_allclose(c, reference, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("value,held,role", [("x", "a_regs", "reads it as its A fragment"),
+                                             ("y", "d", "writes its accumulator into it")])
+def test_write_to_a_register_of_an_in_flight_wgmma_is_reported(value, held, role, rng):
+    """A seeded allocation bug: %x (or %y) gets a register of the pending wgmma's A fragment (or result)."""
+
+    def seeded(kernel):
+        allocation = allocate_registers(kernel)
+        victim = _value(kernel, value)
+        allocation.names[victim] = allocation.names[_value(kernel, held)][:len(allocation.names[victim])]
+        return allocation
+
+    with pytest.raises(KernelHazardError, match=rf"%{value} = arith\.\w+ .*: writes register %\w+ \(%{value}\) while "
+                                                rf"`%d = sm90.wgmma_mma_async .*` of warpgroup 0 still {role} \(group 0 "
+                                                rf"is pending: a wgmma_wait_group must complete it first\) " + _thread(0)):
+        _run_rs(RS_GEMM_OVERLAP, rng, seeded)
+
+
 # endregion
 # region 3. st_shared data read by wgmma without fence_proxy_async (and bar_sync)
 
@@ -967,6 +1007,186 @@ def test_tma_into_a_buffer_of_another_swizzle_is_reported(rng):
     with pytest.raises(KernelHazardError, match=r"sm90.tma_load %a_map.*: tensor map a_map swizzles 128B but its "
                                                 r"destination, buffer 'a', is declared with swizzle 64 " + _thread(0)):
         _run_ss(kernel, rng)
+
+
+# endregion
+# region 6. FlashAttention-3's warp specialization: mbarrier phases, named-barrier ping-pong, setmaxnreg
+
+# 384 threads: warpgroup 0 is the producer (setmaxnreg.dec 24), warpgroups 1 and 2 consume (setmaxnreg.inc 240)
+# and take turns through named barriers 1 and 2 (bar.sync on their own, bar.arrive on the other's; warpgroup 2
+# lets warpgroup 1 go first), each turn appending the warpgroup's id to a log through a shared counter. The
+# consumers' 256 threads then arrive once each on the mbarrier "consumed" (expected count 256), which
+# completes its phase 0 for the producer. The producer first tests parity 1 on the fresh barrier "fresh"
+# (phase 0): the phase before the first counts as completed, so it passes at once. flags = [that test, 1].
+PINGPONG = """\
+builtin.module {
+  func.func @pingpong(
+      %log_ptr: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<8>, tile.role = "out"},
+      %flag_ptr: i64 {sm90.source = 1 : i64, tile.dims = #tile.dims<2>, tile.role = "out"})
+      attributes {sm90.kernel = {threads = 384 : i64, smem_bytes = 24 : i64},
+                  tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>} {
+    %tid = sm90.special "tid.x" : index
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c4 = arith.constant 4 : index
+    %c128 = arith.constant 128 : index
+    %zero = arith.constant 0 : i32
+    %one = arith.constant 1 : i32
+    %four = arith.constant 4 : i32
+    %true = arith.constant true
+    %m1 = arith.constant dense<true> : vector<1xi1>
+    %consumed = sm90.shared_buffer "consumed" offset 0 size 8 align 8 swizzle 0 : i32
+    %fresh = sm90.shared_buffer "fresh" offset 8 size 8 align 8 swizzle 0 : i32
+    %turn = sm90.shared_buffer "turn" offset 16 size 8 align 8 swizzle 0 : i32
+    %leader = arith.cmpi eq, %tid, %c0 : index
+    scf.if %leader {
+      sm90.mbarrier_init %consumed, 256
+      sm90.mbarrier_init %fresh, 1
+      sm90.fence_mbarrier_init
+      sm90.st_shared %turn, %zero : i32, i32
+    }
+    sm90.bar_sync 0, 384
+    %wg = arith.divui %tid, %c128 : index
+    %wl = arith.remui %tid, %c128 : index
+    %wg_leader = arith.cmpi eq, %wl, %c0 : index
+    %producer = arith.cmpi eq, %wg, %c0 : index
+    scf.if %producer {
+      sm90.setmaxnreg "dec" 24
+      %passed = sm90.mbarrier_try_wait_parity %fresh, %one : i32
+      scf.while () : () -> () {
+        %ok = sm90.mbarrier_try_wait_parity %consumed, %zero : i32
+        %again = arith.xori %ok, %true : i1
+        scf.condition(%again)
+      } do {
+        scf.yield
+      }
+      scf.if %leader {
+        %p32 = arith.extui %passed : i1 to i32
+        %p32v = vector.broadcast %p32 : i32 to vector<2xi32>
+        %flags = vector.insert %one, %p32v[1] : i32 into vector<2xi32>
+        %flag_offsets = arith.constant dense<[0, 4]> : vector<2xi64>
+        %m2 = arith.constant dense<true> : vector<2xi1>
+        sm90.st_global %flag_ptr[%flag_offsets], %flags, %m2 : vector<2xi64>, vector<2xi32>, vector<2xi1>
+      }
+    } else {
+      sm90.setmaxnreg "inc" 240
+      %wg32 = arith.index_cast %wg : index to i32
+      %wg_v = vector.broadcast %wg32 : i32 to vector<1xi32>
+      %first = arith.cmpi eq, %wg, %c1 : index
+      scf.if %first {
+        scf.for %k = %c0 to %c4 step %c1 {
+          sm90.bar_sync 1, 256
+          scf.if %wg_leader {
+            %n = sm90.ld_shared %turn : i32 -> i32
+            %n1 = arith.addi %n, %one : i32
+            sm90.st_shared %turn, %n1 : i32, i32
+            %n4 = arith.muli %n, %four : i32
+            %n64 = arith.extsi %n4 : i32 to i64
+            %slot = vector.broadcast %n64 : i64 to vector<1xi64>
+            sm90.st_global %log_ptr[%slot], %wg_v, %m1 : vector<1xi64>, vector<1xi32>, vector<1xi1>
+          }
+          sm90.bar_arrive 2, 256
+        }
+        sm90.bar_sync 1, 256
+      } else {
+        sm90.bar_arrive 1, 256
+        scf.for %k = %c0 to %c4 step %c1 {
+          sm90.bar_sync 2, 256
+          scf.if %wg_leader {
+            %n = sm90.ld_shared %turn : i32 -> i32
+            %n1 = arith.addi %n, %one : i32
+            sm90.st_shared %turn, %n1 : i32, i32
+            %n4 = arith.muli %n, %four : i32
+            %n64 = arith.extsi %n4 : i32 to i64
+            %slot = vector.broadcast %n64 : i64 to vector<1xi64>
+            sm90.st_global %log_ptr[%slot], %wg_v, %m1 : vector<1xi64>, vector<1xi32>, vector<1xi1>
+          }
+          sm90.bar_arrive 1, 256
+        }
+      }
+      sm90.mbarrier_arrive %consumed
+    }
+    func.return
+  }
+}
+"""
+
+# The consumers arrive on "consumed" where they are one strand (256 threads, one op) or, in each branch, as two
+# strands of 128 arrivals each.
+_ARRIVE_AFTER_THE_BRANCHES = "      }\n      sm90.mbarrier_arrive %consumed\n    }\n    func.return"
+_ARRIVE_IN_EACH_BRANCH = ("        sm90.mbarrier_arrive %consumed\n      }\n    }\n    func.return")
+
+
+def _pingpong(arrive_in_each_branch: bool = False) -> str:
+    if not arrive_in_each_branch:
+        return PINGPONG
+    text = _seed(PINGPONG, "        sm90.bar_sync 1, 256\n      } else {",
+                 "        sm90.bar_sync 1, 256\n        sm90.mbarrier_arrive %consumed\n      } else {")
+    return _seed(text, _ARRIVE_AFTER_THE_BRANCHES, _ARRIVE_IN_EACH_BRANCH)
+
+
+def _run_pingpong(text: str) -> tuple[np.ndarray, np.ndarray]:
+    log, flags = np.full(8, -1, np.int32), np.zeros(2, np.int32)
+    run_target_kernel(_kernel(text), [log, flags], {})
+    return log, flags
+
+
+@pytest.mark.parametrize("arrive_in_each_branch", [False, True], ids=["one_arrive_of_256", "two_arrives_of_128"])
+def test_fa3_consumers_ping_pong_and_release_the_producer(arrive_in_each_branch):
+    log, flags = _run_pingpong(_pingpong(arrive_in_each_branch))
+    np.testing.assert_array_equal(log, [1, 2] * 4)
+    np.testing.assert_array_equal(flags, [1, 1])
+
+
+def test_parity_0_on_a_fresh_barrier_waits_for_its_first_phase():
+    kernel = _seed(PINGPONG, "%passed = sm90.mbarrier_try_wait_parity %fresh, %one", "%passed = sm90.mbarrier_try_wait_parity %fresh, %zero")
+    with pytest.raises(DeadlockError, match=r"try_wait_parity %fresh, %zero : i32: deadlock: every active thread spins on "
+                                            r"the mbarrier at shared address 0x8 \(buffer 'fresh' \+ 0\) waiting for parity "
+                                            r"0, but the barrier is in phase 0 \(parity 0\) with 1 of 1 arrivals pending"):
+        _run_pingpong(kernel)
+
+
+def test_an_expected_count_the_consumers_do_not_reach_deadlocks_the_producer():
+    kernel = _seed(PINGPONG, "sm90.mbarrier_init %consumed, 256", "sm90.mbarrier_init %consumed, 384")
+    with pytest.raises(DeadlockError, match=r"try_wait_parity %consumed, %zero : i32: deadlock: .* phase 0 \(parity 0\) "
+                                            r"with 128 of 384 arrivals pending .*" + _thread(0)):
+        _run_pingpong(kernel)
+
+
+def test_a_consumer_that_never_hands_over_the_first_turn_deadlocks_both():
+    kernel = _seed(PINGPONG, "        sm90.bar_arrive 1, 256\n        scf.for", "        scf.for")
+    # Warpgroup 1 blocks first; warpgroup 2, started then, blocks last and leads the message.
+    with pytest.raises(DeadlockError, match=r"sm90.bar_sync 2, 256: deadlock: waits at named barrier 2 for 256 threads, "
+                                            r"but only 128 arrive " + _thread(256) + r"; meanwhile .*%consumed.*; "
+                                            r"sm90.bar_sync 1, 256: waits at named barrier 1 for 256 threads, but only "
+                                            r"128 arrive " + _thread(128)):
+        _run_pingpong(kernel)
+
+
+def test_a_turn_taken_before_the_barrier_is_a_shared_memory_race():
+    # Warpgroup 2 logs, then waits for its turn: warpgroup 1 reads the counter warpgroup 2 stored unordered.
+    kernel = _seed(PINGPONG, "          sm90.bar_sync 2, 256\n          scf.if %wg_leader {", "          scf.if %wg_leader {")
+    kernel = _seed(kernel, "          }\n          sm90.bar_arrive 1, 256",
+                   "          }\n          sm90.bar_sync 2, 256\n          sm90.bar_arrive 1, 256")
+    with pytest.raises(KernelHazardError, match=r"%n = sm90.ld_shared %turn : i32 -> i32: reads shared address 0x10 "
+                                                r"\(buffer 'turn' \+ 0\), which thread 256 stored with no bar_sync in "
+                                                r"between \(data race\) " + _thread(128)):
+        _run_pingpong(kernel)
+
+
+def test_a_named_barrier_arrival_with_another_thread_count_is_reported():
+    kernel = _seed(PINGPONG, "        sm90.bar_arrive 1, 256\n        scf.for", "        sm90.bar_arrive 1, 384\n        scf.for")
+    with pytest.raises(KernelHazardError, match=r"sm90.bar_arrive 1, 384: named barrier 1 expects 256 threads from "
+                                                r"earlier arrivals, this one says 384 " + _thread(256)):
+        _run_pingpong(kernel)
+
+
+def test_a_register_split_over_the_register_file_is_reported():
+    """24 x 128 + 2 x 240 x 128 = 64512 registers fit the 65536 of an SM; 248 for the consumers do not."""
+    kernel = _seed(PINGPONG, 'sm90.setmaxnreg "inc" 240', 'sm90.setmaxnreg "inc" 248')
+    with pytest.raises(KernelHazardError, match=r'sm90.setmaxnreg "inc" 248: register split needs 66560 registers, '
+                                                r"more than the 65536 of an SM"):
+        _run_pingpong(kernel)
 
 
 # endregion

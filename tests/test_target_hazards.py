@@ -1,6 +1,7 @@
 """Bugs seeded into the Target IR that convert-tile-to-sm90 produces for flash attention are reported by
 the CTA simulator, naming the op and the thread: a missing wait on the K/V barrier, a wgmma result touched
-before its wait_group, a wrong phase parity, and a missing expect_tx (a wait that can never complete)."""
+before its wait_group, a wrong phase parity, a missing expect_tx (a wait that can never complete), and a
+register of the P fragment given to a value computed while the P.V wgmma still reads it."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from tessera.dialects import sm90
 from tessera.interpreters.block_batch import KernelHazardError
 from tessera.interpreters.launch import prepare_arguments
 from tessera.interpreters.sm90 import DeadlockError, run_target_kernel
+from tessera.regalloc import allocate_registers
 
 from conftest import build_kernel
 
@@ -23,10 +25,10 @@ def _lowered():
     return sig, tessera.lower_to_target(module, sig.name)
 
 
-def _run(sig, kernel, rng):
+def _run(sig, kernel, rng, allocation=None):
     inputs = [rng.standard_normal((1, 1, 70, 64)) for _ in range(3)]
     arguments, sizes = prepare_arguments(sig, inputs)
-    run_target_kernel(kernel, arguments, sizes)
+    run_target_kernel(kernel, arguments, sizes, allocation)
 
 
 def _loop(kernel) -> scf.ForOp:
@@ -77,3 +79,22 @@ def test_missing_expect_tx_deadlocks(rng):
     _erase(next(op for op in _loop(kernel).body.walk() if isinstance(op, sm90.MBarrierArriveExpectTxOp)))
     with pytest.raises(DeadlockError, match=r"mbarrier_try_wait_parity .*deadlock"):
         _run(sig, kernel, rng)
+
+
+def test_p_fragment_register_reused_while_pv_runs_is_reported(rng):
+    """A value computed between the P.V commit and its wait: the allocator keeps it off the P fragment, which
+    the tensor core still reads; given one of P's registers (a seeded allocation bug), its write is reported."""
+    sig, kernel = _lowered()
+    body = _loop(kernel).body.block
+    commit = [op for op in body.ops if isinstance(op, sm90.WgmmaCommitGroupOp)][-1]
+    pv = [op for op in body.ops if isinstance(op, sm90.WgmmaMmaAsyncOp) and op.a_in_registers][-1]
+    probe = arith.AddiOp(body.args[0], body.args[0])
+    probe.result.name_hint = "probe"
+    body.insert_op_after(probe, commit)
+    _run(sig, kernel, rng, allocate_registers(kernel))
+    allocation = allocate_registers(kernel)
+    allocation.names[probe.result] = allocation.names[pv.a][:1]
+    with pytest.raises(KernelHazardError, match=r"%probe = arith.addi .*: writes register %r\d+ \(%probe\) while "
+                                                r"`.* = sm90.wgmma_mma_async .*` of warpgroup \d still reads it as its "
+                                                r"A fragment .* in thread \d+"):
+        _run(sig, kernel, rng, allocation)

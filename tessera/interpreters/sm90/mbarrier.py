@@ -116,6 +116,11 @@ class MBarriers:
                 self.cta.fail(op, f"{error} (mbarrier at {self._locate(barrier.address)}, phase {phase})", thread)
             if barrier.state.phase != phase:
                 completed.add(barrier.index)
+        if completed and tx_bytes is None:
+            # A completed phase may release another strand (a producer waiting for a slot to be emptied): let
+            # it run now, at the earliest moment the hardware could, so that a release that comes before
+            # the releasing threads' last read (a refill overwriting data still being read) shows.
+            self.cta.scheduler.hand_over()
 
     def complete_tx(self, op: Operation, thread: int, barrier: MBarrier, nbytes: int) -> None:
         try:

@@ -164,6 +164,30 @@ class Scheduler:
         finally:
             strand.waiting = None
 
+    def hand_over(self) -> None:
+        """Let the other strands that can run do so (each until it blocks or ends) before the running strand
+        goes on: called where the running strand may just have released a waiter."""
+        strand = self.current
+        if strand is None or len(self.strands) < 2:
+            return
+        others_ran = []
+
+        def ready() -> bool:
+            return bool(others_ran)
+
+        strand.waiting = (ready, lambda: ("", "hands over"))
+        try:
+            with self._cond:
+                following = self._next_runnable(strand)
+                if following is None or following is strand:
+                    return
+                others_ran.append(True)
+                self.current = following
+                self._cond.notify_all()
+                self._wait_turn(strand)
+        finally:
+            strand.waiting = None
+
     def join(self, deferred: Deferred, describe: Callable[[], tuple[str, str]]) -> tuple:
         """The results of a deferred branch, waiting for its strand to finish if it was started."""
         child = deferred.child

@@ -13,7 +13,9 @@ join, `wgmma_commit_group` closes it, and `wgmma_wait_group N` completes all com
 newest. A pending value is tracked by the identity of its array (`Pending`): any op other than a later
 mma_async taking it as accumulator (or control flow passing it along) that reads it before its group
 completes is an error, and so is reading the A registers of a pending RS wgmma, or overwriting the shared
-memory a pending wgmma reads.
+memory a pending wgmma reads. Writes into the registers of a pending wgmma need a register allocation and are
+checked by `register_check`, from the groups kept here (`open`: the group a new mma joins; `done`: the
+newest completed group; a group g of warpgroup w is pending while g > done[w]).
 """
 
 from __future__ import annotations
