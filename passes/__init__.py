@@ -41,17 +41,45 @@ def _rematerialize_constants() -> type[ModulePass]:
     return RematerializeConstantsPass
 
 
+def _warp_specialize() -> type[ModulePass]:
+    from tessera.passes.warp_specialize import WarpSpecializePass
+
+    return WarpSpecializePass
+
+
 def _allocate_registers() -> type[ModulePass]:
     from tessera.passes.allocate_registers import AllocateRegistersPass
 
     return AllocateRegistersPass
 
 
+def _pipeline_loops() -> type[ModulePass]:
+    from tessera.passes.pipeline_loops import PipelineLoopsPass
+
+    return PipelineLoopsPass
+
+
+def _overlap_softmax() -> type[ModulePass]:
+    from tessera.passes.overlap_softmax import OverlapSoftmaxPass
+
+    return OverlapSoftmaxPass
+
+
+def _peel_masked_iterations() -> type[ModulePass]:
+    from tessera.passes.peel_masked_iterations import PeelMaskedIterationsPass
+
+    return PeelMaskedIterationsPass
+
+
 PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "assign-swizzle": _assign_swizzle,
     "convert-tile-to-sm90": _convert_tile_to_sm90,
     "rematerialize-constants": _rematerialize_constants,
+    "warp-specialize": _warp_specialize,
     "allocate-registers": _allocate_registers,
+    "pipeline-loops": _pipeline_loops,
+    "overlap-softmax": _overlap_softmax,
+    "peel-masked-iterations": _peel_masked_iterations,
 }
 
 
@@ -71,8 +99,16 @@ def apply_pipeline(module, spec: str) -> None:
     PassPipeline.parse_spec(all_passes(), spec).apply(make_context(), module)
 
 
-TARGET_PIPELINE = "assign-swizzle,convert-tile-to-sm90,canonicalize,cse,rematerialize-constants"
-"""Tile IR to sm_90a Target IR (`tessera-opt -p` accepts it as written)."""
+TARGET_PIPELINE = (
+    "assign-swizzle,pipeline-loops{stages=2},peel-masked-iterations,"
+    "convert-tile-to-sm90,canonicalize,cse,rematerialize-constants,warp-specialize"
+)
+"""Tile IR to sm_90a Target IR (`tessera-opt -p` accepts it as written): K/V (and GEMM K) loops pipelined over
+two-slot rings, the masked iterations peeled off the steady state, a TMA producer warpgroup. The other
+options (`overlap-softmax`, `warp-specialize{pingpong=true}`, more stages) are measured by bench/pipeline.py."""
+
+SINGLE_STAGE_PIPELINE = "assign-swizzle,convert-tile-to-sm90,canonicalize,cse,rematerialize-constants"
+"""The unpipelined lowering: every copy waited for in the trip that issues it, all threads compute."""
 
 PTX_PIPELINE = TARGET_PIPELINE + ",allocate-registers"
 """Tile IR to register-allocated Target IR, ready for the PTX printer: the deepest pipeline."""

@@ -1,0 +1,102 @@
+"""What each pipelining option does to the flash attention kernel, alone and together, in one run.
+
+    python bench/pipeline.py [--head-dim 128] [--causal] [--stages 2]
+
+For each variant: the pass pipeline's options, the threads, the shared memory (bytes the kernel places,
+before the 1023 added to align the base), the register budgets per role (producer/consumer setmaxnreg,
+derived by warp-specialize from the allocator's pressure; "-" when not specialized), ptxas's registers
+(at launch) and spills, the SASS of the main loop (the smallest loop that holds HGMMA: the steady state;
+with peel-masked-iterations the masked tail loop is reported after a slash), its HGMMA count, and the most
+wgmma groups in flight at once in the loop's Target IR (committed and not yet retired by a wait_group).
+For comparison (from the PTX issue): Triton's head_dim 128, 128x128-tile, non-causal kernel has a main loop of
+about 522 SASS instructions, 16 HGMMA and 66 MUFU.EX2, 187 registers and no spills. Needs ptxas and nvdisasm
+(`pip install tessera[ptx]`); without them only the Target IR columns are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import tessera
+from tessera.dialects import sm90
+from tessera.kernel_abi import TARGET_KERNEL_ATTR, is_target_kernel
+from tessera.passes import apply_pipeline
+from tessera.ptx.module import print_ptx
+from tessera.ptx.target import allocated_registers
+from tessera.toolchain import compile_ptx, disassemble, find_nvdisasm, find_ptxas, sass_loops
+from xdsl.dialects import scf
+
+LOWER = "convert-tile-to-sm90,canonicalize,cse,rematerialize-constants"
+VARIANTS = {
+    "1 stage, no specialization": dict(stages=1),
+    "pipelined": dict(),
+    "+ overlap-softmax": dict(overlap=True),
+    "+ peel-masked-iterations": dict(peel=True),
+    "+ warp-specialize": dict(specialize=True),
+    "+ ping-pong": dict(specialize=True, pingpong=True),
+    "all": dict(overlap=True, peel=True, specialize=True, pingpong=True),
+}
+
+
+def spec(stages: int, overlap=False, peel=False, specialize=False, pingpong=False) -> str:
+    tile = [f"assign-swizzle,pipeline-loops{{stages={stages}}}"] + (["overlap-softmax"] if overlap else []) + (
+        ["peel-masked-iterations"] if peel else [])
+    target = [LOWER] + ([f"warp-specialize{{pingpong={str(pingpong).lower()}}}"] if specialize else [])
+    return ",".join(tile + target + ["allocate-registers"])
+
+
+def groups_in_flight(kernel) -> int:
+    """The most wgmma groups committed and not yet retired at one point of any block (waits never cross
+    control flow in Tessera's lowering, so each block is counted alone)."""
+    most = 0
+    for op in kernel.walk():
+        if not isinstance(op, scf.ForOp):
+            continue
+        pending = 0
+        for inner in op.body.block.ops:
+            if isinstance(inner, sm90.WgmmaCommitGroupOp):
+                pending += 1
+                most = max(most, pending)
+            elif isinstance(inner, sm90.WgmmaWaitGroupOp):
+                pending = min(pending, inner.pending.value.data)
+    return most
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--head-dim", type=int, default=128)
+    parser.add_argument("--causal", action="store_true")
+    parser.add_argument("--stages", type=int, default=2)
+    args = parser.parse_args()
+    have_ptxas, have_sass = find_ptxas() is not None, find_nvdisasm() is not None
+    print(f"flash attention head_dim={args.head_dim} causal={args.causal} bf16, 128x128 tiles, stages={args.stages}")
+    print(f"{'variant':<30}{'threads':>8}{'smem':>8}{'prod/cons':>11}{'regs':>6}{'spill':>6}{'loop SASS':>12}"
+          f"{'HGMMA':>7}{'EX2':>5}{'groups':>8}")
+    for name, options in VARIANTS.items():
+        options = {"stages": args.stages, **options}
+        module = tessera.kernels.flash_attention(head_dim=args.head_dim, causal=args.causal)
+        apply_pipeline(module, spec(**options))
+        kernel = next(op for op in module.walk() if is_target_kernel(op))
+        info = kernel.attributes[TARGET_KERNEL_ATTR].data
+        budgets = [op.count.value.data for op in kernel.walk() if isinstance(op, sm90.SetMaxNRegOp)]
+        roles = f"{budgets[0]}/{budgets[1]}" if budgets else "-"
+        regs = spill = loop = hgmma = ex2 = "-"
+        if have_ptxas:
+            result = compile_ptx(print_ptx(module, registers=allocated_registers))
+            entry = result.entry()
+            regs, spill = entry.registers, entry.spill_store_bytes
+            if have_sass:
+                loops = sorted((lp for lp in sass_loops(disassemble(result.cubin))
+                                if any(i.opcode == "HGMMA" for i in lp.instructions)), key=len)
+                innermost = [lp for lp in loops if not any(lp.contains(o) for o in loops if o is not lp)]
+                if innermost:
+                    main_loop = innermost[0]
+                    loop = "/".join(str(len(lp.instructions)) for lp in innermost)
+                    hgmma = main_loop.opcode_counts["HGMMA"]
+                    ex2 = main_loop.opcode_counts["MUFU.EX2"]
+        print(f"{name:<30}{info['threads'].value.data:>8}{info['smem_bytes'].value.data:>8}{roles:>11}{regs:>6}"
+              f"{spill:>6}{loop:>12}{hgmma:>7}{ex2:>5}{groups_in_flight(kernel):>8}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,187 @@
+"""Pipelined and warp-specialized kernels at Target IR level: their structure (roles, barriers, register
+budgets from the allocator), the CTA simulator's verdict on them (numerics against NumPy, and seeded
+pipeline bugs: a slot released too early, a parity not flipped, a missing expect_tx), and diagnostics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from xdsl.dialects import arith, scf
+
+import tessera
+from tessera import reference
+from tessera.dialects import sm90
+from tessera.interpreters.block_batch import KernelHazardError
+from tessera.interpreters.launch import prepare_arguments
+from tessera.interpreters.sm90 import run_target_kernel
+from tessera.kernel_abi import TARGET_KERNEL_ATTR
+from tessera.numerics import dtype_from_name
+from tessera.passes.convert_tile_to_sm90 import PRODUCER_ATTR
+from tessera.sm90 import facts
+
+from conftest import build_kernel
+
+LOWER = "convert-tile-to-sm90,canonicalize,cse,rematerialize-constants"
+
+
+def pipeline(stages: int, *, overlap: bool = False, peel: bool = False, specialize: bool = True,
+             pingpong: bool = False) -> str:
+    tile = [f"assign-swizzle,pipeline-loops{{stages={stages}}}"] + (["overlap-softmax"] if overlap else []) + (
+        ["peel-masked-iterations"] if peel else [])
+    target = [LOWER] + ([f"warp-specialize{{pingpong={'true' if pingpong else 'false'}}}"] if specialize else [])
+    return ",".join(tile + target)
+
+
+def _lower(module, spec: str):
+    sig = tessera.find_kernel(module)
+    return sig, tessera.lower_to_target(module, sig.name, spec)
+
+
+def _run(sig, kernel, inputs):
+    arguments, sizes = prepare_arguments(sig, inputs)
+    run_target_kernel(kernel, arguments, sizes)
+
+
+def _qkv(rng, seq_q, seq_k, head_dim, batch=1, heads=1):
+    return (rng.standard_normal((batch, heads, seq_q, head_dim)), rng.standard_normal((batch, heads, seq_k, head_dim)),
+            rng.standard_normal((batch, heads, seq_k, head_dim)))
+
+
+# -- structure -------------------------------------------------------------------------------------------------
+
+
+def test_specialized_kernel_has_a_producer_warpgroup_and_budgets_from_pressure():
+    from tessera.regalloc import region_pressure
+
+    module = build_kernel("flash_attention", head_dim=128, causal=False, dtype="bf16")
+    _, kernel = _lower(module, pipeline(2))
+    assert kernel.attributes[TARGET_KERNEL_ATTR].data["threads"].value.data == 384
+    inits = [op for op in kernel.body.block.ops if isinstance(op, sm90.BarSyncOp)]
+    assert [op.threads.value.data for op in inits] == [384]  # every thread waits for the mbarrier init once
+    split = [op for op in kernel.body.block.ops if isinstance(op, scf.IfOp)][-1]
+    producer, consumer = split.regions
+    dec = next(op for op in producer.walk() if isinstance(op, sm90.SetMaxNRegOp))
+    inc = next(op for op in consumer.walk() if isinstance(op, sm90.SetMaxNRegOp))
+    assert (dec.action.data, inc.action.data) == ("dec", "inc")
+    assert any(isinstance(op, sm90.TmaLoadOp) for op in producer.walk())
+    assert not any(isinstance(op, sm90.WgmmaMmaAsyncOp) for op in producer.walk())
+    assert not any(PRODUCER_ATTR in op.attributes for op in consumer.walk())
+    assert any(isinstance(op, sm90.WgmmaMmaAsyncOp) for op in consumer.walk())
+    # The budgets follow from the allocator's pressure of each branch and the register file.
+    need_producer, need_consumer = region_pressure(kernel, split)
+    p, c = dec.count.value.data, inc.count.value.data
+    assert p == max(facts.SETMAXNREG_MIN, -(-need_producer // 8) * 8)
+    assert c == min(facts.SETMAXNREG_MAX, (facts.REGISTERS_PER_SM - 128 * p) // 256 // 8 * 8)
+    assert need_consumer <= c and 128 * p + 256 * c <= facts.REGISTERS_PER_SM
+
+
+def test_kernels_without_rings_are_left_alone():
+    module = build_kernel("flash_attention", head_dim=64, causal=False, dtype="bf16")
+    _, kernel = _lower(module, f"assign-swizzle,{LOWER},warp-specialize")
+    assert kernel.attributes[TARGET_KERNEL_ATTR].data["threads"].value.data == 256
+    assert not any(isinstance(op, sm90.SetMaxNRegOp) for op in kernel.walk())
+
+
+def test_pingpong_refuses_one_consumer_warpgroup():
+    module = build_kernel("flash_attention", head_dim=64, causal=False, dtype="bf16", block_m=64)
+    with pytest.raises(Exception, match="ping-pong needs two consumer warpgroups"):
+        _lower(module, pipeline(2, pingpong=True))
+
+
+# -- numerics in the simulator ------------------------------------------------------------------------------
+
+SEQ_PAIRS = [(1, 1), (130, 200), (200, 17), (64, 700)]
+"""One key block, partial blocks both ways, and more trips than any ring has slots."""
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3, 4])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_specialized_flash_matches_numpy(stages, causal, rng):
+    module = build_kernel("flash_attention", head_dim=64, causal=causal, dtype="bf16")
+    sig, kernel = _lower(module, pipeline(stages, overlap=stages > 1, peel=True, pingpong=stages > 1))
+    for seq_q, seq_k in SEQ_PAIRS:
+        q, k, v = _qkv(rng, seq_q, seq_k, 64)
+        arguments, sizes = prepare_arguments(sig, (q, k, v))
+        run_target_kernel(kernel, arguments, sizes)
+        out = arguments[-1]
+        check = reference.check_attention(out, q, k, v, dtype_from_name("bf16"), causal=causal)
+        assert check.ok, f"stages={stages} seq_q={seq_q} seq_k={seq_k}: {check}"
+
+
+@pytest.mark.parametrize("option", ["plain", "overlap", "peel", "pingpong", "all"])
+def test_each_option_alone_matches_numpy(option, rng):
+    flags = {"plain": {}, "overlap": dict(overlap=True), "peel": dict(peel=True), "pingpong": dict(pingpong=True),
+             "all": dict(overlap=True, peel=True, pingpong=True)}[option]
+    module = build_kernel("flash_attention", head_dim=128, causal=True, dtype="f16")
+    spec = pipeline(2, **flags)
+    q, k, v = _qkv(rng, 200, 300, 128, batch=1, heads=2)
+    out = tessera.interpret(module, q, k, v, level="target", pipeline=spec)
+    check = reference.check_attention(out, q, k, v, dtype_from_name("f16"), causal=True)
+    assert check.ok, f"{option}: {check}"
+
+
+@pytest.mark.parametrize("stages", [1, 2, 4])
+def test_specialized_gemm_matches_numpy(stages, rng):
+    module = build_kernel("gemm", dtype="bf16")
+    a, b = rng.standard_normal((130, 328)), rng.standard_normal((328, 136))
+    out = tessera.interpret(module, a, b, level="target", pipeline=pipeline(stages))
+    check = reference.check_gemm(out, a, b, dtype_from_name("bf16"))
+    assert check.ok, f"stages={stages}: {check}"
+
+
+# -- seeded pipeline bugs ---------------------------------------------------------------------------------------
+
+
+def _seeded(rng):
+    module = build_kernel("flash_attention", head_dim=64, causal=False, dtype="bf16")
+    sig, kernel = _lower(module, pipeline(2))
+    return sig, kernel, _qkv(rng, 64, 700, 64)
+
+
+def _producer(kernel):
+    split = [op for op in kernel.body.block.ops if isinstance(op, scf.IfOp)][-1]
+    return split.regions[0], split.regions[1]
+
+
+def test_the_unseeded_pipeline_runs(rng):
+    sig, kernel, inputs = _seeded(rng)
+    _run(sig, kernel, inputs)
+
+
+def test_slot_released_too_early_is_reported(rng):
+    # The consumers release each K/V slot before they read it: the producer refills the slot (and re-arms
+    # its full barrier) while the previous fill is still unconsumed, which the simulator reports.
+    sig, kernel, inputs = _seeded(rng)
+    _, consumer = _producer(kernel)
+    loop = next(op for op in consumer.walk() if isinstance(op, scf.ForOp))
+    releases = [op for op in loop.body.block.ops if isinstance(op, sm90.MBarrierArriveOp)]
+    first_wgmma = next(op for op in loop.body.block.ops if isinstance(op, sm90.WgmmaFenceOp))
+    for release in releases:
+        release.detach()
+        loop.body.block.insert_op_before(release, first_wgmma)
+    with pytest.raises(KernelHazardError, match=r"overwrit|still read|exceeds the 0 pending arrivals"):
+        _run(sig, kernel, inputs)
+
+
+def test_parity_not_flipped_is_reported(rng):
+    # The producer waits on the empty barrier with the full barrier's parity: on its first trip it waits
+    # for a release that only comes after the consumers read data it has not loaded yet.
+    sig, kernel, inputs = _seeded(rng)
+    producer, _ = _producer(kernel)
+    flips = [op for op in producer.walk() if isinstance(op, arith.XOrIOp)]
+    assert flips, "the producer computes the empty barrier's parity with an xor"
+    for flip in flips:
+        flip.result.replace_all_uses_with(flip.lhs)
+    with pytest.raises(KernelHazardError, match=r"deadlock|overwrit|parity"):
+        _run(sig, kernel, inputs)
+
+
+def test_missing_expect_tx_is_reported(rng):
+    sig, kernel, inputs = _seeded(rng)
+    producer, _ = _producer(kernel)
+    expect = [op for op in producer.walk() if isinstance(op, sm90.MBarrierArriveExpectTxOp)]
+    for op in expect:
+        op.detach()
+        op.erase()
+    with pytest.raises(KernelHazardError, match=r"deadlock|expect|transaction|tx"):
+        _run(sig, kernel, inputs)
