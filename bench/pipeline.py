@@ -70,7 +70,7 @@ def main() -> None:
     args = parser.parse_args()
     have_ptxas, have_sass = find_ptxas() is not None, find_nvdisasm() is not None
     print(f"flash attention head_dim={args.head_dim} causal={args.causal} bf16, 128x128 tiles, stages={args.stages}")
-    print(f"{'variant':<30}{'threads':>8}{'smem':>8}{'prod/cons':>11}{'regs':>6}{'spill':>6}{'loop SASS':>12}"
+    print(f"{'variant':<30}{'threads':>8}{'smem':>8}{'prod/cons':>11}{'regs':>6}{'spill':>6}{'loop SASS':>16}"
           f"{'HGMMA':>7}{'EX2':>5}{'groups':>8}")
     for name, options in VARIANTS.items():
         options = {"stages": args.stages, **options}
@@ -95,7 +95,7 @@ def main() -> None:
                     hgmma = main_loop.opcode_counts["HGMMA"]
                     ex2 = main_loop.opcode_counts["MUFU.EX2"]
         print(f"{name:<30}{info['threads'].value.data:>8}{info['smem_bytes'].value.data:>8}{roles:>11}{regs:>6}"
-              f"{spill:>6}{loop:>12}{hgmma:>7}{ex2:>5}{groups_in_flight(kernel):>8}")
+              f"{spill:>6}{loop:>16}{hgmma:>7}{ex2:>5}{groups_in_flight(kernel):>8}")
 
 
 if __name__ == "__main__":
