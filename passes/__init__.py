@@ -99,21 +99,18 @@ def apply_pipeline(module, spec: str) -> None:
     PassPipeline.parse_spec(all_passes(), spec).apply(make_context(), module)
 
 
-TARGET_PIPELINE = (
+TARGET_PIPELINE = "assign-swizzle,convert-tile-to-sm90,canonicalize,cse,rematerialize-constants"
+"""Tile IR to sm_90a Target IR, single-stage (`tessera-opt -p` accepts it as written)."""
+
+PIPELINED_PIPELINE = (
     "assign-swizzle,pipeline-loops{stages=2},peel-masked-iterations,"
     "convert-tile-to-sm90,canonicalize,cse,rematerialize-constants"
 )
-"""Tile IR to sm_90a Target IR (`tessera-opt -p` accepts it as written): K/V (and GEMM K) loops pipelined over
-two-slot rings and the masked iterations peeled off the steady state, for every kernel builder."""
+"""K/V (and GEMM K) loops pipelined over two-slot rings, masked iterations peeled off the steady state."""
 
-SPECIALIZED_PIPELINE = TARGET_PIPELINE + ",warp-specialize"
-"""TARGET_PIPELINE with a TMA producer warpgroup: the FlashAttention-3 structure the README's main job uses for
-flash attention. (The three-pass kernel spills 8 bytes under it, so it is not every builder's default yet.)
-The other options (`overlap-softmax`, `warp-specialize{pingpong=true}`, more stages) are measured by
-bench/pipeline.py."""
-
-SINGLE_STAGE_PIPELINE = "assign-swizzle,convert-tile-to-sm90,canonicalize,cse,rematerialize-constants"
-"""The unpipelined lowering: every copy waited for in the trip that issues it, all threads compute."""
+SPECIALIZED_PIPELINE = PIPELINED_PIPELINE + ",warp-specialize"
+"""PIPELINED_PIPELINE with a TMA producer warpgroup: the FlashAttention-3 structure of the README's main job.
+Other options (`overlap-softmax`, `warp-specialize{pingpong=true}`, more stages): bench/pipeline.py."""
 
 PTX_PIPELINE = TARGET_PIPELINE + ",allocate-registers"
 """Tile IR to register-allocated Target IR, ready for the PTX printer: the deepest pipeline."""
