@@ -969,11 +969,6 @@ class KernelLowering:
 
     def _translate_loop_body(self, op: scf.ForOp, e: Emitter) -> None:
         for inner in op.body.block.ops:
-            if isinstance(inner, scf.YieldOp):
-                self._retire_all(e)
-                self.e = e
-                e.op(scf.YieldOp(*[self._get(v) for v in inner.operands]))
-                continue
             if isinstance(inner, tile.CpCommitGroupOp):
                 self.committed_this_trip.add(inner)
             self._translate(inner, e)
@@ -993,12 +988,7 @@ class KernelLowering:
             be = Emitter(block)
             saved = list(self.outstanding)
             for inner in region.block.ops:
-                if isinstance(inner, scf.YieldOp):
-                    self._retire_all(be)
-                    self.e = be
-                    be.op(scf.YieldOp(*[self._get(v) for v in inner.operands]))
-                else:
-                    self._translate(inner, be)
+                self._translate(inner, be)
             self.outstanding = saved + [c for c in self.outstanding if c not in saved]
             regions.append(Region(block))
         self.e = e
@@ -1007,6 +997,10 @@ class KernelLowering:
         results = new.results if isinstance(new, Operation) else [new]
         for old, res in zip(op.results, results):
             self._set(old, res)
+
+    def _lower_YieldOp(self, op: scf.YieldOp, e: Emitter) -> None:
+        # `_translate` has retired the wgmma groups in flight: no group outlives its region.
+        e.op(scf.YieldOp(*[self._get(v) for v in op.operands]))
 
     def _lower_ReturnOp(self, op: func.ReturnOp, e: Emitter) -> None:
         # A block must not exit with a bulk copy still writing its shared memory: drain what may be in flight.

@@ -73,6 +73,16 @@ def _is_pure(op: Operation) -> bool:
     return not op.regions and (op.dialect_name() in ("arith", "vector", "math") or is_side_effect_free(op))
 
 
+def _take_ops(block: Block) -> list[Operation]:
+    """Detach every op of `block` but its terminator (erased: the caller gives the ops a new one)."""
+    ops = list(block.ops)
+    for op in ops:
+        op.detach()
+    if ops and isinstance(ops[-1], scf.YieldOp):
+        ops.pop().erase()
+    return ops
+
+
 def _erase_dead(block: Block) -> None:
     """Erase pure ops without uses, and scf.if ops without results whose regions are empty, to a fixpoint."""
     changed = True
@@ -136,14 +146,10 @@ class _Split:
 
         total = consumers + PRODUCER_THREADS
         leader_block = producer_block
-        producer_block = Block()
-        pe = producer_block
+        leader_block.add_op(scf.YieldOp())
         c_total = arith.ConstantOp(IntegerAttr(consumers, IndexType()))
         is_leader = arith.CmpiOp(tid, c_total.result, "eq")
-        pe.add_ops([c_total, is_leader])
-        leader_block.add_op(scf.YieldOp())
-        pe.add_op(scf.IfOp(is_leader.result, [], Region(leader_block)))
-        pe.add_op(scf.YieldOp())
+        producer_block = Block([c_total, is_leader, scf.IfOp(is_leader.result, [], Region(leader_block)), scf.YieldOp()])
         consumer_block.add_op(scf.YieldOp())
         c_split = arith.ConstantOp(IntegerAttr(consumers, IndexType()))
         is_producer = arith.CmpiOp(tid, c_split.result, "uge")
@@ -206,13 +212,7 @@ class _Split:
                 _refuse(op, "the producer's loop results are used")
             new_body = Block(arg_types=[body.args[0].type])
             body.args[0].replace_all_uses_with(new_body.args[0])
-            for inner in list(body.ops):
-                inner.detach()
-                if isinstance(inner, scf.YieldOp):
-                    inner.erase()
-                    continue
-                new_body.add_op(inner)
-            new_body.add_op(scf.YieldOp())
+            new_body.add_ops(_take_ops(body) + [scf.YieldOp()])
             new = scf.ForOp(op.lb, op.ub, op.step, [], new_body)
         else:
             if any(r.uses for r in op.results):
@@ -222,15 +222,7 @@ class _Split:
                 if not region.blocks:
                     regions.append(Region())
                     continue
-                block = Block()
-                for inner in list(region.block.ops):
-                    inner.detach()
-                    if isinstance(inner, scf.YieldOp):
-                        inner.erase()
-                        continue
-                    block.add_op(inner)
-                block.add_op(scf.YieldOp())
-                regions.append(Region(block))
+                regions.append(Region(Block(_take_ops(region.block) + [scf.YieldOp()])))
             new = scf.IfOp(op.cond, [], regions[0], regions[1] if len(regions) > 1 and regions[1].blocks else None)
         op.parent_block().insert_op_before(new, op)
         op.detach()
@@ -241,13 +233,7 @@ class _Split:
     def _inline_refills(block: Block) -> None:
         """Inside the leader's branch the refills' `if thread 0` guards are moot: inline their bodies."""
         for op in [o for o in block.walk() if PRODUCER_ATTR in o.attributes]:
-            body = op.regions[0].block
-            for inner in list(body.ops):
-                inner.detach()
-                if isinstance(inner, scf.YieldOp):
-                    inner.erase()
-                    continue
-                op.parent_block().insert_op_before(inner, op)
+            op.parent_block().insert_ops_before(_take_ops(op.regions[0].block), op)
             op.detach()
             op.erase()
 
