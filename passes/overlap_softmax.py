@@ -1,9 +1,11 @@
 """`overlap-softmax`: rotate a pipelined attention loop so that each trip's softmax overlaps a tensor-core mma.
 
 FlashAttention-3's intra-warpgroup overlap, written at Tile level. In trip t of the rotated loop the score mma
-S_t = Q K_t^T is issued first, then the delayed accumulator update of trip t-1 (acc * alpha_{t-1} +
-P_{t-1} V_{t-1}), then the softmax of trip t: the tensor core works on one mma while the other units compute
-exponentials and row reductions.
+S_t = Q K_t^T is issued first, then the delayed P.V mma of trip t-1, then the softmax of trip t: the tensor
+core works on the mmas while the other units compute exponentials and row reductions. Whatever a P.V mma reads
+(the accumulator scaled by its alpha, P converted to bf16/f16) is written at the end of the trip before, once
+the previous P.V mma has retired, so nothing but wgmma writes a wgmma's input registers while a group is in
+flight (ptxas serializes the wgmmas of a kernel where something does: warning C7513).
 
 Input: a loop in the form `pipeline-loops{stages=N}` writes (see its docstring). The pass looks for an
 *accumulator*: an iter_arg whose forward slice in the body holds only pure ops without regions, contains a
@@ -11,24 +13,34 @@ Input: a loop in the form `pipeline-loops{stages=N}` writes (see its docstring).
 it except by that yield. The body is split into
 
     A_copy = the load section: the ops holding tile.cp_async (the guarded scf.if) and the cp_commit_groups,
-    B_core = the accumulator slice (acc * alpha, the P.V tile.mma),
+    B_core = the accumulator slice, split into
+             B_scale = the register ops of the slice that compute the P.V mma's accumulator operand (acc * alpha)
+             B_mma   = the rest: the P.V tile.mma,
     B_rel  = the tile.release of the stages B_core reads,
     A_pre  = the other ops up to the first tile.mma outside the slice (S): the trip's index arithmetic, its
              tile.cp_wait_group, the views, S itself,
-    A_rest = the other ops after S (the softmax, the releases of the stages only A reads).
+    A_rest = the other ops after S (the softmax, the releases of the stages only A reads),
+    A_sink = the pure ops of A_rest whose results only B_mma and B_rel use (P's conversion to the mma type),
+             taken out of A_rest and run last, once the previous P.V mma has retired, so that the converted P
+             can take the registers of the previous one instead of being copied into them at the loop's end.
 
 and rewritten, with n = ceildivsi(ub - lb, step), as
 
     scf.if n > 0 {
-      A_pre(lb) A_rest(lb) A_copy(lb)                                          // trip 0
+      A_pre(lb) A_rest(lb) A_sink(lb) B_scale(lb) A_copy(lb)                              // trip 0
       scf.for %iv = lb + step to ub step step iter_args(..., carried values) {
-        A_pre(iv) B_core(iv - step) A_rest(iv) B_rel(iv - step) A_copy(iv)
+        A_pre(iv) B_mma(iv - step) A_rest(iv) B_rel(iv - step) B_scale(iv) A_sink(iv) A_copy(iv)
       }
-      B_core(lb + (n-1) step) B_rel(lb + (n-1) step)                           // trip n-1
+      B_mma(lb + (n-1) step) B_rel(lb + (n-1) step)                                       // trip n-1
     } else { the loop's initial values }
 
-Values of A that B uses are *carried* to the next trip as new iter_args when they are register tiles (P,
-alpha) or other non-address values; index arithmetic, `tile.stage` and `tile.view` are *recomputed* from
+The accumulator's iter_arg of the rotated loop carries the scaled accumulator (B_scale's result, the operand
+the next B_mma adds to). When a slice does not split that way (a B_scale op that reads shared memory or holds
+an mma, or a B_mma that reads a B_scale value other than its accumulator), B_scale is empty and B_mma is the
+whole slice, run at iv - step as before.
+
+Values of A that B_mma uses are *carried* to the next trip as new iter_args when they are register tiles (P)
+or other non-address values; index arithmetic, `tile.stage` and `tile.view` are *recomputed* from
 iv - step (clones of the body's ops, so a stage index stays `arith.remui %u, %cN` of the use index, which
 convert-tile-to-sm90 needs). A_copy now follows the wait, so the wait's pending count drops by the number of
 commits in A_copy (one: N-1 becomes N-2) and it still completes the same copies: before the wait of trip t the
@@ -94,9 +106,12 @@ class Rotation:
 
     loop: scf.ForOp
     accumulators: list[int]  # iter_arg positions whose value B_core computes
+    scaled: dict[int, SSAValue]  # per accumulator, the value its B_mma adds to (B_scale's result or the iter_arg)
     a_pre: list[Operation]
-    b_core: list[Operation]
+    b_scale: list[Operation]
+    b_mma: list[Operation]
     a_rest: list[Operation]
+    a_sink: list[Operation]  # pure ops of A whose results only B_mma/B_rel use (P's conversion)
     b_rel: list[Operation]
     a_copy: list[Operation]
     wait: tile.CpWaitGroupOp
@@ -130,6 +145,30 @@ def accumulator_slice(loop: scf.ForOp, position: int) -> list[Operation] | None:
     return [op for op in body.ops if op in members]
 
 
+def split_scale(body: Block, slices: dict[int, list[Operation]]) -> tuple[list[Operation], dict[int, SSAValue]]:
+    """B_scale (in body order) and, per accumulator, the accumulator operand of its final mma; B_scale is empty
+    (and the operand is the iter_arg) unless every slice splits as the module docstring says."""
+    unsplit = {i: body.args[1 + i] for i in slices}
+    scale: list[Operation] = []
+    scaled: dict[int, SSAValue] = {}
+    for i, ops in slices.items():
+        mma = ops[-1]
+        part = ops[:-1]
+        results = {r for op in part for r in op.results}
+        if any(isinstance(op, tile.MmaOp) or any(_is_shared(v) for v in op.operands) for op in part):
+            return [], unsplit
+        if mma.operands[0] in results or mma.operands[1] in results:
+            return [], unsplit
+        scaled[i] = mma.operands[2]
+        scale += part
+    order = {op: k for k, op in enumerate(body.ops)}
+    return sorted(scale, key=order.__getitem__), scaled
+
+
+def _is_shared(value: SSAValue) -> bool:
+    return isinstance(value.type, TileType) and value.type.memory_space != MemSpace.REGISTER
+
+
 def _holds_copies(op: Operation) -> bool:
     return any(isinstance(o, tile.CpAsyncOp) for o in op.walk())
 
@@ -160,6 +199,8 @@ def plan_rotation(loop: scf.ForOp) -> Rotation | None:
     if not slices or not score_mmas:
         return None
     b_core = [op for op in ops if op in b_members]
+    b_scale, scaled = split_scale(body, slices)
+    b_mma = [op for op in b_core if op not in b_scale]
     s_mma = score_mmas[0]
     position = {op: i for i, op in enumerate(ops)}
 
@@ -208,14 +249,18 @@ def plan_rotation(loop: scf.ForOp) -> Rotation | None:
     taken = b_members | set(a_copy) | set(b_rel)
     a_pre = [op for op in ops[: position[s_mma] + 1] if op not in taken]
     a_rest = [op for op in ops[position[s_mma] + 1 :] if op not in taken]
+    b_ops = set(b_mma) | set(b_rel)
+    a_sink = [op for op in a_rest if op.results and op.has_trait(Pure) and not op.regions
+              and all(body.find_ancestor_op_in_block(use.operation) in b_ops for r in op.results for use in r.uses)]
+    a_rest = [op for op in a_rest if op not in a_sink]
 
-    accumulator_args = {body.args[1 + i] for i in slices}
-    b_results = {r for op in b_core for r in op.results}
+    accumulator_operands = set(scaled.values())
+    b_results = {r for op in b_mma for r in op.results}
     carried: list[SSAValue] = []
     recomputed: list[SSAValue] = []
-    for op in b_core + b_rel:
+    for op in b_mma + b_rel:  # B_scale runs in the trip of its A values: nothing of it is carried
         for value in op.operands:
-            if value in b_results or value in accumulator_args or not defined_in(value, body):
+            if value in b_results or value in accumulator_operands or not defined_in(value, body):
                 continue
             if value in carried or value in recomputed:
                 continue
@@ -227,7 +272,8 @@ def plan_rotation(loop: scf.ForOp) -> Rotation | None:
                             "tile.view can)")
             else:
                 carried.append(value)
-    return Rotation(loop, sorted(slices), a_pre, b_core, a_rest, b_rel, a_copy, wait, pending, carried, recomputed)
+    return Rotation(loop, sorted(slices), scaled, a_pre, b_scale, b_mma, a_rest, a_sink, b_rel, a_copy, wait,
+                    pending, carried, recomputed)
 
 
 def _clone_into(block: Block, ops: list[Operation], mapping: dict[SSAValue, SSAValue], plan: Rotation) -> None:
@@ -251,11 +297,11 @@ def rotate(plan: Rotation) -> scf.IfOp:
 
     peeled = Block()
     first = {iv: loop.lb, **dict(zip(args, loop.iter_args))}
-    _clone_into(peeled, plan.a_pre + plan.a_rest + plan.a_copy, first, plan)
+    _clone_into(peeled, plan.a_pre + plan.a_rest + plan.a_sink + plan.b_scale + plan.a_copy, first, plan)
 
     start = IndexBuilder(InsertPoint.at_end(peeled), b)
     lb = start.add(loop.lb, loop.step, "lb_rotated")
-    inits = [loop.iter_args[i] if i in acc else first.get(v, v) for i, v in enumerate(results)]
+    inits = [first.get(plan.scaled[i]) if i in acc else first.get(v, v) for i, v in enumerate(results)]
     inits += [first.get(v, v) for v in plan.carried]
     rotated = Block(arg_types=[iv.type, *(v.type for v in inits)])
     new_iv, new_args, new_carried = rotated.args[0], rotated.args[1 : len(args) + 1], rotated.args[len(args) + 1 :]
@@ -265,8 +311,9 @@ def rotate(plan: Rotation) -> scf.IfOp:
         value.name_hint = f"{value.name_hint or 'carried'}_prev"
 
     def b_mapping(carried: list[SSAValue], accumulators: list[SSAValue]) -> dict[SSAValue, SSAValue]:
+        """B_mma's values: what A gave it, and the scaled accumulators it adds to."""
         mapping = dict(zip(plan.carried, carried))
-        mapping.update({args[i]: accumulators[i] for i in acc})
+        mapping.update({plan.scaled[i]: accumulators[i] for i in acc})
         return mapping
 
     this_trip = {iv: new_iv, **dict(zip(args, new_args))}
@@ -274,11 +321,14 @@ def rotate(plan: Rotation) -> scf.IfOp:
     previous = b_mapping(list(new_carried), list(new_args))
     inner = IndexBuilder(InsertPoint.at_end(rotated), b)
     clone_at_iv(plan.recomputed, body, inner.sub(new_iv, loop.step, "iv_prev"), inner, previous)
-    _clone_into(rotated, plan.b_core, previous, plan)
+    _clone_into(rotated, plan.b_mma, previous, plan)
     _clone_into(rotated, plan.a_rest, this_trip, plan)
     _clone_into(rotated, plan.b_rel, previous, plan)
+    scale = {**this_trip, **{args[i]: previous[results[i]] for i in acc}}
+    _clone_into(rotated, plan.b_scale, scale, plan)
+    _clone_into(rotated, plan.a_sink, this_trip, plan)
     _clone_into(rotated, plan.a_copy, this_trip, plan)
-    yielded = [previous[v] if i in acc else this_trip.get(v, v) for i, v in enumerate(results)]
+    yielded = [scale[plan.scaled[i]] if i in acc else this_trip.get(v, v) for i, v in enumerate(results)]
     rotated.add_op(scf.YieldOp(*yielded, *(this_trip.get(v, v) for v in plan.carried)))
     new_loop = scf.ForOp(lb, loop.ub, loop.step, inits, rotated)
     new_loop.attributes.update(loop.attributes)
@@ -289,7 +339,7 @@ def rotate(plan: Rotation) -> scf.IfOp:
     loop_results = list(new_loop.results)
     last = b_mapping(loop_results[len(args) :], loop_results)
     clone_at_iv(plan.recomputed, body, last_iv, end, last)
-    _clone_into(peeled, plan.b_core + plan.b_rel, last, plan)
+    _clone_into(peeled, plan.b_mma + plan.b_rel, last, plan)
     peeled.add_op(scf.YieldOp(*(last[v] if i in acc else loop_results[i] for i, v in enumerate(results))))
 
     if_op = scf.IfOp(any_trip, [r.type for r in loop.results], [peeled], [Block([scf.YieldOp(*loop.iter_args)])])

@@ -146,8 +146,9 @@ def test_target_level(rng):
 
 @pytest.mark.parametrize("stages", [2, 3, 4])
 def test_rotated_order(stages):
-    """Trip t: wait (N-2 pending), S mma, the update of trip t-1 on the V stage of use t-1, releases, then the
-    copy of trip t+N-1."""
+    """Trip t: wait (N-2 pending), S mma, the P.V mma of trip t-1 on the V stage of use t-1 (adding to the
+    accumulator scaled at the end of trip t-1), the softmax, releases, the rescale by trip t's alpha, P's
+    conversion, then the copy of trip t+N-1."""
     (loop,) = _rotated_loops(compiled(ROTATED.format(n=stages), head_dim=64, causal=False, dtype="bf16"))
     ops = list(loop.body.block.ops)
     (wait,) = _body_ops(loop, tile.CpWaitGroupOp)
@@ -162,8 +163,16 @@ def test_rotated_order(stages):
     assert v_stage.results[0] in [r.stage for r in releases]
     copy = next(op for op in ops if isinstance(op, scf.IfOp))
     assert max(ops.index(r) for r in releases) < ops.index(copy) < ops.index(_body_ops(loop, tile.CpCommitGroupOp)[0])
-    # alpha and P of the previous trip are carried; the accumulator keeps its place
-    assert [a.name_hint for a in loop.body.block.args[1:]] == ["m", "l", "acc", "alpha_prev", "p_half_prev"]
+    # nothing but wgmma writes the accumulator between the two mmas: it is rescaled after the releases (once
+    # the P.V mma retired) and carried scaled; P is converted last, so its registers can be the carried ones
+    (scale,) = _body_ops(loop, tile.MulRowsOp)
+    (cast,) = [op for op in _body_ops(loop, tile.CastOp) if op.results[0].type.element_type != update.result.type.element_type]
+    assert scale.operands[0] is update.result and max(ops.index(r) for r in releases) < ops.index(scale)
+    assert ops.index(scale) < ops.index(cast) < ops.index(copy)
+    assert update.acc is loop.body.block.args[3]
+    assert [a.name_hint for a in loop.body.block.args[1:]] == ["m", "l", "acc", "p_half_prev"]
+    yielded = loop.body.block.last_op.operands
+    assert yielded[2] is scale.results[0] and yielded[3] is cast.results[0]
 
 
 def _seeded(stages: int, seed) -> object:

@@ -56,53 +56,47 @@ func.func @flash(%K: !g, %V: !g, %q: !sh, %n: index) -> (!row, !s) {
 }
 
 // CHECK-LABEL: func.func @flash
-// n trips (ub itself: lb = 0, step = 1); nothing runs when there are none.
+// Trip 0 alone: its softmax, P's conversion and the rescale of the initial accumulator; no P.V mma yet.
 // CHECK:       %any_trip = arith.cmpi sgt, %n, %c0 : index
 // CHECK-NEXT:  %m_final, %acc_final = scf.if %any_trip
-//
-// Trip 0: its softmax only. The copy follows the wait, which now leaves N-2 = 1 group in flight.
 // CHECK:         tile.cp_wait_group 1
 // CHECK:         %s = tile.mma %q, %k_stage, %zero transpose_b
 // CHECK-NOT:     tile.mma
-// CHECK:         %p_half = tile.cast %p
-// CHECK-NEXT:    tile.release %k_stage
+// CHECK:         tile.release %k_stage
+// CHECK-NEXT:    %p_half = tile.cast %p
+// CHECK-NEXT:    %acc_scaled = tile.mul_rows %acc_init, %alpha
 // CHECK-NEXT:    scf.if %go {
 // CHECK:         tile.cp_commit_group
-//
-// Trips 1 .. n-1: P_{t-1} and alpha_{t-1} are carried; the V stage of trip t-1 is recomputed from iv - 1.
-// CHECK-NEXT:    %m_final_1, %acc_final_1, %alpha_last, %p_half_last = scf.for %j = %c1 to %n step %c1
-// CHECK-SAME:        iter_args(%m = %m_new, %acc = %acc_init, %alpha_prev = %alpha, %p_half_prev = %p_half)
+// Trip t: S of trip t, then P.V of trip t-1 adding to the accumulator scaled at the end of trip t-1, the
+// softmax, the releases, the rescale by trip t's alpha and P's conversion (after the P.V mma retired), the copy.
+// CHECK-NEXT:    %m_final_1, %acc_final_1, %p_half_last = scf.for %j = %c1 to %n step %c1
+// CHECK-SAME:        iter_args(%m = %m_new, %acc = %acc_scaled, %p_half_prev = %p_half)
 // CHECK-NEXT:      %fill_1 = arith.addi %j, %c2 : index
 // CHECK-NEXT:      %go_1 = arith.cmpi slt, %fill_1, %n : index
 // CHECK-NEXT:      tile.cp_wait_group 1
 // CHECK-NEXT:      %slot_1 = arith.remui %j, %c3 : index
 // CHECK-NEXT:      %k_stage_1 = tile.stage %k_ring[%slot_1]
 // CHECK-NEXT:      %zero_1 = tile.fill 0.0
-// S of trip t is issued first,
 // CHECK-NEXT:      %s_1 = tile.mma %q, %k_stage_1, %zero_1 transpose_b
-// then the update of trip t-1,
 // CHECK-NEXT:      %iv_prev = arith.subi %j, %c1 : index
 // CHECK-NEXT:      %slot_2 = arith.remui %iv_prev, %c3 : index
 // CHECK-NEXT:      %v_stage = tile.stage %v_ring[%slot_2]
-// CHECK-NEXT:      %acc_scaled = tile.mul_rows %acc, %alpha_prev
-// CHECK-NEXT:      %acc_next = tile.mma %p_half_prev, %v_stage, %acc_scaled
-// then the softmax of trip t.
+// CHECK-NEXT:      %acc_next = tile.mma %p_half_prev, %v_stage, %acc
 // CHECK-NEXT:      %s_max_1 = tile.row_max %s_1
-// CHECK:           %p_half_1 = tile.cast %p_1
-// Stage t-1 of V is released before the copy of trip t+2 refills it.
+// CHECK:           %p_1 = tile.exp_subtract %s_1, %m_new_1
 // CHECK-NEXT:      tile.release %k_stage_1
 // CHECK-NEXT:      tile.release %v_stage
+// CHECK-NEXT:      %acc_scaled_1 = tile.mul_rows %acc_next, %alpha_1
+// CHECK-NEXT:      %p_half_1 = tile.cast %p_1
 // CHECK-NEXT:      scf.if %go_1 {
 // CHECK:           tile.cp_commit_group
-// CHECK-NEXT:      scf.yield %m_new_1, %acc_next, %alpha_1, %p_half_1
+// CHECK-NEXT:      scf.yield %m_new_1, %acc_scaled_1, %p_half_1
 // CHECK-NEXT:    }
-//
-// Trip n-1: the last update.
+// The P.V mma of the last trip.
 // CHECK-NEXT:    %last_trip = arith.subi %n, %c1 : index
 // CHECK-NEXT:    %slot_3 = arith.remui %last_trip, %c3 : index
 // CHECK-NEXT:    %v_stage_1 = tile.stage %v_ring[%slot_3]
-// CHECK-NEXT:    %acc_scaled_1 = tile.mul_rows %acc_final_1, %alpha_last
-// CHECK-NEXT:    %acc_next_1 = tile.mma %p_half_last, %v_stage_1, %acc_scaled_1
+// CHECK-NEXT:    %acc_next_1 = tile.mma %p_half_last, %v_stage_1, %acc_final_1
 // CHECK-NEXT:    tile.release %v_stage_1
 // CHECK-NEXT:    scf.yield %m_final_1, %acc_next_1
 // CHECK-NEXT:  } else {
