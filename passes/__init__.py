@@ -103,14 +103,16 @@ TARGET_PIPELINE = "assign-swizzle,convert-tile-to-sm90,canonicalize,cse,remateri
 """Tile IR to sm_90a Target IR, single-stage (`tessera-opt -p` accepts it as written)."""
 
 PIPELINED_PIPELINE = (
-    "assign-swizzle,pipeline-loops{stages=2},peel-masked-iterations,"
+    "assign-swizzle,pipeline-loops{stages=2},overlap-softmax,peel-masked-iterations,"
     "convert-tile-to-sm90,canonicalize,cse,rematerialize-constants"
 )
-"""K/V (and GEMM K) loops pipelined over two-slot rings, masked iterations peeled off the steady state."""
+"""K/V (and GEMM K) loops pipelined over two-slot rings, each trip's score mma issued before the previous
+trip's P.V mma (overlap-softmax), masked iterations peeled off the steady state."""
 
 SPECIALIZED_PIPELINE = PIPELINED_PIPELINE + ",warp-specialize"
-"""PIPELINED_PIPELINE with a TMA producer warpgroup: the FlashAttention-3 structure of the README's main job.
-Other options (`overlap-softmax`, `warp-specialize{pingpong=true}`, more stages): bench/pipeline.py."""
+"""PIPELINED_PIPELINE with a TMA producer warpgroup: the FlashAttention-3 structure, the full pipeline of the
+README's main job (flash head_dim 128: a 497-instruction main loop, two wgmma groups in flight). Other options
+(`warp-specialize{pingpong=true}`, more stages): bench/pipeline.py."""
 
 PTX_PIPELINE = TARGET_PIPELINE + ",allocate-registers"
 """Tile IR to register-allocated Target IR, ready for the PTX printer: the deepest pipeline."""

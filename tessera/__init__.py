@@ -45,8 +45,10 @@ def find_kernel(module: ModuleOp, kernel: str | None = None) -> KernelSignature:
 TARGETS = ("target", "ptx", "cubin")
 
 
-def compile(module: ModuleOp, target: str = "ptx"):
-    """Compile the Tile IR kernels of `module` (which is not modified) through `passes.PTX_PIPELINE`.
+def compile(module: ModuleOp, target: str = "ptx", pipeline: str | None = None):
+    """Compile the Tile IR kernels of `module` (which is not modified) through `pipeline` (a `tessera-opt -p`
+    spec that ends in register-allocated Target IR; default `passes.PTX_PIPELINE`, single-stage; the full
+    FlashAttention-3 structure is `passes.SPECIALIZED_PIPELINE + ",allocate-registers"`).
 
     target "target": the register-allocated Target IR module; "ptx": the PTX text (printed with the
     allocated registers); "cubin": a `tessera.toolchain.PtxasResult` (ptxas -arch=sm_90a -v: resources,
@@ -58,7 +60,7 @@ def compile(module: ModuleOp, target: str = "ptx"):
     from tessera.ptx.target import allocated_registers
 
     lowered = module.clone()
-    apply_pipeline(lowered, PTX_PIPELINE)
+    apply_pipeline(lowered, pipeline or PTX_PIPELINE)
     if target == "target":
         return lowered
     ptx = print_ptx(lowered, registers=allocated_registers)

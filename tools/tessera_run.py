@@ -43,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-p", "--passes", default="", help="a pass pipeline to apply before interpreting")
     parser.add_argument("--level", default="tile", choices=("tile", "target"),
                         help="tile: the Tile IR interpreter; target: lower to sm_90a Target IR and run the CTA simulator")
+    parser.add_argument("--lower", metavar="PIPELINE", default=None,
+                        help="with --level target: the Tile IR to Target IR pipeline (default: the full pipeline, "
+                             "tessera.passes.SPECIALIZED_PIPELINE)")
     return parser
 
 
@@ -70,7 +73,7 @@ def _check(sig, outputs, inputs):
 def run(args: argparse.Namespace) -> int:
     import tessera
     from tessera.kernel_abi import kernels, signature
-    from tessera.passes import TARGET_PIPELINE, apply_pipeline
+    from tessera.passes import SPECIALIZED_PIPELINE, apply_pipeline
 
     if args.file == "-":
         text = sys.stdin.read()
@@ -92,13 +95,14 @@ def run(args: argparse.Namespace) -> int:
         inputs = _inputs_for(sig, sizes, rng)
         used = {n: sizes[n] for n in sig.dim_names()}
         start = time.perf_counter()
-        result = tessera.interpret(module, *inputs, level=args.level, kernel=sig.name)
+        lowering = (args.lower or SPECIALIZED_PIPELINE) if args.level == "target" else None
+        result = tessera.interpret(module, *inputs, level=args.level, kernel=sig.name, pipeline=lowering)
         elapsed = time.perf_counter() - start
         outputs = result if isinstance(result, tuple) else (result,)
         grid = sig.grid_size(used)
         shapes = ", ".join(f"{a.name}{list(o.shape)}" for a, o in zip(sig.outputs, outputs))
         sizes_text = " ".join(f"{k}={v}" for k, v in used.items())
-        level = "tile level" if args.level == "tile" else f"target level (-p {TARGET_PIPELINE}, CTA simulator)"
+        level = "tile level" if args.level == "tile" else f"target level (-p {lowering}, CTA simulator)"
         print(f"@{sig.name} [{sizes_text}]: grid {grid}, {level}, {elapsed:.2f} s -> {shapes}")
         if args.check:
             comparison = _check(sig, outputs, inputs)

@@ -1,0 +1,86 @@
+"""The full pipeline (`passes.SPECIALIZED_PIPELINE`: rings, overlap-softmax, peeling, a TMA producer
+warpgroup) over the foundation issue's whole matrix in the CTA simulator, against NumPy: every attention
+builder (flash, two-pass, three-pass) x head_dim 64/128 x causal or not x bf16/f16, at 2 stages (the
+default), and every builder again at 1, 3 and 4 stages; GEMM at every stage count.
+
+The CTA simulator costs ~50x the Tile interpreter, so each configuration runs the shapes that take the
+different paths of a pipelined loop: fewer trips than ring slots and a partial key block (17 x 200: two
+trips, the second masked), no key block in common with the causal diagonal (200 x 17: one trip, a 0-trip
+row block under the causal mask), and, for the stage counts, more trips than slots (64 x 600: five)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import tessera
+from tessera import reference
+from tessera.numerics import dtype_from_name
+from tessera.passes import SPECIALIZED_PIPELINE
+
+from conftest import build_kernel
+
+BUILDERS = ["flash_attention", "two_pass_attention", "three_pass_attention"]
+MATRIX = list(itertools.product(BUILDERS, (64, 128), (False, True), ("bf16", "f16")))
+
+
+def _with_stages(stages: int) -> str:
+    """The full pipeline with `stages` ring slots (overlap-softmax needs two: it is left out for one)."""
+    pipeline = SPECIALIZED_PIPELINE.replace("pipeline-loops{stages=2}", f"pipeline-loops{{stages={stages}}}")
+    assert pipeline != SPECIALIZED_PIPELINE or stages == 2
+    return pipeline.replace("overlap-softmax,", "") if stages == 1 else pipeline
+
+
+def _check(builder, head_dim, causal, dtype, stages, shapes, rng):
+    module = build_kernel(builder, head_dim=head_dim, causal=causal, dtype=dtype)
+    for seq_q, seq_k in shapes:
+        q = rng.standard_normal((1, 1, seq_q, head_dim))
+        k, v = (rng.standard_normal((1, 1, seq_k, head_dim)) for _ in range(2))
+        out = tessera.interpret(module, q, k, v, level="target", pipeline=_with_stages(stages))
+        check = reference.check_attention(out, q, k, v, dtype_from_name(dtype), causal=causal)
+        assert check.ok, f"{builder} d{head_dim} causal={causal} {dtype} stages={stages} {seq_q}x{seq_k}: {check}"
+
+
+@pytest.mark.parametrize("builder, head_dim, causal, dtype", MATRIX,
+                         ids=[f"{b}-d{d}-{'causal' if c else 'full'}-{t}" for b, d, c, t in MATRIX])
+def test_default_pipeline_matrix(builder, head_dim, causal, dtype, rng):
+    _check(builder, head_dim, causal, dtype, 2, [(17, 200), (200, 17)], rng)
+
+
+STAGE_RUNS = [
+    ("flash_attention", 1, (128, True, "f16")), ("flash_attention", 3, (128, False, "bf16")),
+    ("flash_attention", 4, (64, True, "bf16")),
+    ("two_pass_attention", 1, (128, False, "bf16")), ("two_pass_attention", 3, (64, True, "f16")),
+    ("two_pass_attention", 4, (64, False, "bf16")),
+    ("three_pass_attention", 1, (64, True, "bf16")), ("three_pass_attention", 3, (128, True, "f16")),
+    ("three_pass_attention", 4, (64, False, "f16")),
+]
+"""Each builder at 1, 3 and 4 stages; head_dim 128 at 4 stages (and two-pass at 3) needs more than the 227 KiB
+of shared memory a block may have, which `test_too_many_stages_are_refused` checks."""
+
+
+@pytest.mark.parametrize("builder, stages, config", STAGE_RUNS,
+                         ids=[f"{b}-stages{s}-d{c[0]}-{'causal' if c[1] else 'full'}-{c[2]}" for b, s, c in STAGE_RUNS])
+def test_stage_counts(builder, stages, config, rng):
+    head_dim, causal, dtype = config
+    _check(builder, head_dim, causal, dtype, stages, [(64, 600)], rng)
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3, 4])
+def test_gemm_stage_counts(stages, rng):
+    module = build_kernel("gemm", dtype="bf16")
+    m, n, k = 130, 136, 5 * 64 + 8  # six K trips, the last partial
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    out = tessera.interpret(module, a, b, level="target", pipeline=_with_stages(stages))
+    check = reference.check_gemm(out, a, b, dtype_from_name("bf16"))
+    assert check.ok, f"stages={stages}: {check}"
+
+
+@pytest.mark.parametrize("builder, stages", [("flash_attention", 4), ("two_pass_attention", 3)])
+def test_too_many_stages_are_refused(builder, stages):
+    module = build_kernel(builder, head_dim=128, causal=False, dtype="bf16")
+    with pytest.raises(Exception, match=r"more than the 232448 a thread block of sm_90 may have: use fewer pipeline "
+                                        r"stages or smaller tiles"):
+        tessera.lower_to_target(module, module.body.block.first_op.sym_name.data, _with_stages(stages))
