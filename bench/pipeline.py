@@ -7,7 +7,9 @@ before the 1023 added to align the base), the register budgets per role (produce
 derived by warp-specialize from the allocator's pressure; "-" when not specialized), ptxas's registers
 (at launch) and spills, the SASS of the main loop (the smallest loop that holds HGMMA: the steady state;
 with peel-masked-iterations the masked tail loop is reported after a slash), its HGMMA count, and the most
-wgmma groups in flight at once in the loop's Target IR (committed and not yet retired by a wait_group).
+wgmma groups in flight at once in the loop's Target IR (committed and not yet retired by a wait_group), and
+ptxas's warnings and informational diagnostics (codes; "none" when it printed none: e.g. C7513 would say that
+ptxas serialized the wgmmas, C7512 that it spilled).
 For comparison (from the PTX issue): Triton's head_dim 128, 128x128-tile, non-causal kernel has a main loop of
 about 522 SASS instructions, 16 HGMMA and 66 MUFU.EX2, 187 registers and no spills. Needs ptxas and nvdisasm
 (`pip install tessera[ptx]`); without them only the Target IR columns are printed.
@@ -34,6 +36,7 @@ VARIANTS = {
     "+ peel-masked-iterations": dict(peel=True),
     "+ warp-specialize": dict(specialize=True),
     "+ ping-pong": dict(specialize=True, pingpong=True),
+    "full pipeline (default)": dict(overlap=True, peel=True, specialize=True),
     "all": dict(overlap=True, peel=True, specialize=True, pingpong=True),
 }
 
@@ -71,7 +74,7 @@ def main() -> None:
     have_ptxas, have_sass = find_ptxas() is not None, find_nvdisasm() is not None
     print(f"flash attention head_dim={args.head_dim} causal={args.causal} bf16, 128x128 tiles, stages={args.stages}")
     print(f"{'variant':<30}{'threads':>8}{'smem':>8}{'prod/cons':>11}{'regs':>6}{'spill':>6}{'loop SASS':>16}"
-          f"{'HGMMA':>7}{'EX2':>5}{'groups':>8}")
+          f"{'HGMMA':>7}{'EX2':>5}{'groups':>8}  ptxas diagnostics")
     for name, options in VARIANTS.items():
         options = {"stages": args.stages, **options}
         module = tessera.kernels.flash_attention(head_dim=args.head_dim, causal=args.causal)
@@ -80,11 +83,12 @@ def main() -> None:
         info = kernel.attributes[TARGET_KERNEL_ATTR].data
         budgets = [op.count.value.data for op in kernel.walk() if isinstance(op, sm90.SetMaxNRegOp)]
         roles = f"{budgets[0]}/{budgets[1]}" if budgets else "-"
-        regs = spill = loop = hgmma = ex2 = "-"
+        regs = spill = loop = hgmma = ex2 = diagnostics = "-"
         if have_ptxas:
             result = compile_ptx(print_ptx(module, registers=allocated_registers))
             entry = result.entry()
             regs, spill = entry.registers, entry.spill_store_bytes
+            diagnostics = ",".join(d.code or d.severity for d in result.log.diagnostics) or "none"
             if have_sass:
                 loops = sorted((lp for lp in sass_loops(disassemble(result.cubin))
                                 if any(i.opcode == "HGMMA" for i in lp.instructions)), key=len)
@@ -95,7 +99,7 @@ def main() -> None:
                     hgmma = main_loop.opcode_counts["HGMMA"]
                     ex2 = main_loop.opcode_counts["MUFU.EX2"]
         print(f"{name:<30}{info['threads'].value.data:>8}{info['smem_bytes'].value.data:>8}{roles:>11}{regs:>6}"
-              f"{spill:>6}{loop:>16}{hgmma:>7}{ex2:>5}{groups_in_flight(kernel):>8}")
+              f"{spill:>6}{loop:>16}{hgmma:>7}{ex2:>5}{groups_in_flight(kernel):>8}  {diagnostics}")
 
 
 if __name__ == "__main__":
