@@ -34,7 +34,8 @@ def _parse_size(text: str) -> tuple[str, int]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tessera-run", description=__doc__.split("\n\n")[0])
-    parser.add_argument("file", help="a Tile IR file (.mlir), or - for standard input")
+    parser.add_argument("file", help="a Tile IR file (.mlir), or - for standard input; a .ptx file runs the PTX "
+                                     "executor instead (see tessera-run FILE.ptx --help)")
     parser.add_argument("-d", "--dim", dest="dims", action="append", type=_parse_size, default=[],
                         metavar="NAME=VALUE", help="size of a named dimension (repeat for each)")
     parser.add_argument("--kernel", help="run only this kernel")
@@ -117,6 +118,11 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     from xdsl.utils.exceptions import DiagnosticException, InterpretationError, ParseError, VerifyException
 
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a.endswith(".ptx") and not a.startswith("-") for a in argv):
+        from tessera.interpreters.ptx.cli import main as run_ptx
+
+        return run_ptx(argv)
     args = build_parser().parse_args(argv)
     try:
         code = run(args)

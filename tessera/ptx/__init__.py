@@ -19,6 +19,7 @@ from tessera.ptx.target import PtxTarget, register
 if TYPE_CHECKING:
     from tessera.ptx.kernel import PtxPrintError, launch_smem_bytes
     from tessera.ptx.module import print_ptx
+    from tessera.interpreters.ptx.launcher import launch
 
 
 def __getattr__(name: str):
@@ -27,6 +28,10 @@ def __getattr__(name: str):
         from tessera.ptx.module import print_ptx
 
         return print_ptx
+    if name == "launch":  # the PTX executor (tessera.interpreters.ptx)
+        from tessera.interpreters.ptx.launcher import launch
+
+        return launch
     if name in ("PtxPrintError", "launch_smem_bytes"):
         from tessera.ptx import kernel
 

@@ -1,0 +1,38 @@
+"""PTX as data, and a CPU executor for it.
+
+- `syntax`: the data model (`Module`, `Entry`, `Instruction`, operands); `parse.parse_ptx(text)` builds it.
+- `launch(ptx, kernel, grid, block, args, shared_bytes=...)`: run an entry over a grid on NumPy arguments
+  (global arrays, scalars, `TensorMapArg` tensor maps) and return the updated arrays (`launch`).
+
+The executor: `state` (lanes, registers, memories), `decode` (each instruction to a pre-bound closure),
+`alu` and `floats` (arithmetic, comparisons, conversions, with PTX rounding in `numerics`), `memory`
+(ld/st/cvta/cp.async/atom), `sync` (barriers, mbarriers, warp collectives), `tensor` (TMA, wgmma,
+ldmatrix/stmatrix), `schedule` (per-thread pcs, min-pc reconvergence, blocking, deadlock), `cli`
+(`tessera-run kernel.ptx`). Registers are NumPy arrays over the threads of a batch of CTAs; an instruction
+runs once for all threads at the same pc. What the executor does not implement is refused, before running,
+with `PtxExecutionError` naming the instruction and line.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tessera.interpreters.ptx.launcher import TensorMapArg, launch
+    from tessera.interpreters.ptx.state import PtxExecutionError
+
+
+def __getattr__(name: str):
+    # The executor is imported on first use: importing the data model stays light for the parser.
+    if name in ("launch", "TensorMapArg"):
+        from tessera.interpreters.ptx import launcher as module
+
+        return getattr(module, name)
+    if name == "PtxExecutionError":
+        from tessera.interpreters.ptx.state import PtxExecutionError
+
+        return PtxExecutionError
+    raise AttributeError(f"module 'tessera.interpreters.ptx' has no attribute {name!r}")
+
+
+__all__ = ["PtxExecutionError", "TensorMapArg", "launch"]

@@ -1,0 +1,197 @@
+"""`tessera-run kernel.ptx`: run any PTX entry in the PTX executor from the shell.
+
+    tessera-run gemm.ptx --kernel gemm_bf16 --grid 2,2 --block 128 --shared-bytes 33791 \\
+        --arg bf16[256,128]=random --arg bf16[128,256]=random --arg f32[256,256]=zeros \\
+        --arg tensormap:0:box=64,128:swizzle=128 ... --save out/
+
+Arguments (`--arg`, one per kernel parameter, in order):
+  TYPE[D0,D1,...]=INIT       a global array (the parameter gets its address). TYPE: f16 bf16 f32 f64 u8 u16
+                             u32 u64 s8 s16 s32 s64. INIT: random (floats: standard normal; integers:
+                             0..99), zeros, ones, arange, or a .npy file (converted to TYPE, shape checked).
+  TYPE=VALUE                 a scalar, e.g. u32=7, f32=0.5.
+  tensormap:I:box=B0,B1,...[:swizzle=0|32|64|128][:source=J|bJ]
+                             a tensor map over a row-major array: --arg number J (default: I) or, with
+                             bJ, --buffer number J; box innermost first (cuTensorMapEncodeTiled's boxDim).
+                             I numbers the map's own position and is only checked.
+--buffer TYPE[D0,...]=INIT   a global array that is not a parameter, reachable through tensor maps (e.g.
+                             the A and B of a TMA GEMM), numbered from 0 in order.
+Arrays are created in order (arguments, then buffers) with --seed. With --save DIR every array argument
+is written after the run as DIR/arg<N>_<param>.npy and every buffer as DIR/buffer<N>.npy (bf16 as f32). Errors (syntax,
+unsupported instructions, memory faults, deadlocks, bad launches) print one diagnostic and exit with 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+
+import ml_dtypes
+import numpy as np
+
+_DTYPES = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "f32": np.float32, "f64": np.float64, "u8": np.uint8,
+           "u16": np.uint16, "u32": np.uint32, "u64": np.uint64, "s8": np.int8, "s16": np.int16, "s32": np.int32,
+           "s64": np.int64}
+_ARRAY = re.compile(r"^(\w+)\[([\d,\s]+)\]=(.+)$")
+_SCALAR = re.compile(r"^(\w+)=(.+)$")
+
+
+def _dims(text: str, what: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise ValueError(f"{what} must be comma-separated integers, got '{text}'") from None
+    if not values or any(v < 1 for v in values):
+        raise ValueError(f"{what} must be positive integers, got '{text}'")
+    return values
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tessera-run FILE.ptx", description=__doc__.split("\n\n")[0],
+                                     epilog=__doc__.split("\n\n", 2)[2],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("file", help="a PTX file (.ptx)")
+    parser.add_argument("--kernel", help="the entry to run (default: the only entry)")
+    parser.add_argument("--grid", default="1", help="grid X[,Y[,Z]] (default 1)")
+    parser.add_argument("--block", help="block X[,Y[,Z]] (default: the entry's .reqntid)")
+    parser.add_argument("--shared-bytes", type=int, default=0, help="dynamic shared memory in bytes")
+    parser.add_argument("--arg", dest="args", action="append", default=[], metavar="SPEC",
+                        help="a kernel argument, in parameter order (see below)")
+    parser.add_argument("--buffer", dest="buffers", action="append", default=[], metavar="SPEC",
+                        help="a global array reachable only through tensor maps: TYPE[SHAPE]=INIT")
+    parser.add_argument("--seed", type=int, default=0, help="seed of random arrays")
+    parser.add_argument("--save", metavar="DIR", help="save every array argument after the run as .npy")
+    return parser
+
+
+def _array(spec: str, rng: np.random.Generator) -> np.ndarray:
+    match = _ARRAY.match(spec)
+    type_name, shape_text, init = match.groups()
+    if type_name not in _DTYPES:
+        raise ValueError(f"--arg {spec}: unknown element type '{type_name}' (types: {', '.join(_DTYPES)})")
+    dtype, shape = np.dtype(_DTYPES[type_name]), _dims(shape_text, f"--arg {spec}: the shape")
+    if init == "random":
+        values = rng.standard_normal(shape) if dtype.kind == "f" or dtype == _DTYPES["bf16"] \
+            else rng.integers(0, 100, shape)
+    elif init in ("zeros", "ones"):
+        values = np.full(shape, 0 if init == "zeros" else 1)
+    elif init == "arange":
+        values = np.arange(int(np.prod(shape))).reshape(shape)
+    elif init.endswith(".npy"):
+        values = np.load(init)
+        if values.shape != shape:
+            raise ValueError(f"--arg {spec}: {init} has shape {values.shape}")
+    else:
+        raise ValueError(f"--arg {spec}: INIT must be random, zeros, ones, arange or a .npy file")
+    return np.ascontiguousarray(np.asarray(values).astype(dtype))
+
+
+def _arguments(specs: list[str], buffer_specs: list[str], rng: np.random.Generator) -> tuple[list, list]:
+    """(argument values, buffers) from the --arg and --buffer specs."""
+    from tessera.interpreters.ptx import TensorMapArg
+
+    values: list = []
+    maps: list[tuple[int, dict[str, str]]] = []
+    for i, spec in enumerate(specs):
+        if spec.startswith("tensormap:"):
+            fields = spec.split(":")
+            if len(fields) < 3 or not fields[1].isdigit() or int(fields[1]) != i:
+                raise ValueError(f"--arg {spec}: expected tensormap:{i}:box=...")
+            options = dict(f.split("=", 1) for f in fields[2:] if "=" in f)
+            if "box" not in options or set(options) - {"box", "swizzle", "source"}:
+                raise ValueError(f"--arg {spec}: options are box=..., swizzle=..., source=...")
+            maps.append((i, options))
+            values.append(None)
+        elif _ARRAY.match(spec):
+            values.append(_array(spec, rng))
+        elif _SCALAR.match(spec):
+            type_name, text = _SCALAR.match(spec).groups()
+            if type_name not in _DTYPES:
+                raise ValueError(f"--arg {spec}: unknown type '{type_name}'")
+            dtype = np.dtype(_DTYPES[type_name])
+            try:
+                values.append(float(text) if dtype.kind == "f" else int(text, 0))
+            except ValueError:
+                raise ValueError(f"--arg {spec}: '{text}' is not a {type_name} value") from None
+        else:
+            raise ValueError(f"--arg {spec}: expected TYPE[SHAPE]=INIT, TYPE=VALUE or tensormap:I:box=...")
+    for spec in buffer_specs:
+        if not _ARRAY.match(spec):
+            raise ValueError(f"--buffer {spec}: expected TYPE[SHAPE]=INIT")
+    buffers = [_array(spec, rng) for spec in buffer_specs]
+    for i, options in maps:
+        source = options.get("source", str(i))
+        if source.startswith("b") and source[1:].isdigit() and int(source[1:]) < len(buffers):
+            target = buffers[int(source[1:])]
+        elif source.isdigit() and int(source) < len(values) and isinstance(values[int(source)], np.ndarray):
+            target = int(source)
+        else:
+            raise ValueError(f"--arg {specs[i]}: source={source} is not an array argument or buffer")
+        array = target if isinstance(target, np.ndarray) else values[target]
+        box = _dims(options["box"], f"--arg {specs[i]}: the box")
+        values[i] = TensorMapArg.tiled(target, box, int(options.get("swizzle", 0)), shape=array.shape,
+                                       dtype=array.dtype)
+    return values, buffers
+
+
+def run(args: argparse.Namespace) -> int:
+    from tessera.interpreters.ptx import launch
+    from tessera.interpreters.ptx.parse import parse_ptx
+
+    with open(args.file) as f:
+        module = parse_ptx(f.read(), args.file)
+    if args.kernel is None:
+        if len(module.entries) != 1:
+            raise ValueError(f"{args.file} has entries {', '.join(module.entries) or 'none'}: pass --kernel NAME")
+        args.kernel = next(iter(module.entries))
+    entry = module.entries.get(args.kernel)
+    if entry is None:
+        raise ValueError(f"no entry named '{args.kernel}' (entries: {', '.join(module.entries)})")
+    block = args.block or ",".join(map(str, entry.directives.get("reqntid", ())))
+    if not block:
+        raise ValueError(f"entry {args.kernel} has no .reqntid: pass --block X[,Y,Z]")
+    grid, block = _dims(args.grid, "--grid"), _dims(block, "--block")
+    values, buffers = _arguments(args.args, args.buffers, np.random.default_rng(args.seed))
+    start = time.perf_counter()
+    results = launch(module, args.kernel, grid, block, values, args.shared_bytes, args.file)
+    elapsed = time.perf_counter() - start
+    print(f"{args.kernel}: grid {grid}, block {block}, {args.shared_bytes} B dynamic shared memory, {elapsed:.2f} s")
+    if args.save:
+        os.makedirs(args.save, exist_ok=True)
+    named = {id(b): f"buffer{j}" for j, b in enumerate(buffers)}
+    saved = set()
+    for i, (param, value, result) in enumerate(zip(entry.params, values, results)):
+        if result is None:
+            continue
+        target = getattr(value, "array", value)
+        name = named.get(id(target), f"arg{i}_{param.name}") if not isinstance(target, (int, np.integer)) \
+            else f"arg{int(target)}_{entry.params[int(target)].name}"
+        if name in saved:
+            continue
+        saved.add(name)
+        wide = result.astype(np.float64)
+        print(f"  {name}: {result.dtype}{list(result.shape)} min {wide.min():.6g} max {wide.max():.6g} "
+              f"mean {wide.mean():.6g}")
+        if args.save:  # .npy has no bfloat16: such arrays are saved as their float32 values
+            saved_array = result.astype(np.float32) if result.dtype == _DTYPES["bf16"] else result
+            np.save(os.path.join(args.save, f"{name}.npy"), saved_array)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tessera.interpreters.ptx import PtxExecutionError
+    from tessera.interpreters.ptx.syntax import PtxSyntaxError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return run(args)
+    except (PtxSyntaxError, PtxExecutionError, ValueError, OSError) as error:
+        print(f"tessera-run: error: {error}", file=sys.stderr)
+        return 1
+    except Exception as error:  # an internal error: no traceback unless asked for
+        if os.environ.get("TESSERA_DEBUG") == "1":
+            raise
+        print(f"tessera-run: internal error: {type(error).__name__}: {error}", file=sys.stderr)
+        return 1

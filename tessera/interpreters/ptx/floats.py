@@ -1,0 +1,297 @@
+"""Floating-point instructions and conversions: add/sub/mul/div/fma/mad/min/max/abs/neg on f16, bf16, f32,
+f64 and the packed f16x2/bf16x2; ex2/lg2/rcp/sqrt/rsqrt/sin/cos/tanh; testp, copysign; cvt between all
+integer and float types.
+
+Semantics [PTX ISA 9.1, floating-point-instructions-*, half-precision-floating-point-instructions-*,
+data-movement-and-conversion-instructions-cvt], with the rounding of `numerics` (one correct rounding from
+the exact value in the instruction's mode; .rn when none is given):
+- `.ftz` (f32 only) flushes subnormal inputs and results to signed zero; `.sat` clamps the result to [0, 1]
+  (NaN -> 0); 16-bit and packed types compute each element exactly in float64 and round once;
+- `min/max`: a NaN operand yields the other (both NaN: NaN), `+0 > -0`; `.NaN` propagates NaN;
+- `div.rn`, `div.full` and `div.approx` all return the correctly rounded quotient (the approximate forms are
+  within their documented error of it); `rcp.rn/sqrt.rn` are IEEE; `.approx` functions see `numerics`;
+- cvt: int->int truncates or extends (`.sat` clamps to the destination range); float->int needs an integer
+  rounding (.rni/.rzi/.rmi/.rpi), saturates and maps NaN to 0; float->float narrows with .rn/.rz/.rm/.rp
+  (optional `.satfinite`: clamp to the largest finite value, `.relu`: negative -> 0) and widens exactly;
+  same-type float cvt with an integer rounding rounds to an integral value;
+  `cvt.rn.{f16x2,bf16x2}.f32 d, a, b` puts a in the upper half and b in the lower half (facts.packing).
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from tessera.interpreters.ptx import numerics
+from tessera.interpreters.ptx.decode import Operands, opcode
+from tessera.interpreters.ptx.numerics import flush_f32
+from tessera.interpreters.ptx.types import PtxType, half_pair, pack_pair, ptx_type
+
+_HALF = {"f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16)}
+
+
+def _rounding(ops, inst, mods, default: str = "rn") -> str:
+    mode = mods.take(*numerics.MODES)
+    return mode or default
+
+
+def _signed_zero_order(result, a, b, larger: bool):
+    """max/min of +0 and -0: +0 is the larger."""
+    zeros = (a == 0) & (b == 0)
+    if not np.any(zeros):
+        return result
+    pick = (np.signbit(a) & np.signbit(b)) if larger else (np.signbit(a) | np.signbit(b))
+    return np.where(zeros, np.where(pick, -0.0, 0.0).astype(result.dtype), result)
+
+
+def _binary_function(ops, inst, mods, name: str, dtype: np.dtype, f64: bool):
+    """f(a, b) on float arrays of `dtype` (the element type), with one rounding."""
+    if name in ("min", "max"):
+        nan = mods.take("NaN")
+        if mods.take("xorsign", "abs"):
+            raise ops.refuse(inst, "min/max .xorsign.abs")
+        larger = name == "max"
+        pick = (np.maximum if larger else np.minimum) if nan else (np.fmax if larger else np.fmin)
+        return lambda a, b: _signed_zero_order(pick(a, b), a, b, larger).astype(dtype)
+    if name == "div":
+        kind = mods.take("approx", "full")
+        mode = "rn" if kind else mods.take(*numerics.MODES)
+        if mode is None:
+            raise ops.refuse(inst, "div on floats needs .approx, .full or a rounding mode")
+        return lambda a, b: numerics.divide(a, b, dtype, mode)
+    mode = _rounding(ops, inst, mods)
+    if f64 and mode != "rn":
+        raise ops.refuse(inst, "directed rounding of f64 arithmetic")
+    if name == "add":
+        return lambda a, b: numerics.add(a, b, dtype, mode)
+    if name == "sub":
+        return lambda a, b: numerics.add(a, -b, dtype, mode)
+    if name == "mul":
+        return lambda a, b: numerics.mul(a, b, dtype, mode)
+    raise ops.refuse(inst, f"float {name}")
+
+
+def _elementwise(ops, inst, t: PtxType, count: int, f, ftz: bool, sat: bool):
+    """run(sel) computing f over `count` float sources of type t (packed x2 types per half)."""
+    if len(inst.operands) != count + 1:
+        raise ops.refuse(inst, f"expected {count + 1} operands")
+    readers = [ops.read(inst, o, t) for o in inst.operands[1:]]
+    write = ops.write(inst, inst.operands[0], t)
+    if t.kind == "x2":
+        half = _HALF[t.half]
+
+        def one(values):
+            out = f(*[v.astype(half) for v in values])
+            return numerics.saturate(out) if sat else out
+
+        def run_x2(sel):
+            pairs = [half_pair(r(sel), t.half) for r in readers]
+            lo = one([p[0] for p in pairs]).astype(half).view(np.uint16)
+            hi = one([p[1] for p in pairs]).astype(half).view(np.uint16)
+            write(sel, pack_pair(lo, hi))
+        return run_x2
+    flush = ftz and t.name == "f32"
+
+    def run(sel):
+        values = [r(sel) for r in readers]
+        if flush:
+            values = [flush_f32(v) for v in values]
+        out = np.asarray(f(*values), t.dtype)
+        if flush:
+            out = flush_f32(out)
+        write(sel, numerics.saturate(out) if sat else out)
+
+    return run
+
+
+def decode_binary(ops: Operands, inst, mods):
+    """add/sub/mul/div/min/max on a float type."""
+    t = mods.type()
+    ftz, sat = mods.take("ftz"), mods.take("sat")
+    dtype = _HALF[t.half] if t.kind == "x2" else t.dtype
+    if inst.opcode == "mul" and mods.take("lo", "hi", "wide"):
+        raise ops.refuse(inst, ".lo/.hi/.wide on a float mul")
+    f = _binary_function(ops, inst, mods, inst.opcode, dtype, t.name == "f64")
+    return _elementwise(ops, inst, t, 2, f, bool(ftz), bool(sat))
+
+
+def decode_fma(ops: Operands, inst, mods):
+    """fma/mad on a float type: one rounding (mad.f32 without a rounding is fma.rn, as on sm_20+)."""
+    t = mods.type()
+    ftz, sat = mods.take("ftz"), mods.take("sat")
+    if mods.take("relu", "oob"):
+        raise ops.refuse(inst, "fma .relu/.oob")
+    mode = _rounding(ops, inst, mods)
+    if t.name == "f64" and mode != "rn":
+        raise ops.refuse(inst, "directed rounding of f64 fma")
+    dtype = _HALF[t.half] if t.kind == "x2" else t.dtype
+    return _elementwise(ops, inst, t, 3, lambda a, b, c: numerics.fma(a, b, c, dtype, mode), bool(ftz), bool(sat))
+
+
+opcode("fma")(decode_fma)
+
+
+def decode_unary(ops: Operands, inst, mods):
+    """abs/neg on a float type (exact; .ftz flushes)."""
+    t = mods.type()
+    ftz = mods.take("ftz")
+    f = np.abs if inst.opcode == "abs" else np.negative
+    return _elementwise(ops, inst, t, 1, f, bool(ftz), False)
+
+
+@opcode("ex2", "lg2", "rcp", "sqrt", "rsqrt", "sin", "cos", "tanh")
+def decode_special_function(ops: Operands, inst, mods):
+    t = mods.type()
+    approx = mods.take("approx")
+    ftz = bool(mods.take("ftz"))
+    mode = mods.take(*numerics.MODES)
+    if approx and mode:
+        raise ops.refuse(inst, ".approx with a rounding mode")
+    if len(inst.operands) != 2:
+        raise ops.refuse(inst, "expected 2 operands")
+    read = ops.read(inst, inst.operands[1], t)
+    write = ops.write(inst, inst.operands[0], t)
+    name = inst.opcode
+    if approx:
+        if t.name != "f32":
+            raise ops.refuse(inst, f"{name}.approx on .{t.name}")
+        return lambda sel: write(sel, numerics.approx(name, read(sel), ftz))
+    if name not in ("rcp", "sqrt") or mode is None or t.name not in ("f32", "f64"):
+        raise ops.refuse(inst, f"{name} without .approx (only rcp/sqrt with a rounding mode)")
+    if t.name == "f64" and mode != "rn":
+        raise ops.refuse(inst, "directed rounding of f64 rcp/sqrt")
+    one = t.dtype.type(1)
+
+    def run(sel):
+        x = read(sel)
+        if ftz:
+            x = flush_f32(x)
+        out = numerics.divide(one, x, t.dtype, mode) if name == "rcp" else numerics.sqrt(x, t.dtype, mode)
+        write(sel, flush_f32(out) if ftz else out)
+
+    return run
+
+
+@opcode("testp")
+def decode_testp(ops: Operands, inst, mods):
+    t = mods.type()
+    test = mods.take("finite", "infinite", "number", "notanumber", "normal", "subnormal")
+    if test is None or t.kind != "f":
+        raise ops.refuse(inst, "testp needs a test and a float type")
+    read = ops.read(inst, inst.operands[1], t)
+    write = ops.write(inst, inst.operands[0], ptx_type("pred"))
+    tiny = np.finfo(t.dtype).tiny if t.name != "bf16" else ml_dtypes.finfo(ml_dtypes.bfloat16).tiny
+    tests = {"finite": np.isfinite, "infinite": np.isinf, "number": lambda x: ~np.isnan(x), "notanumber": np.isnan,
+             "normal": lambda x: np.isfinite(x) & (np.abs(x) >= tiny),
+             "subnormal": lambda x: (x != 0) & (np.abs(x) < tiny)}
+    f = tests[test]
+    return lambda sel: write(sel, f(read(sel)))
+
+
+@opcode("copysign")
+def decode_copysign(ops: Operands, inst, mods):
+    t = mods.type()
+    a, b = (ops.read(inst, o, t) for o in inst.operands[1:3])
+    write = ops.write(inst, inst.operands[0], t)
+    return lambda sel: write(sel, np.copysign(b(sel), a(sel)).astype(t.dtype))
+
+
+# region cvt
+def _satfinite(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    big = dtype.type(ml_dtypes.finfo(dtype).max) if dtype == _HALF["bf16"] else dtype.type(np.finfo(dtype).max)
+    return np.where(np.isinf(x), np.copysign(big, x.astype(np.float32)).astype(dtype), x).astype(dtype)
+
+
+def _narrow(x: np.ndarray, dtype: np.dtype, mode: str, relu: bool, satfinite: bool) -> np.ndarray:
+    """f32/f64 values to a float dtype in `mode`."""
+    if relu:
+        x = np.where(np.isnan(x), x, np.maximum(x, 0)).astype(x.dtype)
+    out = numerics.round_f64(x, dtype, mode) if x.dtype == np.float64 else numerics.round_f32(x, dtype, mode)
+    return _satfinite(out, dtype) if satfinite else out
+
+
+@opcode("cvt")
+def decode_cvt(ops: Operands, inst, mods):
+    dst, src = mods.types(2)
+    ftz, sat = bool(mods.take("ftz")), bool(mods.take("sat"))
+    relu, satfinite = bool(mods.take("relu")), bool(mods.take("satfinite"))
+    irnd = mods.take(*numerics.INTEGER_MODES)
+    frnd = mods.take(*numerics.MODES)
+    write = ops.write(inst, inst.operands[0], dst)
+    if dst.kind == "x2":
+        if src.name != "f32" or len(inst.operands) != 3 or irnd:
+            raise ops.refuse(inst, f"cvt to .{dst.name} needs two .f32 sources")
+        hi, lo = (ops.read(inst, o, src) for o in inst.operands[1:3])
+        half = _HALF[dst.half]
+        mode = frnd or "rn"
+
+        def run_pack(sel):
+            high = _narrow(np.asarray(hi(sel), np.float32), half, mode, relu, satfinite).view(np.uint16)
+            low = _narrow(np.asarray(lo(sel), np.float32), half, mode, relu, satfinite).view(np.uint16)
+            write(sel, pack_pair(low, high))
+        return run_pack
+    if len(inst.operands) != 2 or dst.kind not in ("b", "u", "s", "f") or src.kind not in ("b", "u", "s", "f"):
+        raise ops.refuse(inst, f"cvt.{dst.name}.{src.name}")
+    read = ops.read(inst, inst.operands[1], src)
+    flush = ftz and src.name == "f32"
+
+    def source(sel):
+        x = read(sel)
+        return flush_f32(x) if flush else x
+
+    if dst.kind != "f" and src.kind != "f":  # integer <- integer
+        if irnd or frnd:
+            raise ops.refuse(inst, "rounding modifier on an integer conversion")
+        info = np.iinfo(dst.dtype)
+
+        def run_int(sel):
+            x = np.asarray(source(sel))
+            if sat:
+                wide = x.astype(np.float64) if x.dtype.itemsize == 8 else x.astype(np.int64)
+                x = np.where(wide < info.min, info.min, np.where(wide > info.max, info.max, x))
+            write(sel, np.asarray(x).astype(dst.dtype))
+        return run_int
+    if dst.kind != "f":  # integer <- float
+        if irnd is None:
+            raise ops.refuse(inst, "float-to-integer cvt needs .rni/.rzi/.rmi/.rpi")
+        rounding = numerics.INTEGER_MODES[irnd]
+        return lambda sel: write(sel, numerics.float_to_int(source(sel), dst.dtype, rounding))
+    if src.kind != "f":  # float <- integer
+        if irnd:
+            raise ops.refuse(inst, "integer rounding on an int-to-float cvt")
+        mode = frnd or "rn"
+
+        def run_from_int(sel):
+            out = numerics.int_to_float(np.asarray(read(sel)), dst.dtype, mode)
+            write(sel, numerics.saturate(out) if sat else out)
+        return run_from_int
+    # float <- float
+    if irnd:
+        if dst.name != src.name:
+            raise ops.refuse(inst, "integer rounding between different float types")
+        rounding = numerics.INTEGER_MODES[irnd]
+
+        def run_integral(sel):
+            out = rounding(source(sel)).astype(dst.dtype)
+            write(sel, numerics.saturate(out) if sat else out)
+        return run_integral
+    narrowing = dst.bits < src.bits or (dst.bits == src.bits and dst.name != src.name)
+    if narrowing and frnd is None:
+        raise ops.refuse(inst, f"cvt.{dst.name}.{src.name} needs a rounding modifier")
+    mode = frnd or "rn"
+
+    def run_float(sel):
+        x = np.asarray(source(sel))
+        if narrowing:
+            wide = x if x.dtype in (np.float32, np.float64) else x.astype(np.float32)
+            out = _narrow(wide, dst.dtype, mode, relu, satfinite)
+        else:
+            out = x.astype(dst.dtype)
+        if ftz and dst.name == "f32":
+            out = flush_f32(out)
+        write(sel, numerics.saturate(out) if sat else out)
+
+    return run_float
+
+
+# endregion

@@ -1,0 +1,325 @@
+"""`launch`: run any PTX entry over a grid on NumPy arguments.
+
+    out = launch(ptx_text, "kernel", grid=(4, 1, 1), block=(128, 1, 1),
+                 args=[a, b, np.uint32(n), TensorMapArg.tiled(q, box=(64, 128), swizzle=128)],
+                 shared_bytes=49152)
+
+`args` follow the entry's parameters in order:
+- a NumPy array for a 64-bit parameter (`.u64`/`.b64`/`.s64`) is a global buffer: it is copied into the
+  executor's global memory at a 256-byte aligned address, and the parameter holds that address;
+- a Python/NumPy scalar for a scalar parameter (range-checked against the parameter type; floats for
+  `.f32/.f64`);
+- a `TensorMapArg` for a tensor-map parameter (`.param .align 64 .b8 name[128]`): the arguments of
+  `cuTensorMapEncodeTiled` (`facts.TensorMapSpec`) and the global tensor (an array, or the index of an array
+  argument). The parameter's 128 bytes are opaque; TMA instructions find the map by their address;
+- `bytes` for any other `.b8` array parameter.
+
+The result has one entry per argument: the updated copy of the array (of the tensor map's array for a
+`TensorMapArg`), None for scalars. The arguments themselves are never modified. An array given twice (or as
+an argument and inside a tensor map) is one buffer.
+
+Launch checks: argument count and kinds, block against `.reqntid`/`.maxntid` (and 1024 threads), clusters
+larger than one CTA (refused), shared memory (static + `shared_bytes`) <= 227 KiB. CTAs run in batches of
+several CTAs vectorised together (`schedule`), x fastest.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import ml_dtypes
+import numpy as np
+
+from tessera.interpreters.ptx import alu, floats, memory, schedule, sync, tensor  # noqa: F401 - registers decoders
+from tessera.interpreters.ptx.decode import Operands, decode
+from tessera.interpreters.ptx.state import (
+    GLOBAL_BASE,
+    GlobalMemory,
+    Machine,
+    PtxExecutionError,
+    fail,
+    layout_shared,
+)
+from tessera.interpreters.ptx.syntax import Module
+from tessera.interpreters.ptx.tensor import TensorMapObject
+from tessera.interpreters.ptx.types import ptx_type
+from tessera.sm90 import facts
+
+MAX_THREADS_PER_BLOCK = 1024
+LANES_PER_BATCH = 2048
+"""CTAs run together until a batch holds this many threads (at least one CTA)."""
+
+_NUMPY_TENSOR_MAP_TYPES = {
+    np.dtype(np.uint8): facts.TensorMapDataType.UINT8, np.dtype(np.uint16): facts.TensorMapDataType.UINT16,
+    np.dtype(np.uint32): facts.TensorMapDataType.UINT32, np.dtype(np.int32): facts.TensorMapDataType.INT32,
+    np.dtype(np.uint64): facts.TensorMapDataType.UINT64, np.dtype(np.int64): facts.TensorMapDataType.INT64,
+    np.dtype(np.float16): facts.TensorMapDataType.FLOAT16, np.dtype(np.float32): facts.TensorMapDataType.FLOAT32,
+    np.dtype(np.float64): facts.TensorMapDataType.FLOAT64,
+    np.dtype(ml_dtypes.bfloat16): facts.TensorMapDataType.BFLOAT16,
+}
+
+
+@dataclass(frozen=True)
+class TensorMapArg:
+    """A tensor-map argument: `spec` holds cuTensorMapEncodeTiled's arguments (dims, byte strides, box,
+    element strides innermost first, swizzle, interleave, L2 promotion, OOB fill); its globalAddress is the
+    address of `array` (an array, or the index of an array argument of the launch) plus `offset` bytes."""
+
+    array: np.ndarray | int
+    spec: facts.TensorMapSpec
+    offset: int = 0
+
+    @classmethod
+    def tiled(cls, array: np.ndarray | int, box: tuple[int, ...], swizzle: int = 0, *, shape=None, dtype=None,
+              oob_fill: facts.TensorMapFloatOOBFill = facts.TensorMapFloatOOBFill.NONE) -> TensorMapArg:
+        """The map of a row-major tensor (`array`'s shape and dtype, or `shape`/`dtype` when `array` is an
+        index) with `box` (innermost first) and a swizzle of 0/32/64/128 bytes."""
+        shape = array.shape if shape is None else shape
+        dtype = np.dtype(array.dtype if dtype is None else dtype)
+        if dtype not in _NUMPY_TENSOR_MAP_TYPES:
+            raise ValueError(f"no CUtensorMapDataType for {dtype}")
+        dims = tuple(int(d) for d in reversed(shape))
+        strides = tuple(math.prod(dims[:i]) * dtype.itemsize for i in range(1, len(dims)))
+        spec = facts.TensorMapSpec(_NUMPY_TENSOR_MAP_TYPES[dtype], dims, strides, tuple(box),
+                                   swizzle=facts.tensor_map_swizzle(swizzle), oob_fill=oob_fill)
+        return cls(array, spec)
+
+
+def _triple(value, what: str) -> tuple[int, int, int]:
+    values = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
+    if not 1 <= len(values) <= 3 or any(int(v) < 1 for v in values):
+        raise ValueError(f"{what} must be 1 to 3 positive integers, got {value!r}")
+    return tuple(int(v) for v in values) + (1,) * (3 - len(values))  # type: ignore[return-value]
+
+
+def _check_block(entry, block, source) -> None:
+    threads = math.prod(block)
+    if threads > MAX_THREADS_PER_BLOCK:
+        raise ValueError(f"block {block} has {threads} threads, more than {MAX_THREADS_PER_BLOCK}")
+    directives = entry.directives
+    if "reqntid" in directives:
+        want = _triple(directives["reqntid"], ".reqntid")
+        if want != block:
+            raise ValueError(f"entry {entry.name} requires block {want} (.reqntid), got {block}")
+    if "maxntid" in directives:
+        limit = _triple(directives["maxntid"], ".maxntid")
+        if threads > math.prod(limit):
+            raise ValueError(f"entry {entry.name} allows at most {math.prod(limit)} threads (.maxntid), got {threads}")
+    cluster = directives.get("reqnctapercluster")
+    if cluster and math.prod(cluster) > 1:
+        raise fail(source, None, f"entry {entry.name} needs clusters of {math.prod(cluster)} CTAs; the PTX "
+                                 "executor runs clusters of one CTA only")
+
+
+def _scalar_bytes(param, value, index: int) -> bytes:
+    t = ptx_type(param.type)
+    where = f"argument {index} ({param.name}, .{param.type})"
+    if t is None or t.kind in ("pred", "x2"):
+        raise ValueError(f"{where}: parameters of this type are not supported")
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{where}: expected a number, got {type(value).__name__}")
+    if t.kind == "f":
+        return np.asarray(value, t.dtype).tobytes()
+    if isinstance(value, (float, np.floating)):
+        raise ValueError(f"{where}: expected an integer, got {value!r}")
+    value = int(value)
+    low, high = (-(1 << (t.bits - 1)), (1 << (t.bits - 1)) - 1) if t.kind == "s" else (0, (1 << t.bits) - 1)
+    if t.kind == "b":
+        low = -(1 << (t.bits - 1))
+    if not low <= value <= high:
+        raise ValueError(f"{where}: {value} is out of range [{low}, {high}]")
+    return (value & ((1 << t.bits) - 1)).to_bytes(t.bits // 8, "little")
+
+
+def _specials(m: Machine, module_dynamic: int) -> dict[str, np.ndarray]:
+    bx, by, bz = m.block
+    tid = m.tid
+    s = {"%tid.x": tid % bx, "%tid.y": tid // bx % by, "%tid.z": tid // (bx * by),
+         "%ntid.x": np.full(m.lanes, bx), "%ntid.y": np.full(m.lanes, by), "%ntid.z": np.full(m.lanes, bz),
+         "%laneid": m.laneid, "%warpid": tid // facts.WARP_SIZE,
+         "%nwarpid": np.full(m.lanes, -(-m.threads // facts.WARP_SIZE)),
+         "%smid": np.zeros(m.lanes), "%nsmid": np.ones(m.lanes), "%gridid": np.zeros(m.lanes),
+         "%clock": np.zeros(m.lanes), "%clock64": np.zeros(m.lanes), "%globaltimer": np.zeros(m.lanes),
+         "%cluster_ctarank": np.zeros(m.lanes), "%cluster_nctarank": np.ones(m.lanes),
+         "%is_explicit_cluster": np.zeros(m.lanes),
+         "%dynamic_smem_size": np.full(m.lanes, module_dynamic),
+         "%total_smem_size": np.full(m.lanes, m.shared_bytes), "%aggr_smem_size": np.full(m.lanes, m.shared_bytes),
+         "%lanemask_eq": np.uint64(1) << m.laneid.astype(np.uint64),
+         "%lanemask_lt": (np.uint64(1) << m.laneid.astype(np.uint64)) - np.uint64(1),
+         "%lanemask_le": (np.uint64(2) << m.laneid.astype(np.uint64)) - np.uint64(1)}
+    s["%lanemask_gt"] = ~s["%lanemask_le"] & np.uint64(0xFFFFFFFF)
+    s["%lanemask_ge"] = ~s["%lanemask_lt"] & np.uint64(0xFFFFFFFF)
+    for i, axis in enumerate("xyz"):
+        s[f"%ctaid.{axis}"] = np.zeros(m.lanes)
+        s[f"%clusterid.{axis}"] = s[f"%ctaid.{axis}"]
+        s[f"%nctaid.{axis}"] = np.full(m.lanes, m.grid[i])
+        s[f"%nclusterid.{axis}"] = s[f"%nctaid.{axis}"]
+        s[f"%cluster_ctaid.{axis}"] = np.zeros(m.lanes)
+        s[f"%cluster_nctaid.{axis}"] = np.ones(m.lanes)
+    return {k: np.asarray(v).astype(np.uint64) for k, v in s.items()}
+
+
+def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int = 0,
+           source: str = "<ptx>") -> list[np.ndarray | None]:
+    """Run entry `kernel` of `ptx` over `grid` CTAs of `block` threads; see the module docstring."""
+    if isinstance(ptx, str):
+        from tessera.interpreters.ptx.parse import parse_ptx
+
+        ptx = parse_ptx(ptx, source)
+    if kernel not in ptx.entries:
+        raise ValueError(f"no entry named '{kernel}' (entries: {', '.join(ptx.entries) or 'none'})")
+    entry = ptx.entries[kernel]
+    grid, block = _triple(grid, "grid"), _triple(block, "block")
+    _check_block(entry, block, source)
+    args = list(args)
+    if len(args) != len(entry.params):
+        raise ValueError(f"entry {kernel} has {len(entry.params)} parameters, got {len(args)} arguments")
+    if shared_bytes < 0:
+        raise ValueError(f"shared_bytes must be >= 0, got {shared_bytes}")
+
+    # global memory: the arrays (once each), then module .global/.const data
+    memory_ = GlobalMemory()
+    buffers: dict[int, tuple[int, np.ndarray]] = {}
+
+    def place(array: np.ndarray, name: str) -> int:
+        if id(array) not in buffers:
+            data = np.ascontiguousarray(array)
+            buffers[id(array)] = (memory_.allocate(name, data.tobytes()), array)
+        return buffers[id(array)][0]
+
+    for i, (param, value) in enumerate(zip(entry.params, args)):
+        if isinstance(value, np.ndarray):
+            place(value, f"argument {i} ({param.name})")
+        elif isinstance(value, TensorMapArg):
+            target = value.array
+            if isinstance(target, (int, np.integer)):
+                if not (0 <= target < len(args) and isinstance(args[target], np.ndarray)):
+                    raise ValueError(f"argument {i} ({param.name}): tensor map names argument {target}, "
+                                     "which is not an array")
+                target = args[target]
+            place(target, f"tensor of argument {i} ({param.name})")
+    global_symbols = {}
+    for variable in ptx.variables:
+        if variable.space in ("global", "const"):
+            size = variable.element_bytes * (variable.count or 0)
+            data = (variable.init or b"").ljust(size, b"\0")
+            global_symbols[variable.name] = memory_.allocate(variable.name, data, variable.align)
+    memory_.finish()
+
+    # parameters
+    params = bytearray()
+    param_offsets: dict[str, int] = {}
+    maps: dict[int, TensorMapObject] = {}
+    for i, (param, value) in enumerate(zip(entry.params, args)):
+        align = max(param.align, param.element_bytes)
+        offset = -(-len(params) // align) * align
+        params.extend(b"\0" * (offset - len(params)))
+        param_offsets[param.name] = offset
+        size = param.element_bytes * (param.count or 0)
+        where = f"argument {i} ({param.name})"
+        if isinstance(value, np.ndarray):
+            if size != 8 or param.count != 1:
+                raise ValueError(f"{where}: an array is passed as a 64-bit pointer, but the parameter is "
+                                 f".{param.type}{'' if param.count == 1 else f'[{param.count}]'}")
+            params.extend(place(value, "").to_bytes(8, "little"))
+        elif isinstance(value, TensorMapArg):
+            if param.type != "b8" or param.count != facts.TENSOR_MAP_BYTES or param.align < facts.TENSOR_MAP_ALIGNMENT:
+                raise ValueError(f"{where}: a tensor map needs `.param .align 64 .b8 {param.name}[128]`")
+            target = args[value.array] if isinstance(value.array, (int, np.integer)) else value.array
+            base, array = buffers[id(target)]
+            spec = replace(value.spec, global_address=base + value.offset)
+            try:
+                spec.validate()
+            except ValueError as error:
+                raise ValueError(f"{where}: cuTensorMapEncodeTiled would refuse this map: {error}") from None
+            if spec.interleave != facts.TensorMapInterleave.NONE or any(s != 1 for s in spec.strides) or \
+                    spec.oob_fill != facts.TensorMapFloatOOBFill.NONE:
+                raise fail(source, None, f"{where}: tensor maps with interleave, element strides or NaN OOB fill "
+                                         "are not supported by the PTX executor")
+            extent = value.offset + spec.element_bytes + sum((d - 1) * s for d, s in
+                                                             zip(spec.global_dims, (spec.element_bytes,) +
+                                                                 tuple(spec.global_strides)))
+            if extent > array.nbytes:
+                raise ValueError(f"{where}: the tensor map spans {extent} bytes, its array has {array.nbytes}")
+            maps[offset] = TensorMapObject(param.name, spec, base + value.offset)
+            params.extend(b"\0" * size)
+        elif isinstance(value, (bytes, bytearray)):
+            if len(value) != size:
+                raise ValueError(f"{where}: expected {size} bytes, got {len(value)}")
+            params.extend(value)
+        else:
+            if param.count != 1:
+                raise ValueError(f"{where}: expected an array, tensor map or bytes for a .b8[{param.count}] parameter")
+            params.extend(_scalar_bytes(param, value, i))
+    params_array = np.frombuffer(bytes(params) or b"\0", np.uint8).copy()
+
+    # shared and local memory
+    shared_variables = [v for v in ptx.variables if v.space == "shared"] + \
+                       [v for v in entry.variables if v.space == "shared"]
+    shared = layout_shared(shared_variables, shared_bytes)
+    if shared.total_bytes > facts.MAX_SHARED_MEMORY_PER_BLOCK:
+        raise ValueError(f"shared memory of {shared.total_bytes} bytes ({shared.static_bytes} static + "
+                         f"{shared_bytes} dynamic, with alignment) exceeds the {facts.MAX_SHARED_MEMORY_PER_BLOCK} "
+                         "bytes of a CTA")
+    local_offsets, local_end = {}, 0
+    for v in entry.variables:
+        if v.space == "local":
+            align = max(v.align, v.element_bytes)
+            local_end = -(-local_end // align) * align
+            local_offsets[v.name] = local_end
+            local_end += v.element_bytes * (v.count or 0)
+
+    total = math.prod(grid)
+    threads = math.prod(block)
+    per_batch = max(1, min(total, LANES_PER_BATCH // threads))
+    machine = Machine(entry, source, block, per_batch, shared, local_offsets, local_end, memory_, params_array,
+                      param_offsets, global_symbols, grid)
+    machine.tensor_maps = maps
+    specials = _specials(machine, shared_bytes)
+    ops = Operands(machine, specials)
+    steps = [decode(ops, inst) for inst in entry.instructions]
+    scheduler = schedule.Scheduler(machine, steps, ops)
+    gx, gy, _ = grid
+    ids = [(i % gx, i // gx % gy, i // (gx * gy)) for i in range(total)]
+    for start in range(0, total, per_batch):
+        machine.load_batch(ids[start:start + per_batch])
+        for i, axis in enumerate("xyz"):
+            specials[f"%ctaid.{axis}"][:] = machine.ctaid[machine.lane_cta, i]
+        scheduler.run()
+
+    results: list[np.ndarray | None] = []
+    for value in args:
+        target = value
+        if isinstance(value, TensorMapArg):
+            target = args[value.array] if isinstance(value.array, (int, np.integer)) else value.array
+        if not isinstance(target, np.ndarray):
+            results.append(None)
+            continue
+        base, array = buffers[id(target)]
+        raw = memory_.buffer[base - GLOBAL_BASE:base - GLOBAL_BASE + array.nbytes]
+        results.append(raw.copy().view(array.dtype).reshape(array.shape))
+    return results
+
+
+def launch_described(ptx: str | Module, host, arrays: list[np.ndarray], sizes: dict[str, int],
+                     source: str = "<ptx>") -> None:
+    """Run a Tessera kernel from its PTX as `tessera.host.describe` says to launch it: `arrays` are the
+    Tile-level arguments (inputs, outputs, scratch, as `prepare_arguments` makes them), `sizes` the named
+    sizes. Outputs are written back into `arrays`."""
+    maps = host.tensor_maps(sizes)
+    args = []
+    for param in host.params:
+        if param.kind == "tensormap":
+            args.append(TensorMapArg(arrays[param.source], maps[param.name]))
+        elif param.kind == "pointer":
+            args.append(arrays[param.source])
+        else:
+            args.append(np.uint32(sizes[param.size]))
+    results = launch(ptx, host.kernel, host.grid(sizes), host.block, args, host.dynamic_smem_bytes, source)
+    for param, result in zip(host.params, results):
+        if param.kind == "pointer":
+            arrays[param.source][...] = result
+
+
+__all__ = ["launch", "launch_described", "TensorMapArg", "PtxExecutionError"]

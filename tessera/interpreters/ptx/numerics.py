@@ -1,0 +1,227 @@
+"""Floating-point rounding as PTX specifies it, on NumPy arrays.
+
+Rounding modes are PTX's: "rn" (nearest, ties to even), "rz" (toward zero), "rm" (toward -inf), "rp" (toward
++inf). Every result is *correctly rounded* once from the exact value, the way the hardware does it:
+
+- products of two f32 (or narrower) values are exact in float64; a sum of two float64 values is made exact
+  enough with TwoSum and then rounded to float64 *to odd* (`sum_to_odd`). Rounding a round-to-odd float64 to
+  f32/f16/bf16 (at least 2 bits narrower) in any mode gives the correctly rounded result of the exact value,
+  so `fma.rn.f32` is a single rounding (no double-rounding error) and `add.rz.f32` is exact too.
+- f16/bf16 results go float64 -> f32 (to odd) -> 16-bit, for the same reason.
+- float64 arithmetic is done by NumPy (round to nearest); directed modes for f64 arithmetic are refused by the
+  decoder (they would need more than float64).
+
+The approximate functions (`ex2`, `lg2`, `rcp`, `rsqrt`, `sqrt`, `sin`, `cos`, `tanh` with `.approx`) return
+the correctly rounded f32 of the exact function, which is within the error the PTX ISA documents for each
+(e.g. ex2: 2 ulp; rcp: 1 ulp): compare kernel results with a tolerance, as for the Target IR simulator.
+`.ftz` flushes f32 subnormal inputs and results to zero of the same sign; `.sat` clamps to [0, 1], NaN -> 0.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+MODES = ("rn", "rz", "rm", "rp")
+INTEGER_MODES = {"rni": np.rint, "rzi": np.trunc, "rmi": np.floor, "rpi": np.ceil}
+"""Round to an integral value in the float type (cvt .rni/.rzi/.rmi/.rpi): nearest even, zero, down, up."""
+
+_F32_TINY = np.float32(np.finfo(np.float32).tiny)
+
+
+def flush_f32(x: np.ndarray) -> np.ndarray:
+    """`.ftz`: f32 subnormals become zero of the same sign."""
+    x = np.asarray(x, np.float32)
+    return np.where(np.abs(x) < _F32_TINY, np.copysign(np.float32(0), x), x).astype(np.float32)
+
+
+def saturate(x: np.ndarray) -> np.ndarray:
+    """`.sat`: clamp to [0.0, 1.0]; NaN becomes 0."""
+    return np.where(np.isnan(x), np.zeros((), x.dtype), np.clip(x, 0, 1)).astype(x.dtype)
+
+
+def _unsigned(dtype: np.dtype) -> np.dtype:
+    return np.dtype(f"uint{np.dtype(dtype).itemsize * 8}")
+
+
+def _step(r: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """The neighbour of finite-or-infinite r one ulp up (where `up`) or down, in r's own format."""
+    u = _unsigned(r.dtype)
+    bits = r.view(u).copy()
+    sign_bit = u.type(1 << (u.itemsize * 8 - 1))
+    negative = (bits & sign_bit) != 0
+    zero = (bits & ~sign_bit) == 0
+    away = up != negative  # moving away from zero in magnitude
+    stepped = np.where(away, bits + u.type(1), bits - u.type(1))
+    # from +-0: up gives the smallest positive subnormal, down the smallest negative one
+    stepped = np.where(zero, np.where(up, u.type(1), sign_bit | u.type(1)), stepped)
+    return stepped.astype(u).view(r.dtype)
+
+
+def _directed(r: np.ndarray, exact: np.ndarray, mode: str) -> np.ndarray:
+    """Turn a round-to-nearest result r of `exact` (compared in a wider type) into the `mode` result."""
+    if mode == "rn":
+        return r
+    wide = r.astype(exact.dtype)
+    with np.errstate(invalid="ignore"):
+        if mode == "rz":
+            fix = np.abs(wide) > np.abs(exact)
+            up = wide < 0
+        elif mode == "rm":
+            fix = wide > exact
+            up = np.zeros(r.shape, bool)
+        elif mode == "rp":
+            fix = wide < exact
+            up = np.ones(r.shape, bool)
+        else:
+            raise ValueError(f"unknown rounding mode {mode!r}")
+    if not fix.any():
+        return r
+    return np.where(fix, _step(r, up), r)
+
+
+def to_odd_f32(x: np.ndarray) -> np.ndarray:
+    """float64 -> f32 rounded to odd: an inexact result takes the neighbour whose last bit is 1 (overflow
+    gives the largest finite f32, which is odd)."""
+    x = np.asarray(x, np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        r = x.astype(np.float32)
+        inexact = (r.astype(np.float64) != x) & ~np.isnan(x)
+    if not inexact.any():
+        return r
+    big = np.float32(np.finfo(np.float32).max)
+    r = np.where(inexact & np.isinf(r), np.copysign(big, x).astype(np.float32), r)
+    even = (r.view(np.uint32) & 1) == 0
+    fix = inexact & even
+    return np.where(fix, _step(r, r.astype(np.float64) < x), r)
+
+
+def round_f64(x: np.ndarray, dtype: np.dtype, mode: str = "rn") -> np.ndarray:
+    """float64 values (exact, or rounded to odd from the exact value) rounded to `dtype` (f64, f32, f16,
+    bf16) in `mode`."""
+    x = np.asarray(x, np.float64)
+    dtype = np.dtype(dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if dtype == np.float64:
+            if mode != "rn":
+                raise ValueError("directed rounding of float64 arithmetic is not supported")
+            return x
+        if dtype == np.float32:
+            return _directed(x.astype(np.float32), x, mode)
+        odd = to_odd_f32(x)
+        return _directed(odd.astype(dtype), odd, mode)
+
+
+def round_f32(x: np.ndarray, dtype: np.dtype, mode: str = "rn") -> np.ndarray:
+    """f32 values rounded to a 16-bit float `dtype` (or f32/f64) in `mode`."""
+    x = np.asarray(x, np.float32)
+    if np.dtype(dtype) in (np.dtype(np.float32), np.dtype(np.float64)):
+        return x.astype(dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _directed(x.astype(dtype), x, mode)
+
+
+def sum_to_odd(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a + b (float64) rounded to odd from the exact sum (TwoSum gives the exact error)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = a + b
+        bb = s - a
+        err = (a - (s - bb)) + (b - bb)
+        fix = (err != 0) & np.isfinite(s) & ((s.view(np.uint64) & 1) == 0)
+    if not fix.any():
+        return s
+    return np.where(fix, _step(s, err > 0), s)
+
+
+def add(a: np.ndarray, b: np.ndarray, dtype: np.dtype, mode: str) -> np.ndarray:
+    """a + b of two float arrays of `dtype` with one rounding in `mode`."""
+    if np.dtype(dtype) == np.float64 or (mode == "rn" and np.dtype(dtype) == np.float32):
+        with np.errstate(all="ignore"):
+            return (a + b).astype(dtype)
+    return round_f64(sum_to_odd(a.astype(np.float64), b.astype(np.float64)), dtype, mode)
+
+
+def mul(a: np.ndarray, b: np.ndarray, dtype: np.dtype, mode: str) -> np.ndarray:
+    """a * b with one rounding (the float64 product of two f32 values is exact)."""
+    if np.dtype(dtype) == np.float64 or (mode == "rn" and np.dtype(dtype) == np.float32):
+        with np.errstate(all="ignore"):
+            return (a * b).astype(dtype)
+    with np.errstate(all="ignore"):
+        return round_f64(a.astype(np.float64) * b.astype(np.float64), dtype, mode)
+
+
+def fma(a: np.ndarray, b: np.ndarray, c: np.ndarray, dtype: np.dtype, mode: str) -> np.ndarray:
+    """a * b + c with a single rounding in `mode` (f64 operands: NumPy's float64, one extra rounding of the
+    product, which is documented as a gap)."""
+    with np.errstate(all="ignore"):
+        if np.dtype(dtype) == np.float64:
+            return a * b + c
+        product = a.astype(np.float64) * b.astype(np.float64)
+        return round_f64(sum_to_odd(product, c.astype(np.float64)), dtype, mode)
+
+
+def divide(a: np.ndarray, b: np.ndarray, dtype: np.dtype, mode: str) -> np.ndarray:
+    """IEEE a / b: the float64 quotient of f32 values rounded once more is correctly rounded (53 >= 2*24+2)."""
+    with np.errstate(all="ignore"):
+        if np.dtype(dtype) == np.float64:
+            return a / b
+        return round_f64(a.astype(np.float64) / b.astype(np.float64), dtype, mode)
+
+
+def sqrt(a: np.ndarray, dtype: np.dtype, mode: str) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        if np.dtype(dtype) == np.float64:
+            return np.sqrt(a)
+        return round_f64(np.sqrt(a.astype(np.float64)), dtype, mode)
+
+
+APPROX = {
+    "ex2": np.exp2,
+    "lg2": np.log2,
+    "rcp": lambda x: 1.0 / x,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "sin": np.sin,
+    "cos": np.cos,
+    "tanh": np.tanh,
+}
+"""The exact functions behind `<name>.approx.f32`, evaluated in float64 and rounded once to f32."""
+
+
+def approx(name: str, x: np.ndarray, ftz: bool) -> np.ndarray:
+    """`<name>.approx{.ftz}.f32 x`."""
+    x = flush_f32(x) if ftz else np.asarray(x, np.float32)
+    with np.errstate(all="ignore"):
+        result = APPROX[name](x.astype(np.float64)).astype(np.float32)
+    return flush_f32(result) if ftz else result
+
+
+def float_to_int(x: np.ndarray, dtype: np.dtype, rounding) -> np.ndarray:
+    """cvt.<rounding>i.<int>.<float>: round to integral, NaN -> 0, saturate to the integer type's range."""
+    dtype = np.dtype(dtype)
+    info = np.iinfo(dtype)
+    with np.errstate(all="ignore"):
+        r = rounding(np.asarray(x, np.float64))
+        r = np.where(np.isnan(r), 0.0, r)
+        low = r <= float(info.min)
+        high = r >= float(info.max) + 1.0 if info.max < 2**53 else r >= 2.0 ** (dtype.itemsize * 8 - (dtype.kind == "i"))
+        safe = np.where(low | high, 0.0, r)
+        out = safe.astype(dtype)
+    out = np.where(low, dtype.type(info.min), out)
+    return np.where(high, dtype.type(info.max), out).astype(dtype)
+
+
+def int_to_float(x: np.ndarray, dtype: np.dtype, mode: str) -> np.ndarray:
+    """cvt.<mode>.<float>.<int>: one correct rounding of the integer value."""
+    x = np.asarray(x)
+    if np.dtype(dtype) == np.float64:
+        if mode != "rn" and x.dtype.itemsize > 4:
+            raise ValueError("directed rounding of 64-bit integers to f64 is not supported")
+        return x.astype(np.float64)  # exact for 32-bit integers; C's correctly rounded cast for 64-bit
+    if x.dtype.itemsize <= 4:
+        exact = x.astype(np.float64)
+    else:  # split in 32-bit halves, each exact in float64, and sum to odd
+        signed = x.dtype.kind == "i"
+        high = (x >> 32).astype(np.int64 if signed else np.uint64).astype(np.float64) * 2.0**32
+        low = (x.astype(np.uint64) & np.uint64(0xFFFFFFFF)).astype(np.float64)
+        exact = sum_to_odd(high, low)
+    return round_f64(exact, dtype, mode)

@@ -1,0 +1,174 @@
+"""Scheduling lanes with per-thread program counters: divergence, reconvergence, blocking and deadlock.
+
+Every lane has its own pc. Each step picks the smallest pc among running lanes (all CTAs of the batch) and
+executes that instruction for every running lane there, so lanes that agree (a converged warp, a whole CTA,
+the same code in several CTAs) run as one NumPy operation. *Min-pc scheduling* reconverges structured code:
+after `@p bra ELSE` the lanes at the lower pc (the then-branch) run until they reach the join point, where
+the others are waiting with a higher pc; a loop with per-lane trip counts keeps the lanes that loop again
+(lower pc) running until they leave. Any interleaving of lanes that respects the synchronisation is a legal
+PTX execution; this is one of them.
+
+Blocking: a lane at `bar.sync` (status BAR), at an `mbarrier.try_wait` whose phase is not complete (PARK:
+try_wait is modelled as a wait that succeeds once the phase completes, a legal timing since the time limit is
+implementation-defined), or at a collective instruction whose warp/warpgroup has not all arrived (COLL),
+is not selected; barriers and mbarriers wake it. A failing `mbarrier.test_wait` returns false and parks the
+lane after it; when nothing else can run such lanes are woken, and if that happens twice with no
+synchronisation progress in between (no barrier completion, no mbarrier arrival), the run stops.
+
+Deadlock: when no lane can run and some have not exited, `run` raises `PtxExecutionError` naming each group
+of blocked lanes, what they wait for, and the line.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tessera.interpreters.ptx.decode import ALL, Operands, Step, guard_reader, label_index, opcode
+from tessera.interpreters.ptx.state import BAR, COLL, EXITED, PARK, RUN, STATUS_NAMES, Machine, fail
+
+
+# region control instructions
+@opcode("bra")
+def decode_bra(ops: Operands, inst, mods):
+    mods.drop("uni")
+    if len(inst.operands) != 1:
+        raise ops.refuse(inst, "bra needs one label")
+    target = label_index(ops, inst, inst.operands[0])
+    m = ops.m
+
+    def run(lanes, active):
+        m.pc[lanes] += 1
+        m.pc[active] = target
+
+    return Step(inst, run, control=True)
+
+
+@opcode("exit", "ret")
+def decode_exit(ops: Operands, inst, mods):
+    mods.drop("uni")
+    m = ops.m
+
+    def run(lanes, active):
+        m.pc[lanes] += 1
+        m.status[active] = EXITED
+        if len(active):
+            m.on_exit(np.unique(m.lane_cta[active]))
+
+    return Step(inst, run, control=True)
+
+
+@opcode("trap", "brkpt")
+def decode_trap(ops: Operands, inst, mods):
+    m = ops.m
+
+    def run(lanes, active):
+        if len(active):
+            raise m.error(inst, "the kernel executed a trap", int(active[0]))
+        m.pc[lanes] += 1
+
+    return Step(inst, run, control=True)
+
+
+# endregion
+
+
+class Scheduler:
+    """Runs the decoded `steps` of a machine until every lane has exited."""
+
+    def __init__(self, machine: Machine, steps: list[Step], ops: Operands):
+        self.m = machine
+        self.steps = steps
+        self.guards = [guard_reader(ops, s.inst) for s in steps]
+        self.forced_epoch = None
+        self.executed = 0
+
+    def run(self) -> None:
+        m, steps, guards = self.m, self.steps, self.guards
+        end = len(steps)
+        big = np.iinfo(np.int64).max
+        all_lanes = m.lane_ids
+        with np.errstate(all="ignore"):
+            while True:
+                running = m.status == RUN
+                if not running.any():
+                    if self._stalled():
+                        return
+                    continue
+                candidates = np.where(running, m.pc, big)
+                pc = int(candidates.min())
+                lanes = np.flatnonzero(candidates == pc)
+                if pc >= end:
+                    m.status[lanes] = EXITED
+                    m.on_exit(np.unique(m.lane_cta[lanes]))
+                    continue
+                step = steps[pc]
+                if step.unit:
+                    lanes = self._gather_collective(step, pc, lanes)
+                    if lanes is None:
+                        continue
+                guard = guards[pc]
+                active = lanes if guard is None else lanes[guard(lanes)]
+                self.executed += 1
+                if step.control:
+                    step.run(lanes, active)
+                else:
+                    if len(active):
+                        step.run(ALL if len(active) == len(all_lanes) else active)
+                    m.pc[lanes] += 1
+
+    def _gather_collective(self, step: Step, pc: int, lanes: np.ndarray):
+        """The lanes that execute a collective now: those of the units (warps/warpgroups) touched by `lanes`
+        all of whose non-exited member lanes are at this pc. Lanes of incomplete units wait (COLL)."""
+        m = self.m
+        unit = m.unit_of[step.unit]
+        touched = np.isin(unit, np.unique(unit[lanes]))
+        members = touched & (m.status != EXITED)
+        if step.mask is not None and step.unit == 32:
+            members &= ((step.mask >> m.laneid) & 1).astype(bool)
+        at_pc = touched & (m.pc == pc) & ((m.status == RUN) | (m.status == COLL))
+        incomplete = np.isin(unit, np.unique(unit[members & ~at_pc]))
+        m.status[at_pc & incomplete] = COLL
+        ready = np.flatnonzero(at_pc & ~incomplete)
+        if not len(ready):
+            return None
+        m.status[ready] = RUN
+        return ready
+
+    def _stalled(self) -> bool:
+        """No lane can run: True when all exited; wakes what may progress, or raises a deadlock."""
+        m = self.m
+        if (m.status == EXITED).all():
+            return True
+        if (m.status == COLL).any():
+            # an exit may have completed a warp: let the collective lanes try again once
+            if self.forced_epoch != ("coll", m.sync_epoch, self.executed):
+                self.forced_epoch = ("coll", m.sync_epoch, self.executed)
+                m.status[m.status == COLL] = RUN
+                return False
+        testing = (m.status == PARK) & m.park_test
+        if testing.any() and self.forced_epoch != ("test", m.sync_epoch):
+            self.forced_epoch = ("test", m.sync_epoch)
+            m.status[testing] = RUN
+            m.park_address[testing] = -1
+            m.park_test[testing] = False
+            return False
+        raise self.deadlock()
+
+    def deadlock(self):
+        m = self.m
+        groups: dict[tuple, list[int]] = {}
+        for lane in np.flatnonzero(m.status != EXITED):
+            status = int(m.status[lane])
+            key = (status, int(m.pc[lane]), int(m.bar_waiting[lane]), int(m.park_address[lane]))
+            groups.setdefault(key, []).append(int(lane))
+        lines = []
+        for (status, pc, bar, address), lanes in sorted(groups.items(), key=lambda kv: kv[0][1]):
+            inst = self.steps[pc].inst if pc < len(self.steps) else None
+            what = STATUS_NAMES[status]
+            if status == BAR:
+                what = f"wait at named barrier {bar}"
+            elif status == PARK and address >= 0:
+                what = f"wait on the mbarrier at shared address {address:#x}"
+            where = f"line {inst.line} ({inst.name})" if inst is not None else "the end"
+            lines.append(f"  {len(lanes)} thread(s), first {m.describe_lane(lanes[0])}: {what} at {where}")
+        return fail(m.source, None, "deadlock: no thread can make progress\n" + "\n".join(lines))

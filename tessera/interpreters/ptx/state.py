@@ -1,0 +1,237 @@
+"""The state of a batch of CTAs running one PTX entry: lanes, registers and the memories.
+
+A *lane* is one thread of one CTA of the batch: lane = cta * T + tid, T threads per CTA (the block, x fastest).
+All per-thread state is a NumPy array over lanes: registers (bit patterns, see `types`), the program counter
+`pc` (an index into the entry's instruction list) and `status` (RUN, EXITED, or blocked: BAR at a named
+barrier, PARK on an mbarrier wait, COLL at a warp/warpgroup-collective instruction waiting for the rest of its
+warp or warpgroup).
+
+Address spaces and generic addressing. Each space has its own addresses; a generic address is the space
+address plus the space's window base, so `cvta` adds or subtracts the base and a generic access is routed by
+window:
+
+    global   [GLOBAL_BASE, SHARED_WINDOW)   arrays and module .global/.const data, each 256-byte aligned
+    shared   SHARED_WINDOW + [0, S)         per CTA: static .shared variables (aligned, in order), then the
+                                            dynamic `.extern .shared` array at its alignment; S <= 227 KiB
+    local    LOCAL_WINDOW + [0, L)          per thread: .local variables
+    param    PARAM_WINDOW + [0, P)          the kernel parameters, laid out at their alignment
+
+Global memory is one byte buffer with the arrays at their addresses; an access that is not entirely inside
+one array (or module variable) is an error, as is a misaligned access (address not a multiple of its size).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tessera.interpreters.ptx.syntax import Entry, Instruction
+from tessera.interpreters.ptx.types import ptx_type
+from tessera.sm90 import facts
+
+GLOBAL_BASE = 1 << 40
+SHARED_WINDOW = 1 << 48
+LOCAL_WINDOW = 2 << 48
+PARAM_WINDOW = 3 << 48
+WINDOW_SIZE = 1 << 48
+GLOBAL_ALIGNMENT = 256
+
+RUN, EXITED, BAR, PARK, COLL = 0, 1, 2, 3, 4
+STATUS_NAMES = {RUN: "running", EXITED: "exited", BAR: "at a barrier", PARK: "waiting on an mbarrier",
+                COLL: "waiting for its warp/warpgroup"}
+
+
+class PtxExecutionError(RuntimeError):
+    """The executor stopped: `source:line: error: <instruction>: <what>` (and the thread, when one is to
+    blame). Raised for unsupported instructions (at decode time), memory faults, deadlocks and launches
+    that do not match the entry."""
+
+
+def fail(source: str, inst: Instruction | None, message: str) -> PtxExecutionError:
+    """The error for `inst` (None: the entry as a whole)."""
+    if inst is None:
+        return PtxExecutionError(f"{source}: error: {message}")
+    return PtxExecutionError(f"{source}:{inst.line}: error: {inst.name}: {message}")
+
+
+@dataclass
+class Segment:
+    name: str
+    start: int
+    size: int
+
+
+@dataclass
+class GlobalMemory:
+    """Global memory: one byte buffer; `segments` name the allocations (sorted by address)."""
+
+    segments: list[Segment] = field(default_factory=list)
+    chunks: list[bytes] = field(default_factory=list)
+    buffer: np.ndarray | None = None
+
+    def allocate(self, name: str, data: bytes, align: int = GLOBAL_ALIGNMENT) -> int:
+        """Place `data` at the next address aligned to max(256, align); returns its address."""
+        end = self.segments[-1].start + self.segments[-1].size if self.segments else GLOBAL_BASE
+        align = max(GLOBAL_ALIGNMENT, align)
+        start = -(-end // align) * align
+        self.segments.append(Segment(name, start, len(data)))
+        self.chunks.append(bytes(data))
+        return start
+
+    def finish(self) -> None:
+        end = self.segments[-1].start + self.segments[-1].size if self.segments else GLOBAL_BASE
+        self.buffer = np.zeros(end - GLOBAL_BASE, np.uint8)
+        for segment, data in zip(self.segments, self.chunks):
+            self.buffer[segment.start - GLOBAL_BASE:segment.start - GLOBAL_BASE + segment.size] = \
+                np.frombuffer(data, np.uint8)
+        self.chunks = []
+        self._starts = np.array([s.start for s in self.segments], np.int64)
+        self._ends = np.array([s.start + s.size for s in self.segments], np.int64)
+
+    def outside(self, addresses: np.ndarray, nbytes: int) -> np.ndarray:
+        """Mask of the accesses of `nbytes` at `addresses` not inside one segment."""
+        if not self.segments:
+            return np.ones(addresses.shape, bool)
+        index = np.searchsorted(self._starts, addresses, side="right") - 1
+        inside = (index >= 0) & (addresses + nbytes <= self._ends[np.maximum(index, 0)])
+        return ~inside
+
+    def view(self, segment: int) -> np.ndarray:
+        s = self.segments[segment]
+        return self.buffer[s.start - GLOBAL_BASE:s.start - GLOBAL_BASE + s.size]
+
+
+@dataclass(frozen=True)
+class SharedLayout:
+    """Where each `.shared` variable lives in a CTA's shared memory, and the total bytes."""
+
+    offsets: dict[str, int]
+    static_bytes: int
+    total_bytes: int
+
+
+def layout_shared(variables, dynamic_bytes: int) -> SharedLayout:
+    """Static variables in declaration order at their alignment from address 0, then the dynamic
+    (`.extern`) arrays, all at one address after them aligned to the largest extern alignment."""
+    offsets, end = {}, 0
+    externs = [v for v in variables if v.extern]
+    for v in variables:
+        if v.extern:
+            continue
+        align = max(v.align, v.element_bytes)
+        end = -(-end // align) * align
+        offsets[v.name] = end
+        end += v.element_bytes * (v.count or 0)
+    static = end
+    if externs:
+        align = max(max(v.align, v.element_bytes) for v in externs)
+        end = -(-end // align) * align
+        for v in externs:
+            offsets[v.name] = end
+        end += dynamic_bytes
+    else:
+        end += dynamic_bytes
+    return SharedLayout(offsets, static, end)
+
+
+class Machine:
+    """A batch of `ctas` CTAs of `threads` threads each (at most `ctas`; `load_batch` sets the CTA ids).
+
+    Registers are created from `entry.registers` (zero-initialised; PTX leaves them undefined). `shared` is
+    [ctas * S] bytes, lane l's CTA memory at (l // T) * S; `local` is [lanes, L] bytes."""
+
+    def __init__(self, entry: Entry, source: str, block: tuple[int, int, int], ctas: int,
+                 shared: SharedLayout, local_offsets: dict[str, int], local_bytes: int,
+                 memory: GlobalMemory, params: np.ndarray, param_offsets: dict[str, int],
+                 global_symbols: dict[str, int], grid: tuple[int, int, int]):
+        self.entry, self.source = entry, source
+        self.block, self.grid = block, grid
+        self.threads = block[0] * block[1] * block[2]
+        self.ctas = ctas
+        self.lanes = ctas * self.threads
+        lane = np.arange(self.lanes, dtype=np.int64)
+        self.lane_ids = lane
+        self.lane_cta = lane // self.threads
+        self.tid = lane % self.threads
+        self.laneid = self.tid % facts.WARP_SIZE
+        warps_per_cta = -(-self.threads // facts.WARP_SIZE)
+        groups_per_cta = -(-self.threads // facts.WARPGROUP_SIZE)
+        self.unit_of = {facts.WARP_SIZE: self.lane_cta * warps_per_cta + self.tid // facts.WARP_SIZE,
+                        facts.WARPGROUP_SIZE: self.lane_cta * groups_per_cta + self.tid // facts.WARPGROUP_SIZE}
+        self.ctaid = np.zeros((ctas, 3), np.int64)
+        self.cta_valid = np.zeros(ctas, bool)
+        self.pc = np.zeros(self.lanes, np.int64)
+        self.status = np.full(self.lanes, EXITED, np.int8)
+        self.registers: dict[str, np.ndarray] = {}
+        self.register_types = {}
+        for name, type_name in entry.registers.items():
+            t = ptx_type(type_name)
+            if t is None:
+                raise fail(source, None, f"register {name} has type .{type_name}, which the executor does not know")
+            self.registers[name] = np.zeros(self.lanes, t.storage)
+            self.register_types[name] = t
+        self.shared_layout = shared
+        self.shared_bytes = shared.total_bytes
+        self.shared = np.zeros(ctas * max(self.shared_bytes, 1), np.uint8)
+        self.local_offsets, self.local_bytes = local_offsets, local_bytes
+        self.local = np.zeros((self.lanes, max(local_bytes, 1)), np.uint8)
+        self.memory = memory
+        self.params, self.param_offsets = params, param_offsets
+        self.global_symbols = global_symbols
+        self.tensor_maps: dict[int, object] = {}
+        # synchronisation state (see sync.py)
+        self.mbarriers: dict[tuple[int, int], facts.MBarrierState] = {}
+        self.park_address = np.full(self.lanes, -1, np.int64)
+        self.park_test = np.zeros(self.lanes, bool)
+        self.exit_hooks: list = []
+        self.bar_arrived = np.zeros((facts.NAMED_BARRIERS, self.lanes), bool)
+        self.bar_expected = np.zeros((facts.NAMED_BARRIERS, ctas), np.int64)
+        self.bar_waiting = np.full(self.lanes, -1, np.int64)
+        self.sync_epoch = 0
+        self.maxnreg: dict[tuple[int, int], int] = {}
+        self.async_copies: list = []  # cp.async (Ampere) copies not yet waited for, see memory.py
+        self.cp_groups = np.zeros(self.lanes, np.int64)  # committed cp.async groups per lane
+
+    # region batches and lanes
+    def load_batch(self, cta_ids: list[tuple[int, int, int]]) -> None:
+        """Reset the state for running `cta_ids` (at most `ctas`); unused CTA slots start exited."""
+        self.ctaid[:] = 0
+        self.cta_valid[:] = False
+        for i, cid in enumerate(cta_ids):
+            self.ctaid[i] = cid
+            self.cta_valid[i] = True
+        for reg in self.registers.values():
+            reg[:] = 0
+        self.pc[:] = 0
+        self.status[:] = np.where(self.cta_valid[self.lane_cta], RUN, EXITED)
+        self.shared[:] = 0
+        self.local[:] = 0
+        self.mbarriers.clear()
+        self.park_address[:] = -1
+        self.park_test[:] = False
+        self.bar_arrived[:] = False
+        self.bar_waiting[:] = -1
+        self.maxnreg.clear()
+        self.async_copies = []
+        self.cp_groups[:] = 0
+
+    def on_exit(self, ctas: np.ndarray) -> None:
+        """Lanes of these CTA slots exited: barriers waiting for them may now complete."""
+        for hook in self.exit_hooks:
+            hook(ctas)
+
+    def describe_lane(self, lane: int) -> str:
+        t = int(self.tid[lane])
+        bx, by, _ = self.block
+        c = self.ctaid[self.lane_cta[lane]]
+        return f"thread ({t % bx}, {t // bx % by}, {t // (bx * by)}) of CTA ({c[0]}, {c[1]}, {c[2]})"
+
+    def error(self, inst: Instruction, message: str, lane: int | None = None) -> PtxExecutionError:
+        where = f" ({self.describe_lane(int(lane))})" if lane is not None else ""
+        return fail(self.source, inst, message + where)
+
+    def shared_flat(self, lanes, addresses: np.ndarray) -> np.ndarray:
+        """Index into `shared` of the CTA-local shared addresses of `lanes`."""
+        return self.lane_cta[lanes] * self.shared_bytes + addresses
+    # endregion

@@ -1,0 +1,477 @@
+"""Synchronisation and warp-level instructions: bar/barrier (sync, arrive), mbarrier.*, elect.sync,
+shfl.sync, vote.sync, redux.sync, activemask, bar.warp.sync, setmaxnreg, and the fences (no-ops).
+
+Named barriers [P#...-bar]: `bar.sync id{, n}` blocks its threads until the barrier completes; `bar.arrive
+id, n` counts without blocking. With n the barrier completes when the arrived warps hold n threads (warp
+granularity: a warp counts once all its non-exited threads arrived); without n, when every non-exited thread
+of the CTA arrived. Exited threads never block a barrier. The barrier then resets.
+
+mbarrier [P#...-mbarrier]: the `facts.MBarrierState` machine per (CTA, shared address); init/arrive (with
+count)/arrive.expect_tx/expect_tx/complete_tx/arrive_drop/inval, try_wait(.parity) (blocks the thread until
+the phase completes, see `schedule`) and test_wait(.parity) (returns at once). An arrive's 64-bit state is
+the phase number it arrived in. Generic addresses must fall in the shared window. Arrivals from many threads
+of one instruction are applied in lane order.
+
+Warp collectives (shfl.sync, vote.sync, redux.sync, elect.sync, bar.warp.sync) run once all non-exited
+threads of the member mask reach them (the scheduler's `unit`); reading a lane outside the mask is an error.
+`elect.sync` elects the lowest active lane of the mask. `setmaxnreg` checks `facts.check_setmaxnreg` per
+warpgroup and records the count; it has no other effect. Fences and membar are no-ops: the executor is
+sequentially consistent and writes TMA/wgmma results at issue.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tessera.interpreters.ptx.decode import Operands, Step, elements, opcode
+from tessera.interpreters.ptx.memory import SHARED_WINDOW, WINDOW_SIZE, lanes_of, take_space
+from tessera.interpreters.ptx.state import BAR, EXITED, PARK, RUN, Machine
+from tessera.interpreters.ptx.syntax import Imm, Sink
+from tessera.interpreters.ptx.types import ptx_type
+from tessera.sm90 import facts
+
+U32 = ptx_type("u32")
+PRED = ptx_type("pred")
+
+
+def _uniform(m: Machine, inst, values, lanes: np.ndarray, what: str) -> int:
+    values = np.broadcast_to(np.asarray(values), lanes.shape)
+    if len(values) and (values != values[0]).any():
+        i = int(np.argmax(values != values[0]))
+        raise m.error(inst, f"{what} must be the same in all threads: {values[0]} vs {values[i]}", int(lanes[i]))
+    return int(values[0]) if len(values) else 0
+
+
+# region named barriers
+def check_barrier(m: Machine, barrier: int, cta: int) -> None:
+    """Complete named barrier `barrier` of CTA slot `cta` if enough threads arrived; wake its waiters."""
+    lanes = np.flatnonzero(m.lane_cta == cta)
+    arrived = m.bar_arrived[barrier, lanes]
+    if not arrived.any():
+        return
+    live = m.status[lanes] != EXITED
+    expected = int(m.bar_expected[barrier, cta])
+    warp = m.tid[lanes] // facts.WARP_SIZE
+    if expected == 0:
+        complete = (arrived | ~live).all()
+        released = lanes
+    else:
+        warps = np.unique(warp[arrived])
+        full = [w for w in warps if (arrived | ~live)[warp == w].all()]
+        if sum(int((warp == w).sum()) for w in full) < expected:
+            return
+        complete = True
+        released = lanes[np.isin(warp, full)]
+    if not complete:
+        return
+    waiting = released[(m.status[released] == BAR) & (m.bar_waiting[released] == barrier)]
+    m.status[waiting] = RUN
+    m.pc[waiting] += 1
+    m.bar_waiting[waiting] = -1
+    m.bar_arrived[barrier, released] = False
+    m.bar_expected[barrier, cta] = 0
+    m.sync_epoch += 1
+
+
+def _barriers_on_exit(m: Machine):
+    def hook(ctas):
+        for cta in ctas:
+            for barrier in np.flatnonzero(m.bar_arrived[:, m.lane_cta == cta].any(axis=1)):
+                check_barrier(m, int(barrier), int(cta))
+    return hook
+
+
+@opcode("bar", "barrier")
+def decode_bar(ops: Operands, inst, mods):
+    mods.drop("cta", "aligned")
+    if mods.take("warp"):
+        mods.take("sync")
+        return Step(inst, lambda sel: None, unit=facts.WARP_SIZE)
+    if mods.take("red"):
+        raise ops.refuse(inst, "bar.red")
+    action = mods.take("sync", "arrive")
+    if action is None:
+        raise ops.refuse(inst, "bar needs .sync or .arrive")
+    m = ops.m
+    if not getattr(m, "barrier_hook", False):
+        m.exit_hooks.append(_barriers_on_exit(m))
+        m.barrier_hook = True
+    if not 1 <= len(inst.operands) <= 2:
+        raise ops.refuse(inst, "bar needs a barrier id and an optional thread count")
+    barrier_id = ops.read(inst, inst.operands[0], U32)
+    count = ops.read(inst, inst.operands[1], U32) if len(inst.operands) == 2 else None
+    if isinstance(inst.operands[0], Imm):
+        try:
+            facts.check_named_barrier(inst.operands[0].value,
+                                      inst.operands[1].value if count and isinstance(inst.operands[1], Imm) else None,
+                                      10**9, arrive=action == "arrive")
+        except ValueError as error:
+            raise ops.refuse(inst, str(error)) from None
+
+    def run(lanes, active):
+        inactive = np.setdiff1d(lanes, active, assume_unique=True) if len(active) != len(lanes) else lanes[:0]
+        m.pc[inactive] += 1
+        if not len(active):
+            return
+        barrier = _uniform(m, inst, barrier_id(active), active, "the barrier id")
+        n = _uniform(m, inst, count(active), active, "the thread count") if count is not None else 0
+        try:
+            facts.check_named_barrier(barrier, n or None, m.threads, arrive=action == "arrive")
+        except ValueError as error:
+            raise m.error(inst, str(error), int(active[0])) from None
+        for cta in np.unique(m.lane_cta[active]):
+            previous = int(m.bar_expected[barrier, cta])
+            if previous and previous != n and m.bar_arrived[barrier, m.lane_cta == cta].any():
+                raise m.error(inst, f"barrier {barrier} used with thread counts {previous} and {n}", int(active[0]))
+            m.bar_expected[barrier, cta] = n
+        m.bar_arrived[barrier, active] = True
+        if action == "sync":
+            m.status[active] = BAR
+            m.bar_waiting[active] = barrier
+        else:
+            m.pc[active] += 1
+        for cta in np.unique(m.lane_cta[active]):
+            check_barrier(m, barrier, int(cta))
+
+    return Step(inst, run, control=True)
+
+
+# endregion
+# region mbarrier
+def shared_addresses(m: Machine, inst, space: str, lanes: np.ndarray, addresses) -> np.ndarray:
+    """Shared-space addresses of an mbarrier operand (generic ones must be in the shared window), checked
+    to be 8-byte aligned and inside shared memory."""
+    addresses = np.broadcast_to(np.asarray(addresses, np.int64), lanes.shape)
+    if space == "generic":
+        inside = (addresses >= SHARED_WINDOW) & (addresses < SHARED_WINDOW + WINDOW_SIZE)
+        if not inside.all():
+            i = int(np.argmax(~inside))
+            raise m.error(inst, f"mbarrier address {int(addresses[i]):#x} is not a shared address", int(lanes[i]))
+        addresses = addresses - SHARED_WINDOW
+    elif space != "shared":
+        raise m.error(inst, f"an mbarrier lives in shared memory, not .{space}")
+    bad = (addresses < 0) | (addresses + facts.MBARRIER_BYTES > m.shared_bytes) | (addresses % facts.MBARRIER_BYTES != 0)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise m.error(inst, f"mbarrier address {int(addresses[i]):#x} is misaligned or outside shared memory "
+                            f"({m.shared_bytes} bytes)", int(lanes[i]))
+    return addresses
+
+
+def _state(m: Machine, inst, lane: int, address: int) -> facts.MBarrierState:
+    key = (int(m.lane_cta[lane]), int(address))
+    state = m.mbarriers.get(key)
+    if state is None:
+        raise m.error(inst, f"the mbarrier at shared address {address:#x} is used before mbarrier.init", lane)
+    return state
+
+
+def _changed(m: Machine, key: tuple[int, int], phase_before: int, state: facts.MBarrierState) -> None:
+    m.sync_epoch += 1
+    if state.phase != phase_before:
+        wake = (m.status == PARK) & (m.park_address == key[1]) & (m.lane_cta == key[0])
+        m.status[wake] = RUN
+        m.park_test[wake] = False
+        m.park_address[wake] = -1
+
+
+def apply(m: Machine, inst, lane: int, address: int, action) -> int:
+    """Run `action(state)` on the mbarrier of `lane` at `address`, waking waiters on a phase change; returns
+    the action's result. A ValueError of the state machine becomes an execution error."""
+    state = _state(m, inst, lane, address)
+    before = state.phase
+    try:
+        result = action(state)
+    except ValueError as error:
+        raise m.error(inst, f"mbarrier at {address:#x}: {error}", lane) from None
+    _changed(m, (int(m.lane_cta[lane]), int(address)), before, state)
+    return result
+
+
+def mbarrier_arrive_lanes(m: Machine, inst, space: str, lanes: np.ndarray, addresses, count: int) -> np.ndarray:
+    """One arrive (with `count`) per lane, in lane order; returns each lane's state (phase)."""
+    addresses = shared_addresses(m, inst, space, lanes, addresses)
+    return np.array([apply(m, inst, int(lane), int(a), lambda s: s.arrive(count)) for lane, a in zip(lanes, addresses)],
+                    np.uint64)
+
+
+@opcode("mbarrier")
+def decode_mbarrier(ops: Operands, inst, mods):
+    m = ops.m
+    action = mods.take("init", "arrive", "arrive_drop", "expect_tx", "complete_tx", "try_wait", "test_wait", "inval")
+    if action is None:
+        raise ops.refuse(inst, "mbarrier operation")
+    expect = bool(mods.take("expect_tx")) if action in ("arrive", "arrive_drop") else False
+    parity = bool(mods.take("parity"))
+    if mods.take("noComplete"):
+        raise ops.refuse(inst, "mbarrier .noComplete")
+    space = take_space(mods, "generic")
+    mods.drop("release", "acquire", "relaxed", "cta", "cluster", "b64")
+    operands = list(inst.operands)
+    if action in ("init", "expect_tx", "complete_tx", "inval"):
+        address = ops.address(inst, operands[0])
+        amount = ops.read(inst, operands[1], U32) if len(operands) > 1 else None
+
+        def run(sel):
+            lanes = lanes_of(m, sel)
+            addresses = shared_addresses(m, inst, space, lanes, address(sel))
+            values = np.broadcast_to(np.asarray(amount(sel)), lanes.shape) if amount is not None else None
+            for i, (lane, a) in enumerate(zip(lanes, addresses)):
+                key = (int(m.lane_cta[lane]), int(a))
+                if action == "init":
+                    state = facts.MBarrierState()
+                    try:
+                        state.init(int(values[i]))
+                    except ValueError as error:
+                        raise m.error(inst, str(error), int(lane)) from None
+                    m.mbarriers[key] = state
+                    _changed(m, key, -1, state)
+                elif action == "inval":
+                    m.mbarriers.pop(key, None)
+                elif action == "expect_tx":
+                    apply(m, inst, int(lane), int(a), lambda s, v=int(values[i]): s.expect_tx(v))
+                else:
+                    apply(m, inst, int(lane), int(a), lambda s, v=int(values[i]): s.complete_tx(v))
+        return run
+    if action in ("arrive", "arrive_drop"):
+        state_out = ops.write(inst, operands[0], ptx_type("b64"))
+        address = ops.address(inst, operands[1])
+        extra = ops.read(inst, operands[2], U32) if len(operands) > 2 else None
+
+        def arrive(s: facts.MBarrierState, count: int, tx: int):
+            if action == "arrive_drop":
+                s.expected -= count
+            if expect:
+                s.expect_tx(tx)
+            return s.arrive(count)
+
+        def run_arrive(sel):
+            lanes = lanes_of(m, sel)
+            addresses = shared_addresses(m, inst, space, lanes, address(sel))
+            values = np.broadcast_to(np.asarray(extra(sel)), lanes.shape) if extra is not None else None
+            phases = np.empty(len(lanes), np.uint64)
+            for i, (lane, a) in enumerate(zip(lanes, addresses)):
+                count = 1 if expect or values is None else int(values[i])
+                tx = int(values[i]) if expect else 0
+                phases[i] = apply(m, inst, int(lane), int(a), lambda s: arrive(s, count, tx))
+            state_out(sel, phases)
+        return run_arrive
+    # try_wait / test_wait
+    dests = elements(operands[0])
+    write = ops.write(inst, dests[0], PRED)
+    address = ops.address(inst, operands[1])
+    token = ops.read(inst, operands[2], U32 if parity else ptx_type("b64"))
+    blocking = action == "try_wait"
+
+    def run_wait(lanes, active):
+        inactive = np.setdiff1d(lanes, active, assume_unique=True) if len(active) != len(lanes) else lanes[:0]
+        m.pc[inactive] += 1
+        if not len(active):
+            return
+        addresses = shared_addresses(m, inst, space, active, address(active))
+        tokens = np.broadcast_to(np.asarray(token(active)), active.shape)
+        done = np.empty(len(active), bool)
+        for i, (lane, a) in enumerate(zip(active, addresses)):
+            state = _state(m, inst, int(lane), int(a))
+            try:
+                done[i] = state.try_wait_parity(int(tokens[i]) & 1) if parity else state.test_wait(int(tokens[i]))
+            except ValueError as error:
+                raise m.error(inst, str(error), int(lane)) from None
+        passed = active[done]
+        write(passed, np.ones(len(passed), bool))
+        m.pc[passed] += 1
+        failed = active[~done]
+        if not len(failed):
+            return
+        m.status[failed] = PARK
+        m.park_address[failed] = addresses[~done]
+        if not blocking:  # test_wait returns false now and the thread goes on when woken
+            write(failed, np.zeros(len(failed), bool))
+            m.pc[failed] += 1
+            m.park_test[failed] = True
+
+    return Step(inst, run_wait, control=True)
+
+
+# endregion
+# region warp collectives
+def _member_mask(ops: Operands, inst, operand):
+    """(reader, immediate or None) of a member mask operand."""
+    return ops.read(inst, operand, U32), (operand.value & 0xFFFFFFFF if isinstance(operand, Imm) else None)
+
+
+@opcode("elect")
+def decode_elect(ops: Operands, inst, mods):
+    mods.take("sync")
+    m = ops.m
+    dests = elements(inst.operands[0])
+    write_d = ops.write(inst, dests[0], U32)
+    write_p = ops.write(inst, dests[1], PRED) if len(dests) > 1 else None
+    mask, static = _member_mask(ops, inst, inst.operands[1])
+
+    def run(sel):
+        lanes = lanes_of(m, sel)
+        members = ((np.broadcast_to(np.asarray(mask(sel), np.uint32), lanes.shape) >> m.laneid[lanes].astype(np.uint32))
+                   & 1).astype(bool)
+        warp = m.unit_of[facts.WARP_SIZE][lanes]
+        leader_lane = np.full(lanes.shape, -1)
+        for w in np.unique(warp):
+            candidates = lanes[(warp == w) & members]
+            if len(candidates):
+                leader_lane[warp == w] = candidates.min()
+        write_d(sel, np.where(leader_lane >= 0, m.laneid[np.maximum(leader_lane, 0)], 0).astype(np.uint32))
+        if write_p is not None:
+            write_p(sel, lanes == leader_lane)
+
+    return Step(inst, run, unit=facts.WARP_SIZE, mask=static)
+
+
+@opcode("shfl")
+def decode_shfl(ops: Operands, inst, mods):
+    mods.take("sync")
+    mode = mods.take(*facts.SHFL_MODES)
+    t = mods.type()
+    if mode is None or t.bits != 32:
+        raise ops.refuse(inst, "shfl needs .sync.{up,down,bfly,idx}.b32")
+    m = ops.m
+    dests = elements(inst.operands[0])
+    write_d = ops.write(inst, dests[0], t)
+    write_p = ops.write(inst, dests[1], PRED) if len(dests) > 1 and not isinstance(dests[1], Sink) else None
+    read_a = ops.read(inst, inst.operands[1], t)
+    read_b, read_c = (ops.read(inst, o, U32) for o in inst.operands[2:4])
+    mask, static = _member_mask(ops, inst, inst.operands[4])
+
+    def run(sel):
+        lanes = lanes_of(m, sel)
+        n = len(lanes)
+        values = np.broadcast_to(read_a(m.lane_ids), (m.lanes,))
+        b = np.broadcast_to(np.asarray(read_b(sel), np.int64), (n,))
+        c = np.broadcast_to(np.asarray(read_c(sel), np.int64), (n,))
+        member = np.broadcast_to(np.asarray(mask(sel), np.int64), (n,))
+        executing = np.zeros(m.lanes, bool)
+        executing[lanes] = True
+        source = np.empty(n, np.int64)
+        valid = np.empty(n, bool)
+        for bc in np.unique(np.stack([b, c]), axis=1).T:
+            pick = (b == bc[0]) & (c == bc[1])
+            src, ok = facts.shfl_source_lane(mode, m.laneid[lanes[pick]], int(bc[0]), int(bc[1]))
+            source[pick] = lanes[pick] - m.laneid[lanes[pick]] + src
+            valid[pick] = ok
+        bad = ~executing[source] | (((member >> m.laneid[source]) & 1) == 0)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise m.error(inst, f"reads lane {int(m.laneid[source[i]])}, which is not in the member mask or not "
+                                "executing the shfl", int(lanes[i]))
+        write_d(sel, values[source])
+        if write_p is not None:
+            write_p(sel, valid)
+
+    return Step(inst, run, unit=facts.WARP_SIZE, mask=static)
+
+
+@opcode("vote")
+def decode_vote(ops: Operands, inst, mods):
+    mods.take("sync")
+    mode = mods.take("all", "any", "uni", "ballot")
+    t = mods.type()
+    if mode is None:
+        raise ops.refuse(inst, "vote mode")
+    m = ops.m
+    write = ops.write(inst, inst.operands[0], t)
+    pred = ops.read(inst, inst.operands[1], PRED)
+    mask, static = _member_mask(ops, inst, inst.operands[2])
+
+    def run(sel):
+        lanes = lanes_of(m, sel)
+        p = np.broadcast_to(pred(sel), lanes.shape)
+        warp = m.unit_of[facts.WARP_SIZE][lanes]
+        ballot = np.zeros(warp.max() + 1, np.uint64)
+        np.bitwise_or.at(ballot, warp, np.where(p, np.uint64(1) << m.laneid[lanes].astype(np.uint64), np.uint64(0)))
+        present = np.zeros(warp.max() + 1, np.uint64)
+        np.bitwise_or.at(present, warp, np.uint64(1) << m.laneid[lanes].astype(np.uint64))
+        b, here = ballot[warp], present[warp]
+        if mode == "ballot":
+            write(sel, b.astype(np.uint32))
+        elif mode == "all":
+            write(sel, b == here)
+        elif mode == "any":
+            write(sel, b != 0)
+        else:
+            write(sel, (b == here) | (b == 0))
+
+    return Step(inst, run, unit=facts.WARP_SIZE, mask=static)
+
+
+@opcode("redux")
+def decode_redux(ops: Operands, inst, mods):
+    mods.take("sync")
+    operation = mods.take("add", "min", "max", "and", "or", "xor")
+    t = mods.type()
+    if operation is None or t.name not in ("u32", "s32", "b32"):
+        raise ops.refuse(inst, "redux variant")
+    m = ops.m
+    write = ops.write(inst, inst.operands[0], t)
+    read = ops.read(inst, inst.operands[1], t)
+    mask, static = _member_mask(ops, inst, inst.operands[2])
+    ufunc = {"add": np.add, "min": np.minimum, "max": np.maximum, "and": np.bitwise_and, "or": np.bitwise_or,
+             "xor": np.bitwise_xor}[operation]
+
+    def run(sel):
+        lanes = lanes_of(m, sel)
+        x = np.broadcast_to(read(sel), lanes.shape)
+        warp = m.unit_of[facts.WARP_SIZE][lanes]
+        out = np.empty(len(lanes), t.dtype)
+        for w in np.unique(warp):
+            out[warp == w] = ufunc.reduce(x[warp == w])
+        write(sel, out)
+
+    return Step(inst, run, unit=facts.WARP_SIZE, mask=static)
+
+
+@opcode("activemask")
+def decode_activemask(ops: Operands, inst, mods):
+    mods.take("b32")
+    m = ops.m
+    write = ops.write(inst, inst.operands[0], U32)
+
+    def run(sel):
+        lanes = lanes_of(m, sel)
+        warp = m.unit_of[facts.WARP_SIZE][lanes]
+        present = np.zeros(warp.max() + 1, np.uint64)
+        np.bitwise_or.at(present, warp, np.uint64(1) << m.laneid[lanes].astype(np.uint64))
+        write(sel, present[warp].astype(np.uint32))
+
+    return run
+
+
+@opcode("setmaxnreg")
+def decode_setmaxnreg(ops: Operands, inst, mods):
+    action = mods.take("inc", "dec")
+    mods.drop("sync", "aligned", "u32")
+    count = ops.static(inst, inst.operands[0])
+    try:
+        facts.check_setmaxnreg(action, count)
+    except ValueError as error:
+        raise ops.refuse(inst, str(error)) from None
+    m = ops.m
+
+    def run(sel):
+        lanes = lanes_of(m, sel)
+        for group in np.unique(m.unit_of[facts.WARPGROUP_SIZE][lanes]):
+            key = (int(group), 0)
+            try:
+                facts.check_setmaxnreg(action, count, m.maxnreg.get(key))
+            except ValueError as error:
+                raise m.error(inst, str(error), int(lanes[0])) from None
+            m.maxnreg[key] = count
+
+    return Step(inst, run, unit=facts.WARPGROUP_SIZE)
+
+
+@opcode("fence", "membar", "griddepcontrol", "nanosleep", "pmevent")
+def decode_no_effect(ops: Operands, inst, mods):
+    mods.left = []  # ordering only: no effect in a sequentially consistent executor
+    return lambda sel: None
+
+
+# endregion

@@ -1,0 +1,405 @@
+"""Tensor-core and bulk-copy instructions: cp.async.bulk(.tensor) with tensor maps (TMA), wgmma, ldmatrix and
+stmatrix. (`cp.async` of the Ampere kind is dispatched to `memory`.)
+
+TMA [P#data-movement-and-conversion-instructions-cp-async-bulk-tensor; facts.tma]:
+`cp.async.bulk.tensor.Nd.shared::cluster.global.tile.mbarrier::complete_tx::bytes [dst], [map, {c..}], [mbar]`
+reads the box at element coordinates c (innermost first) of the tensor the map describes, elements outside
+the tensor reading as zero (FLOAT_OOB_FILL_NONE), writes it row-major from `dst` with the map's swizzle applied
+to the absolute shared addresses (`facts.swizzle_address`), and completes `spec.box_bytes` of transaction on
+the mbarrier. `[map]` must be the generic address of a tensor-map parameter (`mov` + `cvta.param`); anything
+else is an error. The store form `cp.async.bulk.tensor.Nd.global.shared::cta.tile.bulk_group [map, {c..}], [src]`
+writes the box back, skipping out-of-bounds elements. Non-tensor `cp.async.bulk` copies bytes the same way.
+Copies happen at issue (every executing thread issues its own), which is one legal timing: their data and
+transaction bytes are there before anyone can observe them; commit/wait groups are then no-ops.
+Multicast is accepted only for a mask containing this CTA (a cluster is one CTA here).
+
+wgmma [P#asynchronous-warpgroup-level-matrix-*; facts.wgmma, facts.descriptor]: per warpgroup (all 128
+threads, collective) D = A x B (+ D when scale-d), A 64x16 from shared memory through its descriptor (K-major,
+or MN-major with imm-trans-a) or from four registers per thread (`facts.a_fragment_coords`), B 16xN through its
+descriptor (imm-trans-b: MN-major); imm-scale-a/b = -1 negates. Products are exact, sums in float64 rounded
+once per instruction to the accumulator type (as the Target IR simulator does). D is written at issue;
+fence/commit/wait are no-ops. Descriptors must be uniform over the warpgroup.
+
+ldmatrix/stmatrix m8n8 .x1/.x2/.x4 (.trans) .b16: lanes 8j..8j+7 address the eight 16-byte rows of matrix j;
+lane l holds row l/4, columns 2(l%4), 2(l%4)+1 of each matrix (.trans: the transposed elements), low half
+first (notes/ptx-sm90a.md section 8).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import ml_dtypes
+import numpy as np
+
+from tessera.interpreters.ptx import memory
+from tessera.interpreters.ptx.decode import Operands, Step, elements, opcode
+from tessera.interpreters.ptx.memory import access, lanes_of, take_space
+from tessera.interpreters.ptx.state import GLOBAL_BASE, PARAM_WINDOW, WINDOW_SIZE, Machine
+from tessera.interpreters.ptx.sync import PRED, U32, apply, shared_addresses
+from tessera.interpreters.ptx.syntax import Address, Reg, Vector
+from tessera.interpreters.ptx.types import ptx_type
+from tessera.sm90 import facts
+
+U64 = ptx_type("u64")
+
+
+@dataclass(frozen=True)
+class TensorMapObject:
+    """A tensor map placed in parameter space: the encode arguments and the global address they name."""
+
+    name: str
+    spec: facts.TensorMapSpec
+    address: int
+
+
+# region TMA
+def _tensor_map(m: Machine, inst, lane: int, address: int) -> TensorMapObject:
+    offset = address - PARAM_WINDOW
+    found = m.tensor_maps.get(offset) if 0 <= offset < WINDOW_SIZE else None
+    if found is None:
+        raise m.error(inst, f"address {address:#x} is not the generic address of a tensor-map parameter", lane)
+    return found
+
+
+def _box_offsets(tmap: TensorMapObject, coords: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Byte offsets from the tensor's address of the box elements (row-major, innermost last) and which of
+    them lie inside the tensor."""
+    spec = tmap.spec
+    byte_strides = (spec.element_bytes,) + tuple(spec.global_strides)
+    offsets, valid = np.zeros((), np.int64), np.ones((), bool)
+    for dim in reversed(range(spec.rank)):
+        index = coords[dim] + np.arange(spec.box_dims[dim], dtype=np.int64)
+        inside = (index >= 0) & (index < spec.global_dims[dim])
+        offsets = offsets[..., None] + np.where(inside, index, 0) * byte_strides[dim]
+        valid = valid[..., None] & inside
+    return offsets.reshape(-1), valid.reshape(-1)
+
+
+def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], smem: int, load: bool):
+    tmap = _tensor_map(m, inst, lane, map_address)
+    spec = tmap.spec
+    if len(coords) != spec.rank:
+        raise m.error(inst, f"a rank-{spec.rank} tensor map needs {spec.rank} coordinates, got {len(coords)}", lane)
+    if smem % facts.TMA_SMEM_ALIGNMENT:
+        raise m.error(inst, f"shared address {smem:#x} is not {facts.TMA_SMEM_ALIGNMENT}-byte aligned", lane)
+    e = spec.element_bytes
+    offsets, valid = _box_offsets(tmap, coords)
+    size = len(offsets) * e
+    if smem < 0 or smem + size > m.shared_bytes:
+        raise m.error(inst, f"the {size}-byte box at shared address {smem:#x} overruns shared memory "
+                            f"({m.shared_bytes} bytes)", lane)
+    swizzle = facts.tensor_map_swizzle_bytes(spec.swizzle)
+    shared_index = int(m.lane_cta[lane]) * m.shared_bytes + facts.swizzle_address(
+        smem + np.arange(size, dtype=np.int64), swizzle)
+    global_index = (tmap.address - GLOBAL_BASE + offsets)[:, None] + np.arange(e)
+    if load:
+        data = np.where(valid[:, None], m.memory.buffer[global_index], 0).astype(np.uint8)
+        m.shared[shared_index] = data.reshape(-1)
+    else:
+        data = m.shared[shared_index].reshape(-1, e)
+        m.memory.buffer[global_index[valid]] = data[valid]
+    return spec.box_bytes
+
+
+def _coords(ops: Operands, inst, operand):
+    """(map address reader, coordinate readers) of a tensor operand `[map, {c0, c1, ...}]`."""
+    coords = getattr(operand, "coords", None)
+    if not isinstance(operand, Address) or coords is None:
+        raise ops.refuse(inst, "a tensor operand [map, {coordinates}]")
+    return ops.address(inst, Address(operand.base, 0)), [ops.read(inst, c, ptx_type("s32")) for c in coords.elements]
+
+
+def decode_bulk(ops: Operands, inst, mods):
+    """cp.async.bulk{.tensor}, its commit/wait groups and prefetches."""
+    m = ops.m
+    if mods.take("commit_group", "wait_group") or mods.take("prefetch"):
+        mods.left = []
+        return lambda sel: None
+    tensor = bool(mods.take("tensor"))
+    rank = mods.take("1d", "2d", "3d", "4d", "5d")
+    mods.take("tile")
+    if mods.take("im2col", "im2col_no_offs", "tile::gather4", "tile::scatter4"):
+        raise ops.refuse(inst, "TMA modes other than .tile")
+    mods.drop_prefixed("L2::")
+    spaces = [m_ for m_ in inst.modifiers if m_ in ("global", "shared::cluster", "shared::cta", "shared")]
+    load = spaces[:1] != ["global"]
+    mods.drop("global", "shared::cluster", "shared::cta", "shared")
+    if load:
+        if not mods.take("mbarrier::complete_tx::bytes"):
+            raise ops.refuse(inst, "a bulk load needs .mbarrier::complete_tx::bytes")
+        multicast = bool(mods.take("multicast::cluster"))
+    else:
+        if not mods.take("bulk_group"):
+            raise ops.refuse(inst, "a bulk store needs .bulk_group")
+        multicast = False
+    operands = list(inst.operands)
+    if tensor != (rank is not None):
+        raise ops.refuse(inst, "cp.async.bulk.tensor needs a rank .1d-.5d")
+    if tensor:
+        shared_operand = operands[0] if load else operands[1]
+        map_operand = operands[1] if load else operands[0]
+        map_address, coords = _coords(ops, inst, map_operand)
+        if len(coords) != int(rank[0]):
+            raise ops.refuse(inst, f"{rank} needs {rank[0]} coordinates")
+    else:
+        shared_operand = operands[0] if load else operands[1]
+        global_address = ops.address(inst, operands[1] if load else operands[0])
+        size = ops.read(inst, operands[2], U32)
+    smem = ops.address(inst, shared_operand)
+    barrier = ops.address(inst, operands[2] if tensor else operands[3]) if load else None
+    mask = ops.read(inst, operands[3 if tensor else 4], ptx_type("u16")) if multicast else None
+
+    def run(sel):
+        lanes = lanes_of(m, sel)
+        smem_addresses = np.broadcast_to(np.asarray(smem(sel), np.int64), lanes.shape)
+        if barrier is not None:
+            barriers = shared_addresses(m, inst, "shared", lanes, barrier(sel))
+        if mask is not None:
+            masks = np.broadcast_to(np.asarray(mask(sel)), lanes.shape)
+            if ((masks & 1) == 0).any() or (masks > 1).any():
+                raise m.error(inst, "multicast to other CTAs of a cluster (clusters are one CTA here)", int(lanes[0]))
+        if tensor:
+            maps = np.broadcast_to(np.asarray(map_address(sel), np.int64), lanes.shape)
+            values = [np.broadcast_to(np.asarray(c(sel), np.int64), lanes.shape) for c in coords]
+        else:
+            sources = np.broadcast_to(np.asarray(global_address(sel), np.int64), lanes.shape)
+            sizes = np.broadcast_to(np.asarray(size(sel), np.int64), lanes.shape)
+        for i, lane in enumerate(lanes):
+            lane = int(lane)
+            if tensor:
+                nbytes = _tma_lane(m, inst, lane, int(maps[i]), [int(v[i]) for v in values], int(smem_addresses[i]),
+                                   load)
+            else:
+                nbytes = int(sizes[i])
+                one = lanes[i:i + 1]
+                if nbytes % 16:
+                    raise m.error(inst, f"bulk copy size {nbytes} is not a multiple of 16", lane)
+                if load:
+                    data = access(m, inst, "global", one, sources[i:i + 1], nbytes, align=16)
+                    access(m, inst, "shared", one, smem_addresses[i:i + 1], nbytes, data, align=16)
+                else:
+                    data = access(m, inst, "shared", one, smem_addresses[i:i + 1], nbytes, align=16)
+                    access(m, inst, "global", one, sources[i:i + 1], nbytes, data, align=16)
+            if barrier is not None:
+                apply(m, inst, lane, int(barriers[i]), lambda s, n=nbytes: s.complete_tx(n))
+
+    return run
+
+
+@opcode("cp")
+def decode_cp(ops: Operands, inst, mods):
+    if not mods.take("async"):
+        raise ops.refuse(inst, "cp forms other than cp.async (e.g. cp.reduce.async.bulk)")
+    if mods.take("bulk"):
+        return decode_bulk(ops, inst, mods)
+    return memory.decode_cp_async(ops, inst, mods)
+
+
+# endregion
+# region wgmma
+@lru_cache(maxsize=None)
+def _accumulator_coords(n: int) -> tuple[np.ndarray, np.ndarray]:
+    v = np.arange(n // 2)
+    return facts.accumulator_coords(v[None, :], np.arange(facts.WARPGROUP_SIZE)[:, None])
+
+
+@lru_cache(maxsize=None)
+def _a_coords() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    i = np.arange(facts.A_FRAGMENT_REGISTERS)[None, :]
+    t = np.arange(facts.WARPGROUP_SIZE)[:, None]
+    (r0, k0), (r1, k1) = facts.a_fragment_coords(i, 0, t), facts.a_fragment_coords(i, 1, t)
+    return r0, k0, r1, k1
+
+
+_HALF = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}
+
+
+def _descriptor_operand(m: Machine, inst, lanes: np.ndarray, descriptor: int, major: str, extent: int,
+                        dtype) -> np.ndarray:
+    """The [extent, 16] operand read through a descriptor from the shared memory of `lanes`' CTA."""
+    e = np.dtype(dtype).itemsize
+    try:
+        fields = facts.decode_descriptor(descriptor)
+        addresses = np.asarray(facts.descriptor_element_address(
+            fields, major, e, np.arange(extent)[:, None], np.arange(facts.WGMMA_K_BYTES // e)[None, :]), np.int64)
+    except ValueError as error:
+        raise m.error(inst, f"matrix descriptor {descriptor:#x}: {error}", int(lanes[0])) from None
+    if addresses.min() < 0 or addresses.max() + e > m.shared_bytes:
+        raise m.error(inst, f"matrix descriptor {descriptor:#x} reads outside shared memory", int(lanes[0]))
+    index = int(m.lane_cta[lanes[0]]) * m.shared_bytes + addresses[..., None] + np.arange(e)
+    return m.shared[index].reshape(-1).view(dtype).reshape(addresses.shape).astype(np.float64)
+
+
+def _wgmma_async(ops: Operands, inst, mods):
+    m = ops.m
+    mods.drop("sync", "aligned")
+    shape = next((x for x in mods.left if x.startswith("m64n")), None)
+    if shape is None:
+        raise ops.refuse(inst, "wgmma shape")
+    mods.left.remove(shape)
+    dtype_name, a_name, b_name = (t.name for t in mods.types(3))
+    n = int(shape[4:shape.index("k")])
+    try:
+        _, _, k = facts.wgmma_shape(n, a_name, dtype_name)
+    except ValueError as error:
+        raise ops.refuse(inst, str(error)) from None
+    if a_name not in _HALF or b_name != a_name:
+        raise ops.refuse(inst, f"wgmma .{a_name}.{b_name} (only f16/bf16 multiplicands)")
+    half = _HALF[a_name]
+    operands = list(inst.operands)
+    registers_a = isinstance(operands[1], Vector)
+    count = len(operands)
+    if count not in ((7, 6) if registers_a else (8, 6)):
+        raise ops.refuse(inst, f"wgmma with {count} operands")
+    d_regs = [ops.register(inst, r)[0] for r in elements(operands[0])]
+    if len(d_regs) != facts.accumulator_registers(n, dtype_name):
+        raise ops.refuse(inst, f"{len(d_regs)} accumulator registers for m64n{n} .{dtype_name}")
+    if registers_a:
+        a_regs = [ops.register(inst, r)[0] for r in elements(operands[1])]
+        if len(a_regs) != facts.A_FRAGMENT_REGISTERS:
+            raise ops.refuse(inst, "register A needs four registers")
+        read_a = None
+    else:
+        read_a = ops.read(inst, operands[1], U64)
+    read_b = ops.read(inst, operands[2], U64)
+    scale_d = operands[3]
+    read_scale = ops.read(inst, scale_d, PRED) if isinstance(scale_d, Reg) else None
+    static_scale = ops.static(inst, scale_d) if read_scale is None else None
+    immediates = [ops.static(inst, o) for o in operands[4:]]
+    scale_a, scale_b = immediates[0], immediates[1]
+    trans = immediates[2:]
+    trans_a = 0 if registers_a else (trans[0] if trans else 0)
+    trans_b = trans[-1] if (len(trans) == 2 or (registers_a and trans)) else 0
+    if scale_a not in (1, -1) or scale_b not in (1, -1) or any(t not in (0, 1) for t in trans):
+        raise ops.refuse(inst, "imm-scale must be 1 or -1 and imm-trans 0 or 1")
+    rows, cols = _accumulator_coords(n)
+    f16_acc = dtype_name == "f16"
+
+    def run(sel):
+        lanes = lanes_of(m, sel)
+        groups = m.unit_of[facts.WARPGROUP_SIZE][lanes]
+        for g in np.unique(groups):
+            wg = lanes[groups == g]
+            if len(wg) != facts.WARPGROUP_SIZE:
+                raise m.error(inst, "wgmma needs all 128 threads of the warpgroup", int(wg[0]))
+            b_desc = _uniform64(m, inst, read_b(wg), wg, "B descriptor")
+            b = _descriptor_operand(m, inst, wg, b_desc, "MN" if trans_b else "K", n, half)
+            if registers_a:
+                words = np.stack([r[wg] for r in a_regs], axis=1)
+                r0, k0, r1, k1 = _a_coords()
+                a = np.zeros((facts.WGMMA_M, k))
+                a[r0, k0] = (words & 0xFFFF).astype(np.uint16).view(half).astype(np.float64)
+                a[r1, k1] = (words >> 16).astype(np.uint16).view(half).astype(np.float64)
+            else:
+                a_desc = _uniform64(m, inst, read_a(wg), wg, "A descriptor")
+                a = _descriptor_operand(m, inst, wg, a_desc, "MN" if trans_a else "K", facts.WGMMA_M, half)
+            d = (scale_a * a) @ (scale_b * b).T
+            accumulate = bool(static_scale) if read_scale is None else \
+                bool(_uniform64(m, inst, read_scale(wg), wg, "scale-d predicate"))
+            if f16_acc:
+                words = np.stack([r[wg] for r in d_regs], axis=1)
+                acc = np.stack([(words & 0xFFFF), words >> 16], axis=2).reshape(len(wg), -1)
+                acc = acc.astype(np.uint16).view(np.float16).astype(np.float64)
+            else:
+                acc = np.stack([r[wg] for r in d_regs], axis=1).view(np.float32).astype(np.float64)
+            result = d[rows, cols] + acc if accumulate else d[rows, cols]
+            if f16_acc:
+                bits = result.astype(np.float16).view(np.uint16).astype(np.uint32).reshape(len(wg), -1, 2)
+                out = bits[..., 0] | (bits[..., 1] << 16)
+            else:
+                out = result.astype(np.float32).view(np.uint32)
+            for v, r in enumerate(d_regs):
+                r[wg] = out[:, v]
+
+    return Step(inst, run, unit=facts.WARPGROUP_SIZE)
+
+
+def _uniform64(m: Machine, inst, values, lanes, what: str) -> int:
+    values = np.broadcast_to(np.asarray(values), lanes.shape)
+    if (values != values[0]).any():
+        i = int(np.argmax(values != values[0]))
+        raise m.error(inst, f"the {what} must be the same in the whole warpgroup", int(lanes[i]))
+    return int(values[0])
+
+
+@opcode("wgmma")
+def decode_wgmma(ops: Operands, inst, mods):
+    if mods.take("mma_async"):
+        return _wgmma_async(ops, inst, mods)
+    if mods.take("fence", "commit_group", "wait_group") is None:
+        raise ops.refuse(inst, "wgmma form (sparse wgmma.mma_async.sp is not supported)")
+    mods.drop("sync", "aligned")
+    return lambda sel: None  # results are written at issue: nothing is pending
+
+
+# endregion
+# region ldmatrix, stmatrix
+def _matrix_step(ops: Operands, inst, mods, store: bool):
+    mods.drop("sync", "aligned")
+    if not mods.take("m8n8"):
+        raise ops.refuse(inst, "shapes other than .m8n8")
+    count = mods.take("x1", "x2", "x4")
+    transpose = bool(mods.take("trans"))
+    space = take_space(mods, "generic")
+    mods.take("b16")
+    if count is None:
+        raise ops.refuse(inst, "needs .x1, .x2 or .x4")
+    matrices = int(count[1])
+    m = ops.m
+    address = ops.address(inst, inst.operands[0 if store else 1])
+    regs = elements(inst.operands[1 if store else 0])
+    if len(regs) != matrices:
+        raise ops.refuse(inst, f"{matrices} registers expected")
+    b32 = ptx_type("b32")
+    readers = [ops.read(inst, r, b32) for r in regs] if store else None
+    writers = None if store else [ops.write(inst, r, b32) for r in regs]
+    lane = np.arange(facts.WARP_SIZE)
+    row, col = lane // 4, 2 * (lane % 4)
+
+    def run(sel):
+        lanes = lanes_of(m, sel)
+        warps = m.unit_of[facts.WARP_SIZE][lanes]
+        addresses = np.broadcast_to(np.asarray(address(sel), np.int64), lanes.shape)
+        outputs = [np.zeros(len(lanes), np.uint32) for _ in range(matrices)]
+        for w in np.unique(warps):
+            here = np.flatnonzero(warps == w)
+            if len(here) != facts.WARP_SIZE:
+                raise m.error(inst, "needs all 32 threads of the warp", int(lanes[here[0]]))
+            warp_lanes = lanes[here]
+            for j in range(matrices):
+                row_lanes = warp_lanes[8 * j:8 * j + 8]
+                row_addresses = addresses[here[8 * j:8 * j + 8]]
+                if store:
+                    words = np.stack([np.broadcast_to(r(warp_lanes), (32,)) for r in readers])[j]
+                    halves = np.stack([words & 0xFFFF, words >> 16], axis=1).astype(np.uint16)
+                    matrix = np.zeros((8, 8), np.uint16)
+                    if transpose:
+                        matrix[col, row], matrix[col + 1, row] = halves[:, 0], halves[:, 1]
+                    else:
+                        matrix[row, col], matrix[row, col + 1] = halves[:, 0], halves[:, 1]
+                    access(m, inst, space, row_lanes, row_addresses, 16, matrix.view(np.uint8).reshape(8, 16))
+                else:
+                    matrix = access(m, inst, space, row_lanes, row_addresses, 16).view(np.uint16).reshape(8, 8)
+                    lo, hi = (matrix[col, row], matrix[col + 1, row]) if transpose else \
+                        (matrix[row, col], matrix[row, col + 1])
+                    outputs[j][here] = lo.astype(np.uint32) | (hi.astype(np.uint32) << 16)
+        if not store:
+            for j, write in enumerate(writers):
+                write(sel, outputs[j])
+
+    return Step(inst, run, unit=facts.WARP_SIZE)
+
+
+@opcode("ldmatrix")
+def decode_ldmatrix(ops: Operands, inst, mods):
+    return _matrix_step(ops, inst, mods, store=False)
+
+
+@opcode("stmatrix")
+def decode_stmatrix(ops: Operands, inst, mods):
+    return _matrix_step(ops, inst, mods, store=True)
+
+
+# endregion
