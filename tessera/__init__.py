@@ -4,7 +4,9 @@ Public API:
 - `tessera.kernels`: builders of Tile IR kernels (flash/two-pass/three-pass attention, GEMM);
 - `tessera.interpret(module, *inputs, level="tile", kernel=None, **sizes)`: run a kernel on NumPy arrays;
 - `tessera.compile(module, target="ptx")`: Target IR, PTX text, or a ptxas result with the cubin;
-- `tessera.parse_module(text)` / `tessera.print_module(module)`.
+- `tessera.parse_module(text)` / `tessera.print_module(module)`;
+- `tessera.attention(q, k, v, causal=False, scale=None)`: run attention on an H100/H200 (`tessera[cuda]`;
+  see `tessera.runtime`, imported on first use).
 """
 
 from __future__ import annotations
@@ -124,4 +126,9 @@ def __getattr__(name: str):
         import importlib
 
         return importlib.import_module("tessera.kernels")
+    # `tessera.attention` runs on the GPU (tessera[cuda]); the runtime loads the CUDA bindings only when called.
+    if name == "attention":
+        from tessera.runtime.attention import attention
+
+        return attention
     raise AttributeError(f"module 'tessera' has no attribute '{name}'")

@@ -1,0 +1,442 @@
+"""Forward attention TFLOP/s on an H100/H200: Tessera against PyTorch's scaled_dot_product_attention with each
+backend it offers (flash, cuDNN, efficient) and, when Triton is installed, a Triton fused attention kernel,
+on the FlashAttention-3 paper's grid (its Figure 5): sequence length 512 to 16k with batch * seq = 16k
+tokens, hidden size 2048 (heads = 2048 / head_dim) for head_dim 64, 128 and 256, causal and not, bf16.
+
+    python bench/attention.py [--seq 512 1024 ...] [--head-dim 64 128 256] [--causal both|yes|no]
+                              [--repeats 30] [--warmup 5] [--out bench/results]
+
+FLOPs = 4 * seq^2 * head_dim * heads * batch, halved for causal. Every result is first checked against an
+fp32 PyTorch computation under Tessera's tolerance rule (`tessera.reference`: at most twice the error of a
+straightforward bf16 computation, plus 1e-3); a wrong result is reported as WRONG and never timed. A
+configuration a system does not support (Tessera's head_dim 256, say) is reported as such. Timing: CUDA
+events around each launch after warm-up, L2 flushed (a 256 MiB memset) before each, median of the repeats.
+Writes a table (stdout), `attention.json` and `attention.png` (TFLOP/s against sequence length, one line per
+system, one panel per head_dim and mask; needs matplotlib) into --out. Without a usable GPU it prints
+"no CUDA GPU: <why>" and exits 0. bench/gemm.py uses the harness of this file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+SEQS = (512, 1024, 2048, 4096, 8192, 16384)
+HEAD_DIMS = (64, 128, 256)
+L2_FLUSH_BYTES = 256 << 20
+"""Written before every timed run: five times the H100's and H200's 50 MiB L2."""
+CHECK_SCORE_BYTES = 1 << 28
+"""The fp32 reference works on this many score bytes at a time (seq 16k: one head)."""
+
+# region Harness (bench/gemm.py uses it too)
+
+
+def require_gpu():
+    """PyTorch, when this machine has a GPU Tessera can run on; otherwise print "no CUDA GPU: <why>" and
+    exit 0 (exit 1 when there is a GPU but no PyTorch, which the checks and baselines need)."""
+    from tessera.runtime import cuda_unavailable_reason
+
+    reason = cuda_unavailable_reason()
+    if reason is not None:
+        print(f"no CUDA GPU: {reason}")
+        sys.exit(0)
+    try:
+        import torch
+    except ImportError:
+        print("the GPU benchmarks need PyTorch for their fp32 checks and baselines (pip install torch)", file=sys.stderr)
+        sys.exit(1)
+    if not torch.cuda.is_available():
+        print(f"no CUDA GPU: PyTorch {torch.__version__} sees none (built for CUDA {torch.version.cuda})")
+        sys.exit(0)
+    # The references are fp32 (or fp64) computations, not TF32 ones.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return torch
+
+
+@dataclass
+class Record:
+    """One system on one configuration. `status`: "ok" (checked, then timed), "WRONG" (checked and
+    refused: no time), "unsupported" (the system refused the configuration), "error" (it failed)."""
+
+    system: str
+    config: dict
+    status: str
+    ms: float | None = None
+    tflops: float | None = None
+    max_error: float | None = None
+    tolerance: float | None = None
+    note: str = ""
+
+    def cell(self) -> str:
+        return f"{self.tflops:.1f}" if self.status == "ok" else self.status
+
+
+@dataclass
+class System:
+    """A way to compute the benchmark: `build(inputs)` returns a function that computes into its output
+    and returns it (the function is what is timed), or raises `Unsupported`."""
+
+    name: str
+    build: Callable
+    output_rounding: float = 0.0
+    """Relative rounding of the system's output type beyond the checked computation's (bf16 output of an
+    fp32-output check: 2^-8), added to the tolerance as output_rounding * max |reference|."""
+
+
+class Unsupported(Exception):
+    """The system does not compute this configuration."""
+
+
+def time_ms(torch, fn: Callable, warmup: int, repeats: int, flush) -> float:
+    """Median milliseconds of `fn` by CUDA events, after `warmup` calls, with L2 flushed before each run."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
+    for start, end in events:
+        flush.zero_()
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(start.elapsed_time(end) for start, end in events)
+
+
+def measure(torch, systems: list[System], inputs, config: dict, flops: float, check: Callable, args) -> list[Record]:
+    """Run every system once, check all outputs together (`check(outputs)` -> (errors, tolerance) by name),
+    then time those that are right."""
+    runners, outputs, records = {}, {}, {}
+    for system in systems:
+        try:
+            fn = system.build(inputs)
+            outputs[system.name] = fn()
+            torch.cuda.synchronize()  # an asynchronous failure is this system's
+        except Unsupported as why:
+            records[system.name] = Record(system.name, config, "unsupported", note=str(why))
+            continue
+        except Exception as error:  # noqa: BLE001 - a failing system is reported, not fatal
+            records[system.name] = Record(system.name, config, "error", note=f"{type(error).__name__}: {error}")
+            continue
+        runners[system.name] = fn
+    errors, tolerance, magnitude = check(outputs)
+    flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    for system in systems:
+        if system.name in records:
+            continue
+        fn = runners[system.name]
+        allowed = tolerance + system.output_rounding * magnitude
+        error = errors[system.name]
+        if not error <= allowed:
+            records[system.name] = Record(system.name, config, "WRONG", max_error=error, tolerance=allowed,
+                                          note="refused: the result is outside the tolerance")
+            continue
+        ms = time_ms(torch, fn, args.warmup, args.repeats, flush)
+        records[system.name] = Record(system.name, config, "ok", ms, flops / (ms * 1e-3) / 1e12, error, allowed)
+    del flush
+    return [records[s.name] for s in systems]
+
+
+def print_row(label: str, records: list[Record], widths: list[int]) -> None:
+    print(f"{label:<34}" + "".join(f"{r.cell():>{w}}" for r, w in zip(records, widths)), flush=True)
+
+
+def print_header(systems: list[System]) -> list[int]:
+    widths = [max(12, len(s.name) + 2) for s in systems]
+    print(f"{'configuration (TFLOP/s)':<34}" + "".join(f"{s.name:>{w}}" for s, w in zip(systems, widths)))
+    return widths
+
+
+def report_problems(records: list[Record]) -> None:
+    for r in records:
+        if r.status in ("WRONG", "error"):
+            detail = f"max error {r.max_error:.3e} > tolerance {r.tolerance:.3e}" if r.status == "WRONG" else r.note
+            print(f"  {r.system} {r.status}: {detail}")
+
+
+def environment(torch) -> dict:
+    from tessera.runtime.compiler import ptxas_version, tessera_version
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return {"device": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
+            "cuda": torch.version.cuda, "tessera": tessera_version(), "ptxas": ptxas_version(),
+            "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def write_results(out: Path, name: str, env: dict, args, records: list[Record]) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}.json"
+    path.write_text(json.dumps({"benchmark": name, "environment": env, "arguments": vars(args),
+                                "records": [asdict(r) for r in records]}, indent=1, default=str))
+    return path
+
+
+def plot(out: Path, name: str, records: list[Record], panel_of: Callable, panel_title: Callable, x_of: Callable,
+         x_label: str, title: str) -> Path | None:
+    """TFLOP/s against `x_of(config)`, one line per system (one colour each throughout), one panel per
+    `panel_of(config)` (a sortable key, titled `panel_title(key)`); None (and a message) without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("plot skipped: matplotlib is not installed (pip install matplotlib)")
+        return None
+    panels = sorted({panel_of(r.config) for r in records})
+    systems = list(dict.fromkeys(r.system for r in records))
+    columns = min(3, len(panels))
+    rows = math.ceil(len(panels) / columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(5.2 * columns, 3.8 * rows), squeeze=False)
+    for ax, panel in zip(axes.flat, panels):
+        for colour, system in enumerate(systems):
+            points = sorted((x_of(r.config), r.tflops) for r in records
+                            if r.system == system and panel_of(r.config) == panel and r.status == "ok")
+            if points:
+                ax.plot(*zip(*points), marker="o", label=system, color=f"C{colour}")
+        xs = sorted({x_of(r.config) for r in records if panel_of(r.config) == panel})
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(xs, [f"{x // 1024}k" if x >= 1024 else str(x) for x in xs])
+        ax.set_title(panel_title(panel))
+        ax.set_xlabel(x_label)
+        ax.set_ylabel("TFLOP/s")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    fig.suptitle(title)
+    fig.tight_layout()
+    path = out / f"{name}.png"
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+# endregion
+
+# region Attention systems
+
+
+def tessera_system(torch) -> System:
+    from tessera.runtime.attention import UnsupportedKernel, attention_kernel
+    from tessera.runtime.launch import prepare_torch
+
+    def build(inputs):
+        q, k, v, causal = inputs
+        try:
+            kernel = attention_kernel(q, k, v, causal=causal)
+        except UnsupportedKernel as why:
+            raise Unsupported(str(why)) from None
+        launch, (o,) = prepare_torch(kernel, q, k, v)
+
+        def run():
+            launch()
+            return o
+        return run
+    return System("Tessera", build)
+
+
+def sdpa_systems(torch) -> list[System]:
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:
+        return []
+    import torch.nn.functional as F
+
+    def system(name: str, backend_name: str) -> System | None:
+        backend = getattr(SDPBackend, backend_name, None)
+        if backend is None:
+            return None
+
+        def build(inputs):
+            q, k, v, causal = inputs
+
+            def run():
+                with sdpa_kernel(backend):
+                    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            try:
+                run()
+            except RuntimeError as why:  # "No available kernel", a shape the backend refuses
+                raise Unsupported(str(why).splitlines()[0]) from None
+            return run
+        return System(name, build)
+
+    found = [system("PyTorch flash", "FLASH_ATTENTION"), system("PyTorch cuDNN", "CUDNN_ATTENTION"),
+             system("PyTorch efficient", "EFFICIENT_ATTENTION")]
+    return [s for s in found if s is not None]
+
+
+def triton_system(torch, autotune: bool = True) -> System | None:
+    """A FlashAttention-2-style forward kernel in Triton (online softmax over key blocks, exp2, causal blocks
+    past the diagonal skipped), autotuned over a few tile shapes; written here, after the Triton tutorial's
+    fused attention, for [batch, heads, seq, head_dim] contiguous inputs with seq_q = seq_k."""
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return None
+
+    configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
+               for m, n, w, s in ((128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3))]
+
+    @triton.jit
+    def attention_forward(Q, K, V, O, scale_log2, seq, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        start_m = tl.program_id(0)
+        base = tl.program_id(1).to(tl.int64) * seq * HEAD_DIM
+        rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = tl.arange(0, BLOCK_N)
+        dims = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + base + rows[:, None] * HEAD_DIM + dims[None, :], mask=rows[:, None] < seq, other=0.0)
+        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        end = seq
+        if CAUSAL:  # key blocks past the block's last query are all masked
+            end = tl.minimum((start_m + 1) * BLOCK_M, seq)
+        for start_n in range(0, end, BLOCK_N):
+            keys = start_n + cols
+            k = tl.load(K + base + keys[None, :] * HEAD_DIM + dims[:, None], mask=keys[None, :] < seq, other=0.0)
+            s = tl.dot(q, k) * scale_log2
+            visible = keys[None, :] < seq
+            if CAUSAL:
+                visible = visible & (keys[None, :] <= rows[:, None])
+            s = tl.where(visible, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            p = tl.math.exp2(s - m_new[:, None])
+            alpha = tl.math.exp2(m_i - m_new)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            v = tl.load(V + base + keys[:, None] * HEAD_DIM + dims[None, :], mask=keys[:, None] < seq, other=0.0)
+            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+            m_i = m_new
+        o = acc / l_i[:, None]
+        tl.store(O + base + rows[:, None] * HEAD_DIM + dims[None, :], o.to(O.dtype.element_ty), mask=rows[:, None] < seq)
+
+    # Without autotuning (Triton's interpreter, TRITON_INTERPRET=1, cannot time), the first tile shape.
+    tuned = triton.autotune(configs=configs, key=["seq", "HEAD_DIM", "CAUSAL"])(attention_forward) if autotune \
+        else None
+    fixed = configs[0]
+
+    def build(inputs):
+        q, k, v, causal = inputs
+        b, h, s, d = q.shape
+        if k.shape[2] != s or d not in (64, 128) or not all(x.is_contiguous() for x in (q, k, v)):
+            raise Unsupported("this Triton kernel takes contiguous inputs, seq_q = seq_k and head_dim 64 or 128")
+        o = torch.empty_like(q)
+        scale_log2 = 1.4426950408889634 / math.sqrt(d)
+
+        def run():
+            grid = lambda meta: (triton.cdiv(s, meta["BLOCK_M"]), b * h)  # noqa: E731
+            if tuned is not None:
+                tuned[grid](q, k, v, o, scale_log2, s, HEAD_DIM=d, CAUSAL=causal)
+            else:
+                attention_forward[grid(fixed.kwargs)](q, k, v, o, scale_log2, s, HEAD_DIM=d, CAUSAL=causal,
+                                                      **fixed.kwargs)
+            return o
+        return run
+    return System("Triton", build)
+
+
+def attention_check(torch, q, k, v, causal: bool):
+    """(errors by name, tolerance, max |reference|) of outputs: max |out - ref| against an fp32 reference,
+    and the tolerance 2 * (error of a straightforward bf16 computation) + ABSOLUTE_TOLERANCE, computed a few
+    heads at a time."""
+    from tessera.reference import ABSOLUTE_TOLERANCE
+
+    b, h, sq, d = q.shape
+    sk = k.shape[2]
+    scale = 1.0 / math.sqrt(d)
+    visible = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
+    if causal:  # bottom-right aligned: query i sees keys 0 .. i + sk - sq
+        visible = torch.arange(sk, device=q.device)[None, :] <= torch.arange(sq, device=q.device)[:, None] + (sk - sq)
+    flat = [x.reshape(b * h, x.shape[2], d) for x in (q, k, v)]
+    chunk = max(1, CHECK_SCORE_BYTES // (sq * sk * 4))
+
+    def softmax(scores):
+        p = torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1)
+        return torch.nan_to_num(p, nan=0.0)  # a query that sees no key gives zeros
+
+    def check(outputs: dict):
+        errors = dict.fromkeys(outputs, 0.0)
+        baseline, magnitude = 0.0, 0.0
+        flat_out = {name: o.reshape(b * h, sq, d) for name, o in outputs.items()}
+        for i in range(0, b * h, chunk):
+            qs, ks, vs = (x[i:i + chunk].float() for x in flat)
+            scores = qs @ ks.transpose(1, 2) * scale
+            ref = softmax(scores) @ vs
+            rounded = softmax(scores.to(q.dtype).float()).to(q.dtype).float()
+            straightforward = (rounded @ vs).to(q.dtype).float()
+            baseline = max(baseline, _max_abs(torch, straightforward - ref))
+            magnitude = max(magnitude, float(ref.abs().max()))
+            for name, o in flat_out.items():
+                errors[name] = max(errors[name], _max_abs(torch, o[i:i + chunk].float() - ref))
+        return errors, 2 * baseline + ABSOLUTE_TOLERANCE, magnitude
+    return check
+
+
+def _max_abs(torch, x) -> float:
+    return float(torch.nan_to_num(x.abs(), nan=float("inf")).max())
+
+
+# endregion
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seq", type=int, nargs="+", default=list(SEQS), help="sequence lengths")
+    parser.add_argument("--head-dim", type=int, nargs="+", default=list(HEAD_DIMS), help="head dimensions")
+    parser.add_argument("--causal", choices=("both", "yes", "no"), default="both")
+    parser.add_argument("--tokens", type=int, default=16384, help="batch * seq (default 16k)")
+    parser.add_argument("--hidden", type=int, default=2048, help="heads * head_dim (default 2048)")
+    parser.add_argument("--repeats", type=int, default=30, help="timed runs per system (median reported)")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results", help="folder for JSON and PNG")
+    args = parser.parse_args()
+    torch = require_gpu()
+
+    systems = [tessera_system(torch), *sdpa_systems(torch)]
+    triton = triton_system(torch)
+    if triton is not None:
+        systems.append(triton)
+    env = environment(torch)
+    print(f"{env['device']}: torch {env['torch']} (CUDA {env['cuda']}), tessera {env['tessera']}, {env['ptxas']}")
+    widths = print_header(systems)
+    records: list[Record] = []
+    masks = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
+    for head_dim in args.head_dim:
+        heads = args.hidden // head_dim
+        for causal in masks:
+            for seq in args.seq:
+                batch = max(1, args.tokens // seq)
+                config = dict(seq=seq, batch=batch, heads=heads, head_dim=head_dim, causal=causal, dtype="bf16")
+                flops = 4 * seq * seq * head_dim * heads * batch / (2 if causal else 1)
+                generator = torch.Generator(device="cuda").manual_seed(seq * 1000 + head_dim)
+                q, k, v = (torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16,
+                                       generator=generator) for _ in range(3))
+                check = attention_check(torch, q, k, v, causal)
+                row = measure(torch, systems, (q, k, v, causal), config, flops, check, args)
+                records += row
+                print_row(f"d{head_dim} {'causal' if causal else 'full'} seq {seq} (b{batch} h{heads})", row, widths)
+                report_problems(row)
+                del q, k, v
+                torch.cuda.empty_cache()
+    path = write_results(args.out, "attention", env, args, records)
+    print(f"results: {path}")
+    picture = plot(args.out, "attention", records, lambda c: (c["head_dim"], c["causal"]),
+                   lambda p: f"head_dim {p[0]}, {'causal' if p[1] else 'no mask'}", lambda c: c["seq"],
+                   "sequence length", f"Forward attention, bf16, {env['device']}")
+    if picture is not None:
+        print(f"plot: {picture}")
+
+
+if __name__ == "__main__":
+    main()

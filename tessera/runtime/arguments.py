@@ -1,0 +1,188 @@
+"""The tensors a compiled kernel takes and the parameter buffer it is launched with, from its host-side
+description (`tessera.host.HostDescription`). Pure host code: no driver, testable on a CPU.
+
+A kernel's tensors are numbered as its Tile IR arguments (`sm90.source`): attention Q, K, V, O; GEMM A, B,
+C. Each is reached through one or more parameters (a tensor map, a global pointer) whose Target IR argument
+carries the tensor's named dimensions (`tile.dims`), role and element type; the named sizes are bound from
+the inputs' shapes and every tensor is checked against them before anything is encoded or launched.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tessera.dialects.tile_types import DimsAttr
+from tessera.host import HostDescription
+from tessera.interpreters.sm90.launch import target_kernel
+from tessera.kernel_abi import ELEMENT_ATTR
+from tessera.numerics import numpy_dtype
+from tessera.sm90 import facts
+
+SIZE_PARAM_LIMIT = 2**32
+"""Named sizes are `.u32` parameters."""
+
+_ROLE_NOUNS = {"in": "input", "out": "output", "scratch": "scratch buffer"}
+
+
+@dataclass(frozen=True)
+class KernelTensor:
+    """One tensor of a kernel: its Tile IR argument index, the parameters standing for it, its role
+    ("in", "out", "scratch"), named dimensions and element type."""
+
+    source: int
+    params: tuple[str, ...]
+    role: str
+    dims: DimsAttr
+    dtype: np.dtype
+
+    @property
+    def label(self) -> str:
+        return f"tensor {self.source} ({', '.join(self.params)})"
+
+
+@dataclass(frozen=True)
+class TensorView:
+    """A tensor as a launch sees it: device address, shape (outermost first), byte strides (as NumPy and
+    PyTorch order them, outermost first) and element type."""
+
+    address: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    dtype: np.dtype
+
+    @classmethod
+    def contiguous(cls, address: int, shape: Sequence[int], dtype) -> TensorView:
+        dtype = np.dtype(dtype)
+        shape = tuple(int(d) for d in shape)
+        strides = tuple(math.prod(shape[i + 1:]) * dtype.itemsize for i in range(len(shape)))
+        return cls(int(address), shape, strides, dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+    @property
+    def is_contiguous(self) -> bool:
+        """Row-major without gaps (strides of extent-1 dimensions do not matter)."""
+        row_major = TensorView.contiguous(self.address, self.shape, self.dtype).strides
+        return all(d == 1 or s == r for d, s, r in zip(self.shape, self.strides, row_major))
+
+
+def kernel_tensors(host: HostDescription) -> tuple[KernelTensor, ...]:
+    """The tensors `host`'s kernel takes, by Tile IR argument index."""
+    kernel = target_kernel(host.op)
+    found: dict[int, KernelTensor] = {}
+    for arg, attrs in zip(kernel.args, host.op.arg_attrs.data):
+        if arg.source is None:
+            continue
+        dtype = numpy_dtype(attrs.data[ELEMENT_ATTR])
+        known = found.get(arg.source)
+        if known is None:
+            found[arg.source] = KernelTensor(arg.source, (arg.name,), arg.role, arg.dims, dtype)
+        elif (known.role, known.dims, known.dtype) != (arg.role, arg.dims, dtype):
+            raise ValueError(f"@{host.kernel}: parameters {known.params[0]} and {arg.name} stand for tensor "
+                             f"{arg.source} but disagree on its role, dims or element type")
+        else:
+            found[arg.source] = KernelTensor(arg.source, known.params + (arg.name,), known.role, known.dims, dtype)
+    return tuple(found[s] for s in sorted(found))
+
+
+def bind_sizes(host: HostDescription, shapes: Mapping[int, Sequence[int]]) -> dict[str, int]:
+    """The named sizes, bound from the shapes of the input tensors (`shapes` by source); ValueError names the
+    tensor and dimension that disagree, or a size no input defines."""
+    sizes: dict[str, int] = {}
+    for tensor in kernel_tensors(host):
+        if tensor.role != "in":
+            continue
+        if tensor.source not in shapes:
+            raise ValueError(f"@{host.kernel}: no array for input {tensor.label}")
+        shape = tuple(int(d) for d in shapes[tensor.source])
+        if len(shape) != len(tensor.dims):
+            raise ValueError(f"@{host.kernel}: input {tensor.label} must have rank {len(tensor.dims)} "
+                             f"({tensor.dims}), got shape {shape}")
+        for axis, (expr, actual) in enumerate(zip(tensor.dims, shape)):
+            what = f"@{host.kernel}: input {tensor.label}, dimension {axis} ({expr})"
+            if actual <= 0:
+                raise ValueError(f"{what}: sizes must be positive, got {actual}")
+            if expr.is_constant:
+                if actual != expr.value.data:
+                    raise ValueError(f"{what}: the kernel is compiled for {expr.value.data}, got {actual}")
+            elif expr.is_name and sizes.setdefault(expr.symbol.data, actual) != actual:
+                raise ValueError(f"{what}: '{expr.symbol.data}' is {sizes[expr.symbol.data]} elsewhere, got {actual}")
+    for param in host.params:
+        if param.kind == "size" and param.size not in sizes:
+            raise ValueError(f"@{host.kernel}: parameter {param.name} needs the size '{param.size}', which no input "
+                             f"defines (sizes: {', '.join(sizes) or 'none'})")
+        if param.kind == "size" and not 0 <= sizes[param.size] < SIZE_PARAM_LIMIT:
+            raise ValueError(f"@{host.kernel}: size {param.size} = {sizes[param.size]} does not fit the kernel's "
+                             f"32-bit parameter {param.name}")
+    return sizes
+
+
+def check_views(host: HostDescription, sizes: Mapping[str, int], views: Mapping[int, TensorView]) -> None:
+    """Every tensor has a view of the shape its dims give and the kernel's element type; tensors reached
+    through a plain pointer are row-major (the kernel computes their addresses itself)."""
+    pointer_sources = {p.source for p in host.params if p.kind == "pointer"}
+    for tensor in kernel_tensors(host):
+        view = views.get(tensor.source)
+        if view is None:
+            raise ValueError(f"@{host.kernel}: no array for {_ROLE_NOUNS.get(tensor.role, tensor.role)} "
+                             f"{tensor.label}")
+        shape = tensor.dims.evaluate(sizes)
+        if tuple(view.shape) != tuple(shape):
+            raise ValueError(f"@{host.kernel}: {tensor.label} must have shape {shape} ({tensor.dims}), "
+                             f"got {tuple(view.shape)}")
+        if view.dtype != tensor.dtype:
+            raise ValueError(f"@{host.kernel}: {tensor.label} must be {tensor.dtype.name}, got {view.dtype.name}")
+        if tensor.source in pointer_sources and not view.is_contiguous:
+            raise ValueError(f"@{host.kernel}: {tensor.label} is addressed by the kernel as a row-major array and "
+                             f"must be contiguous, got byte strides {view.strides}")
+
+
+class ParameterBuffer:
+    """A kernel's parameters as cuLaunchKernel(Ex) takes them: one host value per parameter, in order, and
+    an array of pointers to those values (`address`). The driver copies the values at launch."""
+
+    def __init__(self, values: Sequence[ctypes._SimpleCData | ctypes.Array]):
+        self.values = list(values)
+        self.pointers = (ctypes.c_void_p * max(len(self.values), 1))(*(ctypes.addressof(v) for v in self.values))
+
+    @property
+    def address(self) -> int:
+        return ctypes.addressof(self.pointers)
+
+    def value_bytes(self, index: int) -> bytes:
+        """The bytes parameter `index` points to (what the driver will copy)."""
+        return ctypes.string_at(self.pointers[index], ctypes.sizeof(self.values[index]))
+
+
+def pack_parameters(host: HostDescription, sizes: Mapping[str, int], views: Mapping[int, TensorView],
+                    tensor_maps: Mapping[str, bytes]) -> ParameterBuffer:
+    """The parameter buffer of `host`'s kernel: each tensor map's 128 encoded bytes (`.param .align 64 .b8
+    [128]`), each pointer's device address (`.u64`), each named size (`.u32`)."""
+    values: list = []
+    for param in host.params:
+        if param.kind == "tensormap":
+            encoded = tensor_maps[param.name]
+            if len(encoded) != facts.TENSOR_MAP_BYTES:
+                raise ValueError(f"@{host.kernel}: tensor map {param.name} is {len(encoded)} bytes, "
+                                 f"not {facts.TENSOR_MAP_BYTES}")
+            value = (ctypes.c_uint64 * (facts.TENSOR_MAP_BYTES // 8))()
+            ctypes.memmove(value, encoded, facts.TENSOR_MAP_BYTES)
+            values.append(value)
+        elif param.kind == "pointer":
+            values.append(ctypes.c_uint64(views[param.source].address))
+        elif param.kind == "size":
+            value = sizes[param.size]
+            if not 0 <= value < SIZE_PARAM_LIMIT:
+                raise ValueError(f"@{host.kernel}: size {param.size} = {value} does not fit the 32-bit parameter "
+                                 f"{param.name}")
+            values.append(ctypes.c_uint32(value))
+        else:
+            raise ValueError(f"@{host.kernel}: parameter {param.name} has unknown kind '{param.kind}'")
+    return ParameterBuffer(values)

@@ -1,0 +1,193 @@
+"""From a kernel configuration to a compiled kernel (PTX, cubin, host description), through the disk cache.
+
+A `KernelConfig` names a `tessera.kernels` builder, its keyword arguments and the pass pipeline. Compiling
+builds the Tile IR kernel, lowers it to register-allocated Target IR, prints the PTX and assembles it with
+ptxas when one is found. The host description is `tessera.host.describe` of that Target IR; on a cache hit
+it is rebuilt from the stored Target IR the same way (and checked against the stored `host.json`), so the
+runtime never states a layout of its own.
+
+The stored Target IR serves the host description only (attributes and shared-buffer alignments): xDSL
+0.74 parses some constants of its text back differently (a hex float such as `dense<0xff800000>`, -inf, is
+read as an integer; xdslproject/xdsl#3370), so it is not a copy to run or lower further.
+
+The cache key's Tessera version is `__version__` plus a digest of the compiler's sources: an editable
+checkout changes without a version bump, and a stale kernel must not outlive the code that made it.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tessera.host import HostDescription
+from tessera.passes import SPECIALIZED_PIPELINE
+from tessera.runtime.cache import KernelCache, cache_key
+
+DEFAULT_PIPELINE = SPECIALIZED_PIPELINE + ",allocate-registers"
+"""The fast pipeline: two-stage K/V rings, peeled masks, a TMA producer warpgroup (FlashAttention-3's
+structure), then register allocation so that the PTX printer can print it."""
+
+ARCH = "sm_90a"
+SOURCE_PACKAGES = ("tessera", "tessera.dialects", "tessera.passes")
+"""The packages whose sources make the compiled code; `tessera.runtime` and `tessera.tools` do not."""
+NOT_COMPILER = ("runtime", "tools")
+
+PTX_FILE, CUBIN_FILE, TARGET_FILE, HOST_FILE = "kernel.ptx", "kernel.cubin", "target.mlir", "host.json"
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """What to compile: `builder`, a function of `tessera.kernels` ("flash_attention", "gemm"), with the
+    keyword arguments `options` (sorted pairs), through `pipeline` (a `tessera-opt -p` spec ending in
+    register-allocated Target IR)."""
+
+    builder: str
+    options: tuple[tuple[str, object], ...] = ()
+    pipeline: str = DEFAULT_PIPELINE
+
+    @classmethod
+    def of(cls, builder: str, pipeline: str = DEFAULT_PIPELINE, **options) -> KernelConfig:
+        return cls(builder, tuple(sorted(options.items())), pipeline)
+
+    def as_dict(self) -> dict:
+        return {"builder": self.builder, "options": dict(self.options), "pipeline": self.pipeline, "arch": ARCH}
+
+    def __str__(self) -> str:
+        return f"{self.builder}(" + ", ".join(f"{k}={v!r}" for k, v in self.options) + ")"
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    """A kernel ready to load: PTX, cubin (None without ptxas), and its host description."""
+
+    config: KernelConfig
+    key: str
+    ptx: str
+    cubin: bytes | None
+    host: HostDescription
+    target_ir: str = field(repr=False)
+    ptxas: str
+    from_cache: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.host.kernel
+
+
+@functools.cache
+def tessera_version() -> str:
+    """`__version__` + '+' + the first 12 hex digits of the SHA-256 of the compiler's Python sources."""
+    from tessera import __version__
+
+    digest = hashlib.sha256()
+    for package in SOURCE_PACKAGES:
+        spec = importlib.util.find_spec(package)
+        for root in (spec.submodule_search_locations or []) if spec else []:
+            for path in sorted(Path(root).rglob("*.py")):
+                relative = path.relative_to(root)
+                if package == "tessera" and relative.parts[0] in NOT_COMPILER:
+                    continue
+                digest.update(f"{package}/{relative.as_posix()}\0".encode())
+                digest.update(path.read_bytes())
+    return f"{__version__}+{digest.hexdigest()[:12]}"
+
+
+@functools.cache
+def ptxas_version() -> str:
+    """`str(ToolVersion)` of the ptxas in use ("ptxas 13.0.88"), or "none"."""
+    from tessera.toolchain import find_ptxas, tool_version
+
+    path = find_ptxas()
+    return str(tool_version(path)) if path else "none"
+
+
+def kernel_key(config: KernelConfig) -> str:
+    return cache_key(config.as_dict(), tessera_version(), ptxas_version())
+
+
+_COMPILED: dict[str, CompiledKernel] = {}
+
+
+def compile_kernel(config: KernelConfig, cache: KernelCache | None = None) -> CompiledKernel:
+    """The compiled kernel of `config`: from this process's memory, else the disk cache, else compiled now
+    (and stored). Builder errors (an unsupported head_dim, say) are ValueErrors naming the argument."""
+    key = kernel_key(config)
+    if key in _COMPILED:
+        return _COMPILED[key]
+    cache = cache if cache is not None else KernelCache()
+    kernel = _load(config, key, cache)
+    if kernel is None:
+        kernel = _compile(config, key)
+        files = {PTX_FILE: kernel.ptx.encode(), TARGET_FILE: kernel.target_ir.encode(),
+                 HOST_FILE: _host_json(kernel.host).encode()}
+        if kernel.cubin is not None:
+            files[CUBIN_FILE] = kernel.cubin
+        components = {"config": config.as_dict(), "tessera": tessera_version(), "ptxas": kernel.ptxas}
+        cache.store(key, files, components)
+    _COMPILED[key] = kernel
+    return kernel
+
+
+def _host_json(host: HostDescription) -> str:
+    return json.dumps(host.as_dict(), sort_keys=True)
+
+
+def _describe_one(module, config: KernelConfig) -> HostDescription:
+    from tessera.host import describe
+
+    found = describe(module)
+    if len(found) != 1:
+        raise ValueError(f"{config}: expected one Target IR kernel, the pipeline gave {len(found)}")
+    return found[0]
+
+
+def _compile(config: KernelConfig, key: str) -> CompiledKernel:
+    import tessera
+    from tessera.passes import apply_pipeline
+    from tessera.ptx.module import print_ptx
+    from tessera.ptx.target import allocated_registers
+    from tessera.toolchain import compile_ptx, find_ptxas
+
+    builder = getattr(tessera.kernels, config.builder, None)
+    if builder is None or not callable(builder):
+        raise ValueError(f"no kernel builder '{config.builder}' in tessera.kernels")
+    lowered = builder(**dict(config.options)).clone()
+    apply_pipeline(lowered, config.pipeline)
+    host = _describe_one(lowered, config)
+    ptx = print_ptx(lowered, registers=allocated_registers)
+    if f".entry {host.kernel}(" not in ptx:  # the runtime looks the kernel up by this name
+        raise ValueError(f"{config}: the PTX has no entry named {host.kernel}")
+    cubin = compile_ptx(ptx).cubin if find_ptxas() else None
+    return CompiledKernel(config, key, ptx, cubin, host, tessera.print_module(lowered), ptxas_version())
+
+
+def _load(config: KernelConfig, key: str, cache: KernelCache) -> CompiledKernel | None:
+    """The cached kernel of `key`, or None; an entry that does not rebuild into the host description it
+    recorded counts as corrupted and is discarded."""
+    import tessera
+
+    loaded = cache.load(key)
+    if loaded is None:
+        return None
+    files, manifest = loaded
+    try:
+        target_ir = files[TARGET_FILE].decode()
+        host = _describe_one(tessera.parse_module(target_ir), config)
+        if _host_json(host) != files[HOST_FILE].decode():
+            raise ValueError("the rebuilt host description differs from host.json")
+        ptx = files[PTX_FILE].decode()
+    except Exception:  # noqa: BLE001 - any failure to rebuild means the entry cannot be trusted
+        cache.discard(key)
+        return None
+    return CompiledKernel(config, key, ptx, files.get(CUBIN_FILE), host, target_ir, manifest.get("ptxas", "none"),
+                          from_cache=True)
+
+
+def forget_compiled() -> None:
+    """Drop this process's compiled kernels (the disk cache is kept); for tests."""
+    _COMPILED.clear()

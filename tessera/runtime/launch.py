@@ -1,0 +1,296 @@
+"""Loading a compiled kernel on the GPU and launching it with arrays.
+
+`run(kernel, *inputs)` takes the kernel's inputs in order and returns its outputs, in the inputs' kind:
+- NumPy arrays (bf16 as `ml_dtypes.bfloat16`): copied to device buffers, launched on the default stream,
+  waited for, copied back;
+- PyTorch CUDA tensors: used in place through `data_ptr()` (strided inputs reached by tensor maps are
+  allowed: their strides go into the maps), outputs allocated with torch, the launch issued on torch's
+  current stream and not waited for, as a torch operation would be;
+- PyTorch CPU tensors: through NumPy, returned as CPU tensors.
+PyTorch is never imported here: a tensor is recognised only if the caller's torch is already loaded.
+
+Every host-side check (sizes bound from the shapes, element types, tensor-map rules, grid limits) runs
+before the driver is touched, so a wrong call fails the same way with or without a GPU. `prepare` does the
+per-call work once (encode the tensor maps, pack the parameters) and returns a launch that only calls
+`cuLaunchKernelEx`, which is what the benchmarks time.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tessera.host import HostDescription
+from tessera.numerics import BF16, F16, F32
+from tessera.runtime.arguments import (
+    KernelTensor,
+    ParameterBuffer,
+    TensorView,
+    bind_sizes,
+    kernel_tensors,
+    pack_parameters,
+)
+from tessera.runtime.compiler import CompiledKernel
+from tessera.runtime.driver import Device, Driver, get_driver
+from tessera.runtime.tensor_maps import TensorMapArguments, tensor_map_arguments
+
+NO_CLUSTER = (1, 1, 1)
+"""Tessera's kernels do not use thread-block clusters yet (no multicast, no distributed shared memory); the
+host description is where a cluster shape will come from when one does."""
+MAX_GRID = (2**31 - 1, 65535, 65535)
+"""The largest grid, per dimension [CUDA C++ Programming Guide, table of technical specifications]."""
+
+_DTYPES_BY_NAME = {"bfloat16": BF16, "float16": F16, "float32": F32}
+
+
+# region Arrays: NumPy and (optionally) PyTorch
+
+
+def _torch():
+    return sys.modules.get("torch")
+
+
+def is_torch_tensor(x) -> bool:
+    torch = _torch()
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def dtype_name(x) -> str:
+    """The element type's name ("bfloat16", "float16", ...) of a NumPy array or a PyTorch tensor."""
+    if is_torch_tensor(x):
+        return str(x.dtype).removeprefix("torch.")
+    dtype = getattr(x, "dtype", None)
+    return np.dtype(dtype).name if dtype is not None else type(x).__name__
+
+
+def element_dtype(x) -> np.dtype | None:
+    """The NumPy dtype of a NumPy array's or tensor's elements, None for a type kernels do not take."""
+    if is_torch_tensor(x):
+        return _DTYPES_BY_NAME.get(dtype_name(x))
+    return np.dtype(x.dtype) if isinstance(x, np.ndarray) else None
+
+
+def torch_to_numpy(x) -> np.ndarray:
+    """A CPU tensor's values as a NumPy array (bf16 through its bits: torch has no NumPy bf16)."""
+    torch = _torch()
+    x = x.detach().contiguous()
+    if x.dtype == torch.bfloat16:
+        return x.view(torch.int16).numpy().view(BF16)
+    return x.numpy()
+
+
+def numpy_to_torch(a: np.ndarray):
+    """A NumPy array as a CPU tensor (bf16 through its bits)."""
+    torch = _torch()
+    a = np.ascontiguousarray(a)
+    if a.dtype == BF16:
+        return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(a.copy())
+
+
+def _torch_dtype(dtype: np.dtype):
+    torch = _torch()
+    return {BF16: torch.bfloat16, F16: torch.float16, F32: torch.float32}[np.dtype(dtype)]
+
+
+def view_of(x, address: int | None = None) -> TensorView:
+    """The TensorView of an array: a CUDA tensor's own address and strides; a host array's strides as if
+    it were copied contiguously, at `address` (0 before it is)."""
+    dtype = element_dtype(x)
+    if dtype is None:
+        raise ValueError(f"arrays of {dtype_name(x)} cannot be passed to a kernel")
+    if is_torch_tensor(x) and x.is_cuda:
+        size = x.element_size()
+        return TensorView(x.data_ptr(), tuple(x.shape), tuple(s * size for s in x.stride()), dtype)
+    return TensorView.contiguous(address or 0, tuple(x.shape), dtype)
+
+
+# endregion
+
+# region Launch shape and checks
+
+
+def launch_shape(host: HostDescription, sizes: Mapping[str, int]) -> tuple[tuple[int, int, int], tuple[int, int, int],
+                                                                            tuple[int, int, int], int]:
+    """(grid, block, cluster, dynamic shared memory bytes) of a launch of `host`'s kernel over `sizes`."""
+    grid = host.grid(sizes)
+    for axis, (extent, limit) in enumerate(zip(grid, MAX_GRID)):
+        if not 1 <= extent <= limit:
+            raise ValueError(f"@{host.kernel}: grid {grid} for sizes {dict(sizes)}: dimension {'xyz'[axis]} "
+                             f"must be in [1, {limit}]")
+    return grid, host.block, NO_CLUSTER, host.dynamic_smem_bytes
+
+
+def check_inputs(host: HostDescription, inputs: Sequence) -> tuple[dict[str, int], dict[int, TensorView]]:
+    """Bind the sizes from `inputs` (the kernel's inputs in order) and check every tensor, its tensor maps
+    and the grid, on the host. Returns the sizes and the views (outputs and host arrays at address 0)."""
+    tensors = kernel_tensors(host)
+    wanted = [t for t in tensors if t.role == "in"]
+    if len(inputs) != len(wanted):
+        raise ValueError(f"@{host.kernel} takes {len(wanted)} inputs ({', '.join(t.label for t in wanted)}), "
+                         f"got {len(inputs)}")
+    for tensor, x in zip(wanted, inputs):
+        if element_dtype(x) != tensor.dtype:
+            raise ValueError(f"@{host.kernel}: input {tensor.label} must be {tensor.dtype.name}, got {dtype_name(x)}")
+    sizes = bind_sizes(host, {t.source: tuple(x.shape) for t, x in zip(wanted, inputs)})
+    views = {t.source: view_of(x) for t, x in zip(wanted, inputs)}
+    for tensor in tensors:
+        if tensor.role != "in":
+            views[tensor.source] = TensorView.contiguous(0, tensor.dims.evaluate(sizes), tensor.dtype)
+    tensor_map_arguments(host, sizes, views)
+    launch_shape(host, sizes)
+    return sizes, views
+
+
+# endregion
+
+# region Loading and launching
+
+@dataclass(frozen=True)
+class LoadedKernel:
+    """A compiled kernel loaded into a device's primary context, with its dynamic shared memory allowed."""
+
+    kernel: CompiledKernel
+    device: Device
+    module: object
+    function: object
+
+
+def load(kernel: CompiledKernel, device: int = 0, driver: Driver | None = None) -> LoadedKernel:
+    """Load `kernel` on device `device` (once per driver and device)."""
+    driver = driver or get_driver()
+    dev = driver.device(device)
+    loaded = driver.loaded.get((kernel.key, device))
+    if loaded is None:
+        module, function = driver.load_function(kernel.name, kernel.cubin, kernel.ptx)
+        driver.set_dynamic_smem(function, kernel.name, kernel.host.dynamic_smem_bytes, dev)
+        loaded = driver.loaded[(kernel.key, device)] = LoadedKernel(kernel, dev, module, function)
+    return loaded
+
+
+@dataclass
+class PreparedLaunch:
+    """One launch with everything encoded: calling it issues cuLaunchKernelEx and nothing else. It keeps
+    the parameter buffer and the arrays it was made from alive."""
+
+    loaded: LoadedKernel
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    cluster: tuple[int, int, int]
+    smem_bytes: int
+    stream: int
+    parameters: ParameterBuffer
+    tensor_maps: dict[str, TensorMapArguments]
+    driver: Driver
+    keep: tuple = ()
+
+    def __post_init__(self) -> None:
+        self._config = self.driver.launch_config(self.grid, self.block, self.cluster, self.smem_bytes, self.stream)
+        self._detail = (f"grid {self.grid}, block {self.block}, cluster {self.cluster}, dynamic shared memory "
+                        f"{self.smem_bytes} bytes, stream {self.stream:#x}")
+
+    def __call__(self) -> None:
+        self.driver.launch(self.loaded.function, self.loaded.kernel.name, self._config, self.parameters.address,
+                           self._detail)
+
+
+def prepare(kernel: CompiledKernel, views: Mapping[int, TensorView], sizes: Mapping[str, int], stream: int = 0,
+            device: int = 0, driver: Driver | None = None, keep: tuple = ()) -> PreparedLaunch:
+    """Load `kernel`, encode its tensor maps for `views` (device tensors by Tile IR argument index) and pack
+    its parameters."""
+    driver = driver or get_driver()
+    host = kernel.host
+    grid, block, cluster, smem = launch_shape(host, sizes)
+    arguments = tensor_map_arguments(host, sizes, views)
+    loaded = load(kernel, device, driver)
+    encoded = {name: driver.encode_tensor_map(a, kernel.name) for name, a in arguments.items()}
+    parameters = pack_parameters(host, sizes, views, encoded)
+    return PreparedLaunch(loaded, grid, block, cluster, smem, stream, parameters, arguments, driver, keep)
+
+
+def run(kernel: CompiledKernel, *inputs, stream: int | None = None):
+    """Run `kernel` on `inputs` (its inputs in order: all NumPy arrays, or all PyTorch tensors on one
+    device) and return its output, or a tuple of its outputs, of the inputs' kind (see the module docstring)."""
+    kinds = {"torch-cuda" if is_torch_tensor(x) and x.is_cuda else "torch" if is_torch_tensor(x)
+             else "numpy" if isinstance(x, np.ndarray) else type(x).__name__ for x in inputs}
+    if len(kinds) > 1 or not kinds <= {"torch-cuda", "torch", "numpy"}:
+        raise ValueError(f"@{kernel.name}: inputs must be all NumPy arrays or all PyTorch tensors on one device, "
+                         f"got {', '.join(sorted(kinds))}")
+    if kinds == {"torch"}:
+        outputs = _run_numpy(kernel, [torch_to_numpy(x) for x in inputs], stream or 0)
+        return _one_or_tuple([numpy_to_torch(o) for o in outputs])
+    if kinds == {"torch-cuda"}:
+        return _one_or_tuple(_run_torch(kernel, inputs, stream))
+    return _one_or_tuple(_run_numpy(kernel, list(inputs), stream or 0))
+
+
+def _one_or_tuple(outputs: list):
+    return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+def _others(kernel: CompiledKernel) -> list[KernelTensor]:
+    return [t for t in kernel_tensors(kernel.host) if t.role != "in"]
+
+
+def prepare_torch(kernel: CompiledKernel, *inputs, stream: int | None = None) -> tuple[PreparedLaunch, list]:
+    """A prepared launch of `kernel` on PyTorch CUDA tensors `inputs` (its inputs in order, used in place)
+    into output tensors allocated here: (launch, outputs). Calling the launch issues the kernel on `stream`
+    (default: torch's current stream of the inputs' device) and writes the outputs."""
+    torch = _torch()
+    if not all(is_torch_tensor(x) and x.is_cuda for x in inputs):
+        raise ValueError(f"@{kernel.name}: prepare_torch takes PyTorch CUDA tensors")
+    devices = {x.device for x in inputs}
+    if len(devices) != 1:
+        raise ValueError(f"@{kernel.name}: inputs must be on one device, got {', '.join(map(str, devices))}")
+    (device,) = devices
+    sizes, views = check_inputs(kernel.host, inputs)
+    made = {}
+    for tensor in _others(kernel):
+        made[tensor.source] = torch.empty(tensor.dims.evaluate(sizes), dtype=_torch_dtype(tensor.dtype), device=device)
+        views[tensor.source] = view_of(made[tensor.source])
+    if stream is None:
+        stream = torch.cuda.current_stream(device).cuda_stream
+    ordinal = device.index if device.index is not None else torch.cuda.current_device()
+    launch = prepare(kernel, views, sizes, stream, ordinal, keep=(tuple(inputs), tuple(made.values())))
+    return launch, [made[t.source] for t in _others(kernel) if t.role == "out"]
+
+
+def _run_torch(kernel: CompiledKernel, inputs: Sequence, stream: int | None) -> list:
+    launch, outputs = prepare_torch(kernel, *inputs, stream=stream)
+    launch()
+    return outputs
+
+
+def _run_numpy(kernel: CompiledKernel, inputs: list, stream: int) -> list[np.ndarray]:
+    sizes, _ = check_inputs(kernel.host, inputs)
+    driver = get_driver()
+    driver.device(0)
+    wanted = [t for t in kernel_tensors(kernel.host) if t.role == "in"]
+    hosts = {t.source: np.ascontiguousarray(x) for t, x in zip(wanted, inputs)}
+    for tensor in _others(kernel):
+        hosts[tensor.source] = np.zeros(tensor.dims.evaluate(sizes), tensor.dtype)
+    addresses: dict[int, int] = {}
+    try:
+        for source, array in hosts.items():
+            addresses[source] = driver.alloc(array.nbytes)
+            if source in {t.source for t in wanted}:
+                driver.copy_to_device(addresses[source], array.ctypes.data, array.nbytes)
+            else:
+                driver.zero(addresses[source], array.nbytes)
+        views = {s: TensorView.contiguous(addresses[s], a.shape, a.dtype) for s, a in hosts.items()}
+        prepare(kernel, views, sizes, stream, 0, driver)()
+        driver.synchronize(stream, kernel.name)
+        outputs = [t for t in _others(kernel) if t.role == "out"]
+        for tensor in outputs:
+            array = hosts[tensor.source]
+            driver.copy_to_host(array.ctypes.data, addresses[tensor.source], array.nbytes)
+        return [hosts[t.source] for t in outputs]
+    finally:
+        for address in addresses.values():
+            driver.free(address)
+
+
+# endregion
