@@ -2,6 +2,11 @@
 
     tessera-opt kernel.mlir -p PIPELINE [--print-op-generic] [-o out.mlir]
     tessera-opt invalid.mlir --split-input-file --verify-diagnostics | filecheck invalid.mlir
+    tessera-opt kernel.mlir -p PIPELINE --validate [-d NAME=SIZE ...]
+
+`--validate` first walks the pipeline one pass at a time and runs each kernel at every level it reaches on
+generated inputs (`tessera.validate`); the table of levels goes to stderr, a mismatch names the pass and
+the first diverging op and exits with status 1.
 
 Bad input is a diagnostic on stderr and exit status 1, never a traceback; set TESSERA_DEBUG=1 to see the
 traceback of an internal error.
@@ -93,6 +98,16 @@ class TesseraOptMain(xDSLOptMain):
         for name, factory in PASSES.items():
             self.register_pass(name, factory)
 
+    def register_all_arguments(self, arg_parser) -> None:
+        from tessera.tools.tessera_run import _parse_size
+
+        super().register_all_arguments(arg_parser)
+        arg_parser.add_argument("--validate", action="store_true",
+                                help="run every kernel after each pass of the pipeline and compare the levels")
+        arg_parser.add_argument("-d", "--dim", dest="dims", action="append", type=_parse_size, default=[],
+                                metavar="NAME=SIZE", help="with --validate: a size of the generated inputs")
+        arg_parser.add_argument("--seed", type=int, default=0, help="with --validate: seed of the generated inputs")
+
     def setup_pipeline(self) -> None:
         # Unknown passes and bad options raise ValueError, a malformed spec ArgSpecParseError (a BaseException).
         try:
@@ -134,9 +149,28 @@ class TesseraOptMain(xDSLOptMain):
         return module
 
     def apply_passes(self, prog: ModuleOp) -> None:
+        if self.args.validate:
+            self.validate(prog)
         super().apply_passes(prog)
         if self.pipeline.passes and not self.args.disable_verify:
             verify_kernels(prog)
+
+
+    def validate(self, prog: ModuleOp) -> None:
+        """Validate each Tile IR kernel of `prog` (not modified) through the pipeline; raises UsageError with
+        the report's verdict on a mismatch."""
+        from tessera.kernel_abi import kernels
+        from tessera.validate import validate
+
+        sizes = dict(self.args.dims)
+        for op in kernels(prog):
+            try:
+                report = validate(prog, self.args.passes, sizes=sizes, seed=self.args.seed, kernel=op.sym_name.data)
+            except ValueError as e:
+                raise UsageError(f"--validate: {e}") from e
+            print(report.table(), file=sys.stderr)
+            if not report.ok:
+                raise UsageError(str(report.mismatch))
 
 
 def _diagnostic(e: BaseException) -> str:

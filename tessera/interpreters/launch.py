@@ -7,7 +7,7 @@ whole batch.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
@@ -48,8 +48,10 @@ def prepare_arguments(
     return arguments, bound
 
 
-def run_grid(sig: KernelSignature, module: ModuleOp, arguments: list[np.ndarray], sizes: Mapping[str, int]) -> None:
-    """Run every block of the kernel's grid; outputs are written into `arguments` in place."""
+def run_grid(sig: KernelSignature, module: ModuleOp, arguments: list[np.ndarray], sizes: Mapping[str, int],
+             listeners: Callable[[BlockBatch], Sequence[Interpreter.Listener]] | None = None) -> None:
+    """Run every block of the kernel's grid; outputs are written into `arguments` in place. `listeners`, if
+    given, makes the interpreter listeners of each batch of blocks (`tessera.validate` records values)."""
     gx, gy, gz = sig.grid_size(sizes)
     total = gx * gy * gz
     if total == 0:
@@ -58,7 +60,7 @@ def run_grid(sig: KernelSignature, module: ModuleOp, arguments: list[np.ndarray]
     for start in range(0, total, MAX_BLOCKS_PER_BATCH):
         ids = linear[start : start + MAX_BLOCKS_PER_BATCH]
         batch = BlockBatch((ids % gx, (ids // gx) % gy, ids // (gx * gy)))
-        interpreter = Interpreter(module)
+        interpreter = Interpreter(module, listeners=tuple(listeners(batch)) if listeners else ())
         interpreter.register_implementations(BatchedControlFunctions(batch))
         interpreter.register_implementations(TileFunctions(batch))
         interpreter.run_ssacfg_region(sig.op.body, tuple(arguments), sig.name)

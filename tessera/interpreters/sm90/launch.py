@@ -175,14 +175,17 @@ def _argument_values(kernel: TargetKernel, arrays: Sequence[np.ndarray], sizes: 
 
 
 def run_cta(kernel: TargetKernel, module: ModuleOp, values: list, memory: GlobalMemory,
-            cta_id: tuple[int, int, int], grid: tuple[int, int, int], allocation=None) -> CtaState:
-    """Run one CTA of `kernel` to completion; raises KernelHazardError (or DeadlockError) on a hazard."""
+            cta_id: tuple[int, int, int], grid: tuple[int, int, int], allocation=None, listeners=None) -> CtaState:
+    """Run one CTA of `kernel` to completion; raises KernelHazardError (or DeadlockError) on a hazard.
+    `listeners`, if given, makes extra interpreter listeners for the CTA (`tessera.validate` records values)."""
     scheduler = Scheduler(lambda env: make_interpreter(env))
     cta = CtaState(kernel.threads, kernel.smem_bytes, cta_id, grid, scheduler)
     functions = (DivergentControlFunctions(cta), RegisterArithFunctions(cta), Sm90Functions(cta, memory))
     checkers = (PendingUseChecker(cta.wgmma),)
     if allocation is not None:
         checkers += (RegisterFileChecker(cta, allocation),)
+    if listeners is not None:
+        checkers += tuple(listeners(cta))
 
     def make_interpreter(env=None) -> Interpreter:
         interpreter = Interpreter(module, listeners=checkers)
@@ -204,11 +207,12 @@ def run_cta(kernel: TargetKernel, module: ModuleOp, values: list, memory: Global
 
 
 def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], sizes: Mapping[str, int],
-                      allocation=None) -> None:
+                      allocation=None, listeners=None) -> None:
     """Run every CTA of the target kernel `func_op` on the Tile-level argument arrays (inputs, outputs,
     scratch), writing outputs into them. Raises ValueError for a bad launch and KernelHazardError (or its
     subclass DeadlockError) naming the op and thread of a hazard. With a register `allocation`
-    (`tessera.regalloc`), every operand is also checked against the register file it implies."""
+    (`tessera.regalloc`), every operand is also checked against the register file it implies. `listeners`
+    (optional) makes extra interpreter listeners for each CTA: `listeners(cta_state)`."""
     kernel = target_kernel(func_op)
     names = [f"#{k}" for k in range(len(arguments))]
     for arg in kernel.args:
@@ -220,7 +224,7 @@ def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], siz
     gx, gy, gz = grid = kernel.grid_size(sizes)
     for linear in range(gx * gy * gz):
         run_cta(kernel, module, values, memory, (linear % gx, (linear // gx) % gy, linear // (gx * gy)), grid,
-                allocation)
+                allocation, listeners)
 
 
 __all__ = ["run_target_kernel", "target_kernel", "TargetKernel", "TargetArg", "KernelHazardError", "SOURCE_ATTR",

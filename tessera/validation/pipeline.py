@@ -1,0 +1,338 @@
+"""`validate`: walk a pass pipeline one pass at a time and prove each step on the same inputs.
+
+The starting Tile IR is run first; then, after each pass, the kernel is run at the level the pass left it at
+(Tile IR, Target IR) and its output compared with the previous level's (bit-exact within a level, the
+reference tolerance across Tile -> Target; see `compare`) and with the NumPy reference (`tessera.reference`).
+The last level is the PTX printed from the final Target IR, run by the PTX executor. The walk stops at the
+first pass that changes the result, makes the kernel fail in its interpreter (a hazard, a deadlock, a
+register-file mismatch), breaks the IR's verifier, or fails itself. For a changed result, the old and the new
+level are run once more on the block that writes the first diverging output element, recording its named
+values, and the first diverging op is reported (`compare.first_divergence`). The PTX executor keeps no per-op
+values, so a mismatch at the PTX level names the output element only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import PassPipeline
+
+from tessera.validation import levels
+from tessera.validation.compare import (
+    Divergence,
+    Expectation,
+    differing,
+    first_divergence,
+    first_index,
+    format_index,
+    max_difference,
+)
+from tessera.validation.levels import PTX, TARGET, TILE
+from tessera.validation.recording import ValueTrace, target_recorders, tile_recorders
+
+INPUT = "(input)"
+PRINT_PTX = "(ptx)"
+
+
+@dataclass
+class LevelCheck:
+    """One row of the table: the kernel after pass `position` (0: the input; len(pipeline)+1: the PTX)."""
+
+    position: int
+    pass_name: str
+    level: str
+    vs_previous: float | None
+    vs_reference: float | None
+    tolerance: float | None
+    expectation: Expectation | None
+    ok: bool
+    note: str = ""
+
+
+@dataclass
+class Mismatch:
+    """Why the walk stopped: `kind` is "result" (the output changed), "failure" (the kernel failed at its
+    level), "invalid" (the IR no longer verifies), "pass" (the pass itself raised) or "refused" (the Tile IR
+    the pass produced is refused by the lowering that accepts the Tile IR before it)."""
+
+    position: int
+    pass_name: str
+    level: str
+    kind: str
+    message: str
+    divergence: Divergence | None = None
+    element: tuple[int, ...] | None = None
+    """The first diverging output element (kind "result")."""
+
+    @property
+    def where(self) -> str:
+        if self.pass_name == PRINT_PTX:
+            return "the PTX printed from the final Target IR"
+        if self.position == 0:
+            return "the input kernel"
+        return f"pass {self.position} '{self.pass_name}'"
+
+    def __str__(self) -> str:
+        if self.kind == "result":
+            verb = "disagrees with the reference" if self.position == 0 else "changed the result"
+            text = f"validate: {self.where} {verb}: {self.message}"
+            if self.divergence is not None:
+                text += f"; first diverging op: {self.divergence}"
+            elif self.level == PTX:
+                text += "; the PTX executor keeps no per-instruction values (compare the Target IR above)"
+            else:
+                text += "; no named value of the block diverges (the difference is in unnamed values)"
+            return text
+        if self.kind == "failure":
+            return f"validate: {self.where} made the kernel fail at level {self.level}: {self.message}"
+        if self.kind == "refused":
+            return f"validate: {self.where} produced Tile IR that the lowering refuses: {self.message}"
+        if self.kind == "invalid":
+            return f"validate: {self.where} produced IR that does not verify: {self.message}"
+        return f"validate: {self.where} failed: {self.message}"
+
+
+@dataclass
+class ValidationReport:
+    kernel: str
+    pipeline: str
+    sizes: dict[str, int]
+    checks: list[LevelCheck] = field(default_factory=list)
+    mismatch: Mismatch | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.mismatch is None
+
+    def table(self) -> str:
+        def number(x):
+            return "-" if x is None else f"{x:.3e}"
+
+        rows = [("#", "pass", "level", "vs previous", "vs reference", "tolerance", "ok")]
+        for c in self.checks:
+            rows.append((str(c.position), c.pass_name, c.level, number(c.vs_previous), number(c.vs_reference),
+                         number(c.tolerance), ("ok" if c.ok else "MISMATCH") + (f" ({c.note})" if c.note else "")))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+        lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)) + "  " + r[-1] for r in rows]
+        sizes = " ".join(f"{k}={v}" for k, v in self.sizes.items())
+        return "\n".join([f"validate @{self.kernel} [{sizes}]", *lines])
+
+    def __str__(self) -> str:
+        verdict = str(self.mismatch) if self.mismatch else "validate: every level agrees"
+        return f"{self.table()}\n{verdict}"
+
+
+class ValidationError(Exception):
+    """For callers that want a mismatch as an exception (`raise ValidationError(report)`); carries the
+    report, and its message is the mismatch's."""
+
+    def __init__(self, report: ValidationReport):
+        super().__init__(str(report.mismatch))
+        self.report = report
+
+
+def _reference(sig, outputs, inputs):
+    """(max error, tolerance) of the first output against the kernel kind's NumPy reference, or Nones."""
+    from tessera import reference
+    from tessera.numerics import numpy_dtype
+
+    dtype = numpy_dtype(sig.inputs[0].type.element_type)
+    if sig.kind == "attention":
+        c = reference.check_attention(outputs[0], *inputs, dtype, causal=sig.causal, scale=sig.scale)
+    elif sig.kind == "gemm":
+        c = reference.check_gemm(outputs[0], *inputs, dtype)
+    else:
+        return None, None
+    return c.max_error, c.tolerance
+
+
+def _record(module: ModuleOp, level: str, sig, inputs, sizes, block) -> ValueTrace:
+    trace = ValueTrace()
+    factory = tile_recorders(block, trace) if level == TILE else target_recorders(block, trace)
+    levels.run_level(module, level, sig, inputs, sizes, factory)
+    return trace
+
+
+def _expectation(old_level: str, new_level: str) -> Expectation:
+    return Expectation.CLOSE if {old_level, new_level} == {TILE, TARGET} else Expectation.EXACT
+
+
+def validate(module: ModuleOp, pipeline: str, *, sizes: Mapping[str, int] | None = None, seed: int = 0,
+             kernel: str | None = None, ptx: bool = True) -> ValidationReport:
+    """Validate every pass of `pipeline` (a `tessera-opt -p` spec) on `module`'s kernel (which is not
+    modified); see the module docstring. `sizes` override the defaults of `levels.DEFAULT_SIZES`; inputs are
+    drawn with `seed`. With `ptx`, the PTX of the final Target IR is run too (reported as skipped when there
+    is no PTX executor). Returns the report; `report.mismatch` says which pass broke what."""
+    from tessera import find_kernel
+    from tessera.ir import make_context
+    from tessera.passes import all_passes
+
+    module = module.clone()
+    sig = find_kernel(module, kernel)
+    bound = levels.default_sizes(sig, sizes)
+    inputs = levels.generate_inputs(sig, bound, seed)
+    passes = PassPipeline.parse_spec(all_passes(), pipeline).passes if pipeline else ()
+    report = ValidationReport(sig.name, pipeline, bound)
+
+    def run(mod, level):
+        return levels.run_level(mod, level, sig, inputs, bound)
+
+    def check(position, name, level, old_module, old_level, old_outputs, new_module) -> list | None:
+        """Run the new level; append its row; on a mismatch set report.mismatch and return None."""
+        try:
+            outputs = run(new_module, level)
+        except levels.PtxExecutorMissing as error:
+            report.checks.append(LevelCheck(position, name, level, None, None, None, None, True,
+                                            f"skipped: {error}"))
+            return old_outputs
+        except Exception as error:  # noqa: BLE001 - any failure of the kernel is the finding
+            report.checks.append(LevelCheck(position, name, level, None, None, None, None, False, "failed"))
+            report.mismatch = Mismatch(position, name, level, "failure", f"{type(error).__name__}: {error}")
+            return None
+        error, tolerance = _reference(sig, outputs, inputs)
+        expectation = None if old_outputs is None else _expectation(old_level, level)
+        vs_previous = None if old_outputs is None else max(
+            max_difference(n, o) for n, o in zip(outputs, old_outputs))
+        changed = expectation is Expectation.EXACT and vs_previous > 0
+        within = error is None or error <= tolerance
+        ok = within and not changed
+        report.checks.append(LevelCheck(position, name, level, vs_previous, error, tolerance, expectation, ok))
+        if ok:
+            return outputs
+        # The first diverging element: against the previous level when it is expected to be exact, else
+        # against the reference's verdict (the element with the largest error).
+        out, out_arg = outputs[0], sig.outputs[0]
+        index = first_index(differing(out, old_outputs[0], Expectation.EXACT)) if changed else None
+        if index is None:
+            index = _worst_element(sig, out, inputs)
+        old_value = None if old_outputs is None else float(np.asarray(old_outputs[0][index], np.float64))
+        ref_value = _reference_value(sig, inputs, index)
+        detail = []
+        if old_value is not None:
+            detail.append(f"was {old_value:.6g}")
+        if ref_value is not None:
+            detail.append(f"reference {ref_value:.6g}")
+        message = f"{format_index(out_arg.name, index)} = {float(np.asarray(out[index], np.float64)):.6g}"
+        message += f" ({', '.join(detail)})" if detail else ""
+        if not within:
+            message += f"; max error vs reference {error:.3e} > tolerance {tolerance:.3e}"
+        divergence = None
+        if level != PTX and old_module is not None:
+            block = levels.block_of(sig, start, index)
+            try:
+                divergence = first_divergence(_record(new_module, level, sig, inputs, bound, block),
+                                              _record(old_module, old_level, sig, inputs, bound, block),
+                                              _expectation(old_level, level))
+            except Exception:  # noqa: BLE001 - the search is a diagnosis; the mismatch stands without it
+                divergence = None
+        report.mismatch = Mismatch(position, name, level, "result", message, divergence, index)
+        return None
+
+    start = module.clone()
+    level = levels.level_of(module, sig.name)
+    outputs = check(0, INPUT, level, None, None, None, module)
+    if outputs is None:
+        return report
+    previous, previous_level = module.clone(), level
+    tile_levels = [(0, INPUT, previous)]
+    for position, p in enumerate(passes, start=1):
+        try:
+            p.apply(make_context(), module)
+        except Exception as error:  # noqa: BLE001
+            report.mismatch = Mismatch(position, p.name, previous_level, "pass", f"{type(error).__name__}: {error}")
+            if previous_level == TILE:
+                _blame_tile_pass(report, tile_levels, p, sig, inputs, bound)
+            return report
+        try:
+            module.verify()
+        except Exception as error:  # noqa: BLE001
+            report.mismatch = Mismatch(position, p.name, previous_level, "invalid", str(error).splitlines()[0])
+            return report
+        level = levels.level_of(module, sig.name)
+        outputs = check(position, p.name, level, previous, previous_level, outputs, module)
+        if outputs is None:
+            if previous_level == TILE and level == TARGET:
+                _blame_tile_pass(report, tile_levels, p, sig, inputs, bound)
+            return report
+        previous, previous_level = module.clone(), level
+        if level == TILE:
+            tile_levels.append((position, p.name, previous))
+    if ptx and level == TARGET:
+        check(len(passes) + 1, PRINT_PTX, PTX, previous, TARGET, outputs, module)
+    return report
+
+
+def _blame_tile_pass(report: ValidationReport, tile_levels, boundary, sig, inputs, sizes) -> None:
+    """The Tile interpreter does not model shared-memory addresses, swizzles or alignment, so a Tile pass
+    that breaks them shows only once lowered (or is refused by the lowering). When the Tile -> Target pass
+    `boundary` changed the result or failed, lower each earlier Tile level with it, latest first: if some
+    level lowers to a Target kernel whose output is right, the Tile pass after it is blamed instead (with the
+    first diverging op between the two lowerings when both ran). If no earlier level lowers right, `boundary`
+    stays blamed."""
+    from tessera.ir import make_context
+
+    mismatch = report.mismatch
+    later = None  # the lowering of the level after the one being tried (None: it was refused)
+    for k in range(len(tile_levels) - 1, -1, -1):
+        position, name, tile_module = tile_levels[k]
+        lowered = tile_module.clone()
+        try:
+            boundary.apply(make_context(), lowered)
+            if levels.level_of(lowered, sig.name) != TARGET:
+                return
+            outputs = levels.run_level(lowered, TARGET, sig, inputs, sizes)
+        except Exception:  # noqa: BLE001 - refused or failed: look further back
+            later = None
+            continue
+        error, tolerance = _reference(sig, outputs, inputs)
+        if k == len(tile_levels) - 1 or error is None or error > tolerance:
+            later = lowered
+            continue
+        blamed_position, blamed_name, _ = tile_levels[k + 1]
+        divergence = None
+        if later is not None:
+            try:
+                block = levels.block_of(sig, tile_levels[0][2], mismatch.element or ())
+                divergence = first_divergence(_record(later, TARGET, sig, inputs, sizes, block),
+                                              _record(lowered, TARGET, sig, inputs, sizes, block), Expectation.CLOSE)
+            except Exception:  # noqa: BLE001
+                pass
+        if mismatch.kind == "pass":
+            report.mismatch = Mismatch(blamed_position, blamed_name, TARGET, "refused",
+                                       f"'{boundary.name}' refuses it ({mismatch.message}), but lowers the Tile IR "
+                                       "before it")
+            return
+        note = (f" [seen once lowered by '{boundary.name}': the Tile IR before pass {blamed_position} lowers "
+                "right, after it not; the Tile interpreter does not model shared-memory addresses or swizzles]")
+        report.mismatch = Mismatch(blamed_position, blamed_name, TARGET, mismatch.kind,
+                                   mismatch.message + note, divergence, mismatch.element)
+        return
+
+
+def _worst_element(sig, out, inputs) -> tuple[int, ...]:
+    ref = _reference_output(sig, inputs)
+    if ref is None or ref.shape != np.shape(out):
+        return tuple(0 for _ in np.shape(out))
+    diff = np.nan_to_num(np.abs(np.asarray(out, np.float64) - ref), nan=np.inf)
+    return tuple(int(i) for i in np.unravel_index(int(np.argmax(diff)), diff.shape))
+
+
+def _reference_output(sig, inputs) -> np.ndarray | None:
+    from tessera import reference
+    from tessera.numerics import numpy_dtype, round_to
+
+    dtype = numpy_dtype(sig.inputs[0].type.element_type)
+    rounded = [round_to(np.asarray(x), dtype) for x in inputs]
+    if sig.kind == "attention":
+        return reference.attention(*rounded, sig.causal, sig.scale)
+    if sig.kind == "gemm":
+        return reference.gemm(*rounded)
+    return None
+
+
+def _reference_value(sig, inputs, index) -> float | None:
+    ref = _reference_output(sig, inputs)
+    return None if ref is None else float(ref[index])

@@ -1,0 +1,282 @@
+"""Per-level validation (`tessera.validate`): the full pipeline validates clean, a miscompilation injected into
+any pass is caught and named with its pass (and, where values can be compared, the first diverging op), the
+attention intermediates per K/V tile match a float64 golden, and `tessera-opt --validate` reports both."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import ml_dtypes
+import pytest
+from xdsl.dialects import arith, scf
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, IndexType, IntegerAttr
+from xdsl.rewriter import InsertPoint, Rewriter
+
+from tessera.dialects import sm90, tile
+from tessera.passes import SPECIALIZED_PIPELINE, all_passes
+from tessera.validate import (
+    attention_trace,
+    compare_traces,
+    first_loss,
+    golden_attention_trace,
+    validate,
+)
+from tessera.validation.levels import generate_inputs
+
+from conftest import build_kernel
+
+FULL = SPECIALIZED_PIPELINE + ",allocate-registers"
+PASS_NAMES = [p.split("{")[0] for p in FULL.split(",")]
+HAS_PTX_EXECUTOR = importlib.util.find_spec("tessera.interpreters.ptx.launcher") is not None
+
+
+def flash():
+    return build_kernel("flash_attention", head_dim=64, causal=True, dtype="bf16")
+
+
+# region clean pipelines
+@pytest.mark.parametrize("variant", ["flash", "gemm"])
+def test_full_pipeline_validates_clean(variant):
+    module = flash() if variant == "flash" else build_kernel("gemm", dtype="bf16")
+    report = validate(module, FULL)
+    assert report.ok, str(report)
+    assert [c.pass_name for c in report.checks[1:len(PASS_NAMES) + 1]] == PASS_NAMES
+    levels = [c.level for c in report.checks]
+    assert levels[:5] == ["tile"] * 5 and levels[5:11] == ["target"] * 6
+    # within a level the passes are bit-exact; across Tile -> Target only the reference tolerance holds
+    assert all(c.vs_previous == 0 for c in report.checks[1:5] + report.checks[6:11])
+    ptx = report.checks[-1]
+    assert ptx.level == "ptx"
+    if HAS_PTX_EXECUTOR:
+        assert ptx.ok and not ptx.note and ptx.vs_previous == 0
+    else:
+        assert ptx.note.startswith("skipped")
+    assert "every level agrees" in str(report)
+
+
+# endregion
+# region injected miscompilations: each corrupts the module right after its pass ran
+def _named(module, cls, name=None):
+    return [op for op in module.walk()
+            if isinstance(op, cls) and (name is None or (op.results and op.results[0].name_hint == name))]
+
+
+def _index(value: int) -> arith.ConstantOp:
+    return arith.ConstantOp(IntegerAttr(value, IndexType()))
+
+
+def swizzle_64(module):
+    """assign-swizzle picks a 64-byte swizzle for Q's 128-byte rows: the lowering refuses it."""
+    op = _named(module, tile.AllocSharedOp)[0]
+    new = tile.AllocSharedOp(op.result.type.with_(swizzle=64), 512)
+    new.result.name_hint = op.result.name_hint
+    Rewriter.replace_op(op, new)
+
+
+def next_ring_slot(module):
+    """pipeline-loops reads ring slot (j + 1) % 2 instead of j % 2: the slot still being filled."""
+    op = next(o for o in _named(module, arith.RemUIOp, "use_slot") if isinstance(o.parent_op(), scf.ForOp))
+    one = _index(1)
+    bumped = arith.AddiOp(op.lhs, one.result)
+    Rewriter.insert_op([one, bumped], InsertPoint.before(op))
+    op.operands[0] = bumped.result
+
+
+def drop_rescale(module):
+    """overlap-softmax forgets to rescale the accumulator by alpha."""
+    for op in _named(module, tile.MulRowsOp):
+        op.result.replace_all_uses_with(op.operands[0])
+
+
+def split_one_later(module):
+    """peel-masked-iterations moves the split between unmasked and masked trips one trip later."""
+    (mid,) = _named(module, arith.AddiOp, "mid")
+    one = _index(1)
+    later = arith.AddiOp(mid.result, one.result)
+    Rewriter.insert_op([one, later], InsertPoint.after(mid))
+    for use in list(mid.result.uses):
+        if use.operation is not later:
+            use.operation.operands[use.index] = later.result
+
+
+def max_to_min(module):
+    """convert-tile-to-sm90 selects minimumf for the running max."""
+    op = _named(module, arith.MaximumfOp, "m_new")[0]
+    new = arith.MinimumfOp(op.lhs, op.rhs)
+    new.result.name_hint = "m_new"
+    Rewriter.replace_op(op, new)
+
+
+def perturb_scale_constant(module):
+    """A constant folded or merged wrongly: the softmax scale feeding %s_max becomes 1.001 times larger."""
+    mul = _named(module, arith.MulfOp, "s_max")[0]
+    constant = mul.rhs.owner
+    values = [x * 1.001 for x in constant.value.get_values()]
+    new = arith.ConstantOp(DenseIntOrFPElementsAttr.from_list(constant.value.get_type(), values))
+    Rewriter.insert_op(new, InsertPoint.before(mul))
+    mul.operands[1] = new.result
+
+
+def flip_parity(module):
+    """warp-specialize waits on the wrong phase parity of a ring mbarrier."""
+    op = _named(module, sm90.MBarrierTryWaitParityOp)[0]
+    parity = op.operands[1]
+    one = arith.ConstantOp(IntegerAttr(1, parity.type))
+    flipped = arith.XOrIOp(parity, one.result)
+    Rewriter.insert_op([one, flipped], InsertPoint.before(op))
+    op.operands[1] = flipped.result
+
+
+INJECTIONS = {
+    "assign-swizzle": (swizzle_64, None),
+    "pipeline-loops": (next_ring_slot, None),
+    "overlap-softmax": (drop_rescale, "acc_next"),
+    "peel-masked-iterations": (split_one_later, None),
+    "convert-tile-to-sm90": (max_to_min, "m_new"),
+    "canonicalize": (perturb_scale_constant, "s_max"),
+    "cse": (perturb_scale_constant, "s_max"),
+    "rematerialize-constants": (perturb_scale_constant, "s_max"),
+    "warp-specialize": (flip_parity, None),
+}
+
+
+@pytest.mark.parametrize("pass_name", list(INJECTIONS))
+def test_injected_miscompilation_is_named(pass_name, monkeypatch):
+    corrupt, diverging = INJECTIONS[pass_name]
+    cls = all_passes()[pass_name]()
+    original = cls.apply
+
+    def apply(self, ctx, module):
+        original(self, ctx, module)
+        corrupt(module)
+
+    monkeypatch.setattr(cls, "apply", apply)
+    report = validate(flash(), FULL)
+    mismatch = report.mismatch
+    assert mismatch is not None, str(report)
+    assert (mismatch.position, mismatch.pass_name) == (PASS_NAMES.index(pass_name) + 1, pass_name), str(mismatch)
+    assert f"pass {mismatch.position} '{pass_name}'" in str(mismatch)
+    if diverging is not None:
+        assert mismatch.kind == "result" and mismatch.divergence is not None, str(mismatch)
+        assert mismatch.divergence.new.name == diverging, str(mismatch)
+        assert f"first diverging op: %{diverging} = " in str(mismatch)
+
+
+def test_injected_register_aliasing_is_named(monkeypatch):
+    """allocate-registers gives %l_new the registers of %m_new, which is still live: the CTA simulator's
+    register file check (or, failing that, the PTX) catches it, at the allocate-registers level."""
+    import tessera.regalloc as regalloc
+
+    allocate = regalloc.allocate_registers
+
+    def aliasing(fn, *args, **kwargs):
+        allocation = allocate(fn, *args, **kwargs)
+        values = {v.name_hint: v for v in allocation.names if v.name_hint in ("m_new", "l_new")}
+        allocation.names[values["l_new"]] = list(allocation.names[values["m_new"]])
+        return allocation
+
+    monkeypatch.setattr(regalloc, "allocate_registers", aliasing)
+    mismatch = validate(flash(), FULL).mismatch
+    assert mismatch is not None and mismatch.pass_name == "allocate-registers", str(mismatch)
+    assert "register" in mismatch.message
+
+
+def test_result_mismatch_message_names_element_values_and_op(monkeypatch):
+    cls = all_passes()["cse"]()
+    original = cls.apply
+    monkeypatch.setattr(cls, "apply", lambda self, ctx, m: (original(self, ctx, m), perturb_scale_constant(m)))
+    text = str(validate(flash(), FULL).mismatch)
+    assert text.startswith("validate: pass 7 'cse' changed the result: O[0,0,")
+    assert "(was " in text and "reference " in text
+    assert "first diverging op: %s_max = arith.mulf" in text
+
+
+# endregion
+# region attention intermediates per K/V tile
+def _qkv():
+    from tessera import find_kernel
+
+    return generate_inputs(find_kernel(flash()), {"batch": 1, "heads": 1, "seq_q": 150, "seq_k": 150}, seed=0)
+
+
+@pytest.mark.parametrize("level", ["tile", "target"])
+def test_attention_trace_matches_golden(level):
+    q, k, v = _qkv()
+    block = (0, 0, 1)  # rows 128..149: two K/V tiles, the second partial and causally masked
+    trace = attention_trace(flash(), q, k, v, level=level, block=block)
+    golden = golden_attention_trace(q, k, v, True, 0.125, 128, 128, block=block, dtype=ml_dtypes.bfloat16)
+    assert trace.tiles == golden.tiles == 2
+    errors = compare_traces(trace, golden, rows=22)
+    assert first_loss(errors) is None, errors
+    assert all(e.errors["m"] < 1e-6 and e.errors["l"] < 1e-5 for e in errors)
+
+
+def test_attention_trace_shows_where_a_perturbation_loses_precision():
+    """Without the rescale of the accumulator, tile 0 is still right (acc starts at zero); the error first
+    appears in acc after tile 1, while m, alpha and l stay right."""
+    module = flash().clone()
+    drop_rescale(module)
+    q, k, v = _qkv()
+    block = (0, 0, 1)
+    errors = compare_traces(attention_trace(module, q, k, v, level="tile", block=block),
+                            golden_attention_trace(q, k, v, True, 0.125, 128, 128, block=block,
+                                                   dtype=ml_dtypes.bfloat16), rows=22)
+    assert first_loss(errors) == (1, "acc"), errors
+
+
+def test_attention_trace_refuses_the_ptx_level():
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="PTX executor keeps no per-op values"):
+        attention_trace(flash(), q, k, v, level="ptx")
+
+
+# endregion
+# region tessera-opt --validate
+def _kernel_file(tmp_path):
+    import tessera
+
+    path = tmp_path / "gemm.mlir"
+    path.write_text(tessera.print_module(build_kernel("gemm", dtype="bf16")))
+    return str(path)
+
+
+def test_tessera_opt_validate_clean(tmp_path, capsys):
+    from tessera.tools.tessera_opt import main
+
+    code = main([_kernel_file(tmp_path), "-p", "assign-swizzle,convert-tile-to-sm90,canonicalize", "--validate",
+                 "-d", "M=130", "-d", "N=136", "-d", "K=200"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "validate @gemm_bf16 [M=130 K=200 N=136]" in err
+    assert "convert-tile-to-sm90" in err and "MISMATCH" not in err and "(ptx)" in err
+    assert "sm90.kernel" in out  # the normal output follows
+
+
+def test_tessera_opt_validate_names_a_broken_pass(tmp_path, capsys, monkeypatch):
+    from dataclasses import dataclass
+
+    from xdsl.passes import ModulePass
+
+    import tessera.passes
+    from tessera.tools.tessera_opt import main
+
+    @dataclass(frozen=True)
+    class CorruptConstantPass(ModulePass):
+        """Test only: the accumulator's initial value 0.0 becomes 1.0."""
+
+        name = "corrupt-constant"
+
+        def apply(self, ctx, module):
+            for op in _named(module, arith.ConstantOp, "acc_init"):
+                values = [1.0 for _ in op.value.get_values()]
+                op.properties["value"] = DenseIntOrFPElementsAttr.from_list(op.value.get_type(), values)
+
+    monkeypatch.setitem(tessera.passes.PASSES, "corrupt-constant", lambda: CorruptConstantPass)
+    code = main([_kernel_file(tmp_path), "-p", "assign-swizzle,convert-tile-to-sm90,corrupt-constant", "--validate"])
+    _, err = capsys.readouterr()
+    assert code == 1
+    assert "tessera-opt: error: validate: pass 3 'corrupt-constant' changed the result: C[" in err
+    assert "Traceback" not in err
+
+
+# endregion
