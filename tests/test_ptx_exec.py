@@ -1,7 +1,7 @@
-"""The PTX executor, instruction by instruction: integer wrap-around, float rounding modes (against exact
-rational arithmetic), comparisons, packing, shuffles, divergence and reconvergence, barriers, mbarrier phases,
-cp.async groups, ldmatrix/stmatrix, and the errors it must report (unknown instruction, memory faults,
-deadlock, bad launches)."""
+"""The PTX executor, instruction by instruction: integer wrap-around, carry chains, funnel shifts and prmt modes,
+float rounding modes (against exact rational arithmetic), comparisons, packing, shuffles, divergence and
+reconvergence, barriers, mbarrier phases, cp.async groups, ldmatrix/stmatrix, atomics (conflicts applied in
+thread order), and the errors it must report (unknown instruction, memory faults, deadlock, bad launches)."""
 
 from __future__ import annotations
 
@@ -186,6 +186,154 @@ def test_64_bit_multiply_high_and_wide():
     assert int(out[1]) == ((-1 * b) >> 64) & (2**64 - 1)
     assert int(out[2]) == (-21) & (2**64 - 1)
     assert int(out[3]) == (2**32 - 3) * 7
+
+
+M32 = 0xFFFFFFFF
+
+
+def carry_chain_kernel(bits: int) -> str:
+    """Per thread: X, Y (128-bit, little-endian words of `bits`) -> X + Y, X - Y (128-bit), the carry out of the
+    sum (0 or 1) and 0 - the borrow out of the difference, as one word each. Word 1 uses the .s type."""
+    words = 128 // bits
+    regs = [f"%r{i}" for i in range(1, 15)] if bits == 32 else [f"%rd{i}" for i in range(5, 15)]
+    x, y, total = regs[:words], regs[words:2 * words], regs[2 * words:3 * words]
+    carry, borrow = regs[3 * words], regs[3 * words + 1]
+
+    def chain(opcode: str, dests: list[str], out: str) -> str:
+        lines = []
+        for i, (d, a, b) in enumerate(zip(dests, x, y)):
+            name = opcode + ".cc" if i == 0 else opcode + "c.cc"
+            lines.append(f"{name}.{'s' if i == 1 else 'u'}{bits} {d}, {a}, {b};")
+        lines.append(f"{opcode}c.u{bits} {out}, 0, 0;")
+        return "\n    ".join(lines)
+
+    return kernel(f"""
+    mov.u32 %r0, %tid.x;
+    mul.wide.u32 %rd0, %r0, 16;
+    ld.param.u64 %rd1, [px];
+    add.s64 %rd1, %rd1, %rd0;
+    ld.global.v{words}.u{bits} {{{", ".join(x)}}}, [%rd1];
+    ld.param.u64 %rd2, [py];
+    add.s64 %rd2, %rd2, %rd0;
+    ld.global.v{words}.u{bits} {{{", ".join(y)}}}, [%rd2];
+    {chain("add", total, carry)}
+    {chain("sub", x, borrow)}
+    mul.wide.u32 %rd3, %r0, 48;
+    ld.param.u64 %rd4, [pout];
+    add.s64 %rd4, %rd4, %rd3;
+    st.global.v{words}.u{bits} [%rd4], {{{", ".join(total)}}};
+    st.global.v{words}.u{bits} [%rd4+16], {{{", ".join(x)}}};
+    st.global.v2.u{bits} [%rd4+32], {{{carry}, {borrow}}};
+    """, ".param .u64 px, .param .u64 py, .param .u64 pout")
+
+
+def to_words(values) -> np.ndarray:
+    """128-bit Python integers as little-endian 32-bit words [n, 4]."""
+    return np.array([[(v >> (32 * i)) & M32 for i in range(4)] for v in values], np.uint32)
+
+
+def from_words(words: np.ndarray) -> list[int]:
+    return [sum(int(w) << (32 * i) for i, w in enumerate(row)) for row in words]
+
+
+@pytest.mark.parametrize("bits", [32, 64])
+def test_carry_chains_add_and_subtract_128_bit_numbers(bits):
+    top = 2**128 - 1
+    edges = [(top, 1), (0, 1), (top, top), (M32, 1), (1 << 64, 1), (0, top), (5, 5), (1 << 127, 1 << 127),
+             (0xFFFFFFFF_00000000_FFFFFFFF_00000000, 0x00000001_00000000_00000001_00000000)]
+    rng = np.random.default_rng(bits)
+    randoms = [(int.from_bytes(rng.bytes(16), "little"), int.from_bytes(rng.bytes(16), "little")) for _ in range(23)]
+    xs, ys = zip(*(edges + randoms))
+    out = np.zeros((len(xs), 12), np.uint32)
+    out = launch(carry_chain_kernel(bits), "k", 1, len(xs), [to_words(xs), to_words(ys), out])[2]
+    words = out.view(np.uint32)
+    ones = (1 << bits) - 1
+    np.testing.assert_array_equal(from_words(words[:, 0:4]), [(x + y) & top for x, y in zip(xs, ys)])
+    np.testing.assert_array_equal(from_words(words[:, 4:8]), [(x - y) & top for x, y in zip(xs, ys)])
+    flags = from_words(words[:, 8:12])  # carry word, then borrow word, each `bits` wide
+    np.testing.assert_array_equal([f & ones for f in flags], [(x + y) >> 128 for x, y in zip(xs, ys)])
+    np.testing.assert_array_equal([f >> bits for f in flags], [ones if x < y else 0 for x, y in zip(xs, ys)])
+
+
+def test_carry_flag_is_per_thread_and_written_only_by_cc():
+    a = np.array([M32, 1, M32, 0x80000000, 7, M32], np.uint32)
+    b = np.array([1, 2, M32, 0x80000000, 9, 0], np.uint32)
+    c = np.array([0, 0, 1, 0, 1, 0], np.uint32)
+    carry = np.array([(int(x) + int(y)) >> 32 for x, y in zip(a, b)], np.uint32)
+    # an addc without .cc leaves CF alone; a guarded-off add.cc does not write it; one that runs clears it
+    op = ("setp.ne.u32 %p1, %r3, 0; add.cc.u32 %r5, %r1, %r2; addc.u32 %r6, 0xffffffff, 1;"
+          " @%p1 add.cc.u32 %r5, 0, 0; addc.u32 %r4, 0, 0;")
+    np.testing.assert_array_equal(elementwise(op, a, b, c), np.where(c != 0, 0, carry))
+    # sub.cc then subc: 0 - (0 + borrow)
+    borrow = np.array([M32 if x < y else 0 for x, y in zip(a, b)], np.uint32)
+    np.testing.assert_array_equal(elementwise("sub.cc.s32 %r5, %r1, %r2; subc.u32 %r4, 0, 0;", a, b), borrow)
+
+
+def test_mad_cc_and_madc_chain_a_64_bit_product():
+    a = np.array([M32, M32, 0x12345678, 0, 3, 0x80000000], np.uint32)
+    b = np.array([M32, 1, 0x9ABCDEF0, 5, 0x7FFFFFFF, 2], np.uint32)
+    c = np.array([M32, M32, 0xDEADBEEF, M32, 0x80000001, 0], np.uint32)
+    exact = [int(x) * int(y) + int(z) for x, y, z in zip(a, b, c)]
+    lo = elementwise("mad.lo.cc.u32 %r4, %r1, %r2, %r3;", a, b, c)
+    hi = elementwise("mad.lo.cc.u32 %r5, %r1, %r2, %r3; madc.hi.u32 %r4, %r1, %r2, 0;", a, b, c)
+    np.testing.assert_array_equal(lo, [v & M32 for v in exact])
+    np.testing.assert_array_equal(hi, [v >> 32 for v in exact])
+    # a * b + c * (2^32 + 1): the carry out of the high word, through madc.hi.cc
+    top = elementwise("mad.lo.cc.u32 %r5, %r1, %r2, %r3; madc.hi.cc.u32 %r6, %r1, %r2, %r3;"
+                      " addc.u32 %r4, 0, 0;", a, b, c)
+    np.testing.assert_array_equal(top, [(int(x) * int(y) + int(z) * (2**32 + 1)) >> 64 for x, y, z in zip(a, b, c)])
+
+
+def funnel_reference(direction: str, mode: str, a: int, b: int, c: int) -> int:
+    """shf [PTX ISA 9.7.8.7] bit by bit: n = min(c, 32) or c & 31; .l takes bits 63:32 of {b, a} << n, .r
+    bits 31:0 of {b, a} >> n."""
+    n = min(c, 32) if mode == "clamp" else c & 31
+    source = [(a >> i) & 1 for i in range(32)] + [(b >> i) & 1 for i in range(32)]
+    if direction == "l":
+        bits = [source[32 + i - n] for i in range(32)]
+    else:
+        bits = [source[i + n] for i in range(32)]
+    return sum(bit << i for i, bit in enumerate(bits))
+
+
+@pytest.mark.parametrize("direction", ["l", "r"])
+@pytest.mark.parametrize("mode", ["wrap", "clamp"])
+def test_shf_funnel_shifts(direction, mode):
+    amounts = np.array([0, 1, 4, 31, 32, 33, 36, 63, 64, 100, 2**31, M32, 17, 8, 24, 16], np.uint32)
+    a = np.resize(np.array([0x80000001, 0x12345678, M32, 0, 0xDEADBEEF], np.uint32), len(amounts))
+    b = np.resize(np.array([0x00000001, 0x9ABCDEF0, 0, M32, 0xCAFEF00D, 0x7], np.uint32), len(amounts))
+    a[6], b[6] = 0x80000001, 0x00000001  # shifted by 36
+    got = elementwise(f"shf.{direction}.{mode}.b32 %r4, %r1, %r2, %r3;", a, b, amounts)
+    expected = [funnel_reference(direction, mode, int(x), int(y), int(s)) for x, y, s in zip(a, b, amounts)]
+    np.testing.assert_array_equal(got, expected)
+    # {b, a} = 0x00000001_80000001 by 36: .wrap shifts by 4, .clamp by 32
+    by_36 = {("l", "wrap"): 0x18, ("l", "clamp"): 0x80000001, ("r", "wrap"): 0x18000000, ("r", "clamp"): 1}
+    assert got[6] == by_36[direction, mode]
+
+
+# The ISA's table for the prmt modes: for c & 3 = 0..3, the source bytes of d.b3, d.b2, d.b1, d.b0
+PRMT_TABLE = {
+    "f4e": [(3, 2, 1, 0), (4, 3, 2, 1), (5, 4, 3, 2), (6, 5, 4, 3)],
+    "b4e": [(5, 6, 7, 0), (6, 7, 0, 1), (7, 0, 1, 2), (0, 1, 2, 3)],
+    "rc8": [(0, 0, 0, 0), (1, 1, 1, 1), (2, 2, 2, 2), (3, 3, 3, 3)],
+    "ecl": [(3, 2, 1, 0), (3, 2, 1, 1), (3, 2, 2, 2), (3, 3, 3, 3)],
+    "ecr": [(0, 0, 0, 0), (1, 1, 1, 0), (2, 2, 1, 0), (3, 2, 1, 0)],
+    "rc16": [(1, 0, 1, 0), (3, 2, 3, 2), (1, 0, 1, 0), (3, 2, 3, 2)],
+}
+
+
+@pytest.mark.parametrize("mode", PRMT_TABLE)
+def test_prmt_modes_follow_the_isa_table(mode):
+    selectors = np.array([0, 1, 2, 3, 0xFFFFFFFC, 0x1235, 0x8886, 0xFFFFFFFF], np.uint32)
+    a = np.resize(np.array([0x44332211, 0x83828180, 0xDEADBEEF], np.uint32), len(selectors))
+    b = np.resize(np.array([0x88776655, 0x87868584, 0x01234567], np.uint32), len(selectors))
+    got = elementwise(f"prmt.b32.{mode} %r4, %r1, %r2, %r3;", a, b, selectors)
+    expected = []
+    for x, y, c in zip(a, b, selectors):
+        source = int(x).to_bytes(4, "little") + int(y).to_bytes(4, "little")  # bytes 0..7 of {b, a}
+        b3, b2, b1, b0 = PRMT_TABLE[mode][int(c) & 3]
+        expected.append(int.from_bytes(bytes(source[i] for i in (b0, b1, b2, b3)), "little"))
+    np.testing.assert_array_equal(got, expected)
 
 
 # endregion
@@ -542,6 +690,181 @@ def test_ldmatrix_and_stmatrix_transpose():
 
 
 # endregion
+# region atomics
+ATOMIC_BODY = """
+    mov.u32 %r0, %ctaid.x;
+    mov.u32 %r1, %ntid.x;
+    mov.u32 %r2, %tid.x;
+    mad.lo.s32 %r0, %r0, %r1, %r2;
+    mul.wide.u32 %rd0, %r0, 4;
+    ld.param.u64 %rd1, [pslot];
+    add.s64 %rd1, %rd1, %rd0;
+    ld.global.u32 %r1, [%rd1];
+    mul.wide.u32 %rd2, %r0, {size};
+    ld.param.u64 %rd3, [pb];
+    add.s64 %rd3, %rd3, %rd2;
+    ld.global.b{bits} {b}, [%rd3];
+    ld.param.u64 %rd4, [pc];
+    add.s64 %rd4, %rd4, %rd2;
+    ld.global.b{bits} {c}, [%rd4];
+    mul.wide.u32 %rd5, %r1, {size};
+    ld.param.u64 %rd6, [pmemory];
+    add.s64 %rd6, %rd6, %rd5;
+    {atomic}
+    ld.param.u64 %rd7, [pold];
+    add.s64 %rd7, %rd7, %rd2;
+    st.global.b{bits} [%rd7], {d};
+"""
+
+
+def run_atomics(instruction: str, memory: np.ndarray, slots, b, c, grid: int, block: int):
+    """Thread i (global index) runs `instruction` on memory[slots[i]] with b[i] (and c[i] for cas); returns
+    (the old value each thread got, the memory after)."""
+    bits = memory.dtype.itemsize * 8
+    b_reg, c_reg, d_reg = ("%r3", "%r4", "%r5") if bits == 32 else ("%rd8", "%rd9", "%rd10")
+    operands = f"[%rd6], {b_reg}" + (f", {c_reg}" if ".cas." in instruction else "")
+    atomic = f"{instruction} {operands};" if instruction.startswith("red") else f"{instruction} {d_reg}, {operands};"
+    body = ATOMIC_BODY.format(size=bits // 8, bits=bits, b=b_reg, c=c_reg, d=d_reg, atomic=atomic)
+    text = kernel(body, ".param .u64 pslot, .param .u64 pb, .param .u64 pc, .param .u64 pmemory, .param .u64 pold")
+    old = np.zeros(len(slots), memory.dtype)
+    result = launch(text, "k", grid, block, [np.asarray(slots, np.uint32), b, c, memory, old])
+    return result[4], result[3]
+
+
+def serial_atomics(operation: str, type_name: str, memory, slots, b, c):
+    """The ISA's atom semantics, d = *a; *a = op(*a, b{, c}), applied one thread at a time in thread order
+    on Python integers; (olds, memory after) as unsigned bit patterns."""
+    bits = int(type_name[1:])
+    mask = (1 << bits) - 1
+
+    def value(x):
+        v = int(x) & mask
+        return v - (1 << bits) if type_name[0] == "s" and v >> (bits - 1) else v
+
+    cells, olds = [value(x) for x in memory], []
+    for slot, x, y in zip(slots, b, c):
+        r, s, t = cells[slot], value(x), value(y)
+        new = {"add": r + s, "min": min(r, s), "max": max(r, s), "and": r & s, "or": r | s, "xor": r ^ s,
+               "inc": 0 if r >= s else r + 1, "dec": s if r == 0 or r > s else r - 1, "exch": s,
+               "cas": t if r == s else r}[operation]
+        olds.append(r & mask)
+        cells[slot] = value(new)
+    return olds, [v & mask for v in cells]
+
+
+ATOMIC_CASES = [  # (instruction, every thread on one location (else 3 locations))
+    ("atom.global.add.u32", True), ("atom.global.add.s32", False), ("atom.add.u32", False),
+    ("atom.global.add.u64", True), ("atom.global.min.s32", True), ("atom.global.max.u32", False),
+    ("atom.global.min.u64", False), ("atom.global.max.s64", True), ("atom.global.and.b32", True),
+    ("atom.global.or.b64", False), ("atom.global.xor.b32", True), ("atom.global.inc.u32", True),
+    ("atom.global.dec.u32", True), ("atom.global.inc.u32", False), ("atom.global.exch.b32", True),
+    ("atom.global.exch.b64", False), ("atom.global.cas.b32", True), ("atom.global.cas.b64", False),
+    ("red.global.add.u32", True), ("red.global.add.s32", False), ("red.global.add.u64", True),
+    ("red.global.min.s32", False), ("red.global.max.u64", True), ("red.global.and.b64", True),
+    ("red.global.or.b32", False), ("red.global.xor.b64", True), ("red.global.inc.u32", True),
+    ("red.global.dec.u32", False), ("red.add.u32", True),
+]
+
+
+@pytest.mark.parametrize("instruction, one_location", ATOMIC_CASES)
+def test_atomics_apply_one_thread_at_a_time_in_thread_order(instruction, one_location):
+    """2 CTAs of 64 threads; conflicting updates are applied in thread order, so every old value is exact."""
+    operation, type_name = instruction.split(".")[-2:]
+    bits = int(type_name[1:])
+    dtype = np.dtype(f"uint{bits}")
+    n = 128
+    rng = np.random.default_rng(ATOMIC_CASES.index((instruction, one_location)))
+    slots = np.zeros(n, np.int64) if one_location else rng.integers(0, 3, n)
+    b = rng.integers(0, 2**bits, n, dtype=np.uint64).astype(dtype)
+    c = rng.integers(0, 2**bits, n, dtype=np.uint64).astype(dtype)
+    memory = rng.integers(0, 2**bits, 4, dtype=np.uint64).astype(dtype)
+    if operation in ("inc", "dec"):  # small bounds, so the counters wrap around [0, b] many times
+        b, memory = rng.integers(0, 9, n).astype(dtype), np.array([3, 0, 8, 1], dtype)
+        memory[0] = 0 if operation == "dec" else 3
+    if operation == "cas":  # thread i swaps i for i + 1: with all threads on one location, a chain 0 -> n
+        memory[:] = 0
+        b, c = np.arange(n, dtype=dtype), np.arange(1, n + 1, dtype=dtype)
+        b[::7] = np.arange(0, n, 7, dtype=dtype) + 2  # some compares fail
+    if operation == "add" and type_name != "s32":
+        memory[:] = (1 << bits) - 3  # the sum wraps around
+    old, after = run_atomics(instruction, memory.copy(), slots, b, c, grid=2, block=64)
+    want_old, want_memory = serial_atomics(operation, type_name, memory, slots, b, c)
+    np.testing.assert_array_equal([int(v) for v in after], want_memory)
+    if instruction.startswith("atom"):
+        np.testing.assert_array_equal([int(v) for v in old], want_old)
+
+
+def flush_to_zero(x: np.float32) -> np.float32:
+    return np.float32(np.copysign(0, x)) if abs(x) < np.finfo(np.float32).tiny else x
+
+
+@pytest.mark.parametrize("space", ["global", "shared"])
+def test_atom_add_f32_rounds_in_thread_order_and_flushes_only_on_global(space):
+    """atom.add.f32 rounds each addition to nearest even in thread order; on global memory it flushes subnormal
+    inputs and results to sign-preserving zero, on shared memory it keeps them."""
+    if space == "global":
+        atomic = "ld.param.u64 %rd3, [ptotal];\n    atom.global.add.f32 %f2, [%rd3], %f1;"
+    else:
+        atomic = """mov.u32 %r1, acc;
+    setp.eq.u32 %p1, %r0, 0;
+    @%p1 st.shared.f32 [%r1], 0f00000000;
+    bar.sync 0;
+    atom.shared.add.f32 %f2, [%r1], %f1;
+    bar.sync 0;
+    ld.shared.f32 %f3, [%r1];
+    ld.param.u64 %rd3, [ptotal];
+    @%p1 st.global.f32 [%rd3], %f3;"""
+    text = kernel(f"""
+    mov.u32 %r0, %tid.x;
+    mul.wide.u32 %rd0, %r0, 4;
+    ld.param.u64 %rd1, [pb];
+    add.s64 %rd1, %rd1, %rd0;
+    ld.global.f32 %f1, [%rd1];
+    {atomic}
+    ld.param.u64 %rd2, [pold];
+    add.s64 %rd2, %rd2, %rd0;
+    st.global.f32 [%rd2], %f2;
+    """, ".param .u64 pb, .param .u64 pold, .param .u64 ptotal", extra=".shared .align 4 .f32 acc;")
+    rng = np.random.default_rng(11)
+    b = (rng.standard_normal(64) * 2.0 ** rng.integers(-10, 10, 64)).astype(np.float32)
+    b[:8] = [1e-45, 3e-39, -2e-39, 2.0**24, 1.0, 1.0, 3.0, -2.0**24]  # subnormals, then 2^24 + 1 = 2^24
+    _, old, total = launch(text, "k", 1, 64, [b, np.zeros(64, np.float32), np.zeros(1, np.float32)])
+    flush = flush_to_zero if space == "global" else (lambda x: x)
+    acc, want = np.float32(0), []
+    for x in b:
+        want.append(acc)
+        acc = flush(flush(acc) + flush(x))
+    np.testing.assert_array_equal(old.view(np.uint32), np.array(want, np.float32).view(np.uint32))
+    assert total.view(np.uint32)[0] == np.float32(acc).view(np.uint32)
+    assert (old[2] == 0) if space == "global" else (old[2] == np.float32(1e-45) + np.float32(3e-39))
+
+
+@pytest.mark.parametrize("line, message", [
+    ("red.global.cas.b32 [%rd1], %r1, %r2;", "red.cas"),
+    ("red.global.exch.b32 [%rd1], %r1;", "red.exch"),
+    ("atom.global.and.u32 %r1, [%rd1], %r2;", r"atom.and on .u32 \(supported: .b32, .b64\)"),
+    ("atom.global.inc.s32 %r1, [%rd1], %r2;", r"atom.inc on .s32 \(supported: .u32\)"),
+    ("atom.global.min.f32 %f1, [%rd1], %f2;", "atom.min on .f32"),
+    ("atom.local.add.u32 %r1, [%rd1], %r2;", "atom on the .local space"),
+    ("atom.global.v2.f32.add {%f1, %f2}, [%rd1], {%f2, %f3};", "vector atom"),
+])
+def test_atomic_variants_outside_the_isa_are_refused(line, message):
+    with pytest.raises(PtxExecutionError, match="not supported by the PTX executor: " + message):
+        launch(kernel(f"    {line}\n    trap;"), "k", 1, 32, [np.zeros(1, np.uint32)])
+
+
+def test_generic_atomic_on_local_memory_is_an_error():
+    body = """
+    .local .align 4 .b32 slot;
+    mov.u64 %rd1, slot;
+    cvta.local.u64 %rd1, %rd1;
+    atom.add.u32 %r1, [%rd1], 1;
+    """
+    with pytest.raises(PtxExecutionError, match=r"atom.add.u32: atomic access to the local space .*thread \(0, 0, 0\)"):
+        launch(kernel(body), "k", 1, 32, [np.zeros(1, np.uint32)])
+
+
+# endregion
 # region errors and launches
 def test_unknown_instruction_names_itself_and_its_line():
     text = kernel("    mov.u32 %r0, 1;\n    mul24.lo.s32 %r1, %r0, %r0;")
@@ -550,8 +873,8 @@ def test_unknown_instruction_names_itself_and_its_line():
 
 
 def test_unsupported_modifier_is_refused_before_running():
-    text = kernel("    add.cc.u32 %r1, %r1, %r1;\n    trap;")
-    with pytest.raises(PtxExecutionError, match="add.cc.u32: not supported by the PTX executor: carry"):
+    text = kernel("    atom.global.add.noftz.f16 %h1, [%rd1], %h2;\n    trap;")
+    with pytest.raises(PtxExecutionError, match="atom.global.add.noftz.f16: not supported by the PTX executor"):
         launch(text, "k", 1, 32, [np.zeros(1, np.uint32)])
 
 

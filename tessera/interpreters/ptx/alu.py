@@ -1,5 +1,6 @@
 """Integer, logic, comparison and data-movement instructions: mov, add/sub/mul/mad/div/rem, min/max/abs/neg,
-and/or/xor/not/cnot, shl/shr, popc/clz/brev/bfe/bfi/prmt/lop3, setp, selp.
+carry chains (add.cc/addc/sub.cc/subc, mad.cc/madc), and/or/xor/not/cnot, shl/shr/shf,
+popc/clz/brev/bfe/bfi/prmt/lop3, setp, selp.
 
 Semantics [PTX ISA 9.1, integer-arithmetic-instructions, logic-and-shift-instructions, comparison-and-
 selection-instructions, data-movement-and-conversion-instructions-mov]:
@@ -8,8 +9,16 @@ selection-instructions, data-movement-and-conversion-instructions-mov]:
   the whole product in the 2n-bit type; `mad` adds c to the same product (wrapping);
 - `div` truncates toward zero (`MIN / -1` wraps to MIN), `rem` has the sign of the dividend. PTX leaves
   division by zero unspecified: the executor stops with an error naming the instruction and the thread;
+- carry chains [extended-precision-integer-arithmetic-instructions]: a thread's condition code is one bit,
+  CC.CF (`Machine.carry`). `add.cc` writes the carry out of a + b, `sub.cc` the borrow out of a - b;
+  `addc{.cc}` computes a + b + CF, `subc{.cc}` a - (b + CF) and `madc{.lo,.hi}{.cc}` (a * b).half + c + CF,
+  writing the new carry (borrow) only with `.cc`; `mad{.lo,.hi}.cc` is mad writing the carry of its addition.
+  All on the unsigned bits of .u32/.s32/.u64/.s64;
 - shift amounts are unsigned 32-bit and clamp: shifting by the width or more gives 0 (`shr.s`: the sign);
-- `bfe`, `bfi`, `prmt` (default mode only) and `lop3` follow the ISA's pseudo-code;
+  `shf.l/.r` shift the 64-bit {b, a} (b high) by min(c, 32) (`.clamp`) or c & 31 (`.wrap`) and keep the high
+  (`.l`) or low (`.r`) word;
+- `bfe`, `bfi`, `prmt` (the default mode and the modes .f4e .b4e .rc8 .ecl .ecr .rc16, whose byte choices are
+  the ISA's table) and `lop3` follow the ISA's pseudo-code;
 - float operands of add/sub/mul/mad/fma/min/max/abs/neg/div go to `floats`;
 - setp compares (signed/unsigned/float, ordered and unordered) and combines with `.and/.or/.xor` and an
   optional third predicate: p = (a cmp b) op c, q = !(a cmp b) op c;
@@ -47,9 +56,9 @@ def _lanes(ops: Operands, sel) -> int:
 def decode_add(ops: Operands, inst, mods):
     if _float_last(inst):
         return floats.decode_binary(ops, inst, mods)
+    if "cc" in inst.modifiers:
+        return _decode_carry(ops, inst, mods, subtract=inst.opcode == "sub", carry_in=False)
     sat = mods.take("sat")
-    if mods.take("cc"):
-        raise ops.refuse(inst, "carry chains (.cc, addc/subc)")
     t = mods.type()
     if sat and t.name != "s32":
         raise ops.refuse(inst, ".sat needs .s32")
@@ -106,6 +115,8 @@ def _product(mode: str, t: PtxType):
 def decode_mul(ops: Operands, inst, mods):
     if _float_last(inst):
         return floats.decode_fma(ops, inst, mods) if inst.opcode == "mad" else floats.decode_binary(ops, inst, mods)
+    if inst.opcode == "mad" and "cc" in inst.modifiers:
+        return _decode_carry(ops, inst, mods, subtract=False, carry_in=False, multiply=True)
     mode = mods.take("lo", "hi", "wide")
     if mode is None:
         raise ops.refuse(inst, "integer mul/mad needs .lo, .hi or .wide")
@@ -189,6 +200,61 @@ def decode_abs(ops: Operands, inst, mods):
 
 
 # endregion
+# region carry chains
+_CARRY_TYPES = ("u32", "s32", "u64", "s64")
+
+
+def _add_with_carry(x: np.ndarray, y: np.ndarray, carry: np.ndarray, subtract: bool):
+    """(x + y + carry, carry out) or (x - (y + carry), borrow out) on unsigned arrays of one width."""
+    carry = carry.astype(x.dtype)
+    if subtract:
+        first = x - y
+        return first - carry, (x < y) | (first < carry)
+    first = x + y
+    result = first + carry
+    return result, (first < x) | (result < first)
+
+
+@opcode("addc", "subc", "madc")
+def decode_carry_in(ops: Operands, inst, mods):
+    return _decode_carry(ops, inst, mods, subtract=inst.opcode == "subc", carry_in=True,
+                         multiply=inst.opcode == "madc")
+
+
+def _decode_carry(ops: Operands, inst, mods, subtract: bool, carry_in: bool, multiply: bool = False):
+    """add.cc/sub.cc/mad.cc (carry_in False) and addc/subc/madc: d = x + y (+ CF) or d = x - (y + CF), with
+    x, y = a, b or (a * b).lo/.hi, c; `.cc` writes the carry (borrow) out to CF."""
+    mode = mods.take("lo", "hi") if multiply else None
+    if multiply and mode is None:
+        raise ops.refuse(inst, f"{inst.opcode} needs .lo or .hi")
+    carry_out = bool(mods.take("cc"))
+    t = mods.type()
+    if t.name not in _CARRY_TYPES:
+        raise ops.refuse(inst, f"{inst.opcode} with a carry on .{t.name} (needs .u32, .s32, .u64 or .s64)")
+    unsigned = np.dtype(f"uint{t.bits}")
+    if multiply:
+        a, b, c = _sources(ops, inst, t, 3)
+        product = _product(mode, t)
+    else:
+        a, b = _sources(ops, inst, t, 2)
+    write = ops.write(inst, inst.operands[0], t)
+    m = ops.m
+
+    def run(sel):
+        n = _lanes(ops, sel)
+        x, y = (np.broadcast_to(np.asarray(v, t.dtype), (n,)) for v in (a(sel), b(sel)))
+        if multiply:
+            x, y = np.asarray(product(x, y), t.dtype), np.broadcast_to(np.asarray(c(sel), t.dtype), (n,))
+        flag = m.carry[sel] if carry_in else np.zeros(n, bool)
+        result, out = _add_with_carry(x.view(unsigned), y.view(unsigned), flag, subtract)
+        write(sel, result.view(t.dtype))
+        if carry_out:
+            m.carry[sel] = out
+
+    return run
+
+
+# endregion
 # region logic and shifts
 @opcode("and", "or", "xor")
 def decode_logic(ops: Operands, inst, mods):
@@ -235,6 +301,31 @@ def decode_shift(ops: Operands, inst, mods):
             write(sel, x >> amount)
         else:
             write(sel, np.where(s >= bits, zero, x >> amount))
+
+    return run
+
+
+@opcode("shf")
+def decode_shf(ops: Operands, inst, mods):
+    """Funnel shift: the 64-bit {b, a} (b bits 63:32) shifted left (keep bits 63:32) or right (keep 31:0) by
+    n = min(c, 32) (.clamp) or c & 31 (.wrap)."""
+    direction, mode = mods.take("l", "r"), mods.take("wrap", "clamp")
+    if direction is None or mode is None:
+        raise ops.refuse(inst, "shf needs .l or .r and .wrap or .clamp")
+    t = mods.type()
+    if t.name != "b32" or len(inst.operands) != 4:
+        raise ops.refuse(inst, "shf needs .b32 and 4 operands")
+    a, b = (ops.read(inst, o, t) for o in inst.operands[1:3])
+    c = ops.read(inst, inst.operands[3], ptx_type("u32"))
+    write = ops.write(inst, inst.operands[0], t)
+    limit = np.uint64(32 if mode == "clamp" else 31)
+
+    def run(sel):
+        wide = (np.asarray(b(sel), np.uint64) << np.uint64(32)) | np.asarray(a(sel), np.uint64)
+        amount = np.asarray(c(sel), np.uint64)
+        n = np.minimum(amount, limit) if mode == "clamp" else amount & limit
+        shifted = (wide << n) >> np.uint64(32) if direction == "l" else wide >> n
+        write(sel, (shifted & np.uint64(0xFFFFFFFF)).astype(np.uint32))
 
     return run
 
@@ -334,27 +425,43 @@ def decode_bfi(ops: Operands, inst, mods):
     return run
 
 
+_PRMT_MODES = {  # the source byte (0..7 of {b, a}) of byte k of d, for ctl = c & 3
+    "f4e": lambda ctl, k: ctl + k,  # forward 4 extract
+    "b4e": lambda ctl, k: (ctl - k) % 8,  # backward 4 extract
+    "rc8": lambda ctl, k: ctl,  # replicate 8
+    "ecl": lambda ctl, k: max(ctl, k),  # edge clamp left
+    "ecr": lambda ctl, k: min(ctl, k),  # edge clamp right
+    "rc16": lambda ctl, k: 2 * (ctl & 1) + k % 2,  # replicate 16
+}
+
+
 @opcode("prmt")
 def decode_prmt(ops: Operands, inst, mods):
-    if mods.take("f4e", "b4e", "rc8", "ecl", "ecr", "rc16"):
-        raise ops.refuse(inst, "prmt modes other than the default")
+    """Bytes of d from the 8 bytes of {b, a}: by the 4-bit selectors of c (default: 3 bits pick the byte, the
+    msb replicates its sign), or by a mode's table indexed by c & 3."""
+    mode = mods.take(*_PRMT_MODES)
     t = mods.type()
     if t.name != "b32":
         raise ops.refuse(inst, "prmt needs .b32")
     a, b, c = _sources(ops, inst, t, 3)
     write = ops.write(inst, inst.operands[0], t)
+    table = None if mode is None else \
+        np.array([[_PRMT_MODES[mode](ctl, k) for k in range(4)] for ctl in range(4)], np.uint64)
 
     def run(sel):
         n = _lanes(ops, sel)
         x = np.broadcast_to(np.asarray(a(sel), np.uint64) | (np.asarray(b(sel), np.uint64) << np.uint64(32)), (n,))
         selector = np.broadcast_to(np.asarray(c(sel), np.uint32), (n,))
         out = np.zeros(n, np.uint32)
-        for i in range(4):
-            nibble = (selector >> np.uint32(4 * i)) & np.uint32(0xF)
-            byte = ((x >> ((nibble & 7).astype(np.uint64) * np.uint64(8))) & np.uint64(0xFF)).astype(np.uint32)
-            replicate = (nibble & 8) != 0
-            byte = np.where(replicate, np.where(byte & 0x80, np.uint32(0xFF), np.uint32(0)), byte)
-            out |= byte << np.uint32(8 * i)
+        for k in range(4):
+            if table is None:
+                nibble = (selector >> np.uint32(4 * k)) & np.uint32(0xF)
+                source, replicate = (nibble & 7).astype(np.uint64), (nibble & 8) != 0
+            else:
+                source, replicate = table[selector & 3, k], False
+            byte = ((x >> (source * np.uint64(8))) & np.uint64(0xFF)).astype(np.uint32)
+            byte = np.where(replicate & (byte >= 0x80), np.uint32(0xFF), np.where(replicate, np.uint32(0), byte))
+            out |= byte << np.uint32(8 * k)
         write(sel, out)
 
     return run

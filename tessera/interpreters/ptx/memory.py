@@ -13,16 +13,19 @@ values in this sequentially consistent executor and are accepted (`.nc`, `.ca/.c
 writes shared memory when a `cp.async.wait_group N` / `wait_all` of the issuing thread covers its group
 (groups are per thread, closed by `commit_group`): its data is not visible before the wait, as in PTX.
 `cp.async.mbarrier.arrive{.noinc}` lands the thread's pending copies, then (with `.noinc`) arrives.
-`atom`/`red` run lane by lane in lane order (one legal serialisation).
+`atom`/`red` (scalar, global or shared memory): threads of one execution that hit one location update it one
+at a time in increasing lane order, one legal serialisation (see `decode_atom`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from tessera.interpreters.ptx.decode import Operands, elements, opcode
+from tessera.interpreters.ptx.numerics import flush_f32
 from tessera.interpreters.ptx.state import (
     GLOBAL_BASE,
     LOCAL_WINDOW,
@@ -238,49 +241,138 @@ def decode_prefetch(ops: Operands, inst, mods):
 
 # endregion
 # region atom, red
-_ATOMIC = {"add": lambda old, x: old + x, "min": np.minimum, "max": np.maximum, "and": np.bitwise_and,
-           "or": np.bitwise_or, "xor": np.bitwise_xor, "exch": lambda old, x: x}
+@dataclass(frozen=True)
+class AtomicOp:
+    """One atom/red operation: the scalar types it is defined on, its update new = apply(old, b, c), and
+    `combine`, an associative and commutative ufunc that folds any number of updates of one location in any
+    order to the same value (None when the order matters)."""
+
+    types: tuple[str, ...]
+    apply: Callable[[np.ndarray, np.ndarray, np.ndarray | None], np.ndarray]
+    combine: np.ufunc | None = None
+
+
+_ATOMIC = {
+    "add": AtomicOp(("u32", "s32", "u64", "f32", "f64"), lambda old, b, c: old + b, np.add),
+    "min": AtomicOp(("u32", "s32", "u64", "s64"), lambda old, b, c: np.minimum(old, b), np.minimum),
+    "max": AtomicOp(("u32", "s32", "u64", "s64"), lambda old, b, c: np.maximum(old, b), np.maximum),
+    "and": AtomicOp(("b32", "b64"), lambda old, b, c: old & b, np.bitwise_and),
+    "or": AtomicOp(("b32", "b64"), lambda old, b, c: old | b, np.bitwise_or),
+    "xor": AtomicOp(("b32", "b64"), lambda old, b, c: old ^ b, np.bitwise_xor),
+    "inc": AtomicOp(("u32",), lambda old, b, c: np.where(old >= b, old.dtype.type(0), old + old.dtype.type(1))),
+    "dec": AtomicOp(("u32",), lambda old, b, c: np.where((old == 0) | (old > b), b, old - old.dtype.type(1))),
+    "exch": AtomicOp(("b32", "b64"), lambda old, b, c: b),
+    "cas": AtomicOp(("b32", "b64"), lambda old, b, c: np.where(old == b, c, old)),
+}
+_NOT_REDUCTIONS = ("exch", "cas")  # atom only: there is no red.exch or red.cas
+
+
+def _flushing_add(old, b, c):
+    """atom.add.f32 on global memory flushes subnormal inputs and results to sign-preserving zero."""
+    return flush_f32(flush_f32(old) + flush_f32(b))
+
+
+def _atomic_locations(m: Machine, inst, space: str, lanes: np.ndarray, addresses: np.ndarray, nbytes: int):
+    """[(space, positions into lanes, buffer, flat byte indices [n, nbytes])] of checked atomic accesses."""
+    whole = [(space, lanes, addresses, np.arange(len(lanes)))]
+    parts = _split_generic(m, inst, lanes, addresses) if space == "generic" else whole
+    located = []
+    for sub_space, sub_lanes, sub_addresses, positions in parts:
+        if sub_space not in ("global", "shared"):
+            raise m.error(inst, f"atomic access to the {sub_space} space (atom/red need global or shared memory)",
+                          int(sub_lanes[0]))
+        _check(m, inst, sub_space, sub_lanes, sub_addresses, nbytes, nbytes)
+        located.append((sub_space, positions, *_flat(m, sub_space, sub_lanes, sub_addresses, nbytes)))
+    return located
+
+
+def _apply_atomics(buffer: np.ndarray, index: np.ndarray, lanes: np.ndarray, dtype: np.dtype, apply, b, c,
+                   combine: np.ufunc | None) -> np.ndarray | None:
+    """Update the locations `index` [n, nbytes] of `buffer`, lane by lane in increasing lane order where lanes
+    share a location; the old value each lane saw (None when `combine` folds the updates instead)."""
+    nbytes = index.shape[1]
+    start = index[:, 0]
+
+    def load(rows):
+        return np.ascontiguousarray(buffer[rows]).view(dtype).reshape(-1)
+
+    def store(rows, values):
+        buffer[rows] = np.ascontiguousarray(np.asarray(values, dtype)).view(np.uint8).reshape(-1, nbytes)
+
+    if combine is not None:
+        _, first, inverse = np.unique(start, return_index=True, return_inverse=True)
+        current = load(index[first])
+        combine.at(current, inverse.reshape(-1), b)
+        store(index[first], current)
+        return None
+    # Round r applies the r-th update (in lane order) of every location at once: the locations of one round
+    # are distinct, and each location sees its updates in lane order.
+    order = np.lexsort((lanes, start))
+    ordered = start[order]
+    begins = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    rank = np.empty(len(start), np.int64)
+    rank[order] = np.arange(len(start)) - np.repeat(begins, np.diff(np.r_[begins, len(start)]))
+    rounds = np.argsort(rank, kind="stable")
+    old = np.empty(len(start), dtype)
+    for pick in np.split(rounds, np.cumsum(np.bincount(rank))[:-1]):
+        rows = index[pick]
+        current = load(rows)
+        old[pick] = current
+        store(rows, apply(current, b[pick], None if c is None else c[pick]))
+    return old
 
 
 @opcode("atom", "red")
 def decode_atom(ops: Operands, inst, mods):
+    """atom{.sem}{.scope}{.space}.op.type d, [a], b{, c} and red{...}.op.type [a], b: new = op(old, b{, c})
+    stored atomically, atom returning old. Where several threads of one execution hit one location, their
+    updates apply one at a time in increasing lane order, which is thread order (CTAs in launch order, x
+    fastest, then tid): a legal serialisation. red's add (integer), min, max, and, or, xor fold them with one
+    ufunc.at instead, which gives the same values. Scalar types only, per operation those that ptxas accepts
+    for sm_90a (`_ATOMIC`); global or shared memory; `.L2::cache_hint` and its policy operand are ignored."""
     space = take_space(mods, "generic")
-    mods.drop(*_IGNORED)
-    mods.drop_prefixed("L2::")
-    operation = mods.take("add", "min", "max", "and", "or", "xor", "exch", "cas", "inc", "dec")
+    if space not in ("generic", "global", "shared"):
+        raise ops.refuse(inst, f"{inst.opcode} on the .{space} space (needs .global or .shared)")
+    mods.drop(*_IGNORED, "acq_rel")
+    hint = mods.take("L2::cache_hint")
+    if mods.take("v2", "v4", "v8"):
+        raise ops.refuse(inst, f"vector {inst.opcode}")
+    operation = mods.take(*_ATOMIC)
+    if operation is None:
+        raise ops.refuse(inst, f"{inst.opcode} needs an operation (.{', .'.join(_ATOMIC)})")
     t = mods.type()
-    if operation is None or t.kind not in ("b", "u", "s", "f") or t.bits not in (32, 64) or \
-            (t.kind == "f" and operation not in ("add", "exch", "min", "max")):
-        raise ops.refuse(inst, f"{inst.opcode} variant")
     returns = inst.opcode == "atom"
+    if not returns and operation in _NOT_REDUCTIONS:
+        raise ops.refuse(inst, f"red.{operation} (only atom has .{operation})")
+    if t.name not in _ATOMIC[operation].types:
+        supported = ", ".join(f".{name}" for name in _ATOMIC[operation].types)
+        raise ops.refuse(inst, f"{inst.opcode}.{operation} on .{t.name} (supported: {supported})")
     first = 1 if returns else 0
+    count = first + 1 + (2 if operation == "cas" else 1) + (1 if hint else 0)
+    if len(inst.operands) != count:
+        raise ops.refuse(inst, f"{inst.opcode}.{operation} needs {count} operands")
     address = ops.address(inst, inst.operands[first])
-    values = [ops.read(inst, o, t) for o in inst.operands[first + 1:]]
+    values = [ops.read(inst, o, t) for o in inst.operands[first + 1:count - (1 if hint else 0)]]
     write = ops.write(inst, inst.operands[0], t) if returns else None
-    nbytes = t.bits // 8
+    op = _ATOMIC[operation]
+    combine = op.combine if not returns and t.kind != "f" else None
     m = ops.m
 
     def run(sel):
         lanes = lanes_of(m, sel)
         addresses = np.broadcast_to(np.asarray(address(sel), np.int64), lanes.shape)
-        args = [np.broadcast_to(v(sel), lanes.shape) for v in values]
-        old_values = np.empty(len(lanes), t.dtype)
-        for i, lane in enumerate(lanes):  # one lane at a time, in lane order
-            one = lanes[i:i + 1]
-            old = access(m, inst, space, one, addresses[i:i + 1], nbytes).view(t.dtype)[0]
-            x = [a[i] for a in args]
-            if operation == "cas":
-                new = x[1] if old == x[0] else old
-            elif operation == "inc":
-                new = t.dtype.type(0) if old >= x[0] else old + t.dtype.type(1)
-            elif operation == "dec":
-                new = x[0] if (old == 0 or old > x[0]) else old - t.dtype.type(1)
-            else:
-                new = _ATOMIC[operation](old, x[0])
-            access(m, inst, space, one, addresses[i:i + 1], nbytes, np.asarray([new], t.dtype).view(np.uint8)[None])
-            old_values[i] = old
+        args = [np.broadcast_to(np.asarray(v(sel), t.dtype), lanes.shape) for v in values]
+        old = np.empty(len(lanes), t.dtype)
+        for part_space, positions, buffer, index in _atomic_locations(m, inst, space, lanes, addresses, t.bits // 8):
+            apply = _flushing_add if (t.name, operation, part_space) == ("f32", "add", "global") else op.apply
+            b = args[0][positions]
+            c = args[1][positions] if len(args) > 1 else None
+            with np.errstate(over="ignore", invalid="ignore"):
+                seen = _apply_atomics(buffer, index, lanes[positions], t.dtype, apply, b, c, combine)
+            if seen is not None:
+                old[positions] = seen
         if write is not None:
-            write(sel, old_values)
+            write(sel, old)
 
     return run
 

@@ -1,10 +1,11 @@
 """The state of a batch of CTAs running one PTX entry: lanes, registers and the memories.
 
 A *lane* is one thread of one CTA of the batch: lane = cta * T + tid, T threads per CTA (the block, x fastest).
-All per-thread state is a NumPy array over lanes: registers (bit patterns, see `types`), the program counter
-`pc` (an index into the entry's instruction list) and `status` (RUN, EXITED, or blocked: BAR at a named
-barrier, PARK on an mbarrier wait, COLL at a warp/warpgroup-collective instruction waiting for the rest of its
-warp or warpgroup).
+All per-thread state is a NumPy array over lanes: registers (bit patterns, see `types`), `carry` (the condition
+code's carry flag CC.CF, written by `.cc` arithmetic and read by addc/subc/madc), the program counter `pc` (an
+index into the entry's instruction list) and `status` (RUN, EXITED, or blocked: BAR at a named barrier, PARK on
+an mbarrier wait, COLL at a warp/warpgroup-collective instruction waiting for the rest of its warp or
+warpgroup).
 
 Address spaces and generic addressing. Each space has its own addresses; a generic address is the space
 address plus the space's window base, so `cvta` adds or subtracts the base and a generic access is routed by
@@ -171,6 +172,7 @@ class Machine:
                 raise fail(source, None, f"register {name} has type .{type_name}, which the executor does not know")
             self.registers[name] = np.zeros(self.lanes, t.storage)
             self.register_types[name] = t
+        self.carry = np.zeros(self.lanes, bool)  # CC.CF: PTX's one condition-code bit, per thread
         self.shared_layout = shared
         self.shared_bytes = shared.total_bytes
         self.shared = np.zeros(ctas * max(self.shared_bytes, 1), np.uint8)
@@ -203,6 +205,7 @@ class Machine:
             self.cta_valid[i] = True
         for reg in self.registers.values():
             reg[:] = 0
+        self.carry[:] = False
         self.pc[:] = 0
         self.status[:] = np.where(self.cta_valid[self.lane_cta], RUN, EXITED)
         self.shared[:] = 0
