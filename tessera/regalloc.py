@@ -48,7 +48,7 @@ value is defined outside of leads there on a later trip. Held wgmma operands cou
 from __future__ import annotations
 
 import heapq
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 
 from xdsl.dialects import arith, func, math, scf, vector
@@ -335,7 +335,34 @@ def region_pressure(fn: func.FuncOp, op: Operation) -> list[int]:
     return _allocate(fn).region_pressure(op)
 
 
+_MEMO: OrderedDict[int, tuple[func.FuncOp, tuple, Allocation]] = OrderedDict()
+_MEMO_SIZE = 4
+"""The last allocations, by kernel: warp-specialize's budgets, allocate-registers and the PTX printer each
+allocate the same kernel; the memo hands back the allocation while the kernel is unchanged."""
+
+
+def _fingerprint(fn: func.FuncOp) -> tuple:
+    """Every op of `fn`'s body with its operands, attributes and properties, compared by identity and value:
+    equal fingerprints mean the same body (the ops are held by the memo, so their identities are not reused).
+    The kernel's own attributes (the summary allocate-registers writes) do not take part."""
+    return tuple((op, tuple(op.operands), tuple(op.attributes.items()), tuple(op.properties.items()))
+                 for op in fn.body.walk())
+
+
 def _allocate(fn: func.FuncOp) -> Allocation:
+    fingerprint = _fingerprint(fn)
+    entry = _MEMO.get(id(fn))
+    if entry is not None and entry[0] is fn and entry[1] == fingerprint:
+        _MEMO.move_to_end(id(fn))
+        return entry[2]
+    allocation = _allocate_fresh(fn)
+    _MEMO[id(fn)] = (fn, fingerprint, allocation)
+    while len(_MEMO) > _MEMO_SIZE:
+        _MEMO.popitem(last=False)
+    return allocation
+
+
+def _allocate_fresh(fn: func.FuncOp) -> Allocation:
     constants = immediates(fn)
     live = _Liveness(fn, skip=constants)
     live.run()
