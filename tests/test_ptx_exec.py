@@ -690,6 +690,137 @@ def test_ldmatrix_and_stmatrix_transpose():
 
 
 # endregion
+# region wgmma multiplicand types
+WGMMA_STORAGE = {"tf32": np.float32, "e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2,
+                 "s8": np.int8, "u8": np.uint8}
+WGMMA_LBO, WGMMA_SBO = 128, 256  # no-swizzle K-major: core matrices (8 rows x 16 bytes) step K by LBO, rows by SBO
+
+
+def wgmma_shared_image(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Shared memory bytes holding A (64 x 32 bytes) at 0 and B (8 x 32 bytes) at 2048, each in the canonical
+    no-swizzle K-major layout: byte kb of row r at (r // 8) * SBO + (kb // 16) * LBO + (r % 8) * 16 + kb % 16."""
+    image = np.zeros(2048 + 256, np.uint8)
+    for base, matrix in ((0, a), (2048, b)):
+        rows = np.ascontiguousarray(matrix).view(np.uint8).reshape(matrix.shape[0], 32)
+        r, kb = np.meshgrid(np.arange(rows.shape[0]), np.arange(32), indexing="ij")
+        image[base + (r // 8) * WGMMA_SBO + (kb // 16) * WGMMA_LBO + (r % 8) * 16 + kb % 16] = rows
+    return image
+
+
+def wgmma_a_fragments(a: np.ndarray) -> np.ndarray:
+    """[128, 4] A registers: a[i] of thread t = 32w + 4g + c holds the 4 bytes of row 16w + g + 8(i & 1) from
+    K-byte 4c + 16(i >> 1) (the ISA's register fragment of A, the same bytes for every multiplicand type)."""
+    rows = np.ascontiguousarray(a).view(np.uint8).reshape(64, 32)
+    t, i = np.arange(128)[:, None], np.arange(4)[None, :]
+    row = 16 * (t // 32) + (t % 32) // 4 + 8 * (i & 1)
+    byte = 4 * (t % 4) + 16 * (i >> 1)
+    return rows[row[..., None], byte[..., None] + np.arange(4)].copy().view(np.uint32)[..., 0]
+
+
+def run_wgmma(instruction: str, a: np.ndarray, b: np.ndarray, init: int = 0, registers_a: bool = False):
+    """D (64 x 8, the accumulator's bits as uint32) of one m64n8 wgmma on A (64 x K) and B (8 x K, K-major),
+    the four accumulator registers starting at `init`."""
+    desc_a = facts.encode_descriptor(0, WGMMA_LBO, WGMMA_SBO, 0)
+    desc_b = facts.encode_descriptor(2048, WGMMA_LBO, WGMMA_SBO, 0)
+    a_operand = "{%r10, %r11, %r12, %r13}" if registers_a else "%rd4"
+    body = f"""
+    mov.u32 %r0, %tid.x;
+    ld.param.u64 %rd1, [src];
+    mov.u32 %r1, smem;
+    shl.b32 %r2, %r0, 4;
+    cvt.u64.u32 %rd2, %r2;
+    add.s64 %rd3, %rd1, %rd2;
+    ld.global.v4.b32 {{%r3, %r4, %r5, %r6}}, [%rd3];
+    add.u32 %r7, %r1, %r2;
+    st.shared.v4.b32 [%r7], {{%r3, %r4, %r5, %r6}};
+    setp.lt.u32 %p1, %r2, 256;
+    @%p1 ld.global.v4.b32 {{%r3, %r4, %r5, %r6}}, [%rd3+2048];
+    @%p1 st.shared.v4.b32 [%r7+2048], {{%r3, %r4, %r5, %r6}};
+    ld.param.u64 %rd1, [afrag];
+    add.s64 %rd3, %rd1, %rd2;
+    ld.global.v4.b32 {{%r10, %r11, %r12, %r13}}, [%rd3];
+    bar.sync 0;
+    fence.proxy.async.shared::cta;
+    ld.param.u64 %rd4, [adesc];
+    ld.param.u64 %rd5, [bdesc];
+    ld.param.u32 %r3, [init];
+    mov.b32 %r4, %r3;
+    mov.b32 %r5, %r3;
+    mov.b32 %r6, %r3;
+    wgmma.fence.sync.aligned;
+    {instruction.format(d="{%r3, %r4, %r5, %r6}", a=a_operand, b="%rd5")};
+    wgmma.commit_group.sync.aligned;
+    wgmma.wait_group.sync.aligned 0;
+    ld.param.u64 %rd1, [out];
+    add.s64 %rd3, %rd1, %rd2;
+    st.global.v4.b32 [%rd3], {{%r3, %r4, %r5, %r6}};"""
+    params = ".param .u64 out, .param .u64 src, .param .u64 afrag, .param .u64 adesc, .param .u64 bdesc, " \
+             ".param .u32 init"
+    text = kernel(body, params, extra=".shared .align 128 .b8 smem[2304];")
+    out, *_ = launch(text, "k", 1, 128, [np.zeros((128, 4), np.uint32), wgmma_shared_image(a, b),
+                                         wgmma_a_fragments(a), desc_a, desc_b, init])
+    t, v = np.arange(128)[:, None], np.arange(4)[None, :]
+    d = np.zeros((64, 8), np.uint32)
+    d[16 * (t // 32) + (t % 32) // 4 + 8 * ((v >> 1) & 1), 2 * (t % 4) + (v & 1)] = out
+    return d
+
+
+def random_multiplicand(name: str, shape, rng) -> np.ndarray:
+    if name in ("s8", "u8"):
+        info = np.iinfo(WGMMA_STORAGE[name])
+        return rng.integers(info.min, info.max + 1, shape).astype(WGMMA_STORAGE[name])
+    return rng.standard_normal(shape).astype(np.float32).astype(WGMMA_STORAGE[name])
+
+
+@pytest.mark.parametrize("atype,btype,registers_a", [("tf32", "tf32", False), ("tf32", "tf32", True),
+                                                     ("e4m3", "e5m2", False), ("e5m2", "e4m3", True)])
+def test_wgmma_tf32_and_fp8_multiply_exactly_and_round_once(atype, btype, registers_a):
+    """.tf32 reads sign, exponent and the top 10 mantissa bits of each f32 (the low 13 are ignored); FP8
+    types mix; A may come from registers. Products are exact and the f32 result is rounded once."""
+    rng = np.random.default_rng(1)
+    k = 8 if atype == "tf32" else 32
+    a, b = random_multiplicand(atype, (64, k), rng), random_multiplicand(btype, (8, k), rng)
+    shape = f"m64n8k{k}"
+    d = run_wgmma(f"wgmma.mma_async.sync.aligned.{shape}.f32.{atype}.{btype} {{d}}, {{a}}, {{b}}, 1, 1, -1",
+                  a, b, init=np.float32(0.5).view(np.uint32), registers_a=registers_a)
+
+    def value(x):
+        if x.dtype == np.float32:
+            return (x.view(np.uint32) & 0xFFFFE000).view(np.float32).astype(np.float64)
+        return x.astype(np.float64)
+
+    expected = (0.5 - value(a) @ value(b).T).astype(np.float32)
+    np.testing.assert_array_equal(d.view(np.float32), expected)
+
+
+@pytest.mark.parametrize("satfinite", [False, True])
+def test_wgmma_integer_wraps_or_saturates(satfinite):
+    """.s32 accumulation of .s8 x .u8 is exact; past INT32_MAX it wraps, or clamps with .satfinite."""
+    rng = np.random.default_rng(2)
+    a, b = random_multiplicand("s8", (64, 32), rng), random_multiplicand("u8", (8, 32), rng)
+    init = (1 << 31) - 100000
+    sat = ".satfinite" if satfinite else ""
+    d = run_wgmma(f"wgmma.mma_async.sync.aligned.m64n8k32{sat}.s32.s8.u8 {{d}}, {{a}}, {{b}}, 1", a, b, init=init)
+    exact = init + a.astype(np.int64) @ b.astype(np.int64).T
+    assert (exact > (1 << 31) - 1).any() and (exact < (1 << 31) - 1).any()
+    expected = np.minimum(exact, (1 << 31) - 1) if satfinite else exact
+    np.testing.assert_array_equal(d.view(np.int32), expected.astype(np.uint32).view(np.int32))
+
+
+@pytest.mark.parametrize("line,message", [
+    ("wgmma.mma_async.sync.aligned.m64n8k256.s32.b1.b1.and.popc {d}, {a}, {b}, 1", r"single-bit wgmma \(.b1"),
+    ("wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.bf16 {d}, {a}, {b}, 1, 1, 1, 0, 0", "types must match"),
+    ("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.s8 {d}, {a}, {b}, 1, 1, 1", "types must match"),
+    ("wgmma.mma_async.sync.aligned.m64n8k16.f32.e4m3.e4m3 {d}, {a}, {b}, 1, 1, 1", "has K = 32"),
+    ("wgmma.mma_async.sync.aligned.m64n8k8.f32.tf32.tf32 {d}, {a}, {b}, 1, 1, 1, 0, 0", "with 8 operands"),
+    ("wgmma.mma_async.sync.aligned.m64n8k32.satfinite.f32.e4m3.e4m3 {d}, {a}, {b}, 1, 1, 1", "applies to .s8/.u8"),
+])
+def test_wgmma_types_outside_the_isa_are_refused(line, message):
+    with pytest.raises(PtxExecutionError, match=message):
+        run_wgmma(line, np.zeros((64, 32), np.uint8), np.zeros((8, 32), np.uint8))
+
+
+# endregion
 # region atomics
 ATOMIC_BODY = """
     mov.u32 %r0, %ctaid.x;
@@ -938,10 +1069,22 @@ def test_launch_validation():
     with pytest.raises(ValueError, match="exceeds the 232448 bytes"):
         launch(text, "k", 1, 64, [np.zeros(1)], shared_bytes=240000)
     scalar = kernel("    ret;", ".param .u32 n")
-    with pytest.raises(ValueError, match=r"argument 0 \(n, .u32\): -1 is out of range"):
-        launch(scalar, "k", 1, 32, [-1])
+    with pytest.raises(ValueError, match=r"argument 0 \(n, .u32\): 4294967296 is out of range"):
+        launch(scalar, "k", 1, 32, [1 << 32])
+    with pytest.raises(ValueError, match=r"argument 0 \(n, .u32\): -2147483649 is out of range"):
+        launch(scalar, "k", 1, 32, [-(1 << 31) - 1])
     with pytest.raises(ValueError, match="no entry named 'nope'"):
         launch(text, "nope", 1, 64, [np.zeros(1)])
+
+
+def test_unsigned_parameters_take_negative_values_as_twos_complement():
+    """LLVM (Triton, clang) declares a signed `i32` parameter `.param .u32`: a negative argument is its bytes."""
+    body = """
+    ld.param.u32 %r1, [n];
+    ld.param.u64 %rd1, [out];
+    st.global.b32 [%rd1], %r1;"""
+    (out, _) = launch(kernel(body, ".param .u64 out, .param .u32 n"), "k", 1, 1, [np.zeros(1, np.int32), -5])
+    assert out[0] == -5
 
 
 def test_tma_needs_a_tensor_map_address():

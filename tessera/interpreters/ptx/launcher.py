@@ -7,8 +7,8 @@
 `args` follow the entry's parameters in order:
 - a NumPy array for a 64-bit parameter (`.u64`/`.b64`/`.s64`) is a global buffer: it is copied into the
   executor's global memory at a 256-byte aligned address, and the parameter holds that address;
-- a Python/NumPy scalar for a scalar parameter (range-checked against the parameter type; floats for
-  `.f32/.f64`);
+- a Python/NumPy scalar for a scalar parameter (range-checked against the parameter type, a negative value
+  for `.u`/`.b` taken as its two's complement; floats for `.f32/.f64`);
 - a `TensorMapArg` for a tensor-map parameter (`.param .align 64 .b8 name[128]`): the arguments of
   `cuTensorMapEncodeTiled` (`facts.TensorMapSpec`) and the global tensor (an array, or the index of an array
   argument). The parameter's 128 bytes are opaque; TMA instructions find the map by their address;
@@ -124,9 +124,11 @@ def _scalar_bytes(param, value, index: int) -> bytes:
     if isinstance(value, (float, np.floating)):
         raise ValueError(f"{where}: expected an integer, got {value!r}")
     value = int(value)
-    low, high = (-(1 << (t.bits - 1)), (1 << (t.bits - 1)) - 1) if t.kind == "s" else (0, (1 << t.bits) - 1)
-    if t.kind == "b":
-        low = -(1 << (t.bits - 1))
+    # A .u/.b parameter takes the two's complement of a negative value: LLVM (Triton, clang) declares every
+    # integer parameter .u32/.u64/.b32 whatever its signedness, and the driver copies the bytes.
+    low, high = -(1 << (t.bits - 1)), (1 << (t.bits - 1)) - 1
+    if t.kind != "s":
+        high = (1 << t.bits) - 1
     if not low <= value <= high:
         raise ValueError(f"{where}: {value} is out of range [{low}, {high}]")
     return (value & ((1 << t.bits) - 1)).to_bytes(t.bits // 8, "little")

@@ -14,10 +14,13 @@ transaction bytes are there before anyone can observe them; commit/wait groups a
 Multicast is accepted only for a mask containing this CTA (a cluster is one CTA here).
 
 wgmma [P#asynchronous-warpgroup-level-matrix-*; facts.wgmma, facts.descriptor]: per warpgroup (all 128
-threads, collective) D = A x B (+ D when scale-d), A 64x16 from shared memory through its descriptor (K-major,
-or MN-major with imm-trans-a) or from four registers per thread (`facts.a_fragment_coords`), B 16xN through its
-descriptor (imm-trans-b: MN-major); imm-scale-a/b = -1 negates. Products are exact, sums in float64 rounded
-once per instruction to the accumulator type (as the Target IR simulator does). D is written at issue;
+threads, collective) D = A x B (+ D when scale-d), A 64xK from shared memory through its descriptor (K-major,
+or MN-major with imm-trans-a) or from four registers per thread (`facts.a_fragment_coords`), B KxN through its
+descriptor (imm-trans-b: MN-major); imm-scale-a/b = -1 negates. K spans 32 bytes: .f16/.bf16 (k16), .tf32
+(k8, the low 13 mantissa bits ignored), .e4m3/.e5m2 (k32, mixable, .f16/.f32 accumulator), .s8/.u8 (k32,
+mixable, .s32 accumulator that wraps, or clamps with .satfinite); .b1 is refused. Float products are exact,
+sums in float64 rounded once per instruction to the accumulator type (as the Target IR simulator does);
+integer sums are exact. D is written at issue;
 fence/commit/wait are no-ops. Descriptors must be uniform over the warpgroup.
 
 ldmatrix/stmatrix m8n8 .x1/.x2/.x4 (.trans) .b16: lanes 8j..8j+7 address the eight 16-byte rows of matrix j;
@@ -213,13 +216,30 @@ def _a_coords() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     return r0, k0, r1, k1
 
 
-_HALF = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}
+_MULTIPLICANDS = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "tf32": np.uint32,
+                  "e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2, "s8": np.int8, "u8": np.uint8}
+"""wgmma multiplicand type -> the NumPy dtype of its stored element (.tf32 as its 32-bit pattern)."""
+
+_FAMILIES = {"f16": "f16", "bf16": "bf16", "tf32": "tf32", "e4m3": "fp8", "e5m2": "fp8", "s8": "int", "u8": "int"}
+"""A and B must have the same family (.e4m3/.e5m2 mix freely, so do .s8/.u8)."""
+
+_TF32_MASK = np.uint32(0xFFFFE000)
+"""A .tf32 element is an f32 pattern of which the tensor core reads sign, exponent and 10 mantissa bits."""
+
+
+def _multiplicand_values(raw: np.ndarray, name: str) -> np.ndarray:
+    """Stored elements (of `_MULTIPLICANDS[name]`) as exact float64 values."""
+    if name == "tf32":
+        return (raw & _TF32_MASK).view(np.float32).astype(np.float64)
+    return raw.astype(np.float64)
 
 
 def _descriptor_operand(m: Machine, inst, lanes: np.ndarray, descriptor: int, major: str, extent: int,
-                        dtype) -> np.ndarray:
-    """The [extent, 16] operand read through a descriptor from the shared memory of `lanes`' CTA."""
-    e = np.dtype(dtype).itemsize
+                        name: str) -> np.ndarray:
+    """The [extent, K] operand (K spanning facts.WGMMA_K_BYTES) read through a descriptor from the shared memory
+    of `lanes`' CTA, as float64 values."""
+    dtype = np.dtype(_MULTIPLICANDS[name])
+    e = dtype.itemsize
     try:
         fields = facts.decode_descriptor(descriptor)
         addresses = np.asarray(facts.descriptor_element_address(
@@ -229,7 +249,41 @@ def _descriptor_operand(m: Machine, inst, lanes: np.ndarray, descriptor: int, ma
     if addresses.min() < 0 or addresses.max() + e > m.shared_bytes:
         raise m.error(inst, f"matrix descriptor {descriptor:#x} reads outside shared memory", int(lanes[0]))
     index = int(m.lane_cta[lanes[0]]) * m.shared_bytes + addresses[..., None] + np.arange(e)
-    return m.shared[index].reshape(-1).view(dtype).reshape(addresses.shape).astype(np.float64)
+    return _multiplicand_values(m.shared[index].reshape(-1).view(dtype).reshape(addresses.shape), name)
+
+
+def _register_operand(words: np.ndarray, name: str) -> np.ndarray:
+    """The 64xK A tile from the four 32-bit A registers of each of the 128 threads (`words` [128, 4]).
+
+    Every multiplicand type packs the same bytes of the tile into a register (Figure 148 and its .tf32/8-bit
+    siblings): register a[i] holds the 4 bytes of row 16w + g + 8(i & 1) starting at byte 4c + 16(i >> 1) of
+    the row's 32 K-bytes, the positions of the f16 fragment's pair (`facts.a_fragment_coords`, half 0)."""
+    r0, k0, _, _ = _a_coords()
+    tile = np.zeros((facts.WGMMA_M, facts.WGMMA_K_BYTES), np.uint8)
+    byte = 2 * k0[..., None] + np.arange(4)
+    tile[r0[..., None], byte] = np.ascontiguousarray(words, np.uint32).view(np.uint8).reshape(*words.shape, 4)
+    return _multiplicand_values(tile.view(_MULTIPLICANDS[name]), name)
+
+
+def _wgmma_types(ops: Operands, inst, mods) -> tuple[str, str, str, bool]:
+    """(.dtype, .atype, .btype, .satfinite) of wgmma.mma_async, refusing combinations outside the ISA."""
+    if "popc" in mods.left:
+        raise ops.refuse(inst, "single-bit wgmma (.b1 with .and.popc)")
+    satfinite = mods.take("satfinite") is not None
+    if len(mods.left) < 3:
+        raise ops.refuse(inst, "wgmma needs .dtype.atype.btype")
+    dtype_name, a_name, b_name = mods.left[-3:]
+    del mods.left[-3:]
+    for name in (a_name, b_name):
+        if name not in _MULTIPLICANDS:
+            raise ops.refuse(inst, f"wgmma multiplicand type .{name} (supported: "
+                                   f".{', .'.join(_MULTIPLICANDS)})")
+    if _FAMILIES[a_name] != _FAMILIES[b_name]:
+        raise ops.refuse(inst, f"wgmma .{a_name} with .{b_name}: A and B types must match (only .e4m3/.e5m2 "
+                               "and .s8/.u8 mix)")
+    if satfinite and _FAMILIES[a_name] != "int":
+        raise ops.refuse(inst, "wgmma .satfinite applies to .s8/.u8 multiplicands only")
+    return dtype_name, a_name, b_name, satfinite
 
 
 def _wgmma_async(ops: Operands, inst, mods):
@@ -239,20 +293,29 @@ def _wgmma_async(ops: Operands, inst, mods):
     if shape is None:
         raise ops.refuse(inst, "wgmma shape")
     mods.left.remove(shape)
-    dtype_name, a_name, b_name = (t.name for t in mods.types(3))
+    dtype_name, a_name, b_name, satfinite = _wgmma_types(ops, inst, mods)
     n = int(shape[4:shape.index("k")])
     try:
         _, _, k = facts.wgmma_shape(n, a_name, dtype_name)
+        facts.wgmma_shape(n, b_name, dtype_name)
     except ValueError as error:
         raise ops.refuse(inst, str(error)) from None
-    if a_name not in _HALF or b_name != a_name:
-        raise ops.refuse(inst, f"wgmma .{a_name}.{b_name} (only f16/bf16 multiplicands)")
-    half = _HALF[a_name]
+    if shape != f"m64n{n}k{k}":
+        raise ops.refuse(inst, f"wgmma .{a_name} has K = {k}, got .{shape}")
+    family = _FAMILIES[a_name]
     operands = list(inst.operands)
     registers_a = isinstance(operands[1], Vector)
     count = len(operands)
-    if count not in ((7, 6) if registers_a else (8, 6)):
-        raise ops.refuse(inst, f"wgmma with {count} operands")
+    # Immediates after scale-d: imm-scale-a/b for floats, imm-trans-a/b (f16/bf16 only; no trans-a for
+    # register A), nothing for integers.
+    if family == "int":
+        allowed = (4,)
+    elif family in ("f16", "bf16"):
+        allowed = (7, 6) if registers_a else (8, 6)
+    else:
+        allowed = (6,)
+    if count not in allowed:
+        raise ops.refuse(inst, f"wgmma .{a_name} with {count} operands (expected {' or '.join(map(str, allowed))})")
     d_regs = [ops.register(inst, r)[0] for r in elements(operands[0])]
     if len(d_regs) != facts.accumulator_registers(n, dtype_name):
         raise ops.refuse(inst, f"{len(d_regs)} accumulator registers for m64n{n} .{dtype_name}")
@@ -268,7 +331,7 @@ def _wgmma_async(ops: Operands, inst, mods):
     read_scale = ops.read(inst, scale_d, PRED) if isinstance(scale_d, Reg) else None
     static_scale = ops.static(inst, scale_d) if read_scale is None else None
     immediates = [ops.static(inst, o) for o in operands[4:]]
-    scale_a, scale_b = immediates[0], immediates[1]
+    scale_a, scale_b = immediates[:2] if immediates else (1, 1)
     trans = immediates[2:]
     trans_a = 0 if registers_a else (trans[0] if trans else 0)
     trans_b = trans[-1] if (len(trans) == 2 or (registers_a and trans)) else 0
@@ -285,29 +348,33 @@ def _wgmma_async(ops: Operands, inst, mods):
             if len(wg) != facts.WARPGROUP_SIZE:
                 raise m.error(inst, "wgmma needs all 128 threads of the warpgroup", int(wg[0]))
             b_desc = _uniform64(m, inst, read_b(wg), wg, "B descriptor")
-            b = _descriptor_operand(m, inst, wg, b_desc, "MN" if trans_b else "K", n, half)
+            b = _descriptor_operand(m, inst, wg, b_desc, "MN" if trans_b else "K", n, b_name)
             if registers_a:
-                words = np.stack([r[wg] for r in a_regs], axis=1)
-                r0, k0, r1, k1 = _a_coords()
-                a = np.zeros((facts.WGMMA_M, k))
-                a[r0, k0] = (words & 0xFFFF).astype(np.uint16).view(half).astype(np.float64)
-                a[r1, k1] = (words >> 16).astype(np.uint16).view(half).astype(np.float64)
+                a = _register_operand(np.stack([r[wg] for r in a_regs], axis=1), a_name)
             else:
                 a_desc = _uniform64(m, inst, read_a(wg), wg, "A descriptor")
-                a = _descriptor_operand(m, inst, wg, a_desc, "MN" if trans_a else "K", facts.WGMMA_M, half)
+                a = _descriptor_operand(m, inst, wg, a_desc, "MN" if trans_a else "K", facts.WGMMA_M, a_name)
             d = (scale_a * a) @ (scale_b * b).T
             accumulate = bool(static_scale) if read_scale is None else \
                 bool(_uniform64(m, inst, read_scale(wg), wg, "scale-d predicate"))
+            acc_words = np.stack([r[wg] for r in d_regs], axis=1)
             if f16_acc:
-                words = np.stack([r[wg] for r in d_regs], axis=1)
-                acc = np.stack([(words & 0xFFFF), words >> 16], axis=2).reshape(len(wg), -1)
+                acc = np.stack([(acc_words & 0xFFFF), acc_words >> 16], axis=2).reshape(len(wg), -1)
                 acc = acc.astype(np.uint16).view(np.float16).astype(np.float64)
+            elif family == "int":
+                acc = acc_words.astype(np.uint32).view(np.int32).astype(np.float64)
             else:
-                acc = np.stack([r[wg] for r in d_regs], axis=1).view(np.float32).astype(np.float64)
+                acc = acc_words.view(np.float32).astype(np.float64)
             result = d[rows, cols] + acc if accumulate else d[rows, cols]
             if f16_acc:
                 bits = result.astype(np.float16).view(np.uint16).astype(np.uint32).reshape(len(wg), -1, 2)
                 out = bits[..., 0] | (bits[..., 1] << 16)
+            elif family == "int":
+                # Integer sums are exact in float64 (|sum| < 2^53); .s32 wraps, .satfinite clamps.
+                total = result.astype(np.int64)
+                if satfinite:
+                    total = np.clip(total, -(1 << 31), (1 << 31) - 1)
+                out = total.astype(np.uint32)
             else:
                 out = result.astype(np.float32).view(np.uint32)
             for v, r in enumerate(d_regs):
