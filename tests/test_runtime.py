@@ -3,7 +3,7 @@
 On a CPU: the cuTensorMapEncodeTiled arguments of Tessera's kernels against values worked out here from the
 kernels' documented tiles and the driver's enums, the parameter buffer, the launch shape, the cache key and
 cache entries, the argument checks of tessera.attention, the driver's errors (with a fake driver), a whole
-launch through a fake driver whose kernels run in the CTA simulator, that `import tessera` loads no CUDA,
+launch through a fake driver that runs the loaded PTX on the parameter bytes in the PTX executor, that `import tessera` loads no CUDA,
 and that the benchmarks exit 0 without a GPU. On an H100/H200 (skipped elsewhere, saying why): tessera.attention
 and the GEMM against the NumPy references.
 """
@@ -24,7 +24,9 @@ import numpy as np
 import pytest
 
 import tessera
-from tessera.interpreters.sm90.launch import run_target_kernel, target_kernel
+from tessera.interpreters.ptx import TensorMapArg
+from tessera.interpreters.ptx import launch as ptx_launch
+from tessera.interpreters.ptx.parse import parse_ptx
 from tessera.numerics import BF16, F16, F32
 from tessera.reference import check_attention, check_gemm
 from tessera.runtime import CudaError, CudaUnavailable, cuda_unavailable_reason
@@ -47,6 +49,15 @@ from tessera.runtime.driver import Driver
 from tessera.runtime.gemm import gemm_config
 from tessera.runtime.launch import check_inputs, launch_shape, run
 from tessera.runtime.tensor_maps import tensor_map_arguments
+from tessera.sm90.facts import (
+    TENSOR_MAP_BYTES,
+    TensorMapDataType,
+    TensorMapFloatOOBFill,
+    TensorMapInterleave,
+    TensorMapL2Promotion,
+    TensorMapSpec,
+    TensorMapSwizzle,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 GPU_REASON = cuda_unavailable_reason()
@@ -373,7 +384,8 @@ ELF_MAGIC = b"\x7fELF"
 
 class FakeCuda:
     """The driver functions the runtime calls, on the CPU: device memory is host memory, tensor maps are
-    recorded, and a launch decodes its parameter buffer and runs the Target IR kernel in the CTA simulator.
+    recorded, and a launch reads its parameter buffer by the PTX entry's parameter list (as the driver
+    does) and runs the kernel's PTX in the PTX executor, so what runs is the text and the bytes a GPU gets.
     `fail` maps a call name to the CUresult it returns; `refuse_cubin` makes module loads of a cubin fail."""
 
     CUresult = FakeResult
@@ -399,6 +411,7 @@ class FakeCuda:
         self.memory: dict[int, np.ndarray] = {}
         self.maps: list[tuple] = []
         self.launches: list[SimpleNamespace] = []
+        self.function_attributes: dict[tuple, int] = {}
 
     def _result(self, name, args, *values):
         self.calls.append((name, args))
@@ -444,6 +457,7 @@ class FakeCuda:
         return self._result("cuModuleGetFunction", (module, name), name.decode())
 
     def cuFuncSetAttribute(self, function, attribute, value):
+        self.function_attributes[(function, attribute)] = value
         return self._result("cuFuncSetAttribute", (function, attribute, value))
 
     def cuTensorMapEncodeTiled(self, *args):
@@ -454,9 +468,9 @@ class FakeCuda:
 
     def cuMemAlloc(self, nbytes):
         buffer = np.zeros(nbytes + 256, np.uint8)
-        address = (buffer.ctypes.data + 255) & ~255
-        self.memory[address] = buffer
-        return self._result("cuMemAlloc", (nbytes,), address)
+        skip = -buffer.ctypes.data % 256  # the driver's allocations are 256-byte aligned
+        self.memory[buffer.ctypes.data + skip] = buffer[skip:skip + nbytes]
+        return self._result("cuMemAlloc", (nbytes,), buffer.ctypes.data + skip)
 
     def cuMemFree(self, address):
         self.memory.pop(address)
@@ -481,52 +495,48 @@ class FakeCuda:
         result = self._result("cuLaunchKernelEx", (config, function, parameters, extra))
         if result[0] != FakeResult.CUDA_SUCCESS:
             return result
-        host = self.kernels[function].host
-        pointers = (ctypes.c_void_p * len(host.params)).from_address(parameters)
-        sizes = {p.size: ctypes.c_uint32.from_address(ptr).value for p, ptr in zip(host.params, pointers)
-                 if p.kind == "size"}
-        arrays = {}
-        for param, pointer in zip(host.params, pointers):
-            if param.kind == "tensormap":
-                arrays[param.source] = self._mapped_array(ctypes.c_uint64.from_address(pointer).value)
-            elif param.kind == "pointer":
-                tensor = next(t for t in kernel_tensors(host) if t.source == param.source)
-                arrays[param.source] = self._device_array(ctypes.c_uint64.from_address(pointer).value,
-                                                          tensor.dims.evaluate(sizes), tensor.dtype)
-        self.launches.append(SimpleNamespace(
-            grid=(config.gridDimX, config.gridDimY, config.gridDimZ),
-            block=(config.blockDimX, config.blockDimY, config.blockDimZ), smem=config.sharedMemBytes,
-            sizes=sizes, attributes=config.numAttrs))
-        run_target_kernel(self._lowered(function), [arrays[s] for s in sorted(arrays)], sizes)
+        allowed = self.function_attributes.get((function, "max_dynamic_smem"), 48 * 1024)
+        if config.sharedMemBytes > allowed:  # what the driver says when the limit was not raised
+            return (FakeResult.CUDA_ERROR_INVALID_VALUE,)
+        kernel = self.kernels[function]
+        entry = parse_ptx(kernel.ptx).entries[function]
+        pointers = (ctypes.c_void_p * len(entry.params)).from_address(parameters)
+        args = [self._argument(param, ctypes.string_at(pointer, param.element_bytes * param.count))
+                for param, pointer in zip(entry.params, pointers)]
+        grid = (config.gridDimX, config.gridDimY, config.gridDimZ)
+        block = (config.blockDimX, config.blockDimY, config.blockDimZ)
+        self.launches.append(SimpleNamespace(grid=grid, block=block, smem=config.sharedMemBytes,
+                                             attributes=config.numAttrs, args=args))
+        results = ptx_launch(kernel.ptx, function, grid, block, args, shared_bytes=config.sharedMemBytes)
+        for arg, written in zip(args, results):
+            if isinstance(arg, np.ndarray):
+                arg[...] = written
         return result
 
-    def _lowered(self, name):
-        """The Target IR the kernel's PTX is printed from, lowered afresh: a cached kernel's Target IR is
-        parsed from text, and xDSL 0.74 reads `dense<0xff800000>` (-inf) back as the integer 4286578688
-        (xdslproject/xdsl#3370), which the host description does not use but a simulation would."""
-        from tessera.kernel_abi import is_target_kernel
-        from tessera.passes import apply_pipeline
+    def _argument(self, param, raw: bytes):
+        """A parameter's bytes as the PTX executor takes them: a tensor map (its 128 bytes hold the index of
+        the recorded encode call) with the allocation it addresses, a device pointer as its allocation, else
+        the integer the bytes hold."""
+        value = int.from_bytes(raw[:8], "little")
+        if param.type == "b8" and param.count == TENSOR_MAP_BYTES:
+            data_type, _, address, dims, strides, box, element_strides, interleave, swizzle, l2, oob = self.maps[value]
+            base, array = self._allocation(address)
+            spec = TensorMapSpec(TensorMapDataType(data_type), tuple(dims), tuple(strides), tuple(box),
+                                 tuple(element_strides), TensorMapSwizzle(swizzle), TensorMapFloatOOBFill(oob),
+                                 TensorMapInterleave(interleave), TensorMapL2Promotion(l2))
+            return TensorMapArg(array, spec, address - base)
+        if len(raw) == 8 and self._allocation(value, required=False) is not None:
+            base, array = self._allocation(value)
+            assert value == base, "Tessera passes whole allocations"
+            return array
+        return int.from_bytes(raw, "little")
 
-        config = self.kernels[name].config
-        lowered = getattr(tessera.kernels, config.builder)(**dict(config.options))
-        apply_pipeline(lowered, config.pipeline)
-        return next(op for op in lowered.walk() if is_target_kernel(op))
-
-    def _device_array(self, address, shape, dtype, strides=None):
-        dtype = np.dtype(dtype)
-        span = (sum((n - 1) * s for n, s in zip(shape, strides)) + dtype.itemsize if strides
-                else math.prod(shape) * dtype.itemsize)
-        raw = np.ctypeslib.as_array((ctypes.c_uint8 * span).from_address(address))
-        return np.lib.stride_tricks.as_strided(raw.view(dtype), tuple(shape), strides) if strides \
-            else raw.view(dtype).reshape(shape)
-
-    def _mapped_array(self, index):
-        data_type, rank, address, dims, strides, *_ = self.maps[index]
-        dtype = {CU_TENSOR_MAP_DATA_TYPE_BFLOAT16: BF16, CU_TENSOR_MAP_DATA_TYPE_FLOAT16: F16,
-                 CU_TENSOR_MAP_DATA_TYPE_FLOAT32: F32}[data_type]
-        shape = tuple(reversed(dims))
-        byte_strides = tuple(reversed((dtype.itemsize, *strides)))
-        return np.ascontiguousarray(self._device_array(address, shape, dtype, byte_strides))
+    def _allocation(self, address: int, required: bool = True):
+        for base, array in self.memory.items():
+            if base <= address < base + max(array.nbytes, 1):
+                return base, array
+        assert not required, f"address {address:#x} is in no allocation"
+        return None
 
 
 def test_driver_errors_name_the_call_the_kernel_and_the_error():
