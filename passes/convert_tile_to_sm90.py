@@ -751,13 +751,18 @@ class KernelLowering:
         rows = layout.row_of_element
         grouped = [v for r in range(2) for v in range(layout.lanes) if rows[v] == r]
         x = e.shuffle(x, grouped)
-        size = layout.lanes // 2
+        size = layout.lanes // 2  # registers per row; a tile BN = 16 k wide has k, odd for BN = 48, 80, ...
         while size > 1:
             half = size // 2
             left = e.shuffle(x, [r * size + i for r in range(2) for i in range(half)])
             right = e.shuffle(x, [r * size + half + i for r in range(2) for i in range(half)])
-            x = combine(left, right)
-            size = half
+            folded = combine(left, right)
+            if size % 2:  # each row's last register has no partner at this level: it joins the folded ones
+                x = e.shuffle(folded, [i for r in range(2) for i in
+                                       (*range(r * half, (r + 1) * half), 2 * half + r * size + size - 1)], x)
+                size = half + 1
+            else:
+                x, size = folded, half
         for offset in quad_shuffle_offsets():
             x = combine(x, e.op(sm90.ShflSyncOp("bfly", x, offset)))
         return x

@@ -59,11 +59,13 @@ class Emitter:
     def broadcast(self, scalar: SSAValue, lanes: int) -> SSAValue:
         return self.op(vector.BroadcastOp(scalar, VectorType(scalar.type, [lanes])))
 
-    def shuffle(self, source: SSAValue, indices: Sequence[int]) -> SSAValue:
-        """result[i] = source[indices[i]] (registers of one thread)."""
+    def shuffle(self, source: SSAValue, indices: Sequence[int], second: SSAValue | None = None) -> SSAValue:
+        """result[i] = source[indices[i]] (registers of one thread); with `second`, indices from
+        len(source) on select second's registers (source and second concatenated)."""
         element = source.type.element_type
         mask = DenseArrayBase.from_list(i64, list(indices))
-        return self.op(vector.ShuffleOp(source, source, mask, result_type=VectorType(element, [len(indices)])))
+        return self.op(vector.ShuffleOp(source, second or source, mask,
+                                        result_type=VectorType(element, [len(indices)])))
 
     # -- arithmetic (scalars or vectors) ----------------------------------------------------------------------
     def addf(self, a, b):
