@@ -9,7 +9,7 @@ tokens, hidden size 2048 (heads = 2048 / head_dim) for head_dim 64, 128 and 256,
 FLOPs = 4 * seq^2 * head_dim * heads * batch, halved for causal. Every result is first checked against an
 fp32 PyTorch computation under Tessera's tolerance rule (`tessera.reference`: at most twice the error of a
 straightforward bf16 computation, plus 1e-3); a wrong result is reported as WRONG and never timed. A
-configuration a system does not support (Tessera's head_dim 256, say) is reported as such. Timing: CUDA
+configuration a system does not support (this file's Triton kernel at head_dim 256, say) is reported as such. Timing: CUDA
 events around each launch after warm-up, L2 flushed (a 256 MiB memset) before each, median of the repeats.
 Writes a table (stdout), `attention.json` and `attention.png` (TFLOP/s against sequence length, one line per
 system, one panel per head_dim and mask; needs matplotlib) into --out. Without a usable GPU it prints

@@ -20,7 +20,11 @@ pytestmark = pytest.mark.skipif(find_ptxas() is None, reason="no ptxas on PATH, 
 CONFIGS = [("flash_attention", dict(head_dim=d, causal=c, dtype=t)) for d in (64, 128) for c in (False, True)
            for t in ("bf16", "f16")] + [
     (v, dict(head_dim=d, causal=c)) for v in ("two_pass_attention", "three_pass_attention") for d in (64, 128)
-    for c in (False, True)] + [("gemm", dict(dtype="bf16")), ("gemm", dict(dtype="f16"))]
+    for c in (False, True)] + [
+    ("flash_attention", dict(head_dim=256, causal=False, dtype="bf16")),
+    ("flash_attention", dict(head_dim=256, causal=True, dtype="f16")),
+    ("two_pass_attention", dict(head_dim=256, causal=True)), ("three_pass_attention", dict(head_dim=256, causal=False)),
+] + [("gemm", dict(dtype="bf16")), ("gemm", dict(dtype="f16"))]
 
 
 FULL = SPECIALIZED_PIPELINE + ",allocate-registers"

@@ -25,7 +25,7 @@ from tessera.kernels import (
 from tessera.kernels.common import widest_swizzle
 
 ATTENTION = list(ATTENTION_BUILDERS.items())
-MATRIX = list(itertools.product(ATTENTION, (64, 128), (False, True), ("bf16", "f16")))
+MATRIX = list(itertools.product(ATTENTION, (64, 128, 256), (False, True), ("bf16", "f16")))
 
 
 def only_kernel(module):
@@ -49,9 +49,9 @@ def ops_of(module, op_class):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(head_dim=96), "head_dim must be one of 64, 128; got 96"),
-        (dict(head_dim=256), "head_dim must be one of 64, 128; got 256"),
-        (dict(head_dim="128"), "head_dim must be one of 64, 128; got '128'"),
+        (dict(head_dim=96), "head_dim must be one of 64, 128, 256; got 96"),
+        (dict(head_dim=512), "head_dim must be one of 64, 128, 256; got 512"),
+        (dict(head_dim="128"), "head_dim must be one of 64, 128, 256; got '128'"),
         (dict(dtype="f32"), "dtype must be one of 'bf16', 'f16'; got 'f32'"),
         (dict(dtype="fp16"), "dtype must be one of 'bf16', 'f16'; got 'fp16'"),
         (dict(block_m=0), "block_m must be a positive multiple of 16; got 0"),

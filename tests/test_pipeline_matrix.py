@@ -34,14 +34,15 @@ def _with_stages(stages: int) -> str:
     return pipeline.replace("overlap-softmax,", "") if stages == 1 else pipeline
 
 
-def _check(builder, head_dim, causal, dtype, stages, shapes, rng):
-    module = build_kernel(builder, head_dim=head_dim, causal=causal, dtype=dtype)
+def _check(builder, head_dim, causal, dtype, stages, shapes, rng, **options):
+    module = build_kernel(builder, head_dim=head_dim, causal=causal, dtype=dtype, **options)
     for seq_q, seq_k in shapes:
         q = rng.standard_normal((1, 1, seq_q, head_dim))
         k, v = (rng.standard_normal((1, 1, seq_k, head_dim)) for _ in range(2))
         out = tessera.interpret(module, q, k, v, level="target", pipeline=_with_stages(stages))
         check = reference.check_attention(out, q, k, v, dtype_from_name(dtype), causal=causal)
-        assert check.ok, f"{builder} d{head_dim} causal={causal} {dtype} stages={stages} {seq_q}x{seq_k}: {check}"
+        assert check.ok, (f"{builder} d{head_dim} causal={causal} {dtype} stages={stages} {options} "
+                          f"{seq_q}x{seq_k}: {check}")
 
 
 @pytest.mark.parametrize("builder, head_dim, causal, dtype", MATRIX,
@@ -49,6 +50,30 @@ def _check(builder, head_dim, causal, dtype, stages, shapes, rng):
 def test_default_pipeline_matrix(builder, head_dim, causal, dtype, rng):
     shapes = [(17, 200), (200, 17)]
     _check(builder, head_dim, causal, dtype, 2, [shapes[MATRIX.index((builder, head_dim, causal, dtype)) % 2]], rng)
+
+
+HEAD_DIM_256 = [("flash_attention", False, "bf16"), ("flash_attention", True, "f16"),
+                ("two_pass_attention", True, "bf16"), ("three_pass_attention", False, "f16")]
+
+
+@pytest.mark.parametrize("builder, causal, dtype", HEAD_DIM_256,
+                         ids=[f"{b}-{'causal' if c else 'full'}-{t}" for b, c, t in HEAD_DIM_256])
+def test_head_dim_256(builder, causal, dtype, rng):
+    """head_dim 256 at its default key block (48: a score-tile row spans 12 registers of a thread), with
+    a partial key block, a masked trip and more trips than ring slots."""
+    _check(builder, 256, causal, dtype, 2, [(130, 200)], rng)
+
+
+ODD_KEY_BLOCKS = [("flash_attention", 64, 80, True, "bf16"), ("two_pass_attention", 128, 48, False, "f16"),
+                  ("three_pass_attention", 64, 80, True, "bf16")]
+
+
+@pytest.mark.parametrize("builder, head_dim, block_n, causal, dtype", ODD_KEY_BLOCKS,
+                         ids=[f"{b}-d{d}-bn{n}-{'causal' if c else 'full'}-{t}" for b, d, n, c, t in ODD_KEY_BLOCKS])
+def test_key_blocks_that_are_not_powers_of_two(builder, head_dim, block_n, causal, dtype, rng):
+    """A row of a [64, BN] wgmma accumulator spans BN / 4 registers of a thread: 20 for BN = 80, 12 for 48.
+    The row reductions (max, sum) fold them pairwise and must carry the odd one at each level."""
+    _check(builder, head_dim, causal, dtype, 2, [(130, 300)], rng, block_n=block_n)
 
 
 STAGE_RUNS = [

@@ -58,6 +58,16 @@ def test_attention_from_ptx(builder, head_dim, causal, dtype, rng):
         assert check.ok, f"{seq_q}x{seq_k}: {check}"
 
 
+def test_head_dim_256_from_ptx(rng):
+    """head_dim 256 (key blocks of 48: 12 score registers per row and thread, [64, 256] accumulators of 128
+    registers per thread), causal, from the PTX of the full pipeline."""
+    compiled = compile_to_ptx(build_kernel("flash_attention", head_dim=256, causal=True), SPECIALIZED_PTX)
+    q = rng.standard_normal((1, 1, 130, 256))
+    k, v = (rng.standard_normal((1, 1, 200, 256)) for _ in range(2))
+    check = reference.check_attention(run_ptx(compiled, [q, k, v]), q, k, v, dtype_from_name("bf16"), causal=True)
+    assert check.ok, str(check)
+
+
 @pytest.mark.parametrize("pipeline", [PTX_PIPELINE, SPECIALIZED_PTX], ids=["single-stage", "full"])
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 def test_gemm_from_ptx(dtype, pipeline, rng):

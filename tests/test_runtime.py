@@ -325,7 +325,7 @@ def q_like(shape=(1, 2, 64, 64), dtype=BF16):
     ((q_like(), q_like(), q_like((1, 2, 64, 128))), ValueError, "same head_dim, got 64, 64, 128"),
     ((q_like(), q_like(), q_like(dtype=F16)), ValueError, "one element type, got bfloat16, bfloat16, float16"),
     ((q_like(dtype=F32),) * 3, UnsupportedKernel, "element type float32 is not supported"),
-    ((q_like((1, 2, 64, 256)),) * 3, UnsupportedKernel, r"head_dim 256 is not supported .*\(supported: 64, 128\)"),
+    ((q_like((1, 2, 64, 96)),) * 3, UnsupportedKernel, r"head_dim 96 is not supported .*\(supported: 64, 128, 256\)"),
     ((q_like((1, 2, 0, 64)),) * 3, ValueError, "q has an empty dimension"),
     (([[1.0]], q_like(), q_like()), ValueError, "q must be a NumPy array or a PyTorch tensor, got list"),
 ])
@@ -659,6 +659,14 @@ def test_attention_runs_through_the_driver_calls(fake_gpu, rng):
     assert names.index("cuLaunchKernelEx") < names.index("cuStreamSynchronize") < names.index("cuMemcpyDtoH")
 
 
+def test_head_dim_256_runs_through_the_driver_calls(fake_gpu, rng):
+    q, k, v = (rng.standard_normal((1, 1, 70, 256)).astype(F16) for _ in range(3))
+    kernel = compiled(attention_config(256, False, "f16"))
+    assert dict(kernel.config.options)["block_n"] == 48
+    fake_gpu(kernel)
+    assert check_attention(tessera.attention(q, k, v), q, k, v, F16).ok
+
+
 def test_gemm_runs_through_the_driver_calls(fake_gpu, rng):
     from tessera.runtime.gemm import gemm
 
@@ -730,7 +738,7 @@ def test_gpu_benchmarks_exit_0_without_a_gpu(script):
 
 
 @needs_gpu
-@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("dtype", [BF16, F16])
 @pytest.mark.parametrize("shape", [(2, 3, 256, 256), (1, 2, 1000, 700), (1, 1, 1, 513)])

@@ -38,26 +38,33 @@ from tessera.kernels.common import (
     shared_tile,
 )
 
-HEAD_DIMS = (64, 128)
+HEAD_DIMS = (64, 128, 256)
 """Head dimensions the attention builders support."""
 
 DEFAULT_BLOCK_M = 128
 """Queries per thread block: two warpgroups' worth of 64-row wgmma tiles."""
 
-DEFAULT_BLOCK_N = 128
-"""Keys per inner-loop step, for head_dim 64 and 128 alike (see `AttentionConfig`)."""
+DEFAULT_BLOCK_N = {64: 128, 128: 128, 256: 48}
+"""Keys per inner-loop step by head_dim (see `AttentionConfig`)."""
 
 
 @dataclass(frozen=True)
 class AttentionConfig:
     """The checked parameters of an attention kernel.
 
-    Defaults: BM = BN = 128 for both head dims. That is FlashAttention-3's Hopper tile for head_dim 128
-    (causal) and the BN it uses for head_dim 64; with bf16, Q + K + V in shared memory take 96 KiB at
-    head_dim 128 (48 KiB at 64), which leaves room for a second K/V stage when the loop is pipelined, and the
-    128x128 f32 score tile is 64 registers per thread over two warpgroups. BN = 64 (FlashAttention-2's
-    Ampere choice) halves the score tile but doubles the loop trips and the per-step softmax bookkeeping;
-    on Hopper the register file affords 128.
+    Defaults: BM = 128; BN = 128 for head_dim 64 and 128, 48 for head_dim 256. BM = BN = 128 is
+    FlashAttention-3's Hopper tile for head_dim 128 (causal) and the BN it uses for head_dim 64; with bf16,
+    Q + K + V in shared memory take 96 KiB at head_dim 128 (48 KiB at 64), which leaves room for a second K/V
+    stage when the loop is pipelined, and the 128x128 f32 score tile is 64 registers per thread over two
+    warpgroups. BN = 64 (FlashAttention-2's Ampere choice) halves the score tile but doubles the loop trips
+    and the per-step softmax bookkeeping; on Hopper the register file affords 128.
+
+    At head_dim 256 the [64, 256] f32 accumulator of each consumer warpgroup alone takes 128 registers per
+    thread, so the key block shrinks (FlashAttention-3 uses 80): with BN = 48 the full pipeline's two score
+    tiles in flight (overlap-softmax) fit the 240 registers a consumer warpgroup gets beside the producer
+    (BN = 64 needs 252), and two-pass attention's shared memory fits 227 KiB (BN = 64 needs 257 KiB). A row
+    of a 48-wide score tile spans 12 registers of a thread, not a power of two, which the row reductions
+    handle. Any multiple of 16 may be asked for; the passes refuse what does not fit, by name.
     """
 
     head_dim: int
@@ -75,10 +82,13 @@ class AttentionConfig:
         dtype: object = "bf16",
         scale: object = None,
         block_m: object = DEFAULT_BLOCK_M,
-        block_n: object = DEFAULT_BLOCK_N,
+        block_n: object = None,
     ) -> AttentionConfig:
-        """Validate builder arguments; raises ValueError naming the argument, the value and what is allowed."""
+        """Validate builder arguments; raises ValueError naming the argument, the value and what is allowed.
+        `block_n=None` is the head_dim's default (`DEFAULT_BLOCK_N`)."""
         check_choice("head_dim", head_dim, HEAD_DIMS)
+        if block_n is None:
+            block_n = DEFAULT_BLOCK_N[head_dim]  # type: ignore[index]
         check_dtype(dtype)
         return cls(
             head_dim=head_dim,  # type: ignore[arg-type]
@@ -228,7 +238,7 @@ def flash_attention(
     dtype: str = "bf16",
     scale: float | None = None,
     block_m: int = DEFAULT_BLOCK_M,
-    block_n: int = DEFAULT_BLOCK_N,
+    block_n: int | None = None,
 ) -> ModuleOp:
     """The online one-pass attention kernel (FlashAttention-2 style), `flash_attention_d{D}_{dtype}[_causal]`.
 

@@ -23,7 +23,6 @@ from xdsl.ir import SSAValue
 from tessera.dialects import tile
 from tessera.kernels.attention import (
     DEFAULT_BLOCK_M,
-    DEFAULT_BLOCK_N,
     AttentionBlock,
     AttentionConfig,
     accumulate_pv,
@@ -52,7 +51,7 @@ def three_pass_attention(
     dtype: str = "bf16",
     scale: float | None = None,
     block_m: int = DEFAULT_BLOCK_M,
-    block_n: int = DEFAULT_BLOCK_N,
+    block_n: int | None = None,
 ) -> ModuleOp:
     """Three-pass attention, `three_pass_attention_d{D}_{dtype}[_causal]`, with scratch buffers %S (scores)
     and %E (exponentials), each [batch, heads, seq_q, seq_k] f32."""
@@ -123,7 +122,7 @@ def two_pass_attention(
     dtype: str = "bf16",
     scale: float | None = None,
     block_m: int = DEFAULT_BLOCK_M,
-    block_n: int = DEFAULT_BLOCK_N,
+    block_n: int | None = None,
 ) -> ModuleOp:
     """Two-pass attention, `two_pass_attention_d{D}_{dtype}[_causal]`, with scratch buffers %LM (local row
     maxima) and %SLD (local row sums), each [batch, heads, seq_q, ceildiv(seq_k, BN)] f32."""

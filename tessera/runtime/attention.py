@@ -42,7 +42,7 @@ def attention_config(head_dim: int, causal: bool = False, dtype: str = "bf16", s
         scale = float(scale)
     checked = AttentionConfig.checked(head_dim, causal, dtype, scale)
     return KernelConfig.of("flash_attention", head_dim=checked.head_dim, causal=checked.causal, dtype=checked.dtype,
-                           scale=checked.scale)
+                           scale=checked.scale, block_n=checked.block_n)
 
 
 def check_attention_arguments(q, k, v) -> tuple[int, str]:
