@@ -276,52 +276,16 @@ def sdpa_systems(torch) -> list[System]:
 
 
 def triton_system(torch, autotune: bool = True) -> System | None:
-    """A FlashAttention-2-style forward kernel in Triton (online softmax over key blocks, exp2, causal blocks
-    past the diagonal skipped), autotuned over a few tile shapes; written here, after the Triton tutorial's
-    fused attention, for [batch, heads, seq, head_dim] contiguous inputs with seq_q = seq_k."""
-    try:
-        import triton
-        import triton.language as tl
-    except ImportError:
+    """The Triton kernel of bench/triton_attention.py, autotuned over its tile shapes (without autotuning,
+    as under Triton's interpreter, TRITON_INTERPRET=1, which cannot time: the first shape)."""
+    import triton_attention
+
+    loaded = triton_attention.load()
+    if loaded is None:
         return None
-
+    triton, attention_forward = loaded
     configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
-               for m, n, w, s in ((128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3))]
-
-    @triton.jit
-    def attention_forward(Q, K, V, O, scale_log2, seq, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
-                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-        start_m = tl.program_id(0)
-        base = tl.program_id(1).to(tl.int64) * seq * HEAD_DIM
-        rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        cols = tl.arange(0, BLOCK_N)
-        dims = tl.arange(0, HEAD_DIM)
-        q = tl.load(Q + base + rows[:, None] * HEAD_DIM + dims[None, :], mask=rows[:, None] < seq, other=0.0)
-        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-        l_i = tl.zeros([BLOCK_M], tl.float32)
-        acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-        end = seq
-        if CAUSAL:  # key blocks past the block's last query are all masked
-            end = tl.minimum((start_m + 1) * BLOCK_M, seq)
-        for start_n in range(0, end, BLOCK_N):
-            keys = start_n + cols
-            k = tl.load(K + base + keys[None, :] * HEAD_DIM + dims[:, None], mask=keys[None, :] < seq, other=0.0)
-            s = tl.dot(q, k) * scale_log2
-            visible = keys[None, :] < seq
-            if CAUSAL:
-                visible = visible & (keys[None, :] <= rows[:, None])
-            s = tl.where(visible, s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            p = tl.math.exp2(s - m_new[:, None])
-            alpha = tl.math.exp2(m_i - m_new)
-            l_i = l_i * alpha + tl.sum(p, 1)
-            v = tl.load(V + base + keys[:, None] * HEAD_DIM + dims[None, :], mask=keys[:, None] < seq, other=0.0)
-            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
-            m_i = m_new
-        o = acc / l_i[:, None]
-        tl.store(O + base + rows[:, None] * HEAD_DIM + dims[None, :], o.to(O.dtype.element_ty), mask=rows[:, None] < seq)
-
-    # Without autotuning (Triton's interpreter, TRITON_INTERPRET=1, cannot time), the first tile shape.
+               for m, n, w, s in triton_attention.TILES]
     tuned = triton.autotune(configs=configs, key=["seq", "HEAD_DIM", "CAUSAL"])(attention_forward) if autotune \
         else None
     fixed = configs[0]
@@ -329,8 +293,9 @@ def triton_system(torch, autotune: bool = True) -> System | None:
     def build(inputs):
         q, k, v, causal = inputs
         b, h, s, d = q.shape
-        if k.shape[2] != s or d not in (64, 128) or not all(x.is_contiguous() for x in (q, k, v)):
-            raise Unsupported("this Triton kernel takes contiguous inputs, seq_q = seq_k and head_dim 64 or 128")
+        if k.shape[2] != s or d not in triton_attention.HEAD_DIMS or not all(x.is_contiguous() for x in (q, k, v)):
+            raise Unsupported("this Triton kernel takes contiguous inputs, seq_q = seq_k and head_dim "
+                              + " or ".join(map(str, triton_attention.HEAD_DIMS)))
         o = torch.empty_like(q)
         scale_log2 = 1.4426950408889634 / math.sqrt(d)
 

@@ -1,66 +1,160 @@
-"""Compile every configuration to sm_90a in one run and report what ptxas and the SASS say.
+"""Compile time per stage, and what ptxas and the SASS make of the result, for every kernel configuration in
+one run; beside Triton's cold compile of the same attention when Triton is installed.
 
-    python bench/compile.py [--only flash_attention] [--repeats 1]
+    python bench/compile.py [--only flash_attention] [--pipeline SPEC] [--no-triton]
 
-For each configuration: the time from Tile IR to PTX (lowering, register allocation, printing) and from
-PTX to cubin (ptxas), the registers per thread Tessera's allocator predicts (peak) and ptxas uses, spill
-bytes, static shared memory, and the SASS of the main loop (the innermost loop holding HGMMA): its
-instruction count and its HGMMA and MUFU.EX2 counts. Needs ptxas (and nvdisasm for the SASS columns;
-`pip install tessera[ptx]`). For comparison (from the issue): Triton 3.x compiled the head_dim 128,
-128x128-tile, TMA, non-causal FlashAttention forward for sm_90a in about 1.1 s, with 187 registers, 0
-spills, 224 KB shared memory and a main loop of about 522 SASS instructions, 16 HGMMA and 66 MUFU.EX2.
+For each configuration, through the default full pipeline (`passes.SPECIALIZED_PIPELINE` and
+allocate-registers; `--pipeline` picks another): the seconds of each stage (building the Tile IR, each pass,
+printing the PTX, ptxas), the registers per thread Tessera's allocator predicts (peak) and ptxas uses, spill
+bytes, shared memory (static + dynamic), and the SASS of the main loop (the innermost loop holding HGMMA):
+its instruction count and its HGMMA and MUFU.EX2 counts. Needs ptxas (and nvdisasm for the SASS columns;
+`pip install tessera[ptx]`).
+
+With Triton installed, each attention configuration Triton's kernel takes (bench/triton_attention.py:
+flash attention, head_dim 64/128, 128x128 tiles, 8 warps, 2 stages) gets a Triton row: the wall time of a
+cold `triton.compile` for sm_90a (its passes, LLVM and its own ptxas; no GPU needed), and the same columns
+from its PTX through this machine's ptxas and nvdisasm, so both kernels are measured by one tool. Times
+are wall seconds on this machine: compare them as ratios within one run.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import dataclass
 
 import tessera
+from tessera.host import describe
 from tessera.kernel_abi import is_target_kernel
-from tessera.passes import PTX_PIPELINE, apply_pipeline
+from tessera.passes import SPECIALIZED_PIPELINE, all_passes
 from tessera.ptx.module import print_ptx
 from tessera.ptx.target import allocated_registers
 from tessera.regalloc import allocate_registers
-from tessera.toolchain import compile_ptx, disassemble, find_nvdisasm, innermost_loop
+from tessera.toolchain import compile_ptx, disassemble, find_nvdisasm, find_ptxas, innermost_loop
 
-CONFIGS = [("flash_attention", dict(head_dim=d, causal=c)) for d in (64, 128) for c in (False, True)] + [
+DEFAULT_PIPELINE = SPECIALIZED_PIPELINE + ",allocate-registers"
+CONFIGS = [("flash_attention", dict(head_dim=d, causal=c)) for d in (64, 128, 256) for c in (False, True)] + [
     ("two_pass_attention", dict(head_dim=128)), ("three_pass_attention", dict(head_dim=128)), ("gemm", {})]
+
+
+@dataclass
+class Measured:
+    """One compiled kernel: seconds by stage, and what ptxas and the SASS say."""
+
+    label: str
+    stages: dict[str, float]
+    peak: int | str
+    registers: int
+    spill: int
+    smem: int
+    loop: tuple = ("-", "-", "-")
+
+    @property
+    def total(self) -> float:
+        return sum(self.stages.values())
+
+
+def _sass_loop(cubin: bytes) -> tuple:
+    if find_nvdisasm() is None:
+        return ("-", "-", "-")
+    loop = innermost_loop(disassemble(cubin), containing="HGMMA")
+    if loop is None:
+        return ("-", "-", "-")
+    return (len(loop.instructions), loop.opcode_counts["HGMMA"], loop.opcode_counts["MUFU.EX2"])
+
+
+def tessera_compile(variant: str, config: dict, pipeline: str) -> Measured:
+    """Build, lower pass by pass (each timed through the pipeline's callback), print and assemble."""
+    from xdsl.passes import PassPipeline
+
+    from tessera.ir import make_context
+
+    stages: dict[str, float] = {}
+    start = time.perf_counter()
+    module = getattr(tessera.kernels, variant)(**config)
+    stages["build"] = time.perf_counter() - start
+    clock = [time.perf_counter()]
+
+    def lap(previous, _op, _next) -> None:
+        now = time.perf_counter()
+        if previous is not None:
+            stages[previous.name] = stages.get(previous.name, 0.0) + now - clock[0]
+        clock[0] = now
+
+    PassPipeline.parse_spec(all_passes(), pipeline, callback=lap).apply(make_context(), module)
+    start = time.perf_counter()
+    ptx = print_ptx(module, registers=allocated_registers)
+    stages["print PTX"] = time.perf_counter() - start
+    start = time.perf_counter()
+    result = compile_ptx(ptx)
+    stages["ptxas"] = time.perf_counter() - start
+    kernel = next(op for op in module.walk() if is_target_kernel(op))
+    peak = allocate_registers(kernel).peak
+    entry = result.entry()
+    (host,) = describe(module)
+    smem = entry.smem_bytes + host.dynamic_smem_bytes
+    label = f"{variant} " + " ".join(f"{k}={v}" for k, v in config.items())
+    return Measured(label, stages, peak, entry.registers, entry.spill_store_bytes, smem, _sass_loop(result.cubin))
+
+
+def triton_compile(config: dict) -> Measured | None:
+    """Triton's kernel for a flash-attention `config`, or None where Triton is missing or does not take it."""
+    import triton_attention
+
+    if triton_attention.load() is None or config.get("head_dim") not in triton_attention.HEAD_DIMS:
+        return None
+    compiled = triton_attention.compile_for_sm90a(config["head_dim"], config.get("causal", False))
+    result = compile_ptx(compiled.ptx)
+    entry = result.entry()
+    label = f"  Triton {compiled.version} (same attention)"
+    return Measured(label, {"triton.compile": compiled.seconds}, "-", entry.registers, entry.spill_store_bytes,
+                    entry.smem_bytes + compiled.shared_bytes, _sass_loop(result.cubin))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", help="only configurations of this builder")
+    parser.add_argument("--pipeline", default=DEFAULT_PIPELINE, help="a tessera-opt -p pipeline ending in "
+                                                                     "allocate-registers (default: the full one)")
+    parser.add_argument("--no-triton", action="store_true", help="leave out Triton's compiles")
     args = parser.parse_args()
-    sass = find_nvdisasm() is not None
-    print(f"{'configuration':<42}{'tile->ptx s':>12}{'ptxas s':>9}{'peak':>6}{'regs':>6}{'spill':>7}"
-          f"{'smem':>7}{'loop':>7}{'HGMMA':>7}{'EX2':>6}")
+    if find_ptxas() is None:
+        print("no ptxas: pip install 'tessera[ptx]' (or put CUDA's bin on PATH)")
+        return
+    import triton_attention
+
+    with_triton = not args.no_triton and triton_attention.load() is not None
+    print(f"pipeline: {args.pipeline}")
+    if not with_triton:
+        print("(no Triton rows: " + ("--no-triton" if args.no_triton else "Triton is not installed") + ")")
+    if find_nvdisasm() is None:
+        print("(no nvdisasm: install tessera[ptx] for the SASS columns)")
+    header = (f"{'configuration':<46}{'total s':>8}{'ptxas s':>8}{'peak':>6}{'regs':>6}{'spill':>6}{'smem':>8}"
+              f"{'loop':>6}{'HGMMA':>6}{'EX2':>5}")
+    print(header)
+    measured: list[Measured] = []
     for variant, config in CONFIGS:
         if args.only and variant != args.only:
             continue
-        module = getattr(tessera.kernels, variant)(**config)
-        start = time.perf_counter()
-        lowered = module.clone()
-        apply_pipeline(lowered, PTX_PIPELINE)
-        ptx = print_ptx(lowered, registers=allocated_registers)
-        t_ptx = time.perf_counter() - start
-        peak = allocate_registers(next(op for op in lowered.walk() if is_target_kernel(op))).peak
-        start = time.perf_counter()
-        result = compile_ptx(ptx)
-        t_cubin = time.perf_counter() - start
-        entry = result.entry()
-        loop_cols = ("-", "-", "-")
-        if sass:
-            loop = innermost_loop(disassemble(result.cubin), containing="HGMMA")
-            if loop is not None:
-                counts = loop.opcode_counts
-                loop_cols = (len(loop.instructions), counts["HGMMA"], counts["MUFU.EX2"])
-        name = f"{variant} " + " ".join(f"{k}={v}" for k, v in config.items())
-        print(f"{name:<42}{t_ptx:>12.2f}{t_cubin:>9.2f}{peak:>6}{entry.registers:>6}{entry.spill_store_bytes:>7}"
-              f"{entry.smem_bytes:>7}{loop_cols[0]:>7}{loop_cols[1]:>7}{loop_cols[2]:>6}")
-        if not sass:
-            print("  (no nvdisasm: install tessera[ptx] for the SASS columns)")
-    print("smem is static shared memory; each kernel also asks for its sm90.kernel smem_bytes + 1023 dynamically.")
+        rows = [tessera_compile(variant, config, args.pipeline)]
+        if with_triton and variant == "flash_attention":
+            rows.append(triton_compile(config))
+        for m in filter(None, rows):
+            ptxas = m.stages.get("ptxas")
+            print(f"{m.label:<46}{m.total:>8.2f}{'-' if ptxas is None else f'{ptxas:.2f}':>8}{m.peak:>6}"
+                  f"{m.registers:>6}{m.spill:>6}{m.smem:>8}{m.loop[0]:>6}{m.loop[1]:>6}{m.loop[2]:>5}", flush=True)
+        measured += [m for m in rows if m is not None and not m.label.startswith("  Triton")]
+        if with_triton and len(rows) == 2 and rows[1] is not None:
+            print(f"  {'Tessera / Triton compile time':<44}{rows[0].total / rows[1].total:>8.2f}")
+    print("\nseconds by stage (Tessera):")
+    names = list(dict.fromkeys(name for m in measured for name in m.stages))
+    labels = [m.label.replace("_attention", "").replace("head_dim=", "d").replace("causal=", "c=") for m in measured]
+    width = max(14, *(len(x) + 2 for x in labels)) if labels else 14
+    print(f"{'stage':<28}" + "".join(f"{x:>{width}}" for x in labels))
+    for name in names:
+        print(f"{name:<28}" + "".join(f"{m.stages.get(name, 0.0):>{width}.3f}" for m in measured))
+    print("smem: ptxas' static shared memory plus the dynamic shared memory the kernel asks for (with 1023 bytes "
+          "of alignment slack for Tessera's).")
 
 
 if __name__ == "__main__":
