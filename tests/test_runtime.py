@@ -659,6 +659,22 @@ def test_attention_runs_through_the_driver_calls(fake_gpu, rng):
     assert names.index("cuLaunchKernelEx") < names.index("cuStreamSynchronize") < names.index("cuMemcpyDtoH")
 
 
+@pytest.mark.parametrize("shape_q, seq_k, causal, scale", [
+    ((2, 3, 1, 64), 70, False, None),      # one query row per block, six blocks over y and z
+    ((1, 2, 131, 128), 1, True, 0.3),      # one key; under the causal mask rows 0-129 see none (zeros)
+    ((1, 1, 40, 64), 300, True, None),     # causal with seq_k > seq_q: bottom-right alignment
+], ids=["seq_q=1", "seq_k=1-causal", "causal-bottom-right"])
+def test_odd_shapes_run_through_the_driver_calls(fake_gpu, rng, shape_q, seq_k, causal, scale):
+    """Shapes at the edges of the grid and the masks, end to end: runtime, parameter bytes, tensor maps
+    and the PTX, against NumPy."""
+    b, h, sq, d = shape_q
+    q = rng.standard_normal(shape_q).astype(BF16)
+    k, v = (rng.standard_normal((b, h, seq_k, d)).astype(BF16) for _ in range(2))
+    fake_gpu(compiled(attention_config(d, causal, "bf16", scale)))
+    o = tessera.attention(q, k, v, causal=causal, scale=scale)
+    assert check_attention(o, q, k, v, BF16, causal=causal, scale=scale).ok
+
+
 def test_head_dim_256_runs_through_the_driver_calls(fake_gpu, rng):
     q, k, v = (rng.standard_normal((1, 1, 70, 256)).astype(F16) for _ in range(3))
     kernel = compiled(attention_config(256, False, "f16"))
