@@ -10,8 +10,8 @@ with peel-masked-iterations the masked tail loop is reported after a slash), its
 wgmma groups in flight at once in the loop's Target IR (committed and not yet retired by a wait_group), and
 ptxas's warnings and informational diagnostics (codes; "none" when it printed none: e.g. C7513 would say that
 ptxas serialized the wgmmas, C7512 that it spilled).
-For comparison (from the PTX issue): Triton's head_dim 128, 128x128-tile, non-causal kernel has a main loop of
-about 522 SASS instructions, 16 HGMMA and 66 MUFU.EX2, 187 registers and no spills. Needs ptxas and nvdisasm
+Triton's kernel for the same attention, measured by the same tools, is in `python bench/compile.py` (with
+Triton installed). Needs ptxas and nvdisasm
 (`pip install tessera[ptx]`); without them only the Target IR columns are printed.
 """
 
@@ -22,6 +22,7 @@ import argparse
 import tessera
 from tessera.dialects import sm90
 from tessera.kernel_abi import TARGET_KERNEL_ATTR, is_target_kernel
+from tessera.kernels import AttentionConfig
 from tessera.passes import apply_pipeline
 from tessera.ptx.module import print_ptx
 from tessera.ptx.target import allocated_registers
@@ -72,7 +73,9 @@ def main() -> None:
     parser.add_argument("--stages", type=int, default=2)
     args = parser.parse_args()
     have_ptxas, have_sass = find_ptxas() is not None, find_nvdisasm() is not None
-    print(f"flash attention head_dim={args.head_dim} causal={args.causal} bf16, 128x128 tiles, stages={args.stages}")
+    tile = AttentionConfig.checked(args.head_dim, args.causal)
+    print(f"flash attention head_dim={args.head_dim} causal={args.causal} bf16, {tile.block_m}x{tile.block_n} tiles, "
+          f"stages={args.stages}")
     print(f"{'variant':<30}{'threads':>8}{'smem':>8}{'prod/cons':>11}{'regs':>6}{'spill':>6}{'loop SASS':>16}"
           f"{'HGMMA':>7}{'EX2':>5}{'groups':>8}  ptxas diagnostics")
     for name, options in VARIANTS.items():
