@@ -366,6 +366,51 @@ def decode_bits(ops: Operands, inst, mods):
     return lambda sel: write(sel, _clz(a(sel), t.bits))
 
 
+@opcode("bfind")
+def decode_bfind(ops: Operands, inst, mods):
+    """`bfind{.shiftamt}.{u32,u64,s32,s64} d, a`: the bit position of the most significant non-sign bit of a
+    (the highest 1, or for a negative signed value the highest 0), 0xffffffff when there is none; with
+    .shiftamt, the left shift that brings it to the top (bits - 1 - position)."""
+    shiftamt = bool(mods.take("shiftamt"))
+    t = mods.type()
+    if t.kind not in ("u", "s") or t.bits not in (32, 64):
+        raise ops.refuse(inst, f"bfind on .{t.name}")
+    (a,) = _sources(ops, inst, t, 1)
+    write = ops.write(inst, inst.operands[0], ptx_type("u32"))
+    unsigned = np.dtype(f"uint{t.bits}")
+
+    def run(sel):
+        x = np.asarray(a(sel))
+        bits = x.view(unsigned) if x.dtype != unsigned else x
+        if t.kind == "s":
+            bits = np.where(x < 0, ~bits, bits)
+        zeros = _clz(bits, t.bits).astype(np.int64)
+        position = t.bits - 1 - zeros
+        result = np.where(zeros == t.bits, 0xFFFFFFFF, zeros if shiftamt else position)
+        write(sel, result.astype(np.uint32))
+
+    return run
+
+
+@opcode("sad")
+def decode_sad(ops: Operands, inst, mods):
+    """`sad.{u,s}{16,32,64} d, a, b, c`: d = c + |a - b| (the difference exact, the sum wrapping)."""
+    t = mods.type()
+    if t.kind not in ("u", "s"):
+        raise ops.refuse(inst, f"sad on .{t.name}")
+    a, b, c = _sources(ops, inst, t, 3)
+    write = ops.write(inst, inst.operands[0], t)
+    unsigned = np.dtype(f"uint{t.bits}")
+
+    def run(sel):
+        x, y = np.asarray(a(sel)), np.asarray(b(sel))
+        difference = np.where(x >= y, x.astype(t.dtype) - y, y.astype(t.dtype) - x)  # wraps to |a - b| unsigned
+        write(sel, (np.asarray(difference, t.dtype).view(unsigned) + np.asarray(c(sel), t.dtype).view(unsigned))
+              .view(t.dtype))
+
+    return run
+
+
 def _low_mask(n, dtype, bits):
     """(1 << n) - 1 in dtype for n in [0, bits]."""
     n = np.asarray(n, np.int64)

@@ -48,6 +48,7 @@ class Step:
     control: bool = False
     unit: int = 0
     mask: int | None = None  # the member mask of a warp collective, when it is an immediate
+    member_mask: Callable | None = None  # otherwise the reader of its member mask operand (lanes -> mask)
 
 
 DECODERS: dict[str, Callable[[Operands, Instruction, Modifiers], Step | Callable]] = {}
@@ -154,6 +155,8 @@ class Operands:
                 raise fail(self.m.source, inst, f"{operand.name} read as .{t.name}")
             return lambda sel: values[sel].astype(dtype)
         if isinstance(operand, Symbol):
+            if operand.name in self.m.local_params:
+                raise self.refuse(inst, f"the address of the function parameter {operand.name}")
             value = np.asarray(self.symbol_address(inst, operand.name)).astype(np.uint64).astype(dtype)
             return lambda sel: value
         raise self.refuse(inst, f"operand {operand} here")

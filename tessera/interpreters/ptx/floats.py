@@ -139,6 +139,21 @@ def decode_unary(ops: Operands, inst, mods):
     return _elementwise(ops, inst, t, 1, f, bool(ftz), False)
 
 
+def _flush_f64(x: np.ndarray) -> np.ndarray:
+    """Subnormal f64 values to zero of the same sign."""
+    return np.where(np.abs(x) < np.finfo(np.float64).tiny, np.copysign(0.0, x), x)
+
+
+def _approx_f64(name: str, x: np.ndarray, ftz: bool) -> np.ndarray:
+    """`rcp.approx.ftz.f64` / `rsqrt.approx{.ftz}.f64`: approximations (nvcc uses them as seeds of Newton
+    iterations for f64 division and square roots), modelled by the correctly rounded value, which is within
+    any error bound of the approximation; .ftz flushes subnormal inputs and results to signed zero."""
+    if ftz:
+        x = _flush_f64(x)
+    out = 1.0 / x if name == "rcp" else 1.0 / np.sqrt(x)
+    return _flush_f64(out) if ftz else out
+
+
 @opcode("ex2", "lg2", "rcp", "sqrt", "rsqrt", "sin", "cos", "tanh")
 def decode_special_function(ops: Operands, inst, mods):
     t = mods.type()
@@ -152,6 +167,8 @@ def decode_special_function(ops: Operands, inst, mods):
     read = ops.read(inst, inst.operands[1], t)
     write = ops.write(inst, inst.operands[0], t)
     name = inst.opcode
+    if approx and t.name == "f64" and (name, ftz) in (("rcp", True), ("rsqrt", False), ("rsqrt", True)):
+        return lambda sel: write(sel, _approx_f64(name, np.asarray(read(sel), np.float64), ftz))
     if approx:
         if t.name != "f32":
             raise ops.refuse(inst, f"{name}.approx on .{t.name}")
@@ -210,8 +227,70 @@ def _narrow(x: np.ndarray, dtype: np.dtype, mode: str, relu: bool, satfinite: bo
     return _satfinite(out, dtype) if satfinite else out
 
 
+_FP8 = {"e4m3x2": np.dtype(ml_dtypes.float8_e4m3fn), "e5m2x2": np.dtype(ml_dtypes.float8_e5m2)}
+
+
+def _decode_cvt_fp8(ops: Operands, inst, mods, dst: str, src: str):
+    """`cvt.rn.satfinite{.relu}.{e4m3x2,e5m2x2}.f32 d, a, b` (d.hi = a, d.lo = b, a 16-bit d),
+    `cvt.rn.satfinite{.relu}.{e4m3x2,e5m2x2}.f16x2 d, a`, and `cvt.rn{.relu}.f16x2.{e4m3x2,e5m2x2} d, a`.
+    Rounding to nearest even; .satfinite clamps out-of-range values and infinities to the largest finite
+    value (NaN stays NaN)."""
+    del mods.left[-2:]
+    mode = mods.take("rn")
+    satfinite, relu = bool(mods.take("satfinite")), bool(mods.take("relu"))
+    if mode is None:
+        raise ops.refuse(inst, f"cvt.{dst}.{src} needs .rn")
+    m_bits = ptx_type("b16")
+    if dst == "f16x2":
+        if src not in _FP8 or len(inst.operands) != 2:
+            raise ops.refuse(inst, f"cvt.{dst}.{src}")
+        read, write = ops.read(inst, inst.operands[1], m_bits), ops.write(inst, inst.operands[0], ptx_type("b32"))
+        fp8 = _FP8[src]
+
+        def run_widen(sel):
+            pair = np.ascontiguousarray(np.asarray(read(sel), np.uint16).reshape(-1)).view(np.uint8).view(fp8)
+            wide = pair.astype(np.float32)
+            if relu:
+                wide = np.where(np.isnan(wide), wide, np.maximum(wide, 0))
+            halves = wide.astype(np.float16).view(np.uint16).reshape(-1, 2)
+            write(sel, pack_pair(halves[:, 0], halves[:, 1]))
+        return run_widen
+    if not satfinite or src not in ("f32", "f16x2"):
+        raise ops.refuse(inst, f"cvt.{dst}.{src} (only .satfinite from .f32 or .f16x2)")
+    fp8 = _FP8[dst]
+    big = np.float32(ml_dtypes.finfo(fp8).max)
+    if src == "f32":
+        if len(inst.operands) != 3:
+            raise ops.refuse(inst, f"cvt.{dst}.f32 needs two sources")
+        high, low = (ops.read(inst, o, ptx_type("f32")) for o in inst.operands[1:])
+
+        def sources(sel):
+            return np.asarray(low(sel), np.float32), np.asarray(high(sel), np.float32)
+    else:
+        if len(inst.operands) != 2:
+            raise ops.refuse(inst, f"cvt.{dst}.f16x2 needs one source")
+        pair = ops.read(inst, inst.operands[1], ptx_type("b32"))
+
+        def sources(sel):
+            lo, hi = half_pair(np.asarray(pair(sel), np.uint32), "f16")
+            return lo.astype(np.float32), hi.astype(np.float32)
+    write = ops.write(inst, inst.operands[0], m_bits)
+
+    def narrow(x):
+        if relu:
+            x = np.where(np.isnan(x), x, np.maximum(x, 0))
+        return np.clip(x, -big, big).astype(fp8).view(np.uint8).astype(np.uint16)
+
+    def run_narrow(sel):
+        lo, hi = sources(sel)
+        write(sel, narrow(np.atleast_1d(lo)) | (narrow(np.atleast_1d(hi)) << np.uint16(8)))
+    return run_narrow
+
+
 @opcode("cvt")
 def decode_cvt(ops: Operands, inst, mods):
+    if len(mods.left) >= 2 and (mods.left[-1] in _FP8 or mods.left[-2] in _FP8):
+        return _decode_cvt_fp8(ops, inst, mods, mods.left[-2], mods.left[-1])
     dst, src = mods.types(2)
     ftz, sat = bool(mods.take("ftz")), bool(mods.take("sat"))
     relu, satfinite = bool(mods.take("relu")), bool(mods.take("satfinite"))

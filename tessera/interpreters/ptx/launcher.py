@@ -18,6 +18,10 @@ The result has one entry per argument: the updated copy of the array (of the ten
 `TensorMapArg`), None for scalars. The arguments themselves are never modified. An array given twice (or as
 an argument and inside a tensor map) is one buffer.
 
+Device functions (`.func`, `call`, `ret`) run with per-thread return stacks and per-thread `.param` storage
+(see `link` and `schedule`); recursion is refused, and a thread that calls an `.extern` function (printf's
+`vprintf`, assert's `__assertfail`) stops the run naming it.
+
 Launch checks: argument count and kinds, block against `.reqntid`/`.maxntid` (and 1024 threads), clusters
 larger than one CTA (refused), shared memory (static + `shared_bytes`) <= 227 KiB. CTAs run in batches of
 several CTAs vectorised together (`schedule`), x fastest.
@@ -265,8 +269,8 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
                          f"{shared_bytes} dynamic, with alignment) exceeds the {facts.MAX_SHARED_MEMORY_PER_BLOCK} "
                          "bytes of a CTA")
     local_offsets, local_end = {}, 0
-    for v in entry.variables:
-        if v.space == "local":
+    for v in entry.variables:  # .local variables, and the .param variables of functions and call sites
+        if v.space in ("local", "param"):
             align = max(v.align, v.element_bytes)
             local_end = -(-local_end // align) * align
             local_offsets[v.name] = local_end

@@ -2,8 +2,9 @@
 the Ampere-style cp.async with commit/wait groups.
 
 Spaces and addresses are those of `state`: `.global` (and `.const`, whose variables live in global memory),
-`.shared{::cta,::cluster}` (a cluster is one CTA), `.local`, `.param` (read-only) and generic addresses (no
-space: routed by window). Every access is checked before it happens: it must lie inside one allocation of its
+`.shared{::cta,::cluster}` (a cluster is one CTA), `.local`, `.param` (the kernel's parameters, read-only; the
+`.param` variables of functions and call sites are per-thread local memory) and generic addresses (no space:
+routed by window). Every access is checked before it happens: it must lie inside one allocation of its
 space and be aligned to its size (the whole vector for .v2/.v4/.v8); otherwise the run stops naming the
 instruction, the thread and the address. Cache, eviction and memory-ordering qualifiers have no effect on
 values in this sequentially consistent executor and are accepted (`.nc`, `.ca/.cg/.cs/.lu/.cv`, `.L1::*`,
@@ -22,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 
 from tessera.interpreters.ptx.decode import Operands, elements, opcode
@@ -34,8 +36,8 @@ from tessera.interpreters.ptx.state import (
     WINDOW_SIZE,
     Machine,
 )
-from tessera.interpreters.ptx.syntax import Reg, Sink
-from tessera.interpreters.ptx.types import ptx_type
+from tessera.interpreters.ptx.syntax import Address, Reg, Sink, Symbol
+from tessera.interpreters.ptx.types import PtxType, half_pair, pack_pair, ptx_type
 
 _IGNORED = ("weak", "volatile", "relaxed", "acquire", "release", "cta", "cluster", "gpu", "sys", "ca", "cg", "cs",
             "lu", "cv", "wb", "wt", "nc", "unified", "mmio")
@@ -129,9 +131,20 @@ def _vector(mods) -> int:
     return int(found[1:]) if found else 1
 
 
+def _param_space(ops: Operands, inst, space: str, operand) -> str:
+    """`space`, or "local" for ld.param/st.param of a function's or call site's .param variable (these live
+    per thread in local memory, see state.py)."""
+    if space == "param" and isinstance(operand, Address) and isinstance(operand.base, Symbol) and \
+            operand.base.name in ops.m.local_params:
+        return "local"
+    return space
+
+
 @opcode("ld", "ldu")
 def decode_ld(ops: Operands, inst, mods):
     space = take_space(mods, "generic")
+    if len(inst.operands) >= 2:
+        space = _param_space(ops, inst, space, inst.operands[1])
     mods.drop(*_IGNORED)
     mods.drop_prefixed("L1::", "L2::")
     width = _vector(mods)
@@ -159,8 +172,10 @@ def decode_ld(ops: Operands, inst, mods):
 @opcode("st")
 def decode_st(ops: Operands, inst, mods):
     space = take_space(mods, "generic")
+    if inst.operands:
+        space = _param_space(ops, inst, space, inst.operands[0])
     if space == "param":
-        raise ops.refuse(inst, "st.param (function calls)")
+        raise ops.refuse(inst, "st.param to a kernel parameter (read-only)")
     mods.drop(*_IGNORED)
     mods.drop_prefixed("L1::", "L2::")
     width = _vector(mods)
@@ -265,6 +280,21 @@ _ATOMIC = {
     "cas": AtomicOp(("b32", "b64"), lambda old, b, c: np.where(old == b, c, old)),
 }
 _NOT_REDUCTIONS = ("exch", "cas")  # atom only: there is no red.exch or red.cas
+_HALF_ADD_TYPES = ("f16x2", "bf16x2")  # atom/red.add.noftz on packed 16-bit pairs (scalar .f16/.bf16: refused)
+
+
+def _half_add(t: PtxType):
+    """new = old + b for .noftz.{f16,bf16} (one rounding of the exact sum: NumPy computes 16-bit float sums in
+    float32, exact enough that rounding twice equals rounding once) and elementwise for the packed pairs."""
+    if t.kind == "f":
+        return lambda old, b, c: (old.astype(np.float32) + b.astype(np.float32)).astype(t.dtype)
+    half = np.dtype(ml_dtypes.bfloat16) if t.half == "bf16" else np.dtype(np.float16)
+
+    def add_pairs(old, b, c):
+        (old_lo, old_hi), (b_lo, b_hi) = half_pair(old, t.half), half_pair(b, t.half)
+        return pack_pair((old_lo + b_lo).astype(half).view(np.uint16), (old_hi + b_hi).astype(half).view(np.uint16))
+
+    return add_pairs
 
 
 def _flushing_add(old, b, c):
@@ -340,11 +370,15 @@ def decode_atom(ops: Operands, inst, mods):
     operation = mods.take(*_ATOMIC)
     if operation is None:
         raise ops.refuse(inst, f"{inst.opcode} needs an operation (.{', .'.join(_ATOMIC)})")
+    noftz = bool(mods.take("noftz"))
     t = mods.type()
     returns = inst.opcode == "atom"
+    half_add = operation == "add" and t.name in _HALF_ADD_TYPES
+    if half_add != noftz or (noftz and operation != "add"):
+        raise ops.refuse(inst, f"{inst.opcode}.add on .{t.name} " + ("needs .noftz" if half_add else "with .noftz"))
     if not returns and operation in _NOT_REDUCTIONS:
         raise ops.refuse(inst, f"red.{operation} (only atom has .{operation})")
-    if t.name not in _ATOMIC[operation].types:
+    if t.name not in _ATOMIC[operation].types and not half_add:
         supported = ", ".join(f".{name}" for name in _ATOMIC[operation].types)
         raise ops.refuse(inst, f"{inst.opcode}.{operation} on .{t.name} (supported: {supported})")
     first = 1 if returns else 0
@@ -355,7 +389,9 @@ def decode_atom(ops: Operands, inst, mods):
     values = [ops.read(inst, o, t) for o in inst.operands[first + 1:count - (1 if hint else 0)]]
     write = ops.write(inst, inst.operands[0], t) if returns else None
     op = _ATOMIC[operation]
-    combine = op.combine if not returns and t.kind != "f" else None
+    if half_add:
+        op = AtomicOp(_HALF_ADD_TYPES, _half_add(t))
+    combine = op.combine if not returns and t.kind not in ("f", "x2") else None
     m = ops.m
 
     def run(sel):

@@ -26,8 +26,14 @@ is a PTX instruction; a guard or `!` operand is a `.pred` register.
 Ignored: `.pragma "...";`, the debug directives `.file` and `.loc` (each to the end of its line) and
 `.section name { ... }` blocks (DWARF data as LLVM emits it).
 
-Refused: `.func` and `call`, `brx.idx`, vector registers and variables (`.v4`), `.param`/`.global`/`.const`
-declarations inside an entry, entries without body.
+Functions: `[.visible|.weak|.extern] .func [(.param ret)] name(.param ..., ...) [.noreturn] { body }` (or `;`
+for a declaration) is parsed like an entry; `.param` variables declared in a body (call sites) are scoped like
+registers (`param0` in the k-th `{` becomes `param0@k`); `call[.uni] [(ret, ...),] name[, (arg, ...)];` becomes
+an instruction with operands (Vector(returns), Symbol(name), Vector(arguments)). Each entry is then linked with
+the functions it calls (`link.link`).
+
+Refused: indirect calls (`call` through a register, prototypes), `brx.idx`, vector registers and variables
+(`.v4`), `.global`/`.const` declarations inside an entry, entries without body.
 
 Written by hand (one regular expression per token class, recursive descent over the tokens, linear in the
 text) because the PyPI package ptx-parser 0.1.3 rejects `.target sm_90a` and most of the sm_90a syntax and
@@ -38,9 +44,10 @@ from __future__ import annotations
 
 import re
 import struct
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
+from tessera.interpreters.ptx.parse_functions import _FunctionParser
 from tessera.interpreters.ptx.syntax import (
     TYPE_BYTES, Address, Entry, FloatImm, Guard, Imm, Instruction, Label, Module, Negated, Operand,
     PtxSyntaxError, Reg, Sink, Special, Symbol, Variable, Vector,
@@ -156,9 +163,10 @@ class _Scope:
     parent: _Scope | None
     registers: dict[str, str]
     labels: dict[str, tuple[int, int]]
+    params: dict[str, int] = field(default_factory=dict)  # `.param` variables declared here -> line
 
 
-class _Parser:
+class _Parser(_FunctionParser):
     """Recursive descent over the tokens: a method per construct, reading from `pos`. `symbols` holds the
     module-scope names (variables, entries), `entry_symbols` the parameters and variables of the entry being
     read."""
@@ -170,6 +178,7 @@ class _Parser:
         self.symbols: dict[str, int] = {}  # module-scope names -> line of declaration
         self.entry: Entry | None = None
         self.entry_symbols: dict[str, int] = {}
+        self.function_names: set[str] = set()
 
     # region tokens
 
@@ -218,9 +227,12 @@ class _Parser:
             elif token.text[1:] in MODULE_SPACES:
                 module.variables += self.variables(token, self.symbols, extern=".extern" in linkage)
             elif token.text == ".func":
-                raise self.error(".func is not supported (kernels must not call functions)", token)
+                self.function_definition(token, module, extern=".extern" in linkage)
             else:
                 raise self.error(f"unsupported module-scope directive '{token.text}'", token)
+        from tessera.interpreters.ptx.link import link
+
+        module.entries = {name: link(module, entry) for name, entry in module.entries.items()}
         return module
 
     def header(self) -> tuple[tuple[int, int], list[str], int]:
@@ -393,14 +405,7 @@ class _Parser:
         self.declare(self.symbols, name, "entry")
         self.entry_symbols = {}
         self.expect("(", "'(' after the entry name")
-        params = []
-        if not self.accept(")"):
-            while True:
-                params.append(self.parameter())
-                if self.accept(")"):
-                    break
-                self.expect(",", "',' or ')' after a parameter")
-        entry = Entry(name.text, params, line=token.line)
+        entry = Entry(name.text, self.parameter_list(), line=token.line)
         while True:
             if self.pragma():
                 continue
@@ -495,7 +500,10 @@ class _Parser:
             self.pragma()
         elif word == "loc":
             self.debug_directive()
-        elif word in ("global", "const", "param", "extern"):
+        elif word == "param":
+            for v in self.variables(self.next(), scope.params):
+                self.entry.variables.append(replace(v, name=f"{v.name}@{scope.number}"))
+        elif word in ("global", "const", "extern"):
             raise self.error(f"{token.text} declarations are not supported inside an entry", token)
         else:
             raise self.error(f"unsupported directive '{token.text}' in an entry body", token)
@@ -545,9 +553,11 @@ class _Parser:
         opcode, *modifiers = mnemonic.text.split(".")
         if opcode not in OPCODES:
             raise self.error(f"unknown instruction '{opcode}'", mnemonic)
-        if opcode in ("call", "brx"):
-            raise self.error(f"'{opcode}' is not supported (kernels must not call or branch indirectly)", mnemonic)
-        if opcode == "bra":
+        if opcode == "brx":
+            raise self.error("'brx' is not supported (indirect branches)", mnemonic)
+        if opcode == "call":
+            target, operands = None, self.call_operands(scope)
+        elif opcode == "bra":
             target = self.expect("name", "a label after bra")
             if target.text.startswith("%") or self.lookup(target.text, scope) is not None:
                 raise self.error(f"bra takes a label, not the register '{target.text}'", target)
@@ -594,6 +604,11 @@ class _Parser:
             return self.register(token, scope)
         if token.text == "WARP_SZ":
             return Imm(32)
+        found = scope
+        while found is not None:
+            if token.text in found.params:
+                return Symbol(f"{token.text}@{found.number}")
+            found = found.parent
         return self.symbol(token)
 
     @staticmethod

@@ -14,7 +14,8 @@ window:
     global   [GLOBAL_BASE, SHARED_WINDOW)   arrays and module .global/.const data, each 256-byte aligned
     shared   SHARED_WINDOW + [0, S)         per CTA: static .shared variables (aligned, in order), then the
                                             dynamic `.extern .shared` array at its alignment; S <= 227 KiB
-    local    LOCAL_WINDOW + [0, L)          per thread: .local variables
+    local    LOCAL_WINDOW + [0, L)          per thread: .local variables, then the .param variables of
+                                            functions and call sites (read by ld.param, written by st.param)
     param    PARAM_WINDOW + [0, P)          the kernel parameters, laid out at their alignment
 
 Global memory is one byte buffer with the arrays at their addresses; an access that is not entirely inside
@@ -194,6 +195,11 @@ class Machine:
         self.maxnreg: dict[tuple[int, int], int] = {}
         self.async_copies: list = []  # cp.async (Ampere) copies not yet waited for, see memory.py
         self.cp_groups = np.zeros(self.lanes, np.int64)  # committed cp.async groups per lane
+        # function calls (see schedule.py): per lane, the pcs of the active calls, innermost last
+        self.call_stack = np.zeros((self.lanes, max(entry.call_depth, 1)), np.int64)
+        self.call_depth = np.zeros(self.lanes, np.int64)
+        self.local_params = {v.name for v in entry.variables if v.space == "param"}
+        self.return_copies: dict[int, object] = {}  # call pc -> copy of the callee's return values
 
     # region batches and lanes
     def load_batch(self, cta_ids: list[tuple[int, int, int]]) -> None:
@@ -218,6 +224,7 @@ class Machine:
         self.maxnreg.clear()
         self.async_copies = []
         self.cp_groups[:] = 0
+        self.call_depth[:] = 0
 
     def on_exit(self, ctas: np.ndarray) -> None:
         """Lanes of these CTA slots exited: barriers waiting for them may now complete."""

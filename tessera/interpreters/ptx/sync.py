@@ -1,7 +1,7 @@
 """Synchronisation and warp-level instructions: bar/barrier (sync, arrive), mbarrier.*, elect.sync,
 shfl.sync, vote.sync, redux.sync, activemask, bar.warp.sync, setmaxnreg, and the fences (no-ops).
 
-Named barriers [P#...-bar]: `bar.sync id{, n}` blocks its threads until the barrier completes; `bar.arrive
+Named barriers [P#...-bar]: `bar.sync id{, n}` (and `bar.red`, which also reduces a predicate) blocks its threads until the barrier completes; `bar.arrive
 id, n` counts without blocking. With n the barrier completes when the arrived warps hold n threads (warp
 granularity: a warp counts once all its non-exited threads arrived); without n, when every non-exited thread
 of the CTA arrived. Exited threads never block a barrier. The barrier then resets.
@@ -20,6 +20,8 @@ sequentially consistent and writes TMA/wgmma results at issue.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
@@ -65,6 +67,9 @@ def check_barrier(m: Machine, barrier: int, cta: int) -> None:
     if not complete:
         return
     waiting = released[(m.status[released] == BAR) & (m.bar_waiting[released] == barrier)]
+    finish = getattr(m, "bar_reductions", {}).pop((barrier, cta), None)
+    if finish is not None:  # bar.red: reduce over the threads that arrived, give the result to the waiters
+        finish(waiting, released[m.bar_arrived[barrier, released]])
     m.status[waiting] = RUN
     m.pc[waiting] += 1
     m.bar_waiting[waiting] = -1
@@ -87,19 +92,25 @@ def decode_bar(ops: Operands, inst, mods):
     if mods.take("warp"):
         mods.take("sync")
         return Step(inst, lambda sel: None, unit=facts.WARP_SIZE)
+    m = ops.m
+    operands, reduce = inst.operands, None
     if mods.take("red"):
-        raise ops.refuse(inst, "bar.red")
-    action = mods.take("sync", "arrive")
+        reduce = _bar_reduction(ops, inst, mods)
+        operands = inst.operands[1:-1]
+        action = "sync"
+    else:
+        action = mods.take("sync", "arrive")
     if action is None:
         raise ops.refuse(inst, "bar needs .sync or .arrive")
-    m = ops.m
     if not getattr(m, "barrier_hook", False):
         m.exit_hooks.append(_barriers_on_exit(m))
         m.barrier_hook = True
-    if not 1 <= len(inst.operands) <= 2:
+    if not 1 <= len(operands) <= 2:
         raise ops.refuse(inst, "bar needs a barrier id and an optional thread count")
-    barrier_id = ops.read(inst, inst.operands[0], U32)
-    count = ops.read(inst, inst.operands[1], U32) if len(inst.operands) == 2 else None
+    barrier_id = ops.read(inst, operands[0], U32)
+    count = ops.read(inst, operands[1], U32) if len(operands) == 2 else None
+    inst_operands = inst.operands
+    inst = replace(inst, operands=operands)
     if isinstance(inst.operands[0], Imm):
         try:
             facts.check_named_barrier(inst.operands[0].value,
@@ -125,6 +136,8 @@ def decode_bar(ops: Operands, inst, mods):
                 raise m.error(inst, f"barrier {barrier} used with thread counts {previous} and {n}", int(active[0]))
             m.bar_expected[barrier, cta] = n
         m.bar_arrived[barrier, active] = True
+        if reduce is not None:
+            reduce(barrier, active)
         if action == "sync":
             m.status[active] = BAR
             m.bar_waiting[active] = barrier
@@ -133,7 +146,35 @@ def decode_bar(ops: Operands, inst, mods):
         for cta in np.unique(m.lane_cta[active]):
             check_barrier(m, barrier, int(cta))
 
-    return Step(inst, run, control=True)
+    return Step(replace(inst, operands=inst_operands), run, control=True)
+
+
+def _bar_reduction(ops: Operands, inst, mods):
+    """`bar.red.{popc.u32,and.pred,or.pred} d, id{, n}, {!}p`: a bar.sync whose threads each give p; when
+    the barrier completes, d of every released thread is the number of true p (popc) or their and/or over
+    the threads that arrived. Returns `record(barrier, lanes)`, run as the lanes arrive."""
+    m = ops.m
+    operation = mods.take("popc", "and", "or")
+    t = mods.type()
+    if operation is None or t.name != ("u32" if operation == "popc" else "pred") or len(inst.operands) < 3:
+        raise ops.refuse(inst, "bar.red variant (popc.u32, and.pred, or.pred with a predicate)")
+    write = ops.write(inst, inst.operands[0], t)
+    predicate = ops.read(inst, inst.operands[-1], PRED)
+    if not hasattr(m, "bar_red_value"):
+        m.bar_red_value = np.zeros(m.lanes, bool)
+        m.bar_reductions = {}
+
+    def finish(lanes, arrived):
+        values = m.bar_red_value[arrived]
+        result = {"popc": np.uint32(values.sum()), "and": values.all(), "or": values.any()}[operation]
+        write(lanes, np.full(len(lanes), result))
+
+    def record(barrier, lanes):
+        m.bar_red_value[lanes] = np.broadcast_to(predicate(lanes), lanes.shape)
+        for cta in np.unique(m.lane_cta[lanes]):
+            m.bar_reductions[(barrier, int(cta))] = finish
+
+    return record
 
 
 # endregion
@@ -323,7 +364,7 @@ def decode_elect(ops: Operands, inst, mods):
         if write_p is not None:
             write_p(sel, lanes == leader_lane)
 
-    return Step(inst, run, unit=facts.WARP_SIZE, mask=static)
+    return Step(inst, run, unit=facts.WARP_SIZE, mask=static, member_mask=mask)
 
 
 @opcode("shfl")
@@ -366,7 +407,7 @@ def decode_shfl(ops: Operands, inst, mods):
         if write_p is not None:
             write_p(sel, valid)
 
-    return Step(inst, run, unit=facts.WARP_SIZE, mask=static)
+    return Step(inst, run, unit=facts.WARP_SIZE, mask=static, member_mask=mask)
 
 
 @opcode("vote")
@@ -399,7 +440,47 @@ def decode_vote(ops: Operands, inst, mods):
         else:
             write(sel, (b == here) | (b == 0))
 
-    return Step(inst, run, unit=facts.WARP_SIZE, mask=static)
+    return Step(inst, run, unit=facts.WARP_SIZE, mask=static, member_mask=mask)
+
+
+@opcode("match")
+def decode_match(ops: Operands, inst, mods):
+    """`match.any.sync.b32|b64 d, a, mask`: d = the lanes of the mask holding the same a as this one;
+    `match.all.sync.b32|b64 d{|p}, a, mask`: d = the mask when all its lanes hold the same a, else 0 (p: same)."""
+    mods.take("sync")
+    mode = mods.take("any", "all")
+    t = mods.type()
+    if mode is None or t.name not in ("b32", "b64"):
+        raise ops.refuse(inst, "match variant")
+    m = ops.m
+    dests = elements(inst.operands[0])
+    if mode == "any" and len(dests) != 1:
+        raise ops.refuse(inst, "match.any with a predicate destination")
+    write = ops.write(inst, dests[0], U32)
+    write_p = ops.write(inst, dests[1], PRED) if len(dests) > 1 else None
+    read = ops.read(inst, inst.operands[1], t)
+    mask, static = _member_mask(ops, inst, inst.operands[2])
+
+    def run(sel):
+        lanes = lanes_of(m, sel)
+        x = np.broadcast_to(read(sel), lanes.shape)
+        warp = m.unit_of[facts.WARP_SIZE][lanes]
+        bit = np.uint64(1) << m.laneid[lanes].astype(np.uint64)
+        out = np.zeros(len(lanes), np.uint64)
+        same_all = np.zeros(len(lanes), bool)
+        for w in np.unique(warp):
+            here = warp == w
+            values, bits = x[here], bit[here]
+            equal = values[:, None] == values[None, :]
+            any_mask = (equal * bits[None, :]).sum(axis=1, dtype=np.uint64)
+            uniform = bool(equal.all())
+            out[here] = any_mask if mode == "any" else (np.bitwise_or.reduce(bits) if uniform else 0)
+            same_all[here] = uniform
+        write(sel, out.astype(np.uint32))
+        if write_p is not None:
+            write_p(sel, same_all)
+
+    return Step(inst, run, unit=facts.WARP_SIZE, mask=static, member_mask=mask)
 
 
 @opcode("redux")
@@ -425,7 +506,7 @@ def decode_redux(ops: Operands, inst, mods):
             out[warp == w] = ufunc.reduce(x[warp == w])
         write(sel, out)
 
-    return Step(inst, run, unit=facts.WARP_SIZE, mask=static)
+    return Step(inst, run, unit=facts.WARP_SIZE, mask=static, member_mask=mask)
 
 
 @opcode("activemask")

@@ -167,7 +167,13 @@ class Entry:
     """A `.entry` (kernel): parameters in order, registers by resolved name -> type ("b32", "pred", ...),
     variables declared in its body (`.shared`, `.local`), the flat instruction list, and the performance
     directives given (`reqntid`, `maxntid`, `maxnreg`, `minnctapersm`, `explicitcluster`, `reqnctapercluster`),
-    each as a tuple of ints. `line` is the line of `.entry`."""
+    each as a tuple of ints. `line` is the line of `.entry`.
+
+    A `.func` is parsed into an Entry too (`returns` holds its return parameters). Once linked (`link`), an
+    entry's instructions are followed by the code of every `.func` it calls (transitively), with registers
+    and variables renamed `name@function`; `functions` says where each starts, `call_depth` is the deepest
+    call chain, `unlinked` why a called function is not linked ("extern", "recursive", "no body"), and `.param` variables of the functions and of call sites are in `variables` (space "param",
+    per thread)."""
 
     name: str
     params: list[Variable]
@@ -176,19 +182,37 @@ class Entry:
     instructions: list[Instruction] = field(default_factory=list)
     directives: dict[str, tuple[int, ...]] = field(default_factory=dict)
     line: int = 0
+    returns: list[Variable] = field(default_factory=list)
+    functions: dict[str, Function] = field(default_factory=dict)
+    call_depth: int = 0
+    unlinked: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Function:
+    """A `.func` linked into an entry (see `link`): its code starts at instruction `start`; `params` and
+    `returns` are its renamed `.param` variables (per-thread, in local memory), in order."""
+
+    name: str
+    start: int
+    params: tuple[Variable, ...]
+    returns: tuple[Variable, ...]
 
 
 @dataclass
 class Module:
     """A parsed PTX module: `.version` (e.g. (8, 0)), `.target` names (e.g. ["sm_90a"]), `.address_size`,
-    module-scope variables, and entries by name (in order). `.func` definitions and calls are refused by the
-    parser with their line (Hopper kernels from Triton, CUTLASS and Tessera do not use them)."""
+    module-scope variables, and entries by name (in order), each linked with the `.func`s it calls.
+    `functions` holds the unlinked `.func` definitions, `externs` the names of `.extern .func` declarations
+    without a body (`vprintf`, `__assertfail`, `malloc`): calling one stops the executor with its name."""
 
     version: tuple[int, int]
     targets: list[str]
     address_size: int
     variables: list[Variable] = field(default_factory=list)
     entries: dict[str, Entry] = field(default_factory=dict)
+    functions: dict[str, Entry] = field(default_factory=dict)
+    externs: set[str] = field(default_factory=set)
 
 
 class PtxSyntaxError(ValueError):
