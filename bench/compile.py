@@ -136,16 +136,15 @@ def main() -> None:
     for variant, config in CONFIGS:
         if args.only and variant != args.only:
             continue
-        rows = [tessera_compile(variant, config, args.pipeline)]
-        if with_triton and variant == "flash_attention":
-            rows.append(triton_compile(config))
-        for m in filter(None, rows):
+        ours = tessera_compile(variant, config, args.pipeline)
+        theirs = triton_compile(config) if with_triton and variant == "flash_attention" else None
+        for m in filter(None, (ours, theirs)):
             ptxas = m.stages.get("ptxas")
             print(f"{m.label:<46}{m.total:>8.2f}{'-' if ptxas is None else f'{ptxas:.2f}':>8}{m.peak:>6}"
                   f"{m.registers:>6}{m.spill:>6}{m.smem:>8}{m.loop[0]:>6}{m.loop[1]:>6}{m.loop[2]:>5}", flush=True)
-        measured += [m for m in rows if m is not None and not m.label.startswith("  Triton")]
-        if with_triton and len(rows) == 2 and rows[1] is not None:
-            print(f"  {'Tessera / Triton compile time':<44}{rows[0].total / rows[1].total:>8.2f}")
+        if theirs is not None:
+            print(f"  {'Tessera / Triton compile time':<44}{ours.total / theirs.total:>8.2f}")
+        measured.append(ours)
     print("\nseconds by stage (Tessera):")
     names = list(dict.fromkeys(name for m in measured for name in m.stages))
     labels = [m.label.replace("_attention", "").replace("head_dim=", "d").replace("causal=", "c=") for m in measured]

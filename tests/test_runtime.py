@@ -525,8 +525,9 @@ class FakeCuda:
                                  tuple(element_strides), TensorMapSwizzle(swizzle), TensorMapFloatOOBFill(oob),
                                  TensorMapInterleave(interleave), TensorMapL2Promotion(l2))
             return TensorMapArg(array, spec, address - base)
-        if len(raw) == 8 and self._allocation(value, required=False) is not None:
-            base, array = self._allocation(value)
+        found = self._allocation(value, required=False) if len(raw) == 8 else None
+        if found is not None:
+            base, array = found
             assert value == base, "Tessera passes whole allocations"
             return array
         return int.from_bytes(raw, "little")

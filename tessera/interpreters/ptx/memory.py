@@ -140,15 +140,20 @@ def _param_space(ops: Operands, inst, space: str, operand) -> str:
     return space
 
 
-@opcode("ld", "ldu")
-def decode_ld(ops: Operands, inst, mods):
+def _access_modifiers(ops: Operands, inst, mods, address_at: int):
+    """(state space, vector width, type) of an ld/st whose address is operand `address_at`; the ordering,
+    scope and cache modifiers are dropped (the executor's memory is sequentially consistent and uncached)."""
     space = take_space(mods, "generic")
-    if len(inst.operands) >= 2:
-        space = _param_space(ops, inst, space, inst.operands[1])
+    if len(inst.operands) > address_at:
+        space = _param_space(ops, inst, space, inst.operands[address_at])
     mods.drop(*_IGNORED)
     mods.drop_prefixed("L1::", "L2::")
-    width = _vector(mods)
-    t = mods.type()
+    return space, _vector(mods), mods.type()
+
+
+@opcode("ld", "ldu")
+def decode_ld(ops: Operands, inst, mods):
+    space, width, t = _access_modifiers(ops, inst, mods, 1)
     if len(inst.operands) not in (2, 3):
         raise ops.refuse(inst, "ld needs a destination and an address")
     dests = elements(inst.operands[0])
@@ -171,15 +176,9 @@ def decode_ld(ops: Operands, inst, mods):
 
 @opcode("st")
 def decode_st(ops: Operands, inst, mods):
-    space = take_space(mods, "generic")
-    if inst.operands:
-        space = _param_space(ops, inst, space, inst.operands[0])
+    space, width, t = _access_modifiers(ops, inst, mods, 0)
     if space == "param":
         raise ops.refuse(inst, "st.param to a kernel parameter (read-only)")
-    mods.drop(*_IGNORED)
-    mods.drop_prefixed("L1::", "L2::")
-    width = _vector(mods)
-    t = mods.type()
     if len(inst.operands) not in (2, 3):
         raise ops.refuse(inst, "st needs an address and a source")
     sources = elements(inst.operands[1])

@@ -1,7 +1,7 @@
 """Compile Triton kernels to PTX without a GPU."""
-import sys, json
+import sys
 import triton, triton.language as tl
-from triton.backends.compiler import GPUTarget
+from gen_common import compile_one
 
 @triton.jit
 def add_kernel(x_ptr, y_ptr, output_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
@@ -139,21 +139,6 @@ def _attn_fwd(Q, K, V, sm_scale, M, Out, stride_qz, stride_qh, stride_qm, stride
     m_ptrs = M + off_hz * N_CTX + offs_m
     tl.store(m_ptrs, m_i)
     tl.store(o_ptrs, acc.to(Out.type.element_ty))
-
-def compile_one(fn, signature, constexprs, arch, name, divisible=(), **options):
-    # As the JIT specializes a launch: integer args equal to 1 become constexprs, and pointers / integers that
-    # are multiples of 16 carry tt.divisibility=16 (what lets Triton vectorize and use cp.async).
-    attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in divisible}
-    src = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
-    k = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
-    md = k.metadata
-    ptx = k.asm["ptx"]
-    open(f"out/{name}.ptx", "w").write(ptx)
-    print(name, len(ptx), "shared", md.shared, "warps", md.num_warps, "stages", md.num_stages,
-          "scratch", md.global_scratch_size, md.profile_scratch_size)
-    json.dump({"shared": md.shared, "num_warps": md.num_warps, "num_stages": md.num_stages,
-               "global_scratch_size": md.global_scratch_size, "options": options, "constexprs": {str(k): v for k, v in constexprs.items()},
-               "signature": signature, "divisible": list(divisible), "arch": arch, "triton": triton.__version__}, open(f"out/{name}.json", "w"))
 
 import os
 os.makedirs("out", exist_ok=True)
