@@ -33,7 +33,10 @@ from .cases import Case
 
 FINDINGS = ("traceback", "internal error", "empty message", "no location", "silent acceptance", "timeout",
             "miscompile")
-_LOCATION = re.compile(r"\.mlir:\d+:\d+|:\d+:\d+:|@[\w$.]+|\bop '[\w.]+'|'[a-z_]+\.[a-z_.]+' op\b|\bline \d+")
+_LOCATION = re.compile(r"\.mlir:\d+:\d+|:\d+:\d+:|@[\w$.]+|\bop '[\w.]+'|'\w+\.[\w.]+' op\b|\bline \d+"
+                       r"|\.mlir: no kernel")
+"""What names a place in an MLIR input: file:line:col, a kernel or symbol, an op, a line; or, for what
+concerns the whole file (it has no kernel), the file."""
 _API_REFUSALS = (TypeError, ValueError)
 
 
@@ -115,7 +118,8 @@ def _classify_tool(case: Case, code: int, stderr: str) -> tuple[str, str]:
         return "internal error", message
     if not message or re.fullmatch(r"[\w./ -]*: (error: )?", message):
         return "empty message", message
-    if case.suffix == ".mlir" and case.kind == "mlir" and code != 2 and not _LOCATION.search(message):
+    about_the_input = "invalid pass pipeline" not in message  # a bad -p is about the command line
+    if case.kind == "mlir" and code != 2 and about_the_input and not _LOCATION.search(message):
         return "no location", message
     return "diagnostic", message
 
