@@ -92,6 +92,29 @@ class TensorMapArg:
                                    swizzle=facts.tensor_map_swizzle(swizzle), oob_fill=oob_fill)
         return cls(array, spec)
 
+    @classmethod
+    def strided(cls, view: np.ndarray, box: tuple[int, ...], swizzle: int = 0) -> TensorMapArg:
+        """The map of `view`, a NumPy view of a larger row-major array (a slice, rows of a padded pitch,
+        permuted outer dimensions): the launch places the whole base array in global memory (the result entry
+        is the base array after the run), globalAddress is the view's first element and globalStrides its
+        byte strides. The innermost dimension must be contiguous and every stride positive (TMA's rule)."""
+        base = view
+        while isinstance(base.base, np.ndarray):
+            base = base.base
+        if not base.flags.c_contiguous:
+            raise ValueError("the base array of a strided tensor map must be row-major contiguous")
+        if view.ndim == 0 or view.strides[-1] != view.itemsize or any(s <= 0 for s in view.strides[:-1]):
+            raise ValueError(f"a tensor map needs a contiguous innermost dimension and positive strides, got byte "
+                             f"strides {view.strides}")
+        dtype = np.dtype(view.dtype)
+        if dtype not in _NUMPY_TENSOR_MAP_TYPES:
+            raise ValueError(f"no CUtensorMapDataType for {dtype}")
+        offset = view.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+        spec = facts.TensorMapSpec(_NUMPY_TENSOR_MAP_TYPES[dtype], tuple(int(d) for d in reversed(view.shape)),
+                                   tuple(int(s) for s in reversed(view.strides[:-1])), tuple(box),
+                                   swizzle=facts.tensor_map_swizzle(swizzle))
+        return cls(base, spec, offset)
+
 
 def _triple(value, what: str) -> tuple[int, int, int]:
     values = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
@@ -335,13 +358,18 @@ def launch_described(ptx: str | Module, host, arrays: list[np.ndarray], sizes: d
                      source: str = "<ptx>", *, max_steps: int = schedule.DEFAULT_MAX_STEPS,
                      memory_budget: int | None = None) -> None:
     """Run a Tessera kernel from its PTX as `tessera.host.describe` says to launch it: `arrays` are the
-    Tile-level arguments (inputs, outputs, scratch, as `prepare_arguments` makes them), `sizes` the named
-    sizes. Outputs are written back into `arrays`. `max_steps` and `memory_budget` as for `launch`."""
+    Tile-level arguments (inputs, outputs, scratch, as `prepare_arguments` makes them; an input read through a
+    tensor map may be a strided view, see `TensorMapArg.strided`), `sizes` the named sizes. Outputs are
+    written back into `arrays`. `max_steps` and `memory_budget` as for `launch`."""
     maps = host.tensor_maps(sizes)
     args = []
     for param in host.params:
         if param.kind == "tensormap":
-            args.append(TensorMapArg(arrays[param.source], maps[param.name]))
+            array, spec = arrays[param.source], maps[param.name]
+            if array.flags.c_contiguous:
+                args.append(TensorMapArg(array, spec))
+            else:  # a view: the map follows its strides (globalStrides), over its base array
+                args.append(TensorMapArg.strided(array, spec.box_dims, facts.tensor_map_swizzle_bytes(spec.swizzle)))
         elif param.kind == "pointer":
             args.append(arrays[param.source])
         else:
