@@ -190,12 +190,23 @@ def _specials(m: Machine, module_dynamic: int) -> dict[str, np.ndarray]:
     return {k: np.asarray(v).astype(np.uint64) for k, v in s.items()}
 
 
-def _batch_bytes(entry, lanes: int, ctas: int, shared_bytes: int, local_bytes: int) -> int:
-    """Host bytes of the state of a batch of `ctas` CTAs (`lanes` threads): registers, shared and local memory,
-    return stacks and the per-lane bookkeeping (about a hundred bytes a lane)."""
-    register_bytes = sum((t.storage.itemsize if t is not None else 8) for t in map(ptx_type, entry.registers.values()))
-    per_lane = register_bytes + max(local_bytes, 1) + 8 * max(entry.call_depth, 1) + 128
-    return lanes * per_lane + ctas * max(shared_bytes, 1) + facts.NAMED_BARRIERS * lanes
+def _host_memory(ptx: Module, entry, args: list, ctas: int, threads: int, shared_bytes: int,
+                 local_bytes: int) -> list[tuple[str, int]]:
+    """The host bytes a launch needs, in parts for `limits.check_memory`: each array (its copy in global memory,
+    the chunk it is copied from and the result), module .global/.const data, and the state of a batch of `ctas`
+    CTAs of `threads` threads (registers, local memory, return stacks and about a hundred bytes of bookkeeping
+    per thread, shared memory per CTA)."""
+    arrays = {id(a): a for a in args if isinstance(a, np.ndarray)}
+    arrays.update({id(a.array): a.array for a in args if isinstance(a, TensorMapArg) and isinstance(a.array, np.ndarray)})
+    parts = [(f"array {a.dtype}{list(a.shape)}, copied into global memory and back", 3 * a.nbytes)
+             for a in arrays.values()]
+    parts += [(f"module variable {v.name}", 2 * v.element_bytes * (v.count or 0))
+              for v in ptx.variables if v.space in ("global", "const")]
+    register_bytes = sum(t.storage.itemsize if t is not None else 8 for t in map(ptx_type, entry.registers.values()))
+    per_thread = register_bytes + max(local_bytes, 1) + 8 * max(entry.call_depth, 1) + 128
+    parts.append((f"a batch of {ctas} CTA(s) of {threads} threads (registers, shared and local memory)",
+                  ctas * (threads * per_thread + max(shared_bytes, 1))))
+    return parts
 
 
 def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int = 0,
@@ -239,16 +250,8 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
     total = math.prod(grid)
     threads = math.prod(block)
     per_batch = max(1, min(total, LANES_PER_BATCH // threads))
-    arrays = {id(a): a for a in args if isinstance(a, np.ndarray)}
-    arrays.update({id(a.array): a.array for a in args if isinstance(a, TensorMapArg) and
-                   isinstance(a.array, np.ndarray)})
-    parts = [(f"array {a.dtype}{list(a.shape)}, copied into global memory and back", 3 * a.nbytes)
-             for a in arrays.values()]
-    parts += [(f"module variable {v.name}", 2 * v.element_bytes * (v.count or 0))
-              for v in ptx.variables if v.space in ("global", "const")]
-    parts.append((f"a batch of {per_batch} CTA(s) of {threads} threads (registers, shared and local memory)",
-                  _batch_bytes(entry, per_batch * threads, per_batch, shared.total_bytes, local_end)))
-    check_memory(f"the launch of {kernel}", parts, memory_budget)
+    check_memory(f"the launch of {kernel}", _host_memory(ptx, entry, args, per_batch, threads, shared.total_bytes,
+                                                         local_end), memory_budget)
 
     # global memory: the arrays (once each), then module .global/.const data
     memory_ = GlobalMemory()
