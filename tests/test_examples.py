@@ -18,10 +18,6 @@ from tessera.kernels import flash_attention, gemm
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
-needs_interpreter = pytest.mark.skipif(
-    not callable(getattr(tessera, "interpret", None)),
-    reason="tessera.interpret (the Tile IR interpreter) does not exist yet",
-)
 
 
 def load(name: str):
@@ -82,7 +78,6 @@ def _attention_reference(q, k, v, scale, *, p_dtype=None):
     return p @ v
 
 
-@needs_interpreter
 def test_flash_attention_example_computes_attention():
     rng = np.random.default_rng(0)
     bf16 = ml_dtypes.bfloat16
@@ -98,7 +93,6 @@ def test_flash_attention_example_computes_attention():
     assert np.abs(out - exact).max() <= 2 * np.abs(baseline - exact).max() + 1e-3
 
 
-@needs_interpreter
 def test_gemm_example_computes_a_product():
     rng = np.random.default_rng(1)
     bf16 = ml_dtypes.bfloat16

@@ -215,10 +215,6 @@ def attention_reference(q, k, v, scale, causal):
     return e @ v / np.where(l == 0, 1, l)
 
 
-@pytest.mark.skipif(
-    not callable(getattr(tessera, "interpret", None)),
-    reason="tessera.interpret (the Tile IR interpreter) does not exist yet",
-)
 @pytest.mark.parametrize("name, build", ATTENTION)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("seq_q, seq_k", [(100, 77), (130, 40)])  # partial blocks; causal rows with no key

@@ -412,6 +412,34 @@ def test_ftz_sat_and_approximations():
     assert rcp[0] == 0 and np.isinf(rcp[1]) and rcp[2] == np.float32(1 / 1.5)
 
 
+TINY = np.float32(2.0**-126)  # the smallest normal f32
+# (instruction, a, b, c): normal inputs whose exact result is subnormal (|x| < 2^-126), of both signs
+SUBNORMAL_RESULTS = [
+    ("mul{}.f32 %f4, %f1, %f2;", [1e-20, -1e-20, 2.0**-70], [1e-20, 1e-20, 2.0**-60], [0, 0, 0]),
+    ("add{}.f32 %f4, %f1, %f2;", [1.5 * 2.0**-126, -1.5 * 2.0**-126], [-2.0**-126, 2.0**-126], [0, 0]),
+    ("sub{}.f32 %f4, %f1, %f2;", [1.25 * 2.0**-126, 2.0**-126], [2.0**-126, 1.75 * 2.0**-126], [0, 0]),
+    ("fma.rn{}.f32 %f4, %f1, %f2, %f3;", [2.0**-63, -2.0**-63], [2.0**-63, 2.0**-63],
+     [-1.5 * 2.0**-126, 1.25 * 2.0**-126]),
+    ("div.rn{}.f32 %f4, %f1, %f2;", [1e-30, -1e-30], [1e10, 1e10], [0, 0]),
+    ("ex2.approx{}.f32 %f4, %f1;", [-130.0, -149.0, -127.5], [0, 0, 0], [0, 0, 0]),
+    ("rcp.approx{}.f32 %f4, %f1;", [2.0**127, -2.0**127], [0, 0], [0, 0]),
+]
+
+
+@pytest.mark.parametrize("op, a, b, c", SUBNORMAL_RESULTS, ids=[o.split(".")[0] for o, *_ in SUBNORMAL_RESULTS])
+def test_ftz_flushes_subnormal_results_and_the_plain_form_keeps_them(op, a, b, c):
+    """[PTX ISA, floating-point instructions] `.ftz`: subnormal inputs *and results* flush to sign-preserving
+    zero; without it, sm_20+ f32 arithmetic supports subnormals. The inputs here are normal (at least 2^-126 in
+    magnitude), so only the flush of the result can make the .ftz form zero."""
+    a, b, c = (np.float32(x) for x in (a, b, c))
+    assert all(((np.abs(x) >= TINY) | (x == 0)).all() for x in (a, b, c)) and (a != 0).all()
+    plain = elementwise(op.format(""), a, b, c, result="%f4").view(np.float32)
+    assert ((np.abs(plain) < TINY) & (plain != 0)).all(), plain  # subnormal, kept
+    flushed = elementwise(op.format(".ftz"), a, b, c, result="%f4").view(np.float32)
+    assert (flushed == 0).all(), flushed
+    np.testing.assert_array_equal(np.signbit(flushed), np.signbit(plain))
+
+
 SETP = {"lt": lambda a, b: a < b, "ne": lambda a, b: a != b and not (np.isnan(a) or np.isnan(b)),
         "ltu": lambda a, b: a < b or np.isnan(a) or np.isnan(b), "equ": lambda a, b: a == b or np.isnan(a) or np.isnan(b),
         "num": lambda a, b: not (np.isnan(a) or np.isnan(b)), "nan": lambda a, b: np.isnan(a) or np.isnan(b),

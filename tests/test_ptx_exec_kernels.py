@@ -102,7 +102,6 @@ def test_tessera_run_executes_ptx_files(tmp_path, capsys):
 KERNELS = Path(__file__).parent / "ptx_kernels"
 
 
-@pytest.mark.skipif(not (KERNELS / "tma_wgmma_gemm.ptx").exists(), reason="tests/ptx_kernels not present")
 def test_hand_written_kernels_from_other_compilers_styles(rng):
     """CUTLASS-style TMA + mbarrier wait loop + wgmma GEMM with ragged M, and an Ampere cp.async pipeline
     with zero-filled partial copies (tests/ptx_kernels, specifications in their headers)."""

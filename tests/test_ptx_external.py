@@ -26,7 +26,6 @@ import numpy as np
 import pytest
 
 from tessera.interpreters.ptx import PtxExecutionError, TensorMapArg, launch
-from tessera.toolchain import find_ptxas
 
 SAMPLES = Path(__file__).parent / "ptx_samples" / "external"
 FILES = sorted(p.name for p in SAMPLES.glob("*.ptx"))
@@ -61,10 +60,9 @@ def test_every_sample_is_tested():
     assert FILES and tested == set(FILES)
 
 
-@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not found")
 @pytest.mark.parametrize("name", FILES)
-def test_ptxas_accepts(name, tmp_path):
-    result = subprocess.run([find_ptxas(), "-arch=sm_90a", str(SAMPLES / name), "-o", str(tmp_path / "k.cubin")],
+def test_ptxas_accepts(name, tmp_path, ptxas):
+    result = subprocess.run([ptxas, "-arch=sm_90a", str(SAMPLES / name), "-o", str(tmp_path / "k.cubin")],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 

@@ -1,8 +1,8 @@
 """PTX written from outside Tessera: hand-made sm_90a kernels in the style of nvcc, Triton and CUTLASS
 (tests/ptx_kernels/; each file's header says what it computes and how it is launched) checked two ways:
 
-- ptxas accepts every file for sm_90a with no warning, no performance advisory and no spill (skipped, saying
-  why, only when no ptxas can be found);
+- ptxas accepts every file for sm_90a with no warning, no performance advisory and no spill (the test command
+  installs ptxas: without one the check fails);
 - `tessera.ptx.launch(ptx, kernel, grid, block, args, shared_bytes)` runs each kernel on random inputs with
   fixed seeds, at several sizes including awkward ones (tails, one element, several CTAs, a grid smaller than
   the data), and the results match a NumPy reference written from the PTX ISA's definition of what the kernel
@@ -23,17 +23,14 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from tessera.toolchain import compile_ptx, find_ptxas
+from tessera.toolchain import compile_ptx
 
 KERNELS = Path(__file__).parent / "ptx_kernels"
 KERNEL_FILES = sorted(p.name for p in KERNELS.glob("*.ptx"))
 BF16 = ml_dtypes.bfloat16
 M32 = 0xFFFFFFFF
 
-needs_ptxas = pytest.mark.skipif(
-    find_ptxas() is None,
-    reason="no ptxas in PATH, $CUDA_HOME/bin or the nvidia wheels (pip install 'tessera[ptx]' brings it)",
-)
+needs_ptxas = pytest.mark.usefixtures("ptxas")  # fails, never skips, without ptxas (conftest.require_tool)
 
 # Tolerances of the approximate instructions, relative [PTX ISA 9.7.3 floating-point instructions]:
 # ex2.approx.f32 max error 2 ulp (2^-22), rcp.approx.f32 1 ulp (2^-23), div.full.f32 2 ulp (2^-22). The

@@ -35,7 +35,7 @@ from tessera.ptx import PtxPrintError, PtxTarget, print_ptx, register
 from tessera.ptx.machine import descriptor_of_address
 from tessera.sm90 import facts
 
-from conftest import build_kernel
+from conftest import build_kernel, require_tool
 
 LIT_DIR = Path(__file__).parent / "lit" / "ptx"
 
@@ -632,7 +632,7 @@ def test_in_place_and_permuted_assignments():
 @pytest.mark.parametrize("kernel_text", [LOOP_SWAP, NESTED], ids=["loop_swap", "nested_control"])
 def test_register_allocator_assignment(kernel_text):
     """The register allocator's names (tessera.regalloc, when present) print to the same results."""
-    regalloc = pytest.importorskip("tessera.regalloc")
+    from tessera import regalloc
     _both_ways(kernel_text, [np.zeros((32, 3 if "loop_swap" in kernel_text else 4), np.int32)], {"n": 5},
                registers=lambda fn: regalloc.allocate_registers(fn).names)
 
@@ -669,8 +669,7 @@ def _lowered(variant: str, config: dict) -> ModuleOp:
 
 
 def _ptxas(ptx: str):
-    if toolchain.find_ptxas() is None:
-        pytest.skip("no ptxas found (PATH, $CUDA_HOME/bin, the nvidia-cuda-nvcc wheel): pip install tessera[ptx]")
+    require_tool("ptxas")  # fails, never skips, without ptxas
     return toolchain.compile_ptx(ptx)
 
 

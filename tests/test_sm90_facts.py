@@ -713,8 +713,12 @@ def test_mov_pack_puts_the_first_operand_in_the_low_half():
     assert int(F.mov_pack_b32(0x4000, 0x3F80)) == 0x3F804000
     lo, hi = F.mov_unpack_b32(np.uint32(0x3F804000))
     assert (int(lo), int(hi)) == (0x4000, 0x3F80)
+    # f32 bits 0.3 = 0x3E99999A, 1.7 = 0x3FD9999A, -2.5 = 0xC0200000, 1e-3 = 0x3A83126F; bf16 .rn keeps the high
+    # half, rounded up when the low half is above 0x8000: 0x3E9A, 0x3FDA, 0xC020, 0x3A83. cvt puts e1 high.
     e0, e1 = np.float32([0.3, 1.7]), np.float32([-2.5, 1e-3])
-    np.testing.assert_array_equal(F.cvt_rn_x2(e1, e0), F.mov_pack_b32(F.cvt_rn_bits(e0), F.cvt_rn_bits(e1)))
+    assert [int(x) for x in F.cvt_rn_x2(e1, e0)] == [0xC0203E9A, 0x3A833FDA]
+    assert [int(x) for x in F.mov_pack_b32(np.uint32([0x3E9A, 0x3FDA]), np.uint32([0xC020, 0x3A83]))] == \
+        [0xC0203E9A, 0x3A833FDA]
 
 
 @pytest.mark.parametrize("dtype, value, bits", [
@@ -740,25 +744,132 @@ def test_cvt_rn_is_round_to_nearest_even(dtype, value, bits):
 
 def test_accumulator_thread_terms_are_the_figure_149_layout_over_warpgroups():
     """The code generator's affine form (thread part + element part) reproduces Figure 149 for every thread
-    of a 4-warpgroup CTA, with warpgroup w owning rows 64w .. 64w + 63."""
-    from tessera.sm90.facts import accumulator_thread_base
-
+    of a 4-warpgroup CTA, with warpgroup w owning rows 64w .. 64w + 63: by the mma.m16n8 formulas
+    ([P#warp-level-matrix-fragment-mma-16816-float], groupID = lane >> 2, threadID_in_group = lane % 4), d[0]
+    of thread T is at row 64 * (T / 128) + 16 * (T % 128 / 32) + groupID, column 2 * threadID_in_group, and
+    element v adds 8 * ((v >> 1) & 1) rows and 8 * (v >> 2) + (v & 1) columns."""
     threads = np.arange(512)
-    v = np.arange(64)[:, None]
-    row, col = accumulator_thread_base(threads)
+    lane = threads % 32
+    row, col = F.accumulator_thread_base(threads)
+    np.testing.assert_array_equal(row, 64 * (threads // 128) + 16 * (threads % 128 // 32) + lane // 4)
+    np.testing.assert_array_equal(col, 2 * (lane % 4))
+    v = np.arange(64)
     v_row, v_col = F.accumulator_coords(v, 0)
-    f_row, f_col = F.accumulator_coords(v, threads % 128)
-    np.testing.assert_array_equal(row + v_row - v_row[0], 64 * (threads // 128) + f_row)
-    np.testing.assert_array_equal(col + v_col - v_col[0], f_col)
+    np.testing.assert_array_equal(v_row, 8 * ((v >> 1) & 1))
+    np.testing.assert_array_equal(v_col, 8 * (v >> 2) + (v & 1))
 
 
 def test_descriptor_start_delta_steps_the_start_field_only():
     # PTX ISA "Matrix Descriptor Format": bits 13-0 hold matrix-descriptor-encode(start address) =
-    # (address & 0x3FFFF) >> 4. Stepping by d bytes therefore adds d >> 4 to the 64-bit value.
-    for address in (0, 1024, 0x8400, 0x3FFF0 - 4096):
-        for delta in (32, 64, 96, 2048, 4096):
-            stepped = F.encode_descriptor(address + delta, 16, 1024, 128)
-            assert stepped == F.encode_descriptor(address, 16, 1024, 128) + F.descriptor_start_delta(delta)
+    # (address & 0x3FFFF) >> 4. Stepping by d bytes therefore adds d >> 4 to the 64-bit value: the notes'
+    # 0x4000004000010000 (start 0, LBO 16, SBO 1024, 128B) at start 1024 + 32 is 0x4000004000010000 + 0x42.
+    assert [F.descriptor_start_delta(d) for d in (32, 64, 96, 2048, 4096)] == [2, 4, 6, 128, 256]
+    assert F.encode_descriptor(1024 + 32, 16, 1024, 128) == 0x4000004000010042
+    assert F.encode_descriptor(0x8400 + 4096, 16, 1024, 128) == 0x4000004000010000 + (0x9400 >> 4)
     for bad in (8, -16, 1 << 18):
         with pytest.raises(ValueError):
             F.descriptor_start_delta(bad)
+
+
+# region Every constant of tessera/sm90 against its documented value
+
+DOCUMENTED = {
+    # PTX ISA 9.1 [P#asynchronous-warpgroup-level-matrix-shared-memory-layout-matrix-descriptor]:
+    # "matrix-descriptor-encode(x) = (x & 0x3FFFF) >> 4"
+    "DESCRIPTOR_ADDRESS_MASK": 0x3FFFF,
+    # [P#parallel-synchronization-and-communication-instructions-mbarrier-size-alignment]: "an opaque object in
+    # shared memory with .b64 type ... 8-byte aligned"; [-mbarrier-contents]: expected and pending arrival counts
+    # 1 .. 2^20 - 1 (pending 0 .. 2^20 - 1), tx-count -(2^20 - 1) .. 2^20 - 1
+    "MBARRIER_BYTES": 8,
+    "MBARRIER_MAX_COUNT": 2**20 - 1,
+    "MBARRIER_TX_LIMIT": 2**20 - 1,
+    # CUDA C++ Programming Guide, "Compute Capability 5.x"+ shared memory (unchanged on 9.0): 32 banks,
+    # successive 32-bit words in successive banks
+    "SHARED_BANKS": 32,
+    "BANK_BYTES": 4,
+    # [P#tensor-swizzling-modes]: 16-byte chunks within 128-byte rows; modes none, 32B, 64B, 128B
+    "SWIZZLE_CHUNK_BYTES": 16,
+    "SWIZZLE_LINE_BYTES": 128,
+    "SWIZZLE_MODES": (0, 32, 64, 128),
+    # CUDA driver API cuda.h: `typedef struct CUtensorMap_st { alignas(64) cuuint64_t opaque[16]; } CUtensorMap;`
+    # (CU_TENSOR_MAP_NUM_QWORDS = 16): 128 bytes, 64-byte aligned; [P#tensor-tensormap] "128-byte opaque object"
+    "TENSOR_MAP_BYTES": 16 * 8,
+    "TENSOR_MAP_ALIGNMENT": 64,
+    # cuTensorMapEncodeTiled (group__CUDA__TENSOR__MEMORY): "tensorRank ... must be non-zero and less than or
+    # equal to the maximum supported dimensionality of 5"; "globalDim ... less than or equal to 2^32";
+    # "globalStrides ... multiple of 16 and less than 2^40"; "boxDim ... less than or equal to 256";
+    # "elementStrides ... less than or equal to 8"; "globalAddress ... aligned 16 byte"
+    "TENSOR_MAP_MAX_RANK": 5,
+    "TENSOR_MAP_MAX_DIM": 2**32,
+    "TENSOR_MAP_STRIDE_LIMIT": 2**40,
+    "TENSOR_MAP_MAX_BOX": 256,
+    "TENSOR_MAP_MAX_ELEMENT_STRIDE": 8,
+    "TENSOR_MAP_GLOBAL_ALIGNMENT": 16,
+    # the same page, CUtensorMapDataType sizes (UINT8 ... TFLOAT32_FTZ, in enum order, see test_tensor_map_enum_values)
+    "TENSOR_MAP_ELEMENT_BYTES": dict(zip(range(13), [1, 2, 4, 4, 8, 8, 2, 4, 8, 2, 4, 4, 4])),
+    # CUDA C++ Programming Guide, "Tensor Memory Access": the shared-memory address of a bulk tensor copy must be
+    # 128-byte aligned
+    "TMA_SMEM_ALIGNMENT": 128,
+    # [P#special-registers-laneid] %laneid 0..31; [P#parallel-synchronization-and-communication-instructions-bar]
+    # "barriers 0..15"; [P#data-movement-and-conversion-instructions-shfl-sync] .mode = {.up, .down, .bfly, .idx}
+    "WARP_SIZE": 32,
+    "NAMED_BARRIERS": 16,
+    "SHFL_MODES": ("up", "down", "bfly", "idx"),
+    # CUDA C++ Programming Guide, "Technical Specifications per Compute Capability", 9.0: 227 KB of shared memory
+    # per thread block, 64K 32-bit registers per SM, 255 registers per thread; grid x 2^31-1, y and z 65535;
+    # block x and y 1024, z 64; 1024 threads per block
+    "MAX_SHARED_MEMORY_PER_BLOCK": 227 * 1024,
+    "REGISTERS_PER_SM": 64 * 1024,
+    "MAX_REGISTERS_PER_THREAD": 255,
+    "MAX_GRID_DIMS": (2**31 - 1, 65535, 65535),
+    "MAX_BLOCK_DIMS": (1024, 1024, 64),
+    "MAX_THREADS_PER_BLOCK": 1024,
+    # [P#miscellaneous-instructions-setmaxnreg]: "imm-reg-count ... in the range 24 to 256 (both inclusive)" and
+    # "a multiple of 8"
+    "SETMAXNREG_MIN": 24,
+    "SETMAXNREG_MAX": 256,
+    "SETMAXNREG_STEP": 8,
+    # [P#asynchronous-warpgroup-level-matrix-instructions-warpgroup]: four contiguous warps, 128 threads;
+    # [-matrix-shape]: m64nNkK, K spanning 32 bytes (k16 .f16/.bf16, k8 .tf32, k32 8-bit, k256 .b1)
+    "WARPS_PER_WARPGROUP": 4,
+    "WARPGROUP_SIZE": 128,
+    "WGMMA_M": 64,
+    "WGMMA_K_BYTES": 32,
+    "WGMMA_ELEMENT_BITS": {"f16": 16, "bf16": 16, "tf32": 32, "e4m3": 8, "e5m2": 8, "u8": 8, "s8": 8, "b1": 1},
+    # [-matrix-data-types], table "dense wgmma": f16 -> .f16/.f32; bf16, tf32 -> .f32; e4m3/e5m2 -> .f16/.f32;
+    # u8/s8/b1 -> .s32
+    "WGMMA_ACCUMULATOR_TYPES": {"f16": ("f16", "f32"), "bf16": ("f32",), "tf32": ("f32",), "e4m3": ("f16", "f32"),
+                                "e5m2": ("f16", "f32"), "u8": ("s32",), "s8": ("s32",), "b1": ("s32",)},
+    # [-register-fragment-wgmma-64n16], Figure 148: a0..a3, four .f16x2 registers of A per thread
+    "A_FRAGMENT_REGISTERS": 4,
+    # Figure 149 as (divisor, modulus, multiplier) terms: row 16 * (T / 32) + (T % 32) / 4 (the warpgroup's 64 rows
+    # follow from T / 32 counting its warps), column 2 * (T % 4)
+    "ACCUMULATOR_THREAD_TERMS": {"row": ((32, 0, 16), (4, 8, 1)), "col": ((1, 4, 2),)},
+}
+
+
+def _constants() -> dict[str, object]:
+    import importlib
+    import pkgutil
+
+    import tessera.sm90
+
+    found = {}
+    for info in pkgutil.iter_modules(tessera.sm90.__path__):
+        module = importlib.import_module(f"tessera.sm90.{info.name}")
+        for name, value in vars(module).items():
+            if name.isupper() and not name.startswith("_") and not isinstance(value, type):
+                found[name] = value
+    return found
+
+
+def test_every_constant_is_the_documented_value():
+    """Each public constant of every module of tessera/sm90, and nothing else, is in DOCUMENTED with its source;
+    a new constant fails here until its documented value is written down."""
+    constants = _constants()
+    assert set(constants) == set(DOCUMENTED)
+    for name, value in constants.items():
+        expected = DOCUMENTED[name]
+        if isinstance(value, dict):
+            value = {int(k) if isinstance(k, int) else k: v for k, v in value.items()}
+        assert value == expected, name

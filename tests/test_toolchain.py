@@ -1,7 +1,7 @@
 """tessera.toolchain: finding ptxas/nvdisasm, `ptxas -v` as data, ptxas errors as PtxasError, SASS counts.
 
 The kernels are hand-written sm_90a PTX in tests/ptx_samples/; lines the tests look for are marked there
-with a comment. Tests that run ptxas or nvdisasm skip, saying why, only when the tool cannot be found."""
+with a comment. The test command installs ptxas and nvdisasm (tessera[ptx]): without them these tests fail."""
 
 from __future__ import annotations
 
@@ -27,14 +27,9 @@ from tessera.toolchain import (
 )
 
 SAMPLES = Path(__file__).parent / "ptx_samples"
-WHERE = "PATH, $CUDA_HOME/bin or the nvidia wheels' nvidia/cu13/bin"
-needs_ptxas = pytest.mark.skipif(
-    find_ptxas() is None, reason=f"no ptxas in {WHERE} (pip install 'tessera[ptx]' brings nvidia-cuda-nvcc)"
-)
-needs_nvdisasm = pytest.mark.skipif(
-    find_nvdisasm() is None,
-    reason=f"no nvdisasm in {WHERE} (pip install 'tessera[ptx]' brings nvidia-cuda-nvdisasm)",
-)
+# The test command installs both tools (tessera[ptx]): without one these tests fail, never skip (conftest).
+needs_ptxas = pytest.mark.usefixtures("ptxas")
+needs_nvdisasm = pytest.mark.usefixtures("nvdisasm")
 
 
 def sample(name: str) -> str:

@@ -56,6 +56,9 @@ def _inputs_for(sig, sizes: dict[str, int], rng: np.random.Generator) -> list[np
     if missing:
         flags = " ".join(f"-d {n}=..." for n in missing)
         raise ValueError(f"kernel @{sig.name} needs sizes for {', '.join(missing)} ({flags})")
+    from tessera.interpreters.launch import check_sizes
+
+    check_sizes(sig, sizes, input_copies=3)  # float64 draws, their float32 copy, the kernel's converted copy
     return [rng.standard_normal(arg.shape(sizes)).astype(np.float32) for arg in sig.inputs]
 
 

@@ -3,10 +3,15 @@
 The grid's blocks are run in batches (x fastest, then y, then z); each batch is one pass of the xDSL
 interpreter over the kernel body with [B]-shaped program ids, so each tile op is one NumPy call for the
 whole batch.
+
+Before anything is allocated, `check_sizes` refuses, naming the limit, a grid past the driver's launch limits
+(`facts.check_launch`) and arguments whose bytes exceed the simulators' memory budget
+(`tessera.interpreters.limits`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -15,12 +20,28 @@ from xdsl.interpreter import Interpreter
 
 from tessera.interpreters.block_batch import BlockBatch
 from tessera.interpreters.control import BatchedControlFunctions
+from tessera.interpreters.limits import check_memory
 from tessera.interpreters.tile import TileFunctions
 from tessera.kernel_abi import KernelSignature
 from tessera.numerics import numpy_dtype
+from tessera.sm90 import facts
 
 MAX_BLOCKS_PER_BATCH = 64
 """Blocks interpreted together; bounds the interpreter's memory (each register tile is B times larger)."""
+
+
+def check_sizes(sig: KernelSignature, sizes: Mapping[str, int], memory_budget: int | None = None,
+                input_copies: int = 1) -> None:
+    """Refuse, before allocating, a launch of `sig` with `sizes` whose grid exceeds the driver's launch limits
+    or whose arguments (inputs counted `input_copies` times, e.g. 2 for generated inputs that are then
+    converted; outputs and scratch once) need more host memory than `memory_budget` (ValueError naming it)."""
+    facts.check_launch(sig.grid_size(sizes))
+    parts = []
+    for arg in sig.args:
+        nbytes = numpy_dtype(arg.type.element_type).itemsize * math.prod(arg.shape(sizes))
+        copies = input_copies if arg.role == "in" else 1
+        parts.append((f"argument %{arg.name} ({arg.role}) of shape {list(arg.shape(sizes))}", copies * nbytes))
+    check_memory(f"kernel @{sig.name}", parts, memory_budget)
 
 
 def prepare_arguments(
@@ -37,6 +58,7 @@ def prepare_arguments(
             raise ValueError(f"kernel @{sig.name} has no size named '{name}' (sizes: {known})")
         if bound[name] != value:
             raise ValueError(f"size {name}={value} contradicts the inputs, which give {name}={bound[name]}")
+    check_sizes(sig, bound)
     converted = iter(arrays)
     arguments = []
     for arg in sig.args:
@@ -53,12 +75,10 @@ def run_grid(sig: KernelSignature, module: ModuleOp, arguments: list[np.ndarray]
     """Run every block of the kernel's grid; outputs are written into `arguments` in place. `listeners`, if
     given, makes the interpreter listeners of each batch of blocks (`tessera.validate` records values)."""
     gx, gy, gz = sig.grid_size(sizes)
+    facts.check_launch((gx, gy, gz))
     total = gx * gy * gz
-    if total == 0:
-        return
-    linear = np.arange(total, dtype=np.int64)
     for start in range(0, total, MAX_BLOCKS_PER_BATCH):
-        ids = linear[start : start + MAX_BLOCKS_PER_BATCH]
+        ids = np.arange(start, min(start + MAX_BLOCKS_PER_BATCH, total), dtype=np.int64)
         batch = BlockBatch((ids % gx, (ids // gx) % gy, ids // (gx * gy)))
         interpreter = Interpreter(module, listeners=tuple(listeners(batch)) if listeners else ())
         interpreter.register_implementations(BatchedControlFunctions(batch))

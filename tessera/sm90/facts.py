@@ -9,9 +9,11 @@ The facts live in one module per topic; this module re-exports them all:
   mbarrier    the mbarrier state machine                         [P#...-mbarrier]
   warp        shfl.sync, named barriers, registers, setmaxnreg  [P#...-shfl-sync, -bar, -setmaxnreg]
   packing     cvt/mov packing orders of 16-bit pairs             [P#...-cvt, -mov-2]
+  launch      grid and block limits of a launch                   [CCG]
 
 Sources: [P#x] = PTX ISA 9.1, https://docs.nvidia.com/cuda/parallel-thread-execution/#x;
-[DRV] = CUDA driver API, cuTensorMapEncodeTiled (group__CUDA__TENSOR__MEMORY).
+[DRV] = CUDA driver API, cuTensorMapEncodeTiled (group__CUDA__TENSOR__MEMORY); [CCG] = CUDA C++ Programming
+Guide, technical specifications of compute capability 9.0.
 See also ../shared/notes/ptx-sm90a.md, where each fact was checked with ptxas.
 """
 
@@ -29,6 +31,7 @@ from tessera.sm90.descriptor import (
     encode_descriptor,
     swizzled_buffer_alignment,
 )
+from tessera.sm90.launch import MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_THREADS_PER_BLOCK, check_launch
 from tessera.sm90.mbarrier import MBARRIER_BYTES, MBARRIER_MAX_COUNT, MBARRIER_TX_LIMIT, MBarrierState
 from tessera.sm90.packing import cvt_rn_bits, cvt_rn_x2, half_bits_to_f32, mov_pack_b32, mov_unpack_b32
 from tessera.sm90.swizzle import (

@@ -1,8 +1,10 @@
 """PTX as data, and a CPU executor for it.
 
 - `syntax`: the data model (`Module`, `Entry`, `Instruction`, operands); `parse.parse_ptx(text)` builds it.
-- `launch(ptx, kernel, grid, block, args, shared_bytes=...)`: run an entry over a grid on NumPy arguments
-  (global arrays, scalars, `TensorMapArg` tensor maps) and return the updated arrays (`launch`).
+- `launch(ptx, kernel, grid, block, args, shared_bytes=..., max_steps=..., memory_budget=...)`: run an entry
+  over a grid on NumPy arguments (global arrays, scalars, `TensorMapArg` tensor maps, also of strided views)
+  and return the updated arrays (`launch`); launches past the driver's limits or the memory budget are
+  refused before anything is allocated, and a batch of CTAs past `max_steps` stops naming where each warp is.
 
 The executor: `state` (lanes, registers, memories), `decode` (each instruction to a pre-bound closure),
 `alu` and `floats` (arithmetic, comparisons, conversions, with PTX rounding in `numerics`), `memory`

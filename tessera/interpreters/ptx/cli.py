@@ -17,7 +17,8 @@ Arguments (`--arg`, one per kernel parameter, in order):
                              the A and B of a TMA GEMM), numbered from 0 in order.
 Arrays are created in order (arguments, then buffers) with --seed. With --save DIR every array argument
 is written after the run as DIR/arg<N>_<param>.npy and every buffer as DIR/buffer<N>.npy (bf16 as f32). Errors (syntax,
-unsupported instructions, memory faults, deadlocks, bad launches) print one diagnostic and exit with 1.
+unsupported instructions, memory faults, deadlocks, bad launches, a launch past the driver's limits or the memory
+budget, a run past --max-steps) print one diagnostic and exit with 1.
 """
 
 from __future__ import annotations
@@ -63,15 +64,31 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a global array reachable only through tensor maps: TYPE[SHAPE]=INIT")
     parser.add_argument("--seed", type=int, default=0, help="seed of random arrays")
     parser.add_argument("--save", metavar="DIR", help="save every array argument after the run as .npy")
+    parser.add_argument("--max-steps", type=int, default=None, metavar="N",
+                        help="steps a batch of CTAs may take before the run stops, naming where each warp is "
+                             f"(default {_default_max_steps()})")
+    parser.add_argument("--memory-budget", type=int, default=None, metavar="BYTES",
+                        help="host memory the run may need, arrays included (default 8 GiB)")
     return parser
 
 
-def _array(spec: str, rng: np.random.Generator) -> np.ndarray:
+def _default_max_steps() -> int:
+    from tessera.interpreters.ptx.schedule import DEFAULT_MAX_STEPS
+
+    return DEFAULT_MAX_STEPS
+
+
+def _array(spec: str, rng: np.random.Generator, budget: int | None = None) -> np.ndarray:
+    from tessera.interpreters.limits import check_memory
+
     match = _ARRAY.match(spec)
     type_name, shape_text, init = match.groups()
     if type_name not in _DTYPES:
         raise ValueError(f"--arg {spec}: unknown element type '{type_name}' (types: {', '.join(_DTYPES)})")
     dtype, shape = np.dtype(_DTYPES[type_name]), _dims(shape_text, f"--arg {spec}: the shape")
+    # the initial values are made in float64/int64, then converted: 8 bytes an element, plus the array
+    check_memory(f"--arg {spec}", [(f"{type_name}{list(shape)}", (8 + dtype.itemsize) * int(np.prod(shape, dtype=object)))],
+                 budget)
     if init == "random":
         values = rng.standard_normal(shape) if dtype.kind == "f" or dtype == _DTYPES["bf16"] \
             else rng.integers(0, 100, shape)
@@ -88,7 +105,8 @@ def _array(spec: str, rng: np.random.Generator) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(values).astype(dtype))
 
 
-def _arguments(specs: list[str], buffer_specs: list[str], rng: np.random.Generator) -> tuple[list, list]:
+def _arguments(specs: list[str], buffer_specs: list[str], rng: np.random.Generator,
+               budget: int | None = None) -> tuple[list, list]:
     """(argument values, buffers) from the --arg and --buffer specs."""
     from tessera.interpreters.ptx import TensorMapArg
 
@@ -105,7 +123,7 @@ def _arguments(specs: list[str], buffer_specs: list[str], rng: np.random.Generat
             maps.append((i, options))
             values.append(None)
         elif _ARRAY.match(spec):
-            values.append(_array(spec, rng))
+            values.append(_array(spec, rng, budget))
         elif _SCALAR.match(spec):
             type_name, text = _SCALAR.match(spec).groups()
             if type_name not in _DTYPES:
@@ -120,7 +138,7 @@ def _arguments(specs: list[str], buffer_specs: list[str], rng: np.random.Generat
     for spec in buffer_specs:
         if not _ARRAY.match(spec):
             raise ValueError(f"--buffer {spec}: expected TYPE[SHAPE]=INIT")
-    buffers = [_array(spec, rng) for spec in buffer_specs]
+    buffers = [_array(spec, rng, budget) for spec in buffer_specs]
     for i, options in maps:
         source = options.get("source", str(i))
         if source.startswith("b") and source[1:].isdigit() and int(source[1:]) < len(buffers):
@@ -153,9 +171,12 @@ def run(args: argparse.Namespace) -> int:
     if not block:
         raise ValueError(f"entry {args.kernel} has no .reqntid: pass --block X[,Y,Z]")
     grid, block = _dims(args.grid, "--grid"), _dims(block, "--block")
-    values, buffers = _arguments(args.args, args.buffers, np.random.default_rng(args.seed))
+    values, buffers = _arguments(args.args, args.buffers, np.random.default_rng(args.seed), args.memory_budget)
     start = time.perf_counter()
-    results = launch(module, args.kernel, grid, block, values, args.shared_bytes, args.file)
+    limits = {"memory_budget": args.memory_budget}
+    if args.max_steps is not None:
+        limits["max_steps"] = args.max_steps
+    results = launch(module, args.kernel, grid, block, values, args.shared_bytes, args.file, **limits)
     elapsed = time.perf_counter() - start
     print(f"{args.kernel}: grid {grid}, block {block}, {args.shared_bytes} B dynamic shared memory, {elapsed:.2f} s")
     if args.save:

@@ -22,9 +22,12 @@ Device functions (`.func`, `call`, `ret`) run with per-thread return stacks and 
 (see `link` and `schedule`); recursion is refused, and a thread that calls an `.extern` function (printf's
 `vprintf`, assert's `__assertfail`) stops the run naming it.
 
-Launch checks: argument count and kinds, block against `.reqntid`/`.maxntid` (and 1024 threads), clusters
-larger than one CTA (refused), shared memory (static + `shared_bytes`) <= 227 KiB. CTAs run in batches of
-several CTAs vectorised together (`schedule`), x fastest.
+Launch checks, before anything is allocated: argument count and kinds; grid and block against the driver's
+limits (`facts.check_launch`: grid x < 2^31, y and z <= 65535, block x, y <= 1024, z <= 64, 1024 threads) and
+the entry's `.reqntid`/`.maxntid`; clusters larger than one CTA (refused); shared memory (static +
+`shared_bytes`) <= 227 KiB; the host memory the run needs (`limits.check_memory`: global memory, its copies
+and the state of a batch) within `memory_budget`. CTAs run in batches of several CTAs vectorised together
+(`schedule`), x fastest; a batch that takes more than `max_steps` steps stops, naming where each warp is.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from dataclasses import dataclass, replace
 import ml_dtypes
 import numpy as np
 
+from tessera.interpreters.limits import check_memory
 from tessera.interpreters.ptx import alu, floats, memory, schedule, sync, tensor  # noqa: F401 - registers decoders
 from tessera.interpreters.ptx.decode import Operands, decode
 from tessera.interpreters.ptx.state import (
@@ -50,7 +54,6 @@ from tessera.interpreters.ptx.tensor import TensorMapObject
 from tessera.interpreters.ptx.types import ptx_type
 from tessera.sm90 import facts
 
-MAX_THREADS_PER_BLOCK = 1024
 LANES_PER_BATCH = 2048
 """CTAs run together until a batch holds this many threads (at least one CTA)."""
 
@@ -89,6 +92,29 @@ class TensorMapArg:
                                    swizzle=facts.tensor_map_swizzle(swizzle), oob_fill=oob_fill)
         return cls(array, spec)
 
+    @classmethod
+    def strided(cls, view: np.ndarray, box: tuple[int, ...], swizzle: int = 0) -> TensorMapArg:
+        """The map of `view`, a NumPy view of a larger row-major array (a slice, rows of a padded pitch,
+        permuted outer dimensions): the launch places the whole base array in global memory (the result entry
+        is the base array after the run), globalAddress is the view's first element and globalStrides its
+        byte strides. The innermost dimension must be contiguous and every stride positive (TMA's rule)."""
+        base = view
+        while isinstance(base.base, np.ndarray):
+            base = base.base
+        if not base.flags.c_contiguous:
+            raise ValueError("the base array of a strided tensor map must be row-major contiguous")
+        if view.ndim == 0 or view.strides[-1] != view.itemsize or any(s <= 0 for s in view.strides[:-1]):
+            raise ValueError(f"a tensor map needs a contiguous innermost dimension and positive strides, got byte "
+                             f"strides {view.strides}")
+        dtype = np.dtype(view.dtype)
+        if dtype not in _NUMPY_TENSOR_MAP_TYPES:
+            raise ValueError(f"no CUtensorMapDataType for {dtype}")
+        offset = view.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+        spec = facts.TensorMapSpec(_NUMPY_TENSOR_MAP_TYPES[dtype], tuple(int(d) for d in reversed(view.shape)),
+                                   tuple(int(s) for s in reversed(view.strides[:-1])), tuple(box),
+                                   swizzle=facts.tensor_map_swizzle(swizzle))
+        return cls(base, spec, offset)
+
 
 def _triple(value, what: str) -> tuple[int, int, int]:
     values = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
@@ -99,8 +125,6 @@ def _triple(value, what: str) -> tuple[int, int, int]:
 
 def _check_block(entry, block, source) -> None:
     threads = math.prod(block)
-    if threads > MAX_THREADS_PER_BLOCK:
-        raise ValueError(f"block {block} has {threads} threads, more than {MAX_THREADS_PER_BLOCK}")
     directives = entry.directives
     if "reqntid" in directives:
         want = _triple(directives["reqntid"], ".reqntid")
@@ -166,9 +190,31 @@ def _specials(m: Machine, module_dynamic: int) -> dict[str, np.ndarray]:
     return {k: np.asarray(v).astype(np.uint64) for k, v in s.items()}
 
 
+def _host_memory(ptx: Module, entry, args: list, ctas: int, threads: int, shared_bytes: int,
+                 local_bytes: int) -> list[tuple[str, int]]:
+    """The host bytes a launch needs, in parts for `limits.check_memory`: each array (its copy in global memory,
+    the chunk it is copied from and the result), module .global/.const data, and the state of a batch of `ctas`
+    CTAs of `threads` threads (registers, local memory, return stacks and about a hundred bytes of bookkeeping
+    per thread, shared memory per CTA)."""
+    arrays = {id(a): a for a in args if isinstance(a, np.ndarray)}
+    arrays.update({id(a.array): a.array for a in args if isinstance(a, TensorMapArg) and isinstance(a.array, np.ndarray)})
+    parts = [(f"array {a.dtype}{list(a.shape)}, copied into global memory and back", 3 * a.nbytes)
+             for a in arrays.values()]
+    parts += [(f"module variable {v.name}", 2 * v.element_bytes * (v.count or 0))
+              for v in ptx.variables if v.space in ("global", "const")]
+    register_bytes = sum(t.storage.itemsize if t is not None else 8 for t in map(ptx_type, entry.registers.values()))
+    per_thread = register_bytes + max(local_bytes, 1) + 8 * max(entry.call_depth, 1) + 128
+    parts.append((f"a batch of {ctas} CTA(s) of {threads} threads (registers, shared and local memory)",
+                  ctas * (threads * per_thread + max(shared_bytes, 1))))
+    return parts
+
+
 def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int = 0,
-           source: str = "<ptx>") -> list[np.ndarray | None]:
-    """Run entry `kernel` of `ptx` over `grid` CTAs of `block` threads; see the module docstring."""
+           source: str = "<ptx>", *, max_steps: int = schedule.DEFAULT_MAX_STEPS,
+           memory_budget: int | None = None) -> list[np.ndarray | None]:
+    """Run entry `kernel` of `ptx` over `grid` CTAs of `block` threads; see the module docstring.
+    `max_steps` bounds the steps of each batch of CTAs (`schedule`); `memory_budget` the host bytes the run may
+    need (`tessera.interpreters.limits`, 8 GiB by default)."""
     if isinstance(ptx, str):
         from tessera.interpreters.ptx.parse import parse_ptx
 
@@ -177,12 +223,35 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
         raise ValueError(f"no entry named '{kernel}' (entries: {', '.join(ptx.entries) or 'none'})")
     entry = ptx.entries[kernel]
     grid, block = _triple(grid, "grid"), _triple(block, "block")
+    if isinstance(shared_bytes, bool) or not isinstance(shared_bytes, (int, np.integer)) or shared_bytes < 0:
+        raise ValueError(f"shared_bytes must be an integer >= 0, got {shared_bytes!r}")
+    facts.check_launch(grid, block, int(shared_bytes))
     _check_block(entry, block, source)
+    scheduler_steps = schedule.Scheduler.check_max_steps(max_steps)
     args = list(args)
     if len(args) != len(entry.params):
         raise ValueError(f"entry {kernel} has {len(entry.params)} parameters, got {len(args)} arguments")
-    if shared_bytes < 0:
-        raise ValueError(f"shared_bytes must be >= 0, got {shared_bytes}")
+
+    # host memory: the arrays' copies in global memory and the results, module data, one batch's state
+    shared_variables = [v for v in ptx.variables if v.space == "shared"] + \
+                       [v for v in entry.variables if v.space == "shared"]
+    shared = layout_shared(shared_variables, shared_bytes)
+    if shared.total_bytes > facts.MAX_SHARED_MEMORY_PER_BLOCK:
+        raise ValueError(f"shared memory of {shared.total_bytes} bytes ({shared.static_bytes} static + "
+                         f"{shared_bytes} dynamic, with alignment) exceeds the {facts.MAX_SHARED_MEMORY_PER_BLOCK} "
+                         "bytes of a CTA")
+    local_offsets, local_end = {}, 0
+    for v in entry.variables:  # .local variables, and the .param variables of functions and call sites
+        if v.space in ("local", "param"):
+            align = max(v.align, v.element_bytes)
+            local_end = -(-local_end // align) * align
+            local_offsets[v.name] = local_end
+            local_end += v.element_bytes * (v.count or 0)
+    total = math.prod(grid)
+    threads = math.prod(block)
+    per_batch = max(1, min(total, LANES_PER_BATCH // threads))
+    check_memory(f"the launch of {kernel}", _host_memory(ptx, entry, args, per_batch, threads, shared.total_bytes,
+                                                         local_end), memory_budget)
 
     # global memory: the arrays (once each), then module .global/.const data
     memory_ = GlobalMemory()
@@ -260,36 +329,16 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
             params.extend(_scalar_bytes(param, value, i))
     params_array = np.frombuffer(bytes(params) or b"\0", np.uint8).copy()
 
-    # shared and local memory
-    shared_variables = [v for v in ptx.variables if v.space == "shared"] + \
-                       [v for v in entry.variables if v.space == "shared"]
-    shared = layout_shared(shared_variables, shared_bytes)
-    if shared.total_bytes > facts.MAX_SHARED_MEMORY_PER_BLOCK:
-        raise ValueError(f"shared memory of {shared.total_bytes} bytes ({shared.static_bytes} static + "
-                         f"{shared_bytes} dynamic, with alignment) exceeds the {facts.MAX_SHARED_MEMORY_PER_BLOCK} "
-                         "bytes of a CTA")
-    local_offsets, local_end = {}, 0
-    for v in entry.variables:  # .local variables, and the .param variables of functions and call sites
-        if v.space in ("local", "param"):
-            align = max(v.align, v.element_bytes)
-            local_end = -(-local_end // align) * align
-            local_offsets[v.name] = local_end
-            local_end += v.element_bytes * (v.count or 0)
-
-    total = math.prod(grid)
-    threads = math.prod(block)
-    per_batch = max(1, min(total, LANES_PER_BATCH // threads))
     machine = Machine(entry, source, block, per_batch, shared, local_offsets, local_end, memory_, params_array,
                       param_offsets, global_symbols, grid)
     machine.tensor_maps = maps
     specials = _specials(machine, shared_bytes)
     ops = Operands(machine, specials)
     steps = [decode(ops, inst) for inst in entry.instructions]
-    scheduler = schedule.Scheduler(machine, steps, ops)
+    scheduler = schedule.Scheduler(machine, steps, ops, scheduler_steps)
     gx, gy, _ = grid
-    ids = [(i % gx, i // gx % gy, i // (gx * gy)) for i in range(total)]
     for start in range(0, total, per_batch):
-        machine.load_batch(ids[start:start + per_batch])
+        machine.load_batch([(i % gx, i // gx % gy, i // (gx * gy)) for i in range(start, min(start + per_batch, total))])
         for i, axis in enumerate("xyz"):
             specials[f"%ctaid.{axis}"][:] = machine.ctaid[machine.lane_cta, i]
         scheduler.run()
@@ -309,20 +358,27 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
 
 
 def launch_described(ptx: str | Module, host, arrays: list[np.ndarray], sizes: dict[str, int],
-                     source: str = "<ptx>") -> None:
+                     source: str = "<ptx>", *, max_steps: int = schedule.DEFAULT_MAX_STEPS,
+                     memory_budget: int | None = None) -> None:
     """Run a Tessera kernel from its PTX as `tessera.host.describe` says to launch it: `arrays` are the
-    Tile-level arguments (inputs, outputs, scratch, as `prepare_arguments` makes them), `sizes` the named
-    sizes. Outputs are written back into `arrays`."""
+    Tile-level arguments (inputs, outputs, scratch, as `prepare_arguments` makes them; an input read through a
+    tensor map may be a strided view, see `TensorMapArg.strided`), `sizes` the named sizes. Outputs are
+    written back into `arrays`. `max_steps` and `memory_budget` as for `launch`."""
     maps = host.tensor_maps(sizes)
     args = []
     for param in host.params:
         if param.kind == "tensormap":
-            args.append(TensorMapArg(arrays[param.source], maps[param.name]))
+            array, spec = arrays[param.source], maps[param.name]
+            if array.flags.c_contiguous:
+                args.append(TensorMapArg(array, spec))
+            else:  # a view: the map follows its strides (globalStrides), over its base array
+                args.append(TensorMapArg.strided(array, spec.box_dims, facts.tensor_map_swizzle_bytes(spec.swizzle)))
         elif param.kind == "pointer":
             args.append(arrays[param.source])
         else:
             args.append(np.uint32(sizes[param.size]))
-    results = launch(ptx, host.kernel, host.grid(sizes), host.block, args, host.dynamic_smem_bytes, source)
+    results = launch(ptx, host.kernel, host.grid(sizes), host.block, args, host.dynamic_smem_bytes, source,
+                     max_steps=max_steps, memory_budget=memory_budget)
     for param, result in zip(host.params, results):
         if param.kind == "pointer":
             arrays[param.source][...] = result

@@ -17,6 +17,11 @@ synchronisation progress in between (no barrier completion, no mbarrier arrival)
 
 Deadlock: when no lane can run and some have not exited, `run` raises `PtxExecutionError` naming each group
 of blocked lanes, what they wait for, and the line.
+
+Step budget: a *step* issues one instruction for every running lane at the same pc, so no thread executes
+more instructions than its batch takes steps. A batch that takes more than `max_steps` steps (a loop that never
+ends, a spin wait on memory nothing writes) stops with `PtxExecutionError` naming where each warp is: the
+function, the line and the instruction.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import numpy as np
 from tessera.interpreters.ptx.decode import ALL, Operands, Step, guard_reader, label_index, opcode
 from tessera.interpreters.ptx.state import BAR, COLL, EXITED, PARK, RUN, STATUS_NAMES, Machine, fail
 from tessera.interpreters.ptx.syntax import Symbol
+from tessera.sm90 import facts
 
 
 # region control instructions
@@ -170,23 +176,40 @@ def decode_trap(ops: Operands, inst, mods):
 # endregion
 
 
-class Scheduler:
-    """Runs the decoded `steps` of a machine until every lane has exited."""
+DEFAULT_MAX_STEPS = 1_000_000
+"""Steps one batch of CTAs may take by default: the largest kernel of the test suite takes under 7,000 per
+batch (three-pass attention at head_dim 128 from its PTX), and an endless loop stops within a minute."""
 
-    def __init__(self, machine: Machine, steps: list[Step], ops: Operands):
+
+class Scheduler:
+    """Runs the decoded `steps` of a machine until every lane has exited, or until a batch has taken
+    `max_steps` steps (see the module docstring)."""
+
+    def __init__(self, machine: Machine, steps: list[Step], ops: Operands, max_steps: int = DEFAULT_MAX_STEPS):
         self.m = machine
         self.steps = steps
         self.guards = [guard_reader(ops, s.inst) for s in steps]
         self.forced_epoch = None
         self.executed = 0
+        self.max_steps = self.check_max_steps(max_steps)
+
+    @staticmethod
+    def check_max_steps(max_steps) -> int:
+        """`max_steps` as an int; ValueError unless it is a positive integer."""
+        if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
+            raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
+        return int(max_steps)
 
     def run(self) -> None:
         m, steps, guards = self.m, self.steps, self.guards
         end = len(steps)
         big = np.iinfo(np.int64).max
         all_lanes = m.lane_ids
+        limit = self.executed + self.max_steps
         with np.errstate(all="ignore"):
             while True:
+                if self.executed >= limit:
+                    raise self.out_of_steps()
                 running = m.status == RUN
                 if not running.any():
                     if self._stalled():
@@ -259,6 +282,38 @@ class Scheduler:
             m.park_test[testing] = False
             return False
         raise self.deadlock()
+
+    def function_at(self, pc: int) -> str:
+        """The name of the function (or entry) whose linked instructions hold `pc`."""
+        name, start = self.m.entry.name, 0
+        for function in self.m.entry.functions.values():
+            if start <= function.start <= pc:
+                name, start = function.name, function.start
+        return name
+
+    def out_of_steps(self):
+        """The error for a batch past its step budget: each warp with a thread that has not exited, grouped by
+        where its threads are (function, line, instruction, and what they wait for)."""
+        m = self.m
+        warps_per_cta = -(-m.threads // facts.WARP_SIZE)
+        groups: dict[tuple, list[str]] = {}
+        for warp in np.unique(m.unit_of[facts.WARP_SIZE][m.status != EXITED]):
+            lanes = np.flatnonzero((m.unit_of[facts.WARP_SIZE] == warp) & (m.status != EXITED))
+            for pc in np.unique(m.pc[lanes]):
+                at = lanes[m.pc[lanes] == pc]
+                status = int(m.status[at[0]])
+                c = m.ctaid[m.lane_cta[at[0]]]
+                groups.setdefault((int(pc), status), []).append(
+                    f"warp {int(warp) % warps_per_cta} of CTA ({c[0]}, {c[1]}, {c[2]})" +
+                    ("" if len(at) == facts.WARP_SIZE else f" ({len(at)} threads)"))
+        lines = []
+        for (pc, status), warps in sorted(groups.items()):
+            inst = self.steps[pc].inst if pc < len(self.steps) else None
+            where = f"line {inst.line} ({inst.name}) in {self.function_at(pc)}" if inst is not None else "the end"
+            shown = ", ".join(warps[:4]) + (f" and {len(warps) - 4} more warp(s)" if len(warps) > 4 else "")
+            lines.append(f"  {shown}: {STATUS_NAMES[status]} at {where}")
+        return fail(m.source, None, f"the run stopped after {self.max_steps} steps (max_steps; a loop that never "
+                                    "ends?), where each warp is:\n" + "\n".join(lines))
 
     def deadlock(self):
         m = self.m

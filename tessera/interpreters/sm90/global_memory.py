@@ -1,5 +1,5 @@
-"""Global memory as the CTA simulator sees it: the kernel's tensors (NumPy arrays, row-major contiguous) at
-made-up 64-bit addresses.
+"""Global memory as the CTA simulator sees it: the kernel's tensors (NumPy arrays, row-major contiguous where a
+pointer reaches them) at made-up 64-bit addresses.
 
 Tensor k of the Tile-level argument list starts at `(k + 1) << 40`, so a pointer plus a byte offset maps back to
 one tensor and one byte in it. `ld_global`/`st_global` move 32-bit words; an access outside every tensor, or
@@ -24,12 +24,19 @@ TENSOR_SPACING_BITS = 40
 
 class GlobalMemory:
     def __init__(self, arrays: list[np.ndarray], names: list[str]):
-        for name, array in zip(names, arrays):
-            if not array.flags.c_contiguous:
-                raise ValueError(f"argument {name}: global tensors must be row-major contiguous")
+        """`arrays` in argument order. A strided view (read through a tensor map only) has no pointer window:
+        `address` refuses it."""
         self.arrays = arrays
         self.names = names
-        self._bytes = [array.reshape(-1).view(np.uint8) for array in arrays]
+        self._bytes = [array.reshape(-1).view(np.uint8) if array.flags.c_contiguous else np.zeros(0, np.uint8)
+                       for array in arrays]
+
+    def pointer(self, index: int) -> int:
+        """The address of tensor `index` for a pointer argument; ValueError for a strided view."""
+        if not self.arrays[index].flags.c_contiguous:
+            raise ValueError(f"tensor {self.names[index]} is passed by pointer, so it must be row-major contiguous "
+                             f"(byte strides {self.arrays[index].strides}); only tensor maps take strided views")
+        return self.address(index)
 
     @staticmethod
     def address(index: int) -> int:

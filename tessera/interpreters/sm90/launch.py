@@ -165,7 +165,11 @@ def _argument_values(kernel: TargetKernel, arrays: Sequence[np.ndarray], sizes: 
                 raise ValueError(f"{where}: tensor {arg.source} has shape {array.shape}, but tile.dims {arg.dims} "
                                  f"gives {shape}")
         if arg.kind == "pointer":
-            values.append(full(IntegerType(64), kernel.threads, memory.address(arg.source)))
+            try:
+                address = memory.pointer(arg.source)
+            except ValueError as error:
+                raise ValueError(f"{where}: {error}") from None
+            values.append(full(IntegerType(64), kernel.threads, address))
         else:
             try:
                 values.append(TensorMap.encode(arg.name, array, arg.box, arg.swizzle))
@@ -210,7 +214,8 @@ def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], siz
                       allocation=None, listeners=None) -> None:
     """Run every CTA of the target kernel `func_op` on the Tile-level argument arrays (inputs, outputs,
     scratch), writing outputs into them. Raises ValueError for a bad launch and KernelHazardError (or its
-    subclass DeadlockError) naming the op and thread of a hazard. With a register `allocation`
+    subclass DeadlockError) naming the op and thread of a hazard; a grid, a thread count or dynamic shared memory
+    past the driver's launch limits is refused before any CTA runs. With a register `allocation`
     (`tessera.regalloc`), every operand is also checked against the register file it implies. `listeners`
     (optional) makes extra interpreter listeners for each CTA: `listeners(cta_state)`."""
     kernel = target_kernel(func_op)
@@ -218,10 +223,15 @@ def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], siz
     for arg in kernel.args:
         if arg.source is not None and 0 <= arg.source < len(names):
             names[arg.source] = f"%{arg.name}"
+    grid = kernel.grid_size(sizes)
+    try:
+        facts.check_launch(grid, (kernel.threads,), kernel.smem_bytes)
+    except ValueError as error:
+        raise ValueError(f"@{kernel.name}: {error}") from None
     memory = GlobalMemory(list(arguments), names)
     values = _argument_values(kernel, arguments, sizes, memory)
     module = _module_of(func_op)
-    gx, gy, gz = grid = kernel.grid_size(sizes)
+    gx, gy, gz = grid
     for linear in range(gx * gy * gz):
         run_cta(kernel, module, values, memory, (linear % gx, (linear // gx) % gy, linear // (gx * gy)), grid,
                 allocation, listeners)

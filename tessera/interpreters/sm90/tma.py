@@ -1,8 +1,8 @@
 """Tensor maps and TMA bulk tensor copies in the CTA simulator.
 
 A `TensorMap` is what the host would encode with cuTensorMapEncodeTiled for a kernel argument: the global
-tensor (a row-major NumPy array; its dimensions innermost first are `reversed(shape)`), the box and the
-swizzle. `facts.TensorMapSpec.validate` refuses what the driver refuses (e.g. a box whose inner row is wider
+tensor (a NumPy array, row-major or a strided view with a contiguous innermost dimension; its dimensions
+innermost first are `reversed(shape)`, its byte strides the map's globalStrides), the box and the swizzle. `facts.TensorMapSpec.validate` refuses what the driver refuses (e.g. a box whose inner row is wider
 than the swizzle span, or row strides that are not multiples of 16 bytes).
 
 `sm90.tma_load` reads the box at the given coordinates (elements outside the tensor read as zero, the
@@ -45,42 +45,56 @@ _DATA_TYPES = {
 
 @dataclass(frozen=True, eq=False)
 class TensorMap:
-    """A `!sm90.tensormap` kernel argument."""
+    """A `!sm90.tensormap` kernel argument: the encode arguments `spec` and the global bytes it spans, `memory`
+    (byte 0 = the tensor's first element, the map's globalAddress)."""
 
     name: str
     array: np.ndarray
     spec: facts.TensorMapSpec
     swizzle: int
+    memory: np.ndarray
 
     @classmethod
     def encode(cls, name: str, array: np.ndarray, box: tuple[int, ...], swizzle: int) -> TensorMap:
-        """The map of row-major `array` with `box` (innermost first); ValueError names a broken encode rule."""
+        """The map of `array` with `box` (innermost first): a row-major array, or a view of a larger one (rows
+        of a padded pitch, a slice, transposed outer dimensions) whose innermost dimension is contiguous,
+        encoded with the view's byte strides as cuTensorMapEncodeTiled's globalStrides. ValueError names a
+        broken encode rule."""
         if array.dtype not in _DATA_TYPES:
             raise ValueError(f"tensor map {name}: no CUtensorMapDataType for elements of {array.dtype}")
-        if not array.flags.c_contiguous:
-            raise ValueError(f"tensor map {name}: the global tensor must be row-major contiguous")
+        if array.ndim == 0:
+            raise ValueError(f"tensor map {name}: the global tensor needs at least one dimension")
         dims = tuple(reversed(array.shape))
         e = array.dtype.itemsize
-        strides = tuple(math.prod(dims[:i]) * e for i in range(1, len(dims)))
+        if array.flags.c_contiguous:
+            strides = tuple(math.prod(dims[:i]) * e for i in range(1, len(dims)))
+        else:
+            if array.strides[-1] != e or any(s < 0 for s in array.strides):
+                raise ValueError(f"tensor map {name}: the global tensor's innermost dimension must be contiguous "
+                                 f"and its strides positive (byte strides {array.strides})")
+            strides = tuple(reversed(array.strides[:-1]))
         spec = facts.TensorMapSpec(_DATA_TYPES[array.dtype], dims, strides, tuple(box),
                                    swizzle=facts.tensor_map_swizzle(swizzle))
         spec.validate()
-        return cls(name, array, spec, swizzle)
+        span = e + sum((d - 1) * s for d, s in zip(dims, (e,) + strides))
+        memory = np.lib.stride_tricks.as_strided(array.view(np.uint8), shape=(span,), strides=(1,), writeable=False)
+        return cls(name, array, spec, swizzle, memory)
 
     def read_box(self, coords: list[int]) -> np.ndarray:
         """The bytes of the box at element coordinates `coords` (innermost first), zero outside the tensor,
-        in shared-memory order (innermost dimension contiguous)."""
-        axes, valid = [], None
-        for axis, size in enumerate(self.array.shape):
-            dim = self.array.ndim - 1 - axis
-            index = coords[dim] + np.arange(self.spec.box_dims[dim])
-            inside = (index >= 0) & (index < size)
-            axes.append(np.clip(index, 0, size - 1))
-            shape = [1] * self.array.ndim
-            shape[axis] = -1
-            valid = inside.reshape(shape) if valid is None else valid & inside.reshape(shape)
-        box = np.where(valid, self.array[np.ix_(*axes)], np.zeros((), self.array.dtype))
-        return np.ascontiguousarray(box).view(np.uint8).reshape(-1)
+        in shared-memory order (innermost dimension contiguous): element (c0 + i0, c1 + i1, ...) is read at
+        byte (c0 + i0) * element bytes + sum (ck + ik) * globalStrides[k - 1] of the map."""
+        spec = self.spec
+        e = spec.element_bytes
+        byte_strides = (e,) + tuple(spec.global_strides)
+        offsets, valid = np.zeros((), np.int64), np.ones((), bool)
+        for dim in reversed(range(spec.rank)):
+            index = coords[dim] + np.arange(spec.box_dims[dim], dtype=np.int64)
+            inside = (index >= 0) & (index < spec.global_dims[dim])
+            offsets = offsets[..., None] + np.where(inside, index, 0) * byte_strides[dim]
+            valid = valid[..., None] & inside
+        data = self.memory[offsets.reshape(-1)[:, None] + np.arange(e)]
+        return np.where(valid.reshape(-1)[:, None], data, 0).astype(np.uint8).reshape(-1)
 
 
 @dataclass(eq=False)
