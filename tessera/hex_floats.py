@@ -15,8 +15,9 @@ bf16, f32, f64 and the small float types (tf32, f8/f6/f4 variants), splat or not
 - a hex literal with a minus sign, or wider than the type, is refused at the literal, with MLIR's words
   ("hexadecimal float literal should not have a leading minus", "... out of range for type");
 - a decimal integer in a float dense array is refused as in MLIR (xDSL accepts only float literals there);
-- attributes of f80 and f128, which xDSL parses but cannot encode or print (an empty NotImplementedError
-  when the module is printed), are refused at the literal, naming the type.
+- attributes of f80 and f128 (or of complex numbers of them), which xDSL parses but cannot encode or print
+  (an empty NotImplementedError when the module is parsed or printed), are refused at the literal, naming
+  the type.
 
 Dense literals of integer, index or complex element type, and `dense<"0x...">` hex strings (raw bytes, which
 xDSL reads correctly), are left to xDSL.
@@ -29,6 +30,7 @@ import re
 from xdsl.dialects.builtin import (
     AnyFloat,
     BytesAttr,
+    ComplexType,
     DenseArrayBase,
     DenseIntOrFPElementsAttr,
     Float80Type,
@@ -81,9 +83,11 @@ class HexFloatLiterals(AttrParser):
         return bits.to_bytes(type.compile_time_size, "little")
 
     def _require_storable(self, type: Attribute, span: Span) -> None:
-        if isinstance(type, UNSTORABLE_FLOAT_TYPES):
-            self.raise_error(f"float attributes of type {type.name} are not supported: xDSL 0.74 cannot encode "
-                             f"or print {type.name} values (use f16, bf16, f32 or f64)", span)
+        """Refuse an attribute whose elements are (or are complex numbers of) a float type xDSL cannot encode."""
+        element = type.element_type if isinstance(type, ComplexType) else type
+        if isinstance(element, UNSTORABLE_FLOAT_TYPES):
+            self.raise_error(f"float attributes of type {element.name} are not supported: xDSL 0.74 cannot encode "
+                             f"or print {element.name} values (use f16, bf16, f32 or f64)", span)
 
     def _span_from(self, start: Position) -> Span:
         """The text from `start` up to the last token consumed (without the blanks before the next one)."""

@@ -140,6 +140,7 @@ def test_hex_literals_mlir_refuses_are_refused_at_the_literal(text, message, col
     ("dense<[1.0, 2.0]> : vector<2xf80>", "f80"),
     ('dense<"0x0000">: tensor<1xf80>', "f80"),
     ("array<f128: 1.0>", "f128"),
+    ("dense<(1.0, 2.0)> : tensor<2xcomplex<f80>>", "f80"),
 ])
 def test_float_attributes_xdsl_cannot_print_are_refused(text, type_name):
     """xDSL 0.74 parses these but fails to store or print them with an empty NotImplementedError."""
