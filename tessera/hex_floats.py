@@ -40,12 +40,26 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute
 from xdsl.parser import AttrParser
 from xdsl.utils.lexer import Position, Span
+from xdsl.utils.mlir_lexer import MLIRTokenKind
 
 _HEX_LITERAL = re.compile(r"(-?)\s*(0[xX][0-9a-fA-F]+)")
 """A hex integer literal as the lexer reads it (`0x` then hex digits), with the optional minus in front."""
 
 UNSTORABLE_FLOAT_TYPES = (Float80Type, Float128Type)
 """Float types whose values xDSL 0.74 cannot encode (no byte format): attributes of them are refused."""
+
+
+def parse_optional_hex_float(parser: AttrParser, type: AnyFloat) -> float | None:
+    """For an op's custom syntax that reads a float of `type` itself (`tile.fill 0xff800000 : ...`): if the
+    next token is a hex integer literal, consume it and return the `type` value whose bit pattern it is (a
+    ParseError if it is wider than `type`); else None and nothing is consumed."""
+    token = parser._current_token
+    if token.kind != MLIRTokenKind.INTEGER_LIT or token.text[:2] not in ("0x", "0X"):
+        return None
+    bits = parser.parse_integer(allow_negative=False)
+    if bits >> type.bitwidth:
+        parser.raise_error(f"hexadecimal float constant out of range for type {type.name}", token.span)
+    return next(type.iter_unpack(bits.to_bytes(type.compile_time_size, "little")))
 
 
 def _is_hex(span: Span) -> bool:

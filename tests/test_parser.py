@@ -130,6 +130,22 @@ def test_hex_literals_mlir_refuses_are_refused_at_the_literal(text, message, col
     assert str(error.value).startswith(f"attr.mlir:1:{column}\n")
 
 
+def fill_value(literal: str) -> float:
+    module = parse_module(f"func.func @f() {{\n  %0 = tile.fill {literal} : !tile.tile<16xf32, register>\n"
+                          "  func.return\n}\n", "fill.mlir")
+    return next(op for op in module.walk() if op.name == "tile.fill").value.value.data
+
+
+def test_tile_fill_reads_a_hex_literal_as_f32_bits():
+    assert fill_value("0xff800000") == float("-inf")
+    assert fill_value("0x3F800000") == 1.0
+    assert fill_value("-inf") == float("-inf") and fill_value("2.5") == 2.5
+    with pytest.raises(ParseError, match="should not have a leading minus"):
+        fill_value("-0x3f800000")
+    with pytest.raises(ParseError, match="out of range for type f32"):
+        fill_value("0x1ffffffff")
+
+
 # endregion
 # region Float types xDSL cannot encode
 
