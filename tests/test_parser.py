@@ -51,8 +51,9 @@ def test_a_hex_splat_is_the_bit_pattern(type_name, dtype, shaped):
         bits = bits_of(value, dtype)
         attr = parse_attribute(f"dense<0x{bits:X}> : {shape}")
         assert isinstance(attr, DenseIntOrFPElementsAttr)
-        assert attr.data.data == np.full(3, value, dtype).tobytes(), (value, shape)
-        np.testing.assert_array_equal(np.array(attr.get_values(), np.float64), np.full(3, value, dtype).astype(np.float64))
+        expected = np.full(3, value, dtype)
+        assert attr.data.data == expected.tobytes(), (value, shape)
+        np.testing.assert_array_equal(np.array(attr.get_values(), np.float64), expected.astype(np.float64))
 
 
 @pytest.mark.parametrize("type_name, dtype", FLOAT_TYPES)
