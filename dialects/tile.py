@@ -57,6 +57,7 @@ from tessera.dialects.tile_types import (
     is_float,
     is_half,
 )
+from tessera.hex_floats import parse_optional_hex_float
 
 TILE = base(TileType)
 
@@ -641,7 +642,8 @@ class ReshapeOp(IRDLOperation):
 
 @irdl_op_definition
 class FillOp(IRDLOperation):
-    """`%r = tile.fill -inf : type`: a register tile with every element equal to `value`."""
+    """`%r = tile.fill -inf : type`: a register tile with every element equal to `value` (written as a number,
+    `inf`/`-inf`, or, as in MLIR float attributes, a hex literal that is the f32 bit pattern: `0xff800000`)."""
 
     name = "tile.fill"
     value = prop_def(FloatAttr[Float32Type])
@@ -665,9 +667,14 @@ class FillOp(IRDLOperation):
 
     @classmethod
     def parse(cls, parser: Parser) -> FillOp:
+        start = parser.pos
         negative = parser.parse_optional_punctuation("-") is not None
         if parser.parse_optional_keyword("inf"):
             value = float("inf")
+        elif (bits := parse_optional_hex_float(parser, Float32Type())) is not None:  # f32 bits, as in MLIR
+            if negative:
+                parser.raise_error("hexadecimal float literal should not have a leading minus", start, parser.pos)
+            value = bits
         else:
             value = float(parser.parse_number(context_msg=" (the fill value, or inf)"))
         attributes = parser.parse_optional_attr_dict()

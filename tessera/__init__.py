@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
-from tessera.ir import parse_module, print_module
+from tessera.ir import parse_module, print_module, verify
 # `kernels` is imported under another name: importing the subpackage `tessera.kernels` rebinds the
 # package attribute `kernels`, which would replace a function of that name here.
 from tessera.kernel_abi import KernelSignature, signature
@@ -54,9 +54,11 @@ def compile(module: ModuleOp, target: str = "ptx", pipeline: str | None = None):
 
     target "target": the register-allocated Target IR module; "ptx": the PTX text (printed with the
     allocated registers); "cubin": a `tessera.toolchain.PtxasResult` (ptxas -arch=sm_90a -v: resources,
-    warnings, and the cubin bytes). Raises a DiagnosticException for what a pass or ptxas refuses."""
+    warnings, and the cubin bytes). The module is verified first (`tessera.ir.verify`). Raises a
+    DiagnosticException for what the verifier, a pass or ptxas refuses."""
     if target not in TARGETS:
         raise ValueError(f"unknown compile target '{target}' (available: {', '.join(TARGETS)})")
+    verify(module)
     from tessera.passes import PTX_PIPELINE, apply_pipeline
     from tessera.ptx.module import print_ptx
     from tessera.ptx.target import allocated_registers
@@ -96,9 +98,11 @@ def interpret(
     IR, e.g. "assign-swizzle,pipeline-loops{stages=3}"). Inputs are given in argument order (attention: Q, K, V as [batch, heads, seq, head_dim]; GEMM: A, B) and
     converted to the kernel's element types (float inputs are rounded to bf16/f16 as the kernel would read
     them). Named sizes in `sizes` are checked against the inputs. Returns the output (or a tuple of outputs)
-    in the output argument's element type."""
+    in the output argument's element type. The module is verified first (`tessera.ir.verify`: dominance,
+    ops, kernel ABI), so that malformed IR is a VerifyException, not a crash of the interpreter."""
     if level not in LEVELS:
         raise ValueError(f"unknown interpreter level '{level}' (available: {', '.join(LEVELS)})")
+    verify(module)
     from tessera.interpreters.launch import prepare_arguments, run_grid
 
     sig = find_kernel(module, kernel)

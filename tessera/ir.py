@@ -1,16 +1,19 @@
-"""Building an xDSL context that knows Tessera's dialects, and parsing/printing modules with it."""
+"""Building an xDSL context that knows Tessera's dialects, and parsing, verifying and printing modules with it."""
 
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping
 
 from xdsl.context import Context
 from xdsl.dialects import arith, builtin, func, math, scf, vector
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.parser import Parser
+from xdsl.ir import Operation, SSAValue
 from xdsl.printer import Printer
 
+from tessera.dominance import verify_dominance
 from tessera.kernel_abi import verify_kernels
+from tessera.parser import TesseraParser
 
 
 def make_context() -> Context:
@@ -24,15 +27,29 @@ def make_context() -> Context:
     return ctx
 
 
-def parse_module(text: str, name: str = "<string>") -> ModuleOp:
-    """Parse and verify a module (ops, then kernel signatures). Raises ParseError or VerifyException."""
-    module = Parser(make_context(), text, name).parse_module()
+def verify(module: Operation, names: Mapping[SSAValue, str] | None = None) -> None:
+    """Tessera's verification of a module, which every entry point runs on its input: SSA dominance (which
+    xDSL does not check; `tessera.dominance`), then the op verifiers, then the kernel ABI
+    (`tessera.kernel_abi`). Raises a VerifyException (DiagnosticException) for the first violation. `names`:
+    the values' names in the source (`TesseraParser.value_names`), for the diagnostics."""
+    # dominance first: it needs only the IR's structure, and says more than xDSL's isolated-from-above check
+    verify_dominance(module, names)
     module.verify()
     verify_kernels(module)
+
+
+def parse_module(text: str, name: str = "<string>") -> ModuleOp:
+    """Parse (with `tessera.parser.TesseraParser`) and verify (`verify`) a module. Raises ParseError or
+    VerifyException."""
+    parser = TesseraParser(make_context(), text, name)
+    module = parser.parse_module()
+    verify(module, parser.value_names)
     return module
 
 
 def print_module(module: ModuleOp, generic: bool = False) -> str:
+    """The module as MLIR text (custom syntax, or generic with `generic=True`), ending in a newline;
+    `parse_module` reads it back to an equal module."""
     stream = io.StringIO()
     Printer(stream=stream, print_generic_format=generic).print_op(module)
     stream.write("\n")

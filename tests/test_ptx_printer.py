@@ -26,11 +26,11 @@ import numpy as np
 import pytest
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.parser import Parser
 
 from tessera import passes, toolchain
 from tessera.interpreters.sm90 import run_target_kernel
 from tessera.ir import make_context
+from tessera.parser import TesseraParser
 from tessera.ptx import PtxPrintError, PtxTarget, print_ptx, register
 from tessera.ptx.machine import descriptor_of_address
 from tessera.sm90 import facts
@@ -288,7 +288,7 @@ class PtxThread:
 
 
 def _module(text: str) -> ModuleOp:
-    module = Parser(make_context(), text).parse_module()
+    module = TesseraParser(make_context(), text).parse_module()
     module.verify()
     return module
 

@@ -22,41 +22,17 @@ from importlib.metadata import version
 from typing import IO
 
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.parser import Parser
-from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError, VerifyException
-from xdsl.utils.lexer import Span
+from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError
 from xdsl.xdsl_opt_main import xDSLOptMain
 
+from tessera.dominance import verify_dominance
+from tessera.ir import verify
 from tessera.kernel_abi import verify_kernels
+from tessera.parser import TesseraParser
 
 
 class UsageError(Exception):
     """A mistake on the command line or in the files it names (not in the IR): reported without a traceback."""
-
-
-class _LocatedVerifyException(VerifyException):
-    """A VerifyException whose message already shows where in the input it happened."""
-
-
-class _LocatingParser(Parser):
-    """A parser that gives a type or attribute failing its verifier while being parsed (`!tile.tile<4x4xf32,
-    register, swizzle 64>`) the source location of its body; xDSL reports such errors without one."""
-
-    def __init__(self, *args, line_offset: int = 0, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.line_offset = line_offset
-
-    def _parse_dialect_type_or_attribute_body(self, *args, **kwargs):  # private in xDSL 0.74 (pinned)
-        start = self.pos
-        try:
-            return super()._parse_dialect_type_or_attribute_body(*args, **kwargs)
-        except _LocatedVerifyException:
-            raise
-        except VerifyException as e:
-            # `start` is the body's `<`; span it up to the matching `>`
-            end = self._raw_scan_balanced(start + 1) + 1 if self.lexer.input.content[start] == "<" else start + 1
-            span = Span(start, end, self.lexer.input, self.line_offset)
-            raise _LocatedVerifyException(span.print_with_context(str(e)).rstrip("\n")) from e
 
 
 class TesseraOptMain(xDSLOptMain):
@@ -130,22 +106,22 @@ class TesseraOptMain(xDSLOptMain):
             raise UsageError(f"cannot write '{self.args.output_file}': {e.strerror or e}") from e
 
     def parse_chunk(self, chunk: IO[bytes], file_extension: str, start_offset: int = 0) -> ModuleOp | None:
-        # Replaces xDSL's "mlir" frontend (the only one): an input of only comments and blanks is an empty
-        # module, as in mlir-opt, and types failing their verifier are located (see _LocatingParser).
+        # Replaces xDSL's "mlir" frontend (the only one) by Tessera's parser (tessera.parser): an input of only
+        # comments and blanks is an empty module, as in mlir-opt.
         try:
             text = chunk.read().decode()
         except UnicodeDecodeError as e:
             raise UsageError(f"{self.get_input_name()} is not UTF-8 text ({e.reason} at byte {e.start})") from e
         implicit_module = not self.args.no_implicit_module
+        names = {}
         if implicit_module and all(not line.strip() or line.lstrip().startswith("//") for line in text.splitlines()):
             module = ModuleOp([])
         else:
-            parser = _LocatingParser(self.ctx, text, self.get_input_name(), line_offset=start_offset)
+            parser = TesseraParser(self.ctx, text, self.get_input_name(), line_offset=start_offset)
             module = parser.parse_module(implicit_module)
+            names = parser.value_names
         if not self.args.disable_verify:
-            # op verifiers first, as the kernel checks assume well-formed ops (the pipeline verifies ops once more)
-            module.verify()
-            verify_kernels(module)
+            verify(module, names)  # dominance, ops, kernel ABI (the pipeline verifies ops once more)
         return module
 
     def apply_passes(self, prog: ModuleOp) -> None:
@@ -153,6 +129,7 @@ class TesseraOptMain(xDSLOptMain):
             self.validate(prog)
         super().apply_passes(prog)
         if self.pipeline.passes and not self.args.disable_verify:
+            verify_dominance(prog)
             verify_kernels(prog)
 
 

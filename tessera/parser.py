@@ -1,0 +1,103 @@
+"""`TesseraParser`: the one MLIR parser of Tessera (`tessera.parse_module`, `tessera-opt`, `tessera-run`).
+
+It is xDSL 0.74's `Parser` with what Tessera needs of a parser on top, each part in its own module:
+
+- the lexer lexes in time linear in the input (`tessera.lexer`: xDSL's string rule backtracks exponentially
+  on an unterminated string);
+- hex float literals are bit patterns, as in MLIR, in dense and array attributes too (`tessera.hex_floats`:
+  xDSL misreads them, so printed Target IR did not survive being read back);
+- every op it parses gets the `FileLineColLoc` of its first token, unless the text gives a `loc(...)`, so
+  that the verifiers that run after parsing (dominance, kernel ABI) can say where (xDSL records none), and
+  `value_names` keeps the name each value has in the text (`%0`, `%acc#1`), for their diagnostics;
+- a value used but defined nowhere in scope is reported at its first use, not at the end of the input;
+- a type or attribute that fails its verifier while being parsed (`!tile.tile<4x4xf32, register,
+  swizzle 64>`) is reported at its body in the source; xDSL reports such errors without a location.
+
+`line_offset` is the number of lines before the text in its file (a chunk of `--split-input-file`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import FileLineColLoc, IntAttr, StringAttr, UnknownLoc
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation, SSAValue
+from xdsl.parser import Parser
+from xdsl.parser.core import UnresolvedOperand
+from xdsl.parser.generic_parser import ParserState
+from xdsl.utils.exceptions import ParseError, VerifyException
+from xdsl.utils.lexer import Input, Span
+
+from tessera.hex_floats import HexFloatLiterals
+from tessera.lexer import TesseraLexer
+
+
+class LocatedVerifyException(VerifyException):
+    """A VerifyException whose message already shows where in the input it happened."""
+
+
+class TesseraParser(HexFloatLiterals, Parser):
+    """xDSL's MLIR parser with Tessera's lexer, hex float literals, op locations and located type errors."""
+
+    def __init__(self, ctx: Context, input: str | bytes, name: str = "<unknown>", line_offset: int = 0):
+        text = input.decode("utf-8") if isinstance(input, bytes) else input
+        # xDSL's constructor lexes the first token with its own lexer; give it nothing to lex, then swap in ours
+        super().__init__(ctx, "", name)
+        self._parser_state = ParserState(TesseraLexer(Input(text, name)))
+        self.line_offset = line_offset
+        self._line_starts: list[int] | None = None
+        self._filename = StringAttr(name)
+        self.value_names: dict[SSAValue, str] = {}
+        self._first_forward_use: dict[str, Span] = {}
+
+    def file_line_col(self, position: int) -> FileLineColLoc:
+        """The `FileLineColLoc` of a character offset into the text (lines and columns count from 1)."""
+        if self._line_starts is None:
+            self._line_starts = [0] + [m.end() for m in re.finditer("\n", self.lexer.input.content)]
+        line = bisect.bisect_right(self._line_starts, position) - 1
+        column = position - self._line_starts[line] + 1
+        return FileLineColLoc(self._filename, IntAttr(line + 1 + self.line_offset), IntAttr(column))
+
+    def parse_operation(self) -> Operation:
+        start = self._current_token.span.start
+        op = super().parse_operation()
+        if isinstance(op.location, UnknownLoc):
+            op.location = self.file_line_col(start)
+        return op
+
+    def parse_module(self, allow_implicit_module: bool = True) -> ModuleOp:
+        try:
+            return super().parse_module(allow_implicit_module)
+        except ParseError as e:
+            # xDSL reports values that no definition resolved at the end of the input, without a place
+            if not (self.forward_ssa_references and e.msg.startswith("values used but not defined")):
+                raise
+            name = next(iter(self.forward_ssa_references))
+            self.raise_error(f"use of undefined value %{name} (no definition of it is in scope here: a value "
+                             "defined inside a region is not visible after it)", self._first_forward_use[name])
+
+    def resolve_operand(self, operand: UnresolvedOperand, type):
+        name = operand.operand_name
+        if name not in self.ssa_values and name not in self.forward_ssa_references:
+            self._first_forward_use[name] = operand.span
+        return super().resolve_operand(operand, type)
+
+    def _register_ssa_definition(self, name: str, values, span: Span) -> None:
+        super()._register_ssa_definition(name, values, span)
+        for index, value in enumerate(values):
+            self.value_names[value] = f"%{name}" if len(values) == 1 else f"%{name}#{index}"
+
+    def _parse_dialect_type_or_attribute_body(self, *args, **kwargs):  # private in xDSL 0.74 (pinned)
+        start = self.pos
+        try:
+            return super()._parse_dialect_type_or_attribute_body(*args, **kwargs)
+        except LocatedVerifyException:
+            raise
+        except VerifyException as e:
+            # `start` is the body's `<`; span it up to the matching `>`
+            end = self._raw_scan_balanced(start + 1) + 1 if self.lexer.input.content[start] == "<" else start + 1
+            span = Span(start, end, self.lexer.input, self.line_offset)
+            raise LocatedVerifyException(span.print_with_context(str(e)).rstrip("\n")) from e
