@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from typing import ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, ModuleOp
@@ -29,6 +30,8 @@ class AllocateRegistersPass(ModulePass):
     """Allocate registers of each Target IR kernel; refuse kernels over the budget (module docstring)."""
 
     name = "allocate-registers"
+    input_level: ClassVar[str] = "target"
+    """The kernels it transforms (Target IR); tools refuse a module with only the other kind."""
 
     budget: int = facts.MAX_REGISTERS_PER_THREAD
     report: bool = False

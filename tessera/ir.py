@@ -7,7 +7,6 @@ import io
 from xdsl.context import Context
 from xdsl.dialects import arith, builtin, func, math, scf, vector
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.parser import Parser
 from xdsl.printer import Printer
 
 from tessera.kernel_abi import verify_kernels
@@ -25,9 +24,12 @@ def make_context() -> Context:
 
 
 def parse_module(text: str, name: str = "<string>") -> ModuleOp:
-    """Parse and verify a module (ops, then kernel signatures). Raises ParseError or VerifyException."""
-    module = Parser(make_context(), text, name).parse_module()
-    module.verify()
+    """Parse and verify a module (ops, then kernel signatures), every op carrying its source location (see
+    `tessera.diagnostics`). Raises ParseError or VerifyException (located at the op that fails)."""
+    from tessera.diagnostics import LocatingParser, verify_module
+
+    module = LocatingParser(make_context(), text, name).parse_module()
+    verify_module(module)
     verify_kernels(module)
     return module
 

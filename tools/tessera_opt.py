@@ -17,16 +17,26 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+import time
+import warnings
+from collections.abc import Callable, Sequence
 from importlib.metadata import version
 from typing import IO
 
+from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.parser import Parser
-from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError, VerifyException
-from xdsl.utils.lexer import Span
+from xdsl.passes import ModulePass, PassPipeline
+from xdsl.printer import Printer
+from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError
 from xdsl.xdsl_opt_main import xDSLOptMain
 
+from tessera.diagnostics import (
+    LocatingParser,
+    TesseraWarning,
+    check_pass_input,
+    internal_error_text,
+    verify_module,
+)
 from tessera.kernel_abi import verify_kernels
 
 
@@ -34,29 +44,86 @@ class UsageError(Exception):
     """A mistake on the command line or in the files it names (not in the IR): reported without a traceback."""
 
 
-class _LocatedVerifyException(VerifyException):
-    """A VerifyException whose message already shows where in the input it happened."""
+class PassCrash(Exception):
+    """An unexpected exception inside a pass: an internal error, reported with the pass's name."""
 
 
-class _LocatingParser(Parser):
-    """A parser that gives a type or attribute failing its verifier while being parsed (`!tile.tile<4x4xf32,
-    register, swizzle 64>`) the source location of its body; xDSL reports such errors without one."""
+def register_dialects(ctx: Context) -> None:
+    """Register (lazily) every xDSL dialect and Tessera's own (tile, sm90): what tessera-opt parses."""
+    from xdsl.universe import Universe
 
-    def __init__(self, *args, line_offset: int = 0, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.line_offset = line_offset
+    for name, factory in Universe.get_multiverse().all_dialects.items():
+        ctx.register_dialect(name, factory)
 
-    def _parse_dialect_type_or_attribute_body(self, *args, **kwargs):  # private in xDSL 0.74 (pinned)
-        start = self.pos
+    def get_tile():
+        from tessera.dialects.tile import Tile
+
+        return Tile
+
+    def get_sm90():
+        from tessera.dialects.sm90 import SM90
+
+        return SM90
+
+    ctx.register_dialect("tile", get_tile)
+    ctx.register_dialect("sm90", get_sm90)
+
+
+def opt_context() -> Context:
+    """A context that parses what tessera-opt parses (tessera-run reads its input with it)."""
+    ctx = Context()
+    register_dialects(ctx)
+    return ctx
+
+
+def load_module(ctx: Context, text: str, name: str, line_offset: int = 0, implicit_module: bool = True,
+                verify: bool = True) -> ModuleOp:
+    """Parse `text` (named `name` in diagnostics) with source locations on every op, then verify its ops (each
+    error located at its op) and the kernel ABI. An input of only comments and blanks is an empty module, as
+    in mlir-opt. Raises ParseError or VerifyException."""
+    if implicit_module and all(not line.strip() or line.lstrip().startswith("//") for line in text.splitlines()):
+        module = ModuleOp([])
+    else:
+        module = LocatingParser(ctx, text, name, line_offset=line_offset).parse_module(implicit_module)
+    if verify:
+        # op verifiers first, as the kernel checks assume well-formed ops
+        verify_module(module)
+        verify_kernels(module)
+    return module
+
+
+def parse_pipeline(spec: str) -> PassPipeline:
+    """The pass pipeline `spec` (`tessera-opt -p` syntax) over Tessera's and xDSL's passes; UsageError names
+    what does not parse (an unknown pass, a bad option, a malformed spec)."""
+    from tessera.passes import all_passes
+
+    # Unknown passes and bad options raise ValueError or TypeError, a malformed spec ArgSpecParseError (a
+    # BaseException whose message shows the spec with a caret).
+    try:
+        return PassPipeline.parse_spec(all_passes(), spec)
+    except (ValueError, TypeError, ArgSpecParseError) as e:
+        raise UsageError(f"invalid pass pipeline '{spec}': {str(e).strip()}") from e
+
+
+def run_pipeline(pipeline: PassPipeline, ctx: Context, module: ModuleOp, verify: bool = True,
+                 after_pass: Callable[[ModulePass, ModuleOp], None] | None = None) -> None:
+    """Apply `pipeline` to `module`: before each pass, check that the module holds kernels of the level the pass
+    transforms (`tessera.diagnostics.check_pass_input`); after it, verify the ops (located) and, after the
+    last, the kernel ABI. An exception that is not a diagnostic becomes a PassCrash naming the pass."""
+    for pass_ in pipeline.passes:
+        check_pass_input(pass_, module)
         try:
-            return super()._parse_dialect_type_or_attribute_body(*args, **kwargs)
-        except _LocatedVerifyException:
+            pass_.apply(ctx, module)
+        except (DiagnosticException, ParseError, UsageError, KeyboardInterrupt):
             raise
-        except VerifyException as e:
-            # `start` is the body's `<`; span it up to the matching `>`
-            end = self._raw_scan_balanced(start + 1) + 1 if self.lexer.input.content[start] == "<" else start + 1
-            span = Span(start, end, self.lexer.input, self.line_offset)
-            raise _LocatedVerifyException(span.print_with_context(str(e)).rstrip("\n")) from e
+        except Exception as e:
+            raise PassCrash(f"pass '{pass_.name}': {internal_error_text(e).removeprefix('internal error: ')}") from e
+        if verify:
+            verify_module(module)
+        if after_pass is not None:
+            after_pass(pass_, module)
+    if pipeline.passes and verify:
+        verify_kernels(module)
 
 
 class TesseraOptMain(xDSLOptMain):
@@ -70,20 +137,7 @@ class TesseraOptMain(xDSLOptMain):
         return f"tessera-opt {version('tessera')} (xdsl {{xdsl_version}})"
 
     def register_all_dialects(self) -> None:
-        super().register_all_dialects()
-
-        def get_tile():
-            from tessera.dialects.tile import Tile
-
-            return Tile
-
-        def get_sm90():
-            from tessera.dialects.sm90 import SM90
-
-            return SM90
-
-        self.ctx.register_dialect("tile", get_tile)
-        self.ctx.register_dialect("sm90", get_sm90)
+        register_dialects(self.ctx)
 
     def register_all_targets(self) -> None:
         from tessera.ptx import register
@@ -109,11 +163,7 @@ class TesseraOptMain(xDSLOptMain):
         arg_parser.add_argument("--seed", type=int, default=0, help="with --validate: seed of the generated inputs")
 
     def setup_pipeline(self) -> None:
-        # Unknown passes and bad options raise ValueError, a malformed spec ArgSpecParseError (a BaseException).
-        try:
-            super().setup_pipeline()
-        except (ValueError, TypeError, ArgSpecParseError) as e:
-            raise UsageError(f"invalid pass pipeline '{self.args.passes}': {e}") from e
+        self.pipeline = parse_pipeline(self.args.passes)
 
     def prepare_input(self) -> tuple[list[tuple[IO[bytes], int]], str]:
         try:
@@ -130,31 +180,30 @@ class TesseraOptMain(xDSLOptMain):
             raise UsageError(f"cannot write '{self.args.output_file}': {e.strerror or e}") from e
 
     def parse_chunk(self, chunk: IO[bytes], file_extension: str, start_offset: int = 0) -> ModuleOp | None:
-        # Replaces xDSL's "mlir" frontend (the only one): an input of only comments and blanks is an empty
-        # module, as in mlir-opt, and types failing their verifier are located (see _LocatingParser).
+        # Replaces xDSL's "mlir" frontend (the only one): see load_module.
         try:
             text = chunk.read().decode()
         except UnicodeDecodeError as e:
             raise UsageError(f"{self.get_input_name()} is not UTF-8 text ({e.reason} at byte {e.start})") from e
-        implicit_module = not self.args.no_implicit_module
-        if implicit_module and all(not line.strip() or line.lstrip().startswith("//") for line in text.splitlines()):
-            module = ModuleOp([])
-        else:
-            parser = _LocatingParser(self.ctx, text, self.get_input_name(), line_offset=start_offset)
-            module = parser.parse_module(implicit_module)
-        if not self.args.disable_verify:
-            # op verifiers first, as the kernel checks assume well-formed ops (the pipeline verifies ops once more)
-            module.verify()
-            verify_kernels(module)
-        return module
+        return load_module(self.ctx, text, self.get_input_name(), start_offset,
+                           implicit_module=not self.args.no_implicit_module, verify=not self.args.disable_verify)
 
     def apply_passes(self, prog: ModuleOp) -> None:
         if self.args.validate:
             self.validate(prog)
-        super().apply_passes(prog)
-        if self.pipeline.passes and not self.args.disable_verify:
-            verify_kernels(prog)
+        start = time.perf_counter()
 
+        def after_pass(pass_: ModulePass, module: ModuleOp) -> None:
+            nonlocal start
+            if self.args.time_passes:
+                print(f"Pass {pass_.name} took {time.perf_counter() - start} seconds")
+            if self.args.print_between_passes and pass_ is not self.pipeline.passes[-1]:
+                print(f"IR after {pass_.name}:")
+                Printer(stream=sys.stdout).print_op(module)
+                print("\n\n\n")
+            start = time.perf_counter()
+
+        run_pipeline(self.pipeline, self.ctx, prog, verify=not self.args.disable_verify, after_pass=after_pass)
 
     def validate(self, prog: ModuleOp) -> None:
         """Validate each Tile IR kernel of `prog` (not modified) through the pipeline; raises UsageError with
@@ -178,23 +227,44 @@ def _diagnostic(e: BaseException) -> str:
     return "\n".join([str(e), *getattr(e, "__notes__", ())]).rstrip("\n")
 
 
+def print_warnings(prog: str) -> None:
+    """Show each TesseraWarning as one line on stderr, `PROG: warning: message` (others as Python does)."""
+    default = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, TesseraWarning):
+            print(f"{prog}: warning: {message}", file=sys.stderr)
+        else:
+            default(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    warnings.simplefilter("always", TesseraWarning)
+
+
 def main(args: Sequence[str] | None = None) -> int:
     """Run tessera-opt; returns the exit status (argparse errors exit with 2 through SystemExit)."""
-    try:
-        TesseraOptMain(description="Tessera's modular optimizer driver", args=args).run()
-    except (ParseError, DiagnosticException) as e:
-        print(_diagnostic(e), file=sys.stderr)
-        return 1
-    except UsageError as e:
-        print(f"tessera-opt: error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-    except Exception as e:
-        if os.environ.get("TESSERA_DEBUG") == "1":
-            traceback.print_exc()
-        print(f"tessera-opt: internal error: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
+    with warnings.catch_warnings():
+        print_warnings("tessera-opt")
+        try:
+            TesseraOptMain(description="Tessera's modular optimizer driver", args=args).run()
+        except (ParseError, DiagnosticException) as e:
+            print(_diagnostic(e), file=sys.stderr)
+            return 1
+        except UsageError as e:
+            print(f"tessera-opt: error: {e}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            return 130
+        except PassCrash as e:
+            if os.environ.get("TESSERA_DEBUG") == "1":
+                traceback.print_exc()
+            print(f"tessera-opt: internal error in {e}", file=sys.stderr)
+            return 1
+        except Exception as e:
+            if os.environ.get("TESSERA_DEBUG") == "1":
+                traceback.print_exc()
+            print(f"tessera-opt: {internal_error_text(e)}", file=sys.stderr)
+            return 1
     return 0
 
 
