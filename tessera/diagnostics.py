@@ -18,6 +18,7 @@ library users see them through Python's `warnings` module.
 from __future__ import annotations
 
 import bisect
+import re
 import traceback
 import warnings
 
@@ -111,6 +112,27 @@ def _post_order(op: Operation):
     yield op
 
 
+_SOURCES: dict[str, tuple[int, str]] = {}
+"""The text last parsed under each file name, and the line offset of its first line (for `with_context`)."""
+_LOCATION_PREFIX = re.compile(r"^(?P<file>.+?):(?P<line>[0-9]+):(?P<col>[0-9]+): ")
+
+
+def with_context(message: str) -> str:
+    """`message` followed by the source line its leading `file:line:col` points at, with a caret under the
+    column, when that file was parsed by a LocatingParser in this process (the tools print diagnostics so)."""
+    match = _LOCATION_PREFIX.match(message)
+    if match is None or match["file"] not in _SOURCES:
+        return message
+    offset, text = _SOURCES[match["file"]]
+    lines = text.splitlines()
+    index = int(match["line"]) - offset - 1
+    if not 0 <= index < len(lines):
+        return message
+    first, sep, rest = message.partition("\n")
+    caret = " " * (int(match["col"]) - 1) + "^"
+    return "\n".join([first, lines[index], caret]) + (sep + rest if sep else "")
+
+
 def internal_error_text(e: BaseException) -> str:
     """`internal error: Type: message`, never an empty message: an exception without text is described by the
     place that raised it."""
@@ -133,6 +155,7 @@ class LocatingParser(Parser):
         content = self.lexer.input.content
         self._line_starts = [0] + [i + 1 for i, c in enumerate(content) if c == "\n"]
         self._filename = StringAttr(self.lexer.input.name)
+        _SOURCES[self.lexer.input.name] = (line_offset, content if isinstance(content, str) else content.decode())
 
     def _file_line_col(self, position: int) -> FileLineColLoc:
         line = bisect.bisect_right(self._line_starts, position) - 1

@@ -36,6 +36,7 @@ from tessera.diagnostics import (
     check_pass_input,
     internal_error_text,
     verify_module,
+    with_context,
 )
 from tessera.kernel_abi import verify_kernels
 
@@ -224,7 +225,7 @@ class TesseraOptMain(xDSLOptMain):
 
 def _diagnostic(e: BaseException) -> str:
     """The exception's message followed by its notes (xDSL puts the annotated IR of a verifier error there)."""
-    return "\n".join([str(e), *getattr(e, "__notes__", ())]).rstrip("\n")
+    return "\n".join([with_context(str(e)), *getattr(e, "__notes__", ())]).rstrip("\n")
 
 
 def print_warnings(prog: str) -> None:
