@@ -480,7 +480,7 @@ sm90.st_shared %a, %v : vector<4xi64>, vector<4xi32>
 %m = "test.op"() : () -> !sm90.tensormap
 %a = "test.op"() : () -> i32
 %x = "test.op"() : () -> i64
-// CHECK:      {{^.*invalid.mlir:[0-9]+:[0-9]+: op 'sm90\.[a-z_]+': }}operand 'coords' at positions 1 to 2 does not verify:
+// CHECK:      {{^.*invalid.mlir:[0-9]+:[0-9]+: op 'sm90\.[a-z0-9_]+': }}operand 'coords' at positions 1 to 2 does not verify:
 // CHECK-NEXT: Expected attribute i32 but got i64
 "sm90.tma_load"(%m, %a, %x, %a, %a) : (!sm90.tensormap, i32, i64, i32, i32) -> ()
 
@@ -488,7 +488,7 @@ sm90.st_shared %a, %v : vector<4xi64>, vector<4xi32>
 
 %b = "test.op"() : () -> i32
 %p = "test.op"() : () -> i1
-// CHECK:      {{^.*invalid.mlir:[0-9]+:[0-9]+: op 'sm90\.[a-z_]+': }}operand 'parity' at position 1 does not verify:
+// CHECK:      {{^.*invalid.mlir:[0-9]+:[0-9]+: op 'sm90\.[a-z0-9_]+': }}operand 'parity' at position 1 does not verify:
 // CHECK-NEXT: Expected attribute i32 but got i1
 %d = "sm90.mbarrier_try_wait_parity"(%b, %p) : (i32, i1) -> i1
 
@@ -496,7 +496,7 @@ sm90.st_shared %a, %v : vector<4xi64>, vector<4xi32>
 
 %x = "test.op"() : () -> i64
 %a = "test.op"() : () -> i32
-// CHECK:      {{^.*invalid.mlir:[0-9]+:[0-9]+: op 'sm90\.[a-z_]+': }}operand 'tensor_map' at position 0 does not verify:
+// CHECK:      {{^.*invalid.mlir:[0-9]+:[0-9]+: op 'sm90\.[a-z0-9_]+': }}operand 'tensor_map' at position 0 does not verify:
 // CHECK-NEXT: i64 should be of base attribute sm90.tensormap
 "sm90.tma_load"(%x, %a, %a, %a) : (i64, i32, i32, i32) -> ()
 
@@ -505,7 +505,7 @@ sm90.st_shared %a, %v : vector<4xi64>, vector<4xi32>
 %acc = "test.op"() : () -> vector<4xf32>
 %d = "test.op"() : () -> i64
 %b = "test.op"() : () -> i32
-// CHECK:      {{^.*invalid.mlir:[0-9]+:[0-9]+: op 'sm90\.[a-z_]+': }}operand 'b' at position 2 does not verify:
+// CHECK:      {{^.*invalid.mlir:[0-9]+:[0-9]+: op 'sm90\.[a-z0-9_]+': }}operand 'b' at position 2 does not verify:
 // CHECK-NEXT: Expected attribute i64 but got i32
 %r = "sm90.wgmma_mma_async"(%acc, %d, %b) <{n = 8 : i64, type = "bf16", trans_a = 0 : i64, trans_b = 0 : i64}> : (vector<4xf32>, i64, i32) -> vector<4xf32>
 
@@ -513,7 +513,7 @@ sm90.st_shared %a, %v : vector<4xi64>, vector<4xi32>
 
 %acc = "test.op"() : () -> vector<4xf32>
 %d = "test.op"() : () -> i64
-// CHECK:      {{^.*invalid.mlir:[0-9]+:[0-9]+: op 'sm90\.[a-z_]+': }}result 'result' at position 0 does not verify:
+// CHECK:      {{^.*invalid.mlir:[0-9]+:[0-9]+: op 'sm90\.[a-z0-9_]+': }}result 'result' at position 0 does not verify:
 // CHECK-NEXT: attribute vector<4xf32> expected from variable 'T', but got vector<8xf32>
 %r = "sm90.wgmma_mma_async"(%acc, %d, %d) <{n = 8 : i64, type = "bf16", trans_a = 0 : i64, trans_b = 0 : i64}> : (vector<4xf32>, i64, i64) -> vector<8xf32>
 
@@ -521,31 +521,31 @@ sm90.st_shared %a, %v : vector<4xi64>, vector<4xi32>
 
 %a = "test.op"() : () -> i32
 %b = "test.op"() : () -> i64
-// CHECK:      {{^.*invalid.mlir:[0-9]+:[0-9]+: op 'sm90\.[a-z_]+': }}operand 'rhs' at position 1 does not verify:
+// CHECK:      {{^.*invalid.mlir:[0-9]+:[0-9]+: op 'sm90\.[a-z0-9_]+': }}operand 'rhs' at position 1 does not verify:
 // CHECK-NEXT: attribute i32 expected from variable 'T', but got i64
 %p = "sm90.setp"(%a, %b) <{predicate = "eq"}> : (i32, i64) -> i1
 
 // -----
 
 %x = "test.op"() : () -> f16
-// CHECK:      {{^.*invalid.mlir:[0-9]+:[0-9]+: op 'sm90\.[a-z_]+': }}operand 'source' at position 0 does not verify:
+// CHECK:      {{^.*invalid.mlir:[0-9]+:[0-9]+: op 'sm90\.[a-z0-9_]+': }}operand 'source' at position 0 does not verify:
 // CHECK-NEXT: Unexpected attribute f16
 %r = "sm90.ex2_approx"(%x) : (f16) -> f16
 
 // -----
 
-// CHECK:      {{^.*invalid.mlir:[0-9]+:[0-9]+: op 'sm90\.[a-z_]+': }}result 'result' at position 0 does not verify:
+// CHECK:      {{^.*invalid.mlir:[0-9]+:[0-9]+: op 'sm90\.[a-z0-9_]+': }}result 'result' at position 0 does not verify:
 // CHECK-NEXT: i32 should be of base attribute index
 %t = "sm90.special"() <{register = "tid.x"}> : () -> i32
 
 // -----
 
 // The integer properties are i64 (an unsuffixed `2`); an index property is refused.
-// CHECK: {{^}}Expected attribute i64 but got index
+// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: op 'sm90\.[a-z0-9_]+': }}Expected attribute i64 but got index
 "sm90.wgmma_wait_group"() <{pending = 2 : index}> : () -> ()
 
 // -----
 
-// CHECK: {{^}}property 'count' expected in operation 'sm90.mbarrier_init'
+// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: op 'sm90\.[a-z0-9_]+': }}property 'count' expected in operation 'sm90.mbarrier_init'
 %b = "test.op"() : () -> i32
 "sm90.mbarrier_init"(%b) : (i32) -> ()
