@@ -272,6 +272,24 @@ def run(args: argparse.Namespace) -> int:
     return status
 
 
+def _interpretation_diagnostic(e: BaseException) -> str:
+    """An interpreter's error as one located diagnostic: xDSL attaches the whole module, printed once per
+    enclosing op, as notes; the message is what matters, and the innermost op being run (the deepest frame
+    with an `op` being interpreted) says where."""
+    from xdsl.ir import Operation
+
+    from tessera.diagnostics import located, with_context
+
+    op = None
+    tb = e.__traceback__
+    while tb is not None:
+        candidate = tb.tb_frame.f_locals.get("op")
+        if isinstance(candidate, Operation):
+            op = candidate
+        tb = tb.tb_next
+    return with_context(located(op, str(e)))
+
+
 def main(argv: list[str] | None = None) -> int:
     from xdsl.utils.exceptions import DiagnosticException, InterpretationError, ParseError
 
@@ -288,10 +306,13 @@ def main(argv: list[str] | None = None) -> int:
         print_warnings("tessera-run")
         try:
             code = run(args)
+        except InterpretationError as e:  # a kernel hazard or an interpreter's refusal, while running
+            print(f"tessera-run: error: {_interpretation_diagnostic(e)}", file=sys.stderr)
+            code = 1
         except (ParseError, DiagnosticException) as e:  # the diagnostics tessera-opt prints, as it prints them
             print(_diagnostic(e), file=sys.stderr)
             code = 1
-        except (UsageError, RunError, InterpretationError, ValueError) as e:
+        except (UsageError, RunError, ValueError) as e:
             print(f"tessera-run: error: {e}", file=sys.stderr)
             code = 1
         except KeyboardInterrupt:
