@@ -26,7 +26,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import FileLineColLoc, IntAttr, ModuleOp, StringAttr, UnknownLoc
 from xdsl.ir import Operation
 from xdsl.parser import Parser
-from xdsl.utils.exceptions import VerifyException
+from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.utils.lexer import Span
 
 
@@ -175,12 +175,23 @@ class LocatingParser(Parser):
             op.location = self._file_line_col(start)
         return op
 
-    def _parse_dialect_type_or_attribute_body(self, *args, **kwargs):  # private in xDSL 0.74 (pinned)
+    def _parse_dialect_type_or_attribute_body(self, attr_name, *args, **kwargs):  # private in xDSL 0.74 (pinned)
         start = self.pos
         try:
-            return super()._parse_dialect_type_or_attribute_body(*args, **kwargs)
+            return super()._parse_dialect_type_or_attribute_body(attr_name, *args, **kwargs)
         except LocatedVerifyException:
             raise
+        except ParseError as e:
+            # xDSL points an unregistered type or attribute at the token after it: point at its name
+            if e.msg != f"'{attr_name}' is not registered":
+                raise
+            content = self.lexer.input.content
+            name_start = content.rfind(attr_name.split(".")[-1], 0, start)
+            name_start = content.rfind(attr_name.split(".")[0], 0, name_start + 1)
+            if name_start < 0:
+                raise
+            span = Span(max(name_start - 1, 0), name_start + len(attr_name), self.lexer.input, self.line_offset)
+            raise ParseError(span, e.msg) from None
         except VerifyException as e:
             # `start` is the body's `<`; span it up to the matching `>`
             end = self._raw_scan_balanced(start + 1) + 1 if self.lexer.input.content[start] == "<" else start + 1
