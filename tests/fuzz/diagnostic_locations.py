@@ -135,6 +135,20 @@ def classify(status: int | None, stderr: str) -> str:
     return "unlocated" if diagnostics else "internal"
 
 
+def warm_up() -> None:
+    """Import what the cases use once, before the children are forked (each would import it again)."""
+    from xdsl.transforms import get_all_passes
+
+    from tessera.dialects import sm90, tile  # noqa: F401
+    from tessera.passes import PASSES
+    from tessera.tools import tessera_opt  # noqa: F401
+
+    for name in ("canonicalize", "cse"):
+        get_all_passes()[name]()
+    for factory in PASSES.values():
+        factory()
+
+
 def _child(path: str, pipeline: str, conn) -> None:
     from tessera.tools import tessera_opt
 
@@ -178,9 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import tempfile
 
-    # warm the imports once, so that every forked child starts with them
-    from tessera.tools import tessera_opt  # noqa: F401
-    import tessera.passes.convert_tile_to_sm90  # noqa: F401
+    warm_up()
 
     outcomes: Counter[str] = Counter()
     shown: Counter[str] = Counter()
