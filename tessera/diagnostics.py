@@ -114,6 +114,7 @@ def _post_order(op: Operation):
 
 _SOURCES: dict[str, tuple[int, str]] = {}
 """The text last parsed under each file name, and the line offset of its first line (for `with_context`)."""
+_MAX_SOURCES = 16
 _LOCATION_PREFIX = re.compile(r"^(?P<file>.+?):(?P<line>[0-9]+):(?P<col>[0-9]+): ")
 
 
@@ -155,7 +156,10 @@ class LocatingParser(Parser):
         content = self.lexer.input.content
         self._line_starts = [0] + [i + 1 for i, c in enumerate(content) if c == "\n"]
         self._filename = StringAttr(self.lexer.input.name)
+        _SOURCES.pop(self.lexer.input.name, None)
         _SOURCES[self.lexer.input.name] = (line_offset, content if isinstance(content, str) else content.decode())
+        while len(_SOURCES) > _MAX_SOURCES:
+            del _SOURCES[next(iter(_SOURCES))]
 
     def _file_line_col(self, position: int) -> FileLineColLoc:
         line = bisect.bisect_right(self._line_starts, position) - 1

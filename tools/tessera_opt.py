@@ -223,8 +223,11 @@ class TesseraOptMain(xDSLOptMain):
                 raise UsageError(str(report.mismatch))
 
 
-def _diagnostic(e: BaseException) -> str:
-    """The exception's message followed by its notes (xDSL puts the annotated IR of a verifier error there)."""
+def format_diagnostic(e: BaseException, prog: str = "tessera-opt") -> str:
+    """The exception's message (with the source line it locates) followed by its notes (xDSL puts the annotated
+    IR of some errors there); a diagnostic without a message is an internal error, said so."""
+    if not str(e).strip():
+        return f"{prog}: {internal_error_text(e)}"
     return "\n".join([with_context(str(e)), *getattr(e, "__notes__", ())]).rstrip("\n")
 
 
@@ -249,7 +252,7 @@ def main(args: Sequence[str] | None = None) -> int:
         try:
             TesseraOptMain(description="Tessera's modular optimizer driver", args=args).run()
         except (ParseError, DiagnosticException) as e:
-            print(_diagnostic(e), file=sys.stderr)
+            print(format_diagnostic(e), file=sys.stderr)
             return 1
         except UsageError as e:
             print(f"tessera-opt: error: {e}", file=sys.stderr)

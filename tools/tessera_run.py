@@ -278,8 +278,10 @@ def _interpretation_diagnostic(e: BaseException) -> str:
     with an `op` being interpreted) says where."""
     from xdsl.ir import Operation
 
-    from tessera.diagnostics import located, with_context
+    from tessera.diagnostics import internal_error_text, located, with_context
 
+    if not str(e).strip():
+        return internal_error_text(e)
     op = None
     tb = e.__traceback__
     while tb is not None:
@@ -300,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_ptx(argv)
     args = build_parser().parse_args(argv)
     from tessera.diagnostics import internal_error_text
-    from tessera.tools.tessera_opt import PassCrash, UsageError, _diagnostic, print_warnings
+    from tessera.tools.tessera_opt import PassCrash, UsageError, format_diagnostic, print_warnings
 
     with warnings.catch_warnings():
         print_warnings("tessera-run")
@@ -310,10 +312,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"tessera-run: error: {_interpretation_diagnostic(e)}", file=sys.stderr)
             code = 1
         except (ParseError, DiagnosticException) as e:  # the diagnostics tessera-opt prints, as it prints them
-            print(_diagnostic(e), file=sys.stderr)
+            print(format_diagnostic(e, "tessera-run"), file=sys.stderr)
             code = 1
         except (UsageError, RunError, ValueError) as e:
-            print(f"tessera-run: error: {e}", file=sys.stderr)
+            print(f"tessera-run: {f'error: {e}' if str(e).strip() else internal_error_text(e)}", file=sys.stderr)
             code = 1
         except KeyboardInterrupt:
             code = 130

@@ -9,6 +9,7 @@ type, a number changed, the text cut short), run as `tessera-opt CASE.mlir [-p P
 (killed after `--timeout` seconds). The outcome is one of
 
     accepted      exit 0
+    usage         exit 1 for the command line (a pass pipeline a lit test gives on purpose), not the IR
     located       exit 1 with a diagnostic that names where: `file:line:col`, or a kernel (`@name`) and an op
     unlocated     exit 1 with a diagnostic that does not
     internal      an internal error or a traceback
@@ -23,7 +24,6 @@ from __future__ import annotations
 import argparse
 import io
 import multiprocessing
-import os
 import random
 import re
 import sys
@@ -129,6 +129,8 @@ def classify(status: int | None, stderr: str) -> str:
         return "internal"
     if status == 0:
         return "accepted"
+    if stderr.startswith("tessera-opt: error: invalid pass pipeline"):
+        return "usage"  # the command line (a lit input's deliberately bad -p), not the IR
     diagnostics = [line for line in stderr.splitlines() if line.strip() and "warning:" not in line]
     if HAS_FILE_LOCATION.search(stderr) or (HAS_KERNEL.search(stderr) and HAS_OP.search(stderr)):
         return "located"
