@@ -25,8 +25,15 @@ def test_every_diagnostic_on_mutated_inputs_says_where(tmp_path):
         outcomes[outcome] += 1
         if outcome in ("unlocated", "internal", "timeout"):
             bad.append(f"{case.name} -p '{case.pipeline}': {outcome}\n{case.text}\n{stderr}")
+        elif outcome == "located" and not case.pipeline:
+            # tessera-run reads files as tessera-opt does: the same diagnostic for the same bad input
+            run_outcome, run_stderr = fuzz.run_case(case, tmp_path, timeout=60, tool="tessera-run")
+            outcomes["same in tessera-run"] += run_stderr == stderr.replace("tessera-opt:", "tessera-run:")
+            if run_stderr != stderr.replace("tessera-opt:", "tessera-run:"):
+                bad.append(f"{case.name}: tessera-run says\n{run_stderr}\ntessera-opt says\n{stderr}")
     assert not bad, "\n\n".join(bad)
     assert outcomes["located"] >= len(CASES) // 2, outcomes  # the mutants are mostly refused: the test tests something
+    assert outcomes["same in tessera-run"] >= 5, outcomes
 
 
 def test_the_classification_needs_a_location_or_a_kernel_and_an_op():

@@ -151,26 +151,27 @@ def warm_up() -> None:
         factory()
 
 
-def _child(path: str, pipeline: str, conn) -> None:
-    from tessera.tools import tessera_opt
+def _child(path: str, pipeline: str, tool: str, conn) -> None:
+    from tessera.tools import tessera_opt, tessera_run
 
     err = io.StringIO()
     sys.stderr = err
     sys.stdout = io.StringIO()
     try:
-        status = tessera_opt.main([path] + (["-p", pipeline] if pipeline else []))
+        main = tessera_opt.main if tool == "tessera-opt" else tessera_run.main
+        status = main([path] + (["-p", pipeline] if pipeline else []))
     except SystemExit as e:
         status = e.code if isinstance(e.code, int) else 2
     conn.send((status, err.getvalue()))
 
 
-def run_case(case: Case, workdir: Path, timeout: float = 30.0) -> tuple[str, str]:
-    """(outcome, stderr) of `tessera-opt` on the case, in a forked child."""
+def run_case(case: Case, workdir: Path, timeout: float = 30.0, tool: str = "tessera-opt") -> tuple[str, str]:
+    """(outcome, stderr) of `tool` (tessera-opt, or tessera-run without sizes) on the case, in a forked child."""
     path = workdir / f"{case.name}.mlir"
     path.write_text(case.text)
     ctx = multiprocessing.get_context("fork")
     receive, send = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_child, args=(str(path), case.pipeline, send))
+    child = ctx.Process(target=_child, args=(str(path), case.pipeline, tool, send))
     child.start()
     result = receive.recv() if receive.poll(timeout) else None
     child.join(1)
