@@ -108,7 +108,7 @@ def _refuse(op: Operation, message: str) -> None:
     """Raise the LoweringError `message` about `op` (the kernel itself for what concerns it as a whole), located
     in the input (`tessera.diagnostics.located`)."""
     where = f"{tile_text(op)}: " if not isinstance(op, func.FuncOp) else ""
-    raise LoweringError(located(op, f"convert-tile-to-sm90: {where}{message}"))
+    raise LoweringError(located(op, f"convert-tile-to-sm90: {where}{message}", name_op=False))
 
 
 def tile_text(op: Operation) -> str:

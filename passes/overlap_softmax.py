@@ -95,7 +95,7 @@ class OverlapSoftmaxError(DiagnosticException):
 
 
 def _refuse(op: Operation, message: str) -> None:
-    raise OverlapSoftmaxError(located(op, f"overlap-softmax: {describe_op(op)}: {message}"))
+    raise OverlapSoftmaxError(located(op, f"overlap-softmax: {describe_op(op)}: {message}", name_op=False))
 
 
 def _name(value: SSAValue) -> str:

@@ -78,7 +78,7 @@ class PipelineLoopsError(DiagnosticException):
 
 def _refuse(op: Operation, message: str) -> NoReturn:
     """Raise the diagnostic `pipeline-loops: <op's first line>: <message>`."""
-    raise PipelineLoopsError(located(op, f"pipeline-loops: {describe_op(op)}: {message}"))
+    raise PipelineLoopsError(located(op, f"pipeline-loops: {describe_op(op)}: {message}", name_op=False))
 
 
 # region Analysis

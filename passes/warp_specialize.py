@@ -65,7 +65,7 @@ def _refuse(op: Operation, message: str) -> None:
     """Raise the WarpSpecializeError `message` about `op` (the kernel itself for what concerns it as a whole),
     located in the input (`tessera.diagnostics.located`)."""
     where = f"{str(op).splitlines()[0].strip()[:120]}: " if not isinstance(op, func.FuncOp) else ""
-    raise WarpSpecializeError(located(op, f"warp-specialize: {where}{message}"))
+    raise WarpSpecializeError(located(op, f"warp-specialize: {where}{message}", name_op=False))
 
 
 def _contains_producer(op: Operation) -> bool:

@@ -76,12 +76,13 @@ def where(op: Operation, name_op: bool = True) -> str:
     return ": ".join(parts)
 
 
-def located(op: Operation | None, message: str) -> str:
+def located(op: Operation | None, message: str, name_op: bool = True) -> str:
     """`message` prefixed with `where(op)` (unchanged when `op` is None); a message that already names the op
-    in xDSL's way (`'tile.dim' op ...`) or the kernel (`kernel @k: ...`) does not name it twice."""
+    (`name_op=False`, as passes that print it do, or xDSL's `'tile.dim' op ...`) or the kernel (`kernel @k:
+    ...`) does not name it twice."""
     if op is None:
         return message
-    prefix = where(op, name_op=not message.startswith(f"'{op.name}' op "))
+    prefix = where(op, name_op=name_op and not message.startswith(f"'{op.name}' op "))
     fn = enclosing_function(op)
     if fn is not None and message.startswith(f"kernel @{fn.sym_name.data}: "):
         prefix = prefix.removesuffix(f"kernel @{fn.sym_name.data}").removesuffix(": ")

@@ -121,6 +121,20 @@ def test_every_size_is_declared_by_the_kernel_and_given_once(capsys, extra, mess
     assert status == 1 and message in err and out == ""
 
 
+@pytest.mark.parametrize(
+    "flag,message",
+    [
+        (("--seed", "+1"), "expected a seed in plain decimal digits 0-9, got '+1'"),
+        (("--seed", "-1"), "expected a seed in plain decimal digits 0-9, got '-1'"),
+        (("--max-gib", "0"), "expected a positive number of GiB such as 4 or 0.5, got '0'"),
+        (("--max-gib", "nan"), "expected a positive number of GiB such as 4 or 0.5, got 'nan'"),
+    ],
+)
+def test_other_numbers_on_the_command_line_are_checked_too(capsys, flag, message):
+    status, _, err = run_in_process(capsys, str(GEMM), *GEMM_SIZES, *flag)
+    assert status == 2 and message in err
+
+
 def test_sizes_too_large_for_memory_are_refused_before_allocating(capsys):
     status, _, err = run_in_process(capsys, str(GEMM), "-d", "M=2000000000", "-d", "N=2000000000", "-d", "K=8")
     assert status == 1

@@ -154,14 +154,14 @@ class TesseraOptMain(xDSLOptMain):
             self.register_pass(name, factory)
 
     def register_all_arguments(self, arg_parser) -> None:
-        from tessera.tools.tessera_run import _parse_size
+        from tessera.tools.tessera_run import parse_size, parse_seed
 
         super().register_all_arguments(arg_parser)
         arg_parser.add_argument("--validate", action="store_true",
                                 help="run every kernel after each pass of the pipeline and compare the levels")
-        arg_parser.add_argument("-d", "--dim", dest="dims", action="append", type=_parse_size, default=[],
+        arg_parser.add_argument("-d", "--dim", dest="dims", action="append", type=parse_size, default=[],
                                 metavar="NAME=SIZE", help="with --validate: a size of the generated inputs")
-        arg_parser.add_argument("--seed", type=int, default=0, help="with --validate: seed of the generated inputs")
+        arg_parser.add_argument("--seed", type=parse_seed, default=0, help="with --validate: seed of the generated inputs")
 
     def setup_pipeline(self) -> None:
         self.pipeline = parse_pipeline(self.args.passes)
@@ -212,6 +212,10 @@ class TesseraOptMain(xDSLOptMain):
         from tessera.kernel_abi import kernels
         from tessera.validate import validate
 
+        names = [name for name, _ in self.args.dims]
+        if duplicates := sorted({n for n in names if names.count(n) > 1}):
+            raise UsageError(f"--validate: size{'s' if len(duplicates) > 1 else ''} "
+                             f"{', '.join(repr(n) for n in duplicates)} given more than once")
         sizes = dict(self.args.dims)
         for op in kernels(prog):
             try:

@@ -47,7 +47,7 @@ class RunError(Exception):
     """Something tessera-run cannot do with the file or the command line: reported as one diagnostic."""
 
 
-def _parse_size(text: str) -> tuple[str, int]:
+def parse_size(text: str) -> tuple[str, int]:
     """`NAME=SIZE` with NAME an ASCII identifier and SIZE plain ASCII decimal digits (no sign, no `_`, no other
     script's digits, all of which Python's int() would accept) from 1 to MAX_SIZE."""
     name, sep, value = text.partition("=")
@@ -64,15 +64,33 @@ def _parse_size(text: str) -> tuple[str, int]:
     return name, size
 
 
+def parse_seed(text: str) -> int:
+    """A seed: plain ASCII decimal digits (a non-negative integer, as NumPy's generators take)."""
+    if not _DECIMAL.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"expected a seed in plain decimal digits 0-9, got '{text}'")
+    return int(text)
+
+
+def parse_gib(text: str) -> float:
+    """A memory limit in GiB: a positive finite decimal number."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (0 < value < float("inf")) or not re.fullmatch(r"[0-9]+(\.[0-9]*)?|\.[0-9]+", text):
+        raise argparse.ArgumentTypeError(f"expected a positive number of GiB such as 4 or 0.5, got '{text}'")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tessera-run", description=__doc__.split("\n\n")[0])
     parser.add_argument("file", help="a Tile IR or Target IR file (.mlir), or - for standard input; a .ptx file "
                                      "runs the PTX executor instead (see tessera-run FILE.ptx --help)")
-    parser.add_argument("-d", "--dim", dest="dims", action="append", type=_parse_size, default=[],
+    parser.add_argument("-d", "--dim", dest="dims", action="append", type=parse_size, default=[],
                         metavar="NAME=SIZE", help="size of a named dimension (once for each the kernel declares)")
     parser.add_argument("--kernel", help="run only this kernel")
     parser.add_argument("--check", action="store_true", help="compare with the NumPy reference")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the generated inputs")
+    parser.add_argument("--seed", type=parse_seed, default=0, help="seed of the generated inputs")
     parser.add_argument("-p", "--passes", default="", help="a pass pipeline to apply first (as tessera-opt -p)")
     parser.add_argument("--level", default=None, choices=("tile", "target"),
                         help="for Tile IR kernels, tile (default): the Tile IR interpreter; target: lower to sm_90a "
@@ -80,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--lower", metavar="PIPELINE", default=None,
                         help="with --level target: the Tile IR to Target IR pipeline (default: the full pipeline, "
                              "tessera.passes.SPECIALIZED_PIPELINE)")
-    parser.add_argument("--max-gib", type=float, default=DEFAULT_MAX_GIB,
+    parser.add_argument("--max-gib", type=parse_gib, default=DEFAULT_MAX_GIB,
                         help=f"refuse sizes whose arguments would take more memory (default {DEFAULT_MAX_GIB:g} GiB)")
     return parser
 
