@@ -6,6 +6,8 @@ each kernel annotated with `sm90.registers = {peak = P, f32 = F, b32 = R, b64 = 
 themselves are recomputed, deterministically, by whoever prints the kernel). A kernel whose peak exceeds the
 budget (255 per thread, or `budget=N`, e.g. a setmaxnreg budget) is refused with a diagnostic naming the
 values live at the peak, never silently spilled. `report=true` prints the pressure of each kernel to stderr.
+Given only Tile IR, tessera-opt and tessera-run refuse the pass rather than print unallocated IR
+(`input_level`, `tessera.diagnostics.check_pass_input`).
 """
 
 from __future__ import annotations

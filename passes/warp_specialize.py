@@ -30,7 +30,9 @@ warpgroup 1 arrives once before the loops so that warpgroup 0 starts, and warpgr
 arrival after them. While one warpgroup's GEMMs run, the other does its softmax. Needs exactly two
 consumer warpgroups.
 
-Kernels without ring refills have no producer work and are left unchanged.
+Kernels without ring refills have no producer work and are left unchanged, with a TesseraWarning naming the
+kernel (a pipeline that asked for warp specialization did not get it). Given only Tile IR, tessera-opt and
+tessera-run refuse the pass (`input_level`, `tessera.diagnostics.check_pass_input`).
 """
 
 from __future__ import annotations
