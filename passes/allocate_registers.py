@@ -6,12 +6,15 @@ each kernel annotated with `sm90.registers = {peak = P, f32 = F, b32 = R, b64 = 
 themselves are recomputed, deterministically, by whoever prints the kernel). A kernel whose peak exceeds the
 budget (255 per thread, or `budget=N`, e.g. a setmaxnreg budget) is refused with a diagnostic naming the
 values live at the peak, never silently spilled. `report=true` prints the pressure of each kernel to stderr.
+Given only Tile IR, tessera-opt and tessera-run refuse the pass rather than print unallocated IR
+(`input_level`, `tessera.diagnostics.check_pass_input`).
 """
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from typing import ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, ModuleOp
@@ -29,6 +32,8 @@ class AllocateRegistersPass(ModulePass):
     """Allocate registers of each Target IR kernel; refuse kernels over the budget (module docstring)."""
 
     name = "allocate-registers"
+    input_level: ClassVar[str] = "target"
+    """The kernels it transforms (Target IR); tools refuse a module with only the other kind."""
 
     budget: int = facts.MAX_REGISTERS_PER_THREAD
     report: bool = False

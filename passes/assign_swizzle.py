@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from typing import ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
@@ -67,6 +68,8 @@ class AssignSwizzlePass(ModulePass):
     """Give each shared tile the widest swizzle its rows allow and the alignment it needs."""
 
     name = "assign-swizzle"
+    input_level: ClassVar[str] = "tile"
+    """The kernels it transforms (Tile IR); tools refuse a module with only the other kind."""
 
     report: bool = False
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math as pymath
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, scf
@@ -55,6 +56,7 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import DiagnosticException
 
+from tessera.diagnostics import located
 from tessera.dialects import sm90, tile
 from tessera.dialects.tile_types import MemSpace, TileType
 from tessera.kernel_abi import (
@@ -102,9 +104,11 @@ class LoweringError(DiagnosticException):
     """A Tile IR construct convert-tile-to-sm90 cannot lower; the message names the op and the rule."""
 
 
-def _refuse(op: Operation | None, message: str) -> None:
-    where = f"{tile_text(op)}: " if op is not None else ""
-    raise LoweringError(f"convert-tile-to-sm90: {where}{message}")
+def _refuse(op: Operation, message: str) -> None:
+    """Raise the LoweringError `message` about `op` (the kernel itself for what concerns it as a whole), located
+    in the input (`tessera.diagnostics.located`)."""
+    where = f"{tile_text(op)}: " if not isinstance(op, func.FuncOp) else ""
+    raise LoweringError(located(op, f"convert-tile-to-sm90: {where}{message}", name_op=False))
 
 
 def tile_text(op: Operation) -> str:
@@ -243,10 +247,10 @@ class KernelLowering:
                 if isinstance(ty, TileType) and ty.memory_space == MemSpace.REGISTER:
                     rows.add(ty.get_shape()[0])
         if len(rows) != 1:
-            _refuse(None, f"register tiles must all have the same number of rows (the block's query/row tile), got {sorted(rows)}")
+            _refuse(self.fn, f"register tiles must all have the same number of rows (the block's query/row tile), got {sorted(rows)}")
         (bm,) = rows
         if bm % facts.WGMMA_M:
-            _refuse(None, f"register tiles have {bm} rows; warpgroups take {facts.WGMMA_M} rows each")
+            _refuse(self.fn, f"register tiles have {bm} rows; warpgroups take {facts.WGMMA_M} rows each")
         return bm
 
     def _plan_groups(self) -> None:
@@ -349,7 +353,7 @@ class KernelLowering:
 
         # The launch asks for 1023 bytes more, to align the base at run time (tessera.ptx).
         if self.smem_offset + 1023 > facts.MAX_SHARED_MEMORY_PER_BLOCK:
-            _refuse(None, f"the kernel needs {self.smem_offset} bytes of shared memory (+1023 to align the base), more "
+            _refuse(self.fn, f"the kernel needs {self.smem_offset} bytes of shared memory (+1023 to align the base), more "
                           f"than the {facts.MAX_SHARED_MEMORY_PER_BLOCK} a thread block of sm_90 may have: use fewer "
                           "pipeline stages or smaller tiles")
         attributes = {KERNEL_ATTR: self.fn.attributes[KERNEL_ATTR], GRID_ATTR: self.fn.attributes[GRID_ATTR]}
@@ -357,6 +361,7 @@ class KernelLowering:
             "threads": IntegerAttr(self.threads, 64), "smem_bytes": IntegerAttr(self.smem_offset, 64)})
         new = func.FuncOp(self.fn.sym_name.data, (arg_types, []), Region(entry), arg_attrs=ArrayAttr(arg_attrs))
         new.attributes.update(attributes)
+        new.location = self.fn.location  # diagnostics about the Target IR kernel point at its Tile IR source
         return new
 
     def _arg_name(self, attrs: DictionaryAttr) -> str:
@@ -1022,6 +1027,8 @@ class ConvertTileToSm90Pass(ModulePass):
     """Replace every Tile IR kernel of the module by its sm_90a Target IR kernel (module docstring)."""
 
     name = "convert-tile-to-sm90"
+    input_level: ClassVar[str] = "tile"
+    """The kernels it transforms (Tile IR); tools refuse a module with only the other kind."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for kernel in kernels(op):

@@ -66,6 +66,7 @@ for the previous trip.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects import scf
@@ -76,6 +77,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.traits import Pure
 from xdsl.utils.exceptions import DiagnosticException
 
+from tessera.diagnostics import located
 from tessera.analysis.loop_trips import (
     IndexBuilder,
     clone_at_iv,
@@ -93,7 +95,7 @@ class OverlapSoftmaxError(DiagnosticException):
 
 
 def _refuse(op: Operation, message: str) -> None:
-    raise OverlapSoftmaxError(f"overlap-softmax: {describe_op(op)}: {message}")
+    raise OverlapSoftmaxError(located(op, f"overlap-softmax: {describe_op(op)}: {message}", name_op=False))
 
 
 def _name(value: SSAValue) -> str:
@@ -361,6 +363,8 @@ class OverlapSoftmaxPass(ModulePass):
     accumulator update of trip t-1 (see the module docstring)."""
 
     name = "overlap-softmax"
+    input_level: ClassVar[str] = "tile"
+    """The kernels it transforms (Tile IR); tools refuse a module with only the other kind."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         loops = [o for o in op.walk() if isinstance(o, scf.ForOp)]

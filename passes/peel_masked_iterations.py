@@ -34,6 +34,7 @@ any loop (the first trip a rotated loop peels) stay.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects import arith, scf
@@ -157,6 +158,8 @@ class PeelMaskedIterationsPass(ModulePass):
     the rest (see the module docstring)."""
 
     name = "peel-masked-iterations"
+    input_level: ClassVar[str] = "tile"
+    """The kernels it transforms (Tile IR); tools refuse a module with only the other kind."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         loops = [o for o in op.walk() if isinstance(o, scf.ForOp)]

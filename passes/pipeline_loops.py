@@ -51,7 +51,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import ClassVar, NoReturn
 
 from xdsl.builder import Builder
 from xdsl.context import Context
@@ -63,6 +63,7 @@ from xdsl.rewriter import InsertPoint
 from xdsl.traits import is_side_effect_free
 from xdsl.utils.exceptions import DiagnosticException
 
+from tessera.diagnostics import located
 from tessera.dialects import tile
 from tessera.dialects.tile_types import TileType
 from tessera.interpreters.block_batch import describe_op
@@ -77,7 +78,7 @@ class PipelineLoopsError(DiagnosticException):
 
 def _refuse(op: Operation, message: str) -> NoReturn:
     """Raise the diagnostic `pipeline-loops: <op's first line>: <message>`."""
-    raise PipelineLoopsError(f"pipeline-loops: {describe_op(op)}: {message}")
+    raise PipelineLoopsError(located(op, f"pipeline-loops: {describe_op(op)}: {message}", name_op=False))
 
 
 # region Analysis
@@ -429,6 +430,8 @@ class PipelineLoopsPass(ModulePass):
     docstring, before changing anything."""
 
     name = "pipeline-loops"
+    input_level: ClassVar[str] = "tile"
+    """The kernels it transforms (Tile IR); tools refuse a module with only the other kind."""
 
     stages: int = 2
 

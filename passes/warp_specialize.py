@@ -30,12 +30,15 @@ warpgroup 1 arrives once before the loops so that warpgroup 0 starts, and warpgr
 arrival after them. While one warpgroup's GEMMs run, the other does its softmax. Needs exactly two
 consumer warpgroups.
 
-Kernels without ring refills have no producer work and are left unchanged.
+Kernels without ring refills have no producer work and are left unchanged, with a TesseraWarning naming the
+kernel (a pipeline that asked for warp specialization did not get it). Given only Tile IR, tessera-opt and
+tessera-run refuse the pass (`input_level`, `tessera.diagnostics.check_pass_input`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, scf
@@ -45,6 +48,7 @@ from xdsl.passes import ModulePass
 from xdsl.traits import is_side_effect_free
 from xdsl.utils.exceptions import DiagnosticException
 
+from tessera.diagnostics import located, warn
 from tessera.dialects import sm90
 from tessera.kernel_abi import TARGET_KERNEL_ATTR, is_target_kernel
 from tessera.passes.convert_tile_to_sm90 import PRODUCER_ATTR
@@ -59,9 +63,11 @@ class WarpSpecializeError(DiagnosticException):
     """A kernel warp-specialize cannot split; the message names the op and the rule."""
 
 
-def _refuse(op: Operation | None, message: str) -> None:
-    where = f"{str(op).splitlines()[0].strip()[:120]}: " if op is not None else ""
-    raise WarpSpecializeError(f"warp-specialize: {where}{message}")
+def _refuse(op: Operation, message: str) -> None:
+    """Raise the WarpSpecializeError `message` about `op` (the kernel itself for what concerns it as a whole),
+    located in the input (`tessera.diagnostics.located`)."""
+    where = f"{str(op).splitlines()[0].strip()[:120]}: " if not isinstance(op, func.FuncOp) else ""
+    raise WarpSpecializeError(located(op, f"warp-specialize: {where}{message}", name_op=False))
 
 
 def _contains_producer(op: Operation) -> bool:
@@ -108,15 +114,17 @@ class _Split:
 
     def run(self) -> None:
         if not any(PRODUCER_ATTR in op.attributes for op in self.fn.walk()):
+            warn(located(self.fn, "warp-specialize: no ring refills to give a producer (the kernel was not "
+                                  "pipelined: run pipeline-loops before convert-tile-to-sm90); left unchanged"))
             return
         entry = self.fn.body.block
         info = self.fn.attributes[TARGET_KERNEL_ATTR]
         consumers = info.data["threads"].value.data
         if consumers % facts.WARPGROUP_SIZE:
-            _refuse(None, f"the kernel has {consumers} threads, not whole warpgroups")
+            _refuse(self.fn, f"the kernel has {consumers} threads, not whole warpgroups")
         init = next((op for op in entry.ops if isinstance(op, sm90.BarSyncOp)), None)
         if init is None:
-            _refuse(None, "no barrier after the mbarrier initialisation to split at")
+            _refuse(self.fn, "no barrier after the mbarrier initialisation to split at")
         ret = entry.last_op
         main = []
         op = init.next_op
@@ -125,7 +133,7 @@ class _Split:
             op = op.next_op
         tid = next((o.result for o in entry.ops if isinstance(o, sm90.SpecialRegOp) and o.register.data == "tid.x"), None)
         if tid is None:
-            _refuse(None, "the kernel does not read tid.x")
+            _refuse(self.fn, "the kernel does not read tid.x")
 
         producer_block, consumer_block = Block(), Block()
         # The producer: a clone of the main part, pruned to the refills and what they need.
@@ -246,7 +254,7 @@ class _Split:
         its last. (A per-thread barrier id would need no copy, but the two warpgroups are then at different
         points of the same code, which a lockstep simulation of one branch cannot follow.)"""
         if consumers != 2 * facts.WARPGROUP_SIZE:
-            _refuse(None, f"ping-pong needs two consumer warpgroups, the kernel has {consumers // facts.WARPGROUP_SIZE}")
+            _refuse(self.fn, f"ping-pong needs two consumer warpgroups, the kernel has {consumers // facts.WARPGROUP_SIZE}")
         threads = 2 * facts.WARPGROUP_SIZE
         ops = list(block.ops)
         copies = []
@@ -259,7 +267,7 @@ class _Split:
             loops = [op for op in copy.walk() if isinstance(op, scf.ForOp)
                      and any(isinstance(o, sm90.WgmmaMmaAsyncOp) for o in op.body.block.ops)]
             if not loops:
-                _refuse(None, "ping-pong needs a loop that issues wgmma")
+                _refuse(self.fn, "ping-pong needs a loop that issues wgmma")
             for loop in loops:
                 body = loop.body.block
                 first = next(o for o in body.ops if isinstance(o, sm90.WgmmaFenceOp | sm90.WgmmaMmaAsyncOp))
@@ -288,7 +296,7 @@ class _Split:
         producer = max(facts.SETMAXNREG_MIN, -(-producer_need // step) * step)
         consumer = min(facts.SETMAXNREG_MAX, (facts.REGISTERS_PER_SM - PRODUCER_THREADS * producer) // consumers // step * step)
         if consumer_need > consumer:
-            _refuse(None, f"the consumer warpgroups need {consumer_need} registers per thread but only {consumer} "
+            _refuse(self.fn, f"the consumer warpgroups need {consumer_need} registers per thread but only {consumer} "
                           f"are left after the producer's {producer} (the register file has {facts.REGISTERS_PER_SM})")
         facts.check_register_budget([producer] + [consumer] * (consumers // facts.WARPGROUP_SIZE), facts.WARPGROUP_SIZE)
         producer_region.block.insert_op_before(sm90.SetMaxNRegOp("dec", producer), producer_region.block.first_op)
@@ -300,6 +308,8 @@ class WarpSpecializePass(ModulePass):
     """Split every pipelined Target IR kernel into a TMA producer warpgroup and its consumer warpgroups."""
 
     name = "warp-specialize"
+    input_level: ClassVar[str] = "target"
+    """The kernels it transforms (Target IR); tools refuse a module with only the other kind."""
     pingpong: bool = False
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:

@@ -29,12 +29,15 @@ def make_context() -> Context:
 
 def verify(module: Operation, names: Mapping[SSAValue, str] | None = None) -> None:
     """Tessera's verification of a module, which every entry point runs on its input: SSA dominance (which
-    xDSL does not check; `tessera.dominance`), then the op verifiers, then the kernel ABI
-    (`tessera.kernel_abi`). Raises a VerifyException (DiagnosticException) for the first violation. `names`:
-    the values' names in the source (`TesseraParser.value_names`), for the diagnostics."""
+    xDSL does not check; `tessera.dominance`), then the op verifiers (each error located at the op that fails,
+    `tessera.diagnostics.verify_module`), then the kernel ABI (`tessera.kernel_abi`). Raises a
+    VerifyException (DiagnosticException) for the first violation. `names`: the values' names in the source
+    (`TesseraParser.value_names`), for the diagnostics."""
+    from tessera.diagnostics import verify_module
+
     # dominance first: it needs only the IR's structure, and says more than xDSL's isolated-from-above check
     verify_dominance(module, names)
-    module.verify()
+    verify_module(module)
     verify_kernels(module)
 
 

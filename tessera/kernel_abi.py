@@ -141,7 +141,9 @@ def kernels(module: ModuleOp) -> list[func.FuncOp]:
 
 
 def _fail(op: func.FuncOp, message: str) -> None:
-    raise VerifyException(f"kernel @{op.sym_name.data}: {message}")
+    from tessera.diagnostics import located
+
+    raise VerifyException(located(op, message))  # "file:line:col: kernel @name: message"
 
 
 def signature(op: func.FuncOp) -> KernelSignature:

@@ -11,7 +11,11 @@ It is xDSL 0.74's `Parser` with what Tessera needs of a parser on top, each part
   `value_names` keeps the name each value has in the text (`%0`, `%acc#1`), for their diagnostics;
 - a value used but defined nowhere in scope is reported at its first use, not at the end of the input;
 - a type or attribute that fails its verifier while being parsed (`!tile.tile<4x4xf32, register,
-  swizzle 64>`) is reported at its body in the source; xDSL reports such errors without a location.
+  swizzle 64>`) is reported at its body in the source, a property or attribute of an op failing its constraint
+  at the op, and an unregistered type or attribute at its name; xDSL reports such errors without a location
+  (or at the token after them);
+- the text is remembered under its file name (`tessera.diagnostics.remember_source`), so that the tools can
+  print the source line under a located diagnostic.
 
 `line_offset` is the number of lines before the text in its file (a chunk of `--split-input-file`).
 """
@@ -31,12 +35,9 @@ from xdsl.parser.generic_parser import ParserState
 from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.utils.lexer import Input, Span
 
+from tessera.diagnostics import LocatedVerifyException, remember_source
 from tessera.hex_floats import HexFloatLiterals
 from tessera.lexer import TesseraLexer
-
-
-class LocatedVerifyException(VerifyException):
-    """A VerifyException whose message already shows where in the input it happened."""
 
 
 class TesseraParser(HexFloatLiterals, Parser):
@@ -52,6 +53,7 @@ class TesseraParser(HexFloatLiterals, Parser):
         self._filename = StringAttr(name)
         self.value_names: dict[SSAValue, str] = {}
         self._first_forward_use: dict[str, Span] = {}
+        remember_source(name, line_offset, text)
 
     def file_line_col(self, position: int) -> FileLineColLoc:
         """The `FileLineColLoc` of a character offset into the text (lines and columns count from 1)."""
@@ -63,7 +65,13 @@ class TesseraParser(HexFloatLiterals, Parser):
 
     def parse_operation(self) -> Operation:
         start = self._current_token.span.start
-        op = super().parse_operation()
+        try:
+            op = super().parse_operation()
+        except LocatedVerifyException:
+            raise
+        except VerifyException as e:  # a property or attribute of the op failing its constraint while parsed
+            span = Span(start, max(self.pos, start + 1), self.lexer.input, self.line_offset)
+            raise LocatedVerifyException(span.print_with_context(str(e)).rstrip("\n")) from e
         if isinstance(op.location, UnknownLoc):
             op.location = self.file_line_col(start)
         return op
@@ -90,12 +98,23 @@ class TesseraParser(HexFloatLiterals, Parser):
         for index, value in enumerate(values):
             self.value_names[value] = f"%{name}" if len(values) == 1 else f"%{name}#{index}"
 
-    def _parse_dialect_type_or_attribute_body(self, *args, **kwargs):  # private in xDSL 0.74 (pinned)
+    def _parse_dialect_type_or_attribute_body(self, attr_name, *args, **kwargs):  # private in xDSL 0.74 (pinned)
         start = self.pos
         try:
-            return super()._parse_dialect_type_or_attribute_body(*args, **kwargs)
+            return super()._parse_dialect_type_or_attribute_body(attr_name, *args, **kwargs)
         except LocatedVerifyException:
             raise
+        except ParseError as e:
+            # xDSL points an unregistered type or attribute at the token after it: point at its name
+            if e.msg != f"'{attr_name}' is not registered":
+                raise
+            content = self.lexer.input.content
+            name_start = content.rfind(attr_name.split(".")[-1], 0, start)
+            name_start = content.rfind(attr_name.split(".")[0], 0, name_start + 1)
+            if name_start < 0:
+                raise
+            span = Span(max(name_start - 1, 0), name_start + len(attr_name), self.lexer.input, self.line_offset)
+            raise ParseError(span, e.msg) from None
         except VerifyException as e:
             # `start` is the body's `<`; span it up to the matching `>`
             end = self._raw_scan_balanced(start + 1) + 1 if self.lexer.input.content[start] == "<" else start + 1

@@ -322,8 +322,11 @@ def allocate_registers(fn: func.FuncOp, budget: int = facts.MAX_REGISTERS_PER_TH
     allocation = _allocate(fn)
     if allocation.peak > budget:
         listing = ", ".join(f"%{name} ({n})" for name, n in allocation.live_at_peak[:12])
+        from tessera.diagnostics import source_location
+
+        loc = source_location(fn)
         raise RegisterBudgetError(
-            f"@{fn.sym_name.data}: {allocation.peak} registers per thread are live at once, over the budget of "
+            f"{loc + ': ' if loc else ''}@{fn.sym_name.data}: {allocation.peak} registers per thread are live at once, over the budget of "
             f"{budget}; live at the peak: {listing}"
         )
     return allocation

@@ -212,7 +212,7 @@ def test_pending_count_must_drop(rng):
 
 def test_one_stage_is_refused():
     module = compiled("pipeline-loops{stages=1}", head_dim=64, causal=False, dtype="bf16").clone()
-    with pytest.raises(OverlapSoftmaxError, match=r"^overlap-softmax: %acc_next = tile.mma .*: reads a stage of "
+    with pytest.raises(OverlapSoftmaxError, match=r"^kernel @\w+: overlap-softmax: %acc_next = tile.mma .*: reads a stage of "
                        r"%v_ring, a 1-stage ring: .* needs pipeline-loops\{stages=N\} with N >= 2$"):
         apply_pipeline(module, "overlap-softmax")
 
@@ -220,7 +220,7 @@ def test_one_stage_is_refused():
 def test_unpipelined_loop_is_refused():
     module = compiled("", head_dim=64, causal=True, dtype="bf16").clone()
     before = str(module)
-    with pytest.raises(OverlapSoftmaxError, match=r"^overlap-softmax: %acc_next = tile.mma .*: reads %v_smem, which "
+    with pytest.raises(OverlapSoftmaxError, match=r"^kernel @\w+: overlap-softmax: %acc_next = tile.mma .*: reads %v_smem, which "
                        r"this loop refills every trip; .* run pipeline-loops\{stages=N\} with N >= 2 first$"):
         apply_pipeline(module, "overlap-softmax")
     assert str(module) == before

@@ -343,13 +343,13 @@ _PUBLISH = "tile.cp_commit_group\n tile.cp_wait_group 0\n tile.barrier\n"
 @pytest.mark.parametrize(
     "body, after, message",
     [
-        (_PUBLISH + _MMA, "", r"^pipeline-loops: %r = scf.for .*: the loop body does not end with a tile.barrier"),
+        (_PUBLISH + _MMA, "", r"^<string>:\d+:\d+: func @f: pipeline-loops: %r = scf.for .*: the loop body does not end with a tile.barrier"),
         (_PUBLISH + _MMA + "\n tile.barrier",
          "%x = tile.load %s : !tile.tile<64x64xbf16, shared, swizzle 128> -> !tile.tile<64x64xbf16, register>",
-         r"^pipeline-loops: tile.cp_async %w, %s .*: the copy destination %s is also used outside the loop \(by "
+         r"^<string>:\d+:\d+: func @f: pipeline-loops: tile.cp_async %w, %s .*: the copy destination %s is also used outside the loop \(by "
          r"'%x = tile.load %s"),
         ("tile.cp_commit_group\n tile.cp_wait_group 1\n tile.barrier\n" + _MMA + "\n tile.barrier", "",
-         r"^pipeline-loops: tile.cp_wait_group 1: expected tile.cp_wait_group 0 right after"),
+         r"^<string>:\d+:\d+: func @f: pipeline-loops: tile.cp_wait_group 1: expected tile.cp_wait_group 0 right after"),
     ],
     ids=["no-trailing-barrier", "tile-used-outside", "wait-not-zero"],
 )

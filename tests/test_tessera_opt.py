@@ -37,6 +37,13 @@ INPUTS = {
     "unknown-dialect.mlir": '"nosuch.op"() : () -> ()\n',
     "split.mlir": KERNEL + "// -----\n" + KERNEL.replace("64>}", "32>}", 1),
     "not-utf8.mlir": b"\xff\xfe\n",
+    "no-terminator.mlir": "func.func @f() {\n  %c = arith.constant 0 : index\n}\n",
+    "unknown-type.mlir": 'func.func @f() {\n  %x = "test.op"() : () -> !nosuch.type\n  func.return\n}\n',
+    "property.mlir": "\nsm90.setmaxnreg 100 100\n",
+    "rows32.mlir": KERNEL.replace("  %i = tile.program_id x : index\n",
+                                  "  %i = tile.program_id x : index\n  %z = tile.fill 0.0 : !tile.tile<32x64xf32, register>\n"),
+    "functions.mlir": "func.func @f() {\n  func.return\n}\n",
+    "sm90.mlir": 'func.func @f() {\n  %t = sm90.special "tid.x" : index\n  func.return\n}\n',
     "wrong.txt": KERNEL,
 }
 
@@ -57,7 +64,7 @@ CASES = {
     "stdin": Case((), 0, stdout=("tile.program_id x : index",), stdin=KERNEL),
     "syntax-error": Case(("syntax.mlir",), 1, stderr=("syntax.mlir:2:23", "attribute expected")),
     "verifier-error": Case(
-        ("verifier.mlir",), 1, stderr=("'tile.dim' op source must be a global tile, got register", "Operation does not verify")
+        ("verifier.mlir",), 1, stderr=("verifier.mlir:2:1: 'tile.dim' op source must be a global tile, got register",)
     ),
     "type-error": Case(("type.mlir",), 1, stderr=("type.mlir:2:31", "tile type: only shared tiles can be swizzled")),
     "kernel-abi-error": Case(("kernel.mlir",), 1, stderr=("kernel @k: 'tile.kernel' needs kind",)),
@@ -81,6 +88,34 @@ CASES = {
     "bad-argument": Case(("ok.mlir", "--no-such-flag"), 2, stderr=("unrecognized arguments: --no-such-flag",)),
     "bad-target": Case(("ok.mlir", "-t", "no-such-target"), 2, stderr=("invalid choice: 'no-such-target'",)),
     "version": Case(("--version",), 0, stdout=("tessera-opt 0.1.0", "xdsl 0.74.0")),
+    # every diagnostic says where: file:line:col, and the kernel and op where there is one (issue 21)
+    "missing-terminator": Case(("no-terminator.mlir",), 1, stderr=("no-terminator.mlir:2:3: func @f: op 'arith.constant': "
+                                                                  "Operation arith.constant terminates block",)),
+    "unknown-type": Case(("unknown-type.mlir",), 1, stderr=("unknown-type.mlir:2:28", "'nosuch.type' is not registered")),
+    "property-constraint": Case(("property.mlir",), 1, stderr=("property.mlir:2:1", "should be of base attribute string")),
+    "pass-refuses-kernel": Case(
+        ("rows32.mlir", "-p", "assign-swizzle,convert-tile-to-sm90"), 1,
+        stderr=("rows32.mlir:1:1: kernel @k: convert-tile-to-sm90: register tiles have 32 rows; warpgroups take 64 rows each",
+                "func.func @k(")),
+    "pass-refuses-op": Case(
+        ("rows32.mlir", "-p", "convert-tile-to-sm90"), 1,
+        stderr=("rows32.mlir:1:1: kernel @k: convert-tile-to-sm90: register tiles have 32 rows",)),
+    # a Tessera pass given only the other IR level is an error; one with nothing to do at all is a warning
+    "allocate-registers-on-tile-ir": Case(
+        ("ok.mlir", "-p", "allocate-registers"), 1,
+        stderr=("ok.mlir:1:1: kernel @k: pass 'allocate-registers' transforms Target IR, but the input (@k) is Tile IR; "
+                "lower it first: convert-tile-to-sm90",)),
+    "warp-specialize-on-tile-ir": Case(
+        ("ok.mlir", "-p", "canonicalize,warp-specialize"), 1,
+        stderr=("kernel @k: pass 'warp-specialize' transforms Target IR, but the input (@k) is Tile IR",)),
+    "tile-pass-on-target-ir": Case(
+        ("sm90.mlir", "-p", "pipeline-loops"), 1,
+        stderr=("sm90.mlir:1:1: func @f: pass 'pipeline-loops' transforms Tile IR, but the input (@f) is Target IR; it runs before "
+                "convert-tile-to-sm90",)),
+    "pass-with-nothing-to-do": Case(
+        ("functions.mlir", "-p", "allocate-registers"), 0, stdout=("func.func @f",),
+        stderr=("tessera-opt: warning: pass 'allocate-registers': the input has no Target IR (no kernel, no function "
+                "with sm90 ops); nothing to do",)),
 }
 
 
@@ -139,3 +174,21 @@ def test_internal_error_is_one_line_unless_debugging(monkeypatch, capsys, tmp_pa
     assert tessera_opt.main([str(source)]) == 1
     err = capsys.readouterr().err
     assert "Traceback" in err and err.endswith("tessera-opt: internal error: RuntimeError: boom\n")
+
+
+def test_an_internal_error_in_a_pass_names_the_pass_and_is_never_empty(monkeypatch, capsys, tmp_path) -> None:
+    """An exception without a message escaping a pass is reported with the pass and where it was raised."""
+    from tessera.passes.assign_swizzle import AssignSwizzlePass
+
+    source = tmp_path / "ok.mlir"
+    source.write_text(KERNEL)
+
+    def crash(self, ctx, module):
+        raise StopIteration
+
+    monkeypatch.setattr(AssignSwizzlePass, "apply", crash)
+    monkeypatch.delenv("TESSERA_DEBUG", raising=False)
+    assert tessera_opt.main([str(source), "-p", "assign-swizzle"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("tessera-opt: internal error in pass 'assign-swizzle': StopIteration: raised at ")
+    assert err.rstrip().endswith("in crash") and len(err.splitlines()) == 1

@@ -64,3 +64,196 @@ def test_syntax_error_names_the_location(tmp_path):
     proc = run(str(bad))
     assert proc.returncode == 1
     assert "bad.mlir:2" in proc.stderr
+
+
+# --- in-process cases: the diagnostics of tessera-run (issue 21) -------------------------------------------------
+
+from tessera.tools import tessera_opt, tessera_run  # noqa: E402
+
+TARGET_PIPELINE = "assign-swizzle,convert-tile-to-sm90,canonicalize,cse,rematerialize-constants"
+GEMM_SIZES = ("-d", "M=70", "-d", "N=136", "-d", "K=128")
+
+
+def run_in_process(capsys, *args: str) -> tuple[int, str, str]:
+    """(status, stdout, stderr) of `tessera-run ARGS` in this process; argparse errors exit with 2."""
+    try:
+        status = tessera_run.main(list(args))
+    except SystemExit as e:
+        status = e.code
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return status, out, err
+
+
+@pytest.mark.parametrize(
+    "size,message",
+    [
+        ("M=+3", "size 'M' must be written in plain decimal digits 0-9, got '+3'"),
+        ("M=5_0", "size 'M' must be written in plain decimal digits 0-9, got '5_0'"),
+        ("M=\uff13", "size 'M' must be written in plain decimal digits 0-9, got '\uff13'"),  # fullwidth 3
+        ("M=\u0663", "size 'M' must be written in plain decimal digits 0-9, got '\u0663'"),  # Arabic-Indic 3
+        ("M= 3", "plain decimal digits"),
+        ("M=0x10", "plain decimal digits"),
+        ("M=", "plain decimal digits"),
+        ("M=0", "size 'M' must be positive (from 1 to 2147483647"),
+        ("M=-1", "size 'M' must be positive (from 1 to 2147483647"),
+        ("M=2147483648", "size 'M' = 2147483648 is over the limit (from 1 to 2147483647"),
+        ("=3", "expected NAME=SIZE"),
+        ("M3", "expected NAME=SIZE"),
+        ("\u039c=3", "expected NAME=SIZE"),  # a Greek capital mu, not M
+    ],
+)
+def test_sizes_are_plain_ascii_decimal_within_limits(capsys, size, message):
+    status, _, err = run_in_process(capsys, str(GEMM), "-d", size)
+    assert status == 2 and message in err
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (("-d", "foo=3"), "no kernel declares the size 'foo' (sizes declared: @gemm_bf16: M, K, N)"),
+        (("-d", "M=4"), "size 'M' given more than once"),
+        (("-d", "foo=3", "-d", "bar=1"), "no kernel declares the sizes 'foo', 'bar'"),
+    ],
+)
+def test_every_size_is_declared_by_the_kernel_and_given_once(capsys, extra, message):
+    status, out, err = run_in_process(capsys, str(GEMM), *GEMM_SIZES, *extra)
+    assert status == 1 and message in err and out == ""
+
+
+@pytest.mark.parametrize(
+    "flag,message",
+    [
+        (("--seed", "+1"), "expected a seed in plain decimal digits 0-9, got '+1'"),
+        (("--seed", "-1"), "expected a seed in plain decimal digits 0-9, got '-1'"),
+        (("--max-gib", "0"), "expected a positive number of GiB such as 4 or 0.5, got '0'"),
+        (("--max-gib", "nan"), "expected a positive number of GiB such as 4 or 0.5, got 'nan'"),
+    ],
+)
+def test_other_numbers_on_the_command_line_are_checked_too(capsys, flag, message):
+    status, _, err = run_in_process(capsys, str(GEMM), *GEMM_SIZES, *flag)
+    assert status == 2 and message in err
+
+
+def test_sizes_too_large_for_memory_are_refused_before_allocating(capsys):
+    status, _, err = run_in_process(capsys, str(GEMM), "-d", "M=2000000", "-d", "N=2000000", "-d", "K=8")
+    assert status == 1
+    assert "kernel @gemm_bf16 would need about" in err and "(--max-gib 8)" in err
+
+
+def test_a_malformed_pipeline_is_a_diagnostic(capsys):
+    status, _, err = run_in_process(capsys, str(GEMM), *GEMM_SIZES, "-p", "cse{")
+    assert status == 1
+    assert err.startswith("tessera-run: error: invalid pass pipeline 'cse{': Error parsing pass pipeline")
+    status, _, err = run_in_process(capsys, str(GEMM), *GEMM_SIZES, "-p", "no-such-pass")
+    assert status == 1 and "Unrecognized passes: ['no-such-pass']" in err
+
+
+def test_a_lowering_that_stops_short_of_target_ir_says_what_it_produced(capsys):
+    status, _, err = run_in_process(capsys, str(GEMM), *GEMM_SIZES, "--level", "target", "--lower", "assign-swizzle")
+    assert status == 1
+    assert "the lowering pipeline 'assign-swizzle' left kernel @gemm_bf16 in Tile IR: --level target needs a " \
+           "pipeline that ends in Target IR (one with convert-tile-to-sm90" in err
+
+
+@pytest.fixture(scope="module")
+def gemm_target_files(tmp_path_factory):
+    """examples/gemm.mlir lowered to Target IR by tessera-opt, without and with allocate-registers."""
+    work = tmp_path_factory.mktemp("target")
+    files = {}
+    for name, spec in (("plain", TARGET_PIPELINE), ("allocated", TARGET_PIPELINE + ",allocate-registers")):
+        files[name] = work / f"gemm.{name}.mlir"
+        assert tessera_opt.main([str(GEMM), "-p", spec, "-o", str(files[name])]) == 0
+    return files
+
+
+@pytest.mark.parametrize("which", ["plain", "allocated"])
+def test_a_target_ir_file_runs_in_the_cta_simulator_and_checks(capsys, gemm_target_files, which):
+    status, out, err = run_in_process(capsys, str(gemm_target_files[which]), *GEMM_SIZES, "--check")
+    assert status == 0, err
+    assert "@gemm_bf16 [M=70 K=128 N=136]: grid (1, 2, 1), Target IR, CTA simulator" in out
+    assert "check: max error" in out and ": ok" in out
+
+
+def test_a_wrong_target_ir_kernel_fails_the_check(capsys, gemm_target_files, tmp_path):
+    """The check compares with NumPy: a Target IR GEMM that stores twice its product must fail it."""
+    text = gemm_target_files["plain"].read_text()
+    store = re.search(r"\n(\s*)sm90\.st_global (\S+), %acc_final,", text)
+    assert store is not None
+    doubled = f"\n{store[1]}%doubled = arith.addf %acc_final, %acc_final : vector<64xf32>" + \
+              store[0].replace("%acc_final", "%doubled")
+    broken = tmp_path / "broken.mlir"
+    broken.write_text(text.replace(store[0], doubled))
+    status, out, err = run_in_process(capsys, str(broken), *GEMM_SIZES, "--check")
+    assert status == 1, out + err
+    assert "check: max error" in out and ": ok" not in out
+
+
+def test_a_kernel_hazard_is_one_located_diagnostic(capsys, gemm_target_files, tmp_path):
+    """A Target IR GEMM whose K loop starts at trip 1 waits on the wrong mbarrier parity: the simulator's
+    deadlock report names the file, line, kernel and op, without the module that xDSL attaches to it."""
+    lowered = tmp_path / "lowered.mlir"
+    assert tessera_opt.main([str(GEMM), "-p", "assign-swizzle,convert-tile-to-sm90", "-o", str(lowered)]) == 0
+    text, count = re.subn(r"scf\.for (%\w+) = %c0 to", r"scf.for \1 = %c1 to", lowered.read_text(), count=1)
+    assert count == 1
+    broken = tmp_path / "deadlock.mlir"
+    broken.write_text(text)
+    status, out, err = run_in_process(capsys, str(broken), *GEMM_SIZES)
+    assert status == 1
+    assert re.match(rf"tessera-run: error: {re.escape(str(broken))}:\d+:\d+: kernel @gemm_bf16: op "
+                    r"'sm90.mbarrier_try_wait_parity': .*deadlock", err)
+    assert "builtin.module" not in err and len(err.splitlines()) == 3  # the message, the source line, a caret
+
+
+def test_what_cannot_run_is_named(capsys, gemm_target_files, tmp_path):
+    status, _, err = run_in_process(capsys, str(gemm_target_files["plain"]), *GEMM_SIZES, "--level", "tile")
+    assert status == 1 and "kernel @gemm_bf16 is Target IR: it runs in the CTA simulator" in err
+    status, _, err = run_in_process(capsys, str(gemm_target_files["plain"]), *GEMM_SIZES, "--level", "target",
+                                    "--lower", TARGET_PIPELINE)
+    assert status == 1 and "is already Target IR: --lower applies to Tile IR kernels" in err
+    plain = tmp_path / "plain.mlir"
+    plain.write_text("func.func @f() {\n  func.return\n}\n")
+    status, _, err = run_in_process(capsys, str(plain))
+    assert status == 1
+    assert ("no kernel to run: tessera-run runs Tile IR kernels (a func.func with a 'tile.kernel' attribute), Target "
+            "IR kernels (with 'sm90.kernel', as convert-tile-to-sm90 writes them) and PTX files (.ptx); this file "
+            "has functions @f without those attributes") in err
+
+
+BAD_INPUTS = {
+    "syntax": "func.func @f() {\n  %x = arith.constant : index\n}\n",
+    "verifier": '%t = "test.op"() : () -> !tile.tile<4x4xf32, register>\n'
+                "%n = tile.dim %t[0] : !tile.tile<4x4xf32, register>\n",
+    "type": '\n"test.op"() : () -> !tile.tile<8x64xf16, global, swizzle 128>\n',
+    "unknown-op": "func.func @f() {\n  %x = tile.bogus : index\n  func.return\n}\n",
+    "no-terminator": "func.func @f() {\n  %c = arith.constant 0 : index\n}\n",
+    "kernel-abi": GEMM.read_text().replace('kind = "gemm"', 'kind = "conv"'),
+    "property": "\nsm90.setmaxnreg 100 100\n",
+}
+
+
+@pytest.mark.parametrize("name", BAD_INPUTS)
+def test_tessera_run_reports_what_tessera_opt_reports(capsys, tmp_path, name):
+    """The same input gives the same diagnostic, at the same file:line:col, from both tools."""
+    path = tmp_path / f"{name}.mlir"
+    path.write_text(BAD_INPUTS[name])
+    assert tessera_opt.main([str(path)]) == 1
+    opt_err = capsys.readouterr().err
+    status, _, run_err = run_in_process(capsys, str(path), "-d", "M=1")
+    assert status == 1
+    assert run_err == opt_err
+    assert re.match(rf"{re.escape(str(path))}:\d+:\d+", opt_err), opt_err
+
+
+def test_an_internal_error_is_never_empty(capsys, monkeypatch):
+    """An exception without a message (StopIteration) is described by where it was raised."""
+    import tessera.interpreters.launch as launch
+
+    def crash(*args, **kwargs):
+        raise StopIteration
+
+    monkeypatch.setattr(launch, "run_grid", crash)
+    monkeypatch.delenv("TESSERA_DEBUG", raising=False)
+    status, _, err = run_in_process(capsys, str(GEMM), *GEMM_SIZES)
+    assert status == 1
+    assert err.startswith("tessera-run: internal error: StopIteration: raised at ") and "in crash" in err

@@ -76,8 +76,12 @@ def test_specialized_kernel_has_a_producer_warpgroup_and_budgets_from_pressure()
 
 
 def test_kernels_without_rings_are_left_alone():
+    """... and say so: a warning names the kernel and what it lacks."""
+    from tessera.diagnostics import TesseraWarning
+
     module = build_kernel("flash_attention", head_dim=64, causal=False, dtype="bf16")
-    _, kernel = _lower(module, f"assign-swizzle,{LOWER},warp-specialize")
+    with pytest.warns(TesseraWarning, match=r"kernel @flash_attention_d64_bf16: warp-specialize: no ring refills"):
+        _, kernel = _lower(module, f"assign-swizzle,{LOWER},warp-specialize")
     assert kernel.attributes[TARGET_KERNEL_ATTR].data["threads"].value.data == 256
     assert not any(isinstance(op, sm90.SetMaxNRegOp) for op in kernel.walk())
 

@@ -17,22 +17,116 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+import time
+import warnings
+from collections.abc import Callable, Sequence
 from importlib.metadata import version
 from typing import IO
 
+from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass, PassPipeline
+from xdsl.printer import Printer
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError
 from xdsl.xdsl_opt_main import xDSLOptMain
 
+from tessera.diagnostics import (
+    TesseraWarning,
+    check_pass_input,
+    internal_error_text,
+    verify_module,
+    with_context,
+)
 from tessera.dominance import verify_dominance
-from tessera.ir import verify
+from tessera.ir import verify as verify_ir
 from tessera.kernel_abi import verify_kernels
 from tessera.parser import TesseraParser
 
 
 class UsageError(Exception):
     """A mistake on the command line or in the files it names (not in the IR): reported without a traceback."""
+
+
+class PassCrash(Exception):
+    """An unexpected exception inside a pass: an internal error, reported with the pass's name."""
+
+
+def register_dialects(ctx: Context) -> None:
+    """Register (lazily) every xDSL dialect and Tessera's own (tile, sm90): what tessera-opt parses."""
+    from xdsl.universe import Universe
+
+    for name, factory in Universe.get_multiverse().all_dialects.items():
+        ctx.register_dialect(name, factory)
+
+    def get_tile():
+        from tessera.dialects.tile import Tile
+
+        return Tile
+
+    def get_sm90():
+        from tessera.dialects.sm90 import SM90
+
+        return SM90
+
+    ctx.register_dialect("tile", get_tile)
+    ctx.register_dialect("sm90", get_sm90)
+
+
+def opt_context() -> Context:
+    """A context that parses what tessera-opt parses (tessera-run reads its input with it)."""
+    ctx = Context()
+    register_dialects(ctx)
+    return ctx
+
+
+def load_module(ctx: Context, text: str, name: str, line_offset: int = 0, implicit_module: bool = True,
+                verify: bool = True) -> ModuleOp:
+    """Parse `text` (named `name` in diagnostics) with Tessera's parser (`tessera.parser`: source locations on
+    every op, hex float literals as bit patterns, linear-time lexing), then verify it as every entry point
+    does (`tessera.ir.verify`: dominance, ops located at the one that fails, the kernel ABI). An input of only
+    comments and blanks is an empty module, as in mlir-opt. Raises ParseError or VerifyException."""
+    if implicit_module and all(not line.strip() or line.lstrip().startswith("//") for line in text.splitlines()):
+        return ModuleOp([])
+    parser = TesseraParser(ctx, text, name, line_offset=line_offset)
+    module = parser.parse_module(implicit_module)
+    if verify:
+        verify_ir(module, parser.value_names)
+    return module
+
+
+def parse_pipeline(spec: str) -> PassPipeline:
+    """The pass pipeline `spec` (`tessera-opt -p` syntax) over Tessera's and xDSL's passes; UsageError names
+    what does not parse (an unknown pass, a bad option, a malformed spec)."""
+    from tessera.passes import all_passes
+
+    # Unknown passes and bad options raise ValueError or TypeError, a malformed spec ArgSpecParseError (a
+    # BaseException whose message shows the spec with a caret).
+    try:
+        return PassPipeline.parse_spec(all_passes(), spec)
+    except (ValueError, TypeError, ArgSpecParseError) as e:
+        raise UsageError(f"invalid pass pipeline '{spec}': {str(e).strip()}") from e
+
+
+def run_pipeline(pipeline: PassPipeline, ctx: Context, module: ModuleOp, verify: bool = True,
+                 after_pass: Callable[[ModulePass, ModuleOp], None] | None = None) -> None:
+    """Apply `pipeline` to `module`: before each pass, check that the module holds kernels of the level the pass
+    transforms (`tessera.diagnostics.check_pass_input`); after it, verify the ops (located) and, after the
+    last, the kernel ABI. An exception that is not a diagnostic becomes a PassCrash naming the pass."""
+    for pass_ in pipeline.passes:
+        check_pass_input(pass_, module)
+        try:
+            pass_.apply(ctx, module)
+        except (DiagnosticException, ParseError, UsageError, KeyboardInterrupt):
+            raise
+        except Exception as e:
+            raise PassCrash(f"pass '{pass_.name}': {internal_error_text(e).removeprefix('internal error: ')}") from e
+        if verify:
+            verify_module(module)
+        if after_pass is not None:
+            after_pass(pass_, module)
+    if pipeline.passes and verify:
+        verify_dominance(module)
+        verify_kernels(module)
 
 
 class TesseraOptMain(xDSLOptMain):
@@ -46,20 +140,7 @@ class TesseraOptMain(xDSLOptMain):
         return f"tessera-opt {version('tessera')} (xdsl {{xdsl_version}})"
 
     def register_all_dialects(self) -> None:
-        super().register_all_dialects()
-
-        def get_tile():
-            from tessera.dialects.tile import Tile
-
-            return Tile
-
-        def get_sm90():
-            from tessera.dialects.sm90 import SM90
-
-            return SM90
-
-        self.ctx.register_dialect("tile", get_tile)
-        self.ctx.register_dialect("sm90", get_sm90)
+        register_dialects(self.ctx)
 
     def register_all_targets(self) -> None:
         from tessera.ptx import register
@@ -75,21 +156,17 @@ class TesseraOptMain(xDSLOptMain):
             self.register_pass(name, factory)
 
     def register_all_arguments(self, arg_parser) -> None:
-        from tessera.tools.tessera_run import _parse_size
+        from tessera.tools.tessera_run import parse_size, parse_seed
 
         super().register_all_arguments(arg_parser)
         arg_parser.add_argument("--validate", action="store_true",
                                 help="run every kernel after each pass of the pipeline and compare the levels")
-        arg_parser.add_argument("-d", "--dim", dest="dims", action="append", type=_parse_size, default=[],
+        arg_parser.add_argument("-d", "--dim", dest="dims", action="append", type=parse_size, default=[],
                                 metavar="NAME=SIZE", help="with --validate: a size of the generated inputs")
-        arg_parser.add_argument("--seed", type=int, default=0, help="with --validate: seed of the generated inputs")
+        arg_parser.add_argument("--seed", type=parse_seed, default=0, help="with --validate: seed of the generated inputs")
 
     def setup_pipeline(self) -> None:
-        # Unknown passes and bad options raise ValueError, a malformed spec ArgSpecParseError (a BaseException).
-        try:
-            super().setup_pipeline()
-        except (ValueError, TypeError, ArgSpecParseError) as e:
-            raise UsageError(f"invalid pass pipeline '{self.args.passes}': {e}") from e
+        self.pipeline = parse_pipeline(self.args.passes)
 
     def prepare_input(self) -> tuple[list[tuple[IO[bytes], int]], str]:
         try:
@@ -106,32 +183,30 @@ class TesseraOptMain(xDSLOptMain):
             raise UsageError(f"cannot write '{self.args.output_file}': {e.strerror or e}") from e
 
     def parse_chunk(self, chunk: IO[bytes], file_extension: str, start_offset: int = 0) -> ModuleOp | None:
-        # Replaces xDSL's "mlir" frontend (the only one) by Tessera's parser (tessera.parser): an input of only
-        # comments and blanks is an empty module, as in mlir-opt.
+        # Replaces xDSL's "mlir" frontend (the only one): see load_module.
         try:
             text = chunk.read().decode()
         except UnicodeDecodeError as e:
             raise UsageError(f"{self.get_input_name()} is not UTF-8 text ({e.reason} at byte {e.start})") from e
-        implicit_module = not self.args.no_implicit_module
-        names = {}
-        if implicit_module and all(not line.strip() or line.lstrip().startswith("//") for line in text.splitlines()):
-            module = ModuleOp([])
-        else:
-            parser = TesseraParser(self.ctx, text, self.get_input_name(), line_offset=start_offset)
-            module = parser.parse_module(implicit_module)
-            names = parser.value_names
-        if not self.args.disable_verify:
-            verify(module, names)  # dominance, ops, kernel ABI (the pipeline verifies ops once more)
-        return module
+        return load_module(self.ctx, text, self.get_input_name(), start_offset,
+                           implicit_module=not self.args.no_implicit_module, verify=not self.args.disable_verify)
 
     def apply_passes(self, prog: ModuleOp) -> None:
         if self.args.validate:
             self.validate(prog)
-        super().apply_passes(prog)
-        if self.pipeline.passes and not self.args.disable_verify:
-            verify_dominance(prog)
-            verify_kernels(prog)
+        start = time.perf_counter()
 
+        def after_pass(pass_: ModulePass, module: ModuleOp) -> None:
+            nonlocal start
+            if self.args.time_passes:
+                print(f"Pass {pass_.name} took {time.perf_counter() - start} seconds")
+            if self.args.print_between_passes and pass_ is not self.pipeline.passes[-1]:
+                print(f"IR after {pass_.name}:")
+                Printer(stream=sys.stdout).print_op(module)
+                print("\n\n\n")
+            start = time.perf_counter()
+
+        run_pipeline(self.pipeline, self.ctx, prog, verify=not self.args.disable_verify, after_pass=after_pass)
 
     def validate(self, prog: ModuleOp) -> None:
         """Validate each Tile IR kernel of `prog` (not modified) through the pipeline; raises UsageError with
@@ -139,6 +214,10 @@ class TesseraOptMain(xDSLOptMain):
         from tessera.kernel_abi import kernels
         from tessera.validate import validate
 
+        names = [name for name, _ in self.args.dims]
+        if duplicates := sorted({n for n in names if names.count(n) > 1}):
+            raise UsageError(f"--validate: size{'s' if len(duplicates) > 1 else ''} "
+                             f"{', '.join(repr(n) for n in duplicates)} given more than once")
         sizes = dict(self.args.dims)
         for op in kernels(prog):
             try:
@@ -150,28 +229,52 @@ class TesseraOptMain(xDSLOptMain):
                 raise UsageError(str(report.mismatch))
 
 
-def _diagnostic(e: BaseException) -> str:
-    """The exception's message followed by its notes (xDSL puts the annotated IR of a verifier error there)."""
-    return "\n".join([str(e), *getattr(e, "__notes__", ())]).rstrip("\n")
+def format_diagnostic(e: BaseException, prog: str = "tessera-opt") -> str:
+    """The exception's message (with the source line it locates) followed by its notes (xDSL puts the annotated
+    IR of some errors there); a diagnostic without a message is an internal error, said so."""
+    if not str(e).strip():
+        return f"{prog}: {internal_error_text(e)}"
+    return "\n".join([with_context(str(e)), *getattr(e, "__notes__", ())]).rstrip("\n")
+
+
+def print_warnings(prog: str) -> None:
+    """Show each TesseraWarning as one line on stderr, `PROG: warning: message` (others as Python does)."""
+    default = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, TesseraWarning):
+            print(f"{prog}: warning: {message}", file=sys.stderr)
+        else:
+            default(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    warnings.simplefilter("always", TesseraWarning)
 
 
 def main(args: Sequence[str] | None = None) -> int:
     """Run tessera-opt; returns the exit status (argparse errors exit with 2 through SystemExit)."""
-    try:
-        TesseraOptMain(description="Tessera's modular optimizer driver", args=args).run()
-    except (ParseError, DiagnosticException) as e:
-        print(_diagnostic(e), file=sys.stderr)
-        return 1
-    except UsageError as e:
-        print(f"tessera-opt: error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-    except Exception as e:
-        if os.environ.get("TESSERA_DEBUG") == "1":
-            traceback.print_exc()
-        print(f"tessera-opt: internal error: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
+    with warnings.catch_warnings():
+        print_warnings("tessera-opt")
+        try:
+            TesseraOptMain(description="Tessera's modular optimizer driver", args=args).run()
+        except (ParseError, DiagnosticException) as e:
+            print(format_diagnostic(e), file=sys.stderr)
+            return 1
+        except UsageError as e:
+            print(f"tessera-opt: error: {e}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            return 130
+        except PassCrash as e:
+            if os.environ.get("TESSERA_DEBUG") == "1":
+                traceback.print_exc()
+            print(f"tessera-opt: internal error in {e}", file=sys.stderr)
+            return 1
+        except Exception as e:
+            if os.environ.get("TESSERA_DEBUG") == "1":
+                traceback.print_exc()
+            print(f"tessera-opt: {internal_error_text(e)}", file=sys.stderr)
+            return 1
     return 0
 
 

@@ -1,65 +1,180 @@
-"""`tessera-run FILE`: interpret each kernel of a Tile IR file on generated inputs, optionally checking it.
+"""`tessera-run FILE`: run each kernel of a file on generated inputs, optionally checking it against NumPy.
 
     tessera-run examples/flash_attention.mlir -d batch=2 -d heads=3 -d seq_q=200 -d seq_k=300 --check
+    tessera-run examples/gemm.mlir --level target -d M=70 -d N=128 -d K=64 --check
+    tessera-opt examples/gemm.mlir -p '<a pipeline to Target IR>' -o gemm.target.mlir
+    tessera-run gemm.target.mlir -d M=70 -d N=128 -d K=64 --check
 
-Inputs are drawn from a standard normal distribution (seeded) with the shapes the kernel's `tile.dims` give
-for the sizes on the command line. With `--check`, the outputs are compared with the NumPy reference of the
-kernel's kind (attention, gemm) under the tolerance rule of `tessera.reference`; the max error and the
-tolerance are printed, and a mismatch exits with 1. Bad input (syntax, verifier, missing sizes, kernel
-hazards) is reported as a diagnostic with exit code 1.
+What runs where:
+- a Tile IR kernel (`func.func` with `tile.kernel`) runs in the Tile IR interpreter (`--level tile`, the
+  default), or is lowered by `--lower PIPELINE` (default: the full pipeline) and runs in the CTA simulator
+  (`--level target`), its register allocation checked against a simulated register file;
+- a Target IR kernel (with `sm90.kernel`: what `tessera-opt -p '... convert-tile-to-sm90 ...'` writes, with or
+  without `allocate-registers`) runs in the CTA simulator;
+- a `.ptx` file runs in the PTX executor (`tessera-run FILE.ptx --help`).
+
+The file is read and verified as `tessera-opt` reads it (the same diagnostics, at the same locations), then
+`-p PIPELINE` is applied as `tessera-opt -p` would. Inputs are drawn from a standard normal distribution
+(seeded) with the shapes the kernel's `tile.dims` give for the sizes on the command line: `-d NAME=SIZE` once
+per size the kernel declares, SIZE plain ASCII decimal from 1 to MAX_SIZE. With `--check`, the outputs are
+compared with the NumPy reference of the kernel's kind (attention, gemm) under the tolerance rule of
+`tessera.reference`; the max error and the tolerance are printed, and a mismatch exits with 1. Bad input
+(syntax, verifier, sizes, kernel hazards) is a diagnostic and exit status 1, never a traceback; set
+TESSERA_DEBUG=1 to see the traceback of an internal error.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
+import traceback
+import warnings
 
 import numpy as np
 
+from tessera.interpreters.launch import check_sizes
+from tessera.interpreters.limits import DEFAULT_MEMORY_BUDGET, MemoryBudgetError
 
-def _parse_size(text: str) -> tuple[str, int]:
+MAX_SIZE = 2**31 - 1
+"""The largest named size: Target IR computes indices in 32-bit registers (`index` is a b32 register)."""
+DEFAULT_MAX_GIB = DEFAULT_MEMORY_BUDGET / 2**30
+"""Default limit on the memory a run takes (`--max-gib`): the simulators' own budget."""
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DECIMAL = re.compile(r"[0-9]+")
+
+
+class RunError(Exception):
+    """Something tessera-run cannot do with the file or the command line: reported as one diagnostic."""
+
+
+def parse_size(text: str) -> tuple[str, int]:
+    """`NAME=SIZE` with NAME an ASCII identifier and SIZE plain ASCII decimal digits (no sign, no `_`, no other
+    script's digits, all of which Python's int() would accept) from 1 to MAX_SIZE."""
     name, sep, value = text.partition("=")
-    if not sep or not name.isidentifier():
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got '{text}'")
-    try:
-        size = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"size '{name}' must be an integer, got '{value}'") from None
-    if size <= 0:
-        raise argparse.ArgumentTypeError(f"size '{name}' must be positive, got {size}")
+    if not sep or not _NAME.fullmatch(name):
+        raise argparse.ArgumentTypeError(f"expected NAME=SIZE (NAME a plain identifier such as seq_q), got '{text}'")
+    limit = f"from 1 to {MAX_SIZE}, as Target IR computes indices in 32 bits"
+    if re.fullmatch(r"-[0-9]+", value) or _DECIMAL.fullmatch(value) and int(value) == 0:
+        raise argparse.ArgumentTypeError(f"size '{name}' must be positive ({limit}), got {value}")
+    if not _DECIMAL.fullmatch(value):
+        raise argparse.ArgumentTypeError(f"size '{name}' must be written in plain decimal digits 0-9, got '{value}'")
+    size = int(value)
+    if size > MAX_SIZE:
+        raise argparse.ArgumentTypeError(f"size '{name}' = {size} is over the limit ({limit})")
     return name, size
+
+
+def parse_seed(text: str) -> int:
+    """A seed: plain ASCII decimal digits (a non-negative integer, as NumPy's generators take)."""
+    if not _DECIMAL.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"expected a seed in plain decimal digits 0-9, got '{text}'")
+    return int(text)
+
+
+def parse_gib(text: str) -> float:
+    """A memory limit in GiB: a positive finite decimal number."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (0 < value < float("inf")) or not re.fullmatch(r"[0-9]+(\.[0-9]*)?|\.[0-9]+", text):
+        raise argparse.ArgumentTypeError(f"expected a positive number of GiB such as 4 or 0.5, got '{text}'")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tessera-run", description=__doc__.split("\n\n")[0])
-    parser.add_argument("file", help="a Tile IR file (.mlir), or - for standard input; a .ptx file runs the PTX "
-                                     "executor instead (see tessera-run FILE.ptx --help)")
-    parser.add_argument("-d", "--dim", dest="dims", action="append", type=_parse_size, default=[],
-                        metavar="NAME=VALUE", help="size of a named dimension (repeat for each)")
+    parser.add_argument("file", help="a Tile IR or Target IR file (.mlir), or - for standard input; a .ptx file "
+                                     "runs the PTX executor instead (see tessera-run FILE.ptx --help)")
+    parser.add_argument("-d", "--dim", dest="dims", action="append", type=parse_size, default=[],
+                        metavar="NAME=SIZE", help="size of a named dimension (once for each the kernel declares)")
     parser.add_argument("--kernel", help="run only this kernel")
     parser.add_argument("--check", action="store_true", help="compare with the NumPy reference")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the generated inputs")
-    parser.add_argument("-p", "--passes", default="", help="a pass pipeline to apply before interpreting")
-    parser.add_argument("--level", default="tile", choices=("tile", "target"),
-                        help="tile: the Tile IR interpreter; target: lower to sm_90a Target IR and run the CTA simulator")
+    parser.add_argument("--seed", type=parse_seed, default=0, help="seed of the generated inputs")
+    parser.add_argument("-p", "--passes", default="", help="a pass pipeline to apply first (as tessera-opt -p)")
+    parser.add_argument("--level", default=None, choices=("tile", "target"),
+                        help="for Tile IR kernels, tile (default): the Tile IR interpreter; target: lower to sm_90a "
+                             "Target IR and run the CTA simulator. Target IR kernels always run in the CTA simulator")
     parser.add_argument("--lower", metavar="PIPELINE", default=None,
                         help="with --level target: the Tile IR to Target IR pipeline (default: the full pipeline, "
                              "tessera.passes.SPECIALIZED_PIPELINE)")
+    parser.add_argument("--max-gib", type=parse_gib, default=DEFAULT_MAX_GIB,
+                        help=f"refuse sizes whose arguments would take more memory (default {DEFAULT_MAX_GIB:g} GiB)")
     return parser
 
 
-def _inputs_for(sig, sizes: dict[str, int], rng: np.random.Generator) -> list[np.ndarray]:
-    needed = sig.dim_names()
-    missing = [n for n in needed if n not in sizes]
-    if missing:
-        flags = " ".join(f"-d {n}=..." for n in missing)
-        raise ValueError(f"kernel @{sig.name} needs sizes for {', '.join(missing)} ({flags})")
-    from tessera.interpreters.launch import check_sizes
+def target_signature(op):
+    """The Tile-level signature of a Target IR kernel, read back from what convert-tile-to-sm90 keeps on it:
+    `tile.kernel`, `tile.grid`, and on each tensor-map or pointer argument the `tile.dims`, `tile.role` and
+    `sm90.element_type` of the Tile IR argument `sm90.source` names. RunError says what is missing."""
+    from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, StringAttr
 
-    check_sizes(sig, sizes, input_copies=3)  # float64 draws, their float32 copy, the kernel's converted copy
-    return [rng.standard_normal(arg.shape(sizes)).astype(np.float32) for arg in sig.inputs]
+    from tessera.dialects.tile_types import DYNAMIC, DimsAttr, MemSpace, TileType
+    from tessera.diagnostics import located
+    from tessera.kernel_abi import (
+        DIMS_ATTR, ELEMENT_ATTR, GRID_ATTR, KERNEL_ATTR, ROLE_ATTR, SOURCE_ATTR, KernelArg, KernelSignature,
+    )
+
+    name = op.sym_name.data
+    info = op.attributes.get(KERNEL_ATTR)
+    grid = op.attributes.get(GRID_ATTR)
+    if not isinstance(info, DictionaryAttr) or not isinstance(grid, DimsAttr):
+        raise RunError(located(op, f"a Target IR kernel needs the '{KERNEL_ATTR}' and '{GRID_ATTR}' attributes of "
+                                   "the Tile IR kernel it was lowered from"))
+    kind = info.data.get("kind")
+    causal = info.data.get("causal")
+    scale = info.data.get("scale")
+    block_args = op.body.blocks.first.args if op.body.blocks else ()
+    arg_attrs = op.arg_attrs.data if op.arg_attrs is not None else []
+    tensors: dict[int, KernelArg] = {}
+    for i, attrs in enumerate(arg_attrs):
+        attrs = attrs.data
+        if SOURCE_ATTR not in attrs:
+            continue
+        source = attrs[SOURCE_ATTR]
+        dims, role, element = attrs.get(DIMS_ATTR), attrs.get(ROLE_ATTR, StringAttr("in")), attrs.get(ELEMENT_ATTR)
+        arg_name = block_args[i].name_hint if i < len(block_args) and block_args[i].name_hint else f"arg{i}"
+        if not isinstance(source, IntegerAttr) or not isinstance(dims, DimsAttr) or element is None \
+                or not isinstance(role, StringAttr):
+            raise RunError(located(op, f"argument {i} (%{arg_name}) needs '{SOURCE_ATTR}', '{DIMS_ATTR}', "
+                                       f"'{ROLE_ATTR}' and '{ELEMENT_ATTR}' to say which tensor it stands for"))
+        index = source.value.data
+        tensor_name = arg_name.split("_map")[0].removesuffix("_ptr")
+        tile_type = TileType([DYNAMIC] * len(dims), element, MemSpace.GLOBAL)
+        tensors.setdefault(index, KernelArg(tensor_name, role.data, tile_type, dims))
+    if sorted(tensors) != list(range(len(tensors))):
+        raise RunError(located(op, f"the '{SOURCE_ATTR}' indices {sorted(tensors)} do not number the tensors "
+                                   "0, 1, ... (each tensor of the Tile IR kernel once)"))
+    return KernelSignature(op, name, kind.data if isinstance(kind, StringAttr) else "custom",
+                           bool(causal.value.data) if isinstance(causal, IntegerAttr) else False,
+                           scale.value.data if scale is not None and hasattr(scale, "value") else None,
+                           tuple(tensors[i] for i in range(len(tensors))), grid)
+
+
+def _check_sizes(selected_sigs, sizes: dict[str, int], max_gib: float) -> None:
+    """Every size given must be declared by a kernel that runs; each kernel's arguments must fit `max_gib`."""
+    declared = {n for sig in selected_sigs for n in sig.dim_names()}
+    unknown = [n for n in sizes if n not in declared]
+    if unknown:
+        listing = "; ".join(f"@{s.name}: {', '.join(s.dim_names()) or 'none'}" for s in selected_sigs)
+        raise RunError(f"no kernel declares the size{'s' if len(unknown) > 1 else ''} "
+                       f"{', '.join(repr(n) for n in unknown)} (sizes declared: {listing})")
+    for sig in selected_sigs:
+        missing = [n for n in sig.dim_names() if n not in sizes]
+        if missing:
+            flags = " ".join(f"-d {n}=..." for n in missing)
+            raise RunError(f"kernel @{sig.name} needs sizes for {', '.join(missing)} ({flags})")
+        used = {n: sizes[n] for n in sig.dim_names()}
+        try:  # the launch limits and the simulators' memory budget, before anything is allocated
+            # inputs three times: float64 draws, their float32 copy, the kernel's converted copy
+            check_sizes(sig, used, memory_budget=int(max_gib * 2**30), input_copies=3)
+        except MemoryBudgetError as e:
+            raise RunError(f"{e} (--max-gib {max_gib:g})") from None
+        except ValueError as e:  # a launch limit
+            raise RunError(str(e)) from None
 
 
 def _check(sig, outputs, inputs):
@@ -74,39 +189,100 @@ def _check(sig, outputs, inputs):
     return None
 
 
-def run(args: argparse.Namespace) -> int:
-    import tessera
-    from tessera.kernel_abi import kernels, signature
-    from tessera.passes import SPECIALIZED_PIPELINE, apply_pipeline
+def _describe_functions(module) -> str:
+    from xdsl.dialects import func
 
-    if args.file == "-":
-        text = sys.stdin.read()
-    else:
-        with open(args.file) as f:
-            text = f.read()
-    module = tessera.parse_module(text, args.file)
-    if args.passes:
-        apply_pipeline(module, args.passes)
+    names = [f"@{op.sym_name.data}" for op in module.walk() if isinstance(op, func.FuncOp)]
+    return f"functions {', '.join(names)} without those attributes" if names else "no function"
+
+
+def run(args: argparse.Namespace) -> int:
+    from tessera.interpreters.launch import prepare_arguments, run_grid
+    from tessera.interpreters.sm90.launch import run_target_kernel
+    from tessera.kernel_abi import is_kernel, is_target_kernel, signature
+    from tessera.passes import SPECIALIZED_PIPELINE
+    from tessera.regalloc import allocate_registers
+    from tessera.tools.tessera_opt import UsageError, load_module, opt_context, parse_pipeline, run_pipeline
+
+    pipeline = parse_pipeline(args.passes) if args.passes else None
+    lowering_spec = args.lower or SPECIALIZED_PIPELINE
+    lowering = parse_pipeline(lowering_spec) if args.level == "target" else None
+    if args.lower and args.level != "target":
+        raise UsageError("--lower applies with --level target")
+    names = [n for n, _ in args.dims]
+    if duplicates := sorted({n for n in names if names.count(n) > 1}):
+        raise UsageError(f"size{'s' if len(duplicates) > 1 else ''} {', '.join(repr(n) for n in duplicates)} "
+                         "given more than once")
     sizes = dict(args.dims)
-    selected = [k for k in kernels(module) if args.kernel in (None, k.sym_name.data)]
-    if not selected:
-        what = f"no kernel named '{args.kernel}'" if args.kernel else "no kernel"
-        raise ValueError(f"{args.file}: {what} (a func.func with a 'tile.kernel' attribute)")
+
+    name = "<stdin>" if args.file == "-" else args.file
+    try:
+        if args.file == "-":
+            text = sys.stdin.read()
+        else:
+            with open(args.file, encoding="utf-8") as f:
+                text = f.read()
+    except OSError as e:
+        raise UsageError(f"cannot read '{args.file}': {e.strerror or e}") from e
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{name} is not UTF-8 text ({e.reason} at byte {e.start})") from e
+    ctx = opt_context()
+    module = load_module(ctx, text, name)
+    if pipeline is not None:
+        run_pipeline(pipeline, ctx, module)
+
+    tile_kernels = [op for op in module.walk() if is_kernel(op)]
+    target_kernels = [op for op in module.walk() if is_target_kernel(op)]
+    if args.kernel is not None:
+        tile_kernels = [k for k in tile_kernels if k.sym_name.data == args.kernel]
+        target_kernels = [k for k in target_kernels if k.sym_name.data == args.kernel]
+        if not tile_kernels and not target_kernels:
+            raise RunError(f"{name}: no kernel named '{args.kernel}'")
+    if not tile_kernels and not target_kernels:
+        raise RunError(f"{name}: no kernel to run: tessera-run runs Tile IR kernels (a func.func with a "
+                       f"'tile.kernel' attribute), Target IR kernels (with 'sm90.kernel', as convert-tile-to-sm90 "
+                       f"writes them) and PTX files (.ptx); this file has {_describe_functions(module)}")
+    if target_kernels and args.level == "tile":
+        raise RunError(f"{name}: kernel @{target_kernels[0].sym_name.data} is Target IR: it runs in the CTA "
+                       "simulator (--level target, or no --level)")
+    if target_kernels and args.lower:
+        raise RunError(f"{name}: kernel @{target_kernels[0].sym_name.data} is already Target IR: --lower "
+                       "applies to Tile IR kernels")
+
+    # (signature, how it runs, the op that runs) for each kernel
+    plan = []
+    lowered = None
+    if tile_kernels and args.level == "target":
+        lowered = module.clone()
+        run_pipeline(lowering, ctx, lowered)
+        by_name = {op.sym_name.data: op for op in lowered.walk() if is_target_kernel(op)}
+        for op in tile_kernels:
+            if op.sym_name.data not in by_name:
+                raise RunError(f"the lowering pipeline '{lowering_spec}' left kernel @{op.sym_name.data} in Tile IR: "
+                               "--level target needs a pipeline that ends in Target IR (one with "
+                               f"convert-tile-to-sm90, such as the default '{SPECIALIZED_PIPELINE}')")
+            plan.append((signature(op), f"target level (-p {lowering_spec}, CTA simulator)", by_name[op.sym_name.data]))
+    else:
+        plan += [(signature(op), "tile level", None) for op in tile_kernels]
+    plan += [(target_signature(op), "Target IR, CTA simulator", op) for op in target_kernels]
+
+    _check_sizes([sig for sig, _, _ in plan], sizes, args.max_gib)
     status = 0
     rng = np.random.default_rng(args.seed)
-    for op in selected:
-        sig = signature(op)
-        inputs = _inputs_for(sig, sizes, rng)
+    for sig, level, target in plan:
         used = {n: sizes[n] for n in sig.dim_names()}
+        inputs = [rng.standard_normal(arg.shape(used)).astype(np.float32) for arg in sig.inputs]
+        arguments, bound = prepare_arguments(sig, inputs, used)
         start = time.perf_counter()
-        lowering = (args.lower or SPECIALIZED_PIPELINE) if args.level == "target" else None
-        result = tessera.interpret(module, *inputs, level=args.level, kernel=sig.name, pipeline=lowering)
+        if target is None:
+            run_grid(sig, module, arguments, bound)
+        else:
+            run_target_kernel(target, arguments, bound, allocate_registers(target))
         elapsed = time.perf_counter() - start
-        outputs = result if isinstance(result, tuple) else (result,)
+        outputs = [a for a, arg in zip(arguments, sig.args) if arg.role == "out"]
         grid = sig.grid_size(used)
         shapes = ", ".join(f"{a.name}{list(o.shape)}" for a, o in zip(sig.outputs, outputs))
         sizes_text = " ".join(f"{k}={v}" for k, v in used.items())
-        level = "tile level" if args.level == "tile" else f"target level (-p {lowering}, CTA simulator)"
         print(f"@{sig.name} [{sizes_text}]: grid {grid}, {level}, {elapsed:.2f} s -> {shapes}")
         if args.check:
             comparison = _check(sig, outputs, inputs)
@@ -118,8 +294,28 @@ def run(args: argparse.Namespace) -> int:
     return status
 
 
+def _interpretation_diagnostic(e: BaseException) -> str:
+    """An interpreter's error as one located diagnostic: xDSL attaches the whole module, printed once per
+    enclosing op, as notes; the message is what matters, and the innermost op being run (the deepest frame
+    with an `op` being interpreted) says where."""
+    from xdsl.ir import Operation
+
+    from tessera.diagnostics import internal_error_text, located, with_context
+
+    if not str(e).strip():
+        return internal_error_text(e)
+    op = None
+    tb = e.__traceback__
+    while tb is not None:
+        candidate = tb.tb_frame.f_locals.get("op")
+        if isinstance(candidate, Operation):
+            op = candidate
+        tb = tb.tb_next
+    return with_context(located(op, str(e)))
+
+
 def main(argv: list[str] | None = None) -> int:
-    from xdsl.utils.exceptions import DiagnosticException, InterpretationError, ParseError, VerifyException
+    from xdsl.utils.exceptions import DiagnosticException, InterpretationError, ParseError
 
     argv = sys.argv[1:] if argv is None else argv
     if any(a.endswith(".ptx") and not a.startswith("-") for a in argv):
@@ -127,19 +323,30 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_ptx(argv)
     args = build_parser().parse_args(argv)
-    try:
-        code = run(args)
-    except (ParseError, VerifyException, DiagnosticException) as e:
-        print(f"{args.file}: error: {e}", file=sys.stderr)
-        code = 1
-    except (InterpretationError, ValueError, OSError) as e:
-        print(f"tessera-run: error: {e}", file=sys.stderr)
-        code = 1
-    except Exception as e:  # an internal error: no traceback unless asked for
-        if os.environ.get("TESSERA_DEBUG") == "1":
-            raise
-        print(f"tessera-run: internal error: {type(e).__name__}: {e}", file=sys.stderr)
-        code = 1
+    from tessera.diagnostics import internal_error_text
+    from tessera.tools.tessera_opt import PassCrash, UsageError, format_diagnostic, print_warnings
+
+    with warnings.catch_warnings():
+        print_warnings("tessera-run")
+        try:
+            code = run(args)
+        except InterpretationError as e:  # a kernel hazard or an interpreter's refusal, while running
+            print(f"tessera-run: error: {_interpretation_diagnostic(e)}", file=sys.stderr)
+            code = 1
+        except (ParseError, DiagnosticException) as e:  # the diagnostics tessera-opt prints, as it prints them
+            print(format_diagnostic(e, "tessera-run"), file=sys.stderr)
+            code = 1
+        except (UsageError, RunError, ValueError) as e:
+            print(f"tessera-run: {f'error: {e}' if str(e).strip() else internal_error_text(e)}", file=sys.stderr)
+            code = 1
+        except KeyboardInterrupt:
+            code = 130
+        except Exception as e:  # an internal error: no traceback unless asked for
+            if os.environ.get("TESSERA_DEBUG") == "1":
+                traceback.print_exc()
+            what = f"internal error in {e}" if isinstance(e, PassCrash) else internal_error_text(e)
+            print(f"tessera-run: {what}", file=sys.stderr)
+            code = 1
     sys.stdout.flush()
     return code
 

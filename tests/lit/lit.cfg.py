@@ -1,6 +1,6 @@
 # Lit configuration of Tessera's FileCheck tests: `lit -v tests/lit` (or `pytest tests/test_lit.py`).
 #
-# RUN lines name the tools as `tessera-opt` and `filecheck`, the console scripts of this Python environment,
+# RUN lines name the tools as `tessera-opt`, `tessera-run` and `filecheck`, the console scripts of this Python environment,
 # and may use TESSERA_ROUNDTRIP, which prints the test's input in the generic form, parses that back and
 # checks the (custom-form) result against the file's CHECK lines.
 
@@ -32,6 +32,7 @@ def tool(name, module):
 
 
 tessera_opt = tool("tessera-opt", "tessera.tools.tessera_opt")
+tessera_run = tool("tessera-run", "tessera.tools.tessera_run")
 filecheck = tool("filecheck", "filecheck")
 
 # Substitutions are regular expressions applied in order. TESSERA_ROUNDTRIP comes first, so that the tool
@@ -40,4 +41,5 @@ config.substitutions.append(
     ("TESSERA_ROUNDTRIP", "tessera-opt %s --split-input-file --print-op-generic | tessera-opt --split-input-file | filecheck %s")
 )
 config.substitutions.append((r"(?<![\w/.-])tessera-opt(?![\w.-])", tessera_opt))
+config.substitutions.append((r"(?<![\w/.-])tessera-run(?![\w.-])", tessera_run))
 config.substitutions.append((r"(?<![\w/.-])filecheck(?![\w.-])", filecheck))

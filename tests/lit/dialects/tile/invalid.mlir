@@ -557,7 +557,7 @@ tile.store_global %v, %w : !tile.tile<16x16xf32, register>, !tile.tile<16x16xbf1
 // -----
 
 %i = "test.op"() : () -> index
-// CHECK:      {{^}}operand 'source' at position 0 does not verify:
+// CHECK:      {{^.*invalid.mlir:[0-9]+:[0-9]+: op 'tile\.[a-z0-9_]+': }}operand 'source' at position 0 does not verify:
 // CHECK-NEXT: index should be of base attribute tile.tile
 %r = "tile.load"(%i) : (index) -> !tile.tile<4xf32, register>
 
@@ -565,13 +565,13 @@ tile.store_global %v, %w : !tile.tile<16x16xf32, register>, !tile.tile<16x16xbf1
 
 %t = "test.op"() : () -> !tile.tile<?x64xf16, global>
 %f = "test.op"() : () -> f32
-// CHECK:      {{^}}operand 'indices' at position 1 does not verify:
+// CHECK:      {{^.*invalid.mlir:[0-9]+:[0-9]+: op 'tile\.[a-z0-9_]+': }}operand 'indices' at position 1 does not verify:
 // CHECK-NEXT: f32 should be of base attribute index
 %w = "tile.view"(%t, %f) : (!tile.tile<?x64xf16, global>, f32) -> !tile.tile<16xf16, global>
 
 // -----
 
-// CHECK:      {{^}}result 'result' at position 0 does not verify:
+// CHECK:      {{^.*invalid.mlir:[0-9]+:[0-9]+: op 'tile\.[a-z0-9_]+': }}result 'result' at position 0 does not verify:
 // CHECK-NEXT: i32 should be of base attribute index
 %i = "tile.program_id"() <{axis = "x"}> : () -> i32
 
@@ -579,7 +579,7 @@ tile.store_global %v, %w : !tile.tile<16x16xf32, register>, !tile.tile<16x16xbf1
 
 %a = "test.op"() : () -> !tile.tile<16x16xf16, register>
 %c = "test.op"() : () -> !tile.tile<16x16xf32, register>
-// CHECK:      {{^}}result 'result' at position 0 does not verify:
+// CHECK:      {{^.*invalid.mlir:[0-9]+:[0-9]+: op 'tile\.[a-z0-9_]+': }}result 'result' at position 0 does not verify:
 // CHECK-NEXT: attribute !tile.tile<16x16xf32, register> expected from variable 'T', but got !tile.tile<16x8xf32, register>
 %d = "tile.mma"(%a, %a, %c) : (!tile.tile<16x16xf16, register>, !tile.tile<16x16xf16, register>, !tile.tile<16x16xf32, register>) -> !tile.tile<16x8xf32, register>
 
@@ -587,14 +587,14 @@ tile.store_global %v, %w : !tile.tile<16x16xf32, register>, !tile.tile<16x16xbf1
 
 %x = "test.op"() : () -> !tile.tile<16xf32, register>
 %y = "test.op"() : () -> !tile.tile<16xf16, register>
-// CHECK:      {{^}}operand 'rhs' at position 1 does not verify:
+// CHECK:      {{^.*invalid.mlir:[0-9]+:[0-9]+: op 'tile\.[a-z0-9_]+': }}operand 'rhs' at position 1 does not verify:
 // CHECK-NEXT: attribute !tile.tile<16xf32, register> expected from variable 'T', but got !tile.tile<16xf16, register>
 %r = "tile.add"(%x, %y) : (!tile.tile<16xf32, register>, !tile.tile<16xf16, register>) -> !tile.tile<16xf32, register>
 
 // -----
 
 %x = "test.op"() : () -> !tile.tile<16xf32, register>
-// CHECK:      {{^}}operand 'c' at position 2 does not verify:
+// CHECK:      {{^.*invalid.mlir:[0-9]+:[0-9]+: op 'tile\.[a-z0-9_]+': }}operand 'c' at position 2 does not verify:
 // CHECK-NEXT: attribute !tile.tile<16xf32, register> expected from variable 'T', but got !tile.tile<8xf32, register>
 %z = "test.op"() : () -> !tile.tile<8xf32, register>
 %r = "tile.fma"(%x, %x, %z) : (!tile.tile<16xf32, register>, !tile.tile<16xf32, register>, !tile.tile<8xf32, register>) -> !tile.tile<16xf32, register>
@@ -603,7 +603,7 @@ tile.store_global %v, %w : !tile.tile<16x16xf32, register>, !tile.tile<16x16xbf1
 
 %x = "test.op"() : () -> !tile.tile<16x16xf32, register>
 %m = "test.op"() : () -> !tile.tile<16xf32, register>
-// CHECK:      {{^}}result 'result' at position 0 does not verify:
+// CHECK:      {{^.*invalid.mlir:[0-9]+:[0-9]+: op 'tile\.[a-z0-9_]+': }}result 'result' at position 0 does not verify:
 // CHECK-NEXT: attribute !tile.tile<16x16xf32, register> expected from variable 'T', but got !tile.tile<16x16xf16, register>
 %p = "tile.div_rows"(%x, %m) : (!tile.tile<16x16xf32, register>, !tile.tile<16xf32, register>) -> !tile.tile<16x16xf16, register>
 
@@ -611,7 +611,7 @@ tile.store_global %v, %w : !tile.tile<16x16xf32, register>, !tile.tile<16x16xbf1
 
 %s = "test.op"() : () -> !tile.tile<16x16xf32, register>
 %i = "test.op"() : () -> index
-// CHECK:      {{^}}result 'result' at position 0 does not verify:
+// CHECK:      {{^.*invalid.mlir:[0-9]+:[0-9]+: op 'tile\.[a-z0-9_]+': }}result 'result' at position 0 does not verify:
 // CHECK-NEXT: attribute !tile.tile<16x16xf32, register> expected from variable 'T', but got !tile.tile<16x32xf32, register>
 %m = "tile.mask_bounds"(%s, %i, %i) : (!tile.tile<16x16xf32, register>, index, index) -> !tile.tile<16x32xf32, register>
 

@@ -15,6 +15,6 @@ tile.release %s : !tile.tile<64x64xbf16, shared, swizzle 128>
 // -----
 
 %i = "test.op"() : () -> index
-// CHECK:      {{^}}operand 'stage' at position 0 does not verify:
+// CHECK:      {{^.*invalid.mlir:[0-9]+:[0-9]+: op 'tile\.[a-z0-9_]+': }}operand 'stage' at position 0 does not verify:
 // CHECK-NEXT: index should be of base attribute tile.tile
 "tile.release"(%i) : (index) -> ()
