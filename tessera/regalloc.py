@@ -341,11 +341,19 @@ _MEMO_SIZE = 4
 allocate the same kernel; the memo hands back the allocation while the kernel is unchanged."""
 
 
+_NOT_READ = (sm90.SetMaxNRegOp,)
+"""Ops whose attributes and properties the allocator never reads: a setmaxnreg's budget does not change the
+allocation, so that warp-specialize can size its budgets from the allocation of the kernel holding the
+setmaxnreg ops and then set them, and allocate-registers finds that allocation in the memo."""
+
+
 def _fingerprint(fn: func.FuncOp) -> tuple:
-    """Every op of `fn`'s body with its operands, attributes and properties, compared by identity and value:
-    equal fingerprints mean the same body (the ops are held by the memo, so their identities are not reused).
-    The kernel's own attributes (the summary allocate-registers writes) do not take part."""
-    return tuple((op, tuple(op.operands), tuple(op.attributes.items()), tuple(op.properties.items()))
+    """Every op of `fn`'s body with its operands, attributes and properties (but those of `_NOT_READ` ops),
+    compared by identity and value: equal fingerprints mean the same body as the allocator sees it (the ops
+    are held by the memo, so their identities are not reused). The kernel's own attributes (the summary
+    allocate-registers writes) do not take part."""
+    return tuple((op, tuple(op.operands)) if isinstance(op, _NOT_READ) else
+                 (op, tuple(op.operands), tuple(op.attributes.items()), tuple(op.properties.items()))
                  for op in fn.body.walk())
 
 
