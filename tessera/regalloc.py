@@ -121,8 +121,10 @@ class Allocation:
 
 
 class _UnionFind:
+    """Disjoint sets of element numbers (`_Liveness.element`); `union(a, b)` makes a's root the root of both."""
+
     def __init__(self):
-        self.parent: dict = {}
+        self.parent: dict[int, int] = {}
 
     def find(self, x):
         self.parent.setdefault(x, x)
@@ -168,15 +170,32 @@ def immediates(fn: func.FuncOp) -> dict[SSAValue, list[str]]:
 
 @dataclass
 class _Liveness:
+    """Positions of ops and the definitions, uses and holds of values. Every element of a value is defined,
+    read and held at the same positions, so those are kept per value; an element is a number (`element`),
+    element i of a value being its first element's number + i, so that the allocator's sets and maps of
+    elements hash integers."""
+
     fn: func.FuncOp
     position: dict = field(default_factory=dict)   # op -> position
     loops: list = field(default_factory=list)      # (op, start, end) of scf.for / scf.while
-    elements: list = field(default_factory=list)   # (value, index) in definition order
-    defs: dict = field(default_factory=dict)        # (value, index) -> position
-    uses: dict = field(default_factory=lambda: defaultdict(list))  # (value, index) -> positions
+    elements: list = field(default_factory=list)   # element numbers of defined values, in definition order
+    keys: list = field(default_factory=list)       # element number -> (value, index)
+    first: dict = field(default_factory=dict)      # value -> number of its element 0
+    defs: dict = field(default_factory=dict)        # value -> position
+    uses: dict = field(default_factory=lambda: defaultdict(list))  # value -> positions
     skip: dict = field(default_factory=dict)  # values that are immediates, not registers
     end: dict = field(default_factory=dict)         # op -> last position inside it (its latch for a loop)
-    holds: dict = field(default_factory=lambda: defaultdict(list))  # (value, index) -> ranges held in flight
+    holds: dict = field(default_factory=lambda: defaultdict(list))  # value -> ranges held in flight
+    _ends: dict = field(default_factory=dict)       # (definition, use) -> end_of
+    _read_ends: dict = field(default_factory=dict)  # value -> read_end
+
+    def element(self, value: SSAValue, index: int = 0) -> int:
+        """The number of element `index` of `value` (numbered on first sight)."""
+        first = self.first.get(value)
+        if first is None:
+            first = self.first[value] = len(self.keys)
+            self.keys.extend((value, i) for i in range(element_count(value.type)))
+        return first + index
 
     def run(self) -> None:
         self.counter = 0
@@ -188,8 +207,7 @@ class _Liveness:
                 for value in held:
                     if register_class(value.type) is None or value in self.skip:
                         continue
-                    for i in range(element_count(value.type)):
-                        self.holds[(value, i)].extend(ranges)
+                    self.holds[value].extend(ranges)
 
     def in_flight(self, mma: sm90.WgmmaMmaAsyncOp) -> list[tuple[int, int]]:
         """The positions from `mma` to the wgmma_wait_group that retires its group (module docstring): one
@@ -221,9 +239,9 @@ class _Liveness:
     def _define(self, value: SSAValue, pos: int) -> None:
         if register_class(value.type) is None or value in self.skip:
             return
-        for i in range(element_count(value.type)):
-            self.elements.append((value, i))
-            self.defs[(value, i)] = pos
+        first = self.element(value)
+        self.elements.extend(range(first, first + element_count(value.type)))
+        self.defs[value] = pos
 
     def _block(self, block: Block, pos: int) -> None:
         for arg in block.args:
@@ -237,8 +255,7 @@ class _Liveness:
         self.position[op] = start
         for operand in op.operands:
             if register_class(operand.type) is not None and operand not in self.skip:
-                for i in range(element_count(operand.type)):
-                    self.uses[(operand, i)].append(start)
+                self.uses[operand].append(start)
         for region in op.regions:
             for block in region.blocks:
                 self._block(block, start)
@@ -248,7 +265,7 @@ class _Liveness:
             if isinstance(op, scf.ForOp):  # the latch compares with the bound and adds the step every trip
                 for bound in (op.ub, op.step):
                     if register_class(bound.type) is not None and bound not in self.skip:
-                        self.uses[(bound, 0)].append(self.counter)
+                        self.uses[bound].append(self.counter)
             for result in op.results:
                 self._define(result, start)  # tied to the carried registers, live from the loop's start
         elif isinstance(op, scf.IfOp) and op.results:
@@ -262,15 +279,24 @@ class _Liveness:
                 self._define(result, start)
         self.end[op] = self.counter
 
-    def end_of(self, element, use: int) -> int:
-        """A use at `use` keeps the element live to the end of every loop around the use that the element
-        was defined outside of."""
-        defined = self.defs[element]
-        end = use
-        for _, start, stop in self.loops:
-            if start < use < stop and not (start <= defined < stop):
-                end = max(end, stop)
+    def end_of(self, defined: int, use: int) -> int:
+        """A use at `use` keeps a value defined at `defined` live to the end of every loop around the use that
+        the value was defined outside of."""
+        end = self._ends.get((defined, use))
+        if end is None:
+            end = use
+            for _, start, stop in self.loops:
+                if start < use < stop and not (start <= defined < stop):
+                    end = max(end, stop)
+            self._ends[(defined, use)] = end
         return end
+
+    def read_end(self, value: SSAValue) -> int | None:
+        """The last position a read of `value` keeps it live to (`end_of` its last use); None if unread."""
+        if value not in self._read_ends:
+            defined = self.defs[value]
+            self._read_ends[value] = max((self.end_of(defined, u) for u in self.uses.get(value, ())), default=None)
+        return self._read_ends[value]
 
 
 def _scan_for_retirement(op: Operation | None, state: tuple[bool, int]) -> tuple[Operation | None, tuple[bool, int]]:
@@ -378,12 +404,12 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
     for op in fn.walk():
         pairs = _alias_sources(op)
         if pairs is not None:
-            for i, source in pairs:
-                groups.union(source, (op.results[0], i))
+            for i, (value, j) in pairs:
+                groups.union(live.element(value, j), live.element(op.results[0], i))
         if isinstance(op, scf.ForOp):
             for arg, result in zip(op.body.block.args[1:], op.results):
                 for i in range(element_count(arg.type)):
-                    groups.union((arg, i), (result, i))
+                    groups.union(live.element(arg, i), live.element(result, i))
 
     intervals = _intervals(live, groups)
     members: dict = defaultdict(set)
@@ -394,12 +420,12 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
             if register_class(operand.type) is None or operand in constants or _is_function_argument(operand, fn):
                 continue
             pos = live.position[op]
-            roots = [groups.find((operand, i)) for i in range(element_count(operand.type))]
+            roots = [groups.find(live.element(operand, i)) for i in range(element_count(operand.type))]
             dies_here = all(_last_read_before_latch(r, members, live, intervals, pos) <= pos for r in roots)
             distinct = len(set(roots)) == len(roots)  # not a broadcast or a shuffle with repeats
             if dies_here and distinct:
                 for i, r in enumerate(roots):
-                    result_root = groups.find((result, i))
+                    result_root = groups.find(live.element(result, i))
                     merged = (min(intervals[r][0], intervals[result_root][0]), max(intervals[r][1], intervals[result_root][1]))
                     joined = members.pop(r, set()) | members.pop(result_root, set())
                     groups.union(r, result_root)
@@ -413,7 +439,7 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
     # Linear scan per class. wgmma accumulators are allocated as blocks of consecutive registers, element i
     # at base + i: ptxas keeps a wgmma chain asynchronous only when every accumulator list it sees maps
     # consistently onto its registers (otherwise it serializes the wgmmas, warning C7511).
-    blocks = _accumulator_blocks(fn, groups)
+    blocks = _accumulator_blocks(fn, live, groups)
     block_of = {root: block for block in blocks for root in block}
     names_of_root: dict = {}
     counts: dict[str, int] = defaultdict(int)
@@ -424,12 +450,12 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
     for root, spans in ranges.items():
         if root not in block_of:
             units.append((spans[0][0], spans[-1][1], (root,), spans))
-    units.sort(key=lambda u: (u[0], u[1], _stable_key(u[2][0])))
+    units.sort(key=lambda u: (u[0], u[1], _stable_key(live.keys[u[2][0]])))
     active: dict[str, list] = defaultdict(list)  # heaps of (end of the first range, register index)
     free: dict[str, set] = defaultdict(set)      # free register indices
     reserved: dict[str, dict] = defaultdict(dict)  # register index -> later ranges of a unit with holes
     for start, _, roots, spans in units:
-        cls = register_class(roots[0][0].type)
+        cls = register_class(live.keys[roots[0]][0].type)
         if roots[0] in block_of:
             cls = "acc"  # accumulators get a pool of their own (see above)
         while active[cls] and active[cls][0][0] < start:
@@ -452,18 +478,22 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
         counts[cls] = max(counts[cls], base + len(roots))
 
     names = dict(constants)
-    for value, i in live.elements:
-        names.setdefault(value, [None] * element_count(value.type))[i] = names_of_root[groups.find((value, i))]
+    for element in live.elements:
+        value, i = live.keys[element]
+        names.setdefault(value, [None] * element_count(value.type))[i] = names_of_root[groups.find(element)]
     for op in fn.walk():  # aliasing results that are not in `elements` order still get their names
         for result in op.results:
             if result not in names and register_class(result.type) is not None and result not in constants:
-                names[result] = [names_of_root[groups.find((result, i))] for i in range(element_count(result.type))]
+                names[result] = [names_of_root[groups.find(live.element(result, i))]
+                                 for i in range(element_count(result.type))]
 
     root_names: dict = {}
-    for value, i in live.elements:  # name a register group after its first named value
-        root_names.setdefault(groups.find((value, i)), value.name_hint) if value.name_hint else None
-    peak, peak_position, at_peak = _pressure(ranges, root_names)
-    return Allocation(names, dict(counts), peak, peak_position, at_peak, _PressureMap(live, groups, ranges))
+    for element in live.elements:  # name a register group after its first named value
+        value = live.keys[element][0]
+        root_names.setdefault(groups.find(element), value.name_hint) if value.name_hint else None
+    widths = {root: CLASS_WIDTH[register_class(live.keys[root][0].type)] for root in ranges}
+    peak, peak_position, at_peak = _pressure(ranges, root_names, widths)
+    return Allocation(names, dict(counts), peak, peak_position, at_peak, _PressureMap(live, groups, ranges, widths))
 
 
 ELEMENTWISE = (
@@ -488,13 +518,14 @@ def _in_place_candidates(op: Operation) -> list[tuple[SSAValue, SSAValue]]:
     return []
 
 
-def _accumulator_blocks(fn: func.FuncOp, groups: _UnionFind) -> list[tuple]:
+def _accumulator_blocks(fn: func.FuncOp, live: _Liveness, groups: _UnionFind) -> list[tuple]:
     """The register groups of each wgmma accumulator, in element order, one block per distinct chain;
     a group that would sit at two different positions (or in two blocks) is left to ordinary allocation."""
     blocks: dict[tuple, None] = {}
     for op in fn.walk():
         if isinstance(op, sm90.WgmmaMmaAsyncOp):
-            blocks[tuple(groups.find((op.result, i)) for i in range(element_count(op.result.type)))] = None
+            first = live.element(op.result)
+            blocks[tuple(groups.find(first + i) for i in range(element_count(op.result.type)))] = None
     position: dict = {}
     for block in blocks:
         for k, root in enumerate(block):
@@ -521,13 +552,13 @@ def _last_read_before_latch(root, members: dict, live: _Liveness, intervals: dic
     a loop whose carried value the group holds, the group is free after its last read in the body: the latch
     writes the next trip's value into it, and the loop result is read only after the loop. Anywhere else
     the group is live to the end of its interval."""
-    group = members.get(root, set())
-    loops = {v.owner.parent_op() for v, _ in group if _is_carried(v)}
+    values = {live.keys[element][0] for element in members.get(root, ())}
+    loops = {v.owner.parent_op() for v in values if _is_carried(v)}
     spans = [(start, stop) for op, start, stop in live.loops if op in loops]
     if not any(start < pos < stop for start, stop in spans):
         return intervals[root][1]
-    results = {(v, i) for v, i in group if isinstance(v.owner, scf.ForOp)}
-    return max((live.end_of(m, u) for m in group - results for u in live.uses.get(m, [])), default=0)
+    ends = [live.read_end(v) for v in values if not isinstance(v.owner, scf.ForOp)]
+    return max((end for end in ends if end is not None), default=0)
 
 
 def _is_carried(value: SSAValue) -> bool:
@@ -547,13 +578,20 @@ def _intervals(live: _Liveness, groups: _UnionFind) -> dict:
     """(first, last) position of each register group; loop-carried block arguments stay live to the end of
     their loop (the latch writes them)."""
     intervals: dict = {}
+    spans: dict = {}  # value -> (start, end): the same for every element
     for element in live.elements:
         root = groups.find(element)
-        start = live.defs[element]
-        end = max([live.end_of(element, u) for u in live.uses.get(element, [])] + [start])
-        if isinstance(element[0], BlockArgument) and isinstance(element[0].owner.parent_op(), scf.ForOp | scf.WhileOp):
-            loop = element[0].owner.parent_op()
-            end = max(end, next(stop for op, _, stop in live.loops if op is loop))
+        value = live.keys[element][0]
+        span = spans.get(value)
+        if span is None:
+            start = live.defs[value]
+            read = live.read_end(value)
+            end = start if read is None else max(read, start)
+            if isinstance(value, BlockArgument) and isinstance(value.owner.parent_op(), scf.ForOp | scf.WhileOp):
+                loop = value.owner.parent_op()
+                end = max(end, next(stop for op, _, stop in live.loops if op is loop))
+            span = spans[value] = (start, end)
+        start, end = span
         if root in intervals:
             s, e = intervals[root]
             intervals[root] = (min(s, start), max(e, end))
@@ -566,22 +604,21 @@ def _live_ranges(live: _Liveness, groups: _UnionFind, intervals: dict) -> dict:
     """The positions each register group is live at, as merged ranges: its interval, and the ranges its
     elements are held by in-flight wgmma groups (`_Liveness.in_flight`)."""
     ranges = {root: [interval] for root, interval in intervals.items()}
-    for element, held in live.holds.items():
-        ranges[groups.find(element)].extend(held)
+    for value, held in live.holds.items():
+        first = live.element(value)
+        for i in range(element_count(value.type)):
+            ranges[groups.find(first + i)].extend(held)
     return {root: _merge_ranges(spans) for root, spans in ranges.items()}
 
 
-def _width(root) -> int:
-    return CLASS_WIDTH[register_class(root[0].type)]
-
-
-def _pressure(ranges: dict, root_names: dict) -> tuple[int, int, list[tuple[str, int]]]:
-    """The largest number of 32-bit registers live at one position, where, and which values (by name)."""
+def _pressure(ranges: dict, root_names: dict, widths: dict) -> tuple[int, int, list[tuple[str, int]]]:
+    """The largest number of 32-bit registers live at one position, where, and which values (by name), given
+    the 32-bit registers each group costs (`widths`)."""
     events = defaultdict(int)
     for root, spans in ranges.items():
         for start, end in spans:
-            events[start] += _width(root)
-            events[end + 1] -= _width(root)
+            events[start] += widths[root]
+            events[end + 1] -= widths[root]
     peak, peak_position, current = 0, 0, 0
     for position in sorted(events):
         current += events[position]
@@ -590,7 +627,7 @@ def _pressure(ranges: dict, root_names: dict) -> tuple[int, int, list[tuple[str,
     at_peak: dict[str, int] = defaultdict(int)
     for root, spans in ranges.items():
         if any(start <= peak_position <= end for start, end in spans):
-            at_peak[root_names.get(root) or "?"] += _width(root)
+            at_peak[root_names.get(root) or "?"] += widths[root]
     return peak, peak_position, sorted(at_peak.items(), key=lambda kv: -kv[1])
 
 
@@ -602,6 +639,7 @@ class _PressureMap:
     live: _Liveness
     groups: _UnionFind
     ranges: dict
+    widths: dict
     _branch_aware: dict | None = None
 
     def region_pressure(self, op: Operation) -> list[int]:
@@ -619,8 +657,8 @@ class _PressureMap:
             for root, spans in self._branch_aware.items():
                 for start, end in spans:
                     if start <= last and end >= first:
-                        events[max(start, first)] += _width(root)
-                        events[min(end, last) + 1] -= _width(root)
+                        events[max(start, first)] += self.widths[root]
+                        events[min(end, last) + 1] -= self.widths[root]
             peak = current = 0
             for position in sorted(events):
                 current += events[position]
@@ -642,20 +680,25 @@ class _PressureMap:
         op_at.update({stop: loop for loop, _, stop in live.loops})  # the latch reads the bound and the step
         alternatives: dict = {}
         ranges: dict = defaultdict(list)
+        by_value: dict = {}  # value -> its spans: the same for every element
         for element in live.elements:
-            defined = live.defs[element]
-            spans = [(defined, defined)]
-            for use in live.uses.get(element, []):
-                op = op_at[use]
-                if op not in alternatives:
-                    alternatives[op] = self._alternatives(op)
-                reach = [(defined, live.end_of(element, use))]
-                for others, loop in alternatives[op]:
-                    if loop is None or loop[0] <= defined <= loop[1]:
-                        for other in others:
-                            reach = _subtract(reach, other)
-                spans += reach
-            spans += live.holds.get(element, ())
+            value = live.keys[element][0]
+            spans = by_value.get(value)
+            if spans is None:
+                defined = live.defs[value]
+                spans = [(defined, defined)]
+                for use in live.uses.get(value, []):
+                    op = op_at[use]
+                    if op not in alternatives:
+                        alternatives[op] = self._alternatives(op)
+                    reach = [(defined, live.end_of(defined, use))]
+                    for others, loop in alternatives[op]:
+                        if loop is None or loop[0] <= defined <= loop[1]:
+                            for other in others:
+                                reach = _subtract(reach, other)
+                    spans += reach
+                spans += live.holds.get(value, ())
+                by_value[value] = spans
             ranges[self.groups.find(element)] += spans
         return {root: _merge_ranges(spans) for root, spans in ranges.items()}
 
