@@ -186,6 +186,7 @@ class _Liveness:
     skip: dict = field(default_factory=dict)  # values that are immediates, not registers
     end: dict = field(default_factory=dict)         # op -> last position inside it (its latch for a loop)
     holds: dict = field(default_factory=lambda: defaultdict(list))  # value -> ranges held in flight
+    carried: dict = field(default_factory=dict)     # loop-carried block argument -> (start, end) of its scf.for
     _ends: dict = field(default_factory=dict)       # (definition, use) -> end_of
     _read_ends: dict = field(default_factory=dict)  # value -> read_end
 
@@ -262,6 +263,8 @@ class _Liveness:
         if isinstance(op, scf.ForOp | scf.WhileOp):
             self.counter += 1
             self.loops.append((op, start, self.counter))
+            if isinstance(op, scf.ForOp):
+                self.carried.update((arg, (start, self.counter)) for arg in op.body.block.args[1:])
             if isinstance(op, scf.ForOp):  # the latch compares with the bound and adds the step every trip
                 for bound in (op.ub, op.step):
                     if register_class(bound.type) is not None and bound not in self.skip:
@@ -412,9 +415,9 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
                     groups.union(live.element(arg, i), live.element(result, i))
 
     intervals = _intervals(live, groups)
-    members: dict = defaultdict(set)
+    members: dict = defaultdict(set)  # root -> the values with an element in its group
     for element in live.elements:
-        members[groups.find(element)].add(element)
+        members[groups.find(element)].add(live.keys[element][0])
     for op in fn.walk():  # in program order, so a chain of in-place ops shares one set of registers
         for operand, result in _in_place_candidates(op):
             if register_class(operand.type) is None or operand in constants or _is_function_argument(operand, fn):
@@ -548,21 +551,16 @@ def _overlap(ranges_a, ranges_b) -> bool:
 
 
 def _last_read_before_latch(root, members: dict, live: _Liveness, intervals: dict, pos: int) -> int:
-    """The last position at which a register group is read, as seen from an op at `pos`. Inside the body of
-    a loop whose carried value the group holds, the group is free after its last read in the body: the latch
-    writes the next trip's value into it, and the loop result is read only after the loop. Anywhere else
-    the group is live to the end of its interval."""
-    values = {live.keys[element][0] for element in members.get(root, ())}
-    loops = {v.owner.parent_op() for v in values if _is_carried(v)}
-    spans = [(start, stop) for op, start, stop in live.loops if op in loops]
+    """The last position at which a register group (`members`: root -> values) is read, as seen from an op
+    at `pos`. Inside the body of a loop whose carried value the group holds, the group is free after its last
+    read in the body: the latch writes the next trip's value into it, and the loop result is read only after
+    the loop. Anywhere else the group is live to the end of its interval."""
+    values = members.get(root, ())
+    spans = [live.carried[v] for v in values if v in live.carried]
     if not any(start < pos < stop for start, stop in spans):
         return intervals[root][1]
     ends = [live.read_end(v) for v in values if not isinstance(v.owner, scf.ForOp)]
     return max((end for end in ends if end is not None), default=0)
-
-
-def _is_carried(value: SSAValue) -> bool:
-    return isinstance(value, BlockArgument) and isinstance(value.owner.parent_op(), scf.ForOp) and value.index > 0
 
 
 def _is_function_argument(value: SSAValue, fn: func.FuncOp) -> bool:
