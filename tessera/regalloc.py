@@ -48,7 +48,9 @@ value is defined outside of leads there on a later trip. Held wgmma operands cou
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import OrderedDict, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from xdsl.dialects import arith, func, math, scf, vector
@@ -124,13 +126,15 @@ class _UnionFind:
     """Disjoint sets of element numbers (`_Liveness.element`); `union(a, b)` makes a's root the root of both."""
 
     def __init__(self):
-        self.parent: dict[int, int] = {}
+        self.parent: list[int] = []
 
-    def find(self, x):
-        self.parent.setdefault(x, x)
-        while self.parent[x] != x:
-            self.parent[x] = self.parent[self.parent[x]]
-            x = self.parent[x]
+    def find(self, x: int) -> int:
+        parent = self.parent
+        if x >= len(parent):
+            parent.extend(range(len(parent), x + 1))
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
         return x
 
     def union(self, a, b) -> None:
@@ -178,7 +182,7 @@ class _Liveness:
     fn: func.FuncOp
     position: dict = field(default_factory=dict)   # op -> position
     loops: list = field(default_factory=list)      # (op, start, end) of scf.for / scf.while
-    elements: list = field(default_factory=list)   # element numbers of defined values, in definition order
+    defined: list = field(default_factory=list)    # values with registers, in definition order
     keys: list = field(default_factory=list)       # element number -> (value, index)
     first: dict = field(default_factory=dict)      # value -> number of its element 0
     defs: dict = field(default_factory=dict)        # value -> position
@@ -197,6 +201,12 @@ class _Liveness:
             first = self.first[value] = len(self.keys)
             self.keys.extend((value, i) for i in range(element_count(value.type)))
         return first + index
+
+    def elements(self) -> Iterator[tuple[SSAValue, range]]:
+        """Each value with registers in definition order, with the numbers of its elements."""
+        for value in self.defined:
+            first = self.first[value]
+            yield value, range(first, first + element_count(value.type))
 
     def run(self) -> None:
         self.counter = 0
@@ -240,8 +250,8 @@ class _Liveness:
     def _define(self, value: SSAValue, pos: int) -> None:
         if register_class(value.type) is None or value in self.skip:
             return
-        first = self.element(value)
-        self.elements.extend(range(first, first + element_count(value.type)))
+        self.element(value)
+        self.defined.append(value)
         self.defs[value] = pos
 
     def _block(self, block: Block, pos: int) -> None:
@@ -415,26 +425,23 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
                     groups.union(live.element(arg, i), live.element(result, i))
 
     intervals = _intervals(live, groups)
-    members: dict = defaultdict(set)  # root -> the values with an element in its group
-    for element in live.elements:
-        members[groups.find(element)].add(live.keys[element][0])
+    reads = _GroupReads(live, groups)
     for op in fn.walk():  # in program order, so a chain of in-place ops shares one set of registers
         for operand, result in _in_place_candidates(op):
             if register_class(operand.type) is None or operand in constants or _is_function_argument(operand, fn):
                 continue
             pos = live.position[op]
             roots = [groups.find(live.element(operand, i)) for i in range(element_count(operand.type))]
-            dies_here = all(_last_read_before_latch(r, members, live, intervals, pos) <= pos for r in roots)
+            dies_here = all(reads.last_read(r, pos, intervals) <= pos for r in roots)
             distinct = len(set(roots)) == len(roots)  # not a broadcast or a shuffle with repeats
             if dies_here and distinct:
                 for i, r in enumerate(roots):
                     result_root = groups.find(live.element(result, i))
                     merged = (min(intervals[r][0], intervals[result_root][0]), max(intervals[r][1], intervals[result_root][1]))
-                    joined = members.pop(r, set()) | members.pop(result_root, set())
                     groups.union(r, result_root)
                     intervals.pop(result_root, None)
                     intervals[groups.find(r)] = merged
-                    members[groups.find(r)] = joined
+                    reads.merge(groups.find(r), r, result_root)
                 if not isinstance(op, scf.ForOp):
                     break  # one operand's registers per result
     ranges = _live_ranges(live, groups, _intervals(live, groups))
@@ -481,9 +488,8 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
         counts[cls] = max(counts[cls], base + len(roots))
 
     names = dict(constants)
-    for element in live.elements:
-        value, i = live.keys[element]
-        names.setdefault(value, [None] * element_count(value.type))[i] = names_of_root[groups.find(element)]
+    for value, elements in live.elements():
+        names[value] = [names_of_root[groups.find(element)] for element in elements]
     for op in fn.walk():  # aliasing results that are not in `elements` order still get their names
         for result in op.results:
             if result not in names and register_class(result.type) is not None and result not in constants:
@@ -491,9 +497,10 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
                                  for i in range(element_count(result.type))]
 
     root_names: dict = {}
-    for element in live.elements:  # name a register group after its first named value
-        value = live.keys[element][0]
-        root_names.setdefault(groups.find(element), value.name_hint) if value.name_hint else None
+    for value, elements in live.elements():  # name a register group after its first named value
+        if value.name_hint:
+            for element in elements:
+                root_names.setdefault(groups.find(element), value.name_hint)
     widths = {root: CLASS_WIDTH[register_class(live.keys[root][0].type)] for root in ranges}
     peak, peak_position, at_peak = _pressure(ranges, root_names, widths)
     return Allocation(names, dict(counts), peak, peak_position, at_peak, _PressureMap(live, groups, ranges, widths))
@@ -539,28 +546,50 @@ def _accumulator_blocks(fn: func.FuncOp, live: _Liveness, groups: _UnionFind) ->
 def _lowest_free_run(free: set, count: int, length: int, usable=lambda index: True) -> int:
     """The lowest index i such that i .. i + length - 1 are all free or beyond the registers used so far,
     and `usable` (not reserved for a later range that overlaps)."""
-    base = 0
-    while True:
+    # A run starts at a free index or at one beyond those used so far: try those in order.
+    for base in itertools.chain(sorted(i for i in free if i < count), itertools.count(count)):
         if all((base + k in free or base + k >= count) and usable(base + k) for k in range(length)):
             return base
-        base += 1
 
 
 def _overlap(ranges_a, ranges_b) -> bool:
     return any(a <= d and c <= b for a, b in ranges_a for c, d in ranges_b)
 
 
-def _last_read_before_latch(root, members: dict, live: _Liveness, intervals: dict, pos: int) -> int:
-    """The last position at which a register group (`members`: root -> values) is read, as seen from an op
-    at `pos`. Inside the body of a loop whose carried value the group holds, the group is free after its last
-    read in the body: the latch writes the next trip's value into it, and the loop result is read only after
-    the loop. Anywhere else the group is live to the end of its interval."""
-    values = members.get(root, ())
-    spans = [live.carried[v] for v in values if v in live.carried]
-    if not any(start < pos < stop for start, stop in spans):
-        return intervals[root][1]
-    ends = [live.read_end(v) for v in values if not isinstance(v.owner, scf.ForOp)]
-    return max((end for end in ends if end is not None), default=0)
+class _GroupReads:
+    """What the in-place decisions need of each register group, kept per root as groups merge: the loops
+    whose carried value the group holds, and the last read of its values other than loop results."""
+
+    def __init__(self, live: _Liveness, groups: _UnionFind):
+        self.loops: dict[int, set] = defaultdict(set)  # root -> (start, end) of the loops it is carried by
+        self.last: dict[int, int] = {}                 # root -> last read (0 if none)
+        for value, elements in live.elements():
+            loop = live.carried.get(value)
+            read = None if isinstance(value.owner, scf.ForOp) else live.read_end(value)
+            for element in elements:
+                root = groups.find(element)
+                if loop is not None:
+                    self.loops[root].add(loop)
+                if read is not None:
+                    self.last[root] = max(self.last.get(root, 0), read)
+
+    def merge(self, root: int, a: int, b: int) -> None:
+        """Groups `a` and `b` became one group with root `root`."""
+        loops = self.loops.pop(a, set()) | self.loops.pop(b, set())
+        last = max(self.last.pop(a, 0), self.last.pop(b, 0))
+        if loops:
+            self.loops[root] = loops
+        if last:
+            self.last[root] = last
+
+    def last_read(self, root: int, pos: int, intervals: dict) -> int:
+        """The last position at which the group is read, as seen from an op at `pos`. Inside the body of a
+        loop whose carried value the group holds, the group is free after its last read in the body: the
+        latch writes the next trip's value into it, and the loop result is read only after the loop.
+        Anywhere else the group is live to the end of its interval."""
+        if not any(start < pos < stop for start, stop in self.loops.get(root, ())):
+            return intervals[root][1]
+        return self.last.get(root, 0)
 
 
 def _is_function_argument(value: SSAValue, fn: func.FuncOp) -> bool:
@@ -576,25 +605,20 @@ def _intervals(live: _Liveness, groups: _UnionFind) -> dict:
     """(first, last) position of each register group; loop-carried block arguments stay live to the end of
     their loop (the latch writes them)."""
     intervals: dict = {}
-    spans: dict = {}  # value -> (start, end): the same for every element
-    for element in live.elements:
-        root = groups.find(element)
-        value = live.keys[element][0]
-        span = spans.get(value)
-        if span is None:
-            start = live.defs[value]
-            read = live.read_end(value)
-            end = start if read is None else max(read, start)
-            if isinstance(value, BlockArgument) and isinstance(value.owner.parent_op(), scf.ForOp | scf.WhileOp):
-                loop = value.owner.parent_op()
-                end = max(end, next(stop for op, _, stop in live.loops if op is loop))
-            span = spans[value] = (start, end)
-        start, end = span
-        if root in intervals:
-            s, e = intervals[root]
-            intervals[root] = (min(s, start), max(e, end))
-        else:
-            intervals[root] = (start, end)
+    for value, elements in live.elements():
+        start = live.defs[value]
+        read = live.read_end(value)
+        end = start if read is None else max(read, start)
+        if isinstance(value, BlockArgument) and isinstance(value.owner.parent_op(), scf.ForOp | scf.WhileOp):
+            loop = value.owner.parent_op()
+            end = max(end, next(stop for op, _, stop in live.loops if op is loop))
+        for element in elements:
+            root = groups.find(element)
+            if root in intervals:
+                s, e = intervals[root]
+                intervals[root] = (min(s, start), max(e, end))
+            else:
+                intervals[root] = (start, end)
     return intervals
 
 
@@ -678,26 +702,22 @@ class _PressureMap:
         op_at.update({stop: loop for loop, _, stop in live.loops})  # the latch reads the bound and the step
         alternatives: dict = {}
         ranges: dict = defaultdict(list)
-        by_value: dict = {}  # value -> its spans: the same for every element
-        for element in live.elements:
-            value = live.keys[element][0]
-            spans = by_value.get(value)
-            if spans is None:
-                defined = live.defs[value]
-                spans = [(defined, defined)]
-                for use in live.uses.get(value, []):
-                    op = op_at[use]
-                    if op not in alternatives:
-                        alternatives[op] = self._alternatives(op)
-                    reach = [(defined, live.end_of(defined, use))]
-                    for others, loop in alternatives[op]:
-                        if loop is None or loop[0] <= defined <= loop[1]:
-                            for other in others:
-                                reach = _subtract(reach, other)
-                    spans += reach
-                spans += live.holds.get(value, ())
-                by_value[value] = spans
-            ranges[self.groups.find(element)] += spans
+        for value, elements in live.elements():  # every element of a value has the same spans
+            defined = live.defs[value]
+            spans = [(defined, defined)]
+            for use in live.uses.get(value, []):
+                op = op_at[use]
+                if op not in alternatives:
+                    alternatives[op] = self._alternatives(op)
+                reach = [(defined, live.end_of(defined, use))]
+                for others, loop in alternatives[op]:
+                    if loop is None or loop[0] <= defined <= loop[1]:
+                        for other in others:
+                            reach = _subtract(reach, other)
+                spans += reach
+            spans += live.holds.get(value, ())
+            for element in elements:
+                ranges[self.groups.find(element)] += spans
         return {root: _merge_ranges(spans) for root, spans in ranges.items()}
 
     def _alternatives(self, op: Operation) -> list[tuple[list, tuple[int, int] | None]]:
