@@ -50,7 +50,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import OrderedDict, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from xdsl.dialects import arith, func, math, scf, vector
@@ -137,6 +137,10 @@ class _UnionFind:
             x = parent[x]
         return x
 
+    def roots(self, count: int) -> list[int]:
+        """The root of each element 0 .. count - 1."""
+        return [self.find(x) for x in range(count)]
+
     def union(self, a, b) -> None:
         ra, rb = self.find(a), self.find(b)
         if ra != rb:
@@ -181,6 +185,7 @@ class _Liveness:
 
     fn: func.FuncOp
     position: dict = field(default_factory=dict)   # op -> position
+    ops: list = field(default_factory=list)        # the ops of the kernel's body in program order (as walk())
     loops: list = field(default_factory=list)      # (op, start, end) of scf.for / scf.while
     defined: list = field(default_factory=list)    # values with registers, in definition order
     keys: list = field(default_factory=list)       # element number -> (value, index)
@@ -211,7 +216,7 @@ class _Liveness:
     def run(self) -> None:
         self.counter = 0
         self._block(self.fn.body.blocks.first, 0)
-        for op in self.fn.walk():
+        for op in self.ops:
             if isinstance(op, sm90.WgmmaMmaAsyncOp):
                 ranges = self.in_flight(op)
                 held = [op.result] + ([op.a] if op.a_in_registers else [])
@@ -264,6 +269,7 @@ class _Liveness:
         self.counter += 1
         start = self.counter
         self.position[op] = start
+        self.ops.append(op)
         for operand in op.operands:
             if register_class(operand.type) is not None and operand not in self.skip:
                 self.uses[operand].append(start)
@@ -414,7 +420,7 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
     live = _Liveness(fn, skip=constants)
     live.run()
     groups = _UnionFind()
-    for op in fn.walk():
+    for op in live.ops:
         pairs = _alias_sources(op)
         if pairs is not None:
             for i, (value, j) in pairs:
@@ -424,9 +430,9 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
                 for i in range(element_count(arg.type)):
                     groups.union(live.element(arg, i), live.element(result, i))
 
-    intervals = _intervals(live, groups)
-    reads = _GroupReads(live, groups)
-    for op in fn.walk():  # in program order, so a chain of in-place ops shares one set of registers
+    intervals = _intervals(live, groups.find)
+    reads = _GroupReads(live, groups.find)
+    for op in live.ops:  # in program order, so a chain of in-place ops shares one set of registers
         for operand, result in _in_place_candidates(op):
             if register_class(operand.type) is None or operand in constants or _is_function_argument(operand, fn):
                 continue
@@ -444,12 +450,13 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
                     reads.merge(groups.find(r), r, result_root)
                 if not isinstance(op, scf.ForOp):
                     break  # one operand's registers per result
-    ranges = _live_ranges(live, groups, _intervals(live, groups))
+    root_of = groups.roots(len(live.keys)).__getitem__  # the groups are final: each element's root, looked up
+    ranges = _live_ranges(live, root_of, _intervals(live, root_of))
 
     # Linear scan per class. wgmma accumulators are allocated as blocks of consecutive registers, element i
     # at base + i: ptxas keeps a wgmma chain asynchronous only when every accumulator list it sees maps
     # consistently onto its registers (otherwise it serializes the wgmmas, warning C7511).
-    blocks = _accumulator_blocks(fn, live, groups)
+    blocks = _accumulator_blocks(live, root_of)
     block_of = {root: block for block in blocks for root in block}
     names_of_root: dict = {}
     counts: dict[str, int] = defaultdict(int)
@@ -489,8 +496,8 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
 
     names = dict(constants)
     for value, elements in live.elements():
-        names[value] = [names_of_root[groups.find(element)] for element in elements]
-    for op in fn.walk():  # aliasing results that are not in `elements` order still get their names
+        names[value] = [names_of_root[root_of(element)] for element in elements]
+    for op in live.ops:  # aliasing results that are not in `elements` order still get their names
         for result in op.results:
             if result not in names and register_class(result.type) is not None and result not in constants:
                 names[result] = [names_of_root[groups.find(live.element(result, i))]
@@ -500,10 +507,10 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
     for value, elements in live.elements():  # name a register group after its first named value
         if value.name_hint:
             for element in elements:
-                root_names.setdefault(groups.find(element), value.name_hint)
+                root_names.setdefault(root_of(element), value.name_hint)
     widths = {root: CLASS_WIDTH[register_class(live.keys[root][0].type)] for root in ranges}
     peak, peak_position, at_peak = _pressure(ranges, root_names, widths)
-    return Allocation(names, dict(counts), peak, peak_position, at_peak, _PressureMap(live, groups, ranges, widths))
+    return Allocation(names, dict(counts), peak, peak_position, at_peak, _PressureMap(live, root_of, ranges, widths))
 
 
 ELEMENTWISE = (
@@ -528,14 +535,14 @@ def _in_place_candidates(op: Operation) -> list[tuple[SSAValue, SSAValue]]:
     return []
 
 
-def _accumulator_blocks(fn: func.FuncOp, live: _Liveness, groups: _UnionFind) -> list[tuple]:
+def _accumulator_blocks(live: _Liveness, root: Callable[[int], int]) -> list[tuple]:
     """The register groups of each wgmma accumulator, in element order, one block per distinct chain;
     a group that would sit at two different positions (or in two blocks) is left to ordinary allocation."""
     blocks: dict[tuple, None] = {}
-    for op in fn.walk():
+    for op in live.ops:
         if isinstance(op, sm90.WgmmaMmaAsyncOp):
             first = live.element(op.result)
-            blocks[tuple(groups.find(first + i) for i in range(element_count(op.result.type)))] = None
+            blocks[tuple(root(first + i) for i in range(element_count(op.result.type)))] = None
     position: dict = {}
     for block in blocks:
         for k, root in enumerate(block):
@@ -560,18 +567,18 @@ class _GroupReads:
     """What the in-place decisions need of each register group, kept per root as groups merge: the loops
     whose carried value the group holds, and the last read of its values other than loop results."""
 
-    def __init__(self, live: _Liveness, groups: _UnionFind):
+    def __init__(self, live: _Liveness, root: Callable[[int], int]):
         self.loops: dict[int, set] = defaultdict(set)  # root -> (start, end) of the loops it is carried by
         self.last: dict[int, int] = {}                 # root -> last read (0 if none)
         for value, elements in live.elements():
             loop = live.carried.get(value)
             read = None if isinstance(value.owner, scf.ForOp) else live.read_end(value)
             for element in elements:
-                root = groups.find(element)
+                group = root(element)
                 if loop is not None:
-                    self.loops[root].add(loop)
+                    self.loops[group].add(loop)
                 if read is not None:
-                    self.last[root] = max(self.last.get(root, 0), read)
+                    self.last[group] = max(self.last.get(group, 0), read)
 
     def merge(self, root: int, a: int, b: int) -> None:
         """Groups `a` and `b` became one group with root `root`."""
@@ -601,7 +608,7 @@ def _stable_key(root) -> tuple:
     return (value.name_hint or "", index)
 
 
-def _intervals(live: _Liveness, groups: _UnionFind) -> dict:
+def _intervals(live: _Liveness, root: Callable[[int], int]) -> dict:
     """(first, last) position of each register group; loop-carried block arguments stay live to the end of
     their loop (the latch writes them)."""
     intervals: dict = {}
@@ -613,23 +620,23 @@ def _intervals(live: _Liveness, groups: _UnionFind) -> dict:
             loop = value.owner.parent_op()
             end = max(end, next(stop for op, _, stop in live.loops if op is loop))
         for element in elements:
-            root = groups.find(element)
-            if root in intervals:
-                s, e = intervals[root]
-                intervals[root] = (min(s, start), max(e, end))
+            group = root(element)
+            if group in intervals:
+                s, e = intervals[group]
+                intervals[group] = (min(s, start), max(e, end))
             else:
-                intervals[root] = (start, end)
+                intervals[group] = (start, end)
     return intervals
 
 
-def _live_ranges(live: _Liveness, groups: _UnionFind, intervals: dict) -> dict:
+def _live_ranges(live: _Liveness, root: Callable[[int], int], intervals: dict) -> dict:
     """The positions each register group is live at, as merged ranges: its interval, and the ranges its
     elements are held by in-flight wgmma groups (`_Liveness.in_flight`)."""
     ranges = {root: [interval] for root, interval in intervals.items()}
     for value, held in live.holds.items():
         first = live.element(value)
         for i in range(element_count(value.type)):
-            ranges[groups.find(first + i)].extend(held)
+            ranges[root(first + i)].extend(held)
     return {root: _merge_ranges(spans) for root, spans in ranges.items()}
 
 
@@ -659,7 +666,7 @@ class _PressureMap:
     measured on a branch-aware liveness (module docstring), computed on the first question."""
 
     live: _Liveness
-    groups: _UnionFind
+    root: Callable[[int], int]  # element -> the root of its group
     ranges: dict
     widths: dict
     _branch_aware: dict | None = None
@@ -690,8 +697,10 @@ class _PressureMap:
 
     def _span(self, region: Region) -> tuple[int, int] | None:
         """First and last position inside `region`; None if it has no ops."""
-        ops = [o for block in region.blocks for o in block.ops]
-        return (self.live.position[ops[0]], self.live.end[ops[-1]]) if ops else None
+        blocks = [block for block in region.blocks if block.first_op is not None]
+        if not blocks:
+            return None
+        return self.live.position[blocks[0].first_op], self.live.end[blocks[-1].last_op]
 
     def _branch_aware_ranges(self) -> dict:
         """Each group's positions, where a read inside one region of an `scf.if` keeps the value live up to
@@ -706,18 +715,18 @@ class _PressureMap:
             defined = live.defs[value]
             spans = [(defined, defined)]
             for use in live.uses.get(value, []):
-                op = op_at[use]
-                if op not in alternatives:
-                    alternatives[op] = self._alternatives(op)
+                block = op_at[use].parent_block()  # every op of a block has the same alternatives
+                if block not in alternatives:
+                    alternatives[block] = self._alternatives(op_at[use])
                 reach = [(defined, live.end_of(defined, use))]
-                for others, loop in alternatives[op]:
+                for others, loop in alternatives[block]:
                     if loop is None or loop[0] <= defined <= loop[1]:
                         for other in others:
                             reach = _subtract(reach, other)
                 spans += reach
             spans += live.holds.get(value, ())
             for element in elements:
-                ranges[self.groups.find(element)] += spans
+                ranges[self.root(element)] += spans
         return {root: _merge_ranges(spans) for root, spans in ranges.items()}
 
     def _alternatives(self, op: Operation) -> list[tuple[list, tuple[int, int] | None]]:
