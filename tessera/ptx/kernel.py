@@ -121,10 +121,10 @@ def smem_base_alignment(fn: func.FuncOp) -> int | None:
     return max([SMEM_ALIGNMENT, *aligns]) if aligns else None
 
 
-def launch_smem_bytes(fn: func.FuncOp) -> int:
+def launch_smem_bytes(fn: func.FuncOp, align: int | None = None) -> int:
     """Dynamic shared memory to launch the printed kernel with: its `smem_bytes` plus the slack that rounding
-    the base up to `smem_base_alignment` may skip."""
-    align = smem_base_alignment(fn)
+    the base up to `smem_base_alignment` (`align`, when the caller has it) may skip."""
+    align = smem_base_alignment(fn) if align is None else align
     return kernel_smem_bytes(fn) + (align - 1 if align else 0)
 
 
@@ -199,6 +199,7 @@ class KernelPrinter:
         self.smem_base: str | None = None
         self._labels = 0
         self._positions: dict[Block, dict[Operation, int]] = {}
+        self.smem_align = smem_base_alignment(fn)
 
     # region output ------------------------------------------------------------------------------------
     def emit(self, *instructions: str) -> None:
@@ -445,7 +446,7 @@ class KernelPrinter:
             else:
                 (reg,) = self._param_registers(arg, B32)
                 self.emit(f"ld.param.u32 {reg}, [{param.name}]")
-        align = smem_base_alignment(self.fn)
+        align = self.smem_align
         if align is not None:
             self.comment(f"dynamic shared memory: the base of '{SMEM_SYMBOL}' rounded up to {align} bytes")
             base = self.smem_base = self.temp(B32)
@@ -466,10 +467,10 @@ class KernelPrinter:
         self.print_prologue(params)
         self.print_block(self.fn.body.blocks.first, skip_terminator=False)
         threads = kernel_threads(self.fn)
-        smem, align = kernel_smem_bytes(self.fn), smem_base_alignment(self.fn)
+        smem, align = kernel_smem_bytes(self.fn), self.smem_align
         slack = f" ({smem} + {align - 1} to align the base)" if align else ""
         head = [
-            f"// @{self.kernel}: {threads} threads; launch with {launch_smem_bytes(self.fn)} bytes of dynamic shared "
+            f"// @{self.kernel}: {threads} threads; launch with {launch_smem_bytes(self.fn, align)} bytes of dynamic shared "
             f"memory{slack}",
             f".visible .entry {self.kernel}(",
         ]
