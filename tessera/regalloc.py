@@ -188,7 +188,7 @@ class _Liveness:
     ops: list = field(default_factory=list)        # the ops of the kernel's body in program order (as walk())
     loops: list = field(default_factory=list)      # (op, start, end) of scf.for / scf.while
     defined: list = field(default_factory=list)    # values with registers, in definition order
-    keys: list = field(default_factory=list)       # element number -> (value, index)
+    value_of: list = field(default_factory=list)   # element number -> its value
     first: dict = field(default_factory=dict)      # value -> number of its element 0
     defs: dict = field(default_factory=dict)        # value -> position
     uses: dict = field(default_factory=lambda: defaultdict(list))  # value -> positions
@@ -203,8 +203,8 @@ class _Liveness:
         """The number of element `index` of `value` (numbered on first sight)."""
         first = self.first.get(value)
         if first is None:
-            first = self.first[value] = len(self.keys)
-            self.keys.extend((value, i) for i in range(element_count(value.type)))
+            first = self.first[value] = len(self.value_of)
+            self.value_of.extend([value] * element_count(value.type))
         return first + index
 
     def elements(self) -> Iterator[tuple[SSAValue, range]]:
@@ -450,7 +450,7 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
                     reads.merge(groups.find(r), r, result_root)
                 if not isinstance(op, scf.ForOp):
                     break  # one operand's registers per result
-    root_of = groups.roots(len(live.keys)).__getitem__  # the groups are final: each element's root, looked up
+    root_of = groups.roots(len(live.value_of)).__getitem__  # the groups are final: each element's root, looked up
     ranges = _live_ranges(live, root_of, _intervals(live, root_of))
 
     # Linear scan per class. wgmma accumulators are allocated as blocks of consecutive registers, element i
@@ -467,12 +467,12 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
     for root, spans in ranges.items():
         if root not in block_of:
             units.append((spans[0][0], spans[-1][1], (root,), spans))
-    units.sort(key=lambda u: (u[0], u[1], _stable_key(live.keys[u[2][0]])))
+    units.sort(key=lambda u: (u[0], u[1], _stable_key(live, u[2][0])))
     active: dict[str, list] = defaultdict(list)  # heaps of (end of the first range, register index)
     free: dict[str, set] = defaultdict(set)      # free register indices
     reserved: dict[str, dict] = defaultdict(dict)  # register index -> later ranges of a unit with holes
     for start, _, roots, spans in units:
-        cls = register_class(live.keys[roots[0]][0].type)
+        cls = register_class(live.value_of[roots[0]].type)
         if roots[0] in block_of:
             cls = "acc"  # accumulators get a pool of their own (see above)
         while active[cls] and active[cls][0][0] < start:
@@ -508,7 +508,7 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
         if value.name_hint:
             for element in elements:
                 root_names.setdefault(root_of(element), value.name_hint)
-    widths = {root: CLASS_WIDTH[register_class(live.keys[root][0].type)] for root in ranges}
+    widths = {root: CLASS_WIDTH[register_class(live.value_of[root].type)] for root in ranges}
     peak, peak_position, at_peak = _pressure(ranges, root_names, widths)
     return Allocation(names, dict(counts), peak, peak_position, at_peak, _PressureMap(live, root_of, ranges, widths))
 
@@ -603,9 +603,10 @@ def _is_function_argument(value: SSAValue, fn: func.FuncOp) -> bool:
     return isinstance(value, BlockArgument) and value.owner is fn.body.blocks.first
 
 
-def _stable_key(root) -> tuple:
-    value, index = root
-    return (value.name_hint or "", index)
+def _stable_key(live: _Liveness, element: int) -> tuple:
+    """(name hint, index) of an element: an order of groups that does not depend on object identities."""
+    value = live.value_of[element]
+    return (value.name_hint or "", element - live.first[value])
 
 
 def _intervals(live: _Liveness, root: Callable[[int], int]) -> dict:
