@@ -430,7 +430,7 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
                 for i in range(element_count(arg.type)):
                     groups.union(live.element(arg, i), live.element(result, i))
 
-    intervals = _intervals(live, groups.find)
+    intervals, lowest = _intervals(live, groups.find)
     reads = _GroupReads(live, groups.find)
     for op in live.ops:  # in program order, so a chain of in-place ops shares one set of registers
         for operand, result in _in_place_candidates(op):
@@ -447,11 +447,15 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
                     groups.union(r, result_root)
                     intervals.pop(result_root, None)
                     intervals[groups.find(r)] = merged
+                    low = lowest.pop(r) if result_root == r else min(lowest.pop(r), lowest.pop(result_root))
+                    lowest[groups.find(r)] = low
                     reads.merge(groups.find(r), r, result_root)
                 if not isinstance(op, scf.ForOp):
                     break  # one operand's registers per result
     root_of = groups.roots(len(live.value_of)).__getitem__  # the groups are final: each element's root, looked up
-    ranges = _live_ranges(live, root_of, _intervals(live, root_of))
+    # The merged intervals are those of the final groups; in the order _intervals gives (by lowest element).
+    intervals = dict(sorted(intervals.items(), key=lambda item: lowest[item[0]]))
+    ranges = _live_ranges(live, root_of, intervals)
 
     # Linear scan per class. wgmma accumulators are allocated as blocks of consecutive registers, element i
     # at base + i: ptxas keeps a wgmma chain asynchronous only when every accumulator list it sees maps
@@ -609,10 +613,12 @@ def _stable_key(live: _Liveness, element: int) -> tuple:
     return (value.name_hint or "", element - live.first[value])
 
 
-def _intervals(live: _Liveness, root: Callable[[int], int]) -> dict:
-    """(first, last) position of each register group; loop-carried block arguments stay live to the end of
-    their loop (the latch writes them)."""
+def _intervals(live: _Liveness, root: Callable[[int], int]) -> tuple[dict, dict]:
+    """(first, last) position of each register group, and its lowest element; loop-carried block arguments
+    stay live to the end of their loop (the latch writes them). Groups come in the order of their lowest
+    element (elements are numbered in definition order)."""
     intervals: dict = {}
+    lowest: dict = {}
     for value, elements in live.elements():
         start = live.defs[value]
         read = live.read_end(value)
@@ -627,7 +633,8 @@ def _intervals(live: _Liveness, root: Callable[[int], int]) -> dict:
                 intervals[group] = (min(s, start), max(e, end))
             else:
                 intervals[group] = (start, end)
-    return intervals
+                lowest[group] = element
+    return intervals, lowest
 
 
 def _live_ranges(live: _Liveness, root: Callable[[int], int], intervals: dict) -> dict:
