@@ -82,19 +82,40 @@ class RegisterBudgetError(DiagnosticException):
     """The values live at the peak need more registers than the budget."""
 
 
+def _subclass_test(classes: type | tuple[type, ...]) -> Callable[[object], bool]:
+    """`isinstance(x, classes)`, decided once per concrete type: xDSL's attribute and op classes are ABCs,
+    whose isinstance is slow when the answer is no, and the allocator asks it of every value and op."""
+    known: dict[type, bool] = {}
+
+    def test(x: object) -> bool:
+        kind = type(x)
+        answer = known.get(kind)
+        if answer is None:
+            answer = known[kind] = issubclass(kind, classes)
+        return answer
+
+    return test
+
+
+_is_vector = _subclass_test(VectorType)
+_is_f32 = _subclass_test(Float32Type)
+_is_index = _subclass_test(IndexType)
+_is_integer = _subclass_test(IntegerType)
+
+
 def register_class(ty: Attribute) -> str | None:
-    element = ty.element_type if isinstance(ty, VectorType) else ty
-    if isinstance(element, Float32Type):
+    element = ty.element_type if _is_vector(ty) else ty
+    if _is_f32(element):
         return "f32"
-    if isinstance(element, IndexType):
+    if _is_index(element):
         return "b32"
-    if isinstance(element, IntegerType):
+    if _is_integer(element):
         return {1: "pred", 32: "b32", 64: "b64"}.get(element.width.data)
     return None  # tensor maps and other parameters are not registers
 
 
 def element_count(ty: Attribute) -> int:
-    return ty.get_shape()[0] if isinstance(ty, VectorType) else 1
+    return ty.get_shape()[0] if _is_vector(ty) else 1
 
 
 @dataclass
@@ -524,6 +545,7 @@ ELEMENTWISE = (
 )
 """Ops whose register i of the result depends only on register i of each operand: computed in place, the
 result may take the registers of an operand that dies there."""
+_is_elementwise = _subclass_test(ELEMENTWISE)
 
 
 def _in_place_candidates(op: Operation) -> list[tuple[SSAValue, SSAValue]]:
@@ -534,7 +556,7 @@ def _in_place_candidates(op: Operation) -> list[tuple[SSAValue, SSAValue]]:
         return [(op.acc, op.result)]
     if isinstance(op, scf.ForOp):
         return list(zip(op.iter_args, op.results))
-    if isinstance(op, ELEMENTWISE) and len(op.results) == 1 and isinstance(op.results[0].type, VectorType):
+    if _is_elementwise(op) and len(op.results) == 1 and _is_vector(op.results[0].type):
         return [(v, op.results[0]) for v in op.operands if v.type == op.results[0].type]
     return []
 
