@@ -1,7 +1,7 @@
 """Compile time per stage, and what ptxas and the SASS make of the result, for every kernel configuration in
 one run; beside Triton's cold compile of the same attention when Triton is installed.
 
-    python bench/compile.py [--only flash_attention] [--pipeline SPEC] [--no-triton]
+    python bench/compile.py [--only flash_attention] [--pipeline SPEC] [--no-triton] [--repeat N]
 
 For each configuration, through the default full pipeline (`passes.SPECIALIZED_PIPELINE` and
 allocate-registers; `--pipeline` picks another): the seconds of each stage (building the Tile IR, each pass,
@@ -14,7 +14,9 @@ With Triton installed, each attention configuration Triton's kernel takes (bench
 flash attention, head_dim 64/128, 128x128 tiles, 8 warps, 2 stages) gets a Triton row: the wall time of a
 cold `triton.compile` for sm_90a (its passes, LLVM and its own ptxas; no GPU needed), and the same columns
 from its PTX through this machine's ptxas and nvdisasm, so both kernels are measured by one tool. Times
-are wall seconds on this machine: compare them as ratios within one run.
+are wall seconds on this machine: compare them as ratios within one run. `--repeat N` compiles each kernel N
+times, alternating Tessera and Triton, and keeps the run of median total time of each (on a busy machine a
+single run can be off by a factor of two).
 """
 
 from __future__ import annotations
@@ -111,12 +113,18 @@ def triton_compile(config: dict) -> Measured | None:
                     entry.smem_bytes + compiled.shared_bytes, _sass_loop(result.cubin))
 
 
+def _median(runs: list[Measured]) -> Measured | None:
+    """The run of median total time (the lower middle one of an even count); None for no runs."""
+    return sorted(runs, key=lambda m: m.total)[(len(runs) - 1) // 2] if runs else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", help="only configurations of this builder")
     parser.add_argument("--pipeline", default=DEFAULT_PIPELINE, help="a tessera-opt -p pipeline ending in "
                                                                      "allocate-registers (default: the full one)")
     parser.add_argument("--no-triton", action="store_true", help="leave out Triton's compiles")
+    parser.add_argument("--repeat", type=int, default=1, help="compile each kernel N times and keep the median")
     args = parser.parse_args()
     if find_ptxas() is None:
         print("no ptxas: pip install 'tessera[ptx]' (or put CUDA's bin on PATH)")
@@ -136,8 +144,12 @@ def main() -> None:
     for variant, config in CONFIGS:
         if args.only and variant != args.only:
             continue
-        ours = tessera_compile(variant, config, args.pipeline)
-        theirs = triton_compile(config) if with_triton and variant == "flash_attention" else None
+        runs = []
+        for _ in range(max(1, args.repeat)):
+            runs.append((tessera_compile(variant, config, args.pipeline),
+                         triton_compile(config) if with_triton and variant == "flash_attention" else None))
+        ours = _median([ours for ours, _ in runs])
+        theirs = _median([theirs for _, theirs in runs if theirs is not None])
         for m in filter(None, (ours, theirs)):
             ptxas = m.stages.get("ptxas")
             print(f"{m.label:<46}{m.total:>8.2f}{'-' if ptxas is None else f'{ptxas:.2f}':>8}{m.peak:>6}"

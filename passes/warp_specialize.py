@@ -290,7 +290,13 @@ class _Split:
     def _budgets(self, split: scf.IfOp, consumers: int) -> None:
         from tessera.regalloc import region_pressure
 
+        # The setmaxnreg ops go in first, with provisional budgets that are set below: the allocation sized
+        # here is then that of the final kernel, which allocate-registers finds in the allocator's memo.
         producer_region, consumer_region = split.regions
+        decrease = sm90.SetMaxNRegOp("dec", facts.SETMAXNREG_MIN)
+        increase = sm90.SetMaxNRegOp("inc", facts.SETMAXNREG_MAX)
+        producer_region.block.insert_op_before(decrease, producer_region.block.first_op)
+        consumer_region.block.insert_op_before(increase, consumer_region.block.first_op)
         producer_need, consumer_need = region_pressure(self.fn, split)
         step = facts.SETMAXNREG_STEP
         producer = max(facts.SETMAXNREG_MIN, -(-producer_need // step) * step)
@@ -299,8 +305,8 @@ class _Split:
             _refuse(self.fn, f"the consumer warpgroups need {consumer_need} registers per thread but only {consumer} "
                           f"are left after the producer's {producer} (the register file has {facts.REGISTERS_PER_SM})")
         facts.check_register_budget([producer] + [consumer] * (consumers // facts.WARPGROUP_SIZE), facts.WARPGROUP_SIZE)
-        producer_region.block.insert_op_before(sm90.SetMaxNRegOp("dec", producer), producer_region.block.first_op)
-        consumer_region.block.insert_op_before(sm90.SetMaxNRegOp("inc", consumer), consumer_region.block.first_op)
+        decrease.count = IntegerAttr(producer, 64)
+        increase.count = IntegerAttr(consumer, 64)
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,9 @@ value is defined outside of leads there on a later trip. Held wgmma operands cou
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import OrderedDict, defaultdict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from xdsl.dialects import arith, func, math, scf, vector
@@ -80,19 +82,40 @@ class RegisterBudgetError(DiagnosticException):
     """The values live at the peak need more registers than the budget."""
 
 
+def _subclass_test(classes: type | tuple[type, ...]) -> Callable[[object], bool]:
+    """`isinstance(x, classes)`, decided once per concrete type: xDSL's attribute and op classes are ABCs,
+    whose isinstance is slow when the answer is no, and the allocator asks it of every value and op."""
+    known: dict[type, bool] = {}
+
+    def test(x: object) -> bool:
+        kind = type(x)
+        answer = known.get(kind)
+        if answer is None:
+            answer = known[kind] = issubclass(kind, classes)
+        return answer
+
+    return test
+
+
+_is_vector = _subclass_test(VectorType)
+_is_f32 = _subclass_test(Float32Type)
+_is_index = _subclass_test(IndexType)
+_is_integer = _subclass_test(IntegerType)
+
+
 def register_class(ty: Attribute) -> str | None:
-    element = ty.element_type if isinstance(ty, VectorType) else ty
-    if isinstance(element, Float32Type):
+    element = ty.element_type if _is_vector(ty) else ty
+    if _is_f32(element):
         return "f32"
-    if isinstance(element, IndexType):
+    if _is_index(element):
         return "b32"
-    if isinstance(element, IntegerType):
+    if _is_integer(element):
         return {1: "pred", 32: "b32", 64: "b64"}.get(element.width.data)
     return None  # tensor maps and other parameters are not registers
 
 
 def element_count(ty: Attribute) -> int:
-    return ty.get_shape()[0] if isinstance(ty, VectorType) else 1
+    return ty.get_shape()[0] if _is_vector(ty) else 1
 
 
 @dataclass
@@ -121,15 +144,23 @@ class Allocation:
 
 
 class _UnionFind:
-    def __init__(self):
-        self.parent: dict = {}
+    """Disjoint sets of element numbers (`_Liveness.element`); `union(a, b)` makes a's root the root of both."""
 
-    def find(self, x):
-        self.parent.setdefault(x, x)
-        while self.parent[x] != x:
-            self.parent[x] = self.parent[self.parent[x]]
-            x = self.parent[x]
+    def __init__(self):
+        self.parent: list[int] = []
+
+    def find(self, x: int) -> int:
+        parent = self.parent
+        if x >= len(parent):
+            parent.extend(range(len(parent), x + 1))
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
         return x
+
+    def roots(self, count: int) -> list[int]:
+        """The root of each element 0 .. count - 1."""
+        return [self.find(x) for x in range(count)]
 
     def union(self, a, b) -> None:
         ra, rb = self.find(a), self.find(b)
@@ -168,28 +199,52 @@ def immediates(fn: func.FuncOp) -> dict[SSAValue, list[str]]:
 
 @dataclass
 class _Liveness:
+    """Positions of ops and the definitions, uses and holds of values. Every element of a value is defined,
+    read and held at the same positions, so those are kept per value; an element is a number (`element`),
+    element i of a value being its first element's number + i, so that the allocator's sets and maps of
+    elements hash integers."""
+
     fn: func.FuncOp
     position: dict = field(default_factory=dict)   # op -> position
+    ops: list = field(default_factory=list)        # the ops of the kernel's body in program order (as walk())
     loops: list = field(default_factory=list)      # (op, start, end) of scf.for / scf.while
-    elements: list = field(default_factory=list)   # (value, index) in definition order
-    defs: dict = field(default_factory=dict)        # (value, index) -> position
-    uses: dict = field(default_factory=lambda: defaultdict(list))  # (value, index) -> positions
+    defined: list = field(default_factory=list)    # values with registers, in definition order
+    value_of: list = field(default_factory=list)   # element number -> its value
+    first: dict = field(default_factory=dict)      # value -> number of its element 0
+    defs: dict = field(default_factory=dict)        # value -> position
+    uses: dict = field(default_factory=lambda: defaultdict(list))  # value -> positions
     skip: dict = field(default_factory=dict)  # values that are immediates, not registers
     end: dict = field(default_factory=dict)         # op -> last position inside it (its latch for a loop)
-    holds: dict = field(default_factory=lambda: defaultdict(list))  # (value, index) -> ranges held in flight
+    holds: dict = field(default_factory=lambda: defaultdict(list))  # value -> ranges held in flight
+    carried: dict = field(default_factory=dict)     # loop-carried block argument -> (start, end) of its scf.for
+    _ends: dict = field(default_factory=dict)       # (definition, use) -> end_of
+    _read_ends: dict = field(default_factory=dict)  # value -> read_end
+
+    def element(self, value: SSAValue, index: int = 0) -> int:
+        """The number of element `index` of `value` (numbered on first sight)."""
+        first = self.first.get(value)
+        if first is None:
+            first = self.first[value] = len(self.value_of)
+            self.value_of.extend([value] * element_count(value.type))
+        return first + index
+
+    def elements(self) -> Iterator[tuple[SSAValue, range]]:
+        """Each value with registers in definition order, with the numbers of its elements."""
+        for value in self.defined:
+            first = self.first[value]
+            yield value, range(first, first + element_count(value.type))
 
     def run(self) -> None:
         self.counter = 0
         self._block(self.fn.body.blocks.first, 0)
-        for op in self.fn.walk():
+        for op in self.ops:
             if isinstance(op, sm90.WgmmaMmaAsyncOp):
                 ranges = self.in_flight(op)
                 held = [op.result] + ([op.a] if op.a_in_registers else [])
                 for value in held:
                     if register_class(value.type) is None or value in self.skip:
                         continue
-                    for i in range(element_count(value.type)):
-                        self.holds[(value, i)].extend(ranges)
+                    self.holds[value].extend(ranges)
 
     def in_flight(self, mma: sm90.WgmmaMmaAsyncOp) -> list[tuple[int, int]]:
         """The positions from `mma` to the wgmma_wait_group that retires its group (module docstring): one
@@ -221,9 +276,9 @@ class _Liveness:
     def _define(self, value: SSAValue, pos: int) -> None:
         if register_class(value.type) is None or value in self.skip:
             return
-        for i in range(element_count(value.type)):
-            self.elements.append((value, i))
-            self.defs[(value, i)] = pos
+        self.element(value)
+        self.defined.append(value)
+        self.defs[value] = pos
 
     def _block(self, block: Block, pos: int) -> None:
         for arg in block.args:
@@ -235,20 +290,22 @@ class _Liveness:
         self.counter += 1
         start = self.counter
         self.position[op] = start
+        self.ops.append(op)
         for operand in op.operands:
             if register_class(operand.type) is not None and operand not in self.skip:
-                for i in range(element_count(operand.type)):
-                    self.uses[(operand, i)].append(start)
+                self.uses[operand].append(start)
         for region in op.regions:
             for block in region.blocks:
                 self._block(block, start)
         if isinstance(op, scf.ForOp | scf.WhileOp):
             self.counter += 1
             self.loops.append((op, start, self.counter))
+            if isinstance(op, scf.ForOp):
+                self.carried.update((arg, (start, self.counter)) for arg in op.body.block.args[1:])
             if isinstance(op, scf.ForOp):  # the latch compares with the bound and adds the step every trip
                 for bound in (op.ub, op.step):
                     if register_class(bound.type) is not None and bound not in self.skip:
-                        self.uses[(bound, 0)].append(self.counter)
+                        self.uses[bound].append(self.counter)
             for result in op.results:
                 self._define(result, start)  # tied to the carried registers, live from the loop's start
         elif isinstance(op, scf.IfOp) and op.results:
@@ -262,15 +319,24 @@ class _Liveness:
                 self._define(result, start)
         self.end[op] = self.counter
 
-    def end_of(self, element, use: int) -> int:
-        """A use at `use` keeps the element live to the end of every loop around the use that the element
-        was defined outside of."""
-        defined = self.defs[element]
-        end = use
-        for _, start, stop in self.loops:
-            if start < use < stop and not (start <= defined < stop):
-                end = max(end, stop)
+    def end_of(self, defined: int, use: int) -> int:
+        """A use at `use` keeps a value defined at `defined` live to the end of every loop around the use that
+        the value was defined outside of."""
+        end = self._ends.get((defined, use))
+        if end is None:
+            end = use
+            for _, start, stop in self.loops:
+                if start < use < stop and not (start <= defined < stop):
+                    end = max(end, stop)
+            self._ends[(defined, use)] = end
         return end
+
+    def read_end(self, value: SSAValue) -> int | None:
+        """The last position a read of `value` keeps it live to (`end_of` its last use); None if unread."""
+        if value not in self._read_ends:
+            defined = self.defs[value]
+            self._read_ends[value] = max((self.end_of(defined, u) for u in self.uses.get(value, ())), default=None)
+        return self._read_ends[value]
 
 
 def _scan_for_retirement(op: Operation | None, state: tuple[bool, int]) -> tuple[Operation | None, tuple[bool, int]]:
@@ -344,11 +410,19 @@ _MEMO_SIZE = 4
 allocate the same kernel; the memo hands back the allocation while the kernel is unchanged."""
 
 
+_NOT_READ = (sm90.SetMaxNRegOp,)
+"""Ops whose attributes and properties the allocator never reads: a setmaxnreg's budget does not change the
+allocation, so that warp-specialize can size its budgets from the allocation of the kernel holding the
+setmaxnreg ops and then set them, and allocate-registers finds that allocation in the memo."""
+
+
 def _fingerprint(fn: func.FuncOp) -> tuple:
-    """Every op of `fn`'s body with its operands, attributes and properties, compared by identity and value:
-    equal fingerprints mean the same body (the ops are held by the memo, so their identities are not reused).
-    The kernel's own attributes (the summary allocate-registers writes) do not take part."""
-    return tuple((op, tuple(op.operands), tuple(op.attributes.items()), tuple(op.properties.items()))
+    """Every op of `fn`'s body with its operands, attributes and properties (but those of `_NOT_READ` ops),
+    compared by identity and value: equal fingerprints mean the same body as the allocator sees it (the ops
+    are held by the memo, so their identities are not reused). The kernel's own attributes (the summary
+    allocate-registers writes) do not take part."""
+    return tuple((op, tuple(op.operands)) if isinstance(op, _NOT_READ) else
+                 (op, tuple(op.operands), tuple(op.attributes.items()), tuple(op.properties.items()))
                  for op in fn.body.walk())
 
 
@@ -370,45 +444,47 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
     live = _Liveness(fn, skip=constants)
     live.run()
     groups = _UnionFind()
-    for op in fn.walk():
+    for op in live.ops:
         pairs = _alias_sources(op)
         if pairs is not None:
-            for i, source in pairs:
-                groups.union(source, (op.results[0], i))
+            for i, (value, j) in pairs:
+                groups.union(live.element(value, j), live.element(op.results[0], i))
         if isinstance(op, scf.ForOp):
             for arg, result in zip(op.body.block.args[1:], op.results):
                 for i in range(element_count(arg.type)):
-                    groups.union((arg, i), (result, i))
+                    groups.union(live.element(arg, i), live.element(result, i))
 
-    intervals = _intervals(live, groups)
-    members: dict = defaultdict(set)
-    for element in live.elements:
-        members[groups.find(element)].add(element)
-    for op in fn.walk():  # in program order, so a chain of in-place ops shares one set of registers
+    intervals, lowest = _intervals(live, groups.find)
+    reads = _GroupReads(live, groups.find)
+    for op in live.ops:  # in program order, so a chain of in-place ops shares one set of registers
         for operand, result in _in_place_candidates(op):
             if register_class(operand.type) is None or operand in constants or _is_function_argument(operand, fn):
                 continue
             pos = live.position[op]
-            roots = [groups.find((operand, i)) for i in range(element_count(operand.type))]
-            dies_here = all(_last_read_before_latch(r, members, live, intervals, pos) <= pos for r in roots)
+            roots = [groups.find(live.element(operand, i)) for i in range(element_count(operand.type))]
+            dies_here = all(reads.last_read(r, pos, intervals) <= pos for r in roots)
             distinct = len(set(roots)) == len(roots)  # not a broadcast or a shuffle with repeats
             if dies_here and distinct:
                 for i, r in enumerate(roots):
-                    result_root = groups.find((result, i))
+                    result_root = groups.find(live.element(result, i))
                     merged = (min(intervals[r][0], intervals[result_root][0]), max(intervals[r][1], intervals[result_root][1]))
-                    joined = members.pop(r, set()) | members.pop(result_root, set())
                     groups.union(r, result_root)
                     intervals.pop(result_root, None)
                     intervals[groups.find(r)] = merged
-                    members[groups.find(r)] = joined
+                    low = lowest.pop(r) if result_root == r else min(lowest.pop(r), lowest.pop(result_root))
+                    lowest[groups.find(r)] = low
+                    reads.merge(groups.find(r), r, result_root)
                 if not isinstance(op, scf.ForOp):
                     break  # one operand's registers per result
-    ranges = _live_ranges(live, groups, _intervals(live, groups))
+    root_of = groups.roots(len(live.value_of)).__getitem__  # the groups are final: each element's root, looked up
+    # The merged intervals are those of the final groups; in the order _intervals gives (by lowest element).
+    intervals = dict(sorted(intervals.items(), key=lambda item: lowest[item[0]]))
+    ranges = _live_ranges(live, root_of, intervals)
 
     # Linear scan per class. wgmma accumulators are allocated as blocks of consecutive registers, element i
     # at base + i: ptxas keeps a wgmma chain asynchronous only when every accumulator list it sees maps
     # consistently onto its registers (otherwise it serializes the wgmmas, warning C7511).
-    blocks = _accumulator_blocks(fn, groups)
+    blocks = _accumulator_blocks(live, root_of)
     block_of = {root: block for block in blocks for root in block}
     names_of_root: dict = {}
     counts: dict[str, int] = defaultdict(int)
@@ -419,12 +495,12 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
     for root, spans in ranges.items():
         if root not in block_of:
             units.append((spans[0][0], spans[-1][1], (root,), spans))
-    units.sort(key=lambda u: (u[0], u[1], _stable_key(u[2][0])))
+    units.sort(key=lambda u: (u[0], u[1], _stable_key(live, u[2][0])))
     active: dict[str, list] = defaultdict(list)  # heaps of (end of the first range, register index)
     free: dict[str, set] = defaultdict(set)      # free register indices
     reserved: dict[str, dict] = defaultdict(dict)  # register index -> later ranges of a unit with holes
     for start, _, roots, spans in units:
-        cls = register_class(roots[0][0].type)
+        cls = register_class(live.value_of[roots[0]].type)
         if roots[0] in block_of:
             cls = "acc"  # accumulators get a pool of their own (see above)
         while active[cls] and active[cls][0][0] < start:
@@ -447,18 +523,22 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
         counts[cls] = max(counts[cls], base + len(roots))
 
     names = dict(constants)
-    for value, i in live.elements:
-        names.setdefault(value, [None] * element_count(value.type))[i] = names_of_root[groups.find((value, i))]
-    for op in fn.walk():  # aliasing results that are not in `elements` order still get their names
+    for value, elements in live.elements():
+        names[value] = [names_of_root[root_of(element)] for element in elements]
+    for op in live.ops:  # aliasing results that are not in `elements` order still get their names
         for result in op.results:
             if result not in names and register_class(result.type) is not None and result not in constants:
-                names[result] = [names_of_root[groups.find((result, i))] for i in range(element_count(result.type))]
+                names[result] = [names_of_root[groups.find(live.element(result, i))]
+                                 for i in range(element_count(result.type))]
 
     root_names: dict = {}
-    for value, i in live.elements:  # name a register group after its first named value
-        root_names.setdefault(groups.find((value, i)), value.name_hint) if value.name_hint else None
-    peak, peak_position, at_peak = _pressure(ranges, root_names)
-    return Allocation(names, dict(counts), peak, peak_position, at_peak, _PressureMap(live, groups, ranges))
+    for value, elements in live.elements():  # name a register group after its first named value
+        if value.name_hint:
+            for element in elements:
+                root_names.setdefault(root_of(element), value.name_hint)
+    widths = {root: CLASS_WIDTH[register_class(live.value_of[root].type)] for root in ranges}
+    peak, peak_position, at_peak = _pressure(ranges, root_names, widths)
+    return Allocation(names, dict(counts), peak, peak_position, at_peak, _PressureMap(live, root_of, ranges, widths))
 
 
 ELEMENTWISE = (
@@ -468,6 +548,7 @@ ELEMENTWISE = (
 )
 """Ops whose register i of the result depends only on register i of each operand: computed in place, the
 result may take the registers of an operand that dies there."""
+_is_elementwise = _subclass_test(ELEMENTWISE)
 
 
 def _in_place_candidates(op: Operation) -> list[tuple[SSAValue, SSAValue]]:
@@ -478,18 +559,19 @@ def _in_place_candidates(op: Operation) -> list[tuple[SSAValue, SSAValue]]:
         return [(op.acc, op.result)]
     if isinstance(op, scf.ForOp):
         return list(zip(op.iter_args, op.results))
-    if isinstance(op, ELEMENTWISE) and len(op.results) == 1 and isinstance(op.results[0].type, VectorType):
+    if _is_elementwise(op) and len(op.results) == 1 and _is_vector(op.results[0].type):
         return [(v, op.results[0]) for v in op.operands if v.type == op.results[0].type]
     return []
 
 
-def _accumulator_blocks(fn: func.FuncOp, groups: _UnionFind) -> list[tuple]:
+def _accumulator_blocks(live: _Liveness, root: Callable[[int], int]) -> list[tuple]:
     """The register groups of each wgmma accumulator, in element order, one block per distinct chain;
     a group that would sit at two different positions (or in two blocks) is left to ordinary allocation."""
     blocks: dict[tuple, None] = {}
-    for op in fn.walk():
+    for op in live.ops:
         if isinstance(op, sm90.WgmmaMmaAsyncOp):
-            blocks[tuple(groups.find((op.result, i)) for i in range(element_count(op.result.type)))] = None
+            first = live.element(op.result)
+            blocks[tuple(root(first + i) for i in range(element_count(op.result.type)))] = None
     position: dict = {}
     for block in blocks:
         for k, root in enumerate(block):
@@ -500,83 +582,105 @@ def _accumulator_blocks(fn: func.FuncOp, groups: _UnionFind) -> list[tuple]:
 def _lowest_free_run(free: set, count: int, length: int, usable=lambda index: True) -> int:
     """The lowest index i such that i .. i + length - 1 are all free or beyond the registers used so far,
     and `usable` (not reserved for a later range that overlaps)."""
-    base = 0
-    while True:
+    # A run starts at a free index or at one beyond those used so far: try those in order.
+    for base in itertools.chain(sorted(i for i in free if i < count), itertools.count(count)):
         if all((base + k in free or base + k >= count) and usable(base + k) for k in range(length)):
             return base
-        base += 1
 
 
 def _overlap(ranges_a, ranges_b) -> bool:
     return any(a <= d and c <= b for a, b in ranges_a for c, d in ranges_b)
 
 
-def _last_read_before_latch(root, members: dict, live: _Liveness, intervals: dict, pos: int) -> int:
-    """The last position at which a register group is read, as seen from an op at `pos`. Inside the body of
-    a loop whose carried value the group holds, the group is free after its last read in the body: the latch
-    writes the next trip's value into it, and the loop result is read only after the loop. Anywhere else
-    the group is live to the end of its interval."""
-    group = members.get(root, set())
-    loops = {v.owner.parent_op() for v, _ in group if _is_carried(v)}
-    spans = [(start, stop) for op, start, stop in live.loops if op in loops]
-    if not any(start < pos < stop for start, stop in spans):
-        return intervals[root][1]
-    results = {(v, i) for v, i in group if isinstance(v.owner, scf.ForOp)}
-    return max((live.end_of(m, u) for m in group - results for u in live.uses.get(m, [])), default=0)
+class _GroupReads:
+    """What the in-place decisions need of each register group, kept per root as groups merge: the loops
+    whose carried value the group holds, and the last read of its values other than loop results."""
 
+    def __init__(self, live: _Liveness, root: Callable[[int], int]):
+        self.loops: dict[int, set] = defaultdict(set)  # root -> (start, end) of the loops it is carried by
+        self.last: dict[int, int] = {}                 # root -> last read (0 if none)
+        for value, elements in live.elements():
+            loop = live.carried.get(value)
+            read = None if isinstance(value.owner, scf.ForOp) else live.read_end(value)
+            for element in elements:
+                group = root(element)
+                if loop is not None:
+                    self.loops[group].add(loop)
+                if read is not None:
+                    self.last[group] = max(self.last.get(group, 0), read)
 
-def _is_carried(value: SSAValue) -> bool:
-    return isinstance(value, BlockArgument) and isinstance(value.owner.parent_op(), scf.ForOp) and value.index > 0
+    def merge(self, root: int, a: int, b: int) -> None:
+        """Groups `a` and `b` became one group with root `root`."""
+        loops = self.loops.pop(a, set()) | self.loops.pop(b, set())
+        last = max(self.last.pop(a, 0), self.last.pop(b, 0))
+        if loops:
+            self.loops[root] = loops
+        if last:
+            self.last[root] = last
+
+    def last_read(self, root: int, pos: int, intervals: dict) -> int:
+        """The last position at which the group is read, as seen from an op at `pos`. Inside the body of a
+        loop whose carried value the group holds, the group is free after its last read in the body: the
+        latch writes the next trip's value into it, and the loop result is read only after the loop.
+        Anywhere else the group is live to the end of its interval."""
+        if not any(start < pos < stop for start, stop in self.loops.get(root, ())):
+            return intervals[root][1]
+        return self.last.get(root, 0)
 
 
 def _is_function_argument(value: SSAValue, fn: func.FuncOp) -> bool:
     return isinstance(value, BlockArgument) and value.owner is fn.body.blocks.first
 
 
-def _stable_key(root) -> tuple:
-    value, index = root
-    return (value.name_hint or "", index)
+def _stable_key(live: _Liveness, element: int) -> tuple:
+    """(name hint, index) of an element: an order of groups that does not depend on object identities."""
+    value = live.value_of[element]
+    return (value.name_hint or "", element - live.first[value])
 
 
-def _intervals(live: _Liveness, groups: _UnionFind) -> dict:
-    """(first, last) position of each register group; loop-carried block arguments stay live to the end of
-    their loop (the latch writes them)."""
+def _intervals(live: _Liveness, root: Callable[[int], int]) -> tuple[dict, dict]:
+    """(first, last) position of each register group, and its lowest element; loop-carried block arguments
+    stay live to the end of their loop (the latch writes them). Groups come in the order of their lowest
+    element (elements are numbered in definition order)."""
     intervals: dict = {}
-    for element in live.elements:
-        root = groups.find(element)
-        start = live.defs[element]
-        end = max([live.end_of(element, u) for u in live.uses.get(element, [])] + [start])
-        if isinstance(element[0], BlockArgument) and isinstance(element[0].owner.parent_op(), scf.ForOp | scf.WhileOp):
-            loop = element[0].owner.parent_op()
+    lowest: dict = {}
+    for value, elements in live.elements():
+        start = live.defs[value]
+        read = live.read_end(value)
+        end = start if read is None else max(read, start)
+        if isinstance(value, BlockArgument) and isinstance(value.owner.parent_op(), scf.ForOp | scf.WhileOp):
+            loop = value.owner.parent_op()
             end = max(end, next(stop for op, _, stop in live.loops if op is loop))
-        if root in intervals:
-            s, e = intervals[root]
-            intervals[root] = (min(s, start), max(e, end))
-        else:
-            intervals[root] = (start, end)
-    return intervals
+        for element in elements:
+            group = root(element)
+            if group in intervals:
+                s, e = intervals[group]
+                intervals[group] = (min(s, start), max(e, end))
+            else:
+                intervals[group] = (start, end)
+                lowest[group] = element
+    return intervals, lowest
 
 
-def _live_ranges(live: _Liveness, groups: _UnionFind, intervals: dict) -> dict:
+def _live_ranges(live: _Liveness, root: Callable[[int], int], intervals: dict) -> dict:
     """The positions each register group is live at, as merged ranges: its interval, and the ranges its
     elements are held by in-flight wgmma groups (`_Liveness.in_flight`)."""
     ranges = {root: [interval] for root, interval in intervals.items()}
-    for element, held in live.holds.items():
-        ranges[groups.find(element)].extend(held)
+    for value, held in live.holds.items():
+        first = live.element(value)
+        for i in range(element_count(value.type)):
+            ranges[root(first + i)].extend(held)
     return {root: _merge_ranges(spans) for root, spans in ranges.items()}
 
 
-def _width(root) -> int:
-    return CLASS_WIDTH[register_class(root[0].type)]
-
-
-def _pressure(ranges: dict, root_names: dict) -> tuple[int, int, list[tuple[str, int]]]:
-    """The largest number of 32-bit registers live at one position, where, and which values (by name)."""
+def _pressure(ranges: dict, root_names: dict, widths: dict) -> tuple[int, int, list[tuple[str, int]]]:
+    """The largest number of 32-bit registers live at one position, where, and which values (by name), given
+    the 32-bit registers each group costs (`widths`)."""
     events = defaultdict(int)
     for root, spans in ranges.items():
         for start, end in spans:
-            events[start] += _width(root)
-            events[end + 1] -= _width(root)
+            events[start] += widths[root]
+            events[end + 1] -= widths[root]
     peak, peak_position, current = 0, 0, 0
     for position in sorted(events):
         current += events[position]
@@ -585,7 +689,7 @@ def _pressure(ranges: dict, root_names: dict) -> tuple[int, int, list[tuple[str,
     at_peak: dict[str, int] = defaultdict(int)
     for root, spans in ranges.items():
         if any(start <= peak_position <= end for start, end in spans):
-            at_peak[root_names.get(root) or "?"] += _width(root)
+            at_peak[root_names.get(root) or "?"] += widths[root]
     return peak, peak_position, sorted(at_peak.items(), key=lambda kv: -kv[1])
 
 
@@ -595,8 +699,9 @@ class _PressureMap:
     measured on a branch-aware liveness (module docstring), computed on the first question."""
 
     live: _Liveness
-    groups: _UnionFind
+    root: Callable[[int], int]  # element -> the root of its group
     ranges: dict
+    widths: dict
     _branch_aware: dict | None = None
 
     def region_pressure(self, op: Operation) -> list[int]:
@@ -614,8 +719,8 @@ class _PressureMap:
             for root, spans in self._branch_aware.items():
                 for start, end in spans:
                     if start <= last and end >= first:
-                        events[max(start, first)] += _width(root)
-                        events[min(end, last) + 1] -= _width(root)
+                        events[max(start, first)] += self.widths[root]
+                        events[min(end, last) + 1] -= self.widths[root]
             peak = current = 0
             for position in sorted(events):
                 current += events[position]
@@ -625,8 +730,10 @@ class _PressureMap:
 
     def _span(self, region: Region) -> tuple[int, int] | None:
         """First and last position inside `region`; None if it has no ops."""
-        ops = [o for block in region.blocks for o in block.ops]
-        return (self.live.position[ops[0]], self.live.end[ops[-1]]) if ops else None
+        blocks = [block for block in region.blocks if block.first_op is not None]
+        if not blocks:
+            return None
+        return self.live.position[blocks[0].first_op], self.live.end[blocks[-1].last_op]
 
     def _branch_aware_ranges(self) -> dict:
         """Each group's positions, where a read inside one region of an `scf.if` keeps the value live up to
@@ -637,21 +744,22 @@ class _PressureMap:
         op_at.update({stop: loop for loop, _, stop in live.loops})  # the latch reads the bound and the step
         alternatives: dict = {}
         ranges: dict = defaultdict(list)
-        for element in live.elements:
-            defined = live.defs[element]
+        for value, elements in live.elements():  # every element of a value has the same spans
+            defined = live.defs[value]
             spans = [(defined, defined)]
-            for use in live.uses.get(element, []):
-                op = op_at[use]
-                if op not in alternatives:
-                    alternatives[op] = self._alternatives(op)
-                reach = [(defined, live.end_of(element, use))]
-                for others, loop in alternatives[op]:
+            for use in live.uses.get(value, []):
+                block = op_at[use].parent_block()  # every op of a block has the same alternatives
+                if block not in alternatives:
+                    alternatives[block] = self._alternatives(op_at[use])
+                reach = [(defined, live.end_of(defined, use))]
+                for others, loop in alternatives[block]:
                     if loop is None or loop[0] <= defined <= loop[1]:
                         for other in others:
                             reach = _subtract(reach, other)
                 spans += reach
-            spans += live.holds.get(element, ())
-            ranges[self.groups.find(element)] += spans
+            spans += live.holds.get(value, ())
+            for element in elements:
+                ranges[self.root(element)] += spans
         return {root: _merge_ranges(spans) for root, spans in ranges.items()}
 
     def _alternatives(self, op: Operation) -> list[tuple[list, tuple[int, int] | None]]:

@@ -301,3 +301,35 @@ def test_region_pressure_of_the_flash_attention_loop_is_within_the_peak():
 
 
 # endregion
+
+
+def test_the_full_pipeline_allocates_each_kernel_once(monkeypatch):
+    """warp-specialize sizes its setmaxnreg budgets on the kernel that already holds the setmaxnreg ops, so
+    allocate-registers and the PTX printer find that allocation in the memo; what the allocator reads (here a
+    wait_group's count) still makes it allocate again, a setmaxnreg budget (which it never reads) does not."""
+    from xdsl.dialects.builtin import IntegerAttr
+
+    from tessera import regalloc
+    from tessera.dialects import sm90
+    from tessera.passes import SPECIALIZED_PIPELINE
+    from tessera.ptx.module import print_ptx
+    from tessera.ptx.target import allocated_registers
+
+    fresh = []
+    allocate_fresh = regalloc._allocate_fresh
+    monkeypatch.setattr(regalloc, "_allocate_fresh", lambda fn: fresh.append(fn) or allocate_fresh(fn))
+    module = build_kernel("gemm")
+    apply_pipeline(module, SPECIALIZED_PIPELINE + ",allocate-registers")
+    print_ptx(module, registers=allocated_registers)
+    (kernel,) = [op for op in module.walk() if is_target_kernel(op)]
+    assert fresh == [kernel]
+
+    budgets = [op for op in kernel.walk() if isinstance(op, sm90.SetMaxNRegOp)]
+    assert [op.action.data for op in budgets] == ["dec", "inc"] and budgets[0].count.value.data < facts.SETMAXNREG_MAX
+    budgets[0].count = IntegerAttr(facts.SETMAXNREG_MIN, 64)
+    allocate_registers(kernel)
+    assert fresh == [kernel]
+    wait = next(op for op in kernel.walk() if isinstance(op, sm90.WgmmaWaitGroupOp))
+    wait.pending = IntegerAttr(wait.pending.value.data + 1, 64)
+    allocate_registers(kernel)
+    assert fresh == [kernel, kernel]

@@ -348,6 +348,29 @@ def test_attention_without_a_gpu_says_so():
         tessera.attention(q_like(), q_like(), q_like())
 
 
+def test_attention_and_gemm_compile_nothing_without_a_gpu(monkeypatch):
+    """With a driver that finds no device, the entry points refuse before any kernel is built or pass run."""
+    import tessera.runtime.attention as attention_module
+    import tessera.runtime.gemm as gemm_module
+    from xdsl.passes import PassPipeline
+
+    def no_compile(*args, **kwargs):
+        raise AssertionError("compiled without a GPU")
+
+    no_device = FakeCuda(fail={"cuInit": FakeResult.CUDA_ERROR_NO_DEVICE})
+    monkeypatch.setattr(launch_module, "get_driver", lambda: Driver(no_device))
+    monkeypatch.setattr(attention_module, "compile_kernel", no_compile)
+    monkeypatch.setattr(gemm_module, "compile_kernel", no_compile)
+    monkeypatch.setattr(PassPipeline, "apply", no_compile)
+    with pytest.raises(CudaUnavailable, match="no CUDA device"):
+        tessera.attention(q_like(), q_like(), q_like(), causal=True)
+    a = np.zeros((64, 64), BF16)
+    with pytest.raises(CudaUnavailable, match="no CUDA device"):
+        gemm_module.gemm(a, a)
+    with pytest.raises(UnsupportedKernel):  # bad arguments are still refused first, by name
+        tessera.attention(q_like((1, 2, 64, 96)), q_like((1, 2, 64, 96)), q_like((1, 2, 64, 96)))
+
+
 def test_import_tessera_loads_no_cuda_and_no_torch():
     script = ("import sys, tessera, tessera.runtime, tessera.runtime.launch, tessera.runtime.attention; "
               "tessera.attention; "

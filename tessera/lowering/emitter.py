@@ -5,6 +5,7 @@ Lowerings that translate op by op (rather than rewrite in place) use it to keep 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 from xdsl.builder import Builder
@@ -25,6 +26,13 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.rewriter import InsertPoint
 
 from tessera.dialects import sm90
+
+
+@functools.lru_cache(maxsize=1024)
+def _shuffle_mask(indices: tuple[int, ...]) -> DenseArrayBase:
+    """The mask attribute of a shuffle (attributes are immutable: one per distinct mask, built and verified
+    once; a lowering makes the same few masks hundreds of times)."""
+    return DenseArrayBase.from_list(i64, list(indices))
 
 
 class Emitter:
@@ -63,8 +71,7 @@ class Emitter:
         """result[i] = source[indices[i]] (registers of one thread); with `second`, indices from
         len(source) on select second's registers (source and second concatenated)."""
         element = source.type.element_type
-        mask = DenseArrayBase.from_list(i64, list(indices))
-        return self.op(vector.ShuffleOp(source, second or source, mask,
+        return self.op(vector.ShuffleOp(source, second or source, _shuffle_mask(tuple(indices)),
                                         result_type=VectorType(element, [len(indices)])))
 
     # -- arithmetic (scalars or vectors) ----------------------------------------------------------------------

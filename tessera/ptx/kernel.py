@@ -121,10 +121,10 @@ def smem_base_alignment(fn: func.FuncOp) -> int | None:
     return max([SMEM_ALIGNMENT, *aligns]) if aligns else None
 
 
-def launch_smem_bytes(fn: func.FuncOp) -> int:
+def launch_smem_bytes(fn: func.FuncOp, align: int | None = None) -> int:
     """Dynamic shared memory to launch the printed kernel with: its `smem_bytes` plus the slack that rounding
-    the base up to `smem_base_alignment` may skip."""
-    align = smem_base_alignment(fn)
+    the base up to `smem_base_alignment` (`align`, when the caller has it) may skip."""
+    align = smem_base_alignment(fn) if align is None else align
     return kernel_smem_bytes(fn) + (align - 1 if align else 0)
 
 
@@ -134,15 +134,31 @@ def identifier(text: str) -> str:
     return cleaned if cleaned and not cleaned[0].isdigit() else f"_{cleaned}"
 
 
+class _LinePrinter(Printer):
+    """xDSL's printer, noting where in its output each op's text starts."""
+
+    def __init__(self, stream: StringIO):
+        super().__init__(stream=stream)
+        self.starts: dict[Operation, int] = {}
+
+    def print_op(self, op: Operation) -> None:
+        self.starts[op] = self.stream.tell()
+        super().print_op(op)
+
+
 class TargetIrText:
     """Values and ops as the Target IR printer shows them (`tessera-opt -p ...` output), for comments: the
-    module is printed once so that every value has its name (`%s_masked`, `%42`)."""
+    module is printed once, so that every value has its name (`%s_masked`, `%42`) and every op its first
+    line, which is cut from that one text rather than printed again (an op with regions would print them
+    all)."""
 
     MAX_LINE = 160
 
     def __init__(self, module: Operation):
-        self._printer = Printer(stream=StringIO())
+        self._printer = _LinePrinter(StringIO())
         self._printer.print_op(module)
+        self._text = self._printer.stream.getvalue()
+        self._lines: dict[Operation, str] = {}
 
     def name(self, value: SSAValue) -> str:
         self._printer.stream = StringIO()
@@ -150,10 +166,20 @@ class TargetIrText:
 
     def line(self, op: Operation) -> str:
         """The op's first line (`%m_final, %l_final = scf.for %j = ... {`), cut at MAX_LINE characters."""
-        self._printer.stream = StringIO()
-        self._printer.print_op(op)
-        line = self._printer.stream.getvalue().split("\n", 1)[0].strip()
-        return line if len(line) <= self.MAX_LINE else line[: self.MAX_LINE - 3] + "..."
+        line = self._lines.get(op)
+        if line is not None:
+            return line
+        start = self._printer.starts.get(op)
+        if start is not None:
+            end = self._text.find("\n", start)
+            line = self._text[start:end if end >= 0 else len(self._text)].strip()
+        else:  # an op made after the module was printed
+            self._printer.stream = StringIO()
+            self._printer.print_op(op)
+            line = self._printer.stream.getvalue().split("\n", 1)[0].strip()
+        line = line if len(line) <= self.MAX_LINE else line[: self.MAX_LINE - 3] + "..."
+        self._lines[op] = line
+        return line
 
 
 class KernelPrinter:
@@ -173,6 +199,7 @@ class KernelPrinter:
         self.smem_base: str | None = None
         self._labels = 0
         self._positions: dict[Block, dict[Operation, int]] = {}
+        self.smem_align = smem_base_alignment(fn)
 
     # region output ------------------------------------------------------------------------------------
     def emit(self, *instructions: str) -> None:
@@ -419,7 +446,7 @@ class KernelPrinter:
             else:
                 (reg,) = self._param_registers(arg, B32)
                 self.emit(f"ld.param.u32 {reg}, [{param.name}]")
-        align = smem_base_alignment(self.fn)
+        align = self.smem_align
         if align is not None:
             self.comment(f"dynamic shared memory: the base of '{SMEM_SYMBOL}' rounded up to {align} bytes")
             base = self.smem_base = self.temp(B32)
@@ -440,10 +467,10 @@ class KernelPrinter:
         self.print_prologue(params)
         self.print_block(self.fn.body.blocks.first, skip_terminator=False)
         threads = kernel_threads(self.fn)
-        smem, align = kernel_smem_bytes(self.fn), smem_base_alignment(self.fn)
+        smem, align = kernel_smem_bytes(self.fn), self.smem_align
         slack = f" ({smem} + {align - 1} to align the base)" if align else ""
         head = [
-            f"// @{self.kernel}: {threads} threads; launch with {launch_smem_bytes(self.fn)} bytes of dynamic shared "
+            f"// @{self.kernel}: {threads} threads; launch with {launch_smem_bytes(self.fn, align)} bytes of dynamic shared "
             f"memory{slack}",
             f".visible .entry {self.kernel}(",
         ]

@@ -12,6 +12,7 @@ It declares every register it has seen, per class and prefix (`.reg .f32 %f<N>;`
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -80,6 +81,7 @@ def is_register(name: str) -> bool:
 _NUMBERED = re.compile(r"^(%[A-Za-z_$][A-Za-z_$]*?)(\d+)$")
 
 
+@functools.lru_cache(maxsize=4096)
 def _split(name: str) -> tuple[str, int] | None:
     """`%rd12` -> ("%rd", 12): a name a parameterized declaration `%rd<N>` covers (no leading zeros)."""
     match = _NUMBERED.match(name)
@@ -97,10 +99,8 @@ class RegisterFile:
     _classes: dict[str, RegisterClass] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for value, names in self.assigned.items():
-            for name in names:
-                if not is_register(name):
-                    continue
+        for name in {name for names in self.assigned.values() for name in names}:
+            if is_register(name):
                 split = _split(name)
                 if split is not None:
                     prefix, index = split

@@ -9,8 +9,9 @@
 and the output is of the same kind and type.
 
 The kernel for (head_dim, causal, dtype, scale) is compiled once and kept on disk (`tessera.runtime.cache`).
-The arguments are checked before anything is compiled or launched; what the kernels do not support is
-refused with `UnsupportedKernel` (a ValueError) naming it.
+The arguments are checked, and a GPU that runs sm_90a kernels is found (else `CudaUnavailable`), before
+anything is compiled or launched; what the kernels do not support is refused with `UnsupportedKernel` (a
+ValueError) naming it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.runtime.compiler import CompiledKernel, KernelConfig, compile_kernel
-from tessera.runtime.launch import dtype_name, is_torch_tensor, run
+from tessera.runtime.launch import dtype_name, is_torch_tensor, run, usable_device
 
 DTYPES = {"bfloat16": "bf16", "float16": "f16"}
 """The element types of q, k and v the kernels take, and the builders' names for them."""
@@ -87,4 +88,7 @@ def attention_kernel(q, k, v, causal: bool = False, scale: float | None = None) 
 
 def attention(q, k, v, causal: bool = False, scale: float | None = None):
     """softmax(q k^T * scale [+ bottom-right causal mask]) v on the GPU; see the module docstring."""
-    return run(attention_kernel(q, k, v, causal, scale), q, k, v)
+    head_dim, dtype = check_attention_arguments(q, k, v)
+    config = attention_config(head_dim, causal, dtype, scale)
+    usable_device((q, k, v))  # no GPU, no compile
+    return run(compile_kernel(config), q, k, v)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from tessera.runtime.attention import DTYPES, UnsupportedKernel
 from tessera.runtime.compiler import CompiledKernel, KernelConfig, compile_kernel
-from tessera.runtime.launch import dtype_name, is_torch_tensor, run
+from tessera.runtime.launch import dtype_name, is_torch_tensor, run, usable_device
 
 
 def gemm_config(dtype: str = "bf16") -> KernelConfig:
@@ -44,4 +44,6 @@ def gemm_kernel(a, b) -> CompiledKernel:
 
 def gemm(a, b):
     """A @ B in float32 (see the module docstring)."""
-    return run(gemm_kernel(a, b), a, b)
+    config = gemm_config(check_gemm_arguments(a, b))
+    usable_device((a, b))  # no GPU, no compile
+    return run(compile_kernel(config), a, b)

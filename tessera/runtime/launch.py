@@ -211,6 +211,19 @@ def prepare(kernel: CompiledKernel, views: Mapping[int, TensorView], sizes: Mapp
     return PreparedLaunch(loaded, grid, block, cluster, smem, stream, parameters, arguments, driver, keep)
 
 
+def usable_device(inputs: Sequence) -> int:
+    """The ordinal of the device `run` launches on for `inputs` (a CUDA tensor's device, else 0), once the
+    driver has found it able to run Tessera's kernels; raises CudaUnavailable (no bindings, driver, device or
+    sm_90a) otherwise. Entry points call it before compiling, so that nothing is compiled without a GPU."""
+    cuda = [x for x in inputs if is_torch_tensor(x) and x.is_cuda]
+    ordinal = 0
+    if cuda:
+        device = cuda[0].device
+        ordinal = device.index if device.index is not None else _torch().cuda.current_device()
+    get_driver().device(ordinal)
+    return ordinal
+
+
 def run(kernel: CompiledKernel, *inputs, stream: int | None = None):
     """Run `kernel` on `inputs` (its inputs in order: all NumPy arrays, or all PyTorch tensors on one
     device) and return its output, or a tuple of its outputs, of the inputs' kind (see the module docstring)."""
