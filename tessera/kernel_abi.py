@@ -6,7 +6,8 @@ A kernel is a `func.func` with these attributes:
     tile.grid   = #tile.dims<ceildiv(seq_q, 128), heads, batch>
 
 `kind` is "attention" (arguments Q, K, V in, O out; `causal` and `scale` say what it computes), "gemm"
-(A, B in, C out) or "custom" (no reference). Each argument is a global tile carrying
+(A, B in, C out; with `beta` also C_in in and with `bias` a bias in, see `GemmOptions`) or "custom" (no
+reference). Each argument is a global tile carrying
 
     tile.dims = #tile.dims<batch, heads, seq_q, 128>    (one expression per dimension; required)
     tile.role = "in" | "out" | "scratch"                (default "in")
@@ -37,6 +38,33 @@ ROLES = ("in", "out", "scratch")
 KINDS = {"attention": (("Q", "K", "V"), ("O",)), "gemm": (("A", "B"), ("C",)), "custom": (None, None)}
 
 
+GEMM_ENTRIES = ("transpose_a", "transpose_b", "alpha", "beta", "bias")
+
+
+@dataclass(frozen=True)
+class GemmOptions:
+    """What a "gemm" kernel computes: C = alpha op(A) op(B) + beta C_in + bias, op(X) = X^T where the flag is
+    set. A is [.., M, K] ([.., K, M] with `transpose_a`), B [.., K, N] ([.., N, K] with `transpose_b`); C_in
+    (an input, present when beta != 0) and C are [.., M, N]; bias (present with `bias`) is [N], added to every
+    row. A leading dimension, when the tensors have one, is a batch. Kernel attribute entries of the same names
+    (`transpose_a = true`, `alpha = 2.0 : f32`, ...); absent ones take the defaults below."""
+
+    transpose_a: bool = False
+    transpose_b: bool = False
+    alpha: float = 1.0
+    beta: float = 0.0
+    bias: bool = False
+
+    @property
+    def layout(self) -> str:
+        """"NN", "NT", "TN" or "TT": A's letter first, T where the operand is stored transposed."""
+        return "".join("T" if t else "N" for t in (self.transpose_a, self.transpose_b))
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return ("A", "B") + (("C_in",) if self.beta != 0 else ()) + (("bias",) if self.bias else ())
+
+
 @dataclass(frozen=True)
 class KernelArg:
     """One kernel argument: its name (the SSA name hint, or argN), role, tile type and named dimensions."""
@@ -61,6 +89,8 @@ class KernelSignature:
     scale: float | None
     args: tuple[KernelArg, ...]
     grid: DimsAttr
+    gemm: GemmOptions | None = None
+    """What a "gemm" kernel computes (None for other kinds)."""
 
     @property
     def inputs(self) -> tuple[KernelArg, ...]:
@@ -154,9 +184,9 @@ def signature(op: func.FuncOp) -> KernelSignature:
     if not isinstance(kind_attr, StringAttr) or kind_attr.data not in KINDS:
         _fail(op, f"'{KERNEL_ATTR}' needs kind = one of {', '.join(map(repr, KINDS))}")
     kind = kind_attr.data
-    unknown = set(entries) - {"kind", "causal", "scale"}
+    unknown = set(entries) - {"kind", "causal", "scale"} - (set(GEMM_ENTRIES) if kind == "gemm" else set())
     if unknown:
-        _fail(op, f"unknown '{KERNEL_ATTR}' entries {sorted(unknown)} (known: kind, causal, scale)")
+        _fail(op, f"unknown '{KERNEL_ATTR}' entries {sorted(unknown)} (known: kind, causal, scale{', ' + ', '.join(GEMM_ENTRIES) if kind == 'gemm' else ''})")
     causal_attr = entries.get("causal")
     causal = False
     if causal_attr is not None:
@@ -211,6 +241,9 @@ def signature(op: func.FuncOp) -> KernelSignature:
         _fail(op, f"'{GRID_ATTR}' uses sizes no input defines: {sorted(missing)}")
 
     expected_in, expected_out = KINDS[kind]
+    gemm = _gemm_options(op, entries) if kind == "gemm" else None
+    if gemm is not None:
+        expected_in = gemm.input_names
     if expected_in is not None:
         n_in = sum(a.role == "in" for a in args)
         n_out = sum(a.role == "out" for a in args)
@@ -220,7 +253,24 @@ def signature(op: func.FuncOp) -> KernelSignature:
                 f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} kernel takes inputs {', '.join(expected_in)} and output {', '.join(expected_out)}, "
                 f"got {n_in} inputs and {n_out} outputs",
             )
-    return KernelSignature(op, op.sym_name.data, kind, causal, scale, tuple(args), grid)
+    return KernelSignature(op, op.sym_name.data, kind, causal, scale, tuple(args), grid, gemm)
+
+
+def _gemm_options(op: func.FuncOp, entries: Mapping[str, Attribute]) -> GemmOptions:
+    values = {}
+    for name in ("transpose_a", "transpose_b", "bias"):
+        attr = entries.get(name)
+        if attr is not None:
+            if not (isinstance(attr, IntegerAttr) and attr.type == IntegerType(1)):
+                _fail(op, f"'{name}' must be true or false")
+            values[name] = bool(attr.value.data)
+    for name in ("alpha", "beta"):
+        attr = entries.get(name)
+        if attr is not None:
+            if not isinstance(attr, FloatAttr):
+                _fail(op, f"'{name}' must be a float such as 1.0 : f32")
+            values[name] = attr.value.data
+    return GemmOptions(**values)
 
 
 def verify_kernels(module: ModuleOp) -> None:
