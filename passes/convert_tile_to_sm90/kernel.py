@@ -139,7 +139,7 @@ class KernelLowering(MemoryLowering, RegisterTileLowering, MmaLowering, Attentio
     def _pointer_args(self) -> list[int]:
         args = []
         for op in self.fn.walk():
-            if isinstance(op, tile.StoreGlobalOp | tile.LoadOp):
+            if isinstance(op, tile.StoreGlobalOp | tile.LoadOp | tile.LoadBroadcastOp):
                 view = (op.dest if isinstance(op, tile.StoreGlobalOp) else op.source).owner
                 if not isinstance(view, tile.ViewOp) or not isinstance(view.source.owner, Block):
                     _refuse(op, "global loads and stores must access a tile.view of a kernel argument")
@@ -233,6 +233,7 @@ class KernelLowering(MemoryLowering, RegisterTileLowering, MmaLowering, Attentio
         warpgroup = e.op(arith.IndexCastOp(e.op(arith.DivUIOp(self.tid, e.index(facts.WARPGROUP_SIZE))), i32))
         warpgroup = e.op(sm90.ShflSyncOp("idx", warpgroup, 0))
         warpgroup.name_hint = "warpgroup"
+        self.warpgroup = warpgroup
         self.a_row_offset = e.op(arith.MuliOp(warpgroup, e.op(arith.ConstantOp(IntegerAttr(facts.WGMMA_M * LINE, i32)))))
         commits = [op for op in self.fn.walk() if isinstance(op, tile.CpCommitGroupOp) and op not in self.ring_commits]
         for k, op in enumerate(commits):

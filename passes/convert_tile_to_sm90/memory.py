@@ -91,8 +91,8 @@ class MemoryLowering:
         source = self._get(op.source)
         if not (isinstance(source, tuple) and source[0] == "arg"):
             _refuse(op, "views must be of kernel arguments")
-        if op.result.type.rank != 2:
-            _refuse(op, "only 2-D windows are supported")
+        if op.result.type.rank not in (1, 2):
+            _refuse(op, "only 2-D windows (and 1-D ones for tile.load_broadcast) are supported")
         self.values[op.result] = Window(source[1], [self._get(i) for i in op.indices], op.result.type.get_shape())
 
     def _lower_CpAsyncOp(self, op: tile.CpAsyncOp, e: Emitter) -> None:
@@ -208,6 +208,23 @@ class MemoryLowering:
             first = e.setp("eq", self.col_base, e.index(0))
             mask = e.andi(mask, e.op(sm90.SelpOp(first, e.dense(i1, [1, 1]), e.dense(i1, [0, 0]))))
         e.op(sm90.StGlobalOp(base, offsets, self._get(op.value), mask))
+
+    def _lower_LoadBroadcastOp(self, op: tile.LoadBroadcastOp, e: Emitter) -> None:
+        """Each thread loads the window's elements at its registers' columns (every row the same), masked
+        by the tensor's length (out-of-bounds columns give 0)."""
+        window = self._get(op.source)
+        ty = op.result.type
+        if not isinstance(ty.element_type, Float32Type):
+            _refuse(op, "only f32 rows can be broadcast")
+        (col0,) = window.indices
+        _, col_offsets = self._thread_offsets(op, ty)
+        col = e.addi(col0, self.col_base)
+        length = self._dim_value(window.arg, 0, e)
+        mask = self._below(e, e.op(arith.SubiOp(length, col)), col_offsets)
+        elt = element_type_bytes(ty.element_type)
+        base = e.addi(self.entry_args[self.pointer_args[window.arg]], e.muli(e.to_i64(col), e.i64(elt)))
+        offsets = e.dense(i32, [c * elt for c in col_offsets])
+        self._set(op.result, e.op(sm90.LdGlobalOp(base, offsets, mask, self._vector_type(op, ty))))
 
     def _lower_LoadOp(self, op: tile.LoadOp, e: Emitter) -> None:
         window = self._get(op.source)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from xdsl.dialects import arith
-from xdsl.dialects.builtin import BFloat16Type
+from xdsl.dialects.builtin import BFloat16Type, IntegerAttr, i32
 from xdsl.ir import SSAValue
 
 from tessera.dialects import sm90, tile
@@ -29,33 +29,46 @@ class MmaLowering:
         released or refilled, so independent work (the softmax of another tile) runs meanwhile."""
         a, b, acc = (self._get(v) for v in (op.a, op.b, op.acc))
         ab = "bf16" if isinstance(op.a.type.element_type, BFloat16Type) else "f16"
-        m, k = op.a.type.get_shape()
+        k = op.a.type.get_shape()[0 if op.transpose_a else 1]
         n = op.acc.type.get_shape()[1]
         if k % K_STEP:
             _refuse(op, f"the contraction size must be a multiple of {K_STEP}, got {k}")
         if not isinstance(b, SharedTile):
             _refuse(op, "operand B must be in shared memory")
+        # K-major operands: A [M, K] and B^T [N, K] tiles (imm-trans 0); MN-major ones: A^T [K, M] and B [K, N]
+        # tiles (imm-trans 1, 16-bit types only). Each warpgroup reads its 64 rows of A: 64 K-major rows further,
+        # or, MN-major, the next box (64 16-bit columns are one 128-byte box row).
+        trans_a = facts.wgmma_transpose_immediate("MN" if op.transpose_a else "K", ab, "A")
+        trans_b = facts.wgmma_transpose_immediate("K" if op.transpose_b else "MN", ab, "B")
         reads = [t for t in (a, b) if isinstance(t, SharedTile)]
         for value, t in ((op.a, a), (op.b, b)):
             if isinstance(t, SharedTile):
                 self._await_stage(value, t, e)
-        if isinstance(a, SharedTile):
+        if isinstance(a, SharedTile) and trans_a:
+            if a.box_cols != facts.WGMMA_M:
+                _refuse(op, f"an MN-major A needs boxes of {facts.WGMMA_M} columns, got {a.box_cols}")
+            box_offset = e.op(arith.MuliOp(self.warpgroup, e.op(arith.ConstantOp(IntegerAttr(a.box_bytes, i32)))))
+            a_base = self._descriptor(e, e.op(arith.AddiOp(a.address, box_offset)), a.box_bytes)
+        elif isinstance(a, SharedTile):
             a_base = self._descriptor(e, e.op(arith.AddiOp(a.address, self.a_row_offset)), facts.SWIZZLE_CHUNK_BYTES)
-        b_base = self._descriptor(e, b.address, facts.SWIZZLE_CHUNK_BYTES if op.transpose_b else b.box_bytes)
+        b_base = self._descriptor(e, b.address, b.box_bytes if trans_b else facts.SWIZZLE_CHUNK_BYTES)
         e.op(sm90.WgmmaFenceOp())
         for step in range(k // K_STEP):
             if isinstance(a, SharedTile):
-                a_operand = self._step(e, a_base, self._k_major_offset(a, step))
+                a_operand = self._step(e, a_base, self._operand_offset(a, trans_a, step))
             else:
                 a_operand = e.shuffle(a, a_operand_registers(step))
-            if op.transpose_b:
-                b_desc, trans_b = self._step(e, b_base, self._k_major_offset(b, step)), 0
-            else:
-                b_desc, trans_b = self._step(e, b_base, step * K_STEP * LINE), 1
-            acc = e.op(sm90.WgmmaMmaAsyncOp(acc, a_operand, b_desc, n, ab, 0, trans_b))
+            b_desc = self._step(e, b_base, self._operand_offset(b, trans_b, step))
+            acc = e.op(sm90.WgmmaMmaAsyncOp(acc, a_operand, b_desc, n, ab, trans_a, trans_b))
         e.op(sm90.WgmmaCommitGroupOp())
         self._set(op.result, acc)
         self.pending.append(PendingMma(op.result, reads))
+
+    @classmethod
+    def _operand_offset(cls, t: SharedTile, mn_major: int, step: int) -> int:
+        """Bytes from an operand tile's start to k-step `step`: 16 rows of 128 bytes further for an MN-major
+        tile (K runs down its rows), `_k_major_offset` for a K-major one."""
+        return step * K_STEP * LINE if mn_major else cls._k_major_offset(t, step)
 
     @staticmethod
     def _k_major_offset(t: SharedTile, step: int) -> int:

@@ -83,6 +83,7 @@ from tessera.sm90.wgmma import (
     WGMMA_ACCUMULATOR_TYPES,
     WGMMA_K_BYTES,
     WGMMA_M,
+    WGMMA_TRANSPOSE_TYPES,
     a_fragment_coords,
     a_register_sources,
     accumulator_coords,
@@ -91,6 +92,7 @@ from tessera.sm90.wgmma import (
     warpgroup_warps,
     wgmma_n_values,
     wgmma_shape,
+    wgmma_transpose_immediate,
 )
 
 __all__ = sorted(name for name in globals() if not name.startswith("_"))
