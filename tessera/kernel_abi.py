@@ -12,6 +12,11 @@ reference). Each argument is a global tile carrying
     tile.dims = #tile.dims<batch, heads, seq_q, 128>    (one expression per dimension; required)
     tile.role = "in" | "out" | "scratch"                (default "in")
 
+A kernel may also promise divisibility of its named sizes, `tile.divisible = {K = 8 : i64, N = 8 : i64}`: the
+lowering may rely on it (GEMM reads rows with TMA only where their byte pitch is then a multiple of 16); the
+Tile interpreter, whose results do not depend on it, does not check it, and a launch of the lowered kernel with
+sizes that break it is refused by the tensor-map rules.
+
 Inputs name their dimensions with plain names or constants; the same name in two places means the same size.
 Outputs and scratch buffers may also use `ceildiv(name, N)`, but only of names some input defines. The
 launcher allocates outputs (zeros) and scratch buffers, checks that inputs agree with the named sizes, and
@@ -21,7 +26,7 @@ computes the grid from `tile.grid`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import DictionaryAttr, FloatAttr, IntegerAttr, IntegerType, ModuleOp, StringAttr
@@ -34,6 +39,7 @@ KERNEL_ATTR = "tile.kernel"
 GRID_ATTR = "tile.grid"
 DIMS_ATTR = "tile.dims"
 ROLE_ATTR = "tile.role"
+DIVISIBLE_ATTR = "tile.divisible"
 ROLES = ("in", "out", "scratch")
 KINDS = {"attention": (("Q", "K", "V"), ("O",)), "gemm": (("A", "B"), ("C",)), "custom": (None, None)}
 
@@ -91,6 +97,8 @@ class KernelSignature:
     grid: DimsAttr
     gemm: GemmOptions | None = None
     """What a "gemm" kernel computes (None for other kinds)."""
+    divisible: Mapping[str, int] = field(default_factory=dict)
+    """Named sizes the kernel promises are multiples of these (`tile.divisible`)."""
 
     @property
     def inputs(self) -> tuple[KernelArg, ...]:
@@ -253,7 +261,18 @@ def signature(op: func.FuncOp) -> KernelSignature:
                 f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} kernel takes inputs {', '.join(expected_in)} and output {', '.join(expected_out)}, "
                 f"got {n_in} inputs and {n_out} outputs",
             )
-    return KernelSignature(op, op.sym_name.data, kind, causal, scale, tuple(args), grid, gemm)
+    divisible = {}
+    promise = op.attributes.get(DIVISIBLE_ATTR)
+    if promise is not None:
+        if not isinstance(promise, DictionaryAttr):
+            _fail(op, f"'{DIVISIBLE_ATTR}' must be a dictionary such as {{K = 8 : i64}}")
+        for name, attr in promise.data.items():
+            if not (isinstance(attr, IntegerAttr) and attr.value.data > 0):
+                _fail(op, f"'{DIVISIBLE_ATTR}': {name} must be a positive integer, got {attr}")
+            if name not in defined:
+                _fail(op, f"'{DIVISIBLE_ATTR}' names '{name}', which no input defines")
+            divisible[name] = attr.value.data
+    return KernelSignature(op, op.sym_name.data, kind, causal, scale, tuple(args), grid, gemm, divisible)
 
 
 def _gemm_options(op: func.FuncOp, entries: Mapping[str, Attribute]) -> GemmOptions:

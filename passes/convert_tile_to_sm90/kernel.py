@@ -133,12 +133,16 @@ class KernelLowering(MemoryLowering, RegisterTileLowering, MmaLowering, Attentio
                 if not isinstance(view, tile.ViewOp) or not isinstance(view.source.owner, Block):
                     _refuse(op, "copies must read a tile.view of a kernel argument")
                 arg = view.source.index
-                keys.setdefault((arg, view.result.type.get_shape()[0]), len(keys))
+                if self._tma_allowed(arg):
+                    keys.setdefault((arg, view.result.type.get_shape()[0]), len(keys))
         return keys
 
     def _pointer_args(self) -> list[int]:
         args = []
         for op in self.fn.walk():
+            if isinstance(op, tile.CpAsyncOp) and not self._tma_allowed(op.source.owner.source.index):
+                if op.source.owner.source.index not in args:  # copied without TMA, through a pointer
+                    args.append(op.source.owner.source.index)
             if isinstance(op, tile.StoreGlobalOp | tile.LoadOp | tile.LoadBroadcastOp):
                 view = (op.dest if isinstance(op, tile.StoreGlobalOp) else op.source).owner
                 if not isinstance(view, tile.ViewOp) or not isinstance(view.source.owner, Block):

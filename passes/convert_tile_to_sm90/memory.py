@@ -97,6 +97,14 @@ class MemoryLowering:
 
     def _lower_CpAsyncOp(self, op: tile.CpAsyncOp, e: Emitter) -> None:
         window, dest = self._get(op.source), self._get(op.dest)
+        if not self._tma_allowed(window.arg):
+            if dest.stage is not None:
+                _refuse(op, f"ring stages are filled by TMA, but the rows of %{self.sig.args[window.arg].name} need not "
+                            "start on 16 bytes (its innermost size is not promised a multiple of 16 bytes by "
+                            "tile.divisible): lower the kernel without pipeline-loops, or promise the sizes")
+            self._retire_readers(dest.address, e)
+            self._copy_by_threads(op, window, dest, e)
+            return
         rows = window.shape[0]
         tmap = self.entry_args[self.map_args[(window.arg, rows)]]
         self._retire_readers(dest.address, e)
@@ -107,6 +115,63 @@ class MemoryLowering:
         group.nbytes += dest.rows * dest.cols * dest.elt_bytes
 
         e.if_(self.is_thread0, lambda t: self._tma_boxes(t, window, dest, tmap, group.barrier))
+
+    def _tma_allowed(self, arg: int) -> bool:
+        """Whether TMA can read argument `arg`: each of its rows starts on a multiple of
+        `facts.TENSOR_MAP_GLOBAL_ALIGNMENT` bytes, because its innermost size is a constant or a size the kernel
+        promises (tile.divisible) to be a multiple of a count of elements that long."""
+        a = self.sig.args[arg]
+        inner = list(a.dims)[-1]
+        if inner.is_constant:
+            count = inner.value.data
+        elif inner.is_name:
+            count = self.sig.divisible.get(inner.symbol.data, 1)
+        else:
+            return False
+        return count * element_type_bytes(a.type.element_type) % facts.TENSOR_MAP_GLOBAL_ALIGNMENT == 0
+
+    def _copy_by_threads(self, op, window: Window, dest: SharedTile, e: Emitter) -> None:
+        """The copy without TMA, for 16-bit tensors whose rows may start anywhere: every thread of the block
+        loads L = rows x cols / threads elements with `ld.global.u16` (zero outside the tensor) and stores them
+        with `st.shared.b16` at their swizzled addresses, then `fence.proxy.async` makes them visible to wgmma
+        (the `tile.barrier` that follows publishes them to the block). Thread t takes column c = t mod cols of
+        rows g L .. g L + L - 1, g = t / cols: a warp reads 32 consecutive elements of a row (coalesced), and
+        L is a multiple of the swizzle's 8-row period, so each register's swizzle term is a constant."""
+        rows, cols, elt, threads = dest.rows, dest.cols, dest.elt_bytes, self.threads
+        period = facts.swizzle_period_bytes(128) // LINE
+        if elt != 2 or threads % cols or (rows * cols) % threads or (rows * cols // threads) % period:
+            _refuse(op, f"a copy without TMA needs a 16-bit tile whose {cols} columns divide the block's {threads} "
+                        f"threads into groups of a multiple of {period} rows each, got [{rows}, {cols}] x {elt} bytes")
+        per_thread = rows * cols // threads
+        *lead, row0, col0 = window.indices
+        dims = [self._dim_value(window.arg, d, e) for d in range(len(window.indices))]
+        column = e.op(arith.RemUIOp(self.tid, e.index(cols)))
+        first_row = e.muli(e.op(arith.DivUIOp(self.tid, e.index(cols))), e.index(per_thread))
+        row, col = e.addi(row0, first_row), e.addi(col0, column)
+        # In bounds: register i where row + i < rows of the tensor, and only if the thread's column is inside.
+        rows_left = e.op(arith.SubiOp(dims[-2], row))
+        rows_left = e.op(arith.SelectOp(e.cmpi(col, dims[-1], "slt"), rows_left, e.index(0)))
+        mask = self._below(e, rows_left, list(range(per_thread)))
+        wide = [e.to_i64(d) for d in dims]
+        flat = e.i64(0)
+        for index, dim in zip(lead, wide):
+            flat = e.addi(e.muli(flat, dim), e.to_i64(index))
+        first = e.addi(e.muli(e.addi(e.muli(flat, wide[-2]), e.to_i64(row)), wide[-1]), e.to_i64(col))
+        base = e.addi(self.entry_args[self.pointer_args[window.arg]], e.muli(first, e.i64(elt)))
+        pitch = e.op(arith.IndexCastOp(e.muli(dims[-1], e.index(elt)), i32))
+        offsets = e.muli(e.broadcast(pitch, per_thread), e.dense(i32, list(range(per_thread))))
+        values = e.op(sm90.LdGlobalU16Op(base, offsets, mask, per_thread))
+        # Shared: box column // box_cols, byte (column mod box_cols) x elt of row first_row + i, whose 128B
+        # swizzle XORs the byte's 16-byte chunk with a pattern of row mod 8 (the tile's base is aligned to it).
+        box = e.op(arith.DivUIOp(column, e.index(dest.box_cols)))
+        byte = e.muli(e.op(arith.RemUIOp(column, e.index(dest.box_cols))), e.index(elt))
+        start = e.addi(e.muli(box, e.index(dest.box_bytes)), e.muli(first_row, e.index(LINE)))
+        start = e.op(arith.AddiOp(dest.address, e.op(arith.IndexCastOp(start, i32))))
+        pattern = [int(facts.swizzle_address(i * LINE, 128)) - i * LINE for i in range(per_thread)]
+        swizzled = e.op(arith.XOrIOp(e.broadcast(e.op(arith.IndexCastOp(byte, i32)), per_thread), e.dense(i32, pattern)))
+        addresses = e.addi(e.addi(e.broadcast(start, per_thread), e.dense(i32, [i * LINE for i in range(per_thread)])), swizzled)
+        e.op(sm90.StSharedB16Op(addresses, values))
+        e.op(sm90.FenceProxyAsyncOp())
 
     def _tma_boxes(self, t: Emitter, window: Window, dest: SharedTile, tmap: SSAValue, barrier: SSAValue) -> None:
         coords = list(reversed(window.indices))

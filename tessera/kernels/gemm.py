@@ -9,6 +9,13 @@ the grid's z axis).
 The output is f32, the tensor core's accumulator type: the kernel stores its result as it is, and a caller
 that wants bf16/f16 rounds once, outside (one rounding, no epilogue choice baked into the kernel).
 
+Which sizes it may assume: with `aligned` (the default), the kernel promises (`tile.divisible`) that the
+innermost sizes of A and B are multiples of 8 elements, so their rows are 16-byte multiples and the compiler
+reads them with TMA; launching it with other sizes is refused by the tensor-map rules. `aligned=False` takes any
+M, N, K >= 1: the compiler then reads A and B with per-element ld.global (see convert-tile-to-sm90), with the
+single-stage pipeline (rings are filled by TMA only). `tessera.runtime.gemm.gemm` picks the variant for the
+arrays it is given.
+
 Thread block (x, y, z) of the grid (ceildiv(M, BM), ceildiv(N, BN)[, batch]) computes C[z, x*BM : x*BM + BM,
 y*BN : y*BN + BN]. Any M, N and K >= 1 work: copies of partial tiles fill zeros (which add nothing to the
 products) and the bounded store drops rows and columns past M and N.
@@ -18,10 +25,12 @@ from __future__ import annotations
 
 import math
 
-from xdsl.dialects.builtin import FloatAttr, IntegerAttr, ModuleOp, StringAttr
+from xdsl.dialects.builtin import DictionaryAttr, FloatAttr, IntegerAttr, ModuleOp, StringAttr
 from xdsl.ir import SSAValue
 
 from tessera.dialects import tile
+from tessera.dialects.tile_types import element_byte_width
+from tessera.kernel_abi import DIVISIBLE_ATTR
 from tessera.kernels.common import (
     ArgSpec,
     TileBuilder,
@@ -36,6 +45,7 @@ from tessera.kernels.common import (
     register_tile,
     shared_tile,
 )
+from tessera.sm90 import facts
 
 
 def check_factor(name: str, value: object) -> float:
@@ -48,26 +58,27 @@ def check_factor(name: str, value: object) -> float:
 
 
 def gemm_name(dtype: str, transpose_a: bool = False, transpose_b: bool = False, batch: bool = False,
-              bias: bool = False, beta: float = 0.0, alpha: float = 1.0) -> str:
-    """The kernel's symbol: `gemm_{dtype}` for plain NN, then `_tn`/`_nt`/`_tt`, `_batched`, `_bias` and
-    `_scaled` (alpha != 1 or beta != 0) for what it adds."""
+              bias: bool = False, beta: float = 0.0, alpha: float = 1.0, aligned: bool = True) -> str:
+    """The kernel's symbol: `gemm_{dtype}` for plain NN, then `_tn`/`_nt`/`_tt`, `_any` (any sizes),
+    `_batched`, `_bias` and `_scaled` (alpha != 1 or beta != 0) for what it adds."""
     layout = "".join("t" if t else "n" for t in (transpose_a, transpose_b))
     parts = [f"gemm_{dtype}"] + ([layout] if layout != "nn" else [])
-    parts += ["batched"] * batch + ["bias"] * bias + ["scaled"] * (alpha != 1 or beta != 0)
+    parts += ["any"] * (not aligned) + ["batched"] * batch + ["bias"] * bias + ["scaled"] * (alpha != 1 or beta != 0)
     return "_".join(parts)
 
 
 def gemm(dtype: str = "bf16", block_m: int = 128, block_n: int = 128, block_k: int = 64, *,
          transpose_a: bool = False, transpose_b: bool = False, alpha: float = 1.0, beta: float = 0.0,
-         bias: bool = False, batch: bool = False) -> ModuleOp:
+         bias: bool = False, batch: bool = False, aligned: bool = True) -> ModuleOp:
     """The GEMM kernel (module docstring). Defaults: 128x128 output tiles (one f32 accumulator of 64 KiB over
     the block) and BK = 64, so a bf16/f16 K-major tile row is exactly one 128-byte swizzle span; A and B
     tiles take 16 + 16 KiB of shared memory per stage. Arguments: A, B, then C_in when beta != 0, then bias
     when `bias`, then the output C."""
     elt = check_dtype(dtype)
     bm, bn, bk = (check_block(n, v) for n, v in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k)))
-    transpose_a, transpose_b, bias, batch = (check_flag(n, v) for n, v in (
-        ("transpose_a", transpose_a), ("transpose_b", transpose_b), ("bias", bias), ("batch", batch)))
+    transpose_a, transpose_b, bias, batch, aligned = (check_flag(n, v) for n, v in (
+        ("transpose_a", transpose_a), ("transpose_b", transpose_b), ("bias", bias), ("batch", batch),
+        ("aligned", aligned)))
     alpha, beta = check_factor("alpha", alpha), check_factor("beta", beta)
     lead = ["batch"] if batch else []
 
@@ -91,8 +102,12 @@ def gemm(dtype: str = "bf16", block_m: int = 128, block_n: int = 128, block_k: i
         if value != default:
             info[key] = FloatAttr(value, f32)
     grid = [ceildiv_dim("M", bm), ceildiv_dim("N", bn)] + lead
-    name = gemm_name(dtype, transpose_a, transpose_b, batch, bias, beta, alpha)
-    fn, b = kernel_function(name, [a for a in args], info, grid)
+    name = gemm_name(dtype, transpose_a, transpose_b, batch, bias, beta, alpha, aligned)
+    fn, b = kernel_function(name, args, info, grid)
+    if aligned:  # the innermost sizes of A and B: 16-byte rows
+        multiple = facts.TENSOR_MAP_GLOBAL_ALIGNMENT // element_byte_width(elt)
+        inner = sorted({args[0].dims[-1], args[1].dims[-1]})
+        fn.attributes[DIVISIBLE_ATTR] = DictionaryAttr({d: IntegerAttr(multiple, 64) for d in inner})
     values = dict(zip([a.name for a in args], fn.body.blocks.first.args))
     a_arg, b_arg = values["A"], values["B"]
 

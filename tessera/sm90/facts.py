@@ -47,6 +47,7 @@ from tessera.sm90.swizzle import (
 from tessera.sm90.tma import (
     TENSOR_MAP_ALIGNMENT,
     TENSOR_MAP_BYTES,
+    TENSOR_MAP_GLOBAL_ALIGNMENT,
     TENSOR_MAP_ELEMENT_BYTES,
     TMA_SMEM_ALIGNMENT,
     TensorMapDataType,
