@@ -163,6 +163,9 @@ SIZE_ATTR = "sm90.size"
 """The named size an index argument carries."""
 ELEMENT_ATTR = "sm90.element_type"
 """The element type of the tensor a tensor map or pointer argument addresses."""
+COPY_ATTR = "sm90.copy"
+"""On a pointer argument: "ld.global" when the kernel copies that tensor into shared memory without TMA (its rows
+need not start on 16 bytes); tensor-map arguments are the TMA copies."""
 
 
 def is_kernel(op: Attribute | func.FuncOp) -> bool:

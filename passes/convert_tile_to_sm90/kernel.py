@@ -28,6 +28,7 @@ from tessera.dialects import sm90, tile
 from tessera.dialects.tile_types import MemSpace, TileType
 from tessera.kernel_abi import (
     BOX_ATTR,
+    COPY_ATTR,
     DIMS_ATTR,
     ELEMENT_ATTR,
     GRID_ATTR,
@@ -74,6 +75,7 @@ class KernelLowering(MemoryLowering, RegisterTileLowering, MmaLowering, Attentio
     rings: dict = field(default_factory=dict)  # staged tile.alloc_shared -> (full, empty) barrier bases
     pending: list = field(default_factory=list)  # PendingMma, oldest first, of the block being emitted
     materialized: dict = field(default_factory=dict)  # (Tile value, Block) -> value of a Scaled multiplied out
+    copied_by_threads: set = field(default_factory=set)  # arguments copied to shared memory without TMA
     waited_stages: set = field(default_factory=set)  # (stage Tile value, Block) whose full barrier was waited on
     e: Emitter | None = None  # the emitter of the op being translated
 
@@ -141,7 +143,8 @@ class KernelLowering(MemoryLowering, RegisterTileLowering, MmaLowering, Attentio
         args = []
         for op in self.fn.walk():
             if isinstance(op, tile.CpAsyncOp) and not self._tma_allowed(op.source.owner.source.index):
-                if op.source.owner.source.index not in args:  # copied without TMA, through a pointer
+                self.copied_by_threads.add(op.source.owner.source.index)  # without TMA, through a pointer
+                if op.source.owner.source.index not in args:
                     args.append(op.source.owner.source.index)
             if isinstance(op, tile.StoreGlobalOp | tile.LoadOp | tile.LoadBroadcastOp):
                 view = (op.dest if isinstance(op, tile.StoreGlobalOp) else op.source).owner
@@ -178,8 +181,11 @@ class KernelLowering(MemoryLowering, RegisterTileLowering, MmaLowering, Attentio
             a = src_args[arg]
             self.pointer_args[arg] = len(arg_types)
             arg_types.append(i64)
-            arg_attrs.append(DictionaryAttr({SOURCE_ATTR: IntegerAttr(arg, 64), ELEMENT_ATTR: a.type.element_type,
-                                             DIMS_ATTR: a.dims, ROLE_ATTR: StringAttr(a.role)}))
+            attrs = {SOURCE_ATTR: IntegerAttr(arg, 64), ELEMENT_ATTR: a.type.element_type, DIMS_ATTR: a.dims,
+                     ROLE_ATTR: StringAttr(a.role)}
+            if arg in self.copied_by_threads:
+                attrs[COPY_ATTR] = StringAttr("ld.global")
+            arg_attrs.append(DictionaryAttr(attrs))
         for name in names:
             self.size_args[name] = len(arg_types)
             arg_types.append(IndexType())
