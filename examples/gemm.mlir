@@ -10,7 +10,7 @@
 // `tile.divisible` promises that K and N are multiples of 8 (rows of 16 bytes), so that the compiler reads A
 // and B with TMA; the Tile interpreter takes any size all the same, and a lowered kernel refuses sizes that
 // break the promise. Without the promise (`tessera.kernels.gemm(aligned=False)`) any M, N, K lowers too: A and
-// B are then copied by every thread with ld.global, in the single-stage pipeline.
+// B are then copied by every thread with ld.global, and the K loop stays single-stage.
 //
 // Built by `tessera.kernels.gemm()`; this copy is written out by hand to be read.
 

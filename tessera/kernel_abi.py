@@ -33,7 +33,7 @@ from xdsl.dialects.builtin import DictionaryAttr, FloatAttr, IntegerAttr, Intege
 from xdsl.ir import Attribute
 from xdsl.utils.exceptions import VerifyException
 
-from tessera.dialects.tile_types import DYNAMIC, DimsAttr, MemSpace, TileType
+from tessera.dialects.tile_types import DYNAMIC, DimsAttr, MemSpace, TileType, element_byte_width
 
 KERNEL_ATTR = "tile.kernel"
 GRID_ATTR = "tile.grid"
@@ -276,6 +276,21 @@ def signature(op: func.FuncOp) -> KernelSignature:
                 _fail(op, f"'{DIVISIBLE_ATTR}' names '{name}', which no input defines")
             divisible[name] = attr.value.data
     return KernelSignature(op, op.sym_name.data, kind, causal, scale, tuple(args), grid, gemm, divisible)
+
+
+def rows_aligned(sig: KernelSignature, arg: int, alignment: int) -> bool:
+    """Whether every row of argument `arg` starts on a multiple of `alignment` bytes for every size the kernel
+    accepts: its innermost size is a constant, or a named size the kernel promises (`tile.divisible`) to be a
+    multiple of a count of elements that long (a tensor whose base is so aligned, rows contiguous)."""
+    a = sig.args[arg]
+    inner = list(a.dims)[-1]
+    if inner.is_constant:
+        count = inner.value.data
+    elif inner.is_name:
+        count = sig.divisible.get(inner.symbol.data, 1)
+    else:
+        return False
+    return count * element_byte_width(a.type.element_type) % alignment == 0
 
 
 def _gemm_options(op: func.FuncOp, entries: Mapping[str, Attribute]) -> GemmOptions:

@@ -16,6 +16,7 @@ from xdsl.ir import Operation, SSAValue
 
 from tessera.dialects import sm90, tile
 from tessera.dialects.tile_types import TileType
+from tessera.kernel_abi import rows_aligned
 from tessera.lowering.emitter import Emitter
 from tessera.lowering.fragments import element_type_bytes
 from tessera.sm90 import facts
@@ -118,17 +119,8 @@ class MemoryLowering:
 
     def _tma_allowed(self, arg: int) -> bool:
         """Whether TMA can read argument `arg`: each of its rows starts on a multiple of
-        `facts.TENSOR_MAP_GLOBAL_ALIGNMENT` bytes, because its innermost size is a constant or a size the kernel
-        promises (tile.divisible) to be a multiple of a count of elements that long."""
-        a = self.sig.args[arg]
-        inner = list(a.dims)[-1]
-        if inner.is_constant:
-            count = inner.value.data
-        elif inner.is_name:
-            count = self.sig.divisible.get(inner.symbol.data, 1)
-        else:
-            return False
-        return count * element_type_bytes(a.type.element_type) % facts.TENSOR_MAP_GLOBAL_ALIGNMENT == 0
+        `facts.TENSOR_MAP_GLOBAL_ALIGNMENT` bytes whatever the sizes (`kernel_abi.rows_aligned`)."""
+        return rows_aligned(self.sig, arg, facts.TENSOR_MAP_GLOBAL_ALIGNMENT)
 
     def _copy_by_threads(self, op, window: Window, dest: SharedTile, e: Emitter) -> None:
         """The copy without TMA, for 16-bit tensors whose rows may start anywhere: every thread of the block

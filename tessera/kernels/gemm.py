@@ -12,9 +12,9 @@ that wants bf16/f16 rounds once, outside (one rounding, no epilogue choice baked
 Which sizes it may assume: with `aligned` (the default), the kernel promises (`tile.divisible`) that the
 innermost sizes of A and B are multiples of 8 elements, so their rows are 16-byte multiples and the compiler
 reads them with TMA; launching it with other sizes is refused by the tensor-map rules. `aligned=False` takes any
-M, N, K >= 1: the compiler then reads A and B with per-element ld.global (see convert-tile-to-sm90), with the
-single-stage pipeline (rings are filled by TMA only). `tessera.runtime.gemm.gemm` picks the variant for the
-arrays it is given.
+M, N, K >= 1: the compiler then reads A and B with per-element ld.global (see convert-tile-to-sm90), and
+pipeline-loops leaves the K loop single-stage (ring stages are filled by bulk copies only).
+`tessera.runtime.gemm.gemm` picks the variant for the arrays it is given.
 
 Thread block (x, y, z) of the grid (ceildiv(M, BM), ceildiv(N, BN)[, batch]) computes C[z, x*BM : x*BM + BM,
 y*BN : y*BN + BN]. Any M, N and K >= 1 work: copies of partial tiles fill zeros (which add nothing to the

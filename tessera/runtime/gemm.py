@@ -10,22 +10,20 @@ GEMM per index. The result is float32, the tensor core's accumulator, rounded by
 
 Arrays as for `tessera.runtime.attention`: NumPy (bf16 as `ml_dtypes.bfloat16`) or PyTorch tensors, CUDA
 tensors in place. Any M, N, K >= 1: when the innermost sizes of `a` and `b` are multiples of 8 (16-byte rows;
-for a CUDA tensor also a 16-byte aligned address) the kernel reads them with TMA through the full pipeline;
-otherwise it reads them with ld.global (the `gemm(aligned=False)` kernel, single-stage). The host description
-(`gemm_kernel(...).host.copies`) says which.
+for a CUDA tensor also a 16-byte aligned address) the kernel reads them with TMA, pipelined and warp-
+specialized; otherwise it reads them with ld.global (the `gemm(aligned=False)` kernel, whose K loop stays
+single-stage). Both go through the same default pipeline; the host description
+(`gemm_kernel(...).host.copies`) says which copy each operand gets.
 """
 
 from __future__ import annotations
 
-from tessera.passes import PTX_PIPELINE
 from tessera.runtime.attention import DTYPES, UnsupportedKernel
 from tessera.runtime.compiler import CompiledKernel, KernelConfig, compile_kernel
 from tessera.runtime.launch import dtype_name, is_torch_tensor, run
 
 ROW_MULTIPLE = 8
 """Elements per 16-byte row granule of bf16/f16 (`facts.TENSOR_MAP_GLOBAL_ALIGNMENT` / 2): the sizes TMA can read."""
-ANY_SHAPE_PIPELINE = PTX_PIPELINE
-"""The pipeline of the any-shape kernel: rings are filled by TMA only, so it runs single-stage."""
 
 
 def gemm_config(dtype: str = "bf16", *, transpose_a: bool = False, transpose_b: bool = False, alpha: float = 1.0,
@@ -39,9 +37,7 @@ def gemm_config(dtype: str = "bf16", *, transpose_a: bool = False, transpose_b: 
                  beta=check_factor("beta", beta), bias=bias, batch=batch, aligned=aligned)
     defaults = dict(transpose_a=False, transpose_b=False, alpha=1.0, beta=0.0, bias=False, batch=False, aligned=True)
     options.update({k: v for k, v in given.items() if v != defaults[k]})
-    if aligned:
-        return KernelConfig.of("gemm", **options)
-    return KernelConfig.of("gemm", ANY_SHAPE_PIPELINE, **options)
+    return KernelConfig.of("gemm", **options)
 
 
 def _shape(name: str, x) -> tuple[int, ...]:
