@@ -25,7 +25,6 @@ from tessera.numerics import dtype_from_name
 from tessera.passes import PTX_PIPELINE, SPECIALIZED_PIPELINE, TARGET_PIPELINE, apply_pipeline
 from tessera.ptx.module import print_ptx
 from tessera.ptx.target import allocated_registers
-from tessera.toolchain import find_ptxas
 
 SIZES = (1, 7, 63, 65, 129, 300)
 TRIPLES = [tuple(SIZES[(i + j) % len(SIZES)] for j in range(3)) for i in range(len(SIZES))]
@@ -174,7 +173,7 @@ VARIANTS = [(layout, epilogue, aligned, pipeline) for layout in LAYOUTS for epil
             for aligned, pipeline in ((True, PTX_PIPELINE), (True, FULL), (False, FULL))]
 
 
-@pytest.mark.skipif(find_ptxas() is None, reason="no ptxas on PATH, in CUDA_HOME or in the nvidia-cuda-nvcc wheel")
+@pytest.mark.usefixtures("ptxas")  # the test command installs it: without it this fails, never skips
 @pytest.mark.parametrize("layout, epilogue, aligned, pipeline", VARIANTS, ids=[
     f"{l}-{'epilogue' if e else 'plain'}-{'tma' if a else 'any'}-{'full' if p == FULL else 'single'}"
     for l, e, a, p in VARIANTS])
