@@ -719,6 +719,35 @@ class LdGlobalOp(IRDLOperation):
         _require(self.mask.type == VectorType(i1, [n]), self, f"mask must be vector<{n}xi1>, got {self.mask.type}")
 
 
+@irdl_op_definition
+class LdGlobalU16Op(IRDLOperation):
+    """`%v = sm90.ld_global_u16 %base[%offsets], %mask : vector<32xi32>, vector<32xi1> -> vector<32xi32>`: for
+    each register i whose mask bit is set, load the 16 bits at global byte address base + offsets[i], zero-
+    extended into the 32-bit register; other registers are 0. For 16-bit tensors whose rows need not start on
+    4 bytes (a GEMM operand with an odd row length). Prints as one predicated `ld.global.u16` into a 32-bit
+    register (PTX lets ld's destination be wider than its type [P#operand-size-exceeding-instruction-type-
+    size]) after a `mov.b32 r, 0`. Invariants: one offset and one mask bit per register; offsets are even at
+    run time."""
+
+    name = "sm90.ld_global_u16"
+    base_ptr = operand_def(I64)
+    offsets = operand_def(base(VectorType))
+    mask = operand_def(base(VectorType))
+    result = result_def(base(VectorType))
+    assembly_format = "$base_ptr `[` $offsets `]` `,` $mask attr-dict `:` type($offsets) `,` type($mask) `->` type($result)"
+    traits = traits_def(MemoryReadEffect())
+
+    def __init__(self, base_ptr, offsets, mask, lanes: int):
+        super().__init__(operands=[base_ptr, offsets, mask], result_types=[VectorType(i32, [lanes])])
+
+    def verify_(self) -> None:
+        n = _lanes(self.result.type)
+        _require(_element(self.result.type) == i32, self, f"loads into 32-bit integer registers, got {self.result.type}")
+        _require(self.offsets.type in (VectorType(i64, [n]), VectorType(i32, [n])), self,
+                 f"offsets must be vector<{n}xi64> or vector<{n}xi32> (sign-extended), got {self.offsets.type}")
+        _require(self.mask.type == VectorType(i1, [n]), self, f"mask must be vector<{n}xi1>, got {self.mask.type}")
+
+
 # endregion
 # region Shared memory loads and stores [P#data-movement-and-conversion-instructions-ld, -st]
 
@@ -742,6 +771,30 @@ class StSharedOp(IRDLOperation):
         n = _lanes(self.values.type)
         _require(_element(self.values.type) in (i32, Float32Type()), self, f"stores 32-bit registers, got {self.values.type}")
         _require(_lanes(self.addresses.type) == n and _element(self.addresses.type) == i32, self,
+                 f"one i32 shared address per register ({n}), got {self.addresses.type}")
+
+
+@irdl_op_definition
+class StSharedB16Op(IRDLOperation):
+    """`sm90.st_shared_b16 %addresses, %values : vector<32xi32>, vector<32xi32>`: store the low 16 bits of each
+    32-bit register at its shared byte address (generic proxy; a wgmma reading them needs a
+    `sm90.fence_proxy_async` first). Prints as one `st.shared.b16` of the 32-bit register per register (PTX
+    lets st's source be wider than its type: the low bits are stored). Invariants: one i32 address per
+    register; addresses are even at run time."""
+
+    name = "sm90.st_shared_b16"
+    addresses = operand_def(base(VectorType))
+    values = operand_def(base(VectorType))
+    assembly_format = "$addresses `,` $values attr-dict `:` type($addresses) `,` type($values)"
+    traits = traits_def(MemoryWriteEffect())
+
+    def __init__(self, addresses, values):
+        super().__init__(operands=[addresses, values])
+
+    def verify_(self) -> None:
+        n = _lanes(self.values.type)
+        _require(_element(self.values.type) == i32, self, f"stores from 32-bit integer registers, got {self.values.type}")
+        _require(self.addresses.type == VectorType(i32, [n]), self,
                  f"one i32 shared address per register ({n}), got {self.addresses.type}")
 
 
@@ -799,7 +852,9 @@ SM90 = Dialect(
         SelpOp,
         StGlobalOp,
         LdGlobalOp,
+        LdGlobalU16Op,
         StSharedOp,
+        StSharedB16Op,
         LdSharedOp,
     ],
     [TensorMapType],

@@ -366,6 +366,32 @@ class LoadOp(IRDLOperation):
 
 
 @irdl_op_definition
+class LoadBroadcastOp(IRDLOperation):
+    """`%r = tile.load_broadcast %window : row_window_type -> register_type`: read a 1-D global window [N] once
+    and repeat it on every row of an [M, N] register tile (a bias added to every row of a GEMM's output).
+    Out-of-bounds elements read as zero."""
+
+    name = "tile.load_broadcast"
+    source = operand_def(TILE)
+    result = result_def(TILE)
+    traits = traits_def(MemoryReadEffect())
+    assembly_format = "$source attr-dict `:` type($source) `->` type($result)"
+
+    def __init__(self, source: SSAValue | Operation, rows: int):
+        ty = _tile(source)
+        super().__init__(operands=[source], result_types=[ty.with_(shape=(rows,) + ty.get_shape(), space=MemSpace.REGISTER, swizzle=0)])
+
+    def verify_(self) -> None:
+        src, res = _tile(self.source), _tile(self.result)
+        _require_space(self, "source", src, MemSpace.GLOBAL)
+        _require_space(self, "result", res, MemSpace.REGISTER)
+        _require(src.rank == 1 and src.is_static, self, f"the source must be a static 1-D window, got rank {src.rank}")
+        _require(res.rank == 2 and res.get_shape()[1:] == src.get_shape(), self,
+                 f"the result must be [M, {src.get_shape()[0] if src.rank else '?'}] (the window on every row), got {list(res.get_shape())}")
+        _require(src.element_type == res.element_type, self, "source and result element types must match")
+
+
+@irdl_op_definition
 class StoreGlobalOp(IRDLOperation):
     """`tile.store_global %value, %window : value_type, window_type`: write a register tile to a global
     window. Elements that fall outside the tensor are not written."""
@@ -393,11 +419,12 @@ class StoreGlobalOp(IRDLOperation):
 
 @irdl_op_definition
 class MmaOp(IRDLOperation):
-    """`%d = tile.mma %a, %b, %acc [transpose_b] : a_type, b_type, acc_type`: d = acc + A x B, or
-    acc + A x B^T with `transpose_b`.
+    """`%d = tile.mma %a, %b, %acc [transpose_a] [transpose_b] : a_type, b_type, acc_type`:
+    d = acc + op(A) x op(B), op(X) = X^T where the flag is set.
 
-    A is [M, K], B is [K, N] ([N, K] with `transpose_b`), acc and d are [M, N] f32 registers. A and B are
-    bf16 or f16 (the same type), in shared memory or registers. Products are exact; the sum is f32."""
+    A is [M, K] ([K, M] with `transpose_a`: the tile holds A^T, an M-major operand), B is [K, N] ([N, K] with
+    `transpose_b`), acc and d are [M, N] f32 registers. A and B are bf16 or f16 (the same type), in shared
+    memory or registers; a transposed A must be in shared memory. Products are exact; the sum is f32."""
 
     name = "tile.mma"
     T: ClassVar = VarConstraint("T", TILE)
@@ -405,18 +432,17 @@ class MmaOp(IRDLOperation):
     b = operand_def(TILE)
     acc = operand_def(T)
     result = result_def(T)
+    transpose_a = opt_prop_def(UnitAttr)
     transpose_b = opt_prop_def(UnitAttr)
     traits = traits_def(Pure())
     assembly_format = (
-        "$a `,` $b `,` $acc (`transpose_b` $transpose_b^)? attr-dict `:` type($a) `,` type($b) `,` type($acc)"
+        "$a `,` $b `,` $acc (`transpose_a` $transpose_a^)? (`transpose_b` $transpose_b^)? attr-dict "
+        "`:` type($a) `,` type($b) `,` type($acc)"
     )
 
-    def __init__(self, a, b, acc, transpose_b: bool = False):
-        super().__init__(
-            operands=[a, b, acc],
-            result_types=[SSAValue.get(acc).type],
-            properties={"transpose_b": UnitAttr()} if transpose_b else {},
-        )
+    def __init__(self, a, b, acc, transpose_b: bool = False, transpose_a: bool = False):
+        flags = {name: UnitAttr() for name, on in (("transpose_a", transpose_a), ("transpose_b", transpose_b)) if on}
+        super().__init__(operands=[a, b, acc], result_types=[SSAValue.get(acc).type], properties=flags)
 
     def verify_(self) -> None:
         a, b, acc = _tile(self.a), _tile(self.b), _tile(self.acc)
@@ -428,10 +454,13 @@ class MmaOp(IRDLOperation):
         _require_space(self, "accumulator", acc, MemSpace.REGISTER)
         _require(isinstance(acc.element_type, Float32Type), self, f"accumulator must be f32, got {acc.element_type}")
         _require(acc.rank == 2, self, f"accumulator must have rank 2, got rank {acc.rank}")
-        m, k = a.get_shape()
+        m, k = reversed(a.get_shape()) if self.transpose_a else a.get_shape()
         n, kb = b.get_shape() if self.transpose_b else reversed(b.get_shape())
+        a_text = "[K, M]" if self.transpose_a else "[M, K]"
         b_text = "[N, K]" if self.transpose_b else "[K, N]"
-        _require(k == kb, self, f"contraction sizes differ: A is [M, K] = {list(a.get_shape())}, B is {b_text} = {list(b.get_shape())}")
+        _require(not (self.transpose_a and a.memory_space == MemSpace.REGISTER), self,
+                 "a transposed operand A must be in shared memory (registers hold A as [M, K])")
+        _require(k == kb, self, f"contraction sizes differ: A is {a_text} = {list(a.get_shape())}, B is {b_text} = {list(b.get_shape())}")
         _require(acc.get_shape() == (m, n), self, f"accumulator must be [M, N] = {[m, n]}, got {list(acc.get_shape())}")
 
 
@@ -754,6 +783,7 @@ Tile = Dialect(
         BarrierOp,
         ReleaseOp,
         LoadOp,
+        LoadBroadcastOp,
         StoreGlobalOp,
         MmaOp,
         RowMaxOp,

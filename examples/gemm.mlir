@@ -7,6 +7,11 @@
 // copies of partial tiles fill zeros (which add nothing to the products) and the store drops the rows and
 // columns of C that fall outside it.
 //
+// `tile.divisible` promises that K and N are multiples of 8 (rows of 16 bytes), so that the compiler reads A
+// and B with TMA; the Tile interpreter takes any size all the same, and a lowered kernel refuses sizes that
+// break the promise. Without the promise (`tessera.kernels.gemm(aligned=False)`) any M, N, K lowers too: A and
+// B are then copied by every thread with ld.global, and the K loop stays single-stage.
+//
 // Built by `tessera.kernels.gemm()`; this copy is written out by hand to be read.
 
 builtin.module {
@@ -17,7 +22,8 @@ builtin.module {
       attributes {
         tile.kernel = {kind = "gemm"},
         // Thread block (x, y) computes C[x*128 : x*128 + 128, y*128 : y*128 + 128].
-        tile.grid = #tile.dims<ceildiv(M, 128), ceildiv(N, 128)>
+        tile.grid = #tile.dims<ceildiv(M, 128), ceildiv(N, 128)>,
+        tile.divisible = {K = 8 : i64, N = 8 : i64}
       } {
     %c0 = arith.constant 0 : index
     %c1 = arith.constant 1 : index

@@ -67,6 +67,8 @@ from tessera.diagnostics import located
 from tessera.dialects import tile
 from tessera.dialects.tile_types import TileType
 from tessera.interpreters.block_batch import describe_op
+from tessera.kernel_abi import KERNEL_ATTR, rows_aligned, signature
+from tessera.sm90 import facts
 
 MAX_STAGES = 4
 """The deepest ring the pass builds (the contract's N is 1 to 4)."""
@@ -105,7 +107,25 @@ def loops_with_copies(module: Operation) -> dict[scf.ForOp, list[tile.CpAsyncOp]
     for op in module.walk():
         if isinstance(op, tile.CpAsyncOp) and (loop := enclosing_loop(op)) is not None:
             owned.setdefault(loop, []).append(op)
-    return {loop: copies for loop, copies in owned.items() if not all(is_ring_stage(c.dest) for c in copies)}
+    return {loop: copies for loop, copies in owned.items()
+            if not all(is_ring_stage(c.dest) for c in copies) and all(bulk_copyable(c) for c in copies)}
+
+
+def bulk_copyable(copy: tile.CpAsyncOp) -> bool:
+    """Whether `copy` can fill a ring stage. Ring stages are filled by bulk copies (TMA on sm_90a), which need
+    rows that start on 16 bytes (`facts.TENSOR_MAP_GLOBAL_ALIGNMENT`): a loop that copies a tensor whose rows
+    may start anywhere (a GEMM that promises nothing about K or N, `tile.divisible`) is left as it is, and
+    convert-tile-to-sm90 copies that tensor with every thread. Copies of anything but a view of a kernel
+    argument count as bulk (the canonical-loop checks and the lowering judge them)."""
+    view = copy.source.owner
+    if not isinstance(view, tile.ViewOp) or not isinstance(view.source, BlockArgument):
+        return True
+    fn = copy.parent_op()
+    while fn is not None and not isinstance(fn, func.FuncOp):
+        fn = fn.parent_op()
+    if fn is None or KERNEL_ATTR not in fn.attributes or view.source.owner is not fn.body.blocks.first:
+        return True
+    return rows_aligned(signature(fn), view.source.index, facts.TENSOR_MAP_GLOBAL_ALIGNMENT)
 
 
 def is_index_computation(op: Operation) -> bool:

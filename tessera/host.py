@@ -3,7 +3,9 @@
 For each Target IR kernel: its name, block (threads, 1, 1), grid (from the named sizes), the dynamic shared
 memory to request (the kernel's bytes plus 1023 to align its base to 1024, as the PTX does), and its
 parameters in order — tensor maps (with the cuTensorMapEncodeTiled arguments each needs, for given sizes),
-global pointers, and 32-bit sizes — each with the Tile IR argument it stands for.
+global pointers, and 32-bit sizes — each with the Tile IR argument it stands for, and how the kernel copies
+each tensor it stages in shared memory (`copies`: "tma" through a tensor map, "ld.global" by every thread
+where the rows need not start on 16 bytes).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
 from tessera.interpreters.sm90.launch import target_kernel
-from tessera.kernel_abi import ELEMENT_ATTR, is_target_kernel
+from tessera.kernel_abi import COPY_ATTR, ELEMENT_ATTR, is_target_kernel
 from tessera.numerics import numpy_dtype
 from tessera.ptx import launch_smem_bytes
 from tessera.sm90 import facts
@@ -34,6 +36,9 @@ class Param:
     kind: str
     source: int | None = None
     size: str | None = None
+    copy: str | None = None
+    """How the kernel copies this tensor into shared memory: "tma" (a tensor map), "ld.global" (a pointer
+    read by every thread), None (not copied: read into registers or written)."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,11 @@ class HostDescription:
     dynamic_smem_bytes: int
     params: tuple[Param, ...]
     op: func.FuncOp
+
+    @property
+    def copies(self) -> dict[int, str]:
+        """{Tile IR argument index: "tma" or "ld.global"} for every tensor the kernel stages in shared memory."""
+        return {p.source: p.copy for p in self.params if p.copy is not None}
 
     def grid(self, sizes: Mapping[str, int]) -> tuple[int, int, int]:
         return target_kernel(self.op).grid_size(sizes)
@@ -68,7 +78,7 @@ class HostDescription:
 
     def as_dict(self, sizes: Mapping[str, int] | None = None) -> dict:
         out = {"kernel": self.kernel, "block": self.block, "dynamic_smem_bytes": self.dynamic_smem_bytes,
-               "params": [asdict(p) for p in self.params]}
+               "params": [asdict(p) for p in self.params], "copies": self.copies}
         if sizes is not None:
             out["grid"] = self.grid(sizes)
             out["tensor_maps"] = {k: asdict(v) for k, v in self.tensor_maps(sizes).items()}
@@ -81,6 +91,14 @@ def describe(module: ModuleOp) -> list[HostDescription]:
     for op in module.walk():
         if is_target_kernel(op):
             kernel = target_kernel(op)
-            params = tuple(Param(a.name, a.kind, a.source, a.size) for a in kernel.args)
+            params = tuple(Param(a.name, a.kind, a.source, a.size, _copy_path(a.kind, attrs.data))
+                           for a, attrs in zip(kernel.args, op.arg_attrs.data))
             found.append(HostDescription(kernel.name, (kernel.threads, 1, 1), launch_smem_bytes(op), params, op))
     return found
+
+
+def _copy_path(kind: str, attrs) -> str | None:
+    if kind == "tensormap":
+        return "tma"
+    path = attrs.get(COPY_ATTR)
+    return path.data if path is not None else None

@@ -6,10 +6,16 @@ A kernel is a `func.func` with these attributes:
     tile.grid   = #tile.dims<ceildiv(seq_q, 128), heads, batch>
 
 `kind` is "attention" (arguments Q, K, V in, O out; `causal` and `scale` say what it computes), "gemm"
-(A, B in, C out) or "custom" (no reference). Each argument is a global tile carrying
+(A, B in, C out; with `beta` also C_in in and with `bias` a bias in, see `GemmOptions`) or "custom" (no
+reference). Each argument is a global tile carrying
 
     tile.dims = #tile.dims<batch, heads, seq_q, 128>    (one expression per dimension; required)
     tile.role = "in" | "out" | "scratch"                (default "in")
+
+A kernel may also promise divisibility of its named sizes, `tile.divisible = {K = 8 : i64, N = 8 : i64}`: the
+lowering may rely on it (GEMM reads rows with TMA only where their byte pitch is then a multiple of 16); the
+Tile interpreter, whose results do not depend on it, does not check it, and a launch of the lowered kernel with
+sizes that break it is refused by the tensor-map rules.
 
 Inputs name their dimensions with plain names or constants; the same name in two places means the same size.
 Outputs and scratch buffers may also use `ceildiv(name, N)`, but only of names some input defines. The
@@ -20,21 +26,49 @@ computes the grid from `tile.grid`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import DictionaryAttr, FloatAttr, IntegerAttr, IntegerType, ModuleOp, StringAttr
 from xdsl.ir import Attribute
 from xdsl.utils.exceptions import VerifyException
 
-from tessera.dialects.tile_types import DYNAMIC, DimsAttr, MemSpace, TileType
+from tessera.dialects.tile_types import DYNAMIC, DimsAttr, MemSpace, TileType, element_byte_width
 
 KERNEL_ATTR = "tile.kernel"
 GRID_ATTR = "tile.grid"
 DIMS_ATTR = "tile.dims"
 ROLE_ATTR = "tile.role"
+DIVISIBLE_ATTR = "tile.divisible"
 ROLES = ("in", "out", "scratch")
 KINDS = {"attention": (("Q", "K", "V"), ("O",)), "gemm": (("A", "B"), ("C",)), "custom": (None, None)}
+
+
+GEMM_ENTRIES = ("transpose_a", "transpose_b", "alpha", "beta", "bias")
+
+
+@dataclass(frozen=True)
+class GemmOptions:
+    """What a "gemm" kernel computes: C = alpha op(A) op(B) + beta C_in + bias, op(X) = X^T where the flag is
+    set. A is [.., M, K] ([.., K, M] with `transpose_a`), B [.., K, N] ([.., N, K] with `transpose_b`); C_in
+    (an input, present when beta != 0) and C are [.., M, N]; bias (present with `bias`) is [N], added to every
+    row. A leading dimension, when the tensors have one, is a batch. Kernel attribute entries of the same names
+    (`transpose_a = true`, `alpha = 2.0 : f32`, ...); absent ones take the defaults below."""
+
+    transpose_a: bool = False
+    transpose_b: bool = False
+    alpha: float = 1.0
+    beta: float = 0.0
+    bias: bool = False
+
+    @property
+    def layout(self) -> str:
+        """"NN", "NT", "TN" or "TT": A's letter first, T where the operand is stored transposed."""
+        return "".join("T" if t else "N" for t in (self.transpose_a, self.transpose_b))
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return ("A", "B") + (("C_in",) if self.beta != 0 else ()) + (("bias",) if self.bias else ())
 
 
 @dataclass(frozen=True)
@@ -61,6 +95,10 @@ class KernelSignature:
     scale: float | None
     args: tuple[KernelArg, ...]
     grid: DimsAttr
+    gemm: GemmOptions | None = None
+    """What a "gemm" kernel computes (None for other kinds)."""
+    divisible: Mapping[str, int] = field(default_factory=dict)
+    """Named sizes the kernel promises are multiples of these (`tile.divisible`)."""
 
     @property
     def inputs(self) -> tuple[KernelArg, ...]:
@@ -125,6 +163,9 @@ SIZE_ATTR = "sm90.size"
 """The named size an index argument carries."""
 ELEMENT_ATTR = "sm90.element_type"
 """The element type of the tensor a tensor map or pointer argument addresses."""
+COPY_ATTR = "sm90.copy"
+"""On a pointer argument: "ld.global" when the kernel copies that tensor into shared memory without TMA (its rows
+need not start on 16 bytes); tensor-map arguments are the TMA copies."""
 
 
 def is_kernel(op: Attribute | func.FuncOp) -> bool:
@@ -156,9 +197,9 @@ def signature(op: func.FuncOp) -> KernelSignature:
     if not isinstance(kind_attr, StringAttr) or kind_attr.data not in KINDS:
         _fail(op, f"'{KERNEL_ATTR}' needs kind = one of {', '.join(map(repr, KINDS))}")
     kind = kind_attr.data
-    unknown = set(entries) - {"kind", "causal", "scale"}
+    unknown = set(entries) - {"kind", "causal", "scale"} - (set(GEMM_ENTRIES) if kind == "gemm" else set())
     if unknown:
-        _fail(op, f"unknown '{KERNEL_ATTR}' entries {sorted(unknown)} (known: kind, causal, scale)")
+        _fail(op, f"unknown '{KERNEL_ATTR}' entries {sorted(unknown)} (known: kind, causal, scale{', ' + ', '.join(GEMM_ENTRIES) if kind == 'gemm' else ''})")
     causal_attr = entries.get("causal")
     causal = False
     if causal_attr is not None:
@@ -213,6 +254,9 @@ def signature(op: func.FuncOp) -> KernelSignature:
         _fail(op, f"'{GRID_ATTR}' uses sizes no input defines: {sorted(missing)}")
 
     expected_in, expected_out = KINDS[kind]
+    gemm = _gemm_options(op, entries) if kind == "gemm" else None
+    if gemm is not None:
+        expected_in = gemm.input_names
     if expected_in is not None:
         n_in = sum(a.role == "in" for a in args)
         n_out = sum(a.role == "out" for a in args)
@@ -222,7 +266,50 @@ def signature(op: func.FuncOp) -> KernelSignature:
                 f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} kernel takes inputs {', '.join(expected_in)} and output {', '.join(expected_out)}, "
                 f"got {n_in} inputs and {n_out} outputs",
             )
-    return KernelSignature(op, op.sym_name.data, kind, causal, scale, tuple(args), grid)
+    divisible = {}
+    promise = op.attributes.get(DIVISIBLE_ATTR)
+    if promise is not None:
+        if not isinstance(promise, DictionaryAttr):
+            _fail(op, f"'{DIVISIBLE_ATTR}' must be a dictionary such as {{K = 8 : i64}}")
+        for name, attr in promise.data.items():
+            if not (isinstance(attr, IntegerAttr) and attr.value.data > 0):
+                _fail(op, f"'{DIVISIBLE_ATTR}': {name} must be a positive integer, got {attr}")
+            if name not in defined:
+                _fail(op, f"'{DIVISIBLE_ATTR}' names '{name}', which no input defines")
+            divisible[name] = attr.value.data
+    return KernelSignature(op, op.sym_name.data, kind, causal, scale, tuple(args), grid, gemm, divisible)
+
+
+def rows_aligned(sig: KernelSignature, arg: int, alignment: int) -> bool:
+    """Whether every row of argument `arg` starts on a multiple of `alignment` bytes for every size the kernel
+    accepts: its innermost size is a constant, or a named size the kernel promises (`tile.divisible`) to be a
+    multiple of a count of elements that long (a tensor whose base is so aligned, rows contiguous)."""
+    a = sig.args[arg]
+    inner = list(a.dims)[-1]
+    if inner.is_constant:
+        count = inner.value.data
+    elif inner.is_name:
+        count = sig.divisible.get(inner.symbol.data, 1)
+    else:
+        return False
+    return count * element_byte_width(a.type.element_type) % alignment == 0
+
+
+def _gemm_options(op: func.FuncOp, entries: Mapping[str, Attribute]) -> GemmOptions:
+    values = {}
+    for name in ("transpose_a", "transpose_b", "bias"):
+        attr = entries.get(name)
+        if attr is not None:
+            if not (isinstance(attr, IntegerAttr) and attr.type == IntegerType(1)):
+                _fail(op, f"'{name}' must be true or false")
+            values[name] = bool(attr.value.data)
+    for name in ("alpha", "beta"):
+        attr = entries.get(name)
+        if attr is not None:
+            if not isinstance(attr, FloatAttr):
+                _fail(op, f"'{name}' must be a float such as 1.0 : f32")
+            values[name] = attr.value.data
+    return GemmOptions(**values)
 
 
 def verify_kernels(module: ModuleOp) -> None:

@@ -64,7 +64,7 @@ def attention_same_precision(q, k, v, dtype, causal: bool = False, scale: float 
 
 def gemm(a, b) -> np.ndarray:
     """A @ B in float64 on the given (already rounded) inputs."""
-    return np.asarray(a).astype(np.float64) @ np.asarray(b).astype(np.float64)
+    return np.matmul(np.asarray(a).astype(np.float64), np.asarray(b).astype(np.float64))
 
 
 @dataclass(frozen=True)
@@ -101,13 +101,53 @@ def check_attention(out, q, k, v, dtype, causal: bool = False, scale: float | No
     return Comparison(_max_error(out, ref), tolerance)
 
 
-def check_gemm(out, a, b, dtype) -> Comparison:
-    """Compare a GEMM output (f32 accumulation) with the fp64 reference: twice the error of a plain f32
-    matmul, plus the worst-case bound of any f32 summation order, K * 2^-24 * max(|A| |B|)."""
+def check_gemm(out, a, b, dtype, *, c=None, bias=None, transpose_a: bool = False, transpose_b: bool = False,
+               alpha: float = 1.0, beta: float = 0.0) -> Comparison:
+    """Compare a GEMM output (f32 accumulation) with the fp64 reference alpha op(A) op(B) + beta C + bias
+    (op transposes the last two axes where asked; a leading axis is a batch): twice the error of a plain f32
+    matmul, plus the worst-case bound of any f32 summation order, K * 2^-24 * max(|A| |B|), scaled by
+    |alpha|; with an epilogue (alpha != 1, C or bias), 4 f32 roundings of its largest term on top."""
     a, b = (round_to(np.asarray(x), dtype) for x in (a, b))
-    ref = gemm(a, b)
-    baseline = a.astype(F32) @ b.astype(F32)
-    magnitude = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
+    if transpose_a:
+        a = np.swapaxes(a, -1, -2)
+    if transpose_b:
+        b = np.swapaxes(b, -1, -2)
+    product = gemm(a, b)
+    baseline = np.matmul(a.astype(F32), b.astype(F32))
+    magnitude = np.matmul(np.abs(a.astype(np.float64)), np.abs(b.astype(np.float64)))
     bound = a.shape[-1] * 2.0**-24 * (float(magnitude.max()) if magnitude.size else 0.0)
-    tolerance = 2 * _max_error(baseline, ref) + bound
+    tolerance = abs(alpha) * (2 * _max_error(baseline, product) + bound)
+    ref, terms = alpha * product, abs(alpha) * magnitude
+    for addend, factor in ((c, beta), (bias, 1.0)):
+        if addend is not None and factor != 0:
+            addend = np.asarray(addend, np.float64)
+            ref, terms = ref + factor * addend, terms + abs(factor * addend)
+    if alpha != 1 or c is not None or bias is not None:
+        tolerance += 4 * 2.0**-24 * (float(terms.max()) if terms.size else 0.0)
     return Comparison(_max_error(out, ref), tolerance)
+
+
+def _gemm_inputs(sig, inputs) -> dict:
+    """check_gemm's keywords for a "gemm" kernel's signature and inputs (A, B, [C_in], [bias])."""
+    g = sig.gemm
+    rest = list(inputs[2:])
+    c = rest.pop(0) if g.beta != 0 else None
+    bias = rest.pop(0) if g.bias else None
+    return dict(c=c, bias=bias, transpose_a=g.transpose_a, transpose_b=g.transpose_b, alpha=g.alpha, beta=g.beta)
+
+
+def check_gemm_kernel(sig, out, inputs, dtype) -> Comparison:
+    """`check_gemm` for the output of the "gemm" kernel `sig` (a KernelSignature) run on `inputs`."""
+    return check_gemm(out, inputs[0], inputs[1], dtype, **_gemm_inputs(sig, inputs))
+
+
+def gemm_kernel(sig, inputs) -> np.ndarray:
+    """The float64 reference output of the "gemm" kernel `sig` on (already rounded) `inputs`."""
+    o = _gemm_inputs(sig, inputs)
+    a, b = (np.swapaxes(x, -1, -2) if t else x for x, t in ((inputs[0], o["transpose_a"]), (inputs[1], o["transpose_b"])))
+    ref = o["alpha"] * np.matmul(np.asarray(a, np.float64), np.asarray(b, np.float64))
+    if o["c"] is not None:
+        ref = ref + o["beta"] * np.asarray(o["c"], np.float64)
+    if o["bias"] is not None:
+        ref = ref + np.asarray(o["bias"], np.float64)
+    return ref

@@ -717,6 +717,65 @@ def test_gemm_runs_through_the_driver_calls(fake_gpu, rng):
     assert c.dtype == F32 and check_gemm(c, a, b, BF16).ok
 
 
+def test_gemm_of_any_shape_runs_without_tma(fake_gpu, rng):
+    """K = 7 and N = 63 (14- and 126-byte rows): no tensor map can read them, so the runtime picks the any-shape
+    kernel, whose host description says A and B are copied with ld.global, and it runs right end to end."""
+    from tessera.runtime.gemm import check_gemm_arguments, gemm
+
+    a = rng.standard_normal((65, 7)).astype(BF16)
+    b = rng.standard_normal((7, 63)).astype(BF16)
+    config = check_gemm_arguments(a, b)
+    assert config == gemm_config("bf16", aligned=False)
+    kernel = compiled(config)
+    assert kernel.host.copies == {0: "ld.global", 1: "ld.global"}
+    fake = fake_gpu(kernel)
+    c = gemm(a, b)
+    assert c.dtype == F32 and c.shape == (65, 63) and check_gemm(c, a, b, BF16).ok
+    assert "cuTensorMapEncodeTiled" not in [name for name, _ in fake.calls]
+
+
+def test_gemm_transposed_batched_with_epilogue_runs_through_the_driver_calls(fake_gpu, rng):
+    """TN layout (a stored [K, M]), a batch of 2, alpha, beta with c, and a bias, through the full pipeline's
+    TMA kernel (M, N, K multiples of 8)."""
+    from tessera.runtime.gemm import check_gemm_arguments, gemm
+
+    a = rng.standard_normal((2, 40, 24)).astype(BF16)  # [batch, K, M]
+    b = rng.standard_normal((2, 40, 16)).astype(BF16)  # [batch, K, N]
+    c = rng.standard_normal((2, 24, 16)).astype(F32)
+    bias = rng.standard_normal(16).astype(F32)
+    options = dict(transpose_a=True, alpha=0.5, beta=2.0, c=c, bias=bias)
+    kernel = compiled(check_gemm_arguments(a, b, **options))
+    assert kernel.host.kernel == "gemm_bf16_tn_batched_bias_scaled" and kernel.host.copies == {0: "tma", 1: "tma"}
+    fake = fake_gpu(kernel)
+    out = gemm(a, b, **options)
+    assert out.shape == (2, 24, 16)
+    assert check_gemm(out, a, b, BF16, transpose_a=True, alpha=0.5, beta=2.0, c=c, bias=bias).ok
+    (launch,) = fake.launches
+    assert launch.grid == (1, 1, 2)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda a, b: dict(a=a, b=b[:7]), r"gemm: a is \[M, K\] and b is \[K, N\]: .* K differ \(8 and 7\)"),
+    (lambda a, b: dict(a=a, b=b, transpose_b=True), r"a is \[M, K\] and b is \[N, K\]: .*K differ"),
+    (lambda a, b: dict(a=a, b=b, transpose_a=1), r"gemm: transpose_a must be True or False, got 1"),
+    (lambda a, b: dict(a=a, b=b, beta=2.0), r"gemm: beta = 2.0 scales c, but no c was given"),
+    (lambda a, b: dict(a=a, b=b, c=np.zeros((4, 16), F32), beta=0.0), r"c is given but beta is 0"),
+    (lambda a, b: dict(a=a, b=b, c=np.zeros((4, 15), F32)), r"gemm: c must be \[4, 16\]"),
+    (lambda a, b: dict(a=a, b=b, c=np.zeros((4, 16), BF16)), r"gemm: c must be float32"),
+    (lambda a, b: dict(a=a, b=b, bias=np.zeros(4, F32)), r"gemm: bias must be \[N\] = \[16\]"),
+    (lambda a, b: dict(a=a[None], b=b), r"both 2-D, or both 3-D"),
+    (lambda a, b: dict(a=a, b=b, alpha=float("nan")), r"alpha must be a finite number"),
+], ids=["k-mismatch", "k-mismatch-nt", "flag-type", "beta-without-c", "c-without-beta", "c-shape", "c-dtype",
+        "bias-shape", "rank", "alpha-nan"])
+def test_gemm_arguments_are_checked_by_name(call, message):
+    from tessera.runtime.gemm import check_gemm_arguments
+
+    a, b = np.zeros((4, 8), BF16), np.zeros((8, 16), BF16)
+    kwargs = call(a, b)
+    with pytest.raises(ValueError, match=message):
+        check_gemm_arguments(kwargs.pop("a"), kwargs.pop("b"), **kwargs)
+
+
 def test_a_refused_cubin_falls_back_to_the_ptx(fake_gpu, rng):
     kernel = compiled(gemm_config("bf16"))
     assert kernel.cubin is not None, "no cubin: the test command installs ptxas (tessera[ptx])"

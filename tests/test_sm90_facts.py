@@ -834,6 +834,9 @@ DOCUMENTED = {
     "WARPS_PER_WARPGROUP": 4,
     "WARPGROUP_SIZE": 128,
     "WGMMA_M": 64,
+    # [-instructions-wgmma-mma-async]: "The transpose operation is only supported for the wgmma.mma_async variants
+    # with .f16/.bf16 types on matrices accessed from shared memory using matrix descriptors."
+    "WGMMA_TRANSPOSE_TYPES": ("f16", "bf16"),
     "WGMMA_K_BYTES": 32,
     "WGMMA_ELEMENT_BITS": {"f16": 16, "bf16": 16, "tf32": 32, "e4m3": 8, "e5m2": 8, "u8": 8, "s8": 8, "b1": 1},
     # [-matrix-data-types], table "dense wgmma": f16 -> .f16/.f32; bf16, tf32 -> .f32; e4m3/e5m2 -> .f16/.f32;

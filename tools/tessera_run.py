@@ -185,7 +185,7 @@ def _check(sig, outputs, inputs):
     if sig.kind == "attention":
         return reference.check_attention(outputs[0], *inputs, dtype, causal=sig.causal, scale=sig.scale)
     if sig.kind == "gemm":
-        return reference.check_gemm(outputs[0], *inputs, dtype)
+        return reference.check_gemm_kernel(sig, outputs[0], inputs, dtype)
     return None
 
 

@@ -129,6 +129,12 @@ class TileFunctions(InterpreterFunctions):
             return self._register_tile(op, source.read())
         return self._register_tile(op, self._operand_tile(op, source, "the source").copy())
 
+    @impl(tile.LoadBroadcastOp)
+    def run_load_broadcast(self, interpreter: Interpreter, op: tile.LoadBroadcastOp, args: PythonValues):
+        (source,) = args
+        row = source.read()  # [B, N]
+        return self._register_tile(op, np.broadcast_to(row[:, None, :], (row.shape[0],) + op.result.type.get_shape()))
+
     @impl(tile.StoreGlobalOp)
     def run_store_global(self, interpreter: Interpreter, op: tile.StoreGlobalOp, args: PythonValues):
         value, dest = args
@@ -141,6 +147,8 @@ class TileFunctions(InterpreterFunctions):
     def run_mma(self, interpreter: Interpreter, op: tile.MmaOp, args: PythonValues):
         a = self._operand_tile(op, args[0], "operand A").astype(F32)
         b = self._operand_tile(op, args[1], "operand B").astype(F32)
+        if op.transpose_a:
+            a = np.swapaxes(a, -1, -2)
         if op.transpose_b:
             b = np.swapaxes(b, -1, -2)
         return self._register_tile(op, batched_matmul(a, b) + args[2])

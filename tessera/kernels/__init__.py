@@ -2,7 +2,8 @@
 
 - `flash_attention`: online one-pass attention;
 - `two_pass_attention`, `three_pass_attention`: the multi-pass variants (scratch buffers in global memory);
-- `gemm`: C = A x B with an f32 output.
+- `gemm`: C = alpha op(A) op(B) + beta C_in + bias with an f32 output, in the layouts NN, NT, TN, TT, batched or
+  not, for any M, N, K (`aligned=False`) or sizes TMA can read (the default).
 """
 
 from tessera.kernels.attention import HEAD_DIMS, AttentionConfig, flash_attention

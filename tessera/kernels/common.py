@@ -189,6 +189,9 @@ class TileBuilder:
     def load(self, window: SSAValue, name: str) -> SSAValue:
         return self.emit(tile.LoadOp(window), name)
 
+    def load_broadcast(self, window: SSAValue, rows: int, name: str) -> SSAValue:
+        return self.emit(tile.LoadBroadcastOp(window, rows), name)
+
     def store_global(self, value: SSAValue, window: SSAValue) -> None:
         self.emit(tile.StoreGlobalOp(value, window))
 
@@ -196,8 +199,8 @@ class TileBuilder:
     def fill(self, value: float, ty: TileType, name: str) -> SSAValue:
         return self.emit(tile.FillOp(value, ty), name)
 
-    def mma(self, a, b, acc, name: str, transpose_b: bool = False) -> SSAValue:
-        return self.emit(tile.MmaOp(a, b, acc, transpose_b=transpose_b), name)
+    def mma(self, a, b, acc, name: str, transpose_b: bool = False, transpose_a: bool = False) -> SSAValue:
+        return self.emit(tile.MmaOp(a, b, acc, transpose_b=transpose_b, transpose_a=transpose_a), name)
 
     def scale(self, x, factor: float, name: str) -> SSAValue:
         return self.emit(tile.ScaleOp(x, factor), name)

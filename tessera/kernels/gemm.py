@@ -1,24 +1,43 @@
-"""The GEMM kernel: C = A x B for A [M, K] and B [K, N] in bf16 or f16, C [M, N] in f32.
+"""The GEMM kernel: C = alpha op(A) op(B) + beta C_in + bias, with A, B in bf16 or f16 and C in f32.
 
-The output is f32, the tensor core's accumulator type: the kernel stores its accumulator as it is, and a
-caller that wants bf16/f16 rounds once, outside (one rounding, no epilogue choice baked into the kernel).
+op(X) is X or X^T: with `transpose_a` the A argument holds A^T ([K, M], "column-major A"), with `transpose_b`
+the B argument holds B^T ([N, K]); the four layouts NN, NT, TN, TT (A's letter first) reach the tensor core
+through its descriptors' transpose bits, never through a copy. `beta` != 0 adds an f32 input C_in [M, N],
+`bias` an f32 input [N] added to every row, `batch` a leading dimension to every tensor (one GEMM per index,
+the grid's z axis).
 
-Thread block (x, y) of the grid (ceildiv(M, BM), ceildiv(N, BN)) computes C[x*BM : x*BM + BM,
-y*BN : y*BN + BN]. Any M, N and K work: copies of partial tiles fill zeros (which add nothing to the
+The output is f32, the tensor core's accumulator type: the kernel stores its result as it is, and a caller
+that wants bf16/f16 rounds once, outside (one rounding, no epilogue choice baked into the kernel).
+
+Which sizes it may assume: with `aligned` (the default), the kernel promises (`tile.divisible`) that the
+innermost sizes of A and B are multiples of 8 elements, so their rows are 16-byte multiples and the compiler
+reads them with TMA; launching it with other sizes is refused by the tensor-map rules. `aligned=False` takes any
+M, N, K >= 1: the compiler then reads A and B with per-element ld.global (see convert-tile-to-sm90), and
+pipeline-loops leaves the K loop single-stage (ring stages are filled by bulk copies only).
+`tessera.runtime.gemm.gemm` picks the variant for the arrays it is given.
+
+Thread block (x, y, z) of the grid (ceildiv(M, BM), ceildiv(N, BN)[, batch]) computes C[z, x*BM : x*BM + BM,
+y*BN : y*BN + BN]. Any M, N and K >= 1 work: copies of partial tiles fill zeros (which add nothing to the
 products) and the bounded store drops rows and columns past M and N.
 """
 
 from __future__ import annotations
 
-from xdsl.dialects.builtin import ModuleOp, StringAttr
+import math
+
+from xdsl.dialects.builtin import DictionaryAttr, FloatAttr, IntegerAttr, ModuleOp, StringAttr
 from xdsl.ir import SSAValue
 
+from tessera.dialects import tile
+from tessera.dialects.tile_types import element_byte_width
+from tessera.kernel_abi import DIVISIBLE_ATTR
 from tessera.kernels.common import (
     ArgSpec,
     TileBuilder,
     ceildiv_dim,
     check_block,
     check_dtype,
+    check_flag,
     f32,
     finish_kernel,
     global_tensor,
@@ -26,43 +45,105 @@ from tessera.kernels.common import (
     register_tile,
     shared_tile,
 )
+from tessera.sm90 import facts
 
 
-def gemm(dtype: str = "bf16", block_m: int = 128, block_n: int = 128, block_k: int = 64) -> ModuleOp:
-    """The GEMM kernel `gemm_{dtype}`. Defaults: 128x128 output tiles (one f32 accumulator of 64 KiB over
-    the block) and BK = 64, so a bf16/f16 A tile row is exactly one 128-byte swizzle span; A and B tiles
-    take 16 + 16 KiB of shared memory per stage."""
+def check_factor(name: str, value: object) -> float:
+    """alpha or beta: a finite number that f32 holds exactly as given (ValueError otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number; got {value!r}")
+    if abs(value) > 3.4e38:
+        raise ValueError(f"{name} must fit in f32; got {value!r}")
+    return float(value)
+
+
+def gemm_name(dtype: str, transpose_a: bool = False, transpose_b: bool = False, batch: bool = False,
+              bias: bool = False, beta: float = 0.0, alpha: float = 1.0, aligned: bool = True) -> str:
+    """The kernel's symbol: `gemm_{dtype}` for plain NN, then `_tn`/`_nt`/`_tt`, `_any` (any sizes),
+    `_batched`, `_bias` and `_scaled` (alpha != 1 or beta != 0) for what it adds."""
+    layout = "".join("t" if t else "n" for t in (transpose_a, transpose_b))
+    parts = [f"gemm_{dtype}"] + ([layout] if layout != "nn" else [])
+    parts += ["any"] * (not aligned) + ["batched"] * batch + ["bias"] * bias + ["scaled"] * (alpha != 1 or beta != 0)
+    return "_".join(parts)
+
+
+def gemm(dtype: str = "bf16", block_m: int = 128, block_n: int = 128, block_k: int = 64, *,
+         transpose_a: bool = False, transpose_b: bool = False, alpha: float = 1.0, beta: float = 0.0,
+         bias: bool = False, batch: bool = False, aligned: bool = True) -> ModuleOp:
+    """The GEMM kernel (module docstring). Defaults: 128x128 output tiles (one f32 accumulator of 64 KiB over
+    the block) and BK = 64, so a bf16/f16 K-major tile row is exactly one 128-byte swizzle span; A and B
+    tiles take 16 + 16 KiB of shared memory per stage. Arguments: A, B, then C_in when beta != 0, then bias
+    when `bias`, then the output C."""
     elt = check_dtype(dtype)
     bm, bn, bk = (check_block(n, v) for n, v in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k)))
-    matrix = global_tensor([None, None], elt)
+    transpose_a, transpose_b, bias, batch, aligned = (check_flag(n, v) for n, v in (
+        ("transpose_a", transpose_a), ("transpose_b", transpose_b), ("bias", bias), ("batch", batch),
+        ("aligned", aligned)))
+    alpha, beta = check_factor("alpha", alpha), check_factor("beta", beta)
+    lead = ["batch"] if batch else []
+
+    def matrix(element, rows: str, cols: str) -> tuple:
+        return global_tensor([None] * (len(lead) + 2), element), lead + [rows, cols]
+
     args = [
-        ArgSpec("A", matrix, ["M", "K"]),
-        ArgSpec("B", matrix, ["K", "N"]),
-        ArgSpec("C", global_tensor([None, None], f32), ["M", "N"], role="out"),
+        ArgSpec("A", *matrix(elt, *(("K", "M") if transpose_a else ("M", "K")))),
+        ArgSpec("B", *matrix(elt, *(("N", "K") if transpose_b else ("K", "N")))),
     ]
-    grid = [ceildiv_dim("M", bm), ceildiv_dim("N", bn)]
-    fn, b = kernel_function(f"gemm_{dtype}", args, {"kind": StringAttr("gemm")}, grid)
-    a_arg, b_arg, c_arg = fn.body.blocks.first.args
+    if beta != 0:
+        args.append(ArgSpec("C_in", *matrix(f32, "M", "N")))
+    if bias:
+        args.append(ArgSpec("bias", global_tensor([None], f32), ["N"]))
+    args.append(ArgSpec("C", *matrix(f32, "M", "N"), role="out"))
+    info = {"kind": StringAttr("gemm")}
+    for key, on in (("transpose_a", transpose_a), ("transpose_b", transpose_b), ("bias", bias)):
+        if on:
+            info[key] = IntegerAttr(1, 1)
+    for key, value, default in (("alpha", alpha, 1.0), ("beta", beta, 0.0)):
+        if value != default:
+            info[key] = FloatAttr(value, f32)
+    grid = [ceildiv_dim("M", bm), ceildiv_dim("N", bn)] + lead
+    name = gemm_name(dtype, transpose_a, transpose_b, batch, bias, beta, alpha, aligned)
+    fn, b = kernel_function(name, args, info, grid)
+    if aligned:  # the innermost sizes of A and B: 16-byte rows
+        multiple = facts.TENSOR_MAP_GLOBAL_ALIGNMENT // element_byte_width(elt)
+        inner = sorted({args[0].dims[-1], args[1].dims[-1]})
+        fn.attributes[DIVISIBLE_ATTR] = DictionaryAttr({d: IntegerAttr(multiple, 64) for d in inner})
+    values = dict(zip([a.name for a in args], fn.body.blocks.first.args))
+    a_arg, b_arg = values["A"], values["B"]
 
     m0 = b.muli(b.program_id("x", "m_block"), b.const(bm), "m0")
     n0 = b.muli(b.program_id("y", "n_block"), b.const(bn), "n0")
-    n_k = b.ceildivui(b.dim(a_arg, 1, "k_size"), b.const(bk), "n_k")
-    a_smem = b.alloc_shared(shared_tile([bm, bk], elt), "a_smem")
-    b_smem = b.alloc_shared(shared_tile([bk, bn], elt), "b_smem")
+    index = [b.program_id("z", "batch_index")] if batch else []
+    k_size = b.dim(a_arg, len(lead) + (0 if transpose_a else 1), "k_size")
+    n_k = b.ceildivui(k_size, b.const(bk), "n_k")
+    a_smem = b.alloc_shared(shared_tile([bk, bm] if transpose_a else [bm, bk], elt), "a_smem")
+    b_smem = b.alloc_shared(shared_tile([bn, bk] if transpose_b else [bk, bn], elt), "b_smem")
 
     def k_step(b: TileBuilder, j: SSAValue, carried: tuple[SSAValue, ...]) -> list[SSAValue]:
         (acc,) = carried
         k0 = b.muli(j, b.const(bk), "k0")
-        b.cp_async(b.view(a_arg, [m0, k0], [bm, bk], "a_window"), a_smem)
-        b.cp_async(b.view(b_arg, [k0, n0], [bk, bn], "b_window"), b_smem)
+        a_corner, a_shape = ([k0, m0], [bk, bm]) if transpose_a else ([m0, k0], [bm, bk])
+        b_corner, b_shape = ([n0, k0], [bn, bk]) if transpose_b else ([k0, n0], [bk, bn])
+        b.cp_async(b.view(a_arg, index + a_corner, a_shape, "a_window"), a_smem)
+        b.cp_async(b.view(b_arg, index + b_corner, b_shape, "b_window"), b_smem)
         b.cp_commit_group()
         b.cp_wait_group(0)
         b.barrier()
-        acc_new = b.mma(a_smem, b_smem, acc, "acc_next")
+        acc_new = b.mma(a_smem, b_smem, acc, "acc_next", transpose_b=transpose_b, transpose_a=transpose_a)
         b.barrier()  # A and B are read before the next step's copies overwrite them
         return [acc_new]
 
     acc_init = b.fill(0.0, register_tile([bm, bn]), "acc_init")
     (acc,) = b.for_loop(n_k, [acc_init], ["acc"], k_step)
-    b.store_global(acc, b.view(c_arg, [m0, n0], [bm, bn], "c_window"))
+    out = b.scale(acc, alpha, "scaled") if alpha != 1 else acc
+    # The bias first: C_in's addresses are the store's, so from C_in's load on they stay live (register
+    # pressure: the accumulator, C_in and those offsets are 3 x 64 registers per thread at 128 x 128).
+    if bias:
+        row = b.load_broadcast(b.view(values["bias"], [n0], [bn], "bias_window"), bm, "bias_rows")
+        out = b.binary(tile.AddOp, out, row, "with_bias")
+    if beta != 0:
+        c_in = b.load(b.view(values["C_in"], index + [m0, n0], [bm, bn], "c_in_window"), "c_in")
+        c_in = b.scale(c_in, beta, "c_in_scaled") if beta != 1 else c_in
+        out = b.binary(tile.AddOp, out, c_in, "with_c")
+    b.store_global(out, b.view(values["C"], index + [m0, n0], [bm, bn], "c_window"))
     return finish_kernel(fn, b)

@@ -372,6 +372,33 @@ def print_ld_global(p: KernelPrinter, op: sm90.LdGlobalOp) -> None:
     p.run([Job(d, cls, (base, o, m), load(o, m)) for d, o, m in zip(dsts, offsets, mask)])
 
 
+@handles(sm90.LdGlobalU16Op)
+def print_ld_global_u16(p: KernelPrinter, op: sm90.LdGlobalU16Op) -> None:
+    """One predicated `ld.global.u16` into a 32-bit register per register; a masked-off register is 0."""
+    n = lanes(op.result.type)
+    base = p.reg(op.base_ptr)
+    offset_cls = p.cls(op.offsets)
+    cls = p.cls(op.result)
+    offsets, mask = element_lists(p, [op.offsets, op.mask], n)
+
+    def load(offset: str, predicate: str):
+        def lines(d: str | None) -> list[str]:
+            address_lines, address = _global_address(p, base, offset, offset_cls)
+            return address_lines + [f"@{predicate} ld.global.u16 {d}, {address}", f"@!{predicate} {cls.move} {d}, 0"]
+        return lines
+
+    dsts = p.define(op.result)
+    p.run([Job(d, cls, (base, o, m), load(o, m)) for d, o, m in zip(dsts, offsets, mask)])
+
+
+@handles(sm90.StSharedB16Op)
+def print_st_shared_b16(p: KernelPrinter, op: sm90.StSharedB16Op) -> None:
+    """One `st.shared.b16` of each 32-bit register's low half."""
+    n = lanes(op.values.type)
+    addresses, values = element_lists(p, [op.addresses, op.values], n)
+    p.run([Job(None, None, (a, v), lambda _, a=a, v=v: [f"st.shared.b16 [{a}], {v}"]) for a, v in zip(addresses, values)])
+
+
 @handles(sm90.StSharedOp)
 def print_st_shared(p: KernelPrinter, op: sm90.StSharedOp) -> None:
     n = lanes(op.values.type)

@@ -1,9 +1,19 @@
-"""`gemm(a, b)`: C = A B on the GPU with Tessera's GEMM kernel (A [M, K], B [K, N] in bf16 or f16; C [M, N]
-in float32, the tensor core's accumulator, rounded by the caller if it wants 16 bits).
+"""`gemm(a, b, ...)`: C = alpha op(A) op(B) + beta C + bias on the GPU with Tessera's GEMM kernel.
+
+    gemm(a, b, *, transpose_a=False, transpose_b=False, alpha=1.0, beta=None, c=None, bias=None)
+
+A and B are bf16 or f16 (one type), C, the optional addend `c` and the optional `bias` float32. `a` is [M, K]
+([K, M] with `transpose_a`: the kernel reads it as A^T, through the tensor core's transpose bit, never a copy),
+`b` [K, N] ([N, K] with `transpose_b`); `c` [M, N] is added times `beta` (1 when `c` is given and `beta` is
+not); `bias` [N] is added to every row. With 3-D `a` and `b` (and `c`) the leading dimension is a batch: one
+GEMM per index. The result is float32, the tensor core's accumulator, rounded by the caller if it wants 16 bits.
 
 Arrays as for `tessera.runtime.attention`: NumPy (bf16 as `ml_dtypes.bfloat16`) or PyTorch tensors, CUDA
-tensors in place. A and B are read through tensor maps, whose rows must start on 16 bytes: K and N must be
-multiples of 8; the message says so when they are not.
+tensors in place. Any M, N, K >= 1: when the innermost sizes of `a` and `b` are multiples of 8 (16-byte rows;
+for a CUDA tensor also a 16-byte aligned address) the kernel reads them with TMA, pipelined and warp-
+specialized; otherwise it reads them with ld.global (the `gemm(aligned=False)` kernel, whose K loop stays
+single-stage). Both go through the same default pipeline; the host description
+(`gemm_kernel(...).host.copies`) says which copy each operand gets.
 """
 
 from __future__ import annotations
@@ -12,38 +22,106 @@ from tessera.runtime.attention import DTYPES, UnsupportedKernel
 from tessera.runtime.compiler import CompiledKernel, KernelConfig, compile_kernel
 from tessera.runtime.launch import dtype_name, is_torch_tensor, run, usable_device
 
+ROW_MULTIPLE = 8
+"""Elements per 16-byte row granule of bf16/f16 (`facts.TENSOR_MAP_GLOBAL_ALIGNMENT` / 2): the sizes TMA can read."""
 
-def gemm_config(dtype: str = "bf16") -> KernelConfig:
-    return KernelConfig.of("gemm", dtype=dtype)
+
+def gemm_config(dtype: str = "bf16", *, transpose_a: bool = False, transpose_b: bool = False, alpha: float = 1.0,
+                beta: float = 0.0, bias: bool = False, batch: bool = False, aligned: bool = True) -> KernelConfig:
+    """The configuration of the GEMM kernel for these options (the builder's keyword arguments; only those
+    that differ from the defaults are named, so the plain kernel keeps one key)."""
+    from tessera.kernels.gemm import check_factor
+
+    options = {"dtype": dtype}
+    given = dict(transpose_a=transpose_a, transpose_b=transpose_b, alpha=check_factor("alpha", alpha),
+                 beta=check_factor("beta", beta), bias=bias, batch=batch, aligned=aligned)
+    defaults = dict(transpose_a=False, transpose_b=False, alpha=1.0, beta=0.0, bias=False, batch=False, aligned=True)
+    options.update({k: v for k, v in given.items() if v != defaults[k]})
+    return KernelConfig.of("gemm", **options)
 
 
-def check_gemm_arguments(a, b) -> str:
-    """The builder's dtype name for well-formed a, b; ValueError naming the rule otherwise."""
-    for name, x in (("a", a), ("b", b)):
-        shape = getattr(x, "shape", None)
-        if shape is None or not hasattr(x, "dtype"):
-            raise ValueError(f"gemm: {name} must be a NumPy array or a PyTorch tensor, got {type(x).__name__}")
-        if len(shape) != 2:
-            raise ValueError(f"gemm: {name} must be 2-D, got shape {tuple(shape)}")
-    if is_torch_tensor(a) != is_torch_tensor(b):
-        raise ValueError("gemm: a and b must be both NumPy arrays or both PyTorch tensors")
-    if a.shape[1] != b.shape[0]:
-        raise ValueError(f"gemm: a is [M, K] and b is [K, N]: got shapes {tuple(a.shape)} and {tuple(b.shape)}")
+def _shape(name: str, x) -> tuple[int, ...]:
+    shape = getattr(x, "shape", None)
+    if shape is None or not hasattr(x, "dtype"):
+        raise ValueError(f"gemm: {name} must be a NumPy array or a PyTorch tensor, got {type(x).__name__}")
+    shape = tuple(int(d) for d in shape)
+    if any(d <= 0 for d in shape):
+        raise ValueError(f"gemm: {name} has an empty dimension: shape {shape}")
+    return shape
+
+
+def _flag(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"gemm: {name} must be True or False, got {value!r}")
+    return value
+
+
+def _rows_aligned(x) -> bool:
+    """Whether TMA can read x: its innermost size is a multiple of 8 and, on the GPU, its address and row
+    strides are multiples of 16 bytes."""
+    if int(x.shape[-1]) % ROW_MULTIPLE:
+        return False
+    if is_torch_tensor(x) and x.is_cuda:
+        size = x.element_size()
+        return x.data_ptr() % 16 == 0 and all(s * size % 16 == 0 for s in x.stride()[:-1])
+    return True
+
+
+def check_gemm_arguments(a, b, *, transpose_a: bool = False, transpose_b: bool = False, alpha: float = 1.0,
+                         beta: float | None = None, c=None, bias=None) -> KernelConfig:
+    """The kernel configuration for well-formed arguments; ValueError (UnsupportedKernel for an element type no
+    kernel takes) naming the argument and the rule otherwise."""
+    transpose_a, transpose_b = _flag("transpose_a", transpose_a), _flag("transpose_b", transpose_b)
+    a_shape, b_shape = _shape("a", a), _shape("b", b)
+    if len(a_shape) not in (2, 3) or len(b_shape) != len(a_shape):
+        raise ValueError(f"gemm: a and b must be both 2-D, or both 3-D with a leading batch dimension, got shapes "
+                         f"{a_shape} and {b_shape}")
+    tensors = [("a", a), ("b", b)] + [(n, x) for n, x in (("c", c), ("bias", bias)) if x is not None]
+    if len({is_torch_tensor(x) for _, x in tensors}) != 1:
+        raise ValueError("gemm: a, b (and c, bias) must be all NumPy arrays or all PyTorch tensors")
+    *lead, rows_a, cols_a = a_shape
+    *lead_b, rows_b, cols_b = b_shape
+    (m, k), (kb, n) = (cols_a, rows_a) if transpose_a else (rows_a, cols_a), (cols_b, rows_b) if transpose_b else (rows_b, cols_b)
+    layouts = f"a is {'[K, M]' if transpose_a else '[M, K]'} and b is {'[N, K]' if transpose_b else '[K, N]'}"
+    if k != kb:
+        raise ValueError(f"gemm: {layouts}: got shapes {a_shape} and {b_shape}, whose K differ ({k} and {kb})")
+    if lead != lead_b:
+        raise ValueError(f"gemm: a and b must have the same batch size, got {lead[0]} and {lead_b[0]}")
     names = {dtype_name(a), dtype_name(b)}
     if len(names) != 1:
         raise ValueError(f"gemm: a and b must have one element type, got {', '.join(sorted(names))}")
     (name,) = names
     if name not in DTYPES:
         raise UnsupportedKernel(f"gemm: element type {name} is not supported (supported: {', '.join(DTYPES)})")
-    return DTYPES[name]
+    if beta is None:
+        beta = 1.0 if c is not None else 0.0
+    if c is None and beta != 0:
+        raise ValueError(f"gemm: beta = {beta} scales c, but no c was given")
+    if c is not None:
+        if beta == 0:
+            raise ValueError("gemm: c is given but beta is 0, so it would not be read (pass beta, or drop c)")
+        if _shape("c", c) != (*lead, m, n):
+            raise ValueError(f"gemm: c must be {[*lead, m, n]} ([batch,] M, N), got shape {_shape('c', c)}")
+    if bias is not None and _shape("bias", bias) != (n,):
+        raise ValueError(f"gemm: bias must be [N] = [{n}], got shape {_shape('bias', bias)}")
+    for label, x in (("c", c), ("bias", bias)):
+        if x is not None and dtype_name(x) != "float32":
+            raise ValueError(f"gemm: {label} must be float32 (the output's type), got {dtype_name(x)}")
+    aligned = _rows_aligned(a) and _rows_aligned(b)
+    return gemm_config(DTYPES[name], transpose_a=transpose_a, transpose_b=transpose_b, alpha=alpha, beta=beta,
+                       bias=bias is not None, batch=bool(lead), aligned=aligned)
 
 
-def gemm_kernel(a, b) -> CompiledKernel:
-    return compile_kernel(gemm_config(check_gemm_arguments(a, b)))
+def gemm_kernel(a, b, **options) -> CompiledKernel:
+    """The compiled kernel `gemm` would run for these arguments (checked first)."""
+    return compile_kernel(check_gemm_arguments(a, b, **options))
 
 
-def gemm(a, b):
-    """A @ B in float32 (see the module docstring)."""
-    config = gemm_config(check_gemm_arguments(a, b))
-    usable_device((a, b))  # no GPU, no compile
-    return run(compile_kernel(config), a, b)
+def gemm(a, b, *, transpose_a: bool = False, transpose_b: bool = False, alpha: float = 1.0,
+         beta: float | None = None, c=None, bias=None):
+    """alpha op(a) op(b) + beta c + bias in float32 (see the module docstring)."""
+    config = check_gemm_arguments(a, b, transpose_a=transpose_a, transpose_b=transpose_b, alpha=alpha, beta=beta,
+                                  c=c, bias=bias)
+    inputs = [a, b] + [x for x in (c, bias) if x is not None]
+    usable_device(inputs)  # no GPU, no compile
+    return run(compile_kernel(config), *inputs)

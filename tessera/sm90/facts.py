@@ -47,6 +47,7 @@ from tessera.sm90.swizzle import (
 from tessera.sm90.tma import (
     TENSOR_MAP_ALIGNMENT,
     TENSOR_MAP_BYTES,
+    TENSOR_MAP_GLOBAL_ALIGNMENT,
     TENSOR_MAP_ELEMENT_BYTES,
     TMA_SMEM_ALIGNMENT,
     TensorMapDataType,
@@ -83,6 +84,7 @@ from tessera.sm90.wgmma import (
     WGMMA_ACCUMULATOR_TYPES,
     WGMMA_K_BYTES,
     WGMMA_M,
+    WGMMA_TRANSPOSE_TYPES,
     a_fragment_coords,
     a_register_sources,
     accumulator_coords,
@@ -91,6 +93,7 @@ from tessera.sm90.wgmma import (
     warpgroup_warps,
     wgmma_n_values,
     wgmma_shape,
+    wgmma_transpose_immediate,
 )
 
 __all__ = sorted(name for name in globals() if not name.startswith("_"))

@@ -86,6 +86,30 @@ def accumulator_registers(n: int, dtype: str) -> int:
     return n // 4 if dtype == "f16" else n // 2
 
 
+WGMMA_TRANSPOSE_TYPES = ("f16", "bf16")
+"""The multiplicand types whose shared operands may be transposed [P#asynchronous-warpgroup-level-matrix-
+instructions-wgmma-mma-async]: "Matrices A and B are stored in row-major and column-major format respectively.
+For certain floating point variants, the input matrices A and B can be transposed by specifying the value 1 for
+the immediate integer arguments imm-trans-a and imm-trans-b respectively. [...] The transpose operation is only
+supported for the wgmma.mma_async variants with .f16/.bf16 types on matrices accessed from shared memory using
+matrix descriptors." A, [M, K], is "row-major" when K-major; B, [K, N], is "column-major" when K-major: so
+imm-trans 0 reads an operand K-major and 1 reads it MN-major (M- or N-contiguous)."""
+
+
+def wgmma_transpose_immediate(major: str, atype: str, operand: str = "A") -> int:
+    """imm-trans-a/imm-trans-b for a shared operand stored `major` ("K" or "MN") of type `atype`: 0 for K-major,
+    1 for MN-major, which only .f16/.bf16 allow (ValueError naming the rule otherwise)."""
+    _check_atype(atype)
+    if major == "K":
+        return 0
+    if major != "MN":
+        raise ValueError(f"major must be 'K' or 'MN', got {major!r}")
+    if atype not in WGMMA_TRANSPOSE_TYPES:
+        raise ValueError(f"an MN-major {operand} (imm-trans-{operand.lower()} = 1) needs .f16 or .bf16 "
+                         f"multiplicands, got .{atype}: other types are read K-major only")
+    return 1
+
+
 def _check_atype(atype: str) -> None:
     if atype not in WGMMA_ACCUMULATOR_TYPES:
         raise ValueError(f"wgmma multiplicand type must be one of {tuple(WGMMA_ACCUMULATOR_TYPES)}, got {atype!r}")

@@ -138,7 +138,7 @@ def run_ptx(module: ModuleOp, sig: KernelSignature, arguments: list[np.ndarray],
 
 def block_of(sig: KernelSignature, module: ModuleOp, index: tuple[int, ...]) -> tuple[int, int, int]:
     """The block (program id x, y, z) that writes output element `index`, for the kernels `tessera.kernels`
-    builds: attention [b, h, q, d] -> (q // BM, h, b); GEMM [m, n] -> (m // BM, n // BN, 0), with BM, BN the
+    builds: attention [b, h, q, d] -> (q // BM, h, b); GEMM [z,] m, n -> (m // BM, n // BN, z), with BM, BN the
     shape of the tile the kernel stores. (0, 0, 0) for other kinds."""
     from tessera.dialects import tile
 
@@ -149,6 +149,7 @@ def block_of(sig: KernelSignature, module: ModuleOp, index: tuple[int, ...]) -> 
     if sig.kind == "attention" and len(index) == 4:
         b, h, q, _ = index
         return (q // rows, h, b)
-    if sig.kind == "gemm" and len(index) == 2:
-        return (index[0] // rows, index[1] // cols, 0)
+    if sig.kind == "gemm" and len(index) in (2, 3):  # [batch,] m, n
+        *batch, m, n = index
+        return (m // rows, n // cols, batch[0] if batch else 0)
     return (0, 0, 0)

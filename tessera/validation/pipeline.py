@@ -143,7 +143,7 @@ def _reference(sig, outputs, inputs):
     if sig.kind == "attention":
         c = reference.check_attention(outputs[0], *inputs, dtype, causal=sig.causal, scale=sig.scale)
     elif sig.kind == "gemm":
-        c = reference.check_gemm(outputs[0], *inputs, dtype)
+        c = reference.check_gemm_kernel(sig, outputs[0], inputs, dtype)
     else:
         return None, None
     return c.max_error, c.tolerance
@@ -329,7 +329,7 @@ def _reference_output(sig, inputs) -> np.ndarray | None:
     if sig.kind == "attention":
         return reference.attention(*rounded, sig.causal, sig.scale)
     if sig.kind == "gemm":
-        return reference.gemm(*rounded)
+        return reference.gemm_kernel(sig, rounded)
     return None
 
 

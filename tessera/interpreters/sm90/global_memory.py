@@ -2,8 +2,8 @@
 pointer reaches them) at made-up 64-bit addresses.
 
 Tensor k of the Tile-level argument list starts at `(k + 1) << 40`, so a pointer plus a byte offset maps back to
-one tensor and one byte in it. `ld_global`/`st_global` move 32-bit words; an access outside every tensor, or
-not 4-byte aligned, is an error naming the op and the thread.
+one tensor and one byte in it. `ld_global`/`st_global` move 32-bit words (`ld_global_u16` 16-bit ones); an access outside every
+tensor, or not aligned to its size, is an error naming the op and the thread.
 """
 
 from __future__ import annotations
@@ -43,33 +43,36 @@ class GlobalMemory:
         """The address of the first byte of tensor `index`."""
         return (index + 1) << TENSOR_SPACING_BITS
 
-    def _resolve(self, cta: CtaState, op: Operation, addresses: np.ndarray, threads: np.ndarray, what: str):
+    def _resolve(self, cta: CtaState, op: Operation, addresses: np.ndarray, threads: np.ndarray, what: str,
+                 nbytes: int = WORD_BYTES):
         tensor = (addresses >> TENSOR_SPACING_BITS) - 1
         offset = addresses & ((1 << TENSOR_SPACING_BITS) - 1)
         sizes = np.array([b.size for b in self._bytes] + [0], np.int64)
         known = (tensor >= 0) & (tensor < len(self._bytes))
-        inside = known & (offset + WORD_BYTES <= sizes[np.where(known, tensor, len(self._bytes))])
+        inside = known & (offset + nbytes <= sizes[np.where(known, tensor, len(self._bytes))])
         if not inside.all():
             i = int(np.argmax(~inside))
             where = (f"outside tensor {self.names[tensor[i]]} ({sizes[tensor[i]]} bytes) at byte offset {offset[i]}"
                      if known[i] else "outside every tensor of the kernel")
-            cta.fail(op, f"{what} {WORD_BYTES} bytes at global address {int(addresses[i]):#x}, {where}",
+            cta.fail(op, f"{what} {nbytes} bytes at global address {int(addresses[i]):#x}, {where}",
                      int(threads[i]))
-        misaligned = offset % WORD_BYTES != 0
+        misaligned = offset % nbytes != 0
         if misaligned.any():
             i = int(np.argmax(misaligned))
-            cta.fail(op, f"{what} {WORD_BYTES} bytes at global address {int(addresses[i]):#x}, which is not "
-                         f"{WORD_BYTES}-byte aligned",
+            cta.fail(op, f"{what} {nbytes} bytes at global address {int(addresses[i]):#x}, which is not "
+                         f"{nbytes}-byte aligned",
                      int(threads[i]))
         return tensor, offset
 
-    def load_words(self, cta: CtaState, op: Operation, addresses: np.ndarray, threads: np.ndarray) -> np.ndarray:
-        tensor, offset = self._resolve(cta, op, addresses, threads, "loads")
+    def load_words(self, cta: CtaState, op: Operation, addresses: np.ndarray, threads: np.ndarray,
+                   nbytes: int = WORD_BYTES) -> np.ndarray:
+        """The little-endian words of `nbytes` (4, or 2: zero-extended) at `addresses`, as uint32."""
+        tensor, offset = self._resolve(cta, op, addresses, threads, "loads", nbytes)
         words = np.zeros(len(addresses), np.uint32)
         for k in np.unique(tensor):
             sel = tensor == k
-            start = offset[sel][:, None] + np.arange(WORD_BYTES)
-            words[sel] = self._bytes[k][start].view("<u4").reshape(-1)
+            start = offset[sel][:, None] + np.arange(nbytes)
+            words[sel] = self._bytes[k][start].view("<u4" if nbytes == 4 else "<u2").reshape(-1)
         return words
 
     def store_words(self, cta: CtaState, op: Operation, addresses: np.ndarray, threads: np.ndarray,

@@ -261,6 +261,23 @@ class Sm90Functions(InterpreterFunctions):
         words[selected] = self.memory.load_words(self.cta, op, (base[:, None] + offsets)[selected], thread)
         return (words.view(dtype_of(op.result.type)),)
 
+    @impl(sm90.LdGlobalU16Op)
+    def run_ld_global_u16(self, interpreter: Interpreter, op: sm90.LdGlobalU16Op, args: PythonValues):
+        base, offsets, mask = args
+        selected = mask & row_mask(self.cta.active, mask)
+        thread, _ = np.nonzero(selected)
+        words = np.zeros(mask.shape, np.uint32)
+        words[selected] = self.memory.load_words(self.cta, op, (base[:, None] + offsets)[selected], thread, 2)
+        return (words.view(dtype_of(op.result.type)),)
+
+    @impl(sm90.StSharedB16Op)
+    def run_st_shared_b16(self, interpreter: Interpreter, op: sm90.StSharedB16Op, args: PythonValues):
+        addresses, values = args
+        flat_addresses, threads = self._rows(addresses)
+        words, _ = self._rows(self._words(values))
+        self.cta.smem.store_words(op, threads, flat_addresses.astype(np.int64), words, 2)
+        return ()
+
     @impl(sm90.StSharedOp)
     def run_st_shared(self, interpreter: Interpreter, op: sm90.StSharedOp, args: PythonValues):
         addresses, values = args

@@ -109,14 +109,16 @@ class SharedMemory:
 
     # endregion
     # region generic proxy: st_shared, ld_shared, fence_proxy_async
-    def store_words(self, op: Operation, threads: np.ndarray, addresses: np.ndarray, words: np.ndarray) -> None:
-        """st.shared.b32 of `words` (uint32) at `addresses` by `threads` (all 1-D, same length)."""
-        self.check_bounds(op, addresses, threads, WORD_BYTES, "stores")
-        self.check_alignment(op, addresses, threads, WORD_BYTES, "stores 32 bits")
-        byte_addresses = (addresses[:, None] + np.arange(WORD_BYTES)).reshape(-1)
-        byte_threads = np.repeat(threads, WORD_BYTES)
+    def store_words(self, op: Operation, threads: np.ndarray, addresses: np.ndarray, words: np.ndarray,
+                    nbytes: int = WORD_BYTES) -> None:
+        """st.shared.b32 of `words` (uint32) at `addresses` by `threads` (all 1-D, same length); with
+        `nbytes` 2, st.shared.b16 of their low halves."""
+        self.check_bounds(op, addresses, threads, nbytes, "stores")
+        self.check_alignment(op, addresses, threads, nbytes, f"stores {8 * nbytes} bits")
+        byte_addresses = (addresses[:, None] + np.arange(nbytes)).reshape(-1)
+        byte_threads = np.repeat(threads, nbytes)
         self.check_writable(op, byte_addresses, byte_threads, "st_shared")
-        self.data[byte_addresses] = words.astype("<u4").view(np.uint8)
+        self.data[byte_addresses] = words.astype("<u4").view(np.uint8).reshape(-1, WORD_BYTES)[:, :nbytes].reshape(-1)
         self.state[byte_addresses] = GENERIC
         self.writer[byte_addresses] = byte_threads
         self.written_at[byte_addresses] = self.cta.tick()

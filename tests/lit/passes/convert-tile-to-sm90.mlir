@@ -1,11 +1,11 @@
 // RUN: tessera-opt %s -p assign-swizzle,convert-tile-to-sm90,canonicalize,cse | filecheck %s
 
-// A GEMM tiled 64x64x64: one warpgroup (128 threads); A and B arrive by TMA in 64-column (128-byte) boxes
+// A GEMM tiled 64x64x64 whose K and N are promised multiples of 8 (tile.divisible: rows of 16 bytes): one warpgroup (128 threads); A and B arrive by TMA in 64-column (128-byte) boxes
 // on the mbarrier of their commit group; each K tile is a chain of four m64n64k16 wgmmas (A K-major, B
 // MN-major: trans-b 1, LBO = one box of 64 rows); C is stored with a bounds mask.
 
 builtin.module {
-  func.func @gemm_bf16(%A: !tile.tile<?x?xbf16, global> {tile.dims = #tile.dims<M, K>}, %B: !tile.tile<?x?xbf16, global> {tile.dims = #tile.dims<K, N>}, %C: !tile.tile<?x?xf32, global> {tile.dims = #tile.dims<M, N>, tile.role = "out"}) attributes {tile.kernel = {kind = "gemm"}, tile.grid = #tile.dims<ceildiv(M, 64), ceildiv(N, 64)>} {
+  func.func @gemm_bf16(%A: !tile.tile<?x?xbf16, global> {tile.dims = #tile.dims<M, K>}, %B: !tile.tile<?x?xbf16, global> {tile.dims = #tile.dims<K, N>}, %C: !tile.tile<?x?xf32, global> {tile.dims = #tile.dims<M, N>, tile.role = "out"}) attributes {tile.kernel = {kind = "gemm"}, tile.grid = #tile.dims<ceildiv(M, 64), ceildiv(N, 64)>, tile.divisible = {K = 8 : i64, N = 8 : i64}} {
     %m_block = tile.program_id x : index
     %c64 = arith.constant 64 : index
     %m0 = arith.muli %m_block, %c64 : index

@@ -1,0 +1,63 @@
+"""`convert-tile-to-sm90`: translate Tile IR kernels into Target IR for one sm_90a thread block.
+
+Input: verified Tile IR kernels whose shared tiles have a 128-byte swizzle (run `assign-swizzle` first).
+Output: each kernel `func.func` replaced by a Target IR kernel (`sm90.kernel = {threads, smem_bytes}`, the
+`tile.kernel`/`tile.grid` attributes kept) whose arguments are tensor maps, global pointers and named sizes
+(each with `sm90.source`, `sm90.box`, `sm90.swizzle` or `sm90.size`; see `tessera.interpreters.sm90`).
+
+How each piece maps:
+- Warpgroups: every register tile is [BM, N] with BM = 64 x W; W warpgroups (128 threads each) split the
+  rows, 64 each, in the wgmma accumulator layout (`tessera.lowering.fragments`).
+- Shared tiles are buffers of `sm90.shared_buffer`, stored as boxes of 128-byte rows: an [R, C] tile is
+  C x elt / 128 boxes of R rows (head_dim 128 in bf16 is two 64-column boxes).
+- `tile.cp_async` becomes one TMA load per box, issued by thread 0, on the mbarrier of the
+  `tile.cp_commit_group` that closes its group; the commit is thread 0's `arrive.expect_tx` of the group's
+  bytes. TMA needs rows that start on 16 bytes: a copy of a tensor whose innermost size is not a constant or
+  a size the kernel promises a multiple of (`tile.divisible`) to make it so is done by every thread instead,
+  `ld.global.u16` (zero outside the tensor) then `st.shared.b16` at the swizzled address and
+  `fence.proxy.async` (the tensor's argument is then a pointer marked `sm90.copy = "ld.global"`). `tile.cp_wait_group` waits (try_wait.parity loops, every thread) on the barriers of the groups it
+  covers, with the parity of the execution it waits for (the loop trip, mod 2). `tile.barrier` is bar.sync 0.
+- `tile.mma` is a wgmma chain over K in steps of 16 (shared A and B through descriptors: K-major for A and
+  for B^T, MN-major, imm-trans 1, for B and for A^T with `transpose_a`, each warpgroup its own 64-column box;
+  bf16/f16 A from registers, packed, for P x V), then commit and wait 0.
+- Row reductions reduce a thread's registers of each row, then across the 4 lanes of the row with
+  shfl.sync.bfly; exponentials are ex2.approx with log2(e) folded into an fma; division is rcp.approx with
+  rows of sum 0 giving 0; masks compare per-register row/column coordinates.
+- `tile.store_global` / `tile.load` of a global window store / load each thread's registers (packed pairs
+  for bf16/f16) with a bounds mask (out-of-bounds loads give 0); `tile.load_broadcast` loads each register's
+  column of a 1-D window (a bias).
+Refused by name: ring stages of a tensor TMA cannot read, shared tiles that are not 128B-swizzled with whole 128-byte rows, register tiles
+that are not [64 W, N] with a legal wgmma N, reshapes other than [BM] <-> [BM, 1], waits whose groups come from a
+previous loop trip (pipelining is `pipeline-loops`' job), and any op not listed here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+
+from tessera.kernel_abi import kernels
+from tessera.passes.convert_tile_to_sm90.common import PRODUCER_ATTR, LoweringError
+from tessera.passes.convert_tile_to_sm90.kernel import KernelLowering
+
+__all__ = ["PRODUCER_ATTR", "ConvertTileToSm90Pass", "KernelLowering", "LoweringError"]
+
+
+@dataclass(frozen=True)
+class ConvertTileToSm90Pass(ModulePass):
+    """Replace every Tile IR kernel of the module by its sm_90a Target IR kernel (module docstring)."""
+
+    name = "convert-tile-to-sm90"
+    input_level: ClassVar[str] = "tile"
+    """The kernels it transforms (Tile IR); tools refuse a module with only the other kind."""
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for kernel in kernels(op):
+            lowered = KernelLowering(kernel).run()
+            kernel.parent_block().insert_op_before(lowered, kernel)
+            kernel.detach()
+            kernel.erase()

@@ -1,0 +1,160 @@
+"""convert-tile-to-sm90, the attention pieces: row reductions over quads, exponentials, scaling and
+rescaling, masks, casts and reshapes."""
+
+from __future__ import annotations
+
+import math as pymath
+
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    Float16Type,
+    Float32Type,
+    IndexType,
+    f32,
+)
+from xdsl.ir import SSAValue
+
+from tessera.dialects import sm90, tile
+from tessera.lowering.emitter import Emitter
+from tessera.lowering.fragments import quad_shuffle_offsets
+from tessera.passes.convert_tile_to_sm90.common import (
+    LOG2E,
+    _refuse,
+    Scaled,
+)
+
+
+class AttentionLowering:
+    """The Attention handlers of `KernelLowering` (a mixin: it uses the kernel's state)."""
+
+    def _reduce_rows(self, op, x: SSAValue, combine, e: Emitter) -> SSAValue:
+        layout = self._layout(op, op.source.type)
+        rows = layout.row_of_element
+        grouped = [v for r in range(2) for v in range(layout.lanes) if rows[v] == r]
+        x = e.shuffle(x, grouped)
+        size = layout.lanes // 2  # registers per row; a tile BN = 16 k wide has k, odd for BN = 48, 80, ...
+        while size > 1:
+            half = size // 2
+            left = e.shuffle(x, [r * size + i for r in range(2) for i in range(half)])
+            right = e.shuffle(x, [r * size + half + i for r in range(2) for i in range(half)])
+            folded = combine(left, right)
+            if size % 2:  # each row's last register has no partner at this level: it joins the folded ones
+                x = e.shuffle(folded, [i for r in range(2) for i in
+                                       (*range(r * half, (r + 1) * half), 2 * half + r * size + size - 1)], x)
+                size = half + 1
+            else:
+                x, size = folded, half
+        for offset in quad_shuffle_offsets():
+            x = combine(x, e.op(sm90.ShflSyncOp("bfly", x, offset)))
+        return x
+
+    def _lower_RowMaxOp(self, op: tile.RowMaxOp, e: Emitter) -> None:
+        x = self._peek(op.source)
+        if isinstance(x, Scaled):  # max(f x) = f max(x) for f > 0: two multiplies instead of one per element
+            rows = self._reduce_rows(op, x.raw, e.maxf, e)
+            self._set(op.result, e.mulf(rows, e.splat(f32, x.factor, rows.type.get_shape()[0])))
+            return
+        self._set(op.result, self._reduce_rows(op, self._get(op.source), e.maxf, e))
+
+    def _lower_RowSumOp(self, op: tile.RowSumOp, e: Emitter) -> None:
+        self._set(op.result, self._reduce_rows(op, self._get(op.source), e.addf, e))
+
+    def _broadcast_rows(self, op, rows: SSAValue, e: Emitter) -> SSAValue:
+        return e.shuffle(rows, self._layout(op, op.source.type).row_of_element)
+
+    def _safe_max(self, m: SSAValue, e: Emitter) -> SSAValue:
+        lanes = m.type.get_shape()[0]
+        is_inf = e.setp("eq", m, e.splat(f32, float("-inf"), lanes))
+        return e.select(is_inf, e.splat(f32, 0.0, lanes), m)
+
+    def _exp_minus(self, op, x: SSAValue, rows: SSAValue, e: Emitter, broadcast: bool, factor: float = 1.0) -> SSAValue:
+        """exp(factor x - m) = ex2(x (factor log2e) - m log2e): -m log2e is computed once per row (two
+        registers), then one fma per register and ex2 (a `Scaled` operand's factor folds into the fma)."""
+        lanes = x.type.get_shape()[0]
+        m = self._safe_max(rows, e)
+        neg_scaled_m = e.op(arith.NegfOp(e.mulf(m, e.splat(f32, LOG2E, m.type.get_shape()[0]))))
+        if broadcast:
+            neg_scaled_m = self._broadcast_rows(op, neg_scaled_m, e)
+        return e.ex2(e.fma(x, e.splat(f32, factor * LOG2E, lanes), neg_scaled_m))
+
+    def _lower_ExpSubtractOp(self, op: tile.ExpSubtractOp, e: Emitter) -> None:
+        x = self._peek(op.source)
+        raw, factor = (x.raw, x.factor) if isinstance(x, Scaled) else (x, 1.0)
+        self._set(op.result, self._exp_minus(op, raw, self._get(op.rows), e, broadcast=True, factor=factor))
+
+    def _lower_ExpDiffOp(self, op: tile.ExpDiffOp, e: Emitter) -> None:
+        self._set(op.result, self._exp_minus(op, self._get(op.lhs), self._get(op.rhs), e, broadcast=False))
+
+    def _lower_ElementMaxOp(self, op, e: Emitter) -> None:
+        self._set(op.result, e.maxf(self._get(op.lhs), self._get(op.rhs)))
+
+    def _lower_AddOp(self, op, e: Emitter) -> None:
+        self._set(op.result, e.addf(self._get(op.lhs), self._get(op.rhs)))
+
+    def _lower_MulOp(self, op, e: Emitter) -> None:
+        self._set(op.result, e.mulf(self._get(op.lhs), self._get(op.rhs)))
+
+    def _lower_FmaOp(self, op, e: Emitter) -> None:
+        self._set(op.result, e.fma(self._get(op.a), self._get(op.b), self._get(op.c)))
+
+    def _lower_ScaleOp(self, op: tile.ScaleOp, e: Emitter) -> None:
+        x, factor = self._get(op.source), op.factor.value.data
+        if factor > 0 and pymath.isfinite(factor):
+            self.values[op.result] = Scaled(x, factor)  # multiplied out only where no consumer folds it
+            return
+        self._set(op.result, e.mulf(x, e.splat(f32, factor, x.type.get_shape()[0])))
+
+    def _lower_MulRowsOp(self, op, e: Emitter) -> None:
+        self._set(op.result, e.mulf(self._get(op.source), self._broadcast_rows(op, self._get(op.rows), e)))
+
+    def _lower_DivRowsOp(self, op, e: Emitter) -> None:
+        rows = self._get(op.rows)
+        zero_rows = e.setp("eq", rows, e.splat(f32, 0.0, 2))
+        inverse = e.select(zero_rows, e.splat(f32, 0.0, 2), e.rcp(rows))
+        self._set(op.result, e.mulf(self._get(op.source), self._broadcast_rows(op, inverse, e)))
+
+    def _lower_ReshapeOp(self, op: tile.ReshapeOp, e: Emitter) -> None:
+        if self._vector_type(op, op.source.type) != self._vector_type(op, op.result.type) or not (
+            op.source.type.rank == 1 or self._is_column(op.source.type)
+        ):
+            _refuse(op, "only reshapes between a row vector [BM] and a column [BM, 1] are supported")
+        self._set(op.result, self._get(op.source))
+
+    def _lower_CastOp(self, op: tile.CastOp, e: Emitter) -> None:
+        src, dst = op.source.type, op.result.type
+        if not (isinstance(src.element_type, Float32Type) and isinstance(dst.element_type, BFloat16Type | Float16Type) and src.rank == 2):
+            _refuse(op, "only casts of 2-D f32 register tiles to bf16/f16 are supported")
+        half = "bf16" if isinstance(dst.element_type, BFloat16Type) else "f16"
+        self._set(op.result, e.op(sm90.CvtPackOp(self._get(op.source), half)))
+
+    def _mask(self, op, e: Emitter, hidden: SSAValue) -> None:
+        """-inf where hidden. A `Scaled` source stays scaled: f * -inf = -inf for f > 0."""
+        x = self._peek(op.source)
+        raw = x.raw if isinstance(x, Scaled) else x
+        lanes = raw.type.get_shape()[0]
+        masked = e.select(hidden, e.splat(f32, float("-inf"), lanes), raw)
+        if isinstance(x, Scaled):
+            self.values[op.result] = Scaled(masked, x.factor)
+        else:
+            self._set(op.result, masked)
+
+    def _lower_MaskBoundsOp(self, op: tile.MaskBoundsOp, e: Emitter) -> None:
+        # Key k0 + col is hidden where col >= seq_k - k0, i.e. unless col < seq_k - k0.
+        _, col_offsets = self._thread_offsets(op, op.source.type)
+        _, col = self._origin(e, e.index(0), self._get(op.k_start))
+        limit = e.op(arith.SubiOp(self._get(op.seq_k), col))
+        hidden = e.setp("le", e.broadcast(limit, len(col_offsets)), e.dense(IndexType(), col_offsets))
+        self._mask(op, e, hidden)
+
+    def _lower_MaskCausalOp(self, op: tile.MaskCausalOp, e: Emitter) -> None:
+        # Key k0 + c is hidden where k0 + c > q0 + r + seq_k - seq_q, i.e. where (c - r) > t with
+        # t = q0 + r0 + seq_k - seq_q - k0 - c0 for the thread's first element (r0, c0).
+        row_offsets, col_offsets = self._thread_offsets(op, op.source.type)
+        row, col = self._origin(e, self._get(op.q_start), self._get(op.k_start))
+        shift = e.op(arith.SubiOp(self._get(op.seq_k), self._get(op.seq_q)))
+        t = e.op(arith.SubiOp(e.addi(row, shift), col))
+        diagonal = [c - r for r, c in zip(row_offsets, col_offsets)]
+        hidden = e.setp("lt", e.broadcast(t, len(diagonal)), e.dense(IndexType(), diagonal))
+        self._mask(op, e, hidden)
+

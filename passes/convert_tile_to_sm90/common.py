@@ -1,0 +1,153 @@
+"""Shared pieces of convert-tile-to-sm90: constants, the lowering error, and the records of lowered values
+(shared tiles, rings and stages, windows, copy groups, loops)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.dialects import arith, func, scf
+from xdsl.dialects.builtin import IntegerAttr
+from xdsl.ir import Operation, SSAValue
+from xdsl.utils.exceptions import DiagnosticException
+
+from tessera.diagnostics import located
+from tessera.dialects import sm90, tile
+from tessera.dialects.tile_types import TileType
+from tessera.sm90 import facts
+
+
+LINE = facts.SWIZZLE_LINE_BYTES                     # bytes of one swizzled row of a box
+CORE_ROWS = facts.swizzle_period_bytes(128) // LINE  # rows per 1024-byte swizzle atom (the descriptor SBO)
+K_STEP = 16                                         # wgmma k for 16-bit types
+LOG2E = 1.4426950408889634
+PRODUCER_ATTR = "sm90.producer"
+"""Marks the scf.if in which thread 0 refills a ring stage: the work warp-specialize gives the producer."""
+
+
+def _constant(value: SSAValue) -> int | None:
+    owner = value.owner
+    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
+        return owner.value.value.data
+    return None
+
+
+class LoweringError(DiagnosticException):
+    """A Tile IR construct convert-tile-to-sm90 cannot lower; the message names the op and the rule."""
+
+
+def _refuse(op: Operation, message: str) -> None:
+    """Raise the LoweringError `message` about `op` (the kernel itself for what concerns it as a whole), located
+    in the input (`tessera.diagnostics.located`)."""
+    where = f"{tile_text(op)}: " if not isinstance(op, func.FuncOp) else ""
+    raise LoweringError(located(op, f"convert-tile-to-sm90: {where}{message}", name_op=False))
+
+
+def tile_text(op: Operation) -> str:
+    text = str(op).splitlines()[0].strip()
+    return text if len(text) < 140 else text[:137] + "..."
+
+
+@dataclass
+class SharedTile:
+    """A shared tile placed in dynamic shared memory: [rows, cols] of `elt_bytes`, stored as boxes of
+    128-byte rows."""
+
+    address: SSAValue
+    rows: int
+    cols: int
+    elt_bytes: int
+    stage: Stage | None = None
+
+    @property
+    def box_cols(self) -> int:
+        return LINE // self.elt_bytes
+
+    @property
+    def boxes(self) -> int:
+        return self.cols // self.box_cols
+
+    @property
+    def box_bytes(self) -> int:
+        return self.rows * LINE
+
+
+@dataclass
+class Ring:
+    """A staged shared buffer [slots, rows, cols]: `slots` tiles of `slot_bytes` from `address`, and per slot
+    a "full" mbarrier (one arrival with the copy's transaction bytes: the data landed) and an "empty" one
+    (one arrival per thread of the block: every thread finished reading it), 8 bytes apart from `full` and
+    `empty`. Fill and use number u go to slot u mod slots; each wraps the ring every `slots` uses, so
+    the phase parity of both barriers flips once per trip around the ring: use u waits for full's phase
+    u / slots (parity (u / slots) & 1) and fill u for empty's phase u / slots - 1 (parity flipped; for the
+    first trip that is the phase "before" a fresh barrier, which counts as complete)."""
+
+    address: SSAValue
+    slots: int
+    rows: int
+    cols: int
+    elt_bytes: int
+    full: SSAValue
+    empty: SSAValue
+
+    @property
+    def slot_bytes(self) -> int:
+        return self.rows * self.cols * self.elt_bytes
+
+
+@dataclass
+class Stage:
+    """One `tile.stage %ring[remui(use, slots)]`: the ring, the slot (index) and the use number (index)."""
+
+    ring: Ring
+    slot: SSAValue
+    use: SSAValue
+    full: SSAValue
+    empty: SSAValue
+
+
+@dataclass
+class Scaled:
+    """A register tile `raw * factor` (factor > 0) not multiplied out yet: masks, row maxima and exp_subtract
+    fold the factor (max(f x) = f max(x); exp(f x - m) = ex2(x (f log2 e) - m log2 e)), saving one multiply
+    per element; any other use multiplies it out once per block."""
+
+    raw: SSAValue
+    factor: float
+
+
+@dataclass
+class PendingMma:
+    """A committed wgmma group not waited for yet: its result (Tile value) and the shared tiles it reads."""
+
+    tile_value: SSAValue
+    reads: list
+
+
+@dataclass
+class Window:
+    """A `tile.view`: source argument index, its (new) index values, window shape."""
+
+    arg: int
+    indices: list[SSAValue]
+    shape: tuple[int, ...]
+
+
+@dataclass
+class Group:
+    """A `tile.cp_commit_group`: its mbarrier, the bytes its copies bring, the loop it executes in."""
+
+    barrier: SSAValue
+    loop: scf.ForOp | None
+    nbytes: int = 0
+
+
+@dataclass
+class LoopInfo:
+    op: scf.ForOp
+    trip: SSAValue  # the trip index (iv - lb) / step in the new IR
+
+
+
+def op_tile_type(op: Operation) -> TileType:
+    return op.operands[0].type
+

@@ -1,0 +1,92 @@
+"""convert-tile-to-sm90, structured control flow: scf.for (with the loop trip for mbarrier parities),
+block-uniform scf.if, yields and the return."""
+
+from __future__ import annotations
+
+from xdsl.dialects import arith, func, scf
+from xdsl.dialects.builtin import IndexType
+from xdsl.ir import Block, Operation, Region
+
+from tessera.dialects import tile
+from tessera.lowering.emitter import Emitter
+from tessera.passes.convert_tile_to_sm90.common import (
+    _refuse,
+    LoopInfo,
+)
+
+
+class ControlFlowLowering:
+    """The ControlFlow handlers of `KernelLowering` (a mixin: it uses the kernel's state)."""
+
+    # -- control flow --------------------------------------------------------------------------------------
+    def _lower_ForOp(self, op: scf.ForOp, e: Emitter) -> None:
+        lb, ub, step = (self._get(v) for v in (op.lb, op.ub, op.step))
+        inits = [self._get(v) for v in op.iter_args]
+        body = Block(arg_types=[IndexType()] + [v.type for v in inits])
+        iv = body.args[0]
+        iv.name_hint = op.body.block.args[0].name_hint
+        self.values[op.body.block.args[0]] = iv
+        for old, new in zip(op.body.block.args[1:], body.args[1:]):
+            new.name_hint = old.name_hint
+            self.values[old] = new
+        be = Emitter(body)
+        trip = be.op(arith.DivSIOp(be.op(arith.SubiOp(iv, lb)), step))
+        trip.name_hint = "trip"
+        saved_outstanding, saved_trip = list(self.outstanding), self.committed_this_trip
+        self.loops.append(LoopInfo(op, trip))
+        self.committed_this_trip = set()
+        self._translate_loop_body(op, be)
+        self.loops.pop()
+        left = [c for c in self.outstanding if c in self.committed_this_trip and c not in self.ring_commits]
+        if left:
+            _refuse(left[0], "copies committed in a loop trip must be waited for in the same trip "
+                             "(overlapping trips is pipeline-loops' job)")
+        self.committed_this_trip = saved_trip
+        # Groups outstanding before the loop stay so: the loop may run no trip.
+        self.outstanding = saved_outstanding
+        new = e.op(scf.ForOp(lb, ub, step, inits, body))
+        results = new.results if isinstance(new, Operation) else [new]
+        for old, res in zip(op.results, results):
+            self._set(old, res)
+
+    def _translate_loop_body(self, op: scf.ForOp, e: Emitter) -> None:
+        for inner in op.body.block.ops:
+            if isinstance(inner, tile.CpCommitGroupOp):
+                self.committed_this_trip.add(inner)
+            self._translate(inner, e)
+
+    def _lower_IfOp(self, op: scf.IfOp, e: Emitter) -> None:
+        """A block-uniform scf.if (Tile IR conditions are values of the whole block). Copy groups must not
+        be committed inside it unless they fill ring stages (their count would depend on the branch)."""
+        for inner in op.walk():
+            if isinstance(inner, tile.CpCommitGroupOp) and inner not in self.ring_commits:
+                _refuse(inner, "copy groups of unstaged tiles cannot be committed inside an scf.if")
+        regions = []
+        for region in op.regions:
+            if not region.blocks:
+                regions.append(Region())
+                continue
+            block = Block()
+            be = Emitter(block)
+            saved = list(self.outstanding)
+            for inner in region.block.ops:
+                self._translate(inner, be)
+            self.outstanding = saved + [c for c in self.outstanding if c not in saved]
+            regions.append(Region(block))
+        self.e = e
+        result_types = [v.type for v in regions[0].block.last_op.operands]
+        new = e.op(scf.IfOp(self._get(op.cond), result_types, regions[0], regions[1] if regions[1].blocks else None))
+        results = new.results if isinstance(new, Operation) else [new]
+        for old, res in zip(op.results, results):
+            self._set(old, res)
+
+    def _lower_YieldOp(self, op: scf.YieldOp, e: Emitter) -> None:
+        # `_translate` has retired the wgmma groups in flight: no group outlives its region.
+        e.op(scf.YieldOp(*[self._get(v) for v in op.operands]))
+
+    def _lower_ReturnOp(self, op: func.ReturnOp, e: Emitter) -> None:
+        # A block must not exit with a bulk copy still writing its shared memory: drain what may be in flight.
+        self._wait_for(op, self.outstanding, e)
+        e.op(func.ReturnOp())
+
+

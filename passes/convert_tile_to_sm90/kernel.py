@@ -1,0 +1,382 @@
+"""convert-tile-to-sm90, one kernel: set-up (block rows, copy groups, tensor maps, pointers), the new
+kernel's signature and prologue, and the op-by-op translation that dispatches to the mixins."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from xdsl.dialects import arith, func, scf
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DictionaryAttr,
+    IndexType,
+    IntegerAttr,
+    StringAttr,
+    f32,
+    i32,
+    i64,
+)
+from xdsl.ir import (
+    Block,
+    Operation,
+    Region,
+    SSAValue,
+)
+
+from tessera.dialects import sm90, tile
+from tessera.dialects.tile_types import MemSpace, TileType
+from tessera.kernel_abi import (
+    BOX_ATTR,
+    COPY_ATTR,
+    DIMS_ATTR,
+    ELEMENT_ATTR,
+    GRID_ATTR,
+    KERNEL_ATTR,
+    ROLE_ATTR,
+    SIZE_ATTR,
+    SOURCE_ATTR,
+    SWIZZLE_ATTR,
+    TARGET_KERNEL_ATTR,
+    KernelSignature,
+    signature,
+)
+from tessera.lowering.emitter import Emitter
+from tessera.lowering.fragments import element_type_bytes
+from tessera.sm90 import facts
+from tessera.passes.convert_tile_to_sm90.common import (
+    LINE,
+    _refuse,
+    Scaled,
+    PendingMma,
+    Group,
+    LoopInfo,
+)
+from tessera.passes.convert_tile_to_sm90.attention import AttentionLowering
+from tessera.passes.convert_tile_to_sm90.control import ControlFlowLowering
+from tessera.passes.convert_tile_to_sm90.memory import MemoryLowering
+from tessera.passes.convert_tile_to_sm90.mma import MmaLowering
+from tessera.passes.convert_tile_to_sm90.registers import RegisterTileLowering
+
+
+@dataclass
+class KernelLowering(MemoryLowering, RegisterTileLowering, MmaLowering, AttentionLowering, ControlFlowLowering):
+    """Lowers one Tile IR kernel; see the module docstring."""
+
+    fn: func.FuncOp
+    sig: KernelSignature = field(init=False)
+    values: dict = field(default_factory=dict)
+    groups: dict = field(default_factory=dict)  # commit op -> Group
+    copy_group: dict = field(default_factory=dict)  # cp_async op -> commit op
+    loops: list = field(default_factory=list)  # enclosing LoopInfo, innermost last
+    outstanding: list = field(default_factory=list)  # commit ops possibly in flight
+    committed_this_trip: set = field(default_factory=set)  # commit ops executed so far in the innermost trip
+    ring_commits: set = field(default_factory=set)  # commit ops whose copies all fill ring stages
+    rings: dict = field(default_factory=dict)  # staged tile.alloc_shared -> (full, empty) barrier bases
+    pending: list = field(default_factory=list)  # PendingMma, oldest first, of the block being emitted
+    materialized: dict = field(default_factory=dict)  # (Tile value, Block) -> value of a Scaled multiplied out
+    copied_by_threads: set = field(default_factory=set)  # arguments copied to shared memory without TMA
+    waited_stages: set = field(default_factory=set)  # (stage Tile value, Block) whose full barrier was waited on
+    e: Emitter | None = None  # the emitter of the op being translated
+
+    def __post_init__(self) -> None:
+        self.sig = signature(self.fn)
+
+    # region set-up --------------------------------------------------------------------------------------
+    def _block_rows(self) -> int:
+        rows = set()
+        for op in self.fn.walk():
+            for value in op.results:
+                ty = value.type
+                if isinstance(ty, TileType) and ty.memory_space == MemSpace.REGISTER:
+                    rows.add(ty.get_shape()[0])
+        if len(rows) != 1:
+            _refuse(self.fn, f"register tiles must all have the same number of rows (the block's query/row tile), got {sorted(rows)}")
+        (bm,) = rows
+        if bm % facts.WGMMA_M:
+            _refuse(self.fn, f"register tiles have {bm} rows; warpgroups take {facts.WGMMA_M} rows each")
+        return bm
+
+    def _plan_groups(self) -> None:
+        """Map each copy to the commit that closes its group: the next tile.cp_commit_group after it in its
+        block or, for a copy inside an scf.if, after that scf.if. A group whose copies all fill ring stages
+        (and an empty group) is a ring group: its completion is tracked by the stages' full barriers, not by
+        a barrier of the group."""
+        ring_copies = defaultdict(list)
+        for op in self.fn.walk():
+            if isinstance(op, tile.CpAsyncOp):
+                anchor = op
+                while True:
+                    nxt = anchor.next_op
+                    while nxt is not None and not isinstance(nxt, tile.CpCommitGroupOp):
+                        nxt = nxt.next_op
+                    if nxt is not None:
+                        break
+                    parent = anchor.parent_op()
+                    if not isinstance(parent, scf.IfOp):
+                        _refuse(op, "a copy must be followed by a tile.cp_commit_group in its block (or after its scf.if)")
+                    anchor = parent
+                self.copy_group[op] = nxt
+                ring_copies[nxt].append(isinstance(op.dest.owner, tile.StageOp))
+        for op in self.fn.walk():
+            if isinstance(op, tile.CpCommitGroupOp):
+                kinds = ring_copies.get(op, [])
+                if all(kinds):
+                    self.ring_commits.add(op)
+                elif any(kinds):
+                    _refuse(op, "a copy group must fill either ring stages only or unstaged tiles only")
+
+    def _tensor_maps(self) -> dict[tuple[int, int], int]:
+        """(source argument, box rows) of every TMA the kernel issues."""
+        keys = {}
+        for op in self.fn.walk():
+            if isinstance(op, tile.CpAsyncOp):
+                view = op.source.owner
+                if not isinstance(view, tile.ViewOp) or not isinstance(view.source.owner, Block):
+                    _refuse(op, "copies must read a tile.view of a kernel argument")
+                arg = view.source.index
+                if self._tma_allowed(arg):
+                    keys.setdefault((arg, view.result.type.get_shape()[0]), len(keys))
+        return keys
+
+    def _pointer_args(self) -> list[int]:
+        args = []
+        for op in self.fn.walk():
+            if isinstance(op, tile.CpAsyncOp) and not self._tma_allowed(op.source.owner.source.index):
+                self.copied_by_threads.add(op.source.owner.source.index)  # without TMA, through a pointer
+                if op.source.owner.source.index not in args:
+                    args.append(op.source.owner.source.index)
+            if isinstance(op, tile.StoreGlobalOp | tile.LoadOp | tile.LoadBroadcastOp):
+                view = (op.dest if isinstance(op, tile.StoreGlobalOp) else op.source).owner
+                if not isinstance(view, tile.ViewOp) or not isinstance(view.source.owner, Block):
+                    _refuse(op, "global loads and stores must access a tile.view of a kernel argument")
+                if view.source.index not in args:
+                    args.append(view.source.index)
+        return args
+
+    # endregion
+    # region driver --------------------------------------------------------------------------------------
+    def run(self) -> func.FuncOp:
+        self.bm = self._block_rows()
+        self.warpgroups = self.bm // facts.WGMMA_M
+        self.threads = self.warpgroups * facts.WARPGROUP_SIZE
+        self._plan_groups()
+        maps = self._tensor_maps()
+        pointers = self._pointer_args()
+        names = self.sig.dim_names()
+
+        arg_types, arg_attrs, self.map_args, self.pointer_args, self.size_args = [], [], {}, {}, {}
+        src_args = self.sig.args
+        for (arg, rows), _ in sorted(maps.items(), key=lambda kv: kv[1]):
+            a = src_args[arg]
+            elt = element_type_bytes(a.type.element_type)
+            box = [LINE // elt, rows] + [1] * (a.type.rank - 2)
+            self.map_args[(arg, rows)] = len(arg_types)
+            arg_types.append(sm90.TensorMapType())
+            arg_attrs.append(DictionaryAttr({
+                SOURCE_ATTR: IntegerAttr(arg, 64), BOX_ATTR: ArrayAttr([IntegerAttr(b, 64) for b in box]),
+                SWIZZLE_ATTR: IntegerAttr(128, 64), ELEMENT_ATTR: a.type.element_type, DIMS_ATTR: a.dims,
+                ROLE_ATTR: StringAttr(a.role)}))
+        for arg in pointers:
+            a = src_args[arg]
+            self.pointer_args[arg] = len(arg_types)
+            arg_types.append(i64)
+            attrs = {SOURCE_ATTR: IntegerAttr(arg, 64), ELEMENT_ATTR: a.type.element_type, DIMS_ATTR: a.dims,
+                     ROLE_ATTR: StringAttr(a.role)}
+            if arg in self.copied_by_threads:
+                attrs[COPY_ATTR] = StringAttr("ld.global")
+            arg_attrs.append(DictionaryAttr(attrs))
+        for name in names:
+            self.size_args[name] = len(arg_types)
+            arg_types.append(IndexType())
+            arg_attrs.append(DictionaryAttr({SIZE_ATTR: StringAttr(name)}))
+
+        entry = Block(arg_types=arg_types)
+        for attrs, barg in zip(arg_attrs, entry.args):
+            barg.name_hint = self._arg_name(attrs)
+        self.entry_args = entry.args
+        e = Emitter(entry)
+        self.smem_offset = 0
+        self._prologue(e)
+        old = self.fn.body.blocks.first
+        for i, barg in enumerate(old.args):
+            self.values[barg] = ("arg", i)
+        self._translate_block(old, e)
+
+        # The launch asks for 1023 bytes more, to align the base at run time (tessera.ptx).
+        if self.smem_offset + 1023 > facts.MAX_SHARED_MEMORY_PER_BLOCK:
+            _refuse(self.fn, f"the kernel needs {self.smem_offset} bytes of shared memory (+1023 to align the base), more "
+                          f"than the {facts.MAX_SHARED_MEMORY_PER_BLOCK} a thread block of sm_90 may have: use fewer "
+                          "pipeline stages or smaller tiles")
+        attributes = {KERNEL_ATTR: self.fn.attributes[KERNEL_ATTR], GRID_ATTR: self.fn.attributes[GRID_ATTR]}
+        attributes[TARGET_KERNEL_ATTR] = DictionaryAttr({
+            "threads": IntegerAttr(self.threads, 64), "smem_bytes": IntegerAttr(self.smem_offset, 64)})
+        new = func.FuncOp(self.fn.sym_name.data, (arg_types, []), Region(entry), arg_attrs=ArrayAttr(arg_attrs))
+        new.attributes.update(attributes)
+        new.location = self.fn.location  # diagnostics about the Target IR kernel point at its Tile IR source
+        return new
+
+    def _arg_name(self, attrs: DictionaryAttr) -> str:
+        if SIZE_ATTR in attrs.data:
+            return attrs.data[SIZE_ATTR].data
+        source = self.sig.args[attrs.data[SOURCE_ATTR].value.data].name
+        if BOX_ATTR in attrs.data:
+            return f"{source}_map{attrs.data[BOX_ATTR].data[1].value.data}"
+        return f"{source}_ptr"
+
+    def _alloc(self, e: Emitter, name: str, size: int, align: int, swizzle: int) -> SSAValue:
+        offset = -(-self.smem_offset // align) * align
+        self.smem_offset = offset + size
+        value = e.op(sm90.SharedBufferOp(name, offset, size, align, swizzle))
+        value.name_hint = name
+        return value
+
+    def _prologue(self, e: Emitter) -> None:
+        """Thread ids, this thread's accumulator coordinates, and the mbarriers of every commit group."""
+        self.tid = e.op(sm90.SpecialRegOp("tid.x"))
+        self.tid.name_hint = "tid"
+        zero = e.index(0)
+        self.is_thread0 = e.cmpi(self.tid, zero, "eq")
+        self.row_base = self._thread_term(e, "row")
+        self.col_base = self._thread_term(e, "col")
+        # The warpgroup index, read from lane 0 with shfl.sync.idx as CUTLASS does: ptxas then knows it is
+        # warp-uniform and keeps the wgmma descriptors built from it in uniform registers (no R2UR each).
+        warpgroup = e.op(arith.IndexCastOp(e.op(arith.DivUIOp(self.tid, e.index(facts.WARPGROUP_SIZE))), i32))
+        warpgroup = e.op(sm90.ShflSyncOp("idx", warpgroup, 0))
+        warpgroup.name_hint = "warpgroup"
+        self.warpgroup = warpgroup
+        self.a_row_offset = e.op(arith.MuliOp(warpgroup, e.op(arith.ConstantOp(IntegerAttr(facts.WGMMA_M * LINE, i32)))))
+        commits = [op for op in self.fn.walk() if isinstance(op, tile.CpCommitGroupOp) and op not in self.ring_commits]
+        for k, op in enumerate(commits):
+            bar = self._alloc(e, f"group{k}_bar", facts.MBARRIER_BYTES, facts.MBARRIER_BYTES, 0)
+            self.groups[op] = Group(bar, self._enclosing_loop(op))
+        staged = [op for op in self.fn.walk() if isinstance(op, tile.AllocSharedOp) and op.result.type.rank >= 3]
+        for op in staged:
+            name, slots = op.result.name_hint or "ring", op.result.type.get_shape()[0]
+            self.rings[op] = tuple(self._alloc(e, f"{name}_{kind}", slots * facts.MBARRIER_BYTES, facts.MBARRIER_BYTES, 0)
+                                   for kind in ("full", "empty"))
+        if commits or staged:
+            def init(t: Emitter):
+                for g in self.groups.values():
+                    t.op(sm90.MBarrierInitOp(g.barrier, 1))
+                for op, (full, empty) in self.rings.items():
+                    for slot in range(op.result.type.get_shape()[0]):
+                        t.op(sm90.MBarrierInitOp(self._slot_barrier(t, full, slot), 1))
+                        t.op(sm90.MBarrierInitOp(self._slot_barrier(t, empty, slot), self.threads))
+                t.op(sm90.FenceMBarrierInitOp())
+            e.if_(self.is_thread0, init)
+            e.op(sm90.BarSyncOp(0, self.threads))
+
+    @staticmethod
+    def _slot_barrier(e: Emitter, base: SSAValue, slot: int | SSAValue) -> SSAValue:
+        """The mbarrier of `slot` in an array of 8-byte barriers at `base` (a constant or an index slot)."""
+        if isinstance(slot, int):
+            return base if slot == 0 else e.op(arith.AddiOp(base, e.op(arith.ConstantOp(IntegerAttr(slot * facts.MBARRIER_BYTES, i32)))))
+        offset = e.op(arith.IndexCastOp(e.muli(slot, e.index(facts.MBARRIER_BYTES)), i32))
+        return e.op(arith.AddiOp(base, offset))
+
+    def _thread_term(self, e: Emitter, which: str) -> SSAValue:
+        total = e.index(0)
+        for divisor, modulus, multiplier in facts.ACCUMULATOR_THREAD_TERMS[which]:
+            part = e.op(arith.DivUIOp(self.tid, e.index(divisor))) if divisor != 1 else self.tid
+            if modulus:
+                part = e.op(arith.RemUIOp(part, e.index(modulus)))
+            total = e.addi(total, e.muli(part, e.index(multiplier)))
+        total.name_hint = f"{which}_base"
+        return total
+
+    @staticmethod
+    def _enclosing_loop(op: Operation) -> scf.ForOp | None:
+        parent = op.parent_op()
+        while parent is not None and not isinstance(parent, scf.ForOp | func.FuncOp):
+            parent = parent.parent_op()
+        return parent if isinstance(parent, scf.ForOp) else None
+
+    # endregion
+    # region translation ---------------------------------------------------------------------------------
+    def _translate_block(self, block: Block, e: Emitter) -> None:
+        for op in block.ops:
+            self._translate(op, e)
+
+    def _translate(self, op: Operation, e: Emitter) -> None:
+        """Lower one op with its `_lower_<OpClass>` handler; index `arith` is copied as it is."""
+        handler = getattr(self, f"_lower_{type(op).__name__}", None)
+        self.e = e
+        if isinstance(op, scf.ForOp | scf.IfOp | scf.YieldOp | func.ReturnOp):
+            self._retire_all(e)  # wgmma groups never stay in flight across control flow
+        if handler is not None:
+            handler(op, e)
+        elif op.dialect_name() == "arith":
+            self._clone(op, e)
+        else:
+            _refuse(op, f"no lowering for '{op.name}'")
+
+    def _get(self, value: SSAValue):
+        """The lowered value of a Tile value: a wgmma result still in flight is waited for first, and a
+        `Scaled` tile is multiplied out (once per block)."""
+        lowered = self._peek(value)
+        if isinstance(lowered, Scaled):
+            key = (value, self.e.block)
+            if key not in self.materialized:
+                lanes = lowered.raw.type.get_shape()[0]
+                self.materialized[key] = self.e.mulf(lowered.raw, self.e.splat(f32, lowered.factor, lanes))
+            return self.materialized[key]
+        return lowered
+
+    def _peek(self, value: SSAValue):
+        """Like `_get`, but a `Scaled` tile stays scaled (for the ops that fold the factor)."""
+        if any(p.tile_value is value for p in self.pending):
+            self._retire(value, self.e)
+        return self.values[value]
+
+    # -- wgmma groups in flight ---------------------------------------------------------------------------
+    def _retire(self, value: SSAValue, e: Emitter) -> None:
+        """Wait for the wgmma group producing Tile value `value` (and every older one): wait_group N with N
+        the groups committed after it, which stay in flight."""
+        index = next(i for i, p in enumerate(self.pending) if p.tile_value is value)
+        e.op(sm90.WgmmaWaitGroupOp(len(self.pending) - 1 - index))
+        self.pending = self.pending[index + 1:]
+
+    def _retire_all(self, e: Emitter) -> None:
+        if self.pending:
+            e.op(sm90.WgmmaWaitGroupOp(0))
+            self.pending = []
+
+    def _retire_readers(self, address: SSAValue, e: Emitter) -> None:
+        """Wait for every group in flight that reads the shared tile at `address` (before it is refilled
+        or released)."""
+        readers = [p for p in self.pending if any(t.address is address for t in p.reads)]
+        if readers:
+            self._retire(readers[-1].tile_value, e)
+
+    def _clone(self, op: Operation, e: Emitter) -> None:
+        new = op.clone(value_mapper={v: self.values[v] for v in op.operands})
+        e.builder.insert(new)
+        for old, res in zip(op.results, new.results):
+            res.name_hint = old.name_hint
+            self.values[old] = res
+
+    def _set(self, old: SSAValue, new) -> None:
+        if isinstance(new, SSAValue) and old.name_hint and new.name_hint is None:
+            new.name_hint = old.name_hint
+        self.values[old] = new
+
+    def _arg_tile(self, index: int) -> TileType:
+        return self.sig.args[index].type
+
+    def _lower_ProgramIdOp(self, op: tile.ProgramIdOp, e: Emitter) -> None:
+        self._set(op.result, e.op(sm90.SpecialRegOp(f"ctaid.{op.axis.data}")))
+
+    def _lower_DimOp(self, op: tile.DimOp, e: Emitter) -> None:
+        kind, arg = self._get(op.source)
+        self._set(op.result, self._dim_value(arg, op.index.value.data, e))
+
+    def _dim_value(self, arg: int, dim: int, e: Emitter) -> SSAValue:
+        expr = list(self.sig.args[arg].dims)[dim]
+        if expr.is_constant:
+            return e.index(expr.value.data)
+        size = self.entry_args[self.size_args[expr.symbol.data]]
+        if expr.is_name:
+            return size
+        return e.op(arith.CeilDivSIOp(size, e.index(expr.value.data)))
+

@@ -1,0 +1,294 @@
+"""convert-tile-to-sm90, memory: shared tiles and rings, copies (TMA), copy groups and their
+mbarriers, block barriers, and global loads and stores of register tiles."""
+
+from __future__ import annotations
+
+from xdsl.dialects import arith, scf
+from xdsl.dialects.builtin import (
+    Float32Type,
+    IntegerAttr,
+    UnitAttr,
+    i1,
+    i32,
+    i64,
+)
+from xdsl.ir import Operation, SSAValue
+
+from tessera.dialects import sm90, tile
+from tessera.dialects.tile_types import TileType
+from tessera.kernel_abi import rows_aligned
+from tessera.lowering.emitter import Emitter
+from tessera.lowering.fragments import element_type_bytes
+from tessera.sm90 import facts
+from tessera.passes.convert_tile_to_sm90.common import (
+    LINE,
+    CORE_ROWS,
+    PRODUCER_ATTR,
+    _constant,
+    _refuse,
+    SharedTile,
+    Ring,
+    Stage,
+    Window,
+    Group,
+)
+
+
+class MemoryLowering:
+    """The Memory handlers of `KernelLowering` (a mixin: it uses the kernel's state)."""
+
+    def _lower_AllocSharedOp(self, op: tile.AllocSharedOp, e: Emitter) -> None:
+        ty = op.result.type
+        elt = element_type_bytes(ty.element_type)
+        if ty.rank not in (2, 3):
+            _refuse(op, "shared tiles must be [rows, cols] or rings [stages, rows, cols]")
+        *stages, rows, cols = ty.get_shape()
+        if ty.swizzle_bytes != 128 or (cols * elt) % LINE:
+            _refuse(op, "shared tiles must have a 128B swizzle and rows of a multiple of 128 bytes (run assign-swizzle)")
+        if rows % CORE_ROWS:
+            _refuse(op, f"shared tiles must have a multiple of {CORE_ROWS} rows")
+        size = rows * cols * elt
+        slots = stages[0] if stages else 1
+        address = self._alloc(e, op.result.name_hint or "smem", slots * size, facts.swizzle_period_bytes(128), 128)
+        if stages:
+            full, empty = self.rings[op]
+            self.values[op.result] = Ring(address, slots, rows, cols, elt, full, empty)
+        else:
+            self.values[op.result] = SharedTile(address, rows, cols, elt)
+
+    def _lower_StageOp(self, op: tile.StageOp, e: Emitter) -> None:
+        ring = self._get(op.source)
+        index = op.index.owner
+        if not (isinstance(index, arith.RemUIOp) and _constant(index.rhs) == ring.slots):
+            _refuse(op, f"a stage index must be `arith.remui %use, {ring.slots}` (the use number modulo the ring "
+                        "size, as pipeline-loops writes it): the mbarrier parities come from the use number")
+        slot, use = self._get(op.index), self._get(index.lhs)
+        offset = e.op(arith.IndexCastOp(e.muli(slot, e.index(ring.slot_bytes)), i32))
+        address = e.op(arith.AddiOp(ring.address, offset))
+        stage = Stage(ring, slot, use, self._slot_barrier(e, ring.full, slot), self._slot_barrier(e, ring.empty, slot))
+        self.values[op.result] = SharedTile(address, ring.rows, ring.cols, ring.elt_bytes, stage)
+
+    def _phase_parity(self, stage: Stage, e: Emitter, flip: bool) -> SSAValue:
+        """(use / slots) & 1: the parity of the phase of the stage's barriers that use number `use` waits
+        for (flipped for the empty barrier: a fill waits for the release of the previous trip)."""
+        trip = stage.use if stage.ring.slots == 1 else e.op(arith.DivUIOp(stage.use, e.index(stage.ring.slots)))
+        parity = e.op(arith.AndIOp(trip, e.index(1)))
+        return e.op(arith.XOrIOp(parity, e.index(1))) if flip else parity
+
+    def _await_stage(self, value: SSAValue, t: SharedTile, e: Emitter) -> None:
+        """Every thread waits for the full barrier of a stage before its first read in this block."""
+        if t.stage is None or (value, e.block) in self.waited_stages:
+            return
+        self.waited_stages.add((value, e.block))
+        parity = self._phase_parity(t.stage, e, flip=False)
+        e.spin_until(lambda w: w.op(sm90.MBarrierTryWaitParityOp(t.stage.full, parity)))
+
+    def _lower_ReleaseOp(self, op: tile.ReleaseOp, e: Emitter) -> None:
+        t = self._get(op.stage)
+        self._retire_readers(t.address, e)
+        e.op(sm90.MBarrierArriveOp(t.stage.empty))
+
+    def _lower_ViewOp(self, op: tile.ViewOp, e: Emitter) -> None:
+        source = self._get(op.source)
+        if not (isinstance(source, tuple) and source[0] == "arg"):
+            _refuse(op, "views must be of kernel arguments")
+        if op.result.type.rank not in (1, 2):
+            _refuse(op, "only 2-D windows (and 1-D ones for tile.load_broadcast) are supported")
+        self.values[op.result] = Window(source[1], [self._get(i) for i in op.indices], op.result.type.get_shape())
+
+    def _lower_CpAsyncOp(self, op: tile.CpAsyncOp, e: Emitter) -> None:
+        window, dest = self._get(op.source), self._get(op.dest)
+        if not self._tma_allowed(window.arg):
+            if dest.stage is not None:
+                _refuse(op, f"ring stages are filled by TMA, but the rows of %{self.sig.args[window.arg].name} need not "
+                            "start on 16 bytes (its innermost size is not promised a multiple of 16 bytes by "
+                            "tile.divisible): lower the kernel without pipeline-loops, or promise the sizes")
+            self._retire_readers(dest.address, e)
+            self._copy_by_threads(op, window, dest, e)
+            return
+        rows = window.shape[0]
+        tmap = self.entry_args[self.map_args[(window.arg, rows)]]
+        self._retire_readers(dest.address, e)
+        if dest.stage is not None:
+            self._fill_stage(window, dest, tmap, e)
+            return
+        group = self.groups[self.copy_group[op]]
+        group.nbytes += dest.rows * dest.cols * dest.elt_bytes
+
+        e.if_(self.is_thread0, lambda t: self._tma_boxes(t, window, dest, tmap, group.barrier))
+
+    def _tma_allowed(self, arg: int) -> bool:
+        """Whether TMA can read argument `arg`: each of its rows starts on a multiple of
+        `facts.TENSOR_MAP_GLOBAL_ALIGNMENT` bytes whatever the sizes (`kernel_abi.rows_aligned`)."""
+        return rows_aligned(self.sig, arg, facts.TENSOR_MAP_GLOBAL_ALIGNMENT)
+
+    def _copy_by_threads(self, op, window: Window, dest: SharedTile, e: Emitter) -> None:
+        """The copy without TMA, for 16-bit tensors whose rows may start anywhere: every thread of the block
+        loads L = rows x cols / threads elements with `ld.global.u16` (zero outside the tensor) and stores them
+        with `st.shared.b16` at their swizzled addresses, then `fence.proxy.async` makes them visible to wgmma
+        (the `tile.barrier` that follows publishes them to the block). Thread t takes column c = t mod cols of
+        rows g L .. g L + L - 1, g = t / cols: a warp reads 32 consecutive elements of a row (coalesced), and
+        L is a multiple of the swizzle's 8-row period, so each register's swizzle term is a constant."""
+        rows, cols, elt, threads = dest.rows, dest.cols, dest.elt_bytes, self.threads
+        period = facts.swizzle_period_bytes(128) // LINE
+        if elt != 2 or threads % cols or (rows * cols) % threads or (rows * cols // threads) % period:
+            _refuse(op, f"a copy without TMA needs a 16-bit tile whose {cols} columns divide the block's {threads} "
+                        f"threads into groups of a multiple of {period} rows each, got [{rows}, {cols}] x {elt} bytes")
+        per_thread = rows * cols // threads
+        *lead, row0, col0 = window.indices
+        dims = [self._dim_value(window.arg, d, e) for d in range(len(window.indices))]
+        column = e.op(arith.RemUIOp(self.tid, e.index(cols)))
+        first_row = e.muli(e.op(arith.DivUIOp(self.tid, e.index(cols))), e.index(per_thread))
+        row, col = e.addi(row0, first_row), e.addi(col0, column)
+        # In bounds: register i where row + i < rows of the tensor, and only if the thread's column is inside.
+        rows_left = e.op(arith.SubiOp(dims[-2], row))
+        rows_left = e.op(arith.SelectOp(e.cmpi(col, dims[-1], "slt"), rows_left, e.index(0)))
+        mask = self._below(e, rows_left, list(range(per_thread)))
+        wide = [e.to_i64(d) for d in dims]
+        flat = e.i64(0)
+        for index, dim in zip(lead, wide):
+            flat = e.addi(e.muli(flat, dim), e.to_i64(index))
+        first = e.addi(e.muli(e.addi(e.muli(flat, wide[-2]), e.to_i64(row)), wide[-1]), e.to_i64(col))
+        base = e.addi(self.entry_args[self.pointer_args[window.arg]], e.muli(first, e.i64(elt)))
+        pitch = e.op(arith.IndexCastOp(e.muli(dims[-1], e.index(elt)), i32))
+        offsets = e.muli(e.broadcast(pitch, per_thread), e.dense(i32, list(range(per_thread))))
+        values = e.op(sm90.LdGlobalU16Op(base, offsets, mask, per_thread))
+        # Shared: box column // box_cols, byte (column mod box_cols) x elt of row first_row + i, whose 128B
+        # swizzle XORs the byte's 16-byte chunk with a pattern of row mod 8 (the tile's base is aligned to it).
+        box = e.op(arith.DivUIOp(column, e.index(dest.box_cols)))
+        byte = e.muli(e.op(arith.RemUIOp(column, e.index(dest.box_cols))), e.index(elt))
+        start = e.addi(e.muli(box, e.index(dest.box_bytes)), e.muli(first_row, e.index(LINE)))
+        start = e.op(arith.AddiOp(dest.address, e.op(arith.IndexCastOp(start, i32))))
+        pattern = [int(facts.swizzle_address(i * LINE, 128)) - i * LINE for i in range(per_thread)]
+        swizzled = e.op(arith.XOrIOp(e.broadcast(e.op(arith.IndexCastOp(byte, i32)), per_thread), e.dense(i32, pattern)))
+        addresses = e.addi(e.addi(e.broadcast(start, per_thread), e.dense(i32, [i * LINE for i in range(per_thread)])), swizzled)
+        e.op(sm90.StSharedB16Op(addresses, values))
+        e.op(sm90.FenceProxyAsyncOp())
+
+    def _tma_boxes(self, t: Emitter, window: Window, dest: SharedTile, tmap: SSAValue, barrier: SSAValue) -> None:
+        coords = list(reversed(window.indices))
+        for b in range(dest.boxes):
+            inner = t.addi(coords[0], t.index(b * dest.box_cols)) if b else coords[0]
+            box_addr = t.op(arith.AddiOp(dest.address, t.op(arith.ConstantOp(IntegerAttr(b * dest.box_bytes, i32)))))
+            t.op(sm90.TmaLoadOp(tmap, [inner] + coords[1:], box_addr, barrier))
+
+    def _fill_stage(self, window: Window, dest: SharedTile, tmap: SSAValue, e: Emitter) -> None:
+        """Thread 0, the producer: wait until every thread released the slot's previous contents (the empty
+        barrier's phase of the previous trip around the ring), expect the copy's bytes on the full barrier,
+        issue the boxes on it. The scf.if is marked `sm90.producer` for warp-specialize."""
+        stage = dest.stage
+
+        def produce(t: Emitter):
+            parity = self._phase_parity(stage, t, flip=True)
+            t.spin_until(lambda w: w.op(sm90.MBarrierTryWaitParityOp(stage.empty, parity)))
+            t.op(sm90.MBarrierArriveExpectTxOp(stage.full, dest.rows * dest.cols * dest.elt_bytes))
+            self._tma_boxes(t, window, dest, tmap, stage.full)
+        e.if_(self.is_thread0, produce).attributes[PRODUCER_ATTR] = UnitAttr()
+
+    def _lower_CpCommitGroupOp(self, op: tile.CpCommitGroupOp, e: Emitter) -> None:
+        self.outstanding.append(op)
+        if op in self.ring_commits:
+            return  # ring stages signal their own full barriers
+        group = self.groups[op]
+
+        def arrive(t: Emitter):
+            if group.nbytes:
+                t.op(sm90.MBarrierArriveExpectTxOp(group.barrier, group.nbytes))
+            else:
+                t.op(sm90.MBarrierArriveOp(group.barrier))
+        e.if_(self.is_thread0, arrive)
+
+    def _lower_CpWaitGroupOp(self, op: tile.CpWaitGroupOp, e: Emitter) -> None:
+        pending = op.pending.value.data
+        waited = self.outstanding[: len(self.outstanding) - pending] if pending else list(self.outstanding)
+        self._wait_for(op, waited, e)
+        self.outstanding = [c for c in self.outstanding if c not in waited]
+
+    def _wait_for(self, op: Operation, commits: list, e: Emitter) -> None:
+        """Every thread spins on the mbarrier of each group until the phase its copies complete is done."""
+        for commit in commits:
+            if commit in self.ring_commits:
+                continue  # waited for at the stage's first read, on its full barrier
+            group = self.groups[commit]
+            parity = self._parity(op, commit, group, e)
+            e.spin_until(lambda t: t.op(sm90.MBarrierTryWaitParityOp(group.barrier, parity)))
+
+    def _parity(self, wait: Operation, commit: Operation, group: Group, e: Emitter) -> SSAValue:
+        """The parity of the barrier phase that the execution of `commit` being waited for completes."""
+        if group.loop is None:
+            return e.index(0)
+        info = next((l for l in self.loops if l.op is group.loop), None)
+        if info is None:
+            _refuse(wait, "waiting after a loop for copies committed inside it is not supported")
+        if commit not in self.committed_this_trip:
+            _refuse(wait, "waits for copies committed in an earlier loop trip need pipeline-loops (not supported yet)")
+        return e.op(arith.AndIOp(info.trip, e.index(1)))
+
+    def _lower_BarrierOp(self, op: tile.BarrierOp, e: Emitter) -> None:
+        # Reads before the barrier are done after it (another thread may refill the tiles next): the
+        # tensor core's reads of shared operands included.
+        self._retire_all(e)
+        e.op(sm90.BarSyncOp(0, self.threads))
+
+    def _window_access(self, op, window: Window, ty: TileType, e: Emitter) -> tuple[SSAValue, SSAValue, SSAValue]:
+        """The global address of this thread's first element, and the byte offsets from it and in-bounds mask of
+        each register of its share of an [BM, N] window: one per element, or per packed pair for 16-bit tiles."""
+        packed = not isinstance(ty.element_type, Float32Type)
+        if packed and (ty.get_shape()[1] % 2 or self._is_column(ty)):
+            _refuse(op, "16-bit tiles in registers need an even number of columns")
+        *lead, row0, col0 = window.indices
+        row_offsets, col_offsets = self._thread_offsets(op, ty, pairs=packed)
+        row, col = self._origin(e, row0, col0, column=self._is_column(ty))
+        dims = [self._dim_value(window.arg, d, e) for d in range(len(window.indices))]
+        in_rows = self._below(e, e.op(arith.SubiOp(dims[-2], row)), row_offsets)
+        last = [c + 1 if packed else c for c in col_offsets]
+        in_cols = self._below(e, e.op(arith.SubiOp(dims[-1], col)), last)
+        # The thread's first element is at byte ((lead..., row) * C + col) * elt (i64, added to the pointer);
+        # register i is (row_offset[i] * C + col_offset[i]) * elt bytes further (i32: within one tile).
+        wide = [e.to_i64(d) for d in dims]
+        flat = e.i64(0)
+        for index, dim in zip(lead, wide):
+            flat = e.addi(e.muli(flat, dim), e.to_i64(index))
+        elt = element_type_bytes(self._arg_tile(window.arg).element_type)
+        first = e.addi(e.muli(e.addi(e.muli(flat, wide[-2]), e.to_i64(row)), wide[-1]), e.to_i64(col))
+        base = e.addi(self.entry_args[self.pointer_args[window.arg]], e.muli(first, e.i64(elt)))
+        lanes = len(row_offsets)
+        pitch = e.op(arith.IndexCastOp(e.muli(dims[-1], e.index(elt)), i32))
+        offsets = e.addi(e.muli(e.broadcast(pitch, lanes), e.dense(i32, row_offsets)), e.dense(i32, [c * elt for c in col_offsets]))
+        return base, offsets, e.andi(in_rows, in_cols)
+
+    def _lower_StoreGlobalOp(self, op: tile.StoreGlobalOp, e: Emitter) -> None:
+        window = self._get(op.dest)
+        base, offsets, mask = self._window_access(op, window, op.value.type, e)
+        if self._is_column(op.value.type):
+            # The lanes of a row's quad hold the same value: the one whose column base is 0 writes it.
+            first = e.setp("eq", self.col_base, e.index(0))
+            mask = e.andi(mask, e.op(sm90.SelpOp(first, e.dense(i1, [1, 1]), e.dense(i1, [0, 0]))))
+        e.op(sm90.StGlobalOp(base, offsets, self._get(op.value), mask))
+
+    def _lower_LoadBroadcastOp(self, op: tile.LoadBroadcastOp, e: Emitter) -> None:
+        """Each thread loads the window's elements at its registers' columns (every row the same), masked
+        by the tensor's length (out-of-bounds columns give 0)."""
+        window = self._get(op.source)
+        ty = op.result.type
+        if not isinstance(ty.element_type, Float32Type):
+            _refuse(op, "only f32 rows can be broadcast")
+        (col0,) = window.indices
+        _, col_offsets = self._thread_offsets(op, ty)
+        col = e.addi(col0, self.col_base)
+        length = self._dim_value(window.arg, 0, e)
+        mask = self._below(e, e.op(arith.SubiOp(length, col)), col_offsets)
+        elt = element_type_bytes(ty.element_type)
+        base = e.addi(self.entry_args[self.pointer_args[window.arg]], e.muli(e.to_i64(col), e.i64(elt)))
+        offsets = e.dense(i32, [c * elt for c in col_offsets])
+        self._set(op.result, e.op(sm90.LdGlobalOp(base, offsets, mask, self._vector_type(op, ty))))
+
+    def _lower_LoadOp(self, op: tile.LoadOp, e: Emitter) -> None:
+        window = self._get(op.source)
+        if not isinstance(window, Window):
+            _refuse(op, "loads from shared memory are not supported")
+        ty = op.result.type
+        base, offsets, mask = self._window_access(op, window, ty, e)
+        value = e.op(sm90.LdGlobalOp(base, offsets, mask, self._vector_type(op, ty)))
+        self._set(op.result, value)
+

@@ -1,0 +1,89 @@
+"""convert-tile-to-sm90, tile.mma: wgmma chains over K through shared-memory descriptors (or A from registers)."""
+
+from __future__ import annotations
+
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import BFloat16Type, IntegerAttr, i32
+from xdsl.ir import SSAValue
+
+from tessera.dialects import sm90, tile
+from tessera.lowering.emitter import Emitter
+from tessera.lowering.fragments import a_operand_registers
+from tessera.sm90 import facts
+from tessera.passes.convert_tile_to_sm90.common import (
+    LINE,
+    CORE_ROWS,
+    K_STEP,
+    _refuse,
+    SharedTile,
+    PendingMma,
+)
+
+
+class MmaLowering:
+    """The Mma handlers of `KernelLowering` (a mixin: it uses the kernel's state)."""
+
+    def _lower_MmaOp(self, op: tile.MmaOp, e: Emitter) -> None:
+        """One wgmma group: fence, the chain over K, commit. It is NOT waited for here: the wait comes at
+        the first use of the result (`_get`), before control flow, or before its shared operands are
+        released or refilled, so independent work (the softmax of another tile) runs meanwhile."""
+        a, b, acc = (self._get(v) for v in (op.a, op.b, op.acc))
+        ab = "bf16" if isinstance(op.a.type.element_type, BFloat16Type) else "f16"
+        k = op.a.type.get_shape()[0 if op.transpose_a else 1]
+        n = op.acc.type.get_shape()[1]
+        if k % K_STEP:
+            _refuse(op, f"the contraction size must be a multiple of {K_STEP}, got {k}")
+        if not isinstance(b, SharedTile):
+            _refuse(op, "operand B must be in shared memory")
+        # K-major operands: A [M, K] and B^T [N, K] tiles (imm-trans 0); MN-major ones: A^T [K, M] and B [K, N]
+        # tiles (imm-trans 1, 16-bit types only). Each warpgroup reads its 64 rows of A: 64 K-major rows further,
+        # or, MN-major, the next box (64 16-bit columns are one 128-byte box row).
+        trans_a = facts.wgmma_transpose_immediate("MN" if op.transpose_a else "K", ab, "A")
+        trans_b = facts.wgmma_transpose_immediate("K" if op.transpose_b else "MN", ab, "B")
+        reads = [t for t in (a, b) if isinstance(t, SharedTile)]
+        for value, t in ((op.a, a), (op.b, b)):
+            if isinstance(t, SharedTile):
+                self._await_stage(value, t, e)
+        if isinstance(a, SharedTile) and trans_a:
+            if a.box_cols != facts.WGMMA_M:
+                _refuse(op, f"an MN-major A needs boxes of {facts.WGMMA_M} columns, got {a.box_cols}")
+            box_offset = e.op(arith.MuliOp(self.warpgroup, e.op(arith.ConstantOp(IntegerAttr(a.box_bytes, i32)))))
+            a_base = self._descriptor(e, e.op(arith.AddiOp(a.address, box_offset)), a.box_bytes)
+        elif isinstance(a, SharedTile):
+            a_base = self._descriptor(e, e.op(arith.AddiOp(a.address, self.a_row_offset)), facts.SWIZZLE_CHUNK_BYTES)
+        b_base = self._descriptor(e, b.address, b.box_bytes if trans_b else facts.SWIZZLE_CHUNK_BYTES)
+        e.op(sm90.WgmmaFenceOp())
+        for step in range(k // K_STEP):
+            if isinstance(a, SharedTile):
+                a_operand = self._step(e, a_base, self._operand_offset(a, trans_a, step))
+            else:
+                a_operand = e.shuffle(a, a_operand_registers(step))
+            b_desc = self._step(e, b_base, self._operand_offset(b, trans_b, step))
+            acc = e.op(sm90.WgmmaMmaAsyncOp(acc, a_operand, b_desc, n, ab, trans_a, trans_b))
+        e.op(sm90.WgmmaCommitGroupOp())
+        self._set(op.result, acc)
+        self.pending.append(PendingMma(op.result, reads))
+
+    @classmethod
+    def _operand_offset(cls, t: SharedTile, mn_major: int, step: int) -> int:
+        """Bytes from an operand tile's start to k-step `step`: 16 rows of 128 bytes further for an MN-major
+        tile (K runs down its rows), `_k_major_offset` for a K-major one."""
+        return step * K_STEP * LINE if mn_major else cls._k_major_offset(t, step)
+
+    @staticmethod
+    def _k_major_offset(t: SharedTile, step: int) -> int:
+        """Bytes from a K-major tile's start to k-step `step`: whole boxes, then 32 bytes per step within."""
+        byte = step * K_STEP * t.elt_bytes
+        return (byte // LINE) * t.box_bytes + byte % LINE
+
+    @staticmethod
+    def _descriptor(e: Emitter, start: SSAValue, lbo: int) -> SSAValue:
+        return e.op(sm90.MakeDescriptorOp(start, lbo, CORE_ROWS * LINE, 128))
+
+    @staticmethod
+    def _step(e: Emitter, base: SSAValue, offset: int) -> SSAValue:
+        """The descriptor `offset` bytes after `base`'s start (one 32-bit add in PTX)."""
+        if not offset:
+            return base
+        return e.op(sm90.DescriptorAdvanceOp(base, offset))
+

@@ -1,0 +1,84 @@
+"""convert-tile-to-sm90, register tiles: the wgmma accumulator layout of [BM, N] tiles, their vector
+types, each register's coordinates, fills."""
+
+from __future__ import annotations
+
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    Float16Type,
+    Float32Type,
+    IndexType,
+    VectorType,
+    f32,
+)
+from xdsl.ir import Operation, SSAValue
+
+from tessera.dialects import tile
+from tessera.dialects.tile_types import TileType
+from tessera.lowering.emitter import Emitter
+from tessera.lowering.fragments import ROW_VECTOR_TYPE, AccumulatorLayout
+from tessera.sm90 import facts
+from tessera.passes.convert_tile_to_sm90.common import (
+    _refuse,
+)
+
+
+class RegisterTileLowering:
+    """The RegisterTile handlers of `KernelLowering` (a mixin: it uses the kernel's state)."""
+
+    # -- register tiles --------------------------------------------------------------------------------------
+    def _layout(self, op: Operation, ty: TileType) -> AccumulatorLayout:
+        shape = ty.get_shape()
+        if len(shape) != 2:
+            _refuse(op, f"expected a 2-D register tile, got {ty}")
+        n = shape[1]
+        try:
+            facts.wgmma_shape(n, "bf16", "f32")
+        except ValueError:
+            _refuse(op, f"register tiles need a column count that is a legal wgmma N (8..256 step 8), got {n}")
+        return AccumulatorLayout(n)
+
+    @staticmethod
+    def _is_column(ty: TileType) -> bool:
+        """An [BM, 1] tile: held like a row vector (each thread its two rows)."""
+        return ty.rank == 2 and ty.get_shape()[1] == 1
+
+    def _vector_type(self, op: Operation, ty: TileType) -> VectorType:
+        if ty.rank == 1 or self._is_column(ty):
+            if not isinstance(ty.element_type, Float32Type):
+                _refuse(op, "row vectors must be f32")
+            return ROW_VECTOR_TYPE
+        layout = self._layout(op, ty)
+        if isinstance(ty.element_type, Float32Type):
+            return layout.vector_type()
+        if isinstance(ty.element_type, BFloat16Type | Float16Type):
+            return layout.vector_type(packed=True)
+        _refuse(op, f"register tiles of {ty.element_type} are not supported")
+
+    def _lower_FillOp(self, op: tile.FillOp, e: Emitter) -> None:
+        ty = op.result.type
+        vt = self._vector_type(op, ty)
+        if not isinstance(ty.element_type, Float32Type):
+            _refuse(op, "fills of 16-bit register tiles are not supported")
+        self._set(op.result, e.splat(f32, op.value.value.data, vt.get_shape()[0]))
+
+    def _thread_offsets(self, op, ty: TileType, pairs: bool = False) -> tuple[list[int], list[int]]:
+        """Per register of this thread's share of an [BM, N] tile (or of an [BM, 1] column, or per packed
+        pair): its row and column relative to the thread's first element."""
+        if self._is_column(ty):
+            rows = sorted(set(AccumulatorLayout(8).row_offsets))
+            return rows, [0] * len(rows)
+        layout = self._layout(op, ty)
+        elements = layout.packed_pairs() if pairs else list(range(layout.lanes))
+        return [layout.row_offsets[v] for v in elements], [layout.col_offsets[v] for v in elements]
+
+    def _origin(self, e: Emitter, row0: SSAValue, col0: SSAValue, column: bool = False) -> tuple[SSAValue, SSAValue]:
+        """The absolute (row, col) of this thread's first element of a tile whose corner is (row0, col0)."""
+        return e.addi(row0, self.row_base), (col0 if column else e.addi(col0, self.col_base))
+
+    @staticmethod
+    def _below(e: Emitter, limit: SSAValue, offsets: list[int]) -> SSAValue:
+        """Per register: offsets[i] < limit (a scalar threshold against constant offsets, so a mask costs
+        one setp per register and no vector of coordinates)."""
+        return e.setp("gt", e.broadcast(limit, len(offsets)), e.dense(IndexType(), offsets))
+
