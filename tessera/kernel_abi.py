@@ -254,7 +254,7 @@ def signature(op: func.FuncOp) -> KernelSignature:
         _fail(op, f"'{GRID_ATTR}' uses sizes no input defines: {sorted(missing)}")
 
     expected_in, expected_out = KINDS[kind]
-    gemm = _gemm_options(op, entries) if kind == "gemm" else None
+    gemm = gemm_options(op, entries) if kind == "gemm" else None
     if gemm is not None:
         expected_in = gemm.input_names
     if expected_in is not None:
@@ -295,7 +295,9 @@ def rows_aligned(sig: KernelSignature, arg: int, alignment: int) -> bool:
     return count * element_byte_width(a.type.element_type) % alignment == 0
 
 
-def _gemm_options(op: func.FuncOp, entries: Mapping[str, Attribute]) -> GemmOptions:
+def gemm_options(op: func.FuncOp, entries: Mapping[str, Attribute]) -> GemmOptions:
+    """What the GEMM kernel `op` computes, read from the entries of its `tile.kernel` dictionary (which
+    convert-tile-to-sm90 keeps on the Target IR kernel too)."""
     values = {}
     for name in ("transpose_a", "transpose_b", "bias"):
         attr = entries.get(name)

@@ -116,6 +116,7 @@ def target_signature(op):
     from tessera.diagnostics import located
     from tessera.kernel_abi import (
         DIMS_ATTR, ELEMENT_ATTR, GRID_ATTR, KERNEL_ATTR, ROLE_ATTR, SOURCE_ATTR, KernelArg, KernelSignature,
+        gemm_options,
     )
 
     name = op.sym_name.data
@@ -151,7 +152,8 @@ def target_signature(op):
     return KernelSignature(op, name, kind.data if isinstance(kind, StringAttr) else "custom",
                            bool(causal.value.data) if isinstance(causal, IntegerAttr) else False,
                            scale.value.data if scale is not None and hasattr(scale, "value") else None,
-                           tuple(tensors[i] for i in range(len(tensors))), grid)
+                           tuple(tensors[i] for i in range(len(tensors))), grid,
+                           gemm_options(op, info.data) if isinstance(kind, StringAttr) and kind.data == "gemm" else None)
 
 
 def _check_sizes(selected_sigs, sizes: dict[str, int], max_gib: float) -> None:

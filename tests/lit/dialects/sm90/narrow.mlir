@@ -16,7 +16,7 @@ sm90.st_shared_b16 %a, %v : vector<4xi32>, vector<4xi32>
 %g = "test.op"() : () -> i64
 %o = "test.op"() : () -> vector<4xi32>
 %m = "test.op"() : () -> vector<4xi1>
-// CHECK: {{^}}'sm90.ld_global_u16' op loads into 32-bit integer registers, got vector<4xf32>
+// CHECK: {{.*}}: 'sm90.ld_global_u16' op loads into 32-bit integer registers, got vector<4xf32>
 %v = sm90.ld_global_u16 %g[%o], %m : vector<4xi32>, vector<4xi1> -> vector<4xf32>
 
 // -----
@@ -24,7 +24,7 @@ sm90.st_shared_b16 %a, %v : vector<4xi32>, vector<4xi32>
 %g = "test.op"() : () -> i64
 %o = "test.op"() : () -> vector<2xi32>
 %m = "test.op"() : () -> vector<4xi1>
-// CHECK: {{^}}'sm90.ld_global_u16' op offsets must be vector<4xi64> or vector<4xi32> (sign-extended), got vector<2xi32>
+// CHECK: {{.*}}: 'sm90.ld_global_u16' op offsets must be vector<4xi64> or vector<4xi32> (sign-extended), got vector<2xi32>
 %v = sm90.ld_global_u16 %g[%o], %m : vector<2xi32>, vector<4xi1> -> vector<4xi32>
 
 // -----
@@ -32,19 +32,19 @@ sm90.st_shared_b16 %a, %v : vector<4xi32>, vector<4xi32>
 %g = "test.op"() : () -> i64
 %o = "test.op"() : () -> vector<4xi32>
 %m = "test.op"() : () -> vector<2xi1>
-// CHECK: {{^}}'sm90.ld_global_u16' op mask must be vector<4xi1>, got vector<2xi1>
+// CHECK: {{.*}}: 'sm90.ld_global_u16' op mask must be vector<4xi1>, got vector<2xi1>
 %v = sm90.ld_global_u16 %g[%o], %m : vector<4xi32>, vector<2xi1> -> vector<4xi32>
 
 // -----
 
 %a = "test.op"() : () -> vector<4xi32>
 %v = "test.op"() : () -> vector<4xf32>
-// CHECK: {{^}}'sm90.st_shared_b16' op stores from 32-bit integer registers, got vector<4xf32>
+// CHECK: {{.*}}: 'sm90.st_shared_b16' op stores from 32-bit integer registers, got vector<4xf32>
 sm90.st_shared_b16 %a, %v : vector<4xi32>, vector<4xf32>
 
 // -----
 
 %a = "test.op"() : () -> vector<2xi32>
 %v = "test.op"() : () -> vector<4xi32>
-// CHECK: {{^}}'sm90.st_shared_b16' op one i32 shared address per register (4), got vector<2xi32>
+// CHECK: {{.*}}: 'sm90.st_shared_b16' op one i32 shared address per register (4), got vector<2xi32>
 sm90.st_shared_b16 %a, %v : vector<2xi32>, vector<4xi32>
