@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 import ml_dtypes
 import numpy as np
 
+from tessera.interpreters.blas_threads import single_threaded_blas
 from tessera.interpreters.ptx import alu, floats, memory, schedule, sync, tensor  # noqa: F401 - registers decoders
 from tessera.interpreters.ptx.decode import Operands, decode
 from tessera.interpreters.ptx.state import (
@@ -166,9 +167,11 @@ def _specials(m: Machine, module_dynamic: int) -> dict[str, np.ndarray]:
     return {k: np.asarray(v).astype(np.uint64) for k, v in s.items()}
 
 
+@single_threaded_blas()
 def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int = 0,
            source: str = "<ptx>") -> list[np.ndarray | None]:
-    """Run entry `kernel` of `ptx` over `grid` CTAs of `block` threads; see the module docstring."""
+    """Run entry `kernel` of `ptx` over `grid` CTAs of `block` threads; see the module docstring. BLAS runs on
+    one thread meanwhile (`tessera.interpreters.blas_threads`)."""
     if isinstance(ptx, str):
         from tessera.interpreters.ptx.parse import parse_ptx
 
