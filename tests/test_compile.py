@@ -69,7 +69,7 @@ def test_flash_attention_head_dim_128_profile():
         next(op for op in tessera.compile(module, target="target").walk() if tessera.kernel_abi.is_target_kernel(op))).peak
     assert abs(result.entry().registers - peak) <= 8
     if find_nvdisasm() is None:
-        pytest.skip("no nvdisasm (install tessera[ptx]) to count SASS instructions")
+        pytest.skip("no nvdisasm (install tessera-compiler[ptx]) to count SASS instructions")
     sass = sass_opcode_counts(result.cubin)
     assert sass["HGMMA"] == 16
     assert sass["MUFU.EX2"] == 66

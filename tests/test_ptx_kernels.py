@@ -32,7 +32,7 @@ M32 = 0xFFFFFFFF
 
 needs_ptxas = pytest.mark.skipif(
     find_ptxas() is None,
-    reason="no ptxas in PATH, $CUDA_HOME/bin or the nvidia wheels (pip install 'tessera[ptx]' brings it)",
+    reason="no ptxas in PATH, $CUDA_HOME/bin or the nvidia wheels (pip install 'tessera-compiler[ptx]' brings it)",
 )
 
 # Tolerances of the approximate instructions, relative [PTX ISA 9.7.3 floating-point instructions]:

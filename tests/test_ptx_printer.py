@@ -670,7 +670,8 @@ def _lowered(variant: str, config: dict) -> ModuleOp:
 
 def _ptxas(ptx: str):
     if toolchain.find_ptxas() is None:
-        pytest.skip("no ptxas found (PATH, $CUDA_HOME/bin, the nvidia-cuda-nvcc wheel): pip install tessera[ptx]")
+        pytest.skip("no ptxas found (PATH, $CUDA_HOME/bin, the nvidia-cuda-nvcc wheel): "
+                    "pip install 'tessera-compiler[ptx]'")
     return toolchain.compile_ptx(ptx)
 
 

@@ -82,7 +82,7 @@ def cuda_bindings():
     try:
         from cuda.bindings import driver
     except ImportError:
-        pytest.skip("cuda-bindings not installed (tessera[cuda])")
+        pytest.skip("cuda-bindings not installed (tessera-compiler[cuda])")
     return driver
 
 
@@ -593,7 +593,7 @@ def test_missing_bindings_are_cuda_unavailable(monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_cuda)
-    with pytest.raises(CudaUnavailable, match=r"bindings are not installed \(pip install 'tessera\[cuda\]'\)"):
+    with pytest.raises(CudaUnavailable, match=r"bindings are not installed \(pip install 'tessera-compiler\[cuda\]'\)"):
         Driver().device()
 
 

@@ -29,11 +29,11 @@ from tessera.toolchain import (
 SAMPLES = Path(__file__).parent / "ptx_samples"
 WHERE = "PATH, $CUDA_HOME/bin or the nvidia wheels' nvidia/cu13/bin"
 needs_ptxas = pytest.mark.skipif(
-    find_ptxas() is None, reason=f"no ptxas in {WHERE} (pip install 'tessera[ptx]' brings nvidia-cuda-nvcc)"
+    find_ptxas() is None, reason=f"no ptxas in {WHERE} (pip install 'tessera-compiler[ptx]' brings nvidia-cuda-nvcc)"
 )
 needs_nvdisasm = pytest.mark.skipif(
     find_nvdisasm() is None,
-    reason=f"no nvdisasm in {WHERE} (pip install 'tessera[ptx]' brings nvidia-cuda-nvdisasm)",
+    reason=f"no nvdisasm in {WHERE} (pip install 'tessera-compiler[ptx]' brings nvidia-cuda-nvdisasm)",
 )
 
 
@@ -112,7 +112,7 @@ def test_wheels_are_found_through_the_nvidia_namespace_package(no_cuda, monkeypa
 
 
 def test_a_missing_ptxas_is_a_toolchain_error_that_says_how_to_install_it(no_cuda, no_wheels):
-    with pytest.raises(ToolchainError, match=r"ptxas not found.*pip install tessera\[ptx\]"):
+    with pytest.raises(ToolchainError, match=r"ptxas not found.*pip install 'tessera-compiler\[ptx\]'"):
         compile_ptx(sample("gemm_tile_sanity.ptx"))
 
 
