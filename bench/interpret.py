@@ -6,13 +6,18 @@ the same attention, in one run.
 Prints, for each attention variant and causal/non-causal: the best wall time of the Tile interpreter and of
 the CTA simulator (lowering included; "-" where the variant does not lower) over the repeats, the time of the
 fp64 NumPy reference on the same inputs, and the ratios to it (absolute times are only
-indicative on a shared machine; compare ratios taken in the same run).
+indicative on a shared machine; compare ratios taken in the same run). The last rows run flash attention again
+with a busy neighbour core (bench/busy_neighbour.py: a process spinning on another core), the usual state of a
+machine running a test suite; `--no-busy` leaves them out.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from contextlib import nullcontext
+
+from busy_neighbour import busy_neighbour
 
 import numpy as np
 from xdsl.utils.exceptions import DiagnosticException
@@ -38,6 +43,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--heads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-busy", action="store_true", help="leave out the rows with a busy neighbour core")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     shape = (args.batch, args.heads, args.seq, args.head_dim)
@@ -45,18 +51,29 @@ def main() -> None:
     k, v = (rng.standard_normal(shape) for _ in range(2))
     print(f"attention q {q.shape}, k/v {shape}, best of {args.repeats}")
     print(f"{'variant':<22}{'causal':<8}{'tile s':>9}{'target s':>10}{'numpy s':>9}{'tile/np':>9}{'target/np':>10}")
-    for variant in ("flash_attention", "two_pass_attention", "three_pass_attention"):
-        for causal in (False, True):
-            module = getattr(tessera.kernels, variant)(head_dim=args.head_dim, causal=causal)
-            t_tile = best_time(lambda: tessera.interpret(module, q, k, v), args.repeats)
-            try:
-                t_target = best_time(lambda: tessera.interpret(module, q, k, v, level="target"), args.repeats)
-            except DiagnosticException:
-                t_target = None
-            t_ref = best_time(lambda: reference.attention(q, k, v, causal), args.repeats)
-            target = ("-", "-") if t_target is None else (f"{t_target:.3f}", f"{t_target / t_ref:.2f}")
-            print(f"{variant:<22}{str(causal):<8}{t_tile:>9.3f}{target[0]:>10}{t_ref:>9.3f}"
-                  f"{t_tile / t_ref:>9.2f}{target[1]:>10}")
+    rows = [(variant, causal, False) for variant in ("flash_attention", "two_pass_attention", "three_pass_attention")
+            for causal in (False, True)]
+    rows += [] if args.no_busy else [("flash_attention", causal, True) for causal in (False, True)]
+    for variant, causal, busy in rows:
+        module = getattr(tessera.kernels, variant)(head_dim=args.head_dim, causal=causal)
+        with busy_neighbour() if busy else nullcontext():
+            t_tile, t_target, t_ref = measure(module, q, k, v, causal, args.repeats)
+        target = ("-", "-") if t_target is None else (f"{t_target:.3f}", f"{t_target / t_ref:.2f}")
+        label = variant + (" +busy" if busy else "")
+        print(f"{label:<22}{str(causal):<8}{t_tile:>9.3f}{target[0]:>10}{t_ref:>9.3f}"
+              f"{t_tile / t_ref:>9.2f}{target[1]:>10}")
+
+
+def measure(module, q, k, v, causal: bool, repeats: int) -> tuple[float, float | None, float]:
+    """Best times of the Tile interpreter, the CTA simulator (None where the kernel does not lower) and the
+    NumPy reference on the same inputs."""
+    t_tile = best_time(lambda: tessera.interpret(module, q, k, v), repeats)
+    try:
+        t_target = best_time(lambda: tessera.interpret(module, q, k, v, level="target"), repeats)
+    except DiagnosticException:
+        t_target = None
+    t_ref = best_time(lambda: reference.attention(q, k, v, causal), repeats)
+    return t_tile, t_target, t_ref
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ ptxas's warnings and informational diagnostics (codes; "none" when it printed no
 ptxas serialized the wgmmas, C7512 that it spilled).
 Triton's kernel for the same attention, measured by the same tools, is in `python bench/compile.py` (with
 Triton installed). Needs ptxas and nvdisasm
-(`pip install tessera[ptx]`); without them only the Target IR columns are printed.
+(`pip install 'tessera-compiler[ptx]'`); without them only the Target IR columns are printed.
 """
 
 from __future__ import annotations

@@ -1,22 +1,25 @@
 """PTX executor throughput: one CTA of Tessera's flash attention run from its PTX text, against the Target IR
 CTA simulator on the same CTA, in one run.
 
-    python bench/ptx_exec.py [--seq-k 1024] [--head-dim 128] [--causal] [--repeats 3]
+    python bench/ptx_exec.py [--seq-k 1024] [--head-dim 128] [--causal] [--repeats 3] [--busy-neighbour]
 
 The kernel (seq_q = 128 rows = one CTA, batch = heads = 1) is lowered with SPECIALIZED_PIPELINE (TMA producer
 warpgroup, two consumer warpgroups: 384 threads) and allocate-registers, printed as PTX, parsed and run by
 `tessera.ptx.launch`; the Target IR simulator runs the same lowered kernel. Prints the best wall time of each
 over the repeats (parse + decode + run for PTX; excluding lowering for both), the ratio, the largest
 difference between the two outputs, and both errors against the NumPy reference. Absolute times are only
-indicative on a shared machine; compare the ratio taken in the same run.
+indicative on a shared machine; compare the ratio taken in the same run. `--busy-neighbour` times both while a
+process spins on another core (bench/busy_neighbour.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from contextlib import nullcontext
 
 import numpy as np
+from busy_neighbour import busy_neighbour
 
 import tessera
 from tessera import reference
@@ -46,6 +49,7 @@ def main() -> None:
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--busy-neighbour", action="store_true", help="time with a process spinning on another core")
     args = parser.parse_args()
 
     module = tessera.kernels.flash_attention(head_dim=args.head_dim, causal=args.causal, dtype="bf16")
@@ -69,11 +73,13 @@ def main() -> None:
         run_target_kernel(target, arrays, sizes, allocation)
         return arrays
 
-    ptx_time, ptx_arrays = best_time(run_ptx, args.repeats)
-    target_time, target_arrays = best_time(run_target, args.repeats)
+    with busy_neighbour() if args.busy_neighbour else nullcontext():
+        ptx_time, ptx_arrays = best_time(run_ptx, args.repeats)
+        target_time, target_arrays = best_time(run_target, args.repeats)
     q, k, v = ptx_arrays[:3]
     print(f"flash attention d{args.head_dim} {'causal' if args.causal else 'non-causal'}, one CTA: seq_q 128, "
-          f"seq_k {args.seq_k}, {host.block[0]} threads, {len(ptx.splitlines())} PTX lines")
+          f"seq_k {args.seq_k}, {host.block[0]} threads, {len(ptx.splitlines())} PTX lines"
+          + (", with a busy neighbour core" if args.busy_neighbour else ""))
     print(f"  PTX executor       {ptx_time:8.2f} s   check: "
           f"{reference.check_attention(ptx_arrays[3], q, k, v, q.dtype, causal=args.causal)}")
     print(f"  Target IR simulator {target_time:7.2f} s   check: "

@@ -5,7 +5,7 @@ Public API:
 - `tessera.interpret(module, *inputs, level="tile", kernel=None, **sizes)`: run a kernel on NumPy arrays;
 - `tessera.compile(module, target="ptx")`: Target IR, PTX text, or a ptxas result with the cubin;
 - `tessera.parse_module(text)` / `tessera.print_module(module)`;
-- `tessera.attention(q, k, v, causal=False, scale=None)`: run attention on an H100/H200 (`tessera[cuda]`;
+- `tessera.attention(q, k, v, causal=False, scale=None)`: run attention on an H100/H200 (`tessera-compiler[cuda]`;
   see `tessera.runtime`, imported on first use).
 """
 
@@ -130,7 +130,8 @@ def __getattr__(name: str):
         import importlib
 
         return importlib.import_module("tessera.kernels")
-    # `tessera.attention` runs on the GPU (tessera[cuda]); the runtime loads the CUDA bindings only when called.
+    # `tessera.attention` runs on the GPU (tessera-compiler[cuda]); the runtime loads the CUDA bindings only when
+    # called.
     if name == "attention":
         from tessera.runtime.attention import attention
 

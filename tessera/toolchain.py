@@ -2,7 +2,7 @@
 
 - `find_ptxas()` / `find_nvdisasm()`: the tool on PATH, else in `$CUDA_HOME/bin` (or `$CUDA_PATH/bin`), else
   in NVIDIA's PyPI wheels (`nvidia-cuda-nvcc`, `nvidia-cuda-nvdisasm`: `nvidia/cu13/bin/` in site-packages,
-  found through the `nvidia` namespace package); None when absent. `pip install tessera[ptx]` brings both.
+  found through the `nvidia` namespace package); None when absent. `pip install 'tessera-compiler[ptx]'` brings both.
 - `compile_ptx(ptx)`: `ptxas -arch=sm_90a -v` as data: per function the registers, barriers, static shared
   memory, stack frame and spill bytes; every warning and error with its PTX line. A rejected module raises
   `PtxasError` carrying the parsed errors.
@@ -349,7 +349,8 @@ def compile_ptx(
     if tool is None:
         raise ToolchainError(
             "ptxas not found: searched PATH, $CUDA_HOME/bin, $CUDA_PATH/bin and the nvidia-cuda-nvcc wheel "
-            f"({', '.join('nvidia/' + d for d in WHEEL_BIN_DIRS)}); install it with `pip install tessera[ptx]`"
+            f"({', '.join('nvidia/' + d for d in WHEEL_BIN_DIRS)}); install it with "
+            "`pip install 'tessera-compiler[ptx]'`"
         )
     version = tool_version(tool)
     with tempfile.TemporaryDirectory(prefix="tessera-ptxas-") as work:
@@ -416,12 +417,12 @@ class SassInstruction:
 
 def disassemble(cubin: bytes | str | os.PathLike, *, nvdisasm: str | None = None, timeout: float = 120.0) -> str:
     """The SASS of `cubin` (its bytes or its path) as `nvdisasm -c` prints it. Raises `ToolchainError` when
-    no nvdisasm is found (install `nvidia-cuda-nvdisasm`, or `tessera[ptx]`) or it fails."""
+    no nvdisasm is found (install `nvidia-cuda-nvdisasm`, or `tessera-compiler[ptx]`) or it fails."""
     tool = nvdisasm or find_nvdisasm()
     if tool is None:
         raise ToolchainError(
             "nvdisasm not found: searched PATH, $CUDA_HOME/bin, $CUDA_PATH/bin and the nvidia-cuda-nvdisasm "
-            "wheel (nvidia/cu13/bin); install it with `pip install tessera[ptx]`"
+            "wheel (nvidia/cu13/bin); install it with `pip install 'tessera-compiler[ptx]'`"
         )
     with tempfile.TemporaryDirectory(prefix="tessera-nvdisasm-") as work:
         if isinstance(cubin, bytes):

@@ -1,11 +1,23 @@
-"""Shared fixtures: kernels are built once per configuration and reused across tests."""
+"""Shared fixtures: kernels are built once per configuration and reused across tests.
+
+BLAS runs on one thread in every test process. pytest-xdist runs one worker per core, and a BLAS that starts
+one thread per core in each of them has every small product wait for a core another worker holds (the
+Tile-interpreter tests took 324-354 s that way on two loaded cores, 46-52 s single-threaded). The variables
+are set here, before NumPy is imported, so this process and the workers it starts (which inherit its
+environment) load their BLAS with one thread; a value the caller set is kept.
+"""
 
 from __future__ import annotations
 
-import functools
+import os
 
-import numpy as np
-import pytest
+for _variable in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
+    os.environ.setdefault(_variable, "1")
+
+import functools  # noqa: E402 - after the BLAS environment, before NumPy
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
 
 @functools.lru_cache(maxsize=None)
@@ -25,7 +37,7 @@ INSTALL = "pip install -e '.[test,ptx]' (the test command) installs it"
 
 def require_tool(name: str) -> str:
     """The path of ptxas or nvdisasm. Without one the test fails, never skips: the test command installs both
-    (the nvidia-cuda-nvcc and nvidia-cuda-nvdisasm wheels of tessera[ptx]), so a missing tool is a broken
+    (the nvidia-cuda-nvcc and nvidia-cuda-nvdisasm wheels of tessera-compiler[ptx]), so a missing tool is a broken
     install or a broken `tessera.toolchain.find_*`, a regression to report."""
     from tessera import toolchain
 

@@ -1,7 +1,7 @@
 """Every configuration of the foundation matrix compiles, through register allocation and the PTX printer,
 to PTX that ptxas accepts with no warning, no spill and no stack frame; its SASS uses HGMMA and UTMALDG and
 never local memory (LDL/STL). One known exception, marked as a strict expected failure: three-pass causal
-attention under the full pipeline spills 8 bytes. The test command installs ptxas and nvdisasm (tessera[ptx]):
+attention under the full pipeline spills 8 bytes. The test command installs ptxas and nvdisasm (tessera-compiler[ptx]):
 without them these tests fail, never skip."""
 
 from __future__ import annotations

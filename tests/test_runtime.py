@@ -82,7 +82,7 @@ def cuda_bindings():
     try:
         from cuda.bindings import driver
     except ImportError:
-        pytest.skip("cuda-bindings not installed (tessera[cuda])")
+        pytest.skip("cuda-bindings not installed (tessera-compiler[cuda])")
     return driver
 
 
@@ -616,7 +616,7 @@ def test_missing_bindings_are_cuda_unavailable(monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_cuda)
-    with pytest.raises(CudaUnavailable, match=r"bindings are not installed \(pip install 'tessera\[cuda\]'\)"):
+    with pytest.raises(CudaUnavailable, match=r"bindings are not installed \(pip install 'tessera-compiler\[cuda\]'\)"):
         Driver().device()
 
 
@@ -778,7 +778,7 @@ def test_gemm_arguments_are_checked_by_name(call, message):
 
 def test_a_refused_cubin_falls_back_to_the_ptx(fake_gpu, rng):
     kernel = compiled(gemm_config("bf16"))
-    assert kernel.cubin is not None, "no cubin: the test command installs ptxas (tessera[ptx])"
+    assert kernel.cubin is not None, "no cubin: the test command installs ptxas (tessera-compiler[ptx])"
     fake = fake_gpu(kernel, refuse_cubin=True)
     a, b = (rng.standard_normal((64, 64)).astype(BF16) for _ in range(2))
     run(kernel, a, b)

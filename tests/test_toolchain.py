@@ -1,7 +1,7 @@
 """tessera.toolchain: finding ptxas/nvdisasm, `ptxas -v` as data, ptxas errors as PtxasError, SASS counts.
 
 The kernels are hand-written sm_90a PTX in tests/ptx_samples/; lines the tests look for are marked there
-with a comment. The test command installs ptxas and nvdisasm (tessera[ptx]): without them these tests fail."""
+with a comment. The test command installs ptxas and nvdisasm (tessera-compiler[ptx]): without them these tests fail."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from tessera.toolchain import (
 )
 
 SAMPLES = Path(__file__).parent / "ptx_samples"
-# The test command installs both tools (tessera[ptx]): without one these tests fail, never skip (conftest).
+# The test command installs both tools (tessera-compiler[ptx]): without one these tests fail, never skip (conftest).
 needs_ptxas = pytest.mark.usefixtures("ptxas")
 needs_nvdisasm = pytest.mark.usefixtures("nvdisasm")
 

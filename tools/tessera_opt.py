@@ -20,7 +20,6 @@ import traceback
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from importlib.metadata import version
 from typing import IO
 
 from xdsl.context import Context
@@ -136,8 +135,12 @@ class TesseraOptMain(xDSLOptMain):
     Errors surface as exceptions; `main` turns them into diagnostics and exit statuses."""
 
     @property
-    def version_format(self) -> str:  # type: ignore[override]  # a property, so `version` runs only here
-        return f"tessera-opt {version('tessera')} (xdsl {{xdsl_version}})"
+    def version_format(self) -> str:  # type: ignore[override]
+        # The package's own version: the distribution is named `tessera-compiler`, and a distribution named
+        # `tessera` is an unrelated project.
+        from tessera import __version__
+
+        return f"tessera-opt {__version__} (xdsl {{xdsl_version}})"
 
     def register_all_dialects(self) -> None:
         register_dialects(self.ctx)

@@ -18,6 +18,7 @@ import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.interpreter import Interpreter
 
+from tessera.interpreters.blas_threads import single_threaded_blas
 from tessera.interpreters.block_batch import BlockBatch
 from tessera.interpreters.control import BatchedControlFunctions
 from tessera.interpreters.limits import check_memory
@@ -70,10 +71,12 @@ def prepare_arguments(
     return arguments, bound
 
 
+@single_threaded_blas()
 def run_grid(sig: KernelSignature, module: ModuleOp, arguments: list[np.ndarray], sizes: Mapping[str, int],
              listeners: Callable[[BlockBatch], Sequence[Interpreter.Listener]] | None = None) -> None:
     """Run every block of the kernel's grid; outputs are written into `arguments` in place. `listeners`, if
-    given, makes the interpreter listeners of each batch of blocks (`tessera.validate` records values)."""
+    given, makes the interpreter listeners of each batch of blocks (`tessera.validate` records values). BLAS
+    runs on one thread meanwhile (`tessera.interpreters.blas_threads`)."""
     gx, gy, gz = sig.grid_size(sizes)
     facts.check_launch((gx, gy, gz))
     total = gx * gy * gz

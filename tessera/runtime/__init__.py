@@ -1,4 +1,4 @@
-"""Tessera's GPU runtime (the optional extra `tessera[cuda]`: NVIDIA's `cuda-bindings`, driver API).
+"""Tessera's GPU runtime (the optional extra `tessera-compiler[cuda]`: NVIDIA's `cuda-bindings`, driver API).
 
 - `tessera.attention(q, k, v, causal=False, scale=None)` (`runtime.attention`): compile or fetch the kernel
   for the shapes and run it; `runtime.gemm.gemm(a, b)` likewise for GEMM;

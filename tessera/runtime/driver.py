@@ -1,4 +1,4 @@
-"""A thin, lazy wrapper over the CUDA driver API of `cuda-bindings` (`pip install 'tessera[cuda]'`).
+"""A thin, lazy wrapper over the CUDA driver API of `cuda-bindings` (`pip install 'tessera-compiler[cuda]'`).
 
 Nothing here is imported by `import tessera`, and nothing here imports the bindings until a driver call is
 made, so a machine without a GPU, a driver or the bindings can import the runtime and test its host side.
@@ -28,7 +28,7 @@ SM90A_CAPABILITY = (9, 0)
 """sm_90a code runs on compute capability 9.0 only (H100, H200, GH200): the `a` features are not forward
 compatible [P#ptx-module-directives-target]."""
 
-INSTALL_HINT = "pip install 'tessera[cuda]'"
+INSTALL_HINT = "pip install 'tessera-compiler[cuda]'"
 
 
 class CudaUnavailable(RuntimeError):
@@ -192,7 +192,8 @@ class Driver:
         if first is not None:
             detail += f"; the cubin was refused first: {first.name}: {first.description}"
         elif cubin is None:
-            detail += "; no cubin because no ptxas was found (pip install 'tessera[ptx]' gives ptxas' own messages)"
+            detail += ("; no cubin because no ptxas was found (pip install 'tessera-compiler[ptx]' gives ptxas' own "
+                       "messages)")
         module = self._load_image(ptx.encode(), kernel, detail)
         return module, self.call("cuModuleGetFunction", module, kernel.encode(), kernel=kernel)
 

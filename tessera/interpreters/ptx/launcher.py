@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 import ml_dtypes
 import numpy as np
 
+from tessera.interpreters.blas_threads import single_threaded_blas
 from tessera.interpreters.limits import check_memory
 from tessera.interpreters.ptx import alu, floats, memory, schedule, sync, tensor  # noqa: F401 - registers decoders
 from tessera.interpreters.ptx.decode import Operands, decode
@@ -209,12 +210,14 @@ def _host_memory(ptx: Module, entry, args: list, ctas: int, threads: int, shared
     return parts
 
 
+@single_threaded_blas()
 def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int = 0,
            source: str = "<ptx>", *, max_steps: int = schedule.DEFAULT_MAX_STEPS,
            memory_budget: int | None = None) -> list[np.ndarray | None]:
     """Run entry `kernel` of `ptx` over `grid` CTAs of `block` threads; see the module docstring.
     `max_steps` bounds the steps of each batch of CTAs (`schedule`); `memory_budget` the host bytes the run may
-    need (`tessera.interpreters.limits`, 8 GiB by default)."""
+    need (`tessera.interpreters.limits`, 8 GiB by default). BLAS runs on one thread meanwhile
+    (`tessera.interpreters.blas_threads`)."""
     if isinstance(ptx, str):
         from tessera.interpreters.ptx.parse import parse_ptx
 

@@ -28,6 +28,7 @@ from xdsl.interpreter import Interpreter
 
 from tessera.dialects import sm90
 from tessera.dialects.tile_types import DimsAttr
+from tessera.interpreters.blas_threads import single_threaded_blas
 from tessera.interpreters.block_batch import KernelHazardError
 from tessera.interpreters.sm90.arith import RegisterArithFunctions
 from tessera.interpreters.sm90.control import DivergentControlFunctions
@@ -210,6 +211,7 @@ def run_cta(kernel: TargetKernel, module: ModuleOp, values: list, memory: Global
     return cta
 
 
+@single_threaded_blas()
 def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], sizes: Mapping[str, int],
                       allocation=None, listeners=None) -> None:
     """Run every CTA of the target kernel `func_op` on the Tile-level argument arrays (inputs, outputs,
@@ -217,7 +219,8 @@ def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], siz
     subclass DeadlockError) naming the op and thread of a hazard; a grid, a thread count or dynamic shared memory
     past the driver's launch limits is refused before any CTA runs. With a register `allocation`
     (`tessera.regalloc`), every operand is also checked against the register file it implies. `listeners`
-    (optional) makes extra interpreter listeners for each CTA: `listeners(cta_state)`."""
+    (optional) makes extra interpreter listeners for each CTA: `listeners(cta_state)`. BLAS runs on one thread
+    meanwhile (`tessera.interpreters.blas_threads`)."""
     kernel = target_kernel(func_op)
     names = [f"#{k}" for k in range(len(arguments))]
     for arg in kernel.args:
