@@ -18,3 +18,8 @@ def build_kernel(variant: str, **config):
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(1234)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--all-ptxas", action="store_true", default=False,
+                     help="test_compile.py: check the whole kernel matrix with every ptxas found, not only the newest")
