@@ -42,12 +42,14 @@ PTX registers. A value defined inside such a region gets a register of that regi
 the space of its earliest definition. Each space is a linear scan of its own, and the spaces are numbered one
 after the other per class (`%r0..` the kernel's, then the first region's, then the next one's), so no PTX
 register is written in two budget regions: the only names both branches mention are values defined before the
-split that both read. ptxas 13.3 and later need this. They treat a virtual register as one allocation unit
-across the whole kernel, so a name that the 24-register producer and the 240-register consumers both write
-has to fit the producer's budget: with names shared, as a single scan over both branches hands them out, the
-consumers of the flash kernel were left about 180 usable registers, and ptxas spilled (292 bytes for the
-head_dim 128 kernel) and serialized the wgmmas (C7512). Renaming the producer's registers alone, with no
-other change to the PTX, removed both; ptxas 12.x to 13.2 allocate the same code as before.
+split that both read. ptxas 13.3 and later need this: they behave as if a virtual register were one
+allocation unit across the whole kernel, so that a name the 24-register producer and the 240-register
+consumers both write has to fit the producer's budget. With the names shared (one scan over both branches
+hands them out), the flash kernels' consumers were left with about 184 registers under ptxas 13.3 to 13.5
+whatever their setmaxnreg said: ptxas spilled (292 bytes for head_dim 128, also in the producer, which
+uses a dozen registers) and serialized the wgmmas (C7512). Renaming the producer's registers in that PTX,
+and nothing else, removed both; ptxas 12.1 to 13.2 assemble both forms without a spill (under 13.0 the
+main loop's SASS is the same length, 497 and 602 instructions).
 
 Pressure per region: `Allocation.region_pressure(op)` gives, for each region of `op` (the producer and the
 consumer branch of a warp-specialized `scf.if`, a loop body), the peak of 32-bit registers live at one
