@@ -35,6 +35,22 @@ dies at the wgmma shares them (see above), one that does not is copied into them
 The accumulator chain's in-place decisions are made before the holds are added (a later wgmma of the chain
 may take the registers of a pending result: the tensor core orders its own accesses).
 
+Register spaces: the regions that run under a register budget of their own (the branches of an `scf.if` that
+begin with `sm90.setmaxnreg`: warp-specialize's producer and consumer warpgroups) are allocated from disjoint
+PTX registers. A value defined inside such a region gets a register of that region's space; every other value
+(the prologue before the split, anything after it) one of the kernel's own space, and a register group takes
+the space of its earliest definition. Each space is a linear scan of its own, and the spaces are numbered one
+after the other per class (`%r0..` the kernel's, then the first region's, then the next one's), so no PTX
+register is written in two budget regions: the only names both branches mention are values defined before the
+split that both read. ptxas 13.3 and later need this: they behave as if a virtual register were one
+allocation unit across the whole kernel, so that a name the 24-register producer and the 240-register
+consumers both write has to fit the producer's budget. With the names shared (one scan over both branches
+hands them out), the flash kernels' consumers were left with about 184 registers under ptxas 13.3 to 13.5
+whatever their setmaxnreg said: ptxas spilled (292 bytes for head_dim 128, also in the producer, which
+uses a dozen registers) and serialized the wgmmas (C7512). Renaming the producer's registers in that PTX,
+and nothing else, removed both; ptxas 12.1 to 13.2 assemble both forms without a spill (under 13.0 the
+main loop's SASS is the same length, 497 and 602 instructions).
+
 Pressure per region: `Allocation.region_pressure(op)` gives, for each region of `op` (the producer and the
 consumer branch of a warp-specialized `scf.if`, a loop body), the peak of 32-bit registers live at one
 position inside it, so that a pass can size each branch's setmaxnreg budget. It is measured on a liveness
@@ -481,13 +497,14 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
     intervals = dict(sorted(intervals.items(), key=lambda item: lowest[item[0]]))
     ranges = _live_ranges(live, root_of, intervals)
 
-    # Linear scan per class. wgmma accumulators are allocated as blocks of consecutive registers, element i
-    # at base + i: ptxas keeps a wgmma chain asynchronous only when every accumulator list it sees maps
-    # consistently onto its registers (otherwise it serializes the wgmmas, warning C7511).
+    # Linear scan per class and register space (module docstring). wgmma accumulators are allocated as blocks
+    # of consecutive registers, element i at base + i: ptxas keeps a wgmma chain asynchronous only when every
+    # accumulator list it sees maps consistently onto its registers (otherwise it serializes the wgmmas, C7511).
     blocks = _accumulator_blocks(live, root_of)
     block_of = {root: block for block in blocks for root in block}
-    names_of_root: dict = {}
-    counts: dict[str, int] = defaultdict(int)
+    space_of = _register_spaces(fn, live, root_of)
+    index_of_root: dict = {}  # root -> (pool, index in the pool); a pool is (class, space)
+    used: dict[tuple[str, int], int] = defaultdict(int)  # registers each pool needs
     units = []  # (start, end, roots, ranges) in allocation order: a block is one unit
     for block in blocks:
         spans = _merge_ranges(r for root in block for r in ranges[root])
@@ -496,31 +513,40 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
         if root not in block_of:
             units.append((spans[0][0], spans[-1][1], (root,), spans))
     units.sort(key=lambda u: (u[0], u[1], _stable_key(live, u[2][0])))
-    active: dict[str, list] = defaultdict(list)  # heaps of (end of the first range, register index)
-    free: dict[str, set] = defaultdict(set)      # free register indices
-    reserved: dict[str, dict] = defaultdict(dict)  # register index -> later ranges of a unit with holes
+    active: dict[tuple, list] = defaultdict(list)  # heaps of (end of the first range, register index)
+    free: dict[tuple, set] = defaultdict(set)      # free register indices
+    reserved: dict[tuple, dict] = defaultdict(dict)  # register index -> later ranges of a unit with holes
     for start, _, roots, spans in units:
         cls = register_class(live.value_of[roots[0]].type)
         if roots[0] in block_of:
             cls = "acc"  # accumulators get a pool of their own (see above)
-        while active[cls] and active[cls][0][0] < start:
-            _, index = heapq.heappop(active[cls])
-            free[cls].add(index)
+        pool = (cls, space_of[roots[0]])
+        while active[pool] and active[pool][0][0] < start:
+            _, index = heapq.heappop(active[pool])
+            free[pool].add(index)
         # Each accumulator block keeps registers of its own: ptxas maps wgmma chains onto physical registers
         # itself, and a register shared by two chains (even at different times) made it serialize them.
         if cls == "acc":
-            base = counts[cls]
+            base = used[pool]
         else:
-            holes = reserved[cls]
-            base = _lowest_free_run(free[cls], counts[cls], len(roots),
+            holes = reserved[pool]
+            base = _lowest_free_run(free[pool], used[pool], len(roots),
                                     lambda index: not _overlap(holes.get(index, ()), spans))
         for k, root in enumerate(roots):
-            free[cls].discard(base + k)
-            heapq.heappush(active[cls], (spans[0][1], base + k))
+            free[pool].discard(base + k)
+            heapq.heappush(active[pool], (spans[0][1], base + k))
             if len(spans) > 1:  # free in the hole, reserved again for the later ranges
-                reserved[cls].setdefault(base + k, []).extend(spans[1:])
-            names_of_root[root] = f"{CLASS_PREFIX[cls]}{base + k}"
-        counts[cls] = max(counts[cls], base + len(roots))
+                reserved[pool].setdefault(base + k, []).extend(spans[1:])
+            index_of_root[root] = (pool, base + k)
+        used[pool] = max(used[pool], base + len(roots))
+
+    # Per class, the spaces are numbered one after the other: the kernel's from 0, then each budget region's.
+    counts: dict[str, int] = defaultdict(int)
+    first: dict[tuple[str, int], int] = {}
+    for pool in sorted(used, key=lambda p: (p[1], p[0])):
+        first[pool] = counts[pool[0]]
+        counts[pool[0]] += used[pool]
+    names_of_root = {root: f"{CLASS_PREFIX[pool[0]]}{first[pool] + index}" for root, (pool, index) in index_of_root.items()}
 
     names = dict(constants)
     for value, elements in live.elements():
@@ -539,6 +565,33 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
     widths = {root: CLASS_WIDTH[register_class(live.value_of[root].type)] for root in ranges}
     peak, peak_position, at_peak = _pressure(ranges, root_names, widths)
     return Allocation(names, dict(counts), peak, peak_position, at_peak, _PressureMap(live, root_of, ranges, widths))
+
+
+def budget_regions(fn: func.FuncOp) -> list[Region]:
+    """The regions of `fn` that run under a register budget of their own, in program order: the branches of
+    an `scf.if` whose block holds an `sm90.setmaxnreg` (warp-specialize's producer and consumer branches)."""
+    return [region for op in fn.walk() if isinstance(op, scf.IfOp) for region in op.regions
+            if region.blocks and any(isinstance(inner, sm90.SetMaxNRegOp) for inner in region.block.ops)]
+
+
+def _register_spaces(fn: func.FuncOp, live: _Liveness, root_of) -> dict:
+    """The register space of each register group (module docstring): 0 for the kernel's, k for the k-th
+    budget region; a group takes the space of its earliest-defined value."""
+    number = {region: k + 1 for k, region in enumerate(budget_regions(fn))}
+    earliest: dict = {}  # root -> the earliest-defined value of its group
+    for value, elements in live.elements():
+        position = live.defs[value]
+        for element in elements:
+            root = root_of(element)
+            if root not in earliest or position < live.defs[earliest[root]]:
+                earliest[root] = value
+    spaces = {}
+    for root, value in earliest.items():
+        region = value.owner.parent if isinstance(value, BlockArgument) else value.owner.parent_region()
+        while region is not None and region not in number:
+            region = region.parent_region()
+        spaces[root] = number.get(region, 0)
+    return spaces
 
 
 ELEMENTWISE = (

@@ -3,6 +3,8 @@
 - `find_ptxas()` / `find_nvdisasm()`: the tool on PATH, else in `$CUDA_HOME/bin` (or `$CUDA_PATH/bin`), else
   in NVIDIA's PyPI wheels (`nvidia-cuda-nvcc`, `nvidia-cuda-nvdisasm`: `nvidia/cu13/bin/` in site-packages,
   found through the `nvidia` namespace package); None when absent. `pip install 'tessera-compiler[ptx]'` brings both.
+- `find_all_ptxas()`: every ptxas of those places, one per version, newest first (the test suite checks the
+  kernels with each: `tessera-compiler[test]` adds a CUDA 12 ptxas, `nvidia-cuda-nvcc-cu12`, in `nvidia/cuda_nvcc/bin/`).
 - `compile_ptx(ptx)`: `ptxas -arch=sm_90a -v` as data: per function the registers, barriers, static shared
   memory, stack frame and spill bytes; every warning and error with its PTX line. A rejected module raises
   `PtxasError` carrying the parsed errors.
@@ -59,6 +61,31 @@ def find_tool(name: str) -> str | None:
             if _is_executable(candidate):
                 return str(candidate)
     return None
+
+
+def find_tools(name: str) -> list[str]:
+    """Every executable `name` there is, in `find_tool`'s order of preference: each PATH entry, then
+    `$CUDA_HOME/bin` and `$CUDA_PATH/bin`, then the `nvidia` wheels' bin folders; a file reached twice (a
+    link, a folder named twice) is listed once, under the first path that reached it."""
+    candidates = [Path(folder or ".", name) for folder in os.environ.get("PATH", "").split(os.pathsep)]
+    candidates += [Path(root, "bin", name) for root in map(os.environ.get, CUDA_ROOT_VARIABLES) if root]
+    candidates += [Path(location, bin_dir, name) for location in _nvidia_package_locations() for bin_dir in WHEEL_BIN_DIRS]
+    found: dict[str, str] = {}
+    for candidate in candidates:
+        if _is_executable(candidate):
+            found.setdefault(os.path.realpath(candidate), str(candidate))
+    return list(found.values())
+
+
+def find_all_ptxas() -> list[ToolVersion]:
+    """Every ptxas found (`find_tools`), one per version, newest first: the system's, CUDA_HOME's and the
+    wheels' (`pip install tessera[test,ptx]` brings a CUDA 12 one and the newest CUDA 13 one). Of two with
+    the same version, the one `find_tool` would prefer is kept."""
+    by_version: dict[tuple[int, ...], ToolVersion] = {}
+    for path in find_tools("ptxas"):
+        version = tool_version(path)
+        by_version.setdefault(version.version, version)
+    return sorted(by_version.values(), key=lambda v: v.version, reverse=True)
 
 
 def find_ptxas() -> str | None:

@@ -57,3 +57,8 @@ def ptxas() -> str:
 def nvdisasm() -> str:
     """nvdisasm (see `require_tool`)."""
     return require_tool("nvdisasm")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--all-ptxas", action="store_true", default=False,
+                     help="test_compile.py: check the whole kernel matrix with every ptxas found, not only the newest")

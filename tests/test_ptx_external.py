@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 from tessera.interpreters.ptx import PtxExecutionError, TensorMapArg, launch
+from tessera.toolchain import find_all_ptxas
 
 SAMPLES = Path(__file__).parent / "ptx_samples" / "external"
 FILES = sorted(p.name for p in SAMPLES.glob("*.ptx"))
@@ -60,8 +61,13 @@ def test_every_sample_is_tested():
     assert FILES and tested == set(FILES)
 
 
+ALL_PTXAS = find_all_ptxas()
+
+
+@pytest.mark.parametrize("ptxas", [v.path for v in ALL_PTXAS], ids=[str(v) for v in ALL_PTXAS])
 @pytest.mark.parametrize("name", FILES)
-def test_ptxas_accepts(name, tmp_path, ptxas):
+def test_ptxas_accepts(name, ptxas, tmp_path):
+    """Under every ptxas found (the CUDA 12 and 13 ones of the test and ptx extras, a system one)."""
     result = subprocess.run([ptxas, "-arch=sm_90a", str(SAMPLES / name), "-o", str(tmp_path / "k.cubin")],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

@@ -23,7 +23,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from tessera.toolchain import compile_ptx
+from tessera.toolchain import compile_ptx, find_all_ptxas
 
 KERNELS = Path(__file__).parent / "ptx_kernels"
 KERNEL_FILES = sorted(p.name for p in KERNELS.glob("*.ptx"))
@@ -72,10 +72,15 @@ def ceil_div(a: int, b: int) -> int:
 # region ptxas
 
 
+ALL_PTXAS = find_all_ptxas()
+
+
 @needs_ptxas
+@pytest.mark.parametrize("ptxas", [v.path for v in ALL_PTXAS], ids=[str(v) for v in ALL_PTXAS])
 @pytest.mark.parametrize("name", KERNEL_FILES)
-def test_ptxas_accepts_without_warnings(name):
-    result = compile_ptx(source(name), source_name=name)
+def test_ptxas_accepts_without_warnings(name, ptxas):
+    """Under every ptxas found (the CUDA 12 and 13 ones of the test and ptx extras, a system one)."""
+    result = compile_ptx(source(name), source_name=name, ptxas=ptxas)
     assert result.warnings == (), "\n".join(map(str, result.warnings))
     assert "warning" not in result.text.lower(), result.text
     assert result.entries, f"ptxas compiled no entry of {name}"

@@ -593,6 +593,12 @@ def test_masked_global_load_gives_zero():
     out = _both_ways(text, [np.zeros((32, 2), np.int32), src], {"n": 0})
     assert (out[0][:, 0] == src[:, 0]).all()
     assert (out[0][:, 1] == np.where(np.arange(32) % 2 == 1, src[:, 1], 0)).all()
+    ptx = print_ptx(_module(text))
+    loads = re.findall(r"mov\.b32 (%r\d+), 0;\n\s*@%p\d+ ld\.global\.b32 (%r\d+), ", ptx)
+    # Each register is set unconditionally before its predicated load: ptxas 13.3+ does not take a
+    # complementary `@p ld d; @!p mov d, 0` pair for a definition of d and keeps d's old value live.
+    assert len(loads) == 2 and all(d == e for d, e in loads)
+    assert not re.search(r"@!%p\d+ mov", ptx)
 
 
 # endregion

@@ -100,6 +100,32 @@ def test_the_cuda_12_nvcc_wheel_layout_is_found(no_cuda, no_wheels, monkeypatch,
     assert find_ptxas() == str(wheel)
 
 
+def _fake_ptxas(folder: Path, version: str) -> Path:
+    tool = _fake_tool(folder, "ptxas")
+    tool.write_text(f"#!/bin/sh\necho 'Cuda compilation tools, release {version.rsplit('.', 1)[0]}, V{version}'\n")
+    return tool
+
+
+def test_every_ptxas_is_enumerated_once_per_version_newest_first(no_cuda, no_wheels, monkeypatch, tmp_path):
+    """PATH (every entry), CUDA_HOME and both wheel layouts side by side; a link to a listed file and a
+    second copy of a version already found are left out."""
+    system = _fake_ptxas(tmp_path / "usr" / "bin", "13.0.88")
+    (tmp_path / "link").mkdir()
+    (tmp_path / "link" / "ptxas").symlink_to(system)
+    old = _fake_ptxas(tmp_path / "old" / "bin", "12.4.131")
+    monkeypatch.setenv("PATH", os.pathsep.join(str(tmp_path / d) for d in ("link", "usr/bin", "empty", "old/bin")))
+    _fake_ptxas(tmp_path / "cuda" / "bin", "13.0.88")
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))
+    cu13 = _fake_ptxas(tmp_path / "site" / "nvidia" / "cu13" / "bin", "13.5.37")
+    cu12 = _fake_ptxas(tmp_path / "site" / "nvidia" / "cuda_nvcc" / "bin", "12.9.86")
+    monkeypatch.setattr(toolchain, "_nvidia_package_locations", lambda: [str(tmp_path / "site" / "nvidia")])
+    assert toolchain.find_tools("ptxas") == [str(tmp_path / "link" / "ptxas"), str(old), str(tmp_path / "cuda" / "bin" / "ptxas"),
+                                             str(cu13), str(cu12)]
+    found = toolchain.find_all_ptxas()
+    assert [v.version for v in found] == [(13, 5, 37), (13, 0, 88), (12, 9, 86), (12, 4, 131)]
+    assert [v.path for v in found] == [str(cu13), str(tmp_path / "link" / "ptxas"), str(cu12), str(old)]
+
+
 def test_wheels_are_found_through_the_nvidia_namespace_package(no_cuda, monkeypatch, tmp_path):
     monkeypatch.syspath_prepend(str(tmp_path))  # a site-packages folder holding a fake wheel
     tool = _fake_tool(tmp_path / "nvidia" / "cu13" / "bin", "nvdisasm")

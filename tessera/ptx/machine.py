@@ -354,7 +354,14 @@ def print_st_global(p: KernelPrinter, op: sm90.StGlobalOp) -> None:
 
 @handles(sm90.LdGlobalOp)
 def print_ld_global(p: KernelPrinter, op: sm90.LdGlobalOp) -> None:
-    """One predicated `ld.global.b32` per register; a masked-off register is 0."""
+    """One predicated `ld.global.b32` per register; a masked-off register is 0.
+
+    Each register is first set to 0, then loaded under its predicate (`mov d, 0; @p ld d`), so every register
+    has an unconditional definition. The complementary pair `@p ld d; @!p mov d, 0` computes the same, but
+    ptxas 13.3 and later do not see that it defines d on every path: they keep d's earlier contents live up
+    to the pair, from as far back as the kernel's entry. The three-pass kernels' 64 loaded scores then
+    spilled 4 bytes even with 256 registers to spare; written this way they assemble without a spill under
+    every ptxas from 12.1 to 13.5."""
     n = lanes(op.result.type)
     base = p.reg(op.base_ptr)
     offset_cls = p.cls(op.offsets)
@@ -365,7 +372,8 @@ def print_ld_global(p: KernelPrinter, op: sm90.LdGlobalOp) -> None:
     def load(offset: str, predicate: str):
         def lines(d: str | None) -> list[str]:
             address_lines, address = _global_address(p, base, offset, offset_cls)
-            return address_lines + [f"@{predicate} ld.global.b32 {d}, {address}", f"@!{predicate} {cls.move} {d}, {zero}"]
+            # The address is computed first: d may be the register of the offset (a job reads before it writes).
+            return address_lines + [f"{cls.move} {d}, {zero}", f"@{predicate} ld.global.b32 {d}, {address}"]
         return lines
 
     dsts = p.define(op.result)
