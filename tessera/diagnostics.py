@@ -99,7 +99,28 @@ def verify_module(module: Operation) -> None:
             prefix = "Operation does not verify: "  # xDSL's wording around an op's own verifier
             if message.startswith(prefix):
                 message = message[len(prefix):]
-            raise LocatedVerifyException(located(op, message)) from e
+            raise LocatedVerifyException(located(_culprit(op, message), message)) from e
+
+
+_REDEFINED = re.compile(r'Redefinition of symbol "(?P<name>[^"]*)"')
+
+
+def _culprit(op: Operation, message: str) -> Operation:
+    """The op a verifier error of `op` is about: for a symbol table's "Redefinition of symbol", the second op
+    that defines the name (xDSL reports it on the table, which has no location of its own); else `op`."""
+    match = _REDEFINED.match(message)
+    if match is None:
+        return op
+    seen = 0
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.ops:
+                name = inner.properties.get("sym_name") or inner.attributes.get("sym_name")
+                if getattr(name, "data", None) == match["name"]:
+                    seen += 1
+                    if seen == 2:
+                        return inner
+    return op
 
 
 def _post_order(op: Operation):

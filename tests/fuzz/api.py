@@ -155,7 +155,9 @@ def api_call(name: str, variant: int) -> tuple[str, str]:
             return "traceback", f"{label}: a raw TypeError from {_raiser(e)}: {message}"
         return ("diagnostic", f"{label}: {type(e).__name__}: {message}") if message else \
             ("empty message", f"{label}: {type(e).__name__} without a message")
-    except Exception as e:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # xDSL's ArgSpecParseError is a BaseException
         return "traceback", f"{label}: {type(e).__name__}: {e}\n{traceback.format_exc()}"
     return "silent acceptance", f"{label}: accepted"
 

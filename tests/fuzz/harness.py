@@ -90,7 +90,7 @@ class Summary:
 # region Running one case (in a worker)
 
 
-def _run_tool(tool: str, argv: list[str]) -> tuple[int, str]:
+def _run_tool(tool: str, argv: list[str]) -> tuple[int, str, str]:
     from tessera.tools import tessera_opt, tessera_run
 
     main = tessera_opt.main if tool == "tessera-opt" else tessera_run.main
@@ -103,10 +103,10 @@ def _run_tool(tool: str, argv: list[str]) -> tuple[int, str]:
         except BaseException:  # an escaped exception: what a user would see as a traceback
             err.write(traceback.format_exc())
             code = -1
-    return code or 0, err.getvalue()
+    return code or 0, out.getvalue(), err.getvalue()
 
 
-def _classify_tool(case: Case, code: int, stderr: str) -> tuple[str, str]:
+def _classify_tool(case: Case, code: int, stdout: str, stderr: str) -> tuple[str, str]:
     if "Traceback (most recent call last)" in stderr:
         return "traceback", stderr
     if code == 0:
@@ -114,6 +114,8 @@ def _classify_tool(case: Case, code: int, stderr: str) -> tuple[str, str]:
             return ("warned", stderr) if "warning" in stderr.lower() else ("silent acceptance", stderr)
         return "accepted", stderr
     message = stderr.strip()
+    if not message and code == 1 and "MISMATCH" in stdout:  # tessera-run --check: a wrong result, on stdout
+        return "diagnostic", stdout.strip()
     if "internal error" in message:
         return "internal error", message
     if not message or re.fullmatch(r"[\w./ -]*: (error: )?", message):
@@ -151,11 +153,11 @@ def run_case(case: Case, workdir: str) -> Outcome:
     argv = [a.replace("{input}", path) for a in case.argv]
     if case.tool == "tessera-opt":
         argv += ["-o", os.path.join(workdir, "out.txt")]
-    code, stderr = _run_tool(case.tool, argv)
-    outcome, message = _classify_tool(case, code, stderr.replace(path, f"case{case.index}{case.suffix}"))
+    code, stdout, stderr = _run_tool(case.tool, argv)
+    outcome, message = _classify_tool(case, code, stdout, stderr.replace(path, f"case{case.index}{case.suffix}"))
     result = Outcome(case, outcome, 0.0, message)
     if outcome == "accepted" and case.validate_argv:
-        vcode, vstderr = _run_tool("tessera-opt", [a.replace("{input}", path) for a in case.validate_argv]
+        vcode, _, vstderr = _run_tool("tessera-opt", [a.replace("{input}", path) for a in case.validate_argv]
                                    + ["-o", os.path.join(workdir, "out.txt")])
         # A mutant that changed the kernel's meaning disagrees with the reference at the input (pass 0); one
         # that a pass then computes differently is a miscompile.
