@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="tile: the Tile IR interpreter; target: lower to sm_90a Target IR and run the CTA simulator")
     parser.add_argument("--lower", metavar="PIPELINE", default=None,
                         help="with --level target: the Tile IR to Target IR pipeline (default: the full pipeline, "
-                             "tessera.passes.SPECIALIZED_PIPELINE)")
+                             "tessera.passes.DEFAULT_PIPELINE)")
     return parser
 
 
@@ -74,7 +74,7 @@ def _check(sig, outputs, inputs):
 def run(args: argparse.Namespace) -> int:
     import tessera
     from tessera.kernel_abi import kernels, signature
-    from tessera.passes import SPECIALIZED_PIPELINE, apply_pipeline
+    from tessera.passes import DEFAULT_PIPELINE, apply_pipeline
 
     if args.file == "-":
         text = sys.stdin.read()
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         inputs = _inputs_for(sig, sizes, rng)
         used = {n: sizes[n] for n in sig.dim_names()}
         start = time.perf_counter()
-        lowering = (args.lower or SPECIALIZED_PIPELINE) if args.level == "target" else None
+        lowering = (args.lower or DEFAULT_PIPELINE) if args.level == "target" else None
         result = tessera.interpret(module, *inputs, level=args.level, kernel=sig.name, pipeline=lowering)
         elapsed = time.perf_counter() - start
         outputs = result if isinstance(result, tuple) else (result,)

@@ -9,8 +9,10 @@
 and the output is of the same kind and type.
 
 The kernel for (head_dim, causal, dtype, scale) is compiled once and kept on disk (`tessera.runtime.cache`).
-The arguments are checked before anything is compiled or launched; what the kernels do not support is
-refused with `UnsupportedKernel` (a ValueError) naming it.
+The arguments are checked before anything is compiled or launched, and before a GPU is looked for:
+TypeError for what is not an array or tensor of real numbers, ValueError for shapes that disagree, masked
+arrays and bad options (`causal`, `scale`, by the builders' rules), and `UnsupportedKernel` (a ValueError)
+for what the kernels do not support. The kernel is built with `tessera.passes.DEFAULT_PIPELINE`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.runtime.compiler import CompiledKernel, KernelConfig, compile_kernel
+from tessera.runtime import launch
 from tessera.runtime.launch import dtype_name, is_torch_tensor, run
 
 DTYPES = {"bfloat16": "bf16", "float16": "f16"}
@@ -46,12 +49,20 @@ def attention_config(head_dim: int, causal: bool = False, dtype: str = "bf16", s
 
 
 def check_attention_arguments(q, k, v) -> tuple[int, str]:
-    """(head_dim, dtype) of well-formed q, k, v; ValueError (UnsupportedKernel for a type or head_dim no
-    kernel takes) naming the argument and the rule otherwise."""
+    """(head_dim, dtype) of well-formed q, k, v. Otherwise, naming the argument and the rule: TypeError for
+    what is not an array or tensor of real numbers (complex, bool, objects, strings), ValueError for masked
+    arrays and shapes that disagree, UnsupportedKernel (a ValueError) for a type or head_dim no kernel takes."""
     for name, x in (("q", q), ("k", k), ("v", v)):
+        if isinstance(x, np.ma.MaskedArray):
+            raise ValueError(f"attention: {name} is a masked array; the kernel reads every element and would "
+                             "ignore the mask (pass np.ma.filled(x, fill) or x.data)")
         shape = getattr(x, "shape", None)
         if shape is None or not hasattr(x, "dtype"):
-            raise ValueError(f"attention: {name} must be a NumPy array or a PyTorch tensor, got {type(x).__name__}")
+            raise TypeError(f"attention: {name} must be a NumPy array or a PyTorch tensor, got {type(x).__name__}")
+        if isinstance(x, np.ndarray) and x.dtype.kind in "cbOUSM":
+            rule = ("complex numbers would lose their imaginary part" if x.dtype.kind == "c" else
+                    "attention takes real floating-point numbers")
+            raise TypeError(f"attention: {name} has element type {x.dtype}; {rule}")
         if len(shape) != 4:
             raise ValueError(f"attention: {name} must be 4-D {LAYOUT}, got shape {tuple(shape)}")
         if any(int(d) <= 0 for d in shape):
@@ -86,5 +97,11 @@ def attention_kernel(q, k, v, causal: bool = False, scale: float | None = None) 
 
 
 def attention(q, k, v, causal: bool = False, scale: float | None = None):
-    """softmax(q k^T * scale [+ bottom-right causal mask]) v on the GPU; see the module docstring."""
-    return run(attention_kernel(q, k, v, causal, scale), q, k, v)
+    """softmax(q k^T * scale [+ bottom-right causal mask]) v on the GPU; see the module docstring. The
+    arguments are checked first, then a usable GPU is looked for (CudaUnavailable), and only then is the
+    kernel compiled or fetched from the cache."""
+    head_dim, dtype = check_attention_arguments(q, k, v)
+    config = attention_config(head_dim, causal, dtype, scale)
+    if not (is_torch_tensor(q) and q.is_cuda):  # CUDA tensors are on a device already
+        launch.get_driver().device(0)
+    return run(compile_kernel(config), q, k, v)

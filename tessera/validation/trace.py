@@ -62,9 +62,9 @@ def attention_trace(module: ModuleOp, q, k, v, level: str = "tile", pipeline: st
                     block: tuple[int, int, int] = (0, 0, 0), kernel: str | None = None) -> AttentionTrace:
     """Run the flash attention kernel of `module` (Tile IR; not modified) on Q, K, V at `level` ("tile" or
     "target"), after `pipeline` if given (at "target" it must reach Target IR; default the full
-    `SPECIALIZED_PIPELINE`), and return the state of row block `block` = (batch, head, row block)."""
+    `DEFAULT_PIPELINE`), and return the state of row block `block` = (batch, head, row block)."""
     from tessera import find_kernel
-    from tessera.passes import SPECIALIZED_PIPELINE, apply_pipeline
+    from tessera.passes import DEFAULT_PIPELINE, apply_pipeline
 
     if level not in (levels.TILE, levels.TARGET):
         raise ValueError(f"attention_trace runs at level 'tile' or 'target' (the PTX executor keeps no per-op "
@@ -72,7 +72,7 @@ def attention_trace(module: ModuleOp, q, k, v, level: str = "tile", pipeline: st
     sig = find_kernel(module, kernel)
     module = module.clone()
     if level == levels.TARGET and not pipeline:
-        pipeline = SPECIALIZED_PIPELINE
+        pipeline = DEFAULT_PIPELINE
     if pipeline:
         apply_pipeline(module, pipeline)
     if levels.level_of(module, sig.name) != level:
