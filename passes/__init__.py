@@ -107,7 +107,12 @@ def parse_pipeline(spec: str):
     try:
         # ArgSpecParseError derives from BaseException in xDSL 0.74, so it must be named here.
         return PassPipeline.parse_spec(all_passes(), spec)
-    except (ArgSpecParseError, ValueError, TypeError) as error:
+    except ArgSpecParseError as error:
+        # xDSL's message is a header, the position and the spec with a caret, then the reason; keep both ends
+        lines = str(error).strip().splitlines()
+        position = lines[1].rsplit(":", 1)[-1] if len(lines) > 1 else "?"
+        raise PipelineError(f"bad pass pipeline '{spec}' at column {position}: {lines[-1].strip()}") from None
+    except (ValueError, TypeError) as error:
         raise PipelineError(f"bad pass pipeline '{spec}': {str(error).strip()}") from None
 
 

@@ -103,7 +103,7 @@ def compile(module: ModuleOp, target: str = "ptx", pipeline: str | None = None):
     or ptxas refuses, and TypeError/ValueError for bad arguments."""
     where = "tessera.compile"
     check_module(where, module)
-    check_choice(where, "target", target, TARGETS)
+    check_choice(where, "target", target, TARGETS, "compile target")
     check_string(where, "pipeline", pipeline, optional=True)
     if not kernel_functions(module):
         raise ValueError(f"{where}: the module has no Tile IR kernel to compile (a func.func with a 'tile.kernel' "
@@ -158,7 +158,7 @@ def interpret(
     naming the parameter and the rule (masked and complex arrays are refused, not silently reduced)."""
     where = "tessera.interpret"
     check_module(where, module)
-    check_choice(where, "level", level, LEVELS)
+    check_choice(where, "level", level, LEVELS, "interpreter level")
     check_string(where, "kernel", kernel, optional=True)
     check_string(where, "pipeline", pipeline, optional=True)
     arrays = [check_array(where, f"input {i}", x) for i, x in enumerate(inputs)]

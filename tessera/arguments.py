@@ -53,13 +53,13 @@ def check_string(where: str, name: str, value: object, optional: bool = False) -
     return value
 
 
-def check_choice(where: str, name: str, value: object, choices: Sequence[str]) -> str:
-    """`value` if it is one of the strings `choices`."""
+def check_choice(where: str, name: str, value: object, choices: Sequence[str], what: str | None = None) -> str:
+    """`value` if it is one of the strings `choices` (`what` names them in the message; default `name`)."""
     if not isinstance(value, str):
         raise TypeError(f"{where}: {name} must be one of {', '.join(map(repr, choices))}; got "
                         f"{type(value).__name__} {describe(value)}")
     if value not in choices:
-        raise ValueError(f"{where}: unknown {name} '{value}' (available: {', '.join(choices)})")
+        raise ValueError(f"{where}: unknown {what or name} '{value}' (available: {', '.join(choices)})")
     return value
 
 
