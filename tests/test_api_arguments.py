@@ -208,6 +208,40 @@ ATTENTION = [
     ("causal string", attention(bf16(), bf16(), bf16(), causal="yes"), ValueError, r"causal must be True or False"),
 ]
 
+def runtime_gemm(a, b):
+    from tessera.runtime.gemm import gemm as gemm_on_gpu
+
+    return lambda: gemm_on_gpu(a, b)
+
+
+RUNTIME_GEMM = [
+    ("a None", runtime_gemm(None, bf16((64, 64))), TypeError, r"gemm: a must be a NumPy array or a PyTorch tensor"),
+    ("complex", runtime_gemm(np.zeros((64, 64), complex), bf16((64, 64))), TypeError,
+     r"gemm: a has element type complex128; complex numbers would lose their imaginary part"),
+    ("masked", runtime_gemm(bf16((64, 64)), np.ma.masked_array(bf16((64, 64)))), ValueError,
+     r"gemm: b is a masked array"),
+    ("shapes", runtime_gemm(bf16((64, 32)), bf16((64, 64))), ValueError, r"gemm: a is \[M, K\] and b is \[K, N\]"),
+    ("float64", runtime_gemm(np.zeros((64, 64)), np.zeros((64, 64))), UnsupportedKernel,
+     r"gemm: element type float64 is not supported"),
+]
+
+
+def trace(**options):
+    arguments = {"module": flash(), "inputs": qkv(), **options}
+    return lambda: tessera.validate.attention_trace(arguments.pop("module"), *arguments.pop("inputs"), **arguments)
+
+
+TRACE = [
+    ("module None", trace(module=None), TypeError, r"tessera.validate.attention_trace: module must be a ModuleOp"),
+    ("complex q", trace(inputs=(np.zeros((1, 1, 10, 64), complex),) + qkv()[1:]), TypeError,
+     r"attention_trace: q has complex element type"),
+    ("level ptx", trace(level="ptx"), ValueError, r"attention_trace runs at level 'tile' or 'target'"),
+    ("level None", trace(level=None), TypeError, r"level must be a string; got NoneType"),
+    ("block list", trace(block=[0, 0, 0]), TypeError,
+     r"block must be a tuple \(batch, head, row block\) of non-negative integers; got \[0, 0, 0\]"),
+    ("block negative", trace(block=(0, 0, -1)), TypeError, r"block must be a tuple"),
+]
+
 PTX = """.version 8.0
 .target sm_90a
 .address_size 64
@@ -265,7 +299,8 @@ BUILDERS = [
 
 TABLE = [pytest.param(call, error, message, id=f"{group}: {name}")
          for group, rows in [("interpret", INTERPRET), ("compile", COMPILE), ("parse/print/find", PARSE_PRINT_FIND),
-                             ("validate", VALIDATE), ("attention", ATTENTION), ("ptx.launch", LAUNCH),
+                             ("validate", VALIDATE), ("attention_trace", TRACE), ("attention", ATTENTION),
+                             ("runtime gemm", RUNTIME_GEMM), ("ptx.launch", LAUNCH),
                              ("kernels", BUILDERS)]
          for name, call, error, message in rows]
 
@@ -279,8 +314,9 @@ def test_bad_arguments_are_refused_by_name(call, error, message):
 
 
 def test_no_bad_argument_reaches_a_gpu_or_the_compiler(monkeypatch):
-    """tessera.attention checks every argument before it looks for a GPU or compiles anything."""
+    """tessera.attention and the runtime's gemm check every argument before they look for a GPU or compile."""
     from tessera.runtime import attention as attention_module
+    from tessera.runtime import gemm as gemm_module
     from tessera.runtime import launch as launch_module
 
     def must_not_be_called(*args, **kwargs):
@@ -288,7 +324,8 @@ def test_no_bad_argument_reaches_a_gpu_or_the_compiler(monkeypatch):
 
     monkeypatch.setattr(launch_module, "get_driver", must_not_be_called)
     monkeypatch.setattr(attention_module, "compile_kernel", must_not_be_called)
-    for name, call, error, message in ATTENTION:
+    monkeypatch.setattr(gemm_module, "compile_kernel", must_not_be_called)
+    for name, call, error, message in ATTENTION + RUNTIME_GEMM:
         with pytest.raises(error, match=message):
             call()
 

@@ -48,21 +48,35 @@ def attention_config(head_dim: int, causal: bool = False, dtype: str = "bf16", s
                            scale=checked.scale, block_n=checked.block_n)
 
 
+def check_tensor(where: str, name: str, x) -> tuple:
+    """The shape of `x` if it is a NumPy array or a PyTorch tensor that is not masked and holds real numbers;
+    TypeError (ValueError for a masked array) naming `where`, the argument and the rule otherwise."""
+    if isinstance(x, np.ma.MaskedArray):
+        raise ValueError(f"{where}: {name} is a masked array; the kernel reads every element and would ignore the "
+                         "mask (pass np.ma.filled(x, fill) or x.data)")
+    shape = getattr(x, "shape", None)
+    if shape is None or not hasattr(x, "dtype"):
+        raise TypeError(f"{where}: {name} must be a NumPy array or a PyTorch tensor, got {type(x).__name__}")
+    if isinstance(x, np.ndarray) and x.dtype.kind in "cbOUSM":
+        rule = ("complex numbers would lose their imaginary part" if x.dtype.kind == "c" else
+                f"{where} takes real floating-point numbers")
+        raise TypeError(f"{where}: {name} has element type {x.dtype}; {rule}")
+    return tuple(shape)
+
+
+def find_gpu(*inputs) -> None:
+    """Raise CudaUnavailable unless a GPU can run the kernel, before anything is compiled (CUDA tensors are
+    on a device already)."""
+    if not (is_torch_tensor(inputs[0]) and inputs[0].is_cuda):
+        launch.get_driver().device(0)
+
+
 def check_attention_arguments(q, k, v) -> tuple[int, str]:
     """(head_dim, dtype) of well-formed q, k, v. Otherwise, naming the argument and the rule: TypeError for
     what is not an array or tensor of real numbers (complex, bool, objects, strings), ValueError for masked
     arrays and shapes that disagree, UnsupportedKernel (a ValueError) for a type or head_dim no kernel takes."""
     for name, x in (("q", q), ("k", k), ("v", v)):
-        if isinstance(x, np.ma.MaskedArray):
-            raise ValueError(f"attention: {name} is a masked array; the kernel reads every element and would "
-                             "ignore the mask (pass np.ma.filled(x, fill) or x.data)")
-        shape = getattr(x, "shape", None)
-        if shape is None or not hasattr(x, "dtype"):
-            raise TypeError(f"attention: {name} must be a NumPy array or a PyTorch tensor, got {type(x).__name__}")
-        if isinstance(x, np.ndarray) and x.dtype.kind in "cbOUSM":
-            rule = ("complex numbers would lose their imaginary part" if x.dtype.kind == "c" else
-                    "attention takes real floating-point numbers")
-            raise TypeError(f"attention: {name} has element type {x.dtype}; {rule}")
+        shape = check_tensor("attention", name, x)
         if len(shape) != 4:
             raise ValueError(f"attention: {name} must be 4-D {LAYOUT}, got shape {tuple(shape)}")
         if any(int(d) <= 0 for d in shape):
@@ -102,6 +116,5 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None):
     kernel compiled or fetched from the cache."""
     head_dim, dtype = check_attention_arguments(q, k, v)
     config = attention_config(head_dim, causal, dtype, scale)
-    if not (is_torch_tensor(q) and q.is_cuda):  # CUDA tensors are on a device already
-        launch.get_driver().device(0)
+    find_gpu(q, k, v)
     return run(compile_kernel(config), q, k, v)

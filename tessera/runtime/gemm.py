@@ -8,7 +8,7 @@ multiples of 8; the message says so when they are not.
 
 from __future__ import annotations
 
-from tessera.runtime.attention import DTYPES, UnsupportedKernel
+from tessera.runtime.attention import DTYPES, UnsupportedKernel, check_tensor, find_gpu
 from tessera.runtime.compiler import CompiledKernel, KernelConfig, compile_kernel
 from tessera.runtime.launch import dtype_name, is_torch_tensor, run
 
@@ -18,11 +18,11 @@ def gemm_config(dtype: str = "bf16") -> KernelConfig:
 
 
 def check_gemm_arguments(a, b) -> str:
-    """The builder's dtype name for well-formed a, b; ValueError naming the rule otherwise."""
+    """The builder's dtype name for well-formed a, b; TypeError (what is not an array or tensor of real
+    numbers) or ValueError (masked arrays, shapes; UnsupportedKernel for a type no kernel takes) naming the
+    rule otherwise."""
     for name, x in (("a", a), ("b", b)):
-        shape = getattr(x, "shape", None)
-        if shape is None or not hasattr(x, "dtype"):
-            raise ValueError(f"gemm: {name} must be a NumPy array or a PyTorch tensor, got {type(x).__name__}")
+        shape = check_tensor("gemm", name, x)
         if len(shape) != 2:
             raise ValueError(f"gemm: {name} must be 2-D, got shape {tuple(shape)}")
     if is_torch_tensor(a) != is_torch_tensor(b):
@@ -43,5 +43,8 @@ def gemm_kernel(a, b) -> CompiledKernel:
 
 
 def gemm(a, b):
-    """A @ B in float32 (see the module docstring)."""
-    return run(gemm_kernel(a, b), a, b)
+    """A @ B in float32 (see the module docstring); the arguments are checked, then a GPU is looked for,
+    then the kernel is compiled or fetched."""
+    config = gemm_config(check_gemm_arguments(a, b))
+    find_gpu(a, b)
+    return run(compile_kernel(config), a, b)

@@ -64,8 +64,19 @@ def attention_trace(module: ModuleOp, q, k, v, level: str = "tile", pipeline: st
     "target"), after `pipeline` if given (at "target" it must reach Target IR; default the full
     `DEFAULT_PIPELINE`), and return the state of row block `block` = (batch, head, row block)."""
     from tessera import find_kernel
+    from tessera.arguments import check_array, check_module, check_string
     from tessera.passes import DEFAULT_PIPELINE, apply_pipeline
 
+    where = "tessera.validate.attention_trace"
+    check_module(where, module)
+    q, k, v = (check_array(where, name, x) for name, x in (("q", q), ("k", k), ("v", v)))
+    check_string(where, "level", level)
+    check_string(where, "pipeline", pipeline, optional=True)
+    check_string(where, "kernel", kernel, optional=True)
+    if not (isinstance(block, tuple) and len(block) == 3 and
+            all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in block)):
+        raise TypeError(f"{where}: block must be a tuple (batch, head, row block) of non-negative integers; "
+                        f"got {block!r}")
     if level not in (levels.TILE, levels.TARGET):
         raise ValueError(f"attention_trace runs at level 'tile' or 'target' (the PTX executor keeps no per-op "
                          f"values), got '{level}'")
