@@ -32,7 +32,8 @@ LEVELS = ("tile", "target", "ptx")
 """Where `interpret` runs a kernel: the Tile IR interpreter, the CTA simulator on its Target IR, or the PTX
 executor on its PTX text."""
 TARGETS = ("target", "ptx", "cubin")
-"""What `compile` returns: register-allocated Target IR, PTX text, or ptxas's result with the cubin."""
+"""What `compile` returns: the Target IR module (registers allocated by the default pipeline), PTX text, or
+ptxas's result with the cubin."""
 
 __all__ = ["compile", "interpret", "parse_module", "print_module", "find_kernel", "LEVELS", "TARGETS", "__version__"]
 
@@ -129,7 +130,10 @@ def lower_to_target(module: ModuleOp, kernel: str, pipeline: str | None = None):
     check_module(where, module)
     check_string(where, "kernel", kernel)
     check_string(where, "pipeline", pipeline, optional=True)
-    lowered = _lower(where, module, pipeline)
+    return _target_kernel(where, _lower(where, module, pipeline), kernel)
+
+
+def _target_kernel(where: str, lowered: ModuleOp, kernel: str):
     found = next((op for op in lowered.walk() if is_target_kernel(op) and op.sym_name.data == kernel), None)
     if found is None:
         names = ", ".join(op.sym_name.data for op in lowered.walk() if is_target_kernel(op))
@@ -188,7 +192,7 @@ def interpret(
         from tessera.interpreters.sm90.launch import run_target_kernel
         from tessera.regalloc import allocate_registers
 
-        target = lower_to_target(module, sig.name, pipeline)
+        target = _target_kernel(where, _lower(where, module, pipeline), sig.name)
         run_target_kernel(target, arguments, bound, allocate_registers(target))
     else:
         from tessera.validation.levels import run_ptx

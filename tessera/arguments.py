@@ -155,10 +155,13 @@ def check_memory(where: str, what: str, nbytes: int) -> None:
 
 
 def check_workload(where: str, sig, sizes: Mapping[str, int]) -> None:
-    """Refuse, before anything is allocated, a launch of kernel `sig` at `sizes` whose grid sm_90 cannot
-    launch or whose arguments (inputs, outputs, scratch) would not fit in this machine's memory."""
+    """Refuse, before anything is allocated, a launch of kernel `sig` at `sizes` (bound from the inputs or
+    given) with a size over `MAX_SIZE`, a grid sm_90 cannot launch, or arguments (inputs, outputs, scratch)
+    that would not fit in this machine's memory."""
     from tessera.numerics import numpy_dtype
 
+    for name, value in sizes.items():
+        check_size(where, name, value)
     check_grid(where, sig.name, sig.grid_size(sizes))
     nbytes = sum(numpy_dtype(arg.type.element_type).itemsize * math.prod(arg.shape(sizes)) for arg in sig.args)
     check_memory(where, f"the arguments of @{sig.name}", nbytes)

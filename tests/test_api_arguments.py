@@ -105,6 +105,8 @@ INTERPRET = [
      r"most 65535 along y"),
     ("out of memory", lambda: tessera.interpret(flash(), *(huge((1, 1, 2**31, 64)),) * 3), ValueError,
      r"the arguments of @flash_attention_d64_bf16 would take 1024.0 GiB, more than this machine's .* GiB of memory"),
+    ("input size too large", lambda: tessera.interpret(flash(), *(huge((1, 1, 2**32, 64)),) * 3), ValueError,
+     r"size seq_q=4294967296 exceeds the limit of 4294967295"),
     ("tile pipeline leaves Tile IR", interpret(*qkv(), pipeline="convert-tile-to-sm90"), ValueError,
      r"at level 'tile' the pipeline must stay in Tile IR"),
     ("target pipeline stays in Tile IR", interpret(*qkv(), level="target", pipeline=""), ValueError,
