@@ -124,3 +124,19 @@ def test_a_pipeline_must_leave_the_kernel_at_the_level_it_runs_at(rng):
 
 
 # endregion
+
+
+def test_a_tile_level_pipeline_runs_the_transformed_kernel(monkeypatch, rng):
+    """The kernel that runs is the one the pipeline produced, in the transformed copy (not the kernel given)."""
+    import tessera.interpreters.launch as launch
+
+    ran = []
+    run_grid = launch.run_grid
+    monkeypatch.setattr(launch, "run_grid", lambda sig, module, *rest: (ran.append((sig.op, module)),
+                                                                        run_grid(sig, module, *rest)))
+    module = build_kernel("flash_attention", head_dim=64, causal=False, dtype="bf16")
+    q, k, v = _flash_inputs(rng)
+    out = tessera.interpret(module, q, k, v, pipeline="assign-swizzle,pipeline-loops{stages=2}")
+    ((kernel, transformed),) = ran
+    assert transformed is not module and any(op is kernel for op in transformed.walk())
+    np.testing.assert_array_equal(out, tessera.interpret(module, q, k, v))
