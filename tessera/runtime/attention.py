@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.runtime.compiler import CompiledKernel, KernelConfig, compile_kernel
 from tessera.runtime import launch
+from tessera.runtime.compiler import CompiledKernel, KernelConfig, compile_kernel
 from tessera.runtime.launch import dtype_name, is_torch_tensor, run
 
 DTYPES = {"bfloat16": "bf16", "float16": "f16"}

@@ -24,8 +24,8 @@ Device functions (`.func`, `call`, `ret`) run with per-thread return stacks and 
 
 Launch checks: the kinds of `launch`'s own arguments (TypeError naming the parameter; grid and block are an
 integer or 1 to 3 integers, never bools or strings), grid against sm_90's limits (2^31-1 x 65535 x 65535),
-argument count and kinds (masked arrays and arrays of objects refused), block against `.reqntid`/`.maxntid` (and 1024 threads), clusters
-larger than one CTA (refused), shared memory (static + `shared_bytes`) <= 227 KiB. CTAs run in batches of
+argument count and kinds (masked arrays and arrays of objects refused), block against `.reqntid`/`.maxntid`
+(and 1024 threads), clusters larger than one CTA (refused), shared memory (static + `shared_bytes`) <= 227 KiB. CTAs run in batches of
 several CTAs vectorised together (`schedule`), x fastest.
 """
 
