@@ -21,7 +21,7 @@ import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
 from tessera import ir
-from tessera.arguments import check_array, check_choice, check_module, check_sizes, check_string, check_workload
+from tessera.arguments import check_array, check_choice, check_module, check_size, check_sizes, check_string
 # `kernels` is imported under another name: importing the subpackage `tessera.kernels` rebinds the
 # package attribute `kernels`, which would replace a function of that name here.
 from tessera.kernel_abi import KernelSignature, is_target_kernel, signature
@@ -172,7 +172,8 @@ def interpret(
     for name, value in named.items():
         if bound[name] != value:
             raise ValueError(f"{where}: size {name}={value} contradicts the inputs, which give {name}={bound[name]}")
-    check_workload(where, sig, bound)
+    for name, value in bound.items():  # sizes the inputs give reach the kernel as 32-bit parameters too
+        check_size(where, name, value)
 
     from tessera.interpreters.launch import prepare_arguments, run_grid
 

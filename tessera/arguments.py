@@ -10,14 +10,12 @@ from deep inside. The convention:
   name, a size that is not positive or exceeds a limit, a masked array, a size that contradicts the inputs);
 
 and the message reads "WHERE: PARAMETER must RULE; got VALUE", WHERE being the public function
-("tessera.interpret"). The limits (`MAX_SIZE`, the grid limits of `tessera.sm90.facts`, the memory of this
-machine) are named in the message that refuses them.
+("tessera.interpret"). A size over `MAX_SIZE` is refused here, naming the limit; the launch limits (grid,
+block, host memory) are checked by each launch path before it allocates.
 """
 
 from __future__ import annotations
 
-import math
-import os
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -128,45 +126,6 @@ def _is_ml_dtype(dtype: np.dtype) -> bool:
         return False
 
 
-def check_grid(where: str, kernel: str, grid: Sequence[int]) -> None:
-    """Refuse a grid that sm_90 cannot launch (`facts.MAX_GRID_DIMS` per axis)."""
-    from tessera.sm90 import facts
-
-    for axis, blocks, limit in zip("xyz", grid, facts.MAX_GRID_DIMS):
-        if blocks > limit:
-            raise ValueError(f"{where}: kernel @{kernel} would need a grid of {tuple(grid)} thread blocks; sm_90 "
-                             f"allows at most {limit} along {axis}")
-
-
-def physical_memory_bytes() -> int | None:
-    """The memory of this machine, or None where the OS does not say."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def check_memory(where: str, what: str, nbytes: int) -> None:
-    """Refuse to allocate `nbytes` for `what` when it exceeds this machine's memory."""
-    limit = physical_memory_bytes()
-    if limit is not None and nbytes > limit:
-        raise ValueError(f"{where}: {what} would take {_gib(nbytes)}, more than this machine's {_gib(limit)} "
-                         "of memory")
-
-
-def check_workload(where: str, sig, sizes: Mapping[str, int]) -> None:
-    """Refuse, before anything is allocated, a launch of kernel `sig` at `sizes` (bound from the inputs or
-    given) with a size over `MAX_SIZE`, a grid sm_90 cannot launch, or arguments (inputs, outputs, scratch)
-    that would not fit in this machine's memory."""
-    from tessera.numerics import numpy_dtype
-
-    for name, value in sizes.items():
-        check_size(where, name, value)
-    check_grid(where, sig.name, sig.grid_size(sizes))
-    nbytes = sum(numpy_dtype(arg.type.element_type).itemsize * math.prod(arg.shape(sizes)) for arg in sig.args)
-    check_memory(where, f"the arguments of @{sig.name}", nbytes)
-
-
 def check_seed(where: str, seed: object) -> int:
     """A random seed: a non-negative integer (not a bool)."""
     if isinstance(seed, bool | np.bool_) or not isinstance(seed, int | np.integer):
@@ -176,9 +135,5 @@ def check_seed(where: str, seed: object) -> int:
     return int(seed)
 
 
-def _gib(nbytes: int) -> str:
-    return f"{nbytes / 2**30:.1f} GiB"
-
-
-__all__ = ["MAX_SIZE", "check_array", "check_choice", "check_grid", "check_memory", "check_module", "check_seed",
-           "check_size", "check_sizes", "check_string", "check_workload"]
+__all__ = ["MAX_SIZE", "check_array", "check_choice", "check_module", "check_seed", "check_size", "check_sizes",
+           "check_string"]

@@ -56,8 +56,6 @@ from tessera.sm90.tma import (
     tensor_map_swizzle_bytes,
 )
 from tessera.sm90.warp import (
-    MAX_GRID_DIMS,
-    MAX_THREADS_PER_BLOCK,
     MAX_SHARED_MEMORY_PER_BLOCK,
     MAX_REGISTERS_PER_THREAD,
     NAMED_BARRIERS,

@@ -93,16 +93,6 @@ def check_named_barrier(barrier: int, threads: int | None, cta_threads: int, *, 
 
 # endregion
 
-# region Launch limits [CCG "Technical Specifications per Compute Capability"]
-
-MAX_THREADS_PER_BLOCK = 1024
-"""Most threads in one thread block (x * y * z) on compute capability 9.0 [CCG]."""
-
-MAX_GRID_DIMS = (2**31 - 1, 65535, 65535)
-"""Most thread blocks of a grid along x, y and z on compute capability 9.0 [CCG]."""
-
-# endregion
-
 # region Registers and setmaxnreg [P#miscellaneous-instructions-setmaxnreg; CCG]
 
 MAX_SHARED_MEMORY_PER_BLOCK = 227 * 1024

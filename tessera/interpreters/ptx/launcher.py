@@ -22,10 +22,8 @@ Device functions (`.func`, `call`, `ret`) run with per-thread return stacks and 
 (see `link` and `schedule`); recursion is refused, and a thread that calls an `.extern` function (printf's
 `vprintf`, assert's `__assertfail`) stops the run naming it.
 
-Launch checks: the kinds of `launch`'s own arguments (TypeError naming the parameter; grid and block are an
-integer or 1 to 3 integers, never bools or strings), grid against sm_90's limits (2^31-1 x 65535 x 65535),
-argument count and kinds (masked arrays and arrays of objects refused), block against `.reqntid`/`.maxntid`
-(and 1024 threads), clusters larger than one CTA (refused), shared memory (static + `shared_bytes`) <= 227 KiB. CTAs run in batches of
+Launch checks: argument count and kinds, block against `.reqntid`/`.maxntid` (and 1024 threads), clusters
+larger than one CTA (refused), shared memory (static + `shared_bytes`) <= 227 KiB. CTAs run in batches of
 several CTAs vectorised together (`schedule`), x fastest.
 """
 
@@ -52,7 +50,7 @@ from tessera.interpreters.ptx.tensor import TensorMapObject
 from tessera.interpreters.ptx.types import ptx_type
 from tessera.sm90 import facts
 
-MAX_THREADS_PER_BLOCK = facts.MAX_THREADS_PER_BLOCK
+MAX_THREADS_PER_BLOCK = 1024
 LANES_PER_BATCH = 2048
 """CTAs run together until a batch holds this many threads (at least one CTA)."""
 
@@ -92,8 +90,8 @@ class TensorMapArg:
         return cls(array, spec)
 
 
-def _triple(value, what: str, limits: tuple[int, int, int] | None = None) -> tuple[int, int, int]:
-    """`value` (an integer, or 1 to 3 integers x, y, z) as (x, y, z), each >= 1 and within `limits`."""
+def _triple(value, what: str) -> tuple[int, int, int]:
+    """`value` (an integer, or 1 to 3 integers x, y, z) as (x, y, z), each >= 1."""
     if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
         values: tuple = (value,)
     elif isinstance(value, (tuple, list)):
@@ -105,15 +103,13 @@ def _triple(value, what: str, limits: tuple[int, int, int] | None = None) -> tup
         raise TypeError(f"{what} must be an integer or 1 to 3 integers (x, y, z); got {value!r}")
     if not 1 <= len(values) <= 3 or any(int(v) < 1 for v in values):
         raise ValueError(f"{what} must be 1 to 3 positive integers, got {value!r}")
-    triple = tuple(int(v) for v in values) + (1,) * (3 - len(values))
-    for axis, n, limit in zip("xyz", triple, limits or ()):
-        if n > limit:
-            raise ValueError(f"{what} {triple} exceeds the sm_90 limit of {limit} along {axis}")
-    return triple  # type: ignore[return-value]
+    return tuple(int(v) for v in values) + (1,) * (3 - len(values))  # type: ignore[return-value]
 
 
-def _check_arguments(ptx, kernel, args, shared_bytes, source) -> list:
-    """The top-level checks of `launch`'s arguments (their kinds); the arguments as a list."""
+def _check_arguments(ptx, kernel, args, shared_bytes, source) -> None:
+    """`launch`'s first checks, before the PTX is parsed: the kinds of its own arguments (TypeError naming the
+    parameter: PTX text or a parsed Module, an entry name, an integer `shared_bytes`, `args` as a list or
+    tuple; grid and block are checked by `_triple`), and no masked array or array of objects among `args`."""
     if not isinstance(ptx, (str, Module)):
         raise TypeError(f"ptx must be PTX text (a str) or a parsed Module; got {type(ptx).__name__}")
     if not isinstance(kernel, str):
@@ -122,8 +118,6 @@ def _check_arguments(ptx, kernel, args, shared_bytes, source) -> list:
         raise TypeError(f"source must be a str naming the PTX in messages; got {type(source).__name__}")
     if isinstance(shared_bytes, (bool, np.bool_)) or not isinstance(shared_bytes, (int, np.integer)):
         raise TypeError(f"shared_bytes must be an integer; got {type(shared_bytes).__name__} {shared_bytes!r}")
-    if shared_bytes < 0:
-        raise ValueError(f"shared_bytes must be >= 0, got {shared_bytes}")
     if not isinstance(args, (list, tuple)):
         raise TypeError(f"args must be a list or tuple of the entry's arguments; got {type(args).__name__}")
     for i, value in enumerate(args):
@@ -133,7 +127,6 @@ def _check_arguments(ptx, kernel, args, shared_bytes, source) -> list:
         if isinstance(value, np.ndarray) and value.dtype.hasobject:
             raise TypeError(f"argument {i} is an array of Python objects, which has no bytes to copy to the "
                             "device; pass an array of numbers")
-    return list(args)
 
 
 def _check_block(entry, block, source) -> None:
@@ -208,8 +201,7 @@ def _specials(m: Machine, module_dynamic: int) -> dict[str, np.ndarray]:
 def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int = 0,
            source: str = "<ptx>") -> list[np.ndarray | None]:
     """Run entry `kernel` of `ptx` over `grid` CTAs of `block` threads; see the module docstring."""
-    args = _check_arguments(ptx, kernel, args, shared_bytes, source)
-    grid, block = _triple(grid, "grid", facts.MAX_GRID_DIMS), _triple(block, "block")
+    _check_arguments(ptx, kernel, args, shared_bytes, source)
     if isinstance(ptx, str):
         from tessera.interpreters.ptx.parse import parse_ptx
 
@@ -217,9 +209,13 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
     if kernel not in ptx.entries:
         raise ValueError(f"no entry named '{kernel}' (entries: {', '.join(ptx.entries) or 'none'})")
     entry = ptx.entries[kernel]
+    grid, block = _triple(grid, "grid"), _triple(block, "block")
     _check_block(entry, block, source)
+    args = list(args)
     if len(args) != len(entry.params):
         raise ValueError(f"entry {kernel} has {len(entry.params)} parameters, got {len(args)} arguments")
+    if shared_bytes < 0:
+        raise ValueError(f"shared_bytes must be >= 0, got {shared_bytes}")
 
     # global memory: the arrays (once each), then module .global/.const data
     memory_ = GlobalMemory()
