@@ -271,6 +271,8 @@ LAUNCH = [
     ("masked array", launch(args=[np.ma.masked_array(np.zeros(4))]), ValueError,
      r"argument 0 is a masked array; the kernel would ignore the mask"),
     ("object array", launch(args=[np.zeros(4, object)]), TypeError, r"argument 0 is an array of Python objects"),
+    ("complex array", launch(args=[np.zeros(4, np.complex64)]), TypeError,
+     r"argument 0 has complex element type complex64, which PTX has no type for; pass x.view\(np.float32\)"),
     ("too many args", launch(args=[np.zeros(4), np.zeros(4)]), ValueError, r"entry k has 1 parameters, got 2 arguments"),
     ("shared_bytes string", launch(shared_bytes="0"), TypeError, r"shared_bytes must be an integer; got str"),
     ("shared_bytes bool", launch(shared_bytes=True), TypeError, r"shared_bytes must be an integer; got bool"),

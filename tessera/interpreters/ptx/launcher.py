@@ -109,7 +109,7 @@ def _triple(value, what: str) -> tuple[int, int, int]:
 def _check_arguments(ptx, kernel, args, shared_bytes, source) -> None:
     """`launch`'s first checks, before the PTX is parsed: the kinds of its own arguments (TypeError naming the
     parameter: PTX text or a parsed Module, an entry name, an integer `shared_bytes`, `args` as a list or
-    tuple; grid and block are checked by `_triple`), and no masked array or array of objects among `args`."""
+    tuple; grid and block are checked by `_triple`), and no masked, complex or object array among `args`."""
     if not isinstance(ptx, (str, Module)):
         raise TypeError(f"ptx must be PTX text (a str) or a parsed Module; got {type(ptx).__name__}")
     if not isinstance(kernel, str):
@@ -127,6 +127,9 @@ def _check_arguments(ptx, kernel, args, shared_bytes, source) -> None:
         if isinstance(value, np.ndarray) and value.dtype.hasobject:
             raise TypeError(f"argument {i} is an array of Python objects, which has no bytes to copy to the "
                             "device; pass an array of numbers")
+        if isinstance(value, np.ndarray) and value.dtype.kind == "c":
+            raise TypeError(f"argument {i} has complex element type {value.dtype}, which PTX has no type for; pass "
+                            "x.view(np.float32) (or float64) to mean its interleaved real and imaginary parts")
 
 
 def _check_block(entry, block, source) -> None:
