@@ -3,9 +3,8 @@ one run; beside Triton's cold compile of the same attention when Triton is insta
 
     python bench/compile.py [--only flash_attention] [--pipeline SPEC] [--no-triton] [--repeat N]
 
-For each configuration, through the default full pipeline (`passes.SPECIALIZED_PIPELINE` and
-allocate-registers; `--pipeline` picks another): the seconds of each stage (building the Tile IR, each pass,
-printing the PTX, ptxas), the registers per thread Tessera's allocator predicts (peak) and ptxas uses, spill
+For each configuration, through the default full pipeline (`passes.DEFAULT_PIPELINE`; `--pipeline` picks
+another): the seconds of each stage (building the Tile IR, each pass, printing the PTX, ptxas), the registers per thread Tessera's allocator predicts (peak) and ptxas uses, spill
 bytes, shared memory (static + dynamic), and the SASS of the main loop (the innermost loop holding HGMMA):
 its instruction count and its HGMMA and MUFU.EX2 counts. Needs ptxas (and nvdisasm for the SASS columns;
 `pip install 'tessera-compiler[ptx]'`).
@@ -28,13 +27,12 @@ from dataclasses import dataclass
 import tessera
 from tessera.host import describe
 from tessera.kernel_abi import is_target_kernel
-from tessera.passes import SPECIALIZED_PIPELINE, all_passes
+from tessera.passes import DEFAULT_PIPELINE, all_passes
 from tessera.ptx.module import print_ptx
 from tessera.ptx.target import allocated_registers
 from tessera.regalloc import allocate_registers
 from tessera.toolchain import compile_ptx, disassemble, find_nvdisasm, find_ptxas, innermost_loop
 
-DEFAULT_PIPELINE = SPECIALIZED_PIPELINE + ",allocate-registers"
 CONFIGS = [("flash_attention", dict(head_dim=d, causal=c)) for d in (64, 128, 256) for c in (False, True)] + [
     ("two_pass_attention", dict(head_dim=128)), ("three_pass_attention", dict(head_dim=128)), ("gemm", {})]
 

@@ -3,8 +3,8 @@ CTA simulator on the same CTA, in one run.
 
     python bench/ptx_exec.py [--seq-k 1024] [--head-dim 128] [--causal] [--repeats 3] [--busy-neighbour]
 
-The kernel (seq_q = 128 rows = one CTA, batch = heads = 1) is lowered with SPECIALIZED_PIPELINE (TMA producer
-warpgroup, two consumer warpgroups: 384 threads) and allocate-registers, printed as PTX, parsed and run by
+The kernel (seq_q = 128 rows = one CTA, batch = heads = 1) is lowered with DEFAULT_PIPELINE (TMA producer
+warpgroup, two consumer warpgroups: 384 threads; registers allocated), printed as PTX, parsed and run by
 `tessera.ptx.launch`; the Target IR simulator runs the same lowered kernel. Prints the best wall time of each
 over the repeats (parse + decode + run for PTX; excluding lowering for both), the ratio, the largest
 difference between the two outputs, and both errors against the NumPy reference. Absolute times are only
@@ -28,7 +28,7 @@ from tessera.interpreters.launch import prepare_arguments
 from tessera.interpreters.ptx.launcher import launch_described
 from tessera.interpreters.sm90.launch import run_target_kernel
 from tessera.kernel_abi import is_target_kernel
-from tessera.passes import SPECIALIZED_PIPELINE, apply_pipeline
+from tessera.passes import DEFAULT_PIPELINE, apply_pipeline
 from tessera.ptx.module import print_ptx
 from tessera.ptx.target import allocated_registers
 from tessera.regalloc import allocate_registers
@@ -55,7 +55,7 @@ def main() -> None:
     module = tessera.kernels.flash_attention(head_dim=args.head_dim, causal=args.causal, dtype="bf16")
     sig = tessera.find_kernel(module)
     lowered = module.clone()
-    apply_pipeline(lowered, SPECIALIZED_PIPELINE + ",allocate-registers")
+    apply_pipeline(lowered, DEFAULT_PIPELINE)
     ptx = print_ptx(lowered, registers=allocated_registers)
     host = describe(lowered)[0]
     target = next(op for op in lowered.walk() if is_target_kernel(op) and op.sym_name.data == sig.name)

@@ -90,29 +90,69 @@ def all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
     return {**get_all_passes(), **PASSES}
 
 
-def apply_pipeline(module, spec: str) -> None:
-    """Apply a pass pipeline written as for `tessera-opt -p` (e.g. 'canonicalize,cse') to `module` in place."""
-    from xdsl.passes import PassPipeline
+class PipelineError(ValueError):
+    """A pipeline spec that does not parse, names an unknown pass, or gives a pass a bad option."""
 
+
+def parse_pipeline(spec: str):
+    """The xDSL `PassPipeline` of a spec written as for `tessera-opt -p` (e.g. 'canonicalize,cse').
+
+    A spec that does not parse, an unknown pass or a bad option raises PipelineError (a ValueError) naming
+    the spec; TypeError when `spec` is not a string."""
+    from xdsl.passes import PassPipeline
+    from xdsl.utils.exceptions import ArgSpecParseError
+
+    if not isinstance(spec, str):
+        raise TypeError(f"a pipeline is a string such as 'canonicalize,cse'; got {type(spec).__name__}")
+    try:
+        # ArgSpecParseError derives from BaseException in xDSL 0.74, so it must be named here.
+        return PassPipeline.parse_spec(all_passes(), spec)
+    except ArgSpecParseError as error:
+        # xDSL's message is a header, the position and the spec with a caret, then the reason; keep both ends
+        lines = str(error).strip().splitlines()
+        position = lines[1].rsplit(":", 1)[-1] if len(lines) > 1 else "?"
+        raise PipelineError(f"bad pass pipeline '{spec}' at column {position}: {lines[-1].strip()}") from None
+    except (ValueError, TypeError) as error:
+        raise PipelineError(f"bad pass pipeline '{spec}': {str(error).strip()}") from None
+
+
+def apply_pipeline(module, spec: str) -> None:
+    """Apply a pass pipeline written as for `tessera-opt -p` to `module` in place (`parse_pipeline` says
+    what a bad spec raises; what a pass refuses on this input is its own diagnostic)."""
     from tessera.ir import make_context
 
-    PassPipeline.parse_spec(all_passes(), spec).apply(make_context(), module)
+    parse_pipeline(spec).apply(make_context(), module)
+
+
+def allocated(pipeline: str) -> str:
+    """The register-allocated form of a pipeline that ends in Target IR: `pipeline` followed by
+    `allocate-registers` (unchanged if it already ends with it). Every `*_PIPELINE` below stops at Target IR
+    except the two allocated forms, `DEFAULT_PIPELINE` and `PTX_PIPELINE`, which are derived by this."""
+    return pipeline if pipeline.split(",")[-1].strip() == "allocate-registers" else pipeline + ",allocate-registers"
 
 
 TARGET_PIPELINE = "assign-swizzle,convert-tile-to-sm90,canonicalize,cse,rematerialize-constants"
-"""Tile IR to sm_90a Target IR, single-stage (`tessera-opt -p` accepts it as written)."""
+"""Tile IR to sm_90a Target IR, single-stage: one K/V (or K) tile in flight, 256 threads, no producer
+warpgroup, no setmaxnreg. The simplest kernel, for tests and comparison; not the default (`DEFAULT_PIPELINE`)."""
 
 PIPELINED_PIPELINE = (
     "assign-swizzle,pipeline-loops{stages=2},overlap-softmax,peel-masked-iterations,"
     "convert-tile-to-sm90,canonicalize,cse,rematerialize-constants"
 )
-"""K/V (and GEMM K) loops pipelined over two-slot rings, each trip's score mma issued before the previous
-trip's P.V mma (overlap-softmax), masked iterations peeled off the steady state."""
+"""Tile IR to Target IR with the K/V (and GEMM K) loops pipelined over two-slot rings, each trip's score mma
+issued before the previous trip's P.V mma (overlap-softmax), masked iterations peeled off the steady state."""
 
 SPECIALIZED_PIPELINE = PIPELINED_PIPELINE + ",warp-specialize"
-"""PIPELINED_PIPELINE with a TMA producer warpgroup: the FlashAttention-3 structure, the full pipeline of the
-README's main job (flash head_dim 128: a 497-instruction main loop, two wgmma groups in flight). Other options
-(`warp-specialize{pingpong=true}`, more stages): bench/pipeline.py."""
+"""PIPELINED_PIPELINE with a TMA producer warpgroup and setmaxnreg budgets: the FlashAttention-3 structure
+(flash head_dim 128: a 497-instruction main loop, two wgmma groups in flight), ending in Target IR. Other
+options (`warp-specialize{pingpong=true}`, more stages): bench/pipeline.py."""
 
-PTX_PIPELINE = TARGET_PIPELINE + ",allocate-registers"
-"""Tile IR to register-allocated Target IR, ready for the PTX printer: the deepest pipeline."""
+DEFAULT_PIPELINE = allocated(SPECIALIZED_PIPELINE)
+"""The full pipeline: `SPECIALIZED_PIPELINE` then `allocate-registers`, from Tile IR to register-allocated
+Target IR ready for the PTX printer. The default of every entry point: `tessera.compile` (every target),
+`tessera.interpret(level="target"|"ptx")`, `tessera.attention` and `tessera.runtime`, `tessera-run --level
+target`, and the README's main job, which spells it out."""
+
+PTX_PIPELINE = allocated(TARGET_PIPELINE)
+"""The single-stage `TARGET_PIPELINE` with registers allocated: a named option (the slower kernel), kept for
+the tests that compare it with `DEFAULT_PIPELINE`."""

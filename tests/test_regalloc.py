@@ -29,7 +29,7 @@ CONFIGS = [("flash_attention", dict(head_dim=d, causal=c, dtype=t)) for d in (64
 def _target(variant, config):
     module = build_kernel(variant, **config)
     sig = tessera.find_kernel(module)
-    return sig, tessera.lower_to_target(module, sig.name)
+    return sig, tessera.lower_to_target(module, sig.name, TARGET_PIPELINE)  # single-stage: the simplest kernel
 
 
 @pytest.mark.parametrize("variant,config", CONFIGS)

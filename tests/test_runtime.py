@@ -327,7 +327,7 @@ def q_like(shape=(1, 2, 64, 64), dtype=BF16):
     ((q_like(dtype=F32),) * 3, UnsupportedKernel, "element type float32 is not supported"),
     ((q_like((1, 2, 64, 96)),) * 3, UnsupportedKernel, r"head_dim 96 is not supported .*\(supported: 64, 128, 256\)"),
     ((q_like((1, 2, 0, 64)),) * 3, ValueError, "q has an empty dimension"),
-    (([[1.0]], q_like(), q_like()), ValueError, "q must be a NumPy array or a PyTorch tensor, got list"),
+    (([[1.0]], q_like(), q_like()), TypeError, "q must be a NumPy array or a PyTorch tensor, got list"),
 ])
 def test_attention_refuses_bad_arguments_by_name(args, error, message):
     with pytest.raises(error, match=message):

@@ -14,6 +14,7 @@ from tessera.dialects import sm90
 from tessera.interpreters.block_batch import KernelHazardError
 from tessera.interpreters.launch import prepare_arguments
 from tessera.interpreters.sm90 import DeadlockError, run_target_kernel
+from tessera.passes import TARGET_PIPELINE
 from tessera.regalloc import allocate_registers
 
 from conftest import build_kernel
@@ -22,7 +23,7 @@ from conftest import build_kernel
 def _lowered():
     module = build_kernel("flash_attention", head_dim=64, causal=False, dtype="bf16")
     sig = tessera.find_kernel(module)
-    return sig, tessera.lower_to_target(module, sig.name)
+    return sig, tessera.lower_to_target(module, sig.name, TARGET_PIPELINE)  # single-stage: the simplest kernel
 
 
 def _run(sig, kernel, rng, allocation=None):

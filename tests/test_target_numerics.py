@@ -1,5 +1,8 @@
 """The Target IR that convert-tile-to-sm90 produces, run in the CTA simulator, matches the Tile IR
-interpreter and NumPy over the foundation issue's matrix (tessera.interpret(..., level="target"))."""
+interpreter and NumPy over the foundation issue's matrix (tessera.interpret(..., level="target")).
+
+The matrix lowers with the single-stage `TARGET_PIPELINE`, the conversion alone: the full default pipeline
+(`DEFAULT_PIPELINE`, twice the simulator time) has its own matrix in test_pipeline_matrix.py."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import pytest
 import tessera
 from tessera import reference
 from tessera.numerics import dtype_from_name
+from tessera.passes import TARGET_PIPELINE
 
 from conftest import build_kernel
 
@@ -31,7 +35,7 @@ def test_flash_attention_target_matches(head_dim, causal, dtype, rng):
     module = build_kernel("flash_attention", head_dim=head_dim, causal=causal, dtype=dtype)
     for seq_q, seq_k in SEQ_PAIRS:
         q, k, v = _qkv(rng, seq_q, seq_k, head_dim)
-        out = tessera.interpret(module, q, k, v, level="target")
+        out = tessera.interpret(module, q, k, v, level="target", pipeline=TARGET_PIPELINE)
         comparison = reference.check_attention(out, q, k, v, dtype_from_name(dtype), causal=causal)
         assert comparison.ok, f"seq_q={seq_q} seq_k={seq_k}: {comparison}"
         tile_out = tessera.interpret(module, q, k, v)
@@ -50,7 +54,7 @@ def test_multipass_attention_target_matches(variant, head_dim, causal, dtype, rn
     module = build_kernel(variant, head_dim=head_dim, causal=causal, dtype=dtype)
     for seq_q, seq_k in MULTIPASS_SEQ_PAIRS:
         q, k, v = _qkv(rng, seq_q, seq_k, head_dim)
-        out = tessera.interpret(module, q, k, v, level="target")
+        out = tessera.interpret(module, q, k, v, level="target", pipeline=TARGET_PIPELINE)
         comparison = reference.check_attention(out, q, k, v, dtype_from_name(dtype), causal=causal)
         assert comparison.ok, f"seq_q={seq_q} seq_k={seq_k}: {comparison}"
 
@@ -60,7 +64,7 @@ def test_multipass_attention_target_matches(variant, head_dim, causal, dtype, rn
 def test_gemm_target_matches(m, n, k, dtype, rng):
     module = build_kernel("gemm", dtype=dtype)
     a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
-    c = tessera.interpret(module, a, b, level="target")
+    c = tessera.interpret(module, a, b, level="target", pipeline=TARGET_PIPELINE)
     comparison = reference.check_gemm(c, a, b, dtype_from_name(dtype))
     assert comparison.ok, str(comparison)
 
@@ -70,12 +74,13 @@ def test_gemm_rows_tma_cannot_address_are_refused(rng):
     at launch, by name, rather than computed wrong."""
     module = build_kernel("gemm", dtype="bf16")
     with pytest.raises(ValueError, match="cuTensorMapEncodeTiled would refuse this map: globalStrides"):
-        tessera.interpret(module, rng.standard_normal((64, 300)), rng.standard_normal((300, 64)), level="target")
+        tessera.interpret(module, rng.standard_normal((64, 300)), rng.standard_normal((300, 64)), level="target",
+                          pipeline=TARGET_PIPELINE)
 
 
 @pytest.mark.parametrize("head_dim,causal,dtype", [(64, True, "bf16"), (128, False, "f16")])
 def test_flash_attention_target_long_sequences(head_dim, causal, dtype, rng):
     module = build_kernel("flash_attention", head_dim=head_dim, causal=causal, dtype=dtype)
     q, k, v = (rng.standard_normal((1, 2, 1000, head_dim)) for _ in range(3))
-    out = tessera.interpret(module, q, k, v, level="target")
+    out = tessera.interpret(module, q, k, v, level="target", pipeline=TARGET_PIPELINE)
     assert reference.check_attention(out, q, k, v, dtype_from_name(dtype), causal=causal).ok

@@ -131,7 +131,7 @@ def test_launch_errors_name_the_problem(rng):
         tessera.interpret(module, q, rng.standard_normal((1, 3, 10, 64)), q)
     with pytest.raises(ValueError, match="size seq_q=11 contradicts"):
         tessera.interpret(module, q, q, q, seq_q=11)
-    with pytest.raises(ValueError, match="unknown interpreter level 'ptx'"):
-        tessera.interpret(module, q, q, q, level="ptx")
+    with pytest.raises(ValueError, match="unknown interpreter level 'sass'"):
+        tessera.interpret(module, q, q, q, level="sass")
     with pytest.raises(ValueError, match="no kernel named 'nope'"):
         tessera.interpret(module, q, q, q, kernel="nope")

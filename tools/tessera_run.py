@@ -38,8 +38,7 @@ import numpy as np
 from tessera.interpreters.launch import check_sizes
 from tessera.interpreters.limits import DEFAULT_MEMORY_BUDGET, MemoryBudgetError
 
-MAX_SIZE = 2**31 - 1
-"""The largest named size: Target IR computes indices in 32-bit registers (`index` is a b32 register)."""
+from tessera.arguments import MAX_SIZE  # the largest named size, the same as the Python API's
 DEFAULT_MAX_GIB = DEFAULT_MEMORY_BUDGET / 2**30
 """Default limit on the memory a run takes (`--max-gib`): the simulators' own budget."""
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -100,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "Target IR and run the CTA simulator. Target IR kernels always run in the CTA simulator")
     parser.add_argument("--lower", metavar="PIPELINE", default=None,
                         help="with --level target: the Tile IR to Target IR pipeline (default: the full pipeline, "
-                             "tessera.passes.SPECIALIZED_PIPELINE)")
+                             "tessera.passes.DEFAULT_PIPELINE)")
     parser.add_argument("--max-gib", type=parse_gib, default=DEFAULT_MAX_GIB,
                         help=f"refuse sizes whose arguments would take more memory (default {DEFAULT_MAX_GIB:g} GiB)")
     return parser
@@ -202,12 +201,12 @@ def run(args: argparse.Namespace) -> int:
     from tessera.interpreters.launch import prepare_arguments, run_grid
     from tessera.interpreters.sm90.launch import run_target_kernel
     from tessera.kernel_abi import is_kernel, is_target_kernel, signature
-    from tessera.passes import SPECIALIZED_PIPELINE
+    from tessera.passes import DEFAULT_PIPELINE
     from tessera.regalloc import allocate_registers
     from tessera.tools.tessera_opt import UsageError, load_module, opt_context, parse_pipeline, run_pipeline
 
     pipeline = parse_pipeline(args.passes) if args.passes else None
-    lowering_spec = args.lower or SPECIALIZED_PIPELINE
+    lowering_spec = args.lower or DEFAULT_PIPELINE
     lowering = parse_pipeline(lowering_spec) if args.level == "target" else None
     if args.lower and args.level != "target":
         raise UsageError("--lower applies with --level target")
@@ -262,7 +261,7 @@ def run(args: argparse.Namespace) -> int:
             if op.sym_name.data not in by_name:
                 raise RunError(f"the lowering pipeline '{lowering_spec}' left kernel @{op.sym_name.data} in Tile IR: "
                                "--level target needs a pipeline that ends in Target IR (one with "
-                               f"convert-tile-to-sm90, such as the default '{SPECIALIZED_PIPELINE}')")
+                               f"convert-tile-to-sm90, such as the default '{DEFAULT_PIPELINE}')")
             plan.append((signature(op), f"target level (-p {lowering_spec}, CTA simulator)", by_name[op.sym_name.data]))
     else:
         plan += [(signature(op), "tile level", None) for op in tile_kernels]

@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from xdsl.builder import Builder
 from xdsl.dialects import arith, func, scf
 from xdsl.dialects.builtin import (
@@ -73,12 +74,20 @@ def check_flag(name: str, value: object) -> bool:
     return value
 
 
+F32_LARGEST = float(np.finfo(np.float32).max)
+F32_SMALLEST = float(np.finfo(np.float32).smallest_subnormal)
+"""The range of positive f32 values, in which a kernel's scale attribute must lie."""
+
+
 def check_scale(scale: object, head_dim: int) -> float:
     """The softmax scale: `scale`, or 1/sqrt(head_dim) when it is None; ValueError unless positive and finite."""
     if scale is None:
         return 1.0 / math.sqrt(head_dim)
     if isinstance(scale, bool) or not isinstance(scale, int | float) or not math.isfinite(scale) or scale <= 0:
         raise ValueError(f"scale must be a positive finite number, or None for 1/sqrt(head_dim); got {scale!r}")
+    if not F32_SMALLEST <= scale <= F32_LARGEST:  # the kernels hold the scale as an f32
+        raise ValueError(f"scale must be representable as an f32 (between {F32_SMALLEST:.7g} and "
+                         f"{F32_LARGEST:.8g}); got {scale!r}")
     return float(scale)
 
 

@@ -9,9 +9,11 @@
 and the output is of the same kind and type.
 
 The kernel for (head_dim, causal, dtype, scale) is compiled once and kept on disk (`tessera.runtime.cache`).
-The arguments are checked, and a GPU that runs sm_90a kernels is found (else `CudaUnavailable`), before
-anything is compiled or launched; what the kernels do not support is refused with `UnsupportedKernel` (a
-ValueError) naming it.
+The arguments are checked before anything is compiled or launched, and before a GPU is looked for:
+TypeError for what is not an array or tensor of real numbers, ValueError for shapes that disagree, masked
+arrays and bad options (`causal`, `scale`, by the builders' rules), and `UnsupportedKernel` (a ValueError)
+for what the kernels do not support. Then a GPU that runs sm_90a kernels is found (else `CudaUnavailable`),
+and only then is the kernel, built with `tessera.passes.DEFAULT_PIPELINE`, compiled or fetched from the cache.
 """
 
 from __future__ import annotations
@@ -46,13 +48,28 @@ def attention_config(head_dim: int, causal: bool = False, dtype: str = "bf16", s
                            scale=checked.scale, block_n=checked.block_n)
 
 
+def check_tensor(where: str, name: str, x) -> tuple:
+    """The shape of `x` if it is a NumPy array or a PyTorch tensor that is not masked and holds real numbers;
+    TypeError (ValueError for a masked array) naming `where`, the argument and the rule otherwise."""
+    if isinstance(x, np.ma.MaskedArray):
+        raise ValueError(f"{where}: {name} is a masked array; the kernel reads every element and would ignore the "
+                         "mask (pass np.ma.filled(x, fill) or x.data)")
+    shape = getattr(x, "shape", None)
+    if shape is None or not hasattr(x, "dtype"):
+        raise TypeError(f"{where}: {name} must be a NumPy array or a PyTorch tensor, got {type(x).__name__}")
+    if isinstance(x, np.ndarray) and x.dtype.kind in "cbOUSM":
+        rule = ("complex numbers would lose their imaginary part" if x.dtype.kind == "c" else
+                f"{where} takes real floating-point numbers")
+        raise TypeError(f"{where}: {name} has element type {x.dtype}; {rule}")
+    return tuple(shape)
+
+
 def check_attention_arguments(q, k, v) -> tuple[int, str]:
-    """(head_dim, dtype) of well-formed q, k, v; ValueError (UnsupportedKernel for a type or head_dim no
-    kernel takes) naming the argument and the rule otherwise."""
+    """(head_dim, dtype) of well-formed q, k, v. Otherwise, naming the argument and the rule: TypeError for
+    what is not an array or tensor of real numbers (complex, bool, objects, strings), ValueError for masked
+    arrays and shapes that disagree, UnsupportedKernel (a ValueError) for a type or head_dim no kernel takes."""
     for name, x in (("q", q), ("k", k), ("v", v)):
-        shape = getattr(x, "shape", None)
-        if shape is None or not hasattr(x, "dtype"):
-            raise ValueError(f"attention: {name} must be a NumPy array or a PyTorch tensor, got {type(x).__name__}")
+        shape = check_tensor("attention", name, x)
         if len(shape) != 4:
             raise ValueError(f"attention: {name} must be 4-D {LAYOUT}, got shape {tuple(shape)}")
         if any(int(d) <= 0 for d in shape):

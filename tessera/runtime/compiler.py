@@ -25,12 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tessera.host import HostDescription
-from tessera.passes import SPECIALIZED_PIPELINE
+from tessera.passes import DEFAULT_PIPELINE
 from tessera.runtime.cache import KernelCache, cache_key
-
-DEFAULT_PIPELINE = SPECIALIZED_PIPELINE + ",allocate-registers"
-"""The fast pipeline: two-stage K/V rings, peeled masks, a TMA producer warpgroup (FlashAttention-3's
-structure), then register allocation so that the PTX printer can print it."""
 
 ARCH = "sm_90a"
 SOURCE_PACKAGES = ("tessera", "tessera.dialects", "tessera.passes")
@@ -44,7 +40,7 @@ PTX_FILE, CUBIN_FILE, TARGET_FILE, HOST_FILE = "kernel.ptx", "kernel.cubin", "ta
 class KernelConfig:
     """What to compile: `builder`, a function of `tessera.kernels` ("flash_attention", "gemm"), with the
     keyword arguments `options` (sorted pairs), through `pipeline` (a `tessera-opt -p` spec ending in
-    register-allocated Target IR)."""
+    register-allocated Target IR; default `tessera.passes.DEFAULT_PIPELINE`, as for `tessera.compile`)."""
 
     builder: str
     options: tuple[tuple[str, object], ...] = ()

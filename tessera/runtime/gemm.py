@@ -18,7 +18,7 @@ single-stage). Both go through the same default pipeline; the host description
 
 from __future__ import annotations
 
-from tessera.runtime.attention import DTYPES, UnsupportedKernel
+from tessera.runtime.attention import DTYPES, UnsupportedKernel, check_tensor
 from tessera.runtime.compiler import CompiledKernel, KernelConfig, compile_kernel
 from tessera.runtime.launch import dtype_name, is_torch_tensor, run, usable_device
 
@@ -41,10 +41,8 @@ def gemm_config(dtype: str = "bf16", *, transpose_a: bool = False, transpose_b: 
 
 
 def _shape(name: str, x) -> tuple[int, ...]:
-    shape = getattr(x, "shape", None)
-    if shape is None or not hasattr(x, "dtype"):
-        raise ValueError(f"gemm: {name} must be a NumPy array or a PyTorch tensor, got {type(x).__name__}")
-    shape = tuple(int(d) for d in shape)
+    """The shape of `x`, an array or tensor of real numbers (`check_tensor`) without an empty dimension."""
+    shape = tuple(int(d) for d in check_tensor("gemm", name, x))
     if any(d <= 0 for d in shape):
         raise ValueError(f"gemm: {name} has an empty dimension: shape {shape}")
     return shape

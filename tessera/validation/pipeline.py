@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.passes import PassPipeline
 
 from tessera.validation import levels
 from tessera.validation.compare import (
@@ -167,14 +166,22 @@ def validate(module: ModuleOp, pipeline: str, *, sizes: Mapping[str, int] | None
     drawn with `seed`. With `ptx`, the PTX of the final Target IR is run too (reported as skipped when there
     is no PTX executor). Returns the report; `report.mismatch` says which pass broke what."""
     from tessera import find_kernel
+    from tessera.arguments import check_module, check_seed, check_sizes, check_string
     from tessera.ir import make_context
-    from tessera.passes import all_passes
+    from tessera.passes import parse_pipeline
 
+    where = "tessera.validate.validate"
+    check_module(where, module)
+    check_string(where, "pipeline", pipeline)
+    check_string(where, "kernel", kernel, optional=True)
+    check_seed(where, seed)
+    if not isinstance(ptx, bool):
+        raise TypeError(f"{where}: ptx must be True or False; got {type(ptx).__name__}")
+    passes = parse_pipeline(pipeline).passes if pipeline else ()
     module = module.clone()
     sig = find_kernel(module, kernel)
-    bound = levels.default_sizes(sig, sizes)
+    bound = levels.default_sizes(sig, check_sizes(where, sizes, sig.dim_names()))
     inputs = levels.generate_inputs(sig, bound, seed)
-    passes = PassPipeline.parse_spec(all_passes(), pipeline).passes if pipeline else ()
     report = ValidationReport(sig.name, pipeline, bound)
 
     def run(mod, level):

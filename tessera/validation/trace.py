@@ -62,17 +62,28 @@ def attention_trace(module: ModuleOp, q, k, v, level: str = "tile", pipeline: st
                     block: tuple[int, int, int] = (0, 0, 0), kernel: str | None = None) -> AttentionTrace:
     """Run the flash attention kernel of `module` (Tile IR; not modified) on Q, K, V at `level` ("tile" or
     "target"), after `pipeline` if given (at "target" it must reach Target IR; default the full
-    `SPECIALIZED_PIPELINE`), and return the state of row block `block` = (batch, head, row block)."""
+    `DEFAULT_PIPELINE`), and return the state of row block `block` = (batch, head, row block)."""
     from tessera import find_kernel
-    from tessera.passes import SPECIALIZED_PIPELINE, apply_pipeline
+    from tessera.arguments import check_array, check_module, check_string
+    from tessera.passes import DEFAULT_PIPELINE, apply_pipeline
 
+    where = "tessera.validate.attention_trace"
+    check_module(where, module)
+    q, k, v = (check_array(where, name, x) for name, x in (("q", q), ("k", k), ("v", v)))
+    check_string(where, "level", level)
+    check_string(where, "pipeline", pipeline, optional=True)
+    check_string(where, "kernel", kernel, optional=True)
+    if not (isinstance(block, tuple) and len(block) == 3 and
+            all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in block)):
+        raise TypeError(f"{where}: block must be a tuple (batch, head, row block) of non-negative integers; "
+                        f"got {block!r}")
     if level not in (levels.TILE, levels.TARGET):
         raise ValueError(f"attention_trace runs at level 'tile' or 'target' (the PTX executor keeps no per-op "
                          f"values), got '{level}'")
     sig = find_kernel(module, kernel)
     module = module.clone()
     if level == levels.TARGET and not pipeline:
-        pipeline = SPECIALIZED_PIPELINE
+        pipeline = DEFAULT_PIPELINE
     if pipeline:
         apply_pipeline(module, pipeline)
     if levels.level_of(module, sig.name) != level:

@@ -118,10 +118,45 @@ class TensorMapArg:
 
 
 def _triple(value, what: str) -> tuple[int, int, int]:
-    values = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
+    """`value` (an integer, or 1 to 3 integers x, y, z) as (x, y, z), each >= 1."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        values: tuple = (value,)
+    elif isinstance(value, (tuple, list)):
+        values = tuple(value)
+    else:
+        raise TypeError(f"{what} must be an integer or 1 to 3 integers (x, y, z); got {type(value).__name__} "
+                        f"{value!r}")
+    if any(isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) for v in values):
+        raise TypeError(f"{what} must be an integer or 1 to 3 integers (x, y, z); got {value!r}")
     if not 1 <= len(values) <= 3 or any(int(v) < 1 for v in values):
         raise ValueError(f"{what} must be 1 to 3 positive integers, got {value!r}")
     return tuple(int(v) for v in values) + (1,) * (3 - len(values))  # type: ignore[return-value]
+
+
+def _check_arguments(ptx, kernel, args, shared_bytes, source) -> None:
+    """`launch`'s first checks, before the PTX is parsed: the kinds of its own arguments (TypeError naming the
+    parameter: PTX text or a parsed Module, an entry name, an integer `shared_bytes`, `args` as a list or
+    tuple; grid and block are checked by `_triple`), and no masked, complex or object array among `args`."""
+    if not isinstance(ptx, (str, Module)):
+        raise TypeError(f"ptx must be PTX text (a str) or a parsed Module; got {type(ptx).__name__}")
+    if not isinstance(kernel, str):
+        raise TypeError(f"kernel must be the name of an entry (a str); got {type(kernel).__name__} {kernel!r}")
+    if not isinstance(source, str):
+        raise TypeError(f"source must be a str naming the PTX in messages; got {type(source).__name__}")
+    if isinstance(shared_bytes, (bool, np.bool_)) or not isinstance(shared_bytes, (int, np.integer)):
+        raise TypeError(f"shared_bytes must be an integer; got {type(shared_bytes).__name__} {shared_bytes!r}")
+    if not isinstance(args, (list, tuple)):
+        raise TypeError(f"args must be a list or tuple of the entry's arguments; got {type(args).__name__}")
+    for i, value in enumerate(args):
+        if isinstance(value, np.ma.MaskedArray):
+            raise ValueError(f"argument {i} is a masked array; the kernel would ignore the mask (pass "
+                             "np.ma.filled(x, fill) or x.data)")
+        if isinstance(value, np.ndarray) and value.dtype.hasobject:
+            raise TypeError(f"argument {i} is an array of Python objects, which has no bytes to copy to the "
+                            "device; pass an array of numbers")
+        if isinstance(value, np.ndarray) and value.dtype.kind == "c":
+            raise TypeError(f"argument {i} has complex element type {value.dtype}, which PTX has no type for; pass "
+                            "x.view(np.float32) (or float64) to mean its interleaved real and imaginary parts")
 
 
 def _check_block(entry, block, source) -> None:
@@ -218,6 +253,7 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
     `max_steps` bounds the steps of each batch of CTAs (`schedule`); `memory_budget` the host bytes the run may
     need (`tessera.interpreters.limits`, 8 GiB by default). BLAS runs on one thread meanwhile
     (`tessera.interpreters.blas_threads`)."""
+    _check_arguments(ptx, kernel, args, shared_bytes, source)
     if isinstance(ptx, str):
         from tessera.interpreters.ptx.parse import parse_ptx
 
