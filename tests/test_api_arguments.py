@@ -276,7 +276,7 @@ LAUNCH = [
     ("too many args", launch(args=[np.zeros(4), np.zeros(4)]), ValueError, r"entry k has 1 parameters, got 2 arguments"),
     ("shared_bytes string", launch(shared_bytes="0"), TypeError, r"shared_bytes must be an integer; got str"),
     ("shared_bytes bool", launch(shared_bytes=True), TypeError, r"shared_bytes must be an integer; got bool"),
-    ("shared_bytes negative", launch(shared_bytes=-1), ValueError, r"shared_bytes must be >= 0, got -1"),
+    ("shared_bytes negative", launch(shared_bytes=-1), ValueError, r"shared_bytes must be an integer >= 0, got -1"),
     ("source None", launch(source=None), TypeError, r"source must be a str"),
 ]
 
