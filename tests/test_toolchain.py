@@ -133,7 +133,7 @@ def test_wheels_are_found_through_the_nvidia_namespace_package(no_cuda, monkeypa
 
 
 def test_a_missing_ptxas_is_a_toolchain_error_that_says_how_to_install_it(no_cuda, no_wheels):
-    with pytest.raises(ToolchainError, match=r"ptxas not found.*pip install tessera\[ptx\]"):
+    with pytest.raises(ToolchainError, match=r"ptxas not found.*pip install 'tessera-compiler\[ptx\]'"):
         compile_ptx(sample("gemm_tile_sanity.ptx"))
 
 
