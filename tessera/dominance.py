@@ -26,6 +26,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import FileLineColLoc, ModuleOp
 from xdsl.ir import Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.irdl.dominance import DominanceInfo
+from xdsl.parser.core import ForwardDeclaredValue
 from xdsl.traits import IsolatedFromAbove
 from xdsl.utils.exceptions import VerifyException
 
@@ -67,6 +68,10 @@ class _Checker:
 
     def check(self, user: Operation, value: SSAValue) -> str | None:
         """None if `value`'s definition dominates its use by `user`, else why not (completing 'uses %v ...')."""
+        if isinstance(value, ForwardDeclaredValue):
+            # the parser left a placeholder: the name is defined only where this use cannot see it (the op's own
+            # region argument, say: `scf.for %j = %c0 to %n step %j`)
+            return "which is not defined where this use can see it (only inside a region that the use is not in)"
         defining_op = None if isinstance(value, BlockArgument) else value.owner
         block = value.owner if isinstance(value, BlockArgument) else defining_op.parent_block()
         if block is None or block.parent is None:
@@ -122,6 +127,8 @@ def _describe(value: SSAValue, names: Mapping[SSAValue, str]) -> str:
         return names[value]
     if value.name_hint:
         return f"%{value.name_hint}"
+    if isinstance(value, ForwardDeclaredValue):
+        return "a value"
     if isinstance(value, BlockArgument):
         holder = value.owner.parent_op()
         return f"argument #{value.index} of a block" + (f" of '{holder.name}'" if holder is not None else "")
@@ -146,7 +153,7 @@ def _message(user: Operation, index: int, value: SSAValue, problem: str, names: 
         parts.append(f"{'kernel' if is_kernel(fn) or is_target_kernel(fn) else 'func'} @{fn.sym_name.data}")
     name = _describe(value, names)
     text = f"operand #{index} of '{user.name}' uses {name} {problem}"
-    defined_at = None if isinstance(value, BlockArgument) else source_location(value.owner)
+    defined_at = None if isinstance(value, (BlockArgument, ForwardDeclaredValue)) else source_location(value.owner)
     if defined_at and defined_at not in text:
         text += f"; {name} is defined at {defined_at}"
     return ": ".join([*parts, text])

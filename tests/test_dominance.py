@@ -74,3 +74,15 @@ def test_tessera_run_reports_a_use_before_def_with_its_location(tmp_path, capsys
     assert (f"{path}:{line}:5: kernel @gemm_bf16: operand #0 of 'arith.muli' uses %m0 before its definition "
             f"(later in the same block); %m0 is defined at {path}:{line + 1}:5") in err
     assert "internal error" not in err and "KeyError" not in err
+
+
+def test_an_operand_naming_the_ops_own_region_argument_is_located():
+    """`scf.for %j = %c0 to %n step %j`: the parser leaves the step a placeholder (%j is defined only inside
+    the loop's region); the verifier says so at the loop, never 'Forward declared values do not have an owner'."""
+    text = (ROOT / "examples" / "gemm.mlir").read_text()
+    loop = next(line for line in text.splitlines() if "scf.for %" in line)
+    step = loop.split(" step ")[1].split()[0]
+    iv = loop.split("scf.for ")[1].split()[0]
+    with pytest.raises(VerifyException, match=r"gemm.mlir:\d+:\d+: kernel @\w+: operand #2 of 'scf.for' uses a value "
+                                              r"which is not defined where this use can see it"):
+        tessera.parse_module(text.replace(loop, loop.replace(f" step {step}", f" step {iv}")), "gemm.mlir")

@@ -1149,3 +1149,19 @@ def test_public_entry_points():
 
 
 # endregion
+
+
+def test_address_offsets_are_64_bit_immediates_read_modulo_2_to_the_64():
+    """ptxas takes any 64-bit immediate beside an address register and wraps it (2^64 - 8 is -8); a wider
+    one is refused with its line, never an OverflowError from NumPy."""
+    body = """
+    ld.param.u64 %rd0, [out];
+    add.s64 %rd1, %rd0, 8;
+    mov.u32 %r1, 7;
+    st.global.u32 [%rd1+18446744073709551608], %r1;
+    """
+    out = launch(kernel(body), "k", 1, 1, [np.zeros(4, np.uint32)])[0]
+    assert out.tolist() == [7, 0, 0, 0]
+    with pytest.raises(Exception, match=r"address offset 18446744073709551616 does not fit 64 bits"):
+        launch(kernel(body.replace("18446744073709551608", "18446744073709551616")), "k", 1, 1,
+               [np.zeros(4, np.uint32)])

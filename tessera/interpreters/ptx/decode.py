@@ -247,6 +247,9 @@ class Operands:
             raise fail(self.m.source, inst, f"expected an address [..], got {operand}")
         offset = operand.offset
         base = operand.base
+        if not -2**63 <= offset < 2**64:  # as ptxas: any 64-bit immediate, read modulo 2^64
+            raise fail(self.m.source, inst, f"address offset {offset} does not fit 64 bits")
+        offset = offset - 2**64 if offset >= 2**63 else offset
         if base is None:
             return lambda sel: np.int64(offset)
         if isinstance(base, Symbol):
