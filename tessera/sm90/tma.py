@@ -159,6 +159,23 @@ class TensorMapSpec:
             counts[0] = self.box_dims[0]
         return math.prod(counts) * self.element_bytes
 
+    def box_byte_offsets(self, coords) -> tuple:
+        """Where a tiled copy of the box at `coords` (innermost first) reads or writes, as NumPy arrays: the
+        byte offset from the tensor's address of each box element, in shared-memory order (innermost
+        dimension contiguous; element (c0 + i0, c1 + i1, ...) at (c0 + i0) * element bytes + sum (ck + ik) *
+        globalStrides[k - 1]), and whether it lies inside the tensor (outside, a load fills and a store skips).
+        Element strides are not applied (the simulators refuse maps that use them)."""
+        import numpy as np
+
+        byte_strides = (self.element_bytes,) + tuple(self.global_strides)
+        offsets, valid = np.zeros((), np.int64), np.ones((), bool)
+        for dim in reversed(range(self.rank)):
+            index = coords[dim] + np.arange(self.box_dims[dim], dtype=np.int64)
+            inside = (index >= 0) & (index < self.global_dims[dim])
+            offsets = offsets[..., None] + np.where(inside, index, 0) * byte_strides[dim]
+            valid = valid[..., None] & inside
+        return offsets.reshape(-1), valid.reshape(-1)
+
     def validate(self) -> None:
         """Raise ValueError naming the first cuTensorMapEncodeTiled requirement this spec breaks."""
         rank, e = self.rank, self.element_bytes

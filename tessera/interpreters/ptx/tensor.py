@@ -68,16 +68,8 @@ def _tensor_map(m: Machine, inst, lane: int, address: int) -> TensorMapObject:
 
 def _box_offsets(tmap: TensorMapObject, coords: list[int]) -> tuple[np.ndarray, np.ndarray]:
     """Byte offsets from the tensor's address of the box elements (row-major, innermost last) and which of
-    them lie inside the tensor."""
-    spec = tmap.spec
-    byte_strides = (spec.element_bytes,) + tuple(spec.global_strides)
-    offsets, valid = np.zeros((), np.int64), np.ones((), bool)
-    for dim in reversed(range(spec.rank)):
-        index = coords[dim] + np.arange(spec.box_dims[dim], dtype=np.int64)
-        inside = (index >= 0) & (index < spec.global_dims[dim])
-        offsets = offsets[..., None] + np.where(inside, index, 0) * byte_strides[dim]
-        valid = valid[..., None] & inside
-    return offsets.reshape(-1), valid.reshape(-1)
+    them lie inside the tensor (`TensorMapSpec.box_byte_offsets`)."""
+    return tmap.spec.box_byte_offsets(coords)
 
 
 def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], smem: int, load: bool):

@@ -84,17 +84,10 @@ class TensorMap:
         """The bytes of the box at element coordinates `coords` (innermost first), zero outside the tensor,
         in shared-memory order (innermost dimension contiguous): element (c0 + i0, c1 + i1, ...) is read at
         byte (c0 + i0) * element bytes + sum (ck + ik) * globalStrides[k - 1] of the map."""
-        spec = self.spec
-        e = spec.element_bytes
-        byte_strides = (e,) + tuple(spec.global_strides)
-        offsets, valid = np.zeros((), np.int64), np.ones((), bool)
-        for dim in reversed(range(spec.rank)):
-            index = coords[dim] + np.arange(spec.box_dims[dim], dtype=np.int64)
-            inside = (index >= 0) & (index < spec.global_dims[dim])
-            offsets = offsets[..., None] + np.where(inside, index, 0) * byte_strides[dim]
-            valid = valid[..., None] & inside
-        data = self.memory[offsets.reshape(-1)[:, None] + np.arange(e)]
-        return np.where(valid.reshape(-1)[:, None], data, 0).astype(np.uint8).reshape(-1)
+        e = self.spec.element_bytes
+        offsets, valid = self.spec.box_byte_offsets(coords)
+        data = self.memory[offsets[:, None] + np.arange(e)]
+        return np.where(valid[:, None], data, 0).astype(np.uint8).reshape(-1)
 
 
 @dataclass(eq=False)
