@@ -589,3 +589,13 @@ def format_operand(op) -> str:
 
 
 # endregion
+
+
+@pytest.mark.parametrize("character", ["\u00e9", "\u0663", "\x00"])
+def test_a_character_ptxas_refuses_is_a_syntax_error_with_its_place(character):
+    """PTX is ASCII: ptxas refuses another character (or a NUL) anywhere, comments included, and so does the
+    executor, at its line and column."""
+    text = f".version 8.3\n.target sm_90a\n// caf{character}\n.address_size 64\n"
+    with pytest.raises(PtxSyntaxError, match=rf"U\+{ord(character):04X} is not ASCII") as caught:
+        parse_ptx(text, "k.ptx")
+    assert "k.ptx:3:7" in str(caught.value)

@@ -139,8 +139,17 @@ def tokenize(text: str, source: str = "<ptx>") -> list[Token]:
     return tokens
 
 
+_NOT_PTX_TEXT = re.compile(r"[^\x01-\x7f]")
+"""PTX is ASCII: ptxas refuses any other character (and a NUL) wherever it stands, comments included."""
+
+
 def parse_ptx(text: str, source: str = "<ptx>") -> Module:
     """The module written in `text` (`source` names it in diagnostics). Raises PtxSyntaxError."""
+    if (bad := _NOT_PTX_TEXT.search(text)) is not None:
+        line = text.count("\n", 0, bad.start()) + 1
+        column = bad.start() - (text.rfind("\n", 0, bad.start()) + 1) + 1
+        raise _error(text, source, f"character U+{ord(bad.group()):04X} is not ASCII (ptxas refuses it anywhere, "
+                                   "comments included)", line, column)
     return _Parser(text, source).module()
 
 
