@@ -10,7 +10,7 @@ import pytest
 from fuzz.cases import generate
 from fuzz.harness import FINDINGS, run_cases
 
-SLICE_SEED, SLICE_CASES = 20261125, 200
+SLICE_SEED, SLICE_CASES = 20261125, 400
 
 
 def test_the_generator_is_reproducible():

@@ -164,6 +164,9 @@ _PTX_LAUNCHES = {
 }
 
 
+PTX_MAX_STEPS = 100_000
+
+
 def _ptx_case(index: int, rng: random.Random) -> Case:
     name = rng.choice(sorted(_PTX_LAUNCHES))
     text = (ROOT / "tests" / "ptx_kernels" / name).read_text()
@@ -174,6 +177,9 @@ def _ptx_case(index: int, rng: random.Random) -> Case:
         argv[i + 1] = rng.choice(("0", "65536,65536,65536", "2048", "1,1,1,1", "-3", "x", "f32[0]=zeros",
                                   "f32[1000000000000]=zeros", "u32=-1", "f99[3]=random"))
         descriptions.append(f"{argv[i]} {argv[i + 1]}")
+    # The test kernels finish in under 10,000 steps: a mutant that loops is stopped at a tenth of the default
+    # budget (a few seconds), and the stop is a diagnostic naming where each warp is.
+    argv += ["--max-steps", str(PTX_MAX_STEPS)]
     return Case(index, "ptx", "tessera-run", tuple(argv), mutated, ".ptx",
                 f"tests/ptx_kernels/{name}: {'; '.join(descriptions)}")
 
