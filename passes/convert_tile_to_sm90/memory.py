@@ -230,9 +230,11 @@ class MemoryLowering:
         self._retire_all(e)
         e.op(sm90.BarSyncOp(0, self.threads))
 
-    def _window_access(self, op, window: Window, ty: TileType, e: Emitter) -> tuple[SSAValue, SSAValue, SSAValue]:
-        """The global address of this thread's first element, and the byte offsets from it and in-bounds mask of
-        each register of its share of an [BM, N] window: one per element, or per packed pair for 16-bit tiles."""
+    def _window_access(self, op, window: Window, ty: TileType, e: Emitter) -> tuple[SSAValue, SSAValue, SSAValue, list[int]]:
+        """The global address of this thread's first element, and the byte offsets from it, in-bounds mask and
+        constant column bytes of each register of its share of an [BM, N] window: one per element, or per packed
+        pair for 16-bit tiles. The offsets are row pitch x row only; the columns go in the address immediates
+        (`sm90.COLUMN_BYTES`), so that a thread's offsets take as many values as it has rows."""
         packed = not isinstance(ty.element_type, Float32Type)
         if packed and (ty.get_shape()[1] % 2 or self._is_column(ty)):
             _refuse(op, "16-bit tiles in registers need an even number of columns")
