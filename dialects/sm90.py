@@ -24,6 +24,7 @@ from xdsl.dialects.builtin import (
     I32,
     I64,
     ArrayAttr,
+    DenseArrayBase,
     Float32Type,
     IndexType,
     IntAttr,
@@ -40,6 +41,7 @@ from xdsl.ir import Attribute, Dialect, Operation, ParametrizedAttribute, SSAVal
 from xdsl.irdl import (
     EqAttrConstraint,
     IRDLOperation,
+    ParsePropInAttrDict,
     VarConstraint,
     base,
     irdl_attr_definition,
@@ -668,26 +670,53 @@ class SelpOp(IRDLOperation):
 # region Global memory [P#data-movement-and-conversion-instructions-st]
 
 
+COLUMN_BYTES = """`column_bytes` (optional on `sm90.ld_global` and `sm90.st_global`; absent means all 0): a constant
+byte offset per register, added to base + offsets[i]. It prints as the immediate of the address (`[%rd+imm]`),
+so the register offsets hold only what varies at run time (the row pitch times the register's row). The
+lowering of a window access puts each register's column there: its offsets then take as many distinct values
+as the thread has rows (2), which ptxas folds into as many addresses, instead of one distinct offset per
+register (64) that stays live from a load to a store of the same window (the second pass of three-pass
+attention spilled under ptxas 13.3 with them). Invariant: one i32 entry per register."""
+
+
+def _column_bytes(column_bytes: Sequence[int] | None) -> dict[str, Attribute]:
+    """The properties of a global access with these per-register immediates (none when all are 0)."""
+    if column_bytes is None or not any(column_bytes):
+        return {}
+    return {"column_bytes": DenseArrayBase.from_list(i32, list(column_bytes))}
+
+
+def _verify_column_bytes(op: Operation, n: int) -> None:
+    columns = op.column_bytes
+    if columns is None:
+        return
+    _require(columns.elt_type == i32 and len(columns.get_values()) == n, op,
+             f"column_bytes must be {n} i32 values (one per register), got {columns}")
+
+
 @irdl_op_definition
 class StGlobalOp(IRDLOperation):
     """`sm90.st_global %base[%offsets], %values, %mask : vector<32xi64>, vector<32xi32>, vector<32xi1>`: for each register i whose mask
-    bit is set, store values[i] (32 bits) at global byte address base + offsets[i].
+    bit is set, store values[i] (32 bits) at global byte address base + offsets[i] + column_bytes[i].
     Prints as one predicated `st.global.b32` per register. Invariants: offsets, values and mask have one
-    entry per register; offsets are multiples of 4 at run time."""
+    entry per register; offsets are multiples of 4 at run time. See `COLUMN_BYTES`."""
 
     name = "sm90.st_global"
+    irdl_options = (ParsePropInAttrDict(),)
     base_ptr = operand_def(I64)
     offsets = operand_def(base(VectorType))
     values = operand_def(base(VectorType))
     mask = operand_def(base(VectorType))
+    column_bytes = opt_prop_def(DenseArrayBase)
     assembly_format = "$base_ptr `[` $offsets `]` `,` $values `,` $mask attr-dict `:` type($offsets) `,` type($values) `,` type($mask)"
     traits = traits_def(MemoryWriteEffect())
 
-    def __init__(self, base_ptr, offsets, values, mask):
-        super().__init__(operands=[base_ptr, offsets, values, mask])
+    def __init__(self, base_ptr, offsets, values, mask, column_bytes: Sequence[int] | None = None):
+        super().__init__(operands=[base_ptr, offsets, values, mask], properties=_column_bytes(column_bytes))
 
     def verify_(self) -> None:
         n = _lanes(self.values.type)
+        _verify_column_bytes(self, n)
         _require(_element(self.values.type) in (i32, Float32Type()), self, f"stores 32-bit registers, got {self.values.type}")
         _require(self.offsets.type in (VectorType(i64, [n]), VectorType(i32, [n])), self,
                  f"offsets must be vector<{n}xi64> or vector<{n}xi32> (sign-extended), got {self.offsets.type}")
@@ -697,22 +726,27 @@ class StGlobalOp(IRDLOperation):
 @irdl_op_definition
 class LdGlobalOp(IRDLOperation):
     """`%v = sm90.ld_global %base[%offsets], %mask : vector<32xi64>, vector<32xi1> -> vector<32xf32>`: for
-    each register i whose mask bit is set, load 32 bits from global byte address base + offsets[i]; other
-    registers are 0. Prints as one predicated `ld.global.b32` (after a `mov.b32 r, 0`) per register."""
+    each register i whose mask bit is set, load 32 bits from global byte address base + offsets[i] +
+    column_bytes[i]; other registers are 0. Prints as one predicated `ld.global.b32` (after a `mov.b32 r, 0`)
+    per register. See `COLUMN_BYTES`."""
 
     name = "sm90.ld_global"
+    irdl_options = (ParsePropInAttrDict(),)
     base_ptr = operand_def(I64)
     offsets = operand_def(base(VectorType))
     mask = operand_def(base(VectorType))
+    column_bytes = opt_prop_def(DenseArrayBase)
     result = result_def(base(VectorType))
     assembly_format = "$base_ptr `[` $offsets `]` `,` $mask attr-dict `:` type($offsets) `,` type($mask) `->` type($result)"
     traits = traits_def(MemoryReadEffect())
 
-    def __init__(self, base_ptr, offsets, mask, result_type):
-        super().__init__(operands=[base_ptr, offsets, mask], result_types=[result_type])
+    def __init__(self, base_ptr, offsets, mask, result_type, column_bytes: Sequence[int] | None = None):
+        super().__init__(operands=[base_ptr, offsets, mask], result_types=[result_type],
+                         properties=_column_bytes(column_bytes))
 
     def verify_(self) -> None:
         n = _lanes(self.result.type)
+        _verify_column_bytes(self, n)
         _require(_element(self.result.type) in (i32, Float32Type()), self, f"loads 32-bit registers, got {self.result.type}")
         _require(self.offsets.type in (VectorType(i64, [n]), VectorType(i32, [n])), self,
                  f"offsets must be vector<{n}xi64> or vector<{n}xi32> (sign-extended), got {self.offsets.type}")

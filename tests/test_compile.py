@@ -13,6 +13,7 @@ differ in what they spill: 13.3 to 13.5 spilled kernels that 12.x and 13.0 assem
 from __future__ import annotations
 
 import functools
+import re
 
 import pytest
 
@@ -135,6 +136,18 @@ def test_flash_attention_head_dim_128_profile():
     sass = sass_opcode_counts(result.cubin)
     assert sass["HGMMA"] == 16
     assert sass["MUFU.EX2"] == 66
+
+
+def test_window_accesses_carry_their_columns_as_address_immediates():
+    """A thread's registers of a [BM, BN] window of a global tensor differ in row (2 values) and column (32):
+    each load and store puts its column in the address immediate (`[%rd+imm]`, `sm90.COLUMN_BYTES`). The
+    register offsets of the second pass of three-pass attention, live from its load of S to its store of E,
+    are then 2 addresses instead of 64 distinct offsets, which spilled under ptxas 13.3 (4-12 bytes)."""
+    ptx = tessera.compile(build_kernel("three_pass_attention", head_dim=64, causal=True))
+    accesses = re.findall(r"(?:ld|st)\.global\.b32 [^\n]*\[%rd\d+(?:\+(\d+))?\]", ptx)
+    immediates = {int(i) for i in accesses if i}
+    assert {4 * c for c in range(1, 128) if c % 8 < 2} <= immediates  # the columns of a score tile (BN = 128)
+    assert sum(1 for i in accesses if i) > 0.9 * len(accesses)  # all but the registers of column 0
 
 
 def test_compile_is_deterministic():

@@ -230,9 +230,11 @@ class MemoryLowering:
         self._retire_all(e)
         e.op(sm90.BarSyncOp(0, self.threads))
 
-    def _window_access(self, op, window: Window, ty: TileType, e: Emitter) -> tuple[SSAValue, SSAValue, SSAValue]:
-        """The global address of this thread's first element, and the byte offsets from it and in-bounds mask of
-        each register of its share of an [BM, N] window: one per element, or per packed pair for 16-bit tiles."""
+    def _window_access(self, op, window: Window, ty: TileType, e: Emitter) -> tuple[SSAValue, SSAValue, SSAValue, list[int]]:
+        """The global address of this thread's first element, and the byte offsets from it, in-bounds mask and
+        constant column bytes of each register of its share of an [BM, N] window: one per element, or per packed
+        pair for 16-bit tiles. The offsets are row pitch x row only; the columns go in the address immediates
+        (`sm90.COLUMN_BYTES`), so that a thread's offsets take as many values as it has rows."""
         packed = not isinstance(ty.element_type, Float32Type)
         if packed and (ty.get_shape()[1] % 2 or self._is_column(ty)):
             _refuse(op, "16-bit tiles in registers need an even number of columns")
@@ -254,17 +256,17 @@ class MemoryLowering:
         base = e.addi(self.entry_args[self.pointer_args[window.arg]], e.muli(first, e.i64(elt)))
         lanes = len(row_offsets)
         pitch = e.op(arith.IndexCastOp(e.muli(dims[-1], e.index(elt)), i32))
-        offsets = e.addi(e.muli(e.broadcast(pitch, lanes), e.dense(i32, row_offsets)), e.dense(i32, [c * elt for c in col_offsets]))
-        return base, offsets, e.andi(in_rows, in_cols)
+        offsets = e.muli(e.broadcast(pitch, lanes), e.dense(i32, row_offsets))
+        return base, offsets, e.andi(in_rows, in_cols), [c * elt for c in col_offsets]
 
     def _lower_StoreGlobalOp(self, op: tile.StoreGlobalOp, e: Emitter) -> None:
         window = self._get(op.dest)
-        base, offsets, mask = self._window_access(op, window, op.value.type, e)
+        base, offsets, mask, columns = self._window_access(op, window, op.value.type, e)
         if self._is_column(op.value.type):
             # The lanes of a row's quad hold the same value: the one whose column base is 0 writes it.
             first = e.setp("eq", self.col_base, e.index(0))
             mask = e.andi(mask, e.op(sm90.SelpOp(first, e.dense(i1, [1, 1]), e.dense(i1, [0, 0]))))
-        e.op(sm90.StGlobalOp(base, offsets, self._get(op.value), mask))
+        e.op(sm90.StGlobalOp(base, offsets, self._get(op.value), mask, columns))
 
     def _lower_LoadBroadcastOp(self, op: tile.LoadBroadcastOp, e: Emitter) -> None:
         """Each thread loads the window's elements at its registers' columns (every row the same), masked
@@ -288,7 +290,7 @@ class MemoryLowering:
         if not isinstance(window, Window):
             _refuse(op, "loads from shared memory are not supported")
         ty = op.result.type
-        base, offsets, mask = self._window_access(op, window, ty, e)
-        value = e.op(sm90.LdGlobalOp(base, offsets, mask, self._vector_type(op, ty)))
+        base, offsets, mask, columns = self._window_access(op, window, ty, e)
+        value = e.op(sm90.LdGlobalOp(base, offsets, mask, self._vector_type(op, ty), columns))
         self._set(op.result, value)
 

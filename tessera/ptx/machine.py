@@ -321,10 +321,12 @@ def print_selp(p: KernelPrinter, op: sm90.SelpOp) -> None:
 # region global and shared memory ------------------------------------------------------------------------------
 
 
-def _global_address(p: KernelPrinter, base: str, offset: str, offset_cls) -> tuple[list[str], str]:
-    """Instructions computing base + offset (an i32 offset sign-extended) and the address operand."""
+def _global_address(p: KernelPrinter, base: str, offset: str, offset_cls, column: int = 0) -> tuple[list[str], str]:
+    """Instructions computing base + offset (an i32 offset sign-extended) and the address operand, with
+    `column` (a constant, `sm90.COLUMN_BYTES`) as its immediate."""
+    immediate = f"+{column}" if column else ""
     if not is_register(offset):
-        return [], f"[{base}+{offset}]"
+        return [], f"[{base}+{int(offset, 0) + column}]" if column else f"[{base}+{offset}]"
     lines = []
     if offset_cls is B32:
         wide = p.temp(B64)
@@ -332,7 +334,12 @@ def _global_address(p: KernelPrinter, base: str, offset: str, offset_cls) -> tup
         offset = wide
     address = p.temp(B64)
     lines.append(f"add.s64 {address}, {base}, {offset}")
-    return lines, f"[{address}]"
+    return lines, f"[{address}{immediate}]"
+
+
+def _columns(op: sm90.LdGlobalOp | sm90.StGlobalOp, n: int) -> list[int]:
+    """The constant byte offset of each register's address (`sm90.COLUMN_BYTES`)."""
+    return [0] * n if op.column_bytes is None else list(op.column_bytes.get_values())
 
 
 @handles(sm90.StGlobalOp)
@@ -343,13 +350,14 @@ def print_st_global(p: KernelPrinter, op: sm90.StGlobalOp) -> None:
     offset_cls = p.cls(op.offsets)
     offsets, values, mask = element_lists(p, [op.offsets, op.values, op.mask], n)
 
-    def store(offset: str, value: str, predicate: str):
+    def store(offset: str, value: str, predicate: str, column: int):
         def lines(_: str | None) -> list[str]:
-            address_lines, address = _global_address(p, base, offset, offset_cls)
+            address_lines, address = _global_address(p, base, offset, offset_cls, column)
             return address_lines + [f"@{predicate} st.global.b32 {address}, {value}"]
         return lines
 
-    p.run([Job(None, None, (base, o, v, m), store(o, v, m)) for o, v, m in zip(offsets, values, mask)])
+    columns = _columns(op, n)
+    p.run([Job(None, None, (base, o, v, m), store(o, v, m, c)) for o, v, m, c in zip(offsets, values, mask, columns)])
 
 
 @handles(sm90.LdGlobalOp)
@@ -369,15 +377,16 @@ def print_ld_global(p: KernelPrinter, op: sm90.LdGlobalOp) -> None:
     zero = "0f00000000" if cls is F32 else "0"
     offsets, mask = element_lists(p, [op.offsets, op.mask], n)
 
-    def load(offset: str, predicate: str):
+    def load(offset: str, predicate: str, column: int):
         def lines(d: str | None) -> list[str]:
-            address_lines, address = _global_address(p, base, offset, offset_cls)
+            address_lines, address = _global_address(p, base, offset, offset_cls, column)
             # The address is computed first: d may be the register of the offset (a job reads before it writes).
             return address_lines + [f"{cls.move} {d}, {zero}", f"@{predicate} ld.global.b32 {d}, {address}"]
         return lines
 
     dsts = p.define(op.result)
-    p.run([Job(d, cls, (base, o, m), load(o, m)) for d, o, m in zip(dsts, offsets, mask)])
+    columns = _columns(op, n)
+    p.run([Job(d, cls, (base, o, m), load(o, m, c)) for d, o, m, c in zip(dsts, offsets, mask, columns)])
 
 
 @handles(sm90.LdGlobalU16Op)

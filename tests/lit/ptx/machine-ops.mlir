@@ -50,6 +50,8 @@ func.func @machine_ops(%out: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<
   %offs = arith.addi %bv, %lanes : vector<2xi64>
   %all = arith.constant dense<true> : vector<2xi1>
   sm90.st_global %out[%offs], %vals, %all : vector<2xi64>, vector<2xi32>, vector<2xi1>
+  // column_bytes: the constant part of each address is its immediate
+  sm90.st_global %out[%offs], %vals, %all {column_bytes = array<i32: 16, 20>} : vector<2xi64>, vector<2xi32>, vector<2xi1>
   func.return
 }
 
@@ -76,3 +78,7 @@ func.func @machine_ops(%out: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<
 // CHECK:           mbarrier.try_wait.parity.shared::cta.b64 [[DONE:%p[0-9]+]], {{\[}}[[SMEM]]], %r{{[0-9]+}};
 // CHECK:           mbarrier.inval.shared::cta.b64 {{\[}}[[SMEM]]];
 // CHECK:           selp.b32 %r{{[0-9]+}}, 1, 0, [[DONE]];
+// CHECK:           st.global.b32 {{\[}}%rd{{[0-9]+}}],
+// CHECK:           st.global.b32 {{\[}}%rd{{[0-9]+}}],
+// CHECK:           st.global.b32 {{\[}}%rd{{[0-9]+}}+16],
+// CHECK:           st.global.b32 {{\[}}%rd{{[0-9]+}}+20],

@@ -425,6 +425,14 @@ sm90.st_global %g[%o], %v, %m : vector<4xi64>, vector<4xi32>, vector<8xi1>
 // -----
 
 %g = "test.op"() : () -> i64
+%o = "test.op"() : () -> vector<4xi32>
+%m = "test.op"() : () -> vector<4xi1>
+// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}'sm90.ld_global' op column_bytes must be 4 i32 values (one per register), got array<i32: 0, 4>
+%v = sm90.ld_global %g[%o], %m {column_bytes = array<i32: 0, 4>} : vector<4xi32>, vector<4xi1> -> vector<4xf32>
+
+// -----
+
+%g = "test.op"() : () -> i64
 %o = "test.op"() : () -> vector<2xi64>
 %m = "test.op"() : () -> vector<4xi1>
 // CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}'sm90.ld_global' op offsets must be vector<4xi64> or vector<4xi32> (sign-extended), got vector<2xi64>

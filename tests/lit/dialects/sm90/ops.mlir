@@ -116,7 +116,7 @@ func.func @attention_tile(%map_q: !sm90.tensormap, %map_k: !sm90.tensormap, %out
   %limit = vector.broadcast %nbytes : i64 to vector<4xi64>
   %mask = sm90.setp "lt" %offs, %limit : vector<4xi64> -> vector<4xi1>
   sm90.st_global %out[%offs], %ob, %mask : vector<4xi64>, vector<4xi32>, vector<4xi1>
-  %back = sm90.ld_global %out[%offs], %mask : vector<4xi64>, vector<4xi1> -> vector<4xf32>
+  %back = sm90.ld_global %out[%offs], %mask {column_bytes = array<i32: 0, 4, 32, 36>} : vector<4xi64>, vector<4xi1> -> vector<4xf32>
   %zf = arith.constant dense<0.000000e+00> : vector<4xf32>
   %kept = sm90.selp %mask, %back, %zf : vector<4xi1>, vector<4xf32>
   // hand the buffers back
@@ -231,7 +231,7 @@ func.func @attention_tile(%map_q: !sm90.tensormap, %map_k: !sm90.tensormap, %out
 // CHECK-NEXT:     %limit = vector.broadcast %nbytes : i64 to vector<4xi64>
 // CHECK-NEXT:     %mask = sm90.setp "lt" %offs, %limit : vector<4xi64> -> vector<4xi1>
 // CHECK-NEXT:     sm90.st_global %out[%offs], %ob, %mask : vector<4xi64>, vector<4xi32>, vector<4xi1>
-// CHECK-NEXT:     %back = sm90.ld_global %out[%offs], %mask : vector<4xi64>, vector<4xi1> -> vector<4xf32>
+// CHECK-NEXT:     %back = sm90.ld_global %out[%offs], %mask {column_bytes = array<i32: 0, 4, 32, 36>} : vector<4xi64>, vector<4xi1> -> vector<4xf32>
 // CHECK-NEXT:     %zf = arith.constant dense<0.000000e+00> : vector<4xf32>
 // CHECK-NEXT:     %kept = sm90.selp %mask, %back, %zf : vector<4xi1>, vector<4xf32>
 // CHECK-NEXT:     sm90.bar_arrive 2, 256
@@ -259,6 +259,6 @@ func.func @attention_tile(%map_q: !sm90.tensormap, %map_k: !sm90.tensormap, %out
 // GENERIC:      %o1 = "sm90.wgmma_mma_async"(%o0, %pa, %dv, %false) <{n = 16 : i64, type = "f16", trans_a = 0 : i64, trans_b = 1 : i64}> : (vector<8xf32>, vector<4xi32>, i64, i1) -> vector<8xf32>
 // GENERIC:      %mask = "sm90.setp"(%offs, %limit) <{predicate = "lt"}> : (vector<4xi64>, vector<4xi64>) -> vector<4xi1>
 // GENERIC-NEXT: "sm90.st_global"(%out, %offs, %ob, %mask) : (i64, vector<4xi64>, vector<4xi32>, vector<4xi1>) -> ()
-// GENERIC-NEXT: %back = "sm90.ld_global"(%out, %offs, %mask) : (i64, vector<4xi64>, vector<4xi1>) -> vector<4xf32>
+// GENERIC-NEXT: %back = "sm90.ld_global"(%out, %offs, %mask) <{column_bytes = array<i32: 0, 4, 32, 36>}> : (i64, vector<4xi64>, vector<4xi1>) -> vector<4xf32>
 // GENERIC:      %kept = "sm90.selp"(%mask, %back, %zf) : (vector<4xi1>, vector<4xf32>, vector<4xf32>) -> vector<4xf32>
 // GENERIC-NEXT: "sm90.bar_arrive"() <{barrier = 2 : i64, threads = 256 : i64}> : () -> ()
