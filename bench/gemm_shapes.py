@@ -37,15 +37,9 @@ EPILOGUE = dict(alpha=-1.5, beta=0.5, bias=True, batch=True)
 
 
 def inputs_for(rng, m, n, k, ta, tb, epilogue):
-    lead = (2,) if epilogue else ()
-    a = rng.standard_normal(lead + ((k, m) if ta else (m, k)))
-    b = rng.standard_normal(lead + ((n, k) if tb else (k, n)))
-    inputs, options = [a, b], dict(transpose_a=ta, transpose_b=tb)
-    if epilogue:
-        c, bias = rng.standard_normal(lead + (m, n)).astype(np.float32), rng.standard_normal(n).astype(np.float32)
-        inputs += [c, bias]
-        options.update(c=c, bias=bias, alpha=EPILOGUE["alpha"], beta=EPILOGUE["beta"])
-    return inputs, options
+    factors = dict(alpha=EPILOGUE["alpha"], beta=EPILOGUE["beta"]) if epilogue else {}
+    return reference.gemm_operands(rng, m, n, k, transpose_a=ta, transpose_b=tb, batch=2 if epilogue else None,
+                                   **factors)
 
 
 def run_level(module, level: str, pipeline: str, inputs):

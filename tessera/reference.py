@@ -136,6 +136,24 @@ def _gemm_inputs(sig, inputs) -> dict:
     return dict(c=c, bias=bias, transpose_a=g.transpose_a, transpose_b=g.transpose_b, alpha=g.alpha, beta=g.beta)
 
 
+def gemm_operands(rng: np.random.Generator, m: int, n: int, k: int, *, transpose_a: bool = False,
+                  transpose_b: bool = False, batch: int | None = None, alpha: float | None = None,
+                  beta: float | None = None) -> tuple[list[np.ndarray], dict]:
+    """Standard-normal inputs of a GEMM in the kernel's argument order (A as [K, M] when `transpose_a`, else
+    [M, K]; B as [N, K] when `transpose_b`, else [K, N]; with an epilogue, `alpha` and `beta` given, also an
+    f32 C_in [M, N] and an f32 bias [N]), each led by `batch` when given, and the keywords `check_gemm`
+    takes for them. Drawn in that order from `rng`."""
+    lead = (batch,) if batch else ()
+    a = rng.standard_normal(lead + ((k, m) if transpose_a else (m, k)))
+    b = rng.standard_normal(lead + ((n, k) if transpose_b else (k, n)))
+    inputs, options = [a, b], dict(transpose_a=transpose_a, transpose_b=transpose_b)
+    if alpha is not None and beta is not None:
+        c, bias = rng.standard_normal(lead + (m, n)).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+        inputs += [c, bias]
+        options.update(c=c, bias=bias, alpha=alpha, beta=beta)
+    return inputs, options
+
+
 def check_gemm_kernel(sig, out, inputs, dtype) -> Comparison:
     """`check_gemm` for the output of the "gemm" kernel `sig` (a KernelSignature) run on `inputs`."""
     return check_gemm(out, inputs[0], inputs[1], dtype, **_gemm_inputs(sig, inputs))

@@ -36,15 +36,8 @@ EPILOGUE = dict(alpha=-1.5, beta=0.5, bias=True)
 def operands(rng, m, n, k, layout, batch=None, epilogue=False):
     """The inputs in the kernel's order (A, B[, C_in, bias]) and check_gemm's keywords."""
     ta, tb = LAYOUTS[layout]
-    lead = (batch,) if batch else ()
-    a = rng.standard_normal(lead + ((k, m) if ta else (m, k)))
-    b = rng.standard_normal(lead + ((n, k) if tb else (k, n)))
-    inputs, options = [a, b], dict(transpose_a=ta, transpose_b=tb)
-    if epilogue:
-        c, bias = rng.standard_normal(lead + (m, n)).astype(np.float32), rng.standard_normal(n).astype(np.float32)
-        inputs += [c, bias]
-        options.update(c=c, bias=bias, alpha=EPILOGUE["alpha"], beta=EPILOGUE["beta"])
-    return inputs, options
+    factors = dict(alpha=EPILOGUE["alpha"], beta=EPILOGUE["beta"]) if epilogue else {}
+    return reference.gemm_operands(rng, m, n, k, transpose_a=ta, transpose_b=tb, batch=batch, **factors)
 
 
 def kernel(layout, dtype="bf16", epilogue=False, **options):
