@@ -309,7 +309,7 @@ def test_the_full_pipeline_allocates_each_kernel_once(monkeypatch):
     wait_group's count) still makes it allocate again, a setmaxnreg budget (which it never reads) does not."""
     from xdsl.dialects.builtin import IntegerAttr
 
-    from tessera import regalloc
+    from tessera.regalloc import allocate as regalloc
     from tessera.dialects import sm90
     from tessera.passes import SPECIALIZED_PIPELINE
     from tessera.ptx.module import print_ptx

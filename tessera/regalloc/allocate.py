@@ -1,0 +1,404 @@
+"""Linear-scan register allocation per class and register space (package docstring), memoized per kernel."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import OrderedDict, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from xdsl.dialects import arith, func, math, scf
+from xdsl.ir import BlockArgument, Operation, Region, SSAValue
+from xdsl.utils.exceptions import DiagnosticException
+
+from tessera.dialects import sm90
+from tessera.sm90 import facts
+
+from tessera.regalloc.liveness import _Liveness, _alias_sources, _merge_ranges
+from tessera.regalloc.pressure import _pressure, _PressureMap
+from tessera.regalloc.registers import (
+    CLASS_PREFIX, CLASS_WIDTH, _is_vector, _subclass_test, element_count, immediates, register_class,
+)
+
+
+class RegisterBudgetError(DiagnosticException):
+    """The values live at the peak need more registers than the budget."""
+
+
+@dataclass
+class Allocation:
+    """Register names of each value (one per element), the registers used per class, and the pressure."""
+
+    names: dict[SSAValue, list[str]]
+    """Register names per element; for a constant used only where PTX takes immediates, its immediates
+    (`0f3FB8AA3B`, `-7`): such a constant needs no instruction and no register."""
+    counts: dict[str, int]
+    peak: int
+    peak_position: int
+    live_at_peak: list[tuple[str, int]] = field(default_factory=list)
+    _pressure_map: _PressureMap | None = field(default=None, repr=False, compare=False)
+
+    def declarations(self) -> dict[str, int]:
+        """Registers to declare per class (`.reg .f32 %f<N>;`)."""
+        return dict(self.counts)
+
+    def region_pressure(self, op: Operation) -> list[int]:
+        """For each region of `op` (then and else of an `scf.if`, the body of a loop), the peak of 32-bit
+        registers live at one position inside it (module docstring); 0 for a region with no ops."""
+        if self._pressure_map is None:
+            raise ValueError("this allocation carries no liveness (it was not made by allocate_registers)")
+        return self._pressure_map.region_pressure(op)
+
+
+class _UnionFind:
+    """Disjoint sets of element numbers (`_Liveness.element`); `union(a, b)` makes a's root the root of both."""
+
+    def __init__(self):
+        self.parent: list[int] = []
+
+    def find(self, x: int) -> int:
+        parent = self.parent
+        if x >= len(parent):
+            parent.extend(range(len(parent), x + 1))
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    def roots(self, count: int) -> list[int]:
+        """The root of each element 0 .. count - 1."""
+        return [self.find(x) for x in range(count)]
+
+    def union(self, a, b) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[rb] = ra
+
+
+def allocate_registers(fn: func.FuncOp, budget: int = facts.MAX_REGISTERS_PER_THREAD) -> Allocation:
+    """Allocate PTX registers for a Target IR kernel (module docstring). Raises RegisterBudgetError naming
+    the values live at the peak when the pressure exceeds `budget` 32-bit registers per thread."""
+    allocation = _allocate(fn)
+    if allocation.peak > budget:
+        listing = ", ".join(f"%{name} ({n})" for name, n in allocation.live_at_peak[:12])
+        from tessera.diagnostics import source_location
+
+        loc = source_location(fn)
+        raise RegisterBudgetError(
+            f"{loc + ': ' if loc else ''}@{fn.sym_name.data}: {allocation.peak} registers per thread are live at once, over the budget of "
+            f"{budget}; live at the peak: {listing}"
+        )
+    return allocation
+
+
+def region_pressure(fn: func.FuncOp, op: Operation) -> list[int]:
+    """`Allocation.region_pressure(op)` of `fn`'s allocation, with no budget check (so that a pass can say
+    which region is over budget)."""
+    return _allocate(fn).region_pressure(op)
+
+
+_MEMO: OrderedDict[int, tuple[func.FuncOp, tuple, Allocation]] = OrderedDict()
+_MEMO_SIZE = 4
+"""The last allocations, by kernel: warp-specialize's budgets, allocate-registers and the PTX printer each
+allocate the same kernel; the memo hands back the allocation while the kernel is unchanged."""
+
+
+_NOT_READ = (sm90.SetMaxNRegOp,)
+"""Ops whose attributes and properties the allocator never reads: a setmaxnreg's budget does not change the
+allocation, so that warp-specialize can size its budgets from the allocation of the kernel holding the
+setmaxnreg ops and then set them, and allocate-registers finds that allocation in the memo."""
+
+
+def _fingerprint(fn: func.FuncOp) -> tuple:
+    """Every op of `fn`'s body with its operands, attributes and properties (but those of `_NOT_READ` ops),
+    compared by identity and value: equal fingerprints mean the same body as the allocator sees it (the ops
+    are held by the memo, so their identities are not reused). The kernel's own attributes (the summary
+    allocate-registers writes) do not take part."""
+    return tuple((op, tuple(op.operands)) if isinstance(op, _NOT_READ) else
+                 (op, tuple(op.operands), tuple(op.attributes.items()), tuple(op.properties.items()))
+                 for op in fn.body.walk())
+
+
+def _allocate(fn: func.FuncOp) -> Allocation:
+    fingerprint = _fingerprint(fn)
+    entry = _MEMO.get(id(fn))
+    if entry is not None and entry[0] is fn and entry[1] == fingerprint:
+        _MEMO.move_to_end(id(fn))
+        return entry[2]
+    allocation = _allocate_fresh(fn)
+    _MEMO[id(fn)] = (fn, fingerprint, allocation)
+    while len(_MEMO) > _MEMO_SIZE:
+        _MEMO.popitem(last=False)
+    return allocation
+
+
+def _allocate_fresh(fn: func.FuncOp) -> Allocation:
+    constants = immediates(fn)
+    live = _Liveness(fn, skip=constants)
+    live.run()
+    groups = _UnionFind()
+    for op in live.ops:
+        pairs = _alias_sources(op)
+        if pairs is not None:
+            for i, (value, j) in pairs:
+                groups.union(live.element(value, j), live.element(op.results[0], i))
+        if isinstance(op, scf.ForOp):
+            for arg, result in zip(op.body.block.args[1:], op.results):
+                for i in range(element_count(arg.type)):
+                    groups.union(live.element(arg, i), live.element(result, i))
+
+    intervals, lowest = _intervals(live, groups.find)
+    reads = _GroupReads(live, groups.find)
+    for op in live.ops:  # in program order, so a chain of in-place ops shares one set of registers
+        for operand, result in _in_place_candidates(op):
+            if register_class(operand.type) is None or operand in constants or _is_function_argument(operand, fn):
+                continue
+            pos = live.position[op]
+            roots = [groups.find(live.element(operand, i)) for i in range(element_count(operand.type))]
+            dies_here = all(reads.last_read(r, pos, intervals) <= pos for r in roots)
+            distinct = len(set(roots)) == len(roots)  # not a broadcast or a shuffle with repeats
+            if dies_here and distinct:
+                for i, r in enumerate(roots):
+                    result_root = groups.find(live.element(result, i))
+                    merged = (min(intervals[r][0], intervals[result_root][0]), max(intervals[r][1], intervals[result_root][1]))
+                    groups.union(r, result_root)
+                    intervals.pop(result_root, None)
+                    intervals[groups.find(r)] = merged
+                    low = lowest.pop(r) if result_root == r else min(lowest.pop(r), lowest.pop(result_root))
+                    lowest[groups.find(r)] = low
+                    reads.merge(groups.find(r), r, result_root)
+                if not isinstance(op, scf.ForOp):
+                    break  # one operand's registers per result
+    root_of = groups.roots(len(live.value_of)).__getitem__  # the groups are final: each element's root, looked up
+    # The merged intervals are those of the final groups; in the order _intervals gives (by lowest element).
+    intervals = dict(sorted(intervals.items(), key=lambda item: lowest[item[0]]))
+    ranges = _live_ranges(live, root_of, intervals)
+
+    # Linear scan per class and register space (module docstring). wgmma accumulators are allocated as blocks
+    # of consecutive registers, element i at base + i: ptxas keeps a wgmma chain asynchronous only when every
+    # accumulator list it sees maps consistently onto its registers (otherwise it serializes the wgmmas, C7511).
+    blocks = _accumulator_blocks(live, root_of)
+    block_of = {root: block for block in blocks for root in block}
+    space_of = _register_spaces(fn, live, root_of)
+    index_of_root: dict = {}  # root -> (pool, index in the pool); a pool is (class, space)
+    used: dict[tuple[str, int], int] = defaultdict(int)  # registers each pool needs
+    units = []  # (start, end, roots, ranges) in allocation order: a block is one unit
+    for block in blocks:
+        spans = _merge_ranges(r for root in block for r in ranges[root])
+        units.append((spans[0][0], spans[-1][1], block, spans))
+    for root, spans in ranges.items():
+        if root not in block_of:
+            units.append((spans[0][0], spans[-1][1], (root,), spans))
+    units.sort(key=lambda u: (u[0], u[1], _stable_key(live, u[2][0])))
+    active: dict[tuple, list] = defaultdict(list)  # heaps of (end of the first range, register index)
+    free: dict[tuple, set] = defaultdict(set)      # free register indices
+    reserved: dict[tuple, dict] = defaultdict(dict)  # register index -> later ranges of a unit with holes
+    for start, _, roots, spans in units:
+        cls = register_class(live.value_of[roots[0]].type)
+        if roots[0] in block_of:
+            cls = "acc"  # accumulators get a pool of their own (see above)
+        pool = (cls, space_of[roots[0]])
+        while active[pool] and active[pool][0][0] < start:
+            _, index = heapq.heappop(active[pool])
+            free[pool].add(index)
+        # Each accumulator block keeps registers of its own: ptxas maps wgmma chains onto physical registers
+        # itself, and a register shared by two chains (even at different times) made it serialize them.
+        if cls == "acc":
+            base = used[pool]
+        else:
+            holes = reserved[pool]
+            base = _lowest_free_run(free[pool], used[pool], len(roots),
+                                    lambda index: not _overlap(holes.get(index, ()), spans))
+        for k, root in enumerate(roots):
+            free[pool].discard(base + k)
+            heapq.heappush(active[pool], (spans[0][1], base + k))
+            if len(spans) > 1:  # free in the hole, reserved again for the later ranges
+                reserved[pool].setdefault(base + k, []).extend(spans[1:])
+            index_of_root[root] = (pool, base + k)
+        used[pool] = max(used[pool], base + len(roots))
+
+    # Per class, the spaces are numbered one after the other: the kernel's from 0, then each budget region's.
+    counts: dict[str, int] = defaultdict(int)
+    first: dict[tuple[str, int], int] = {}
+    for pool in sorted(used, key=lambda p: (p[1], p[0])):
+        first[pool] = counts[pool[0]]
+        counts[pool[0]] += used[pool]
+    names_of_root = {root: f"{CLASS_PREFIX[pool[0]]}{first[pool] + index}" for root, (pool, index) in index_of_root.items()}
+
+    names = dict(constants)
+    for value, elements in live.elements():
+        names[value] = [names_of_root[root_of(element)] for element in elements]
+    for op in live.ops:  # aliasing results that are not in `elements` order still get their names
+        for result in op.results:
+            if result not in names and register_class(result.type) is not None and result not in constants:
+                names[result] = [names_of_root[groups.find(live.element(result, i))]
+                                 for i in range(element_count(result.type))]
+
+    root_names: dict = {}
+    for value, elements in live.elements():  # name a register group after its first named value
+        if value.name_hint:
+            for element in elements:
+                root_names.setdefault(root_of(element), value.name_hint)
+    widths = {root: CLASS_WIDTH[register_class(live.value_of[root].type)] for root in ranges}
+    peak, peak_position, at_peak = _pressure(ranges, root_names, widths)
+    return Allocation(names, dict(counts), peak, peak_position, at_peak, _PressureMap(live, root_of, ranges, widths))
+
+
+def budget_regions(fn: func.FuncOp) -> list[Region]:
+    """The regions of `fn` that run under a register budget of their own, in program order: the branches of
+    an `scf.if` whose block holds an `sm90.setmaxnreg` (warp-specialize's producer and consumer branches)."""
+    return [region for op in fn.walk() if isinstance(op, scf.IfOp) for region in op.regions
+            if region.blocks and any(isinstance(inner, sm90.SetMaxNRegOp) for inner in region.block.ops)]
+
+
+def _register_spaces(fn: func.FuncOp, live: _Liveness, root_of) -> dict:
+    """The register space of each register group (module docstring): 0 for the kernel's, k for the k-th
+    budget region; a group takes the space of its earliest-defined value."""
+    number = {region: k + 1 for k, region in enumerate(budget_regions(fn))}
+    earliest: dict = {}  # root -> the earliest-defined value of its group
+    for value, elements in live.elements():
+        position = live.defs[value]
+        for element in elements:
+            root = root_of(element)
+            if root not in earliest or position < live.defs[earliest[root]]:
+                earliest[root] = value
+    spaces = {}
+    for root, value in earliest.items():
+        region = value.owner.parent if isinstance(value, BlockArgument) else value.owner.parent_region()
+        while region is not None and region not in number:
+            region = region.parent_region()
+        spaces[root] = number.get(region, 0)
+    return spaces
+
+
+ELEMENTWISE = (
+    arith.AddfOp, arith.SubfOp, arith.MulfOp, arith.DivfOp, arith.MaximumfOp, arith.MinimumfOp, arith.NegfOp,
+    arith.AddiOp, arith.SubiOp, arith.MuliOp, arith.AndIOp, arith.OrIOp, arith.XOrIOp, math.FmaOp,
+    sm90.SelpOp, sm90.Ex2ApproxOp, sm90.RcpApproxOp,
+)
+"""Ops whose register i of the result depends only on register i of each operand: computed in place, the
+result may take the registers of an operand that dies there."""
+_is_elementwise = _subclass_test(ELEMENTWISE)
+
+
+def _in_place_candidates(op: Operation) -> list[tuple[SSAValue, SSAValue]]:
+    """(operand, result) pairs where the result may take the operand's registers if the operand dies there:
+    the accumulator of a wgmma (the instruction reads and writes the same list), a same-typed vector operand
+    of an elementwise op, and the initial values of a loop's carried registers."""
+    if isinstance(op, sm90.WgmmaMmaAsyncOp):
+        return [(op.acc, op.result)]
+    if isinstance(op, scf.ForOp):
+        return list(zip(op.iter_args, op.results))
+    if _is_elementwise(op) and len(op.results) == 1 and _is_vector(op.results[0].type):
+        return [(v, op.results[0]) for v in op.operands if v.type == op.results[0].type]
+    return []
+
+
+def _accumulator_blocks(live: _Liveness, root: Callable[[int], int]) -> list[tuple]:
+    """The register groups of each wgmma accumulator, in element order, one block per distinct chain;
+    a group that would sit at two different positions (or in two blocks) is left to ordinary allocation."""
+    blocks: dict[tuple, None] = {}
+    for op in live.ops:
+        if isinstance(op, sm90.WgmmaMmaAsyncOp):
+            first = live.element(op.result)
+            blocks[tuple(root(first + i) for i in range(element_count(op.result.type)))] = None
+    position: dict = {}
+    for block in blocks:
+        for k, root in enumerate(block):
+            position.setdefault(root, set()).add((block, k))
+    return [b for b in blocks if len(set(b)) == len(b) and all(len(position[r]) == 1 for r in b)]
+
+
+def _lowest_free_run(free: set, count: int, length: int, usable=lambda index: True) -> int:
+    """The lowest index i such that i .. i + length - 1 are all free or beyond the registers used so far,
+    and `usable` (not reserved for a later range that overlaps)."""
+    # A run starts at a free index or at one beyond those used so far: try those in order.
+    for base in itertools.chain(sorted(i for i in free if i < count), itertools.count(count)):
+        if all((base + k in free or base + k >= count) and usable(base + k) for k in range(length)):
+            return base
+
+
+def _overlap(ranges_a, ranges_b) -> bool:
+    return any(a <= d and c <= b for a, b in ranges_a for c, d in ranges_b)
+
+
+class _GroupReads:
+    """What the in-place decisions need of each register group, kept per root as groups merge: the loops
+    whose carried value the group holds, and the last read of its values other than loop results."""
+
+    def __init__(self, live: _Liveness, root: Callable[[int], int]):
+        self.loops: dict[int, set] = defaultdict(set)  # root -> (start, end) of the loops it is carried by
+        self.last: dict[int, int] = {}                 # root -> last read (0 if none)
+        for value, elements in live.elements():
+            loop = live.carried.get(value)
+            read = None if isinstance(value.owner, scf.ForOp) else live.read_end(value)
+            for element in elements:
+                group = root(element)
+                if loop is not None:
+                    self.loops[group].add(loop)
+                if read is not None:
+                    self.last[group] = max(self.last.get(group, 0), read)
+
+    def merge(self, root: int, a: int, b: int) -> None:
+        """Groups `a` and `b` became one group with root `root`."""
+        loops = self.loops.pop(a, set()) | self.loops.pop(b, set())
+        last = max(self.last.pop(a, 0), self.last.pop(b, 0))
+        if loops:
+            self.loops[root] = loops
+        if last:
+            self.last[root] = last
+
+    def last_read(self, root: int, pos: int, intervals: dict) -> int:
+        """The last position at which the group is read, as seen from an op at `pos`. Inside the body of a
+        loop whose carried value the group holds, the group is free after its last read in the body: the
+        latch writes the next trip's value into it, and the loop result is read only after the loop.
+        Anywhere else the group is live to the end of its interval."""
+        if not any(start < pos < stop for start, stop in self.loops.get(root, ())):
+            return intervals[root][1]
+        return self.last.get(root, 0)
+
+
+def _is_function_argument(value: SSAValue, fn: func.FuncOp) -> bool:
+    return isinstance(value, BlockArgument) and value.owner is fn.body.blocks.first
+
+
+def _stable_key(live: _Liveness, element: int) -> tuple:
+    """(name hint, index) of an element: an order of groups that does not depend on object identities."""
+    value = live.value_of[element]
+    return (value.name_hint or "", element - live.first[value])
+
+
+def _intervals(live: _Liveness, root: Callable[[int], int]) -> tuple[dict, dict]:
+    """(first, last) position of each register group, and its lowest element; loop-carried block arguments
+    stay live to the end of their loop (the latch writes them). Groups come in the order of their lowest
+    element (elements are numbered in definition order)."""
+    intervals: dict = {}
+    lowest: dict = {}
+    for value, elements in live.elements():
+        start = live.defs[value]
+        read = live.read_end(value)
+        end = start if read is None else max(read, start)
+        if isinstance(value, BlockArgument) and isinstance(value.owner.parent_op(), scf.ForOp | scf.WhileOp):
+            loop = value.owner.parent_op()
+            end = max(end, next(stop for op, _, stop in live.loops if op is loop))
+        for element in elements:
+            group = root(element)
+            if group in intervals:
+                s, e = intervals[group]
+                intervals[group] = (min(s, start), max(e, end))
+            else:
+                intervals[group] = (start, end)
+                lowest[group] = element
+    return intervals, lowest
+
+
+def _live_ranges(live: _Liveness, root: Callable[[int], int], intervals: dict) -> dict:
+    """The positions each register group is live at, as merged ranges: its interval, and the ranges its
+    elements are held by in-flight wgmma groups (`_Liveness.in_flight`)."""
+    ranges = {root: [interval] for root, interval in intervals.items()}
+    for value, held in live.holds.items():
+        first = live.element(value)
+        for i in range(element_count(value.type)):
+            ranges[root(first + i)].extend(held)
+    return {root: _merge_ranges(spans) for root, spans in ranges.items()}

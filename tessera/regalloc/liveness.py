@@ -1,0 +1,201 @@
+"""Liveness of Target IR values over structured control flow, with the holds of asynchronous wgmma operands
+(package docstring), and the register-moving ops whose results alias their operands' registers."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from xdsl.dialects import func, scf, vector
+from xdsl.dialects.builtin import VectorType
+from xdsl.ir import Block, Operation, SSAValue
+
+from tessera.dialects import sm90
+
+from tessera.regalloc.registers import element_count, register_class
+
+
+@dataclass
+class _Liveness:
+    """Positions of ops and the definitions, uses and holds of values. Every element of a value is defined,
+    read and held at the same positions, so those are kept per value; an element is a number (`element`),
+    element i of a value being its first element's number + i, so that the allocator's sets and maps of
+    elements hash integers."""
+
+    fn: func.FuncOp
+    position: dict = field(default_factory=dict)   # op -> position
+    ops: list = field(default_factory=list)        # the ops of the kernel's body in program order (as walk())
+    loops: list = field(default_factory=list)      # (op, start, end) of scf.for / scf.while
+    defined: list = field(default_factory=list)    # values with registers, in definition order
+    value_of: list = field(default_factory=list)   # element number -> its value
+    first: dict = field(default_factory=dict)      # value -> number of its element 0
+    defs: dict = field(default_factory=dict)        # value -> position
+    uses: dict = field(default_factory=lambda: defaultdict(list))  # value -> positions
+    skip: dict = field(default_factory=dict)  # values that are immediates, not registers
+    end: dict = field(default_factory=dict)         # op -> last position inside it (its latch for a loop)
+    holds: dict = field(default_factory=lambda: defaultdict(list))  # value -> ranges held in flight
+    carried: dict = field(default_factory=dict)     # loop-carried block argument -> (start, end) of its scf.for
+    _ends: dict = field(default_factory=dict)       # (definition, use) -> end_of
+    _read_ends: dict = field(default_factory=dict)  # value -> read_end
+
+    def element(self, value: SSAValue, index: int = 0) -> int:
+        """The number of element `index` of `value` (numbered on first sight)."""
+        first = self.first.get(value)
+        if first is None:
+            first = self.first[value] = len(self.value_of)
+            self.value_of.extend([value] * element_count(value.type))
+        return first + index
+
+    def elements(self) -> Iterator[tuple[SSAValue, range]]:
+        """Each value with registers in definition order, with the numbers of its elements."""
+        for value in self.defined:
+            first = self.first[value]
+            yield value, range(first, first + element_count(value.type))
+
+    def run(self) -> None:
+        self.counter = 0
+        self._block(self.fn.body.blocks.first, 0)
+        for op in self.ops:
+            if isinstance(op, sm90.WgmmaMmaAsyncOp):
+                ranges = self.in_flight(op)
+                held = [op.result] + ([op.a] if op.a_in_registers else [])
+                for value in held:
+                    if register_class(value.type) is None or value in self.skip:
+                        continue
+                    self.holds[value].extend(ranges)
+
+    def in_flight(self, mma: sm90.WgmmaMmaAsyncOp) -> list[tuple[int, int]]:
+        """The positions from `mma` to the wgmma_wait_group that retires its group (module docstring): one
+        range, or more where the scan leaves the block (the next trip of a loop, the code after it)."""
+        ranges = []
+        state = (False, 0)  # (own group committed, groups committed after it)
+        op, start = mma, self.position[mma]
+        while True:
+            retire, state = _scan_for_retirement(op.next_op, state)
+            if retire is not None:
+                ranges.append((start, self.position[retire]))
+                break
+            block = op.parent_block()
+            parent = block.parent_op() if block is not None else None
+            if parent is None or isinstance(parent, func.FuncOp):
+                ranges.append((start, self.end[block.last_op]))  # never retired: to the end of the kernel
+                break
+            if isinstance(parent, scf.ForOp | scf.WhileOp):
+                ranges.append((start, self.end[parent]))  # through the latch
+                trip = None
+                if isinstance(parent, scf.ForOp):  # the next trip, from the top of the body
+                    trip, _ = _scan_for_retirement(parent.body.block.first_op, state)
+                ranges.append((self.position[parent], self.position[trip] if trip is not None else self.end[parent]))
+            else:
+                ranges.append((start, self.end[block.last_op]))
+            op, start = parent, self.end[parent] + 1
+        return _merge_ranges(ranges)
+
+    def _define(self, value: SSAValue, pos: int) -> None:
+        if register_class(value.type) is None or value in self.skip:
+            return
+        self.element(value)
+        self.defined.append(value)
+        self.defs[value] = pos
+
+    def _block(self, block: Block, pos: int) -> None:
+        for arg in block.args:
+            self._define(arg, pos)
+        for op in block.ops:
+            self._op(op)
+
+    def _op(self, op: Operation) -> None:
+        self.counter += 1
+        start = self.counter
+        self.position[op] = start
+        self.ops.append(op)
+        for operand in op.operands:
+            if register_class(operand.type) is not None and operand not in self.skip:
+                self.uses[operand].append(start)
+        for region in op.regions:
+            for block in region.blocks:
+                self._block(block, start)
+        if isinstance(op, scf.ForOp | scf.WhileOp):
+            self.counter += 1
+            self.loops.append((op, start, self.counter))
+            if isinstance(op, scf.ForOp):
+                self.carried.update((arg, (start, self.counter)) for arg in op.body.block.args[1:])
+            if isinstance(op, scf.ForOp):  # the latch compares with the bound and adds the step every trip
+                for bound in (op.ub, op.step):
+                    if register_class(bound.type) is not None and bound not in self.skip:
+                        self.uses[bound].append(self.counter)
+            for result in op.results:
+                self._define(result, start)  # tied to the carried registers, live from the loop's start
+        elif isinstance(op, scf.IfOp) and op.results:
+            # The results come into being where the branches join (each branch's yield moves its values
+            # into them), not at the branch: defining them there would keep them live over both branches.
+            self.counter += 1
+            for result in op.results:
+                self._define(result, self.counter)
+        else:
+            for result in op.results:
+                self._define(result, start)
+        self.end[op] = self.counter
+
+    def end_of(self, defined: int, use: int) -> int:
+        """A use at `use` keeps a value defined at `defined` live to the end of every loop around the use that
+        the value was defined outside of."""
+        end = self._ends.get((defined, use))
+        if end is None:
+            end = use
+            for _, start, stop in self.loops:
+                if start < use < stop and not (start <= defined < stop):
+                    end = max(end, stop)
+            self._ends[(defined, use)] = end
+        return end
+
+    def read_end(self, value: SSAValue) -> int | None:
+        """The last position a read of `value` keeps it live to (`end_of` its last use); None if unread."""
+        if value not in self._read_ends:
+            defined = self.defs[value]
+            self._read_ends[value] = max((self.end_of(defined, u) for u in self.uses.get(value, ())), default=None)
+        return self._read_ends[value]
+
+
+def _scan_for_retirement(op: Operation | None, state: tuple[bool, int]) -> tuple[Operation | None, tuple[bool, int]]:
+    """Scan `op` and the ops after it in its block for the wgmma_wait_group that retires a group, given
+    `state` = (its group is committed, groups committed after it). Returns the wait (or None) and the state
+    at the end of the scan."""
+    committed, after = state
+    while op is not None:
+        if isinstance(op, sm90.WgmmaCommitGroupOp):
+            committed, after = True, after + 1 if committed else 0
+        elif isinstance(op, sm90.WgmmaWaitGroupOp) and committed and after >= op.pending.value.data:
+            return op, (committed, after)
+        op = op.next_op
+    return None, (committed, after)
+
+
+def _merge_ranges(ranges) -> list[tuple[int, int]]:
+    """Sorted, disjoint, non-adjacent ranges covering the same positions."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(ranges):
+        if merged and start <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def aliases_operand_registers(op: Operation) -> bool:
+    """Whether `op`'s result is a view of its operands' registers (a permutation, selection or repetition
+    that prints no instruction)."""
+    return _alias_sources(op) is not None
+
+
+def _alias_sources(op: Operation) -> list[tuple[int, tuple[SSAValue, int]]] | None:
+    """For a register-moving op, (result element, source element) pairs; None for other ops."""
+    if isinstance(op, vector.ShuffleOp):
+        n1 = element_count(op.v1.type)
+        return [(i, (op.v1, m) if m < n1 else (op.v2, m - n1)) for i, m in enumerate(op.mask.get_values())]
+    if isinstance(op, vector.BroadcastOp) and not isinstance(op.source.type, VectorType):
+        return [(i, (op.source, 0)) for i in range(element_count(op.vector.type))]
+    if isinstance(op, vector.ExtractOp) and not op.dynamic_position and len(op.static_position.get_values()) == 1:
+        return [(0, (op.vector, op.static_position.get_values()[0]))]
+    return None

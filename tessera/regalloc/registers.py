@@ -1,0 +1,95 @@
+"""Register classes of Target IR values and the constants that print as PTX immediates (see the package
+docstring for how they are allocated)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from xdsl.dialects import arith, func, math
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, FloatAttr, IntegerAttr
+from xdsl.dialects.builtin import Float32Type, IndexType, IntegerType, VectorType
+from xdsl.ir import Attribute, SSAValue
+
+from tessera.dialects import sm90
+
+
+
+CLASS_PREFIX = {"f32": "%f", "acc": "%fa", "b32": "%r", "b64": "%rd", "pred": "%p"}
+
+IMMEDIATE_OPERANDS = {
+    **{op: (1,) for op in (
+        arith.AddiOp, arith.SubiOp, arith.MuliOp, arith.AndIOp, arith.OrIOp, arith.XOrIOp, arith.DivSIOp,
+        arith.DivUIOp, arith.RemSIOp, arith.RemUIOp, arith.MinSIOp, arith.MaxSIOp, arith.MinUIOp,
+        arith.MaxUIOp, arith.CeilDivSIOp, arith.CeilDivUIOp, arith.AddfOp, arith.SubfOp, arith.MulfOp,
+        arith.MaximumfOp, arith.MinimumfOp, arith.CmpiOp, sm90.SetpOp)},
+    math.FmaOp: (1, 2),
+    sm90.SelpOp: (1, 2),
+}
+"""Operand positions where PTX takes an immediate (the b and c sources of ALU instructions)."""
+CLASS_WIDTH = {"f32": 1, "acc": 1, "b32": 1, "b64": 2, "pred": 0}
+"""32-bit registers each class costs (predicates live in their own file)."""
+
+
+def _subclass_test(classes: type | tuple[type, ...]) -> Callable[[object], bool]:
+    """`isinstance(x, classes)`, decided once per concrete type: xDSL's attribute and op classes are ABCs,
+    whose isinstance is slow when the answer is no, and the allocator asks it of every value and op."""
+    known: dict[type, bool] = {}
+
+    def test(x: object) -> bool:
+        kind = type(x)
+        answer = known.get(kind)
+        if answer is None:
+            answer = known[kind] = issubclass(kind, classes)
+        return answer
+
+    return test
+
+
+_is_vector = _subclass_test(VectorType)
+_is_f32 = _subclass_test(Float32Type)
+_is_index = _subclass_test(IndexType)
+_is_integer = _subclass_test(IntegerType)
+
+
+def register_class(ty: Attribute) -> str | None:
+    element = ty.element_type if _is_vector(ty) else ty
+    if _is_f32(element):
+        return "f32"
+    if _is_index(element):
+        return "b32"
+    if _is_integer(element):
+        return {1: "pred", 32: "b32", 64: "b64"}.get(element.width.data)
+    return None  # tensor maps and other parameters are not registers
+
+
+def element_count(ty: Attribute) -> int:
+    return ty.get_shape()[0] if _is_vector(ty) else 1
+
+
+def immediate_text(value: float | int, ty: Attribute) -> str:
+    """PTX immediate syntax: 0fXXXXXXXX for f32 (exact bits), decimal for integers."""
+    element = ty.element_type if isinstance(ty, VectorType) else ty
+    if isinstance(element, Float32Type):
+        import struct
+
+        return "0f%08X" % struct.unpack("<I", struct.pack("<f", value))[0]
+    return str(int(value))
+
+
+def immediates(fn: func.FuncOp) -> dict[SSAValue, list[str]]:
+    """Constants every use of which is an operand position that takes a PTX immediate."""
+    found = {}
+    for op in fn.walk():
+        if not isinstance(op, arith.ConstantOp) or register_class(op.result.type) in (None, "pred"):
+            continue
+        uses = list(op.result.uses)
+        if uses and all(use.index in IMMEDIATE_OPERANDS.get(type(use.operation), ()) for use in uses):
+            attr = op.value
+            if isinstance(attr, DenseIntOrFPElementsAttr):
+                values = list(attr.get_values())
+            elif isinstance(attr, IntegerAttr | FloatAttr):
+                values = [attr.value.data]
+            else:
+                continue
+            found[op.result] = [immediate_text(v, op.result.type) for v in values]
+    return found
