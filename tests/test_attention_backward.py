@@ -207,3 +207,18 @@ def test_api_below_tile_level_runs_or_names_what_is_not_lowered(level):
         assert "needs kernel @attention_backward" in str(refusal) and "does not lower it yet" in str(refusal)
     else:
         _check(grads, problem, "bf16", False)
+
+
+def test_autograd_wrapper_gives_the_backward_kernels_gradients():
+    torch = pytest.importorskip("torch")
+    from tessera.runtime.autograd import attention
+
+    problem = _problem(40, 70, 64, True, 2, "bf16", heads=4)
+    q, k, v = (torch.tensor(x.astype(np.float32)).to(torch.bfloat16).requires_grad_() for x in problem[:3])
+    do = torch.tensor(problem[5].astype(np.float32)).to(torch.bfloat16)
+    o = attention(q, k, v, causal=True, level="tile")
+    o.backward(do)
+    expected = tessera.attention_backward(*problem, causal=True, level="tile")
+    for tensor, grad in zip((q, k, v), expected):
+        got = tensor.grad.float().numpy()
+        np.testing.assert_allclose(got, grad.astype(np.float32), atol=2e-2, rtol=2e-2)

@@ -101,7 +101,7 @@ def run_grid(sig: KernelSignature, module: ModuleOp, arguments: list[np.ndarray]
         interpreter.register_implementations(TileFunctions(batch, sync))
         interpreter.run_ssacfg_region(sig.op.body, tuple(arguments), sig.name)
 
-    if any(isinstance(op, tile.SemWaitOp) for op in sig.op.walk()):
+    if any(isinstance(op, tile.SemWaitOp | tile.SemSignalOp) for op in sig.op.walk()):
         _run_threads(ids, run)
         return
     for start in range(0, total, MAX_BLOCKS_PER_BATCH):
