@@ -42,9 +42,6 @@ def _safe_max(vector: np.ndarray) -> np.ndarray:
 class TileFunctions(InterpreterFunctions):
     """Implementations of the `tile` ops for one `BlockBatch`."""
 
-    sync: GridSync | None = None
-    """Set by `run_grid` for a kernel with semaphores (one block per thread): the grid's shared lock and waits."""
-
     def __init__(self, batch: BlockBatch):
         super().__init__()
         self.batch = batch
@@ -153,6 +150,9 @@ class TileFunctions(InterpreterFunctions):
 
     # endregion
     # region the backward's memory ops: shared stores, reducing stores, semaphores
+    sync: GridSync | None = None
+    """Set by `run_grid` for a kernel with semaphores (one block per thread): the grid's shared lock and waits."""
+
     @impl(tile.StoreSharedOp)
     def run_store_shared(self, interpreter: Interpreter, op: tile.StoreSharedOp, args: PythonValues):
         value, dest = args
