@@ -46,6 +46,12 @@ KINDS = {"attention": (("Q", "K", "V"), ("O",)), "gemm": (("A", "B"), ("C",)), "
 
 GEMM_ENTRIES = ("transpose_a", "transpose_b", "alpha", "beta", "bias")
 
+KINDS["attention_backward"] = (None, None)
+"""One of the attention backward's three kernels (`tessera.kernels.attention_backward`): its arguments differ
+from kernel to kernel (so any are taken); like "attention" it carries `causal` and `scale`."""
+ATTENTION_KINDS = ("attention", "attention_backward")
+"""The kinds whose `tile.kernel` may say `causal` and `scale`."""
+
 
 @dataclass(frozen=True)
 class GemmOptions:
@@ -212,7 +218,7 @@ def signature(op: func.FuncOp) -> KernelSignature:
         if not isinstance(scale_attr, FloatAttr):
             _fail(op, "'scale' must be a float such as 0.125 : f32")
         scale = scale_attr.value.data
-    if kind != "attention" and (causal or scale is not None):
+    if kind not in ATTENTION_KINDS and (causal or scale is not None):
         _fail(op, "'causal' and 'scale' apply to attention kernels only")
 
     grid = op.attributes.get(GRID_ATTR)
