@@ -9,6 +9,25 @@ Every attention kernel is launched over the grid (ceildiv(seq_q, BM), heads, bat
 then any scratch buffers a multi-pass variant needs (`attention_multipass`). Key blocks are BN keys wide; the
 last one may be partial (its copy fills zeros and `tile.mask_bounds` hides those keys). With `causal`, the mask
 is aligned bottom-right (`tile.mask_causal`), and key blocks entirely past the diagonal are not visited.
+
+With `return_lse=True` a kernel also writes the log-sum-exp of each query row's scaled scores,
+
+    %LSE : !tile.tile<?x?x?x1xf32, global>  {tile.dims = #tile.dims<batch, heads, seq_q, 1>}  (role "out")
+
+LSE = m + ln(l) with m the running maximum of the scaled scores (row_max * scale) and l the running sum: the
+natural log of sum_j exp(scale * s_j), and -inf for a row that sees no key (m = -inf, l = 0; its O is 0). The
+trailing 1 is the column in which the lowering stores one f32 per row (a [BM, 1] window, as two-pass attention
+stores its row statistics); the memory is LSE[batch, heads, seq_q]. Without it the kernel is unchanged.
+
+With `num_splits = S > 1` (split-KV, flash-decoding; `flash_attention` only) the key blocks a query block
+visits are divided into S contiguous ranges of ceildiv(n, S) blocks, one thread block each: the grid is
+(ceildiv(seq_q, BM), S x heads, batch), thread block (x, y, z) handling split y / heads of head y mod heads,
+and the outputs are each part's normalised result and its LSE, in f32,
+
+    %O_partial   : [S, batch, heads, seq_q, D]  f32   O_s = softmax over the split's keys, times V
+    %LSE_partial : [S, batch, heads, seq_q, 1]  f32   lse_s of the split's keys (-inf for an empty split)
+
+which `attention_combine` (tessera/kernels/attention_split.py) merges into O (and LSE).
 """
 
 from __future__ import annotations
@@ -73,6 +92,8 @@ class AttentionConfig:
     scale: float
     block_m: int
     block_n: int
+    return_lse: bool = False
+    num_splits: int = 1
 
     @classmethod
     def checked(
@@ -83,6 +104,8 @@ class AttentionConfig:
         scale: object = None,
         block_m: object = DEFAULT_BLOCK_M,
         block_n: object = None,
+        return_lse: object = False,
+        num_splits: object = 1,
     ) -> AttentionConfig:
         """Validate builder arguments; raises ValueError naming the argument, the value and what is allowed.
         `block_n=None` is the head_dim's default (`DEFAULT_BLOCK_N`)."""
@@ -97,17 +120,28 @@ class AttentionConfig:
             scale=check_scale(scale, head_dim),  # type: ignore[arg-type]
             block_m=check_block("block_m", block_m),
             block_n=check_block("block_n", block_n),
+            return_lse=check_flag("return_lse", return_lse),
+            num_splits=check_num_splits(num_splits),
         )
 
     @property
     def element_type(self) -> Attribute:
         return check_dtype(self.dtype)
 
+    @property
+    def split(self) -> bool:
+        """Whether the kernel writes split-KV partial results (num_splits > 1) instead of O."""
+        return self.num_splits > 1
+
     def kernel_name(self, variant: str) -> str:
-        """`flash_attention_d128_bf16_causal` and the like."""
-        return f"{variant}_d{self.head_dim}_{self.dtype}" + ("_causal" if self.causal else "")
+        """`flash_attention_d128_bf16_causal`, `..._lse` with the LSE output, `..._split3` for split-KV parts."""
+        return (f"{variant}_d{self.head_dim}_{self.dtype}" + ("_causal" if self.causal else "")
+                + ("_lse" if self.return_lse and not self.split else "")
+                + (f"_split{self.num_splits}" if self.split else ""))
 
     def kernel_info(self) -> dict[str, Attribute]:
+        if self.split:  # partial results: no reference of the "attention" kind describes them
+            return {"kind": StringAttr("custom")}
         return {
             "kind": StringAttr("attention"),
             "causal": IntegerAttr(int(self.causal), 1),
@@ -115,9 +149,31 @@ class AttentionConfig:
         }
 
 
+MAX_SPLITS = 256
+"""The most key-range splits a split-KV kernel takes (FlashAttention-3 caps its heuristic's choice at 128)."""
+
+
+def check_num_splits(value: object) -> int:
+    """A split count: an int from 1 to MAX_SPLITS; ValueError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SPLITS:
+        raise ValueError(f"num_splits must be an integer from 1 to {MAX_SPLITS}; got {value!r}")
+    return value
+
+
+LSE_DIMS = ("batch", "heads", "seq_q", 1)
+"""The named dimensions of the LSE output: one f32 per query row, in a column of width 1 (module docstring)."""
+
+
+def lse_arg(name: str = "LSE", lead: Sequence[str | int] = ()) -> ArgSpec:
+    """The f32 LSE output argument (with leading dimensions `lead`, e.g. the split count of LSE_partial)."""
+    dims = [*lead, *LSE_DIMS]
+    return ArgSpec(name, global_tensor([None] * (len(dims) - 1) + [1], f32), dims, role="out")
+
+
 @dataclass
 class AttentionBlock:
-    """The values one thread block's code is written in terms of (set up by `attention_kernel`)."""
+    """The values one thread block's code is written in terms of (set up by `attention_kernel`). With split-KV,
+    `split` is the block's part of the key range and the key loop runs over key blocks [kv_start, n_kv)."""
 
     config: AttentionConfig
     args: dict[str, SSAValue]
@@ -128,11 +184,32 @@ class AttentionBlock:
     seq_k: SSAValue
     n_kv: SSAValue
     smem: dict[str, SSAValue] = field(default_factory=dict)
+    split: SSAValue | None = None
+    kv_start: SSAValue | None = None
 
     def window(self, b: TileBuilder, tensor: str, row: SSAValue, col: SSAValue, shape: Sequence[int]) -> SSAValue:
-        """The window of argument `tensor` (Q, K, V, O or a scratch buffer) at (batch, head, row, col)."""
+        """The window of argument `tensor` (Q, K, V, O, LSE or a scratch buffer) at (batch, head, row, col);
+        a split-KV partial output (O_partial, LSE_partial) at (split, batch, head, row, col)."""
         name = f"{tensor.lower()}_window"
-        return b.view(self.args[tensor], [self.batch, self.head, row, col], shape, name)
+        lead = [self.split] if tensor in SPLIT_OUTPUTS else []
+        return b.view(self.args[tensor], [*lead, self.batch, self.head, row, col], shape, name)
+
+
+SPLIT_OUTPUTS = ("O_partial", "LSE_partial")
+"""The outputs of a split-KV kernel, each with the split as its leading dimension."""
+
+
+def output_args(c: AttentionConfig) -> list[ArgSpec]:
+    """The outputs of an attention kernel: O (and LSE with `return_lse`), or with split-KV the f32 partial
+    results O_partial [S, batch, heads, seq_q, D] and LSE_partial [S, batch, heads, seq_q, 1]."""
+    d = c.head_dim
+    if c.split:
+        s = c.num_splits
+        o_partial = ArgSpec("O_partial", global_tensor([s, None, None, None, d], f32),
+                            [s, "batch", "heads", "seq_q", d], role="out")
+        return [o_partial, lse_arg("LSE_partial", [s])]
+    o = ArgSpec("O", global_tensor([None, None, None, d], c.element_type), ["batch", "heads", "seq_q", d], role="out")
+    return [o, lse_arg()] if c.return_lse else [o]
 
 
 def attention_kernel(
@@ -151,21 +228,30 @@ def attention_kernel(
         ArgSpec("Q", tensor, q_dims),
         ArgSpec("K", tensor, k_dims),
         ArgSpec("V", tensor, k_dims),
-        ArgSpec("O", tensor, q_dims, role="out"),
+        *output_args(c),
         *scratch,
     ]
-    grid = [ceildiv_dim("seq_q", c.block_m), "heads", "batch"]
+    heads_axis = tile.DimExprAttr("heads", 1, c.num_splits) if c.split else "heads"
+    grid = [ceildiv_dim("seq_q", c.block_m), heads_axis, "batch"]
     fn, b = kernel_function(c.kernel_name(variant), args, c.kernel_info(), grid)
     values = dict(zip((a.name for a in args), fn.body.blocks.first.args))
 
     q_block = b.program_id("x", "q_block")
-    head = b.program_id("y", "head")
+    head = b.program_id("y", "split_head" if c.split else "head")
     batch = b.program_id("z", "batch")
+    split = None
+    if c.split:  # grid y is split x heads + head
+        heads = b.dim(values["Q"], 1, "heads")
+        split = b.divui(head, heads, "split")
+        head = b.remui(head, heads, "head")
     seq_q = b.dim(values["Q"], 2, "seq_q")
     seq_k = b.dim(values["K"], 2, "seq_k")
     q0 = b.muli(q_block, b.const(c.block_m), "q0")
     n_kv = key_block_count(b, c, q0, seq_q, seq_k)
-    blk = AttentionBlock(c, values, batch, head, q0, seq_q, seq_k, n_kv)
+    kv_start = None
+    if c.split:
+        kv_start, n_kv = split_key_range(b, c, split, n_kv)
+    blk = AttentionBlock(c, values, batch, head, q0, seq_q, seq_k, n_kv, split=split, kv_start=kv_start)
 
     blk.smem["Q"] = b.alloc_shared(shared_tile([c.block_m, d], elt), "q_smem")
     blk.smem["K"] = b.alloc_shared(shared_tile([c.block_n, d], elt), "k_smem")
@@ -187,6 +273,16 @@ def key_block_count(b: TileBuilder, c: AttentionConfig, q0: SSAValue, seq_q: SSA
     shifted = b.subi(b.addi(end, seq_k, "q_end_plus_seq_k"), seq_q, "visible_end")
     visible = b.maxsi(shifted, b.const(0), "visible_keys")
     return b.minsi(n_all, b.ceildivsi(visible, bn, "n_kv_causal"), "n_kv")
+
+
+def split_key_range(b: TileBuilder, c: AttentionConfig, split: SSAValue, n_kv: SSAValue) -> tuple[SSAValue, SSAValue]:
+    """The key blocks [start, end) of part `split` of a block's n_kv key blocks, as FlashAttention-3 divides
+    them: ceildiv(n_kv, S) blocks per part, start = split x that, end = max(start, min(start + that, n_kv)).
+    Trailing parts may be empty (start >= n_kv: no trip; they write O = 0 and LSE = -inf)."""
+    per_split = b.ceildivui(n_kv, b.const(c.num_splits), "n_kv_per_split")
+    start = b.muli(split, per_split, "kv_start")
+    end = b.minsi(b.addi(start, per_split, "kv_split_end"), n_kv, "kv_end")
+    return start, b.maxsi(end, start, "n_kv_split")
 
 
 def load_key_block(b: TileBuilder, blk: AttentionBlock, k0: SSAValue, tensors: Sequence[str]) -> None:
@@ -232,6 +328,28 @@ def store_output(b: TileBuilder, blk: AttentionBlock, o: SSAValue) -> None:
     b.store_global(o_half, blk.window(b, "O", blk.q0, b.const(0), [c.block_m, c.head_dim]))
 
 
+def store_lse(b: TileBuilder, blk: AttentionBlock, m: SSAValue, l: SSAValue, tensor: str = "LSE") -> None:
+    """Store LSE = m + ln(l) of the block's rows into `tensor` (LSE or LSE_partial) as a [BM, 1] column;
+    a row that saw no key has m = -inf and l = 0, so its LSE is -inf. Rows past seq_q are dropped."""
+    lse = b.binary(tile.AddOp, m, b.unary(tile.LogOp, l, "log_l"), "lse")
+    column = b.reshape(lse, [blk.config.block_m, 1], "lse_column")
+    b.store_global(column, blk.window(b, tensor, blk.q0, b.const(0), [blk.config.block_m, 1]))
+
+
+def store_results(b: TileBuilder, blk: AttentionBlock, acc: SSAValue, m: SSAValue, l: SSAValue) -> None:
+    """The end of an online-softmax kernel: O = acc / l (0 for a row of l = 0) rounded and stored, with the
+    LSE if asked; with split-KV, O_partial = acc / l in f32 and LSE_partial instead."""
+    o = b.binary(tile.DivRowsOp, acc, l, "o")
+    if blk.config.split:
+        c = blk.config
+        b.store_global(o, blk.window(b, "O_partial", blk.q0, b.const(0), [c.block_m, c.head_dim]))
+        store_lse(b, blk, m, l, "LSE_partial")
+        return
+    store_output(b, blk, o)
+    if blk.config.return_lse:
+        store_lse(b, blk, m, l)
+
+
 def flash_attention(
     head_dim: int = 128,
     causal: bool = False,
@@ -239,13 +357,18 @@ def flash_attention(
     scale: float | None = None,
     block_m: int = DEFAULT_BLOCK_M,
     block_n: int | None = None,
+    return_lse: bool = False,
+    num_splits: int = 1,
 ) -> ModuleOp:
     """The online one-pass attention kernel (FlashAttention-2 style), `flash_attention_d{D}_{dtype}[_causal]`.
 
     Per key block j: S = mask(scale Q K_j^T); m' = max(m, rowmax S); alpha = exp(m - m'); P = exp(S - m');
     l' = alpha l + rowsum P; acc' = alpha acc + P V_j. After the loop O = acc / l. Live per block: the
-    running max m [BM], sum l [BM] and accumulator acc [BM, D] (all f32), and one [BM, BN] score tile."""
-    c = AttentionConfig.checked(head_dim, causal, dtype, scale, block_m, block_n)
+    running max m [BM], sum l [BM] and accumulator acc [BM, D] (all f32), and one [BM, BN] score tile.
+
+    `return_lse=True` adds the LSE output (`..._lse`); `num_splits=S > 1` makes the split-KV kernel
+    (`..._split{S}`) whose partial results `attention_combine` merges (module docstring)."""
+    c = AttentionConfig.checked(head_dim, causal, dtype, scale, block_m, block_n, return_lse, num_splits)
     fn, b, blk = attention_kernel(c, "flash_attention")
     rows = register_tile([c.block_m])
     m_init = b.fill(float("-inf"), rows, "m_init")
@@ -266,7 +389,7 @@ def flash_attention(
         b.barrier()  # every warp has read K and V before the next step's copies overwrite them
         return [m_new, l_new, acc_new]
 
-    _, l, acc = b.for_loop(blk.n_kv, [m_init, l_init, acc_init], ["m", "l", "acc"], key_step)
+    m, l, acc = b.for_loop(blk.n_kv, [m_init, l_init, acc_init], ["m", "l", "acc"], key_step, lower=blk.kv_start)
     # The one normalisation: O = acc / l (a row that saw no key has l = 0 and gives 0).
-    store_output(b, blk, b.binary(tile.DivRowsOp, acc, l, "o"))
+    store_results(b, blk, acc, m, l)
     return finish_kernel(fn, b)
