@@ -21,13 +21,19 @@ stores its row statistics); the memory is LSE[batch, heads, seq_q]. Without it t
 
 With `num_splits = S > 1` (split-KV, flash-decoding; `flash_attention` only) the key blocks a query block
 visits are divided into S contiguous ranges of ceildiv(n, S) blocks, one thread block each: the grid is
-(ceildiv(seq_q, BM), S x heads, batch), thread block (x, y, z) handling split y / heads of head y mod heads,
+(ceildiv(seq_q, BM), S x heads, batch), thread block (x, y, z) handling part s = y / heads of head y mod heads,
 and the outputs are each part's normalised result and its LSE, in f32,
 
-    %O_partial   : [S, batch, heads, seq_q, D]  f32   O_s = softmax over the split's keys, times V
-    %LSE_partial : [S, batch, heads, seq_q, 1]  f32   lse_s of the split's keys (-inf for an empty split)
+    %O_partial   : [S x batch, heads, seq_q, D]  f32   O_s = softmax over the part's keys, times V
+    %LSE_partial : [S x batch, heads, seq_q, 1]  f32   lse_s of the part's keys (-inf for an empty part)
 
-which `attention_combine` (tessera/kernels/attention_split.py) merges into O (and LSE).
+laid out as [S, batch, heads, seq_q, ...] (index s x batch + b of the leading dimension), which
+`attention_combine` (tessera/kernels/attention_split.py) reads and merges into O (and LSE). Two choices keep
+the split kernel within the consumer warpgroups' 240 registers, where the kernel with LSE already sits at
+head_dim 128: the leading index s x batch + b is one register live through the key loop (not s, b and the
+batch size), and the loop counts the part's key blocks from 0 with key positions relative to the part's
+first key, kv_base (the masks compare with seq_k - kv_base, the same predicates), so that only the producer,
+which addresses K and V at kv_base + k0, holds kv_base.
 """
 
 from __future__ import annotations
@@ -113,6 +119,12 @@ class AttentionConfig:
         if block_n is None:
             block_n = DEFAULT_BLOCK_N[head_dim]  # type: ignore[index]
         check_dtype(dtype)
+        num_splits = check_num_splits(num_splits)
+        if num_splits > 1 and head_dim not in SPLIT_HEAD_DIMS:
+            raise ValueError(f"num_splits > 1 (split-KV) supports head_dim {', '.join(map(str, SPLIT_HEAD_DIMS))}; "
+                             f"got head_dim {head_dim}: the f32 partial output, {DEFAULT_BLOCK_M} x {head_dim} "
+                             "(128 registers per thread beside the accumulator's 128 when it is stored), does not "
+                             "fit the consumer warpgroups' 240 registers")
         return cls(
             head_dim=head_dim,  # type: ignore[arg-type]
             causal=check_flag("causal", causal),
@@ -121,7 +133,7 @@ class AttentionConfig:
             block_m=check_block("block_m", block_m),
             block_n=check_block("block_n", block_n),
             return_lse=check_flag("return_lse", return_lse),
-            num_splits=check_num_splits(num_splits),
+            num_splits=num_splits,
         )
 
     @property
@@ -149,6 +161,9 @@ class AttentionConfig:
         }
 
 
+SPLIT_HEAD_DIMS = (64, 128)
+"""Head dimensions of the split-KV kernel (`AttentionConfig.checked` says why not 256)."""
+
 MAX_SPLITS = 256
 """The most key-range splits a split-KV kernel takes (FlashAttention-3 caps its heuristic's choice at 128)."""
 
@@ -172,8 +187,9 @@ def lse_arg(name: str = "LSE", lead: Sequence[str | int] = ()) -> ArgSpec:
 
 @dataclass
 class AttentionBlock:
-    """The values one thread block's code is written in terms of (set up by `attention_kernel`). With split-KV,
-    `split` is the block's part of the key range and the key loop runs over key blocks [kv_start, n_kv)."""
+    """The values one thread block's code is written in terms of (set up by `attention_kernel`). In a split-KV
+    part the key loop's positions are relative to the part's first key `kv_base`: n_kv counts the part's key
+    blocks and seq_k is seq_k - kv_base; `part_batch` = part x batch + batch indexes the partial outputs."""
 
     config: AttentionConfig
     args: dict[str, SSAValue]
@@ -184,30 +200,36 @@ class AttentionBlock:
     seq_k: SSAValue
     n_kv: SSAValue
     smem: dict[str, SSAValue] = field(default_factory=dict)
-    split: SSAValue | None = None
-    kv_start: SSAValue | None = None
+    part_batch: SSAValue | None = None
+    kv_base: SSAValue | None = None
 
     def window(self, b: TileBuilder, tensor: str, row: SSAValue, col: SSAValue, shape: Sequence[int]) -> SSAValue:
         """The window of argument `tensor` (Q, K, V, O, LSE or a scratch buffer) at (batch, head, row, col);
-        a split-KV partial output (O_partial, LSE_partial) at (split, batch, head, row, col)."""
+        a split-KV partial output (O_partial, LSE_partial) at (part x batch + batch, head, row, col)."""
         name = f"{tensor.lower()}_window"
-        lead = [self.split] if tensor in SPLIT_OUTPUTS else []
-        return b.view(self.args[tensor], [*lead, self.batch, self.head, row, col], shape, name)
+        lead = self.part_batch if tensor in SPLIT_OUTPUTS else self.batch
+        return b.view(self.args[tensor], [lead, self.head, row, col], shape, name)
+
+    def key_row(self, b: TileBuilder, k0: SSAValue) -> SSAValue:
+        """The row of K and V that key position k0 of the loop is: k0, or kv_base + k0 in a split-KV part."""
+        return k0 if self.kv_base is None else b.addi(self.kv_base, k0, "key_row")
 
 
 SPLIT_OUTPUTS = ("O_partial", "LSE_partial")
-"""The outputs of a split-KV kernel, each with the split as its leading dimension."""
+"""The outputs of a split-KV kernel, each led by the dimension S x batch (module docstring)."""
 
 
 def output_args(c: AttentionConfig) -> list[ArgSpec]:
     """The outputs of an attention kernel: O (and LSE with `return_lse`), or with split-KV the f32 partial
-    results O_partial [S, batch, heads, seq_q, D] and LSE_partial [S, batch, heads, seq_q, 1]."""
+    results O_partial [S x batch, heads, seq_q, D] and LSE_partial [S x batch, heads, seq_q, 1]."""
     d = c.head_dim
     if c.split:
-        s = c.num_splits
-        o_partial = ArgSpec("O_partial", global_tensor([s, None, None, None, d], f32),
-                            [s, "batch", "heads", "seq_q", d], role="out")
-        return [o_partial, lse_arg("LSE_partial", [s])]
+        parts = tile.DimExprAttr("batch", 1, c.num_splits)
+        o_partial = ArgSpec("O_partial", global_tensor([None, None, None, d], f32), [parts, "heads", "seq_q", d],
+                            role="out")
+        lse_partial = ArgSpec("LSE_partial", global_tensor([None, None, None, 1], f32), [parts, "heads", "seq_q", 1],
+                              role="out")
+        return [o_partial, lse_partial]
     o = ArgSpec("O", global_tensor([None, None, None, d], c.element_type), ["batch", "heads", "seq_q", d], role="out")
     return [o, lse_arg()] if c.return_lse else [o]
 
@@ -239,19 +261,22 @@ def attention_kernel(
     q_block = b.program_id("x", "q_block")
     head = b.program_id("y", "split_head" if c.split else "head")
     batch = b.program_id("z", "batch")
-    split = None
-    if c.split:  # grid y is split x heads + head
-        heads = b.dim(values["Q"], 1, "heads")
-        split = b.divui(head, heads, "split")
-        head = b.remui(head, heads, "head")
     seq_q = b.dim(values["Q"], 2, "seq_q")
     seq_k = b.dim(values["K"], 2, "seq_k")
     q0 = b.muli(q_block, b.const(c.block_m), "q0")
     n_kv = key_block_count(b, c, q0, seq_q, seq_k)
-    kv_start = None
-    if c.split:
-        kv_start, n_kv = split_key_range(b, c, split, n_kv)
-    blk = AttentionBlock(c, values, batch, head, q0, seq_q, seq_k, n_kv, split=split, kv_start=kv_start)
+    if not c.split:
+        blk = AttentionBlock(c, values, batch, head, q0, seq_q, seq_k, n_kv)
+    else:  # grid y is part x heads + head; the loop sees the part's keys from kv_base on (module docstring)
+        heads = b.dim(values["Q"], 1, "heads")
+        part = b.divui(head, heads, "part")
+        head = b.remui(head, heads, "head")
+        part_batch = b.addi(b.muli(part, b.dim(values["Q"], 0, "batch_size"), "part_offset"), batch, "part_batch")
+        start, count = split_key_range(b, c, part, n_kv)
+        kv_base = b.muli(start, b.const(c.block_n), "kv_base")
+        seq_k_part = b.subi(seq_k, kv_base, "seq_k_part")
+        blk = AttentionBlock(c, values, batch, head, q0, seq_q, seq_k_part, count, part_batch=part_batch,
+                             kv_base=kv_base)
 
     blk.smem["Q"] = b.alloc_shared(shared_tile([c.block_m, d], elt), "q_smem")
     blk.smem["K"] = b.alloc_shared(shared_tile([c.block_n, d], elt), "k_smem")
@@ -275,22 +300,23 @@ def key_block_count(b: TileBuilder, c: AttentionConfig, q0: SSAValue, seq_q: SSA
     return b.minsi(n_all, b.ceildivsi(visible, bn, "n_kv_causal"), "n_kv")
 
 
-def split_key_range(b: TileBuilder, c: AttentionConfig, split: SSAValue, n_kv: SSAValue) -> tuple[SSAValue, SSAValue]:
-    """The key blocks [start, end) of part `split` of a block's n_kv key blocks, as FlashAttention-3 divides
-    them: ceildiv(n_kv, S) blocks per part, start = split x that, end = max(start, min(start + that, n_kv)).
-    Trailing parts may be empty (start >= n_kv: no trip; they write O = 0 and LSE = -inf)."""
-    per_split = b.ceildivui(n_kv, b.const(c.num_splits), "n_kv_per_split")
-    start = b.muli(split, per_split, "kv_start")
-    end = b.minsi(b.addi(start, per_split, "kv_split_end"), n_kv, "kv_end")
-    return start, b.maxsi(end, start, "n_kv_split")
+def split_key_range(b: TileBuilder, c: AttentionConfig, part: SSAValue, n_kv: SSAValue) -> tuple[SSAValue, SSAValue]:
+    """(first key block, key block count) of part `part` of a block's n_kv key blocks, as FlashAttention-3
+    divides them: ceildiv(n_kv, S) blocks per part, the first at part x that, the count
+    max(0, min(that, n_kv - first)). Trailing parts may be empty (no trip: they write O = 0, LSE = -inf)."""
+    per_part = b.ceildivui(n_kv, b.const(c.num_splits), "n_kv_per_part")
+    start = b.muli(part, per_part, "kv_start")
+    left = b.maxsi(b.subi(n_kv, start, "n_kv_after_start"), b.const(0), "n_kv_left")
+    return start, b.minsi(per_part, left, "n_kv_part")
 
 
 def load_key_block(b: TileBuilder, blk: AttentionBlock, k0: SSAValue, tensors: Sequence[str]) -> None:
     """Copy the key block at k0 of each of `tensors` (K and/or V) into its shared tile and make it visible:
     cp_async each, commit, wait for every group (this also covers the Q copy), barrier."""
     c = blk.config
+    row = blk.key_row(b, k0)
     for name in tensors:
-        b.cp_async(blk.window(b, name, k0, b.const(0), [c.block_n, c.head_dim]), blk.smem[name])
+        b.cp_async(blk.window(b, name, row, b.const(0), [c.block_n, c.head_dim]), blk.smem[name])
     b.cp_commit_group()
     b.cp_wait_group(0)
     b.barrier()
@@ -389,7 +415,7 @@ def flash_attention(
         b.barrier()  # every warp has read K and V before the next step's copies overwrite them
         return [m_new, l_new, acc_new]
 
-    m, l, acc = b.for_loop(blk.n_kv, [m_init, l_init, acc_init], ["m", "l", "acc"], key_step, lower=blk.kv_start)
+    m, l, acc = b.for_loop(blk.n_kv, [m_init, l_init, acc_init], ["m", "l", "acc"], key_step)
     # The one normalisation: O = acc / l (a row that saw no key has l = 0 and gives 0).
     store_results(b, blk, acc, m, l)
     return finish_kernel(fn, b)

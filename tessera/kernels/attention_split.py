@@ -27,7 +27,7 @@ from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import SSAValue
 
 from tessera.dialects import tile
-from tessera.kernels.attention import DEFAULT_BLOCK_M, HEAD_DIMS, check_num_splits, lse_arg
+from tessera.kernels.attention import DEFAULT_BLOCK_M, SPLIT_HEAD_DIMS, check_num_splits, lse_arg
 from tessera.kernels.common import (
     ArgSpec,
     TileBuilder,
@@ -79,7 +79,7 @@ def attention_combine(
     exp(lse_s - lse) = l_s exp(m_s - M) / sum_r l_r exp(m_r - M), the weight is the seed's rescale factor
     times the part's sum over the global sum: the same reduction, done once per part instead of once per
     tile, by a separate kernel because the parts ran on different SMs."""
-    check_choice("head_dim", head_dim, HEAD_DIMS)
+    check_choice("head_dim", head_dim, SPLIT_HEAD_DIMS)  # 256: O_s and the sum, 2 x 128 f32 registers, do not fit
     s = check_num_splits(num_splits)
     elt = check_dtype(dtype)
     return_lse = check_flag("return_lse", return_lse)

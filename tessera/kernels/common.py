@@ -251,18 +251,16 @@ class TileBuilder:
         names: Sequence[str],
         body: Callable[[TileBuilder, SSAValue, tuple[SSAValue, ...]], Sequence[SSAValue]],
         iv_name: str = "j",
-        lower: SSAValue | None = None,
     ) -> tuple[SSAValue, ...]:
-        """`scf.for %iv = lower to upper step 1 iter_args(names = inits)` (lower 0 unless given);
-        `body(b, iv, carried)` returns the values to yield. The loop's results are named like the carried
-        values."""
+        """`scf.for %iv = 0 to upper step 1 iter_args(names = inits)`; `body(b, iv, carried)` returns the
+        values to yield. The loop's results are named like the carried values."""
         block = Block(arg_types=[index, *(SSAValue.get(v).type for v in inits)])
         block.args[0].name_hint = iv_name
         for arg, name in zip(block.args[1:], names):
             arg.name_hint = name
         inner = TileBuilder(block, parent=self)
         inner.emit(scf.YieldOp(*body(inner, block.args[0], tuple(block.args[1:]))))
-        loop = scf.ForOp(self.const(0) if lower is None else lower, upper, self.const(1), list(inits), block)
+        loop = scf.ForOp(self.const(0), upper, self.const(1), list(inits), block)
         self.emit(loop)
         for result, name in zip(loop.results, names):
             result.name_hint = f"{name}_final"
