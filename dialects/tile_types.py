@@ -260,8 +260,8 @@ class DimExprAttr(ParametrizedAttribute):
         if not self.is_constant and self.value.data <= 0:
             raise VerifyException(f"dimension expression: ceildiv divisor must be positive, got {self.value.data}")
         if self.factor.data <= 0 or (self.is_constant and self.factor.data != 1):
-            raise VerifyException(f"dimension expression: a factor must be positive and multiply a name, got "
-                                  f"{self.factor.data} * {self.value.data if self.is_constant else self.symbol.data}")
+            what = f"{self.factor.data} * {self.value.data}" if self.is_constant else str(self)
+            raise VerifyException(f"dimension expression: a factor must be positive and multiply a name, got {what}")
 
     @staticmethod
     def parse_one(parser: AttrParser) -> DimExprAttr:
