@@ -179,10 +179,9 @@ LSE_DIMS = ("batch", "heads", "seq_q", 1)
 """The named dimensions of the LSE output: one f32 per query row, in a column of width 1 (module docstring)."""
 
 
-def lse_arg(name: str = "LSE", lead: Sequence[str | int] = ()) -> ArgSpec:
-    """The f32 LSE output argument (with leading dimensions `lead`, e.g. the split count of LSE_partial)."""
-    dims = [*lead, *LSE_DIMS]
-    return ArgSpec(name, global_tensor([None] * (len(dims) - 1) + [1], f32), dims, role="out")
+def lse_arg() -> ArgSpec:
+    """The f32 LSE output argument %LSE [batch, heads, seq_q, 1] (module docstring)."""
+    return ArgSpec("LSE", global_tensor([None, None, None, 1], f32), list(LSE_DIMS), role="out")
 
 
 @dataclass
@@ -259,7 +258,7 @@ def attention_kernel(
     values = dict(zip((a.name for a in args), fn.body.blocks.first.args))
 
     q_block = b.program_id("x", "q_block")
-    head = b.program_id("y", "split_head" if c.split else "head")
+    head = b.program_id("y", "part_head" if c.split else "head")
     batch = b.program_id("z", "batch")
     seq_q = b.dim(values["Q"], 2, "seq_q")
     seq_k = b.dim(values["K"], 2, "seq_k")

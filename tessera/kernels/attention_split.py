@@ -7,7 +7,9 @@ Part s writes its own normalised result O_s (f32) and log-sum-exp lse_s to
     O_partial   [S, batch, heads, seq_q, D]  f32
     LSE_partial [S, batch, heads, seq_q, 1]  f32      (-inf for a part that sees no key; its O_s is 0)
 
-and `attention_combine` merges them, per query row:
+(the split kernel declares them [S x batch, heads, ...], the same memory: see `tessera.kernels.attention`; a
+reshape, which copies nothing, gives the combine kernel's inputs) and `attention_combine` merges them, per
+query row:
 
     M   = max_s lse_s
     lse = M + ln(sum_s exp(lse_s - M))
