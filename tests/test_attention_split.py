@@ -201,3 +201,26 @@ def test_attention_api_refuses_bad_options_by_name(options, message, rng):
 
 
 # endregion
+
+
+def test_split_kv_with_lse_runs_through_the_driver_calls(monkeypatch, tmp_path, rng):
+    """The GPU path without a GPU: tessera.attention compiles both kernels, launches the split kernel over
+    (ceildiv(seq_q, 128), 3 x heads, batch) and the combine kernel over (ceildiv(seq_q, 128), heads, batch) on
+    the partial outputs it got back, through a fake driver that runs each kernel's PTX in the PTX executor."""
+    from test_runtime import FakeCuda
+
+    from tessera.runtime import launch as launch_module
+    from tessera.runtime.attention_plan import attention_plan
+    from tessera.runtime.compiler import compile_kernel
+    from tessera.runtime.driver import Driver
+
+    monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path))
+    q, k, v = (x.astype(BF16) for x in _inputs(rng, 3, 300, 64, batch=2, heads=1))
+    plan = attention_plan(q.shape, k.shape, 64, True, "bf16", None, True, 3)
+    with combine_lowering():
+        fake = FakeCuda([compile_kernel(plan.forward), compile_kernel(plan.combine)])
+    monkeypatch.setattr(launch_module, "get_driver", lambda: Driver(fake))
+    o, lse = tessera.attention(q, k, v, causal=True, return_lse=True, num_splits=3)
+    assert reference.check_attention(o, q, k, v, BF16, causal=True).ok
+    assert lse.shape == (2, 1, 3) and reference.check_lse(lse, q, k, BF16, causal=True).ok
+    assert [launch.grid for launch in fake.launches] == [(1, 3, 2), (1, 1, 2)]
