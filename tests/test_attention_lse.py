@@ -93,3 +93,13 @@ def test_lse_kernels_use_lg2_approx_and_assemble_without_warning_or_spill():
     entry = result.entry()
     assert not result.warnings and not result.log.diagnostics
     assert entry.spill_store_bytes == entry.spill_load_bytes == entry.stack_frame_bytes == 0
+
+
+def test_column_stores_read_back_as_target_ir():
+    """The LSE column store ([BM, 1], written by the lane of each quad whose column base is 0) lowers to IR the
+    sm90 verifier accepts, so the Target IR prints and reads back (two-pass attention's statistics columns
+    before this were written with an sm90.selp of a scalar condition that did not read back)."""
+    from tessera.ir import parse_module, print_module
+
+    text = print_module(tessera.compile(two_pass_attention(64, causal=True, return_lse=True), target="target"))
+    assert print_module(parse_module(text)) == text
