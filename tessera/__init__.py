@@ -6,8 +6,9 @@ Public API:
   NumPy arrays, in the Tile IR interpreter, the CTA simulator (Target IR) or the PTX executor;
 - `tessera.compile(module, target="ptx", pipeline=None)`: Target IR, PTX text, or a ptxas result with the cubin;
 - `tessera.parse_module(text)` / `tessera.print_module(module)`; `tessera.find_kernel(module, kernel)`;
-- `tessera.attention(q, k, v, causal=False, scale=None)`: run attention on an H100/H200 (`tessera-compiler[cuda]`;
-  see `tessera.runtime`, imported on first use);
+- `tessera.attention(q, k, v, causal=False, scale=None, return_lse=False, num_splits=1, level=None)`: run attention
+  on an H100/H200 (`tessera-compiler[cuda]`; see `tessera.runtime`, imported on first use), or with `level=` the
+  same kernels in an interpreter;
 - `tessera.attention_backward(q, k, v, o, lse, do, causal=False, scale=None, deterministic=False, level=None)`:
   (dq, dk, dv) on the GPU, or with `level=` in an interpreter (`tessera.runtime.attention_backward`).
 

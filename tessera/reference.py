@@ -69,6 +69,48 @@ def attention_same_precision(q, k, v, dtype, causal: bool = False, scale: float 
     return round_to(np.einsum("bhqk,bhkd->bhqd", p, v), dtype)
 
 
+LSE_TOLERANCE = 1e-4
+"""The bound on |LSE - float64 logsumexp| (issues 14 and 15). The kernels' own error is far below it, for O(1)
+inputs and any sequence length the launch limits allow: f32 scores (a D-term f32 dot product, about
+D 2^-24 |q| |k| scale), ex2.approx in each term of the row sum (2 ulp relative, so ~2^-23 on ln l), and the log
+through lg2.approx.f32, whose error the PTX ISA bounds by 2^-22 absolute for l in (0.5, 2) and 2^-22 relative
+elsewhere (`tessera.sm90.approx`): with 1 <= l <= seq_k (the row maximum contributes 1) that is at most
+2^-22 max(1, log2 seq_k) ln 2, about 5e-6 at seq_k = 2^31; the simulators compute the
+correctly rounded log2, so this part of the bound is analytical. bf16/f16 rounding of the inputs is no error
+here: the reference reads the same rounded inputs."""
+
+
+def attention_lse(q, k, causal: bool = False, scale: float | None = None) -> np.ndarray:
+    """[batch, heads, seq_q] float64 log(sum_j exp(scale q.k_j)) over the keys each query sees, on the given
+    (already rounded) inputs; -inf for a row that sees no key."""
+    q, k = (np.asarray(x).astype(np.float64) for x in (q, k))
+    scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+    scores = _scores(q, k, scale, np.float64)
+    if causal:
+        scores = np.where(causal_visible(q.shape[2], k.shape[2]), scores, -np.inf)
+    row_max = scores.max(axis=-1, keepdims=True)
+    shift = np.where(np.isneginf(row_max), 0, row_max)
+    with np.errstate(divide="ignore"):
+        return (np.log(np.exp(scores - shift).sum(axis=-1, keepdims=True)) + shift)[..., 0]
+
+
+def check_lse(lse, q, k, dtype, causal: bool = False, scale: float | None = None) -> Comparison:
+    """Compare an LSE output ([batch, heads, seq_q], or with a trailing 1) with `attention_lse` on the inputs
+    rounded to `dtype`: within `LSE_TOLERANCE` where the reference is finite, and exactly -inf where it is
+    -inf (a row that sees no key); anything else (NaN, a finite value for an empty row) is an infinite error."""
+    q, k = (round_to(np.asarray(x), dtype) for x in (q, k))
+    ref = attention_lse(q, k, causal, scale)
+    out = np.asarray(lse, np.float64)
+    out = out.reshape(out.shape[:-1]) if out.shape == ref.shape + (1,) else out
+    if out.shape != ref.shape:
+        return Comparison(float("inf"), LSE_TOLERANCE)
+    empty = np.isneginf(ref)
+    if not np.array_equal(np.isneginf(out), empty):
+        return Comparison(float("inf"), LSE_TOLERANCE)
+    error = np.nan_to_num(np.abs(out[~empty] - ref[~empty]), nan=np.inf)
+    return Comparison(float(error.max()) if error.size else 0.0, LSE_TOLERANCE)
+
+
 def gemm(a, b) -> np.ndarray:
     """A @ B in float64 on the given (already rounded) inputs."""
     return np.matmul(np.asarray(a).astype(np.float64), np.asarray(b).astype(np.float64))

@@ -6,9 +6,9 @@ from __future__ import annotations
 from xdsl.dialects import arith, scf
 from xdsl.dialects.builtin import (
     Float32Type,
+    IndexType,
     IntegerAttr,
     UnitAttr,
-    i1,
     i32,
     i64,
 )
@@ -263,9 +263,11 @@ class MemoryLowering:
         window = self._get(op.dest)
         base, offsets, mask, columns = self._window_access(op, window, op.value.type, e)
         if self._is_column(op.value.type):
-            # The lanes of a row's quad hold the same value: the one whose column base is 0 writes it.
-            first = e.setp("eq", self.col_base, e.index(0))
-            mask = e.andi(mask, e.op(sm90.SelpOp(first, e.dense(i1, [1, 1]), e.dense(i1, [0, 0]))))
+            # The lanes of a row's quad hold the same value: the one whose column base is 0 writes it. (A
+            # register-by-register compare: sm90.selp takes one condition per register, not a scalar one.)
+            lanes = len(columns)
+            first = e.setp("eq", e.broadcast(self.col_base, lanes), e.dense(IndexType(), [0] * lanes))
+            mask = e.andi(mask, first)
         e.op(sm90.StGlobalOp(base, offsets, self._get(op.value), mask, columns))
 
     def _lower_LoadBroadcastOp(self, op: tile.LoadBroadcastOp, e: Emitter) -> None:
