@@ -14,6 +14,11 @@ It is xDSL 0.74's `Parser` with what Tessera needs of a parser on top, each part
   swizzle 64>`) is reported at its body in the source, a property or attribute of an op failing its constraint
   at the op, and an unregistered type or attribute at its name; xDSL reports such errors without a location
   (or at the token after them);
+- location aliases defined after their use (`loc(#loc35)`, defined at the end of the file, as JAX prints
+  StableHLO with debug info) and location ranges are read (`tessera.location_aliases`);
+- an op or attribute of a dialect in `OPAQUE_DIALECTS` (StableHLO and its companions) that Tessera does not
+  define is read as an unregistered one (`UnregisteredOp`, `UnregisteredAttr`), which passes leave alone;
+  unknown ops of any other dialect stay errors;
 - the text is remembered under its file name (`tessera.diagnostics.remember_source`), so that the tools can
   print the source line under a located diagnostic.
 
@@ -38,10 +43,15 @@ from xdsl.utils.lexer import Input, Span
 from tessera.diagnostics import LocatedVerifyException, remember_source
 from tessera.hex_floats import HexFloatLiterals
 from tessera.lexer import TesseraLexer
+from tessera.location_aliases import LocationAliases
+
+OPAQUE_DIALECTS = ("stablehlo", "chlo", "mhlo", "sdy", "shardy")
+"""Dialects whose ops and attributes outside Tessera's subset (`dialects/stablehlo.py`) read as opaque."""
 
 
-class TesseraParser(HexFloatLiterals, Parser):
-    """xDSL's MLIR parser with Tessera's lexer, hex float literals, op locations and located type errors."""
+class TesseraParser(HexFloatLiterals, LocationAliases, Parser):
+    """xDSL's MLIR parser with Tessera's lexer, hex float literals, location aliases, op locations, opaque
+    StableHLO ops and located type errors."""
 
     def __init__(self, ctx: Context, input: str | bytes, name: str = "<unknown>", line_offset: int = 0):
         text = input.decode("utf-8") if isinstance(input, bytes) else input
@@ -54,6 +64,15 @@ class TesseraParser(HexFloatLiterals, Parser):
         self.value_names: dict[SSAValue, str] = {}
         self._first_forward_use: dict[str, Span] = {}
         remember_source(name, line_offset, text)
+        self._scan_location_aliases(text)
+
+    def _get_op_by_name(self, name: str):
+        op_type = self.ctx.get_optional_op(name, dialect_stack=self._parser_state.dialect_stack)
+        if op_type is None and name.split(".")[0] in OPAQUE_DIALECTS:
+            from xdsl.dialects.builtin import UnregisteredOp
+
+            return UnregisteredOp.with_name(name)
+        return super()._get_op_by_name(name)
 
     def file_line_col(self, position: int) -> FileLineColLoc:
         """The `FileLineColLoc` of a character offset into the text (lines and columns count from 1)."""
@@ -100,6 +119,7 @@ class TesseraParser(HexFloatLiterals, Parser):
 
     def _parse_dialect_type_or_attribute_body(self, attr_name, *args, **kwargs):  # private in xDSL 0.74 (pinned)
         start = self.pos
+        self._allow_opaque(attr_name, bool(args[0]) if args else bool(kwargs.get("is_type")))
         try:
             return super()._parse_dialect_type_or_attribute_body(attr_name, *args, **kwargs)
         except LocatedVerifyException:
@@ -120,3 +140,22 @@ class TesseraParser(HexFloatLiterals, Parser):
             end = self._raw_scan_balanced(start + 1) + 1 if self.lexer.input.content[start] == "<" else start + 1
             span = Span(start, end, self.lexer.input, self.line_offset)
             raise LocatedVerifyException(span.print_with_context(str(e)).rstrip("\n")) from e
+
+    def _allow_opaque(self, attr_name: str, is_type: bool) -> None:
+        """If `attr_name` (`dialect.name`, or a bare `dialect` whose `<name ...>` follows) belongs to an
+        OPAQUE_DIALECTS dialect and names nothing registered, make it read as an UnregisteredAttr."""
+        dialect = attr_name.split(".")[0]
+        if dialect not in OPAQUE_DIALECTS:
+            return
+        full = attr_name
+        if "." not in attr_name:
+            match = re.match(r"<\s*([A-Za-z_][\w$.]*)", self.lexer.input.content[self.pos:])
+            if match is None:
+                return
+            full = f"{attr_name}.{match.group(1)}"
+        found = self.ctx.get_optional_type(full) if is_type else self.ctx.get_optional_attr(full)
+        if found is None:
+            from xdsl.dialects.builtin import UnregisteredAttr
+
+            loaded = self.ctx._loaded_types if is_type else self.ctx._loaded_attrs  # xDSL 0.74 (pinned)
+            loaded[full] = UnregisteredAttr.with_name_and_type(full, is_type)

@@ -51,7 +51,8 @@ class PassCrash(Exception):
 
 
 def register_dialects(ctx: Context) -> None:
-    """Register (lazily) every xDSL dialect and Tessera's own (tile, sm90): what tessera-opt parses."""
+    """Register (lazily) every xDSL dialect and Tessera's own (tile, sm90, the StableHLO subset, tessera):
+    what tessera-opt parses."""
     from xdsl.universe import Universe
 
     for name, factory in Universe.get_multiverse().all_dialects.items():
@@ -69,6 +70,27 @@ def register_dialects(ctx: Context) -> None:
 
     ctx.register_dialect("tile", get_tile)
     ctx.register_dialect("sm90", get_sm90)
+    ctx.register_dialect("stablehlo", _stablehlo)
+    ctx.register_dialect("chlo", _chlo)
+    ctx.register_dialect("tessera", _tessera)
+
+
+def _stablehlo():
+    from tessera.dialects.stablehlo import StableHLO
+
+    return StableHLO
+
+
+def _chlo():
+    from tessera.dialects.stablehlo import CHLO
+
+    return CHLO
+
+
+def _tessera():
+    from tessera.dialects.attention import TesseraAttention
+
+    return TesseraAttention
 
 
 def opt_context() -> Context:
