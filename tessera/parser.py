@@ -48,6 +48,28 @@ from tessera.location_aliases import LocationAliases
 OPAQUE_DIALECTS = ("stablehlo", "chlo", "mhlo", "sdy", "shardy")
 """Dialects whose ops and attributes outside Tessera's subset (`dialects/stablehlo.py`) read as opaque."""
 
+_OPAQUE_OPS: dict[str, type] = {}
+
+
+def opaque_op(name: str) -> type:
+    """The class of the unregistered op `name` of an OPAQUE_DIALECTS dialect: xDSL's `UnregisteredOp`, except
+    that it is neither a symbol table nor isolated from above (xDSL's claims every trait of an unregistered
+    op, so a `func.call` inside `stablehlo.while` would look its callee up in the while, not the module)."""
+    if name not in _OPAQUE_OPS:
+        from xdsl.dialects.builtin import UnregisteredOp
+        from xdsl.traits import IsolatedFromAbove, SymbolTable
+
+        base = UnregisteredOp.with_name(name)
+
+        def has_trait(cls, trait, *, value_if_unregistered: bool = True) -> bool:
+            kind = trait if isinstance(trait, type) else type(trait)
+            if issubclass(kind, (SymbolTable, IsolatedFromAbove)):
+                return False
+            return value_if_unregistered
+
+        _OPAQUE_OPS[name] = type(base.__name__, (base,), {"has_trait": classmethod(has_trait)})
+    return _OPAQUE_OPS[name]
+
 
 class TesseraParser(HexFloatLiterals, LocationAliases, Parser):
     """xDSL's MLIR parser with Tessera's lexer, hex float literals, location aliases, op locations, opaque
@@ -69,9 +91,7 @@ class TesseraParser(HexFloatLiterals, LocationAliases, Parser):
     def _get_op_by_name(self, name: str):
         op_type = self.ctx.get_optional_op(name, dialect_stack=self._parser_state.dialect_stack)
         if op_type is None and name.split(".")[0] in OPAQUE_DIALECTS:
-            from xdsl.dialects.builtin import UnregisteredOp
-
-            return UnregisteredOp.with_name(name)
+            return opaque_op(name)
         return super()._get_op_by_name(name)
 
     def file_line_col(self, position: int) -> FileLineColLoc:
