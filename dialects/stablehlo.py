@@ -215,6 +215,7 @@ LogisticOp = _unary("stablehlo.logistic", "`1 / (1 + exp(-x))` elementwise.")
 AbsOp = _unary("stablehlo.abs", "`|x|` elementwise.")
 NotOp = _unary("stablehlo.not", "Bitwise (logical on i1) not elementwise.")
 ErfOp = _unary("chlo.erf", "The error function elementwise (JAX's exact GELU; the `chlo` dialect of StableHLO).")
+SquareOp = _unary("chlo.square", "`x * x` elementwise (what JAX emits for `jnp.square`).")
 
 
 @irdl_op_definition
@@ -332,6 +333,27 @@ class TransposeOp(IRDLOperation):
 
 
 @irdl_op_definition
+class SliceOp(IRDLOperation):
+    """`slice`: the elements from `start_indices` up to `limit_indices` (exclusive) by `strides`, per dimension."""
+
+    name = "stablehlo.slice"
+    operand = operand_def(TensorType)
+    start_indices = prop_def(DenseArrayBase)
+    limit_indices = prop_def(DenseArrayBase)
+    strides = prop_def(DenseArrayBase)
+    result = result_def(TensorType)
+
+    def verify_(self) -> None:
+        start, limit, strides = (_i64s(a) for a in (self.start_indices, self.limit_indices, self.strides))
+        source = _tensor(self.operand).get_shape()
+        _require(len(start) == len(limit) == len(strides) == len(source), self,
+                 "start_indices, limit_indices and strides must have one entry per dimension")
+        for i, (a, b, c) in enumerate(zip(start, limit, strides)):
+            _require(0 <= a <= b <= source[i] and c > 0, self, f"dimension {i}: need 0 <= start <= limit <= "
+                                                              f"{source[i]} and a positive stride")
+
+
+@irdl_op_definition
 class DotGeneralOp(IRDLOperation):
     """`dot_general`: a batched matrix product over the dimensions `dot_dimension_numbers` names (see
     `DotDimensionNumbersAttr` for the result's dimension order). Products are exact; the sum is rounded to the
@@ -422,11 +444,11 @@ StableHLO = Dialect(
     "stablehlo",
     [AddOp, SubtractOp, MultiplyOp, DivideOp, MaximumOp, MinimumOp, AndOp, OrOp, PowerOp, ExpOp, LogOp, NegateOp,
      SqrtOp, RsqrtOp, TanhOp, LogisticOp, AbsOp, NotOp, ConvertOp, SelectOp, CompareOp, ConstantOp, IotaOp,
-     BroadcastInDimOp, ReshapeOp, TransposeOp, DotGeneralOp, ReduceOp, ReturnOp, CompositeOp, CustomCallOp],
+     BroadcastInDimOp, ReshapeOp, TransposeOp, SliceOp, DotGeneralOp, ReduceOp, ReturnOp, CompositeOp, CustomCallOp],
     [DotDimensionNumbersAttr, PrecisionAttr, ComparisonDirectionAttr, ComparisonTypeAttr],
 )
 """The registered subset (see the module docstring); everything else of `stablehlo` is opaque."""
 
-CHLO = Dialect("chlo", [ErfOp], [])
-"""The one `chlo` op the transformer fixtures use (`erf`, JAX's exact GELU); other `chlo` ops are opaque."""
+CHLO = Dialect("chlo", [ErfOp, SquareOp], [])
+"""The `chlo` ops transformer graphs use (`square` in layernorm, `erf` in exact GELU); the others are opaque."""
 # endregion

@@ -23,8 +23,10 @@ symbol alias '#loc52'") and knows no location ranges (`"f.py":4:8 to :43`, or `t
 - a range `"file":L:C to [L2]:C2` reads as its start, `FileLineColLoc(file, L, C)` (xDSL has no range
   location; the end is dropped).
 
-So an op keeps the location the text gives it (a `NameLoc`, `CallSiteLoc`, ... with JAX's Python source
-positions); an op with no `loc(...)` keeps its place in the file being read (`tessera.parser`).
+The aliases are resolved so that the text reads as MLIR defines it (an undefined or cyclic alias is an
+error), but `tessera.parser` then gives each op whose location is not a plain `file:line:col` (JAX's are
+names and call sites of Python source) its position in the file being read: Tessera's diagnostics and the
+rewriter's report point into the text the user has. The Python positions are dropped (noted here).
 """
 
 from __future__ import annotations

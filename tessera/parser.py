@@ -6,7 +6,8 @@ It is xDSL 0.74's `Parser` with what Tessera needs of a parser on top, each part
   on an unterminated string);
 - hex float literals are bit patterns, as in MLIR, in dense and array attributes too (`tessera.hex_floats`:
   xDSL misreads them, so printed Target IR did not survive being read back);
-- every op it parses gets the `FileLineColLoc` of its first token, unless the text gives a `loc(...)`, so
+- every op it parses gets the `FileLineColLoc` of its first token, unless the text gives it a `loc("file":
+  line:col)` (a name, call-site or fused location, as JAX writes, is replaced by the position too), so
   that the verifiers that run after parsing (dominance, kernel ABI) can say where (xDSL records none), and
   `value_names` keeps the name each value has in the text (`%0`, `%acc#1`), for their diagnostics;
 - a value used but defined nowhere in scope is reported at its first use, not at the end of the input;
@@ -31,7 +32,7 @@ import bisect
 import re
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import FileLineColLoc, IntAttr, StringAttr, UnknownLoc
+from xdsl.dialects.builtin import FileLineColLoc, IntAttr, StringAttr
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.parser import Parser
@@ -111,7 +112,8 @@ class TesseraParser(HexFloatLiterals, LocationAliases, Parser):
         except VerifyException as e:  # a property or attribute of the op failing its constraint while parsed
             span = Span(start, max(self.pos, start + 1), self.lexer.input, self.line_offset)
             raise LocatedVerifyException(span.print_with_context(str(e)).rstrip("\n")) from e
-        if isinstance(op.location, UnknownLoc):
+        if not isinstance(op.location, FileLineColLoc):
+            # unknown, or a name/call-site/fused location (JAX's): diagnostics point into the text read
             op.location = self.file_line_col(start)
         return op
 
