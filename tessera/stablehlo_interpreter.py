@@ -147,11 +147,12 @@ def _erf(x: np.ndarray) -> np.ndarray:
 class Interpreter:
     """Runs functions of one module (see the module docstring); `handlers` run non-StableHLO ops."""
 
-    def __init__(self, module: ModuleOp, exact: bool = False, handlers: Mapping[str, Handler] | None = None):
+    def __init__(self, module: ModuleOp | None, exact: bool = False, handlers: Mapping[str, Handler] | None = None):
         self.module = module
         self.exact = exact
         self.handlers = dict(handlers or {})
-        self.functions = {op.sym_name.data: op for op in module.ops if isinstance(op, func.FuncOp)}
+        self.functions = {op.sym_name.data: op for op in module.ops if isinstance(op, func.FuncOp)} \
+            if module is not None else {}
 
     def call(self, name: str, args: Sequence[np.ndarray], at: Operation | None = None,
              entry: bool = False) -> list[np.ndarray]:

@@ -189,6 +189,9 @@ class TesseraOptMain(xDSLOptMain):
         arg_parser.add_argument("-d", "--dim", dest="dims", action="append", type=parse_size, default=[],
                                 metavar="NAME=SIZE", help="with --validate: a size of the generated inputs")
         arg_parser.add_argument("--seed", type=parse_seed, default=0, help="with --validate: seed of the generated inputs")
+        arg_parser.add_argument("--rewrite-report", action="store_true",
+                                help="print what rewrite-attention found, what it became and why near misses were "
+                                     "not rewritten (on stderr)")
 
     def setup_pipeline(self) -> None:
         self.pipeline = parse_pipeline(self.args.passes)
@@ -231,7 +234,16 @@ class TesseraOptMain(xDSLOptMain):
                 print("\n\n\n")
             start = time.perf_counter()
 
+        from tessera.rewrite_report import take_reports
+
+        take_reports()
         run_pipeline(self.pipeline, self.ctx, prog, verify=not self.args.disable_verify, after_pass=after_pass)
+        if self.args.rewrite_report:
+            reports = take_reports()
+            if not reports:
+                print("tessera-opt: --rewrite-report: the pipeline has no rewrite-attention pass", file=sys.stderr)
+            for report in reports:
+                print(report.text(), file=sys.stderr)
 
     def validate(self, prog: ModuleOp) -> None:
         """Validate each Tile IR kernel of `prog` (not modified) through the pipeline; raises UsageError with
