@@ -5,7 +5,7 @@ A kernel is a `func.func` with these attributes:
     tile.kernel = {kind = "attention", causal = false, scale = 0.0883883461 : f32}
     tile.grid   = #tile.dims<ceildiv(seq_q, 128), heads, batch>
 
-`kind` is "attention" (arguments Q, K, V in, O out; `causal` and `scale` say what it computes),
+`kind` is "attention" (arguments Q, K, V in, O out, optionally LSE out; `causal` and `scale` say what it computes),
 "attention_backward" (one of the backward's three kernels; `causal` and `scale` too), "gemm"
 (A, B in, C out; with `beta` also C_in in and with `bias` a bias in, see `GemmOptions`) or "custom" (no
 reference). Each argument is a global tile carrying
@@ -48,6 +48,8 @@ KINDS = {"attention": (("Q", "K", "V"), ("O",)), "gemm": (("A", "B"), ("C",)), "
 the backward's three kernels (`tessera.kernels.attention_backward`), whose arguments differ from kernel to
 kernel; like "attention" it carries `causal` and `scale`."""
 ATTENTION_KINDS = ("attention", "attention_backward")
+OPTIONAL_OUTPUTS = {"attention": ("LSE",)}
+"""Outputs a kind may add after its own: attention's log-sum-exp per query row (`return_lse=True`)."""
 
 
 GEMM_ENTRIES = ("transpose_a", "transpose_b", "alpha", "beta", "bias")
@@ -266,11 +268,13 @@ def signature(op: func.FuncOp) -> KernelSignature:
     if expected_in is not None:
         n_in = sum(a.role == "in" for a in args)
         n_out = sum(a.role == "out" for a in args)
-        if (n_in, n_out) != (len(expected_in), len(expected_out)):
+        optional = OPTIONAL_OUTPUTS.get(kind, ())
+        if n_in != len(expected_in) or n_out not in (len(expected_out), len(expected_out) + len(optional)):
+            also = f" (it may also output {', '.join(optional)})" if optional else ""
             _fail(
                 op,
                 f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} kernel takes inputs {', '.join(expected_in)} and output {', '.join(expected_out)}, "
-                f"got {n_in} inputs and {n_out} outputs",
+                f"got {n_in} inputs and {n_out} outputs{also}",
             )
     divisible = {}
     promise = op.attributes.get(DIVISIBLE_ATTR)

@@ -1,6 +1,7 @@
 """Kernel builders: each returns a verified `ModuleOp` holding one Tile IR kernel.
 
-- `flash_attention`: online one-pass attention;
+- `flash_attention`: online one-pass attention (with `return_lse`, its log-sum-exp; with `num_splits`, the
+  split-KV parts that `attention_combine` merges, `attention_split`);
 - `two_pass_attention`, `three_pass_attention`: the multi-pass variants (scratch buffers in global memory);
 - `attention_backward`: the backward's three kernels (preprocess, main, postprocess), FlashAttention-3's
   structure;
@@ -18,6 +19,7 @@ from tessera.kernels.attention_backward import (
     attention_backward_preprocess,
 )
 from tessera.kernels.attention_multipass import three_pass_attention, two_pass_attention
+from tessera.kernels.attention_split import attention_combine
 from tessera.kernels.gemm import gemm
 
 ATTENTION_BUILDERS = {
@@ -36,6 +38,7 @@ __all__ = [
     "attention_backward_preprocess",
     "HEAD_DIMS",
     "AttentionConfig",
+    "attention_combine",
     "flash_attention",
     "gemm",
     "three_pass_attention",
