@@ -72,6 +72,13 @@ def _api(name: str, *parameters: str):
     return fn if all(p in taken for p in parameters) else None
 
 
+def _as_dtype(x: np.ndarray, dtype: str) -> np.ndarray:
+    """A tensor the graph holds (values already rounded to `dtype`) in `dtype` itself, as the APIs take it."""
+    from tessera.numerics import dtype_from_name
+
+    return np.asarray(x).astype(dtype_from_name(dtype))
+
+
 def _as_f32(x) -> np.ndarray:
     return np.asarray(x).astype(np.float32)
 
@@ -93,6 +100,7 @@ def run_forward(op: Operation, operands: list[np.ndarray], exact: bool, level: s
         raise KernelUnavailable(located(op, "this forward also returns its log-sum-exp for the backward, which needs "
                                             "tessera.attention(..., return_lse=True, level='tile') (issue 14; not in "
                                             "this checkout)"))
+    q, k, v = (_as_dtype(x, c["dtype"]) for x in (q, k, v))
     o, lse = fn(q, k, v, causal=c["causal"], scale=c["scale"], return_lse=True, level=level)
     return [_as_f32(o), np.asarray(lse, np.float32)]
 
@@ -106,7 +114,9 @@ def run_backward(op: Operation, operands: list[np.ndarray], exact: bool, level: 
     if fn is None:
         raise KernelUnavailable(located(op, "the backward needs tessera.attention_backward(q, k, v, o, lse, do, "
                                             "causal=, scale=, level='tile') (issue 14; not in this checkout)"))
-    q, k, v, o, lse, do = operands
+    q, k, v, o, do = (_as_dtype(x, c["dtype"]) for x in (operands[0], operands[1], operands[2], operands[3],
+                                                         operands[5]))
+    lse = np.asarray(operands[4], np.float32)
     dq, dk, dv = fn(q, k, v, o, lse, do, causal=c["causal"], scale=c["scale"], level=level)
     return [_as_f32(dq), _as_f32(dk), _as_f32(dv)]
 

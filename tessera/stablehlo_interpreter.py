@@ -43,7 +43,7 @@ from tessera.numerics import BF16, F16
 Handler = Callable[[Operation, list[np.ndarray], bool], Sequence[np.ndarray]]
 
 
-class GraphInterpretationError(Exception):
+class GraphInterpretationError(ValueError):
     """An op the interpreter cannot run, or inputs that do not fit the function: the message says where."""
 
 
