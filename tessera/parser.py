@@ -50,6 +50,8 @@ OPAQUE_DIALECTS = ("stablehlo", "chlo", "mhlo", "sdy", "shardy")
 """Dialects whose ops and attributes outside Tessera's subset (`dialects/stablehlo.py`) read as opaque."""
 
 _OPAQUE_OPS: dict[str, type] = {}
+_OPAQUE_NAME = re.compile(r"<\s*([A-Za-z_][\w$.]*)")
+"""The attribute name that follows `#dialect` in the opaque form `#dialect<name ...>`."""
 
 
 def opaque_op(name: str) -> type:
@@ -171,7 +173,7 @@ class TesseraParser(HexFloatLiterals, LocationAliases, Parser):
             return
         full = attr_name
         if "." not in attr_name:
-            match = re.match(r"<\s*([A-Za-z_][\w$.]*)", self.lexer.input.content[self.pos:])
+            match = _OPAQUE_NAME.match(self.lexer.input.content, self.pos)
             if match is None:
                 return
             full = f"{attr_name}.{match.group(1)}"
