@@ -180,6 +180,7 @@ def _emit(name: str, target: str, form: str, operands: list[SSAValue], result_ty
         op = stablehlo.CustomCallOp.create(operands=operands, result_types=result_types, properties={
             "call_target_name": StringAttr(target), "api_version": IntegerAttr(4, i32),
             "backend_config": DictionaryAttr(backend)})
+    op.location = before.location  # diagnostics of the new op point at what it replaces
     before.parent_block().insert_op_before(op, before)
     return op
 

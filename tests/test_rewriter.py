@@ -282,10 +282,21 @@ def test_compare_fails_when_nothing_is_replaced(capsys):
 def test_run_a_graph_without_compare(capsys):
     assert tessera_run.main([str(FIXTURES / "neg_boolean_mask_s256_d64.mlir"), "--seed", "2"]) == 0
     assert "output 0: [2, 256, 4, 64] float32" in capsys.readouterr().out
+    assert tessera_run.main([str(FIXTURES / "neg_boolean_mask_s256_d64.mlir"), "-d", "seq_q=3"]) == 1
+    assert "is a StableHLO graph: -d applies to kernels" in capsys.readouterr().err
     assert tessera_run.main([str(FIXTURES / "neg_dropout_s256_d64.mlir")]) == 1  # opaque ops do not run
     err = capsys.readouterr().err
     assert re.search(r"neg_dropout_s256_d64\.mlir:\d+:\d+: .*'stablehlo\.\w+' is not an op the StableHLO "
                      r"interpreter runs", err), err
+
+
+def test_python_api_reads_and_rewrites_graphs():
+    import tessera
+    from tessera.passes import apply_pipeline
+
+    module = tessera.parse_module((FIXTURES / "fwd_plain_s256_d64.mlir").read_text())
+    apply_pipeline(module, "rewrite-attention{match=patterns}")
+    assert len(ops_named(module, "tessera.attention")) == 1
 
 
 def test_custom_call_form_is_what_xla_dispatches():

@@ -75,6 +75,11 @@ def run_graph_file(args, ctx, module: ModuleOp, name: str) -> int:
     from tessera.rewrite_report import take_reports
     from tessera.tools.tessera_opt import UsageError, parse_pipeline, run_pipeline
 
+    given = [flag for flag, value in (("-d", args.dims), ("--kernel", args.kernel), ("--level", args.level),
+                                      ("--lower", args.lower), ("--check", args.check)) if value]
+    if given:
+        raise UsageError(f"{name} is a StableHLO graph: {', '.join(given)} appl{'y' if len(given) > 1 else 'ies'} to "
+                         "kernels (a graph's shapes are its own; --compare checks it against float64)")
     level = args.attention_level
     inputs = generate_inputs(module, args.seed)
     fn = entry_function(module).sym_name.data
