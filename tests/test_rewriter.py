@@ -77,7 +77,13 @@ def test_every_fixture_is_covered():
 
 
 @pytest.mark.parametrize("name", ALL)
-def test_tessera_opt_reads_every_fixture_and_its_own_output(name, tmp_path, capsys):
+def test_tessera_opt_reads_every_fixture(name, capsys):
+    assert tessera_opt.main([str(FIXTURES / f"{name}.mlir")]) == 0
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("name", ["fwd_bwd_causal_s256_d64", "block_s256_d64", "neg_dropout_s256_d64"])
+def test_printed_graphs_read_back(name, tmp_path):
     # xDSL prints `-> (tensor<...>)` for a function with empty result attributes, then reads it back without
     # them: the second print is the fixed point
     first, second, third = (tmp_path / f"out{i}.mlir" for i in range(3))
@@ -85,7 +91,6 @@ def test_tessera_opt_reads_every_fixture_and_its_own_output(name, tmp_path, caps
     assert tessera_opt.main([str(first), "-o", str(second)]) == 0
     assert tessera_opt.main([str(second), "-o", str(third)]) == 0
     assert third.read_text() == second.read_text()
-    assert capsys.readouterr().err == ""
 
 
 def test_hex_float_literals_are_bit_patterns():
