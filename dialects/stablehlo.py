@@ -32,7 +32,7 @@ from xdsl.dialects.builtin import (
     SymbolRefAttr,
     TensorType,
 )
-from xdsl.ir import Attribute, Dialect, ParametrizedAttribute
+from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, SpacedOpaqueSyntaxAttribute
 from xdsl.irdl import (
     AnyAttr,
     IRDLOperation,
@@ -101,10 +101,10 @@ class DotDimensionNumbersAttr(ParametrizedAttribute):
         printer.print_string(f"<{', '.join(fields)}>")
 
 
-class _EnumWord(ParametrizedAttribute):
+class _EnumWord(ParametrizedAttribute, SpacedOpaqueSyntaxAttribute):
     """An attribute holding one upstream enum word, written `#stablehlo<KIND WORD>` (its name is
-    `stablehlo.KIND`; xDSL prints it `#stablehlo.KIND<WORD>`, which reads back too). `WORDS` lists what
-    upstream accepts."""
+    `stablehlo.KIND`; printed in that opaque form, as upstream prints it; `#stablehlo.KIND<WORD>` reads
+    too). `WORDS` lists what upstream accepts."""
 
     WORDS: ClassVar[tuple[str, ...]] = ()
     value: StringAttr
@@ -124,7 +124,7 @@ class _EnumWord(ParametrizedAttribute):
         return [StringAttr(word)]
 
     def print_parameters(self, printer: Printer) -> None:
-        printer.print_string(f"<{self.value.data}>")
+        printer.print_string(self.value.data)  # the printer writes `#stablehlo<KIND ` before and `>` after
 
     @property
     def word(self) -> str:
