@@ -100,6 +100,17 @@ def kernel_config(head_dim: int, causal: bool, dtype: str, scale: float) -> dict
                 kernel=config.kernel_name("flash_attention"), block_m=config.block_m, block_n=config.block_n)
 
 
+def backward_config(head_dim: int, causal: bool, dtype: str, scale: float) -> dict:
+    """The kernel configuration of the backward op (`tessera.kernels.attention_backward`'s main kernel);
+    ValueError for what the backward builders refuse (head_dim 256)."""
+    from tessera.kernels.attention_backward import BackwardConfig
+
+    config = BackwardConfig.checked(head_dim, causal, dtype, scale)
+    return dict(causal=causal, scale=config.attention.scale, head_dim=head_dim, dtype=dtype,
+                kernel=config.kernel_name("main"), block_m=config.attention.block_m,
+                block_n=config.attention.block_n)
+
+
 def _f32(x: float) -> float:
     import numpy as np
 
@@ -211,7 +222,7 @@ def rewrite_forward(m: ForwardMatch, with_lse: bool, form: str) -> tuple[Operati
 def rewrite_function(fn: func.FuncOp, module: ModuleOp, mode: str, form: str) -> tuple[RewriteReport, func.FuncOp | None]:
     """Match and rewrite one function on a copy (module docstring); returns the report and the rewritten copy
     (None when nothing was rewritten)."""
-    from tessera.graph_edit import inline_calls, remove_dead_ops
+    from tessera.graph_edit import fold_transposes_of, inline_calls, remove_dead_ops
     from tessera.match_attention_bwd import match_backwards, resolve
 
     copy = fn.clone()
@@ -242,9 +253,10 @@ def rewrite_function(fn: func.FuncOp, module: ModuleOp, mode: str, form: str) ->
             if backward is not None:
                 from tessera.match_attention_bwd import rewrite_backward
 
-                bwd_op = rewrite_backward(backward, op, config, form)
+                bwd_config = backward_config(m.head_dim, m.causal, m.dtype, config["scale"])
+                bwd_op = rewrite_backward(backward, op, bwd_config, form)
                 backward.became = (f"{bwd_op.name if form == 'tessera' else 'custom_call @' + BACKWARD_TARGET} "
-                                   f"({_config_text(config)})")
+                                   f"({_config_text(bwd_config)})")
         report.entries.append(entry)
     for b in backwards:
         entry = Entry("backward", b.place, list(b.found), rule=b.refusal.rule if b.refusal else None,
@@ -253,6 +265,7 @@ def rewrite_function(fn: func.FuncOp, module: ModuleOp, mode: str, form: str) ->
         rewritten += entry.became is not None
     if not rewritten:
         return report, None
+    fold_transposes_of(block, ("tessera.attention", "tessera.attention_bwd"))
     remove_dead_ops(block)
     return report, copy
 

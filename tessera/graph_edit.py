@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import DenseArrayBase, ModuleOp, SymbolRefAttr, TensorType, i64
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.ir import Block, OpResult, Operation, SSAValue
 
 from tessera.dialects import stablehlo
 
@@ -78,7 +78,11 @@ def remove_dead_ops(block: Block) -> None:
 
 def transposed(value: SSAValue, perm: Sequence[int], before: Operation) -> SSAValue:
     """`value` transposed by `perm` (a new `stablehlo.transpose` inserted before `before`), or `value`
-    itself when `perm` is the identity."""
+    itself when `perm` is the identity; a transpose of a transpose is one transpose of the inner operand."""
+    inner = value.owner if isinstance(value, OpResult) else None
+    if isinstance(inner, stablehlo.TransposeOp):  # transpose(transpose(x, p), q) = transpose(x, p o q)
+        first = [int(p) for p in inner.permutation.get_values()]
+        value, perm = inner.operand, [first[p] for p in perm]
     if list(perm) == list(range(len(perm))):
         return value
     source = value.type
@@ -98,3 +102,21 @@ def converted(value: SSAValue, element_type, before: Operation) -> SSAValue:
                                     result_types=[TensorType(element_type, value.type.get_shape())])
     before.parent_block().insert_op_before(op, before)
     return op.results[0]
+
+
+def fold_transposes_of(block: Block, names: tuple[str, ...]) -> None:
+    """Fold each transpose of a transpose of a result of an op named in `names` (the rewriter's transpose
+    back to the graph's layout, followed by JAX's own) into one transpose, or none if they cancel."""
+    for op in list(block.ops):
+        if not isinstance(op, stablehlo.TransposeOp):
+            continue
+        inner = op.operand.owner if isinstance(op.operand, OpResult) else None
+        if not isinstance(inner, stablehlo.TransposeOp):
+            continue
+        source = inner.operand.owner if isinstance(inner.operand, OpResult) else None
+        if source is None or source.name not in names and not (
+                source.name == "stablehlo.custom_call" and source.call_target_name.data.startswith("__tessera$")):
+            continue
+        folded = transposed(op.operand, [int(p) for p in op.permutation.get_values()], op)
+        op.results[0].replace_all_uses_with(folded)
+        block.erase_op(op)

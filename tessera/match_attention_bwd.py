@@ -277,6 +277,12 @@ def match_backward(f: ForwardMatch, grad1: Operation, block: Block) -> BackwardM
         b.ops += [b.dk, b.dv]
         b.ops += [strip_op for strip_op in _converts(_other(b.dv, b.do)[1])]
         b.found.append(f"bmm2_grad1 (dV = P^T dO) at {where(b.dv)}")
+        from tessera.passes.rewrite_attention import backward_config
+
+        try:
+            backward_config(f.head_dim, f.causal, f.dtype, float(np.float32(f.scale)))
+        except ValueError as e:
+            raise Refusal(f"no backward kernel: {e}") from None
         block_index = block.get_operation_index
         if min(block_index(b.dq), block_index(b.dk), block_index(b.dv)) < block_index(f.bmm2):
             raise Refusal(f"a gradient product comes before the forward's BMM2 at {where(f.bmm2)}")

@@ -194,6 +194,7 @@ def test_patterns_rewrite_each_positive_fixture(name):
     assert op.is_causal == causal and op.scale.value.data == pytest.approx(float(scale), rel=1e-7)
     assert op.kernel.data == f"flash_attention_d{op.head_dim.value.data}_bf16" + ("_causal" if causal else "")
     if backwards:  # the forward hands O and its log-sum-exp to the backward
+        assert bwd[0].kernel.data == f"attention_backward_d{op.head_dim.value.data}_bf16" + ("_causal" if causal else "")
         assert len(op.results) == 2 and bwd[0].operands[3] is op.results[0] and bwd[0].operands[4] is op.results[1]
         assert len(ops_named(module, "stablehlo.dot_general")) == 0  # six dot_generals became two ops
 
