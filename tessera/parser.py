@@ -165,6 +165,14 @@ class TesseraParser(HexFloatLiterals, LocationAliases, Parser):
             span = Span(start, end, self.lexer.input, self.line_offset)
             raise LocatedVerifyException(span.print_with_context(str(e)).rstrip("\n")) from e
 
+    def _parse_builtin_densearray_attr(self):
+        start = self.pos
+        try:
+            return super()._parse_builtin_densearray_attr()
+        except NotImplementedError as e:  # xDSL stores dense arrays of i1/i8/i16/i32/i64 and floats only
+            span = Span(start, max(self.pos, start + 1), self.lexer.input, self.line_offset)
+            raise ParseError(span, f"unsupported dense array: {e}") from None
+
     def _allow_opaque(self, attr_name: str, is_type: bool) -> None:
         """If `attr_name` (`dialect.name`, or a bare `dialect` whose `<name ...>` follows) belongs to an
         OPAQUE_DIALECTS dialect and names nothing registered, make it read as an UnregisteredAttr."""

@@ -148,6 +148,17 @@ def test_ops_outside_the_subset_are_opaque_but_other_dialects_are_not(tmp_path, 
     assert "tile.rng_bit_generator is not registered" in capsys.readouterr().err
 
 
+def test_dense_array_of_an_unstorable_width_is_a_diagnostic(tmp_path, capsys):
+    """Found by fuzzing the fixtures: xDSL stores dense arrays of i1/i8/i16/i32/i64 only (it raised
+    NotImplementedError, an internal error, for `array<i319>`)."""
+    text = (FIXTURES / "fwd_plain_s256_d64.mlir").read_text().replace("array<i64: 3>", "array<i319: 3>", 1)
+    path = tmp_path / "i319.mlir"
+    path.write_text(text)
+    assert tessera_opt.main([str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "unsupported dense array" in err and re.search(r"i319\.mlir:\d+:\d+", err) and "internal" not in err
+
+
 def test_fuzzed_fixtures_never_crash(tmp_path, capsys):
     """Seeded edits of the fixtures (lines dropped or duplicated, numbers and names changed, text cut) read
     cleanly or give a located diagnostic: never a traceback or an internal error."""
