@@ -71,6 +71,12 @@ def _peel_masked_iterations() -> type[ModulePass]:
     return PeelMaskedIterationsPass
 
 
+def _rewrite_attention() -> type[ModulePass]:
+    from tessera.passes.rewrite_attention import RewriteAttentionPass
+
+    return RewriteAttentionPass
+
+
 PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "assign-swizzle": _assign_swizzle,
     "convert-tile-to-sm90": _convert_tile_to_sm90,
@@ -80,6 +86,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "pipeline-loops": _pipeline_loops,
     "overlap-softmax": _overlap_softmax,
     "peel-masked-iterations": _peel_masked_iterations,
+    "rewrite-attention": _rewrite_attention,
 }
 
 

@@ -17,12 +17,16 @@ from tessera.parser import TesseraParser
 
 
 def make_context() -> Context:
-    """A context with builtin, func, arith, math, scf, vector and Tessera's own dialects (tile, sm90) loaded."""
+    """A context with builtin, func, arith, math, scf, vector and Tessera's own dialects (tile, sm90, the
+    StableHLO subset and `tessera`, `dialects/stablehlo.py` and `dialects/attention.py`) loaded."""
+    from tessera.dialects.attention import TesseraAttention
     from tessera.dialects.sm90 import SM90
+    from tessera.dialects.stablehlo import CHLO, StableHLO
     from tessera.dialects.tile import Tile
 
     ctx = Context()
-    for dialect in (builtin.Builtin, func.Func, arith.Arith, math.Math, scf.Scf, vector.Vector, Tile, SM90):
+    for dialect in (builtin.Builtin, func.Func, arith.Arith, math.Math, scf.Scf, vector.Vector, Tile, SM90, StableHLO,
+                    CHLO, TesseraAttention):
         ctx.load_dialect(dialect)
     return ctx
 

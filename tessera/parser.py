@@ -6,7 +6,8 @@ It is xDSL 0.74's `Parser` with what Tessera needs of a parser on top, each part
   on an unterminated string);
 - hex float literals are bit patterns, as in MLIR, in dense and array attributes too (`tessera.hex_floats`:
   xDSL misreads them, so printed Target IR did not survive being read back);
-- every op it parses gets the `FileLineColLoc` of its first token, unless the text gives a `loc(...)`, so
+- every op it parses gets the `FileLineColLoc` of its first token, unless the text gives it a `loc("file":
+  line:col)` (a name, call-site or fused location, as JAX writes, is replaced by the position too), so
   that the verifiers that run after parsing (dominance, kernel ABI) can say where (xDSL records none), and
   `value_names` keeps the name each value has in the text (`%0`, `%acc#1`), for their diagnostics;
 - a value used but defined nowhere in scope is reported at its first use, not at the end of the input;
@@ -14,6 +15,11 @@ It is xDSL 0.74's `Parser` with what Tessera needs of a parser on top, each part
   swizzle 64>`) is reported at its body in the source, a property or attribute of an op failing its constraint
   at the op, and an unregistered type or attribute at its name; xDSL reports such errors without a location
   (or at the token after them);
+- location aliases defined after their use (`loc(#loc35)`, defined at the end of the file, as JAX prints
+  StableHLO with debug info) and location ranges are read (`tessera.location_aliases`);
+- an op or attribute of a dialect in `OPAQUE_DIALECTS` (StableHLO and its companions) that Tessera does not
+  define is read as an unregistered one (`UnregisteredOp`, `UnregisteredAttr`), which passes leave alone;
+  unknown ops of any other dialect stay errors;
 - the text is remembered under its file name (`tessera.diagnostics.remember_source`), so that the tools can
   print the source line under a located diagnostic.
 
@@ -26,7 +32,7 @@ import bisect
 import re
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import FileLineColLoc, IntAttr, StringAttr, UnknownLoc
+from xdsl.dialects.builtin import FileLineColLoc, IntAttr, StringAttr
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.parser import Parser
@@ -38,10 +44,39 @@ from xdsl.utils.lexer import Input, Span
 from tessera.diagnostics import LocatedVerifyException, remember_source
 from tessera.hex_floats import HexFloatLiterals
 from tessera.lexer import TesseraLexer
+from tessera.location_aliases import LocationAliases
+
+OPAQUE_DIALECTS = ("stablehlo", "chlo", "mhlo", "sdy", "shardy")
+"""Dialects whose ops and attributes outside Tessera's subset (`dialects/stablehlo.py`) read as opaque."""
+
+_OPAQUE_OPS: dict[str, type] = {}
+_OPAQUE_NAME = re.compile(r"<\s*([A-Za-z_][\w$.]*)")
+"""The attribute name that follows `#dialect` in the opaque form `#dialect<name ...>`."""
 
 
-class TesseraParser(HexFloatLiterals, Parser):
-    """xDSL's MLIR parser with Tessera's lexer, hex float literals, op locations and located type errors."""
+def opaque_op(name: str) -> type:
+    """The class of the unregistered op `name` of an OPAQUE_DIALECTS dialect: xDSL's `UnregisteredOp`, except
+    that it is neither a symbol table nor isolated from above (xDSL's claims every trait of an unregistered
+    op, so a `func.call` inside `stablehlo.while` would look its callee up in the while, not the module)."""
+    if name not in _OPAQUE_OPS:
+        from xdsl.dialects.builtin import UnregisteredOp
+        from xdsl.traits import IsolatedFromAbove, SymbolTable
+
+        base = UnregisteredOp.with_name(name)
+
+        def has_trait(cls, trait, *, value_if_unregistered: bool = True) -> bool:
+            kind = trait if isinstance(trait, type) else type(trait)
+            if issubclass(kind, (SymbolTable, IsolatedFromAbove)):
+                return False
+            return value_if_unregistered
+
+        _OPAQUE_OPS[name] = type(base.__name__, (base,), {"has_trait": classmethod(has_trait)})
+    return _OPAQUE_OPS[name]
+
+
+class TesseraParser(HexFloatLiterals, LocationAliases, Parser):
+    """xDSL's MLIR parser with Tessera's lexer, hex float literals, location aliases, op locations, opaque
+    StableHLO ops and located type errors."""
 
     def __init__(self, ctx: Context, input: str | bytes, name: str = "<unknown>", line_offset: int = 0):
         text = input.decode("utf-8") if isinstance(input, bytes) else input
@@ -54,6 +89,13 @@ class TesseraParser(HexFloatLiterals, Parser):
         self.value_names: dict[SSAValue, str] = {}
         self._first_forward_use: dict[str, Span] = {}
         remember_source(name, line_offset, text)
+        self._scan_location_aliases(text)
+
+    def _get_op_by_name(self, name: str):
+        op_type = self.ctx.get_optional_op(name, dialect_stack=self._parser_state.dialect_stack)
+        if op_type is None and name.split(".")[0] in OPAQUE_DIALECTS:
+            return opaque_op(name)
+        return super()._get_op_by_name(name)
 
     def file_line_col(self, position: int) -> FileLineColLoc:
         """The `FileLineColLoc` of a character offset into the text (lines and columns count from 1)."""
@@ -72,7 +114,8 @@ class TesseraParser(HexFloatLiterals, Parser):
         except VerifyException as e:  # a property or attribute of the op failing its constraint while parsed
             span = Span(start, max(self.pos, start + 1), self.lexer.input, self.line_offset)
             raise LocatedVerifyException(span.print_with_context(str(e)).rstrip("\n")) from e
-        if isinstance(op.location, UnknownLoc):
+        if not isinstance(op.location, FileLineColLoc):
+            # unknown, or a name/call-site/fused location (JAX's): diagnostics point into the text read
             op.location = self.file_line_col(start)
         return op
 
@@ -100,6 +143,7 @@ class TesseraParser(HexFloatLiterals, Parser):
 
     def _parse_dialect_type_or_attribute_body(self, attr_name, *args, **kwargs):  # private in xDSL 0.74 (pinned)
         start = self.pos
+        self._allow_opaque(attr_name, bool(args[0]) if args else bool(kwargs.get("is_type")))
         try:
             return super()._parse_dialect_type_or_attribute_body(attr_name, *args, **kwargs)
         except LocatedVerifyException:
@@ -120,3 +164,30 @@ class TesseraParser(HexFloatLiterals, Parser):
             end = self._raw_scan_balanced(start + 1) + 1 if self.lexer.input.content[start] == "<" else start + 1
             span = Span(start, end, self.lexer.input, self.line_offset)
             raise LocatedVerifyException(span.print_with_context(str(e)).rstrip("\n")) from e
+
+    def _parse_builtin_densearray_attr(self):
+        start = self.pos
+        try:
+            return super()._parse_builtin_densearray_attr()
+        except NotImplementedError as e:  # xDSL stores dense arrays of i1/i8/i16/i32/i64 and floats only
+            span = Span(start, max(self.pos, start + 1), self.lexer.input, self.line_offset)
+            raise ParseError(span, f"unsupported dense array: {e}") from None
+
+    def _allow_opaque(self, attr_name: str, is_type: bool) -> None:
+        """If `attr_name` (`dialect.name`, or a bare `dialect` whose `<name ...>` follows) belongs to an
+        OPAQUE_DIALECTS dialect and names nothing registered, make it read as an UnregisteredAttr."""
+        dialect = attr_name.split(".")[0]
+        if dialect not in OPAQUE_DIALECTS:
+            return
+        full = attr_name
+        if "." not in attr_name:
+            match = _OPAQUE_NAME.match(self.lexer.input.content, self.pos)
+            if match is None:
+                return
+            full = f"{attr_name}.{match.group(1)}"
+        found = self.ctx.get_optional_type(full) if is_type else self.ctx.get_optional_attr(full)
+        if found is None:
+            from xdsl.dialects.builtin import UnregisteredAttr
+
+            loaded = self.ctx._loaded_types if is_type else self.ctx._loaded_attrs  # xDSL 0.74 (pinned)
+            loaded[full] = UnregisteredAttr.with_name_and_type(full, is_type)

@@ -51,7 +51,8 @@ class PassCrash(Exception):
 
 
 def register_dialects(ctx: Context) -> None:
-    """Register (lazily) every xDSL dialect and Tessera's own (tile, sm90): what tessera-opt parses."""
+    """Register (lazily) every xDSL dialect and Tessera's own (tile, sm90, the StableHLO subset, tessera):
+    what tessera-opt parses."""
     from xdsl.universe import Universe
 
     for name, factory in Universe.get_multiverse().all_dialects.items():
@@ -69,6 +70,27 @@ def register_dialects(ctx: Context) -> None:
 
     ctx.register_dialect("tile", get_tile)
     ctx.register_dialect("sm90", get_sm90)
+    ctx.register_dialect("stablehlo", _stablehlo)
+    ctx.register_dialect("chlo", _chlo)
+    ctx.register_dialect("tessera", _tessera)
+
+
+def _stablehlo():
+    from tessera.dialects.stablehlo import StableHLO
+
+    return StableHLO
+
+
+def _chlo():
+    from tessera.dialects.stablehlo import CHLO
+
+    return CHLO
+
+
+def _tessera():
+    from tessera.dialects.attention import TesseraAttention
+
+    return TesseraAttention
 
 
 def opt_context() -> Context:
@@ -167,6 +189,9 @@ class TesseraOptMain(xDSLOptMain):
         arg_parser.add_argument("-d", "--dim", dest="dims", action="append", type=parse_size, default=[],
                                 metavar="NAME=SIZE", help="with --validate: a size of the generated inputs")
         arg_parser.add_argument("--seed", type=parse_seed, default=0, help="with --validate: seed of the generated inputs")
+        arg_parser.add_argument("--rewrite-report", action="store_true",
+                                help="print what rewrite-attention found, what it became and why near misses were "
+                                     "not rewritten (on stderr)")
 
     def setup_pipeline(self) -> None:
         self.pipeline = parse_pipeline(self.args.passes)
@@ -209,7 +234,16 @@ class TesseraOptMain(xDSLOptMain):
                 print("\n\n\n")
             start = time.perf_counter()
 
+        from tessera.rewrite_report import take_reports
+
+        take_reports()
         run_pipeline(self.pipeline, self.ctx, prog, verify=not self.args.disable_verify, after_pass=after_pass)
+        if self.args.rewrite_report:
+            reports = take_reports()
+            if not reports:
+                print("tessera-opt: --rewrite-report: the pipeline has no rewrite-attention pass", file=sys.stderr)
+            for report in reports:
+                print(report.text(), file=sys.stderr)
 
     def validate(self, prog: ModuleOp) -> None:
         """Validate each Tile IR kernel of `prog` (not modified) through the pipeline; raises UsageError with

@@ -11,7 +11,9 @@ What runs where:
   (`--level target`), its register allocation checked against a simulated register file;
 - a Target IR kernel (with `sm90.kernel`: what `tessera-opt -p '... convert-tile-to-sm90 ...'` writes, with or
   without `allocate-registers`) runs in the CTA simulator;
-- a `.ptx` file runs in the PTX executor (`tessera-run FILE.ptx --help`).
+- a `.ptx` file runs in the PTX executor (`tessera-run FILE.ptx --help`);
+- a StableHLO graph (no kernel; `@main` of stablehlo ops, as JAX exports it) runs in the StableHLO
+  interpreter, `--compare` checks `-p rewrite-attention` on it (`tessera.tools.tessera_run_graph`).
 
 The file is read and verified as `tessera-opt` reads it (the same diagnostics, at the same locations), then
 `-p PIPELINE` is applied as `tessera-opt -p` would. Inputs are drawn from a standard normal distribution
@@ -100,6 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--lower", metavar="PIPELINE", default=None,
                         help="with --level target: the Tile IR to Target IR pipeline (default: the full pipeline, "
                              "tessera.passes.DEFAULT_PIPELINE)")
+    parser.add_argument("--compare", action="store_true",
+                        help="for a StableHLO graph: run it before and after -p PIPELINE and compare (see "
+                             "tessera/tools/tessera_run_graph.py)")
+    parser.add_argument("--attention-level", default="tile", choices=("tile", "ptx"),
+                        help="for a StableHLO graph: where Tessera's attention ops run (Tile interpreter, or the "
+                             "forward kernel's PTX in the PTX executor)")
     parser.add_argument("--max-gib", type=parse_gib, default=DEFAULT_MAX_GIB,
                         help=f"refuse sizes whose arguments would take more memory (default {DEFAULT_MAX_GIB:g} GiB)")
     return parser
@@ -229,6 +237,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{name} is not UTF-8 text ({e.reason} at byte {e.start})") from e
     ctx = opt_context()
     module = load_module(ctx, text, name)
+    from tessera.tools.tessera_run_graph import is_graph, run_graph_file
+
+    if is_graph(module):  # a model's StableHLO function, not a kernel
+        return run_graph_file(args, ctx, module, name)
+    if args.compare:
+        raise UsageError("--compare applies to StableHLO graphs (with -p rewrite-attention)")
     if pipeline is not None:
         run_pipeline(pipeline, ctx, module)
 

@@ -1,0 +1,190 @@
+"""Export the attention rewriter's fixtures, tests/rewriter/*.mlir, from JAX (needs `pip install jax`; the
+tests that read the files do not).
+
+    .venv/bin/pip install jax && .venv/bin/python bench/make_rewriter_fixtures.py [--out tests/rewriter]
+
+Each fixture is one jitted function lowered to StableHLO and printed as JAX users print it, in MLIR's generic
+form with debug info (`compiler_ir("stablehlo")`, `print_generic_op_form=True, enable_debug_info=True`): so
+the files carry the location aliases (`loc(#loc35)`, defined at the end) and hex float literals
+(`dense<0xFF800000> : tensor<f32>` for -inf) that Tessera's parser must read. Python source paths in the
+locations are made relative to the repository. Tensors are bf16 in JAX's layout [batch, seq, heads,
+head_dim], batch 2, heads 4; the sizes of each fixture are in its name and its header comment.
+
+Positive fixtures are attention written as people write it (einsum, jax.nn.softmax, jnp.where with jnp.tril);
+`neg_*` fixtures are what the matcher must leave alone, each for one rule (the header says which).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+
+import jax
+import jax.numpy as jnp
+
+B, H = 2, 4
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def scores(q, k):
+    return jnp.einsum("bqhd,bkhd->bhqk", q, k)
+
+
+def attend(p, v):
+    return jnp.einsum("bhqk,bkhd->bqhd", p, v)
+
+
+def causal_mask(s, offset=0):
+    return jnp.tril(jnp.ones(s.shape[-2:], bool), k=offset)
+
+
+def attention(q, k, v, *, scale="multiply", causal=False, offset=None, axis=-1):
+    """softmax(scale Q K^T [masked]) V as people write it; `scale`: None, "multiply" or "divide"."""
+    s = scores(q, k)
+    d = q.shape[-1]
+    if scale == "multiply":
+        s = s * (1.0 / math.sqrt(d))
+    elif scale == "divide":
+        s = s / math.sqrt(d)
+    if causal:
+        if offset is None:
+            offset = k.shape[1] - q.shape[1]
+        s = jnp.where(causal_mask(s, offset), s, -jnp.inf)
+    return attend(jax.nn.softmax(s, axis=axis), v)
+
+
+def fwd_bwd(**options):
+    def f(q, k, v, do):
+        o, vjp = jax.vjp(lambda q, k, v: attention(q, k, v, **options), q, k, v)
+        return (o, *vjp(do))
+    return f
+
+
+def layer_norm(x, gamma, beta):
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
+    return (x - mean) * jax.lax.rsqrt(var + 1e-5) * gamma + beta
+
+
+def transformer_block(x, gamma1, beta1, wqkv, wo, gamma2, beta2, w1, w2):
+    """Pre-norm block: x + Wo attn(LN x), then + W2 gelu(W1 LN x); 4 heads of 64, causal."""
+    b, s, dm = x.shape
+    qkv = layer_norm(x, gamma1, beta1) @ wqkv
+    q, k, v = (t.reshape(b, s, H, dm // H) for t in jnp.split(qkv, 3, axis=-1))
+    x = x + attention(q, k, v, causal=True).reshape(b, s, dm) @ wo
+    return x + jax.nn.gelu(layer_norm(x, gamma2, beta2) @ w1, approximate=True) @ w2
+
+
+def composite_attention(q, k, v):
+    fn = jax.lax.composite(lambda q, k, v, *, causal, scale: attention(q, k, v, causal=causal),
+                           name="tessera.attention")
+    return fn(q, k, v, causal=True, scale=1.0 / math.sqrt(q.shape[-1]))
+
+
+def scale_argument(q, k, v, scale):
+    return attend(jax.nn.softmax(scores(q, k) * scale, axis=-1), v)
+
+
+def p_escapes(q, k, v):
+    p = jax.nn.softmax(scores(q, k) * (1.0 / math.sqrt(q.shape[-1])), axis=-1)
+    return attend(p, v), p
+
+
+def with_bias(q, k, v, bias):
+    s = scores(q, k) * (1.0 / math.sqrt(q.shape[-1])) + bias
+    return attend(jax.nn.softmax(s, axis=-1), v)
+
+
+def boolean_mask(q, k, v, mask):
+    s = jnp.where(mask, scores(q, k) * (1.0 / math.sqrt(q.shape[-1])), -jnp.inf)
+    return attend(jax.nn.softmax(s, axis=-1), v)
+
+
+def dropout(q, k, v, key):
+    p = jax.nn.softmax(scores(q, k) * (1.0 / math.sqrt(q.shape[-1])), axis=-1)
+    keep = jax.random.bernoulli(key, 0.9, p.shape)
+    return attend(jnp.where(keep, p / 0.9, 0), v)
+
+
+def backward_of_scale_argument(q, k, v, do, scale):
+    o, vjp = jax.vjp(lambda q, k, v: scale_argument(q, k, v, scale), q, k, v)
+    return (o, *vjp(do))
+
+
+def bf16(*shape):
+    return jax.ShapeDtypeStruct(shape, jnp.bfloat16)
+
+
+def qkv(sq, d, sk=None, extra=()):
+    sk = sq if sk is None else sk
+    return (bf16(B, sq, H, d), bf16(B, sk, H, d), bf16(B, sk, H, d), *extra)
+
+
+FIXTURES = {
+    # name: (function, argument shapes, what the matcher must do)
+    "fwd_plain_s256_d64": (lambda q, k, v: attention(q, k, v, scale=None), qkv(256, 64),
+                           "forward, no scale: one tessera.attention (scale 1)"),
+    "fwd_divide_s1000_d128": (lambda q, k, v: attention(q, k, v, scale="divide"), qkv(1000, 128),
+                              "forward, S / sqrt(d): one tessera.attention"),
+    "fwd_multiply_s256_d128": (lambda q, k, v: attention(q, k, v), qkv(256, 128),
+                               "forward, S * (1/sqrt(d)): one tessera.attention"),
+    "fwd_causal_s1000_d64": (lambda q, k, v: attention(q, k, v, causal=True), qkv(1000, 64),
+                             "forward, causal (tril, offset 0): one causal tessera.attention"),
+    "fwd_causal_q256_k1000_d64": (lambda q, k, v: attention(q, k, v, causal=True), qkv(256, 64, 1000),
+                                  "forward, causal with offset seq_k - seq_q = 744 (bottom-right): one causal "
+                                  "tessera.attention"),
+    "fwd_bias_s256_d64": (with_bias, qkv(256, 64, extra=(bf16(B, H, 256, 256),)),
+                          "forward with an additive bias: matched, not rewritten (no kernel takes a bias)"),
+    "fwd_bwd_causal_s256_d64": (fwd_bwd(causal=True), qkv(256, 64, extra=(bf16(B, 256, H, 64),)),
+                                "jax.vjp of causal attention: six dot_generals become one tessera.attention and "
+                                "one tessera.attention_bwd"),
+    "block_s256_d64": (transformer_block, (bf16(B, 256, 256), bf16(256), bf16(256), bf16(256, 768), bf16(256, 256),
+                                           bf16(256), bf16(256), bf16(256, 1024), bf16(1024, 256)),
+                       "transformer block (layernorm, causal attention, MLP): only the attention is replaced"),
+    "composite_s256_d128": (composite_attention, qkv(256, 128),
+                            "jax.lax.composite('tessera.attention'): replaced without pattern matching"),
+    "neg_softmax_axis_s256_d64": (lambda q, k, v: attention(q, k, v, axis=-2), qkv(256, 64),
+                                  "softmax over the query axis: not attention"),
+    "neg_p_escapes_s256_d64": (p_escapes, qkv(256, 64), "P is also returned: the kernel never materialises P"),
+    "neg_scale_argument_s256_d64": (scale_argument, qkv(256, 64, extra=(bf16(),)), "the scale is an argument"),
+    "neg_head_dim_s256_d96": (lambda q, k, v: attention(q, k, v), qkv(256, 96), "head_dim 96: no kernel"),
+    "neg_boolean_mask_s256_d64": (boolean_mask, qkv(256, 64, extra=(jax.ShapeDtypeStruct((256, 256), jnp.bool_),)),
+                                  "a boolean mask given as data: not causal"),
+    "neg_causal_offset_s256_d64": (lambda q, k, v: attention(q, k, v, causal=True, offset=-1), qkv(256, 64),
+                                   "tril with offset -1: not Tessera's bottom-right causal mask"),
+    "neg_bwd_forward_refused_s256_d64": (
+        backward_of_scale_argument, qkv(256, 64, extra=(bf16(B, 256, H, 64), bf16())),
+        "the backward of an attention whose forward is refused (scale argument): left alone"),
+    "neg_dropout_s256_d64": (dropout, qkv(256, 64, extra=(jax.ShapeDtypeStruct((2,), jnp.uint32),)),
+                             "dropout on P: matched, not rewritten"),
+}
+
+
+def export(fn, shapes) -> str:
+    module = jax.jit(fn).lower(*shapes).compiler_ir("stablehlo")
+    text = module.operation.get_asm(print_generic_op_form=True, enable_debug_info=True)
+    return re.sub(re.escape(ROOT + os.sep), "", text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default=os.path.join(ROOT, "tests", "rewriter"))
+    parser.add_argument("names", nargs="*", help="only these fixtures")
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    for name, (fn, shapes, what) in FIXTURES.items():
+        if args.names and name not in args.names:
+            continue
+        text = export(fn, shapes)
+        header = (f"// Generated by bench/make_rewriter_fixtures.py with jax {jax.__version__}: do not edit.\n"
+                  f"// {name}: {what}.\n")
+        path = os.path.join(args.out, f"{name}.mlir")
+        with open(path, "w") as f:
+            f.write(header + text)
+        print(f"{path}: {len(text)} bytes")
+
+
+if __name__ == "__main__":
+    main()

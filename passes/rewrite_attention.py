@@ -1,0 +1,271 @@
+"""`rewrite-attention`: replace attention in a StableHLO graph by Tessera's attention kernels.
+
+    tessera-opt graph.mlir -p rewrite-attention                       # stablehlo.composite "tessera.attention"
+    tessera-opt graph.mlir -p 'rewrite-attention{match=patterns}'     # and the XLA-style pattern matcher
+    tessera-opt graph.mlir -p 'rewrite-attention{form=custom_call}'   # emit custom_calls XLA could dispatch
+    tessera-opt graph.mlir -p 'rewrite-attention{match=patterns}' --rewrite-report
+
+`match=composite` (the default) replaces only the explicit marker `jax.lax.composite` emits,
+`stablehlo.composite "tessera.attention"(%q, %k, %v)`, without looking at its decomposition. Its contract:
+Q, K, V rank 4 in JAX's layout [batch, seq, heads, head_dim] (`composite_attributes` may say `layout =
+"BHSD"` for [batch, heads, seq, head_dim]), `causal` (bool, default false, bottom-right) and `scale`
+(default 1/sqrt(head_dim)) in `composite_attributes`; the result has Q's shape.
+
+`match=patterns` also runs the XLA-style matcher, opt-in because such matchers are brittle (XLA removed its
+rewriter in 2025 for that reason): first every forward (`tessera.match_attention_fwd`: BMM1 - [scale] -
+[bias] - [mask] - softmax - [dropout] - BMM2), then each backward anchored at a forward
+(`tessera.match_attention_bwd`: bmm1_grad1 walked bottom-up to the softmax gradient, bmm2_grad2, bmm1_grad2
+and bmm2_grad1), as the seed's new workflow does. A forward is rewritten only if none of its intermediates
+(S, P, ...) has a user outside it and its backward; a backward only with its forward, which then also returns
+its log-sum-exp. Bias and dropout are found and reported, never rewritten.
+
+Each function is matched on a copy with JAX's helper calls inlined (`tessera.graph_edit`); the copy
+replaces the function only if something was rewritten, so a graph with nothing to rewrite is left exactly as
+it was. The result (`form=tessera`, default) is `tessera.attention` / `tessera.attention_bwd`
+(`dialects/attention.py`) between transposes from and to the graph's layout; `form=custom_call` writes each
+as `stablehlo.custom_call @__tessera$attention` / `@__tessera$attention_bwd` (api_version 4, the kernel
+configuration as the `backend_config` dictionary). Dead ops are removed. A report per function goes to
+`tessera.rewrite_report.REPORTS`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import (
+    BoolAttr,
+    DictionaryAttr,
+    FloatAttr,
+    IntegerAttr,
+    ModuleOp,
+    StringAttr,
+    TensorType,
+    f32,
+    i32,
+)
+from xdsl.ir import Operation, SSAValue
+from xdsl.passes import ModulePass
+
+from tessera.attention_match import CANONICAL, ForwardMatch, Refusal, element, perm_to, shape, where
+from tessera.rewrite_report import REPORTS, Entry, RewriteReport
+
+MATCH_MODES = ("composite", "patterns")
+FORMS = ("tessera", "custom_call")
+COMPOSITE_NAME = "tessera.attention"
+FORWARD_TARGET = "__tessera$attention"
+BACKWARD_TARGET = "__tessera$attention_bwd"
+
+
+@dataclass(frozen=True)
+class RewriteAttentionPass(ModulePass):
+    """Replace attention in StableHLO graphs by Tessera's kernels (module docstring)."""
+
+    name = "rewrite-attention"
+    match: str = "composite"
+    form: str = "tessera"
+    input_level: ClassVar[None] = None
+
+    def __post_init__(self) -> None:
+        if self.match not in MATCH_MODES:
+            raise ValueError(f"rewrite-attention: match must be one of {', '.join(MATCH_MODES)}, got '{self.match}'")
+        if self.form not in FORMS:
+            raise ValueError(f"rewrite-attention: form must be one of {', '.join(FORMS)}, got '{self.form}'")
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        from tessera.graph_edit import remove_unused_functions
+
+        changed = False
+        for fn in [f for f in op.ops if isinstance(f, func.FuncOp) and f.body.blocks
+                   and (f.sym_visibility is None or f.sym_visibility.data != "private")]:
+            report, copy = rewrite_function(fn, op, self.match, self.form)
+            REPORTS.append(report)
+            if copy is not None:
+                op.body.block.insert_op_before(copy, fn)
+                op.body.block.erase_op(fn)
+                changed = True
+        if changed:
+            remove_unused_functions(op)
+
+
+def kernel_config(head_dim: int, causal: bool, dtype: str, scale: float) -> dict:
+    """The kernel configuration of an attention op (the properties of `tessera.attention`)."""
+    from tessera.kernels import AttentionConfig
+
+    config = AttentionConfig.checked(head_dim, causal, dtype, scale)
+    return dict(causal=causal, scale=config.scale, head_dim=head_dim, dtype=dtype,
+                kernel=config.kernel_name("flash_attention"), block_m=config.block_m, block_n=config.block_n)
+
+
+def backward_config(head_dim: int, causal: bool, dtype: str, scale: float) -> dict:
+    """The kernel configuration of the backward op (`tessera.kernels.attention_backward`'s main kernel);
+    ValueError for what the backward builders refuse (head_dim 256)."""
+    from tessera.kernels.attention_backward import BackwardConfig
+
+    config = BackwardConfig.checked(head_dim, causal, dtype, scale)
+    return dict(causal=causal, scale=config.attention.scale, head_dim=head_dim, dtype=dtype,
+                kernel=config.kernel_name("main"), block_m=config.attention.block_m,
+                block_n=config.attention.block_n)
+
+
+def _f32(x: float) -> float:
+    import numpy as np
+
+    return float(np.float32(x))
+
+
+def match_composite(op: Operation) -> ForwardMatch:
+    """The forward match a `stablehlo.composite "tessera.attention"` stands for (its contract: module
+    docstring); its `refusal` says why it cannot be replaced."""
+    from tessera.kernels import HEAD_DIMS
+
+    attrs = op.composite_attributes.data if op.composite_attributes is not None else {}
+    layout = attrs.get("layout", StringAttr("BSHD"))
+    labels = {"BSHD": (["b0", "q", "b1", "d"], ["b0", "k", "b1", "d"]),
+              "BHSD": (["b0", "b1", "q", "d"], ["b0", "b1", "k", "d"])}
+    m = ForwardMatch(None, op, *(op.operands[:3] if len(op.operands) == 3 else (None, None, None)),
+                     [], [], [], [], 1.0, False, 0, "", ops=[op])
+    m.found.append(f"composite \"{COMPOSITE_NAME}\"")
+    try:
+        if len(op.operands) != 3 or len(op.results) != 1:
+            raise Refusal(f"the composite takes {len(op.operands)} operands and has {len(op.results)} results; "
+                          "the contract is (Q, K, V) -> O")
+        if not isinstance(layout, StringAttr) or layout.data not in labels:
+            raise Refusal(f"composite_attributes.layout must be \"BSHD\" or \"BHSD\", got {layout}")
+        q_labels, k_labels = labels[layout.data]
+        m.q_labels, m.k_labels, m.v_labels, m.out_labels = list(q_labels), list(k_labels), list(k_labels), list(q_labels)
+        shapes = [shape(v) for v in op.operands]
+        if any(len(s) != 4 for s in shapes) or shape(op.results[0]) != shapes[0]:
+            raise Refusal(f"Q, K, V and O must be rank 4 and O of Q's shape, got {[list(s) for s in shapes]}")
+        q, k, v = ({lab: n for lab, n in zip(ls, s)} for ls, s in zip((q_labels, k_labels, k_labels), shapes))
+        if q["b0"] != k["b0"] or q["b1"] != k["b1"] or k != v or q["d"] != k["d"]:
+            raise Refusal(f"Q, K, V shapes {[list(s) for s in shapes]} do not agree in layout {layout.data}")
+        m.head_dim = q["d"]
+        if m.head_dim not in HEAD_DIMS:
+            raise Refusal(f"head_dim {m.head_dim} is not one the kernels support ({', '.join(map(str, HEAD_DIMS))})")
+        types = {element(x) for x in op.operands} | {element(op.results[0])}
+        if len(types) != 1 or not types <= {"bf16", "f16"}:
+            raise Refusal(f"Q, K, V, O are {', '.join(sorted(types))}: the kernels take bf16 or f16 (all alike)")
+        m.dtype = types.pop()
+        causal = attrs.get("causal", BoolAttr.from_bool(False))
+        if not isinstance(causal, IntegerAttr) or causal.type.width.data != 1:
+            raise Refusal(f"composite_attributes.causal must be true or false, got {causal}")
+        m.causal = bool(causal.value.data)
+        scale = attrs.get("scale")
+        if scale is not None and not isinstance(scale, FloatAttr):
+            raise Refusal(f"composite_attributes.scale must be a float, got {scale}")
+        m.scale = scale.value.data if scale is not None else 1 / math.sqrt(m.head_dim)
+        if not (0 < m.scale < float("inf")):
+            raise Refusal(f"composite_attributes.scale {m.scale:g} is not positive and finite")
+        if m.causal and q["q"] > k["k"]:
+            raise Refusal(f"causal with seq_q {q['q']} > seq_k {k['k']}: rows that see no key")
+        m.found.append(f"layout {layout.data}, causal {str(m.causal).lower()}, scale {m.scale:g}")
+    except Refusal as refusal:
+        m.refusal = refusal
+    return m
+
+
+def _config_text(config: dict) -> str:
+    return (f"kernel {config['kernel']}, scale {config['scale']:g}, causal {str(config['causal']).lower()}")
+
+
+def _emit(name: str, target: str, form: str, operands: list[SSAValue], result_types: list, config: dict,
+          before: Operation) -> Operation:
+    """A `tessera` op (form "tessera") or its custom_call (form "custom_call") inserted before `before`."""
+    from tessera.dialects.attention import AttentionBwdOp, AttentionOp
+
+    if form == "tessera":
+        cls = AttentionOp if name == "tessera.attention" else AttentionBwdOp
+        op = cls.create(operands=operands, result_types=result_types,
+                        properties=cls.config_properties(**config))
+    else:
+        from tessera.dialects import stablehlo
+
+        backend = {"causal": BoolAttr.from_bool(config["causal"]), "scale": FloatAttr(config["scale"], f32),
+                   "head_dim": IntegerAttr(config["head_dim"], 64), "dtype": StringAttr(config["dtype"]),
+                   "kernel": StringAttr(config["kernel"]), "block_m": IntegerAttr(config["block_m"], 64),
+                   "block_n": IntegerAttr(config["block_n"], 64)}
+        op = stablehlo.CustomCallOp.create(operands=operands, result_types=result_types, properties={
+            "call_target_name": StringAttr(target), "api_version": IntegerAttr(4, i32),
+            "backend_config": DictionaryAttr(backend)})
+    op.location = before.location  # diagnostics of the new op point at what it replaces
+    before.parent_block().insert_op_before(op, before)
+    return op
+
+
+def rewrite_forward(m: ForwardMatch, with_lse: bool, form: str) -> tuple[Operation, dict]:
+    """Replace the forward `m` (its BMM2's result, or the composite's) by Tessera's attention between
+    transposes; returns the new op and its configuration."""
+    from tessera.graph_edit import converted, transposed
+
+    at = m.bmm2
+    q = transposed(m.q, perm_to(m.q_labels, CANONICAL), at)
+    k = transposed(m.k, perm_to(m.k_labels, ("b0", "b1", "k", "d")), at)
+    v = transposed(m.v, perm_to(m.v_labels, ("b0", "b1", "k", "d")), at)
+    config = kernel_config(m.head_dim, m.causal, m.dtype, _f32(m.scale))
+    element_type = q.type.element_type
+    types = [TensorType(element_type, q.type.get_shape())]
+    if with_lse:
+        types.append(TensorType(f32, q.type.get_shape()[:3]))
+    op = _emit("tessera.attention", FORWARD_TARGET, form, [q, k, v], types, config, at)
+    out = transposed(op.results[0], [CANONICAL.index(label) for label in m.out_labels], at)
+    out = converted(out, m.bmm2.results[0].type.element_type, at)
+    m.bmm2.results[0].replace_all_uses_with(out)
+    if m.bmm2.name == "stablehlo.composite":
+        at.parent_block().erase_op(at)
+    return op, config
+
+
+def rewrite_function(fn: func.FuncOp, module: ModuleOp, mode: str, form: str) -> tuple[RewriteReport, func.FuncOp | None]:
+    """Match and rewrite one function on a copy (module docstring); returns the report and the rewritten copy
+    (None when nothing was rewritten)."""
+    from tessera.graph_edit import fold_transposes_of, inline_calls, remove_dead_ops
+    from tessera.match_attention_bwd import match_backwards, resolve
+
+    copy = fn.clone()
+    report = RewriteReport(fn.sym_name.data, mode)
+    inline_calls(copy, module)
+    block = copy.body.blocks.first
+    forwards = [match_composite(op) for op in block.ops
+                if op.name == "stablehlo.composite" and op.name_.data == COMPOSITE_NAME]
+    backwards = []
+    if mode == "patterns":
+        from tessera.match_attention_fwd import match_forward
+
+        forwards += [m for op in list(block.ops) if op.name == "stablehlo.dot_general"
+                     and (m := match_forward(op)) is not None]
+        backwards = match_backwards(forwards, block)
+        forwards = resolve(forwards, backwards)
+    rewritten = 0
+    for m in forwards:
+        kind = "composite" if m.bmm1 is None and m.bmm2.name == "stablehlo.composite" else "forward"
+        entry = Entry(kind, where(m.bmm2), list(m.found))
+        if m.refusal is not None:
+            entry.rule, entry.matched = m.refusal.rule, m.refusal.matched
+        else:
+            backward = m.backward if m.backward is not None and m.backward.refusal is None else None
+            op, config = rewrite_forward(m, backward is not None, form)
+            entry.became = f"{op.name if form == 'tessera' else 'custom_call @' + FORWARD_TARGET} ({_config_text(config)})"
+            rewritten += 1
+            if backward is not None:
+                from tessera.match_attention_bwd import rewrite_backward
+
+                bwd_config = backward_config(m.head_dim, m.causal, m.dtype, config["scale"])
+                bwd_op = rewrite_backward(backward, op, bwd_config, form)
+                backward.became = (f"{bwd_op.name if form == 'tessera' else 'custom_call @' + BACKWARD_TARGET} "
+                                   f"({_config_text(bwd_config)})")
+        report.entries.append(entry)
+    for b in backwards:
+        entry = Entry("backward", b.place, list(b.found), rule=b.refusal.rule if b.refusal else None,
+                      became=getattr(b, "became", None))
+        report.entries.append(entry)
+        rewritten += entry.became is not None
+    if not rewritten:
+        return report, None
+    fold_transposes_of(block, ("tessera.attention", "tessera.attention_bwd"))
+    remove_dead_ops(block)
+    return report, copy
+

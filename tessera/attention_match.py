@@ -1,0 +1,343 @@
+"""Finding attention in a StableHLO function: the XLA-style forward matcher and what every matcher shares.
+
+Forward pattern (XLA's cuDNN rewriter, seed 003): walking bottom-up from each `dot_general` taken as BMM2,
+
+    BMM1 - [scale] - [bias] - [mask] - softmax - [dropout] - BMM2
+
+- BMM1 = dot_general(Q, K) contracting head_dim, two batching dimensions (batch, heads);
+- scale: `multiply` or `divide` by a splat constant (through broadcast_in_dim/convert), possibly repeated;
+- bias: `add` of a non-constant tensor (found, never rewritten: no Tessera kernel takes a bias);
+- mask: `select(pred, S, fill)` with fill -inf (or a large negative constant) where `pred` is computed from
+  iota/constant/compare only; it is evaluated and must be a lower-triangular band, whose diagonal offset is
+  read off the values and mapped onto Tessera's bottom-right causal mask (only offset seq_k - seq_q maps);
+- softmax = exp(x - max(x)) / sum(exp(x - max(x))) over one axis (reduce max and reduce add, broadcast
+  back along that axis; converts anywhere, `maximum(-inf, max)` as jax.nn.softmax writes it);
+- dropout: `select(keep, P / c, 0)` or `P * mask` between softmax and BMM2 (found, never rewritten);
+- BMM2 = dot_general(P, V) contracting the softmax axis, which must be BMM1's key axis.
+
+Dimensions are followed by label (b0, b1 for the two batching dimensions, q, k, d), so any layout JAX picks
+(BSHD arguments, transposes folded into dot_general) is understood; the rewrite transposes Q, K, V to
+Tessera's [batch, heads, seq, head_dim] and the output back. A candidate that fails a rule after its softmax
+was found is a near miss, reported with the rule (`Refusal`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from xdsl.dialects.builtin import TensorType
+from xdsl.ir import BlockArgument, Operation, OpResult, SSAValue
+
+from tessera.diagnostics import source_location
+
+CANONICAL = ("b0", "b1", "q", "d")
+"""Tessera's layout of Q and O ([batch, heads, seq_q, head_dim]); K and V have "k" for "q"."""
+
+NEGATIVE_FILL = -1e4
+"""A mask fill at or below this (or -inf) hides a key: exp(fill - max) underflows to 0 in bf16 and f32."""
+
+MASK_OPS = {"stablehlo.constant", "stablehlo.iota", "stablehlo.broadcast_in_dim", "stablehlo.reshape",
+            "stablehlo.convert", "stablehlo.compare", "stablehlo.add", "stablehlo.subtract", "stablehlo.and",
+            "stablehlo.or", "stablehlo.not", "stablehlo.select", "stablehlo.transpose", "stablehlo.multiply"}
+"""Ops a causal mask's predicate may be computed with (no argument, no data: it is evaluated)."""
+
+
+class Refusal(Exception):
+    """A rule that stopped a match: `rule` says which, `op` where; `matched` when the whole pattern was found
+    but is not rewritten (bias, dropout): reported as "matched, not rewritten: RULE"."""
+
+    def __init__(self, rule: str, op: Operation | None = None, matched: bool = False):
+        super().__init__(rule)
+        self.rule, self.op, self.matched = rule, op, matched
+
+
+def where(op: Operation | None) -> str:
+    """`file:line:col` of an op (the rewriter's report names ops by place), or '?'."""
+    return (source_location(op) or "?") if op is not None else "?"
+
+
+def shape(value: SSAValue) -> tuple[int, ...]:
+    return tuple(value.type.get_shape()) if isinstance(value.type, TensorType) else ()
+
+
+def element(value: SSAValue) -> str:
+    return str(value.type.element_type) if isinstance(value.type, TensorType) else str(value.type)
+
+
+def producer(value: SSAValue) -> Operation | None:
+    return value.op if isinstance(value, OpResult) else None
+
+
+def describe(value: SSAValue) -> str:
+    """A value for a message: `argument %argN` for an argument (seen through broadcasts, reshapes and
+    converts), else the producing op and its place."""
+    through = strip(value, [], ("stablehlo.convert", "stablehlo.broadcast_in_dim", "stablehlo.reshape"))
+    if isinstance(through, BlockArgument):
+        value = through
+    if isinstance(value, BlockArgument):
+        return f"argument %arg{value.index}"
+    op = producer(value)
+    return f"'{op.name}' at {where(op)}" if op is not None else "?"
+
+
+def strip(value: SSAValue, ops: list[Operation], names=("stablehlo.convert",)) -> SSAValue:
+    """Follow `value` down through ops named in `names` (single-operand), recording them in `ops`."""
+    while (op := producer(value)) is not None and op.name in names:
+        ops.append(op)
+        value = op.operands[0]
+    return value
+
+
+def splat_constant(value: SSAValue, ops: list[Operation]) -> float | None:
+    """The scalar a value holds if it is a splat constant seen through broadcast_in_dim/reshape/convert
+    (recording those ops in `ops`), else None."""
+    from tessera.stablehlo_interpreter import constant_value
+
+    seen: list[Operation] = []
+    value = strip(value, seen, ("stablehlo.convert", "stablehlo.broadcast_in_dim", "stablehlo.reshape"))
+    op = producer(value)
+    if op is None or op.name != "stablehlo.constant":
+        return None
+    array = constant_value(op, exact=True)
+    if array.size == 0 or not np.all(array == array.flat[0]):
+        return None
+    ops.extend(seen + [op])
+    return float(array.flat[0])
+
+
+def row_reduce(value: SSAValue, kind: str, full: SSAValue, ops: list[Operation]) -> tuple[Operation, int] | None:
+    """If `value` (of `full`'s shape) is a `reduce` of kind `kind` ("add", "maximum") over one axis of a
+    tensor, broadcast back along that axis, return (the reduce op, the axis); converts and, for "maximum",
+    `maximum(-inf, r)` around the reduce are allowed. Ops are recorded in `ops`."""
+    from tessera.stablehlo_interpreter import _reduce_kind
+
+    seen: list[Operation] = []
+    current = value
+    while True:  # down to the reduce, through broadcasts, reshapes, converts and a maximum with -inf
+        op = producer(current)
+        if op is None:
+            return None
+        if op.name == "stablehlo.reduce":
+            break
+        if op.name in ("stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.convert"):
+            current = op.operands[0]
+        elif op.name == "stablehlo.maximum" and kind == "maximum":
+            constants = [splat_constant(v, []) for v in op.operands]
+            if constants[0] == -np.inf:
+                current = op.operands[1]
+            elif constants[1] == -np.inf:
+                current = op.operands[0]
+            else:
+                return None
+        else:
+            return None
+        seen.append(op)
+    reduce = op
+    try:
+        if _reduce_kind(reduce) != kind or len(reduce.operands) != 2:
+            return None
+    except Exception:
+        return None
+    dims = [int(d) for d in reduce.dimensions.get_values()]
+    init = splat_constant(reduce.operands[1], [])
+    if len(dims) != 1 or init != (0.0 if kind == "add" else -np.inf):
+        return None
+    # the broadcast back must map the reduced tensor's dimensions onto every axis but the reduced one
+    rank = len(shape(full))
+    axis = dims[0]
+    after: list[Operation] = []
+    rebuilt = _origin_through(value, reduce.results[0], after)
+    expected = [i if i < axis else i - 1 for i in range(rank)]
+    expected[axis] = None
+    if rebuilt != expected:
+        return None
+    ops.extend(seen + [reduce])
+    return reduce, axis
+
+
+def _origin_through(value: SSAValue, reduced: SSAValue, ops: list[Operation]) -> list[int | None] | None:
+    """`broadcast_origin`, letting `maximum(-inf, .)` and converts pass (they keep the dimensions)."""
+    chain: list[SSAValue] = []
+    current = value
+    while current is not reduced:
+        op = producer(current)
+        if op is None:
+            return None
+        chain.append(current)
+        if op.name == "stablehlo.maximum":
+            current = next((v for v in op.operands if splat_constant(v, []) is None), op.operands[0])
+            continue
+        current = op.operands[0]
+    origin: list[int | None] = list(range(len(shape(reduced))))
+    for v in reversed(chain):
+        op = producer(v)
+        if op.name in ("stablehlo.maximum", "stablehlo.convert"):
+            continue
+        source, result = shape(op.operands[0]), shape(op.results[0])
+        if op.name == "stablehlo.broadcast_in_dim":
+            dims = [int(d) for d in op.broadcast_dimensions.get_values()]
+            new: list[int | None] = [None] * len(result)
+            for i, d in enumerate(dims):
+                new[d] = origin[i] if source[i] == result[d] else None
+            origin = new
+        else:  # reshape: only size-1 dimensions in or out
+            if [n for n in source if n != 1] != [n for n in result if n != 1]:
+                return None
+            kept = iter([o for o, n in zip(origin, source) if n != 1])
+            origin = [next(kept) if n != 1 else None for n in result]
+    return origin
+
+
+@dataclass
+class Softmax:
+    """exp(x - max) / sum over `axis`: `x` its input, `p` its output, `exp` the exponential's result."""
+
+    x: SSAValue
+    p: SSAValue
+    exp: SSAValue
+    axis: int
+    ops: list[Operation]
+
+
+def match_softmax(value: SSAValue) -> Softmax | None:
+    """The softmax whose output `value` is (through converts), or None."""
+    ops: list[Operation] = []
+    p = strip(value, ops)
+    div = producer(p)
+    if div is None or div.name != "stablehlo.divide":
+        return None
+    ops.append(div)
+    exp_value = strip(div.operands[0], ops)
+    exp = producer(exp_value)
+    if exp is None or exp.name != "stablehlo.exponential":
+        return None
+    found = row_reduce(div.operands[1], "add", p, ops)
+    if found is None:
+        return None
+    total, axis = found
+    if strip(total.operands[0], ops) is not exp_value:
+        return None
+    ops.append(exp)
+    sub = producer(exp.operands[0])
+    if sub is None or sub.name != "stablehlo.subtract":
+        return None
+    ops.append(sub)
+    x = strip(sub.operands[0], ops)
+    found = row_reduce(sub.operands[1], "maximum", p, ops)
+    if found is None:
+        return None
+    maximum, max_axis = found
+    if max_axis != axis or strip(maximum.operands[0], []) is not x:
+        return None
+    return Softmax(x, p, exp_value, axis, ops)
+
+
+def dot_labels(op: Operation, lhs: list[str | None], rhs: list[str | None]) -> list[str | None]:
+    """The labels of a dot_general's result dimensions from its operands' labels (batch, lhs free, rhs free)."""
+    d = op.dot_dimension_numbers
+    lb, rb = d.dims("lhs_batching_dimensions"), d.dims("rhs_batching_dimensions")
+    lc, rc = d.dims("lhs_contracting_dimensions"), d.dims("rhs_contracting_dimensions")
+    return ([lhs[i] for i in lb] + [lhs[i] for i in range(len(lhs)) if i not in lb + lc]
+            + [rhs[i] for i in range(len(rhs)) if i not in rb + rc])
+
+
+def sides(op: Operation) -> dict[str, list[int]]:
+    d = op.dot_dimension_numbers
+    return {f: d.dims(f) for f in d.FIELDS}
+
+
+def perm_to(labels: list[str | None], order: tuple[str, ...]) -> list[int]:
+    """The transpose permutation taking a tensor with dimension `labels` to the label order `order`."""
+    return [labels.index(name) for name in order]
+
+
+@dataclass
+class Mask:
+    """A causal mask found in the graph: `pred` (the i1 value `select` takes), `visible_when` (whether pred
+    true means visible), `offset` (query i sees keys up to i + offset), `visible` ([seq_q, seq_k])."""
+
+    select: Operation
+    pred: SSAValue
+    offset: int
+    visible: np.ndarray
+    ops: list[Operation]
+
+
+@dataclass
+class ForwardMatch:
+    """One forward attention found by the pattern matcher (or a composite), and how to rewrite it."""
+
+    bmm1: Operation | None
+    bmm2: Operation
+    q: SSAValue
+    k: SSAValue
+    v: SSAValue
+    q_labels: list[str | None]
+    k_labels: list[str | None]
+    v_labels: list[str | None]
+    out_labels: list[str | None]
+    scale: float
+    causal: bool
+    head_dim: int
+    dtype: str
+    softmax: Softmax | None = None
+    mask: Mask | None = None
+    scale_ops: list[Operation] = field(default_factory=list)
+    ops: list[Operation] = field(default_factory=list)
+    found: list[str] = field(default_factory=list)
+    refusal: Refusal | None = None
+    backward: object | None = None  # a BackwardMatch once one is found for it
+
+    @property
+    def values(self) -> set[SSAValue]:
+        """Every value the matched ops define, but BMM2's result (what the rewrite replaces)."""
+        return {r for op in self.ops if op is not self.bmm2 for r in op.results}
+
+
+def evaluate(value: SSAValue, allowed: set[str], exact: bool = True) -> np.ndarray:
+    """The value of `value` computed from constants alone by the StableHLO interpreter, through ops named in
+    `allowed`; Refusal naming what it depends on otherwise (an argument, a data op)."""
+    from tessera.stablehlo_interpreter import Interpreter
+
+    order: list[Operation] = []
+    seen: set[Operation] = set()
+
+    def visit(v: SSAValue) -> None:
+        op = producer(v)
+        if op is None:
+            raise Refusal(f"the mask depends on {describe(v)}: data, not a causal mask")
+        if op in seen:
+            return
+        if op.name not in allowed:
+            raise Refusal(f"the mask depends on {describe(v)}: data, not a causal mask (a causal mask is "
+                          "computed from iota and constants)")
+        seen.add(op)
+        for operand in op.operands:
+            visit(operand)
+        order.append(op)
+
+    visit(value)
+    interpreter = Interpreter(None, exact)  # type: ignore[arg-type]
+    env: dict[SSAValue, np.ndarray] = {}
+    from tessera.stablehlo_interpreter import round_value
+
+    for op in order:
+        results = interpreter.run_op(op, [env[o] for o in op.operands])
+        for r, x in zip(op.results, results):
+            env[r] = round_value(np.asarray(x), r.type, exact)
+    return env[value]
+
+
+def causal_offset(visible: np.ndarray) -> int | None:
+    """The offset o if `visible` [seq_q, seq_k] is exactly "key j visible from query i iff j <= i + o", else
+    None (any other pattern). o is read off the first row that sees key 0 (or row 0's last visible key)."""
+    sq, sk = visible.shape
+    if visible[0].any():
+        o = int(np.nonzero(visible[0])[0][-1])
+    elif visible[:, 0].any():
+        o = -int(np.argmax(visible[:, 0]))
+    else:
+        return None
+    expected = np.arange(sk)[None, :] <= np.arange(sq)[:, None] + o
+    return o if np.array_equal(visible, expected) else None

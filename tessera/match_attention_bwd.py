@@ -1,0 +1,412 @@
+"""The backward attention matcher (seed 003's new workflow): with every forward found first, each dot_general
+taking a forward's K is tried as bmm1_grad1 (dQ = dS K) and walked bottom-up:
+
+- bmm1_grad2 (dK = dS^T Q) is the other dot_general taking the same dS and the forward's Q;
+- under dS: the backward's scale (`multiply`/`divide` by the forward's constant) and mask (`select(pred, x,
+  0)` with the forward's causal band), then the softmax gradient dS = P * (dP - rowsum(P * dP)), which JAX
+  writes in several forms (through E = exp and the row sum rather than P): the slice of ops under dS is
+  collected, it may use only the forward's softmax intermediates, constants and one product dP = dO V^T
+  (bmm2_grad2, V the forward's), and is then checked numerically in float64 on random scores and dP against
+  the formula (a structural walk alone cannot tell JAX's forms from a different function);
+- bmm2_grad1 (dV = P^T dO) is the dot_general taking the forward's P and the same dO.
+
+Dimensions are followed by label as in the forward (`tessera.attention_match`). `resolve` then decides what
+is rewritten: a forward whose intermediates have users outside it and its matched backward is refused ("P
+has another user"), and a backward whose forward is refused is refused too ("its forward was not
+rewritten"), as is any other product of a refused forward's P.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from xdsl.ir import Block, Operation, SSAValue
+
+from tessera.attention_match import (
+    CANONICAL,
+    MASK_OPS,
+    ForwardMatch,
+    Refusal,
+    describe,
+    dot_labels,
+    evaluate,
+    perm_to,
+    producer,
+    shape,
+    sides,
+    splat_constant,
+    strip,
+    where,
+)
+
+DOT = "stablehlo.dot_general"
+GRADIENT_OPS = {"stablehlo.multiply", "stablehlo.divide", "stablehlo.add", "stablehlo.subtract",
+                "stablehlo.negate", "stablehlo.convert", "stablehlo.broadcast_in_dim", "stablehlo.reshape",
+                "stablehlo.reduce", "stablehlo.constant", "stablehlo.exponential", "stablehlo.maximum"}
+"""Ops a softmax gradient is written with (beyond those, the slice is not a softmax gradient)."""
+
+NUMERIC_CHECK_LIMIT = 2**25
+"""Scores with more elements than this are not checked numerically (the check holds ~6 such tensors in f64)."""
+
+
+@dataclass
+class BackwardMatch:
+    """A backward found for `forward`: the four products, dO and the labels of each tensor's dimensions."""
+
+    forward: ForwardMatch
+    place: str
+    found: list[str] = field(default_factory=list)
+    refusal: Refusal | None = None
+    dq: Operation | None = None
+    dk: Operation | None = None
+    dv: Operation | None = None
+    dp: Operation | None = None
+    do: SSAValue | None = None
+    do_labels: list = field(default_factory=list)
+    dq_labels: list = field(default_factory=list)
+    dk_labels: list = field(default_factory=list)
+    dv_labels: list = field(default_factory=list)
+    ops: list[Operation] = field(default_factory=list)
+    became: str | None = None
+
+
+def _other(dot: Operation, value: SSAValue) -> tuple[int, SSAValue] | None:
+    """(index, operand) of the operand of `dot` that is not `value`, if `value` is exactly one operand."""
+    if dot.operands[0] is value and dot.operands[1] is not value:
+        return 1, dot.operands[1]
+    if dot.operands[1] is value and dot.operands[0] is not value:
+        return 0, dot.operands[0]
+    return None
+
+
+def _labels_of(dot: Operation, known_index: int, known_labels: list, free_label: str) -> list:
+    """Labels of the operand of `dot` other than operand `known_index`, paired through its batching and
+    contracting dimensions with the known operand's labels; its one free dimension gets `free_label`."""
+    dims = sides(dot)
+    k, o = ("lhs", "rhs") if known_index == 0 else ("rhs", "lhs")
+    labels: list = [None] * len(shape(dot.operands[1 - known_index]))
+    for kind in ("batching", "contracting"):
+        for a, b in zip(dims[f"{k}_{kind}_dimensions"], dims[f"{o}_{kind}_dimensions"]):
+            labels[b] = known_labels[a]
+    free = [i for i, x in enumerate(labels) if x is None]
+    if len(free) != 1:
+        raise Refusal(f"the product at {where(dot)} does not leave one free dimension")
+    labels[free[0]] = free_label
+    return labels
+
+
+def _result_labels(dot: Operation, labels0: list, labels1: list, contract: str, what: str) -> list:
+    """The labels of a product's result, checking that it pairs equal labels and contracts `contract`."""
+    dims = sides(dot)
+    for kind in ("batching", "contracting"):
+        for a, b in zip(dims[f"lhs_{kind}_dimensions"], dims[f"rhs_{kind}_dimensions"]):
+            if labels0[a] != labels1[b]:
+                raise Refusal(f"{what} at {where(dot)} pairs {labels0[a]} with {labels1[b]}")
+    if [labels0[a] for a in dims["lhs_contracting_dimensions"]] != [contract]:
+        raise Refusal(f"{what} at {where(dot)} does not sum over {contract}")
+    return dot_labels(dot, labels0, labels1)
+
+
+def _walk_ds(value: SSAValue, b: BackwardMatch) -> tuple[SSAValue, float, Operation | None]:
+    """Down from bmm1_grad1's dS operand through converts, constant scales and a zeroing select: (dS, the
+    scale, the select)."""
+    scale, select = 1.0, None
+    while True:
+        value = strip(value, b.ops)
+        op = producer(value)
+        if op is None:
+            break
+        if op.name in ("stablehlo.multiply", "stablehlo.divide"):
+            constants = [splat_constant(v, []) for v in op.operands]
+            if constants[1] is not None:
+                scale = scale * constants[1] if op.name == "stablehlo.multiply" else scale / constants[1]
+                value = op.operands[0]
+            elif constants[0] is not None and op.name == "stablehlo.multiply":
+                scale, value = scale * constants[0], op.operands[1]
+            else:
+                break
+        elif op.name == "stablehlo.select" and select is None:
+            zeros = [splat_constant(v, []) for v in op.operands[1:]]
+            if zeros[1] == 0.0:
+                value = op.operands[1]
+            elif zeros[0] == 0.0:
+                value = op.operands[2]
+            else:
+                break
+            select = op
+        else:
+            break
+        b.ops.append(op)
+    return value, scale, select
+
+
+def _gradient_slice(ds: SSAValue, forward: ForwardMatch) -> tuple[list[Operation], Operation]:
+    """The ops computing dS from the forward's intermediates, constants and one product dP (returned)."""
+    stop = forward.values | {forward.softmax.x}
+    ops: list[Operation] = []
+    products: list[Operation] = []
+    seen: set[Operation] = set()
+    stack = [ds]
+    while stack:
+        value = stack.pop()
+        if value in stop:
+            continue
+        op = producer(value)
+        if op is None:
+            raise Refusal(f"the softmax gradient uses {describe(value)}")
+        if op in seen:
+            continue
+        seen.add(op)
+        if op.name == DOT:
+            products.append(op)
+            continue
+        if op.name not in GRADIENT_OPS:
+            raise Refusal(f"'{op.name}' at {where(op)} is not part of a softmax gradient")
+        ops.append(op)
+        stack.extend(op.operands)
+    if len(products) != 1:
+        raise Refusal(f"the softmax gradient uses {len(products)} products, not one dP = dO V^T")
+    return ops, products[0]
+
+
+def _numeric_check(forward: ForwardMatch, slice_ops: list[Operation], dp: Operation, ds: SSAValue,
+                   block: Block) -> None:
+    """Run the forward's softmax and the slice in float64 on random scores and dP; dS must be
+    P * (dP - rowsum(P * dP)) over the softmax axis. Refusal otherwise."""
+    from tessera.stablehlo_interpreter import Interpreter, round_value
+
+    rng = np.random.default_rng(0)
+    x = forward.softmax.x
+    env: dict[SSAValue, np.ndarray] = {x: rng.standard_normal(shape(x)), dp.results[0]: rng.standard_normal(shape(dp.results[0]))}
+    interpreter = Interpreter(None, exact=True)  # type: ignore[arg-type]
+    ops = sorted(set(forward.softmax.ops) | set(slice_ops), key=block.get_operation_index)
+
+    def value_of(v: SSAValue) -> np.ndarray:
+        if v not in env:
+            env[v] = evaluate(v, MASK_OPS)
+        return env[v]
+
+    for op in ops:
+        if all(r in env for r in op.results):
+            continue
+        results = interpreter.run_op(op, [value_of(o) for o in op.operands])
+        for r, value in zip(op.results, results):
+            env[r] = round_value(np.asarray(value), r.type, exact=True)
+    p, d_p, got = env[forward.softmax.p], env[dp.results[0]], env[ds]
+    axis = forward.softmax.axis
+    expected = p * (d_p - (p * d_p).sum(axis=axis, keepdims=True))
+    error = float(np.abs(got - expected).max()) if got.shape == expected.shape else float("inf")
+    if not error <= 1e-9 * max(1.0, float(np.abs(expected).max())):
+        raise Refusal(f"the ops under dS at {where(producer(ds))} do not compute the softmax gradient "
+                      f"P * (dP - rowsum(P dP)) (checked in float64: off by {error:.2e})")
+
+
+def match_backward(f: ForwardMatch, grad1: Operation, block: Block) -> BackwardMatch | None:
+    """The backward of forward `f` with `grad1` (a dot_general taking f's K) as bmm1_grad1, or None when
+    `grad1` does not take a dS-like operand; a BackwardMatch with `refusal` is a near miss."""
+    found = _other(grad1, f.k)
+    if found is None or len(shape(found[1])) != 4:
+        return None
+    ds_index, ds_prime = found
+    b = BackwardMatch(f, where(grad1), dq=grad1, ops=[grad1])
+    try:
+        s_labels = dot_labels(f.bmm1, *((f.q_labels, f.k_labels) if f.bmm1.operands[0] is f.q
+                                        else (f.k_labels, f.q_labels)))
+        ds, scale, select = _walk_ds(ds_prime, b)
+        slice_ops, dp = _gradient_slice(ds, f)
+        b.dp = dp
+        b.ops += slice_ops + [dp]
+        # dP = dO V^T (bmm2_grad2): dO is the operand that is not V
+        other = _other(dp, f.v)
+        if other is None:
+            raise Refusal(f"the softmax gradient's product at {where(dp)} does not take the forward's V")
+        do_index, b.do = other
+        b.do_labels = _labels_of(dp, 1 - do_index, f.v_labels, "q")
+        dp_labels = dot_labels(dp, *((b.do_labels, f.v_labels) if do_index == 0 else (f.v_labels, b.do_labels)))
+        _result_labels(dp, *((b.do_labels, f.v_labels) if do_index == 0 else (f.v_labels, b.do_labels)), "d",
+                       "bmm2_grad2")
+        if dp_labels != s_labels:
+            raise Refusal(f"dP at {where(dp)} is laid out {dp_labels}, the scores {s_labels}")
+        b.found.append(f"bmm2_grad2 (dP = dO V^T) at {where(dp)}, dO {describe(b.do)}")
+        if int(np.prod(shape(ds))) <= NUMERIC_CHECK_LIMIT:
+            _numeric_check(f, slice_ops, dp, ds, block)
+            b.found.append("softmax gradient (checked in float64)")
+        else:
+            raise Refusal(f"the scores have {int(np.prod(shape(ds)))} elements: too many to check the softmax "
+                          f"gradient numerically (limit {NUMERIC_CHECK_LIMIT})")
+        # the backward's mask and scale are the forward's
+        if (select is not None) != f.causal:
+            raise Refusal("the backward masks dS but the forward is not causal" if select is not None
+                          else "the forward is causal but the backward does not mask dS")
+        if select is not None:
+            values = np.broadcast_to(evaluate(select.operands[0], MASK_OPS | {"stablehlo.select"}),
+                                     shape(select.results[0]))
+            visible = values if splat_constant(select.operands[2], []) == 0.0 else ~values
+            sq, sk = f.mask.visible.shape
+            visible = visible.transpose(perm_to(s_labels, ("b0", "b1", "q", "k"))).reshape(-1, sq, sk)
+            if not all(np.array_equal(v, f.mask.visible) for v in visible):
+                raise Refusal(f"the backward's mask at {where(select)} is not the forward's")
+            b.found.append(f"mask at {where(select)}")
+        if not abs(scale - f.scale) <= 1e-6 * f.scale:
+            raise Refusal(f"the backward scales dS by {scale:g}, the forward S by {f.scale:g}")
+        b.found.append(f"scale {scale:g}")
+        b.found.insert(0, f"bmm1_grad1 (dQ = dS K) at {where(grad1)}")
+        b.dq_labels = _result_labels(grad1, *((s_labels, f.k_labels) if ds_index == 0 else (f.k_labels, s_labels)),
+                                     "k", "bmm1_grad1")
+        # bmm1_grad2: the other product of the same dS, with Q
+        grad2 = [u.operation for u in ds_prime.uses if u.operation is not grad1 and u.operation.name == DOT
+                 and _other(u.operation, ds_prime) is not None and _other(u.operation, ds_prime)[1] is f.q]
+        if len(grad2) != 1:
+            raise Refusal(f"no single bmm1_grad2 (dK = dS^T Q) shares dS with bmm1_grad1 at {where(grad1)}")
+        b.dk = grad2[0]
+        q_index = _other(b.dk, ds_prime)[0]
+        b.dk_labels = _result_labels(b.dk, *((f.q_labels, s_labels) if q_index == 0 else (s_labels, f.q_labels)),
+                                     "q", "bmm1_grad2")
+        b.found.append(f"bmm1_grad2 (dK = dS^T Q) at {where(b.dk)}")
+        # bmm2_grad1: P^T dO
+        p = f.softmax.p
+        grad = [u.operation for u in b.do.uses if u.operation is not dp and u.operation.name == DOT
+                and _other(u.operation, b.do) is not None and strip(_other(u.operation, b.do)[1], []) is p]
+        if len(grad) != 1:
+            raise Refusal(f"no single bmm2_grad1 (dV = P^T dO) takes the forward's P and dO {describe(b.do)}")
+        b.dv = grad[0]
+        p_index = _other(b.dv, b.do)[0]
+        b.dv_labels = _result_labels(b.dv, *((s_labels, b.do_labels) if p_index == 0 else (b.do_labels, s_labels)),
+                                     "q", "bmm2_grad1")
+        b.ops += [b.dk, b.dv]
+        b.ops += [strip_op for strip_op in _converts(_other(b.dv, b.do)[1])]
+        b.found.append(f"bmm2_grad1 (dV = P^T dO) at {where(b.dv)}")
+        from tessera.passes.rewrite_attention import backward_config
+
+        try:
+            backward_config(f.head_dim, f.causal, f.dtype, float(np.float32(f.scale)))
+        except ValueError as e:
+            raise Refusal(f"no backward kernel: {e}") from None
+        block_index = block.get_operation_index
+        if min(block_index(b.dq), block_index(b.dk), block_index(b.dv)) < block_index(f.bmm2):
+            raise Refusal(f"a gradient product comes before the forward's BMM2 at {where(f.bmm2)}")
+        for labels, what in ((b.dq_labels, "dQ"), (b.dk_labels, "dK"), (b.dv_labels, "dV"), (b.do_labels, "dO")):
+            if sorted(map(str, labels)) != sorted(["b0", "b1", "k" if what in ("dK", "dV") else "q", "d"]):
+                raise Refusal(f"{what} has dimensions {labels}")
+    except Refusal as refusal:
+        b.refusal = refusal
+    return b
+
+
+def _converts(value: SSAValue) -> list[Operation]:
+    ops: list[Operation] = []
+    strip(value, ops)
+    return ops
+
+
+def match_backwards(forwards: list[ForwardMatch], block: Block) -> list[BackwardMatch]:
+    """Every backward anchored at a forward that was matched through BMM1 (the second walk of the seed)."""
+    found: list[BackwardMatch] = []
+    anchored = [f for f in forwards if f.bmm1 is not None and f.k is not None and f.q_labels
+                and (f.refusal is None or f.refusal.matched is False and f.head_dim)]
+    for op in list(block.ops):
+        if op.name != DOT:
+            continue
+        for f in anchored:
+            if op is f.bmm1 or op is f.bmm2 or f.backward is not None:
+                continue
+            b = match_backward(f, op, block)
+            if b is not None:
+                if b.refusal is None or f.backward is None:
+                    f.backward = b
+                found.append(b)
+                break
+    return found
+
+
+def resolve(forwards: list[ForwardMatch], backwards: list[BackwardMatch]) -> list[ForwardMatch]:
+    """Decide what is rewritten (module docstring); returns the forward entries to report (forwards that are
+    products of another forward's P become backward entries)."""
+    for b in backwards:
+        if b.refusal is None and b.forward.refusal is not None:
+            b.refusal = Refusal(f"its forward at {where(b.forward.bmm2)} was not rewritten: {b.forward.refusal.rule}")
+    from tessera.match_attention_fwd import escaping_use
+
+    changed = True
+    while changed:
+        changed = False
+        for f in forwards:
+            if f.refusal is not None or f.bmm1 is None:
+                continue
+            b = f.backward if f.backward is not None and f.backward.refusal is None else None
+            allowed = set(f.ops) | (set(b.ops) if b is not None else set())
+            rule = escaping_use(f, allowed)
+            if rule is None and b is not None:
+                rule = _backward_escape(b, allowed)
+            if rule is not None:
+                f.refusal = Refusal(rule)
+                if b is not None:
+                    b.refusal = Refusal(f"its forward at {where(f.bmm2)} was not rewritten: {rule}")
+                changed = True
+    claimed = {op for b in backwards for op in (b.dq, b.dk, b.dv, b.dp) if op is not None}
+    kept: list[ForwardMatch] = []
+    for f in forwards:
+        if f.bmm2 in claimed and f.refusal is not None:
+            continue  # bmm2_grad1 = P^T dO looks like a forward over the wrong axis: it is the backward's
+        owner = _owner(f, forwards)
+        if owner is not None:  # another product of a forward's P, not claimed by a backward
+            rule = (f"its forward at {where(owner.bmm2)} was not rewritten: {owner.refusal.rule}"
+                    if owner.refusal is not None else f.refusal.rule if f.refusal is not None else "not a backward")
+            backwards.append(BackwardMatch(owner, where(f.bmm2), [f"a product of the forward's P at {where(f.bmm2)}"],
+                                           Refusal(rule)))
+            continue
+        kept.append(f)
+    return kept
+
+
+def _sums_softmax_axis(f: ForwardMatch) -> bool:
+    """Whether f's BMM2 sums P over the axis its softmax normalises (a forward's BMM2 does, P^T dO not)."""
+    dims = sides(f.bmm2)
+    p_side = "lhs" if strip(f.bmm2.operands[0], []) is f.softmax.p or f.bmm2.operands[0] is f.softmax.p else "rhs"
+    return dims[f"{p_side}_contracting_dimensions"] == [f.softmax.axis]
+
+
+def _owner(f: ForwardMatch, forwards: list[ForwardMatch]) -> ForwardMatch | None:
+    """The forward whose P `f`'s BMM2 also takes, if `f` is not itself that forward (it sums P over the other
+    axis, as bmm2_grad1 does), else None."""
+    if f.softmax is None or f.bmm2.name != DOT or _sums_softmax_axis(f):
+        return None
+    return next((g for g in forwards if g is not f and g.softmax is not None and g.softmax.p is f.softmax.p
+                 and g.bmm2.name == DOT and _sums_softmax_axis(g)), None)
+
+
+def _backward_escape(b: BackwardMatch, allowed: set[Operation]) -> str | None:
+    """A rule naming an intermediate of backward `b` (dS, dP, ...) used outside `allowed`, or None."""
+    for op in b.ops:
+        if op in (b.dq, b.dk, b.dv):
+            continue
+        for result in op.results:
+            for use in result.uses:
+                if use.operation not in allowed:
+                    return (f"the backward's intermediate '{op.name}' at {where(op)} has another user: "
+                            f"'{use.operation.name}' at {where(use.operation)}")
+    return None
+
+
+def rewrite_backward(b: BackwardMatch, forward_op: Operation, config: dict, form: str) -> Operation:
+    """Replace dQ, dK, dV of `b` by Tessera's backward op, taking the forward op's O and LSE; it is inserted
+    before the first of the three products (which `match_backward` checked comes after the forward)."""
+    from tessera.graph_edit import converted, transposed
+    from tessera.passes.rewrite_attention import BACKWARD_TARGET, _emit
+
+    block = forward_op.parent_block()
+    at = min((b.dq, b.dk, b.dv), key=block.get_operation_index)
+    q, k, v = forward_op.operands
+    o, lse = forward_op.results
+    do = transposed(b.do, perm_to(b.do_labels, CANONICAL), at)
+    op = _emit("tessera.attention_bwd", BACKWARD_TARGET, form, [q, k, v, o, lse, do], [q.type, k.type, v.type],
+               config, at)
+    for result, product, labels, seq in ((op.results[0], b.dq, b.dq_labels, "q"),
+                                         (op.results[1], b.dk, b.dk_labels, "k"),
+                                         (op.results[2], b.dv, b.dv_labels, "k")):
+        order = ("b0", "b1", seq, "d")
+        out = transposed(result, [order.index(label) for label in labels], at)
+        out = converted(out, product.results[0].type.element_type, at)
+        product.results[0].replace_all_uses_with(out)
+    return op

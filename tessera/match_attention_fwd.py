@@ -1,0 +1,302 @@
+"""The forward attention matcher: `match_forward(bmm2)` walks bottom-up from a dot_general taken as BMM2
+(pattern and rules: `tessera.attention_match`).
+
+It returns None when the dot_general is not the end of a softmax (most matmuls of a model: nothing to
+report), else a `ForwardMatch`; a match whose `refusal` is set is reported with that rule and not rewritten
+(a near miss, or "matched, not rewritten" for bias and dropout).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from xdsl.ir import Operation, SSAValue
+
+from tessera.attention_match import (
+    MASK_OPS,
+    NEGATIVE_FILL,
+    ForwardMatch,
+    Mask,
+    Refusal,
+    Softmax,
+    causal_offset,
+    describe,
+    dot_labels,
+    element,
+    evaluate,
+    match_softmax,
+    perm_to,
+    producer,
+    shape,
+    sides,
+    splat_constant,
+    strip,
+    where,
+)
+
+DOT = "stablehlo.dot_general"
+
+
+def match_dropout(value: SSAValue, ops: list[Operation]) -> Softmax | None:
+    """If `value` is dropout applied to a softmax output — `select(keep, P [/ c | * c], 0)` or `P * mask` —
+    the softmax (dropout's ops recorded in `ops`), else None."""
+    seen: list[Operation] = []
+    current = strip(value, seen)
+    op = producer(current)
+    if op is None:
+        return None
+    if op.name == "stablehlo.select" and splat_constant(op.operands[2], []) == 0.0:
+        inner = strip(op.operands[1], seen)
+        seen.append(op)
+        scaled = producer(inner)
+        if scaled is not None and scaled.name in ("stablehlo.divide", "stablehlo.multiply") \
+                and splat_constant(scaled.operands[1], []) is not None:
+            seen.append(scaled)
+            inner = scaled.operands[0]
+        softmax = match_softmax(inner)
+    elif op.name == "stablehlo.multiply":
+        seen.append(op)
+        softmax = match_softmax(op.operands[0]) or match_softmax(op.operands[1])
+    else:
+        return None
+    if softmax is not None:
+        ops.extend(seen)
+    return softmax
+
+
+def _reaches_dot(value: SSAValue, depth: int = 8) -> bool:
+    """Whether `value` comes from a dot_general through a few elementwise ops (which operand of a binary op on
+    the score path is the scores, and which the scale or bias)."""
+    op = producer(value)
+    if op is None or depth == 0:
+        return False
+    if op.name == DOT:
+        return True
+    if op.name in ("stablehlo.convert", "stablehlo.multiply", "stablehlo.divide", "stablehlo.add",
+                   "stablehlo.select", "stablehlo.subtract"):
+        return any(_reaches_dot(v, depth - 1) for v in op.operands)
+    return False
+
+
+class _ScoreWalk:
+    """What lies between BMM1 and the softmax input: scale factors, a bias, masks (module docstring)."""
+
+    def __init__(self) -> None:
+        self.scale = 1.0
+        self.scale_text: list[str] = []
+        self.bias: Operation | None = None
+        self.masks: list[tuple[Operation, SSAValue, bool, float]] = []
+        self.ops: list[Operation] = []
+
+    def walk(self, value: SSAValue) -> Operation:
+        """Walk from the softmax input down to BMM1; returns it, or raises Refusal."""
+        while True:
+            value = strip(value, self.ops)
+            op = producer(value)
+            if op is None:
+                raise Refusal(f"the softmax input comes from {describe(value)}, not from a product Q K^T")
+            if op.name == DOT:
+                return op
+            if op.name == "stablehlo.select":
+                fills = [splat_constant(v, []) for v in op.operands[1:]]
+                if fills[1] is not None and fills[1] <= NEGATIVE_FILL:
+                    self.masks.append((op, op.operands[0], True, fills[1]))
+                    value = op.operands[1]
+                elif fills[0] is not None and fills[0] <= NEGATIVE_FILL:
+                    self.masks.append((op, op.operands[0], False, fills[0]))
+                    value = op.operands[2]
+                else:
+                    raise Refusal(f"a select at {where(op)} on the scores is not a mask (neither branch is -inf)", op)
+            elif op.name in ("stablehlo.multiply", "stablehlo.divide"):
+                constants = [splat_constant(v, []) for v in op.operands]
+                if constants[1] is not None:
+                    factor, value = constants[1], op.operands[0]
+                elif constants[0] is not None and op.name == "stablehlo.multiply":
+                    factor, value = constants[0], op.operands[1]
+                else:
+                    data = [v for v in op.operands if _reaches_dot(v)]
+                    other = [v for v in op.operands if v not in data]
+                    culprit = other[0] if other else op.operands[1]
+                    raise Refusal(f"the scale at {where(op)} is not a constant: it is {describe(culprit)}", op)
+                if op.name == "stablehlo.divide":
+                    self.scale /= factor
+                    self.scale_text.append(f"/ {factor:g} (divide)")
+                else:
+                    self.scale *= factor
+                    self.scale_text.append(f"x {factor:g} (multiply)")
+            elif op.name == "stablehlo.add":
+                if any(splat_constant(v, []) is not None for v in op.operands):
+                    raise Refusal(f"a constant is added to the scores at {where(op)}", op)
+                data = [v for v in op.operands if _reaches_dot(v)]
+                if len(data) != 1:
+                    raise Refusal(f"the add at {where(op)} on the scores has no single score operand", op)
+                self.bias = op
+                value = data[0]
+            else:
+                raise Refusal(f"'{op.name}' at {where(op)} between BMM1 and the softmax is not a scale, bias or "
+                              "mask", op)
+            self.ops.append(op)
+
+
+def _label_operands(dot: Operation, a_is_lhs: bool, a_free: str, b_free: str, contract: str,
+                    a_batch: list[str] | None = None) -> tuple[list, list]:
+    """Labels of a dot_general's two operands: batching dimensions b0, b1 in pairing order (or `a_batch`),
+    the contracting one `contract`, the free ones `a_free` (operand a) and `b_free` (operand b)."""
+    dims = sides(dot)
+    lhs_rank, rhs_rank = (len(shape(v)) for v in dot.operands)
+    labels = {"lhs": [None] * lhs_rank, "rhs": [None] * rhs_rank}
+    a, b = ("lhs", "rhs") if a_is_lhs else ("rhs", "lhs")
+    batch = a_batch or [f"b{i}" for i in range(len(dims["lhs_batching_dimensions"]))]
+    for side in ("lhs", "rhs"):
+        for i, d in enumerate(dims[f"{side}_batching_dimensions"]):
+            labels[side][d] = batch[i]
+        for d in dims[f"{side}_contracting_dimensions"]:
+            labels[side][d] = contract
+    for side, free in ((a, a_free), (b, b_free)):
+        labels[side] = [free if x is None else x for x in labels[side]]
+    return labels[a], labels[b]
+
+
+def _check_dot_shape(dot: Operation, what: str) -> None:
+    dims = sides(dot)
+    if any(len(shape(v)) != 4 for v in dot.operands) or len(dims["lhs_batching_dimensions"]) != 2 \
+            or len(dims["lhs_contracting_dimensions"]) != 1:
+        raise Refusal(f"{what} at {where(dot)} is not a product of two rank-4 tensors over two batching "
+                      "dimensions and one contracting dimension", dot)
+
+
+def match_forward(bmm2: Operation) -> ForwardMatch | None:
+    """The attention ending at `bmm2` (a dot_general), or None if neither operand is a softmax output."""
+    for p_index in (0, 1):
+        dropout_ops: list[Operation] = []
+        softmax = match_softmax(bmm2.operands[p_index]) or match_dropout(bmm2.operands[p_index], dropout_ops)
+        if softmax is not None:
+            break
+    else:
+        return None
+    ops = [bmm2, *dropout_ops, *softmax.ops]
+    match = ForwardMatch(None, bmm2, None, None, bmm2.operands[1 - p_index], [], [], [], [], 1.0, False, 0, "",
+                         softmax=softmax, ops=ops)
+    try:
+        _complete(match, p_index, dropout_ops)
+    except Refusal as refusal:
+        match.refusal = refusal
+    return match
+
+
+def _complete(m: ForwardMatch, p_index: int, dropout_ops: list[Operation]) -> None:
+    """Fill in a forward match from its softmax down to BMM1 and across to V; raises Refusal."""
+    softmax = m.softmax
+    walk = _ScoreWalk()
+    try:
+        bmm1 = walk.walk(softmax.x)
+    finally:  # what was found on the way down, in dataflow order
+        m.found = [f"scale {t}" for t in reversed(walk.scale_text)] + [f"softmax at {where(producer(softmax.p))}"]
+    m.bmm1 = bmm1
+    m.ops += [*walk.ops, bmm1]
+    _check_dot_shape(bmm1, "BMM1")
+    _check_dot_shape(m.bmm2, "BMM2")
+    axis = softmax.axis
+    if axis not in (2, 3):
+        raise Refusal(f"the softmax runs over axis {axis} of the scores, a batching dimension, not the keys")
+    q_is_lhs = axis == 3  # the softmax axis is K's free dimension: rhs's when it is the last
+    q_labels, k_labels = _label_operands(bmm1, q_is_lhs, "q", "k", "d")
+    m.q, m.k = (bmm1.operands[0], bmm1.operands[1]) if q_is_lhs else (bmm1.operands[1], bmm1.operands[0])
+    m.q_labels, m.k_labels = q_labels, k_labels
+    s_labels = dot_labels(bmm1, *((q_labels, k_labels) if q_is_lhs else (k_labels, q_labels)))
+    m.found = [f"BMM1 at {where(bmm1)} (Q {describe(m.q)}, K {describe(m.k)})"]
+    m.found += [f"scale {t}" for t in reversed(walk.scale_text)]
+    if walk.bias is not None:
+        m.found.append(f"bias at {where(walk.bias)} ({describe(next(v for v in walk.bias.operands if not _reaches_dot(v)))})")
+
+    # BMM2: contracts P's softmax axis with V's sequence
+    dims = sides(m.bmm2)
+    p_side, v_side = ("lhs", "rhs") if p_index == 0 else ("rhs", "lhs")
+    p_contract = dims[f"{p_side}_contracting_dimensions"]
+    if p_contract != [axis]:
+        raise Refusal(f"the softmax normalises axis {axis} of the scores, but BMM2 at {where(m.bmm2)} sums over "
+                      f"axis {p_contract[0] if p_contract else '?'}: attention normalises the axis it sums (the "
+                      "keys)", m.bmm2)
+    if s_labels[axis] != "k":
+        raise Refusal(f"the softmax runs over the queries of the scores, not the keys", m.bmm2)
+    if dims[f"{p_side}_batching_dimensions"] != [0, 1]:
+        raise Refusal(f"BMM2 at {where(m.bmm2)} pairs P's batching dimensions out of order", m.bmm2)
+    v_labels = [None] * 4
+    for i, d in enumerate(dims[f"{v_side}_batching_dimensions"]):
+        v_labels[d] = s_labels[dims[f"{p_side}_batching_dimensions"][i]]
+    v_labels[dims[f"{v_side}_contracting_dimensions"][0]] = "k"
+    v_labels = ["d" if x is None else x for x in v_labels]
+    m.v_labels = v_labels
+    p_labels = s_labels
+    m.out_labels = dot_labels(m.bmm2, *((p_labels, v_labels) if p_index == 0 else (v_labels, p_labels)))
+    m.found.append(f"softmax over the keys at {where(producer(softmax.p))}")
+
+    # masks: evaluated, a causal band mapped onto the bottom-right convention
+    sq, sk = shape(m.q)[q_labels.index("q")], shape(m.k)[k_labels.index("k")]
+    if len(walk.masks) > 1:
+        raise Refusal(f"two masks on the scores (at {where(walk.masks[0][0])} and {where(walk.masks[1][0])})")
+    for select, pred, visible_when, fill in walk.masks:
+        values = evaluate(pred, MASK_OPS)
+        values = np.broadcast_to(values, shape(select.results[0]))
+        visible = values if visible_when else ~values
+        visible = visible.transpose(perm_to(s_labels, ("b0", "b1", "q", "k"))).reshape(-1, sq, sk)
+        if not all(np.array_equal(visible[0], v) for v in visible[1:]):
+            raise Refusal(f"the mask at {where(select)} differs between batch entries or heads: not causal", select)
+        offset = causal_offset(visible[0])
+        if visible[0].all():
+            m.found.append(f"mask at {where(select)} that hides nothing")
+        elif offset is None:
+            raise Refusal(f"the mask at {where(select)} is not causal (not 'query i sees keys 0 .. i + offset')",
+                          select)
+        elif offset != sk - sq:
+            raise Refusal(f"causal mask at {where(select)} with offset {offset} (query i sees keys 0 .. i{offset:+d}); "
+                          f"Tessera's causal mask is bottom-right, offset seq_k - seq_q = {sk - sq}", select)
+        elif sq > sk:
+            raise Refusal(f"causal mask at {where(select)} hides every key from the first {sq - sk} queries: the "
+                          "graph computes NaN there, the kernel 0", select)
+        else:
+            m.causal = True
+            m.mask = Mask(select, pred, offset, visible[0], [select])
+            m.found.append(f"causal mask at {where(select)} (offset {offset} = seq_k - seq_q: bottom-right)")
+    if dropout_ops:
+        m.found.append(f"dropout at {where(dropout_ops[-1])}")
+    m.found.append(f"BMM2 at {where(m.bmm2)} (V {describe(m.v)})")
+
+    # what the kernels take
+    from tessera.kernels import HEAD_DIMS
+
+    d = shape(m.q)[q_labels.index("d")]
+    dv = shape(m.v)[v_labels.index("d")]
+    m.head_dim = d
+    m.scale = walk.scale
+    types = {element(x) for x in (m.q, m.k, m.v)}
+    if dv != d:
+        raise Refusal(f"V's head_dim {dv} differs from Q's and K's {d}: the kernels take one head_dim")
+    if d not in HEAD_DIMS:
+        raise Refusal(f"head_dim {d} is not one the kernels support ({', '.join(map(str, HEAD_DIMS))})")
+    if len(types) != 1 or not types <= {"bf16", "f16"}:
+        raise Refusal(f"Q, K, V are {', '.join(sorted(types))}: the kernels take bf16 or f16 (all three alike)")
+    m.dtype = types.pop()
+    if not (0 < m.scale < float("inf")):
+        raise Refusal(f"the scale {m.scale:g} is not positive and finite")
+    if walk.bias is not None and dropout_ops:
+        raise Refusal("additive bias and dropout (no Tessera kernel takes either)", matched=True)
+    if walk.bias is not None:
+        raise Refusal("additive bias (no Tessera kernel takes a bias)", matched=True)
+    if dropout_ops:
+        raise Refusal("dropout (no Tessera kernel applies dropout)", matched=True)
+
+
+def escaping_use(match: ForwardMatch, allowed: set[Operation]) -> str | None:
+    """A rule naming an intermediate of `match` used outside `allowed` (the kernel computes it internally and
+    never returns it), or None."""
+    for op in match.ops:
+        if op is match.bmm2:
+            continue
+        for result in op.results:
+            for use in result.uses:
+                if use.operation not in allowed:
+                    role = ("P (the softmax output)" if result is match.softmax.p
+                            else "S = Q K^T" if match.bmm1 is not None and result is match.bmm1.results[0]
+                            else f"the intermediate '{op.name}' at {where(op)}")
+                    return f"{role} has another user: '{use.operation.name}' at {where(use.operation)}"
+    return None
