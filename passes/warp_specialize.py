@@ -74,8 +74,17 @@ def _contains_producer(op: Operation) -> bool:
     return any(PRODUCER_ATTR in inner.attributes for inner in op.walk())
 
 
+INVARIANT_ATTR = "sm90.invariant"
+"""On an sm90.ld_global: it reads an input the kernel never writes (set by convert-tile-to-sm90 for
+tile.load_index)."""
+
+
 def _is_pure(op: Operation) -> bool:
-    """No effect but its results (arith's integer divisions declare no effects in xDSL, yet have none)."""
+    """No effect but its results (arith's integer divisions declare no effects in xDSL, yet have none); a load
+    marked `sm90.invariant` (an element of a read-only table, such as a sequence start) reads the same value
+    wherever it is recomputed, so the producer may recompute it too."""
+    if INVARIANT_ATTR in op.attributes:
+        return True
     return not op.regions and (op.dialect_name() in ("arith", "vector", "math") or is_side_effect_free(op))
 
 

@@ -141,6 +141,27 @@ class TileFunctions(InterpreterFunctions):
         dest.write(value, self.batch.active)
         return ()
 
+    @impl(tile.StoreGlobalRowsOp)
+    def run_store_global_rows(self, interpreter: Interpreter, op: tile.StoreGlobalRowsOp, args: PythonValues):
+        value, dest, rows = args
+        dest.write(value, self.batch.active, rows=self.batch.index_array(rows))
+        return ()
+
+    @impl(tile.LoadIndexOp)
+    def run_load_index(self, interpreter: Interpreter, op: tile.LoadIndexOp, args: PythonValues):
+        table, *indices = args
+        indices = [np.broadcast_to(self.batch.index_array(i), (self.batch.size,)) for i in indices]
+        bad = np.zeros(self.batch.size, bool)
+        for i, n in zip(indices, table.shape):
+            bad |= (i < 0) | (i >= n)
+        bad &= self.batch.active
+        if bad.any():
+            k = int(np.argmax(bad))
+            where = ", ".join(str(int(i[k])) for i in indices)
+            self.batch.fail(op, f"reads element [{where}] of a table of shape {list(table.shape)}, outside it", bad)
+        clipped = tuple(np.clip(i, 0, n - 1) for i, n in zip(indices, table.shape))
+        return (table[clipped].astype(np.int64),)
+
     # endregion
     # region compute
     @impl(tile.MmaOp)
