@@ -75,14 +75,16 @@ class VarlenBlock(AttentionBlock):
 
 def varlen_block_start(
     b: TileBuilder, c: AttentionConfig, values: dict[str, SSAValue], k_start: SSAValue | None = None,
-    seq_k: SSAValue | None = None,
+    seq_k: SSAValue | None = None, batch: SSAValue | None = None, heads_k_axis: int = 0,
 ) -> VarlenBlock:
     """Block coordinates, the sequence's extents read from the tables, the key-block count (0 for a block past
-    its sequence's end) and the key head; `k_start`/`seq_k` replace the key tables' values when given (the
-    paged kernel has no packed K)."""
+    its sequence's end) and the key head; `k_start`/`seq_k` replace the key tables' values and `batch` the
+    program id z when given, and K's head count is its dimension `heads_k_axis` (the paged kernel has no
+    packed K)."""
     q_block = b.program_id("x", "q_block")
     head = b.program_id("y", "head")
-    batch = b.program_id("z", "batch")
+    if batch is None:
+        batch = b.program_id("z", "batch")
     q_start = b.emit(tile.LoadIndexOp(values["seqstart_q"], [batch]), "q_start")
     q_end = b.emit(tile.LoadIndexOp(values["seqend_q"], [batch]), "q_end")
     seq_q = b.subi(q_end, q_start, "seq_q")
@@ -94,7 +96,7 @@ def varlen_block_start(
     # 1 if the block has rows of its sequence, else 0: multiplies the key-block count.
     has_rows = b.minsi(b.maxsi(b.subi(seq_q, q0, "rows_left"), b.const(0), "rows_left_pos"), b.const(1), "has_rows")
     n_kv = b.muli(key_block_count(b, c, q0, seq_q, seq_k), has_rows, "n_kv_block")
-    group = b.emit(arith.DivUIOp(b.dim(values["Q"], 0, "heads"), b.dim(values["K"], 0, "heads_k")), "group")
+    group = b.emit(arith.DivUIOp(b.dim(values["Q"], 0, "heads"), b.dim(values["K"], heads_k_axis, "heads_k")), "group")
     kv_head = b.emit(arith.DivUIOp(head, group), "kv_head")
     blk = VarlenBlock(c, values, batch, head, q0, seq_q, seq_k, n_kv, kv_head=kv_head, q_start=q_start,
                       k_start=k_start)
