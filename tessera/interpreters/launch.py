@@ -85,5 +85,7 @@ def run_grid(sig: KernelSignature, module: ModuleOp, arguments: list[np.ndarray]
         batch = BlockBatch((ids % gx, (ids // gx) % gy, ids // (gx * gy)))
         interpreter = Interpreter(module, listeners=tuple(listeners(batch)) if listeners else ())
         interpreter.register_implementations(BatchedControlFunctions(batch))
-        interpreter.register_implementations(TileFunctions(batch))
+        functions = TileFunctions(batch)
+        functions.arg_names = {id(array): arg.name for array, arg in zip(arguments, sig.args)}
+        interpreter.register_implementations(functions)
         interpreter.run_ssacfg_region(sig.op.body, tuple(arguments), sig.name)

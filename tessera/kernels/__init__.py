@@ -2,12 +2,15 @@
 
 - `flash_attention`: online one-pass attention;
 - `two_pass_attention`, `three_pass_attention`: the multi-pass variants (scratch buffers in global memory);
+- `flash_attention_varlen`, `flash_attention_paged`: packed sequences and a paged KV cache, with grouped heads;
 - `gemm`: C = alpha op(A) op(B) + beta C_in + bias with an f32 output, in the layouts NN, NT, TN, TT, batched or
   not, for any M, N, K (`aligned=False`) or sizes TMA can read (the default).
 """
 
 from tessera.kernels.attention import HEAD_DIMS, AttentionConfig, flash_attention
 from tessera.kernels.attention_multipass import three_pass_attention, two_pass_attention
+from tessera.kernels.attention_paged import flash_attention_paged
+from tessera.kernels.attention_varlen import flash_attention_varlen
 from tessera.kernels.gemm import gemm
 
 ATTENTION_BUILDERS = {
@@ -21,6 +24,8 @@ __all__ = [
     "HEAD_DIMS",
     "AttentionConfig",
     "flash_attention",
+    "flash_attention_paged",
+    "flash_attention_varlen",
     "gemm",
     "three_pass_attention",
     "two_pass_attention",
