@@ -7,7 +7,9 @@ Public API:
 - `tessera.compile(module, target="ptx", pipeline=None)`: Target IR, PTX text, or a ptxas result with the cubin;
 - `tessera.parse_module(text)` / `tessera.print_module(module)`; `tessera.find_kernel(module, kernel)`;
 - `tessera.attention(q, k, v, causal=False, scale=None)`: run attention on an H100/H200 (`tessera-compiler[cuda]`;
-  see `tessera.runtime`, imported on first use).
+  see `tessera.runtime`, imported on first use); with `cu_seqlens_q=`... packed variable-length batches
+  (`tessera.runtime.serving`); `tessera.attention_with_kvcache(...)`: decoding against a (paged) KV cache
+  (`tessera.runtime.kvcache`), both also in the interpreters with `level=`.
 
 Every entry point that lowers a kernel uses one default, `tessera.passes.DEFAULT_PIPELINE` (the full,
 warp-specialized pipeline ending in register allocation); `pipeline=` picks another. Arguments are checked at
@@ -216,4 +218,8 @@ def __getattr__(name: str):
         from tessera.runtime.attention import attention
 
         return attention
+    if name == "attention_with_kvcache":
+        from tessera.runtime.kvcache import attention_with_kvcache
+
+        return attention_with_kvcache
     raise AttributeError(f"module 'tessera' has no attribute '{name}'")

@@ -13,7 +13,7 @@ and tasks do not see each other's); each simulator calls the functions below at 
 its copies into shared memory (Tile interpreter: `tile.store_global[_rows]`, `tile.cp_async`; CTA
 simulator: `sm90.st_global`, `sm90.tma_load`; PTX executor: `st.global`, `cp.async.bulk.tensor`). They
 name tensors as the Tile IR kernel does ("O", "K"), whatever the level calls the parameter standing for
-it ("%O", "O_ptr", "K_map128", "argument 7 (O_ptr)").
+it ("%O", "K_map128", "argument 7 (param_O_ptr)").
 """
 
 from __future__ import annotations
@@ -94,9 +94,9 @@ def checking(*checks: SequenceRows | PagedCache) -> Iterator[None]:
 
 def tile_name(name: str) -> str:
     """The Tile IR argument a simulator's name for a parameter stands for: "%O", "O_ptr", "K_map128",
-    "argument 7 (O_ptr)" -> "O", "K"."""
+    "param_K_map16", "argument 7 (param_O_ptr)" -> "O", "K"."""
     found = re.fullmatch(r"argument \d+ \((.*)\)", name)
-    name = (found.group(1) if found else name).lstrip("%")
+    name = (found.group(1) if found else name).lstrip("%").removeprefix("param_")
     return re.sub(r"(_ptr|_map\d+)$", "", name)
 
 

@@ -78,9 +78,9 @@ def check_attention_arguments(q, k, v) -> tuple[int, str]:
     if len(kinds) != 1:
         raise ValueError("attention: q, k and v must be all NumPy arrays or all PyTorch tensors")
     q_shape, k_shape, v_shape = (tuple(int(d) for d in x.shape) for x in (q, k, v))
-    if not q_shape[:2] == k_shape[:2] == v_shape[:2]:
-        raise ValueError(f"attention: q, k and v must have the same batch and heads {LAYOUT}, got shapes "
-                         f"{q_shape}, {k_shape}, {v_shape}")
+    if not (q_shape[0] == k_shape[0] and k_shape[:2] == v_shape[:2] and q_shape[1] % k_shape[1] == 0):
+        raise ValueError(f"attention: q, k and v must have the same batch, and k and v the same heads, a divisor "
+                         f"of q's (GQA/MQA) {LAYOUT}, got shapes {q_shape}, {k_shape}, {v_shape}")
     if k_shape[2] != v_shape[2]:
         raise ValueError(f"attention: k and v must have the same sequence length, got {k_shape[2]} and {v_shape[2]}")
     if not q_shape[3] == k_shape[3] == v_shape[3]:
@@ -103,9 +103,39 @@ def attention_kernel(q, k, v, causal: bool = False, scale: float | None = None) 
     return compile_kernel(attention_config(head_dim, causal, dtype, scale))
 
 
-def attention(q, k, v, causal: bool = False, scale: float | None = None):
-    """softmax(q k^T * scale [+ bottom-right causal mask]) v on the GPU; see the module docstring."""
+def attention(q, k, v, causal: bool = False, scale: float | None = None, *, cu_seqlens_q=None, cu_seqlens_k=None,
+              max_seqlen_q=None, max_seqlen_k=None, seqused_k=None, level=None):
+    """softmax(q k^T * scale [+ bottom-right causal mask]) v on the GPU; see the module docstring. k and v may
+    have fewer heads than q (GQA/MQA: heads a multiple of heads_k; query head h reads key head
+    h // (heads // heads_k)). With `cu_seqlens_q`/`cu_seqlens_k` (and `max_seqlen_q`, `max_seqlen_k`,
+    optionally `seqused_k`), q, k, v are packed [total_tokens, heads, head_dim] sequences:
+    `tessera.runtime.serving.attention_varlen`, which also takes `level=` ("tile", "target", "ptx")."""
+    if cu_seqlens_q is not None or cu_seqlens_k is not None:
+        from tessera.runtime.serving import attention_varlen
+
+        if cu_seqlens_q is None or cu_seqlens_k is None or max_seqlen_q is None or max_seqlen_k is None:
+            raise ValueError("attention: packed sequences need cu_seqlens_q, cu_seqlens_k, max_seqlen_q and "
+                             "max_seqlen_k together")
+        return attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
+                                causal=causal, scale=scale, level=level)
+    if max_seqlen_q is not None or max_seqlen_k is not None or seqused_k is not None or level is not None:
+        raise ValueError("attention: max_seqlen_q, max_seqlen_k, seqused_k and level go with cu_seqlens_q and "
+                         "cu_seqlens_k (packed sequences)")
     head_dim, dtype = check_attention_arguments(q, k, v)
     config = attention_config(head_dim, causal, dtype, scale)
-    usable_device((q, k, v))  # no GPU, no compile
-    return run(compile_kernel(config), q, k, v)
+    (batch, heads, seq_q, _), heads_k = q.shape, k.shape[1]
+    if heads_k == heads:
+        usable_device((q, k, v))  # no GPU, no compile
+        return run(compile_kernel(config), q, k, v)
+    from tessera.runtime.kvcache import pack_gqa
+
+    group = heads // heads_k
+    usable_device((q, k, v))
+    if pack_gqa(seq_q, group, causal):
+        # PackGQA: the group's heads are consecutive, so [batch, heads, seq_q, D] is [batch, heads_k, group x
+        # seq_q, D] without a copy, one block's rows; a single query row sees the whole cache causal or not.
+        options = dict(config.options, causal=causal and seq_q > 1)
+        packed = q.reshape(batch, heads_k, group * seq_q, head_dim)
+        o = run(compile_kernel(KernelConfig.of("flash_attention", **options)), packed, k, v)
+        return o.reshape(batch, heads, seq_q, head_dim)
+    return run(compile_kernel(KernelConfig.of("flash_attention", **dict(config.options), grouped=True)), q, k, v)
