@@ -388,3 +388,16 @@ def test_the_gpu_launch_takes_the_tables_and_a_strided_cache():
 
 
 # endregion
+
+
+def test_serving_ops_print_and_parse_back_at_both_levels():
+    """tile.load_index and tile.store_global_rows have custom forms, and their lowering's invariant loads keep
+    their marking: the printed text is a fixed point of print(parse(.)) in Tile IR and Target IR."""
+    from tessera.ir import parse_module, print_module
+
+    module = build_kernel("flash_attention_paged", head_dim=64, page_size=16, causal=True)
+    for stage in (module, tessera.compile(module, target="target")):
+        text = print_module(stage)
+        assert print_module(parse_module(text, "serving.mlir")) == text
+    assert "tile.store_global_rows" in print_module(module)
+    assert "{sm90.invariant}" in print_module(tessera.compile(module, target="target"))
