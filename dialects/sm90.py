@@ -589,6 +589,16 @@ class RcpApproxOp(_ApproxUnaryOp):
 
 
 @irdl_op_definition
+class Lg2ApproxOp(_ApproxUnaryOp):
+    """`%r = sm90.lg2_approx %x : f32`: log2(x) per register, `lg2.approx.ftz.f32` (max absolute error
+    2^-22 for x in [0.5, 2], else max relative error 2^-22 [P#floating-point-instructions-lg2];
+    `tessera.sm90.facts.LG2_APPROX_ERROR`). lg2(+0) = lg2(subnormal) = -inf (ftz), lg2(x < 0) = NaN,
+    lg2(+inf) = +inf. The forward's log-sum-exp: ln(l) = lg2(l) * ln 2."""
+
+    name = "sm90.lg2_approx"
+
+
+@irdl_op_definition
 class CvtPackOp(IRDLOperation):
     """`%p = sm90.cvt_pack %x type "bf16" : vector<64xf32> -> vector<32xi32>`: round pairs of f32 to
     bf16 (or f16), nearest even, and pack each pair (x[2i], x[2i+1]) into one 32-bit register with x[2i]
@@ -881,6 +891,7 @@ SM90 = Dialect(
         SetMaxNRegOp,
         Ex2ApproxOp,
         RcpApproxOp,
+        Lg2ApproxOp,
         CvtPackOp,
         SetpOp,
         SelpOp,

@@ -633,6 +633,27 @@ class ScaleOp(_ElementwiseOp):
         )
 
 
+@irdl_op_definition
+class LogOp(_ElementwiseOp):
+    """`%r = tile.log %x : type`: r = ln(x) elementwise, the natural logarithm in f32: ln(0) = -inf,
+    ln(+inf) = +inf, and NaN for x < 0 or NaN.
+
+    Attention's log-sum-exp (`m + ln(l)` of the online softmax) is its use; the lowering computes it as
+    ln(2) * log2(x) with `lg2.approx`, whose documented error the tests' tolerance allows for."""
+
+    name = "tile.log"
+    source = operand_def(_ElementwiseOp.T)
+    assembly_format = "$source attr-dict `:` type($result)"
+
+    def __init__(self, source: SSAValue | Operation):
+        super().__init__(operands=[source], result_types=[SSAValue.get(source).type])
+
+    def verify_(self) -> None:
+        super().verify_()
+        ty = _tile(self.result)
+        _require(isinstance(ty.element_type, Float32Type), self, f"the logarithm is computed in f32, got {ty.element_type}")
+
+
 class _RowBroadcastOp(IRDLOperation):
     """Base of ops combining a 2-D register tile [M, N] with an f32 row vector [M]."""
 
@@ -847,6 +868,7 @@ Tile = Dialect(
         MulOp,
         FmaOp,
         ScaleOp,
+        LogOp,
         ExpSubtractOp,
         MulRowsOp,
         DivRowsOp,

@@ -5,7 +5,7 @@
 tiles, the byte width of the XOR swizzle that lays it out in shared memory.
 
 `#tile.dims<...>` names the sizes of a kernel's dynamic dimensions. Each entry is a dimension expression: a name
-(`seq_q`), an integer (`128`) or `ceildiv(name, N)`. Kernel arguments carry one (`tile.dims`) to name their
+(`seq_q`), an integer (`128`) or `ceildiv(name, N)`, a name or ceildiv optionally times a constant (`3 * heads`). Kernel arguments carry one (`tile.dims`) to name their
 dimensions, and a kernel carries one (`tile.grid`) to say how many thread blocks it is launched over.
 """
 
@@ -217,18 +217,22 @@ class TileType(ParametrizedAttribute, TypeAttribute):
 
 @irdl_attr_definition
 class DimExprAttr(ParametrizedAttribute):
-    """One dimension expression: `name`, `ceildiv(name, N)` (N > 1) or an integer constant.
+    """One dimension expression: `name`, `ceildiv(name, N)` (N > 1), either with a constant factor in front
+    (`3 * heads`, `2 * ceildiv(seq_q, 128)`: a grid axis that also counts split-KV parts), or an integer
+    constant.
 
-    Encoded as (name, value): name "" means the constant `value`; otherwise `value` is the divisor (1 for a
-    plain name). Printed inside `#tile.dims<...>`, never alone."""
+    Encoded as (name, value, factor): name "" means the constant `value` (factor 1); otherwise `value` is the
+    divisor (1 for a plain name) and the expression is factor * ceildiv(name, value). Printed inside
+    `#tile.dims<...>`, never alone."""
 
     name = "tile.dim_expr"
 
     symbol: StringAttr
     value: IntAttr
+    factor: IntAttr
 
-    def __init__(self, symbol: str, value: int):
-        super().__init__(StringAttr(symbol), IntAttr(value))
+    def __init__(self, symbol: str, value: int, factor: int = 1):
+        super().__init__(StringAttr(symbol), IntAttr(value), IntAttr(factor))
 
     @property
     def is_constant(self) -> bool:
@@ -236,39 +240,44 @@ class DimExprAttr(ParametrizedAttribute):
 
     @property
     def is_name(self) -> bool:
-        return bool(self.symbol.data) and self.value.data == 1
+        return bool(self.symbol.data) and self.value.data == 1 and self.factor.data == 1
 
     def evaluate(self, sizes: Mapping[str, int]) -> int:
         if self.is_constant:
             return self.value.data
         size = sizes[self.symbol.data]
-        return -(-size // self.value.data)
+        return self.factor.data * -(-size // self.value.data)
 
     def __str__(self) -> str:
         if self.is_constant:
             return str(self.value.data)
-        if self.value.data == 1:
-            return self.symbol.data
-        return f"ceildiv({self.symbol.data}, {self.value.data})"
+        base = self.symbol.data if self.value.data == 1 else f"ceildiv({self.symbol.data}, {self.value.data})"
+        return base if self.factor.data == 1 else f"{self.factor.data} * {base}"
 
     def verify(self) -> None:
         if self.is_constant and self.value.data <= 0:
             raise VerifyException(f"dimension expression: constants must be positive, got {self.value.data}")
         if not self.is_constant and self.value.data <= 0:
             raise VerifyException(f"dimension expression: ceildiv divisor must be positive, got {self.value.data}")
+        if self.factor.data <= 0 or (self.is_constant and self.factor.data != 1):
+            what = f"{self.factor.data} * {self.value.data}" if self.is_constant else str(self)
+            raise VerifyException(f"dimension expression: a factor must be positive and multiply a name, got {what}")
 
     @staticmethod
     def parse_one(parser: AttrParser) -> DimExprAttr:
+        factor = 1
         if (value := parser.parse_optional_integer(allow_negative=True, allow_boolean=False)) is not None:
-            return DimExprAttr("", value)
+            if parser.parse_optional_punctuation("*") is None:
+                return DimExprAttr("", value)
+            factor = value
         ident = parser.parse_identifier("dimension name, integer or ceildiv(name, N)")
         if ident == "ceildiv" and parser.parse_optional_punctuation("("):
             symbol = parser.parse_identifier("dimension name")
             parser.parse_punctuation(",")
             divisor = parser.parse_integer(allow_negative=True, allow_boolean=False)
             parser.parse_punctuation(")")
-            return DimExprAttr(symbol, divisor)
-        return DimExprAttr(ident, 1)
+            return DimExprAttr(symbol, divisor, factor)
+        return DimExprAttr(ident, 1, factor)
 
 
 @irdl_attr_definition

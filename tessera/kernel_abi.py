@@ -5,7 +5,8 @@ A kernel is a `func.func` with these attributes:
     tile.kernel = {kind = "attention", causal = false, scale = 0.0883883461 : f32}
     tile.grid   = #tile.dims<ceildiv(seq_q, 128), heads, batch>
 
-`kind` is "attention" (arguments Q, K, V in, O out, and optionally i32 tables in after V, see `is_table`; `causal` and `scale` say what it computes), "gemm"
+`kind` is "attention" (arguments Q, K, V in, O out, optionally LSE out, and optionally i32 tables in after V,
+see `is_table`; `causal` and `scale` say what it computes), "gemm"
 (A, B in, C out; with `beta` also C_in in and with `bias` a bias in, see `GemmOptions`) or "custom" (no
 reference). Each argument is a global tile carrying
 
@@ -42,6 +43,8 @@ ROLE_ATTR = "tile.role"
 DIVISIBLE_ATTR = "tile.divisible"
 ROLES = ("in", "out", "scratch")
 KINDS = {"attention": (("Q", "K", "V"), ("O",)), "gemm": (("A", "B"), ("C",)), "custom": (None, None)}
+OPTIONAL_OUTPUTS = {"attention": ("LSE",)}
+"""Outputs a kind may add after its own: attention's log-sum-exp per query row (`return_lse=True`)."""
 
 
 GEMM_ENTRIES = ("transpose_a", "transpose_b", "alpha", "beta", "bias")
@@ -261,11 +264,13 @@ def signature(op: func.FuncOp) -> KernelSignature:
         # Attention kernels may also take i32 tables after Q, K, V (sequence starts, page tables: serving).
         n_in = sum(a.role == "in" and not (kind == "attention" and is_table(a.type)) for a in args)
         n_out = sum(a.role == "out" for a in args)
-        if (n_in, n_out) != (len(expected_in), len(expected_out)):
+        optional = OPTIONAL_OUTPUTS.get(kind, ())
+        if n_in != len(expected_in) or n_out not in (len(expected_out), len(expected_out) + len(optional)):
+            also = f" (it may also output {', '.join(optional)})" if optional else ""
             _fail(
                 op,
                 f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} kernel takes inputs {', '.join(expected_in)} and output {', '.join(expected_out)}, "
-                f"got {n_in} inputs and {n_out} outputs",
+                f"got {n_in} inputs and {n_out} outputs{also}",
             )
     divisible = {}
     promise = op.attributes.get(DIVISIBLE_ATTR)

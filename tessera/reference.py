@@ -62,6 +62,45 @@ def attention_same_precision(q, k, v, dtype, causal: bool = False, scale: float 
     return round_to(np.einsum("bhqk,bhkd->bhqd", p, v), dtype)
 
 
+LSE_TOLERANCE = 1e-4
+"""The bound on |LSE - float64 logsumexp| (issue 14). The kernel's own error is far below it: f32 scores (a
+D-term f32 dot product, ~D 2^-24 |q||k| scale), ex2.approx in each term of the sum (2 ulp), and the log through
+lg2.approx.f32 (PTX ISA: max absolute error 2^-22.6 over the mantissa range, ~1.1e-7 after the ln 2 factor),
+each of order 1e-6 for O(1) inputs; bf16/f16 rounding of the inputs is not an error (the reference reads the
+same rounded inputs)."""
+
+
+def attention_lse(q, k, causal: bool = False, scale: float | None = None) -> np.ndarray:
+    """[batch, heads, seq_q] float64 log(sum_j exp(scale q.k_j)) over the keys each query sees, on the given
+    (already rounded) inputs; -inf for a row that sees no key."""
+    q, k = (np.asarray(x).astype(np.float64) for x in (q, k))
+    scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+    scores = _scores(q, k, scale, np.float64)
+    if causal:
+        scores = np.where(causal_visible(q.shape[2], k.shape[2]), scores, -np.inf)
+    row_max = scores.max(axis=-1, keepdims=True)
+    shift = np.where(np.isneginf(row_max), 0, row_max)
+    with np.errstate(divide="ignore"):
+        return (np.log(np.exp(scores - shift).sum(axis=-1, keepdims=True)) + shift)[..., 0]
+
+
+def check_lse(lse, q, k, dtype, causal: bool = False, scale: float | None = None) -> Comparison:
+    """Compare an LSE output ([batch, heads, seq_q], or with a trailing 1) with `attention_lse` on the inputs
+    rounded to `dtype`: within `LSE_TOLERANCE` where the reference is finite, and exactly -inf where it is
+    -inf (a row that sees no key); anything else (NaN, a finite value for an empty row) is an infinite error."""
+    q, k = (round_to(np.asarray(x), dtype) for x in (q, k))
+    ref = attention_lse(q, k, causal, scale)
+    out = np.asarray(lse, np.float64)
+    out = out.reshape(out.shape[:-1]) if out.shape == ref.shape + (1,) else out
+    if out.shape != ref.shape:
+        return Comparison(float("inf"), LSE_TOLERANCE)
+    empty = np.isneginf(ref)
+    if not np.array_equal(np.isneginf(out), empty):
+        return Comparison(float("inf"), LSE_TOLERANCE)
+    error = np.nan_to_num(np.abs(out[~empty] - ref[~empty]), nan=np.inf)
+    return Comparison(float(error.max()) if error.size else 0.0, LSE_TOLERANCE)
+
+
 def gemm(a, b) -> np.ndarray:
     """A @ B in float64 on the given (already rounded) inputs."""
     return np.matmul(np.asarray(a).astype(np.float64), np.asarray(b).astype(np.float64))

@@ -19,6 +19,7 @@ from tessera.dialects import sm90, tile
 from tessera.lowering.emitter import Emitter
 from tessera.lowering.fragments import quad_shuffle_offsets
 from tessera.passes.convert_tile_to_sm90.common import (
+    LN2,
     LOG2E,
     _refuse,
     Scaled,
@@ -85,6 +86,12 @@ class AttentionLowering:
 
     def _lower_ExpDiffOp(self, op: tile.ExpDiffOp, e: Emitter) -> None:
         self._set(op.result, self._exp_minus(op, self._get(op.lhs), self._get(op.rhs), e, broadcast=False))
+
+    def _lower_LogOp(self, op: tile.LogOp, e: Emitter) -> None:
+        """ln(x) = lg2(x) ln 2: `lg2.approx.ftz.f32` then one multiply per register (lg2(0) = -inf stays -inf)."""
+        x = self._get(op.source)
+        log2 = e.op(sm90.Lg2ApproxOp(x))
+        self._set(op.result, e.mulf(log2, e.splat(f32, LN2, x.type.get_shape()[0])))
 
     def _lower_ElementMaxOp(self, op, e: Emitter) -> None:
         self._set(op.result, e.maxf(self._get(op.lhs), self._get(op.rhs)))

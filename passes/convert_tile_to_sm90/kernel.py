@@ -384,5 +384,7 @@ class KernelLowering(MemoryLowering, RegisterTileLowering, MmaLowering, Attentio
         size = self.entry_args[self.size_args[expr.symbol.data]]
         if expr.is_name:
             return size
-        return e.op(arith.CeilDivSIOp(size, e.index(expr.value.data)))
+        if expr.value.data != 1:
+            size = e.op(arith.CeilDivSIOp(size, e.index(expr.value.data)))
+        return size if expr.factor.data == 1 else e.muli(size, e.index(expr.factor.data))
 

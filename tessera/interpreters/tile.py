@@ -247,6 +247,11 @@ class TileFunctions(InterpreterFunctions):
         factor = np.asarray(op.factor.value.data, args[0].dtype)
         return self._register_tile(op, args[0] * factor)
 
+    @impl(tile.LogOp)
+    def run_log(self, interpreter: Interpreter, op: tile.LogOp, args: PythonValues):
+        with np.errstate(divide="ignore", invalid="ignore"):  # ln(0) = -inf and ln(x < 0) = NaN, as the op says
+            return self._register_tile(op, np.log(args[0]))
+
     @impl(tile.ExpSubtractOp)
     def run_exp_subtract(self, interpreter: Interpreter, op: tile.ExpSubtractOp, args: PythonValues):
         x, m = args

@@ -1,6 +1,7 @@
 """Kernel builders: each returns a verified `ModuleOp` holding one Tile IR kernel.
 
-- `flash_attention`: online one-pass attention;
+- `flash_attention`: online one-pass attention (with `return_lse`, its log-sum-exp; with `num_splits`, the
+  split-KV parts that `attention_combine` merges, `attention_split`);
 - `two_pass_attention`, `three_pass_attention`: the multi-pass variants (scratch buffers in global memory);
 - `flash_attention_varlen`, `flash_attention_paged`: packed sequences and a paged KV cache, with grouped heads;
 - `gemm`: C = alpha op(A) op(B) + beta C_in + bias with an f32 output, in the layouts NN, NT, TN, TT, batched or
@@ -10,6 +11,7 @@
 from tessera.kernels.attention import HEAD_DIMS, AttentionConfig, flash_attention
 from tessera.kernels.attention_multipass import three_pass_attention, two_pass_attention
 from tessera.kernels.attention_paged import flash_attention_paged
+from tessera.kernels.attention_split import attention_combine
 from tessera.kernels.attention_varlen import flash_attention_varlen
 from tessera.kernels.gemm import gemm
 
@@ -23,6 +25,7 @@ __all__ = [
     "ATTENTION_BUILDERS",
     "HEAD_DIMS",
     "AttentionConfig",
+    "attention_combine",
     "flash_attention",
     "flash_attention_paged",
     "flash_attention_varlen",

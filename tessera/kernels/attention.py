@@ -9,6 +9,31 @@ Every attention kernel is launched over the grid (ceildiv(seq_q, BM), heads, bat
 then any scratch buffers a multi-pass variant needs (`attention_multipass`). Key blocks are BN keys wide; the
 last one may be partial (its copy fills zeros and `tile.mask_bounds` hides those keys). With `causal`, the mask
 is aligned bottom-right (`tile.mask_causal`), and key blocks entirely past the diagonal are not visited.
+
+With `return_lse=True` a kernel also writes the log-sum-exp of each query row's scaled scores,
+
+    %LSE : !tile.tile<?x?x?x1xf32, global>  {tile.dims = #tile.dims<batch, heads, seq_q, 1>}  (role "out")
+
+LSE = m + ln(l) with m the running maximum of the scaled scores (row_max * scale) and l the running sum: the
+natural log of sum_j exp(scale * s_j), and -inf for a row that sees no key (m = -inf, l = 0; its O is 0). The
+trailing 1 is the column in which the lowering stores one f32 per row (a [BM, 1] window, as two-pass attention
+stores its row statistics); the memory is LSE[batch, heads, seq_q]. Without it the kernel is unchanged.
+
+With `num_splits = S > 1` (split-KV, flash-decoding; `flash_attention` only) the key blocks a query block
+visits are divided into S contiguous ranges of ceildiv(n, S) blocks, one thread block each: the grid is
+(ceildiv(seq_q, BM), S x heads, batch), thread block (x, y, z) handling part s = y / heads of head y mod heads,
+and the outputs are each part's normalised result and its LSE, in f32,
+
+    %O_partial   : [S x batch, heads, seq_q, D]  f32   O_s = softmax over the part's keys, times V
+    %LSE_partial : [S x batch, heads, seq_q, 1]  f32   lse_s of the part's keys (-inf for an empty part)
+
+laid out as [S, batch, heads, seq_q, ...] (index s x batch + b of the leading dimension), which
+`attention_combine` (tessera/kernels/attention_split.py) reads and merges into O (and LSE). Two choices keep
+the split kernel within the consumer warpgroups' 240 registers, where the kernel with LSE already sits at
+head_dim 128: the leading index s x batch + b is one register live through the key loop (not s, b and the
+batch size), and the loop counts the part's key blocks from 0 with key positions relative to the part's
+first key, kv_base (the masks compare with seq_k - kv_base, the same predicates), so that only the producer,
+which addresses K and V at kv_base + k0, holds kv_base.
 """
 
 from __future__ import annotations
@@ -73,6 +98,8 @@ class AttentionConfig:
     scale: float
     block_m: int
     block_n: int
+    return_lse: bool = False
+    num_splits: int = 1
 
     @classmethod
     def checked(
@@ -83,6 +110,8 @@ class AttentionConfig:
         scale: object = None,
         block_m: object = DEFAULT_BLOCK_M,
         block_n: object = None,
+        return_lse: object = False,
+        num_splits: object = 1,
     ) -> AttentionConfig:
         """Validate builder arguments; raises ValueError naming the argument, the value and what is allowed.
         `block_n=None` is the head_dim's default (`DEFAULT_BLOCK_N`)."""
@@ -90,6 +119,12 @@ class AttentionConfig:
         if block_n is None:
             block_n = DEFAULT_BLOCK_N[head_dim]  # type: ignore[index]
         check_dtype(dtype)
+        num_splits = check_num_splits(num_splits)
+        if num_splits > 1 and head_dim not in SPLIT_HEAD_DIMS:
+            raise ValueError(f"num_splits > 1 (split-KV) supports head_dim {', '.join(map(str, SPLIT_HEAD_DIMS))}; "
+                             f"got head_dim {head_dim}: the f32 partial output, {DEFAULT_BLOCK_M} x {head_dim} "
+                             "(128 registers per thread beside the accumulator's 128 when it is stored), does not "
+                             "fit the consumer warpgroups' 240 registers")
         return cls(
             head_dim=head_dim,  # type: ignore[arg-type]
             causal=check_flag("causal", causal),
@@ -97,17 +132,28 @@ class AttentionConfig:
             scale=check_scale(scale, head_dim),  # type: ignore[arg-type]
             block_m=check_block("block_m", block_m),
             block_n=check_block("block_n", block_n),
+            return_lse=check_flag("return_lse", return_lse),
+            num_splits=num_splits,
         )
 
     @property
     def element_type(self) -> Attribute:
         return check_dtype(self.dtype)
 
+    @property
+    def split(self) -> bool:
+        """Whether the kernel writes split-KV partial results (num_splits > 1) instead of O."""
+        return self.num_splits > 1
+
     def kernel_name(self, variant: str) -> str:
-        """`flash_attention_d128_bf16_causal` and the like."""
-        return f"{variant}_d{self.head_dim}_{self.dtype}" + ("_causal" if self.causal else "")
+        """`flash_attention_d128_bf16_causal`, `..._lse` with the LSE output, `..._split3` for split-KV parts."""
+        return (f"{variant}_d{self.head_dim}_{self.dtype}" + ("_causal" if self.causal else "")
+                + ("_lse" if self.return_lse and not self.split else "")
+                + (f"_split{self.num_splits}" if self.split else ""))
 
     def kernel_info(self) -> dict[str, Attribute]:
+        if self.split:  # partial results: no reference of the "attention" kind describes them
+            return {"kind": StringAttr("custom")}
         return {
             "kind": StringAttr("attention"),
             "causal": IntegerAttr(int(self.causal), 1),
@@ -115,9 +161,35 @@ class AttentionConfig:
         }
 
 
+SPLIT_HEAD_DIMS = (64, 128)
+"""Head dimensions of the split-KV kernel (`AttentionConfig.checked` says why not 256)."""
+
+MAX_SPLITS = 256
+"""The most key-range splits a split-KV kernel takes (FlashAttention-3 caps its heuristic's choice at 128)."""
+
+
+def check_num_splits(value: object) -> int:
+    """A split count: an int from 1 to MAX_SPLITS; ValueError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SPLITS:
+        raise ValueError(f"num_splits must be an integer from 1 to {MAX_SPLITS}; got {value!r}")
+    return value
+
+
+LSE_DIMS = ("batch", "heads", "seq_q", 1)
+"""The named dimensions of the LSE output: one f32 per query row, in a column of width 1 (module docstring)."""
+
+
+def lse_arg(name: str = "LSE", lead: Sequence[str | int] = ()) -> ArgSpec:
+    """The f32 LSE output argument (with leading dimensions `lead`, e.g. the split count of LSE_partial)."""
+    dims = [*lead, *LSE_DIMS]
+    return ArgSpec(name, global_tensor([None] * (len(dims) - 1) + [1], f32), dims, role="out")
+
+
 @dataclass
 class AttentionBlock:
-    """The values one thread block's code is written in terms of (set up by `attention_kernel`)."""
+    """The values one thread block's code is written in terms of (set up by `attention_kernel`). In a split-KV
+    part the key loop's positions are relative to the part's first key `kv_base`: n_kv counts the part's key
+    blocks and seq_k is seq_k - kv_base; `part_batch` = part x batch + batch indexes the partial outputs."""
 
     config: AttentionConfig
     args: dict[str, SSAValue]
@@ -130,13 +202,40 @@ class AttentionBlock:
     smem: dict[str, SSAValue] = field(default_factory=dict)
     kv_head: SSAValue | None = None
     """The head of K and V this block reads: `head`, or head // (heads // heads_k) with grouped heads."""
+    part_batch: SSAValue | None = None
+    kv_base: SSAValue | None = None
 
     def window(self, b: TileBuilder, tensor: str, row: SSAValue, col: SSAValue, shape: Sequence[int]) -> SSAValue:
-        """The window of argument `tensor` (Q, K, V, O or a scratch buffer) at (batch, head, row, col); K and V
-        are read at `kv_head`."""
+        """The window of argument `tensor` (Q, K, V, O, LSE or a scratch buffer) at (batch, head, row, col);
+        a split-KV partial output (O_partial, LSE_partial) at (part x batch + batch, head, row, col); K and V
+        are read at `kv_head` (grouped heads)."""
         name = f"{tensor.lower()}_window"
+        lead = self.part_batch if tensor in SPLIT_OUTPUTS else self.batch
         head = self.kv_head if tensor in ("K", "V") and self.kv_head is not None else self.head
-        return b.view(self.args[tensor], [self.batch, head, row, col], shape, name)
+        return b.view(self.args[tensor], [lead, head, row, col], shape, name)
+
+    def key_row(self, b: TileBuilder, k0: SSAValue) -> SSAValue:
+        """The row of K and V that key position k0 of the loop is: k0, or kv_base + k0 in a split-KV part."""
+        return k0 if self.kv_base is None else b.addi(self.kv_base, k0, "key_row")
+
+
+SPLIT_OUTPUTS = ("O_partial", "LSE_partial")
+"""The outputs of a split-KV kernel, each led by the dimension S x batch (module docstring)."""
+
+
+def output_args(c: AttentionConfig) -> list[ArgSpec]:
+    """The outputs of an attention kernel: O (and LSE with `return_lse`), or with split-KV the f32 partial
+    results O_partial [S x batch, heads, seq_q, D] and LSE_partial [S x batch, heads, seq_q, 1]."""
+    d = c.head_dim
+    if c.split:
+        parts = tile.DimExprAttr("batch", 1, c.num_splits)
+        o_partial = ArgSpec("O_partial", global_tensor([None, None, None, d], f32), [parts, "heads", "seq_q", d],
+                            role="out")
+        lse_partial = ArgSpec("LSE_partial", global_tensor([None, None, None, 1], f32), [parts, "heads", "seq_q", 1],
+                              role="out")
+        return [o_partial, lse_partial]
+    o = ArgSpec("O", global_tensor([None, None, None, d], c.element_type), ["batch", "heads", "seq_q", d], role="out")
+    return [o, lse_arg()] if c.return_lse else [o]
 
 
 def attention_kernel(
@@ -159,23 +258,35 @@ def attention_kernel(
         ArgSpec("Q", tensor, q_dims),
         ArgSpec("K", tensor, k_dims),
         ArgSpec("V", tensor, k_dims),
-        ArgSpec("O", tensor, q_dims, role="out"),
+        *output_args(c),
         *scratch,
     ]
-    grid = [ceildiv_dim("seq_q", c.block_m), "heads", "batch"]
+    heads_axis = tile.DimExprAttr("heads", 1, c.num_splits) if c.split else "heads"
+    grid = [ceildiv_dim("seq_q", c.block_m), heads_axis, "batch"]
     fn, b = kernel_function(c.kernel_name(variant), args, c.kernel_info(), grid)
     values = dict(zip((a.name for a in args), fn.body.blocks.first.args))
 
     q_block = b.program_id("x", "q_block")
-    head = b.program_id("y", "head")
+    head = b.program_id("y", "split_head" if c.split else "head")
     batch = b.program_id("z", "batch")
     seq_q = b.dim(values["Q"], 2, "seq_q")
     seq_k = b.dim(values["K"], 2, "seq_k")
     q0 = b.muli(q_block, b.const(c.block_m), "q0")
     n_kv = key_block_count(b, c, q0, seq_q, seq_k)
-    blk = AttentionBlock(c, values, batch, head, q0, seq_q, seq_k, n_kv)
+    if not c.split:
+        blk = AttentionBlock(c, values, batch, head, q0, seq_q, seq_k, n_kv)
+    else:  # grid y is part x heads + head; the loop sees the part's keys from kv_base on (module docstring)
+        heads = b.dim(values["Q"], 1, "heads")
+        part = b.divui(head, heads, "part")
+        head = b.remui(head, heads, "head")
+        part_batch = b.addi(b.muli(part, b.dim(values["Q"], 0, "batch_size"), "part_offset"), batch, "part_batch")
+        start, count = split_key_range(b, c, part, n_kv)
+        kv_base = b.muli(start, b.const(c.block_n), "kv_base")
+        seq_k_part = b.subi(seq_k, kv_base, "seq_k_part")
+        blk = AttentionBlock(c, values, batch, head, q0, seq_q, seq_k_part, count, part_batch=part_batch,
+                             kv_base=kv_base)
     if grouped:
-        blk.kv_head = grouped_kv_head(b, values["Q"], values["K"], head)
+        blk.kv_head = grouped_kv_head(b, values["Q"], values["K"], blk.head)
 
     blk.smem["Q"] = b.alloc_shared(shared_tile([c.block_m, d], elt), "q_smem")
     blk.smem["K"] = b.alloc_shared(shared_tile([c.block_n, d], elt), "k_smem")
@@ -206,12 +317,23 @@ def key_block_count(b: TileBuilder, c: AttentionConfig, q0: SSAValue, seq_q: SSA
     return b.minsi(n_all, b.ceildivsi(visible, bn, "n_kv_causal"), "n_kv")
 
 
+def split_key_range(b: TileBuilder, c: AttentionConfig, part: SSAValue, n_kv: SSAValue) -> tuple[SSAValue, SSAValue]:
+    """(first key block, key block count) of part `part` of a block's n_kv key blocks, as FlashAttention-3
+    divides them: ceildiv(n_kv, S) blocks per part, the first at part x that, the count
+    max(0, min(that, n_kv - first)). Trailing parts may be empty (no trip: they write O = 0, LSE = -inf)."""
+    per_part = b.ceildivui(n_kv, b.const(c.num_splits), "n_kv_per_part")
+    start = b.muli(part, per_part, "kv_start")
+    left = b.maxsi(b.subi(n_kv, start, "n_kv_after_start"), b.const(0), "n_kv_left")
+    return start, b.minsi(per_part, left, "n_kv_part")
+
+
 def load_key_block(b: TileBuilder, blk: AttentionBlock, k0: SSAValue, tensors: Sequence[str]) -> None:
     """Copy the key block at k0 of each of `tensors` (K and/or V) into its shared tile and make it visible:
     cp_async each, commit, wait for every group (this also covers the Q copy), barrier."""
     c = blk.config
+    row = blk.key_row(b, k0)
     for name in tensors:
-        b.cp_async(blk.window(b, name, k0, b.const(0), [c.block_n, c.head_dim]), blk.smem[name])
+        b.cp_async(blk.window(b, name, row, b.const(0), [c.block_n, c.head_dim]), blk.smem[name])
     b.cp_commit_group()
     b.cp_wait_group(0)
     b.barrier()
@@ -249,6 +371,28 @@ def store_output(b: TileBuilder, blk: AttentionBlock, o: SSAValue) -> None:
     b.store_global(o_half, blk.window(b, "O", blk.q0, b.const(0), [c.block_m, c.head_dim]))
 
 
+def store_lse(b: TileBuilder, blk: AttentionBlock, m: SSAValue, l: SSAValue, tensor: str = "LSE") -> None:
+    """Store LSE = m + ln(l) of the block's rows into `tensor` (LSE or LSE_partial) as a [BM, 1] column;
+    a row that saw no key has m = -inf and l = 0, so its LSE is -inf. Rows past seq_q are dropped."""
+    lse = b.binary(tile.AddOp, m, b.unary(tile.LogOp, l, "log_l"), "lse")
+    column = b.reshape(lse, [blk.config.block_m, 1], "lse_column")
+    b.store_global(column, blk.window(b, tensor, blk.q0, b.const(0), [blk.config.block_m, 1]))
+
+
+def store_results(b: TileBuilder, blk: AttentionBlock, acc: SSAValue, m: SSAValue, l: SSAValue) -> None:
+    """The end of an online-softmax kernel: O = acc / l (0 for a row of l = 0) rounded and stored, with the
+    LSE if asked; with split-KV, O_partial = acc / l in f32 and LSE_partial instead."""
+    o = b.binary(tile.DivRowsOp, acc, l, "o")
+    if blk.config.split:
+        c = blk.config
+        b.store_global(o, blk.window(b, "O_partial", blk.q0, b.const(0), [c.block_m, c.head_dim]))
+        store_lse(b, blk, m, l, "LSE_partial")
+        return
+    store_output(b, blk, o)
+    if blk.config.return_lse:
+        store_lse(b, blk, m, l)
+
+
 def flash_attention(
     head_dim: int = 128,
     causal: bool = False,
@@ -257,19 +401,24 @@ def flash_attention(
     block_m: int = DEFAULT_BLOCK_M,
     block_n: int | None = None,
     grouped: bool = False,
+    return_lse: bool = False,
+    num_splits: int = 1,
 ) -> ModuleOp:
     """The online one-pass attention kernel (FlashAttention-2 style), `flash_attention_d{D}_{dtype}[_causal]`
     (`flash_attention_gqa_...` with `grouped`: K and V with heads_k heads, see `attention_kernel`).
 
     Per key block j: S = mask(scale Q K_j^T); m' = max(m, rowmax S); alpha = exp(m - m'); P = exp(S - m');
     l' = alpha l + rowsum P; acc' = alpha acc + P V_j. After the loop O = acc / l. Live per block: the
-    running max m [BM], sum l [BM] and accumulator acc [BM, D] (all f32), and one [BM, BN] score tile."""
-    c = AttentionConfig.checked(head_dim, causal, dtype, scale, block_m, block_n)
+    running max m [BM], sum l [BM] and accumulator acc [BM, D] (all f32), and one [BM, BN] score tile.
+
+    `return_lse=True` adds the LSE output (`..._lse`); `num_splits=S > 1` makes the split-KV kernel
+    (`..._split{S}`) whose partial results `attention_combine` merges (module docstring)."""
+    c = AttentionConfig.checked(head_dim, causal, dtype, scale, block_m, block_n, return_lse, num_splits)
     check_flag("grouped", grouped)
     fn, b, blk = attention_kernel(c, "flash_attention_gqa" if grouped else "flash_attention", grouped=grouped)
-    _, l, acc = flash_loop(b, blk)
+    m, l, acc = flash_loop(b, blk)
     # The one normalisation: O = acc / l (a row that saw no key has l = 0 and gives 0).
-    store_output(b, blk, b.binary(tile.DivRowsOp, acc, l, "o"))
+    store_results(b, blk, acc, m, l)
     return finish_kernel(fn, b)
 
 

@@ -12,7 +12,9 @@ separates the passes so that one thread's global writes are visible to every oth
   O += (exp(S_t - LM_t) exp(LM_t - GM) / GD) V_t.
 
 Rows that see no key (causal, seq_q > seq_k) keep -inf maxima; the dialect's safe-max conventions make every
-exp of them 0 and div_rows of a zero sum 0, so they produce zeros.
+exp of them 0 and div_rows of a zero sum 0, so they produce zeros. With `return_lse=True` both also write
+LSE = m + ln(l) (three-pass) or GM + ln(GD) (two-pass, head_dim 64 only), as `flash_attention` does (see
+`attention`).
 """
 
 from __future__ import annotations
@@ -30,9 +32,14 @@ from tessera.kernels.attention import (
     attention_kernel,
     load_key_block,
     masked_scores,
+    store_lse,
     store_output,
 )
 from tessera.kernels.common import ArgSpec, TileBuilder, ceildiv_dim, f32, finish_kernel, global_tensor, register_tile
+
+
+TWO_PASS_LSE_MAX_HEAD_DIM = 64
+"""The largest head_dim at which two-pass attention can also write the LSE (see `two_pass_attention`)."""
 
 
 def _scratch(name: str, last_dim) -> ArgSpec:
@@ -52,10 +59,11 @@ def three_pass_attention(
     scale: float | None = None,
     block_m: int = DEFAULT_BLOCK_M,
     block_n: int | None = None,
+    return_lse: bool = False,
 ) -> ModuleOp:
     """Three-pass attention, `three_pass_attention_d{D}_{dtype}[_causal]`, with scratch buffers %S (scores)
     and %E (exponentials), each [batch, heads, seq_q, seq_k] f32."""
-    c = AttentionConfig.checked(head_dim, causal, dtype, scale, block_m, block_n)
+    c = AttentionConfig.checked(head_dim, causal, dtype, scale, block_m, block_n, return_lse)
     scratch = [_scratch("S", "seq_k"), _scratch("E", "seq_k")]
     fn, b, blk = attention_kernel(c, "three_pass_attention", scratch)
     rows = register_tile([c.block_m])
@@ -97,6 +105,8 @@ def three_pass_attention(
     acc_init = b.fill(0.0, register_tile([c.block_m, c.head_dim]), "acc_init")
     (acc,) = b.for_loop(blk.n_kv, [acc_init], ["acc"], output_step)
     store_output(b, blk, acc)
+    if c.return_lse:
+        store_lse(b, blk, m, l)
     return finish_kernel(fn, b)
 
 
@@ -123,10 +133,16 @@ def two_pass_attention(
     scale: float | None = None,
     block_m: int = DEFAULT_BLOCK_M,
     block_n: int | None = None,
+    return_lse: bool = False,
 ) -> ModuleOp:
     """Two-pass attention, `two_pass_attention_d{D}_{dtype}[_causal]`, with scratch buffers %LM (local row
     maxima) and %SLD (local row sums), each [batch, heads, seq_q, ceildiv(seq_k, BN)] f32."""
-    c = AttentionConfig.checked(head_dim, causal, dtype, scale, block_m, block_n)
+    c = AttentionConfig.checked(head_dim, causal, dtype, scale, block_m, block_n, return_lse)
+    if c.return_lse and c.head_dim > TWO_PASS_LSE_MAX_HEAD_DIM:
+        raise ValueError(f"two_pass_attention: return_lse=True supports head_dim up to {TWO_PASS_LSE_MAX_HEAD_DIM}; got "
+                         f"head_dim {c.head_dim}: GM, GD and the LSE pointer live through the output loop beside the "
+                         "accumulator need 245 registers per consumer thread, more than the 240 warp specialization "
+                         "leaves (flash_attention and three_pass_attention give the LSE at every head_dim)")
     n_tiles = ceildiv_dim("seq_k", c.block_n)
     fn, b, blk = attention_kernel(c, "two_pass_attention", [_scratch("LM", n_tiles), _scratch("SLD", n_tiles)])
     rows = register_tile([c.block_m])
@@ -171,4 +187,6 @@ def two_pass_attention(
     acc_init = b.fill(0.0, register_tile([c.block_m, c.head_dim]), "acc_init")
     (acc,) = b.for_loop(blk.n_kv, [acc_init], ["acc"], output_step, iv_name="t")
     store_output(b, blk, acc)
+    if c.return_lse:
+        store_lse(b, blk, gm, gd)
     return finish_kernel(fn, b)

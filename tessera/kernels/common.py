@@ -164,6 +164,12 @@ class TileBuilder:
     def ceildivsi(self, a, b, name=None):
         return self.emit(arith.CeilDivSIOp(a, b), name)
 
+    def divui(self, a, b, name=None):
+        return self.emit(arith.DivUIOp(a, b), name)
+
+    def remui(self, a, b, name=None):
+        return self.emit(arith.RemUIOp(a, b), name)
+
     def maxsi(self, a, b, name=None):
         return self.emit(arith.MaxSIOp(a, b), name)
 

@@ -1,4 +1,5 @@
-"""`tessera.attention(q, k, v, causal=False, scale=None)`: attention on the GPU with a Tessera kernel.
+"""`tessera.attention(q, k, v, causal=False, scale=None, return_lse=False, num_splits=1, level=None)`: attention
+on the GPU with a Tessera kernel, or the same kernels in one of Tessera's interpreters.
 
     o = softmax(q k^T * scale [+ causal mask]) v     q, o: [batch, heads, seq_q, head_dim]
                                                       k, v: [batch, heads, seq_k, head_dim]
@@ -6,7 +7,14 @@
 `scale` defaults to 1/sqrt(head_dim); causal masking is aligned bottom-right (query i sees keys
 0 .. i + seq_k - seq_q), as in FlashAttention 2.1 and later. q, k and v are NumPy arrays (bf16 as
 `ml_dtypes.bfloat16`, or float16) or PyTorch tensors (bfloat16 or float16; CUDA tensors are used in place),
-and the output is of the same kind and type.
+and the output is of the same kind and type. With `return_lse=True` the call returns (o, lse), lse the f32
+[batch, heads, seq_q] natural log of each row's softmax denominator, sum_j exp(scale q.k_j) (-inf for a row
+that sees no key, whose o is 0). `num_splits` (1, an integer up to 256, or "auto" for FlashAttention-3's
+heuristic, `tessera.kernels.attention_split.choose_num_splits`) splits the key range over that many thread
+blocks per query block (flash-decoding) and runs the combine kernel after them. `level=None` runs on the GPU;
+`level="tile"`, `"target"` or `"ptx"` runs the very kernels the GPU would run (same builders, same options,
+`tessera.passes.DEFAULT_PIPELINE`) in the Tile interpreter, the CTA simulator or the PTX executor, on the
+CPU, and returns NumPy arrays (CPU tensors for PyTorch inputs).
 
 The kernel for (head_dim, causal, dtype, scale) is compiled once and kept on disk (`tessera.runtime.cache`).
 The arguments are checked before anything is compiled or launched, and before a GPU is looked for:
@@ -32,10 +40,12 @@ class UnsupportedKernel(ValueError):
     """The arguments are well formed, but no Tessera kernel computes this (a head_dim, a dtype)."""
 
 
-def attention_config(head_dim: int, causal: bool = False, dtype: str = "bf16", scale: float | None = None) -> KernelConfig:
+def attention_config(head_dim: int, causal: bool = False, dtype: str = "bf16", scale: float | None = None,
+                     return_lse: bool = False, num_splits: int = 1) -> KernelConfig:
     """The configuration of the flash attention kernel for these parameters, checked by the builder's own
     rules (`AttentionConfig.checked`), with the scale resolved so that scale=None and 1/sqrt(head_dim)
-    share one kernel."""
+    share one kernel. `return_lse` and `num_splits` join the options only when they are not the defaults,
+    so the default kernel keeps its cache key."""
     from tessera.kernels import HEAD_DIMS, AttentionConfig
 
     if head_dim not in HEAD_DIMS:
@@ -43,9 +53,12 @@ def attention_config(head_dim: int, causal: bool = False, dtype: str = "bf16", s
                                 f"(supported: {', '.join(map(str, HEAD_DIMS))})")
     if isinstance(scale, np.floating | np.integer):
         scale = float(scale)
-    checked = AttentionConfig.checked(head_dim, causal, dtype, scale)
+    checked = AttentionConfig.checked(head_dim, causal, dtype, scale, return_lse=return_lse, num_splits=num_splits)
+    extra = {"return_lse": True} if checked.return_lse and not checked.split else {}
+    if checked.split:
+        extra["num_splits"] = checked.num_splits
     return KernelConfig.of("flash_attention", head_dim=checked.head_dim, causal=checked.causal, dtype=checked.dtype,
-                           scale=checked.scale, block_n=checked.block_n)
+                           scale=checked.scale, block_n=checked.block_n, **extra)
 
 
 def check_tensor(where: str, name: str, x) -> tuple:
@@ -103,39 +116,57 @@ def attention_kernel(q, k, v, causal: bool = False, scale: float | None = None) 
     return compile_kernel(attention_config(head_dim, causal, dtype, scale))
 
 
-def attention(q, k, v, causal: bool = False, scale: float | None = None, *, cu_seqlens_q=None, cu_seqlens_k=None,
-              max_seqlen_q=None, max_seqlen_k=None, seqused_k=None, level=None):
-    """softmax(q k^T * scale [+ bottom-right causal mask]) v on the GPU; see the module docstring. k and v may
-    have fewer heads than q (GQA/MQA: heads a multiple of heads_k; query head h reads key head
-    h // (heads // heads_k)). With `cu_seqlens_q`/`cu_seqlens_k` (and `max_seqlen_q`, `max_seqlen_k`,
-    optionally `seqused_k`), q, k, v are packed [total_tokens, heads, head_dim] sequences:
-    `tessera.runtime.serving.attention_varlen`, which also takes `level=` ("tile", "target", "ptx")."""
+def attention(q, k, v, causal: bool = False, scale: float | None = None, return_lse: bool = False,
+              num_splits: int | str = 1, level: str | None = None, *, cu_seqlens_q=None, cu_seqlens_k=None,
+              max_seqlen_q=None, max_seqlen_k=None, seqused_k=None):
+    """softmax(q k^T * scale [+ bottom-right causal mask]) v, with its LSE when `return_lse`; on the GPU, or in
+    the interpreter `level` names; see the module docstring. k and v may have fewer heads than q (GQA/MQA:
+    heads a multiple of heads_k; query head h reads key head h // (heads // heads_k); decoding packs a
+    group's heads into one block's rows, `tessera.runtime.kvcache.pack_gqa`). With `cu_seqlens_q` and
+    `cu_seqlens_k` (and `max_seqlen_q`, `max_seqlen_k`, optionally `seqused_k`), q, k, v are packed
+    [total_tokens, heads, head_dim] sequences: `tessera.runtime.serving.attention_varlen`."""
+    from tessera.runtime.attention_plan import attention_plan, check_level, combine_lowering, run_in_interpreter
+
     if cu_seqlens_q is not None or cu_seqlens_k is not None:
         from tessera.runtime.serving import attention_varlen
 
         if cu_seqlens_q is None or cu_seqlens_k is None or max_seqlen_q is None or max_seqlen_k is None:
             raise ValueError("attention: packed sequences need cu_seqlens_q, cu_seqlens_k, max_seqlen_q and "
                              "max_seqlen_k together")
+        if return_lse is not False or not (isinstance(num_splits, int) and num_splits == 1):
+            raise ValueError("attention: return_lse and num_splits are not supported with packed sequences "
+                             "(cu_seqlens) yet")
         return attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
                                 causal=causal, scale=scale, level=level)
-    if max_seqlen_q is not None or max_seqlen_k is not None or seqused_k is not None or level is not None:
-        raise ValueError("attention: max_seqlen_q, max_seqlen_k, seqused_k and level go with cu_seqlens_q and "
+    if max_seqlen_q is not None or max_seqlen_k is not None or seqused_k is not None:
+        raise ValueError("attention: max_seqlen_q, max_seqlen_k and seqused_k go with cu_seqlens_q and "
                          "cu_seqlens_k (packed sequences)")
     head_dim, dtype = check_attention_arguments(q, k, v)
-    config = attention_config(head_dim, causal, dtype, scale)
-    (batch, heads, seq_q, _), heads_k = q.shape, k.shape[1]
-    if heads_k == heads:
-        usable_device((q, k, v))  # no GPU, no compile
-        return run(compile_kernel(config), q, k, v)
+    check_level(level)
     from tessera.runtime.kvcache import pack_gqa
 
-    group = heads // heads_k
-    usable_device((q, k, v))
-    if pack_gqa(seq_q, group, causal):
+    (batch, heads, seq_q, _), heads_k = q.shape, k.shape[1]
+    packed = pack_gqa(seq_q, heads // heads_k, causal)
+    if packed:
         # PackGQA: the group's heads are consecutive, so [batch, heads, seq_q, D] is [batch, heads_k, group x
-        # seq_q, D] without a copy, one block's rows; a single query row sees the whole cache causal or not.
-        options = dict(config.options, causal=causal and seq_q > 1)
-        packed = q.reshape(batch, heads_k, group * seq_q, head_dim)
-        o = run(compile_kernel(KernelConfig.of("flash_attention", **options)), packed, k, v)
-        return o.reshape(batch, heads, seq_q, head_dim)
-    return run(compile_kernel(KernelConfig.of("flash_attention", **dict(config.options), grouped=True)), q, k, v)
+        # seq_q, D] without a copy, one block's rows; a single query row sees the whole key range causal or not.
+        q = q.reshape(batch, heads_k, heads // heads_k * seq_q, head_dim)
+        causal = causal and seq_q > 1
+    plan = attention_plan(q.shape, k.shape, head_dim, causal, dtype, scale, return_lse, num_splits,
+                          grouped=heads_k != q.shape[1])
+    if level is not None:
+        results = run_in_interpreter(plan, q, k, v, level)
+    else:
+        usable_device((q, k, v))  # no GPU, no compile
+        outputs = run(compile_kernel(plan.forward), q, k, v)
+        if plan.combine is not None:
+            with combine_lowering():
+                combine = compile_kernel(plan.combine)
+            outputs = run(combine, *plan.partials(outputs))
+        results = plan.results(outputs)
+    if not packed:
+        return results
+    if return_lse:
+        o, lse = results
+        return o.reshape(batch, heads, seq_q, head_dim), lse.reshape(batch, heads, seq_q)
+    return results.reshape(batch, heads, seq_q, head_dim)

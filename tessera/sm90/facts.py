@@ -10,6 +10,7 @@ The facts live in one module per topic; this module re-exports them all:
   warp        shfl.sync, named barriers, registers, setmaxnreg  [P#...-shfl-sync, -bar, -setmaxnreg]
   packing     cvt/mov packing orders of 16-bit pairs             [P#...-cvt, -mov-2]
   launch      grid and block limits of a launch                   [CCG]
+  approx      error bounds of lg2.approx                          [P#floating-point-instructions-lg2]
 
 Sources: [P#x] = PTX ISA 9.1, https://docs.nvidia.com/cuda/parallel-thread-execution/#x;
 [DRV] = CUDA driver API, cuTensorMapEncodeTiled (group__CUDA__TENSOR__MEMORY); [CCG] = CUDA C++ Programming
@@ -17,6 +18,7 @@ Guide, technical specifications of compute capability 9.0.
 See also ../shared/notes/ptx-sm90a.md, where each fact was checked with ptxas.
 """
 
+from tessera.sm90.approx import LG2_APPROX_ABSOLUTE_RANGE, LG2_APPROX_ERROR, lg2_approx_error_bound
 from tessera.sm90.descriptor import (
     DESCRIPTOR_ADDRESS_MASK,
     MatrixDescriptor,

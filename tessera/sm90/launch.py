@@ -40,3 +40,11 @@ def check_launch(grid: tuple[int, ...], block: tuple[int, ...] | None = None, sh
     if shared_bytes is not None and shared_bytes > MAX_SHARED_MEMORY_PER_BLOCK:
         raise ValueError(f"shared memory of {shared_bytes} bytes per block exceeds the {MAX_SHARED_MEMORY_PER_BLOCK} "
                          "bytes (227 KiB) a block may use (compute capability 9.0)")
+
+
+SM_COUNT = 132
+"""Streaming multiprocessors of an H100 SXM5 or H200 (an H100 PCIe has 114): what split-KV's heuristic
+(`tessera.kernels.attention_split.num_splits_heuristic`) fills with waves of thread blocks by default."""
+
+L2_BYTES = 50 * 2**20
+"""The L2 cache of an H100/H200 (50 MiB), the size FlashAttention-3's split heuristic assumes."""

@@ -220,6 +220,13 @@ class Sm90Functions(InterpreterFunctions):
         with np.errstate(divide="ignore", over="ignore"):
             return (_flush_subnormal((1.0 / _flush_subnormal(args[0]).astype(np.float64)).astype(np.float32)),)
 
+    @impl(sm90.Lg2ApproxOp)
+    def run_lg2(self, interpreter: Interpreter, op: sm90.Lg2ApproxOp, args: PythonValues):
+        """`lg2.approx.ftz.f32`: the correctly rounded log2 of the flushed input (within
+        `facts.LG2_APPROX_ERROR` of the hardware's); lg2(+-0) = -inf, lg2(x < 0) = NaN."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return (np.log2(_flush_subnormal(args[0]).astype(np.float64)).astype(np.float32),)
+
     @impl(sm90.CvtPackOp)
     def run_cvt_pack(self, interpreter: Interpreter, op: sm90.CvtPackOp, args: PythonValues):
         (x,) = args

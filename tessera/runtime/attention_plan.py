@@ -1,0 +1,128 @@
+"""Which kernels one `tessera.attention` call runs (the forward kernel, and with split-KV the combine kernel),
+and running them in an interpreter (`level=`).
+
+A plan is data: the `KernelConfig` of each kernel (builder name and options, compiled on the GPU path through
+`tessera.runtime.compiler`), and how the outputs of one feed the next. The interpreter path builds the same
+kernels from the same configurations (`tessera.kernels.<builder>(**options)`) and runs them with
+`tessera.interpret(..., level=level)`, whose default pipeline is the GPU's, so a CPU answer is the GPU's
+kernel's answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from tessera.runtime.attention import attention_config
+from tessera.runtime.compiler import KernelConfig
+
+LEVELS = ("tile", "target", "ptx")
+"""The interpreters `level=` names (`tessera.LEVELS`); None is the GPU."""
+
+
+def check_level(level: object) -> None:
+    """ValueError naming the rule unless `level` is None or one of `LEVELS`."""
+    if level is not None and (not isinstance(level, str) or level not in LEVELS):
+        raise ValueError(f"attention: level must be None (the GPU) or one of {', '.join(map(repr, LEVELS))}; "
+                         f"got {level!r}")
+
+
+def resolve_num_splits(num_splits: object, q_shape, k_shape, head_dim: int, causal: bool) -> int:
+    """The split count: `num_splits` itself (an integer 1 .. MAX_SPLITS), or for "auto" FlashAttention-3's
+    heuristic (`choose_num_splits`), which never splits a head_dim the split kernel refuses."""
+    from tessera.kernels.attention import SPLIT_HEAD_DIMS, check_num_splits
+    from tessera.kernels.attention_split import choose_num_splits
+
+    if isinstance(num_splits, str):
+        if num_splits != "auto":
+            raise ValueError(f"attention: num_splits must be an integer or \"auto\"; got {num_splits!r}")
+        if head_dim not in SPLIT_HEAD_DIMS:
+            return 1
+        batch, heads, seq_q, _ = (int(d) for d in q_shape)
+        return choose_num_splits(batch, heads, seq_q, int(k_shape[2]), head_dim, causal)
+    if isinstance(num_splits, np.integer):
+        num_splits = int(num_splits)
+    try:
+        return check_num_splits(num_splits)
+    except ValueError as e:
+        raise ValueError(f"attention: {e} (or \"auto\")") from None
+
+
+@dataclass(frozen=True)
+class AttentionPlan:
+    """The kernels of one call: `forward` (writing O [and LSE], or with num_splits > 1 the partial results),
+    then `combine` (None without split-KV) merging the parts."""
+
+    forward: KernelConfig
+    combine: KernelConfig | None
+    num_splits: int
+    return_lse: bool
+
+    def partials(self, outputs) -> tuple:
+        """The split kernel's outputs O_partial [S x batch, heads, seq_q, D] and LSE_partial [S x batch, ...]
+        as the combine kernel's inputs [S, batch, heads, seq_q, ...]: the same memory (a reshape, no copy for
+        contiguous arrays and tensors)."""
+        o_partial, lse_partial = outputs
+        s = self.num_splits
+        return tuple(x.reshape((s, x.shape[0] // s) + tuple(x.shape[1:])) for x in (o_partial, lse_partial))
+
+    def results(self, outputs):
+        """What `tessera.attention` returns: o, or (o, lse) with lse [batch, heads, seq_q] (the kernels' LSE
+        column [batch, heads, seq_q, 1] without its unit dimension)."""
+        if not self.return_lse:
+            return outputs
+        o, lse = outputs
+        return o, lse.reshape(tuple(lse.shape[:-1]))
+
+
+def attention_plan(q_shape, k_shape, head_dim: int, causal: bool, dtype: str, scale: float | None,
+                   return_lse: bool, num_splits: object, grouped: bool = False) -> AttentionPlan:
+    """The plan for checked arguments; ValueError naming the option for a bad `return_lse` or `num_splits`.
+    `grouped`: k and v have fewer heads than q (the forward kernel's `grouped` option, GQA/MQA)."""
+    if not isinstance(return_lse, bool):
+        raise ValueError(f"attention: return_lse must be True or False; got {return_lse!r}")
+    splits = resolve_num_splits(num_splits, q_shape, k_shape, head_dim, causal)
+    forward = attention_config(head_dim, causal, dtype, scale, return_lse=return_lse, num_splits=splits)
+    if grouped:
+        forward = KernelConfig.of(forward.builder, forward.pipeline, **dict(forward.options), grouped=True)
+    combine = None
+    if splits > 1:
+        options = {"return_lse": True} if return_lse else {}
+        combine = KernelConfig.of("attention_combine", head_dim=head_dim, num_splits=splits, dtype=dtype, **options)
+    return AttentionPlan(forward, combine, splits, return_lse)
+
+
+@contextlib.contextmanager
+def combine_lowering():
+    """Lowering the combine kernel: it reads its inputs into registers and copies nothing into shared memory,
+    so warp-specialize has no producer to make and says so; that is by design, and not repeated to users."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*warp-specialize: no ring refills")
+        yield
+
+
+def _module(config: KernelConfig):
+    import tessera.kernels
+
+    return getattr(tessera.kernels, config.builder)(**dict(config.options))
+
+
+def run_in_interpreter(plan: AttentionPlan, q, k, v, level: str):
+    """Run the plan's kernels in the interpreter `level` on NumPy arrays (PyTorch tensors go through NumPy and
+    come back as CPU tensors), returning what the GPU path returns."""
+    import tessera
+    from tessera.runtime.launch import is_torch_tensor, numpy_to_torch, torch_to_numpy
+
+    torch_inputs = is_torch_tensor(q)
+    arrays = [torch_to_numpy(x.cpu()) if torch_inputs else x for x in (q, k, v)]
+    outputs = tessera.interpret(_module(plan.forward), *arrays, level=level)
+    if plan.combine is not None:
+        with combine_lowering():
+            outputs = tessera.interpret(_module(plan.combine), *plan.partials(outputs), level=level)
+    results = plan.results(outputs)
+    if not torch_inputs:
+        return results
+    return tuple(numpy_to_torch(r) for r in results) if isinstance(results, tuple) else numpy_to_torch(results)
