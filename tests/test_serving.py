@@ -401,3 +401,20 @@ def test_serving_ops_print_and_parse_back_at_both_levels():
         assert print_module(parse_module(text, "serving.mlir")) == text
     assert "tile.store_global_rows" in print_module(module)
     assert "{sm90.invariant}" in print_module(tessera.compile(module, target="target"))
+
+
+@pytest.mark.parametrize("seq_q,num_splits,causal", [(1, 3, True), (3, 2, True)])
+def test_dense_gqa_with_split_kv_and_lse(seq_q, num_splits, causal, rng):
+    """tessera.attention with grouped heads beside split-KV and the LSE: decoding is packed (PackGQA, the LSE
+    reshaped back to [batch, heads, seq_q]), causal prefill runs the grouped kernel."""
+    q = bf16(rng, 2, HEADS, seq_q, 64)
+    k, v = (bf16(rng, 2, 2, 500, 64) for _ in range(2))
+    out, lse = tessera.attention(q, k, v, causal=causal, return_lse=True, num_splits=num_splits, level="tile")
+    assert out.shape == q.shape and lse.shape == (2, HEADS, seq_q)
+    assert grouped_reference(out, q, k, v, causal).ok
+    keys = np.repeat(k, 3, 1).astype(np.float64)
+    scores = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), keys) / 8
+    if causal:
+        scores = np.where(reference.causal_visible(seq_q, 500), scores, -np.inf)
+    top = scores.max(-1)
+    np.testing.assert_allclose(lse, top + np.log(np.exp(scores - top[..., None]).sum(-1)), atol=1e-4)
