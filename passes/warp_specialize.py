@@ -51,7 +51,7 @@ from xdsl.utils.exceptions import DiagnosticException
 from tessera.diagnostics import located, warn
 from tessera.dialects import sm90
 from tessera.kernel_abi import TARGET_KERNEL_ATTR, is_target_kernel
-from tessera.passes.convert_tile_to_sm90 import PRODUCER_ATTR
+from tessera.passes.convert_tile_to_sm90 import INVARIANT_ATTR, PRODUCER_ATTR
 from tessera.sm90 import facts
 
 PRODUCER_THREADS = facts.WARPGROUP_SIZE
@@ -72,11 +72,6 @@ def _refuse(op: Operation, message: str) -> None:
 
 def _contains_producer(op: Operation) -> bool:
     return any(PRODUCER_ATTR in inner.attributes for inner in op.walk())
-
-
-INVARIANT_ATTR = "sm90.invariant"
-"""On an sm90.ld_global: it reads an input the kernel never writes (set by convert-tile-to-sm90 for
-tile.load_index)."""
 
 
 def _is_pure(op: Operation) -> bool:

@@ -9,8 +9,7 @@ from xdsl.ir import Block
 
 from tessera.dialects import sm90, tile
 from tessera.lowering.emitter import Emitter
-from tessera.passes.convert_tile_to_sm90.common import _refuse
-from tessera.passes.warp_specialize import INVARIANT_ATTR
+from tessera.passes.convert_tile_to_sm90.common import INVARIANT_ATTR, _refuse
 
 
 class ServingLowering:
