@@ -418,3 +418,23 @@ def test_dense_gqa_with_split_kv_and_lse(seq_q, num_splits, causal, rng):
         scores = np.where(reference.causal_visible(seq_q, 500), scores, -np.inf)
     top = scores.max(-1)
     np.testing.assert_allclose(lse, top + np.log(np.exp(scores - top[..., None]).sum(-1)), atol=1e-4)
+
+
+def test_varlen_decoding_packs_the_group_and_leaves_uncovered_rows_zero(rng, monkeypatch):
+    """Decoding (max_seqlen_q 1) with groups of 3: the kernel gets Q as [heads_k, 3 x total_q, D], the group's
+    heads in one block's rows; tokens no sequence covers (before cu_seqlens_q[0], after its end) stay 0."""
+    from tessera.runtime import serving
+
+    seen = []
+    run = serving.run_kernel
+    monkeypatch.setattr(serving, "run_kernel", lambda *a: seen.append(a[3][0].shape) or run(*a))
+    cq, ck = np.array([1, 2, 2, 3], np.int32), cu_seqlens([40, 1, 300])
+    q = bf16(rng, 5, HEADS, 64)
+    k, v = (bf16(rng, 341, 2, 64) for _ in range(2))
+    out = tessera.attention(q, k, v, causal=True, cu_seqlens_q=cq, cu_seqlens_k=ck, max_seqlen_q=1,
+                            max_seqlen_k=300, level="tile")
+    assert seen == [(2, 15, 64)]
+    assert np.all(out[[0, 3, 4]].astype(np.float32) == 0)
+    for b, (t, keys) in enumerate([(1, slice(0, 40)), (2, slice(41, 341))]):
+        head_major = [x.transpose(1, 0, 2)[None] for x in (out[t:t + 1], q[t:t + 1], k[keys], v[keys])]
+        assert grouped_reference(*head_major, True).ok

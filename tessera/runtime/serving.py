@@ -15,7 +15,10 @@ masks aligned bottom-right per sequence); rows no sequence covers are 0.
 
 The kernel (`tessera.kernels.attention_varlen`) takes head-major tensors: q, k, v are passed as transposed
 views ([heads, total, head_dim]; a tensor map reads them through their strides, no copy on a GPU), the output
-is made head-major and transposed back. Values of index tables are checked where the host can read them
+is made head-major and transposed back. Decoding batches (max_seqlen_q x group <= 128 rows, and
+max_seqlen_q 1 or not causal: `kvcache.pack_gqa`) are packed as FlashAttention-3's PackGQA: q is copied into
+[heads_k, group x total_q, head_dim], sequence b's rows [group cu[b], group cu[b + 1]) holding its group's
+query heads one after the other, so that one block reads each K/V tile once for the whole group. Values of index tables are checked where the host can read them
 (NumPy arrays and CPU tensors); a CUDA tensor's are not read (that would synchronise), as in FlashAttention.
 """
 
@@ -199,10 +202,70 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         seqlen_k = seqlen_k.astype(np.int32)
     tables = [cu_seqlens_q[:-1], cu_seqlens_q[1:], cu_seqlens_k[:-1], seqlen_k]
     options = {"head_dim": checked.head_dim, "causal": checked.causal, "dtype": checked.dtype, "scale": checked.scale}
+    from tessera.runtime.kvcache import pack_gqa
+
+    group = q_shape[1] // k_shape[1]
+    if pack_gqa(int(max_seqlen_q), group, causal):
+        rows = packed_rows(cu_seqlens_q, group, q_shape[0])
+        tables[:2] = [group * cu_seqlens_q[:-1], group * cu_seqlens_q[1:]]
+        options["causal"] = False  # packing happens for causal attention only when every query row is the last
+        inputs = [pack_heads(q, rows, k_shape[1]), head_major(k), head_major(v), *tables]
+        shape = (k_shape[1], group * q_shape[0], q_shape[2])
+        with sequence_checks(level, tables[0], tables[1], shape):
+            o = run_kernel(where, "flash_attention_varlen", options, inputs, level)
+        return unpack_heads(o, rows, q_shape)
     inputs = [head_major(q), head_major(k), head_major(v), *tables]
     with sequence_checks(level, tables[0], tables[1], (q_shape[1], q_shape[0], q_shape[2])):
         o = run_kernel(where, "flash_attention_varlen", options, inputs, level)
     return token_major(o)
+
+
+def packed_rows(cu_seqlens, group: int, total: int):
+    """PackGQA for packed sequences: (tokens, rows), the tokens that some sequence covers and, for each, the
+    row [n, group] of query head i of its group in the packed Q: sequence b owns rows [group cu[b], group
+    cu[b + 1]), head i of the group its i-th run of len_b rows, so one block's rows hold the group's heads."""
+    lib = np if isinstance(cu_seqlens, np.ndarray) else __import__("torch")
+    cu = cu_seqlens.astype(np.int64) if lib is np else cu_seqlens.long()
+    lengths = cu[1:] - cu[:-1]
+    arange = np.arange if lib is np else (lambda n: lib.arange(n, device=cu.device))
+    sequence = np.repeat(arange(len(lengths)), lengths) if lib is np else \
+        lib.repeat_interleave(arange(len(lengths)), lengths)
+    tokens = cu[0] + arange(int(lengths.sum()))
+    position = tokens - cu[sequence]
+    heads = arange(group)
+    rows = group * cu[sequence][:, None] + heads[None, :] * lengths[sequence][:, None] + position[:, None]
+    return tokens, rows
+
+
+def pack_heads(q, rows, heads_k: int):
+    """q [total, heads, D] -> Q [heads_k, group x total, D] with q[t, g group + i] at Q[g, rows[t, i]]."""
+    tokens, index = rows
+    total, heads, d = q.shape
+    group = heads // heads_k
+    if isinstance(q, np.ndarray):
+        packed = np.zeros((heads_k, group * total, d), q.dtype)
+        packed[:, index.reshape(-1)] = q[tokens].reshape(-1, heads_k, group, d).transpose(1, 0, 2, 3).reshape(
+            heads_k, -1, d)
+        return packed
+    packed = q.new_zeros((heads_k, group * total, d))
+    packed[:, index.reshape(-1)] = q[tokens].reshape(-1, heads_k, group, d).permute(1, 0, 2, 3).reshape(heads_k, -1, d)
+    return packed
+
+
+def unpack_heads(o, rows, q_shape):
+    """The inverse of `pack_heads` for the output: [heads_k, group x total, D] -> [total, heads, D] (rows of
+    tokens no sequence covers are 0, as the kernel leaves them)."""
+    tokens, index = rows
+    total, heads, d = q_shape
+    heads_k = o.shape[0]
+    gathered = o[:, index]  # [heads_k, n, group, D]
+    if isinstance(o, np.ndarray):
+        out = np.zeros(q_shape, o.dtype)
+        out[tokens] = gathered.transpose(1, 0, 2, 3).reshape(-1, heads, d)
+        return out
+    out = o.new_zeros(q_shape)
+    out[tokens] = gathered.permute(1, 0, 2, 3).reshape(-1, heads, d)
+    return out
 
 
 def readable(x) -> np.ndarray:
