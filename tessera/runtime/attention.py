@@ -14,7 +14,10 @@ heuristic, `tessera.kernels.attention_split.choose_num_splits`) splits the key r
 blocks per query block (flash-decoding) and runs the combine kernel after them. `level=None` runs on the GPU;
 `level="tile"`, `"target"` or `"ptx"` runs the very kernels the GPU would run (same builders, same options,
 `tessera.passes.DEFAULT_PIPELINE`) in the Tile interpreter, the CTA simulator or the PTX executor, on the
-CPU, and returns NumPy arrays (CPU tensors for PyTorch inputs).
+CPU, and returns NumPy arrays (CPU tensors for PyTorch inputs). k and v may have heads_k heads, a divisor of
+q's heads (GQA/MQA; decoding packs each group's query heads into one block's rows, PackGQA). With
+`cu_seqlens_q=`, `cu_seqlens_k=`, `max_seqlen_q=`, `max_seqlen_k=` (and optionally `seqused_k=`) q, k and v
+are packed [total_tokens, heads, head_dim] sequences (`tessera.runtime.serving`).
 
 The kernel for (head_dim, causal, dtype, scale) is compiled once and kept on disk (`tessera.runtime.cache`).
 The arguments are checked before anything is compiled or launched, and before a GPU is looked for:
