@@ -5,6 +5,7 @@ simulator's count of the bytes the kernel reads from global memory per query tok
                            [--head-dim 128] [--page-size 256] [--repeats 30]      (GPU: tokens/s, GB/s)
     python bench/decode.py --simulate [--level target|ptx|tile] [...]                (CPU: bytes per token)
     python bench/decode.py --grid                       (CPU: FA3's (seq_q, seq_k) grid at Tile level, GQA)
+    python bench/decode.py --ptxas                      (CPU: the serving kernels under every ptxas found)
 
 GPU: one decoding step (seq_q 1) for each batch and cache length, bf16, a random page permutation; tokens/s =
 batch / time, bandwidth = K/V bytes of the used cache + q and o bytes / time. Beside Tessera: FlashAttention's
@@ -160,6 +161,34 @@ def grid(args) -> None:
     sys.exit(1 if failures else 0)
 
 
+def ptxas_matrix(args) -> None:
+    """The grouped, varlen and paged (pages of 16 and 256) kernels at head_dim 64/128/256, causal or not,
+    assembled by every ptxas found: registers, spills, stack frame, warnings and diagnostics."""
+    import tessera
+    from tessera.kernels import flash_attention, flash_attention_paged, flash_attention_varlen
+    from tessera.toolchain import compile_ptx, find_all_ptxas
+
+    builders = {"gqa": lambda d, c: flash_attention(d, causal=c, grouped=True),
+                "varlen": lambda d, c: flash_attention_varlen(d, causal=c),
+                "paged16": lambda d, c: flash_attention_paged(d, causal=c, page_size=16),
+                "paged256": lambda d, c: flash_attention_paged(d, causal=c, page_size=256)}
+    unclean = 0
+    for head_dim in (64, 128, 256):
+        for causal in (False, True):
+            for name, build in builders.items():
+                ptx = tessera.compile(build(head_dim, causal))
+                for ptxas in find_all_ptxas():
+                    result = compile_ptx(ptx, ptxas=ptxas.path)
+                    e = result.entry()
+                    bad = e.spill_store_bytes + e.spill_load_bytes + e.stack_frame_bytes + len(result.warnings) + \
+                        len(result.log.diagnostics)
+                    unclean += bad > 0
+                    print(f"{name:>8} d{head_dim} {'causal' if causal else 'full':>6} {result.ptxas}: {e.registers} "
+                          f"registers, spills {e.spill_store_bytes}/{e.spill_load_bytes} B, stack "
+                          f"{e.stack_frame_bytes} B, {len(result.warnings)} warnings", flush=True)
+    sys.exit(1 if unclean else 0)
+
+
 # endregion
 # region GPU
 
@@ -257,6 +286,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--simulate", action="store_true", help="count simulated global-memory bytes (CPU)")
     parser.add_argument("--grid", action="store_true", help="FA3's grid at Tile level (CPU)")
+    parser.add_argument("--ptxas", action="store_true", help="the serving kernels under every ptxas (CPU)")
     parser.add_argument("--level", choices=("target", "ptx", "tile"), default="target")
     parser.add_argument("--batch", type=int, nargs="+")
     parser.add_argument("--cache", type=int, nargs="+")
@@ -269,6 +299,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.grid:
         grid(args)
+    if args.ptxas:
+        ptxas_matrix(args)
     if args.simulate:
         args.batch = args.batch or [1, 4]
         args.cache = args.cache or [1000]
