@@ -15,10 +15,10 @@ an fp32 computation under Tessera's tolerance rule before it is timed (CUDA even
 Without a usable GPU it prints "no CUDA GPU: <why>" and exits 0.
 
 --simulate runs the same kernel in an interpreter ("target": the CTA simulator, default; "ptx": the PTX
-executor's TMA and loads are not instrumented, so it falls back to "target"; "tile": `tile.cp_async` and
-`tile.load_index` windows) and counts every byte read from global memory: TMA boxes (only the elements
-inside the tensor: TMA fetches nothing for the zero fill), `ld.global` words (the page-table and sequence
-tables). The ideal reads each K/V byte of the used cache once, plus q once. PackGQA is what brings a GQA
+executor; "tile": the Tile interpreter's `tile.cp_async` windows) and counts the bytes its copies read from
+global memory: TMA boxes (only the elements inside the tensor: TMA fetches nothing for the zero fill); the
+"tables B" column adds the CTA simulator's `ld.global` words (page table and sequence tables, counted per
+thread: one broadcast load per warp in hardware). The ideal reads each K/V byte of the used cache once, plus q once. PackGQA is what brings a GQA
 group to the ideal: unpacked, each of the group's query heads reads the key head's tiles again.
 """
 
@@ -88,7 +88,19 @@ class ByteCounter:
             counter.tma += int(valid.sum()) * view.tensor.dtype.itemsize
             return view_read(view)
 
-        for owner, name, new in ((tma.TensorMap, "read_box", counted_box),
+        from tessera.interpreters.ptx import tensor as ptx_tensor
+
+        tma_lane = ptx_tensor._tma_lane
+
+        def counted_lane(m, inst, lane, map_address, coords, smem, load):
+            if load:
+                spec = ptx_tensor._tensor_map(m, inst, lane, map_address).spec
+                _, valid = spec.box_byte_offsets(coords)
+                counter.tma += int(valid.sum()) * spec.element_bytes
+            return tma_lane(m, inst, lane, map_address, coords, smem, load)
+
+        for owner, name, new in ((ptx_tensor, "_tma_lane", counted_lane),
+                                 (tma.TensorMap, "read_box", counted_box),
                                  (global_memory.GlobalMemory, "load_words", counted_words),
                                  (tile_memory.GlobalView, "read", counted_view)):
             self._undo.append((owner, name, getattr(owner, name)))
@@ -103,7 +115,7 @@ class ByteCounter:
 def simulate(args) -> None:
     import tessera.runtime.kvcache as kvcache
 
-    level = "target" if args.level == "ptx" else args.level
+    level = args.level
     print(f"bytes read from global memory per query token, {level} level (ideal: each K/V byte of the used "
           f"cache once, plus q)")
     print(f"{'batch':>5} {'cache':>7} {'heads':>5} {'hk':>3} {'D':>4} {'page':>5} {'pack':>5} "
