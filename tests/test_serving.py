@@ -117,6 +117,17 @@ def test_varlen_sequences_attend_to_their_own_keys(head_dim, heads_k, causal, rn
     check_varlen(out, q, k, v, lengths_q, lengths_k, causal)
 
 
+def test_varlen_without_queries_or_keys_launches_nothing(rng):
+    q, k = bf16(rng, 3, 2, 64), np.zeros((0, 1, 64), BF16)
+    empty = np.array([0, 0, 0], np.int32)
+    out = tessera.attention(q, k, k, cu_seqlens_q=np.array([0, 1, 3], np.int32), cu_seqlens_k=empty,
+                            max_seqlen_q=2, max_seqlen_k=0, level="tile")
+    assert out.shape == q.shape and np.all(out.astype(np.float32) == 0)
+    none = tessera.attention(q[:0], q, q, cu_seqlens_q=empty, cu_seqlens_k=np.array([0, 1, 3], np.int32),
+                             max_seqlen_q=0, max_seqlen_k=2, level="tile")
+    assert none.shape == (0, 2, 64)
+
+
 def test_varlen_seqused_k_limits_the_keys(rng):
     lengths_q, lengths_k, used = [2, 9], [50, 140], np.array([0, 129], np.int32)
     q = bf16(rng, 11, 2, 64)

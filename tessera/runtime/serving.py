@@ -133,6 +133,10 @@ def check_max_seqlen(where: str, name: str, value, cu: np.ndarray | None) -> Non
                          f"({int(np.max(np.diff(cu)))})")
 
 
+def zeros_like(x):
+    return np.zeros_like(x) if isinstance(x, np.ndarray) else x.new_zeros(x.shape)
+
+
 def head_major(x):
     """[total, heads, D] -> [heads, total, D], a view (transpose)."""
     return x.transpose(1, 0, 2) if isinstance(x, np.ndarray) else x.transpose(0, 1)
@@ -192,8 +196,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         if used is not None and cu_k is not None and (np.any(used < 0) or np.any(used > np.diff(cu_k))):
             raise ValueError(f"{where}: seqused_k must lie between 0 and each sequence's length in cu_seqlens_k, "
                              f"got {used.tolist()} for lengths {np.diff(cu_k).tolist()}")
-    if q_shape[0] == 0:
-        raise ValueError(f"{where}: q holds no token (total_tokens 0); a kernel launch needs one")
+    if q_shape[0] == 0 or k_shape[0] == 0:  # nothing to launch: no query, or no key for any (rows of 0)
+        return q * 0 if q_shape[0] == 0 else zeros_like(q)
     from tessera.kernels import AttentionConfig
 
     checked = AttentionConfig.checked(q_shape[2], causal, dtype, scale)
