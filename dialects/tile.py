@@ -27,6 +27,7 @@ from xdsl.dialects.builtin import (
     FloatAttr,
     IndexType,
     IntegerAttr,
+    IntegerType,
     StringAttr,
     UnitAttr,
 )
@@ -424,6 +425,56 @@ class StoreGlobalOp(IRDLOperation):
         _require(val.element_type == dst.element_type, self, f"value element type {val.element_type} must match the window's {dst.element_type} (insert a tile.cast)")
 
 
+@irdl_op_definition
+class StoreGlobalRowsOp(IRDLOperation):
+    """`tile.store_global_rows %value, %window, %rows : value_type, window_type`: `tile.store_global` of only
+    the window's first `rows` rows (none when rows <= 0); elements outside the tensor are not written either.
+
+    For tensors that pack several sequences along their rows (varlen attention): a block's window may reach
+    past the end of its sequence into the next one, and those rows must not be written."""
+
+    name = "tile.store_global_rows"
+    value = operand_def(TILE)
+    dest = operand_def(TILE)
+    rows = operand_def(IndexType)
+    traits = traits_def(MemoryWriteEffect())
+    assembly_format = "$value `,` $dest `,` $rows attr-dict `:` type($value) `,` type($dest)"
+
+    def __init__(self, value: SSAValue | Operation, dest: SSAValue | Operation, rows: SSAValue | Operation):
+        super().__init__(operands=[value, dest, rows])
+
+    def verify_(self) -> None:
+        val, dst = _tile(self.value), _tile(self.dest)  # the rules of tile.store_global
+        _require_space(self, "value", val, MemSpace.REGISTER)
+        _require_space(self, "destination", dst, MemSpace.GLOBAL)
+        _require(val.get_shape() == dst.get_shape(), self, f"value shape {list(val.get_shape())} and window shape {list(dst.get_shape())} must match")
+        _require(val.element_type == dst.element_type, self, f"value element type {val.element_type} must match the window's {dst.element_type} (insert a tile.cast)")
+
+
+@irdl_op_definition
+class LoadIndexOp(IRDLOperation):
+    """`%n = tile.load_index %table[%i0, ..., %in] : table_type`: one element of an i32 global tensor (one
+    index per dimension), read as an index, e.g. a sequence start from `cu_seqlens` or a page number from a
+    page table. Every block reads the same element; an index outside the tensor is an error of the kernel
+    (the interpreters report it), not a zero."""
+
+    name = "tile.load_index"
+    source = operand_def(TILE)
+    indices = var_operand_def(IndexType)
+    result = result_def(IndexType)
+    traits = traits_def(MemoryReadEffect())
+    assembly_format = "$source `[` $indices `]` attr-dict `:` type($source)"
+
+    def __init__(self, source: SSAValue | Operation, indices: Sequence[SSAValue | Operation]):
+        super().__init__(operands=[source, list(indices)], result_types=[IndexType()])
+
+    def verify_(self) -> None:
+        ty = _tile(self.source)
+        _require_space(self, "source", ty, MemSpace.GLOBAL)
+        _require(ty.element_type == IntegerType(32), self, f"the table must hold i32 elements, got {ty.element_type}")
+        _require(len(self.indices) == ty.rank, self, f"needs {ty.rank} indices (one per dimension), got {len(self.indices)}")
+
+
 # endregion
 # region Tensor-core matrix multiply
 
@@ -817,6 +868,8 @@ Tile = Dialect(
         LoadOp,
         LoadBroadcastOp,
         StoreGlobalOp,
+        StoreGlobalRowsOp,
+        LoadIndexOp,
         MmaOp,
         RowMaxOp,
         RowSumOp,

@@ -131,7 +131,10 @@ def bulk_copyable(copy: tile.CpAsyncOp) -> bool:
 def is_index_computation(op: Operation) -> bool:
     """Whether `op` may be part of a load section: it has no regions, and is `arith` (index arithmetic,
     whose divisions are safe wherever the original loop ran them: loads run only for real trips) or free
-    of side effects (tile.view, tile.dim, tile.stage, tile.program_id)."""
+    of side effects (tile.view, tile.dim, tile.stage, tile.program_id), or `tile.load_index` (an element of an
+    input table, which no op of the kernel writes: a page number of a paged cache)."""
+    if isinstance(op, tile.LoadIndexOp):
+        return True
     return not op.regions and (op.dialect_name() == "arith" or is_side_effect_free(op))
 
 

@@ -51,7 +51,7 @@ from xdsl.utils.exceptions import DiagnosticException
 from tessera.diagnostics import located, warn
 from tessera.dialects import sm90
 from tessera.kernel_abi import TARGET_KERNEL_ATTR, is_target_kernel
-from tessera.passes.convert_tile_to_sm90 import PRODUCER_ATTR
+from tessera.passes.convert_tile_to_sm90 import INVARIANT_ATTR, PRODUCER_ATTR
 from tessera.sm90 import facts
 
 PRODUCER_THREADS = facts.WARPGROUP_SIZE
@@ -75,7 +75,11 @@ def _contains_producer(op: Operation) -> bool:
 
 
 def _is_pure(op: Operation) -> bool:
-    """No effect but its results (arith's integer divisions declare no effects in xDSL, yet have none)."""
+    """No effect but its results (arith's integer divisions declare no effects in xDSL, yet have none); a load
+    marked `sm90.invariant` (an element of a read-only table, such as a sequence start) reads the same value
+    wherever it is recomputed, so the producer may recompute it too."""
+    if INVARIANT_ATTR in op.attributes:
+        return True
     return not op.regions and (op.dialect_name() in ("arith", "vector", "math") or is_side_effect_free(op))
 
 

@@ -11,6 +11,9 @@ Public API:
   same kernels in an interpreter;
 - `tessera.attention_backward(q, k, v, o, lse, do, causal=False, scale=None, deterministic=False, level=None)`:
   (dq, dk, dv) on the GPU, or with `level=` in an interpreter (`tessera.runtime.attention_backward`).
+- `tessera.attention(..., cu_seqlens_q=, cu_seqlens_k=, ...)`: packed variable-length batches
+  (`tessera.runtime.serving`); `tessera.attention_with_kvcache(...)`: decoding against a (paged) KV cache
+  (`tessera.runtime.kvcache`), both also in the interpreters with `level=`.
 
 Every entry point that lowers a kernel uses one default, `tessera.passes.DEFAULT_PIPELINE` (the full,
 warp-specialized pipeline ending in register allocation); `pipeline=` picks another. Arguments are checked at
@@ -224,4 +227,8 @@ def __getattr__(name: str):
         from tessera.runtime.attention_backward import attention_backward
 
         return attention_backward
+    if name == "attention_with_kvcache":
+        from tessera.runtime.kvcache import attention_with_kvcache
+
+        return attention_with_kvcache
     raise AttributeError(f"module 'tessera' has no attribute '{name}'")

@@ -5,8 +5,9 @@ A kernel is a `func.func` with these attributes:
     tile.kernel = {kind = "attention", causal = false, scale = 0.0883883461 : f32}
     tile.grid   = #tile.dims<ceildiv(seq_q, 128), heads, batch>
 
-`kind` is "attention" (arguments Q, K, V in, O out, optionally LSE out; `causal` and `scale` say what it computes),
-"attention_backward" (one of the backward's three kernels; `causal` and `scale` too), "gemm"
+`kind` is "attention" (arguments Q, K, V in, O out, optionally LSE out, and optionally i32 tables in after V,
+see `is_table`; `causal` and `scale` say what it computes), "attention_backward" (one of the backward's three
+kernels; `causal` and `scale` too), "gemm"
 (A, B in, C out; with `beta` also C_in in and with `bias` a bias in, see `GemmOptions`) or "custom" (no
 reference). Each argument is a global tile carrying
 
@@ -48,18 +49,12 @@ KINDS = {"attention": (("Q", "K", "V"), ("O",)), "gemm": (("A", "B"), ("C",)), "
 the backward's three kernels (`tessera.kernels.attention_backward`), whose arguments differ from kernel to
 kernel; like "attention" it carries `causal` and `scale`."""
 ATTENTION_KINDS = ("attention", "attention_backward")
+"""The kinds whose `tile.kernel` may say `causal` and `scale`."""
 OPTIONAL_OUTPUTS = {"attention": ("LSE",)}
 """Outputs a kind may add after its own: attention's log-sum-exp per query row (`return_lse=True`)."""
 
 
 GEMM_ENTRIES = ("transpose_a", "transpose_b", "alpha", "beta", "bias")
-
-KINDS["attention_backward"] = (None, None)
-"""One of the attention backward's three kernels (`tessera.kernels.attention_backward`): its arguments differ
-from kernel to kernel (so any are taken); like "attention" it carries `causal` and `scale`."""
-ATTENTION_KINDS = ("attention", "attention_backward")
-"""The kinds whose `tile.kernel` may say `causal` and `scale`."""
-
 
 @dataclass(frozen=True)
 class GemmOptions:
@@ -272,7 +267,8 @@ def signature(op: func.FuncOp) -> KernelSignature:
     if gemm is not None:
         expected_in = gemm.input_names
     if expected_in is not None:
-        n_in = sum(a.role == "in" for a in args)
+        # Attention kernels may also take i32 tables after Q, K, V (sequence starts, page tables: serving).
+        n_in = sum(a.role == "in" and not (kind == "attention" and is_table(a.type)) for a in args)
         n_out = sum(a.role == "out" for a in args)
         optional = OPTIONAL_OUTPUTS.get(kind, ())
         if n_in != len(expected_in) or n_out not in (len(expected_out), len(expected_out) + len(optional)):
@@ -294,6 +290,11 @@ def signature(op: func.FuncOp) -> KernelSignature:
                 _fail(op, f"'{DIVISIBLE_ATTR}' names '{name}', which no input defines")
             divisible[name] = attr.value.data
     return KernelSignature(op, op.sym_name.data, kind, causal, scale, tuple(args), grid, gemm, divisible)
+
+
+def is_table(ty: TileType) -> bool:
+    """An i32 global tensor: a table of indices (`tile.load_index` reads it), not a tensor of values."""
+    return isinstance(ty.element_type, IntegerType) and ty.element_type.width.data == 32
 
 
 def rows_aligned(sig: KernelSignature, arg: int, alignment: int) -> bool:

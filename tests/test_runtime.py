@@ -320,7 +320,9 @@ def q_like(shape=(1, 2, 64, 64), dtype=BF16):
 
 @pytest.mark.parametrize("args,error,message", [
     ((q_like((2, 64, 64)), q_like(), q_like()), ValueError, r"q must be 4-D \[batch, heads, seq, head_dim\], got shape \(2, 64, 64\)"),
-    ((q_like(), q_like((2, 2, 64, 64)), q_like()), ValueError, "same batch and heads"),
+    ((q_like(), q_like((2, 2, 64, 64)), q_like()), ValueError, "same batch, and k and v the same heads"),
+    ((q_like(), q_like((1, 3, 64, 64)), q_like((1, 3, 64, 64))), ValueError, "a divisor of q's"),
+    ((q_like(), q_like((1, 1, 64, 64)), q_like()), ValueError, "k and v the same heads"),
     ((q_like(), q_like((1, 2, 64, 64)), q_like((1, 2, 32, 64))), ValueError, "k and v must have the same sequence length, got 64 and 32"),
     ((q_like(), q_like(), q_like((1, 2, 64, 128))), ValueError, "same head_dim, got 64, 64, 128"),
     ((q_like(), q_like(), q_like(dtype=F16)), ValueError, "one element type, got bfloat16, bfloat16, float16"),

@@ -42,10 +42,10 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from tessera.kernel_abi import kernels
-from tessera.passes.convert_tile_to_sm90.common import PRODUCER_ATTR, LoweringError
+from tessera.passes.convert_tile_to_sm90.common import INVARIANT_ATTR, PRODUCER_ATTR, LoweringError
 from tessera.passes.convert_tile_to_sm90.kernel import KernelLowering
 
-__all__ = ["PRODUCER_ATTR", "ConvertTileToSm90Pass", "KernelLowering", "LoweringError"]
+__all__ = ["INVARIANT_ATTR", "PRODUCER_ATTR", "ConvertTileToSm90Pass", "KernelLowering", "LoweringError"]
 
 
 @dataclass(frozen=True)

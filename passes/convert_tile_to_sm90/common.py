@@ -23,6 +23,9 @@ LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 PRODUCER_ATTR = "sm90.producer"
 """Marks the scf.if in which thread 0 refills a ring stage: the work warp-specialize gives the producer."""
+INVARIANT_ATTR = "sm90.invariant"
+"""On an sm90.ld_global: it reads an input the kernel never writes (tile.load_index's table), so it reads the
+same value wherever it is recomputed (warp-specialize lets the producer recompute it)."""
 
 
 def _constant(value: SSAValue) -> int | None:

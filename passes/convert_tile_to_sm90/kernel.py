@@ -57,10 +57,12 @@ from tessera.passes.convert_tile_to_sm90.control import ControlFlowLowering
 from tessera.passes.convert_tile_to_sm90.memory import MemoryLowering
 from tessera.passes.convert_tile_to_sm90.mma import MmaLowering
 from tessera.passes.convert_tile_to_sm90.registers import RegisterTileLowering
+from tessera.passes.convert_tile_to_sm90.serving import ServingLowering
 
 
 @dataclass
-class KernelLowering(MemoryLowering, RegisterTileLowering, MmaLowering, AttentionLowering, ControlFlowLowering):
+class KernelLowering(MemoryLowering, RegisterTileLowering, MmaLowering, AttentionLowering, ControlFlowLowering,
+                     ServingLowering):
     """Lowers one Tile IR kernel; see the module docstring."""
 
     fn: func.FuncOp
@@ -146,8 +148,12 @@ class KernelLowering(MemoryLowering, RegisterTileLowering, MmaLowering, Attentio
                 self.copied_by_threads.add(op.source.owner.source.index)  # without TMA, through a pointer
                 if op.source.owner.source.index not in args:
                     args.append(op.source.owner.source.index)
-            if isinstance(op, tile.StoreGlobalOp | tile.LoadOp | tile.LoadBroadcastOp):
-                view = (op.dest if isinstance(op, tile.StoreGlobalOp) else op.source).owner
+            if isinstance(op, tile.LoadIndexOp) and isinstance(op.source.owner, Block):
+                if op.source.index not in args:
+                    args.append(op.source.index)
+                continue
+            if isinstance(op, tile.StoreGlobalOp | tile.StoreGlobalRowsOp | tile.LoadOp | tile.LoadBroadcastOp):
+                view = (op.dest if isinstance(op, tile.StoreGlobalOp | tile.StoreGlobalRowsOp) else op.source).owner
                 if not isinstance(view, tile.ViewOp) or not isinstance(view.source.owner, Block):
                     _refuse(op, "global loads and stores must access a tile.view of a kernel argument")
                 if view.source.index not in args:

@@ -230,11 +230,13 @@ class MemoryLowering:
         self._retire_all(e)
         e.op(sm90.BarSyncOp(0, self.threads))
 
-    def _window_access(self, op, window: Window, ty: TileType, e: Emitter) -> tuple[SSAValue, SSAValue, SSAValue, list[int]]:
+    def _window_access(self, op, window: Window, ty: TileType, e: Emitter,
+                       row_end: SSAValue | None = None) -> tuple[SSAValue, SSAValue, SSAValue, list[int]]:
         """The global address of this thread's first element, and the byte offsets from it, in-bounds mask and
         constant column bytes of each register of its share of an [BM, N] window: one per element, or per packed
         pair for 16-bit tiles. The offsets are row pitch x row only; the columns go in the address immediates
-        (`sm90.COLUMN_BYTES`), so that a thread's offsets take as many values as it has rows."""
+        (`sm90.COLUMN_BYTES`), so that a thread's offsets take as many values as it has rows. `row_end`, if
+        given, is an absolute row before which the access stops even inside the tensor."""
         packed = not isinstance(ty.element_type, Float32Type)
         if packed and (ty.get_shape()[1] % 2 or self._is_column(ty)):
             _refuse(op, "16-bit tiles in registers need an even number of columns")
@@ -242,7 +244,8 @@ class MemoryLowering:
         row_offsets, col_offsets = self._thread_offsets(op, ty, pairs=packed)
         row, col = self._origin(e, row0, col0, column=self._is_column(ty))
         dims = [self._dim_value(window.arg, d, e) for d in range(len(window.indices))]
-        in_rows = self._below(e, e.op(arith.SubiOp(dims[-2], row)), row_offsets)
+        end = dims[-2] if row_end is None else e.op(arith.MinSIOp(dims[-2], row_end))
+        in_rows = self._below(e, e.op(arith.SubiOp(end, row)), row_offsets)
         last = [c + 1 if packed else c for c in col_offsets]
         in_cols = self._below(e, e.op(arith.SubiOp(dims[-1], col)), last)
         # The thread's first element is at byte ((lead..., row) * C + col) * elt (i64, added to the pointer);

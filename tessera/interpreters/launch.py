@@ -100,6 +100,7 @@ def run_grid(sig: KernelSignature, module: ModuleOp, arguments: list[np.ndarray]
         interpreter.register_implementations(BatchedControlFunctions(batch))
         functions = TileFunctions(batch)
         functions.sync = sync
+        functions.arg_names = {id(array): arg.name for array, arg in zip(arguments, sig.args)}
         interpreter.register_implementations(functions)
         interpreter.run_ssacfg_region(sig.op.body, tuple(arguments), sig.name)
 

@@ -20,6 +20,7 @@ from xdsl.interpreter import Interpreter, InterpreterFunctions, PythonValues, im
 
 from tessera.dialects import tile
 from tessera.dialects.tile_types import TileType
+from tessera.interpreters import serving_checks
 from tessera.interpreters.block_batch import BlockBatch
 from tessera.interpreters.tile_memory import AsyncCopies, GlobalView, SharedBuffer, SharedRef
 from tessera.interpreters.grid_sync import GridDeadlock, GridSync  # noqa: I001 - after tile_memory: merge-friendly
@@ -47,6 +48,7 @@ class TileFunctions(InterpreterFunctions):
         self.batch = batch
         self.copies = AsyncCopies()
         self.shared: list[SharedBuffer] = []
+        self.arg_names: dict[int, str] = {}  # id(argument array) -> its name (set by run_grid)
 
     def _register_tile(self, op, value: np.ndarray) -> tuple[np.ndarray]:
         ty = op.result.type
@@ -105,8 +107,42 @@ class TileFunctions(InterpreterFunctions):
     @impl(tile.CpAsyncOp)
     def run_cp_async(self, interpreter: Interpreter, op: tile.CpAsyncOp, args: PythonValues):
         source, dest = args
+        self._check_paged_read(op, source)
         self.copies.issue(self.batch, op, source, dest)
         return ()
+
+    def _check_paged_read(self, op, source: GlobalView) -> None:
+        """`serving_checks`: a window of a paged cache lies in one page."""
+        name = self.arg_names.get(id(source.tensor))
+        if name is None or serving_checks.paged_check(name) is None:
+            return
+        lead = len(source.indices) - len(source.shape)
+        extent = (1,) * lead + tuple(source.shape)
+        for block in np.nonzero(self.batch.active)[0]:
+            start = [int(i[block]) for i in source.indices]
+            problem = serving_checks.paged_check(name).problem(source.tensor.shape, start, extent)
+            if problem:
+                mask = np.zeros(self.batch.size, bool)
+                mask[block] = True
+                self.batch.fail(op, problem, mask)
+
+    def _check_sequence_store(self, op, dest: GlobalView, rows=None) -> None:
+        """`serving_checks`: the rows a store writes belong to the block's sequence."""
+        name = self.arg_names.get(id(dest.tensor))
+        check = serving_checks.rows_check(name) if name is not None else None
+        if check is None:
+            return
+        coords, keep = dest._coordinates()
+        keep = keep & self.batch.active.reshape((-1,) + (1,) * len(dest.shape))
+        if rows is not None:
+            row = np.arange(dest.shape[0]).reshape((1, -1) + (1,) * (len(dest.shape) - 1))
+            keep &= row < np.asarray(rows).reshape((-1,) + (1,) * len(dest.shape))
+        written = np.broadcast_to(coords[check.axis], keep.shape)[keep]
+        z = np.broadcast_to(self.batch.index_array(self.batch.program_ids[2]).reshape((-1,) + (1,) * len(dest.shape)),
+                            keep.shape)[keep]
+        problem = serving_checks.check_rows(name, written, z)
+        if problem:
+            self.batch.fail(op, problem)
 
     @impl(tile.CpCommitGroupOp)
     def run_commit(self, interpreter: Interpreter, op: tile.CpCommitGroupOp, args: PythonValues):
@@ -145,8 +181,31 @@ class TileFunctions(InterpreterFunctions):
     @impl(tile.StoreGlobalOp)
     def run_store_global(self, interpreter: Interpreter, op: tile.StoreGlobalOp, args: PythonValues):
         value, dest = args
+        self._check_sequence_store(op, dest)
         dest.write(value, self.batch.active)
         return ()
+
+    @impl(tile.StoreGlobalRowsOp)
+    def run_store_global_rows(self, interpreter: Interpreter, op: tile.StoreGlobalRowsOp, args: PythonValues):
+        value, dest, rows = args
+        self._check_sequence_store(op, dest, self.batch.index_array(rows))
+        dest.write(value, self.batch.active, rows=self.batch.index_array(rows))
+        return ()
+
+    @impl(tile.LoadIndexOp)
+    def run_load_index(self, interpreter: Interpreter, op: tile.LoadIndexOp, args: PythonValues):
+        table, *indices = args
+        indices = [np.broadcast_to(self.batch.index_array(i), (self.batch.size,)) for i in indices]
+        bad = np.zeros(self.batch.size, bool)
+        for i, n in zip(indices, table.shape):
+            bad |= (i < 0) | (i >= n)
+        bad &= self.batch.active
+        if bad.any():
+            k = int(np.argmax(bad))
+            where = ", ".join(str(int(i[k])) for i in indices)
+            self.batch.fail(op, f"reads element [{where}] of a table of shape {list(table.shape)}, outside it", bad)
+        clipped = tuple(np.clip(i, 0, n - 1) for i, n in zip(indices, table.shape))
+        return (table[clipped].astype(np.int64),)
 
     # endregion
     # region the backward's memory ops: shared stores, reducing stores, semaphores

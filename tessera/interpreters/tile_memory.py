@@ -75,10 +75,14 @@ class GlobalView:
         values = self.tensor[coords]
         return np.where(valid, values, np.zeros((), self.tensor.dtype))
 
-    def write(self, values: np.ndarray, active: np.ndarray) -> None:
-        """Write [B, *shape] values for the active blocks, dropping elements outside the tensor."""
+    def write(self, values: np.ndarray, active: np.ndarray, rows: np.ndarray | None = None) -> None:
+        """Write [B, *shape] values for the active blocks, dropping elements outside the tensor (and, with
+        `rows` ([B]), the window's rows from rows[b] on)."""
         coords, valid = self._coordinates()
         keep = valid & active.reshape((-1,) + (1,) * len(self.shape))
+        if rows is not None:
+            row = np.arange(self.shape[0]).reshape((1, -1) + (1,) * (len(self.shape) - 1))
+            keep &= row < np.asarray(rows).reshape((-1,) + (1,) * len(self.shape))
         target = tuple(np.broadcast_to(c, keep.shape)[keep] for c in coords)
         self.tensor[target] = values.astype(self.tensor.dtype)[keep]
 

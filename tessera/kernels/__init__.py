@@ -5,6 +5,7 @@
 - `two_pass_attention`, `three_pass_attention`: the multi-pass variants (scratch buffers in global memory);
 - `attention_backward`: the backward's three kernels (preprocess, main, postprocess), FlashAttention-3's
   structure;
+- `flash_attention_varlen`, `flash_attention_paged`: packed sequences and a paged KV cache, with grouped heads;
 - `gemm`: C = alpha op(A) op(B) + beta C_in + bias with an f32 output, in the layouts NN, NT, TN, TT, batched or
   not, for any M, N, K (`aligned=False`) or sizes TMA can read (the default).
 """
@@ -19,7 +20,9 @@ from tessera.kernels.attention_backward import (
     attention_backward_preprocess,
 )
 from tessera.kernels.attention_multipass import three_pass_attention, two_pass_attention
+from tessera.kernels.attention_paged import flash_attention_paged
 from tessera.kernels.attention_split import attention_combine
+from tessera.kernels.attention_varlen import flash_attention_varlen
 from tessera.kernels.gemm import gemm
 
 ATTENTION_BUILDERS = {
@@ -40,6 +43,8 @@ __all__ = [
     "AttentionConfig",
     "attention_combine",
     "flash_attention",
+    "flash_attention_paged",
+    "flash_attention_varlen",
     "gemm",
     "three_pass_attention",
     "two_pass_attention",

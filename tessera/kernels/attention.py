@@ -41,7 +41,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from xdsl.dialects import func
+from xdsl.dialects import arith, func
 from xdsl.dialects.builtin import FloatAttr, IntegerAttr, ModuleOp, StringAttr
 from xdsl.ir import Attribute, SSAValue
 
@@ -199,15 +199,19 @@ class AttentionBlock:
     seq_k: SSAValue
     n_kv: SSAValue
     smem: dict[str, SSAValue] = field(default_factory=dict)
+    kv_head: SSAValue | None = None
+    """The head of K and V this block reads: `head`, or head // (heads // heads_k) with grouped heads."""
     part_batch: SSAValue | None = None
     kv_base: SSAValue | None = None
 
     def window(self, b: TileBuilder, tensor: str, row: SSAValue, col: SSAValue, shape: Sequence[int]) -> SSAValue:
         """The window of argument `tensor` (Q, K, V, O, LSE or a scratch buffer) at (batch, head, row, col);
-        a split-KV partial output (O_partial, LSE_partial) at (part x batch + batch, head, row, col)."""
+        a split-KV partial output (O_partial, LSE_partial) at (part x batch + batch, head, row, col); K and V
+        are read at `kv_head` (grouped heads)."""
         name = f"{tensor.lower()}_window"
         lead = self.part_batch if tensor in SPLIT_OUTPUTS else self.batch
-        return b.view(self.args[tensor], [lead, self.head, row, col], shape, name)
+        head = self.kv_head if tensor in ("K", "V") and self.kv_head is not None else self.head
+        return b.view(self.args[tensor], [lead, head, row, col], shape, name)
 
     def key_row(self, b: TileBuilder, k0: SSAValue) -> SSAValue:
         """The row of K and V that key position k0 of the loop is: k0, or kv_base + k0 in a split-KV part."""
@@ -234,16 +238,20 @@ def output_args(c: AttentionConfig) -> list[ArgSpec]:
 
 
 def attention_kernel(
-    config: AttentionConfig, variant: str, scratch: Sequence[ArgSpec] = ()
+    config: AttentionConfig, variant: str, scratch: Sequence[ArgSpec] = (), grouped: bool = False
 ) -> tuple[func.FuncOp, TileBuilder, AttentionBlock]:
     """Start an attention kernel: signature, block coordinates, sizes, key-block count, shared tiles, and the
     asynchronous copy of this block's Q tile (one commit group; the first wait in the key loop covers it).
+
+    With `grouped` (GQA/MQA), K and V have their own head count `heads_k` (tile.dims `heads_k`), which must
+    divide `heads` (the caller checks it: the kernel reads zeros past K's heads otherwise), and query head h
+    reads key head h // (heads // heads_k).
 
     Returns (func, builder, block)."""
     c = config
     elt, d = c.element_type, c.head_dim
     q_dims = ["batch", "heads", "seq_q", d]
-    k_dims = ["batch", "heads", "seq_k", d]
+    k_dims = ["batch", "heads_k" if grouped else "heads", "seq_k", d]
     tensor = global_tensor([None, None, None, d], elt)
     args = [
         ArgSpec("Q", tensor, q_dims),
@@ -276,6 +284,8 @@ def attention_kernel(
         seq_k_part = b.subi(seq_k, kv_base, "seq_k_part")
         blk = AttentionBlock(c, values, batch, head, q0, seq_q, seq_k_part, count, part_batch=part_batch,
                              kv_base=kv_base)
+    if grouped:
+        blk.kv_head = grouped_kv_head(b, values["Q"], values["K"], blk.head)
 
     blk.smem["Q"] = b.alloc_shared(shared_tile([c.block_m, d], elt), "q_smem")
     blk.smem["K"] = b.alloc_shared(shared_tile([c.block_n, d], elt), "k_smem")
@@ -283,6 +293,13 @@ def attention_kernel(
     b.cp_async(blk.window(b, "Q", q0, b.const(0), [c.block_m, d]), blk.smem["Q"])
     b.cp_commit_group()
     return fn, b, blk
+
+
+def grouped_kv_head(b: TileBuilder, q: SSAValue, k: SSAValue, head: SSAValue) -> SSAValue:
+    """The key head of query head `head` under GQA: head // (heads // heads_k), heads and heads_k read from
+    dimension 1 of Q and K."""
+    group = b.emit(arith.DivUIOp(b.dim(q, 1, "heads"), b.dim(k, 1, "heads_k")), "group")
+    return b.emit(arith.DivUIOp(head, group), "kv_head")
 
 
 def key_block_count(b: TileBuilder, c: AttentionConfig, q0: SSAValue, seq_q: SSAValue, seq_k: SSAValue) -> SSAValue:
@@ -382,10 +399,12 @@ def flash_attention(
     scale: float | None = None,
     block_m: int = DEFAULT_BLOCK_M,
     block_n: int | None = None,
+    grouped: bool = False,
     return_lse: bool = False,
     num_splits: int = 1,
 ) -> ModuleOp:
-    """The online one-pass attention kernel (FlashAttention-2 style), `flash_attention_d{D}_{dtype}[_causal]`.
+    """The online one-pass attention kernel (FlashAttention-2 style), `flash_attention_d{D}_{dtype}[_causal]`
+    (`flash_attention_gqa_...` with `grouped`: K and V with heads_k heads, see `attention_kernel`).
 
     Per key block j: S = mask(scale Q K_j^T); m' = max(m, rowmax S); alpha = exp(m - m'); P = exp(S - m');
     l' = alpha l + rowsum P; acc' = alpha acc + P V_j. After the loop O = acc / l. Live per block: the
@@ -394,7 +413,18 @@ def flash_attention(
     `return_lse=True` adds the LSE output (`..._lse`); `num_splits=S > 1` makes the split-KV kernel
     (`..._split{S}`) whose partial results `attention_combine` merges (module docstring)."""
     c = AttentionConfig.checked(head_dim, causal, dtype, scale, block_m, block_n, return_lse, num_splits)
-    fn, b, blk = attention_kernel(c, "flash_attention")
+    check_flag("grouped", grouped)
+    fn, b, blk = attention_kernel(c, "flash_attention_gqa" if grouped else "flash_attention", grouped=grouped)
+    m, l, acc = flash_loop(b, blk)
+    # The one normalisation: O = acc / l (a row that saw no key has l = 0 and gives 0).
+    store_results(b, blk, acc, m, l)
+    return finish_kernel(fn, b)
+
+
+def flash_loop(b: TileBuilder, blk: AttentionBlock) -> tuple[SSAValue, SSAValue, SSAValue]:
+    """The online-softmax loop over the block's `n_kv` key blocks (see `flash_attention`); returns the final
+    running max m, sum l and unnormalised accumulator acc."""
+    c = blk.config
     rows = register_tile([c.block_m])
     m_init = b.fill(float("-inf"), rows, "m_init")
     l_init = b.fill(0.0, rows, "l_init")
@@ -414,7 +444,4 @@ def flash_attention(
         b.barrier()  # every warp has read K and V before the next step's copies overwrite them
         return [m_new, l_new, acc_new]
 
-    m, l, acc = b.for_loop(blk.n_kv, [m_init, l_init, acc_init], ["m", "l", "acc"], key_step)
-    # The one normalisation: O = acc / l (a row that saw no key has l = 0 and gives 0).
-    store_results(b, blk, acc, m, l)
-    return finish_kernel(fn, b)
+    return b.for_loop(blk.n_kv, [m_init, l_init, acc_init], ["m", "l", "acc"], key_step)

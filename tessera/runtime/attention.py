@@ -14,7 +14,10 @@ heuristic, `tessera.kernels.attention_split.choose_num_splits`) splits the key r
 blocks per query block (flash-decoding) and runs the combine kernel after them. `level=None` runs on the GPU;
 `level="tile"`, `"target"` or `"ptx"` runs the very kernels the GPU would run (same builders, same options,
 `tessera.passes.DEFAULT_PIPELINE`) in the Tile interpreter, the CTA simulator or the PTX executor, on the
-CPU, and returns NumPy arrays (CPU tensors for PyTorch inputs).
+CPU, and returns NumPy arrays (CPU tensors for PyTorch inputs). k and v may have heads_k heads, a divisor of
+q's heads (GQA/MQA; decoding packs each group's query heads into one block's rows, PackGQA). With
+`cu_seqlens_q=`, `cu_seqlens_k=`, `max_seqlen_q=`, `max_seqlen_k=` (and optionally `seqused_k=`) q, k and v
+are packed [total_tokens, heads, head_dim] sequences (`tessera.runtime.serving`).
 
 The kernel for (head_dim, causal, dtype, scale) is compiled once and kept on disk (`tessera.runtime.cache`).
 The arguments are checked before anything is compiled or launched, and before a GPU is looked for:
@@ -91,9 +94,9 @@ def check_attention_arguments(q, k, v) -> tuple[int, str]:
     if len(kinds) != 1:
         raise ValueError("attention: q, k and v must be all NumPy arrays or all PyTorch tensors")
     q_shape, k_shape, v_shape = (tuple(int(d) for d in x.shape) for x in (q, k, v))
-    if not q_shape[:2] == k_shape[:2] == v_shape[:2]:
-        raise ValueError(f"attention: q, k and v must have the same batch and heads {LAYOUT}, got shapes "
-                         f"{q_shape}, {k_shape}, {v_shape}")
+    if not (q_shape[0] == k_shape[0] and k_shape[:2] == v_shape[:2] and q_shape[1] % k_shape[1] == 0):
+        raise ValueError(f"attention: q, k and v must have the same batch, and k and v the same heads, a divisor "
+                         f"of q's (GQA/MQA) {LAYOUT}, got shapes {q_shape}, {k_shape}, {v_shape}")
     if k_shape[2] != v_shape[2]:
         raise ValueError(f"attention: k and v must have the same sequence length, got {k_shape[2]} and {v_shape[2]}")
     if not q_shape[3] == k_shape[3] == v_shape[3]:
@@ -117,20 +120,56 @@ def attention_kernel(q, k, v, causal: bool = False, scale: float | None = None) 
 
 
 def attention(q, k, v, causal: bool = False, scale: float | None = None, return_lse: bool = False,
-              num_splits: int | str = 1, level: str | None = None):
+              num_splits: int | str = 1, level: str | None = None, *, cu_seqlens_q=None, cu_seqlens_k=None,
+              max_seqlen_q=None, max_seqlen_k=None, seqused_k=None):
     """softmax(q k^T * scale [+ bottom-right causal mask]) v, with its LSE when `return_lse`; on the GPU, or in
-    the interpreter `level` names; see the module docstring."""
+    the interpreter `level` names; see the module docstring. k and v may have fewer heads than q (GQA/MQA:
+    heads a multiple of heads_k; query head h reads key head h // (heads // heads_k); decoding packs a
+    group's heads into one block's rows, `tessera.runtime.kvcache.pack_gqa`). With `cu_seqlens_q` and
+    `cu_seqlens_k` (and `max_seqlen_q`, `max_seqlen_k`, optionally `seqused_k`), q, k, v are packed
+    [total_tokens, heads, head_dim] sequences: `tessera.runtime.serving.attention_varlen`."""
     from tessera.runtime.attention_plan import attention_plan, check_level, combine_lowering, run_in_interpreter
 
+    if cu_seqlens_q is not None or cu_seqlens_k is not None:
+        from tessera.runtime.serving import attention_varlen
+
+        if cu_seqlens_q is None or cu_seqlens_k is None or max_seqlen_q is None or max_seqlen_k is None:
+            raise ValueError("attention: packed sequences need cu_seqlens_q, cu_seqlens_k, max_seqlen_q and "
+                             "max_seqlen_k together")
+        if return_lse is not False or not (isinstance(num_splits, int) and num_splits == 1):
+            raise ValueError("attention: return_lse and num_splits are not supported with packed sequences "
+                             "(cu_seqlens) yet")
+        return attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
+                                causal=causal, scale=scale, level=level)
+    if max_seqlen_q is not None or max_seqlen_k is not None or seqused_k is not None:
+        raise ValueError("attention: max_seqlen_q, max_seqlen_k and seqused_k go with cu_seqlens_q and "
+                         "cu_seqlens_k (packed sequences)")
     head_dim, dtype = check_attention_arguments(q, k, v)
     check_level(level)
-    plan = attention_plan(q.shape, k.shape, head_dim, causal, dtype, scale, return_lse, num_splits)
+    from tessera.runtime.kvcache import pack_gqa
+
+    (batch, heads, seq_q, _), heads_k = q.shape, k.shape[1]
+    packed = pack_gqa(seq_q, heads // heads_k, causal)
+    if packed:
+        # PackGQA: the group's heads are consecutive, so [batch, heads, seq_q, D] is [batch, heads_k, group x
+        # seq_q, D] without a copy, one block's rows; a single query row sees the whole key range causal or not.
+        q = q.reshape(batch, heads_k, heads // heads_k * seq_q, head_dim)
+        causal = causal and seq_q > 1
+    plan = attention_plan(q.shape, k.shape, head_dim, causal, dtype, scale, return_lse, num_splits,
+                          grouped=heads_k != q.shape[1])
     if level is not None:
-        return run_in_interpreter(plan, q, k, v, level)
-    usable_device((q, k, v))  # no GPU, no compile
-    outputs = run(compile_kernel(plan.forward), q, k, v)
-    if plan.combine is not None:
-        with combine_lowering():
-            combine = compile_kernel(plan.combine)
-        outputs = run(combine, *plan.partials(outputs))
-    return plan.results(outputs)
+        results = run_in_interpreter(plan, q, k, v, level)
+    else:
+        usable_device((q, k, v))  # no GPU, no compile
+        outputs = run(compile_kernel(plan.forward), q, k, v)
+        if plan.combine is not None:
+            with combine_lowering():
+                combine = compile_kernel(plan.combine)
+            outputs = run(combine, *plan.partials(outputs))
+        results = plan.results(outputs)
+    if not packed:
+        return results
+    if return_lse:
+        o, lse = results
+        return o.reshape(batch, heads, seq_q, head_dim), lse.reshape(batch, heads, seq_q)
+    return results.reshape(batch, heads, seq_q, head_dim)

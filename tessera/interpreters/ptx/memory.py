@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
+from tessera.interpreters import serving_checks
 from tessera.interpreters.ptx.decode import Operands, elements, opcode
 from tessera.interpreters.ptx.numerics import flush_f32
 from tessera.interpreters.ptx.state import (
@@ -118,11 +119,25 @@ def access(m: Machine, inst, space: str, lanes: np.ndarray, addresses: np.ndarra
     if space == "param" and data is not None:
         raise m.error(inst, "the parameter space is read-only", int(lanes[0]))
     _check(m, inst, space, lanes, addresses, nbytes, align)
+    if space == "global" and data is not None and serving_checks.active():
+        _check_sequence_store(m, inst, lanes, addresses)
     buffer, index = _flat(m, space, lanes, addresses, nbytes)
     if data is None:
         return buffer[index]
     buffer[index] = data
     return None
+
+
+def _check_sequence_store(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray) -> None:
+    """`serving_checks`: a store into a packed output stays in the rows of its CTA's sequence."""
+    segments = m.memory.segments
+    index = np.searchsorted(m.memory._starts, addresses, side="right") - 1
+    for k in np.unique(index):
+        here = index == k
+        z = m.ctaid[m.lane_cta[lanes[here]], 2]
+        problem = serving_checks.check_byte_store(segments[k].name, addresses[here] - segments[k].start, z)
+        if problem:
+            raise m.error(inst, problem, int(lanes[here][0]))
 
 
 # region ld, st

@@ -43,6 +43,7 @@ from tessera.interpreters.ptx.state import GLOBAL_BASE, PARAM_WINDOW, WINDOW_SIZ
 from tessera.interpreters.ptx.sync import PRED, U32, apply, shared_addresses
 from tessera.interpreters.ptx.syntax import Address, Reg, Vector
 from tessera.interpreters.ptx.types import ptx_type
+from tessera.interpreters import serving_checks
 from tessera.sm90 import facts
 
 U64 = ptx_type("u64")
@@ -79,6 +80,8 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
         raise m.error(inst, f"a rank-{spec.rank} tensor map needs {spec.rank} coordinates, got {len(coords)}", lane)
     if smem % facts.TMA_SMEM_ALIGNMENT:
         raise m.error(inst, f"shared address {smem:#x} is not {facts.TMA_SMEM_ALIGNMENT}-byte aligned", lane)
+    if load and (problem := serving_checks.check_box(tmap.name, spec.global_dims, coords, spec.box_dims)):
+        raise m.error(inst, problem, lane)
     e = spec.element_bytes
     offsets, valid = _box_offsets(tmap, coords)
     size = len(offsets) * e

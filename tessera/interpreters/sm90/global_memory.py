@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from xdsl.ir import Operation
 
+from tessera.interpreters import serving_checks
 from tessera.interpreters.sm90.registers import WORD_BYTES
 
 if TYPE_CHECKING:
@@ -78,6 +79,11 @@ class GlobalMemory:
     def store_words(self, cta: CtaState, op: Operation, addresses: np.ndarray, threads: np.ndarray,
                     words: np.ndarray) -> None:
         tensor, offset = self._resolve(cta, op, addresses, threads, "stores")
+        if serving_checks.active():
+            for k in np.unique(tensor):
+                problem = serving_checks.check_byte_store(self.names[k], offset[tensor == k], cta.cta_id[2])
+                if problem:
+                    cta.fail(op, problem, int(threads[np.argmax(tensor == k)]))
         data = words.astype("<u4").view(np.uint8).reshape(-1, WORD_BYTES)
         for k in np.unique(tensor):
             sel = tensor == k

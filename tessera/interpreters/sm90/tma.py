@@ -23,6 +23,7 @@ import ml_dtypes
 import numpy as np
 from xdsl.ir import Operation
 
+from tessera.interpreters import serving_checks
 from tessera.sm90 import facts
 
 if TYPE_CHECKING:
@@ -119,6 +120,10 @@ class TmaUnit:
                 cta.fail(op, f"TMA destination {smem.locate(start)} is not {facts.TMA_SMEM_ALIGNMENT}-byte aligned",
                          thread)
             barrier = cta.mbarriers.get(op, thread, int(mbarrier[thread]))
+            problem = serving_checks.check_box(tensor_map.name, spec.global_dims, [int(c[thread]) for c in coords],
+                                               spec.box_dims)
+            if problem:
+                cta.fail(op, problem, thread)
             data = tensor_map.read_box([int(c[thread]) for c in coords])
             smem.check_bounds(op, np.array([start]), np.array([thread]), data.size, "the TMA copy writes")
             buffer = smem.buffer_at(start)

@@ -1,0 +1,148 @@
+"""Variable-length (packed) attention: several sequences of different lengths in one tensor, FlashAttention's
+`cu_seqlens` layout, with grouped heads (GQA/MQA).
+
+The kernel's arguments (head-major, so that a block's rows are one box of its tensor):
+
+    %Q, %O : !tile.tile<?x?xDxT, global>  {tile.dims = #tile.dims<heads, total_q, D>}    (O: role "out")
+    %K, %V : !tile.tile<?x?xDxT, global>  {tile.dims = #tile.dims<heads_k, total_k, D>}
+    %seqstart_q, %seqend_q, %seqstart_k, %seqlen_k : !tile.tile<?xi32, global>  {tile.dims = #tile.dims<batch>}
+
+Sequence b has the query rows [seqstart_q[b], seqend_q[b]) and the key rows [seqstart_k[b], seqstart_k[b] +
+seqlen_k[b]): `cu_seqlens_q[:-1]`, `cu_seqlens_q[1:]`, `cu_seqlens_k[:-1]` and `seqused_k` (or the
+differences of `cu_seqlens_k`) as FlashAttention takes them; `tessera.runtime.varlen` makes these views.
+Lengths 0 and 1 and lengths that are no multiple of a block are all valid. Query head h reads key head
+h // (heads // heads_k).
+
+The grid is (ceildiv(total_q, BM), heads, batch): the kernel has no named size for the longest sequence, so
+it launches as many query blocks as the whole packed tensor has; a block whose rows start past the end of
+its sequence runs no key block and stores nothing (its cost is a few table reads). Within a sequence every
+position is relative to its start, so masks (`tile.mask_bounds` at the sequence's key length,
+`tile.mask_causal` aligned bottom-right per sequence) are those of the dense kernel. Loads may read rows of
+the next sequence (the Q rows past the end give rows that are not stored; the K rows are masked, so the V
+rows are multiplied by P = 0); the output is stored with `tile.store_global_rows`, which writes only the
+rows of the block's own sequence: O is never written with a box that crosses the sequence end
+(FlashAttention-3 drops its TMA store of O in varlen mode for the same reason).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import IntegerType, ModuleOp
+from xdsl.ir import SSAValue
+
+from tessera.dialects import tile
+from tessera.kernels.attention import (
+    DEFAULT_BLOCK_M,
+    AttentionBlock,
+    AttentionConfig,
+    flash_loop,
+    key_block_count,
+)
+from tessera.kernels.common import (
+    ArgSpec,
+    TileBuilder,
+    ceildiv_dim,
+    finish_kernel,
+    global_tensor,
+    kernel_function,
+    shared_tile,
+)
+
+TABLES = ("seqstart_q", "seqend_q", "seqstart_k", "seqlen_k")
+"""The i32 tables of a varlen kernel, in argument order after V, each [batch]."""
+
+i32 = IntegerType(32)
+
+
+@dataclass
+class VarlenBlock(AttentionBlock):
+    """An `AttentionBlock` whose positions (q0, seq_q, seq_k, k0) are relative to its sequence; `window`
+    adds the sequence's first row (`q_start` for Q and O, `k_start` for K and V)."""
+
+    q_start: SSAValue | None = None
+    k_start: SSAValue | None = None
+
+    def window(self, b: TileBuilder, tensor: str, row: SSAValue, col: SSAValue, shape) -> SSAValue:
+        """The window of `tensor` at (head, start + row, col), K and V at `kv_head`."""
+        is_kv = tensor in ("K", "V")
+        head = self.kv_head if is_kv else self.head
+        start = self.k_start if is_kv else self.q_start
+        absolute = b.addi(start, row, f"{tensor.lower()}_row")
+        return b.view(self.args[tensor], [head, absolute, col], shape, f"{tensor.lower()}_window")
+
+
+def varlen_block_start(
+    b: TileBuilder, c: AttentionConfig, values: dict[str, SSAValue], k_start: SSAValue | None = None,
+    seq_k: SSAValue | None = None, batch: SSAValue | None = None, heads_k_axis: int = 0,
+) -> VarlenBlock:
+    """Block coordinates, the sequence's extents read from the tables, the key-block count (0 for a block past
+    its sequence's end) and the key head; `k_start`/`seq_k` replace the key tables' values and `batch` the
+    program id z when given, and K's head count is its dimension `heads_k_axis` (the paged kernel has no
+    packed K)."""
+    q_block = b.program_id("x", "q_block")
+    head = b.program_id("y", "head")
+    if batch is None:
+        batch = b.program_id("z", "batch")
+    q_start = b.emit(tile.LoadIndexOp(values["seqstart_q"], [batch]), "q_start")
+    q_end = b.emit(tile.LoadIndexOp(values["seqend_q"], [batch]), "q_end")
+    seq_q = b.subi(q_end, q_start, "seq_q")
+    if k_start is None:
+        k_start = b.emit(tile.LoadIndexOp(values["seqstart_k"], [batch]), "k_start")
+    if seq_k is None:
+        seq_k = b.emit(tile.LoadIndexOp(values["seqlen_k"], [batch]), "seq_k")
+    q0 = b.muli(q_block, b.const(c.block_m), "q0")
+    # 1 if the block has rows of its sequence, else 0: multiplies the key-block count.
+    has_rows = b.minsi(b.maxsi(b.subi(seq_q, q0, "rows_left"), b.const(0), "rows_left_pos"), b.const(1), "has_rows")
+    n_kv = b.muli(key_block_count(b, c, q0, seq_q, seq_k), has_rows, "n_kv_block")
+    group = b.emit(arith.DivUIOp(b.dim(values["Q"], 0, "heads"), b.dim(values["K"], heads_k_axis, "heads_k")), "group")
+    kv_head = b.emit(arith.DivUIOp(head, group), "kv_head")
+    blk = VarlenBlock(c, values, batch, head, q0, seq_q, seq_k, n_kv, kv_head=kv_head, q_start=q_start,
+                      k_start=k_start)
+    return blk
+
+
+def load_q_and_run(b: TileBuilder, blk: VarlenBlock) -> None:
+    """Shared tiles, the Q copy, the online-softmax loop and the bounded store of O (rows of the block's
+    sequence only)."""
+    c = blk.config
+    elt, d = c.element_type, c.head_dim
+    blk.smem["Q"] = b.alloc_shared(shared_tile([c.block_m, d], elt), "q_smem")
+    blk.smem["K"] = b.alloc_shared(shared_tile([c.block_n, d], elt), "k_smem")
+    blk.smem["V"] = b.alloc_shared(shared_tile([c.block_n, d], elt), "v_smem")
+    b.cp_async(blk.window(b, "Q", blk.q0, b.const(0), [c.block_m, d]), blk.smem["Q"])
+    b.cp_commit_group()
+    _, l, acc = flash_loop(b, blk)
+    o = b.cast(b.binary(tile.DivRowsOp, acc, l, "o"), elt, "o_half")
+    rows = b.subi(blk.seq_q, blk.q0, "rows_left")
+    b.emit(tile.StoreGlobalRowsOp(o, blk.window(b, "O", blk.q0, b.const(0), [c.block_m, d]), rows))
+
+
+def flash_attention_varlen(
+    head_dim: int = 128,
+    causal: bool = False,
+    dtype: str = "bf16",
+    scale: float | None = None,
+    block_m: int = DEFAULT_BLOCK_M,
+    block_n: int | None = None,
+) -> ModuleOp:
+    """The online one-pass kernel over packed sequences, `flash_attention_varlen_d{D}_{dtype}[_causal]` (see the
+    module docstring for its arguments); the loop is `attention.flash_loop`, the same as the dense kernel's."""
+    c = AttentionConfig.checked(head_dim, causal, dtype, scale, block_m, block_n)
+    elt, d = c.element_type, c.head_dim
+    tensor = global_tensor([None, None, d], elt)
+    table = global_tensor([None], i32)
+    args = [
+        ArgSpec("Q", tensor, ["heads", "total_q", d]),
+        ArgSpec("K", tensor, ["heads_k", "total_k", d]),
+        ArgSpec("V", tensor, ["heads_k", "total_k", d]),
+        *(ArgSpec(name, table, ["batch"]) for name in TABLES),
+        ArgSpec("O", tensor, ["heads", "total_q", d], role="out"),
+    ]
+    grid = [ceildiv_dim("total_q", c.block_m), "heads", "batch"]
+    fn, b = kernel_function(c.kernel_name("flash_attention_varlen"), args, c.kernel_info(), grid)
+    values = dict(zip((a.name for a in args), fn.body.blocks.first.args))
+    blk = varlen_block_start(b, c, values)
+    load_q_and_run(b, blk)
+    return finish_kernel(fn, b)

@@ -1,0 +1,208 @@
+"""`tessera.attention_with_kvcache`: decoding attention against a KV cache, named and shaped like
+FlashAttention's `flash_attn_with_kvcache`.
+
+    o = attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=None, k_new=None, v_new=None,
+                               causal=False, scale=None, level=None)
+
+- q: [batch, seq_q, heads, head_dim];
+- k_cache, v_cache: [num_pages, page_size, heads_k, head_dim] with `page_table` (int32 [batch, max_pages]: page
+  j of sequence b is page_table[b, j]), or [batch, seqlen_cache, heads_k, head_dim] without one (sequence b in
+  row b); heads % heads_k == 0;
+- cache_seqlens: int32 [batch] (or an int for every sequence; default: the whole cache): the tokens of sequence
+  b already in the cache;
+- k_new, v_new: [batch, seq_new, heads_k, head_dim], optional: appended to the cache in place at positions
+  cache_seqlens[b] .. cache_seqlens[b] + seq_new - 1 (through the page table) before attending, as
+  FlashAttention does; the keys attended to are then cache_seqlens[b] + seq_new;
+- o: [batch, seq_q, heads, head_dim]. Causal masks are aligned bottom-right (query i of seq_q sees keys up to
+  i + seqlen_k - seq_q), so one decoding query sees the whole cache.
+
+`level` None runs on the GPU; "tile", "target", "ptx" run the same kernel
+(`tessera.kernels.flash_attention_paged`) in that interpreter, with `tessera.interpreters.serving_checks`
+watching the page reads and the output rows. A cache without a page table is the paged kernel with pages of
+the largest size (a multiple of 16, at most the key block) that divides seqlen_cache.
+
+Grouped heads are packed (FlashAttention-3's PackGQA) when a block's rows would be mostly empty otherwise
+(seq_q x group <= 128 query rows, and seq_q == 1 or not causal): the group's query heads become the rows of
+one block's Q tile, so each K/V tile is read once per key head rather than once per query head. In the
+kernel's head-major layout, Q for key head g of sequence b is [group, seq_q] rows, contiguous once q is
+transposed to [heads_k, batch, group, seq_q, D], so the packed Q tile is one TMA box. (In FlashAttention's
+token-major q [batch, seq_q, heads, D] the rows (s, h) of a group are a [seq_q, group] sub-box whose
+flattening into the M dimension of a 128-row tile does not start on a box boundary unless the group divides
+128, which is why FA3 loads that tile with cp.async; Tessera pays a transposing copy of q instead, which at
+decoding is batch x seq_q x heads x D elements, nothing beside the cache.) Causal masks of packed rows
+would need each row's position modulo seq_q, so causal prefill (seq_q > 1) is not packed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tessera.runtime.serving import (
+    check_groups,
+    check_head_dim,
+    check_level,
+    check_table,
+    check_values,
+    element_type,
+    is_torch,
+    run_kernel,
+    sequence_checks,
+)
+
+PACK_ROWS = 128
+"""The query rows of one block (`DEFAULT_BLOCK_M`): PackGQA applies while seq_q x group fits in them."""
+
+
+def pack_gqa(seq_q: int, group: int, causal: bool) -> bool:
+    """Whether to pack a group's query heads into one block's rows (see the module docstring)."""
+    return group > 1 and seq_q * group <= PACK_ROWS and (seq_q == 1 or not causal)
+
+
+def cache_page_size(head_dim: int, seqlen_cache: int) -> int | None:
+    """The page size a contiguous cache of `seqlen_cache` rows is split into: the largest multiple of 16 that
+    divides it and is at most the key block; None when seqlen_cache is no multiple of 16."""
+    from tessera.kernels.attention import DEFAULT_BLOCK_N
+
+    fits = [n for n in range(16, DEFAULT_BLOCK_N[head_dim] + 1, 16) if seqlen_cache % n == 0]
+    return max(fits) if fits else None
+
+
+def _lib(x):
+    if is_torch(x):
+        import torch
+
+        return torch
+    return np
+
+
+def append_to_cache(k_cache, v_cache, k_new, v_new, page_table, cache_seqlens) -> None:
+    """Write k_new/v_new [batch, seq_new, heads_k, D] into the paged caches at positions cache_seqlens[b] + i
+    (row (pos mod page_size) of page page_table[b, pos // page_size]), in place."""
+    batch, seq_new = k_new.shape[0], k_new.shape[1]
+    page_size = k_cache.shape[1]
+    lib = _lib(k_cache)
+    if lib is np:
+        pos = np.asarray(cache_seqlens, np.int64)[:, None] + np.arange(seq_new)[None, :]
+        pages = np.asarray(page_table)[np.arange(batch)[:, None], pos // page_size]
+        k_cache[pages, pos % page_size] = k_new
+        v_cache[pages, pos % page_size] = v_new
+    else:
+        pos = cache_seqlens.long()[:, None] + lib.arange(seq_new, device=k_cache.device)[None, :]
+        pages = page_table.long()[lib.arange(batch, device=k_cache.device)[:, None], pos // page_size]
+        k_cache[pages, pos % page_size] = k_new
+        v_cache[pages, pos % page_size] = v_new
+
+
+def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=None, k_new=None, v_new=None,
+                           causal: bool = False, scale: float | None = None, level=None):
+    """Attention of q against a (paged) KV cache, appending k_new/v_new first; see the module docstring."""
+    where = "attention_with_kvcache"
+    check_level(where, level)
+    (q_shape,) = check_values(where, ("q",), (q,), 4, "[batch, seq_q, heads, head_dim]")
+    cache_layout = "[num_pages, page_size, heads_k, head_dim]" if page_table is not None else \
+        "[batch, seqlen_cache, heads_k, head_dim]"
+    kc_shape, vc_shape = check_values(where, ("k_cache", "v_cache"), (k_cache, v_cache), 4, cache_layout)
+    if kc_shape != vc_shape:
+        raise ValueError(f"{where}: k_cache and v_cache must have one shape {cache_layout}, got {kc_shape} and {vc_shape}")
+    batch, seq_q, heads, head_dim = q_shape
+    if kc_shape[3] != head_dim:
+        raise ValueError(f"{where}: q and k_cache must have the same head_dim, got {head_dim} and {kc_shape[3]}")
+    check_head_dim(where, head_dim)
+    heads_k = kc_shape[2]
+    check_groups(where, heads, heads_k, "q", "k_cache")
+    arrays = {"q": q, "k_cache": k_cache, "v_cache": v_cache}
+    if (k_new is None) != (v_new is None):
+        raise ValueError(f"{where}: k_new and v_new are given together or not at all")
+    seq_new = 0
+    if k_new is not None:
+        kn_shape, vn_shape = check_values(where, ("k_new", "v_new"), (k_new, v_new), 4,
+                                          "[batch, seq_new, heads_k, head_dim]")
+        if kn_shape != vn_shape or kn_shape[0] != batch or kn_shape[2:] != (heads_k, head_dim):
+            raise ValueError(f"{where}: k_new and v_new must be [batch={batch}, seq_new, heads_k={heads_k}, "
+                             f"head_dim={head_dim}], got {kn_shape} and {vn_shape}")
+        seq_new = kn_shape[1]
+        arrays.update(k_new=k_new, v_new=v_new)
+    dtype = element_type(where, arrays)
+    if is_torch(q) != is_torch(k_cache) or any(is_torch(x) != is_torch(q) for x in arrays.values()):
+        raise ValueError(f"{where}: q, the caches and k_new/v_new must be all NumPy arrays or all PyTorch tensors")
+
+    lib = _lib(q)
+    if page_table is None:
+        if kc_shape[0] != batch:
+            raise ValueError(f"{where}: without page_table, k_cache is [batch={batch}, seqlen_cache, heads_k, "
+                             f"head_dim], got {kc_shape}")
+        page_size = cache_page_size(head_dim, kc_shape[1])
+        if page_size is None:
+            raise ValueError(f"{where}: k_cache's seqlen_cache ({kc_shape[1]}) must be a multiple of 16 (its rows "
+                             "are read in boxes of whole 16-row steps)")
+        per_row = kc_shape[1] // page_size
+        shape = (batch * per_row, page_size, heads_k, head_dim)
+        pages_k, pages_v = k_cache.reshape(shape), v_cache.reshape(shape)
+        table = np.arange(batch * per_row, dtype=np.int32).reshape(batch, per_row)
+        table = lib.from_numpy(table).to(q.device) if lib is not np else table
+        capacity = kc_shape[1]
+    else:
+        table_values = check_table(where, "page_table", page_table, batch, rank=2)
+        pages_k, pages_v, table, page_size = k_cache, v_cache, page_table, kc_shape[1]
+        from tessera.kernels.attention_paged import paged_block_n
+
+        try:
+            paged_block_n(head_dim, page_size)
+        except ValueError as error:
+            raise ValueError(f"{where}: k_cache's page_size: {error}") from None
+        if table_values is not None and table_values.size and (table_values.min() < 0 or
+                                                                 table_values.max() >= kc_shape[0]):
+            bad = table_values[(table_values < 0) | (table_values >= kc_shape[0])][0]
+            raise ValueError(f"{where}: page_table holds page {int(bad)}, outside the {kc_shape[0]} pages of k_cache")
+        capacity = int(page_table.shape[1]) * page_size
+
+    if cache_seqlens is None:
+        cache_seqlens = np.full(batch, capacity - seq_new, np.int32)
+        cache_seqlens = lib.from_numpy(cache_seqlens).to(q.device) if lib is not np else cache_seqlens
+    elif isinstance(cache_seqlens, int | np.integer) and not isinstance(cache_seqlens, bool):
+        cache_seqlens = np.full(batch, int(cache_seqlens), np.int32)
+        cache_seqlens = lib.from_numpy(cache_seqlens).to(q.device) if lib is not np else cache_seqlens
+    lengths = check_table(where, "cache_seqlens", cache_seqlens, batch)
+    if lengths is not None and (np.any(lengths < 0) or np.any(lengths + seq_new > capacity)):
+        raise ValueError(f"{where}: cache_seqlens (+ seq_new = {seq_new}) must lie in [0, {capacity}] (the rows the "
+                         f"page table or cache reaches), got {lengths.tolist()}")
+
+    if k_new is not None:
+        append_to_cache(pages_k, pages_v, k_new, v_new, table, cache_seqlens)
+        cache_seqlens = cache_seqlens + seq_new
+
+    from tessera.kernels import AttentionConfig
+
+    checked = AttentionConfig.checked(head_dim, causal, dtype, scale)
+    group = heads // heads_k
+    packed = pack_gqa(seq_q, group, causal)
+    rows, q_heads = (group * seq_q, heads_k) if packed else (seq_q, heads)
+    # Q head-major: [heads_k, batch, group, seq_q, D] flattened to [q_heads, batch * rows, D].
+    if packed:
+        q5 = q.reshape(batch, seq_q, heads_k, group, head_dim)
+        qk = q5.transpose(2, 0, 3, 1, 4) if lib is np else q5.permute(2, 0, 3, 1, 4)
+    else:
+        qk = q.transpose(2, 0, 1, 3) if lib is np else q.permute(2, 0, 1, 3)
+    qk = qk.reshape(q_heads, batch * rows, head_dim)
+    starts = np.arange(batch, dtype=np.int32) * rows
+    starts_t = lib.from_numpy(starts).to(q.device) if lib is not np else starts
+    ends_t = starts_t + rows
+    cache_k = pages_k.transpose(0, 2, 1, 3) if lib is np else pages_k.transpose(1, 2)
+    cache_v = pages_v.transpose(0, 2, 1, 3) if lib is np else pages_v.transpose(1, 2)
+    options = {"head_dim": head_dim, "causal": checked.causal and not (packed and seq_q == 1), "dtype": dtype,
+               "scale": checked.scale, "page_size": page_size}
+    inputs = [qk, cache_k, cache_v, starts_t, ends_t, table, cache_seqlens]
+    with sequence_checks(level, starts, starts + rows, (q_heads, batch * rows, head_dim), "K", "V"):
+        o = run_kernel(where, "flash_attention_paged", options, inputs, level)
+    # Back to [batch, seq_q, heads, D].
+    if packed:
+        o5 = o.reshape(heads_k, batch, group, seq_q, head_dim)
+        o = o5.transpose(1, 3, 0, 2, 4) if lib is np else o5.permute(1, 3, 0, 2, 4)
+    else:
+        o4 = o.reshape(heads, batch, seq_q, head_dim)
+        o = o4.transpose(1, 2, 0, 3) if lib is np else o4.permute(1, 2, 0, 3)
+    return np.ascontiguousarray(o.reshape(batch, seq_q, heads, head_dim)) if lib is np else \
+        o.reshape(batch, seq_q, heads, head_dim).contiguous()
+
+
+__all__ = ["attention_with_kvcache", "append_to_cache", "pack_gqa", "cache_page_size"]
