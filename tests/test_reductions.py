@@ -379,3 +379,84 @@ def test_printed_instructions():
 
 
 # endregion
+# region the PTX executor
+
+from tessera.interpreters.ptx.state import PtxExecutionError  # noqa: E402
+from tessera.ptx.kernel import launch_smem_bytes  # noqa: E402
+
+
+def _run_ptx(text: str, name: str, args: list, order=None) -> list:
+    module = parse_module(text)
+    smem = launch_smem_bytes(_kernel(text))
+    return launch(print_ptx(module), name, (CTAS, 1, 1), (32, 1, 1), args, smem, cta_order=order)
+
+
+@pytest.mark.parametrize("order", ORDERS, ids=lambda o: "".join(map(str, o)))
+def test_ptx_red_and_bulk_from_ctas_in_any_order_sum_the_slices(order):
+    x = _slices()
+    bound = _f32_sum_bound(x)
+    _, out, _ = _run_ptx(RED, "red", [x, np.zeros((32, 2), np.float32), np.zeros((CTAS, 32, 2), np.float32)], order)
+    assert (np.abs(out - x.astype(np.float64).sum(axis=0)) <= bound).all()
+    _, out = _run_ptx(BULK, "bulk", [x, np.zeros((32, 2), np.float32)], order)
+    assert (np.abs(out - x.astype(np.float64).sum(axis=0)) <= bound).all()
+
+
+def test_ptx_atom_returns_the_running_sum_in_launch_order():
+    # the CTAs of a batch execute each atom together, in slot order, which is the launch order
+    x = _slices()
+    order = [2, 0, 3, 1]
+    _, out, seen = _run_ptx(ATOM, "red", [x, np.zeros((32, 2), np.float32), np.zeros((CTAS, 32, 2), np.float32)], order)
+    running = np.zeros((32, 2), np.float32)
+    for c in order:
+        np.testing.assert_array_equal(seen[c], running)
+        running = running + x[c]
+    np.testing.assert_array_equal(out, running)
+
+
+def test_ptx_plain_store_racing_an_add_and_early_read_are_reported():
+    racy = _seed(RED, "    sm90.red_global_add %out[%offs], %v, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n",
+                 "    %c1 = arith.constant 1 : index\n"
+                 "    %odd = arith.cmpi eq, %cta, %c1 : index\n"
+                 "    scf.if %odd {\n"
+                 "      sm90.st_global %out[%offs], %v, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n"
+                 "    } else {\n"
+                 "      sm90.red_global_add %out[%offs], %v, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n"
+                 "    }\n")
+    args = [_slices(), np.zeros((32, 2), np.float32), np.zeros((CTAS, 32, 2), np.float32)]
+    with pytest.raises(PtxExecutionError, match=r"race between CTAs"):
+        _run_ptx(racy, "red", args, [1, 0, 2, 3])
+    early = _seed(RED, "    func.return\n",
+                  "    %read = sm90.ld_global %out[%offs], %all : vector<2xi64>, vector<2xi1> -> vector<2xf32>\n"
+                  "    sm90.st_global %seen[%xoffs], %read, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n"
+                  "    func.return\n")
+    with pytest.raises(PtxExecutionError, match=r"before every contribution landed"):
+        _run_ptx(early, "red", args)
+
+
+def test_ptx_reuse_of_the_bulk_source_before_wait_group_read_is_reported():
+    reuse = _seed(BULK, "      sm90.bulk_wait_group 0 read\n    }\n",
+                  "    }\n"
+                  "    sm90.bar_sync 0, 32\n"
+                  "    sm90.st_shared %saddr, %v : vector<2xi32>, vector<2xf32>\n"
+                  "    scf.if %first {\n"
+                  "      sm90.bulk_wait_group 0 read\n"
+                  "    }\n")
+    with pytest.raises(PtxExecutionError, match=r"st.shared.b32: overwrites shared memory that cp.reduce.async.bulk "
+                                                r"at line \d+ .* may still be reading"):
+        _run_ptx(reuse, "bulk", [_slices(), np.zeros((32, 2), np.float32)])
+    unwaited = _seed(BULK, "      sm90.bulk_wait_group 0 read\n", "")
+    with pytest.raises(PtxExecutionError, match=r"CTA exits while this bulk reduction may still read"):
+        _run_ptx(unwaited, "bulk", [_slices(), np.zeros((32, 2), np.float32)])
+
+
+@pytest.mark.parametrize("trans", [False, True])
+def test_ptx_stmatrix_matches_the_simulator(trans):
+    x = np.random.default_rng(5).integers(0, 2**32, (32, 4), dtype=np.uint64).astype(np.uint32).view(np.int32)
+    text = STMATRIX if not trans else _seed(STMATRIX, "sm90.stmatrix %a, %v :", "sm90.stmatrix %a, %v trans :")
+    module = parse_module(text)
+    _, out = launch(print_ptx(module), "stmatrix", (1, 1, 1), (32, 1, 1), [x, np.zeros_like(x)],
+                    launch_smem_bytes(_kernel(text)))
+    np.testing.assert_array_equal(out.view(np.uint16).reshape(4, 8, 8), _matrices(x, trans))
+
+
+# endregion
