@@ -59,6 +59,17 @@ from tessera.dialects.tile_types import (
 )
 from tessera.hex_floats import parse_optional_hex_float
 
+# The backward's ops (atomics, shared stores, semaphores) live in their own file; re-exported here as tile.X.
+from tessera.dialects.tile_backward import (  # noqa: E402
+    BACKWARD_OPS,
+    AtomicAddOp,
+    Exp2SubtractOp,
+    SemSignalOp,
+    SemWaitOp,
+    StoreSharedOp,
+    SubRowsOp,
+)
+
 TILE = base(TileType)
 
 
@@ -802,6 +813,7 @@ Tile = Dialect(
         FillOp,
         MaskCausalOp,
         MaskBoundsOp,
+        *BACKWARD_OPS,
     ],
     [TileType, MemSpaceAttr, DimExprAttr, DimsAttr],
 )

@@ -7,7 +7,9 @@ Public API:
 - `tessera.compile(module, target="ptx", pipeline=None)`: Target IR, PTX text, or a ptxas result with the cubin;
 - `tessera.parse_module(text)` / `tessera.print_module(module)`; `tessera.find_kernel(module, kernel)`;
 - `tessera.attention(q, k, v, causal=False, scale=None)`: run attention on an H100/H200 (`tessera-compiler[cuda]`;
-  see `tessera.runtime`, imported on first use).
+  see `tessera.runtime`, imported on first use);
+- `tessera.attention_backward(q, k, v, o, lse, do, causal=False, scale=None, deterministic=False, level=None)`:
+  (dq, dk, dv) on the GPU, or with `level=` in an interpreter (`tessera.runtime.attention_backward`).
 
 Every entry point that lowers a kernel uses one default, `tessera.passes.DEFAULT_PIPELINE` (the full,
 warp-specialized pipeline ending in register allocation); `pipeline=` picks another. Arguments are checked at
@@ -216,4 +218,9 @@ def __getattr__(name: str):
         from tessera.runtime.attention import attention
 
         return attention
+    # `tessera.attention_backward` runs on the GPU or, with level=, in an interpreter.
+    if name == "attention_backward":
+        from tessera.runtime.attention_backward import attention_backward
+
+        return attention_backward
     raise AttributeError(f"module 'tessera' has no attribute '{name}'")

@@ -169,3 +169,100 @@ def gemm_kernel(sig, inputs) -> np.ndarray:
     if o["bias"] is not None:
         ref = ref + np.asarray(o["bias"], np.float64)
     return ref
+
+
+# region Attention backward
+#
+# The rule (the forward's, applied to each of dQ, dK, dV): the error of a kernel's gradient against the float64
+# analytic gradient of the same rounded inputs (q, k, v, dO; O recomputed in float64) may be at most twice the
+# error of a straightforward same-precision computation, plus a small absolute term. The straightforward
+# computation (`attention_backward_same_precision`) is what an eager framework in the kernel's precision does
+# with the same kernel inputs: f32 scores and softmax, dPsum = rowsum(dO * O) in f32 from the forward's rounded
+# O, P rounded to bf16/f16 for P^T dO, dS = P * (dP - dPsum) in f32 rounded to bf16/f16 for dS K and dS^T Q
+# (where the kernel rounds them), products accumulated in f32, each gradient rounded to bf16/f16. The absolute
+# term is BACKWARD_ABSOLUTE_TOLERANCE times the largest magnitude of that gradient's reference (at least 1):
+# gradients are not O(1) like attention outputs (a key that every query attends to gathers all their dO).
+
+
+BACKWARD_ABSOLUTE_TOLERANCE = 1e-3
+"""The small absolute term of the backward's rule, relative to max(1, max |reference gradient|)."""
+
+
+def _expand_heads(x: np.ndarray, heads: int) -> np.ndarray:
+    """K or V with heads_k heads repeated to `heads` (GQA: query head h reads K/V head h // (heads / heads_k))."""
+    return np.repeat(x, heads // x.shape[1], axis=1)
+
+
+def _sum_groups(dx: np.ndarray, heads_k: int) -> np.ndarray:
+    """The gradient of each K/V head: the sum over the query heads of its group."""
+    b, h, s, d = dx.shape
+    return dx.reshape(b, heads_k, h // heads_k, s, d).sum(axis=2)
+
+
+def attention_lse(q, k, causal: bool = False, scale: float | None = None) -> np.ndarray:
+    """The forward's log-sum-exp in float64: LSE[b, h, i] = log sum_j exp(scale q_i . k_j) over the keys row i
+    sees, -inf for a row that sees none. k may have fewer heads (GQA)."""
+    q = np.asarray(q).astype(np.float64)
+    k = _expand_heads(np.asarray(k).astype(np.float64), q.shape[1])
+    scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+    scores = _scores(q, k, scale, np.float64)
+    if causal:
+        scores = np.where(causal_visible(q.shape[2], k.shape[2]), scores, -np.inf)
+    row_max = scores.max(axis=-1, keepdims=True)
+    safe = np.where(np.isneginf(row_max), 0, row_max)
+    with np.errstate(divide="ignore"):
+        return (np.log(np.exp(scores - safe).sum(axis=-1, keepdims=True)) + safe)[..., 0]
+
+
+def _backward(q, k, v, o, do, causal, scale, dtype, round_p):
+    """Shared body of the float64 gradient (dtype float64, no rounding) and the same-precision one."""
+    heads_k = k.shape[1]
+    scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+    k, v = _expand_heads(k, q.shape[1]), _expand_heads(v, q.shape[1])
+    visible = causal_visible(q.shape[2], k.shape[2]) if causal else None
+    p = _softmax_rows(_scores(q, k, scale, dtype), visible).astype(dtype)
+    if o is None:
+        o = np.einsum("bhqk,bhkd->bhqd", p, v)
+    dpsum = np.sum(do * o, axis=-1, dtype=dtype)[..., None]
+    dv = np.einsum("bhqk,bhqd->bhkd", round_p(p), do)
+    dp = np.einsum("bhqd,bhkd->bhqk", do, v)
+    ds = round_p(p * (dp - dpsum))
+    dq = np.einsum("bhqk,bhkd->bhqd", ds, k) * dtype(scale)
+    dk = np.einsum("bhqk,bhqd->bhkd", ds, q) * dtype(scale)
+    return dq, _sum_groups(dk, heads_k), _sum_groups(dv, heads_k)
+
+
+def attention_backward(q, k, v, do, causal: bool = False, scale: float | None = None):
+    """The float64 analytic gradient (dq, dk, dv) of attention at the given (already rounded) q, k, v, dO, with
+    O recomputed in float64. k and v may have fewer heads than q (GQA: dk, dv sum over each group). A query row
+    that sees no key has P = 0, so its dq is 0 and it adds nothing to dk and dv."""
+    q, k, v, do = (np.asarray(x).astype(np.float64) for x in (q, k, v, do))
+    return _backward(q, k, v, None, do, causal, scale, np.float64, lambda x: x)
+
+
+def attention_backward_same_precision(q, k, v, o, do, dtype, causal: bool = False, scale: float | None = None):
+    """The straightforward computation in the kernel's precision that the rule compares with (see above):
+    f32 throughout, P and dS rounded to `dtype` where they enter the tensor-core products, dPsum from the
+    given (rounded) o, and each gradient rounded to `dtype`."""
+    q, k, v, o, do = (np.asarray(x).astype(F32) for x in (q, k, v, o, do))
+    rounded = lambda x: round_to(x, dtype).astype(F32)  # noqa: E731
+    return tuple(round_to(g, dtype) for g in _backward(q, k, v, o, do, causal, scale, np.float32, rounded))
+
+
+def check_attention_backward(grads, q, k, v, o, do, dtype, causal: bool = False,
+                             scale: float | None = None) -> tuple[Comparison, Comparison, Comparison]:
+    """Compare (dq, dk, dv) with the float64 gradient under the backward's rule (see above); one Comparison per
+    gradient. q, k, v, dO are rounded to `dtype` first (as the kernels read them); o is the forward's output
+    as the kernel was given it."""
+    q, k, v, o, do = (round_to(np.asarray(x), dtype) for x in (q, k, v, o, do))
+    refs = attention_backward(q, k, v, do, causal, scale)
+    baselines = attention_backward_same_precision(q, k, v, o, do, dtype, causal, scale)
+    comparisons = []
+    for out, ref, baseline in zip(grads, refs, baselines):
+        magnitude = max(1.0, float(np.abs(ref).max()) if ref.size else 0.0)
+        tolerance = 2 * _max_error(baseline, ref) + BACKWARD_ABSOLUTE_TOLERANCE * magnitude
+        comparisons.append(Comparison(_max_error(out, ref), tolerance))
+    return tuple(comparisons)
+
+
+# endregion

@@ -2,7 +2,10 @@
 
 The grid's blocks are run in batches (x fastest, then y, then z); each batch is one pass of the xDSL
 interpreter over the kernel body with [B]-shaped program ids, so each tile op is one NumPy call for the
-whole batch.
+whole batch. `order` permutes the blocks first (batches are then cut from the permuted list), which changes
+the order in which `tile.atomic_add`s of different blocks reach memory. A kernel with semaphores
+(`tile.sem_wait`) runs one block per thread instead, every block started in that order
+(`tessera.interpreters.grid_sync`).
 
 Before anything is allocated, `check_sizes` refuses, naming the limit, a grid past the driver's launch limits
 (`facts.check_launch`) and arguments whose bytes exceed the simulators' memory budget
@@ -12,6 +15,7 @@ Before anything is allocated, `check_sizes` refuses, naming the limit, a grid pa
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -20,7 +24,9 @@ from xdsl.interpreter import Interpreter
 
 from tessera.interpreters.blas_threads import single_threaded_blas
 from tessera.interpreters.block_batch import BlockBatch
+from tessera.dialects import tile
 from tessera.interpreters.control import BatchedControlFunctions
+from tessera.interpreters.grid_sync import GridSync
 from tessera.interpreters.limits import check_memory
 from tessera.interpreters.tile import TileFunctions
 from tessera.kernel_abi import KernelSignature
@@ -73,17 +79,55 @@ def prepare_arguments(
 
 @single_threaded_blas()
 def run_grid(sig: KernelSignature, module: ModuleOp, arguments: list[np.ndarray], sizes: Mapping[str, int],
-             listeners: Callable[[BlockBatch], Sequence[Interpreter.Listener]] | None = None) -> None:
+             listeners: Callable[[BlockBatch], Sequence[Interpreter.Listener]] | None = None,
+             order: Sequence[int] | None = None) -> None:
     """Run every block of the kernel's grid; outputs are written into `arguments` in place. `listeners`, if
-    given, makes the interpreter listeners of each batch of blocks (`tessera.validate` records values). BLAS
-    runs on one thread meanwhile (`tessera.interpreters.blas_threads`)."""
+    given, makes the interpreter listeners of each batch of blocks (`tessera.validate` records values).
+    `order`, if given, is a permutation of the linear block ids (x fastest, then y, then z) in which the
+    blocks run. BLAS runs on one thread meanwhile (`tessera.interpreters.blas_threads`)."""
     gx, gy, gz = sig.grid_size(sizes)
     facts.check_launch((gx, gy, gz))
     total = gx * gy * gz
-    for start in range(0, total, MAX_BLOCKS_PER_BATCH):
-        ids = np.arange(start, min(start + MAX_BLOCKS_PER_BATCH, total), dtype=np.int64)
-        batch = BlockBatch((ids % gx, (ids // gx) % gy, ids // (gx * gy)))
+    ids = np.arange(total, dtype=np.int64)
+    if order is not None:
+        ids = np.asarray(order, dtype=np.int64)
+        if ids.shape != (total,) or not np.array_equal(np.sort(ids), np.arange(total)):
+            raise ValueError(f"run_grid: order must be a permutation of the {total} block ids of @{sig.name}")
+
+    def run(chunk: np.ndarray, sync: GridSync | None = None) -> None:
+        batch = BlockBatch((chunk % gx, (chunk // gx) % gy, chunk // (gx * gy)))
         interpreter = Interpreter(module, listeners=tuple(listeners(batch)) if listeners else ())
         interpreter.register_implementations(BatchedControlFunctions(batch))
-        interpreter.register_implementations(TileFunctions(batch))
+        interpreter.register_implementations(TileFunctions(batch, sync))
         interpreter.run_ssacfg_region(sig.op.body, tuple(arguments), sig.name)
+
+    if any(isinstance(op, tile.SemWaitOp) for op in sig.op.walk()):
+        _run_threads(ids, run)
+        return
+    for start in range(0, total, MAX_BLOCKS_PER_BATCH):
+        run(ids[start:start + MAX_BLOCKS_PER_BATCH])
+
+
+def _run_threads(ids: np.ndarray, run: Callable[[np.ndarray, GridSync], None]) -> None:
+    """Run each block in its own thread, all started in the order of `ids`; once every thread has ended, the
+    first error (in time) of a block that did not merely give up waiting on a failed one is raised."""
+    sync = GridSync(len(ids))
+    errors: list[BaseException] = []
+
+    def block(block_id: np.ndarray) -> None:
+        try:
+            run(block_id, sync)
+        except BaseException as error:  # noqa: BLE001 - re-raised in the launching thread
+            with sync.lock:
+                errors.append(error)
+            sync.finished(failed=True)
+        else:
+            sync.finished()
+
+    threads = [threading.Thread(target=block, args=(ids[i:i + 1],), daemon=True) for i in range(len(ids))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:  # a wait given up because another block failed is not the error to report
+        raise min(errors, key=lambda e: getattr(e, "secondary", False))

@@ -5,6 +5,12 @@ stays f32; `tile.mma` multiplies in f32 (exact for bf16/f16 inputs) and accumula
 asynchronous copies follow `tile_memory`, which reports reads of data that has not arrived and races: for
 unstaged buffers, copies are published by `tile.barrier`; for ring stages, by the covering
 `tile.cp_wait_group`, and handed back to the copies by `tile.release`.
+
+The backward's ops (`dialects/tile_backward.py`): `tile.store_shared` writes a shared buffer (published by
+the next barrier); `tile.atomic_add` adds into global memory block after block in the batch's order (which
+`run_grid`'s `order` permutes), so only the sum is defined, not its rounding; `tile.sem_wait` and
+`tile.sem_signal` need blocks that wait for each other, so a kernel with them runs one block per thread
+(`grid_sync.GridSync`, set up by `run_grid`) and every global atomic happens under the grid's lock.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from xdsl.interpreter import Interpreter, InterpreterFunctions, PythonValues, im
 from tessera.dialects import tile
 from tessera.dialects.tile_types import TileType
 from tessera.interpreters.block_batch import BlockBatch
+from tessera.interpreters.grid_sync import GridDeadlock, GridSync
 from tessera.interpreters.tile_memory import AsyncCopies, GlobalView, SharedBuffer, SharedRef
 from tessera.numerics import F32, batched_matmul, numpy_dtype, round_to
 
@@ -35,9 +42,10 @@ def _safe_max(vector: np.ndarray) -> np.ndarray:
 class TileFunctions(InterpreterFunctions):
     """Implementations of the `tile` ops for one `BlockBatch`."""
 
-    def __init__(self, batch: BlockBatch):
+    def __init__(self, batch: BlockBatch, sync: GridSync | None = None):
         super().__init__()
         self.batch = batch
+        self.sync = sync
         self.copies = AsyncCopies()
         self.shared: list[SharedBuffer] = []
 
@@ -142,6 +150,64 @@ class TileFunctions(InterpreterFunctions):
         return ()
 
     # endregion
+    # region the backward's memory ops: shared stores, reducing stores, semaphores
+    @impl(tile.StoreSharedOp)
+    def run_store_shared(self, interpreter: Interpreter, op: tile.StoreSharedOp, args: PythonValues):
+        value, dest = args
+        dest.store(self.batch, op, value)
+        return ()
+
+    @impl(tile.AtomicAddOp)
+    def run_atomic_add(self, interpreter: Interpreter, op: tile.AtomicAddOp, args: PythonValues):
+        value, dest = args
+        value = self._operand_tile(op, value, "the value")
+        if self.sync is None:
+            dest.add(value, self.batch.active)
+            return ()
+        with self.sync.lock:
+            dest.add(value, self.batch.active)
+        self.sync.changed()
+        return ()
+
+    def _semaphore(self, op, sem) -> tuple[np.ndarray, tuple[int, ...]]:
+        """The semaphore tensor and the coordinates of this (single) block's counter."""
+        if self.sync is None or self.batch.size != 1:  # run_grid gives semaphore kernels a thread per block
+            self.batch.fail(op, "semaphores need blocks that run on their own (run_grid(..., sync=True))")
+        where = sem.element(0)
+        if any(not 0 <= i < n for i, n in zip(where, sem.tensor.shape)):
+            self.batch.fail(op, f"semaphore index {list(where)} is outside the tensor {list(sem.tensor.shape)}")
+        return sem.tensor, where
+
+    @impl(tile.SemWaitOp)
+    def run_sem_wait(self, interpreter: Interpreter, op: tile.SemWaitOp, args: PythonValues):
+        sem, expected = args
+        if not self.batch.active[0]:
+            return ()
+        tensor, where = self._semaphore(op, sem)
+        expected = int(self.batch.index_array(expected)[0])
+        try:
+            self.sync.wait_until(lambda: int(tensor[where]) == expected)
+        except GridDeadlock as reason:
+            try:
+                self.batch.fail(op, f"waits for semaphore {list(where)} to reach {expected}, but it is "
+                                    f"{int(tensor[where])} and {reason} (deadlock)", self.batch.active)
+            except Exception as error:
+                error.secondary = reason.secondary  # run_grid reports the block that failed first
+                raise
+        return ()
+
+    @impl(tile.SemSignalOp)
+    def run_sem_signal(self, interpreter: Interpreter, op: tile.SemSignalOp, args: PythonValues):
+        (sem,) = args
+        if not self.batch.active[0]:
+            return ()
+        tensor, where = self._semaphore(op, sem)
+        with self.sync.lock:
+            tensor[where] += 1
+        self.sync.changed()
+        return ()
+
+    # endregion
     # region compute
     @impl(tile.MmaOp)
     def run_mma(self, interpreter: Interpreter, op: tile.MmaOp, args: PythonValues):
@@ -192,6 +258,16 @@ class TileFunctions(InterpreterFunctions):
     def run_exp_subtract(self, interpreter: Interpreter, op: tile.ExpSubtractOp, args: PythonValues):
         x, m = args
         return self._register_tile(op, np.exp(x - _rows(_safe_max(m))))
+
+    @impl(tile.SubRowsOp)
+    def run_sub_rows(self, interpreter: Interpreter, op: tile.SubRowsOp, args: PythonValues):
+        x, d = args
+        return self._register_tile(op, x - _rows(d))
+
+    @impl(tile.Exp2SubtractOp)
+    def run_exp2_subtract(self, interpreter: Interpreter, op: tile.Exp2SubtractOp, args: PythonValues):
+        x, m = args
+        return self._register_tile(op, np.exp2(x - _rows(_safe_max(m))))
 
     @impl(tile.MulRowsOp)
     def run_mul_rows(self, interpreter: Interpreter, op: tile.MulRowsOp, args: PythonValues):

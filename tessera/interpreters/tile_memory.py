@@ -14,6 +14,11 @@ the covering wait publishes to the whole block, and handed back to the copies by
 
     EMPTY/RELEASED  --cp_async-->  IN_FLIGHT  --cp_wait_group-->  READY  --tile.release-->  RELEASED
 
+A `tile.store_shared` writes an unstaged buffer from registers; like a landed copy, the stored contents
+reach the other threads only through a barrier:
+
+    any state but IN_FLIGHT  --store_shared-->  WRITTEN  --barrier-->  READY
+
 Only READY contents may be read (by `tile.mma` or `tile.load`). A `tile.cp_async` into a tile whose copy is
 still in flight is a race, and so is one into a tile that was read since the point from which a copy may
 overwrite it: the last `tile.barrier` for an unstaged buffer (other threads may still be reading it), the
@@ -31,10 +36,11 @@ from xdsl.ir import Operation
 
 from tessera.interpreters.block_batch import BlockBatch
 
-EMPTY, IN_FLIGHT, LANDED, READY, RELEASED = range(5)
+EMPTY, IN_FLIGHT, LANDED, READY, RELEASED, WRITTEN = range(6)
 _STATE_TEXT = {EMPTY: "never written", IN_FLIGHT: "still in flight (no cp_wait_group covers its copy)",
                LANDED: "landed but not yet published to the block (missing tile.barrier after cp_wait_group)",
-               RELEASED: "released by tile.release and not refilled since (read after release)"}
+               RELEASED: "released by tile.release and not refilled since (read after release)",
+               WRITTEN: "stored by tile.store_shared but not yet published to the block (missing tile.barrier after the store)"}
 
 
 @dataclass
@@ -75,6 +81,19 @@ class GlobalView:
         keep = valid & active.reshape((-1,) + (1,) * len(self.shape))
         target = tuple(np.broadcast_to(c, keep.shape)[keep] for c in coords)
         self.tensor[target] = values.astype(self.tensor.dtype)[keep]
+
+    def add(self, values: np.ndarray, active: np.ndarray) -> None:
+        """`tile.atomic_add`: add [B, *shape] values into the window for the active blocks, dropping elements
+        outside the tensor. Blocks that add into the same element do so one after the other in batch order
+        (the order `run_grid` gives them), each addition rounded to the tensor's dtype (f32)."""
+        coords, valid = self._coordinates()
+        keep = valid & active.reshape((-1,) + (1,) * len(self.shape))
+        target = tuple(np.broadcast_to(c, keep.shape)[keep] for c in coords)
+        np.add.at(self.tensor, target, values.astype(self.tensor.dtype)[keep])
+
+    def element(self, block: int) -> tuple[int, ...]:
+        """The tensor coordinates of the window's first element for block `block` (a semaphore)."""
+        return tuple(int(i[block]) for i in self.indices)
 
 
 @dataclass
@@ -136,6 +155,23 @@ class SharedRef:
         else:
             blocks = np.nonzero(mask)[0]
             self.buffer.data[blocks, self.stage[blocks]] = values[blocks]
+
+    def store(self, batch: BlockBatch, op: Operation, values: np.ndarray) -> None:
+        """`tile.store_shared`: the active blocks write `values` into this (unstaged) buffer; WRITTEN until a
+        barrier. Storing while a copy into it is in flight, or after some thread read it since the last
+        barrier, is a race."""
+        active = batch.active
+        if self.stage is not None or self.buffer.staged:
+            batch.fail(op, f"stores into ring {self.buffer.name}; tile.store_shared writes whole unstaged buffers", active)
+        in_flight = active & (self._get(self.buffer.state) == IN_FLIGHT).any(axis=0)
+        if in_flight.any():
+            batch.fail(op, f"stores into shared buffer {self.buffer.name} while a copy into it is in flight", in_flight)
+        racing = active & self._get(self.buffer.read_unfreed).any(axis=0)
+        if racing.any():
+            batch.fail(op, f"overwrites shared buffer {self.buffer.name}, read since the last tile.barrier "
+                           "(write-after-read race)", racing)
+        self.write(values, active)
+        self._set(self.buffer.state, WRITTEN, active)
 
     def check_stage_range(self, batch: BlockBatch, op: Operation) -> None:
         if self.stage is not None:
@@ -241,6 +277,6 @@ class AsyncCopies:
         for buffer in buffers:
             if buffer.staged:
                 continue
-            landed = (buffer.state == LANDED) & active[None, :]
+            landed = ((buffer.state == LANDED) | (buffer.state == WRITTEN)) & active[None, :]
             buffer.state[landed] = READY
             buffer.read_unfreed[:, active] = False

@@ -1,0 +1,217 @@
+"""Tile IR ops the attention backward needs (part of the `tile` dialect; `tile.py` registers them).
+
+- `tile.store_shared`: a register tile written into a shared tile (P and dS, so that the tensor core can read
+  them transposed: `tile.mma ... transpose_a` takes its A operand from shared memory only);
+- `tile.atomic_add`: a reducing store, global[window] += value in f32, atomic with respect to other thread
+  blocks (the dQ partials every key block adds into dq_accum);
+- `tile.sub_rows`, `tile.exp2_subtract`: the row-broadcast pieces of dS = P * (dP - dPsum) and of
+  P = exp2(S * scale * log2 e - LSE2);
+- `tile.sem_wait`, `tile.sem_signal`: a counting semaphore in global memory that orders the reducing stores
+  of different thread blocks (deterministic mode: the key blocks add into one query block in key order).
+
+These ops sit in their own file so that the backward's additions stay apart from the forward's ops; nothing
+here imports `tile.py` (which imports this file), so the few checks they share are repeated below.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from xdsl.dialects.builtin import Float32Type, IndexType, IntegerType
+from xdsl.ir import Operation, SSAValue
+from xdsl.irdl import IRDLOperation, VarConstraint, base, irdl_op_definition, operand_def, result_def, traits_def
+from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, Pure
+from xdsl.utils.exceptions import VerifyException
+
+from tessera.dialects.tile_types import MemSpace, TileType, is_float
+
+TILE = base(TileType)
+
+
+def _tile(value: SSAValue | Operation) -> TileType:
+    value = SSAValue.get(value)
+    assert isinstance(value.type, TileType)
+    return value.type
+
+
+def _require(condition: bool, op: Operation, message: str) -> None:
+    if not condition:
+        raise VerifyException(f"'{op.name}' op {message}")
+
+
+def _require_space(op: Operation, what: str, ty: TileType, *spaces: MemSpace) -> None:
+    names = " or ".join(s.value for s in spaces)
+    _require(ty.memory_space in spaces, op, f"{what} must be a {names} tile, got {ty.memory_space.value}")
+
+
+# region Stores into shared memory and reducing stores into global memory
+
+
+@irdl_op_definition
+class StoreSharedOp(IRDLOperation):
+    """`tile.store_shared %value, %dest : register_type, shared_type`: write a register tile into a shared tile.
+
+    Each thread writes the elements it holds; the whole tile is visible to every thread of the block only after
+    a following `tile.barrier` (reading it before is a race, and so is storing into a shared tile that some
+    thread read since the last barrier, or whose asynchronous copy is in flight). The destination is a whole
+    shared buffer (not a ring stage): the backward writes P and dS here so that `tile.mma` can read them as a
+    transposed A operand (P^T dO, dS^T Q), which the tensor core takes from shared memory only. Shapes and
+    element types must match (round with `tile.cast` first)."""
+
+    name = "tile.store_shared"
+    value = operand_def(TILE)
+    dest = operand_def(TILE)
+    traits = traits_def(MemoryWriteEffect())
+    assembly_format = "$value `,` $dest attr-dict `:` type($value) `,` type($dest)"
+
+    def __init__(self, value: SSAValue | Operation, dest: SSAValue | Operation):
+        super().__init__(operands=[value, dest])
+
+    def verify_(self) -> None:
+        val, dst = _tile(self.value), _tile(self.dest)
+        _require_space(self, "value", val, MemSpace.REGISTER)
+        _require_space(self, "destination", dst, MemSpace.SHARED)
+        _require(val.get_shape() == dst.get_shape(), self,
+                 f"value shape {list(val.get_shape())} and destination shape {list(dst.get_shape())} must match")
+        _require(val.element_type == dst.element_type, self,
+                 f"value element type {val.element_type} must match the destination's {dst.element_type} (insert a tile.cast)")
+
+
+@irdl_op_definition
+class AtomicAddOp(IRDLOperation):
+    """`tile.atomic_add %value, %window : value_type, window_type`: window += value, elementwise, in f32.
+
+    The value is an f32 register tile, or an f32 shared tile that a `tile.barrier` has published; the window is
+    an f32 global window of the same shape. Each element's addition is atomic with respect to every other
+    thread block (the lowering's `red.global.add.f32`, or a bulk reduction `cp.reduce.async.bulk .add.f32`
+    from shared memory): the result is the sum of every contribution, in an order the hardware picks, so two
+    runs may differ in the last bits (order them with `tile.sem_wait`/`tile.sem_signal` for bitwise
+    reproducibility). Elements of the window outside the tensor are not written: a partial query block at the
+    end of the sequence adds only its rows < seq_q (the bounds rule of `tile.view`). The op returns nothing;
+    no read of the window is implied."""
+
+    name = "tile.atomic_add"
+    value = operand_def(TILE)
+    dest = operand_def(TILE)
+    traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
+    assembly_format = "$value `,` $dest attr-dict `:` type($value) `,` type($dest)"
+
+    def __init__(self, value: SSAValue | Operation, dest: SSAValue | Operation):
+        super().__init__(operands=[value, dest])
+
+    def verify_(self) -> None:
+        val, dst = _tile(self.value), _tile(self.dest)
+        _require_space(self, "value", val, MemSpace.REGISTER, MemSpace.SHARED)
+        _require_space(self, "destination", dst, MemSpace.GLOBAL)
+        _require(val.get_shape() == dst.get_shape(), self,
+                 f"value shape {list(val.get_shape())} and window shape {list(dst.get_shape())} must match")
+        for what, ty in (("value", val), ("destination", dst)):
+            _require(isinstance(ty.element_type, Float32Type), self, f"{what} must be f32 (additions are f32), got {ty.element_type}")
+
+
+# endregion
+# region Row-broadcast pieces of the backward
+
+
+class _RowBroadcastOp(IRDLOperation):
+    """Base of ops combining a 2-D f32 register tile [M, N] with an f32 register row vector [M]."""
+
+    T: ClassVar = VarConstraint("T", TILE)
+    source = operand_def(T)
+    rows = operand_def(TILE)
+    result = result_def(T)
+    traits = traits_def(Pure())
+    assembly_format = "$source `,` $rows attr-dict `:` type($source) `,` type($rows)"
+
+    def __init__(self, source: SSAValue | Operation, rows: SSAValue | Operation):
+        super().__init__(operands=[source, rows], result_types=[SSAValue.get(source).type])
+
+    def verify_(self) -> None:
+        src, rows = _tile(self.source), _tile(self.rows)
+        for what, ty, rank in (("source", src, 2), ("row vector", rows, 1)):
+            _require_space(self, what, ty, MemSpace.REGISTER)
+            _require(isinstance(ty.element_type, Float32Type), self, f"{what} must be f32, got {ty.element_type}")
+            _require(ty.rank == rank, self, f"{what} must have rank {rank}, got rank {ty.rank}")
+        _require(rows.get_shape()[0] == src.get_shape()[0], self,
+                 f"row vector must have one entry per row ({src.get_shape()[0]}), got {rows.get_shape()[0]}")
+
+
+@irdl_op_definition
+class SubRowsOp(_RowBroadcastOp):
+    """`%r = tile.sub_rows %x, %d : [M, N], [M]`: r[i, j] = x[i, j] - d[i] in f32 (dP - dPsum of the backward;
+    no special case for infinities)."""
+
+    name = "tile.sub_rows"
+
+
+@irdl_op_definition
+class Exp2SubtractOp(_RowBroadcastOp):
+    """`%p = tile.exp2_subtract %x, %m : [M, N], [M]`: p[i, j] = 2^(x[i, j] - m[i]), where m[i] = -inf counts as
+    0 (the safe-max rule of `tile.exp_subtract`, in base 2).
+
+    The backward recomputes P = exp2(S * scale * log2 e - LSE * log2 e) with this op: a row that sees no key
+    has LSE = -inf and every score -inf, so P is 0 there, never NaN. Computed in f32 (the lowering's
+    `ex2.approx.ftz.f32`, whose error the tolerance covers)."""
+
+    name = "tile.exp2_subtract"
+
+
+# endregion
+# region Semaphores between thread blocks
+
+
+def _require_semaphore(op: Operation, ty: TileType) -> None:
+    _require_space(op, "semaphore", ty, MemSpace.GLOBAL)
+    _require(isinstance(ty.element_type, IntegerType) and ty.element_type.width.data == 32, op,
+             f"semaphore must be an i32 window, got {ty.element_type}")
+    _require(ty.get_shape() == (1,), op, f"semaphore must be a window of one element ([1]), got {list(ty.get_shape())}")
+
+
+@irdl_op_definition
+class SemWaitOp(IRDLOperation):
+    """`tile.sem_wait %sem, %expected : window_type`: wait until the i32 counter at `%sem` (a one-element
+    global window) equals `expected`, then continue with acquire semantics: the global writes and reducing
+    stores that the signalling blocks made before their `tile.sem_signal` are visible after the wait.
+
+    Every thread of the block waits (the lowering: one thread spins on `ld.acquire.gpu`, then a block
+    barrier). The counters start at zero (a scratch buffer the launcher zeroes). A wait that no block can
+    satisfy any more is a deadlock, which the Tile interpreter reports. The deterministic backward waits for
+    `expected = n` (its key block index) before adding into a query block's dq_accum, so the additions happen
+    in key-block order whatever order the blocks run in."""
+
+    name = "tile.sem_wait"
+    sem = operand_def(TILE)
+    expected = operand_def(IndexType)
+    traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
+    assembly_format = "$sem `,` $expected attr-dict `:` type($sem)"
+
+    def __init__(self, sem: SSAValue | Operation, expected: SSAValue | Operation):
+        super().__init__(operands=[sem, expected])
+
+    def verify_(self) -> None:
+        _require_semaphore(self, _tile(self.sem))
+
+
+@irdl_op_definition
+class SemSignalOp(IRDLOperation):
+    """`tile.sem_signal %sem : window_type`: add 1 to the i32 counter at `%sem` (a one-element global window)
+    with release semantics: every global write and reducing store of the block before it (from every thread:
+    the lowering puts a block barrier and a `fence` first, then one thread's `red.release.gpu.add`) is
+    visible to a block whose `tile.sem_wait` sees the new count."""
+
+    name = "tile.sem_signal"
+    sem = operand_def(TILE)
+    traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
+    assembly_format = "$sem attr-dict `:` type($sem)"
+
+    def __init__(self, sem: SSAValue | Operation):
+        super().__init__(operands=[sem])
+
+    def verify_(self) -> None:
+        _require_semaphore(self, _tile(self.sem))
+
+
+# endregion
+
+BACKWARD_OPS = (StoreSharedOp, AtomicAddOp, SubRowsOp, Exp2SubtractOp, SemWaitOp, SemSignalOp)
+"""The ops of this file, in the order `tile.py` registers them."""

@@ -1,0 +1,342 @@
+"""The attention backward as FlashAttention-3 structures it: three Tile IR kernels.
+
+With S = scale Q K^T (masked as the forward masks it), P = softmax(S) = exp(S - LSE) and O = P V, the
+gradients of a loss with respect to O (dO) give
+
+    dV = P^T dO        dP = dO V^T        dS = P * (dP - dPsum),  dPsum = rowsum(dO * O) = rowsum(P * dP)
+    dQ = scale dS K    dK = scale dS^T Q
+
+1. `preprocess` (grid (ceildiv(seq_q, BM), heads, batch)): dPsum = rowsum(dO * O) in f32 from the rounded
+   O and dO; LSE2 = LSE * log2 e (natural log to base 2, so the main kernel recomputes P with one exp2);
+   dq_accum = 0 (f32).
+2. `main` (grid (ceildiv(seq_k, BN), heads_k, batch)): one thread block per key block of one K/V head. K and
+   V stay in shared memory and dK, dV accumulate in f32 registers while the block loops over the query heads
+   of its group (GQA) and, for each, over the query blocks that see its keys. Per query block: copy Q and dO
+   into shared memory; S = Q K^T (K transposed: `transpose_b`, a K-major B operand as in the forward);
+   P = exp2(S * scale log2 e - LSE2) masked like the forward (bounds, bottom-right causal); P rounded to the
+   element type and stored to shared memory; dV += P^T dO; dP = dO V^T; dS = P * (dP - dPsum) in f32,
+   rounded and stored to shared memory; dK += dS^T Q; dQ partial = dS K, added into dq_accum with
+   `tile.atomic_add`. After the loops dK is scaled by `scale`; dK and dV are rounded and stored.
+3. `postprocess` (grid (ceildiv(seq_q, BM), heads, batch)): dQ = dq_accum * scale, rounded.
+
+Transposed operands. The tensor core computes A x B with A [M, K] and B [K, N]; the products with P and dS
+on the left are transposed (P^T dO and dS^T Q contract over the query rows), so their A operand is P or dS
+read transposed, `tile.mma ... transpose_a`: an M-major A, which wgmma takes from shared memory only (a
+register A fragment is always K-major). That is why P and dS go through `tile.store_shared`. dP = dO V^T
+and S = Q K^T read V and K as K-major B operands (`transpose_b`, as the forward's S does); dS K reads dS
+from registers (K-major A) and K as an N-major B ([BN, D] = [K, N], the forward's P V layout).
+
+Masks and edges. Keys past seq_k are masked (-inf, so P = 0 and dS = 0 there; K and V read as zero).
+Query rows past seq_q read Q = dO = 0 and LSE2 = dPsum = 0, so their P is finite and their dP, dS and
+contributions to dV, dK are exactly 0; their dq_accum rows are outside the tensor and dropped by the
+bounded `tile.atomic_add`. A query row that sees no key has LSE = -inf: `tile.exp2_subtract` treats the
+-inf row as 0 and every score is -inf, so P = dS = 0 and its dQ is 0, never NaN. With `causal`, key block n
+visits query blocks m >= max(0, n BN + seq_q - seq_k) // BM only: exactly the (m, n) pairs the forward
+visits (the forward's query block m visits key blocks n with n BN < (m + 1) BM + seq_k - seq_q).
+
+GQA (heads_k dividing heads). dK and dV of a K/V head sum over the heads/heads_k query heads of its group.
+The main kernel's thread block loops over the group inside (a per-group pass), so dK and dV stay in
+registers and are written once, in the element type: no f32 dK/dV buffers, no atomics on them, no extra
+postprocess, and they are bitwise deterministic in every mode. The cost is parallelism: the grid has
+heads_k instead of heads blocks per key block (FlashAttention-3 instead adds into f32 dk/dv accumulators
+with atomics), which matters only when batch * heads_k * ceildiv(seq_k, BN) is below the SM count.
+
+Deterministic mode (`deterministic=True`). The dQ partials of the key blocks of one query block are added in
+key-block order: before its `tile.atomic_add` into query block m of head h, key block n waits until the
+semaphore dq_semaphore[b, h, m] (i32, zeroed by the launcher) equals n, and signals (adds 1) after. The key
+blocks visiting a query block are always 0 .. N (causal or not), so the count reaches n exactly when the
+blocks before n have added; dQ is then bitwise the same whatever order the blocks run in (FlashAttention-3's
+scheme). Without it the additions land in any order and dQ may differ between runs in the last bits.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import IntegerType, ModuleOp, StringAttr
+from xdsl.ir import Attribute, SSAValue
+
+from tessera.dialects import tile
+from tessera.kernels.attention import AttentionConfig
+from tessera.kernels.common import (
+    ArgSpec,
+    TileBuilder,
+    ceildiv_dim,
+    check_choice,
+    check_flag,
+    f32,
+    finish_kernel,
+    global_tensor,
+    kernel_function,
+    register_tile,
+    shared_tile,
+)
+
+HEAD_DIMS = (64, 128)
+"""Head dimensions the backward supports. 256 is refused: the main kernel's dK and dV accumulators alone,
+2 x [BN, 256] f32, take 256 registers per thread of two consumer warpgroups at BN = 64 (Hopper gives a
+thread at most 255), before S, dP and their fragments."""
+
+DEFAULT_BLOCKS = {64: (128, 128), 128: (64, 128)}
+"""(BM, BN) by head_dim: FlashAttention-3's Hopper backward tiles. The dK and dV accumulators [BN, D] f32
+stay live through the whole kernel (2 x 128 x 128 x 4 bytes = 128 KiB at head_dim 128, 128 registers per
+thread over two warpgroups), so at head_dim 128 the query block shrinks to 64 rows to leave room for
+S and dP ([BM, BN] f32 each)."""
+
+LOG2E = math.log2(math.e)
+"""log2(e): LSE2 = LSE * log2 e, and the main kernel's score scale is scale * log2 e."""
+
+
+@dataclass(frozen=True)
+class BackwardConfig:
+    """The checked parameters of the backward kernels: the forward's (`AttentionConfig`) and `deterministic`."""
+
+    attention: AttentionConfig
+    deterministic: bool
+
+    @classmethod
+    def checked(cls, head_dim: object = 128, causal: object = False, dtype: object = "bf16", scale: object = None,
+                block_m: object = None, block_n: object = None, deterministic: object = False) -> BackwardConfig:
+        """Validate builder arguments; ValueError naming the argument, the value and what is allowed."""
+        if head_dim == 256 and not isinstance(head_dim, bool):
+            raise ValueError("head_dim 256 is not supported by the attention backward: its dK and dV accumulators "
+                             "(2 x [BN, 256] f32) need more registers than a thread has; head_dim must be 64 or 128")
+        check_choice("head_dim", head_dim, HEAD_DIMS)
+        bm, bn = DEFAULT_BLOCKS[head_dim]  # type: ignore[index]
+        config = AttentionConfig.checked(head_dim, causal, dtype, scale,
+                                         bm if block_m is None else block_m, bn if block_n is None else block_n)
+        return cls(config, check_flag("deterministic", deterministic))
+
+    def kernel_name(self, part: str) -> str:
+        """`attention_backward_preprocess_d128_bf16_causal` and the like (main: `attention_backward_d128_...`,
+        with `_deterministic` when it orders its dQ additions)."""
+        base = self.attention.kernel_name("attention_backward" + (f"_{part}" if part != "main" else ""))
+        return base + ("_deterministic" if part == "main" and self.deterministic else "")
+
+    def kernel_info(self) -> dict[str, Attribute]:
+        """The forward's `tile.kernel` entries (causal, scale) with kind "attention_backward"."""
+        return {**self.attention.kernel_info(), "kind": StringAttr("attention_backward")}
+
+
+@dataclass(frozen=True)
+class AttentionBackward:
+    """The three kernels of the backward, each a verified one-kernel module, run in this order:
+    `preprocess`, `main`, `postprocess` (see the module docstring for what each computes)."""
+
+    config: BackwardConfig
+    preprocess: ModuleOp
+    main: ModuleOp
+    postprocess: ModuleOp
+
+    @property
+    def modules(self) -> tuple[ModuleOp, ModuleOp, ModuleOp]:
+        return (self.preprocess, self.main, self.postprocess)
+
+
+def _tensor(c: AttentionConfig, heads: str, seq: str, element=None) -> tuple[object, list]:
+    d = c.head_dim
+    return global_tensor([None, None, None, d], element or c.element_type), ["batch", heads, seq, d]
+
+
+def _rows_tensor() -> tuple[object, list]:
+    return global_tensor([None, None, None], f32), ["batch", "heads", "seq_q"]
+
+
+def _build_preprocess(cfg: BackwardConfig) -> ModuleOp:
+    """dPsum = rowsum(dO * O) (f32), LSE2 = LSE * log2 e, dq_accum = 0, one [BM] query block per thread block."""
+    c = cfg.attention
+    half, half_dims = _tensor(c, "heads", "seq_q")
+    acc, acc_dims = _tensor(c, "heads", "seq_q", f32)
+    rows, rows_dims = _rows_tensor()
+    args = [
+        ArgSpec("O", half, half_dims),
+        ArgSpec("dO", half, half_dims),
+        ArgSpec("LSE", rows, rows_dims),
+        ArgSpec("dPsum", rows, rows_dims, role="out"),
+        ArgSpec("LSE2", rows, rows_dims, role="out"),
+        ArgSpec("dQaccum", acc, acc_dims, role="out"),
+    ]
+    grid = [ceildiv_dim("seq_q", c.block_m), "heads", "batch"]
+    fn, b = kernel_function(cfg.kernel_name("preprocess"), args, cfg.kernel_info(), grid)
+    v = dict(zip((a.name for a in args), fn.body.blocks.first.args))
+    q0 = b.muli(b.program_id("x", "q_block"), b.const(c.block_m), "q0")
+    head, batch = b.program_id("y", "head"), b.program_id("z", "batch")
+    zero = b.const(0)
+
+    def window(name: str, shape) -> SSAValue:
+        indices = [batch, head, q0] + ([zero] if len(shape) == 2 else [])
+        return b.view(v[name], indices, shape, f"{name.lower()}_window")
+
+    bm, d = c.block_m, c.head_dim
+    o = b.cast(b.load(window("O", [bm, d]), "o"), f32, "o_f32")
+    do = b.cast(b.load(window("dO", [bm, d]), "do"), f32, "do_f32")
+    b.store_global(b.unary(tile.RowSumOp, b.binary(tile.MulOp, do, o, "do_o"), "dpsum"), window("dPsum", [bm]))
+    lse = b.load(window("LSE", [bm]), "lse")
+    b.store_global(b.scale(lse, LOG2E, "lse2"), window("LSE2", [bm]))
+    b.store_global(b.fill(0.0, register_tile([bm, d]), "dq_zero"), window("dQaccum", [bm, d]))
+    return finish_kernel(fn, b)
+
+
+def _build_postprocess(cfg: BackwardConfig) -> ModuleOp:
+    """dQ = dq_accum * scale, rounded to the element type."""
+    c = cfg.attention
+    acc, acc_dims = _tensor(c, "heads", "seq_q", f32)
+    half, half_dims = _tensor(c, "heads", "seq_q")
+    args = [ArgSpec("dQaccum", acc, acc_dims), ArgSpec("dQ", half, half_dims, role="out")]
+    grid = [ceildiv_dim("seq_q", c.block_m), "heads", "batch"]
+    fn, b = kernel_function(cfg.kernel_name("postprocess"), args, cfg.kernel_info(), grid)
+    v = dict(zip((a.name for a in args), fn.body.blocks.first.args))
+    q0 = b.muli(b.program_id("x", "q_block"), b.const(c.block_m), "q0")
+    head, batch = b.program_id("y", "head"), b.program_id("z", "batch")
+    shape = [c.block_m, c.head_dim]
+    indices = [batch, head, q0, b.const(0)]
+    dq = b.scale(b.load(b.view(v["dQaccum"], indices, shape, "dqaccum_window"), "dq_accum"), c.scale, "dq_scaled")
+    b.store_global(b.cast(dq, c.element_type, "dq"), b.view(v["dQ"], indices, shape, "dq_window"))
+    return finish_kernel(fn, b)
+
+
+def _build_main(cfg: BackwardConfig) -> ModuleOp:
+    """One thread block per key block of one K/V head: dK, dV in registers, dQ partials into dq_accum."""
+    c = cfg.attention
+    elt, d, bm, bn = c.element_type, c.head_dim, c.block_m, c.block_n
+    q_t, q_dims = _tensor(c, "heads", "seq_q")
+    k_t, k_dims = _tensor(c, "heads_k", "seq_k")
+    acc, acc_dims = _tensor(c, "heads", "seq_q", f32)
+    rows, rows_dims = _rows_tensor()
+    args = [
+        ArgSpec("Q", q_t, q_dims),
+        ArgSpec("K", k_t, k_dims),
+        ArgSpec("V", k_t, k_dims),
+        ArgSpec("dO", q_t, q_dims),
+        ArgSpec("LSE2", rows, rows_dims),
+        ArgSpec("dPsum", rows, rows_dims),
+        ArgSpec("dQaccum", acc, acc_dims, role="out"),
+        ArgSpec("dK", k_t, k_dims, role="out"),
+        ArgSpec("dV", k_t, k_dims, role="out"),
+    ]
+    if cfg.deterministic:
+        sem = global_tensor([None, None, None], IntegerType(32))
+        args.append(ArgSpec("dQsemaphore", sem, ["batch", "heads", ceildiv_dim("seq_q", bm)], role="scratch"))
+    grid = [ceildiv_dim("seq_k", bn), "heads_k", "batch"]
+    fn, b = kernel_function(cfg.kernel_name("main"), args, cfg.kernel_info(), grid)
+    v = dict(zip((a.name for a in args), fn.body.blocks.first.args))
+
+    n_block = b.program_id("x", "k_block")
+    head_k = b.program_id("y", "head_k")
+    batch = b.program_id("z", "batch")
+    zero = b.const(0)
+    seq_q, seq_k = b.dim(v["Q"], 2, "seq_q"), b.dim(v["K"], 2, "seq_k")
+    group = b.emit(arith.DivUIOp(b.dim(v["Q"], 1, "heads"), b.dim(v["K"], 1, "heads_k")), "group")
+    k0 = b.muli(n_block, b.const(bn), "k0")
+
+    smem = {name: b.alloc_shared(shared_tile(shape, elt), f"{name.lower()}_smem")
+            for name, shape in (("K", [bn, d]), ("V", [bn, d]), ("Q", [bm, d]), ("dO", [bm, d]),
+                                ("P", [bm, bn]), ("dS", [bm, bn]))}
+    for name in ("K", "V"):
+        b.cp_async(b.view(v[name], [batch, head_k, k0, zero], [bn, d], f"{name.lower()}_window"), smem[name])
+    b.cp_commit_group()
+
+    # The query blocks that see this key block: from m_start (causal: the first block with a row that sees
+    # key k0) to the last; none when m_start is past the end.
+    n_q = b.ceildivui(seq_q, b.const(bm), "n_q")
+    m_start = zero
+    if c.causal:
+        first_row = b.maxsi(b.subi(b.addi(k0, seq_q, "k0_plus_seq_q"), seq_k, "first_row_signed"), zero, "first_row")
+        m_start = b.emit(arith.DivUIOp(first_row, b.const(bm)), "m_start")
+    trips = b.maxsi(b.subi(n_q, m_start, "q_blocks_signed"), zero, "q_blocks")
+
+    def query_block(b: TileBuilder, t: SSAValue, carried, head: SSAValue) -> list[SSAValue]:
+        dk, dv = carried
+        m = b.addi(m_start, t, "m") if c.causal else t
+        q0 = b.muli(m, b.const(bm), "q0")
+        for name in ("Q", "dO"):
+            b.cp_async(b.view(v[name], [batch, head, q0, zero], [bm, d], f"{name.lower()}_window"), smem[name])
+        b.cp_commit_group()
+        b.cp_wait_group(0)  # the first trip's wait also covers K and V
+        b.barrier()
+        lse2 = b.load(b.view(v["LSE2"], [batch, head, q0], [bm], "lse2_window"), "lse2")
+        dpsum = b.load(b.view(v["dPsum"], [batch, head, q0], [bm], "dpsum_window"), "dpsum")
+
+        s = b.mma(smem["Q"], smem["K"], b.fill(0.0, register_tile([bm, bn]), "s_zero"), "s", transpose_b=True)
+        s = b.scale(s, c.scale * LOG2E, "s_log2")  # scale and log2 e folded into one f32 factor
+        s = b.mask_bounds(s, k0, seq_k, "s_in_bounds" if c.causal else "s_masked")
+        if c.causal:
+            s = b.mask_causal(s, q0, k0, seq_q, seq_k, "s_masked")
+        p = b.binary(tile.Exp2SubtractOp, s, lse2, "p")
+        b.emit(tile.StoreSharedOp(b.cast(p, elt, "p_half"), smem["P"]))
+        dp = b.mma(smem["dO"], smem["V"], b.fill(0.0, register_tile([bm, bn]), "dp_zero"), "dp", transpose_b=True)
+        ds = b.binary(tile.MulOp, p, b.binary(tile.SubRowsOp, dp, dpsum, "dp_minus_dpsum"), "ds")
+        ds_half = b.cast(ds, elt, "ds_half")
+        b.emit(tile.StoreSharedOp(ds_half, smem["dS"]))
+        b.barrier()  # P and dS published to every warp
+        dv = b.mma(smem["P"], smem["dO"], dv, "dv_next", transpose_a=True)    # P^T dO
+        dk = b.mma(smem["dS"], smem["Q"], dk, "dk_next", transpose_a=True)    # dS^T Q
+        dq = b.mma(ds_half, smem["K"], b.fill(0.0, register_tile([bm, d]), "dq_zero"), "dq_part")  # dS K
+        dq_window = b.view(v["dQaccum"], [batch, head, q0, zero], [bm, d], "dqaccum_window")
+        if cfg.deterministic:
+            sem = b.view(v["dQsemaphore"], [batch, head, m], [1], "sem_window")
+            b.emit(tile.SemWaitOp(sem, n_block))
+            b.emit(tile.AtomicAddOp(dq, dq_window))
+            b.emit(tile.SemSignalOp(sem))
+        else:
+            b.emit(tile.AtomicAddOp(dq, dq_window))
+        b.barrier()  # every warp has read Q, dO, P and dS before the next trip overwrites them
+        return [dk, dv]
+
+    def group_head(b: TileBuilder, g: SSAValue, carried) -> list[SSAValue]:
+        head = b.addi(b.muli(head_k, group, "group_first_head"), g, "head")
+        return list(b.for_loop(trips, list(carried), ["dk", "dv"],
+                               lambda b, t, inner: query_block(b, t, inner, head), iv_name="t"))
+
+    acc_zero = b.fill(0.0, register_tile([bn, d]), "acc_zero")
+    dk, dv = b.for_loop(group, [acc_zero, acc_zero], ["dk", "dv"], group_head, iv_name="g")
+    b.cp_wait_group(0)  # the K and V copy, had no query block seen this key block
+    dk = b.scale(dk, c.scale, "dk_scaled")
+    for name, value in (("dK", dk), ("dV", dv)):
+        window = b.view(v[name], [batch, head_k, k0, zero], [bn, d], f"{name.lower()}_window")
+        b.store_global(b.cast(value, elt, f"{name.lower()}_half"), window)
+    return finish_kernel(fn, b)
+
+
+def attention_backward(
+    head_dim: int = 128,
+    causal: bool = False,
+    dtype: str = "bf16",
+    scale: float | None = None,
+    block_m: int | None = None,
+    block_n: int | None = None,
+    deterministic: bool = False,
+) -> AttentionBackward:
+    """The backward's three kernels (preprocess, main, postprocess; see the module docstring) for one
+    configuration. head_dim 64 or 128 (256 refused by name), bf16 or f16, causal (bottom-right) or not;
+    `block_m`/`block_n` default to `DEFAULT_BLOCKS`; `deterministic=True` orders the dQ additions with a
+    semaphore per query block (an extra scratch argument of the main kernel). GQA needs nothing here: K, V,
+    dK and dV have `heads_k` heads, any divisor of `heads` (the launcher checks it). Kernel arguments, in
+    order:
+
+        preprocess:  O, dO [batch, heads, seq_q, D]; LSE [batch, heads, seq_q] f32 (natural log, -inf for a
+                     row that sees no key) -> dPsum, LSE2 [batch, heads, seq_q] f32, dQaccum [.., D] f32
+        main:        Q, K, V, dO, LSE2, dPsum -> dQaccum (added into), dK, dV [batch, heads_k, seq_k, D]
+                     [, dQsemaphore [batch, heads, ceildiv(seq_q, BM)] i32 scratch, zeroed]
+        postprocess: dQaccum -> dQ [batch, heads, seq_q, D]
+    """
+    cfg = BackwardConfig.checked(head_dim, causal, dtype, scale, block_m, block_n, deterministic)
+    return AttentionBackward(cfg, _build_preprocess(cfg), _build_main(cfg), _build_postprocess(cfg))
+
+
+def attention_backward_preprocess(**options) -> ModuleOp:
+    """The preprocess kernel alone, for `attention_backward(**options)` (the runtime compiles kernels one
+    module at a time, by builder name)."""
+    return _build_preprocess(BackwardConfig.checked(**options))
+
+
+def attention_backward_main(**options) -> ModuleOp:
+    """The main kernel alone, for `attention_backward(**options)`."""
+    return _build_main(BackwardConfig.checked(**options))
+
+
+def attention_backward_postprocess(**options) -> ModuleOp:
+    """The postprocess kernel alone, for `attention_backward(**options)`."""
+    return _build_postprocess(BackwardConfig.checked(**options))

@@ -1,0 +1,215 @@
+"""`tessera.attention_backward(q, k, v, o, lse, do, ...)`: the gradients of attention, on the GPU or interpreted.
+
+    dq, dk, dv = tessera.attention_backward(q, k, v, o, lse, do, causal=False, scale=None,
+                                            deterministic=False, level=None)
+
+q, o, do, dq: [batch, heads, seq_q, head_dim]; k, v, dk, dv: [batch, heads_k, seq_k, head_dim] with heads_k
+dividing heads (GQA; heads_k = heads without it); lse: [batch, heads, seq_q], the forward's log-sum-exp in
+natural log (f32; -inf for a row that sees no key). q, k, v, o and do share one element type, bf16
+(`ml_dtypes.bfloat16`) or float16, which is the kernels' and the gradients'. `scale` defaults to
+1/sqrt(head_dim); causal masking is aligned bottom-right, as in the forward.
+
+It runs the three kernels of `tessera.kernels.attention_backward` (preprocess, main, postprocess):
+- `level=None`: on the GPU (`tessera.runtime`, like `tessera.attention`): each kernel compiled with the
+  default pipeline, cached, and launched; NumPy arrays or PyTorch tensors (CUDA tensors used in place);
+- `level="tile"`: in the Tile IR interpreter (`tessera.interpreters.launch.run_grid`);
+- `level="target"` / `"ptx"`: lowered by the default pipeline and run in the CTA simulator / the PTX
+  executor (`tessera.interpret`), the very kernels the GPU runs.
+
+Arguments are checked first (TypeError/ValueError naming the argument, `UnsupportedKernel` for a head_dim or
+type no kernel takes), before a GPU is looked for (`CudaUnavailable` without one) or anything is compiled.
+A kernel that a level cannot run yet (its ops are not lowered) is refused by `BackwardNotLowered`, naming the
+kernel and the lowering's own diagnostic.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tessera.runtime.attention import DTYPES, LAYOUT, UnsupportedKernel, check_tensor
+
+LEVELS = (None, "tile", "target", "ptx")
+"""Where `attention_backward` runs: the GPU (None) or one of `tessera.LEVELS`."""
+WHERE = "attention_backward"
+
+
+class BackwardNotLowered(NotImplementedError):
+    """A level below Tile IR was asked for, and the default pipeline does not lower a backward kernel yet."""
+
+
+def _dtype_name(x) -> str:
+    from tessera.runtime.launch import dtype_name
+
+    return dtype_name(x)
+
+
+def check_backward_arguments(q, k, v, o, lse, do, causal, scale, deterministic, level):
+    """The `tessera.kernels.BackwardConfig` for well-formed arguments (see the module docstring); otherwise
+    TypeError / ValueError / UnsupportedKernel naming the argument and the rule."""
+    from tessera.kernels import BackwardConfig
+    from tessera.kernels.attention_backward import HEAD_DIMS
+    from tessera.runtime.launch import is_torch_tensor
+
+    if level not in LEVELS or isinstance(level, bool):
+        raise ValueError(f"{WHERE}: level must be None (the GPU), 'tile', 'target' or 'ptx'; got {level!r}")
+    shapes = {}
+    for name, x in (("q", q), ("k", k), ("v", v), ("o", o), ("lse", lse), ("do", do)):
+        shape = check_tensor(WHERE, name, x)
+        rank = 3 if name == "lse" else 4
+        if len(shape) != rank:
+            layout = "[batch, heads, seq_q]" if name == "lse" else LAYOUT
+            raise ValueError(f"{WHERE}: {name} must be {rank}-D {layout}, got shape {tuple(shape)}")
+        if any(int(d) <= 0 for d in shape):
+            raise ValueError(f"{WHERE}: {name} has an empty dimension: shape {tuple(shape)}")
+        shapes[name] = tuple(int(d) for d in shape)
+    if len({is_torch_tensor(x) for x in (q, k, v, o, lse, do)}) != 1:
+        raise ValueError(f"{WHERE}: q, k, v, o, lse and do must be all NumPy arrays or all PyTorch tensors")
+    batch, heads, seq_q, head_dim = shapes["q"]
+    for name in ("o", "do"):
+        if shapes[name] != shapes["q"]:
+            raise ValueError(f"{WHERE}: {name} must have q's shape {shapes['q']} {LAYOUT}, got {shapes[name]}")
+    if shapes["lse"] != (batch, heads, seq_q):
+        raise ValueError(f"{WHERE}: lse must be [batch, heads, seq_q] = {(batch, heads, seq_q)}, got {shapes['lse']}")
+    if shapes["k"] != shapes["v"]:
+        raise ValueError(f"{WHERE}: k and v must have one shape {LAYOUT}, got {shapes['k']} and {shapes['v']}")
+    k_batch, heads_k, _, k_dim = shapes["k"]
+    if k_batch != batch or k_dim != head_dim:
+        raise ValueError(f"{WHERE}: k and v must have q's batch ({batch}) and head_dim ({head_dim}), got shape "
+                         f"{shapes['k']}")
+    if heads % heads_k:
+        raise ValueError(f"{WHERE}: k and v have {heads_k} heads, which must divide q's {heads} heads (GQA)")
+    names = {name: _dtype_name(x) for name, x in (("q", q), ("k", k), ("v", v), ("o", o), ("do", do))}
+    if len(set(names.values())) != 1:
+        raise ValueError(f"{WHERE}: q, k, v, o and do must have one element type, got "
+                         + ", ".join(f"{n} {t}" for n, t in names.items()))
+    if names["q"] not in DTYPES:
+        raise UnsupportedKernel(f"{WHERE}: element type {names['q']} is not supported (supported: "
+                                f"{', '.join(DTYPES)})")
+    if _dtype_name(lse) not in ("float32", "float64"):
+        raise ValueError(f"{WHERE}: lse must be float32 (the forward's log-sum-exp), got {_dtype_name(lse)}")
+    if head_dim not in HEAD_DIMS:
+        raise UnsupportedKernel(f"{WHERE}: head_dim {head_dim} is not supported by the backward kernels "
+                                f"(supported: {', '.join(map(str, HEAD_DIMS))})")
+    if isinstance(scale, np.floating | np.integer):
+        scale = float(scale)
+    try:
+        return BackwardConfig.checked(head_dim, causal, DTYPES[names["q"]], scale, deterministic=deterministic)
+    except ValueError as error:
+        raise ValueError(f"{WHERE}: {error}") from None
+
+
+def _builder_options(config) -> dict:
+    c = config.attention
+    return dict(head_dim=c.head_dim, causal=c.causal, dtype=c.dtype, scale=c.scale, block_m=c.block_m,
+                block_n=c.block_n, deterministic=config.deterministic)
+
+
+def run_interpreted(config, q, k, v, o, lse, do, level: str = "tile", order_seed: int | None = None):
+    """(dq, dk, dv) as NumPy arrays of the kernels' element type, the three kernels run at `level` ("tile",
+    "target" or "ptx"). At Tile level, `order_seed` runs each kernel's blocks in a random permutation of the
+    grid (seeded), as a GPU may schedule them."""
+    import tessera
+    from tessera.interpreters.launch import prepare_arguments, run_grid
+    from tessera.kernels import attention_backward as build
+
+    kernels = build(**_builder_options(config))
+    lse = np.asarray(lse, np.float32)
+    if level != "tile":
+        return _run_lowered(kernels, q, k, v, o, lse, do, level)
+    rng = np.random.default_rng(order_seed) if order_seed is not None else None
+
+    def run(module, inputs, initial=None):
+        sig = tessera.find_kernel(module)
+        arguments, sizes = prepare_arguments(sig, inputs)
+        for index, array in (initial or {}).items():
+            arguments[index] = array
+        total = int(np.prod(sig.grid_size(sizes)))
+        run_grid(sig, module, arguments, sizes, order=None if rng is None else rng.permutation(total))
+        return [a for a, arg in zip(arguments, sig.args) if arg.role == "out"]
+
+    dpsum, lse2, dq_accum = run(kernels.preprocess, [o, do, lse])
+    dq_accum, dk, dv = run(kernels.main, [q, k, v, do, lse2, dpsum], initial={6: dq_accum})
+    (dq,) = run(kernels.postprocess, [dq_accum])
+    return dq, dk, dv
+
+
+def _run_lowered(kernels, q, k, v, o, lse, do, level: str):
+    """The three kernels lowered by the default pipeline and run at `level`; BackwardNotLowered naming the
+    kernel and the lowering's diagnostic when the pipeline cannot lower one yet."""
+    import tessera
+
+    lowered = []
+    for module in kernels.modules:
+        name = tessera.find_kernel(module).name
+        try:
+            lowered.append(tessera.compile(module, target="target"))
+        except Exception as error:  # noqa: BLE001 - any refusal of the lowering is reported as one
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise BackwardNotLowered(
+                f"{WHERE}: level '{level}' needs kernel @{name} lowered to Target IR, and the default pipeline "
+                f"does not lower it yet: {first}") from None
+    dpsum, lse2, _ = tessera.interpret(kernels.preprocess, o, do, lse, level=level)
+    dq_accum, dk, dv = tessera.interpret(kernels.main, q, k, v, do, lse2, dpsum, level=level)
+    dq = tessera.interpret(kernels.postprocess, dq_accum, level=level)
+    return dq, dk, dv
+
+
+def attention_backward(q, k, v, o, lse, do, causal: bool = False, scale: float | None = None,
+                       deterministic: bool = False, level: str | None = None):
+    """(dq, dk, dv) of attention; see the module docstring."""
+    config = check_backward_arguments(q, k, v, o, lse, do, causal, scale, deterministic, level)
+    from tessera.runtime.launch import is_torch_tensor, numpy_to_torch, torch_to_numpy
+
+    if level is not None:
+        torch_in = is_torch_tensor(q)
+        arrays = [torch_to_numpy(x.cpu()) if torch_in else np.asarray(x) for x in (q, k, v, o, lse, do)]
+        grads = run_interpreted(config, *arrays, level=level)
+        return tuple(numpy_to_torch(g) for g in grads) if torch_in else grads
+    return _run_gpu(config, q, k, v, o, lse, do)
+
+
+def _run_gpu(config, q, k, v, o, lse, do):
+    """The three kernels on the GPU, compiled (or fetched from the cache) with the default pipeline."""
+    from tessera.runtime.compiler import KernelConfig, compile_kernel
+    from tessera.runtime.launch import is_torch_tensor, run, usable_device
+
+    usable_device((q, k, v, o, lse, do))  # no GPU, no compile
+    options = _builder_options(config)
+    pre, main, post = (compile_kernel(KernelConfig.of(f"attention_backward_{part}", **options))
+                       for part in ("preprocess", "main", "postprocess"))
+    if is_torch_tensor(q) and q.is_cuda:
+        return _run_torch(pre, main, post, q, k, v, o, lse.float(), do)
+    lse = lse.float() if is_torch_tensor(lse) else np.asarray(lse, np.float32)
+    # NumPy arrays and CPU tensors: `run` allocates every output and scratch buffer zeroed, as the main
+    # kernel's dq_accum (added into) and semaphores need.
+    dpsum, lse2, _ = run(pre, o, do, lse)
+    dq_accum, dk, dv = run(main, q, k, v, do, lse2, dpsum)
+    return run(post, dq_accum), dk, dv
+
+
+def _run_torch(pre, main, post, q, k, v, o, lse, do):
+    """The three kernels on CUDA tensors, on torch's current stream; every output and scratch buffer is
+    allocated zeroed (dq_accum is added into; the semaphores count from 0)."""
+    from tessera.runtime.arguments import kernel_tensors
+    from tessera.runtime.launch import _torch, _torch_dtype, check_inputs, prepare, view_of
+
+    torch = _torch()
+    device = q.device
+    stream = torch.cuda.current_stream(device).cuda_stream
+    ordinal = device.index if device.index is not None else torch.cuda.current_device()
+
+    def launch(kernel, *inputs):
+        sizes, views = check_inputs(kernel.host, inputs)
+        made = {}
+        for tensor in kernel_tensors(kernel.host):
+            if tensor.role != "in":
+                made[tensor.source] = torch.zeros(tensor.dims.evaluate(sizes), dtype=_torch_dtype(tensor.dtype),
+                                                  device=device)
+                views[tensor.source] = view_of(made[tensor.source])
+        prepare(kernel, views, sizes, stream, ordinal, keep=(tuple(inputs), tuple(made.values())))()
+        return [made[t.source] for t in kernel_tensors(kernel.host) if t.role == "out"]
+
+    dpsum, lse2, _ = launch(pre, o, do, lse.contiguous())
+    dq_accum, dk, dv = launch(main, q, k, v, do, lse2, dpsum)
+    (dq,) = launch(post, dq_accum)
+    return dq, dk, dv
