@@ -55,9 +55,18 @@ class ConvertTileToSm90Pass(ModulePass):
     input_level: ClassVar[str] = "tile"
     """The kernels it transforms (Tile IR); tools refuse a module with only the other kind."""
 
+    atomic_add: str = "red"
+    """How `tile.atomic_add` is lowered: "red" (red.global.add.f32 per register) or "bulk" (a shared staging
+    buffer and cp.reduce.async.bulk per row); `convert-tile-to-sm90{atomic-add=bulk}`. See `backward`."""
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        from tessera.passes.convert_tile_to_sm90.backward import ATOMIC_ADD_MODES
+
+        if self.atomic_add not in ATOMIC_ADD_MODES:
+            raise LoweringError(f"convert-tile-to-sm90: atomic-add must be one of {', '.join(ATOMIC_ADD_MODES)}, "
+                                f"got '{self.atomic_add}'")
         for kernel in kernels(op):
-            lowered = KernelLowering(kernel).run()
+            lowered = KernelLowering(kernel, self.atomic_add).run()
             kernel.parent_block().insert_op_before(lowered, kernel)
             kernel.detach()
             kernel.erase()

@@ -53,6 +53,7 @@ from tessera.passes.convert_tile_to_sm90.common import (
     LoopInfo,
 )
 from tessera.passes.convert_tile_to_sm90.attention import AttentionLowering
+from tessera.passes.convert_tile_to_sm90.backward import BackwardLowering
 from tessera.passes.convert_tile_to_sm90.control import ControlFlowLowering
 from tessera.passes.convert_tile_to_sm90.memory import MemoryLowering
 from tessera.passes.convert_tile_to_sm90.mma import MmaLowering
@@ -60,10 +61,12 @@ from tessera.passes.convert_tile_to_sm90.registers import RegisterTileLowering
 
 
 @dataclass
-class KernelLowering(MemoryLowering, RegisterTileLowering, MmaLowering, AttentionLowering, ControlFlowLowering):
+class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, MmaLowering, AttentionLowering,
+                     ControlFlowLowering):
     """Lowers one Tile IR kernel; see the module docstring."""
 
     fn: func.FuncOp
+    atomic_add_mode: str = "red"  # how tile.atomic_add is lowered (backward.ATOMIC_ADD_MODES)
     sig: KernelSignature = field(init=False)
     values: dict = field(default_factory=dict)
     groups: dict = field(default_factory=dict)  # commit op -> Group
@@ -146,8 +149,8 @@ class KernelLowering(MemoryLowering, RegisterTileLowering, MmaLowering, Attentio
                 self.copied_by_threads.add(op.source.owner.source.index)  # without TMA, through a pointer
                 if op.source.owner.source.index not in args:
                     args.append(op.source.owner.source.index)
-            if isinstance(op, tile.StoreGlobalOp | tile.LoadOp | tile.LoadBroadcastOp):
-                view = (op.dest if isinstance(op, tile.StoreGlobalOp) else op.source).owner
+            if isinstance(op, tile.StoreGlobalOp | tile.LoadOp | tile.LoadBroadcastOp | tile.AtomicAddOp):
+                view = (op.dest if isinstance(op, tile.StoreGlobalOp | tile.AtomicAddOp) else op.source).owner
                 if not isinstance(view, tile.ViewOp) or not isinstance(view.source.owner, Block):
                     _refuse(op, "global loads and stores must access a tile.view of a kernel argument")
                 if view.source.index not in args:
