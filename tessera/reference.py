@@ -8,6 +8,13 @@ Conventions (the same as the kernels'):
 Tolerance (DESIGN.md section 9, in the FlashAttention style): a kernel's error against the fp64 reference
 computed from the same rounded inputs may be at most twice the error of a straightforward computation in
 the kernel's precision, plus a small absolute term.
+
+The attention backward (`attention_backward`, `check_attention_backward`) follows the same rule for each of
+dQ, dK and dV: its error against the float64 analytic gradient (O recomputed in float64 from the rounded
+q, k, v) may be at most twice the error of the straightforward same-precision computation
+(`attention_backward_same_precision`: f32 S and softmax, dPsum = rowsum(dO * O) in f32 from the forward's
+rounded O, P and dS rounded to bf16/f16 where the kernel rounds them, f32 accumulation), plus
+BACKWARD_ABSOLUTE_TOLERANCE x max(1, max |reference gradient|).
 """
 
 from __future__ import annotations
@@ -199,13 +206,18 @@ def _sum_groups(dx: np.ndarray, heads_k: int) -> np.ndarray:
     return dx.reshape(b, heads_k, h // heads_k, s, d).sum(axis=2)
 
 
+def _scores_matmul(q: np.ndarray, k: np.ndarray, scale: float, dtype) -> np.ndarray:
+    """scale * Q K^T in `dtype` through BLAS (np.einsum would loop in Python-speed C for these shapes)."""
+    return np.matmul(q.astype(dtype), np.swapaxes(k.astype(dtype), -1, -2)) * dtype(scale)
+
+
 def attention_lse(q, k, causal: bool = False, scale: float | None = None) -> np.ndarray:
     """The forward's log-sum-exp in float64: LSE[b, h, i] = log sum_j exp(scale q_i . k_j) over the keys row i
     sees, -inf for a row that sees none. k may have fewer heads (GQA)."""
     q = np.asarray(q).astype(np.float64)
     k = _expand_heads(np.asarray(k).astype(np.float64), q.shape[1])
     scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
-    scores = _scores(q, k, scale, np.float64)
+    scores = _scores_matmul(q, k, scale, np.float64)
     if causal:
         scores = np.where(causal_visible(q.shape[2], k.shape[2]), scores, -np.inf)
     row_max = scores.max(axis=-1, keepdims=True)
@@ -220,15 +232,15 @@ def _backward(q, k, v, o, do, causal, scale, dtype, round_p):
     scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
     k, v = _expand_heads(k, q.shape[1]), _expand_heads(v, q.shape[1])
     visible = causal_visible(q.shape[2], k.shape[2]) if causal else None
-    p = _softmax_rows(_scores(q, k, scale, dtype), visible).astype(dtype)
+    p = _softmax_rows(_scores_matmul(q, k, scale, dtype), visible).astype(dtype)
+    t = lambda x: np.swapaxes(x, -1, -2)  # noqa: E731
     if o is None:
-        o = np.einsum("bhqk,bhkd->bhqd", p, v)
+        o = np.matmul(p, v)
     dpsum = np.sum(do * o, axis=-1, dtype=dtype)[..., None]
-    dv = np.einsum("bhqk,bhqd->bhkd", round_p(p), do)
-    dp = np.einsum("bhqd,bhkd->bhqk", do, v)
-    ds = round_p(p * (dp - dpsum))
-    dq = np.einsum("bhqk,bhkd->bhqd", ds, k) * dtype(scale)
-    dk = np.einsum("bhqk,bhqd->bhkd", ds, q) * dtype(scale)
+    dv = np.matmul(t(round_p(p)), do)
+    ds = round_p(p * (np.matmul(do, t(v)) - dpsum))
+    dq = np.matmul(ds, k) * dtype(scale)
+    dk = np.matmul(t(ds), q) * dtype(scale)
     return dq, _sum_groups(dk, heads_k), _sum_groups(dv, heads_k)
 
 

@@ -62,3 +62,17 @@ def nvdisasm() -> str:
 def pytest_addoption(parser):
     parser.addoption("--all-ptxas", action="store_true", default=False,
                      help="test_compile.py: check the whole kernel matrix with every ptxas found, not only the newest")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: a long matrix left out of the default suite; run it with -m slow")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `slow` are skipped unless the -m expression names them (`pytest -m slow ...`)."""
+    if "slow" in (config.getoption("-m") or ""):
+        return
+    skip = pytest.mark.skip(reason="slow: run with -m slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
