@@ -26,7 +26,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from xdsl.dialects.builtin import I32, I64, DenseArrayBase, Float32Type, IntegerAttr, UnitAttr, VectorType, i1, i32, i64
+from xdsl.dialects.builtin import (
+    I32,
+    I64,
+    DenseArrayBase,
+    Float32Type,
+    IntegerAttr,
+    StringAttr,
+    UnitAttr,
+    VectorType,
+    i1,
+    i32,
+    i64,
+)
 from xdsl.irdl import (
     IRDLOperation,
     ParsePropInAttrDict,
@@ -38,7 +50,7 @@ from xdsl.irdl import (
     result_def,
     traits_def,
 )
-from xdsl.traits import MemoryReadEffect, MemoryWriteEffect
+from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, Pure
 
 from tessera.sm90 import matrix as matrix_facts
 
@@ -245,6 +257,41 @@ class StMatrixOp(IRDLOperation):
 
 
 # endregion
+# region Unpacking 16-bit pairs [P#data-movement-and-conversion-instructions-cvt]
 
-REDUCTION_OPS = (RedGlobalAddOp, AtomGlobalAddOp, BulkReduceAddOp, BulkCommitGroupOp, BulkWaitGroupOp, StMatrixOp)
+
+@irdl_op_definition
+class CvtUnpackOp(IRDLOperation):
+    """`%x = sm90.cvt_unpack %p type "f16" : vector<16xi32> -> vector<32xf32>`: the inverse of `sm90.cvt_pack`:
+    register i of %p holds elements 2i (bits 15:0) and 2i+1 (bits 31:16), each widened exactly to f32. Prints
+    per register, bf16: `shl.b32 x[2i], p, 16; and.b32 x[2i+1], p, 0xffff0000` (a bf16 is the upper half of
+    an f32); f16: `cvt.f32.f16 x[2i], p` (the low 16 bits), then `shr.b32 t, p, 16; cvt.f32.f16 x[2i+1], t`.
+    The backward's preprocess reads O and dO this way."""
+
+    name = "sm90.cvt_unpack"
+    source = operand_def(base(VectorType))
+    half_type = prop_def(StringAttr, prop_name="type")
+    result = result_def(base(VectorType))
+    traits = traits_def(Pure())
+    assembly_format = "$source `type` $type attr-dict `:` type($source) `->` type($result)"
+
+    def __init__(self, source, half_type: str):
+        from xdsl.ir import SSAValue
+
+        n = _lanes(SSAValue.get(source).type)
+        super().__init__(operands=[source], properties={"type": StringAttr(half_type)},
+                         result_types=[VectorType(Float32Type(), [2 * n])])
+
+    def verify_(self) -> None:
+        n = _lanes(self.source.type)
+        _require(self.half_type.data in ("bf16", "f16"), self, f"type must be bf16 or f16, got '{self.half_type.data}'")
+        _require(self.source.type == VectorType(i32, [n]), self, f"source must be i32 registers, got {self.source.type}")
+        _require(self.result.type == VectorType(Float32Type(), [2 * n]), self,
+                 f"result must be vector<{2 * n}xf32>, got {self.result.type}")
+
+
+# endregion
+
+REDUCTION_OPS = (RedGlobalAddOp, AtomGlobalAddOp, BulkReduceAddOp, BulkCommitGroupOp, BulkWaitGroupOp, StMatrixOp,
+                 CvtUnpackOp)
 """The ops of this file, registered in the `sm90` dialect."""

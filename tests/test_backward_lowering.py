@@ -37,16 +37,20 @@ def _pipeline(mode: str = "red") -> str:
     return passes.PTX_PIPELINE.replace("convert-tile-to-sm90", f"convert-tile-to-sm90{{atomic-add={mode}}}")
 
 
-def _kernels(head_dim: int, causal: bool):
+DTYPES = {"bf16": BF16, "f16": np.float16}
+
+
+def _kernels(head_dim: int, causal: bool, dtype: str = "bf16"):
     block = BLOCKS[head_dim]
-    return attention_backward(head_dim=head_dim, causal=causal, block_m=block, block_n=block)
+    return attention_backward(head_dim=head_dim, causal=causal, block_m=block, block_n=block, dtype=dtype)
 
 
-def _problem(head_dim, seq_q, seq_k, causal, heads=2, heads_k=1, seed=0):
+def _problem(head_dim, seq_q, seq_k, causal, heads=2, heads_k=1, seed=0, dtype="bf16"):
     """Rounded q, k, v, dO, the forward's O (float64, rounded) and LSE (f32)."""
     rng = np.random.default_rng(seed)
-    q, do = (rng.standard_normal((1, heads, seq_q, head_dim)).astype(BF16) for _ in range(2))
-    k, v = (rng.standard_normal((1, heads_k, seq_k, head_dim)).astype(BF16) for _ in range(2))
+    elt = DTYPES[dtype]
+    q, do = (rng.standard_normal((1, heads, seq_q, head_dim)).astype(elt) for _ in range(2))
+    k, v = (rng.standard_normal((1, heads_k, seq_k, head_dim)).astype(elt) for _ in range(2))
     lse = reference.attention_lse(q, k, causal)
     group = heads // heads_k
     kk, vv = (np.repeat(x.astype(np.float64), group, axis=1) for x in (k, v))
@@ -54,7 +58,7 @@ def _problem(head_dim, seq_q, seq_k, causal, heads=2, heads_k=1, seed=0):
     if causal:
         s = np.where(reference.causal_visible(seq_q, seq_k), s, -np.inf)
     p = np.exp(s - np.where(np.isneginf(lse), 0, lse)[..., None])
-    o = np.einsum("bhqk,bhkd->bhqd", p, vv).astype(BF16)
+    o = np.einsum("bhqk,bhkd->bhqd", p, vv).astype(elt)
     return q, k, v, o, lse.astype(np.float32), do
 
 
@@ -68,7 +72,7 @@ def _run(kernels, problem, level: str, mode: str):
 
 def _assert_within_rule(grads, problem, causal):
     q, k, v, o, _, do = problem
-    for name, comparison in zip(("dq", "dk", "dv"), reference.check_attention_backward(grads, q, k, v, o, do, BF16,
+    for name, comparison in zip(("dq", "dk", "dv"), reference.check_attention_backward(grads, q, k, v, o, do, q.dtype,
                                                                                           causal)):
         assert comparison.ok, f"{name}: {comparison}"
 
@@ -99,16 +103,16 @@ def test_ptxas_accepts_the_backward_without_warning_or_spill(head_dim, causal, m
 # region numerics
 
 
-@pytest.mark.parametrize("head_dim, seq_q, seq_k, causal, level, mode", [
-    pytest.param(64, 77, 150, True, "target", "red", marks=SLOW),  # ragged, GQA 2:1, causal bottom-right
-    (64, 150, 77, True, "target", "bulk"),                         # rows that see no key
-    pytest.param(128, 65, 130, False, "target", "bulk", marks=SLOW),
-    (64, 77, 150, False, "ptx", "red"),
-    (128, 90, 64, True, "ptx", "red"),
+@pytest.mark.parametrize("head_dim, seq_q, seq_k, causal, level, mode, dtype", [
+    pytest.param(64, 77, 150, True, "target", "red", "bf16", marks=SLOW),  # ragged, GQA 2:1, causal bottom-right
+    (64, 150, 77, True, "target", "bulk", "bf16"),                         # rows that see no key
+    pytest.param(128, 65, 130, False, "target", "bulk", "bf16", marks=SLOW),
+    (64, 77, 150, False, "ptx", "red", "f16"),
+    (128, 90, 64, True, "ptx", "red", "bf16"),
 ])
-def test_backward_lowered_is_within_the_rule(head_dim, seq_q, seq_k, causal, level, mode):
-    problem = _problem(head_dim, seq_q, seq_k, causal)
-    grads = _run(_kernels(head_dim, causal), problem, level, mode)
+def test_backward_lowered_is_within_the_rule(head_dim, seq_q, seq_k, causal, level, mode, dtype):
+    problem = _problem(head_dim, seq_q, seq_k, causal, dtype=dtype)
+    grads = _run(_kernels(head_dim, causal, dtype), problem, level, mode)
     _assert_within_rule(grads, problem, causal)
     if seq_q > seq_k and causal:  # the first seq_q - seq_k rows see no key: zero gradient, no NaN
         assert np.all(grads[0][:, :, : seq_q - seq_k].astype(np.float32) == 0)

@@ -18,8 +18,7 @@ row subtraction, and 1-D row windows (LSE2, dPsum) loaded and stored per row.
 - `tile.sub_rows`: x - m broadcast along the rows.
 - `tile.load`/`tile.store_global` of a 1-D [BM] window of a [.., seq] tensor: each thread's two rows, masked
   by the length; on a store, only the lane of each quad whose column base is 0 writes.
-- `tile.cast` of a 16-bit register tile to f32: bf16 is the upper half of an f32 (shift, mask); f16 is
-  refused by name.
+- `tile.cast` of a 16-bit register tile to f32: `sm90.cvt_unpack` of its packed pairs.
 - `tile.sem_wait`/`tile.sem_signal` (the deterministic backward) are refused by name.
 Register tiles must all have the block's rows (`_block_rows`), so the main kernel needs block_m == block_n.
 """
@@ -227,15 +226,8 @@ class BackwardLowering:
         if not (isinstance(dst.element_type, Float32Type) and src.rank == 2):
             super()._lower_CastOp(op, e)
             return
-        if not isinstance(src.element_type, BFloat16Type):
-            _refuse(op, "casts to f32 are supported from bf16 only (f16 to f32 is not lowered yet)")
-        packed = self._get(op.source)
-        lanes = packed.type.get_shape()[0]
-        # a bf16 is the upper 16 bits of the f32 of the same value: element 2i is the low half of word i
-        low = e.op(arith.ShLIOp(packed, e.dense(i32, [16] * lanes)))
-        high = e.andi(packed, e.dense(i32, [-65536] * lanes))
-        both = e.shuffle(low, [k for i in range(lanes) for k in (i, lanes + i)], high)
-        self._set(op.result, e.op(arith.BitcastOp(both, VectorType(f32, [2 * lanes]))))
+        half = "bf16" if isinstance(src.element_type, BFloat16Type) else "f16"
+        self._set(op.result, e.op(reductions.CvtUnpackOp(self._get(op.source), half)))
 
     # -- semaphores, trailing waits ----------------------------------------------------------------------------
     def _lower_SemWaitOp(self, op, e: Emitter) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from tessera.dialects import sm90_reductions as ops
 from tessera.ptx.kernel import Job, KernelPrinter, element_lists, handles
 from tessera.ptx.machine import _columns, _global_address
-from tessera.ptx.registers import F32, lanes
+from tessera.ptx.registers import B32, F32, lanes
 
 
 def _per_register_atomic(p: KernelPrinter, op, returns: bool) -> None:
@@ -58,6 +58,25 @@ def print_bulk_commit_group(p: KernelPrinter, op: ops.BulkCommitGroupOp) -> None
 def print_bulk_wait_group(p: KernelPrinter, op: ops.BulkWaitGroupOp) -> None:
     read = ".read" if op.read is not None else ""
     p.emit(f"cp.async.bulk.wait_group{read} {op.pending.value.data}")
+
+
+@handles(ops.CvtUnpackOp)
+def print_cvt_unpack(p: KernelPrinter, op: ops.CvtUnpackOp) -> None:
+    words = p.regs(op.source)
+    dsts = p.define(op.result)
+    half = op.half_type.data
+    jobs = []
+    for i, word in enumerate(words):
+        if half == "bf16":
+            jobs.append(Job(dsts[2 * i], F32, (word,), lambda d, w=word: [f"shl.b32 {d}, {w}, 16"]))
+            jobs.append(Job(dsts[2 * i + 1], F32, (word,), lambda d, w=word: [f"and.b32 {d}, {w}, 0xffff0000"]))
+        else:
+            def high(d, w=word):
+                t = p.temp(B32)
+                return [f"shr.b32 {t}, {w}, 16", f"cvt.f32.f16 {d}, {t}"]
+            jobs.append(Job(dsts[2 * i], F32, (word,), lambda d, w=word: [f"cvt.f32.f16 {d}, {w}"]))
+            jobs.append(Job(dsts[2 * i + 1], F32, (word,), high))
+    p.run(jobs)
 
 
 @handles(ops.StMatrixOp)

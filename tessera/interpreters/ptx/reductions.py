@@ -209,10 +209,14 @@ def decode_bulk_group(ops, inst, mods):
 
     m = ops.m
     if mods.take("commit_group"):
+        if inst.operands:
+            raise ops.refuse(inst, "cp.async.bulk.commit_group takes no operand")
         mods.left = []
         return lambda sel: m.watch.commit(lanes_of(m, sel)) if getattr(m, "watch", None) is not None else None
     mods.take("wait_group")
     mods.take("read")
+    if len(inst.operands) != 1:
+        raise ops.refuse(inst, "cp.async.bulk.wait_group needs one operand, the number of groups left pending")
     allowed = ops.static(inst, inst.operands[0])
     mods.left = []
     return lambda sel: m.watch.wait(lanes_of(m, sel), allowed) if getattr(m, "watch", None) is not None else None

@@ -55,7 +55,8 @@ class BulkUnit:
     """The bulk reductions of a CTA that have not both read their source and landed."""
 
     cta: CtaState
-    pending: list[BulkReduction] = field(default_factory=list)
+    pending: list[BulkReduction] = field(default_factory=list)  # still reading their source
+    landing: list[BulkReduction] = field(default_factory=list)  # source read, adds not known to have landed
     committed: dict[int, int] = field(default_factory=dict)
 
     def issue(self, reduction: BulkReduction) -> None:
@@ -71,20 +72,17 @@ class BulkUnit:
             self.committed[t] = group + 1
 
     def wait(self, threads: np.ndarray, allowed: int, read_only: bool) -> None:
-        for t in threads:
-            t = int(t)
-            limit = self.committed.get(t, 0) - allowed
-            for r in self.pending:
-                if r.thread == t and r.group is not None and r.group < limit:
-                    r.read = True
-                    r.landed = r.landed or not read_only
-        self.pending = [r for r in self.pending if not (r.read and r.landed)]
+        limits = {int(t): self.committed.get(int(t), 0) - allowed for t in threads}
+        for r in self.pending + self.landing:
+            if r.thread in limits and r.group is not None and r.group < limits[r.thread]:
+                r.read = True
+                r.landed = r.landed or not read_only
+        self.landing = [r for r in self.landing + self.pending if r.read and not r.landed]
+        self.pending = [r for r in self.pending if not r.read]
 
     def check_not_read_by_pending(self, op: Operation, addresses: np.ndarray, threads: np.ndarray, what: str) -> None:
         """Refuse writing shared bytes that a bulk reduction may not have read yet."""
         for r in self.pending:
-            if r.read:
-                continue
             hit = np.isin(addresses, r.source)
             if hit.any():
                 i = int(np.argmax(hit))
@@ -95,9 +93,7 @@ class BulkUnit:
 
     def check_landed(self, op: Operation, addresses: np.ndarray, threads: np.ndarray) -> None:
         """Refuse this CTA's plain loads of global words its own bulk reductions may still be adding into."""
-        for r in self.pending:
-            if r.landed:
-                continue
+        for r in self.pending + self.landing:
             hit = np.isin(addresses, r.dest)
             if hit.any():
                 i = int(np.argmax(hit))
@@ -107,10 +103,10 @@ class BulkUnit:
 
     def check_drained(self) -> None:
         """A CTA must not end while a reduction may still read its shared memory."""
-        for r in self.pending:
-            if not r.read:
-                self.cta.fail(r.op, "the kernel ends with this bulk reduction possibly still reading its shared "
-                                    "source (no bulk_commit_group and bulk_wait_group ... read cover it)", r.thread)
+        if self.pending:
+            r = self.pending[0]
+            self.cta.fail(r.op, "the kernel ends with this bulk reduction possibly still reading its shared "
+                                "source (no bulk_commit_group and bulk_wait_group ... read cover it)", r.thread)
 
 
 @register_impls
@@ -171,6 +167,15 @@ class ReductionFunctions(InterpreterFunctions):
     def run_bulk_wait(self, interpreter: Interpreter, op: ops.BulkWaitGroupOp, args: PythonValues):
         self.cta.bulk.wait(self._active(), op.pending.value.data, read_only=op.read is not None)
         return ()
+
+    @impl(ops.CvtUnpackOp)
+    def run_cvt_unpack(self, interpreter: Interpreter, op: ops.CvtUnpackOp, args: PythonValues):
+        (words,) = args
+        lo, hi = facts.mov_unpack_b32(unsigned(words))
+        half = op.half_type.data
+        out = np.empty((words.shape[0], 2 * words.shape[1]), np.float32)
+        out[:, 0::2], out[:, 1::2] = facts.half_bits_to_f32(lo, half), facts.half_bits_to_f32(hi, half)
+        return (out,)
 
     @impl(ops.StMatrixOp)
     def run_stmatrix(self, interpreter: Interpreter, op: ops.StMatrixOp, args: PythonValues):

@@ -25,6 +25,11 @@ func.func @reductions(%out: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<3
   sm90.stmatrix %buf, %words : i32, vector<4xi32>
   %pair = vector.shuffle %words, %words [0, 1] : vector<4xi32>, vector<4xi32>
   sm90.stmatrix %buf, %pair trans : i32, vector<2xi32>
+  %bf = sm90.cvt_unpack %pair type "bf16" : vector<2xi32> -> vector<4xf32>
+  %h = sm90.cvt_unpack %pair type "f16" : vector<2xi32> -> vector<4xf32>
+  %sum = arith.addf %bf, %h : vector<4xf32>
+  %s2 = vector.shuffle %sum, %sum [0, 3] : vector<4xf32>, vector<4xf32>
+  sm90.st_global %out[%rows], %s2, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>
   func.return
 }
 
@@ -41,4 +46,9 @@ func.func @reductions(%out: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<3
 // CHECK-NEXT:      // sm90.bulk_wait_group 0
 // CHECK-NEXT:      cp.async.bulk.wait_group 0;
 // CHECK:           stmatrix.sync.aligned.m8n8.x4.shared.b16 [[[BUF]]], {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}};
-// CHECK:           stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [[[BUF]]], {%r{{[0-9]+}}, %r{{[0-9]+}}};
+// CHECK:           stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [[[BUF]]], {[[W0:%r[0-9]+]], [[W1:%r[0-9]+]]};
+// CHECK:           shl.b32 %f{{[0-9]+}}, [[W0]], 16;
+// CHECK-NEXT:      and.b32 %f{{[0-9]+}}, [[W0]], 0xffff0000;
+// CHECK:           cvt.f32.f16 %f{{[0-9]+}}, [[W0]];
+// CHECK-NEXT:      shr.b32 [[T:%r[0-9]+]], [[W0]], 16;
+// CHECK-NEXT:      cvt.f32.f16 %f{{[0-9]+}}, [[T]];

@@ -69,3 +69,15 @@ sm90.stmatrix %a, %r : i32, vector<3xi32>
 %r = "test.op"() : () -> vector<4xf32>
 // CHECK: {{^.*reductions-invalid.mlir:[0-9]+:[0-9]+: }}'sm90.stmatrix' op values must be vector<Nxi32> with N in (1, 2, 4) (one register per matrix), got vector<4xf32>
 sm90.stmatrix %a, %r : i32, vector<4xf32>
+
+// -----
+
+%r = "test.op"() : () -> vector<4xi32>
+// CHECK: {{^.*reductions-invalid.mlir:[0-9]+:[0-9]+: }}'sm90.cvt_unpack' op result must be vector<8xf32>, got vector<4xf32>
+%u = sm90.cvt_unpack %r type "bf16" : vector<4xi32> -> vector<4xf32>
+
+// -----
+
+%r = "test.op"() : () -> vector<4xi32>
+// CHECK: {{^.*reductions-invalid.mlir:[0-9]+:[0-9]+: }}'sm90.cvt_unpack' op type must be bf16 or f16, got 'f32'
+%u = sm90.cvt_unpack %r type "f32" : vector<4xi32> -> vector<8xf32>

@@ -19,6 +19,7 @@
 // CHECK-NEXT: sm90.bulk_wait_group 1
 // CHECK-NEXT: sm90.stmatrix %a, %r : i32, vector<4xi32>
 // CHECK-NEXT: sm90.stmatrix %a, %r2 trans : i32, vector<2xi32>
+// CHECK-NEXT: %u = sm90.cvt_unpack %r type "f16" : vector<4xi32> -> vector<8xf32>
 sm90.red_global_add %base[%offs], %v, %m : vector<4xi64>, vector<4xf32>, vector<4xi1>
 sm90.red_global_add %base[%offs], %v, %m {column_bytes = array<i32: 0, 4, 8, 12>} : vector<4xi64>, vector<4xf32>, vector<4xi1>
 %old = sm90.atom_global_add %base[%offs], %v, %m : vector<4xi64>, vector<4xf32>, vector<4xi1> -> vector<4xf32>
@@ -28,3 +29,4 @@ sm90.bulk_wait_group 0 read
 sm90.bulk_wait_group 1
 sm90.stmatrix %a, %r : i32, vector<4xi32>
 sm90.stmatrix %a, %r2 trans : i32, vector<2xi32>
+%u = sm90.cvt_unpack %r type "f16" : vector<4xi32> -> vector<8xf32>
