@@ -33,8 +33,9 @@ BLOCKS = {64: 128, 128: 64}
 """block_m = block_n by head_dim: the lowering needs one row count for every register tile."""
 
 
-def _pipeline(mode: str = "red") -> str:
-    return passes.PTX_PIPELINE.replace("convert-tile-to-sm90", f"convert-tile-to-sm90{{atomic-add={mode}}}")
+def _pipeline(mode: str = "red", store: str = "st_shared") -> str:
+    options = f"atomic-add={mode} store-shared={store}"
+    return passes.PTX_PIPELINE.replace("convert-tile-to-sm90", f"convert-tile-to-sm90{{{options}}}")
 
 
 DTYPES = {"bf16": BF16, "f16": np.float16}
@@ -62,9 +63,9 @@ def _problem(head_dim, seq_q, seq_k, causal, heads=2, heads_k=1, seed=0, dtype="
     return q, k, v, o, lse.astype(np.float32), do
 
 
-def _run(kernels, problem, level: str, mode: str):
+def _run(kernels, problem, level: str, mode: str, store: str = "st_shared"):
     q, k, v, o, lse, do = problem
-    options = dict(level=level, pipeline=_pipeline(mode))
+    options = dict(level=level, pipeline=_pipeline(mode, store))
     dpsum, lse2, _ = tessera.interpret(kernels.preprocess, o, do, lse, **options)
     dq_accum, dk, dv = tessera.interpret(kernels.main, q, k, v, do, lse2, dpsum, **options)
     return tessera.interpret(kernels.postprocess, dq_accum, **options), dk, dv
@@ -116,6 +117,15 @@ def test_backward_lowered_is_within_the_rule(head_dim, seq_q, seq_k, causal, lev
     _assert_within_rule(grads, problem, causal)
     if seq_q > seq_k and causal:  # the first seq_q - seq_k rows see no key: zero gradient, no NaN
         assert np.all(grads[0][:, :, : seq_q - seq_k].astype(np.float32) == 0)
+
+
+@pytest.mark.parametrize("level", ["target", pytest.param("ptx", marks=SLOW)])
+def test_p_and_ds_stored_by_stmatrix(level):
+    """store-shared=stmatrix: each warp stores P and dS with one stmatrix.x4 per 16-column slab."""
+    problem = _problem(64, 70, 140, True)
+    _assert_within_rule(_run(_kernels(64, True), problem, level, "red", "stmatrix"), problem, True)
+    assert "stmatrix.sync.aligned.m8n8.x4.shared.b16" in tessera.compile(_kernels(64, True).main,
+                                                                         pipeline=_pipeline("red", "stmatrix"))
 
 
 def test_api_runs_the_lowered_kernels():

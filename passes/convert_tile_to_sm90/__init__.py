@@ -59,14 +59,20 @@ class ConvertTileToSm90Pass(ModulePass):
     """How `tile.atomic_add` is lowered: "red" (red.global.add.f32 per register) or "bulk" (a shared staging
     buffer and cp.reduce.async.bulk per row); `convert-tile-to-sm90{atomic-add=bulk}`. See `backward`."""
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        from tessera.passes.convert_tile_to_sm90.backward import ATOMIC_ADD_MODES
+    store_shared: str = "st_shared"
+    """How `tile.store_shared` is lowered: "st_shared" (one st.shared.b32 per packed pair, the default: the
+    backward's main loop is as short and takes fewer registers, bench/backward_sass.py) or "stmatrix" (one
+    stmatrix.x4 per 16-column slab); `convert-tile-to-sm90{store-shared=stmatrix}`."""
 
-        if self.atomic_add not in ATOMIC_ADD_MODES:
-            raise LoweringError(f"convert-tile-to-sm90: atomic-add must be one of {', '.join(ATOMIC_ADD_MODES)}, "
-                                f"got '{self.atomic_add}'")
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        from tessera.passes.convert_tile_to_sm90.backward import ATOMIC_ADD_MODES, STORE_SHARED_MODES
+
+        for option, value, modes in (("atomic-add", self.atomic_add, ATOMIC_ADD_MODES),
+                                     ("store-shared", self.store_shared, STORE_SHARED_MODES)):
+            if value not in modes:
+                raise LoweringError(f"convert-tile-to-sm90: {option} must be one of {', '.join(modes)}, got '{value}'")
         for kernel in kernels(op):
-            lowered = KernelLowering(kernel, self.atomic_add).run()
+            lowered = KernelLowering(kernel, self.atomic_add, self.store_shared).run()
             kernel.parent_block().insert_op_before(lowered, kernel)
             kernel.detach()
             kernel.erase()

@@ -3,8 +3,9 @@ into swizzled shared tiles, reducing stores into global memory, the base-2 expon
 row subtraction, and 1-D row windows (LSE2, dPsum) loaded and stored per row.
 
 - `tile.store_shared` (P and dS, read afterwards as transposed wgmma A operands): each thread stores its
-  packed bf16/f16 pairs with `st.shared.b32` at the 128B-swizzled address of the pair (`_swizzled_pairs`),
-  then `fence.proxy.async` (the wgmma reads shared memory through the async proxy); the `tile.barrier` that
+  packed bf16/f16 pairs with `st.shared.b32` at the 128B-swizzled address of the pair (`_swizzled_pairs`), or
+  (`STORE_SHARED_MODES`, the pass option `store-shared=stmatrix`) each warp one `stmatrix.x4` per 16-column
+  slab (`_stmatrix_slabs`), then `fence.proxy.async` (the wgmma reads shared memory through the async proxy); the `tile.barrier` that
   the builder puts before the reading mma orders the other warps' stores before it.
 - `tile.atomic_add` of an f32 register tile into a global window, two ways (`ATOMIC_ADD_MODES`, the pass
   option `atomic-add`):
@@ -35,9 +36,17 @@ from tessera.lowering.emitter import Emitter
 from tessera.lowering.fragments import ROWS_PER_THREAD, AccumulatorLayout, element_type_bytes
 from tessera.passes.convert_tile_to_sm90.common import CORE_ROWS, LINE, Scaled, SharedTile, Window, _refuse
 from tessera.sm90 import facts
+from tessera.sm90 import matrix as matrix_facts
 
 ATOMIC_ADD_MODES = ("red", "bulk")
 """How `tile.atomic_add` is lowered: per-register `red.global.add.f32`, or a bulk reduction from shared memory."""
+
+STORE_SHARED_MODES = ("stmatrix", "st_shared")
+"""How `tile.store_shared` is lowered: `stmatrix.x4` per 16-column slab, or one `st.shared.b32` per pair."""
+
+STMATRIX_COLUMNS = 16
+"""Columns of one stmatrix.x4 slab of an accumulator-layout tile: two 8x8 matrices across, two down."""
+
 
 F32_BYTES = 4
 
@@ -48,6 +57,7 @@ class BackwardLowering:
     kernel, and hands everything else to them)."""
 
     atomic_add_mode: str = "red"
+    store_shared_mode: str = "st_shared"
 
     # -- shared stores ----------------------------------------------------------------------------------------
     def _swizzled_pairs(self, op, t: SharedTile, ty, e: Emitter) -> list[tuple[SSAValue, int]]:
@@ -96,8 +106,45 @@ class BackwardLowering:
         if isinstance(ty.element_type, Float32Type):
             _refuse(op, "only 16-bit register tiles are stored to shared memory (round with tile.cast first)")
         self._retire_readers(t.address, e)  # a wgmma of the previous trip may still read the tile
-        self._store_words(e, self._swizzled_pairs(op, t, ty, e), self._get(op.value))
+        if self.store_shared_mode == "stmatrix" and ty.get_shape()[1] % STMATRIX_COLUMNS == 0:
+            self._stmatrix_slabs(op, t, e)
+        else:
+            self._store_words(e, self._swizzled_pairs(op, t, ty, e), self._get(op.value))
         e.op(sm90.FenceProxyAsyncOp())
+
+    def _stmatrix_slabs(self, op: tile.StoreSharedOp, t: SharedTile, e: Emitter) -> None:
+        """One `stmatrix.x4` per 16-column slab s of the warp's 16 rows: packed registers 4s .. 4s+3 are its
+        matrices j = 0..3 (`tessera.sm90.matrix.accumulator_stmatrix_block`: rows 8 (j mod 2), columns 16 s +
+        8 (j / 2)). Lane l addresses row l mod 8 of matrix l / 8. A matrix row is one 16-byte chunk of a
+        128-byte line: chunk c of row r is stored at c ^ (r mod 8). The chunk of slab s and matrix j is
+        c_s + j / 2 with c_s even, so its swizzled chunk is c_s ^ x with x = (j / 2) ^ r for the lane: one XOR
+        per distinct c_s (at most 4), then one add per slab."""
+        values = self._get(op.value)
+        matrices = matrix_facts.STMATRIX_COUNTS[-1]
+        slabs = values.type.get_shape()[0] // matrices
+        lane = e.op(arith.RemUIOp(self.tid, e.index(facts.WARP_SIZE)))
+        matrix = e.op(arith.DivUIOp(lane, e.index(matrix_facts.MATRIX_ROWS)))
+        row_in_matrix = e.op(arith.RemUIOp(lane, e.index(matrix_facts.MATRIX_ROWS)))
+        warp_row = e.op(arith.SubiOp(self.row_base, e.op(arith.RemUIOp(self.row_base, e.index(CORE_ROWS)))))
+        first_rows = [matrix_facts.accumulator_stmatrix_block(j, 0)[0] for j in range(matrices)]
+        half_chunks = [matrix_facts.accumulator_stmatrix_block(j, 0)[1] * t.elt_bytes // facts.SWIZZLE_CHUNK_BYTES
+                       for j in range(matrices)]
+        if first_rows != [matrix_facts.MATRIX_ROWS * (j % 2) for j in range(matrices)] or half_chunks != [0, 0, 1, 1]:
+            _refuse(op, "stmatrix slabs need the accumulator's 8-row, 8-column matrices (16-bit elements)")
+        row = e.addi(e.addi(warp_row, e.muli(e.op(arith.RemUIOp(matrix, e.index(2))), e.index(matrix_facts.MATRIX_ROWS))),
+                     row_in_matrix)
+        x = e.op(arith.IndexCastOp(e.op(arith.XOrIOp(e.op(arith.DivUIOp(matrix, e.index(2))), row_in_matrix)), i32))
+        start = e.op(arith.AddiOp(t.address, e.op(arith.IndexCastOp(e.muli(row, e.index(LINE)), i32))))
+        swizzled = {}
+        for s in range(slabs):
+            column = matrix_facts.accumulator_stmatrix_block(0, s)[1]
+            chunk = (column % t.box_cols) * t.elt_bytes // facts.SWIZZLE_CHUNK_BYTES
+            if chunk not in swizzled:
+                xor = e.op(arith.XOrIOp(x, self._i32(e, chunk)))
+                swizzled[chunk] = e.op(arith.AddiOp(start, e.op(arith.MuliOp(xor, self._i32(e, facts.SWIZZLE_CHUNK_BYTES)))))
+            box = (column // t.box_cols) * t.box_bytes
+            address = e.op(arith.AddiOp(swizzled[chunk], self._i32(e, box))) if box else swizzled[chunk]
+            e.op(reductions.StMatrixOp(address, e.shuffle(values, list(range(matrices * s, matrices * (s + 1))))))
 
     # -- reducing stores --------------------------------------------------------------------------------------
     def _lower_AtomicAddOp(self, op: tile.AtomicAddOp, e: Emitter) -> None:
