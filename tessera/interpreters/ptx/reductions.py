@@ -26,7 +26,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tessera.interpreters.ptx.numerics import flush_f32
-from tessera.interpreters.ptx.state import GLOBAL_BASE, SHARED_WINDOW, WINDOW_SIZE, Machine
+from tessera.interpreters.ptx.memory import access, lanes_of
+from tessera.interpreters.ptx.state import GLOBAL_BASE, Machine
+from tessera.interpreters.ptx.types import ptx_type
 
 NO_CTA, MANY_CTAS = -1, -2
 WORD = 4
@@ -80,10 +82,17 @@ class ReductionWatch:
         return int(np.argmax(other)) if other.any() else None
 
     def _mark(self, kind: str, words: np.ndarray, ranks: np.ndarray) -> None:
+        """Mark `words` as touched by the CTA of each (`ranks`); lanes of several CTAs of the batch may share a
+        word in one instruction (MANY_CTAS then)."""
+        if not len(words):
+            return
         table = self._table(kind)
-        for i in range(len(words)):  # one lane at a time: lanes of one instruction may share a word
-            before = table[words[i]]
-            table[words[i]] = ranks[i] if before in (NO_CTA, ranks[i]) else MANY_CTAS
+        order = np.argsort(words, kind="stable")
+        unique, start = np.unique(words[order], return_index=True)
+        low, high = np.minimum.reduceat(ranks[order], start), np.maximum.reduceat(ranks[order], start)
+        mine = np.where(low == high, low, MANY_CTAS)
+        before = table[unique]
+        table[unique] = np.where((before == NO_CTA) | (before == mine), mine, MANY_CTAS)
 
     def _words(self, addresses: np.ndarray, nbytes: int) -> np.ndarray:
         first = (addresses - GLOBAL_BASE) // WORD
@@ -160,9 +169,6 @@ class ReductionWatch:
 
 def decode_cp_reduce(ops, inst, mods):
     """cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [dst], [src], size."""
-    from tessera.interpreters.ptx.memory import access, lanes_of
-    from tessera.interpreters.ptx.types import ptx_type
-
     m = ops.m
     mods.take("reduce")
     mods.take("async")
@@ -205,8 +211,6 @@ def decode_cp_reduce(ops, inst, mods):
 
 def decode_bulk_group(ops, inst, mods):
     """cp.async.bulk.commit_group and cp.async.bulk.wait_group{.read} N: the bulk reductions' groups."""
-    from tessera.interpreters.ptx.memory import lanes_of
-
     m = ops.m
     if mods.take("commit_group"):
         if inst.operands:
@@ -221,7 +225,3 @@ def decode_bulk_group(ops, inst, mods):
     mods.left = []
     return lambda sel: m.watch.wait(lanes_of(m, sel), allowed) if getattr(m, "watch", None) is not None else None
 
-
-def shared_window(addresses: np.ndarray) -> np.ndarray:
-    """Mask of generic addresses in the shared window."""
-    return (addresses // WINDOW_SIZE) == SHARED_WINDOW // WINDOW_SIZE
