@@ -100,6 +100,18 @@ def test_ptxas_accepts_the_backward_without_warning_or_spill(head_dim, causal, m
             assert counts["HGMMA"] > 0 and (counts["RED"] > 0) == (mode == "red"), loop.opcode_counts
 
 
+@pytest.mark.parametrize("mode, store", [("red", "st_shared"), ("bulk", "stmatrix")])
+def test_lowered_kernels_verify_and_read_back(mode, store):
+    """The Target IR of each kernel passes the verifiers and prints and parses back to the same text."""
+    from tessera.ir import parse_module, print_module, verify
+
+    for module in _kernels(64, True, "f16").modules:
+        lowered = tessera.compile(module, target="target", pipeline=_pipeline(mode, store))
+        verify(lowered)
+        text = print_module(lowered)
+        assert print_module(parse_module(text)) == text
+
+
 # endregion
 # region numerics
 

@@ -265,7 +265,7 @@ class BackwardLowering:
         base, offsets, mask = self._row_window_access(op, window, e)
         # the four lanes of a row's quad hold the same value: the one whose column base is 0 writes it
         first = e.setp("eq", self.col_base, e.index(0))
-        mask = e.andi(mask, e.op(sm90.SelpOp(first, e.dense(i1, [1] * ROWS_PER_THREAD), e.dense(i1, [0] * ROWS_PER_THREAD))))
+        mask = e.andi(mask, e.broadcast(first, ROWS_PER_THREAD))
         e.op(sm90.StGlobalOp(base, offsets, self._get(op.value), mask))
 
     def _lower_CastOp(self, op: tile.CastOp, e: Emitter) -> None:
