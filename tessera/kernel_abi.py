@@ -5,8 +5,7 @@ A kernel is a `func.func` with these attributes:
     tile.kernel = {kind = "attention", causal = false, scale = 0.0883883461 : f32}
     tile.grid   = #tile.dims<ceildiv(seq_q, 128), heads, batch>
 
-`kind` is "attention" (arguments Q, K, V in, O out; `causal` and `scale` say what it computes),
-"attention_backward" (one of the backward's three kernels; `causal` and `scale` too), "gemm"
+`kind` is "attention" (arguments Q, K, V in, O out; `causal` and `scale` say what it computes), "gemm"
 (A, B in, C out; with `beta` also C_in in and with `bias` a bias in, see `GemmOptions`) or "custom" (no
 reference). Each argument is a global tile carrying
 
@@ -42,15 +41,16 @@ DIMS_ATTR = "tile.dims"
 ROLE_ATTR = "tile.role"
 DIVISIBLE_ATTR = "tile.divisible"
 ROLES = ("in", "out", "scratch")
-KINDS = {"attention": (("Q", "K", "V"), ("O",)), "gemm": (("A", "B"), ("C",)), "custom": (None, None),
-         "attention_backward": (None, None)}
-"""Kinds, with the inputs and outputs a kernel of that kind takes (None: any). "attention_backward" is one of
-the backward's three kernels (`tessera.kernels.attention_backward`), whose arguments differ from kernel to
-kernel; like "attention" it carries `causal` and `scale`."""
-ATTENTION_KINDS = ("attention", "attention_backward")
+KINDS = {"attention": (("Q", "K", "V"), ("O",)), "gemm": (("A", "B"), ("C",)), "custom": (None, None)}
 
 
 GEMM_ENTRIES = ("transpose_a", "transpose_b", "alpha", "beta", "bias")
+
+KINDS["attention_backward"] = (None, None)
+"""One of the attention backward's three kernels (`tessera.kernels.attention_backward`): its arguments differ
+from kernel to kernel (so any are taken); like "attention" it carries `causal` and `scale`."""
+ATTENTION_KINDS = ("attention", "attention_backward")
+"""The kinds whose `tile.kernel` may say `causal` and `scale`."""
 
 
 @dataclass(frozen=True)

@@ -98,10 +98,12 @@ def run_grid(sig: KernelSignature, module: ModuleOp, arguments: list[np.ndarray]
         batch = BlockBatch((chunk % gx, (chunk // gx) % gy, chunk // (gx * gy)))
         interpreter = Interpreter(module, listeners=tuple(listeners(batch)) if listeners else ())
         interpreter.register_implementations(BatchedControlFunctions(batch))
-        interpreter.register_implementations(TileFunctions(batch, sync))
+        functions = TileFunctions(batch)
+        functions.sync = sync
+        interpreter.register_implementations(functions)
         interpreter.run_ssacfg_region(sig.op.body, tuple(arguments), sig.name)
 
-    if any(isinstance(op, tile.SemWaitOp) for op in sig.op.walk()):
+    if any(isinstance(op, tile.SemWaitOp | tile.SemSignalOp) for op in sig.op.walk()):
         _run_threads(ids, run)
         return
     for start in range(0, total, MAX_BLOCKS_PER_BATCH):

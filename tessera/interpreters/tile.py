@@ -21,8 +21,8 @@ from xdsl.interpreter import Interpreter, InterpreterFunctions, PythonValues, im
 from tessera.dialects import tile
 from tessera.dialects.tile_types import TileType
 from tessera.interpreters.block_batch import BlockBatch
-from tessera.interpreters.grid_sync import GridDeadlock, GridSync
 from tessera.interpreters.tile_memory import AsyncCopies, GlobalView, SharedBuffer, SharedRef
+from tessera.interpreters.grid_sync import GridDeadlock, GridSync  # noqa: I001 - after tile_memory: merge-friendly
 from tessera.numerics import F32, batched_matmul, numpy_dtype, round_to
 
 NEG_INF = np.float32(-np.inf)
@@ -42,10 +42,9 @@ def _safe_max(vector: np.ndarray) -> np.ndarray:
 class TileFunctions(InterpreterFunctions):
     """Implementations of the `tile` ops for one `BlockBatch`."""
 
-    def __init__(self, batch: BlockBatch, sync: GridSync | None = None):
+    def __init__(self, batch: BlockBatch):
         super().__init__()
         self.batch = batch
-        self.sync = sync
         self.copies = AsyncCopies()
         self.shared: list[SharedBuffer] = []
 
@@ -151,6 +150,9 @@ class TileFunctions(InterpreterFunctions):
 
     # endregion
     # region the backward's memory ops: shared stores, reducing stores, semaphores
+    sync: GridSync | None = None
+    """Set by `run_grid` for a kernel with semaphores (one block per thread): the grid's shared lock and waits."""
+
     @impl(tile.StoreSharedOp)
     def run_store_shared(self, interpreter: Interpreter, op: tile.StoreSharedOp, args: PythonValues):
         value, dest = args

@@ -1,0 +1,46 @@
+"""Differentiable attention for PyTorch: `tessera.runtime.autograd.attention(q, k, v, ...)`.
+
+    o = attention(q, k, v, causal=False, scale=None, deterministic=False, level=None)
+    o.sum().backward()        # q.grad, k.grad, v.grad from tessera.attention_backward
+
+`AttentionFunction` is a `torch.autograd.Function`: its forward runs `tessera.attention(..., return_lse=True)`
+and keeps q, k, v, O and LSE (f32, [batch, heads, seq_q]); its backward runs `tessera.attention_backward` on
+them and the incoming gradient of O. Both run on the GPU with CUDA tensors (`level=None`), or with `level=`
+in an interpreter on CPU tensors (the same kernels, on NumPy). The forward's `return_lse` is the forward's
+own option (issue 14's LSE output): where `tessera.attention` does not take it, calling this raises the
+TypeError that says so.
+
+Importing this module imports PyTorch (it is the one module of Tessera that does); `import tessera` does not.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class AttentionFunction(torch.autograd.Function):
+    """softmax(q k^T * scale [+ bottom-right causal mask]) v with Tessera's forward and backward kernels."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal: bool, scale, deterministic: bool, level):
+        import tessera
+
+        options = {} if level is None else {"level": level}
+        o, lse = tessera.attention(q, k, v, causal=causal, scale=scale, return_lse=True, **options)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.options = dict(causal=causal, scale=scale, deterministic=deterministic, level=level)
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        import tessera
+
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = tessera.attention_backward(q, k, v, o, lse, do.contiguous().to(q.dtype), **ctx.options)
+        return dq, dk, dv, None, None, None, None
+
+
+def attention(q, k, v, causal: bool = False, scale: float | None = None, deterministic: bool = False,
+              level: str | None = None):
+    """Differentiable `tessera.attention` (see the module docstring)."""
+    return AttentionFunction.apply(q, k, v, causal, scale, deterministic, level)
