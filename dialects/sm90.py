@@ -865,6 +865,8 @@ class LdSharedOp(IRDLOperation):
 
 # endregion
 
+from tessera.dialects.sm90_reductions import REDUCTION_OPS  # noqa: E402 - the backward's ops, in their own file
+
 SM90 = Dialect(
     "sm90",
     [
@@ -901,6 +903,7 @@ SM90 = Dialect(
         StSharedOp,
         StSharedB16Op,
         LdSharedOp,
+        *REDUCTION_OPS,
     ],
     [TensorMapType],
 )

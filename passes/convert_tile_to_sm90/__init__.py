@@ -56,9 +56,24 @@ class ConvertTileToSm90Pass(ModulePass):
     input_level: ClassVar[str] = "tile"
     """The kernels it transforms (Tile IR); tools refuse a module with only the other kind."""
 
+    atomic_add: str = "red"
+    """How `tile.atomic_add` is lowered: "red" (red.global.add.f32 per register) or "bulk" (a shared staging
+    buffer and cp.reduce.async.bulk per row); `convert-tile-to-sm90{atomic-add=bulk}`. See `backward`."""
+
+    store_shared: str = "st_shared"
+    """How `tile.store_shared` is lowered: "st_shared" (one st.shared.b32 per packed pair, the default: the
+    backward's main loop is as short and takes fewer registers, bench/backward_sass.py) or "stmatrix" (one
+    stmatrix.x4 per 16-column slab); `convert-tile-to-sm90{store-shared=stmatrix}`."""
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        from tessera.passes.convert_tile_to_sm90.backward import ATOMIC_ADD_MODES, STORE_SHARED_MODES
+
+        for option, value, modes in (("atomic-add", self.atomic_add, ATOMIC_ADD_MODES),
+                                     ("store-shared", self.store_shared, STORE_SHARED_MODES)):
+            if value not in modes:
+                raise LoweringError(f"convert-tile-to-sm90: {option} must be one of {', '.join(modes)}, got '{value}'")
         for kernel in kernels(op):
-            lowered = KernelLowering(kernel).run()
+            lowered = KernelLowering(kernel, self.atomic_add, self.store_shared).run()
             kernel.parent_block().insert_op_before(lowered, kernel)
             kernel.detach()
             kernel.erase()

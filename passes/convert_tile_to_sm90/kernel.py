@@ -53,6 +53,7 @@ from tessera.passes.convert_tile_to_sm90.common import (
     LoopInfo,
 )
 from tessera.passes.convert_tile_to_sm90.attention import AttentionLowering
+from tessera.passes.convert_tile_to_sm90.backward import BackwardLowering
 from tessera.passes.convert_tile_to_sm90.control import ControlFlowLowering
 from tessera.passes.convert_tile_to_sm90.memory import MemoryLowering
 from tessera.passes.convert_tile_to_sm90.mma import MmaLowering
@@ -61,11 +62,13 @@ from tessera.passes.convert_tile_to_sm90.serving import ServingLowering
 
 
 @dataclass
-class KernelLowering(MemoryLowering, RegisterTileLowering, MmaLowering, AttentionLowering, ControlFlowLowering,
-                     ServingLowering):
+class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, MmaLowering, AttentionLowering,
+                     ControlFlowLowering, ServingLowering):
     """Lowers one Tile IR kernel; see the module docstring."""
 
     fn: func.FuncOp
+    atomic_add_mode: str = "red"  # how tile.atomic_add is lowered (backward.ATOMIC_ADD_MODES)
+    store_shared_mode: str = "st_shared"  # how tile.store_shared is lowered (backward.STORE_SHARED_MODES)
     sig: KernelSignature = field(init=False)
     values: dict = field(default_factory=dict)
     groups: dict = field(default_factory=dict)  # commit op -> Group
@@ -152,8 +155,9 @@ class KernelLowering(MemoryLowering, RegisterTileLowering, MmaLowering, Attentio
                 if op.source.index not in args:
                     args.append(op.source.index)
                 continue
-            if isinstance(op, tile.StoreGlobalOp | tile.StoreGlobalRowsOp | tile.LoadOp | tile.LoadBroadcastOp):
-                view = (op.dest if isinstance(op, tile.StoreGlobalOp | tile.StoreGlobalRowsOp) else op.source).owner
+            stores = tile.StoreGlobalOp | tile.StoreGlobalRowsOp | tile.AtomicAddOp
+            if isinstance(op, stores | tile.LoadOp | tile.LoadBroadcastOp):
+                view = (op.dest if isinstance(op, stores) else op.source).owner
                 if not isinstance(view, tile.ViewOp) or not isinstance(view.source.owner, Block):
                     _refuse(op, "global loads and stores must access a tile.view of a kernel argument")
                 if view.source.index not in args:

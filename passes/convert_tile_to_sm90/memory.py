@@ -231,12 +231,15 @@ class MemoryLowering:
         e.op(sm90.BarSyncOp(0, self.threads))
 
     def _window_access(self, op, window: Window, ty: TileType, e: Emitter,
-                       row_end: SSAValue | None = None) -> tuple[SSAValue, SSAValue, SSAValue, list[int]]:
+                       row_end: SSAValue | None = None,
+                       rows_only: bool = False) -> tuple[SSAValue, SSAValue, SSAValue, list[int]]:
         """The global address of this thread's first element, and the byte offsets from it, in-bounds mask and
         constant column bytes of each register of its share of an [BM, N] window: one per element, or per packed
         pair for 16-bit tiles. The offsets are row pitch x row only; the columns go in the address immediates
         (`sm90.COLUMN_BYTES`), so that a thread's offsets take as many values as it has rows. `row_end`, if
-        given, is an absolute row before which the access stops even inside the tensor."""
+        given, is an absolute row before which the access stops even inside the tensor. `rows_only`: the
+        caller knows every column is inside the tensor; offsets and mask are then computed for the thread's
+        distinct rows and shuffled out to the registers (two registers live, not one per register)."""
         packed = not isinstance(ty.element_type, Float32Type)
         if packed and (ty.get_shape()[1] % 2 or self._is_column(ty)):
             _refuse(op, "16-bit tiles in registers need an even number of columns")
@@ -245,9 +248,14 @@ class MemoryLowering:
         row, col = self._origin(e, row0, col0, column=self._is_column(ty))
         dims = [self._dim_value(window.arg, d, e) for d in range(len(window.indices))]
         end = dims[-2] if row_end is None else e.op(arith.MinSIOp(dims[-2], row_end))
-        in_rows = self._below(e, e.op(arith.SubiOp(end, row)), row_offsets)
-        last = [c + 1 if packed else c for c in col_offsets]
-        in_cols = self._below(e, e.op(arith.SubiOp(dims[-1], col)), last)
+        distinct = sorted(set(row_offsets))
+        spread = [distinct.index(r) for r in row_offsets]
+        if rows_only:
+            in_rows = e.shuffle(self._below(e, e.op(arith.SubiOp(end, row)), distinct), spread)
+        else:
+            in_rows = self._below(e, e.op(arith.SubiOp(end, row)), row_offsets)
+            last = [c + 1 if packed else c for c in col_offsets]
+            in_cols = self._below(e, e.op(arith.SubiOp(dims[-1], col)), last)
         # The thread's first element is at byte ((lead..., row) * C + col) * elt (i64, added to the pointer);
         # register i is (row_offset[i] * C + col_offset[i]) * elt bytes further (i32: within one tile).
         wide = [e.to_i64(d) for d in dims]
@@ -259,6 +267,9 @@ class MemoryLowering:
         base = e.addi(self.entry_args[self.pointer_args[window.arg]], e.muli(first, e.i64(elt)))
         lanes = len(row_offsets)
         pitch = e.op(arith.IndexCastOp(e.muli(dims[-1], e.index(elt)), i32))
+        if rows_only:
+            offsets = e.shuffle(e.muli(e.broadcast(pitch, len(distinct)), e.dense(i32, distinct)), spread)
+            return base, offsets, in_rows, [c * elt for c in col_offsets]
         offsets = e.muli(e.broadcast(pitch, lanes), e.dense(i32, row_offsets))
         return base, offsets, e.andi(in_rows, in_cols), [c * elt for c in col_offsets]
 

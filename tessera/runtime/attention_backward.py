@@ -33,6 +33,17 @@ LEVELS = (None, "tile", "target", "ptx")
 WHERE = "attention_backward"
 
 
+BACKWARD_PIPELINE = "PTX_PIPELINE"
+"""The `tessera.passes` pipeline the backward's kernels are lowered with: the single-stage one (warp-specialize
+refuses the backward by name)."""
+
+
+def _pipeline() -> str:
+    from tessera import passes
+
+    return getattr(passes, BACKWARD_PIPELINE)
+
+
 class BackwardNotLowered(NotImplementedError):
     """A level below Tile IR was asked for, and the default pipeline does not lower a backward kernel yet."""
 
@@ -142,15 +153,16 @@ def _run_lowered(kernels, q, k, v, o, lse, do, level: str):
     for module in kernels.modules:
         name = tessera.find_kernel(module).name
         try:
-            lowered.append(tessera.compile(module, target="target"))
+            lowered.append(tessera.compile(module, target="target", pipeline=_pipeline()))
         except Exception as error:  # noqa: BLE001 - any refusal of the lowering is reported as one
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise BackwardNotLowered(
                 f"{WHERE}: level '{level}' needs kernel @{name} lowered to Target IR, and the default pipeline "
                 f"does not lower it yet: {first}") from None
-    dpsum, lse2, _ = tessera.interpret(kernels.preprocess, o, do, lse, level=level)
-    dq_accum, dk, dv = tessera.interpret(kernels.main, q, k, v, do, lse2, dpsum, level=level)
-    dq = tessera.interpret(kernels.postprocess, dq_accum, level=level)
+    pipeline = _pipeline()
+    dpsum, lse2, _ = tessera.interpret(kernels.preprocess, o, do, lse, level=level, pipeline=pipeline)
+    dq_accum, dk, dv = tessera.interpret(kernels.main, q, k, v, do, lse2, dpsum, level=level, pipeline=pipeline)
+    dq = tessera.interpret(kernels.postprocess, dq_accum, level=level, pipeline=pipeline)
     return dq, dk, dv
 
 
@@ -175,7 +187,7 @@ def _run_gpu(config, q, k, v, o, lse, do):
 
     usable_device((q, k, v, o, lse, do))  # no GPU, no compile
     options = _builder_options(config)
-    pre, main, post = (compile_kernel(KernelConfig.of(f"attention_backward_{part}", **options))
+    pre, main, post = (compile_kernel(KernelConfig.of(f"attention_backward_{part}", _pipeline(), **options))
                        for part in ("preprocess", "main", "postprocess"))
     if is_torch_tensor(q) and q.is_cuda:
         return _run_torch(pre, main, post, q, k, v, o, lse.float(), do)

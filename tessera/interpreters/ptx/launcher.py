@@ -40,7 +40,7 @@ import numpy as np
 
 from tessera.interpreters.blas_threads import single_threaded_blas
 from tessera.interpreters.limits import check_memory
-from tessera.interpreters.ptx import alu, floats, memory, schedule, sync, tensor  # noqa: F401 - registers decoders
+from tessera.interpreters.ptx import alu, floats, memory, reductions, schedule, sync, tensor  # noqa: F401 - registers decoders
 from tessera.interpreters.ptx.decode import Operands, decode
 from tessera.interpreters.ptx.state import (
     GLOBAL_BASE,
@@ -248,11 +248,13 @@ def _host_memory(ptx: Module, entry, args: list, ctas: int, threads: int, shared
 @single_threaded_blas()
 def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int = 0,
            source: str = "<ptx>", *, max_steps: int = schedule.DEFAULT_MAX_STEPS,
-           memory_budget: int | None = None) -> list[np.ndarray | None]:
+           memory_budget: int | None = None, cta_order=None) -> list[np.ndarray | None]:
     """Run entry `kernel` of `ptx` over `grid` CTAs of `block` threads; see the module docstring.
     `max_steps` bounds the steps of each batch of CTAs (`schedule`); `memory_budget` the host bytes the run may
     need (`tessera.interpreters.limits`, 8 GiB by default). BLAS runs on one thread meanwhile
-    (`tessera.interpreters.blas_threads`)."""
+    (`tessera.interpreters.blas_threads`). `cta_order` (optional): the order the CTAs run in, a permutation of
+    their linear indices (x fastest), in batches; a kernel with atomics is checked for races between CTAs
+    (`reductions`)."""
     _check_arguments(ptx, kernel, args, shared_bytes, source)
     if isinstance(ptx, str):
         from tessera.interpreters.ptx.parse import parse_ptx
@@ -371,16 +373,22 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
     machine = Machine(entry, source, block, per_batch, shared, local_offsets, local_end, memory_, params_array,
                       param_offsets, global_symbols, grid)
     machine.tensor_maps = maps
+    machine.watch = reductions.ReductionWatch(machine) if reductions.uses_reductions(entry) else None
     specials = _specials(machine, shared_bytes)
     ops = Operands(machine, specials)
     steps = [decode(ops, inst) for inst in entry.instructions]
     scheduler = schedule.Scheduler(machine, steps, ops, scheduler_steps)
     gx, gy, _ = grid
+    order = list(range(total)) if cta_order is None else [int(i) for i in cta_order]
+    if sorted(order) != list(range(total)):
+        raise ValueError(f"{source}: cta_order must be a permutation of the {total} CTAs' linear indices")
     for start in range(0, total, per_batch):
-        machine.load_batch([(i % gx, i // gx % gy, i // (gx * gy)) for i in range(start, min(start + per_batch, total))])
+        machine.load_batch([(i % gx, i // gx % gy, i // (gx * gy)) for i in order[start:start + per_batch]])
         for i, axis in enumerate("xyz"):
             specials[f"%ctaid.{axis}"][:] = machine.ctaid[machine.lane_cta, i]
         scheduler.run()
+        if machine.watch is not None:
+            machine.watch.check_exit()
 
     results: list[np.ndarray | None] = []
     for value in args:

@@ -103,16 +103,17 @@ def _flat(m: Machine, space: str, lanes: np.ndarray, addresses: np.ndarray, nbyt
 
 
 def access(m: Machine, inst, space: str, lanes: np.ndarray, addresses: np.ndarray, nbytes: int,
-           data: np.ndarray | None = None, align: int | None = None) -> np.ndarray | None:
+           data: np.ndarray | None = None, align: int | None = None, watched: bool = True) -> np.ndarray | None:
     """Read (data None) or write `nbytes` per lane at `addresses` of `space` ("generic" allowed); reads
-    return uint8 [n, nbytes]."""
+    return uint8 [n, nbytes]. Plain accesses (`watched`) are shown to the machine's reduction watch, if any
+    (`reductions.ReductionWatch`)."""
     addresses = np.broadcast_to(np.asarray(addresses, np.int64), lanes.shape)
     align = nbytes if align is None else align
     if space == "generic":
         out = np.zeros((len(lanes), nbytes), np.uint8) if data is None else None
         for sub_space, sub_lanes, sub_addresses, index in _split_generic(m, inst, lanes, addresses):
             part = access(m, inst, sub_space, sub_lanes, sub_addresses, nbytes,
-                          None if data is None else data[index], align)
+                          None if data is None else data[index], align, watched)
             if out is not None:
                 out[index] = part
         return out
@@ -122,6 +123,11 @@ def access(m: Machine, inst, space: str, lanes: np.ndarray, addresses: np.ndarra
     if space == "global" and data is not None and serving_checks.active():
         _check_sequence_store(m, inst, lanes, addresses)
     buffer, index = _flat(m, space, lanes, addresses, nbytes)
+    watch = getattr(m, "watch", None) if watched else None
+    if watch is not None and space == "global":
+        watch.on_global(inst, lanes, addresses, nbytes, data is not None)
+    elif watch is not None and space == "shared" and data is not None:
+        watch.on_shared_write(inst, lanes, index)
     if data is None:
         return buffer[index]
     buffer[index] = data
@@ -421,6 +427,11 @@ def decode_atom(ops: Operands, inst, mods):
                 seen = _apply_atomics(buffer, index, lanes[positions], t.dtype, apply, b, c, combine)
             if seen is not None:
                 old[positions] = seen
+        watch = getattr(m, "watch", None)
+        if watch is not None:
+            on_global = addresses < SHARED_WINDOW if space == "generic" else np.full(lanes.shape, space == "global")
+            if on_global.any():
+                watch.on_add(inst, lanes[on_global], addresses[on_global], t.bits // 8, reduction=not returns)
         if write is not None:
             write(sel, old)
 

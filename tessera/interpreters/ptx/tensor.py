@@ -188,6 +188,12 @@ def decode_bulk(ops: Operands, inst, mods):
 
 @opcode("cp")
 def decode_cp(ops: Operands, inst, mods):
+    from tessera.interpreters.ptx import reductions
+
+    if "reduce" in inst.modifiers:
+        return reductions.decode_cp_reduce(ops, inst, mods)
+    if "bulk" in inst.modifiers and ("commit_group" in inst.modifiers or "wait_group" in inst.modifiers):
+        return reductions.decode_bulk_group(ops, inst, mods)
     if not mods.take("async"):
         raise ops.refuse(inst, "cp forms other than cp.async (e.g. cp.reduce.async.bulk)")
     if mods.take("bulk"):

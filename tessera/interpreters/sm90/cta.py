@@ -19,6 +19,7 @@ from xdsl.ir import Operation
 
 from tessera.interpreters.block_batch import KernelHazardError, describe_op
 from tessera.interpreters.sm90.mbarrier import MBarriers
+from tessera.interpreters.sm90.reductions import BulkUnit
 from tessera.interpreters.sm90.shared_memory import SharedMemory
 from tessera.interpreters.sm90.strands import Scheduler, Strand
 from tessera.interpreters.sm90.tma import TmaUnit
@@ -61,6 +62,7 @@ class CtaState:
         self.mbarriers = MBarriers(self)
         self.tma = TmaUnit(self)
         self.wgmma = WgmmaUnit(self)
+        self.bulk = BulkUnit(self)
 
     # region threads and errors
     @property

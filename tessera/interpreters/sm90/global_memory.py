@@ -4,6 +4,13 @@ pointer reaches them) at made-up 64-bit addresses.
 Tensor k of the Tile-level argument list starts at `(k + 1) << 40`, so a pointer plus a byte offset maps back to
 one tensor and one byte in it. `ld_global`/`st_global` move 32-bit words (`ld_global_u16` 16-bit ones); an access outside every
 tensor, or not aligned to its size, is an error naming the op and the thread.
+
+Reductions between CTAs (`reduce_add_f32`: red/atom.global.add.f32 and cp.reduce.async.bulk): the CTAs of a
+launch run one after another, in any order the launcher chooses, so an atomic add is a read-modify-write of
+the f32. What no order makes right is reported, per 32-bit word, naming both CTAs: a plain store to a word
+another CTA adds into (a race: the store and the add are unordered), and a plain load of a word of a
+*reduction target* (a tensor the kernel adds into with red or a bulk reduction, `reduction_targets`) that
+another CTA adds into: its value depends on which contributions have landed.
 """
 
 from __future__ import annotations
@@ -22,13 +29,39 @@ if TYPE_CHECKING:
 TENSOR_SPACING_BITS = 40
 """Each tensor gets a 1 TiB window of the address space."""
 
+NO_CTA, MANY_CTAS = -1, -2
+"""Marks of a word in the reduction checks: no CTA, more than one CTA."""
+
+_F32_MIN_NORMAL = np.finfo(np.float32).tiny
+
+
+def _flush(x: np.ndarray) -> np.ndarray:
+    return np.where(np.abs(x) < _F32_MIN_NORMAL, np.copysign(np.float32(0), x), x).astype(np.float32)
+
+
+def _rank(cta: CtaState) -> int:
+    """The linear index of the CTA in its grid (x fastest)."""
+    (x, y, z), (gx, gy, _) = cta.cta_id, cta.grid
+    return x + gx * (y + gy * z)
+
 
 class GlobalMemory:
-    def __init__(self, arrays: list[np.ndarray], names: list[str]):
+    def __init__(self, arrays: list[np.ndarray], names: list[str], reduction_targets=(), atomic_targets=(),
+                 grid: tuple[int, int, int] = (1, 1, 1)):
         """`arrays` in argument order. A strided view (read through a tensor map only) has no pointer window:
-        `address` refuses it."""
+        `address` refuses it. `reduction_targets`: the indices of the tensors the kernel adds into with red
+        or bulk reductions, whose plain loads are checked against other CTAs' adds; `atomic_targets` those
+        and the tensors of atom (plain stores to them are checked; a tensor an add reaches joins them)."""
         self.arrays = arrays
         self.names = names
+        self.grid = grid
+        self.reduction_targets = frozenset(reduction_targets)
+        self.atomic_targets = set(atomic_targets) | self.reduction_targets
+        # per tensor, per 32-bit word: the CTA (its linear rank) that stored / added / read it; -1 none,
+        # MANY_CTAS several. Allocated when a tensor is first touched that way.
+        self._stored: dict[int, np.ndarray] = {}
+        self._added: dict[int, np.ndarray] = {}
+        self._read: dict[int, np.ndarray] = {}
         self._bytes = [array.reshape(-1).view(np.uint8) if array.flags.c_contiguous else np.zeros(0, np.uint8)
                        for array in arrays]
 
@@ -74,6 +107,9 @@ class GlobalMemory:
             sel = tensor == k
             start = offset[sel][:, None] + np.arange(nbytes)
             words[sel] = self._bytes[k][start].view("<u4" if nbytes == 4 else "<u2").reshape(-1)
+            if int(k) in self.reduction_targets:
+                cta.bulk.check_landed(op, addresses[sel], threads[sel])
+                self._check_read(cta, op, int(k), offset[sel] // WORD_BYTES, threads[sel])
         return words
 
     def store_words(self, cta: CtaState, op: Operation, addresses: np.ndarray, threads: np.ndarray,
@@ -87,4 +123,97 @@ class GlobalMemory:
         data = words.astype("<u4").view(np.uint8).reshape(-1, WORD_BYTES)
         for k in np.unique(tensor):
             sel = tensor == k
+            if int(k) in self.atomic_targets:
+                self._check_store(cta, op, int(k), offset[sel] // WORD_BYTES, threads[sel])
             self._bytes[k][offset[sel][:, None] + np.arange(WORD_BYTES)] = data[sel]
+
+    # region reductions between CTAs
+    def reduce_add_f32(self, cta: CtaState, op: Operation, addresses: np.ndarray, threads: np.ndarray,
+                       values: np.ndarray) -> np.ndarray:
+        """Atomically add the f32 `values` at `addresses` (by `threads`), flushing subnormal inputs and results
+        to zero (global f32 atomics are .ftz); several adds to one address apply in order. Returns the value
+        each add saw before it (what atom.global.add.f32 returns)."""
+        tensor, offset = self._resolve(cta, op, addresses, threads, "adds to")
+        old = np.zeros(len(addresses), np.float32)
+        values = _flush(np.asarray(values, np.float32))
+        for k in np.unique(tensor):
+            sel = np.flatnonzero(tensor == k)
+            words = offset[sel] // WORD_BYTES
+            self.atomic_targets.add(int(k))
+            self._check_add(cta, op, int(k), words, threads[sel])
+            memory = self._bytes[int(k)].view("<f4")
+            # one round per repeated address: the adds of a round hit distinct words
+            order = np.argsort(words, kind="stable")
+            rank = np.zeros(len(sel), np.int64)
+            sorted_words = words[order]
+            starts = np.r_[True, sorted_words[1:] != sorted_words[:-1]]
+            run_start = np.maximum.accumulate(np.where(starts, np.arange(len(sel)), 0))
+            rank[order] = np.arange(len(sel)) - run_start
+            for r in range(int(rank.max(initial=-1)) + 1):
+                pick = rank == r
+                current = memory[words[pick]]
+                old[sel[pick]] = current
+                memory[words[pick]] = _flush(current + values[sel[pick]])
+        return old
+
+    def _marks(self, table: dict[int, np.ndarray], tensor: int) -> np.ndarray:
+        if tensor not in table:
+            table[tensor] = np.full(self._bytes[tensor].size // WORD_BYTES, NO_CTA, np.int32)
+        return table[tensor]
+
+    @staticmethod
+    def _mark(marks: np.ndarray, words: np.ndarray, rank: int) -> None:
+        before = marks[words]
+        marks[words] = np.where((before == NO_CTA) | (before == rank), rank, MANY_CTAS)
+
+    def _other(self, table: dict[int, np.ndarray], tensor: int, words: np.ndarray, rank: int):
+        """The first of `words` that a CTA other than `rank` marked in `table`, and that CTA's description."""
+        if tensor not in table:
+            return None
+        marks = table[tensor][words]
+        other = (marks != NO_CTA) & (marks != rank)
+        if not other.any():
+            return None
+        i = int(np.argmax(other))
+        who = "several other CTAs" if marks[i] == MANY_CTAS else f"CTA {self._cta_name(int(marks[i]))}"
+        return i, who
+
+    def _where(self, tensor: int, word: int) -> str:
+        return f"tensor {self.names[tensor]} at byte offset {word * WORD_BYTES}"
+
+    def _check_store(self, cta: CtaState, op: Operation, tensor: int, words: np.ndarray, threads: np.ndarray) -> None:
+        rank = _rank(cta)
+        hit = self._other(self._added, tensor, words, rank)
+        if hit is not None:
+            i, who = hit
+            cta.fail(op, f"stores plainly to {self._where(tensor, int(words[i]))}, which {who} adds into atomically "
+                         "(a race between CTAs: the store and the atomic add are unordered)", int(threads[i]))
+        self._mark(self._marks(self._stored, tensor), words, rank)
+
+    def _check_read(self, cta: CtaState, op: Operation, tensor: int, words: np.ndarray, threads: np.ndarray) -> None:
+        rank = _rank(cta)
+        hit = self._other(self._added, tensor, words, rank)
+        if hit is not None:
+            i, who = hit
+            cta.fail(op, f"reads the reduction target {self._where(tensor, int(words[i]))}, which {who} adds into "
+                         "in this launch: it reads before every contribution landed (read it after the kernel, "
+                         "e.g. in the next one)", int(threads[i]))
+        self._mark(self._marks(self._read, tensor), words, rank)
+
+    def _check_add(self, cta: CtaState, op: Operation, tensor: int, words: np.ndarray, threads: np.ndarray) -> None:
+        rank = _rank(cta)
+        for table, what in ((self._stored, "stored plainly to"), (self._read, "read")):
+            hit = self._other(table, tensor, words, rank)
+            if hit is not None:
+                i, who = hit
+                problem = ("a race between CTAs: the store and the atomic add are unordered" if table is self._stored
+                           else "it read the reduction target before every contribution landed")
+                cta.fail(op, f"adds into {self._where(tensor, int(words[i]))}, which {who} {what} earlier in this "
+                             f"launch ({problem})", int(threads[i]))
+        self._mark(self._marks(self._added, tensor), words, rank)
+
+    def _cta_name(self, rank: int) -> str:
+        gx, gy, _ = self.grid
+        return str((rank % gx, rank // gx % gy, rank // (gx * gy)))
+
+    # endregion

@@ -35,6 +35,7 @@ from tessera.interpreters.sm90.control import DivergentControlFunctions
 from tessera.interpreters.sm90.cta import CtaState
 from tessera.interpreters.sm90.global_memory import GlobalMemory
 from tessera.interpreters.sm90.machine import Sm90Functions
+from tessera.interpreters.sm90.reductions import ReductionFunctions, reduction_targets
 from tessera.interpreters.sm90.registers import full
 from tessera.interpreters.sm90.strands import Scheduler
 from tessera.interpreters.sm90.tma import TensorMap
@@ -185,7 +186,8 @@ def run_cta(kernel: TargetKernel, module: ModuleOp, values: list, memory: Global
     `listeners`, if given, makes extra interpreter listeners for the CTA (`tessera.validate` records values)."""
     scheduler = Scheduler(lambda env: make_interpreter(env))
     cta = CtaState(kernel.threads, kernel.smem_bytes, cta_id, grid, scheduler)
-    functions = (DivergentControlFunctions(cta), RegisterArithFunctions(cta), Sm90Functions(cta, memory))
+    functions = (DivergentControlFunctions(cta), RegisterArithFunctions(cta), Sm90Functions(cta, memory),
+                 ReductionFunctions(cta, memory))
     checkers = (PendingUseChecker(cta.wgmma),)
     if allocation is not None:
         checkers += (RegisterFileChecker(cta, allocation),)
@@ -204,6 +206,7 @@ def run_cta(kernel: TargetKernel, module: ModuleOp, values: list, memory: Global
         results = main.run_ssacfg_region(kernel.op.body, tuple(values), kernel.name)
         cta.tma.check_drained()
         cta.wgmma.check_drained()
+        cta.bulk.check_drained()
         return results
 
     main = make_interpreter()
@@ -213,14 +216,16 @@ def run_cta(kernel: TargetKernel, module: ModuleOp, values: list, memory: Global
 
 @single_threaded_blas()
 def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], sizes: Mapping[str, int],
-                      allocation=None, listeners=None) -> None:
+                      allocation=None, listeners=None, cta_order: Sequence[int] | None = None) -> None:
     """Run every CTA of the target kernel `func_op` on the Tile-level argument arrays (inputs, outputs,
     scratch), writing outputs into them. Raises ValueError for a bad launch and KernelHazardError (or its
     subclass DeadlockError) naming the op and thread of a hazard; a grid, a thread count or dynamic shared memory
     past the driver's launch limits is refused before any CTA runs. With a register `allocation`
     (`tessera.regalloc`), every operand is also checked against the register file it implies. `listeners`
-    (optional) makes extra interpreter listeners for each CTA: `listeners(cta_state)`. BLAS runs on one thread
-    meanwhile (`tessera.interpreters.blas_threads`)."""
+    (optional) makes extra interpreter listeners for each CTA: `listeners(cta_state)`. `cta_order` (optional) is
+    the order the CTAs run in, a permutation of their linear indices (x fastest; default: that order): CTAs
+    that add into one tensor must agree in any order (`global_memory`). BLAS runs on one thread meanwhile
+    (`tessera.interpreters.blas_threads`)."""
     kernel = target_kernel(func_op)
     names = [f"#{k}" for k in range(len(arguments))]
     for arg in kernel.args:
@@ -231,11 +236,16 @@ def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], siz
         facts.check_launch(grid, (kernel.threads,), kernel.smem_bytes)
     except ValueError as error:
         raise ValueError(f"@{kernel.name}: {error}") from None
-    memory = GlobalMemory(list(arguments), names)
+    reduced, atomic = reduction_targets(kernel)
+    memory = GlobalMemory(list(arguments), names, reduced, atomic, grid)
     values = _argument_values(kernel, arguments, sizes, memory)
     module = _module_of(func_op)
     gx, gy, gz = grid
-    for linear in range(gx * gy * gz):
+    order = range(gx * gy * gz) if cta_order is None else [int(i) for i in cta_order]
+    if sorted(order) != list(range(gx * gy * gz)):
+        raise ValueError(f"@{kernel.name}: cta_order must be a permutation of the {gx * gy * gz} CTAs' linear "
+                         "indices")
+    for linear in order:
         run_cta(kernel, module, values, memory, (linear % gx, (linear // gx) % gy, linear // (gx * gy)), grid,
                 allocation, listeners)
 

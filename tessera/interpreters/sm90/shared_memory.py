@@ -106,6 +106,7 @@ class SharedMemory:
             self.cta.fail(op, f"{what} writes {self.locate(addresses[i])} while a TMA copy into it is still in "
                               "flight (write-after-write race with the async proxy)", int(threads[i]))
         self.cta.wgmma.check_not_read_by_pending(op, addresses, threads, what)
+        self.cta.bulk.check_not_read_by_pending(op, addresses, threads, what)
 
     # endregion
     # region generic proxy: st_shared, ld_shared, fence_proxy_async

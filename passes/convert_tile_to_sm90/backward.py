@@ -1,0 +1,317 @@
+"""convert-tile-to-sm90, the attention backward's ops (`tessera.dialects.tile_backward`): register tiles stored
+into swizzled shared tiles, reducing stores into global memory, the base-2 exponential with a row maximum,
+row subtraction, and 1-D row windows (LSE2, dPsum) loaded and stored per row.
+
+- `tile.store_shared` (P and dS, read afterwards as transposed wgmma A operands): each thread stores its
+  packed bf16/f16 pairs with `st.shared.b32` at the 128B-swizzled address of the pair (`_swizzled_pairs`), or
+  (`STORE_SHARED_MODES`, the pass option `store-shared=stmatrix`) each warp one `stmatrix.x4` per 16-column
+  slab (`_stmatrix_slabs`), then `fence.proxy.async` (the wgmma reads shared memory through the async proxy); the `tile.barrier` that
+  the builder puts before the reading mma orders the other warps' stores before it.
+- `tile.atomic_add` of an f32 register tile into a global window, two ways (`ATOMIC_ADD_MODES`, the pass
+  option `atomic-add`):
+    "red"  one `red.global.add.f32` per register and row in bounds (the default);
+    "bulk" FlashAttention-3's: the tile is staged in an f32 shared buffer (row-major, unswizzled), fenced for
+           the async proxy and published with bar.sync; thread r < BM then adds row r (if it is inside the
+           tensor) with one `cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32` of D x 4 bytes,
+           commits and waits with `.read` (only that the staging buffer has been read: the adds themselves
+           land asynchronously, and no one reads the target before the kernel ends).
+- `tile.exp2_subtract`: ex2(x - m), m = -inf read as 0; a `Scaled` x folds its factor into one fma.
+- `tile.sub_rows`: x - m broadcast along the rows.
+- `tile.load`/`tile.store_global` of a 1-D [BM] window of a [.., seq] tensor: each thread's two rows, masked
+  by the length; on a store, only the lane of each quad whose column base is 0 writes.
+- `tile.cast` of a 16-bit register tile to f32: `sm90.cvt_unpack` of its packed pairs.
+- `tile.sem_wait`/`tile.sem_signal` (the deterministic backward) are refused by name.
+Register tiles must all have the block's rows (`_block_rows`), so the main kernel needs block_m == block_n.
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects import arith, vector
+from xdsl.dialects.builtin import BFloat16Type, Float32Type, IntegerAttr, VectorType, f32, i1, i32
+from xdsl.ir import Operation, SSAValue
+
+from tessera.dialects import sm90, tile
+from tessera.dialects import sm90_reductions as reductions
+from tessera.lowering.emitter import Emitter
+from tessera.lowering.fragments import ROWS_PER_THREAD, AccumulatorLayout, element_type_bytes
+from tessera.passes.convert_tile_to_sm90.common import CORE_ROWS, LINE, Scaled, SharedTile, Window, _refuse
+from tessera.sm90 import facts
+from tessera.sm90 import matrix as matrix_facts
+
+ATOMIC_ADD_MODES = ("red", "bulk")
+"""How `tile.atomic_add` is lowered: per-register `red.global.add.f32`, or a bulk reduction from shared memory."""
+
+STORE_SHARED_MODES = ("stmatrix", "st_shared")
+"""How `tile.store_shared` is lowered: `stmatrix.x4` per 16-column slab, or one `st.shared.b32` per pair."""
+
+STMATRIX_COLUMNS = 16
+"""Columns of one stmatrix.x4 slab of an accumulator-layout tile: two 8x8 matrices across, two down."""
+
+
+F32_BYTES = 4
+
+
+class BackwardLowering:
+    """The backward's handlers of `KernelLowering` (a mixin listed before the others: it takes over the 1-D
+    windows of `tile.load`/`tile.store_global`, 16-bit to f32 casts, and the trailing wait of a backward
+    kernel, and hands everything else to them)."""
+
+    atomic_add_mode: str = "red"
+    store_shared_mode: str = "st_shared"
+
+    # -- shared stores ----------------------------------------------------------------------------------------
+    def _swizzled_pairs(self, op, t: SharedTile, ty, e: Emitter) -> list[tuple[SSAValue, int]]:
+        """(base, constant bytes) of the shared address of each packed pair of this thread's share of an [BM, N] 16-bit tile stored in
+        `t` (boxes of 128-byte rows, 128B swizzle on absolute addresses: the 16-byte chunk c of row r is
+        stored at chunk c ^ (r mod 8)). Row r of a pair is row_base + row_offset, and row_base mod 8 is the
+        same for all of a thread's rows (its offsets are multiples of 8), so the swizzled chunk takes one XOR
+        per distinct chunk (at most 8 per thread); each pair's address is then one add of a constant
+        (scalars, so that no vector of addresses stays live)."""
+        rows, cols = self._thread_offsets(op, ty, pairs=True)
+        if any(r % CORE_ROWS for r in rows):
+            _refuse(op, "the rows of a thread's registers must be a multiple of the swizzle atom apart")
+        chunk_bytes = facts.SWIZZLE_CHUNK_BYTES
+        placed = []
+        for r, c in zip(rows, cols):
+            byte = (c % t.box_cols) * t.elt_bytes
+            if byte % chunk_bytes:
+                _refuse(op, "packed pairs must start 16-byte chunks apart")
+            placed.append((byte // chunk_bytes, (c // t.box_cols) * t.box_bytes + r * LINE))
+        row_in_atom = e.op(arith.IndexCastOp(e.op(arith.RemUIOp(self.row_base, e.index(CORE_ROWS))), i32))
+        row_bytes = e.op(arith.MuliOp(e.op(arith.IndexCastOp(self.row_base, i32)), self._i32(e, LINE)))
+        col_bytes = e.op(arith.MuliOp(e.op(arith.IndexCastOp(self.col_base, i32)), self._i32(e, t.elt_bytes)))
+        thread = e.op(arith.AddiOp(e.op(arith.AddiOp(t.address, row_bytes)), col_bytes))
+        bases = {}
+        for chunk in sorted({k for k, _ in placed}):
+            swizzled = e.op(arith.XOrIOp(row_in_atom, self._i32(e, chunk)))
+            bases[chunk] = e.op(arith.AddiOp(thread, e.op(arith.MuliOp(swizzled, self._i32(e, chunk_bytes)))))
+        return [(bases[k], constant) for k, constant in placed]
+
+    @staticmethod
+    def _i32(e: Emitter, value: int) -> SSAValue:
+        return e.op(arith.ConstantOp(IntegerAttr(value, i32)))
+
+    def _store_words(self, e: Emitter, addresses: list[tuple[SSAValue, int]], values: SSAValue) -> None:
+        """st.shared.b32 of register i of `values` at addresses[i] = (base, constant bytes): one scalar add and
+        store each, so that each address lives for one store."""
+        for i, (base, constant) in enumerate(addresses):
+            address = e.op(arith.AddiOp(base, self._i32(e, constant))) if constant else base
+            e.op(sm90.StSharedOp(address, e.op(vector.ExtractOp(values, [i], values.type.element_type))))
+
+    def _lower_StoreSharedOp(self, op: tile.StoreSharedOp, e: Emitter) -> None:
+        t = self._get(op.dest)
+        ty = op.value.type
+        if not isinstance(t, SharedTile) or t.stage is not None:
+            _refuse(op, "the destination must be a whole shared tile (not a ring stage)")
+        if isinstance(ty.element_type, Float32Type):
+            _refuse(op, "only 16-bit register tiles are stored to shared memory (round with tile.cast first)")
+        self._retire_readers(t.address, e)  # a wgmma of the previous trip may still read the tile
+        if self.store_shared_mode == "stmatrix" and ty.get_shape()[1] % STMATRIX_COLUMNS == 0:
+            self._stmatrix_slabs(op, t, e)
+        else:
+            self._store_words(e, self._swizzled_pairs(op, t, ty, e), self._get(op.value))
+        e.op(sm90.FenceProxyAsyncOp())
+
+    def _stmatrix_slabs(self, op: tile.StoreSharedOp, t: SharedTile, e: Emitter) -> None:
+        """One `stmatrix.x4` per 16-column slab s of the warp's 16 rows: packed registers 4s .. 4s+3 are its
+        matrices j = 0..3 (`tessera.sm90.matrix.accumulator_stmatrix_block`: rows 8 (j mod 2), columns 16 s +
+        8 (j / 2)). Lane l addresses row l mod 8 of matrix l / 8. A matrix row is one 16-byte chunk of a
+        128-byte line: chunk c of row r is stored at c ^ (r mod 8). The chunk of slab s and matrix j is
+        c_s + j / 2 with c_s even, so its swizzled chunk is c_s ^ x with x = (j / 2) ^ r for the lane: one XOR
+        per distinct c_s (at most 4), then one add per slab."""
+        values = self._get(op.value)
+        matrices = matrix_facts.STMATRIX_COUNTS[-1]
+        slabs = values.type.get_shape()[0] // matrices
+        lane = e.op(arith.RemUIOp(self.tid, e.index(facts.WARP_SIZE)))
+        matrix = e.op(arith.DivUIOp(lane, e.index(matrix_facts.MATRIX_ROWS)))
+        row_in_matrix = e.op(arith.RemUIOp(lane, e.index(matrix_facts.MATRIX_ROWS)))
+        warp_row = e.op(arith.SubiOp(self.row_base, e.op(arith.RemUIOp(self.row_base, e.index(CORE_ROWS)))))
+        first_rows = [matrix_facts.accumulator_stmatrix_block(j, 0)[0] for j in range(matrices)]
+        half_chunks = [matrix_facts.accumulator_stmatrix_block(j, 0)[1] * t.elt_bytes // facts.SWIZZLE_CHUNK_BYTES
+                       for j in range(matrices)]
+        if first_rows != [matrix_facts.MATRIX_ROWS * (j % 2) for j in range(matrices)] or half_chunks != [0, 0, 1, 1]:
+            _refuse(op, "stmatrix slabs need the accumulator's 8-row, 8-column matrices (16-bit elements)")
+        row = e.addi(e.addi(warp_row, e.muli(e.op(arith.RemUIOp(matrix, e.index(2))), e.index(matrix_facts.MATRIX_ROWS))),
+                     row_in_matrix)
+        x = e.op(arith.IndexCastOp(e.op(arith.XOrIOp(e.op(arith.DivUIOp(matrix, e.index(2))), row_in_matrix)), i32))
+        start = e.op(arith.AddiOp(t.address, e.op(arith.IndexCastOp(e.muli(row, e.index(LINE)), i32))))
+        swizzled = {}
+        for s in range(slabs):
+            column = matrix_facts.accumulator_stmatrix_block(0, s)[1]
+            chunk = (column % t.box_cols) * t.elt_bytes // facts.SWIZZLE_CHUNK_BYTES
+            if chunk not in swizzled:
+                xor = e.op(arith.XOrIOp(x, self._i32(e, chunk)))
+                swizzled[chunk] = e.op(arith.AddiOp(start, e.op(arith.MuliOp(xor, self._i32(e, facts.SWIZZLE_CHUNK_BYTES)))))
+            box = (column // t.box_cols) * t.box_bytes
+            address = e.op(arith.AddiOp(swizzled[chunk], self._i32(e, box))) if box else swizzled[chunk]
+            e.op(reductions.StMatrixOp(address, e.shuffle(values, list(range(matrices * s, matrices * (s + 1))))))
+
+    # -- reducing stores --------------------------------------------------------------------------------------
+    def _lower_AtomicAddOp(self, op: tile.AtomicAddOp, e: Emitter) -> None:
+        window = self._get(op.dest)
+        ty = op.value.type
+        if not isinstance(window, Window) or len(window.shape) != 2 or ty.memory_space.value != "register":
+            _refuse(op, "only f32 register tiles are added into a 2-D global window")
+        if self.atomic_add_mode == "bulk":
+            self._bulk_add(op, window, e)
+            return
+        base, offsets, mask, columns = self._row_access(op, window, ty, e)
+        e.op(reductions.RedGlobalAddOp(base, offsets, self._get(op.value), mask, columns))
+
+    def _row_access(self, op, window: Window, ty, e: Emitter):
+        """`_window_access` for an f32 window whose columns all lie inside the tensor (the first column a
+        constant 0 and the width a constant at least the tile's): the offsets and the mask then depend on the
+        row only, so they are the thread's two rows shuffled out to the registers (no instruction, two
+        registers live instead of one per register: the backward's dQ add of 64 registers at head_dim 128
+        runs next to the dK and dV accumulators)."""
+        *_, col0 = window.indices
+        width = list(self.sig.args[window.arg].dims)[-1]
+        if not (self._constant_index(col0) == 0 and width.is_constant and width.value.data >= window.shape[1]):
+            return self._window_access(op, window, ty, e)
+        base, offsets, mask, columns = self._window_access(op, window, ty, e, rows_only=True)
+        return base, offsets, mask, columns
+
+    @staticmethod
+    def _constant_index(value: SSAValue) -> int | None:
+        owner = value.owner
+        if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
+            return owner.value.value.data
+        return None
+
+    def _bulk_add(self, op: tile.AtomicAddOp, window: Window, e: Emitter) -> None:
+        rows, cols = window.shape
+        row_bytes = cols * F32_BYTES
+        if row_bytes % reductions.BULK_ALIGNMENT:
+            _refuse(op, f"a bulk reduction adds rows of a multiple of {reductions.BULK_ALIGNMENT} bytes, got {row_bytes}")
+        if rows > self.threads:
+            _refuse(op, f"one thread per row issues the bulk reductions: {rows} rows need more than {self.threads} threads")
+        staging = self._alloc(e, "atomic_add_staging", rows * row_bytes, reductions.BULK_ALIGNMENT, 0)
+        # every thread stores its registers at row * D * 4 + col * 4 of the staging buffer
+        row_offsets, col_offsets = self._thread_offsets(op, op.value.type)
+        row, col = self._origin(e, e.index(0), e.index(0))
+        first = e.op(arith.IndexCastOp(e.addi(e.muli(row, e.index(row_bytes)), e.muli(col, e.index(F32_BYTES))), i32))
+        first = e.op(arith.AddiOp(staging, first))
+        constant = [r * row_bytes + c * F32_BYTES for r, c in zip(row_offsets, col_offsets)]
+        self._store_words(e, [(first, k) for k in constant], self._get(op.value))
+        e.op(sm90.FenceProxyAsyncOp())
+        e.op(sm90.BarSyncOp(0, self.threads))
+        # thread r adds row r when the row is inside the tensor
+        *lead, row0, col0 = window.indices
+        dims = [self._dim_value(window.arg, d, e) for d in range(len(window.indices))]
+        mine = e.addi(row0, self.tid)
+        inside = e.andi(e.cmpi(self.tid, e.index(rows), "ult"), e.cmpi(mine, dims[-2], "ult"))
+        wide = [e.to_i64(d) for d in dims]
+        flat = e.i64(0)
+        for index, dim in zip(lead, wide):
+            flat = e.addi(e.muli(flat, dim), e.to_i64(index))
+        element = e.addi(e.muli(e.addi(e.muli(flat, wide[-2]), e.to_i64(mine)), wide[-1]), e.to_i64(col0))
+        dest = e.addi(self.entry_args[self.pointer_args[window.arg]], e.muli(element, e.i64(F32_BYTES)))
+        source = e.op(arith.AddiOp(staging, e.op(arith.IndexCastOp(e.muli(self.tid, e.index(row_bytes)), i32))))
+
+        def issue(t: Emitter):
+            t.op(reductions.BulkReduceAddOp(dest, source, row_bytes))
+            t.op(reductions.BulkCommitGroupOp())
+            t.op(reductions.BulkWaitGroupOp(0, read=True))
+        e.if_(inside, issue)
+
+    # -- row-broadcast arithmetic ----------------------------------------------------------------------------
+    def _lower_Exp2SubtractOp(self, op: tile.Exp2SubtractOp, e: Emitter) -> None:
+        x = self._peek(op.source)
+        raw, factor = (x.raw, x.factor) if isinstance(x, Scaled) else (x, 1.0)
+        lanes = raw.type.get_shape()[0]
+        m = self._safe_max(self._get(op.rows), e)
+        neg_m = self._broadcast_rows(op, e.op(arith.NegfOp(m)), e)
+        if factor == 1.0:
+            self._set(op.result, e.ex2(e.addf(raw, neg_m)))
+        else:
+            self._set(op.result, e.ex2(e.fma(raw, e.splat(f32, factor, lanes), neg_m)))
+
+    def _lower_SubRowsOp(self, op: tile.SubRowsOp, e: Emitter) -> None:
+        self._set(op.result, e.subf(self._get(op.source), self._broadcast_rows(op, self._get(op.rows), e)))
+
+    # -- 1-D row windows, 16-bit to f32 casts ----------------------------------------------------------------
+    def _row_window_access(self, op, window: Window, e: Emitter):
+        """(base address, byte offsets, in-bounds mask) of this thread's two rows of a 1-D [BM] window
+        [lead..., row0] of an f32 tensor."""
+        *lead, row0 = window.indices
+        rows = sorted(set(AccumulatorLayout(facts.WGMMA_K_BYTES // 4).row_offsets))  # the thread's two rows
+        row = e.addi(row0, self.row_base)
+        dims = [self._dim_value(window.arg, d, e) for d in range(len(window.indices))]
+        mask = self._below(e, e.op(arith.SubiOp(dims[-1], row)), rows)
+        wide = [e.to_i64(d) for d in dims]
+        flat = e.i64(0)
+        for index, dim in zip(lead, wide):
+            flat = e.addi(e.muli(flat, dim), e.to_i64(index))
+        elt = element_type_bytes(self._arg_tile(window.arg).element_type)
+        first = e.addi(e.muli(flat, wide[-1]), e.to_i64(row))
+        base = e.addi(self.entry_args[self.pointer_args[window.arg]], e.muli(first, e.i64(elt)))
+        return base, e.dense(i32, [r * elt for r in rows]), mask
+
+    def _lower_LoadOp(self, op: tile.LoadOp, e: Emitter) -> None:
+        window = self._get(op.source)
+        if not (isinstance(window, Window) and op.result.type.rank == 1):
+            super()._lower_LoadOp(op, e)
+            return
+        if not isinstance(op.result.type.element_type, Float32Type):
+            _refuse(op, "row vectors must be f32")
+        base, offsets, mask = self._row_window_access(op, window, e)
+        self._set(op.result, e.op(sm90.LdGlobalOp(base, offsets, mask, VectorType(f32, [ROWS_PER_THREAD]))))
+
+    def _lower_StoreGlobalOp(self, op: tile.StoreGlobalOp, e: Emitter) -> None:
+        window = self._get(op.dest)
+        if not (isinstance(window, Window) and op.value.type.rank == 1):
+            super()._lower_StoreGlobalOp(op, e)
+            return
+        base, offsets, mask = self._row_window_access(op, window, e)
+        # the four lanes of a row's quad hold the same value: the one whose column base is 0 writes it
+        first = e.setp("eq", self.col_base, e.index(0))
+        mask = e.andi(mask, e.broadcast(first, ROWS_PER_THREAD))
+        e.op(sm90.StGlobalOp(base, offsets, self._get(op.value), mask))
+
+    def _lower_CastOp(self, op: tile.CastOp, e: Emitter) -> None:
+        src, dst = op.source.type, op.result.type
+        if not (isinstance(dst.element_type, Float32Type) and src.rank == 2):
+            super()._lower_CastOp(op, e)
+            return
+        half = "bf16" if isinstance(src.element_type, BFloat16Type) else "f16"
+        self._set(op.result, e.op(reductions.CvtUnpackOp(self._get(op.source), half)))
+
+    # -- semaphores, trailing waits ----------------------------------------------------------------------------
+    def _lower_SemWaitOp(self, op, e: Emitter) -> None:
+        _refuse(op, "the deterministic backward (tile.sem_wait/tile.sem_signal) is not lowered to sm_90 yet: "
+                    "build the kernels with deterministic=False")
+
+    _lower_SemSignalOp = _lower_SemWaitOp
+
+    def _lower_CpWaitGroupOp(self, op: tile.CpWaitGroupOp, e: Emitter) -> None:
+        """A backward kernel's wait after its loops, with nothing outstanding in program order, still waits for
+        the groups committed before the loops: when no loop trip ran, nobody has waited for them (waiting
+        again on a completed phase returns at once)."""
+        if (not self.outstanding and not self.loops and op.pending.value.data == 0
+                and self.fn.attributes["tile.kernel"].data["kind"].data == "attention_backward"):
+            for commit, group in self.groups.items():
+                if group.loop is None and commit not in self.ring_commits:
+                    e.spin_until(lambda t, g=group: t.op(sm90.MBarrierTryWaitParityOp(g.barrier, e.index(0))))
+            return
+        super()._lower_CpWaitGroupOp(op, e)
+
+    def _parity(self, wait, commit, group, e: Emitter) -> SSAValue:
+        """The parity of the group barrier's phase that this execution of `commit` completes. In a loop nest
+        (the backward's query blocks inside its loop over the heads of a GQA group) the barrier completes one
+        phase per execution of the innermost trip, so the parity is that of the linear trip number
+        ((trip_1 n_2 + trip_2) n_3 + ...), n_i the trip count of loop i; each n_i must be defined outside
+        the whole nest (the same for every trip of the loops around it)."""
+        depth = next((i for i, l in enumerate(self.loops) if l.op is group.loop), None)
+        if depth is None or depth == 0 or commit not in self.committed_this_trip:
+            return super()._parity(wait, commit, group, e)
+        outermost = self.loops[0].op
+        linear = self.loops[0].trip
+        for info in self.loops[1:depth + 1]:
+            lb, ub, step = (self._get(v) for v in (info.op.lb, info.op.ub, info.op.step))
+            for bound, value in (("lower bound", info.op.lb), ("upper bound", info.op.ub), ("step", info.op.step)):
+                if outermost.is_ancestor(value.owner if isinstance(value.owner, Operation) else value.owner.parent_op()):
+                    _refuse(wait, f"a copy group waited in a loop nest needs the inner loop's {bound} defined outside "
+                                  "the nest (its barrier's phase counts the trips of every loop)")
+            count = e.op(arith.CeilDivSIOp(e.op(arith.SubiOp(ub, lb)), step))
+            linear = e.addi(e.muli(linear, count), info.trip)
+        return e.op(arith.AndIOp(linear, e.index(1)))

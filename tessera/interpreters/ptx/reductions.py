@@ -1,0 +1,227 @@
+"""Reductions between CTAs in the PTX executor: `cp.reduce.async.bulk`, the bulk groups' `.read` rule, and the
+races that no order of the CTAs makes right.
+
+`cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [dst], [src], size` [P#data-movement-and-
+conversion-instructions-cp-reduce-async-bulk] adds `size / 4` f32 from shared memory into global memory (.ftz,
+as global f32 atomics are) when issued, one legal timing, but its source stays *being read* until a
+`cp.async.bulk.wait_group.read N` (or `wait_group N`) of the issuing thread covers its group
+(`cp.async.bulk.commit_group`, per thread): a store into those shared bytes before then (st.shared,
+stmatrix, any generic access) is reported, and so is a CTA that exits while one is still being read.
+
+A `ReductionWatch` is attached to the machine (`Machine.watch`) when the entry has `red`, `atom` or
+`cp.reduce`: every global access then marks the 32-bit words it touches with the CTA (its linear index in the
+grid) that stored, added or read them, and reports, naming both CTAs:
+- a plain store to a word another CTA adds into (red, atom, cp.reduce): the store and the add are unordered;
+- a plain load of a word another CTA *reduces* into (red, cp.reduce: the result-less reductions that
+  accumulate, like dq_accum): it reads before every contribution landed. `atom`, whose result orders it (a
+  counter, a semaphore), may be read.
+The CTAs run in the launch's `cta_order` (a permutation; batches of CTAs run together), so a test can show
+that the sum does not depend on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tessera.interpreters.ptx.numerics import flush_f32
+from tessera.interpreters.ptx.memory import access, lanes_of
+from tessera.interpreters.ptx.state import GLOBAL_BASE, Machine
+from tessera.interpreters.ptx.types import ptx_type
+
+NO_CTA, MANY_CTAS = -1, -2
+WORD = 4
+BULK_ALIGNMENT = 16
+"""cp.reduce.async.bulk: addresses and size are multiples of 16 bytes."""
+
+
+def uses_reductions(entry) -> bool:
+    """Whether the entry has red, atom or cp.reduce (then the launcher attaches a `ReductionWatch`)."""
+    return any(inst.opcode in ("red", "atom") or (inst.opcode == "cp" and "reduce" in inst.modifiers)
+               for inst in entry.instructions)
+
+
+@dataclass(eq=False)
+class BulkRead:
+    inst: object
+    lane: int
+    index: np.ndarray  # flat indices into Machine.shared
+    group: int | None = None
+
+
+@dataclass
+class ReductionWatch:
+    m: Machine
+    marks: dict[str, np.ndarray] = field(default_factory=dict)
+    reading: list[BulkRead] = field(default_factory=list)
+    committed: dict[int, int] = field(default_factory=dict)
+
+    # region marks of global words
+    def _table(self, kind: str) -> np.ndarray:
+        if kind not in self.marks:
+            self.marks[kind] = np.full(self.m.memory.buffer.size // WORD + 1, NO_CTA, np.int32)
+        return self.marks[kind]
+
+    def ranks(self, lanes: np.ndarray) -> np.ndarray:
+        gx, gy, _ = self.m.grid
+        cid = self.m.ctaid[self.m.lane_cta[lanes]]
+        return (cid[:, 0] + gx * (cid[:, 1] + gy * cid[:, 2])).astype(np.int32)
+
+    def _cta(self, rank: int) -> str:
+        if rank == MANY_CTAS:
+            return "several other CTAs"
+        gx, gy, _ = self.m.grid
+        return f"CTA ({rank % gx}, {rank // gx % gy}, {rank // (gx * gy)})"
+
+    def _conflict(self, kind: str, words: np.ndarray, ranks: np.ndarray):
+        if kind not in self.marks:
+            return None
+        marks = self.marks[kind][words]
+        other = (marks != NO_CTA) & (marks != ranks)
+        return int(np.argmax(other)) if other.any() else None
+
+    def _mark(self, kind: str, words: np.ndarray, ranks: np.ndarray) -> None:
+        """Mark `words` as touched by the CTA of each (`ranks`); lanes of several CTAs of the batch may share a
+        word in one instruction (MANY_CTAS then)."""
+        if not len(words):
+            return
+        table = self._table(kind)
+        order = np.argsort(words, kind="stable")
+        unique, start = np.unique(words[order], return_index=True)
+        low, high = np.minimum.reduceat(ranks[order], start), np.maximum.reduceat(ranks[order], start)
+        mine = np.where(low == high, low, MANY_CTAS)
+        before = table[unique]
+        table[unique] = np.where((before == NO_CTA) | (before == mine), mine, MANY_CTAS)
+
+    def _words(self, addresses: np.ndarray, nbytes: int) -> np.ndarray:
+        first = (addresses - GLOBAL_BASE) // WORD
+        return (first[:, None] + np.arange(max(1, nbytes // WORD))).reshape(-1)
+
+    def on_global(self, inst, lanes: np.ndarray, addresses: np.ndarray, nbytes: int, write: bool) -> None:
+        """A plain ld/st of `nbytes` per lane at global `addresses` (checked, in bounds)."""
+        words = self._words(addresses, nbytes)
+        lanes = np.repeat(lanes, len(words) // max(len(lanes), 1))
+        ranks = self.ranks(lanes)
+        kinds = ("added", "stores plainly to", "a race between CTAs: the store and the atomic add are unordered") \
+            if write else ("reduced", "reads", "it reads before every contribution landed")
+        i = self._conflict(kinds[0], words, ranks)
+        if i is not None:
+            raise self.m.error(inst, f"{kinds[1]} global address {GLOBAL_BASE + WORD * int(words[i]):#x}, which "
+                                     f"{self._cta(int(self.marks[kinds[0]][words[i]]))} adds into in this launch "
+                                     f"({kinds[2]})", int(lanes[i]))
+        self._mark("stored" if write else "read", words, ranks)
+
+    def on_add(self, inst, lanes: np.ndarray, addresses: np.ndarray, nbytes: int, reduction: bool) -> None:
+        """An atomic add (`reduction`: red or cp.reduce, without a result) at global `addresses`."""
+        words = self._words(addresses, nbytes)
+        lanes = np.repeat(lanes, len(words) // max(len(lanes), 1))
+        ranks = self.ranks(lanes)
+        checks = [("stored", "stored plainly to", "a race between CTAs: the store and the atomic add are unordered")]
+        if reduction:
+            checks.append(("read", "read", "it read before every contribution landed"))
+        for kind, what, why in checks:
+            i = self._conflict(kind, words, ranks)
+            if i is not None:
+                raise self.m.error(inst, f"adds into global address {GLOBAL_BASE + WORD * int(words[i]):#x}, which "
+                                         f"{self._cta(int(self.marks[kind][words[i]]))} {what} earlier in this "
+                                         f"launch ({why})", int(lanes[i]))
+        self._mark("added", words, ranks)
+        if reduction:
+            self._mark("reduced", words, ranks)
+
+    # endregion
+    # region bulk groups
+    def on_shared_write(self, inst, lanes: np.ndarray, index: np.ndarray) -> None:
+        """Generic stores into the flat shared indices `index` ([n, nbytes], by `lanes`)."""
+        for r in self.reading:
+            hit = np.isin(index, r.index).any(axis=-1) if index.ndim > 1 else np.isin(index, r.index)
+            if hit.any():
+                i = int(np.argmax(hit))
+                raise self.m.error(inst, f"overwrites shared memory that cp.reduce.async.bulk at line {r.inst.line} "
+                                         f"({self.m.describe_lane(r.lane)}) may still be reading: no "
+                                         "cp.async.bulk.wait_group.read of that thread covers it yet", int(lanes[i]))
+
+    def commit(self, lanes: np.ndarray) -> None:
+        for lane in lanes:
+            lane = int(lane)
+            group = self.committed.get(lane, 0)
+            for r in self.reading:
+                if r.lane == lane and r.group is None:
+                    r.group = group
+            self.committed[lane] = group + 1
+
+    def wait(self, lanes: np.ndarray, allowed: int) -> None:
+        lanes = {int(lane) for lane in lanes}
+        self.reading = [r for r in self.reading if not (
+            r.lane in lanes and r.group is not None and r.group < self.committed.get(r.lane, 0) - allowed)]
+
+    def check_exit(self) -> None:
+        """The batch ended: no bulk reduction may still be reading shared memory."""
+        if self.reading:
+            r = self.reading[0]
+            raise self.m.error(r.inst, "the CTA exits while this bulk reduction may still read its shared source "
+                                       "(no cp.async.bulk.commit_group and wait_group.read cover it)", r.lane)
+        self.committed.clear()
+
+    # endregion
+
+
+def decode_cp_reduce(ops, inst, mods):
+    """cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [dst], [src], size."""
+    m = ops.m
+    mods.take("reduce")
+    mods.take("async")
+    mods.take("bulk")
+    form = [mods.take("global"), mods.take("shared::cta"), mods.take("bulk_group"), mods.take("add")]
+    if not all(form) or inst.modifiers.index("global") > inst.modifiers.index("shared::cta"):
+        raise ops.refuse(inst, "cp.reduce.async.bulk forms other than .global.shared::cta.bulk_group.add.f32")
+    mods.drop_prefixed("L2::")
+    t = mods.type()
+    if t.name != "f32" or len(inst.operands) != 3:
+        raise ops.refuse(inst, "cp.reduce.async.bulk ... .add on types other than .f32")
+    dst, src = ops.address(inst, inst.operands[0]), ops.address(inst, inst.operands[1])
+    size = ops.read(inst, inst.operands[2], ptx_type("u32"))
+
+    def run(sel):
+        lanes = lanes_of(m, sel)
+        dests = np.broadcast_to(np.asarray(dst(sel), np.int64), lanes.shape)
+        sources = np.broadcast_to(np.asarray(src(sel), np.int64), lanes.shape)
+        sizes = np.broadcast_to(np.asarray(size(sel), np.int64), lanes.shape)
+        for i, lane in enumerate(lanes):
+            one, n = lanes[i:i + 1], int(sizes[i])
+            if n <= 0 or n % BULK_ALIGNMENT:
+                raise m.error(inst, f"bulk reduction size {n} is not a positive multiple of {BULK_ALIGNMENT}", int(lane))
+            data = access(m, inst, "shared", one, sources[i:i + 1], n, align=BULK_ALIGNMENT)
+            values = np.ascontiguousarray(data).view("<f4").reshape(-1)
+            old = access(m, inst, "global", one, dests[i:i + 1], n, align=BULK_ALIGNMENT, watched=False)
+            watch = getattr(m, "watch", None)
+            if watch is not None:
+                watch.on_add(inst, one, dests[i:i + 1], n, reduction=True)
+            with np.errstate(over="ignore", invalid="ignore"):
+                new = flush_f32(flush_f32(np.ascontiguousarray(old).view("<f4").reshape(-1)) + flush_f32(values))
+            access(m, inst, "global", one, dests[i:i + 1], n, new.astype("<f4").view(np.uint8).reshape(1, n),
+                   align=BULK_ALIGNMENT, watched=False)
+            if watch is not None:
+                index = m.shared_flat(one, sources[i:i + 1])[0] + np.arange(n)
+                watch.reading.append(BulkRead(inst, int(lane), index))
+
+    return run
+
+
+def decode_bulk_group(ops, inst, mods):
+    """cp.async.bulk.commit_group and cp.async.bulk.wait_group{.read} N: the bulk reductions' groups."""
+    m = ops.m
+    if mods.take("commit_group"):
+        if inst.operands:
+            raise ops.refuse(inst, "cp.async.bulk.commit_group takes no operand")
+        mods.left = []
+        return lambda sel: m.watch.commit(lanes_of(m, sel)) if getattr(m, "watch", None) is not None else None
+    mods.take("wait_group")
+    mods.take("read")
+    if len(inst.operands) != 1:
+        raise ops.refuse(inst, "cp.async.bulk.wait_group needs one operand, the number of groups left pending")
+    allowed = ops.static(inst, inst.operands[0])
+    mods.left = []
+    return lambda sel: m.watch.wait(lanes_of(m, sel), allowed) if getattr(m, "watch", None) is not None else None
+

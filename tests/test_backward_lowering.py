@@ -1,0 +1,190 @@
+"""The attention backward's three kernels lowered to sm_90a (`passes/convert_tile_to_sm90/backward.py`):
+
+- ptxas accepts every kernel, head_dim 64 (block 128 x 128) and 128 (block 64 x 64), causal or not, with dQ
+  added by red.global.add.f32 or cp.reduce.async.bulk: no warning, no spill, HGMMA in the main kernel;
+- a representative slice runs at target level (CTA simulator) and PTX level (executor) within the backward's
+  rule (`tessera.reference.check_attention_backward`): ragged lengths, seq_q != seq_k, GQA, rows that see no
+  key (causal with seq_q > seq_k);
+- the main kernel's CTAs run in a permuted order give dQ within the f32 reordering of its additions;
+- what is not lowered is refused by name: the warp-specialized pipeline, the deterministic mode, head_dim 128's
+  default blocks (64 x 128: two row counts).
+The whole issue matrix runs at Tile level in tests/test_attention_backward.py; the cases marked slow here run
+with `-m slow`.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tessera
+from tessera import passes, reference
+from xdsl.utils.exceptions import DiagnosticException
+from tessera.interpreters.launch import prepare_arguments
+from tessera.interpreters.sm90.launch import run_target_kernel
+from tessera.kernel_abi import is_target_kernel
+from tessera.kernels import attention_backward
+from tessera.regalloc import allocate_registers
+from tessera.toolchain import disassemble, innermost_loop
+
+BF16 = ml_dtypes.bfloat16
+BLOCKS = {64: 128, 128: 64}
+"""block_m = block_n by head_dim: the lowering needs one row count for every register tile."""
+
+
+def _pipeline(mode: str = "red", store: str = "st_shared") -> str:
+    options = f"atomic-add={mode} store-shared={store}"
+    return passes.PTX_PIPELINE.replace("convert-tile-to-sm90", f"convert-tile-to-sm90{{{options}}}")
+
+
+DTYPES = {"bf16": BF16, "f16": np.float16}
+
+
+def _kernels(head_dim: int, causal: bool, dtype: str = "bf16"):
+    block = BLOCKS[head_dim]
+    return attention_backward(head_dim=head_dim, causal=causal, block_m=block, block_n=block, dtype=dtype)
+
+
+def _problem(head_dim, seq_q, seq_k, causal, heads=2, heads_k=1, seed=0, dtype="bf16"):
+    """Rounded q, k, v, dO, the forward's O (float64, rounded) and LSE (f32)."""
+    rng = np.random.default_rng(seed)
+    elt = DTYPES[dtype]
+    q, do = (rng.standard_normal((1, heads, seq_q, head_dim)).astype(elt) for _ in range(2))
+    k, v = (rng.standard_normal((1, heads_k, seq_k, head_dim)).astype(elt) for _ in range(2))
+    lse = reference.attention_lse(q, k, causal)
+    group = heads // heads_k
+    kk, vv = (np.repeat(x.astype(np.float64), group, axis=1) for x in (k, v))
+    s = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), kk) / np.sqrt(head_dim)
+    if causal:
+        s = np.where(reference.causal_visible(seq_q, seq_k), s, -np.inf)
+    p = np.exp(s - np.where(np.isneginf(lse), 0, lse)[..., None])
+    o = np.einsum("bhqk,bhkd->bhqd", p, vv).astype(elt)
+    return q, k, v, o, lse.astype(np.float32), do
+
+
+def _run(kernels, problem, level: str, mode: str, store: str = "st_shared"):
+    q, k, v, o, lse, do = problem
+    options = dict(level=level, pipeline=_pipeline(mode, store))
+    dpsum, lse2, _ = tessera.interpret(kernels.preprocess, o, do, lse, **options)
+    dq_accum, dk, dv = tessera.interpret(kernels.main, q, k, v, do, lse2, dpsum, **options)
+    return tessera.interpret(kernels.postprocess, dq_accum, **options), dk, dv
+
+
+def _assert_within_rule(grads, problem, causal):
+    q, k, v, o, _, do = problem
+    for name, comparison in zip(("dq", "dk", "dv"), reference.check_attention_backward(grads, q, k, v, o, do, q.dtype,
+                                                                                          causal)):
+        assert comparison.ok, f"{name}: {comparison}"
+
+
+# region ptxas
+
+
+SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize("head_dim, causal, mode", [pytest.param(64, False, "red", marks=SLOW), (64, True, "bulk"),
+                                                    (128, True, "red"), pytest.param(128, False, "bulk", marks=SLOW)])
+def test_ptxas_accepts_the_backward_without_warning_or_spill(head_dim, causal, mode, ptxas):
+    kernels = _kernels(head_dim, causal)
+    for part, module in zip(("preprocess", "main", "postprocess"), kernels.modules):
+        result = tessera.compile(module, target="cubin", pipeline=_pipeline(mode))
+        assert not result.log.diagnostics, f"{part}: {result.text}"
+        (function,) = result.log.functions.values()
+        assert function.spill_store_bytes == function.spill_load_bytes == function.stack_frame_bytes == 0, result.text
+        if part == "main":  # the main loop issues HGMMA, and adds dQ with RED only in "red" mode
+            loop = innermost_loop(disassemble(result.cubin), containing="HGMMA")
+            counts = {op: sum(n for name, n in loop.opcode_counts.items() if name.startswith(op))
+                      for op in ("HGMMA", "RED")}
+            assert counts["HGMMA"] > 0 and (counts["RED"] > 0) == (mode == "red"), loop.opcode_counts
+
+
+@pytest.mark.parametrize("mode, store", [("red", "st_shared"), ("bulk", "stmatrix")])
+def test_lowered_kernels_verify_and_read_back(mode, store):
+    """The Target IR of each kernel passes the verifiers and prints and parses back to the same text."""
+    from tessera.ir import parse_module, print_module, verify
+
+    for module in _kernels(64, True, "f16").modules:
+        lowered = tessera.compile(module, target="target", pipeline=_pipeline(mode, store))
+        verify(lowered)
+        text = print_module(lowered)
+        assert print_module(parse_module(text)) == text
+
+
+# endregion
+# region numerics
+
+
+@pytest.mark.parametrize("head_dim, seq_q, seq_k, causal, level, mode, dtype", [
+    pytest.param(64, 77, 150, True, "target", "red", "bf16", marks=SLOW),  # ragged, GQA 2:1, causal bottom-right
+    (64, 150, 77, True, "target", "bulk", "bf16"),                         # rows that see no key
+    pytest.param(128, 65, 130, False, "target", "bulk", "bf16", marks=SLOW),
+    (64, 77, 150, False, "ptx", "red", "f16"),
+    (128, 90, 64, True, "ptx", "red", "bf16"),
+])
+def test_backward_lowered_is_within_the_rule(head_dim, seq_q, seq_k, causal, level, mode, dtype):
+    problem = _problem(head_dim, seq_q, seq_k, causal, dtype=dtype)
+    grads = _run(_kernels(head_dim, causal, dtype), problem, level, mode)
+    _assert_within_rule(grads, problem, causal)
+    if seq_q > seq_k and causal:  # the first seq_q - seq_k rows see no key: zero gradient, no NaN
+        assert np.all(grads[0][:, :, : seq_q - seq_k].astype(np.float32) == 0)
+
+
+@pytest.mark.parametrize("level", ["target", pytest.param("ptx", marks=SLOW)])
+def test_p_and_ds_stored_by_stmatrix(level):
+    """store-shared=stmatrix: each warp stores P and dS with one stmatrix.x4 per 16-column slab."""
+    problem = _problem(64, 70, 140, True)
+    _assert_within_rule(_run(_kernels(64, True), problem, level, "red", "stmatrix"), problem, True)
+    assert "stmatrix.sync.aligned.m8n8.x4.shared.b16" in tessera.compile(_kernels(64, True).main,
+                                                                         pipeline=_pipeline("red", "stmatrix"))
+
+
+def test_api_runs_the_lowered_kernels():
+    problem = _problem(64, 40, 70, True)
+    _assert_within_rule(tessera.attention_backward(*problem, causal=True, level="target"), problem, True)
+
+
+@pytest.mark.parametrize("mode", ["red", pytest.param("bulk", marks=SLOW)])
+def test_main_kernel_ctas_in_a_permuted_order_agree(mode):
+    """The key blocks add their dQ partials in another order: dq_accum changes by f32 reordering only."""
+    q, k, v, o, lse, do = _problem(64, 100, 300, False, heads=1)
+    kernels = _kernels(64, False)
+    dpsum, lse2, _ = tessera.interpret(kernels.preprocess, o, do, lse, level="tile")
+    target = next(op for op in tessera.compile(kernels.main, target="target", pipeline=_pipeline(mode)).walk()
+                  if is_target_kernel(op))
+    sig = tessera.find_kernel(kernels.main)
+    results = []
+    for order in ([0, 1, 2], [2, 0, 1]):
+        arguments, sizes = prepare_arguments(sig, [q, k, v, do, lse2, dpsum])
+        run_target_kernel(target, arguments, sizes, allocate_registers(target), cta_order=order)
+        results.append(arguments[6])
+    bound = 3 * 2.0**-24 * np.abs(results[0]).max() * 3
+    assert np.abs(results[0] - results[1]).max() <= bound
+
+
+# endregion
+# region refusals
+
+
+def test_warp_specialized_pipeline_refuses_the_backward_by_name():
+    with pytest.raises(DiagnosticException, match=r"attention backward is not warp-specialized: lower its kernels "
+                                                  r"with tessera.passes.PTX_PIPELINE"):
+        tessera.compile(_kernels(64, False).main, target="target", pipeline=passes.DEFAULT_PIPELINE)
+
+
+def test_deterministic_mode_and_two_row_counts_are_refused_by_name():
+    deterministic = attention_backward(head_dim=64, deterministic=True).main
+    with pytest.raises(DiagnosticException, match=r"deterministic backward .* is not lowered"):
+        tessera.compile(deterministic, target="target", pipeline=passes.PTX_PIPELINE)
+    default_128 = attention_backward(head_dim=128).main  # block 64 x 128
+    with pytest.raises(DiagnosticException, match=r"register tiles must all have the same number of rows"):
+        tessera.compile(default_128, target="target", pipeline=passes.PTX_PIPELINE)
+
+
+def test_unknown_atomic_add_mode_is_refused():
+    with pytest.raises(DiagnosticException, match=r"atomic-add must be one of red, bulk, got 'cas'"):
+        tessera.compile(_kernels(64, False).main, target="target", pipeline=_pipeline("cas"))
+
+
+# endregion
