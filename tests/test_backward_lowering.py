@@ -177,9 +177,9 @@ def test_deterministic_mode_and_two_row_counts_are_refused_by_name():
     deterministic = attention_backward(head_dim=64, deterministic=True).main
     with pytest.raises(DiagnosticException, match=r"deterministic backward .* is not lowered"):
         tessera.compile(deterministic, target="target", pipeline=passes.PTX_PIPELINE)
-    default_128 = attention_backward(head_dim=128).main  # block 64 x 128
+    fa3_128 = attention_backward(head_dim=128, block_m=64, block_n=128).main  # FA3's 64 x 128
     with pytest.raises(DiagnosticException, match=r"register tiles must all have the same number of rows"):
-        tessera.compile(default_128, target="target", pipeline=passes.PTX_PIPELINE)
+        tessera.compile(fa3_128, target="target", pipeline=passes.PTX_PIPELINE)
 
 
 def test_unknown_atomic_add_mode_is_refused():

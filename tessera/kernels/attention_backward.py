@@ -79,11 +79,12 @@ HEAD_DIMS = (64, 128)
 2 x [BN, 256] f32, take 256 registers per thread of two consumer warpgroups at BN = 64 (Hopper gives a
 thread at most 255), before S, dP and their fragments."""
 
-DEFAULT_BLOCKS = {64: (128, 128), 128: (64, 128)}
-"""(BM, BN) by head_dim: FlashAttention-3's Hopper backward tiles. The dK and dV accumulators [BN, D] f32
-stay live through the whole kernel (2 x 128 x 128 x 4 bytes = 128 KiB at head_dim 128, 128 registers per
-thread over two warpgroups), so at head_dim 128 the query block shrinks to 64 rows to leave room for
-S and dP ([BM, BN] f32 each)."""
+DEFAULT_BLOCKS = {64: (128, 128), 128: (64, 64)}
+"""(BM, BN) by head_dim. At head_dim 64, FlashAttention-3's Hopper backward tile. The dK and dV accumulators
+[BN, D] f32 stay live through the whole kernel, so at head_dim 128 the query block shrinks to 64 rows to
+leave room for S and dP ([BM, BN] f32 each); FA3 keeps BN = 128 there, but convert-tile-to-sm90 gives every
+register tile of a kernel one row count (BM rows for S and dP, BN rows for dK and dV), so BN = BM = 64 is the
+largest tile the lowering takes (64 x 128 is refused by name below Tile level)."""
 
 LOG2E = math.log2(math.e)
 """log2(e): LSE2 = LSE * log2 e, and the main kernel's score scale is scale * log2 e."""
