@@ -71,6 +71,18 @@ def _peel_masked_iterations() -> type[ModulePass]:
     return PeelMaskedIterationsPass
 
 
+def _form_clusters() -> type[ModulePass]:
+    from tessera.passes.form_clusters import FormClustersPass
+
+    return FormClustersPass
+
+
+def _multicast_cluster_copies() -> type[ModulePass]:
+    from tessera.passes.multicast_cluster_copies import MulticastClusterCopiesPass
+
+    return MulticastClusterCopiesPass
+
+
 PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "assign-swizzle": _assign_swizzle,
     "convert-tile-to-sm90": _convert_tile_to_sm90,
@@ -80,6 +92,8 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "pipeline-loops": _pipeline_loops,
     "overlap-softmax": _overlap_softmax,
     "peel-masked-iterations": _peel_masked_iterations,
+    "form-clusters": _form_clusters,
+    "multicast-cluster-copies": _multicast_cluster_copies,
 }
 
 

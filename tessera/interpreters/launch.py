@@ -23,6 +23,8 @@ from tessera.interpreters.block_batch import BlockBatch
 from tessera.interpreters.control import BatchedControlFunctions
 from tessera.interpreters.limits import check_memory
 from tessera.interpreters.tile import TileFunctions
+from tessera.interpreters.tile_cluster import cluster_order
+from tessera.cluster import launch_cluster
 from tessera.kernel_abi import KernelSignature
 from tessera.numerics import numpy_dtype
 from tessera.sm90 import facts
@@ -80,10 +82,13 @@ def run_grid(sig: KernelSignature, module: ModuleOp, arguments: list[np.ndarray]
     gx, gy, gz = sig.grid_size(sizes)
     facts.check_launch((gx, gy, gz))
     total = gx * gy * gz
-    for start in range(0, total, MAX_BLOCKS_PER_BATCH):
-        ids = np.arange(start, min(start + MAX_BLOCKS_PER_BATCH, total), dtype=np.int64)
+    cluster, _ = launch_cluster(sig.cluster, (gx, gy, gz))
+    order = cluster_order((gx, gy, gz), cluster)
+    per_batch = MAX_BLOCKS_PER_BATCH - MAX_BLOCKS_PER_BATCH % math.prod(cluster)
+    for start in range(0, total, per_batch):
+        ids = order[start : start + per_batch]
         batch = BlockBatch((ids % gx, (ids // gx) % gy, ids // (gx * gy)))
         interpreter = Interpreter(module, listeners=tuple(listeners(batch)) if listeners else ())
         interpreter.register_implementations(BatchedControlFunctions(batch))
-        interpreter.register_implementations(TileFunctions(batch))
+        interpreter.register_implementations(TileFunctions(batch, cluster))
         interpreter.run_ssacfg_region(sig.op.body, tuple(arguments), sig.name)

@@ -15,6 +15,7 @@ from xdsl.interpreter import Interpreter, InterpreterFunctions, PythonValues, im
 from tessera.dialects import tile
 from tessera.dialects.tile_types import TileType
 from tessera.interpreters.block_batch import BlockBatch
+from tessera.interpreters.tile_cluster import check_shared_copy
 from tessera.interpreters.tile_memory import AsyncCopies, GlobalView, SharedBuffer, SharedRef
 from tessera.numerics import F32, batched_matmul, numpy_dtype, round_to
 
@@ -35,9 +36,11 @@ def _safe_max(vector: np.ndarray) -> np.ndarray:
 class TileFunctions(InterpreterFunctions):
     """Implementations of the `tile` ops for one `BlockBatch`."""
 
-    def __init__(self, batch: BlockBatch):
+    def __init__(self, batch: BlockBatch, cluster: tuple[int, int, int] = (1, 1, 1)):
         super().__init__()
         self.batch = batch
+        self.cluster = cluster
+        """The launch's cluster shape: `cluster_shared` copies are checked against it (`tile_cluster`)."""
         self.copies = AsyncCopies()
         self.shared: list[SharedBuffer] = []
 
@@ -98,6 +101,8 @@ class TileFunctions(InterpreterFunctions):
     @impl(tile.CpAsyncOp)
     def run_cp_async(self, interpreter: Interpreter, op: tile.CpAsyncOp, args: PythonValues):
         source, dest = args
+        if op.cluster_shared is not None:
+            check_shared_copy(self.batch, op, source, self.cluster)
         self.copies.issue(self.batch, op, source, dest)
         return ()
 

@@ -24,9 +24,11 @@ from tessera.dialects import tile
 from tessera.kernels.common import (
     ArgSpec,
     TileBuilder,
+    apply_cluster,
     ceildiv_dim,
     check_block,
     check_choice,
+    check_cluster,
     check_dtype,
     check_flag,
     check_scale,
@@ -239,13 +241,19 @@ def flash_attention(
     scale: float | None = None,
     block_m: int = DEFAULT_BLOCK_M,
     block_n: int | None = None,
+    cluster: int = 1,
 ) -> ModuleOp:
     """The online one-pass attention kernel (FlashAttention-2 style), `flash_attention_d{D}_{dtype}[_causal]`.
+
+    `cluster=N` groups N consecutive query blocks of a head into a cluster that shares its K and V copies
+    (`tessera.passes.form_clusters`; on sm_90a, TMA multicast): not with `causal` (the members' key ranges
+    differ), refused by name.
 
     Per key block j: S = mask(scale Q K_j^T); m' = max(m, rowmax S); alpha = exp(m - m'); P = exp(S - m');
     l' = alpha l + rowsum P; acc' = alpha acc + P V_j. After the loop O = acc / l. Live per block: the
     running max m [BM], sum l [BM] and accumulator acc [BM, D] (all f32), and one [BM, BN] score tile."""
     c = AttentionConfig.checked(head_dim, causal, dtype, scale, block_m, block_n)
+    shape = check_cluster("cluster", cluster, 1)
     fn, b, blk = attention_kernel(c, "flash_attention")
     rows = register_tile([c.block_m])
     m_init = b.fill(float("-inf"), rows, "m_init")
@@ -269,4 +277,4 @@ def flash_attention(
     _, l, acc = b.for_loop(blk.n_kv, [m_init, l_init, acc_init], ["m", "l", "acc"], key_step)
     # The one normalisation: O = acc / l (a row that saw no key has l = 0 and gives 0).
     store_output(b, blk, b.binary(tile.DivRowsOp, acc, l, "o"))
-    return finish_kernel(fn, b)
+    return apply_cluster(finish_kernel(fn, b), shape)
