@@ -156,10 +156,11 @@ PIPELINED_PIPELINE = (
 """Tile IR to Target IR with the K/V (and GEMM K) loops pipelined over two-slot rings, each trip's score mma
 issued before the previous trip's P.V mma (overlap-softmax), masked iterations peeled off the steady state."""
 
-SPECIALIZED_PIPELINE = PIPELINED_PIPELINE + ",warp-specialize"
+SPECIALIZED_PIPELINE = PIPELINED_PIPELINE + ",warp-specialize,multicast-cluster-copies"
 """PIPELINED_PIPELINE with a TMA producer warpgroup and setmaxnreg budgets: the FlashAttention-3 structure
 (flash head_dim 128: a 497-instruction main loop, two wgmma groups in flight), ending in Target IR. Other
-options (`warp-specialize{pingpong=true}`, more stages): bench/pipeline.py."""
+options (`warp-specialize{pingpong=true}`, more stages): bench/pipeline.py. `multicast-cluster-copies` leaves
+kernels without a `tile.cluster` unchanged; a clustered kernel's shared refills become TMA multicasts."""
 
 DEFAULT_PIPELINE = allocated(SPECIALIZED_PIPELINE)
 """The full pipeline: `SPECIALIZED_PIPELINE` then `allocate-registers`, from Tile IR to register-allocated

@@ -22,6 +22,8 @@ K_STEP = 16                                         # wgmma k for 16-bit types
 LOG2E = 1.4426950408889634
 PRODUCER_ATTR = "sm90.producer"
 """Marks the scf.if in which thread 0 refills a ring stage: the work warp-specialize gives the producer."""
+CLUSTER_SHARED_ATTR = "sm90.cluster_shared"
+"""On a `sm90.tma_load` of a ring refill: the box of a `cluster_shared` copy (multicast-cluster-copies)."""
 
 
 def _constant(value: SSAValue) -> int | None:
