@@ -188,8 +188,8 @@ class _Multicast:
             issue = Block([sm90.TmaLoadMulticastOp(load.tensor_map, slice_coords, address, load.mbarrier, mask),
                            scf.YieldOp()])
             shared_block.add_ops([*at, mine_c, mine, scf.IfOp(mine.result, [], Region(issue))])
-            clones = [op.clone() for op in at]
-            mapping = {old.results[0]: new.results[0] for old, new in zip(at, clones)}
+            mapping: dict[SSAValue, SSAValue] = {}
+            clones = [op.clone(value_mapper=mapping) for op in at]
             alone_block.add_ops(clones + [sm90.TmaLoadOp(load.tensor_map, [mapping.get(c, c) for c in slice_coords],
                                                          mapping.get(address, address), load.mbarrier)])
         shared_block.add_op(scf.YieldOp())
