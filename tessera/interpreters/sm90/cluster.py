@@ -117,9 +117,11 @@ class Cluster:
             cta.fail(op, f"{what} {where}, which has exited (its shared memory is gone: a CTA must wait at a "
                          "cluster barrier before it exits while peers may still reach it)", thread)
         barrier = peer.mbarriers.live.get(offset)
-        if barrier is None:
+        unordered = peer is not cta and (barrier is None and self.passed_at[cta.rank, thread] < 0 or barrier is not None
+                                         and self.passed_at[cta.rank, thread] <= self.init_time[(peer.rank, barrier.index)])
+        if barrier is None and not unordered:
             cta.fail(op, f"{what} {where}, where no mbarrier is initialised", thread)
-        if peer is not cta and self.passed_at[cta.rank, thread] <= self.init_time[(peer.rank, barrier.index)]:
+        if unordered:
             cta.fail(op, f"{what} {where} before a cluster barrier (barrier.cluster.arrive/wait) ordered its "
                          "mbarrier_init before this thread: the init may not be visible yet", thread)
         return barrier

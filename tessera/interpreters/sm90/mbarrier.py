@@ -178,8 +178,11 @@ class MBarriers:
 
     def _describe_stuck(self, op: Operation, barrier: MBarrier, parity: int, thread: int) -> tuple[str, str]:
         s = barrier.state
-        short = (f": expect_tx announced {s.tx_count} bytes more than the copies delivered" if s.pending == 0 and
-                 s.tx_count > 0 else "")
+        short = ""
+        if s.pending == 0 and s.tx_count > 0:
+            short = f": expect_tx announced {s.tx_count} bytes more than the copies delivered"
+        elif s.pending == 0 and s.tx_count < 0:
+            short = f": the copies delivered {-s.tx_count} bytes more than expect_tx announced"
         return self.cta.describe(
             op, f"every active thread spins on the mbarrier at {self._locate(barrier.address)} waiting for "
                 f"parity {parity}, but the barrier is in phase {s.phase} (parity {s.phase & 1}) with {s.pending} of "
