@@ -25,9 +25,10 @@ from dataclasses import replace
 
 import numpy as np
 
+from tessera.interpreters.ptx.cluster import decode_barrier_cluster, shared_offsets
 from tessera.interpreters.ptx.decode import Operands, Step, elements, opcode
 from tessera.interpreters.ptx.memory import SHARED_WINDOW, WINDOW_SIZE, lanes_of, take_space
-from tessera.interpreters.ptx.state import BAR, EXITED, PARK, RUN, Machine
+from tessera.interpreters.ptx.state import BAR, CLUSTER_RANK_SHIFT, EXITED, PARK, RUN, Machine
 from tessera.interpreters.ptx.syntax import Imm, Sink
 from tessera.interpreters.ptx.types import ptx_type
 from tessera.sm90 import facts
@@ -88,6 +89,8 @@ def _barriers_on_exit(m: Machine):
 
 @opcode("bar", "barrier")
 def decode_bar(ops: Operands, inst, mods):
+    if "cluster" in inst.modifiers:
+        return decode_barrier_cluster(ops, inst, mods)
     mods.drop("cta", "aligned")
     if mods.take("warp"):
         mods.take("sync")
@@ -180,8 +183,8 @@ def _bar_reduction(ops: Operands, inst, mods):
 # endregion
 # region mbarrier
 def shared_addresses(m: Machine, inst, space: str, lanes: np.ndarray, addresses) -> np.ndarray:
-    """Shared-space addresses of an mbarrier operand (generic ones must be in the shared window), checked
-    to be 8-byte aligned and inside shared memory."""
+    """Shared::cluster addresses of an mbarrier operand (generic ones must be in the shared window), checked
+    to be 8-byte aligned and inside the shared memory of a CTA of the cluster (`cluster.shared_offsets`)."""
     addresses = np.broadcast_to(np.asarray(addresses, np.int64), lanes.shape)
     if space == "generic":
         inside = (addresses >= SHARED_WINDOW) & (addresses < SHARED_WINDOW + WINDOW_SIZE)
@@ -191,7 +194,8 @@ def shared_addresses(m: Machine, inst, space: str, lanes: np.ndarray, addresses)
         addresses = addresses - SHARED_WINDOW
     elif space != "shared":
         raise m.error(inst, f"an mbarrier lives in shared memory, not .{space}")
-    bad = (addresses < 0) | (addresses + facts.MBARRIER_BYTES > m.shared_bytes) | (addresses % facts.MBARRIER_BYTES != 0)
+    offsets = shared_offsets(m, inst, lanes, addresses)
+    bad = (offsets < 0) | (offsets + facts.MBARRIER_BYTES > m.shared_bytes) | (addresses % facts.MBARRIER_BYTES != 0)
     if bad.any():
         i = int(np.argmax(bad))
         raise m.error(inst, f"mbarrier address {int(addresses[i]):#x} is misaligned or outside shared memory "
@@ -199,8 +203,14 @@ def shared_addresses(m: Machine, inst, space: str, lanes: np.ndarray, addresses)
     return addresses
 
 
+def mbarrier_key(m: Machine, lane: int, address: int) -> tuple[int, int]:
+    """(CTA slot, offset) of the mbarrier at shared::cluster `address` for `lane`."""
+    slots, offsets, _ = m.shared_target(np.array([lane]), np.array([address], np.int64))
+    return int(slots[0]), int(offsets[0])
+
+
 def _state(m: Machine, inst, lane: int, address: int) -> facts.MBarrierState:
-    key = (int(m.lane_cta[lane]), int(address))
+    key = mbarrier_key(m, lane, address)
     state = m.mbarriers.get(key)
     if state is None:
         raise m.error(inst, f"the mbarrier at shared address {address:#x} is used before mbarrier.init", lane)
@@ -225,7 +235,10 @@ def apply(m: Machine, inst, lane: int, address: int, action) -> int:
         result = action(state)
     except ValueError as error:
         raise m.error(inst, f"mbarrier at {address:#x}: {error}", lane) from None
-    _changed(m, (int(m.lane_cta[lane]), int(address)), before, state)
+    key = mbarrier_key(m, lane, address)
+    if key[0] != int(m.lane_cta[lane]):
+        m.cluster_state.remote_mbarrier(inst, lane, key, before)
+    _changed(m, key, before, state)
     return result
 
 
@@ -258,7 +271,7 @@ def decode_mbarrier(ops: Operands, inst, mods):
             addresses = shared_addresses(m, inst, space, lanes, address(sel))
             values = np.broadcast_to(np.asarray(amount(sel)), lanes.shape) if amount is not None else None
             for i, (lane, a) in enumerate(zip(lanes, addresses)):
-                key = (int(m.lane_cta[lane]), int(a))
+                key = mbarrier_key(m, int(lane), int(a))
                 if action == "init":
                     state = facts.MBarrierState()
                     try:
@@ -266,6 +279,7 @@ def decode_mbarrier(ops: Operands, inst, mods):
                     except ValueError as error:
                         raise m.error(inst, str(error), int(lane)) from None
                     m.mbarriers[key] = state
+                    m.cluster_state.note_init(int(lane), key)
                     _changed(m, key, -1, state)
                 elif action == "inval":
                     m.mbarriers.pop(key, None)
@@ -318,6 +332,8 @@ def decode_mbarrier(ops: Operands, inst, mods):
                 done[i] = state.try_wait_parity(int(tokens[i]) & 1) if parity else state.test_wait(int(tokens[i]))
             except ValueError as error:
                 raise m.error(inst, str(error), int(lane)) from None
+            if done[i]:
+                m.cluster_state.observed(int(lane), mbarrier_key(m, int(lane), int(a)), state.phase)
         passed = active[done]
         write(passed, np.ones(len(passed), bool))
         m.pc[passed] += 1
@@ -325,7 +341,7 @@ def decode_mbarrier(ops: Operands, inst, mods):
         if not len(failed):
             return
         m.status[failed] = PARK
-        m.park_address[failed] = addresses[~done]
+        m.park_address[failed] = addresses[~done] & ((1 << CLUSTER_RANK_SHIFT) - 1)
         if not blocking:  # test_wait returns false now and the thread goes on when woken
             write(failed, np.zeros(len(failed), bool))
             m.pc[failed] += 1
