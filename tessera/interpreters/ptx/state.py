@@ -196,6 +196,8 @@ class Machine:
         self.exit_hooks: list = []
         self.bar_arrived = np.zeros((facts.NAMED_BARRIERS, self.lanes), bool)
         self.bar_expected = np.zeros((facts.NAMED_BARRIERS, ctas), np.int64)
+        self.bar_count = np.zeros((facts.NAMED_BARRIERS, ctas), np.int64)  # threads counted, a warp at a time
+        self.bar_uncounted = np.zeros((facts.NAMED_BARRIERS, self.lanes), bool)  # arrived, warp not yet counted
         self.bar_waiting = np.full(self.lanes, -1, np.int64)
         self.sync_epoch = 0
         self.maxnreg: dict[tuple[int, int], int] = {}
@@ -226,6 +228,8 @@ class Machine:
         self.park_address[:] = -1
         self.park_test[:] = False
         self.bar_arrived[:] = False
+        self.bar_count[:] = 0
+        self.bar_uncounted[:] = False
         self.bar_waiting[:] = -1
         self.maxnreg.clear()
         self.async_copies = []

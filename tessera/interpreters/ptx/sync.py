@@ -2,9 +2,12 @@
 shfl.sync, vote.sync, redux.sync, activemask, bar.warp.sync, setmaxnreg, and the fences (no-ops).
 
 Named barriers [P#...-bar]: `bar.sync id{, n}` (and `bar.red`, which also reduces a predicate) blocks its threads until the barrier completes; `bar.arrive
-id, n` counts without blocking. With n the barrier completes when the arrived warps hold n threads (warp
-granularity: a warp counts once all its non-exited threads arrived); without n, when every non-exited thread
-of the CTA arrived. Exited threads never block a barrier. The barrier then resets.
+id, n` counts without blocking. The barrier counts warps, not threads: each time all non-exited threads of a
+warp have executed a bar instruction on it, the warp's arrival is marked and adds the warp size to the count
+("causes executing thread to wait for all non-exited threads from its warp and marks warps' arrival"), so a
+warp that executes `bar.arrive id, n` and then `bar.sync id, n` in one phase counts twice. With n the
+barrier completes when the count reaches n; without n, when it reaches the warp size times the warps that
+still have a thread. Exited threads never block a barrier. The barrier then resets.
 
 mbarrier [P#...-mbarrier]: the `facts.MBarrierState` machine per (CTA, shared address); init/arrive (with
 count)/arrive.expect_tx/expect_tx/complete_tx/arrive_drop/inval, try_wait(.parity) (blocks the thread until
@@ -47,42 +50,42 @@ def _uniform(m: Machine, inst, values, lanes: np.ndarray, what: str) -> int:
 
 # region named barriers
 def check_barrier(m: Machine, barrier: int, cta: int) -> None:
-    """Complete named barrier `barrier` of CTA slot `cta` if enough threads arrived; wake its waiters."""
-    lanes = np.flatnonzero(m.lane_cta == cta)
-    arrived = m.bar_arrived[barrier, lanes]
-    if not arrived.any():
-        return
+    """Mark the arrival of each warp of CTA slot `cta` whose non-exited threads have all executed a bar
+    instruction on `barrier` since its last arrival; complete the barrier when the count is reached (see the
+    module docstring) and wake its waiters."""
+    lanes = np.arange(cta * m.threads, (cta + 1) * m.threads)
+    uncounted = m.bar_uncounted[barrier, lanes]
     live = m.status[lanes] != EXITED
-    expected = int(m.bar_expected[barrier, cta])
     warp = m.tid[lanes] // facts.WARP_SIZE
-    if expected == 0:
-        complete = (arrived | ~live).all()
-        released = lanes
-    else:
-        warps = np.unique(warp[arrived])
-        full = [w for w in warps if (arrived | ~live)[warp == w].all()]
-        if sum(int((warp == w).sum()) for w in full) < expected:
-            return
-        complete = True
-        released = lanes[np.isin(warp, full)]
-    if not complete:
+    for w in np.unique(warp[uncounted]):
+        in_warp = warp == w
+        if (uncounted | ~live)[in_warp].all():
+            m.bar_count[barrier, cta] += facts.WARP_SIZE
+            m.bar_uncounted[barrier, lanes[in_warp]] = False
+    count = int(m.bar_count[barrier, cta])
+    expected = int(m.bar_expected[barrier, cta]) or facts.WARP_SIZE * len(np.unique(warp[live]))
+    if count == 0 or count < expected:
         return
-    waiting = released[(m.status[released] == BAR) & (m.bar_waiting[released] == barrier)]
+    waiting = lanes[(m.status[lanes] == BAR) & (m.bar_waiting[lanes] == barrier)]
     finish = getattr(m, "bar_reductions", {}).pop((barrier, cta), None)
+    arrived = m.bar_arrived[barrier, lanes] & ~m.bar_uncounted[barrier, lanes]
     if finish is not None:  # bar.red: reduce over the threads that arrived, give the result to the waiters
-        finish(waiting, released[m.bar_arrived[barrier, released]])
+        finish(waiting, lanes[arrived])
     m.status[waiting] = RUN
     m.pc[waiting] += 1
     m.bar_waiting[waiting] = -1
-    m.bar_arrived[barrier, released] = False
-    m.bar_expected[barrier, cta] = 0
+    m.bar_arrived[barrier, lanes[arrived]] = False
+    m.bar_count[barrier, cta] = 0
+    if not m.bar_uncounted[barrier, lanes].any():
+        m.bar_expected[barrier, cta] = 0
     m.sync_epoch += 1
 
 
 def _barriers_on_exit(m: Machine):
     def hook(ctas):
         for cta in ctas:
-            for barrier in np.flatnonzero(m.bar_arrived[:, m.lane_cta == cta].any(axis=1)):
+            pending = m.bar_uncounted[:, m.lane_cta == cta].any(axis=1) | (m.bar_count[:, cta] > 0)
+            for barrier in np.flatnonzero(pending):
                 check_barrier(m, int(barrier), int(cta))
     return hook
 
@@ -139,6 +142,7 @@ def decode_bar(ops: Operands, inst, mods):
                 raise m.error(inst, f"barrier {barrier} used with thread counts {previous} and {n}", int(active[0]))
             m.bar_expected[barrier, cta] = n
         m.bar_arrived[barrier, active] = True
+        m.bar_uncounted[barrier, active] = True
         if reduce is not None:
             reduce(barrier, active)
         if action == "sync":
