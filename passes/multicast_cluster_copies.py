@@ -100,7 +100,7 @@ class _Multicast:
                 del op.attributes[CLUSTER_SHARED_ATTR]
             return
         try:
-            facts.check_cluster(self.shape)
+            facts.check_cluster(self.shape, self.shape)  # the size limit (a grid of one cluster)
         except ValueError as error:
             _refuse(self.fn, str(error))
         entry = self.fn.body.block

@@ -310,7 +310,7 @@ def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], siz
         cluster, _ = launch_cluster(declared, grid)
     if cluster is not None:
         try:
-            facts.check_cluster(cluster, grid)
+            facts.check_cluster(grid, tuple(cluster))
         except ValueError as error:
             raise ValueError(f"@{kernel.name}: {error}") from None
         for cta_ids in cluster_members(grid, tuple(cluster)):
