@@ -466,8 +466,9 @@ def launch_described(ptx: str | Module, host, arrays: list[np.ndarray], sizes: d
             args.append(arrays[param.source])
         else:
             args.append(np.uint32(sizes[param.size]))
+    cluster = host.cluster(sizes)  # a clustered kernel: its shape, or (1, 1, 1) where it does not divide the grid
     results = launch(ptx, host.kernel, host.grid(sizes), host.block, args, host.dynamic_smem_bytes, source,
-                     max_steps=max_steps, memory_budget=memory_budget)
+                     max_steps=max_steps, memory_budget=memory_budget, cluster=cluster)
     for param, result in zip(host.params, results):
         if param.kind == "pointer":
             arrays[param.source][...] = result
