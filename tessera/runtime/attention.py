@@ -32,10 +32,11 @@ class UnsupportedKernel(ValueError):
     """The arguments are well formed, but no Tessera kernel computes this (a head_dim, a dtype)."""
 
 
-def attention_config(head_dim: int, causal: bool = False, dtype: str = "bf16", scale: float | None = None) -> KernelConfig:
+def attention_config(head_dim: int, causal: bool = False, dtype: str = "bf16", scale: float | None = None,
+                     cluster: int = 1) -> KernelConfig:
     """The configuration of the flash attention kernel for these parameters, checked by the builder's own
     rules (`AttentionConfig.checked`), with the scale resolved so that scale=None and 1/sqrt(head_dim)
-    share one kernel."""
+    share one kernel. `cluster` > 1: clusters of that many query blocks sharing K and V (TMA multicast)."""
     from tessera.kernels import HEAD_DIMS, AttentionConfig
 
     if head_dim not in HEAD_DIMS:
@@ -44,8 +45,9 @@ def attention_config(head_dim: int, causal: bool = False, dtype: str = "bf16", s
     if isinstance(scale, np.floating | np.integer):
         scale = float(scale)
     checked = AttentionConfig.checked(head_dim, causal, dtype, scale)
+    clustered = {} if cluster == 1 else {"cluster": cluster}  # cluster 1 keeps the kernels' cache keys
     return KernelConfig.of("flash_attention", head_dim=checked.head_dim, causal=checked.causal, dtype=checked.dtype,
-                           scale=checked.scale, block_n=checked.block_n)
+                           scale=checked.scale, block_n=checked.block_n, **clustered)
 
 
 def check_tensor(where: str, name: str, x) -> tuple:
@@ -103,9 +105,15 @@ def attention_kernel(q, k, v, causal: bool = False, scale: float | None = None) 
     return compile_kernel(attention_config(head_dim, causal, dtype, scale))
 
 
-def attention(q, k, v, causal: bool = False, scale: float | None = None):
-    """softmax(q k^T * scale [+ bottom-right causal mask]) v on the GPU; see the module docstring."""
+def attention(q, k, v, causal: bool = False, scale: float | None = None, cluster: int = 1):
+    """softmax(q k^T * scale [+ bottom-right causal mask]) v on the GPU; see the module docstring. `cluster=2`:
+    pairs of query blocks of a head share each K/V tile through TMA multicast (not with `causal`, refused
+    by name); where the query blocks are odd in number the launch falls back to clusters of one."""
     head_dim, dtype = check_attention_arguments(q, k, v)
-    config = attention_config(head_dim, causal, dtype, scale)
+    if cluster != 1:  # refuse what cannot be clustered (causal, a bad size) by name, before looking for a GPU
+        from tessera.kernels import flash_attention
+
+        flash_attention(head_dim=head_dim, causal=causal, dtype=dtype, cluster=cluster)
+    config = attention_config(head_dim, causal, dtype, scale, cluster)
     usable_device((q, k, v))  # no GPU, no compile
     return run(compile_kernel(config), q, k, v)

@@ -36,10 +36,12 @@ from tessera.runtime.arguments import (
 from tessera.runtime.compiler import CompiledKernel
 from tessera.runtime.driver import Device, Driver, get_driver
 from tessera.runtime.tensor_maps import TensorMapArguments, tensor_map_arguments
+from tessera.sm90 import facts
 
-NO_CLUSTER = (1, 1, 1)
-"""Tessera's kernels do not use thread-block clusters yet (no multicast, no distributed shared memory); the
-host description is where a cluster shape will come from when one does."""
+NO_CLUSTER = None
+"""The cluster of a kernel that declares none: launched without the cluster attribute. A kernel that declares one
+(`tile.cluster`; its PTX says `.explicitcluster`) is launched with `HostDescription.cluster(sizes)`, (1, 1, 1)
+included where its shape does not divide the grid."""
 MAX_GRID = (2**31 - 1, 65535, 65535)
 """The largest grid, per dimension [CUDA C++ Programming Guide, table of technical specifications]."""
 
@@ -115,13 +117,17 @@ def view_of(x, address: int | None = None) -> TensorView:
 
 def launch_shape(host: HostDescription, sizes: Mapping[str, int]) -> tuple[tuple[int, int, int], tuple[int, int, int],
                                                                             tuple[int, int, int], int]:
-    """(grid, block, cluster, dynamic shared memory bytes) of a launch of `host`'s kernel over `sizes`."""
+    """(grid, block, cluster, dynamic shared memory bytes) of a launch of `host`'s kernel over `sizes`; the
+    cluster is None for a kernel that declares none (see `NO_CLUSTER`)."""
     grid = host.grid(sizes)
     for axis, (extent, limit) in enumerate(zip(grid, MAX_GRID)):
         if not 1 <= extent <= limit:
             raise ValueError(f"@{host.kernel}: grid {grid} for sizes {dict(sizes)}: dimension {'xyz'[axis]} "
                              f"must be in [1, {limit}]")
-    return grid, host.block, NO_CLUSTER, host.dynamic_smem_bytes
+    cluster = host.cluster(sizes)
+    if cluster is not None:
+        facts.check_cluster(grid, cluster)
+    return grid, host.block, cluster, host.dynamic_smem_bytes
 
 
 def check_inputs(host: HostDescription, inputs: Sequence) -> tuple[dict[str, int], dict[int, TensorView]]:
@@ -179,7 +185,7 @@ class PreparedLaunch:
     loaded: LoadedKernel
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
-    cluster: tuple[int, int, int]
+    cluster: tuple[int, int, int] | None
     smem_bytes: int
     stream: int
     parameters: ParameterBuffer
