@@ -187,3 +187,43 @@ def test_hazard_expect_tx_differs_from_the_bytes_delivered(rng):
 
 
 # endregion
+# region host description, PTX and SASS -----------------------------------------------------------------------
+
+
+def test_host_description_gives_the_cluster_and_says_when_it_falls_back():
+    from tessera.host import describe
+
+    host = describe(tessera.compile(tessera.kernels.flash_attention(head_dim=64, cluster=2), target="target"))[0]
+    even = {"batch": 2, "heads": 4, "seq_q": 1024, "seq_k": 1024}
+    odd = dict(even, seq_q=300)
+    assert host.cluster(even) == (2, 1, 1) and host.cluster_note(even) is None
+    assert host.cluster(odd) == (1, 1, 1)
+    assert "axis x: 3 blocks are not a multiple of 2" in host.as_dict(odd)["cluster_note"]
+    plain = describe(tessera.compile(tessera.kernels.flash_attention(head_dim=64), target="target"))[0]
+    assert plain.cluster(even) is None and "cluster" not in plain.as_dict(even)
+
+
+def test_ptx_level_runs_the_cluster_together_bitwise_equal_to_cluster_1(rng):
+    q, k, v = _qkv(rng, 256)
+    one = tessera.interpret(tessera.kernels.flash_attention(head_dim=64), q, k, v, level="ptx")
+    two = tessera.interpret(tessera.kernels.flash_attention(head_dim=64, cluster=2), q, k, v, level="ptx")
+    assert np.array_equal(np.asarray(one, np.float32), np.asarray(two, np.float32))
+
+
+@pytest.mark.parametrize("build, multicasts", [
+    (lambda: tessera.kernels.flash_attention(head_dim=128, cluster=2), "UTMALDG.4D.MULTICAST"),
+    (lambda: tessera.kernels.gemm(cluster=(2, 1)), "UTMALDG.2D.MULTICAST"),
+])
+def test_ptxas_clean_without_spills_and_sass_multicasts_and_syncs_the_cluster(ptxas, nvdisasm, build, multicasts):
+    from tessera import toolchain
+
+    result = tessera.compile(build(), target="cubin")
+    entry = result.entry()
+    assert not result.warnings and not entry.spills and entry.stack_frame_bytes == 0
+    counts = toolchain.sass_opcode_counts(result.cubin, nvdisasm=nvdisasm)
+    assert counts[multicasts] > 0  # each CTA's slice of K/V (B) into both CTAs' shared memory
+    assert counts["UCGABAR_ARV"] == 2 and counts["UCGABAR_WAIT"] == 2  # after the init and before the exit
+    assert counts["SYNCS.ARRIVE.TRANS64.RED.A1T0"] > 0  # the remote arrives on the peer's empty barriers
+
+
+# endregion
