@@ -190,6 +190,26 @@ def test_hazard_expect_tx_differs_from_the_bytes_delivered(rng):
 # region host description, PTX and SASS -----------------------------------------------------------------------
 
 
+def test_clustered_target_ir_reads_back_to_the_same_text():
+    from tessera.ir import parse_module, print_module
+
+    text = print_module(_target(tessera.kernels.flash_attention(head_dim=64, cluster=2))[0])
+    assert print_module(parse_module(text)) == text
+
+
+def test_simulator_refuses_a_cluster_the_driver_refuses(rng):
+    module = tessera.kernels.flash_attention(head_dim=64, cluster=2)
+    q, k, v = _qkv(rng, 256)
+    sig = signature(kernels(module)[0])
+    arguments, sizes = prepare_arguments(sig, [q, k, v], {})
+    fn = _target(module)[1]
+    with pytest.raises(ValueError, match="does not divide grid"):
+        run_target_kernel(fn, arguments, sizes, cluster=(3, 1, 1))
+    arguments, sizes = prepare_arguments(sig, _qkv(rng, 256, batch=8), {})
+    with pytest.raises(ValueError, match="has 16 thread blocks, more than the 8 a cluster may hold"):
+        run_target_kernel(fn, arguments, sizes, cluster=(2, 1, 8))  # refused before any CTA runs
+
+
 def test_host_description_gives_the_cluster_and_says_when_it_falls_back():
     from tessera.host import describe
 
