@@ -136,6 +136,9 @@ class _Multicast:
         if unshared:
             _refuse(unshared[0], "this copy is not cluster_shared but uses the tensor map of shared ones")
         attrs = dict(self.fn.arg_attrs.data[arg.index].data)
+        if not (isinstance(attrs.get(BOX_ATTR), ArrayAttr) and all(isinstance(b, IntegerAttr) for b in attrs[BOX_ATTR])
+                and hasattr(attrs.get(ELEMENT_ATTR), "bitwidth") and isinstance(attrs.get(SWIZZLE_ATTR), IntegerAttr)):
+            _refuse(loads[0], f"the tensor map argument needs '{BOX_ATTR}', '{ELEMENT_ATTR}' and '{SWIZZLE_ATTR}'")
         box = [b.value.data for b in attrs[BOX_ATTR].data]
         elt = element_type_bytes(attrs[ELEMENT_ATTR])
         swizzle = attrs[SWIZZLE_ATTR].value.data
@@ -223,7 +226,11 @@ class MulticastClusterCopiesPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for fn in [o for o in op.walk() if is_target_kernel(o)]:
             if CLUSTER_ATTR in fn.attributes:
-                _Multicast(fn, kernel_cluster(fn)).run()
+                try:
+                    shape = kernel_cluster(fn)
+                except ValueError as error:
+                    _refuse(fn, str(error))
+                _Multicast(fn, shape).run()
             else:
                 for load in fn.walk():
                     if CLUSTER_SHARED_ATTR in load.attributes:

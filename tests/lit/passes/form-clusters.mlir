@@ -7,6 +7,7 @@
 // RUN: tessera-opt %S/../../../examples/gemm.mlir -p 'form-clusters{x=2}' | filecheck %s --check-prefix=GEMM
 // RUN: tessera-opt %S/../../../examples/flash_attention.mlir -p 'form-clusters{x=2},assign-swizzle,pipeline-loops{stages=2},overlap-softmax,peel-masked-iterations,convert-tile-to-sm90,canonicalize,cse,rematerialize-constants,warp-specialize,multicast-cluster-copies' | filecheck %s --check-prefix=TARGET
 // RUN: tessera-opt %S/../../../examples/flash_attention.mlir -p 'form-clusters{x=2},assign-swizzle,pipeline-loops{stages=2},overlap-softmax,peel-masked-iterations,convert-tile-to-sm90,canonicalize,cse,rematerialize-constants,warp-specialize,multicast-cluster-copies,allocate-registers' -t ptx | filecheck %s --check-prefix=PTX
+// RUN: not tessera-opt %S/../../../examples/flash_attention.mlir -p 'form-clusters{x=16},assign-swizzle,pipeline-loops{stages=2},overlap-softmax,peel-masked-iterations,convert-tile-to-sm90,canonicalize,cse,rematerialize-constants,warp-specialize,multicast-cluster-copies' 2>&1 | filecheck %s --check-prefix=LIMIT
 // RUN: python -c "import tessera; print(tessera.print_module(tessera.kernels.flash_attention(causal=True)))" > %t.mlir
 // RUN: not tessera-opt %t.mlir -p 'form-clusters{x=2}' 2>&1 | filecheck %s --check-prefix=CAUSAL
 
@@ -38,5 +39,8 @@
 // PTX:        cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%{{.*}}], [%{{.*}}, {%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}}], [%{{.*}}], 3;
 // PTX:        mapa.shared::cluster.u32
 // PTX:        mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%{{.*}}];
+
+// LIMIT:      multicast-cluster-copies: cluster (16, 1, 1) has 16 thread blocks, more than the 8 a cluster may hold (up to 16 with the non-portable cluster size opt-in)
+// LIMIT-NOT:  Traceback
 
 // CAUSAL:     form-clusters: tile.cp_async %k_window, %k_smem : {{.*}}: the blocks of a cluster along x copy the same window here, but the scf.for around it depends on the program id along x
