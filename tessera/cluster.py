@@ -15,12 +15,11 @@ blocks, 16 with an opt-in), its lowering checks them, not Tile IR.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import DenseArrayBase, i64
-from xdsl.ir import Attribute, Operation
+from xdsl.ir import Attribute
 
 CLUSTER_ATTR = "tile.cluster"
 """The cluster shape of a kernel: `array<i64: X, Y, Z>`, each >= 1 (absent: 1, 1, 1)."""
@@ -64,12 +63,3 @@ def launch_cluster(shape: Sequence[int], grid: Sequence[int]) -> tuple[tuple[int
                                 f"{g} blocks are not a multiple of {c}); launched with clusters of one block, "
                                 "the shared copies unshared")
     return shape, None  # type: ignore[return-value]
-
-
-def cluster_blocks(shape: Sequence[int]) -> int:
-    return math.prod(shape)
-
-
-def is_cluster_shared(op: Operation) -> bool:
-    """A `tile.cp_async` marked `cluster_shared`."""
-    return op.name == "tile.cp_async" and getattr(op, "cluster_shared", None) is not None

@@ -19,8 +19,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 MULTICAST_MASK_BITS = 16
 """Width of cp.async.bulk.tensor's ctaMask: one bit per %cluster_ctarank."""
 
@@ -31,11 +29,3 @@ SPECIAL_REGISTERS = (
     "clusterid.x", "clusterid.y", "clusterid.z",
     "nclusterid.x", "nclusterid.y", "nclusterid.z",
 )
-
-
-def cluster_rank(position: Sequence[int], cluster: Sequence[int]) -> int:
-    """%cluster_ctarank of the block at `position` (its %cluster_ctaid) in a cluster of shape `cluster`:
-    x fastest."""
-    x, y, z = position
-    cx, cy, _ = cluster
-    return x + cx * (y + cy * z)
