@@ -7,6 +7,7 @@ full matrix of the issue (batch 2, heads 4, seq 1024, head_dim 64/128, bf16/f16,
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 from xdsl.dialects.builtin import IntegerAttr
@@ -247,3 +248,17 @@ def test_ptxas_clean_without_spills_and_sass_multicasts_and_syncs_the_cluster(pt
 
 
 # endregion
+
+
+def test_runtime_launch_shape_carries_the_cluster_and_its_fallback():
+    from tessera.runtime.attention import attention_config
+    from tessera.runtime.compiler import compile_kernel
+    from tessera.runtime.launch import launch_shape
+
+    kernel = compile_kernel(attention_config(64, False, "bf16", None, cluster=2))
+    assert kernel.host.clustered and ".explicitcluster" in kernel.ptx
+    assert launch_shape(kernel.host, dict(batch=2, heads=4, seq_q=1024, seq_k=1024))[2] == (2, 1, 1)
+    assert launch_shape(kernel.host, dict(batch=2, heads=4, seq_q=300, seq_k=1024))[2] == (1, 1, 1)
+    with pytest.raises(ValueError, match="causal attention's key ranges"):
+        tessera.attention(*(x.astype(ml_dtypes.bfloat16) for x in _qkv(np.random.default_rng(0), 8)), causal=True,
+                          cluster=2)  # refused before looking for a GPU
