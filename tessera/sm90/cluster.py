@@ -22,7 +22,7 @@ from __future__ import annotations
 MULTICAST_MASK_BITS = 16
 """Width of cp.async.bulk.tensor's ctaMask: one bit per %cluster_ctarank."""
 
-SPECIAL_REGISTERS = (
+CLUSTER_SPECIAL_REGISTERS = (
     "cluster_ctarank", "cluster_nctarank",
     "cluster_ctaid.x", "cluster_ctaid.y", "cluster_ctaid.z",
     "cluster_nctaid.x", "cluster_nctaid.y", "cluster_nctaid.z",

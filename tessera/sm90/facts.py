@@ -33,7 +33,7 @@ from tessera.sm90.descriptor import (
 )
 from tessera.sm90.cluster import (
     MULTICAST_MASK_BITS,
-    SPECIAL_REGISTERS as CLUSTER_SPECIAL_REGISTERS,
+    CLUSTER_SPECIAL_REGISTERS,
 )
 from tessera.sm90.launch import (
     MAX_BLOCK_DIMS,
