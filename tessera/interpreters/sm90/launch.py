@@ -187,8 +187,7 @@ def run_cta(kernel: TargetKernel, module: ModuleOp, values: list, memory: Global
     `listeners`, if given, makes extra interpreter listeners for the CTA (`tessera.validate` records values)."""
     scheduler = Scheduler(lambda env: make_interpreter(env))
     cta = CtaState(kernel.threads, kernel.smem_bytes, cta_id, grid, scheduler)
-    functions = (DivergentControlFunctions(cta), RegisterArithFunctions(cta), Sm90Functions(cta, memory),
-                 ClusterFunctions(cta))
+    functions = (DivergentControlFunctions(cta), RegisterArithFunctions(cta), Sm90Functions(cta, memory))
     checkers = (PendingUseChecker(cta.wgmma),)
     if allocation is not None:
         checkers += (RegisterFileChecker(cta, allocation),)
@@ -306,6 +305,8 @@ def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], siz
     values = _argument_values(kernel, arguments, sizes, memory)
     module = _module_of(func_op)
     declared = kernel_cluster(func_op) if CLUSTER_ATTR in func_op.attributes else None
+    if declared is None and any(isinstance(op, sm90.CLUSTER_OPS) for op in func_op.walk()):
+        declared = (1, 1, 1)  # cluster ops without a declared cluster: each CTA is a cluster of one
     if cluster is None and declared is not None:
         cluster, _ = launch_cluster(declared, grid)
     if cluster is not None:
