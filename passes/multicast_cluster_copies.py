@@ -60,14 +60,14 @@ def _refuse(op: Operation, message: str) -> None:
     raise MulticastError(located(op, f"multicast-cluster-copies: {where}{message}", name_op=False))
 
 
-def _buffer_of(value: SSAValue) -> sm90.SharedBufferOp | None:
+def buffer_of(value: SSAValue) -> sm90.SharedBufferOp | None:
     """The shared buffer an address is an offset into (through arith.addi of offsets), or None."""
     while True:
         owner = value.owner
         if isinstance(owner, sm90.SharedBufferOp):
             return owner
         if isinstance(owner, arith.AddiOp):
-            left, right = _buffer_of(owner.lhs), _buffer_of(owner.rhs)
+            left, right = buffer_of(owner.lhs), buffer_of(owner.rhs)
             return left or right
         return None
 
@@ -79,7 +79,7 @@ def _empty_barrier(load: sm90.TmaLoadOp) -> sm90.SharedBufferOp | None:
     while op is not None:
         waits = [o for o in op.walk() if isinstance(o, sm90.MBarrierTryWaitParityOp)]
         if waits:
-            return _buffer_of(waits[-1].mbarrier)
+            return buffer_of(waits[-1].mbarrier)
         op = op.prev_op
     return None
 
@@ -117,10 +117,10 @@ class _Multicast:
         for load in loads:
             self._multicast(load, *slices[load.tensor_map])
         for op in list(self.fn.walk()):
-            if isinstance(op, sm90.MBarrierInitOp) and (buffer := _buffer_of(op.mbarrier)) is not None \
+            if isinstance(op, sm90.MBarrierInitOp) and (buffer := buffer_of(op.mbarrier)) is not None \
                     and buffer.sym.data in empties:
                 op.count = IntegerAttr(op.count.value.data * self.size, 64)
-            elif isinstance(op, sm90.MBarrierArriveOp) and (buffer := _buffer_of(op.mbarrier)) is not None \
+            elif isinstance(op, sm90.MBarrierArriveOp) and (buffer := buffer_of(op.mbarrier)) is not None \
                     and buffer.sym.data in empties:
                 self._arrive_everywhere(op)
         entry.insert_ops_after([sm90.ClusterArriveOp(), sm90.ClusterWaitOp()], init)

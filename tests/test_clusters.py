@@ -19,7 +19,7 @@ from tessera.interpreters.block_batch import KernelHazardError
 from tessera.interpreters.launch import prepare_arguments
 from tessera.interpreters.sm90.launch import run_target_kernel
 from tessera.kernel_abi import is_target_kernel, kernels, signature
-from tessera.passes.multicast_cluster_copies import _buffer_of
+from tessera.passes.multicast_cluster_copies import buffer_of
 
 
 def _target(module, pipeline=passes.SPECIALIZED_PIPELINE):
@@ -182,7 +182,7 @@ def test_hazard_mask_bit_outside_the_cluster(rng):
 def test_hazard_expect_tx_differs_from_the_bytes_delivered(rng):
     def own_slice_only(fn):  # each producer expects only the half it issues itself
         for op in fn.walk():
-            if isinstance(op, sm90.MBarrierArriveExpectTxOp) and "_ring_full" in str(_buffer_of(op.mbarrier)):
+            if isinstance(op, sm90.MBarrierArriveExpectTxOp) and "_ring_full" in str(buffer_of(op.mbarrier)):
                 op.bytes = IntegerAttr(op.bytes.value.data // 2, 64)
     _expect_hazard(rng, own_slice_only, "expect_tx bytes are fewer than the bytes delivered|more than expect_tx")
 
