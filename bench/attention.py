@@ -226,14 +226,18 @@ def plot(out: Path, name: str, records: list[Record], panel_of: Callable, panel_
 # region Attention systems
 
 
-def tessera_system(torch) -> System:
-    from tessera.runtime.attention import UnsupportedKernel, attention_kernel
+def tessera_system(torch, cluster: int = 1) -> System:
+    from tessera.runtime.attention import UnsupportedKernel, attention_config, check_attention_arguments
+    from tessera.runtime.compiler import compile_kernel
     from tessera.runtime.launch import prepare_torch
 
     def build(inputs):
         q, k, v, causal = inputs
         try:
-            kernel = attention_kernel(q, k, v, causal=causal)
+            head_dim, dtype = check_attention_arguments(q, k, v)
+            if cluster != 1 and causal:
+                raise UnsupportedKernel("clusters share K/V only without causal (the members' key ranges differ)")
+            kernel = compile_kernel(attention_config(head_dim, causal, dtype, None, cluster))
         except UnsupportedKernel as why:
             raise Unsupported(str(why)) from None
         launch, (o,) = prepare_torch(kernel, q, k, v)
@@ -242,7 +246,7 @@ def tessera_system(torch) -> System:
             launch()
             return o
         return run
-    return System("Tessera", build)
+    return System("Tessera" if cluster == 1 else f"Tessera cluster {cluster}", build)
 
 
 def sdpa_systems(torch) -> list[System]:
@@ -360,6 +364,8 @@ def main() -> None:
     parser.add_argument("--seq", type=int, nargs="+", default=list(SEQS), help="sequence lengths")
     parser.add_argument("--head-dim", type=int, nargs="+", default=list(HEAD_DIMS), help="head dimensions")
     parser.add_argument("--causal", choices=("both", "yes", "no"), default="both")
+    parser.add_argument("--cluster", type=int, nargs="+", default=[1],
+                        help="Tessera's cluster sizes (query blocks sharing K/V by TMA multicast; non-causal only)")
     parser.add_argument("--tokens", type=int, default=16384, help="batch * seq (default 16k)")
     parser.add_argument("--hidden", type=int, default=2048, help="heads * head_dim (default 2048)")
     parser.add_argument("--repeats", type=int, default=30, help="timed runs per system (median reported)")
@@ -368,7 +374,7 @@ def main() -> None:
     args = parser.parse_args()
     torch = require_gpu()
 
-    systems = [tessera_system(torch), *sdpa_systems(torch)]
+    systems = [tessera_system(torch, c) for c in args.cluster] + sdpa_systems(torch)
     triton = triton_system(torch)
     if triton is not None:
         systems.append(triton)

@@ -10,6 +10,9 @@ with peel-masked-iterations the masked tail loop is reported after a slash), its
 wgmma groups in flight at once in the loop's Target IR (committed and not yet retired by a wait_group), and
 ptxas's warnings and informational diagnostics (codes; "none" when it printed none: e.g. C7513 would say that
 ptxas serialized the wgmmas, C7512 that it spilled).
+The cluster rows (flash attention with clusters of two query blocks sharing K/V, GEMM 2x1 sharing B, both by
+TMA multicast) add the traffic counter of the CTA simulator: the bytes each CTA's TMA copies read from global
+memory, by tensor, on a small problem (`--no-traffic` skips those runs).
 Triton's kernel for the same attention, measured by the same tools, is in `python bench/compile.py` (with
 Triton installed). Needs ptxas and nvdisasm
 (`pip install 'tessera-compiler[ptx]'`); without them only the Target IR columns are printed.
@@ -39,14 +42,61 @@ VARIANTS = {
     "+ ping-pong": dict(specialize=True, pingpong=True),
     "full pipeline (default)": dict(overlap=True, peel=True, specialize=True),
     "all": dict(overlap=True, peel=True, specialize=True, pingpong=True),
+    "full pipeline, cluster 2": dict(overlap=True, peel=True, specialize=True, cluster=2),
 }
+TRAFFIC_SIZES = {"batch": 1, "heads": 1, "seq_q": 256, "seq_k": 512}
+"""The problem the traffic counter runs in the CTA simulator: one cluster of two query blocks, four key blocks."""
 
 
-def spec(stages: int, overlap=False, peel=False, specialize=False, pingpong=False) -> str:
+def spec(stages: int, overlap=False, peel=False, specialize=False, pingpong=False, cluster=1) -> str:
     tile = [f"assign-swizzle,pipeline-loops{{stages={stages}}}"] + (["overlap-softmax"] if overlap else []) + (
         ["peel-masked-iterations"] if peel else [])
     target = [LOWER] + ([f"warp-specialize{{pingpong={str(pingpong).lower()}}}"] if specialize else [])
+    target += ["multicast-cluster-copies"] if cluster != 1 else []
     return ",".join(tile + target + ["allocate-registers"])
+
+
+def traffic_per_cta(tile_module, module, shapes) -> dict[str, int]:
+    """TMA bytes per CTA by tensor (the CTA simulator's traffic counter, averaged over the CTAs) of `module`, the
+    Target IR of the Tile IR kernel `tile_module`, on random inputs of `shapes`."""
+    import numpy as np
+
+    from tessera.interpreters.launch import prepare_arguments
+    from tessera.interpreters.sm90.launch import run_target_kernel
+    from tessera.kernel_abi import kernels, signature
+
+    kernel = next(op for op in module.walk() if is_target_kernel(op))
+    rng = np.random.default_rng(0)
+    sig = signature(kernels(tile_module)[0])
+    arguments, sizes = prepare_arguments(sig, [rng.standard_normal(s).astype(np.float32) for s in shapes], {})
+    traffic: dict = {}
+    run_target_kernel(kernel, arguments, sizes, traffic=traffic)
+    total: dict[str, int] = {}
+    for per_map in traffic.values():
+        for name, nbytes in per_map.items():
+            total[name] = total.get(name, 0) + nbytes
+    return {name.split("_map")[0]: nbytes // len(traffic) for name, nbytes in sorted(total.items())}
+
+
+def resources(module) -> tuple:
+    """(registers, spill bytes, main-loop SASS sizes, HGMMA, EX2, diagnostics) from ptxas and nvdisasm ("-" for
+    what a missing tool cannot say)."""
+    regs = spill = loop = hgmma = ex2 = diagnostics = "-"
+    if find_ptxas() is not None:
+        result = compile_ptx(print_ptx(module, registers=allocated_registers))
+        entry = result.entry()
+        regs, spill = entry.registers, entry.spill_store_bytes
+        diagnostics = ",".join(d.code or d.severity for d in result.log.diagnostics) or "none"
+        if find_nvdisasm() is not None:
+            loops = sorted((lp for lp in sass_loops(disassemble(result.cubin))
+                            if any(i.opcode == "HGMMA" for i in lp.instructions)), key=len)
+            innermost = [lp for lp in loops if not any(lp.contains(o) for o in loops if o is not lp)]
+            if innermost:
+                main_loop = innermost[0]
+                loop = "/".join(str(len(lp.instructions)) for lp in innermost)
+                hgmma = main_loop.opcode_counts["HGMMA"]
+                ex2 = main_loop.opcode_counts["MUFU.EX2"]
+    return regs, spill, loop, hgmma, ex2, diagnostics
 
 
 def groups_in_flight(kernel) -> int:
@@ -71,39 +121,55 @@ def main() -> None:
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--stages", type=int, default=2)
+    parser.add_argument("--no-traffic", action="store_true", help="skip the CTA-simulator runs of the traffic counter")
     args = parser.parse_args()
-    have_ptxas, have_sass = find_ptxas() is not None, find_nvdisasm() is not None
     tile = AttentionConfig.checked(args.head_dim, args.causal)
     print(f"flash attention head_dim={args.head_dim} causal={args.causal} bf16, {tile.block_m}x{tile.block_n} tiles, "
           f"stages={args.stages}")
     print(f"{'variant':<30}{'threads':>8}{'smem':>8}{'prod/cons':>11}{'regs':>6}{'spill':>6}{'loop SASS':>16}"
           f"{'HGMMA':>7}{'EX2':>5}{'groups':>8}  ptxas diagnostics")
+    traffic_rows = []
     for name, options in VARIANTS.items():
         options = {"stages": args.stages, **options}
-        module = tessera.kernels.flash_attention(head_dim=args.head_dim, causal=args.causal)
+        if args.causal and options.get("cluster", 1) != 1:
+            continue  # refused by name: the members' key ranges differ
+        module = tessera.kernels.flash_attention(head_dim=args.head_dim, causal=args.causal,
+                                                 cluster=options.get("cluster", 1))
+        tile_module = module.clone()
         apply_pipeline(module, spec(**options))
         kernel = next(op for op in module.walk() if is_target_kernel(op))
         info = kernel.attributes[TARGET_KERNEL_ATTR].data
         budgets = [op.count.value.data for op in kernel.walk() if isinstance(op, sm90.SetMaxNRegOp)]
         roles = f"{budgets[0]}/{budgets[1]}" if budgets else "-"
-        regs = spill = loop = hgmma = ex2 = diagnostics = "-"
-        if have_ptxas:
-            result = compile_ptx(print_ptx(module, registers=allocated_registers))
-            entry = result.entry()
-            regs, spill = entry.registers, entry.spill_store_bytes
-            diagnostics = ",".join(d.code or d.severity for d in result.log.diagnostics) or "none"
-            if have_sass:
-                loops = sorted((lp for lp in sass_loops(disassemble(result.cubin))
-                                if any(i.opcode == "HGMMA" for i in lp.instructions)), key=len)
-                innermost = [lp for lp in loops if not any(lp.contains(o) for o in loops if o is not lp)]
-                if innermost:
-                    main_loop = innermost[0]
-                    loop = "/".join(str(len(lp.instructions)) for lp in innermost)
-                    hgmma = main_loop.opcode_counts["HGMMA"]
-                    ex2 = main_loop.opcode_counts["MUFU.EX2"]
+        regs, spill, loop, hgmma, ex2, diagnostics = resources(module)
         print(f"{name:<30}{info['threads'].value.data:>8}{info['smem_bytes'].value.data:>8}{roles:>11}{regs:>6}"
               f"{spill:>6}{loop:>16}{hgmma:>7}{ex2:>5}{groups_in_flight(kernel):>8}  {diagnostics}")
+        if name in ("full pipeline (default)", "full pipeline, cluster 2") and not args.no_traffic:
+            s = TRAFFIC_SIZES
+            shapes = [(s["batch"], s["heads"], s[n], args.head_dim) for n in ("seq_q", "seq_k", "seq_k")]
+            traffic_rows.append((name, traffic_per_cta(tile_module, module, shapes)))
+    gemm_rows(args)
+    if traffic_rows:
+        print(f"\nTMA bytes per CTA from global memory (CTA simulator's traffic counter, {TRAFFIC_SIZES}):")
+        for name, per_tensor in traffic_rows:
+            print(f"  {name:<30}" + "  ".join(f"{t} {b}" for t, b in per_tensor.items()))
 
+
+def gemm_rows(args) -> None:
+    """The default GEMM (128x128x64 tiles) with clusters of 1 and 2x1 (B multicast): resources and traffic."""
+    print("\ngemm bf16 128x128x64, default pipeline")
+    print(f"{'variant':<30}{'threads':>8}{'smem':>8}{'regs':>6}{'spill':>6}{'loop SASS':>16}{'HGMMA':>7}  traffic per "
+          "CTA (M=N=256, K=512)")
+    for name, cluster in (("cluster 1", (1, 1)), ("cluster 2x1 (B multicast)", (2, 1))):
+        tile_module = tessera.kernels.gemm(cluster=cluster)
+        module = tessera.compile(tile_module, target="target")
+        kernel = next(op for op in module.walk() if is_target_kernel(op))
+        info = kernel.attributes[TARGET_KERNEL_ATTR].data
+        regs, spill, loop, hgmma, _, _ = resources(module)
+        traffic = "-" if args.no_traffic else "  ".join(
+            f"{t} {b}" for t, b in traffic_per_cta(tile_module, module, [(256, 512), (512, 256)]).items())
+        print(f"{name:<30}{info['threads'].value.data:>8}{info['smem_bytes'].value.data:>8}{regs:>6}{spill:>6}"
+              f"{loop:>16}{hgmma:>7}  {traffic}")
 
 if __name__ == "__main__":
     main()

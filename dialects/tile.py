@@ -270,16 +270,24 @@ class CpAsyncOp(IRDLOperation):
 
     The copy joins the current group of the issuing block; it is complete only after a `tile.cp_commit_group`
     and a `tile.cp_wait_group` that covers it, and visible to the whole block only after a following
-    `tile.barrier`. Elements of the window outside the tensor land as zero."""
+    `tile.barrier`. Elements of the window outside the tensor land as zero.
+
+    With `cluster_shared`, every block of the kernel's cluster (`tile.cluster`, see `tessera.cluster`) copies
+    the same window at the same step: a target may read it once and deliver it to each member's shared tile.
+    The kernel must declare a cluster; the Tile interpreter checks that the members' windows agree."""
 
     name = "tile.cp_async"
     source = operand_def(TILE)
     dest = operand_def(TILE)
+    cluster_shared = opt_prop_def(UnitAttr)
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
-    assembly_format = "$source `,` $dest attr-dict `:` type($source) `,` type($dest)"
+    assembly_format = (
+        "$source `,` $dest (`cluster_shared` $cluster_shared^)? attr-dict `:` type($source) `,` type($dest)"
+    )
 
-    def __init__(self, source: SSAValue | Operation, dest: SSAValue | Operation):
-        super().__init__(operands=[source, dest])
+    def __init__(self, source: SSAValue | Operation, dest: SSAValue | Operation, cluster_shared: bool = False):
+        super().__init__(operands=[source, dest],
+                         properties={"cluster_shared": UnitAttr()} if cluster_shared else {})
 
     def verify_(self) -> None:
         src, dst = _tile(self.source), _tile(self.dest)
@@ -287,6 +295,12 @@ class CpAsyncOp(IRDLOperation):
         _require_space(self, "destination", dst, MemSpace.SHARED)
         _require(src.get_shape() == dst.get_shape(), self, f"source shape {list(src.get_shape())} and destination shape {list(dst.get_shape())} must match")
         _require(src.element_type == dst.element_type, self, "source and destination element types must match")
+        if self.cluster_shared is not None:
+            fn = self.parent_op()
+            while fn is not None and fn.name != "func.func":
+                fn = fn.parent_op()
+            _require(fn is None or "tile.cluster" in fn.attributes, self,
+                     "is cluster_shared, but its kernel declares no 'tile.cluster' shape")
 
 
 @irdl_op_definition

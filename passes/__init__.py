@@ -77,6 +77,18 @@ def _rewrite_attention() -> type[ModulePass]:
     return RewriteAttentionPass
 
 
+def _form_clusters() -> type[ModulePass]:
+    from tessera.passes.form_clusters import FormClustersPass
+
+    return FormClustersPass
+
+
+def _multicast_cluster_copies() -> type[ModulePass]:
+    from tessera.passes.multicast_cluster_copies import MulticastClusterCopiesPass
+
+    return MulticastClusterCopiesPass
+
+
 PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "assign-swizzle": _assign_swizzle,
     "convert-tile-to-sm90": _convert_tile_to_sm90,
@@ -87,6 +99,8 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "overlap-softmax": _overlap_softmax,
     "peel-masked-iterations": _peel_masked_iterations,
     "rewrite-attention": _rewrite_attention,
+    "form-clusters": _form_clusters,
+    "multicast-cluster-copies": _multicast_cluster_copies,
 }
 
 
@@ -149,10 +163,11 @@ PIPELINED_PIPELINE = (
 """Tile IR to Target IR with the K/V (and GEMM K) loops pipelined over two-slot rings, each trip's score mma
 issued before the previous trip's P.V mma (overlap-softmax), masked iterations peeled off the steady state."""
 
-SPECIALIZED_PIPELINE = PIPELINED_PIPELINE + ",warp-specialize"
+SPECIALIZED_PIPELINE = PIPELINED_PIPELINE + ",warp-specialize,multicast-cluster-copies"
 """PIPELINED_PIPELINE with a TMA producer warpgroup and setmaxnreg budgets: the FlashAttention-3 structure
 (flash head_dim 128: a 497-instruction main loop, two wgmma groups in flight), ending in Target IR. Other
-options (`warp-specialize{pingpong=true}`, more stages): bench/pipeline.py."""
+options (`warp-specialize{pingpong=true}`, more stages): bench/pipeline.py. `multicast-cluster-copies` leaves
+kernels without a `tile.cluster` unchanged; a clustered kernel's shared refills become TMA multicasts."""
 
 DEFAULT_PIPELINE = allocated(SPECIALIZED_PIPELINE)
 """The full pipeline: `SPECIALIZED_PIPELINE` then `allocate-registers`, from Tile IR to register-allocated

@@ -398,7 +398,8 @@ class LoopPipeliner:
         dests = dict(zip((a.result for a in self.shape.tiles), self._stage_views(inside, u, "fill_slot", "_fill")))
         for op in self.shape.load_section:
             if isinstance(op, tile.CpAsyncOp):
-                inside.insert(tile.CpAsyncOp(mapping.get(op.source, op.source), dests[op.dest]))
+                inside.insert(tile.CpAsyncOp(mapping.get(op.source, op.source), dests[op.dest],
+                                             cluster_shared=op.cluster_shared is not None))
             else:
                 inside.insert(op.clone(value_mapper=mapping))
         inside.insert(scf.YieldOp())

@@ -5,7 +5,9 @@ memory to request (the kernel's bytes plus 1023 to align its base to 1024, as th
 parameters in order — tensor maps (with the cuTensorMapEncodeTiled arguments each needs, for given sizes),
 global pointers, and 32-bit sizes — each with the Tile IR argument it stands for, and how the kernel copies
 each tensor it stages in shared memory (`copies`: "tma" through a tensor map, "ld.global" by every thread
-where the rows need not start on 16 bytes).
+where the rows need not start on 16 bytes). A kernel that declares a cluster (`tile.cluster`) is launched
+with `cluster(sizes)`: its shape where it divides the grid, else clusters of one block, and `cluster_note`
+says why (the kernel reads the shape it got from %cluster_nctarank).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import asdict, dataclass
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
+from tessera.cluster import CLUSTER_ATTR, kernel_cluster, launch_cluster
 from tessera.interpreters.sm90.launch import target_kernel
 from tessera.kernel_abi import COPY_ATTR, ELEMENT_ATTR, is_target_kernel
 from tessera.numerics import numpy_dtype
@@ -57,6 +60,26 @@ class HostDescription:
     def grid(self, sizes: Mapping[str, int]) -> tuple[int, int, int]:
         return target_kernel(self.op).grid_size(sizes)
 
+    @property
+    def clustered(self) -> bool:
+        """Whether the kernel declares a cluster (`tile.cluster`): its PTX says `.explicitcluster`, so every
+        launch gives a cluster shape (`cluster`), (1, 1, 1) included."""
+        return CLUSTER_ATTR in self.op.attributes
+
+    def cluster(self, sizes: Mapping[str, int]) -> tuple[int, int, int] | None:
+        """The cluster shape to launch with for these sizes: the declared one where it divides the grid, else
+        (1, 1, 1) (`cluster_note` says why); None for a kernel that declares no cluster (launched without)."""
+        if not self.clustered:
+            return None
+        return launch_cluster(kernel_cluster(self.op), self.grid(sizes))[0]
+
+    def cluster_note(self, sizes: Mapping[str, int]) -> str | None:
+        """Why a clustered kernel falls back to clusters of one block for these sizes (e.g. an odd number of
+        query blocks for clusters of two), or None."""
+        if not self.clustered:
+            return None
+        return launch_cluster(kernel_cluster(self.op), self.grid(sizes))[1]
+
     def tensor_maps(self, sizes: Mapping[str, int]) -> dict[str, facts.TensorMapSpec]:
         """The cuTensorMapEncodeTiled arguments of each tensor-map parameter for row-major tensors of the
         given sizes: data type, dims and byte strides (innermost first), box, element strides, swizzle,
@@ -79,8 +102,13 @@ class HostDescription:
     def as_dict(self, sizes: Mapping[str, int] | None = None) -> dict:
         out = {"kernel": self.kernel, "block": self.block, "dynamic_smem_bytes": self.dynamic_smem_bytes,
                "params": [asdict(p) for p in self.params], "copies": self.copies}
+        if self.clustered:
+            out["declared_cluster"] = kernel_cluster(self.op)
         if sizes is not None:
             out["grid"] = self.grid(sizes)
+            if self.clustered:
+                out["cluster"] = self.cluster(sizes)
+                out["cluster_note"] = self.cluster_note(sizes)
             out["tensor_maps"] = {k: asdict(v) for k, v in self.tensor_maps(sizes).items()}
         return out
 

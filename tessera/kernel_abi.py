@@ -108,6 +108,8 @@ class KernelSignature:
     """What a "gemm" kernel computes (None for other kinds)."""
     divisible: Mapping[str, int] = field(default_factory=dict)
     """Named sizes the kernel promises are multiples of these (`tile.divisible`)."""
+    cluster: tuple[int, int, int] = (1, 1, 1)
+    """The cluster shape the kernel declares (`tile.cluster`, see `tessera.cluster`)."""
 
     @property
     def inputs(self) -> tuple[KernelArg, ...]:
@@ -227,6 +229,11 @@ def signature(op: func.FuncOp) -> KernelSignature:
     grid = op.attributes.get(GRID_ATTR)
     if not isinstance(grid, DimsAttr) or not 1 <= len(grid) <= 3:
         _fail(op, f"'{GRID_ATTR}' must be #tile.dims<...> with 1 to 3 entries")
+    from tessera.cluster import CLUSTER_ATTR, parse_cluster
+
+    cluster = parse_cluster(op.attributes.get(CLUSTER_ATTR))
+    if isinstance(cluster, str):
+        _fail(op, cluster)
 
     if op.function_type.outputs.data:
         _fail(op, "kernels return nothing; outputs are arguments with tile.role = \"out\"")
@@ -289,7 +296,7 @@ def signature(op: func.FuncOp) -> KernelSignature:
             if name not in defined:
                 _fail(op, f"'{DIVISIBLE_ATTR}' names '{name}', which no input defines")
             divisible[name] = attr.value.data
-    return KernelSignature(op, op.sym_name.data, kind, causal, scale, tuple(args), grid, gemm, divisible)
+    return KernelSignature(op, op.sym_name.data, kind, causal, scale, tuple(args), grid, gemm, divisible, cluster)
 
 
 def is_table(ty: TileType) -> bool:

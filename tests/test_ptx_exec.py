@@ -1165,3 +1165,39 @@ def test_address_offsets_are_64_bit_immediates_read_modulo_2_to_the_64():
     with pytest.raises(Exception, match=r"address offset 18446744073709551616 does not fit 64 bits"):
         launch(kernel(body.replace("18446744073709551608", "18446744073709551616")), "k", 1, 1,
                [np.zeros(4, np.uint32)])
+
+
+def test_a_warp_that_arrives_and_then_syncs_counts_twice():
+    """PTX ISA, bar: a bar instruction "marks warps' arrival at barrier", and the count is in threads, a
+    multiple of the warp size: a warp executing `bar.arrive 1, 64` then `bar.sync 1, 64` in one phase
+    contributes 64, completing the barrier alone (FA3's epilogue and warp-scheduler barriers rely on it)."""
+    body = """
+    mov.u32 %r9, 0;
+    setp.lt.u32 %p1, %r0, 32;
+    @!%p1 bra END;
+    bar.arrive 1, 64;
+    bar.sync 1, 64;
+    mov.u32 %r9, 1;
+END:
+    """
+    out = lanes_out(body, block=96)
+    np.testing.assert_array_equal(out, [1] * 32 + [0] * 64)
+
+
+def test_named_barrier_counts_whole_warps_and_ignores_their_exited_threads():
+    """Warp 0 arrives with half its threads (the other half exited), warp 1 syncs: 2 warps = 64 threads."""
+    body = """
+    mov.u32 %r9, 0;
+    setp.ge.u32 %p1, %r0, 16;
+    setp.lt.u32 %p2, %r0, 32;
+    and.pred %p3, %p1, %p2;
+    @%p3 exit;
+    @%p2 bar.arrive 2, 64;
+    @%p2 bra END;
+    bar.sync 2, 64;
+    mov.u32 %r9, 2;
+END:
+    """
+    out = lanes_out(body, block=64)
+    np.testing.assert_array_equal(out[:16], 0)
+    np.testing.assert_array_equal(out[32:], 2)

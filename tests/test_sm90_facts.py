@@ -848,6 +848,18 @@ DOCUMENTED = {
     # Figure 149 as (divisor, modulus, multiplier) terms: row 16 * (T / 32) + (T % 32) / 4 (the warpgroup's 64 rows
     # follow from T / 32 counting its warps), column 2 * (T % 4)
     "ACCUMULATOR_THREAD_TERMS": {"row": ((32, 0, 16), (4, 8, 1)), "col": ((1, 4, 2),)},
+    # CUDA C++ Programming Guide, "Thread Block Clusters": "a maximum of 8 thread blocks in a cluster is supported
+    # as a portable cluster size"; H100 allows 16 with cudaFuncAttributeNonPortableClusterSizeAllowed
+    "MAX_PORTABLE_CLUSTER_SIZE": 8,
+    "MAX_NONPORTABLE_CLUSTER_SIZE": 16,
+    # [P#data-movement-and-conversion-instructions-cp-async-bulk-tensor]: "ctaMask ... a 16-bit CTA mask"
+    "MULTICAST_MASK_BITS": 16,
+    # [P#special-registers]: %cluster_ctarank, %cluster_nctarank, %cluster_ctaid, %cluster_nctaid, %clusterid,
+    # %nclusterid (the last four .v4.u32, read per component)
+    "CLUSTER_SPECIAL_REGISTERS": ("cluster_ctarank", "cluster_nctarank", "cluster_ctaid.x", "cluster_ctaid.y",
+                                  "cluster_ctaid.z", "cluster_nctaid.x", "cluster_nctaid.y", "cluster_nctaid.z",
+                                  "clusterid.x", "clusterid.y", "clusterid.z", "nclusterid.x", "nclusterid.y",
+                                  "nclusterid.z"),
 }
 
 

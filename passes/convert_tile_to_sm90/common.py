@@ -26,6 +26,8 @@ PRODUCER_ATTR = "sm90.producer"
 INVARIANT_ATTR = "sm90.invariant"
 """On an sm90.ld_global: it reads an input the kernel never writes (tile.load_index's table), so it reads the
 same value wherever it is recomputed (warp-specialize lets the producer recompute it)."""
+CLUSTER_SHARED_ATTR = "sm90.cluster_shared"
+"""On a `sm90.tma_load` of a ring refill: the box of a `cluster_shared` copy (multicast-cluster-copies)."""
 
 
 def _constant(value: SSAValue) -> int | None:

@@ -26,6 +26,7 @@ from xdsl.ir import (
 
 from tessera.dialects import sm90, tile
 from tessera.dialects.tile_types import MemSpace, TileType
+from tessera.cluster import CLUSTER_ATTR
 from tessera.kernel_abi import (
     BOX_ATTR,
     COPY_ATTR,
@@ -219,6 +220,8 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
                           f"than the {facts.MAX_SHARED_MEMORY_PER_BLOCK} a thread block of sm_90 may have: use fewer "
                           "pipeline stages or smaller tiles")
         attributes = {KERNEL_ATTR: self.fn.attributes[KERNEL_ATTR], GRID_ATTR: self.fn.attributes[GRID_ATTR]}
+        if CLUSTER_ATTR in self.fn.attributes:
+            attributes[CLUSTER_ATTR] = self.fn.attributes[CLUSTER_ATTR]
         attributes[TARGET_KERNEL_ATTR] = DictionaryAttr({
             "threads": IntegerAttr(self.threads, 64), "smem_bytes": IntegerAttr(self.smem_offset, 64)})
         new = func.FuncOp(self.fn.sym_name.data, (arg_types, []), Region(entry), arg_attrs=ArrayAttr(arg_attrs))

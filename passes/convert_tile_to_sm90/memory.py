@@ -23,6 +23,7 @@ from tessera.sm90 import facts
 from tessera.passes.convert_tile_to_sm90.common import (
     LINE,
     CORE_ROWS,
+    CLUSTER_SHARED_ATTR,
     PRODUCER_ATTR,
     _constant,
     _refuse,
@@ -110,7 +111,7 @@ class MemoryLowering:
         tmap = self.entry_args[self.map_args[(window.arg, rows)]]
         self._retire_readers(dest.address, e)
         if dest.stage is not None:
-            self._fill_stage(window, dest, tmap, e)
+            self._fill_stage(window, dest, tmap, e, shared=op.cluster_shared is not None)
             return
         group = self.groups[self.copy_group[op]]
         group.nbytes += dest.rows * dest.cols * dest.elt_bytes
@@ -165,24 +166,28 @@ class MemoryLowering:
         e.op(sm90.StSharedB16Op(addresses, values))
         e.op(sm90.FenceProxyAsyncOp())
 
-    def _tma_boxes(self, t: Emitter, window: Window, dest: SharedTile, tmap: SSAValue, barrier: SSAValue) -> None:
+    def _tma_boxes(self, t: Emitter, window: Window, dest: SharedTile, tmap: SSAValue, barrier: SSAValue,
+                   shared: bool = False) -> None:
         coords = list(reversed(window.indices))
         for b in range(dest.boxes):
             inner = t.addi(coords[0], t.index(b * dest.box_cols)) if b else coords[0]
             box_addr = t.op(arith.AddiOp(dest.address, t.op(arith.ConstantOp(IntegerAttr(b * dest.box_bytes, i32)))))
-            t.op(sm90.TmaLoadOp(tmap, [inner] + coords[1:], box_addr, barrier))
+            load = t.op(sm90.TmaLoadOp(tmap, [inner] + coords[1:], box_addr, barrier))
+            if shared:
+                load.attributes[CLUSTER_SHARED_ATTR] = UnitAttr()
 
-    def _fill_stage(self, window: Window, dest: SharedTile, tmap: SSAValue, e: Emitter) -> None:
+    def _fill_stage(self, window: Window, dest: SharedTile, tmap: SSAValue, e: Emitter, shared: bool = False) -> None:
         """Thread 0, the producer: wait until every thread released the slot's previous contents (the empty
         barrier's phase of the previous trip around the ring), expect the copy's bytes on the full barrier,
-        issue the boxes on it. The scf.if is marked `sm90.producer` for warp-specialize."""
+        issue the boxes on it. The scf.if is marked `sm90.producer` for warp-specialize. The boxes of a
+        `cluster_shared` copy are marked `sm90.cluster_shared` for multicast-cluster-copies."""
         stage = dest.stage
 
         def produce(t: Emitter):
             parity = self._phase_parity(stage, t, flip=True)
             t.spin_until(lambda w: w.op(sm90.MBarrierTryWaitParityOp(stage.empty, parity)))
             t.op(sm90.MBarrierArriveExpectTxOp(stage.full, dest.rows * dest.cols * dest.elt_bytes))
-            self._tma_boxes(t, window, dest, tmap, stage.full)
+            self._tma_boxes(t, window, dest, tmap, stage.full, shared)
         e.if_(self.is_thread0, produce).attributes[PRODUCER_ATTR] = UnitAttr()
 
     def _lower_CpCommitGroupOp(self, op: tile.CpCommitGroupOp, e: Emitter) -> None:

@@ -29,6 +29,8 @@ from tessera.interpreters.control import BatchedControlFunctions
 from tessera.interpreters.grid_sync import GridSync
 from tessera.interpreters.limits import check_memory
 from tessera.interpreters.tile import TileFunctions
+from tessera.interpreters.tile_cluster import cluster_order
+from tessera.cluster import launch_cluster
 from tessera.kernel_abi import KernelSignature
 from tessera.numerics import numpy_dtype
 from tessera.sm90 import facts
@@ -88,17 +90,23 @@ def run_grid(sig: KernelSignature, module: ModuleOp, arguments: list[np.ndarray]
     gx, gy, gz = sig.grid_size(sizes)
     facts.check_launch((gx, gy, gz))
     total = gx * gy * gz
-    ids = np.arange(total, dtype=np.int64)
-    if order is not None:
+    cluster, _ = launch_cluster(sig.cluster, (gx, gy, gz))
+    if order is None:
+        ids = cluster_order((gx, gy, gz), cluster)
+    else:
+        if math.prod(cluster) > 1:
+            raise ValueError(f"run_grid: @{sig.name} runs in clusters of {cluster}, whose blocks run together; "
+                             "order= permutes single blocks")
         ids = np.asarray(order, dtype=np.int64)
         if ids.shape != (total,) or not np.array_equal(np.sort(ids), np.arange(total)):
             raise ValueError(f"run_grid: order must be a permutation of the {total} block ids of @{sig.name}")
+    per_batch = MAX_BLOCKS_PER_BATCH - MAX_BLOCKS_PER_BATCH % math.prod(cluster)
 
     def run(chunk: np.ndarray, sync: GridSync | None = None) -> None:
         batch = BlockBatch((chunk % gx, (chunk // gx) % gy, chunk // (gx * gy)))
         interpreter = Interpreter(module, listeners=tuple(listeners(batch)) if listeners else ())
         interpreter.register_implementations(BatchedControlFunctions(batch))
-        functions = TileFunctions(batch)
+        functions = TileFunctions(batch, cluster)
         functions.sync = sync
         functions.arg_names = {id(array): arg.name for array, arg in zip(arguments, sig.args)}
         interpreter.register_implementations(functions)
@@ -107,8 +115,8 @@ def run_grid(sig: KernelSignature, module: ModuleOp, arguments: list[np.ndarray]
     if any(isinstance(op, tile.SemWaitOp | tile.SemSignalOp) for op in sig.op.walk()):
         _run_threads(ids, run)
         return
-    for start in range(0, total, MAX_BLOCKS_PER_BATCH):
-        run(ids[start:start + MAX_BLOCKS_PER_BATCH])
+    for start in range(0, total, per_batch):
+        run(ids[start:start + per_batch])
 
 
 def _run_threads(ids: np.ndarray, run: Callable[[np.ndarray, GridSync], None]) -> None:

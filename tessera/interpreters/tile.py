@@ -22,6 +22,7 @@ from tessera.dialects import tile
 from tessera.dialects.tile_types import TileType
 from tessera.interpreters import serving_checks
 from tessera.interpreters.block_batch import BlockBatch
+from tessera.interpreters.tile_cluster import check_shared_copy
 from tessera.interpreters.tile_memory import AsyncCopies, GlobalView, SharedBuffer, SharedRef
 from tessera.interpreters.grid_sync import GridDeadlock, GridSync  # noqa: I001 - after tile_memory: merge-friendly
 from tessera.numerics import F32, batched_matmul, numpy_dtype, round_to
@@ -43,9 +44,11 @@ def _safe_max(vector: np.ndarray) -> np.ndarray:
 class TileFunctions(InterpreterFunctions):
     """Implementations of the `tile` ops for one `BlockBatch`."""
 
-    def __init__(self, batch: BlockBatch):
+    def __init__(self, batch: BlockBatch, cluster: tuple[int, int, int] = (1, 1, 1)):
         super().__init__()
         self.batch = batch
+        self.cluster = cluster
+        """The launch's cluster shape: `cluster_shared` copies are checked against it (`tile_cluster`)."""
         self.copies = AsyncCopies()
         self.shared: list[SharedBuffer] = []
         self.arg_names: dict[int, str] = {}  # id(argument array) -> its name (set by run_grid)
@@ -108,6 +111,8 @@ class TileFunctions(InterpreterFunctions):
     def run_cp_async(self, interpreter: Interpreter, op: tile.CpAsyncOp, args: PythonValues):
         source, dest = args
         self._check_paged_read(op, source)
+        if op.cluster_shared is not None:
+            check_shared_copy(self.batch, op, source, self.cluster)
         self.copies.issue(self.batch, op, source, dest)
         return ()
 

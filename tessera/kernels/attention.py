@@ -49,9 +49,11 @@ from tessera.dialects import tile
 from tessera.kernels.common import (
     ArgSpec,
     TileBuilder,
+    apply_cluster,
     ceildiv_dim,
     check_block,
     check_choice,
+    check_cluster,
     check_dtype,
     check_flag,
     check_scale,
@@ -402,9 +404,14 @@ def flash_attention(
     grouped: bool = False,
     return_lse: bool = False,
     num_splits: int = 1,
+    cluster: int = 1,
 ) -> ModuleOp:
     """The online one-pass attention kernel (FlashAttention-2 style), `flash_attention_d{D}_{dtype}[_causal]`
     (`flash_attention_gqa_...` with `grouped`: K and V with heads_k heads, see `attention_kernel`).
+
+    `cluster=N` groups N consecutive query blocks of a head into a cluster that shares its K and V copies
+    (`tessera.passes.form_clusters`; on sm_90a, TMA multicast): not with `causal` (the members' key ranges
+    differ), refused by name.
 
     Per key block j: S = mask(scale Q K_j^T); m' = max(m, rowmax S); alpha = exp(m - m'); P = exp(S - m');
     l' = alpha l + rowsum P; acc' = alpha acc + P V_j. After the loop O = acc / l. Live per block: the
@@ -414,11 +421,12 @@ def flash_attention(
     (`..._split{S}`) whose partial results `attention_combine` merges (module docstring)."""
     c = AttentionConfig.checked(head_dim, causal, dtype, scale, block_m, block_n, return_lse, num_splits)
     check_flag("grouped", grouped)
+    shape = check_cluster("cluster", cluster, 1)
     fn, b, blk = attention_kernel(c, "flash_attention_gqa" if grouped else "flash_attention", grouped=grouped)
     m, l, acc = flash_loop(b, blk)
     # The one normalisation: O = acc / l (a row that saw no key has l = 0 and gives 0).
     store_results(b, blk, acc, m, l)
-    return finish_kernel(fn, b)
+    return apply_cluster(finish_kernel(fn, b), shape)
 
 
 def flash_loop(b: TileBuilder, blk: AttentionBlock) -> tuple[SSAValue, SSAValue, SSAValue]:

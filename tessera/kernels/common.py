@@ -324,3 +324,30 @@ def kernel_signature(module: ModuleOp) -> KernelSignature:
 
 
 # endregion
+
+
+def check_cluster(name: str, value: object, axes: int) -> tuple[int, int, int]:
+    """A builder's `cluster` argument: an int (clusters of that many blocks along x) or a tuple of up to `axes`
+    ints >= 1; returns the (x, y, z) shape. ValueError/TypeError name the argument and the rule."""
+    values = (value,) if isinstance(value, int) and not isinstance(value, bool) else value
+    if not isinstance(values, tuple | list) or not 1 <= len(values) <= axes or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise TypeError(f"{name} must be an int or a tuple of up to {axes} ints, got {value!r}")
+    if any(v < 1 for v in values):
+        raise ValueError(f"{name} sizes must be >= 1, got {value!r}")
+    return tuple(values) + (1,) * (3 - len(values))  # type: ignore[return-value]
+
+
+def apply_cluster(module: ModuleOp, shape: tuple[int, int, int]) -> ModuleOp:
+    """Cluster the module's kernel `shape` and mark its shared copies (`tessera.passes.form_clusters`); a
+    kernel that cannot be clustered that way raises ValueError with form-clusters' message."""
+    if shape == (1, 1, 1):
+        return module
+    from tessera.passes.form_clusters import FormClustersError, form_clusters
+
+    fn = next(op for op in module.walk() if isinstance(op, func.FuncOp))
+    try:
+        form_clusters(fn, shape)
+    except FormClustersError as error:
+        raise ValueError(str(error)) from None
+    return module

@@ -34,8 +34,10 @@ from tessera.kernel_abi import DIVISIBLE_ATTR
 from tessera.kernels.common import (
     ArgSpec,
     TileBuilder,
+    apply_cluster,
     ceildiv_dim,
     check_block,
+    check_cluster,
     check_dtype,
     check_flag,
     f32,
@@ -69,12 +71,17 @@ def gemm_name(dtype: str, transpose_a: bool = False, transpose_b: bool = False, 
 
 def gemm(dtype: str = "bf16", block_m: int = 128, block_n: int = 128, block_k: int = 64, *,
          transpose_a: bool = False, transpose_b: bool = False, alpha: float = 1.0, beta: float = 0.0,
-         bias: bool = False, batch: bool = False, aligned: bool = True) -> ModuleOp:
+         bias: bool = False, batch: bool = False, aligned: bool = True, cluster: tuple[int, int] = (1, 1)) -> ModuleOp:
     """The GEMM kernel (module docstring). Defaults: 128x128 output tiles (one f32 accumulator of 64 KiB over
     the block) and BK = 64, so a bf16/f16 K-major tile row is exactly one 128-byte swizzle span; A and B
     tiles take 16 + 16 KiB of shared memory per stage. Arguments: A, B, then C_in when beta != 0, then bias
-    when `bias`, then the output C."""
+    when `bias`, then the output C.
+
+    `cluster=(X, Y)` groups X M-blocks by Y N-blocks into a cluster: (2, 1) shares each B copy between the two
+    blocks of a cluster (CUTLASS's 2x1 cluster: on sm_90a, a TMA multicast), (1, 2) each A copy; a shape under
+    which no copy is shared is refused by name."""
     elt = check_dtype(dtype)
+    shape = check_cluster("cluster", cluster, 2)
     bm, bn, bk = (check_block(n, v) for n, v in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k)))
     transpose_a, transpose_b, bias, batch, aligned = (check_flag(n, v) for n, v in (
         ("transpose_a", transpose_a), ("transpose_b", transpose_b), ("bias", bias), ("batch", batch),
@@ -146,4 +153,4 @@ def gemm(dtype: str = "bf16", block_m: int = 128, block_n: int = 128, block_k: i
         c_in = b.scale(c_in, beta, "c_in_scaled") if beta != 1 else c_in
         out = b.binary(tile.AddOp, out, c_in, "with_c")
     b.store_global(out, b.view(values["C"], index + [m0, n0], [bm, bn], "c_window"))
-    return finish_kernel(fn, b)
+    return apply_cluster(finish_kernel(fn, b), shape)

@@ -31,6 +31,7 @@ from xdsl.printer import Printer
 from xdsl.traits import IsTerminator
 from xdsl.utils.exceptions import DiagnosticException
 
+from tessera.cluster import CLUSTER_ATTR, kernel_cluster
 from tessera.dialects import sm90
 from tessera.kernel_abi import SOURCE_ATTR, TARGET_KERNEL_ATTR
 from tessera.ptx.registers import (
@@ -476,7 +477,10 @@ class KernelPrinter:
         ]
         head += [f"{INDENT}{p.declaration}{',' if i + 1 < len(params) else ''}" for i, p in enumerate(params)]
         head[-1] += ")"
-        head += [f".reqntid {threads}, 1, 1", ".minnctapersm 1", "{"]
+        head += [f".reqntid {threads}, 1, 1", ".minnctapersm 1"]
+        if CLUSTER_ATTR in self.fn.attributes and kernel_cluster(self.fn) != (1, 1, 1):
+            head.append(".explicitcluster")  # launched with its cluster shape, or (1, 1, 1) where that does not fit
+        head.append("{")
         try:
             declarations = self.registers.declarations()
         except UnsupportedType as e:

@@ -16,6 +16,7 @@ from xdsl.ir import SSAValue
 
 # The op printers register themselves on import.
 from tessera.ptx import arith as _arith  # noqa: F401
+from tessera.ptx import cluster as _cluster  # noqa: F401
 from tessera.ptx import control as _control  # noqa: F401
 from tessera.ptx import machine as _machine  # noqa: F401
 from tessera.ptx import reductions as _reductions  # noqa: F401

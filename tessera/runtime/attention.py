@@ -44,11 +44,12 @@ class UnsupportedKernel(ValueError):
 
 
 def attention_config(head_dim: int, causal: bool = False, dtype: str = "bf16", scale: float | None = None,
-                     return_lse: bool = False, num_splits: int = 1) -> KernelConfig:
+                     return_lse: bool = False, num_splits: int = 1, cluster: int = 1) -> KernelConfig:
     """The configuration of the flash attention kernel for these parameters, checked by the builder's own
     rules (`AttentionConfig.checked`), with the scale resolved so that scale=None and 1/sqrt(head_dim)
-    share one kernel. `return_lse` and `num_splits` join the options only when they are not the defaults,
-    so the default kernel keeps its cache key."""
+    share one kernel. `return_lse`, `num_splits` and `cluster` join the options only when they are not the
+    defaults, so the default kernel keeps its cache key. `cluster` > 1: clusters of that many query blocks
+    sharing K and V (TMA multicast)."""
     from tessera.kernels import HEAD_DIMS, AttentionConfig
 
     if head_dim not in HEAD_DIMS:
@@ -60,6 +61,8 @@ def attention_config(head_dim: int, causal: bool = False, dtype: str = "bf16", s
     extra = {"return_lse": True} if checked.return_lse and not checked.split else {}
     if checked.split:
         extra["num_splits"] = checked.num_splits
+    if cluster != 1:
+        extra["cluster"] = cluster
     return KernelConfig.of("flash_attention", head_dim=checked.head_dim, causal=checked.causal, dtype=checked.dtype,
                            scale=checked.scale, block_n=checked.block_n, **extra)
 
@@ -121,15 +124,20 @@ def attention_kernel(q, k, v, causal: bool = False, scale: float | None = None) 
 
 def attention(q, k, v, causal: bool = False, scale: float | None = None, return_lse: bool = False,
               num_splits: int | str = 1, level: str | None = None, *, cu_seqlens_q=None, cu_seqlens_k=None,
-              max_seqlen_q=None, max_seqlen_k=None, seqused_k=None):
+              max_seqlen_q=None, max_seqlen_k=None, seqused_k=None, cluster: int = 1):
     """softmax(q k^T * scale [+ bottom-right causal mask]) v, with its LSE when `return_lse`; on the GPU, or in
     the interpreter `level` names; see the module docstring. k and v may have fewer heads than q (GQA/MQA:
     heads a multiple of heads_k; query head h reads key head h // (heads // heads_k); decoding packs a
     group's heads into one block's rows, `tessera.runtime.kvcache.pack_gqa`). With `cu_seqlens_q` and
     `cu_seqlens_k` (and `max_seqlen_q`, `max_seqlen_k`, optionally `seqused_k`), q, k, v are packed
-    [total_tokens, heads, head_dim] sequences: `tessera.runtime.serving.attention_varlen`."""
+    [total_tokens, heads, head_dim] sequences: `tessera.runtime.serving.attention_varlen`. `cluster=2`: pairs
+    of query blocks of a head share each K/V tile through TMA multicast (not with `causal`, split-KV, GQA or
+    packed sequences: refused by name); where the query blocks are odd in number the launch falls back to
+    clusters of one."""
     from tessera.runtime.attention_plan import attention_plan, check_level, combine_lowering, run_in_interpreter
 
+    if cluster != 1 and (cu_seqlens_q is not None or cu_seqlens_k is not None):
+        raise ValueError("attention: cluster is not supported with packed sequences (cu_seqlens)")
     if cu_seqlens_q is not None or cu_seqlens_k is not None:
         from tessera.runtime.serving import attention_varlen
 
@@ -146,6 +154,13 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, return_
                          "cu_seqlens_k (packed sequences)")
     head_dim, dtype = check_attention_arguments(q, k, v)
     check_level(level)
+    if cluster != 1:  # refuse what cannot be clustered (causal, a bad size) by name, before looking for a GPU
+        from tessera.kernels import flash_attention
+
+        if k.shape[1] != q.shape[1] or num_splits != 1:
+            raise ValueError("attention: cluster is supported for num_splits=1 and as many key heads as query "
+                             "heads only")
+        flash_attention(head_dim=head_dim, causal=causal, dtype=dtype, cluster=cluster)
     from tessera.runtime.kvcache import pack_gqa
 
     (batch, heads, seq_q, _), heads_k = q.shape, k.shape[1]
@@ -156,7 +171,7 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, return_
         q = q.reshape(batch, heads_k, heads // heads_k * seq_q, head_dim)
         causal = causal and seq_q > 1
     plan = attention_plan(q.shape, k.shape, head_dim, causal, dtype, scale, return_lse, num_splits,
-                          grouped=heads_k != q.shape[1])
+                          grouped=heads_k != q.shape[1], cluster=cluster)
     if level is not None:
         results = run_in_interpreter(plan, q, k, v, level)
     else:

@@ -79,13 +79,14 @@ class AttentionPlan:
 
 
 def attention_plan(q_shape, k_shape, head_dim: int, causal: bool, dtype: str, scale: float | None,
-                   return_lse: bool, num_splits: object, grouped: bool = False) -> AttentionPlan:
+                   return_lse: bool, num_splits: object, grouped: bool = False, cluster: int = 1) -> AttentionPlan:
     """The plan for checked arguments; ValueError naming the option for a bad `return_lse` or `num_splits`.
     `grouped`: k and v have fewer heads than q (the forward kernel's `grouped` option, GQA/MQA)."""
     if not isinstance(return_lse, bool):
         raise ValueError(f"attention: return_lse must be True or False; got {return_lse!r}")
     splits = resolve_num_splits(num_splits, q_shape, k_shape, head_dim, causal)
-    forward = attention_config(head_dim, causal, dtype, scale, return_lse=return_lse, num_splits=splits)
+    forward = attention_config(head_dim, causal, dtype, scale, return_lse=return_lse, num_splits=splits,
+                               cluster=cluster)
     if grouped:
         forward = KernelConfig.of(forward.builder, forward.pipeline, **dict(forward.options), grouped=True)
     combine = None

@@ -234,17 +234,18 @@ class Driver:
         return ctypes.string_at(tensor_map.getPtr(), facts.TENSOR_MAP_BYTES)
 
     def launch_config(self, grid: Sequence[int], block: Sequence[int], cluster: Sequence[int], smem_bytes: int,
-                      stream: int):
+                      stream: int, explicit_cluster: bool = False):
         """The CUlaunchConfig of `grid` blocks of `block` threads in clusters of `cluster` blocks (the
-        attribute is set only for clusters of more than one block) with `smem_bytes` of dynamic shared
-        memory, on `stream` (a raw CUstream handle; 0 is the default stream)."""
+        attribute is set only for clusters of more than one block, or with `explicit_cluster`, which a
+        `.explicitcluster` kernel needs even for (1, 1, 1)) with `smem_bytes` of dynamic shared memory, on
+        `stream` (a raw CUstream handle; 0 is the default stream)."""
         api = self.api
         config = api.CUlaunchConfig()
         config.gridDimX, config.gridDimY, config.gridDimZ = (int(g) for g in grid)
         config.blockDimX, config.blockDimY, config.blockDimZ = (int(b) for b in block)
         config.sharedMemBytes = int(smem_bytes)
         config.hStream = api.CUstream(int(stream))
-        if tuple(cluster) != (1, 1, 1):
+        if tuple(cluster) != (1, 1, 1) or explicit_cluster:
             attribute = api.CUlaunchAttribute()
             attribute.id = api.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
             dims = attribute.value.clusterDim

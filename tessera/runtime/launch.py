@@ -36,10 +36,12 @@ from tessera.runtime.arguments import (
 from tessera.runtime.compiler import CompiledKernel
 from tessera.runtime.driver import Device, Driver, get_driver
 from tessera.runtime.tensor_maps import TensorMapArguments, tensor_map_arguments
+from tessera.sm90 import facts
 
 NO_CLUSTER = (1, 1, 1)
-"""Tessera's kernels do not use thread-block clusters yet (no multicast, no distributed shared memory); the
-host description is where a cluster shape will come from when one does."""
+"""The cluster of a kernel that declares none: launched without the cluster attribute. A kernel that declares one
+(`tile.cluster`; its PTX says `.explicitcluster`) is launched with the attribute set to
+`HostDescription.cluster(sizes)`, (1, 1, 1) included where its shape does not divide the grid."""
 MAX_GRID = (2**31 - 1, 65535, 65535)
 """The largest grid, per dimension [CUDA C++ Programming Guide, table of technical specifications]."""
 
@@ -115,13 +117,16 @@ def view_of(x, address: int | None = None) -> TensorView:
 
 def launch_shape(host: HostDescription, sizes: Mapping[str, int]) -> tuple[tuple[int, int, int], tuple[int, int, int],
                                                                             tuple[int, int, int], int]:
-    """(grid, block, cluster, dynamic shared memory bytes) of a launch of `host`'s kernel over `sizes`."""
+    """(grid, block, cluster, dynamic shared memory bytes) of a launch of `host`'s kernel over `sizes` (the
+    cluster is `NO_CLUSTER` for a kernel that declares none)."""
     grid = host.grid(sizes)
     for axis, (extent, limit) in enumerate(zip(grid, MAX_GRID)):
         if not 1 <= extent <= limit:
             raise ValueError(f"@{host.kernel}: grid {grid} for sizes {dict(sizes)}: dimension {'xyz'[axis]} "
                              f"must be in [1, {limit}]")
-    return grid, host.block, NO_CLUSTER, host.dynamic_smem_bytes
+    cluster = host.cluster(sizes) or NO_CLUSTER
+    facts.check_cluster(grid, cluster)
+    return grid, host.block, cluster, host.dynamic_smem_bytes
 
 
 def check_inputs(host: HostDescription, inputs: Sequence) -> tuple[dict[str, int], dict[int, TensorView]]:
@@ -186,9 +191,12 @@ class PreparedLaunch:
     tensor_maps: dict[str, TensorMapArguments]
     driver: Driver
     keep: tuple = ()
+    explicit_cluster: bool = False
+    """The kernel declares a cluster (`.explicitcluster`): the attribute is set even for (1, 1, 1)."""
 
     def __post_init__(self) -> None:
-        self._config = self.driver.launch_config(self.grid, self.block, self.cluster, self.smem_bytes, self.stream)
+        self._config = self.driver.launch_config(self.grid, self.block, self.cluster, self.smem_bytes, self.stream,
+                                                 self.explicit_cluster)
         self._detail = (f"grid {self.grid}, block {self.block}, cluster {self.cluster}, dynamic shared memory "
                         f"{self.smem_bytes} bytes, stream {self.stream:#x}")
 
@@ -208,7 +216,8 @@ def prepare(kernel: CompiledKernel, views: Mapping[int, TensorView], sizes: Mapp
     loaded = load(kernel, device, driver)
     encoded = {name: driver.encode_tensor_map(a, kernel.name) for name, a in arguments.items()}
     parameters = pack_parameters(host, sizes, views, encoded)
-    return PreparedLaunch(loaded, grid, block, cluster, smem, stream, parameters, arguments, driver, keep)
+    return PreparedLaunch(loaded, grid, block, cluster, smem, stream, parameters, arguments, driver, keep,
+                          host.clustered)
 
 
 def usable_device(inputs: Sequence) -> int:

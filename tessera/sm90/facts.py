@@ -33,7 +33,19 @@ from tessera.sm90.descriptor import (
     encode_descriptor,
     swizzled_buffer_alignment,
 )
-from tessera.sm90.launch import MAX_BLOCK_DIMS, MAX_GRID_DIMS, MAX_THREADS_PER_BLOCK, check_launch
+from tessera.sm90.cluster import (
+    MULTICAST_MASK_BITS,
+    CLUSTER_SPECIAL_REGISTERS,
+)
+from tessera.sm90.launch import (
+    MAX_BLOCK_DIMS,
+    MAX_GRID_DIMS,
+    MAX_NONPORTABLE_CLUSTER_SIZE,
+    MAX_PORTABLE_CLUSTER_SIZE,
+    MAX_THREADS_PER_BLOCK,
+    check_cluster,
+    check_launch,
+)
 from tessera.sm90.mbarrier import MBARRIER_BYTES, MBARRIER_MAX_COUNT, MBARRIER_TX_LIMIT, MBarrierState
 from tessera.sm90.packing import cvt_rn_bits, cvt_rn_x2, half_bits_to_f32, mov_pack_b32, mov_unpack_b32
 from tessera.sm90.swizzle import (

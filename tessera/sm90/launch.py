@@ -22,6 +22,30 @@ MAX_BLOCK_DIMS = (1024, 1024, 64)
 MAX_THREADS_PER_BLOCK = 1024
 """Most threads in one thread block, whatever its shape [CCG]."""
 
+MAX_PORTABLE_CLUSTER_SIZE = 8
+"""Most thread blocks in a cluster that every sm_90 launch may use [CCG, "Thread Block Clusters": "a maximum of
+8 thread blocks in a cluster is supported as a portable cluster size"]."""
+
+MAX_NONPORTABLE_CLUSTER_SIZE = 16
+"""Most thread blocks in a cluster on H100 with the opt-in cudaFuncAttributeNonPortableClusterSizeAllowed
+(CUDA Runtime API, cudaFuncAttributes / Hopper tuning guide, "Thread Block Clusters")."""
+
+
+def check_cluster(grid: tuple[int, int, int], cluster: tuple[int, int, int], non_portable: bool = False) -> None:
+    """Refuse, as cuLaunchKernelEx does (CUDA_ERROR_INVALID_CLUSTER_SIZE), a cluster shape that does not divide
+    the grid in every dimension, or holds more than MAX_PORTABLE_CLUSTER_SIZE blocks
+    (MAX_NONPORTABLE_CLUSTER_SIZE with the non-portable opt-in)."""
+    for axis, g, c in zip("xyz", grid, cluster):
+        if g % c:
+            raise ValueError(f"cluster {tuple(cluster)} does not divide grid {tuple(grid)}: grid {axis} = {g} is not a "
+                             f"multiple of cluster {axis} = {c}")
+    size, limit = math.prod(cluster), MAX_NONPORTABLE_CLUSTER_SIZE if non_portable else MAX_PORTABLE_CLUSTER_SIZE
+    if size > limit:
+        hint = "" if non_portable else (f" (up to {MAX_NONPORTABLE_CLUSTER_SIZE} with the non-portable cluster size "
+                                        "opt-in)")
+        raise ValueError(f"cluster {tuple(cluster)} has {size} thread blocks, more than the {limit} a cluster may "
+                         f"hold{hint}")
+
 
 def check_launch(grid: tuple[int, ...], block: tuple[int, ...] | None = None, shared_bytes: int | None = None) -> None:
     """Refuse, naming the limit, a launch the driver refuses: `grid` and `block` (1 to 3 dimensions, x first)

@@ -8,7 +8,7 @@
 
 The executor: `state` (lanes, registers, memories), `decode` (each instruction to a pre-bound closure),
 `alu` and `floats` (arithmetic, comparisons, conversions, with PTX rounding in `numerics`), `memory`
-(ld/st/cvta/cp.async/atom), `sync` (barriers, mbarriers, warp collectives), `tensor` (TMA, wgmma,
+(ld/st/cvta/cp.async/atom), `cluster` (clusters: mapa, barrier.cluster, remote mbarriers, hazards), `sync` (barriers, mbarriers, warp collectives), `tensor` (TMA, wgmma,
 ldmatrix/stmatrix), `reductions` (cp.reduce.async.bulk, the bulk groups' `.read` rule, races between CTAs
 that add into one address; `launch(..., cta_order=...)` runs the CTAs in any order), `schedule` (per-thread pcs, min-pc reconvergence, blocking, deadlock, calls and returns), `link`
 (an entry with the `.func`s it calls, as one instruction list), `cli`

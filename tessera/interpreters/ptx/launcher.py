@@ -24,7 +24,8 @@ Device functions (`.func`, `call`, `ret`) run with per-thread return stacks and 
 
 Launch checks, before anything is allocated: argument count and kinds; grid and block against the driver's
 limits (`facts.check_launch`: grid x < 2^31, y and z <= 65535, block x, y <= 1024, z <= 64, 1024 threads) and
-the entry's `.reqntid`/`.maxntid`; clusters larger than one CTA (refused); shared memory (static +
+the entry's `.reqntid`/`.maxntid`; the cluster shape (`cluster=` or `.reqnctapercluster`, dividing the grid,
+at most 8 CTAs or 16 with `non_portable_cluster_size`: `facts.check_cluster`); shared memory (static +
 `shared_bytes`) <= 227 KiB; the host memory the run needs (`limits.check_memory`: global memory, its copies
 and the state of a batch) within `memory_budget`. CTAs run in batches of several CTAs vectorised together
 (`schedule`), x fastest; a batch that takes more than `max_steps` steps stops, naming where each warp is.
@@ -41,6 +42,7 @@ import numpy as np
 from tessera.interpreters.blas_threads import single_threaded_blas
 from tessera.interpreters.limits import check_memory
 from tessera.interpreters.ptx import alu, floats, memory, reductions, schedule, sync, tensor  # noqa: F401 - registers decoders
+from tessera.interpreters.ptx.cluster import ClusterState
 from tessera.interpreters.ptx.decode import Operands, decode
 from tessera.interpreters.ptx.state import (
     GLOBAL_BASE,
@@ -170,10 +172,28 @@ def _check_block(entry, block, source) -> None:
         limit = _triple(directives["maxntid"], ".maxntid")
         if threads > math.prod(limit):
             raise ValueError(f"entry {entry.name} allows at most {math.prod(limit)} threads (.maxntid), got {threads}")
-    cluster = directives.get("reqnctapercluster")
-    if cluster and math.prod(cluster) > 1:
-        raise fail(source, None, f"entry {entry.name} needs clusters of {math.prod(cluster)} CTAs; the PTX "
-                                 "executor runs clusters of one CTA only")
+
+
+def _cluster_shape(entry, grid, cluster, non_portable: bool) -> tuple[tuple[int, int, int], bool]:
+    """(cluster shape, explicit): the launch's `cluster` or the entry's `.reqnctapercluster` (which must agree
+    when both are given), checked against the grid and the cluster size limits (`facts.check_cluster`);
+    explicit when either gives one, or the entry says `.explicitcluster`."""
+    directives = entry.directives
+    required = _triple(directives["reqnctapercluster"], ".reqnctapercluster") \
+        if "reqnctapercluster" in directives else None
+    given = _triple(cluster, "cluster") if cluster is not None else None
+    if required and given and required != given:
+        raise ValueError(f"entry {entry.name} requires clusters of {required} (.reqnctapercluster), got cluster "
+                         f"{given}")
+    shape = given or required or (1, 1, 1)
+    explicit = given is not None or required is not None
+    if "explicitcluster" in directives and not explicit:
+        raise ValueError(f"entry {entry.name} must be launched with a cluster shape (.explicitcluster)")
+    if "maxclusterrank" in directives and math.prod(shape) > int(directives["maxclusterrank"][0]):
+        raise ValueError(f"entry {entry.name} allows at most {directives['maxclusterrank'][0]} CTAs per cluster "
+                         f"(.maxclusterrank), got {math.prod(shape)}")
+    facts.check_cluster(grid, shape, non_portable)
+    return shape, explicit
 
 
 def _scalar_bytes(param, value, index: int) -> bytes:
@@ -216,14 +236,36 @@ def _specials(m: Machine, module_dynamic: int) -> dict[str, np.ndarray]:
          "%lanemask_le": (np.uint64(2) << m.laneid.astype(np.uint64)) - np.uint64(1)}
     s["%lanemask_gt"] = ~s["%lanemask_le"] & np.uint64(0xFFFFFFFF)
     s["%lanemask_ge"] = ~s["%lanemask_lt"] & np.uint64(0xFFFFFFFF)
+    s["%cluster_nctarank"] = np.full(m.lanes, m.cluster_size)
     for i, axis in enumerate("xyz"):
         s[f"%ctaid.{axis}"] = np.zeros(m.lanes)
-        s[f"%clusterid.{axis}"] = s[f"%ctaid.{axis}"]
+        s[f"%clusterid.{axis}"] = np.zeros(m.lanes)
         s[f"%nctaid.{axis}"] = np.full(m.lanes, m.grid[i])
-        s[f"%nclusterid.{axis}"] = s[f"%nctaid.{axis}"]
+        s[f"%nclusterid.{axis}"] = np.full(m.lanes, m.grid[i] // m.cluster[i])
         s[f"%cluster_ctaid.{axis}"] = np.zeros(m.lanes)
-        s[f"%cluster_nctaid.{axis}"] = np.ones(m.lanes)
+        s[f"%cluster_nctaid.{axis}"] = np.full(m.lanes, m.cluster[i])
     return {k: np.asarray(v).astype(np.uint64) for k, v in s.items()}
+
+
+def _set_cta_specials(m: Machine, specials: dict[str, np.ndarray]) -> None:
+    """The per-CTA special registers of the batch just loaded: %ctaid, %clusterid, %cluster_ctaid and
+    %cluster_ctarank (x fastest within the cluster)."""
+    ctaid = m.ctaid[m.lane_cta]
+    cluster = np.array(m.cluster, np.int64)
+    inner = ctaid % cluster
+    specials["%cluster_ctarank"][:] = inner[:, 0] + cluster[0] * (inner[:, 1] + cluster[1] * inner[:, 2])
+    for i, axis in enumerate("xyz"):
+        specials[f"%ctaid.{axis}"][:] = ctaid[:, i]
+        specials[f"%clusterid.{axis}"][:] = ctaid[:, i] // cluster[i]
+        specials[f"%cluster_ctaid.{axis}"][:] = inner[:, i]
+
+
+def _cta_order(grid, cluster) -> list[tuple[int, int, int]]:
+    """Every CTA id of the grid, cluster by cluster (clusters x fastest), each cluster's CTAs in rank order."""
+    gx, gy, gz = (g // c for g, c in zip(grid, cluster))
+    cx, cy, cz = cluster
+    return [(x * cx + i, y * cy + j, z * cz + k) for z in range(gz) for y in range(gy) for x in range(gx)
+            for k in range(cz) for j in range(cy) for i in range(cx)]
 
 
 def _host_memory(ptx: Module, entry, args: list, ctas: int, threads: int, shared_bytes: int,
@@ -248,8 +290,11 @@ def _host_memory(ptx: Module, entry, args: list, ctas: int, threads: int, shared
 @single_threaded_blas()
 def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int = 0,
            source: str = "<ptx>", *, max_steps: int = schedule.DEFAULT_MAX_STEPS,
-           memory_budget: int | None = None, cta_order=None) -> list[np.ndarray | None]:
+           memory_budget: int | None = None, cta_order=None, cluster=None,
+           non_portable_cluster_size: bool = False) -> list[np.ndarray | None]:
     """Run entry `kernel` of `ptx` over `grid` CTAs of `block` threads; see the module docstring.
+    `cluster` (x, y, z) runs the CTAs of each cluster together (`cluster`), as cudaLaunchKernelEx with the
+    cluster dimension attribute; `non_portable_cluster_size` is cudaFuncAttributeNonPortableClusterSizeAllowed.
     `max_steps` bounds the steps of each batch of CTAs (`schedule`); `memory_budget` the host bytes the run may
     need (`tessera.interpreters.limits`, 8 GiB by default). BLAS runs on one thread meanwhile
     (`tessera.interpreters.blas_threads`). `cta_order` (optional): the order the CTAs run in, a permutation of
@@ -268,6 +313,8 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
         raise ValueError(f"shared_bytes must be an integer >= 0, got {shared_bytes!r}")
     facts.check_launch(grid, block, int(shared_bytes))
     _check_block(entry, block, source)
+    cluster, explicit_cluster = _cluster_shape(entry, grid, cluster, non_portable_cluster_size)
+    cluster_size = math.prod(cluster)
     scheduler_steps = schedule.Scheduler.check_max_steps(max_steps)
     args = list(args)
     if len(args) != len(entry.params):
@@ -290,7 +337,7 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
             local_end += v.element_bytes * (v.count or 0)
     total = math.prod(grid)
     threads = math.prod(block)
-    per_batch = max(1, min(total, LANES_PER_BATCH // threads))
+    per_batch = max(1, min(total, LANES_PER_BATCH // threads)) // cluster_size * cluster_size or cluster_size
     check_memory(f"the launch of {kernel}", _host_memory(ptx, entry, args, per_batch, threads, shared.total_bytes,
                                                          local_end), memory_budget)
 
@@ -374,18 +421,27 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
                       param_offsets, global_symbols, grid)
     machine.tensor_maps = maps
     machine.watch = reductions.ReductionWatch(machine) if reductions.uses_reductions(entry) else None
+    machine.cluster, machine.cluster_size = cluster, cluster_size
+    machine.cluster_state = ClusterState(machine)
     specials = _specials(machine, shared_bytes)
+    specials["%is_explicit_cluster"][:] = explicit_cluster
     ops = Operands(machine, specials)
     steps = [decode(ops, inst) for inst in entry.instructions]
     scheduler = schedule.Scheduler(machine, steps, ops, scheduler_steps)
-    gx, gy, _ = grid
-    order = list(range(total)) if cta_order is None else [int(i) for i in cta_order]
-    if sorted(order) != list(range(total)):
-        raise ValueError(f"{source}: cta_order must be a permutation of the {total} CTAs' linear indices")
+    order = _cta_order(grid, cluster)
+    if cta_order is not None:
+        gx, gy, _ = grid
+        linear = [int(i) for i in cta_order]
+        if sorted(linear) != list(range(total)):
+            raise ValueError(f"{source}: cta_order must be a permutation of the {total} CTAs' linear indices")
+        if np.prod(cluster) > 1:
+            raise ValueError(f"{source}: cta_order permutes single CTAs; a launch with clusters of {tuple(cluster)} "
+                             "runs each cluster's CTAs together")
+        order = [(i % gx, i // gx % gy, i // (gx * gy)) for i in linear]
     for start in range(0, total, per_batch):
-        machine.load_batch([(i % gx, i // gx % gy, i // (gx * gy)) for i in order[start:start + per_batch]])
-        for i, axis in enumerate("xyz"):
-            specials[f"%ctaid.{axis}"][:] = machine.ctaid[machine.lane_cta, i]
+        machine.load_batch(order[start:start + per_batch])
+        machine.cluster_state.reset()
+        _set_cta_specials(machine, specials)
         scheduler.run()
         if machine.watch is not None:
             machine.watch.check_exit()
@@ -424,8 +480,9 @@ def launch_described(ptx: str | Module, host, arrays: list[np.ndarray], sizes: d
             args.append(arrays[param.source])
         else:
             args.append(np.uint32(sizes[param.size]))
+    cluster = host.cluster(sizes)  # a clustered kernel: its shape, or (1, 1, 1) where it does not divide the grid
     results = launch(ptx, host.kernel, host.grid(sizes), host.block, args, host.dynamic_smem_bytes, source,
-                     max_steps=max_steps, memory_budget=memory_budget)
+                     max_steps=max_steps, memory_budget=memory_budget, cluster=cluster)
     for param, result in zip(host.params, results):
         if param.kind == "pointer":
             arrays[param.source][...] = result

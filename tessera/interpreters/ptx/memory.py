@@ -2,7 +2,7 @@
 the Ampere-style cp.async with commit/wait groups.
 
 Spaces and addresses are those of `state`: `.global` (and `.const`, whose variables live in global memory),
-`.shared{::cta,::cluster}` (a cluster is one CTA), `.local`, `.param` (the kernel's parameters, read-only; the
+`.shared{::cta,::cluster}` (shared::cluster addresses reach the CTAs of the cluster, see `cluster`), `.local`, `.param` (the kernel's parameters, read-only; the
 `.param` variables of functions and call sites are per-thread local memory) and generic addresses (no space:
 routed by window). Every access is checked before it happens: it must lie inside one allocation of its
 space and be aligned to its size (the whole vector for .v2/.v4/.v8); otherwise the run stops naming the
@@ -27,6 +27,7 @@ import ml_dtypes
 import numpy as np
 
 from tessera.interpreters import serving_checks
+from tessera.interpreters.ptx.cluster import shared_offsets
 from tessera.interpreters.ptx.decode import Operands, elements, opcode
 from tessera.interpreters.ptx.numerics import flush_f32
 from tessera.interpreters.ptx.state import (
@@ -77,7 +78,8 @@ def _check(m: Machine, inst, space: str, lanes: np.ndarray, addresses: np.ndarra
         limit = None
     else:
         limit = {"shared": m.shared_bytes, "local": m.local_bytes, "param": len(m.params)}[space]
-        bad = (addresses < 0) | (addresses + nbytes > limit)
+        offsets = shared_offsets(m, inst, lanes, addresses) if space == "shared" else addresses
+        bad = (offsets < 0) | (offsets + nbytes > limit)
     if bad.any():
         i = int(np.argmax(bad))
         size = "" if limit is None else f" (the {space} space has {limit} bytes)"

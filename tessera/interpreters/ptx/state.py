@@ -38,10 +38,14 @@ LOCAL_WINDOW = 2 << 48
 PARAM_WINDOW = 3 << 48
 WINDOW_SIZE = 1 << 48
 GLOBAL_ALIGNMENT = 256
+CLUSTER_RANK_SHIFT = 24
+"""The executor's shared::cluster addresses: `offset | (rank + 1) << CLUSTER_RANK_SHIFT` is byte `offset` of
+the shared memory of the CTA of cluster rank `rank`; an address below 2^24 is the executing CTA's own (the
+shared::cta window lies inside the shared::cluster window). `mapa` makes them (see `cluster`)."""
 
-RUN, EXITED, BAR, PARK, COLL = 0, 1, 2, 3, 4
+RUN, EXITED, BAR, PARK, COLL, CLUSTER_WAIT = 0, 1, 2, 3, 4, 5
 STATUS_NAMES = {RUN: "running", EXITED: "exited", BAR: "at a barrier", PARK: "waiting on an mbarrier",
-                COLL: "waiting for its warp/warpgroup"}
+                COLL: "waiting for its warp/warpgroup", CLUSTER_WAIT: "waiting at barrier.cluster.wait"}
 
 
 class PtxExecutionError(RuntimeError):
@@ -151,6 +155,8 @@ class Machine:
         self.block, self.grid = block, grid
         self.threads = block[0] * block[1] * block[2]
         self.ctas = ctas
+        self.cluster = (1, 1, 1)  # CTAs per cluster (x, y, z); a batch holds whole clusters, rank order
+        self.cluster_size = 1
         self.lanes = ctas * self.threads
         lane = np.arange(self.lanes, dtype=np.int64)
         self.lane_ids = lane
@@ -190,6 +196,8 @@ class Machine:
         self.exit_hooks: list = []
         self.bar_arrived = np.zeros((facts.NAMED_BARRIERS, self.lanes), bool)
         self.bar_expected = np.zeros((facts.NAMED_BARRIERS, ctas), np.int64)
+        self.bar_count = np.zeros((facts.NAMED_BARRIERS, ctas), np.int64)  # threads counted, a warp at a time
+        self.bar_uncounted = np.zeros((facts.NAMED_BARRIERS, self.lanes), bool)  # arrived, warp not yet counted
         self.bar_waiting = np.full(self.lanes, -1, np.int64)
         self.sync_epoch = 0
         self.maxnreg: dict[tuple[int, int], int] = {}
@@ -220,6 +228,8 @@ class Machine:
         self.park_address[:] = -1
         self.park_test[:] = False
         self.bar_arrived[:] = False
+        self.bar_count[:] = 0
+        self.bar_uncounted[:] = False
         self.bar_waiting[:] = -1
         self.maxnreg.clear()
         self.async_copies = []
@@ -241,7 +251,23 @@ class Machine:
         where = f" ({self.describe_lane(int(lane))})" if lane is not None else ""
         return fail(self.source, inst, message + where)
 
+    def shared_target(self, lanes, addresses: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(CTA slots, offsets, rank fields) of the shared::cluster addresses of `lanes` (CLUSTER_RANK_SHIFT):
+        rank field 0 is the lane's own CTA, r > 0 the CTA of cluster rank r - 1 (the caller checks that
+        r <= cluster_size)."""
+        addresses = np.asarray(addresses, np.int64)
+        field = addresses >> CLUSTER_RANK_SHIFT
+        offsets = addresses & ((1 << CLUSTER_RANK_SHIFT) - 1)
+        own = self.lane_cta[lanes]
+        slots = np.where(field > 0, own - own % self.cluster_size + field - 1, own)
+        return slots, np.where(addresses < 0, addresses, offsets), field
+
     def shared_flat(self, lanes, addresses: np.ndarray) -> np.ndarray:
-        """Index into `shared` of the CTA-local shared addresses of `lanes`."""
-        return self.lane_cta[lanes] * self.shared_bytes + addresses
+        """Index into `shared` of the shared::cluster addresses of `lanes` (own CTA below 2^24)."""
+        slots, offsets, _ = self.shared_target(lanes, addresses)
+        return slots * self.shared_bytes + offsets
+
+    def cta_exited(self, slot: int) -> bool:
+        """Whether every thread of CTA slot `slot` has exited."""
+        return bool((self.status[slot * self.threads:(slot + 1) * self.threads] == EXITED).all())
     # endregion

@@ -2,9 +2,12 @@
 shfl.sync, vote.sync, redux.sync, activemask, bar.warp.sync, setmaxnreg, and the fences (no-ops).
 
 Named barriers [P#...-bar]: `bar.sync id{, n}` (and `bar.red`, which also reduces a predicate) blocks its threads until the barrier completes; `bar.arrive
-id, n` counts without blocking. With n the barrier completes when the arrived warps hold n threads (warp
-granularity: a warp counts once all its non-exited threads arrived); without n, when every non-exited thread
-of the CTA arrived. Exited threads never block a barrier. The barrier then resets.
+id, n` counts without blocking. The barrier counts warps, not threads: each time all non-exited threads of a
+warp have executed a bar instruction on it, the warp's arrival is marked and adds the warp size to the count
+("causes executing thread to wait for all non-exited threads from its warp and marks warps' arrival"), so a
+warp that executes `bar.arrive id, n` and then `bar.sync id, n` in one phase counts twice. With n the
+barrier completes when the count reaches n; without n, when it reaches the warp size times the warps that
+still have a thread. Exited threads never block a barrier. The barrier then resets.
 
 mbarrier [P#...-mbarrier]: the `facts.MBarrierState` machine per (CTA, shared address); init/arrive (with
 count)/arrive.expect_tx/expect_tx/complete_tx/arrive_drop/inval, try_wait(.parity) (blocks the thread until
@@ -25,9 +28,10 @@ from dataclasses import replace
 
 import numpy as np
 
+from tessera.interpreters.ptx.cluster import decode_barrier_cluster, shared_offsets
 from tessera.interpreters.ptx.decode import Operands, Step, elements, opcode
 from tessera.interpreters.ptx.memory import SHARED_WINDOW, WINDOW_SIZE, lanes_of, take_space
-from tessera.interpreters.ptx.state import BAR, EXITED, PARK, RUN, Machine
+from tessera.interpreters.ptx.state import BAR, CLUSTER_RANK_SHIFT, EXITED, PARK, RUN, Machine
 from tessera.interpreters.ptx.syntax import Imm, Sink
 from tessera.interpreters.ptx.types import ptx_type
 from tessera.sm90 import facts
@@ -46,48 +50,50 @@ def _uniform(m: Machine, inst, values, lanes: np.ndarray, what: str) -> int:
 
 # region named barriers
 def check_barrier(m: Machine, barrier: int, cta: int) -> None:
-    """Complete named barrier `barrier` of CTA slot `cta` if enough threads arrived; wake its waiters."""
-    lanes = np.flatnonzero(m.lane_cta == cta)
-    arrived = m.bar_arrived[barrier, lanes]
-    if not arrived.any():
-        return
+    """Mark the arrival of each warp of CTA slot `cta` whose non-exited threads have all executed a bar
+    instruction on `barrier` since its last arrival; complete the barrier when the count is reached (see the
+    module docstring) and wake its waiters."""
+    lanes = np.arange(cta * m.threads, (cta + 1) * m.threads)
+    uncounted = m.bar_uncounted[barrier, lanes]
     live = m.status[lanes] != EXITED
-    expected = int(m.bar_expected[barrier, cta])
     warp = m.tid[lanes] // facts.WARP_SIZE
-    if expected == 0:
-        complete = (arrived | ~live).all()
-        released = lanes
-    else:
-        warps = np.unique(warp[arrived])
-        full = [w for w in warps if (arrived | ~live)[warp == w].all()]
-        if sum(int((warp == w).sum()) for w in full) < expected:
-            return
-        complete = True
-        released = lanes[np.isin(warp, full)]
-    if not complete:
+    for w in np.unique(warp[uncounted]):
+        in_warp = warp == w
+        if (uncounted | ~live)[in_warp].all():
+            m.bar_count[barrier, cta] += facts.WARP_SIZE
+            m.bar_uncounted[barrier, lanes[in_warp]] = False
+    count = int(m.bar_count[barrier, cta])
+    expected = int(m.bar_expected[barrier, cta]) or facts.WARP_SIZE * len(np.unique(warp[live]))
+    if count == 0 or count < expected:
         return
-    waiting = released[(m.status[released] == BAR) & (m.bar_waiting[released] == barrier)]
+    waiting = lanes[(m.status[lanes] == BAR) & (m.bar_waiting[lanes] == barrier)]
     finish = getattr(m, "bar_reductions", {}).pop((barrier, cta), None)
+    arrived = m.bar_arrived[barrier, lanes] & ~m.bar_uncounted[barrier, lanes]
     if finish is not None:  # bar.red: reduce over the threads that arrived, give the result to the waiters
-        finish(waiting, released[m.bar_arrived[barrier, released]])
+        finish(waiting, lanes[arrived])
     m.status[waiting] = RUN
     m.pc[waiting] += 1
     m.bar_waiting[waiting] = -1
-    m.bar_arrived[barrier, released] = False
-    m.bar_expected[barrier, cta] = 0
+    m.bar_arrived[barrier, lanes[arrived]] = False
+    m.bar_count[barrier, cta] = 0
+    if not m.bar_uncounted[barrier, lanes].any():
+        m.bar_expected[barrier, cta] = 0
     m.sync_epoch += 1
 
 
 def _barriers_on_exit(m: Machine):
     def hook(ctas):
         for cta in ctas:
-            for barrier in np.flatnonzero(m.bar_arrived[:, m.lane_cta == cta].any(axis=1)):
+            pending = m.bar_uncounted[:, m.lane_cta == cta].any(axis=1) | (m.bar_count[:, cta] > 0)
+            for barrier in np.flatnonzero(pending):
                 check_barrier(m, int(barrier), int(cta))
     return hook
 
 
 @opcode("bar", "barrier")
 def decode_bar(ops: Operands, inst, mods):
+    if "cluster" in inst.modifiers:
+        return decode_barrier_cluster(ops, inst, mods)
     mods.drop("cta", "aligned")
     if mods.take("warp"):
         mods.take("sync")
@@ -136,6 +142,7 @@ def decode_bar(ops: Operands, inst, mods):
                 raise m.error(inst, f"barrier {barrier} used with thread counts {previous} and {n}", int(active[0]))
             m.bar_expected[barrier, cta] = n
         m.bar_arrived[barrier, active] = True
+        m.bar_uncounted[barrier, active] = True
         if reduce is not None:
             reduce(barrier, active)
         if action == "sync":
@@ -180,8 +187,8 @@ def _bar_reduction(ops: Operands, inst, mods):
 # endregion
 # region mbarrier
 def shared_addresses(m: Machine, inst, space: str, lanes: np.ndarray, addresses) -> np.ndarray:
-    """Shared-space addresses of an mbarrier operand (generic ones must be in the shared window), checked
-    to be 8-byte aligned and inside shared memory."""
+    """Shared::cluster addresses of an mbarrier operand (generic ones must be in the shared window), checked
+    to be 8-byte aligned and inside the shared memory of a CTA of the cluster (`cluster.shared_offsets`)."""
     addresses = np.broadcast_to(np.asarray(addresses, np.int64), lanes.shape)
     if space == "generic":
         inside = (addresses >= SHARED_WINDOW) & (addresses < SHARED_WINDOW + WINDOW_SIZE)
@@ -191,7 +198,8 @@ def shared_addresses(m: Machine, inst, space: str, lanes: np.ndarray, addresses)
         addresses = addresses - SHARED_WINDOW
     elif space != "shared":
         raise m.error(inst, f"an mbarrier lives in shared memory, not .{space}")
-    bad = (addresses < 0) | (addresses + facts.MBARRIER_BYTES > m.shared_bytes) | (addresses % facts.MBARRIER_BYTES != 0)
+    offsets = shared_offsets(m, inst, lanes, addresses)
+    bad = (offsets < 0) | (offsets + facts.MBARRIER_BYTES > m.shared_bytes) | (addresses % facts.MBARRIER_BYTES != 0)
     if bad.any():
         i = int(np.argmax(bad))
         raise m.error(inst, f"mbarrier address {int(addresses[i]):#x} is misaligned or outside shared memory "
@@ -199,8 +207,14 @@ def shared_addresses(m: Machine, inst, space: str, lanes: np.ndarray, addresses)
     return addresses
 
 
+def mbarrier_key(m: Machine, lane: int, address: int) -> tuple[int, int]:
+    """(CTA slot, offset) of the mbarrier at shared::cluster `address` for `lane`."""
+    slots, offsets, _ = m.shared_target(np.array([lane]), np.array([address], np.int64))
+    return int(slots[0]), int(offsets[0])
+
+
 def _state(m: Machine, inst, lane: int, address: int) -> facts.MBarrierState:
-    key = (int(m.lane_cta[lane]), int(address))
+    key = mbarrier_key(m, lane, address)
     state = m.mbarriers.get(key)
     if state is None:
         raise m.error(inst, f"the mbarrier at shared address {address:#x} is used before mbarrier.init", lane)
@@ -225,7 +239,10 @@ def apply(m: Machine, inst, lane: int, address: int, action) -> int:
         result = action(state)
     except ValueError as error:
         raise m.error(inst, f"mbarrier at {address:#x}: {error}", lane) from None
-    _changed(m, (int(m.lane_cta[lane]), int(address)), before, state)
+    key = mbarrier_key(m, lane, address)
+    if key[0] != int(m.lane_cta[lane]):
+        m.cluster_state.remote_mbarrier(inst, lane, key, before)
+    _changed(m, key, before, state)
     return result
 
 
@@ -258,7 +275,7 @@ def decode_mbarrier(ops: Operands, inst, mods):
             addresses = shared_addresses(m, inst, space, lanes, address(sel))
             values = np.broadcast_to(np.asarray(amount(sel)), lanes.shape) if amount is not None else None
             for i, (lane, a) in enumerate(zip(lanes, addresses)):
-                key = (int(m.lane_cta[lane]), int(a))
+                key = mbarrier_key(m, int(lane), int(a))
                 if action == "init":
                     state = facts.MBarrierState()
                     try:
@@ -266,6 +283,7 @@ def decode_mbarrier(ops: Operands, inst, mods):
                     except ValueError as error:
                         raise m.error(inst, str(error), int(lane)) from None
                     m.mbarriers[key] = state
+                    m.cluster_state.note_init(int(lane), key)
                     _changed(m, key, -1, state)
                 elif action == "inval":
                     m.mbarriers.pop(key, None)
@@ -318,6 +336,8 @@ def decode_mbarrier(ops: Operands, inst, mods):
                 done[i] = state.try_wait_parity(int(tokens[i]) & 1) if parity else state.test_wait(int(tokens[i]))
             except ValueError as error:
                 raise m.error(inst, str(error), int(lane)) from None
+            if done[i]:
+                m.cluster_state.observed(int(lane), mbarrier_key(m, int(lane), int(a)), state.phase)
         passed = active[done]
         write(passed, np.ones(len(passed), bool))
         m.pc[passed] += 1
@@ -325,7 +345,7 @@ def decode_mbarrier(ops: Operands, inst, mods):
         if not len(failed):
             return
         m.status[failed] = PARK
-        m.park_address[failed] = addresses[~done]
+        m.park_address[failed] = addresses[~done] & ((1 << CLUSTER_RANK_SHIFT) - 1)
         if not blocking:  # test_wait returns false now and the thread goes on when woken
             write(failed, np.zeros(len(failed), bool))
             m.pc[failed] += 1

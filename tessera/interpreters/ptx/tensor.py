@@ -11,7 +11,9 @@ else is an error. The store form `cp.async.bulk.tensor.Nd.global.shared::cta.til
 writes the box back, skipping out-of-bounds elements. Non-tensor `cp.async.bulk` copies bytes the same way.
 Copies happen at issue (every executing thread issues its own), which is one legal timing: their data and
 transaction bytes are there before anyone can observe them; commit/wait groups are then no-ops.
-Multicast is accepted only for a mask containing this CTA (a cluster is one CTA here).
+`.multicast::cluster` with mask M lands the data at the same shared offset in every CTA of cluster
+rank r with bit r of M set, and completes the bytes on the mbarrier at the same offset in each (`cluster`);
+`cp.async.bulk.shared::cluster.shared::cta` forwards the executing CTA's shared memory into a peer's.
 
 wgmma [P#asynchronous-warpgroup-level-matrix-*; facts.wgmma, facts.descriptor]: per warpgroup (all 128
 threads, collective) D = A x B (+ D when scale-d), A 64xK from shared memory through its descriptor (K-major,
@@ -37,6 +39,7 @@ import ml_dtypes
 import numpy as np
 
 from tessera.interpreters.ptx import memory
+from tessera.interpreters.ptx.cluster import _OFFSET_MASK, cluster_address, multicast_slots, shared_offsets
 from tessera.interpreters.ptx.decode import Operands, Step, elements, opcode
 from tessera.interpreters.ptx.memory import access, lanes_of, take_space
 from tessera.interpreters.ptx.state import GLOBAL_BASE, PARAM_WINDOW, WINDOW_SIZE, Machine
@@ -73,7 +76,11 @@ def _box_offsets(tmap: TensorMapObject, coords: list[int]) -> tuple[np.ndarray, 
     return tmap.spec.box_byte_offsets(coords)
 
 
-def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], smem: int, load: bool):
+def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], smem: int, load: bool,
+              slot: int | None = None):
+    """One thread's tensor copy between the box at `coords` and shared offset `smem` of CTA slot `slot` (the
+    thread's own by default); returns the bytes of the box."""
+    slot = int(m.lane_cta[lane]) if slot is None else slot
     tmap = _tensor_map(m, inst, lane, map_address)
     spec = tmap.spec
     if len(coords) != spec.rank:
@@ -89,7 +96,7 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
         raise m.error(inst, f"the {size}-byte box at shared address {smem:#x} overruns shared memory "
                             f"({m.shared_bytes} bytes)", lane)
     swizzle = facts.tensor_map_swizzle_bytes(spec.swizzle)
-    shared_index = int(m.lane_cta[lane]) * m.shared_bytes + facts.swizzle_address(
+    shared_index = slot * m.shared_bytes + facts.swizzle_address(
         smem + np.arange(size, dtype=np.int64), swizzle)
     global_index = (tmap.address - GLOBAL_BASE + offsets)[:, None] + np.arange(e)
     if load:
@@ -123,6 +130,7 @@ def decode_bulk(ops: Operands, inst, mods):
     mods.drop_prefixed("L2::")
     spaces = [m_ for m_ in inst.modifiers if m_ in ("global", "shared::cluster", "shared::cta", "shared")]
     load = spaces[:1] != ["global"]
+    source_space = "shared" if load and spaces[1:2] in (["shared::cta"], ["shared"]) else "global"
     mods.drop("global", "shared::cluster", "shared::cta", "shared")
     if load:
         if not mods.take("mbarrier::complete_tx::bytes"):
@@ -155,9 +163,7 @@ def decode_bulk(ops: Operands, inst, mods):
         if barrier is not None:
             barriers = shared_addresses(m, inst, "shared", lanes, barrier(sel))
         if mask is not None:
-            masks = np.broadcast_to(np.asarray(mask(sel)), lanes.shape)
-            if ((masks & 1) == 0).any() or (masks > 1).any():
-                raise m.error(inst, "multicast to other CTAs of a cluster (clusters are one CTA here)", int(lanes[0]))
+            masks = np.broadcast_to(np.asarray(mask(sel), np.int64), lanes.shape)
         if tensor:
             maps = np.broadcast_to(np.asarray(map_address(sel), np.int64), lanes.shape)
             values = [np.broadcast_to(np.asarray(c(sel), np.int64), lanes.shape) for c in coords]
@@ -166,22 +172,36 @@ def decode_bulk(ops: Operands, inst, mods):
             sizes = np.broadcast_to(np.asarray(size(sel), np.int64), lanes.shape)
         for i, lane in enumerate(lanes):
             lane = int(lane)
+            one = lanes[i:i + 1]
+            if load:  # the CTAs the copy lands in, and the shared::cluster addresses of data and barrier there
+                shared_offsets(m, inst, one, smem_addresses[i:i + 1])
+                slots, offsets, _ = m.shared_target(one, smem_addresses[i:i + 1])
+                if mask is not None:
+                    targets = [(slot, cluster_address(m, slot, int(offsets[0])),
+                                cluster_address(m, slot, int(barriers[i]) & _OFFSET_MASK))
+                               for slot in multicast_slots(m, inst, lane, int(masks[i]))]
+                else:
+                    targets = [(int(slots[0]), int(smem_addresses[i]), int(barriers[i]))]
             if tensor:
-                nbytes = _tma_lane(m, inst, lane, int(maps[i]), [int(v[i]) for v in values], int(smem_addresses[i]),
-                                   load)
+                coordinates = [int(v[i]) for v in values]
+                if not load:
+                    nbytes = _tma_lane(m, inst, lane, int(maps[i]), coordinates, int(smem_addresses[i]), load)
+                for slot, destination, _ in targets if load else ():
+                    nbytes = _tma_lane(m, inst, lane, int(maps[i]), coordinates,
+                                       destination & _OFFSET_MASK, load, slot)
             else:
                 nbytes = int(sizes[i])
-                one = lanes[i:i + 1]
                 if nbytes % 16:
                     raise m.error(inst, f"bulk copy size {nbytes} is not a multiple of 16", lane)
                 if load:
-                    data = access(m, inst, "global", one, sources[i:i + 1], nbytes, align=16)
-                    access(m, inst, "shared", one, smem_addresses[i:i + 1], nbytes, data, align=16)
+                    data = access(m, inst, source_space, one, sources[i:i + 1], nbytes, align=16)
+                    for _, destination, _ in targets:
+                        access(m, inst, "shared", one, np.array([destination]), nbytes, data, align=16)
                 else:
                     data = access(m, inst, "shared", one, smem_addresses[i:i + 1], nbytes, align=16)
                     access(m, inst, "global", one, sources[i:i + 1], nbytes, data, align=16)
-            if barrier is not None:
-                apply(m, inst, lane, int(barriers[i]), lambda s, n=nbytes: s.complete_tx(n))
+            for _, _, target_barrier in targets if barrier is not None else ():
+                apply(m, inst, lane, target_barrier, lambda s, n=nbytes: s.complete_tx(n))
 
     return run
 

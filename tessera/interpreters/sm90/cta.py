@@ -52,6 +52,13 @@ class CtaState:
     last_sync: np.ndarray = field(init=False)
     named: list[NamedBarrier] = field(init=False)
     register_budget: dict[int, int] = field(default_factory=dict)
+    cluster: object | None = None
+    """The `tessera.interpreters.sm90.cluster.Cluster` this CTA runs in (None: a cluster of one)."""
+    rank: int = 0
+    """%cluster_ctarank."""
+    traffic: dict[str, int] = field(default_factory=dict)
+    """Bytes this CTA's TMA copies read from global memory, by tensor map (a multicast counts once, for its
+    issuer)."""
 
     def __post_init__(self) -> None:
         self.tid = np.arange(self.threads, dtype=np.int32)

@@ -31,6 +31,8 @@ from tessera.dialects.tile_types import DimsAttr
 from tessera.interpreters.blas_threads import single_threaded_blas
 from tessera.interpreters.block_batch import KernelHazardError
 from tessera.interpreters.sm90.arith import RegisterArithFunctions
+from tessera.cluster import CLUSTER_ATTR, kernel_cluster, launch_cluster
+from tessera.interpreters.sm90.cluster import Cluster, ClusterFunctions
 from tessera.interpreters.sm90.control import DivergentControlFunctions
 from tessera.interpreters.sm90.cta import CtaState
 from tessera.interpreters.sm90.global_memory import GlobalMemory
@@ -214,9 +216,71 @@ def run_cta(kernel: TargetKernel, module: ModuleOp, values: list, memory: Global
     return cta
 
 
+def run_cluster(kernel: TargetKernel, module: ModuleOp, values: list, memory: GlobalMemory,
+                cta_ids: Sequence[tuple[int, int, int]], grid: tuple[int, int, int], shape: tuple[int, int, int],
+                allocation=None, listeners=None) -> list[CtaState]:
+    """Run the CTAs `cta_ids` (in %cluster_ctarank order) of one cluster of `shape` together, each with its own
+    shared memory, on one strand scheduler (`tessera.interpreters.sm90.cluster`); raises KernelHazardError
+    (or DeadlockError) on a hazard in any of them."""
+    scheduler = Scheduler(lambda env: None)  # each strand makes its own CTA's interpreters
+    cluster = Cluster(shape, scheduler, kernel.threads)
+    members, bodies = [], []
+    for rank, cta_id in enumerate(cta_ids):
+        cta = CtaState(kernel.threads, kernel.smem_bytes, cta_id, grid, scheduler, cluster=cluster, rank=rank)
+        members.append(cta)
+        bodies.append(_member_body(kernel, module, values, memory, cta, allocation, listeners))
+    cluster.members = members
+    scheduler.run_together(bodies)
+    return members
+
+
+def _member_body(kernel, module, values, memory, cta: CtaState, allocation, listeners):
+    """(name, interpreter, mask, body, factory) of one member CTA for `Scheduler.run_together`."""
+    functions = (DivergentControlFunctions(cta), RegisterArithFunctions(cta), Sm90Functions(cta, memory),
+                 ClusterFunctions(cta))
+    checkers = (PendingUseChecker(cta.wgmma),)
+    if allocation is not None:
+        checkers += (RegisterFileChecker(cta, allocation),)
+    if listeners is not None:
+        checkers += tuple(listeners(cta))
+
+    def make_interpreter(env=None) -> Interpreter:
+        interpreter = Interpreter(module, listeners=checkers)
+        if env is not None:
+            interpreter._ctx = env  # noqa: SLF001 - a deferred branch starts in the scope of its scf.if
+        for f in functions:
+            interpreter.register_implementations(f)
+        return interpreter
+
+    main = make_interpreter()
+
+    def body():
+        results = main.run_ssacfg_region(kernel.op.body, tuple(values), kernel.name)
+        cta.cluster.exit(cta)
+        cta.tma.check_drained()
+        cta.wgmma.check_drained()
+        return results
+
+    return (f"CTA {cta.cta_id} (rank {cta.rank})", main, np.ones(kernel.threads, bool), body, make_interpreter)
+
+
+def cluster_members(grid: tuple[int, int, int], shape: tuple[int, int, int]) -> list[list[tuple[int, int, int]]]:
+    """The CTA ids of each cluster of the grid (clusters in linear order, x fastest; members by rank)."""
+    gx, gy, gz = grid
+    cx, cy, cz = shape
+    clusters = []
+    for Z in range(gz // cz):
+        for Y in range(gy // cy):
+            for X in range(gx // cx):
+                clusters.append([(X * cx + x, Y * cy + y, Z * cz + z)
+                                 for z in range(cz) for y in range(cy) for x in range(cx)])
+    return clusters
+
+
 @single_threaded_blas()
 def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], sizes: Mapping[str, int],
-                      allocation=None, listeners=None, cta_order: Sequence[int] | None = None) -> None:
+                      allocation=None, listeners=None, cta_order: Sequence[int] | None = None,
+                      traffic: dict | None = None, cluster: tuple[int, int, int] | None = None) -> None:
     """Run every CTA of the target kernel `func_op` on the Tile-level argument arrays (inputs, outputs,
     scratch), writing outputs into them. Raises ValueError for a bad launch and KernelHazardError (or its
     subclass DeadlockError) naming the op and thread of a hazard; a grid, a thread count or dynamic shared memory
@@ -225,7 +289,13 @@ def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], siz
     (optional) makes extra interpreter listeners for each CTA: `listeners(cta_state)`. `cta_order` (optional) is
     the order the CTAs run in, a permutation of their linear indices (x fastest; default: that order): CTAs
     that add into one tensor must agree in any order (`global_memory`). BLAS runs on one thread meanwhile
-    (`tessera.interpreters.blas_threads`)."""
+    (`tessera.interpreters.blas_threads`).
+
+    A kernel that declares a cluster (`tile.cluster`) runs cluster by cluster, the members together
+    (`run_cluster`), with the shape `tessera.cluster.launch_cluster` gives for the grid (clusters of one where
+    it does not divide the grid), or `cluster` if given (as a host description says; checked against the
+    grid and the hardware's limits); `cta_order` is then refused. `traffic`, if given, receives {cta id:
+    {tensor map: bytes read from global memory by its TMA copies}}."""
     kernel = target_kernel(func_op)
     names = [f"#{k}" for k in range(len(arguments))]
     for arg in kernel.args:
@@ -240,14 +310,35 @@ def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], siz
     memory = GlobalMemory(list(arguments), names, reduced, atomic, grid)
     values = _argument_values(kernel, arguments, sizes, memory)
     module = _module_of(func_op)
+    declared = kernel_cluster(func_op) if CLUSTER_ATTR in func_op.attributes else None
+    if declared is None and any(isinstance(op, sm90.CLUSTER_OPS) for op in func_op.walk()):
+        declared = (1, 1, 1)  # cluster ops without a declared cluster: each CTA is a cluster of one
+    if cluster is None and declared is not None:
+        cluster, _ = launch_cluster(declared, grid)
+    if cluster is not None:
+        if cta_order is not None:
+            raise ValueError(f"@{kernel.name}: cta_order permutes single CTAs; a clustered kernel runs each "
+                             "cluster's CTAs together")
+        try:
+            facts.check_cluster(grid, tuple(cluster))
+        except ValueError as error:
+            raise ValueError(f"@{kernel.name}: {error}") from None
+        for cta_ids in cluster_members(grid, tuple(cluster)):
+            for cta in run_cluster(kernel, module, values, memory, cta_ids, grid, tuple(cluster), allocation,
+                                   listeners):
+                if traffic is not None:
+                    traffic[cta.cta_id] = dict(cta.traffic)
+        return
     gx, gy, gz = grid
     order = range(gx * gy * gz) if cta_order is None else [int(i) for i in cta_order]
     if sorted(order) != list(range(gx * gy * gz)):
         raise ValueError(f"@{kernel.name}: cta_order must be a permutation of the {gx * gy * gz} CTAs' linear "
                          "indices")
     for linear in order:
-        run_cta(kernel, module, values, memory, (linear % gx, (linear // gx) % gy, linear // (gx * gy)), grid,
-                allocation, listeners)
+        cta = run_cta(kernel, module, values, memory, (linear % gx, (linear // gx) % gy, linear // (gx * gy)), grid,
+                      allocation, listeners)
+        if traffic is not None:
+            traffic[cta.cta_id] = dict(cta.traffic)
 
 
 __all__ = ["run_target_kernel", "target_kernel", "TargetKernel", "TargetArg", "KernelHazardError", "SOURCE_ATTR",

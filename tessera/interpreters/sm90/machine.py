@@ -59,12 +59,20 @@ class Sm90Functions(InterpreterFunctions):
     def run_special(self, interpreter: Interpreter, op: sm90.SpecialRegOp, args: PythonValues):
         cta, name = self.cta, op.register.data
         axis = "xyz".index(name[-1]) if name[-2:-1] == "." else 0
+        shape = cta.cluster.shape if cta.cluster is not None else (1, 1, 1)
         values = {
             "tid": lambda: cta.tid if axis == 0 else 0,
             "ntid": lambda: cta.threads if axis == 0 else 1,
             "ctaid": lambda: cta.cta_id[axis],
             "nctaid": lambda: cta.grid[axis],
             "laneid": lambda: cta.tid % facts.WARP_SIZE,
+            # A CTA launched without a cluster is a cluster of one (see tessera.interpreters.sm90.cluster).
+            "cluster_ctarank": lambda: cta.rank,
+            "cluster_nctarank": lambda: int(np.prod(shape)),
+            "cluster_ctaid": lambda: cta.cta_id[axis] % shape[axis],
+            "cluster_nctaid": lambda: shape[axis],
+            "clusterid": lambda: cta.cta_id[axis] // shape[axis],
+            "nclusterid": lambda: cta.grid[axis] // shape[axis],
         }[name.split(".")[0]]()
         return (np.broadcast_to(np.asarray(values, dtype_of(op.result.type)), (cta.threads,)).copy(),)
 

@@ -94,6 +94,8 @@ class MBarriers:
             barrier = MBarrier(len(self.instances), address, state, int(thread), self.cta.tick())
             self.instances.append(barrier)
             self.live[address] = barrier
+            if self.cta.cluster is not None:
+                self.cta.cluster.init_time[(self.cta.rank, barrier.index)] = self.cta.cluster.tick()
             self.cta.smem.is_mbarrier[span] = True
             self.observed = np.concatenate([self.observed, np.zeros((1, self.cta.threads), np.int64)])
 
@@ -169,15 +171,23 @@ class MBarriers:
         seen = threads[done]
         indices = np.array([b.index for b in barriers], np.int64)[done]
         np.maximum.at(self.observed, (indices, seen), phases[done])
+        if self.cta.cluster is not None:
+            for index in np.unique(indices):
+                self.cta.cluster.observe(self.cta, int(index), seen[indices == index])
         return result
 
     def _describe_stuck(self, op: Operation, barrier: MBarrier, parity: int, thread: int) -> tuple[str, str]:
         s = barrier.state
+        short = ""
+        if s.pending == 0 and s.tx_count > 0:
+            short = f": expect_tx announced {s.tx_count} bytes more than the copies delivered"
+        elif s.pending == 0 and s.tx_count < 0:
+            short = f": the copies delivered {-s.tx_count} bytes more than expect_tx announced"
         return self.cta.describe(
             op, f"every active thread spins on the mbarrier at {self._locate(barrier.address)} waiting for "
                 f"parity {parity}, but the barrier is in phase {s.phase} (parity {s.phase & 1}) with {s.pending} of "
                 f"{s.expected} arrivals pending and tx-count {s.tx_count}, and no in-flight copy or other thread "
-                "can complete the phase", thread)
+                f"can complete the phase{short}", thread)
 
     def share_observations(self, participants: np.ndarray, waiters: np.ndarray) -> None:
         """After a barrier, the waiters know every phase completion a participant had observed."""

@@ -57,6 +57,15 @@ class SharedMemory:
         self.fenced_at = np.full(size, -1, np.int64)
         self.is_mbarrier = np.zeros(size, bool)
         self.buffers: dict[tuple[str, int], Buffer] = {}
+        # In a cluster: the cluster time of each byte's latest read and its reader, for peers' multicasts.
+        self.read_at = np.full(size, -1, np.int64)
+        self.reader = np.full(size, -1, np.int32)
+
+    def note_read(self, addresses: np.ndarray, readers: np.ndarray) -> None:
+        """Record a read in a cluster (see `tessera.interpreters.sm90.cluster`; no-op for a lone CTA)."""
+        if self.cta.cluster is not None:
+            self.read_at[addresses] = self.cta.cluster.tick()
+            self.reader[addresses] = readers
 
     # region buffers and addresses
     def add_buffer(self, op: Operation, buffer: Buffer) -> None:
@@ -132,6 +141,7 @@ class SharedMemory:
         self.check_alignment(op, addresses, threads, WORD_BYTES, "loads 32 bits")
         byte_addresses = (addresses[:, None] + np.arange(WORD_BYTES)).reshape(-1)
         self.check_generic_read(op, byte_addresses, np.repeat(threads, WORD_BYTES))
+        self.note_read(byte_addresses, np.repeat(threads, WORD_BYTES))
         return self.data[byte_addresses].view("<u4").astype(np.uint32)
 
     def fence_proxy_async(self, threads: np.ndarray) -> None:
@@ -165,6 +175,7 @@ class SharedMemory:
     # region async proxy: wgmma operands, TMA copies
     def check_async_read(self, op: Operation, addresses: np.ndarray, readers: np.ndarray, what: str) -> None:
         """A warpgroup (`readers`, its 128 thread ids) reads `addresses` through the async proxy."""
+        self.note_read(addresses, readers[0])
         state = self.state[addresses]
         self._refuse_unready(op, addresses, state, np.full(addresses.shape, readers[0]), what)
         landed = state == LANDED

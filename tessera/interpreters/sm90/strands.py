@@ -64,6 +64,8 @@ class Strand:
     finished: bool = False
     results: tuple = ()
     thread: threading.Thread | None = None
+    factory: Callable[[object], Interpreter] | None = None
+    """Makes the interpreters of the strand's deferred branches (its CTA's); None: the scheduler's."""
 
     @property
     def active(self) -> np.ndarray:
@@ -103,6 +105,58 @@ class Scheduler:
             raise
         finally:
             self._stop_all()
+
+    def run_together(self, bodies: list[tuple[str, Interpreter, np.ndarray, Callable[[], tuple], Callable]]) -> None:
+        """Run several CTAs' kernels as strands of this scheduler (a cluster): each entry is (name, interpreter,
+        thread mask, body, interpreter factory of its deferred branches). The first runs on the calling
+        thread and, once its body is done, waits for the others; a deadlock or hazard in any is raised here."""
+        (name, interpreter, mask, body, factory), rest = bodies[0], bodies[1:]
+        main = Strand(name, interpreter, [mask], factory=factory)
+        self.strands.append(main)
+        self.current = self._main = main
+        others = []
+        for name, interpreter, mask, other_body, factory in rest:
+            strand = Strand(name, interpreter, [mask], factory=factory)
+            self.strands.append(strand)
+            others.append(strand)
+            strand.thread = threading.Thread(target=self._run_body, args=(strand, other_body), daemon=True,
+                                             name=f"cta-strand-{len(self.strands)}")
+            strand.thread.start()
+        try:
+            body()
+            self.block(lambda: all(s.finished for s in others),
+                       lambda: ("", f"{name} has ended and waits for the other CTAs of its cluster"))
+        except BaseException as error:
+            with self._cond:
+                if self.error is None:
+                    self.error = error
+            raise
+        finally:
+            self._stop_all()
+
+    def _run_body(self, strand: Strand, body: Callable[[], tuple]) -> None:
+        """A CTA of a cluster other than the first, on its own Python thread (see `run_together`)."""
+        try:
+            with self._cond:
+                self._wait_turn(strand)
+            strand.results = body()
+        except StrandAbort:
+            return
+        except BaseException as error:  # reported by the main strand
+            with self._cond:
+                if self.error is None:
+                    self.error = error
+                self.current = self._main
+                self._cond.notify_all()
+            return
+        with self._cond:
+            strand.finished = True
+            following = self._next_runnable(strand)
+            if following is None:
+                self.error = DeadlockError(self._deadlock_message(None))
+                following = self._main
+            self.current = following
+            self._cond.notify_all()
 
     def _stop_all(self) -> None:
         with self._cond:
@@ -199,8 +253,9 @@ class Scheduler:
         for deferred in strand.deferred:
             if deferred.child is not None:
                 continue
-            child = Strand(f"{strand.name}/else{len(self.strands)}", self._make_interpreter(deferred.env),
-                           [deferred.mask])
+            factory = strand.factory or self._make_interpreter
+            child = Strand(f"{strand.name}/else{len(self.strands)}", factory(deferred.env), [deferred.mask],
+                           factory=strand.factory)
             deferred.child = child
             self.strands.append(child)
             child.thread = threading.Thread(target=self._run_deferred, args=(child, deferred), daemon=True,

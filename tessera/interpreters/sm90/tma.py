@@ -99,6 +99,10 @@ class TmaCopy:
     addresses: np.ndarray
     data: np.ndarray
     nbytes: int
+    phase: int | None = None
+    """The phase of `barrier` when the copy was issued: it must land in that phase (expect_tx = bytes)."""
+    issuer: int | None = None
+    """The %cluster_ctarank of the CTA that issued it (a multicast from a peer), None for this CTA's own."""
 
 
 class TmaUnit:
@@ -136,7 +140,9 @@ class TmaUnit:
                                  f"{smem.locate(start)} overruns buffer '{buffer.name}' ({buffer.size} bytes)", thread)
             addresses = facts.swizzle_address(start + np.arange(data.size, dtype=np.int64), tensor_map.swizzle)
             smem.begin_async_write(op, int(thread), addresses, barrier.index)
-            self.in_flight.append(TmaCopy(op, int(thread), barrier, addresses, data, spec.box_bytes))
+            self.in_flight.append(TmaCopy(op, int(thread), barrier, addresses, data, spec.box_bytes,
+                                          barrier.state.phase))
+            cta.traffic[tensor_map.name] = cta.traffic.get(tensor_map.name, 0) + spec.box_bytes
 
     def in_flight_on(self, barrier: MBarrier) -> bool:
         return any(copy.barrier is barrier for copy in self.in_flight)
@@ -149,6 +155,11 @@ class TmaUnit:
             return
         self.in_flight = [copy for copy in self.in_flight if copy.barrier is not barrier]
         for copy in landing:
+            if copy.phase is not None and copy.phase != barrier.state.phase:
+                self.cta.fail(copy.op, f"this copy, issued while its mbarrier at {self.cta.smem.locate(barrier.address)} "
+                                       f"was in phase {copy.phase}, lands in phase {barrier.state.phase}: the earlier "
+                                       "copies completed the phase, so the expect_tx bytes are fewer than the bytes "
+                                       "delivered", copy.thread)
             self.cta.smem.land(copy.addresses, copy.data, barrier.index, barrier.state.phase)
             self.cta.mbarriers.complete_tx(copy.op, copy.thread, barrier, copy.nbytes)
 

@@ -7,7 +7,7 @@
 
 // ===== sm90.special
 
-// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}'sm90.special' op unknown special register 'tid.w' (known: tid.x, tid.y, tid.z, ntid.x, ntid.y, ntid.z, ctaid.x, ctaid.y, ctaid.z, nctaid.x, nctaid.y, nctaid.z, laneid)
+// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}'sm90.special' op unknown special register 'tid.w' (known: tid.x, tid.y, tid.z, ntid.x, ntid.y, ntid.z, ctaid.x, ctaid.y, ctaid.z, nctaid.x, nctaid.y, nctaid.z, laneid, cluster_ctarank, cluster_nctarank, cluster_ctaid.x, cluster_ctaid.y, cluster_ctaid.z, cluster_nctaid.x, cluster_nctaid.y, cluster_nctaid.z, clusterid.x, clusterid.y, clusterid.z, nclusterid.x, nclusterid.y, nclusterid.z)
 %t = sm90.special "tid.w" : index
 
 // ===== sm90.shared_buffer

@@ -1,0 +1,408 @@
+"""Thread-block clusters in the PTX executor: the cluster special registers, distributed shared memory through
+`mapa`, `barrier.cluster`, remote mbarrier arrives, TMA multicast and bulk forwarding between CTAs, the
+launch limits the driver enforces, and the cluster hazards (a multicast mask bit outside the cluster, a remote
+arrive before the cluster barrier that follows mbarrier.init, a CTA exiting while a remote operation on its
+mbarriers is pending)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tessera.interpreters.ptx import PtxExecutionError, TensorMapArg, launch
+from tessera.sm90 import facts
+
+HEADER = ".version 8.0\n.target sm_90a\n.address_size 64\n"
+REGS = """
+    .reg .b32 %r<24>;
+    .reg .b64 %rd<16>;
+    .reg .pred %p<8>;
+"""
+
+
+def kernel(body: str, params: str = ".param .u64 out", extra: str = "", directives: str = "") -> str:
+    return f"{HEADER}{extra}\n.visible .entry k({params}){directives}\n{{{REGS}{body}\n}}\n"
+
+
+STORE_R9 = """
+    ld.param.u64 %rd0, [out];
+    mov.u32 %r15, %ctaid.x;
+    mov.u32 %r14, %ntid.x;
+    mad.lo.s32 %r15, %r15, %r14, %r0;
+    mul.wide.u32 %rd1, %r15, 4;
+    add.s64 %rd0, %rd0, %rd1;
+    st.global.u32 [%rd0], %r9;
+"""
+
+
+def per_thread(body: str, grid, block, cluster=None, extra: str = "", shared_bytes: int = 0, **kw):
+    """Run `body` (thread index in %r0, result left in %r9) and return %r9 of every thread."""
+    text = kernel("mov.u32 %r0, %tid.x;\n" + body + STORE_R9, extra=extra)
+    n = int(np.prod(grid)) * block
+    return launch(text, "k", grid, block, [np.zeros(n, np.uint32)], shared_bytes=shared_bytes, cluster=cluster,
+                  **kw)[0]
+
+
+SYNC_CLUSTER = """
+    barrier.cluster.arrive.release.aligned;
+    barrier.cluster.wait.acquire.aligned;
+"""
+
+
+# region special registers and launch limits
+@pytest.mark.parametrize("special,expected", [
+    ("%cluster_ctarank", lambda cta: cta % 2),
+    ("%cluster_nctarank", lambda cta: 2),
+    ("%clusterid.x", lambda cta: cta // 2),
+    ("%nclusterid.x", lambda cta: 3),
+    ("%cluster_ctaid.x", lambda cta: cta % 2),
+    ("%cluster_nctaid.x", lambda cta: 2),
+    ("%is_explicit_cluster", lambda cta: 1),
+    ("%ctaid.x", lambda cta: cta),
+])
+def test_cluster_special_registers_describe_a_cta_in_its_cluster(special, expected):
+    out = per_thread(f"mov.u32 %r9, {special};", grid=6, block=32, cluster=(2, 1, 1))
+    np.testing.assert_array_equal(out, np.repeat([expected(c) for c in range(6)], 32))
+
+
+def test_cluster_rank_is_x_fastest_in_a_2d_cluster():
+    text = kernel("""
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r9, %cluster_ctarank;
+    mov.u32 %r1, %ctaid.x;
+    mov.u32 %r2, %ctaid.y;
+    mov.u32 %r3, %nctaid.x;
+    mad.lo.s32 %r15, %r2, %r3, %r1;
+    ld.param.u64 %rd0, [out];
+    mul.wide.u32 %rd1, %r15, 4;
+    add.s64 %rd0, %rd0, %rd1;
+    setp.eq.u32 %p1, %r0, 0;
+    @%p1 st.global.u32 [%rd0], %r9;
+    """)
+    out = launch(text, "k", (4, 4), 32, [np.zeros(16, np.uint32)], cluster=(2, 2, 1))[0].reshape(4, 4)
+    np.testing.assert_array_equal(out, [[0, 1, 0, 1], [2, 3, 2, 3], [0, 1, 0, 1], [2, 3, 2, 3]])
+
+
+def test_a_launch_without_a_cluster_is_one_cta_per_cluster_and_not_explicit():
+    out = per_thread("mov.u32 %r9, %cluster_nctarank; mov.u32 %r1, %is_explicit_cluster; add.u32 %r9, %r9, %r1;"
+                     "mov.u32 %r1, %nclusterid.x; mul.lo.u32 %r1, %r1, 10; add.u32 %r9, %r9, %r1;", grid=3, block=32)
+    assert (out == 31).all()
+
+
+def test_reqnctapercluster_gives_the_cluster_shape_and_must_agree_with_the_launch():
+    text = kernel("mov.u32 %r0, %tid.x; mov.u32 %r9, %cluster_nctarank;" + STORE_R9,
+                  directives=" .reqnctapercluster 2, 1, 1")
+    assert (launch(text, "k", 4, 32, [np.zeros(128, np.uint32)])[0] == 2).all()
+    with pytest.raises(ValueError, match="requires clusters of"):
+        launch(text, "k", 4, 32, [np.zeros(128, np.uint32)], cluster=(4, 1, 1))
+
+
+@pytest.mark.parametrize("grid,cluster,message", [
+    ((6, 1, 1), (4, 1, 1), "does not divide grid"),
+    ((4, 3, 1), (1, 2, 1), "grid y = 3 is not a multiple of cluster y = 2"),
+    ((16, 1, 1), (16, 1, 1), "more than the 8 a cluster may hold .up to 16 with the non-portable"),
+])
+def test_clusters_the_driver_refuses_are_refused(grid, cluster, message):
+    text = kernel("ret;")
+    with pytest.raises(ValueError, match=message):
+        launch(text, "k", grid, 32, [np.zeros(1, np.uint32)], cluster=cluster)
+
+
+def test_the_non_portable_opt_in_allows_16_ctas_and_no_more():
+    out = per_thread("mov.u32 %r9, %cluster_nctarank;", grid=16, block=32, cluster=16,
+                     non_portable_cluster_size=True)
+    assert (out == facts.MAX_NONPORTABLE_CLUSTER_SIZE).all()
+    with pytest.raises(ValueError, match="more than the 16"):
+        per_thread("mov.u32 %r9, 0;", grid=32, block=32, cluster=32, non_portable_cluster_size=True)
+
+
+# endregion
+# region distributed shared memory and barrier.cluster
+def test_mapa_stores_reach_the_peer_and_the_cluster_barrier_orders_them():
+    """Each CTA writes (its rank + 1) * 100 + tid into its peer's buffer, then reads its own after the barrier."""
+    body = """
+    mov.u32 %r1, %cluster_ctarank;
+    xor.b32 %r2, %r1, 1;
+    mov.u32 %r3, buf;
+    shl.b32 %r4, %r0, 2;
+    add.u32 %r3, %r3, %r4;
+    mapa.shared::cluster.u32 %r5, %r3, %r2;
+    add.u32 %r6, %r1, 1;
+    mul.lo.u32 %r6, %r6, 100;
+    add.u32 %r6, %r6, %r0;
+    st.shared::cluster.u32 [%r5], %r6;
+    """ + SYNC_CLUSTER + """
+    ld.shared.u32 %r9, [%r3];
+    """ + SYNC_CLUSTER
+    out = per_thread(body, grid=4, block=64, cluster=2, extra=".shared .align 4 .b32 buf[64];").reshape(4, 64)
+    peer_rank = np.array([1, 0, 1, 0])
+    np.testing.assert_array_equal(out, (peer_rank[:, None] + 1) * 100 + np.arange(64))
+
+
+def test_generic_mapa_and_getctarank():
+    body = """
+    mov.u64 %rd2, buf;
+    cvta.shared.u64 %rd3, %rd2;
+    mapa.u64 %rd4, %rd3, 2;
+    st.u32 [%rd4+4], %r0;
+    getctarank.u64 %r9, %rd4;
+    mov.u32 %r7, buf;
+    getctarank.shared::cluster.u32 %r8, %r7;
+    mad.lo.u32 %r9, %r8, 10, %r9;
+    """ + SYNC_CLUSTER
+    out = per_thread(body, grid=4, block=1, cluster=4, extra=".shared .align 4 .b32 buf[4];")
+    np.testing.assert_array_equal(out, [2, 12, 22, 32])  # rank 2, plus 10 x own rank
+
+
+def test_barrier_cluster_waits_for_every_cta_of_the_cluster():
+    """CTA rank 1 writes into rank 0 only after a long loop; rank 0 reads after the cluster barrier."""
+    body = """
+    mov.u32 %r1, %cluster_ctarank;
+    mov.u32 %r3, buf;
+    setp.eq.u32 %p1, %r1, 1;
+    @!%p1 bra SYNC;
+    mov.u32 %r10, 0;
+LOOP:
+    add.u32 %r10, %r10, 1;
+    setp.lt.u32 %p2, %r10, 50;
+    @%p2 bra LOOP;
+    mapa.shared::cluster.u32 %r5, %r3, 0;
+    st.shared::cluster.u32 [%r5], %r10;
+SYNC:
+    barrier.cluster.arrive;
+    barrier.cluster.wait;
+    ld.shared.u32 %r9, [%r3];
+    """ + SYNC_CLUSTER
+    out = per_thread(body, grid=2, block=32, cluster=2, extra=".shared .align 4 .b32 buf[1];")
+    assert (out[:32] == 50).all() and (out[32:] == 0).all()
+
+
+def test_exited_threads_do_not_block_the_cluster_barrier():
+    body = """
+    mov.u32 %r1, %cluster_ctarank;
+    setp.eq.u32 %p1, %r1, 1;
+    setp.ge.u32 %p2, %r0, 16;
+    and.pred %p3, %p1, %p2;
+    mov.u32 %r9, 7;
+    @%p3 bra DONE;
+    """ + SYNC_CLUSTER + """
+    mov.u32 %r9, 1;
+DONE:
+    """
+    out = per_thread(body, grid=2, block=32, cluster=2)
+    assert (out[:48] == 1).all() and (out[48:] == 7).all()
+
+
+def test_waiting_without_arriving_stops_the_run():
+    with pytest.raises(PtxExecutionError, match="barrier.cluster.wait without a barrier.cluster.arrive"):
+        per_thread("barrier.cluster.wait; mov.u32 %r9, 0;", grid=2, block=32, cluster=2)
+
+
+def test_a_missing_arrive_in_a_peer_is_a_deadlock_naming_the_cluster_wait():
+    """Rank 1 waits on an mbarrier nobody arrives at instead of arriving at the cluster barrier."""
+    body = """
+    mov.u32 %r1, %cluster_ctarank;
+    mov.u32 %r20, bar;
+    setp.eq.u32 %p1, %r1, 0;
+    @%p1 bra ARRIVE;
+    mbarrier.init.shared::cta.b64 [%r20], 1;
+WAIT:
+    mbarrier.try_wait.parity.shared::cta.b64 %p6, [%r20], 0;
+    @!%p6 bra WAIT;
+ARRIVE:
+    barrier.cluster.arrive;
+    barrier.cluster.wait;
+    mov.u32 %r9, 0;
+    """
+    with pytest.raises(PtxExecutionError, match=r"deadlock(.|\n)*CTA \(0, 0, 0\): waiting at barrier.cluster.wait"):
+        per_thread(body, grid=2, block=1, cluster=2, extra=".shared .align 8 .b64 bar;")
+
+
+# endregion
+# region mbarriers across the cluster, multicast and forwarding
+INIT_LOCAL_BARRIER = """
+    mov.u32 %r20, bar;
+    setp.eq.u32 %p7, %r0, 0;
+    @%p7 mbarrier.init.shared::cta.b64 [%r20], {count};
+    @%p7 fence.mbarrier_init.release.cluster;
+""" + SYNC_CLUSTER
+
+WAIT_LOCAL_BARRIER = """
+WAIT{tag}:
+    mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 %p6, [%r20], {parity};
+    @!%p6 bra WAIT{tag};
+"""
+
+
+def test_remote_mbarrier_arrive_completes_the_peers_phase():
+    """Rank 1 writes into rank 0's buffer and arrives on rank 0's barrier; rank 0 waits on it and reads."""
+    body = INIT_LOCAL_BARRIER.format(count=1) + """
+    mov.u32 %r1, %cluster_ctarank;
+    mov.u32 %r3, buf;
+    setp.eq.u32 %p1, %r1, 1;
+    @!%p1 bra CONSUMER;
+    mapa.shared::cluster.u32 %r5, %r3, 0;
+    st.shared::cluster.u32 [%r5], 41;
+    mapa.shared::cluster.u32 %r6, %r20, 0;
+    mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%r6];
+    mov.u32 %r9, 0;
+    bra END;
+CONSUMER:
+""" + WAIT_LOCAL_BARRIER.format(tag="0", parity=0) + """
+    ld.shared.u32 %r9, [%r3];
+END:
+    """ + SYNC_CLUSTER
+    out = per_thread(body, grid=2, block=1, cluster=2, extra=".shared .align 8 .b64 bar; .shared .align 4 .b32 buf[1];")
+    np.testing.assert_array_equal(out, [41, 0])
+
+
+MULTICAST = """
+    mov.u32 %r1, %cluster_ctarank;
+    mov.u32 %r3, tile;
+    @%p7 mbarrier.arrive.expect_tx.shared::cta.b64 %rd5, [%r20], 2048;
+    // rank r loads rows [8r, 8r + 8) of the 16x32 f32 box... as two 8-row boxes multicast to both CTAs
+    shl.b32 %r4, %r1, 3;
+    shl.b32 %r5, %r1, 10;
+    add.u32 %r6, %r3, %r5;
+    mov.u64 %rd2, tmap;
+    cvta.param.u64 %rd3, %rd2;
+    mov.u16 %rs1, {mask};
+    @%p7 cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%r6], [%rd3, {{0, %r4}}], [%r20], %rs1;
+""" + WAIT_LOCAL_BARRIER.format(tag="0", parity=0) + """
+    shl.b32 %r7, %r0, 2;
+    add.u32 %r7, %r3, %r7;
+    ld.shared.u32 %r9, [%r7];
+""" + SYNC_CLUSTER
+
+
+def multicast_kernel(mask: str) -> str:
+    body = "mov.u32 %r0, %tid.x;\n" + INIT_LOCAL_BARRIER.format(count=1) + MULTICAST.format(mask=mask) + STORE_R9
+    return kernel(body.replace(".reg .pred", ".reg .pred"), params=".param .u64 out, .param .align 64 .b8 tmap[128]",
+                  extra=".shared .align 1024 .b8 tile[2048]; .shared .align 8 .b64 bar;").replace(
+        "    .reg .pred %p<8>;", "    .reg .pred %p<8>;\n    .reg .b16 %rs<4>;")
+
+
+def test_multicast_lands_in_every_member_and_completes_each_members_barrier():
+    """Each of two CTAs loads half of a 16x32 f32 tensor with mask 0b11: both hold the whole tensor, and each
+    CTA's barrier (expecting 2048 bytes) completes from the two halves."""
+    x = np.arange(16 * 32, dtype=np.float32).reshape(16, 32)
+    out = launch(multicast_kernel("3"), "k", 2, 512, [np.zeros(1024, np.uint32), TensorMapArg.tiled(x, box=(32, 8))],
+                 cluster=2)[0]
+    np.testing.assert_array_equal(out.view(np.float32).reshape(2, 512), np.stack([x.reshape(-1)] * 2))
+
+
+def test_multicast_mask_bit_outside_the_cluster_is_a_hazard():
+    x = np.zeros((16, 32), np.float32)
+    with pytest.raises(PtxExecutionError, match="hazard: .*mask 0x7 has a bit for a CTA rank outside the cluster of 2"):
+        launch(multicast_kernel("7"), "k", 2, 512, [np.zeros(1024, np.uint32), TensorMapArg.tiled(x, box=(32, 8))],
+               cluster=2)
+
+
+def test_bulk_copy_forwards_shared_memory_to_the_peer():
+    """Rank 0 fills 64 bytes and forwards them with cp.async.bulk.shared::cluster.shared::cta into rank 1, whose
+    barrier (expecting 64 bytes) completes."""
+    body = INIT_LOCAL_BARRIER.format(count=1) + """
+    mov.u32 %r1, %cluster_ctarank;
+    mov.u32 %r3, src;
+    mov.u32 %r4, dst;
+    setp.eq.u32 %p1, %r1, 1;
+    @%p1 bra RECEIVER;
+    shl.b32 %r5, %r0, 2;
+    add.u32 %r5, %r3, %r5;
+    add.u32 %r6, %r0, 1000;
+    st.shared.u32 [%r5], %r6;
+    fence.proxy.async.shared::cta;
+    bar.sync 0;
+    mapa.shared::cluster.u32 %r7, %r4, 1;
+    mapa.shared::cluster.u32 %r8, %r20, 1;
+    @%p7 cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%r7], [%r3], 64, [%r8];
+    mov.u32 %r9, 0;
+    bra END;
+RECEIVER:
+    @%p7 mbarrier.arrive.expect_tx.shared::cta.b64 %rd5, [%r20], 64;
+""" + WAIT_LOCAL_BARRIER.format(tag="0", parity=0) + """
+    shl.b32 %r5, %r0, 2;
+    add.u32 %r5, %r4, %r5;
+    ld.shared.u32 %r9, [%r5];
+END:
+    """ + SYNC_CLUSTER
+    out = per_thread(body, grid=2, block=16, cluster=2,
+                     extra=".shared .align 128 .b8 src[64]; .shared .align 128 .b8 dst[64]; .shared .align 8 .b64 bar;")
+    np.testing.assert_array_equal(out, [0] * 16 + list(range(1000, 1016)))
+
+
+# endregion
+# region hazards
+def test_remote_arrive_before_the_cluster_barrier_that_follows_init_is_a_hazard():
+    """Rank 1 arrives on rank 0's barrier before the cluster barrier after rank 0's mbarrier.init."""
+    body = """
+    mov.u32 %r20, bar;
+    mov.u32 %r1, %cluster_ctarank;
+    setp.eq.u32 %p1, %r1, 0;
+    @%p1 mbarrier.init.shared::cta.b64 [%r20], 1;
+    @%p1 fence.mbarrier_init.release.cluster;
+    @%p1 bra SYNC;
+    mapa.shared::cluster.u32 %r6, %r20, 0;
+    mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%r6];
+SYNC:
+    """ + SYNC_CLUSTER + "mov.u32 %r9, 0;"
+    with pytest.raises(PtxExecutionError, match=r"hazard: mbarrier.arrive.*a remote mbarrier.arrive on the mbarrier "
+                                                r"at shared address 0x0 of CTA \(0, 0, 0\) before the cluster barrier "
+                                                r"that follows its mbarrier.init .*thread \(0, 0, 0\) of CTA \(1, 0, 0\)"):
+        per_thread(body, grid=2, block=1, cluster=2, extra=".shared .align 8 .b64 bar;")
+
+
+def test_the_same_arrive_after_the_cluster_barrier_is_clean():
+    body = INIT_LOCAL_BARRIER.format(count=1) + """
+    mov.u32 %r1, %cluster_ctarank;
+    setp.eq.u32 %p1, %r1, 0;
+    @%p1 bra WAITER;
+    mapa.shared::cluster.u32 %r6, %r20, 0;
+    mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%r6];
+    bra END;
+WAITER:
+""" + WAIT_LOCAL_BARRIER.format(tag="0", parity=0) + """
+END:
+    mov.u32 %r9, 5;
+    """
+    out = per_thread(body, grid=2, block=1, cluster=2, extra=".shared .align 8 .b64 bar;")
+    np.testing.assert_array_equal(out, [5, 5])
+
+
+def test_a_cta_exiting_with_a_remote_arrive_on_its_barrier_pending_is_a_hazard():
+    """Rank 1 arrives on rank 0's barrier; rank 0 exits without waiting on it and without a cluster barrier
+    after the arrive (the bug CUTLASS's producer tail and final cluster sync prevent)."""
+    body = INIT_LOCAL_BARRIER.format(count=1) + """
+    mov.u32 %r1, %cluster_ctarank;
+    setp.eq.u32 %p1, %r1, 0;
+    @%p1 bra END;
+    mapa.shared::cluster.u32 %r6, %r20, 0;
+    mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%r6];
+END:
+    mov.u32 %r9, 0;
+    """
+    with pytest.raises(PtxExecutionError, match=r"hazard: CTA \(0, 0, 0\) exited while a remote mbarrier.arrive on "
+                                                r"its mbarrier at shared address 0x0 was pending.*CTA \(1, 0, 0\)"):
+        per_thread(body, grid=2, block=1, cluster=2, extra=".shared .align 8 .b64 bar;")
+
+
+def test_a_cta_exiting_while_a_multicast_into_it_is_pending_is_a_hazard():
+    """Both CTAs multicast into each other, but rank 1 exits without waiting for its barrier."""
+    text = multicast_kernel("3")
+    text = text.replace("WAIT0:", "mov.u32 %r12, %cluster_ctarank; setp.eq.u32 %p5, %r12, 1; @%p5 bra SKIP;\nWAIT0:")
+    text = text.replace("    shl.b32 %r7, %r0, 2;", "SKIP:\n    shl.b32 %r7, %r0, 2;", 1)
+    text = text.replace("barrier.cluster.arrive.release.aligned;\n    barrier.cluster.wait.acquire.aligned;\n\n"
+                        "    ld.param", "    ld.param")
+    x = np.zeros((16, 32), np.float32)
+    with pytest.raises(PtxExecutionError, match=r"hazard: CTA \(1, 0, 0\) exited while a copy into its shared memory "
+                                                r"on its mbarrier at shared address 0x800 was pending"):
+        launch(text, "k", 2, 512, [np.zeros(1024, np.uint32), TensorMapArg.tiled(x, box=(32, 8))], cluster=2)
+
+
+def test_access_to_a_rank_outside_the_cluster_is_a_hazard():
+    with pytest.raises(PtxExecutionError, match="hazard: mapa.shared::cluster.u32: CTA rank 2 is outside the cluster of 2"):
+        per_thread("mov.u32 %r3, buf; mapa.shared::cluster.u32 %r5, %r3, 2; mov.u32 %r9, 0;", grid=2, block=1,
+                   cluster=2, extra=".shared .align 4 .b32 buf[1];")
+
+
+# endregion
