@@ -18,7 +18,7 @@
 
 The result has one entry per argument: the updated copy of the array (of the tensor map's array for a
 `TensorMapArg`), None for scalars, and for a `ParamStruct` the dict {offset: array} of its arrays, which are
-updated in place. The arguments themselves are never modified. An array given twice (or as
+updated in place. Other arguments are never modified. An array given twice (or as
 an argument and inside a tensor map) is one buffer.
 
 Device functions (`.func`, `call`, `ret`) run with per-thread return stacks and per-thread `.param` storage
@@ -31,7 +31,7 @@ the entry's `.reqntid`/`.maxntid`; the cluster shape (`cluster=` or `.reqnctaper
 at most 8 CTAs or 16 with `non_portable_cluster_size`: `facts.check_cluster`); shared memory (static +
 `shared_bytes`) <= 227 KiB; the host memory the run needs (`limits.check_memory`: global memory, its copies
 and the state of a batch) within `memory_budget`. CTAs run in batches of several CTAs vectorised together
-(`schedule`), x fastest; a batch that takes more than `max_steps` steps stops, naming where each warp is.
+(`schedule`), whole clusters in a batch (`cluster`), x fastest; a batch that takes more than `max_steps` steps stops, naming where each warp is.
 """
 
 from __future__ import annotations
@@ -335,10 +335,12 @@ def _host_memory(ptx: Module, entry, args: list, ctas: int, threads: int, shared
 def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int = 0,
            source: str = "<ptx>", *, max_steps: int = schedule.DEFAULT_MAX_STEPS,
            memory_budget: int | None = None, cluster=None,
-           non_portable_cluster_size: bool = False) -> list[np.ndarray | None]:
+           non_portable_cluster_size: bool = False, stats: dict | None = None) -> list[np.ndarray | None]:
     """Run entry `kernel` of `ptx` over `grid` CTAs of `block` threads; see the module docstring.
     `cluster` (x, y, z) runs the CTAs of each cluster together (`cluster`), as cudaLaunchKernelEx with the
     cluster dimension attribute; `non_portable_cluster_size` is cudaFuncAttributeNonPortableClusterSizeAllowed.
+    A `stats` dict receives the counts of the run: "steps" (instructions issued for all the lanes at one pc),
+    "warp_instructions" and "thread_instructions" (instructions executed by a warp / a thread, guard true).
     `max_steps` bounds the steps of each batch of CTAs (`schedule`); `memory_budget` the host bytes the run may
     need (`tessera.interpreters.limits`, 8 GiB by default). BLAS runs on one thread meanwhile
     (`tessera.interpreters.blas_threads`)."""
@@ -468,12 +470,16 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
     ops = Operands(machine, specials)
     steps = [decode(ops, inst) for inst in entry.instructions]
     scheduler = schedule.Scheduler(machine, steps, ops, scheduler_steps)
+    if stats is not None:
+        scheduler.counts = {"thread_instructions": 0, "warp_instructions": 0}
     order = _cta_order(grid, cluster)
     for start in range(0, total, per_batch):
         machine.load_batch(order[start:start + per_batch])
         machine.cluster_state.reset()
         _set_cta_specials(machine, specials)
         scheduler.run()
+    if stats is not None:
+        stats.update(scheduler.counts, steps=scheduler.executed)
 
     def read_back(array: np.ndarray) -> np.ndarray:
         base, _ = buffers[id(array)]
