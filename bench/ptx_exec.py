@@ -19,7 +19,8 @@ FlashAttention-3; skipped when not built): a CUTLASS GEMM CTA (one 128x128 outpu
 forward CTA (seq_q = the kernel's kBlockM, seq_k = --seq-k), each launched through `tessera.ptx.launch` from
 the libraries' own host code. Prints the best wall time (parse excluded, decode included), the instructions
 executed (warp instructions and thread instructions) per second, and the time of the same problem in NumPy
-(float32 matmul; float64 attention), with the largest error against it.
+(float32, inputs converted beforehand, one BLAS thread), with the largest error against the float64
+reference.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from busy_neighbour import busy_neighbour
 import tessera
 from tessera import reference
 from tessera.host import describe
+from tessera.interpreters.blas_threads import single_threaded_blas
 from tessera.interpreters.launch import prepare_arguments
 from tessera.interpreters.ptx.launcher import launch_described
 from tessera.interpreters.sm90.launch import run_target_kernel
@@ -62,27 +64,35 @@ def library_rows(args) -> None:
     from ptx_library.build import CONFIGS
     from ptx_library.library import attention_reference, built, gemm_reference, launch_library
 
+    def numpy_attention(q, k, v):  # one head, float32: what the CTA computes
+        scores = q @ k.T / np.float32(np.sqrt(q.shape[-1]))
+        weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        return (weights / weights.sum(axis=-1, keepdims=True)) @ v
+
     rows = []
     if built(args.gemm):
         tile_m, tile_n, _ = (int(t) for t in CONFIGS[args.gemm]["TILE"].split(","))
         rows.append((args.gemm, f"GEMM {tile_m}x{tile_n}x{args.k} (one output tile, one CTA)",
-                     (tile_m, tile_n, args.k, 1), "D",
-                     lambda t: t["A"][0].astype(np.float32) @ t["B"][0].astype(np.float32).T, gemm_reference))
+                     (tile_m, tile_n, args.k, 1), "D", lambda a, b: a @ b.T, gemm_reference,
+                     lambda t: (t["A"][0].astype(np.float32), t["B"][0].astype(np.float32))))
     if built(args.attention):
         head_dim = CONFIGS[args.attention]["HDIM"]
         block_m = 128 if head_dim > 64 else 192  # FA3's kBlockM (hopper/tile_size.h)
         causal = bool(CONFIGS[args.attention]["IS_CAUSAL"])
         rows.append((args.attention, f"attention d{head_dim}, seq_q {block_m}, seq_k {args.seq_k} (one query block, "
-                     "one CTA)", (1, 1, block_m, args.seq_k, head_dim), "O", lambda t: attention_reference(t, causal)[0],
-                     lambda t: attention_reference(t, causal)[0]))
-    for name, what, sizes, output, numpy_fn, reference_fn in rows:
+                     "one CTA)", (1, 1, block_m, args.seq_k, head_dim), "O", numpy_attention,
+                     lambda t: attention_reference(t, causal)[0],
+                     lambda t: tuple(t[n][0, :, 0].astype(np.float32) for n in "QKV")))
+    for name, what, sizes, output, numpy_fn, reference_fn, numpy_inputs in rows:
         best, stats = None, {}
         for _ in range(args.repeats):
             counts: dict = {}
             tensors, description, seconds = launch_library(name, sizes, sms=1, stats=counts)
             if best is None or seconds < best:
                 best, stats = seconds, counts
-        numpy_time, _ = best_time(lambda: numpy_fn(tensors), max(args.repeats, 5))
+        inputs = numpy_inputs(tensors)
+        with single_threaded_blas():  # as the executor runs (one BLAS thread never waits for a busy core)
+            numpy_time, _ = best_time(lambda: numpy_fn(*inputs), max(args.repeats, 5))
         error = np.abs(tensors[output].astype(np.float64) - reference_fn(tensors)).max()
         print(f"{name}: {what}; grid {description['grid']}, block {description['block']}, "
               f"{description['shared_bytes']} B shared memory")

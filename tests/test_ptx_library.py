@@ -25,11 +25,12 @@ def needs(name: str):
 
 
 @pytest.mark.parametrize("name", GEMMS)
-@pytest.mark.parametrize("sizes,sms", [((256, 256, 192, 1), 2), ((200, 136, 72, 2), 3)],
+@pytest.mark.parametrize("sizes,sms", [((256, 256, 192, 1), 2), ((200, 136, 72, 2), 4)],
                          ids=["256x256x192", "ragged-200x136x72-batch2"])
 def test_cutlass_gemm_matches_numpy(name, sizes, sms):
     """Several output tiles per CTA (the persistent scheduler's loop), several k-blocks per tile, partial tiles
-    at the edges (TMA fills and clips), and a batch."""
+    at the edges (TMA fills and clips), and a batch. (An even SM count: with an odd one CUTLASS 3's persistent
+    scheduler makes a grid of 3 CTAs for clusters of 2 along N, which the driver and the executor refuse.)"""
     needs(name)
     tensors, description, _ = launch_library(name, sizes, sms)
     np.testing.assert_allclose(tensors["D"], gemm_reference(tensors), rtol=1e-5, atol=1e-4)
