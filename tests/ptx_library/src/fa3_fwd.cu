@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
   p.window_size_left = -1; p.window_size_right = IS_CAUSAL ? 0 : -1;
   p.num_splits = 1;
   p.tile_count_semaphore = reinterpret_cast<int*>(SEM);
-  p.arch = 90; p.num_sm = std::atoi(argv[5]);
+  p.arch = 90; p.num_sm = std::atoi(argv[6]);
   run_flash_fwd<90, HDIM, HDIM, 1, cutlass::half_t, cutlass::half_t, IS_CAUSAL, false, false, false, false, false,
                 false, false, false, false>(p, nullptr);
   return 0;
