@@ -848,6 +848,10 @@ DOCUMENTED = {
     # Figure 149 as (divisor, modulus, multiplier) terms: row 16 * (T / 32) + (T % 32) / 4 (the warpgroup's 64 rows
     # follow from T / 32 counting its warps), column 2 * (T % 4)
     "ACCUMULATOR_THREAD_TERMS": {"row": ((32, 0, 16), (4, 8, 1)), "col": ((1, 4, 2),)},
+    # CUDA C++ Programming Guide, "Thread Block Clusters": "a maximum of 8 thread blocks in a cluster is supported
+    # as a portable cluster size"; H100 allows 16 with cudaFuncAttributeNonPortableClusterSizeAllowed
+    "MAX_PORTABLE_CLUSTER_SIZE": 8,
+    "MAX_NONPORTABLE_CLUSTER_SIZE": 16,
 }
 
 
