@@ -303,12 +303,15 @@ def _set_cta_specials(m: Machine, specials: dict[str, np.ndarray]) -> None:
         specials[f"%cluster_ctaid.{axis}"][:] = inner[:, i]
 
 
-def _cta_order(grid, cluster) -> list[tuple[int, int, int]]:
-    """Every CTA id of the grid, cluster by cluster (clusters x fastest), each cluster's CTAs in rank order."""
-    gx, gy, gz = (g // c for g, c in zip(grid, cluster))
-    cx, cy, cz = cluster
-    return [(x * cx + i, y * cy + j, z * cz + k) for z in range(gz) for y in range(gy) for x in range(gx)
-            for k in range(cz) for j in range(cy) for i in range(cx)]
+def _cta_id(index: int, grid, cluster) -> tuple[int, int, int]:
+    """The id of the CTA run `index`-th: cluster by cluster (clusters x fastest), each cluster's CTAs in rank
+    order (x fastest); computed per CTA, so that a huge grid is never materialised."""
+    size = cluster[0] * cluster[1] * cluster[2]
+    c, r = divmod(index, size)
+    gx, gy = grid[0] // cluster[0], grid[1] // cluster[1]
+    outer = (c % gx, c // gx % gy, c // (gx * gy))
+    inner = (r % cluster[0], r // cluster[0] % cluster[1], r // (cluster[0] * cluster[1]))
+    return tuple(o * n + i for o, n, i in zip(outer, cluster, inner))  # type: ignore[return-value]
 
 
 def _host_memory(ptx: Module, entry, args: list, ctas: int, threads: int, shared_bytes: int,
@@ -472,9 +475,8 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
     scheduler = schedule.Scheduler(machine, steps, ops, scheduler_steps)
     if stats is not None:
         scheduler.counts = {"thread_instructions": 0, "warp_instructions": 0}
-    order = _cta_order(grid, cluster)
     for start in range(0, total, per_batch):
-        machine.load_batch(order[start:start + per_batch])
+        machine.load_batch([_cta_id(i, grid, cluster) for i in range(start, min(start + per_batch, total))])
         machine.cluster_state.reset()
         _set_cta_specials(machine, specials)
         scheduler.run()
