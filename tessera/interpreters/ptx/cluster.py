@@ -40,6 +40,7 @@ from tessera.interpreters.ptx.state import (
     SHARED_WINDOW,
     WINDOW_SIZE,
     Machine,
+    PtxExecutionError,
 )
 from tessera.interpreters.ptx.types import ptx_type
 
@@ -148,9 +149,8 @@ def cta_name(m: Machine, slot: int) -> str:
     return f"({c[0]}, {c[1]}, {c[2]})"
 
 
-def hazard(m: Machine, line: int, message: str, lane: int | None = None):
-    from tessera.interpreters.ptx.state import PtxExecutionError
-
+def hazard(m: Machine, line: int, message: str, lane: int | None = None) -> PtxExecutionError:
+    """The error for a cluster hazard at `line`: `source:line: error: hazard: message (thread)`."""
     where = f" ({m.describe_lane(int(lane))})" if lane is not None else ""
     return PtxExecutionError(f"{m.source}:{line}: error: hazard: {message}{where}")
 
