@@ -40,6 +40,8 @@ CONFIGS = {
     "fa3_fwd_hdim64": dict(source="fa3_fwd.cu", needs="flash-attention", HDIM=64, IS_CAUSAL=0),
     "fa3_fwd_hdim128": dict(source="fa3_fwd.cu", needs="flash-attention", HDIM=128, IS_CAUSAL=0),
     "fa3_fwd_hdim128_causal": dict(source="fa3_fwd.cu", needs="flash-attention", HDIM=128, IS_CAUSAL=1),
+    "fa3_fwd_hdim128_cluster2": dict(source="fa3_fwd.cu", needs="flash-attention", HDIM=128, IS_CAUSAL=0,
+                                     CLUSTER_M=2),
 }
 
 
@@ -53,7 +55,8 @@ def nvcc_home() -> Path:
 
 def defines(config: dict) -> list[str]:
     if "HDIM" in config:
-        return [f"-DHDIM={config['HDIM']}", f"-DIS_CAUSAL={config['IS_CAUSAL']}"]
+        return [f"-DHDIM={config['HDIM']}", f"-DIS_CAUSAL={config['IS_CAUSAL']}",
+                f"-DCLUSTER_M={config.get('CLUSTER_M', 1)}"]
     m, n, k = config["TILE"].split(",")
     cm, cn = config.get("CLUSTER", "1,1").split(",")
     flags = [f"-DTILE_M={m}", f"-DTILE_N={n}", f"-DTILE_K={k}", f"-DCLUSTER_M={cm}", f"-DCLUSTER_N={cn}"]

@@ -1,4 +1,5 @@
-// One FlashAttention-3 forward instantiation (sm90, f16 in and out, head dim HDIM, causal IS_CAUSAL), built from
+// One FlashAttention-3 forward instantiation (sm90, f16 in and out, head dim HDIM, causal IS_CAUSAL, clusters of
+// CLUSTER_M query blocks sharing K/V by TMA multicast), built from
 // outside Tessera by tests/ptx_library/build.py with shim/ first on the include path: FA3's own host code
 // (run_flash_fwd in hopper/flash_fwd_launch_template.h) runs on the CPU and, instead of launching, prints the
 // launch description as JSON (record_launch.h, shim/cutlass/kernel_launch.h); the CUDA runtime calls it
@@ -15,9 +16,23 @@
 #undef CHECK_CUDA_KERNEL_LAUNCH
 #define CHECK_CUDA(call) ((void)(call))
 #define CHECK_CUDA_KERNEL_LAUNCH() ((void)0)
-#include "flash_fwd_launch_template.h"
+#include "cutlass/cluster_launch.hpp"
 
 namespace record { std::vector<Array> launch_arrays; }
+
+namespace cutlass {
+// With CLUSTER_M > 1 FA3 launches through cutlass::launch_kernel_on_cluster(params, kernel, kernel_params); this
+// overload (more specialised than CUTLASS's variadic one, and declared before FA3's template that calls it)
+// records the launch instead.
+template <class KernelParams>
+Status launch_kernel_on_cluster(const ClusterLaunchParams& launch, void const*, KernelParams& params) {
+  record::print_launch(launch.grid_dims, launch.block_dims, launch.cluster_dims, launch.smem_size_in_bytes, &params,
+                       sizeof(params), record::launch_arrays);
+  return Status::kSuccess;
+}
+}  // namespace cutlass
+
+#include "flash_fwd_launch_template.h"
 
 int main(int argc, char** argv) {
   if (argc != 7) { std::fprintf(stderr, "usage: %s B H SQ SK D SMS\n", argv[0]); return 2; }
@@ -55,7 +70,7 @@ int main(int argc, char** argv) {
   p.num_splits = 1;
   p.tile_count_semaphore = reinterpret_cast<int*>(SEM);
   p.arch = 90; p.num_sm = std::atoi(argv[6]);
-  run_flash_fwd<90, HDIM, HDIM, 1, cutlass::half_t, cutlass::half_t, IS_CAUSAL, false, false, false, false, false,
+  run_flash_fwd<90, HDIM, HDIM, CLUSTER_M, cutlass::half_t, cutlass::half_t, IS_CAUSAL, false, false, false, false, false,
                 false, false, false, false>(p, nullptr);
   return 0;
 }
