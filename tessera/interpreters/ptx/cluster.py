@@ -229,6 +229,8 @@ def decode_getctarank(ops: Operands, inst, mods):
     """`getctarank{.shared::cluster}.{u32,u64} d, a`: the cluster rank of the CTA whose shared memory holds a."""
     generic = not mods.take("shared::cluster")
     t = mods.type()
+    if t.name not in ("u32", "u64") or (generic and t.name != "u64") or len(inst.operands) != 2:
+        raise ops.refuse(inst, "getctarank form (getctarank.shared::cluster.{u32,u64} or getctarank.u64)")
     m = ops.m
     read_a = ops.read(inst, inst.operands[1], t)
     write = ops.write(inst, inst.operands[0], ptx_type("u32"))
