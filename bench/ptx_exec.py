@@ -10,6 +10,17 @@ over the repeats (parse + decode + run for PTX; excluding lowering for both), th
 difference between the two outputs, and both errors against the NumPy reference. Absolute times are only
 indicative on a shared machine; compare the ratio taken in the same run. `--busy-neighbour` times both while a
 process spins on another core (bench/busy_neighbour.py).
+
+    python bench/ptx_exec.py --library [--gemm cutlass_cooperative_128x128x64] [--attention fa3_fwd_hdim128]
+                             [--k 512] [--seq-k 1024] [--repeats 3]
+
+runs instead one CTA of NVIDIA's own kernels built by tests/ptx_library/build.py (nvcc, from CUTLASS and
+FlashAttention-3; skipped when not built): a CUTLASS GEMM CTA (one 128x128 output tile, K = --k) and an FA3
+forward CTA (seq_q = the kernel's kBlockM, seq_k = --seq-k), each launched through `tessera.ptx.launch` from
+the libraries' own host code. Prints the best wall time (parse excluded, decode included), the instructions
+executed (warp instructions and thread instructions) per second, and the time of the same problem in NumPy
+(float32, inputs converted beforehand, one BLAS thread), with the largest error against the float64
+reference.
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ from busy_neighbour import busy_neighbour
 import tessera
 from tessera import reference
 from tessera.host import describe
+from tessera.interpreters.blas_threads import single_threaded_blas
 from tessera.interpreters.launch import prepare_arguments
 from tessera.interpreters.ptx.launcher import launch_described
 from tessera.interpreters.sm90.launch import run_target_kernel
@@ -43,6 +55,55 @@ def best_time(fn, repeats: int) -> tuple[float, object]:
     return min(times), result
 
 
+def library_rows(args) -> None:
+    """One CTA of a CUTLASS GEMM and of FA3's forward (tests/ptx_library), against NumPy."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from ptx_library.build import CONFIGS
+    from ptx_library.library import attention_reference, built, gemm_reference, launch_library
+
+    def numpy_attention(q, k, v):  # one head, float32: what the CTA computes
+        scores = q @ k.T / np.float32(np.sqrt(q.shape[-1]))
+        weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        return (weights / weights.sum(axis=-1, keepdims=True)) @ v
+
+    rows = []
+    if built(args.gemm):
+        tile_m, tile_n, _ = (int(t) for t in CONFIGS[args.gemm]["TILE"].split(","))
+        rows.append((args.gemm, f"GEMM {tile_m}x{tile_n}x{args.k} (one output tile, one CTA)",
+                     (tile_m, tile_n, args.k, 1), "D", lambda a, b: a @ b.T, gemm_reference,
+                     lambda t: (t["A"][0].astype(np.float32), t["B"][0].astype(np.float32))))
+    if built(args.attention):
+        head_dim = CONFIGS[args.attention]["HDIM"]
+        block_m = 128 if head_dim > 64 else 192  # FA3's kBlockM (hopper/tile_size.h)
+        causal = bool(CONFIGS[args.attention]["IS_CAUSAL"])
+        rows.append((args.attention, f"attention d{head_dim}, seq_q {block_m}, seq_k {args.seq_k} (one query block, "
+                     "one CTA)", (1, 1, block_m, args.seq_k, head_dim), "O", numpy_attention,
+                     lambda t: attention_reference(t, causal)[0],
+                     lambda t: tuple(t[n][0, :, 0].astype(np.float32) for n in "QKV")))
+    for name, what, sizes, output, numpy_fn, reference_fn, numpy_inputs in rows:
+        best, stats = None, {}
+        for _ in range(args.repeats):
+            counts: dict = {}
+            tensors, description, seconds = launch_library(name, sizes, sms=1, stats=counts)
+            if best is None or seconds < best:
+                best, stats = seconds, counts
+        inputs = numpy_inputs(tensors)
+        with single_threaded_blas():  # as the executor runs (one BLAS thread never waits for a busy core)
+            numpy_time, _ = best_time(lambda: numpy_fn(*inputs), max(args.repeats, 5))
+        error = np.abs(tensors[output].astype(np.float64) - reference_fn(tensors)).max()
+        print(f"{name}: {what}; grid {description['grid']}, block {description['block']}, "
+              f"{description['shared_bytes']} B shared memory")
+        print(f"  PTX executor {best:8.3f} s: {stats['warp_instructions'] / best:10.0f} warp instructions/s, "
+              f"{stats['thread_instructions'] / best:12.0f} thread instructions/s ({stats['warp_instructions']} warp "
+              f"instructions, {stats['steps']} steps); max error {error:.3g}")
+        print(f"  NumPy        {numpy_time:8.6f} s: the executor takes {best / numpy_time:.0f}x as long")
+    if not rows:
+        print("no library kernel is built (tests/ptx_library/build.py)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seq-k", type=int, default=1024)
@@ -50,7 +111,15 @@ def main() -> None:
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--busy-neighbour", action="store_true", help="time with a process spinning on another core")
+    parser.add_argument("--library", action="store_true", help="one CTA of CUTLASS's GEMM and FA3 (tests/ptx_library)")
+    parser.add_argument("--gemm", default="cutlass_cooperative_128x128x64", help="with --library: the GEMM built")
+    parser.add_argument("--attention", default="fa3_fwd_hdim128", help="with --library: the attention built")
+    parser.add_argument("--k", type=int, default=512, help="with --library: the GEMM's K")
     args = parser.parse_args()
+    if args.library:
+        with busy_neighbour() if args.busy_neighbour else nullcontext():
+            library_rows(args)
+        return
 
     module = tessera.kernels.flash_attention(head_dim=args.head_dim, causal=args.causal, dtype="bf16")
     sig = tessera.find_kernel(module)

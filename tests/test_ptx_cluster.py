@@ -406,3 +406,15 @@ def test_access_to_a_rank_outside_the_cluster_is_a_hazard():
 
 
 # endregion
+
+
+def test_tessera_run_takes_a_cluster_shape(tmp_path, capsys):
+    from tessera.interpreters.ptx.cli import main as tessera_run_ptx
+
+    (tmp_path / "k.ptx").write_text(kernel("mov.u32 %r0, %tid.x; mov.u32 %r9, %cluster_ctarank;" + STORE_R9))
+    assert tessera_run_ptx([str(tmp_path / "k.ptx"), "--grid", "4", "--block", "32", "--cluster", "2",
+                            "--arg", "u32[128]=zeros", "--save", str(tmp_path)]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "arg0_out.npy"), np.repeat([0, 1, 0, 1], 32))
+    assert tessera_run_ptx([str(tmp_path / "k.ptx"), "--grid", "3", "--block", "32", "--cluster", "2",
+                            "--arg", "u32[96]=zeros"]) == 1
+    assert "does not divide grid (3, 1, 1)" in capsys.readouterr().err

@@ -1201,3 +1201,19 @@ END:
     out = lanes_out(body, block=64)
     np.testing.assert_array_equal(out[:16], 0)
     np.testing.assert_array_equal(out[32:], 2)
+
+
+def test_warps_at_one_bar_sync_may_name_different_barriers():
+    """FA3's warp-scheduler barriers: every warpgroup executes the same `bar.sync id, n` with its own id (here
+    warps 0-1 on barrier 1 and warps 2-3 on barrier 2, 64 threads each); the id need only agree in a warp."""
+    body = """
+    shr.u32 %r1, %r0, 6;
+    add.u32 %r1, %r1, 1;
+    bar.sync %r1, 64;
+    mov.u32 %r9, %r1;
+    """
+    out = lanes_out(body, block=128)
+    np.testing.assert_array_equal(out, [1] * 64 + [2] * 64)
+    with pytest.raises(PtxExecutionError, match="the barrier id must be the same in all threads of a warp: 1 vs 2"):
+        lanes_out("shr.u32 %r1, %r0, 4; and.b32 %r1, %r1, 1; add.u32 %r1, %r1, 1; bar.sync %r1, 64; mov.u32 %r9, 0;",
+                  block=64)

@@ -28,10 +28,10 @@ def __getattr__(name: str):
         from tessera.ptx.module import print_ptx
 
         return print_ptx
-    if name == "launch":  # the PTX executor (tessera.interpreters.ptx)
-        from tessera.interpreters.ptx.launcher import launch
+    if name in ("launch", "ParamStruct", "TensorMapArg"):  # the PTX executor (tessera.interpreters.ptx)
+        from tessera.interpreters.ptx import launcher
 
-        return launch
+        return getattr(launcher, name)
     if name in ("PtxPrintError", "launch_smem_bytes"):
         from tessera.ptx import kernel
 

@@ -162,15 +162,17 @@ class TensorMapSpec:
     def box_byte_offsets(self, coords) -> tuple:
         """Where a tiled copy of the box at `coords` (innermost first) reads or writes, as NumPy arrays: the
         byte offset from the tensor's address of each box element, in shared-memory order (innermost
-        dimension contiguous; element (c0 + i0, c1 + i1, ...) at (c0 + i0) * element bytes + sum (ck + ik) *
+        dimension contiguous; element (c0 + i0, c1 + i1, ...) at (c0 + i0) * element bytes + sum (ck + ik * ek) *
         globalStrides[k - 1]), and whether it lies inside the tensor (outside, a load fills and a store skips).
-        Element strides are not applied (the simulators refuse maps that use them)."""
+        Along dimension k >= 1 the box is traversed with elementStrides[k] = ek, ceil(boxDim[k] / ek) elements
+        (`box_bytes`); dimension 0 is traversed unstrided without interleave."""
         import numpy as np
 
         byte_strides = (self.element_bytes,) + tuple(self.global_strides)
         offsets, valid = np.zeros((), np.int64), np.ones((), bool)
         for dim in reversed(range(self.rank)):
-            index = coords[dim] + np.arange(self.box_dims[dim], dtype=np.int64)
+            step = 1 if dim == 0 and self.interleave == TensorMapInterleave.NONE else self.strides[dim]
+            index = coords[dim] + step * np.arange(math.ceil(self.box_dims[dim] / step), dtype=np.int64)
             inside = (index >= 0) & (index < self.global_dims[dim])
             offsets = offsets[..., None] + np.where(inside, index, 0) * byte_strides[dim]
             valid = valid[..., None] & inside

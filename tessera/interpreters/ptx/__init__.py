@@ -4,7 +4,8 @@
 - `launch(ptx, kernel, grid, block, args, shared_bytes=..., max_steps=..., memory_budget=...)`: run an entry
   over a grid on NumPy arguments (global arrays, scalars, `TensorMapArg` tensor maps, also of strided views)
   and return the updated arrays (`launch`); launches past the driver's limits or the memory budget are
-  refused before anything is allocated, and a batch of CTAs past `max_steps` stops naming where each warp is.
+  refused before anything is allocated, and a batch of CTAs past `max_steps` stops naming where each warp is;
+  `ParamStruct` passes a by-value Params struct (CUTLASS, FA3) with pointers and tensor maps inside (`params`).
 
 The executor: `state` (lanes, registers, memories), `decode` (each instruction to a pre-bound closure),
 `alu` and `floats` (arithmetic, comparisons, conversions, with PTX rounding in `numerics`), `memory`
@@ -22,13 +23,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tessera.interpreters.ptx.launcher import TensorMapArg, launch
+    from tessera.interpreters.ptx.launcher import ParamStruct, TensorMapArg, launch
     from tessera.interpreters.ptx.state import PtxExecutionError
 
 
 def __getattr__(name: str):
     # The executor is imported on first use: importing the data model stays light for the parser.
-    if name in ("launch", "TensorMapArg"):
+    if name in ("launch", "TensorMapArg", "ParamStruct"):
         from tessera.interpreters.ptx import launcher as module
 
         return getattr(module, name)
@@ -39,4 +40,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'tessera.interpreters.ptx' has no attribute {name!r}")
 
 
-__all__ = ["PtxExecutionError", "TensorMapArg", "launch"]
+__all__ = ["ParamStruct", "PtxExecutionError", "TensorMapArg", "launch"]

@@ -13,6 +13,12 @@ Arguments (`--arg`, one per kernel parameter, in order):
                              a tensor map over a row-major array: --arg number J (default: I) or, with
                              bJ, --buffer number J; box innermost first (cuTensorMapEncodeTiled's boxDim).
                              I numbers the map's own position and is only checked.
+  struct:FILE.json           a by-value Params struct (CUTLASS, FlashAttention-3: `.param .align 128 .b8
+                             name[N]`) from a launch description: its bytes, its tensors (TYPE[SHAPE]=INIT)
+                             and at byte offsets pointers to them and tensor maps over them (with every
+                             cuTensorMapEncodeTiled argument); its grid, block, cluster and shared_bytes are
+                             the defaults of --grid, --block, --cluster, --shared-bytes. The format is in
+                             tessera/interpreters/ptx/params.py; its tensors are saved as DIR/<name>.npy.
 --buffer TYPE[D0,...]=INIT   a global array that is not a parameter, reachable through tensor maps (e.g.
                              the A and B of a TMA GEMM), numbered from 0 in order.
 Arrays are created in order (arguments, then buffers) with --seed. With --save DIR every array argument
@@ -55,9 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("file", help="a PTX file (.ptx)")
     parser.add_argument("--kernel", help="the entry to run (default: the only entry)")
-    parser.add_argument("--grid", default="1", help="grid X[,Y[,Z]] (default 1)")
+    parser.add_argument("--grid", help="grid X[,Y[,Z]] (default 1)")
+    parser.add_argument("--cluster", help="cluster X[,Y[,Z]] (default: the entry's .reqnctapercluster, or 1)")
     parser.add_argument("--block", help="block X[,Y[,Z]] (default: the entry's .reqntid)")
-    parser.add_argument("--shared-bytes", type=int, default=0, help="dynamic shared memory in bytes")
+    parser.add_argument("--shared-bytes", type=int, default=None, help="dynamic shared memory in bytes (default 0)")
     parser.add_argument("--arg", dest="args", action="append", default=[], metavar="SPEC",
                         help="a kernel argument, in parameter order (see below)")
     parser.add_argument("--buffer", dest="buffers", action="append", default=[], metavar="SPEC",
@@ -113,7 +120,9 @@ def _arguments(specs: list[str], buffer_specs: list[str], rng: np.random.Generat
     values: list = []
     maps: list[tuple[int, dict[str, str]]] = []
     for i, spec in enumerate(specs):
-        if spec.startswith("tensormap:"):
+        if spec.startswith("struct:"):
+            values.append(_struct(spec[len("struct:"):], rng, budget))
+        elif spec.startswith("tensormap:"):
             fields = spec.split(":")
             if len(fields) < 3 or not fields[1].isdigit() or int(fields[1]) != i:
                 raise ValueError(f"--arg {spec}: expected tensormap:{i}:box=...")
@@ -154,6 +163,26 @@ def _arguments(specs: list[str], buffer_specs: list[str], rng: np.random.Generat
     return values, buffers
 
 
+def _struct(path: str, rng: np.random.Generator, budget: int | None):
+    """The `params.Description` of the launch description file `path`, its tensors made as --arg arrays."""
+    import json
+
+    from tessera.interpreters.ptx.params import load_description
+
+    try:
+        with open(path) as f:
+            description = json.load(f)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"--arg struct:{path}: not JSON: {error}") from None
+
+    def make(name, spec):
+        if not isinstance(spec, str) or not _ARRAY.match(spec):
+            raise ValueError(f"--arg struct:{path}: tensor {name!r} must be TYPE[SHAPE]=INIT, got {spec!r}")
+        return _array(spec, rng, budget)
+
+    return load_description(description, make, f"--arg struct:{path}")
+
+
 def run(args: argparse.Namespace) -> int:
     from tessera.interpreters.ptx import launch
     from tessera.interpreters.ptx.parse import parse_ptx
@@ -167,24 +196,42 @@ def run(args: argparse.Namespace) -> int:
     entry = module.entries.get(args.kernel)
     if entry is None:
         raise ValueError(f"no entry named '{args.kernel}' (entries: {', '.join(module.entries)})")
-    block = args.block or ",".join(map(str, entry.directives.get("reqntid", ())))
+    values, buffers = _arguments(args.args, args.buffers, np.random.default_rng(args.seed), args.memory_budget)
+    from tessera.interpreters.ptx.params import Description
+
+    described = next((v for v in values if isinstance(v, Description)), None)
+    values = [v.struct if isinstance(v, Description) else v for v in values]
+    default = (lambda key: getattr(described, key)) if described is not None else (lambda key: None)
+    block = args.block or ",".join(map(str, default("block") or entry.directives.get("reqntid", ())))
     if not block:
         raise ValueError(f"entry {args.kernel} has no .reqntid: pass --block X[,Y,Z]")
-    grid, block = _dims(args.grid, "--grid"), _dims(block, "--block")
-    values, buffers = _arguments(args.args, args.buffers, np.random.default_rng(args.seed), args.memory_budget)
+    grid = _dims(args.grid or ",".join(map(str, default("grid") or (1,))), "--grid")
+    block = _dims(block, "--block")
+    cluster = args.cluster or (",".join(map(str, default("cluster"))) if default("cluster") else None)
+    cluster = _dims(cluster, "--cluster") if cluster else None
+    shared_bytes = args.shared_bytes if args.shared_bytes is not None else (default("shared_bytes") or 0)
     start = time.perf_counter()
     limits = {"memory_budget": args.memory_budget}
     if args.max_steps is not None:
         limits["max_steps"] = args.max_steps
-    results = launch(module, args.kernel, grid, block, values, args.shared_bytes, args.file, **limits)
+    results = launch(module, args.kernel, grid, block, values, shared_bytes, args.file, cluster=cluster, **limits)
     elapsed = time.perf_counter() - start
-    print(f"{args.kernel}: grid {grid}, block {block}, {args.shared_bytes} B dynamic shared memory, {elapsed:.2f} s")
+    print(f"{args.kernel}: grid {grid}, block {block}" + (f", cluster {cluster}" if cluster else "") +
+          f", {shared_bytes} B dynamic shared memory, {elapsed:.2f} s")
     if args.save:
         os.makedirs(args.save, exist_ok=True)
+    if described is not None:  # the struct's tensors, updated in place by the run
+        for name, array in described.tensors.items():
+            wide = array.astype(np.float64)
+            print(f"  {name}: {array.dtype}{list(array.shape)} min {wide.min():.6g} max {wide.max():.6g} "
+                  f"mean {wide.mean():.6g}")
+            if args.save:
+                saved_array = array.astype(np.float32) if array.dtype == _DTYPES["bf16"] else array
+                np.save(os.path.join(args.save, f"{name}.npy"), saved_array)
     named = {id(b): f"buffer{j}" for j, b in enumerate(buffers)}
     saved = set()
     for i, (param, value, result) in enumerate(zip(entry.params, values, results)):
-        if result is None:
+        if result is None or isinstance(result, dict):
             continue
         target = getattr(value, "array", value)
         name = named.get(id(target), f"arg{i}_{param.name}") if not isinstance(target, (int, np.integer)) \

@@ -40,6 +40,7 @@ from tessera.interpreters.ptx.state import (
     SHARED_WINDOW,
     WINDOW_SIZE,
     Machine,
+    PtxExecutionError,
 )
 from tessera.interpreters.ptx.types import ptx_type
 
@@ -148,9 +149,8 @@ def cta_name(m: Machine, slot: int) -> str:
     return f"({c[0]}, {c[1]}, {c[2]})"
 
 
-def hazard(m: Machine, line: int, message: str, lane: int | None = None):
-    from tessera.interpreters.ptx.state import PtxExecutionError
-
+def hazard(m: Machine, line: int, message: str, lane: int | None = None) -> PtxExecutionError:
+    """The error for a cluster hazard at `line`: `source:line: error: hazard: message (thread)`."""
     where = f" ({m.describe_lane(int(lane))})" if lane is not None else ""
     return PtxExecutionError(f"{m.source}:{line}: error: hazard: {message}{where}")
 
@@ -229,6 +229,8 @@ def decode_getctarank(ops: Operands, inst, mods):
     """`getctarank{.shared::cluster}.{u32,u64} d, a`: the cluster rank of the CTA whose shared memory holds a."""
     generic = not mods.take("shared::cluster")
     t = mods.type()
+    if t.name not in ("u32", "u64") or (generic and t.name != "u64") or len(inst.operands) != 2:
+        raise ops.refuse(inst, "getctarank form (getctarank.shared::cluster.{u32,u64} or getctarank.u64)")
     m = ops.m
     read_a = ops.read(inst, inst.operands[1], t)
     write = ops.write(inst, inst.operands[0], ptx_type("u32"))

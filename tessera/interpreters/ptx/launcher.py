@@ -12,10 +12,13 @@
 - a `TensorMapArg` for a tensor-map parameter (`.param .align 64 .b8 name[128]`): the arguments of
   `cuTensorMapEncodeTiled` (`facts.TensorMapSpec`) and the global tensor (an array, or the index of an array
   argument). The parameter's 128 bytes are opaque; TMA instructions find the map by their address;
-- `bytes` for any other `.b8` array parameter.
+- `bytes` for any other `.b8` array parameter;
+- a `ParamStruct` (`params`) for a by-value struct parameter (`.param .align 128 .b8 name[N]`, CUTLASS's and
+  FA3's Params): its bytes with arrays (device addresses patched in) and tensor maps at given offsets.
 
 The result has one entry per argument: the updated copy of the array (of the tensor map's array for a
-`TensorMapArg`), None for scalars. The arguments themselves are never modified. An array given twice (or as
+`TensorMapArg`), None for scalars, and for a `ParamStruct` the dict {offset: array} of its arrays, which are
+updated in place. Other arguments are never modified. An array given twice (or as
 an argument and inside a tensor map) is one buffer.
 
 Device functions (`.func`, `call`, `ret`) run with per-thread return stacks and per-thread `.param` storage
@@ -28,7 +31,7 @@ the entry's `.reqntid`/`.maxntid`; the cluster shape (`cluster=` or `.reqnctaper
 at most 8 CTAs or 16 with `non_portable_cluster_size`: `facts.check_cluster`); shared memory (static +
 `shared_bytes`) <= 227 KiB; the host memory the run needs (`limits.check_memory`: global memory, its copies
 and the state of a batch) within `memory_budget`. CTAs run in batches of several CTAs vectorised together
-(`schedule`), x fastest; a batch that takes more than `max_steps` steps stops, naming where each warp is.
+(`schedule`), whole clusters in a batch (`cluster`), x fastest; a batch that takes more than `max_steps` steps stops, naming where each warp is.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from tessera.interpreters.limits import check_memory
 from tessera.interpreters.ptx import alu, floats, memory, reductions, schedule, sync, tensor  # noqa: F401 - registers decoders
 from tessera.interpreters.ptx.cluster import ClusterState
 from tessera.interpreters.ptx.decode import Operands, decode
+from tessera.interpreters.ptx.params import ParamStruct
 from tessera.interpreters.ptx.state import (
     GLOBAL_BASE,
     GlobalMemory,
@@ -117,6 +121,45 @@ class TensorMapArg:
                                    tuple(int(s) for s in reversed(view.strides[:-1])), tuple(box),
                                    swizzle=facts.tensor_map_swizzle(swizzle))
         return cls(base, spec, offset)
+
+    @classmethod
+    def encode(cls, array: np.ndarray | int, data_type, global_dim, global_strides, box_dim, element_strides=None,
+               interleave=0, swizzle=0, l2_promotion=0, oob_fill=0, offset: int = 0) -> TensorMapArg:
+        """The map cuTensorMapEncodeTiled(map, data_type, rank, globalAddress, global_dim, global_strides,
+        box_dim, element_strides, interleave, swizzle, l2_promotion, oob_fill) builds, with globalAddress the
+        address of `array` (an array, or the index of an array argument) plus `offset` bytes. Every argument is
+        as the driver takes it: innermost dimension first, `global_strides` the rank - 1 byte strides of
+        dimensions 1.., the enums as their CUDA values (or the `facts.TensorMap*` enums), rank up to 5. The
+        launch checks it as the driver does (`facts.TensorMapSpec.validate`) and that it stays inside the
+        array."""
+        spec = facts.TensorMapSpec(
+            facts.TensorMapDataType(data_type), tuple(int(d) for d in global_dim),
+            tuple(int(s) for s in global_strides), tuple(int(b) for b in box_dim),
+            None if element_strides is None else tuple(int(e) for e in element_strides),
+            swizzle=facts.TensorMapSwizzle(swizzle), oob_fill=facts.TensorMapFloatOOBFill(oob_fill),
+            interleave=facts.TensorMapInterleave(interleave), l2_promotion=facts.TensorMapL2Promotion(l2_promotion))
+        return cls(array, spec, int(offset))
+
+
+def _map_object(where: str, name: str, value: TensorMapArg, args: list, buffers: dict, source: str) -> TensorMapObject:
+    """The tensor map `value` over its array already placed in global memory (`buffers`), checked as
+    cuTensorMapEncodeTiled checks it, against the array's extent, and for what the executor implements."""
+    target = args[value.array] if isinstance(value.array, (int, np.integer)) else value.array
+    base, array = buffers[id(target)]
+    spec = replace(value.spec, global_address=base + value.offset)
+    try:
+        spec.validate()
+    except ValueError as error:
+        raise ValueError(f"{where}: cuTensorMapEncodeTiled would refuse this map: {error}") from None
+    if spec.interleave != facts.TensorMapInterleave.NONE:
+        raise fail(source, None, f"{where}: tensor maps with interleave {spec.interleave.name} are not supported by "
+                                 "the PTX executor")
+    extent = value.offset + spec.element_bytes + sum((d - 1) * s for d, s in
+                                                     zip(spec.global_dims, (spec.element_bytes,) +
+                                                         tuple(spec.global_strides)))
+    if extent > array.nbytes:
+        raise ValueError(f"{where}: the tensor map spans {extent} bytes, its array has {array.nbytes}")
+    return TensorMapObject(name, spec, base + value.offset)
 
 
 def _triple(value, what: str) -> tuple[int, int, int]:
@@ -260,12 +303,15 @@ def _set_cta_specials(m: Machine, specials: dict[str, np.ndarray]) -> None:
         specials[f"%cluster_ctaid.{axis}"][:] = inner[:, i]
 
 
-def _cta_order(grid, cluster) -> list[tuple[int, int, int]]:
-    """Every CTA id of the grid, cluster by cluster (clusters x fastest), each cluster's CTAs in rank order."""
-    gx, gy, gz = (g // c for g, c in zip(grid, cluster))
-    cx, cy, cz = cluster
-    return [(x * cx + i, y * cy + j, z * cz + k) for z in range(gz) for y in range(gy) for x in range(gx)
-            for k in range(cz) for j in range(cy) for i in range(cx)]
+def _cta_id(index: int, grid, cluster) -> tuple[int, int, int]:
+    """The id of the CTA run `index`-th: cluster by cluster (clusters x fastest), each cluster's CTAs in rank
+    order (x fastest); computed per CTA, so that a huge grid is never materialised."""
+    size = cluster[0] * cluster[1] * cluster[2]
+    c, r = divmod(index, size)
+    gx, gy = grid[0] // cluster[0], grid[1] // cluster[1]
+    outer = (c % gx, c // gx % gy, c // (gx * gy))
+    inner = (r % cluster[0], r // cluster[0] % cluster[1], r // (cluster[0] * cluster[1]))
+    return tuple(o * n + i for o, n, i in zip(outer, cluster, inner))  # type: ignore[return-value]
 
 
 def _host_memory(ptx: Module, entry, args: list, ctas: int, threads: int, shared_bytes: int,
@@ -275,6 +321,7 @@ def _host_memory(ptx: Module, entry, args: list, ctas: int, threads: int, shared
     CTAs of `threads` threads (registers, local memory, return stacks and about a hundred bytes of bookkeeping
     per thread, shared memory per CTA)."""
     arrays = {id(a): a for a in args if isinstance(a, np.ndarray)}
+    arrays.update({id(a): a for s in args if isinstance(s, ParamStruct) for a in s.arrays()})
     arrays.update({id(a.array): a.array for a in args if isinstance(a, TensorMapArg) and isinstance(a.array, np.ndarray)})
     parts = [(f"array {a.dtype}{list(a.shape)}, copied into global memory and back", 3 * a.nbytes)
              for a in arrays.values()]
@@ -291,10 +338,12 @@ def _host_memory(ptx: Module, entry, args: list, ctas: int, threads: int, shared
 def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int = 0,
            source: str = "<ptx>", *, max_steps: int = schedule.DEFAULT_MAX_STEPS,
            memory_budget: int | None = None, cta_order=None, cluster=None,
-           non_portable_cluster_size: bool = False) -> list[np.ndarray | None]:
+           non_portable_cluster_size: bool = False, stats: dict | None = None) -> list[np.ndarray | None]:
     """Run entry `kernel` of `ptx` over `grid` CTAs of `block` threads; see the module docstring.
     `cluster` (x, y, z) runs the CTAs of each cluster together (`cluster`), as cudaLaunchKernelEx with the
     cluster dimension attribute; `non_portable_cluster_size` is cudaFuncAttributeNonPortableClusterSizeAllowed.
+    A `stats` dict receives the counts of the run: "steps" (instructions issued for all the lanes at one pc),
+    "warp_instructions" and "thread_instructions" (instructions executed by a warp / a thread, guard true).
     `max_steps` bounds the steps of each batch of CTAs (`schedule`); `memory_budget` the host bytes the run may
     need (`tessera.interpreters.limits`, 8 GiB by default). BLAS runs on one thread meanwhile
     (`tessera.interpreters.blas_threads`). `cta_order` (optional): the order the CTAs run in, a permutation of
@@ -354,14 +403,17 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
     for i, (param, value) in enumerate(zip(entry.params, args)):
         if isinstance(value, np.ndarray):
             place(value, f"argument {i} ({param.name})")
-        elif isinstance(value, TensorMapArg):
-            target = value.array
-            if isinstance(target, (int, np.integer)):
-                if not (0 <= target < len(args) and isinstance(args[target], np.ndarray)):
-                    raise ValueError(f"argument {i} ({param.name}): tensor map names argument {target}, "
-                                     "which is not an array")
-                target = args[target]
-            place(target, f"tensor of argument {i} ({param.name})")
+        elif isinstance(value, (TensorMapArg, ParamStruct)):
+            where = f"argument {i} ({param.name})"
+            if isinstance(value, ParamStruct):
+                value.checked_fields(where, 0)
+            for tensor_map in [value] if isinstance(value, TensorMapArg) else value.fields.values():
+                target = getattr(tensor_map, "array", tensor_map)
+                if isinstance(target, (int, np.integer)):
+                    if not (0 <= target < len(args) and isinstance(args[target], np.ndarray)):
+                        raise ValueError(f"{where}: tensor map names argument {target}, which is not an array")
+                    target = args[target]
+                place(target, f"tensor of {where}")
     global_symbols = {}
     for variable in ptx.variables:
         if variable.space in ("global", "const"):
@@ -389,24 +441,20 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
         elif isinstance(value, TensorMapArg):
             if param.type != "b8" or param.count != facts.TENSOR_MAP_BYTES or param.align < facts.TENSOR_MAP_ALIGNMENT:
                 raise ValueError(f"{where}: a tensor map needs `.param .align 64 .b8 {param.name}[128]`")
-            target = args[value.array] if isinstance(value.array, (int, np.integer)) else value.array
-            base, array = buffers[id(target)]
-            spec = replace(value.spec, global_address=base + value.offset)
-            try:
-                spec.validate()
-            except ValueError as error:
-                raise ValueError(f"{where}: cuTensorMapEncodeTiled would refuse this map: {error}") from None
-            if spec.interleave != facts.TensorMapInterleave.NONE or any(s != 1 for s in spec.strides) or \
-                    spec.oob_fill != facts.TensorMapFloatOOBFill.NONE:
-                raise fail(source, None, f"{where}: tensor maps with interleave, element strides or NaN OOB fill "
-                                         "are not supported by the PTX executor")
-            extent = value.offset + spec.element_bytes + sum((d - 1) * s for d, s in
-                                                             zip(spec.global_dims, (spec.element_bytes,) +
-                                                                 tuple(spec.global_strides)))
-            if extent > array.nbytes:
-                raise ValueError(f"{where}: the tensor map spans {extent} bytes, its array has {array.nbytes}")
-            maps[offset] = TensorMapObject(param.name, spec, base + value.offset)
+            maps[offset] = _map_object(where, param.name, value, args, buffers, source)
             params.extend(b"\0" * size)
+        elif isinstance(value, ParamStruct):
+            if param.type != "b8" or param.count != len(value.data):
+                raise ValueError(f"{where}: a ParamStruct of {len(value.data)} bytes for the parameter "
+                                 f".{param.type}[{param.count}] (expected .b8[{len(value.data)}])")
+            data = bytearray(value.data)
+            for field_offset, _, field in value.checked_fields(where, offset):
+                if isinstance(field, TensorMapArg):
+                    maps[offset + field_offset] = _map_object(f"{where}, tensor map at offset {field_offset}",
+                                                              param.name, field, args, buffers, source)
+                else:
+                    data[field_offset:field_offset + 8] = place(field, "").to_bytes(8, "little")
+            params.extend(data)
         elif isinstance(value, (bytes, bytearray)):
             if len(value) != size:
                 raise ValueError(f"{where}: expected {size} bytes, got {len(value)}")
@@ -428,7 +476,7 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
     ops = Operands(machine, specials)
     steps = [decode(ops, inst) for inst in entry.instructions]
     scheduler = schedule.Scheduler(machine, steps, ops, scheduler_steps)
-    order = _cta_order(grid, cluster)
+    order = None
     if cta_order is not None:
         gx, gy, _ = grid
         linear = [int(i) for i in cta_order]
@@ -438,16 +486,35 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
             raise ValueError(f"{source}: cta_order permutes single CTAs; a launch with clusters of {tuple(cluster)} "
                              "runs each cluster's CTAs together")
         order = [(i % gx, i // gx % gy, i // (gx * gy)) for i in linear]
+    if stats is not None:
+        scheduler.counts = {"thread_instructions": 0, "warp_instructions": 0}
     for start in range(0, total, per_batch):
-        machine.load_batch(order[start:start + per_batch])
+        machine.load_batch(order[start:start + per_batch] if order is not None else
+                           [_cta_id(i, grid, cluster) for i in range(start, min(start + per_batch, total))])
         machine.cluster_state.reset()
         _set_cta_specials(machine, specials)
         scheduler.run()
         if machine.watch is not None:
             machine.watch.check_exit()
+    if stats is not None:
+        stats.update(scheduler.counts, steps=scheduler.executed)
 
-    results: list[np.ndarray | None] = []
+    def read_back(array: np.ndarray) -> np.ndarray:
+        base, _ = buffers[id(array)]
+        raw = memory_.buffer[base - GLOBAL_BASE:base - GLOBAL_BASE + array.nbytes]
+        return raw.copy().view(array.dtype).reshape(array.shape)
+
+    results: list = []
     for value in args:
+        if isinstance(value, ParamStruct):  # arrays inside a struct are updated in place
+            updated = {}
+            for field_offset, field in value.fields.items():
+                target = getattr(field, "array", field)
+                target = args[target] if isinstance(target, (int, np.integer)) else target
+                target[...] = read_back(target)
+                updated[int(field_offset)] = target
+            results.append(updated)
+            continue
         target = value
         if isinstance(value, TensorMapArg):
             target = args[value.array] if isinstance(value.array, (int, np.integer)) else value.array
@@ -488,4 +555,4 @@ def launch_described(ptx: str | Module, host, arrays: list[np.ndarray], sizes: d
             arrays[param.source][...] = result
 
 
-__all__ = ["launch", "launch_described", "TensorMapArg", "PtxExecutionError"]
+__all__ = ["launch", "launch_described", "ParamStruct", "TensorMapArg", "PtxExecutionError"]

@@ -191,6 +191,7 @@ class Scheduler:
         self.guards = [guard_reader(ops, s.inst) for s in steps]
         self.forced_epoch = None
         self.executed = 0
+        self.counts: dict | None = None  # with counting on: thread and warp instructions executed (`launch(stats=)`)
         self.max_steps = self.check_max_steps(max_steps)
 
     @staticmethod
@@ -230,6 +231,10 @@ class Scheduler:
                 guard = guards[pc]
                 active = lanes if guard is None else lanes[guard(lanes)]
                 self.executed += 1
+                if self.counts is not None and len(active):
+                    warps = m.unit_of[facts.WARP_SIZE][active]
+                    self.counts["thread_instructions"] += len(active)
+                    self.counts["warp_instructions"] += int(np.count_nonzero(np.diff(warps))) + 1
                 if step.control:
                     step.run(lanes, active)
                 else:

@@ -40,14 +40,6 @@ U32 = ptx_type("u32")
 PRED = ptx_type("pred")
 
 
-def _uniform(m: Machine, inst, values, lanes: np.ndarray, what: str) -> int:
-    values = np.broadcast_to(np.asarray(values), lanes.shape)
-    if len(values) and (values != values[0]).any():
-        i = int(np.argmax(values != values[0]))
-        raise m.error(inst, f"{what} must be the same in all threads: {values[0]} vs {values[i]}", int(lanes[i]))
-    return int(values[0]) if len(values) else 0
-
-
 # region named barriers
 def check_barrier(m: Machine, barrier: int, cta: int) -> None:
     """Mark the arrival of each warp of CTA slot `cta` whose non-exited threads have all executed a bar
@@ -125,13 +117,7 @@ def decode_bar(ops: Operands, inst, mods):
         except ValueError as error:
             raise ops.refuse(inst, str(error)) from None
 
-    def run(lanes, active):
-        inactive = np.setdiff1d(lanes, active, assume_unique=True) if len(active) != len(lanes) else lanes[:0]
-        m.pc[inactive] += 1
-        if not len(active):
-            return
-        barrier = _uniform(m, inst, barrier_id(active), active, "the barrier id")
-        n = _uniform(m, inst, count(active), active, "the thread count") if count is not None else 0
+    def arrive(active, barrier: int, n: int):
         try:
             facts.check_named_barrier(barrier, n or None, m.threads, arrive=action == "arrive")
         except ValueError as error:
@@ -152,6 +138,28 @@ def decode_bar(ops: Operands, inst, mods):
             m.pc[active] += 1
         for cta in np.unique(m.lane_cta[active]):
             check_barrier(m, barrier, int(cta))
+
+    def run(lanes, active):
+        inactive = np.setdiff1d(lanes, active, assume_unique=True) if len(active) != len(lanes) else lanes[:0]
+        m.pc[inactive] += 1
+        if not len(active):
+            return
+        # the id and count must agree within a warp; warps (e.g. FA3's warpgroups, each on its own barrier)
+        # may name different barriers at the same instruction
+        ids = np.broadcast_to(np.asarray(barrier_id(active), np.int64), active.shape)
+        counts = np.broadcast_to(np.asarray(count(active), np.int64), active.shape) if count is not None \
+            else np.zeros(active.shape, np.int64)
+        warp = m.unit_of[facts.WARP_SIZE][active]
+        for values, what in ((ids, "the barrier id"), (counts, "the thread count")):
+            first = np.full(int(warp.max()) + 1, -1, np.int64)
+            first[warp[::-1]] = values[::-1]
+            differ = values != first[warp]
+            if differ.any():
+                i = int(np.argmax(differ))
+                raise m.error(inst, f"{what} must be the same in all threads of a warp: {int(first[warp[i]])} vs "
+                                    f"{int(values[i])}", int(active[i]))
+        for barrier, n in sorted(set(zip(ids.tolist(), counts.tolist()))):
+            arrive(active[(ids == barrier) & (counts == n)], barrier, n)
 
     return Step(replace(inst, operands=inst_operands), run, control=True)
 
@@ -209,6 +217,8 @@ def shared_addresses(m: Machine, inst, space: str, lanes: np.ndarray, addresses)
 
 def mbarrier_key(m: Machine, lane: int, address: int) -> tuple[int, int]:
     """(CTA slot, offset) of the mbarrier at shared::cluster `address` for `lane`."""
+    if 0 <= address < 1 << CLUSTER_RANK_SHIFT:  # the lane's own CTA
+        return int(m.lane_cta[lane]), int(address)
     slots, offsets, _ = m.shared_target(np.array([lane]), np.array([address], np.int64))
     return int(slots[0]), int(offsets[0])
 

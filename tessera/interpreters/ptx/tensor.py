@@ -70,6 +70,17 @@ def _tensor_map(m: Machine, inst, lane: int, address: int) -> TensorMapObject:
     return found
 
 
+def _oob_fill(spec: facts.TensorMapSpec) -> np.ndarray:
+    """The bytes a load writes for an element outside the tensor: zeros, or with FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA
+    a quiet NaN of the element type (the hardware's "OOB-NaN"; its exact bits are not documented)."""
+    if spec.oob_fill == facts.TensorMapFloatOOBFill.NONE:
+        return np.zeros(spec.element_bytes, np.uint8)
+    dtype = {2: np.float16, 4: np.float32, 8: np.float64}[spec.element_bytes]
+    if spec.dtype == facts.TensorMapDataType.BFLOAT16:
+        dtype = ml_dtypes.bfloat16
+    return np.frombuffer(np.array(np.nan, dtype).tobytes(), np.uint8)
+
+
 def _box_offsets(tmap: TensorMapObject, coords: list[int]) -> tuple[np.ndarray, np.ndarray]:
     """Byte offsets from the tensor's address of the box elements (row-major, innermost last) and which of
     them lie inside the tensor (`TensorMapSpec.box_byte_offsets`)."""
@@ -100,7 +111,7 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
         smem + np.arange(size, dtype=np.int64), swizzle)
     global_index = (tmap.address - GLOBAL_BASE + offsets)[:, None] + np.arange(e)
     if load:
-        data = np.where(valid[:, None], m.memory.buffer[global_index], 0).astype(np.uint8)
+        data = np.where(valid[:, None], m.memory.buffer[global_index], _oob_fill(spec)).astype(np.uint8)
         m.shared[shared_index] = data.reshape(-1)
     else:
         data = m.shared[shared_index].reshape(-1, e)

@@ -1,0 +1,78 @@
+"""Running the library kernels built by build.py in the PTX executor, and their NumPy references (used by
+tests/test_ptx_library.py and bench/ptx_exec.py).
+
+    launch_library("cutlass_cooperative_128x128x64", (256, 256, 128, 1), sms=2)
+
+runs the configuration's `describe` program (the library's host code on the CPU) for the problem sizes, loads
+the launch description it prints (`params.load_description`, tensors made from the seed), launches the PTX
+through `tessera.ptx.launch` and returns the tensors (updated in place) with the seconds the launch took.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+
+from tessera.interpreters.ptx import launch
+from tessera.interpreters.ptx.cli import _array
+from tessera.interpreters.ptx.params import load_description
+from tessera.interpreters.ptx.parse import parse_ptx
+
+BUILD = Path(__file__).parent / "build"
+
+
+def built(name: str) -> bool:
+    """Whether build.py has built configuration `name` here."""
+    return (BUILD / name / "kernel.ptx").exists() and (BUILD / name / "describe").exists()
+
+
+def describe(name: str, sizes: tuple[int, ...], sms: int) -> dict:
+    """The launch description the library's host code gives for `sizes` (GEMM: M, N, K, L; attention: B, H,
+    SQ, SK, D) on a device of `sms` SMs."""
+    result = subprocess.run([str(BUILD / name / "describe"), *map(str, sizes), str(sms)], capture_output=True,
+                            text=True, check=True)
+    return json.loads(result.stdout)
+
+
+_MODULES: dict[str, object] = {}
+
+
+def launch_library(name: str, sizes: tuple[int, ...], sms: int = 1, seed: int = 0, **limits):
+    """(tensors by name, launch description, seconds): one launch of configuration `name`."""
+    description = describe(name, sizes, sms)
+    rng = np.random.default_rng(seed)
+    loaded = load_description(description, lambda _, spec: _array(spec, rng), name)
+    if name not in _MODULES:
+        path = BUILD / name / "kernel.ptx"
+        _MODULES[name] = parse_ptx(path.read_text(), str(path))
+    module = _MODULES[name]
+    (kernel,) = module.entries
+    start = time.perf_counter()
+    launch(module, kernel, loaded.grid, loaded.block, [loaded.struct], loaded.shared_bytes, str(BUILD / name),
+           cluster=loaded.cluster, **limits)
+    return loaded.tensors, description, time.perf_counter() - start
+
+
+def gemm_reference(tensors: dict) -> np.ndarray:
+    """D = A B^T per batch, in float64 (A: [L, M, K], B: [L, N, K])."""
+    a, b = tensors["A"].astype(np.float64), tensors["B"].astype(np.float64)
+    return np.einsum("lmk,lnk->lmn", a, b)
+
+
+def attention_reference(tensors: dict, causal: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(O, LSE) of softmax(Q K^T / sqrt(D)) V in float64, FA3's layouts (Q, O: [B, SQ, H, D], K, V: [B, SK,
+    H, D]; LSE: [B, H, SQ], natural log); causal aligns the last query with the last key, as FA3 does."""
+    q, k, v = (tensors[n].astype(np.float64).transpose(0, 2, 1, 3) for n in "QKV")
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1])
+    if causal:
+        s_q, s_k = scores.shape[-2:]
+        scores = np.where(np.arange(s_k)[None, :] <= np.arange(s_q)[:, None] + (s_k - s_q), scores, -np.inf)
+    top = scores.max(axis=-1, keepdims=True)
+    weights = np.exp(scores - top)
+    total = weights.sum(axis=-1, keepdims=True)
+    out = (weights / total) @ v
+    return out.transpose(0, 2, 1, 3), (top + np.log(total))[..., 0]
