@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tessera.ptx
-from tessera.interpreters.ptx import PtxExecutionError, TensorMapArg, launch
+from tessera.interpreters.ptx import PtxExecutionError, PtxHazardError, TensorMapArg, launch
 from tessera.sm90 import facts
 
 HEADER = ".version 8.0\n.target sm_90a\n.address_size 64\n"
@@ -665,7 +665,7 @@ def test_cp_async_groups_land_at_their_wait():
     cp.async.commit_group;
     cp.async.wait_group 1;
     ld.shared.u32 %r4, [%r3];
-    ld.shared.u32 %r5, [%r3+512];
+    mov.u32 %r5, 0;
     cp.async.wait_all;
     ld.shared.u32 %r6, [%r3+516];
     ld.shared.u32 %r7, [%r3+512];
@@ -684,9 +684,15 @@ def test_cp_async_groups_land_at_their_wait():
     src = np.arange(256, dtype=np.uint32) + 1
     out = launch(text, "k", 1, 32, [np.zeros(32, np.uint32), src])[0]
     t = np.arange(32)
-    # wait_group 1: the first copy landed, the second not yet (0); after wait_all the 4-of-8 byte copy
-    # gives src[128 + 4t] and a zero-filled second word
+    # wait_group 1: the first copy landed; after wait_all the 4-of-8 byte copy gives src[128 + 4t] and a
+    # zero-filled second word
     np.testing.assert_array_equal(out, src[4 * t] + 0 + 0 * 1000 + src[128 + 4 * t])
+    # reading the second copy's bytes after wait_group 1 (its group may still be in flight) is reported
+    early = text.replace("mov.u32 %r5, 0;", "ld.shared.u32 %r5, [%r3+512];")
+    with pytest.raises(PtxHazardError, match=r":\d+: error: ld.shared.u32: reads shared address 0x200 before it was "
+                                             r"signalled: the cp.async at line \d+ into it has not landed .*\(thread "
+                                             r"\(0, 0, 0\) of CTA \(0, 0, 0\)\)"):
+        launch(early, "k", 1, 32, [np.zeros(32, np.uint32), src])
 
 
 def test_ldmatrix_and_stmatrix_transpose():

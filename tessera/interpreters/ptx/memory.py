@@ -119,6 +119,8 @@ def access(m: Machine, inst, space: str, lanes: np.ndarray, addresses: np.ndarra
         raise m.error(inst, "the parameter space is read-only", int(lanes[0]))
     _check(m, inst, space, lanes, addresses, nbytes, align)
     buffer, index = _flat(m, space, lanes, addresses, nbytes)
+    if space == "shared":
+        m.tracker.generic_access(inst, lanes, index, data is not None)
     if data is None:
         return buffer[index]
     buffer[index] = data
@@ -438,6 +440,7 @@ def land_copies(m: Machine, lanes: np.ndarray, before_group: np.ndarray | None) 
         done = selected[copy.lanes] & (copy.groups < limit[copy.lanes])
         if done.any():
             m.shared[copy.index[done]] = copy.data[done]
+            m.tracker.cp_async_landed(copy.index[done])
         if not done.all():
             keep.append(AsyncCopy(copy.lanes[~done], copy.groups[~done], copy.index[~done], copy.data[~done]))
     m.async_copies = keep
@@ -503,6 +506,7 @@ def decode_cp_async(ops: Operands, inst, mods):
         target = np.broadcast_to(np.asarray(dst(sel), np.int64), lanes.shape)
         _check(m, inst, "shared", lanes, target, size, size)
         index = m.shared_flat(lanes, target)[:, None] + np.arange(size)
+        m.tracker.cp_async_issued(inst, lanes, index)
         m.async_copies.append(AsyncCopy(lanes.copy(), m.cp_groups[lanes].copy(), index, data))
 
     return run

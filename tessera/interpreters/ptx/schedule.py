@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tessera.interpreters.ptx.asynchrony import PtxDeadlockError
 from tessera.interpreters.ptx.decode import ALL, Operands, Step, guard_reader, label_index, opcode
 from tessera.interpreters.ptx.state import BAR, COLL, EXITED, PARK, RUN, STATUS_NAMES, Machine, fail
 from tessera.interpreters.ptx.syntax import Symbol
@@ -215,6 +216,12 @@ class Scheduler:
                     if self._stalled():
                         return
                     continue
+                if m.preferred is not None:  # lanes a release woke run first (asynchrony)
+                    preferred = running & m.preferred
+                    if preferred.any():
+                        running = preferred
+                    else:
+                        m.preferred = None
                 candidates = np.where(running, m.pc, big)
                 pc = int(candidates.min())
                 lanes = np.flatnonzero(candidates == pc)
@@ -329,7 +336,8 @@ class Scheduler:
             if status == BAR:
                 what = f"wait at named barrier {bar}"
             elif status == PARK and address >= 0:
-                what = f"wait on the mbarrier at shared address {address:#x}"
+                what = f"wait on the mbarrier at shared address {address:#x}" + \
+                    m.tracker.describe_barrier((int(m.lane_cta[lanes[0]]), address))
             where = f"line {inst.line} ({inst.name})" if inst is not None else "the end"
             lines.append(f"  {len(lanes)} thread(s), first {m.describe_lane(lanes[0])}: {what} at {where}")
-        return fail(m.source, None, "deadlock: no thread can make progress\n" + "\n".join(lines))
+        return PtxDeadlockError(f"{m.source}: error: deadlock: no thread can make progress\n" + "\n".join(lines))

@@ -67,6 +67,7 @@ def check_barrier(m: Machine, barrier: int, cta: int) -> None:
     if not complete:
         return
     waiting = released[(m.status[released] == BAR) & (m.bar_waiting[released] == barrier)]
+    m.tracker.shared_by_barrier(released[m.bar_arrived[barrier, released]], waiting)
     finish = getattr(m, "bar_reductions", {}).pop((barrier, cta), None)
     if finish is not None:  # bar.red: reduce over the threads that arrived, give the result to the waiters
         finish(waiting, released[m.bar_arrived[barrier, released]])
@@ -207,10 +208,13 @@ def _state(m: Machine, inst, lane: int, address: int) -> facts.MBarrierState:
     return state
 
 
-def _changed(m: Machine, key: tuple[int, int], phase_before: int, state: facts.MBarrierState) -> None:
+def _changed(m: Machine, key: tuple[int, int], phase_before: int, state: facts.MBarrierState,
+             prefer: bool = True) -> None:
     m.sync_epoch += 1
     if state.phase != phase_before:
         wake = (m.status == PARK) & (m.park_address == key[1]) & (m.lane_cta == key[0])
+        if prefer and wake.any():
+            m.preferred = wake  # a release: the threads it wakes run first (see asynchrony)
         m.status[wake] = RUN
         m.park_test[wake] = False
         m.park_address[wake] = -1
@@ -225,7 +229,12 @@ def apply(m: Machine, inst, lane: int, address: int, action) -> int:
         result = action(state)
     except ValueError as error:
         raise m.error(inst, f"mbarrier at {address:#x}: {error}", lane) from None
-    _changed(m, (int(m.lane_cta[lane]), int(address)), before, state)
+    key = (int(m.lane_cta[lane]), int(address))
+    if state.phase != before:
+        m.tracker.phase_changed(inst, key, lane)
+    else:
+        m.tracker.arrivals_changed(key)
+    _changed(m, key, before, state)
     return result
 
 
@@ -295,6 +304,10 @@ def decode_mbarrier(ops: Operands, inst, mods):
                 count = 1 if expect or values is None else int(values[i])
                 tx = int(values[i]) if expect else 0
                 phases[i] = apply(m, inst, int(lane), int(a), lambda s: arrive(s, count, tx))
+            for a in np.unique(addresses):
+                here = lanes[addresses == a]
+                for cta in np.unique(m.lane_cta[here]):
+                    m.tracker.arrived(inst, (int(cta), int(a)), here[m.lane_cta[here] == cta])
             state_out(sel, phases)
         return run_arrive
     # try_wait / test_wait
@@ -316,9 +329,14 @@ def decode_mbarrier(ops: Operands, inst, mods):
             state = _state(m, inst, int(lane), int(a))
             try:
                 done[i] = state.try_wait_parity(int(tokens[i]) & 1) if parity else state.test_wait(int(tokens[i]))
+                if not done[i] and m.tracker.land_for_wait(inst, (int(m.lane_cta[lane]), int(a)), int(lane)):
+                    done[i] = state.try_wait_parity(int(tokens[i]) & 1) if parity else state.test_wait(int(tokens[i]))
             except ValueError as error:
                 raise m.error(inst, str(error), int(lane)) from None
         passed = active[done]
+        for key in set(zip(m.lane_cta[passed].tolist(), addresses[done].tolist())):
+            here = passed[(m.lane_cta[passed] == key[0]) & (addresses[done] == key[1])]
+            m.tracker.observe(key, here, m.mbarriers[key].phase)
         write(passed, np.ones(len(passed), bool))
         m.pc[passed] += 1
         failed = active[~done]

@@ -40,7 +40,7 @@ from tessera.interpreters.ptx import memory
 from tessera.interpreters.ptx.decode import Operands, Step, elements, opcode
 from tessera.interpreters.ptx.memory import access, lanes_of, take_space
 from tessera.interpreters.ptx.state import GLOBAL_BASE, PARAM_WINDOW, WINDOW_SIZE, Machine
-from tessera.interpreters.ptx.sync import PRED, U32, apply, shared_addresses
+from tessera.interpreters.ptx.sync import PRED, U32, shared_addresses
 from tessera.interpreters.ptx.syntax import Address, Reg, Vector
 from tessera.interpreters.ptx.types import ptx_type
 from tessera.sm90 import facts
@@ -91,8 +91,9 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
     global_index = (tmap.address - GLOBAL_BASE + offsets)[:, None] + np.arange(e)
     if load:
         data = np.where(valid[:, None], m.memory.buffer[global_index], 0).astype(np.uint8)
-        m.shared[shared_index] = data.reshape(-1)
+        m.tracker.stage(shared_index, data.reshape(-1))  # lands later (asynchrony)
     else:
+        m.tracker.bulk_store_reads(inst, lane, shared_index, "the TMA store")
         data = m.shared[shared_index].reshape(-1, e)
         m.memory.buffer[global_index[valid]] = data[valid]
     return spec.box_bytes
@@ -171,14 +172,16 @@ def decode_bulk(ops: Operands, inst, mods):
                 one = lanes[i:i + 1]
                 if nbytes % 16:
                     raise m.error(inst, f"bulk copy size {nbytes} is not a multiple of 16", lane)
+                memory._check(m, inst, "shared", one, smem_addresses[i:i + 1], nbytes, 16)
+                shared_index = m.shared_flat(one, smem_addresses[i:i + 1])[0] + np.arange(nbytes)
                 if load:
                     data = access(m, inst, "global", one, sources[i:i + 1], nbytes, align=16)
-                    access(m, inst, "shared", one, smem_addresses[i:i + 1], nbytes, data, align=16)
+                    m.tracker.stage(shared_index, data.reshape(-1))
                 else:
-                    data = access(m, inst, "shared", one, smem_addresses[i:i + 1], nbytes, align=16)
-                    access(m, inst, "global", one, sources[i:i + 1], nbytes, data, align=16)
+                    m.tracker.bulk_store_reads(inst, lane, shared_index, "the bulk store")
+                    access(m, inst, "global", one, sources[i:i + 1], nbytes, m.shared[shared_index][None], align=16)
             if barrier is not None:
-                apply(m, inst, lane, int(barriers[i]), lambda s, n=nbytes: s.complete_tx(n))
+                m.tracker.issue(inst, lane, int(barriers[i]), nbytes, "TMA load" if tensor else "bulk copy")
 
     return run
 
@@ -227,7 +230,7 @@ def _multiplicand_values(raw: np.ndarray, name: str) -> np.ndarray:
 
 
 def _descriptor_operand(m: Machine, inst, lanes: np.ndarray, descriptor: int, major: str, extent: int,
-                        name: str) -> np.ndarray:
+                        name: str, operand: str = "B") -> np.ndarray:
     """The [extent, K] operand (K spanning facts.WGMMA_K_BYTES) read through a descriptor from the shared memory
     of `lanes`' CTA, as float64 values."""
     dtype = np.dtype(_MULTIPLICANDS[name])
@@ -241,6 +244,7 @@ def _descriptor_operand(m: Machine, inst, lanes: np.ndarray, descriptor: int, ma
     if addresses.min() < 0 or addresses.max() + e > m.shared_bytes:
         raise m.error(inst, f"matrix descriptor {descriptor:#x} reads outside shared memory", int(lanes[0]))
     index = int(m.lane_cta[lanes[0]]) * m.shared_bytes + addresses[..., None] + np.arange(e)
+    m.tracker.wgmma_reads(inst, lanes, index.reshape(-1), operand)
     return _multiplicand_values(m.shared[index].reshape(-1).view(dtype).reshape(addresses.shape), name)
 
 
@@ -345,7 +349,7 @@ def _wgmma_async(ops: Operands, inst, mods):
                 a = _register_operand(np.stack([r[wg] for r in a_regs], axis=1), a_name)
             else:
                 a_desc = _uniform64(m, inst, read_a(wg), wg, "A descriptor")
-                a = _descriptor_operand(m, inst, wg, a_desc, "MN" if trans_a else "K", facts.WGMMA_M, a_name)
+                a = _descriptor_operand(m, inst, wg, a_desc, "MN" if trans_a else "K", facts.WGMMA_M, a_name, "A")
             d = (scale_a * a) @ (scale_b * b).T
             accumulate = bool(static_scale) if read_scale is None else \
                 bool(_uniform64(m, inst, read_scale(wg), wg, "scale-d predicate"))
