@@ -43,7 +43,7 @@ Registers and statuses are per lane (one thread of one CTA of the batch); tags a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -84,22 +84,16 @@ class Copy:
 def _registers(inst) -> set[str]:
     """Names of the registers an instruction names (operands, vector elements, address bases, guard)."""
     names: set[str] = set()
-
-    def visit(operand):
-        if isinstance(operand, Reg):
-            names.add(operand.name)
-        elif isinstance(operand, Vector):
-            for e in operand.elements:
-                visit(e)
-        elif isinstance(operand, Address):
-            visit(operand.base)
-            if operand.coords is not None:
-                visit(operand.coords)
-        elif isinstance(operand, Negated):
-            visit(operand.operand)
-
     for operand in inst.operands:
-        visit(operand)
+        kind = type(operand)
+        if kind is Reg:
+            names.add(operand.name)
+        elif kind is Vector:
+            names.update(e.name for e in operand.elements if type(e) is Reg)
+        elif kind is Address and type(operand.base) is Reg:
+            names.add(operand.base.name)
+        elif kind is Negated:
+            names.add(operand.operand.name)
     if inst.guard is not None:
         names.add(inst.guard.predicate.name)
     return names
@@ -433,17 +427,17 @@ class AsyncTracker:
                                         f"{self._released_early(int(lanes[0]), flat[i])}", lanes[0])
             landed = state == LANDED
             if landed.any():
-                keys = np.unique(self.tag[flat[landed]].astype(np.int64) << 32 | self.phase[flat[landed]])
-                for key in keys:
-                    b, p = int(key >> 32), int(key & 0xFFFFFFFF)
-                    unseen = self.observed[b, lanes] <= p
-                    if unseen.any():
-                        hit = flat[landed][np.argmax((self.tag[flat[landed]] == b) & (self.phase[flat[landed]] == p))]
-                        raise self.hazard(inst, f"{what} reads {self.where(hit)} before the TMA copy into it was "
-                                                f"signalled: this thread has not observed phase {p} (parity {p & 1}) "
-                                                f"of {self.barrier_name(b)} complete (no successful mbarrier wait "
-                                                "for that phase, or a wait on the wrong parity)",
-                                          lanes[int(np.argmax(unseen))])
+                tags, phases = self.tag[flat[landed]], self.phase[flat[landed]]
+                known = self.observed[:, lanes].min(axis=1)  # phases every reader has observed, per barrier
+                unseen = known[tags] <= phases
+                if unseen.any():
+                    i = int(np.argmax(unseen))
+                    b, p = int(tags[i]), int(phases[i])
+                    reader = lanes[int(np.argmax(self.observed[b, lanes] <= p))]
+                    raise self.hazard(inst, f"{what} reads {self.where(flat[landed][i])} before the TMA copy into it "
+                                            f"was signalled: this thread has not observed phase {p} (parity {p & 1}) "
+                                            f"of {self.barrier_name(b)} complete (no successful mbarrier wait for "
+                                            "that phase, or a wait on the wrong parity)", reader)
         unfenced = self.unfenced[flat]
         if unfenced.any():
             i = int(np.argmax(unfenced))
@@ -495,13 +489,19 @@ class AsyncTracker:
                                     f"group yet){released}", lanes[i])
 
     def wgmma_issued(self, inst, lanes: np.ndarray, roles: dict[str, str]) -> None:
-        """The warpgroups of `lanes` issued a wgmma: its registers are pending in their open group."""
+        """The warpgroups of `lanes` issued a wgmma: its registers are pending in their open group. Registers
+        pending on the same groups share one array (never modified in place)."""
         ws = np.unique(self.m.unit_of[facts.WARPGROUP_SIZE][lanes])
         self.wg_issued[ws] = self.wg_open[ws]
+        updated: dict[int, np.ndarray] = {}
         for name, kind in roles.items():
             entry = self.pending.get(name)
-            groups = entry[0].copy() if entry is not None else np.full(self.warpgroups, -1, np.int64)
-            groups[ws] = self.wg_open[ws]
+            old = entry[0] if entry is not None else None
+            groups = updated.get(id(old))
+            if groups is None:
+                groups = old.copy() if old is not None else np.full(self.warpgroups, -1, np.int64)
+                groups[ws] = self.wg_open[ws]
+                updated[id(old)] = groups
             self.pending[name] = (groups, kind, inst)
 
     def wgmma_commit(self, lanes: np.ndarray) -> None:
@@ -513,7 +513,11 @@ class AsyncTracker:
         ws = np.unique(self.m.unit_of[facts.WARPGROUP_SIZE][lanes])
         self.wg_done[ws] = np.maximum(self.wg_done[ws], self.wg_open[ws] - 1 - keep)
         if self.pending:
-            self.pending = {name: e for name, e in self.pending.items() if (e[0] > self.wg_done).any()}
+            live: dict[int, bool] = {}
+            for e in self.pending.values():
+                if id(e[0]) not in live:
+                    live[id(e[0])] = bool((e[0] > self.wg_done).any())
+            self.pending = {name: e for name, e in self.pending.items() if live[id(e[0])]}
         self.reading = bool((self.wg_issued > self.wg_done).any())
 
     def check_registers(self, inst, lanes: np.ndarray, names, roles: dict[str, str]) -> None:
@@ -568,7 +572,7 @@ def _wrap(step: Step, before=None, after=None) -> Step:
             if after is not None and len(active):
                 after(active)
 
-        return replace(step, run=run_control)
+        return Step(step.inst, run_control, step.control, step.unit, step.mask, step.member_mask)
 
     def run(sel):
         if before is not None:
@@ -577,7 +581,7 @@ def _wrap(step: Step, before=None, after=None) -> Step:
         if after is not None:
             after(sel)
 
-    return replace(step, run=run)
+    return Step(step.inst, run, step.control, step.unit, step.mask, step.member_mask)
 
 
 def _group_count(inst) -> int:
@@ -592,12 +596,13 @@ def install(m: Machine, steps: list[Step]) -> list[Step]:
     tracker = m.tracker = AsyncTracker(m)
     watched: set[str] = set()
     for step in steps:
-        watched |= set(_wgmma_roles(step.inst))
+        if step.inst.opcode == "wgmma":
+            watched.update(_wgmma_roles(step.inst))
     result = []
     for step in steps:
         inst = step.inst
-        roles = _wgmma_roles(inst)
-        names = sorted(_registers(inst) & watched)
+        roles = _wgmma_roles(inst) if inst.opcode == "wgmma" else {}
+        names = sorted(_registers(inst) & watched) if watched else ()
         before = after = None
         if names:
             def before(sel, inst=inst, names=names, roles=roles):

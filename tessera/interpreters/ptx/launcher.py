@@ -41,7 +41,7 @@ import numpy as np
 from tessera.interpreters.blas_threads import single_threaded_blas
 from tessera.interpreters.limits import check_memory
 from tessera.interpreters.ptx import alu, floats, memory, schedule, sync, tensor  # noqa: F401 - registers decoders
-from tessera.interpreters.ptx import asynchrony
+from tessera.interpreters.ptx import asynchrony, ptxas_rules
 from tessera.interpreters.ptx.decode import Operands, decode
 from tessera.interpreters.ptx.state import (
     GLOBAL_BASE,
@@ -374,6 +374,7 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
     machine.tensor_maps = maps
     specials = _specials(machine, shared_bytes)
     ops = Operands(machine, specials)
+    ptxas_rules.check_entry(ptx, entry, source)
     steps = asynchrony.install(machine, [decode(ops, inst) for inst in entry.instructions])
     scheduler = schedule.Scheduler(machine, steps, ops, scheduler_steps)
     gx, gy, _ = grid
