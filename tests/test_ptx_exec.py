@@ -530,6 +530,13 @@ def test_shfl_modes(mode, b, c, expected):
     np.testing.assert_array_equal(out, [10 * expected(lane) for lane in range(32)])
 
 
+def test_shfl_from_a_lane_past_a_partial_warp_is_an_error():
+    """A block of 1 thread: lane 8 of its warp does not exist (it was an IndexError)."""
+    with pytest.raises(PtxExecutionError, match=r"shfl.sync.bfly.b32: reads lane 8, which is not in the member mask "
+                                                 r"or not executing the shfl \(thread \(0, 0, 0\)"):
+        lanes_out("shfl.sync.bfly.b32 %r9, %r0, 8, 0x1f, 0xffffffff;", block=1)
+
+
 def test_if_else_inside_a_warp_reconverges_before_a_shuffle():
     body = """
     and.b32 %r1, %r0, 1;

@@ -416,10 +416,13 @@ def decode_shfl(ops: Operands, inst, mods):
             src, ok = facts.shfl_source_lane(mode, m.laneid[lanes[pick]], int(bc[0]), int(bc[1]))
             source[pick] = lanes[pick] - m.laneid[lanes[pick]] + src
             valid[pick] = ok
-        bad = ~executing[source] | (((member >> m.laneid[source]) & 1) == 0)
+        wanted = source - lanes + m.laneid[lanes]  # the lane id read
+        outside = source >= m.lanes  # a lane past the last thread of a partial warp
+        source = np.where(outside, lanes, source)
+        bad = outside | ~executing[source] | (((member >> m.laneid[source]) & 1) == 0)
         if bad.any():
             i = int(np.argmax(bad))
-            raise m.error(inst, f"reads lane {int(m.laneid[source[i]])}, which is not in the member mask or not "
+            raise m.error(inst, f"reads lane {int(wanted[i])}, which is not in the member mask or not "
                                 "executing the shfl", int(lanes[i]))
         write_d(sel, values[source])
         if write_p is not None:
