@@ -352,3 +352,65 @@ def test_bulk_stores_need_the_proxy_fence_and_their_read_wait():
 
 
 # endregion
+
+
+# region what a CTA leaves behind
+
+
+_BULK_LOAD = """.version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry bulk_load(.param .u64 src, .param .u64 out)
+{
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<3>;
+    .reg .pred %p<2>;
+    .shared .align 128 .b8 tile[256];
+    .shared .align 8 .b64 bar;
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r1, tile;
+    mov.u32 %r2, bar;
+    setp.eq.u32 %p0, %r0, 0;
+    @%p0 mbarrier.init.shared::cta.b64 [%r2], 1;
+    bar.sync 0;
+    ld.param.u64 %rd0, [src];
+    @%p0 mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r2], 256;
+    @%p0 cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd0], 256, [%r2];
+WAIT
+    ret;
+}
+"""
+
+
+def test_a_cta_that_ends_with_a_copy_in_flight_is_reported():
+    wait = """LOOP:
+    mbarrier.try_wait.parity.shared::cta.b64 %p1, [%r2], 0;
+    @!%p1 bra LOOP;"""
+    src = np.arange(64, dtype=np.uint32)
+    launch(_BULK_LOAD.replace("WAIT", wait), "bulk_load", 1, 32, [src, np.zeros(4, np.uint32)])
+    with pytest.raises(PtxHazardError, match=r":19: error: cp.async.bulk.shared::cluster\S*: the CTA ends with this "
+                                             r"bulk copy in flight \(no thread waited on its mbarrier at shared address "
+                                             r"0x100 once its arrivals were in\) \(thread \(0, 0, 0\)"):
+        launch(_BULK_LOAD.replace("WAIT", ""), "bulk_load", 1, 32, [src, np.zeros(4, np.uint32)])
+
+
+def test_a_cta_that_ends_with_a_wgmma_pending_is_reported():
+    """tests/ptx_samples/wgmma_early_read.ptx without its wait_group and the uses of the accumulator."""
+    text = (Path(__file__).parent / "ptx_samples" / "wgmma_early_read.ptx").read_text()
+    seeded = "\n".join(line for line in text.splitlines()
+                       if not any(s in line for s in ("add.f32 %f0", "wgmma.wait_group", "st.global.f32")))
+    with pytest.raises(PtxHazardError, match=r":\d+: error: wgmma.mma_async\S*: the CTA ends with this wgmma of "
+                                             r"warpgroup 0 pending: no wgmma.commit_group and wgmma.wait_group cover it"):
+        launch(seeded, "wgmma_early_read", 1, 128, [np.zeros(128, np.float32)], shared_bytes=16384)
+
+
+def test_the_sample_that_reads_an_accumulator_early_is_reported():
+    """ptxas accepts tests/ptx_samples/wgmma_early_read.ptx with an advisory (C7517) and serialises the wgmma;
+    the executor names the read."""
+    text = (Path(__file__).parent / "ptx_samples" / "wgmma_early_read.ptx").read_text()
+    with pytest.raises(PtxHazardError, match=r":24: error: add.f32: touches %f0, an accumulator register of the "
+                                             r"wgmma.mma_async at line 22, before a wgmma.wait_group covers its group"):
+        launch(text, "wgmma_early_read", 1, 128, [np.zeros(128, np.float32)], shared_bytes=16384)
+
+
+# endregion

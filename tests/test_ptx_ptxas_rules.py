@@ -59,7 +59,6 @@ REFUSED = {
     "ld.shared.u32 %r1, [gvar];": r"\[gvar\] is a .global variable, used by a .shared access",
     "ld.global.u32 %r1, [tile];": r"\[tile\] is a .shared variable, used by a .global access",
     "mov.u32 %r1, gvar;": "the 32-bit address of the .global variable gvar",
-    "atom.local.add.u32 %r1, [%rd2], 1;": "atom on the .local state space",
     "mbarrier.init.global.b64 [%rd2], 1;": "mbarrier on the .global state space",
     "st.const.u32 [%rd2], %r1;": "st.const",
 }

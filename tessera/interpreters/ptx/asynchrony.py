@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tessera.interpreters.ptx.decode import Step, elements
-from tessera.interpreters.ptx.state import PARK, RUN, Machine, PtxExecutionError
+from tessera.interpreters.ptx.state import EXITED, PARK, RUN, Machine, PtxExecutionError
 from tessera.interpreters.ptx.syntax import Address, Negated, Reg, Vector
 from tessera.sm90 import facts
 
@@ -144,6 +144,7 @@ class AsyncTracker:
         self.wg_issued = np.full(self.warpgroups, -1, np.int64)
         self.pending: dict[str, tuple[np.ndarray, str, object]] = {}
         self.reading = False
+        self.last_wgmma: dict[int, object] = {}  # warpgroup -> its last wgmma.mma_async
         self.read_inst: dict[tuple[int, int], object] = {}
         if self.wg_read is not None:
             self.wg_read[:] = 0
@@ -493,6 +494,8 @@ class AsyncTracker:
         pending on the same groups share one array (never modified in place)."""
         ws = np.unique(self.m.unit_of[facts.WARPGROUP_SIZE][lanes])
         self.wg_issued[ws] = self.wg_open[ws]
+        for w in ws.tolist():
+            self.last_wgmma[w] = inst
         updated: dict[int, np.ndarray] = {}
         for name, kind in roles.items():
             entry = self.pending.get(name)
@@ -554,6 +557,30 @@ class AsyncTracker:
         self.bulk_reads = [r for r in self.bulk_reads if r[1] > self.bulk_done[r[0]]]
 
     # endregion
+    # region the end of a CTA
+    def on_exit(self, ctas) -> None:
+        """Every thread of a CTA slot exited: no TMA copy may still be in flight into its shared memory, and no
+        wgmma of its warpgroups may be pending (their results and operands would be lost)."""
+        m = self.m
+        for cta in ctas:
+            if not (m.status[m.lane_cta == cta] == EXITED).all():
+                continue
+            for key, copies in self.in_flight.items():
+                if key[0] == cta and copies:
+                    copy = copies[0]
+                    raise self.hazard(copy.inst, f"the CTA ends with this {copy.kind} in flight (no thread waited on "
+                                                 f"its mbarrier at shared address {key[1]:#x} once its arrivals were "
+                                                 "in)", copy.lane)
+            ws = int(cta) * self.groups_per_cta + np.arange(self.groups_per_cta)
+            pending = ws[self.wg_issued[ws] > self.wg_done[ws]]
+            if len(pending):
+                w = int(pending[0])
+                lane = int(np.flatnonzero(m.unit_of[facts.WARPGROUP_SIZE] == w)[0])
+                raise self.hazard(self.last_wgmma[w], f"the CTA ends with this wgmma of warpgroup "
+                                                      f"{w % self.groups_per_cta} pending: no wgmma.commit_group and "
+                                                      "wgmma.wait_group cover it", lane)
+
+    # endregion
 
 
 # region installing the checks on decoded steps
@@ -594,6 +621,7 @@ def install(m: Machine, steps: list[Step]) -> list[Step]:
     decoders: registers of wgmma (checked only on instructions naming one), fence.proxy.async, and the
     wgmma and bulk commit/wait groups."""
     tracker = m.tracker = AsyncTracker(m)
+    m.exit_hooks.append(tracker.on_exit)
     watched: set[str] = set()
     for step in steps:
         if step.inst.opcode == "wgmma":

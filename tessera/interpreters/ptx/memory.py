@@ -12,7 +12,8 @@ values in this sequentially consistent executor and are accepted (`.nc`, `.ca/.c
 
 `cp.async.{ca,cg}.shared.global [d], [s], size{, src-size | ignore-src}` reads its source when issued and
 writes shared memory when a `cp.async.wait_group N` / `wait_all` of the issuing thread covers its group
-(groups are per thread, closed by `commit_group`): its data is not visible before the wait, as in PTX.
+(groups are per thread, closed by `commit_group`): its data is not visible before the wait, as in PTX, and
+a read of its bytes before is reported (`asynchrony`, which also checks every shared access).
 `cp.async.mbarrier.arrive{.noinc}` lands the thread's pending copies, then (with `.noinc`) arrives.
 `atom`/`red` (scalar, global or shared memory): threads of one execution that hit one location update it one
 at a time in increasing lane order, one legal serialisation (see `decode_atom`).

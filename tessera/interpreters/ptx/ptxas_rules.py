@@ -19,7 +19,7 @@ this module, and instructions it does not list are left to their decoders:
   a .f or .pred register is never an address; `[symbol]` must name a variable of the instruction's state
   space (a .shared variable in ld.global is "State space mismatch"); a 32-bit mov/cvta of a .global or
   .const variable's address is refused.
-- state spaces: atom/red on .global/.shared (or generic), mbarrier on .shared, no st.const.
+- state spaces: mbarrier on .shared, no st.const (atom/red on other spaces are refused by their decoder).
 - `.target`: wgmma and setmaxnreg need sm_90a ("not supported on .target 'sm_90'").
 """
 
@@ -125,8 +125,6 @@ class _Checker:
             target = ", ".join(self.module.targets) or "none"
             raise self.refuse(inst, f"{op} needs .target sm_90a (the module targets {target})")
         space = _space(inst)
-        if op in ("atom", "red") and space not in (None, "global", "shared"):
-            raise self.refuse(inst, f"{op} on the .{space} state space")
         if op == "mbarrier" and space not in (None, "shared"):
             raise self.refuse(inst, f"mbarrier on the .{space} state space (an mbarrier lives in shared memory)")
         if op == "st" and space == "const":

@@ -15,8 +15,13 @@ is not selected; barriers and mbarriers wake it. A failing `mbarrier.test_wait` 
 lane after it; when nothing else can run such lanes are woken, and if that happens twice with no
 synchronisation progress in between (no barrier completion, no mbarrier arrival), the run stops.
 
-Deadlock: when no lane can run and some have not exited, `run` raises `PtxExecutionError` naming each group
-of blocked lanes, what they wait for, and the line.
+Releases: when an mbarrier arrive completes a phase that parked lanes wait for, those lanes (`Machine.preferred`)
+are selected first until they block or exit, so that a producer refills a released slot at the earliest
+moment (see `asynchrony`).
+
+Deadlock: when no lane can run and some have not exited, `run` raises `PtxDeadlockError` naming each group
+of blocked lanes, what they wait for (for an mbarrier: its phase, pending arrivals, tx-count and the copies
+in flight on it), and the line.
 
 Step budget: a *step* issues one instruction for every running lane at the same pc, so no thread executes
 more instructions than its batch takes steps. A batch that takes more than `max_steps` steps (a loop that never

@@ -15,8 +15,10 @@ of one instruction are applied in lane order.
 Warp collectives (shfl.sync, vote.sync, redux.sync, elect.sync, bar.warp.sync) run once all non-exited
 threads of the member mask reach them (the scheduler's `unit`); reading a lane outside the mask is an error.
 `elect.sync` elects the lowest active lane of the mask. `setmaxnreg` checks `facts.check_setmaxnreg` per
-warpgroup and records the count; it has no other effect. Fences and membar are no-ops: the executor is
-sequentially consistent and writes TMA/wgmma results at issue.
+warpgroup and records the count; it has no other effect. Fences and membar have no effect on values: the
+executor is sequentially consistent (fence.proxy.async is tracked by `asynchrony`, which also lands TMA copies
+when a wait finds every arrival of the phase in, records what each thread observed, and reports transaction
+counts that disagree with the copies).
 """
 
 from __future__ import annotations

@@ -9,8 +9,10 @@ to the absolute shared addresses (`facts.swizzle_address`), and completes `spec.
 the mbarrier. `[map]` must be the generic address of a tensor-map parameter (`mov` + `cvta.param`); anything
 else is an error. The store form `cp.async.bulk.tensor.Nd.global.shared::cta.tile.bulk_group [map, {c..}], [src]`
 writes the box back, skipping out-of-bounds elements. Non-tensor `cp.async.bulk` copies bytes the same way.
-Copies happen at issue (every executing thread issues its own), which is one legal timing: their data and
-transaction bytes are there before anyone can observe them; commit/wait groups are then no-ops.
+Every executing thread issues its own copy. A load reads global memory at issue and is handed to `asynchrony`,
+which lands its bytes and transaction count when a thread waits on the mbarrier (and reports reads before);
+a store reads shared memory at issue, checked as an async-proxy read, and `asynchrony` keeps those bytes
+read until the thread's cp.async.bulk.wait_group(.read) covers its bulk group.
 Multicast is accepted only for a mask containing this CTA (a cluster is one CTA here).
 
 wgmma [P#asynchronous-warpgroup-level-matrix-*; facts.wgmma, facts.descriptor]: per warpgroup (all 128
@@ -20,8 +22,9 @@ descriptor (imm-trans-b: MN-major); imm-scale-a/b = -1 negates. K spans 32 bytes
 (k8, the low 13 mantissa bits ignored), .e4m3/.e5m2 (k32, mixable, .f16/.f32 accumulator), .s8/.u8 (k32,
 mixable, .s32 accumulator that wraps, or clamps with .satfinite); .b1 is refused. Float products are exact,
 sums in float64 rounded once per instruction to the accumulator type (as the Target IR simulator does);
-integer sums are exact. D is written at issue;
-fence/commit/wait are no-ops. Descriptors must be uniform over the warpgroup.
+integer sums are exact. D is written at issue, and `asynchrony` reports any other access to the D and A
+registers, or a write over the shared operands, before the wgmma.wait_group that covers the wgmma (commit and
+wait are counted there; wgmma.fence has no effect). Descriptors must be uniform over the warpgroup.
 
 ldmatrix/stmatrix m8n8 .x1/.x2/.x4 (.trans) .b16: lanes 8j..8j+7 address the eight 16-byte rows of matrix j;
 lane l holds row l/4, columns 2(l%4), 2(l%4)+1 of each matrix (.trans: the transposed elements), low half
@@ -394,7 +397,7 @@ def decode_wgmma(ops: Operands, inst, mods):
     if mods.take("fence", "commit_group", "wait_group") is None:
         raise ops.refuse(inst, "wgmma form (sparse wgmma.mma_async.sp is not supported)")
     mods.drop("sync", "aligned")
-    return lambda sel: None  # results are written at issue: nothing is pending
+    return lambda sel: None  # groups are counted by asynchrony.install's wrapper
 
 
 # endregion
