@@ -74,19 +74,23 @@ class _Checker:
             self.spaces[v.name] = v.space
         for p in entry.params:
             self.spaces[p.name] = "param"
+        self.types = {name: ptx_type(t) for name, t in entry.registers.items()}
 
     def refuse(self, inst, message: str) -> PtxExecutionError:
         return fail(self.source, inst, f"ptxas refuses this: {message}")
 
     def register(self, operand) -> PtxType | None:
-        if isinstance(operand, Reg):
-            name = self.entry.registers.get(operand.name)
-            return ptx_type(name) if name else None
-        return None
+        return self.types.get(operand.name) if type(operand) is Reg else None
 
     def operand(self, inst, operand, t: PtxType | None, wider: bool = False) -> None:
         """Check one data operand (a register, or each register of a vector) against type `t`."""
         if t is None or t.kind == "x2":
+            return
+        if type(operand) is Reg:
+            declared = self.types.get(operand.name)
+            if declared is not None and not _fits(declared, t, wider):
+                raise self.refuse(inst, f"register {operand.name} is .{declared.name}, which does not fit a "
+                                        f".{t.name} operand")
             return
         if isinstance(operand, Vector):
             for element in operand.elements:
