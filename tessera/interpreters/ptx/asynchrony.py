@@ -123,6 +123,7 @@ class AsyncTracker:
         self.unfenced = np.zeros(n, bool)
         self.writer = np.zeros(n, np.int32)
         self.wg_read: np.ndarray | None = None  # [groups per CTA, bytes]: wgmma group + 1 reading the byte
+        self.proxy_readers = True  # the program reads shared memory through the async proxy (set by install)
         self.reset()
 
     def reset(self) -> None:
@@ -130,7 +131,7 @@ class AsyncTracker:
         m = self.m
         self.state[:] = PLAIN
         self.unfenced[:] = False
-        self.flying = 0  # copies staged or in flight (TMA, bulk, cp.async)
+        self.tagged = False  # some byte may be FLIGHT or LANDED (an asynchronous copy was issued)
         self.copies: dict[int, Copy] = {}
         self.in_flight: dict[tuple[int, int], list[Copy]] = {}
         self.staged: list[tuple[np.ndarray, np.ndarray]] = []
@@ -231,7 +232,7 @@ class AsyncTracker:
         asynchronous copy still writes them, a pending wgmma may still read them, or a bulk store still
         reads them."""
         lanes = np.broadcast_to(np.asarray(lanes), flat.shape)
-        if self.flying:
+        if self.tagged:
             flying = self.state[flat] == FLIGHT
             if flying.any():
                 i = int(np.argmax(flying))
@@ -271,7 +272,7 @@ class AsyncTracker:
         ident = len(self.copies)
         self.copies[ident] = copy
         self.in_flight.setdefault(key, []).append(copy)
-        self.flying += 1
+        self.tagged = True
         self.state[index] = FLIGHT
         self.tag[index] = ident
         self.unfenced[index] = False
@@ -316,7 +317,6 @@ class AsyncTracker:
             self.tag[copy.index] = b
             self.phase[copy.index] = phase
             copy.data = None
-            self.flying -= 1
             try:
                 state.complete_tx(copy.nbytes)
             except ValueError as error:
@@ -354,7 +354,7 @@ class AsyncTracker:
         self.state[flat] = FLIGHT
         self.tag[flat] = ident
         self.unfenced[flat] = False
-        self.flying += 1
+        self.tagged = True
 
     def cp_async_landed(self, index: np.ndarray) -> None:
         self.state[index.reshape(-1)] = PLAIN
@@ -372,12 +372,15 @@ class AsyncTracker:
     def generic_access(self, inst, lanes: np.ndarray, index: np.ndarray, write: bool) -> None:
         """An ld/st/ldmatrix/stmatrix... of `lanes` at `index` [lanes, bytes] of `Machine.shared`."""
         if write:
-            flat = index.reshape(-1)
-            if self.flying or self.reading or self.bulk_reads:
-                self.check_writable(inst, np.repeat(lanes, index.shape[1]), flat, "the store")
-            self.state[flat] = PLAIN
-            self.unfenced[index] = True
-            self.writer[index] = lanes[:, None]
+            if self.tagged or self.reading or self.bulk_reads:
+                self.check_writable(inst, np.repeat(lanes, index.shape[1]), index.reshape(-1), "the store")
+            if self.tagged:
+                self.state[index] = PLAIN
+            if self.proxy_readers:
+                self.unfenced[index] = True
+                self.writer[index] = lanes[:, None]
+            return
+        if not self.tagged:
             return
         state = self.state[index]
         if state.any():
@@ -622,6 +625,8 @@ def install(m: Machine, steps: list[Step]) -> list[Step]:
     wgmma and bulk commit/wait groups."""
     tracker = m.tracker = AsyncTracker(m)
     m.exit_hooks.append(tracker.on_exit)
+    tracker.proxy_readers = any(s.inst.opcode == "wgmma" or (s.inst.opcode == "cp" and "bulk" in s.inst.modifiers)
+                                for s in steps)  # generic stores need tracking for fence.proxy.async
     watched: set[str] = set()
     for step in steps:
         if step.inst.opcode == "wgmma":
