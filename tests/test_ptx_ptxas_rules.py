@@ -41,6 +41,7 @@ REFUSED = {
     "shl.b32 %r1, %r1, %rd1;": "register %rd1 is .b64, which does not fit a .u32 operand",
     "mul.wide.u32 %r1, %r2, %r2;": "register %r1 is .b32, which does not fit a .u64 operand",
     "popc.b32 %r1, %rd1;": "register %rd1 is .b64",
+    "shfl.sync.up.b32 %rd1|%p1, %r1, 2, 0, -1;": "register %rd1 is .b64, which does not fit a .b32 operand",
     "abs.s32 %r1, %f1;": "register %f1 is .f32",
     "add.s32 %r1, %p1, %r2;": "register %p1 is .pred",
     "ld.global.u32 %f1, [%rd2];": "register %f1 is .f32",
@@ -71,7 +72,7 @@ ACCEPTED = [
     "setp.lt.f32 %p1, %r1, %f2;", "ld.shared.u32 %r1, [%r2];", "ld.shared.u32 %r1, [%rd2];",
     "ld.shared.u32 %r1, [tile];", "selp.f32 %f1, %r1, %f2, %p1;", "shfl.sync.bfly.b32 %r1, %f1, 8, 31, -1;",
     "mov.u64 %rd1, gvar;", "mov.u32 %r1, tile;", "popc.b64 %r1, %rd1;", "fma.rn.f32 %r1, %r1, %r1, %r1;",
-    "mov.b64 %rd1, {%r1, %r2};", "mul.wide.u32 %rd1, %r2, %r2;", "shr.u32 %r1, %r1, %u1;",
+    "mov.b64 %rd1, {%r1, %r2};", "shfl.sync.up.b32 %r1|%p1, %f1, 2, 0, -1;", "mul.wide.u32 %rd1, %r2, %r2;", "shr.u32 %r1, %r1, %u1;",
 ]
 
 

@@ -10,7 +10,7 @@ this module, and instructions it does not list are left to their decoders:
   fine), a .u/.s one .b, .u and .s registers, a .b one any register of its size; .pred only where a
   predicate belongs. `ld`, `st` and `cvt` also take a register *wider* than the type (data operands only).
   The shift amount of shl/shr is .u32, and popc/clz write a .u32; mul.wide/mad.wide write (and mad.wide adds) twice the width; setp
-  writes predicates; selp's last operand and the guard are predicates. Packed .f16x2/.bf16x2 instructions
+  writes predicates; shfl's operands are all .b32 but its predicate destination; selp's last operand and the guard are predicates. Packed .f16x2/.bf16x2 instructions
   are not checked.
 - instruction types: add, sub, mul, mad, min, max, neg, abs, div, rem take no .b type; and, or, xor, not
   only .b (or .pred); shl only .b.
@@ -163,6 +163,13 @@ class _Checker:
                 self.operand(inst, source, t)
             if op == "mad" and len(operands) > 3:
                 self.operand(inst, operands[3], wide)
+        elif op == "shfl" and len(operands) == 5:
+            dests = operands[0].elements if isinstance(operands[0], Vector) else (operands[0],)
+            self.operand(inst, dests[0], t)
+            if len(dests) > 1:
+                self.operand(inst, dests[1], ptx_type("pred"))
+            for operand in operands[1:]:
+                self.operand(inst, operand, t)
         elif op in ("popc", "clz") and len(operands) == 2:
             self.operand(inst, operands[0], ptx_type("u32"))
             self.operand(inst, operands[1], t)
