@@ -303,8 +303,9 @@ def test_cp_async_read_before_its_wait_is_reported():
     x = np.ones((2, 260), np.float32)
     args = [x, np.zeros_like(x), np.zeros(2, np.float32), 257, 260, np.float32(0.5)]
     launch(text, "row_scale_sum", (2, 1, 1), (64, 1, 1), args)
-    with pytest.raises(PtxHazardError, match=r"ld.shared.f32: reads shared address 0x[0-9a-f]+ of CTA \(0, 0, 0\) before it was signalled: "
-                                             r"the cp.async at line \d+ into it has not landed"):
+    with pytest.raises(PtxHazardError, match=r"ld.shared.f32: reads shared address 0x[0-9a-f]+ of CTA \(0, 0, 0\) "
+                                             r"before it was signalled: the cp.async at line \d+ into it has not "
+                                             r"landed"):
         launch(seeded, "row_scale_sum", (2, 1, 1), (64, 1, 1), args)
 
 

@@ -72,7 +72,8 @@ ACCEPTED = [
     "setp.lt.f32 %p1, %r1, %f2;", "ld.shared.u32 %r1, [%r2];", "ld.shared.u32 %r1, [%rd2];",
     "ld.shared.u32 %r1, [tile];", "selp.f32 %f1, %r1, %f2, %p1;", "shfl.sync.bfly.b32 %r1, %f1, 8, 31, -1;",
     "mov.u64 %rd1, gvar;", "mov.u32 %r1, tile;", "popc.b64 %r1, %rd1;", "fma.rn.f32 %r1, %r1, %r1, %r1;",
-    "mov.b64 %rd1, {%r1, %r2};", "shfl.sync.up.b32 %r1|%p1, %f1, 2, 0, -1;", "mul.wide.u32 %rd1, %r2, %r2;", "shr.u32 %r1, %r1, %u1;",
+    "mov.b64 %rd1, {%r1, %r2};", "shfl.sync.up.b32 %r1|%p1, %f1, 2, 0, -1;", "mul.wide.u32 %rd1, %r2, %r2;",
+    "shr.u32 %r1, %r1, %u1;",
 ]
 
 

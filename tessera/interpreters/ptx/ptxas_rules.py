@@ -9,9 +9,10 @@ this module, and instructions it does not list are left to their decoders:
   and a kind T accepts: a .f instruction takes .f and .b registers (`add.f32 %f, %r` with %r .b32 is
   fine), a .u/.s one .b, .u and .s registers, a .b one any register of its size; .pred only where a
   predicate belongs. `ld`, `st` and `cvt` also take a register *wider* than the type (data operands only).
-  The shift amount of shl/shr is .u32, and popc/clz write a .u32; mul.wide/mad.wide write (and mad.wide adds) twice the width; setp
-  writes predicates; shfl's operands are all .b32 but its predicate destination; selp's last operand and the guard are predicates. Packed .f16x2/.bf16x2 instructions
-  are not checked.
+  The shift amount of shl/shr is .u32, and popc/clz write a .u32; mul.wide/mad.wide write (and mad.wide
+  adds) twice the width; setp writes predicates; shfl's operands are all .b32 but its predicate
+  destination; selp's last operand and the guard are predicates. Packed .f16x2/.bf16x2 instructions are not
+  checked.
 - instruction types: add, sub, mul, mad, min, max, neg, abs, div, rem take no .b type; and, or, xor, not
   only .b (or .pred); shl only .b.
 - special registers (%tid.x, ...) are operands of mov and cvt only.
