@@ -395,6 +395,31 @@ def test_a_cta_that_ends_with_a_copy_in_flight_is_reported():
         launch(_BULK_LOAD.replace("WAIT", ""), "bulk_load", 1, 32, [src, np.zeros(4, np.uint32)])
 
 
+def test_generic_reads_of_copied_bytes_need_an_observed_phase():
+    """ld.shared of the bytes a bulk copy writes: before any wait (in flight), after a wait on the wrong parity
+    (passes at once, still in flight), and by a thread that neither waited nor synchronised with one that did."""
+    src = np.arange(64, dtype=np.uint32)
+    read = "\n    ld.shared.u32 %r3, [%r1];"
+    loop = """LOOP:
+    mbarrier.try_wait.parity.shared::cta.b64 %p1, [%r2], {parity};
+    @!%p1 bra LOOP;"""
+    mine = loop.format(parity=0) + read
+    launch(_BULK_LOAD.replace("WAIT", mine), "bulk_load", 1, 32, [src, np.zeros(4, np.uint32)])
+    in_flight = r"reads shared address 0x0 before it was signalled: the bulk copy at line 19 .* has not completed"
+    with pytest.raises(PtxHazardError, match=r":21: error: ld.shared.u32: " + in_flight):
+        launch(_BULK_LOAD.replace("WAIT", read), "bulk_load", 1, 32, [src, np.zeros(4, np.uint32)])
+    with pytest.raises(PtxHazardError, match=in_flight + r".*a missing wait, or one on the wrong parity"):
+        launch(_BULK_LOAD.replace("WAIT", loop.format(parity=1) + read), "bulk_load", 1, 32,
+               [src, np.zeros(4, np.uint32)])
+    only_thread_0 = "@!%p0 bra SKIP;\n" + loop.format(parity=0) + "\nSKIP:" + read
+    with pytest.raises(PtxHazardError, match=r"ld.shared.u32: reads shared address 0x0 before the TMA copy into it was "
+                                             r"signalled: this thread has not observed phase 0 \(parity 0\) of the "
+                                             r"mbarrier at shared address 0x100 complete .* \(thread \(1, 0, 0\)"):
+        launch(_BULK_LOAD.replace("WAIT", only_thread_0), "bulk_load", 1, 32, [src, np.zeros(4, np.uint32)])
+    synchronised = only_thread_0.replace("SKIP:", "SKIP:\n    bar.sync 0;")
+    launch(_BULK_LOAD.replace("WAIT", synchronised), "bulk_load", 1, 32, [src, np.zeros(4, np.uint32)])
+
+
 def test_a_cta_that_ends_with_a_wgmma_pending_is_reported():
     """tests/ptx_samples/wgmma_early_read.ptx without its wait_group and the uses of the accumulator."""
     text = (Path(__file__).parent / "ptx_samples" / "wgmma_early_read.ptx").read_text()
