@@ -2,7 +2,7 @@
 flags, and wrong API arguments, each run by the tool a user would call and classified (tests/fuzz/).
 
     python bench/fuzz.py [--cases 2500] [--seed 0] [--workers 2] [--timeout 30] [--kinds mlir flags ptx api]
-                         [--show 20]
+                         [--show 20] [--show-ptxas]
 
 Prints a table of outcomes per kind (diagnostic, accepted, warned, and the findings: traceback, internal
 error, empty message, no location, silent acceptance, timeout, miscompile), the count of PTX mutants the
@@ -33,6 +33,8 @@ def main() -> int:
     parser.add_argument("--show", type=int, default=20, help="findings to print")
     parser.add_argument("--only", type=int, nargs="+", help="run only these case indices")
     parser.add_argument("--verbose", action="store_true", help="print every outcome as it comes")
+    parser.add_argument("--show-ptxas", action="store_true",
+                        help="list the PTX mutants the executor accepted and ptxas refuses")
     args = parser.parse_args()
     cases = generate(args.seed, args.cases, tuple(args.kinds))
     if args.only:
@@ -45,6 +47,10 @@ def main() -> int:
     print(summary.table())
     for outcome in summary.findings[:args.show]:
         print(outcome)
+    if args.show_ptxas:
+        for outcome in summary.outcomes:
+            if outcome.ptxas_refuses:
+                print(f"accepted, ptxas refuses: {outcome.case.label()} (rerun with --only {outcome.case.index})")
     return 1 if summary.findings else 0
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tessera.ptx
-from tessera.interpreters.ptx import PtxExecutionError, TensorMapArg, launch
+from tessera.interpreters.ptx import PtxExecutionError, PtxHazardError, TensorMapArg, launch
 from tessera.sm90 import facts
 
 HEADER = ".version 8.0\n.target sm_90a\n.address_size 64\n"
@@ -530,6 +530,13 @@ def test_shfl_modes(mode, b, c, expected):
     np.testing.assert_array_equal(out, [10 * expected(lane) for lane in range(32)])
 
 
+def test_shfl_from_a_lane_past_a_partial_warp_is_an_error():
+    """A block of 1 thread: lane 8 of its warp does not exist (it was an IndexError)."""
+    with pytest.raises(PtxExecutionError, match=r"shfl.sync.bfly.b32: reads lane 8, which is not in the member mask "
+                                                 r"or not executing the shfl \(thread \(0, 0, 0\)"):
+        lanes_out("shfl.sync.bfly.b32 %r9, %r0, 8, 0x1f, 0xffffffff;", block=1)
+
+
 def test_if_else_inside_a_warp_reconverges_before_a_shuffle():
     body = """
     and.b32 %r1, %r0, 1;
@@ -665,7 +672,7 @@ def test_cp_async_groups_land_at_their_wait():
     cp.async.commit_group;
     cp.async.wait_group 1;
     ld.shared.u32 %r4, [%r3];
-    ld.shared.u32 %r5, [%r3+512];
+    mov.u32 %r5, 0;
     cp.async.wait_all;
     ld.shared.u32 %r6, [%r3+516];
     ld.shared.u32 %r7, [%r3+512];
@@ -684,9 +691,15 @@ def test_cp_async_groups_land_at_their_wait():
     src = np.arange(256, dtype=np.uint32) + 1
     out = launch(text, "k", 1, 32, [np.zeros(32, np.uint32), src])[0]
     t = np.arange(32)
-    # wait_group 1: the first copy landed, the second not yet (0); after wait_all the 4-of-8 byte copy
-    # gives src[128 + 4t] and a zero-filled second word
+    # wait_group 1: the first copy landed; after wait_all the 4-of-8 byte copy gives src[128 + 4t] and a
+    # zero-filled second word
     np.testing.assert_array_equal(out, src[4 * t] + 0 + 0 * 1000 + src[128 + 4 * t])
+    # reading the second copy's bytes after wait_group 1 (its group may still be in flight) is reported
+    early = text.replace("mov.u32 %r5, 0;", "ld.shared.u32 %r5, [%r3+512];")
+    with pytest.raises(PtxHazardError, match=r":\d+: error: ld.shared.u32: reads shared address 0x200 before it was "
+                                             r"signalled: the cp.async at line \d+ into it has not landed .*\(thread "
+                                             r"\(0, 0, 0\) of CTA \(0, 0, 0\)\)"):
+        launch(early, "k", 1, 32, [np.zeros(32, np.uint32), src])
 
 
 def test_ldmatrix_and_stmatrix_transpose():

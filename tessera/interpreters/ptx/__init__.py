@@ -10,7 +10,9 @@
 The executor: `state` (lanes, registers, memories), `decode` (each instruction to a pre-bound closure),
 `alu` and `floats` (arithmetic, comparisons, conversions, with PTX rounding in `numerics`), `memory`
 (ld/st/cvta/cp.async/atom), `cluster` (clusters: mapa, barrier.cluster, remote mbarriers, hazards), `sync` (barriers, mbarriers, warp collectives), `tensor` (TMA, wgmma,
-ldmatrix/stmatrix), `reductions` (cp.reduce.async.bulk, the bulk groups' `.read` rule, races between CTAs
+ldmatrix/stmatrix), `asynchrony` (TMA, bulk copies, wgmma and cp.async complete late: reads before their
+wait, writes over bytes still read, missing proxy fences and expect_tx mismatches are `PtxHazardError`s,
+deadlocks `PtxDeadlockError`s), `reductions` (cp.reduce.async.bulk, the bulk groups' `.read` rule, races between CTAs
 that add into one address; `launch(..., cta_order=...)` runs the CTAs in any order), `schedule` (per-thread pcs, min-pc reconvergence, blocking, deadlock, calls and returns), `link`
 (an entry with the `.func`s it calls, as one instruction list), `cli`
 (`tessera-run kernel.ptx`). Registers are NumPy arrays over the threads of a batch of CTAs; an instruction
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from tessera.interpreters.ptx.launcher import ParamStruct, TensorMapArg, launch
+    from tessera.interpreters.ptx.asynchrony import PtxDeadlockError, PtxHazardError
     from tessera.interpreters.ptx.state import PtxExecutionError
 
 
@@ -37,7 +40,11 @@ def __getattr__(name: str):
         from tessera.interpreters.ptx.state import PtxExecutionError
 
         return PtxExecutionError
+    if name in ("PtxHazardError", "PtxDeadlockError"):
+        from tessera.interpreters.ptx import asynchrony
+
+        return getattr(asynchrony, name)
     raise AttributeError(f"module 'tessera.interpreters.ptx' has no attribute {name!r}")
 
 
-__all__ = ["ParamStruct", "PtxExecutionError", "TensorMapArg", "launch"]
+__all__ = ["ParamStruct", "PtxDeadlockError", "PtxExecutionError", "PtxHazardError", "TensorMapArg", "launch"]

@@ -46,6 +46,7 @@ from tessera.interpreters.blas_threads import single_threaded_blas
 from tessera.interpreters.limits import check_memory
 from tessera.interpreters.ptx import alu, floats, memory, reductions, schedule, sync, tensor  # noqa: F401 - registers decoders
 from tessera.interpreters.ptx.cluster import ClusterState
+from tessera.interpreters.ptx import asynchrony, ptxas_rules
 from tessera.interpreters.ptx.decode import Operands, decode
 from tessera.interpreters.ptx.params import ParamStruct
 from tessera.interpreters.ptx.state import (
@@ -474,7 +475,8 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
     specials = _specials(machine, shared_bytes)
     specials["%is_explicit_cluster"][:] = explicit_cluster
     ops = Operands(machine, specials)
-    steps = [decode(ops, inst) for inst in entry.instructions]
+    ptxas_rules.check_entry(ptx, entry, source)
+    steps = asynchrony.install(machine, [decode(ops, inst) for inst in entry.instructions])
     scheduler = schedule.Scheduler(machine, steps, ops, scheduler_steps)
     order = None
     if cta_order is not None:

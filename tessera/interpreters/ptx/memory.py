@@ -12,7 +12,8 @@ values in this sequentially consistent executor and are accepted (`.nc`, `.ca/.c
 
 `cp.async.{ca,cg}.shared.global [d], [s], size{, src-size | ignore-src}` reads its source when issued and
 writes shared memory when a `cp.async.wait_group N` / `wait_all` of the issuing thread covers its group
-(groups are per thread, closed by `commit_group`): its data is not visible before the wait, as in PTX.
+(groups are per thread, closed by `commit_group`): its data is not visible before the wait, as in PTX, and
+a read of its bytes before is reported (`asynchrony`, which also checks every shared access).
 `cp.async.mbarrier.arrive{.noinc}` lands the thread's pending copies, then (with `.noinc`) arrives.
 `atom`/`red` (scalar, global or shared memory): threads of one execution that hit one location update it one
 at a time in increasing lane order, one legal serialisation (see `decode_atom`).
@@ -130,6 +131,8 @@ def access(m: Machine, inst, space: str, lanes: np.ndarray, addresses: np.ndarra
         watch.on_global(inst, lanes, addresses, nbytes, data is not None)
     elif watch is not None and space == "shared" and data is not None:
         watch.on_shared_write(inst, lanes, index)
+    if space == "shared":
+        m.tracker.generic_access(inst, lanes, index, data is not None)
     if data is None:
         return buffer[index]
     buffer[index] = data
@@ -466,6 +469,7 @@ def land_copies(m: Machine, lanes: np.ndarray, before_group: np.ndarray | None) 
         done = selected[copy.lanes] & (copy.groups < limit[copy.lanes])
         if done.any():
             m.shared[copy.index[done]] = copy.data[done]
+            m.tracker.cp_async_landed(copy.index[done])
         if not done.all():
             keep.append(AsyncCopy(copy.lanes[~done], copy.groups[~done], copy.index[~done], copy.data[~done]))
     m.async_copies = keep
@@ -531,6 +535,7 @@ def decode_cp_async(ops: Operands, inst, mods):
         target = np.broadcast_to(np.asarray(dst(sel), np.int64), lanes.shape)
         _check(m, inst, "shared", lanes, target, size, size)
         index = m.shared_flat(lanes, target)[:, None] + np.arange(size)
+        m.tracker.cp_async_issued(inst, lanes, index)
         m.async_copies.append(AsyncCopy(lanes.copy(), m.cp_groups[lanes].copy(), index, data))
 
     return run

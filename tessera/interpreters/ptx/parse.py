@@ -272,8 +272,12 @@ class _Parser(_FunctionParser):
             return False
         self.next()
         if token.text != ".section":
+            operands = 0
             while self.peek().line == token.line and self.peek().kind != "eof":
-                self.next()
+                skipped = self.next()
+                operands += 1
+                if token.text == ".loc" and operands <= 3 and skipped.kind != "int":  # as ptxas: file line column
+                    raise self.error(f".loc needs an integer file, line and column, got '{skipped.text}'", skipped)
             return True
         self.expect("directive", "a section name such as .debug_info")
         self.expect("{", "'{' opening the section")

@@ -15,8 +15,13 @@ is not selected; barriers and mbarriers wake it. A failing `mbarrier.test_wait` 
 lane after it; when nothing else can run such lanes are woken, and if that happens twice with no
 synchronisation progress in between (no barrier completion, no mbarrier arrival), the run stops.
 
-Deadlock: when no lane can run and some have not exited, `run` raises `PtxExecutionError` naming each group
-of blocked lanes, what they wait for, and the line.
+Releases: when an mbarrier arrive completes a phase that parked lanes wait for, those lanes (`Machine.preferred`)
+are selected first until they block or exit, so that a producer refills a released slot at the earliest
+moment (see `asynchrony`).
+
+Deadlock: when no lane can run and some have not exited, `run` raises `PtxDeadlockError` naming each group
+of blocked lanes, what they wait for (for an mbarrier: its phase, pending arrivals, tx-count and the copies
+in flight on it), and the line.
 
 Step budget: a *step* issues one instruction for every running lane at the same pc, so no thread executes
 more instructions than its batch takes steps. A batch that takes more than `max_steps` steps (a loop that never
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tessera.interpreters.ptx.asynchrony import PtxDeadlockError
 from tessera.interpreters.ptx.decode import ALL, Operands, Step, guard_reader, label_index, opcode
 from tessera.interpreters.ptx.state import BAR, COLL, EXITED, PARK, RUN, STATUS_NAMES, Machine, fail
 from tessera.interpreters.ptx.syntax import Symbol
@@ -216,6 +222,12 @@ class Scheduler:
                     if self._stalled():
                         return
                     continue
+                if m.preferred is not None:  # lanes a release woke run first (asynchrony)
+                    preferred = running & m.preferred
+                    if preferred.any():
+                        running = preferred
+                    else:
+                        m.preferred = None
                 candidates = np.where(running, m.pc, big)
                 pc = int(candidates.min())
                 lanes = np.flatnonzero(candidates == pc)
@@ -334,7 +346,8 @@ class Scheduler:
             if status == BAR:
                 what = f"wait at named barrier {bar}"
             elif status == PARK and address >= 0:
-                what = f"wait on the mbarrier at shared address {address:#x}"
+                what = f"wait on the mbarrier at shared address {address:#x}" + \
+                    m.tracker.describe_barrier((int(m.lane_cta[lanes[0]]), address))
             where = f"line {inst.line} ({inst.name})" if inst is not None else "the end"
             lines.append(f"  {len(lanes)} thread(s), first {m.describe_lane(lanes[0])}: {what} at {where}")
-        return fail(m.source, None, "deadlock: no thread can make progress\n" + "\n".join(lines))
+        return PtxDeadlockError(f"{m.source}: error: deadlock: no thread can make progress\n" + "\n".join(lines))

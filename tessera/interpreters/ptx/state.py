@@ -208,6 +208,8 @@ class Machine:
         self.call_depth = np.zeros(self.lanes, np.int64)
         self.local_params = {v.name for v in entry.variables if v.space == "param"}
         self.return_copies: dict[int, object] = {}  # call pc -> copy of the callee's return values
+        self.tracker = None  # the asynchrony checks (asynchrony.AsyncTracker), attached by `asynchrony.install`
+        self.preferred: np.ndarray | None = None  # lanes a release woke: they run first (see schedule)
 
     # region batches and lanes
     def load_batch(self, cta_ids: list[tuple[int, int, int]]) -> None:
@@ -235,6 +237,9 @@ class Machine:
         self.async_copies = []
         self.cp_groups[:] = 0
         self.call_depth[:] = 0
+        self.preferred = None
+        if self.tracker is not None:
+            self.tracker.reset()
 
     def on_exit(self, ctas: np.ndarray) -> None:
         """Lanes of these CTA slots exited: barriers waiting for them may now complete."""

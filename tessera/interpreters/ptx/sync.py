@@ -18,8 +18,10 @@ of one instruction are applied in lane order.
 Warp collectives (shfl.sync, vote.sync, redux.sync, elect.sync, bar.warp.sync) run once all non-exited
 threads of the member mask reach them (the scheduler's `unit`); reading a lane outside the mask is an error.
 `elect.sync` elects the lowest active lane of the mask. `setmaxnreg` checks `facts.check_setmaxnreg` per
-warpgroup and records the count; it has no other effect. Fences and membar are no-ops: the executor is
-sequentially consistent and writes TMA/wgmma results at issue.
+warpgroup and records the count; it has no other effect. Fences and membar have no effect on values: the
+executor is sequentially consistent (fence.proxy.async is tracked by `asynchrony`, which also lands TMA copies
+when a wait finds every arrival of the phase in, records what each thread observed, and reports transaction
+counts that disagree with the copies).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ def check_barrier(m: Machine, barrier: int, cta: int) -> None:
     if count == 0 or count < expected:
         return
     waiting = lanes[(m.status[lanes] == BAR) & (m.bar_waiting[lanes] == barrier)]
+    m.tracker.shared_by_barrier(lanes[m.bar_arrived[barrier, lanes]], waiting)
     finish = getattr(m, "bar_reductions", {}).pop((barrier, cta), None)
     arrived = m.bar_arrived[barrier, lanes] & ~m.bar_uncounted[barrier, lanes]
     if finish is not None:  # bar.red: reduce over the threads that arrived, give the result to the waiters
@@ -231,10 +234,13 @@ def _state(m: Machine, inst, lane: int, address: int) -> facts.MBarrierState:
     return state
 
 
-def _changed(m: Machine, key: tuple[int, int], phase_before: int, state: facts.MBarrierState) -> None:
+def _changed(m: Machine, key: tuple[int, int], phase_before: int, state: facts.MBarrierState,
+             prefer: bool = True) -> None:
     m.sync_epoch += 1
     if state.phase != phase_before:
         wake = (m.status == PARK) & (m.park_address == key[1]) & (m.lane_cta == key[0])
+        if prefer and wake.any():
+            m.preferred = wake  # a release: the threads it wakes run first (see asynchrony)
         m.status[wake] = RUN
         m.park_test[wake] = False
         m.park_address[wake] = -1
@@ -252,6 +258,10 @@ def apply(m: Machine, inst, lane: int, address: int, action) -> int:
     key = mbarrier_key(m, lane, address)
     if key[0] != int(m.lane_cta[lane]):
         m.cluster_state.remote_mbarrier(inst, lane, key, before)
+    if state.phase != before:
+        m.tracker.phase_changed(inst, key, lane)
+    else:
+        m.tracker.arrivals_changed(key)
     _changed(m, key, before, state)
     return result
 
@@ -323,6 +333,10 @@ def decode_mbarrier(ops: Operands, inst, mods):
                 count = 1 if expect or values is None else int(values[i])
                 tx = int(values[i]) if expect else 0
                 phases[i] = apply(m, inst, int(lane), int(a), lambda s: arrive(s, count, tx))
+            for a in np.unique(addresses):
+                here = lanes[addresses == a]
+                for cta in np.unique(m.lane_cta[here]):
+                    m.tracker.arrived(inst, (int(cta), int(a)), here[m.lane_cta[here] == cta])
             state_out(sel, phases)
         return run_arrive
     # try_wait / test_wait
@@ -344,11 +358,16 @@ def decode_mbarrier(ops: Operands, inst, mods):
             state = _state(m, inst, int(lane), int(a))
             try:
                 done[i] = state.try_wait_parity(int(tokens[i]) & 1) if parity else state.test_wait(int(tokens[i]))
+                if not done[i] and m.tracker.land_for_wait(inst, (int(m.lane_cta[lane]), int(a)), int(lane)):
+                    done[i] = state.try_wait_parity(int(tokens[i]) & 1) if parity else state.test_wait(int(tokens[i]))
             except ValueError as error:
                 raise m.error(inst, str(error), int(lane)) from None
             if done[i]:
                 m.cluster_state.observed(int(lane), mbarrier_key(m, int(lane), int(a)), state.phase)
         passed = active[done]
+        for key in set(zip(m.lane_cta[passed].tolist(), addresses[done].tolist())):
+            here = passed[(m.lane_cta[passed] == key[0]) & (addresses[done] == key[1])]
+            m.tracker.observe(key, here, m.mbarriers[key].phase)
         write(passed, np.ones(len(passed), bool))
         m.pc[passed] += 1
         failed = active[~done]
@@ -428,10 +447,13 @@ def decode_shfl(ops: Operands, inst, mods):
             src, ok = facts.shfl_source_lane(mode, m.laneid[lanes[pick]], int(bc[0]), int(bc[1]))
             source[pick] = lanes[pick] - m.laneid[lanes[pick]] + src
             valid[pick] = ok
-        bad = ~executing[source] | (((member >> m.laneid[source]) & 1) == 0)
+        wanted = source - lanes + m.laneid[lanes]  # the lane id read
+        outside = source >= m.lanes  # a lane past the last thread of a partial warp
+        source = np.where(outside, lanes, source)
+        bad = outside | ~executing[source] | (((member >> m.laneid[source]) & 1) == 0)
         if bad.any():
             i = int(np.argmax(bad))
-            raise m.error(inst, f"reads lane {int(m.laneid[source[i]])}, which is not in the member mask or not "
+            raise m.error(inst, f"reads lane {int(wanted[i])}, which is not in the member mask or not "
                                 "executing the shfl", int(lanes[i]))
         write_d(sel, values[source])
         if write_p is not None:

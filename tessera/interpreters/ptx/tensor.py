@@ -9,10 +9,12 @@ to the absolute shared addresses (`facts.swizzle_address`), and completes `spec.
 the mbarrier. `[map]` must be the generic address of a tensor-map parameter (`mov` + `cvta.param`); anything
 else is an error. The store form `cp.async.bulk.tensor.Nd.global.shared::cta.tile.bulk_group [map, {c..}], [src]`
 writes the box back, skipping out-of-bounds elements. Non-tensor `cp.async.bulk` copies bytes the same way.
-Copies happen at issue (every executing thread issues its own), which is one legal timing: their data and
-transaction bytes are there before anyone can observe them; commit/wait groups are then no-ops.
-`.multicast::cluster` with mask M lands the data at the same shared offset in every CTA of cluster
-rank r with bit r of M set, and completes the bytes on the mbarrier at the same offset in each (`cluster`);
+Every executing thread issues its own copy. A load reads global memory at issue and is handed to `asynchrony`,
+which lands its bytes and transaction count when a thread waits on the mbarrier (and reports reads before);
+a store reads shared memory at issue, checked as an async-proxy read, and `asynchrony` keeps those bytes
+read until the thread's cp.async.bulk.wait_group(.read) covers its bulk group.
+`.multicast::cluster` with mask M stages the data at the same shared offset in every CTA of cluster
+rank r with bit r of M set, as one copy per member on the mbarrier at the same offset in each (`cluster`);
 `cp.async.bulk.shared::cluster.shared::cta` forwards the executing CTA's shared memory into a peer's.
 
 wgmma [P#asynchronous-warpgroup-level-matrix-*; facts.wgmma, facts.descriptor]: per warpgroup (all 128
@@ -22,8 +24,9 @@ descriptor (imm-trans-b: MN-major); imm-scale-a/b = -1 negates. K spans 32 bytes
 (k8, the low 13 mantissa bits ignored), .e4m3/.e5m2 (k32, mixable, .f16/.f32 accumulator), .s8/.u8 (k32,
 mixable, .s32 accumulator that wraps, or clamps with .satfinite); .b1 is refused. Float products are exact,
 sums in float64 rounded once per instruction to the accumulator type (as the Target IR simulator does);
-integer sums are exact. D is written at issue;
-fence/commit/wait are no-ops. Descriptors must be uniform over the warpgroup.
+integer sums are exact. D is written at issue, and `asynchrony` reports any other access to the D and A
+registers, or a write over the shared operands, before the wgmma.wait_group that covers the wgmma (commit and
+wait are counted there; wgmma.fence has no effect). Descriptors must be uniform over the warpgroup.
 
 ldmatrix/stmatrix m8n8 .x1/.x2/.x4 (.trans) .b16: lanes 8j..8j+7 address the eight 16-byte rows of matrix j;
 lane l holds row l/4, columns 2(l%4), 2(l%4)+1 of each matrix (.trans: the transposed elements), low half
@@ -43,7 +46,7 @@ from tessera.interpreters.ptx.cluster import _OFFSET_MASK, cluster_address, mult
 from tessera.interpreters.ptx.decode import Operands, Step, elements, opcode
 from tessera.interpreters.ptx.memory import access, lanes_of, take_space
 from tessera.interpreters.ptx.state import GLOBAL_BASE, PARAM_WINDOW, WINDOW_SIZE, Machine
-from tessera.interpreters.ptx.sync import PRED, U32, apply, shared_addresses
+from tessera.interpreters.ptx.sync import PRED, U32, shared_addresses
 from tessera.interpreters.ptx.syntax import Address, Reg, Vector
 from tessera.interpreters.ptx.types import ptx_type
 from tessera.interpreters import serving_checks
@@ -112,8 +115,9 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
     global_index = (tmap.address - GLOBAL_BASE + offsets)[:, None] + np.arange(e)
     if load:
         data = np.where(valid[:, None], m.memory.buffer[global_index], _oob_fill(spec)).astype(np.uint8)
-        m.shared[shared_index] = data.reshape(-1)
+        m.tracker.stage(shared_index, data.reshape(-1))  # lands later (asynchrony)
     else:
+        m.tracker.bulk_store_reads(inst, lane, shared_index, "the TMA store")
         data = m.shared[shared_index].reshape(-1, e)
         m.memory.buffer[global_index[valid]] = data[valid]
     return spec.box_bytes
@@ -197,22 +201,28 @@ def decode_bulk(ops: Operands, inst, mods):
                 coordinates = [int(v[i]) for v in values]
                 if not load:
                     nbytes = _tma_lane(m, inst, lane, int(maps[i]), coordinates, int(smem_addresses[i]), load)
-                for slot, destination, _ in targets if load else ():
+                for slot, destination, target_barrier in targets if load else ():
                     nbytes = _tma_lane(m, inst, lane, int(maps[i]), coordinates,
                                        destination & _OFFSET_MASK, load, slot)
+                    if barrier is not None:
+                        m.tracker.issue(inst, lane, target_barrier, nbytes, "TMA load")
             else:
                 nbytes = int(sizes[i])
                 if nbytes % 16:
                     raise m.error(inst, f"bulk copy size {nbytes} is not a multiple of 16", lane)
                 if load:
                     data = access(m, inst, source_space, one, sources[i:i + 1], nbytes, align=16)
-                    for _, destination, _ in targets:
-                        access(m, inst, "shared", one, np.array([destination]), nbytes, data, align=16)
+                    for _, destination, target_barrier in targets:
+                        place = np.array([destination], np.int64)
+                        memory._check(m, inst, "shared", one, place, nbytes, 16)
+                        m.tracker.stage(m.shared_flat(one, place)[0] + np.arange(nbytes), data.reshape(-1))
+                        if barrier is not None:
+                            m.tracker.issue(inst, lane, target_barrier, nbytes, "bulk copy")
                 else:
-                    data = access(m, inst, "shared", one, smem_addresses[i:i + 1], nbytes, align=16)
-                    access(m, inst, "global", one, sources[i:i + 1], nbytes, data, align=16)
-            for _, _, target_barrier in targets if barrier is not None else ():
-                apply(m, inst, lane, target_barrier, lambda s, n=nbytes: s.complete_tx(n))
+                    memory._check(m, inst, "shared", one, smem_addresses[i:i + 1], nbytes, 16)
+                    shared_index = m.shared_flat(one, smem_addresses[i:i + 1])[0] + np.arange(nbytes)
+                    m.tracker.bulk_store_reads(inst, lane, shared_index, "the bulk store")
+                    access(m, inst, "global", one, sources[i:i + 1], nbytes, m.shared[shared_index][None], align=16)
 
     return run
 
@@ -267,7 +277,7 @@ def _multiplicand_values(raw: np.ndarray, name: str) -> np.ndarray:
 
 
 def _descriptor_operand(m: Machine, inst, lanes: np.ndarray, descriptor: int, major: str, extent: int,
-                        name: str) -> np.ndarray:
+                        name: str, operand: str = "B") -> np.ndarray:
     """The [extent, K] operand (K spanning facts.WGMMA_K_BYTES) read through a descriptor from the shared memory
     of `lanes`' CTA, as float64 values."""
     dtype = np.dtype(_MULTIPLICANDS[name])
@@ -281,6 +291,7 @@ def _descriptor_operand(m: Machine, inst, lanes: np.ndarray, descriptor: int, ma
     if addresses.min() < 0 or addresses.max() + e > m.shared_bytes:
         raise m.error(inst, f"matrix descriptor {descriptor:#x} reads outside shared memory", int(lanes[0]))
     index = int(m.lane_cta[lanes[0]]) * m.shared_bytes + addresses[..., None] + np.arange(e)
+    m.tracker.wgmma_reads(inst, lanes, index.reshape(-1), operand)
     return _multiplicand_values(m.shared[index].reshape(-1).view(dtype).reshape(addresses.shape), name)
 
 
@@ -385,7 +396,7 @@ def _wgmma_async(ops: Operands, inst, mods):
                 a = _register_operand(np.stack([r[wg] for r in a_regs], axis=1), a_name)
             else:
                 a_desc = _uniform64(m, inst, read_a(wg), wg, "A descriptor")
-                a = _descriptor_operand(m, inst, wg, a_desc, "MN" if trans_a else "K", facts.WGMMA_M, a_name)
+                a = _descriptor_operand(m, inst, wg, a_desc, "MN" if trans_a else "K", facts.WGMMA_M, a_name, "A")
             d = (scale_a * a) @ (scale_b * b).T
             accumulate = bool(static_scale) if read_scale is None else \
                 bool(_uniform64(m, inst, read_scale(wg), wg, "scale-d predicate"))
@@ -430,7 +441,7 @@ def decode_wgmma(ops: Operands, inst, mods):
     if mods.take("fence", "commit_group", "wait_group") is None:
         raise ops.refuse(inst, "wgmma form (sparse wgmma.mma_async.sp is not supported)")
     mods.drop("sync", "aligned")
-    return lambda sel: None  # results are written at issue: nothing is pending
+    return lambda sel: None  # groups are counted by asynchrony.install's wrapper
 
 
 # endregion

@@ -1,0 +1,671 @@
+"""Asynchrony in the PTX executor: TMA and bulk copies, wgmma and cp.async complete late, and the kernel is
+told when it looks too early (`PtxHazardError`, naming the instruction, its line and the thread).
+
+The executor computes every asynchronous result when the instruction issues, which is one legal timing; a
+kernel that forgot a wait would still compute the right answer. This module keeps the *other* legal timings
+in view, as the CTA simulator for Target IR does (tessera/interpreters/sm90/), by tagging what is not yet
+complete and checking every access against the tags:
+
+- Shared memory bytes carry a state (`PLAIN`, `FLIGHT`, `LANDED`). A TMA or bulk load
+  (`cp.async.bulk{.tensor}...mbarrier::complete_tx::bytes`) is staged at issue: its bytes are `FLIGHT`
+  and its data and transaction bytes wait. It lands at the latest legal point: when a thread waits on its
+  mbarrier (`try_wait`/`test_wait`) once every arrival of the phase is in, in issue order, each copy's
+  complete-tx counting on the barrier; its bytes become `LANDED`, tagged with the barrier and the phase
+  they count towards. A generic read (ld/ldmatrix/...) of a `FLIGHT` byte is a hazard; of a `LANDED`
+  byte it needs the reading thread to have *observed* that phase complete: a successful wait of its own,
+  or a `bar.sync`/`barrier.sync` (or an mbarrier phase) after which a thread that observed it released it.
+  An async-proxy read (a wgmma operand through a descriptor: all 128 threads of the warpgroup; a bulk or
+  TMA store: the issuing thread) has the same rules.
+- `cp.async` (Ampere) bytes are `FLIGHT` from issue until the issuing thread's `cp.async.wait_group` /
+  `wait_all` (or `cp.async.mbarrier.arrive`) lands them (`memory.land_copies`).
+- A generic store marks its bytes *unfenced* (with the writing thread); `fence.proxy.async` by the writer
+  clears them. An async-proxy read of an unfenced byte is a hazard (missing `fence.proxy.async`).
+- wgmma: per warpgroup, `wgmma.mma_async` joins the open group, `wgmma.commit_group` closes it and
+  `wgmma.wait_group N` completes all but the N newest committed groups. Until then its accumulator and
+  A-fragment registers are pending: any other instruction reading or writing them is a hazard (a later
+  `wgmma.mma_async` of the chain may use the accumulator as its accumulator and the A registers as its A),
+  and the shared bytes it reads may not be overwritten (a TMA refilling a slot a wgmma still reads, a
+  store, a cp.async).
+- Bulk and TMA stores read shared memory until `cp.async.bulk.wait_group{.read} N` of the issuing thread
+  covers their bulk group: a write into those bytes before is a hazard.
+- mbarrier transactions: a phase that completes while copies are still in flight on its barrier, or whose
+  arrivals are all in with more bytes delivered than announced (tx-count below zero), disagrees with its
+  `expect_tx`; one that announced more bytes than arrive never completes, and the deadlock report (see
+  `schedule`) shows the barrier's phase, pending arrivals, tx-count and the bytes in flight on it.
+- A release (an mbarrier arrive that completes a phase threads wait on) lets the woken threads run first
+  (`Machine.preferred`, see `schedule`): a producer refills a slot at the earliest moment the hardware
+  could, so a consumer that released it before its last read reads a byte in flight, and the report says
+  which arrive released the slot.
+
+Registers and statuses are per lane (one thread of one CTA of the batch); tags are per byte of `Machine.shared`
+(all CTAs of the batch). Everything is reset with the batch (`reset`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tessera.interpreters.ptx.decode import Step, elements
+from tessera.interpreters.ptx.state import EXITED, PARK, RUN, Machine, PtxExecutionError
+from tessera.interpreters.ptx.syntax import Address, Negated, Reg, Vector
+from tessera.sm90 import facts
+
+PLAIN, FLIGHT, LANDED = 0, 1, 2
+
+
+class PtxHazardError(PtxExecutionError):
+    """An asynchrony bug the hardware does not define (a read before the copy or wgmma that writes it
+    completed, a write over bytes an asynchronous operation still reads, a missing proxy fence, an mbarrier
+    transaction count that disagrees with the copies): `source:line: error: <instruction>: <what> (thread)`."""
+
+
+class PtxDeadlockError(PtxHazardError):
+    """No thread can make progress: the report names each group of blocked threads, what they wait for, and
+    for an mbarrier its phase, pending arrivals, tx-count and the copies in flight on it."""
+
+
+@dataclass(eq=False)
+class Copy:
+    """An asynchronous copy into shared memory not yet landed (TMA/bulk load: `key` is its mbarrier) or, for
+    messages, one that has (`data` None). `acquired` is the mbarrier the issuing thread last waited on."""
+
+    kind: str
+    inst: object
+    lane: int
+    index: np.ndarray | None
+    data: np.ndarray | None
+    nbytes: int
+    key: tuple[int, int] | None
+    acquired: tuple[int, int] | None = None
+
+
+def _registers(inst) -> set[str]:
+    """Names of the registers an instruction names (operands, vector elements, address bases, guard)."""
+    names: set[str] = set()
+    for operand in inst.operands:
+        kind = type(operand)
+        if kind is Reg:
+            names.add(operand.name)
+        elif kind is Vector:
+            names.update(e.name for e in operand.elements if type(e) is Reg)
+        elif kind is Address and type(operand.base) is Reg:
+            names.add(operand.base.name)
+        elif kind is Negated:
+            names.add(operand.operand.name)
+    if inst.guard is not None:
+        names.add(inst.guard.predicate.name)
+    return names
+
+
+def _wgmma_roles(inst) -> dict[str, str]:
+    """register -> "result" / "A operand" for a wgmma.mma_async instruction ({} for anything else)."""
+    if inst.opcode != "wgmma" or "mma_async" not in inst.modifiers or len(inst.operands) < 2:
+        return {}
+    roles = {r.name: "result" for r in elements(inst.operands[0]) if isinstance(r, Reg)}
+    if isinstance(inst.operands[1], Vector):
+        roles.update({r.name: "A operand" for r in inst.operands[1].elements if isinstance(r, Reg)})
+    return roles
+
+
+class AsyncTracker:
+    """The asynchrony state of a machine's batch; see the module docstring. Created by `install`."""
+
+    def __init__(self, m: Machine):
+        self.m = m
+        self.groups_per_cta = -(-m.threads // facts.WARPGROUP_SIZE)
+        self.warpgroups = m.ctas * self.groups_per_cta
+        n = len(m.shared)
+        self.state = np.zeros(n, np.int8)
+        self.tag = np.zeros(n, np.int32)  # FLIGHT: copy id; LANDED: barrier instance
+        self.phase = np.zeros(n, np.int64)  # LANDED: the phase the byte counts towards
+        self.unfenced = np.zeros(n, bool)
+        self.writer = np.zeros(n, np.int32)
+        self.wg_read: np.ndarray | None = None  # [groups per CTA, bytes]: wgmma group + 1 reading the byte
+        self.proxy_readers = True  # the program reads shared memory through the async proxy (set by install)
+        self.reset()
+
+    def reset(self) -> None:
+        """A new batch: nothing in flight, nothing pending, nothing observed."""
+        m = self.m
+        self.state[:] = PLAIN
+        self.unfenced[:] = False
+        self.tagged = False  # some byte may be FLIGHT or LANDED (an asynchronous copy was issued)
+        self.copies: dict[int, Copy] = {}
+        self.in_flight: dict[tuple[int, int], list[Copy]] = {}
+        self.staged: list[tuple[np.ndarray, np.ndarray]] = []
+        self.barriers: dict[tuple[int, int], int] = {}
+        self.observed = np.zeros((0, m.lanes), np.int64)  # [barrier, lane]: phases known complete
+        self.carried = np.zeros((0, 0), np.int64)  # [barrier, barrier]: what arrivals on it had observed
+        self.released = np.zeros((0, m.lanes), np.int32)  # [barrier, lane]: line of the lane's last arrive
+        self.last_wait = np.full(m.lanes, -1, np.int64)  # barrier instance a lane last waited on
+        self.wg_open = np.zeros(self.warpgroups, np.int64)
+        self.wg_done = np.full(self.warpgroups, -1, np.int64)
+        self.wg_issued = np.full(self.warpgroups, -1, np.int64)
+        self.pending: dict[str, tuple[np.ndarray, str, object]] = {}
+        self.reading = False
+        self.last_wgmma: dict[int, object] = {}  # warpgroup -> its last wgmma.mma_async
+        self.read_inst: dict[tuple[int, int], object] = {}
+        if self.wg_read is not None:
+            self.wg_read[:] = 0
+        self.bulk_open = np.zeros(m.lanes, np.int64)
+        self.bulk_done = np.full(m.lanes, -1, np.int64)
+        self.bulk_reads: list[tuple[int, int, np.ndarray, object]] = []
+
+    # region messages
+    def hazard(self, inst, message: str, lane: int | None = None, error=PtxHazardError) -> PtxHazardError:
+        m = self.m
+        where = f" ({m.describe_lane(int(lane))})" if lane is not None else ""
+        return error(f"{m.source}:{inst.line}: error: {inst.name}: {message}{where}")
+
+    def where(self, flat: int) -> str:
+        """'shared address 0x.. of CTA (x, y, z)' of a flat index into `Machine.shared`."""
+        m = self.m
+        cta, address = divmod(int(flat), max(m.shared_bytes, 1))
+        c = m.ctaid[cta]
+        return f"shared address {address:#x}" + (f" of CTA ({c[0]}, {c[1]}, {c[2]})" if m.ctas > 1 else "")
+
+    def barrier_name(self, b: int) -> str:
+        key = next(k for k, i in self.barriers.items() if i == b)
+        return f"the mbarrier at shared address {key[1]:#x}"
+
+    def describe_copy(self, copy: Copy) -> str:
+        return f"the {copy.kind} at line {copy.inst.line} ({self.m.describe_lane(copy.lane)})"
+
+    def describe_barrier(self, key: tuple[int, int]) -> str:
+        """' (phase P, parity p, a of e arrivals pending, tx-count T, ...)' for a deadlock report."""
+        state = self.m.mbarriers.get(key)
+        if state is None:
+            return ""
+        copies = self.in_flight.get(key, [])
+        flying = f", {sum(c.nbytes for c in copies)} bytes of copies in flight on it" if copies else ""
+        tx = ""
+        if state.pending == 0 and state.tx_count > 0 and not copies:
+            tx = f": its expect_tx announced {state.tx_count} bytes more than the copies delivered"
+        elif state.pending:
+            tx = ": arrivals are missing"
+        return (f" (in phase {state.phase}, parity {state.phase & 1}, with {state.pending} of {state.expected} "
+                f"arrivals pending and tx-count {state.tx_count}{flying}{tx}; a wait for parity "
+                f"{(state.phase & 1) ^ 1} passes, one for parity {state.phase & 1} waits for this phase)")
+
+    # endregion
+    # region mbarrier instances and what threads have observed
+    def barrier(self, key: tuple[int, int]) -> int:
+        """The instance index of the mbarrier at `key` = (CTA slot, shared address)."""
+        b = self.barriers.get(key)
+        if b is None:
+            b = self.barriers[key] = len(self.barriers)
+            lanes = self.m.lanes
+            self.observed = np.concatenate([self.observed, np.zeros((1, lanes), np.int64)])
+            self.released = np.concatenate([self.released, np.zeros((1, lanes), np.int32)])
+            carried = np.zeros((b + 1, b + 1), np.int64)
+            carried[:b, :b] = self.carried
+            self.carried = carried
+        return b
+
+    def observe(self, key: tuple[int, int], lanes: np.ndarray, phase: int) -> None:
+        """`lanes` saw the mbarrier at `key` in `phase` after a successful wait: they know every phase before
+        it complete, and what the threads arriving on it had observed."""
+        b = self.barrier(key)
+        self.observed[b, lanes] = np.maximum(self.observed[b, lanes], phase)
+        self.observed[:, lanes] = np.maximum(self.observed[:, lanes], self.carried[b][:, None])
+        self.last_wait[lanes] = b
+
+    def arrived(self, inst, key: tuple[int, int], lanes: np.ndarray) -> None:
+        """`lanes` arrived on the mbarrier at `key`: a later waiter learns what they had observed."""
+        b = self.barrier(key)
+        if len(self.observed):
+            self.carried[b] = np.maximum(self.carried[b], self.observed[:, lanes].max(axis=1))
+        self.released[b, lanes] = inst.line
+
+    def shared_by_barrier(self, participants: np.ndarray, waiters: np.ndarray) -> None:
+        """A named barrier completed: its waiters know what every participant had observed."""
+        if len(self.observed) and len(participants) and len(waiters):
+            seen = self.observed[:, participants].max(axis=1)
+            self.observed[:, waiters] = np.maximum(self.observed[:, waiters], seen[:, None])
+
+    # endregion
+    # region asynchronous copies into shared memory
+    def check_writable(self, inst, lanes, flat: np.ndarray, what: str, acquired: int | None = None) -> None:
+        """Refuse `what` (by `lanes`, one per byte or one for all) writing the bytes `flat` while an
+        asynchronous copy still writes them, a pending wgmma may still read them, or a bulk store still
+        reads them."""
+        lanes = np.broadcast_to(np.asarray(lanes), flat.shape)
+        if self.tagged:
+            flying = self.state[flat] == FLIGHT
+            if flying.any():
+                i = int(np.argmax(flying))
+                copy = self.copies[int(self.tag[flat[i]])]
+                raise self.hazard(inst, f"{what} writes {self.where(flat[i])} while {self.describe_copy(copy)} "
+                                        "into it is still in flight (write-after-write race with an asynchronous "
+                                        "copy)", lanes[i])
+        if self.reading:
+            self._check_not_read_by_wgmma(inst, lanes, flat, what, acquired)
+        if self.bulk_reads:
+            for lane, group, index, store in self.bulk_reads:
+                hit = np.isin(flat, index)
+                if hit.any():
+                    i = int(np.argmax(hit))
+                    raise self.hazard(inst, f"{what} overwrites {self.where(flat[i])} while the bulk store at line "
+                                            f"{store.line} ({self.m.describe_lane(lane)}) may still read it (no "
+                                            "cp.async.bulk.wait_group.read covers its bulk group)", lanes[i])
+
+    def stage(self, index: np.ndarray, data: np.ndarray) -> None:
+        """A TMA/bulk load's bytes for the copy `issue` is about to record (called by the copy)."""
+        self.staged.append((index, data))
+
+    def issue(self, inst, lane: int, address: int, nbytes: int, kind: str) -> None:
+        """The staged bytes of `lane` are one copy completing `nbytes` of transaction on the mbarrier at
+        shared::cluster `address` (the lane's own CTA's, or a cluster member's): tag them in flight; they land when a thread waits on that barrier."""
+        from tessera.interpreters.ptx.sync import _state, mbarrier_key
+
+        m = self.m
+        key = mbarrier_key(m, lane, address)  # a multicast's copy completes on each member's own mbarrier
+        state = _state(m, inst, lane, address)
+        if key[0] != int(m.lane_cta[lane]):
+            m.cluster_state.remote_mbarrier(inst, lane, key, state.phase)
+        index = np.concatenate([i for i, _ in self.staged]) if self.staged else np.zeros(0, np.int64)
+        data = np.concatenate([d for _, d in self.staged]) if self.staged else np.zeros(0, np.uint8)
+        self.staged = []
+        acquired = None if self.last_wait[lane] < 0 else int(self.last_wait[lane])
+        self.check_writable(inst, lane, index, f"the {kind}", acquired)
+        copy = Copy(kind, inst, lane, index, data, nbytes, key, acquired)
+        ident = len(self.copies)
+        self.copies[ident] = copy
+        self.in_flight.setdefault(key, []).append(copy)
+        self.tagged = True
+        self.state[index] = FLIGHT
+        self.tag[index] = ident
+        self.unfenced[index] = False
+        if state.pending == 0:
+            self.wake(key)
+
+    def wake(self, key: tuple[int, int]) -> None:
+        """Threads parked on the mbarrier at `key` try again (its copies may land now)."""
+        m = self.m
+        parked = (m.status == PARK) & (m.park_address == key[1]) & (m.lane_cta == key[0])
+        if parked.any():
+            m.status[parked] = RUN
+            m.park_address[parked] = -1
+            m.park_test[parked] = False
+
+    def land_for_wait(self, inst, key: tuple[int, int], lane: int) -> bool:
+        """A thread's wait on the mbarrier at `key` fails: if every arrival of the phase is in, land the copies
+        in flight on it (the latest moment they could complete the phase) and return True (test again)."""
+        if key not in self.in_flight or self.m.mbarriers[key].pending != 0:
+            return False
+        self.land(inst, key, lane)
+        return True
+
+    def land(self, inst, key: tuple[int, int], lane: int) -> None:
+        """Land the copies in flight on the mbarrier at `key`, in issue order; see the module docstring."""
+        from tessera.interpreters.ptx.sync import _changed
+
+        m = self.m
+        state = m.mbarriers[key]
+        b = self.barrier(key)
+        copies = self.in_flight.pop(key)
+        before = state.phase
+        for i, copy in enumerate(copies):
+            if state.phase != before:
+                left = sum(c.nbytes for c in copies[i:])
+                raise self.hazard(copy.inst, f"the mbarrier at shared address {key[1]:#x} completed phase {before} "
+                                             f"with {len(copies) - i} copies ({left} bytes) still in flight on it: "
+                                             "its expect_tx announced fewer bytes than the copies deliver", copy.lane)
+            phase = state.phase
+            m.shared[copy.index] = copy.data
+            self.state[copy.index] = LANDED
+            self.tag[copy.index] = b
+            self.phase[copy.index] = phase
+            copy.data = None
+            try:
+                state.complete_tx(copy.nbytes)
+            except ValueError as error:
+                raise self.hazard(copy.inst, f"mbarrier at {key[1]:#x}: {error}", copy.lane) from None
+        if state.phase == before and state.pending == 0 and state.tx_count < 0:
+            raise self.hazard(copies[-1].inst, f"the copies on the mbarrier at shared address {key[1]:#x} delivered "
+                                               f"{-state.tx_count} bytes more than its expect_tx announced for phase "
+                                               f"{state.phase} (tx-count {state.tx_count} with every arrival in)",
+                              copies[-1].lane)
+        _changed(m, key, before, state, prefer=False)
+
+    def phase_changed(self, inst, key: tuple[int, int], lane: int) -> None:
+        """The mbarrier at `key` completed a phase through an arrive or complete_tx instruction: copies still
+        in flight on it disagree with its expect_tx."""
+        copies = self.in_flight.get(key)
+        if copies:
+            raise self.hazard(inst, f"completes phase {self.m.mbarriers[key].phase - 1} of the mbarrier at shared "
+                                    f"address {key[1]:#x} while {self.describe_copy(copies[0])} "
+                                    f"({sum(c.nbytes for c in copies)} bytes in {len(copies)} copies) is still in "
+                                    "flight on it: its expect_tx is missing or smaller than the bytes the copies "
+                                    "deliver", lane)
+
+    def arrivals_changed(self, key: tuple[int, int]) -> None:
+        """An arrive or expect_tx changed the mbarrier at `key` without completing its phase: parked waiters
+        retry if its arrivals are all in and copies are in flight on it."""
+        if key in self.in_flight and self.m.mbarriers[key].pending == 0:
+            self.wake(key)
+
+    def cp_async_issued(self, inst, lanes: np.ndarray, index: np.ndarray) -> None:
+        """Ampere cp.async of `lanes` into `index` [lanes, size]: in flight until the issuing thread waits."""
+        flat = index.reshape(-1)
+        self.check_writable(inst, np.repeat(lanes, index.shape[1]), flat, "the cp.async")
+        ident = len(self.copies)
+        self.copies[ident] = Copy("cp.async", inst, int(lanes[0]), None, None, 0, None)
+        self.state[flat] = FLIGHT
+        self.tag[flat] = ident
+        self.unfenced[flat] = False
+        self.tagged = True
+
+    def cp_async_landed(self, index: np.ndarray) -> None:
+        self.state[index.reshape(-1)] = PLAIN
+
+    def describe_flight(self, flat: int) -> str:
+        copy = self.copies[int(self.tag[flat])]
+        if copy.kind == "cp.async":
+            return (f"the cp.async at line {copy.inst.line} into it has not landed (no cp.async.wait_group or "
+                    "wait_all of the issuing thread covers it)")
+        return (f"{self.describe_copy(copy)} into it has not completed on the mbarrier at shared address "
+                f"{copy.key[1]:#x} (no completed mbarrier wait covers it: a missing wait, or one on the wrong parity)")
+
+    # endregion
+    # region reads and writes of shared memory
+    def generic_access(self, inst, lanes: np.ndarray, index: np.ndarray, write: bool) -> None:
+        """An ld/st/ldmatrix/stmatrix... of `lanes` at `index` [lanes, bytes] of `Machine.shared`."""
+        if write:
+            if self.tagged or self.reading or self.bulk_reads:
+                self.check_writable(inst, np.repeat(lanes, index.shape[1]), index.reshape(-1), "the store")
+            if self.tagged:
+                self.state[index] = PLAIN
+            if self.proxy_readers:
+                self.unfenced[index] = True
+                self.writer[index] = lanes[:, None]
+            return
+        if not self.tagged:
+            return
+        state = self.state[index]
+        if state.any():
+            readers = np.broadcast_to(np.asarray(lanes)[:, None], index.shape).reshape(-1)
+            self._check_read(inst, readers, index.reshape(-1), state.reshape(-1), "reads")
+
+    def _check_read(self, inst, readers: np.ndarray, flat: np.ndarray, state: np.ndarray, what: str) -> None:
+        flying = state == FLIGHT
+        if flying.any():
+            i = int(np.argmax(flying))
+            raise self.hazard(inst, f"{what} {self.where(flat[i])} before it was signalled: "
+                                    f"{self.describe_flight(flat[i])}{self._released_early(readers[i], flat[i])}",
+                              readers[i])
+        landed = state == LANDED
+        if landed.any():
+            b, p, r = self.tag[flat[landed]], self.phase[flat[landed]], readers[landed]
+            unseen = self.observed[b, r] <= p
+            if unseen.any():
+                i = int(np.argmax(unseen))
+                raise self.hazard(inst, f"{what} {self.where(flat[landed][i])} before the TMA copy into it was "
+                                        f"signalled: this thread has not observed phase {int(p[i])} (parity "
+                                        f"{int(p[i]) & 1}) of {self.barrier_name(int(b[i]))} complete (no "
+                                        "successful mbarrier wait for that phase, or a wait on the wrong parity)",
+                                  r[i])
+
+    def _released_early(self, reader: int, flat: int) -> str:
+        """', released ...' when the copy was issued after a wait on an mbarrier `reader` had arrived on."""
+        copy = self.copies[int(self.tag[flat])]
+        if copy.acquired is None:
+            return ""
+        line = int(self.released[copy.acquired, reader])
+        if not line:
+            return ""
+        return (f"; the producer refilled it after this thread released it with the arrive on "
+                f"{self.barrier_name(copy.acquired)} at line {line}, before this read (a release before the "
+                "consumer's last read)")
+
+    def async_read(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str) -> None:
+        """The async proxy reads `flat` for `lanes` (a warpgroup's wgmma, or one thread's bulk store): every
+        one of them must have observed TMA data, and generic stores must have been fenced."""
+        state = self.state[flat]
+        if state.any():
+            flying = state == FLIGHT
+            if flying.any():
+                i = int(np.argmax(flying))
+                raise self.hazard(inst, f"{what} reads {self.where(flat[i])} before it was signalled: "
+                                        f"{self.describe_flight(flat[i])}"
+                                        f"{self._released_early(int(lanes[0]), flat[i])}", lanes[0])
+            landed = state == LANDED
+            if landed.any():
+                tags, phases = self.tag[flat[landed]], self.phase[flat[landed]]
+                known = self.observed[:, lanes].min(axis=1)  # phases every reader has observed, per barrier
+                unseen = known[tags] <= phases
+                if unseen.any():
+                    i = int(np.argmax(unseen))
+                    b, p = int(tags[i]), int(phases[i])
+                    reader = lanes[int(np.argmax(self.observed[b, lanes] <= p))]
+                    raise self.hazard(inst, f"{what} reads {self.where(flat[landed][i])} before the TMA copy into it "
+                                            f"was signalled: this thread has not observed phase {p} (parity {p & 1}) "
+                                            f"of {self.barrier_name(b)} complete (no successful mbarrier wait for "
+                                            "that phase, or a wait on the wrong parity)", reader)
+        unfenced = self.unfenced[flat]
+        if unfenced.any():
+            i = int(np.argmax(unfenced))
+            writer = int(self.writer[flat[i]])
+            raise self.hazard(inst, f"{what} reads {self.where(flat[i])}, which {self.m.describe_lane(writer)} "
+                                    "stored through the generic proxy and has not made visible to the async proxy "
+                                    "(missing fence.proxy.async after the store)", lanes[0])
+
+    def fence(self, lanes: np.ndarray) -> None:
+        """fence.proxy.async by `lanes`: their generic stores so far are visible to the async proxy."""
+        stored = np.flatnonzero(self.unfenced)
+        if len(stored):
+            fencing = np.zeros(self.m.lanes, bool)
+            fencing[lanes] = True
+            self.unfenced[stored[fencing[self.writer[stored]]]] = False
+
+    # endregion
+    # region wgmma
+    def wgmma_reads(self, inst, lanes: np.ndarray, flat: np.ndarray, operand: str) -> None:
+        """A warpgroup's wgmma reads its operand at `flat` (checked as an async-proxy read); the bytes stay
+        read until a wgmma.wait_group covers the wgmma's group."""
+        self.async_read(inst, lanes, flat, f"wgmma operand {operand}")
+        if self.wg_read is None:
+            self.wg_read = np.zeros((self.groups_per_cta, len(self.state)), np.int32)
+        w = int(self.m.unit_of[facts.WARPGROUP_SIZE][lanes[0]])
+        group = int(self.wg_open[w])
+        self.wg_read[w % self.groups_per_cta, flat] = group + 1
+        self.read_inst.setdefault((w, group), inst)
+        self.reading = True
+
+    def _check_not_read_by_wgmma(self, inst, lanes, flat: np.ndarray, what: str, acquired: int | None) -> None:
+        cta = flat // max(self.m.shared_bytes, 1)
+        groups = self.wg_read[:, flat].astype(np.int64) - 1  # [local warpgroup, byte]
+        w = cta[None, :] * self.groups_per_cta + np.arange(self.groups_per_cta)[:, None]
+        pending = groups > self.wg_done[w]
+        if pending.any():
+            local, i = np.unravel_index(np.argmax(pending), pending.shape)
+            reader = self.read_inst[(int(w[local, i]), int(groups[local, i]))]
+            released = ""
+            if acquired is not None:
+                group_lanes = np.flatnonzero(self.m.unit_of[facts.WARPGROUP_SIZE] == w[local, i])
+                lines = self.released[acquired, group_lanes]
+                if lines.any():
+                    released = (f"; warpgroup {int(local)} released it with the arrive on "
+                                f"{self.barrier_name(acquired)} at line {int(lines.max())} before a wgmma.wait_group "
+                                "covered that wgmma (a release before the consumer's last read)")
+            raise self.hazard(inst, f"{what} overwrites {self.where(flat[i])} while the wgmma at line {reader.line} "
+                                    f"of warpgroup {int(local)} may still read it (no wgmma.wait_group covers its "
+                                    f"group yet){released}", lanes[i])
+
+    def wgmma_issued(self, inst, lanes: np.ndarray, roles: dict[str, str]) -> None:
+        """The warpgroups of `lanes` issued a wgmma: its registers are pending in their open group. Registers
+        pending on the same groups share one array (never modified in place)."""
+        ws = np.unique(self.m.unit_of[facts.WARPGROUP_SIZE][lanes])
+        self.wg_issued[ws] = self.wg_open[ws]
+        for w in ws.tolist():
+            self.last_wgmma[w] = inst
+        updated: dict[int, np.ndarray] = {}
+        for name, kind in roles.items():
+            entry = self.pending.get(name)
+            old = entry[0] if entry is not None else None
+            groups = updated.get(id(old))
+            if groups is None:
+                groups = old.copy() if old is not None else np.full(self.warpgroups, -1, np.int64)
+                groups[ws] = self.wg_open[ws]
+                updated[id(old)] = groups
+            self.pending[name] = (groups, kind, inst)
+
+    def wgmma_commit(self, lanes: np.ndarray) -> None:
+        ws = np.unique(self.m.unit_of[facts.WARPGROUP_SIZE][lanes])
+        self.wg_open[ws] += 1
+
+    def wgmma_wait(self, lanes: np.ndarray, keep: int) -> None:
+        """wgmma.wait_group `keep`: every committed group but the `keep` newest is complete."""
+        ws = np.unique(self.m.unit_of[facts.WARPGROUP_SIZE][lanes])
+        self.wg_done[ws] = np.maximum(self.wg_done[ws], self.wg_open[ws] - 1 - keep)
+        if self.pending:
+            live: dict[int, bool] = {}
+            for e in self.pending.values():
+                if id(e[0]) not in live:
+                    live[id(e[0])] = bool((e[0] > self.wg_done).any())
+            self.pending = {name: e for name, e in self.pending.items() if live[id(e[0])]}
+        self.reading = bool((self.wg_issued > self.wg_done).any())
+
+    def check_registers(self, inst, lanes: np.ndarray, names, roles: dict[str, str]) -> None:
+        """Refuse an instruction of `lanes` naming registers of a wgmma whose group is still pending."""
+        ws = None
+        for name in names:
+            entry = self.pending.get(name)
+            if entry is None or roles.get(name) == entry[1]:
+                continue
+            if ws is None:
+                ws = self.m.unit_of[facts.WARPGROUP_SIZE][lanes]
+            groups, kind, wgmma = entry
+            bad = groups[ws] > self.wg_done[ws]
+            if bad.any():
+                i = int(np.argmax(bad))
+                what = "an accumulator" if kind == "result" else "an A-fragment"
+                raise self.hazard(inst, f"touches {name}, {what} register of the wgmma.mma_async at line "
+                                        f"{wgmma.line}, before a wgmma.wait_group covers its group (group "
+                                        f"{int(groups[ws[i]])} of warpgroup {int(ws[i]) % self.groups_per_cta} is "
+                                        "still pending)", lanes[i])
+
+    # endregion
+    # region bulk stores
+    def bulk_store_reads(self, inst, lane: int, flat: np.ndarray, what: str) -> None:
+        """A bulk/TMA store of `lane` reads `flat` until its bulk group is waited for (`.read`)."""
+        self.async_read(inst, np.array([lane]), flat, what)
+        self.bulk_reads.append((lane, int(self.bulk_open[lane]), flat, inst))
+
+    def bulk_commit(self, lanes: np.ndarray) -> None:
+        self.bulk_open[lanes] += 1
+
+    def bulk_wait(self, lanes: np.ndarray, keep: int) -> None:
+        self.bulk_done[lanes] = np.maximum(self.bulk_done[lanes], self.bulk_open[lanes] - 1 - keep)
+        self.bulk_reads = [r for r in self.bulk_reads if r[1] > self.bulk_done[r[0]]]
+
+    # endregion
+    # region the end of a CTA
+    def on_exit(self, ctas) -> None:
+        """Every thread of a CTA slot exited: no TMA copy may still be in flight into its shared memory, and no
+        wgmma of its warpgroups may be pending (their results and operands would be lost)."""
+        m = self.m
+        for cta in ctas:
+            if not (m.status[m.lane_cta == cta] == EXITED).all():
+                continue
+            for key, copies in self.in_flight.items():
+                if key[0] == cta and copies:
+                    copy = copies[0]
+                    raise self.hazard(copy.inst, f"the CTA ends with this {copy.kind} in flight (no thread waited on "
+                                                 f"its mbarrier at shared address {key[1]:#x} once its arrivals were "
+                                                 "in)", copy.lane)
+            ws = int(cta) * self.groups_per_cta + np.arange(self.groups_per_cta)
+            pending = ws[self.wg_issued[ws] > self.wg_done[ws]]
+            if len(pending):
+                w = int(pending[0])
+                lane = int(np.flatnonzero(m.unit_of[facts.WARPGROUP_SIZE] == w)[0])
+                raise self.hazard(self.last_wgmma[w], f"the CTA ends with this wgmma of warpgroup "
+                                                      f"{w % self.groups_per_cta} pending: no wgmma.commit_group and "
+                                                      "wgmma.wait_group cover it", lane)
+
+    # endregion
+
+
+# region installing the checks on decoded steps
+def _lanes(m: Machine, sel) -> np.ndarray:
+    return m.lane_ids if isinstance(sel, slice) else sel
+
+
+def _wrap(step: Step, before=None, after=None) -> Step:
+    """`step` with `before(active lanes)` / `after(active lanes)` around its run."""
+    inner = step.run
+    if step.control:
+        def run_control(lanes, active):
+            if before is not None and len(active):
+                before(active)
+            inner(lanes, active)
+            if after is not None and len(active):
+                after(active)
+
+        return Step(step.inst, run_control, step.control, step.unit, step.mask, step.member_mask)
+
+    def run(sel):
+        if before is not None:
+            before(sel)
+        inner(sel)
+        if after is not None:
+            after(sel)
+
+    return Step(step.inst, run, step.control, step.unit, step.mask, step.member_mask)
+
+
+def _group_count(inst) -> int:
+    operand = inst.operands[0] if inst.operands else None
+    return getattr(operand, "value", 0)
+
+
+def install(m: Machine, steps: list[Step]) -> list[Step]:
+    """Attach an `AsyncTracker` to `m` and return `steps` with the checks that need no hook inside the
+    decoders: registers of wgmma (checked only on instructions naming one), fence.proxy.async, and the
+    wgmma and bulk commit/wait groups."""
+    tracker = m.tracker = AsyncTracker(m)
+    m.exit_hooks.append(tracker.on_exit)
+    tracker.proxy_readers = any(s.inst.opcode == "wgmma" or (s.inst.opcode == "cp" and "bulk" in s.inst.modifiers)
+                                for s in steps)  # generic stores need tracking for fence.proxy.async
+    watched: set[str] = set()
+    for step in steps:
+        if step.inst.opcode == "wgmma":
+            watched.update(_wgmma_roles(step.inst))
+    result = []
+    for step in steps:
+        inst = step.inst
+        roles = _wgmma_roles(inst) if inst.opcode == "wgmma" else {}
+        names = sorted(_registers(inst) & watched) if watched else ()
+        before = after = None
+        if names:
+            def before(sel, inst=inst, names=names, roles=roles):
+                if tracker.pending:
+                    tracker.check_registers(inst, _lanes(m, sel), names, roles)
+        mods = inst.modifiers
+        if roles:
+            def after(sel, inst=inst, roles=roles):
+                tracker.wgmma_issued(inst, _lanes(m, sel), roles)
+        elif inst.opcode == "wgmma" and "commit_group" in mods:
+            def after(sel):
+                tracker.wgmma_commit(_lanes(m, sel))
+        elif inst.opcode == "wgmma" and "wait_group" in mods:
+            def after(sel, keep=_group_count(inst)):
+                tracker.wgmma_wait(_lanes(m, sel), keep)
+        elif inst.opcode == "fence" and "proxy" in mods and "async" in mods:
+            def after(sel):
+                tracker.fence(_lanes(m, sel))
+        elif inst.opcode == "cp" and "bulk" in mods and "commit_group" in mods:
+            def after(sel):
+                tracker.bulk_commit(_lanes(m, sel))
+        elif inst.opcode == "cp" and "bulk" in mods and "wait_group" in mods:
+            def after(sel, keep=_group_count(inst)):
+                tracker.bulk_wait(_lanes(m, sel), keep)
+        result.append(step if before is None and after is None else _wrap(step, before, after))
+    return result
+
+
+# endregion
+
+__all__ = ["AsyncTracker", "PtxDeadlockError", "PtxHazardError", "install"]
