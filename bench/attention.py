@@ -4,7 +4,10 @@ on the FlashAttention-3 paper's grid (its Figure 5): sequence length 512 to 16k 
 tokens, hidden size 2048 (heads = 2048 / head_dim) for head_dim 64, 128 and 256, causal and not, bf16.
 
     python bench/attention.py [--seq 512 1024 ...] [--head-dim 64 128 256] [--causal both|yes|no]
-                              [--repeats 30] [--warmup 5] [--out bench/results]
+                              [--repeats 30] [--warmup 5] [--out bench/results] [--backward]
+
+`--backward` times the backward instead (bench/attention_backward_gpu.py: Tessera's three kernels against
+PyTorch's SDPA backward backends, FLOPs 2.5x the forward's), head_dim 64 and 128.
 
 FLOPs = 4 * seq^2 * head_dim * heads * batch, halved for causal. Every result is first checked against an
 fp32 PyTorch computation under Tessera's tolerance rule (`tessera.reference`: at most twice the error of a
@@ -371,8 +374,24 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=30, help="timed runs per system (median reported)")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results", help="folder for JSON and PNG")
+    parser.add_argument("--backward", action="store_true",
+                        help="time the backward (dq, dk, dv; FLOPs 2.5x the forward's) against PyTorch's SDPA "
+                             "backward backends instead (bench/attention_backward_gpu.py)")
     args = parser.parse_args()
     torch = require_gpu()
+    if args.backward:
+        from attention_backward_gpu import run_backward
+
+        env = environment(torch)
+        print(f"{env['device']}: torch {env['torch']} (CUDA {env['cuda']}), tessera {env['tessera']}, {env['ptxas']}")
+        records = run_backward(torch, args, env)
+        print(f"results: {write_results(args.out, 'attention_backward', env, args, records)}")
+        picture = plot(args.out, "attention_backward", records, lambda c: (c["head_dim"], c["causal"]),
+                       lambda p: f"head_dim {p[0]}, {'causal' if p[1] else 'no mask'}", lambda c: c["seq"],
+                       "sequence length", f"Backward attention, bf16, {env['device']}")
+        if picture is not None:
+            print(f"plot: {picture}")
+        return
 
     systems = [tessera_system(torch, c) for c in args.cluster] + sdpa_systems(torch)
     triton = triton_system(torch)

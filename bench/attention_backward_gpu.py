@@ -1,0 +1,125 @@
+"""Backward attention TFLOP/s on an H100/H200 (`python bench/attention.py --backward ...`): Tessera's three
+backward kernels (`tessera.attention_backward`) against PyTorch's scaled_dot_product_attention backward with each
+backend it offers, on the same grid as the forward.
+
+FLOPs = 2.5 x the forward's (five matrix products instead of two): 10 * seq^2 * head_dim * heads * batch, halved
+for causal. The timed region is the whole backward: Tessera's preprocess, main and postprocess kernels; PyTorch's
+`o.backward(do)` of a graph built once (retain_graph), so neither side recomputes its forward. Every result is
+first checked against the fp32 gradient (torch autograd of an fp32 attention) under Tessera's rule
+(`tessera.reference`): the largest error of dq, dk and dv may be at most twice that of a straightforward bf16
+computation (PyTorch's math backend in bf16) plus an absolute term; a wrong result is reported as WRONG and
+never timed. Tessera's O and LSE come from its own forward (`tessera.attention(..., return_lse=True)`).
+"""
+
+from __future__ import annotations
+
+from attention import Record, System, Unsupported, measure, print_header, print_row, report_problems
+
+
+def tessera_backward_system(torch) -> System:
+    import tessera
+    from tessera.runtime.attention import UnsupportedKernel
+
+    def build(inputs):
+        q, k, v, do, causal = inputs
+        try:
+            o, lse = tessera.attention(q, k, v, causal=causal, return_lse=True)
+            tessera.attention_backward(q, k, v, o, lse, do, causal=causal)  # compile (or fetch) the kernels
+        except (UnsupportedKernel, ValueError) as why:
+            raise Unsupported(str(why).splitlines()[0]) from None
+
+        def run():
+            return tessera.attention_backward(q, k, v, o, lse, do, causal=causal)
+        return run
+    return System("Tessera", build)
+
+
+def sdpa_backward_systems(torch) -> list[System]:
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:
+        return []
+    import torch.nn.functional as F
+
+    def system(name: str, backend_name: str) -> System | None:
+        backend = getattr(SDPBackend, backend_name, None)
+        if backend is None:
+            return None
+
+        def build(inputs):
+            q, k, v, do, causal = inputs
+            leaves = [x.detach().clone().requires_grad_(True) for x in (q, k, v)]
+            try:
+                with sdpa_kernel(backend):
+                    o = F.scaled_dot_product_attention(*leaves, is_causal=causal)
+            except RuntimeError as why:  # "No available kernel", a shape the backend refuses
+                raise Unsupported(str(why).splitlines()[0]) from None
+
+            def run():
+                for x in leaves:
+                    x.grad = None
+                with sdpa_kernel(backend):
+                    o.backward(do, retain_graph=True)
+                return tuple(x.grad for x in leaves)
+            return run
+        return System(name, build)
+
+    found = [system("PyTorch flash", "FLASH_ATTENTION"), system("PyTorch cuDNN", "CUDNN_ATTENTION"),
+             system("PyTorch efficient", "EFFICIENT_ATTENTION")]
+    return [s for s in found if s is not None]
+
+
+def backward_check(torch, q, k, v, do, causal: bool):
+    """(errors by name, tolerance, max |reference gradient|): the largest error of (dq, dk, dv) against the
+    fp32 gradient; the tolerance is 2 x the error of PyTorch's math backend in bf16, plus the rule's absolute
+    term scaled by the gradients' magnitude."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from tessera.reference import ABSOLUTE_TOLERANCE
+
+    def gradients(dtype):
+        leaves = [x.detach().to(dtype).requires_grad_(True) for x in (q, k, v)]
+        with sdpa_kernel(SDPBackend.MATH):
+            o = F.scaled_dot_product_attention(*leaves, is_causal=causal)
+        o.backward(do.to(dtype))
+        return [x.grad.float() for x in leaves]
+
+    reference = gradients(torch.float32)
+    straightforward = gradients(q.dtype)
+    magnitude = max(float(g.abs().max()) for g in reference)
+    baseline = max(float((s - r).abs().max()) for s, r in zip(straightforward, reference))
+
+    def check(outputs: dict):
+        errors = {name: max(float(torch.nan_to_num((g.float() - r).abs(), nan=float("inf")).max())
+                            for g, r in zip(grads, reference)) for name, grads in outputs.items()}
+        return errors, 2 * baseline + ABSOLUTE_TOLERANCE * max(1.0, magnitude), magnitude
+    return check
+
+
+def run_backward(torch, args, env) -> list[Record]:
+    """The backward rows of `bench/attention.py --backward`: same grid and table as the forward."""
+    systems = [tessera_backward_system(torch)] + sdpa_backward_systems(torch)
+    widths = print_header(systems)
+    records: list[Record] = []
+    masks = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
+    for head_dim in args.head_dim:
+        heads = args.hidden // head_dim
+        for causal in masks:
+            for seq in args.seq:
+                batch = max(1, args.tokens // seq)
+                config = dict(seq=seq, batch=batch, heads=heads, head_dim=head_dim, causal=causal, dtype="bf16",
+                              direction="backward")
+                flops = 2.5 * 4 * seq * seq * head_dim * heads * batch / (2 if causal else 1)
+                generator = torch.Generator(device="cuda").manual_seed(seq * 1000 + head_dim + 7)
+                q, k, v, do = (torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16,
+                                           generator=generator) for _ in range(4))
+                check = backward_check(torch, q, k, v, do, causal)
+                row = measure(torch, systems, (q, k, v, do, causal), config, flops, check, args)
+                records += row
+                print_row(f"bwd d{head_dim} {'causal' if causal else 'full'} seq {seq} (b{batch} h{heads})", row,
+                          widths)
+                report_problems(row)
+                del q, k, v, do
+                torch.cuda.empty_cache()
+    return records
