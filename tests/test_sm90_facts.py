@@ -860,6 +860,19 @@ DOCUMENTED = {
                                   "cluster_ctaid.z", "cluster_nctaid.x", "cluster_nctaid.y", "cluster_nctaid.z",
                                   "clusterid.x", "clusterid.y", "clusterid.z", "nclusterid.x", "nclusterid.y",
                                   "nclusterid.z"),
+    # [P#floating-point-instructions-lg2]: lg2.approx.f32 "Maximum absolute error is 2^-22 in the range
+    # (0.5, 2). Maximum relative error is 2^-22 elsewhere" (sm_90; the bound of tessera.sm90.approx)
+    "LG2_APPROX_ERROR": 2.0**-22,
+    "LG2_APPROX_ABSOLUTE_RANGE": (0.5, 2.0),
+    # [P#warp-level-matrix-instructions-stmatrix]: ".num = { .x1, .x2, .x4 }", each an m8n8 matrix of 16-bit
+    # elements whose rows are given by one thread's 16-byte-aligned row address
+    "STMATRIX_COUNTS": (1, 2, 4),
+    "MATRIX_ROWS": 8,
+    "MATRIX_ROW_BYTES": 16,
+    # NVIDIA H100 Tensor Core GPU Architecture whitepaper, Table 3 (H100 SXM5): 132 SMs, 50 MB L2 cache
+    # (FlashAttention-3's hopper/heuristics.h sizes its split-KV waves for the same GPU)
+    "SM_COUNT": 132,
+    "L2_BYTES": 50 * 2**20,
 }
 
 
