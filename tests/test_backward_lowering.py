@@ -187,6 +187,19 @@ def test_deterministic_backward_lowered_is_bitwise_the_same_at_target_and_ptx():
     assert "ld.acquire.gpu.global.b32" in text and "red.release.gpu.global.add.s32" in text
 
 
+def test_deterministic_backward_lowered_verifies_reads_back_and_runs_from_the_api():
+    from tessera.ir import parse_module, print_module, verify
+
+    for mode in ("red", "bulk"):
+        lowered = tessera.compile(_deterministic_kernels(True).main, target="target", pipeline=_pipeline(mode))
+        verify(lowered)
+        text = print_module(lowered)
+        assert print_module(parse_module(text)) == text and "sm90.sem_try_wait" in text and "sm90.sem_signal" in text
+    problem = _problem(64, 40, 70, True)
+    _assert_within_rule(tessera.attention_backward(*problem, causal=True, deterministic=True, level="target"),
+                        problem, True)
+
+
 def test_deterministic_backward_ptxas_accepts_without_warning_or_spill(ptxas):
     for mode in ("red", "bulk"):
         result = tessera.compile(_deterministic_kernels(True).main, target="cubin", pipeline=_pipeline(mode))
