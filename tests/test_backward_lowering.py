@@ -224,6 +224,23 @@ def test_deterministic_backward_in_an_order_that_cannot_finish_is_a_deadlock():
         run_target_kernel(target, arguments, sizes, allocate_registers(target), cta_order=[1, 0, 2])
 
 
+def test_deterministic_backward_at_ptx_in_an_order_that_cannot_finish_is_a_deadlock(monkeypatch):
+    """The PTX executor runs CTAs in batches (here one CTA each) in the launch's order: key block 1 alone first
+    spins (ld.acquire, nanosleep) on a count only key block 0 can make: a deadlock naming the spin wait."""
+    from tessera.interpreters.ptx import launcher
+    from tessera.interpreters.ptx.asynchrony import PtxDeadlockError
+
+    launch = launcher.launch
+    monkeypatch.setattr(launcher, "LANES_PER_BATCH", 1)
+    monkeypatch.setattr(launcher, "launch", lambda *args, **kwargs: launch(*args, **kwargs, cta_order=[1, 0, 2]))
+    q, k, v, o, lse, do = _problem(64, 100, 300, False, heads=1)
+    kernels = _deterministic_kernels(False)
+    dpsum, lse2, _ = tessera.interpret(kernels.preprocess, o, do, lse, level="tile")
+    with pytest.raises(PtxDeadlockError, match=r"sleep in a spin wait .*semaphore wait.* deadlock in this CTA order") as error:
+        tessera.interpret(kernels.main, q, k, v, do, lse2, dpsum, level="ptx", pipeline=_pipeline())
+    assert "of CTA (1, 0, 0)" in str(error.value)
+
+
 # endregion
 # region refusals
 
