@@ -18,6 +18,8 @@ reductions into global memory shared between CTAs, and stores of wgmma fragments
   stmatrix], the warp-collective store of N 8x8 matrices of 16-bit elements, each register packing two
   (`tessera.sm90.matrix`). With the packed pairs of a wgmma accumulator it stores the fragment as laid out
   (`.x4` of pairs 8s..8s+7: the warp's 16 x 16 block s), with `.trans` its transpose.
+- `sm90.sem_try_wait`, `sm90.sem_signal`: the deterministic backward's semaphores between CTAs,
+  `ld.acquire.gpu.global.b32` compared with an expected count, and `red.release.gpu.global.add.s32` of 1.
 
 Every op says what it prints as; the verifiers refuse what ptxas would (types, sizes, counts).
 """
@@ -291,7 +293,55 @@ class CvtUnpackOp(IRDLOperation):
 
 
 # endregion
+# region Semaphores between CTAs [P#parallel-synchronization-and-communication-instructions-ld, -red]
+
+
+SEM_BACKOFF_NS = 32
+"""nanosleep of a semaphore spin whose count differs: short (the CTAs it waits for are running)."""
+
+
+@irdl_op_definition
+class SemTryWaitOp(IRDLOperation):
+    """`%done = sm90.sem_try_wait %sem, %expected : i64, i32`: read the i32 semaphore at global address %sem with
+    acquire semantics at GPU scope and compare it with %expected: %done is whether they are equal. Prints as
+    `ld.acquire.gpu.global.b32 r, [sem]; setp.eq.s32 done, r, expected; @!done nanosleep.u32
+    SEM_BACKOFF_NS;` (a back-off while the count differs). Where %done is true, the writes and
+    reductions that signalling CTAs made before their `sm90.sem_signal` are visible to this thread.
+    `tile.sem_wait` is a spin on it (an `scf.while`) by one thread, then a CTA barrier. A spin that no CTA can
+    end any more is a deadlock, which the simulators report naming this op. Invariants: %sem is 4-byte
+    aligned at run time."""
+
+    name = "sm90.sem_try_wait"
+    sem = operand_def(I64)
+    expected = operand_def(I32)
+    result = result_def(i1)
+    assembly_format = "$sem `,` $expected attr-dict `:` type($sem) `,` type($expected)"
+    traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
+
+    def __init__(self, sem, expected):
+        super().__init__(operands=[sem, expected], result_types=[i1])
+
+
+@irdl_op_definition
+class SemSignalOp(IRDLOperation):
+    """`sm90.sem_signal %sem : i64`: add 1 to the i32 semaphore at global address %sem with release semantics
+    at GPU scope: the global writes and reductions this thread made before it (and, after a CTA barrier, those
+    of every thread of the CTA: a barrier is cumulative) are visible to a CTA whose `sm90.sem_try_wait` sees
+    the new count. Prints as `red.release.gpu.global.add.s32 [sem], 1;`. Execute it on one thread (every
+    thread that executes it adds 1). Bulk reductions are visible only once a `sm90.bulk_wait_group 0`
+    (without `read`) of their thread has covered them. Invariants: %sem is 4-byte aligned at run time."""
+
+    name = "sm90.sem_signal"
+    sem = operand_def(I64)
+    assembly_format = "$sem attr-dict `:` type($sem)"
+    traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
+
+    def __init__(self, sem):
+        super().__init__(operands=[sem])
+
+
+# endregion
 
 REDUCTION_OPS = (RedGlobalAddOp, AtomGlobalAddOp, BulkReduceAddOp, BulkCommitGroupOp, BulkWaitGroupOp, StMatrixOp,
-                 CvtUnpackOp)
+                 CvtUnpackOp, SemTryWaitOp, SemSignalOp)
 """The ops of this file, registered in the `sm90` dialect."""

@@ -164,6 +164,84 @@ def test_main_kernel_ctas_in_a_permuted_order_agree(mode):
 
 
 # endregion
+# region deterministic mode: semaphores per query block
+
+
+def _deterministic_kernels(causal: bool):
+    return attention_backward(head_dim=64, causal=causal, block_m=128, block_n=128, deterministic=True)
+
+
+def test_deterministic_backward_lowered_is_bitwise_the_same_at_target_and_ptx():
+    """Key block n waits until its query block's semaphore counts n (thread 0 spins on ld.acquire.gpu), adds
+    its dQ partial, then signals (red.release.gpu.add): the adds land in key-block order at both levels, so
+    dq_accum is bitwise the same in both simulators and in both atomic-add modes, and within the rule."""
+    problem = _problem(64, 150, 300, True)
+    kernels = _deterministic_kernels(True)
+    red_target, red_ptx, bulk_target = (_run(kernels, problem, level, mode)
+                                        for level, mode in (("target", "red"), ("ptx", "red"), ("target", "bulk")))
+    _assert_within_rule(red_target, problem, True)
+    for other in (red_ptx, bulk_target):
+        for a, b in zip(red_target, other):
+            assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
+    text = tessera.compile(kernels.main, pipeline=_pipeline("red"))
+    assert "ld.acquire.gpu.global.b32" in text and "red.release.gpu.global.add.s32" in text
+
+
+def test_deterministic_backward_lowered_verifies_reads_back_and_runs_from_the_api():
+    from tessera.ir import parse_module, print_module, verify
+
+    for mode in ("red", "bulk"):
+        lowered = tessera.compile(_deterministic_kernels(True).main, target="target", pipeline=_pipeline(mode))
+        verify(lowered)
+        text = print_module(lowered)
+        assert print_module(parse_module(text)) == text and "sm90.sem_try_wait" in text and "sm90.sem_signal" in text
+    problem = _problem(64, 40, 70, True)
+    _assert_within_rule(tessera.attention_backward(*problem, causal=True, deterministic=True, level="target"),
+                        problem, True)
+
+
+def test_deterministic_backward_ptxas_accepts_without_warning_or_spill(ptxas):
+    for mode in ("red", "bulk"):
+        result = tessera.compile(_deterministic_kernels(True).main, target="cubin", pipeline=_pipeline(mode))
+        assert not result.log.diagnostics, result.text
+        (function,) = result.log.functions.values()
+        assert function.spill_store_bytes == function.spill_load_bytes == function.stack_frame_bytes == 0, result.text
+
+
+def test_deterministic_backward_in_an_order_that_cannot_finish_is_a_deadlock():
+    """The CTA simulator runs CTAs one after another: key block 1 first waits for a count of 1 that only key
+    block 0, which runs later, makes. Reported at once, naming the semaphore wait."""
+    from tessera.interpreters.block_batch import KernelHazardError
+
+    q, k, v, o, lse, do = _problem(64, 100, 300, False, heads=1)
+    kernels = _deterministic_kernels(False)
+    dpsum, lse2, _ = tessera.interpret(kernels.preprocess, o, do, lse, level="tile")
+    target = next(op for op in tessera.compile(kernels.main, target="target", pipeline=_pipeline()).walk()
+                  if is_target_kernel(op))
+    arguments, sizes = prepare_arguments(tessera.find_kernel(kernels.main), [q, k, v, do, lse2, dpsum])
+    with pytest.raises(KernelHazardError, match=r"sm90.sem_try_wait.*waits for the semaphore .* to hold 1, but it "
+                                                r"holds 0 .* deadlock in this CTA order"):
+        run_target_kernel(target, arguments, sizes, allocate_registers(target), cta_order=[1, 0, 2])
+
+
+def test_deterministic_backward_at_ptx_in_an_order_that_cannot_finish_is_a_deadlock(monkeypatch):
+    """The PTX executor runs CTAs in batches (here one CTA each) in the launch's order: key block 1 alone first
+    spins (ld.acquire, nanosleep) on a count only key block 0 can make: a deadlock naming the spin wait."""
+    from tessera.interpreters.ptx import launcher
+    from tessera.interpreters.ptx.asynchrony import PtxDeadlockError
+
+    launch = launcher.launch
+    monkeypatch.setattr(launcher, "LANES_PER_BATCH", 1)
+    monkeypatch.setattr(launcher, "launch", lambda *args, **kwargs: launch(*args, **kwargs, cta_order=[1, 0, 2]))
+    q, k, v, o, lse, do = _problem(64, 100, 300, False, heads=1)
+    kernels = _deterministic_kernels(False)
+    dpsum, lse2, _ = tessera.interpret(kernels.preprocess, o, do, lse, level="tile")
+    with pytest.raises(PtxDeadlockError, match=r"sleep in a spin wait .*semaphore wait.* deadlock in this CTA order") as error:
+        tessera.interpret(kernels.main, q, k, v, do, lse2, dpsum, level="ptx", pipeline=_pipeline())
+    assert "of CTA (1, 0, 0)" in str(error.value)
+
+
+# endregion
 # region refusals
 
 
@@ -173,10 +251,7 @@ def test_warp_specialized_pipeline_refuses_the_backward_by_name():
         tessera.compile(_kernels(64, False).main, target="target", pipeline=passes.DEFAULT_PIPELINE)
 
 
-def test_deterministic_mode_and_two_row_counts_are_refused_by_name():
-    deterministic = attention_backward(head_dim=64, deterministic=True).main
-    with pytest.raises(DiagnosticException, match=r"deterministic backward .* is not lowered"):
-        tessera.compile(deterministic, target="target", pipeline=passes.PTX_PIPELINE)
+def test_two_row_counts_are_refused_by_name():
     fa3_128 = attention_backward(head_dim=128, block_m=64, block_n=128).main  # FA3's 64 x 128
     with pytest.raises(DiagnosticException, match=r"register tiles must all have the same number of rows"):
         tessera.compile(fa3_128, target="target", pipeline=passes.PTX_PIPELINE)

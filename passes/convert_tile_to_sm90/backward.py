@@ -20,7 +20,10 @@ row subtraction, and 1-D row windows (LSE2, dPsum) loaded and stored per row.
 - `tile.load`/`tile.store_global` of a 1-D [BM] window of a [.., seq] tensor: each thread's two rows, masked
   by the length; on a store, only the lane of each quad whose column base is 0 writes.
 - `tile.cast` of a 16-bit register tile to f32: `sm90.cvt_unpack` of its packed pairs.
-- `tile.sem_wait`/`tile.sem_signal` (the deterministic backward) are refused by name.
+- `tile.sem_wait`/`tile.sem_signal` (the deterministic backward, FlashAttention-3's semaphores): the wait is
+  thread 0 spinning on `sm90.sem_try_wait` (ld.acquire.gpu) until the count is the expected one, then a CTA
+  barrier; the signal is a CTA barrier (bulk mode: `bulk_wait_group 0` first), then thread 0's `sm90.sem_signal`
+  (red.release.gpu.add 1).
 Register tiles must all have the block's rows (`_block_rows`), so the main kernel needs block_m == block_n.
 """
 
@@ -49,6 +52,8 @@ STMATRIX_COLUMNS = 16
 
 
 F32_BYTES = 4
+SEMAPHORE_BYTES = 4
+"""A semaphore is one i32 word."""
 
 
 class BackwardLowering:
@@ -277,11 +282,36 @@ class BackwardLowering:
         self._set(op.result, e.op(reductions.CvtUnpackOp(self._get(op.source), half)))
 
     # -- semaphores, trailing waits ----------------------------------------------------------------------------
-    def _lower_SemWaitOp(self, op, e: Emitter) -> None:
-        _refuse(op, "the deterministic backward (tile.sem_wait/tile.sem_signal) is not lowered to sm_90 yet: "
-                    "build the kernels with deterministic=False")
+    def _semaphore_address(self, op, e: Emitter) -> SSAValue:
+        """The global address of the i32 word of a one-element semaphore window [lead..., i]."""
+        window = self._get(op.sem)
+        if not (isinstance(window, Window) and window.shape == (1,)):
+            _refuse(op, "the semaphore must be a one-element view of a global i32 tensor")
+        dims = [e.to_i64(self._dim_value(window.arg, d, e)) for d in range(len(window.indices))]
+        flat = e.i64(0)
+        for index, dim in zip(window.indices, dims):
+            flat = e.addi(e.muli(flat, dim), e.to_i64(index))
+        return e.addi(self.entry_args[self.pointer_args[window.arg]], e.muli(flat, e.i64(SEMAPHORE_BYTES)))
 
-    _lower_SemSignalOp = _lower_SemWaitOp
+    def _lower_SemWaitOp(self, op: tile.SemWaitOp, e: Emitter) -> None:
+        """Thread 0 spins on `sm90.sem_try_wait` (ld.acquire.gpu) until the count equals `expected`, then a CTA
+        barrier lets every thread go on (FlashAttention-3's semaphore wait)."""
+        sem = self._semaphore_address(op, e)
+        expected = e.op(arith.IndexCastOp(self._get(op.expected), i32))
+        e.if_(e.cmpi(self.tid, e.index(0), "eq"),
+              lambda t: t.spin_until(lambda w: w.op(reductions.SemTryWaitOp(sem, expected))))
+        e.op(sm90.BarSyncOp(0, self.threads))
+
+    def _lower_SemSignalOp(self, op: tile.SemSignalOp, e: Emitter) -> None:
+        """A CTA barrier (every thread's dQ adds issued; in the bulk mode each thread first waits with
+        `bulk_wait_group 0`, without `read`, until its bulk reductions have written global memory), then thread 0
+        adds 1 with `sm90.sem_signal` (red.release.gpu: the barrier makes the other threads' adds part of
+        what it releases)."""
+        sem = self._semaphore_address(op, e)
+        if self.atomic_add_mode == "bulk":
+            e.op(reductions.BulkWaitGroupOp(0, read=False))
+        e.op(sm90.BarSyncOp(0, self.threads))
+        e.if_(e.cmpi(self.tid, e.index(0), "eq"), lambda t: t.op(reductions.SemSignalOp(sem)))
 
     def _lower_CpWaitGroupOp(self, op: tile.CpWaitGroupOp, e: Emitter) -> None:
         """A backward kernel's wait after its loops, with nothing outstanding in program order, still waits for

@@ -157,8 +157,10 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
                     args.append(op.source.index)
                 continue
             stores = tile.StoreGlobalOp | tile.StoreGlobalRowsOp | tile.AtomicAddOp
-            if isinstance(op, stores | tile.LoadOp | tile.LoadBroadcastOp):
-                view = (op.dest if isinstance(op, stores) else op.source).owner
+            semaphores = tile.SemWaitOp | tile.SemSignalOp  # the deterministic backward's, through a pointer
+            if isinstance(op, stores | semaphores | tile.LoadOp | tile.LoadBroadcastOp):
+                view = (op.dest if isinstance(op, stores) else op.sem if isinstance(op, semaphores)
+                        else op.source).owner
                 if not isinstance(view, tile.ViewOp) or not isinstance(view.source.owner, Block):
                     _refuse(op, "global loads and stores must access a tile.view of a kernel argument")
                 if view.source.index not in args:

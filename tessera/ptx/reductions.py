@@ -85,3 +85,19 @@ def print_stmatrix(p: KernelPrinter, op: ops.StMatrixOp) -> None:
     trans = ".trans" if op.trans is not None else ""
     p.emit(f"stmatrix.sync.aligned.m8n8.x{len(values)}{trans}.shared.b16 [{p.reg(op.address)}], "
            f"{{{', '.join(values)}}}")
+
+
+@handles(ops.SemTryWaitOp)
+def print_sem_try_wait(p: KernelPrinter, op: ops.SemTryWaitOp) -> None:
+    """`ld.acquire.gpu.global.b32 r, [sem]; setp.eq.s32 done, r, expected; @!done nanosleep.u32 N` (the
+    back-off lets other warps issue while this one spins)."""
+    count = p.temp(B32)
+    (done,) = p.define(op.result)
+    p.emit(f"ld.acquire.gpu.global.b32 {count}, [{p.reg(op.sem)}]",
+           f"setp.eq.s32 {done}, {count}, {p.reg(op.expected)}",
+           f"@!{done} nanosleep.u32 {ops.SEM_BACKOFF_NS}")
+
+
+@handles(ops.SemSignalOp)
+def print_sem_signal(p: KernelPrinter, op: ops.SemSignalOp) -> None:
+    p.emit(f"red.release.gpu.global.add.s32 [{p.reg(op.sem)}], 1")

@@ -388,7 +388,8 @@ def decode_atom(ops: Operands, inst, mods):
     space = take_space(mods, "generic")
     if space not in ("generic", "global", "shared"):
         raise ops.refuse(inst, f"{inst.opcode} on the .{space} space (needs .global or .shared)")
-    mods.drop(*_IGNORED, "acq_rel")
+    release = bool(mods.take("release", "acq_rel"))  # a semaphore signal, not an accumulation
+    mods.drop(*_IGNORED)
     hint = mods.take("L2::cache_hint")
     if mods.take("v2", "v4", "v8"):
         raise ops.refuse(inst, f"vector {inst.opcode}")
@@ -436,7 +437,10 @@ def decode_atom(ops: Operands, inst, mods):
         if watch is not None:
             on_global = addresses < SHARED_WINDOW if space == "generic" else np.full(lanes.shape, space == "global")
             if on_global.any():
-                watch.on_add(inst, lanes[on_global], addresses[on_global], t.bits // 8, reduction=not returns)
+                watch.on_add(inst, lanes[on_global], addresses[on_global], t.bits // 8,
+                             reduction=not returns and not release)
+        if release:
+            m.sync_epoch += 1  # may end another CTA's spin wait (`nanosleep`)
         if write is not None:
             write(sel, old)
 

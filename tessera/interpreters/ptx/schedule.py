@@ -345,6 +345,9 @@ class Scheduler:
             what = STATUS_NAMES[status]
             if status == BAR:
                 what = f"wait at named barrier {bar}"
+            elif status == PARK and pc > 0 and self.steps[pc - 1].inst.opcode == "nanosleep":
+                what = ("sleep in a spin wait that nothing can end (a semaphore wait, ld.acquire, whose count no "
+                        "running CTA will reach: deadlock in this CTA order)")
             elif status == PARK and address >= 0:
                 what = f"wait on the mbarrier at shared address {address:#x}" + \
                     m.tracker.describe_barrier((int(m.lane_cta[lanes[0]]), address))

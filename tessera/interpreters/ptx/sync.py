@@ -601,10 +601,29 @@ def decode_setmaxnreg(ops: Operands, inst, mods):
     return Step(inst, run, unit=facts.WARPGROUP_SIZE)
 
 
-@opcode("fence", "membar", "griddepcontrol", "nanosleep", "pmevent")
+@opcode("fence", "membar", "griddepcontrol", "pmevent")
 def decode_no_effect(ops: Operands, inst, mods):
     mods.left = []  # ordering only: no effect in a sequentially consistent executor
     return lambda sel: None
+
+
+@opcode("nanosleep")
+def decode_nanosleep(ops: Operands, inst, mods):
+    """`nanosleep.u32 t`: the thread sleeps (for an implementation-defined time of at most about t ns). Modelled
+    as a park that ends when nothing else can run (a legal timing): a spin wait on memory (the deterministic
+    backward's semaphore, `ld.acquire` then `@!p nanosleep`) thus lets the other CTAs of the batch progress,
+    instead of min-pc scheduling running the spin forever. Woken twice with no synchronisation progress
+    between (a barrier, an mbarrier arrival, a release reduction) is a deadlock, reported naming the line."""
+    mods.left = []
+    m = ops.m
+
+    def run(lanes, active):
+        m.pc[lanes] += 1
+        m.status[active] = PARK
+        m.park_address[active] = -1
+        m.park_test[active] = True
+
+    return Step(inst, run, control=True)
 
 
 # endregion

@@ -10,6 +10,8 @@ global memory, bulk reductions from shared memory with their groups, and stmatri
   It stays *landing* until a `bulk_wait_group` without `read` covers it: meanwhile this CTA's plain load of
   those global words is reported. Groups are per thread, as in PTX: `bulk_commit_group` closes the thread's
   open group; `bulk_wait_group N` completes all its committed groups but the N newest.
+- `sem_try_wait`/`sem_signal`: the semaphore word is loaded and compared / incremented (plain words: no other
+  CTA runs meanwhile); a wait whose count differs is a deadlock of the launch order, reported at once.
 - `stmatrix`: per warp, `tessera.sm90.matrix` says which element of which register goes to which byte of
   the rows the lanes address; the rows are written as st.shared would write them (generic proxy).
 """
@@ -176,6 +178,39 @@ class ReductionFunctions(InterpreterFunctions):
         out = np.empty((words.shape[0], 2 * words.shape[1]), np.float32)
         out[:, 0::2], out[:, 1::2] = facts.half_bits_to_f32(lo, half), facts.half_bits_to_f32(hi, half)
         return (out,)
+
+    @impl(ops.SemTryWaitOp)
+    def run_sem_try_wait(self, interpreter: Interpreter, op: ops.SemTryWaitOp, args: PythonValues):
+        """The active threads load the semaphore and compare. The CTAs run one after another, so a count that
+        differs now cannot be changed by another CTA while this one spins: reported at once as a deadlock of
+        this launch order (in the linear order the deterministic backward's key blocks arrive in order)."""
+        sem, expected = args
+        threads = self._active()
+        done = np.zeros(self.cta.active.shape, bool)
+        if not len(threads):
+            return (done,)
+        words = self.memory.load_words(self.cta, op, np.asarray(sem, np.int64)[threads], threads).view(np.int32)
+        want = np.asarray(expected).astype(np.int32)[threads]
+        if (words != want).any():
+            i = int(np.argmax(words != want))
+            self.cta.fail(op, f"waits for the semaphore at global address {int(np.asarray(sem)[threads[i]]):#x} to "
+                              f"hold {int(want[i])}, but it holds {int(words[i])} and no other CTA runs while this "
+                              "one waits (the simulator runs CTAs one after another): a deadlock in this CTA order",
+                          int(threads[i]))
+        done[threads] = True
+        return (done,)
+
+    @impl(ops.SemSignalOp)
+    def run_sem_signal(self, interpreter: Interpreter, op: ops.SemSignalOp, args: PythonValues):
+        """Each active thread adds 1 to the i32 at its address (release: this CTA's earlier adds have landed,
+        since the simulator applies red adds when issued)."""
+        (sem,) = args
+        threads = self._active()
+        for t in threads:
+            address = np.asarray(sem, np.int64)[[t]]
+            old = self.memory.load_words(self.cta, op, address, np.array([t])).view(np.int32)
+            self.memory.store_words(self.cta, op, address, np.array([t]), (old + 1).view(np.uint32))
+        return ()
 
     @impl(ops.StMatrixOp)
     def run_stmatrix(self, interpreter: Interpreter, op: ops.StMatrixOp, args: PythonValues):
