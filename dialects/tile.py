@@ -64,11 +64,9 @@ from tessera.hex_floats import parse_optional_hex_float
 from tessera.dialects.tile_backward import (  # noqa: E402
     BACKWARD_OPS,
     AtomicAddOp,
-    Exp2SubtractOp,
     SemSignalOp,
     SemWaitOp,
     StoreSharedOp,
-    SubRowsOp,
 )
 
 TILE = base(TileType)
@@ -720,6 +718,36 @@ class DivRowsOp(_RowBroadcastOp):
     name = "tile.div_rows"
 
 
+class _F32RowBroadcastOp(_RowBroadcastOp):
+    """A row-broadcast op of the attention backward, computed in f32: source and row vector must be f32."""
+
+    def verify_(self) -> None:
+        for what, value in (("source", self.source), ("row vector", self.rows)):
+            ty = _tile(value)
+            _require(isinstance(ty.element_type, Float32Type), self, f"{what} must be f32, got {ty.element_type}")
+        super().verify_()
+
+
+@irdl_op_definition
+class SubRowsOp(_F32RowBroadcastOp):
+    """`%r = tile.sub_rows %x, %d : [M, N], [M]`: r[i, j] = x[i, j] - d[i] in f32 (dP - dPsum of the backward;
+    no special case for infinities)."""
+
+    name = "tile.sub_rows"
+
+
+@irdl_op_definition
+class Exp2SubtractOp(_F32RowBroadcastOp):
+    """`%p = tile.exp2_subtract %x, %m : [M, N], [M]`: p[i, j] = 2^(x[i, j] - m[i]), where m[i] = -inf counts as
+    0 (the safe-max rule of `tile.exp_subtract`, in base 2).
+
+    The backward recomputes P = exp2(S * scale * log2 e - LSE * log2 e) with this op: a row that sees no key
+    has LSE = -inf and every score -inf, so P is 0 there, never NaN. Computed in f32 (the lowering's
+    `ex2.approx.ftz.f32`, whose error the tolerance covers)."""
+
+    name = "tile.exp2_subtract"
+
+
 # endregion
 # region Conversions and constants
 
@@ -897,6 +925,8 @@ Tile = Dialect(
         ExpSubtractOp,
         MulRowsOp,
         DivRowsOp,
+        SubRowsOp,
+        Exp2SubtractOp,
         CastOp,
         ReshapeOp,
         FillOp,

@@ -4,26 +4,24 @@
   them transposed: `tile.mma ... transpose_a` takes its A operand from shared memory only);
 - `tile.atomic_add`: a reducing store, global[window] += value in f32, atomic with respect to other thread
   blocks (the dQ partials every key block adds into dq_accum);
-- `tile.sub_rows`, `tile.exp2_subtract`: the row-broadcast pieces of dS = P * (dP - dPsum) and of
-  P = exp2(S * scale * log2 e - LSE2);
 - `tile.sem_wait`, `tile.sem_signal`: a counting semaphore in global memory that orders the reducing stores
   of different thread blocks (deterministic mode: the key blocks add into one query block in key order).
 
 These ops sit in their own file so that the backward's additions stay apart from the forward's ops; nothing
-here imports `tile.py` (which imports this file), so the few checks they share are repeated below.
+here imports `tile.py` (which imports this file), so the few checks they share are repeated below. The
+backward's row-broadcast ops (`tile.sub_rows`, `tile.exp2_subtract`) sit in `tile.py` beside the forward's,
+sharing their base class.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from xdsl.dialects.builtin import Float32Type, IndexType, IntegerType
 from xdsl.ir import Operation, SSAValue
-from xdsl.irdl import IRDLOperation, VarConstraint, base, irdl_op_definition, operand_def, result_def, traits_def
-from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, Pure
+from xdsl.irdl import IRDLOperation, base, irdl_op_definition, operand_def, traits_def
+from xdsl.traits import MemoryReadEffect, MemoryWriteEffect
 from xdsl.utils.exceptions import VerifyException
 
-from tessera.dialects.tile_types import MemSpace, TileType, is_float
+from tessera.dialects.tile_types import MemSpace, TileType
 
 TILE = base(TileType)
 
@@ -110,53 +108,6 @@ class AtomicAddOp(IRDLOperation):
 
 
 # endregion
-# region Row-broadcast pieces of the backward
-
-
-class _RowBroadcastOp(IRDLOperation):
-    """Base of ops combining a 2-D f32 register tile [M, N] with an f32 register row vector [M]."""
-
-    T: ClassVar = VarConstraint("T", TILE)
-    source = operand_def(T)
-    rows = operand_def(TILE)
-    result = result_def(T)
-    traits = traits_def(Pure())
-    assembly_format = "$source `,` $rows attr-dict `:` type($source) `,` type($rows)"
-
-    def __init__(self, source: SSAValue | Operation, rows: SSAValue | Operation):
-        super().__init__(operands=[source, rows], result_types=[SSAValue.get(source).type])
-
-    def verify_(self) -> None:
-        src, rows = _tile(self.source), _tile(self.rows)
-        for what, ty, rank in (("source", src, 2), ("row vector", rows, 1)):
-            _require_space(self, what, ty, MemSpace.REGISTER)
-            _require(isinstance(ty.element_type, Float32Type), self, f"{what} must be f32, got {ty.element_type}")
-            _require(ty.rank == rank, self, f"{what} must have rank {rank}, got rank {ty.rank}")
-        _require(rows.get_shape()[0] == src.get_shape()[0], self,
-                 f"row vector must have one entry per row ({src.get_shape()[0]}), got {rows.get_shape()[0]}")
-
-
-@irdl_op_definition
-class SubRowsOp(_RowBroadcastOp):
-    """`%r = tile.sub_rows %x, %d : [M, N], [M]`: r[i, j] = x[i, j] - d[i] in f32 (dP - dPsum of the backward;
-    no special case for infinities)."""
-
-    name = "tile.sub_rows"
-
-
-@irdl_op_definition
-class Exp2SubtractOp(_RowBroadcastOp):
-    """`%p = tile.exp2_subtract %x, %m : [M, N], [M]`: p[i, j] = 2^(x[i, j] - m[i]), where m[i] = -inf counts as
-    0 (the safe-max rule of `tile.exp_subtract`, in base 2).
-
-    The backward recomputes P = exp2(S * scale * log2 e - LSE * log2 e) with this op: a row that sees no key
-    has LSE = -inf and every score -inf, so P is 0 there, never NaN. Computed in f32 (the lowering's
-    `ex2.approx.ftz.f32`, whose error the tolerance covers)."""
-
-    name = "tile.exp2_subtract"
-
-
-# endregion
 # region Semaphores between thread blocks
 
 
@@ -213,5 +164,5 @@ class SemSignalOp(IRDLOperation):
 
 # endregion
 
-BACKWARD_OPS = (StoreSharedOp, AtomicAddOp, SubRowsOp, Exp2SubtractOp, SemWaitOp, SemSignalOp)
+BACKWARD_OPS = (StoreSharedOp, AtomicAddOp, SemWaitOp, SemSignalOp)
 """The ops of this file, in the order `tile.py` registers them."""

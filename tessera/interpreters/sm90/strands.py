@@ -135,7 +135,8 @@ class Scheduler:
             self._stop_all()
 
     def _run_body(self, strand: Strand, body: Callable[[], tuple]) -> None:
-        """A CTA of a cluster other than the first, on its own Python thread (see `run_together`)."""
+        """`body` (a CTA of a cluster other than the first, see `run_together`, or a deferred region) on its own
+        Python thread, in its turn; its error is reported by the main strand."""
         try:
             with self._cond:
                 self._wait_turn(strand)
@@ -168,27 +169,8 @@ class Scheduler:
                 strand.thread.join()
 
     def _run_deferred(self, strand: Strand, deferred: Deferred) -> None:
-        try:
-            with self._cond:
-                self._wait_turn(strand)
-            strand.results = strand.interpreter.run_ssacfg_region(deferred.region, (), "if")
-        except StrandAbort:
-            return
-        except BaseException as error:  # reported by the main strand
-            with self._cond:
-                if self.error is None:
-                    self.error = error
-                self.current = self._main
-                self._cond.notify_all()
-            return
-        with self._cond:
-            strand.finished = True
-            following = self._next_runnable(strand)
-            if following is None:
-                self.error = DeadlockError(self._deadlock_message(None))
-                following = self._main
-            self.current = following
-            self._cond.notify_all()
+        """A deferred region (a warp-specialized branch) on its own Python thread: `_run_body` of the region."""
+        self._run_body(strand, lambda: strand.interpreter.run_ssacfg_region(deferred.region, (), "if"))
 
     # endregion
     # region blocking
