@@ -247,9 +247,10 @@ def test_a_store_past_the_sequence_end_is_reported(level, rng):
     module = unbounded_store(build_kernel("flash_attention_varlen", head_dim=64))
     with checking(SequenceRows("O", 1, cq[:-1], cq[1:], (1, 8, 64), 2)):
         if level == "tile":  # the right kernel passes the check (at every level: the varlen tests run under it)
-            tessera.interpret(build_kernel("flash_attention_varlen", head_dim=64), q, k, v, *tables, level=level)
+            tessera.interpret(build_kernel("flash_attention_varlen", head_dim=64), q, k, v, *tables, level=level,
+                              max_seqlen_q=5)
         with pytest.raises(Exception, match=r"writes row \d+ of %O, outside its sequence 0's rows \[0, 3\)"):
-            tessera.interpret(module, q, k, v, *tables, level=level)
+            tessera.interpret(module, q, k, v, *tables, level=level, max_seqlen_q=5)
 
 
 def paged_inputs(rng, page_size, table):
@@ -265,7 +266,7 @@ def test_a_box_across_a_page_boundary_is_reported(level, rng):
     module = build_kernel("flash_attention_paged", head_dim=64, page_size=128)
     with checking(PagedCache("K"), PagedCache("V")):
         with pytest.raises(Exception, match=r"rows \[0, 128\) of page 2 of %[KV] crosses a page boundary \(page_size 64\)"):
-            tessera.interpret(module, *paged_inputs(rng, 64, [[2, 3]]), level=level)
+            tessera.interpret(module, *paged_inputs(rng, 64, [[2, 3]]), level=level, max_seqlen_q=1)
 
 
 @pytest.mark.parametrize("level", ["tile", "ptx"])
@@ -273,7 +274,7 @@ def test_a_page_table_entry_out_of_range_is_reported(level, rng):
     module = build_kernel("flash_attention_paged", head_dim=64, page_size=16)
     with checking(PagedCache("K"), PagedCache("V")):
         with pytest.raises(Exception, match=r"page-table entry 9 of %[KV] is out of range \[0, 4\)"):
-            tessera.interpret(module, *paged_inputs(rng, 16, [[1, 9]]), level=level)
+            tessera.interpret(module, *paged_inputs(rng, 16, [[1, 9]]), level=level, max_seqlen_q=1)
 
 
 def test_a_table_read_outside_the_table_is_reported(rng):
@@ -283,7 +284,7 @@ def test_a_table_read_outside_the_table_is_reported(rng):
         from tessera.interpreters.launch import prepare_arguments, run_grid
 
         sig = tessera.find_kernel(module)
-        arguments, sizes = prepare_arguments(sig, [q, k, v, *(np.array([0], np.int32),) * 4])
+        arguments, sizes = prepare_arguments(sig, [q, k, v, *(np.array([0], np.int32),) * 4], {"max_seqlen_q": 8})
         sizes["batch"] = 2  # a launch over more sequences than the tables hold
         run_grid(sig, module, arguments, sizes)
 
@@ -394,9 +395,14 @@ def test_the_gpu_launch_takes_the_tables_and_a_strided_cache():
     inputs = [np.zeros((2, 3, 64), BF16), cache.transpose(0, 2, 1, 3), cache.transpose(0, 2, 1, 3),
               np.array([0, 1], np.int32), np.array([1, 3], np.int32), np.array([[0, 1], [2, 3]], np.int32),
               np.array([3, 20], np.int32)]
-    sizes, _ = check_inputs(kernel.host, inputs)
+    sizes, _ = check_inputs(kernel.host, inputs, {"max_seqlen_q": 2})
     assert sizes == {"heads": 2, "total_q": 3, "num_pages": 6, "heads_k": 2, "page_size": 16, "batch": 2,
-                     "max_pages": 2}
+                     "max_pages": 2, "max_seqlen_q": 2}
+    from tessera.runtime.launch import launch_shape
+
+    assert launch_shape(kernel.host, sizes)[0] == (1, 2, 2)  # one query block a sequence: max_seqlen_q, not total_q
+    with pytest.raises(ValueError, match="needs the launch size max_seqlen_q"):
+        check_inputs(kernel.host, inputs)
 
 
 # endregion
