@@ -13,7 +13,8 @@ Public API:
   (dq, dk, dv) on the GPU, or with `level=` in an interpreter (`tessera.runtime.attention_backward`).
 - `tessera.attention(..., cu_seqlens_q=, cu_seqlens_k=, ...)`: packed variable-length batches
   (`tessera.runtime.serving`); `tessera.attention_with_kvcache(...)`: decoding against a (paged) KV cache
-  (`tessera.runtime.kvcache`), both also in the interpreters with `level=`.
+  (`tessera.runtime.kvcache`), both with `return_lse=` and `num_splits=` and also in the interpreters with
+  `level=`.
 
 Every entry point that lowers a kernel uses one default, `tessera.passes.DEFAULT_PIPELINE` (the full,
 warp-specialized pipeline ending in register allocation); `pipeline=` picks another. Arguments are checked at

@@ -484,39 +484,25 @@ def test_varlen_decoding_packs_the_group_and_leaves_uncovered_rows_zero(rng, mon
 SPLITS = [1, 3, "auto"]
 
 
-def check_lse_rows(lse, q, k, causal: bool):
-    """An LSE [heads, rows] of one sequence (q [rows, heads, D], k [keys, heads_k, D]) against float64 logsumexp
-    within reference.LSE_TOLERANCE, and -inf exactly for the rows that see no key."""
-    heads = q.shape[1]
-    keys = np.repeat(k.transpose(1, 0, 2)[None], heads // k.shape[1], 1)
-    return reference.check_lse(lse[None], q.transpose(1, 0, 2)[None], keys, BF16, causal=causal)
-
-
 def check_split_results(results, q, k, v, cq, ck, causal):
-    """Every sequence of each num_splits' (o, lse) within the tolerance rule, its LSE within 1e-4, rows that see
-    no key O = 0 and LSE = -inf, and split 1 and split 3 within the rule's tolerance of each other; returns the
-    worst error/tolerance ratios (O, LSE)."""
+    """Each num_splits' (o, lse) by `reference.check_packed_attention` (every sequence within the tolerance
+    rule, its LSE within 1e-4, O = 0 and LSE = -inf without keys), O = 0 wherever the LSE is -inf (rows that see
+    no key), and split 1 and split 3 within the rule's tolerance of each other; returns the worst
+    error/tolerance ratios (O, LSE)."""
     worst = [0.0, 0.0]
-    for b in range(len(cq) - 1):
-        rows, keys = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
-        if cq[b + 1] == cq[b]:
-            continue
-        for splits, (o, lse) in results.items():
-            if ck[b + 1] == ck[b]:  # no key: every row empty
-                assert np.all(o[rows].astype(np.float32) == 0) and np.all(np.isneginf(lse[:, rows]))
-                continue
-            head_major = [x.transpose(1, 0, 2)[None] for x in (o[rows], q[rows], k[keys], v[keys])]
-            comparison = grouped_reference(*head_major, causal)
-            assert comparison.ok, f"num_splits={splits}, sequence {b}: {comparison}"
-            lse_check = check_lse_rows(lse[:, rows], q[rows], k[keys], causal)
-            assert lse_check.ok, f"num_splits={splits}, sequence {b}: LSE {lse_check}"
-            worst = [max(worst[0], comparison.max_error / comparison.tolerance),
-                     max(worst[1], lse_check.max_error / lse_check.tolerance)]
-            empty = np.isneginf(lse[:, rows]).T
-            assert np.all(o[rows].astype(np.float32)[empty] == 0)
-        if ck[b + 1] > ck[b]:
+    checked = {}
+    for splits, (o, lse) in results.items():
+        checked[splits] = reference.check_packed_attention(o, lse, q, k, v, cq, ck, BF16, causal)
+        for b, found in enumerate(checked[splits]):
+            if found is not None:
+                assert found[0].ok and found[1].ok, f"num_splits={splits}, sequence {b}: O {found[0]}, LSE {found[1]}"
+                worst = [max(w, c.max_error / c.tolerance) for w, c in zip(worst, found)]
+        assert np.all(o.astype(np.float32)[np.isneginf(lse).T] == 0)
+    for b, found in enumerate(checked[1]):
+        if found is not None:
+            rows = slice(cq[b], cq[b + 1])
             apart = np.abs(results[1][0][rows].astype(np.float64) - results[3][0][rows].astype(np.float64)).max()
-            assert apart <= comparison.tolerance, f"sequence {b}: split 1 and 3 differ by {apart}"
+            assert apart <= found[0].tolerance, f"sequence {b}: split 1 and 3 differ by {apart}"
     return worst
 
 
