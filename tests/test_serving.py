@@ -663,3 +663,16 @@ def test_the_packed_grid_is_max_seqlen_q_blocks_a_sequence():
 
 
 # endregion
+
+
+def test_a_larger_max_seqlen_q_launches_blocks_that_exit(rng):
+    """max_seqlen_q only sizes the grid: a value above the longest sequence launches query blocks past every
+    sequence's end, which run no key block and store nothing, so the results are the same bits."""
+    cq, ck = cu_seqlens([130, 3, 0]), cu_seqlens([200, 5, 9])
+    q = bf16(rng, cq[-1], 2, 64)
+    k, v = (bf16(rng, ck[-1], 1, 64) for _ in range(2))
+    exact, larger = (tessera.attention(q, k, v, causal=True, cu_seqlens_q=cq, cu_seqlens_k=ck, max_seqlen_q=m,
+                                       max_seqlen_k=200, return_lse=True, num_splits=2, level="tile")
+                     for m in (130, 400))
+    for a, b in zip(exact, larger):
+        np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
