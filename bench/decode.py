@@ -273,7 +273,8 @@ def splits_grid(args) -> None:
 
 
 def ptxas_matrix(args) -> None:
-    """The grouped, varlen and paged (pages of 16 and 256) kernels at head_dim 64/128/256, causal or not,
+    """The grouped, varlen and paged (pages of 16 and 256) kernels at head_dim 64/128/256, causal or not, the
+    packed kernels also with the LSE and split-KV (3 parts; not at head_dim 256, which has no split kernel),
     assembled by every ptxas found: registers, spills, stack frame, warnings and diagnostics."""
     import tessera
     from tessera.kernels import flash_attention, flash_attention_paged, flash_attention_varlen
@@ -282,17 +283,20 @@ def ptxas_matrix(args) -> None:
     builders = {"gqa": lambda d, c: flash_attention(d, causal=c, grouped=True),
                 "varlen": lambda d, c: flash_attention_varlen(d, causal=c),
                 "varlen-lse": lambda d, c: flash_attention_varlen(d, causal=c, return_lse=True),
-                "varlen-split3": lambda d, c: flash_attention_varlen(d, causal=c, num_splits=3 if d < 256 else 1),
+                "varlen-split3": lambda d, c: flash_attention_varlen(d, causal=c, num_splits=3) if d < 256 else None,
                 "paged16": lambda d, c: flash_attention_paged(d, causal=c, page_size=16),
                 "paged256": lambda d, c: flash_attention_paged(d, causal=c, page_size=256),
                 "paged16-lse": lambda d, c: flash_attention_paged(d, causal=c, page_size=16, return_lse=True),
-                "paged256-split3": lambda d, c: flash_attention_paged(d, causal=c, page_size=256,
-                                                                      num_splits=3 if d < 256 else 1)}
+                "paged256-split3": lambda d, c: flash_attention_paged(d, causal=c, page_size=256, num_splits=3)
+                if d < 256 else None}  # head_dim 256 has no split kernel
     unclean = 0
     for head_dim in (64, 128, 256):
         for causal in (False, True):
             for name, build in builders.items():
-                ptx = tessera.compile(build(head_dim, causal))
+                module = build(head_dim, causal)
+                if module is None:
+                    continue
+                ptx = tessera.compile(module)
                 for ptxas in find_all_ptxas():
                     result = compile_ptx(ptx, ptxas=ptxas.path)
                     e = result.entry()
