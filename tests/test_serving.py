@@ -676,3 +676,12 @@ def test_a_larger_max_seqlen_q_launches_blocks_that_exit(rng):
                      for m in (130, 400))
     for a, b in zip(exact, larger):
         np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
+
+
+def test_varlen_without_keys_returns_an_lse_of_minus_infinity(rng):
+    """Nothing to launch (no key for any sequence): O = 0 and the LSE [heads, total_q] is -inf, as FA3's."""
+    q, k = bf16(rng, 3, 2, 64), np.zeros((0, 1, 64), BF16)
+    o, lse = tessera.attention(q, k, k, cu_seqlens_q=np.array([0, 1, 3], np.int32),
+                               cu_seqlens_k=np.array([0, 0, 0], np.int32), max_seqlen_q=2, max_seqlen_k=0,
+                               return_lse=True, num_splits="auto", level="tile")
+    assert np.all(o.astype(np.float32) == 0) and lse.shape == (2, 3) and np.all(np.isneginf(lse))

@@ -292,7 +292,9 @@ def no_keys_lse(like, heads: int, total: int):
     """The LSE [heads, total] f32 of rows that see no key: -inf, of the kind of `like` (NumPy or PyTorch)."""
     if isinstance(like, np.ndarray):
         return np.full((heads, total), -np.inf, np.float32)
-    return like.new_full((heads, total), float("-inf"), dtype=__import__("torch").float32)
+    import torch
+
+    return like.new_full((heads, total), float("-inf"), dtype=torch.float32)
 
 
 def clear_uncovered(o, lse, first: int, last: int) -> None:
