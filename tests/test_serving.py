@@ -685,3 +685,19 @@ def test_varlen_without_keys_returns_an_lse_of_minus_infinity(rng):
                                cu_seqlens_k=np.array([0, 0, 0], np.int32), max_seqlen_q=2, max_seqlen_k=0,
                                return_lse=True, num_splits="auto", level="tile")
     assert np.all(o.astype(np.float32) == 0) and lse.shape == (2, 3) and np.all(np.isneginf(lse))
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_packed_lse_at_head_dim_256(causal, rng):
+    """head_dim 256 has the LSE but no split kernel: "auto" chooses 1 there, and 3 is refused by name."""
+    lengths_q, lengths_k = zip(*FA3_SEQUENCES)
+    cq, ck = cu_seqlens(lengths_q), cu_seqlens(lengths_k)
+    q = bf16(rng, cq[-1], HEADS, 256)
+    k, v = (bf16(rng, ck[-1], 2, 256) for _ in range(2))
+    args = dict(causal=causal, cu_seqlens_q=cq, cu_seqlens_k=ck, max_seqlen_q=max(lengths_q),
+                max_seqlen_k=max(lengths_k), return_lse=True, level="tile")
+    o, lse = tessera.attention(q, k, v, num_splits="auto", **args)
+    for found in filter(None, reference.check_packed_attention(o, lse, q, k, v, cq, ck, BF16, causal)):
+        assert found[0].ok and found[1].ok, found
+    with pytest.raises(ValueError, match=r"num_splits > 1 \(split-KV\) supports head_dim 64, 128"):
+        tessera.attention(q, k, v, num_splits=3, **args)
