@@ -1,7 +1,8 @@
-"""Attention for serving (issue 15, without split-KV): grouped heads (GQA/MQA, PackGQA), packed variable-length
-batches and a paged KV cache, at the Tile level on FlashAttention-3's grid and at the Target and PTX levels on
-a slice; the serving checks of every simulator fire on seeded bugs; ptxas assembles the kernels cleanly.
-The grid's long shape (16, 20000) runs in `bench/decode.py --grid`."""
+"""Attention for serving (issue 15): grouped heads (GQA/MQA, PackGQA), packed variable-length batches and a paged
+KV cache, with split-KV and the LSE, at the Tile level on FlashAttention-3's grid and at the Target and PTX
+levels on a slice; the packed kernels' grid of max_seqlen_q query blocks per sequence; the serving checks of
+every simulator fire on seeded bugs; ptxas assembles the kernels cleanly. The grid's long shape (16, 20000)
+and head_dim 256 with every heads_k run in `bench/decode.py --grid` and `--splits`."""
 
 from __future__ import annotations
 
