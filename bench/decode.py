@@ -268,6 +268,8 @@ def splits_grid(args) -> None:
                     keys = [c.reshape(-1, heads_k, head_dim)[np.concatenate(rows)] for c in (k_cache, v_cache)]
                     report(f"paged{page_size} {label} ({seq_q}, {seq_k})", results, qp.reshape(-1, 6, head_dim), *keys,
                            cu([seq_q] * 2), cu(lengths), causal, time.time() - start)
+                    for note in notes:
+                        print(f"    {note}")
     print(f"worst LSE error {worst_lse:.2e} (bound {reference.LSE_TOLERANCE:g})")
     sys.exit(1 if failures else 0)
 
