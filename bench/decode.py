@@ -5,6 +5,8 @@ simulator's count of the bytes the kernel reads from global memory per query tok
                            [--head-dim 128] [--page-size 256] [--repeats 30]      (GPU: tokens/s, GB/s)
     python bench/decode.py --simulate [--level target|ptx|tile] [...]                (CPU: bytes per token)
     python bench/decode.py --grid                       (CPU: FA3's (seq_q, seq_k) grid at Tile level, GQA)
+    python bench/decode.py --splits [--level tile]      (CPU: the grid through varlen and the paged cache,
+                                                         num_splits 1/3/auto, with the LSE)
     python bench/decode.py --ptxas                      (CPU: the serving kernels under every ptxas found)
 
 GPU: one decoding step (seq_q 1) for each batch and cache length, bf16, a random page permutation; tokens/s =
@@ -13,6 +15,15 @@ batch / time, bandwidth = K/V bytes of the used cache + q and o bytes / time. Be
 scaled_dot_product_attention on the gathered cache, each where installed; every result is checked against
 an fp32 computation under Tessera's tolerance rule before it is timed (CUDA events, L2 flushed, median).
 Without a usable GPU it prints "no CUDA GPU: <why>" and exits 0.
+
+--splits runs FA3's grid ((seq_q, seq_k) in (1, 128) .. (16, 20000), head_dim 64/128/256, heads 6 with heads_k
+6/2/1, causal or not) through `tessera.attention(..., cu_seqlens_q=...)` (the whole grid as one packed batch,
+with a sequence without queries, one without keys and causal rows that see no key) and through
+`attention_with_kvcache` (each shape as a batch of two caches, seq_k and seq_k // 2 tokens, page_size 16, 128
+and 256 in turn over a permuted page table), each with num_splits 1, 3 and "auto" and return_lse; it prints
+the worst O error/tolerance (`reference.check_packed_attention`), the worst LSE error against float64
+logsumexp (bound 1e-4), the largest difference between split 1 and split 3 over its tolerance, and exits 1
+if any is outside its bound. head_dim 256 has no split kernel: num_splits 3 is refused by name there (shown).
 
 --simulate runs the same kernel in an interpreter ("target": the CTA simulator, default; "ptx": the PTX
 executor; "tile": the Tile interpreter's `tile.cp_async` windows) and counts the bytes its copies read from
@@ -173,8 +184,99 @@ def grid(args) -> None:
     sys.exit(1 if failures else 0)
 
 
+def splits_grid(args) -> None:
+    """FA3's grid through varlen and the paged cache with num_splits 1, 3, "auto" and the LSE (module docstring)."""
+    import tessera
+    from tessera import reference
+
+    import ml_dtypes
+
+    bf16 = ml_dtypes.bfloat16
+    rng = np.random.default_rng(0)
+    shapes = [(1, 128), (1, 339), (3, 799), (64, 800), (16, 20000), (128, 128), (256, 512)]
+    failures = 0
+    worst_lse = 0.0
+
+    def report(label, results, q, k, v, cq, ck, causal, seconds):
+        nonlocal failures, worst_lse
+        ratios, apart = [0.0, 0.0], 0.0
+        for splits, (o, lse) in results.items():
+            for b, found in enumerate(reference.check_packed_attention(o, lse, q, k, v, cq, ck, bf16, causal)):
+                if found is None:
+                    continue
+                ratios = [max(r, c.max_error / c.tolerance) for r, c in zip(ratios, found)]
+                worst_lse = max(worst_lse, found[1].max_error)
+                if splits == 3 and 1 in results:
+                    rows = slice(cq[b], cq[b + 1])
+                    gap = np.abs(o[rows].astype(np.float64) - results[1][0][rows].astype(np.float64)).max()
+                    apart = max(apart, gap / found[0].tolerance if rows.stop > rows.start else 0.0)
+        bad = ratios[0] > 1 or ratios[1] > 1 or apart > 1
+        failures += bad
+        print(f"{label}: O err/tol {ratios[0]:.3f}, LSE err/tol {ratios[1]:.3f}, |split1 - split3|/tol {apart:.3f}"
+              f" ({seconds:.1f} s){'  MISMATCH' if bad else ''}", flush=True)
+
+    def runs(head_dim, call):
+        results, notes = {}, []
+        for splits in (1, 3, "auto"):
+            try:
+                results[splits] = call(splits)
+            except ValueError as error:  # head_dim 256: no split kernel, refused by name
+                notes.append(f"num_splits={splits} refused: {error}")
+        return results, notes
+
+    cu = lambda lengths: np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)  # noqa: E731
+    for head_dim in (64, 128, 256):
+        for causal in (False, True):
+            for heads_k in (6, 2, 1):
+                label = f"d{head_dim} {'causal' if causal else 'full':>6} hk={heads_k}"
+                # varlen: the whole grid as one packed batch
+                lengths_q, lengths_k = zip(*(shapes + [(0, 7), (1, 0), (5, 2)]))
+                cq, ck = cu(lengths_q), cu(lengths_k)
+                q = rng.standard_normal((cq[-1], 6, head_dim)).astype(bf16)
+                k, v = (rng.standard_normal((ck[-1], heads_k, head_dim)).astype(bf16) for _ in range(2))
+                start = time.time()
+                results, notes = runs(head_dim, lambda splits: tessera.attention(
+                    q, k, v, causal=causal, cu_seqlens_q=cq, cu_seqlens_k=ck, max_seqlen_q=max(lengths_q),
+                    max_seqlen_k=max(lengths_k), return_lse=True, num_splits=splits, level=args.level))
+                report(f"varlen {label}", results, q, k, v, cq, ck, causal, time.time() - start)
+                for note in notes:
+                    print(f"    {note}")
+                # paged: each shape as a batch of two caches
+                for i, (seq_q, seq_k) in enumerate(shapes):
+                    page_size = (16, 128, 256)[i % 3]
+                    lengths = [seq_k, seq_k // 2]
+                    need = [-(-n // page_size) for n in lengths]
+                    pages = 3 * sum(need)
+                    order = iter(rng.permutation(pages))
+                    table = np.zeros((2, max(need)), np.int32)
+                    for b, n in enumerate(need):
+                        table[b, :n] = [next(order) for _ in range(n)]
+                    k_cache, v_cache = (rng.standard_normal((pages, page_size, heads_k, head_dim)).astype(bf16)
+                                        for _ in range(2))
+                    qp = rng.standard_normal((2, seq_q, 6, head_dim)).astype(bf16)
+                    start = time.time()
+
+                    def paged(splits):
+                        o, lse = tessera.attention_with_kvcache(
+                            qp, k_cache, v_cache, cache_seqlens=np.array(lengths, np.int32), page_table=table,
+                            causal=causal, num_splits=splits, return_lse=True, level=args.level)
+                        return o.reshape(-1, 6, head_dim), lse.transpose(1, 0, 2).reshape(6, -1)
+
+                    results, notes = runs(head_dim, paged)
+                    rows = [(table[b, np.arange(n) // page_size] * page_size + np.arange(n) % page_size)
+                            for b, n in enumerate(lengths)]
+                    keys = [c.reshape(-1, heads_k, head_dim)[np.concatenate(rows)] for c in (k_cache, v_cache)]
+                    report(f"paged{page_size} {label} ({seq_q}, {seq_k})", results, qp.reshape(-1, 6, head_dim), *keys,
+                           cu([seq_q] * 2), cu(lengths), causal, time.time() - start)
+                    for note in notes:
+                        print(f"    {note}")
+    print(f"worst LSE error {worst_lse:.2e} (bound {reference.LSE_TOLERANCE:g})")
+    sys.exit(1 if failures else 0)
+
+
 def ptxas_matrix(args) -> None:
-    """The grouped, varlen and paged (pages of 16 and 256) kernels at head_dim 64/128/256, causal or not,
+    """The grouped, varlen and paged (pages of 16 and 256) kernels at head_dim 64/128/256, causal or not, the
+    packed kernels also with the LSE and split-KV (3 parts; not at head_dim 256, which has no split kernel),
     assembled by every ptxas found: registers, spills, stack frame, warnings and diagnostics."""
     import tessera
     from tessera.kernels import flash_attention, flash_attention_paged, flash_attention_varlen
@@ -182,13 +284,21 @@ def ptxas_matrix(args) -> None:
 
     builders = {"gqa": lambda d, c: flash_attention(d, causal=c, grouped=True),
                 "varlen": lambda d, c: flash_attention_varlen(d, causal=c),
+                "varlen-lse": lambda d, c: flash_attention_varlen(d, causal=c, return_lse=True),
+                "varlen-split3": lambda d, c: flash_attention_varlen(d, causal=c, num_splits=3) if d < 256 else None,
                 "paged16": lambda d, c: flash_attention_paged(d, causal=c, page_size=16),
-                "paged256": lambda d, c: flash_attention_paged(d, causal=c, page_size=256)}
+                "paged256": lambda d, c: flash_attention_paged(d, causal=c, page_size=256),
+                "paged16-lse": lambda d, c: flash_attention_paged(d, causal=c, page_size=16, return_lse=True),
+                "paged256-split3": lambda d, c: flash_attention_paged(d, causal=c, page_size=256, num_splits=3)
+                if d < 256 else None}  # head_dim 256 has no split kernel
     unclean = 0
     for head_dim in (64, 128, 256):
         for causal in (False, True):
             for name, build in builders.items():
-                ptx = tessera.compile(build(head_dim, causal))
+                module = build(head_dim, causal)
+                if module is None:
+                    continue
+                ptx = tessera.compile(module)
                 for ptxas in find_all_ptxas():
                     result = compile_ptx(ptx, ptxas=ptxas.path)
                     e = result.entry()
@@ -299,6 +409,8 @@ def main() -> None:
     parser.add_argument("--simulate", action="store_true", help="count simulated global-memory bytes (CPU)")
     parser.add_argument("--grid", action="store_true", help="FA3's grid at Tile level (CPU)")
     parser.add_argument("--ptxas", action="store_true", help="the serving kernels under every ptxas (CPU)")
+    parser.add_argument("--splits", action="store_true",
+                        help="FA3's grid through varlen and the paged cache, num_splits 1/3/auto, LSE (CPU)")
     parser.add_argument("--level", choices=("target", "ptx", "tile"), default="target")
     parser.add_argument("--batch", type=int, nargs="+")
     parser.add_argument("--cache", type=int, nargs="+")
@@ -313,6 +425,9 @@ def main() -> None:
         grid(args)
     if args.ptxas:
         ptxas_matrix(args)
+    if args.splits:
+        args.level = args.level if "--level" in sys.argv else "tile"
+        splits_grid(args)
     if args.simulate:
         args.batch = args.batch or [1, 4]
         args.cache = args.cache or [1000]

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
                     baseline = None
                     for name in args.splits:
                         splits = name if name == "auto" else int(name)
-                        chosen = resolve_num_splits(splits, q.shape, k.shape, d, causal)
+                        chosen = resolve_num_splits(splits, args.batch, args.heads, seq_q, seq_k, d, causal)
                         start = time.perf_counter()
                         o, lse = tessera.attention(q, k, v, causal=causal, return_lse=True, num_splits=splits,
                                                    level=level)

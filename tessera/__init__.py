@@ -13,7 +13,8 @@ Public API:
   (dq, dk, dv) on the GPU, or with `level=` in an interpreter (`tessera.runtime.attention_backward`).
 - `tessera.attention(..., cu_seqlens_q=, cu_seqlens_k=, ...)`: packed variable-length batches
   (`tessera.runtime.serving`); `tessera.attention_with_kvcache(...)`: decoding against a (paged) KV cache
-  (`tessera.runtime.kvcache`), both also in the interpreters with `level=`.
+  (`tessera.runtime.kvcache`), both with `return_lse=` and `num_splits=` and also in the interpreters with
+  `level=`.
 
 Every entry point that lowers a kernel uses one default, `tessera.passes.DEFAULT_PIPELINE` (the full,
 warp-specialized pipeline ending in register allocation); `pipeline=` picks another. Arguments are checked at
@@ -164,7 +165,8 @@ def interpret(
 
     Inputs are NumPy arrays of real numbers given in argument order (attention: Q, K, V as [batch, heads,
     seq, head_dim]; GEMM: A, B), converted to the kernel's element types (float inputs are rounded to bf16/f16
-    as the kernel would read them). Named sizes in `sizes` are checked against the inputs. Returns the output
+    as the kernel would read them). Named sizes in `sizes` are checked against the inputs; a kernel's launch
+    sizes (`tessera.kernel_abi`, e.g. the varlen kernels' max_seqlen_q) are given there too. Returns the output
     (or a tuple of outputs) in the output argument's element type. Bad arguments raise TypeError/ValueError
     naming the parameter and the rule (masked and complex arrays are refused, not silently reduced)."""
     where = "tessera.interpret"
@@ -175,8 +177,8 @@ def interpret(
     check_string(where, "pipeline", pipeline, optional=True)
     arrays = [check_array(where, f"input {i}", x) for i, x in enumerate(inputs)]
     sig = _find_kernel(module, kernel)
-    named = check_sizes(where, sizes, sig.dim_names())
-    bound = sig.sizes_from_inputs([a.shape for a in arrays])
+    named = check_sizes(where, sizes, [*sig.dim_names(), *sig.launch_sizes])
+    bound = sig.sizes_from_inputs([a.shape for a in arrays], named)
     for name, value in named.items():
         if bound[name] != value:
             raise ValueError(f"{where}: size {name}={value} contradicts the inputs, which give {name}={bound[name]}")

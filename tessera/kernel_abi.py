@@ -23,6 +23,13 @@ Inputs name their dimensions with plain names or constants; the same name in two
 Outputs and scratch buffers may also use `ceildiv(name, N)`, but only of names some input defines. The
 launcher allocates outputs (zeros) and scratch buffers, checks that inputs agree with the named sizes, and
 computes the grid from `tile.grid`.
+
+A grid may also use launch sizes, sizes no input's shape gives that the launch supplies beside the inputs,
+declared as `tile.launch_sizes = ["max_seqlen_q"]`: the packed (varlen, paged) attention kernels launch
+ceildiv(max_seqlen_q, BM) query blocks per sequence, the longest sequence being a number only the caller
+knows (FlashAttention's `max_seqlen_q`). They size the grid only (no tensor, no kernel parameter), so a
+kernel must be correct for any value at least what its blocks need (the varlen kernels: every sequence's
+length), and the caller checks that.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from xdsl.dialects import func
-from xdsl.dialects.builtin import DictionaryAttr, FloatAttr, IntegerAttr, IntegerType, ModuleOp, StringAttr
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, FloatAttr, IntegerAttr, IntegerType, ModuleOp, StringAttr
 from xdsl.ir import Attribute
 from xdsl.utils.exceptions import VerifyException
 
@@ -42,6 +49,7 @@ GRID_ATTR = "tile.grid"
 DIMS_ATTR = "tile.dims"
 ROLE_ATTR = "tile.role"
 DIVISIBLE_ATTR = "tile.divisible"
+LAUNCH_SIZES_ATTR = "tile.launch_sizes"
 ROLES = ("in", "out", "scratch")
 KINDS = {"attention": (("Q", "K", "V"), ("O",)), "gemm": (("A", "B"), ("C",)), "custom": (None, None),
          "attention_backward": (None, None)}
@@ -110,6 +118,8 @@ class KernelSignature:
     """Named sizes the kernel promises are multiples of these (`tile.divisible`)."""
     cluster: tuple[int, int, int] = (1, 1, 1)
     """The cluster shape the kernel declares (`tile.cluster`, see `tessera.cluster`)."""
+    launch_sizes: tuple[str, ...] = ()
+    """Sizes the launch supplies, used by the grid only (`tile.launch_sizes`, module docstring)."""
 
     @property
     def inputs(self) -> tuple[KernelArg, ...]:
@@ -128,10 +138,12 @@ class KernelSignature:
                     names.append(e.symbol.data)
         return names
 
-    def sizes_from_inputs(self, shapes: Sequence[Sequence[int]]) -> dict[str, int]:
-        """Bind the named sizes from the shapes of the inputs, checking every constraint.
+    def sizes_from_inputs(self, shapes: Sequence[Sequence[int]], launch: Mapping[str, int] | None = None
+                          ) -> dict[str, int]:
+        """Bind the named sizes from the shapes of the inputs, checking every constraint, and the kernel's
+        launch sizes from `launch` (`bind_launch_sizes`; other entries of `launch` are ignored here).
 
-        Raises ValueError naming the argument and dimension that disagree."""
+        Raises ValueError naming the argument and dimension that disagree, or a launch size not given."""
         inputs = self.inputs
         if len(shapes) != len(inputs):
             names = ", ".join(a.name for a in inputs)
@@ -152,7 +164,7 @@ class KernelSignature:
                 name = expr.symbol.data
                 if sizes.setdefault(name, actual) != actual:
                     raise ValueError(f"{what}: '{name}' is {sizes[name]} elsewhere, got {actual}")
-        return sizes
+        return bind_launch_sizes(self.name, self.launch_sizes, sizes, launch or {})
 
     def grid_size(self, sizes: Mapping[str, int]) -> tuple[int, int, int]:
         grid = self.grid.evaluate(sizes)
@@ -190,6 +202,31 @@ def is_target_kernel(op: Attribute | func.FuncOp) -> bool:
 
 def kernels(module: ModuleOp) -> list[func.FuncOp]:
     return [op for op in module.walk() if is_kernel(op)]
+
+
+def launch_size_names(op: func.FuncOp) -> tuple[str, ...]:
+    """The launch sizes a (Tile IR or Target IR) kernel declares (`tile.launch_sizes`), () for none."""
+    attr = op.attributes.get(LAUNCH_SIZES_ATTR)
+    if attr is None:
+        return ()
+    if not isinstance(attr, ArrayAttr) or not all(isinstance(a, StringAttr) for a in attr.data):
+        _fail(op, f"'{LAUNCH_SIZES_ATTR}' must be an array of size names such as [\"max_seqlen_q\"]")
+    return tuple(a.data for a in attr.data)
+
+
+def bind_launch_sizes(kernel: str, names: Sequence[str], sizes: Mapping[str, int],
+                      given: Mapping[str, int]) -> dict[str, int]:
+    """`sizes` with each launch size of `names` taken from `given`; ValueError naming a launch size that is
+    not given or not a positive integer (a grid dimension of 0 blocks launches nothing)."""
+    bound = dict(sizes)
+    for name in names:
+        value = given.get(name)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            got = "none" if value is None else repr(value)
+            raise ValueError(f"kernel @{kernel} needs the launch size {name} (a positive integer that sizes its "
+                             f"grid), got {got}")
+        bound[name] = int(value)
+    return bound
 
 
 def _fail(op: func.FuncOp, message: str) -> None:
@@ -266,7 +303,10 @@ def signature(op: func.FuncOp) -> KernelSignature:
         missing = arg.dims.symbols() - defined
         if arg.role != "in" and missing:
             _fail(op, f"{arg.role} argument %{arg.name} uses sizes no input defines: {sorted(missing)}")
-    if missing := grid.symbols() - defined:
+    launch = launch_size_names(op)
+    if overlap := set(launch) & defined:
+        _fail(op, f"'{LAUNCH_SIZES_ATTR}' names {sorted(overlap)}, which an input's shape already defines")
+    if missing := grid.symbols() - defined - set(launch):
         _fail(op, f"'{GRID_ATTR}' uses sizes no input defines: {sorted(missing)}")
 
     expected_in, expected_out = KINDS[kind]
@@ -296,7 +336,8 @@ def signature(op: func.FuncOp) -> KernelSignature:
             if name not in defined:
                 _fail(op, f"'{DIVISIBLE_ATTR}' names '{name}', which no input defines")
             divisible[name] = attr.value.data
-    return KernelSignature(op, op.sym_name.data, kind, causal, scale, tuple(args), grid, gemm, divisible, cluster)
+    return KernelSignature(op, op.sym_name.data, kind, causal, scale, tuple(args), grid, gemm, divisible, cluster,
+                           launch)
 
 
 def is_table(ty: TileType) -> bool:

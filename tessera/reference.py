@@ -233,6 +233,37 @@ def gemm_kernel(sig, inputs) -> np.ndarray:
 # gradients are not O(1) like attention outputs (a key that every query attends to gathers all their dO).
 
 
+def check_packed_attention(o, lse, q, k, v, cu_seqlens_q, cu_seqlens_k, dtype, causal: bool = False,
+                           scale: float | None = None) -> list[tuple[Comparison, Comparison | None] | None]:
+    """Packed (varlen) results against each sequence's own reference: o [total_q, heads, D] under the
+    tolerance rule (`check_attention`) and lse [heads, total_q] (None: not checked) within `LSE_TOLERANCE`
+    (`check_lse`), for q [total_q, heads, D] and k, v [total_k, heads_k, D] (GQA: heads_k divides heads),
+    sequence b holding the rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) and the keys [cu_seqlens_k[b],
+    cu_seqlens_k[b + 1]). A sequence without keys must give O = 0 and LSE = -inf (an infinite error
+    otherwise). Returns, per sequence, (O comparison, LSE comparison or None), or None for a sequence
+    without rows."""
+    cu_q, cu_k = np.asarray(cu_seqlens_q), np.asarray(cu_seqlens_k)
+    results: list[tuple[Comparison, Comparison | None] | None] = []
+    for b in range(len(cu_q) - 1):
+        rows, keys = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
+        if rows.stop == rows.start:
+            results.append(None)
+            continue
+        lse_rows = None if lse is None else np.asarray(lse)[:, rows]
+        if keys.stop == keys.start:
+            zero = np.all(np.asarray(o[rows]).astype(np.float64) == 0)
+            results.append((Comparison(0.0 if zero else float("inf"), ABSOLUTE_TOLERANCE),
+                            None if lse is None else
+                            Comparison(0.0 if np.all(np.isneginf(lse_rows)) else float("inf"), LSE_TOLERANCE)))
+            continue
+        qh, kh, vh = (np.asarray(x).transpose(1, 0, 2)[None] for x in (q[rows], k[keys], v[keys]))
+        kh, vh = _expand_heads(kh, qh.shape[1]), _expand_heads(vh, qh.shape[1])
+        results.append((check_attention(np.asarray(o[rows]).transpose(1, 0, 2)[None], qh, kh, vh, dtype, causal,
+                                        scale),
+                        None if lse is None else check_lse(lse_rows[None], qh, kh, dtype, causal, scale)))
+    return results
+
+
 BACKWARD_ABSOLUTE_TOLERANCE = 1e-3
 """The small absolute term of the backward's rule, relative to max(1, max |reference gradient|)."""
 

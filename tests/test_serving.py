@@ -1,7 +1,8 @@
-"""Attention for serving (issue 15, without split-KV): grouped heads (GQA/MQA, PackGQA), packed variable-length
-batches and a paged KV cache, at the Tile level on FlashAttention-3's grid and at the Target and PTX levels on
-a slice; the serving checks of every simulator fire on seeded bugs; ptxas assembles the kernels cleanly.
-The grid's long shape (16, 20000) runs in `bench/decode.py --grid`."""
+"""Attention for serving (issue 15): grouped heads (GQA/MQA, PackGQA), packed variable-length batches and a paged
+KV cache, with split-KV and the LSE, at the Tile level on FlashAttention-3's grid and at the Target and PTX
+levels on a slice; the packed kernels' grid of max_seqlen_q query blocks per sequence; the serving checks of
+every simulator fire on seeded bugs; ptxas assembles the kernels cleanly. The grid's long shape (16, 20000)
+and head_dim 256 with every heads_k run in `bench/decode.py --grid` and `--splits`."""
 
 from __future__ import annotations
 
@@ -247,9 +248,10 @@ def test_a_store_past_the_sequence_end_is_reported(level, rng):
     module = unbounded_store(build_kernel("flash_attention_varlen", head_dim=64))
     with checking(SequenceRows("O", 1, cq[:-1], cq[1:], (1, 8, 64), 2)):
         if level == "tile":  # the right kernel passes the check (at every level: the varlen tests run under it)
-            tessera.interpret(build_kernel("flash_attention_varlen", head_dim=64), q, k, v, *tables, level=level)
+            tessera.interpret(build_kernel("flash_attention_varlen", head_dim=64), q, k, v, *tables, level=level,
+                              max_seqlen_q=5)
         with pytest.raises(Exception, match=r"writes row \d+ of %O, outside its sequence 0's rows \[0, 3\)"):
-            tessera.interpret(module, q, k, v, *tables, level=level)
+            tessera.interpret(module, q, k, v, *tables, level=level, max_seqlen_q=5)
 
 
 def paged_inputs(rng, page_size, table):
@@ -265,7 +267,7 @@ def test_a_box_across_a_page_boundary_is_reported(level, rng):
     module = build_kernel("flash_attention_paged", head_dim=64, page_size=128)
     with checking(PagedCache("K"), PagedCache("V")):
         with pytest.raises(Exception, match=r"rows \[0, 128\) of page 2 of %[KV] crosses a page boundary \(page_size 64\)"):
-            tessera.interpret(module, *paged_inputs(rng, 64, [[2, 3]]), level=level)
+            tessera.interpret(module, *paged_inputs(rng, 64, [[2, 3]]), level=level, max_seqlen_q=1)
 
 
 @pytest.mark.parametrize("level", ["tile", "ptx"])
@@ -273,7 +275,7 @@ def test_a_page_table_entry_out_of_range_is_reported(level, rng):
     module = build_kernel("flash_attention_paged", head_dim=64, page_size=16)
     with checking(PagedCache("K"), PagedCache("V")):
         with pytest.raises(Exception, match=r"page-table entry 9 of %[KV] is out of range \[0, 4\)"):
-            tessera.interpret(module, *paged_inputs(rng, 16, [[1, 9]]), level=level)
+            tessera.interpret(module, *paged_inputs(rng, 16, [[1, 9]]), level=level, max_seqlen_q=1)
 
 
 def test_a_table_read_outside_the_table_is_reported(rng):
@@ -283,7 +285,7 @@ def test_a_table_read_outside_the_table_is_reported(rng):
         from tessera.interpreters.launch import prepare_arguments, run_grid
 
         sig = tessera.find_kernel(module)
-        arguments, sizes = prepare_arguments(sig, [q, k, v, *(np.array([0], np.int32),) * 4])
+        arguments, sizes = prepare_arguments(sig, [q, k, v, *(np.array([0], np.int32),) * 4], {"max_seqlen_q": 8})
         sizes["batch"] = 2  # a launch over more sequences than the tables hold
         run_grid(sig, module, arguments, sizes)
 
@@ -314,6 +316,15 @@ def varlen_args(**changes):
     ({"max_seqlen_q": -1}, ValueError, "max_seqlen_q must be an int >= 0"),
     ({"seqused_k": np.array([3, 1], np.int32)}, ValueError, "seqused_k must lie between 0 and each sequence's length"),
     ({"q": np.zeros((9, 64), BF16)}, ValueError, r"q must be 3-D \[total_tokens, heads, head_dim\]"),
+    ({"max_seqlen_q": 4}, ValueError, r"max_seqlen_q = 4 is smaller than the longest sequence \(5\)"),
+    ({"max_seqlen_q": 5.0}, ValueError, "max_seqlen_q must be an int >= 0"),
+    ({"num_splits": 0}, ValueError, "num_splits must be an integer from 1 to 256; got 0"),
+    ({"num_splits": 257}, ValueError, "num_splits must be an integer from 1 to 256; got 257"),
+    ({"num_splits": "many"}, ValueError, "num_splits must be an integer or \"auto\"; got 'many'"),
+    ({"num_splits": 2.0}, ValueError, "num_splits must be an integer from 1 to 256; got 2.0"),
+    ({"return_lse": 1}, ValueError, "return_lse must be True or False; got 1"),
+    ({"q": np.zeros((9, 4, 256), BF16), "k": np.zeros((12, 2, 256), BF16), "v": np.zeros((12, 2, 256), BF16),
+      "num_splits": 2}, ValueError, r"num_splits > 1 \(split-KV\) supports head_dim 64, 128"),
 ])
 def test_varlen_refuses_bad_arguments_by_name(changes, error, message):
     with pytest.raises(error, match=message):
@@ -342,6 +353,13 @@ def kv_args(**changes):
      r"k_new and v_new must be \[batch=2, seq_new, heads_k=2"),
     ({"q": np.zeros((2, 1, 4, 64), np.float32)}, ValueError, "one element type"),
     ({"page_table": None}, ValueError, r"without page_table, k_cache is \[batch=2"),
+    ({"num_splits": -1}, ValueError, "attention_with_kvcache: num_splits must be an integer from 1 to 256; got -1"),
+    ({"num_splits": "max"}, ValueError, "attention_with_kvcache: num_splits must be an integer or \"auto\""),
+    ({"num_splits": True}, ValueError, "attention_with_kvcache: num_splits must be an integer from 1 to 256"),
+    ({"return_lse": "yes"}, ValueError, "attention_with_kvcache: return_lse must be True or False"),
+    ({"q": np.zeros((2, 1, 4, 256), BF16), "k_cache": np.zeros((6, 16, 2, 256), BF16),
+      "v_cache": np.zeros((6, 16, 2, 256), BF16), "num_splits": 3}, ValueError,
+     r"num_splits > 1 \(split-KV\) supports head_dim 64, 128"),
 ])
 def test_kvcache_refuses_bad_arguments_by_name(changes, error, message):
     with pytest.raises(error, match=message):
@@ -367,6 +385,10 @@ def test_level_is_checked_and_none_needs_a_gpu():
 PTXAS_KERNELS = [
     ("flash_attention_varlen", dict(head_dim=128, causal=True)),
     ("flash_attention_paged", dict(head_dim=64, page_size=16, causal=True)),
+    ("flash_attention_varlen", dict(head_dim=128, causal=True, num_splits=3)),
+    ("flash_attention_varlen", dict(head_dim=64, return_lse=True)),
+    ("flash_attention_paged", dict(head_dim=128, page_size=128, causal=True, num_splits=3)),
+    ("flash_attention_paged", dict(head_dim=64, page_size=16, return_lse=True)),
 ]
 
 
@@ -394,9 +416,14 @@ def test_the_gpu_launch_takes_the_tables_and_a_strided_cache():
     inputs = [np.zeros((2, 3, 64), BF16), cache.transpose(0, 2, 1, 3), cache.transpose(0, 2, 1, 3),
               np.array([0, 1], np.int32), np.array([1, 3], np.int32), np.array([[0, 1], [2, 3]], np.int32),
               np.array([3, 20], np.int32)]
-    sizes, _ = check_inputs(kernel.host, inputs)
+    sizes, _ = check_inputs(kernel.host, inputs, {"max_seqlen_q": 2})
     assert sizes == {"heads": 2, "total_q": 3, "num_pages": 6, "heads_k": 2, "page_size": 16, "batch": 2,
-                     "max_pages": 2}
+                     "max_pages": 2, "max_seqlen_q": 2}
+    from tessera.runtime.launch import launch_shape
+
+    assert launch_shape(kernel.host, sizes)[0] == (1, 2, 2)  # one query block a sequence: max_seqlen_q, not total_q
+    with pytest.raises(ValueError, match="needs the launch size max_seqlen_q"):
+        check_inputs(kernel.host, inputs)
 
 
 # endregion
@@ -451,3 +478,227 @@ def test_varlen_decoding_packs_the_group_and_leaves_uncovered_rows_zero(rng, mon
     for b, (t, keys) in enumerate([(1, slice(0, 40)), (2, slice(41, 341))]):
         head_major = [x.transpose(1, 0, 2)[None] for x in (out[t:t + 1], q[t:t + 1], k[keys], v[keys])]
         assert grouped_reference(*head_major, True).ok
+
+
+# region split-KV and the LSE with packed sequences and the paged cache
+
+SPLITS = [1, 3, "auto"]
+
+
+def check_split_results(results, q, k, v, cq, ck, causal):
+    """Each num_splits' (o, lse) by `reference.check_packed_attention` (every sequence within the tolerance
+    rule, its LSE within 1e-4, O = 0 and LSE = -inf without keys), O = 0 wherever the LSE is -inf (rows that see
+    no key), and split 1 and split 3 within the rule's tolerance of each other; returns the worst
+    error/tolerance ratios (O, LSE)."""
+    worst = [0.0, 0.0]
+    checked = {}
+    for splits, (o, lse) in results.items():
+        checked[splits] = reference.check_packed_attention(o, lse, q, k, v, cq, ck, BF16, causal)
+        for b, found in enumerate(checked[splits]):
+            if found is not None:
+                assert found[0].ok and found[1].ok, f"num_splits={splits}, sequence {b}: O {found[0]}, LSE {found[1]}"
+                worst = [max(w, c.max_error / c.tolerance) for w, c in zip(worst, found)]
+        assert np.all(o.astype(np.float32)[np.isneginf(lse).T] == 0)
+    for b, found in enumerate(checked[1]):
+        if found is not None:
+            rows = slice(cq[b], cq[b + 1])
+            apart = np.abs(results[1][0][rows].astype(np.float64) - results[3][0][rows].astype(np.float64)).max()
+            assert apart <= found[0].tolerance, f"sequence {b}: split 1 and 3 differ by {apart}"
+    return worst
+
+
+FA3_SEQUENCES = FA3_GRID + [(0, 7), (1, 0), (5, 2)]
+"""The grid's shapes as one packed batch, with a sequence without queries, one without keys and (causal) rows
+that see no key."""
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim,heads_k", GROUPED)
+def test_varlen_splits_and_lse_on_the_fa3_grid(head_dim, heads_k, causal, rng):
+    """tessera.attention over packed sequences with num_splits 1, 3 and "auto" and return_lse: O within the
+    tolerance rule, the [heads, total_q] LSE within 1e-4 of float64 logsumexp, -inf and O = 0 for rows that
+    see no key, split 1 and split 3 in agreement."""
+    lengths_q, lengths_k = zip(*FA3_SEQUENCES)
+    cq, ck = cu_seqlens(lengths_q), cu_seqlens(lengths_k)
+    q = bf16(rng, cq[-1], HEADS, head_dim)
+    k, v = (bf16(rng, ck[-1], heads_k, head_dim) for _ in range(2))
+    results = {}
+    for splits in SPLITS:
+        o, lse = tessera.attention(q, k, v, causal=causal, cu_seqlens_q=cq, cu_seqlens_k=ck,
+                                   max_seqlen_q=max(lengths_q), max_seqlen_k=max(lengths_k), return_lse=True,
+                                   num_splits=splits, level="tile")
+        assert o.shape == q.shape and lse.shape == (HEADS, cq[-1]) and lse.dtype == np.float32
+        results[splits] = (o, lse)
+    check_split_results(results, q, k, v, cq, ck, causal)
+
+
+@pytest.mark.parametrize("heads_k,causal", [(2, True), (1, False)])
+def test_varlen_decoding_splits_pack_the_group(heads_k, causal, rng):
+    """Decoding (max_seqlen_q 1, PackGQA) with lengths 0 and 1 and long caches, split and with the LSE; rows
+    no sequence covers (before cu_seqlens_q[0], after its end) have O = 0 and LSE = -inf."""
+    lengths_k = [128, 339, 0, 799, 1]
+    cq = np.array([1, 2, 3, 3, 4, 5], np.int32)  # token 0 and token 5 belong to no sequence
+    ck = cu_seqlens(lengths_k)
+    q = bf16(rng, 6, HEADS, 64)
+    k, v = (bf16(rng, ck[-1], heads_k, 64) for _ in range(2))
+    results = {splits: tessera.attention(q, k, v, causal=causal, cu_seqlens_q=cq, cu_seqlens_k=ck, max_seqlen_q=1,
+                                         max_seqlen_k=799, return_lse=True, num_splits=splits, level="tile")
+               for splits in SPLITS}
+    check_split_results(results, q, k, v, cq, ck, causal)
+    for o, lse in results.values():
+        assert np.all(o[[0, 5]].astype(np.float32) == 0) and np.all(np.isneginf(lse[:, [0, 5]]))
+
+
+@pytest.mark.parametrize("page_size,seq_q,heads_k,causal", [(16, 1, 2, True), (128, 3, 1, True), (256, 2, 6, False),
+                                                              (16, 3, 2, False)])
+def test_paged_splits_and_lse_through_a_permuted_page_table(page_size, seq_q, heads_k, causal, rng):
+    """attention_with_kvcache with num_splits 1, 3, "auto" and return_lse over a permuted page table with an
+    empty cache among the sequences: lse [batch, heads, seq_q] as FlashAttention's softmax_lse."""
+    lengths = [1, 339, 0, 799]
+    k_cache, v_cache, table = paged_cache(rng, lengths, page_size, heads_k, 64)
+    q = bf16(rng, len(lengths), seq_q, HEADS, 64)
+    cache_seqlens = np.array(lengths, np.int32)
+    results = {}
+    for splits in SPLITS:
+        o, lse = attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=cache_seqlens, page_table=table,
+                                        causal=causal, num_splits=splits, return_lse=True, level="tile")
+        assert o.shape == q.shape and lse.shape == (len(lengths), HEADS, seq_q)
+        results[splits] = (o.reshape(-1, HEADS, 64), lse.transpose(1, 0, 2).reshape(HEADS, -1))
+    # The cache rows of each sequence, packed as varlen keys, so the varlen checks apply.
+    keys = [np.concatenate([cache_rows(c, table, b, n) for b, n in enumerate(lengths)]) for c in (k_cache, v_cache)]
+    check_split_results(results, q.reshape(-1, HEADS, 64), *keys, cu_seqlens([seq_q] * len(lengths)),
+                        cu_seqlens(lengths), causal)
+
+
+class Launched(Exception):
+    """Raised by a stand-in for `serving.run_kernel` once it has recorded the kernel's options."""
+
+
+def test_auto_uses_the_heuristic_with_the_cache_length(rng, monkeypatch):
+    """num_splits="auto" (and FlashAttention's 0) is `choose_num_splits` for the kernel's blocks (PackGQA: heads_k
+    blocks of group x seq_q rows) against the longest cache; varlen's against max_seqlen_k."""
+    from tessera.kernels.attention_split import choose_num_splits
+    from tessera.runtime import serving
+
+    seen = []
+
+    def record(where, builder, options, *rest):
+        seen.append(options.get("num_splits", 1))
+        raise Launched
+
+    monkeypatch.setattr(serving, "run_kernel", record)
+    k_cache, v_cache, table = paged_cache(rng, [3000, 20], 128, 1, 64)
+    q = bf16(rng, 2, 1, HEADS, 64)
+    for splits in ("auto", 0):
+        with pytest.raises(Launched):
+            attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=np.array([3000, 20], np.int32),
+                                   page_table=table, num_splits=splits, level="tile")
+    expected = choose_num_splits(2, 1, HEADS, 3000, 64, False)
+    assert expected > 1 and seen == [expected, expected]
+    k = bf16(rng, 3000, 1, 64)
+    with pytest.raises(Launched):
+        tessera.attention(q[:, 0], k, k, causal=True, cu_seqlens_q=np.array([0, 1, 2], np.int32),
+                          cu_seqlens_k=np.array([0, 2990, 3000], np.int32), max_seqlen_q=1, max_seqlen_k=2990,
+                          num_splits="auto", level="tile")
+    assert seen[-1] == choose_num_splits(2, 1, HEADS, 2990, 64, False)
+
+
+@pytest.mark.parametrize("level", ["target", "ptx"])
+def test_varlen_splits_and_lse_at_target_and_ptx_level(level, rng):
+    lengths_q, lengths_k = [0, 1, 70, 5], [3, 1, 150, 0]
+    cq, ck = cu_seqlens(lengths_q), cu_seqlens(lengths_k)
+    q = bf16(rng, cq[-1], 2, 64)
+    k, v = (bf16(rng, ck[-1], 1, 64) for _ in range(2))
+    results = {splits: tessera.attention(q, k, v, causal=True, cu_seqlens_q=cq, cu_seqlens_k=ck, max_seqlen_q=70,
+                                         max_seqlen_k=150, return_lse=True, num_splits=splits, level=level)
+               for splits in (1, 3)}
+    check_split_results(results, q, k, v, cq, ck, True)
+
+
+@pytest.mark.parametrize("level,page_size", [("target", 16), ("ptx", 128)])
+def test_paged_splits_and_lse_at_target_and_ptx_level(level, page_size, rng):
+    lengths = [1, 300, 0]
+    k_cache, v_cache, table = paged_cache(rng, lengths, page_size, 1, 64)
+    q = bf16(rng, 3, 1, 2, 64)
+    results = {}
+    for splits in (1, 3):
+        o, lse = attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=np.array(lengths, np.int32),
+                                        page_table=table, causal=True, num_splits=splits, return_lse=True,
+                                        level=level)
+        results[splits] = (o.reshape(-1, 2, 64), lse.transpose(1, 0, 2).reshape(2, -1))
+    keys = [np.concatenate([cache_rows(c, table, b, n) for b, n in enumerate(lengths)]) for c in (k_cache, v_cache)]
+    check_split_results(results, q.reshape(-1, 2, 64), *keys, cu_seqlens([1] * 3), cu_seqlens(lengths), True)
+
+
+def test_a_split_store_past_the_sequence_end_is_reported(rng):
+    """The split kernel's partial results are watched too: its bounded stores replaced by plain ones write
+    into the next sequence's rows of %O_partial."""
+    cq = cu_seqlens([3, 5])
+    q, k, v = (rng.standard_normal((1, 8, 64)) for _ in range(3))
+    tables = [cq[:-1], cq[1:], cq[:-1], np.diff(cq).astype(np.int32)]
+    module = build_kernel("flash_attention_varlen", head_dim=64, num_splits=2)
+    for store in [op for op in module.walk() if isinstance(op, tile.StoreGlobalRowsOp)]:
+        store.parent_block().insert_op_before(tile.StoreGlobalOp(store.value, store.dest), store)
+        store.detach()
+        store.erase()
+    shapes = {"O_partial": ((2, 8, 64), 4), "LSE_partial": ((2, 8, 1), 4)}
+    with checking(*(SequenceRows(name, 1, cq[:-1], cq[1:], shape, size) for name, (shape, size) in shapes.items())):
+        with pytest.raises(Exception, match=r"writes row \d+ of %(O|LSE)_partial, outside its sequence 0's rows"):
+            tessera.interpret(module, q, k, v, *tables, max_seqlen_q=5)
+
+
+def test_the_packed_grid_is_max_seqlen_q_blocks_a_sequence():
+    """FlashAttention-3's grid: ceildiv(max_seqlen_q, 128) query blocks per sequence (not per packed tensor),
+    x heads (x num_splits), x batch; the launch size is refused by name when missing or not positive."""
+    from tessera.interpreters.launch import prepare_arguments
+
+    for builder, options in [("flash_attention_varlen", {}), ("flash_attention_paged", {"page_size": 16})]:
+        sig = tessera.find_kernel(build_kernel(builder, head_dim=64, num_splits=3, **options))
+        assert sig.launch_sizes == ("max_seqlen_q",)
+        assert sig.grid_size({"max_seqlen_q": 129, "heads": 6, "batch": 4, "total_q": 1000}) == (2, 18, 4)
+    sig = tessera.find_kernel(build_kernel("flash_attention_varlen", head_dim=64))
+    inputs = [np.zeros((1, 8, 64))] * 3 + [np.array([0], np.int32)] * 4
+    for sizes, got in [({}, "none"), ({"max_seqlen_q": 0}, "0")]:
+        with pytest.raises(ValueError, match=f"needs the launch size max_seqlen_q .*got {got}"):
+            prepare_arguments(sig, inputs, sizes)
+
+
+# endregion
+
+
+def test_a_larger_max_seqlen_q_launches_blocks_that_exit(rng):
+    """max_seqlen_q only sizes the grid: a value above the longest sequence launches query blocks past every
+    sequence's end, which run no key block and store nothing, so the results are the same bits."""
+    cq, ck = cu_seqlens([130, 3, 0]), cu_seqlens([200, 5, 9])
+    q = bf16(rng, cq[-1], 2, 64)
+    k, v = (bf16(rng, ck[-1], 1, 64) for _ in range(2))
+    exact, larger = (tessera.attention(q, k, v, causal=True, cu_seqlens_q=cq, cu_seqlens_k=ck, max_seqlen_q=m,
+                                       max_seqlen_k=200, return_lse=True, num_splits=2, level="tile")
+                     for m in (130, 400))
+    for a, b in zip(exact, larger):
+        np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
+
+
+def test_varlen_without_keys_returns_an_lse_of_minus_infinity(rng):
+    """Nothing to launch (no key for any sequence): O = 0 and the LSE [heads, total_q] is -inf, as FA3's."""
+    q, k = bf16(rng, 3, 2, 64), np.zeros((0, 1, 64), BF16)
+    o, lse = tessera.attention(q, k, k, cu_seqlens_q=np.array([0, 1, 3], np.int32),
+                               cu_seqlens_k=np.array([0, 0, 0], np.int32), max_seqlen_q=2, max_seqlen_k=0,
+                               return_lse=True, num_splits="auto", level="tile")
+    assert np.all(o.astype(np.float32) == 0) and lse.shape == (2, 3) and np.all(np.isneginf(lse))
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_packed_lse_at_head_dim_256(causal, rng):
+    """head_dim 256 has the LSE but no split kernel: "auto" chooses 1 there, and 3 is refused by name."""
+    lengths_q, lengths_k = zip(*FA3_SEQUENCES)
+    cq, ck = cu_seqlens(lengths_q), cu_seqlens(lengths_k)
+    q = bf16(rng, cq[-1], HEADS, 256)
+    k, v = (bf16(rng, ck[-1], 2, 256) for _ in range(2))
+    args = dict(causal=causal, cu_seqlens_q=cq, cu_seqlens_k=ck, max_seqlen_q=max(lengths_q),
+                max_seqlen_k=max(lengths_k), return_lse=True, level="tile")
+    o, lse = tessera.attention(q, k, v, num_splits="auto", **args)
+    for found in filter(None, reference.check_packed_attention(o, lse, q, k, v, cq, ck, BF16, causal)):
+        assert found[0].ok and found[1].ok, found
+    with pytest.raises(ValueError, match=r"num_splits > 1 \(split-KV\) supports head_dim 64, 128"):
+        tessera.attention(q, k, v, num_splits=3, **args)

@@ -34,6 +34,7 @@ from tessera.kernel_abi import (
     ELEMENT_ATTR,
     GRID_ATTR,
     KERNEL_ATTR,
+    LAUNCH_SIZES_ATTR,
     ROLE_ATTR,
     SIZE_ATTR,
     SOURCE_ATTR,
@@ -222,8 +223,9 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
                           f"than the {facts.MAX_SHARED_MEMORY_PER_BLOCK} a thread block of sm_90 may have: use fewer "
                           "pipeline stages or smaller tiles")
         attributes = {KERNEL_ATTR: self.fn.attributes[KERNEL_ATTR], GRID_ATTR: self.fn.attributes[GRID_ATTR]}
-        if CLUSTER_ATTR in self.fn.attributes:
-            attributes[CLUSTER_ATTR] = self.fn.attributes[CLUSTER_ATTR]
+        for kept in (CLUSTER_ATTR, LAUNCH_SIZES_ATTR):  # the launch reads them from the Target IR kernel
+            if kept in self.fn.attributes:
+                attributes[kept] = self.fn.attributes[kept]
         attributes[TARGET_KERNEL_ATTR] = DictionaryAttr({
             "threads": IntegerAttr(self.threads, 64), "smem_bytes": IntegerAttr(self.smem_offset, 64)})
         new = func.FuncOp(self.fn.sym_name.data, (arg_types, []), Region(entry), arg_attrs=ArrayAttr(arg_attrs))

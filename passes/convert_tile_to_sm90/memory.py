@@ -281,13 +281,18 @@ class MemoryLowering:
     def _lower_StoreGlobalOp(self, op: tile.StoreGlobalOp, e: Emitter) -> None:
         window = self._get(op.dest)
         base, offsets, mask, columns = self._window_access(op, window, op.value.type, e)
-        if self._is_column(op.value.type):
-            # The lanes of a row's quad hold the same value: the one whose column base is 0 writes it. (A
-            # register-by-register compare: sm90.selp takes one condition per register, not a scalar one.)
-            lanes = len(columns)
-            first = e.setp("eq", e.broadcast(self.col_base, lanes), e.dense(IndexType(), [0] * lanes))
-            mask = e.andi(mask, first)
+        mask = self._column_writers(op.value.type, mask, columns, e)
         e.op(sm90.StGlobalOp(base, offsets, self._get(op.value), mask, columns))
+
+    def _column_writers(self, ty, mask, columns, e: Emitter):
+        """The store mask of a tile of type `ty`: `mask` itself, or for a column tile ([BM, 1]) `mask` and
+        only the lane whose column base is 0, since the lanes of a row's quad hold the same value. (A
+        register-by-register compare: sm90.selp takes one condition per register, not a scalar one.)"""
+        if not self._is_column(ty):
+            return mask
+        lanes = len(columns)
+        first = e.setp("eq", e.broadcast(self.col_base, lanes), e.dense(IndexType(), [0] * lanes))
+        return e.andi(mask, first)
 
     def _lower_LoadBroadcastOp(self, op: tile.LoadBroadcastOp, e: Emitter) -> None:
         """Each thread loads the window's elements at its registers' columns (every row the same), masked

@@ -33,10 +33,10 @@ class ServingLowering:
         self._set(op.result, e.op(arith.IndexCastOp(scalar, IndexType())))
 
     def _lower_StoreGlobalRowsOp(self, op: tile.StoreGlobalRowsOp, e: Emitter) -> None:
-        """`tile.store_global`'s predicated `st.global`s, with the row bound min(tensor rows, row0 + rows)."""
+        """`tile.store_global`'s predicated `st.global`s (a column tile's, e.g. the LSE, by one lane of each
+        quad), with the row bound min(tensor rows, row0 + rows)."""
         window = self._get(op.dest)
-        if self._is_column(op.value.type):
-            _refuse(op, "a bounded store of a column tile is not supported")
         row_end = e.addi(window.indices[-2], self._get(op.rows))
         base, offsets, mask, columns = self._window_access(op, window, op.value.type, e, row_end=row_end)
+        mask = self._column_writers(op.value.type, mask, columns, e)
         e.op(sm90.StGlobalOp(base, offsets, self._get(op.value), mask, columns))

@@ -57,10 +57,10 @@ def prepare_arguments(
     sig: KernelSignature, inputs: Sequence[np.ndarray], sizes: Mapping[str, int] | None = None
 ) -> tuple[list[np.ndarray], dict[str, int]]:
     """Convert inputs to the kernel's element types (rounding), bind the named sizes (checking any given in
-    `sizes` against the inputs) and allocate zeroed outputs and scratch buffers. Returns every argument in
+    `sizes` against the inputs; the kernel's launch sizes come from `sizes`) and allocate zeroed outputs and scratch buffers. Returns every argument in
     order, and the sizes."""
     arrays = [np.asarray(x) for x in inputs]
-    bound = sig.sizes_from_inputs([a.shape for a in arrays])
+    bound = sig.sizes_from_inputs([a.shape for a in arrays], sizes)
     for name, value in (sizes or {}).items():
         if name not in bound:
             known = ", ".join(bound) or "none"

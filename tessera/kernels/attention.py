@@ -181,9 +181,10 @@ LSE_DIMS = ("batch", "heads", "seq_q", 1)
 """The named dimensions of the LSE output: one f32 per query row, in a column of width 1 (module docstring)."""
 
 
-def lse_arg() -> ArgSpec:
-    """The f32 LSE output argument %LSE [batch, heads, seq_q, 1] (module docstring)."""
-    return ArgSpec("LSE", global_tensor([None, None, None, 1], f32), list(LSE_DIMS), role="out")
+def lse_arg(rows: Sequence[str] = LSE_DIMS[:-1]) -> ArgSpec:
+    """The f32 LSE output argument %LSE [batch, heads, seq_q, 1] (module docstring), or [*rows, 1] for
+    another layout of the query rows (packed sequences: [heads, total_q, 1])."""
+    return ArgSpec("LSE", global_tensor([None] * len(rows) + [1], f32), [*rows, 1], role="out")
 
 
 @dataclass
@@ -205,6 +206,8 @@ class AttentionBlock:
     """The head of K and V this block reads: `head`, or head // (heads // heads_k) with grouped heads."""
     part_batch: SSAValue | None = None
     kv_base: SSAValue | None = None
+    rows_left: SSAValue | None = None
+    """With packed sequences, the rows of the block's own sequence from q0 on: its stores stop there."""
 
     def window(self, b: TileBuilder, tensor: str, row: SSAValue, col: SSAValue, shape: Sequence[int]) -> SSAValue:
         """The window of argument `tensor` (Q, K, V, O, LSE or a scratch buffer) at (batch, head, row, col);
@@ -224,19 +227,26 @@ SPLIT_OUTPUTS = ("O_partial", "LSE_partial")
 """The outputs of a split-KV kernel, each led by the dimension S x batch (module docstring)."""
 
 
-def output_args(c: AttentionConfig) -> list[ArgSpec]:
+def output_args(c: AttentionConfig, rows: Sequence[str] = LSE_DIMS[:-1]) -> list[ArgSpec]:
     """The outputs of an attention kernel: O (and LSE with `return_lse`), or with split-KV the f32 partial
-    results O_partial [S x batch, heads, seq_q, D] and LSE_partial [S x batch, heads, seq_q, 1]."""
+    results O_partial [S x batch, heads, seq_q, D] and LSE_partial [S x batch, heads, seq_q, 1]. `rows` names
+    the dimensions of the query rows ([batch, heads, seq_q]; packed sequences: [heads, total_q], whose
+    partial results are then [S x heads, total_q, ...])."""
     d = c.head_dim
+    free = [None] * len(rows)
     if c.split:
-        parts = tile.DimExprAttr("batch", 1, c.num_splits)
-        o_partial = ArgSpec("O_partial", global_tensor([None, None, None, d], f32), [parts, "heads", "seq_q", d],
-                            role="out")
-        lse_partial = ArgSpec("LSE_partial", global_tensor([None, None, None, 1], f32), [parts, "heads", "seq_q", 1],
-                              role="out")
+        dims = [tile.DimExprAttr(rows[0], 1, c.num_splits), *rows[1:]]
+        o_partial = ArgSpec("O_partial", global_tensor([*free, d], f32), [*dims, d], role="out")
+        lse_partial = ArgSpec("LSE_partial", global_tensor([*free, 1], f32), [*dims, 1], role="out")
         return [o_partial, lse_partial]
-    o = ArgSpec("O", global_tensor([None, None, None, d], c.element_type), ["batch", "heads", "seq_q", d], role="out")
-    return [o, lse_arg()] if c.return_lse else [o]
+    o = ArgSpec("O", global_tensor([*free, d], c.element_type), [*rows, d], role="out")
+    return [o, lse_arg(rows)] if c.return_lse else [o]
+
+
+def grid_heads(c: AttentionConfig) -> str | tile.DimExprAttr:
+    """The grid's y extent: heads, or S x heads with split-KV (block y handles part y / heads of head
+    y mod heads, `split_part`)."""
+    return tile.DimExprAttr("heads", 1, c.num_splits) if c.split else "heads"
 
 
 def attention_kernel(
@@ -262,8 +272,7 @@ def attention_kernel(
         *output_args(c),
         *scratch,
     ]
-    heads_axis = tile.DimExprAttr("heads", 1, c.num_splits) if c.split else "heads"
-    grid = [ceildiv_dim("seq_q", c.block_m), heads_axis, "batch"]
+    grid = [ceildiv_dim("seq_q", c.block_m), grid_heads(c), "batch"]
     fn, b = kernel_function(c.kernel_name(variant), args, c.kernel_info(), grid)
     values = dict(zip((a.name for a in args), fn.body.blocks.first.args))
 
@@ -276,14 +285,9 @@ def attention_kernel(
     n_kv = key_block_count(b, c, q0, seq_q, seq_k)
     if not c.split:
         blk = AttentionBlock(c, values, batch, head, q0, seq_q, seq_k, n_kv)
-    else:  # grid y is part x heads + head; the loop sees the part's keys from kv_base on (module docstring)
-        heads = b.dim(values["Q"], 1, "heads")
-        part = b.divui(head, heads, "part")
-        head = b.remui(head, heads, "head")
+    else:
+        part, head, count, kv_base, seq_k_part = split_part(b, c, head, b.dim(values["Q"], 1, "heads"), n_kv, seq_k)
         part_batch = b.addi(b.muli(part, b.dim(values["Q"], 0, "batch_size"), "part_offset"), batch, "part_batch")
-        start, count = split_key_range(b, c, part, n_kv)
-        kv_base = b.muli(start, b.const(c.block_n), "kv_base")
-        seq_k_part = b.subi(seq_k, kv_base, "seq_k_part")
         blk = AttentionBlock(c, values, batch, head, q0, seq_q, seq_k_part, count, part_batch=part_batch,
                              kv_base=kv_base)
     if grouped:
@@ -328,6 +332,18 @@ def split_key_range(b: TileBuilder, c: AttentionConfig, part: SSAValue, n_kv: SS
     return start, b.minsi(per_part, left, "n_kv_part")
 
 
+def split_part(b: TileBuilder, c: AttentionConfig, y: SSAValue, heads: SSAValue, n_kv: SSAValue,
+               seq_k: SSAValue) -> tuple[SSAValue, SSAValue, SSAValue, SSAValue, SSAValue]:
+    """The split-KV coordinates of a block whose grid y is part x heads + head and whose query block sees
+    n_kv key blocks: (part, head, the part's key block count, its first key kv_base, seq_k - kv_base). The
+    loop then sees the part's keys from kv_base on (module docstring)."""
+    part = b.divui(y, heads, "part")
+    head = b.remui(y, heads, "head")
+    start, count = split_key_range(b, c, part, n_kv)
+    kv_base = b.muli(start, b.const(c.block_n), "kv_base")
+    return part, head, count, kv_base, b.subi(seq_k, kv_base, "seq_k_part")
+
+
 def load_key_block(b: TileBuilder, blk: AttentionBlock, k0: SSAValue, tensors: Sequence[str]) -> None:
     """Copy the key block at k0 of each of `tensors` (K and/or V) into its shared tile and make it visible:
     cp_async each, commit, wait for every group (this also covers the Q copy), barrier."""
@@ -364,20 +380,27 @@ def accumulate_pv(b: TileBuilder, blk: AttentionBlock, p: SSAValue, acc: SSAValu
     return b.mma(p_half, blk.smem["V"], acc, "acc_next")
 
 
+def store_rows(b: TileBuilder, blk: AttentionBlock, value: SSAValue, tensor: str) -> None:
+    """Store the block's [BM, n] tile `value` at its rows of `tensor`: rows past the tensor's end are
+    dropped, and with packed sequences (`rows_left`) rows past the sequence's end too (`tile.store_global_rows`:
+    they belong to the next sequence)."""
+    window = blk.window(b, tensor, blk.q0, b.const(0), list(value.type.get_shape()))
+    if blk.rows_left is None:
+        b.store_global(value, window)
+    else:
+        b.emit(tile.StoreGlobalRowsOp(value, window, blk.rows_left))
+
+
 def store_output(b: TileBuilder, blk: AttentionBlock, o: SSAValue) -> None:
-    """Round the normalised [BM, D] output tile to the element type and store it; rows past seq_q are
-    dropped by the bounded store."""
-    c = blk.config
-    o_half = b.cast(o, c.element_type, "o_half")
-    b.store_global(o_half, blk.window(b, "O", blk.q0, b.const(0), [c.block_m, c.head_dim]))
+    """Round the normalised [BM, D] output tile to the element type and store it (`store_rows`)."""
+    store_rows(b, blk, b.cast(o, blk.config.element_type, "o_half"), "O")
 
 
 def store_lse(b: TileBuilder, blk: AttentionBlock, m: SSAValue, l: SSAValue, tensor: str = "LSE") -> None:
     """Store LSE = m + ln(l) of the block's rows into `tensor` (LSE or LSE_partial) as a [BM, 1] column;
-    a row that saw no key has m = -inf and l = 0, so its LSE is -inf. Rows past seq_q are dropped."""
+    a row that saw no key has m = -inf and l = 0, so its LSE is -inf (`store_rows`)."""
     lse = b.binary(tile.AddOp, m, b.unary(tile.LogOp, l, "log_l"), "lse")
-    column = b.reshape(lse, [blk.config.block_m, 1], "lse_column")
-    b.store_global(column, blk.window(b, tensor, blk.q0, b.const(0), [blk.config.block_m, 1]))
+    store_rows(b, blk, b.reshape(lse, [blk.config.block_m, 1], "lse_column"), tensor)
 
 
 def store_results(b: TileBuilder, blk: AttentionBlock, acc: SSAValue, m: SSAValue, l: SSAValue) -> None:
@@ -385,8 +408,7 @@ def store_results(b: TileBuilder, blk: AttentionBlock, acc: SSAValue, m: SSAValu
     LSE if asked; with split-KV, O_partial = acc / l in f32 and LSE_partial instead."""
     o = b.binary(tile.DivRowsOp, acc, l, "o")
     if blk.config.split:
-        c = blk.config
-        b.store_global(o, blk.window(b, "O_partial", blk.q0, b.const(0), [c.block_m, c.head_dim]))
+        store_rows(b, blk, o, "O_partial")
         store_lse(b, blk, m, l, "LSE_partial")
         return
     store_output(b, blk, o)

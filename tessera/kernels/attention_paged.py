@@ -21,7 +21,10 @@ the rows of several small pages into one 128-row tile with cp.async instead; Tes
 costs more loop trips and narrower wgmmas at page 16, but every copy stays one TMA box.)
 
 Queries are packed as in `attention_varlen` (a decoding step of batch B with seq_q queries each is
-seqstart_q = 0, seq_q, 2 seq_q, ...), and so is the bounded store of O.
+seqstart_q = 0, seq_q, 2 seq_q, ...), and so are the grid (ceildiv(max_seqlen_q, BM), heads [x S], batch),
+max_seqlen_q a launch size, the bounded stores, the LSE output (`return_lse`) and the split-KV partial
+results (`num_splits`): the key range of a part is a contiguous run of the sequence's key blocks, each still
+read through the page table.
 """
 
 from __future__ import annotations
@@ -33,12 +36,19 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
 
 from tessera.dialects import tile
-from tessera.kernels.attention import DEFAULT_BLOCK_M, DEFAULT_BLOCK_N, HEAD_DIMS, AttentionConfig
-from tessera.kernels.attention_varlen import VarlenBlock, i32, load_q_and_run, varlen_block_start
+from tessera.kernels.attention import DEFAULT_BLOCK_M, DEFAULT_BLOCK_N, HEAD_DIMS, AttentionConfig, output_args
+from tessera.kernels.attention_varlen import (
+    LAUNCH_SIZES,
+    PACKED_ROWS,
+    VarlenBlock,
+    i32,
+    load_q_and_run,
+    packed_grid,
+    varlen_block_start,
+)
 from tessera.kernels.common import (
     ArgSpec,
     TileBuilder,
-    ceildiv_dim,
     check_choice,
     finish_kernel,
     global_tensor,
@@ -81,12 +91,15 @@ def flash_attention_paged(
     scale: float | None = None,
     page_size: int = 128,
     block_m: int = DEFAULT_BLOCK_M,
+    return_lse: bool = False,
+    num_splits: int = 1,
 ) -> ModuleOp:
-    """The online one-pass kernel over a paged KV cache, `flash_attention_paged{BN}_d{D}_{dtype}[_causal]`,
-    for caches whose page_size is a multiple of the key block `paged_block_n(head_dim, page_size)` (the
-    kernel takes any such page_size at run time). See the module docstring for its arguments."""
+    """The online one-pass kernel over a paged KV cache, `flash_attention_paged{BN}_d{D}_{dtype}[_causal]`
+    (`..._lse` with the LSE, `..._split{S}` for split-KV parts), for caches whose page_size is a multiple of
+    the key block `paged_block_n(head_dim, page_size)` (the kernel takes any such page_size at run time).
+    See the module docstring for its arguments."""
     block_n = paged_block_n(head_dim, page_size)
-    c = AttentionConfig.checked(head_dim, causal, dtype, scale, block_m, block_n)
+    c = AttentionConfig.checked(head_dim, causal, dtype, scale, block_m, block_n, return_lse, num_splits)
     elt, d = c.element_type, c.head_dim
     tensor = global_tensor([None, None, d], elt)
     cache = global_tensor([None, None, None, d], elt)
@@ -98,10 +111,10 @@ def flash_attention_paged(
         ArgSpec("seqend_q", global_tensor([None], i32), ["batch"]),
         ArgSpec("page_table", global_tensor([None, None], i32), ["batch", "max_pages"]),
         ArgSpec("cache_seqlens", global_tensor([None], i32), ["batch"]),
-        ArgSpec("O", tensor, ["heads", "total_q", d], role="out"),
+        *output_args(c, PACKED_ROWS),
     ]
-    grid = [ceildiv_dim("total_q", c.block_m), "heads", "batch"]
-    fn, b = kernel_function(c.kernel_name(f"flash_attention_paged{block_n}"), args, c.kernel_info(), grid)
+    fn, b = kernel_function(c.kernel_name(f"flash_attention_paged{block_n}"), args, c.kernel_info(), packed_grid(c),
+                            LAUNCH_SIZES)
     values = dict(zip((a.name for a in args), fn.body.blocks.first.args))
     batch = b.program_id("z", "batch")
     seq_k = b.emit(tile.LoadIndexOp(values["cache_seqlens"], [batch]), "seq_k")

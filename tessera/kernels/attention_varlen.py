@@ -13,15 +13,28 @@ differences of `cu_seqlens_k`) as FlashAttention takes them; `tessera.runtime.va
 Lengths 0 and 1 and lengths that are no multiple of a block are all valid. Query head h reads key head
 h // (heads // heads_k).
 
-The grid is (ceildiv(total_q, BM), heads, batch): the kernel has no named size for the longest sequence, so
-it launches as many query blocks as the whole packed tensor has; a block whose rows start past the end of
-its sequence runs no key block and stores nothing (its cost is a few table reads). Within a sequence every
+The grid is (ceildiv(max_seqlen_q, BM), heads, batch), as FlashAttention-3 launches it: max_seqlen_q, the
+longest sequence's query rows, is a launch size (`tessera.kernel_abi`: the caller gives it beside the
+inputs, and checks on the host that it is at least every sequence's length; a larger value only launches
+blocks that exit). A block whose rows start past the end of its sequence runs no key block and stores
+nothing (its cost is a few table reads). Within a sequence every
 position is relative to its start, so masks (`tile.mask_bounds` at the sequence's key length,
 `tile.mask_causal` aligned bottom-right per sequence) are those of the dense kernel. Loads may read rows of
 the next sequence (the Q rows past the end give rows that are not stored; the K rows are masked, so the V
 rows are multiplied by P = 0); the output is stored with `tile.store_global_rows`, which writes only the
 rows of the block's own sequence: O is never written with a box that crosses the sequence end
 (FlashAttention-3 drops its TMA store of O in varlen mode for the same reason).
+
+With `return_lse=True` the kernel also writes %LSE [heads, total_q, 1] f32 (FlashAttention-3's varlen LSE
+[heads, total_q], natural log, -inf for a row that sees no key). With `num_splits = S > 1` it writes instead,
+as the dense split kernel does (`tessera.kernels.attention`), each part's f32 results
+
+    %O_partial   : [S x heads, total_q, D]     (the scratch [S, heads, total_q, D])
+    %LSE_partial : [S x heads, total_q, 1]
+
+block y = part x heads + head writing index y of the leading dimension; `attention_combine` merges them,
+read as [S, 1, heads, total_q, ...] (a batch of one whose seq_q is total_q: a reshape). Every row of a
+sequence is written by every part (an empty part writes O = 0, LSE = -inf); rows no sequence covers are not.
 """
 
 from __future__ import annotations
@@ -35,10 +48,15 @@ from xdsl.ir import SSAValue
 from tessera.dialects import tile
 from tessera.kernels.attention import (
     DEFAULT_BLOCK_M,
+    SPLIT_OUTPUTS,
     AttentionBlock,
     AttentionConfig,
     flash_loop,
+    grid_heads,
     key_block_count,
+    output_args,
+    split_part,
+    store_results,
 )
 from tessera.kernels.common import (
     ArgSpec,
@@ -53,6 +71,12 @@ from tessera.kernels.common import (
 TABLES = ("seqstart_q", "seqend_q", "seqstart_k", "seqlen_k")
 """The i32 tables of a varlen kernel, in argument order after V, each [batch]."""
 
+PACKED_ROWS = ("heads", "total_q")
+"""The dimensions of the query rows of a packed output (`attention.output_args`)."""
+
+LAUNCH_SIZES = ("max_seqlen_q",)
+"""The packed kernels' launch size (`tessera.kernel_abi`): the longest sequence's query rows."""
+
 i32 = IntegerType(32)
 
 
@@ -65,9 +89,10 @@ class VarlenBlock(AttentionBlock):
     k_start: SSAValue | None = None
 
     def window(self, b: TileBuilder, tensor: str, row: SSAValue, col: SSAValue, shape) -> SSAValue:
-        """The window of `tensor` at (head, start + row, col), K and V at `kv_head`."""
+        """The window of `tensor` at (head, start + row, col), K and V at `kv_head`, the split-KV partial
+        results at `part_batch` (part x heads + head)."""
         is_kv = tensor in ("K", "V")
-        head = self.kv_head if is_kv else self.head
+        head = self.kv_head if is_kv else self.part_batch if tensor in SPLIT_OUTPUTS else self.head
         start = self.k_start if is_kv else self.q_start
         absolute = b.addi(start, row, f"{tensor.lower()}_row")
         return b.view(self.args[tensor], [head, absolute, col], shape, f"{tensor.lower()}_window")
@@ -80,9 +105,10 @@ def varlen_block_start(
     """Block coordinates, the sequence's extents read from the tables, the key-block count (0 for a block past
     its sequence's end) and the key head; `k_start`/`seq_k` replace the key tables' values and `batch` the
     program id z when given, and K's head count is its dimension `heads_k_axis` (the paged kernel has no
-    packed K)."""
+    packed K). With split-KV, grid y is part x heads + head (`attention.split_part`), the part's partial
+    results are at y of their leading dimension, and its keys are those from kv_base on."""
     q_block = b.program_id("x", "q_block")
-    head = b.program_id("y", "head")
+    head = b.program_id("y", "part_head" if c.split else "head")
     if batch is None:
         batch = b.program_id("z", "batch")
     q_start = b.emit(tile.LoadIndexOp(values["seqstart_q"], [batch]), "q_start")
@@ -96,16 +122,21 @@ def varlen_block_start(
     # 1 if the block has rows of its sequence, else 0: multiplies the key-block count.
     has_rows = b.minsi(b.maxsi(b.subi(seq_q, q0, "rows_left"), b.const(0), "rows_left_pos"), b.const(1), "has_rows")
     n_kv = b.muli(key_block_count(b, c, q0, seq_q, seq_k), has_rows, "n_kv_block")
-    group = b.emit(arith.DivUIOp(b.dim(values["Q"], 0, "heads"), b.dim(values["K"], heads_k_axis, "heads_k")), "group")
+    heads = b.dim(values["Q"], 0, "heads")
+    part_batch = kv_base = None
+    if c.split:
+        part_batch = head
+        _, head, n_kv, kv_base, seq_k = split_part(b, c, head, heads, n_kv, seq_k)
+    group = b.emit(arith.DivUIOp(heads, b.dim(values["K"], heads_k_axis, "heads_k")), "group")
     kv_head = b.emit(arith.DivUIOp(head, group), "kv_head")
-    blk = VarlenBlock(c, values, batch, head, q0, seq_q, seq_k, n_kv, kv_head=kv_head, q_start=q_start,
-                      k_start=k_start)
-    return blk
+    return VarlenBlock(c, values, batch, head, q0, seq_q, seq_k, n_kv, kv_head=kv_head, part_batch=part_batch,
+                       kv_base=kv_base, q_start=q_start, k_start=k_start)
 
 
 def load_q_and_run(b: TileBuilder, blk: VarlenBlock) -> None:
-    """Shared tiles, the Q copy, the online-softmax loop and the bounded store of O (rows of the block's
-    sequence only)."""
+    """Shared tiles, the Q copy, the online-softmax loop and the bounded stores of its results
+    (`attention.store_results`: O, the LSE, or the split-KV partial results; rows of the block's sequence
+    only)."""
     c = blk.config
     elt, d = c.element_type, c.head_dim
     blk.smem["Q"] = b.alloc_shared(shared_tile([c.block_m, d], elt), "q_smem")
@@ -113,10 +144,15 @@ def load_q_and_run(b: TileBuilder, blk: VarlenBlock) -> None:
     blk.smem["V"] = b.alloc_shared(shared_tile([c.block_n, d], elt), "v_smem")
     b.cp_async(blk.window(b, "Q", blk.q0, b.const(0), [c.block_m, d]), blk.smem["Q"])
     b.cp_commit_group()
-    _, l, acc = flash_loop(b, blk)
-    o = b.cast(b.binary(tile.DivRowsOp, acc, l, "o"), elt, "o_half")
-    rows = b.subi(blk.seq_q, blk.q0, "rows_left")
-    b.emit(tile.StoreGlobalRowsOp(o, blk.window(b, "O", blk.q0, b.const(0), [c.block_m, d]), rows))
+    m, l, acc = flash_loop(b, blk)
+    blk.rows_left = b.subi(blk.seq_q, blk.q0, "rows_left")
+    store_results(b, blk, acc, m, l)
+
+
+def packed_grid(c: AttentionConfig) -> list:
+    """The grid of the packed kernels: (ceildiv(max_seqlen_q, BM), heads [x S], batch), max_seqlen_q a launch
+    size (module docstring)."""
+    return [ceildiv_dim("max_seqlen_q", c.block_m), grid_heads(c), "batch"]
 
 
 def flash_attention_varlen(
@@ -126,10 +162,13 @@ def flash_attention_varlen(
     scale: float | None = None,
     block_m: int = DEFAULT_BLOCK_M,
     block_n: int | None = None,
+    return_lse: bool = False,
+    num_splits: int = 1,
 ) -> ModuleOp:
-    """The online one-pass kernel over packed sequences, `flash_attention_varlen_d{D}_{dtype}[_causal]` (see the
-    module docstring for its arguments); the loop is `attention.flash_loop`, the same as the dense kernel's."""
-    c = AttentionConfig.checked(head_dim, causal, dtype, scale, block_m, block_n)
+    """The online one-pass kernel over packed sequences, `flash_attention_varlen_d{D}_{dtype}[_causal][_lse]`
+    or `..._split{S}` (see the module docstring for its arguments); the loop is `attention.flash_loop`, the
+    same as the dense kernel's."""
+    c = AttentionConfig.checked(head_dim, causal, dtype, scale, block_m, block_n, return_lse, num_splits)
     elt, d = c.element_type, c.head_dim
     tensor = global_tensor([None, None, d], elt)
     table = global_tensor([None], i32)
@@ -138,10 +177,10 @@ def flash_attention_varlen(
         ArgSpec("K", tensor, ["heads_k", "total_k", d]),
         ArgSpec("V", tensor, ["heads_k", "total_k", d]),
         *(ArgSpec(name, table, ["batch"]) for name in TABLES),
-        ArgSpec("O", tensor, ["heads", "total_q", d], role="out"),
+        *output_args(c, PACKED_ROWS),
     ]
-    grid = [ceildiv_dim("total_q", c.block_m), "heads", "batch"]
-    fn, b = kernel_function(c.kernel_name("flash_attention_varlen"), args, c.kernel_info(), grid)
+    fn, b = kernel_function(c.kernel_name("flash_attention_varlen"), args, c.kernel_info(), packed_grid(c),
+                            LAUNCH_SIZES)
     values = dict(zip((a.name for a in args), fn.body.blocks.first.args))
     blk = varlen_block_start(b, c, values)
     load_q_and_run(b, blk)

@@ -37,7 +37,7 @@ from tessera.dialects.tile_types import (
     TileType,
     element_byte_width,
 )
-from tessera.kernel_abi import DIMS_ATTR, GRID_ATTR, KERNEL_ATTR, ROLE_ATTR, KernelSignature, signature
+from tessera.kernel_abi import DIMS_ATTR, GRID_ATTR, KERNEL_ATTR, LAUNCH_SIZES_ATTR, ROLE_ATTR, KernelSignature, signature
 
 # region Argument checking
 
@@ -291,8 +291,10 @@ def kernel_function(
     args: Sequence[ArgSpec],
     kernel_info: dict[str, Attribute],
     grid: Sequence[str | int | tile.DimExprAttr],
+    launch_sizes: Sequence[str] = (),
 ) -> tuple[func.FuncOp, TileBuilder]:
-    """An empty kernel `func.func` with its argument and kernel attributes, and a builder for its body."""
+    """An empty kernel `func.func` with its argument and kernel attributes, and a builder for its body;
+    `launch_sizes` are sizes the grid uses that the launch gives (`tessera.kernel_abi`)."""
     arg_attrs = []
     for arg in args:
         attrs: dict[str, Attribute] = {DIMS_ATTR: DimsAttr(arg.dims)}
@@ -302,6 +304,8 @@ def kernel_function(
     fn = func.FuncOp(name, ([a.type for a in args], []), arg_attrs=ArrayAttr(arg_attrs))
     fn.attributes[KERNEL_ATTR] = DictionaryAttr(kernel_info)
     fn.attributes[GRID_ATTR] = DimsAttr(grid)
+    if launch_sizes:
+        fn.attributes[LAUNCH_SIZES_ATTR] = ArrayAttr([StringAttr(n) for n in launch_sizes])
     block = fn.body.blocks.first
     for value, arg in zip(block.args, args):
         value.name_hint = arg.name

@@ -19,7 +19,7 @@ import numpy as np
 from tessera.dialects.tile_types import DimsAttr
 from tessera.host import HostDescription
 from tessera.interpreters.sm90.launch import target_kernel
-from tessera.kernel_abi import ELEMENT_ATTR
+from tessera.kernel_abi import ELEMENT_ATTR, bind_launch_sizes, launch_size_names
 from tessera.numerics import numpy_dtype
 from tessera.sm90 import facts
 
@@ -92,9 +92,11 @@ def kernel_tensors(host: HostDescription) -> tuple[KernelTensor, ...]:
     return tuple(found[s] for s in sorted(found))
 
 
-def bind_sizes(host: HostDescription, shapes: Mapping[int, Sequence[int]]) -> dict[str, int]:
-    """The named sizes, bound from the shapes of the input tensors (`shapes` by source); ValueError names the
-    tensor and dimension that disagree, or a size no input defines."""
+def bind_sizes(host: HostDescription, shapes: Mapping[int, Sequence[int]],
+               launch: Mapping[str, int] | None = None) -> dict[str, int]:
+    """The named sizes, bound from the shapes of the input tensors (`shapes` by source), and the kernel's
+    launch sizes from `launch` (`tessera.kernel_abi`); ValueError names the tensor and dimension that
+    disagree, a size no input defines, or a launch size not given."""
     sizes: dict[str, int] = {}
     for tensor in kernel_tensors(host):
         if tensor.role != "in":
@@ -121,7 +123,7 @@ def bind_sizes(host: HostDescription, shapes: Mapping[int, Sequence[int]]) -> di
         if param.kind == "size" and not 0 <= sizes[param.size] < SIZE_PARAM_LIMIT:
             raise ValueError(f"@{host.kernel}: size {param.size} = {sizes[param.size]} does not fit the kernel's "
                              f"32-bit parameter {param.name}")
-    return sizes
+    return bind_launch_sizes(host.kernel, launch_size_names(host.op), sizes, launch or {})
 
 
 def check_views(host: HostDescription, sizes: Mapping[str, int], views: Mapping[int, TensorView]) -> None:

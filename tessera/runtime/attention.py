@@ -17,7 +17,8 @@ blocks per query block (flash-decoding) and runs the combine kernel after them. 
 CPU, and returns NumPy arrays (CPU tensors for PyTorch inputs). k and v may have heads_k heads, a divisor of
 q's heads (GQA/MQA; decoding packs each group's query heads into one block's rows, PackGQA). With
 `cu_seqlens_q=`, `cu_seqlens_k=`, `max_seqlen_q=`, `max_seqlen_k=` (and optionally `seqused_k=`) q, k and v
-are packed [total_tokens, heads, head_dim] sequences (`tessera.runtime.serving`).
+are packed [total_tokens, heads, head_dim] sequences (`tessera.runtime.serving`), with `return_lse` (lse then
+[heads, total_q], FlashAttention-3's varlen layout) and `num_splits` as above.
 
 The kernel for (head_dim, causal, dtype, scale) is compiled once and kept on disk (`tessera.runtime.cache`).
 The arguments are checked before anything is compiled or launched, and before a GPU is looked for:
@@ -144,11 +145,9 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, return_
         if cu_seqlens_q is None or cu_seqlens_k is None or max_seqlen_q is None or max_seqlen_k is None:
             raise ValueError("attention: packed sequences need cu_seqlens_q, cu_seqlens_k, max_seqlen_q and "
                              "max_seqlen_k together")
-        if return_lse is not False or not (isinstance(num_splits, int) and num_splits == 1):
-            raise ValueError("attention: return_lse and num_splits are not supported with packed sequences "
-                             "(cu_seqlens) yet")
         return attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
-                                causal=causal, scale=scale, level=level)
+                                causal=causal, scale=scale, return_lse=return_lse, num_splits=num_splits,
+                                level=level)
     if max_seqlen_q is not None or max_seqlen_k is not None or seqused_k is not None:
         raise ValueError("attention: max_seqlen_q, max_seqlen_k and seqused_k go with cu_seqlens_q and "
                          "cu_seqlens_k (packed sequences)")

@@ -30,25 +30,27 @@ def check_level(level: object) -> None:
                          f"got {level!r}")
 
 
-def resolve_num_splits(num_splits: object, q_shape, k_shape, head_dim: int, causal: bool) -> int:
+def resolve_num_splits(num_splits: object, batch: int, heads: int, seq_q: int, seq_k: int, head_dim: int,
+                       causal: bool, where: str = "attention") -> int:
     """The split count: `num_splits` itself (an integer 1 .. MAX_SPLITS), or for "auto" FlashAttention-3's
-    heuristic (`choose_num_splits`), which never splits a head_dim the split kernel refuses."""
+    heuristic (`choose_num_splits`) for `batch` x `heads` rows of seq_q queries (the kernel's: a PackGQA
+    launch has heads_k heads of group x seq_q rows) against seq_k keys, which never splits a head_dim the
+    split kernel refuses. ValueError naming num_splits (and `where`) otherwise."""
     from tessera.kernels.attention import SPLIT_HEAD_DIMS, check_num_splits
     from tessera.kernels.attention_split import choose_num_splits
 
     if isinstance(num_splits, str):
         if num_splits != "auto":
-            raise ValueError(f"attention: num_splits must be an integer or \"auto\"; got {num_splits!r}")
+            raise ValueError(f"{where}: num_splits must be an integer or \"auto\"; got {num_splits!r}")
         if head_dim not in SPLIT_HEAD_DIMS:
             return 1
-        batch, heads, seq_q, _ = (int(d) for d in q_shape)
-        return choose_num_splits(batch, heads, seq_q, int(k_shape[2]), head_dim, causal)
+        return choose_num_splits(batch, heads, seq_q, seq_k, head_dim, causal)
     if isinstance(num_splits, np.integer):
         num_splits = int(num_splits)
     try:
         return check_num_splits(num_splits)
     except ValueError as e:
-        raise ValueError(f"attention: {e} (or \"auto\")") from None
+        raise ValueError(f"{where}: {e} (or \"auto\")") from None
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,8 @@ def attention_plan(q_shape, k_shape, head_dim: int, causal: bool, dtype: str, sc
     `grouped`: k and v have fewer heads than q (the forward kernel's `grouped` option, GQA/MQA)."""
     if not isinstance(return_lse, bool):
         raise ValueError(f"attention: return_lse must be True or False; got {return_lse!r}")
-    splits = resolve_num_splits(num_splits, q_shape, k_shape, head_dim, causal)
+    batch, heads, seq_q, _ = (int(d) for d in q_shape)
+    splits = resolve_num_splits(num_splits, batch, heads, seq_q, int(k_shape[2]), head_dim, causal)
     forward = attention_config(head_dim, causal, dtype, scale, return_lse=return_lse, num_splits=splits,
                                cluster=cluster)
     if grouped:

@@ -2,7 +2,7 @@
 FlashAttention's `flash_attn_with_kvcache`.
 
     o = attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=None, k_new=None, v_new=None,
-                               causal=False, scale=None, level=None)
+                               causal=False, scale=None, num_splits=1, return_lse=False, level=None)
 
 - q: [batch, seq_q, heads, head_dim];
 - k_cache, v_cache: [num_pages, page_size, heads_k, head_dim] with `page_table` (int32 [batch, max_pages]: page
@@ -14,7 +14,15 @@ FlashAttention's `flash_attn_with_kvcache`.
   cache_seqlens[b] .. cache_seqlens[b] + seq_new - 1 (through the page table) before attending, as
   FlashAttention does; the keys attended to are then cache_seqlens[b] + seq_new;
 - o: [batch, seq_q, heads, head_dim]. Causal masks are aligned bottom-right (query i of seq_q sees keys up to
-  i + seqlen_k - seq_q), so one decoding query sees the whole cache.
+  i + seqlen_k - seq_q), so one decoding query sees the whole cache;
+- num_splits: 1, an integer up to 256, or "auto" (0 means "auto" too, FlashAttention's convention):
+  split-KV, each sequence's key range divided over that many thread blocks whose partial results the combine
+  kernel merges; "auto" is FlashAttention-3's heuristic (`attention_split.choose_num_splits`) for the
+  kernel's blocks against the longest cache length (cache_seqlens + seq_new where the host can read
+  cache_seqlens, else the cache's capacity);
+- return_lse: also return lse, f32 [batch, heads, seq_q] (FlashAttention's `softmax_lse` with
+  `return_softmax_lse=True`): the natural log of each row's softmax denominator, -inf for a row that sees no
+  key (an empty cache), whose o is 0.
 
 `level` None runs on the GPU; "tile", "target", "ptx" run the same kernel
 (`tessera.kernels.flash_attention_paged`) in that interpreter, with `tessera.interpreters.serving_checks`
@@ -45,8 +53,7 @@ from tessera.runtime.serving import (
     check_values,
     element_type,
     is_torch,
-    run_kernel,
-    sequence_checks,
+    run_packed,
 )
 
 PACK_ROWS = 128
@@ -94,7 +101,8 @@ def append_to_cache(k_cache, v_cache, k_new, v_new, page_table, cache_seqlens) -
 
 
 def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=None, k_new=None, v_new=None,
-                           causal: bool = False, scale: float | None = None, level=None):
+                           causal: bool = False, scale: float | None = None, num_splits: int | str = 1,
+                           return_lse: bool = False, level=None):
     """Attention of q against a (paged) KV cache, appending k_new/v_new first; see the module docstring."""
     where = "attention_with_kvcache"
     check_level(where, level)
@@ -167,16 +175,24 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=N
         raise ValueError(f"{where}: cache_seqlens (+ seq_new = {seq_new}) must lie in [0, {capacity}] (the rows the "
                          f"page table or cache reaches), got {lengths.tolist()}")
 
+    if not isinstance(return_lse, bool):
+        raise ValueError(f"{where}: return_lse must be True or False; got {return_lse!r}")
+    from tessera.kernels import AttentionConfig
+    from tessera.runtime.attention_plan import resolve_num_splits
+
+    group = heads // heads_k
+    packed = pack_gqa(seq_q, group, causal)
+    rows, q_heads = (group * seq_q, heads_k) if packed else (seq_q, heads)
+    longest = capacity if lengths is None or not lengths.size else int(lengths.max()) + seq_new
+    if isinstance(num_splits, int | np.integer) and not isinstance(num_splits, bool) and num_splits == 0:
+        num_splits = "auto"
+    splits = resolve_num_splits(num_splits, batch, q_heads, rows, max(longest, 1), head_dim, causal, where)
+    checked = AttentionConfig.checked(head_dim, causal, dtype, scale, return_lse=return_lse, num_splits=splits)
+
     if k_new is not None:
         append_to_cache(pages_k, pages_v, k_new, v_new, table, cache_seqlens)
         cache_seqlens = cache_seqlens + seq_new
 
-    from tessera.kernels import AttentionConfig
-
-    checked = AttentionConfig.checked(head_dim, causal, dtype, scale)
-    group = heads // heads_k
-    packed = pack_gqa(seq_q, group, causal)
-    rows, q_heads = (group * seq_q, heads_k) if packed else (seq_q, heads)
     # Q head-major: [heads_k, batch, group, seq_q, D] flattened to [q_heads, batch * rows, D].
     if packed:
         q5 = q.reshape(batch, seq_q, heads_k, group, head_dim)
@@ -192,17 +208,23 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=N
     options = {"head_dim": head_dim, "causal": checked.causal and not (packed and seq_q == 1), "dtype": dtype,
                "scale": checked.scale, "page_size": page_size}
     inputs = [qk, cache_k, cache_v, starts_t, ends_t, table, cache_seqlens]
-    with sequence_checks(level, starts, starts + rows, (q_heads, batch * rows, head_dim), "K", "V"):
-        o = run_kernel(where, "flash_attention_paged", options, inputs, level)
-    # Back to [batch, seq_q, heads, D].
+    o, lse = run_packed(where, "flash_attention_paged", options, inputs, (q_heads, batch * rows, head_dim), starts,
+                        starts + rows, rows, splits, return_lse, level, ("K", "V"))
+    # Back to [batch, seq_q, heads, D] (and the LSE to [batch, heads, seq_q]).
     if packed:
         o5 = o.reshape(heads_k, batch, group, seq_q, head_dim)
         o = o5.transpose(1, 3, 0, 2, 4) if lib is np else o5.permute(1, 3, 0, 2, 4)
     else:
         o4 = o.reshape(heads, batch, seq_q, head_dim)
         o = o4.transpose(1, 2, 0, 3) if lib is np else o4.permute(1, 2, 0, 3)
-    return np.ascontiguousarray(o.reshape(batch, seq_q, heads, head_dim)) if lib is np else \
+    o = np.ascontiguousarray(o.reshape(batch, seq_q, heads, head_dim)) if lib is np else \
         o.reshape(batch, seq_q, heads, head_dim).contiguous()
+    if not return_lse:
+        return o
+    lse4 = lse.reshape(q_heads, batch, rows // seq_q, seq_q)  # [heads_k, batch, group, seq_q] when packed
+    lse4 = lse4.transpose(1, 0, 2, 3) if lib is np else lse4.permute(1, 0, 2, 3)
+    lse = lse4.reshape(batch, heads, seq_q)
+    return o, (np.ascontiguousarray(lse) if lib is np else lse.contiguous())
 
 
 __all__ = ["attention_with_kvcache", "append_to_cache", "pack_gqa", "cache_page_size"]

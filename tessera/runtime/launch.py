@@ -129,9 +129,11 @@ def launch_shape(host: HostDescription, sizes: Mapping[str, int]) -> tuple[tuple
     return grid, host.block, cluster, host.dynamic_smem_bytes
 
 
-def check_inputs(host: HostDescription, inputs: Sequence) -> tuple[dict[str, int], dict[int, TensorView]]:
-    """Bind the sizes from `inputs` (the kernel's inputs in order) and check every tensor, its tensor maps
-    and the grid, on the host. Returns the sizes and the views (outputs and host arrays at address 0)."""
+def check_inputs(host: HostDescription, inputs: Sequence, launch: Mapping[str, int] | None = None
+                 ) -> tuple[dict[str, int], dict[int, TensorView]]:
+    """Bind the sizes from `inputs` (the kernel's inputs in order) and `launch` (the kernel's launch sizes,
+    `tessera.kernel_abi`) and check every tensor, its tensor maps and the grid, on the host. Returns the
+    sizes and the views (outputs and host arrays at address 0)."""
     tensors = kernel_tensors(host)
     wanted = [t for t in tensors if t.role == "in"]
     if len(inputs) != len(wanted):
@@ -140,7 +142,7 @@ def check_inputs(host: HostDescription, inputs: Sequence) -> tuple[dict[str, int
     for tensor, x in zip(wanted, inputs):
         if element_dtype(x) != tensor.dtype:
             raise ValueError(f"@{host.kernel}: input {tensor.label} must be {tensor.dtype.name}, got {dtype_name(x)}")
-    sizes = bind_sizes(host, {t.source: tuple(x.shape) for t, x in zip(wanted, inputs)})
+    sizes = bind_sizes(host, {t.source: tuple(x.shape) for t, x in zip(wanted, inputs)}, launch)
     views = {t.source: view_of(x) for t, x in zip(wanted, inputs)}
     for tensor in tensors:
         if tensor.role != "in":
@@ -233,20 +235,21 @@ def usable_device(inputs: Sequence) -> int:
     return ordinal
 
 
-def run(kernel: CompiledKernel, *inputs, stream: int | None = None):
+def run(kernel: CompiledKernel, *inputs, stream: int | None = None, sizes: Mapping[str, int] | None = None):
     """Run `kernel` on `inputs` (its inputs in order: all NumPy arrays, or all PyTorch tensors on one
-    device) and return its output, or a tuple of its outputs, of the inputs' kind (see the module docstring)."""
+    device) and return its output, or a tuple of its outputs, of the inputs' kind (see the module docstring).
+    `sizes` gives the kernel's launch sizes (`tessera.kernel_abi`), if it has any."""
     kinds = {"torch-cuda" if is_torch_tensor(x) and x.is_cuda else "torch" if is_torch_tensor(x)
              else "numpy" if isinstance(x, np.ndarray) else type(x).__name__ for x in inputs}
     if len(kinds) > 1 or not kinds <= {"torch-cuda", "torch", "numpy"}:
         raise ValueError(f"@{kernel.name}: inputs must be all NumPy arrays or all PyTorch tensors on one device, "
                          f"got {', '.join(sorted(kinds))}")
     if kinds == {"torch"}:
-        outputs = _run_numpy(kernel, [torch_to_numpy(x) for x in inputs], stream or 0)
+        outputs = _run_numpy(kernel, [torch_to_numpy(x) for x in inputs], stream or 0, sizes)
         return _one_or_tuple([numpy_to_torch(o) for o in outputs])
     if kinds == {"torch-cuda"}:
-        return _one_or_tuple(_run_torch(kernel, inputs, stream))
-    return _one_or_tuple(_run_numpy(kernel, list(inputs), stream or 0))
+        return _one_or_tuple(_run_torch(kernel, inputs, stream, sizes))
+    return _one_or_tuple(_run_numpy(kernel, list(inputs), stream or 0, sizes))
 
 
 def _one_or_tuple(outputs: list):
@@ -257,7 +260,8 @@ def _others(kernel: CompiledKernel) -> list[KernelTensor]:
     return [t for t in kernel_tensors(kernel.host) if t.role != "in"]
 
 
-def prepare_torch(kernel: CompiledKernel, *inputs, stream: int | None = None) -> tuple[PreparedLaunch, list]:
+def prepare_torch(kernel: CompiledKernel, *inputs, stream: int | None = None,
+                  sizes: Mapping[str, int] | None = None) -> tuple[PreparedLaunch, list]:
     """A prepared launch of `kernel` on PyTorch CUDA tensors `inputs` (its inputs in order, used in place)
     into output tensors allocated here: (launch, outputs). Calling the launch issues the kernel on `stream`
     (default: torch's current stream of the inputs' device) and writes the outputs."""
@@ -268,7 +272,7 @@ def prepare_torch(kernel: CompiledKernel, *inputs, stream: int | None = None) ->
     if len(devices) != 1:
         raise ValueError(f"@{kernel.name}: inputs must be on one device, got {', '.join(map(str, devices))}")
     (device,) = devices
-    sizes, views = check_inputs(kernel.host, inputs)
+    sizes, views = check_inputs(kernel.host, inputs, sizes)
     made = {}
     for tensor in _others(kernel):
         made[tensor.source] = torch.empty(tensor.dims.evaluate(sizes), dtype=_torch_dtype(tensor.dtype), device=device)
@@ -280,14 +284,16 @@ def prepare_torch(kernel: CompiledKernel, *inputs, stream: int | None = None) ->
     return launch, [made[t.source] for t in _others(kernel) if t.role == "out"]
 
 
-def _run_torch(kernel: CompiledKernel, inputs: Sequence, stream: int | None) -> list:
-    launch, outputs = prepare_torch(kernel, *inputs, stream=stream)
+def _run_torch(kernel: CompiledKernel, inputs: Sequence, stream: int | None,
+               sizes: Mapping[str, int] | None = None) -> list:
+    launch, outputs = prepare_torch(kernel, *inputs, stream=stream, sizes=sizes)
     launch()
     return outputs
 
 
-def _run_numpy(kernel: CompiledKernel, inputs: list, stream: int) -> list[np.ndarray]:
-    sizes, _ = check_inputs(kernel.host, inputs)
+def _run_numpy(kernel: CompiledKernel, inputs: list, stream: int,
+               launch: Mapping[str, int] | None = None) -> list[np.ndarray]:
+    sizes, _ = check_inputs(kernel.host, inputs, launch)
     driver = get_driver()
     driver.device(0)
     wanted = [t for t in kernel_tensors(kernel.host) if t.role == "in"]

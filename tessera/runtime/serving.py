@@ -5,13 +5,24 @@
 `"ptx"`: the same kernel, run by `tessera.interpret`).
 
     o = attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=None,
-                         causal=False, scale=None, level=None)
+                         causal=False, scale=None, return_lse=False, num_splits=1, level=None)
 
 q: [total_q, heads, head_dim]; k, v: [total_k, heads_k, head_dim] with heads % heads_k == 0 (query head h
 reads key head h // (heads // heads_k)); cu_seqlens_q, cu_seqlens_k: int32 [batch + 1], non-decreasing,
 sequence b's rows [cu_seqlens[b], cu_seqlens[b + 1]); seqused_k (optional, int32 [batch]): how many of
 sequence b's keys count. o: [total_q, heads, head_dim], each sequence attending only to its own keys (causal
-masks aligned bottom-right per sequence); rows no sequence covers are 0.
+masks aligned bottom-right per sequence); rows no sequence covers are 0. With `return_lse=True` the call
+returns (o, lse), lse the f32 [heads, total_q] natural log of each row's softmax denominator
+(FlashAttention-3's varlen layout; -inf for a row that sees no key, whose o is 0, and for rows no sequence
+covers). `num_splits` (1, an integer up to 256, or "auto": FlashAttention-3's heuristic,
+`attention_split.choose_num_splits`, for batch x heads blocks of max_seqlen_q rows against max_seqlen_k keys)
+splits each sequence's key range over that many thread blocks, whose partial results, in a scratch buffer
+[num_splits, heads, total_q, ...], the combine kernel (`attention_combine`) merges.
+
+The kernel's grid is ceildiv(max_seqlen_q, 128) query blocks per sequence (FlashAttention-3's), so
+max_seqlen_q must be at least every sequence's length: that is checked on the host from cu_seqlens_q (a
+CUDA tensor's values are copied to the host for it, the one synchronisation of the call; a value too small
+would leave rows uncomputed).
 
 The kernel (`tessera.kernels.attention_varlen`) takes head-major tensors: q, k, v are passed as transposed
 views ([heads, total, head_dim]; a tensor map reads them through their strides, no copy on a GPU), the output
@@ -149,23 +160,59 @@ def token_major(o):
     return o.transpose(0, 1).contiguous()
 
 
-def run_kernel(where: str, builder: str, options: dict, inputs: list, level):
-    """Run `tessera.kernels.<builder>(**options)` on `inputs` (its inputs in order) on the GPU (`level` None) or
-    in an interpreter; returns its output (head-major [heads, total_q, D])."""
+def run_kernel(where: str, builder: str, options: dict, inputs: list, level, sizes: dict | None = None):
+    """Run `tessera.kernels.<builder>(**options)` on `inputs` (its inputs in order) with the launch sizes
+    `sizes` on the GPU (`level` None) or in an interpreter; returns its output or outputs."""
     if level is None:
         from tessera.runtime.compiler import KernelConfig, compile_kernel
         from tessera.runtime.launch import run, usable_device
 
         usable_device(inputs)  # no GPU, no compile
-        return run(compile_kernel(KernelConfig.of(builder, **options)), *inputs)
+        return run(compile_kernel(KernelConfig.of(builder, **options)), *inputs, sizes=sizes)
     import tessera
     from tessera.runtime.launch import numpy_to_torch, torch_to_numpy
 
     torch_in = any(is_torch(x) for x in inputs)
     arrays = [torch_to_numpy(x.cpu()) if is_torch(x) else np.asarray(x) for x in inputs]
     module = getattr(tessera.kernels, builder)(**options)
-    out = tessera.interpret(module, *arrays, level=level)
-    return numpy_to_torch(out) if torch_in else out
+    out = tessera.interpret(module, *arrays, level=level, **(sizes or {}))
+    if not torch_in:
+        return out
+    return tuple(numpy_to_torch(o) for o in out) if isinstance(out, tuple) else numpy_to_torch(out)
+
+
+def run_packed(where: str, builder: str, options: dict, inputs: list, o_shape: tuple[int, int, int],
+               starts, ends, max_rows: int, num_splits: int, return_lse: bool, level, paged: tuple[str, ...] = ()):
+    """Run a packed kernel (`flash_attention_varlen` or `flash_attention_paged`, `options` without the LSE
+    and split options) whose output O is `o_shape` [heads, total, D] with sequence z's rows [starts[z],
+    ends[z]) and at most `max_rows` rows a sequence (its launch size max_seqlen_q); with num_splits > 1
+    the split kernel writes its partial results [S x heads, total, ...] and `attention_combine` merges them,
+    read as [S, 1, heads, total, ...]. In an interpreter the serving checks watch every output's rows (and
+    the caches named in `paged`). Returns (o [heads, total, D], lse [heads, total] f32 or None)."""
+    from tessera.runtime.attention_plan import combine_lowering
+
+    heads, total, d = o_shape
+    s = num_splits
+    options = dict(options, **({"return_lse": True} if return_lse and s == 1 else {}),
+                   **({"num_splits": s} if s > 1 else {}))
+    if s > 1:
+        checked = {"O_partial": ((s * heads, total, d), 4), "LSE_partial": ((s * heads, total, 1), 4)}
+    else:
+        checked = {"O": (o_shape, 2), **({"LSE": ((heads, total, 1), 4)} if return_lse else {})}
+    with sequence_checks(level, starts, ends, checked, *paged):
+        out = run_kernel(where, builder, options, inputs, level, {"max_seqlen_q": max_rows})
+    if s > 1:
+        o_partial, lse_partial = out
+        combine = {"head_dim": d, "num_splits": s, "dtype": options["dtype"],
+                   **({"return_lse": True} if return_lse else {})}
+        parts = [o_partial.reshape(s, 1, heads, total, d), lse_partial.reshape(s, 1, heads, total, 1)]
+        with combine_lowering():
+            out = run_kernel(where, "attention_combine", combine, parts, level)
+        out = tuple(x[0] for x in out) if return_lse else out[0]
+    if not return_lse:
+        return out, None
+    o, lse = out
+    return o, lse.reshape(heads, total)
 
 
 def _diff(a, b):
@@ -173,7 +220,8 @@ def _diff(a, b):
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=None,
-                     causal: bool = False, scale: float | None = None, level=None):
+                     causal: bool = False, scale: float | None = None, return_lse: bool = False,
+                     num_splits: int | str = 1, level=None):
     """Attention over packed sequences; see the module docstring."""
     where = "attention"
     check_level(where, level)
@@ -188,40 +236,74 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     dtype = element_type(where, {"q": q, "k": k, "v": v})
     cu_q = check_cu_seqlens(where, "cu_seqlens_q", cu_seqlens_q, None, q_shape[0])
     cu_k = check_cu_seqlens(where, "cu_seqlens_k", cu_seqlens_k, int(cu_seqlens_q.shape[0]), k_shape[0])
+    cu_q = readable(cu_seqlens_q).astype(np.int64) if cu_q is None else cu_q  # the grid needs the longest
     check_max_seqlen(where, "max_seqlen_q", max_seqlen_q, cu_q)
     check_max_seqlen(where, "max_seqlen_k", max_seqlen_k, cu_k)
+    if not isinstance(return_lse, bool):
+        raise ValueError(f"{where}: return_lse must be True or False; got {return_lse!r}")
     batch = int(cu_seqlens_q.shape[0]) - 1
     if seqused_k is not None:
         used = check_table(where, "seqused_k", seqused_k, batch)
         if used is not None and cu_k is not None and (np.any(used < 0) or np.any(used > np.diff(cu_k))):
             raise ValueError(f"{where}: seqused_k must lie between 0 and each sequence's length in cu_seqlens_k, "
                              f"got {used.tolist()} for lengths {np.diff(cu_k).tolist()}")
-    if q_shape[0] == 0 or k_shape[0] == 0:  # nothing to launch: no query, or no key for any (rows of 0)
-        return q * 0 if q_shape[0] == 0 else zeros_like(q)
     from tessera.kernels import AttentionConfig
+    from tessera.runtime.attention_plan import resolve_num_splits
+    from tessera.runtime.kvcache import pack_gqa
 
-    checked = AttentionConfig.checked(q_shape[2], causal, dtype, scale)
+    heads, heads_k, head_dim = q_shape[1], k_shape[1], q_shape[2]
+    group = heads // heads_k
+    packed = pack_gqa(int(max_seqlen_q), group, causal)
+    rows, q_heads = (group * int(max_seqlen_q), heads_k) if packed else (int(max_seqlen_q), heads)
+    # (at least one row and key: an empty launch still checks num_splits, and launches nothing)
+    splits = resolve_num_splits(num_splits, batch, q_heads, max(rows, 1), max(int(max_seqlen_k), 1), head_dim,
+                                causal, where)
+    checked = AttentionConfig.checked(head_dim, causal, dtype, scale, return_lse=return_lse, num_splits=splits)
+    if q_shape[0] == 0 or k_shape[0] == 0 or rows == 0:  # nothing to launch: no query, or no key for any
+        o = q * 0 if q_shape[0] == 0 else zeros_like(q)
+        return (o, no_keys_lse(q, heads, q_shape[0])) if return_lse else o
     seqlen_k = seqused_k if seqused_k is not None else _diff(cu_seqlens_k[:-1], cu_seqlens_k[1:])
     if isinstance(seqlen_k, np.ndarray):
         seqlen_k = seqlen_k.astype(np.int32)
     tables = [cu_seqlens_q[:-1], cu_seqlens_q[1:], cu_seqlens_k[:-1], seqlen_k]
     options = {"head_dim": checked.head_dim, "causal": checked.causal, "dtype": checked.dtype, "scale": checked.scale}
-    from tessera.runtime.kvcache import pack_gqa
-
-    group = q_shape[1] // k_shape[1]
-    if pack_gqa(int(max_seqlen_q), group, causal):
-        rows = packed_rows(cu_seqlens_q, group, q_shape[0])
+    covered = (int(cu_q[0]), int(cu_q[-1]))  # the rows some sequence covers
+    if packed:
+        token_rows = packed_rows(cu_seqlens_q, group, q_shape[0])
         tables[:2] = [group * cu_seqlens_q[:-1], group * cu_seqlens_q[1:]]
         options["causal"] = False  # packing happens for causal attention only when every query row is the last
-        inputs = [pack_heads(q, rows, k_shape[1]), head_major(k), head_major(v), *tables]
-        shape = (k_shape[1], group * q_shape[0], q_shape[2])
-        with sequence_checks(level, tables[0], tables[1], shape):
-            o = run_kernel(where, "flash_attention_varlen", options, inputs, level)
-        return unpack_heads(o, rows, q_shape)
+        inputs = [pack_heads(q, token_rows, heads_k), head_major(k), head_major(v), *tables]
+        shape = (heads_k, group * q_shape[0], head_dim)
+        o, lse = run_packed(where, "flash_attention_varlen", options, inputs, shape, tables[0], tables[1], rows,
+                            splits, return_lse, level)
+        o = unpack_heads(o, token_rows, q_shape)
+        if not return_lse:
+            return o
+        lse = unpack_heads(lse[..., None], token_rows, (q_shape[0], heads, 1), float("-inf"))
+        return o, token_major(lse)[:, :, 0]  # [total, heads, 1] -> [heads, total]
     inputs = [head_major(q), head_major(k), head_major(v), *tables]
-    with sequence_checks(level, tables[0], tables[1], (q_shape[1], q_shape[0], q_shape[2])):
-        o = run_kernel(where, "flash_attention_varlen", options, inputs, level)
-    return token_major(o)
+    o, lse = run_packed(where, "flash_attention_varlen", options, inputs, (heads, q_shape[0], head_dim), tables[0],
+                        tables[1], rows, splits, return_lse, level)
+    clear_uncovered(o, lse, *covered)
+    return (token_major(o), lse) if return_lse else token_major(o)
+
+
+def no_keys_lse(like, heads: int, total: int):
+    """The LSE [heads, total] f32 of rows that see no key: -inf, of the kind of `like` (NumPy or PyTorch)."""
+    if isinstance(like, np.ndarray):
+        return np.full((heads, total), -np.inf, np.float32)
+    import torch
+
+    return like.new_full((heads, total), float("-inf"), dtype=torch.float32)
+
+
+def clear_uncovered(o, lse, first: int, last: int) -> None:
+    """Rows outside [first, last) of a head-major output, which no sequence covers and no block writes (the GPU
+    allocates outputs without clearing them): O = 0 and LSE = -inf, in place."""
+    for x, value in ((o, 0), (lse, float("-inf"))):
+        if x is not None:
+            x[:, :first] = value
+            x[:, last:] = value
 
 
 def packed_rows(cu_seqlens, group: int, total: int):
@@ -256,18 +338,18 @@ def pack_heads(q, rows, heads_k: int):
     return packed
 
 
-def unpack_heads(o, rows, q_shape):
+def unpack_heads(o, rows, q_shape, fill: float = 0.0):
     """The inverse of `pack_heads` for the output: [heads_k, group x total, D] -> [total, heads, D] (rows of
-    tokens no sequence covers are 0, as the kernel leaves them)."""
+    tokens no sequence covers are `fill`: 0 for O, -inf for the LSE)."""
     tokens, index = rows
     total, heads, d = q_shape
     heads_k = o.shape[0]
     gathered = o[:, index]  # [heads_k, n, group, D]
     if isinstance(o, np.ndarray):
-        out = np.zeros(q_shape, o.dtype)
+        out = np.full(q_shape, fill, o.dtype)
         out[tokens] = gathered.transpose(1, 0, 2, 3).reshape(-1, heads, d)
         return out
-    out = o.new_zeros(q_shape)
+    out = o.new_full(q_shape, fill)
     out[tokens] = gathered.permute(1, 0, 2, 3).reshape(-1, heads, d)
     return out
 
@@ -277,15 +359,16 @@ def readable(x) -> np.ndarray:
     return x.cpu().numpy() if is_torch(x) else np.asarray(x)
 
 
-def sequence_checks(level, starts, ends, o_shape: tuple[int, ...], *paged: str):
-    """In an interpreter, the `serving_checks` of a packed output O of `o_shape` ([heads, total_q, D], 16-bit)
-    whose sequence z owns rows [starts[z], ends[z]), and of the paged caches named in `paged`; on the GPU
-    nothing."""
+def sequence_checks(level, starts, ends, outputs: dict[str, tuple[tuple[int, ...], int]], *paged: str):
+    """In an interpreter, the `serving_checks` of the packed outputs `outputs` ({name: (shape [heads, total,
+    ...], element bytes)}) whose sequence z owns rows [starts[z], ends[z]) of dimension 1, and of the paged
+    caches named in `paged`; on the GPU nothing."""
     from contextlib import nullcontext
 
     from tessera.interpreters.serving_checks import PagedCache, SequenceRows, checking
 
     if level is None:
         return nullcontext()
-    rows = SequenceRows("O", 1, readable(starts).astype(np.int64), readable(ends).astype(np.int64), o_shape, 2)
-    return checking(rows, *(PagedCache(name) for name in paged))
+    starts, ends = readable(starts).astype(np.int64), readable(ends).astype(np.int64)
+    rows = [SequenceRows(name, 1, starts, ends, shape, size) for name, (shape, size) in outputs.items()]
+    return checking(*rows, *(PagedCache(name) for name in paged))

@@ -155,6 +155,27 @@ func.func @undefined_grid(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<
   func.return
 }
 
+// -----
+
+// CHECK: kernel @launch_sizes_not_names: 'tile.launch_sizes' must be an array of size names such as ["max_seqlen_q"]
+func.func @launch_sizes_not_names(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<n>, tile.launch_sizes = [4]} {
+  func.return
+}
+
+// -----
+
+// CHECK: kernel @launch_size_of_an_input: 'tile.launch_sizes' names ['n'], which an input's shape already defines
+func.func @launch_size_of_an_input(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<n>, tile.launch_sizes = ["n"]} {
+  func.return
+}
+
+// -----
+
+// CHECK: kernel @launch_size_shapes_no_output: out argument %y uses sizes no input defines: ['longest']
+func.func @launch_size_shapes_no_output(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>}, %y: !tile.tile<?xf32, global> {tile.dims = #tile.dims<longest>, tile.role = "out"}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<longest>, tile.launch_sizes = ["longest"]} {
+  func.return
+}
+
 // ===== inputs and outputs of the kinds with a reference
 
 // -----
@@ -180,9 +201,14 @@ func.func @gemm_args(%a: !tile.tile<?x?xf16, global> {tile.dims = #tile.dims<m, 
 // CHECK-SAME:    attributes {tile.kernel = {kind = "attention", causal = true, scale = 1.250000e-01 : f32}, tile.grid = #tile.dims<ceildiv(seq_q, 128), heads, batch>}
 // CHECK:       func.func @gemm(
 // CHECK-SAME:    attributes {tile.kernel = {kind = "gemm", causal = false}, tile.grid = #tile.dims<ceildiv(m, 128), ceildiv(n, 128)>}
+// CHECK:       func.func @launch_sized(
+// CHECK-SAME:    tile.grid = #tile.dims<ceildiv(longest, 64), batch>, tile.launch_sizes = ["longest"]
 func.func @attention(%q: !tile.tile<?x?x?x128xbf16, global> {tile.dims = #tile.dims<batch, heads, seq_q, 128>}, %k: !tile.tile<?x?x?x128xbf16, global> {tile.dims = #tile.dims<batch, heads, seq_k, 128>}, %v: !tile.tile<?x?x?x128xbf16, global> {tile.dims = #tile.dims<batch, heads, seq_k, 128>}, %o: !tile.tile<?x?x?x128xbf16, global> {tile.dims = #tile.dims<batch, heads, seq_q, 128>, tile.role = "out"}) attributes {tile.kernel = {kind = "attention", causal = true, scale = 0.125 : f32}, tile.grid = #tile.dims<ceildiv(seq_q, 128), heads, batch>} {
   func.return
 }
 func.func @gemm(%a: !tile.tile<?x?xf16, global> {tile.dims = #tile.dims<m, k>}, %b: !tile.tile<?x?xf16, global> {tile.dims = #tile.dims<k, n>}, %c: !tile.tile<?x?xf32, global> {tile.dims = #tile.dims<m, n>, tile.role = "out"}, %ws: !tile.tile<?xf32, global> {tile.dims = #tile.dims<ceildiv(m, 128)>, tile.role = "scratch"}) attributes {tile.kernel = {kind = "gemm", causal = false}, tile.grid = #tile.dims<ceildiv(m, 128), ceildiv(n, 128)>} {
+  func.return
+}
+func.func @launch_sized(%x: !tile.tile<?x?xf32, global> {tile.dims = #tile.dims<batch, total>}, %y: !tile.tile<?x?xf32, global> {tile.dims = #tile.dims<batch, total>, tile.role = "out"}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<ceildiv(longest, 64), batch>, tile.launch_sizes = ["longest"]} {
   func.return
 }
