@@ -240,8 +240,9 @@ class MemoryLowering:
                        rows_only: bool = False) -> tuple[SSAValue, SSAValue, SSAValue, list[int]]:
         """The global address of this thread's first element, and the byte offsets from it, in-bounds mask and
         constant column bytes of each register of its share of an [BM, N] window: one per element, or per packed
-        pair for 16-bit tiles. The offsets are row pitch x row only; the columns go in the address immediates
-        (`sm90.COLUMN_BYTES`), so that a thread's offsets take as many values as it has rows. `row_end`, if
+        pair for 16-bit tiles. The offsets are row pitch x row only, computed once per distinct row and shuffled out;
+        the columns go in the address immediates (`sm90.COLUMN_BYTES`), so that a thread's offsets take as many
+        values (and registers) as it has rows. `row_end`, if
         given, is an absolute row before which the access stops even inside the tensor. `rows_only`: the
         caller knows every column is inside the tensor; offsets and mask are then computed for the thread's
         distinct rows and shuffled out to the registers (two registers live, not one per register)."""
@@ -272,10 +273,11 @@ class MemoryLowering:
         base = e.addi(self.entry_args[self.pointer_args[window.arg]], e.muli(first, e.i64(elt)))
         lanes = len(row_offsets)
         pitch = e.op(arith.IndexCastOp(e.muli(dims[-1], e.index(elt)), i32))
+        # One offset per distinct row, shuffled out to the registers: two registers live, not one per register
+        # (a load in a loop keeps them live across it: the bias of attention).
+        offsets = e.shuffle(e.muli(e.broadcast(pitch, len(distinct)), e.dense(i32, distinct)), spread)
         if rows_only:
-            offsets = e.shuffle(e.muli(e.broadcast(pitch, len(distinct)), e.dense(i32, distinct)), spread)
             return base, offsets, in_rows, [c * elt for c in col_offsets]
-        offsets = e.muli(e.broadcast(pitch, lanes), e.dense(i32, row_offsets))
         return base, offsets, e.andi(in_rows, in_cols), [c * elt for c in col_offsets]
 
     def _lower_StoreGlobalOp(self, op: tile.StoreGlobalOp, e: Emitter) -> None:
