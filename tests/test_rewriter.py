@@ -441,6 +441,30 @@ def test_bias_fixture_report_and_custom_call(capsys):
     assert call.backend_config.data["kernel"].data == "flash_attention_d64_bf16_bias"
 
 
+def test_the_backward_of_a_biased_forward_is_refused(tmp_path):
+    """fwd_bwd_causal with a bias added to the scaled scores: the backward kernels take no bias, so the
+    backward is a near miss, and its forward, whose P the graph's backward still reads, stays too."""
+    t, scores = (FIXTURES / "fwd_bwd_causal_s256_d64.mlir").read_text(), "tensor<2x4x256x256xbf16>"
+    for old, new in [
+        ("arg_attrs = [{}, {}, {}, {}]", "arg_attrs = [{}, {}, {}, {}, {}]"),
+        ("tensor<2x256x4x64xbf16>) -> (tensor<2x256x4x64xbf16>", f"tensor<2x256x4x64xbf16>, {scores}) -> (tensor<2x256x4x64xbf16>"),
+        ('%arg9: tensor<2x256x4x64xbf16> loc("do"))', f'%arg9: tensor<2x256x4x64xbf16> loc("do"), %bias: {scores} loc("bias"))'),
+        ("(%22, %19, %23) <{callee = @_where}>", "(%22, %biased, %23) <{callee = @_where}>"),
+        ('    %20 = "stablehlo.constant"() <{value = dense<true>',
+         f'    %biased = "stablehlo.add"(%19, %bias) : ({scores}, {scores}) -> {scores}\n'
+         '    %20 = "stablehlo.constant"() <{value = dense<true>'),
+    ]:
+        assert old in t
+        t = t.replace(old, new, 1)
+    path = tmp_path / "fwd_bwd_bias.mlir"
+    path.write_text(t)
+    module, report = rewrite_file(path)
+    assert report.replaced() == 0 and not ops_named(module, "tessera.attention")
+    text = report.text()
+    assert re.search(r"near miss \(backward\).*\n.*its forward at .* adds a bias: the backward kernels take none", text)
+    assert re.search(r"near miss \(forward\).*\n.*P \(the softmax output\) has another user", text), text
+
+
 def test_attention_op_verifier_checks_the_bias(tmp_path, capsys):
     module, _ = rewrite("fwd_bias_s256_d64")
     text = str(module)
