@@ -63,6 +63,7 @@ SLICE = [  # each through the default pipeline (pipelined, warp-specialized), ta
     (64, True, "f16", (1, 2, 300, 190), (), True),
     (128, True, "bf16", (2, 1, 130, 257), ("batch",), True),
     (128, False, "f16", (1, 2, 129, 100), (), False),
+    (256, True, "f16", (1, 1, 150, 197), (), True),
 ]
 
 
