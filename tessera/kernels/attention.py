@@ -497,10 +497,13 @@ def flash_attention(
     accumulator, Bias / scale (`bias_accumulator`), so the scores are scale (Bias / scale + Q K^T). The lowering
     computes exp(x) as ex2(x log2 e) and folds scale x log2 e into the exponent's one fma
     (`convert-tile-to-sm90`): the bias, inside the accumulator, is multiplied by scale x log2 e / scale = log2 e
-    with the scores, never left in base e. `bias_broadcast` names the dimensions, "batch" and/or "heads", in
-    which the bias has size 1 (`..._bias_b1`, `_bias_h1`): read at index 0 there, as PyTorch broadcasts an
-    attn_mask [1, heads, Sq, Sk] or [batch, 1, Sq, Sk]. Not with split-KV, grouped heads or clusters (refused
-    by name)."""
+    with the scores, never left in base e. Bias / scale is an f32: a bias beyond f32's range times scale
+    (e.g. bf16's lowest, -3.39e38, used as a mask fill, with scale 1/8) becomes -inf and hides its key as -inf
+    would; a row whose every key is so hidden gives O = 0 and LSE = -inf, not the uniform average that the
+    finite fill gives in an unfused computation. `bias_broadcast` names the dimensions, "batch" and/or
+    "heads", in which the bias has size 1 (`..._bias_b1`, `_bias_h1`): read at index 0 there, as PyTorch
+    broadcasts an attn_mask [1, heads, Sq, Sk] or [batch, 1, Sq, Sk]. Not with split-KV, grouped heads or
+    clusters (refused by name)."""
     c = AttentionConfig.checked(head_dim, causal, dtype, scale, block_m, block_n, return_lse, num_splits, bias,
                                 bias_broadcast)
     check_flag("grouped", grouped)
