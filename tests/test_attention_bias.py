@@ -130,3 +130,19 @@ def test_kernel_names_and_signature_say_bias():
     assert [a.name for a in sig.inputs] == ["Q", "K", "V", "Bias"]
     assert str(sig.inputs[3].dims) == "#tile.dims<batch, 1, seq_q, seq_k>"
     assert not tessera.find_kernel(flash_attention(64)).bias
+
+
+def test_word_loads_of_the_bias_where_seq_k_is_promised_even(rng):
+    """A kernel that promises seq_k even (`tile.divisible`) reads its bias rows one 32-bit word per pair
+    (`ld.global.b32`) instead of one `ld.global.u16` per element: the same result, bit for bit."""
+    from xdsl.dialects import func
+    from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr
+
+    q, k, v, bias = _inputs(rng, (1, 2, 130, 200), 64)
+    per_element = tessera.interpret(flash_attention(64, causal=True, bias=True), q, k, v, bias, level="ptx")
+    module = flash_attention(64, causal=True, bias=True)
+    next(op for op in module.walk() if isinstance(op, func.FuncOp)).attributes["tile.divisible"] = DictionaryAttr(
+        {"seq_k": IntegerAttr(2, 64)})
+    assert "ld.global.u16" in tessera.compile(flash_attention(64, causal=True, bias=True))
+    assert "ld.global.u16" not in tessera.compile(module)
+    assert np.array_equal(tessera.interpret(module, q, k, v, bias, level="ptx"), per_element)
