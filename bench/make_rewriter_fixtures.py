@@ -136,7 +136,7 @@ FIXTURES = {
                                   "forward, causal with offset seq_k - seq_q = 744 (bottom-right): one causal "
                                   "tessera.attention"),
     "fwd_bias_s256_d64": (with_bias, qkv(256, 64, extra=(bf16(B, H, 256, 256),)),
-                          "forward with an additive bias: matched, not rewritten (no kernel takes a bias)"),
+                          "forward with an additive bias: one tessera.attention with the bias as its fourth operand"),
     "fwd_bwd_causal_s256_d64": (fwd_bwd(causal=True), qkv(256, 64, extra=(bf16(B, 256, H, 64),)),
                                 "jax.vjp of causal attention: six dot_generals become one tessera.attention and "
                                 "one tessera.attention_bwd"),

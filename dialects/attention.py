@@ -3,11 +3,15 @@
     %o, %lse = "tessera.attention"(%q, %k, %v) <{causal = true, scale = 0.125 : f32, head_dim = 64 : i64,
                  dtype = "bf16", kernel = "flash_attention_d64_bf16_causal", block_m = 128 : i64,
                  block_n = 128 : i64}> : (tensor<2x4x256x64xbf16>, ...) -> (tensor<2x4x256x64xbf16>, tensor<2x4x256xf32>)
+    %o = "tessera.attention"(%q, %k, %v, %bias) <{..., kernel = "flash_attention_d64_bf16_bias"}> : (...,
+                 tensor<2x4x256x256xbf16>) -> tensor<2x4x256x64xbf16>
     %dq, %dk, %dv = "tessera.attention_bwd"(%q, %k, %v, %o, %lse, %do) <{...}> : (...) -> (...)
 
 Tensors are in Tessera's layout [batch, heads, seq, head_dim] (`tessera.kernels`); the rewriter transposes a
-graph's own layout into it and back. `tessera.attention` computes O = softmax(scale Q K^T [causal mask]) V with
-the causal mask aligned bottom-right (query i sees keys 0 .. i + seq_k - seq_q), and, when it has a second
+graph's own layout into it and back. `tessera.attention` computes O = softmax(scale Q K^T [+ bias] [causal mask]) V
+with the causal mask aligned bottom-right (query i sees keys 0 .. i + seq_k - seq_q), with a fourth operand the
+additive bias [batch or 1, heads or 1, seq_q, seq_k] in `dtype` (1: broadcast along that dimension; the kernel
+is `flash_attention(bias=True)`, its name says `_bias`, `_bias_b1`, `_bias_h1`), and, when it has a second
 result, the log-sum-exp of each query row in f32 (natural log; [batch, heads, seq_q]), which the backward op
 takes. `tessera.attention_bwd` computes dQ, dK, dV of that forward from Q, K, V, O, LSE and dO.
 
@@ -27,6 +31,7 @@ from xdsl.irdl import (
     IRDLOperation,
     irdl_op_definition,
     operand_def,
+    opt_operand_def,
     opt_result_def,
     prop_def,
     result_def,
@@ -93,12 +98,13 @@ class _AttentionConfigOp(IRDLOperation):
 
 @irdl_op_definition
 class AttentionOp(_AttentionConfigOp):
-    """`tessera.attention(q, k, v) -> o [, lse]`: Tessera's forward attention kernel (module docstring)."""
+    """`tessera.attention(q, k, v [, bias]) -> o [, lse]`: Tessera's forward attention kernel (module docstring)."""
 
     name = "tessera.attention"
     q = operand_def(TensorType)
     k = operand_def(TensorType)
     v = operand_def(TensorType)
+    bias = opt_operand_def(TensorType)
     o = result_def(TensorType)
     lse = opt_result_def(TensorType)
 
@@ -109,6 +115,14 @@ class AttentionOp(_AttentionConfigOp):
             self._fail(f"k and v must have one shape, got {list(k)} and {list(v)}")
         if o != q:
             self._fail(f"o must have q's shape {list(q)}, got {list(o)}")
+        if self.bias is not None:
+            bias, expected = _shape(self.bias), f"[{q[0]} or 1, {q[1]} or 1, {q[2]}, {k[2]}]"
+            if len(bias) != 4 or bias[2:] != (q[2], k[2]) or bias[0] not in (1, q[0]) or bias[1] not in (1, q[1]):
+                self._fail(f"bias must be a tensor {expected} (batch, heads, seq_q, seq_k), got {self.bias.type}")
+            if _element(self.bias) != self.dtype.data:
+                self._fail(f"bias has element type {_element(self.bias)}, but dtype is {self.dtype.data}")
+        if ("_bias" in self.kernel.data) != (self.bias is not None):
+            self._fail(f"kernel {self.kernel.data} and the operands disagree: a bias operand goes with a '_bias' kernel")
         if self.lse is not None and (_shape(self.lse) != q[:3] or _element(self.lse) != "f32"):
             self._fail(f"lse must be tensor<{'x'.join(map(str, q[:3]))}xf32>, got {self.lse.type}")
 

@@ -771,21 +771,27 @@ class LdGlobalU16Op(IRDLOperation):
     4 bytes (a GEMM operand with an odd row length). Prints as one predicated `ld.global.u16` into a 32-bit
     register (PTX lets ld's destination be wider than its type [P#operand-size-exceeding-instruction-type-
     size]) after a `mov.b32 r, 0`. Invariants: one offset and one mask bit per register; offsets are even at
-    run time."""
+    run time. Optional `column_bytes` as for `sm90.ld_global` (`COLUMN_BYTES`): a register tile of 16-bit
+    elements whose rows need not start on 4 bytes (attention's bias [.., seq_k] for any seq_k) is loaded one
+    element per register with its column in the address immediate."""
 
     name = "sm90.ld_global_u16"
+    irdl_options = (ParsePropInAttrDict(),)
     base_ptr = operand_def(I64)
     offsets = operand_def(base(VectorType))
     mask = operand_def(base(VectorType))
+    column_bytes = opt_prop_def(DenseArrayBase)
     result = result_def(base(VectorType))
     assembly_format = "$base_ptr `[` $offsets `]` `,` $mask attr-dict `:` type($offsets) `,` type($mask) `->` type($result)"
     traits = traits_def(MemoryReadEffect())
 
-    def __init__(self, base_ptr, offsets, mask, lanes: int):
-        super().__init__(operands=[base_ptr, offsets, mask], result_types=[VectorType(i32, [lanes])])
+    def __init__(self, base_ptr, offsets, mask, lanes: int, column_bytes: Sequence[int] | None = None):
+        super().__init__(operands=[base_ptr, offsets, mask], result_types=[VectorType(i32, [lanes])],
+                         properties=_column_bytes(column_bytes))
 
     def verify_(self) -> None:
         n = _lanes(self.result.type)
+        _verify_column_bytes(self, n)
         _require(_element(self.result.type) == i32, self, f"loads into 32-bit integer registers, got {self.result.type}")
         _require(self.offsets.type in (VectorType(i64, [n]), VectorType(i32, [n])), self,
                  f"offsets must be vector<{n}xi64> or vector<{n}xi32> (sign-extended), got {self.offsets.type}")

@@ -17,7 +17,9 @@ rewriter in 2025 for that reason): first every forward (`tessera.match_attention
 (`tessera.match_attention_bwd`: bmm1_grad1 walked bottom-up to the softmax gradient, bmm2_grad2, bmm1_grad2
 and bmm2_grad1), as the seed's new workflow does. A forward is rewritten only if none of its intermediates
 (S, P, ...) has a user outside it and its backward; a backward only with its forward, which then also returns
-its log-sum-exp. Bias and dropout are found and reported, never rewritten.
+its log-sum-exp. An additive bias becomes the attention op's fourth operand, [batch|1, heads|1, seq_q, seq_k]
+(the kernel `flash_attention(bias=True)`); dropout is found and reported, never rewritten, and so is the
+backward of a forward with a bias (no backward kernel takes one).
 
 Each function is matched on a copy with JAX's helper calls inlined (`tessera.graph_edit`); the copy
 replaces the function only if something was rewritten, so a graph with nothing to rewrite is left exactly as
@@ -91,11 +93,14 @@ class RewriteAttentionPass(ModulePass):
             remove_unused_functions(op)
 
 
-def kernel_config(head_dim: int, causal: bool, dtype: str, scale: float) -> dict:
-    """The kernel configuration of an attention op (the properties of `tessera.attention`)."""
+def kernel_config(head_dim: int, causal: bool, dtype: str, scale: float,
+                  bias_broadcast: tuple[str, ...] | None = None) -> dict:
+    """The kernel configuration of an attention op (the properties of `tessera.attention`); `bias_broadcast`
+    (None: no bias) names the dimensions its bias operand has size 1 in, which the kernel's name says."""
     from tessera.kernels import AttentionConfig
 
-    config = AttentionConfig.checked(head_dim, causal, dtype, scale)
+    config = AttentionConfig.checked(head_dim, causal, dtype, scale, bias=bias_broadcast is not None,
+                                     bias_broadcast=bias_broadcast or ())
     return dict(causal=causal, scale=config.scale, head_dim=head_dim, dtype=dtype,
                 kernel=config.kernel_name("flash_attention"), block_m=config.block_m, block_n=config.block_n)
 
@@ -169,7 +174,8 @@ def match_composite(op: Operation) -> ForwardMatch:
 
 
 def _config_text(config: dict) -> str:
-    return (f"kernel {config['kernel']}, scale {config['scale']:g}, causal {str(config['causal']).lower()}")
+    bias = ", with the bias as its fourth operand" if "_bias" in config["kernel"] else ""
+    return f"kernel {config['kernel']}, scale {config['scale']:g}, causal {str(config['causal']).lower()}{bias}"
 
 
 def _emit(name: str, target: str, form: str, operands: list[SSAValue], result_types: list, config: dict,
@@ -188,6 +194,8 @@ def _emit(name: str, target: str, form: str, operands: list[SSAValue], result_ty
                    "head_dim": IntegerAttr(config["head_dim"], 64), "dtype": StringAttr(config["dtype"]),
                    "kernel": StringAttr(config["kernel"]), "block_m": IntegerAttr(config["block_m"], 64),
                    "block_n": IntegerAttr(config["block_n"], 64)}
+        if name == "tessera.attention" and len(operands) == 4:  # (q, k, v, bias)
+            backend["bias"] = BoolAttr.from_bool(True)
         op = stablehlo.CustomCallOp.create(operands=operands, result_types=result_types, properties={
             "call_target_name": StringAttr(target), "api_version": IntegerAttr(4, i32),
             "backend_config": DictionaryAttr(backend)})
@@ -196,21 +204,48 @@ def _emit(name: str, target: str, form: str, operands: list[SSAValue], result_ty
     return op
 
 
+BIAS_LABELS = ("b0", "b1", "q", "k")
+"""The kernel's bias layout [batch, heads, seq_q, seq_k] by label."""
+
+
+def bias_operand(m: ForwardMatch, at: Operation) -> tuple[SSAValue, tuple[str, ...]]:
+    """The bias of `m` as the kernel reads it, [b0 or 1, b1 or 1, q, k] (a transpose and, for a bias of lower
+    rank, a reshape inserted before `at`), and the dimensions it is broadcast along ("batch", "heads")."""
+    from tessera.dialects import stablehlo
+    from tessera.graph_edit import transposed
+
+    present = sorted(m.bias_labels, key=BIAS_LABELS.index)
+    bias = transposed(m.bias, [m.bias_labels.index(label) for label in present], at)
+    sizes = dict(zip(present, bias.type.get_shape()))
+    target = [sizes.get(label, 1) for label in BIAS_LABELS]
+    if list(bias.type.get_shape()) != target:
+        reshape = stablehlo.ReshapeOp.create(operands=[bias], result_types=[TensorType(bias.type.element_type, target)])
+        at.parent_block().insert_op_before(reshape, at)
+        bias = reshape.results[0]
+    full = (shape(m.q)[m.q_labels.index("b0")], shape(m.q)[m.q_labels.index("b1")])
+    broadcast = tuple(name for name, size, n in zip(("batch", "heads"), target[:2], full) if size == 1 and n != 1)
+    return bias, broadcast
+
+
 def rewrite_forward(m: ForwardMatch, with_lse: bool, form: str) -> tuple[Operation, dict]:
     """Replace the forward `m` (its BMM2's result, or the composite's) by Tessera's attention between
-    transposes; returns the new op and its configuration."""
+    transposes, with its bias as a fourth operand; returns the new op and its configuration."""
     from tessera.graph_edit import converted, transposed
 
     at = m.bmm2
     q = transposed(m.q, perm_to(m.q_labels, CANONICAL), at)
     k = transposed(m.k, perm_to(m.k_labels, ("b0", "b1", "k", "d")), at)
     v = transposed(m.v, perm_to(m.v_labels, ("b0", "b1", "k", "d")), at)
-    config = kernel_config(m.head_dim, m.causal, m.dtype, _f32(m.scale))
+    operands, broadcast = [q, k, v], None
+    if m.bias is not None:
+        bias, broadcast = bias_operand(m, at)
+        operands.append(bias)
+    config = kernel_config(m.head_dim, m.causal, m.dtype, _f32(m.scale), broadcast)
     element_type = q.type.element_type
     types = [TensorType(element_type, q.type.get_shape())]
     if with_lse:
         types.append(TensorType(f32, q.type.get_shape()[:3]))
-    op = _emit("tessera.attention", FORWARD_TARGET, form, [q, k, v], types, config, at)
+    op = _emit("tessera.attention", FORWARD_TARGET, form, operands, types, config, at)
     out = transposed(op.results[0], [CANONICAL.index(label) for label in m.out_labels], at)
     out = converted(out, m.bmm2.results[0].type.element_type, at)
     m.bmm2.results[0].replace_all_uses_with(out)

@@ -6,13 +6,17 @@ Forward pattern (XLA's cuDNN rewriter, seed 003): walking bottom-up from each `d
 
 - BMM1 = dot_general(Q, K) contracting head_dim, two batching dimensions (batch, heads);
 - scale: `multiply` or `divide` by a splat constant (through broadcast_in_dim/convert), possibly repeated;
-- bias: `add` of a non-constant tensor (found, never rewritten: no Tessera kernel takes a bias);
+- bias: `add` of a non-constant tensor after the scale, in Q's element type (converts from it allowed), of the
+  scores' shape or broadcast to it (`broadcast_in_dim`) along batch and/or heads only: the kernel's Bias
+  [batch or 1, heads or 1, seq_q, seq_k] (`tessera.kernels.flash_attention(bias=True)`); a bias added before
+  a scale, broadcast along the queries or keys, or of another type is a near miss;
 - mask: `select(pred, S, fill)` with fill -inf (or a large negative constant) where `pred` is computed from
   iota/constant/compare only; it is evaluated and must be a lower-triangular band, whose diagonal offset is
   read off the values and mapped onto Tessera's bottom-right causal mask (only offset seq_k - seq_q maps);
 - softmax = exp(x - max(x)) / sum(exp(x - max(x))) over one axis (reduce max and reduce add, broadcast
   back along that axis; converts anywhere, `maximum(-inf, max)` as jax.nn.softmax writes it);
-- dropout: `select(keep, P / c, 0)` or `P * mask` between softmax and BMM2 (found, never rewritten);
+- dropout: `select(keep, P / c, 0)` or `P * mask` between softmax and BMM2 (found, never rewritten, with or
+  without a bias);
 - BMM2 = dot_general(P, V) contracting the softmax axis, which must be BMM1's key axis.
 
 Dimensions are followed by label (b0, b1 for the two batching dimensions, q, k, d), so any layout JAX picks
@@ -45,7 +49,7 @@ MASK_OPS = {"stablehlo.constant", "stablehlo.iota", "stablehlo.broadcast_in_dim"
 
 class Refusal(Exception):
     """A rule that stopped a match: `rule` says which, `op` where; `matched` when the whole pattern was found
-    but is not rewritten (bias, dropout): reported as "matched, not rewritten: RULE"."""
+    but is not rewritten (dropout): reported as "matched, not rewritten: RULE"."""
 
     def __init__(self, rule: str, op: Operation | None = None, matched: bool = False):
         super().__init__(rule)
@@ -288,6 +292,10 @@ class ForwardMatch:
     found: list[str] = field(default_factory=list)
     refusal: Refusal | None = None
     backward: object | None = None  # a BackwardMatch once one is found for it
+    bias: SSAValue | None = None
+    """The additive bias as the kernel reads it: a tensor whose dimensions are labelled `bias_labels` (each of
+    b0, b1, q, k once; b0 and b1 may be missing or of size 1: broadcast), rewritten to [b0|1, b1|1, q, k]."""
+    bias_labels: list[str] = field(default_factory=list)
 
     @property
     def values(self) -> set[SSAValue]:

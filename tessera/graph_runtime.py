@@ -6,7 +6,8 @@ attention ops (`tessera.attention`, `tessera.attention_bwd` and their custom_cal
     outputs = run_graph(module, inputs, level="ptx")       # the forward's kernel as PTX in the PTX executor
 
 - a forward without a log-sum-exp result runs `tessera.kernels.flash_attention` with the op's configuration
-  through `tessera.interpret(..., level=level)`;
+  through `tessera.interpret(..., level=level)`; a fourth operand is its bias (`flash_attention(bias=True)`,
+  broadcast along the dimensions where the operand has size 1);
 - a forward with one, and the backward, run through `tessera.attention(q, k, v, causal=, scale=,
   return_lse=True, level="tile")` and `tessera.attention_backward(q, k, v, o, lse, do, causal=, scale=,
   level="tile") -> (dq, dk, dv)` (issue 14's API). Where this checkout does not have them yet, running such
@@ -51,10 +52,17 @@ def op_config(op: Operation) -> dict:
 
 
 @lru_cache(maxsize=16)
-def _forward_kernel(head_dim: int, causal: bool, dtype: str, scale: float, block_m: int, block_n: int):
+def _forward_kernel(head_dim: int, causal: bool, dtype: str, scale: float, block_m: int, block_n: int,
+                    bias_broadcast: tuple[str, ...] | None = None):
     from tessera.kernels import flash_attention
 
-    return flash_attention(head_dim, causal, dtype, scale, block_m, block_n)
+    return flash_attention(head_dim, causal, dtype, scale, block_m, block_n, bias=bias_broadcast is not None,
+                           bias_broadcast=bias_broadcast or ())
+
+
+def _bias_broadcast(q: np.ndarray, bias: np.ndarray) -> tuple[str, ...]:
+    """The dimensions ("batch", "heads") a [batch|1, heads|1, seq_q, seq_k] bias is broadcast along."""
+    return tuple(name for name, size, n in zip(("batch", "heads"), bias.shape[:2], q.shape[:2]) if size == 1 != n)
 
 
 def _api(name: str, *parameters: str):
@@ -91,17 +99,20 @@ def run_forward(op: Operation, operands: list[np.ndarray], exact: bool, level: s
         raise GraphInterpretationError(located(op, "attention ops run in Tessera's kernels: they have no float64 "
                                                    "form (compare against the original graph)"))
     c = op_config(op)
-    q, k, v = operands
+    q, k, v, *bias = operands
+    broadcast = _bias_broadcast(q, bias[0]) if bias else None
     if len(op.results) == 1:
-        module = _forward_kernel(c["head_dim"], c["causal"], c["dtype"], c["scale"], c["block_m"], c["block_n"])
-        return [_as_f32(tessera.interpret(module, q, k, v, level=level))]
+        module = _forward_kernel(c["head_dim"], c["causal"], c["dtype"], c["scale"], c["block_m"], c["block_n"],
+                                 broadcast)
+        return [_as_f32(tessera.interpret(module, q, k, v, *bias, level=level))]
     fn = _api("attention", "return_lse", "level")
     if fn is None:
         raise KernelUnavailable(located(op, "this forward also returns its log-sum-exp for the backward, which needs "
                                             "tessera.attention(..., return_lse=True, level='tile') (issue 14; not in "
                                             "this checkout)"))
     q, k, v = (_as_dtype(x, c["dtype"]) for x in (q, k, v))
-    o, lse = fn(q, k, v, causal=c["causal"], scale=c["scale"], return_lse=True, level=level)
+    options = {"bias": _as_dtype(bias[0], c["dtype"])} if bias else {}
+    o, lse = fn(q, k, v, causal=c["causal"], scale=c["scale"], return_lse=True, level=level, **options)
     return [_as_f32(o), np.asarray(lse, np.float32)]
 
 

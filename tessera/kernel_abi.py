@@ -6,7 +6,8 @@ A kernel is a `func.func` with these attributes:
     tile.grid   = #tile.dims<ceildiv(seq_q, 128), heads, batch>
 
 `kind` is "attention" (arguments Q, K, V in, O out, optionally LSE out, and optionally i32 tables in after V,
-see `is_table`; `causal` and `scale` say what it computes), "attention_backward" (one of the backward's three
+see `is_table`; `causal` and `scale` say what it computes; `bias = true`: a fourth input Bias [batch, heads,
+seq_q, seq_k] added to the scaled scores, with 1 for a dimension it is broadcast along), "attention_backward" (one of the backward's three
 kernels; `causal` and `scale` too), "gemm"
 (A, B in, C out; with `beta` also C_in in and with `bias` a bias in, see `GemmOptions`) or "custom" (no
 reference). Each argument is a global tile carrying
@@ -63,6 +64,8 @@ OPTIONAL_OUTPUTS = {"attention": ("LSE",)}
 
 
 GEMM_ENTRIES = ("transpose_a", "transpose_b", "alpha", "beta", "bias")
+ATTENTION_ENTRIES = ("bias",)
+"""`tile.kernel` entries of an "attention" kernel beside kind, causal and scale."""
 
 @dataclass(frozen=True)
 class GemmOptions:
@@ -120,6 +123,8 @@ class KernelSignature:
     """The cluster shape the kernel declares (`tile.cluster`, see `tessera.cluster`)."""
     launch_sizes: tuple[str, ...] = ()
     """Sizes the launch supplies, used by the grid only (`tile.launch_sizes`, module docstring)."""
+    bias: bool = False
+    """An "attention" kernel's additive bias: a fourth input, Bias (`bias = true` in `tile.kernel`)."""
 
     @property
     def inputs(self) -> tuple[KernelArg, ...]:
@@ -245,9 +250,15 @@ def signature(op: func.FuncOp) -> KernelSignature:
     if not isinstance(kind_attr, StringAttr) or kind_attr.data not in KINDS:
         _fail(op, f"'{KERNEL_ATTR}' needs kind = one of {', '.join(map(repr, KINDS))}")
     kind = kind_attr.data
-    unknown = set(entries) - {"kind", "causal", "scale"} - (set(GEMM_ENTRIES) if kind == "gemm" else set())
+    extra = GEMM_ENTRIES if kind == "gemm" else ATTENTION_ENTRIES if kind == "attention" else ()
+    unknown = set(entries) - {"kind", "causal", "scale"} - set(extra)
     if unknown:
-        _fail(op, f"unknown '{KERNEL_ATTR}' entries {sorted(unknown)} (known: kind, causal, scale{', ' + ', '.join(GEMM_ENTRIES) if kind == 'gemm' else ''})")
+        _fail(op, f"unknown '{KERNEL_ATTR}' entries {sorted(unknown)} (known: kind, causal, scale{''.join(', ' + e for e in extra)})")
+    bias_attr = entries.get("bias")
+    bias = kind == "attention" and bias_attr is not None
+    if bias and not (isinstance(bias_attr, IntegerAttr) and bias_attr.type == IntegerType(1)):
+        _fail(op, "'bias' must be true or false")
+    bias = bias and bool(bias_attr.value.data)
     causal_attr = entries.get("causal")
     causal = False
     if causal_attr is not None:
@@ -313,6 +324,8 @@ def signature(op: func.FuncOp) -> KernelSignature:
     gemm = gemm_options(op, entries) if kind == "gemm" else None
     if gemm is not None:
         expected_in = gemm.input_names
+    if bias:
+        expected_in = expected_in + ("Bias",)
     if expected_in is not None:
         # Attention kernels may also take i32 tables after Q, K, V (sequence starts, page tables: serving).
         n_in = sum(a.role == "in" and not (kind == "attention" and is_table(a.type)) for a in args)
@@ -337,7 +350,7 @@ def signature(op: func.FuncOp) -> KernelSignature:
                 _fail(op, f"'{DIVISIBLE_ATTR}' names '{name}', which no input defines")
             divisible[name] = attr.value.data
     return KernelSignature(op, op.sym_name.data, kind, causal, scale, tuple(args), grid, gemm, divisible, cluster,
-                           launch)
+                           launch, bias)
 
 
 def is_table(ty: TileType) -> bool:

@@ -326,6 +326,9 @@ def resolve(forwards: list[ForwardMatch], backwards: list[BackwardMatch]) -> lis
     for b in backwards:
         if b.refusal is None and b.forward.refusal is not None:
             b.refusal = Refusal(f"its forward at {where(b.forward.bmm2)} was not rewritten: {b.forward.refusal.rule}")
+        elif b.refusal is None and b.forward.bias is not None:
+            b.refusal = Refusal(f"its forward at {where(b.forward.bmm2)} adds a bias: the backward kernels take none "
+                                "(they recompute P without it and give no dBias)")
     from tessera.match_attention_fwd import escaping_use
 
     changed = True

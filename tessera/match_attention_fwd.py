@@ -3,7 +3,8 @@
 
 It returns None when the dot_general is not the end of a softmax (most matmuls of a model: nothing to
 report), else a `ForwardMatch`; a match whose `refusal` is set is reported with that rule and not rewritten
-(a near miss, or "matched, not rewritten" for bias and dropout).
+(a near miss, or "matched, not rewritten" for dropout). An additive bias is rewritten as the kernel's Bias
+operand (`match_bias`).
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ class _ScoreWalk:
         self.scale = 1.0
         self.scale_text: list[str] = []
         self.bias: Operation | None = None
+        self.bias_factor = 1.0  # the scale factors applied after the bias (met before it, walking down)
         self.masks: list[tuple[Operation, SSAValue, bool, float]] = []
         self.ops: list[Operation] = []
 
@@ -129,12 +131,42 @@ class _ScoreWalk:
                 data = [v for v in op.operands if _reaches_dot(v)]
                 if len(data) != 1:
                     raise Refusal(f"the add at {where(op)} on the scores has no single score operand", op)
-                self.bias = op
+                if self.bias is not None:
+                    raise Refusal(f"two biases are added to the scores (at {where(op)} and {where(self.bias)})", op)
+                self.bias, self.bias_factor = op, self.scale
                 value = data[0]
             else:
                 raise Refusal(f"'{op.name}' at {where(op)} between BMM1 and the softmax is not a scale, bias or "
                               "mask", op)
             self.ops.append(op)
+
+
+def match_bias(m: ForwardMatch, add: Operation, s_labels: list[str | None], bias_factor: float) -> None:
+    """Set `m.bias` and `m.bias_labels` from the `add` of a bias to the scores (labelled `s_labels`), or raise
+    the Refusal naming what the kernel's Bias [batch|1, heads|1, seq_q, seq_k] in Q's type cannot be: a bias
+    the scale multiplies too (added before it), one broadcast along the queries or keys, one of another
+    element type. Converts from Q's type and a `broadcast_in_dim` along batch and heads are seen through."""
+    bias = next(v for v in add.operands if not _reaches_dot(v))
+    if bias_factor != 1.0:
+        raise Refusal(f"the bias at {where(add)} is added before a scale (x {bias_factor:g}): the kernel adds its "
+                      "bias after the scale", add)
+    source = strip(bias, [])
+    labels = list(s_labels)
+    broadcast = producer(source)
+    if broadcast is not None and broadcast.name == "stablehlo.broadcast_in_dim":
+        dims = [int(d) for d in broadcast.broadcast_dimensions.get_values()]
+        inner = shape(broadcast.operands[0])
+        full = shape(broadcast.results[0])
+        spread = [labels[d] for d in range(len(full)) if d not in dims or inner[dims.index(d)] != full[d]]
+        if "q" in spread or "k" in spread:
+            along = " and ".join(x for x, name in (("the queries", "q"), ("the keys", "k")) if name in spread)
+            raise Refusal(f"the bias at {where(add)} ({describe(bias)}, {list(inner)}) is broadcast along {along}: "
+                          "the kernel reads a bias [batch or 1, heads or 1, seq_q, seq_k]", add)
+        source, labels = strip(broadcast.operands[0], []), [labels[d] for d in dims]
+    if element(source) != m.dtype:
+        raise Refusal(f"the bias at {where(add)} is {element(source)}: the kernel reads a bias in {m.dtype} (the type "
+                      "of Q, K and V)", add)
+    m.bias, m.bias_labels = source, labels
 
 
 def _label_operands(dot: Operation, a_is_lhs: bool, a_free: str, b_free: str, contract: str,
@@ -278,12 +310,10 @@ def _complete(m: ForwardMatch, p_index: int, dropout_ops: list[Operation]) -> No
     m.dtype = types.pop()
     if not (0 < m.scale < float("inf")):
         raise Refusal(f"the scale {m.scale:g} is not positive and finite")
-    if walk.bias is not None and dropout_ops:
-        raise Refusal("additive bias and dropout (no Tessera kernel takes either)", matched=True)
-    if walk.bias is not None:
-        raise Refusal("additive bias (no Tessera kernel takes a bias)", matched=True)
     if dropout_ops:
         raise Refusal("dropout (no Tessera kernel applies dropout)", matched=True)
+    if walk.bias is not None:
+        match_bias(m, walk.bias, s_labels, walk.bias_factor)
 
 
 def escaping_use(match: ForwardMatch, allowed: set[Operation]) -> str | None:

@@ -7,7 +7,9 @@ Conventions (the same as the kernels'):
 
 Tolerance (DESIGN.md section 9, in the FlashAttention style): a kernel's error against the fp64 reference
 computed from the same rounded inputs may be at most twice the error of a straightforward computation in
-the kernel's precision, plus a small absolute term.
+the kernel's precision, plus a small absolute term. With an additive bias (rounded to the kernel's type, as
+the kernel reads it) the rule is the same: the bias enters the reference in float64 and the straightforward
+computation as PyTorch's eager attention adds it, to the rounded scores, rounding the sum.
 
 The attention backward (`attention_backward`, `check_attention_backward`) follows the same rule for each of
 dQ, dK and dV: its error against the float64 analytic gradient (O recomputed in float64 from the rounded
@@ -40,6 +42,12 @@ def _scores(q: np.ndarray, k: np.ndarray, scale: float, dtype) -> np.ndarray:
     return np.einsum("bhqd,bhkd->bhqk", q.astype(dtype), k.astype(dtype)) * dtype(scale)
 
 
+def _add_bias(scores: np.ndarray, bias) -> np.ndarray:
+    """scores + bias, the bias [batch, heads, seq_q, seq_k] or with 1 in the batch and/or heads dimension
+    (broadcast, as PyTorch's SDPA broadcasts attn_mask); scores unchanged when bias is None."""
+    return scores if bias is None else scores + np.asarray(bias).astype(scores.dtype)
+
+
 def _softmax_rows(scores: np.ndarray, visible: np.ndarray | None) -> np.ndarray:
     if visible is not None:
         scores = np.where(visible, scores, -np.inf)
@@ -50,21 +58,27 @@ def _softmax_rows(scores: np.ndarray, visible: np.ndarray | None) -> np.ndarray:
     return np.divide(weights, total, out=np.zeros_like(weights), where=total > 0)
 
 
-def attention(q, k, v, causal: bool = False, scale: float | None = None) -> np.ndarray:
-    """softmax(Q K^T * scale [+ causal mask]) V in float64 on the given (already rounded) inputs."""
+def attention(q, k, v, causal: bool = False, scale: float | None = None, bias=None) -> np.ndarray:
+    """softmax(Q K^T * scale [+ bias] [+ causal mask]) V in float64 on the given (already rounded) inputs; `bias`
+    is [batch, heads, seq_q, seq_k] or broadcast over batch and/or heads (size 1 there)."""
     q, k, v = (np.asarray(x).astype(np.float64) for x in (q, k, v))
     scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
     visible = causal_visible(q.shape[2], k.shape[2]) if causal else None
-    return np.einsum("bhqk,bhkd->bhqd", _softmax_rows(_scores(q, k, scale, np.float64), visible), v)
+    scores = _add_bias(_scores(q, k, scale, np.float64), bias)
+    return np.einsum("bhqk,bhkd->bhqd", _softmax_rows(scores, visible), v)
 
 
-def attention_same_precision(q, k, v, dtype, causal: bool = False, scale: float | None = None) -> np.ndarray:
-    """The straightforward computation in the kernel's precision: scores rounded to `dtype`, softmax in f32
-    rounded to `dtype`, P V accumulated in f32 and rounded to `dtype` (what PyTorch's eager attention does)."""
+def attention_same_precision(q, k, v, dtype, causal: bool = False, scale: float | None = None,
+                             bias=None) -> np.ndarray:
+    """The straightforward computation in the kernel's precision: scores rounded to `dtype` (and again after
+    adding the bias), softmax in f32 rounded to `dtype`, P V accumulated in f32 and rounded to `dtype` (what
+    PyTorch's eager attention does)."""
     q, k, v = (np.asarray(x).astype(F32) for x in (q, k, v))
     scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
     visible = causal_visible(q.shape[2], k.shape[2]) if causal else None
     scores = round_to(_scores(q, k, scale, np.float32), dtype).astype(F32)
+    if bias is not None:
+        scores = round_to(_add_bias(scores, bias), dtype).astype(F32)
     p = round_to(_softmax_rows(scores, visible).astype(F32), dtype).astype(F32)
     return round_to(np.einsum("bhqk,bhkd->bhqd", p, v), dtype)
 
@@ -80,26 +94,12 @@ correctly rounded log2, so this part of the bound is analytical. bf16/f16 roundi
 here: the reference reads the same rounded inputs."""
 
 
-def attention_lse(q, k, causal: bool = False, scale: float | None = None) -> np.ndarray:
-    """[batch, heads, seq_q] float64 log(sum_j exp(scale q.k_j)) over the keys each query sees, on the given
-    (already rounded) inputs; -inf for a row that sees no key."""
-    q, k = (np.asarray(x).astype(np.float64) for x in (q, k))
-    scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
-    scores = _scores(q, k, scale, np.float64)
-    if causal:
-        scores = np.where(causal_visible(q.shape[2], k.shape[2]), scores, -np.inf)
-    row_max = scores.max(axis=-1, keepdims=True)
-    shift = np.where(np.isneginf(row_max), 0, row_max)
-    with np.errstate(divide="ignore"):
-        return (np.log(np.exp(scores - shift).sum(axis=-1, keepdims=True)) + shift)[..., 0]
-
-
-def check_lse(lse, q, k, dtype, causal: bool = False, scale: float | None = None) -> Comparison:
+def check_lse(lse, q, k, dtype, causal: bool = False, scale: float | None = None, bias=None) -> Comparison:
     """Compare an LSE output ([batch, heads, seq_q], or with a trailing 1) with `attention_lse` on the inputs
     rounded to `dtype`: within `LSE_TOLERANCE` where the reference is finite, and exactly -inf where it is
     -inf (a row that sees no key); anything else (NaN, a finite value for an empty row) is an infinite error."""
     q, k = (round_to(np.asarray(x), dtype) for x in (q, k))
-    ref = attention_lse(q, k, causal, scale)
+    ref = attention_lse(q, k, causal, scale, None if bias is None else round_to(np.asarray(bias), dtype))
     out = np.asarray(lse, np.float64)
     out = out.reshape(out.shape[:-1]) if out.shape == ref.shape + (1,) else out
     if out.shape != ref.shape:
@@ -141,13 +141,24 @@ def _max_error(out, ref) -> float:
     return float(np.nan_to_num(np.abs(out - ref), nan=np.inf).max())
 
 
-def check_attention(out, q, k, v, dtype, causal: bool = False, scale: float | None = None) -> Comparison:
-    """Compare an attention output with the fp64 reference under the tolerance rule."""
+def check_attention(out, q, k, v, dtype, causal: bool = False, scale: float | None = None,
+                    bias=None) -> Comparison:
+    """Compare an attention output with the fp64 reference under the tolerance rule (the module docstring);
+    with a `bias`, it is rounded to `dtype` like q, k, v and enters both the reference and the baseline."""
     q, k, v = (round_to(np.asarray(x), dtype) for x in (q, k, v))
-    ref = attention(q, k, v, causal, scale)
-    baseline = attention_same_precision(q, k, v, dtype, causal, scale)
+    bias = None if bias is None else round_to(np.asarray(bias), dtype)
+    ref = attention(q, k, v, causal, scale, bias)
+    baseline = attention_same_precision(q, k, v, dtype, causal, scale, bias)
     tolerance = 2 * _max_error(baseline, ref) + ABSOLUTE_TOLERANCE
     return Comparison(_max_error(out, ref), tolerance)
+
+
+def check_attention_kernel(sig, out, inputs, dtype) -> Comparison:
+    """`check_attention` for the output of the "attention" kernel `sig` (a KernelSignature) run on `inputs`
+    (Q, K, V, and Bias when the kernel takes one)."""
+    q, k, v, *rest = inputs
+    return check_attention(out, q, k, v, dtype, causal=sig.causal, scale=sig.scale,
+                           bias=rest[0] if sig.bias else None)
 
 
 def check_gemm(out, a, b, dtype, *, c=None, bias=None, transpose_a: bool = False, transpose_b: bool = False,
@@ -284,13 +295,13 @@ def _scores_matmul(q: np.ndarray, k: np.ndarray, scale: float, dtype) -> np.ndar
     return np.matmul(q.astype(dtype), np.swapaxes(k.astype(dtype), -1, -2)) * dtype(scale)
 
 
-def attention_lse(q, k, causal: bool = False, scale: float | None = None) -> np.ndarray:
-    """The forward's log-sum-exp in float64: LSE[b, h, i] = log sum_j exp(scale q_i . k_j) over the keys row i
-    sees, -inf for a row that sees none. k may have fewer heads (GQA)."""
+def attention_lse(q, k, causal: bool = False, scale: float | None = None, bias=None) -> np.ndarray:
+    """The forward's log-sum-exp in float64: LSE[b, h, i] = log sum_j exp(scale q_i . k_j [+ bias_ij]) over the
+    keys row i sees, -inf for a row that sees none. k may have fewer heads (GQA)."""
     q = np.asarray(q).astype(np.float64)
     k = _expand_heads(np.asarray(k).astype(np.float64), q.shape[1])
     scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
-    scores = _scores_matmul(q, k, scale, np.float64)
+    scores = _add_bias(_scores_matmul(q, k, scale, np.float64), bias)
     if causal:
         scores = np.where(causal_visible(q.shape[2], k.shape[2]), scores, -np.inf)
     row_max = scores.max(axis=-1, keepdims=True)

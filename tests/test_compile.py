@@ -35,7 +35,10 @@ CONFIGS = [("flash_attention", dict(head_dim=d, causal=c, dtype=t)) for d in (64
     ("flash_attention", dict(head_dim=256, causal=False, dtype="bf16")),
     ("flash_attention", dict(head_dim=256, causal=True, dtype="f16")),
     ("two_pass_attention", dict(head_dim=256, causal=True)), ("three_pass_attention", dict(head_dim=256, causal=False)),
-] + [("gemm", dict(dtype="bf16")), ("gemm", dict(dtype="f16"))]
+] + [("gemm", dict(dtype="bf16")), ("gemm", dict(dtype="f16"))] + [
+    ("flash_attention", dict(head_dim=d, causal=c, dtype=t, bias=True, return_lse=lse))
+    for d, c, t, lse in ((64, False, "bf16", False), (64, True, "f16", True), (128, False, "f16", False),
+                         (128, True, "bf16", True))]
 
 SLICE = [
     ("flash_attention", dict(head_dim=128, causal=False, dtype="bf16")),  # the README's kernel
@@ -44,6 +47,7 @@ SLICE = [
     ("three_pass_attention", dict(head_dim=64, causal=True)),
     ("two_pass_attention", dict(head_dim=128, causal=False)),
     ("gemm", dict(dtype="bf16")),
+    ("flash_attention", dict(head_dim=128, causal=True, dtype="bf16", bias=True, return_lse=True)),
 ]
 """What each ptxas but the newest checks by default: one kernel of each builder, every head_dim, both
 dtypes, causal or not, under the full pipeline (where the ptxas versions have differed)."""

@@ -32,11 +32,14 @@ REWRITTEN = {
     "fwd_bwd_causal_s256_d64": (1, 1, True, 0.125),
     "block_s256_d64": (1, 0, True, 0.125),
     "composite_s256_d128": (1, 0, True, np.float32(1 / np.sqrt(128))),
+    "fwd_bias_s256_d64": (1, 0, False, 0.125),
 }
+
+BIASED = {"fwd_bias_s256_d64"}
+"""Positive fixtures whose attention adds a bias: rewritten with the bias as the op's fourth operand."""
 
 # fixture: the rule the report gives (a regular expression), and whether the pattern matched as a whole
 REFUSED = {
-    "fwd_bias_s256_d64": (r"matched, not rewritten: additive bias", True),
     "neg_dropout_s256_d64": (r"matched, not rewritten: dropout", True),
     "neg_softmax_axis_s256_d64": (r"the softmax normalises axis 2 of the scores, but BMM2 .* sums over axis 3", False),
     "neg_p_escapes_s256_d64": (r"P \(the softmax output\) has another user: 'func.return'", False),
@@ -203,7 +206,9 @@ def test_patterns_rewrite_each_positive_fixture(name):
     assert not ops_named(module, "stablehlo.exponential") or name == "block_s256_d64"
     op = fwd[0]
     assert op.is_causal == causal and op.scale.value.data == pytest.approx(float(scale), rel=1e-7)
-    assert op.kernel.data == f"flash_attention_d{op.head_dim.value.data}_bf16" + ("_causal" if causal else "")
+    assert op.kernel.data == (f"flash_attention_d{op.head_dim.value.data}_bf16" + ("_causal" if causal else "")
+                              + ("_bias" if name in BIASED else ""))
+    assert (op.bias is not None) == (name in BIASED)
     if backwards:  # the forward hands O and its log-sum-exp to the backward
         assert bwd[0].kernel.data == f"attention_backward_d{op.head_dim.value.data}_bf16" + ("_causal" if causal else "")
         assert len(op.results) == 2 and bwd[0].operands[3] is op.results[0] and bwd[0].operands[4] is op.results[1]
@@ -280,8 +285,11 @@ def test_interpreter_in_float64_is_the_attention_reference():
     ("composite_s256_d128", "rewrite-attention"),
     ("fwd_bwd_causal_s256_d64", "rewrite-attention{match=patterns}"),
     ("block_s256_d64", "rewrite-attention{match=patterns form=custom_call}"),
+    ("fwd_bias_s256_d64", "rewrite-attention{match=patterns}"),
+    ("fwd_bias_s256_d64", "rewrite-attention{match=patterns form=custom_call}"),
 ])
 def test_compare_rewritten_with_original(name, spec, capsys):
+    """The rewritten graph (attention in the Tile interpreter) agrees with the original within the tolerance."""
     assert tessera_run.main([str(FIXTURES / f"{name}.mlir"), "-p", spec, "--compare", "--seed", "3"]) == 0
     out = capsys.readouterr().out
     forwards, backwards = REWRITTEN[name][:2]
@@ -322,4 +330,151 @@ def test_custom_call_form_is_what_xla_dispatches():
     assert [c.call_target_name.data for c in calls] == ["__tessera$attention", "__tessera$attention_bwd"]
     config = calls[0].backend_config.data
     assert config["kernel"].data == "flash_attention_d64_bf16_causal" and calls[0].api_version.value.data == 4
+# endregion
+
+
+# region Additive bias (the kernel's fourth operand)
+#
+# Variants of the bias fixture, edited as text: the bias broadcast along batch, heads, queries; added before the
+# scale; of another element type; with dropout after the softmax.
+
+BIAS_ARG = "%arg3: tensor<2x4x256x256xbf16>"
+BIAS_ADD = '%4 = "stablehlo.add"(%3, %arg3)'
+
+
+def bias_variant(tmp_path, name: str, source_shape: str | None = None, dims: str = "0, 1, 2, 3",
+                 element: str = "bf16", edit=None) -> Path:
+    """The bias fixture with its bias argument of `source_shape` (and `element` type) broadcast to the scores
+    by `broadcast_in_dim` with `dims` (and converted to bf16) before the add, or edited by `edit`."""
+    text = (FIXTURES / "fwd_bias_s256_d64.mlir").read_text()
+    if source_shape is not None:
+        arg_type = f"tensor<{source_shape}x{element}>"
+        text = text.replace(BIAS_ARG, f"%arg3: {arg_type}").replace(
+            "tensor<2x256x4x64xbf16>, tensor<2x4x256x256xbf16>) -> tensor<2x256x4x64xbf16>",
+            f"tensor<2x256x4x64xbf16>, {arg_type}) -> tensor<2x256x4x64xbf16>")
+        value = "%arg3"
+        lines = []
+        if element != "bf16":
+            lines.append(f'%bias_c = "stablehlo.convert"(%arg3) : ({arg_type}) -> tensor<{source_shape}xbf16>')
+            value = "%bias_c"
+        lines.append(f'%bias_b = "stablehlo.broadcast_in_dim"({value}) <{{broadcast_dimensions = array<i64: {dims}>}}> '
+                     f': (tensor<{source_shape}xbf16>) -> tensor<2x4x256x256xbf16>')
+        text = text.replace(f"    {BIAS_ADD}", "".join(f"    {line}\n" for line in lines)
+                            + f"    {BIAS_ADD.replace('%arg3', '%bias_b')}")
+    if edit is not None:
+        text = edit(text)
+    path = tmp_path / f"{name}.mlir"
+    path.write_text(text)
+    return path
+
+
+def rewrite_file(path: Path, spec: str = "rewrite-attention{match=patterns}"):
+    from tessera.tools.tessera_opt import parse_pipeline, run_pipeline
+
+    module = load_module(opt_context(), path.read_text(), str(path))
+    take_reports()
+    run_pipeline(parse_pipeline(spec), opt_context(), module)
+    (report,) = take_reports()
+    return module, report
+
+
+@pytest.mark.parametrize("source_shape, dims, kernel", [
+    ("1x4x256x256", "0, 1, 2, 3", "flash_attention_d64_bf16_bias_b1"),
+    ("2x1x256x256", "0, 1, 2, 3", "flash_attention_d64_bf16_bias_h1"),
+    ("256x256", "2, 3", "flash_attention_d64_bf16_bias_b1_h1"),
+])
+def test_a_bias_broadcast_over_batch_or_heads_stays_broadcast(source_shape, dims, kernel, tmp_path, capsys):
+    """The kernel reads a bias of size 1 in batch and/or heads at index 0: the rewrite passes the bias before
+    its broadcast (reshaped to rank 4), and the result agrees with the original graph."""
+    path = bias_variant(tmp_path, "broadcast", source_shape, dims)
+    module, report = rewrite_file(path)
+    (op,) = ops_named(module, "tessera.attention")
+    assert op.kernel.data == kernel and report.replaced() == 1
+    assert not ops_named(module, "stablehlo.broadcast_in_dim")  # nothing materialises [2, 4, 256, 256]
+    assert tessera_run.main([str(path), "-p", "rewrite-attention{match=patterns}", "--compare", "--seed", "4"]) == 0
+    assert "replaced 1 attention" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("variant, rule", [
+    (dict(source_shape="2x4x1x256", dims="0, 1, 2, 3"),
+     r"the bias at .* \(argument %arg3, \[2, 4, 1, 256\]\) is broadcast along the queries: the kernel reads a bias "
+     r"\[batch or 1, heads or 1, seq_q, seq_k\]"),
+    (dict(source_shape="2x256", dims="0, 3"), r"is broadcast along the queries: the kernel reads a bias"),
+    (dict(source_shape="2x4x256x256", element="f32"),
+     r"the bias at .* is f32: the kernel reads a bias in bf16 \(the type of Q, K and V\)"),
+    (dict(edit=lambda t: t.replace('%3 = "stablehlo.multiply"(%0, %2)', '%3 = "stablehlo.add"(%0, %arg3)')
+                          .replace(BIAS_ADD, '%4 = "stablehlo.multiply"(%3, %2)')),
+     r"the bias at .* is added before a scale \(x 0.125\): the kernel adds its bias after the scale"),
+])
+def test_a_bias_the_kernel_cannot_take_is_a_near_miss(variant, rule, tmp_path):
+    path = bias_variant(tmp_path, "near_miss", **variant)
+    before = load_module(opt_context(), path.read_text(), str(path))
+    module, report = rewrite_file(path)
+    assert str(module) == str(before) and report.replaced() == 0
+    text = report.text()
+    assert re.search(rule, text) and "near miss" in text and "matched, not rewritten" not in text, text
+
+
+def test_bias_and_dropout_stays_matched_not_rewritten(tmp_path):
+    """Dropout after the softmax of a biased attention (P times a keep mask): dropout is what stops it."""
+    def with_dropout(text):
+        text = text.replace('%21 = "stablehlo.dot_general"(%arg2, %20)', '%21 = "stablehlo.dot_general"(%arg2, %dropped)')
+        return text.replace('    %21 = "stablehlo.dot_general"',
+                            '    %dropped = "stablehlo.multiply"(%20, %arg3) : (tensor<2x4x256x256xbf16>, '
+                            'tensor<2x4x256x256xbf16>) -> tensor<2x4x256x256xbf16>\n    %21 = "stablehlo.dot_general"')
+    path = bias_variant(tmp_path, "dropout", edit=with_dropout)
+    module, report = rewrite_file(path)
+    assert report.replaced() == 0
+    assert re.search(r"matched, not rewritten: dropout", report.text()), report.text()
+
+
+def test_bias_fixture_report_and_custom_call(capsys):
+    path = FIXTURES / "fwd_bias_s256_d64.mlir"
+    assert tessera_opt.main([str(path), "-p", "rewrite-attention{match=patterns}", "--rewrite-report"]) == 0
+    err = capsys.readouterr().err
+    assert re.search(r"bias at .*fwd_bias_s256_d64.mlir:\d+:\d+ \(argument %arg3\)", err), err
+    assert "became tessera.attention (kernel flash_attention_d64_bf16_bias, scale 0.125, causal false, with the bias " \
+           "as its fourth operand)" in err
+    module, _ = rewrite("fwd_bias_s256_d64", "rewrite-attention{match=patterns form=custom_call}")
+    (call,) = ops_named(module, "stablehlo.custom_call")
+    assert len(call.operands) == 4 and bool(call.backend_config.data["bias"].value.data)
+    assert call.backend_config.data["kernel"].data == "flash_attention_d64_bf16_bias"
+
+
+def test_the_backward_of_a_biased_forward_is_refused(tmp_path):
+    """fwd_bwd_causal with a bias added to the scaled scores: the backward kernels take no bias, so the
+    backward is a near miss, and its forward, whose P the graph's backward still reads, stays too."""
+    t, scores = (FIXTURES / "fwd_bwd_causal_s256_d64.mlir").read_text(), "tensor<2x4x256x256xbf16>"
+    for old, new in [
+        ("arg_attrs = [{}, {}, {}, {}]", "arg_attrs = [{}, {}, {}, {}, {}]"),
+        ("tensor<2x256x4x64xbf16>) -> (tensor<2x256x4x64xbf16>", f"tensor<2x256x4x64xbf16>, {scores}) -> (tensor<2x256x4x64xbf16>"),
+        ('%arg9: tensor<2x256x4x64xbf16> loc("do"))', f'%arg9: tensor<2x256x4x64xbf16> loc("do"), %bias: {scores} loc("bias"))'),
+        ("(%22, %19, %23) <{callee = @_where}>", "(%22, %biased, %23) <{callee = @_where}>"),
+        ('    %20 = "stablehlo.constant"() <{value = dense<true>',
+         f'    %biased = "stablehlo.add"(%19, %bias) : ({scores}, {scores}) -> {scores}\n'
+         '    %20 = "stablehlo.constant"() <{value = dense<true>'),
+    ]:
+        assert old in t
+        t = t.replace(old, new, 1)
+    path = tmp_path / "fwd_bwd_bias.mlir"
+    path.write_text(t)
+    module, report = rewrite_file(path)
+    assert report.replaced() == 0 and not ops_named(module, "tessera.attention")
+    text = report.text()
+    assert re.search(r"near miss \(backward\).*\n.*its forward at .* adds a bias: the backward kernels take none", text)
+    assert re.search(r"near miss \(forward\).*\n.*P \(the softmax output\) has another user", text), text
+
+
+def test_attention_op_verifier_checks_the_bias(tmp_path, capsys):
+    module, _ = rewrite("fwd_bias_s256_d64")
+    text = str(module)
+    for edit, message in [
+        (lambda t: t.replace('kernel = "flash_attention_d64_bf16_bias"', 'kernel = "flash_attention_d64_bf16"'),
+         "a bias operand goes with a '_bias' kernel"),
+    ]:
+        path = tmp_path / "bad.mlir"
+        path.write_text(edit(text))
+        assert tessera_opt.main([str(path)]) == 1
+        err = capsys.readouterr().err
+        assert message in err and re.search(r"bad\.mlir:\d+:\d+", err), err
 # endregion

@@ -192,7 +192,7 @@ def _check(sig, outputs, inputs):
 
     dtype = numpy_dtype(sig.inputs[0].type.element_type)
     if sig.kind == "attention":
-        return reference.check_attention(outputs[0], *inputs, dtype, causal=sig.causal, scale=sig.scale)
+        return reference.check_attention_kernel(sig, outputs[0], inputs, dtype)
     if sig.kind == "gemm":
         return reference.check_gemm_kernel(sig, outputs[0], inputs, dtype)
     return None

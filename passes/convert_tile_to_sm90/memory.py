@@ -237,15 +237,18 @@ class MemoryLowering:
 
     def _window_access(self, op, window: Window, ty: TileType, e: Emitter,
                        row_end: SSAValue | None = None,
-                       rows_only: bool = False) -> tuple[SSAValue, SSAValue, SSAValue, list[int]]:
+                       rows_only: bool = False,
+                       per_element: bool = False) -> tuple[SSAValue, SSAValue, SSAValue, list[int]]:
         """The global address of this thread's first element, and the byte offsets from it, in-bounds mask and
         constant column bytes of each register of its share of an [BM, N] window: one per element, or per packed
-        pair for 16-bit tiles. The offsets are row pitch x row only; the columns go in the address immediates
-        (`sm90.COLUMN_BYTES`), so that a thread's offsets take as many values as it has rows. `row_end`, if
+        pair for 16-bit tiles. The offsets are row pitch x row only, computed once per distinct row and shuffled out;
+        the columns go in the address immediates (`sm90.COLUMN_BYTES`), so that a thread's offsets take as many
+        values (and registers) as it has rows. `row_end`, if
         given, is an absolute row before which the access stops even inside the tensor. `rows_only`: the
         caller knows every column is inside the tensor; offsets and mask are then computed for the thread's
-        distinct rows and shuffled out to the registers (two registers live, not one per register)."""
-        packed = not isinstance(ty.element_type, Float32Type)
+        distinct rows and shuffled out to the registers (two registers live, not one per register).
+        `per_element`: one register per element of a 16-bit tile too, not per packed pair."""
+        packed = not isinstance(ty.element_type, Float32Type) and not per_element
         if packed and (ty.get_shape()[1] % 2 or self._is_column(ty)):
             _refuse(op, "16-bit tiles in registers need an even number of columns")
         *lead, row0, col0 = window.indices
@@ -272,10 +275,11 @@ class MemoryLowering:
         base = e.addi(self.entry_args[self.pointer_args[window.arg]], e.muli(first, e.i64(elt)))
         lanes = len(row_offsets)
         pitch = e.op(arith.IndexCastOp(e.muli(dims[-1], e.index(elt)), i32))
+        # One offset per distinct row, shuffled out to the registers: two registers live, not one per register
+        # (a load in a loop keeps them live across it: the bias of attention).
+        offsets = e.shuffle(e.muli(e.broadcast(pitch, len(distinct)), e.dense(i32, distinct)), spread)
         if rows_only:
-            offsets = e.shuffle(e.muli(e.broadcast(pitch, len(distinct)), e.dense(i32, distinct)), spread)
             return base, offsets, in_rows, [c * elt for c in col_offsets]
-        offsets = e.muli(e.broadcast(pitch, lanes), e.dense(i32, row_offsets))
         return base, offsets, e.andi(in_rows, in_cols), [c * elt for c in col_offsets]
 
     def _lower_StoreGlobalOp(self, op: tile.StoreGlobalOp, e: Emitter) -> None:
@@ -312,10 +316,26 @@ class MemoryLowering:
         self._set(op.result, e.op(sm90.LdGlobalOp(base, offsets, mask, self._vector_type(op, ty))))
 
     def _lower_LoadOp(self, op: tile.LoadOp, e: Emitter) -> None:
+        """Each thread loads its registers of the window, masked by the tensor's bounds (0 outside): f32 tiles
+        and 16-bit tiles whose rows start on 4 bytes (`rows_aligned`) one 32-bit word per register (a packed
+        pair), other 16-bit tiles one `ld.global.u16` per element, whose pairs are then packed (lo | hi << 16)
+        into the registers a word load gives: a pair at an odd element of a row is not 4-byte aligned."""
         window = self._get(op.source)
         if not isinstance(window, Window):
             _refuse(op, "loads from shared memory are not supported")
         ty = op.result.type
+        half = not isinstance(ty.element_type, Float32Type)
+        if half and not rows_aligned(self.sig, window.arg, 2 * element_type_bytes(ty.element_type)):
+            base, offsets, mask, columns = self._window_access(op, window, ty, e, per_element=True)
+            elements = e.op(sm90.LdGlobalU16Op(base, offsets, mask, len(columns), columns))
+            pairs = len(columns) // 2
+            low = e.shuffle(elements, range(0, 2 * pairs, 2))
+            high = e.shuffle(elements, range(1, 2 * pairs, 2))
+            # high << 16 as high x 2^16 (high < 2^16): a multiply takes its constant as an immediate, where a
+            # vector of shift amounts would hold a register per lane
+            shifted = e.muli(high, e.splat(i32, 1 << 16, pairs))
+            self._set(op.result, e.op(arith.OrIOp(low, shifted)))
+            return
         base, offsets, mask, columns = self._window_access(op, window, ty, e)
         value = e.op(sm90.LdGlobalOp(base, offsets, mask, self._vector_type(op, ty), columns))
         self._set(op.result, value)

@@ -47,6 +47,7 @@ from xdsl.ir import Attribute, SSAValue
 
 from tessera.dialects import tile
 from tessera.kernels.common import (
+    F32_LARGEST,
     ArgSpec,
     TileBuilder,
     apply_cluster,
@@ -102,6 +103,9 @@ class AttentionConfig:
     block_n: int
     return_lse: bool = False
     num_splits: int = 1
+    bias: bool = False
+    bias_broadcast: tuple[str, ...] = ()
+    """The dimensions (of BIAS_BROADCAST_DIMS) along which the bias has size 1 and is broadcast."""
 
     @classmethod
     def checked(
@@ -114,6 +118,8 @@ class AttentionConfig:
         block_n: object = None,
         return_lse: object = False,
         num_splits: object = 1,
+        bias: object = False,
+        bias_broadcast: object = (),
     ) -> AttentionConfig:
         """Validate builder arguments; raises ValueError naming the argument, the value and what is allowed.
         `block_n=None` is the head_dim's default (`DEFAULT_BLOCK_N`)."""
@@ -136,6 +142,8 @@ class AttentionConfig:
             block_n=check_block("block_n", block_n),
             return_lse=check_flag("return_lse", return_lse),
             num_splits=num_splits,
+            bias=check_bias_scale(check_flag("bias", bias), check_scale(scale, head_dim)),  # type: ignore[arg-type]
+            bias_broadcast=check_bias_broadcast(bias_broadcast, bias, num_splits),
         )
 
     @property
@@ -148,19 +156,59 @@ class AttentionConfig:
         return self.num_splits > 1
 
     def kernel_name(self, variant: str) -> str:
-        """`flash_attention_d128_bf16_causal`, `..._lse` with the LSE output, `..._split3` for split-KV parts."""
+        """`flash_attention_d128_bf16_causal`, `..._bias` with an additive bias (`_bias_b1`, `_bias_h1`,
+        `_bias_b1_h1` broadcast over batch and/or heads), `..._lse` with the LSE output, `..._split3` for
+        split-KV parts."""
         return (f"{variant}_d{self.head_dim}_{self.dtype}" + ("_causal" if self.causal else "")
+                + ("_bias" + "".join(f"_{d[0]}1" for d in self.bias_broadcast) if self.bias else "")
                 + ("_lse" if self.return_lse and not self.split else "")
                 + (f"_split{self.num_splits}" if self.split else ""))
 
     def kernel_info(self) -> dict[str, Attribute]:
         if self.split:  # partial results: no reference of the "attention" kind describes them
             return {"kind": StringAttr("custom")}
-        return {
+        info = {
             "kind": StringAttr("attention"),
             "causal": IntegerAttr(int(self.causal), 1),
             "scale": FloatAttr(self.scale, f32),
         }
+        if self.bias:
+            info["bias"] = IntegerAttr(1, 1)
+        return info
+
+    def bias_dims(self) -> list[str | int]:
+        """The named dimensions of the Bias input: [batch, heads, seq_q, seq_k], with 1 for a broadcast one."""
+        return [1 if d in self.bias_broadcast else d for d in BIAS_BROADCAST_DIMS] + ["seq_q", "seq_k"]
+
+
+BIAS_BROADCAST_DIMS = ("batch", "heads")
+"""The dimensions along which a bias may have size 1 (PyTorch SDPA's attn_mask [1, heads, Sq, Sk] or
+[batch, 1, Sq, Sk]): the kernel reads it at index 0 there, with no stride of its own to pass."""
+
+
+def check_bias_broadcast(value: object, bias: object, num_splits: int) -> tuple[str, ...]:
+    """The checked `bias_broadcast`: a tuple of distinct names from BIAS_BROADCAST_DIMS, only with `bias`;
+    a bias with split-KV is refused by name (ValueError)."""
+    if bias is True and num_splits > 1:
+        raise ValueError("bias is not supported with num_splits > 1 (split-KV): the partial kernels take no bias")
+    if isinstance(value, str):
+        value = (value,)
+    if not isinstance(value, tuple | list) or not all(isinstance(d, str) and d in BIAS_BROADCAST_DIMS for d in value) \
+            or len(set(value)) != len(value):
+        raise ValueError(f"bias_broadcast must be a tuple of distinct names from {', '.join(BIAS_BROADCAST_DIMS)}; "
+                         f"got {value!r}")
+    if value and bias is not True:
+        raise ValueError(f"bias_broadcast applies to a bias (bias=True); got bias={bias!r}")
+    return tuple(d for d in BIAS_BROADCAST_DIMS if d in value)
+
+
+def check_bias_scale(bias: bool, scale: float) -> bool:
+    """`bias`, if the score mma's accumulator can start at Bias / scale (`bias_accumulator`): 1/scale must be a
+    finite f32; ValueError naming bias and scale otherwise."""
+    if bias and 1.0 / scale > F32_LARGEST:
+        raise ValueError(f"bias needs 1/scale to be a finite f32 (the bias enters the scores as Bias / scale); "
+                         f"got scale={scale!r}")
+    return bias
 
 
 SPLIT_HEAD_DIMS = (64, 128)
@@ -210,12 +258,15 @@ class AttentionBlock:
     """With packed sequences, the rows of the block's own sequence from q0 on: its stores stop there."""
 
     def window(self, b: TileBuilder, tensor: str, row: SSAValue, col: SSAValue, shape: Sequence[int]) -> SSAValue:
-        """The window of argument `tensor` (Q, K, V, O, LSE or a scratch buffer) at (batch, head, row, col);
+        """The window of argument `tensor` (Q, K, V, Bias, O, LSE or a scratch buffer) at (batch, head, row, col);
         a split-KV partial output (O_partial, LSE_partial) at (part x batch + batch, head, row, col); K and V
         are read at `kv_head` (grouped heads)."""
         name = f"{tensor.lower()}_window"
         lead = self.part_batch if tensor in SPLIT_OUTPUTS else self.batch
         head = self.kv_head if tensor in ("K", "V") and self.kv_head is not None else self.head
+        if tensor == "Bias":  # a broadcast dimension has size 1: index 0
+            broadcast = self.config.bias_broadcast
+            lead, head = (b.const(0) if d in broadcast else v for d, v in zip(BIAS_BROADCAST_DIMS, (lead, head)))
         return b.view(self.args[tensor], [lead, head, row, col], shape, name)
 
     def key_row(self, b: TileBuilder, k0: SSAValue) -> SSAValue:
@@ -269,6 +320,7 @@ def attention_kernel(
         ArgSpec("Q", tensor, q_dims),
         ArgSpec("K", tensor, k_dims),
         ArgSpec("V", tensor, k_dims),
+        *([ArgSpec("Bias", global_tensor([None] * 4, elt), c.bias_dims())] if c.bias else []),
         *output_args(c),
         *scratch,
     ]
@@ -366,12 +418,27 @@ def apply_masks(b: TileBuilder, blk: AttentionBlock, s: SSAValue, k0: SSAValue) 
 
 
 def masked_scores(b: TileBuilder, blk: AttentionBlock, k0: SSAValue) -> SSAValue:
-    """S = mask(scale * Q K^T) for the key block at k0, from the shared Q and K tiles: [BM, BN] f32."""
+    """S = mask(scale * Q K^T [+ Bias]) for the key block at k0, from the shared Q and K tiles: [BM, BN] f32."""
     c = blk.config
-    zero = b.fill(0.0, register_tile([c.block_m, c.block_n]), "s_zero")
-    s = b.mma(blk.smem["Q"], blk.smem["K"], zero, "s", transpose_b=True)
+    init = bias_accumulator(b, blk, k0) if c.bias else b.fill(0.0, register_tile([c.block_m, c.block_n]), "s_zero")
+    s = b.mma(blk.smem["Q"], blk.smem["K"], init, "s", transpose_b=True)
     s = b.scale(s, c.scale, "s_scaled")
     return apply_masks(b, blk, s, k0)
+
+
+def bias_accumulator(b: TileBuilder, blk: AttentionBlock, k0: SSAValue) -> SSAValue:
+    """The initial value of the score mma's accumulator with a bias: Bias / scale for the block's [BM, BN] bias
+    block (batch, head, q0, k0), so that scale * (Bias / scale + Q K^T) = scale Q K^T + Bias.
+
+    The bias is read from global memory straight into the accumulator's registers (`tile.load`, as GEMM's C_in
+    epilogue reads its tile), widened to f32 and multiplied by the f32 1/scale; it costs no registers beside the
+    score tile's own, which is what lets the pipelined, warp-specialized kernel keep two score tiles in flight.
+    The load is bounded: rows past seq_q and columns past seq_k are never addressed and read 0 (those columns
+    are masked to -inf after, those rows never stored). A -inf bias stays -inf through the mma."""
+    c = blk.config
+    window = blk.window(b, "Bias", blk.q0, blk.key_row(b, k0), [c.block_m, c.block_n])
+    bias = b.cast(b.load(window, "bias_half"), f32, "bias")
+    return b.scale(bias, 1.0 / c.scale, "bias_unscaled")
 
 
 def accumulate_pv(b: TileBuilder, blk: AttentionBlock, p: SSAValue, acc: SSAValue) -> SSAValue:
@@ -427,6 +494,8 @@ def flash_attention(
     return_lse: bool = False,
     num_splits: int = 1,
     cluster: int = 1,
+    bias: bool = False,
+    bias_broadcast: Sequence[str] = (),
 ) -> ModuleOp:
     """The online one-pass attention kernel (FlashAttention-2 style), `flash_attention_d{D}_{dtype}[_causal]`
     (`flash_attention_gqa_...` with `grouped`: K and V with heads_k heads, see `attention_kernel`).
@@ -440,10 +509,32 @@ def flash_attention(
     running max m [BM], sum l [BM] and accumulator acc [BM, D] (all f32), and one [BM, BN] score tile.
 
     `return_lse=True` adds the LSE output (`..._lse`); `num_splits=S > 1` makes the split-KV kernel
-    (`..._split{S}`) whose partial results `attention_combine` merges (module docstring)."""
-    c = AttentionConfig.checked(head_dim, causal, dtype, scale, block_m, block_n, return_lse, num_splits)
+    (`..._split{S}`) whose partial results `attention_combine` merges (module docstring).
+
+    `bias=True` (`..._bias`) adds an input after V, Bias [batch, heads, seq_q, seq_k] in the kernel's element
+    type, and computes softmax(scale Q K^T + Bias [+ causal mask]) V: per key block the bias block [BM, BN]
+    is loaded into the score tile's register layout and added after the scale, before the masks (a -inf bias
+    entry hides its key, like attn_mask in PyTorch's SDPA; a row whose every key is hidden gives O = 0 and
+    LSE = -inf). The LSE is then that of the biased scores. The bias block enters as the score mma's initial
+    accumulator, Bias / scale (`bias_accumulator`), so the scores are scale (Bias / scale + Q K^T). The lowering
+    computes exp(x) as ex2(x log2 e) and folds scale x log2 e into the exponent's one fma
+    (`convert-tile-to-sm90`): the bias, inside the accumulator, is multiplied by scale x log2 e / scale = log2 e
+    with the scores, never left in base e. Bias / scale is an f32: a bias beyond f32's range times scale
+    (e.g. bf16's lowest, -3.39e38, used as a mask fill, with scale 1/8) becomes -inf and hides its key as -inf
+    would; a row whose every key is so hidden gives O = 0 and LSE = -inf, not the uniform average that the
+    finite fill gives in an unfused computation. `bias_broadcast` names the dimensions, "batch" and/or
+    "heads", in which the bias has size 1 (`..._bias_b1`, `_bias_h1`): read at index 0 there, as PyTorch
+    broadcasts an attn_mask [1, heads, Sq, Sk] or [batch, 1, Sq, Sk]. Not with split-KV, grouped heads or
+    clusters (refused by name)."""
+    c = AttentionConfig.checked(head_dim, causal, dtype, scale, block_m, block_n, return_lse, num_splits, bias,
+                                bias_broadcast)
     check_flag("grouped", grouped)
     shape = check_cluster("cluster", cluster, 1)
+    if c.bias and grouped:
+        raise ValueError("bias is not supported with grouped=True (GQA/MQA) yet; expand K and V to the query heads")
+    if c.bias and shape != (1, 1, 1):
+        raise ValueError("bias is not supported with cluster > 1 yet (a biased kernel is not validated with "
+                         "multicast K/V copies); use cluster=1")
     fn, b, blk = attention_kernel(c, "flash_attention_gqa" if grouped else "flash_attention", grouped=grouped)
     m, l, acc = flash_loop(b, blk)
     # The one normalisation: O = acc / l (a row that saw no key has l = 0 and gives 0).

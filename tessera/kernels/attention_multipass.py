@@ -14,7 +14,7 @@ separates the passes so that one thread's global writes are visible to every oth
 Rows that see no key (causal, seq_q > seq_k) keep -inf maxima; the dialect's safe-max conventions make every
 exp of them 0 and div_rows of a zero sum 0, so they produce zeros. With `return_lse=True` both also write
 LSE = m + ln(l) (three-pass) or GM + ln(GD) (two-pass, head_dim 64 only), as `flash_attention` does (see
-`attention`).
+`attention`). Neither takes an additive bias (`bias=True` is refused by name; `flash_attention` takes one).
 """
 
 from __future__ import annotations
@@ -42,6 +42,13 @@ TWO_PASS_LSE_MAX_HEAD_DIM = 64
 """The largest head_dim at which two-pass attention can also write the LSE (see `two_pass_attention`)."""
 
 
+def refuse_bias(builder: str, bias: object) -> None:
+    """The multi-pass variants take no bias (they exist to compare memory traffic with the one-pass kernel);
+    ValueError naming `bias` unless it is False."""
+    if bias is not False:
+        raise ValueError(f"bias: {builder} takes no bias (got bias={bias!r}); flash_attention(bias=True) does")
+
+
 def _scratch(name: str, last_dim) -> ArgSpec:
     """A per-(batch, head, query) f32 scratch buffer whose last dimension is `last_dim`."""
     return ArgSpec(name, global_tensor([None] * 4, f32), ["batch", "heads", "seq_q", last_dim], role="scratch")
@@ -60,9 +67,11 @@ def three_pass_attention(
     block_m: int = DEFAULT_BLOCK_M,
     block_n: int | None = None,
     return_lse: bool = False,
+    bias: bool = False,
 ) -> ModuleOp:
     """Three-pass attention, `three_pass_attention_d{D}_{dtype}[_causal]`, with scratch buffers %S (scores)
     and %E (exponentials), each [batch, heads, seq_q, seq_k] f32."""
+    refuse_bias("three_pass_attention", bias)
     c = AttentionConfig.checked(head_dim, causal, dtype, scale, block_m, block_n, return_lse)
     scratch = [_scratch("S", "seq_k"), _scratch("E", "seq_k")]
     fn, b, blk = attention_kernel(c, "three_pass_attention", scratch)
@@ -134,9 +143,11 @@ def two_pass_attention(
     block_m: int = DEFAULT_BLOCK_M,
     block_n: int | None = None,
     return_lse: bool = False,
+    bias: bool = False,
 ) -> ModuleOp:
     """Two-pass attention, `two_pass_attention_d{D}_{dtype}[_causal]`, with scratch buffers %LM (local row
     maxima) and %SLD (local row sums), each [batch, heads, seq_q, ceildiv(seq_k, BN)] f32."""
+    refuse_bias("two_pass_attention", bias)
     c = AttentionConfig.checked(head_dim, causal, dtype, scale, block_m, block_n, return_lse)
     if c.return_lse and c.head_dim > TWO_PASS_LSE_MAX_HEAD_DIM:
         raise ValueError(f"two_pass_attention: return_lse=True supports head_dim up to {TWO_PASS_LSE_MAX_HEAD_DIM}; got "

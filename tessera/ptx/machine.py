@@ -338,7 +338,7 @@ def _global_address(p: KernelPrinter, base: str, offset: str, offset_cls, column
     return lines, f"[{address}{immediate}]"
 
 
-def _columns(op: sm90.LdGlobalOp | sm90.StGlobalOp, n: int) -> list[int]:
+def _columns(op: sm90.LdGlobalOp | sm90.LdGlobalU16Op | sm90.StGlobalOp, n: int) -> list[int]:
     """The constant byte offset of each register's address (`sm90.COLUMN_BYTES`)."""
     return [0] * n if op.column_bytes is None else list(op.column_bytes.get_values())
 
@@ -371,6 +371,18 @@ def print_ld_global(p: KernelPrinter, op: sm90.LdGlobalOp) -> None:
     to the pair, from as far back as the kernel's entry. The three-pass kernels' 64 loaded scores then
     spilled 4 bytes even with 256 registers to spare; written this way they assemble without a spill under
     every ptxas from 12.1 to 13.5."""
+    _print_predicated_loads(p, op, "ld.global.b32")
+
+
+@handles(sm90.LdGlobalU16Op)
+def print_ld_global_u16(p: KernelPrinter, op: sm90.LdGlobalU16Op) -> None:
+    """One predicated `ld.global.u16` into a 32-bit register per register (zero-extended); a masked-off
+    register is 0. Written as `print_ld_global` writes its loads, column immediates included."""
+    _print_predicated_loads(p, op, "ld.global.u16")
+
+
+def _print_predicated_loads(p: KernelPrinter, op: sm90.LdGlobalOp | sm90.LdGlobalU16Op, instruction: str) -> None:
+    """`mov d, 0; @p INSTRUCTION d, [base + offset + column]` per register (see `print_ld_global`)."""
     n = lanes(op.result.type)
     base = p.reg(op.base_ptr)
     offset_cls = p.cls(op.offsets)
@@ -382,31 +394,12 @@ def print_ld_global(p: KernelPrinter, op: sm90.LdGlobalOp) -> None:
         def lines(d: str | None) -> list[str]:
             address_lines, address = _global_address(p, base, offset, offset_cls, column)
             # The address is computed first: d may be the register of the offset (a job reads before it writes).
-            return address_lines + [f"{cls.move} {d}, {zero}", f"@{predicate} ld.global.b32 {d}, {address}"]
+            return address_lines + [f"{cls.move} {d}, {zero}", f"@{predicate} {instruction} {d}, {address}"]
         return lines
 
     dsts = p.define(op.result)
     columns = _columns(op, n)
     p.run([Job(d, cls, (base, o, m), load(o, m, c)) for d, o, m, c in zip(dsts, offsets, mask, columns)])
-
-
-@handles(sm90.LdGlobalU16Op)
-def print_ld_global_u16(p: KernelPrinter, op: sm90.LdGlobalU16Op) -> None:
-    """One predicated `ld.global.u16` into a 32-bit register per register; a masked-off register is 0."""
-    n = lanes(op.result.type)
-    base = p.reg(op.base_ptr)
-    offset_cls = p.cls(op.offsets)
-    cls = p.cls(op.result)
-    offsets, mask = element_lists(p, [op.offsets, op.mask], n)
-
-    def load(offset: str, predicate: str):
-        def lines(d: str | None) -> list[str]:
-            address_lines, address = _global_address(p, base, offset, offset_cls)
-            return address_lines + [f"@{predicate} ld.global.u16 {d}, {address}", f"@!{predicate} {cls.move} {d}, 0"]
-        return lines
-
-    dsts = p.define(op.result)
-    p.run([Job(d, cls, (base, o, m), load(o, m)) for d, o, m in zip(dsts, offsets, mask)])
 
 
 @handles(sm90.StSharedB16Op)

@@ -1,8 +1,9 @@
-"""`tessera.attention(q, k, v, causal=False, scale=None, return_lse=False, num_splits=1, level=None)`: attention
-on the GPU with a Tessera kernel, or the same kernels in one of Tessera's interpreters.
+"""`tessera.attention(q, k, v, causal=False, scale=None, return_lse=False, num_splits=1, level=None, bias=None)`:
+attention on the GPU with a Tessera kernel, or the same kernels in one of Tessera's interpreters.
 
-    o = softmax(q k^T * scale [+ causal mask]) v     q, o: [batch, heads, seq_q, head_dim]
-                                                      k, v: [batch, heads, seq_k, head_dim]
+    o = softmax(q k^T * scale [+ bias] [+ causal mask]) v     q, o: [batch, heads, seq_q, head_dim]
+                                                               k, v: [batch, heads, seq_k, head_dim]
+                                                               bias: [batch | 1, heads | 1, seq_q, seq_k]
 
 `scale` defaults to 1/sqrt(head_dim); causal masking is aligned bottom-right (query i sees keys
 0 .. i + seq_k - seq_q), as in FlashAttention 2.1 and later. q, k and v are NumPy arrays (bf16 as
@@ -45,12 +46,14 @@ class UnsupportedKernel(ValueError):
 
 
 def attention_config(head_dim: int, causal: bool = False, dtype: str = "bf16", scale: float | None = None,
-                     return_lse: bool = False, num_splits: int = 1, cluster: int = 1) -> KernelConfig:
+                     return_lse: bool = False, num_splits: int = 1, cluster: int = 1,
+                     bias_broadcast: tuple[str, ...] | None = None) -> KernelConfig:
     """The configuration of the flash attention kernel for these parameters, checked by the builder's own
     rules (`AttentionConfig.checked`), with the scale resolved so that scale=None and 1/sqrt(head_dim)
-    share one kernel. `return_lse`, `num_splits` and `cluster` join the options only when they are not the
-    defaults, so the default kernel keeps its cache key. `cluster` > 1: clusters of that many query blocks
-    sharing K and V (TMA multicast)."""
+    share one kernel. `return_lse`, `num_splits`, `cluster` and the bias join the options only when they are
+    not the defaults, so the default kernel keeps its cache key. `cluster` > 1: clusters of that many query
+    blocks sharing K and V (TMA multicast). `bias_broadcast` (None: no bias) is the kernel's with an additive
+    bias: the dimensions, of "batch" and "heads", in which the bias has size 1."""
     from tessera.kernels import HEAD_DIMS, AttentionConfig
 
     if head_dim not in HEAD_DIMS:
@@ -58,8 +61,14 @@ def attention_config(head_dim: int, causal: bool = False, dtype: str = "bf16", s
                                 f"(supported: {', '.join(map(str, HEAD_DIMS))})")
     if isinstance(scale, np.floating | np.integer):
         scale = float(scale)
-    checked = AttentionConfig.checked(head_dim, causal, dtype, scale, return_lse=return_lse, num_splits=num_splits)
+    bias = bias_broadcast is not None
+    checked = AttentionConfig.checked(head_dim, causal, dtype, scale, return_lse=return_lse, num_splits=num_splits,
+                                      bias=bias, bias_broadcast=bias_broadcast or ())
     extra = {"return_lse": True} if checked.return_lse and not checked.split else {}
+    if bias:
+        extra["bias"] = True
+        if checked.bias_broadcast:
+            extra["bias_broadcast"] = checked.bias_broadcast
     if checked.split:
         extra["num_splits"] = checked.num_splits
     if cluster != 1:
@@ -117,16 +126,52 @@ def check_attention_arguments(q, k, v) -> tuple[int, str]:
     return q_shape[3], DTYPES[names[0]]
 
 
+def check_bias_argument(bias, q, k) -> tuple[str, ...]:
+    """The dimensions a well-formed `bias` is broadcast along ("batch" and/or "heads", where it has size 1) for
+    checked q and k. The bias must be of q's kind and element type, 4-D [batch, heads, seq_q, seq_k] with 1
+    allowed for batch and heads (PyTorch SDPA's attn_mask broadcasting); TypeError or ValueError naming `bias`
+    and the rule otherwise (a boolean mask is refused: convert it to an additive one, 0 and -inf)."""
+    shape = check_tensor("attention", "bias", bias)
+    if is_torch_tensor(bias) != is_torch_tensor(q):
+        raise ValueError("attention: bias must be of q's kind (all NumPy arrays or all PyTorch tensors)")
+    (batch, heads, seq_q, _), seq_k = (int(d) for d in q.shape), int(k.shape[2])
+    expected = f"[{batch} or 1, {heads} or 1, {seq_q}, {seq_k}] ([batch, heads, seq_q, seq_k], batch and heads " \
+               "broadcast where 1)"
+    if len(shape) != 4:
+        raise ValueError(f"attention: bias must be 4-D {expected}, got shape {tuple(shape)}")
+    shape = tuple(int(d) for d in shape)
+    if shape[2:] != (seq_q, seq_k) or shape[0] not in (1, batch) or shape[1] not in (1, heads):
+        raise ValueError(f"attention: bias must have shape {expected}, got {shape}")
+    if dtype_name(bias) != dtype_name(q):
+        raise ValueError(f"attention: bias must have q's element type {dtype_name(q)}, got {dtype_name(bias)} "
+                         "(the kernel reads the bias in the type of q, k and v)")
+    if is_torch_tensor(q) and bias.device != q.device:
+        raise ValueError(f"attention: bias must be on q's device {q.device}, got {bias.device}")
+    return tuple(name for name, size, full in (("batch", shape[0], batch), ("heads", shape[1], heads))
+                 if size == 1 and full != 1)
+
+
 def attention_kernel(q, k, v, causal: bool = False, scale: float | None = None) -> CompiledKernel:
     """The compiled kernel `attention` would run for these arguments (checked first)."""
     head_dim, dtype = check_attention_arguments(q, k, v)
     return compile_kernel(attention_config(head_dim, causal, dtype, scale))
 
 
+def refuse_with_bias(grouped: bool, num_splits: object, cluster: object) -> None:
+    """ValueError naming the option that a biased kernel does not combine with: GQA/MQA (k and v with fewer
+    heads than q), num_splits other than 1 ("auto" is 1 with a bias) and cluster other than 1."""
+    if grouped:
+        raise ValueError("attention: bias is not supported with GQA/MQA (k and v with fewer heads than q) yet")
+    if not (num_splits == 1 or num_splits == "auto"):
+        raise ValueError(f"attention: bias is not supported with num_splits={num_splits!r} (split-KV); use 1 or \"auto\"")
+    if cluster != 1:
+        raise ValueError(f"attention: bias is not supported with cluster={cluster!r}; use 1")
+
+
 def attention(q, k, v, causal: bool = False, scale: float | None = None, return_lse: bool = False,
               num_splits: int | str = 1, level: str | None = None, *, cu_seqlens_q=None, cu_seqlens_k=None,
-              max_seqlen_q=None, max_seqlen_k=None, seqused_k=None, cluster: int = 1):
-    """softmax(q k^T * scale [+ bottom-right causal mask]) v, with its LSE when `return_lse`; on the GPU, or in
+              max_seqlen_q=None, max_seqlen_k=None, seqused_k=None, cluster: int = 1, bias=None):
+    """softmax(q k^T * scale [+ bias] [+ bottom-right causal mask]) v, with its LSE when `return_lse`; on the GPU, or in
     the interpreter `level` names; see the module docstring. k and v may have fewer heads than q (GQA/MQA:
     heads a multiple of heads_k; query head h reads key head h // (heads // heads_k); decoding packs a
     group's heads into one block's rows, `tessera.runtime.kvcache.pack_gqa`). With `cu_seqlens_q` and
@@ -134,8 +179,14 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, return_
     [total_tokens, heads, head_dim] sequences: `tessera.runtime.serving.attention_varlen`. `cluster=2`: pairs
     of query blocks of a head share each K/V tile through TMA multicast (not with `causal`, split-KV, GQA or
     packed sequences: refused by name); where the query blocks are odd in number the launch falls back to
-    clusters of one."""
+    clusters of one. `bias`: an additive bias [batch, heads, seq_q, seq_k] (batch and heads may be 1:
+    broadcast) of q's element type, added to the scaled scores before the softmax (and the causal mask), as
+    PyTorch SDPA adds a float attn_mask; not with packed sequences, split-KV, GQA or clusters (refused by
+    name)."""
     from tessera.runtime.attention_plan import attention_plan, check_level, combine_lowering, run_in_interpreter
+
+    if bias is not None and (cu_seqlens_q is not None or cu_seqlens_k is not None):
+        raise ValueError("attention: bias is not supported with packed sequences (cu_seqlens)")
 
     if cluster != 1 and (cu_seqlens_q is not None or cu_seqlens_k is not None):
         raise ValueError("attention: cluster is not supported with packed sequences (cu_seqlens)")
@@ -152,7 +203,10 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, return_
         raise ValueError("attention: max_seqlen_q, max_seqlen_k and seqused_k go with cu_seqlens_q and "
                          "cu_seqlens_k (packed sequences)")
     head_dim, dtype = check_attention_arguments(q, k, v)
+    bias_broadcast = None if bias is None else check_bias_argument(bias, q, k)
     check_level(level)
+    if bias is not None:
+        refuse_with_bias(k.shape[1] != q.shape[1], num_splits, cluster)
     if cluster != 1:  # refuse what cannot be clustered (causal, a bad size) by name, before looking for a GPU
         from tessera.kernels import flash_attention
 
@@ -170,12 +224,13 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, return_
         q = q.reshape(batch, heads_k, heads // heads_k * seq_q, head_dim)
         causal = causal and seq_q > 1
     plan = attention_plan(q.shape, k.shape, head_dim, causal, dtype, scale, return_lse, num_splits,
-                          grouped=heads_k != q.shape[1], cluster=cluster)
+                          grouped=heads_k != q.shape[1], cluster=cluster, bias_broadcast=bias_broadcast)
+    inputs = (q, k, v) if bias is None else (q, k, v, bias)
     if level is not None:
-        results = run_in_interpreter(plan, q, k, v, level)
+        results = run_in_interpreter(plan, *inputs, level=level)
     else:
-        usable_device((q, k, v))  # no GPU, no compile
-        outputs = run(compile_kernel(plan.forward), q, k, v)
+        usable_device(inputs)  # no GPU, no compile
+        outputs = run(compile_kernel(plan.forward), *inputs)
         if plan.combine is not None:
             with combine_lowering():
                 combine = compile_kernel(plan.combine)

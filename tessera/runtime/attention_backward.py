@@ -167,8 +167,12 @@ def _run_lowered(kernels, q, k, v, o, lse, do, level: str):
 
 
 def attention_backward(q, k, v, o, lse, do, causal: bool = False, scale: float | None = None,
-                       deterministic: bool = False, level: str | None = None):
-    """(dq, dk, dv) of attention; see the module docstring."""
+                       deterministic: bool = False, level: str | None = None, bias=None):
+    """(dq, dk, dv) of attention; see the module docstring. A forward with an additive `bias` has no backward
+    here yet: `bias` other than None is refused by name (the kernels would recompute P without it)."""
+    if bias is not None:
+        raise ValueError("attention_backward: bias is not supported: the backward kernels recompute P without a "
+                         "bias and give no dBias (the forward takes one: tessera.attention(..., bias=))")
     config = check_backward_arguments(q, k, v, o, lse, do, causal, scale, deterministic, level)
     from tessera.runtime.launch import is_torch_tensor, numpy_to_torch, torch_to_numpy
 

@@ -81,15 +81,19 @@ class AttentionPlan:
 
 
 def attention_plan(q_shape, k_shape, head_dim: int, causal: bool, dtype: str, scale: float | None,
-                   return_lse: bool, num_splits: object, grouped: bool = False, cluster: int = 1) -> AttentionPlan:
+                   return_lse: bool, num_splits: object, grouped: bool = False, cluster: int = 1,
+                   bias_broadcast: tuple[str, ...] | None = None) -> AttentionPlan:
     """The plan for checked arguments; ValueError naming the option for a bad `return_lse` or `num_splits`.
-    `grouped`: k and v have fewer heads than q (the forward kernel's `grouped` option, GQA/MQA)."""
+    `grouped`: k and v have fewer heads than q (the forward kernel's `grouped` option, GQA/MQA).
+    `bias_broadcast`: None without a bias, else the dimensions the bias is broadcast along (the kernel's
+    fourth input; one split: "auto" never splits a biased kernel)."""
     if not isinstance(return_lse, bool):
         raise ValueError(f"attention: return_lse must be True or False; got {return_lse!r}")
     batch, heads, seq_q, _ = (int(d) for d in q_shape)
-    splits = resolve_num_splits(num_splits, batch, heads, seq_q, int(k_shape[2]), head_dim, causal)
+    splits = 1 if bias_broadcast is not None else \
+        resolve_num_splits(num_splits, batch, heads, seq_q, int(k_shape[2]), head_dim, causal)
     forward = attention_config(head_dim, causal, dtype, scale, return_lse=return_lse, num_splits=splits,
-                               cluster=cluster)
+                               cluster=cluster, bias_broadcast=bias_broadcast)
     if grouped:
         forward = KernelConfig.of(forward.builder, forward.pipeline, **dict(forward.options), grouped=True)
     combine = None
@@ -114,14 +118,15 @@ def _module(config: KernelConfig):
     return getattr(tessera.kernels, config.builder)(**dict(config.options))
 
 
-def run_in_interpreter(plan: AttentionPlan, q, k, v, level: str):
+def run_in_interpreter(plan: AttentionPlan, q, k, v, *bias, level: str):
     """Run the plan's kernels in the interpreter `level` on NumPy arrays (PyTorch tensors go through NumPy and
-    come back as CPU tensors), returning what the GPU path returns."""
+    come back as CPU tensors), returning what the GPU path returns. `bias`: the forward kernel's Bias input,
+    when it takes one."""
     import tessera
     from tessera.runtime.launch import is_torch_tensor, numpy_to_torch, torch_to_numpy
 
     torch_inputs = is_torch_tensor(q)
-    arrays = [torch_to_numpy(x.cpu()) if torch_inputs else x for x in (q, k, v)]
+    arrays = [torch_to_numpy(x.cpu()) if torch_inputs else x for x in (q, k, v, *bias)]
     outputs = tessera.interpret(_module(plan.forward), *arrays, level=level)
     if plan.combine is not None:
         with combine_lowering():

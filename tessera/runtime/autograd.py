@@ -41,6 +41,9 @@ class AttentionFunction(torch.autograd.Function):
 
 
 def attention(q, k, v, causal: bool = False, scale: float | None = None, deterministic: bool = False,
-              level: str | None = None):
-    """Differentiable `tessera.attention` (see the module docstring)."""
+              level: str | None = None, bias=None):
+    """Differentiable `tessera.attention` (see the module docstring); an additive `bias` is refused by name
+    (`tessera.attention_backward` takes none)."""
+    if bias is not None:
+        raise ValueError("attention: bias is not supported with autograd: tessera.attention_backward takes no bias")
     return AttentionFunction.apply(q, k, v, causal, scale, deterministic, level)

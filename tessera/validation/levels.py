@@ -64,7 +64,7 @@ def generate_inputs(sig: KernelSignature, sizes: Mapping[str, int], seed: int) -
     """Standard normal inputs (seeded); attention keys get the `KEY_RAMP`."""
     rng = np.random.default_rng(seed)
     inputs = [rng.standard_normal(arg.shape(sizes)).astype(np.float32) for arg in sig.inputs]
-    if sig.kind == "attention" and len(inputs) == 3 and inputs[1].ndim == 4:
+    if sig.kind == "attention" and len(inputs) == 3 + sig.bias and inputs[1].ndim == 4:
         seq_k = inputs[1].shape[2]
         inputs[1] *= np.linspace(*KEY_RAMP, seq_k, dtype=np.float32)[:, None]
     return inputs

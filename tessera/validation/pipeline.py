@@ -140,7 +140,7 @@ def _reference(sig, outputs, inputs):
 
     dtype = numpy_dtype(sig.inputs[0].type.element_type)
     if sig.kind == "attention":
-        c = reference.check_attention(outputs[0], *inputs, dtype, causal=sig.causal, scale=sig.scale)
+        c = reference.check_attention_kernel(sig, outputs[0], inputs, dtype)
     elif sig.kind == "gemm":
         c = reference.check_gemm_kernel(sig, outputs[0], inputs, dtype)
     else:

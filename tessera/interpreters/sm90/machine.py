@@ -29,7 +29,7 @@ def _flush_subnormal(x: np.ndarray) -> np.ndarray:
     return np.where(np.abs(x) < _F32_MIN_NORMAL, np.copysign(np.float32(0), x), x).astype(np.float32)
 
 
-def _columns(op: sm90.LdGlobalOp | sm90.StGlobalOp) -> np.ndarray | int:
+def _columns(op: sm90.LdGlobalOp | sm90.LdGlobalU16Op | sm90.StGlobalOp) -> np.ndarray | int:
     """The constant byte offset of each register's address (`sm90.COLUMN_BYTES`), or 0."""
     return 0 if op.column_bytes is None else np.asarray(op.column_bytes.get_values(), np.int64)
 
@@ -287,7 +287,8 @@ class Sm90Functions(InterpreterFunctions):
         selected = mask & row_mask(self.cta.active, mask)
         thread, _ = np.nonzero(selected)
         words = np.zeros(mask.shape, np.uint32)
-        words[selected] = self.memory.load_words(self.cta, op, (base[:, None] + offsets)[selected], thread, 2)
+        words[selected] = self.memory.load_words(self.cta, op, (base[:, None] + offsets + _columns(op))[selected],
+                                                 thread, 2)
         return (words.view(dtype_of(op.result.type)),)
 
     @impl(sm90.StSharedB16Op)

@@ -1,5 +1,5 @@
-// The 16-bit copy ops of the any-shape GEMM (dialects/sm90.py): sm90.ld_global_u16 and sm90.st_shared_b16
-// round-trip, and each verifier rule reports its message.
+// The 16-bit copy ops of the any-shape GEMM (dialects/sm90.py): sm90.ld_global_u16 (with column immediates, as
+// attention's bias loads it) and sm90.st_shared_b16 round-trip, and each verifier rule reports its message.
 // RUN: tessera-opt %s --split-input-file --verify-diagnostics | filecheck %s
 
 %g = "test.op"() : () -> i64
@@ -10,6 +10,23 @@
 sm90.st_shared_b16 %a, %v : vector<4xi32>, vector<4xi32>
 // CHECK: %v = sm90.ld_global_u16 %g[%o], %m : vector<4xi32>, vector<4xi1> -> vector<4xi32>
 // CHECK-NEXT: sm90.st_shared_b16 %a, %v : vector<4xi32>, vector<4xi32>
+
+// -----
+
+// A 16-bit register tile whose rows need not start on 4 bytes (attention's bias): the columns are immediates.
+%g = "test.op"() : () -> i64
+%o = "test.op"() : () -> vector<4xi32>
+%m = "test.op"() : () -> vector<4xi1>
+%v = sm90.ld_global_u16 %g[%o], %m {column_bytes = array<i32: 0, 2, 16, 18>} : vector<4xi32>, vector<4xi1> -> vector<4xi32>
+// CHECK: %v = sm90.ld_global_u16 %g[%o], %m {column_bytes = array<i32: 0, 2, 16, 18>} : vector<4xi32>, vector<4xi1> -> vector<4xi32>
+
+// -----
+
+%g = "test.op"() : () -> i64
+%o = "test.op"() : () -> vector<4xi32>
+%m = "test.op"() : () -> vector<4xi1>
+// CHECK: {{.*}}: 'sm90.ld_global_u16' op column_bytes must be 4 i32 values (one per register), got array<i32: 0, 2>
+%v = sm90.ld_global_u16 %g[%o], %m {column_bytes = array<i32: 0, 2>} : vector<4xi32>, vector<4xi1> -> vector<4xi32>
 
 // -----
 

@@ -187,6 +187,20 @@ func.func @attention_args(%q: !tile.tile<?x64xf16, global> {tile.dims = #tile.di
 
 // -----
 
+// CHECK: kernel @attention_bias_args: an attention kernel takes inputs Q, K, V, Bias and output O, got 3 inputs and 1 outputs
+func.func @attention_bias_args(%q: !tile.tile<?x64xf16, global> {tile.dims = #tile.dims<s, 64>}, %k: !tile.tile<?x64xf16, global> {tile.dims = #tile.dims<s, 64>}, %v: !tile.tile<?x64xf16, global> {tile.dims = #tile.dims<s, 64>}, %o: !tile.tile<?x64xf16, global> {tile.dims = #tile.dims<s, 64>, tile.role = "out"}) attributes {tile.kernel = {kind = "attention", bias = true}, tile.grid = #tile.dims<s>} {
+  func.return
+}
+
+// -----
+
+// CHECK: kernel @attention_bias_flag: 'bias' must be true or false
+func.func @attention_bias_flag(%q: !tile.tile<?x64xf16, global> {tile.dims = #tile.dims<s, 64>}) attributes {tile.kernel = {kind = "attention", bias = 1 : i32}, tile.grid = #tile.dims<s>} {
+  func.return
+}
+
+// -----
+
 // CHECK: kernel @gemm_args: a gemm kernel takes inputs A, B and output C, got 2 inputs and 0 outputs
 func.func @gemm_args(%a: !tile.tile<?x?xf16, global> {tile.dims = #tile.dims<m, k>}, %b: !tile.tile<?x?xf16, global> {tile.dims = #tile.dims<k, n>}, %c: !tile.tile<?x?xf32, global> {tile.dims = #tile.dims<m, n>, tile.role = "scratch"}) attributes {tile.kernel = {kind = "gemm"}, tile.grid = #tile.dims<m, n>} {
   func.return

@@ -1,0 +1,148 @@
+"""Additive bias in the online attention kernel (issue 18): `flash_attention(bias=True)` computes
+softmax(scale Q K^T + Bias [+ causal mask]) V with Bias [batch, heads, seq_q, seq_k] in the kernel's element
+type (or size 1 in batch and/or heads: `bias_broadcast`), within the suite's tolerance rule
+(`reference.check_attention(..., bias=)`) at Tile level over a grid (head_dim 64/128/256, causal or not,
+seq_q != seq_k, lengths that are not multiples of the blocks, broadcast biases), and through the default
+pipeline at target and PTX level on a slice; its LSE is that of the biased scores; `tessera.attention(...,
+bias=)` at every level. ptxas checks: tests/test_compile.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tessera
+from tessera import reference
+from tessera.kernels import flash_attention
+from tessera.numerics import BF16, F16, round_to
+
+DTYPES = {"bf16": BF16, "f16": F16}
+
+
+def _inputs(rng, shape, head_dim, broadcast=(), dtype="bf16", bias_scale=2.0):
+    """q, k, v and a bias (size 1 along the `broadcast` dimensions), rounded to the kernel's type."""
+    batch, heads, seq_q, seq_k = shape
+    q, k, v = (round_to(rng.standard_normal((batch, heads, s, head_dim)), DTYPES[dtype])
+               for s in (seq_q, seq_k, seq_k))
+    bias_shape = (1 if "batch" in broadcast else batch, 1 if "heads" in broadcast else heads, seq_q, seq_k)
+    bias = round_to(bias_scale * rng.standard_normal(bias_shape), DTYPES[dtype])
+    return q, k, v, bias
+
+
+def _check(out, q, k, v, bias, dtype, causal, lse=None):
+    check = reference.check_attention(out, q, k, v, DTYPES[dtype], causal=causal, bias=bias)
+    assert check.ok, check
+    if lse is not None:
+        lse_check = reference.check_lse(lse, q, k, DTYPES[dtype], causal=causal, bias=bias)
+        assert lse_check.ok, lse_check
+    return check
+
+
+TILE_GRID = [
+    (d, causal, dtype, shape, broadcast)
+    for d, dtype in ((64, "bf16"), (128, "f16"))
+    for causal in (False, True)
+    for shape, broadcast in (((2, 2, 200, 300), ()), ((2, 3, 300, 129), ("batch",)), ((2, 2, 77, 77), ("heads",)),
+                             ((2, 2, 130, 250), ("batch", "heads")))
+] + [(256, True, "bf16", (1, 2, 100, 130), ()), (256, False, "bf16", (2, 1, 64, 97), ("batch",))]
+
+
+@pytest.mark.parametrize("head_dim,causal,dtype,shape,broadcast", TILE_GRID,
+                         ids=[f"d{d}-{'causal' if c else 'full'}-{t}-{'x'.join(map(str, s))}-{'+'.join(b) or 'full'}"
+                              for d, c, t, s, b in TILE_GRID])
+def test_bias_matches_float64_at_tile_level(head_dim, causal, dtype, shape, broadcast, rng):
+    q, k, v, bias = _inputs(rng, shape, head_dim, broadcast, dtype)
+    module = flash_attention(head_dim, causal=causal, dtype=dtype, bias=True, bias_broadcast=broadcast,
+                             return_lse=True)
+    out, lse = tessera.interpret(module, q, k, v, bias)
+    _check(out, q, k, v, bias, dtype, causal, lse)
+
+
+SLICE = [  # each through the default pipeline (pipelined, warp-specialized), target then PTX level
+    (64, False, "bf16", (2, 2, 200, 300), ("heads",), False),
+    (64, True, "f16", (1, 2, 300, 190), (), True),
+    (128, True, "bf16", (2, 1, 130, 257), ("batch",), True),
+    (128, False, "f16", (1, 2, 129, 100), (), False),
+    (256, True, "f16", (1, 1, 150, 197), (), True),
+]
+
+
+@pytest.mark.parametrize("level", ["target", "ptx"])
+@pytest.mark.parametrize("head_dim,causal,dtype,shape,broadcast,return_lse", SLICE,
+                         ids=[f"d{d}-{'causal' if c else 'full'}-{t}-{'+'.join(b) or 'full'}{'-lse' if lse else ''}"
+                              for d, c, t, _, b, lse in SLICE])
+def test_bias_matches_below_tile_level(head_dim, causal, dtype, shape, broadcast, return_lse, level, rng):
+    q, k, v, bias = _inputs(rng, shape, head_dim, broadcast, dtype)
+    module = flash_attention(head_dim, causal=causal, dtype=dtype, bias=True, bias_broadcast=broadcast,
+                             return_lse=return_lse)
+    outputs = tessera.interpret(module, q, k, v, bias, level=level)
+    out, lse = outputs if return_lse else (outputs, None)
+    _check(out, q, k, v, bias, dtype, causal, lse)
+    tile = tessera.interpret(module, q, k, v, bias)
+    tile_out = tile[0] if return_lse else tile
+    # the same kernel one level up: within bf16/f16 rounding of the output (ex2.approx against exp)
+    assert np.abs(np.asarray(out, np.float64) - np.asarray(tile_out, np.float64)).max() <= 2.0**-6
+
+
+def test_a_zero_bias_is_the_kernel_without_bias(rng):
+    """Bias / scale = 0 added to the accumulator changes nothing: bitwise the kernel without a bias."""
+    q, k, v, bias = _inputs(rng, (1, 2, 150, 200), 64)
+    plain = tessera.interpret(flash_attention(64, causal=True), q, k, v, level="target")
+    biased = tessera.interpret(flash_attention(64, causal=True, bias=True), q, k, v, np.zeros_like(bias),
+                               level="target")
+    assert np.array_equal(plain, biased)
+
+
+def test_minus_infinity_hides_keys_like_an_attention_mask(rng):
+    """A -inf bias entry hides its key (PyTorch SDPA's float attn_mask); a row whose every key is hidden gives
+    O = 0 and LSE = -inf, as a causal row that sees no key does."""
+    q, k, v, bias = _inputs(rng, (1, 1, 130, 140), 64)
+    bias[..., 5:, 70:] = -np.inf     # rows 5.. see the first 70 keys only
+    bias[..., 3, :] = -np.inf        # row 3 sees none
+    out, lse = tessera.interpret(flash_attention(64, bias=True, return_lse=True), q, k, v, bias, level="ptx")
+    _check(out, q, k, v, bias, "bf16", False, lse)
+    assert np.all(out[..., 3, :] == 0) and np.isneginf(lse[..., 3, 0]).all()
+
+
+def test_the_bias_is_added_after_the_scale(rng):
+    """With scale 0.5 the result is softmax(0.5 Q K^T + Bias): a kernel that scaled the bias too is refused by
+    the check (the bias is large against the scores here)."""
+    q, k, v, bias = _inputs(rng, (1, 2, 100, 100), 64, bias_scale=4.0)
+    out = tessera.interpret(flash_attention(64, scale=0.5, bias=True), q, k, v, bias)
+    assert reference.check_attention(out, q, k, v, BF16, scale=0.5, bias=bias).ok
+    assert not reference.check_attention(out, q, k, v, BF16, scale=0.5, bias=0.5 * bias).ok
+
+
+@pytest.mark.parametrize("level", ["tile", "target", "ptx"])
+def test_public_api_takes_a_bias_at_every_level(level, rng):
+    """`tessera.attention(q, k, v, bias=)` with a bias broadcast over batch ([1, heads, Sq, Sk]) and the LSE."""
+    q, k, v, bias = _inputs(rng, (2, 2, 140, 170), 64, ("batch",))
+    q, k, v, bias = (x.astype(BF16) for x in (q, k, v, bias))
+    o, lse = tessera.attention(q, k, v, causal=True, bias=bias, return_lse=True, level=level)
+    assert o.dtype == BF16 and lse.shape == (2, 2, 140)
+    _check(o, q, k, v, bias, "bf16", True, lse)
+
+
+def test_kernel_names_and_signature_say_bias():
+    module = flash_attention(64, causal=True, bias=True, bias_broadcast=("heads",), return_lse=True)
+    sig = tessera.find_kernel(module)
+    assert sig.name == "flash_attention_d64_bf16_causal_bias_h1_lse" and sig.bias
+    assert [a.name for a in sig.inputs] == ["Q", "K", "V", "Bias"]
+    assert str(sig.inputs[3].dims) == "#tile.dims<batch, 1, seq_q, seq_k>"
+    assert not tessera.find_kernel(flash_attention(64)).bias
+
+
+def test_word_loads_of_the_bias_where_seq_k_is_promised_even(rng):
+    """A kernel that promises seq_k even (`tile.divisible`) reads its bias rows one 32-bit word per pair
+    (`ld.global.b32`) instead of one `ld.global.u16` per element: the same result, bit for bit."""
+    from xdsl.dialects import func
+    from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr
+
+    q, k, v, bias = _inputs(rng, (1, 2, 130, 200), 64)
+    per_element = tessera.interpret(flash_attention(64, causal=True, bias=True), q, k, v, bias, level="ptx")
+    module = flash_attention(64, causal=True, bias=True)
+    next(op for op in module.walk() if isinstance(op, func.FuncOp)).attributes["tile.divisible"] = DictionaryAttr(
+        {"seq_k": IntegerAttr(2, 64)})
+    assert "ld.global.u16" in tessera.compile(flash_attention(64, causal=True, bias=True))
+    assert "ld.global.u16" not in tessera.compile(module)
+    assert np.array_equal(tessera.interpret(module, q, k, v, bias, level="ptx"), per_element)
