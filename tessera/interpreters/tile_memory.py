@@ -101,6 +101,16 @@ class GlobalView:
 
 
 @dataclass
+class GatheredRows:
+    """The rows a `tile.cp_async_gather` read at issue, [B, rows, columns] (a source for `AsyncCopies.issue`)."""
+
+    data: np.ndarray
+
+    def read(self) -> np.ndarray:
+        return self.data
+
+
+@dataclass
 class SharedBuffer:
     """One `tile.alloc_shared`: data [B, *shape] and per-(stage, block) state (stages = shape[0] when the
     buffer has a stage dimension, else 1).

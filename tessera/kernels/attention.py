@@ -215,6 +215,12 @@ class AttentionBlock:
         head = self.kv_head if tensor in ("K", "V") and self.kv_head is not None else self.head
         return b.view(self.args[tensor], [lead, head, row, col], shape, name)
 
+    def copy_key_block(self, b: TileBuilder, tensor: str, row: SSAValue) -> None:
+        """Start the copy of the key block of `tensor` (K or V) at key row `row` into its shared tile: one
+        `tile.cp_async` of its window (the paged kernel's gather overrides this)."""
+        c = self.config
+        b.cp_async(self.window(b, tensor, row, b.const(0), [c.block_n, c.head_dim]), self.smem[tensor])
+
     def key_row(self, b: TileBuilder, k0: SSAValue) -> SSAValue:
         """The row of K and V that key position k0 of the loop is: k0, or kv_base + k0 in a split-KV part."""
         return k0 if self.kv_base is None else b.addi(self.kv_base, k0, "key_row")
@@ -331,10 +337,9 @@ def split_key_range(b: TileBuilder, c: AttentionConfig, part: SSAValue, n_kv: SS
 def load_key_block(b: TileBuilder, blk: AttentionBlock, k0: SSAValue, tensors: Sequence[str]) -> None:
     """Copy the key block at k0 of each of `tensors` (K and/or V) into its shared tile and make it visible:
     cp_async each, commit, wait for every group (this also covers the Q copy), barrier."""
-    c = blk.config
     row = blk.key_row(b, k0)
     for name in tensors:
-        b.cp_async(blk.window(b, name, row, b.const(0), [c.block_n, c.head_dim]), blk.smem[name])
+        blk.copy_key_block(b, name, row)
     b.cp_commit_group()
     b.cp_wait_group(0)
     b.barrier()

@@ -144,10 +144,10 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=N
     else:
         table_values = check_table(where, "page_table", page_table, batch, rank=2)
         pages_k, pages_v, table, page_size = k_cache, v_cache, page_table, kc_shape[1]
-        from tessera.kernels.attention_paged import paged_block_n
+        from tessera.kernels.attention_paged import paged_copy
 
         try:
-            paged_block_n(head_dim, page_size)
+            paged_copy(head_dim, page_size)
         except ValueError as error:
             raise ValueError(f"{where}: k_cache's page_size: {error}") from None
         if table_values is not None and table_values.size and (table_values.min() < 0 or
@@ -187,12 +187,19 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=N
     starts = np.arange(batch, dtype=np.int32) * rows
     starts_t = lib.from_numpy(starts).to(q.device) if lib is not np else starts
     ends_t = starts_t + rows
-    cache_k = pages_k.transpose(0, 2, 1, 3) if lib is np else pages_k.transpose(1, 2)
-    cache_v = pages_v.transpose(0, 2, 1, 3) if lib is np else pages_v.transpose(1, 2)
+    from tessera.kernels.attention_paged import cache_row_axis, paged_copy
+
+    copy = paged_copy(head_dim, page_size)
+    if copy == "tma":  # [num_pages, heads_k, page_size, D], a view: a tensor map reads it through its strides
+        cache_k = pages_k.transpose(0, 2, 1, 3) if lib is np else pages_k.transpose(1, 2)
+        cache_v = pages_v.transpose(0, 2, 1, 3) if lib is np else pages_v.transpose(1, 2)
+    else:  # the gather reads FlashAttention's own layout through a pointer
+        cache_k, cache_v = pages_k, pages_v
     options = {"head_dim": head_dim, "causal": checked.causal and not (packed and seq_q == 1), "dtype": dtype,
                "scale": checked.scale, "page_size": page_size}
     inputs = [qk, cache_k, cache_v, starts_t, ends_t, table, cache_seqlens]
-    with sequence_checks(level, starts, starts + rows, (q_heads, batch * rows, head_dim), "K", "V"):
+    with sequence_checks(level, starts, starts + rows, (q_heads, batch * rows, head_dim), "K", "V",
+                         row_axis=cache_row_axis(copy)):
         o = run_kernel(where, "flash_attention_paged", options, inputs, level)
     # Back to [batch, seq_q, heads, D].
     if packed:
