@@ -951,6 +951,13 @@ CLUSTER_OPS = (MapaOp, TmaLoadMulticastOp, MBarrierArriveClusterOp, ClusterArriv
 # endregion
 
 from tessera.dialects.sm90_reductions import REDUCTION_OPS  # noqa: E402 - the backward's ops, in their own file
+from tessera.dialects.sm90_cp_async import (  # noqa: E402 - the paged gather's copies, in their own file
+    CP_ASYNC_OPS,
+    CpAsyncCommitGroupOp,
+    CpAsyncMBarrierArriveNoIncOp,
+    CpAsyncOp,
+    CpAsyncWaitGroupOp,
+)
 
 SM90 = Dialect(
     "sm90",
@@ -989,6 +996,7 @@ SM90 = Dialect(
         StSharedB16Op,
         LdSharedOp,
         *REDUCTION_OPS,
+        *CP_ASYNC_OPS,
         *CLUSTER_OPS,
     ],
     [TensorMapType],

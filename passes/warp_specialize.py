@@ -8,6 +8,10 @@ initialisation barrier (which now counts every thread):
     if tid >= T:                         // the producer warpgroup, after every consumer warpgroup
         setmaxnreg.dec P
         if tid == T:  <the producer slice: the loops and conditions that lead to refills, and the refills>
+
+(A kernel with warpgroup refills, `sm90.producer_warpgroup`: the row gathers of a paged cache with cp.async,
+which all 128 threads of the producer warpgroup issue, runs the slice on every producer thread: the gathers
+inlined, and any one-thread TMA refill under `if tid == T`.)
     else:                                // the T consumer threads: tid, warpgroups and barriers unchanged
         setmaxnreg.inc C
         <the kernel without the refills>
@@ -52,6 +56,7 @@ from tessera.diagnostics import located, warn
 from tessera.dialects import sm90
 from tessera.kernel_abi import TARGET_KERNEL_ATTR, is_target_kernel
 from tessera.passes.convert_tile_to_sm90 import INVARIANT_ATTR, PRODUCER_ATTR
+from tessera.passes.convert_tile_to_sm90.common import PRODUCER_WARPGROUP_ATTR
 from tessera.sm90 import facts
 
 PRODUCER_THREADS = facts.WARPGROUP_SIZE
@@ -145,7 +150,8 @@ class _Split:
         for op in main:
             producer_block.add_op(op.clone(value_mapper=mapping))
         self._prune(producer_block)
-        self._inline_refills(producer_block)
+        gathers = any(PRODUCER_WARPGROUP_ATTR in op.attributes for op in producer_block.walk())
+        self._inline_refills(producer_block, tid, consumers if gathers else None)
         for op in main:
             op.detach()
             consumer_block.add_op(op)
@@ -157,11 +163,15 @@ class _Split:
             self._pingpong(consumer_block, tid, consumers)
 
         total = consumers + PRODUCER_THREADS
-        leader_block = producer_block
-        leader_block.add_op(scf.YieldOp())
-        c_total = arith.ConstantOp(IntegerAttr(consumers, IndexType()))
-        is_leader = arith.CmpiOp(tid, c_total.result, "eq")
-        producer_block = Block([c_total, is_leader, scf.IfOp(is_leader.result, [], Region(leader_block)), scf.YieldOp()])
+        if gathers:  # the whole warpgroup runs the slice; TMA refills keep their one-thread guards
+            producer_block.add_op(scf.YieldOp())
+        else:
+            leader_block = producer_block
+            leader_block.add_op(scf.YieldOp())
+            c_total = arith.ConstantOp(IntegerAttr(consumers, IndexType()))
+            is_leader = arith.CmpiOp(tid, c_total.result, "eq")
+            producer_block = Block([c_total, is_leader, scf.IfOp(is_leader.result, [], Region(leader_block)),
+                                    scf.YieldOp()])
         consumer_block.add_op(scf.YieldOp())
         c_split = arith.ConstantOp(IntegerAttr(consumers, IndexType()))
         is_producer = arith.CmpiOp(tid, c_split.result, "uge")
@@ -242,10 +252,19 @@ class _Split:
         return new
 
     @staticmethod
-    def _inline_refills(block: Block) -> None:
-        """Inside the leader's branch the refills' `if thread 0` guards are moot: inline their bodies."""
+    def _inline_refills(block: Block, tid: SSAValue, leader: int | None) -> None:
+        """Inside the leader's branch the refills' `if thread 0` guards are moot: inline their bodies. With
+        `leader` (a kernel with warpgroup refills, whose slice every producer thread runs), the warpgroup
+        refills' `if tid < 128` guards are moot (the producer warpgroup is 128 threads; the gather finds its
+        lane as tid mod 128) and the one-thread refills are guarded by `tid == leader` instead."""
         for op in [o for o in block.walk() if PRODUCER_ATTR in o.attributes]:
-            op.parent_block().insert_ops_before(_take_ops(op.regions[0].block), op)
+            if leader is not None and PRODUCER_WARPGROUP_ATTR not in op.attributes:
+                c_leader = arith.ConstantOp(IntegerAttr(leader, IndexType()))
+                is_leader = arith.CmpiOp(tid, c_leader.result, "eq")
+                body = Block(_take_ops(op.regions[0].block) + [scf.YieldOp()])
+                op.parent_block().insert_ops_before([c_leader, is_leader, scf.IfOp(is_leader.result, [], Region(body))], op)
+            else:
+                op.parent_block().insert_ops_before(_take_ops(op.regions[0].block), op)
             op.detach()
             op.erase()
 
