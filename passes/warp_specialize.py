@@ -26,6 +26,8 @@ arrive on when they release it, and the consumers' only one is the full barrier 
 Register budgets come from the allocator's pressure report, not constants: the producer branch's pressure
 (rounded up to setmaxnreg's step of 8, at least 24) is P; the consumers get what the register file leaves,
 C = min(256, (65536 - 128 P) / T rounded down to 8); a consumer pressure above C is refused, naming both.
+With warpgroup refills the consumers get their pressure rounded up, C, and the producer what that leaves (at
+most C): ptxas schedules the unrolled gather's table loads ahead, needing more than the count says.
 
 With `pingpong=true` (FlashAttention-3's warpgroup ping-pong), the consumer warpgroups take turns at the
 tensor core: in every loop that issues wgmma, warpgroup w waits at named barrier 1 + w before its first
@@ -184,7 +186,7 @@ class _Split:
         init.detach()
         init.erase()
         self.fn.attributes[TARGET_KERNEL_ATTR] = DictionaryAttr({**info.data, "threads": IntegerAttr(total, 64)})
-        self._budgets(split, consumers)
+        self._budgets(split, consumers, gathers)
 
     # -- the producer slice ------------------------------------------------------------------------------
     def _prune(self, block: Block) -> None:
@@ -310,7 +312,7 @@ class _Split:
         block.add_ops([c, first_group, scf.IfOp(first_group.result, [], Region(copies[0]), Region(copies[1]))])
 
     # -- register budgets ----------------------------------------------------------------------------------
-    def _budgets(self, split: scf.IfOp, consumers: int) -> None:
+    def _budgets(self, split: scf.IfOp, consumers: int, gathers: bool = False) -> None:
         from tessera.regalloc import region_pressure
 
         # The setmaxnreg ops go in first, with provisional budgets that are set below: the allocation sized
@@ -324,6 +326,13 @@ class _Split:
         step = facts.SETMAXNREG_STEP
         producer = max(facts.SETMAXNREG_MIN, -(-producer_need // step) * step)
         consumer = min(facts.SETMAXNREG_MAX, (facts.REGISTERS_PER_SM - PRODUCER_THREADS * producer) // consumers // step * step)
+        if gathers and consumer_need <= consumer:
+            # A warpgroup refill (the cp.async gather) is unrolled row by row, and ptxas hoists its page-table
+            # loads ahead of the copies well past the allocator's count: the producer takes what the consumers
+            # leave (at most their own budget), not its counted need.
+            consumer = max(facts.SETMAXNREG_MIN, -(-consumer_need // step) * step)
+            spare = (facts.REGISTERS_PER_SM - consumers * consumer) // PRODUCER_THREADS // step * step
+            producer = max(producer, min(spare, consumer))
         if consumer_need > consumer:
             _refuse(self.fn, f"the consumer warpgroups need {consumer_need} registers per thread but only {consumer} "
                           f"are left after the producer's {producer} (the register file has {facts.REGISTERS_PER_SM})")

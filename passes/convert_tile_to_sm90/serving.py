@@ -47,6 +47,10 @@ from tessera.sm90 import facts
 
 CHUNK = facts.CP_ASYNC_CG_BYTES
 
+GATHER_CHUNK_LIMIT = 2**31
+"""The gather numbers the 16-byte chunks of a cache in 32-bit registers: a cache of at most 2^31 chunks (32
+GiB per K or V tensor) is addressed right; `attention_with_kvcache` refuses a larger one."""
+
 
 class ServingLowering:
     """The serving handlers of `KernelLowering` (a mixin: it uses the kernel's state)."""
@@ -120,20 +124,15 @@ class ServingLowering:
         # (the indices between the row dimension and the columns), the table row and the shared start.
         chunk = e.op(arith.RemUIOp(lane, e.index(per_row)))
         row0 = e.op(arith.DivUIOp(lane, e.index(per_row)))
-        inner = e.i64(0)
-        for index, dim in zip(op.indices, dims[2:]):
-            inner = e.addi(e.muli(inner, e.to_i64(dim)), e.to_i64(self._get(index)))
-        row_elements = e.i64(1)
-        for dim in dims[2:]:
-            row_elements = e.muli(row_elements, e.to_i64(dim))
-        column = e.muli(e.to_i64(chunk), e.i64(CHUNK // elt))
-        inner = e.addi(inner, column)
-        cache = self.entry_args[self.pointer_args[source]]
-        table_row = e.i64(0)
+        # Few values stay live across the rows (a producer warpgroup has 32 to 48 registers): the table's first
+        # element for this block, the first shared address; each row's source is computed in 32 bits up to
+        # its 16-byte chunk number (`GATHER_CHUNK_LIMIT`), widened once.
+        table_row = e.index(0)
         for index, dim in zip(op.table_indices, table_dims):
-            table_row = e.addi(e.muli(table_row, e.to_i64(dim)), e.to_i64(self._get(index)))
-        table_base = e.addi(self.entry_args[self.pointer_args[table]],
-                            e.muli(e.muli(table_row, e.to_i64(table_dims[-1])), e.i64(4)))
+            table_row = e.addi(e.muli(table_row, dim), self._get(index))
+        table_row = e.muli(table_row, table_dims[-1])
+        chunks_per_source_row = dest.cols * elt // CHUNK
+        cache, table_ptr = (self.entry_args[self.pointer_args[a]] for a in (source, table))
         chunks_per_line = LINE // CHUNK
         box = e.op(arith.DivUIOp(chunk, e.index(chunks_per_line)))
         in_line = e.op(arith.RemUIOp(chunk, e.index(chunks_per_line)))
@@ -146,7 +145,6 @@ class ServingLowering:
         swizzled: dict[int, SSAValue] = {}
         start, end = self._get(op.start), self._get(op.end)
         row_base = e.addi(start, row0)
-        full, empty = e.op(arith.ConstantOp(IntegerAttr(CHUNK, i32))), e.op(arith.ConstantOp(IntegerAttr(0, i32)))
         for i in range(dest.rows // stride):
             offset = i * stride * LINE
             residue = offset % period
@@ -159,21 +157,28 @@ class ServingLowering:
             inside = e.cmpi(t, end, "slt")
             slot = e.op(arith.DivUIOp(t, page_size))
             in_page = e.op(arith.SubiOp(t, e.muli(slot, page_size)))
-            offsets = e.broadcast(e.op(arith.IndexCastOp(e.muli(slot, e.index(4)), i32)), 1)
-            word = e.op(sm90.LdGlobalOp(table_base, offsets, e.broadcast(inside, 1), vector.VectorType(i32, [1])))
+            entry = e.op(arith.IndexCastOp(e.muli(e.addi(table_row, slot), e.index(4)), i32))
+            word = e.op(sm90.LdGlobalOp(table_ptr, e.broadcast(entry, 1), e.broadcast(inside, 1),
+                                        vector.VectorType(i32, [1])))
             word.owner.attributes[INVARIANT_ATTR] = UnitAttr()
             page = e.op(arith.IndexCastOp(e.op(vector.ExtractOp(word, [0], i32)), IndexType()))
-            row = e.to_i64(e.addi(e.muli(page, page_size), in_page))
-            element = e.addi(e.muli(row, row_elements), inner)
-            src = e.addi(cache, e.muli(element, e.i64(elt)))
-            e.op(sm90.CpAsyncOp(address, src, e.op(arith.SelectOp(inside, full, empty))))
+            row = e.addi(e.muli(page, page_size), in_page)
+            for index, dim in zip(op.indices[:-1], dims[2:-1]):
+                row = e.addi(e.muli(row, dim), self._get(index))
+            chunk_number = e.addi(e.muli(row, e.index(chunks_per_source_row)), chunk)
+            src = e.addi(cache, e.muli(e.to_i64(chunk_number), e.i64(CHUNK)))
+            size = e.op(sm90.SelpOp(inside, e.op(arith.ConstantOp(IntegerAttr(CHUNK, i32))),
+                                    e.op(arith.ConstantOp(IntegerAttr(0, i32)))))
+            e.op(sm90.CpAsyncOp(address, src, size))
 
     @staticmethod
     def _swizzle(e: Emitter, address: SSAValue) -> SSAValue:
         """The 128B-swizzled shared address (`facts.swizzle_bits`) of a 32-bit address, at run time."""
         mask, line_shift, chunk_shift = facts.swizzle_bits(128)
         c = lambda v: e.op(arith.ConstantOp(IntegerAttr(v, i32)))  # noqa: E731
-        bits = e.op(arith.ShLIOp(e.op(arith.AndIOp(e.op(arith.ShRUIOp(address, c(line_shift))), c(mask))), c(chunk_shift)))
+        # Shifts by constants as unsigned division and multiplication: PTX takes their immediates.
+        line = e.op(arith.DivUIOp(address, c(1 << line_shift)))
+        bits = e.op(arith.MuliOp(e.op(arith.AndIOp(line, c(mask))), c(1 << chunk_shift)))
         return e.op(arith.XOrIOp(address, bits))
 
     # endregion

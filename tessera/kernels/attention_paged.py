@@ -65,6 +65,14 @@ def paged_copy(head_dim: int, page_size: int) -> str:
     return "tma" if page_size % DEFAULT_BLOCK_N[head_dim] == 0 else "cp.async"
 
 
+GATHER_BLOCK_M = {64: DEFAULT_BLOCK_M, 128: 64, 256: 64}
+"""The query block of the gather kernels when the caller does not choose one: at head_dim 128 and 256 one
+consumer warpgroup (64 rows). The producer warpgroup's gather keeps 33 to 40 registers live (table and cache
+pointers, ring barriers, the rows' page lookups), so setmaxnreg gives it 40, which leaves two consumer
+warpgroups 232 registers each; they need 235 at head_dim 128 (a TMA producer needs 32, leaving them 240).
+One consumer warpgroup gets 256. Decoding has a few query rows per block anyway."""
+
+
 def cache_row_axis(copy: str) -> int:
     """The dimension of the cache argument that numbers the rows of a page: 2 for TMA ([num_pages, heads_k,
     page_size, D]), 1 for the gather ([num_pages, page_size, heads_k, D])."""
@@ -101,13 +109,16 @@ def flash_attention_paged(
     dtype: str = "bf16",
     scale: float | None = None,
     page_size: int = 128,
-    block_m: int = DEFAULT_BLOCK_M,
+    block_m: int | None = None,
 ) -> ModuleOp:
     """The online one-pass kernel over a paged KV cache of `page_size` rows per page: TMA boxes when page_size is
     a multiple of the key block, `flash_attention_paged{BN}_d{D}_{dtype}[_causal]` (any such page_size at run
     time), else the row gather, `flash_attention_paged_gather_d{D}_{dtype}[_causal]` (any page_size at run
-    time). See the module docstring for its arguments."""
+    time). `block_m` None is `DEFAULT_BLOCK_M`, or `GATHER_BLOCK_M` for the gather. See the module docstring
+    for its arguments."""
     copy = paged_copy(head_dim, page_size)
+    if block_m is None:
+        block_m = DEFAULT_BLOCK_M if copy == "tma" else GATHER_BLOCK_M[head_dim]
     c = AttentionConfig.checked(head_dim, causal, dtype, scale, block_m, DEFAULT_BLOCK_N[head_dim])
     elt, d = c.element_type, c.head_dim
     tensor = global_tensor([None, None, d], elt)
