@@ -64,6 +64,11 @@ class PagedCache:
     arg: str
     page_axis: int = 0
     row_axis: int = 2
+    pages: int | None = None
+    """The cache's page count, if known: then every page number read from `table` is checked against it
+    where it is read (the PTX executor, whose allocations are contiguous, reads a row of a page out of
+    range from another allocation without noticing)."""
+    table: str = "page_table"
 
     def problem(self, shape: Sequence[int], start: Sequence[int], extent: Sequence[int]) -> str | None:
         """Why the box at `start` (outermost first) of `extent` elements per dimension leaves its page, or
@@ -84,6 +89,18 @@ class PagedCache:
 def page_out_of_range(arg: str, page: int, pages: int) -> str:
     """The report of a page number `page` read from a page table for a cache `arg` of `pages` pages."""
     return f"page-table entry {page} of %{tile_name(arg)} is out of range [0, {pages})"
+
+
+def check_page_numbers(name: str, values: np.ndarray) -> str | None:
+    """For 32-bit words read from tensor `name`: if it is the page table of a checked cache whose page count is
+    known, the message about the first page number outside it, or None."""
+    base = tile_name(name)
+    for check in _ACTIVE.get():
+        if isinstance(check, PagedCache) and check.table == base and check.pages is not None:
+            bad = (values < 0) | (values >= check.pages)
+            if bad.any():
+                return page_out_of_range(check.arg, int(values[np.argmax(bad)]), check.pages)
+    return None
 
 
 def check_gathered_rows(name: str, byte_offsets: np.ndarray, shape: Sequence[int], itemsize: int) -> str | None:

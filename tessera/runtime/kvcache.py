@@ -199,7 +199,7 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=N
                "scale": checked.scale, "page_size": page_size}
     inputs = [qk, cache_k, cache_v, starts_t, ends_t, table, cache_seqlens]
     with sequence_checks(level, starts, starts + rows, (q_heads, batch * rows, head_dim), "K", "V",
-                         row_axis=cache_row_axis(copy)):
+                         row_axis=cache_row_axis(copy), pages=int(pages_k.shape[0])):
         o = run_kernel(where, "flash_attention_paged", options, inputs, level)
     # Back to [batch, seq_q, heads, D].
     if packed:

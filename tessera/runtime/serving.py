@@ -277,10 +277,11 @@ def readable(x) -> np.ndarray:
     return x.cpu().numpy() if is_torch(x) else np.asarray(x)
 
 
-def sequence_checks(level, starts, ends, o_shape: tuple[int, ...], *paged: str, row_axis: int = 2):
+def sequence_checks(level, starts, ends, o_shape: tuple[int, ...], *paged: str, row_axis: int = 2,
+                    pages: int | None = None):
     """In an interpreter, the `serving_checks` of a packed output O of `o_shape` ([heads, total_q, D], 16-bit)
     whose sequence z owns rows [starts[z], ends[z]), and of the paged caches named in `paged` (pages along
-    dimension 0, their rows along `row_axis`); on the GPU nothing."""
+    dimension 0, `pages` of them, their rows along `row_axis`); on the GPU nothing."""
     from contextlib import nullcontext
 
     from tessera.interpreters.serving_checks import PagedCache, SequenceRows, checking
@@ -288,4 +289,4 @@ def sequence_checks(level, starts, ends, o_shape: tuple[int, ...], *paged: str, 
     if level is None:
         return nullcontext()
     rows = SequenceRows("O", 1, readable(starts).astype(np.int64), readable(ends).astype(np.int64), o_shape, 2)
-    return checking(rows, *(PagedCache(name, row_axis=row_axis) for name in paged))
+    return checking(rows, *(PagedCache(name, row_axis=row_axis, pages=pages) for name in paged))

@@ -134,9 +134,24 @@ def access(m: Machine, inst, space: str, lanes: np.ndarray, addresses: np.ndarra
     if space == "shared":
         m.tracker.generic_access(inst, lanes, index, data is not None)
     if data is None:
+        if space == "global" and nbytes == 4 and serving_checks.active():
+            _check_page_table_read(m, inst, lanes, addresses, buffer[index])
         return buffer[index]
     buffer[index] = data
     return None
+
+
+def _check_page_table_read(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray, words: np.ndarray) -> None:
+    """`serving_checks`: a page number read from a paged cache's table lies in the cache. The gather's cp.async
+    reads a row at cache + page x page bytes, which for a page out of range is another allocation's bytes
+    (this executor's allocations are contiguous), so the entry is checked where the kernel reads it."""
+    index = np.searchsorted(m.memory._starts, addresses, side="right") - 1
+    for k in np.unique(index):
+        here = index == k
+        values = words[here].view("<i4").reshape(-1)
+        problem = serving_checks.check_page_numbers(m.memory.segments[k].name, values)
+        if problem:
+            raise m.error(inst, problem, int(lanes[here][0]))
 
 
 def _check_sequence_store(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray) -> None:
