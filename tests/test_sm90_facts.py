@@ -774,6 +774,12 @@ def test_descriptor_start_delta_steps_the_start_field_only():
 # region Every constant of tessera/sm90 against its documented value
 
 DOCUMENTED = {
+    # [P#data-movement-and-conversion-instructions-cp-async]: "cp-size = { 4, 8, 16 }", the .cg form's
+    # size operand is 16; [P#parallel-synchronization-and-communication-instructions-cp-async-mbarrier-arrive]:
+    # with .noinc the asynchronous arrive-on decrements the pending count (one arrival per thread)
+    "CP_ASYNC_SIZES": (4, 8, 16),
+    "CP_ASYNC_CG_BYTES": 16,
+    "CP_ASYNC_NOINC_ARRIVALS": 1,
     # PTX ISA 9.1 [P#asynchronous-warpgroup-level-matrix-shared-memory-layout-matrix-descriptor]:
     # "matrix-descriptor-encode(x) = (x & 0x3FFFF) >> 4"
     "DESCRIPTOR_ADDRESS_MASK": 0x3FFFF,
