@@ -155,7 +155,8 @@ class TileFunctions(InterpreterFunctions):
         coords = (np.clip(page, 0, source.shape[0] - 1)[:, :, None], (t % page_size)[:, :, None],
                   *(s[:, None, None] for s in selects), np.clip(columns, 0, source.shape[-1] - 1)[:, None, :])
         data = np.where(reads[:, :, None] & inside[:, None, :], source[coords], np.zeros((), source.dtype))
-        self.copies.issue(self.batch, op, GatheredRows(data), dest)
+        nbytes = int((reads[:, :, None] & inside[:, None, :]).sum()) * source.dtype.itemsize
+        self.copies.issue(self.batch, op, GatheredRows(data, nbytes), dest)
         return ()
 
     def _check_paged_read(self, op, source: GlobalView) -> None:

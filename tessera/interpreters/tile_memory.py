@@ -102,9 +102,11 @@ class GlobalView:
 
 @dataclass
 class GatheredRows:
-    """The rows a `tile.cp_async_gather` read at issue, [B, rows, columns] (a source for `AsyncCopies.issue`)."""
+    """The rows a `tile.cp_async_gather` read at issue, [B, rows, columns] (a source for `AsyncCopies.issue`),
+    and the bytes it read from global memory (rows past the end read nothing)."""
 
     data: np.ndarray
+    nbytes: int = 0
 
     def read(self) -> np.ndarray:
         return self.data

@@ -494,6 +494,11 @@ def land_copies(m: Machine, lanes: np.ndarray, before_group: np.ndarray | None) 
     m.async_copies = keep
 
 
+def read_cp_async_source(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray, size: int) -> np.ndarray:
+    """The `size` source bytes of the cp.async of each lane that reads (src-size > 0), when it issues."""
+    return access(m, inst, "global", lanes, addresses, size, align=size)
+
+
 def decode_cp_async(ops: Operands, inst, mods):
     m = ops.m
     if mods.take("commit_group"):
@@ -549,7 +554,7 @@ def decode_cp_async(ops: Operands, inst, mods):
         reading = count > 0
         if reading.any():
             source = np.broadcast_to(np.asarray(src(sel), np.int64), lanes.shape)
-            got = access(m, inst, "global", lanes[reading], source[reading], size, align=size)
+            got = read_cp_async_source(m, inst, lanes[reading], source[reading], size)
             data[reading] = np.where(np.arange(size) < count[reading][:, None], got, 0)
         target = np.broadcast_to(np.asarray(dst(sel), np.int64), lanes.shape)
         _check(m, inst, "shared", lanes, target, size, size)
