@@ -115,6 +115,35 @@ def test_the_single_stage_gather_waits_with_cp_async_wait_group(level, rng):
     _check_kernel_output(out, q, k_cache, v_cache, table, lengths)
 
 
+def test_the_warp_specialized_gather_signals_the_ring_from_the_producer_warpgroup():
+    """The full barriers of the gathered rings count the producer warpgroup's 128 noinc arrivals; the consumers
+    fence the proxies after waiting on them (cp.async writes through the generic proxy, wgmma reads through
+    the async one); the producer gets what the consumers leave."""
+    lowered = tessera.compile(flash_attention_paged(64, page_size=16), target="target", pipeline=passes.DEFAULT_PIPELINE)
+    inits = {}
+    for op in lowered.walk():
+        if isinstance(op, sm90.MBarrierInitOp):
+            buffer = _buffer_of(op.mbarrier)
+            inits.setdefault(buffer.sym.data, set()).add(op.count.value.data)
+    assert inits["k_ring_full"] == inits["v_ring_full"] == {128}
+    assert inits["k_ring_empty"] == {256}
+    budgets = {op.action.data: op.count.value.data for op in lowered.walk() if isinstance(op, sm90.SetMaxNRegOp)}
+    assert budgets["dec"] >= 40 and 128 * budgets["dec"] + 256 * budgets["inc"] <= 65536
+    waits = [op for op in lowered.walk() if isinstance(op, sm90.MBarrierTryWaitParityOp)
+             and _buffer_of(op.mbarrier).sym.data in ("k_ring_full", "v_ring_full")]
+    assert waits and all(isinstance(w.parent_op().next_op, sm90.FenceProxyAsyncOp) for w in waits)
+
+
+def test_a_gather_of_part_of_a_row_is_refused_by_name():
+    from xdsl.utils.exceptions import DiagnosticException
+
+    module = flash_attention_paged(64, page_size=16)
+    gather = next(op for op in module.walk() if isinstance(op, tile.CpAsyncGatherOp))
+    gather.operands[2] = gather.operands[1]  # the column start becomes the key head
+    with pytest.raises(DiagnosticException, match=r"a gather copies whole rows: the window must start at column 0"):
+        tessera.compile(module, target="target", pipeline=passes.TARGET_PIPELINE)
+
+
 # endregion
 # region seeded bugs
 

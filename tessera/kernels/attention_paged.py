@@ -67,10 +67,13 @@ def paged_copy(head_dim: int, page_size: int) -> str:
 
 GATHER_BLOCK_M = {64: DEFAULT_BLOCK_M, 128: 64, 256: 64}
 """The query block of the gather kernels when the caller does not choose one: at head_dim 128 and 256 one
-consumer warpgroup (64 rows). The producer warpgroup's gather keeps 33 to 40 registers live (table and cache
-pointers, ring barriers, the rows' page lookups), so setmaxnreg gives it 40, which leaves two consumer
-warpgroups 232 registers each; they need 235 at head_dim 128 (a TMA producer needs 32, leaving them 240).
-One consumer warpgroup gets 256. Decoding has a few query rows per block anyway."""
+consumer warpgroup (64 rows). The producer warpgroup's gather keeps 37 registers live by the allocator's count
+(table and cache pointers, ring barriers, a row's page lookup), so setmaxnreg would give it at least 40, which
+leaves two consumer warpgroups 232 registers each; they need 235 at head_dim 128 (a TMA producer needs 32,
+leaving them 240), and ptxas wants more still for the gather, whose table loads it hoists. With one consumer
+warpgroup (240) the producer gets what is left (`warp-specialize`), and ptxas assembles every gather kernel
+without a spill. Decoding has a few query rows per block anyway; pass block_m=128 to get two warpgroups where
+the registers allow (head_dim 64 does, and is the default there)."""
 
 
 def cache_row_axis(copy: str) -> int:

@@ -18,8 +18,10 @@ FlashAttention's `flash_attn_with_kvcache`.
 
 `level` None runs on the GPU; "tile", "target", "ptx" run the same kernel
 (`tessera.kernels.flash_attention_paged`) in that interpreter, with `tessera.interpreters.serving_checks`
-watching the page reads and the output rows. A cache without a page table is the paged kernel with pages of
-the largest size (a multiple of 16, at most the key block) that divides seqlen_cache.
+watching the page reads and the output rows. A page_size that is a multiple of the key block is read one TMA
+box per key block (the cache passed as a [num_pages, heads_k, page_size, D] view); any other is gathered row
+by row with cp.async (the cache passed as it is). A cache without a page table is the paged kernel with pages
+of the largest size (a multiple of 16, at most the key block) that divides seqlen_cache.
 
 Grouped heads are packed (FlashAttention-3's PackGQA) when a block's rows would be mostly empty otherwise
 (seq_q x group <= 128 query rows, and seq_q == 1 or not causal): the group's query heads become the rows of
@@ -190,6 +192,13 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=N
     from tessera.kernels.attention_paged import cache_row_axis, paged_copy
 
     copy = paged_copy(head_dim, page_size)
+    if copy == "cp.async":
+        from tessera.passes.convert_tile_to_sm90.serving import CHUNK, GATHER_CHUNK_LIMIT
+
+        chunks = int(np.prod(kc_shape)) * (2 if dtype in ("bf16", "f16") else 4) // CHUNK
+        if chunks > GATHER_CHUNK_LIMIT:
+            raise ValueError(f"{where}: k_cache holds {chunks} 16-byte chunks; the gather of pages of {page_size} "
+                             f"rows numbers them in 32 bits (at most {GATHER_CHUNK_LIMIT})")
     if copy == "tma":  # [num_pages, heads_k, page_size, D], a view: a tensor map reads it through its strides
         cache_k = pages_k.transpose(0, 2, 1, 3) if lib is np else pages_k.transpose(1, 2)
         cache_v = pages_v.transpose(0, 2, 1, 3) if lib is np else pages_v.transpose(1, 2)
