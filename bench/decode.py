@@ -115,12 +115,12 @@ class ByteCounter:
 
         tma_lane = ptx_tensor._tma_lane
 
-        def counted_lane(m, inst, lane, map_address, coords, smem, load):
+        def counted_lane(m, inst, lane, map_address, coords, smem, load, *rest):
             if load:
                 spec = ptx_tensor._tensor_map(m, inst, lane, map_address).spec
                 _, valid = spec.box_byte_offsets(coords)
                 counter.tma += int(valid.sum()) * spec.element_bytes
-            return tma_lane(m, inst, lane, map_address, coords, smem, load)
+            return tma_lane(m, inst, lane, map_address, coords, smem, load, *rest)
 
         for owner, name, new in ((ptx_tensor, "_tma_lane", counted_lane),
                                  (tma.TensorMap, "read_box", counted_box),

@@ -9,9 +9,12 @@ g / K + i G / K (i = 0 .. R K / G - 1): a warp reads whole rows (coalesced), and
 its table lookups and shared addresses differ only by constants between its rows. For each row t = start +
 r it reads the page number table[lead..., t / P] (`ld.global`, masked off past `end`) and issues
 
-    cp.async.cg.shared.global [swizzle(dest + box x R x 128 + r x 128 + chunk x 16)],
-                              [cache + ((page x P + t - slot x P) x row elements + inner) x elt + chunk x 16],
+    cp.async.cg.shared.global [swizzle(dest + box x R x 128 + r x 128 + (chunk mod 8) x 16)],
+                              [cache + 16 x ((page x P + t - slot x P, indices...) x K + chunk)],
                               16, (t < end ? 16 : 0)
+
+with slot = t / P and box = chunk / 8 (the tile's 128-byte boxes); the chunk number is formed in 32 bits
+and widened once (`GATHER_CHUNK_LIMIT`).
 
 (a row past `end` reads nothing and lands as zeros). The shared address applies the tile's 128-byte swizzle
 with `facts.swizzle_bits`, the same swizzle TMA and wgmma see. Completion:
@@ -83,6 +86,8 @@ class ServingLowering:
 
     # region the row gather (module docstring)
     def _lower_CpAsyncGatherOp(self, op: tile.CpAsyncGatherOp, e: Emitter) -> None:
+        """A plain tile: every thread gathers (its group's commit and wait complete it). A ring stage: the
+        first warpgroup waits for the slot's release, gathers, and arrives (noinc) on its full barrier."""
         dest = self._get(op.dest)
         self._retire_readers(dest.address, e)
         if dest.stage is None:
@@ -120,18 +125,14 @@ class ServingLowering:
         dims = [self._dim_value(source, d, e) for d in range(len(shape))]
         table_dims = [self._dim_value(table, d, e) for d in range(len(op.table_indices) + 1)]
         page_size = dims[1]
-        # This thread's constant parts: its chunk column and first row, the element offset inside a page row
-        # (the indices between the row dimension and the columns), the table row and the shared start.
+        # This thread's constant parts: its chunk column and first row, its block's first table element and
+        # its first shared address; each row's source and table element follow from them.
         chunk = e.op(arith.RemUIOp(lane, e.index(per_row)))
         row0 = e.op(arith.DivUIOp(lane, e.index(per_row)))
-        # Few values stay live across the rows (a producer warpgroup has 32 to 48 registers): the table's first
-        # element for this block, the first shared address; each row's source is computed in 32 bits up to
-        # its 16-byte chunk number (`GATHER_CHUNK_LIMIT`), widened once.
         table_row = e.index(0)
         for index, dim in zip(op.table_indices, table_dims):
             table_row = e.addi(e.muli(table_row, dim), self._get(index))
         table_row = e.muli(table_row, table_dims[-1])
-        chunks_per_source_row = dest.cols * elt // CHUNK
         cache, table_ptr = (self.entry_args[self.pointer_args[a]] for a in (source, table))
         chunks_per_line = LINE // CHUNK
         box = e.op(arith.DivUIOp(chunk, e.index(chunks_per_line)))
@@ -165,7 +166,7 @@ class ServingLowering:
             row = e.addi(e.muli(page, page_size), in_page)
             for index, dim in zip(op.indices[:-1], dims[2:-1]):
                 row = e.addi(e.muli(row, dim), self._get(index))
-            chunk_number = e.addi(e.muli(row, e.index(chunks_per_source_row)), chunk)
+            chunk_number = e.addi(e.muli(row, e.index(per_row)), chunk)
             src = e.addi(cache, e.muli(e.to_i64(chunk_number), e.i64(CHUNK)))
             size = e.op(sm90.SelpOp(inside, e.op(arith.ConstantOp(IntegerAttr(CHUNK, i32))),
                                     e.op(arith.ConstantOp(IntegerAttr(0, i32)))))
