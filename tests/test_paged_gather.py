@@ -238,8 +238,9 @@ def test_a_consumer_that_skips_the_full_barrier_of_a_gathered_stage_is_a_hazard(
         return out
     monkeypatch.setattr(tessera, "_lower", lowered)
     module = flash_attention_paged(64, causal=True, page_size=16)
-    with pytest.raises(KernelHazardError, match=r"has not observed phase \d+ .* of the mbarrier at .*k_ring_full|"
-                                                r"before its cp.async completed"):
+    with pytest.raises(KernelHazardError, match=r"reads wgmma operand B .*'k_ring' .* before the cp.async of thread "
+                                                r"\d+ signalled: this thread has not observed phase \d+ .* of the "
+                                                r"mbarrier at .*'k_ring_full'"):
         tessera.interpret(module, *_kernel_inputs(*_decode_inputs(rng, 16)), level="target")
 
 

@@ -82,11 +82,11 @@ class CpAsyncUnit:
         self.pending = [c for c in self.pending if id(c) not in ids]
         addresses = np.concatenate([c.addresses for c in copies])
         data = np.concatenate([c.data for c in copies])
+        writers = np.concatenate([np.full(c.addresses.size, c.thread) for c in copies])
         if barrier is None:
-            writers = np.concatenate([np.full(c.addresses.size, c.thread) for c in copies])
             self.cta.smem.land_generic(addresses, data, writers)
         else:
-            self.cta.smem.land(addresses, data, barrier.index, barrier.state.phase)
+            self.cta.smem.land(addresses, data, barrier.index, barrier.state.phase, writers)
 
     def check_drained(self) -> None:
         if self.pending:

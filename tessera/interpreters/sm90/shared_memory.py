@@ -246,12 +246,15 @@ class SharedMemory:
         self.fenced_at[addresses] = -1
         self.barrier[addresses] = -1
 
-    def land(self, addresses: np.ndarray, data: np.ndarray, barrier: int, phase: int) -> None:
+    def land(self, addresses: np.ndarray, data: np.ndarray, barrier: int, phase: int,
+             writers: np.ndarray | int = -1) -> None:
+        """Bytes of a copy that completed on mbarrier instance `barrier` in phase `phase`: a TMA's (`writers`
+        -1) or the cp.async of the threads `writers` that arrived on it."""
         self.data[addresses] = data
         self.state[addresses] = LANDED
         self.barrier[addresses] = barrier
         self.phase[addresses] = phase
-        self.writer[addresses] = -1
+        self.writer[addresses] = writers
 
     def _refuse_unready(self, op: Operation, addresses: np.ndarray, state: np.ndarray, readers: np.ndarray,
                         what: str = "") -> None:
@@ -278,7 +281,8 @@ class SharedMemory:
     def _unsignalled(self, op: Operation, address: int, barrier: int, phase: int, reader: int, what: str = "") -> None:
         what = f" {what}" if what else ""
         mbarrier = self.cta.mbarriers.instances[barrier]
-        self.cta.fail(op, f"reads{what} at {self.locate(address)} before the TMA signalled: this thread has not "
+        copy = "TMA" if self.writer[address] < 0 else f"cp.async of thread {int(self.writer[address])}"
+        self.cta.fail(op, f"reads{what} at {self.locate(address)} before the {copy} signalled: this thread has not "
                           f"observed phase {phase} (parity {phase & 1}) of the mbarrier at "
                           f"{self.locate(mbarrier.address)} complete (missing or failed mbarrier_try_wait_parity)",
                       reader)
