@@ -147,7 +147,8 @@ def flash_attention_paged(
     row_axis = cache_row_axis(copy)
     varlen = varlen_block_start(b, c, values, k_start=b.const(0), seq_k=seq_k, batch=batch,
                                 heads_k_axis=3 - row_axis)
+    gather = copy == "cp.async"  # the gather reads its page size from the cache's shape itself
     blk = PagedBlock(**{f: getattr(varlen, f) for f in varlen.__dataclass_fields__},
-                     page_size=b.dim(values["K"], row_axis, "page_size"), gather=copy == "cp.async")
+                     page_size=None if gather else b.dim(values["K"], row_axis, "page_size"), gather=gather)
     load_q_and_run(b, blk)
     return finish_kernel(fn, b)
