@@ -35,6 +35,16 @@ def run_kvcache(rng, page_size, head_dim, level, seq_q=1, causal=True, heads=HEA
     check_paged(out, q, k_cache, v_cache, table, lengths, causal)
 
 
+def _buffer_of(value):
+    """The `sm90.shared_buffer` an address is computed from (through additions), or None."""
+    op = value.owner
+    while not isinstance(op, sm90.SharedBufferOp):
+        if not hasattr(op, "lhs"):
+            return None
+        op = op.lhs.owner
+    return op
+
+
 # region the choice of path
 
 
@@ -98,6 +108,7 @@ def test_the_pipelined_tile_ir_of_the_gather_runs(rng):
     ("target", 16, 128, 2, 1),
     ("ptx", 16, 64, 2, 1),
     ("ptx", 7, 256, 2, 1),
+    ("ptx", 256, 64, 2, 1),  # the TMA path
 ])
 def test_paged_gather_at_target_and_ptx_level(level, page_size, head_dim, heads, heads_k, rng):
     run_kvcache(rng, page_size, head_dim, level, heads=heads, heads_k=heads_k, lengths=[1, 150])
@@ -210,16 +221,6 @@ def test_a_read_before_the_cp_async_completed_is_a_hazard(level, rng, monkeypatc
                else r"the cp.async at line \d+ into it has not landed")
     with pytest.raises(Exception, match=message):
         tessera.interpret(module, *inputs, level=level, pipeline=passes.PTX_PIPELINE)
-
-
-def _buffer_of(value):
-    """The `sm90.shared_buffer` an address is computed from (through additions), or None."""
-    op = value.owner
-    while not isinstance(op, sm90.SharedBufferOp):
-        if not hasattr(op, "lhs"):
-            return None
-        op = op.lhs.owner
-    return op
 
 
 def test_a_consumer_that_skips_the_full_barrier_of_a_gathered_stage_is_a_hazard(rng, monkeypatch):
