@@ -111,12 +111,13 @@ def loops_with_copies(module: Operation) -> dict[scf.ForOp, list[tile.CpAsyncOp 
             if not all(is_ring_stage(c.dest) for c in copies) and all(bulk_copyable(c) for c in copies)}
 
 
-def bulk_copyable(copy: tile.CpAsyncOp) -> bool:
+def bulk_copyable(copy: tile.CpAsyncOp | tile.CpAsyncGatherOp) -> bool:
     """Whether `copy` can fill a ring stage. Ring stages are filled by bulk copies (TMA on sm_90a), which need
     rows that start on 16 bytes (`facts.TENSOR_MAP_GLOBAL_ALIGNMENT`): a loop that copies a tensor whose rows
     may start anywhere (a GEMM that promises nothing about K or N, `tile.divisible`) is left as it is, and
     convert-tile-to-sm90 copies that tensor with every thread. Copies of anything but a view of a kernel
-    argument count as bulk (the canonical-loop checks and the lowering judge them)."""
+    argument count as bulk (the canonical-loop checks and the lowering judge them), and so does a
+    `tile.cp_async_gather` (the producer warpgroup's cp.asyncs complete on the stage's full barrier)."""
     view = copy.source.owner
     if not isinstance(view, tile.ViewOp) or not isinstance(view.source, BlockArgument):
         return True
