@@ -176,7 +176,9 @@ class ServingLowering:
     def _swizzle(e: Emitter, address: SSAValue) -> SSAValue:
         """The 128B-swizzled shared address (`facts.swizzle_bits`) of a 32-bit address, at run time."""
         mask, line_shift, chunk_shift = facts.swizzle_bits(128)
-        c = lambda v: e.op(arith.ConstantOp(IntegerAttr(v, i32)))  # noqa: E731
+
+        def c(value: int) -> SSAValue:
+            return e.op(arith.ConstantOp(IntegerAttr(value, i32)))
         # Shifts by constants as unsigned division and multiplication: PTX takes their immediates.
         line = e.op(arith.DivUIOp(address, c(1 << line_shift)))
         bits = e.op(arith.MuliOp(e.op(arith.AndIOp(line, c(mask))), c(1 << chunk_shift)))

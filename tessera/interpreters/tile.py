@@ -125,7 +125,13 @@ class TileFunctions(InterpreterFunctions):
         if not isinstance(source, np.ndarray) or not isinstance(table, np.ndarray):
             self.batch.fail(op, "gathers from a kernel argument through a table argument (not a tile.view)")
         size = self.batch.size
-        index = lambda v: np.broadcast_to(self.batch.index_array(v), (size,)).astype(np.int64)  # noqa: E731
+
+        def index(value) -> np.ndarray:
+            return np.broadcast_to(self.batch.index_array(value), (size,)).astype(np.int64)
+
+        def clip(i: np.ndarray, extent: int) -> np.ndarray:
+            return np.clip(np.broadcast_to(i, reads.shape), 0, extent - 1)
+
         rows, cols = op.dest.type.get_shape()
         t = index(start)[:, None] + np.arange(rows)
         reads = (t < index(end)[:, None]) & self.batch.active[:, None]
@@ -141,7 +147,6 @@ class TileFunctions(InterpreterFunctions):
             where = ", ".join(str(int(np.broadcast_to(i, outside.shape)[b, r])) for i in lead + [slot])
             self.batch.fail(op, f"reads element [{where}] of the page table of shape {list(table.shape)}, outside "
                                 f"it (key row {int(t[b, r])})", outside.any(axis=1))
-        clip = lambda i, extent: np.clip(np.broadcast_to(i, reads.shape), 0, extent - 1)  # noqa: E731
         page = table[tuple(clip(i, e) for i, e in zip(lead + [slot], table.shape))].astype(np.int64)
         bad = reads & ((page < 0) | (page >= source.shape[0]))
         if bad.any():
