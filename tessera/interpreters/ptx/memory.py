@@ -15,6 +15,8 @@ writes shared memory when a `cp.async.wait_group N` / `wait_all` of the issuing 
 (groups are per thread, closed by `commit_group`): its data is not visible before the wait, as in PTX, and
 a read of its bytes before is reported (`asynchrony`, which also checks every shared access).
 `cp.async.mbarrier.arrive{.noinc}` lands the thread's pending copies, then (with `.noinc`) arrives.
+Under `serving_checks`, every 32-bit word loaded from a checked cache's page table is checked against the
+cache's page count (a gathered row of a page out of range would read another allocation: they are contiguous).
 `atom`/`red` (scalar, global or shared memory): threads of one execution that hit one location update it one
 at a time in increasing lane order, one legal serialisation (see `decode_atom`).
 """
