@@ -281,3 +281,17 @@ def test_the_gpu_launch_takes_the_gather_kernels_pointers():
 
 
 # endregion
+
+
+def test_a_cache_the_gathers_chunk_numbers_cannot_address_is_refused_by_name(rng, monkeypatch):
+    """The gather numbers a cache's 16-byte chunks in 32 bits (GATHER_CHUNK_LIMIT, 32 GiB); here the limit is
+    lowered so that a small cache passes it."""
+    from tessera.passes.convert_tile_to_sm90 import serving
+
+    monkeypatch.setattr(serving, "GATHER_CHUNK_LIMIT", 1000)
+    k_cache, v_cache, table = paged_cache(rng, [40], 16, 1, 64)
+    q = bf16(rng, 1, 1, 1, 64)
+    with pytest.raises(ValueError, match=r"k_cache holds \d+ 16-byte chunks; the gather of pages of 16 rows numbers "
+                                         r"them in 32 bits \(at most 1000\)"):
+        attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=np.array([40], np.int32), page_table=table,
+                               level="tile")
