@@ -110,7 +110,9 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
         """Map each copy to the commit that closes its group: the next tile.cp_commit_group after it in its
         block or, for a copy inside an scf.if, after that scf.if. A group whose copies all fill ring stages
         (and an empty group) is a ring group: its completion is tracked by the stages' full barriers, not by
-        a barrier of the group."""
+        a barrier of the group. A group of gathers into plain tiles completes with cp.async.wait_group
+        (`gather_commits`, no barrier); a ring a gather refills (`gather_rings`) counts the producer
+        warpgroup's arrivals on its full barriers."""
         ring_copies = defaultdict(list)
         gathers = defaultdict(list)
         for op in self.fn.walk():
