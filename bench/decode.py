@@ -27,7 +27,9 @@ if any is outside its bound. head_dim 256 has no split kernel: num_splits 3 is r
 
 --simulate runs the same kernel in an interpreter ("target": the CTA simulator, default; "ptx": the PTX
 executor; "tile": the Tile interpreter's `tile.cp_async` windows) and counts the bytes its copies read from
-global memory: TMA boxes (only the elements inside the tensor: TMA fetches nothing for the zero fill); the
+global memory: TMA boxes (only the elements inside the tensor: TMA fetches nothing for the zero fill) or, for
+a page_size that is no multiple of the key block, the gather's cp.async rows (16-byte chunks; rows past the
+sequence read nothing, `tile.cp_async_gather` at Tile level); the
 "tables B" column adds the CTA simulator's `ld.global` words (page table and sequence tables, counted per
 thread: one broadcast load per warp in hardware). The ideal reads each K/V byte of the used cache once, plus q once. PackGQA is what brings a GQA
 group to the ideal: unpacked, each of the group's query heads reads the key head's tiles again.
@@ -71,6 +73,7 @@ class ByteCounter:
 
     def __init__(self):
         self.tma = 0
+        self.gathered = 0
         self.loads = 0
         self._undo = []
 
@@ -99,21 +102,44 @@ class ByteCounter:
             counter.tma += int(valid.sum()) * view.tensor.dtype.itemsize
             return view_read(view)
 
+        load_bytes = global_memory.GlobalMemory.load_bytes
+
+        def counted_bytes(memory, cta, op, addresses, threads, nbytes):
+            counter.gathered += len(addresses) * nbytes
+            return load_bytes(memory, cta, op, addresses, threads, nbytes)
+
+        gathered_read = tile_memory.GatheredRows.read
+
+        def counted_rows(rows):
+            counter.gathered += rows.nbytes
+            return gathered_read(rows)
+
+        from tessera.interpreters.ptx import memory as ptx_memory
+
+        read_source = ptx_memory.read_cp_async_source
+
+        def counted_source(m, inst, lanes, addresses, size):
+            counter.gathered += len(lanes) * size
+            return read_source(m, inst, lanes, addresses, size)
+
         from tessera.interpreters.ptx import tensor as ptx_tensor
 
         tma_lane = ptx_tensor._tma_lane
 
-        def counted_lane(m, inst, lane, map_address, coords, smem, load):
+        def counted_lane(m, inst, lane, map_address, coords, smem, load, *rest):
             if load:
                 spec = ptx_tensor._tensor_map(m, inst, lane, map_address).spec
                 _, valid = spec.box_byte_offsets(coords)
                 counter.tma += int(valid.sum()) * spec.element_bytes
-            return tma_lane(m, inst, lane, map_address, coords, smem, load)
+            return tma_lane(m, inst, lane, map_address, coords, smem, load, *rest)
 
         for owner, name, new in ((ptx_tensor, "_tma_lane", counted_lane),
                                  (tma.TensorMap, "read_box", counted_box),
                                  (global_memory.GlobalMemory, "load_words", counted_words),
-                                 (tile_memory.GlobalView, "read", counted_view)):
+                                 (global_memory.GlobalMemory, "load_bytes", counted_bytes),
+                                 (tile_memory.GlobalView, "read", counted_view),
+                                 (tile_memory.GatheredRows, "read", counted_rows),
+                                 (ptx_memory, "read_cp_async_source", counted_source)):
             self._undo.append((owner, name, getattr(owner, name)))
             setattr(owner, name, new)
         return self
@@ -129,7 +155,10 @@ def simulate(args) -> None:
     level = args.level
     print(f"bytes read from global memory per query token, {level} level (ideal: each K/V byte of the used "
           f"cache once, plus q)")
-    print(f"{'batch':>5} {'cache':>7} {'heads':>5} {'hk':>3} {'D':>4} {'page':>5} {'pack':>5} "
+    from tessera.kernels.attention_paged import paged_copy
+
+    copy = paged_copy(args.head_dim, args.page_size)
+    print(f"{'batch':>5} {'cache':>7} {'heads':>5} {'hk':>3} {'D':>4} {'page':>5} {'copy':>8} {'pack':>5} "
           f"{'read B/token':>13} {'ideal B/token':>14} {'ratio':>6} {'tables B':>9} {'s':>6}")
     rng = np.random.default_rng(0)
     for batch in args.batch:
@@ -149,9 +178,9 @@ def simulate(args) -> None:
                     kvcache.pack_gqa = original
                 tokens = batch  # one query token per sequence
                 ideal = (2 * cache * args.heads_k * args.head_dim * 2 * batch + q.nbytes) / tokens
-                read = counter.tma / tokens
+                read = (counter.tma + counter.gathered) / tokens
                 print(f"{batch:>5} {cache:>7} {args.heads:>5} {args.heads_k:>3} {args.head_dim:>4} "
-                      f"{args.page_size:>5} {'yes' if pack else 'no':>5} {read:>13.0f} {ideal:>14.0f} "
+                      f"{args.page_size:>5} {copy:>8} {'yes' if pack else 'no':>5} {read:>13.0f} {ideal:>14.0f} "
                       f"{read / ideal:>6.2f} {counter.loads:>9} {time.time() - start:>6.1f}", flush=True)
 
 

@@ -8,7 +8,8 @@ signed registers (`.s32`). `scf.for`/`scf.if`/`scf.while` are the control flow; 
 between the threads of a warp diverges. Register allocation later maps every value to PTX registers.
 
 This dialect holds what only the machine has: special registers, shared-memory buffers at byte offsets with
-their swizzle, tensor maps, bulk tensor copies (TMA) completing on mbarriers, the mbarrier operations, wgmma
+their swizzle, tensor maps, bulk tensor copies (TMA) completing on mbarriers, Ampere's cp.async with its
+groups (`sm90_cp_async`, the paged cache's row gather), the mbarrier operations, wgmma
 with shared-memory descriptors or register A, warp shuffles, named barriers, elect, setmaxnreg and the
 approximate transcendental functions. Each op says the PTX instruction it prints as, and its verifier rejects
 what ptxas or the hardware would (sizes, shapes, counts, ranges), with the rule named. The numbers come
@@ -957,6 +958,13 @@ CLUSTER_OPS = (MapaOp, TmaLoadMulticastOp, MBarrierArriveClusterOp, ClusterArriv
 # endregion
 
 from tessera.dialects.sm90_reductions import REDUCTION_OPS  # noqa: E402 - the backward's ops, in their own file
+from tessera.dialects.sm90_cp_async import (  # noqa: E402 - the paged gather's copies, in their own file
+    CP_ASYNC_OPS,
+    CpAsyncCommitGroupOp,
+    CpAsyncMBarrierArriveNoIncOp,
+    CpAsyncOp,
+    CpAsyncWaitGroupOp,
+)
 
 SM90 = Dialect(
     "sm90",
@@ -995,6 +1003,7 @@ SM90 = Dialect(
         StSharedB16Op,
         LdSharedOp,
         *REDUCTION_OPS,
+        *CP_ASYNC_OPS,
         *CLUSTER_OPS,
     ],
     [TensorMapType],

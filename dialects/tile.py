@@ -33,6 +33,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Dialect, Operation, SSAValue
 from xdsl.irdl import (
+    AttrSizedOperandSegments,
     IRDLOperation,
     VarConstraint,
     base,
@@ -299,6 +300,66 @@ class CpAsyncOp(IRDLOperation):
                 fn = fn.parent_op()
             _require(fn is None or "tile.cluster" in fn.attributes, self,
                      "is cluster_shared, but its kernel declares no 'tile.cluster' shape")
+
+
+@irdl_op_definition
+class CpAsyncGatherOp(IRDLOperation):
+    """`tile.cp_async_gather %cache[%i2, ..., %col], %table[%t0, ...], %start, %end, %dest : cache_type,
+    table_type, shared_type`: start an asynchronous copy of R rows of a paged global tensor, each row through a
+    page table, into an [R, C] shared tile (a paged KV cache's key block when the page is not a multiple of it).
+
+    `%cache` has rank >= 3: dimension 0 numbers the pages, dimension 1 the P = dim(cache, 1) rows of a page, and
+    the indices select the remaining dimensions (the last one is the window's first column). `%table` is an i32
+    global tensor whose last dimension holds page numbers; its indices select all but that dimension. With
+    t = start + r, row r of the destination is
+
+        dest[r, c] = cache[table[t0, ..., t // P], t mod P, i2, ..., col + c]    for t < end
+        dest[r, c] = 0                                                          for t >= end (nothing is read)
+
+    and columns past the tensor read as zero. The copy joins the current group and completes like
+    `tile.cp_async` (a `tile.cp_commit_group`, a covering `tile.cp_wait_group`, then a `tile.barrier`, or
+    into a ring stage published by the wait), so it is a ring refill for pipelining. A table slot t // P outside
+    the table or a page number outside [0, dim(cache, 0)) for a row t < end is an error of the kernel (the
+    interpreters report it), never a read elsewhere."""
+
+    name = "tile.cp_async_gather"
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+    source = operand_def(TILE)
+    indices = var_operand_def(IndexType)
+    table = operand_def(TILE)
+    table_indices = var_operand_def(IndexType)
+    start = operand_def(IndexType)
+    end = operand_def(IndexType)
+    dest = operand_def(TILE)
+    traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
+    assembly_format = (
+        "$source `[` $indices `]` `,` $table `[` $table_indices `]` `,` $start `,` $end `,` $dest attr-dict "
+        "`:` type($source) `,` type($table) `,` type($dest)"
+    )
+
+    def __init__(self, source: SSAValue | Operation, indices: Sequence[SSAValue | Operation],
+                 table: SSAValue | Operation, table_indices: Sequence[SSAValue | Operation],
+                 start: SSAValue | Operation, end: SSAValue | Operation, dest: SSAValue | Operation):
+        super().__init__(operands=[source, list(indices), table, list(table_indices), start, end, dest])
+
+    def verify_(self) -> None:
+        src, table, dst = _tile(self.source), _tile(self.table), _tile(self.dest)
+        _require_space(self, "source", src, MemSpace.GLOBAL)
+        _require_space(self, "table", table, MemSpace.GLOBAL)
+        _require_space(self, "destination", dst, MemSpace.SHARED)
+        _require(src.rank >= 3, self, f"the source must have rank >= 3 ([pages, page rows, ..., columns]), got rank {src.rank}")
+        _require(len(self.indices) == src.rank - 2, self,
+                 f"needs {src.rank - 2} source indices (one per dimension after the page and row dimensions), got {len(self.indices)}")
+        _require(table.element_type == IntegerType(32), self, f"the table must hold i32 page numbers, got {table.element_type}")
+        _require(len(self.table_indices) == table.rank - 1, self,
+                 f"needs {table.rank - 1} table indices (one per dimension before the page slots), got {len(self.table_indices)}")
+        _require(dst.rank == 2, self, f"the destination must be a [rows, columns] tile, got rank {dst.rank}")
+        _require(dst.element_type == src.element_type, self, "source and destination element types must match")
+
+
+ASYNC_COPY_OPS = (CpAsyncOp, CpAsyncGatherOp)
+"""The asynchronous copies into a shared tile: each joins the current copy group, and one into a ring stage is a
+ring refill (`pipeline-loops`, `overlap-softmax`, `peel-masked-iterations` treat them alike)."""
 
 
 @irdl_op_definition
@@ -903,6 +964,7 @@ Tile = Dialect(
         StageOp,
         ViewOp,
         CpAsyncOp,
+        CpAsyncGatherOp,
         CpCommitGroupOp,
         CpWaitGroupOp,
         BarrierOp,

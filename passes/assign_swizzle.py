@@ -42,7 +42,7 @@ def required_alignment(swizzle: int) -> int:
 
 def _shared_accesses(op: Operation) -> list[tuple[str, object, AccessPattern]]:
     """(operand name, value, pattern) of each shared tile `op` reads or writes."""
-    if isinstance(op, tile.CpAsyncOp):
+    if isinstance(op, tile.ASYNC_COPY_OPS):
         return [("destination", op.dest, AccessPattern.ROW_VECTORS)]
     if isinstance(op, tile.LoadOp):
         return [("source", op.source, AccessPattern.ROW_VECTORS)]

@@ -172,7 +172,7 @@ def _is_shared(value: SSAValue) -> bool:
 
 
 def _holds_copies(op: Operation) -> bool:
-    return any(isinstance(o, tile.CpAsyncOp) for o in op.walk())
+    return any(isinstance(o, tile.ASYNC_COPY_OPS) for o in op.walk())
 
 
 def _ring_of(value: SSAValue) -> tuple[SSAValue, int | None]:
@@ -207,7 +207,7 @@ def plan_rotation(loop: scf.ForOp) -> Rotation | None:
     position = {op: i for i, op in enumerate(ops)}
 
     # B_core(t-1) runs while trip t's copies are in flight: what it reads must not be refilled meanwhile.
-    refilled = {_ring_of(cp.dest)[0] for cp in body.walk() if isinstance(cp, tile.CpAsyncOp)}
+    refilled = {_ring_of(cp.dest)[0] for cp in body.walk() if isinstance(cp, tile.ASYNC_COPY_OPS)}
     b_stages = []
     for op in b_core:
         for operand in op.operands:

@@ -1,7 +1,7 @@
 """`pipeline-loops{stages=N}`: overlap the copies of the next N-1 trips of a loop with the compute of this one.
 
-Input: Tile IR. Every `scf.for` that copies (owns a `tile.cp_async` into a shared tile that is not a ring
-stage) must have the canonical shape every kernel builder emits (the pipelined Tile IR contract,
+Input: Tile IR. Every `scf.for` that copies (owns a `tile.cp_async` or `tile.cp_async_gather`, the
+`tile.ASYNC_COPY_OPS`, into a shared tile that is not a ring stage) must have the canonical shape every kernel builder emits (the pipelined Tile IR contract,
 notes/pipeline_spec.md):
 
     scf.for %j = %lb to %ub step %step iter_args(...) {
@@ -99,24 +99,25 @@ def is_ring_stage(value: SSAValue) -> bool:
     return isinstance(value.owner, tile.StageOp)
 
 
-def loops_with_copies(module: Operation) -> dict[scf.ForOp, list[tile.CpAsyncOp]]:
+def loops_with_copies(module: Operation) -> dict[scf.ForOp, list[tile.CpAsyncOp | tile.CpAsyncGatherOp]]:
     """The loops to pipeline, in program order, each with the copies it owns (those whose innermost
     enclosing loop it is). A loop qualifies when it owns a copy into a tile that is not a ring stage; loops
     whose copies all fill ring stages are pipelined already and are not listed."""
-    owned: dict[scf.ForOp, list[tile.CpAsyncOp]] = {}
+    owned: dict[scf.ForOp, list[tile.CpAsyncOp | tile.CpAsyncGatherOp]] = {}
     for op in module.walk():
-        if isinstance(op, tile.CpAsyncOp) and (loop := enclosing_loop(op)) is not None:
+        if isinstance(op, tile.ASYNC_COPY_OPS) and (loop := enclosing_loop(op)) is not None:
             owned.setdefault(loop, []).append(op)
     return {loop: copies for loop, copies in owned.items()
             if not all(is_ring_stage(c.dest) for c in copies) and all(bulk_copyable(c) for c in copies)}
 
 
-def bulk_copyable(copy: tile.CpAsyncOp) -> bool:
+def bulk_copyable(copy: tile.CpAsyncOp | tile.CpAsyncGatherOp) -> bool:
     """Whether `copy` can fill a ring stage. Ring stages are filled by bulk copies (TMA on sm_90a), which need
     rows that start on 16 bytes (`facts.TENSOR_MAP_GLOBAL_ALIGNMENT`): a loop that copies a tensor whose rows
     may start anywhere (a GEMM that promises nothing about K or N, `tile.divisible`) is left as it is, and
     convert-tile-to-sm90 copies that tensor with every thread. Copies of anything but a view of a kernel
-    argument count as bulk (the canonical-loop checks and the lowering judge them)."""
+    argument count as bulk (the canonical-loop checks and the lowering judge them), and so does a
+    `tile.cp_async_gather` (the producer warpgroup's cp.asyncs complete on the stage's full barrier)."""
     view = copy.source.owner
     if not isinstance(view, tile.ViewOp) or not isinstance(view.source, BlockArgument):
         return True
@@ -171,7 +172,7 @@ class CanonicalLoop:
 
     loop: scf.ForOp
     load_section: list[Operation]
-    copies: list[tile.CpAsyncOp]
+    copies: list[tile.CpAsyncOp | tile.CpAsyncGatherOp]
     tiles: list[tile.AllocSharedOp]
     commit: tile.CpCommitGroupOp
     wait: tile.CpWaitGroupOp
@@ -187,12 +188,12 @@ def _top_level(op: Operation, loop: scf.ForOp) -> Operation:
     return op
 
 
-def _load_slice(loop: scf.ForOp, before_commit: Sequence[Operation], copies: Sequence[tile.CpAsyncOp]) -> list[Operation]:
+def _load_slice(loop: scf.ForOp, before_commit: Sequence[Operation], copies: Sequence[tile.CpAsyncOp | tile.CpAsyncGatherOp]) -> list[Operation]:
     """The ops of `before_commit` that the copies' windows are computed with, plus the copies, in program
     order. Refuses windows that depend on loop-carried values (they are not known for later trips)."""
     candidates = set(before_commit)
     needed: set[Operation] = set(copies)
-    pending = [(copy, copy.source) for copy in copies]
+    pending = [(copy, value) for copy in copies for value in copy.operands if value is not copy.dest]
     iv = loop.body.block.args[0]
     while pending:
         copy, value = pending.pop()
@@ -207,7 +208,7 @@ def _load_slice(loop: scf.ForOp, before_commit: Sequence[Operation], copies: Seq
 
 
 def match_canonical_loop(
-    loop: scf.ForOp, copies: Sequence[tile.CpAsyncOp], refilled_by: dict[SSAValue, set[scf.ForOp]]
+    loop: scf.ForOp, copies: Sequence[tile.CpAsyncOp | tile.CpAsyncGatherOp], refilled_by: dict[SSAValue, set[scf.ForOp]]
 ) -> CanonicalLoop:
     """Take apart a loop that copies (`copies`, from `loops_with_copies`), or refuse it naming the op that
     breaks the canonical shape. `refilled_by` maps each copied tile to the loops that copy into it: a tile
@@ -229,7 +230,7 @@ def match_canonical_loop(
     compute = ops[commit_at + 3 : -2]
     for top in compute:
         for op in top.walk():
-            if isinstance(op, tile.CpAsyncOp | tile.CpCommitGroupOp | tile.CpWaitGroupOp):
+            if isinstance(op, tile.ASYNC_COPY_OPS + (tile.CpCommitGroupOp, tile.CpWaitGroupOp)):
                 _refuse(op, "copies and copy groups after the loop's tile.cp_wait_group are not supported (a "
                             "pipelined loop copies only in its load section)")
     before_commit = ops[:commit_at]
@@ -240,7 +241,7 @@ def match_canonical_loop(
         if is_ring_stage(copy.dest):
             _refuse(copy, "the loop copies both into ring stages and into plain shared tiles")
     for op in before_commit:
-        if not isinstance(op, tile.CpAsyncOp) and not is_index_computation(op):
+        if not isinstance(op, tile.ASYNC_COPY_OPS) and not is_index_computation(op):
             _refuse(op, "only index arithmetic, tile.view and the copies may come before the loop's "
                         "tile.cp_commit_group (the load section)")
     compute_ops = set(compute)
@@ -397,9 +398,8 @@ class LoopPipeliner:
         mapping: dict[SSAValue, SSAValue] = {self.shape.loop.body.block.args[0]: self._iv_of(inside, u)}
         dests = dict(zip((a.result for a in self.shape.tiles), self._stage_views(inside, u, "fill_slot", "_fill")))
         for op in self.shape.load_section:
-            if isinstance(op, tile.CpAsyncOp):
-                inside.insert(tile.CpAsyncOp(mapping.get(op.source, op.source), dests[op.dest],
-                                             cluster_shared=op.cluster_shared is not None))
+            if isinstance(op, tile.ASYNC_COPY_OPS):  # the same copy (properties kept), into the ring stage
+                inside.insert(op.clone(value_mapper={**mapping, op.dest: dests[op.dest]}))
             else:
                 inside.insert(op.clone(value_mapper=mapping))
         inside.insert(scf.YieldOp())
@@ -422,7 +422,7 @@ class LoopPipeliner:
         at_commit = Builder(InsertPoint.before(shape.commit))
         self._guarded_load(at_commit, _insert(at_commit, arith.AddiOp(t, self.const(self.stages - 1)), "fill"))
         for op in reversed(shape.load_section):
-            if isinstance(op, tile.CpAsyncOp) or not any(r.uses for r in op.results):
+            if isinstance(op, tile.ASYNC_COPY_OPS) or not any(r.uses for r in op.results):
                 op.detach()
                 op.erase()
         after_wait = Builder(InsertPoint.after(shape.wait))

@@ -8,6 +8,10 @@ initialisation barrier (which now counts every thread):
     if tid >= T:                         // the producer warpgroup, after every consumer warpgroup
         setmaxnreg.dec P
         if tid == T:  <the producer slice: the loops and conditions that lead to refills, and the refills>
+
+(A kernel with warpgroup refills, `sm90.producer_warpgroup`: the row gathers of a paged cache with cp.async,
+which all 128 threads of the producer warpgroup issue, runs the slice on every producer thread: the gathers
+inlined, and any one-thread TMA refill under `if tid == T`.)
     else:                                // the T consumer threads: tid, warpgroups and barriers unchanged
         setmaxnreg.inc C
         <the kernel without the refills>
@@ -22,6 +26,8 @@ arrive on when they release it, and the consumers' only one is the full barrier 
 Register budgets come from the allocator's pressure report, not constants: the producer branch's pressure
 (rounded up to setmaxnreg's step of 8, at least 24) is P; the consumers get what the register file leaves,
 C = min(256, (65536 - 128 P) / T rounded down to 8); a consumer pressure above C is refused, naming both.
+With warpgroup refills the consumers get their pressure rounded up, C, and the producer what that leaves (at
+most C): ptxas schedules the unrolled gather's table loads ahead, needing more than the count says.
 
 With `pingpong=true` (FlashAttention-3's warpgroup ping-pong), the consumer warpgroups take turns at the
 tensor core: in every loop that issues wgmma, warpgroup w waits at named barrier 1 + w before its first
@@ -52,6 +58,7 @@ from tessera.diagnostics import located, warn
 from tessera.dialects import sm90
 from tessera.kernel_abi import TARGET_KERNEL_ATTR, is_target_kernel
 from tessera.passes.convert_tile_to_sm90 import INVARIANT_ATTR, PRODUCER_ATTR
+from tessera.passes.convert_tile_to_sm90.common import PRODUCER_WARPGROUP_ATTR
 from tessera.sm90 import facts
 
 PRODUCER_THREADS = facts.WARPGROUP_SIZE
@@ -145,7 +152,8 @@ class _Split:
         for op in main:
             producer_block.add_op(op.clone(value_mapper=mapping))
         self._prune(producer_block)
-        self._inline_refills(producer_block)
+        gathers = any(PRODUCER_WARPGROUP_ATTR in op.attributes for op in producer_block.walk())
+        self._inline_refills(producer_block, tid, consumers if gathers else None)
         for op in main:
             op.detach()
             consumer_block.add_op(op)
@@ -157,11 +165,15 @@ class _Split:
             self._pingpong(consumer_block, tid, consumers)
 
         total = consumers + PRODUCER_THREADS
-        leader_block = producer_block
-        leader_block.add_op(scf.YieldOp())
-        c_total = arith.ConstantOp(IntegerAttr(consumers, IndexType()))
-        is_leader = arith.CmpiOp(tid, c_total.result, "eq")
-        producer_block = Block([c_total, is_leader, scf.IfOp(is_leader.result, [], Region(leader_block)), scf.YieldOp()])
+        if gathers:  # the whole warpgroup runs the slice; TMA refills keep their one-thread guards
+            producer_block.add_op(scf.YieldOp())
+        else:
+            leader_block = producer_block
+            leader_block.add_op(scf.YieldOp())
+            c_total = arith.ConstantOp(IntegerAttr(consumers, IndexType()))
+            is_leader = arith.CmpiOp(tid, c_total.result, "eq")
+            producer_block = Block([c_total, is_leader, scf.IfOp(is_leader.result, [], Region(leader_block)),
+                                    scf.YieldOp()])
         consumer_block.add_op(scf.YieldOp())
         c_split = arith.ConstantOp(IntegerAttr(consumers, IndexType()))
         is_producer = arith.CmpiOp(tid, c_split.result, "uge")
@@ -174,7 +186,7 @@ class _Split:
         init.detach()
         init.erase()
         self.fn.attributes[TARGET_KERNEL_ATTR] = DictionaryAttr({**info.data, "threads": IntegerAttr(total, 64)})
-        self._budgets(split, consumers)
+        self._budgets(split, consumers, gathers)
 
     # -- the producer slice ------------------------------------------------------------------------------
     def _prune(self, block: Block) -> None:
@@ -242,10 +254,19 @@ class _Split:
         return new
 
     @staticmethod
-    def _inline_refills(block: Block) -> None:
-        """Inside the leader's branch the refills' `if thread 0` guards are moot: inline their bodies."""
+    def _inline_refills(block: Block, tid: SSAValue, leader: int | None) -> None:
+        """Inside the leader's branch the refills' `if thread 0` guards are moot: inline their bodies. With
+        `leader` (a kernel with warpgroup refills, whose slice every producer thread runs), the warpgroup
+        refills' `if tid < 128` guards are moot (the producer warpgroup is 128 threads; the gather finds its
+        lane as tid mod 128) and the one-thread refills are guarded by `tid == leader` instead."""
         for op in [o for o in block.walk() if PRODUCER_ATTR in o.attributes]:
-            op.parent_block().insert_ops_before(_take_ops(op.regions[0].block), op)
+            if leader is not None and PRODUCER_WARPGROUP_ATTR not in op.attributes:
+                c_leader = arith.ConstantOp(IntegerAttr(leader, IndexType()))
+                is_leader = arith.CmpiOp(tid, c_leader.result, "eq")
+                body = Block(_take_ops(op.regions[0].block) + [scf.YieldOp()])
+                op.parent_block().insert_ops_before([c_leader, is_leader, scf.IfOp(is_leader.result, [], Region(body))], op)
+            else:
+                op.parent_block().insert_ops_before(_take_ops(op.regions[0].block), op)
             op.detach()
             op.erase()
 
@@ -291,7 +312,7 @@ class _Split:
         block.add_ops([c, first_group, scf.IfOp(first_group.result, [], Region(copies[0]), Region(copies[1]))])
 
     # -- register budgets ----------------------------------------------------------------------------------
-    def _budgets(self, split: scf.IfOp, consumers: int) -> None:
+    def _budgets(self, split: scf.IfOp, consumers: int, gathers: bool = False) -> None:
         from tessera.regalloc import region_pressure
 
         # The setmaxnreg ops go in first, with provisional budgets that are set below: the allocation sized
@@ -305,6 +326,13 @@ class _Split:
         step = facts.SETMAXNREG_STEP
         producer = max(facts.SETMAXNREG_MIN, -(-producer_need // step) * step)
         consumer = min(facts.SETMAXNREG_MAX, (facts.REGISTERS_PER_SM - PRODUCER_THREADS * producer) // consumers // step * step)
+        if gathers and consumer_need <= consumer:
+            # A warpgroup refill (the cp.async gather) is unrolled row by row, and ptxas hoists its page-table
+            # loads ahead of the copies well past the allocator's count: the producer takes what the consumers
+            # leave (at most their own budget), not its counted need.
+            consumer = max(facts.SETMAXNREG_MIN, -(-consumer_need // step) * step)
+            spare = (facts.REGISTERS_PER_SM - consumers * consumer) // PRODUCER_THREADS // step * step
+            producer = max(producer, min(spare, consumer))
         if consumer_need > consumer:
             _refuse(self.fn, f"the consumer warpgroups need {consumer_need} registers per thread but only {consumer} "
                           f"are left after the producer's {producer} (the register file has {facts.REGISTERS_PER_SM})")

@@ -272,10 +272,11 @@ def test_a_box_across_a_page_boundary_is_reported(level, rng):
 
 @pytest.mark.parametrize("level", ["tile", "ptx"])
 def test_a_page_table_entry_out_of_range_is_reported(level, rng):
-    module = build_kernel("flash_attention_paged", head_dim=64, page_size=16)
+    """The TMA path (pages of 128); the gather's is in test_paged_gather.py."""
+    module = build_kernel("flash_attention_paged", head_dim=64, page_size=128)
     with checking(PagedCache("K"), PagedCache("V")):
         with pytest.raises(Exception, match=r"page-table entry 9 of %[KV] is out of range \[0, 4\)"):
-            tessera.interpret(module, *paged_inputs(rng, 16, [[1, 9]]), level=level, max_seqlen_q=1)
+            tessera.interpret(module, *paged_inputs(rng, 128, [[1, 9]]), level=level, max_seqlen_q=1)
 
 
 def test_a_table_read_outside_the_table_is_reported(rng):
@@ -342,8 +343,8 @@ def kv_args(**changes):
 @pytest.mark.parametrize("changes,error,message", [
     ({"q": np.zeros((2, 1, 3, 64), BF16)}, ValueError, r"heads of q \(3\) must be a multiple of the heads of k_cache"),
     ({"v_cache": np.zeros((6, 16, 2, 128), BF16)}, ValueError, "k_cache and v_cache must have one shape"),
-    ({"k_cache": np.zeros((6, 24, 2, 64), BF16), "v_cache": np.zeros((6, 24, 2, 64), BF16)}, ValueError,
-     "k_cache's page_size: page_size must be a positive multiple of 16; got 24"),
+    ({"k_cache": np.zeros((6, 0, 2, 64), BF16), "v_cache": np.zeros((6, 0, 2, 64), BF16)}, ValueError,
+     r"k_cache has an empty dimension: shape \(6, 0, 2, 64\)"),
     ({"page_table": np.array([[0, 1], [2, 6]], np.int32)}, ValueError, "page_table holds page 6, outside the 6 pages"),
     ({"page_table": np.array([[0, 1]], np.int32)}, ValueError, "page_table must have 2 entries"),
     ({"cache_seqlens": np.array([3, 33], np.int32)}, ValueError, r"cache_seqlens \(\+ seq_new = 0\) must lie in \[0, 32\]"),
@@ -411,13 +412,13 @@ def test_the_gpu_launch_takes_the_tables_and_a_strided_cache():
     from tessera.runtime.launch import check_inputs
 
     kernel = compile_kernel(KernelConfig.of("flash_attention_paged", head_dim=64, causal=False, dtype="bf16",
-                                            scale=0.125, page_size=16))
-    cache = np.zeros((6, 16, 2, 64), BF16)
+                                            scale=0.125, page_size=128))
+    cache = np.zeros((6, 128, 2, 64), BF16)
     inputs = [np.zeros((2, 3, 64), BF16), cache.transpose(0, 2, 1, 3), cache.transpose(0, 2, 1, 3),
               np.array([0, 1], np.int32), np.array([1, 3], np.int32), np.array([[0, 1], [2, 3]], np.int32),
               np.array([3, 20], np.int32)]
     sizes, _ = check_inputs(kernel.host, inputs, {"max_seqlen_q": 2})
-    assert sizes == {"heads": 2, "total_q": 3, "num_pages": 6, "heads_k": 2, "page_size": 16, "batch": 2,
+    assert sizes == {"heads": 2, "total_q": 3, "num_pages": 6, "heads_k": 2, "page_size": 128, "batch": 2,
                      "max_pages": 2, "max_seqlen_q": 2}
     from tessera.runtime.launch import launch_shape
 

@@ -774,6 +774,12 @@ def test_descriptor_start_delta_steps_the_start_field_only():
 # region Every constant of tessera/sm90 against its documented value
 
 DOCUMENTED = {
+    # [P#data-movement-and-conversion-instructions-cp-async]: "cp-size = { 4, 8, 16 }", the .cg form's
+    # size operand is 16; [P#parallel-synchronization-and-communication-instructions-cp-async-mbarrier-arrive]:
+    # with .noinc the asynchronous arrive-on decrements the pending count (one arrival per thread)
+    "CP_ASYNC_SIZES": (4, 8, 16),
+    "CP_ASYNC_CG_BYTES": 16,
+    "CP_ASYNC_NOINC_ARRIVALS": 1,
     # PTX ISA 9.1 [P#asynchronous-warpgroup-level-matrix-shared-memory-layout-matrix-descriptor]:
     # "matrix-descriptor-encode(x) = (x & 0x3FFFF) >> 4"
     "DESCRIPTOR_ADDRESS_MASK": 0x3FFFF,
@@ -901,3 +907,82 @@ def test_every_constant_is_the_documented_value():
         if isinstance(value, dict):
             value = {int(k) if isinstance(k, int) else k: v for k, v in value.items()}
         assert value == expected, name
+
+
+# region cp.async [P#data-movement-and-conversion-instructions-cp-async, P#parallel-synchronization-and-
+# communication-instructions-cp-async-mbarrier-arrive]
+
+CP_ASYNC_SYNTAX = """
+cp.async.ca.shared{::cta}.global{.level::cache_hint}{.level::prefetch_size} [dst], [src], cp-size{, src-size}{, cache-policy} ;
+cp.async.cg.shared{::cta}.global{.level::cache_hint}{.level::prefetch_size} [dst], [src], 16{, src-size}{, cache-policy} ;
+cp-size = { 4, 8, 16 }
+"""
+"""The syntax block of the cp.async section, as written there: .ca takes any cp-size, .cg only 16."""
+
+
+def test_cp_async_sizes_match_the_syntax_block():
+    sizes = CP_ASYNC_SYNTAX.split("cp-size = {")[1].split("}")[0]
+    assert F.CP_ASYNC_SIZES == tuple(int(s) for s in sizes.split(","))
+    cg = next(line for line in CP_ASYNC_SYNTAX.splitlines() if line.startswith("cp.async.cg"))
+    assert int(cg.split("[src],")[1].split("{")[0]) == F.CP_ASYNC_CG_BYTES
+
+
+@pytest.mark.parametrize("cp_size,src_size,read,zeros", [(16, 16, 16, 0), (16, 0, 0, 16), (16, 5, 5, 11), (4, 4, 4, 0)])
+def test_cp_async_src_size_reads_that_many_bytes_and_fills_the_rest_with_zeros(cp_size, src_size, read, zeros):
+    """"src-size represents the size of the data in bytes to be copied from src to dst and must be less than
+    cp-size. In such case, remaining bytes in destination dst are filled with zeros. Specifying src-size larger
+    than cp-size results in undefined behavior." (src-size = cp-size is the plain copy.)"""
+    assert F.cp_async_zero_fill(cp_size, src_size) == (read, zeros)
+
+
+@pytest.mark.parametrize("cp_size,src_size", [(12, 0), (16, 17), (8, -1)])
+def test_cp_async_refuses_what_the_instruction_does_not_define(cp_size, src_size):
+    with pytest.raises(ValueError, match="cp.async"):
+        F.cp_async_zero_fill(cp_size, src_size)
+
+
+def test_cp_async_noinc_arrive_counts_one_arrival_per_thread():
+    """"When the .noinc qualifier is specified, the pending count of the mbarrier object is not incremented
+    prior to the asynchronous mbarrier.arrive operation. This results in a net decrement of the pending count
+    [...] The init count must account for it": one arrival per executing thread."""
+    assert F.CP_ASYNC_NOINC_ARRIVALS == 1
+
+
+def test_the_swizzle_bits_are_the_tables_xor():
+    """[P#tensor-swizzling-modes]: line r's 16-byte chunk c is stored at chunk c ^ (r % n), n = 2/4/8 for
+    32B/64B/128B, 128-byte lines: (mask, line shift, chunk shift) = (n - 1, log2 128, log2 16)."""
+    assert [F.swizzle_bits(mode) for mode in (32, 64, 128)] == [(1, 7, 4), (3, 7, 4), (7, 7, 4)]
+
+
+CP_ASYNC_PTX = """.version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry k(.param .u64 src) {{
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<2>;
+    .shared .align 16 .b8 buf[64];
+    .shared .align 8 .b64 bar;
+    ld.param.u64 %rd0, [src];
+    mov.u32 %r0, buf;
+    mov.u32 %r1, bar;
+    mov.u32 %r2, 16;
+    mbarrier.init.shared::cta.b64 [%r1], 1;
+    {copy}
+    cp.async.commit_group;
+    cp.async.wait_group 0;
+    cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%r1];
+    ret;
+}}
+"""
+
+
+def test_ptxas_takes_the_cp_async_forms_and_refuses_a_cg_copy_of_8_bytes():
+    from tessera.toolchain import PtxasError, compile_ptx
+
+    result = compile_ptx(CP_ASYNC_PTX.format(copy="cp.async.cg.shared.global [%r0], [%rd0], 16, %r2;"))
+    assert not result.warnings
+    with pytest.raises(PtxasError):
+        compile_ptx(CP_ASYNC_PTX.format(copy="cp.async.cg.shared.global [%r0], [%rd0], 8, %r2;"))
+
+
+# endregion

@@ -15,7 +15,11 @@ How each piece maps:
   bytes. TMA needs rows that start on 16 bytes: a copy of a tensor whose innermost size is not a constant or
   a size the kernel promises a multiple of (`tile.divisible`) to make it so is done by every thread instead,
   `ld.global.u16` (zero outside the tensor) then `st.shared.b16` at the swizzled address and
-  `fence.proxy.async` (the tensor's argument is then a pointer marked `sm90.copy = "ld.global"`). `tile.cp_wait_group` waits (try_wait.parity loops, every thread) on the barriers of the groups it
+  `fence.proxy.async` (the tensor's argument is then a pointer marked `sm90.copy = "ld.global"`).
+- `tile.cp_async_gather` (a paged cache's rows through its page table) becomes 16-byte `cp.async`s of the
+  producer warpgroup completing on the ring slot's full mbarrier (`.noinc` arrivals: its init count is 128),
+  or of every thread with cp.async commit/wait groups into a plain tile (`serving`; the cache's argument is
+  a pointer marked `sm90.copy = "cp.async"`). `tile.cp_wait_group` waits (try_wait.parity loops, every thread) on the barriers of the groups it
   covers, with the parity of the execution it waits for (the loop trip, mod 2). `tile.barrier` is bar.sync 0.
 - `tile.mma` is a wgmma chain over K in steps of 16 (shared A and B through descriptors: K-major for A and
   for B^T, MN-major, imm-trans 1, for B and for A^T with `transpose_a`, each warpgroup its own 64-column box;

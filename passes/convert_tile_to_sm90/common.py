@@ -23,6 +23,10 @@ LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 PRODUCER_ATTR = "sm90.producer"
 """Marks the scf.if in which thread 0 refills a ring stage: the work warp-specialize gives the producer."""
+PRODUCER_WARPGROUP_ATTR = "sm90.producer_warpgroup"
+"""Marks a `sm90.producer` scf.if that the first warpgroup's 128 threads run together (`tid < 128`), not
+thread 0: a row gather with cp.async. warp-specialize gives it to every thread of the producer warpgroup."""
+
 INVARIANT_ATTR = "sm90.invariant"
 """On an sm90.ld_global: it reads an input the kernel never writes (tile.load_index's table), so it reads the
 same value wherever it is recomputed (warp-specialize lets the producer recompute it)."""

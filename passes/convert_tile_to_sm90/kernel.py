@@ -83,6 +83,9 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
     pending: list = field(default_factory=list)  # PendingMma, oldest first, of the block being emitted
     materialized: dict = field(default_factory=dict)  # (Tile value, Block) -> value of a Scaled multiplied out
     copied_by_threads: set = field(default_factory=set)  # arguments copied to shared memory without TMA
+    gathered: set = field(default_factory=set)  # arguments tile.cp_async_gather reads (with cp.async)
+    gather_commits: set = field(default_factory=set)  # commit ops whose copies are all gathers into plain tiles
+    gather_rings: set = field(default_factory=set)  # staged tile.alloc_shared filled by gathers
     waited_stages: set = field(default_factory=set)  # (stage Tile value, Block) whose full barrier was waited on
     e: Emitter | None = None  # the emitter of the op being translated
 
@@ -108,10 +111,13 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
         """Map each copy to the commit that closes its group: the next tile.cp_commit_group after it in its
         block or, for a copy inside an scf.if, after that scf.if. A group whose copies all fill ring stages
         (and an empty group) is a ring group: its completion is tracked by the stages' full barriers, not by
-        a barrier of the group."""
+        a barrier of the group. A group of gathers into plain tiles completes with cp.async.wait_group
+        (`gather_commits`, no barrier); a ring a gather refills (`gather_rings`) counts the producer
+        warpgroup's arrivals on its full barriers."""
         ring_copies = defaultdict(list)
+        gathers = defaultdict(list)
         for op in self.fn.walk():
-            if isinstance(op, tile.CpAsyncOp):
+            if isinstance(op, tile.ASYNC_COPY_OPS):
                 anchor = op
                 while True:
                     nxt = anchor.next_op
@@ -124,7 +130,11 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
                         _refuse(op, "a copy must be followed by a tile.cp_commit_group in its block (or after its scf.if)")
                     anchor = parent
                 self.copy_group[op] = nxt
-                ring_copies[nxt].append(isinstance(op.dest.owner, tile.StageOp))
+                staged = isinstance(op.dest.owner, tile.StageOp)
+                ring_copies[nxt].append(staged)
+                gathers[nxt].append(isinstance(op, tile.CpAsyncGatherOp))
+                if staged and isinstance(op, tile.CpAsyncGatherOp):
+                    self.gather_rings.add(op.dest.owner.source.owner)
         for op in self.fn.walk():
             if isinstance(op, tile.CpCommitGroupOp):
                 kinds = ring_copies.get(op, [])
@@ -132,6 +142,17 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
                     self.ring_commits.add(op)
                 elif any(kinds):
                     _refuse(op, "a copy group must fill either ring stages only or unstaged tiles only")
+                elif all(gathers[op]):
+                    self.gather_commits.add(op)
+                elif any(gathers[op]):
+                    _refuse(op, "a copy group of plain tiles must be all TMA copies or all gathers (their "
+                                "completions differ: an mbarrier, or cp.async.wait_group)")
+        for ring in self.gather_rings:
+            fills = [use.operation for stage in ring.result.uses for use in stage.operation.result.uses
+                     if isinstance(use.operation, tile.ASYNC_COPY_OPS) and use.operation.dest is stage.operation.result]
+            if not all(isinstance(f, tile.CpAsyncGatherOp) for f in fills):
+                _refuse(ring, "a ring must be refilled by TMA copies only or by gathers only (its full barrier "
+                              "counts one arrival, or the producer warpgroup's)")
 
     def _tensor_maps(self) -> dict[tuple[int, int], int]:
         """(source argument, box rows) of every TMA the kernel issues."""
@@ -153,6 +174,14 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
                 self.copied_by_threads.add(op.source.owner.source.index)  # without TMA, through a pointer
                 if op.source.owner.source.index not in args:
                     args.append(op.source.owner.source.index)
+            if isinstance(op, tile.CpAsyncGatherOp):
+                for value in (op.source, op.table):
+                    if not isinstance(value.owner, Block):
+                        _refuse(op, "a gather reads a kernel argument through a table argument")
+                    if value.index not in args:
+                        args.append(value.index)
+                self.gathered.add(op.source.index)
+                continue
             if isinstance(op, tile.LoadIndexOp) and isinstance(op.source.owner, Block):
                 if op.source.index not in args:
                     args.append(op.source.index)
@@ -199,6 +228,8 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
                      ROLE_ATTR: StringAttr(a.role)}
             if arg in self.copied_by_threads:
                 attrs[COPY_ATTR] = StringAttr("ld.global")
+            if arg in self.gathered:
+                attrs[COPY_ATTR] = StringAttr("cp.async")
             arg_attrs.append(DictionaryAttr(attrs))
         for name in names:
             self.size_args[name] = len(arg_types)
@@ -263,7 +294,8 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
         warpgroup.name_hint = "warpgroup"
         self.warpgroup = warpgroup
         self.a_row_offset = e.op(arith.MuliOp(warpgroup, e.op(arith.ConstantOp(IntegerAttr(facts.WGMMA_M * LINE, i32)))))
-        commits = [op for op in self.fn.walk() if isinstance(op, tile.CpCommitGroupOp) and op not in self.ring_commits]
+        commits = [op for op in self.fn.walk() if isinstance(op, tile.CpCommitGroupOp)
+                   and op not in self.ring_commits and op not in self.gather_commits]
         for k, op in enumerate(commits):
             bar = self._alloc(e, f"group{k}_bar", facts.MBARRIER_BYTES, facts.MBARRIER_BYTES, 0)
             self.groups[op] = Group(bar, self._enclosing_loop(op))
@@ -278,7 +310,8 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
                     t.op(sm90.MBarrierInitOp(g.barrier, 1))
                 for op, (full, empty) in self.rings.items():
                     for slot in range(op.result.type.get_shape()[0]):
-                        t.op(sm90.MBarrierInitOp(self._slot_barrier(t, full, slot), 1))
+                        producers = facts.WARPGROUP_SIZE * facts.CP_ASYNC_NOINC_ARRIVALS if op in self.gather_rings else 1
+                        t.op(sm90.MBarrierInitOp(self._slot_barrier(t, full, slot), producers))
                         t.op(sm90.MBarrierInitOp(self._slot_barrier(t, empty, slot), self.threads))
                 t.op(sm90.FenceMBarrierInitOp())
             e.if_(self.is_thread0, init)

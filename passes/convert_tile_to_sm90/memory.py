@@ -83,6 +83,12 @@ class MemoryLowering:
         self.waited_stages.add((value, e.block))
         parity = self._phase_parity(t.stage, e, flip=False)
         e.spin_until(lambda w: w.op(sm90.MBarrierTryWaitParityOp(t.stage.full, parity)))
+        if self._gathered_ring(value):
+            e.op(sm90.FenceProxyAsyncOp())  # the gather's cp.async wrote through the generic proxy
+
+    def _gathered_ring(self, stage_value: SSAValue) -> bool:
+        owner = stage_value.owner
+        return isinstance(owner, tile.StageOp) and owner.source.owner in self.gather_rings
 
     def _lower_ReleaseOp(self, op: tile.ReleaseOp, e: Emitter) -> None:
         t = self._get(op.stage)
@@ -194,6 +200,9 @@ class MemoryLowering:
         self.outstanding.append(op)
         if op in self.ring_commits:
             return  # ring stages signal their own full barriers
+        if op in self.gather_commits:
+            e.op(sm90.CpAsyncCommitGroupOp())  # every thread closes its own group
+            return
         group = self.groups[op]
 
         def arrive(t: Emitter):
@@ -211,9 +220,16 @@ class MemoryLowering:
 
     def _wait_for(self, op: Operation, commits: list, e: Emitter) -> None:
         """Every thread spins on the mbarrier of each group until the phase its copies complete is done."""
+        gathers = [c for c in self.outstanding if c in self.gather_commits]
+        if any(c in self.gather_commits for c in commits):
+            # cp.async groups are per thread and complete in order: leave pending those committed after the
+            # last one waited for; then make the copies visible to wgmma (the generic proxy wrote them).
+            last = max(gathers.index(c) for c in commits if c in self.gather_commits)
+            e.op(sm90.CpAsyncWaitGroupOp(len(gathers) - 1 - last))
+            e.op(sm90.FenceProxyAsyncOp())
         for commit in commits:
-            if commit in self.ring_commits:
-                continue  # waited for at the stage's first read, on its full barrier
+            if commit in self.ring_commits or commit in self.gather_commits:
+                continue  # waited for at the stage's first read, on its full barrier, or just above
             group = self.groups[commit]
             parity = self._parity(op, commit, group, e)
             e.spin_until(lambda t: t.op(sm90.MBarrierTryWaitParityOp(group.barrier, parity)))

@@ -10,8 +10,10 @@ both are silent in hardware.
 
 `checking(*checks)` makes the checks active for the launches in its scope (a context variable, so threads
 and tasks do not see each other's); each simulator calls the functions below at its global stores and
-its copies into shared memory (Tile interpreter: `tile.store_global[_rows]`, `tile.cp_async`; CTA
-simulator: `sm90.st_global`, `sm90.tma_load`; PTX executor: `st.global`, `cp.async.bulk.tensor`). They
+its copies into shared memory (Tile interpreter: `tile.store_global[_rows]`, `tile.cp_async`,
+`tile.cp_async_gather`; CTA simulator: `sm90.st_global`, `sm90.tma_load`, `sm90.cp_async`; PTX executor:
+`st.global`, `cp.async.bulk.tensor`, `cp.async`). A gather of rows reads each row through the page table, so
+it can only meet a page number out of range (a row never crosses its page). They
 name tensors as the Tile IR kernel does ("O", "K"), whatever the level calls the parameter standing for
 it ("%O", "K_map128", "argument 7 (param_O_ptr)").
 """
@@ -62,13 +64,18 @@ class PagedCache:
     arg: str
     page_axis: int = 0
     row_axis: int = 2
+    pages: int | None = None
+    """The cache's page count, if known: then every page number read from `table` is checked against it
+    where it is read (the PTX executor, whose allocations are contiguous, reads a row of a page out of
+    range from another allocation without noticing)."""
+    table: str = "page_table"
 
     def problem(self, shape: Sequence[int], start: Sequence[int], extent: Sequence[int]) -> str | None:
         """Why the box at `start` (outermost first) of `extent` elements per dimension leaves its page, or
         None when it lies inside the cache."""
         page, pages = int(start[self.page_axis]), int(shape[self.page_axis])
         if not 0 <= page < pages or extent[self.page_axis] != 1:
-            return f"page-table entry {page} of %{self.arg} is out of range [0, {pages})"
+            return page_out_of_range(self.arg, page, pages)
         row, rows, n = int(start[self.row_axis]), int(shape[self.row_axis]), int(extent[self.row_axis])
         if row < 0 or row + n > rows:
             return (f"a box of rows [{row}, {row + n}) of page {page} of %{self.arg} crosses a page boundary "
@@ -77,6 +84,38 @@ class PagedCache:
             if s < 0 or s + e > d:
                 return f"a box of %{self.arg} leaves the cache along dimension {axis} ([{s}, {s + e}) of {d})"
         return None
+
+
+def page_out_of_range(arg: str, page: int, pages: int) -> str:
+    """The report of a page number `page` read from a page table for a cache `arg` of `pages` pages."""
+    return f"page-table entry {page} of %{tile_name(arg)} is out of range [0, {pages})"
+
+
+def check_page_numbers(name: str, values: np.ndarray) -> str | None:
+    """For 32-bit words read from tensor `name`: if it is the page table of a checked cache whose page count is
+    known, the message about the first page number outside it, or None."""
+    base = tile_name(name)
+    for check in _ACTIVE.get():
+        if isinstance(check, PagedCache) and check.table == base and check.pages is not None:
+            bad = (values < 0) | (values >= check.pages)
+            if bad.any():
+                return page_out_of_range(check.arg, int(values[np.argmax(bad)]), check.pages)
+    return None
+
+
+def check_gathered_rows(name: str, byte_offsets: np.ndarray, shape: Sequence[int], itemsize: int) -> str | None:
+    """For row reads of a paged cache `name` ([num_pages, ...], row-major, `shape`) at `byte_offsets` from its
+    first byte (the gather's cp.async copies): the message about the first one outside the cache's pages, or
+    None. A page number out of range puts the row outside the tensor, which is how the pointer's reads show it."""
+    check = paged_check(name)
+    if check is None or len(byte_offsets) == 0:
+        return None
+    page_bytes = math.prod(shape[1:]) * itemsize
+    pages = np.asarray(byte_offsets, np.int64) // page_bytes
+    bad = (pages < 0) | (pages >= shape[0])
+    if bad.any():
+        return page_out_of_range(name, int(pages[np.argmax(bad)]), int(shape[0]))
+    return None
 
 
 _ACTIVE: ContextVar[tuple] = ContextVar("tessera_serving_checks", default=())

@@ -23,7 +23,7 @@ from tessera.dialects.tile_types import TileType
 from tessera.interpreters import serving_checks
 from tessera.interpreters.block_batch import BlockBatch
 from tessera.interpreters.tile_cluster import check_shared_copy
-from tessera.interpreters.tile_memory import AsyncCopies, GlobalView, SharedBuffer, SharedRef
+from tessera.interpreters.tile_memory import AsyncCopies, GatheredRows, GlobalView, SharedBuffer, SharedRef
 from tessera.interpreters.grid_sync import GridDeadlock, GridSync  # noqa: I001 - after tile_memory: merge-friendly
 from tessera.numerics import F32, batched_matmul, numpy_dtype, round_to
 
@@ -114,6 +114,54 @@ class TileFunctions(InterpreterFunctions):
         if op.cluster_shared is not None:
             check_shared_copy(self.batch, op, source, self.cluster)
         self.copies.issue(self.batch, op, source, dest)
+        return ()
+
+    @impl(tile.CpAsyncGatherOp)
+    def run_cp_async_gather(self, interpreter: Interpreter, op: tile.CpAsyncGatherOp, args: PythonValues):
+        """Read the rows through the page table now (the op's docstring), land them like a `tile.cp_async`."""
+        n, m = len(op.indices), len(op.table_indices)
+        source, indices, table = args[0], args[1:1 + n], args[1 + n]
+        table_indices, (start, end, dest) = args[2 + n:2 + n + m], args[2 + n + m:]
+        if not isinstance(source, np.ndarray) or not isinstance(table, np.ndarray):
+            self.batch.fail(op, "gathers from a kernel argument through a table argument (not a tile.view)")
+        size = self.batch.size
+
+        def index(value) -> np.ndarray:
+            return np.broadcast_to(self.batch.index_array(value), (size,)).astype(np.int64)
+
+        def clip(i: np.ndarray, extent: int) -> np.ndarray:
+            return np.clip(np.broadcast_to(i, reads.shape), 0, extent - 1)
+
+        rows, cols = op.dest.type.get_shape()
+        t = index(start)[:, None] + np.arange(rows)
+        reads = (t < index(end)[:, None]) & self.batch.active[:, None]
+        page_size = source.shape[1]
+        lead = [index(i)[:, None] for i in table_indices]
+        slot = t // page_size
+        outside = np.zeros_like(reads)
+        for i, extent in zip(lead + [slot], table.shape):
+            outside |= (i < 0) | (i >= extent)
+        outside &= reads
+        if outside.any():
+            b, r = np.unravel_index(int(np.argmax(outside)), outside.shape)
+            where = ", ".join(str(int(np.broadcast_to(i, outside.shape)[b, r])) for i in lead + [slot])
+            self.batch.fail(op, f"reads element [{where}] of the page table of shape {list(table.shape)}, outside "
+                                f"it (key row {int(t[b, r])})", outside.any(axis=1))
+        page = table[tuple(clip(i, e) for i, e in zip(lead + [slot], table.shape))].astype(np.int64)
+        bad = reads & ((page < 0) | (page >= source.shape[0]))
+        if bad.any():
+            b, r = np.unravel_index(int(np.argmax(bad)), bad.shape)
+            name = self.arg_names.get(id(source), "source")
+            self.batch.fail(op, f"{serving_checks.page_out_of_range(name, int(page[b, r]), source.shape[0])} "
+                                f"(key row {int(t[b, r])})", bad.any(axis=1))
+        *selects, col = [index(i) for i in indices]
+        columns = col[:, None] + np.arange(cols)
+        inside = (columns >= 0) & (columns < source.shape[-1])
+        coords = (np.clip(page, 0, source.shape[0] - 1)[:, :, None], (t % page_size)[:, :, None],
+                  *(s[:, None, None] for s in selects), np.clip(columns, 0, source.shape[-1] - 1)[:, None, :])
+        data = np.where(reads[:, :, None] & inside[:, None, :], source[coords], np.zeros((), source.dtype))
+        nbytes = int((reads[:, :, None] & inside[:, None, :]).sum()) * source.dtype.itemsize
+        self.copies.issue(self.batch, op, GatheredRows(data, nbytes), dest)
         return ()
 
     def _check_paged_read(self, op, source: GlobalView) -> None:

@@ -101,6 +101,18 @@ class GlobalView:
 
 
 @dataclass
+class GatheredRows:
+    """The rows a `tile.cp_async_gather` read at issue, [B, rows, columns] (a source for `AsyncCopies.issue`),
+    and the bytes it read from global memory (rows past the end read nothing)."""
+
+    data: np.ndarray
+    nbytes: int = 0
+
+    def read(self) -> np.ndarray:
+        return self.data
+
+
+@dataclass
 class SharedBuffer:
     """One `tile.alloc_shared`: data [B, *shape] and per-(stage, block) state (stages = shape[0] when the
     buffer has a stage dimension, else 1).

@@ -269,9 +269,20 @@ class AttentionBlock:
             lead, head = (b.const(0) if d in broadcast else v for d, v in zip(BIAS_BROADCAST_DIMS, (lead, head)))
         return b.view(self.args[tensor], [lead, head, row, col], shape, name)
 
+    def copy_key_block(self, b: TileBuilder, tensor: str, row: SSAValue) -> None:
+        """Start the copy of the key block of `tensor` (K or V) at key row `row` into its shared tile: one
+        `tile.cp_async` of its window (the paged kernel's gather overrides this)."""
+        c = self.config
+        b.cp_async(self.window(b, tensor, row, b.const(0), [c.block_n, c.head_dim]), self.smem[tensor])
+
     def key_row(self, b: TileBuilder, k0: SSAValue) -> SSAValue:
         """The row of K and V that key position k0 of the loop is: k0, or kv_base + k0 in a split-KV part."""
         return k0 if self.kv_base is None else b.addi(self.kv_base, k0, "key_row")
+
+    def key_end(self, b: TileBuilder) -> SSAValue:
+        """The row of K and V past the block's last key: seq_k, or kv_base + seq_k in a split-KV part (whose
+        seq_k counts from kv_base)."""
+        return self.seq_k if self.kv_base is None else b.addi(self.kv_base, self.seq_k, "key_end")
 
 
 SPLIT_OUTPUTS = ("O_partial", "LSE_partial")
@@ -399,10 +410,9 @@ def split_part(b: TileBuilder, c: AttentionConfig, y: SSAValue, heads: SSAValue,
 def load_key_block(b: TileBuilder, blk: AttentionBlock, k0: SSAValue, tensors: Sequence[str]) -> None:
     """Copy the key block at k0 of each of `tensors` (K and/or V) into its shared tile and make it visible:
     cp_async each, commit, wait for every group (this also covers the Q copy), barrier."""
-    c = blk.config
     row = blk.key_row(b, k0)
     for name in tensors:
-        b.cp_async(blk.window(b, name, row, b.const(0), [c.block_n, c.head_dim]), blk.smem[name])
+        blk.copy_key_block(b, name, row)
     b.cp_commit_group()
     b.cp_wait_group(0)
     b.barrier()

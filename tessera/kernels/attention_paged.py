@@ -2,23 +2,28 @@
 heads and packed queries.
 
 The cache is `num_pages` pages of `page_size` token rows; sequence b's token t lives in page
-`page_table[b, t // page_size]`, row `t % page_size`, and the sequence has `cache_seqlens[b]` tokens. The
-kernel's arguments:
+`page_table[b, t // page_size]`, row `t % page_size`, and the sequence has `cache_seqlens[b]` tokens. The key
+block BN is the head_dim's default (`DEFAULT_BLOCK_N`: 128 for head_dim 64 and 128, 48 for 256) and the kernel
+reads each key block one of two ways (`paged_copy`), as FlashAttention-3 does:
+
+- "tma", when page_size is a multiple of BN: a block never crosses a page, so it is one TMA box of one page,
+  {D, BN, 1, 1} at (0, row in page, key head, page). The cache arguments are then [num_pages, heads_k,
+  page_size, D]: FlashAttention's [num_pages, page_size, heads_k, D] with its middle dimensions swapped, a view
+  (strides) that the tensor map describes, not a copy. Kernel `flash_attention_paged{BN}_d{D}_...`.
+- "cp.async", for any other page_size: the producer gathers the block's rows one by one through the page table
+  (`tile.cp_async_gather`; on sm_90a 16-byte `cp.async`s whose completion arrives on the ring slot's full
+  mbarrier): row r of the block at k0 is row (k0 + r) % page_size of page page_table[b, (k0 + r) // page_size],
+  and rows past cache_seqlens[b] land as zero without a read (and are masked as in every kernel). The cache
+  arguments are FlashAttention's own [num_pages, page_size, heads_k, D], read through a pointer (contiguous).
+  Kernel `flash_attention_paged_gather_d{D}_...`. Any positive page_size works, 1 included.
+
+The kernel's arguments:
 
     %Q, %O          : !tile.tile<?x?xDxT, global>    {tile.dims = #tile.dims<heads, total_q, D>}  (as varlen)
     %seqstart_q, %seqend_q : !tile.tile<?xi32, global>  {tile.dims = #tile.dims<batch>}
-    %K_cache, %V_cache : !tile.tile<?x?x?xDxT, global>  {tile.dims = #tile.dims<num_pages, heads_k, page_size, D>}
+    %K_cache, %V_cache : !tile.tile<?x?x?xDxT, global>  (the layout of the copy path, above)
     %page_table     : !tile.tile<?x?xi32, global>    {tile.dims = #tile.dims<batch, max_pages>}
     %cache_seqlens  : !tile.tile<?xi32, global>      {tile.dims = #tile.dims<batch>}
-
-The cache arguments are [num_pages, heads_k, page_size, D]: FlashAttention's [num_pages, page_size, heads_k,
-D] with its middle dimensions swapped, which is a view (strides), not a copy; a tensor map describes it
-through its strides, so each key block is still one TMA box: {D, BN, 1, 1} at (0, row in page, key head,
-page). The key block BN divides `page_size` (`paged_block_n`), so a block never crosses a page: with
-page_size >= 128 a block is 128 (or head_dim 256's 48) rows of one page; with a smaller page (16, 32, 64)
-the block is the page itself, one TMA box and one wgmma of N = page_size per page. (FlashAttention-3 gathers
-the rows of several small pages into one 128-row tile with cp.async instead; Tessera's smaller key block
-costs more loop trips and narrower wgmmas at page 16, but every copy stays one TMA box.)
 
 Queries are packed as in `attention_varlen` (a decoding step of batch B with seq_q queries each is
 seqstart_q = 0, seq_q, 2 seq_q, ...), and so are the grid (ceildiv(max_seqlen_q, BM), heads [x S], batch),
@@ -57,23 +62,44 @@ from tessera.kernels.common import (
 
 PAGED_TABLES = ("page_table", "cache_seqlens")
 
+PAGED_COPIES = ("tma", "cp.async")
+"""How the paged kernel copies a key block (module docstring); the `copies` of its host description."""
 
-def paged_block_n(head_dim: int, page_size: int) -> int:
-    """The key block of the paged kernel for `page_size`: the largest multiple of 16 that divides page_size
-    and is at most the head_dim's default block (`DEFAULT_BLOCK_N`). ValueError, naming page_size, when
-    page_size is not a positive multiple of 16 (a TMA box of a page must be whole 16-row wgmma steps)."""
+
+def paged_copy(head_dim: int, page_size: int) -> str:
+    """"tma" when `page_size` is a multiple of the head_dim's key block (`DEFAULT_BLOCK_N`), else "cp.async" (the
+    row gather). ValueError, naming page_size, when it is not a positive integer."""
     check_choice("head_dim", head_dim, HEAD_DIMS)
-    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size <= 0 or page_size % 16:
-        raise ValueError(f"page_size must be a positive multiple of 16; got {page_size!r}")
-    return max(n for n in range(16, DEFAULT_BLOCK_N[head_dim] + 1, 16) if page_size % n == 0)
+    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size <= 0:
+        raise ValueError(f"page_size must be a positive integer; got {page_size!r}")
+    return "tma" if page_size % DEFAULT_BLOCK_N[head_dim] == 0 else "cp.async"
+
+
+GATHER_BLOCK_M = {64: DEFAULT_BLOCK_M, 128: 64, 256: 64}
+"""The query block of the gather kernels when the caller does not choose one: at head_dim 128 and 256 one
+consumer warpgroup (64 rows). The producer warpgroup's gather keeps 37 registers live by the allocator's count
+(table and cache pointers, ring barriers, a row's page lookup), so setmaxnreg would give it at least 40, which
+leaves two consumer warpgroups 232 registers each; they need 235 at head_dim 128 (a TMA producer needs 32,
+leaving them 240), and ptxas wants more still for the gather, whose table loads it hoists. With one consumer
+warpgroup (240) the producer gets what is left (`warp-specialize`), and ptxas assembles every gather kernel
+without a spill. Decoding has a few query rows per block anyway; pass block_m=128 to get two warpgroups where
+the registers allow (head_dim 64 does, and is the default there)."""
+
+
+def cache_row_axis(copy: str) -> int:
+    """The dimension of the cache argument that numbers the rows of a page: 2 for TMA ([num_pages, heads_k,
+    page_size, D]), 1 for the gather ([num_pages, page_size, heads_k, D])."""
+    return 2 if copy == "tma" else 1
 
 
 @dataclass
 class PagedBlock(VarlenBlock):
-    """A `VarlenBlock` whose K and V windows go through the page table: key row k0 of sequence `batch` is
-    row k0 mod page_size of page page_table[batch, k0 // page_size]."""
+    """A `VarlenBlock` whose K and V blocks go through the page table: key row k0 of sequence `batch` is row
+    k0 mod page_size of page page_table[batch, k0 // page_size]. With `gather`, each block is a
+    `tile.cp_async_gather` of its rows; otherwise a window of one page (a TMA box)."""
 
     page_size: SSAValue | None = None
+    gather: bool = False
 
     def window(self, b: TileBuilder, tensor: str, row: SSAValue, col: SSAValue, shape) -> SSAValue:
         if tensor not in ("K", "V"):
@@ -83,6 +109,12 @@ class PagedBlock(VarlenBlock):
         in_page = b.emit(arith.RemUIOp(row, self.page_size), "row_in_page")
         return b.view(self.args[tensor], [page, self.kv_head, in_page, col], shape, f"{tensor.lower()}_window")
 
+    def copy_key_block(self, b: TileBuilder, tensor: str, row: SSAValue) -> None:
+        if not self.gather or tensor not in ("K", "V"):
+            return super().copy_key_block(b, tensor, row)
+        b.emit(tile.CpAsyncGatherOp(self.args[tensor], [self.kv_head, b.const(0)], self.args["page_table"],
+                                    [self.batch], row, self.key_end(b), self.smem[tensor]))
+
 
 def flash_attention_paged(
     head_dim: int = 128,
@@ -90,37 +122,45 @@ def flash_attention_paged(
     dtype: str = "bf16",
     scale: float | None = None,
     page_size: int = 128,
-    block_m: int = DEFAULT_BLOCK_M,
+    block_m: int | None = None,
     return_lse: bool = False,
     num_splits: int = 1,
 ) -> ModuleOp:
-    """The online one-pass kernel over a paged KV cache, `flash_attention_paged{BN}_d{D}_{dtype}[_causal]`
-    (`..._lse` with the LSE, `..._split{S}` for split-KV parts), for caches whose page_size is a multiple of
-    the key block `paged_block_n(head_dim, page_size)` (the kernel takes any such page_size at run time).
-    See the module docstring for its arguments."""
-    block_n = paged_block_n(head_dim, page_size)
-    c = AttentionConfig.checked(head_dim, causal, dtype, scale, block_m, block_n, return_lse, num_splits)
+    """The online one-pass kernel over a paged KV cache of `page_size` rows per page: TMA boxes when page_size is
+    a multiple of the key block, `flash_attention_paged{BN}_d{D}_{dtype}[_causal]` (any such page_size at run
+    time), else the row gather, `flash_attention_paged_gather_d{D}_{dtype}[_causal]` (any page_size at run
+    time); `..._lse` with the LSE, `..._split{S}` for split-KV parts. `block_m` None is `DEFAULT_BLOCK_M`, or
+    `GATHER_BLOCK_M` for the gather. See the module docstring for its arguments."""
+    copy = paged_copy(head_dim, page_size)
+    if block_m is None:
+        block_m = DEFAULT_BLOCK_M if copy == "tma" else GATHER_BLOCK_M[head_dim]
+    c = AttentionConfig.checked(head_dim, causal, dtype, scale, block_m, DEFAULT_BLOCK_N[head_dim], return_lse,
+                                num_splits)
     elt, d = c.element_type, c.head_dim
     tensor = global_tensor([None, None, d], elt)
     cache = global_tensor([None, None, None, d], elt)
+    cache_dims = (["num_pages", "heads_k", "page_size", d] if copy == "tma"
+                  else ["num_pages", "page_size", "heads_k", d])
     args = [
         ArgSpec("Q", tensor, ["heads", "total_q", d]),
-        ArgSpec("K", cache, ["num_pages", "heads_k", "page_size", d]),
-        ArgSpec("V", cache, ["num_pages", "heads_k", "page_size", d]),
+        ArgSpec("K", cache, cache_dims),
+        ArgSpec("V", cache, cache_dims),
         ArgSpec("seqstart_q", global_tensor([None], i32), ["batch"]),
         ArgSpec("seqend_q", global_tensor([None], i32), ["batch"]),
         ArgSpec("page_table", global_tensor([None, None], i32), ["batch", "max_pages"]),
         ArgSpec("cache_seqlens", global_tensor([None], i32), ["batch"]),
         *output_args(c, PACKED_ROWS),
     ]
-    fn, b = kernel_function(c.kernel_name(f"flash_attention_paged{block_n}"), args, c.kernel_info(), packed_grid(c),
-                            LAUNCH_SIZES)
+    variant = f"flash_attention_paged{c.block_n}" if copy == "tma" else "flash_attention_paged_gather"
+    fn, b = kernel_function(c.kernel_name(variant), args, c.kernel_info(), packed_grid(c), LAUNCH_SIZES)
     values = dict(zip((a.name for a in args), fn.body.blocks.first.args))
     batch = b.program_id("z", "batch")
     seq_k = b.emit(tile.LoadIndexOp(values["cache_seqlens"], [batch]), "seq_k")
+    row_axis = cache_row_axis(copy)
     varlen = varlen_block_start(b, c, values, k_start=b.const(0), seq_k=seq_k, batch=batch,
-                                heads_k_axis=1)
+                                heads_k_axis=3 - row_axis)
+    gather = copy == "cp.async"  # the gather reads its page size from the cache's shape itself
     blk = PagedBlock(**{f: getattr(varlen, f) for f in varlen.__dataclass_fields__},
-                     page_size=b.dim(values["K"], 2, "page_size"))
+                     page_size=None if gather else b.dim(values["K"], row_axis, "page_size"), gather=gather)
     load_q_and_run(b, blk)
     return finish_kernel(fn, b)

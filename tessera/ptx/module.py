@@ -19,6 +19,7 @@ from tessera.ptx import arith as _arith  # noqa: F401
 from tessera.ptx import cluster as _cluster  # noqa: F401
 from tessera.ptx import control as _control  # noqa: F401
 from tessera.ptx import machine as _machine  # noqa: F401
+from tessera.ptx import cp_async as _cp_async  # noqa: F401
 from tessera.ptx import reductions as _reductions  # noqa: F401
 from tessera.kernel_abi import KERNEL_ATTR, is_target_kernel
 from tessera.ptx.kernel import SMEM_ALIGNMENT, SMEM_SYMBOL, KernelPrinter, PtxPrintError, TargetIrText

@@ -26,8 +26,10 @@ FlashAttention's `flash_attn_with_kvcache`.
 
 `level` None runs on the GPU; "tile", "target", "ptx" run the same kernel
 (`tessera.kernels.flash_attention_paged`) in that interpreter, with `tessera.interpreters.serving_checks`
-watching the page reads and the output rows. A cache without a page table is the paged kernel with pages of
-the largest size (a multiple of 16, at most the key block) that divides seqlen_cache.
+watching the page reads and the output rows. A page_size that is a multiple of the key block is read one TMA
+box per key block (the cache passed as a [num_pages, heads_k, page_size, D] view); any other is gathered row
+by row with cp.async (the cache passed as it is). A cache without a page table is the paged kernel with pages
+of the largest size (a multiple of 16, at most the key block) that divides seqlen_cache.
 
 Grouped heads are packed (FlashAttention-3's PackGQA) when a block's rows would be mostly empty otherwise
 (seq_q x group <= 128 query rows, and seq_q == 1 or not causal): the group's query heads become the rows of
@@ -152,10 +154,10 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=N
     else:
         table_values = check_table(where, "page_table", page_table, batch, rank=2)
         pages_k, pages_v, table, page_size = k_cache, v_cache, page_table, kc_shape[1]
-        from tessera.kernels.attention_paged import paged_block_n
+        from tessera.kernels.attention_paged import paged_copy
 
         try:
-            paged_block_n(head_dim, page_size)
+            paged_copy(head_dim, page_size)
         except ValueError as error:
             raise ValueError(f"{where}: k_cache's page_size: {error}") from None
         if table_values is not None and table_values.size and (table_values.min() < 0 or
@@ -203,13 +205,27 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=N
     starts = np.arange(batch, dtype=np.int32) * rows
     starts_t = lib.from_numpy(starts).to(q.device) if lib is not np else starts
     ends_t = starts_t + rows
-    cache_k = pages_k.transpose(0, 2, 1, 3) if lib is np else pages_k.transpose(1, 2)
-    cache_v = pages_v.transpose(0, 2, 1, 3) if lib is np else pages_v.transpose(1, 2)
+    from tessera.kernels.attention_paged import cache_row_axis, paged_copy
+
+    copy = paged_copy(head_dim, page_size)
+    if copy == "cp.async":
+        from tessera.passes.convert_tile_to_sm90.serving import CHUNK, GATHER_CHUNK_LIMIT
+
+        chunks = int(np.prod(kc_shape)) * (2 if dtype in ("bf16", "f16") else 4) // CHUNK
+        if chunks > GATHER_CHUNK_LIMIT:
+            raise ValueError(f"{where}: k_cache holds {chunks} 16-byte chunks; the gather of pages of {page_size} "
+                             f"rows numbers them in 32 bits (at most {GATHER_CHUNK_LIMIT})")
+    if copy == "tma":  # [num_pages, heads_k, page_size, D], a view: a tensor map reads it through its strides
+        cache_k = pages_k.transpose(0, 2, 1, 3) if lib is np else pages_k.transpose(1, 2)
+        cache_v = pages_v.transpose(0, 2, 1, 3) if lib is np else pages_v.transpose(1, 2)
+    else:  # the gather reads FlashAttention's own layout through a pointer
+        cache_k, cache_v = pages_k, pages_v
     options = {"head_dim": head_dim, "causal": checked.causal and not (packed and seq_q == 1), "dtype": dtype,
                "scale": checked.scale, "page_size": page_size}
     inputs = [qk, cache_k, cache_v, starts_t, ends_t, table, cache_seqlens]
     o, lse = run_packed(where, "flash_attention_paged", options, inputs, (q_heads, batch * rows, head_dim), starts,
-                        starts + rows, rows, splits, return_lse, level, ("K", "V"))
+                        starts + rows, rows, splits, return_lse, level, ("K", "V"), row_axis=cache_row_axis(copy),
+                        pages=int(pages_k.shape[0]))
     # Back to [batch, seq_q, heads, D] (and the LSE to [batch, heads, seq_q]).
     if packed:
         o5 = o.reshape(heads_k, batch, group, seq_q, head_dim)

@@ -182,13 +182,14 @@ def run_kernel(where: str, builder: str, options: dict, inputs: list, level, siz
 
 
 def run_packed(where: str, builder: str, options: dict, inputs: list, o_shape: tuple[int, int, int],
-               starts, ends, max_rows: int, num_splits: int, return_lse: bool, level, paged: tuple[str, ...] = ()):
+               starts, ends, max_rows: int, num_splits: int, return_lse: bool, level, paged: tuple[str, ...] = (),
+               row_axis: int = 2, pages: int | None = None):
     """Run a packed kernel (`flash_attention_varlen` or `flash_attention_paged`, `options` without the LSE
     and split options) whose output O is `o_shape` [heads, total, D] with sequence z's rows [starts[z],
     ends[z]) and at most `max_rows` rows a sequence (its launch size max_seqlen_q); with num_splits > 1
     the split kernel writes its partial results [S x heads, total, ...] and `attention_combine` merges them,
     read as [S, 1, heads, total, ...]. In an interpreter the serving checks watch every output's rows (and
-    the caches named in `paged`). Returns (o [heads, total, D], lse [heads, total] f32 or None)."""
+    the caches named in `paged`, as `sequence_checks` takes them). Returns (o [heads, total, D], lse [heads, total] f32 or None)."""
     from tessera.runtime.attention_plan import combine_lowering
 
     heads, total, d = o_shape
@@ -199,7 +200,7 @@ def run_packed(where: str, builder: str, options: dict, inputs: list, o_shape: t
         checked = {"O_partial": ((s * heads, total, d), 4), "LSE_partial": ((s * heads, total, 1), 4)}
     else:
         checked = {"O": (o_shape, 2), **({"LSE": ((heads, total, 1), 4)} if return_lse else {})}
-    with sequence_checks(level, starts, ends, checked, *paged):
+    with sequence_checks(level, starts, ends, checked, *paged, row_axis=row_axis, pages=pages):
         out = run_kernel(where, builder, options, inputs, level, {"max_seqlen_q": max_rows})
     if s > 1:
         o_partial, lse_partial = out
@@ -359,10 +360,12 @@ def readable(x) -> np.ndarray:
     return x.cpu().numpy() if is_torch(x) else np.asarray(x)
 
 
-def sequence_checks(level, starts, ends, outputs: dict[str, tuple[tuple[int, ...], int]], *paged: str):
+def sequence_checks(level, starts, ends, outputs: dict[str, tuple[tuple[int, ...], int]], *paged: str,
+                    row_axis: int = 2, pages: int | None = None):
     """In an interpreter, the `serving_checks` of the packed outputs `outputs` ({name: (shape [heads, total,
     ...], element bytes)}) whose sequence z owns rows [starts[z], ends[z]) of dimension 1, and of the paged
-    caches named in `paged`; on the GPU nothing."""
+    caches named in `paged` (pages along dimension 0, `pages` of them, their rows along `row_axis`); on the
+    GPU nothing."""
     from contextlib import nullcontext
 
     from tessera.interpreters.serving_checks import PagedCache, SequenceRows, checking
@@ -371,4 +374,4 @@ def sequence_checks(level, starts, ends, outputs: dict[str, tuple[tuple[int, ...
         return nullcontext()
     starts, ends = readable(starts).astype(np.int64), readable(ends).astype(np.int64)
     rows = [SequenceRows(name, 1, starts, ends, shape, size) for name, (shape, size) in outputs.items()]
-    return checking(*rows, *(PagedCache(name) for name in paged))
+    return checking(*rows, *(PagedCache(name, row_axis=row_axis, pages=pages) for name in paged))

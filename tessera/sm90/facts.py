@@ -3,6 +3,7 @@ and the PTX printer take them from (DESIGN.md section 6).
 
 The facts live in one module per topic; this module re-exports them all:
   swizzle     shared-memory swizzle functions and banks          [P#tensor-swizzling-modes]
+  cp_async    cp.async sizes, zero fill and its completion       [P#...-cp-async, -cp-async-mbarrier-arrive]
   wgmma       warpgroups, wgmma shapes/types, register fragments [P#asynchronous-warpgroup-level-*]
   descriptor  the 64-bit matrix descriptor, canonical layouts    [P#...-matrix-shared-memory-layout-*]
   tma         tensor maps (cuTensorMapEncodeTiled)               [DRV; P#tensor-*]
@@ -33,6 +34,12 @@ from tessera.sm90.descriptor import (
     encode_descriptor,
     swizzled_buffer_alignment,
 )
+from tessera.sm90.cp_async import (
+    CP_ASYNC_CG_BYTES,
+    CP_ASYNC_NOINC_ARRIVALS,
+    CP_ASYNC_SIZES,
+    cp_async_zero_fill,
+)
 from tessera.sm90.cluster import (
     MULTICAST_MASK_BITS,
     CLUSTER_SPECIAL_REGISTERS,
@@ -56,6 +63,7 @@ from tessera.sm90.swizzle import (
     SWIZZLE_MODES,
     bank_of,
     swizzle_address,
+    swizzle_bits,
     swizzle_period_bytes,
 )
 from tessera.sm90.tma import (

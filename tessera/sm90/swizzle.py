@@ -33,6 +33,16 @@ def swizzle_period_bytes(mode: int) -> int:
     return 1 if mode == 0 else 8 * mode
 
 
+def swizzle_bits(mode: int) -> tuple[int, int, int]:
+    """(mask, line shift, chunk shift) of the swizzle of `mode` (> 0) bytes: the physical address is
+    A ^ (((A >> line shift) & mask) << chunk shift), the form an emitter computes at run time."""
+    _check_mode(mode)
+    if mode == 0:
+        raise ValueError("the swizzle of 0 bytes is the identity; it has no bits")
+    return (mode // SWIZZLE_CHUNK_BYTES - 1, SWIZZLE_LINE_BYTES.bit_length() - 1,
+            SWIZZLE_CHUNK_BYTES.bit_length() - 1)
+
+
 def swizzle_address(address, mode: int):
     """The physical shared-memory byte address of logical byte `address` (int or integer array) under a
     swizzle of `mode` bytes: bits [4, 4+log2(mode/16)) are XORed with the same number of bits from bit 7.
@@ -42,8 +52,8 @@ def swizzle_address(address, mode: int):
     _check_mode(mode)
     if mode == 0:
         return address
-    mask = mode // SWIZZLE_CHUNK_BYTES - 1
-    return address ^ (((address >> 7) & mask) << 4)
+    mask, line_shift, chunk_shift = swizzle_bits(mode)
+    return address ^ (((address >> line_shift) & mask) << chunk_shift)
 
 
 def bank_of(address):

@@ -15,6 +15,8 @@ writes shared memory when a `cp.async.wait_group N` / `wait_all` of the issuing 
 (groups are per thread, closed by `commit_group`): its data is not visible before the wait, as in PTX, and
 a read of its bytes before is reported (`asynchrony`, which also checks every shared access).
 `cp.async.mbarrier.arrive{.noinc}` lands the thread's pending copies, then (with `.noinc`) arrives.
+Under `serving_checks`, every 32-bit word loaded from a checked cache's page table is checked against the
+cache's page count (a gathered row of a page out of range would read another allocation: they are contiguous).
 `atom`/`red` (scalar, global or shared memory): threads of one execution that hit one location update it one
 at a time in increasing lane order, one legal serialisation (see `decode_atom`).
 """
@@ -134,9 +136,24 @@ def access(m: Machine, inst, space: str, lanes: np.ndarray, addresses: np.ndarra
     if space == "shared":
         m.tracker.generic_access(inst, lanes, index, data is not None)
     if data is None:
+        if space == "global" and nbytes == 4 and serving_checks.active():
+            _check_page_table_read(m, inst, lanes, addresses, buffer[index])
         return buffer[index]
     buffer[index] = data
     return None
+
+
+def _check_page_table_read(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray, words: np.ndarray) -> None:
+    """`serving_checks`: a page number read from a paged cache's table lies in the cache. The gather's cp.async
+    reads a row at cache + page x page bytes, which for a page out of range is another allocation's bytes
+    (this executor's allocations are contiguous), so the entry is checked where the kernel reads it."""
+    index = np.searchsorted(m.memory._starts, addresses, side="right") - 1
+    for k in np.unique(index):
+        here = index == k
+        values = words[here].view("<i4").reshape(-1)
+        problem = serving_checks.check_page_numbers(m.memory.segments[k].name, values)
+        if problem:
+            raise m.error(inst, problem, int(lanes[here][0]))
 
 
 def _check_sequence_store(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray) -> None:
@@ -479,6 +496,11 @@ def land_copies(m: Machine, lanes: np.ndarray, before_group: np.ndarray | None) 
     m.async_copies = keep
 
 
+def read_cp_async_source(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray, size: int) -> np.ndarray:
+    """The `size` source bytes of the cp.async of each lane that reads (src-size > 0), when it issues."""
+    return access(m, inst, "global", lanes, addresses, size, align=size)
+
+
 def decode_cp_async(ops: Operands, inst, mods):
     m = ops.m
     if mods.take("commit_group"):
@@ -534,7 +556,7 @@ def decode_cp_async(ops: Operands, inst, mods):
         reading = count > 0
         if reading.any():
             source = np.broadcast_to(np.asarray(src(sel), np.int64), lanes.shape)
-            got = access(m, inst, "global", lanes[reading], source[reading], size, align=size)
+            got = read_cp_async_source(m, inst, lanes[reading], source[reading], size)
             data[reading] = np.where(np.arange(size) < count[reading][:, None], got, 0)
         target = np.broadcast_to(np.asarray(dst(sel), np.int64), lanes.shape)
         _check(m, inst, "shared", lanes, target, size, size)

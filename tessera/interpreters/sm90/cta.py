@@ -19,6 +19,7 @@ from xdsl.ir import Operation
 
 from tessera.interpreters.block_batch import KernelHazardError, describe_op
 from tessera.interpreters.sm90.mbarrier import MBarriers
+from tessera.interpreters.sm90.cp_async import CpAsyncUnit
 from tessera.interpreters.sm90.reductions import BulkUnit
 from tessera.interpreters.sm90.shared_memory import SharedMemory
 from tessera.interpreters.sm90.strands import Scheduler, Strand
@@ -70,6 +71,7 @@ class CtaState:
         self.tma = TmaUnit(self)
         self.wgmma = WgmmaUnit(self)
         self.bulk = BulkUnit(self)
+        self.cp_async = CpAsyncUnit(self)
 
     # region threads and errors
     @property

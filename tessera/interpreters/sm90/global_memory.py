@@ -112,6 +112,27 @@ class GlobalMemory:
                 self._check_read(cta, op, int(k), offset[sel] // WORD_BYTES, threads[sel])
         return words
 
+    def load_bytes(self, cta: CtaState, op: Operation, addresses: np.ndarray, threads: np.ndarray,
+                   nbytes: int) -> np.ndarray:
+        """[n, nbytes] bytes at `addresses` (a cp.async's source), after the bounds and `serving_checks`
+        checks (a row of a paged cache read through a page number out of range is reported as such)."""
+        tensor = (addresses >> TENSOR_SPACING_BITS) - 1
+        offset = addresses & ((1 << TENSOR_SPACING_BITS) - 1)
+        if serving_checks.active():
+            for k in np.unique(tensor):
+                if 0 <= k < len(self.arrays):
+                    sel = tensor == k
+                    problem = serving_checks.check_gathered_rows(self.names[k], offset[sel], self.arrays[k].shape,
+                                                                 self.arrays[k].dtype.itemsize)
+                    if problem:
+                        cta.fail(op, problem, int(threads[np.argmax(sel)]))
+        tensor, offset = self._resolve(cta, op, addresses, threads, "reads", nbytes)
+        data = np.zeros((len(addresses), nbytes), np.uint8)
+        for k in np.unique(tensor):
+            sel = tensor == k
+            data[sel] = self._bytes[k][offset[sel][:, None] + np.arange(nbytes)]
+        return data
+
     def store_words(self, cta: CtaState, op: Operation, addresses: np.ndarray, threads: np.ndarray,
                     words: np.ndarray) -> None:
         tensor, offset = self._resolve(cta, op, addresses, threads, "stores")

@@ -34,6 +34,7 @@ from tessera.interpreters.sm90.arith import RegisterArithFunctions
 from tessera.cluster import CLUSTER_ATTR, kernel_cluster, launch_cluster
 from tessera.interpreters.sm90.cluster import Cluster, ClusterFunctions
 from tessera.interpreters.sm90.control import DivergentControlFunctions
+from tessera.interpreters.sm90.cp_async import CpAsyncFunctions
 from tessera.interpreters.sm90.cta import CtaState
 from tessera.interpreters.sm90.global_memory import GlobalMemory
 from tessera.interpreters.sm90.machine import Sm90Functions
@@ -189,7 +190,7 @@ def run_cta(kernel: TargetKernel, module: ModuleOp, values: list, memory: Global
     scheduler = Scheduler(lambda env: make_interpreter(env))
     cta = CtaState(kernel.threads, kernel.smem_bytes, cta_id, grid, scheduler)
     functions = (DivergentControlFunctions(cta), RegisterArithFunctions(cta), Sm90Functions(cta, memory),
-                 ReductionFunctions(cta, memory))
+                 ReductionFunctions(cta, memory), CpAsyncFunctions(cta, memory))
     checkers = (PendingUseChecker(cta.wgmma),)
     if allocation is not None:
         checkers += (RegisterFileChecker(cta, allocation),)
@@ -209,6 +210,7 @@ def run_cta(kernel: TargetKernel, module: ModuleOp, values: list, memory: Global
         cta.tma.check_drained()
         cta.wgmma.check_drained()
         cta.bulk.check_drained()
+        cta.cp_async.check_drained()
         return results
 
     main = make_interpreter()
@@ -237,7 +239,7 @@ def run_cluster(kernel: TargetKernel, module: ModuleOp, values: list, memory: Gl
 def _member_body(kernel, module, values, memory, cta: CtaState, allocation, listeners):
     """(name, interpreter, mask, body, factory) of one member CTA for `Scheduler.run_together`."""
     functions = (DivergentControlFunctions(cta), RegisterArithFunctions(cta), Sm90Functions(cta, memory),
-                 ClusterFunctions(cta))
+                 ClusterFunctions(cta), CpAsyncFunctions(cta, memory))
     checkers = (PendingUseChecker(cta.wgmma),)
     if allocation is not None:
         checkers += (RegisterFileChecker(cta, allocation),)
@@ -259,6 +261,7 @@ def _member_body(kernel, module, values, memory, cta: CtaState, allocation, list
         cta.cluster.exit(cta)
         cta.tma.check_drained()
         cta.wgmma.check_drained()
+        cta.cp_async.check_drained()
         return results
 
     return (f"CTA {cta.cta_id} (rank {cta.rank})", main, np.ones(kernel.threads, bool), body, make_interpreter)

@@ -5,7 +5,10 @@ that says who wrote it and whether a reader may see it yet.
     GENERIC     st_shared by thread `writer` at time `written_at`; `fenced_at` is the time of the writer's
                 first fence_proxy_async after the store (-1: none yet)
     IN_FLIGHT   a TMA copy completing on mbarrier instance `barrier` will write it
-    LANDED      the TMA copy has written it; it counts towards phase `phase` of mbarrier instance `barrier`
+    LANDED      the TMA copy (or the cp.async copies of a cp_async_mbarrier_arrive_noinc) has written it; it
+                counts towards phase `phase` of mbarrier instance `barrier`
+    CP_ASYNC    a cp.async of thread `writer` will write it (until that thread's cp_async_wait_group covering
+                it, which makes it GENERIC, or its cp_async_mbarrier_arrive_noinc, which makes it LANDED)
 
 Readers are checked against the tags (the checked asynchrony of DESIGN.md section 5):
 - a generic read (`ld_shared`) by thread r of a LANDED byte needs r to have observed phase `phase` of the
@@ -31,7 +34,7 @@ from tessera.interpreters.sm90.registers import WORD_BYTES
 if TYPE_CHECKING:
     from tessera.interpreters.sm90.cta import CtaState
 
-NEVER, GENERIC, IN_FLIGHT, LANDED = range(4)
+NEVER, GENERIC, IN_FLIGHT, LANDED, CP_ASYNC = range(5)
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,11 @@ class SharedMemory:
             i = np.argmax(flying)
             self.cta.fail(op, f"{what} writes {self.locate(addresses[i])} while a TMA copy into it is still in "
                               "flight (write-after-write race with the async proxy)", int(threads[i]))
+        copying = self.state[addresses] == CP_ASYNC
+        if copying.any():
+            i = np.argmax(copying)
+            self.cta.fail(op, f"{what} writes {self.locate(addresses[i])} while thread "
+                              f"{int(self.writer[addresses[i]])}'s cp.async into it is still in flight", int(threads[i]))
         self.cta.wgmma.check_not_read_by_pending(op, addresses, threads, what)
         self.cta.bulk.check_not_read_by_pending(op, addresses, threads, what)
 
@@ -218,12 +226,35 @@ class SharedMemory:
         self.state[addresses] = IN_FLIGHT
         self.barrier[addresses] = barrier
 
-    def land(self, addresses: np.ndarray, data: np.ndarray, barrier: int, phase: int) -> None:
+    def begin_cp_async(self, op: Operation, threads: np.ndarray, addresses: np.ndarray) -> None:
+        """cp.asyncs by `threads` [n] will write the bytes `addresses` [n, size] (each thread its row)."""
+        size = addresses.shape[1]
+        self.check_bounds(op, addresses[:, 0], threads, size, "the cp.async writes")
+        self.check_alignment(op, addresses[:, 0], threads, size, f"the {size}-byte cp.async writes")
+        flat, owners = addresses.reshape(-1), np.repeat(threads, size)
+        self.check_writable(op, flat, owners, "the cp.async")
+        self.state[flat] = CP_ASYNC
+        self.writer[flat] = owners
+        self.barrier[flat] = -1
+
+    def land_generic(self, addresses: np.ndarray, data: np.ndarray, writers: np.ndarray) -> None:
+        """cp.async bytes waited for by their writers: written now, as st_shared would (generic proxy)."""
+        self.data[addresses] = data
+        self.state[addresses] = GENERIC
+        self.writer[addresses] = writers
+        self.written_at[addresses] = self.cta.tick()
+        self.fenced_at[addresses] = -1
+        self.barrier[addresses] = -1
+
+    def land(self, addresses: np.ndarray, data: np.ndarray, barrier: int, phase: int,
+             writers: np.ndarray | int = -1) -> None:
+        """Bytes of a copy that completed on mbarrier instance `barrier` in phase `phase`: a TMA's (`writers`
+        -1) or the cp.async of the threads `writers` that arrived on it."""
         self.data[addresses] = data
         self.state[addresses] = LANDED
         self.barrier[addresses] = barrier
         self.phase[addresses] = phase
-        self.writer[addresses] = -1
+        self.writer[addresses] = writers
 
     def _refuse_unready(self, op: Operation, addresses: np.ndarray, state: np.ndarray, readers: np.ndarray,
                         what: str = "") -> None:
@@ -232,6 +263,13 @@ class SharedMemory:
         if never.any():
             i = np.argmax(never)
             self.cta.fail(op, f"reads{what} at {self.locate(addresses[i])}, which nothing has written", int(readers[i]))
+        copying = state == CP_ASYNC
+        if copying.any():
+            i = np.argmax(copying)
+            self.cta.fail(op, f"reads{what} at {self.locate(addresses[i])} before its cp.async completed: thread "
+                              f"{int(self.writer[addresses[i]])}'s copy into it is still in flight (no "
+                              "cp_async_wait_group of that thread, or observed phase of the mbarrier its "
+                              "cp_async_mbarrier_arrive_noinc arrives on, covers it)", int(readers[i]))
         flying = state == IN_FLIGHT
         if flying.any():
             i = np.argmax(flying)
@@ -243,7 +281,8 @@ class SharedMemory:
     def _unsignalled(self, op: Operation, address: int, barrier: int, phase: int, reader: int, what: str = "") -> None:
         what = f" {what}" if what else ""
         mbarrier = self.cta.mbarriers.instances[barrier]
-        self.cta.fail(op, f"reads{what} at {self.locate(address)} before the TMA signalled: this thread has not "
+        copy = "TMA" if self.writer[address] < 0 else f"cp.async of thread {int(self.writer[address])}"
+        self.cta.fail(op, f"reads{what} at {self.locate(address)} before the {copy} signalled: this thread has not "
                           f"observed phase {phase} (parity {phase & 1}) of the mbarrier at "
                           f"{self.locate(mbarrier.address)} complete (missing or failed mbarrier_try_wait_parity)",
                       reader)
