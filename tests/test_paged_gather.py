@@ -100,7 +100,8 @@ def test_the_pipelined_tile_ir_of_the_gather_runs(rng):
     starts = np.array([0, 1], np.int32)
     lengths = np.array([5, 300], np.int32)
     inputs = (q, k_cache, v_cache, starts, starts + 1, table, lengths)
-    np.testing.assert_array_equal(tessera.interpret(pipelined, *inputs), tessera.interpret(module, *inputs))
+    np.testing.assert_array_equal(tessera.interpret(pipelined, *inputs, max_seqlen_q=1),
+                                  tessera.interpret(module, *inputs, max_seqlen_q=1))
 
 
 @pytest.mark.parametrize("level,page_size,head_dim,heads,heads_k", [
@@ -121,7 +122,7 @@ def test_the_single_stage_gather_waits_with_cp_async_wait_group(level, rng):
     lowered = tessera.compile(module, target="target", pipeline=passes.PTX_PIPELINE)
     assert any(isinstance(op, sm90.CpAsyncWaitGroupOp) for op in lowered.walk())
     q, k_cache, v_cache, table, lengths = _decode_inputs(rng, 16)
-    out = tessera.interpret(module, *_kernel_inputs(q, k_cache, v_cache, table, lengths), level=level,
+    out = tessera.interpret(module, *_kernel_inputs(q, k_cache, v_cache, table, lengths), level=level, max_seqlen_q=1,
                             pipeline=passes.PTX_PIPELINE)
     _check_kernel_output(out, q, k_cache, v_cache, table, lengths)
 
@@ -186,7 +187,7 @@ def test_a_page_table_entry_out_of_range_is_reported_on_the_gather_path(level, r
     inputs = _kernel_inputs(*_decode_inputs(rng, 16, lengths=(20,), table=[[1, 9]], pages=4))
     with checking(PagedCache("K", row_axis=1, pages=4), PagedCache("V", row_axis=1, pages=4)):
         with pytest.raises(Exception, match=r"page-table entry 9 of %[KV] is out of range \[0, 4\)"):
-            tessera.interpret(module, *inputs, level=level)
+            tessera.interpret(module, *inputs, level=level, max_seqlen_q=1)
 
 
 def test_the_tile_interpreter_reports_a_page_out_of_range_without_serving_checks(rng):
@@ -195,7 +196,7 @@ def test_the_tile_interpreter_reports_a_page_out_of_range_without_serving_checks
     inputs = _kernel_inputs(*_decode_inputs(rng, 16, lengths=(20,), table=[[1, -2]], pages=4))
     with pytest.raises(KernelHazardError, match=r"tile.cp_async_gather.*page-table entry -2 of %K is out of "
                                                 r"range \[0, 4\) \(key row 16\)"):
-        tessera.interpret(module, *inputs)
+        tessera.interpret(module, *inputs, max_seqlen_q=1)
 
 
 def _without(op_type):
@@ -220,7 +221,7 @@ def test_a_read_before_the_cp_async_completed_is_a_hazard(level, rng, monkeypatc
     message = (r"before its cp.async completed: thread \d+'s copy into it is still in flight" if level == "target"
                else r"the cp.async at line \d+ into it has not landed")
     with pytest.raises(Exception, match=message):
-        tessera.interpret(module, *inputs, level=level, pipeline=passes.PTX_PIPELINE)
+        tessera.interpret(module, *inputs, level=level, pipeline=passes.PTX_PIPELINE, max_seqlen_q=1)
 
 
 def test_a_consumer_that_skips_the_full_barrier_of_a_gathered_stage_is_a_hazard(rng, monkeypatch):
@@ -242,7 +243,7 @@ def test_a_consumer_that_skips_the_full_barrier_of_a_gathered_stage_is_a_hazard(
     with pytest.raises(KernelHazardError, match=r"reads wgmma operand B .*'k_ring' .* before the cp.async of thread "
                                                 r"\d+ signalled: this thread has not observed phase \d+ .* of the "
                                                 r"mbarrier at .*'k_ring_full'"):
-        tessera.interpret(module, *_kernel_inputs(*_decode_inputs(rng, 16)), level="target")
+        tessera.interpret(module, *_kernel_inputs(*_decode_inputs(rng, 16)), level="target", max_seqlen_q=1)
 
 
 # endregion
@@ -275,9 +276,9 @@ def test_the_gpu_launch_takes_the_gather_kernels_pointers():
     cache = np.zeros((6, 16, 2, 64), bf16(np.random.default_rng(0), 1).dtype)
     inputs = [np.zeros((2, 3, 64), cache.dtype), cache, cache.copy(), np.array([0, 1], np.int32),
               np.array([1, 3], np.int32), np.array([[0, 1], [2, 3]], np.int32), np.array([3, 20], np.int32)]
-    sizes, _ = check_inputs(kernel.host, inputs)
+    sizes, _ = check_inputs(kernel.host, inputs, {"max_seqlen_q": 2})
     assert sizes == {"heads": 2, "total_q": 3, "num_pages": 6, "heads_k": 2, "page_size": 16, "batch": 2,
-                     "max_pages": 2}
+                     "max_pages": 2, "max_seqlen_q": 2}
 
 
 # endregion
