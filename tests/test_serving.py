@@ -212,11 +212,15 @@ def test_paged_at_target_and_ptx_level(level, page_size, rng):
     check_paged(out, q, k_cache, v_cache, table, lengths, True)
 
 
-def test_contiguous_cache_without_a_page_table(rng):
-    k_cache, v_cache = (bf16(rng, 2, 400, 2, 64) for _ in range(2))
+@pytest.mark.parametrize("seqlen_cache,level", [(400, "tile"), (1001, "tile"), (256, "tile"), (37, "ptx"),
+                                                (128, "target")])
+def test_contiguous_cache_without_a_page_table(seqlen_cache, level, rng):
+    """One page a sequence: a length that is a multiple of the key block is read by TMA, any other (odd ones
+    too) by the gather."""
+    k_cache, v_cache = (bf16(rng, 2, seqlen_cache, 2, 64) for _ in range(2))
     q = bf16(rng, 2, 1, 4, 64)
-    lengths = np.array([7, 400], np.int32)
-    out = attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=lengths, level="tile")
+    lengths = np.array([7, seqlen_cache], np.int32)
+    out = attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=lengths, level=level)
     for b, length in enumerate(lengths):
         ks, vs = (c[b, :length].transpose(1, 0, 2)[None] for c in (k_cache, v_cache))
         assert grouped_reference(out[b].transpose(1, 0, 2)[None], q[b].transpose(1, 0, 2)[None], ks, vs, False).ok

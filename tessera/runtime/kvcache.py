@@ -28,8 +28,9 @@ FlashAttention's `flash_attn_with_kvcache`.
 (`tessera.kernels.flash_attention_paged`) in that interpreter, with `tessera.interpreters.serving_checks`
 watching the page reads and the output rows. A page_size that is a multiple of the key block is read one TMA
 box per key block (the cache passed as a [num_pages, heads_k, page_size, D] view); any other is gathered row
-by row with cp.async (the cache passed as it is). A cache without a page table is the paged kernel with pages
-of the largest size (a multiple of 16, at most the key block) that divides seqlen_cache.
+by row with cp.async (the cache passed as it is). A cache without a page table is the paged kernel with one
+page a sequence (page_size = seqlen_cache, page_table[b] = [b]): TMA when seqlen_cache is a multiple of the
+key block, the gather for any other length.
 
 Grouped heads are packed (FlashAttention-3's PackGQA) when a block's rows would be mostly empty otherwise
 (seq_q x group <= 128 query rows, and seq_q == 1 or not causal): the group's query heads become the rows of
@@ -65,15 +66,6 @@ PACK_ROWS = 128
 def pack_gqa(seq_q: int, group: int, causal: bool) -> bool:
     """Whether to pack a group's query heads into one block's rows (see the module docstring)."""
     return group > 1 and seq_q * group <= PACK_ROWS and (seq_q == 1 or not causal)
-
-
-def cache_page_size(head_dim: int, seqlen_cache: int) -> int | None:
-    """The page size a contiguous cache of `seqlen_cache` rows is split into: the largest multiple of 16 that
-    divides it and is at most the key block; None when seqlen_cache is no multiple of 16."""
-    from tessera.kernels.attention import DEFAULT_BLOCK_N
-
-    fits = [n for n in range(16, DEFAULT_BLOCK_N[head_dim] + 1, 16) if seqlen_cache % n == 0]
-    return max(fits) if fits else None
 
 
 def _lib(x):
@@ -141,14 +133,9 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=N
         if kc_shape[0] != batch:
             raise ValueError(f"{where}: without page_table, k_cache is [batch={batch}, seqlen_cache, heads_k, "
                              f"head_dim], got {kc_shape}")
-        page_size = cache_page_size(head_dim, kc_shape[1])
-        if page_size is None:
-            raise ValueError(f"{where}: k_cache's seqlen_cache ({kc_shape[1]}) must be a multiple of 16 (its rows "
-                             "are read in boxes of whole 16-row steps)")
-        per_row = kc_shape[1] // page_size
-        shape = (batch * per_row, page_size, heads_k, head_dim)
-        pages_k, pages_v = k_cache.reshape(shape), v_cache.reshape(shape)
-        table = np.arange(batch * per_row, dtype=np.int32).reshape(batch, per_row)
+        # One page a sequence: [batch, seqlen_cache, heads_k, D] is already [num_pages, page_size, heads_k, D].
+        pages_k, pages_v, page_size = k_cache, v_cache, kc_shape[1]
+        table = np.arange(batch, dtype=np.int32).reshape(batch, 1)
         table = lib.from_numpy(table).to(q.device) if lib is not np else table
         capacity = kc_shape[1]
     else:
@@ -243,4 +230,4 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=N
     return o, (np.ascontiguousarray(lse) if lib is np else lse.contiguous())
 
 
-__all__ = ["attention_with_kvcache", "append_to_cache", "pack_gqa", "cache_page_size"]
+__all__ = ["attention_with_kvcache", "append_to_cache", "pack_gqa"]
