@@ -84,7 +84,8 @@ def bias_bound(scale: float) -> float:
 
     A power of two, so that a row whose every key is saturated keeps its scores exactly equal through the
     lowering's exponent fold (`exp2_factor`): a uniform average, as the finite fill gives in float64. The
-    bound on V exp2_factor(scale) keeps the row maximum m log2 e finite. For scale <= 0.69 it is 2^127."""
+    bound on V exp2_factor(scale) keeps the row maximum m log2 e finite. For scale < 1.38 (scale log2 e < 2) it
+    is 2^127."""
     factor = exp2_factor(scale)
     bound = 2.0**127
     while bound * factor > F32_LARGEST:  # exact in float64: a power of two times an f32

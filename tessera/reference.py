@@ -14,7 +14,7 @@ computation as PyTorch's eager attention adds it, to the rounded scores, roundin
 Bias conventions (the kernels' and the float64 reference's alike): a -inf bias entry hides its key, and a row
 that sees no key gives O = 0 and LSE = -inf (FlashAttention's convention; PyTorch's eager softmax gives NaN
 there); a +inf entry makes its row NaN. A finite bias stays finite: the kernels hold it as Bias / scale in
-f32, saturated at +-V (`tessera.numerics.bias_bound(scale)`, 2^127 for scale <= 0.69), so a bias beyond
+f32, saturated at +-V (`tessera.numerics.bias_bound(scale)`, 2^127 for scale < 1.38), so a bias beyond
 +-V scale (bf16's lowest, -3.39e38, a common mask fill, with scale 1/8) is taken as +-V scale, and the float64
 reference takes it so too (`saturate_bias`). O does not see the difference where such fills are all equal
 (a row whose every key has the fill averages V uniformly, as PyTorch's eager attention does; beside any

@@ -2,8 +2,9 @@
 
 With an additive bias (`flash_attention(bias=True)`), Bias [batch, heads, seq_q, seq_k] is an input after V
 (`bias_accumulator`): -inf hides a key (a row that sees no key gives O = 0, LSE = -inf), and a finite bias
-stays finite, Bias / scale saturated at +-2^127 (`tile.saturating_scale`), so a mask fill of bf16's lowest
-value gives a padded query row the uniform average of V, as float64 and PyTorch's eager attention do.
+stays finite, Bias / scale saturated at +-V (`tile.saturating_scale`; V = 2^127 for any scale below 1.38),
+so a mask fill of bf16's lowest value gives a padded query row the uniform average of V, as float64 and
+PyTorch's eager attention do.
 
 Every attention kernel is launched over the grid (ceildiv(seq_q, BM), heads, batch): thread block
 (x, y, z) computes the output rows [x*BM, x*BM + BM) of head y of batch entry z. Its arguments are
@@ -51,7 +52,6 @@ from xdsl.dialects.builtin import FloatAttr, IntegerAttr, ModuleOp, StringAttr
 from xdsl.ir import Attribute, SSAValue
 
 from tessera.dialects import tile
-from tessera.numerics import bias_bound
 from tessera.kernels.common import (
     F32_LARGEST,
     ArgSpec,
@@ -71,6 +71,7 @@ from tessera.kernels.common import (
     register_tile,
     shared_tile,
 )
+from tessera.numerics import bias_bound
 
 HEAD_DIMS = (64, 128, 256)
 """Head dimensions the attention builders support."""
@@ -443,7 +444,7 @@ def bias_accumulator(b: TileBuilder, blk: AttentionBlock, k0: SSAValue) -> SSAVa
     are masked to -inf after, those rows never stored).
 
     Bias / scale saturates (`tile.saturating_scale`) at +-V, V = `numerics.bias_bound(scale)` (2^127 for
-    scale <= 0.69): a finite bias beyond +-V scale (bf16's lowest, -3.39e38, a mask fill, with scale 1/8, which
+    scale < 1.38): a finite bias beyond +-V scale (bf16's lowest, -3.39e38, a mask fill, with scale 1/8, which
     plain f32 would overflow to -inf) stays finite and acts as +-V scale, while -inf (and +inf) stay infinite
     through the mma. V is a power of two, so a row whose every key has such a fill has exactly equal scores
     -V (Q K^T is far below V's ulp) and the lowering's exponent fold gives each exactly ex2(0) = 1: the uniform
