@@ -452,7 +452,9 @@ def bias_accumulator(b: TileBuilder, blk: AttentionBlock, k0: SSAValue) -> SSAVa
     ln(keys) (`reference.saturate_bias`); beside any other key a fill weighs 0. A -inf bias hides its key,
     and a row that sees no key gives O = 0, LSE = -inf (FlashAttention's convention). Costs per bias element:
     mul, max, min, two setp and two selp, in place (no register: the warp-specialized head_dim 128 kernel
-    keeps its 232 of 240)."""
+    keeps its 232 of 240). Not covered: a row whose every key has a huge fill below V scale that is not a
+    power of two (|fill log2 e| past ~2^31, e.g. -1e20) loses ex2(0) = 1 for its maximum in the rounding of
+    the exponent's fma below Tile level (O = 0 or NaN; an xfail test says so)."""
     c = blk.config
     window = blk.window(b, "Bias", blk.q0, blk.key_row(b, k0), [c.block_m, c.block_n])
     bias = b.cast(b.load(window, "bias_half"), f32, "bias")
