@@ -718,6 +718,41 @@ class ScaleOp(_ElementwiseOp):
 
 
 @irdl_op_definition
+class SaturatingScaleOp(_ElementwiseOp):
+    """`%r = tile.saturating_scale %x by 8.0 bound 1.70141183e+38 : type`: r = x * factor rounded to f32, then
+    clamped to [-bound, bound] where x is finite; r = x * factor (+-inf) where x is +-inf, NaN where x is NaN.
+
+    A finite x never becomes infinite, even where x * factor is beyond f32's range; an infinite x stays
+    infinite. Attention's bias enters the score accumulator as Bias / scale this way (`bias_accumulator` in
+    tessera/kernels/attention.py): a finite mask fill (bf16's lowest, -3.39e38, with scale 1/8) stays a finite
+    score and a -inf one still hides its key. factor and bound are positive finite f32 constants; the
+    operand is an f32 register tile (refused otherwise). Lowered in place per register: mul, max, min, and
+    +-inf selected back where x was +-inf (predicates taken before x dies, so no register beside x's)."""
+
+    name = "tile.saturating_scale"
+    source = operand_def(_ElementwiseOp.T)
+    factor = prop_def(FloatAttr[Float32Type])
+    bound = prop_def(FloatAttr[Float32Type])
+    assembly_format = "$source `by` $factor `bound` $bound attr-dict `:` type($result)"
+
+    def __init__(self, source: SSAValue | Operation, factor: float, bound: float):
+        super().__init__(
+            operands=[source],
+            properties={"factor": FloatAttr(_as_f32(factor), Float32Type()),
+                        "bound": FloatAttr(_as_f32(bound), Float32Type())},
+            result_types=[SSAValue.get(source).type],
+        )
+
+    def verify_(self) -> None:
+        super().verify_()
+        ty = _tile(self.result)
+        _require(isinstance(ty.element_type, Float32Type), self, f"saturates f32 values, got {ty.element_type}")
+        for what in ("factor", "bound"):
+            value = getattr(self, what).value.data
+            _require(0 < value < float("inf"), self, f"{what} must be a positive finite f32, got {value}")
+
+
+@irdl_op_definition
 class LogOp(_ElementwiseOp):
     """`%r = tile.log %x : type`: r = ln(x) elementwise, the natural logarithm in f32: ln(0) = -inf,
     ln(+inf) = +inf, and NaN for x < 0 or NaN.
@@ -983,6 +1018,7 @@ Tile = Dialect(
         MulOp,
         FmaOp,
         ScaleOp,
+        SaturatingScaleOp,
         LogOp,
         ExpSubtractOp,
         MulRowsOp,

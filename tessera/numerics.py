@@ -57,3 +57,37 @@ def batched_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     for i in range(a.shape[0]):
         np.matmul(a[i], b[i], out=out[i])
     return out
+
+
+F32_LARGEST = float(np.finfo(np.float32).max)
+"""FLT_MAX, the largest finite f32."""
+
+LOG2E = 1.4426950408889634
+"""log2(e): below Tile level exp(x) is computed as ex2(x log2 e)."""
+
+
+def exp2_factor(factor: float) -> float:
+    """The f32 multiplier C that turns exp(factor x - m) into ex2(x C - m log2 e) (convert-tile-to-sm90 folds a
+    `tile.scale` into the exponent's fma): f32(factor) x f32(log2 e), rounded once in f32.
+
+    Rounded from the two f32 factors, not from the exact factor log2 e, so that it is exactly the product the
+    row maximum goes through (m = f32(x_max factor), then f32(m log2 e)): for a score x = +-2^k, x C and
+    f32(f32(x factor) log2 e) are then the same f32, and the largest score of a row gives ex2(0) = 1 exactly
+    whatever its magnitude (a saturated bias, `bias_bound`). For 1/sqrt(64), 1/sqrt(128) and 1/sqrt(256) it
+    is the f32 nearest to factor log2 e as well."""
+    return float(np.float32(factor) * np.float32(LOG2E))
+
+
+def bias_bound(scale: float) -> float:
+    """The bound V to which an attention kernel saturates Bias / scale (`tile.saturating_scale`): the largest
+    power of two, at most 2^127, with V exp2_factor(scale) a finite f32.
+
+    A power of two, so that a row whose every key is saturated keeps its scores exactly equal through the
+    lowering's exponent fold (`exp2_factor`): a uniform average, as the finite fill gives in float64. The
+    bound on V exp2_factor(scale) keeps the row maximum m log2 e finite. For scale < 1.38 (scale log2 e < 2) it
+    is 2^127."""
+    factor = exp2_factor(scale)
+    bound = 2.0**127
+    while bound * factor > F32_LARGEST:  # exact in float64: a power of two times an f32
+        bound /= 2
+    return bound

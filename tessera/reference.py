@@ -11,6 +11,16 @@ the kernel's precision, plus a small absolute term. With an additive bias (round
 the kernel reads it) the rule is the same: the bias enters the reference in float64 and the straightforward
 computation as PyTorch's eager attention adds it, to the rounded scores, rounding the sum.
 
+Bias conventions (the kernels' and the float64 reference's alike): a -inf bias entry hides its key, and a row
+that sees no key gives O = 0 and LSE = -inf (FlashAttention's convention; PyTorch's eager softmax gives NaN
+there); a +inf entry makes its row NaN. A finite bias stays finite: the kernels hold it as Bias / scale in
+f32, saturated at +-V (`tessera.numerics.bias_bound(scale)`, 2^127 for scale < 1.38), so a bias beyond
++-V scale (bf16's lowest, -3.39e38, a common mask fill, with scale 1/8) is taken as +-V scale, and the float64
+reference takes it so too (`saturate_bias`). O does not see the difference where such fills are all equal
+(a row whose every key has the fill averages V uniformly, as PyTorch's eager attention does; beside any
+other key they weigh 0); the LSE of such a row is -V scale + ln(keys) instead of fill + ln(keys). The
+straightforward computation is PyTorch's and keeps the bias as given.
+
 The attention backward (`attention_backward`, `check_attention_backward`) follows the same rule for each of
 dQ, dK and dV: its error against the float64 analytic gradient (O recomputed in float64 from the rounded
 q, k, v) may be at most twice the error of the straightforward same-precision computation
@@ -25,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tessera.numerics import F32, round_to
+from tessera.numerics import F32, bias_bound, round_to
 
 ABSOLUTE_TOLERANCE = 1e-3
 """The small absolute term of the attention tolerance (outputs are O(1): convex combinations of V rows)."""
@@ -48,6 +58,16 @@ def _add_bias(scores: np.ndarray, bias) -> np.ndarray:
     return scores if bias is None else scores + np.asarray(bias).astype(scores.dtype)
 
 
+def saturate_bias(bias, scale: float):
+    """The bias as the attention kernels compute with it (module docstring): finite entries clipped to
+    [-V scale, V scale] with V = `bias_bound(scale)`, +-inf and NaN unchanged; None stays None. float64."""
+    if bias is None:
+        return None
+    bias = np.asarray(bias).astype(np.float64)
+    limit = bias_bound(scale) * scale
+    return np.where(np.isfinite(bias), np.clip(bias, -limit, limit), bias)
+
+
 def _softmax_rows(scores: np.ndarray, visible: np.ndarray | None) -> np.ndarray:
     if visible is not None:
         scores = np.where(visible, scores, -np.inf)
@@ -60,11 +80,12 @@ def _softmax_rows(scores: np.ndarray, visible: np.ndarray | None) -> np.ndarray:
 
 def attention(q, k, v, causal: bool = False, scale: float | None = None, bias=None) -> np.ndarray:
     """softmax(Q K^T * scale [+ bias] [+ causal mask]) V in float64 on the given (already rounded) inputs; `bias`
-    is [batch, heads, seq_q, seq_k] or broadcast over batch and/or heads (size 1 there)."""
+    is [batch, heads, seq_q, seq_k] or broadcast over batch and/or heads (size 1 there), and saturated as the
+    kernels saturate it (`saturate_bias`; a row that sees no key gives zeros)."""
     q, k, v = (np.asarray(x).astype(np.float64) for x in (q, k, v))
     scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
     visible = causal_visible(q.shape[2], k.shape[2]) if causal else None
-    scores = _add_bias(_scores(q, k, scale, np.float64), bias)
+    scores = _add_bias(_scores(q, k, scale, np.float64), saturate_bias(bias, scale))
     return np.einsum("bhqk,bhkd->bhqd", _softmax_rows(scores, visible), v)
 
 
@@ -94,10 +115,16 @@ correctly rounded log2, so this part of the bound is analytical. bf16/f16 roundi
 here: the reference reads the same rounded inputs."""
 
 
+LSE_F32_ROUNDING = 2.0**-23
+"""The relative part of `check_lse`'s rule: two f32 roundings (of m and of m + ln l) of the LSE's magnitude."""
+
+
 def check_lse(lse, q, k, dtype, causal: bool = False, scale: float | None = None, bias=None) -> Comparison:
     """Compare an LSE output ([batch, heads, seq_q], or with a trailing 1) with `attention_lse` on the inputs
-    rounded to `dtype`: within `LSE_TOLERANCE` where the reference is finite, and exactly -inf where it is
-    -inf (a row that sees no key); anything else (NaN, a finite value for an empty row) is an infinite error."""
+    rounded to `dtype`: within `LSE_TOLERANCE` where the reference is finite, beyond the f32 rounding of the
+    LSE's own magnitude (2^-23 |LSE|: the row maximum and the sum m + ln l are f32; it matters only for a row
+    of huge bias fills, e.g. -V scale + ln(keys), `saturate_bias`), and exactly -inf where it is -inf (a row
+    that sees no key); anything else (NaN, a finite value for an empty row) is an infinite error."""
     q, k = (round_to(np.asarray(x), dtype) for x in (q, k))
     ref = attention_lse(q, k, causal, scale, None if bias is None else round_to(np.asarray(bias), dtype))
     out = np.asarray(lse, np.float64)
@@ -107,7 +134,7 @@ def check_lse(lse, q, k, dtype, causal: bool = False, scale: float | None = None
     empty = np.isneginf(ref)
     if not np.array_equal(np.isneginf(out), empty):
         return Comparison(float("inf"), LSE_TOLERANCE)
-    error = np.nan_to_num(np.abs(out[~empty] - ref[~empty]), nan=np.inf)
+    error = np.nan_to_num(np.abs(out[~empty] - ref[~empty]) - LSE_F32_ROUNDING * np.abs(ref[~empty]), nan=np.inf)
     return Comparison(float(error.max()) if error.size else 0.0, LSE_TOLERANCE)
 
 
@@ -297,11 +324,12 @@ def _scores_matmul(q: np.ndarray, k: np.ndarray, scale: float, dtype) -> np.ndar
 
 def attention_lse(q, k, causal: bool = False, scale: float | None = None, bias=None) -> np.ndarray:
     """The forward's log-sum-exp in float64: LSE[b, h, i] = log sum_j exp(scale q_i . k_j [+ bias_ij]) over the
-    keys row i sees, -inf for a row that sees none. k may have fewer heads (GQA)."""
+    keys row i sees, -inf for a row that sees none (or whose every bias is -inf); the bias saturated as the
+    kernels saturate it (`saturate_bias`). k may have fewer heads (GQA)."""
     q = np.asarray(q).astype(np.float64)
     k = _expand_heads(np.asarray(k).astype(np.float64), q.shape[1])
     scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
-    scores = _add_bias(_scores_matmul(q, k, scale, np.float64), bias)
+    scores = _add_bias(_scores_matmul(q, k, scale, np.float64), saturate_bias(bias, scale))
     if causal:
         scores = np.where(causal_visible(q.shape[2], k.shape[2]), scores, -np.inf)
     row_max = scores.max(axis=-1, keepdims=True)

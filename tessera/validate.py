@@ -4,10 +4,14 @@
   passes one at a time, run the kernel at each new level (Tile IR, Target IR, then its PTX) on the same
   generated inputs, compare with the level before and with the NumPy reference, and on a mismatch name the
   pass and the first diverging op (`tessera-opt FILE -p PIPELINE --validate`);
-- `attention_trace(module, q, k, v, level=..., pipeline=..., block=(b, h, row_block))`: the running max,
-  rescale factor, running sum and partial output of flash attention per K/V tile;
-  `golden_attention_trace(...)` computes them in float64 and `compare_traces` / `first_loss` say where
-  precision is lost.
+- `attention_trace(module, q, k, v, level=..., pipeline=..., block=(b, h, row_block), bias=None)`: the running
+  max, rescale factor, running sum and partial output of flash attention per K/V tile (a kernel built with
+  `bias=True` takes its bias and refuses to run without it);
+  `golden_attention_trace(..., bias=None)` computes them in float64 and `compare_traces` / `first_loss` say
+  where precision is lost.
+
+A kernel with an additive bias is validated like any other: its generated inputs include the Bias (in its own,
+possibly broadcast, shape) and every level is held to the float64 reference with that bias.
 """
 
 from tessera.validation.compare import Divergence, Expectation

@@ -280,3 +280,133 @@ def test_tessera_opt_validate_names_a_broken_pass(tmp_path, capsys, monkeypatch)
 
 
 # endregion
+
+
+# region kernels with an additive bias
+def biased():
+    return build_kernel("flash_attention", head_dim=64, causal=True, dtype="bf16", bias=True)
+
+
+def test_biased_kernel_validates_clean():
+    """`validate` generates the Bias input of a biased kernel with Q, K, V and checks every level against the
+    float64 reference with that bias."""
+    from tessera import find_kernel
+
+    sig = find_kernel(biased())
+    inputs = generate_inputs(sig, {"batch": 1, "heads": 1, "seq_q": 150, "seq_k": 150}, seed=0)
+    assert [x.shape for x in inputs] == [(1, 1, 150, 64)] * 3 + [(1, 1, 150, 150)]
+    report = validate(biased(), FULL)
+    assert report.ok, str(report)
+    assert [c.level for c in report.checks][-1] == "ptx" and "every level agrees" in str(report)
+
+
+def drop_bias(module):
+    """A Tile pass loses the bias: the score mma's accumulator starts at zero instead of Bias / scale."""
+    for op in _named(module, tile.SaturatingScaleOp):
+        zero = tile.FillOp(0.0, op.result.type)
+        Rewriter.insert_op(zero, InsertPoint.before(op))
+        op.result.replace_all_uses_with(zero.result)
+
+
+def scale_bias_twice(module):
+    """convert-tile-to-sm90 multiplies the bias by 1/scale**2 instead of 1/scale."""
+    for mul in _named(module, arith.MulfOp):
+        if mul.lhs.name_hint is not None and mul.lhs.name_hint.startswith("bias"):
+            constant = mul.rhs.owner
+            values = [x * x for x in constant.value.get_values()]
+            new = arith.ConstantOp(DenseIntOrFPElementsAttr.from_list(constant.value.get_type(), values))
+            Rewriter.insert_op(new, InsertPoint.before(mul))
+            mul.operands[1] = new.result
+
+
+BIAS_INJECTIONS = {"pipeline-loops": (drop_bias, "s"), "convert-tile-to-sm90": (scale_bias_twice, "bias_unscaled")}
+"""pass -> (corruption right after it, the first diverging value: the score mma without its bias, or the
+wrongly scaled bias itself)."""
+
+
+@pytest.mark.parametrize("pass_name", list(BIAS_INJECTIONS))
+def test_injected_bias_miscompilation_is_named(pass_name, monkeypatch):
+    corrupt, diverging = BIAS_INJECTIONS[pass_name]
+    cls = all_passes()[pass_name]()
+    original = cls.apply
+    monkeypatch.setattr(cls, "apply", lambda self, ctx, m: (original(self, ctx, m), corrupt(m)))
+    mismatch = validate(biased(), FULL).mismatch
+    assert mismatch is not None and mismatch.pass_name == pass_name, str(mismatch)
+    assert mismatch.kind == "result" and "reference " in str(mismatch), str(mismatch)
+    assert mismatch.divergence is not None and mismatch.divergence.new.name == diverging, str(mismatch)
+    assert f"first diverging op: %{diverging} = " in str(mismatch)
+
+
+def _biased_inputs():
+    from tessera import find_kernel
+
+    q, k, v, bias = generate_inputs(find_kernel(biased()), {"batch": 1, "heads": 1, "seq_q": 150, "seq_k": 150},
+                                    seed=0)
+    bias[..., 130:140, :] = float(ml_dtypes.finfo(ml_dtypes.bfloat16).min)  # padded rows: every key has the fill
+    bias[..., 140:, ::2] = -float("inf")  # rows that see half their keys
+    return q, k, v, bias
+
+
+@pytest.mark.parametrize("level", ["tile", "target"])
+def test_biased_attention_trace_matches_golden(level):
+    """The trace of a biased kernel takes its bias; the float64 golden adds it (saturated as the kernel does:
+    rows 130..139 hold bf16's lowest value on every key) and agrees tile by tile."""
+    q, k, v, bias = _biased_inputs()
+    block = (0, 0, 1)
+    trace = attention_trace(biased(), q, k, v, level=level, block=block, bias=bias)
+    golden = golden_attention_trace(q, k, v, True, 0.125, 128, 128, block=block, dtype=ml_dtypes.bfloat16,
+                                    bias=bias)
+    assert trace.tiles == golden.tiles == 2
+    assert first_loss(compare_traces(trace, golden, rows=22)) is None
+    # without its bias the golden is far off: the trace does see the bias
+    assert first_loss(compare_traces(trace, golden_attention_trace(q, k, v, True, 0.125, 128, 128, block=block,
+                                                                   dtype=ml_dtypes.bfloat16), rows=22))
+
+
+def test_attention_trace_asks_for_the_bias_by_name():
+    q, k, v, bias = _biased_inputs()
+    with pytest.raises(ValueError, match=r"@flash_attention_d64_bf16_causal_bias takes 4 inputs \(Q, K, V, Bias\): "
+                                         r"pass bias="):
+        attention_trace(biased(), q, k, v)
+    with pytest.raises(ValueError, match=r"@flash_attention_d64_bf16_causal takes no bias"):
+        attention_trace(flash(), q, k, v, bias=bias)
+
+
+def test_tessera_opt_validate_a_biased_kernel(tmp_path, capsys, monkeypatch):
+    """`tessera-opt --validate` on a biased kernel: clean through the lowering, and a pass that drops the bias
+    named (exit status 1)."""
+    from dataclasses import dataclass
+
+    from xdsl.passes import ModulePass
+
+    import tessera
+    import tessera.passes
+    from tessera.tools.tessera_opt import main
+
+    path = tmp_path / "biased.mlir"
+    path.write_text(tessera.print_module(biased()))
+    pipeline = "assign-swizzle,convert-tile-to-sm90,canonicalize"
+    code = main([str(path), "-p", pipeline, "--validate", "-d", "seq_q=130", "-d", "seq_k=200"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "validate @flash_attention_d64_bf16_causal_bias [batch=1 heads=1 seq_q=130 seq_k=200]" in err
+    assert "MISMATCH" not in err and "(ptx)" in err and "sm90.kernel" in out
+
+    @dataclass(frozen=True)
+    class DropBiasPass(ModulePass):
+        """Test only: the score accumulator starts at zero instead of Bias / scale."""
+
+        name = "drop-bias"
+
+        def apply(self, ctx, module):
+            drop_bias(module)
+
+    monkeypatch.setitem(tessera.passes.PASSES, "drop-bias", lambda: DropBiasPass)
+    code = main([str(path), "-p", "drop-bias," + pipeline, "--validate"])
+    _, err = capsys.readouterr()
+    assert code == 1
+    assert "tessera-opt: error: validate: pass 1 'drop-bias' changed the result: O[" in err
+    assert "Traceback" not in err
+
+
+# endregion

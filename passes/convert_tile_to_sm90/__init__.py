@@ -25,8 +25,10 @@ How each piece maps:
   for B^T, MN-major, imm-trans 1, for B and for A^T with `transpose_a`, each warpgroup its own 64-column box;
   bf16/f16 A from registers, packed, for P x V), then commit and wait 0.
 - Row reductions reduce a thread's registers of each row, then across the 4 lanes of the row with
-  shfl.sync.bfly; exponentials are ex2.approx with log2(e) folded into an fma; `tile.log` is lg2.approx times
-  ln 2; division is rcp.approx with
+  shfl.sync.bfly; `tile.exp_subtract` is ex2.approx of one fma per register, a `tile.scale` factor times
+  log2(e) folded into it (`numerics.exp2_factor`); `tile.exp_diff` (row vectors) is ex2.approx of a mul and
+  an add, exactly 1 for equal operands at any magnitude; `tile.saturating_scale` is mul, max, min and two
+  selects on predicates of +-inf, in place; `tile.log` is lg2.approx times ln 2; division is rcp.approx with
   rows of sum 0 giving 0; masks compare per-register row/column coordinates.
 - `tile.store_global` / `tile.load` of a global window store / load each thread's registers (packed pairs
   for bf16/f16) with a bounds mask (out-of-bounds loads give 0); `tile.load_broadcast` loads each register's

@@ -18,6 +18,7 @@ from xdsl.ir import SSAValue
 from tessera.dialects import sm90, tile
 from tessera.lowering.emitter import Emitter
 from tessera.lowering.fragments import quad_shuffle_offsets
+from tessera.numerics import F32_LARGEST, exp2_factor
 from tessera.passes.convert_tile_to_sm90.common import (
     LN2,
     LOG2E,
@@ -69,23 +70,44 @@ class AttentionLowering:
         is_inf = e.setp("eq", m, e.splat(f32, float("-inf"), lanes))
         return e.select(is_inf, e.splat(f32, 0.0, lanes), m)
 
-    def _exp_minus(self, op, x: SSAValue, rows: SSAValue, e: Emitter, broadcast: bool, factor: float = 1.0) -> SSAValue:
-        """exp(factor x - m) = ex2(x (factor log2e) - m log2e): -m log2e is computed once per row (two
-        registers), then one fma per register and ex2 (a `Scaled` operand's factor folds into the fma)."""
-        lanes = x.type.get_shape()[0]
+    def _neg_scaled_max(self, rows: SSAValue, e: Emitter) -> SSAValue:
+        """-m log2e of a running maximum (m = -inf read as 0), once per row: two registers."""
         m = self._safe_max(rows, e)
-        neg_scaled_m = e.op(arith.NegfOp(e.mulf(m, e.splat(f32, LOG2E, m.type.get_shape()[0]))))
-        if broadcast:
-            neg_scaled_m = self._broadcast_rows(op, neg_scaled_m, e)
-        return e.ex2(e.fma(x, e.splat(f32, factor * LOG2E, lanes), neg_scaled_m))
+        return e.op(arith.NegfOp(e.mulf(m, e.splat(f32, LOG2E, m.type.get_shape()[0]))))
 
     def _lower_ExpSubtractOp(self, op: tile.ExpSubtractOp, e: Emitter) -> None:
+        """exp(factor x - m) = ex2(x C - m log2e), C = `exp2_factor(factor)`: -m log2e once per row, then one fma
+        per register and ex2 (a `Scaled` operand's factor folds into the fma). The row's largest score gives
+        ex2(0) = 1 exactly when it is +-2^k (a saturated bias, `tessera.numerics.bias_bound`): m is then
+        f32(2^k factor) and both products are 2^k C."""
         x = self._peek(op.source)
         raw, factor = (x.raw, x.factor) if isinstance(x, Scaled) else (x, 1.0)
-        self._set(op.result, self._exp_minus(op, raw, self._get(op.rows), e, broadcast=True, factor=factor))
+        neg_scaled_m = self._broadcast_rows(op, self._neg_scaled_max(self._get(op.rows), e), e)
+        lanes = raw.type.get_shape()[0]
+        self._set(op.result, e.ex2(e.fma(raw, e.splat(f32, exp2_factor(factor), lanes), neg_scaled_m)))
 
     def _lower_ExpDiffOp(self, op: tile.ExpDiffOp, e: Emitter) -> None:
-        self._set(op.result, self._exp_minus(op, self._get(op.lhs), self._get(op.rhs), e, broadcast=False))
+        """exp(a - b) = ex2(f32(a log2e) - f32(b log2e)) on row vectors (two registers): a mul and an add, not
+        one fma, so that a = b gives ex2(0) = 1 exactly at any magnitude (a row of saturated bias scores keeps
+        its maximum from one key block to the next); a = -inf gives 0."""
+        a = self._get(op.lhs)
+        scaled_a = e.mulf(a, e.splat(f32, LOG2E, a.type.get_shape()[0]))
+        self._set(op.result, e.ex2(e.addf(scaled_a, self._neg_scaled_max(self._get(op.rhs), e))))
+
+    def _lower_SaturatingScaleOp(self, op: tile.SaturatingScaleOp, e: Emitter) -> None:
+        """clamp(x factor, -bound, bound), then +-inf where x is +-inf (two predicates, taken before x dies): each
+        f32 op reads register i of its operands only, so the chain runs in place and costs no register beside
+        x's. max/min propagate NaN (arith.maximumf/minimumf)."""
+        x = self._get(op.source)
+        lanes = x.type.get_shape()[0]
+        splat = lambda value: e.splat(f32, value, lanes)  # noqa: E731
+        bound = op.bound.value.data
+        plus_inf = e.setp("gt", x, splat(F32_LARGEST))
+        minus_inf = e.setp("lt", x, splat(-F32_LARGEST))
+        scaled = e.mulf(x, splat(op.factor.value.data))
+        clamped = e.op(arith.MinimumfOp(e.maxf(scaled, splat(-bound)), splat(bound)))
+        clamped = e.select(minus_inf, splat(float("-inf")), clamped)
+        self._set(op.result, e.select(plus_inf, splat(float("inf")), clamped))
 
     def _lower_LogOp(self, op: tile.LogOp, e: Emitter) -> None:
         """ln(x) = lg2(x) ln 2: `lg2.approx.ftz.f32` then one multiply per register (lg2(0) = -inf stays -inf)."""

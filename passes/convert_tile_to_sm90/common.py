@@ -13,13 +13,13 @@ from xdsl.utils.exceptions import DiagnosticException
 from tessera.diagnostics import located
 from tessera.dialects import sm90, tile
 from tessera.dialects.tile_types import TileType
+from tessera.numerics import LOG2E  # noqa: F401 (the lowerings import it from here)
 from tessera.sm90 import facts
 
 
 LINE = facts.SWIZZLE_LINE_BYTES                     # bytes of one swizzled row of a box
 CORE_ROWS = facts.swizzle_period_bytes(128) // LINE  # rows per 1024-byte swizzle atom (the descriptor SBO)
 K_STEP = 16                                         # wgmma k for 16-bit types
-LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 PRODUCER_ATTR = "sm90.producer"
 """Marks the scf.if in which thread 0 refills a ring stage: the work warp-specialize gives the producer."""

@@ -368,6 +368,14 @@ class TileFunctions(InterpreterFunctions):
         factor = np.asarray(op.factor.value.data, args[0].dtype)
         return self._register_tile(op, args[0] * factor)
 
+    @impl(tile.SaturatingScaleOp)
+    def run_saturating_scale(self, interpreter: Interpreter, op: tile.SaturatingScaleOp, args: PythonValues):
+        (x,) = args
+        bound = np.asarray(op.bound.value.data, x.dtype)
+        with np.errstate(over="ignore"):  # a finite x whose product overflows is clamped below
+            scaled = x * np.asarray(op.factor.value.data, x.dtype)
+        return self._register_tile(op, np.where(np.isfinite(x), np.clip(scaled, -bound, bound), scaled))
+
     @impl(tile.LogOp)
     def run_log(self, interpreter: Interpreter, op: tile.LogOp, args: PythonValues):
         with np.errstate(divide="ignore", invalid="ignore"):  # ln(0) = -inf and ln(x < 0) = NaN, as the op says

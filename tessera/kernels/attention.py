@@ -1,5 +1,11 @@
 """Attention kernels: the pieces every variant shares, and the online one-pass (flash) kernel.
 
+With an additive bias (`flash_attention(bias=True)`), Bias [batch, heads, seq_q, seq_k] is an input after V
+(`bias_accumulator`): -inf hides a key (a row that sees no key gives O = 0, LSE = -inf), and a finite bias
+stays finite, Bias / scale saturated at +-V (`tile.saturating_scale`; V = 2^127 for any scale below 1.38),
+so a mask fill of bf16's lowest value gives a padded query row the uniform average of V, as float64 and
+PyTorch's eager attention do.
+
 Every attention kernel is launched over the grid (ceildiv(seq_q, BM), heads, batch): thread block
 (x, y, z) computes the output rows [x*BM, x*BM + BM) of head y of batch entry z. Its arguments are
 
@@ -65,6 +71,7 @@ from tessera.kernels.common import (
     register_tile,
     shared_tile,
 )
+from tessera.numerics import bias_bound
 
 HEAD_DIMS = (64, 128, 256)
 """Head dimensions the attention builders support."""
@@ -444,11 +451,24 @@ def bias_accumulator(b: TileBuilder, blk: AttentionBlock, k0: SSAValue) -> SSAVa
     epilogue reads its tile), widened to f32 and multiplied by the f32 1/scale; it costs no registers beside the
     score tile's own, which is what lets the pipelined, warp-specialized kernel keep two score tiles in flight.
     The load is bounded: rows past seq_q and columns past seq_k are never addressed and read 0 (those columns
-    are masked to -inf after, those rows never stored). A -inf bias stays -inf through the mma."""
+    are masked to -inf after, those rows never stored).
+
+    Bias / scale saturates (`tile.saturating_scale`) at +-V, V = `numerics.bias_bound(scale)` (2^127 for
+    scale < 1.38): a finite bias beyond +-V scale (bf16's lowest, -3.39e38, a mask fill, with scale 1/8, which
+    plain f32 would overflow to -inf) stays finite and acts as +-V scale, while -inf (and +inf) stay infinite
+    through the mma. V is a power of two, so a row whose every key has such a fill has exactly equal scores
+    -V (Q K^T is far below V's ulp) and the lowering's exponent fold gives each exactly ex2(0) = 1: the uniform
+    average over the keys the row sees, as float64 and PyTorch's eager attention give, with LSE -V scale +
+    ln(keys) (`reference.saturate_bias`); beside any other key a fill weighs 0. A -inf bias hides its key,
+    and a row that sees no key gives O = 0, LSE = -inf (FlashAttention's convention). Costs per bias element:
+    mul, max, min, two setp and two selp, in place (no register: the warp-specialized head_dim 128 kernel
+    keeps its 232 of 240). Not covered: a row whose every key has a huge fill below V scale that is not a
+    power of two (|fill log2 e| past ~2^31, e.g. -1e20) loses ex2(0) = 1 for its maximum in the rounding of
+    the exponent's fma below Tile level (O = 0 or NaN; an xfail test says so)."""
     c = blk.config
     window = blk.window(b, "Bias", blk.q0, blk.key_row(b, k0), [c.block_m, c.block_n])
     bias = b.cast(b.load(window, "bias_half"), f32, "bias")
-    return b.scale(bias, 1.0 / c.scale, "bias_unscaled")
+    return b.saturating_scale(bias, 1.0 / c.scale, bias_bound(c.scale), "bias_unscaled")
 
 
 def accumulate_pv(b: TileBuilder, blk: AttentionBlock, p: SSAValue, acc: SSAValue) -> SSAValue:
@@ -529,10 +549,10 @@ def flash_attention(
     accumulator, Bias / scale (`bias_accumulator`), so the scores are scale (Bias / scale + Q K^T). The lowering
     computes exp(x) as ex2(x log2 e) and folds scale x log2 e into the exponent's one fma
     (`convert-tile-to-sm90`): the bias, inside the accumulator, is multiplied by scale x log2 e / scale = log2 e
-    with the scores, never left in base e. Bias / scale is an f32: a bias beyond f32's range times scale
-    (e.g. bf16's lowest, -3.39e38, used as a mask fill, with scale 1/8) becomes -inf and hides its key as -inf
-    would; a row whose every key is so hidden gives O = 0 and LSE = -inf, not the uniform average that the
-    finite fill gives in an unfused computation. `bias_broadcast` names the dimensions, "batch" and/or
+    with the scores, never left in base e. Bias / scale is an f32 saturated at +-V (`bias_accumulator`,
+    `numerics.bias_bound`): a finite bias beyond +-V scale (e.g. bf16's lowest, -3.39e38, used as a mask fill,
+    with scale 1/8) acts as +-V scale and stays finite, so a row whose every key has that fill averages V
+    uniformly (as float64 and PyTorch's eager attention do), not O = 0. `bias_broadcast` names the dimensions, "batch" and/or
     "heads", in which the bias has size 1 (`..._bias_b1`, `_bias_h1`): read at index 0 there, as PyTorch
     broadcasts an attn_mask [1, heads, Sq, Sk] or [batch, 1, Sq, Sk]. Not with split-KV, grouped heads or
     clusters (refused by name)."""

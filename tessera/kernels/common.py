@@ -38,6 +38,7 @@ from tessera.dialects.tile_types import (
     element_byte_width,
 )
 from tessera.kernel_abi import DIMS_ATTR, GRID_ATTR, KERNEL_ATTR, LAUNCH_SIZES_ATTR, ROLE_ATTR, KernelSignature, signature
+from tessera.numerics import F32_LARGEST
 
 # region Argument checking
 
@@ -74,9 +75,8 @@ def check_flag(name: str, value: object) -> bool:
     return value
 
 
-F32_LARGEST = float(np.finfo(np.float32).max)
 F32_SMALLEST = float(np.finfo(np.float32).smallest_subnormal)
-"""The range of positive f32 values, in which a kernel's scale attribute must lie."""
+"""With F32_LARGEST, the range of positive f32 values, in which a kernel's scale attribute must lie."""
 
 
 def check_scale(scale: object, head_dim: int) -> float:
@@ -219,6 +219,9 @@ class TileBuilder:
 
     def scale(self, x, factor: float, name: str) -> SSAValue:
         return self.emit(tile.ScaleOp(x, factor), name)
+
+    def saturating_scale(self, x, factor: float, bound: float, name: str) -> SSAValue:
+        return self.emit(tile.SaturatingScaleOp(x, factor, bound), name)
 
     def unary(self, op_class: type[Operation], x, name: str) -> SSAValue:
         """row_max, row_sum and other one-operand tile ops."""

@@ -61,7 +61,8 @@ often raises no row's max at all, and a dropped rescale would go unseen."""
 
 
 def generate_inputs(sig: KernelSignature, sizes: Mapping[str, int], seed: int) -> list[np.ndarray]:
-    """Standard normal inputs (seeded); attention keys get the `KEY_RAMP`."""
+    """Standard normal inputs (seeded), one per input of the kernel in its order (Q, K, V and, for a kernel with
+    an additive bias, Bias in its own shape, size 1 where broadcast); attention keys get the `KEY_RAMP`."""
     rng = np.random.default_rng(seed)
     inputs = [rng.standard_normal(arg.shape(sizes)).astype(np.float32) for arg in sig.inputs]
     if sig.kind == "attention" and len(inputs) == 3 + sig.bias and inputs[1].ndim == 4:

@@ -334,7 +334,8 @@ def _reference_output(sig, inputs) -> np.ndarray | None:
     dtype = numpy_dtype(sig.inputs[0].type.element_type)
     rounded = [round_to(np.asarray(x), dtype) for x in inputs]
     if sig.kind == "attention":
-        return reference.attention(*rounded, sig.causal, sig.scale)
+        q, k, v, *bias = rounded
+        return reference.attention(q, k, v, sig.causal, sig.scale, bias[0] if sig.bias else None)
     if sig.kind == "gemm":
         return reference.gemm_kernel(sig, rounded)
     return None

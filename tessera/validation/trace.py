@@ -9,8 +9,9 @@ acc_t = alpha_t acc_{t-1} + P_t V_t. `attention_trace` records them while a leve
 - Target IR, by the name hints `convert-tile-to-sm90` carries over (`%m_new`, `%alpha`, `%l_new`,
   `%acc_next`), gathered from the threads' fragments into rows (`recording.gather_fragment`).
 
-The k-th value of each kind is tile k's at every level, whatever the pipelining. `golden_attention_trace`
-computes the same quantities in float64 from the rounded inputs, and `compare_traces` gives per tile the
+The k-th value of each kind is tile k's at every level, whatever the pipelining. A kernel with an additive
+bias (`flash_attention(bias=True)`) is traced with its bias (`bias=`), and the golden adds it, in float64, to
+the scaled scores. `golden_attention_trace` computes the same quantities in float64 from the rounded inputs, and `compare_traces` gives per tile the
 largest error of each, relative to the quantity's magnitude (at least 1): the first tile and quantity past
 the tolerance is where precision is lost. Target IR keeps m in the units of the scaled scores, like Tile IR.
 """
@@ -59,10 +60,12 @@ class AttentionTrace:
 
 
 def attention_trace(module: ModuleOp, q, k, v, level: str = "tile", pipeline: str | None = None,
-                    block: tuple[int, int, int] = (0, 0, 0), kernel: str | None = None) -> AttentionTrace:
-    """Run the flash attention kernel of `module` (Tile IR; not modified) on Q, K, V at `level` ("tile" or
-    "target"), after `pipeline` if given (at "target" it must reach Target IR; default the full
-    `DEFAULT_PIPELINE`), and return the state of row block `block` = (batch, head, row block)."""
+                    block: tuple[int, int, int] = (0, 0, 0), kernel: str | None = None,
+                    bias=None) -> AttentionTrace:
+    """Run the flash attention kernel of `module` (Tile IR; not modified) on Q, K, V (and `bias`, which a
+    kernel built with `bias=True` needs and any other refuses: ValueError) at `level` ("tile" or "target"),
+    after `pipeline` if given (at "target" it must reach Target IR; default the full `DEFAULT_PIPELINE`), and
+    return the state of row block `block` = (batch, head, row block)."""
     from tessera import find_kernel
     from tessera.arguments import check_array, check_module, check_string
     from tessera.passes import DEFAULT_PIPELINE, apply_pipeline
@@ -70,6 +73,8 @@ def attention_trace(module: ModuleOp, q, k, v, level: str = "tile", pipeline: st
     where = "tessera.validate.attention_trace"
     check_module(where, module)
     q, k, v = (check_array(where, name, x) for name, x in (("q", q), ("k", k), ("v", v)))
+    if bias is not None:
+        bias = check_array(where, "bias", bias)
     check_string(where, "level", level)
     check_string(where, "pipeline", pipeline, optional=True)
     check_string(where, "kernel", kernel, optional=True)
@@ -81,6 +86,10 @@ def attention_trace(module: ModuleOp, q, k, v, level: str = "tile", pipeline: st
         raise ValueError(f"attention_trace runs at level 'tile' or 'target' (the PTX executor keeps no per-op "
                          f"values), got '{level}'")
     sig = find_kernel(module, kernel)
+    if sig.bias != (bias is not None):
+        raise ValueError(f"{where}: kernel @{sig.name} " + (
+            "takes 4 inputs (Q, K, V, Bias): pass bias=, [batch, heads, seq_q, seq_k] (1 where it is broadcast)"
+            if sig.bias else "takes no bias (inputs Q, K, V); got bias="))
     module = module.clone()
     if level == levels.TARGET and not pipeline:
         pipeline = DEFAULT_PIPELINE
@@ -93,7 +102,7 @@ def attention_trace(module: ModuleOp, q, k, v, level: str = "tile", pipeline: st
     program_id = (row_block, h, b)
     trace = ValueTrace()
     factory = tile_recorders(program_id, trace) if level == levels.TILE else target_recorders(program_id, trace)
-    levels.run_level(module, level, sig, [q, k, v], {}, factory)
+    levels.run_level(module, level, sig, [q, k, v] + ([bias] if sig.bias else []), {}, factory)
     found = {}
     for quantity in QUANTITIES:
         if level == levels.TILE:
@@ -105,16 +114,21 @@ def attention_trace(module: ModuleOp, q, k, v, level: str = "tile", pipeline: st
 
 
 def golden_attention_trace(q, k, v, causal: bool, scale: float | None, block_m: int, block_n: int,
-                           block: tuple[int, int, int] = (0, 0, 0), dtype=None) -> AttentionTrace:
+                           block: tuple[int, int, int] = (0, 0, 0), dtype=None, bias=None) -> AttentionTrace:
     """The online-softmax state per K/V tile in float64 for row block `block` = (batch, head, row block),
     with the kernel's trip count (bottom-right causal: tiles up to the last key the block's last row sees).
     Inputs are rounded to `dtype` (the kernel's element type) first when given. Rows past seq_q are computed
-    as the kernel computes them, from zero queries (a tensor copy fills them with zeros)."""
+    as the kernel computes them, from zero queries (a tensor copy fills them with zeros). With `bias`
+    ([batch or 1, heads or 1, seq_q, seq_k], rounded like the inputs) the scores are scale Q K^T + bias before
+    the masks, the bias saturated as the kernels saturate it (`reference.saturate_bias`; read as 0 past
+    seq_q and seq_k, where the kernel's bounded load reads nothing)."""
     from tessera.numerics import round_to
+    from tessera.reference import saturate_bias
 
     q, k, v = (np.asarray(x) for x in (q, k, v))
     if dtype is not None:
         q, k, v = (round_to(x, dtype) for x in (q, k, v))
+        bias = None if bias is None else round_to(np.asarray(bias), dtype)
     q, k, v = (x.astype(np.float64) for x in (q, k, v))
     b, h, row_block = block
     seq_q, seq_k, head_dim = q.shape[2], k.shape[2], q.shape[3]
@@ -123,6 +137,10 @@ def golden_attention_trace(q, k, v, causal: bool, scale: float | None, block_m: 
     rows = np.zeros((block_m, head_dim))
     real = max(0, min(block_m, seq_q - q0))
     rows[:real] = q[b, h, q0:q0 + real]
+    bias_rows = np.zeros((block_m, seq_k))
+    if bias is not None:  # a broadcast dimension (size 1) is read at index 0
+        bias = saturate_bias(bias, scale)
+        bias_rows[:real] = bias[b if bias.shape[0] > 1 else 0, h if bias.shape[1] > 1 else 0, q0:q0 + real]
     trips = -(-seq_k // block_n)
     if causal:
         trips = min(trips, -(-max(0, q0 + block_m + seq_k - seq_q) // block_n))
@@ -138,6 +156,7 @@ def golden_attention_trace(q, k, v, causal: bool, scale: float | None, block_m: 
         keys[:n] = k[b, h, t * block_n:t * block_n + n]
         values[:n] = v[b, h, t * block_n:t * block_n + n]
         s = rows @ keys.T * scale
+        s[:, :n] += bias_rows[:, t * block_n:t * block_n + n]
         key = (t * block_n + np.arange(block_n))[None, :]
         hidden = key >= seq_k
         if causal:
