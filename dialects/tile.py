@@ -658,11 +658,21 @@ class _BinaryOp(_ElementwiseOp):
 
 @irdl_op_definition
 class ExpDiffOp(_BinaryOp):
-    """`%r = tile.exp_diff %a, %b : type`: r = exp(a - b), where b = -inf counts as 0 (safe max).
+    """`%r = tile.exp_diff %a, %b [subtract_first] : type`: r = exp(a - b), where b = -inf counts as 0 (safe
+    max).
 
-    Used for the rescale factor exp(m_old - m_new) of the online softmax."""
+    Used for the rescale factor exp(m_old - m_new) of the online softmax. `subtract_first`: as for
+    `tile.exp_subtract`, a lowering must form a - b before it scales it (ex2((a - b) log2 e)); the online
+    softmax sets it on both ops or neither, so that the rescale factor matches the exponentials it rescales."""
 
     name = "tile.exp_diff"
+    subtract_first = opt_prop_def(UnitAttr)
+    assembly_format = "$lhs `,` $rhs (`subtract_first` $subtract_first^)? attr-dict `:` type($result)"
+
+    def __init__(self, lhs: SSAValue | Operation, rhs: SSAValue | Operation, subtract_first: bool = False):
+        super().__init__(lhs, rhs)
+        if subtract_first:
+            self.subtract_first = UnitAttr()
 
 
 @irdl_op_definition
@@ -794,10 +804,28 @@ class _RowBroadcastOp(IRDLOperation):
 
 @irdl_op_definition
 class ExpSubtractOp(_RowBroadcastOp):
-    """`%p = tile.exp_subtract %x, %m : [M, N], [M]`: p[i, j] = exp(x[i, j] - m[i]), where m[i] = -inf
-    counts as 0 (a fully masked row gives zeros, not NaN)."""
+    """`%p = tile.exp_subtract %x, %m [subtract_first] : [M, N], [M]`: p[i, j] = exp(x[i, j] - m[i]), where
+    m[i] = -inf counts as 0 (a fully masked row gives zeros, not NaN).
+
+    `subtract_first` (a unit property) says the operands may be huge (an attention bias used as a mask fill,
+    e.g. -1e20), so a lowering must form the difference in f32 before it scales it: exp(x - m) as
+    ex2((x - m) log2 e), where x - m is exact when x and m are close (Sterbenz), not as the one fma
+    ex2(x log2 e - m log2 e), in which m log2 e is rounded and x log2 e is not: a residual of up to
+    ulp(m log2 e) / 2 (2^42 for -1e20) that the largest x then gets instead of exp(0) = 1. The residual is
+    common to a row, and `tile.exp_diff`'s rounded form carries the matching factor, so it cancels in the
+    softmax until ex2 of it overflows or underflows (|m log2 e| past ~2^31). The value is the exact
+    exp(x - m) with or without the property (the Tile interpreter ignores it); it only rules out a lowering's
+    cheaper rounded form. Set on both ops by `flash_attention(bias=True)`; unbiased scores stay far below that
+    range and keep the one fma."""
 
     name = "tile.exp_subtract"
+    subtract_first = opt_prop_def(UnitAttr)
+    assembly_format = "$source `,` $rows (`subtract_first` $subtract_first^)? attr-dict `:` type($source) `,` type($rows)"
+
+    def __init__(self, source: SSAValue | Operation, rows: SSAValue | Operation, subtract_first: bool = False):
+        super().__init__(source, rows)
+        if subtract_first:
+            self.subtract_first = UnitAttr()
 
 
 @irdl_op_definition

@@ -73,8 +73,9 @@ def exp2_factor(factor: float) -> float:
     Rounded from the two f32 factors, not from the exact factor log2 e, so that it is exactly the product the
     row maximum goes through (m = f32(x_max factor), then f32(m log2 e)): for a score x = +-2^k, x C and
     f32(f32(x factor) log2 e) are then the same f32, and the largest score of a row gives ex2(0) = 1 exactly
-    whatever its magnitude (a saturated bias, `bias_bound`). For 1/sqrt(64), 1/sqrt(128) and 1/sqrt(256) it
-    is the f32 nearest to factor log2 e as well."""
+    whatever its magnitude. Other huge scores do not (the fma leaves the rounding of m log2 e): a biased
+    kernel, whose fills may be huge, subtracts first instead (`subtract_first` on tile.exp_subtract) and does
+    not use C. For 1/sqrt(64), 1/sqrt(128) and 1/sqrt(256) it is the f32 nearest to factor log2 e as well."""
     return float(np.float32(factor) * np.float32(LOG2E))
 
 
@@ -82,10 +83,11 @@ def bias_bound(scale: float) -> float:
     """The bound V to which an attention kernel saturates Bias / scale (`tile.saturating_scale`): the largest
     power of two, at most 2^127, with V exp2_factor(scale) a finite f32.
 
-    A power of two, so that a row whose every key is saturated keeps its scores exactly equal through the
-    lowering's exponent fold (`exp2_factor`): a uniform average, as the finite fill gives in float64. The
-    bound on V exp2_factor(scale) keeps the row maximum m log2 e finite. For scale < 1.38 (scale log2 e < 2) it
-    is 2^127."""
+    A row whose every key is saturated has exactly equal scores -V scale and averages V uniformly, as the
+    finite fill does in float64: the biased kernel's exponents subtract before they scale (`subtract_first`
+    on tile.exp_subtract), so equal scores give exp(0) = 1 at any magnitude. A power of two as well, which
+    the one-fma exponent (`exp2_factor`) would need for that. The bound on V exp2_factor(scale) keeps
+    V scale log2 e a finite f32. For scale < 1.38 (scale log2 e < 2) it is 2^127."""
     factor = exp2_factor(scale)
     bound = 2.0**127
     while bound * factor > F32_LARGEST:  # exact in float64: a power of two times an f32

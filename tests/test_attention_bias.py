@@ -87,12 +87,18 @@ def test_bias_matches_below_tile_level(head_dim, causal, dtype, shape, broadcast
 
 
 def test_a_zero_bias_is_the_kernel_without_bias(rng):
-    """Bias / scale = 0 added to the accumulator changes nothing: bitwise the kernel without a bias."""
+    """Bias / scale = 0 added to the accumulator changes nothing: bitwise the kernel without a bias at Tile
+    level; below it within one bf16 ulp (the biased kernel's exponents subtract before they scale,
+    `subtract_first`, and round differently from the unbiased kernel's one fma)."""
     q, k, v, bias = _inputs(rng, (1, 2, 150, 200), 64)
-    plain = tessera.interpret(flash_attention(64, causal=True), q, k, v, level="target")
-    biased = tessera.interpret(flash_attention(64, causal=True, bias=True), q, k, v, np.zeros_like(bias),
-                               level="target")
-    assert np.array_equal(plain, biased)
+    for level in ("tile", "target"):
+        plain = tessera.interpret(flash_attention(64, causal=True), q, k, v, level=level)
+        biased = tessera.interpret(flash_attention(64, causal=True, bias=True), q, k, v, np.zeros_like(bias),
+                                   level=level)
+        if level == "tile":
+            assert np.array_equal(plain, biased)
+        plain, biased = np.asarray(plain, np.float64), np.asarray(biased, np.float64)
+        assert np.all(np.abs(biased - plain) <= 2.0**-7 * np.abs(plain)), level
 
 
 def test_minus_infinity_hides_keys_like_an_attention_mask(rng):
@@ -221,16 +227,38 @@ def test_positive_fills_saturate_too(rng):
     assert np.abs(np.asarray(out, np.float64)[0, 0, 10] - uniform).max() <= 2.0**-7
 
 
-@pytest.mark.xfail(strict=True, reason="known limitation: a row whose every key has a huge finite fill that is not "
-                   "+-2^k (|fill log2 e| beyond ~2^31 but within V scale, e.g. -1e20) loses its maximum's ex2(0) = 1 in "
-                   "the exponent fold's rounding (ex2 of a residual of ~2^40): O = 0 or NaN below Tile level")
-def test_a_huge_unsaturated_fill_on_every_key_below_tile_level(rng):
-    q, k, v, bias = _inputs(rng, (1, 1, 64, 100), 128)
-    bias[..., 5, :] = -1e20
-    module = flash_attention(128, bias=True)
-    tile = np.asarray(tessera.interpret(module, q, k, v, bias), np.float64)
-    target = np.asarray(tessera.interpret(module, q, k, v, bias, level="target"), np.float64)
-    assert np.abs(target[0, 0, 5] - tile[0, 0, 5]).max() <= 2.0**-7
+HUGE_FILL_ROWS = {5: -1e20, 7: -1e12, 9: -1e30}
+"""Rows whose every key has a huge finite fill below V scale, not +-2^k: not saturated, yet far past the range in
+which ex2(x C - m log2 e) as one fma keeps ex2(0) = 1 for the row's maximum (|m log2 e| past ~2^31)."""
+
+
+@pytest.mark.parametrize("level", ["target", "ptx"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_huge_unsaturated_fills_below_tile_level(head_dim, level, rng):
+    """A huge finite fill on every key of a row (-1e12, -1e20, -1e30: Q K^T is below the f32 ulp of Bias / scale,
+    so the row's scores are all equal) averages V uniformly, as at Tile level: the biased kernel's exponents
+    subtract before they scale (`subtract_first` on tile.exp_subtract and tile.exp_diff), so the row's maximum
+    gets exactly ex2(0) = 1 below Tile level too. Row 11 has -1e20 on every third key (those weigh 0); row 13
+    has -1.01e20 on the first key block and -1e20 on the others (the maximum rises between key blocks: the
+    rescale factor is exactly 0 and O the average over the later keys). Three key blocks."""
+    q, k, v, bias = _inputs(rng, (1, 1, 64, 300), head_dim)
+    for row, fill in HUGE_FILL_ROWS.items():
+        bias[..., row, :] = fill
+    bias[..., 11, ::3] = -1e20
+    bias[..., 13, :128] = -1.01e20
+    bias[..., 13, 128:] = -1e20
+    bias = round_to(bias, BF16)
+    module = flash_attention(head_dim, bias=True, return_lse=True)
+    tile, tile_lse = tessera.interpret(module, q, k, v, bias)
+    out, lse = tessera.interpret(module, q, k, v, bias, level=level)
+    out, tile = np.asarray(out, np.float64), np.asarray(tile, np.float64)
+    v64 = np.asarray(v, np.float64)[0, 0]
+    assert np.isfinite(out).all() and np.isfinite(lse).all()
+    for row in HUGE_FILL_ROWS:
+        assert np.abs(out[0, 0, row] - v64.mean(axis=0)).max() <= 2.0**-7, row
+    assert np.abs(out[0, 0, 13] - v64[128:].mean(axis=0)).max() <= 2.0**-7
+    assert np.abs(out - tile).max() <= 2.0**-6
+    assert np.allclose(lse, tile_lse, rtol=1e-6, atol=1e-4)
 
 
 SATURATE = """

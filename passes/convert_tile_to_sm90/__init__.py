@@ -27,8 +27,10 @@ How each piece maps:
 - Row reductions reduce a thread's registers of each row, then across the 4 lanes of the row with
   shfl.sync.bfly; `tile.exp_subtract` is ex2.approx of one fma per register, a `tile.scale` factor times
   log2(e) folded into it (`numerics.exp2_factor`); `tile.exp_diff` (row vectors) is ex2.approx of a mul and
-  an add, exactly 1 for equal operands at any magnitude; `tile.saturating_scale` is mul, max, min and two
-  selects on predicates of +-inf, in place; `tile.log` is lg2.approx times ln 2; division is rcp.approx with
+  an add, exactly 1 for equal operands at any magnitude; with `subtract_first` (huge operands: a biased
+  kernel) both subtract before they scale, ex2((f32(x factor) - m) log2(e)) (fma(x, factor, -m) for a factor
+  2^k) and ex2((a - b) log2(e)), each op `.rn` so that ptxas cannot contract the mul and sub into an fma;
+  `tile.saturating_scale` is mul, max, min and two selects on predicates of +-inf, in place; `tile.log` is lg2.approx times ln 2; division is rcp.approx with
   rows of sum 0 giving 0; masks compare per-register row/column coordinates.
 - `tile.store_global` / `tile.load` of a global window store / load each thread's registers (packed pairs
   for bf16/f16) with a bounds mask (out-of-bounds loads give 0); `tile.load_broadcast` loads each register's

@@ -79,19 +79,49 @@ class AttentionLowering:
         """exp(factor x - m) = ex2(x C - m log2e), C = `exp2_factor(factor)`: -m log2e once per row, then one fma
         per register and ex2 (a `Scaled` operand's factor folds into the fma). The row's largest score gives
         ex2(0) = 1 exactly when it is +-2^k (a saturated bias, `tessera.numerics.bias_bound`): m is then
-        f32(2^k factor) and both products are 2^k C."""
+        f32(2^k factor) and both products are 2^k C. With `subtract_first` (huge operands), see
+        `_exp_subtracted`: three f32 ops per register instead of the fma (two for a factor 2^k)."""
         x = self._peek(op.source)
         raw, factor = (x.raw, x.factor) if isinstance(x, Scaled) else (x, 1.0)
-        neg_scaled_m = self._broadcast_rows(op, self._neg_scaled_max(self._get(op.rows), e), e)
         lanes = raw.type.get_shape()[0]
+        if op.subtract_first:
+            self._set(op.result, self._exp_subtracted(op, raw, factor, e))
+            return
+        neg_scaled_m = self._broadcast_rows(op, self._neg_scaled_max(self._get(op.rows), e), e)
         self._set(op.result, e.ex2(e.fma(raw, e.splat(f32, exp2_factor(factor), lanes), neg_scaled_m)))
+
+    def _exp_subtracted(self, op: tile.ExpSubtractOp, raw: SSAValue, factor: float, e: Emitter) -> SSAValue:
+        """ex2((f32(raw factor) - m) log2e) per register (m = -inf read as 0): the score rounded exactly as the
+        row maximum was (`_lower_RowMaxOp`: f32(max(raw) factor), and rounding is monotonic), so every
+        difference is <= 0, the largest score's exactly 0 at any magnitude, and close scores subtract exactly
+        (Sterbenz); only then is the difference scaled. mul, sub, mul in place, each reading register i alone
+        (no register beside the score's); `.rn` keeps ptxas from contracting the mul and the sub into an fma.
+        For a factor 2^k (head_dim 64 and 256's default scale) raw factor is exact, so the mul and the sub are
+        one fma(raw, factor, -m) with the same result, bit for bit."""
+        lanes = raw.type.get_shape()[0]
+        m = self._safe_max(self._get(op.rows), e)
+        if factor != 1.0 and pymath.frexp(factor)[0] == 0.5:
+            neg_m = self._broadcast_rows(op, e.op(arith.NegfOp(m)), e)
+            difference = e.fma(raw, e.splat(f32, factor, lanes), neg_m)
+        else:
+            score = raw if factor == 1.0 else e.mulf(raw, e.splat(f32, factor, lanes))
+            difference = e.subf(score, self._broadcast_rows(op, m, e))
+        return e.ex2(e.mulf(difference, e.splat(f32, LOG2E, lanes)))
 
     def _lower_ExpDiffOp(self, op: tile.ExpDiffOp, e: Emitter) -> None:
         """exp(a - b) = ex2(f32(a log2e) - f32(b log2e)) on row vectors (two registers): a mul and an add, not
         one fma, so that a = b gives ex2(0) = 1 exactly at any magnitude (a row of saturated bias scores keeps
-        its maximum from one key block to the next); a = -inf gives 0."""
+        its maximum from one key block to the next); a = -inf gives 0. The rounding of b log2e is the one
+        `tile.exp_subtract`'s fma leaves in the row's exponentials, so the factor carries it and it cancels. With
+        `subtract_first`: ex2((a - b) log2e), a sub and a mul, matching `_exp_subtracted` (a = b still gives 1;
+        a = -inf, or both -inf with b read as 0, gives 0)."""
         a = self._get(op.lhs)
-        scaled_a = e.mulf(a, e.splat(f32, LOG2E, a.type.get_shape()[0]))
+        lanes = a.type.get_shape()[0]
+        if op.subtract_first:
+            difference = e.subf(a, self._safe_max(self._get(op.rhs), e))
+            self._set(op.result, e.ex2(e.mulf(difference, e.splat(f32, LOG2E, lanes))))
+            return
+        scaled_a = e.mulf(a, e.splat(f32, LOG2E, lanes))
         self._set(op.result, e.ex2(e.addf(scaled_a, self._neg_scaled_max(self._get(op.rhs), e))))
 
     def _lower_SaturatingScaleOp(self, op: tile.SaturatingScaleOp, e: Emitter) -> None:

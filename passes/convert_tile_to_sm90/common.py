@@ -119,7 +119,8 @@ class Stage:
 class Scaled:
     """A register tile `raw * factor` (factor > 0) not multiplied out yet: masks, row maxima and exp_subtract
     fold the factor (max(f x) = f max(x); exp(f x - m) = ex2(x (f log2 e) - m log2 e)), saving one multiply
-    per element; any other use multiplies it out once per block."""
+    per element; any other use multiplies it out once per block (exp_subtract with `subtract_first` does, in
+    place: f32(x f) - m before the scale)."""
 
     raw: SSAValue
     factor: float

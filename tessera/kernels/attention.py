@@ -456,15 +456,17 @@ def bias_accumulator(b: TileBuilder, blk: AttentionBlock, k0: SSAValue) -> SSAVa
     Bias / scale saturates (`tile.saturating_scale`) at +-V, V = `numerics.bias_bound(scale)` (2^127 for
     scale < 1.38): a finite bias beyond +-V scale (bf16's lowest, -3.39e38, a mask fill, with scale 1/8, which
     plain f32 would overflow to -inf) stays finite and acts as +-V scale, while -inf (and +inf) stay infinite
-    through the mma. V is a power of two, so a row whose every key has such a fill has exactly equal scores
-    -V (Q K^T is far below V's ulp) and the lowering's exponent fold gives each exactly ex2(0) = 1: the uniform
-    average over the keys the row sees, as float64 and PyTorch's eager attention give, with LSE -V scale +
-    ln(keys) (`reference.saturate_bias`); beside any other key a fill weighs 0. A -inf bias hides its key,
-    and a row that sees no key gives O = 0, LSE = -inf (FlashAttention's convention). Costs per bias element:
-    mul, max, min, two setp and two selp, in place (no register: the warp-specialized head_dim 128 kernel
-    keeps its 232 of 240). Not covered: a row whose every key has a huge fill below V scale that is not a
-    power of two (|fill log2 e| past ~2^31, e.g. -1e20) loses ex2(0) = 1 for its maximum in the rounding of
-    the exponent's fma below Tile level (O = 0 or NaN; an xfail test says so)."""
+    through the mma. A row whose every key has such a fill has exactly equal scores -V scale (Q K^T is far
+    below V's ulp), and so does a row whose every key has any other huge fill below V scale (-1e12, -1e20,
+    -1e30): each gets exactly exp(0) = 1 at every level, because a biased kernel's exponents subtract before
+    they scale (`subtract_first` on tile.exp_subtract and tile.exp_diff: ex2((s - m) log2 e), not the unbiased
+    kernel's one fma, whose rounding of m log2 e would leave the maximum ex2 of a residual of up to 2^42): the
+    uniform average over the keys the row sees, as float64 and PyTorch's eager attention give, with LSE
+    -V scale + ln(keys) for a saturated fill (`reference.saturate_bias`); beside any other key a fill weighs 0.
+    A -inf bias hides its key, and a row that sees no key gives O = 0, LSE = -inf (FlashAttention's
+    convention). Costs per bias element: mul, max, min, two setp and two selp, in place (no register: the
+    warp-specialized head_dim 128 kernel keeps its 232 of 240), and for the subtraction first two more f32
+    ops per score (mul, sub, mul instead of one fma, in place; one more, fma and mul, where scale is 2^k)."""
     c = blk.config
     window = blk.window(b, "Bias", blk.q0, blk.key_row(b, k0), [c.block_m, c.block_n])
     bias = b.cast(b.load(window, "bias_half"), f32, "bias")
@@ -547,9 +549,10 @@ def flash_attention(
     entry hides its key, like attn_mask in PyTorch's SDPA; a row whose every key is hidden gives O = 0 and
     LSE = -inf). The LSE is then that of the biased scores. The bias block enters as the score mma's initial
     accumulator, Bias / scale (`bias_accumulator`), so the scores are scale (Bias / scale + Q K^T). The lowering
-    computes exp(x) as ex2(x log2 e) and folds scale x log2 e into the exponent's one fma
-    (`convert-tile-to-sm90`): the bias, inside the accumulator, is multiplied by scale x log2 e / scale = log2 e
-    with the scores, never left in base e. Bias / scale is an f32 saturated at +-V (`bias_accumulator`,
+    computes exp(x - m) as ex2((x - m) log2 e), the score x rounded from the accumulator as the row maximum m
+    was, then subtracted, then scaled (`subtract_first` on the kernel's tile.exp_subtract and tile.exp_diff: a
+    bias may hold huge finite fills, for which the unbiased kernel's one fma ex2(acc scale log2 e - m log2 e)
+    would lose exp(0) = 1 for the row's maximum). Bias / scale is an f32 saturated at +-V (`bias_accumulator`,
     `numerics.bias_bound`): a finite bias beyond +-V scale (e.g. bf16's lowest, -3.39e38, used as a mask fill,
     with scale 1/8) acts as +-V scale and stays finite, so a row whose every key has that fill averages V
     uniformly (as float64 and PyTorch's eager attention do), not O = 0. `bias_broadcast` names the dimensions, "batch" and/or
@@ -587,8 +590,9 @@ def flash_loop(b: TileBuilder, blk: AttentionBlock) -> tuple[SSAValue, SSAValue,
         load_key_block(b, blk, k0, ("K", "V"))
         s = masked_scores(b, blk, k0)
         m_new = b.binary(tile.ElementMaxOp, m, b.unary(tile.RowMaxOp, s, "s_max"), "m_new")
-        alpha = b.binary(tile.ExpDiffOp, m, m_new, "alpha")
-        p = b.binary(tile.ExpSubtractOp, s, m_new, "p")
+        # A bias may hold huge finite fills (-1e20): the exponents must subtract before they scale (both ops).
+        alpha = b.emit(tile.ExpDiffOp(m, m_new, subtract_first=c.bias), "alpha")
+        p = b.emit(tile.ExpSubtractOp(s, m_new, subtract_first=c.bias), "p")
         l_new = b.fma(alpha, l, b.unary(tile.RowSumOp, p, "p_sum"), "l_new")
         acc_scaled = b.binary(tile.MulRowsOp, acc, alpha, "acc_scaled")
         acc_new = accumulate_pv(b, blk, p, acc_scaled)
