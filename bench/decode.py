@@ -304,7 +304,7 @@ def splits_grid(args) -> None:
 
 
 def ptxas_matrix(args) -> None:
-    """The grouped, varlen and paged (pages of 16 and 256) kernels at head_dim 64/128/256, causal or not, the
+    """The grouped, varlen and paged (pages of 16: the gather, and 256: TMA) kernels at head_dim 64/128/256, causal or not, the
     packed kernels also with the LSE and split-KV (3 parts; not at head_dim 256, which has no split kernel),
     assembled by every ptxas found: registers, spills, stack frame, warnings and diagnostics."""
     import tessera
@@ -318,6 +318,8 @@ def ptxas_matrix(args) -> None:
                 "paged16": lambda d, c: flash_attention_paged(d, causal=c, page_size=16),
                 "paged256": lambda d, c: flash_attention_paged(d, causal=c, page_size=256),
                 "paged16-lse": lambda d, c: flash_attention_paged(d, causal=c, page_size=16, return_lse=True),
+                "paged16-split3": lambda d, c: flash_attention_paged(d, causal=c, page_size=16, num_splits=3)
+                if d < 256 else None,  # the gather's split kernel
                 "paged256-split3": lambda d, c: flash_attention_paged(d, causal=c, page_size=256, num_splits=3)
                 if d < 256 else None}  # head_dim 256 has no split kernel
     unclean = 0

@@ -394,6 +394,7 @@ PTXAS_KERNELS = [
     ("flash_attention_varlen", dict(head_dim=64, return_lse=True)),
     ("flash_attention_paged", dict(head_dim=128, page_size=128, causal=True, num_splits=3)),
     ("flash_attention_paged", dict(head_dim=64, page_size=16, return_lse=True)),
+    ("flash_attention_paged", dict(head_dim=128, page_size=16, causal=True, num_splits=3)),
 ]
 
 
