@@ -25,13 +25,8 @@ from xdsl.dialects.builtin import I32, I64, IntegerAttr
 from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, prop_def, traits_def
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect
 
+from tessera.dialects.sm90_base import _require
 from tessera.sm90 import facts
-
-
-def _require(condition: bool, op, message: str) -> None:
-    from tessera.dialects.sm90 import _require as require
-
-    require(condition, op, message)
 
 
 @irdl_op_definition

@@ -54,26 +54,14 @@ from xdsl.irdl import (
 )
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, Pure
 
+from tessera.dialects.sm90_base import _lanes, _require
+from tessera.dialects.sm90_memory import _column_bytes, _verify_column_bytes
 from tessera.sm90 import matrix as matrix_facts
 
 # region Atomic adds into global memory [P#parallel-synchronization-and-communication-instructions-red, -atom]
 
 
-def _require(condition: bool, op, message: str) -> None:
-    from tessera.dialects.sm90 import _require as require
-
-    require(condition, op, message)
-
-
-def _lanes(ty) -> int:
-    from tessera.dialects.sm90 import _lanes as lanes
-
-    return lanes(ty)
-
-
 def _verify_global_vectors(op, offsets, mask, values_or_result) -> int:
-    from tessera.dialects.sm90 import _verify_column_bytes
-
     n = _lanes(values_or_result.type)
     _verify_column_bytes(op, n)
     _require(values_or_result.type == VectorType(Float32Type(), [n]), op,
@@ -82,12 +70,6 @@ def _verify_global_vectors(op, offsets, mask, values_or_result) -> int:
              f"offsets must be vector<{n}xi64> or vector<{n}xi32> (sign-extended), got {offsets.type}")
     _require(mask.type == VectorType(i1, [n]), op, f"mask must be vector<{n}xi1>, got {mask.type}")
     return n
-
-
-def _column_properties(column_bytes: Sequence[int] | None) -> dict:
-    from tessera.dialects.sm90 import _column_bytes
-
-    return _column_bytes(column_bytes)
 
 
 @irdl_op_definition
@@ -112,7 +94,7 @@ class RedGlobalAddOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
 
     def __init__(self, base_ptr, offsets, values, mask, column_bytes: Sequence[int] | None = None):
-        super().__init__(operands=[base_ptr, offsets, values, mask], properties=_column_properties(column_bytes))
+        super().__init__(operands=[base_ptr, offsets, values, mask], properties=_column_bytes(column_bytes))
 
     def verify_(self) -> None:
         _verify_global_vectors(self, self.offsets, self.mask, self.values)
@@ -141,7 +123,7 @@ class AtomGlobalAddOp(IRDLOperation):
     def __init__(self, base_ptr, offsets, values, mask, column_bytes: Sequence[int] | None = None):
         from xdsl.ir import SSAValue
 
-        super().__init__(operands=[base_ptr, offsets, values, mask], properties=_column_properties(column_bytes),
+        super().__init__(operands=[base_ptr, offsets, values, mask], properties=_column_bytes(column_bytes),
                          result_types=[SSAValue.get(values).type])
 
     def verify_(self) -> None:

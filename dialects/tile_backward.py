@@ -7,39 +7,20 @@
 - `tile.sem_wait`, `tile.sem_signal`: a counting semaphore in global memory that orders the reducing stores
   of different thread blocks (deterministic mode: the key blocks add into one query block in key order).
 
-These ops sit in their own file so that the backward's additions stay apart from the forward's ops; nothing
-here imports `tile.py` (which imports this file), so the few checks they share are repeated below. The
-backward's row-broadcast ops (`tile.sub_rows`, `tile.exp2_subtract`) sit in `tile.py` beside the forward's,
-sharing their base class.
+These ops sit in their own file so that the backward's additions stay apart from the forward's ops; the checks
+they share with them come from `tile_base.py`. The backward's row-broadcast ops (`tile.sub_rows`,
+`tile.exp2_subtract`) sit in `tile_compute.py` beside the forward's, sharing their base class.
 """
 
 from __future__ import annotations
 
 from xdsl.dialects.builtin import Float32Type, IndexType, IntegerType
 from xdsl.ir import Operation, SSAValue
-from xdsl.irdl import IRDLOperation, base, irdl_op_definition, operand_def, traits_def
+from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, traits_def
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect
-from xdsl.utils.exceptions import VerifyException
 
+from tessera.dialects.tile_base import TILE, _require, _require_space, _tile
 from tessera.dialects.tile_types import MemSpace, TileType
-
-TILE = base(TileType)
-
-
-def _tile(value: SSAValue | Operation) -> TileType:
-    value = SSAValue.get(value)
-    assert isinstance(value.type, TileType)
-    return value.type
-
-
-def _require(condition: bool, op: Operation, message: str) -> None:
-    if not condition:
-        raise VerifyException(f"'{op.name}' op {message}")
-
-
-def _require_space(op: Operation, what: str, ty: TileType, *spaces: MemSpace) -> None:
-    names = " or ".join(s.value for s in spaces)
-    _require(ty.memory_space in spaces, op, f"{what} must be a {names} tile, got {ty.memory_space.value}")
 
 
 # region Stores into shared memory and reducing stores into global memory

@@ -1,7 +1,7 @@
-"""PTX of the `sm90` cluster ops (`tessera.dialects.sm90`, region "Thread-block clusters"; the facts are those
-of `tessera.sm90.cluster`). The cluster special registers print through `sm90.special` like the others
-(`mov.u32 %r, %cluster_ctarank`); a kernel with a `tile.cluster` shape gets `.explicitcluster` (`kernel`):
-it must be launched with explicit cluster dimensions, and reads the shape it got from %cluster_nctarank."""
+"""PTX of the `sm90` cluster ops (`tessera.dialects.sm90_cluster`; the facts are those of `tessera.sm90.cluster`).
+The cluster special registers print through `sm90.special` like the others (`mov.u32 %r, %cluster_ctarank`);
+a kernel with a `tile.cluster` shape gets `.explicitcluster` (`kernel`): it must be launched with explicit
+cluster dimensions, and reads the shape it got from %cluster_nctarank."""
 
 from __future__ import annotations
 

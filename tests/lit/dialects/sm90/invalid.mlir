@@ -1,6 +1,7 @@
-// One chunk per verifier rule of the Target IR dialect sm90 (dialects/sm90.py: every `_require` and every
-// ValueError of tessera.sm90.facts that a verifier turns into a diagnostic), each checking the rule's message,
-// then the IRDL-level constraints (operand and result types, shared type variables, property types).
+// One chunk per verifier rule of the Target IR dialect sm90 (dialects/sm90.py, sm90_memory.py, sm90_sync.py,
+// sm90_wgmma.py, sm90_arithmetic.py: every `_require` and every ValueError of tessera.sm90.facts that a
+// verifier turns into a diagnostic), each checking the rule's message, then the IRDL-level constraints
+// (operand and result types, shared type variables, property types).
 // A rule with two conditions (e.g. "a power of two >= 8") gets a chunk for each; rules shared by several ops
 // through a base class are tested on different ops in turn. Every message, value included, occurs once.
 // RUN: tessera-opt %s --split-input-file --verify-diagnostics | filecheck %s

@@ -1,4 +1,4 @@
-// The 16-bit copy ops of the any-shape GEMM (dialects/sm90.py): sm90.ld_global_u16 (with column immediates, as
+// The 16-bit copy ops of the any-shape GEMM (dialects/sm90_memory.py): sm90.ld_global_u16 (with column immediates, as
 // attention's bias loads it) and sm90.st_shared_b16 round-trip, and each verifier rule reports its message.
 // RUN: tessera-opt %s --split-input-file --verify-diagnostics | filecheck %s
 

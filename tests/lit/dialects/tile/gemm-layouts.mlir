@@ -1,5 +1,5 @@
-// GEMM's Tile IR pieces (dialects/tile.py): tile.mma with transpose_a and transpose_b, tile.load_broadcast,
-// their round trip and each verifier rule's message.
+// GEMM's Tile IR pieces: tile.mma with transpose_a and transpose_b (dialects/tile_compute.py),
+// tile.load_broadcast (dialects/tile_memory.py), their round trip and each verifier rule's message.
 // RUN: tessera-opt %s --split-input-file --verify-diagnostics | filecheck %s
 
 %a = "test.op"() : () -> !tile.tile<64x128xbf16, shared, swizzle 128>

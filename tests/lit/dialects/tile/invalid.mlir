@@ -1,5 +1,6 @@
-// One chunk per verifier rule of the tile dialect (dialects/tile.py, dialects/tile_types.py), each checking
-// the rule's message, then the IRDL-level constraints (operand kinds, shared type variables, property types).
+// One chunk per verifier rule of the tile dialect (dialects/tile.py, tile_memory.py, tile_compute.py,
+// tile_types.py), each checking the rule's message, then the IRDL-level constraints (operand kinds, shared
+// type variables, property types).
 // Rules shared by several ops through a base class are tested once, on different ops in turn.
 // RUN: tessera-opt %s --split-input-file --verify-diagnostics | filecheck %s
 

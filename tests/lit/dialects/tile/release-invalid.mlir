@@ -1,4 +1,4 @@
-// The verifier rules of tile.release (dialects/tile.py), one chunk each.
+// The verifier rules of tile.release (dialects/tile_memory.py), one chunk each.
 // RUN: tessera-opt %s --split-input-file --verify-diagnostics | filecheck %s
 
 %r = "test.op"() : () -> !tile.tile<64x64xbf16, register>

@@ -1,0 +1,149 @@
+"""Target IR arithmetic the machine does differently, in the `sm90` dialect (`sm90.py` registers it and
+re-exports each op as `sm90.X`).
+
+The approximate transcendental functions (ex2, rcp, lg2), packing pairs of f32 into bf16x2/f16x2 registers,
+and register-by-register compare and select on fragments; ordinary arithmetic stays in upstream `arith`.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from xdsl.dialects.builtin import Float32Type, IndexType, IntegerType, StringAttr, VectorType, i1, i32
+from xdsl.ir import SSAValue
+from xdsl.irdl import (
+    IRDLOperation,
+    VarConstraint,
+    base,
+    irdl_op_definition,
+    operand_def,
+    prop_def,
+    result_def,
+    traits_def,
+)
+from xdsl.traits import Pure
+
+from tessera.dialects.sm90_base import F32_LIKE, _element, _lanes, _require
+
+# region Arithmetic the machine does differently [P#floating-point-instructions-ex2, -rcp; P#...-cvt]
+
+
+class _ApproxUnaryOp(IRDLOperation):
+    T: ClassVar = VarConstraint("T", F32_LIKE)
+    source = operand_def(T)
+    result = result_def(T)
+    traits = traits_def(Pure())
+    assembly_format = "$source attr-dict `:` type($source)"
+
+    def __init__(self, source):
+        super().__init__(operands=[source], result_types=[SSAValue.get(source).type])
+
+    def verify_(self) -> None:
+        _require(isinstance(_element(self.source.type), Float32Type), self, f"operates on f32 registers, got {self.source.type}")
+
+
+@irdl_op_definition
+class Ex2ApproxOp(_ApproxUnaryOp):
+    """`%r = sm90.ex2_approx %x : f32`: 2^x per register, `ex2.approx.ftz.f32` (max relative error 2^-22
+    for |x| < 126 [P#floating-point-instructions-ex2]; ex2(-inf) = +0)."""
+
+    name = "sm90.ex2_approx"
+
+
+@irdl_op_definition
+class RcpApproxOp(_ApproxUnaryOp):
+    """`%r = sm90.rcp_approx %x : f32`: 1/x per register, `rcp.approx.ftz.f32` (max relative error 2^-23
+    [P#floating-point-instructions-rcp]); rcp(0) = +inf."""
+
+    name = "sm90.rcp_approx"
+
+
+@irdl_op_definition
+class Lg2ApproxOp(_ApproxUnaryOp):
+    """`%r = sm90.lg2_approx %x : f32`: log2(x) per register, `lg2.approx.ftz.f32` (max absolute error
+    2^-22 for x in [0.5, 2], else max relative error 2^-22 [P#floating-point-instructions-lg2];
+    `tessera.sm90.facts.LG2_APPROX_ERROR`). lg2(+0) = lg2(subnormal) = -inf (ftz), lg2(x < 0) = NaN,
+    lg2(+inf) = +inf. The forward's log-sum-exp: ln(l) = lg2(l) * ln 2."""
+
+    name = "sm90.lg2_approx"
+
+
+@irdl_op_definition
+class CvtPackOp(IRDLOperation):
+    """`%p = sm90.cvt_pack %x type "bf16" : vector<64xf32> -> vector<32xi32>`: round pairs of f32 to
+    bf16 (or f16), nearest even, and pack each pair (x[2i], x[2i+1]) into one 32-bit register with x[2i]
+    in the LOW half, as `cvt.rn.bf16x2.f32 p, x[2i+1], x[2i];` does (first source in the upper half)."""
+
+    name = "sm90.cvt_pack"
+    source = operand_def(base(VectorType))
+    half_type = prop_def(StringAttr, prop_name="type")
+    result = result_def(base(VectorType))
+    traits = traits_def(Pure())
+    assembly_format = "$source `type` $type attr-dict `:` type($source) `->` type($result)"
+
+    def __init__(self, source, half_type: str):
+        n = _lanes(SSAValue.get(source).type)
+        super().__init__(operands=[source], properties={"type": StringAttr(half_type)},
+                         result_types=[VectorType(i32, [n // 2])])
+
+    def verify_(self) -> None:
+        n = _lanes(self.source.type)
+        _require(self.half_type.data in ("bf16", "f16"), self, f"type must be bf16 or f16, got '{self.half_type.data}'")
+        _require(isinstance(_element(self.source.type), Float32Type) and n % 2 == 0, self,
+                 f"source must be an even number of f32 registers, got {self.source.type}")
+        _require(self.result.type == VectorType(i32, [n // 2]), self, f"result must be vector<{n // 2}xi32>, got {self.result.type}")
+
+
+@irdl_op_definition
+class SetpOp(IRDLOperation):
+    """`%p = sm90.setp "lt" %a, %b : vector<64xi64> -> vector<64xi1>`: compare register by register
+    (integers signed, floats ordered: a NaN compares false except for `ne`). Prints as `setp.CMP.TYPE`.
+    Upstream `arith.cmpi/cmpf` in xDSL 0.74 compare scalars only; predicates of fragments need this."""
+
+    name = "sm90.setp"
+    PREDICATES: ClassVar[tuple[str, ...]] = ("eq", "ne", "lt", "le", "gt", "ge")
+    T: ClassVar = VarConstraint("T", base(Float32Type) | base(IntegerType) | base(IndexType) | base(VectorType))
+    predicate = prop_def(StringAttr)
+    lhs = operand_def(T)
+    rhs = operand_def(T)
+    result = result_def(base(IntegerType) | base(VectorType))
+    traits = traits_def(Pure())
+    assembly_format = "$predicate $lhs `,` $rhs attr-dict `:` type($lhs) `->` type($result)"
+
+    def __init__(self, predicate: str, lhs, rhs):
+        ty = SSAValue.get(lhs).type
+        result = VectorType(i1, [_lanes(ty)]) if isinstance(ty, VectorType) else i1
+        super().__init__(operands=[lhs, rhs], properties={"predicate": StringAttr(predicate)}, result_types=[result])
+
+    def verify_(self) -> None:
+        _require(self.predicate.data in self.PREDICATES, self,
+                 f"predicate must be one of {', '.join(self.PREDICATES)}, got '{self.predicate.data}'")
+        ty = self.lhs.type
+        expected = VectorType(i1, [_lanes(ty)]) if isinstance(ty, VectorType) else i1
+        _require(self.result.type == expected, self, f"result must be {expected}, got {self.result.type}")
+
+
+@irdl_op_definition
+class SelpOp(IRDLOperation):
+    """`%r = sm90.selp %p, %a, %b : vector<64xi1>, vector<64xf32>`: r = p ? a : b register by register.
+    Prints as `selp.TYPE`."""
+
+    name = "sm90.selp"
+    T: ClassVar = VarConstraint("T", base(Float32Type) | base(IntegerType) | base(IndexType) | base(VectorType))
+    condition = operand_def(base(IntegerType) | base(VectorType))
+    lhs = operand_def(T)
+    rhs = operand_def(T)
+    result = result_def(T)
+    traits = traits_def(Pure())
+    assembly_format = "$condition `,` $lhs `,` $rhs attr-dict `:` type($condition) `,` type($lhs)"
+
+    def __init__(self, condition, lhs, rhs):
+        super().__init__(operands=[condition, lhs, rhs], result_types=[SSAValue.get(lhs).type])
+
+    def verify_(self) -> None:
+        ty = self.lhs.type
+        expected = VectorType(i1, [_lanes(ty)]) if isinstance(ty, VectorType) else i1
+        _require(self.condition.type == expected, self, f"condition must be {expected}, got {self.condition.type}")
+
+
+# endregion

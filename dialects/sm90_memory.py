@@ -1,0 +1,306 @@
+"""Target IR memory ops, in the `sm90` dialect (`sm90.py` registers them and re-exports each as `sm90.X`).
+
+Shared-memory buffers at byte offsets with their swizzle, the bulk tensor copy (TMA) that completes on an
+mbarrier, global loads and stores of register fragments (with their per-register address immediates,
+`COLUMN_BYTES`) and shared loads and stores. The cluster's multicast copy is in `sm90_cluster.py`, Ampere's
+cp.async in `sm90_cp_async.py`, the backward's reductions and stmatrix in `sm90_reductions.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from xdsl.dialects.builtin import (
+    I32,
+    I64,
+    DenseArrayBase,
+    Float32Type,
+    IntegerAttr,
+    IntegerType,
+    StringAttr,
+    VectorType,
+    i1,
+    i32,
+    i64,
+)
+from xdsl.ir import Attribute, Operation
+from xdsl.irdl import (
+    IRDLOperation,
+    ParsePropInAttrDict,
+    base,
+    irdl_op_definition,
+    operand_def,
+    opt_prop_def,
+    prop_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+)
+from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, Pure
+
+from tessera.dialects.sm90_base import I32_OR_INDEX, TensorMapType, _element, _int, _lanes, _require
+from tessera.sm90 import facts
+
+# region Shared memory [P#state-spaces-shared]
+
+
+@irdl_op_definition
+class SharedBufferOp(IRDLOperation):
+    """`%a = sm90.shared_buffer "name" offset 0 size 32768 align 1024 swizzle 128 : i32`: the 32-bit shared
+    address of a buffer of the kernel's dynamic shared memory (`.extern .shared .align 1024 .b8 smem[]`).
+
+    Invariants: offset is a multiple of align; align is a power of two, at least the swizzle period
+    (1024/512/256 bytes for 128/64/32B swizzles, so that descriptors use base offset 0) and at least 8
+    (the mbarrier size); buffers of one kernel do not overlap (checked by the kernel verifier)."""
+
+    name = "sm90.shared_buffer"
+    sym = prop_def(StringAttr)
+    offset = prop_def(IntegerAttr[I64])
+    size = prop_def(IntegerAttr[I64])
+    alignment = prop_def(IntegerAttr[I64])
+    swizzle = prop_def(IntegerAttr[I64])
+    result = result_def(I32)
+    traits = traits_def(Pure())
+    assembly_format = (
+        "$sym `offset` $offset `size` $size `align` $alignment `swizzle` $swizzle attr-dict `:` type($result)"
+    )
+
+    def __init__(self, sym: str, offset: int, size: int, alignment: int, swizzle: int = 0):
+        props = {"sym": StringAttr(sym), "offset": IntegerAttr(offset, 64), "size": IntegerAttr(size, 64),
+                 "alignment": IntegerAttr(alignment, 64), "swizzle": IntegerAttr(swizzle, 64)}
+        super().__init__(properties=props, result_types=[i32])
+
+    def verify_(self) -> None:
+        offset, size, align, swizzle = (_int(a) for a in (self.offset, self.size, self.alignment, self.swizzle))
+        _require(swizzle in facts.SWIZZLE_MODES, self, f"swizzle must be one of {facts.SWIZZLE_MODES} bytes, got {swizzle}")
+        _require(align >= facts.MBARRIER_BYTES and align & (align - 1) == 0, self,
+                 f"alignment must be a power of two >= {facts.MBARRIER_BYTES}, got {align}")
+        _require(align >= facts.swizzle_period_bytes(swizzle), self,
+                 f"a {swizzle}B swizzle needs {facts.swizzle_period_bytes(swizzle)}-byte alignment, got {align}")
+        _require(offset >= 0 and offset % align == 0, self, f"offset {offset} is not a multiple of the alignment {align}")
+        _require(size > 0, self, f"size must be positive, got {size}")
+
+
+# endregion
+# region Asynchronous copies: TMA [P#data-movement-and-conversion-instructions-cp-async-bulk-tensor]
+
+
+@irdl_op_definition
+class TmaLoadOp(IRDLOperation):
+    """`sm90.tma_load %map[%c0, %c1, ...], %dst, %mbar : index, index, ...`: one bulk tensor copy of the map's
+    box at the given element coordinates (innermost first, may be out of bounds: those elements land as
+    zero) into shared memory at %dst, completing `box bytes` of transaction on the mbarrier at %mbar.
+    Prints as `cp.async.bulk.tensor.Nd.shared::cluster.global.tile.mbarrier::complete_tx::bytes`.
+
+    Invariants: 1 to 5 coordinates (i32 or index); %dst must be 128-byte aligned at run time. Every thread
+    that executes it starts a copy: predicate it to one thread."""
+
+    name = "sm90.tma_load"
+    tensor_map = operand_def(TensorMapType)
+    coords = var_operand_def(I32_OR_INDEX)
+    dest = operand_def(I32)
+    mbarrier = operand_def(I32)
+    assembly_format = "$tensor_map `[` $coords `]` `,` $dest `,` $mbarrier attr-dict `:` type($coords)"
+    traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
+
+    def __init__(self, tensor_map, coords: Sequence, dest, mbarrier):
+        super().__init__(operands=[tensor_map, list(coords), dest, mbarrier])
+
+    def verify_(self) -> None:
+        _require(1 <= len(self.coords) <= 5, self, f"a tensor copy has 1 to 5 coordinates, got {len(self.coords)}")
+
+
+# endregion
+# region Global memory [P#data-movement-and-conversion-instructions-st]
+
+
+COLUMN_BYTES = """`column_bytes` (optional on `sm90.ld_global` and `sm90.st_global`; absent means all 0): a constant
+byte offset per register, added to base + offsets[i]. It prints as the immediate of the address (`[%rd+imm]`),
+so the register offsets hold only what varies at run time (the row pitch times the register's row). The
+lowering of a window access puts each register's column there: its offsets then take as many distinct values
+as the thread has rows (2), which ptxas folds into as many addresses, instead of one distinct offset per
+register (64) that stays live from a load to a store of the same window (the second pass of three-pass
+attention spilled under ptxas 13.3 with them). Invariant: one i32 entry per register."""
+
+
+def _column_bytes(column_bytes: Sequence[int] | None) -> dict[str, Attribute]:
+    """The properties of a global access with these per-register immediates (none when all are 0)."""
+    if column_bytes is None or not any(column_bytes):
+        return {}
+    return {"column_bytes": DenseArrayBase.from_list(i32, list(column_bytes))}
+
+
+def _verify_column_bytes(op: Operation, n: int) -> None:
+    columns = op.column_bytes
+    if columns is None:
+        return
+    _require(columns.elt_type == i32 and len(columns.get_values()) == n, op,
+             f"column_bytes must be {n} i32 values (one per register), got {columns}")
+
+
+@irdl_op_definition
+class StGlobalOp(IRDLOperation):
+    """`sm90.st_global %base[%offsets], %values, %mask : vector<32xi64>, vector<32xi32>, vector<32xi1>`: for each register i whose mask
+    bit is set, store values[i] (32 bits) at global byte address base + offsets[i] + column_bytes[i].
+    Prints as one predicated `st.global.b32` per register. Invariants: offsets, values and mask have one
+    entry per register; offsets are multiples of 4 at run time. See `COLUMN_BYTES`."""
+
+    name = "sm90.st_global"
+    irdl_options = (ParsePropInAttrDict(),)
+    base_ptr = operand_def(I64)
+    offsets = operand_def(base(VectorType))
+    values = operand_def(base(VectorType))
+    mask = operand_def(base(VectorType))
+    column_bytes = opt_prop_def(DenseArrayBase)
+    assembly_format = "$base_ptr `[` $offsets `]` `,` $values `,` $mask attr-dict `:` type($offsets) `,` type($values) `,` type($mask)"
+    traits = traits_def(MemoryWriteEffect())
+
+    def __init__(self, base_ptr, offsets, values, mask, column_bytes: Sequence[int] | None = None):
+        super().__init__(operands=[base_ptr, offsets, values, mask], properties=_column_bytes(column_bytes))
+
+    def verify_(self) -> None:
+        n = _lanes(self.values.type)
+        _verify_column_bytes(self, n)
+        _require(_element(self.values.type) in (i32, Float32Type()), self, f"stores 32-bit registers, got {self.values.type}")
+        _require(self.offsets.type in (VectorType(i64, [n]), VectorType(i32, [n])), self,
+                 f"offsets must be vector<{n}xi64> or vector<{n}xi32> (sign-extended), got {self.offsets.type}")
+        _require(self.mask.type == VectorType(i1, [n]), self, f"mask must be vector<{n}xi1>, got {self.mask.type}")
+
+
+@irdl_op_definition
+class LdGlobalOp(IRDLOperation):
+    """`%v = sm90.ld_global %base[%offsets], %mask : vector<32xi64>, vector<32xi1> -> vector<32xf32>`: for
+    each register i whose mask bit is set, load 32 bits from global byte address base + offsets[i] +
+    column_bytes[i]; other registers are 0. Prints as one predicated `ld.global.b32` (after a `mov.b32 r, 0`)
+    per register. See `COLUMN_BYTES`."""
+
+    name = "sm90.ld_global"
+    irdl_options = (ParsePropInAttrDict(),)
+    base_ptr = operand_def(I64)
+    offsets = operand_def(base(VectorType))
+    mask = operand_def(base(VectorType))
+    column_bytes = opt_prop_def(DenseArrayBase)
+    result = result_def(base(VectorType))
+    assembly_format = "$base_ptr `[` $offsets `]` `,` $mask attr-dict `:` type($offsets) `,` type($mask) `->` type($result)"
+    traits = traits_def(MemoryReadEffect())
+
+    def __init__(self, base_ptr, offsets, mask, result_type, column_bytes: Sequence[int] | None = None):
+        super().__init__(operands=[base_ptr, offsets, mask], result_types=[result_type],
+                         properties=_column_bytes(column_bytes))
+
+    def verify_(self) -> None:
+        n = _lanes(self.result.type)
+        _verify_column_bytes(self, n)
+        _require(_element(self.result.type) in (i32, Float32Type()), self, f"loads 32-bit registers, got {self.result.type}")
+        _require(self.offsets.type in (VectorType(i64, [n]), VectorType(i32, [n])), self,
+                 f"offsets must be vector<{n}xi64> or vector<{n}xi32> (sign-extended), got {self.offsets.type}")
+        _require(self.mask.type == VectorType(i1, [n]), self, f"mask must be vector<{n}xi1>, got {self.mask.type}")
+
+
+@irdl_op_definition
+class LdGlobalU16Op(IRDLOperation):
+    """`%v = sm90.ld_global_u16 %base[%offsets], %mask : vector<32xi32>, vector<32xi1> -> vector<32xi32>`: for
+    each register i whose mask bit is set, load the 16 bits at global byte address base + offsets[i], zero-
+    extended into the 32-bit register; other registers are 0. For 16-bit tensors whose rows need not start on
+    4 bytes (a GEMM operand with an odd row length). Prints as one predicated `ld.global.u16` into a 32-bit
+    register (PTX lets ld's destination be wider than its type [P#operand-size-exceeding-instruction-type-
+    size]) after a `mov.b32 r, 0`. Invariants: one offset and one mask bit per register; offsets are even at
+    run time. Optional `column_bytes` as for `sm90.ld_global` (`COLUMN_BYTES`): a register tile of 16-bit
+    elements whose rows need not start on 4 bytes (attention's bias [.., seq_k] for any seq_k) is loaded one
+    element per register with its column in the address immediate."""
+
+    name = "sm90.ld_global_u16"
+    irdl_options = (ParsePropInAttrDict(),)
+    base_ptr = operand_def(I64)
+    offsets = operand_def(base(VectorType))
+    mask = operand_def(base(VectorType))
+    column_bytes = opt_prop_def(DenseArrayBase)
+    result = result_def(base(VectorType))
+    assembly_format = "$base_ptr `[` $offsets `]` `,` $mask attr-dict `:` type($offsets) `,` type($mask) `->` type($result)"
+    traits = traits_def(MemoryReadEffect())
+
+    def __init__(self, base_ptr, offsets, mask, lanes: int, column_bytes: Sequence[int] | None = None):
+        super().__init__(operands=[base_ptr, offsets, mask], result_types=[VectorType(i32, [lanes])],
+                         properties=_column_bytes(column_bytes))
+
+    def verify_(self) -> None:
+        n = _lanes(self.result.type)
+        _verify_column_bytes(self, n)
+        _require(_element(self.result.type) == i32, self, f"loads into 32-bit integer registers, got {self.result.type}")
+        _require(self.offsets.type in (VectorType(i64, [n]), VectorType(i32, [n])), self,
+                 f"offsets must be vector<{n}xi64> or vector<{n}xi32> (sign-extended), got {self.offsets.type}")
+        _require(self.mask.type == VectorType(i1, [n]), self, f"mask must be vector<{n}xi1>, got {self.mask.type}")
+
+
+# endregion
+# region Shared memory loads and stores [P#data-movement-and-conversion-instructions-ld, -st]
+
+
+@irdl_op_definition
+class StSharedOp(IRDLOperation):
+    """`sm90.st_shared %addresses, %values : vector<4xi32>, vector<4xi32>`: store each 32-bit register at its
+    shared byte address (generic proxy). Data read afterwards by wgmma or a TMA store needs a
+    `sm90.fence_proxy_async` first. Prints as one `st.shared.b32` per register."""
+
+    name = "sm90.st_shared"
+    addresses = operand_def(base(VectorType) | base(IntegerType))
+    values = operand_def(base(VectorType) | base(IntegerType) | base(Float32Type))
+    assembly_format = "$addresses `,` $values attr-dict `:` type($addresses) `,` type($values)"
+    traits = traits_def(MemoryWriteEffect())
+
+    def __init__(self, addresses, values):
+        super().__init__(operands=[addresses, values])
+
+    def verify_(self) -> None:
+        n = _lanes(self.values.type)
+        _require(_element(self.values.type) in (i32, Float32Type()), self, f"stores 32-bit registers, got {self.values.type}")
+        _require(_lanes(self.addresses.type) == n and _element(self.addresses.type) == i32, self,
+                 f"one i32 shared address per register ({n}), got {self.addresses.type}")
+
+
+@irdl_op_definition
+class StSharedB16Op(IRDLOperation):
+    """`sm90.st_shared_b16 %addresses, %values : vector<32xi32>, vector<32xi32>`: store the low 16 bits of each
+    32-bit register at its shared byte address (generic proxy; a wgmma reading them needs a
+    `sm90.fence_proxy_async` first). Prints as one `st.shared.b16` of the 32-bit register per register (PTX
+    lets st's source be wider than its type: the low bits are stored). Invariants: one i32 address per
+    register; addresses are even at run time."""
+
+    name = "sm90.st_shared_b16"
+    addresses = operand_def(base(VectorType))
+    values = operand_def(base(VectorType))
+    assembly_format = "$addresses `,` $values attr-dict `:` type($addresses) `,` type($values)"
+    traits = traits_def(MemoryWriteEffect())
+
+    def __init__(self, addresses, values):
+        super().__init__(operands=[addresses, values])
+
+    def verify_(self) -> None:
+        n = _lanes(self.values.type)
+        _require(_element(self.values.type) == i32, self, f"stores from 32-bit integer registers, got {self.values.type}")
+        _require(self.addresses.type == VectorType(i32, [n]), self,
+                 f"one i32 shared address per register ({n}), got {self.addresses.type}")
+
+
+@irdl_op_definition
+class LdSharedOp(IRDLOperation):
+    """`%v = sm90.ld_shared %addresses : vector<4xi32> -> vector<4xf32>`: load 32 bits from each shared byte
+    address. Prints as one `ld.shared.b32` per register."""
+
+    name = "sm90.ld_shared"
+    addresses = operand_def(base(VectorType) | base(IntegerType))
+    result = result_def(base(VectorType) | base(IntegerType) | base(Float32Type))
+    assembly_format = "$addresses attr-dict `:` type($addresses) `->` type($result)"
+    traits = traits_def(MemoryReadEffect())
+
+    def __init__(self, addresses, result_type):
+        super().__init__(operands=[addresses], result_types=[result_type])
+
+    def verify_(self) -> None:
+        n = _lanes(self.result.type)
+        _require(_element(self.result.type) in (i32, Float32Type()), self, f"loads 32-bit registers, got {self.result.type}")
+        _require(_lanes(self.addresses.type) == n and _element(self.addresses.type) == i32, self,
+                 f"one i32 shared address per register ({n}), got {self.addresses.type}")
+
+
+# endregion

@@ -1,0 +1,180 @@
+"""Target IR warpgroup matrix multiply, in the `sm90` dialect (`sm90.py` registers it and re-exports each op as
+`sm90.X`).
+
+`wgmma.mma_async` with its fence, commit and wait groups, and the shared-memory matrix descriptors it reads
+its operands through (made once, then advanced along K). Fragment layouts and descriptor bits come from
+`tessera.sm90.facts`.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from xdsl.dialects.builtin import I32, I64, Float32Type, IntegerAttr, IntegerType, StringAttr, VectorType, i1, i32, i64
+from xdsl.ir import SSAValue
+from xdsl.irdl import (
+    IRDLOperation,
+    VarConstraint,
+    base,
+    irdl_op_definition,
+    operand_def,
+    opt_operand_def,
+    prop_def,
+    result_def,
+    traits_def,
+)
+from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, Pure
+from xdsl.utils.exceptions import VerifyException
+
+from tessera.dialects.sm90_base import _int, _NoOperandSyncOp, _require
+from tessera.sm90 import facts
+
+# region Warpgroup matrix multiply [P#asynchronous-warpgroup-level-matrix-instructions]
+
+
+@irdl_op_definition
+class WgmmaFenceOp(_NoOperandSyncOp):
+    """`sm90.wgmma_fence`: order register accesses before the next wgmma.mma_async that reads them as
+    accumulator or A. Prints as `wgmma.fence.sync.aligned;`."""
+
+    name = "sm90.wgmma_fence"
+
+
+@irdl_op_definition
+class WgmmaCommitGroupOp(_NoOperandSyncOp):
+    """`sm90.wgmma_commit_group`: close the group of this warpgroup's uncommitted wgmma.mma_async.
+    Prints as `wgmma.commit_group.sync.aligned;`."""
+
+    name = "sm90.wgmma_commit_group"
+
+
+@irdl_op_definition
+class WgmmaWaitGroupOp(IRDLOperation):
+    """`sm90.wgmma_wait_group 0`: wait until at most N committed wgmma groups are pending; the accumulators
+    and A registers of the others may then be touched. Prints as `wgmma.wait_group.sync.aligned N;`."""
+
+    name = "sm90.wgmma_wait_group"
+    pending = prop_def(IntegerAttr[I64])
+    assembly_format = "$pending attr-dict"
+    traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
+
+    def __init__(self, pending: int):
+        super().__init__(properties={"pending": IntegerAttr(pending, 64)})
+
+    def verify_(self) -> None:
+        _require(0 <= _int(self.pending) <= 7, self, f"pending group count must be in [0, 7], got {_int(self.pending)}")
+
+
+@irdl_op_definition
+class MakeDescriptorOp(IRDLOperation):
+    """`%d = sm90.make_descriptor %addr lbo 16 sbo 1024 swizzle 128 : i64`: the 64-bit shared-memory matrix
+    descriptor of the operand at shared address %addr (base offset 0), encoded as
+    `tessera.sm90.facts.encode_descriptor`. Invariants: LBO and SBO are multiples of 16 below 2^18."""
+
+    name = "sm90.make_descriptor"
+    address = operand_def(I32)
+    lbo = prop_def(IntegerAttr[I64])
+    sbo = prop_def(IntegerAttr[I64])
+    swizzle = prop_def(IntegerAttr[I64])
+    result = result_def(I64)
+    traits = traits_def(Pure())
+    assembly_format = "$address `lbo` $lbo `sbo` $sbo `swizzle` $swizzle attr-dict `:` type($result)"
+
+    def __init__(self, address, lbo: int, sbo: int, swizzle: int):
+        props = {"lbo": IntegerAttr(lbo, 64), "sbo": IntegerAttr(sbo, 64), "swizzle": IntegerAttr(swizzle, 64)}
+        super().__init__(operands=[address], properties=props, result_types=[i64])
+
+    def verify_(self) -> None:
+        try:
+            facts.encode_descriptor(0, _int(self.lbo), _int(self.sbo), _int(self.swizzle))
+        except ValueError as e:
+            raise VerifyException(f"'{self.name}' op {e}") from None
+
+
+@irdl_op_definition
+class DescriptorAdvanceOp(IRDLOperation):
+    """`%d2 = sm90.descriptor_advance %d, 32 : i64`: descriptor %d with its start address moved `bytes`
+    further (`facts.descriptor_start_delta`: bytes >> 4 added to the start field, bits 13-0). How a wgmma
+    chain steps along K without re-encoding. Invariant: bytes is a multiple of 16 below 2^18 and the start
+    field does not overflow (the simulator checks it). Prints as one 32-bit add on the low word."""
+
+    name = "sm90.descriptor_advance"
+    descriptor = operand_def(I64)
+    bytes = prop_def(IntegerAttr[I64])
+    result = result_def(I64)
+    traits = traits_def(Pure())
+    assembly_format = "$descriptor `,` $bytes attr-dict `:` type($result)"
+
+    def __init__(self, descriptor, nbytes: int):
+        super().__init__(operands=[descriptor], properties={"bytes": IntegerAttr(nbytes, 64)}, result_types=[i64])
+
+    def verify_(self) -> None:
+        try:
+            facts.descriptor_start_delta(_int(self.bytes))
+        except ValueError as e:
+            raise VerifyException(f"'{self.name}' op {e}") from None
+
+
+@irdl_op_definition
+class WgmmaMmaAsyncOp(IRDLOperation):
+    """`%d = sm90.wgmma_mma_async %acc, %a, %b [scale_d %p] n 128 type "bf16" trans 0, 1 : vector<64xf32>, i64`:
+    D = A x B (+ D when scale-d is true), shape m64nNk16, f32 accumulators.
+
+    %a is a descriptor (i64, A in shared memory, "SS") or vector<4xi32> (A from registers, packed pairs,
+    "RS"); %b is always a descriptor. %acc and the result are vector<N/2 x f32>: thread t holds the
+    elements `facts.accumulator_coords`. With no scale_d operand, D is accumulated (scale-d = 1).
+    Asynchronous: the result may be touched only after a wgmma_wait_group covers the group it is committed
+    in. Prints as `wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16 {d...}, a, b, p, 1, 1, tA, tB;`.
+
+    Invariants: N is a legal wgmma N for the type (8..256 step 8); type is bf16 or f16; trans_a only with
+    a descriptor A; trans flags are 0 or 1."""
+
+    name = "sm90.wgmma_mma_async"
+    T: ClassVar = VarConstraint("T", base(VectorType))
+    acc = operand_def(T)
+    a = operand_def(base(IntegerType) | base(VectorType))
+    b = operand_def(I64)
+    scale_d = opt_operand_def(i1)
+    n = prop_def(IntegerAttr[I64])
+    ab_type = prop_def(StringAttr, prop_name="type")
+    trans_a = prop_def(IntegerAttr[I64])
+    trans_b = prop_def(IntegerAttr[I64])
+    result = result_def(T)
+    assembly_format = (
+        "$acc `,` $a `,` $b (`scale_d` $scale_d^)? `n` $n `type` $type `trans` $trans_a `,` $trans_b "
+        "attr-dict `:` type($acc) `,` type($a)"
+    )
+    traits = traits_def(MemoryReadEffect())
+
+    def __init__(self, acc, a, b, n: int, ab_type: str, trans_a: int = 0, trans_b: int = 0, scale_d=None):
+        props = {"n": IntegerAttr(n, 64), "type": StringAttr(ab_type), "trans_a": IntegerAttr(trans_a, 64),
+                 "trans_b": IntegerAttr(trans_b, 64)}
+        super().__init__(operands=[acc, a, b, [scale_d] if scale_d is not None else []], properties=props,
+                         result_types=[SSAValue.get(acc).type])
+
+    @property
+    def a_in_registers(self) -> bool:
+        return isinstance(self.a.type, VectorType)
+
+    def verify_(self) -> None:
+        n, ab = _int(self.n), self.ab_type.data
+        _require(ab in ("bf16", "f16"), self, f"type must be bf16 or f16, got '{ab}'")
+        try:
+            facts.wgmma_shape(n, ab, "f32")
+        except ValueError as e:
+            raise VerifyException(f"'{self.name}' op {e}") from None
+        regs = facts.accumulator_registers(n, "f32")
+        acc = self.acc.type
+        _require(isinstance(acc.element_type, Float32Type) and acc.get_shape() == (regs,), self,
+                 f"accumulator must be vector<{regs}xf32> for n = {n}, got {acc}")
+        for flag in ("trans_a", "trans_b"):
+            _require(_int(getattr(self, flag)) in (0, 1), self, f"{flag} must be 0 or 1")
+        if self.a_in_registers:
+            _require(self.a.type == VectorType(i32, [facts.A_FRAGMENT_REGISTERS]), self,
+                     f"a register A operand must be vector<{facts.A_FRAGMENT_REGISTERS}xi32>, got {self.a.type}")
+            _require(_int(self.trans_a) == 0, self, "trans_a applies only to an A descriptor")
+        else:
+            _require(self.a.type == i64, self, f"a descriptor A operand must be i64, got {self.a.type}")
+
+
+# endregion

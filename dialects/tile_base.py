@@ -1,0 +1,56 @@
+"""What every op of the `tile` dialect checks: the tile constraint and the verifier helpers.
+
+The ops themselves sit in `tile.py` (identity and sizes), `tile_memory.py`, `tile_compute.py` and
+`tile_backward.py`; `tile.py` registers them all as the `tile` dialect and re-exports each as `tile.X`. Every
+verifier message has the form `'tile.op' op <rule>` (`_require`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from xdsl.ir import Operation, SSAValue
+from xdsl.irdl import base
+from xdsl.utils.exceptions import VerifyException
+
+from tessera.dialects.tile_types import MemSpace, TileType, is_float
+
+TILE = base(TileType)
+
+
+def _tile(value: SSAValue | Operation) -> TileType:
+    value = SSAValue.get(value)
+    assert isinstance(value.type, TileType)
+    return value.type
+
+
+def _as_f32(value: float) -> float:
+    """The f32 nearest to `value`, so that an f32 property prints and parses back to the same number."""
+    return float(np.float32(value))
+
+
+def _require(condition: bool, op: Operation, message: str) -> None:
+    if not condition:
+        raise VerifyException(f"'{op.name}' op {message}")
+
+
+def _require_space(op: Operation, what: str, ty: TileType, *spaces: MemSpace) -> None:
+    names = " or ".join(s.value for s in spaces)
+    _require(ty.memory_space in spaces, op, f"{what} must be a {names} tile, got {ty.memory_space.value}")
+
+
+def _require_register_float(op: Operation, what: str, ty: TileType, rank: int | None = None) -> None:
+    _require_space(op, what, ty, MemSpace.REGISTER)
+    _require(is_float(ty.element_type), op, f"{what} must have a float element type, got {ty.element_type}")
+    if rank is not None:
+        _require(ty.rank == rank, op, f"{what} must have rank {rank}, got rank {ty.rank}")
+
+
+def _require_row_vector(op: Operation, what: str, rows: TileType, matrix: TileType) -> None:
+    """`rows` is the f32 register row vector that matches the rows of the 2-D `matrix`."""
+    _require_register_float(op, what, rows, rank=1)
+    _require(
+        rows.get_shape()[0] == matrix.get_shape()[0],
+        op,
+        f"{what} must have one entry per row ({matrix.get_shape()[0]}), got {rows.get_shape()[0]}",
+    )

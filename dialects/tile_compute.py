@@ -1,0 +1,509 @@
+"""Tile IR compute ops, part of the `tile` dialect (`tile.py` registers them and re-exports each as `tile.X`).
+
+Value semantics on register tiles (the numerics and the softmax conventions are in `tile.py`'s docstring):
+the tensor-core multiply `tile.mma`, row reductions, elementwise ops, ops that combine a tile with a row
+vector (the forward's softmax pieces and the backward's `tile.sub_rows`, `tile.exp2_subtract`), conversions
+and constants (`tile.cast`, `tile.reshape`, `tile.fill`), and the causal and sequence-bounds masks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from xdsl.dialects.builtin import Float32Type, FloatAttr, IndexType, UnitAttr
+from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.irdl import (
+    IRDLOperation,
+    VarConstraint,
+    irdl_op_definition,
+    operand_def,
+    opt_prop_def,
+    prop_def,
+    result_def,
+    traits_def,
+)
+from xdsl.parser import Parser
+from xdsl.printer import Printer
+from xdsl.traits import Pure
+
+from tessera.dialects.tile_base import (
+    TILE,
+    _as_f32,
+    _require,
+    _require_register_float,
+    _require_row_vector,
+    _require_space,
+    _tile,
+)
+from tessera.dialects.tile_types import MemSpace, TileType, is_half
+from tessera.hex_floats import parse_optional_hex_float
+
+# region Tensor-core matrix multiply
+
+
+@irdl_op_definition
+class MmaOp(IRDLOperation):
+    """`%d = tile.mma %a, %b, %acc [transpose_a] [transpose_b] : a_type, b_type, acc_type`:
+    d = acc + op(A) x op(B), op(X) = X^T where the flag is set.
+
+    A is [M, K] ([K, M] with `transpose_a`: the tile holds A^T, an M-major operand), B is [K, N] ([N, K] with
+    `transpose_b`), acc and d are [M, N] f32 registers. A and B are bf16 or f16 (the same type), in shared
+    memory or registers; a transposed A must be in shared memory. Products are exact; the sum is f32."""
+
+    name = "tile.mma"
+    T: ClassVar = VarConstraint("T", TILE)
+    a = operand_def(TILE)
+    b = operand_def(TILE)
+    acc = operand_def(T)
+    result = result_def(T)
+    transpose_a = opt_prop_def(UnitAttr)
+    transpose_b = opt_prop_def(UnitAttr)
+    traits = traits_def(Pure())
+    assembly_format = (
+        "$a `,` $b `,` $acc (`transpose_a` $transpose_a^)? (`transpose_b` $transpose_b^)? attr-dict "
+        "`:` type($a) `,` type($b) `,` type($acc)"
+    )
+
+    def __init__(self, a, b, acc, transpose_b: bool = False, transpose_a: bool = False):
+        flags = {name: UnitAttr() for name, on in (("transpose_a", transpose_a), ("transpose_b", transpose_b)) if on}
+        super().__init__(operands=[a, b, acc], result_types=[SSAValue.get(acc).type], properties=flags)
+
+    def verify_(self) -> None:
+        a, b, acc = _tile(self.a), _tile(self.b), _tile(self.acc)
+        for what, ty in (("A", a), ("B", b)):
+            _require_space(self, f"operand {what}", ty, MemSpace.SHARED, MemSpace.REGISTER)
+            _require(ty.rank == 2, self, f"operand {what} must have rank 2, got rank {ty.rank}")
+            _require(is_half(ty.element_type), self, f"operand {what} must be bf16 or f16, got {ty.element_type}")
+        _require(a.element_type == b.element_type, self, f"A ({a.element_type}) and B ({b.element_type}) must have the same element type")
+        _require_space(self, "accumulator", acc, MemSpace.REGISTER)
+        _require(isinstance(acc.element_type, Float32Type), self, f"accumulator must be f32, got {acc.element_type}")
+        _require(acc.rank == 2, self, f"accumulator must have rank 2, got rank {acc.rank}")
+        m, k = reversed(a.get_shape()) if self.transpose_a else a.get_shape()
+        n, kb = b.get_shape() if self.transpose_b else reversed(b.get_shape())
+        a_text = "[K, M]" if self.transpose_a else "[M, K]"
+        b_text = "[N, K]" if self.transpose_b else "[K, N]"
+        _require(not (self.transpose_a and a.memory_space == MemSpace.REGISTER), self,
+                 "a transposed operand A must be in shared memory (registers hold A as [M, K])")
+        _require(k == kb, self, f"contraction sizes differ: A is {a_text} = {list(a.get_shape())}, B is {b_text} = {list(b.get_shape())}")
+        _require(acc.get_shape() == (m, n), self, f"accumulator must be [M, N] = {[m, n]}, got {list(acc.get_shape())}")
+
+
+# endregion
+# region Row reductions and softmax pieces
+
+
+class _RowReductionOp(IRDLOperation):
+    """Base of the reductions of each row of a 2-D f32 register tile to a row vector."""
+
+    source = operand_def(TILE)
+    result = result_def(TILE)
+    traits = traits_def(Pure())
+    assembly_format = "$source attr-dict `:` type($source) `->` type($result)"
+
+    def __init__(self, source: SSAValue | Operation):
+        ty = _tile(source)
+        super().__init__(operands=[source], result_types=[ty.with_(shape=ty.get_shape()[:1])])
+
+    def verify_(self) -> None:
+        src, res = _tile(self.source), _tile(self.result)
+        _require_register_float(self, "source", src, rank=2)
+        _require_row_vector(self, "result", res, src)
+        _require(res.element_type == src.element_type, self, "result element type must match the source's")
+
+
+@irdl_op_definition
+class RowMaxOp(_RowReductionOp):
+    """`%m = tile.row_max %x : [M, N] -> [M]`: m[i] = max_j x[i, j] (-inf for a row of -inf)."""
+
+    name = "tile.row_max"
+
+
+@irdl_op_definition
+class RowSumOp(_RowReductionOp):
+    """`%l = tile.row_sum %x : [M, N] -> [M]`: l[i] = sum_j x[i, j], summed in f32."""
+
+    name = "tile.row_sum"
+
+
+class _ElementwiseOp(IRDLOperation):
+    """Base of elementwise ops whose operands and result are register float tiles of one type."""
+
+    T: ClassVar = VarConstraint("T", TILE)
+    result = result_def(T)
+    traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        _require_register_float(self, "result", _tile(self.result))
+
+
+class _BinaryOp(_ElementwiseOp):
+    lhs = operand_def(_ElementwiseOp.T)
+    rhs = operand_def(_ElementwiseOp.T)
+    assembly_format = "$lhs `,` $rhs attr-dict `:` type($result)"
+
+    def __init__(self, lhs: SSAValue | Operation, rhs: SSAValue | Operation):
+        super().__init__(operands=[lhs, rhs], result_types=[SSAValue.get(lhs).type])
+
+
+@irdl_op_definition
+class ExpDiffOp(_BinaryOp):
+    """`%r = tile.exp_diff %a, %b [subtract_first] : type`: r = exp(a - b), where b = -inf counts as 0 (safe
+    max).
+
+    Used for the rescale factor exp(m_old - m_new) of the online softmax. `subtract_first`: as for
+    `tile.exp_subtract`, a lowering must form a - b before it scales it (ex2((a - b) log2 e)); the online
+    softmax sets it on both ops or neither, so that the rescale factor matches the exponentials it rescales."""
+
+    name = "tile.exp_diff"
+    subtract_first = opt_prop_def(UnitAttr)
+    assembly_format = "$lhs `,` $rhs (`subtract_first` $subtract_first^)? attr-dict `:` type($result)"
+
+    def __init__(self, lhs: SSAValue | Operation, rhs: SSAValue | Operation, subtract_first: bool = False):
+        super().__init__(lhs, rhs)
+        if subtract_first:
+            self.subtract_first = UnitAttr()
+
+
+@irdl_op_definition
+class ElementMaxOp(_BinaryOp):
+    """`%r = tile.element_max %a, %b : type`: r = max(a, b) elementwise."""
+
+    name = "tile.element_max"
+
+
+@irdl_op_definition
+class AddOp(_BinaryOp):
+    """`%r = tile.add %a, %b : type`: r = a + b elementwise."""
+
+    name = "tile.add"
+
+
+@irdl_op_definition
+class MulOp(_BinaryOp):
+    """`%r = tile.mul %a, %b : type`: r = a * b elementwise."""
+
+    name = "tile.mul"
+
+
+@irdl_op_definition
+class FmaOp(_ElementwiseOp):
+    """`%r = tile.fma %a, %b, %c : type`: r = a * b + c elementwise, with one f32 rounding."""
+
+    name = "tile.fma"
+    a = operand_def(_ElementwiseOp.T)
+    b = operand_def(_ElementwiseOp.T)
+    c = operand_def(_ElementwiseOp.T)
+    assembly_format = "$a `,` $b `,` $c attr-dict `:` type($result)"
+
+    def __init__(self, a, b, c):
+        super().__init__(operands=[a, b, c], result_types=[SSAValue.get(a).type])
+
+
+@irdl_op_definition
+class ScaleOp(_ElementwiseOp):
+    """`%r = tile.scale %x by 0.125 : type`: r = x * factor elementwise (factor is an f32 constant)."""
+
+    name = "tile.scale"
+    source = operand_def(_ElementwiseOp.T)
+    factor = prop_def(FloatAttr[Float32Type])
+    assembly_format = "$source `by` $factor attr-dict `:` type($result)"
+
+    def __init__(self, source: SSAValue | Operation, factor: float):
+        super().__init__(
+            operands=[source],
+            properties={"factor": FloatAttr(_as_f32(factor), Float32Type())},
+            result_types=[SSAValue.get(source).type],
+        )
+
+
+@irdl_op_definition
+class SaturatingScaleOp(_ElementwiseOp):
+    """`%r = tile.saturating_scale %x by 8.0 bound 1.70141183e+38 : type`: r = x * factor rounded to f32, then
+    clamped to [-bound, bound] where x is finite; r = x * factor (+-inf) where x is +-inf, NaN where x is NaN.
+
+    A finite x never becomes infinite, even where x * factor is beyond f32's range; an infinite x stays
+    infinite. Attention's bias enters the score accumulator as Bias / scale this way (`bias_accumulator` in
+    tessera/kernels/attention.py): a finite mask fill (bf16's lowest, -3.39e38, with scale 1/8) stays a finite
+    score and a -inf one still hides its key. factor and bound are positive finite f32 constants; the
+    operand is an f32 register tile (refused otherwise). Lowered in place per register: mul, max, min, and
+    +-inf selected back where x was +-inf (predicates taken before x dies, so no register beside x's)."""
+
+    name = "tile.saturating_scale"
+    source = operand_def(_ElementwiseOp.T)
+    factor = prop_def(FloatAttr[Float32Type])
+    bound = prop_def(FloatAttr[Float32Type])
+    assembly_format = "$source `by` $factor `bound` $bound attr-dict `:` type($result)"
+
+    def __init__(self, source: SSAValue | Operation, factor: float, bound: float):
+        super().__init__(
+            operands=[source],
+            properties={"factor": FloatAttr(_as_f32(factor), Float32Type()),
+                        "bound": FloatAttr(_as_f32(bound), Float32Type())},
+            result_types=[SSAValue.get(source).type],
+        )
+
+    def verify_(self) -> None:
+        super().verify_()
+        ty = _tile(self.result)
+        _require(isinstance(ty.element_type, Float32Type), self, f"saturates f32 values, got {ty.element_type}")
+        for what in ("factor", "bound"):
+            value = getattr(self, what).value.data
+            _require(0 < value < float("inf"), self, f"{what} must be a positive finite f32, got {value}")
+
+
+@irdl_op_definition
+class LogOp(_ElementwiseOp):
+    """`%r = tile.log %x : type`: r = ln(x) elementwise, the natural logarithm in f32: ln(0) = -inf,
+    ln(+inf) = +inf, and NaN for x < 0 or NaN.
+
+    Attention's log-sum-exp (`m + ln(l)` of the online softmax) is its use; the lowering computes it as
+    ln(2) * log2(x) with `lg2.approx`, whose documented error the tests' tolerance allows for."""
+
+    name = "tile.log"
+    source = operand_def(_ElementwiseOp.T)
+    assembly_format = "$source attr-dict `:` type($result)"
+
+    def __init__(self, source: SSAValue | Operation):
+        super().__init__(operands=[source], result_types=[SSAValue.get(source).type])
+
+    def verify_(self) -> None:
+        super().verify_()
+        ty = _tile(self.result)
+        _require(isinstance(ty.element_type, Float32Type), self, f"the logarithm is computed in f32, got {ty.element_type}")
+
+
+class _RowBroadcastOp(IRDLOperation):
+    """Base of ops combining a 2-D register tile [M, N] with an f32 row vector [M]."""
+
+    T: ClassVar = VarConstraint("T", TILE)
+    source = operand_def(T)
+    rows = operand_def(TILE)
+    result = result_def(T)
+    traits = traits_def(Pure())
+    assembly_format = "$source `,` $rows attr-dict `:` type($source) `,` type($rows)"
+
+    def __init__(self, source: SSAValue | Operation, rows: SSAValue | Operation):
+        super().__init__(operands=[source, rows], result_types=[SSAValue.get(source).type])
+
+    def verify_(self) -> None:
+        src = _tile(self.source)
+        _require_register_float(self, "source", src, rank=2)
+        _require_row_vector(self, "row vector", _tile(self.rows), src)
+
+
+@irdl_op_definition
+class ExpSubtractOp(_RowBroadcastOp):
+    """`%p = tile.exp_subtract %x, %m [subtract_first] : [M, N], [M]`: p[i, j] = exp(x[i, j] - m[i]), where
+    m[i] = -inf counts as 0 (a fully masked row gives zeros, not NaN).
+
+    `subtract_first` (a unit property) says the operands may be huge (an attention bias used as a mask fill,
+    e.g. -1e20), so a lowering must form the difference in f32 before it scales it: exp(x - m) as
+    ex2((x - m) log2 e), where x - m is exact when x and m are close (Sterbenz), not as the one fma
+    ex2(x log2 e - m log2 e), in which m log2 e is rounded and x log2 e is not: a residual of up to
+    ulp(m log2 e) / 2 (2^42 for -1e20) that the largest x then gets instead of exp(0) = 1. The residual is
+    common to a row, and `tile.exp_diff`'s rounded form carries the matching factor, so it cancels in the
+    softmax until ex2 of it overflows or underflows (|m log2 e| past ~2^31). The value is the exact
+    exp(x - m) with or without the property (the Tile interpreter ignores it); it only rules out a lowering's
+    cheaper rounded form. Set on both ops by `flash_attention(bias=True)`; unbiased scores stay far below that
+    range and keep the one fma."""
+
+    name = "tile.exp_subtract"
+    subtract_first = opt_prop_def(UnitAttr)
+    assembly_format = "$source `,` $rows (`subtract_first` $subtract_first^)? attr-dict `:` type($source) `,` type($rows)"
+
+    def __init__(self, source: SSAValue | Operation, rows: SSAValue | Operation, subtract_first: bool = False):
+        super().__init__(source, rows)
+        if subtract_first:
+            self.subtract_first = UnitAttr()
+
+
+@irdl_op_definition
+class MulRowsOp(_RowBroadcastOp):
+    """`%r = tile.mul_rows %x, %s : [M, N], [M]`: r[i, j] = x[i, j] * s[i] (rescale the accumulator)."""
+
+    name = "tile.mul_rows"
+
+
+@irdl_op_definition
+class DivRowsOp(_RowBroadcastOp):
+    """`%r = tile.div_rows %x, %l : [M, N], [M]`: r[i, j] = x[i, j] / l[i], and 0 where l[i] = 0."""
+
+    name = "tile.div_rows"
+
+
+class _F32RowBroadcastOp(_RowBroadcastOp):
+    """A row-broadcast op of the attention backward, computed in f32: source and row vector must be f32."""
+
+    def verify_(self) -> None:
+        for what, value in (("source", self.source), ("row vector", self.rows)):
+            ty = _tile(value)
+            _require(isinstance(ty.element_type, Float32Type), self, f"{what} must be f32, got {ty.element_type}")
+        super().verify_()
+
+
+@irdl_op_definition
+class SubRowsOp(_F32RowBroadcastOp):
+    """`%r = tile.sub_rows %x, %d : [M, N], [M]`: r[i, j] = x[i, j] - d[i] in f32 (dP - dPsum of the backward;
+    no special case for infinities)."""
+
+    name = "tile.sub_rows"
+
+
+@irdl_op_definition
+class Exp2SubtractOp(_F32RowBroadcastOp):
+    """`%p = tile.exp2_subtract %x, %m : [M, N], [M]`: p[i, j] = 2^(x[i, j] - m[i]), where m[i] = -inf counts as
+    0 (the safe-max rule of `tile.exp_subtract`, in base 2).
+
+    The backward recomputes P = exp2(S * scale * log2 e - LSE * log2 e) with this op: a row that sees no key
+    has LSE = -inf and every score -inf, so P is 0 there, never NaN. Computed in f32 (the lowering's
+    `ex2.approx.ftz.f32`, whose error the tolerance covers)."""
+
+    name = "tile.exp2_subtract"
+
+
+# endregion
+# region Conversions and constants
+
+
+@irdl_op_definition
+class CastOp(IRDLOperation):
+    """`%r = tile.cast %x : from_type -> to_type`: convert each element of a register tile; to bf16/f16 it
+    rounds to nearest even, to integers it truncates toward zero."""
+
+    name = "tile.cast"
+    source = operand_def(TILE)
+    result = result_def(TILE)
+    traits = traits_def(Pure())
+    assembly_format = "$source attr-dict `:` type($source) `->` type($result)"
+
+    def __init__(self, source: SSAValue | Operation, element_type: Attribute):
+        super().__init__(operands=[source], result_types=[_tile(source).with_(element_type=element_type)])
+
+    def verify_(self) -> None:
+        src, res = _tile(self.source), _tile(self.result)
+        _require_space(self, "source", src, MemSpace.REGISTER)
+        _require_space(self, "result", res, MemSpace.REGISTER)
+        _require(src.get_shape() == res.get_shape(), self, f"cast keeps the shape: {list(src.get_shape())} vs {list(res.get_shape())}")
+
+
+@irdl_op_definition
+class ReshapeOp(IRDLOperation):
+    """`%r = tile.reshape %x : from_type -> to_type`: the same elements in row-major order, a new shape."""
+
+    name = "tile.reshape"
+    source = operand_def(TILE)
+    result = result_def(TILE)
+    traits = traits_def(Pure())
+    assembly_format = "$source attr-dict `:` type($source) `->` type($result)"
+
+    def __init__(self, source: SSAValue | Operation, shape: Sequence[int]):
+        super().__init__(operands=[source], result_types=[_tile(source).with_(shape=tuple(shape))])
+
+    def verify_(self) -> None:
+        src, res = _tile(self.source), _tile(self.result)
+        _require_space(self, "source", src, MemSpace.REGISTER)
+        _require_space(self, "result", res, MemSpace.REGISTER)
+        _require(src.element_type == res.element_type, self, "reshape keeps the element type")
+        _require(src.num_elements == res.num_elements, self, f"reshape keeps the element count: {src.num_elements} vs {res.num_elements}")
+
+
+@irdl_op_definition
+class FillOp(IRDLOperation):
+    """`%r = tile.fill -inf : type`: a register tile with every element equal to `value` (written as a number,
+    `inf`/`-inf`, or, as in MLIR float attributes, a hex literal that is the f32 bit pattern: `0xff800000`)."""
+
+    name = "tile.fill"
+    value = prop_def(FloatAttr[Float32Type])
+    result = result_def(TILE)
+    traits = traits_def(Pure())
+
+    def __init__(self, value: float, ty: TileType):
+        super().__init__(properties={"value": FloatAttr(_as_f32(value), Float32Type())}, result_types=[ty])
+
+    def verify_(self) -> None:
+        _require_space(self, "result", _tile(self.result), MemSpace.REGISTER)
+        _require(self.value.value.data == self.value.value.data, self, "fill value must not be NaN")
+
+    def print(self, printer: Printer) -> None:
+        value = self.value.value.data
+        text = {float("inf"): "inf", float("-inf"): "-inf"}.get(value, repr(value))
+        printer.print_string(f" {text}")
+        printer.print_op_attributes(self.attributes)
+        printer.print_string(" : ")
+        printer.print_attribute(self.result.type)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> FillOp:
+        start = parser.pos
+        negative = parser.parse_optional_punctuation("-") is not None
+        if parser.parse_optional_keyword("inf"):
+            value = float("inf")
+        elif (bits := parse_optional_hex_float(parser, Float32Type())) is not None:  # f32 bits, as in MLIR
+            if negative:
+                parser.raise_error("hexadecimal float literal should not have a leading minus", start, parser.pos)
+            value = bits
+        else:
+            value = float(parser.parse_number(context_msg=" (the fill value, or inf)"))
+        attributes = parser.parse_optional_attr_dict()
+        parser.parse_punctuation(":")
+        ty = parser.parse_type()
+        op = cls(-value if negative else value, ty)
+        op.attributes.update(attributes)
+        return op
+
+
+# endregion
+# region Masks
+
+
+@irdl_op_definition
+class MaskCausalOp(IRDLOperation):
+    """`%r = tile.mask_causal %s, %q0, %k0, %seq_q, %seq_k : type`: causal mask, aligned bottom-right.
+
+    Element (i, j) of the score tile is query q0 + i and key k0 + j. It becomes -inf where
+    k0 + j > q0 + i + seq_k - seq_q (FlashAttention >= 2.1: the last query sees every key, so a single
+    decoding query sees the whole cache; a query row that sees no key ends up as zeros)."""
+
+    name = "tile.mask_causal"
+    T: ClassVar = VarConstraint("T", TILE)
+    source = operand_def(T)
+    q_start = operand_def(IndexType)
+    k_start = operand_def(IndexType)
+    seq_q = operand_def(IndexType)
+    seq_k = operand_def(IndexType)
+    result = result_def(T)
+    traits = traits_def(Pure())
+    assembly_format = "$source `,` $q_start `,` $k_start `,` $seq_q `,` $seq_k attr-dict `:` type($source)"
+
+    def __init__(self, source, q_start, k_start, seq_q, seq_k):
+        super().__init__(operands=[source, q_start, k_start, seq_q, seq_k], result_types=[SSAValue.get(source).type])
+
+    def verify_(self) -> None:
+        _require_register_float(self, "source", _tile(self.source), rank=2)
+
+
+@irdl_op_definition
+class MaskBoundsOp(IRDLOperation):
+    """`%r = tile.mask_bounds %s, %k0, %seq_k : type`: sequence-bounds mask.
+
+    Column j of the score tile is key k0 + j; it becomes -inf where k0 + j >= seq_k (keys past the true
+    sequence length, which a bounded copy filled with zeros)."""
+
+    name = "tile.mask_bounds"
+    T: ClassVar = VarConstraint("T", TILE)
+    source = operand_def(T)
+    k_start = operand_def(IndexType)
+    seq_k = operand_def(IndexType)
+    result = result_def(T)
+    traits = traits_def(Pure())
+    assembly_format = "$source `,` $k_start `,` $seq_k attr-dict `:` type($source)"
+
+    def __init__(self, source, k_start, seq_k):
+        super().__init__(operands=[source, k_start, seq_k], result_types=[SSAValue.get(source).type])
+
+    def verify_(self) -> None:
+        _require_register_float(self, "source", _tile(self.source), rank=2)
+
+
+# endregion
