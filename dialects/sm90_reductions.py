@@ -41,6 +41,7 @@ from xdsl.dialects.builtin import (
     i32,
     i64,
 )
+from xdsl.ir import SSAValue
 from xdsl.irdl import (
     IRDLOperation,
     ParsePropInAttrDict,
@@ -121,8 +122,6 @@ class AtomGlobalAddOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
 
     def __init__(self, base_ptr, offsets, values, mask, column_bytes: Sequence[int] | None = None):
-        from xdsl.ir import SSAValue
-
         super().__init__(operands=[base_ptr, offsets, values, mask], properties=_column_bytes(column_bytes),
                          result_types=[SSAValue.get(values).type])
 
@@ -260,8 +259,6 @@ class CvtUnpackOp(IRDLOperation):
     assembly_format = "$source `type` $type attr-dict `:` type($source) `->` type($result)"
 
     def __init__(self, source, half_type: str):
-        from xdsl.ir import SSAValue
-
         n = _lanes(SSAValue.get(source).type)
         super().__init__(operands=[source], properties={"type": StringAttr(half_type)},
                          result_types=[VectorType(Float32Type(), [2 * n])])

@@ -57,12 +57,12 @@ class CpAsyncUnit:
             self.pending.append(PendingCopy(op, int(t), a, d))
 
     def commit(self, threads: np.ndarray) -> None:
-        for t in threads:
-            t = int(t)
-            group = self.committed.get(t, 0)
-            for copy in self.pending:
-                if copy.thread == t and copy.group is None:
-                    copy.group = group
+        """Close each thread's open group: one pass over the pending copies, not one per thread."""
+        groups = {int(t): self.committed.get(int(t), 0) for t in threads}
+        for copy in self.pending:
+            if copy.group is None and copy.thread in groups:
+                copy.group = groups[copy.thread]
+        for t, group in groups.items():
             self.committed[t] = group + 1
 
     def wait(self, threads: np.ndarray, allowed: int) -> None:
@@ -71,15 +71,25 @@ class CpAsyncUnit:
         self._land(done, None)
 
     def arrive(self, threads: np.ndarray, mbarriers: np.ndarray, op: Operation) -> None:
-        for t in threads:
-            barrier = self.cta.mbarriers.get(op, int(t), int(mbarriers[t]))
-            self._land([c for c in self.pending if c.thread == int(t)], barrier)
+        arriving = {int(t): [] for t in threads}
+        for copy in self.pending:
+            if copy.thread in arriving:
+                arriving[copy.thread].append(copy)
+        self.pending = [c for c in self.pending if c.thread not in arriving]
+        for t, copies in arriving.items():
+            self._write(copies, self.cta.mbarriers.get(op, t, int(mbarriers[t])))
 
     def _land(self, copies: list[PendingCopy], barrier) -> None:
         if not copies:
             return
         ids = {id(c) for c in copies}
         self.pending = [c for c in self.pending if id(c) not in ids]
+        self._write(copies, barrier)
+
+    def _write(self, copies: list[PendingCopy], barrier) -> None:
+        """Land `copies` in shared memory: generic writes (barrier None) or on `barrier`'s current phase."""
+        if not copies:
+            return
         addresses = np.concatenate([c.addresses for c in copies])
         data = np.concatenate([c.data for c in copies])
         writers = np.concatenate([np.full(c.addresses.size, c.thread) for c in copies])
