@@ -1,0 +1,166 @@
+"""Every code block of README.md and docs/*.md runs, exactly as written, one test per block.
+
+The convention, by the block's language tag (the word after the opening ```):
+
+- ```python   run as a script in a fresh interpreter (this test's `sys.executable`), from the repository root;
+              it must exit with status 0.
+- ```sh, ```bash
+              run with `bash -e -o pipefail` from the repository root, with this interpreter's bin/ first on PATH
+              (so `tessera-opt`, `tessera-run` and `python` are the installed ones); it must exit with status 0.
+              These blocks show the command-line tools: each must invoke `tessera-opt` or `tessera-run`. A relative
+              path it writes with `-o FILE` or `--save DIR` is removed afterwards (unless it was there before).
+- `<!-- gpu-only -->` on the line right before a ```python block: the block needs an H100/H200, so it is
+              only compiled (`compile()`: it must be valid Python), never run. Only python blocks may be gpu-only.
+- ```console  commands for a reader to type that the tests do not run: installing, the whole test suite,
+              benchmarks, GPU commands.
+- ```mlir, ```ptx, ```text
+              IR, PTX or output shown, not run.
+
+Any other tag, or a fence without one, fails `test_every_block_has_a_known_tag`: a block cannot escape the tests
+by accident. A test is named FILE:LINE, the line of the block's opening fence.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+RUN = ("python", "sh", "bash")
+SHOWN = ("console", "mlir", "ptx", "text")
+GPU_ONLY = "<!-- gpu-only -->"
+TOOLS = ("tessera-opt", "tessera-run")
+TIMEOUT_S = 300
+FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>```+|~~~+)\s*(?P<tag>[^\s`]*)")
+
+
+@dataclass(frozen=True)
+class Block:
+    path: str  # relative to the repository root
+    line: int  # of the opening fence, 1-based
+    tag: str
+    code: str
+    gpu_only: bool
+
+    @property
+    def name(self) -> str:
+        return f"{self.path}:{self.line}"
+
+    @property
+    def padded_code(self) -> str:
+        """The code behind as many empty lines as precede it, so a traceback's line numbers are the file's."""
+        return "\n" * self.line + self.code
+
+
+def markdown_files() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def blocks(path: Path) -> list[Block]:
+    """The fenced code blocks of a Markdown file (CommonMark fences: ``` or ~~~, indented at most 3 spaces)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    found, i = [], 0
+    while i < len(lines):
+        opening = FENCE.match(lines[i])
+        if opening is None:
+            i += 1
+            continue
+        fence, indent = opening["fence"], len(opening["indent"])
+        body, j = [], i + 1
+        while j < len(lines) and not re.match(rf"^ {{0,3}}{re.escape(fence[0])}{{{len(fence)},}}\s*$", lines[j]):
+            text = lines[j]
+            body.append(text[min(indent, len(text) - len(text.lstrip(" "))):])
+            j += 1
+        previous = next((lines[k].strip() for k in range(i - 1, -1, -1) if lines[k].strip()), "")
+        found.append(Block(str(path.relative_to(ROOT)), i + 1, opening["tag"].lower(), "\n".join(body) + "\n",
+                           previous == GPU_ONLY))
+        i = j + 1
+    return found
+
+
+ALL_BLOCKS = [block for path in markdown_files() for block in blocks(path)]
+
+
+def test_every_block_has_a_known_tag():
+    wrong = [f"{b.name}: tag '{b.tag}'" for b in ALL_BLOCKS if b.tag not in RUN + SHOWN]
+    wrong += [f"{b.name}: gpu-only marks a '{b.tag}' block (only python blocks may be gpu-only)"
+              for b in ALL_BLOCKS if b.gpu_only and b.tag != "python"]
+    wrong += [f"{b.name}: a {b.tag} block runs neither tessera-opt nor tessera-run (show it as ```console)"
+              for b in ALL_BLOCKS if b.tag in ("sh", "bash") and not any(t in b.code for t in TOOLS)]
+    assert not wrong, "blocks outside the convention of tests/test_docs_snippets.py:\n" + "\n".join(wrong)
+
+
+def test_the_readme_and_docs_have_blocks_to_run():
+    assert any(b.path == "README.md" and b.tag == "python" for b in ALL_BLOCKS)
+    assert any(b.path == "README.md" and b.tag in ("sh", "bash") for b in ALL_BLOCKS)
+
+
+def test_the_readme_gives_the_test_command_ci_runs():
+    """`.ci/run` installs with the test extras and runs pytest; the README's quick start says the same."""
+    readme, ci = (ROOT / "README.md").read_text(encoding="utf-8"), (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    for command in ("pip install -q -e '.[test,ptx]'", "python -m pytest -q -n auto"):
+        assert command in ci, f".ci/run no longer runs {command!r}: update the README's quick start with it"
+        assert command in readme, f"the README's quick start must give CI's command {command!r}"
+
+
+def test_the_pipeline_spelled_out_is_the_default():
+    """The docs spell the default pipeline out for tessera-opt; it must stay `tessera.passes.DEFAULT_PIPELINE`."""
+    from tessera.passes import DEFAULT_PIPELINE
+
+    spelled = [m for b in ALL_BLOCKS for m in re.findall(r"-p '([^']*allocate-registers)'", b.code)]
+    assert spelled and all(p == DEFAULT_PIPELINE for p in spelled), (spelled, DEFAULT_PIPELINE)
+
+
+def _environment() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    for variable in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
+        env.setdefault(variable, "1")  # as tests/conftest.py: one BLAS thread per test process
+    return env
+
+
+def _written_paths(code: str) -> list[Path]:
+    """Relative paths a shell block writes with `-o FILE`/`--output-file FILE`/`--save DIR`."""
+    words = shlex.split(code, comments=True)
+    paths = []
+    for flag, value in zip(words, words[1:]):
+        if flag in ("-o", "--output-file", "--save") and not os.path.isabs(value):
+            paths.append(ROOT / value)
+    return paths
+
+
+def _run(block: Block, tmp_path: Path) -> subprocess.CompletedProcess:
+    if block.tag == "python":
+        script = tmp_path / (re.sub(r"\W", "_", block.name) + ".py")
+        script.write_text(block.padded_code, encoding="utf-8")
+        command = [sys.executable, str(script)]
+    else:
+        command = ["bash", "-e", "-o", "pipefail", "-c", block.code]
+    return subprocess.run(command, cwd=ROOT, env=_environment(), capture_output=True, text=True, timeout=TIMEOUT_S)
+
+
+@pytest.mark.parametrize("block", [pytest.param(b, id=b.name) for b in ALL_BLOCKS if b.tag in RUN])
+def test_block_runs_as_written(block: Block, tmp_path: Path):
+    if block.gpu_only and block.tag == "python":
+        compile(block.padded_code, block.path, "exec")  # a SyntaxError names the file and its line
+        return
+    written = [p for p in _written_paths(block.code) if not p.exists()] if block.tag != "python" else []
+    try:
+        result = _run(block, tmp_path)
+    finally:
+        for path in written:
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
+    assert result.returncode == 0, (
+        f"{block.name} ({block.tag}) exited with {result.returncode}\n--- block ---\n{block.code}"
+        f"--- stdout ---\n{result.stdout[-4000:]}\n--- stderr ---\n{result.stderr[-4000:]}")
