@@ -15,6 +15,8 @@ Public API:
   (`tessera.runtime.serving`); `tessera.attention_with_kvcache(...)`: decoding against a (paged) KV cache
   (`tessera.runtime.kvcache`), both with `return_lse=` and `num_splits=` and also in the interpreters with
   `level=`.
+- the subpackages of `SUBMODULES` (`tessera.passes`, `tessera.validate`, `tessera.ptx`, `tessera.kernels`,
+  `tessera.runtime`, ...) after `import tessera` alone: each is imported on first access.
 
 Every entry point that lowers a kernel uses one default, `tessera.passes.DEFAULT_PIPELINE` (the full,
 warp-specialized pipeline ending in register allocation); `pipeline=` picks another. Arguments are checked at
@@ -213,24 +215,34 @@ def interpret(
     return outputs[0] if len(outputs) == 1 else outputs
 
 
+SUBMODULES = (
+    "analysis", "dialects", "host", "interpreters", "kernels", "lowering", "passes", "ptx", "regalloc", "runtime",
+    "sm90", "toolchain", "tools", "validate", "validation",
+)
+"""The public subpackages and modules, reached from `import tessera` alone (`tessera.passes.DEFAULT_PIPELINE`):
+each is imported on first access, so `import tessera` stays light."""
+_LAZY_FUNCTIONS = {
+    # They run on the GPU (the `cuda` extra) or, with level=, in an interpreter; the runtime loads the CUDA
+    # bindings only when called.
+    "attention": "tessera.runtime.attention",
+    "attention_backward": "tessera.runtime.attention_backward",
+    "attention_with_kvcache": "tessera.runtime.kvcache",
+}
+
+
 def __getattr__(name: str):
-    # `tessera.kernels` is imported on first use, so `import tessera` stays light.
-    if name == "kernels":
-        import importlib
+    """PEP 562: a name of `SUBMODULES` imports that submodule, a name of `_LAZY_FUNCTIONS` the function of its
+    module, on first access."""
+    import importlib
 
-        return importlib.import_module("tessera.kernels")
-    # `tessera.attention` runs on the GPU (tessera-compiler[cuda]); the runtime loads the CUDA bindings only when called.
-    if name == "attention":
-        from tessera.runtime.attention import attention
-
-        return attention
-    # `tessera.attention_backward` runs on the GPU or, with level=, in an interpreter.
-    if name == "attention_backward":
-        from tessera.runtime.attention_backward import attention_backward
-
-        return attention_backward
-    if name == "attention_with_kvcache":
-        from tessera.runtime.kvcache import attention_with_kvcache
-
-        return attention_with_kvcache
+    if name in SUBMODULES:
+        # Importing the submodule binds it as an attribute of the package; `kernels` does not clash with the
+        # kernel_abi function, which is imported here as `kernel_functions`.
+        return importlib.import_module(f"tessera.{name}")
+    if name in _LAZY_FUNCTIONS:
+        return getattr(importlib.import_module(_LAZY_FUNCTIONS[name]), name)
     raise AttributeError(f"module 'tessera' has no attribute '{name}'")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *SUBMODULES, *_LAZY_FUNCTIONS})
