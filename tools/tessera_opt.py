@@ -3,6 +3,7 @@
     tessera-opt kernel.mlir -p PIPELINE [--print-op-generic] [-o out.mlir]
     tessera-opt invalid.mlir --split-input-file --verify-diagnostics | filecheck invalid.mlir
     tessera-opt kernel.mlir -p PIPELINE --validate [-d NAME=SIZE ...]
+    tessera-opt --help          (Tessera's passes, pipelines and targets; --all-passes: xDSL's too)
 
 `--validate` first walks the pipeline one pass at a time and runs each kernel at every level it reaches on
 generated inputs (`tessera.validate`); the table of levels goes to stderr, a mismatch names the pass and
@@ -181,6 +182,7 @@ class TesseraOptMain(xDSLOptMain):
             self.register_pass(name, factory)
 
     def register_all_arguments(self, arg_parser) -> None:
+        from tessera.tools.opt_help import add_help_listings
         from tessera.tools.tessera_run import parse_size, parse_seed
 
         super().register_all_arguments(arg_parser)
@@ -192,6 +194,7 @@ class TesseraOptMain(xDSLOptMain):
         arg_parser.add_argument("--rewrite-report", action="store_true",
                                 help="print what rewrite-attention found, what it became and why near misses were "
                                      "not rewritten (on stderr)")
+        add_help_listings(arg_parser, self.available_passes, self.available_targets)
 
     def setup_pipeline(self) -> None:
         self.pipeline = parse_pipeline(self.args.passes)
