@@ -197,7 +197,7 @@ def test_the_wheel_installs_a_working_tessera(tmp_path):
     opt = _run([venv / "bin" / "tessera-opt", gemm, "-p", DEFAULT_PIPELINE, "-t", "ptx"], tmp_path,
                "tessera-opt from the wheel", env=env)
     assert ".target sm_90a" in opt.stdout and "wgmma.mma_async" in opt.stdout
-    run = _run([venv / "bin" / "tessera-run", gemm, "--level", "target", "-d", "M=70", "-d", "N=64", "-d", "K=32",
+    run = _run([venv / "bin" / "tessera-run", gemm, "--level", "ptx", "-d", "M=70", "-d", "N=64", "-d", "K=32",
                 "--check"], tmp_path, "tessera-run from the wheel", env=env)
     assert ": ok" in run.stdout, run.stdout
     for proc in (opt, run):

@@ -2,15 +2,17 @@
 
     tessera-run examples/flash_attention.mlir -d batch=2 -d heads=3 -d seq_q=200 -d seq_k=300 --check
     tessera-run examples/gemm.mlir --level target -d M=70 -d N=128 -d K=64 --check
+    tessera-run examples/gemm.mlir --level ptx -d M=70 -d N=128 -d K=64 --check
     tessera-opt examples/gemm.mlir -p '<a pipeline to Target IR>' -o gemm.target.mlir
     tessera-run gemm.target.mlir -d M=70 -d N=128 -d K=64 --check
 
 What runs where:
 - a Tile IR kernel (`func.func` with `tile.kernel`) runs in the Tile IR interpreter (`--level tile`, the
   default), or is lowered by `--lower PIPELINE` (default: the full pipeline) and runs in the CTA simulator
-  (`--level target`), its register allocation checked against a simulated register file;
+  (`--level target`), its register allocation checked against a simulated register file, or its PTX is
+  printed and runs in the PTX executor (`--level ptx`, the path of `tessera.interpret(..., level="ptx")`);
 - a Target IR kernel (with `sm90.kernel`: what `tessera-opt -p '... convert-tile-to-sm90 ...'` writes, with or
-  without `allocate-registers`) runs in the CTA simulator;
+  without `allocate-registers`) runs in the CTA simulator, or with `--level ptx` as PTX in the PTX executor;
 - a `.ptx` file runs in the PTX executor (`tessera-run FILE.ptx --help`);
 - a StableHLO graph (no kernel; `@main` of stablehlo ops, as JAX exports it) runs in the StableHLO
   interpreter, `--compare` checks `-p rewrite-attention` on it (`tessera.tools.tessera_run_graph`).
@@ -40,6 +42,7 @@ import numpy as np
 from tessera.interpreters.launch import check_sizes
 from tessera.interpreters.limits import DEFAULT_MEMORY_BUDGET, MemoryBudgetError
 
+from tessera import LEVELS  # where a kernel runs: tile, target, ptx, as tessera.interpret's level=
 from tessera.arguments import MAX_SIZE  # the largest named size, the same as the Python API's
 DEFAULT_MAX_GIB = DEFAULT_MEMORY_BUDGET / 2**30
 """Default limit on the memory a run takes (`--max-gib`): the simulators' own budget."""
@@ -96,12 +99,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--check", action="store_true", help="compare with the NumPy reference")
     parser.add_argument("--seed", type=parse_seed, default=0, help="seed of the generated inputs")
     parser.add_argument("-p", "--passes", default="", help="a pass pipeline to apply first (as tessera-opt -p)")
-    parser.add_argument("--level", default=None, choices=("tile", "target"),
+    parser.add_argument("--level", default=None, choices=LEVELS,
                         help="for Tile IR kernels, tile (default): the Tile IR interpreter; target: lower to sm_90a "
-                             "Target IR and run the CTA simulator. Target IR kernels always run in the CTA simulator")
+                             "Target IR and run the CTA simulator; ptx: lower, print the PTX and run it in the PTX "
+                             "executor (as tessera.interpret(..., level='ptx')). Target IR kernels run in the CTA "
+                             "simulator, or with --level ptx in the PTX executor")
     parser.add_argument("--lower", metavar="PIPELINE", default=None,
-                        help="with --level target: the Tile IR to Target IR pipeline (default: the full pipeline, "
-                             "tessera.passes.DEFAULT_PIPELINE)")
+                        help="with --level target or ptx: the Tile IR to Target IR pipeline (default: the full "
+                             "pipeline, tessera.passes.DEFAULT_PIPELINE)")
     parser.add_argument("--compare", action="store_true",
                         help="for a StableHLO graph: run it before and after -p PIPELINE and compare (see "
                              "tessera/tools/tessera_run_graph.py)")
@@ -212,12 +217,13 @@ def run(args: argparse.Namespace) -> int:
     from tessera.passes import DEFAULT_PIPELINE
     from tessera.regalloc import allocate_registers
     from tessera.tools.tessera_opt import UsageError, load_module, opt_context, parse_pipeline, run_pipeline
+    from tessera.validation.levels import run_ptx
 
     pipeline = parse_pipeline(args.passes) if args.passes else None
     lowering_spec = args.lower or DEFAULT_PIPELINE
-    lowering = parse_pipeline(lowering_spec) if args.level == "target" else None
-    if args.lower and args.level != "target":
-        raise UsageError("--lower applies with --level target")
+    lowering = parse_pipeline(lowering_spec) if args.level in ("target", "ptx") else None
+    if args.lower and args.level not in ("target", "ptx"):
+        raise UsageError("--lower applies with --level target or --level ptx")
     names = [n for n, _ in args.dims]
     if duplicates := sorted({n for n in names if names.count(n) > 1}):
         raise UsageError(f"size{'s' if len(duplicates) > 1 else ''} {', '.join(repr(n) for n in duplicates)} "
@@ -259,40 +265,45 @@ def run(args: argparse.Namespace) -> int:
                        f"writes them) and PTX files (.ptx); this file has {_describe_functions(module)}")
     if target_kernels and args.level == "tile":
         raise RunError(f"{name}: kernel @{target_kernels[0].sym_name.data} is Target IR: it runs in the CTA "
-                       "simulator (--level target, or no --level)")
+                       "simulator (--level target, or no --level) or the PTX executor (--level ptx)")
     if target_kernels and args.lower:
         raise RunError(f"{name}: kernel @{target_kernels[0].sym_name.data} is already Target IR: --lower "
                        "applies to Tile IR kernels")
 
-    # (signature, how it runs, the op that runs) for each kernel
+    # (signature, what runs it, the level, the Target IR function of the kernel, its module) for each kernel
     plan = []
-    lowered = None
-    if tile_kernels and args.level == "target":
+    if tile_kernels and args.level in ("target", "ptx"):
         lowered = module.clone()
         run_pipeline(lowering, ctx, lowered)
         by_name = {op.sym_name.data: op for op in lowered.walk() if is_target_kernel(op)}
         for op in tile_kernels:
             if op.sym_name.data not in by_name:
                 raise RunError(f"the lowering pipeline '{lowering_spec}' left kernel @{op.sym_name.data} in Tile IR: "
-                               "--level target needs a pipeline that ends in Target IR (one with "
+                               f"--level {args.level} needs a pipeline that ends in Target IR (one with "
                                f"convert-tile-to-sm90, such as the default '{DEFAULT_PIPELINE}')")
-            plan.append((signature(op), f"target level (-p {lowering_spec}, CTA simulator)", by_name[op.sym_name.data]))
+            runner = "CTA simulator" if args.level == "target" else "PTX executor"
+            plan.append((signature(op), f"{args.level} level (-p {lowering_spec}, {runner})", args.level,
+                         by_name[op.sym_name.data], lowered))
     else:
-        plan += [(signature(op), "tile level", None) for op in tile_kernels]
-    plan += [(target_signature(op), "Target IR, CTA simulator", op) for op in target_kernels]
+        plan += [(signature(op), "tile level", "tile", None, module) for op in tile_kernels]
+    target_level = "ptx" if args.level == "ptx" else "target"
+    runner = "PTX executor" if target_level == "ptx" else "CTA simulator"
+    plan += [(target_signature(op), f"Target IR, {runner}", target_level, op, module) for op in target_kernels]
 
-    _check_sizes([sig for sig, _, _ in plan], sizes, args.max_gib)
+    _check_sizes([sig for sig, *_ in plan], sizes, args.max_gib)
     status = 0
     rng = np.random.default_rng(args.seed)
-    for sig, level, target in plan:
+    for sig, level, how, target, kernel_module in plan:
         used = {n: sizes[n] for n in sig.dim_names()}
         inputs = [rng.standard_normal(arg.shape(used)).astype(np.float32) for arg in sig.inputs]
         arguments, bound = prepare_arguments(sig, inputs, used)
         start = time.perf_counter()
-        if target is None:
-            run_grid(sig, module, arguments, bound)
-        else:
+        if how == "tile":
+            run_grid(sig, kernel_module, arguments, bound)
+        elif how == "target":
             run_target_kernel(target, arguments, bound, allocate_registers(target))
+        else:  # printed (registers allocated on a copy where the pipeline did not) and run as tessera.interpret does
+            run_ptx(kernel_module, sig, arguments, bound)
         elapsed = time.perf_counter() - start
         outputs = [a for a, arg in zip(arguments, sig.args) if arg.role == "out"]
         grid = sig.grid_size(used)
@@ -339,7 +350,9 @@ def main(argv: list[str] | None = None) -> int:
         return run_ptx(argv)
     args = build_parser().parse_args(argv)
     from tessera.diagnostics import internal_error_text
+    from tessera.interpreters.ptx.state import PtxExecutionError
     from tessera.tools.tessera_opt import PassCrash, UsageError, format_diagnostic, print_warnings
+    from tessera.validation.levels import PtxExecutorMissing
 
     with warnings.catch_warnings():
         print_warnings("tessera-run")
@@ -347,6 +360,9 @@ def main(argv: list[str] | None = None) -> int:
             code = run(args)
         except InterpretationError as e:  # a kernel hazard or an interpreter's refusal, while running
             print(f"tessera-run: error: {_interpretation_diagnostic(e)}", file=sys.stderr)
+            code = 1
+        except (PtxExecutionError, PtxExecutorMissing) as e:  # --level ptx: a hazard, a deadlock, a refusal
+            print(f"tessera-run: error: {e}", file=sys.stderr)
             code = 1
         except (ParseError, DiagnosticException) as e:  # the diagnostics tessera-opt prints, as it prints them
             print(format_diagnostic(e, "tessera-run"), file=sys.stderr)
