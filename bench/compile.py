@@ -7,7 +7,7 @@ For each configuration, through the default full pipeline (`passes.DEFAULT_PIPEL
 another): the seconds of each stage (building the Tile IR, each pass, printing the PTX, ptxas), the registers per thread Tessera's allocator predicts (peak) and ptxas uses, spill
 bytes, shared memory (static + dynamic), and the SASS of the main loop (the innermost loop holding HGMMA):
 its instruction count and its HGMMA and MUFU.EX2 counts. Needs ptxas (and nvdisasm for the SASS columns;
-`pip install 'tessera-compiler[ptx]'`).
+`pip install '.[ptx]'` in a checkout).
 
 With Triton installed, each attention configuration Triton's kernel takes (bench/triton_attention.py:
 flash attention, head_dim 64/128, 128x128 tiles, 8 warps, 2 stages) gets a Triton row: the wall time of a
@@ -125,7 +125,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="compile each kernel N times and keep the median")
     args = parser.parse_args()
     if find_ptxas() is None:
-        print("no ptxas: pip install 'tessera-compiler[ptx]' (or put CUDA's bin on PATH)")
+        print("no ptxas: pip install nvidia-cuda-nvcc, or pip install '.[ptx]' in a checkout (or put CUDA's bin on PATH)")
         return
     import triton_attention
 
@@ -134,7 +134,7 @@ def main() -> None:
     if not with_triton:
         print("(no Triton rows: " + ("--no-triton" if args.no_triton else "Triton is not installed") + ")")
     if find_nvdisasm() is None:
-        print("(no nvdisasm: install tessera-compiler[ptx] for the SASS columns)")
+        print("(no nvdisasm: pip install nvidia-cuda-nvdisasm for the SASS columns)")
     header = (f"{'configuration':<46}{'total s':>8}{'ptxas s':>8}{'peak':>6}{'regs':>6}{'spill':>6}{'smem':>8}"
               f"{'loop':>6}{'HGMMA':>6}{'EX2':>5}")
     print(header)

@@ -15,7 +15,7 @@ TMA multicast) add the traffic counter of the CTA simulator: the bytes each CTA'
 memory, by tensor, on a small problem (`--no-traffic` skips those runs).
 Triton's kernel for the same attention, measured by the same tools, is in `python bench/compile.py` (with
 Triton installed). Needs ptxas and nvdisasm
-(`pip install 'tessera-compiler[ptx]'`); without them only the Target IR columns are printed.
+(`pip install nvidia-cuda-nvcc nvidia-cuda-nvdisasm`, or `pip install '.[ptx]'` in a checkout); without them only the Target IR columns are printed.
 """
 
 from __future__ import annotations

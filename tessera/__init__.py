@@ -7,7 +7,7 @@ Public API:
 - `tessera.compile(module, target="ptx", pipeline=None)`: Target IR, PTX text, or a ptxas result with the cubin;
 - `tessera.parse_module(text)` / `tessera.print_module(module)`; `tessera.find_kernel(module, kernel)`;
 - `tessera.attention(q, k, v, causal=False, scale=None, return_lse=False, num_splits=1, level=None)`: run attention
-  on an H100/H200 (`tessera-compiler[cuda]`; see `tessera.runtime`, imported on first use), or with `level=` the
+  on an H100/H200 (with `cuda-bindings`; see `tessera.runtime`, imported on first use), or with `level=` the
   same kernels in an interpreter;
 - `tessera.attention_backward(q, k, v, o, lse, do, causal=False, scale=None, deterministic=False, level=None)`:
   (dq, dk, dv) on the GPU, or with `level=` in an interpreter (`tessera.runtime.attention_backward`).
@@ -222,7 +222,7 @@ SUBMODULES = (
 """The public subpackages and modules, reached from `import tessera` alone (`tessera.passes.DEFAULT_PIPELINE`):
 each is imported on first access, so `import tessera` stays light."""
 _LAZY_FUNCTIONS = {
-    # They run on the GPU (the `cuda` extra) or, with level=, in an interpreter; the runtime loads the CUDA
+    # They run on the GPU (with cuda-bindings) or, with level=, in an interpreter; the runtime loads the CUDA
     # bindings only when called.
     "attention": "tessera.runtime.attention",
     "attention_backward": "tessera.runtime.attention_backward",

@@ -2,9 +2,10 @@
 
 - `find_ptxas()` / `find_nvdisasm()`: the tool on PATH, else in `$CUDA_HOME/bin` (or `$CUDA_PATH/bin`), else
   in NVIDIA's PyPI wheels (`nvidia-cuda-nvcc`, `nvidia-cuda-nvdisasm`: `nvidia/cu13/bin/` in site-packages,
-  found through the `nvidia` namespace package); None when absent. `pip install 'tessera-compiler[ptx]'` brings both.
+  found through the `nvidia` namespace package); None when absent. The `ptx` extra (`pip install '.[ptx]'` from a
+  checkout) brings both.
 - `find_all_ptxas()`: every ptxas of those places, one per version, newest first (the test suite checks the
-  kernels with each: `tessera-compiler[test]` adds a CUDA 12 ptxas, `nvidia-cuda-nvcc-cu12`, in `nvidia/cuda_nvcc/bin/`).
+  kernels with each: the `test` extra adds a CUDA 12 ptxas, `nvidia-cuda-nvcc-cu12`, in `nvidia/cuda_nvcc/bin/`).
 - `compile_ptx(ptx)`: `ptxas -arch=sm_90a -v` as data: per function the registers, barriers, static shared
   memory, stack frame and spill bytes; every warning and error with its PTX line. A rejected module raises
   `PtxasError` carrying the parsed errors.
@@ -376,8 +377,8 @@ def compile_ptx(
     if tool is None:
         raise ToolchainError(
             "ptxas not found: searched PATH, $CUDA_HOME/bin, $CUDA_PATH/bin and the nvidia-cuda-nvcc wheel "
-            f"({', '.join('nvidia/' + d for d in WHEEL_BIN_DIRS)}); install it with "
-            "`pip install 'tessera-compiler[ptx]'`"
+            f"({', '.join('nvidia/' + d for d in WHEEL_BIN_DIRS)}); install it with `pip install nvidia-cuda-nvcc`, "
+            "or from a Tessera checkout `pip install '.[ptx]'`"
         )
     version = tool_version(tool)
     with tempfile.TemporaryDirectory(prefix="tessera-ptxas-") as work:
@@ -444,12 +445,13 @@ class SassInstruction:
 
 def disassemble(cubin: bytes | str | os.PathLike, *, nvdisasm: str | None = None, timeout: float = 120.0) -> str:
     """The SASS of `cubin` (its bytes or its path) as `nvdisasm -c` prints it. Raises `ToolchainError` when
-    no nvdisasm is found (install `nvidia-cuda-nvdisasm`, or `tessera-compiler[ptx]`) or it fails."""
+    no nvdisasm is found (install `nvidia-cuda-nvdisasm`, or the `ptx` extra) or it fails."""
     tool = nvdisasm or find_nvdisasm()
     if tool is None:
         raise ToolchainError(
             "nvdisasm not found: searched PATH, $CUDA_HOME/bin, $CUDA_PATH/bin and the nvidia-cuda-nvdisasm "
-            "wheel (nvidia/cu13/bin); install it with `pip install 'tessera-compiler[ptx]'`"
+            "wheel (nvidia/cu13/bin); install it with `pip install nvidia-cuda-nvdisasm`, or from a Tessera "
+            "checkout `pip install '.[ptx]'`"
         )
     with tempfile.TemporaryDirectory(prefix="tessera-nvdisasm-") as work:
         if isinstance(cubin, bytes):

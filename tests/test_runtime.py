@@ -82,7 +82,7 @@ def cuda_bindings():
     try:
         from cuda.bindings import driver
     except ImportError:
-        pytest.skip("cuda-bindings not installed (tessera-compiler[cuda])")
+        pytest.skip("cuda-bindings not installed (pip install cuda-bindings)")
     return driver
 
 
@@ -597,7 +597,8 @@ def test_missing_driver_device_or_architecture_is_cuda_unavailable():
         def cuInit(self, flags):
             raise RuntimeError('"cuda" is an NVIDIA driver library and can only be found via system search')
 
-    with pytest.raises(CudaUnavailable, match="no CUDA driver: RuntimeError"):
+    with pytest.raises(CudaUnavailable, match=r"no CUDA driver: RuntimeError: .* \(the bindings are installed; they "
+                                              r"call the NVIDIA driver \(libcuda.so.1\), which pip does not install"):
         Driver(NoLibrary()).device()
     with pytest.raises(CudaUnavailable, match="no CUDA device: cuInit returned CUDA_ERROR_NO_DEVICE"):
         Driver(FakeCuda(fail={"cuInit": FakeResult.CUDA_ERROR_NO_DEVICE})).device()
@@ -618,8 +619,26 @@ def test_missing_bindings_are_cuda_unavailable(monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_cuda)
-    with pytest.raises(CudaUnavailable, match=r"bindings are not installed \(pip install 'tessera-compiler\[cuda\]'\)"):
+    with pytest.raises(CudaUnavailable) as caught:
         Driver().device()
+    # What installs them (tessera-compiler is not on PyPI: its `cuda` extra only installs from a checkout), and the
+    # driver they need, which pip cannot install.
+    assert str(caught.value) == (
+        "the CUDA driver bindings are not installed: pip install cuda-bindings, or from a Tessera checkout "
+        "pip install '.[cuda]'; they call the NVIDIA driver (libcuda.so.1), which pip does not install: "
+        "cuda-bindings 13.x needs driver 580.65.06 or later, 12.x driver 525.60.13 or later (pip install "
+        "'cuda-bindings>=12.8,<13' for an older driver)")
+
+
+def test_the_install_hint_names_what_the_cuda_extra_installs():
+    import tomllib
+
+    from tessera.runtime.driver import INSTALL_HINT
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert [r.split(">")[0] for r in pyproject["project"]["optional-dependencies"]["cuda"]] == ["cuda-bindings"]
+    assert "pip install cuda-bindings" in INSTALL_HINT and "pip install '.[cuda]'" in INSTALL_HINT
+    assert "tessera-compiler" not in INSTALL_HINT  # not a PyPI distribution
 
 
 def test_launch_config_sets_clusters_only_when_asked():
@@ -780,7 +799,7 @@ def test_gemm_arguments_are_checked_by_name(call, message):
 
 def test_a_refused_cubin_falls_back_to_the_ptx(fake_gpu, rng):
     kernel = compiled(gemm_config("bf16"))
-    assert kernel.cubin is not None, "no cubin: the test command installs ptxas (tessera-compiler[ptx])"
+    assert kernel.cubin is not None, "no cubin: the test command installs ptxas (the ptx extra)"
     fake = fake_gpu(kernel, refuse_cubin=True)
     a, b = (rng.standard_normal((64, 64)).astype(BF16) for _ in range(2))
     run(kernel, a, b)

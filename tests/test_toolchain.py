@@ -133,8 +133,15 @@ def test_wheels_are_found_through_the_nvidia_namespace_package(no_cuda, monkeypa
 
 
 def test_a_missing_ptxas_is_a_toolchain_error_that_says_how_to_install_it(no_cuda, no_wheels):
-    with pytest.raises(ToolchainError, match=r"ptxas not found.*pip install 'tessera-compiler\[ptx\]'"):
+    with pytest.raises(ToolchainError, match=r"ptxas not found.*install it with `pip install nvidia-cuda-nvcc`, or from a "
+                                             r"Tessera checkout `pip install '\.\[ptx\]'`$"):
         compile_ptx(sample("gemm_tile_sanity.ptx"))
+
+
+def test_a_missing_nvdisasm_is_a_toolchain_error_that_says_how_to_install_it(no_cuda, no_wheels):
+    with pytest.raises(ToolchainError, match=r"nvdisasm not found.*install it with `pip install nvidia-cuda-nvdisasm`, "
+                                             r"or from a Tessera checkout `pip install '\.\[ptx\]'`$"):
+        toolchain.disassemble(b"not a cubin")
 
 
 # endregion

@@ -202,3 +202,15 @@ def test_the_wheel_installs_a_working_tessera(tmp_path):
     assert ": ok" in run.stdout, run.stdout
     for proc in (opt, run):
         assert "Traceback" not in proc.stderr
+
+
+def test_install_hints_name_what_pip_can_install():
+    """The distribution `tessera-compiler` is installed from its source, not from PyPI: no message or docstring
+    of the package may tell a user to `pip install 'tessera-compiler[EXTRA]'` (the extras install from a checkout,
+    `pip install '.[EXTRA]'`, or by their packages' own names)."""
+    package_dir = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    offenders = [f"{path.relative_to(ROOT)}:{number}"
+                 for folder in package_dir.values() for path in sorted((ROOT / folder).rglob("*.py"))
+                 for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+                 if "tessera-compiler[" in line]
+    assert not offenders, f"hints to install extras from PyPI, where tessera-compiler is not: {offenders}"

@@ -1,4 +1,5 @@
-"""Tessera's GPU runtime (the optional extra `tessera-compiler[cuda]`: NVIDIA's `cuda-bindings`, driver API).
+"""Tessera's GPU runtime (NVIDIA's `cuda-bindings`, the driver API: `pip install cuda-bindings`, or the `cuda`
+extra from a checkout, `pip install '.[cuda]'`; `driver.INSTALL_HINT`).
 
 - `tessera.attention(q, k, v, causal=False, scale=None)` (`runtime.attention`): compile or fetch the kernel
   for the shapes and run it; `runtime.gemm.gemm(a, b)` likewise for GEMM;

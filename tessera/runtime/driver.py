@@ -1,4 +1,4 @@
-"""A thin, lazy wrapper over the CUDA driver API of `cuda-bindings` (`pip install 'tessera-compiler[cuda]'`).
+"""A thin, lazy wrapper over the CUDA driver API of `cuda-bindings` (`INSTALL_HINT` says how to install it).
 
 Nothing here is imported by `import tessera`, and nothing here imports the bindings until a driver call is
 made, so a machine without a GPU, a driver or the bindings can import the runtime and test its host side.
@@ -28,7 +28,13 @@ SM90A_CAPABILITY = (9, 0)
 """sm_90a code runs on compute capability 9.0 only (H100, H200, GH200): the `a` features are not forward
 compatible [P#ptx-module-directives-target]."""
 
-INSTALL_HINT = "pip install 'tessera-compiler[cuda]'"
+INSTALL_HINT = "pip install cuda-bindings, or from a Tessera checkout pip install '.[cuda]'"
+"""What installs the bindings: `cuda-bindings` from PyPI, which the `cuda` extra of pyproject.toml names (the
+distribution tessera-compiler is installed from its source, not from PyPI)."""
+DRIVER_REQUIREMENT = ("they call the NVIDIA driver (libcuda.so.1), which pip does not install: cuda-bindings 13.x "
+                      "needs driver 580.65.06 or later, 12.x driver 525.60.13 or later (pip install "
+                      "'cuda-bindings>=12.8,<13' for an older driver)")
+"""The drivers the bindings run on, from the installation pages of cuda-bindings 12.9 and 13 (Linux)."""
 
 
 class CudaUnavailable(RuntimeError):
@@ -60,7 +66,8 @@ def load_bindings():
         try:
             from cuda import cuda as driver  # cuda-python < 12.6
         except ImportError:
-            raise CudaUnavailable(f"the CUDA driver bindings are not installed ({INSTALL_HINT})") from None
+            raise CudaUnavailable(f"the CUDA driver bindings are not installed: {INSTALL_HINT}; "
+                                  f"{DRIVER_REQUIREMENT}") from None
     return driver
 
 
@@ -148,7 +155,8 @@ class Driver:
         except CudaError as error:
             raise CudaUnavailable(f"no CUDA device: cuInit returned {error.name} ({error.description})") from None
         except Exception as error:  # noqa: BLE001 - the bindings raise their own errors when libcuda is absent
-            raise CudaUnavailable(f"no CUDA driver: {type(error).__name__}: {error}") from None
+            raise CudaUnavailable(f"no CUDA driver: {type(error).__name__}: {error} (the bindings are installed; "
+                                  f"{DRIVER_REQUIREMENT})") from None
         count = self.call("cuDeviceGetCount")
         if not 0 <= ordinal < count:
             raise CudaUnavailable(f"no CUDA device {ordinal}: the driver sees {count} device(s)")
@@ -192,7 +200,7 @@ class Driver:
         if first is not None:
             detail += f"; the cubin was refused first: {first.name}: {first.description}"
         elif cubin is None:
-            detail += ("; no cubin because no ptxas was found (pip install 'tessera-compiler[ptx]' gives ptxas' own "
+            detail += ("; no cubin because no ptxas was found (pip install nvidia-cuda-nvcc gives ptxas' own "
                        "messages)")
         module = self._load_image(ptx.encode(), kernel, detail)
         return module, self.call("cuModuleGetFunction", module, kernel.encode(), kernel=kernel)
