@@ -1,5 +1,6 @@
 """Forward attention TFLOP/s on an H100/H200: Tessera against PyTorch's scaled_dot_product_attention with each
-backend it offers (flash, cuDNN, efficient) and, when Triton is installed, a Triton fused attention kernel,
+backend it offers (flash, cuDNN, efficient), FlexAttention where PyTorch has it and, when Triton is installed,
+a Triton fused attention kernel,
 on the FlashAttention-3 paper's grid (its Figure 5): sequence length 512 to 16k with batch * seq = 16k
 tokens, hidden size 2048 (heads = 2048 / head_dim) for head_dim 64, 128 and 256, causal and not, bf16.
 
@@ -318,6 +319,34 @@ def triton_system(torch, autotune: bool = True) -> System | None:
     return System("Triton", build)
 
 
+def flex_system(torch) -> System | None:
+    """PyTorch's FlexAttention (`torch.nn.attention.flex_attention`, compiled with torch.compile), the causal
+    mask as a block mask (bottom-right aligned, as the others); None where this PyTorch has none."""
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    except ImportError:
+        return None
+    compiled = torch.compile(flex_attention)
+
+    def build(inputs):
+        q, k, v, causal = inputs
+        seq_q, seq_k = q.shape[2], k.shape[2]
+        mask = None
+        if causal:
+            offset = seq_k - seq_q
+            mask = create_block_mask(lambda b, h, i, j: j <= i + offset, None, None, seq_q, seq_k, device=q.device)
+
+        def run():
+            return compiled(q, k, v, block_mask=mask)
+        try:
+            run()
+        except Exception as why:  # noqa: BLE001 - an Inductor or Triton refusal (shared memory at head_dim 256)
+            raise Unsupported(f"{type(why).__name__}: {str(why).strip().splitlines()[0] if str(why).strip() else ''}"
+                              ) from None
+        return run
+    return System("FlexAttention", build)
+
+
 def attention_check(torch, q, k, v, causal: bool):
     """(errors by name, tolerance, max |reference|) of outputs: max |out - ref| against an fp32 reference,
     and the tolerance 2 * (error of a straightforward bf16 computation) + ABSOLUTE_TOLERANCE, computed a few
@@ -394,9 +423,7 @@ def main() -> None:
         return
 
     systems = [tessera_system(torch, c) for c in args.cluster] + sdpa_systems(torch)
-    triton = triton_system(torch)
-    if triton is not None:
-        systems.append(triton)
+    systems += [s for s in (triton_system(torch), flex_system(torch)) if s is not None]
     env = environment(torch)
     print(f"{env['device']}: torch {env['torch']} (CUDA {env['cuda']}), tessera {env['tessera']}, {env['ptxas']}")
     widths = print_header(systems)

@@ -66,10 +66,21 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: a long matrix left out of the default suite; run it with -m slow")
+    config.addinivalue_line("markers", "gpu: needs an H100/H200 (tessera.runtime finds one) and is skipped, saying why, "
+                                       "without one; bench/gpu_session.py runs every test so marked")
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `slow` are skipped unless the -m expression names them (`pytest -m slow ...`)."""
+    """Tests marked `gpu` are skipped without a usable GPU (the runtime's reason is the skip's); tests marked
+    `slow` are skipped unless the -m expression names them (`pytest -m slow ...`)."""
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if gpu_items:
+        from tessera.runtime import cuda_unavailable_reason
+
+        reason = cuda_unavailable_reason()
+        if reason is not None:
+            for item in gpu_items:
+                item.add_marker(pytest.mark.skip(reason=f"no usable GPU: {reason}"))
     if "slow" in (config.getoption("-m") or ""):
         return
     skip = pytest.mark.skip(reason="slow: run with -m slow")

@@ -61,7 +61,7 @@ from tessera.sm90.facts import (
 
 ROOT = Path(__file__).resolve().parent.parent
 GPU_REASON = cuda_unavailable_reason()
-needs_gpu = pytest.mark.skipif(GPU_REASON is not None, reason=f"no usable GPU: {GPU_REASON}")
+needs_gpu = pytest.mark.gpu  # skipped without a GPU by tests/conftest.py; bench/gpu_session.py runs these
 needs_no_gpu = pytest.mark.skipif(GPU_REASON is None, reason="a GPU is present; this checks the no-GPU behaviour")
 
 # From cuda.h (CUDA 12/13), typedef enum CUtensorMapDataType_enum / CUtensorMapSwizzle_enum, written down here

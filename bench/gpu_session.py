@@ -1,0 +1,343 @@
+"""One rehearsed GPU session: install, compile, test, compare the PTX executor with the GPU, benchmark, plot.
+
+On the GPU machine (an H100/H200 without network; PyTorch, Triton, cuda-bindings, NumPy, ml_dtypes and
+pytest installed), from the repository root, with `.whl/` carried there:
+
+    python bench/gpu_session.py --out $OUT
+
+`.whl/` comes from `bench/gpu_wheels.sh`, run on a machine with network. On any machine, without a GPU:
+
+    python bench/gpu_session.py --dry-run --out /tmp/gpu-plan            # the whole plan (a few minutes)
+    python bench/gpu_session.py --dry-run --quick --out /tmp/gpu-plan    # one kernel per path (the test suite)
+
+Stages (`gpu_plan.STAGES`), each its own process with its own budget (`gpu_plan.BUDGETS_S`, 480 s in all):
+1. install: the wheels of `.whl/` and this checkout (editable) with pip, offline; skipped when xDSL 0.74 and
+   this checkout's Tessera import already. The running Python must match the wheels' (.whl/MANIFEST.json);
+2. compile: every kernel of the session (Tile IR -> PTX -> cubin with the wheel's ptxas) in a process pool,
+   into the kernel cache (`--cache`, else Tessera's default), from which the later stages load them;
+3. tests: tests/test_runtime.py and every test marked `gpu` (those skip without a GPU);
+4. fidelity: the same PTX on the GPU and in the PTX executor on the same inputs (bench/gpu_fidelity.py);
+5-7. forward, backward, gemm: FlashAttention-3's grid against PyTorch SDPA's backends, Triton's kernel and
+   FlexAttention where present; GEMM 4k and 8k against cuBLAS (bench/attention.py's harness);
+8. report: attention_forward.svg, attention_backward.svg, gemm.svg (hand-written SVG, FA3 Figure 5's
+   layout: no matplotlib there) and benchmark.csv.
+A stage past its budget is killed (with its process group); what it wrote so far is kept. After every stage
+`session.json` in --out holds the plan, every stage's status, seconds and results; `stages/<name>.json` each
+stage's own, `logs/<name>.log` its output. Exit status 0 when every stage finished.
+
+--dry-run runs the same stages without a GPU: it reports the wheels (or how to make them), compiles every
+kernel, collects the GPU tests, builds every input (the fidelity cases' for real, with their PTX-executor
+side; the benchmark's as zero-stride arrays through Tessera's host-side launch checks) and checks that the
+budgets fit the session and the compile fits its budget on 16 cores; it writes plan.json.
+
+Importing this file imports nothing beyond the standard library: the install stage runs before Tessera is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+sys.path.insert(0, str(BENCH))
+
+import gpu_plan  # noqa: E402 - bench/ is not a package (gpu_plan imports nothing of Tessera at import)
+
+CARRY_LIMIT_BYTES = 64 << 20
+"""What the device machine's `carry` takes, and so the most .whl/ may hold."""
+GPU_IMAGE_HAS = ("numpy", "ml-dtypes", "pytest", "torch", "triton", "cuda-bindings")
+"""What the GPU machine's image installs: left out of the wheels."""
+MANIFEST = "MANIFEST.json"
+KILL_GRACE_S = 3
+
+
+# region Wheels
+
+
+def _name(requirement: str) -> str:
+    return re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0].strip().lower().replace("_", "-")
+
+
+def wheel_requirements() -> list[str]:
+    """What bench/gpu_wheels.sh downloads: pyproject.toml's dependencies the image lacks, its build
+    requirement (pip builds the editable install offline), the CUDA 12 ptxas and pytest-xdist of the
+    `test` extra."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    wanted = [r for r in project["project"]["dependencies"] if _name(r) not in GPU_IMAGE_HAS]
+    wanted += project["build-system"]["requires"]
+    wanted += [r for r in project["project"]["optional-dependencies"]["test"]
+               if _name(r) in ("nvidia-cuda-nvcc-cu12", "pytest-xdist")]
+    return wanted
+
+
+def write_wheel_manifest(folder: Path, python: str, requirements: list[str]) -> int:
+    files = {p.name: p.stat().st_size for p in sorted(folder.glob("*.whl"))}
+    total = sum(files.values())
+    manifest = {"python": python, "platform": "manylinux x86_64", "requirements": requirements, "files": files,
+                "total_bytes": total, "made": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    print(f"{len(files)} wheels, {total / 2**20:.1f} MiB in {folder} (limit {CARRY_LIMIT_BYTES >> 20} MiB)")
+    if total > CARRY_LIMIT_BYTES:
+        print(f"too large: the device machine carries at most {CARRY_LIMIT_BYTES >> 20} MiB", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _wheel_tag_fits(filename: str, version: tuple[int, int]) -> bool:
+    """Whether a wheel's Python tag (name-version-PYTHON-abi-platform.whl) takes this CPython."""
+    python_tags = filename[:-4].split("-")[-3].split(".")
+    return any(t in ("py3", f"py{version[0]}{version[1]}", f"cp{version[0]}{version[1]}") for t in python_tags)
+
+
+def wheel_report(folder: Path) -> dict:
+    """What .whl/ holds and whether this Python can install it; `found` False says how to make it."""
+    how = "run bench/gpu_wheels.sh (on a machine with network) to download them"
+    manifest_path = folder / MANIFEST
+    if not manifest_path.exists():
+        return {"found": False, "folder": str(folder), "message": f"no wheels in {folder}: {how}"}
+    manifest = json.loads(manifest_path.read_text())
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    missing = [name for name, size in manifest["files"].items()
+               if not (folder / name).exists() or (folder / name).stat().st_size != size]
+    unfit = [name for name in manifest["files"] if not _wheel_tag_fits(name, sys.version_info[:2])]
+    report = {"found": not missing, "folder": str(folder), "python": manifest["python"], "running_python": running,
+              "files": manifest["files"], "total_bytes": manifest["total_bytes"],
+              "fits_carry": manifest["total_bytes"] <= CARRY_LIMIT_BYTES, "requirements": manifest["requirements"]}
+    if missing:
+        report["message"] = f"{len(missing)} wheels of {MANIFEST} are missing or changed ({missing[0]}): {how}"
+    elif manifest["python"] != running:
+        report["message"] = (f"the wheels were downloaded for Python {manifest['python']}, this is Python {running}"
+                             + (f"; {', '.join(unfit)} cannot be installed here" if unfit else
+                                " (all are pure-Python or py3 wheels, which install here; dependency markers may "
+                                "differ)") + f": bench/gpu_wheels.sh --python {running} downloads them for this one")
+    report["installable"] = not missing and not unfit
+    return report
+
+
+def _installed() -> bool:
+    """Whether xDSL 0.74 and this checkout's Tessera already import (a new interpreter, as the stages are)."""
+    probe = ("import importlib.metadata as m, xdsl, threadpoolctl, tessera; "
+             "assert m.version('xdsl') == '0.74.0'; "
+             f"assert tessera.__file__.startswith({str(ROOT)!r})")
+    return subprocess.run([sys.executable, "-c", probe], cwd="/", capture_output=True).returncode == 0
+
+
+def install_stage(writer, folder: Path, dry: bool) -> None:
+    report = wheel_report(folder)
+    writer.set("wheels", report)
+    if "message" in report:
+        print(report["message"])
+    if dry:
+        return
+    if _installed():
+        writer.set("installed", "already: xDSL 0.74 and this checkout's Tessera import")
+        return
+    if not report.get("installable"):
+        raise SystemExit(report["message"])
+    requirements = [r for r in report["requirements"] if _name(r) != "setuptools"]  # setuptools builds only
+    command = [sys.executable, "-m", "pip", "install", "--no-index", "--find-links", str(folder),
+               "--disable-pip-version-check", *requirements, "-e", str(ROOT)]
+    attempts = []
+    for extra in ([], ["--user"], ["--break-system-packages"]):  # a read-only or an externally managed Python
+        result = subprocess.run(command + extra, capture_output=True, text=True)
+        attempts.append({"options": extra, "exit": result.returncode, "tail": result.stderr[-1500:]})
+        if result.returncode == 0:
+            break
+    writer.set("pip", attempts)
+    if not _installed():
+        raise SystemExit("pip could not install the wheels and this checkout: see pip in stages/install.json")
+    writer.set("installed", "now")
+
+
+# endregion
+
+# region Stages: processes with budgets
+
+
+class StageWriter:
+    """A stage's results as one JSON object, rewritten whole (through a temporary file and a rename) after
+    every change, so that a stage killed at any moment leaves a readable file."""
+
+    def __init__(self, path: Path):
+        self.path, self.data = path, {}
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def set(self, key: str, value) -> None:
+        self.data[key] = value
+        self._write()
+
+    def add(self, key: str, record) -> None:
+        self.data.setdefault(key, []).append(record)
+        self._write()
+
+    def _write(self) -> None:
+        write_json(self.path, self.data)
+
+
+def write_json(path: Path, data) -> None:
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(data, indent=1, default=str) + "\n")
+    temporary.replace(path)
+
+
+def run_stage(name: str, command: list[str], budget_s: float, out: Path, env: dict) -> dict:
+    """Run `command` (a stage writing out/stages/<name>.json) in its own process group for at most `budget_s`;
+    past it, the group is sent SIGTERM, then SIGKILL. Returns its status, seconds, budget and results."""
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    with open(out / "logs" / f"{name}.log", "w") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env,
+                                   start_new_session=True)
+        try:
+            code = process.wait(timeout=budget_s)
+            status = "ok" if code == 0 else f"failed (exit {code})"
+        except subprocess.TimeoutExpired:
+            status = f"cut at its budget of {budget_s:.0f} s"
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                try:
+                    os.killpg(process.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    process.wait(timeout=KILL_GRACE_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+    record = {"status": status, "seconds": round(time.monotonic() - start, 2), "budget_s": budget_s,
+              "log": f"logs/{name}.log"}
+    results = out / "stages" / f"{name}.json"
+    if results.exists():
+        try:
+            record["results"] = json.loads(results.read_text())
+        except json.JSONDecodeError as error:  # a write cut between two renames cannot happen; say so if it did
+            record["results"] = {"unreadable": str(error)}
+    if status != "ok":
+        record["tail"] = (out / "logs" / f"{name}.log").read_text(errors="replace")[-2000:]
+    return record
+
+
+def run_session(stages: list[tuple[str, list[str], float]], out: Path, env: dict, limit_s: float, header: dict) -> dict:
+    """Run (name, command, budget) stages in order, each cut at min(its budget, what is left of `limit_s`);
+    session.json is rewritten after each."""
+    session = {**header, "stages": {}}
+    start = time.monotonic()
+    for name, command, budget in stages:
+        left = limit_s - (time.monotonic() - start)
+        if left < 1:
+            session["stages"][name] = {"status": "not run: the session's time is spent", "budget_s": budget}
+        else:
+            print(f"[{time.monotonic() - start:6.1f} s] {name} (budget {min(budget, left):.0f} s)", flush=True)
+            session["stages"][name] = run_stage(name, command, min(budget, left), out, env)
+            print(f"           {name}: {session['stages'][name]['status']}", flush=True)
+        session["seconds"] = round(time.monotonic() - start, 2)
+        write_json(out / "session.json", session)
+    return session
+
+
+# endregion
+
+# region The plan and the command line
+
+
+def budget_checks(session: dict | None = None) -> list[dict]:
+    """The plan's budget checks: the stages' budgets sum to at most the session's, and (after a dry run's
+    compile stage) the estimated compile time on the GPU machine fits the compile budget."""
+    total = sum(gpu_plan.BUDGETS_S[s] for s in gpu_plan.STAGES)
+    checks = [{"check": "stage budgets sum to at most the session limit", "value_s": total,
+               "limit_s": gpu_plan.SESSION_LIMIT_S, "ok": total <= gpu_plan.SESSION_LIMIT_S}]
+    compiled = ((session or {}).get("stages", {}).get("compile", {}).get("results") or {})
+    if "estimate_on_gpu_machine_s" in compiled:
+        estimate = compiled["estimate_on_gpu_machine_s"]
+        checks.append({"check": f"compile of every kernel on {gpu_plan.GPU_MACHINE_CORES} cores fits its budget",
+                       "value_s": estimate, "limit_s": gpu_plan.BUDGETS_S["compile"],
+                       "ok": estimate <= gpu_plan.BUDGETS_S["compile"]})
+    return checks
+
+
+def stage_command(name: str, args) -> list[str]:
+    command = [sys.executable, str(Path(__file__).resolve()), "--stage", name, "--out", str(args.out),
+               "--wheels", str(args.wheels)]
+    return command + (["--dry-run"] if args.dry_run else []) + (["--quick"] if args.quick else [])
+
+
+def run_one_stage(args) -> int:
+    writer = StageWriter(args.out / "stages" / f"{args.stage}.json")
+    if args.stage == "install":
+        install_stage(writer, args.wheels, args.dry_run)
+        return 0
+    import gpu_stages
+
+    gpu_stages.run(args.stage, writer, args.out, args.dry_run, args.quick)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, help="folder for session.json, plan.json, pictures, logs")
+    parser.add_argument("--dry-run", action="store_true", help="everything that needs no GPU (see the docstring)")
+    parser.add_argument("--quick", action="store_true", help="with --dry-run: one kernel per builder and path")
+    parser.add_argument("--wheels", type=Path, default=ROOT / ".whl", help="the wheels folder (default .whl/)")
+    parser.add_argument("--cache", type=Path, help="the kernel cache (TESSERA_CACHE_DIR; default Tessera's)")
+    parser.add_argument("--stages", nargs="+", choices=gpu_plan.STAGES, help="run only these stages")
+    parser.add_argument("--stage", choices=gpu_plan.STAGES, help=argparse.SUPPRESS)
+    parser.add_argument("--wheel-requirements", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--write-wheel-manifest", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--python", default="3.12", help=argparse.SUPPRESS)
+    parser.add_argument("requirements", nargs="*", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.wheel_requirements:
+        print("\n".join(wheel_requirements()))
+        return 0
+    if args.write_wheel_manifest:
+        return write_wheel_manifest(args.write_wheel_manifest, args.python, args.requirements)
+    if args.out is None:
+        parser.error("--out FOLDER is required")
+    if args.quick and not args.dry_run:
+        parser.error("--quick goes with --dry-run (the GPU session always runs the whole plan)")
+    if args.stage:
+        return run_one_stage(args)
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    if args.cache is not None:
+        env["TESSERA_CACHE_DIR"] = str(args.cache.resolve())
+    names = [s for s in gpu_plan.STAGES if not args.stages or s in args.stages]
+    header = {"dry_run": args.dry_run, "quick": args.quick, "python": sys.version.split()[0],
+              "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "limit_s": gpu_plan.SESSION_LIMIT_S,
+              "budgets_s": gpu_plan.BUDGETS_S}
+    stages = [(name, stage_command(name, args), gpu_plan.BUDGETS_S[name]) for name in names]
+    # A dry run on a small machine is not held to the GPU machine's budgets; its own limit is generous.
+    limit = gpu_plan.SESSION_LIMIT_S * (4 if args.dry_run else 1)
+    if args.dry_run:
+        stages = [(n, c, b * 4) for n, c, b in stages]
+    session = run_session(stages, args.out, env, limit, header)
+    ok = all(s["status"] == "ok" for s in session["stages"].values())
+    if args.dry_run:
+        checks = budget_checks(session)
+        plan = {**header, "command": "python bench/gpu_session.py --out $OUT (with .whl/ carried)",
+                "stages": {n: {"budget_s": gpu_plan.BUDGETS_S[n], "status": session["stages"][n]["status"],
+                               **{k: v for k, v in (session["stages"][n].get("results") or {}).items()
+                                  if k not in ("records",)}} for n in names},
+                "benchmark_rows": {n: len((session["stages"].get(n, {}).get("results") or {}).get("records", []))
+                                   for n in ("forward", "backward", "gemm")},
+                "budget_checks": checks}
+        write_json(args.out / "plan.json", plan)
+        ok = ok and all(c["ok"] for c in checks)
+        for check in checks:
+            print(f"{'ok ' if check['ok'] else 'NOT'} {check['check']}: {check['value_s']} s <= {check['limit_s']} s")
+    print(f"{'dry run' if args.dry_run else 'session'} {'finished' if ok else 'had problems'}: {args.out / 'session.json'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,358 @@
+"""The bodies of the GPU session's stages after `install` (bench/gpu_session.py runs each in its own process
+and cuts it at its budget). Each writes what it has through `writer` as it goes (`writer.set(key, value)`,
+`writer.add(key, record)`), so a stage cut short leaves its results so far.
+
+With `dry` (the session's --dry-run, no GPU needed): `compile` compiles every kernel; `tests` collects the
+GPU tests; `fidelity` builds every case's inputs and runs the PTX-executor side; `forward`, `backward` and
+`gemm` build every configuration's inputs (as zero-stride arrays: shapes and types, no memory) and pass them
+through Tessera's host-side launch checks (sizes, tensor maps, grid); `report` draws what there is.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ElementTree
+from dataclasses import asdict
+from pathlib import Path
+from types import SimpleNamespace
+
+import gpu_fidelity
+import gpu_plan
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICK_EXECUTOR = ("gemm-odd-mn", "paged-decode-d64")
+"""`--dry-run --quick` runs the PTX-executor side of these cases only: one through a compiled kernel, one
+through an entry point."""
+
+
+def _pool(jobs: int):
+    """Worker processes forked now, before this process touches a GPU (a forked CUDA context is unusable)."""
+    return multiprocessing.get_context("fork").Pool(max(1, min(jobs, os.cpu_count() or 1)))
+
+
+def gpu_reason() -> str | None:
+    """None when the GPU, the driver bindings and PyTorch with CUDA are usable, else why not."""
+    from tessera.runtime import cuda_unavailable_reason
+
+    reason = cuda_unavailable_reason()
+    if reason is not None:
+        return reason
+    try:
+        import torch
+    except ImportError:
+        return "PyTorch is not installed"
+    return None if torch.cuda.is_available() else f"PyTorch {torch.__version__} sees no CUDA device"
+
+
+# region compile
+
+
+def kernel_plan(quick: bool) -> list:
+    """Every kernel the session runs (with `quick`, those of the quick fidelity cases: one per builder and
+    launch path)."""
+    configs = []
+    if not quick:
+        for row in gpu_plan.attention_rows("forward") + gpu_plan.attention_rows("backward") + gpu_plan.gemm_rows():
+            configs += gpu_plan.row_configs(row)
+    for case in gpu_fidelity.cases():
+        if not quick or case.name in gpu_fidelity.QUICK:
+            configs += gpu_fidelity.case_configs(case)
+    return gpu_plan.unique(configs)
+
+
+def compile_one(config) -> dict:
+    from tessera.runtime.compiler import compile_kernel
+
+    start = time.perf_counter()
+    record = {"kernel": str(config), "builder": config.builder}
+    try:
+        kernel = compile_kernel(config)
+    except Exception as error:  # noqa: BLE001 - one kernel's failure is recorded; the others compile on
+        return {**record, "error": f"{type(error).__name__}: {str(error).strip().splitlines()[0]}",
+                "seconds": time.perf_counter() - start}
+    return {**record, "name": kernel.name, "seconds": time.perf_counter() - start, "ptx_bytes": len(kernel.ptx),
+            "cubin": kernel.cubin is not None, "ptxas": kernel.ptxas, "from_cache": kernel.from_cache}
+
+
+def compile_stage(writer, dry: bool, quick: bool) -> None:
+    from tessera.runtime.compiler import ptxas_version
+
+    configs = kernel_plan(quick)
+    total = len(kernel_plan(False)) if quick else len(configs)
+    writer.set("kernels", len(configs))
+    writer.set("ptxas", ptxas_version())
+    if ptxas_version() == "none":
+        writer.set("note", "no ptxas: the runtime hands the PTX to the driver's JIT (cuModuleLoadData)")
+    start = time.perf_counter()
+    with _pool(len(configs)) as pool:
+        writer.set("workers", pool._processes)
+        for record in pool.imap_unordered(compile_one, configs):
+            writer.add("compiled", record)
+    writer.set("seconds", time.perf_counter() - start)
+    seconds = [r["seconds"] for r in writer.data["compiled"]]
+    # The GPU machine compiles `total` kernels on its cores; each took about the mean here.
+    estimate = sum(seconds) / len(seconds) * total / gpu_plan.GPU_MACHINE_CORES + max(seconds)
+    writer.set("estimate_on_gpu_machine_s", round(estimate, 1))
+    errors = [r for r in writer.data["compiled"] if "error" in r]
+    if errors:
+        raise SystemExit(f"{len(errors)} of {len(configs)} kernels failed to compile; first: {errors[0]['kernel']}: "
+                         f"{errors[0]['error']}")
+
+
+# endregion
+
+# region tests
+
+
+SELECTIONS = (("runtime", ["tests/test_runtime.py"]), ("gpu-marked", ["-m", "gpu", "tests", "--ignore=tests/test_runtime.py"]))
+"""tests/test_runtime.py whole, and every other test marked `gpu` (tests/conftest.py: those skip without a GPU)."""
+
+
+def junit_summary(path: Path) -> dict:
+    """Counts and the failing tests (name and the first line of the message) of a pytest JUnit XML file."""
+    root = ElementTree.parse(path).getroot()
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+    failing = []
+    for case in suite.iter("testcase"):
+        problem = case.find("failure") if case.find("failure") is not None else case.find("error")
+        if problem is not None:
+            message = (problem.get("message") or "").strip().splitlines()
+            failing.append(f"{case.get('classname')}::{case.get('name')}: {message[0] if message else ''}"[:300])
+    return {**counts, "failing": failing}
+
+
+def tests_stage(writer, out: Path, dry: bool, quick: bool) -> None:
+    parallel = ["-n", "8"] if importlib.util.find_spec("xdist") and not dry else ["-p", "no:xdist"]
+    for name, selection in SELECTIONS:
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *parallel, *selection]
+        if dry:
+            result = subprocess.run([*command, "--collect-only"], cwd=ROOT, capture_output=True, text=True)
+            lines = [line for line in result.stdout.splitlines() if "::" in line]
+            writer.set(name, {"collected": len(lines), "exit": result.returncode, "command": " ".join(command[1:])})
+            if result.returncode not in (0, 5):  # 5: nothing collected
+                raise SystemExit(f"pytest could not collect {name}: {result.stdout[-2000:]}{result.stderr[-2000:]}")
+            continue
+        junit = out / f"tests-{name}.xml"
+        start = time.perf_counter()
+        result = subprocess.run([*command, f"--junitxml={junit}"], cwd=ROOT)
+        summary = junit_summary(junit) if junit.exists() else {}
+        writer.set(name, {**summary, "exit": result.returncode, "seconds": time.perf_counter() - start})
+
+
+# endregion
+
+# region fidelity
+
+
+def fidelity_stage(writer, dry: bool, quick: bool) -> None:
+    cases = [c for c in gpu_fidelity.cases() if not quick or c.name in gpu_fidelity.QUICK]
+    for case in cases:
+        arrays = gpu_fidelity.inputs(case)
+        writer.add("inputs", {"case": case.name, "kind": case.kind,
+                              "shapes": {k: list(v.shape) for k, v in arrays.items()},
+                              "bytes": int(sum(v.nbytes for v in arrays.values())),
+                              "kernels": [str(c) for c in gpu_fidelity.case_configs(case, arrays)]})
+    reason = None if dry else gpu_reason()
+    if reason is not None:
+        writer.set("skipped", f"no GPU: {reason}")
+        return
+    run_here = [c for c in cases if not dry or not quick or c.name in QUICK_EXECUTOR]
+    with _pool(len(run_here)) as pool:
+        pending = {c.name: pool.apply_async(gpu_fidelity.executor_side, (c.name,)) for c in run_here}
+        for case in run_here:
+            arrays = gpu_fidelity.inputs(case)
+            record = {"case": case.name, "kind": case.kind, **_gpu_side(case, arrays, dry)}
+            ptx = pending[case.name].get()
+            if "error" in ptx:
+                writer.add("cases", {**record, "ptx_error": ptx["error"]})
+                continue
+            record["ptx_seconds"] = ptx["seconds"]
+            ref = gpu_fidelity.reference(case, arrays)
+            gpu = record.pop("_outputs", None)
+            record["outputs"] = gpu_fidelity.compare(gpu if gpu is not None else ptx["outputs"], ptx["outputs"], ref)
+            if gpu is None:  # the dry run: the executor against the reference only
+                for row in record["outputs"].values():
+                    for key in ("max_ulp", "differing", "max_abs_diff", "gpu_error"):
+                        row.pop(key, None)
+            writer.add("cases", record)
+
+
+def _gpu_side(case, arrays: dict, dry: bool) -> dict:
+    if dry:
+        return {}
+    from tessera.runtime import compiler
+
+    before = set(compiler._COMPILED)
+    start = time.perf_counter()
+    try:
+        outputs = gpu_fidelity.run(case, arrays, None)
+    except Exception as error:  # noqa: BLE001 - a failing case is a row of the table
+        return {"gpu_error": f"{type(error).__name__}: {str(error).strip().splitlines()[0]}"}
+    used = set(compiler._COMPILED) - before
+    planned = {compiler.kernel_key(c) for c in gpu_fidelity.case_configs(case, arrays)}
+    return {"_outputs": outputs, "gpu_seconds": time.perf_counter() - start, "planned": used <= planned,
+            "kernels": sorted(compiler._COMPILED[k].name for k in used)}
+
+
+# endregion
+
+# region benchmarks
+
+
+def zeros(shape, dtype) -> np.ndarray:
+    """An array of `shape` that takes no memory (one element, broadcast): for host-side checks."""
+    return np.broadcast_to(np.zeros((), dtype), tuple(shape))
+
+
+def host_check(kernel, inputs: list) -> list:
+    """Tessera's host-side checks of a launch of `kernel` on `inputs` (`check_inputs`: sizes, tensor maps,
+    grid); its outputs as zero-stride arrays."""
+    from tessera.runtime.arguments import kernel_tensors
+    from tessera.runtime.launch import check_inputs
+
+    sizes, _ = check_inputs(kernel.host, inputs)
+    return [zeros(t.dims.evaluate(sizes), t.dtype) for t in kernel_tensors(kernel.host) if t.role == "out"]
+
+
+def plan_row(row: dict, compiled: set | None) -> dict:
+    """The dry run of one benchmark row: inputs built, each Tessera kernel host-checked (with `compiled` a set
+    of configurations, only those in it)."""
+    from tessera.numerics import BF16
+    from tessera.runtime.compiler import compile_kernel
+
+    configs = gpu_plan.row_configs(row)
+    record = {"system": "Tessera", "config": row, "status": "planned", "kernels": [str(c) for c in configs]}
+    if "M" in row:
+        inputs = [zeros((row["M"], row["K"]), BF16), zeros((row["K"], row["N"]), BF16)]
+    else:
+        shape = (row["batch"], row["heads"], row["seq"], row["head_dim"])
+        inputs = [zeros(shape, BF16) for _ in range(4 if row["direction"] == "backward" else 3)]
+    record["input_bytes"] = int(sum(np.prod(x.shape) * x.dtype.itemsize for x in inputs))
+    if compiled is not None and not set(configs) <= compiled:
+        record["host_check"] = "not in --quick"
+        return record
+    try:
+        kernels = [compile_kernel(c) for c in configs]
+        if "M" in row or row["direction"] == "forward":
+            for kernel in kernels:
+                host_check(kernel, inputs)
+        elif kernels:
+            q, k, v, do = inputs
+            forward, pre, main, post = kernels
+            o, lse = host_check(forward, [q, k, v])
+            dpsum, lse2, _ = host_check(pre, [o, do, lse.reshape(lse.shape[:-1])])
+            dq_accum, _, _ = host_check(main, [q, k, v, do, lse2, dpsum])
+            host_check(post, [dq_accum])
+        record["host_check"] = "ok" if kernels else "no Tessera kernel (the backward refuses this head_dim)"
+    except Exception as error:  # noqa: BLE001 - reported in the plan, and fails the dry run
+        record["host_check"] = f"{type(error).__name__}: {error}"
+    return record
+
+
+def benchmark_stage(name: str, writer, dry: bool, quick: bool) -> None:
+    rows = gpu_plan.gemm_rows() if name == "gemm" else gpu_plan.attention_rows(name)
+    if dry:
+        compiled = set(kernel_plan(True)) if quick else None
+        for row in rows:
+            writer.add("records", plan_row(row, compiled))
+        bad = [r for r in writer.data["records"] if r["host_check"] not in ("ok", "not in --quick")
+               and not r["host_check"].startswith("no Tessera kernel")]
+        if bad:
+            raise SystemExit(f"{len(bad)} {name} rows fail Tessera's host checks; first: {bad[0]['config']}: "
+                             f"{bad[0]['host_check']}")
+        return
+    reason = gpu_reason()
+    if reason is not None:
+        writer.set("skipped", f"no GPU: {reason}")
+        return
+    _measure_rows(name, rows, writer)
+
+
+def _measure_rows(name: str, rows: list[dict], writer) -> None:
+    """bench/attention.py's harness over `rows`: each system checked, then timed; each row written as soon
+    as it is measured."""
+    import attention
+    import attention_backward_gpu
+    import gemm
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    writer.set("environment", attention.environment(torch))
+    args = SimpleNamespace(warmup=gpu_plan.WARMUP, repeats=gpu_plan.REPEATS)
+    if name == "gemm":
+        systems = [gemm.tessera_system(torch), gemm.cublas_system(torch)]
+    elif name == "backward":
+        systems = [attention_backward_gpu.tessera_backward_system(torch)] + \
+            attention_backward_gpu.sdpa_backward_systems(torch)
+    else:
+        systems = [attention.tessera_system(torch)] + attention.sdpa_systems(torch) + \
+            [s for s in (attention.triton_system(torch), attention.flex_system(torch)) if s is not None]
+    writer.set("systems", [s.name for s in systems])
+    for row in rows:
+        seed = sum(int(v) for v in row.values() if isinstance(v, int | bool))
+        generator = torch.Generator(device="cuda").manual_seed(seed)
+        if name == "gemm":
+            a, b = (torch.randn(row["M"], row["K"], device="cuda", dtype=torch.bfloat16, generator=generator)
+                    for _ in range(2))
+            inputs, check = (a, b), gemm.gemm_check(torch, a, b)
+            flops = 2.0 * row["M"] * row["N"] * row["K"]
+        else:
+            shape = (row["batch"], row["heads"], row["seq"], row["head_dim"])
+            tensors = [torch.randn(*shape, device="cuda", dtype=torch.bfloat16, generator=generator)
+                       for _ in range(4 if name == "backward" else 3)]
+            if name == "backward":
+                check = attention_backward_gpu.backward_check(torch, *tensors, row["causal"])
+            else:
+                check = attention.attention_check(torch, *tensors, row["causal"])
+            inputs, flops = (*tensors, row["causal"]), gpu_plan.attention_flops(row)
+        for record in attention.measure(torch, systems, inputs, row, flops, check, args):
+            writer.add("records", asdict(record))
+        del inputs, check
+        torch.cuda.empty_cache()
+
+
+# endregion
+
+
+def report_stage(writer, out: Path) -> None:
+    """attention_forward.svg, attention_backward.svg, gemm.svg and benchmark.csv from the benchmark stages."""
+    import json
+
+    import gpu_plot
+
+    everything = []
+    for name, title in (("forward", "Forward attention, bf16"), ("backward", "Backward attention, bf16"),
+                        ("gemm", "GEMM, bf16 inputs")):
+        path = out / "stages" / f"{name}.json"
+        records = json.loads(path.read_text()).get("records", []) if path.exists() else []
+        device = json.loads(path.read_text()).get("environment", {}).get("device") if path.exists() else None
+        everything += records
+        picture = gpu_plot.write_svg(out / f"{'gemm' if name == 'gemm' else 'attention_' + name}.svg", records,
+                                     f"{title}{', ' + device if device else ''}")
+        writer.add("pictures", picture.name)
+    writer.set("csv", gpu_plot.write_csv(out / "benchmark.csv", everything).name)
+    writer.set("records", len(everything))
+
+
+def run(name: str, writer, out: Path, dry: bool, quick: bool) -> None:
+    """Run stage `name`."""
+    if name == "compile":
+        compile_stage(writer, dry, quick)
+    elif name == "tests":
+        tests_stage(writer, out, dry, quick)
+    elif name == "fidelity":
+        fidelity_stage(writer, dry, quick)
+    elif name in ("forward", "backward", "gemm"):
+        benchmark_stage(name, writer, dry, quick)
+    elif name == "report":
+        report_stage(writer, out)
+    else:
+        raise SystemExit(f"unknown stage '{name}' (stages: {', '.join(gpu_plan.STAGES)})")

@@ -1,0 +1,244 @@
+"""bench/gpu_session.py, the one command a GPU machine runs: its stage machinery (budgets, cuts, partial
+results), the wheels check, the ULP measure of the fidelity table, the SVG, and the quick dry run end to end
+(so the GPU command cannot rot between the rare sessions on a GPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+import gpu_fidelity  # noqa: E402 - bench/ is not a package
+import gpu_plan  # noqa: E402
+import gpu_plot  # noqa: E402
+import gpu_session  # noqa: E402
+import gpu_stages  # noqa: E402
+
+from tessera.numerics import BF16  # noqa: E402
+
+# region Stages and budgets
+
+
+def _stage(name: str, body: str) -> list[str]:
+    """A stage process that writes out/stages/<name>.json as gpu_session's stages do, then runs `body`."""
+    script = textwrap.dedent(f"""
+        import json, os, sys, time
+        from pathlib import Path
+        out = Path(sys.argv[1]) / "stages"
+        out.mkdir(parents=True, exist_ok=True)
+        def write(data):
+            (out / "{name}.tmp").write_text(json.dumps(data))
+            (out / "{name}.tmp").replace(out / "{name}.json")
+    """) + textwrap.dedent(body)
+    return [sys.executable, "-c", script]
+
+
+def test_a_stage_past_its_budget_is_cut_its_results_kept_and_the_next_runs(tmp_path):
+    sleepy = _stage("sleepy", """
+        import subprocess
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        write({"rows": [1, 2], "child": child.pid})
+        time.sleep(60)
+        write({"rows": [1, 2, 3]})
+    """)
+    after = _stage("after", 'write({"done": True})')
+    stages = [("sleepy", sleepy + [str(tmp_path)], 3), ("after", after + [str(tmp_path)], 30)]
+    start = time.monotonic()
+    session = gpu_session.run_session(stages, tmp_path, dict(os.environ), 60, {"test": True})
+    assert time.monotonic() - start < 30
+    cut = session["stages"]["sleepy"]
+    assert cut["status"] == "cut at its budget of 3 s" and cut["results"]["rows"] == [1, 2]
+    child = Path(f"/proc/{cut['results']['child']}/stat")
+    for _ in range(50):  # the stage's own children go with it (its process group); a zombie counts as gone
+        if not child.exists() or child.read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the cut stage's child process is still running")
+    assert session["stages"]["after"]["status"] == "ok" and session["stages"]["after"]["results"] == {"done": True}
+    written = json.loads((tmp_path / "session.json").read_text())
+    assert written["test"] is True and written["stages"]["sleepy"]["results"]["rows"] == [1, 2]
+
+
+def test_a_failing_stage_is_reported_with_its_output_and_a_spent_session_runs_nothing_more(tmp_path):
+    failing = _stage("bad", 'write({"partial": 1}); print("what went wrong"); sys.exit(3)')
+    slow = _stage("slow", "time.sleep(60)")
+    never = _stage("never", 'write({"ran": True})')
+    stages = [("bad", failing + [str(tmp_path)], 30), ("slow", slow + [str(tmp_path)], 60),
+              ("never", never + [str(tmp_path)], 30)]
+    session = gpu_session.run_session(stages, tmp_path, dict(os.environ), 4, {})
+    bad = session["stages"]["bad"]
+    assert bad["status"] == "failed (exit 3)" and bad["results"] == {"partial": 1} and "what went wrong" in bad["tail"]
+    assert session["stages"]["slow"]["status"].startswith("cut at its budget")  # what was left of the 4 s
+    assert session["stages"]["never"]["status"] == "not run: the session's time is spent"
+
+
+def test_the_budgets_cover_every_stage_and_fit_the_session():
+    assert set(gpu_plan.BUDGETS_S) == set(gpu_plan.STAGES)
+    (check,) = gpu_session.budget_checks()
+    assert check["ok"] and check["value_s"] == sum(gpu_plan.BUDGETS_S.values()) <= 480
+    over = {"stages": {"compile": {"results": {"estimate_on_gpu_machine_s": 81.0}}}}
+    assert [c["ok"] for c in gpu_session.budget_checks(over)] == [True, False]
+
+
+def test_the_grid_is_flashattention_3s():
+    forward = gpu_plan.attention_rows("forward")
+    assert len(forward) == 36 and {r["batch"] * r["seq"] for r in forward} == {16384}
+    assert {r["heads"] * r["head_dim"] for r in forward} == {2048}
+    assert {(r["head_dim"], r["causal"]) for r in forward} == {(d, c) for d in (64, 128, 256) for c in (False, True)}
+    row = dict(seq=1024, batch=16, heads=16, head_dim=128, causal=True, direction="backward")
+    assert gpu_plan.attention_flops(row) == 2.5 * 4 * 1024**2 * 128 * 16 * 16 / 2
+    assert [r["M"] for r in gpu_plan.gemm_rows()] == [4096, 8192]
+
+
+# endregion
+
+# region Wheels
+
+
+def test_the_wheels_are_tesseras_dependencies_the_image_lacks():
+    wanted = gpu_session.wheel_requirements()
+    names = {gpu_session._name(r) for r in wanted}
+    assert "xdsl==0.74.0" in wanted and {"threadpoolctl", "setuptools", "nvidia-cuda-nvcc-cu12", "pytest-xdist"} <= names
+    assert not names & {"numpy", "ml-dtypes", "torch", "pytest"}
+
+
+def test_missing_wheels_say_how_to_make_them(tmp_path):
+    report = gpu_session.wheel_report(tmp_path / ".whl")
+    assert not report["found"] and "bench/gpu_wheels.sh" in report["message"]
+
+
+def _manifest(folder: Path, python: str, files: dict[str, bytes]) -> None:
+    folder.mkdir()
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    (folder / "MANIFEST.json").write_text(json.dumps({
+        "python": python, "requirements": ["xdsl==0.74.0"], "total_bytes": sum(map(len, files.values())),
+        "files": {name: len(data) for name, data in files.items()}}))
+
+
+def test_wheels_for_another_python_are_named_and_refused_where_they_cannot_install(tmp_path):
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    _manifest(tmp_path / "pure", "3.99", {"xdsl-0.74.0-py3-none-any.whl": b"x"})
+    pure = gpu_session.wheel_report(tmp_path / "pure")
+    assert pure["installable"] and f"downloaded for Python 3.99, this is Python {running}" in pure["message"]
+    assert f"bench/gpu_wheels.sh --python {running}" in pure["message"]
+    _manifest(tmp_path / "binary", "3.99", {"numpy-2.0-cp399-cp399-manylinux_2_17_x86_64.whl": b"x"})
+    binary = gpu_session.wheel_report(tmp_path / "binary")
+    assert not binary["installable"] and "cannot be installed here" in binary["message"]
+    _manifest(tmp_path / "same", running, {"xdsl-0.74.0-py3-none-any.whl": b"x"})
+    (tmp_path / "same" / "xdsl-0.74.0-py3-none-any.whl").write_bytes(b"changed")
+    assert "missing or changed" in gpu_session.wheel_report(tmp_path / "same")["message"]
+
+
+# endregion
+
+# region The fidelity table's measure
+
+
+def test_ulp_distance_counts_representable_values_between():
+    one = np.array([1.0], BF16)
+    after = (one.view(np.uint16) + 1).view(BF16)
+    assert gpu_fidelity.ulp_distance(one, after)[0] == 1
+    signed = np.array([0.0, -0.0, 1.0, np.nan, np.nan, np.inf], BF16)
+    other = np.array([-0.0, 0.0, -1.0, 1.0, np.nan, np.inf], BF16)
+    # +1 to -1: 0x3f80 steps down to zero and as many below it
+    assert list(gpu_fidelity.ulp_distance(signed, other)) == [0, 0, 2 * 0x3F80, np.inf, 0, 0]
+    smallest = np.array([np.float32(1e-45)], np.float32)  # the smallest subnormal, one step from +-0
+    assert gpu_fidelity.ulp_distance(smallest, -smallest)[0] == 2
+    with pytest.raises(ValueError, match="one 16- or 32-bit float type"):
+        gpu_fidelity.ulp_distance(one, one.astype(np.float32))
+
+
+def test_compare_reports_ulps_differing_elements_and_both_errors():
+    ref = (np.arange(12) / 4 - 1).reshape(3, 4)  # exact in bf16: the GPU side's error is 0
+    gpu = ref.astype(BF16)
+    ptx = gpu.copy()
+    ptx.view(np.uint16)[1, 2] += 3
+    row = gpu_fidelity.compare({"o": gpu}, {"o": ptx}, {"o": ref})["o"]
+    assert (row["dtype"], row["elements"], row["max_ulp"], row["differing"]) == ("bfloat16", 12, 3.0, 1)
+    assert row["gpu_error"] == 0 and row["ptx_error"] == row["max_abs_diff"] == 3 * 2.0**-8  # 0.5: ulp 2^-8
+
+
+def test_every_fidelity_case_builds_its_inputs_and_names_its_kernels():
+    names = {c.name for c in gpu_fidelity.cases()}
+    assert set(gpu_fidelity.QUICK) <= names and set(gpu_stages.QUICK_EXECUTOR) <= set(gpu_fidelity.QUICK)
+    assert {c.kind for c in gpu_fidelity.cases()} == {"forward", "varlen", "backward", "split", "paged", "cluster", "gemm"}
+    for case in gpu_fidelity.cases():
+        arrays = gpu_fidelity.inputs(case)
+        again = gpu_fidelity.inputs(case)
+        assert all(np.array_equal(arrays[k].view(np.uint8), again[k].view(np.uint8)) for k in arrays)  # seeded
+        assert gpu_fidelity.case_configs(case, arrays), case.name
+
+
+# endregion
+
+# region Pictures and test reports
+
+
+def test_the_svg_has_one_bar_per_measured_system_and_configuration(tmp_path):
+    rows = gpu_plan.attention_rows("forward")[:3]
+    records = [{"system": s, "config": r, "status": "ok", "tflops": 100.0 + i} for i, r in enumerate(rows)
+               for s in ("Tessera", "PyTorch flash")]
+    records.append({"system": "Triton", "config": rows[0], "status": "unsupported"})
+    path = gpu_plot.write_svg(tmp_path / "a.svg", records, "Forward <bf16>")
+    svg = ElementTree.parse(path).getroot()
+    bars = [e for e in svg.iter("{http://www.w3.org/2000/svg}rect") if e.get("fill") != "white" and e.get("width") != "10"]
+    assert len(bars) == 6
+    assert "Forward &lt;bf16&gt;" in path.read_text()
+    gpu_plot.write_csv(tmp_path / "a.csv", records)
+    assert (tmp_path / "a.csv").read_text().splitlines()[0].startswith("system,status,tflops")
+
+
+def test_junit_summary_names_the_failing_tests(tmp_path):
+    path = tmp_path / "r.xml"
+    path.write_text('<testsuites><testsuite tests="3" failures="1" errors="0" skipped="1">'
+                    '<testcase classname="tests.test_runtime" name="test_a"/>'
+                    '<testcase classname="tests.test_runtime" name="test_b"><failure message="assert 1 == 2&#10;more"/>'
+                    '</testcase><testcase classname="t" name="c"><skipped/></testcase></testsuite></testsuites>')
+    summary = gpu_stages.junit_summary(path)
+    assert summary == {"tests": 3, "failures": 1, "errors": 0, "skipped": 1,
+                       "failing": ["tests.test_runtime::test_b: assert 1 == 2"]}
+
+
+# endregion
+
+
+def test_the_quick_dry_run_compiles_builds_checks_and_writes_its_plan(tmp_path):
+    """The command the suite keeps from rotting (the full dry run, `--dry-run` alone, compiles all the
+    session's kernels: bench/README)."""
+    out = tmp_path / "plan"
+    result = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_session.py"), "--dry-run", "--quick", "--out",
+                             str(out), "--cache", str(tmp_path / "cache"), "--wheels", str(tmp_path / "no-wheels")],
+                            capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    plan = json.loads((out / "plan.json").read_text())
+    stages = plan["stages"]
+    assert all(stages[s]["status"] == "ok" for s in gpu_plan.STAGES)
+    assert "bench/gpu_wheels.sh" in stages["install"]["wheels"]["message"]
+    compiled = stages["compile"]["compiled"]
+    assert len(compiled) == stages["compile"]["kernels"] == 10 and all("error" not in k for k in compiled)
+    assert {k["builder"] for k in compiled} == {"flash_attention", "attention_combine", "flash_attention_paged",
+                                               "gemm", *(f"attention_backward_{p}" for p in ("preprocess", "main",
+                                                                                             "postprocess"))}
+    assert stages["tests"]["runtime"]["collected"] > 50
+    assert {i["case"] for i in stages["fidelity"]["inputs"]} == set(gpu_fidelity.QUICK)
+    executed = {c["case"]: c for c in stages["fidelity"]["cases"]}
+    assert set(executed) == set(gpu_stages.QUICK_EXECUTOR)
+    assert executed["paged-decode-d64"]["outputs"]["o"]["ptx_error"] < 1e-2
+    assert plan["benchmark_rows"] == {"forward": 36, "backward": 36, "gemm": 2}
+    checked = json.loads((out / "stages" / "gemm.json").read_text())["records"]
+    assert [r["host_check"] for r in checked] == ["ok", "ok"]
+    assert all(c["ok"] for c in plan["budget_checks"]) and len(plan["budget_checks"]) == 2
+    assert {p.name for p in out.glob("*.svg")} == {"attention_forward.svg", "attention_backward.svg", "gemm.svg"}
