@@ -241,7 +241,7 @@ def tessera_system(torch, cluster: int = 1) -> System:
             head_dim, dtype = check_attention_arguments(q, k, v)
             if cluster != 1 and causal:
                 raise UnsupportedKernel("clusters share K/V only without causal (the members' key ranges differ)")
-            kernel = compile_kernel(attention_config(head_dim, causal, dtype, None, cluster))
+            kernel = compile_kernel(attention_config(head_dim, causal, dtype, None, cluster=cluster))
         except UnsupportedKernel as why:
             raise Unsupported(str(why)) from None
         launch, (o,) = prepare_torch(kernel, q, k, v)

@@ -51,6 +51,25 @@ def attention_flops(row: dict) -> float:
     return forward * (2.5 if row["direction"] == "backward" else 1.0)
 
 
+SYSTEMS = {"forward": 6, "backward": 4, "gemm": 2}
+"""Systems timed per row at most: Tessera, SDPA's three backends (forward: and Triton, FlexAttention); cuBLAS."""
+SLOW_TFLOPS, CHECK_TFLOPS, ROW_OVERHEAD_S = 100.0, 20.0, 0.5
+"""A pessimistic estimate of a benchmark stage: every system at 100 TFLOP/s (an H200 does 300 to 700 in bf16),
+the fp32 checks (a reference and a straightforward computation, forward and backward) at 20 TFLOP/s, and half a
+second per row for inputs, launches and synchronisation."""
+
+
+def stage_estimate_s(name: str) -> float:
+    """Seconds the benchmark stage `name` is expected to take at most, compiles aside (capped separately)."""
+    rows = gemm_rows() if name == "gemm" else attention_rows(name)
+    total = 0.0
+    for row in rows:
+        flops = 2.0 * row["M"] * row["N"] * row["K"] if name == "gemm" else attention_flops(row)
+        timed = SYSTEMS[name] * (WARMUP + REPEATS + 1) * flops / (SLOW_TFLOPS * 1e12)
+        total += timed + 3 * flops / (CHECK_TFLOPS * 1e12) + ROW_OVERHEAD_S
+    return total
+
+
 # region Kernel configurations (what the runtime compiles for each row)
 
 

@@ -5,6 +5,7 @@ pytest installed), from the repository root, with `.whl/` carried there:
 
     python bench/gpu_session.py --out $OUT
 
+(the device tool: that command with carry [".whl"], timeout 540 s; `--stages NAME ...` reruns some stages).
 `.whl/` comes from `bench/gpu_wheels.sh`, run on a machine with network. On any machine, without a GPU:
 
     python bench/gpu_session.py --dry-run --out /tmp/gpu-plan            # the whole plan (a few minutes)
@@ -250,11 +251,16 @@ def run_session(stages: list[tuple[str, list[str], float]], out: Path, env: dict
 
 
 def budget_checks(session: dict | None = None) -> list[dict]:
-    """The plan's budget checks: the stages' budgets sum to at most the session's, and (after a dry run's
-    compile stage) the estimated compile time on the GPU machine fits the compile budget."""
+    """The plan's budget checks: the stages' budgets sum to at most the session's, each benchmark stage's grid
+    fits its budget at a pessimistic speed (`gpu_plan.stage_estimate_s`), and (after a dry run's compile stage)
+    the estimated compile time on the GPU machine fits the compile budget."""
     total = sum(gpu_plan.BUDGETS_S[s] for s in gpu_plan.STAGES)
     checks = [{"check": "stage budgets sum to at most the session limit", "value_s": total,
                "limit_s": gpu_plan.SESSION_LIMIT_S, "ok": total <= gpu_plan.SESSION_LIMIT_S}]
+    for name in ("forward", "backward", "gemm"):
+        estimate = round(gpu_plan.stage_estimate_s(name), 1)
+        checks.append({"check": f"{name}: the grid at a pessimistic speed fits its budget", "value_s": estimate,
+                       "limit_s": gpu_plan.BUDGETS_S[name], "ok": estimate <= gpu_plan.BUDGETS_S[name]})
     compiled = ((session or {}).get("stages", {}).get("compile", {}).get("results") or {})
     if "estimate_on_gpu_machine_s" in compiled:
         estimate = compiled["estimate_on_gpu_machine_s"]

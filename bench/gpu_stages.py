@@ -29,6 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 QUICK_EXECUTOR = ("gemm-odd-mn", "paged-decode-d64")
 """`--dry-run --quick` runs the PTX-executor side of these cases only: one through a compiled kernel, one
 through an entry point."""
+FLEX_SHARE_S = 25
+"""The forward stage's seconds FlexAttention's builds (torch.compile per shape) may take."""
 
 
 def _pool(jobs: int):
@@ -110,8 +112,10 @@ def compile_stage(writer, dry: bool, quick: bool) -> None:
 # region tests
 
 
-SELECTIONS = (("runtime", ["tests/test_runtime.py"]), ("gpu-marked", ["-m", "gpu", "tests", "--ignore=tests/test_runtime.py"]))
-"""tests/test_runtime.py whole, and every other test marked `gpu` (tests/conftest.py: those skip without a GPU)."""
+SELECTIONS = (("runtime", ["tests/test_runtime.py"]),
+              ("gpu-marked", ["-m", "gpu", "tests", "--ignore=tests/test_runtime.py", "--continue-on-collection-errors"]))
+"""tests/test_runtime.py whole, and every other test marked `gpu` (tests/conftest.py: those skip without a GPU;
+a test module that cannot be imported there, for want of a test-only package, does not stop the others)."""
 
 
 def junit_summary(path: Path) -> dict:
@@ -131,6 +135,8 @@ def junit_summary(path: Path) -> dict:
 def tests_stage(writer, out: Path, dry: bool, quick: bool) -> None:
     parallel = ["-n", "8"] if importlib.util.find_spec("xdist") and not dry else ["-p", "no:xdist"]
     for name, selection in SELECTIONS:
+        if dry and quick and name != "runtime":  # collecting the whole suite: the full dry run does
+            continue
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *parallel, *selection]
         if dry:
             result = subprocess.run([*command, "--collect-only"], cwd=ROOT, capture_output=True, text=True)
@@ -140,6 +146,8 @@ def tests_stage(writer, out: Path, dry: bool, quick: bool) -> None:
                 raise SystemExit(f"pytest could not collect {name}: {result.stdout[-2000:]}{result.stderr[-2000:]}")
             continue
         junit = out / f"tests-{name}.xml"
+        # What runs, in case the stage is cut before pytest writes its report (the log has its progress).
+        writer.set(name, {"running": " ".join(command[1:])})
         start = time.perf_counter()
         result = subprocess.run([*command, f"--junitxml={junit}"], cwd=ROOT)
         summary = junit_summary(junit) if junit.exists() else {}
@@ -159,12 +167,12 @@ def fidelity_stage(writer, dry: bool, quick: bool) -> None:
                               "shapes": {k: list(v.shape) for k, v in arrays.items()},
                               "bytes": int(sum(v.nbytes for v in arrays.values())),
                               "kernels": [str(c) for c in gpu_fidelity.case_configs(case, arrays)]})
-    reason = None if dry else gpu_reason()
-    if reason is not None:
-        writer.set("skipped", f"no GPU: {reason}")
-        return
     run_here = [c for c in cases if not dry or not quick or c.name in QUICK_EXECUTOR]
-    with _pool(len(run_here)) as pool:
+    with _pool(len(run_here)) as pool:  # forked before the GPU is looked for
+        reason = None if dry else gpu_reason()
+        if reason is not None:
+            writer.set("skipped", f"no GPU: {reason}")
+            return
         pending = {c.name: pool.apply_async(gpu_fidelity.executor_side, (c.name,)) for c in run_here}
         for case in run_here:
             arrays = gpu_fidelity.inputs(case)
@@ -295,28 +303,59 @@ def _measure_rows(name: str, rows: list[dict], writer) -> None:
     else:
         systems = [attention.tessera_system(torch)] + attention.sdpa_systems(torch) + \
             [s for s in (attention.triton_system(torch), attention.flex_system(torch)) if s is not None]
+        systems = [capped(s, FLEX_SHARE_S) if s.name == "FlexAttention" else s for s in systems]
     writer.set("systems", [s.name for s in systems])
     for row in rows:
         seed = sum(int(v) for v in row.values() if isinstance(v, int | bool))
         generator = torch.Generator(device="cuda").manual_seed(seed)
-        if name == "gemm":
-            a, b = (torch.randn(row["M"], row["K"], device="cuda", dtype=torch.bfloat16, generator=generator)
-                    for _ in range(2))
-            inputs, check = (a, b), gemm.gemm_check(torch, a, b)
-            flops = 2.0 * row["M"] * row["N"] * row["K"]
-        else:
-            shape = (row["batch"], row["heads"], row["seq"], row["head_dim"])
-            tensors = [torch.randn(*shape, device="cuda", dtype=torch.bfloat16, generator=generator)
-                       for _ in range(4 if name == "backward" else 3)]
-            if name == "backward":
-                check = attention_backward_gpu.backward_check(torch, *tensors, row["causal"])
-            else:
-                check = attention.attention_check(torch, *tensors, row["causal"])
-            inputs, flops = (*tensors, row["causal"]), gpu_plan.attention_flops(row)
-        for record in attention.measure(torch, systems, inputs, row, flops, check, args):
+        try:
+            inputs, check, flops = _row_inputs(torch, name, row, generator)
+            records = attention.measure(torch, systems, inputs, row, flops, check, args)
+        except Exception as error:  # noqa: BLE001 - out of memory in a check, say: the row says so, the next runs
+            records = [attention.Record(s.name, row, "error", note=f"{type(error).__name__}: {error}"[:500])
+                       for s in systems]
+        for record in records:
             writer.add("records", asdict(record))
-        del inputs, check
+        inputs = check = None
         torch.cuda.empty_cache()
+
+
+def _row_inputs(torch, name: str, row: dict, generator):
+    """(inputs for the systems, the check of their outputs, FLOPs) of one benchmark row."""
+    import attention
+    import attention_backward_gpu
+    import gemm
+
+    if name == "gemm":
+        a, b = (torch.randn(*shape, device="cuda", dtype=torch.bfloat16, generator=generator)
+                for shape in ((row["M"], row["K"]), (row["K"], row["N"])))
+        return (a, b), gemm.gemm_check(torch, a, b), 2.0 * row["M"] * row["N"] * row["K"]
+    shape = (row["batch"], row["heads"], row["seq"], row["head_dim"])
+    tensors = [torch.randn(*shape, device="cuda", dtype=torch.bfloat16, generator=generator)
+               for _ in range(4 if name == "backward" else 3)]
+    if name == "backward":
+        check = attention_backward_gpu.backward_check(torch, *tensors, row["causal"])
+    else:
+        check = attention.attention_check(torch, *tensors, row["causal"])
+    return (*tensors, row["causal"]), check, gpu_plan.attention_flops(row)
+
+
+def capped(system, share_s: float):
+    """`system` whose builds (for FlexAttention: torch.compile) stop once they have taken `share_s` seconds
+    of the stage: later configurations report it unsupported, so one slow compiler cannot starve the rest."""
+    import attention
+
+    spent = [0.0]
+
+    def build(inputs):
+        if spent[0] > share_s:
+            raise attention.Unsupported(f"skipped: its builds took their {share_s:.0f} s share of the stage")
+        start = time.perf_counter()
+        try:
+            return system.build(inputs)
+        finally:
+            spent[0] += time.perf_counter() - start
+    return attention.System(system.name, build, system.output_rounding)
 
 
 # endregion

@@ -86,10 +86,12 @@ def test_a_failing_stage_is_reported_with_its_output_and_a_spent_session_runs_no
 
 def test_the_budgets_cover_every_stage_and_fit_the_session():
     assert set(gpu_plan.BUDGETS_S) == set(gpu_plan.STAGES)
-    (check,) = gpu_session.budget_checks()
-    assert check["ok"] and check["value_s"] == sum(gpu_plan.BUDGETS_S.values()) <= 480
+    total, *benchmarks = gpu_session.budget_checks()
+    assert total["ok"] and total["value_s"] == sum(gpu_plan.BUDGETS_S.values()) <= 480
+    assert [c["check"].split(":")[0] for c in benchmarks] == ["forward", "backward", "gemm"]
+    assert all(c["ok"] and c["value_s"] > 0 for c in benchmarks)
     over = {"stages": {"compile": {"results": {"estimate_on_gpu_machine_s": 81.0}}}}
-    assert [c["ok"] for c in gpu_session.budget_checks(over)] == [True, False]
+    assert [c["ok"] for c in gpu_session.budget_checks(over)] == [True, True, True, True, False]
 
 
 def test_the_grid_is_flashattention_3s():
@@ -240,5 +242,5 @@ def test_the_quick_dry_run_compiles_builds_checks_and_writes_its_plan(tmp_path):
     assert plan["benchmark_rows"] == {"forward": 36, "backward": 36, "gemm": 2}
     checked = json.loads((out / "stages" / "gemm.json").read_text())["records"]
     assert [r["host_check"] for r in checked] == ["ok", "ok"]
-    assert all(c["ok"] for c in plan["budget_checks"]) and len(plan["budget_checks"]) == 2
+    assert all(c["ok"] for c in plan["budget_checks"]) and len(plan["budget_checks"]) == 5
     assert {p.name for p in out.glob("*.svg")} == {"attention_forward.svg", "attention_backward.svg", "gemm.svg"}
