@@ -195,6 +195,8 @@ def run_stage(name: str, command: list[str], budget_s: float, out: Path, env: di
     """Run `command` (a stage writing out/stages/<name>.json) in its own process group for at most `budget_s`;
     past it, the group is sent SIGTERM, then SIGKILL. Returns its status, seconds, budget and results."""
     (out / "logs").mkdir(parents=True, exist_ok=True)
+    results = out / "stages" / f"{name}.json"
+    results.unlink(missing_ok=True)  # an earlier run's, which this stage replaces
     start = time.monotonic()
     with open(out / "logs" / f"{name}.log", "w") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env,
@@ -216,7 +218,6 @@ def run_stage(name: str, command: list[str], budget_s: float, out: Path, env: di
                     continue
     record = {"status": status, "seconds": round(time.monotonic() - start, 2), "budget_s": budget_s,
               "log": f"logs/{name}.log"}
-    results = out / "stages" / f"{name}.json"
     if results.exists():
         try:
             record["results"] = json.loads(results.read_text())
@@ -310,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--out FOLDER is required")
     if args.quick and not args.dry_run:
         parser.error("--quick goes with --dry-run (the GPU session always runs the whole plan)")
+    args.out, args.wheels = args.out.resolve(), args.wheels.resolve()  # the stages run from the repository root
     if args.stage:
         return run_one_stage(args)
 

@@ -174,22 +174,31 @@ def fidelity_stage(writer, dry: bool, quick: bool) -> None:
             writer.set("skipped", f"no GPU: {reason}")
             return
         pending = {c.name: pool.apply_async(gpu_fidelity.executor_side, (c.name,)) for c in run_here}
-        for case in run_here:
-            arrays = gpu_fidelity.inputs(case)
-            record = {"case": case.name, "kind": case.kind, **_gpu_side(case, arrays, dry)}
-            ptx = pending[case.name].get()
-            if "error" in ptx:
-                writer.add("cases", {**record, "ptx_error": ptx["error"]})
-                continue
-            record["ptx_seconds"] = ptx["seconds"]
-            ref = gpu_fidelity.reference(case, arrays)
-            gpu = record.pop("_outputs", None)
-            record["outputs"] = gpu_fidelity.compare(gpu if gpu is not None else ptx["outputs"], ptx["outputs"], ref)
-            if gpu is None:  # the dry run: the executor against the reference only
-                for row in record["outputs"].values():
-                    for key in ("max_ulp", "differing", "max_abs_diff", "gpu_error"):
-                        row.pop(key, None)
-            writer.add("cases", record)
+        # The GPU side of every case first (seconds), then each case as its executor side finishes.
+        gpu = {c.name: {"case": c.name, "kind": c.kind, **_gpu_side(c, gpu_fidelity.inputs(c), dry)} for c in run_here}
+        while pending:
+            done = [name for name, result in pending.items() if result.ready()]
+            if not done:
+                time.sleep(0.05)
+            for name in done:
+                writer.add("cases", _fidelity_row(gpu_fidelity.case_named(name), gpu[name], pending.pop(name).get()))
+
+
+def _fidelity_row(case, record: dict, ptx: dict) -> dict:
+    record = dict(record)
+    gpu = record.pop("_outputs", None)
+    if "error" in ptx:
+        return {**record, "executor_failed": ptx["error"]}
+    record["ptx_seconds"] = ptx["seconds"]
+    if gpu is None and "gpu_failed" in record:
+        return record
+    ref = gpu_fidelity.reference(case, gpu_fidelity.inputs(case))
+    record["outputs"] = gpu_fidelity.compare(gpu if gpu is not None else ptx["outputs"], ptx["outputs"], ref)
+    if gpu is None:  # the dry run: the executor against the reference only
+        for row in record["outputs"].values():
+            for key in ("max_ulp", "differing", "max_abs_diff", "gpu_error"):
+                row.pop(key, None)
+    return record
 
 
 def _gpu_side(case, arrays: dict, dry: bool) -> dict:
@@ -202,7 +211,7 @@ def _gpu_side(case, arrays: dict, dry: bool) -> dict:
     try:
         outputs = gpu_fidelity.run(case, arrays, None)
     except Exception as error:  # noqa: BLE001 - a failing case is a row of the table
-        return {"gpu_error": f"{type(error).__name__}: {str(error).strip().splitlines()[0]}"}
+        return {"gpu_failed": f"{type(error).__name__}: {str(error).strip().splitlines()[0]}"}
     used = set(compiler._COMPILED) - before
     planned = {compiler.kernel_key(c) for c in gpu_fidelity.case_configs(case, arrays)}
     return {"_outputs": outputs, "gpu_seconds": time.perf_counter() - start, "planned": used <= planned,

@@ -186,6 +186,29 @@ def test_every_fidelity_case_builds_its_inputs_and_names_its_kernels():
 
 # endregion
 
+def test_the_fidelity_stage_measures_the_gpu_against_the_executor_in_ulps(tmp_path, monkeypatch):
+    """With a fake GPU that returns the executor's result with one element 2 ULP off: the row says so."""
+    case = gpu_fidelity.case_named("gemm-odd-mn")
+    real_run = gpu_fidelity.run
+
+    def fake_run(c, arrays, level):
+        outputs = real_run(c, arrays, "ptx")
+        if level is None:
+            outputs["c"].view(np.uint32)[5, 7] += 2
+        return outputs
+
+    monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(gpu_fidelity, "cases", lambda: [case])
+    monkeypatch.setattr(gpu_fidelity, "run", fake_run)
+    monkeypatch.setattr(gpu_stages, "gpu_reason", lambda: None)
+    writer = gpu_session.StageWriter(tmp_path / "fidelity.json")
+    gpu_stages.fidelity_stage(writer, dry=False, quick=False)
+    (row,) = json.loads((tmp_path / "fidelity.json").read_text())["cases"]
+    c = row["outputs"]["c"]
+    assert (row["case"], row["planned"], c["dtype"], c["max_ulp"], c["differing"]) == ("gemm-odd-mn", True, "float32", 2, 1)
+    assert c["gpu_error"] > 0 and c["ptx_error"] > 0 and c["max_abs_diff"] > 0
+
+
 # region Pictures and test reports
 
 
