@@ -330,6 +330,9 @@ def main(argv: list[str] | None = None) -> int:
         stages = [(n, c, b * 4) for n, c, b in stages]
     session = run_session(stages, args.out, env, limit, header)
     ok = all(s["status"] == "ok" for s in session["stages"].values())
+    wheels = ((session["stages"].get("install") or {}).get("results") or {}).get("wheels") or {}
+    if wheels.get("message"):  # no wheels, or wheels for another Python: said where it is seen
+        print(f"wheels: {wheels['message']}")
     if args.dry_run:
         checks = budget_checks(session)
         plan = {**header, "command": "python bench/gpu_session.py --out $OUT (with .whl/ carried)",

@@ -144,6 +144,16 @@ def test_wheels_for_another_python_are_named_and_refused_where_they_cannot_insta
     assert "missing or changed" in gpu_session.wheel_report(tmp_path / "same")["message"]
 
 
+@pytest.mark.parametrize("arguments, message", [
+    (["--bogus"], "unknown argument '--bogus'"),
+    (["--python", "twelve"], "--python takes a CPython version such as 3.12, got 'twelve'"),
+])
+def test_the_wheel_script_refuses_bad_arguments_before_downloading(arguments, message):
+    result = subprocess.run(["bash", str(ROOT / "bench" / "gpu_wheels.sh"), *arguments], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 2 and message in result.stderr
+
+
 # endregion
 
 # region The fidelity table's measure
