@@ -33,9 +33,14 @@ FLEX_SHARE_S = 25
 """The forward stage's seconds FlexAttention's builds (torch.compile per shape) may take."""
 
 
+def workers(jobs: int) -> int:
+    """Processes for `jobs` independent jobs: one per core, at most one per job."""
+    return max(1, min(jobs, os.cpu_count() or 1))
+
+
 def _pool(jobs: int):
     """Worker processes forked now, before this process touches a GPU (a forked CUDA context is unusable)."""
-    return multiprocessing.get_context("fork").Pool(max(1, min(jobs, os.cpu_count() or 1)))
+    return multiprocessing.get_context("fork").Pool(workers(jobs))
 
 
 def gpu_reason() -> str | None:
@@ -69,6 +74,8 @@ def kernel_plan(quick: bool) -> list:
 
 
 def compile_one(config) -> dict:
+    """Compile one kernel into the cache (a process-pool job): its name, seconds, PTX size, whether ptxas made a
+    cubin, or the first line of its error."""
     from tessera.runtime.compiler import compile_kernel
 
     start = time.perf_counter()
@@ -82,7 +89,9 @@ def compile_one(config) -> dict:
             "cubin": kernel.cubin is not None, "ptxas": kernel.ptxas, "from_cache": kernel.from_cache}
 
 
-def compile_stage(writer, dry: bool, quick: bool) -> None:
+def compile_stage(writer, quick: bool) -> None:
+    """Every kernel of the plan compiled on every core, each recorded as it finishes; the estimate of the
+    GPU machine's time for the whole plan; SystemExit naming the first kernel that failed."""
     from tessera.runtime.compiler import ptxas_version
 
     configs = kernel_plan(quick)
@@ -92,8 +101,8 @@ def compile_stage(writer, dry: bool, quick: bool) -> None:
     if ptxas_version() == "none":
         writer.set("note", "no ptxas: the runtime hands the PTX to the driver's JIT (cuModuleLoadData)")
     start = time.perf_counter()
+    writer.set("workers", workers(len(configs)))
     with _pool(len(configs)) as pool:
-        writer.set("workers", pool._processes)
         for record in pool.imap_unordered(compile_one, configs):
             writer.add("compiled", record)
     writer.set("seconds", time.perf_counter() - start)
@@ -133,6 +142,8 @@ def junit_summary(path: Path) -> dict:
 
 
 def tests_stage(writer, out: Path, dry: bool, quick: bool) -> None:
+    """Each selection run by pytest (on 8 workers where pytest-xdist is installed), its JUnit summary recorded;
+    in the dry run, collected only (the quick one collects tests/test_runtime.py alone)."""
     parallel = ["-n", "8"] if importlib.util.find_spec("xdist") and not dry else ["-p", "no:xdist"]
     for name, selection in SELECTIONS:
         if dry and quick and name != "runtime":  # collecting the whole suite: the full dry run does
@@ -160,6 +171,8 @@ def tests_stage(writer, out: Path, dry: bool, quick: bool) -> None:
 
 
 def fidelity_stage(writer, dry: bool, quick: bool) -> None:
+    """Every case's inputs recorded; the executor sides in a process pool while the GPU runs each case; a row
+    per case as its executor side finishes. The dry run: the executor against the float64 reference."""
     cases = [c for c in gpu_fidelity.cases() if not quick or c.name in gpu_fidelity.QUICK]
     for case in cases:
         arrays = gpu_fidelity.inputs(case)
@@ -274,6 +287,8 @@ def plan_row(row: dict, compiled: set | None) -> dict:
 
 
 def benchmark_stage(name: str, writer, dry: bool, quick: bool) -> None:
+    """The rows of stage `name` measured on the GPU; in the dry run, planned and host-checked (`plan_row`),
+    SystemExit naming the first row Tessera's checks refuse."""
     rows = gpu_plan.gemm_rows() if name == "gemm" else gpu_plan.attention_rows(name)
     if dry:
         compiled = set(kernel_plan(True)) if quick else None
@@ -393,7 +408,7 @@ def report_stage(writer, out: Path) -> None:
 def run(name: str, writer, out: Path, dry: bool, quick: bool) -> None:
     """Run stage `name`."""
     if name == "compile":
-        compile_stage(writer, dry, quick)
+        compile_stage(writer, quick)
     elif name == "tests":
         tests_stage(writer, out, dry, quick)
     elif name == "fidelity":

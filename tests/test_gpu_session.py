@@ -94,6 +94,15 @@ def test_the_budgets_cover_every_stage_and_fit_the_session():
     assert [c["ok"] for c in gpu_session.budget_checks(over)] == [True, True, True, True, False]
 
 
+def test_gpu_tests_are_marked_so_the_session_finds_them():
+    """A test that skips without a GPU is marked `gpu` (tests/conftest.py skips it, saying why; the session's
+    tests stage selects `-m gpu`), not given a skipif of its own that the session could not find."""
+    for path in sorted((ROOT / "tests").glob("test_*.py")):
+        text = path.read_text()
+        if "cuda_unavailable_reason" in text and "skipif" in text:
+            assert "mark.gpu" in text, f"{path.name}: mark its GPU tests @pytest.mark.gpu instead of skipif"
+
+
 def test_the_grid_is_flashattention_3s():
     forward = gpu_plan.attention_rows("forward")
     assert len(forward) == 36 and {r["batch"] * r["seq"] for r in forward} == {16384}
