@@ -12,22 +12,22 @@ Q, K, V rank 4 in JAX's layout [batch, seq, heads, head_dim] (`composite_attribu
 (default 1/sqrt(head_dim)) in `composite_attributes`; the result has Q's shape.
 
 `match=patterns` also runs the XLA-style matcher, opt-in because such matchers are brittle (XLA removed its
-rewriter in 2025 for that reason): first every forward (`tessera.match_attention_fwd`: BMM1 - [scale] -
+rewriter in 2025 for that reason): first every forward (`tessera.graph.match_attention_fwd`: BMM1 - [scale] -
 [bias] - [mask] - softmax - [dropout] - BMM2), then each backward anchored at a forward
-(`tessera.match_attention_bwd`: bmm1_grad1 walked bottom-up to the softmax gradient, bmm2_grad2, bmm1_grad2
+(`tessera.graph.match_attention_bwd`: bmm1_grad1 walked bottom-up to the softmax gradient, bmm2_grad2, bmm1_grad2
 and bmm2_grad1), as the seed's new workflow does. A forward is rewritten only if none of its intermediates
 (S, P, ...) has a user outside it and its backward; a backward only with its forward, which then also returns
 its log-sum-exp. An additive bias becomes the attention op's fourth operand, [batch|1, heads|1, seq_q, seq_k]
 (the kernel `flash_attention(bias=True)`); dropout is found and reported, never rewritten, and so is the
 backward of a forward with a bias (no backward kernel takes one).
 
-Each function is matched on a copy with JAX's helper calls inlined (`tessera.graph_edit`); the copy
+Each function is matched on a copy with JAX's helper calls inlined (`tessera.graph.graph_edit`); the copy
 replaces the function only if something was rewritten, so a graph with nothing to rewrite is left exactly as
 it was. The result (`form=tessera`, default) is `tessera.attention` / `tessera.attention_bwd`
 (`dialects/attention.py`) between transposes from and to the graph's layout; `form=custom_call` writes each
 as `stablehlo.custom_call @__tessera$attention` / `@__tessera$attention_bwd` (api_version 4, the kernel
 configuration as the `backend_config` dictionary). Dead ops are removed. A report per function goes to
-`tessera.rewrite_report.REPORTS`.
+`tessera.graph.rewrite_report.REPORTS`.
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
-from tessera.attention_match import CANONICAL, ForwardMatch, Refusal, element, perm_to, shape, where
-from tessera.rewrite_report import REPORTS, Entry, RewriteReport
+from tessera.graph.attention_match import CANONICAL, ForwardMatch, Refusal, element, perm_to, shape, where
+from tessera.graph.rewrite_report import REPORTS, Entry, RewriteReport
 
 MATCH_MODES = ("composite", "patterns")
 FORMS = ("tessera", "custom_call")
@@ -78,7 +78,7 @@ class RewriteAttentionPass(ModulePass):
             raise ValueError(f"rewrite-attention: form must be one of {', '.join(FORMS)}, got '{self.form}'")
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        from tessera.graph_edit import remove_unused_functions
+        from tessera.graph.graph_edit import remove_unused_functions
 
         changed = False
         for fn in [f for f in op.ops if isinstance(f, func.FuncOp) and f.body.blocks
@@ -212,7 +212,7 @@ def bias_operand(m: ForwardMatch, at: Operation) -> tuple[SSAValue, tuple[str, .
     """The bias of `m` as the kernel reads it, [b0 or 1, b1 or 1, q, k] (a transpose and, for a bias of lower
     rank, a reshape inserted before `at`), and the dimensions it is broadcast along ("batch", "heads")."""
     from tessera.dialects import stablehlo
-    from tessera.graph_edit import transposed
+    from tessera.graph.graph_edit import transposed
 
     present = sorted(m.bias_labels, key=BIAS_LABELS.index)
     bias = transposed(m.bias, [m.bias_labels.index(label) for label in present], at)
@@ -230,7 +230,7 @@ def bias_operand(m: ForwardMatch, at: Operation) -> tuple[SSAValue, tuple[str, .
 def rewrite_forward(m: ForwardMatch, with_lse: bool, form: str) -> tuple[Operation, dict]:
     """Replace the forward `m` (its BMM2's result, or the composite's) by Tessera's attention between
     transposes, with its bias as a fourth operand; returns the new op and its configuration."""
-    from tessera.graph_edit import converted, transposed
+    from tessera.graph.graph_edit import converted, transposed
 
     at = m.bmm2
     q = transposed(m.q, perm_to(m.q_labels, CANONICAL), at)
@@ -257,8 +257,8 @@ def rewrite_forward(m: ForwardMatch, with_lse: bool, form: str) -> tuple[Operati
 def rewrite_function(fn: func.FuncOp, module: ModuleOp, mode: str, form: str) -> tuple[RewriteReport, func.FuncOp | None]:
     """Match and rewrite one function on a copy (module docstring); returns the report and the rewritten copy
     (None when nothing was rewritten)."""
-    from tessera.graph_edit import fold_transposes_of, inline_calls, remove_dead_ops
-    from tessera.match_attention_bwd import match_backwards, resolve
+    from tessera.graph.graph_edit import fold_transposes_of, inline_calls, remove_dead_ops
+    from tessera.graph.match_attention_bwd import match_backwards, resolve
 
     copy = fn.clone()
     report = RewriteReport(fn.sym_name.data, mode)
@@ -268,7 +268,7 @@ def rewrite_function(fn: func.FuncOp, module: ModuleOp, mode: str, form: str) ->
                 if op.name == "stablehlo.composite" and op.name_.data == COMPOSITE_NAME]
     backwards = []
     if mode == "patterns":
-        from tessera.match_attention_fwd import match_forward
+        from tessera.graph.match_attention_fwd import match_forward
 
         forwards += [m for op in list(block.ops) if op.name == "stablehlo.dot_general"
                      and (m := match_forward(op)) is not None]
@@ -286,7 +286,7 @@ def rewrite_function(fn: func.FuncOp, module: ModuleOp, mode: str, form: str) ->
             entry.became = f"{op.name if form == 'tessera' else 'custom_call @' + FORWARD_TARGET} ({_config_text(config)})"
             rewritten += 1
             if backward is not None:
-                from tessera.match_attention_bwd import rewrite_backward
+                from tessera.graph.match_attention_bwd import rewrite_backward
 
                 bwd_config = backward_config(m.head_dim, m.causal, m.dtype, config["scale"])
                 bwd_op = rewrite_backward(backward, op, bwd_config, form)

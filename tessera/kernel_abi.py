@@ -235,7 +235,7 @@ def bind_launch_sizes(kernel: str, names: Sequence[str], sizes: Mapping[str, int
 
 
 def _fail(op: func.FuncOp, message: str) -> None:
-    from tessera.diagnostics import located
+    from tessera.ir.diagnostics import located
 
     raise VerifyException(located(op, message))  # "file:line:col: kernel @name: message"
 

@@ -125,7 +125,7 @@ def target_signature(op):
     from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, StringAttr
 
     from tessera.dialects.tile_types import DYNAMIC, DimsAttr, MemSpace, TileType
-    from tessera.diagnostics import located
+    from tessera.ir.diagnostics import located
     from tessera.kernel_abi import (
         DIMS_ATTR, ELEMENT_ATTR, GRID_ATTR, KERNEL_ATTR, ROLE_ATTR, SOURCE_ATTR, KernelArg, KernelSignature,
         gemm_options,
@@ -326,7 +326,7 @@ def _interpretation_diagnostic(e: BaseException) -> str:
     with an `op` being interpreted) says where."""
     from xdsl.ir import Operation
 
-    from tessera.diagnostics import internal_error_text, located, with_context
+    from tessera.ir.diagnostics import internal_error_text, located, with_context
 
     if not str(e).strip():
         return internal_error_text(e)
@@ -349,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_ptx(argv)
     args = build_parser().parse_args(argv)
-    from tessera.diagnostics import internal_error_text
+    from tessera.ir.diagnostics import internal_error_text
     from tessera.interpreters.ptx.state import PtxExecutionError
     from tessera.tools.tessera_opt import PassCrash, UsageError, format_diagnostic, print_warnings
     from tessera.validation.levels import PtxExecutorMissing

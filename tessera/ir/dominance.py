@@ -14,7 +14,7 @@ R. The use is valid when
 
 `verify_dominance(op)` checks every use under `op` and raises a `DominanceError` for the first that breaks the
 rule, naming the user and its operand, the value, both places in the source when the ops were parsed
-(`FileLineColLoc`, which `tessera.parser.TesseraParser` gives every op), and the function they are in.
+(`FileLineColLoc`, which `tessera.ir.parser.TesseraParser` gives every op), and the function they are in.
 Without this check such IR passed the verifier and then crashed a pass or an interpreter with a KeyError.
 """
 

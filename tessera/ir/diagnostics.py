@@ -5,7 +5,7 @@ kernel and op it concerns, in this form
 
     kernel.mlir:12:5: kernel @flash: op 'tile.fill': register tiles have 32 rows; warpgroups take 64 rows each
 
-xDSL records no source location on ops it parses (only an explicit `loc(...)`), so `tessera.parser.TesseraParser`
+xDSL records no source location on ops it parses (only an explicit `loc(...)`), so `tessera.ir.parser.TesseraParser`
 gives every op the `FileLineColLoc` of its first token. Ops a pass creates have no location: for them the kernel
 and the op are named. `located(op, message)` formats a message this way; `verify_module` verifies ops one at a
 time so that a verifier error is located at the op that fails (xDSL's own `verify` reports structural errors,

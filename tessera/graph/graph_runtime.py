@@ -27,8 +27,8 @@ import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
 
-from tessera.diagnostics import located
-from tessera.stablehlo_interpreter import GraphInterpretationError, entry_function, run_function
+from tessera.ir.diagnostics import located
+from tessera.graph.stablehlo_interpreter import GraphInterpretationError, entry_function, run_function
 
 LEVELS = ("tile", "ptx")
 

@@ -10,7 +10,7 @@ taking a forward's K is tried as bmm1_grad1 (dQ = dS K) and walked bottom-up:
   the formula (a structural walk alone cannot tell JAX's forms from a different function);
 - bmm2_grad1 (dV = P^T dO) is the dot_general taking the forward's P and the same dO.
 
-Dimensions are followed by label as in the forward (`tessera.attention_match`). `resolve` then decides what
+Dimensions are followed by label as in the forward (`tessera.graph.attention_match`). `resolve` then decides what
 is rewritten: a forward whose intermediates have users outside it and its matched backward is refused ("P
 has another user"), and a backward whose forward is refused is refused too ("its forward was not
 rewritten"), as is any other product of a refused forward's P.
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from xdsl.ir import Block, Operation, SSAValue
 
-from tessera.attention_match import (
+from tessera.graph.attention_match import (
     CANONICAL,
     MASK_OPS,
     ForwardMatch,
@@ -174,7 +174,7 @@ def _numeric_check(forward: ForwardMatch, slice_ops: list[Operation], dp: Operat
                    block: Block) -> None:
     """Run the forward's softmax and the slice in float64 on random scores and dP; dS must be
     P * (dP - rowsum(P * dP)) over the softmax axis. Refusal otherwise."""
-    from tessera.stablehlo_interpreter import Interpreter, round_value
+    from tessera.graph.stablehlo_interpreter import Interpreter, round_value
 
     rng = np.random.default_rng(0)
     x = forward.softmax.x
@@ -329,7 +329,7 @@ def resolve(forwards: list[ForwardMatch], backwards: list[BackwardMatch]) -> lis
         elif b.refusal is None and b.forward.bias is not None:
             b.refusal = Refusal(f"its forward at {where(b.forward.bmm2)} adds a bias: the backward kernels take none "
                                 "(they recompute P without it and give no dBias)")
-    from tessera.match_attention_fwd import escaping_use
+    from tessera.graph.match_attention_fwd import escaping_use
 
     changed = True
     while changed:
@@ -395,7 +395,7 @@ def _backward_escape(b: BackwardMatch, allowed: set[Operation]) -> str | None:
 def rewrite_backward(b: BackwardMatch, forward_op: Operation, config: dict, form: str) -> Operation:
     """Replace dQ, dK, dV of `b` by Tessera's backward op, taking the forward op's O and LSE; it is inserted
     before the first of the three products (which `match_backward` checked comes after the forward)."""
-    from tessera.graph_edit import converted, transposed
+    from tessera.graph.graph_edit import converted, transposed
     from tessera.passes.rewrite_attention import BACKWARD_TARGET, _emit
 
     block = forward_op.parent_block()

@@ -33,7 +33,7 @@ import numpy as np
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import BlockArgument, Operation, OpResult, SSAValue
 
-from tessera.diagnostics import source_location
+from tessera.ir.diagnostics import source_location
 
 CANONICAL = ("b0", "b1", "q", "d")
 """Tessera's layout of Q and O ([batch, heads, seq_q, head_dim]); K and V have "k" for "q"."""
@@ -96,7 +96,7 @@ def strip(value: SSAValue, ops: list[Operation], names=("stablehlo.convert",)) -
 def splat_constant(value: SSAValue, ops: list[Operation]) -> float | None:
     """The scalar a value holds if it is a splat constant seen through broadcast_in_dim/reshape/convert
     (recording those ops in `ops`), else None."""
-    from tessera.stablehlo_interpreter import constant_value
+    from tessera.graph.stablehlo_interpreter import constant_value
 
     seen: list[Operation] = []
     value = strip(value, seen, ("stablehlo.convert", "stablehlo.broadcast_in_dim", "stablehlo.reshape"))
@@ -114,7 +114,7 @@ def row_reduce(value: SSAValue, kind: str, full: SSAValue, ops: list[Operation])
     """If `value` (of `full`'s shape) is a `reduce` of kind `kind` ("add", "maximum") over one axis of a
     tensor, broadcast back along that axis, return (the reduce op, the axis); converts and, for "maximum",
     `maximum(-inf, r)` around the reduce are allowed. Ops are recorded in `ops`."""
-    from tessera.stablehlo_interpreter import _reduce_kind
+    from tessera.graph.stablehlo_interpreter import _reduce_kind
 
     seen: list[Operation] = []
     current = value
@@ -306,7 +306,7 @@ class ForwardMatch:
 def evaluate(value: SSAValue, allowed: set[str], exact: bool = True) -> np.ndarray:
     """The value of `value` computed from constants alone by the StableHLO interpreter, through ops named in
     `allowed`; Refusal naming what it depends on otherwise (an argument, a data op)."""
-    from tessera.stablehlo_interpreter import Interpreter
+    from tessera.graph.stablehlo_interpreter import Interpreter
 
     order: list[Operation] = []
     seen: set[Operation] = set()
@@ -328,7 +328,7 @@ def evaluate(value: SSAValue, allowed: set[str], exact: bool = True) -> np.ndarr
     visit(value)
     interpreter = Interpreter(None, exact)  # type: ignore[arg-type]
     env: dict[SSAValue, np.ndarray] = {}
-    from tessera.stablehlo_interpreter import round_value
+    from tessera.graph.stablehlo_interpreter import round_value
 
     for op in order:
         results = interpreter.run_op(op, [env[o] for o in op.operands])

@@ -2,9 +2,9 @@
 
 It is xDSL 0.74's `Parser` with what Tessera needs of a parser on top, each part in its own module:
 
-- the lexer lexes in time linear in the input (`tessera.lexer`: xDSL's string rule backtracks exponentially
+- the lexer lexes in time linear in the input (`tessera.ir.lexer`: xDSL's string rule backtracks exponentially
   on an unterminated string);
-- hex float literals are bit patterns, as in MLIR, in dense and array attributes too (`tessera.hex_floats`:
+- hex float literals are bit patterns, as in MLIR, in dense and array attributes too (`tessera.ir.hex_floats`:
   xDSL misreads them, so printed Target IR did not survive being read back);
 - every op it parses gets the `FileLineColLoc` of its first token, unless the text gives it a `loc("file":
   line:col)` (a name, call-site or fused location, as JAX writes, is replaced by the position too), so
@@ -16,11 +16,11 @@ It is xDSL 0.74's `Parser` with what Tessera needs of a parser on top, each part
   at the op, and an unregistered type or attribute at its name; xDSL reports such errors without a location
   (or at the token after them);
 - location aliases defined after their use (`loc(#loc35)`, defined at the end of the file, as JAX prints
-  StableHLO with debug info) and location ranges are read (`tessera.location_aliases`);
+  StableHLO with debug info) and location ranges are read (`tessera.ir.location_aliases`);
 - an op or attribute of a dialect in `OPAQUE_DIALECTS` (StableHLO and its companions) that Tessera does not
   define is read as an unregistered one (`UnregisteredOp`, `UnregisteredAttr`), which passes leave alone;
   unknown ops of any other dialect stay errors;
-- the text is remembered under its file name (`tessera.diagnostics.remember_source`), so that the tools can
+- the text is remembered under its file name (`tessera.ir.diagnostics.remember_source`), so that the tools can
   print the source line under a located diagnostic.
 
 `line_offset` is the number of lines before the text in its file (a chunk of `--split-input-file`).
@@ -41,10 +41,10 @@ from xdsl.parser.generic_parser import ParserState
 from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.utils.lexer import Input, Span
 
-from tessera.diagnostics import LocatedVerifyException, remember_source
-from tessera.hex_floats import HexFloatLiterals
-from tessera.lexer import TesseraLexer
-from tessera.location_aliases import LocationAliases
+from tessera.ir.diagnostics import LocatedVerifyException, remember_source
+from tessera.ir.hex_floats import HexFloatLiterals
+from tessera.ir.lexer import TesseraLexer
+from tessera.ir.location_aliases import LocationAliases
 
 OPAQUE_DIALECTS = ("stablehlo", "chlo", "mhlo", "sdy", "shardy")
 """Dialects whose ops and attributes outside Tessera's subset (`dialects/stablehlo.py`) read as opaque."""
