@@ -26,6 +26,8 @@ from xdsl.dialects.builtin import FileLineColLoc, ModuleOp
 from xdsl.ir import Operation
 from xdsl.utils.exceptions import VerifyException
 
+from tessera.ir.kernel_marks import is_kernel, is_target_kernel
+
 
 class TesseraWarning(UserWarning):
     """Something the user asked for that has no effect (a pass given input it does not transform)."""
@@ -64,8 +66,6 @@ def where(op: Operation, name_op: bool = True) -> str:
         parts.append(loc)
     fn = enclosing_function(op)
     if fn is not None:
-        from tessera.kernel_abi import is_kernel, is_target_kernel
-
         what = "kernel" if is_kernel(fn) or is_target_kernel(fn) else "func"
         parts.append(f"{what} @{fn.sym_name.data}")
     if name_op and fn is not op and not isinstance(op, ModuleOp):
@@ -192,8 +192,6 @@ def check_pass_input(pass_: object, module: ModuleOp) -> None:
     level = getattr(pass_, "input_level", None)
     if level is None:
         return
-    from tessera.kernel_abi import is_kernel, is_target_kernel
-
     found: dict[str, list[func.FuncOp]] = {"tile": [], "target": []}
     for fn in module.walk():
         if not isinstance(fn, func.FuncOp):

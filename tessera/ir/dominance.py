@@ -30,6 +30,8 @@ from xdsl.parser.core import ForwardDeclaredValue
 from xdsl.traits import IsolatedFromAbove
 from xdsl.utils.exceptions import VerifyException
 
+from tessera.ir.kernel_marks import is_kernel, is_target_kernel
+
 GRAPH_REGION_OPS = (ModuleOp,)
 """Ops whose regions are graph regions (no dominance inside them), as in MLIR: only `builtin.module` here."""
 
@@ -144,8 +146,6 @@ def _enclosing_function(op: Operation) -> func.FuncOp | None:
 
 def _message(user: Operation, index: int, value: SSAValue, problem: str, names: Mapping[SSAValue, str]) -> str:
     """`file:line:col: kernel @k: operand #i of 'op' uses %v <problem>[; %v is defined at file:line:col]`."""
-    from tessera.kernel_abi import is_kernel, is_target_kernel
-
     parts = []
     if loc := source_location(user):
         parts.append(loc)
