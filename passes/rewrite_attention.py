@@ -52,14 +52,17 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
-from tessera.graph.attention_match import CANONICAL, ForwardMatch, Refusal, element, perm_to, shape, where
+from tessera.graph.attention_match import (
+    BACKWARD_TARGET, CANONICAL, FORWARD_TARGET, ForwardMatch, Refusal, backward_config, element, kernel_config, perm_to,
+    shape, where,
+)
+from tessera.graph.graph_edit import converted, transposed
+from tessera.graph.match_attention_bwd import BackwardMatch
 from tessera.graph.rewrite_report import REPORTS, Entry, RewriteReport
 
 MATCH_MODES = ("composite", "patterns")
 FORMS = ("tessera", "custom_call")
 COMPOSITE_NAME = "tessera.attention"
-FORWARD_TARGET = "__tessera$attention"
-BACKWARD_TARGET = "__tessera$attention_bwd"
 
 
 @dataclass(frozen=True)
@@ -91,29 +94,6 @@ class RewriteAttentionPass(ModulePass):
                 changed = True
         if changed:
             remove_unused_functions(op)
-
-
-def kernel_config(head_dim: int, causal: bool, dtype: str, scale: float,
-                  bias_broadcast: tuple[str, ...] | None = None) -> dict:
-    """The kernel configuration of an attention op (the properties of `tessera.attention`); `bias_broadcast`
-    (None: no bias) names the dimensions its bias operand has size 1 in, which the kernel's name says."""
-    from tessera.kernels import AttentionConfig
-
-    config = AttentionConfig.checked(head_dim, causal, dtype, scale, bias=bias_broadcast is not None,
-                                     bias_broadcast=bias_broadcast or ())
-    return dict(causal=causal, scale=config.scale, head_dim=head_dim, dtype=dtype,
-                kernel=config.kernel_name("flash_attention"), block_m=config.block_m, block_n=config.block_n)
-
-
-def backward_config(head_dim: int, causal: bool, dtype: str, scale: float) -> dict:
-    """The kernel configuration of the backward op (`tessera.kernels.attention_backward`'s main kernel);
-    ValueError for what the backward builders refuse (head_dim 256)."""
-    from tessera.kernels.attention_backward import BackwardConfig
-
-    config = BackwardConfig.checked(head_dim, causal, dtype, scale)
-    return dict(causal=causal, scale=config.attention.scale, head_dim=head_dim, dtype=dtype,
-                kernel=config.kernel_name("main"), block_m=config.attention.block_m,
-                block_n=config.attention.block_n)
 
 
 def _f32(x: float) -> float:
@@ -230,8 +210,6 @@ def bias_operand(m: ForwardMatch, at: Operation) -> tuple[SSAValue, tuple[str, .
 def rewrite_forward(m: ForwardMatch, with_lse: bool, form: str) -> tuple[Operation, dict]:
     """Replace the forward `m` (its BMM2's result, or the composite's) by Tessera's attention between
     transposes, with its bias as a fourth operand; returns the new op and its configuration."""
-    from tessera.graph.graph_edit import converted, transposed
-
     at = m.bmm2
     q = transposed(m.q, perm_to(m.q_labels, CANONICAL), at)
     k = transposed(m.k, perm_to(m.k_labels, ("b0", "b1", "k", "d")), at)
@@ -252,6 +230,26 @@ def rewrite_forward(m: ForwardMatch, with_lse: bool, form: str) -> tuple[Operati
     if m.bmm2.name == "stablehlo.composite":
         at.parent_block().erase_op(at)
     return op, config
+
+
+def rewrite_backward(b: BackwardMatch, forward_op: Operation, config: dict, form: str) -> Operation:
+    """Replace dQ, dK, dV of `b` by Tessera's backward op, taking the forward op's O and LSE; it is inserted
+    before the first of the three products (which `match_backward` checked comes after the forward)."""
+    block = forward_op.parent_block()
+    at = min((b.dq, b.dk, b.dv), key=block.get_operation_index)
+    q, k, v = forward_op.operands
+    o, lse = forward_op.results
+    do = transposed(b.do, perm_to(b.do_labels, CANONICAL), at)
+    op = _emit("tessera.attention_bwd", BACKWARD_TARGET, form, [q, k, v, o, lse, do], [q.type, k.type, v.type],
+               config, at)
+    for result, product, labels, seq in ((op.results[0], b.dq, b.dq_labels, "q"),
+                                         (op.results[1], b.dk, b.dk_labels, "k"),
+                                         (op.results[2], b.dv, b.dv_labels, "k")):
+        order = ("b0", "b1", seq, "d")
+        out = transposed(result, [order.index(label) for label in labels], at)
+        out = converted(out, product.results[0].type.element_type, at)
+        product.results[0].replace_all_uses_with(out)
+    return op
 
 
 def rewrite_function(fn: func.FuncOp, module: ModuleOp, mode: str, form: str) -> tuple[RewriteReport, func.FuncOp | None]:
@@ -286,7 +284,6 @@ def rewrite_function(fn: func.FuncOp, module: ModuleOp, mode: str, form: str) ->
             entry.became = f"{op.name if form == 'tessera' else 'custom_call @' + FORWARD_TARGET} ({_config_text(config)})"
             rewritten += 1
             if backward is not None:
-                from tessera.graph.match_attention_bwd import rewrite_backward
 
                 bwd_config = backward_config(m.head_dim, m.causal, m.dtype, config["scale"])
                 bwd_op = rewrite_backward(backward, op, bwd_config, form)

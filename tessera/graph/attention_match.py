@@ -37,6 +37,9 @@ from tessera.ir.diagnostics import source_location
 
 CANONICAL = ("b0", "b1", "q", "d")
 """Tessera's layout of Q and O ([batch, heads, seq_q, head_dim]); K and V have "k" for "q"."""
+FORWARD_TARGET = "__tessera$attention"
+BACKWARD_TARGET = "__tessera$attention_bwd"
+"""The custom_call targets a rewritten forward and backward call (the `custom_call` form of the rewrite)."""
 
 NEGATIVE_FILL = -1e4
 """A mask fill at or below this (or -inf) hides a key: exp(fill - max) underflows to 0 in bf16 and f32."""
@@ -349,3 +352,26 @@ def causal_offset(visible: np.ndarray) -> int | None:
         return None
     expected = np.arange(sk)[None, :] <= np.arange(sq)[:, None] + o
     return o if np.array_equal(visible, expected) else None
+
+
+def kernel_config(head_dim: int, causal: bool, dtype: str, scale: float,
+                  bias_broadcast: tuple[str, ...] | None = None) -> dict:
+    """The kernel configuration of an attention op (the properties of `tessera.attention`); `bias_broadcast`
+    (None: no bias) names the dimensions its bias operand has size 1 in, which the kernel's name says."""
+    from tessera.kernels import AttentionConfig
+
+    config = AttentionConfig.checked(head_dim, causal, dtype, scale, bias=bias_broadcast is not None,
+                                     bias_broadcast=bias_broadcast or ())
+    return dict(causal=causal, scale=config.scale, head_dim=head_dim, dtype=dtype,
+                kernel=config.kernel_name("flash_attention"), block_m=config.block_m, block_n=config.block_n)
+
+
+def backward_config(head_dim: int, causal: bool, dtype: str, scale: float) -> dict:
+    """The kernel configuration of the backward op (`tessera.kernels.attention_backward`'s main kernel);
+    ValueError for what the backward builders refuse (head_dim 256)."""
+    from tessera.kernels.attention_backward import BackwardConfig
+
+    config = BackwardConfig.checked(head_dim, causal, dtype, scale)
+    return dict(causal=causal, scale=config.attention.scale, head_dim=head_dim, dtype=dtype,
+                kernel=config.kernel_name("main"), block_m=config.attention.block_m,
+                block_n=config.attention.block_n)

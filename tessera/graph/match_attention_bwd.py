@@ -24,10 +24,10 @@ import numpy as np
 from xdsl.ir import Block, Operation, SSAValue
 
 from tessera.graph.attention_match import (
-    CANONICAL,
     MASK_OPS,
     ForwardMatch,
     Refusal,
+    backward_config,
     describe,
     dot_labels,
     evaluate,
@@ -277,8 +277,6 @@ def match_backward(f: ForwardMatch, grad1: Operation, block: Block) -> BackwardM
         b.ops += [b.dk, b.dv]
         b.ops += [strip_op for strip_op in _converts(_other(b.dv, b.do)[1])]
         b.found.append(f"bmm2_grad1 (dV = P^T dO) at {where(b.dv)}")
-        from tessera.passes.rewrite_attention import backward_config
-
         try:
             backward_config(f.head_dim, f.causal, f.dtype, float(np.float32(f.scale)))
         except ValueError as e:
@@ -390,26 +388,3 @@ def _backward_escape(b: BackwardMatch, allowed: set[Operation]) -> str | None:
                     return (f"the backward's intermediate '{op.name}' at {where(op)} has another user: "
                             f"'{use.operation.name}' at {where(use.operation)}")
     return None
-
-
-def rewrite_backward(b: BackwardMatch, forward_op: Operation, config: dict, form: str) -> Operation:
-    """Replace dQ, dK, dV of `b` by Tessera's backward op, taking the forward op's O and LSE; it is inserted
-    before the first of the three products (which `match_backward` checked comes after the forward)."""
-    from tessera.graph.graph_edit import converted, transposed
-    from tessera.passes.rewrite_attention import BACKWARD_TARGET, _emit
-
-    block = forward_op.parent_block()
-    at = min((b.dq, b.dk, b.dv), key=block.get_operation_index)
-    q, k, v = forward_op.operands
-    o, lse = forward_op.results
-    do = transposed(b.do, perm_to(b.do_labels, CANONICAL), at)
-    op = _emit("tessera.attention_bwd", BACKWARD_TARGET, form, [q, k, v, o, lse, do], [q.type, k.type, v.type],
-               config, at)
-    for result, product, labels, seq in ((op.results[0], b.dq, b.dq_labels, "q"),
-                                         (op.results[1], b.dk, b.dk_labels, "k"),
-                                         (op.results[2], b.dv, b.dv_labels, "k")):
-        order = ("b0", "b1", seq, "d")
-        out = transposed(result, [order.index(label) for label in labels], at)
-        out = converted(out, product.results[0].type.element_type, at)
-        product.results[0].replace_all_uses_with(out)
-    return op
