@@ -1,28 +1,6 @@
-"""Tessera: a multi-level tile compiler on xDSL for sm_90a, with an interpreter at every level.
-
-Public API:
-- `tessera.kernels`: builders of Tile IR kernels (flash/two-pass/three-pass attention, GEMM);
-- `tessera.interpret(module, *inputs, level="tile", kernel=None, pipeline=None, **sizes)`: run a kernel on
-  NumPy arrays, in the Tile IR interpreter, the CTA simulator (Target IR) or the PTX executor;
-- `tessera.compile(module, target="ptx", pipeline=None)`: Target IR, PTX text, or a ptxas result with the cubin;
-- `tessera.parse_module(text)` / `tessera.print_module(module)`; `tessera.find_kernel(module, kernel)`;
-- `tessera.attention(q, k, v, causal=False, scale=None, return_lse=False, num_splits=1, level=None)`: run attention
-  on an H100/H200 (with `cuda-bindings`; see `tessera.runtime`, imported on first use), or with `level=` the
-  same kernels in an interpreter;
-- `tessera.attention_backward(q, k, v, o, lse, do, causal=False, scale=None, deterministic=False, level=None)`:
-  (dq, dk, dv) on the GPU, or with `level=` in an interpreter (`tessera.runtime.attention_backward`).
-- `tessera.attention(..., cu_seqlens_q=, cu_seqlens_k=, ...)`: packed variable-length batches
-  (`tessera.runtime.serving`); `tessera.attention_with_kvcache(...)`: decoding against a (paged) KV cache
-  (`tessera.runtime.kvcache`), both with `return_lse=` and `num_splits=` and also in the interpreters with
-  `level=`.
-- the subpackages of `SUBMODULES` (`tessera.passes`, `tessera.validate`, `tessera.ptx`, `tessera.kernels`,
-  `tessera.runtime`, ...) after `import tessera` alone: each is imported on first access.
-
-Every entry point that lowers a kernel uses one default, `tessera.passes.DEFAULT_PIPELINE` (the full,
-warp-specialized pipeline ending in register allocation); `pipeline=` picks another. Arguments are checked at
-this boundary (`tessera.arguments`): TypeError for the wrong kind of argument, ValueError for a value the
-function does not take, each naming the parameter and the rule.
-"""
+"""The functions of Tessera's public API (`tessera.compile`, `tessera.interpret`, `tessera.parse_module`,
+`tessera.print_module`, `tessera.find_kernel`), defined here so that the layers below `tessera` (the runtime, the
+graph rewriter, the tools) can call them without importing the package's `__init__`, which imports them."""
 
 from __future__ import annotations
 
@@ -36,7 +14,6 @@ from tessera.arguments import check_array, check_choice, check_module, check_siz
 from tessera.kernel_abi import KernelSignature, is_target_kernel, signature
 from tessera.kernel_abi import kernels as kernel_functions
 
-__version__ = "0.1.0"
 LEVELS = ("tile", "target", "ptx")
 """Where `interpret` runs a kernel: the Tile IR interpreter, the CTA simulator on its Target IR, or the PTX
 executor on its PTX text."""
@@ -44,7 +21,7 @@ TARGETS = ("target", "ptx", "cubin")
 """What `compile` returns: the Target IR module (registers allocated by the default pipeline), PTX text, or
 ptxas's result with the cubin."""
 
-__all__ = ["compile", "interpret", "parse_module", "print_module", "find_kernel", "LEVELS", "TARGETS", "__version__"]
+__all__ = ["compile", "interpret", "lower_to_target", "parse_module", "print_module", "find_kernel", "LEVELS", "TARGETS"]
 
 
 def parse_module(text: str, name: str = "<string>") -> ModuleOp:
@@ -208,41 +185,8 @@ def interpret(
         target = _target_kernel(where, _lower(where, module, pipeline), sig.name)
         run_target_kernel(target, arguments, bound, allocate_registers(target))
     else:
-        from tessera.validation.levels import run_ptx
+        from tessera.interpreters.ptx.printed import run_ptx
 
         run_ptx(_lower(where, module, pipeline), sig, arguments, bound)
     outputs = tuple(a for a, arg in zip(arguments, sig.args) if arg.role == "out")
     return outputs[0] if len(outputs) == 1 else outputs
-
-
-SUBMODULES = (
-    "analysis", "dialects", "host", "interpreters", "kernels", "lowering", "passes", "ptx", "regalloc", "runtime",
-    "sm90", "toolchain", "tools", "validate", "validation",
-)
-"""The public subpackages and modules, reached from `import tessera` alone (`tessera.passes.DEFAULT_PIPELINE`):
-each is imported on first access, so `import tessera` stays light."""
-_LAZY_FUNCTIONS = {
-    # They run on the GPU (with cuda-bindings) or, with level=, in an interpreter; the runtime loads the CUDA
-    # bindings only when called.
-    "attention": "tessera.runtime.attention",
-    "attention_backward": "tessera.runtime.attention_backward",
-    "attention_with_kvcache": "tessera.runtime.kvcache",
-}
-
-
-def __getattr__(name: str):
-    """PEP 562: a name of `SUBMODULES` imports that submodule, a name of `_LAZY_FUNCTIONS` the function of its
-    module, on first access."""
-    import importlib
-
-    if name in SUBMODULES:
-        # Importing the submodule binds it as an attribute of the package; `kernels` does not clash with the
-        # kernel_abi function, which is imported here as `kernel_functions`.
-        return importlib.import_module(f"tessera.{name}")
-    if name in _LAZY_FUNCTIONS:
-        return getattr(importlib.import_module(_LAZY_FUNCTIONS[name]), name)
-    raise AttributeError(f"module 'tessera' has no attribute '{name}'")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *SUBMODULES, *_LAZY_FUNCTIONS})
