@@ -40,6 +40,7 @@ from tessera.ir.diagnostics import (
 from tessera.ir.dominance import verify_dominance
 from tessera.ir import verify as verify_ir
 from tessera.kernel_abi import verify_kernels
+from tessera.tools.arguments import parse_seed, parse_size
 from tessera.ir.parser import TesseraParser
 
 
@@ -183,7 +184,6 @@ class TesseraOptMain(xDSLOptMain):
 
     def register_all_arguments(self, arg_parser) -> None:
         from tessera.tools.opt_help import add_help_listings
-        from tessera.tools.tessera_run import parse_size, parse_seed
 
         super().register_all_arguments(arg_parser)
         arg_parser.add_argument("--validate", action="store_true",
