@@ -13,7 +13,7 @@ never timed. Tessera's O and LSE come from its own forward (`tessera.attention(.
 
 from __future__ import annotations
 
-from attention import Record, System, Unsupported, measure, print_header, print_row, report_problems
+from harness import Record, System, Unsupported, measure, print_header, print_row, report_problems
 
 
 def tessera_backward_system(torch) -> System:

@@ -347,7 +347,7 @@ def ptxas_matrix(args) -> None:
 
 
 def gpu(args) -> None:
-    from attention import L2_FLUSH_BYTES, require_gpu, time_ms
+    from harness import L2_FLUSH_BYTES, require_gpu, time_ms
 
     torch = require_gpu()
     import tessera

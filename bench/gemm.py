@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from attention import (  # noqa: E402 - bench/ is not a package; the harness lives in bench/attention.py
+from harness import (  # noqa: E402 - bench/ is not a package; the harness lives in bench/harness.py
     Record,
     System,
     Unsupported,

@@ -19,7 +19,7 @@ The properties are the kernel configuration: `causal`, `scale` (f32), `head_dim`
 `tessera.kernels.HEAD_DIMS`), `dtype` (bf16 or f16, the element type of every tensor operand and of O, dQ, dK,
 dV), and `kernel`, the name of the Tile IR kernel that runs it (`flash_attention_d64_bf16_causal`, as
 `AttentionConfig.kernel_name` spells it), with `block_m`/`block_n`. The verifiers check shapes, element types
-and that the configuration is one the builders accept. `tessera.graph_runtime` executes them with the Tile
+and that the configuration is one the builders accept. `tessera.graph.graph_runtime` executes them with the Tile
 interpreter.
 """
 

@@ -12,8 +12,8 @@ under upstream's names, and the dialect attributes those properties use:
   SIGNED>` (`PrecisionAttr`, `ComparisonDirectionAttr`, `ComparisonTypeAttr`: one enum word each).
 
 Any other op of the `stablehlo`, `chlo`, `mhlo` or `sdy` dialects, and any other attribute of theirs, is read
-as an opaque unregistered op or attribute (`tessera.parser.OPAQUE_DIALECTS`) and left alone by every pass.
-Semantics are upstream's; `tessera.stablehlo_interpreter` runs them on NumPy.
+as an opaque unregistered op or attribute (`tessera.ir.parser.OPAQUE_DIALECTS`) and left alone by every pass.
+Semantics are upstream's; `tessera.graph.stablehlo_interpreter` runs them on NumPy.
 """
 
 from __future__ import annotations

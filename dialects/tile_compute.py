@@ -37,7 +37,7 @@ from tessera.dialects.tile_base import (
     _tile,
 )
 from tessera.dialects.tile_types import MemSpace, TileType, is_half
-from tessera.hex_floats import parse_optional_hex_float
+from tessera.ir.hex_floats import parse_optional_hex_float
 
 # region Tensor-core matrix multiply
 

@@ -7,7 +7,7 @@ themselves are recomputed, deterministically, by whoever prints the kernel). A k
 budget (255 per thread, or `budget=N`, e.g. a setmaxnreg budget) is refused with a diagnostic naming the
 values live at the peak, never silently spilled. `report=true` prints the pressure of each kernel to stderr.
 Given only Tile IR, tessera-opt and tessera-run refuse the pass rather than print unallocated IR
-(`input_level`, `tessera.diagnostics.check_pass_input`).
+(`input_level`, `tessera.ir.diagnostics.check_pass_input`).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import DiagnosticException
 
 from tessera.cluster import CLUSTER_ATTR, cluster_attr
-from tessera.diagnostics import located
+from tessera.ir.diagnostics import located
 from tessera.dialects import tile
 from tessera.kernel_abi import is_kernel
 

@@ -43,7 +43,7 @@ from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import DiagnosticException
 
 from tessera.cluster import CLUSTER_ATTR, kernel_cluster
-from tessera.diagnostics import located
+from tessera.ir.diagnostics import located
 from tessera.dialects import sm90
 from tessera.kernel_abi import BOX_ATTR, ELEMENT_ATTR, SWIZZLE_ATTR, is_target_kernel
 from tessera.lowering.fragments import element_type_bytes

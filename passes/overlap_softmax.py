@@ -77,7 +77,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.traits import Pure
 from xdsl.utils.exceptions import DiagnosticException
 
-from tessera.diagnostics import located
+from tessera.ir.diagnostics import located
 from tessera.analysis.loop_trips import (
     IndexBuilder,
     clone_at_iv,

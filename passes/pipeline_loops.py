@@ -63,7 +63,7 @@ from xdsl.rewriter import InsertPoint
 from xdsl.traits import is_side_effect_free
 from xdsl.utils.exceptions import DiagnosticException
 
-from tessera.diagnostics import located
+from tessera.ir.diagnostics import located
 from tessera.dialects import tile
 from tessera.dialects.tile_types import TileType
 from tessera.interpreters.block_batch import describe_op

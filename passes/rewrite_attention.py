@@ -12,22 +12,22 @@ Q, K, V rank 4 in JAX's layout [batch, seq, heads, head_dim] (`composite_attribu
 (default 1/sqrt(head_dim)) in `composite_attributes`; the result has Q's shape.
 
 `match=patterns` also runs the XLA-style matcher, opt-in because such matchers are brittle (XLA removed its
-rewriter in 2025 for that reason): first every forward (`tessera.match_attention_fwd`: BMM1 - [scale] -
+rewriter in 2025 for that reason): first every forward (`tessera.graph.match_attention_fwd`: BMM1 - [scale] -
 [bias] - [mask] - softmax - [dropout] - BMM2), then each backward anchored at a forward
-(`tessera.match_attention_bwd`: bmm1_grad1 walked bottom-up to the softmax gradient, bmm2_grad2, bmm1_grad2
+(`tessera.graph.match_attention_bwd`: bmm1_grad1 walked bottom-up to the softmax gradient, bmm2_grad2, bmm1_grad2
 and bmm2_grad1), as the seed's new workflow does. A forward is rewritten only if none of its intermediates
 (S, P, ...) has a user outside it and its backward; a backward only with its forward, which then also returns
 its log-sum-exp. An additive bias becomes the attention op's fourth operand, [batch|1, heads|1, seq_q, seq_k]
 (the kernel `flash_attention(bias=True)`); dropout is found and reported, never rewritten, and so is the
 backward of a forward with a bias (no backward kernel takes one).
 
-Each function is matched on a copy with JAX's helper calls inlined (`tessera.graph_edit`); the copy
+Each function is matched on a copy with JAX's helper calls inlined (`tessera.graph.graph_edit`); the copy
 replaces the function only if something was rewritten, so a graph with nothing to rewrite is left exactly as
 it was. The result (`form=tessera`, default) is `tessera.attention` / `tessera.attention_bwd`
 (`dialects/attention.py`) between transposes from and to the graph's layout; `form=custom_call` writes each
 as `stablehlo.custom_call @__tessera$attention` / `@__tessera$attention_bwd` (api_version 4, the kernel
 configuration as the `backend_config` dictionary). Dead ops are removed. A report per function goes to
-`tessera.rewrite_report.REPORTS`.
+`tessera.graph.rewrite_report.REPORTS`.
 """
 
 from __future__ import annotations
@@ -52,14 +52,17 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
-from tessera.attention_match import CANONICAL, ForwardMatch, Refusal, element, perm_to, shape, where
-from tessera.rewrite_report import REPORTS, Entry, RewriteReport
+from tessera.graph.attention_match import (
+    BACKWARD_TARGET, CANONICAL, FORWARD_TARGET, ForwardMatch, Refusal, backward_config, element, kernel_config, perm_to,
+    shape, where,
+)
+from tessera.graph.graph_edit import converted, transposed
+from tessera.graph.match_attention_bwd import BackwardMatch
+from tessera.graph.rewrite_report import REPORTS, Entry, RewriteReport
 
 MATCH_MODES = ("composite", "patterns")
 FORMS = ("tessera", "custom_call")
 COMPOSITE_NAME = "tessera.attention"
-FORWARD_TARGET = "__tessera$attention"
-BACKWARD_TARGET = "__tessera$attention_bwd"
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,7 @@ class RewriteAttentionPass(ModulePass):
             raise ValueError(f"rewrite-attention: form must be one of {', '.join(FORMS)}, got '{self.form}'")
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        from tessera.graph_edit import remove_unused_functions
+        from tessera.graph.graph_edit import remove_unused_functions
 
         changed = False
         for fn in [f for f in op.ops if isinstance(f, func.FuncOp) and f.body.blocks
@@ -91,29 +94,6 @@ class RewriteAttentionPass(ModulePass):
                 changed = True
         if changed:
             remove_unused_functions(op)
-
-
-def kernel_config(head_dim: int, causal: bool, dtype: str, scale: float,
-                  bias_broadcast: tuple[str, ...] | None = None) -> dict:
-    """The kernel configuration of an attention op (the properties of `tessera.attention`); `bias_broadcast`
-    (None: no bias) names the dimensions its bias operand has size 1 in, which the kernel's name says."""
-    from tessera.kernels import AttentionConfig
-
-    config = AttentionConfig.checked(head_dim, causal, dtype, scale, bias=bias_broadcast is not None,
-                                     bias_broadcast=bias_broadcast or ())
-    return dict(causal=causal, scale=config.scale, head_dim=head_dim, dtype=dtype,
-                kernel=config.kernel_name("flash_attention"), block_m=config.block_m, block_n=config.block_n)
-
-
-def backward_config(head_dim: int, causal: bool, dtype: str, scale: float) -> dict:
-    """The kernel configuration of the backward op (`tessera.kernels.attention_backward`'s main kernel);
-    ValueError for what the backward builders refuse (head_dim 256)."""
-    from tessera.kernels.attention_backward import BackwardConfig
-
-    config = BackwardConfig.checked(head_dim, causal, dtype, scale)
-    return dict(causal=causal, scale=config.attention.scale, head_dim=head_dim, dtype=dtype,
-                kernel=config.kernel_name("main"), block_m=config.attention.block_m,
-                block_n=config.attention.block_n)
 
 
 def _f32(x: float) -> float:
@@ -212,7 +192,7 @@ def bias_operand(m: ForwardMatch, at: Operation) -> tuple[SSAValue, tuple[str, .
     """The bias of `m` as the kernel reads it, [b0 or 1, b1 or 1, q, k] (a transpose and, for a bias of lower
     rank, a reshape inserted before `at`), and the dimensions it is broadcast along ("batch", "heads")."""
     from tessera.dialects import stablehlo
-    from tessera.graph_edit import transposed
+    from tessera.graph.graph_edit import transposed
 
     present = sorted(m.bias_labels, key=BIAS_LABELS.index)
     bias = transposed(m.bias, [m.bias_labels.index(label) for label in present], at)
@@ -230,8 +210,6 @@ def bias_operand(m: ForwardMatch, at: Operation) -> tuple[SSAValue, tuple[str, .
 def rewrite_forward(m: ForwardMatch, with_lse: bool, form: str) -> tuple[Operation, dict]:
     """Replace the forward `m` (its BMM2's result, or the composite's) by Tessera's attention between
     transposes, with its bias as a fourth operand; returns the new op and its configuration."""
-    from tessera.graph_edit import converted, transposed
-
     at = m.bmm2
     q = transposed(m.q, perm_to(m.q_labels, CANONICAL), at)
     k = transposed(m.k, perm_to(m.k_labels, ("b0", "b1", "k", "d")), at)
@@ -254,11 +232,31 @@ def rewrite_forward(m: ForwardMatch, with_lse: bool, form: str) -> tuple[Operati
     return op, config
 
 
+def rewrite_backward(b: BackwardMatch, forward_op: Operation, config: dict, form: str) -> Operation:
+    """Replace dQ, dK, dV of `b` by Tessera's backward op, taking the forward op's O and LSE; it is inserted
+    before the first of the three products (which `match_backward` checked comes after the forward)."""
+    block = forward_op.parent_block()
+    at = min((b.dq, b.dk, b.dv), key=block.get_operation_index)
+    q, k, v = forward_op.operands
+    o, lse = forward_op.results
+    do = transposed(b.do, perm_to(b.do_labels, CANONICAL), at)
+    op = _emit("tessera.attention_bwd", BACKWARD_TARGET, form, [q, k, v, o, lse, do], [q.type, k.type, v.type],
+               config, at)
+    for result, product, labels, seq in ((op.results[0], b.dq, b.dq_labels, "q"),
+                                         (op.results[1], b.dk, b.dk_labels, "k"),
+                                         (op.results[2], b.dv, b.dv_labels, "k")):
+        order = ("b0", "b1", seq, "d")
+        out = transposed(result, [order.index(label) for label in labels], at)
+        out = converted(out, product.results[0].type.element_type, at)
+        product.results[0].replace_all_uses_with(out)
+    return op
+
+
 def rewrite_function(fn: func.FuncOp, module: ModuleOp, mode: str, form: str) -> tuple[RewriteReport, func.FuncOp | None]:
     """Match and rewrite one function on a copy (module docstring); returns the report and the rewritten copy
     (None when nothing was rewritten)."""
-    from tessera.graph_edit import fold_transposes_of, inline_calls, remove_dead_ops
-    from tessera.match_attention_bwd import match_backwards, resolve
+    from tessera.graph.graph_edit import fold_transposes_of, inline_calls, remove_dead_ops
+    from tessera.graph.match_attention_bwd import match_backwards, resolve
 
     copy = fn.clone()
     report = RewriteReport(fn.sym_name.data, mode)
@@ -268,7 +266,7 @@ def rewrite_function(fn: func.FuncOp, module: ModuleOp, mode: str, form: str) ->
                 if op.name == "stablehlo.composite" and op.name_.data == COMPOSITE_NAME]
     backwards = []
     if mode == "patterns":
-        from tessera.match_attention_fwd import match_forward
+        from tessera.graph.match_attention_fwd import match_forward
 
         forwards += [m for op in list(block.ops) if op.name == "stablehlo.dot_general"
                      and (m := match_forward(op)) is not None]
@@ -286,7 +284,6 @@ def rewrite_function(fn: func.FuncOp, module: ModuleOp, mode: str, form: str) ->
             entry.became = f"{op.name if form == 'tessera' else 'custom_call @' + FORWARD_TARGET} ({_config_text(config)})"
             rewritten += 1
             if backward is not None:
-                from tessera.match_attention_bwd import rewrite_backward
 
                 bwd_config = backward_config(m.head_dim, m.causal, m.dtype, config["scale"])
                 bwd_op = rewrite_backward(backward, op, bwd_config, form)

@@ -38,7 +38,7 @@ consumer warpgroups.
 
 Kernels without ring refills have no producer work and are left unchanged, with a TesseraWarning naming the
 kernel (a pipeline that asked for warp specialization did not get it). Given only Tile IR, tessera-opt and
-tessera-run refuse the pass (`input_level`, `tessera.diagnostics.check_pass_input`).
+tessera-run refuse the pass (`input_level`, `tessera.ir.diagnostics.check_pass_input`).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from xdsl.passes import ModulePass
 from xdsl.traits import is_side_effect_free
 from xdsl.utils.exceptions import DiagnosticException
 
-from tessera.diagnostics import located, warn
+from tessera.ir.diagnostics import located, warn
 from tessera.dialects import sm90
 from tessera.kernel_abi import TARGET_KERNEL_ATTR, is_target_kernel
 from tessera.passes.convert_tile_to_sm90 import INVARIANT_ATTR, PRODUCER_ATTR
@@ -72,7 +72,7 @@ class WarpSpecializeError(DiagnosticException):
 
 def _refuse(op: Operation, message: str) -> None:
     """Raise the WarpSpecializeError `message` about `op` (the kernel itself for what concerns it as a whole),
-    located in the input (`tessera.diagnostics.located`)."""
+    located in the input (`tessera.ir.diagnostics.located`)."""
     where = f"{str(op).splitlines()[0].strip()[:120]}: " if not isinstance(op, func.FuncOp) else ""
     raise WarpSpecializeError(located(op, f"warp-specialize: {where}{message}", name_op=False))
 

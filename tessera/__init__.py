@@ -26,198 +26,17 @@ function does not take, each naming the parameter and the rule.
 
 from __future__ import annotations
 
-import numpy as np
-from xdsl.dialects.builtin import ModuleOp
-
-from tessera import ir
-from tessera.arguments import check_array, check_choice, check_module, check_size, check_sizes, check_string
-# `kernels` is imported under another name: importing the subpackage `tessera.kernels` rebinds the
-# package attribute `kernels`, which would replace a function of that name here.
-from tessera.kernel_abi import KernelSignature, is_target_kernel, signature
-from tessera.kernel_abi import kernels as kernel_functions
-
-__version__ = "0.1.0"
-LEVELS = ("tile", "target", "ptx")
-"""Where `interpret` runs a kernel: the Tile IR interpreter, the CTA simulator on its Target IR, or the PTX
-executor on its PTX text."""
-TARGETS = ("target", "ptx", "cubin")
-"""What `compile` returns: the Target IR module (registers allocated by the default pipeline), PTX text, or
-ptxas's result with the cubin."""
+from tessera.api import (  # noqa: F401 (lower_to_target: public, outside __all__ as before)
+    LEVELS, TARGETS, compile, find_kernel, interpret, lower_to_target, parse_module, print_module,
+)
+from tessera.version import __version__
 
 __all__ = ["compile", "interpret", "parse_module", "print_module", "find_kernel", "LEVELS", "TARGETS", "__version__"]
 
 
-def parse_module(text: str, name: str = "<string>") -> ModuleOp:
-    """Parse and verify a module written in MLIR syntax (ops, then kernel signatures). Raises ParseError or
-    VerifyException for bad IR, TypeError when `text` or `name` is not a string."""
-    check_string("tessera.parse_module", "text", text)
-    check_string("tessera.parse_module", "name", name)
-    return ir.parse_module(text, name)
-
-
-def print_module(module: ModuleOp, generic: bool = False) -> str:
-    """The module's text in MLIR syntax (custom forms, or the generic form with `generic=True`)."""
-    check_module("tessera.print_module", module)
-    if not isinstance(generic, bool):
-        raise TypeError(f"tessera.print_module: generic must be True or False; got {type(generic).__name__}")
-    return ir.print_module(module, generic)
-
-
-def find_kernel(module: ModuleOp, kernel: str | None = None) -> KernelSignature:
-    """The signature of the Tile IR kernel named `kernel`, or of the module's only kernel."""
-    check_module("tessera.find_kernel", module)
-    check_string("tessera.find_kernel", "kernel", kernel, optional=True)
-    return _find_kernel(module, kernel)
-
-
-def _find_kernel(module: ModuleOp, kernel: str | None) -> KernelSignature:
-    found = kernel_functions(module)
-    if kernel is not None:
-        found = [k for k in found if k.sym_name.data == kernel]
-        if not found:
-            names = ", ".join(k.sym_name.data for k in kernel_functions(module)) or "none"
-            raise ValueError(f"no kernel named '{kernel}' in the module (kernels: {names})")
-    if not found:
-        lowered = [op.sym_name.data for op in module.walk() if is_target_kernel(op)]
-        if lowered:
-            raise ValueError(f"the module has no Tile IR kernel, only Target IR kernels ({', '.join(lowered)}); "
-                             "run Target IR with tessera.interpreters.sm90 or its PTX with tessera.ptx.launch")
-        raise ValueError("the module has no kernel (a func.func with a 'tile.kernel' attribute)")
-    if len(found) > 1:
-        names = ", ".join(k.sym_name.data for k in found)
-        raise ValueError(f"the module has several kernels ({names}); pass kernel=NAME")
-    return signature(found[0])
-
-
-def _lower(where: str, module: ModuleOp, pipeline: str | None) -> ModuleOp:
-    """A copy of `module` through `pipeline` (default `passes.DEFAULT_PIPELINE`), which must reach Target IR."""
-    from tessera.passes import DEFAULT_PIPELINE, apply_pipeline
-
-    spec = DEFAULT_PIPELINE if pipeline is None else pipeline
-    lowered = module.clone()
-    apply_pipeline(lowered, spec)
-    if not any(is_target_kernel(op) for op in lowered.walk()):
-        raise ValueError(f"{where}: pipeline '{spec}' does not lower the kernels to Target IR (it needs "
-                         "convert-tile-to-sm90; the default is tessera.passes.DEFAULT_PIPELINE)")
-    return lowered
-
-
-def compile(module: ModuleOp, target: str = "ptx", pipeline: str | None = None):
-    """Compile the Tile IR kernels of `module` (which is not modified) through `pipeline`, a `tessera-opt -p`
-    spec that ends in Target IR; default `passes.DEFAULT_PIPELINE`, the full warp-specialized pipeline with
-    registers allocated (`passes.PTX_PIPELINE` is the single-stage one).
-
-    target "target": the Target IR module; "ptx": the PTX text (printed with the allocated registers, or
-    fresh names where the pipeline did not allocate); "cubin": a `tessera.toolchain.PtxasResult` (ptxas
-    -arch=sm_90a -v: resources, warnings, and the cubin bytes). Raises a DiagnosticException for what a pass
-    or ptxas refuses, and TypeError/ValueError for bad arguments."""
-    where = "tessera.compile"
-    check_module(where, module)
-    ir.verify(module)  # dominance, ops, kernel ABI: malformed IR is a VerifyException, not a crash of a pass
-    check_choice(where, "target", target, TARGETS, "compile target")
-    check_string(where, "pipeline", pipeline, optional=True)
-    if not kernel_functions(module):
-        raise ValueError(f"{where}: the module has no Tile IR kernel to compile (a func.func with a 'tile.kernel' "
-                         "attribute)")
-    from tessera.ptx.module import print_ptx
-    from tessera.ptx.target import allocated_registers
-
-    lowered = _lower(where, module, pipeline)
-    if target == "target":
-        return lowered
-    ptx = print_ptx(lowered, registers=allocated_registers)
-    if target == "ptx":
-        return ptx
-    from tessera.toolchain import compile_ptx
-
-    return compile_ptx(ptx)
-
-
-def lower_to_target(module: ModuleOp, kernel: str, pipeline: str | None = None):
-    """The Target IR kernel (a func.func) of `kernel`, lowered from a copy of `module` by `pipeline` (a
-    `tessera-opt -p` spec that ends in Target IR; default `passes.DEFAULT_PIPELINE`)."""
-    where = "tessera.lower_to_target"
-    check_module(where, module)
-    check_string(where, "kernel", kernel)
-    check_string(where, "pipeline", pipeline, optional=True)
-    return _target_kernel(where, _lower(where, module, pipeline), kernel)
-
-
-def _target_kernel(where: str, lowered: ModuleOp, kernel: str):
-    found = next((op for op in lowered.walk() if is_target_kernel(op) and op.sym_name.data == kernel), None)
-    if found is None:
-        names = ", ".join(op.sym_name.data for op in lowered.walk() if is_target_kernel(op))
-        raise ValueError(f"{where}: no Target IR kernel named '{kernel}' after the pipeline (kernels: {names})")
-    return found
-
-
-def interpret(
-    module: ModuleOp, *inputs: np.ndarray, level: str = "tile", kernel: str | None = None,
-    pipeline: str | None = None, **sizes: int,
-) -> np.ndarray | tuple[np.ndarray, ...]:
-    """Run a kernel over its whole grid on NumPy inputs and return its outputs.
-
-    `level` (one of `LEVELS`):
-    - "tile": the Tile IR interpreter; `pipeline`, if given, is applied first and must stay in Tile IR
-      (e.g. "assign-swizzle,pipeline-loops{stages=3}");
-    - "target": lower a copy with `pipeline` (default `passes.DEFAULT_PIPELINE`) and run the Target IR in the
-      CTA simulator, checking the register allocation against a simulated register file;
-    - "ptx": lower the same way, print the PTX and run the text in the PTX executor, launched as
-      `tessera.host` describes it (as `tessera.attention` launches it on a GPU).
-
-    Inputs are NumPy arrays of real numbers given in argument order (attention: Q, K, V as [batch, heads,
-    seq, head_dim]; GEMM: A, B), converted to the kernel's element types (float inputs are rounded to bf16/f16
-    as the kernel would read them). Named sizes in `sizes` are checked against the inputs; a kernel's launch
-    sizes (`tessera.kernel_abi`, e.g. the varlen kernels' max_seqlen_q) are given there too. Returns the output
-    (or a tuple of outputs) in the output argument's element type. Bad arguments raise TypeError/ValueError
-    naming the parameter and the rule (masked and complex arrays are refused, not silently reduced)."""
-    where = "tessera.interpret"
-    check_module(where, module)
-    ir.verify(module)  # dominance, ops, kernel ABI: malformed IR is a VerifyException, not a crash of the interpreter
-    check_choice(where, "level", level, LEVELS, "interpreter level")
-    check_string(where, "kernel", kernel, optional=True)
-    check_string(where, "pipeline", pipeline, optional=True)
-    arrays = [check_array(where, f"input {i}", x) for i, x in enumerate(inputs)]
-    sig = _find_kernel(module, kernel)
-    named = check_sizes(where, sizes, [*sig.dim_names(), *sig.launch_sizes])
-    bound = sig.sizes_from_inputs([a.shape for a in arrays], named)
-    for name, value in named.items():
-        if bound[name] != value:
-            raise ValueError(f"{where}: size {name}={value} contradicts the inputs, which give {name}={bound[name]}")
-    for name, value in bound.items():  # sizes the inputs give reach the kernel as 32-bit parameters too
-        check_size(where, name, value)
-
-    from tessera.interpreters.launch import prepare_arguments, run_grid
-
-    arguments, bound = prepare_arguments(sig, arrays, named)
-    if level == "tile":
-        if pipeline is not None:
-            from tessera.passes import apply_pipeline
-
-            module = module.clone()
-            apply_pipeline(module, pipeline)
-            if not kernel_functions(module):
-                raise ValueError(f"{where}: at level 'tile' the pipeline must stay in Tile IR; '{pipeline}' lowers "
-                                 "the kernel (use level='target' or 'ptx')")
-            sig = _find_kernel(module, sig.name)  # the transformed kernel, not the one given
-        run_grid(sig, module, arguments, bound)
-    elif level == "target":
-        from tessera.interpreters.sm90.launch import run_target_kernel
-        from tessera.regalloc import allocate_registers
-
-        target = _target_kernel(where, _lower(where, module, pipeline), sig.name)
-        run_target_kernel(target, arguments, bound, allocate_registers(target))
-    else:
-        from tessera.validation.levels import run_ptx
-
-        run_ptx(_lower(where, module, pipeline), sig, arguments, bound)
-    outputs = tuple(a for a, arg in zip(arguments, sig.args) if arg.role == "out")
-    return outputs[0] if len(outputs) == 1 else outputs
-
-
 SUBMODULES = (
-    "analysis", "dialects", "host", "interpreters", "kernels", "lowering", "passes", "ptx", "regalloc", "runtime",
-    "sm90", "toolchain", "tools", "validate", "validation",
+    "analysis", "dialects", "graph", "host", "interpreters", "ir", "kernels", "lowering", "passes", "ptx", "regalloc",
+    "runtime", "sm90", "toolchain", "tools", "validate", "validation",
 )
 """The public subpackages and modules, reached from `import tessera` alone (`tessera.passes.DEFAULT_PIPELINE`):
 each is imported on first access, so `import tessera` stays light."""
@@ -237,7 +56,7 @@ def __getattr__(name: str):
 
     if name in SUBMODULES:
         # Importing the submodule binds it as an attribute of the package; `kernels` does not clash with the
-        # kernel_abi function, which is imported here as `kernel_functions`.
+        # kernel_abi function, which tessera.api imports as `kernel_functions`.
         return importlib.import_module(f"tessera.{name}")
     if name in _LAZY_FUNCTIONS:
         return getattr(importlib.import_module(_LAZY_FUNCTIONS[name]), name)

@@ -44,8 +44,9 @@ from xdsl.ir import Attribute
 from xdsl.utils.exceptions import VerifyException
 
 from tessera.dialects.tile_types import DYNAMIC, DimsAttr, MemSpace, TileType, element_byte_width
+from tessera.ir.diagnostics import located
+from tessera.ir.kernel_marks import KERNEL_ATTR, TARGET_KERNEL_ATTR, is_kernel, is_target_kernel  # noqa: F401 (ABI names)
 
-KERNEL_ATTR = "tile.kernel"
 GRID_ATTR = "tile.grid"
 DIMS_ATTR = "tile.dims"
 ROLE_ATTR = "tile.role"
@@ -176,10 +177,6 @@ class KernelSignature:
         return tuple(grid) + (1,) * (3 - len(grid))  # type: ignore[return-value]
 
 
-TARGET_KERNEL_ATTR = "sm90.kernel"
-"""Marks a kernel already lowered to Target IR (see passes/convert_tile_to_sm90.py); it keeps `tile.kernel`."""
-
-
 # Arguments of a Target IR kernel (see passes/convert_tile_to_sm90.py, tessera/interpreters/sm90/launch.py):
 SOURCE_ATTR = "sm90.source"
 """Index of the Tile IR argument a tensor map or global pointer stands for."""
@@ -194,15 +191,6 @@ ELEMENT_ATTR = "sm90.element_type"
 COPY_ATTR = "sm90.copy"
 """On a pointer argument: "ld.global" when the kernel copies that tensor into shared memory without TMA (its rows
 need not start on 16 bytes); tensor-map arguments are the TMA copies."""
-
-
-def is_kernel(op: Attribute | func.FuncOp) -> bool:
-    """A Tile IR kernel (not yet lowered)."""
-    return isinstance(op, func.FuncOp) and KERNEL_ATTR in op.attributes and TARGET_KERNEL_ATTR not in op.attributes
-
-
-def is_target_kernel(op: Attribute | func.FuncOp) -> bool:
-    return isinstance(op, func.FuncOp) and TARGET_KERNEL_ATTR in op.attributes
 
 
 def kernels(module: ModuleOp) -> list[func.FuncOp]:
@@ -235,8 +223,6 @@ def bind_launch_sizes(kernel: str, names: Sequence[str], sizes: Mapping[str, int
 
 
 def _fail(op: func.FuncOp, message: str) -> None:
-    from tessera.diagnostics import located
-
     raise VerifyException(located(op, message))  # "file:line:col: kernel @name: message"
 
 

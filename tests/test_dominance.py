@@ -1,4 +1,4 @@
-"""SSA dominance is verified wherever a module enters Tessera (`tessera.dominance`, `tessera.ir.verify`): IR
+"""SSA dominance is verified wherever a module enters Tessera (`tessera.ir.dominance`, `tessera.ir.verify`): IR
 whose values are used before their definition or outside the region defining them is a diagnostic naming
 the use, the value and the place, never a KeyError from a pass or an interpreter. The lit test
 tests/lit/tools/dominance-invalid.mlir checks each rule's message on parsed input."""
@@ -13,7 +13,7 @@ from xdsl.dialects import arith
 from xdsl.utils.exceptions import VerifyException
 
 import tessera
-from tessera.dominance import DominanceError, verify_dominance
+from tessera.ir.dominance import DominanceError, verify_dominance
 from tessera.kernels import flash_attention, gemm, three_pass_attention, two_pass_attention
 
 ROOT = Path(__file__).resolve().parent.parent

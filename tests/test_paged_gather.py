@@ -200,8 +200,8 @@ def test_the_tile_interpreter_reports_a_page_out_of_range_without_serving_checks
 
 
 def _without(op_type):
-    """A `tessera._lower` that erases every `op_type` op from the lowered kernel (a seeded bug)."""
-    lower = tessera._lower
+    """A `tessera.api._lower` that erases every `op_type` op from the lowered kernel (a seeded bug)."""
+    lower = tessera.api._lower
 
     def lowered(where, module, pipeline):
         out = lower(where, module, pipeline)
@@ -215,7 +215,7 @@ def _without(op_type):
 @pytest.mark.parametrize("level", ["target", "ptx"])
 def test_a_read_before_the_cp_async_completed_is_a_hazard(level, rng, monkeypatch):
     """The single-stage gather without its cp.async.wait_group: the wgmma reads bytes still in flight."""
-    monkeypatch.setattr(tessera, "_lower", _without(sm90.CpAsyncWaitGroupOp))
+    monkeypatch.setattr(tessera.api, "_lower", _without(sm90.CpAsyncWaitGroupOp))
     module = flash_attention_paged(64, causal=True, page_size=16)
     inputs = _kernel_inputs(*_decode_inputs(rng, 16))
     message = (r"before its cp.async completed: thread \d+'s copy into it is still in flight" if level == "target"
@@ -227,7 +227,7 @@ def test_a_read_before_the_cp_async_completed_is_a_hazard(level, rng, monkeypatc
 def test_a_consumer_that_skips_the_full_barrier_of_a_gathered_stage_is_a_hazard(rng, monkeypatch):
     """The warp-specialized gather: consumers that never wait on the K slot's full barrier (which the producers'
     cp.async.mbarrier.arrive.noinc completes) read the stage before they could know it landed."""
-    lower = tessera._lower
+    lower = tessera.api._lower
 
     def lowered(where, module, pipeline):
         out = lower(where, module, pipeline)
@@ -238,7 +238,7 @@ def test_a_consumer_that_skips_the_full_barrier_of_a_gathered_stage_is_a_hazard(
                 spin.detach()
                 spin.erase()
         return out
-    monkeypatch.setattr(tessera, "_lower", lowered)
+    monkeypatch.setattr(tessera.api, "_lower", lowered)
     module = flash_attention_paged(64, causal=True, page_size=16)
     with pytest.raises(KernelHazardError, match=r"reads wgmma operand B .*'k_ring' .* before the cp.async of thread "
                                                 r"\d+ signalled: this thread has not observed phase \d+ .* of the "

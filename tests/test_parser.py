@@ -1,5 +1,5 @@
-"""Tessera's MLIR parser (`tessera.parser.TesseraParser`): hex float literals are bit patterns in every kind of
-attribute (`tessera.hex_floats`), string literals lex in linear time (`tessera.lexer`), float attributes
+"""Tessera's MLIR parser (`tessera.ir.parser.TesseraParser`): hex float literals are bit patterns in every kind of
+attribute (`tessera.ir.hex_floats`), string literals lex in linear time (`tessera.ir.lexer`), float attributes
 xDSL cannot encode are refused at the literal, and undefined values are reported where they are used."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from xdsl.printer import Printer
 from xdsl.utils.exceptions import ParseError
 
 from tessera.ir import make_context, parse_module, print_module
-from tessera.parser import TesseraParser
+from tessera.ir.parser import TesseraParser
 
 
 def parse_attribute(text: str):

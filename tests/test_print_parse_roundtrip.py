@@ -3,7 +3,7 @@ print(parse(.)), and the module read back computes exactly what the original com
 
 Printed Target IR once read back wrong: xDSL printed the -inf splat that starts the softmax as
 `dense<0xff800000>` and read it as the number 4286578688.0, so `tessera-opt -o t.mlir` then `tessera-opt
-t.mlir -t ptx` gave a kernel whose output was all NaN (issue 21; `tessera.hex_floats`). Each stage after each
+t.mlir -t ptx` gave a kernel whose output was all NaN (issue 21; `tessera.ir.hex_floats`). Each stage after each
 pass of `tessera.passes`' pipelines (and the README's, which ends in allocate-registers) is checked on the
 flash-attention and GEMM examples, at sizes small enough for a few seconds per pipeline, yet with a partial
 key tile (masked with -inf) and a partial K step."""

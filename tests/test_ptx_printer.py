@@ -30,7 +30,7 @@ from xdsl.dialects.builtin import ModuleOp
 from tessera import passes, toolchain
 from tessera.interpreters.sm90 import run_target_kernel
 from tessera.ir import make_context
-from tessera.parser import TesseraParser
+from tessera.ir.parser import TesseraParser
 from tessera.ptx import PtxPrintError, PtxTarget, print_ptx, register
 from tessera.ptx.machine import descriptor_of_address
 from tessera.sm90 import facts

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tessera.rewrite_report import take_reports
-from tessera.stablehlo_interpreter import constant_value, run_function
+from tessera.graph.rewrite_report import take_reports
+from tessera.graph.stablehlo_interpreter import constant_value, run_function
 from tessera.tools import tessera_opt, tessera_run
 from tessera.tools.tessera_opt import load_module, opt_context
 
@@ -120,7 +120,7 @@ LOCATIONS = '''"func.func"() <{function_type = (tensor<2xf32>) -> tensor<2xf32>,
 def test_location_aliases_defined_at_the_end_are_resolved(tmp_path, capsys):
     module = load_module(opt_context(), LOCATIONS, "locs.mlir")
     exp = ops_named(module, "stablehlo.exponential")[0]
-    # a name/call-site location is replaced by the op's place in the text read (tessera.location_aliases)
+    # a name/call-site location is replaced by the op's place in the text read (tessera.ir.location_aliases)
     assert str(exp.location) == 'loc("locs.mlir":3:3)'
     x = np.array([0.0, 1.0])
     assert np.allclose(run_function(module, [x])[0], np.exp(x))

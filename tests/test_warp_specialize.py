@@ -77,7 +77,7 @@ def test_specialized_kernel_has_a_producer_warpgroup_and_budgets_from_pressure()
 
 def test_kernels_without_rings_are_left_alone():
     """... and say so: a warning names the kernel and what it lacks."""
-    from tessera.diagnostics import TesseraWarning
+    from tessera.ir.diagnostics import TesseraWarning
 
     module = build_kernel("flash_attention", head_dim=64, causal=False, dtype="bf16")
     with pytest.warns(TesseraWarning, match=r"kernel @flash_attention_d64_bf16: warp-specialize: no ring refills"):

@@ -30,17 +30,18 @@ from xdsl.printer import Printer
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError
 from xdsl.xdsl_opt_main import xDSLOptMain
 
-from tessera.diagnostics import (
+from tessera.ir.diagnostics import (
     TesseraWarning,
     check_pass_input,
     internal_error_text,
     verify_module,
     with_context,
 )
-from tessera.dominance import verify_dominance
+from tessera.ir.dominance import verify_dominance
 from tessera.ir import verify as verify_ir
 from tessera.kernel_abi import verify_kernels
-from tessera.parser import TesseraParser
+from tessera.tools.arguments import parse_seed, parse_size
+from tessera.ir.parser import TesseraParser
 
 
 class UsageError(Exception):
@@ -103,7 +104,7 @@ def opt_context() -> Context:
 
 def load_module(ctx: Context, text: str, name: str, line_offset: int = 0, implicit_module: bool = True,
                 verify: bool = True) -> ModuleOp:
-    """Parse `text` (named `name` in diagnostics) with Tessera's parser (`tessera.parser`: source locations on
+    """Parse `text` (named `name` in diagnostics) with Tessera's parser (`tessera.ir.parser`: source locations on
     every op, hex float literals as bit patterns, linear-time lexing), then verify it as every entry point
     does (`tessera.ir.verify`: dominance, ops located at the one that fails, the kernel ABI). An input of only
     comments and blanks is an empty module, as in mlir-opt. Raises ParseError or VerifyException."""
@@ -132,7 +133,7 @@ def parse_pipeline(spec: str) -> PassPipeline:
 def run_pipeline(pipeline: PassPipeline, ctx: Context, module: ModuleOp, verify: bool = True,
                  after_pass: Callable[[ModulePass, ModuleOp], None] | None = None) -> None:
     """Apply `pipeline` to `module`: before each pass, check that the module holds kernels of the level the pass
-    transforms (`tessera.diagnostics.check_pass_input`); after it, verify the ops (located) and, after the
+    transforms (`tessera.ir.diagnostics.check_pass_input`); after it, verify the ops (located) and, after the
     last, the kernel ABI. An exception that is not a diagnostic becomes a PassCrash naming the pass."""
     for pass_ in pipeline.passes:
         check_pass_input(pass_, module)
@@ -183,7 +184,6 @@ class TesseraOptMain(xDSLOptMain):
 
     def register_all_arguments(self, arg_parser) -> None:
         from tessera.tools.opt_help import add_help_listings
-        from tessera.tools.tessera_run import parse_size, parse_seed
 
         super().register_all_arguments(arg_parser)
         arg_parser.add_argument("--validate", action="store_true",
@@ -237,7 +237,7 @@ class TesseraOptMain(xDSLOptMain):
                 print("\n\n\n")
             start = time.perf_counter()
 
-        from tessera.rewrite_report import take_reports
+        from tessera.graph.rewrite_report import take_reports
 
         take_reports()
         run_pipeline(self.pipeline, self.ctx, prog, verify=not self.args.disable_verify, after_pass=after_pass)

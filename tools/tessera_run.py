@@ -43,39 +43,13 @@ from tessera.interpreters.launch import check_sizes
 from tessera.interpreters.limits import DEFAULT_MEMORY_BUDGET, MemoryBudgetError
 
 from tessera import LEVELS  # where a kernel runs: tile, target, ptx, as tessera.interpret's level=
-from tessera.arguments import MAX_SIZE  # the largest named size, the same as the Python API's
+from tessera.tools.arguments import parse_seed, parse_size
 DEFAULT_MAX_GIB = DEFAULT_MEMORY_BUDGET / 2**30
 """Default limit on the memory a run takes (`--max-gib`): the simulators' own budget."""
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_DECIMAL = re.compile(r"[0-9]+")
 
 
 class RunError(Exception):
     """Something tessera-run cannot do with the file or the command line: reported as one diagnostic."""
-
-
-def parse_size(text: str) -> tuple[str, int]:
-    """`NAME=SIZE` with NAME an ASCII identifier and SIZE plain ASCII decimal digits (no sign, no `_`, no other
-    script's digits, all of which Python's int() would accept) from 1 to MAX_SIZE."""
-    name, sep, value = text.partition("=")
-    if not sep or not _NAME.fullmatch(name):
-        raise argparse.ArgumentTypeError(f"expected NAME=SIZE (NAME a plain identifier such as seq_q), got '{text}'")
-    limit = f"from 1 to {MAX_SIZE}, as Target IR computes indices in 32 bits"
-    if re.fullmatch(r"-[0-9]+", value) or _DECIMAL.fullmatch(value) and int(value) == 0:
-        raise argparse.ArgumentTypeError(f"size '{name}' must be positive ({limit}), got {value}")
-    if not _DECIMAL.fullmatch(value):
-        raise argparse.ArgumentTypeError(f"size '{name}' must be written in plain decimal digits 0-9, got '{value}'")
-    size = int(value)
-    if size > MAX_SIZE:
-        raise argparse.ArgumentTypeError(f"size '{name}' = {size} is over the limit ({limit})")
-    return name, size
-
-
-def parse_seed(text: str) -> int:
-    """A seed: plain ASCII decimal digits (a non-negative integer, as NumPy's generators take)."""
-    if not _DECIMAL.fullmatch(text):
-        raise argparse.ArgumentTypeError(f"expected a seed in plain decimal digits 0-9, got '{text}'")
-    return int(text)
 
 
 def parse_gib(text: str) -> float:
@@ -125,7 +99,7 @@ def target_signature(op):
     from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, StringAttr
 
     from tessera.dialects.tile_types import DYNAMIC, DimsAttr, MemSpace, TileType
-    from tessera.diagnostics import located
+    from tessera.ir.diagnostics import located
     from tessera.kernel_abi import (
         DIMS_ATTR, ELEMENT_ATTR, GRID_ATTR, KERNEL_ATTR, ROLE_ATTR, SOURCE_ATTR, KernelArg, KernelSignature,
         gemm_options,
@@ -326,7 +300,7 @@ def _interpretation_diagnostic(e: BaseException) -> str:
     with an `op` being interpreted) says where."""
     from xdsl.ir import Operation
 
-    from tessera.diagnostics import internal_error_text, located, with_context
+    from tessera.ir.diagnostics import internal_error_text, located, with_context
 
     if not str(e).strip():
         return internal_error_text(e)
@@ -349,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_ptx(argv)
     args = build_parser().parse_args(argv)
-    from tessera.diagnostics import internal_error_text
+    from tessera.ir.diagnostics import internal_error_text
     from tessera.interpreters.ptx.state import PtxExecutionError
     from tessera.tools.tessera_opt import PassCrash, UsageError, format_diagnostic, print_warnings
     from tessera.validation.levels import PtxExecutorMissing

@@ -11,7 +11,7 @@ each argument: standard normal floats, except matrices (rank 2, both sizes at le
 integers. They are rounded to each argument's element type.
 
 Without `--compare` the graph (after `-p PIPELINE`, if given) runs in the StableHLO interpreter, attention
-ops in Tessera's kernels (`tessera.graph_runtime`; `--attention-level`), and each output's shape and range are
+ops in Tessera's kernels (`tessera.graph.graph_runtime`; `--attention-level`), and each output's shape and range are
 printed. With `--compare` the original graph runs in its own precision and in float64, the pipeline is applied
 to a copy, and the rewritten graph runs; it prints how many attentions were replaced, and for each output the
 largest difference between the two graphs, each one's error against float64 and the tolerance: the attention
@@ -26,7 +26,7 @@ import time
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp, TensorType
 
-from tessera.stablehlo_interpreter import entry_function, storage_dtype
+from tessera.graph.stablehlo_interpreter import entry_function, storage_dtype
 
 
 def is_graph(module: ModuleOp) -> bool:
@@ -71,8 +71,8 @@ def _describe(x: np.ndarray) -> str:
 def run_graph_file(args, ctx, module: ModuleOp, name: str) -> int:
     """The graph mode of tessera-run (module docstring); returns the exit status."""
     from tessera import reference
-    from tessera.graph_runtime import run_graph
-    from tessera.rewrite_report import take_reports
+    from tessera.graph.graph_runtime import run_graph
+    from tessera.graph.rewrite_report import take_reports
     from tessera.tools.tessera_opt import UsageError, parse_pipeline, run_pipeline
 
     given = [flag for flag, value in (("-d", args.dims), ("--kernel", args.kernel), ("--level", args.level),

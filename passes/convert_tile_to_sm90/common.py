@@ -10,7 +10,7 @@ from xdsl.dialects.builtin import IntegerAttr
 from xdsl.ir import Operation, SSAValue
 from xdsl.utils.exceptions import DiagnosticException
 
-from tessera.diagnostics import located
+from tessera.ir.diagnostics import located
 from tessera.dialects import sm90, tile
 from tessera.dialects.tile_types import TileType
 from tessera.numerics import LOG2E  # noqa: F401 (the lowerings import it from here)
@@ -47,7 +47,7 @@ class LoweringError(DiagnosticException):
 
 def _refuse(op: Operation, message: str) -> None:
     """Raise the LoweringError `message` about `op` (the kernel itself for what concerns it as a whole), located
-    in the input (`tessera.diagnostics.located`)."""
+    in the input (`tessera.ir.diagnostics.located`)."""
     where = f"{tile_text(op)}: " if not isinstance(op, func.FuncOp) else ""
     raise LoweringError(located(op, f"convert-tile-to-sm90: {where}{message}", name_op=False))
 

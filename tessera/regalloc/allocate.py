@@ -82,7 +82,7 @@ def allocate_registers(fn: func.FuncOp, budget: int = facts.MAX_REGISTERS_PER_TH
     allocation = _allocate(fn)
     if allocation.peak > budget:
         listing = ", ".join(f"%{name} ({n})" for name, n in allocation.live_at_peak[:12])
-        from tessera.diagnostics import source_location
+        from tessera.ir.diagnostics import source_location
 
         loc = source_location(fn)
         raise RegisterBudgetError(

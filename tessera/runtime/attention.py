@@ -31,67 +31,11 @@ and only then is the kernel, built with `tessera.passes.DEFAULT_PIPELINE`, compi
 
 from __future__ import annotations
 
-import numpy as np
-
-from tessera.runtime.compiler import CompiledKernel, KernelConfig, compile_kernel
+from tessera.runtime.attention_base import (  # noqa: F401 (DTYPES, LAYOUT, attention_config: names of this module)
+    DTYPES, LAYOUT, UnsupportedKernel, attention_config, check_tensor,
+)
+from tessera.runtime.compiler import CompiledKernel, compile_kernel
 from tessera.runtime.launch import dtype_name, is_torch_tensor, run, usable_device
-
-DTYPES = {"bfloat16": "bf16", "float16": "f16"}
-"""The element types of q, k and v the kernels take, and the builders' names for them."""
-LAYOUT = "[batch, heads, seq, head_dim]"
-
-
-class UnsupportedKernel(ValueError):
-    """The arguments are well formed, but no Tessera kernel computes this (a head_dim, a dtype)."""
-
-
-def attention_config(head_dim: int, causal: bool = False, dtype: str = "bf16", scale: float | None = None,
-                     return_lse: bool = False, num_splits: int = 1, cluster: int = 1,
-                     bias_broadcast: tuple[str, ...] | None = None) -> KernelConfig:
-    """The configuration of the flash attention kernel for these parameters, checked by the builder's own
-    rules (`AttentionConfig.checked`), with the scale resolved so that scale=None and 1/sqrt(head_dim)
-    share one kernel. `return_lse`, `num_splits`, `cluster` and the bias join the options only when they are
-    not the defaults, so the default kernel keeps its cache key. `cluster` > 1: clusters of that many query
-    blocks sharing K and V (TMA multicast). `bias_broadcast` (None: no bias) is the kernel's with an additive
-    bias: the dimensions, of "batch" and "heads", in which the bias has size 1."""
-    from tessera.kernels import HEAD_DIMS, AttentionConfig
-
-    if head_dim not in HEAD_DIMS:
-        raise UnsupportedKernel(f"head_dim {head_dim} is not supported by Tessera's attention kernels "
-                                f"(supported: {', '.join(map(str, HEAD_DIMS))})")
-    if isinstance(scale, np.floating | np.integer):
-        scale = float(scale)
-    bias = bias_broadcast is not None
-    checked = AttentionConfig.checked(head_dim, causal, dtype, scale, return_lse=return_lse, num_splits=num_splits,
-                                      bias=bias, bias_broadcast=bias_broadcast or ())
-    extra = {"return_lse": True} if checked.return_lse and not checked.split else {}
-    if bias:
-        extra["bias"] = True
-        if checked.bias_broadcast:
-            extra["bias_broadcast"] = checked.bias_broadcast
-    if checked.split:
-        extra["num_splits"] = checked.num_splits
-    if cluster != 1:
-        extra["cluster"] = cluster
-    return KernelConfig.of("flash_attention", head_dim=checked.head_dim, causal=checked.causal, dtype=checked.dtype,
-                           scale=checked.scale, block_n=checked.block_n, **extra)
-
-
-def check_tensor(where: str, name: str, x) -> tuple:
-    """The shape of `x` if it is a NumPy array or a PyTorch tensor that is not masked and holds real numbers;
-    TypeError (ValueError for a masked array) naming `where`, the argument and the rule otherwise."""
-    if isinstance(x, np.ma.MaskedArray):
-        raise ValueError(f"{where}: {name} is a masked array; the kernel reads every element and would ignore the "
-                         "mask (pass np.ma.filled(x, fill) or x.data)")
-    shape = getattr(x, "shape", None)
-    if shape is None or not hasattr(x, "dtype"):
-        raise TypeError(f"{where}: {name} must be a NumPy array or a PyTorch tensor, got {type(x).__name__}")
-    if isinstance(x, np.ndarray) and x.dtype.kind in "cbOUSM":
-        rule = ("complex numbers would lose their imaginary part" if x.dtype.kind == "c" else
-                f"{where} takes real floating-point numbers")
-        raise TypeError(f"{where}: {name} has element type {x.dtype}; {rule}")
-    return tuple(shape)
-
 
 def check_attention_arguments(q, k, v) -> tuple[int, str]:
     """(head_dim, dtype) of well-formed q, k, v. Otherwise, naming the argument and the rule: TypeError for
@@ -174,7 +118,7 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, return_
     """softmax(q k^T * scale [+ bias] [+ bottom-right causal mask]) v, with its LSE when `return_lse`; on the GPU, or in
     the interpreter `level` names; see the module docstring. k and v may have fewer heads than q (GQA/MQA:
     heads a multiple of heads_k; query head h reads key head h // (heads // heads_k); decoding packs a
-    group's heads into one block's rows, `tessera.runtime.kvcache.pack_gqa`). With `cu_seqlens_q` and
+    group's heads into one block's rows, `tessera.runtime.serving.pack_gqa`). With `cu_seqlens_q` and
     `cu_seqlens_k` (and `max_seqlen_q`, `max_seqlen_k`, optionally `seqused_k`), q, k, v are packed
     [total_tokens, heads, head_dim] sequences: `tessera.runtime.serving.attention_varlen`. `cluster=2`: pairs
     of query blocks of a head share each K/V tile through TMA multicast (not with `causal`, split-KV, GQA or
@@ -214,7 +158,7 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, return_
             raise ValueError("attention: cluster is supported for num_splits=1 and as many key heads as query "
                              "heads only")
         flash_attention(head_dim=head_dim, causal=causal, dtype=dtype, cluster=cluster)
-    from tessera.runtime.kvcache import pack_gqa
+    from tessera.runtime.serving import pack_gqa
 
     (batch, heads, seq_q, _), heads_k = q.shape, k.shape[1]
     packed = pack_gqa(seq_q, heads // heads_k, causal)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.runtime.attention import DTYPES, LAYOUT, UnsupportedKernel, check_tensor
+from tessera.runtime.attention_base import DTYPES, LAYOUT, UnsupportedKernel, check_tensor
 
 LEVELS = (None, "tile", "target", "ptx")
 """Where `attention_backward` runs: the GPU (None) or one of `tessera.LEVELS`."""
@@ -119,7 +119,7 @@ def run_interpreted(config, q, k, v, o, lse, do, level: str = "tile", order_seed
     """(dq, dk, dv) as NumPy arrays of the kernels' element type, the three kernels run at `level` ("tile",
     "target" or "ptx"). At Tile level, `order_seed` runs each kernel's blocks in a random permutation of the
     grid (seeded), as a GPU may schedule them."""
-    import tessera
+    from tessera import api
     from tessera.interpreters.launch import prepare_arguments, run_grid
     from tessera.kernels import attention_backward as build
 
@@ -130,7 +130,7 @@ def run_interpreted(config, q, k, v, o, lse, do, level: str = "tile", order_seed
     rng = np.random.default_rng(order_seed) if order_seed is not None else None
 
     def run(module, inputs, initial=None):
-        sig = tessera.find_kernel(module)
+        sig = api.find_kernel(module)
         arguments, sizes = prepare_arguments(sig, inputs)
         for index, array in (initial or {}).items():
             arguments[index] = array
@@ -147,22 +147,22 @@ def run_interpreted(config, q, k, v, o, lse, do, level: str = "tile", order_seed
 def _run_lowered(kernels, q, k, v, o, lse, do, level: str):
     """The three kernels lowered by the default pipeline and run at `level`; BackwardNotLowered naming the
     kernel and the lowering's diagnostic when the pipeline cannot lower one yet."""
-    import tessera
+    from tessera import api
 
     lowered = []
     for module in kernels.modules:
-        name = tessera.find_kernel(module).name
+        name = api.find_kernel(module).name
         try:
-            lowered.append(tessera.compile(module, target="target", pipeline=_pipeline()))
+            lowered.append(api.compile(module, target="target", pipeline=_pipeline()))
         except Exception as error:  # noqa: BLE001 - any refusal of the lowering is reported as one
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise BackwardNotLowered(
                 f"{WHERE}: level '{level}' needs kernel @{name} lowered to Target IR, and the default pipeline "
                 f"does not lower it yet: {first}") from None
     pipeline = _pipeline()
-    dpsum, lse2, _ = tessera.interpret(kernels.preprocess, o, do, lse, level=level, pipeline=pipeline)
-    dq_accum, dk, dv = tessera.interpret(kernels.main, q, k, v, do, lse2, dpsum, level=level, pipeline=pipeline)
-    dq = tessera.interpret(kernels.postprocess, dq_accum, level=level, pipeline=pipeline)
+    dpsum, lse2, _ = api.interpret(kernels.preprocess, o, do, lse, level=level, pipeline=pipeline)
+    dq_accum, dk, dv = api.interpret(kernels.main, q, k, v, do, lse2, dpsum, level=level, pipeline=pipeline)
+    dq = api.interpret(kernels.postprocess, dq_accum, level=level, pipeline=pipeline)
     return dq, dk, dv
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tessera.runtime.attention import attention_config
+from tessera.runtime.attention_base import attention_config
 from tessera.runtime.compiler import KernelConfig
 
 LEVELS = ("tile", "target", "ptx")
@@ -122,15 +122,15 @@ def run_in_interpreter(plan: AttentionPlan, q, k, v, *bias, level: str):
     """Run the plan's kernels in the interpreter `level` on NumPy arrays (PyTorch tensors go through NumPy and
     come back as CPU tensors), returning what the GPU path returns. `bias`: the forward kernel's Bias input,
     when it takes one."""
-    import tessera
+    from tessera import api
     from tessera.runtime.launch import is_torch_tensor, numpy_to_torch, torch_to_numpy
 
     torch_inputs = is_torch_tensor(q)
     arrays = [torch_to_numpy(x.cpu()) if torch_inputs else x for x in (q, k, v, *bias)]
-    outputs = tessera.interpret(_module(plan.forward), *arrays, level=level)
+    outputs = api.interpret(_module(plan.forward), *arrays, level=level)
     if plan.combine is not None:
         with combine_lowering():
-            outputs = tessera.interpret(_module(plan.combine), *plan.partials(outputs), level=level)
+            outputs = api.interpret(_module(plan.combine), *plan.partials(outputs), level=level)
     results = plan.results(outputs)
     if not torch_inputs:
         return results

@@ -23,20 +23,20 @@ class AttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, causal: bool, scale, deterministic: bool, level):
-        import tessera
+        from tessera.runtime.attention import attention
 
         options = {} if level is None else {"level": level}
-        o, lse = tessera.attention(q, k, v, causal=causal, scale=scale, return_lse=True, **options)
+        o, lse = attention(q, k, v, causal=causal, scale=scale, return_lse=True, **options)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.options = dict(causal=causal, scale=scale, deterministic=deterministic, level=level)
         return o
 
     @staticmethod
     def backward(ctx, do):
-        import tessera
+        from tessera.runtime.attention_backward import attention_backward
 
         q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = tessera.attention_backward(q, k, v, o, lse, do.contiguous().to(q.dtype), **ctx.options)
+        dq, dk, dv = attention_backward(q, k, v, o, lse, do.contiguous().to(q.dtype), **ctx.options)
         return dq, dk, dv, None, None, None, None
 
 

@@ -78,7 +78,7 @@ class CompiledKernel:
 @functools.cache
 def tessera_version() -> str:
     """`__version__` + '+' + the first 12 hex digits of the SHA-256 of the compiler's Python sources."""
-    from tessera import __version__
+    from tessera.version import __version__
 
     digest = hashlib.sha256()
     for package in SOURCE_PACKAGES:
@@ -143,13 +143,13 @@ def _describe_one(module, config: KernelConfig) -> HostDescription:
 
 
 def _compile(config: KernelConfig, key: str) -> CompiledKernel:
-    import tessera
+    from tessera import api, kernels
     from tessera.passes import apply_pipeline
     from tessera.ptx.module import print_ptx
     from tessera.ptx.target import allocated_registers
     from tessera.toolchain import compile_ptx, find_ptxas
 
-    builder = getattr(tessera.kernels, config.builder, None)
+    builder = getattr(kernels, config.builder, None)
     if builder is None or not callable(builder):
         raise ValueError(f"no kernel builder '{config.builder}' in tessera.kernels")
     lowered = builder(**dict(config.options)).clone()
@@ -159,13 +159,13 @@ def _compile(config: KernelConfig, key: str) -> CompiledKernel:
     if f".entry {host.kernel}(" not in ptx:  # the runtime looks the kernel up by this name
         raise ValueError(f"{config}: the PTX has no entry named {host.kernel}")
     cubin = compile_ptx(ptx).cubin if find_ptxas() else None
-    return CompiledKernel(config, key, ptx, cubin, host, tessera.print_module(lowered), ptxas_version())
+    return CompiledKernel(config, key, ptx, cubin, host, api.print_module(lowered), ptxas_version())
 
 
 def _load(config: KernelConfig, key: str, cache: KernelCache) -> CompiledKernel | None:
     """The cached kernel of `key`, or None; an entry that does not rebuild into the host description it
     recorded counts as corrupted and is discarded."""
-    import tessera
+    from tessera import api
 
     loaded = cache.load(key)
     if loaded is None:
@@ -173,7 +173,7 @@ def _load(config: KernelConfig, key: str, cache: KernelCache) -> CompiledKernel 
     files, manifest = loaded
     try:
         target_ir = files[TARGET_FILE].decode()
-        host = _describe_one(tessera.parse_module(target_ir), config)
+        host = _describe_one(api.parse_module(target_ir), config)
         if _host_json(host) != files[HOST_FILE].decode():
             raise ValueError("the rebuilt host description differs from host.json")
         ptx = files[PTX_FILE].decode()

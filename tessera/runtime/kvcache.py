@@ -56,17 +56,9 @@ from tessera.runtime.serving import (
     check_values,
     element_type,
     is_torch,
+    pack_gqa,
     run_packed,
 )
-
-PACK_ROWS = 128
-"""The query rows of one block (`DEFAULT_BLOCK_M`): PackGQA applies while seq_q x group fits in them."""
-
-
-def pack_gqa(seq_q: int, group: int, causal: bool) -> bool:
-    """Whether to pack a group's query heads into one block's rows (see the module docstring)."""
-    return group > 1 and seq_q * group <= PACK_ROWS and (seq_q == 1 or not causal)
-
 
 def _lib(x):
     if is_torch(x):

@@ -27,7 +27,7 @@ would leave rows uncomputed).
 The kernel (`tessera.kernels.attention_varlen`) takes head-major tensors: q, k, v are passed as transposed
 views ([heads, total, head_dim]; a tensor map reads them through their strides, no copy on a GPU), the output
 is made head-major and transposed back. Decoding batches (max_seqlen_q x group <= 128 rows, and
-max_seqlen_q 1 or not causal: `kvcache.pack_gqa`) are packed as FlashAttention-3's PackGQA: q is copied into
+max_seqlen_q 1 or not causal: `pack_gqa`) are packed as FlashAttention-3's PackGQA: q is copied into
 [heads_k, group x total_q, head_dim], sequence b's rows [group cu[b], group cu[b + 1]) holding its group's
 query heads one after the other, so that one block reads each K/V tile once for the whole group. Values of index tables are checked where the host can read them
 (NumPy arrays and CPU tensors); a CUDA tensor's are not read (that would synchronise), as in FlashAttention.
@@ -39,6 +39,15 @@ import numpy as np
 
 LEVELS = (None, "tile", "target", "ptx")
 """Where a serving kernel runs: None on the GPU, or in one of `tessera.interpret`'s interpreters."""
+
+
+PACK_ROWS = 128
+"""The query rows of one block (`DEFAULT_BLOCK_M`): PackGQA applies while seq_q x group fits in them."""
+
+
+def pack_gqa(seq_q: int, group: int, causal: bool) -> bool:
+    """Whether to pack a group's query heads into one block's rows (see the module docstring)."""
+    return group > 1 and seq_q * group <= PACK_ROWS and (seq_q == 1 or not causal)
 
 
 def is_torch(x) -> bool:
@@ -55,7 +64,7 @@ def check_level(where: str, level) -> None:
 def check_values(where: str, names: tuple[str, ...], arrays: tuple, rank: int, layout: str) -> tuple[tuple[int, ...], ...]:
     """Shapes of real arrays/tensors of rank `rank` with no empty dimension but the first (a packed tensor may
     hold no token); TypeError/ValueError naming the argument otherwise."""
-    from tessera.runtime.attention import check_tensor
+    from tessera.runtime.attention_base import check_tensor
 
     shapes = []
     for name, x in zip(names, arrays):
@@ -70,7 +79,7 @@ def check_values(where: str, names: tuple[str, ...], arrays: tuple, rank: int, l
 
 def element_type(where: str, named: dict) -> str:
     """The builders' dtype name ("bf16", "f16") shared by the arrays of `named`; ValueError naming them."""
-    from tessera.runtime.attention import DTYPES, UnsupportedKernel
+    from tessera.runtime.attention_base import DTYPES, UnsupportedKernel
     from tessera.runtime.launch import dtype_name
 
     names = {name: dtype_name(x) for name, x in named.items()}
@@ -85,7 +94,7 @@ def element_type(where: str, named: dict) -> str:
 
 def check_head_dim(where: str, head_dim: int) -> None:
     from tessera.kernels import HEAD_DIMS
-    from tessera.runtime.attention import UnsupportedKernel
+    from tessera.runtime.attention_base import UnsupportedKernel
 
     if head_dim not in HEAD_DIMS:
         raise UnsupportedKernel(f"{where}: head_dim {head_dim} is not supported (supported: "
@@ -169,13 +178,13 @@ def run_kernel(where: str, builder: str, options: dict, inputs: list, level, siz
 
         usable_device(inputs)  # no GPU, no compile
         return run(compile_kernel(KernelConfig.of(builder, **options)), *inputs, sizes=sizes)
-    import tessera
+    from tessera import api, kernels
     from tessera.runtime.launch import numpy_to_torch, torch_to_numpy
 
     torch_in = any(is_torch(x) for x in inputs)
     arrays = [torch_to_numpy(x.cpu()) if is_torch(x) else np.asarray(x) for x in inputs]
-    module = getattr(tessera.kernels, builder)(**options)
-    out = tessera.interpret(module, *arrays, level=level, **(sizes or {}))
+    module = getattr(kernels, builder)(**options)
+    out = api.interpret(module, *arrays, level=level, **(sizes or {}))
     if not torch_in:
         return out
     return tuple(numpy_to_torch(o) for o in out) if isinstance(out, tuple) else numpy_to_torch(out)
@@ -250,7 +259,6 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                              f"got {used.tolist()} for lengths {np.diff(cu_k).tolist()}")
     from tessera.kernels import AttentionConfig
     from tessera.runtime.attention_plan import resolve_num_splits
-    from tessera.runtime.kvcache import pack_gqa
 
     heads, heads_k, head_dim = q_shape[1], k_shape[1], q_shape[2]
     group = heads // heads_k

@@ -19,6 +19,8 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
 from tessera.interpreters.launch import prepare_arguments, run_grid
+from tessera.interpreters.ptx.printed import PtxExecutorMissing, ptx_launcher, ptx_text, run_ptx  # noqa: F401 (moved down:
+# tessera.interpret runs PTX without climbing into validation; the names stay here for validation's callers)
 from tessera.kernel_abi import KernelSignature, is_target_kernel
 
 TILE, TARGET, PTX = "tile", "target", "ptx"
@@ -29,10 +31,6 @@ DEFAULT_SIZES = {
 }
 """Small sizes that still reach partial blocks and more than one K/V (or K) tile. GEMM's N is a multiple of 8:
 a TMA tensor map needs row strides that are multiples of 16 bytes."""
-
-
-class PtxExecutorMissing(RuntimeError):
-    """The PTX executor (`tessera.ptx.launch`) is not available in this installation."""
 
 
 def target_function(module: ModuleOp, name: str) -> func.FuncOp | None:
@@ -102,39 +100,6 @@ def run_level(module: ModuleOp, level: str, sig: KernelSignature, inputs, sizes:
     else:
         raise ValueError(f"unknown level '{level}'")
     return outputs_of(sig, arguments)
-
-
-def ptx_text(module: ModuleOp) -> tuple[str, ModuleOp]:
-    """The PTX of `module`'s Target IR kernels with allocated registers (allocating on a copy when
-    `allocate-registers` has not run), and the module it was printed from."""
-    from tessera.passes.allocate_registers import REGISTERS_ATTR, AllocateRegistersPass
-    from tessera.ir import make_context
-    from tessera.ptx.module import print_ptx
-    from tessera.ptx.target import allocated_registers
-
-    kernels = [op for op in module.walk() if is_target_kernel(op)]
-    if any(REGISTERS_ATTR not in k.attributes for k in kernels):
-        module = module.clone()
-        AllocateRegistersPass().apply(make_context(), module)
-    return print_ptx(module, registers=allocated_registers), module
-
-
-def ptx_launcher():
-    """`tessera.ptx.launch`'s `launch_described`, or PtxExecutorMissing."""
-    try:
-        from tessera.interpreters.ptx.launcher import launch_described
-    except ImportError as error:
-        raise PtxExecutorMissing(f"no PTX executor ({error})") from None
-    return launch_described
-
-
-def run_ptx(module: ModuleOp, sig: KernelSignature, arguments: list[np.ndarray], sizes: Mapping[str, int]) -> None:
-    from tessera.host import describe
-
-    launch_described = ptx_launcher()
-    text, printed = ptx_text(module)
-    host = next(h for h in describe(printed) if h.kernel == sig.name)
-    launch_described(text, host, arguments, dict(sizes), source=f"<ptx of @{sig.name}>")
 
 
 def block_of(sig: KernelSignature, module: ModuleOp, index: tuple[int, ...]) -> tuple[int, int, int]:

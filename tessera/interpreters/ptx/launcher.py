@@ -37,9 +37,8 @@ and the state of a batch) within `memory_budget`. CTAs run in batches of several
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-import ml_dtypes
 import numpy as np
 
 from tessera.interpreters.blas_threads import single_threaded_blas
@@ -48,7 +47,7 @@ from tessera.interpreters.ptx import alu, floats, memory, reductions, schedule, 
 from tessera.interpreters.ptx.cluster import ClusterState
 from tessera.interpreters.ptx import asynchrony, ptxas_rules
 from tessera.interpreters.ptx.decode import Operands, decode
-from tessera.interpreters.ptx.params import ParamStruct
+from tessera.interpreters.ptx.params import ParamStruct, TensorMapArg
 from tessera.interpreters.ptx.state import (
     GLOBAL_BASE,
     GlobalMemory,
@@ -64,82 +63,6 @@ from tessera.sm90 import facts
 
 LANES_PER_BATCH = 2048
 """CTAs run together until a batch holds this many threads (at least one CTA)."""
-
-_NUMPY_TENSOR_MAP_TYPES = {
-    np.dtype(np.uint8): facts.TensorMapDataType.UINT8, np.dtype(np.uint16): facts.TensorMapDataType.UINT16,
-    np.dtype(np.uint32): facts.TensorMapDataType.UINT32, np.dtype(np.int32): facts.TensorMapDataType.INT32,
-    np.dtype(np.uint64): facts.TensorMapDataType.UINT64, np.dtype(np.int64): facts.TensorMapDataType.INT64,
-    np.dtype(np.float16): facts.TensorMapDataType.FLOAT16, np.dtype(np.float32): facts.TensorMapDataType.FLOAT32,
-    np.dtype(np.float64): facts.TensorMapDataType.FLOAT64,
-    np.dtype(ml_dtypes.bfloat16): facts.TensorMapDataType.BFLOAT16,
-}
-
-
-@dataclass(frozen=True)
-class TensorMapArg:
-    """A tensor-map argument: `spec` holds cuTensorMapEncodeTiled's arguments (dims, byte strides, box,
-    element strides innermost first, swizzle, interleave, L2 promotion, OOB fill); its globalAddress is the
-    address of `array` (an array, or the index of an array argument of the launch) plus `offset` bytes."""
-
-    array: np.ndarray | int
-    spec: facts.TensorMapSpec
-    offset: int = 0
-
-    @classmethod
-    def tiled(cls, array: np.ndarray | int, box: tuple[int, ...], swizzle: int = 0, *, shape=None, dtype=None,
-              oob_fill: facts.TensorMapFloatOOBFill = facts.TensorMapFloatOOBFill.NONE) -> TensorMapArg:
-        """The map of a row-major tensor (`array`'s shape and dtype, or `shape`/`dtype` when `array` is an
-        index) with `box` (innermost first) and a swizzle of 0/32/64/128 bytes."""
-        shape = array.shape if shape is None else shape
-        dtype = np.dtype(array.dtype if dtype is None else dtype)
-        if dtype not in _NUMPY_TENSOR_MAP_TYPES:
-            raise ValueError(f"no CUtensorMapDataType for {dtype}")
-        dims = tuple(int(d) for d in reversed(shape))
-        strides = tuple(math.prod(dims[:i]) * dtype.itemsize for i in range(1, len(dims)))
-        spec = facts.TensorMapSpec(_NUMPY_TENSOR_MAP_TYPES[dtype], dims, strides, tuple(box),
-                                   swizzle=facts.tensor_map_swizzle(swizzle), oob_fill=oob_fill)
-        return cls(array, spec)
-
-    @classmethod
-    def strided(cls, view: np.ndarray, box: tuple[int, ...], swizzle: int = 0) -> TensorMapArg:
-        """The map of `view`, a NumPy view of a larger row-major array (a slice, rows of a padded pitch,
-        permuted outer dimensions): the launch places the whole base array in global memory (the result entry
-        is the base array after the run), globalAddress is the view's first element and globalStrides its
-        byte strides. The innermost dimension must be contiguous and every stride positive (TMA's rule)."""
-        base = view
-        while isinstance(base.base, np.ndarray):
-            base = base.base
-        if not base.flags.c_contiguous:
-            raise ValueError("the base array of a strided tensor map must be row-major contiguous")
-        if view.ndim == 0 or view.strides[-1] != view.itemsize or any(s <= 0 for s in view.strides[:-1]):
-            raise ValueError(f"a tensor map needs a contiguous innermost dimension and positive strides, got byte "
-                             f"strides {view.strides}")
-        dtype = np.dtype(view.dtype)
-        if dtype not in _NUMPY_TENSOR_MAP_TYPES:
-            raise ValueError(f"no CUtensorMapDataType for {dtype}")
-        offset = view.__array_interface__["data"][0] - base.__array_interface__["data"][0]
-        spec = facts.TensorMapSpec(_NUMPY_TENSOR_MAP_TYPES[dtype], tuple(int(d) for d in reversed(view.shape)),
-                                   tuple(int(s) for s in reversed(view.strides[:-1])), tuple(box),
-                                   swizzle=facts.tensor_map_swizzle(swizzle))
-        return cls(base, spec, offset)
-
-    @classmethod
-    def encode(cls, array: np.ndarray | int, data_type, global_dim, global_strides, box_dim, element_strides=None,
-               interleave=0, swizzle=0, l2_promotion=0, oob_fill=0, offset: int = 0) -> TensorMapArg:
-        """The map cuTensorMapEncodeTiled(map, data_type, rank, globalAddress, global_dim, global_strides,
-        box_dim, element_strides, interleave, swizzle, l2_promotion, oob_fill) builds, with globalAddress the
-        address of `array` (an array, or the index of an array argument) plus `offset` bytes. Every argument is
-        as the driver takes it: innermost dimension first, `global_strides` the rank - 1 byte strides of
-        dimensions 1.., the enums as their CUDA values (or the `facts.TensorMap*` enums), rank up to 5. The
-        launch checks it as the driver does (`facts.TensorMapSpec.validate`) and that it stays inside the
-        array."""
-        spec = facts.TensorMapSpec(
-            facts.TensorMapDataType(data_type), tuple(int(d) for d in global_dim),
-            tuple(int(s) for s in global_strides), tuple(int(b) for b in box_dim),
-            None if element_strides is None else tuple(int(e) for e in element_strides),
-            swizzle=facts.TensorMapSwizzle(swizzle), oob_fill=facts.TensorMapFloatOOBFill(oob_fill),
-            interleave=facts.TensorMapInterleave(interleave), l2_promotion=facts.TensorMapL2Promotion(l2_promotion))
-        return cls(array, spec, int(offset))
 
 
 def _map_object(where: str, name: str, value: TensorMapArg, args: list, buffers: dict, source: str) -> TensorMapObject:

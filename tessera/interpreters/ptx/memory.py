@@ -514,21 +514,6 @@ def decode_cp_async(ops: Operands, inst, mods):
             return run_all
         n = ops.static(inst, inst.operands[0])
         return lambda sel: land_copies(m, lanes_of(m, sel), m.cp_groups[lanes_of(m, sel)] - n)
-    if mods.take("mbarrier"):
-        from tessera.interpreters.ptx.sync import mbarrier_arrive_lanes
-
-        mods.take("arrive")
-        noinc = bool(mods.take("noinc"))
-        space = take_space(mods, "generic")
-        mods.drop("b64")
-        address = ops.address(inst, inst.operands[0])
-
-        def run_arrive(sel):
-            lanes = lanes_of(m, sel)
-            land_copies(m, lanes, None)
-            if noinc:
-                mbarrier_arrive_lanes(m, inst, space, lanes, address(sel), 1)
-        return run_arrive
     kind = mods.take("ca", "cg")
     if kind is None or take_space(mods) != "shared" or take_space(mods) != "global":
         raise ops.refuse(inst, "cp.async form (expected cp.async.{ca,cg}.shared.global)")

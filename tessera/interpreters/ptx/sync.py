@@ -32,7 +32,7 @@ import numpy as np
 
 from tessera.interpreters.ptx.cluster import decode_barrier_cluster, shared_offsets
 from tessera.interpreters.ptx.decode import Operands, Step, elements, opcode
-from tessera.interpreters.ptx.memory import SHARED_WINDOW, WINDOW_SIZE, lanes_of, take_space
+from tessera.interpreters.ptx.memory import SHARED_WINDOW, WINDOW_SIZE, land_copies, lanes_of, take_space
 from tessera.interpreters.ptx.state import BAR, CLUSTER_RANK_SHIFT, EXITED, PARK, RUN, Machine
 from tessera.interpreters.ptx.syntax import Imm, Sink
 from tessera.interpreters.ptx.types import ptx_type
@@ -271,6 +271,25 @@ def mbarrier_arrive_lanes(m: Machine, inst, space: str, lanes: np.ndarray, addre
     addresses = shared_addresses(m, inst, space, lanes, addresses)
     return np.array([apply(m, inst, int(lane), int(a), lambda s: s.arrive(count)) for lane, a in zip(lanes, addresses)],
                     np.uint64)
+
+
+def decode_cp_async_mbarrier_arrive(ops: Operands, inst, mods):
+    """`cp.async.mbarrier.arrive[.noinc]` (the decoder of `cp` sends it here): the lane's pending cp.async copies
+    land; with .noinc the mbarrier gets one arrive (without it the pending count it adds and the arrive cancel)."""
+    m = ops.m
+    mods.take("mbarrier")
+    mods.take("arrive")
+    noinc = bool(mods.take("noinc"))
+    space = take_space(mods, "generic")
+    mods.drop("b64")
+    address = ops.address(inst, inst.operands[0])
+
+    def run_arrive(sel):
+        lanes = lanes_of(m, sel)
+        land_copies(m, lanes, None)
+        if noinc:
+            mbarrier_arrive_lanes(m, inst, space, lanes, address(sel), 1)
+    return run_arrive
 
 
 @opcode("mbarrier")

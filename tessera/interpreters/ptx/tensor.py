@@ -41,7 +41,7 @@ from functools import lru_cache
 import ml_dtypes
 import numpy as np
 
-from tessera.interpreters.ptx import memory
+from tessera.interpreters.ptx import memory, sync
 from tessera.interpreters.ptx.cluster import _OFFSET_MASK, cluster_address, multicast_slots, shared_offsets
 from tessera.interpreters.ptx.decode import Operands, Step, elements, opcode
 from tessera.interpreters.ptx.memory import access, lanes_of, take_space
@@ -239,6 +239,8 @@ def decode_cp(ops: Operands, inst, mods):
         raise ops.refuse(inst, "cp forms other than cp.async (e.g. cp.reduce.async.bulk)")
     if mods.take("bulk"):
         return decode_bulk(ops, inst, mods)
+    if "mbarrier" in inst.modifiers:
+        return sync.decode_cp_async_mbarrier_arrive(ops, inst, mods)
     return memory.decode_cp_async(ops, inst, mods)
 
 

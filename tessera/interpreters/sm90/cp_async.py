@@ -28,7 +28,7 @@ from tessera.interpreters.sm90.global_memory import TENSOR_SPACING_BITS
 from tessera.sm90 import facts
 
 if TYPE_CHECKING:
-    from tessera.interpreters.sm90.cta import CtaState
+    from tessera.interpreters.sm90.cta_view import CtaView
     from tessera.interpreters.sm90.global_memory import GlobalMemory
 
 
@@ -47,7 +47,7 @@ class PendingCopy:
 class CpAsyncUnit:
     """The cp.async copies of a CTA that have not landed, and each thread's count of committed groups."""
 
-    cta: CtaState
+    cta: CtaView
     pending: list[PendingCopy] = field(default_factory=list)
     committed: dict[int, int] = field(default_factory=dict)
 
@@ -107,7 +107,7 @@ class CpAsyncUnit:
 
 @register_impls
 class CpAsyncFunctions(InterpreterFunctions):
-    def __init__(self, cta: CtaState, memory: GlobalMemory):
+    def __init__(self, cta: CtaView, memory: GlobalMemory):
         super().__init__()
         self.cta = cta
         self.memory = memory

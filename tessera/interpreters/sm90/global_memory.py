@@ -24,7 +24,7 @@ from tessera.interpreters import serving_checks
 from tessera.interpreters.sm90.registers import WORD_BYTES
 
 if TYPE_CHECKING:
-    from tessera.interpreters.sm90.cta import CtaState
+    from tessera.interpreters.sm90.cta_view import CtaView
 
 TENSOR_SPACING_BITS = 40
 """Each tensor gets a 1 TiB window of the address space."""
@@ -39,7 +39,7 @@ def _flush(x: np.ndarray) -> np.ndarray:
     return np.where(np.abs(x) < _F32_MIN_NORMAL, np.copysign(np.float32(0), x), x).astype(np.float32)
 
 
-def _rank(cta: CtaState) -> int:
+def _rank(cta: CtaView) -> int:
     """The linear index of the CTA in its grid (x fastest)."""
     (x, y, z), (gx, gy, _) = cta.cta_id, cta.grid
     return x + gx * (y + gy * z)
@@ -77,7 +77,7 @@ class GlobalMemory:
         """The address of the first byte of tensor `index`."""
         return (index + 1) << TENSOR_SPACING_BITS
 
-    def _resolve(self, cta: CtaState, op: Operation, addresses: np.ndarray, threads: np.ndarray, what: str,
+    def _resolve(self, cta: CtaView, op: Operation, addresses: np.ndarray, threads: np.ndarray, what: str,
                  nbytes: int = WORD_BYTES):
         tensor = (addresses >> TENSOR_SPACING_BITS) - 1
         offset = addresses & ((1 << TENSOR_SPACING_BITS) - 1)
@@ -98,7 +98,7 @@ class GlobalMemory:
                      int(threads[i]))
         return tensor, offset
 
-    def load_words(self, cta: CtaState, op: Operation, addresses: np.ndarray, threads: np.ndarray,
+    def load_words(self, cta: CtaView, op: Operation, addresses: np.ndarray, threads: np.ndarray,
                    nbytes: int = WORD_BYTES) -> np.ndarray:
         """The little-endian words of `nbytes` (4, or 2: zero-extended) at `addresses`, as uint32."""
         tensor, offset = self._resolve(cta, op, addresses, threads, "loads", nbytes)
@@ -112,7 +112,7 @@ class GlobalMemory:
                 self._check_read(cta, op, int(k), offset[sel] // WORD_BYTES, threads[sel])
         return words
 
-    def load_bytes(self, cta: CtaState, op: Operation, addresses: np.ndarray, threads: np.ndarray,
+    def load_bytes(self, cta: CtaView, op: Operation, addresses: np.ndarray, threads: np.ndarray,
                    nbytes: int) -> np.ndarray:
         """[n, nbytes] bytes at `addresses` (a cp.async's source), after the bounds and `serving_checks`
         checks (a row of a paged cache read through a page number out of range is reported as such)."""
@@ -133,7 +133,7 @@ class GlobalMemory:
             data[sel] = self._bytes[k][offset[sel][:, None] + np.arange(nbytes)]
         return data
 
-    def store_words(self, cta: CtaState, op: Operation, addresses: np.ndarray, threads: np.ndarray,
+    def store_words(self, cta: CtaView, op: Operation, addresses: np.ndarray, threads: np.ndarray,
                     words: np.ndarray) -> None:
         tensor, offset = self._resolve(cta, op, addresses, threads, "stores")
         if serving_checks.active():
@@ -149,7 +149,7 @@ class GlobalMemory:
             self._bytes[k][offset[sel][:, None] + np.arange(WORD_BYTES)] = data[sel]
 
     # region reductions between CTAs
-    def reduce_add_f32(self, cta: CtaState, op: Operation, addresses: np.ndarray, threads: np.ndarray,
+    def reduce_add_f32(self, cta: CtaView, op: Operation, addresses: np.ndarray, threads: np.ndarray,
                        values: np.ndarray) -> np.ndarray:
         """Atomically add the f32 `values` at `addresses` (by `threads`), flushing subnormal inputs and results
         to zero (global f32 atomics are .ftz); several adds to one address apply in order. Returns the value
@@ -202,7 +202,7 @@ class GlobalMemory:
     def _where(self, tensor: int, word: int) -> str:
         return f"tensor {self.names[tensor]} at byte offset {word * WORD_BYTES}"
 
-    def _check_store(self, cta: CtaState, op: Operation, tensor: int, words: np.ndarray, threads: np.ndarray) -> None:
+    def _check_store(self, cta: CtaView, op: Operation, tensor: int, words: np.ndarray, threads: np.ndarray) -> None:
         rank = _rank(cta)
         hit = self._other(self._added, tensor, words, rank)
         if hit is not None:
@@ -211,7 +211,7 @@ class GlobalMemory:
                          "(a race between CTAs: the store and the atomic add are unordered)", int(threads[i]))
         self._mark(self._marks(self._stored, tensor), words, rank)
 
-    def _check_read(self, cta: CtaState, op: Operation, tensor: int, words: np.ndarray, threads: np.ndarray) -> None:
+    def _check_read(self, cta: CtaView, op: Operation, tensor: int, words: np.ndarray, threads: np.ndarray) -> None:
         rank = _rank(cta)
         hit = self._other(self._added, tensor, words, rank)
         if hit is not None:
@@ -221,7 +221,7 @@ class GlobalMemory:
                          "e.g. in the next one)", int(threads[i]))
         self._mark(self._marks(self._read, tensor), words, rank)
 
-    def _check_add(self, cta: CtaState, op: Operation, tensor: int, words: np.ndarray, threads: np.ndarray) -> None:
+    def _check_add(self, cta: CtaView, op: Operation, tensor: int, words: np.ndarray, threads: np.ndarray) -> None:
         rank = _rank(cta)
         for table, what in ((self._stored, "stored plainly to"), (self._read, "read")):
             hit = self._other(table, tensor, words, rank)

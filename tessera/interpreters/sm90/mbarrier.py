@@ -27,7 +27,7 @@ from xdsl.ir import Operation
 from tessera.sm90 import facts
 
 if TYPE_CHECKING:
-    from tessera.interpreters.sm90.cta import CtaState
+    from tessera.interpreters.sm90.cta_view import CtaView
 
 
 @dataclass(eq=False)
@@ -41,7 +41,7 @@ class MBarrier:
 
 
 class MBarriers:
-    def __init__(self, cta: CtaState):
+    def __init__(self, cta: CtaView):
         self.cta = cta
         self.instances: list[MBarrier] = []
         self.live: dict[int, MBarrier] = {}

@@ -32,7 +32,7 @@ from tessera.sm90 import facts
 from tessera.sm90 import matrix as matrix_facts
 
 if TYPE_CHECKING:
-    from tessera.interpreters.sm90.cta import CtaState
+    from tessera.interpreters.sm90.cta_view import CtaView
     from tessera.interpreters.sm90.global_memory import GlobalMemory
 
 F32_BYTES = 4
@@ -56,7 +56,7 @@ class BulkReduction:
 class BulkUnit:
     """The bulk reductions of a CTA that have not both read their source and landed."""
 
-    cta: CtaState
+    cta: CtaView
     pending: list[BulkReduction] = field(default_factory=list)  # still reading their source
     landing: list[BulkReduction] = field(default_factory=list)  # source read, adds not known to have landed
     committed: dict[int, int] = field(default_factory=dict)
@@ -113,7 +113,7 @@ class BulkUnit:
 
 @register_impls
 class ReductionFunctions(InterpreterFunctions):
-    def __init__(self, cta: CtaState, memory: GlobalMemory):
+    def __init__(self, cta: CtaView, memory: GlobalMemory):
         super().__init__()
         self.cta = cta
         self.memory = memory

@@ -32,7 +32,7 @@ from xdsl.ir import Operation
 from tessera.interpreters.sm90.registers import WORD_BYTES
 
 if TYPE_CHECKING:
-    from tessera.interpreters.sm90.cta import CtaState
+    from tessera.interpreters.sm90.cta_view import CtaView
 
 NEVER, GENERIC, IN_FLIGHT, LANDED, CP_ASYNC = range(5)
 
@@ -48,7 +48,7 @@ class Buffer:
 
 
 class SharedMemory:
-    def __init__(self, cta: CtaState, size: int):
+    def __init__(self, cta: CtaView, size: int):
         self.cta = cta
         self.size = size
         self.data = np.zeros(size, np.uint8)

@@ -27,7 +27,7 @@ from tessera.interpreters import serving_checks
 from tessera.sm90 import facts
 
 if TYPE_CHECKING:
-    from tessera.interpreters.sm90.cta import CtaState
+    from tessera.interpreters.sm90.cta_view import CtaView
     from tessera.interpreters.sm90.mbarrier import MBarrier
 
 _DATA_TYPES = {
@@ -108,7 +108,7 @@ class TmaCopy:
 class TmaUnit:
     """The TMA copies of a CTA that have been issued and not yet landed, oldest first."""
 
-    def __init__(self, cta: CtaState):
+    def __init__(self, cta: CtaView):
         self.cta = cta
         self.in_flight: list[TmaCopy] = []
 

@@ -35,7 +35,7 @@ from tessera.interpreters.sm90.registers import as_unsigned64
 from tessera.sm90 import facts
 
 if TYPE_CHECKING:
-    from tessera.interpreters.sm90.cta import CtaState
+    from tessera.interpreters.sm90.cta_view import CtaView
 
 _PASS_THROUGH = {scf.YieldOp: 0, scf.ConditionOp: 1, scf.ForOp: 3, scf.WhileOp: 0}
 """Control flow that carries values without reading them: operands from this position on."""
@@ -66,7 +66,7 @@ def _a_coords() -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.nda
 
 
 class WgmmaUnit:
-    def __init__(self, cta: CtaState):
+    def __init__(self, cta: CtaView):
         self.cta = cta
         groups = max(1, cta.warpgroups)
         self.open = np.zeros(groups, np.int64)

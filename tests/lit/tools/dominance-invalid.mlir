@@ -1,4 +1,4 @@
-// SSA dominance (tessera/dominance.py), which xDSL does not verify: one chunk per way a use can fail to be
+// SSA dominance (tessera/ir/dominance.py), which xDSL does not verify: one chunk per way a use can fail to be
 // dominated by its definition, each diagnostic naming the place, the function, the use and the value; then
 // uses that are valid. Before the check, these inputs crashed a pass or an interpreter with a KeyError.
 // RUN: tessera-opt %s --split-input-file --verify-diagnostics --parsing-diagnostics | filecheck %s

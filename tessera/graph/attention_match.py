@@ -33,10 +33,13 @@ import numpy as np
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import BlockArgument, Operation, OpResult, SSAValue
 
-from tessera.diagnostics import source_location
+from tessera.ir.diagnostics import source_location
 
 CANONICAL = ("b0", "b1", "q", "d")
 """Tessera's layout of Q and O ([batch, heads, seq_q, head_dim]); K and V have "k" for "q"."""
+FORWARD_TARGET = "__tessera$attention"
+BACKWARD_TARGET = "__tessera$attention_bwd"
+"""The custom_call targets a rewritten forward and backward call (the `custom_call` form of the rewrite)."""
 
 NEGATIVE_FILL = -1e4
 """A mask fill at or below this (or -inf) hides a key: exp(fill - max) underflows to 0 in bf16 and f32."""
@@ -96,7 +99,7 @@ def strip(value: SSAValue, ops: list[Operation], names=("stablehlo.convert",)) -
 def splat_constant(value: SSAValue, ops: list[Operation]) -> float | None:
     """The scalar a value holds if it is a splat constant seen through broadcast_in_dim/reshape/convert
     (recording those ops in `ops`), else None."""
-    from tessera.stablehlo_interpreter import constant_value
+    from tessera.graph.stablehlo_interpreter import constant_value
 
     seen: list[Operation] = []
     value = strip(value, seen, ("stablehlo.convert", "stablehlo.broadcast_in_dim", "stablehlo.reshape"))
@@ -114,7 +117,7 @@ def row_reduce(value: SSAValue, kind: str, full: SSAValue, ops: list[Operation])
     """If `value` (of `full`'s shape) is a `reduce` of kind `kind` ("add", "maximum") over one axis of a
     tensor, broadcast back along that axis, return (the reduce op, the axis); converts and, for "maximum",
     `maximum(-inf, r)` around the reduce are allowed. Ops are recorded in `ops`."""
-    from tessera.stablehlo_interpreter import _reduce_kind
+    from tessera.graph.stablehlo_interpreter import _reduce_kind
 
     seen: list[Operation] = []
     current = value
@@ -306,7 +309,7 @@ class ForwardMatch:
 def evaluate(value: SSAValue, allowed: set[str], exact: bool = True) -> np.ndarray:
     """The value of `value` computed from constants alone by the StableHLO interpreter, through ops named in
     `allowed`; Refusal naming what it depends on otherwise (an argument, a data op)."""
-    from tessera.stablehlo_interpreter import Interpreter
+    from tessera.graph.stablehlo_interpreter import Interpreter
 
     order: list[Operation] = []
     seen: set[Operation] = set()
@@ -328,7 +331,7 @@ def evaluate(value: SSAValue, allowed: set[str], exact: bool = True) -> np.ndarr
     visit(value)
     interpreter = Interpreter(None, exact)  # type: ignore[arg-type]
     env: dict[SSAValue, np.ndarray] = {}
-    from tessera.stablehlo_interpreter import round_value
+    from tessera.graph.stablehlo_interpreter import round_value
 
     for op in order:
         results = interpreter.run_op(op, [env[o] for o in op.operands])
@@ -349,3 +352,26 @@ def causal_offset(visible: np.ndarray) -> int | None:
         return None
     expected = np.arange(sk)[None, :] <= np.arange(sq)[:, None] + o
     return o if np.array_equal(visible, expected) else None
+
+
+def kernel_config(head_dim: int, causal: bool, dtype: str, scale: float,
+                  bias_broadcast: tuple[str, ...] | None = None) -> dict:
+    """The kernel configuration of an attention op (the properties of `tessera.attention`); `bias_broadcast`
+    (None: no bias) names the dimensions its bias operand has size 1 in, which the kernel's name says."""
+    from tessera.kernels import AttentionConfig
+
+    config = AttentionConfig.checked(head_dim, causal, dtype, scale, bias=bias_broadcast is not None,
+                                     bias_broadcast=bias_broadcast or ())
+    return dict(causal=causal, scale=config.scale, head_dim=head_dim, dtype=dtype,
+                kernel=config.kernel_name("flash_attention"), block_m=config.block_m, block_n=config.block_n)
+
+
+def backward_config(head_dim: int, causal: bool, dtype: str, scale: float) -> dict:
+    """The kernel configuration of the backward op (`tessera.kernels.attention_backward`'s main kernel);
+    ValueError for what the backward builders refuse (head_dim 256)."""
+    from tessera.kernels.attention_backward import BackwardConfig
+
+    config = BackwardConfig.checked(head_dim, causal, dtype, scale)
+    return dict(causal=causal, scale=config.attention.scale, head_dim=head_dim, dtype=dtype,
+                kernel=config.kernel_name("main"), block_m=config.attention.block_m,
+                block_n=config.attention.block_n)

@@ -11,9 +11,9 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.printer import Printer
 
-from tessera.dominance import verify_dominance
+from tessera.ir.dominance import verify_dominance
 from tessera.kernel_abi import verify_kernels
-from tessera.parser import TesseraParser
+from tessera.ir.parser import TesseraParser
 
 
 def make_context() -> Context:
@@ -33,11 +33,11 @@ def make_context() -> Context:
 
 def verify(module: Operation, names: Mapping[SSAValue, str] | None = None) -> None:
     """Tessera's verification of a module, which every entry point runs on its input: SSA dominance (which
-    xDSL does not check; `tessera.dominance`), then the op verifiers (each error located at the op that fails,
-    `tessera.diagnostics.verify_module`), then the kernel ABI (`tessera.kernel_abi`). Raises a
+    xDSL does not check; `tessera.ir.dominance`), then the op verifiers (each error located at the op that fails,
+    `tessera.ir.diagnostics.verify_module`), then the kernel ABI (`tessera.kernel_abi`). Raises a
     VerifyException (DiagnosticException) for the first violation. `names`: the values' names in the source
     (`TesseraParser.value_names`), for the diagnostics."""
-    from tessera.diagnostics import verify_module
+    from tessera.ir.diagnostics import verify_module
 
     # dominance first: it needs only the IR's structure, and says more than xDSL's isolated-from-above check
     verify_dominance(module, names)
@@ -46,7 +46,7 @@ def verify(module: Operation, names: Mapping[SSAValue, str] | None = None) -> No
 
 
 def parse_module(text: str, name: str = "<string>") -> ModuleOp:
-    """Parse (with `tessera.parser.TesseraParser`) and verify (`verify`) a module. Raises ParseError or
+    """Parse (with `tessera.ir.parser.TesseraParser`) and verify (`verify`) a module. Raises ParseError or
     VerifyException."""
     parser = TesseraParser(make_context(), text, name)
     module = parser.parse_module()

@@ -10,7 +10,7 @@ integers in their width (ui32 as uint32), i1 as bool. Arithmetic on bf16/f16 run
 result, as XLA's CPU backend does; `dot_general` multiplies exactly and sums in f32 (f64 for f64); `reduce`
 folds in f32 and rounds once. With `exact=True` every float value is float64 and nothing is rounded (a
 `convert` between float types does not round either): the float64 reference of the whole graph, against
-which `tessera.graph_runtime` judges the original and the rewritten graph alike.
+which `tessera.graph.graph_runtime` judges the original and the rewritten graph alike.
 
 Ops outside the subset (opaque `stablehlo.*` ops) raise `GraphInterpretationError` naming the op and its
 location. Ops of other dialects in the graph (Tessera's `tessera.attention`, its `custom_call` form) run
@@ -37,7 +37,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Operation, SSAValue
 
-from tessera.diagnostics import located
+from tessera.ir.diagnostics import located
 from tessera.numerics import BF16, F16
 
 Handler = Callable[[Operation, list[np.ndarray], bool], Sequence[np.ndarray]]

@@ -14,7 +14,7 @@ R. The use is valid when
 
 `verify_dominance(op)` checks every use under `op` and raises a `DominanceError` for the first that breaks the
 rule, naming the user and its operand, the value, both places in the source when the ops were parsed
-(`FileLineColLoc`, which `tessera.parser.TesseraParser` gives every op), and the function they are in.
+(`FileLineColLoc`, which `tessera.ir.parser.TesseraParser` gives every op), and the function they are in.
 Without this check such IR passed the verifier and then crashed a pass or an interpreter with a KeyError.
 """
 
@@ -29,6 +29,8 @@ from xdsl.irdl.dominance import DominanceInfo
 from xdsl.parser.core import ForwardDeclaredValue
 from xdsl.traits import IsolatedFromAbove
 from xdsl.utils.exceptions import VerifyException
+
+from tessera.ir.kernel_marks import is_kernel, is_target_kernel
 
 GRAPH_REGION_OPS = (ModuleOp,)
 """Ops whose regions are graph regions (no dominance inside them), as in MLIR: only `builtin.module` here."""
@@ -144,8 +146,6 @@ def _enclosing_function(op: Operation) -> func.FuncOp | None:
 
 def _message(user: Operation, index: int, value: SSAValue, problem: str, names: Mapping[SSAValue, str]) -> str:
     """`file:line:col: kernel @k: operand #i of 'op' uses %v <problem>[; %v is defined at file:line:col]`."""
-    from tessera.kernel_abi import is_kernel, is_target_kernel
-
     parts = []
     if loc := source_location(user):
         parts.append(loc)

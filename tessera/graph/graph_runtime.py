@@ -27,8 +27,8 @@ import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
 
-from tessera.diagnostics import located
-from tessera.stablehlo_interpreter import GraphInterpretationError, entry_function, run_function
+from tessera.ir.diagnostics import located
+from tessera.graph.stablehlo_interpreter import GraphInterpretationError, entry_function, run_function
 
 LEVELS = ("tile", "ptx")
 
@@ -137,7 +137,7 @@ def run_backward(op: Operation, operands: list[np.ndarray], exact: bool, level: 
 
 def handlers(level: str = "tile") -> dict:
     """The StableHLO interpreter's handlers for Tessera's attention ops and custom_calls at `level`."""
-    from tessera.passes.rewrite_attention import BACKWARD_TARGET, FORWARD_TARGET
+    from tessera.graph.attention_match import BACKWARD_TARGET, FORWARD_TARGET
 
     if level not in LEVELS:
         raise ValueError(f"attention level must be one of {', '.join(LEVELS)}, got '{level}'")

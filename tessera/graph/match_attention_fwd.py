@@ -1,5 +1,5 @@
 """The forward attention matcher: `match_forward(bmm2)` walks bottom-up from a dot_general taken as BMM2
-(pattern and rules: `tessera.attention_match`).
+(pattern and rules: `tessera.graph.attention_match`).
 
 It returns None when the dot_general is not the end of a softmax (most matmuls of a model: nothing to
 report), else a `ForwardMatch`; a match whose `refusal` is set is reported with that rule and not rewritten
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from xdsl.ir import Operation, SSAValue
 
-from tessera.attention_match import (
+from tessera.graph.attention_match import (
     MASK_OPS,
     NEGATIVE_FILL,
     ForwardMatch,

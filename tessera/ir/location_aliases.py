@@ -24,7 +24,7 @@ symbol alias '#loc52'") and knows no location ranges (`"f.py":4:8 to :43`, or `t
   location; the end is dropped).
 
 The aliases are resolved so that the text reads as MLIR defines it (an undefined or cyclic alias is an
-error), but `tessera.parser` then gives each op whose location is not a plain `file:line:col` (JAX's are
+error), but `tessera.ir.parser` then gives each op whose location is not a plain `file:line:col` (JAX's are
 names and call sites of Python source) its position in the file being read: Tessera's diagnostics and the
 rewriter's report point into the text the user has. The Python positions are dropped (noted here).
 """

@@ -10,7 +10,7 @@ taking a forward's K is tried as bmm1_grad1 (dQ = dS K) and walked bottom-up:
   the formula (a structural walk alone cannot tell JAX's forms from a different function);
 - bmm2_grad1 (dV = P^T dO) is the dot_general taking the forward's P and the same dO.
 
-Dimensions are followed by label as in the forward (`tessera.attention_match`). `resolve` then decides what
+Dimensions are followed by label as in the forward (`tessera.graph.attention_match`). `resolve` then decides what
 is rewritten: a forward whose intermediates have users outside it and its matched backward is refused ("P
 has another user"), and a backward whose forward is refused is refused too ("its forward was not
 rewritten"), as is any other product of a refused forward's P.
@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from xdsl.ir import Block, Operation, SSAValue
 
-from tessera.attention_match import (
-    CANONICAL,
+from tessera.graph.attention_match import (
     MASK_OPS,
     ForwardMatch,
     Refusal,
+    backward_config,
     describe,
     dot_labels,
     evaluate,
@@ -174,7 +174,7 @@ def _numeric_check(forward: ForwardMatch, slice_ops: list[Operation], dp: Operat
                    block: Block) -> None:
     """Run the forward's softmax and the slice in float64 on random scores and dP; dS must be
     P * (dP - rowsum(P * dP)) over the softmax axis. Refusal otherwise."""
-    from tessera.stablehlo_interpreter import Interpreter, round_value
+    from tessera.graph.stablehlo_interpreter import Interpreter, round_value
 
     rng = np.random.default_rng(0)
     x = forward.softmax.x
@@ -277,8 +277,6 @@ def match_backward(f: ForwardMatch, grad1: Operation, block: Block) -> BackwardM
         b.ops += [b.dk, b.dv]
         b.ops += [strip_op for strip_op in _converts(_other(b.dv, b.do)[1])]
         b.found.append(f"bmm2_grad1 (dV = P^T dO) at {where(b.dv)}")
-        from tessera.passes.rewrite_attention import backward_config
-
         try:
             backward_config(f.head_dim, f.causal, f.dtype, float(np.float32(f.scale)))
         except ValueError as e:
@@ -329,7 +327,7 @@ def resolve(forwards: list[ForwardMatch], backwards: list[BackwardMatch]) -> lis
         elif b.refusal is None and b.forward.bias is not None:
             b.refusal = Refusal(f"its forward at {where(b.forward.bmm2)} adds a bias: the backward kernels take none "
                                 "(they recompute P without it and give no dBias)")
-    from tessera.match_attention_fwd import escaping_use
+    from tessera.graph.match_attention_fwd import escaping_use
 
     changed = True
     while changed:
@@ -390,26 +388,3 @@ def _backward_escape(b: BackwardMatch, allowed: set[Operation]) -> str | None:
                     return (f"the backward's intermediate '{op.name}' at {where(op)} has another user: "
                             f"'{use.operation.name}' at {where(use.operation)}")
     return None
-
-
-def rewrite_backward(b: BackwardMatch, forward_op: Operation, config: dict, form: str) -> Operation:
-    """Replace dQ, dK, dV of `b` by Tessera's backward op, taking the forward op's O and LSE; it is inserted
-    before the first of the three products (which `match_backward` checked comes after the forward)."""
-    from tessera.graph_edit import converted, transposed
-    from tessera.passes.rewrite_attention import BACKWARD_TARGET, _emit
-
-    block = forward_op.parent_block()
-    at = min((b.dq, b.dk, b.dv), key=block.get_operation_index)
-    q, k, v = forward_op.operands
-    o, lse = forward_op.results
-    do = transposed(b.do, perm_to(b.do_labels, CANONICAL), at)
-    op = _emit("tessera.attention_bwd", BACKWARD_TARGET, form, [q, k, v, o, lse, do], [q.type, k.type, v.type],
-               config, at)
-    for result, product, labels, seq in ((op.results[0], b.dq, b.dq_labels, "q"),
-                                         (op.results[1], b.dk, b.dk_labels, "k"),
-                                         (op.results[2], b.dv, b.dv_labels, "k")):
-        order = ("b0", "b1", seq, "d")
-        out = transposed(result, [order.index(label) for label in labels], at)
-        out = converted(out, product.results[0].type.element_type, at)
-        product.results[0].replace_all_uses_with(out)
-    return op

@@ -5,7 +5,7 @@ kernel and op it concerns, in this form
 
     kernel.mlir:12:5: kernel @flash: op 'tile.fill': register tiles have 32 rows; warpgroups take 64 rows each
 
-xDSL records no source location on ops it parses (only an explicit `loc(...)`), so `tessera.parser.TesseraParser`
+xDSL records no source location on ops it parses (only an explicit `loc(...)`), so `tessera.ir.parser.TesseraParser`
 gives every op the `FileLineColLoc` of its first token. Ops a pass creates have no location: for them the kernel
 and the op are named. `located(op, message)` formats a message this way; `verify_module` verifies ops one at a
 time so that a verifier error is located at the op that fails (xDSL's own `verify` reports structural errors,
@@ -25,6 +25,8 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import FileLineColLoc, ModuleOp
 from xdsl.ir import Operation
 from xdsl.utils.exceptions import VerifyException
+
+from tessera.ir.kernel_marks import is_kernel, is_target_kernel
 
 
 class TesseraWarning(UserWarning):
@@ -64,8 +66,6 @@ def where(op: Operation, name_op: bool = True) -> str:
         parts.append(loc)
     fn = enclosing_function(op)
     if fn is not None:
-        from tessera.kernel_abi import is_kernel, is_target_kernel
-
         what = "kernel" if is_kernel(fn) or is_target_kernel(fn) else "func"
         parts.append(f"{what} @{fn.sym_name.data}")
     if name_op and fn is not op and not isinstance(op, ModuleOp):
@@ -192,8 +192,6 @@ def check_pass_input(pass_: object, module: ModuleOp) -> None:
     level = getattr(pass_, "input_level", None)
     if level is None:
         return
-    from tessera.kernel_abi import is_kernel, is_target_kernel
-
     found: dict[str, list[func.FuncOp]] = {"tile": [], "target": []}
     for fn in module.walk():
         if not isinstance(fn, func.FuncOp):

@@ -1,0 +1,26 @@
+"""The attributes that make a `func.func` a kernel, and the tests for them.
+
+They live below `tessera.kernel_abi` (which describes and verifies a kernel's arguments) so that the IR's
+diagnostics and dominance check can say "kernel @name" without depending on the ABI: data flows one way,
+from the ABI down to the diagnostics.
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects import func
+from xdsl.ir import Attribute
+
+KERNEL_ATTR = "tile.kernel"
+"""Marks a Tile IR kernel: a `func.func` launched over a grid."""
+TARGET_KERNEL_ATTR = "sm90.kernel"
+"""Marks a kernel already lowered to Target IR (see passes/convert_tile_to_sm90.py); it keeps `tile.kernel`."""
+
+
+def is_kernel(op: Attribute | func.FuncOp) -> bool:
+    """A Tile IR kernel (not yet lowered)."""
+    return isinstance(op, func.FuncOp) and KERNEL_ATTR in op.attributes and TARGET_KERNEL_ATTR not in op.attributes
+
+
+def is_target_kernel(op: Attribute | func.FuncOp) -> bool:
+    """A kernel lowered to Target IR."""
+    return isinstance(op, func.FuncOp) and TARGET_KERNEL_ATTR in op.attributes

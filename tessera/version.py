@@ -1,0 +1,4 @@
+"""Tessera's version, the one place it is written (pyproject.toml reads it; the runtime's kernel cache keys
+include it)."""
+
+__version__ = "0.1.0"
