@@ -27,14 +27,12 @@ import math
 from pathlib import Path
 
 from harness import (
-    Record, System, Unsupported, environment, measure, plot, print_header, print_row, report_problems, require_gpu,
+    CHECK_SCORE_BYTES, Record, System, Unsupported, environment, measure, plot, print_header, print_row, report_problems, require_gpu,
     write_results,
 )
 
 SEQS = (512, 1024, 2048, 4096, 8192, 16384)
 HEAD_DIMS = (64, 128, 256)
-CHECK_SCORE_BYTES = 1 << 28
-"""The fp32 reference works on this many score bytes at a time (seq 16k: one head)."""
 
 
 # region Attention systems

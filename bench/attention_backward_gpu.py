@@ -13,7 +13,7 @@ never timed. Tessera's O and LSE come from its own forward (`tessera.attention(.
 
 from __future__ import annotations
 
-from harness import Record, System, Unsupported, measure, print_header, print_row, report_problems
+from harness import CHECK_SCORE_BYTES, Record, System, Unsupported, measure, print_header, print_row, report_problems
 
 
 def tessera_backward_system(torch) -> System:
@@ -75,7 +75,6 @@ def backward_check(torch, q, k, v, do, causal: bool):
     term scaled by the gradients' magnitude. The math backend materialises the scores, so the gradients are
     computed a few heads at a time (about CHECK_SCORE_BYTES of fp32 scores each: one head at seq 16k)."""
     import torch.nn.functional as F
-    from attention import CHECK_SCORE_BYTES
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from tessera.reference import ABSOLUTE_TOLERANCE

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+CHECK_SCORE_BYTES = 1 << 28
+"""The fp32 references work on this many score bytes at a time (seq 16k: one head)."""
 L2_FLUSH_BYTES = 256 << 20
 """Written before every timed run: five times the H100's and H200's 50 MiB L2."""
 
