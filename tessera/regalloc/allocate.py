@@ -16,14 +16,19 @@ from tessera.dialects import sm90
 from tessera.sm90 import facts
 
 from tessera.regalloc.liveness import _Liveness, _alias_sources, _merge_ranges
-from tessera.regalloc.pressure import _pressure, _PressureMap
+from tessera.regalloc.pressure import PressurePeak, _PressureMap
 from tessera.regalloc.registers import (
     CLASS_PREFIX, CLASS_WIDTH, _is_vector, _subclass_test, element_count, immediates, register_class,
 )
 
 
 class RegisterBudgetError(DiagnosticException):
-    """The values live at the peak need more registers than the budget."""
+    """The values live at the peak need more registers than the budget. `summary` says it in a few words
+    (the registers needed and the budget), the message also where the peak is and what is live there."""
+
+    def __init__(self, message: str, summary: str | None = None):
+        super().__init__(message)
+        self.summary = summary or message
 
 
 @dataclass
@@ -36,7 +41,8 @@ class Allocation:
     counts: dict[str, int]
     peak: int
     peak_position: int
-    live_at_peak: list[tuple[str, int]] = field(default_factory=list)
+    at_peak: PressurePeak | None = None
+    """Where the peak is and what is live there (`PressurePeak.describe` says it in words)."""
     _pressure_map: _PressureMap | None = field(default=None, repr=False, compare=False)
 
     def declarations(self) -> dict[str, int]:
@@ -49,6 +55,12 @@ class Allocation:
         if self._pressure_map is None:
             raise ValueError("this allocation carries no liveness (it was not made by allocate_registers)")
         return self._pressure_map.region_pressure(op)
+
+    def region_peaks(self, op: Operation) -> list[PressurePeak]:
+        """As `region_pressure`, with where each region's peak is and what is live there."""
+        if self._pressure_map is None:
+            raise ValueError("this allocation carries no liveness (it was not made by allocate_registers)")
+        return self._pressure_map.region_peaks(op)
 
 
 class _UnionFind:
@@ -81,15 +93,20 @@ def allocate_registers(fn: func.FuncOp, budget: int = facts.MAX_REGISTERS_PER_TH
     the values live at the peak when the pressure exceeds `budget` 32-bit registers per thread."""
     allocation = _allocate(fn)
     if allocation.peak > budget:
-        listing = ", ".join(f"%{name} ({n})" for name, n in allocation.live_at_peak[:12])
         from tessera.diagnostics import source_location
 
         loc = source_location(fn)
         raise RegisterBudgetError(
             f"{loc + ': ' if loc else ''}@{fn.sym_name.data}: {allocation.peak} registers per thread are live at once, over the budget of "
-            f"{budget}; live at the peak: {listing}"
+            f"{budget}; the peak is {allocation.at_peak.describe()}",
+            summary=f"{allocation.peak} registers per thread, over the budget of {budget}",
         )
     return allocation
+
+
+def region_peaks(fn: func.FuncOp, op: Operation) -> list[PressurePeak]:
+    """`Allocation.region_peaks(op)` of `fn`'s allocation, with no budget check."""
+    return _allocate(fn).region_peaks(op)
 
 
 def region_pressure(fn: func.FuncOp, op: Operation) -> list[int]:
@@ -235,14 +252,10 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
                 names[result] = [names_of_root[groups.find(live.element(result, i))]
                                  for i in range(element_count(result.type))]
 
-    root_names: dict = {}
-    for value, elements in live.elements():  # name a register group after its first named value
-        if value.name_hint:
-            for element in elements:
-                root_names.setdefault(root_of(element), value.name_hint)
     widths = {root: CLASS_WIDTH[register_class(live.value_of[root].type)] for root in ranges}
-    peak, peak_position, at_peak = _pressure(ranges, root_names, widths)
-    return Allocation(names, dict(counts), peak, peak_position, at_peak, _PressureMap(live, root_of, ranges, widths))
+    pressure = _PressureMap(live, root_of, ranges, widths)
+    at_peak = pressure.kernel_peak()
+    return Allocation(names, dict(counts), at_peak.registers, at_peak.position, at_peak, pressure)
 
 
 def budget_regions(fn: func.FuncOp) -> list[Region]:
