@@ -338,11 +338,12 @@ def _overlap(ranges_a, ranges_b) -> bool:
 
 class _GroupReads:
     """What the in-place decisions need of each register group, kept per root as groups merge: the loops
-    whose carried value the group holds, and the last read of its values other than loop results."""
+    whose carried value the group holds, and the definition and last read of its values other than loop
+    results."""
 
     def __init__(self, live: _Liveness, root: Callable[[int], int]):
         self.loops: dict[int, set] = defaultdict(set)  # root -> (start, end) of the loops it is carried by
-        self.last: dict[int, int] = {}                 # root -> last read (0 if none)
+        self.reads: dict[int, list] = defaultdict(list)  # root -> (definition, last read) of its read values
         for value, elements in live.elements():
             loop = live.carried.get(value)
             read = None if isinstance(value.owner, scf.ForOp) else live.read_end(value)
@@ -351,25 +352,27 @@ class _GroupReads:
                 if loop is not None:
                     self.loops[group].add(loop)
                 if read is not None:
-                    self.last[group] = max(self.last.get(group, 0), read)
+                    self.reads[group].append((live.defs[value], read))
 
     def merge(self, root: int, a: int, b: int) -> None:
         """Groups `a` and `b` became one group with root `root`."""
         loops = self.loops.pop(a, set()) | self.loops.pop(b, set())
-        last = max(self.last.pop(a, 0), self.last.pop(b, 0))
+        reads = self.reads.pop(a, []) + self.reads.pop(b, [])
         if loops:
             self.loops[root] = loops
-        if last:
-            self.last[root] = last
+        if reads:
+            self.reads[root] = reads
 
     def last_read(self, root: int, pos: int, intervals: dict) -> int:
         """The last position at which the group is read, as seen from an op at `pos`. Inside the body of a
         loop whose carried value the group holds, the group is free after its last read in the body: the
-        latch writes the next trip's value into it, and the loop result is read only after the loop.
-        Anywhere else the group is live to the end of its interval."""
-        if not any(start < pos < stop for start, stop in self.loops.get(root, ())):
+        latch writes the next trip's value into it, and the loop result is read only after the loop, as are
+        the values defined after the loop that share its registers (a shuffle of the result: a row reduction
+        of the accumulator). Anywhere else the group is live to the end of its interval."""
+        stops = [stop for start, stop in self.loops.get(root, ()) if start < pos < stop]
+        if not stops:
             return intervals[root][1]
-        return self.last.get(root, 0)
+        return max((read for defined, read in self.reads.get(root, ()) if defined <= min(stops)), default=0)
 
 
 def _is_function_argument(value: SSAValue, fn: func.FuncOp) -> bool:
