@@ -45,6 +45,11 @@ class Allocation:
     """Where the peak is and what is live there (`PressurePeak.describe` says it in words)."""
     _pressure_map: _PressureMap | None = field(default=None, repr=False, compare=False)
 
+    @property
+    def live_at_peak(self) -> list[tuple[str, int]]:
+        """(name, registers) of each value live at the peak, most registers first (`at_peak` says more)."""
+        return [(v.name.lstrip("%"), v.registers) for v in self.at_peak.live] if self.at_peak else []
+
     def declarations(self) -> dict[str, int]:
         """Registers to declare per class (`.reg .f32 %f<N>;`)."""
         return dict(self.counts)
