@@ -139,10 +139,16 @@ def parse_pipeline(spec: str):
 
 def apply_pipeline(module, spec: str) -> None:
     """Apply a pass pipeline written as for `tessera-opt -p` to `module` in place (`parse_pipeline` says
-    what a bad spec raises; what a pass refuses on this input is its own diagnostic)."""
+    what a bad spec raises; what a pass refuses on this input is its own diagnostic). The default pipeline
+    falls back to smaller configurations where the kernels' registers do not fit (`tessera.lowering.fallback`)."""
     from tessera.ir import make_context
+    from tessera.lowering.fallback import apply_with_fallback, falls_back
 
-    parse_pipeline(spec).apply(make_context(), module)
+    pipeline = parse_pipeline(spec)
+    if falls_back(pipeline.passes):
+        apply_with_fallback(module, lambda configuration, m: parse_pipeline(configuration).apply(make_context(), m))
+        return
+    pipeline.apply(make_context(), module)
 
 
 def allocated(pipeline: str) -> str:
@@ -171,7 +177,8 @@ kernels without a `tile.cluster` unchanged; a clustered kernel's shared refills 
 
 DEFAULT_PIPELINE = allocated(SPECIALIZED_PIPELINE)
 """The full pipeline: `SPECIALIZED_PIPELINE` then `allocate-registers`, from Tile IR to register-allocated
-Target IR ready for the PTX printer. The default of every entry point: `tessera.compile` (every target),
+Target IR ready for the PTX printer. Where a kernel's registers do not fit it, it falls back to two stages
+without a producer warpgroup, then to single-stage, with a warning (`tessera.lowering.fallback`). The default of every entry point: `tessera.compile` (every target),
 `tessera.interpret(level="target"|"ptx")`, `tessera.attention` and `tessera.runtime`, `tessera-run --level
 target`, and the README's main job, which spells it out."""
 

@@ -48,7 +48,6 @@ class AllocateRegistersPass(ModulePass):
             summary = {"peak": allocation.peak, **dict(sorted(allocation.counts.items()))}
             kernel.attributes[REGISTERS_ATTR] = DictionaryAttr({k: IntegerAttr(v, 64) for k, v in summary.items()})
             if self.report:
-                live = ", ".join(f"%{name} ({n})" for name, n in allocation.live_at_peak[:8])
                 classes = ", ".join(f"{k} {v}" for k, v in sorted(allocation.counts.items()))
                 print(f"allocate-registers: @{kernel.sym_name.data}: peak {allocation.peak} of {self.budget} "
-                      f"registers per thread ({classes}); live at the peak: {live}", file=sys.stderr)
+                      f"registers per thread ({classes}), {allocation.at_peak.describe(8)}", file=sys.stderr)

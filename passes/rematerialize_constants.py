@@ -1,4 +1,5 @@
-"""`rematerialize-constants`: give every use of an `arith.constant` its own copy, right before the user.
+"""`rematerialize-constants`: give every use of an `arith.constant` its own copy, right before the user, in the
+form that costs the fewest registers there.
 
 Input and output: Target IR. Canonicalization hoists constants to the top of the kernel, where a splat
 `vector<64xf32>` or a table of lane offsets would hold its registers across the whole K/V loop. A constant
@@ -6,6 +7,20 @@ costs one `mov` (or nothing, as an immediate operand), so re-creating it at each
 keeping it live: after this pass a constant lives from the instruction before its use to that use (for a wgmma operand,
 from before the wgmma_fence that opens its chain). Run it
 after `canonicalize`/`cse` (which would hoist the copies back) and before `allocate-registers`.
+
+A splat (every lane the same value, such as a `tile.fill`) costs what its use needs and no more:
+- an operand of a commutative instruction (add, mul, max, min, and/or/xor, the two factors of an fma) where
+  PTX takes no immediate is swapped with the other operand, which takes one: the fill becomes the
+  instruction's immediate (`add.f32 %f1, %f2, 0f3F000000`) and needs no register at all;
+- where no swap helps (the minuend of a sub, a select's condition side, a store's value), the copy is one
+  scalar constant and a `vector.broadcast` of it: one register for all lanes (the allocator gives a
+  broadcast its source's register), where the whole vector would hold a register per lane;
+- a loop's initial value, a yielded value and a wgmma accumulator keep the whole vector: their registers
+  become the loop-carried or accumulator registers, which exist anyway, so the vector costs no more there;
+  so does an operand of an elementwise op whose result takes its registers (no other operand has registers
+  of its own to give the result: each is a shuffle, a broadcast or a constant).
+A row vector's splat (two lanes: a thread's two rows) is left whole: one register is all a broadcast would
+save, and the flash kernels' -inf running-max initialisers would then change their register assignment for it.
 
 A wgmma descriptor `offset` bytes further (`sm90.descriptor_advance`, one 32-bit add) is re-created at each
 use the same way, right before its wgmma: CSE merges the loop's advances of the Q descriptor with those of a peeled trip before the
@@ -18,12 +33,32 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects import arith
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Operation
+from xdsl.dialects import arith, math, scf, vector
+from xdsl.dialects.builtin import (
+    DenseIntOrFPElementsAttr,
+    FloatAttr,
+    IndexType,
+    IntegerAttr,
+    IntegerType,
+    ModuleOp,
+    VectorType,
+)
+from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from tessera.dialects import sm90
+from tessera.lowering.fragments import ROWS_PER_THREAD
+from tessera.regalloc.allocate import ELEMENTWISE
+from tessera.regalloc.registers import IMMEDIATE_OPERANDS
+
+COMMUTATIVE = (
+    arith.AddfOp, arith.MulfOp, arith.MaximumfOp, arith.MinimumfOp, arith.AddiOp, arith.MuliOp, arith.AndIOp,
+    arith.OrIOp, arith.XOrIOp, arith.MinSIOp, arith.MaxSIOp, arith.MinUIOp, arith.MaxUIOp, math.FmaOp,
+)
+"""Ops whose operands 0 and 1 may be swapped without changing the result (for an fma, the two factors)."""
+
+_TAKE_REGISTERS = (scf.ForOp, scf.YieldOp, sm90.WgmmaMmaAsyncOp)
+"""Users whose registers a whole vector constant becomes (loop-carried, accumulator): no broadcast there."""
 
 
 def _insertion_point(user: Operation) -> Operation:
@@ -38,23 +73,87 @@ def _insertion_point(user: Operation) -> Operation:
     return op if op is not None else user
 
 
+def splat_value(value: SSAValue) -> float | int | None:
+    """The lane value of a constant vector of a register tile (more lanes than a row vector's two) whose lanes
+    are all equal (not of predicates, which have no register to share); None for anything else."""
+    owner = value.owner
+    if not isinstance(owner, arith.ConstantOp) or not isinstance(value.type, VectorType):
+        return None
+    attr = owner.value
+    if not isinstance(attr, DenseIntOrFPElementsAttr) or value.type.get_shape()[0] <= ROWS_PER_THREAD:
+        return None
+    element = value.type.element_type
+    if isinstance(element, IntegerType) and element.width.data == 1:
+        return None
+    values = list(attr.get_values())
+    return values[0] if all(v == values[0] for v in values) else None
+
+
+def _is_immediate_use(user: Operation, index: int) -> bool:
+    return index in IMMEDIATE_OPERANDS.get(type(user), ())
+
+
+def _becomes_result(user: Operation, index: int) -> bool:
+    """Whether the splat operand `index` of `user` would give its registers to the result, which then costs
+    nothing more: `user` computes in place (`ELEMENTWISE`, a result of the splat's type) and no other operand
+    of that type has registers of its own to give instead (each is a constant, or a shuffle or broadcast,
+    whose registers are another value's)."""
+    ty = user.operands[index].type
+    if not isinstance(user, ELEMENTWISE) or len(user.results) != 1 or user.results[0].type != ty:
+        return False
+    return all(isinstance(other.owner, arith.ConstantOp | vector.ShuffleOp | vector.BroadcastOp)
+               for k, other in enumerate(user.operands) if k != index and other.type == ty)
+
+
+def _swap_splats_into_immediates(module: ModuleOp) -> None:
+    """Swap a commutative op's operands where operand 0 is a splat that does not become the result and
+    operand 1, which is not a constant, takes an immediate there."""
+    for op in module.walk():
+        if not isinstance(op, COMMUTATIVE) or _is_immediate_use(op, 0) or not _is_immediate_use(op, 1):
+            continue
+        first, second = op.operands[0], op.operands[1]
+        if splat_value(first) is not None and not isinstance(second.owner, arith.ConstantOp) \
+                and not _becomes_result(op, 0):
+            op.operands[0], op.operands[1] = second, first
+
+
+def _broadcast(copy: arith.ConstantOp, lane: float | int) -> list[Operation]:
+    """`copy` as one scalar constant and its broadcast (the result named as `copy`'s)."""
+    ty = copy.result.type
+    element = ty.element_type
+    attr = IntegerAttr(int(lane), element) if isinstance(element, IntegerType | IndexType) else FloatAttr(float(lane), element)
+    scalar = arith.ConstantOp(attr)
+    spread = vector.BroadcastOp(scalar.result, ty)
+    spread.vector.name_hint = copy.result.name_hint
+    return [scalar, spread]
+
+
 @dataclass(frozen=True)
 class RematerializeConstantsPass(ModulePass):
-    """Clone each constant (and descriptor advance) next to each of its uses and erase the original."""
+    """Clone each constant (and descriptor advance) next to each of its uses, in its cheapest form there, and
+    erase the original (module docstring)."""
 
     name = "rematerialize-constants"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        _swap_splats_into_immediates(op)
         advances = [o for o in op.walk() if isinstance(o, sm90.DescriptorAdvanceOp)]
         for cheap in advances + [o for o in op.walk() if isinstance(o, arith.ConstantOp)]:
+            lane = splat_value(cheap.result) if isinstance(cheap, arith.ConstantOp) else None
             for use in list(cheap.result.uses):
                 user = use.operation
-                copy = cheap.clone()
-                copy.result.name_hint = cheap.result.name_hint
                 # An advance is no accumulator: it may sit between the fence and its wgmma, where only one
                 # descriptor of a chain is live at a time (before the fence, all 15 of head_dim 256's would be).
                 where = user if isinstance(cheap, sm90.DescriptorAdvanceOp) else _insertion_point(user)
-                user.parent_block().insert_op_before(copy, where)
-                user.operands[use.index] = copy.result
+                copy = cheap.clone()
+                copy.result.name_hint = cheap.result.name_hint
+                if lane is not None and not _is_immediate_use(user, use.index) \
+                        and not isinstance(user, _TAKE_REGISTERS) and not _becomes_result(user, use.index):
+                    ops = _broadcast(copy, lane)
+                    copy.erase()
+                else:
+                    ops = [copy]
+                user.parent_block().insert_ops_before(ops, where)
+                user.operands[use.index] = ops[-1].results[0]
             cheap.detach()
             cheap.erase()

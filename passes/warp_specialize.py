@@ -25,7 +25,9 @@ arrive on when they release it, and the consumers' only one is the full barrier 
 
 Register budgets come from the allocator's pressure report, not constants: the producer branch's pressure
 (rounded up to setmaxnreg's step of 8, at least 24) is P; the consumers get what the register file leaves,
-C = min(256, (65536 - 128 P) / T rounded down to 8); a consumer pressure above C is refused, naming both.
+C = min(256, (65536 - 128 P) / T rounded down to 8); a consumer pressure above C is refused (a
+`ConsumerBudgetError`, a `RegisterBudgetError`), naming both and what is live at the consumers' peak; the
+default pipeline then falls back to a configuration without a producer (`tessera.lowering.fallback`).
 With warpgroup refills the consumers get their pressure rounded up, C, and the producer what that leaves (at
 most C): ptxas schedules the unrolled gather's table loads ahead, needing more than the count says.
 
@@ -57,6 +59,7 @@ from xdsl.utils.exceptions import DiagnosticException
 from tessera.ir.diagnostics import located, warn
 from tessera.dialects import sm90
 from tessera.kernel_abi import TARGET_KERNEL_ATTR, is_target_kernel
+from tessera.regalloc import RegisterBudgetError
 from tessera.passes.convert_tile_to_sm90 import INVARIANT_ATTR, PRODUCER_ATTR
 from tessera.passes.convert_tile_to_sm90.common import PRODUCER_WARPGROUP_ATTR
 from tessera.sm90 import facts
@@ -68,6 +71,11 @@ PINGPONG_BARRIER = 1
 
 class WarpSpecializeError(DiagnosticException):
     """A kernel warp-specialize cannot split; the message names the op and the rule."""
+
+
+class ConsumerBudgetError(WarpSpecializeError, RegisterBudgetError):
+    """The consumer warpgroups need more registers than the producer warpgroup leaves them: a register budget
+    refusal, after which the default pipeline tries its smaller configurations (`tessera.lowering.fallback`)."""
 
 
 def _refuse(op: Operation, message: str) -> None:
@@ -313,7 +321,7 @@ class _Split:
 
     # -- register budgets ----------------------------------------------------------------------------------
     def _budgets(self, split: scf.IfOp, consumers: int, gathers: bool = False) -> None:
-        from tessera.regalloc import region_pressure
+        from tessera.regalloc import region_peaks
 
         # The setmaxnreg ops go in first, with provisional budgets that are set below: the allocation sized
         # here is then that of the final kernel, which allocate-registers finds in the allocator's memo.
@@ -322,7 +330,8 @@ class _Split:
         increase = sm90.SetMaxNRegOp("inc", facts.SETMAXNREG_MAX)
         producer_region.block.insert_op_before(decrease, producer_region.block.first_op)
         consumer_region.block.insert_op_before(increase, consumer_region.block.first_op)
-        producer_need, consumer_need = region_pressure(self.fn, split)
+        producer_peak, consumer_peak = region_peaks(self.fn, split)
+        producer_need, consumer_need = producer_peak.registers, consumer_peak.registers
         step = facts.SETMAXNREG_STEP
         producer = max(facts.SETMAXNREG_MIN, -(-producer_need // step) * step)
         consumer = min(facts.SETMAXNREG_MAX, (facts.REGISTERS_PER_SM - PRODUCER_THREADS * producer) // consumers // step * step)
@@ -334,8 +343,11 @@ class _Split:
             spare = (facts.REGISTERS_PER_SM - consumers * consumer) // PRODUCER_THREADS // step * step
             producer = max(producer, min(spare, consumer))
         if consumer_need > consumer:
-            _refuse(self.fn, f"the consumer warpgroups need {consumer_need} registers per thread but only {consumer} "
-                          f"are left after the producer's {producer} (the register file has {facts.REGISTERS_PER_SM})")
+            need = (f"the consumer warpgroups need {consumer_need} registers per thread but only {consumer} are left "
+                    f"after the producer's {producer}")
+            raise ConsumerBudgetError(located(self.fn, f"warp-specialize: {need} (the register file has "
+                                                       f"{facts.REGISTERS_PER_SM}); their peak is "
+                                                       f"{consumer_peak.describe()}", name_op=False), summary=need)
         facts.check_register_budget([producer] + [consumer] * (consumers // facts.WARPGROUP_SIZE), facts.WARPGROUP_SIZE)
         decrease.count = IntegerAttr(producer, 64)
         increase.count = IntegerAttr(consumer, 64)

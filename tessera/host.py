@@ -7,7 +7,9 @@ global pointers, and 32-bit sizes — each with the Tile IR argument it stands f
 each tensor it stages in shared memory (`copies`: "tma" through a tensor map, "ld.global" by every thread
 where the rows need not start on 16 bytes). A kernel that declares a cluster (`tile.cluster`) is launched
 with `cluster(sizes)`: its shape where it divides the grid, else clusters of one block, and `cluster_note`
-says why (the kernel reads the shape it got from %cluster_nctarank).
+says why (the kernel reads the shape it got from %cluster_nctarank). A kernel the default pipeline compiled
+with a smaller configuration than it asked for (its registers did not fit) says which and why in
+`pipeline_note` (`tessera.lowering.fallback`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from xdsl.dialects.builtin import ModuleOp
 from tessera.cluster import CLUSTER_ATTR, kernel_cluster, launch_cluster
 from tessera.interpreters.sm90.launch import target_kernel
 from tessera.kernel_abi import COPY_ATTR, ELEMENT_ATTR, is_target_kernel
+from tessera.lowering.fallback import PIPELINE_NOTE_ATTR
 from tessera.numerics import numpy_dtype
 from tessera.ptx import launch_smem_bytes
 from tessera.sm90 import facts
@@ -80,6 +83,13 @@ class HostDescription:
             return None
         return launch_cluster(kernel_cluster(self.op), self.grid(sizes))[1]
 
+    @property
+    def pipeline_note(self) -> str | None:
+        """Which smaller configuration the default pipeline compiled the kernel with, and why the larger ones
+        did not fit (`tessera.lowering.fallback`); None for a kernel compiled as its pipeline says."""
+        note = self.op.attributes.get(PIPELINE_NOTE_ATTR)
+        return note.data if note is not None else None
+
     def tensor_maps(self, sizes: Mapping[str, int]) -> dict[str, facts.TensorMapSpec]:
         """The cuTensorMapEncodeTiled arguments of each tensor-map parameter for row-major tensors of the
         given sizes: data type, dims and byte strides (innermost first), box, element strides, swizzle,
@@ -104,6 +114,8 @@ class HostDescription:
                "params": [asdict(p) for p in self.params], "copies": self.copies}
         if self.clustered:
             out["declared_cluster"] = kernel_cluster(self.op)
+        if self.pipeline_note is not None:
+            out["pipeline_note"] = self.pipeline_note
         if sizes is not None:
             out["grid"] = self.grid(sizes)
             if self.clustered:

@@ -134,7 +134,19 @@ def run_pipeline(pipeline: PassPipeline, ctx: Context, module: ModuleOp, verify:
                  after_pass: Callable[[ModulePass, ModuleOp], None] | None = None) -> None:
     """Apply `pipeline` to `module`: before each pass, check that the module holds kernels of the level the pass
     transforms (`tessera.ir.diagnostics.check_pass_input`); after it, verify the ops (located) and, after the
-    last, the kernel ABI. An exception that is not a diagnostic becomes a PassCrash naming the pass."""
+    last, the kernel ABI. An exception that is not a diagnostic becomes a PassCrash naming the pass. The default
+    pipeline falls back to smaller configurations where the kernels' registers do not fit
+    (`tessera.lowering.fallback`)."""
+    from tessera.lowering.fallback import apply_with_fallback, falls_back
+
+    if falls_back(pipeline.passes):
+        apply_with_fallback(module, lambda spec, m: _run_passes(parse_pipeline(spec), ctx, m, verify, after_pass))
+        return
+    _run_passes(pipeline, ctx, module, verify, after_pass)
+
+
+def _run_passes(pipeline: PassPipeline, ctx: Context, module: ModuleOp, verify: bool,
+                after_pass: Callable[[ModulePass, ModuleOp], None] | None) -> None:
     for pass_ in pipeline.passes:
         check_pass_input(pass_, module)
         try:

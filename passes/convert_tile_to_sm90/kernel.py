@@ -10,6 +10,7 @@ from xdsl.dialects import arith, func, scf
 from xdsl.dialects.builtin import (
     ArrayAttr,
     DictionaryAttr,
+    FileLineColLoc,
     IndexType,
     IntegerAttr,
     StringAttr,
@@ -354,12 +355,14 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
         self.e = e
         if isinstance(op, scf.ForOp | scf.IfOp | scf.YieldOp | func.ReturnOp):
             self._retire_all(e)  # wgmma groups never stay in flight across control flow
+        last = e.block.last_op
         if handler is not None:
             handler(op, e)
         elif op.dialect_name() == "arith":
             self._clone(op, e)
         else:
             _refuse(op, f"no lowering for '{op.name}'")
+        _locate(last.next_op if last is not None else e.block.first_op, op.location)
 
     def _get(self, value: SSAValue):
         """The lowered value of a Tile value: a wgmma result still in flight is waited for first, and a
@@ -432,3 +435,15 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
             size = e.op(arith.CeilDivSIOp(size, e.index(expr.value.data)))
         return size if expr.factor.data == 1 else e.muli(size, e.index(expr.factor.data))
 
+
+def _locate(first: Operation | None, location) -> None:
+    """Give `first`, the ops after it in its block and the ops nested in them the Tile op's `location` where
+    they have no file location of their own: diagnostics about Target IR values (the register pressure
+    report) then point at the Tile IR line they come from."""
+    if not isinstance(location, FileLineColLoc):
+        return
+    while first is not None:
+        for inner in first.walk():
+            if not isinstance(inner.location, FileLineColLoc):
+                inner.location = location
+        first = first.next_op

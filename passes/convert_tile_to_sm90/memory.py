@@ -9,6 +9,7 @@ from xdsl.dialects.builtin import (
     IndexType,
     IntegerAttr,
     UnitAttr,
+    VectorType,
     i32,
     i64,
 )
@@ -315,21 +316,29 @@ class MemoryLowering:
         return e.andi(mask, first)
 
     def _lower_LoadBroadcastOp(self, op: tile.LoadBroadcastOp, e: Emitter) -> None:
-        """Each thread loads the window's elements at its registers' columns (every row the same), masked
-        by the tensor's length (out-of-bounds columns give 0)."""
+        """Each thread loads the window's elements at the distinct columns its registers lie on, once each
+        (`AccumulatorLayout.distinct_columns`: n/4 registers for an [BM, n] tile, where a whole tile would
+        hold n/2), masked by the tensor's length (out-of-bounds columns give 0); the tile is a shuffle of
+        them, which costs no instruction and no register. The columns are the loads' address immediates."""
         window = self._get(op.source)
         ty = op.result.type
         if not isinstance(ty.element_type, Float32Type):
             _refuse(op, "only f32 rows can be broadcast")
         (col0,) = window.indices
-        _, col_offsets = self._thread_offsets(op, ty)
+        vector_type = self._vector_type(op, ty)
+        if self._is_column(ty):  # [BM, 1]: one element, on both of the thread's rows
+            columns, spread = [0], [0] * vector_type.get_shape()[0]
+        else:
+            columns, spread = self._layout(op, ty).distinct_columns
         col = e.addi(col0, self.col_base)
         length = self._dim_value(window.arg, 0, e)
-        mask = self._below(e, e.op(arith.SubiOp(length, col)), col_offsets)
+        mask = self._below(e, e.op(arith.SubiOp(length, col)), columns)
         elt = element_type_bytes(ty.element_type)
         base = e.addi(self.entry_args[self.pointer_args[window.arg]], e.muli(e.to_i64(col), e.i64(elt)))
-        offsets = e.dense(i32, [c * elt for c in col_offsets])
-        self._set(op.result, e.op(sm90.LdGlobalOp(base, offsets, mask, self._vector_type(op, ty))))
+        loaded = e.op(sm90.LdGlobalOp(base, e.dense(i32, [0] * len(columns)), mask,
+                                      VectorType(vector_type.element_type, [len(columns)]),
+                                      [c * elt for c in columns]))
+        self._set(op.result, e.shuffle(loaded, spread))
 
     def _lower_LoadOp(self, op: tile.LoadOp, e: Emitter) -> None:
         """Each thread loads its registers of the window, masked by the tensor's bounds (0 outside): f32 tiles

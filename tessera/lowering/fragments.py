@@ -51,6 +51,15 @@ class AccumulatorLayout:
         return [int(c) for c in self._coords[1]]
 
     @cached_property
+    def distinct_columns(self) -> tuple[list[int], list[int]]:
+        """The columns this thread's elements lie on, each once (relative to its first column, ascending),
+        and for each element the index of its column among them: a row vector repeated on every row (a
+        broadcast bias) differs only by column, so a thread needs one register per distinct column (n/4:
+        the same two columns on each of its two rows in every 8-column group), not one per element."""
+        columns = sorted(set(self.col_offsets))
+        return columns, [columns.index(c) for c in self.col_offsets]
+
+    @cached_property
     def row_of_element(self) -> list[int]:
         """Which of the thread's two rows (0 or 1) element v lies on."""
         rows = sorted(set(self.row_offsets))

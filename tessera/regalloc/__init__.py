@@ -58,7 +58,9 @@ that knows the regions of an `scf.if` are alternatives, which program order (and
 does not: a value is live inside one region only while a read of it can still follow, in that region or
 after the if; reads only in another region of the if do not count, unless a loop around the if that the
 value is defined outside of leads there on a later trip. Held wgmma operands count as above.
-`region_pressure(fn, op)` answers the same without a budget check.
+`region_pressure(fn, op)` answers the same without a budget check; `region_peaks` and `Allocation.at_peak` also
+say where each peak is and what is live there (`PressurePeak`: each value with its defining op, source location
+and registers), which the refusals print so that a user knows what to change.
 
 Modules: `registers` (register classes, PTX immediates), `liveness` (positions, holds, aliasing ops), `pressure`
 (peak and per-region pressure), `allocate` (linear scan per class and register space, memoized per kernel).
@@ -71,8 +73,10 @@ from tessera.regalloc.allocate import (
     RegisterBudgetError,
     allocate_registers,
     budget_regions,
+    region_peaks,
     region_pressure,
 )
+from tessera.regalloc.pressure import LiveValue, PressurePeak
 from tessera.regalloc.liveness import aliases_operand_registers
 from tessera.regalloc.registers import (
     CLASS_PREFIX,
@@ -85,7 +89,7 @@ from tessera.regalloc.registers import (
 )
 
 __all__ = [
-    "CLASS_PREFIX", "CLASS_WIDTH", "IMMEDIATE_OPERANDS", "Allocation", "RegisterBudgetError",
-    "aliases_operand_registers", "allocate_registers", "budget_regions", "element_count", "immediate_text",
-    "immediates", "region_pressure", "register_class",
+    "CLASS_PREFIX", "CLASS_WIDTH", "IMMEDIATE_OPERANDS", "Allocation", "LiveValue", "PressurePeak",
+    "RegisterBudgetError", "aliases_operand_registers", "allocate_registers", "budget_regions", "element_count",
+    "immediate_text", "immediates", "region_peaks", "region_pressure", "register_class",
 ]

@@ -16,14 +16,19 @@ from tessera.dialects import sm90
 from tessera.sm90 import facts
 
 from tessera.regalloc.liveness import _Liveness, _alias_sources, _merge_ranges
-from tessera.regalloc.pressure import _pressure, _PressureMap
+from tessera.regalloc.pressure import PressurePeak, _PressureMap
 from tessera.regalloc.registers import (
     CLASS_PREFIX, CLASS_WIDTH, _is_vector, _subclass_test, element_count, immediates, register_class,
 )
 
 
 class RegisterBudgetError(DiagnosticException):
-    """The values live at the peak need more registers than the budget."""
+    """The values live at the peak need more registers than the budget. `summary` says it in a few words
+    (the registers needed and the budget), the message also where the peak is and what is live there."""
+
+    def __init__(self, message: str, summary: str | None = None):
+        super().__init__(message)
+        self.summary = summary or message
 
 
 @dataclass
@@ -36,8 +41,14 @@ class Allocation:
     counts: dict[str, int]
     peak: int
     peak_position: int
-    live_at_peak: list[tuple[str, int]] = field(default_factory=list)
+    at_peak: PressurePeak | None = None
+    """Where the peak is and what is live there (`PressurePeak.describe` says it in words)."""
     _pressure_map: _PressureMap | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def live_at_peak(self) -> list[tuple[str, int]]:
+        """(name, registers) of each value live at the peak, most registers first (`at_peak` says more)."""
+        return [(v.name.lstrip("%"), v.registers) for v in self.at_peak.live] if self.at_peak else []
 
     def declarations(self) -> dict[str, int]:
         """Registers to declare per class (`.reg .f32 %f<N>;`)."""
@@ -49,6 +60,12 @@ class Allocation:
         if self._pressure_map is None:
             raise ValueError("this allocation carries no liveness (it was not made by allocate_registers)")
         return self._pressure_map.region_pressure(op)
+
+    def region_peaks(self, op: Operation) -> list[PressurePeak]:
+        """As `region_pressure`, with where each region's peak is and what is live there."""
+        if self._pressure_map is None:
+            raise ValueError("this allocation carries no liveness (it was not made by allocate_registers)")
+        return self._pressure_map.region_peaks(op)
 
 
 class _UnionFind:
@@ -81,15 +98,20 @@ def allocate_registers(fn: func.FuncOp, budget: int = facts.MAX_REGISTERS_PER_TH
     the values live at the peak when the pressure exceeds `budget` 32-bit registers per thread."""
     allocation = _allocate(fn)
     if allocation.peak > budget:
-        listing = ", ".join(f"%{name} ({n})" for name, n in allocation.live_at_peak[:12])
         from tessera.ir.diagnostics import source_location
 
         loc = source_location(fn)
         raise RegisterBudgetError(
             f"{loc + ': ' if loc else ''}@{fn.sym_name.data}: {allocation.peak} registers per thread are live at once, over the budget of "
-            f"{budget}; live at the peak: {listing}"
+            f"{budget}; the peak is {allocation.at_peak.describe()}",
+            summary=f"{allocation.peak} registers per thread, over the budget of {budget}",
         )
     return allocation
+
+
+def region_peaks(fn: func.FuncOp, op: Operation) -> list[PressurePeak]:
+    """`Allocation.region_peaks(op)` of `fn`'s allocation, with no budget check."""
+    return _allocate(fn).region_peaks(op)
 
 
 def region_pressure(fn: func.FuncOp, op: Operation) -> list[int]:
@@ -235,14 +257,10 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
                 names[result] = [names_of_root[groups.find(live.element(result, i))]
                                  for i in range(element_count(result.type))]
 
-    root_names: dict = {}
-    for value, elements in live.elements():  # name a register group after its first named value
-        if value.name_hint:
-            for element in elements:
-                root_names.setdefault(root_of(element), value.name_hint)
     widths = {root: CLASS_WIDTH[register_class(live.value_of[root].type)] for root in ranges}
-    peak, peak_position, at_peak = _pressure(ranges, root_names, widths)
-    return Allocation(names, dict(counts), peak, peak_position, at_peak, _PressureMap(live, root_of, ranges, widths))
+    pressure = _PressureMap(live, root_of, ranges, widths)
+    at_peak = pressure.kernel_peak()
+    return Allocation(names, dict(counts), at_peak.registers, at_peak.position, at_peak, pressure)
 
 
 def budget_regions(fn: func.FuncOp) -> list[Region]:
@@ -325,11 +343,12 @@ def _overlap(ranges_a, ranges_b) -> bool:
 
 class _GroupReads:
     """What the in-place decisions need of each register group, kept per root as groups merge: the loops
-    whose carried value the group holds, and the last read of its values other than loop results."""
+    whose carried value the group holds, and the definition and last read of its values other than loop
+    results."""
 
     def __init__(self, live: _Liveness, root: Callable[[int], int]):
         self.loops: dict[int, set] = defaultdict(set)  # root -> (start, end) of the loops it is carried by
-        self.last: dict[int, int] = {}                 # root -> last read (0 if none)
+        self.reads: dict[int, list] = defaultdict(list)  # root -> (definition, last read) of its read values
         for value, elements in live.elements():
             loop = live.carried.get(value)
             read = None if isinstance(value.owner, scf.ForOp) else live.read_end(value)
@@ -338,25 +357,27 @@ class _GroupReads:
                 if loop is not None:
                     self.loops[group].add(loop)
                 if read is not None:
-                    self.last[group] = max(self.last.get(group, 0), read)
+                    self.reads[group].append((live.defs[value], read))
 
     def merge(self, root: int, a: int, b: int) -> None:
         """Groups `a` and `b` became one group with root `root`."""
         loops = self.loops.pop(a, set()) | self.loops.pop(b, set())
-        last = max(self.last.pop(a, 0), self.last.pop(b, 0))
+        reads = self.reads.pop(a, []) + self.reads.pop(b, [])
         if loops:
             self.loops[root] = loops
-        if last:
-            self.last[root] = last
+        if reads:
+            self.reads[root] = reads
 
     def last_read(self, root: int, pos: int, intervals: dict) -> int:
         """The last position at which the group is read, as seen from an op at `pos`. Inside the body of a
         loop whose carried value the group holds, the group is free after its last read in the body: the
-        latch writes the next trip's value into it, and the loop result is read only after the loop.
-        Anywhere else the group is live to the end of its interval."""
-        if not any(start < pos < stop for start, stop in self.loops.get(root, ())):
+        latch writes the next trip's value into it, and the loop result is read only after the loop, as are
+        the values defined after the loop that share its registers (a shuffle of the result: a row reduction
+        of the accumulator). Anywhere else the group is live to the end of its interval."""
+        stops = [stop for start, stop in self.loops.get(root, ()) if start < pos < stop]
+        if not stops:
             return intervals[root][1]
-        return self.last.get(root, 0)
+        return max((read for defined, read in self.reads.get(root, ()) if defined <= min(stops)), default=0)
 
 
 def _is_function_argument(value: SSAValue, fn: func.FuncOp) -> bool:

@@ -1,5 +1,7 @@
 """Register pressure: the peak of 32-bit registers live at one position, overall and per region of an op
-(branch-aware: the regions of an `scf.if` are alternatives; package docstring)."""
+(branch-aware: the regions of an `scf.if` are alternatives; package docstring), and what is live there: each
+value with the op that defines it, its source location and its registers (`PressurePeak`), so that a kernel
+refused for its pressure says what to change."""
 
 from __future__ import annotations
 
@@ -8,29 +10,64 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from xdsl.dialects import func, scf
-from xdsl.ir import Operation, Region
+from xdsl.ir import BlockArgument, Operation, Region, SSAValue
 
+from tessera.ir.diagnostics import source_location
 from tessera.regalloc.liveness import _Liveness, _merge_ranges
 
 
-def _pressure(ranges: dict, root_names: dict, widths: dict) -> tuple[int, int, list[tuple[str, int]]]:
-    """The largest number of 32-bit registers live at one position, where, and which values (by name), given
-    the 32-bit registers each group costs (`widths`)."""
+@dataclass(frozen=True)
+class LiveValue:
+    """A value live at a pressure peak: its name (`%?` for an unnamed one), the op that defines it (for a
+    block argument: what it is), where that op comes from in the Tile IR source (None when unknown), and the
+    32-bit registers it holds there."""
+
+    name: str
+    op: str
+    location: str | None
+    registers: int
+
+    def __str__(self) -> str:
+        where = f" at {self.location}" if self.location else ""
+        unit = "register" if self.registers == 1 else "registers"
+        return f"{self.name} ({self.registers} {unit}, {self.op}{where})"
+
+
+@dataclass(frozen=True)
+class PressurePeak:
+    """The largest number of 32-bit registers live at one position, the op there (name and source location),
+    and the values live there, most registers first."""
+
+    registers: int
+    position: int
+    op: str
+    location: str | None
+    live: tuple[LiveValue, ...]
+
+    def describe(self, limit: int = 12) -> str:
+        """`at file:line:col (op): %a (64 registers, op at file:line:col), ...` (the first `limit` values)."""
+        where = f"{self.location} ({self.op})" if self.location else self.op
+        listing = ", ".join(str(v) for v in self.live[:limit])
+        more = f", and {len(self.live) - limit} more" if len(self.live) > limit else ""
+        return f"at {where}, live: {listing}{more}"
+
+
+def _peak(ranges: dict, widths: dict, first: int | None = None, last: int | None = None) -> tuple[int, int]:
+    """The largest number of 32-bit registers live at one position (within [first, last] if given), and the
+    first position where it is reached, given the registers each group costs (`widths`)."""
     events = defaultdict(int)
     for root, spans in ranges.items():
         for start, end in spans:
-            events[start] += widths[root]
-            events[end + 1] -= widths[root]
-    peak, peak_position, current = 0, 0, 0
+            if first is not None and (end < first or start > last):
+                continue
+            events[start if first is None else max(start, first)] += widths[root]
+            events[(end if last is None else min(end, last)) + 1] -= widths[root]
+    peak, peak_position, current = 0, first or 0, 0
     for position in sorted(events):
         current += events[position]
         if current > peak:
             peak, peak_position = current, position
-    at_peak: dict[str, int] = defaultdict(int)
-    for root, spans in ranges.items():
-        if any(start <= peak_position <= end for start, end in spans):
-            at_peak[root_names.get(root) or "?"] += widths[root]
-    return peak, peak_position, sorted(at_peak.items(), key=lambda kv: -kv[1])
+    return peak, peak_position
 
 
 @dataclass
@@ -43,8 +80,14 @@ class _PressureMap:
     ranges: dict
     widths: dict
     _branch_aware: dict | None = None
+    _values_of: dict | None = None
+    _op_at_position: dict | None = None
 
     def region_pressure(self, op: Operation) -> list[int]:
+        return [peak.registers for peak in self.region_peaks(op)]
+
+    def region_peaks(self, op: Operation) -> list[PressurePeak]:
+        """The pressure peak of each region of `op` (an empty region: 0 registers, nothing live)."""
         if op not in self.live.position:
             raise ValueError(f"{op.name} is not an op of @{self.live.fn.sym_name.data}")
         if self._branch_aware is None:
@@ -52,21 +95,69 @@ class _PressureMap:
         peaks = []
         for span in (self._span(region) for region in op.regions):
             if span is None:
-                peaks.append(0)
+                peaks.append(PressurePeak(0, self.live.position[op], op.name, None, ()))
                 continue
-            first, last = span
-            events = defaultdict(int)
-            for root, spans in self._branch_aware.items():
-                for start, end in spans:
-                    if start <= last and end >= first:
-                        events[max(start, first)] += self.widths[root]
-                        events[min(end, last) + 1] -= self.widths[root]
-            peak = current = 0
-            for position in sorted(events):
-                current += events[position]
-                peak = max(peak, current)
-            peaks.append(peak)
+            peak, position = _peak(self._branch_aware, self.widths, *span)
+            peaks.append(self.describe(peak, position, self._branch_aware))
         return peaks
+
+    def kernel_peak(self) -> PressurePeak:
+        """The pressure peak of the whole kernel (program-order liveness, as allocated)."""
+        return self.describe(*_peak(self.ranges, self.widths), self.ranges)
+
+    def describe(self, peak: int, position: int, ranges: dict) -> PressurePeak:
+        """The `PressurePeak` of `peak` registers at `position`: each register group live there is counted
+        for the value of the group that is live there itself (defined at or before `position` and read at or
+        after it, or held by a wgmma), the latest defined such value if several are."""
+        live = self.live
+        if self._values_of is None:
+            self._values_of = defaultdict(list)
+            for value, elements in live.elements():
+                for element in elements:
+                    self._values_of[self.root(element)].append(value)
+        registers: dict = defaultdict(int)
+        for root, spans in ranges.items():
+            if any(start <= position <= end for start, end in spans):
+                registers[self._value_at(root, position)] += self.widths[root]
+        # Values of one name, op and line (the A fragments a lowering shuffles out of one tile) are listed once.
+        merged: dict = defaultdict(lambda: [0, 0])
+        for value, n in registers.items():
+            if n:
+                entry = merged[(f"%{value.name_hint or '?'}", *self._origin(value))]
+                entry[0] += 1
+                entry[1] += n
+        found = [LiveValue(name if count == 1 else f"{count} x {name}", op, location, n)
+                 for (name, op, location), (count, n) in merged.items()]
+        op = self._op_at(position)
+        return PressurePeak(peak, position, op.name, source_location(op), tuple(sorted(found, key=lambda v: -v.registers)))
+
+    def _value_at(self, root: int, position: int) -> SSAValue:
+        live = self.live
+        values = self._values_of[root]
+        defined = [v for v in values if live.defs[v] <= position] or values
+
+        def covers(value: SSAValue) -> bool:
+            read = live.read_end(value)
+            held = live.holds.get(value, ())
+            return (read is not None and read >= position) or any(a <= position <= b for a, b in held)
+
+        return max([v for v in defined if covers(v)] or defined, key=lambda v: live.defs[v])
+
+    def _origin(self, value: SSAValue) -> tuple[str, str | None]:
+        """What defines `value` (an op's name; for a block argument, what the block is) and where from."""
+        if isinstance(value, BlockArgument):
+            owner = value.owner.parent_op()
+            if isinstance(owner, func.FuncOp):
+                return "kernel argument", None
+            return f"loop-carried value of {owner.name}", source_location(owner)
+        return value.owner.name, source_location(value.owner)
+
+    def _op_at(self, position: int) -> Operation:
+        """The op at `position` (a loop for the position of its latch)."""
+        if self._op_at_position is None:
+            self._op_at_position = {p: o for o, p in self.live.position.items()}
+            self._op_at_position.update({stop: loop for loop, _, stop in self.live.loops})
+        return self._op_at_position.get(position) or self.live.fn
 
     def _span(self, region: Region) -> tuple[int, int] | None:
         """First and last position inside `region`; None if it has no ops."""

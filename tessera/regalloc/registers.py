@@ -24,8 +24,11 @@ IMMEDIATE_OPERANDS = {
         arith.MaximumfOp, arith.MinimumfOp, arith.CmpiOp, sm90.SetpOp)},
     math.FmaOp: (1, 2),
     sm90.SelpOp: (1, 2),
+    sm90.LdGlobalOp: (1,),
+    sm90.LdGlobalU16Op: (1,),
 }
-"""Operand positions where PTX takes an immediate (the b and c sources of ALU instructions)."""
+"""Operand positions where PTX takes an immediate (the b and c sources of ALU instructions; the offsets of a
+global load, which become the address's immediate `[%rd+8]`)."""
 CLASS_WIDTH = {"f32": 1, "acc": 1, "b32": 1, "b64": 2, "pred": 0}
 """32-bit registers each class costs (predicates live in their own file)."""
 

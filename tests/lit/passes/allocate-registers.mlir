@@ -37,6 +37,6 @@ builtin.module {
   }
 }
 
-// CHECK: allocate-registers: @gemm_bf16: peak {{[0-9]+}} of 255 registers per thread (acc 32, b32 {{[0-9]+}}, b64 {{[0-9]+}}, pred {{[0-9]+}}); live at the peak: %{{[a-z_0-9?]+}} ({{[0-9]+}})
+// CHECK: allocate-registers: @gemm_bf16: peak {{[0-9]+}} of 255 registers per thread (acc 32, b32 {{[0-9]+}}, b64 {{[0-9]+}}, pred {{[0-9]+}}), at {{.*}}allocate-registers.mlir:{{[0-9]+}}:{{[0-9]+}} ({{[a-z0-9_.]+}}), live: %{{[a-z_0-9?]+}} ({{[0-9]+}} registers, {{.*}})
 // CHECK: sm90.registers = {peak = {{[0-9]+}} : i64, acc = 32 : i64, b32 = {{[0-9]+}} : i64, b64 = {{[0-9]+}} : i64, pred = {{[0-9]+}} : i64}
-// BUDGET: @gemm_bf16: {{[0-9]+}} registers per thread are live at once, over the budget of 32; live at the peak: {{.*}}(32)
+// BUDGET: @gemm_bf16: {{[0-9]+}} registers per thread are live at once, over the budget of 32; the peak is at {{.*}}, live: %acc{{.*}} (32 registers, {{.*}}allocate-registers.mlir:{{[0-9]+}}:{{[0-9]+}})

@@ -1,0 +1,140 @@
+"""The default pipeline's fallback: compile the largest configuration that fits instead of refusing.
+
+`tessera.passes.DEFAULT_PIPELINE` warp-specializes a pipelined kernel: a producer warpgroup takes registers
+from the consumers (their budget drops from 255 to 240 per thread at two consumer warpgroups). A kernel whose
+consumers need more, or whose registers exceed even 255, is not refused at once: the configurations of
+`LADDER` are tried in order, each from the Tile IR,
+
+    1. warp-specialized, two stages (`DEFAULT_PIPELINE` itself);
+    2. two stages without a producer warpgroup (`PIPELINED_PIPELINE`: every thread computes, 255 registers);
+    3. single-stage (`PTX_PIPELINE`: no ring, so no second stage's values live across the loop);
+
+and the first that compiles is kept. (A kernel's warpgroup count is its tile's row count over 64, fixed by
+the Tile IR, so fewer consumer warpgroups is no configuration a pipeline can choose.) The kernels of a
+fallback say so: a `TesseraWarning` located at each kernel, and the attribute `sm90.pipeline_note` on each
+Target IR kernel (`tessera.host.HostDescription.pipeline_note`, in `as_dict()` as `pipeline_note`), naming the
+configuration kept and why the larger ones were refused. Only register budget refusals
+(`tessera.regalloc.RegisterBudgetError`, which warp-specialize's `ConsumerBudgetError` is) lead to the next
+configuration; any other refusal of the first configuration is the kernel's error, reported as it is. When no
+configuration compiles, `NoConfigurationFitsError` names every configuration tried and why each failed.
+
+A module's kernels are lowered together, with one configuration: the first in which every kernel fits.
+Pipelines other than the default (a spec that differs in any pass or option) are applied as written, without
+fallback: a user who names a configuration gets that configuration or its refusal.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache
+
+from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.utils.exceptions import DiagnosticException
+
+from tessera.ir.diagnostics import located, warn
+from tessera.kernel_abi import is_target_kernel, kernels
+from tessera.regalloc import RegisterBudgetError
+
+PIPELINE_NOTE_ATTR = "sm90.pipeline_note"
+"""On a Target IR kernel compiled by a fallback configuration: which one, and why the larger did not fit."""
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One configuration of the ladder: its name in diagnostics and the pipeline spec that compiles it."""
+
+    name: str
+    pipeline: str
+
+
+@cache
+def ladder() -> tuple[Configuration, ...]:
+    """The default pipeline's configurations, largest first (module docstring)."""
+    from tessera.passes import DEFAULT_PIPELINE, PIPELINED_PIPELINE, PTX_PIPELINE, allocated
+
+    return (
+        Configuration("warp-specialized with two stages", DEFAULT_PIPELINE),
+        Configuration("two stages without a producer warpgroup", allocated(PIPELINED_PIPELINE)),
+        Configuration("single-stage", PTX_PIPELINE),
+    )
+
+
+@cache
+def _default_passes() -> tuple:
+    from tessera.passes import DEFAULT_PIPELINE, parse_pipeline
+
+    return tuple(parse_pipeline(DEFAULT_PIPELINE).passes)
+
+
+def falls_back(passes: Sequence) -> bool:
+    """Whether a pipeline of these passes is the default one (and so falls back)."""
+    return tuple(passes) == _default_passes()
+
+
+class NoConfigurationFitsError(RegisterBudgetError):
+    """No configuration of the default pipeline fits the kernel's registers; the message names each one tried
+    and why it failed."""
+
+
+def apply_with_fallback(module: ModuleOp, run: Callable[[str, ModuleOp], None]) -> None:
+    """Lower `module` in place with the first configuration of `ladder()` that compiles, `run(spec, module)`
+    applying a pipeline spec (module docstring)."""
+    first, *rest = ladder()
+    trial = module.clone()
+    try:
+        run(first.pipeline, trial)
+    except RegisterBudgetError as error:
+        failures = [(first, error)]
+    else:
+        _take_body(module, trial)
+        return
+    for configuration in rest:
+        trial = module.clone()
+        with warnings.catch_warnings(record=True) as caught:  # a refused configuration's warnings are moot
+            warnings.simplefilter("always")
+            try:
+                run(configuration.pipeline, trial)
+            except DiagnosticException as error:
+                failures.append((configuration, error))
+                continue
+        for warning in caught:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+        _take_body(module, trial)
+        _note(module, configuration, failures)
+        return
+    tile = kernels(module)
+    listing = "\n".join(f"  {configuration.name}: {_reason(error)}" for configuration, error in failures)
+    raise NoConfigurationFitsError(located(tile[0] if len(tile) == 1 else None,
+                                           f"no configuration of the default pipeline fits, tried:\n{listing}"))
+
+
+def _reason(error: Exception) -> str:
+    """The message of a refusal without the `file:line:col: kernel @name:` prefix (the listing is located at
+    the kernel already)."""
+    return _LOCATION.sub("", str(error).strip(), count=1)
+
+
+_LOCATION = re.compile(r"^(\S+:\d+:\d+: )?(kernel )?@[\w.$-]+: ")
+
+
+def _note(module: ModuleOp, configuration: Configuration, failures: list) -> None:
+    """Warn at each Target IR kernel of `module` and record the note on it (each refusal in a few words)."""
+    refused = "; ".join(f"{c.name}: {getattr(e, 'summary', None) or _reason(e)}" for c, e in failures)
+    note = f"compiled {configuration.name}, the largest configuration that fits (refused: {refused})"
+    for fn in module.walk():
+        if is_target_kernel(fn):
+            fn.attributes[PIPELINE_NOTE_ATTR] = StringAttr(note)
+            warn(located(fn, f"the default pipeline fell back: {note}"))
+
+
+def _take_body(module: ModuleOp, lowered: ModuleOp) -> None:
+    """Replace the ops of `module` with those of `lowered` (its lowered copy)."""
+    for op in list(module.body.block.ops):
+        op.detach()
+        op.erase()
+    for op in list(lowered.body.block.ops):
+        op.detach()
+        module.body.block.add_op(op)

@@ -1,0 +1,45 @@
+// RUN: tessera-opt %s -p rematerialize-constants | filecheck %s
+
+// Each use of a constant gets its own copy before it, in the form that costs the fewest registers there. A
+// whole-tile splat (a tile.fill): swapped into a commutative op's immediate operand; one scalar and a broadcast
+// where PTX takes no immediate (the minuend of a sub, a store's value); left whole where its registers become
+// the result (the other operand is a shuffle), a loop's carried registers or a wgmma accumulator. Row-vector
+// splats (two lanes) and non-splat tables are cloned as they are.
+
+func.func @fills(%x: vector<64xf32>, %r: vector<2xf32>, %n: index, %p: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<1>, tile.role = "out"})
+    attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>,
+                sm90.kernel = {threads = 128 : i64, smem_bytes = 0 : i64}} {
+  %half = arith.constant dense<5.000000e-01> : vector<64xf32>
+  %zero = arith.constant dense<0.000000e+00> : vector<64xf32>
+  %neg = arith.constant dense<0xff800000> : vector<2xf32>
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %a = arith.addf %half, %x : vector<64xf32>
+  %b = arith.subf %half, %a : vector<64xf32>
+  %spread = vector.shuffle %r, %r [0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1] : vector<2xf32>, vector<2xf32>
+  %c = arith.mulf %zero, %spread : vector<64xf32>
+  %m = arith.maximumf %neg, %r : vector<2xf32>
+  %acc = scf.for %i = %c0 to %n step %c1 iter_args(%t = %zero) -> (vector<64xf32>) {
+    %u = arith.addf %t, %b : vector<64xf32>
+    scf.yield %u : vector<64xf32>
+  }
+  func.return
+}
+
+// CHECK-LABEL: func.func @fills
+// The fill first in a commutative op: swapped, an immediate.
+// CHECK:      %half = arith.constant dense<5.000000e-01> : vector<64xf32>
+// CHECK-NEXT: %a = arith.addf %x, %half : vector<64xf32>
+// The minuend of a sub: one register, broadcast.
+// CHECK-NEXT: %{{.*}} = arith.constant 5.000000e-01 : f32
+// CHECK-NEXT: %half_1 = vector.broadcast %{{.*}} : f32 to vector<64xf32>
+// CHECK-NEXT: %b = arith.subf %half_1, %a : vector<64xf32>
+// Multiplied by a shuffle, the fill's registers become the result's: left whole, in place.
+// CHECK:      %zero = arith.constant dense<0.000000e+00> : vector<64xf32>
+// CHECK-NEXT: %c = arith.mulf %zero, %spread : vector<64xf32>
+// A row vector's splat is cloned as it is.
+// CHECK-NEXT: %neg = arith.constant dense<0xff800000> : vector<2xf32>
+// CHECK-NEXT: %m = arith.maximumf %neg, %r : vector<2xf32>
+// A loop's initial value: the carried registers, whole.
+// CHECK:      %zero_1 = arith.constant dense<0.000000e+00> : vector<64xf32>
+// CHECK:      %acc = scf.for {{.*}} iter_args(%t = %zero_1)
