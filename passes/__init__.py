@@ -18,6 +18,7 @@ is reported as a pipeline error before any input is read.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 
 from xdsl.passes import ModulePass
 
@@ -142,11 +143,12 @@ def apply_pipeline(module, spec: str) -> None:
     what a bad spec raises; what a pass refuses on this input is its own diagnostic). The default pipeline
     falls back to smaller configurations where the kernels' registers do not fit (`tessera.lowering.fallback`)."""
     from tessera.ir import make_context
-    from tessera.lowering.fallback import apply_with_fallback, falls_back
+    from tessera.lowering.fallback import apply_with_fallback
 
     pipeline = parse_pipeline(spec)
     if falls_back(pipeline.passes):
-        apply_with_fallback(module, lambda configuration, m: parse_pipeline(configuration).apply(make_context(), m))
+        apply_with_fallback(module, fallback_ladder(),
+                            lambda configuration, m: parse_pipeline(configuration).apply(make_context(), m))
         return
     pipeline.apply(make_context(), module)
 
@@ -185,3 +187,26 @@ target`, and the README's main job, which spells it out."""
 PTX_PIPELINE = allocated(TARGET_PIPELINE)
 """The single-stage `TARGET_PIPELINE` with registers allocated: a named option (the slower kernel), kept for
 the tests that compare it with `DEFAULT_PIPELINE`."""
+
+
+@cache
+def fallback_ladder() -> tuple:
+    """The default pipeline's configurations, largest first (`tessera.lowering.fallback`): warp-specialized
+    with two stages, two stages without a producer warpgroup, single-stage."""
+    from tessera.lowering.fallback import Configuration
+
+    return (
+        Configuration("warp-specialized with two stages", DEFAULT_PIPELINE),
+        Configuration("two stages without a producer warpgroup", allocated(PIPELINED_PIPELINE)),
+        Configuration("single-stage", PTX_PIPELINE),
+    )
+
+
+@cache
+def _default_passes() -> tuple:
+    return tuple(parse_pipeline(DEFAULT_PIPELINE).passes)
+
+
+def falls_back(passes) -> bool:
+    """Whether a pipeline of these passes is the default one (and so falls back to `fallback_ladder()`)."""
+    return tuple(passes) == _default_passes()

@@ -19,7 +19,8 @@ import tessera
 from tessera.ir.diagnostics import TesseraWarning
 from tessera.dialects import sm90
 from tessera.host import describe
-from tessera.lowering.fallback import NoConfigurationFitsError, ladder
+from tessera.lowering.fallback import NoConfigurationFitsError
+from tessera.passes import fallback_ladder as ladder
 from tessera.lowering.fragments import AccumulatorLayout
 from tessera.passes import TARGET_PIPELINE, apply_pipeline
 from tessera.regalloc import RegisterBudgetError, allocate_registers

@@ -3,7 +3,7 @@
 `tessera.passes.DEFAULT_PIPELINE` warp-specializes a pipelined kernel: a producer warpgroup takes registers
 from the consumers (their budget drops from 255 to 240 per thread at two consumer warpgroups). A kernel whose
 consumers need more, or whose registers exceed even 255, is not refused at once: the configurations of
-`LADDER` are tried in order, each from the Tile IR,
+`tessera.passes.fallback_ladder()` are tried in order, each from the Tile IR,
 
     1. warp-specialized, two stages (`DEFAULT_PIPELINE` itself);
     2. two stages without a producer warpgroup (`PIPELINED_PIPELINE`: every thread computes, 255 registers);
@@ -29,7 +29,6 @@ import re
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cache
 
 from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.utils.exceptions import DiagnosticException
@@ -50,39 +49,16 @@ class Configuration:
     pipeline: str
 
 
-@cache
-def ladder() -> tuple[Configuration, ...]:
-    """The default pipeline's configurations, largest first (module docstring)."""
-    from tessera.passes import DEFAULT_PIPELINE, PIPELINED_PIPELINE, PTX_PIPELINE, allocated
-
-    return (
-        Configuration("warp-specialized with two stages", DEFAULT_PIPELINE),
-        Configuration("two stages without a producer warpgroup", allocated(PIPELINED_PIPELINE)),
-        Configuration("single-stage", PTX_PIPELINE),
-    )
-
-
-@cache
-def _default_passes() -> tuple:
-    from tessera.passes import DEFAULT_PIPELINE, parse_pipeline
-
-    return tuple(parse_pipeline(DEFAULT_PIPELINE).passes)
-
-
-def falls_back(passes: Sequence) -> bool:
-    """Whether a pipeline of these passes is the default one (and so falls back)."""
-    return tuple(passes) == _default_passes()
-
-
 class NoConfigurationFitsError(RegisterBudgetError):
     """No configuration of the default pipeline fits the kernel's registers; the message names each one tried
     and why it failed."""
 
 
-def apply_with_fallback(module: ModuleOp, run: Callable[[str, ModuleOp], None]) -> None:
-    """Lower `module` in place with the first configuration of `ladder()` that compiles, `run(spec, module)`
-    applying a pipeline spec (module docstring)."""
-    first, *rest = ladder()
+def apply_with_fallback(module: ModuleOp, ladder: Sequence[Configuration],
+                        run: Callable[[str, ModuleOp], None]) -> None:
+    """Lower `module` in place with the first configuration of `ladder` (`tessera.passes.fallback_ladder()`,
+    largest first) that compiles, `run(spec, module)` applying a pipeline spec (module docstring)."""
+    first, *rest = ladder
     trial = module.clone()
     try:
         run(first.pipeline, trial)
