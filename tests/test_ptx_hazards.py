@@ -292,7 +292,7 @@ def test_missing_proxy_fence_is_reported(rng):
     with pytest.raises(PtxHazardError, match=r"^seeded.ptx:\d+: error: wgmma.mma_async\S*: wgmma operand [AB] reads "
                                              r"shared address 0x[0-9a-f]+, which thread \(\d+, 0, 0\) of CTA \(0, 0, "
                                              r"0\) stored through the generic proxy and has not made visible to the "
-                                             r"async proxy \(missing fence.proxy.async after the store\)"):
+                                             r"async proxy \(missing fence.proxy.async after the store"):
         _run(_gemm(), _seeded(_gemm(), no_fence), [a, b])
 
 
@@ -344,7 +344,7 @@ def test_bulk_stores_need_the_proxy_fence_and_their_read_wait():
     np.testing.assert_array_equal(out, np.arange(64))
     with pytest.raises(PtxHazardError, match=r":19: error: cp.async.bulk.global.shared::cta.bulk_group: the bulk store "
                                              r"reads shared address 0x0, which thread \(0, 0, 0\) .* \(missing "
-                                             r"fence.proxy.async after the store\)"):
+                                             r"fence.proxy.async after the store"):
         launch(_BULK_STORE.replace("FENCE", "").replace("WAIT", wait), "bulk_store", 1, 64, [np.zeros(64, np.uint32)])
     with pytest.raises(PtxHazardError, match=r"st.shared.u32: the store overwrites shared address 0x[0-9a-f]+ while "
                                              r"the bulk store at line 19 .* may still read it"):

@@ -18,8 +18,10 @@ complete and checking every access against the tags:
   TMA store: the issuing thread) has the same rules.
 - `cp.async` (Ampere) bytes are `FLIGHT` from issue until the issuing thread's `cp.async.wait_group` /
   `wait_all` (or `cp.async.mbarrier.arrive`) lands them (`memory.land_copies`).
-- A generic store marks its bytes *unfenced* (with the writing thread); `fence.proxy.async` by the writer
-  clears them. An async-proxy read of an unfenced byte is a hazard (missing `fence.proxy.async`).
+- A generic store read by the async proxy needs a `fence.proxy.async` on a happens-before path from the
+  store to the read (in any thread: a barrier carries other threads' stores to the fencing thread), and
+  generic accesses to one byte, one a write, need a happens-before order; `happens_before` keeps the vector
+  clocks and reports both as hazards, on every schedule.
 - wgmma: per warpgroup, `wgmma.mma_async` joins the open group, `wgmma.commit_group` closes it and
   `wgmma.wait_group N` completes all but the N newest committed groups. Until then its accumulator and
   A-fragment registers are pending: any other instruction reading or writing them is a hazard (a later
@@ -48,6 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tessera.interpreters.ptx.decode import Step, elements
+from tessera.interpreters.ptx.happens_before import HappensBefore
 from tessera.interpreters.ptx.state import EXITED, PARK, RUN, Machine, PtxExecutionError
 from tessera.interpreters.ptx.syntax import Address, Negated, Reg, Vector
 from tessera.sm90 import facts
@@ -120,17 +123,17 @@ class AsyncTracker:
         self.state = np.zeros(n, np.int8)
         self.tag = np.zeros(n, np.int32)  # FLIGHT: copy id; LANDED: barrier instance
         self.phase = np.zeros(n, np.int64)  # LANDED: the phase the byte counts towards
-        self.unfenced = np.zeros(n, bool)
-        self.writer = np.zeros(n, np.int32)
         self.wg_read: np.ndarray | None = None  # [groups per CTA, bytes]: wgmma group + 1 reading the byte
         self.proxy_readers = True  # the program reads shared memory through the async proxy (set by install)
+        self.hb = HappensBefore(m.lanes, m.threads, n, self.hazard, self.where, m.describe_lane,
+                                races=getattr(m, "races", True))
         self.reset()
 
     def reset(self) -> None:
         """A new batch: nothing in flight, nothing pending, nothing observed."""
         m = self.m
+        self.hb.reset()
         self.state[:] = PLAIN
-        self.unfenced[:] = False
         self.tagged = False  # some byte may be FLIGHT or LANDED (an asynchronous copy was issued)
         self.copies: dict[int, Copy] = {}
         self.in_flight: dict[tuple[int, int], list[Copy]] = {}
@@ -221,6 +224,7 @@ class AsyncTracker:
 
     def shared_by_barrier(self, participants: np.ndarray, waiters: np.ndarray) -> None:
         """A named barrier completed: its waiters know what every participant had observed."""
+        self.hb.barrier(participants, waiters)
         if len(self.observed) and len(participants) and len(waiters):
             seen = self.observed[:, participants].max(axis=1)
             self.observed[:, waiters] = np.maximum(self.observed[:, waiters], seen[:, None])
@@ -277,7 +281,7 @@ class AsyncTracker:
         self.tagged = True
         self.state[index] = FLIGHT
         self.tag[index] = ident
-        self.unfenced[index] = False
+        self.hb.async_written(index)
         if state.pending == 0:
             self.wake(key)
 
@@ -355,7 +359,7 @@ class AsyncTracker:
         self.copies[ident] = Copy("cp.async", inst, int(lanes[0]), None, None, 0, None)
         self.state[flat] = FLIGHT
         self.tag[flat] = ident
-        self.unfenced[flat] = False
+        self.hb.async_written(flat)
         self.tagged = True
 
     def cp_async_landed(self, index: np.ndarray) -> None:
@@ -378,10 +382,10 @@ class AsyncTracker:
                 self.check_writable(inst, np.repeat(lanes, index.shape[1]), index.reshape(-1), "the store")
             if self.tagged:
                 self.state[index] = PLAIN
-            if self.proxy_readers:
-                self.unfenced[index] = True
-                self.writer[index] = lanes[:, None]
+            if self.proxy_readers or self.hb.races:
+                self.hb.write(inst, lanes, index)
             return
+        self.hb.read(inst, lanes, index)
         if not self.tagged:
             return
         state = self.state[index]
@@ -444,21 +448,12 @@ class AsyncTracker:
                                             f"was signalled: this thread has not observed phase {p} (parity {p & 1}) "
                                             f"of {self.barrier_name(b)} complete (no successful mbarrier wait for "
                                             "that phase, or a wait on the wrong parity)", reader)
-        unfenced = self.unfenced[flat]
-        if unfenced.any():
-            i = int(np.argmax(unfenced))
-            writer = int(self.writer[flat[i]])
-            raise self.hazard(inst, f"{what} reads {self.where(flat[i])}, which {self.m.describe_lane(writer)} "
-                                    "stored through the generic proxy and has not made visible to the async proxy "
-                                    "(missing fence.proxy.async after the store)", lanes[0])
+        self.hb.async_read(inst, lanes, flat, what)
 
     def fence(self, lanes: np.ndarray) -> None:
-        """fence.proxy.async by `lanes`: their generic stores so far are visible to the async proxy."""
-        stored = np.flatnonzero(self.unfenced)
-        if len(stored):
-            fencing = np.zeros(self.m.lanes, bool)
-            fencing[lanes] = True
-            self.unfenced[stored[fencing[self.writer[stored]]]] = False
+        """fence.proxy.async by `lanes`: the generic stores that happen before it are visible to the async
+        proxy along every happens-before path through it (`happens_before`)."""
+        self.hb.fence(lanes)
 
     # endregion
     # region wgmma

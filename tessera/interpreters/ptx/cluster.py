@@ -99,6 +99,9 @@ class ClusterState:
             return
         self.phase[group] += 1
         m.sync_epoch += 1
+        for cta in np.unique(m.lane_cta[lanes]):  # each CTA's threads release and acquire (happens_before)
+            mine = lanes[m.lane_cta[lanes] == cta]
+            m.tracker.hb.barrier(mine, mine)
         waiting = lanes[(m.status[lanes] == CLUSTER_WAIT) & (self.arrivals[lanes] <= self.phase[group])]
         m.status[waiting] = RUN
         m.pc[waiting] += 1

@@ -90,10 +90,16 @@ def decode_bar(ops: Operands, inst, mods):
     if "cluster" in inst.modifiers:
         return decode_barrier_cluster(ops, inst, mods)
     mods.drop("cta", "aligned")
+    m = ops.m
     if mods.take("warp"):
         mods.take("sync")
-        return Step(inst, lambda sel: None, unit=facts.WARP_SIZE)
-    m = ops.m
+
+        def warp_sync(sel):  # "guarantees memory ordering among threads participating in barrier"
+            lanes = lanes_of(m, sel)
+            warp = m.unit_of[facts.WARP_SIZE][lanes]
+            for w in np.unique(warp):
+                m.tracker.hb.barrier(lanes[warp == w], lanes[warp == w])
+        return Step(inst, warp_sync, unit=facts.WARP_SIZE)
     operands, reduce = inst.operands, None
     if mods.take("red"):
         reduce = _bar_reduction(ops, inst, mods)
@@ -238,6 +244,7 @@ def _changed(m: Machine, key: tuple[int, int], phase_before: int, state: facts.M
              prefer: bool = True) -> None:
     m.sync_epoch += 1
     if state.phase != phase_before:
+        m.tracker.hb.phase_completed(key)
         wake = (m.status == PARK) & (m.park_address == key[1]) & (m.lane_cta == key[0])
         if prefer and wake.any():
             m.preferred = wake  # a release: the threads it wakes run first (see asynchrony)
@@ -266,9 +273,18 @@ def apply(m: Machine, inst, lane: int, address: int, action) -> int:
     return result
 
 
+def _released(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray) -> None:
+    """`lanes` arrive on the mbarriers at `addresses`: a release into each barrier's pending phase, recorded
+    before the arrivals apply, so that the arrive completing a phase is part of it (`happens_before`)."""
+    keys = [mbarrier_key(m, int(lane), int(a)) for lane, a in zip(lanes, addresses)]
+    for key in dict.fromkeys(keys):
+        m.tracker.hb.arrive(inst, key, lanes[[k == key for k in keys]])
+
+
 def mbarrier_arrive_lanes(m: Machine, inst, space: str, lanes: np.ndarray, addresses, count: int) -> np.ndarray:
     """One arrive (with `count`) per lane, in lane order; returns each lane's state (phase)."""
     addresses = shared_addresses(m, inst, space, lanes, addresses)
+    _released(m, inst, lanes, addresses)
     return np.array([apply(m, inst, int(lane), int(a), lambda s: s.arrive(count)) for lane, a in zip(lanes, addresses)],
                     np.uint64)
 
@@ -322,6 +338,7 @@ def decode_mbarrier(ops: Operands, inst, mods):
                     except ValueError as error:
                         raise m.error(inst, str(error), int(lane)) from None
                     m.mbarriers[key] = state
+                    m.tracker.hb.init(inst, key, int(lane))
                     m.cluster_state.note_init(int(lane), key)
                     _changed(m, key, -1, state)
                 elif action == "inval":
@@ -348,6 +365,7 @@ def decode_mbarrier(ops: Operands, inst, mods):
             addresses = shared_addresses(m, inst, space, lanes, address(sel))
             values = np.broadcast_to(np.asarray(extra(sel)), lanes.shape) if extra is not None else None
             phases = np.empty(len(lanes), np.uint64)
+            _released(m, inst, lanes, addresses)
             for i, (lane, a) in enumerate(zip(lanes, addresses)):
                 count = 1 if expect or values is None else int(values[i])
                 tx = int(values[i]) if expect else 0
@@ -387,6 +405,7 @@ def decode_mbarrier(ops: Operands, inst, mods):
         for key in set(zip(m.lane_cta[passed].tolist(), addresses[done].tolist())):
             here = passed[(m.lane_cta[passed] == key[0]) & (addresses[done] == key[1])]
             m.tracker.observe(key, here, m.mbarriers[key].phase)
+            m.tracker.hb.waited(inst, (int(key[0]), int(key[1])), here)
         write(passed, np.ones(len(passed), bool))
         m.pc[passed] += 1
         failed = active[~done]

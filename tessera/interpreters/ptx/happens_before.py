@@ -1,0 +1,198 @@
+"""Happens-before in the PTX executor: races on shared memory and proxy fences judged by the PTX memory model's
+causality order, whatever order the executor happened to run the threads in.
+
+`asynchrony` checks what the schedule the executor ran exposes (a read of bytes still in flight, a write
+over bytes a wgmma still reads). This module adds the orders the memory model defines, so that a bug is
+reported on every schedule and a correct kernel on none:
+
+Vector clocks (FastTrack-style, incremental: bookkeeping per access, never a walk per access).
+`clock[t]` is thread t's vector clock (`clock[t, u]`: the last epoch of thread u known to happen before t's
+present point); `clock[t, t]` is t's own epoch, advanced at each release and each proxy fence, so accesses
+between two releases share one epoch. Synchronisation adds the edges [P#memory-consistency-model
+-causality-order]:
+
+- named and CTA barriers (`bar.sync`/`barrier.sync`/`bar.arrive`/`bar.red`): when the barrier completes,
+  every participant released, every waiter acquires the join of the participants' clocks;
+- mbarriers: an arrive (`mbarrier.arrive{.expect_tx}`, `cp.async.mbarrier.arrive`) releases into the
+  barrier's pending phase; the phase completing (the last arrival, or the last complete_tx of a TMA copy)
+  publishes it; a successful `try_wait`/`test_wait` acquires every published phase;
+- `mbarrier.init` is a write of the barrier by its thread: an arrive or wait of another thread that the
+  init does not happen before is a race (the `bar.sync` after `mbarrier.init` is missing);
+- asynchronous writes (TMA and bulk loads, cp.async) are ordered by the mbarrier phases and wait groups
+  `asynchrony` tracks; they reset a byte's generic-write record.
+
+Per shared-memory byte: the last generic write (thread, epoch, line) and the last generic read (thread,
+epoch, line). A write checks both against the writer's clock, a read checks the write: an access whose
+other side does not happen before it is a race, reported with both sides (instruction, line, thread) and
+the synchronisation that would have ordered them. Keeping one reader per byte (not a read vector clock)
+can miss a race with an earlier concurrent reader; it never reports a race that is not one.
+
+Proxies [P#memory-consistency-model-proxy-preserved-base-causality-order]: a generic write W is visible
+to an async-proxy read R (a TMA or bulk store, a wgmma operand) when a `fence.proxy.async` lies on a
+causality path from W to R. `fenced[t, u]` is the last epoch of thread u that a proxy fence on a path into
+t's present point covers: a fence by t sets `fenced[t] = clock[t]`, and every edge that carries `clock`
+carries `fenced` too. So a warpgroup that stores its tile, meets on a named barrier and lets one thread
+fence and issue the TMA store is correct (the barrier carries the stores to the fence), and the same without
+the barrier, or with the fence before the barrier, is reported.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class HappensBefore:
+    """Vector clocks of a machine's lanes and the per-byte access records of its shared memory; see the
+    module docstring. `hazard(inst, message, lane)` builds the error to raise; `where(flat)` names a byte."""
+
+    def __init__(self, lanes: int, threads: int, shared: int, hazard, where, describe_lane, races: bool = True):
+        self.lanes, self.threads, self.shared = lanes, threads, shared
+        self.hazard, self.where, self.describe_lane = hazard, where, describe_lane
+        self.races = races  # check generic read/write races (the proxy rule is always checked)
+        self.reset()
+
+    def reset(self) -> None:
+        n, s = self.lanes, self.shared
+        self.clock = np.zeros((n, self.threads), np.int32)  # [lane, thread of its CTA]
+        self.clock[np.arange(n), np.arange(n) % self.threads] = 1
+        self.fenced = np.zeros((n, self.threads), np.int32)
+        self.w_lane = np.zeros(s, np.int32)
+        self.w_clock = np.zeros(s, np.int32)  # 0: no generic write since the last asynchronous one
+        self.w_line = np.zeros(s, np.int32)
+        self.r_lane = np.zeros(s, np.int32)
+        self.r_clock = np.zeros(s, np.int32)  # 0: no generic read since the last write
+        self.r_line = np.zeros(s, np.int32)
+        self.pending: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self.published: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self.inits: dict[tuple[int, int], tuple[int, int, int]] = {}
+
+    # region synchronisation edges
+    def _release(self, lanes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The join of `lanes`' clocks and fenced clocks; their own epochs advance past it."""
+        c, f = self.clock[lanes].max(axis=0), self.fenced[lanes].max(axis=0)
+        self.clock[lanes, lanes % self.threads] += 1
+        return c, f
+
+    def _acquire(self, lanes: np.ndarray, c: np.ndarray, f: np.ndarray) -> None:
+        self.clock[lanes] = np.maximum(self.clock[lanes], c)
+        self.fenced[lanes] = np.maximum(self.fenced[lanes], f)
+
+    def barrier(self, participants: np.ndarray, waiters: np.ndarray) -> None:
+        """A named barrier completed: `participants` arrived (released), `waiters` leave it (acquire)."""
+        if len(participants):
+            c, f = self._release(participants)
+            if len(waiters):
+                self._acquire(waiters, c, f)
+
+    def arrive(self, inst, key: tuple[int, int], lanes: np.ndarray) -> None:
+        """`lanes` arrive on the mbarrier at `key`: a release into its pending phase."""
+        self.check_init(inst, key, lanes)
+        c, f = self._release(lanes)
+        old = self.pending.get(key)
+        self.pending[key] = (c, f) if old is None else (np.maximum(old[0], c), np.maximum(old[1], f))
+
+    def phase_completed(self, key: tuple[int, int]) -> None:
+        """The pending phase of the mbarrier at `key` completed: its releases are published to waiters."""
+        new = self.pending.pop(key, None)
+        if new is None:
+            return
+        old = self.published.get(key)
+        self.published[key] = new if old is None else (np.maximum(old[0], new[0]), np.maximum(old[1], new[1]))
+
+    def waited(self, inst, key: tuple[int, int], lanes: np.ndarray) -> None:
+        """`lanes` waited successfully on the mbarrier at `key`: they acquire its completed phases."""
+        self.check_init(inst, key, lanes)
+        done = self.published.get(key)
+        if done is not None:
+            self._acquire(lanes, *done)
+
+    def init(self, inst, key: tuple[int, int], lane: int) -> None:
+        """`mbarrier.init` by `lane`: a write of the barrier that its later users must be ordered after."""
+        self.inits[key] = (lane, int(self.clock[lane, lane % self.threads]), inst.line)
+        self.pending.pop(key, None)
+        self.published.pop(key, None)
+
+    def check_init(self, inst, key: tuple[int, int], lanes: np.ndarray) -> None:
+        record = self.inits.get(key)
+        if record is None or not self.races:
+            return
+        lane, epoch, line = record
+        unseen = self.clock[lanes, lane % self.threads] < epoch
+        if unseen.any():
+            i = int(np.argmax(unseen))
+            raise self.hazard(inst, f"uses the mbarrier at shared address {key[1]:#x}, which the mbarrier.init at line "
+                                    f"{line} ({self.describe_lane(lane)}) initialises, with no synchronisation "
+                                    "ordering the init before this use (race: missing bar.sync after mbarrier.init)",
+                              int(lanes[i]))
+
+    def fence(self, lanes: np.ndarray) -> None:
+        """fence.proxy.async by `lanes`: every generic write that happens before it is made visible to the
+        async proxy along any path through it."""
+        self.fenced[lanes] = np.maximum(self.fenced[lanes], self.clock[lanes])
+        self.clock[lanes, lanes % self.threads] += 1
+
+    # endregion
+    # region accesses
+    def async_written(self, flat: np.ndarray) -> None:
+        """An asynchronous copy wrote `flat`: the generic records no longer apply."""
+        self.w_clock[flat] = 0
+        self.r_clock[flat] = 0
+
+    def write(self, inst, lanes: np.ndarray, index: np.ndarray) -> None:
+        """A generic store of `lanes` at `index` [lanes, bytes]."""
+        if self.races:
+            self._check(inst, lanes, index, self.w_lane, self.w_clock, self.w_line, "wrote", "writes")
+            self._check(inst, lanes, index, self.r_lane, self.r_clock, self.r_line, "read", "writes")
+        self.w_lane[index] = lanes[:, None]
+        self.w_clock[index] = self.clock[lanes, lanes % self.threads][:, None]
+        self.w_line[index] = inst.line
+        self.r_clock[index] = 0
+
+    def read(self, inst, lanes: np.ndarray, index: np.ndarray) -> None:
+        """A generic load of `lanes` at `index` [lanes, bytes]."""
+        if not self.races:
+            return
+        self._check(inst, lanes, index, self.w_lane, self.w_clock, self.w_line, "wrote", "reads")
+        self.r_lane[index] = lanes[:, None]
+        self.r_clock[index] = self.clock[lanes, lanes % self.threads][:, None]
+        self.r_line[index] = inst.line
+
+    def _check(self, inst, lanes, index, who, when, line, did: str, does: str) -> None:
+        epochs = when[index]
+        if not epochs.any():
+            return
+        other = who[index]
+        unordered = epochs > self.clock[lanes[:, None], other % self.threads]
+        if unordered.any():
+            i, j = np.unravel_index(np.argmax(unordered), unordered.shape)
+            b = int(index[i, j])
+            raise self.hazard(inst, f"{does} {self.where(b)}, which the instruction at line {int(line[b])} "
+                                    f"({self.describe_lane(int(other[i, j]))}) {did}, and no synchronisation orders "
+                                    "the two (race: a bar.sync or an mbarrier wait between them is missing)",
+                              int(lanes[i]))
+
+    def async_read(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str) -> None:
+        """The async proxy reads `flat` for `lanes`: each generic write of those bytes needs a
+        fence.proxy.async on a happens-before path into one of the issuing threads."""
+        epochs = self.w_clock[flat]
+        if not epochs.any():
+            return
+        writers = self.w_lane[flat]
+        fenced = self.fenced[lanes][:, writers % self.threads].max(axis=0)
+        bad = epochs > fenced
+        if not bad.any():
+            return
+        i = int(np.argmax(bad))
+        writer, b = int(writers[i]), int(flat[i])
+        ordered = int(self.clock[lanes][:, writer % self.threads].max()) >= int(epochs[i])
+        why = ("no fence.proxy.async lies between the store and this read on any synchronisation path" if ordered
+               else "and no synchronisation orders the store before this read")
+        raise self.hazard(inst, f"{what} reads {self.where(b)}, which {self.describe_lane(writer)} stored through "
+                                "the generic proxy and has not made visible to the async proxy (missing "
+                                f"fence.proxy.async after the store at line {int(self.w_line[b])}: {why})",
+                          int(lanes[0]))
+
+    # endregion
+
+
+__all__ = ["HappensBefore"]
