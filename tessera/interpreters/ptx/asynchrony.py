@@ -28,6 +28,10 @@ complete and checking every access against the tags:
   `wgmma.mma_async` of the chain may use the accumulator as its accumulator and the A registers as its A),
   and the shared bytes it reads may not be overwritten (a TMA refilling a slot a wgmma still reads, a
   store, a cp.async).
+- `wgmma.fence` [P#asynchronous-warpgroup-level-matrix-instructions-wgmma-fence]: an instruction other than
+  wgmma.mma_async that names a register a wgmma.mma_async uses as accumulator or A fragment marks it
+  *touched* in its thread; `wgmma.fence` clears the thread's marks; a wgmma.mma_async whose accumulator or A
+  register is touched is a hazard (the fence between the access and the wgmma is missing).
 - Bulk and TMA stores read shared memory until `cp.async.bulk.wait_group{.read} N` of the issuing thread
   covers their bulk group: a write into those bytes before is a hazard.
 - mbarrier transactions: a phase that completes while copies are still in flight on its barrier, or whose
@@ -149,6 +153,7 @@ class AsyncTracker:
         self.pending: dict[str, tuple[np.ndarray, str, object]] = {}
         self.reading = False
         self.last_wgmma: dict[int, object] = {}  # warpgroup -> its last wgmma.mma_async
+        self.touched: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # register -> (lanes touched, line)
         self.read_inst: dict[tuple[int, int], object] = {}
         if self.wg_read is not None:
             self.wg_read[:] = 0
@@ -523,6 +528,33 @@ class AsyncTracker:
             self.pending = {name: e for name, e in self.pending.items() if live[id(e[0])]}
         self.reading = bool((self.wg_issued > self.wg_done).any())
 
+    def touch(self, inst, lanes: np.ndarray, names) -> None:
+        """`lanes` accessed the wgmma registers `names` outside a wgmma: a wgmma.fence must follow."""
+        for name in names:
+            entry = self.touched.get(name)
+            if entry is None:
+                entry = self.touched[name] = (np.zeros(self.m.lanes, bool), np.zeros(self.m.lanes, np.int32))
+            entry[0][lanes] = True
+            entry[1][lanes] = inst.line
+
+    def wgmma_fenced(self, lanes: np.ndarray) -> None:
+        for touched, _ in self.touched.values():
+            touched[lanes] = False
+
+    def check_fenced(self, inst, lanes: np.ndarray, roles: dict[str, str]) -> None:
+        """A wgmma.mma_async of `lanes` uses `roles`' registers: none may be touched since a wgmma.fence."""
+        for name, kind in roles.items():
+            entry = self.touched.get(name)
+            if entry is None:
+                continue
+            bad = entry[0][lanes]
+            if bad.any():
+                i = int(np.argmax(bad))
+                what = "accumulator" if kind == "result" else "A-fragment"
+                raise self.hazard(inst, f"uses {name} as its {what} register after the instruction at line "
+                                        f"{int(entry[1][lanes[i]])} accessed it, with no wgmma.fence between them "
+                                        "(missing wgmma.fence)", lanes[i])
+
     def check_registers(self, inst, lanes: np.ndarray, names, roles: dict[str, str]) -> None:
         """Refuse an instruction of `lanes` naming registers of a wgmma whose group is still pending."""
         ws = None
@@ -634,14 +666,24 @@ def install(m: Machine, steps: list[Step]) -> list[Step]:
         roles = _wgmma_roles(inst) if inst.opcode == "wgmma" else {}
         names = sorted(_registers(inst) & watched) if watched else ()
         before = after = None
-        if names:
+        if names and inst.opcode != "wgmma":
             def before(sel, inst=inst, names=names, roles=roles):
                 if tracker.pending:
                     tracker.check_registers(inst, _lanes(m, sel), names, roles)
+                tracker.touch(inst, _lanes(m, sel), names)
+        elif names:
+            def before(sel, inst=inst, names=names, roles=roles):
+                if tracker.pending:
+                    tracker.check_registers(inst, _lanes(m, sel), names, roles)
+                if roles:
+                    tracker.check_fenced(inst, _lanes(m, sel), roles)
         mods = inst.modifiers
         if roles:
             def after(sel, inst=inst, roles=roles):
                 tracker.wgmma_issued(inst, _lanes(m, sel), roles)
+        elif inst.opcode == "wgmma" and "fence" in mods:
+            def after(sel):
+                tracker.wgmma_fenced(_lanes(m, sel))
         elif inst.opcode == "wgmma" and "commit_group" in mods:
             def after(sel):
                 tracker.wgmma_commit(_lanes(m, sel))

@@ -186,7 +186,7 @@ class HappensBefore:
         writer, b = int(writers[i]), int(flat[i])
         ordered = int(self.clock[lanes][:, writer % self.threads].max()) >= int(epochs[i])
         why = ("no fence.proxy.async lies between the store and this read on any synchronisation path" if ordered
-               else "and no synchronisation orders the store before this read")
+               else "no synchronisation orders the store before this read")
         raise self.hazard(inst, f"{what} reads {self.where(b)}, which {self.describe_lane(writer)} stored through "
                                 "the generic proxy and has not made visible to the async proxy (missing "
                                 f"fence.proxy.async after the store at line {int(self.w_line[b])}: {why})",

@@ -1,0 +1,163 @@
+"""Happens-before in the PTX executor (tessera/interpreters/ptx/happens_before.py): proxy fences counted on the
+causality path from a generic store to the async-proxy read (not only in the storing thread), races on
+shared memory reported whatever order the executor ran the threads in, and one-edit bugs of the
+warp-specialized flash kernel that the schedule alone does not expose (missing bar.sync after
+mbarrier.init, missing wgmma.fence)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tessera.interpreters.ptx import PtxHazardError, launch
+
+from test_ptx_hazards import _attention, _qkv, _run, _seeded
+
+BOTH = r"\(thread \((\d+), 0, 0\) of CTA \(0, 0, 0\)\)"
+
+# A library epilogue: every thread of a warpgroup stores its part of the tile, the warpgroup meets on a named
+# barrier, one thread fences for the async proxy and issues the bulk store of the tile.
+_EPILOGUE = """.version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry epilogue(.param .u64 out)
+{
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<3>;
+    .reg .pred %p<2>;
+    .shared .align 128 .b8 tile[512];
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r1, tile;
+    shl.b32 %r2, %r0, 2;
+    add.u32 %r2, %r1, %r2;
+    st.shared.u32 [%r2], %r0;
+    setp.eq.u32 %p0, %r0, 0;
+    EARLY
+    BARRIER
+    LATE
+    ld.param.u64 %rd0, [out];
+    @%p0 cp.async.bulk.global.shared::cta.bulk_group [%rd0], [%r1], 512;
+    @%p0 cp.async.bulk.commit_group;
+    @%p0 cp.async.bulk.wait_group.read 0;
+    ret;
+}
+"""
+_ISSUER_FENCE = "@%p0 fence.proxy.async.shared::cta;"
+
+
+def _epilogue(early: str = "", barrier: str = "bar.sync 1, 128;", late: str = _ISSUER_FENCE) -> np.ndarray:
+    text = _EPILOGUE.replace("EARLY", early).replace("BARRIER", barrier).replace("LATE", late)
+    return launch(text, "epilogue", 1, 128, [np.zeros(128, np.uint32)])[0]
+
+
+def test_a_fence_after_the_barrier_in_the_issuing_thread_covers_every_threads_stores():
+    """The named barrier puts every thread's store before the issuing thread's fence: correct."""
+    np.testing.assert_array_equal(_epilogue(), np.arange(128))
+
+
+@pytest.mark.parametrize("barrier", ["setp.lt.u32 %p1, %r0, 32;\n    @%p1 bar.sync 1, 128;\n    @!%p1 bar.arrive 1, 128;",
+                                     "barrier.sync 1, 128;", "bar.sync 0;"])
+def test_other_barriers_carry_the_stores_to_the_fence(barrier):
+    """Warps that only arrive (producers) release their stores to the warp that syncs; the barrier spelling
+    and the CTA barrier carry them too."""
+    np.testing.assert_array_equal(_epilogue(barrier=barrier), np.arange(128))
+
+
+def test_every_thread_fencing_its_own_stores_before_the_barrier_is_correct():
+    np.testing.assert_array_equal(_epilogue(early="fence.proxy.async.shared::cta;", late=""), np.arange(128))
+
+
+def test_without_the_barrier_the_other_threads_stores_are_unordered():
+    with pytest.raises(PtxHazardError, match=r"^<ptx>:20: error: cp.async.bulk.global\S*: the bulk store reads "
+                                             r"shared address 0x[0-9a-f]+, which thread \([1-9]\d*, 0, 0\) .* "
+                                             r"\(missing fence.proxy.async after the store at line 14: no "
+                                             r"synchronisation orders the store before this read\)"):
+        _epilogue(barrier="")
+
+
+def test_a_fence_before_the_barrier_in_the_issuing_thread_only_covers_its_own_stores():
+    with pytest.raises(PtxHazardError, match=r"which thread \([1-9]\d*, 0, 0\) .* \(missing fence.proxy.async after "
+                                             r"the store at line 14: no fence.proxy.async lies between the store "
+                                             r"and this read on any synchronisation path\)"):
+        _epilogue(early=_ISSUER_FENCE, late="")
+
+
+# A warp writes a value that another warp reads. The executor runs warp 0 first, so the value read is right;
+# only happens-before sees that nothing orders the two.
+_HANDOFF = """.version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry handoff(.param .u64 out)
+{
+    .reg .b32 %r<6>;
+    .reg .b64 %rd<3>;
+    .reg .pred %p<2>;
+    .shared .align 4 .b8 box[128];
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r1, box;
+    and.b32 %r2, %r0, 31;
+    shl.b32 %r2, %r2, 2;
+    add.u32 %r2, %r1, %r2;
+    setp.lt.u32 %p0, %r0, 32;
+    @%p0 st.shared.u32 [%r2], %r0;
+    SYNC
+    @!%p0 ld.shared.u32 %r3, [%r2];
+    @!%p0 st.shared.u32 [%r2], 0;
+    ld.param.u64 %rd0, [out];
+    cvta.to.global.u64 %rd0, %rd0;
+    mul.wide.u32 %rd1, %r0, 4;
+    add.s64 %rd0, %rd0, %rd1;
+    @!%p0 st.global.u32 [%rd0], %r3;
+    ret;
+}
+"""
+
+
+def test_a_handoff_through_a_barrier_is_ordered():
+    out = launch(_HANDOFF.replace("SYNC", "bar.sync 0;"), "handoff", 1, 64,
+                 [np.zeros(64, np.uint32)])[0]
+    np.testing.assert_array_equal(out[32:], np.arange(32))
+
+
+def test_a_handoff_without_a_barrier_is_a_race_on_any_schedule():
+    """Both sides named: the load (line 18, a thread of warp 1) and the store (line 16, a thread of warp 0)."""
+    with pytest.raises(PtxHazardError, match=r"^<ptx>:18: error: ld.shared.u32: reads shared address 0x[0-9a-f]+, "
+                                             r"which the instruction at line 16 \(thread \((\d|[12]\d|3[01]), 0, 0\) "
+                                             r"of CTA \(0, 0, 0\)\) wrote, and no synchronisation orders the two "
+                                             r"\(race: .*\) \(thread \((3[2-9]|[45]\d|6[0-3]), 0, 0\)"):
+        launch(_HANDOFF.replace("SYNC", ""), "handoff", 1, 64, [np.zeros(64, np.uint32)])
+
+
+def test_a_write_after_a_read_needs_an_order_too():
+    """Warp 1 reads and overwrites the box after the barrier; warp 0 then stores into it again without a
+    second barrier: unordered with warp 1's accesses."""
+    text = _HANDOFF.replace("SYNC", "bar.sync 0;").replace("    ld.param.u64", "    @%p0 st.shared.u32 [%r2], 5;\n"
+                                                                             "    ld.param.u64", 1)
+    with pytest.raises(PtxHazardError, match=r"^<ptx>:\d+: error: st.shared.u32: writes shared address .* which the "
+                                             r"instruction at line \d+ .* no synchronisation orders the two"):
+        launch(text, "handoff", 1, 64, [np.zeros(64, np.uint32)])
+
+
+# the warp-specialized flash kernel (Tessera's default pipeline), one edit each
+
+
+def _drop_first(prefix: str):
+    def edit(lines):
+        del lines[next(i for i, line in enumerate(lines) if line.strip().startswith(prefix))]
+    return edit
+
+
+def test_missing_bar_sync_after_mbarrier_init_is_a_race(rng):
+    with pytest.raises(PtxHazardError, match=r"^seeded.ptx:\d+: error: mbarrier\.\S+: uses the mbarrier at shared "
+                                             r"address 0x[0-9a-f]+, which the mbarrier.init at line \d+ \(thread "
+                                             r"\(0, 0, 0\) .*\) initialises, with no synchronisation ordering the "
+                                             r"init before this use \(race: missing bar.sync after mbarrier.init\) "
+                                             r"\(thread \([1-9]\d*, 0, 0\)"):
+        _run(_attention(True), _seeded(_attention(True), _drop_first("bar.sync 0, 384")), _qkv(rng, 128))
+
+
+def test_missing_wgmma_fence_after_the_accumulator_is_zeroed_is_reported(rng):
+    with pytest.raises(PtxHazardError, match=r"^seeded.ptx:\d+: error: wgmma.mma_async\S*: uses %fa\d+ as its "
+                                             r"accumulator register after the instruction at line \d+ accessed it, "
+                                             r"with no wgmma.fence between them \(missing wgmma.fence\)"):
+        _run(_attention(True), _seeded(_attention(True), _drop_first("wgmma.fence")), _qkv(rng, 128))
