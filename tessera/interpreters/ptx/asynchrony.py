@@ -279,6 +279,7 @@ class AsyncTracker:
         self.staged = []
         acquired = None if self.last_wait[lane] < 0 else int(self.last_wait[lane])
         self.check_writable(inst, lane, index, f"the {kind}", acquired)
+        self.hb.async_write(inst, np.array([lane]), index, f"the {kind}")
         copy = Copy(kind, inst, lane, index, data, nbytes, key, acquired)
         ident = len(self.copies)
         self.copies[ident] = copy
@@ -516,10 +517,21 @@ class AsyncTracker:
         ws = np.unique(self.m.unit_of[facts.WARPGROUP_SIZE][lanes])
         self.wg_open[ws] += 1
 
-    def wgmma_wait(self, lanes: np.ndarray, keep: int) -> None:
+    def wgmma_wait(self, lanes: np.ndarray, keep: int, inst=None) -> None:
         """wgmma.wait_group `keep`: every committed group but the `keep` newest is complete."""
-        ws = np.unique(self.m.unit_of[facts.WARPGROUP_SIZE][lanes])
+        unit = self.m.unit_of[facts.WARPGROUP_SIZE]
+        ws = np.unique(unit[lanes])
+        before = self.wg_done[ws].copy()
         self.wg_done[ws] = np.maximum(self.wg_done[ws], self.wg_open[ws] - 1 - keep)
+        if self.wg_read is not None and self.hb.races:
+            size = max(self.m.shared_bytes, 1)
+            for w, old, new in zip(ws.tolist(), before.tolist(), self.wg_done[ws].tolist()):
+                if new > old:  # the shared bytes the completed groups read: read until now (happens_before)
+                    cta, local = divmod(w, self.groups_per_cta)
+                    groups = self.wg_read[local, cta * size:(cta + 1) * size].astype(np.int64) - 1
+                    done = np.flatnonzero((groups > old) & (groups <= new))
+                    if len(done):
+                        self.hb.reads_completed(done + cta * size, lanes[unit[lanes] == w], inst, local)
         if self.pending:
             live: dict[int, bool] = {}
             for e in self.pending.values():
@@ -688,8 +700,8 @@ def install(m: Machine, steps: list[Step]) -> list[Step]:
             def after(sel):
                 tracker.wgmma_commit(_lanes(m, sel))
         elif inst.opcode == "wgmma" and "wait_group" in mods:
-            def after(sel, keep=_group_count(inst)):
-                tracker.wgmma_wait(_lanes(m, sel), keep)
+            def after(sel, keep=_group_count(inst), inst=inst):
+                tracker.wgmma_wait(_lanes(m, sel), keep, inst)
         elif inst.opcode == "fence" and "proxy" in mods and "async" in mods:
             def after(sel):
                 tracker.fence(_lanes(m, sel))

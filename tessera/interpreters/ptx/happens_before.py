@@ -65,6 +65,8 @@ class HappensBefore:
         self.pending: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self.published: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self.inits: dict[tuple[int, int], tuple[int, int, int]] = {}
+        self.r_async = np.zeros(s, np.int32)  # 1 + index into `completions`: the async read that ended last
+        self.completions: list[tuple[np.ndarray, np.ndarray, int, int]] = []
 
     # region synchronisation edges
     def _release(self, lanes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -133,6 +135,29 @@ class HappensBefore:
 
     # endregion
     # region accesses
+    def reads_completed(self, flat: np.ndarray, lanes: np.ndarray, inst, group: int) -> None:
+        """A wgmma.wait_group of warpgroup `group` (`lanes`) completed wgmmas that read `flat`: a later write
+        of those bytes must happen after this point of one of the lanes."""
+        self.completions.append((lanes, self.clock[lanes, lanes % self.threads].copy(), inst.line, group))
+        self.r_async[flat] = len(self.completions)
+
+    def async_write(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str) -> None:
+        """A copy issued by `lanes` writes `flat`: each completed async read of those bytes must happen
+        before it, whatever order the executor ran the two in."""
+        if self.races and self.completions:
+            for c in np.unique(self.r_async[flat]).tolist():
+                if not c:
+                    continue
+                readers, epochs, line, group = self.completions[c - 1]
+                if not (self.clock[lanes][:, readers % self.threads] >= epochs).any():
+                    raise self.hazard(inst, f"{what} overwrites {self.where(int(flat[np.argmax(self.r_async[flat] == c)]))}, "
+                                            f"which a wgmma of warpgroup {group} read until its wgmma.wait_group at "
+                                            f"line {line}, and no synchronisation orders that wait before this copy "
+                                            "(race: the slot was released before the wgmma reading it completed)",
+                                      int(lanes[0]))
+        self.r_async[flat] = 0
+        self.async_written(flat)
+
     def async_written(self, flat: np.ndarray) -> None:
         """An asynchronous copy wrote `flat`: the generic records no longer apply."""
         self.w_clock[flat] = 0

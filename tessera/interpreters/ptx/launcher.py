@@ -262,7 +262,8 @@ def _host_memory(ptx: Module, entry, args: list, ctas: int, threads: int, shared
 def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int = 0,
            source: str = "<ptx>", *, max_steps: int = schedule.DEFAULT_MAX_STEPS,
            memory_budget: int | None = None, cta_order=None, cluster=None,
-           non_portable_cluster_size: bool = False, stats: dict | None = None) -> list[np.ndarray | None]:
+           non_portable_cluster_size: bool = False, stats: dict | None = None,
+           races: bool = True) -> list[np.ndarray | None]:
     """Run entry `kernel` of `ptx` over `grid` CTAs of `block` threads; see the module docstring.
     `cluster` (x, y, z) runs the CTAs of each cluster together (`cluster`), as cudaLaunchKernelEx with the
     cluster dimension attribute; `non_portable_cluster_size` is cudaFuncAttributeNonPortableClusterSizeAllowed.
@@ -272,7 +273,8 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
     need (`tessera.interpreters.limits`, 8 GiB by default). BLAS runs on one thread meanwhile
     (`tessera.interpreters.blas_threads`). `cta_order` (optional): the order the CTAs run in, a permutation of
     their linear indices (x fastest), in batches; a kernel with atomics is checked for races between CTAs
-    (`reductions`)."""
+    (`reductions`). `races` (default on) reports two generic accesses to a shared-memory byte, one a write,
+    that no synchronisation orders (`happens_before`); proxy fences are checked either way."""
     _check_arguments(ptx, kernel, args, shared_bytes, source)
     if isinstance(ptx, str):
         from tessera.interpreters.ptx.parse import parse_ptx
@@ -392,6 +394,7 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
     machine = Machine(entry, source, block, per_batch, shared, local_offsets, local_end, memory_, params_array,
                       param_offsets, global_symbols, grid)
     machine.tensor_maps = maps
+    machine.races = races
     machine.watch = reductions.ReductionWatch(machine) if reductions.uses_reductions(entry) else None
     machine.cluster, machine.cluster_size = cluster, cluster_size
     machine.cluster_state = ClusterState(machine)
@@ -454,11 +457,11 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
 
 def launch_described(ptx: str | Module, host, arrays: list[np.ndarray], sizes: dict[str, int],
                      source: str = "<ptx>", *, max_steps: int = schedule.DEFAULT_MAX_STEPS,
-                     memory_budget: int | None = None) -> None:
+                     memory_budget: int | None = None, races: bool = True) -> None:
     """Run a Tessera kernel from its PTX as `tessera.host.describe` says to launch it: `arrays` are the
     Tile-level arguments (inputs, outputs, scratch, as `prepare_arguments` makes them; an input read through a
     tensor map may be a strided view, see `TensorMapArg.strided`), `sizes` the named sizes. Outputs are
-    written back into `arrays`. `max_steps` and `memory_budget` as for `launch`."""
+    written back into `arrays`. `max_steps`, `memory_budget` and `races` as for `launch`."""
     maps = host.tensor_maps(sizes)
     args = []
     for param in host.params:
@@ -474,7 +477,7 @@ def launch_described(ptx: str | Module, host, arrays: list[np.ndarray], sizes: d
             args.append(np.uint32(sizes[param.size]))
     cluster = host.cluster(sizes)  # a clustered kernel: its shape, or (1, 1, 1) where it does not divide the grid
     results = launch(ptx, host.kernel, host.grid(sizes), host.block, args, host.dynamic_smem_bytes, source,
-                     max_steps=max_steps, memory_budget=memory_budget, cluster=cluster)
+                     max_steps=max_steps, memory_budget=memory_budget, cluster=cluster, races=races)
     for param, result in zip(host.params, results):
         if param.kind == "pointer":
             arrays[param.source][...] = result
