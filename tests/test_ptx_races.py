@@ -161,3 +161,41 @@ def test_missing_wgmma_fence_after_the_accumulator_is_zeroed_is_reported(rng):
                                              r"accumulator register after the instruction at line \d+ accessed it, "
                                              r"with no wgmma.fence between them \(missing wgmma.fence\)"):
         _run(_attention(True), _seeded(_attention(True), _drop_first("wgmma.fence")), _qkv(rng, 128))
+
+
+# the rule for a slot an async read (a wgmma) used, on the bookkeeping alone: thread 0 is the consumer, thread 1
+# the producer; the consumer's release reaches the producer through an mbarrier
+
+
+class _Inst:
+    line = 7
+
+
+def _hb():
+    from tessera.interpreters.ptx.happens_before import HappensBefore
+
+    def hazard(inst, message, lane):
+        return PtxHazardError(f"{inst.line}: {message} (thread {lane})")
+
+    return HappensBefore(2, 2, 16, hazard, lambda flat: f"byte {flat}", lambda lane: f"thread {lane}")
+
+
+@pytest.mark.parametrize("release_after_wait", [True, False])
+def test_a_slot_is_free_only_after_the_wait_group_that_ends_the_read(release_after_wait):
+    hb, slot, consumer, producer = _hb(), np.arange(8), np.array([0]), np.array([1])
+    key = (0, 0x100)
+    if release_after_wait:
+        hb.reads_completed(slot, consumer, _Inst(), 0)
+        hb.arrive(_Inst(), key, consumer)
+    else:  # the arrive releases the slot, then the wait_group ends the wgmma's read
+        hb.arrive(_Inst(), key, consumer)
+        hb.reads_completed(slot, consumer, _Inst(), 0)
+    hb.phase_completed(key)
+    hb.waited(_Inst(), key, producer)
+    if release_after_wait:
+        hb.async_write(_Inst(), producer, slot, "the TMA load")
+    else:
+        with pytest.raises(PtxHazardError, match=r"the TMA load overwrites byte 0, which a wgmma of warpgroup 0 read "
+                                                 r"until its wgmma.wait_group at line 7, .*\(race: the slot was "
+                                                 r"released before the wgmma reading it completed\) \(thread 1\)"):
+            hb.async_write(_Inst(), producer, slot, "the TMA load")

@@ -144,19 +144,23 @@ class HappensBefore:
     def async_write(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str) -> None:
         """A copy issued by `lanes` writes `flat`: each completed async read of those bytes must happen
         before it, whatever order the executor ran the two in."""
+        self._after_async_reads(inst, lanes, flat, what)
+        self.async_written(flat)
+
+    def _after_async_reads(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str) -> None:
         if self.races and self.completions:
             for c in np.unique(self.r_async[flat]).tolist():
                 if not c:
                     continue
                 readers, epochs, line, group = self.completions[c - 1]
                 if not (self.clock[lanes][:, readers % self.threads] >= epochs).any():
-                    raise self.hazard(inst, f"{what} overwrites {self.where(int(flat[np.argmax(self.r_async[flat] == c)]))}, "
-                                            f"which a wgmma of warpgroup {group} read until its wgmma.wait_group at "
-                                            f"line {line}, and no synchronisation orders that wait before this copy "
+                    byte = int(flat[np.argmax(self.r_async[flat] == c)])
+                    raise self.hazard(inst, f"{what} overwrites {self.where(byte)}, which a wgmma of warpgroup {group} "
+                                            f"read until its wgmma.wait_group at line {line}, and no synchronisation "
+                                            "orders that wait before this write "
                                             "(race: the slot was released before the wgmma reading it completed)",
                                       int(lanes[0]))
         self.r_async[flat] = 0
-        self.async_written(flat)
 
     def async_written(self, flat: np.ndarray) -> None:
         """An asynchronous copy wrote `flat`: the generic records no longer apply."""
@@ -168,6 +172,8 @@ class HappensBefore:
         if self.races:
             self._check(inst, lanes, index, self.w_lane, self.w_clock, self.w_line, "wrote", "writes")
             self._check(inst, lanes, index, self.r_lane, self.r_clock, self.r_line, "read", "writes")
+            if self.completions:
+                self._after_async_reads(inst, lanes, index.reshape(-1), "the store")
         self.w_lane[index] = lanes[:, None]
         self.w_clock[index] = self.clock[lanes, lanes % self.threads][:, None]
         self.w_line[index] = inst.line
