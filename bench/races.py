@@ -4,8 +4,8 @@
 
 Runs kernels with generic shared-memory traffic (tests/ptx_kernels: the cp.async row pipeline, the softmax
 row, the transpose, the ldmatrix reduction) and one CTA of Tessera's any-shape GEMM (st.shared, proxy fence,
-wgmma) through `tessera.ptx.launch` with `races=True` and `races=False`, and prints the best wall time of
-each and the ratio. Run it under an older checkout too (where `launch` has no `races`) to compare with the
+wgmma) through `tessera.ptx.launch` with `races=True` and `races=False`, and prints the best CPU time (of this
+process: steadier than wall time on a shared machine) of each and the ratio. Run it under an older checkout too (where `launch` has no `races`) to compare with the
 executor before happens-before: the script then times one configuration.
 """
 
@@ -38,9 +38,9 @@ def _cases():
 def _best(run, repeats: int, **kw) -> float:
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = time.process_time()
         run(**kw)
-        times.append(time.perf_counter() - start)
+        times.append(time.process_time() - start)
     return min(times)
 
 

@@ -53,31 +53,46 @@ class HappensBefore:
 
     def reset(self) -> None:
         n, s = self.lanes, self.shared
-        self.clock = np.zeros((n, self.threads), np.int32)  # [lane, thread of its CTA]
+        if not hasattr(self, "clock"):  # allocated once, cleared for each batch
+            self.clock = np.zeros((n, self.threads), np.int32)  # [lane, thread of its CTA]
+            self.fenced = np.zeros((n, self.threads), np.int32)
+            self.w_lane, self.r_lane = np.zeros(s, np.int32), np.zeros(s, np.int32)
+            self.w_line, self.r_line = np.zeros(s, np.int32), np.zeros(s, np.int32)
+            self.w_clock = np.zeros(s, np.int32)  # 0: no generic write since the last asynchronous one
+            self.r_clock = np.zeros(s, np.int32)  # 0: no generic read since the last write
+            self.r_async = np.zeros(s, np.int32)  # 1 + index into `completions`: the async read that ended last
+        else:
+            for array in (self.clock, self.fenced, self.w_clock, self.r_clock, self.r_async):
+                array.fill(0)
         self.clock[np.arange(n), np.arange(n) % self.threads] = 1
-        self.fenced = np.zeros((n, self.threads), np.int32)
-        self.w_lane = np.zeros(s, np.int32)
-        self.w_clock = np.zeros(s, np.int32)  # 0: no generic write since the last asynchronous one
-        self.w_line = np.zeros(s, np.int32)
-        self.r_lane = np.zeros(s, np.int32)
-        self.r_clock = np.zeros(s, np.int32)  # 0: no generic read since the last write
-        self.r_line = np.zeros(s, np.int32)
         self.pending: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self.published: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self.inits: dict[tuple[int, int], tuple[int, int, int]] = {}
-        self.r_async = np.zeros(s, np.int32)  # 1 + index into `completions`: the async read that ended last
         self.completions: list[tuple[np.ndarray, np.ndarray, int, int]] = []
 
     # region synchronisation edges
+    @staticmethod
+    def _rows(lanes: np.ndarray):
+        """`lanes` as a slice where they are consecutive (a view: no copy), else as they are."""
+        first, last = int(lanes[0]), int(lanes[-1])
+        return slice(first, last + 1) if last - first + 1 == len(lanes) and (len(lanes) < 2 or lanes[1] > first) \
+            else lanes
+
     def _release(self, lanes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The join of `lanes`' clocks and fenced clocks; their own epochs advance past it."""
-        c, f = self.clock[lanes].max(axis=0), self.fenced[lanes].max(axis=0)
+        rows = self._rows(lanes)
+        c, f = self.clock[rows].max(axis=0), self.fenced[rows].max(axis=0)
         self.clock[lanes, lanes % self.threads] += 1
         return c, f
 
     def _acquire(self, lanes: np.ndarray, c: np.ndarray, f: np.ndarray) -> None:
-        self.clock[lanes] = np.maximum(self.clock[lanes], c)
-        self.fenced[lanes] = np.maximum(self.fenced[lanes], f)
+        rows = self._rows(lanes)
+        if isinstance(rows, slice):
+            np.maximum(self.clock[rows], c, out=self.clock[rows])
+            np.maximum(self.fenced[rows], f, out=self.fenced[rows])
+        else:
+            self.clock[rows] = np.maximum(self.clock[rows], c)
+            self.fenced[rows] = np.maximum(self.fenced[rows], f)
 
     def barrier(self, participants: np.ndarray, waiters: np.ndarray) -> None:
         """A named barrier completed: `participants` arrived (released), `waiters` leave it (acquire)."""
