@@ -168,7 +168,7 @@ class HappensBefore:
                 if not c:
                     continue
                 readers, epochs, line, group = self.completions[c - 1]
-                if not (self.clock[lanes][:, readers % self.threads] >= epochs).any():
+                if not (self.clock[lanes].max(axis=0)[readers % self.threads] >= epochs).any():
                     byte = int(flat[np.argmax(self.r_async[flat] == c)])
                     raise self.hazard(inst, f"{what} overwrites {self.where(byte)}, which a wgmma of warpgroup {group} "
                                             f"read until its wgmma.wait_group at line {line}, and no synchronisation "
@@ -224,13 +224,13 @@ class HappensBefore:
         if not epochs.any():
             return
         writers = self.w_lane[flat]
-        fenced = self.fenced[lanes][:, writers % self.threads].max(axis=0)
+        fenced = self.fenced[lanes].max(axis=0)[writers % self.threads]  # any issuing thread's path
         bad = epochs > fenced
         if not bad.any():
             return
         i = int(np.argmax(bad))
         writer, b = int(writers[i]), int(flat[i])
-        ordered = int(self.clock[lanes][:, writer % self.threads].max()) >= int(epochs[i])
+        ordered = int(self.clock[lanes, writer % self.threads].max()) >= int(epochs[i])
         why = ("no fence.proxy.async lies between the store and this read on any synchronisation path" if ordered
                else "no synchronisation orders the store before this read")
         raise self.hazard(inst, f"{what} reads {self.where(b)}, which {self.describe_lane(writer)} stored through "
