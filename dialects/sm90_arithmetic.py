@@ -1,7 +1,7 @@
 """Target IR arithmetic the machine does differently, in the `sm90` dialect (`sm90.py` registers it and
 re-exports each op as `sm90.X`).
 
-The approximate transcendental functions (ex2, rcp, lg2), packing pairs of f32 into bf16x2/f16x2 registers,
+The approximate transcendental functions (ex2, rcp, lg2, tanh, rsqrt), packing pairs of f32 into bf16x2/f16x2 registers,
 and register-by-register compare and select on fragments; ordinary arithmetic stays in upstream `arith`.
 """
 
@@ -66,6 +66,24 @@ class Lg2ApproxOp(_ApproxUnaryOp):
     lg2(+inf) = +inf. The forward's log-sum-exp: ln(l) = lg2(l) * ln 2."""
 
     name = "sm90.lg2_approx"
+
+
+@irdl_op_definition
+class TanhApproxOp(_ApproxUnaryOp):
+    """`%r = sm90.tanh_approx %x : f32`: tanh(x) per register, `tanh.approx.f32` (sm_75+; no .ftz form:
+    subnormals are kept; max relative error `tessera.sm90.approx.TANH_APPROX_RELATIVE_ERROR`
+    [P#floating-point-instructions-tanh]); tanh(+-inf) = +-1, tanh(+-0) = +-0."""
+
+    name = "sm90.tanh_approx"
+
+
+@irdl_op_definition
+class RsqrtApproxOp(_ApproxUnaryOp):
+    """`%r = sm90.rsqrt_approx %x : f32`: 1/sqrt(x) per register, `rsqrt.approx.ftz.f32` (max relative error
+    `tessera.sm90.approx.RSQRT_APPROX_RELATIVE_ERROR` [P#floating-point-instructions-rsqrt]); rsqrt(+0) = +inf,
+    rsqrt(+inf) = +0, NaN for x < 0; subnormal inputs flush to zero."""
+
+    name = "sm90.rsqrt_approx"
 
 
 @irdl_op_definition

@@ -22,7 +22,7 @@
 
 // -----
 
-// CHECK: tile type: element type must be bf16, f16, f32, i32, i64 or index, got i8
+// CHECK: tile type: element type must be bf16, f16, f32, i32, i64, index or i1, got i8
 "test.op"() : () -> !tile.tile<4xi8, register>
 
 // -----
