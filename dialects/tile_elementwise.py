@@ -55,21 +55,18 @@ def is_i1(element_type: Attribute) -> bool:
 def broadcast_shape(shapes: Sequence[tuple[int, ...]]) -> tuple[int, ...] | None:
     """The result shape of operands of `shapes` under the module's rule, or None where they do not broadcast.
 
-    1-D operands are row vectors; among 2-D operands each dimension is equal or 1."""
+    1-D operands are row vectors [M] (read as [M, 1]); each dimension of the operands is equal or 1."""
     if all(len(s) == 1 for s in shapes):
         return shapes[0] if len(set(shapes)) == 1 else None
     if any(len(s) not in (1, 2) for s in shapes):
         return None
-    two_d = [s for s in shapes if len(s) == 2]
+    two_d = [s if len(s) == 2 else (s[0], 1) for s in shapes]  # a row vector [M] broadcasts as [M, 1]
     result = []
     for axis in range(2):
         sizes = {s[axis] for s in two_d} - {1}
         if len(sizes) > 1:
             return None
         result.append(sizes.pop() if sizes else 1)
-    for s in shapes:
-        if len(s) == 1 and s[0] != result[0]:
-            return None
     return tuple(result)
 
 
