@@ -115,17 +115,19 @@ class _BroadcastOp(IRDLOperation):
     @classmethod
     def parse(cls, parser: Parser):
         properties = cls._parse_prefix(parser)
+        start = parser.pos
         operands: list[UnresolvedOperand] = parser.parse_comma_separated_list(
             parser.Delimiter.NONE, parser.parse_unresolved_operand)
         attributes = parser.parse_optional_attr_dict()
         parser.parse_punctuation(":")
         types = parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_type)
         if len(operands) != cls.ARITY:
-            parser.raise_error(f"{cls.name} takes {cls.ARITY} operands, got {len(operands)}")
+            parser.raise_error(f"{cls.name} takes {cls.ARITY} operands, got {len(operands)}", start, parser.pos)
         if len(types) == 1:
             types = types * len(operands)
         if len(types) != len(operands):
-            parser.raise_error(f"{cls.name}: expected one type for all operands or one per operand ({len(operands)}), got {len(types)}")
+            parser.raise_error(f"{cls.name}: expected one type for all operands or one per operand ({len(operands)}), "
+                               f"got {len(types)}", start, parser.pos)
         values = [parser.resolve_operand(o, t) for o, t in zip(operands, types)]
         op = cls(*properties.values(), *values)
         op.attributes.update(attributes)
@@ -291,16 +293,19 @@ class SelectOp(_BroadcastOp):
 
     @classmethod
     def parse(cls, parser: Parser) -> SelectOp:
+        start = parser.pos
         operands = parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_unresolved_operand)
         attributes = parser.parse_optional_attr_dict()
         parser.parse_punctuation(":")
         types = parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_type)
         if len(operands) != 3:
-            parser.raise_error(f"tile.select takes 3 operands (condition, true value, false value), got {len(operands)}")
+            parser.raise_error(f"tile.select takes 3 operands (condition, true value, false value), got {len(operands)}",
+                               start, parser.pos)
         if len(types) == 2:
             types = [types[0], types[1], types[1]]
         if len(types) != 3:
-            parser.raise_error(f"tile.select: expected the condition's type and one or two value types, got {len(types)} types")
+            parser.raise_error(f"tile.select: expected the condition's type and one or two value types, got {len(types)} types",
+                               start, parser.pos)
         op = cls(*(parser.resolve_operand(o, t) for o, t in zip(operands, types)))
         op.attributes.update(attributes)
         return op

@@ -259,3 +259,18 @@ def test_verifier_refuses_non_broadcasting_shapes():
         parse_module(text)
 
 # endregion
+
+
+@pytest.mark.parametrize("line,message", [
+    ("%c = tile.add %a, %a : !tile.tile<64x32xf32, register>, !tile.tile<64x32xf32, register>, "
+     "!tile.tile<64x32xf32, register>", "tile.add: expected one type for all operands or one per operand (2), got 3"),
+    ("%c = tile.sub %a, %a, %a : !tile.tile<64x32xf32, register>", "tile.sub takes 2 operands, got 3"),
+    ("%c = tile.iota rows offset %a : !tile.tile<64x32xi32, register>", "index"),
+])
+def test_syntax_errors_are_located(line, message):
+    from xdsl.utils.exceptions import ParseError
+
+    text = f"func.func @f(%a: !tile.tile<64x32xf32, register>) {{\n  {line}\n  func.return\n}}"
+    with pytest.raises(ParseError, match=re.escape(message)) as error:
+        parse_module(text)
+    assert "<string>:2:" in str(error.value)
