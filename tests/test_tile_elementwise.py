@@ -1,7 +1,7 @@
 """The elementwise Tile IR vocabulary (`dialects/tile_elementwise.py`): broadcasting rules, the Tile
 interpreter's values against NumPy, and the same kernels lowered (convert-tile-to-sm90) and run in the CTA
 simulator and, printed as PTX, in the PTX executor and under ptxas. The user kernels of
-`tests/kernels_elementwise/` (softmax, RMSNorm, a GEMM with soft-capping, SiLU and an iota mask, ALiBi with a
+`examples/elementwise/` (softmax, RMSNorm, a GEMM with soft-capping, SiLU and an iota mask, ALiBi with a
 sliding window) are checked at every level against NumPy with the documented bounds of the approximate
 instructions (`tessera.sm90.approx`)."""
 
@@ -21,7 +21,7 @@ from tessera.dialects.tile_elementwise import broadcast_shape
 from tessera.ir import parse_module
 from tessera.sm90 import approx
 
-KERNELS = Path(__file__).parent / "kernels_elementwise"
+KERNELS = Path(__file__).resolve().parent.parent / "examples" / "elementwise"
 LEVELS = ("tile", "target", "ptx")
 F32_ULP = 2.0**-23
 
