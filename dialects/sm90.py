@@ -33,6 +33,7 @@ from xdsl.irdl import IRDLOperation, irdl_op_definition, prop_def, result_def, t
 from xdsl.traits import Pure
 
 from tessera.dialects.sm90_arithmetic import (
+    CvtOp,
     CvtPackOp,
     Ex2ApproxOp,
     Lg2ApproxOp,
@@ -152,6 +153,7 @@ SM90 = Dialect(
         Lg2ApproxOp,
         TanhApproxOp,
         RsqrtApproxOp,
+        CvtOp,
         CvtPackOp,
         SetpOp,
         SelpOp,

@@ -113,6 +113,30 @@ class CvtPackOp(IRDLOperation):
 
 
 @irdl_op_definition
+class CvtOp(IRDLOperation):
+    """`%r = sm90.cvt %x : vector<32xi32> -> vector<32xf32>`: convert register by register between s32 and f32:
+    s32 to f32 rounds to nearest even (`cvt.rn.f32.s32`), f32 to s32 truncates toward zero, saturates and gives
+    0 for NaN (`cvt.rzi.s32.f32`) [P#data-movement-and-conversion-instructions-cvt]. Upstream `arith.sitofp` and
+    `arith.fptosi` in xDSL 0.74 convert scalars only."""
+
+    name = "sm90.cvt"
+    source = operand_def(base(Float32Type) | base(IntegerType) | base(VectorType))
+    result = result_def(base(Float32Type) | base(IntegerType) | base(VectorType))
+    traits = traits_def(Pure())
+    assembly_format = "$source attr-dict `:` type($source) `->` type($result)"
+
+    def __init__(self, source, result_type):
+        super().__init__(operands=[source], result_types=[result_type])
+
+    def verify_(self) -> None:
+        src, dst = _element(self.source.type), _element(self.result.type)
+        _require({src, dst} == {i32, Float32Type()}, self, f"converts between i32 and f32, got {src} -> {dst}")
+        _require(_lanes(self.source.type) == _lanes(self.result.type) and
+                 isinstance(self.source.type, VectorType) == isinstance(self.result.type, VectorType), self,
+                 f"keeps the register count: {self.source.type} -> {self.result.type}")
+
+
+@irdl_op_definition
 class SetpOp(IRDLOperation):
     """`%p = sm90.setp "lt" %a, %b : vector<64xi64> -> vector<64xi1>`: compare register by register
     (integers signed, floats ordered: a NaN compares false except for `ne`). Prints as `setp.CMP.TYPE`.

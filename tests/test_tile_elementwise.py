@@ -105,6 +105,7 @@ RESULTS = [
      f"%eK = tile.mul %cK, %cK : {I}\n%gK = tile.neg %iK : {I}\n%hK = tile.add %eK, %gK : {I}\n"
      f"%rK = tile.cast %hK : {I} -> {T}",
      lambda x, p, w, i, j: np.minimum(np.maximum(np.abs(i - j), 3), 20) ** 2 - i, 0.0),
+    (f"%qK = tile.cast %x : {T} -> {I}\n%rK = tile.cast %qK : {I} -> {T}", lambda x, p, w, i, j: np.trunc(x), 0.0),
     (f"%lK = tile.cmp lt %x, %w : {T}, {COL}\n%gK = tile.cmp ge %p, %x : {T}\n"
      f"%zK = tile.fill 0.0 : {T}\n%sK = tile.select %gK, %p, %zK : !tile.tile<64x64xi1, register>, {T}\n"
      f"%rK = tile.select %lK, %x, %sK : !tile.tile<64x64xi1, register>, {T}",
@@ -224,13 +225,23 @@ def test_alibi(level):
     _close(_interpret(_kernel("alibi"), x, level=level), ref, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["softmax", "rmsnorm", "gemm_softcap", "alibi"])
+@pytest.mark.parametrize("name", ["every_op", "softmax", "rmsnorm", "gemm_softcap", "alibi"])
+def test_lowered_kernels_verify(name):
+    """The Target IR of each kernel verifies after the full pipeline (upstream ops keep their scalar-only
+    constraints: vector conversions are sm90.cvt)."""
+    module = _every_op_module() if name == "every_op" else _kernel(name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tessera.ir.verify(tessera.compile(module, target="target"))
+
+
+@pytest.mark.parametrize("name", ["every_op", "softmax", "rmsnorm", "gemm_softcap", "alibi"])
 def test_user_kernels_assemble(name, ptxas):
     from tessera.toolchain import compile_ptx
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # warp-specialize: nothing to specialize in these kernels
-        ptx = tessera.compile(_kernel(name), target="ptx")
+        ptx = tessera.compile(_every_op_module() if name == "every_op" else _kernel(name), target="ptx")
     result = compile_ptx(ptx, source_name=name, ptxas=ptxas)
     assert result.warnings == (), "\n".join(map(str, result.warnings))
     for entry in result.entries.values():

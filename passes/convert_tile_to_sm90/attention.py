@@ -177,8 +177,7 @@ class AttentionLowering:
         integer = {src.element_type, dst.element_type} == {i32, f32}
         if integer and self._vector_type(op, src).get_shape() == self._vector_type(op, dst).get_shape():
             # i32 -> f32 rounds to nearest even (cvt.rn.f32.s32), f32 -> i32 truncates (cvt.rzi.s32.f32)
-            convert = arith.SIToFPOp if dst.element_type == f32 else arith.FPToSIOp
-            self._set(op.result, e.op(convert(self._get(op.source), self._vector_type(op, dst))))
+            self._set(op.result, e.op(sm90.CvtOp(self._get(op.source), self._vector_type(op, dst))))
             return
         if not (isinstance(src.element_type, Float32Type) and isinstance(dst.element_type, BFloat16Type | Float16Type) and src.rank == 2):
             _refuse(op, "only casts of 2-D f32 register tiles to bf16/f16, and between i32 and f32, are supported")

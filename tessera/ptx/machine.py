@@ -287,6 +287,13 @@ def print_approx(p: KernelPrinter, op: Operation) -> None:
     elementwise(p, op.results[0], list(op.operands), lambda d, s: [f"{mnemonic} {d}, {s[0]}"])
 
 
+@handles(sm90.CvtOp)
+def print_cvt(p: KernelPrinter, op: sm90.CvtOp) -> None:
+    """`cvt.rn.f32.s32` or `cvt.rzi.s32.f32`, register by register."""
+    mnemonic = "cvt.rzi.s32.f32" if p.cls(op.source) is F32 else "cvt.rn.f32.s32"
+    elementwise(p, op.result, [op.source], lambda d, s: [f"{mnemonic} {d}, {s[0]}"])
+
+
 @handles(sm90.CvtPackOp)
 def print_cvt_pack(p: KernelPrinter, op: sm90.CvtPackOp) -> None:
     """Pair (x[2i], x[2i+1]) into register i with x[2i] in the low half: `cvt` puts its first source in the

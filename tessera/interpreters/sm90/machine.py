@@ -249,6 +249,16 @@ class Sm90Functions(InterpreterFunctions):
             x = _flush_subnormal(args[0]).astype(np.float64)
             return (_flush_subnormal((1.0 / np.sqrt(x)).astype(np.float32)),)
 
+    @impl(sm90.CvtOp)
+    def run_cvt(self, interpreter: Interpreter, op: sm90.CvtOp, args: PythonValues):
+        """s32 -> f32 rounds to nearest even; f32 -> s32 truncates, saturates, NaN -> 0 (cvt.rzi)."""
+        (x,) = args
+        if x.dtype == np.float32:
+            with np.errstate(invalid="ignore"):
+                clipped = np.clip(np.trunc(np.nan_to_num(x.astype(np.float64), nan=0.0)), -2.0**31, 2.0**31 - 1)
+            return (clipped.astype(np.int32),)
+        return (x.astype(np.int64).astype(np.float32),)
+
     @impl(sm90.CvtPackOp)
     def run_cvt_pack(self, interpreter: Interpreter, op: sm90.CvtPackOp, args: PythonValues):
         (x,) = args
