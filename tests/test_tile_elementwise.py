@@ -285,3 +285,34 @@ def test_syntax_errors_are_located(line, message):
     with pytest.raises(ParseError, match=re.escape(message)) as error:
         parse_module(text)
     assert "<string>:2:" in str(error.value)
+
+
+PREDICATES = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
+              "ne": np.not_equal}
+
+
+@pytest.mark.parametrize("level", ["tile", "target"])
+def test_compares_with_nan_infinities_and_signed_zeros(level):
+    """f32 compares are ordered (NaN false) except ne (NaN true), -0 == +0; the same at every level."""
+    body = []
+    for k, predicate in enumerate(PREDICATES):
+        body += [f"%p{k} = tile.cmp {predicate} %x, %y : {T}",
+                 f"%r{k} = tile.select %p{k}, %one, %zero : !tile.tile<64x64xi1, register>, {T}",
+                 f"%col{k} = arith.constant {64 * k} : index",
+                 f"%ow{k} = tile.view %O[%m0, %col{k}] : !tile.tile<?x384xf32, global> -> !tile.tile<64x64xf32, global>",
+                 f"tile.store_global %r{k}, %ow{k} : {T}, !tile.tile<64x64xf32, global>"]
+    text = (EVERY_OP.replace("WIDTH", "384")
+            .replace("%W: !tile.tile<64xf32, global> {tile.dims = #tile.dims<64>},\n", "")
+            .replace("    %ww = tile.view %W[%c0] : !tile.tile<64xf32, global> -> !tile.tile<64xf32, global>\n", "")
+            .replace("    %w = tile.load_broadcast %ww : !tile.tile<64xf32, global> -> !tile.tile<1x64xf32, register>\n",
+                     f"    %one = tile.fill 1.0 : {T}\n    %zero = tile.fill 0.0 : {T}\n")
+            .replace("%X:", "%X:").replace("%P:", "%Y:").replace("%P[", "%Y[").replace("%p = tile.load", "%y = tile.load")
+            .replace("BODY", "\n".join("    " + line for line in body)))
+    rng = np.random.default_rng(9)
+    special = np.float32([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0])
+    x = rng.choice(special, (64, 64))
+    y = rng.choice(special, (64, 64))
+    out = _interpret(parse_module(text), x, y, level=level)
+    with np.errstate(invalid="ignore"):
+        for k, compare in enumerate(PREDICATES.values()):
+            np.testing.assert_array_equal(out[:, 64 * k: 64 * k + 64], compare(x, y).astype(np.float32))

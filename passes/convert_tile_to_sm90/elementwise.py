@@ -27,7 +27,7 @@ from tessera.dialects.tile_types import TileType
 from tessera.lowering.emitter import Emitter
 from tessera.lowering.fragments import AccumulatorLayout
 from tessera.numerics import exp2_factor
-from tessera.passes.convert_tile_to_sm90.common import LOG2E, Scaled, _refuse
+from tessera.passes.convert_tile_to_sm90.common import Scaled, _refuse
 
 _FLOAT_BINARY = {
     tile.AddOp: arith.AddfOp, tile.SubOp: arith.SubfOp, tile.MulOp: arith.MulfOp, tile.DivOp: arith.DivfOp,
@@ -79,18 +79,18 @@ class ElementwiseLowering:
     def _splat_like(self, value: SSAValue, constant: float, e: Emitter) -> SSAValue:
         return e.splat(f32, constant, value.type.get_shape()[0])
 
-    def _exp_of(self, op, x, e: Emitter, factor: float) -> SSAValue:
+    def _exp_of(self, x, e: Emitter, factor: float) -> SSAValue:
         """e^(factor raw) = ex2(raw f32(factor log2 e)) of a lowered or `Scaled` value."""
         if isinstance(x, Scaled):
             raw, factor = x.raw, factor * x.factor
             return e.ex2(e.mulf(raw, self._splat_like(raw, exp2_factor(factor), e)))
         return e.ex2(e.mulf(x, self._splat_like(x, exp2_factor(factor), e)))
 
-    def _sigmoid_of(self, op, x: SSAValue, e: Emitter) -> SSAValue:
-        return e.rcp(e.addf(self._splat_like(x, 1.0, e), self._exp_of(op, x, e, -1.0)))
+    def _sigmoid_of(self, x: SSAValue, e: Emitter) -> SSAValue:
+        return e.rcp(e.addf(self._splat_like(x, 1.0, e), self._exp_of(x, e, -1.0)))
 
     def _lower_ExpOp(self, op: tile.ExpOp, e: Emitter) -> None:
-        self._set(op.result, self._exp_of(op, self._peek(op.source), e, 1.0))
+        self._set(op.result, self._exp_of(self._peek(op.source), e, 1.0))
 
     def _lower_Exp2Op(self, op: tile.Exp2Op, e: Emitter) -> None:
         self._set(op.result, e.ex2(self._get(op.source)))
@@ -102,11 +102,11 @@ class ElementwiseLowering:
         self._set(op.result, e.op(sm90.TanhApproxOp(self._get(op.source))))
 
     def _lower_SigmoidOp(self, op: tile.SigmoidOp, e: Emitter) -> None:
-        self._set(op.result, self._sigmoid_of(op, self._get(op.source), e))
+        self._set(op.result, self._sigmoid_of(self._get(op.source), e))
 
     def _lower_SiluOp(self, op: tile.SiluOp, e: Emitter) -> None:
         x = self._get(op.source)
-        self._set(op.result, e.mulf(x, self._sigmoid_of(op, x, e)))
+        self._set(op.result, e.mulf(x, self._sigmoid_of(x, e)))
 
     def _lower_SqrtOp(self, op: tile.SqrtOp, e: Emitter) -> None:
         self._set(op.result, e.op(math.SqrtOp(self._get(op.source))))
