@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import tessera
-from tessera.diagnostics import LocatedVerifyException
+from tessera.ir.diagnostics import LocatedVerifyException
 from tessera.dialects.tile_elementwise import broadcast_shape
 from tessera.ir import parse_module
 from tessera.sm90 import approx
