@@ -32,7 +32,17 @@ from xdsl.ir import Dialect
 from xdsl.irdl import IRDLOperation, irdl_op_definition, prop_def, result_def, traits_def
 from xdsl.traits import Pure
 
-from tessera.dialects.sm90_arithmetic import CvtPackOp, Ex2ApproxOp, Lg2ApproxOp, RcpApproxOp, SelpOp, SetpOp
+from tessera.dialects.sm90_arithmetic import (
+    CvtOp,
+    CvtPackOp,
+    Ex2ApproxOp,
+    Lg2ApproxOp,
+    RcpApproxOp,
+    RsqrtApproxOp,
+    SelpOp,
+    SetpOp,
+    TanhApproxOp,
+)
 from tessera.dialects.sm90_base import F32_LIKE, I32_OR_INDEX, TensorMapType, _require
 from tessera.dialects.sm90_cluster import (
     CLUSTER_OPS,
@@ -141,6 +151,9 @@ SM90 = Dialect(
         Ex2ApproxOp,
         RcpApproxOp,
         Lg2ApproxOp,
+        TanhApproxOp,
+        RsqrtApproxOp,
+        CvtOp,
         CvtPackOp,
         SetpOp,
         SelpOp,

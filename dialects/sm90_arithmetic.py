@@ -1,7 +1,7 @@
 """Target IR arithmetic the machine does differently, in the `sm90` dialect (`sm90.py` registers it and
 re-exports each op as `sm90.X`).
 
-The approximate transcendental functions (ex2, rcp, lg2), packing pairs of f32 into bf16x2/f16x2 registers,
+The approximate transcendental functions (ex2, rcp, lg2, tanh, rsqrt), packing pairs of f32 into bf16x2/f16x2 registers,
 and register-by-register compare and select on fragments; ordinary arithmetic stays in upstream `arith`.
 """
 
@@ -69,6 +69,24 @@ class Lg2ApproxOp(_ApproxUnaryOp):
 
 
 @irdl_op_definition
+class TanhApproxOp(_ApproxUnaryOp):
+    """`%r = sm90.tanh_approx %x : f32`: tanh(x) per register, `tanh.approx.f32` (sm_75+; no .ftz form:
+    subnormals are kept; max relative error `tessera.sm90.approx.TANH_APPROX_RELATIVE_ERROR`
+    [P#floating-point-instructions-tanh]); tanh(+-inf) = +-1, tanh(+-0) = +-0."""
+
+    name = "sm90.tanh_approx"
+
+
+@irdl_op_definition
+class RsqrtApproxOp(_ApproxUnaryOp):
+    """`%r = sm90.rsqrt_approx %x : f32`: 1/sqrt(x) per register, `rsqrt.approx.ftz.f32` (max relative error
+    `tessera.sm90.approx.RSQRT_APPROX_RELATIVE_ERROR` [P#floating-point-instructions-rsqrt]); rsqrt(+0) = +inf,
+    rsqrt(+inf) = +0, NaN for x < 0; subnormal inputs flush to zero."""
+
+    name = "sm90.rsqrt_approx"
+
+
+@irdl_op_definition
 class CvtPackOp(IRDLOperation):
     """`%p = sm90.cvt_pack %x type "bf16" : vector<64xf32> -> vector<32xi32>`: round pairs of f32 to
     bf16 (or f16), nearest even, and pack each pair (x[2i], x[2i+1]) into one 32-bit register with x[2i]
@@ -92,6 +110,30 @@ class CvtPackOp(IRDLOperation):
         _require(isinstance(_element(self.source.type), Float32Type) and n % 2 == 0, self,
                  f"source must be an even number of f32 registers, got {self.source.type}")
         _require(self.result.type == VectorType(i32, [n // 2]), self, f"result must be vector<{n // 2}xi32>, got {self.result.type}")
+
+
+@irdl_op_definition
+class CvtOp(IRDLOperation):
+    """`%r = sm90.cvt %x : vector<32xi32> -> vector<32xf32>`: convert register by register between s32 and f32:
+    s32 to f32 rounds to nearest even (`cvt.rn.f32.s32`), f32 to s32 truncates toward zero, saturates and gives
+    0 for NaN (`cvt.rzi.s32.f32`) [P#data-movement-and-conversion-instructions-cvt]. Upstream `arith.sitofp` and
+    `arith.fptosi` in xDSL 0.74 convert scalars only."""
+
+    name = "sm90.cvt"
+    source = operand_def(base(Float32Type) | base(IntegerType) | base(VectorType))
+    result = result_def(base(Float32Type) | base(IntegerType) | base(VectorType))
+    traits = traits_def(Pure())
+    assembly_format = "$source attr-dict `:` type($source) `->` type($result)"
+
+    def __init__(self, source, result_type):
+        super().__init__(operands=[source], result_types=[result_type])
+
+    def verify_(self) -> None:
+        src, dst = _element(self.source.type), _element(self.result.type)
+        _require({src, dst} == {i32, Float32Type()}, self, f"converts between i32 and f32, got {src} -> {dst}")
+        _require(_lanes(self.source.type) == _lanes(self.result.type) and
+                 isinstance(self.source.type, VectorType) == isinstance(self.result.type, VectorType), self,
+                 f"keeps the register count: {self.source.type} -> {self.result.type}")
 
 
 @irdl_op_definition

@@ -14,7 +14,8 @@ treated as 0, so the result is exp(-inf) = 0 rather than NaN. `tile.div_rows` gi
 row is 0 (a query row that sees no key produces zeros).
 
 The ops sit in files by concern: `tile_memory.py` (allocation, views, copies, barriers, loads and stores),
-`tile_compute.py` (mma, row reductions, elementwise, row broadcasts, conversions, masks), `tile_backward.py`
+`tile_compute.py` (mma, row reductions, softmax pieces, row broadcasts, conversions, masks),
+`tile_elementwise.py` (elementwise math with broadcasting, compare/select, iota, splat), `tile_backward.py`
 (the backward's shared stores, atomics and semaphores), with the verifier helpers they share in
 `tile_base.py`. This file holds the identity and size ops, registers the dialect (`Tile`) and re-exports
 every op, so that `tile.X` names each one.
@@ -42,10 +43,8 @@ from tessera.dialects.tile_backward import (
 )
 from tessera.dialects.tile_base import TILE, _require, _require_space, _tile
 from tessera.dialects.tile_compute import (
-    AddOp,
     CastOp,
     DivRowsOp,
-    ElementMaxOp,
     Exp2SubtractOp,
     ExpDiffOp,
     ExpSubtractOp,
@@ -55,7 +54,6 @@ from tessera.dialects.tile_compute import (
     MaskBoundsOp,
     MaskCausalOp,
     MmaOp,
-    MulOp,
     MulRowsOp,
     ReshapeOp,
     RowMaxOp,
@@ -63,6 +61,30 @@ from tessera.dialects.tile_compute import (
     SaturatingScaleOp,
     ScaleOp,
     SubRowsOp,
+)
+from tessera.dialects.tile_elementwise import (
+    ELEMENTWISE_OPS,
+    AbsOp,
+    AddOp,
+    CmpOp,
+    DivOp,
+    ElementMaxOp,
+    ElementMinOp,
+    Exp2Op,
+    ExpOp,
+    IotaOp,
+    Log2Op,
+    MulOp,
+    NegOp,
+    ReciprocalOp,
+    RsqrtOp,
+    SelectOp,
+    SigmoidOp,
+    SiluOp,
+    SplatOp,
+    SqrtOp,
+    SubOp,
+    TanhOp,
 )
 from tessera.dialects.tile_memory import (
     ASYNC_COPY_OPS,
@@ -172,9 +194,6 @@ Tile = Dialect(
         RowMaxOp,
         RowSumOp,
         ExpDiffOp,
-        ElementMaxOp,
-        AddOp,
-        MulOp,
         FmaOp,
         ScaleOp,
         SaturatingScaleOp,
@@ -190,6 +209,7 @@ Tile = Dialect(
         MaskCausalOp,
         MaskBoundsOp,
         *BACKWARD_OPS,
+        *ELEMENTWISE_OPS,
     ],
     [TileType, MemSpaceAttr, DimExprAttr, DimsAttr],
 )

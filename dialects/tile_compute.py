@@ -1,7 +1,8 @@
 """Tile IR compute ops, part of the `tile` dialect (`tile.py` registers them and re-exports each as `tile.X`).
 
 Value semantics on register tiles (the numerics and the softmax conventions are in `tile.py`'s docstring):
-the tensor-core multiply `tile.mma`, row reductions, elementwise ops, ops that combine a tile with a row
+the tensor-core multiply `tile.mma`, row reductions, elementwise ops the softmax needs (the general elementwise
+vocabulary is `tile_elementwise`), ops that combine a tile with a row
 vector (the forward's softmax pieces and the backward's `tile.sub_rows`, `tile.exp2_subtract`), conversions
 and constants (`tile.cast`, `tile.reshape`, `tile.fill`), and the causal and sequence-bounds masks.
 """
@@ -163,27 +164,6 @@ class ExpDiffOp(_BinaryOp):
         super().__init__(lhs, rhs)
         if subtract_first:
             self.subtract_first = UnitAttr()
-
-
-@irdl_op_definition
-class ElementMaxOp(_BinaryOp):
-    """`%r = tile.element_max %a, %b : type`: r = max(a, b) elementwise."""
-
-    name = "tile.element_max"
-
-
-@irdl_op_definition
-class AddOp(_BinaryOp):
-    """`%r = tile.add %a, %b : type`: r = a + b elementwise."""
-
-    name = "tile.add"
-
-
-@irdl_op_definition
-class MulOp(_BinaryOp):
-    """`%r = tile.mul %a, %b : type`: r = a * b elementwise."""
-
-    name = "tile.mul"
 
 
 @irdl_op_definition

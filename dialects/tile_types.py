@@ -89,7 +89,7 @@ class TileType(ParametrizedAttribute, TypeAttribute):
     Invariants checked by the verifier:
     - rank >= 1 and every static dimension > 0;
     - dynamic dimensions only in `global`;
-    - element type bf16, f16, f32, i32, i64 or index;
+    - element type bf16, f16, f32, i32, i64 or index, or i1 in registers (`tile.cmp`'s predicates);
     - swizzle is one of 0/32/64/128 bytes, non-zero only in `shared`, and a swizzled tile's rows (its
       innermost dimension) span a whole number of swizzle widths.
     A shared tile of rank 3 or more may use its leading dimension as a stage (ring-buffer) index.
@@ -193,9 +193,12 @@ class TileType(ParametrizedAttribute, TypeAttribute):
         elt = self.element_type
         if not (is_float(elt) or isinstance(elt, IndexType) or
                 (isinstance(elt, IntegerType) and elt.width.data in (32, 64))):
-            raise VerifyException(
-                f"tile type: element type must be bf16, f16, f32, i32, i64 or index, got {elt}"
-            )
+            if not (isinstance(elt, IntegerType) and elt.width.data == 1):
+                raise VerifyException(
+                    f"tile type: element type must be bf16, f16, f32, i32, i64, index or i1, got {elt}"
+                )
+            if self.memory_space != MemSpace.REGISTER:
+                raise VerifyException("tile type: i1 (predicate) tiles live in registers only")
         swizzle = self.swizzle_bytes
         if swizzle not in SWIZZLE_BYTES:
             raise VerifyException(f"tile type: swizzle must be one of 0, 32, 64, 128 bytes, got {swizzle}")

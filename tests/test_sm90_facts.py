@@ -870,6 +870,16 @@ DOCUMENTED = {
     # (0.5, 2). Maximum relative error is 2^-22 elsewhere" (sm_90; the bound of tessera.sm90.approx)
     "LG2_APPROX_ERROR": 2.0**-22,
     "LG2_APPROX_ABSOLUTE_RANGE": (0.5, 2.0),
+    # [P#floating-point-instructions-tanh]: tanh.approx.f32 "Max relative error: 2^-10.987" over the full range
+    # (the f16/bf16 forms bound the absolute error instead: 2^-10.987 and 2^-8)
+    "TANH_APPROX_RELATIVE_ERROR": 2.0**-10.987,
+    # [P#floating-point-instructions-rsqrt]: rsqrt.approx.f32 "Max relative error: 2^-22.9 over the entire range"
+    "RSQRT_APPROX_RELATIVE_ERROR": 2.0**-22.9,
+    # [P#floating-point-instructions-rcp]: rcp.approx.f32 "max ulp error is 1 across the full range": one ulp
+    # of an f32 is at most 2^-23 of its value
+    "RCP_APPROX_RELATIVE_ERROR": 2.0**-23,
+    # [P#floating-point-instructions-ex2]: ex2.approx.f32 "Maximum relative error: 2 ulp" (normal results)
+    "EX2_APPROX_RELATIVE_ERROR": 2.0**-22,
     # [P#warp-level-matrix-instructions-stmatrix]: ".num = { .x1, .x2, .x4 }", each an m8n8 matrix of 16-bit
     # elements whose rows are given by one thread's 16-byte-aligned row address
     "STMATRIX_COUNTS": (1, 2, 4),

@@ -32,6 +32,9 @@ How each piece maps:
   2^k) and ex2((a - b) log2(e)), each op `.rn` so that ptxas cannot contract the mul and sub into an fma;
   `tile.saturating_scale` is mul, max, min and two selects on predicates of +-inf, in place; `tile.log` is lg2.approx times ln 2; division is rcp.approx with
   rows of sum 0 giving 0; masks compare per-register row/column coordinates.
+- The elementwise vocabulary (`elementwise`: math, broadcasting, cmp/select, iota, splat) is one instruction
+  or a short chain per register (docs/tile-elementwise.md); a column vector [1, N] is held like an [BM, N]
+  tile, each register the value of its column.
 - `tile.store_global` / `tile.load` of a global window store / load each thread's registers (packed pairs
   for bf16/f16) with a bounds mask (out-of-bounds loads give 0); `tile.load_broadcast` loads each register's
   column of a 1-D window (a bias).

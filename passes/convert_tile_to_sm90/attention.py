@@ -12,6 +12,7 @@ from xdsl.dialects.builtin import (
     Float32Type,
     IndexType,
     f32,
+    i32,
 )
 from xdsl.ir import SSAValue
 
@@ -145,15 +146,6 @@ class AttentionLowering:
         log2 = e.op(sm90.Lg2ApproxOp(x))
         self._set(op.result, e.mulf(log2, e.splat(f32, LN2, x.type.get_shape()[0])))
 
-    def _lower_ElementMaxOp(self, op, e: Emitter) -> None:
-        self._set(op.result, e.maxf(self._get(op.lhs), self._get(op.rhs)))
-
-    def _lower_AddOp(self, op, e: Emitter) -> None:
-        self._set(op.result, e.addf(self._get(op.lhs), self._get(op.rhs)))
-
-    def _lower_MulOp(self, op, e: Emitter) -> None:
-        self._set(op.result, e.mulf(self._get(op.lhs), self._get(op.rhs)))
-
     def _lower_FmaOp(self, op, e: Emitter) -> None:
         self._set(op.result, e.fma(self._get(op.a), self._get(op.b), self._get(op.c)))
 
@@ -182,8 +174,13 @@ class AttentionLowering:
 
     def _lower_CastOp(self, op: tile.CastOp, e: Emitter) -> None:
         src, dst = op.source.type, op.result.type
+        integer = {src.element_type, dst.element_type} == {i32, f32}
+        if integer and self._vector_type(op, src).get_shape() == self._vector_type(op, dst).get_shape():
+            # i32 -> f32 rounds to nearest even (cvt.rn.f32.s32), f32 -> i32 truncates (cvt.rzi.s32.f32)
+            self._set(op.result, e.op(sm90.CvtOp(self._get(op.source), self._vector_type(op, dst))))
+            return
         if not (isinstance(src.element_type, Float32Type) and isinstance(dst.element_type, BFloat16Type | Float16Type) and src.rank == 2):
-            _refuse(op, "only casts of 2-D f32 register tiles to bf16/f16 are supported")
+            _refuse(op, "only casts of 2-D f32 register tiles to bf16/f16, and between i32 and f32, are supported")
         half = "bf16" if isinstance(dst.element_type, BFloat16Type) else "f16"
         self._set(op.result, e.op(sm90.CvtPackOp(self._get(op.source), half)))
 

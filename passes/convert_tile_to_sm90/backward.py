@@ -35,6 +35,7 @@ from xdsl.ir import Operation, SSAValue
 
 from tessera.dialects import sm90, tile
 from tessera.dialects import sm90_reductions as reductions
+from tessera.dialects.tile_types import is_half
 from tessera.lowering.emitter import Emitter
 from tessera.lowering.fragments import ROWS_PER_THREAD, AccumulatorLayout, element_type_bytes
 from tessera.passes.convert_tile_to_sm90.common import CORE_ROWS, LINE, Scaled, SharedTile, Window, _refuse
@@ -275,7 +276,7 @@ class BackwardLowering:
 
     def _lower_CastOp(self, op: tile.CastOp, e: Emitter) -> None:
         src, dst = op.source.type, op.result.type
-        if not (isinstance(dst.element_type, Float32Type) and src.rank == 2):
+        if not (isinstance(dst.element_type, Float32Type) and is_half(src.element_type) and src.rank == 2):
             super()._lower_CastOp(op, e)
             return
         half = "bf16" if isinstance(src.element_type, BFloat16Type) else "f16"

@@ -58,6 +58,7 @@ from tessera.passes.convert_tile_to_sm90.common import (
 from tessera.passes.convert_tile_to_sm90.attention import AttentionLowering
 from tessera.passes.convert_tile_to_sm90.backward import BackwardLowering
 from tessera.passes.convert_tile_to_sm90.control import ControlFlowLowering
+from tessera.passes.convert_tile_to_sm90.elementwise import ElementwiseLowering
 from tessera.passes.convert_tile_to_sm90.memory import MemoryLowering
 from tessera.passes.convert_tile_to_sm90.mma import MmaLowering
 from tessera.passes.convert_tile_to_sm90.registers import RegisterTileLowering
@@ -66,7 +67,7 @@ from tessera.passes.convert_tile_to_sm90.serving import ServingLowering
 
 @dataclass
 class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, MmaLowering, AttentionLowering,
-                     ControlFlowLowering, ServingLowering):
+                     ElementwiseLowering, ControlFlowLowering, ServingLowering):
     """Lowers one Tile IR kernel; see the module docstring."""
 
     fn: func.FuncOp
@@ -99,7 +100,7 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
         for op in self.fn.walk():
             for value in op.results:
                 ty = value.type
-                if isinstance(ty, TileType) and ty.memory_space == MemSpace.REGISTER:
+                if isinstance(ty, TileType) and ty.memory_space == MemSpace.REGISTER and not self._is_column_vector(ty):
                     rows.add(ty.get_shape()[0])
         if len(rows) != 1:
             _refuse(self.fn, f"register tiles must all have the same number of rows (the block's query/row tile), got {sorted(rows)}")

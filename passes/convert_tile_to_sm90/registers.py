@@ -8,6 +8,7 @@ from xdsl.dialects.builtin import (
     Float16Type,
     Float32Type,
     IndexType,
+    IntegerType,
     VectorType,
     f32,
 )
@@ -43,17 +44,29 @@ class RegisterTileLowering:
         """An [BM, 1] tile: held like a row vector (each thread its two rows)."""
         return ty.rank == 2 and ty.get_shape()[1] == 1
 
+    @staticmethod
+    def _is_column_vector(ty: TileType) -> bool:
+        """A [1, N] tile (one value per column): held like an [BM, N] tile whose rows are all equal, each
+        register the value of its column."""
+        return ty.rank == 2 and ty.get_shape()[0] == 1 and ty.get_shape()[1] > 1
+
     def _vector_type(self, op: Operation, ty: TileType) -> VectorType:
+        element = ty.element_type
+        small = isinstance(element, IntegerType) and element.width.data in (1, 32)  # i32 values, i1 predicates
         if ty.rank == 1 or self._is_column(ty):
-            if not isinstance(ty.element_type, Float32Type):
-                _refuse(op, "row vectors must be f32")
+            if small:
+                return VectorType(element, ROW_VECTOR_TYPE.get_shape())
+            if not isinstance(element, Float32Type):
+                _refuse(op, "row vectors must be f32, i32 or i1")
             return ROW_VECTOR_TYPE
         layout = self._layout(op, ty)
-        if isinstance(ty.element_type, Float32Type):
+        if isinstance(element, Float32Type):
             return layout.vector_type()
-        if isinstance(ty.element_type, BFloat16Type | Float16Type):
+        if small:
+            return VectorType(element, [layout.lanes])
+        if isinstance(element, BFloat16Type | Float16Type):
             return layout.vector_type(packed=True)
-        _refuse(op, f"register tiles of {ty.element_type} are not supported")
+        _refuse(op, f"register tiles of {element} are not supported")
 
     def _lower_FillOp(self, op: tile.FillOp, e: Emitter) -> None:
         ty = op.result.type

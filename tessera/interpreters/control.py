@@ -58,6 +58,13 @@ _BINARY = {
     arith.OrIOp: np.bitwise_or,
     arith.XOrIOp: np.bitwise_xor,
 }
+_FLOAT_BINARY = {
+    arith.AddfOp: np.add,
+    arith.SubfOp: np.subtract,
+    arith.MulfOp: np.multiply,
+    arith.DivfOp: np.divide,
+}
+"""Scalar f32 arithmetic (a value `tile.splat` spreads over a tile): f32 NumPy scalars or [B] arrays, IEEE."""
 _DIVISIONS = (arith.DivSIOp, arith.DivUIOp, arith.RemSIOp, arith.RemUIOp, arith.FloorDivSIOp,
               arith.CeilDivSIOp, arith.CeilDivUIOp)
 _PREDICATES = {0: np.equal, 1: np.not_equal, 2: np.less, 3: np.less_equal, 4: np.greater,
@@ -75,7 +82,8 @@ def _simplify(value):
 @register_impls
 class BatchedControlFunctions(InterpreterFunctions):
     """Integer `arith` and `scf.for`/`scf.if`/`scf.yield` for a `BlockBatch`. Index arithmetic is exact
-    (Python/NumPy int64); unsigned ops assume non-negative operands, as index values in kernels are."""
+    (Python/NumPy int64); unsigned ops assume non-negative operands, as index values in kernels are. Scalar f32
+    add/sub/mul/div/neg and sitofp round to f32 (`_FLOAT_BINARY`)."""
 
     def __init__(self, batch: BlockBatch):
         super().__init__()
@@ -103,6 +111,23 @@ class BatchedControlFunctions(InterpreterFunctions):
     for _op_type in _BINARY:
         locals()[f"run_{_op_type.__name__}"] = impl(_op_type)(_binary)
     del _op_type
+
+    def _float_binary(self, interpreter: Interpreter, op, args: PythonValues) -> PythonValues:
+        with np.errstate(all="ignore"):  # IEEE infinities and NaNs, as f32 registers
+            return (_simplify(_FLOAT_BINARY[type(op)](*(np.float32(a) if np.ndim(a) == 0 else a for a in args))),)
+
+    for _op_type in _FLOAT_BINARY:
+        locals()[f"run_{_op_type.__name__}"] = impl(_op_type)(_float_binary)
+    del _op_type
+
+    @impl(arith.NegfOp)
+    def run_negf(self, interpreter: Interpreter, op: arith.NegfOp, args: PythonValues) -> PythonValues:
+        return (_simplify(-np.float32(args[0]) if np.ndim(args[0]) == 0 else -args[0]),)
+
+    @impl(arith.SIToFPOp)
+    def run_sitofp(self, interpreter: Interpreter, op: arith.SIToFPOp, args: PythonValues) -> PythonValues:
+        """An integer (index or i32) to f32, rounded to nearest even (as cvt.rn.f32.s32)."""
+        return (_simplify(np.asarray(args[0], np.int64).astype(np.float32)),)
 
     @impl(arith.CmpiOp)
     def run_cmpi(self, interpreter: Interpreter, op: arith.CmpiOp, args: PythonValues) -> PythonValues:

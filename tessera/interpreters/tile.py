@@ -23,6 +23,7 @@ from tessera.dialects.tile_types import TileType
 from tessera.interpreters import serving_checks
 from tessera.interpreters.block_batch import BlockBatch
 from tessera.interpreters.tile_cluster import check_shared_copy
+from tessera.interpreters.tile_elementwise import ElementwiseFunctions
 from tessera.interpreters.tile_memory import AsyncCopies, GatheredRows, GlobalView, SharedBuffer, SharedRef
 from tessera.interpreters.grid_sync import GridDeadlock, GridSync  # noqa: I001 - after tile_memory: merge-friendly
 from tessera.numerics import F32, batched_matmul, numpy_dtype, round_to
@@ -41,8 +42,8 @@ def _safe_max(vector: np.ndarray) -> np.ndarray:
 
 
 @register_impls
-class TileFunctions(InterpreterFunctions):
-    """Implementations of the `tile` ops for one `BlockBatch`."""
+class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
+    """Implementations of the `tile` ops for one `BlockBatch` (the elementwise ones in `tile_elementwise`)."""
 
     def __init__(self, batch: BlockBatch, cluster: tuple[int, int, int] = (1, 1, 1)):
         super().__init__()
@@ -345,18 +346,6 @@ class TileFunctions(InterpreterFunctions):
     def run_exp_diff(self, interpreter: Interpreter, op: tile.ExpDiffOp, args: PythonValues):
         a, b = args
         return self._register_tile(op, np.exp(a - _safe_max(b)))
-
-    @impl(tile.ElementMaxOp)
-    def run_element_max(self, interpreter: Interpreter, op: tile.ElementMaxOp, args: PythonValues):
-        return self._register_tile(op, np.maximum(*args))
-
-    @impl(tile.AddOp)
-    def run_add(self, interpreter: Interpreter, op: tile.AddOp, args: PythonValues):
-        return self._register_tile(op, args[0] + args[1])
-
-    @impl(tile.MulOp)
-    def run_mul(self, interpreter: Interpreter, op: tile.MulOp, args: PythonValues):
-        return self._register_tile(op, args[0] * args[1])
 
     @impl(tile.FmaOp)
     def run_fma(self, interpreter: Interpreter, op: tile.FmaOp, args: PythonValues):

@@ -9,7 +9,8 @@ P#data-movement-and-conversion-instructions-cvt]:
   remainder is non-zero (no overflow, unlike (a + b - 1) / b). Shifts clamp their amount as PTX does.
 - f32 `addf`/`subf`/`mulf` are `add.rn`/`sub.rn`/`mul.rn`: the explicit rounding keeps ptxas from contracting
   a mul and an add into an fma, so each op rounds once, as the IR says; `maximumf`/`minimumf` are
-  `max.NaN`/`min.NaN` (NaN propagates), `maxnumf`/`minnumf` `max`/`min`; `math.fma` is `fma.rn.f32`.
+  `max.NaN`/`min.NaN` (NaN propagates), `maxnumf`/`minnumf` `max`/`min`; `math.fma` is `fma.rn.f32`,
+  `math.sqrt` `sqrt.rn.f32`.
 - Integer compares are signed (or unsigned, as the predicate says); float compares are ordered or unordered
   as `arith.cmpf` says.
 - Constants are `mov`s of immediates (f32 as `0fXXXXXXXX`), one register per distinct value of a vector.
@@ -306,6 +307,14 @@ def print_float_unary(p: KernelPrinter, op: Operation) -> None:
         p.refuse(op, f"only f32 registers, got {op.results[0].type}")
     mnemonic = "neg.f32" if isinstance(op, arith.NegfOp) else "abs.f32"
     elementwise(p, op.results[0], list(op.operands), lambda d, s: [f"{mnemonic} {d}, {s[0]}"])
+
+
+@handles(math.SqrtOp)
+def print_sqrt(p: KernelPrinter, op: math.SqrtOp) -> None:
+    """IEEE square root, `sqrt.rn.f32` (correctly rounded, as the IR's math.sqrt)."""
+    if p.cls(op.results[0]) is not F32:
+        p.refuse(op, f"only f32 registers, got {op.results[0].type}")
+    elementwise(p, op.results[0], list(op.operands), lambda d, s: [f"sqrt.rn.f32 {d}, {s[0]}"])
 
 
 @handles(math.FmaOp, vector.FMAOp)

@@ -277,13 +277,21 @@ def print_setmaxnreg(p: KernelPrinter, op: sm90.SetMaxNRegOp) -> None:
 # region arithmetic the machine does its own way --------------------------------------------------------------
 
 _APPROX = {sm90.Ex2ApproxOp: "ex2.approx.ftz.f32", sm90.RcpApproxOp: "rcp.approx.ftz.f32",
-           sm90.Lg2ApproxOp: "lg2.approx.ftz.f32"}
+           sm90.Lg2ApproxOp: "lg2.approx.ftz.f32", sm90.TanhApproxOp: "tanh.approx.f32",
+           sm90.RsqrtApproxOp: "rsqrt.approx.ftz.f32"}
 
 
 @handles(*_APPROX)
 def print_approx(p: KernelPrinter, op: Operation) -> None:
     mnemonic = _APPROX[type(op)]
     elementwise(p, op.results[0], list(op.operands), lambda d, s: [f"{mnemonic} {d}, {s[0]}"])
+
+
+@handles(sm90.CvtOp)
+def print_cvt(p: KernelPrinter, op: sm90.CvtOp) -> None:
+    """`cvt.rn.f32.s32` or `cvt.rzi.s32.f32`, register by register."""
+    mnemonic = "cvt.rzi.s32.f32" if p.cls(op.source) is F32 else "cvt.rn.f32.s32"
+    elementwise(p, op.result, [op.source], lambda d, s: [f"{mnemonic} {d}, {s[0]}"])
 
 
 @handles(sm90.CvtPackOp)

@@ -1,5 +1,10 @@
 """Error bounds of the approximate transcendental instructions [P#floating-point-instructions-lg2,
--ex2, -rcp], for tolerances: the simulators compute the correctly rounded value, the hardware is within these.
+-ex2, -rcp, -rsqrt, -tanh], for tolerances: the simulators compute the correctly rounded value, the hardware is
+within these.
+
+`tanh.approx.f32 a`: relative error at most 2^-10.987 over the whole range (sm_75+; subnormals are kept).
+`rsqrt.approx.f32 a`: relative error at most 2^-22.9 over the whole range. `rcp.approx.f32 a`: at most 1 ulp,
+a relative error of at most 2^-23.
 
 `lg2.approx.f32 a`: absolute error at most 2^-22 when a is in (0.5, 2); relative error at most 2^-22 for
 other positive finite a. Special values: -inf, -normal -> NaN; -0, +0 -> -inf; +inf -> +inf; NaN -> NaN;
@@ -23,3 +28,26 @@ def lg2_approx_error_bound(a) -> np.ndarray:
     lo, hi = LG2_APPROX_ABSOLUTE_RANGE
     inside = (a > lo) & (a < hi)
     return np.where(inside, LG2_APPROX_ERROR, LG2_APPROX_ERROR * np.abs(np.log2(np.where(inside, 1.0, a))))
+
+
+TANH_APPROX_RELATIVE_ERROR = 2.0**-10.987
+"""tanh.approx.f32: the maximum relative error over the whole range (the least accurate of the lowerings)."""
+
+RSQRT_APPROX_RELATIVE_ERROR = 2.0**-22.9
+"""rsqrt.approx.f32: the maximum relative error over the whole range."""
+
+RCP_APPROX_RELATIVE_ERROR = 2.0**-23
+"""rcp.approx.f32: 1 ulp, i.e. a relative error of at most 2^-23."""
+
+EX2_APPROX_RELATIVE_ERROR = 2.0**-22
+"""ex2.approx.f32: 2 ulp, i.e. a relative error of at most 2^-22 (for results that are normal f32)."""
+
+
+def approx_relative_error(instruction: str) -> float:
+    """The documented relative error bound of `<instruction>.approx.f32` (ex2, rcp, rsqrt, tanh; lg2's bound
+    is mixed absolute/relative: `lg2_approx_error_bound`). Raises ValueError for another name."""
+    bounds = {"ex2": EX2_APPROX_RELATIVE_ERROR, "rcp": RCP_APPROX_RELATIVE_ERROR,
+              "rsqrt": RSQRT_APPROX_RELATIVE_ERROR, "tanh": TANH_APPROX_RELATIVE_ERROR}
+    if instruction not in bounds:
+        raise ValueError(f"no documented relative error bound for {instruction}.approx.f32 (known: {', '.join(bounds)})")
+    return bounds[instruction]

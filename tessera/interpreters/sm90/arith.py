@@ -224,6 +224,12 @@ class RegisterArithFunctions(InterpreterFunctions):
     def run_absf(self, interpreter: Interpreter, op: math.AbsFOp, args: PythonValues):
         return (np.abs(args[0]),)
 
+    @impl(math.SqrtOp)
+    def run_sqrt(self, interpreter: Interpreter, op: math.SqrtOp, args: PythonValues):
+        """IEEE sqrt (PTX `sqrt.rn.f32`): the float64 root of an f32 rounded once more is correctly rounded."""
+        with np.errstate(invalid="ignore"):
+            return self._result(op, np.sqrt(args[0].astype(np.float64)))
+
     @impl(arith.CmpfOp)
     def run_cmpf(self, interpreter: Interpreter, op: arith.CmpfOp, args: PythonValues):
         return (_cmpf(op.predicate.value.data, *args),)

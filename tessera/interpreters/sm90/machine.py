@@ -235,6 +235,30 @@ class Sm90Functions(InterpreterFunctions):
         with np.errstate(divide="ignore", invalid="ignore"):
             return (np.log2(_flush_subnormal(args[0]).astype(np.float64)).astype(np.float32),)
 
+    @impl(sm90.TanhApproxOp)
+    def run_tanh(self, interpreter: Interpreter, op: sm90.TanhApproxOp, args: PythonValues):
+        """`tanh.approx.f32` (no .ftz): the correctly rounded tanh (within
+        `approx.TANH_APPROX_RELATIVE_ERROR` of the hardware's)."""
+        return (np.tanh(args[0].astype(np.float64)).astype(np.float32),)
+
+    @impl(sm90.RsqrtApproxOp)
+    def run_rsqrt(self, interpreter: Interpreter, op: sm90.RsqrtApproxOp, args: PythonValues):
+        """`rsqrt.approx.ftz.f32`: the correctly rounded 1/sqrt of the flushed input (within
+        `approx.RSQRT_APPROX_RELATIVE_ERROR`); rsqrt(+-0) = +-inf, NaN for x < 0."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            x = _flush_subnormal(args[0]).astype(np.float64)
+            return (_flush_subnormal((1.0 / np.sqrt(x)).astype(np.float32)),)
+
+    @impl(sm90.CvtOp)
+    def run_cvt(self, interpreter: Interpreter, op: sm90.CvtOp, args: PythonValues):
+        """s32 -> f32 rounds to nearest even; f32 -> s32 truncates, saturates, NaN -> 0 (cvt.rzi)."""
+        (x,) = args
+        if x.dtype == np.float32:
+            with np.errstate(invalid="ignore"):
+                clipped = np.clip(np.trunc(np.nan_to_num(x.astype(np.float64), nan=0.0)), -2.0**31, 2.0**31 - 1)
+            return (clipped.astype(np.int32),)
+        return (x.astype(np.int64).astype(np.float32),)
+
     @impl(sm90.CvtPackOp)
     def run_cvt_pack(self, interpreter: Interpreter, op: sm90.CvtPackOp, args: PythonValues):
         (x,) = args

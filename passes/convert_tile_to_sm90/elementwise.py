@@ -1,0 +1,174 @@
+"""convert-tile-to-sm90, the elementwise vocabulary (`dialects/tile_elementwise.py`): math, compare/select,
+coordinates and splats, register by register.
+
+How a register tile is held decides how an operand broadcasts (`registers`): an [BM, N] tile in the
+accumulator layout (N/2 registers a thread), a row vector [BM] or column [BM, 1] as the thread's two rows
+(2 registers, shuffled onto the registers of each row to meet an [BM, N] operand), and a column vector [1, N]
+as an [BM, N] tile whose register v holds the value of its column (so it meets an [BM, N] operand as it is).
+
+Instruction selection (f32): add/sub/mul `.rn`, div `div.rn.f32` (IEEE), element_max/min `max/min.NaN`;
+exp = ex2.approx(x log2 e) (a `tile.scale` factor folds into the multiplier), exp2 = ex2.approx, log2 =
+lg2.approx, tanh = tanh.approx.f32, sigmoid = rcp.approx(1 + ex2.approx(-x log2 e)), silu = x sigmoid(x),
+sqrt = sqrt.rn.f32, rsqrt = rsqrt.approx, reciprocal = rcp.approx, abs/neg exact; i32 add/sub/mul/min/max
+wrap; cmp = setp per register, select = selp; iota = the thread's base row or column (the accumulator's
+thread terms, `facts.ACCUMULATOR_THREAD_TERMS`) plus the offset, plus each register's constant offset in
+the fragment; splat = a broadcast of the scalar (an index truncated to i32). The error bounds of the
+approximate instructions are in `tessera.sm90.approx`.
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects import arith, math
+from xdsl.dialects.builtin import Float32Type, IndexType, f32, i32
+from xdsl.ir import Operation, SSAValue
+
+from tessera.dialects import sm90, tile
+from tessera.dialects.tile_types import TileType
+from tessera.lowering.emitter import Emitter
+from tessera.lowering.fragments import AccumulatorLayout
+from tessera.numerics import exp2_factor
+from tessera.passes.convert_tile_to_sm90.common import Scaled, _refuse
+
+_FLOAT_BINARY = {
+    tile.AddOp: arith.AddfOp, tile.SubOp: arith.SubfOp, tile.MulOp: arith.MulfOp, tile.DivOp: arith.DivfOp,
+    tile.ElementMaxOp: arith.MaximumfOp, tile.ElementMinOp: arith.MinimumfOp,
+}
+_INTEGER_BINARY = {
+    tile.AddOp: arith.AddiOp, tile.SubOp: arith.SubiOp, tile.MulOp: arith.MuliOp,
+    tile.ElementMaxOp: arith.MaxSIOp, tile.ElementMinOp: arith.MinSIOp,
+}
+_ROW_VECTOR_ROWS = sorted(set(AccumulatorLayout(8).row_offsets))
+"""The rows of a thread's two registers of a row vector, relative to its first row."""
+
+
+class ElementwiseLowering:
+    """The elementwise handlers of `KernelLowering` (a mixin: it uses the kernel's state)."""
+
+    def _kind(self, ty: TileType) -> str:
+        if ty.rank == 1 or self._is_column(ty):
+            return "row"
+        return "column" if self._is_column_vector(ty) else "full"
+
+    def _broadcast_operand(self, op: Operation, value: SSAValue, result: TileType, e: Emitter) -> SSAValue:
+        """The lowered `value` laid out as the result's registers (module docstring)."""
+        source, target = self._kind(value.type), self._kind(result)
+        lowered = self._get(value)
+        if source == target or (source == "column" and target == "full"):
+            return lowered
+        if source == "row" and target == "full":
+            return e.shuffle(lowered, self._layout(op, result).row_of_element)
+        _refuse(op, f"cannot broadcast {value.type} to {result}")
+
+    def _f32_only(self, op: Operation) -> None:
+        element = op.result.type.element_type
+        if not isinstance(element, Float32Type):
+            _refuse(op, f"only f32 register tiles are lowered, got {element}")
+
+    # -- arithmetic ------------------------------------------------------------------------------------------
+    def _lower_binary(self, op, e: Emitter) -> None:
+        a, b = (self._broadcast_operand(op, v, op.result.type, e) for v in (op.lhs, op.rhs))
+        element = op.result.type.element_type
+        table = _FLOAT_BINARY if isinstance(element, Float32Type) else _INTEGER_BINARY
+        if type(op) not in table or self._vector_type(op, op.result.type).element_type != element:
+            _refuse(op, f"no lowering of {op.name} on {element} register tiles")
+        self._set(op.result, e.op(table[type(op)](a, b)))
+
+    _lower_AddOp = _lower_SubOp = _lower_MulOp = _lower_DivOp = _lower_binary
+    _lower_ElementMaxOp = _lower_ElementMinOp = _lower_binary
+
+    def _splat_like(self, value: SSAValue, constant: float, e: Emitter) -> SSAValue:
+        return e.splat(f32, constant, value.type.get_shape()[0])
+
+    def _exp_of(self, x, e: Emitter, factor: float) -> SSAValue:
+        """e^(factor raw) = ex2(raw f32(factor log2 e)) of a lowered or `Scaled` value."""
+        if isinstance(x, Scaled):
+            raw, factor = x.raw, factor * x.factor
+            return e.ex2(e.mulf(raw, self._splat_like(raw, exp2_factor(factor), e)))
+        return e.ex2(e.mulf(x, self._splat_like(x, exp2_factor(factor), e)))
+
+    def _sigmoid_of(self, x: SSAValue, e: Emitter) -> SSAValue:
+        return e.rcp(e.addf(self._splat_like(x, 1.0, e), self._exp_of(x, e, -1.0)))
+
+    def _lower_ExpOp(self, op: tile.ExpOp, e: Emitter) -> None:
+        self._set(op.result, self._exp_of(self._peek(op.source), e, 1.0))
+
+    def _lower_Exp2Op(self, op: tile.Exp2Op, e: Emitter) -> None:
+        self._set(op.result, e.ex2(self._get(op.source)))
+
+    def _lower_Log2Op(self, op: tile.Log2Op, e: Emitter) -> None:
+        self._set(op.result, e.op(sm90.Lg2ApproxOp(self._get(op.source))))
+
+    def _lower_TanhOp(self, op: tile.TanhOp, e: Emitter) -> None:
+        self._set(op.result, e.op(sm90.TanhApproxOp(self._get(op.source))))
+
+    def _lower_SigmoidOp(self, op: tile.SigmoidOp, e: Emitter) -> None:
+        self._set(op.result, self._sigmoid_of(self._get(op.source), e))
+
+    def _lower_SiluOp(self, op: tile.SiluOp, e: Emitter) -> None:
+        x = self._get(op.source)
+        self._set(op.result, e.mulf(x, self._sigmoid_of(x, e)))
+
+    def _lower_SqrtOp(self, op: tile.SqrtOp, e: Emitter) -> None:
+        self._set(op.result, e.op(math.SqrtOp(self._get(op.source))))
+
+    def _lower_RsqrtOp(self, op: tile.RsqrtOp, e: Emitter) -> None:
+        self._set(op.result, e.op(sm90.RsqrtApproxOp(self._get(op.source))))
+
+    def _lower_ReciprocalOp(self, op: tile.ReciprocalOp, e: Emitter) -> None:
+        self._set(op.result, e.rcp(self._get(op.source)))
+
+    def _lower_AbsOp(self, op: tile.AbsOp, e: Emitter) -> None:
+        x = self._get(op.source)
+        if isinstance(op.result.type.element_type, Float32Type):
+            self._set(op.result, e.op(math.AbsFOp(x)))
+            return
+        negated = e.op(arith.SubiOp(e.splat(i32, 0, x.type.get_shape()[0]), x))
+        self._set(op.result, e.op(arith.MaxSIOp(x, negated)))
+
+    def _lower_NegOp(self, op: tile.NegOp, e: Emitter) -> None:
+        x = self._get(op.source)
+        if isinstance(op.result.type.element_type, Float32Type):
+            self._set(op.result, e.op(arith.NegfOp(x)))
+            return
+        self._set(op.result, e.op(arith.SubiOp(e.splat(i32, 0, x.type.get_shape()[0]), x)))
+
+    # -- compare and select ----------------------------------------------------------------------------------
+    def _lower_CmpOp(self, op: tile.CmpOp, e: Emitter) -> None:
+        a, b = (self._broadcast_operand(op, v, op.result.type, e) for v in (op.lhs, op.rhs))
+        self._set(op.result, e.setp(op.predicate.data, a, b))
+
+    def _lower_SelectOp(self, op: tile.SelectOp, e: Emitter) -> None:
+        c, a, b = (self._broadcast_operand(op, v, op.result.type, e) for v in (op.condition, op.lhs, op.rhs))
+        self._set(op.result, e.select(c, a, b))
+
+    # -- coordinates and splats ------------------------------------------------------------------------------
+    def _lower_IotaOp(self, op: tile.IotaOp, e: Emitter) -> None:
+        """base + offset once per thread (an index, cast to i32), broadcast, plus each register's constant
+        offset in the fragment; a coordinate the tile does not vary along (rows of [1, N], columns of
+        [BM, 1]) is the offset alone."""
+        ty = op.result.type
+        kind, rows = self._kind(ty), op.axis.data == "rows"
+        lanes = self._vector_type(op, ty).get_shape()[0]
+        if kind == "row":
+            base, offsets = (self.row_base, _ROW_VECTOR_ROWS) if rows else (None, [0] * lanes)
+        elif kind == "column" and rows:
+            base, offsets = None, [0] * lanes
+        else:
+            layout = self._layout(op, ty)
+            base = self.row_base if rows else self.col_base
+            offsets = layout.row_offsets if rows else layout.col_offsets
+        start = base
+        if op.offset is not None:
+            offset = self._get(op.offset)
+            start = offset if base is None else e.addi(base, offset)
+        start = e.index(0) if start is None else start
+        value = e.broadcast(e.op(arith.IndexCastOp(start, i32)), lanes)
+        if any(offsets):
+            value = e.op(arith.AddiOp(value, e.dense(i32, list(offsets))))
+        self._set(op.result, value)
+
+    def _lower_SplatOp(self, op: tile.SplatOp, e: Emitter) -> None:
+        scalar = self._get(op.value)
+        if isinstance(scalar.type, IndexType):
+            scalar = e.op(arith.IndexCastOp(scalar, i32))
+        self._set(op.result, e.broadcast(scalar, self._vector_type(op, op.result.type).get_shape()[0]))

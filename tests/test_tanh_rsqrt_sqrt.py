@@ -1,0 +1,111 @@
+"""tanh.approx.f32, rsqrt.approx.ftz.f32 and sqrt.rn.f32 at every level below Tile IR: the documented error
+bounds (`tessera.sm90.approx`, against the PTX ISA's text and special-value tables), the Target IR ops
+`sm90.tanh_approx`, `sm90.rsqrt_approx` and upstream `math.sqrt` in the CTA simulator, their printed PTX in the
+PTX executor (the same bits) and under ptxas."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tessera import toolchain
+from tessera.interpreters.sm90 import run_target_kernel
+from tessera.ir import parse_module
+from tessera.kernel_abi import is_target_kernel
+from tessera.ptx import launch, print_ptx
+from tessera.sm90 import approx
+
+KERNEL = """\
+builtin.module {
+  func.func @unary(%x: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<32, 2>, tile.role = "in"},
+                   %out: i64 {sm90.source = 1 : i64, tile.dims = #tile.dims<32, 2>, tile.role = "out"})
+      attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>,
+                  sm90.kernel = {threads = 32 : i64, smem_bytes = 0 : i64}} {
+    %tid = sm90.special "tid.x" : index
+    %t64 = arith.index_cast %tid : index to i64
+    %c8 = arith.constant 8 : i64
+    %row = arith.muli %t64, %c8 : i64
+    %rows = vector.broadcast %row : i64 to vector<2xi64>
+    %cols = arith.constant dense<[0, 4]> : vector<2xi64>
+    %offs = arith.addi %rows, %cols : vector<2xi64>
+    %all = arith.constant dense<true> : vector<2xi1>
+    %v = sm90.ld_global %x[%offs], %all : vector<2xi64>, vector<2xi1> -> vector<2xf32>
+    %r = OP %v : vector<2xf32>
+    sm90.st_global %out[%offs], %r, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>
+    func.return
+  }
+}
+"""
+
+# The PTX ISA's special-value tables (input -> result) [P#floating-point-instructions-tanh, -rsqrt, -sqrt];
+# rsqrt.approx.ftz flushes a subnormal input to a zero of its sign first, tanh.approx.f32 keeps subnormals.
+CASES = {
+    "tanh": ("sm90.tanh_approx", "tanh.approx.f32", np.tanh,
+             [(-np.inf, -1.0), (-0.0, -0.0), (0.0, 0.0), (np.inf, 1.0), (np.nan, np.nan), (1e-40, 1e-40)]),
+    "rsqrt": ("sm90.rsqrt_approx", "rsqrt.approx.ftz.f32", lambda x: 1.0 / np.sqrt(x),
+              [(-np.inf, np.nan), (-2.0, np.nan), (-0.0, -np.inf), (0.0, np.inf), (np.inf, 0.0), (np.nan, np.nan),
+               (1e-40, np.inf)]),
+    "sqrt": ("math.sqrt", "sqrt.rn.f32", np.sqrt,
+             [(-np.inf, np.nan), (-2.0, np.nan), (-0.0, -0.0), (0.0, 0.0), (np.inf, np.inf), (np.nan, np.nan)]),
+}
+BOUND = {"tanh": approx.TANH_APPROX_RELATIVE_ERROR, "rsqrt": approx.RSQRT_APPROX_RELATIVE_ERROR, "sqrt": 2.0**-24}
+"""Relative error allowed against the exact function: the documented bound; sqrt.rn is correctly rounded."""
+
+
+def _module(name: str):
+    return parse_module(KERNEL.replace("OP", CASES[name][0]))
+
+
+def _inputs(name: str) -> np.ndarray:
+    rng = np.random.default_rng(11)
+    if name == "tanh":
+        x = rng.uniform(-12, 12, 64).astype(np.float32)
+    else:
+        x = np.exp2(rng.uniform(-120, 120, 64)).astype(np.float32)
+    special = CASES[name][3]
+    x[: len(special)] = [s for s, _ in special]
+    return x.reshape(32, 2)
+
+
+def _simulate(name: str) -> tuple[np.ndarray, np.ndarray]:
+    x = _inputs(name)
+    out = np.zeros_like(x)
+    kernel = next(op for op in _module(name).walk() if is_target_kernel(op))
+    run_target_kernel(kernel, [x, out], {})
+    return x.reshape(-1), out.reshape(-1)
+
+
+def test_documented_bounds():
+    """[P#floating-point-instructions-tanh]: 'Max relative error: 2^-10.987'; [-rsqrt]: 'Max relative error
+    2^-22.9 over the entire range'; [-rcp]: one ulp."""
+    assert approx.approx_relative_error("tanh") == 2.0**-10.987
+    assert approx.approx_relative_error("rsqrt") == 2.0**-22.9
+    assert approx.approx_relative_error("rcp") == 2.0**-23
+    with pytest.raises(ValueError, match="no documented relative error bound for sin"):
+        approx.approx_relative_error("sin")
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_simulator_is_within_the_documented_error_and_gives_the_special_values(name):
+    x, got = _simulate(name)
+    special = CASES[name][3]
+    for i, (_, expected) in enumerate(special):
+        np.testing.assert_equal(got[i], np.float32(expected), err_msg=f"{name}({x[i]})")
+    rest = slice(len(special), None)
+    exact = CASES[name][2](x[rest].astype(np.float64))
+    assert (np.abs(got[rest] - exact) <= BOUND[name] * np.abs(exact)).all()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_printed_ptx_runs_to_the_same_bits_in_the_executor(name):
+    x, target = _simulate(name)
+    ptx = print_ptx(_module(name))
+    assert f"{CASES[name][1]} " in ptx
+    _, out = launch(ptx, "unary", (1, 1, 1), (32, 1, 1), [x.reshape(32, 2), np.zeros((32, 2), np.float32)])
+    np.testing.assert_array_equal(out.reshape(-1).view(np.uint32), target.view(np.uint32))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_ptxas_accepts(name, ptxas):
+    result = toolchain.compile_ptx(print_ptx(_module(name)), ptxas=ptxas)
+    assert not result.log.diagnostics, result.text

@@ -1,0 +1,318 @@
+"""The elementwise Tile IR vocabulary (`dialects/tile_elementwise.py`): broadcasting rules, the Tile
+interpreter's values against NumPy, and the same kernels lowered (convert-tile-to-sm90) and run in the CTA
+simulator and, printed as PTX, in the PTX executor and under ptxas. The user kernels of
+`examples/elementwise/` (softmax, RMSNorm, a GEMM with soft-capping, SiLU and an iota mask, ALiBi with a
+sliding window) are checked at every level against NumPy with the documented bounds of the approximate
+instructions (`tessera.sm90.approx`)."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tessera
+from tessera.ir.diagnostics import LocatedVerifyException
+from tessera.dialects.tile_elementwise import broadcast_shape
+from tessera.ir import parse_module
+from tessera.sm90 import approx
+
+KERNELS = Path(__file__).resolve().parent.parent / "examples" / "elementwise"
+LEVELS = ("tile", "target", "ptx")
+F32_ULP = 2.0**-23
+
+
+def _interpret(module, *inputs, level):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # warp-specialize: nothing to specialize in these kernels
+        return tessera.interpret(module, *inputs, level=level)
+
+
+@pytest.mark.parametrize("shapes,expected", [
+    ([(64, 32), (64, 32)], (64, 32)),
+    ([(64, 32), (64,)], (64, 32)),
+    ([(64,), (1, 32)], (64, 32)),
+    ([(64, 1), (1, 32)], (64, 32)),
+    ([(1, 32), (64, 32)], (64, 32)),
+    ([(64,), (64,)], (64,)),
+    ([(64, 32), (32,)], None),           # a 1-D operand is a row vector: [32] is not one of [64, 32]
+    ([(64, 32), (64, 16)], None),
+    ([(64,), (32,)], None),
+    ([(2, 64, 32), (2, 64, 32)], None),  # register tiles of rank 3 do not broadcast
+])
+def test_broadcast_shapes(shapes, expected):
+    assert broadcast_shape(shapes) == expected
+
+
+# region every op in one kernel
+
+EVERY_OP = """\
+builtin.module {
+  func.func @every_op(
+      %X: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<M, 64>},
+      %P: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<M, 64>},
+      %W: !tile.tile<64xf32, global> {tile.dims = #tile.dims<64>},
+      %O: !tile.tile<?xWIDTHxf32, global> {tile.dims = #tile.dims<M, WIDTH>, tile.role = "out"})
+      attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<ceildiv(M, 64)>} {
+    %c0 = arith.constant 0 : index
+    %c3 = arith.constant 3 : index
+    %c64 = arith.constant 64 : index
+    %k20 = arith.constant 20 : i32
+    %b = tile.program_id x : index
+    %m0 = arith.muli %b, %c64 : index
+    %xw = tile.view %X[%m0, %c0] : !tile.tile<?x64xf32, global> -> !tile.tile<64x64xf32, global>
+    %x = tile.load %xw : !tile.tile<64x64xf32, global> -> !tile.tile<64x64xf32, register>
+    %pw = tile.view %P[%m0, %c0] : !tile.tile<?x64xf32, global> -> !tile.tile<64x64xf32, global>
+    %p = tile.load %pw : !tile.tile<64x64xf32, global> -> !tile.tile<64x64xf32, register>
+    %ww = tile.view %W[%c0] : !tile.tile<64xf32, global> -> !tile.tile<64xf32, global>
+    %w = tile.load_broadcast %ww : !tile.tile<64xf32, global> -> !tile.tile<1x64xf32, register>
+BODY
+    func.return
+  }
+}
+"""
+T = "!tile.tile<64x64xf32, register>"
+I = "!tile.tile<64x64xi32, register>"
+ROW = "!tile.tile<64xf32, register>"
+COL = "!tile.tile<1x64xf32, register>"
+RESULTS = [
+    # (Tile IR computing %rK, NumPy reference of X, P, W (float64; f32 where the IR rounds an intermediate),
+    # relative tolerance of the lowered kernel against it: the documented bound of its approximations)
+    (f"%rK = tile.exp %x : {T}", lambda x, p, w, i, j: np.exp(x), "exp"),
+    (f"%rK = tile.exp2 %x : {T}", lambda x, p, w, i, j: np.exp2(x), approx.approx_relative_error("ex2") + F32_ULP),
+    (f"%rK = tile.log2 %p : {T}", lambda x, p, w, i, j: np.log2(p), "lg2"),
+    (f"%rK = tile.tanh %x : {T}", lambda x, p, w, i, j: np.tanh(x), approx.approx_relative_error("tanh")),
+    (f"%rK = tile.sigmoid %x : {T}", lambda x, p, w, i, j: 1 / (1 + np.exp(-x)), "sigmoid"),
+    (f"%rK = tile.silu %x : {T}", lambda x, p, w, i, j: x / (1 + np.exp(-x)), "sigmoid"),
+    (f"%rK = tile.sqrt %p : {T}", lambda x, p, w, i, j: np.sqrt(p), F32_ULP / 2),
+    (f"%rK = tile.rsqrt %p : {T}", lambda x, p, w, i, j: 1 / np.sqrt(p), approx.approx_relative_error("rsqrt")),
+    (f"%rK = tile.reciprocal %x : {T}", lambda x, p, w, i, j: 1 / x, approx.approx_relative_error("rcp")),
+    (f"%aK = tile.abs %x : {T}\n%rK = tile.neg %aK : {T}", lambda x, p, w, i, j: -np.abs(x), 0.0),
+    (f"%mK = tile.row_max %x : {T} -> {ROW}\n%dK = tile.sub %x, %mK : {T}, {ROW}\n"
+     f"%rK = tile.div %dK, %w : {T}, {COL}",
+     lambda x, p, w, i, j: (x - x.max(1, keepdims=True)).astype(np.float32) / w, F32_ULP),
+    (f"%mK = tile.row_max %x : {T} -> {ROW}\n%fK = tile.fill 3.0 : {ROW}\n%sK = tile.sub %mK, %fK : {ROW}\n"
+     f"%nK = tile.element_min %x, %w : {T}, {COL}\n%rK = tile.element_max %nK, %sK : {T}, {ROW}",
+     lambda x, p, w, i, j: np.maximum(np.minimum(x, w), x.max(1, keepdims=True) - 3), 0.0),
+    (f"%iK = tile.iota rows offset %m0 : {I}\n%jK = tile.iota cols : !tile.tile<1x64xi32, register>\n"
+     f"%dK = tile.sub %iK, %jK : {I}, !tile.tile<1x64xi32, register>\n%aK = tile.abs %dK : {I}\n"
+     f"%tK = tile.splat %c3 : index -> {I}\n%uK = tile.splat %k20 : i32 -> {I}\n"
+     f"%bK = tile.element_max %aK, %tK : {I}\n%cK = tile.element_min %bK, %uK : {I}\n"
+     f"%eK = tile.mul %cK, %cK : {I}\n%gK = tile.neg %iK : {I}\n%hK = tile.add %eK, %gK : {I}\n"
+     f"%rK = tile.cast %hK : {I} -> {T}",
+     lambda x, p, w, i, j: np.minimum(np.maximum(np.abs(i - j), 3), 20) ** 2 - i, 0.0),
+    (f"%qK = tile.cast %x : {T} -> {I}\n%rK = tile.cast %qK : {I} -> {T}", lambda x, p, w, i, j: np.trunc(x), 0.0),
+    (f"%lK = tile.cmp lt %x, %w : {T}, {COL}\n%gK = tile.cmp ge %p, %x : {T}\n"
+     f"%zK = tile.fill 0.0 : {T}\n%sK = tile.select %gK, %p, %zK : !tile.tile<64x64xi1, register>, {T}\n"
+     f"%rK = tile.select %lK, %x, %sK : !tile.tile<64x64xi1, register>, {T}",
+     lambda x, p, w, i, j: np.where(x < w, x, np.where(p >= x, p, 0.0)), 0.0),
+]
+
+
+def _every_op_module():
+    lines = []
+    for k, (body, _, _) in enumerate(RESULTS):
+        lines += re.sub(r"%([a-z]+)K\b", rf"%\g<1>{k}", body).splitlines()
+        lines += [f"%col{k} = arith.constant {64 * k} : index",
+                  f"%ow{k} = tile.view %O[%m0, %col{k}] : !tile.tile<?xWIDTHxf32, global> -> !tile.tile<64x64xf32, global>",
+                  f"tile.store_global %r{k}, %ow{k} : {T}, !tile.tile<64x64xf32, global>"]
+    text = EVERY_OP.replace("BODY", "\n".join("    " + line for line in lines))
+    return parse_module(text.replace("WIDTH", str(64 * len(RESULTS))))
+
+
+def _every_op_inputs(m: int):
+    rng = np.random.default_rng(5)
+    x = rng.uniform(-6, 6, (m, 64)).astype(np.float32)
+    p = np.exp2(rng.uniform(-20, 20, (m, 64))).astype(np.float32)
+    p[0, :4] = x[0, :4] = [0.5, 1.0, 2.0, 3.0]  # p >= x compares equal somewhere
+    w = (rng.choice([-1, 1], 64) * rng.uniform(0.5, 2, 64)).astype(np.float32)
+    return x, p, w
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_every_op_against_numpy(level):
+    """All ops at once (one kernel, 100 rows: a partial second block), each result in its own 64 columns."""
+    m = 100
+    x, p, w = _every_op_inputs(m)
+    out = _interpret(_every_op_module(), x, p, w, level=level)
+    i, j = np.arange(m)[:, None], np.arange(64)[None, :]
+    args = [a.astype(np.float64) for a in (x, p, w)] + [i, j]
+    for k, (body, reference, tolerance) in enumerate(RESULTS):
+        got = out[:, 64 * k: 64 * k + 64].astype(np.float64)
+        expected = reference(*args)
+        if tolerance == "lg2":
+            bound = approx.lg2_approx_error_bound(p) + F32_ULP * np.abs(expected)
+        elif tolerance in ("exp", "sigmoid"):
+            # ex2.approx of f32(x log2 e): the product's rounding moves the exponent by up to |x| 2^-24; then
+            # 1 + e, rcp.approx and SiLU's multiply round once more each (sigmoid)
+            relative = approx.approx_relative_error("ex2") + np.abs(args[0]) * 2.0**-24
+            if tolerance == "sigmoid":
+                relative += approx.approx_relative_error("rcp") + 3 * 2.0**-24
+            bound = relative * np.abs(expected)
+        else:
+            bound = tolerance * np.abs(expected)
+        if level == "tile":  # the exact function rounded once to f32
+            bound = np.maximum(bound, 0) if tolerance == 0.0 else F32_ULP / 2 * np.abs(expected) * 1.01
+        err = np.abs(got - expected)
+        assert (err <= bound).all(), f"{body.splitlines()[-1]}: max error {err.max()} at {np.unravel_index(err.argmax(), err.shape)}"
+
+# endregion
+# region the user kernels
+
+
+def _kernel(name: str):
+    return parse_module((KERNELS / f"{name}.mlir").read_text())
+
+
+def _close(got, expected, rtol, atol=0.0):
+    finite = np.isfinite(expected)
+    np.testing.assert_array_equal(np.isneginf(got), np.isneginf(expected))
+    np.testing.assert_allclose(got[finite], expected[finite], rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_softmax(level):
+    x = (np.random.default_rng(0).standard_normal((100, 64)) * 4).astype(np.float32)
+    x[3] = -np.inf  # a row with all -inf but one finite entry
+    x[3, 7] = 1.0
+    ref = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
+    ref /= ref.sum(1, keepdims=True)
+    # ex2.approx per term and f32 sums: a few times the ex2 bound, relative to the row's largest value
+    _close(_interpret(_kernel("softmax"), x, level=level), ref, rtol=0, atol=2.0**-19)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_rmsnorm(level):
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((70, 64)) * 3).astype(np.float32)
+    x[5] = 0.0  # a zero row: rsqrt(eps) times zeros
+    w = rng.standard_normal(64).astype(np.float32)
+    ref = x / np.sqrt((x.astype(np.float64) ** 2).mean(1, keepdims=True) + 1e-5) * w
+    rtol = approx.approx_relative_error("rsqrt") + 64 * F32_ULP  # rsqrt.approx, and the f32 row sum
+    _close(_interpret(_kernel("rmsnorm"), x, w, level=level), ref, rtol=rtol, atol=1e-6)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_gemm_softcap(level):
+    rng = np.random.default_rng(2)
+    m, k, n = 100, 128, 72
+    a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
+    s = a.astype(np.float64) @ b.astype(np.float64)
+    capped = 16 * np.tanh(s / 16)
+    act = capped / (1 + np.exp(-capped))
+    i, j = np.arange(m)[:, None], np.arange(n)[None, :]
+    ref = np.where(j > i, -np.inf, act)
+    # tanh.approx's relative error, carried through a SiLU whose slope is at most 1.1, on values up to 16
+    _close(_interpret(_kernel("gemm_softcap"), a, b, level=level), ref, rtol=2e-6,
+           atol=1.1 * 16 * approx.approx_relative_error("tanh"))
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_alibi(level):
+    rng = np.random.default_rng(3)
+    heads, length = 3, 80
+    x = rng.standard_normal((length, 64 * heads)).astype(np.float32)
+    slope = 2.0 ** (-8 * (np.arange(heads) + 1) / heads)
+    i, j = np.arange(length)[:, None], np.arange(64)[None, :]
+    d = np.abs(i - j)
+    ref = np.concatenate([np.where(d > 8, -np.inf, x[:, 64 * h: 64 * h + 64] - s * d)
+                          for h, s in enumerate(slope)], axis=1)
+    _close(_interpret(_kernel("alibi"), x, level=level), ref, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["every_op", "softmax", "rmsnorm", "gemm_softcap", "alibi"])
+def test_lowered_kernels_verify(name):
+    """The Target IR of each kernel verifies after the full pipeline (upstream ops keep their scalar-only
+    constraints: vector conversions are sm90.cvt)."""
+    module = _every_op_module() if name == "every_op" else _kernel(name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tessera.ir.verify(tessera.compile(module, target="target"))
+
+
+@pytest.mark.parametrize("name", ["every_op", "softmax", "rmsnorm", "gemm_softcap", "alibi"])
+def test_user_kernels_assemble(name, ptxas):
+    from tessera.toolchain import compile_ptx
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # warp-specialize: nothing to specialize in these kernels
+        ptx = tessera.compile(_every_op_module() if name == "every_op" else _kernel(name), target="ptx")
+    result = compile_ptx(ptx, source_name=name, ptxas=ptxas)
+    assert result.warnings == (), "\n".join(map(str, result.warnings))
+    for entry in result.entries.values():
+        assert not entry.spills, f"{entry.name} spills: {entry}"
+
+# endregion
+# region refusals
+
+
+def test_lowering_refuses_bf16_elementwise_by_name():
+    text = (KERNELS / "softmax.mlir").read_text()
+    module = parse_module(text.replace(
+        "%y = tile.div %e, %s : !tile.tile<64x64xf32, register>, !tile.tile<64xf32, register>",
+        "%h = tile.cast %e : !tile.tile<64x64xf32, register> -> !tile.tile<64x64xbf16, register>\n"
+        "%h2 = tile.add %h, %h : !tile.tile<64x64xbf16, register>\n"
+        "%y = tile.cast %h2 : !tile.tile<64x64xbf16, register> -> !tile.tile<64x64xf32, register>"))
+    with pytest.raises(Exception, match="no lowering of tile.add on bf16 register tiles"):
+        tessera.compile(module, target="target")
+
+
+def test_verifier_refuses_non_broadcasting_shapes():
+    text = ("func.func @f(%a: !tile.tile<64x32xf32, register>, %b: !tile.tile<32xf32, register>) {\n"
+            "  %c = tile.add %a, %b : !tile.tile<64x32xf32, register>, !tile.tile<32xf32, register>\n"
+            "  func.return\n}")
+    with pytest.raises(LocatedVerifyException, match=r"'tile.add' op operand shapes \[\[64, 32\], \[32\]\] do not broadcast"):
+        parse_module(text)
+
+# endregion
+
+
+@pytest.mark.parametrize("line,message", [
+    ("%c = tile.add %a, %a : !tile.tile<64x32xf32, register>, !tile.tile<64x32xf32, register>, "
+     "!tile.tile<64x32xf32, register>", "tile.add: expected one type for all operands or one per operand (2), got 3"),
+    ("%c = tile.sub %a, %a, %a : !tile.tile<64x32xf32, register>", "tile.sub takes 2 operands, got 3"),
+    ("%c = tile.iota rows offset %a : !tile.tile<64x32xi32, register>", "index"),
+])
+def test_syntax_errors_are_located(line, message):
+    from xdsl.utils.exceptions import ParseError
+
+    text = f"func.func @f(%a: !tile.tile<64x32xf32, register>) {{\n  {line}\n  func.return\n}}"
+    with pytest.raises(ParseError, match=re.escape(message)) as error:
+        parse_module(text)
+    assert "<string>:2:" in str(error.value)
+
+
+PREDICATES = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
+              "ne": np.not_equal}
+
+
+@pytest.mark.parametrize("level", ["tile", "target"])
+def test_compares_with_nan_infinities_and_signed_zeros(level):
+    """f32 compares are ordered (NaN false) except ne (NaN true), -0 == +0; the same at every level."""
+    body = []
+    for k, predicate in enumerate(PREDICATES):
+        body += [f"%p{k} = tile.cmp {predicate} %x, %y : {T}",
+                 f"%r{k} = tile.select %p{k}, %one, %zero : !tile.tile<64x64xi1, register>, {T}",
+                 f"%col{k} = arith.constant {64 * k} : index",
+                 f"%ow{k} = tile.view %O[%m0, %col{k}] : !tile.tile<?x384xf32, global> -> !tile.tile<64x64xf32, global>",
+                 f"tile.store_global %r{k}, %ow{k} : {T}, !tile.tile<64x64xf32, global>"]
+    text = (EVERY_OP.replace("WIDTH", "384")
+            .replace("%W: !tile.tile<64xf32, global> {tile.dims = #tile.dims<64>},\n", "")
+            .replace("    %ww = tile.view %W[%c0] : !tile.tile<64xf32, global> -> !tile.tile<64xf32, global>\n", "")
+            .replace("    %w = tile.load_broadcast %ww : !tile.tile<64xf32, global> -> !tile.tile<1x64xf32, register>\n",
+                     f"    %one = tile.fill 1.0 : {T}\n    %zero = tile.fill 0.0 : {T}\n")
+            .replace("%X:", "%X:").replace("%P:", "%Y:").replace("%P[", "%Y[").replace("%p = tile.load", "%y = tile.load")
+            .replace("BODY", "\n".join("    " + line for line in body)))
+    rng = np.random.default_rng(9)
+    special = np.float32([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0])
+    x = rng.choice(special, (64, 64))
+    y = rng.choice(special, (64, 64))
+    out = _interpret(parse_module(text), x, y, level=level)
+    with np.errstate(invalid="ignore"):
+        for k, compare in enumerate(PREDICATES.values()):
+            np.testing.assert_array_equal(out[:, 64 * k: 64 * k + 64], compare(x, y).astype(np.float32))
