@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from xdsl.dialects.builtin import I64, IndexType, IntegerAttr, IntegerType, UnitAttr
+from xdsl.dialects.builtin import I64, Float32Type, IndexType, IntegerAttr, IntegerType, UnitAttr
 from xdsl.ir import Operation, SSAValue
 from xdsl.irdl import (
     AttrSizedOperandSegments,
@@ -399,6 +399,63 @@ class LoadIndexOp(IRDLOperation):
         _require_space(self, "source", ty, MemSpace.GLOBAL)
         _require(ty.element_type == IntegerType(32), self, f"the table must hold i32 elements, got {ty.element_type}")
         _require(len(self.indices) == ty.rank, self, f"needs {ty.rank} indices (one per dimension), got {len(self.indices)}")
+
+
+# endregion
+
+
+# region Gathers
+
+
+@irdl_op_definition
+class GatherOp(IRDLOperation):
+    """`%r = tile.gather %table[%i0, ..., %in] : table_type, index_types -> result_type`: a register tile of
+    elements of a global tensor at per-element coordinates, r[p] = table[i0[p], ..., in[p]] (one i32 index
+    tile per dimension of the table, broadcast to the result's shape as `tile_elementwise`'s operands are:
+    [M, N], a row vector [M], a column [M, 1] or a column vector [1, N], or [1, 1] for one value).
+
+    It reads what a score or mask modifier indexes (`slopes[h]`, `doc_ids[kv_idx]`, a relative-position
+    table). Each read is bounds-checked: an element whose coordinates fall outside the table reads 0 (a
+    predicated load), because a modifier is evaluated over whole tiles, including positions past seq_q or
+    seq_k that the kernel masks afterwards; the host checks the positions that count (`tessera.attention_mods.
+    bounds_checked`). The table holds f32 or i32; the result has its element type."""
+
+    name = "tile.gather"
+    source = operand_def(TILE)
+    indices = var_operand_def(TILE)
+    result = result_def(TILE)
+    traits = traits_def(MemoryReadEffect())
+    assembly_format = "$source `[` $indices `]` attr-dict `:` type($source) `,` type($indices) `->` type($result)"
+
+    def __init__(self, source: SSAValue | Operation, indices: Sequence[SSAValue | Operation]):
+        from tessera.dialects.tile_elementwise import broadcast_shape
+
+        table = _tile(source)
+        shapes = [_tile(i).get_shape() for i in indices]
+        shape = broadcast_shape(shapes) or shapes[0]
+        ty = TileType(list(shape), table.element_type, MemSpace.REGISTER)
+        super().__init__(operands=[source, list(indices)], result_types=[ty])
+
+    def verify_(self) -> None:
+        from tessera.dialects.tile_elementwise import broadcast_shape, is_i32
+
+        table = _tile(self.source)
+        _require_space(self, "source", table, MemSpace.GLOBAL)
+        _require(table.element_type == IntegerType(32) or table.element_type == Float32Type(), self,
+                 f"the table must hold f32 or i32 elements, got {table.element_type}")
+        _require(len(self.indices) == table.rank, self,
+                 f"needs {table.rank} index tiles (one per dimension of the table), got {len(self.indices)}")
+        for k, index in enumerate(self.indices):
+            ty = _tile(index)
+            _require_space(self, f"index {k}", ty, MemSpace.REGISTER)
+            _require(is_i32(ty.element_type), self, f"index {k} must be an i32 tile, got {ty.element_type}")
+        shape = broadcast_shape([_tile(i).get_shape() for i in self.indices])
+        _require(shape is not None, self, f"index shapes {[list(_tile(i).get_shape()) for i in self.indices]} do "
+                                          "not broadcast")
+        result = _tile(self.result)
+        _require_space(self, "result", result, MemSpace.REGISTER)
+        _require(result.get_shape() == shape and result.element_type == table.element_type, self,
+                 f"result must be a register tile {list(shape)} of {table.element_type}, got {result}")
 
 
 # endregion

@@ -390,3 +390,69 @@ def check_attention_backward(grads, q, k, v, o, do, dtype, causal: bool = False,
 
 
 # endregion
+
+
+# region FlexAttention-style modifiers (tessera.attention_mods)
+
+
+def mod_scores(q, k, scale: float | None, score_mod=None, mask_mod=None, dtype=np.float64) -> np.ndarray:
+    """mask_mod(score_mod(scale Q K^T)) in `dtype`: the user's functions run unchanged on NumPy index grids
+    (b [B,1,1,1], h [1,H,1,1], q_idx [1,1,Sq,1], kv_idx [1,1,1,Sk], int64), through
+    `attention_mods.bounds_checked` (an index outside a captured array is an error, not NumPy's wrap-around);
+    hidden scores are -inf. K may have fewer heads than Q (GQA: repeated)."""
+    from tessera.attention_mods import bounds_checked
+
+    q, k = np.asarray(q), np.asarray(k)
+    k = _expand_heads(k, q.shape[1])
+    scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+    scores = _scores(q, k, scale, dtype)
+    batch, heads, seq_q, seq_k = scores.shape
+    grids = (np.arange(batch).reshape(-1, 1, 1, 1), np.arange(heads).reshape(1, -1, 1, 1),
+             np.arange(seq_q).reshape(1, 1, -1, 1), np.arange(seq_k).reshape(1, 1, 1, -1))
+    if score_mod is not None:
+        scores = np.broadcast_to(np.asarray(bounds_checked(score_mod, "score_mod")(scores, *grids), dtype),
+                                 scores.shape)
+    if mask_mod is not None:
+        visible = np.broadcast_to(np.asarray(bounds_checked(mask_mod, "mask_mod")(*grids), bool), scores.shape)
+        scores = np.where(visible, scores, -np.inf)
+    return scores
+
+
+def attention_mods(q, k, v, score_mod=None, mask_mod=None, scale: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(O, LSE) of softmax(mask_mod(score_mod(scale Q K^T))) V in float64 (`mod_scores`); a row that sees no
+    key gives O = 0 and LSE = -inf."""
+    q, k, v = (np.asarray(x).astype(np.float64) for x in (q, k, v))
+    scores = mod_scores(q, k, scale, score_mod, mask_mod)
+    out = np.einsum("bhqk,bhkd->bhqd", _softmax_rows(scores, None), _expand_heads(v, q.shape[1]))
+    top = scores.max(axis=-1)
+    safe = np.where(np.isneginf(top), 0, top)
+    with np.errstate(divide="ignore"):
+        lse = safe + np.log(np.exp(scores - safe[..., None]).sum(axis=-1))
+    return out, np.where(np.isneginf(top), -np.inf, lse)
+
+
+def check_attention_mods(out, q, k, v, dtype, score_mod=None, mask_mod=None, scale: float | None = None,
+                         lse=None) -> Comparison:
+    """`check_attention`'s rule for a kernel with modifiers: the error of O against the float64 reference at
+    most twice that of the same-precision computation (f32 scores through the modifiers, P rounded to
+    `dtype`) plus `ABSOLUTE_TOLERANCE`; with `lse`, an LSE that is not -inf exactly where the reference's is,
+    or further than `LSE_TOLERANCE` (plus the f32 rounding of its magnitude), fails."""
+    q, k, v = (round_to(np.asarray(x), dtype) for x in (q, k, v))
+    ref, ref_lse = attention_mods(q, k, v, score_mod, mask_mod, scale)
+    scores = mod_scores(q.astype(F32), k.astype(F32), scale, score_mod, mask_mod, np.float32)
+    p = round_to(_softmax_rows(scores.astype(F32), None).astype(F32), dtype).astype(F32)
+    baseline = round_to(np.einsum("bhqk,bhkd->bhqd", p, _expand_heads(v.astype(F32), q.shape[1])), dtype)
+    tolerance = 2 * _max_error(baseline, ref) + ABSOLUTE_TOLERANCE
+    error = _max_error(out, ref)
+    if lse is not None:
+        got = np.asarray(lse, np.float64).reshape(ref_lse.shape)
+        empty = np.isneginf(ref_lse)
+        if not np.array_equal(np.isneginf(got), empty):
+            return Comparison(float("inf"), tolerance)
+        lse_error = np.abs(got[~empty] - ref_lse[~empty]) - LSE_F32_ROUNDING * np.abs(ref_lse[~empty])
+        if lse_error.size and np.nan_to_num(lse_error, nan=np.inf).max() > LSE_TOLERANCE:
+            return Comparison(float("inf"), tolerance)
+    return Comparison(error, tolerance)
+
+
+# endregion

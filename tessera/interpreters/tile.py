@@ -23,7 +23,7 @@ from tessera.dialects.tile_types import TileType
 from tessera.interpreters import serving_checks
 from tessera.interpreters.block_batch import BlockBatch
 from tessera.interpreters.tile_cluster import check_shared_copy
-from tessera.interpreters.tile_elementwise import ElementwiseFunctions
+from tessera.interpreters.tile_elementwise import ElementwiseFunctions, _aligned
 from tessera.interpreters.tile_memory import AsyncCopies, GatheredRows, GlobalView, SharedBuffer, SharedRef
 from tessera.interpreters.grid_sync import GridDeadlock, GridSync  # noqa: I001 - after tile_memory: merge-friendly
 from tessera.numerics import F32, batched_matmul, numpy_dtype, round_to
@@ -260,6 +260,22 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
             self.batch.fail(op, f"reads element [{where}] of a table of shape {list(table.shape)}, outside it", bad)
         clipped = tuple(np.clip(i, 0, n - 1) for i, n in zip(indices, table.shape))
         return (table[clipped].astype(np.int64),)
+
+    @impl(tile.GatherOp)
+    def run_gather(self, interpreter: Interpreter, op: tile.GatherOp, args: PythonValues):
+        """table[i0, ..., in] per element, 0 where the coordinates fall outside the table (the op's docstring)."""
+        table, *indices = args
+        if not isinstance(table, np.ndarray):
+            self.batch.fail(op, "gathers from a kernel argument (not a tile.view)")
+        shape = (self.batch.size,) + op.result.type.get_shape()
+        coords = [np.broadcast_to(_aligned(i, v.type, op.result.type), shape).astype(np.int64)
+                  for i, v in zip(indices, op.indices)]
+        inside = np.ones(shape, bool)
+        for i, n in zip(coords, table.shape):
+            inside &= (i >= 0) & (i < n)
+        clipped = tuple(np.clip(i, 0, n - 1) for i, n in zip(coords, table.shape))
+        values = np.where(inside, table[clipped], 0)
+        return self._register_tile(op, values)
 
     # endregion
     # region the backward's memory ops: shared stores, reducing stores, semaphores

@@ -44,7 +44,7 @@ which addresses K and V at kv_base + k0, holds kv_base.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from xdsl.dialects import arith, func
@@ -71,6 +71,8 @@ from tessera.kernels.common import (
     register_tile,
     shared_tile,
 )
+from tessera.attention_mods import trace_mod
+from tessera.kernels.attention_mods import AttentionMods
 from tessera.numerics import bias_bound
 
 HEAD_DIMS = (64, 128, 256)
@@ -263,6 +265,9 @@ class AttentionBlock:
     kv_base: SSAValue | None = None
     rows_left: SSAValue | None = None
     """With packed sequences, the rows of the block's own sequence from q0 on: its stores stop there."""
+    mods: AttentionMods | None = None
+    """The traced score_mod / mask_mod and whether the key loop reads block lists (`flash_attention`)."""
+    q_block: SSAValue | None = None
 
     def window(self, b: TileBuilder, tensor: str, row: SSAValue, col: SSAValue, shape: Sequence[int]) -> SSAValue:
         """The window of argument `tensor` (Q, K, V, Bias, O, LSE or a scratch buffer) at (batch, head, row, col);
@@ -319,7 +324,8 @@ def grid_heads(c: AttentionConfig) -> str | tile.DimExprAttr:
 
 
 def attention_kernel(
-    config: AttentionConfig, variant: str, scratch: Sequence[ArgSpec] = (), grouped: bool = False
+    config: AttentionConfig, variant: str, scratch: Sequence[ArgSpec] = (), grouped: bool = False,
+    mods: AttentionMods | None = None,
 ) -> tuple[func.FuncOp, TileBuilder, AttentionBlock]:
     """Start an attention kernel: signature, block coordinates, sizes, key-block count, shared tiles, and the
     asynchronous copy of this block's Q tile (one commit group; the first wait in the key loop covers it).
@@ -327,6 +333,9 @@ def attention_kernel(
     With `grouped` (GQA/MQA), K and V have their own head count `heads_k` (tile.dims `heads_k`), which must
     divide `heads` (the caller checks it: the kernel reads zeros past K's heads otherwise), and query head h
     reads key head h // (heads // heads_k).
+
+    With `mods` (score_mod / mask_mod), their captured arrays and, with block sparsity, the block lists are
+    inputs after V (and Bias): `AttentionMods.inputs`.
 
     Returns (func, builder, block)."""
     c = config
@@ -339,11 +348,13 @@ def attention_kernel(
         ArgSpec("K", tensor, k_dims),
         ArgSpec("V", tensor, k_dims),
         *([ArgSpec("Bias", global_tensor([None] * 4, elt), c.bias_dims())] if c.bias else []),
+        *(mods.inputs(c) if mods is not None else []),
         *output_args(c),
         *scratch,
     ]
     grid = [ceildiv_dim("seq_q", c.block_m), grid_heads(c), "batch"]
-    fn, b = kernel_function(c.kernel_name(variant), args, c.kernel_info(), grid)
+    info = c.kernel_info() if mods is None else {"kind": StringAttr("custom")}  # no "attention" reference fits
+    fn, b = kernel_function(c.kernel_name(variant), args, info, grid)
     values = dict(zip((a.name for a in args), fn.body.blocks.first.args))
 
     q_block = b.program_id("x", "q_block")
@@ -362,6 +373,7 @@ def attention_kernel(
                              kv_base=kv_base)
     if grouped:
         blk.kv_head = grouped_kv_head(b, values["Q"], values["K"], blk.head)
+    blk.mods, blk.q_block = mods, q_block
 
     blk.smem["Q"] = b.alloc_shared(shared_tile([c.block_m, d], elt), "q_smem")
     blk.smem["K"] = b.alloc_shared(shared_tile([c.block_n, d], elt), "k_smem")
@@ -434,12 +446,16 @@ def apply_masks(b: TileBuilder, blk: AttentionBlock, s: SSAValue, k0: SSAValue) 
     return s
 
 
-def masked_scores(b: TileBuilder, blk: AttentionBlock, k0: SSAValue) -> SSAValue:
-    """S = mask(scale * Q K^T [+ Bias]) for the key block at k0, from the shared Q and K tiles: [BM, BN] f32."""
+def masked_scores(b: TileBuilder, blk: AttentionBlock, k0: SSAValue, mask_mod: bool = True) -> SSAValue:
+    """S = mask(scale * Q K^T [+ Bias]) for the key block at k0, from the shared Q and K tiles: [BM, BN] f32.
+    With modifiers (`blk.mods`): S = score_mod(S, ...), then -inf where mask_mod is false (only if `mask_mod`:
+    a full block of the block mask skips it), before the bounds and causal masks."""
     c = blk.config
     init = bias_accumulator(b, blk, k0) if c.bias else b.fill(0.0, register_tile([c.block_m, c.block_n]), "s_zero")
     s = b.mma(blk.smem["Q"], blk.smem["K"], init, "s", transpose_b=True)
     s = b.scale(s, c.scale, "s_scaled")
+    if blk.mods is not None:
+        s = blk.mods.apply(b, blk, s, k0, mask_mod)
     return apply_masks(b, blk, s, k0)
 
 
@@ -528,6 +544,10 @@ def flash_attention(
     cluster: int = 1,
     bias: bool = False,
     bias_broadcast: Sequence[str] = (),
+    *,
+    score_mod: Callable | None = None,
+    mask_mod: Callable | None = None,
+    block_sparse: bool = False,
 ) -> ModuleOp:
     """The online one-pass attention kernel (FlashAttention-2 style), `flash_attention_d{D}_{dtype}[_causal]`
     (`flash_attention_gqa_...` with `grouped`: K and V with heads_k heads, see `attention_kernel`).
@@ -558,7 +578,16 @@ def flash_attention(
     uniformly (as float64 and PyTorch's eager attention do), not O = 0. `bias_broadcast` names the dimensions, "batch" and/or
     "heads", in which the bias has size 1 (`..._bias_b1`, `_bias_h1`): read at index 0 there, as PyTorch
     broadcasts an attn_mask [1, heads, Sq, Sk] or [batch, 1, Sq, Sk]. Not with split-KV, grouped heads or
-    clusters (refused by name)."""
+    clusters (refused by name).
+
+    `score_mod(score, b, h, q_idx, kv_idx)` and `mask_mod(b, h, q_idx, kv_idx)` (FlexAttention's modifiers,
+    `tessera.attention_mods`; `flex_attention_...`) are traced into the score tile: S = score_mod(scale Q K^T),
+    then -inf where mask_mod is false, then the bounds (and causal) masks. q_idx and kv_idx are absolute
+    positions from 0 (a mask_mod `q_idx >= kv_idx` is top-left causal). NumPy arrays they read become inputs
+    after V (and Bias), named `score_mod_NAME` / `mask_mod_NAME`. `block_sparse=True` (needs mask_mod) adds
+    the block lists (`attention_mods.BLOCK_LISTS`, from `tessera.block_mask.create_block_mask`): the loop visits
+    each query block's full key blocks without evaluating mask_mod, then its partial ones with it, and never
+    an empty one. Not with split-KV or clusters (refused by name)."""
     c = AttentionConfig.checked(head_dim, causal, dtype, scale, block_m, block_n, return_lse, num_splits, bias,
                                 bias_broadcast)
     check_flag("grouped", grouped)
@@ -568,27 +597,45 @@ def flash_attention(
     if c.bias and shape != (1, 1, 1):
         raise ValueError("bias is not supported with cluster > 1 yet (a biased kernel is not validated with "
                          "multicast K/V copies); use cluster=1")
-    fn, b, blk = attention_kernel(c, "flash_attention_gqa" if grouped else "flash_attention", grouped=grouped)
+    mods = check_mods(score_mod, mask_mod, block_sparse, c, shape)
+    variant = "flex_attention" if mods is not None else "flash_attention"
+    fn, b, blk = attention_kernel(c, variant + ("_gqa" if grouped else ""), grouped=grouped, mods=mods)
     m, l, acc = flash_loop(b, blk)
     # The one normalisation: O = acc / l (a row that saw no key has l = 0 and gives 0).
     store_results(b, blk, acc, m, l)
     return apply_cluster(finish_kernel(fn, b), shape)
 
 
+def check_mods(score_mod, mask_mod, block_sparse, c: AttentionConfig, cluster) -> AttentionMods | None:
+    """The traced modifiers of `flash_attention` (None without any); ValueError naming what is refused."""
+    check_flag("block_sparse", block_sparse)
+    if block_sparse and mask_mod is None:
+        raise ValueError("block_sparse=True needs a mask_mod (the block lists are computed from it)")
+    if score_mod is None and mask_mod is None:
+        return None
+    if c.split:
+        raise ValueError("score_mod/mask_mod are not supported with num_splits > 1 (split-KV)")
+    if cluster != (1, 1, 1):
+        raise ValueError("score_mod/mask_mod are not supported with cluster > 1")
+    return AttentionMods(None if score_mod is None else trace_mod(score_mod, "score_mod"),
+                         None if mask_mod is None else trace_mod(mask_mod, "mask_mod"), block_sparse)
+
+
 def flash_loop(b: TileBuilder, blk: AttentionBlock) -> tuple[SSAValue, SSAValue, SSAValue]:
     """The online-softmax loop over the block's `n_kv` key blocks (see `flash_attention`); returns the final
-    running max m, sum l and unnormalised accumulator acc."""
+    running max m, sum l and unnormalised accumulator acc. With block sparsity (`blk.mods.block_sparse`) two
+    loops: over the query block's full key blocks (no mask_mod), then over its partial ones, each reading the
+    key block's index from its list (`tile.load_index`)."""
     c = blk.config
     rows = register_tile([c.block_m])
     m_init = b.fill(float("-inf"), rows, "m_init")
     l_init = b.fill(0.0, rows, "l_init")
     acc_init = b.fill(0.0, register_tile([c.block_m, c.head_dim]), "acc_init")
 
-    def key_step(b: TileBuilder, j: SSAValue, carried: tuple[SSAValue, ...]) -> list[SSAValue]:
+    def key_step(b: TileBuilder, k0: SSAValue, carried: tuple[SSAValue, ...], mask_mod: bool) -> list[SSAValue]:
         m, l, acc = carried
-        k0 = b.muli(j, b.const(c.block_n), "k0")
         load_key_block(b, blk, k0, ("K", "V"))
-        s = masked_scores(b, blk, k0)
+        s = masked_scores(b, blk, k0, mask_mod)
         m_new = b.binary(tile.ElementMaxOp, m, b.unary(tile.RowMaxOp, s, "s_max"), "m_new")
         # A bias may hold huge finite fills (-1e20): the exponents must subtract before they scale (both ops).
         alpha = b.emit(tile.ExpDiffOp(m, m_new, subtract_first=c.bias), "alpha")
@@ -599,4 +646,21 @@ def flash_loop(b: TileBuilder, blk: AttentionBlock) -> tuple[SSAValue, SSAValue,
         b.barrier()  # every warp has read K and V before the next step's copies overwrite them
         return [m_new, l_new, acc_new]
 
-    return b.for_loop(blk.n_kv, [m_init, l_init, acc_init], ["m", "l", "acc"], key_step)
+    carried = (m_init, l_init, acc_init)
+    if blk.mods is None or not blk.mods.block_sparse:
+        def dense_step(b: TileBuilder, j: SSAValue, carried: tuple[SSAValue, ...]) -> list[SSAValue]:
+            return key_step(b, b.muli(j, b.const(c.block_n), "k0"), carried, True)
+
+        return b.for_loop(blk.n_kv, list(carried), ["m", "l", "acc"], dense_step)
+    coords = [blk.batch, blk.head, blk.q_block]
+    for count_name, list_name, mask_mod in (("FULL_KV_NUM_BLOCKS", "FULL_KV_INDICES", False),
+                                            ("KV_NUM_BLOCKS", "KV_INDICES", True)):
+        count = b.emit(tile.LoadIndexOp(blk.args[count_name], coords), count_name.lower())
+
+        def listed_step(b: TileBuilder, j: SSAValue, carried: tuple[SSAValue, ...],
+                        list_name: str = list_name, mask_mod: bool = mask_mod) -> list[SSAValue]:
+            block = b.emit(tile.LoadIndexOp(blk.args[list_name], [*coords, j]), "kv_block")
+            return key_step(b, b.muli(block, b.const(c.block_n), "k0"), carried, mask_mod)
+
+        carried = b.for_loop(count, list(carried), ["m", "l", "acc"], listed_step)
+    return carried

@@ -1,0 +1,394 @@
+"""FlexAttention-style score and mask modifiers: tracing plain Python functions into an expression graph.
+
+A score modifier `score_mod(score, b, h, q_idx, kv_idx) -> score` and a mask modifier
+`mask_mod(b, h, q_idx, kv_idx) -> bool` are plain Python over operators and NumPy functions. They run
+unchanged on NumPy index grids (the float64 reference, `tessera.reference.attention_mods`, and the host-side
+block mask, `tessera.block_mask`), and `trace_mod` calls them once with `Traced` proxies to record what they
+compute as a graph of `Node`s, which `tessera.kernels.attention_mods` emits as Tile IR in the score tile's
+context. Index arguments are i32; the score is f32.
+
+NumPy arrays a modifier reads (closure cells, and module globals it names) become `CapturedArray`s: indexing
+one with traced indices is a gather from an extra kernel input (`tile.gather`), one index per dimension
+(`slopes[h]`, `doc_ids[q_idx]`, `table[h, np.clip(q_idx - kv_idx + 31, 0, 62)]`). Python numbers it reads
+are constants of the kernel.
+
+What cannot be traced is refused with a `ModTraceError` naming the function, file:line and the construct:
+Python control flow on a traced value (`if`, `and`, `or`, `not`, `bool()`), an unsupported NumPy function or
+operator (`//`, `%`, `**`), arithmetic on booleans, a slice of a captured array, a NumPy array indexed by a
+traced value that is not a captured array of the modifier itself.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+F32, I32, BOOL = "f32", "i32", "bool"
+SCORE_MOD_ARGS = ("score", "b", "h", "q_idx", "kv_idx")
+MASK_MOD_ARGS = ("b", "h", "q_idx", "kv_idx")
+
+
+class ModTraceError(ValueError):
+    """A score_mod or mask_mod that cannot be traced: the message names the function, file:line and the
+    construct."""
+
+
+@dataclass(frozen=True)
+class CapturedArray:
+    """A NumPy array a modifier reads, passed to the kernel as an input named `name` (f32 for floats, i32 for
+    integers and booleans)."""
+
+    name: str
+    array: np.ndarray
+
+    @property
+    def dtype(self) -> str:
+        return F32 if self.array.dtype.kind == "f" else I32
+
+
+@dataclass(eq=False)
+class Node:
+    """One value of a traced modifier: `op` on `args` (Nodes), with `value` for constants, arguments and
+    gathers (the CapturedArray), and `dtype` f32, i32 or bool."""
+
+    op: str
+    args: tuple[Node, ...]
+    dtype: str
+    value: object = None
+
+
+@dataclass
+class Trace:
+    """A traced modifier: its result node, the arrays it gathers from (in first-use order), and its name."""
+
+    function: Callable
+    result: Node
+    arrays: list[CapturedArray] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return getattr(self.function, "__qualname__", repr(self.function))
+
+    def uses(self, op: str) -> bool:
+        """Whether any node of the graph is `op` (e.g. "b", "h", "score")."""
+        seen, stack = set(), [self.result]
+        while stack:
+            n = stack.pop()
+            if id(n) in seen:
+                continue
+            seen.add(id(n))
+            if n.op == op:
+                return True
+            stack.extend(n.args)
+        return False
+
+
+class _Tracing:
+    """The state of one `trace_mod` call: the function (for messages) and the arrays seen so far."""
+
+    def __init__(self, fn: Callable, kind: str):
+        self.fn, self.kind = fn, kind
+        self.arrays: dict[int, CapturedArray] = {}
+
+    def where(self) -> str:
+        """file:line of the innermost frame running the modifier's code (or the function's first line)."""
+        code = self.fn.__code__
+        frame = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code is code:
+                return f"{code.co_filename}:{frame.f_lineno}"
+            frame = frame.f_back
+        return f"{code.co_filename}:{code.co_firstlineno}"
+
+    def refuse(self, construct: str) -> ModTraceError:
+        name = getattr(self.fn, "__qualname__", repr(self.fn))
+        return ModTraceError(f"{self.kind} '{name}' at {self.where()}: cannot trace {construct}")
+
+
+_UNARY = {np.negative: "neg", np.absolute: "abs", np.exp: "exp", np.exp2: "exp2", np.log2: "log2", np.log: "log",
+          np.tanh: "tanh", np.sqrt: "sqrt", np.reciprocal: "reciprocal", np.logical_not: "not", np.invert: "not",
+          np.positive: "pos"}
+_BINARY = {np.add: "add", np.subtract: "sub", np.multiply: "mul", np.true_divide: "div", np.minimum: "min",
+           np.maximum: "max", np.fmin: "min", np.fmax: "max", np.logical_and: "and", np.logical_or: "or",
+           np.bitwise_and: "and", np.bitwise_or: "or", np.less: "lt", np.less_equal: "le", np.greater: "gt",
+           np.greater_equal: "ge", np.equal: "eq", np.not_equal: "ne"}
+COMPARES = ("lt", "le", "gt", "ge", "eq", "ne")
+FLOAT_ONLY = ("exp", "exp2", "log2", "log", "tanh", "sqrt", "reciprocal", "div")
+
+
+class Traced:
+    """A traced value: Python operators and NumPy ufuncs/functions on it record nodes (module docstring)."""
+
+    __array_priority__ = 1000
+
+    def __init__(self, tracing: _Tracing, node: Node):
+        self._tracing, self.node = tracing, node
+
+    # -- building --------------------------------------------------------------------------------------
+    def _wrap(self, node: Node) -> Traced:
+        return Traced(self._tracing, node)
+
+    def _lift(self, value: object) -> Node:
+        if isinstance(value, Traced):
+            return value.node
+        if isinstance(value, (bool, np.bool_)):
+            return Node("const", (), BOOL, bool(value))
+        if isinstance(value, (int, np.integer)):
+            if not -2**31 <= int(value) < 2**31:
+                raise self._tracing.refuse(f"the integer constant {value} (outside i32)")
+            return Node("const", (), I32, int(value))
+        if isinstance(value, (float, np.floating)):
+            return Node("const", (), F32, float(value))
+        if isinstance(value, np.ndarray) and value.ndim == 0:
+            return self._lift(value[()])
+        raise self._tracing.refuse(f"an operand of type {type(value).__name__} (only traced values and numbers)")
+
+    def _convert(self, node: Node, dtype: str) -> Node:
+        if node.dtype == dtype:
+            return node
+        if node.op == "const":
+            return Node("const", (), dtype, float(node.value) if dtype == F32 else node.value)
+        return Node("to_f32", (node,), F32)
+
+    def _apply(self, op: str, *operands: object) -> Traced:
+        nodes = [self._lift(o) for o in operands]
+        t = self._tracing
+        if op in ("and", "or", "not"):
+            if any(n.dtype != BOOL for n in nodes):
+                raise t.refuse(f"'{op}' (&, |, ~) of non-boolean values (bitwise integer ops are not supported)")
+            return self._wrap(Node(op, tuple(nodes), BOOL))
+        if op == "pos":
+            return self._wrap(nodes[0])
+        if any(n.dtype == BOOL for n in nodes):
+            raise t.refuse(f"'{op}' of a boolean value (use np.where to turn a condition into numbers)")
+        dtype = F32 if op in FLOAT_ONLY or any(n.dtype == F32 for n in nodes) else I32
+        nodes = [self._convert(n, dtype) for n in nodes]
+        return self._wrap(Node(op, tuple(nodes), BOOL if op in COMPARES else dtype))
+
+    def _where(self, cond: object, a: object, b: object) -> Traced:
+        c = self._lift(cond)
+        if c.dtype != BOOL:
+            raise self._tracing.refuse("np.where with a condition that is not boolean")
+        x, y = self._lift(a), self._lift(b)
+        if BOOL in (x.dtype, y.dtype):
+            if x.dtype != y.dtype:
+                raise self._tracing.refuse("np.where mixing a boolean with a number")
+            return self._wrap(Node("or", (Node("and", (c, x), BOOL), Node("and", (Node("not", (c,), BOOL), y), BOOL)), BOOL))
+        dtype = F32 if F32 in (x.dtype, y.dtype) else I32
+        return self._wrap(Node("select", (c, self._convert(x, dtype), self._convert(y, dtype)), dtype))
+
+    # -- NumPy protocols -------------------------------------------------------------------------------
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if method != "__call__" or kwargs:
+            raise self._tracing.refuse(f"np.{ufunc.__name__}.{method}" if method != "__call__" else
+                                       f"np.{ufunc.__name__} with keyword arguments {sorted(kwargs)}")
+        op = _UNARY.get(ufunc) or _BINARY.get(ufunc)
+        if op is None:
+            raise self._tracing.refuse(f"np.{ufunc.__name__} (supported: {', '.join(sorted(_ufunc_names()))}, "
+                                       "np.where, np.clip)")
+        return self._apply(op, *inputs)
+
+    def __array_function__(self, func, types_, args, kwargs):
+        if func is np.where and len(args) == 3 and not kwargs:
+            return self._where(*args)
+        if func is np.clip and not kwargs and len(args) == 3:
+            x, lo, hi = args
+            return self._apply("min", self._apply("max", x, lo), hi)
+        raise self._tracing.refuse(f"np.{func.__name__} (supported: np.where(c, a, b), np.clip(x, lo, hi) and the "
+                                   "ufuncs)")
+
+    # -- operators -------------------------------------------------------------------------------------
+    def __add__(self, o): return self._apply("add", self, o)
+    def __radd__(self, o): return self._apply("add", o, self)
+    def __sub__(self, o): return self._apply("sub", self, o)
+    def __rsub__(self, o): return self._apply("sub", o, self)
+    def __mul__(self, o): return self._apply("mul", self, o)
+    def __rmul__(self, o): return self._apply("mul", o, self)
+    def __truediv__(self, o): return self._apply("div", self, o)
+    def __rtruediv__(self, o): return self._apply("div", o, self)
+    def __neg__(self): return self._apply("neg", self)
+    def __pos__(self): return self
+    def __abs__(self): return self._apply("abs", self)
+    def __lt__(self, o): return self._apply("lt", self, o)
+    def __le__(self, o): return self._apply("le", self, o)
+    def __gt__(self, o): return self._apply("gt", self, o)
+    def __ge__(self, o): return self._apply("ge", self, o)
+    def __eq__(self, o): return self._apply("eq", self, o)  # type: ignore[override]
+    def __ne__(self, o): return self._apply("ne", self, o)  # type: ignore[override]
+    def __and__(self, o): return self._apply("and", self, o)
+    def __rand__(self, o): return self._apply("and", o, self)
+    def __or__(self, o): return self._apply("or", self, o)
+    def __ror__(self, o): return self._apply("or", o, self)
+    def __invert__(self): return self._apply("not", self)
+    __hash__ = None  # type: ignore[assignment]
+
+    def _refuse_op(name: str):  # noqa: N805 - builds methods
+        def method(self, *args):
+            raise self._tracing.refuse(f"the operator {name} on a traced value")
+        return method
+
+    __floordiv__ = __rfloordiv__ = _refuse_op("//")
+    __mod__ = __rmod__ = _refuse_op("%")
+    __pow__ = __rpow__ = _refuse_op("**")
+    __xor__ = __rxor__ = _refuse_op("^")
+    __lshift__ = __rshift__ = _refuse_op("<< / >>")
+    __matmul__ = __rmatmul__ = _refuse_op("@")
+
+    def __bool__(self):
+        raise self._tracing.refuse("Python control flow on a traced value (if, and, or, not, bool(): "
+                                   "data-dependent branches; use np.where, &, |, ~)")
+
+    def __index__(self):
+        raise self._tracing.refuse("indexing with a traced value an array that is not a captured NumPy array "
+                                   "of the function (a closure variable or a module global it names)")
+
+    def __int__(self):
+        raise self._tracing.refuse("int() of a traced value")
+
+    def __float__(self):
+        raise self._tracing.refuse("float() of a traced value")
+
+    def __iter__(self):
+        raise self._tracing.refuse("iteration over a traced value")
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise self._tracing.refuse(f"the attribute .{name} of a traced value")
+
+
+def _ufunc_names() -> list[str]:
+    return [f"np.{u.__name__}" for u in (*_UNARY, *_BINARY)]
+
+
+class _ArrayProxy:
+    """A captured NumPy array while tracing: indexing with traced values (and numbers) records a gather."""
+
+    def __init__(self, tracing: _Tracing, captured: CapturedArray):
+        self._tracing, self._captured = tracing, captured
+
+    def __getitem__(self, index) -> Traced:
+        t, arr = self._tracing, self._captured.array
+        index = index if isinstance(index, tuple) else (index,)
+        if len(index) != arr.ndim:
+            raise t.refuse(f"{self._captured.name}[...] with {len(index)} indices: a captured array of shape "
+                           f"{arr.shape} takes exactly one index per dimension")
+        if not any(isinstance(i, Traced) for i in index):
+            raise t.refuse(f"{self._captured.name}[...] with constant indices only (read it in Python instead)")
+        lifter = next(i for i in index if isinstance(i, Traced))
+        nodes = []
+        for i in index:
+            if isinstance(i, slice) or i is Ellipsis or i is None:
+                raise t.refuse(f"a slice of the captured array {self._captured.name} (index it with one value per "
+                               "dimension)")
+            n = lifter._lift(i)
+            if n.dtype != I32:
+                raise t.refuse(f"{self._captured.name}[...] with a {n.dtype} index (indices are integers)")
+            nodes.append(n)
+        t.arrays.setdefault(id(arr), self._captured)
+        node = Node("gather", tuple(nodes), self._captured.dtype, self._captured)
+        if arr.dtype.kind == "b":
+            node = Node("ne", (node, Node("const", (), I32, 0)), BOOL)
+        return Traced(t, node)
+
+    def __getattr__(self, name: str):
+        raise self._tracing.refuse(f"the attribute .{name} of the captured array {self._captured.name}")
+
+
+def _checked_array(array: np.ndarray) -> np.ndarray:
+    if array.dtype.kind not in "fiub" or array.ndim == 0 or array.size == 0:
+        raise ValueError(f"a captured array must be a non-empty NumPy array of numbers or booleans with at least "
+                         f"one dimension; got dtype {array.dtype}, shape {array.shape}")
+    return array
+
+
+def rebind_arrays(fn: Callable, wrap: Callable[[str, np.ndarray], object]) -> Callable:
+    """A copy of `fn` whose captured NumPy arrays (closure cells, and the module globals its code names)
+    read as `wrap(name, array)`; everything else it reads is unchanged."""
+    if not isinstance(fn, types.FunctionType):
+        raise ValueError(f"a score_mod or mask_mod must be a Python function (def or lambda); got {type(fn).__name__}")
+    code = fn.__code__
+    closure = None
+    if fn.__closure__:
+        cells = []
+        for name, cell in zip(code.co_freevars, fn.__closure__):
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell: leave it for Python to report
+                cells.append(cell)
+                continue
+            cells.append(types.CellType(wrap(name, value) if isinstance(value, np.ndarray) else value))
+        closure = tuple(cells)
+    glb = dict(fn.__globals__)
+    for name in code.co_names:
+        if isinstance(glb.get(name), np.ndarray):
+            glb[name] = wrap(name, glb[name])
+    copy = types.FunctionType(code, glb, fn.__name__, fn.__defaults__, closure)
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    copy.__qualname__ = fn.__qualname__
+    return copy
+
+
+def trace_mod(fn: Callable, kind: str) -> Trace:
+    """Trace `fn`, a "score_mod" (5 arguments, returns a number) or a "mask_mod" (4 arguments, returns a
+    boolean), into a `Trace`; raises ModTraceError for what cannot be traced (module docstring)."""
+    if kind not in ("score_mod", "mask_mod"):
+        raise ValueError(f"kind must be score_mod or mask_mod; got {kind!r}")
+    if not callable(fn):
+        raise TypeError(f"{kind} must be a function; got {type(fn).__name__}")
+    tracing = _Tracing(fn, kind)
+    used: dict[str, CapturedArray] = {}
+
+    def wrap(name: str, array: np.ndarray) -> _ArrayProxy:
+        captured = used.setdefault(name, CapturedArray(f"{kind}_{name}", _checked_array(array)))
+        return _ArrayProxy(tracing, captured)
+
+    traced_fn = rebind_arrays(fn, wrap)
+    names = SCORE_MOD_ARGS if kind == "score_mod" else MASK_MOD_ARGS
+    args = [Traced(tracing, Node(n, (), F32 if n == "score" else I32)) for n in names]
+    expected = len(names)
+    if traced_fn.__code__.co_argcount < expected and not traced_fn.__code__.co_flags & 0x04:  # no *args
+        raise ModTraceError(f"{kind} '{fn.__qualname__}' takes {traced_fn.__code__.co_argcount} arguments; a {kind} "
+                            f"takes {expected}: ({', '.join(names)})")
+    result = traced_fn(*args)
+    node = args[0]._lift(result) if not isinstance(result, Traced) else result.node
+    if kind == "mask_mod" and node.dtype != BOOL:
+        raise ModTraceError(f"mask_mod '{fn.__qualname__}' returns a {node.dtype} value; a mask_mod returns a "
+                            "boolean (True: the key is visible)")
+    if kind == "score_mod":
+        if node.dtype == BOOL:
+            raise ModTraceError(f"score_mod '{fn.__qualname__}' returns a boolean; a score_mod returns the new score")
+        node = args[0]._convert(node, F32)
+    return Trace(fn, node, list(tracing.arrays.values()))
+
+
+def bounds_checked(fn: Callable, kind: str) -> Callable:
+    """`fn` with its captured arrays bounds-checked: an integer index outside an array (negative ones too,
+    which NumPy would wrap) raises ModTraceError naming the function and the array, as the kernel's gathers
+    would read 0 there. The reference and the host-side block mask call modifiers through this."""
+
+    def wrap(name: str, array: np.ndarray) -> np.ndarray:
+        return array.view(_make_checked(fn, kind, name))
+
+    return rebind_arrays(fn, wrap)
+
+
+def _make_checked(fn: Callable, kind: str, name: str) -> type:
+    class Checked(np.ndarray):
+        def __getitem__(self, index):
+            idx = index if isinstance(index, tuple) else (index,)
+            base = self.view(np.ndarray)
+            if len(idx) == base.ndim and all(isinstance(i, (np.ndarray, int, np.integer)) for i in idx):
+                for axis, (i, n) in enumerate(zip(idx, base.shape)):
+                    i = np.asarray(i)
+                    if i.size and (i.min() < 0 or i.max() >= n):
+                        bad = int(i.min()) if i.min() < 0 else int(i.max())
+                        raise ModTraceError(f"{kind} '{fn.__qualname__}' reads {name} at index {bad} of dimension "
+                                            f"{axis}, outside its shape {base.shape}")
+            return np.asarray(base[index])
+
+    return Checked

@@ -1,0 +1,85 @@
+"""Host-side block masks for block-sparse attention (FlexAttention's `create_block_mask`).
+
+`create_block_mask(mask_mod, batch, heads, seq_q, seq_k, block_m, block_n)` evaluates the mask_mod on the host
+over every (query, key) position (on NumPy index grids, one query block at a time) and classifies each
+(query block, key block) of each (batch, head):
+
+- empty: no visible (query, key) pair among the positions inside [0, seq_q) x [0, seq_k): the kernel skips it
+  (no copy, no mma);
+- full: every such pair visible: the kernel visits it without evaluating mask_mod;
+- partial: the rest: the kernel visits it and evaluates mask_mod per element.
+
+The lists are FlexAttention's: per (batch, head, query block) the count of full key blocks and their indices
+(ascending, then padded with 0), and the same for partial blocks; a `flash_attention(block_sparse=True)`
+kernel takes them, in `attention_mods.BLOCK_LISTS` order, as `BlockMask.inputs()`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from tessera.attention_mods import bounds_checked
+
+EMPTY, PARTIAL, FULL = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class BlockMask:
+    """The classified blocks, `kinds` [batch, heads, ceildiv(seq_q, BM), ceildiv(seq_k, BN)] of EMPTY, PARTIAL,
+    FULL, and the block sizes."""
+
+    kinds: np.ndarray
+    block_m: int
+    block_n: int
+
+    def _lists(self, kind: int) -> tuple[np.ndarray, np.ndarray]:
+        chosen = self.kinds == kind
+        counts = chosen.sum(axis=-1).astype(np.int32)
+        # Stable sort of "not chosen" puts the chosen block indices first, in ascending order.
+        order = np.argsort(~chosen, axis=-1, kind="stable").astype(np.int32)
+        indices = np.where(np.arange(chosen.shape[-1]) < counts[..., None], order, 0).astype(np.int32)
+        return counts, indices
+
+    def inputs(self) -> list[np.ndarray]:
+        """FULL_KV_NUM_BLOCKS, FULL_KV_INDICES, KV_NUM_BLOCKS, KV_INDICES (int32), the kernel's block-list inputs."""
+        return [*self._lists(FULL), *self._lists(PARTIAL)]
+
+    @property
+    def skipped_fraction(self) -> float:
+        """The fraction of (query block, key block) pairs that are empty."""
+        return float((self.kinds == EMPTY).mean())
+
+    def visited_fraction(self) -> float:
+        """The fraction of pairs the kernel visits (partial or full)."""
+        return 1.0 - self.skipped_fraction
+
+
+def create_block_mask(mask_mod: Callable, batch: int, heads: int, seq_q: int, seq_k: int, block_m: int = 128,
+                      block_n: int = 128) -> BlockMask:
+    """Classify the blocks of `mask_mod` (module docstring). The mask_mod runs through
+    `attention_mods.bounds_checked`: an index outside a captured array raises ModTraceError naming it."""
+    for name, value in (("batch", batch), ("heads", heads), ("seq_q", seq_q), ("seq_k", seq_k),
+                        ("block_m", block_m), ("block_n", block_n)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"create_block_mask: {name} must be a positive integer; got {value!r}")
+    fn = bounds_checked(mask_mod, "mask_mod")
+    n_q, n_k = -(-seq_q // block_m), -(-seq_k // block_n)
+    kinds = np.empty((batch, heads, n_q, n_k), np.int8)
+    b = np.arange(batch).reshape(-1, 1, 1, 1)
+    h = np.arange(heads).reshape(1, -1, 1, 1)
+    kv = np.arange(seq_k).reshape(1, 1, 1, -1)
+    pad = n_k * block_n - seq_k
+    for i in range(n_q):
+        rows = np.arange(i * block_m, min(seq_q, (i + 1) * block_m)).reshape(1, 1, -1, 1)
+        visible = np.broadcast_to(np.asarray(fn(b, h, rows, kv), bool), (batch, heads, rows.size, seq_k))
+        # Keys past seq_k are no one's: they neither make a block partial nor visible.
+        seen = np.pad(visible, ((0, 0), (0, 0), (0, 0), (0, pad)), constant_values=False)
+        inside = np.pad(np.ones(seq_k, bool), (0, pad), constant_values=False).reshape(n_k, block_n)
+        per_block = seen.reshape(batch, heads, rows.size, n_k, block_n)
+        any_visible = per_block.any(axis=(2, 4))
+        all_visible = (per_block | ~inside).all(axis=(2, 4))
+        kinds[:, :, i] = np.where(all_visible, FULL, np.where(any_visible, PARTIAL, EMPTY))
+    return BlockMask(kinds, block_m, block_n)

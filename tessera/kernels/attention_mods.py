@@ -1,0 +1,175 @@
+"""Emitting a traced score_mod / mask_mod (`tessera.attention_mods`) as Tile IR in an attention kernel's score tile.
+
+In the key loop of a query block at q0 and a key block at k0, with the [BM, BN] f32 tile S = scale Q K^T:
+
+- `score` is S; `q_idx` is `tile.iota rows offset q0` ([BM] i32), `kv_idx` is `tile.iota cols offset k0`
+  ([1, BN] i32), `b` and `h` are the block's batch and head program ids splat into [1, 1] i32 tiles;
+- numbers are [1, 1] tiles (`tile.fill` for f32, `tile.splat` of an index constant for i32);
+- arithmetic, comparisons, np.where, min/max/clip and the unary functions are the `tile_elementwise` ops,
+  broadcasting as they do; an i32 operand of f32 arithmetic is converted with `tile.cast`;
+- booleans (i1 tiles) combine through i32 0/1 tiles: a & b = (min(a, b) != 0), a | b = (max(a, b) != 0),
+  ~a = (a == 0): Tile IR has no i1 logic ops;
+- `array[i, j]` of a captured array is `tile.gather` from the kernel input that holds it.
+
+Each node is emitted once (the graph is a DAG). Positions past seq_q and seq_k are computed too and masked by
+the kernel afterwards (`tile.mask_bounds`), so a modifier sees indices up to the tile's edge there; its
+gathers read 0 outside their table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from xdsl.dialects.builtin import i32
+from xdsl.ir import SSAValue
+
+from tessera.attention_mods import BOOL, F32, Node, Trace
+from tessera.dialects import tile
+from tessera.kernels.common import ArgSpec, TileBuilder, f32, global_tensor, register_tile
+
+_BINARY_OPS = {"add": tile.AddOp, "sub": tile.SubOp, "mul": tile.MulOp, "div": tile.DivOp,
+               "min": tile.ElementMinOp, "max": tile.ElementMaxOp}
+_UNARY_OPS = {"neg": tile.NegOp, "abs": tile.AbsOp, "exp": tile.ExpOp, "exp2": tile.Exp2Op, "log2": tile.Log2Op,
+              "log": tile.LogOp, "tanh": tile.TanhOp, "sqrt": tile.SqrtOp, "reciprocal": tile.ReciprocalOp}
+_COMPARES = ("lt", "le", "gt", "ge", "eq", "ne")
+
+
+@dataclass
+class ScoreContext:
+    """Where a modifier is emitted: the builder, the block's coordinates, the tile sizes, and the kernel
+    inputs holding captured arrays (by `CapturedArray.name`)."""
+
+    b: TileBuilder
+    block_m: int
+    block_n: int
+    q0: SSAValue
+    k0: SSAValue
+    batch: SSAValue
+    head: SSAValue
+    arrays: dict[str, SSAValue]
+    score: SSAValue | None = None
+    _values: dict[int, SSAValue] = field(default_factory=dict)
+
+    def emit(self, node: Node) -> SSAValue:
+        """The Tile IR value of `node` (emitted once)."""
+        key = id(node)
+        if key not in self._values:
+            self._values[key] = self._emit(node)
+        return self._values[key]
+
+    _ints: dict[int, SSAValue] = field(default_factory=dict)
+
+    def _int_tile(self, value: int, name: str) -> SSAValue:
+        if value not in self._ints:
+            self._ints[value] = self.b.emit(tile.SplatOp(self.b.const(value), register_tile([1, 1], i32)), name)
+        return self._ints[value]
+
+    def _as_int(self, node: Node) -> SSAValue:
+        """A boolean node as an i32 0/1 tile."""
+        return self.b.emit(tile.SelectOp(self.emit(node), self._int_tile(1, "one"), self._int_tile(0, "zero")),
+                           "mod_bool")
+
+    def _emit(self, node: Node) -> SSAValue:
+        b, op = self.b, node.op
+        if op == "score":
+            assert self.score is not None, "a mask_mod has no score"
+            return self.score
+        if op == "q_idx":
+            return b.emit(tile.IotaOp("rows", register_tile([self.block_m], i32), self.q0), "q_idx")
+        if op == "kv_idx":
+            return b.emit(tile.IotaOp("cols", register_tile([1, self.block_n], i32), self.k0), "kv_idx")
+        if op in ("b", "h"):
+            return b.emit(tile.SplatOp(self.batch if op == "b" else self.head, register_tile([1, 1], i32)), op)
+        if op == "const":
+            if node.dtype == F32:
+                return b.fill(float(node.value), register_tile([1, 1]), "mod_const")
+            if node.dtype == BOOL:
+                zero = self._int_tile(0, "zero")
+                return b.emit(tile.CmpOp("eq" if node.value else "ne", zero, zero), "mod_const")
+            return self._int_tile(int(node.value), "mod_const")
+        if op == "to_f32":
+            return b.cast(self.emit(node.args[0]), f32, "mod_f32")
+        if op in _BINARY_OPS:
+            return b.emit(_BINARY_OPS[op](*(self.emit(a) for a in node.args)), f"mod_{op}")
+        if op in _UNARY_OPS:
+            return b.emit(_UNARY_OPS[op](self.emit(node.args[0])), f"mod_{op}")
+        if op in _COMPARES:
+            return b.emit(tile.CmpOp(op, *(self.emit(a) for a in node.args)), f"mod_{op}")
+        if op == "select":
+            return b.emit(tile.SelectOp(*(self.emit(a) for a in node.args)), "mod_select")
+        if op in ("and", "or"):
+            ints = [self._as_int(a) for a in node.args]
+            joined = b.emit((tile.ElementMinOp if op == "and" else tile.ElementMaxOp)(*ints), f"mod_{op}_int")
+            return b.emit(tile.CmpOp("ne", joined, self._int_tile(0, "zero")), f"mod_{op}")
+        if op == "not":
+            return b.emit(tile.CmpOp("eq", self._as_int(node.args[0]), self._int_tile(0, "zero")), "mod_not")
+        if op == "gather":
+            table = self.arrays[node.value.name]
+            return b.emit(tile.GatherOp(table, [self.emit(a) for a in node.args]), "mod_gather")
+        raise AssertionError(f"no Tile IR for the traced op {op}")
+
+
+def apply_score_mod(ctx: ScoreContext, trace: Trace, s: SSAValue) -> SSAValue:
+    """score_mod(S, b, h, q_idx, kv_idx) as a [BM, BN] f32 tile."""
+    ctx.score = s
+    out = ctx.emit(trace.result)
+    if out.type.get_shape() != s.type.get_shape():  # a modifier that ignores the score: broadcast it
+        zero = ctx.b.fill(0.0, register_tile([ctx.block_m, ctx.block_n]), "mod_zero")
+        out = ctx.b.emit(tile.AddOp(out, zero), "score_mod")
+    return out
+
+
+def apply_mask_mod(ctx: ScoreContext, trace: Trace, s: SSAValue) -> SSAValue:
+    """S where mask_mod(b, h, q_idx, kv_idx) holds, -inf elsewhere."""
+    visible = ctx.emit(trace.result)
+    hidden = ctx.b.fill(float("-inf"), register_tile([1, 1]), "minus_inf")
+    return ctx.b.emit(tile.SelectOp(visible, s, hidden), "s_mask_mod")
+
+
+BLOCK_LISTS = ("FULL_KV_NUM_BLOCKS", "FULL_KV_INDICES", "KV_NUM_BLOCKS", "KV_INDICES")
+"""The block-sparse kernel's inputs (FlexAttention's BlockMask): per (batch, head, query block) the number of
+full key blocks and their indices, then the number of partial key blocks and theirs (`tessera.block_mask`)."""
+
+
+@dataclass(frozen=True)
+class AttentionMods:
+    """What `flash_attention(score_mod=, mask_mod=, block_sparse=)` adds to the kernel: the traces, and
+    whether the key loop walks the block lists (full blocks first, without mask_mod, then partial blocks
+    with it; empty blocks are in neither list, so never copied nor multiplied) instead of every key block."""
+
+    score_mod: Trace | None = None
+    mask_mod: Trace | None = None
+    block_sparse: bool = False
+
+    @property
+    def arrays(self) -> list:
+        """The captured arrays of both modifiers, each once (by name), in argument order."""
+        seen: dict[str, object] = {}
+        for trace in (self.score_mod, self.mask_mod):
+            for array in trace.arrays if trace is not None else ():
+                seen.setdefault(array.name, array)
+        return list(seen.values())
+
+    def inputs(self, c) -> list[ArgSpec]:
+        """The kernel inputs: each captured array (static shape, f32 or i32), then the block lists."""
+        specs = [ArgSpec(a.name, global_tensor(list(a.array.shape), f32 if a.dtype == F32 else i32),
+                         list(a.array.shape)) for a in self.arrays]
+        if self.block_sparse:
+            # Inputs name dimensions plainly: q_blocks is ceildiv(seq_q, BM) and kv_blocks ceildiv(seq_k, BN)
+            # when the lists come from `create_block_mask`; a read outside them is reported (tile.load_index).
+            rows = ["batch", "heads", "q_blocks"]
+            for name in BLOCK_LISTS:
+                dims = rows + (["kv_blocks"] if name.endswith("INDICES") else [])
+                specs.append(ArgSpec(name, global_tensor([None] * len(dims), i32), dims))
+        return specs
+
+    def apply(self, b: TileBuilder, blk, s: SSAValue, k0: SSAValue, mask_mod: bool) -> SSAValue:
+        """score_mod, then (if `mask_mod`) mask_mod, on the block's score tile S at key block k0."""
+        c = blk.config
+        ctx = ScoreContext(b, c.block_m, c.block_n, blk.q0, k0, blk.batch, blk.head,
+                           {a.name: blk.args[a.name] for a in self.arrays})
+        if self.score_mod is not None:
+            s = apply_score_mod(ctx, self.score_mod, s)
+        if self.mask_mod is not None and mask_mod:
+            s = apply_mask_mod(ctx, self.mask_mod, s)
+        return s
