@@ -116,6 +116,8 @@ _BINARY = {np.add: "add", np.subtract: "sub", np.multiply: "mul", np.true_divide
            np.maximum: "max", np.fmin: "min", np.fmax: "max", np.logical_and: "and", np.logical_or: "or",
            np.bitwise_and: "and", np.bitwise_or: "or", np.less: "lt", np.less_equal: "le", np.greater: "gt",
            np.greater_equal: "ge", np.equal: "eq", np.not_equal: "ne"}
+_UNCAPTURED = ("indexing with a traced value an array that is not a captured NumPy array of the function (a "
+               "closure variable or a module global it names, or one of the functions it calls)")
 COMPARES = ("lt", "le", "gt", "ge", "eq", "ne")
 FLOAT_ONLY = ("exp", "exp2", "log2", "log", "tanh", "sqrt", "reciprocal", "div")
 
@@ -243,8 +245,7 @@ class Traced:
                                    "data-dependent branches; use np.where, &, |, ~)")
 
     def __index__(self):
-        raise self._tracing.refuse("indexing with a traced value an array that is not a captured NumPy array "
-                                   "of the function (a closure variable or a module global it names)")
+        raise self._tracing.refuse(_UNCAPTURED)
 
     def __int__(self):
         raise self._tracing.refuse("int() of a traced value")
@@ -274,11 +275,11 @@ class _ArrayProxy:
     def __getitem__(self, index) -> Traced:
         t, arr = self._tracing, self._captured.array
         index = index if isinstance(index, tuple) else (index,)
+        if not any(isinstance(i, Traced) for i in index):  # a constant read: the value itself
+            return arr[index if len(index) != 1 else index[0]]
         if len(index) != arr.ndim:
             raise t.refuse(f"{self._captured.name}[...] with {len(index)} indices: a captured array of shape "
                            f"{arr.shape} takes exactly one index per dimension")
-        if not any(isinstance(i, Traced) for i in index):
-            raise t.refuse(f"{self._captured.name}[...] with constant indices only (read it in Python instead)")
         lifter = next(i for i in index if isinstance(i, Traced))
         nodes = []
         for i in index:
@@ -306,11 +307,30 @@ def _checked_array(array: np.ndarray) -> np.ndarray:
     return array
 
 
-def rebind_arrays(fn: Callable, wrap: Callable[[str, np.ndarray], object]) -> Callable:
+def _is_user_function(value: object) -> bool:
+    module = getattr(value, "__module__", None) or ""
+    return isinstance(value, types.FunctionType) and not module.split(".")[0] in ("numpy", "tessera", "builtins")
+
+
+def rebind_arrays(fn: Callable, wrap: Callable[[str, np.ndarray], object], _memo: dict | None = None) -> Callable:
     """A copy of `fn` whose captured NumPy arrays (closure cells, and the module globals its code names)
-    read as `wrap(name, array)`; everything else it reads is unchanged."""
+    read as `wrap(name, array)`; Python functions it captures (a helper, the parts of a composed mask, also in
+    a tuple or list) are rebound the same way, so compositions trace. Everything else is unchanged."""
     if not isinstance(fn, types.FunctionType):
         raise ValueError(f"a score_mod or mask_mod must be a Python function (def or lambda); got {type(fn).__name__}")
+    memo = {} if _memo is None else _memo
+    if id(fn) in memo:
+        return memo[id(fn)]
+
+    def rebound(name: str, value: object) -> object:
+        if isinstance(value, np.ndarray):
+            return wrap(name, value)
+        if _is_user_function(value):
+            return rebind_arrays(value, wrap, memo)
+        if isinstance(value, (tuple, list)) and any(_is_user_function(v) or isinstance(v, np.ndarray) for v in value):
+            return type(value)(rebound(name, v) for v in value)
+        return value
+
     code = fn.__code__
     closure = None
     if fn.__closure__:
@@ -321,13 +341,14 @@ def rebind_arrays(fn: Callable, wrap: Callable[[str, np.ndarray], object]) -> Ca
             except ValueError:  # an empty cell: leave it for Python to report
                 cells.append(cell)
                 continue
-            cells.append(types.CellType(wrap(name, value) if isinstance(value, np.ndarray) else value))
+            cells.append(types.CellType(rebound(name, value)))
         closure = tuple(cells)
     glb = dict(fn.__globals__)
-    for name in code.co_names:
-        if isinstance(glb.get(name), np.ndarray):
-            glb[name] = wrap(name, glb[name])
     copy = types.FunctionType(code, glb, fn.__name__, fn.__defaults__, closure)
+    memo[id(fn)] = copy  # before the globals: a recursive reference finds the copy
+    for name in code.co_names:
+        if name in glb:
+            glb[name] = rebound(name, glb[name])
     copy.__kwdefaults__ = fn.__kwdefaults__
     copy.__qualname__ = fn.__qualname__
     return copy
@@ -341,11 +362,18 @@ def trace_mod(fn: Callable, kind: str) -> Trace:
     if not callable(fn):
         raise TypeError(f"{kind} must be a function; got {type(fn).__name__}")
     tracing = _Tracing(fn, kind)
-    used: dict[str, CapturedArray] = {}
+    used: dict[int, CapturedArray] = {}
+    names_taken: set[str] = set()
 
     def wrap(name: str, array: np.ndarray) -> _ArrayProxy:
-        captured = used.setdefault(name, CapturedArray(f"{kind}_{name}", _checked_array(array)))
-        return _ArrayProxy(tracing, captured)
+        if id(array) not in used:  # one input per array; two arrays of one name get _2, _3, ...
+            unique, n = f"{kind}_{name}", 1
+            while unique in names_taken:
+                n += 1
+                unique = f"{kind}_{name}_{n}"
+            names_taken.add(unique)
+            used[id(array)] = CapturedArray(unique, _checked_array(array))
+        return _ArrayProxy(tracing, used[id(array)])
 
     traced_fn = rebind_arrays(fn, wrap)
     names = SCORE_MOD_ARGS if kind == "score_mod" else MASK_MOD_ARGS
@@ -354,7 +382,14 @@ def trace_mod(fn: Callable, kind: str) -> Trace:
     if traced_fn.__code__.co_argcount < expected and not traced_fn.__code__.co_flags & 0x04:  # no *args
         raise ModTraceError(f"{kind} '{fn.__qualname__}' takes {traced_fn.__code__.co_argcount} arguments; a {kind} "
                             f"takes {expected}: ({', '.join(names)})")
-    result = traced_fn(*args)
+    try:
+        result = traced_fn(*args)
+    except ModTraceError:
+        raise
+    except Exception as error:  # e.g. NumPy refusing a traced index: name where it happened
+        what = (_UNCAPTURED if isinstance(error, IndexError) and "valid indices" in str(error)
+                else f"it: {type(error).__name__}: {error}")
+        raise ModTraceError(f"{kind} '{fn.__qualname__}' at {_user_line(error)}: cannot trace {what}") from None
     node = args[0]._lift(result) if not isinstance(result, Traced) else result.node
     if kind == "mask_mod" and node.dtype != BOOL:
         raise ModTraceError(f"mask_mod '{fn.__qualname__}' returns a {node.dtype} value; a mask_mod returns a "
@@ -364,6 +399,18 @@ def trace_mod(fn: Callable, kind: str) -> Trace:
             raise ModTraceError(f"score_mod '{fn.__qualname__}' returns a boolean; a score_mod returns the new score")
         node = args[0]._convert(node, F32)
     return Trace(fn, node, list(tracing.arrays.values()))
+
+
+def _user_line(error: BaseException) -> str:
+    """file:line of the innermost traceback frame outside NumPy and this module."""
+    where = "?"
+    tb = error.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if "numpy" not in name and name != __file__:
+            where = f"{name}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return where
 
 
 def bounds_checked(fn: Callable, kind: str) -> Callable:

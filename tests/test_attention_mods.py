@@ -1,0 +1,264 @@
+"""FlexAttention-style score_mod / mask_mod (issue 29): tracing, refusals, the float64 reference, block masks,
+and flash_attention(score_mod=, mask_mod=, block_sparse=) at Tile level against the reference over shapes
+with seq_q != seq_k, lengths no multiple of a block, and grouped heads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tessera
+from tessera import reference
+from tessera.attention_mods import ModTraceError, trace_mod
+from tessera.block_mask import EMPTY, FULL, PARTIAL, create_block_mask
+from tessera.kernels import flash_attention
+from tessera.numerics import BF16, round_to
+
+D, BM, BN = 64, 64, 32
+
+# region The variants (module-level arrays are captured too: GLOBAL_SLOPES)
+GLOBAL_SLOPES = np.array([0.5, 0.25, 0.125, 0.0625])
+
+
+def causal(b, h, q_idx, kv_idx):
+    return q_idx >= kv_idx
+
+
+def sliding_window(b, h, q_idx, kv_idx):
+    return (q_idx >= kv_idx) & (q_idx - kv_idx < 48)
+
+
+def prefix_lm(b, h, q_idx, kv_idx):
+    return (kv_idx < 40) | (q_idx >= kv_idx)
+
+
+def softcap(score, b, h, q_idx, kv_idx):
+    return 2.0 * np.tanh(score / 2.0)
+
+
+def alibi(score, b, h, q_idx, kv_idx):
+    return score + GLOBAL_SLOPES[h] * (kv_idx - q_idx)
+
+
+def relative_table(heads: int):
+    table = np.random.default_rng(7).standard_normal((heads, 63))
+
+    def relative(score, b, h, q_idx, kv_idx):
+        return score + table[h, np.clip(q_idx - kv_idx + 31, 0, 62)]
+    return relative
+
+
+def documents(seq_q: int, seq_k: int):
+    """Three documents; the middle one has queries but no keys (its rows see nothing: O = 0, LSE = -inf)."""
+    q_doc = np.repeat([0, 1, 2], [seq_q // 3, seq_q // 3, seq_q - 2 * (seq_q // 3)])
+    k_doc = np.repeat([0, 2], [seq_k // 2, seq_k - seq_k // 2])
+
+    def document(b, h, q_idx, kv_idx):
+        return q_doc[q_idx] == k_doc[kv_idx]
+    return document
+
+
+def both(*masks):
+    def composed(b, h, q_idx, kv_idx):
+        out = masks[0](b, h, q_idx, kv_idx)
+        for m in masks[1:]:
+            out = out & m(b, h, q_idx, kv_idx)
+        return out
+    return composed
+
+
+def run(q, k, v, score_mod=None, mask_mod=None, block_sparse=False, grouped=False, **kwargs):
+    """(O, LSE) of the Tile IR kernel; the block lists from create_block_mask with block_sparse."""
+    module = flash_attention(D, block_m=BM, block_n=BN, return_lse=True, grouped=grouped, score_mod=score_mod,
+                             mask_mod=mask_mod, block_sparse=block_sparse, **kwargs)
+    extra = [a.array for t in (score_mod, mask_mod) if t is not None for a in trace_mod(t, "score_mod" if t is score_mod else "mask_mod").arrays]
+    extra = list({id(a): a for a in extra}.values())
+    if block_sparse:
+        batch, heads, seq_q, _ = q.shape
+        extra += create_block_mask(mask_mod, batch, heads, seq_q, k.shape[2], BM, BN).inputs()
+    return tessera.interpret(module, q, k, v, *extra)
+
+
+def inputs(seq_q, seq_k, heads=2, heads_k=None, batch=1, seed=0):
+    rng = np.random.default_rng(seed)
+    heads_k = heads_k or heads
+    return (rng.standard_normal((batch, heads, seq_q, D)), rng.standard_normal((batch, heads_k, seq_k, D)),
+            rng.standard_normal((batch, heads_k, seq_k, D)))
+
+
+VARIANTS = {
+    "causal": (None, lambda sq, sk, h: causal),
+    "sliding_window": (None, lambda sq, sk, h: sliding_window),
+    "prefix_lm": (None, lambda sq, sk, h: prefix_lm),
+    "document": (None, lambda sq, sk, h: documents(sq, sk)),
+    "softcap": (lambda h: softcap, None),
+    "alibi": (lambda h: alibi, None),
+    "relative_table": (relative_table, None),
+    "softcap_sliding": (lambda h: softcap, lambda sq, sk, h: sliding_window),
+    "alibi_document_causal": (lambda h: alibi, lambda sq, sk, h: both(documents(sq, sk), causal)),
+}
+SHAPES = [(100, 150, 2, 2), (77, 45, 4, 2), (130, 130, 4, 1)]  # seq_q, seq_k, heads, heads_k
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_variant_matches_float64(variant, shape):
+    seq_q, seq_k, heads, heads_k = shape
+    make_score, make_mask = VARIANTS[variant]
+    score_mod = make_score(heads) if make_score else None
+    mask_mod = make_mask(seq_q, seq_k, heads) if make_mask else None
+    q, k, v = inputs(seq_q, seq_k, heads, heads_k)
+    sparse = mask_mod is not None
+    o, lse = run(q, k, v, score_mod, mask_mod, block_sparse=sparse, grouped=heads_k != heads)
+    check = reference.check_attention_mods(o, q, k, v, BF16, score_mod, mask_mod, lse=lse)
+    assert check.ok, check
+
+
+def test_empty_document_rows_are_zero_with_lse_minus_inf():
+    q, k, v = inputs(90, 60)
+    mask = documents(90, 60)
+    o, lse = run(q, k, v, mask_mod=mask, block_sparse=True)
+    rows = slice(30, 60)  # document 1 has no keys
+    assert np.all(np.asarray(o, np.float64)[:, :, rows] == 0)
+    assert np.all(np.isneginf(lse[:, :, rows]))
+    assert np.all(np.isfinite(lse[:, :, :30]))
+
+
+@pytest.mark.parametrize("seq_q,seq_k", [(96, 96), (70, 100), (128, 75)])
+def test_builtin_causal_and_mask_mod_agree_bitwise(seq_q, seq_k):
+    q, k, v = inputs(seq_q, seq_k)
+    shift = seq_k - seq_q
+
+    def bottom_right(b, h, q_idx, kv_idx):  # the built-in causal=True convention
+        return kv_idx <= q_idx + shift
+
+    builtin = tessera.interpret(flash_attention(D, causal=True, block_m=BM, block_n=BN, return_lse=True), q, k, v)
+    for sparse in (False, True):
+        mine = run(q, k, v, mask_mod=bottom_right, block_sparse=sparse)
+        for a, b in zip(builtin, mine):
+            assert np.array_equal(np.asarray(a).view(np.uint8), np.asarray(b).view(np.uint8)), sparse
+
+
+def test_block_sparse_equals_dense_mask_mod():
+    q, k, v = inputs(100, 150)
+    dense = run(q, k, v, alibi, sliding_window)
+    sparse = run(q, k, v, alibi, sliding_window, block_sparse=True)
+    assert np.allclose(np.asarray(dense[0], np.float64), np.asarray(sparse[0], np.float64), atol=1e-2)
+    assert np.allclose(dense[1], sparse[1], atol=1e-5)
+
+
+def test_reference_matches_builtin_reference():
+    q, k, v = (round_to(x, BF16) for x in inputs(50, 70))
+    ref, _ = reference.attention_mods(q, k, v, mask_mod=lambda b, h, qi, ki: ki <= qi + 20)
+    assert np.allclose(ref, reference.attention(q, k, v, causal=True), atol=1e-12)
+
+
+# endregion
+# region Block masks
+
+
+def test_block_mask_kinds_for_causal():
+    bm = create_block_mask(causal, 1, 1, 128, 100, 64, 32)
+    kinds = bm.kinds[0, 0]
+    assert kinds.shape == (2, 4)
+    # Query block 0 (rows 0..63): key block 0 partial (row 0 sees key 0 only), 1 partial, 2 and 3 empty.
+    assert list(kinds[0]) == [PARTIAL, PARTIAL, EMPTY, EMPTY]
+    # Query block 1 (rows 64..127): keys 0..63 full, key block 2 (64..95) partial, 3 (96..99, past seq_k padded)
+    # partial: row 64 does not see key 96.
+    assert list(kinds[1]) == [FULL, FULL, PARTIAL, PARTIAL]
+    full_n, full_i, part_n, part_i = bm.inputs()
+    assert full_n[0, 0].tolist() == [0, 2] and full_i[0, 0, 1, :2].tolist() == [0, 1]
+    assert part_n[0, 0].tolist() == [2, 2] and part_i[0, 0, 1, :2].tolist() == [2, 3]
+
+
+def test_block_mask_full_last_block_ignores_keys_past_seq_k():
+    bm = create_block_mask(lambda b, h, q, k: q >= 0, 1, 1, 10, 40, 64, 32)
+    assert bm.kinds[0, 0].tolist() == [[FULL, FULL]]
+
+
+def test_sliding_window_skips_most_blocks():
+    seq = 2048
+    window = 256
+
+    def sliding(b, h, q_idx, kv_idx):
+        return (q_idx >= kv_idx) & (q_idx - kv_idx < window)
+    sw = create_block_mask(sliding, 1, 1, seq, seq, 128, 128).visited_fraction()
+    full_causal = create_block_mask(causal, 1, 1, seq, seq, 128, 128).visited_fraction()
+    assert sw < 0.2 * full_causal * 2  # 3 of 16 blocks per row vs about half the grid
+
+
+def test_block_mask_reports_an_index_outside_a_captured_array():
+    doc = np.zeros(10, int)
+
+    def bad(b, h, q_idx, kv_idx):
+        return doc[q_idx - 1] == doc[kv_idx]
+    with pytest.raises(ModTraceError, match=r"mask_mod 'test_block_mask_reports.*bad' reads doc at index -1"):
+        create_block_mask(bad, 1, 1, 10, 10, 64, 64)
+
+
+# endregion
+# region Tracing and its refusals
+
+
+def test_trace_captures_closure_and_global_arrays():
+    local = np.arange(4, dtype=np.int32)
+
+    def mod(score, b, h, q_idx, kv_idx):
+        return score * GLOBAL_SLOPES[h] + local[h]
+    trace = trace_mod(mod, "score_mod")
+    assert [a.name for a in trace.arrays] == ["score_mod_GLOBAL_SLOPES", "score_mod_local"]
+    assert [a.dtype for a in trace.arrays] == ["f32", "i32"]
+
+
+def _refusal(fn, kind="mask_mod"):
+    with pytest.raises(ModTraceError) as info:
+        trace_mod(fn, kind)
+    return str(info.value)
+
+
+def test_refuses_python_branch_on_traced_value_naming_line():
+    def branchy(b, h, q_idx, kv_idx):
+        if q_idx > kv_idx:  # the refused line
+            return True
+        return False
+    message = _refusal(branchy)
+    line = branchy.__code__.co_firstlineno + 1
+    assert f"mask_mod 'test_refuses_python_branch_on_traced_value_naming_line.<locals>.branchy' at {__file__}:{line}" in message
+    assert "Python control flow" in message
+
+
+@pytest.mark.parametrize("fn,construct", [
+    (lambda b, h, q, k: (q // 2) == k, "the operator //"),
+    (lambda b, h, q, k: np.sin(q) > 0, "np.sin"),
+    (lambda b, h, q, k: np.cumsum(q) > 0, "np.cumsum"),
+    (lambda b, h, q, k: (q > k) + 1 > 0, "'add' of a boolean"),
+    (lambda b, h, q, k: (q > k) and (k > 0), "Python control flow"),
+    (lambda b, h, q, k: q + k, "returns a i32 value"),
+])
+def test_refusals_name_the_construct(fn, construct):
+    assert construct in _refusal(fn)
+
+
+def test_refuses_a_slice_and_an_uncaptured_array():
+    arr, grid = np.arange(8), np.zeros((4, 8))
+    assert "a slice of the captured array mask_mod_grid" in _refusal(lambda b, h, q, k: grid[:, q] > 0)
+    assert "an operand of type ndarray" in _refusal(lambda b, h, q, k: arr[:] > q)
+    assert trace_mod(lambda b, h, q, k: q > arr[3], "mask_mod").arrays == []  # a constant read is a number
+
+    def indirect(b, h, q, k):
+        return helper_array()[q] > 0
+    assert "not a captured NumPy array" in _refusal(indirect)
+
+
+def helper_array():
+    return np.arange(8)
+
+
+def test_builder_refuses_block_sparse_without_mask_and_split():
+    with pytest.raises(ValueError, match="block_sparse=True needs a mask_mod"):
+        flash_attention(D, block_sparse=True)
+    with pytest.raises(ValueError, match="num_splits > 1"):
+        flash_attention(D, mask_mod=causal, num_splits=2)
+
+
+# endregion
