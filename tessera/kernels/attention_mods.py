@@ -3,8 +3,10 @@
 In the key loop of a query block at q0 and a key block at k0, with the [BM, BN] f32 tile S = scale Q K^T:
 
 - `score` is S; `q_idx` is `tile.iota rows offset q0` ([BM] i32), `kv_idx` is `tile.iota cols offset k0`
-  ([1, BN] i32), `b` and `h` are the block's batch and head program ids splat into [1, 1] i32 tiles;
-- numbers are [1, 1] tiles (`tile.fill` for f32, `tile.splat` of an index constant for i32);
+  ([1, BN] i32), `b` and `h` are the block's batch and head program ids splat into [BM] i32 row vectors;
+- numbers are [BM] row vectors (`tile.fill` for f32, `tile.splat` of an index constant for i32): a value the
+  same for every element is held as a row vector, which broadcasts against every other shape and which the
+  lowering keeps in two registers a thread;
 - arithmetic, comparisons, np.where, min/max/clip and the unary functions are the `tile_elementwise` ops,
   broadcasting as they do; an i32 operand of f32 arithmetic is converted with `tile.cast`;
 - booleans (i1 tiles) combine through i32 0/1 tiles: a & b = (min(a, b) != 0), a | b = (max(a, b) != 0),
@@ -61,8 +63,13 @@ class ScoreContext:
 
     def _int_tile(self, value: int, name: str) -> SSAValue:
         if value not in self._ints:
-            self._ints[value] = self.b.emit(tile.SplatOp(self.b.const(value), register_tile([1, 1], i32)), name)
+            self._ints[value] = self.b.emit(tile.SplatOp(self.b.const(value), self._scalar(i32)), name)
         return self._ints[value]
+
+    def _scalar(self, element_type) -> object:
+        """The tile type of a value the same for every element: a row vector [BM], which broadcasts against
+        every other operand and which the lowering holds in two registers a thread."""
+        return register_tile([self.block_m], element_type)
 
     def _as_int(self, node: Node) -> SSAValue:
         """A boolean node as an i32 0/1 tile."""
@@ -79,10 +86,10 @@ class ScoreContext:
         if op == "kv_idx":
             return b.emit(tile.IotaOp("cols", register_tile([1, self.block_n], i32), self.k0), "kv_idx")
         if op in ("b", "h"):
-            return b.emit(tile.SplatOp(self.batch if op == "b" else self.head, register_tile([1, 1], i32)), op)
+            return b.emit(tile.SplatOp(self.batch if op == "b" else self.head, self._scalar(i32)), op)
         if op == "const":
             if node.dtype == F32:
-                return b.fill(float(node.value), register_tile([1, 1]), "mod_const")
+                return b.fill(float(node.value), self._scalar(f32), "mod_const")
             if node.dtype == BOOL:
                 zero = self._int_tile(0, "zero")
                 return b.emit(tile.CmpOp("eq" if node.value else "ne", zero, zero), "mod_const")
@@ -122,7 +129,7 @@ def apply_score_mod(ctx: ScoreContext, trace: Trace, s: SSAValue) -> SSAValue:
 def apply_mask_mod(ctx: ScoreContext, trace: Trace, s: SSAValue) -> SSAValue:
     """S where mask_mod(b, h, q_idx, kv_idx) holds, -inf elsewhere."""
     visible = ctx.emit(trace.result)
-    hidden = ctx.b.fill(float("-inf"), register_tile([1, 1]), "minus_inf")
+    hidden = ctx.b.fill(float("-inf"), register_tile([ctx.block_m]), "minus_inf")
     return ctx.b.emit(tile.SelectOp(visible, s, hidden), "s_mask_mod")
 
 
