@@ -19,15 +19,15 @@ approximate instructions are in `tessera.sm90.approx`.
 from __future__ import annotations
 
 from xdsl.dialects import arith, math
-from xdsl.dialects.builtin import Float32Type, IndexType, f32, i32
-from xdsl.ir import Operation, SSAValue
+from xdsl.dialects.builtin import Float32Type, IndexType, UnitAttr, f32, i32
+from xdsl.ir import Block, Operation, SSAValue
 
 from tessera.dialects import sm90, tile
 from tessera.dialects.tile_types import TileType
 from tessera.lowering.emitter import Emitter
 from tessera.lowering.fragments import AccumulatorLayout
 from tessera.numerics import exp2_factor
-from tessera.passes.convert_tile_to_sm90.common import Scaled, _refuse
+from tessera.passes.convert_tile_to_sm90.common import INVARIANT_ATTR, Scaled, _refuse
 
 _FLOAT_BINARY = {
     tile.AddOp: arith.AddfOp, tile.SubOp: arith.SubfOp, tile.MulOp: arith.MulfOp, tile.DivOp: arith.DivfOp,
@@ -172,3 +172,29 @@ class ElementwiseLowering:
         if isinstance(scalar.type, IndexType):
             scalar = e.op(arith.IndexCastOp(scalar, i32))
         self._set(op.result, e.broadcast(scalar, self._vector_type(op, op.result.type).get_shape()[0]))
+
+    # -- gathers ---------------------------------------------------------------------------------------------
+    def _lower_GatherOp(self, op: tile.GatherOp, e: Emitter) -> None:
+        """One predicated `ld.global.b32` per register of the result: the indices, laid out as the result's
+        registers, give the row-major element index (i32: tables of at most 2^31 - 1 elements) and the
+        predicate 0 <= index_k < size_k for every dimension k; a register whose coordinates fall outside the
+        table is 0 (the op's semantics), as `sm90.ld_global` leaves an unpredicated register."""
+        if not isinstance(op.source.owner, Block):
+            _refuse(op, "tile.gather must read a kernel argument")
+        arg = op.source.index
+        result = op.result.type
+        vector_type = self._vector_type(op, result)
+        lanes = vector_type.get_shape()[0]
+        flat, inside = None, None
+        for k, index in enumerate(op.indices):
+            i = self._broadcast_operand(op, index, result.with_(element_type=i32), e)
+            size = e.op(arith.IndexCastOp(self._dim_value(arg, k, e), i32))
+            sizes = e.broadcast(size, lanes)
+            ok = e.andi(e.setp("ge", i, e.splat(i32, 0, lanes)), e.setp("lt", i, sizes))
+            inside = ok if inside is None else e.andi(inside, ok)
+            flat = i if flat is None else e.op(arith.AddiOp(e.op(arith.MuliOp(flat, sizes)), i))
+        offsets = e.op(arith.MuliOp(flat, e.splat(i32, 4, lanes)))
+        base = self.entry_args[self.pointer_args[arg]]
+        loaded = e.op(sm90.LdGlobalOp(base, offsets, inside, vector_type))
+        loaded.owner.attributes[INVARIANT_ATTR] = UnitAttr()  # an input of the kernel, never written
+        self._set(op.result, loaded)

@@ -184,7 +184,7 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
                         args.append(value.index)
                 self.gathered.add(op.source.index)
                 continue
-            if isinstance(op, tile.LoadIndexOp) and isinstance(op.source.owner, Block):
+            if isinstance(op, tile.LoadIndexOp | tile.GatherOp) and isinstance(op.source.owner, Block):
                 if op.source.index not in args:
                     args.append(op.source.index)
                 continue

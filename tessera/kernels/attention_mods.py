@@ -127,10 +127,30 @@ def apply_score_mod(ctx: ScoreContext, trace: Trace, s: SSAValue) -> SSAValue:
 
 
 def apply_mask_mod(ctx: ScoreContext, trace: Trace, s: SSAValue) -> SSAValue:
-    """S where mask_mod(b, h, q_idx, kv_idx) holds, -inf elsewhere."""
-    visible = ctx.emit(trace.result)
+    """S where mask_mod(b, h, q_idx, kv_idx) holds, -inf elsewhere.
+
+    The boolean structure applies as selects on S, which needs no i32 0/1 tiles (and their registers):
+    a & b hides what a hides, then what b hides; a | b keeps S where a holds, else applies b; ~a swaps the
+    select's arms. Anything else (a compare, a gathered boolean, np.where of booleans) is one select."""
     hidden = ctx.b.fill(float("-inf"), register_tile([ctx.block_m]), "minus_inf")
-    return ctx.b.emit(tile.SelectOp(visible, s, hidden), "s_mask_mod")
+
+    def hide(node: Node, s: SSAValue, keep_if: bool = True) -> SSAValue:
+        """S where `node` equals keep_if, -inf elsewhere."""
+        if node.op == "not":
+            return hide(node.args[0], s, not keep_if)
+        if node.op == "const":
+            if bool(node.value) == keep_if:
+                return s
+            return ctx.b.fill(float("-inf"), register_tile([ctx.block_m, ctx.block_n]), "s_hidden")
+        if (node.op, keep_if) in (("and", True), ("or", False)):  # a & b, ~a & ~b: one condition after the other
+            return hide(node.args[1], hide(node.args[0], s, keep_if), keep_if)
+        if node.op in ("and", "or"):  # a | b: S where a, else b's; ~a | ~b: b's where a, else S
+            cond, rest = ctx.emit(node.args[0]), hide(node.args[1], s, keep_if)
+            return ctx.b.emit(tile.SelectOp(cond, *((s, rest) if keep_if else (rest, s))), "s_mask_mod")
+        arms = (s, hidden) if keep_if else (hidden, s)
+        return ctx.b.emit(tile.SelectOp(ctx.emit(node), *arms), "s_mask_mod")
+
+    return hide(trace.result, s)
 
 
 BLOCK_LISTS = ("FULL_KV_NUM_BLOCKS", "FULL_KV_INDICES", "KV_NUM_BLOCKS", "KV_INDICES")
