@@ -6,7 +6,8 @@ over every (query, key) position (on NumPy index grids, one query block at a tim
 
 - empty: no visible (query, key) pair among the positions inside [0, seq_q) x [0, seq_k): the kernel skips it
   (no copy, no mma);
-- full: every such pair visible: the kernel visits it without evaluating mask_mod;
+- full: every such pair visible and the block's keys all before seq_k: the kernel visits it with no mask
+  at all (neither mask_mod nor the bounds mask; its main-loop code is the dense kernel's);
 - partial: the rest: the kernel visits it and evaluates mask_mod per element.
 
 The lists are FlexAttention's: per (batch, head, query block) the count of full key blocks and their indices
@@ -80,6 +81,7 @@ def create_block_mask(mask_mod: Callable, batch: int, heads: int, seq_q: int, se
         inside = np.pad(np.ones(seq_k, bool), (0, pad), constant_values=False).reshape(n_k, block_n)
         per_block = seen.reshape(batch, heads, rows.size, n_k, block_n)
         any_visible = per_block.any(axis=(2, 4))
-        all_visible = (per_block | ~inside).all(axis=(2, 4))
+        # A block reaching past seq_k is at most partial: a full block is visited with no mask at all.
+        all_visible = per_block.all(axis=(2, 4)) & inside.all(axis=1)
         kinds[:, :, i] = np.where(all_visible, FULL, np.where(any_visible, PARTIAL, EMPTY))
     return BlockMask(kinds, block_m, block_n)

@@ -171,8 +171,12 @@ def test_block_mask_kinds_for_causal():
     assert part_n[0, 0].tolist() == [2, 2] and part_i[0, 0, 1, :2].tolist() == [2, 3]
 
 
-def test_block_mask_full_last_block_ignores_keys_past_seq_k():
+def test_block_mask_block_past_seq_k_is_partial():
+    """A full block gets no mask at all, not even the bounds mask: one reaching past seq_k is partial; query
+    rows past seq_q do not count."""
     bm = create_block_mask(lambda b, h, q, k: q >= 0, 1, 1, 10, 40, 64, 32)
+    assert bm.kinds[0, 0].tolist() == [[FULL, PARTIAL]]
+    bm = create_block_mask(lambda b, h, q, k: q >= 0, 1, 1, 10, 64, 64, 32)
     assert bm.kinds[0, 0].tolist() == [[FULL, FULL]]
 
 

@@ -437,9 +437,12 @@ def load_key_block(b: TileBuilder, blk: AttentionBlock, k0: SSAValue, tensors: S
     b.barrier()
 
 
-def apply_masks(b: TileBuilder, blk: AttentionBlock, s: SSAValue, k0: SSAValue) -> SSAValue:
-    """-inf for keys past seq_k (always: the last key block may be partial) and, if causal, for keys after
-    the bottom-right-aligned diagonal."""
+def apply_masks(b: TileBuilder, blk: AttentionBlock, s: SSAValue, k0: SSAValue, bounds: bool = True) -> SSAValue:
+    """-inf for keys past seq_k (unless not `bounds`: a full block of a block mask ends before seq_k; else
+    always, as the last key block may be partial) and, if causal, for keys after the bottom-right-aligned
+    diagonal."""
+    if not bounds:
+        return b.mask_causal(s, blk.q0, k0, blk.seq_q, blk.seq_k, "s_masked") if blk.config.causal else s
     s = b.mask_bounds(s, k0, blk.seq_k, "s_masked" if not blk.config.causal else "s_in_bounds")
     if blk.config.causal:
         s = b.mask_causal(s, blk.q0, k0, blk.seq_q, blk.seq_k, "s_masked")
@@ -448,15 +451,16 @@ def apply_masks(b: TileBuilder, blk: AttentionBlock, s: SSAValue, k0: SSAValue) 
 
 def masked_scores(b: TileBuilder, blk: AttentionBlock, k0: SSAValue, mask_mod: bool = True) -> SSAValue:
     """S = mask(scale * Q K^T [+ Bias]) for the key block at k0, from the shared Q and K tiles: [BM, BN] f32.
-    With modifiers (`blk.mods`): S = score_mod(S, ...), then -inf where mask_mod is false (only if `mask_mod`:
-    a full block of the block mask skips it), before the bounds and causal masks."""
+    With modifiers (`blk.mods`): S = score_mod(S, ...), then -inf where mask_mod is false, before the bounds
+    and causal masks; a full block of the block mask (not `mask_mod`) skips mask_mod and the bounds mask
+    (`tessera.block_mask`: its keys all come before seq_k)."""
     c = blk.config
     init = bias_accumulator(b, blk, k0) if c.bias else b.fill(0.0, register_tile([c.block_m, c.block_n]), "s_zero")
     s = b.mma(blk.smem["Q"], blk.smem["K"], init, "s", transpose_b=True)
     s = b.scale(s, c.scale, "s_scaled")
     if blk.mods is not None:
         s = blk.mods.apply(b, blk, s, k0, mask_mod)
-    return apply_masks(b, blk, s, k0)
+    return apply_masks(b, blk, s, k0, bounds=mask_mod)
 
 
 def bias_accumulator(b: TileBuilder, blk: AttentionBlock, k0: SSAValue) -> SSAValue:
