@@ -1,0 +1,93 @@
+"""score_mod / mask_mod kernels below Tile IR (issue 29): a slice at target and PTX level against the float64
+reference, ptxas without spills, and the block-sparse kernel's full-block loop costing what the dense main loop
+costs in SASS."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tessera
+from tessera import reference, toolchain
+from tessera.block_mask import create_block_mask
+from tessera.kernels import flash_attention
+from tessera.numerics import BF16
+
+D = 64
+
+
+def inputs(seq_q, seq_k, heads, heads_k, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((1, heads, seq_q, D)), rng.standard_normal((1, heads_k, seq_k, D)),
+            rng.standard_normal((1, heads_k, seq_k, D)))
+
+
+def alibi_table_documents(heads, seq_q, seq_k):
+    rng = np.random.default_rng(3)
+    slopes, table = np.array([0.5, 0.25]), rng.standard_normal((heads, 63))
+    q_doc = np.repeat([0, 1, 2], [40, 30, seq_q - 70])  # document 1: queries, no keys
+    k_doc = np.repeat([0, 2], [70, seq_k - 70])
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score + slopes[h] * (kv_idx - q_idx) + table[h, np.clip(q_idx - kv_idx + 31, 0, 62)]
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return q_doc[q_idx] == k_doc[kv_idx]
+    arrays = [slopes, table, q_doc, k_doc]
+    return score_mod, mask_mod, arrays
+
+
+def softcap_window(score, b, h, q_idx, kv_idx):
+    return 2.0 * np.tanh(score / 2.0)
+
+
+def window(b, h, q_idx, kv_idx):
+    return (q_idx >= kv_idx) & (q_idx - kv_idx < 40)
+
+
+def test_gathers_and_documents_at_target_level():
+    """ALiBi slopes[h], a relative-position table and document ids (tile.gather -> ld.global) with the
+    block lists, in the CTA simulator."""
+    score_mod, mask_mod, arrays = alibi_table_documents(2, 100, 150)
+    q, k, v = inputs(100, 150, 2, 2)
+    module = flash_attention(D, block_n=32, return_lse=True, score_mod=score_mod, mask_mod=mask_mod,
+                             block_sparse=True)
+    lists = create_block_mask(mask_mod, 1, 2, 100, 150, 128, 32).inputs()
+    o, lse = tessera.interpret(module, q, k, v, *arrays, *lists, level="target")
+    check = reference.check_attention_mods(o, q, k, v, BF16, score_mod, mask_mod, lse=lse)
+    assert check.ok, check
+
+
+def test_softcap_sliding_window_gqa_at_ptx_level():
+    q, k, v = inputs(130, 90, 4, 2)
+    module = flash_attention(D, block_n=64, return_lse=True, grouped=True, score_mod=softcap_window,
+                             mask_mod=window, block_sparse=True)
+    lists = create_block_mask(window, 1, 4, 130, 90, 128, 64).inputs()
+    o, lse = tessera.interpret(module, q, k, v, *lists, level="ptx")
+    check = reference.check_attention_mods(o, q, k, v, BF16, softcap_window, window, lse=lse)
+    assert check.ok, check
+
+
+@pytest.mark.usefixtures("ptxas")
+def test_ptxas_accepts_modifier_kernels_without_spills():
+    score_mod, mask_mod, _ = alibi_table_documents(2, 100, 150)
+    for module in (flash_attention(D, block_n=32, score_mod=score_mod, mask_mod=mask_mod, block_sparse=True),
+                   flash_attention(D, block_n=64, score_mod=softcap_window, mask_mod=window, block_sparse=True)):
+        result = tessera.compile(module, target="cubin")
+        assert result.warnings == ()
+        for entry in result.entries.values():
+            assert not entry.spills, entry
+
+
+@pytest.mark.usefixtures("ptxas", "nvdisasm")
+def test_full_block_loop_is_the_dense_main_loop():
+    """The block-sparse kernel's loop over full blocks runs no mask: its SASS is no longer than the dense
+    kernel's main loop (the loop with the fewest instructions among those holding HGMMA)."""
+    def hgmma_loops(module):
+        text = toolchain.disassemble(tessera.compile(module, target="cubin").cubin)
+        return sorted(len(loop.instructions) for loop in toolchain.sass_loops(text) if loop.opcode_counts["HGMMA"])
+
+    dense = hgmma_loops(flash_attention(D, block_n=64))
+    sparse = hgmma_loops(flash_attention(D, block_n=64, mask_mod=window, block_sparse=True))
+    assert len(sparse) == 2  # full blocks, then partial ones
+    assert sparse[0] <= dense[0], (sparse, dense)
