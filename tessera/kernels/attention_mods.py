@@ -53,7 +53,10 @@ class ScoreContext:
     _values: dict[int, SSAValue] = field(default_factory=dict)
 
     def emit(self, node: Node) -> SSAValue:
-        """The Tile IR value of `node` (emitted once)."""
+        """The Tile IR value of `node`: emitted once, except the coordinates, which are emitted at each use so
+        that a [1, BN] kv_idx (held as a whole [BM, BN] tile of registers) is never live across other work."""
+        if node.op in ("q_idx", "kv_idx"):
+            return self._emit(node)
         key = id(node)
         if key not in self._values:
             self._values[key] = self._emit(node)

@@ -1,0 +1,60 @@
+"""Block sparsity and main-loop cost of FlexAttention-style mask_mod kernels (issue 29).
+
+Rows:
+- the fraction of (query block, key block) pairs each mask leaves to the kernel (`tessera.block_mask`) at
+  seq 16384 with 128 x 128 blocks, and that of a sliding window of 1024 relative to causal's;
+- SASS instructions of the main loops (loops holding HGMMA) of the dense kernel and of the block-sparse kernel
+  (its full-block loop, then its partial-block loop) at head_dim 64 and 128 (needs ptxas and nvdisasm).
+
+Run: .venv/bin/python bench/attention_variants.py
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import tessera
+from tessera import toolchain
+from tessera.block_mask import create_block_mask
+from tessera.kernels import flash_attention
+
+SEQ = 16384
+
+
+def causal(b, h, q_idx, kv_idx):
+    return q_idx >= kv_idx
+
+
+def sliding_window(b, h, q_idx, kv_idx):
+    return (q_idx >= kv_idx) & (q_idx - kv_idx < 1024)
+
+
+def prefix_lm(b, h, q_idx, kv_idx):
+    return (kv_idx < 2048) | (q_idx >= kv_idx)
+
+
+def hgmma_loops(module) -> list[int]:
+    text = toolchain.disassemble(tessera.compile(module, target="cubin").cubin)
+    return [len(loop.instructions) for loop in toolchain.sass_loops(text) if loop.opcode_counts["HGMMA"]]
+
+
+def main() -> None:
+    visited = {}
+    for mask in (causal, sliding_window, prefix_lm):
+        bm = create_block_mask(mask, 1, 1, SEQ, SEQ, 128, 128)
+        visited[mask.__name__] = bm.visited_fraction()
+        kinds = np.bincount(bm.kinds.ravel(), minlength=3)
+        print(f"{mask.__name__:15s} seq {SEQ}: visited {bm.visited_fraction():.4f} of the blocks "
+              f"(empty {kinds[0]}, partial {kinds[1]}, full {kinds[2]})")
+    print(f"sliding window 1024 / causal work: {visited['sliding_window'] / visited['causal']:.4f}")
+    for d, bn in ((64, 64), (64, 128), (128, 64), (128, 128)):
+        dense = hgmma_loops(flash_attention(d, block_n=bn))
+        try:
+            sparse = hgmma_loops(flash_attention(d, block_n=bn, mask_mod=sliding_window, block_sparse=True))
+        except Exception as error:  # the refusal (e.g. two loops' K/V rings exceed shared memory), by name
+            sparse = f"refused: {str(error).splitlines()[0][:160]}"
+        print(f"head_dim {d} BN {bn}: SASS per main-loop trip: dense {dense}, block-sparse (full, partial) {sparse}")
+
+
+if __name__ == "__main__":
+    main()
