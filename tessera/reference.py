@@ -455,4 +455,68 @@ def check_attention_mods(out, q, k, v, dtype, score_mod=None, mask_mod=None, sca
     return Comparison(error, tolerance)
 
 
+def _score_mod_slope(q, k, scale, score_mod) -> np.ndarray | None:
+    """d score_mod / d score at scale Q K^T, float64, by central differences (step 2^-20 |s|, at least 2^-20):
+    an estimate independent of the kernel's traced derivative; None without a score_mod."""
+    if score_mod is None:
+        return None
+    from tessera.attention_mods import bounds_checked
+
+    fn = bounds_checked(score_mod, "score_mod")
+    raw = _scores(q, _expand_heads(k, q.shape[1]), 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale,
+                  np.float64)
+    grids = (np.arange(raw.shape[0]).reshape(-1, 1, 1, 1), np.arange(raw.shape[1]).reshape(1, -1, 1, 1),
+             np.arange(raw.shape[2]).reshape(1, 1, -1, 1), np.arange(raw.shape[3]).reshape(1, 1, 1, -1))
+    step = np.maximum(np.abs(raw), 1.0) * 2.0**-20
+    up = np.broadcast_to(np.asarray(fn(raw + step, *grids), np.float64), raw.shape)
+    down = np.broadcast_to(np.asarray(fn(raw - step, *grids), np.float64), raw.shape)
+    return (up - down) / (2 * step)
+
+
+def _mods_backward(q, k, v, o, do, score_mod, mask_mod, scale, dtype, round_p, slope):
+    heads_k = k.shape[1]
+    scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+    p = _softmax_rows(mod_scores(q, k, scale, score_mod, mask_mod, dtype), None).astype(dtype)
+    k, v = _expand_heads(k, q.shape[1]), _expand_heads(v, q.shape[1])
+    t = lambda x: np.swapaxes(x, -1, -2)  # noqa: E731
+    if o is None:
+        o = np.matmul(p, v)
+    dpsum = np.sum(do * o, axis=-1, dtype=dtype)[..., None]
+    dv = np.matmul(t(round_p(p)), do)
+    ds = p * (np.matmul(do, t(v)) - dpsum)
+    if slope is not None:
+        ds = np.where(p > 0, ds * slope.astype(dtype), 0).astype(dtype)
+    ds = round_p(ds)
+    dq = np.matmul(ds, k) * dtype(scale)
+    dk = np.matmul(t(ds), q) * dtype(scale)
+    return dq, _sum_groups(dk, heads_k), _sum_groups(dv, heads_k)
+
+
+def attention_mods_backward(q, k, v, do, score_mod=None, mask_mod=None, scale: float | None = None):
+    """The float64 gradient (dq, dk, dv) of `attention_mods` (O recomputed in float64); dS is multiplied by
+    d score_mod / d score estimated by central differences of the user's function (`_score_mod_slope`)."""
+    q, k, v, do = (np.asarray(x).astype(np.float64) for x in (q, k, v, do))
+    slope = _score_mod_slope(q, k, scale, score_mod)
+    return _mods_backward(q, k, v, None, do, score_mod, mask_mod, scale, np.float64, lambda x: x, slope)
+
+
+def check_attention_mods_backward(grads, q, k, v, o, do, dtype, score_mod=None, mask_mod=None,
+                                  scale: float | None = None) -> tuple[Comparison, Comparison, Comparison]:
+    """`check_attention_backward`'s rule for kernels with modifiers: against `attention_mods_backward`, with
+    the same-precision baseline computed in f32 (P and dS rounded to `dtype`)."""
+    q, k, v, o, do = (round_to(np.asarray(x), dtype) for x in (q, k, v, o, do))
+    refs = attention_mods_backward(q, k, v, do, score_mod, mask_mod, scale)
+    slope = _score_mod_slope(q.astype(np.float64), k.astype(np.float64), scale, score_mod)
+    rounded = lambda x: round_to(x, dtype).astype(F32)  # noqa: E731
+    f32s = (np.asarray(x).astype(F32) for x in (q, k, v, o, do))
+    baselines = tuple(round_to(g, dtype) for g in _mods_backward(*f32s, score_mod, mask_mod, scale, np.float32,
+                                                                  rounded, slope))
+    comparisons = []
+    for out, ref, baseline in zip(grads, refs, baselines):
+        magnitude = max(1.0, float(np.abs(ref).max()) if ref.size else 0.0)
+        tolerance = 2 * _max_error(baseline, ref) + BACKWARD_ABSOLUTE_TOLERANCE * magnitude
+        comparisons.append(Comparison(_max_error(out, ref), tolerance))
+    return tuple(comparisons)
+
+
 # endregion

@@ -266,3 +266,58 @@ def test_builder_refuses_block_sparse_without_mask_and_split():
 
 
 # endregion
+
+
+# region The backward
+
+
+def _backward(q, k, v, do, score_mod, mask_mod, grouped):
+    from tessera.kernels import attention_backward
+
+    arrays = []
+    for fn, kind in ((score_mod, "score_mod"), (mask_mod, "mask_mod")):
+        if fn is not None:
+            arrays += [a.array for a in trace_mod(fn, kind).arrays]
+    arrays = list({id(a): a for a in arrays}.values())
+    forward = flash_attention(D, block_m=BM, block_n=BN, return_lse=True, grouped=grouped, score_mod=score_mod,
+                              mask_mod=mask_mod)
+    o, lse = tessera.interpret(forward, q, k, v, *arrays)
+    kernels = attention_backward(D, block_m=BM, block_n=BN, score_mod=score_mod, mask_mod=mask_mod)
+    dpsum, lse2, _ = tessera.interpret(kernels.preprocess, o, do, lse[..., 0])
+    dq_accum, dk, dv = tessera.interpret(kernels.main, q, k, v, do, lse2, dpsum, *arrays)
+    return o, (tessera.interpret(kernels.postprocess, dq_accum), dk, dv)
+
+
+def doubled_softcap(score, b, h, q_idx, kv_idx):
+    return 2.0 * (3.0 * np.tanh(score / 3.0)) + np.minimum(score, 0.5) * np.abs(score) / 4.0
+
+
+BACKWARD_VARIANTS = {
+    "softcap_alibi_window": (lambda score, b, h, q_idx, kv_idx: softcap(score, b, h, q_idx, kv_idx)
+                             + GLOBAL_SLOPES[h] * (kv_idx - q_idx), sliding_window),
+    "doubled_softcap_min_abs": (doubled_softcap, None),
+    "relative_table_documents": (relative_table(4), documents(77, 45)),
+    "prefix_lm": (None, prefix_lm),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(BACKWARD_VARIANTS))
+def test_backward_matches_float64(variant):
+    score_mod, mask_mod = BACKWARD_VARIANTS[variant]
+    q, k, v = inputs(77, 45, heads=4, heads_k=2)
+    do = np.random.default_rng(5).standard_normal(q.shape)
+    o, grads = _backward(q, k, v, do, score_mod, mask_mod, grouped=True)
+    checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, score_mod, mask_mod)
+    assert all(c.ok for c in checks), [str(c) for c in checks]
+
+
+def test_backward_refuses_an_underivable_score_mod_by_name():
+    from tessera.attention_mods import Node, Trace, score_derivative
+
+    trace = trace_mod(softcap, "score_mod")
+    odd = Trace(softcap, Node("sigmoid", (trace.result,), "f32"))
+    with pytest.raises(ModTraceError, match="score_mod 'softcap': cannot trace the derivative of 'sigmoid'"):
+        score_derivative(odd)
+
+
+# endregion

@@ -58,8 +58,10 @@ from xdsl.dialects import arith
 from xdsl.dialects.builtin import IntegerType, ModuleOp, StringAttr
 from xdsl.ir import Attribute, SSAValue
 
+from tessera.attention_mods import score_derivative, trace_mod
 from tessera.dialects import tile
 from tessera.kernels.attention import AttentionConfig
+from tessera.kernels.attention_mods import AttentionMods, ScoreContext, apply_mask_mod, apply_score_mod
 from tessera.kernels.common import (
     ArgSpec,
     TileBuilder,
@@ -198,8 +200,9 @@ def _build_postprocess(cfg: BackwardConfig) -> ModuleOp:
     return finish_kernel(fn, b)
 
 
-def _build_main(cfg: BackwardConfig) -> ModuleOp:
-    """One thread block per key block of one K/V head: dK, dV in registers, dQ partials into dq_accum."""
+def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None) -> ModuleOp:
+    """One thread block per key block of one K/V head: dK, dV in registers, dQ partials into dq_accum. With
+    `mods` (score_mod / mask_mod, `attention_backward`), their captured arrays are inputs after dPsum."""
     c = cfg.attention
     elt, d, bm, bn = c.element_type, c.head_dim, c.block_m, c.block_n
     q_t, q_dims = _tensor(c, "heads", "seq_q")
@@ -213,6 +216,7 @@ def _build_main(cfg: BackwardConfig) -> ModuleOp:
         ArgSpec("dO", q_t, q_dims),
         ArgSpec("LSE2", rows, rows_dims),
         ArgSpec("dPsum", rows, rows_dims),
+        *(mods.inputs(c) if mods is not None else []),
         ArgSpec("dQaccum", acc, acc_dims, role="out"),
         ArgSpec("dK", k_t, k_dims, role="out"),
         ArgSpec("dV", k_t, k_dims, role="out"),
@@ -221,7 +225,8 @@ def _build_main(cfg: BackwardConfig) -> ModuleOp:
         sem = global_tensor([None, None, None], IntegerType(32))
         args.append(ArgSpec("dQsemaphore", sem, ["batch", "heads", ceildiv_dim("seq_q", bm)], role="scratch"))
     grid = [ceildiv_dim("seq_k", bn), "heads_k", "batch"]
-    fn, b = kernel_function(cfg.kernel_name("main"), args, cfg.kernel_info(), grid)
+    info = cfg.kernel_info() if mods is None else {"kind": StringAttr("custom")}
+    fn, b = kernel_function(cfg.kernel_name("main"), args, info, grid)
     v = dict(zip((a.name for a in args), fn.body.blocks.first.args))
 
     n_block = b.program_id("x", "k_block")
@@ -261,7 +266,15 @@ def _build_main(cfg: BackwardConfig) -> ModuleOp:
         dpsum = b.load(b.view(v["dPsum"], [batch, head, q0], [bm], "dpsum_window"), "dpsum")
 
         s = b.mma(smem["Q"], smem["K"], b.fill(0.0, register_tile([bm, bn]), "s_zero"), "s", transpose_b=True)
-        s = b.scale(s, c.scale * LOG2E, "s_log2")  # scale and log2 e folded into one f32 factor
+        ctx = None
+        if mods is None:
+            s = b.scale(s, c.scale * LOG2E, "s_log2")  # scale and log2 e folded into one f32 factor
+        else:  # P from the modified scores, as the forward computed them; then to base 2
+            s_raw = b.scale(s, c.scale, "s_scaled")
+            ctx = ScoreContext(b, bm, bn, q0, k0, batch, head, {a.name: v[a.name] for a in mods.arrays})
+            s = s_raw if mods.score_mod is None else apply_score_mod(ctx, mods.score_mod, s_raw)
+            s = s if mods.mask_mod is None else apply_mask_mod(ctx, mods.mask_mod, s)
+            s = b.scale(s, LOG2E, "s_log2")
         s = b.mask_bounds(s, k0, seq_k, "s_in_bounds" if c.causal else "s_masked")
         if c.causal:
             s = b.mask_causal(s, q0, k0, seq_q, seq_k, "s_masked")
@@ -269,6 +282,9 @@ def _build_main(cfg: BackwardConfig) -> ModuleOp:
         b.emit(tile.StoreSharedOp(b.cast(p, elt, "p_half"), smem["P"]))
         dp = b.mma(smem["dO"], smem["V"], b.fill(0.0, register_tile([bm, bn]), "dp_zero"), "dp", transpose_b=True)
         ds = b.binary(tile.MulOp, p, b.binary(tile.SubRowsOp, dp, dpsum, "dp_minus_dpsum"), "ds")
+        if ctx is not None and mods.score_mod is not None:  # dS w.r.t. the raw score: times d score_mod / d score
+            ctx.score = s_raw
+            ds = b.binary(tile.MulOp, ds, ctx.emit(score_derivative(mods.score_mod).result), "ds_raw")
         ds_half = b.cast(ds, elt, "ds_half")
         b.emit(tile.StoreSharedOp(ds_half, smem["dS"]))
         b.barrier()  # P and dS published to every warp
@@ -309,6 +325,9 @@ def attention_backward(
     block_m: int | None = None,
     block_n: int | None = None,
     deterministic: bool = False,
+    *,
+    score_mod=None,
+    mask_mod=None,
 ) -> AttentionBackward:
     """The backward's three kernels (preprocess, main, postprocess; see the module docstring) for one
     configuration. head_dim 64 or 128 (256 refused by name), bf16 or f16, causal (bottom-right) or not;
@@ -322,9 +341,21 @@ def attention_backward(
         main:        Q, K, V, dO, LSE2, dPsum -> dQaccum (added into), dK, dV [batch, heads_k, seq_k, D]
                      [, dQsemaphore [batch, heads, ceildiv(seq_q, BM)] i32 scratch, zeroed]
         postprocess: dQaccum -> dQ [batch, heads, seq_q, D]
+
+    `score_mod` and `mask_mod` (those of `flash_attention`, whose O and LSE the backward takes) change only the
+    main kernel: P is recomputed from mask_mod(score_mod(scale Q K^T)), and dS is multiplied by the traced
+    derivative of score_mod with respect to the score (`attention_mods.score_derivative`; the arrays it reads
+    need no gradient) before dQ and dK. Their captured arrays are main-kernel inputs after dPsum. Every key
+    block visits every query block (no block lists; with `causal` those the causal mask allows).
     """
     cfg = BackwardConfig.checked(head_dim, causal, dtype, scale, block_m, block_n, deterministic)
-    return AttentionBackward(cfg, _build_preprocess(cfg), _build_main(cfg), _build_postprocess(cfg))
+    mods = None
+    if score_mod is not None or mask_mod is not None:
+        mods = AttentionMods(None if score_mod is None else trace_mod(score_mod, "score_mod"),
+                             None if mask_mod is None else trace_mod(mask_mod, "mask_mod"))
+        if mods.score_mod is not None:
+            score_derivative(mods.score_mod)  # refuse an underivable score_mod now, by name
+    return AttentionBackward(cfg, _build_preprocess(cfg), _build_main(cfg, mods), _build_postprocess(cfg))
 
 
 def attention_backward_preprocess(**options) -> ModuleOp:
