@@ -321,3 +321,29 @@ def test_backward_refuses_an_underivable_score_mod_by_name():
 
 
 # endregion
+
+
+# region The public API
+
+
+def test_tessera_attention_and_backward_with_modifiers():
+    q, k, v = (round_to(x, BF16) for x in inputs(70, 90, heads=2, heads_k=1))
+    do = round_to(np.random.default_rng(9).standard_normal(q.shape), BF16)
+    o, lse = tessera.attention(q, k, v, score_mod=alibi, mask_mod=prefix_lm, return_lse=True, level="tile")
+    assert lse.shape == (1, 2, 70)
+    check = reference.check_attention_mods(o, q, k, v, BF16, alibi, prefix_lm, lse=lse)
+    assert check.ok, check
+    grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=alibi, mask_mod=prefix_lm, level="tile")
+    checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, alibi, prefix_lm)
+    assert all(c.ok for c in checks), [str(c) for c in checks]
+
+
+def test_tessera_attention_refuses_modifiers_on_the_gpu_and_with_bias():
+    q, k, v = (round_to(x, BF16) for x in inputs(64, 64))
+    with pytest.raises(ValueError, match="score_mod/mask_mod run in the interpreters only"):
+        tessera.attention(q, k, v, mask_mod=causal)
+    with pytest.raises(ValueError, match="not supported with bias"):
+        tessera.attention(q, k, v, mask_mod=causal, bias=np.zeros((1, 2, 64, 64), BF16), level="tile")
+
+
+# endregion

@@ -114,7 +114,8 @@ def refuse_with_bias(grouped: bool, num_splits: object, cluster: object) -> None
 
 def attention(q, k, v, causal: bool = False, scale: float | None = None, return_lse: bool = False,
               num_splits: int | str = 1, level: str | None = None, *, cu_seqlens_q=None, cu_seqlens_k=None,
-              max_seqlen_q=None, max_seqlen_k=None, seqused_k=None, cluster: int = 1, bias=None):
+              max_seqlen_q=None, max_seqlen_k=None, seqused_k=None, cluster: int = 1, bias=None, score_mod=None,
+              mask_mod=None):
     """softmax(q k^T * scale [+ bias] [+ bottom-right causal mask]) v, with its LSE when `return_lse`; on the GPU, or in
     the interpreter `level` names; see the module docstring. k and v may have fewer heads than q (GQA/MQA:
     heads a multiple of heads_k; query head h reads key head h // (heads // heads_k); decoding packs a
@@ -126,8 +127,20 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, return_
     clusters of one. `bias`: an additive bias [batch, heads, seq_q, seq_k] (batch and heads may be 1:
     broadcast) of q's element type, added to the scaled scores before the softmax (and the causal mask), as
     PyTorch SDPA adds a float attn_mask; not with packed sequences, split-KV, GQA or clusters (refused by
-    name)."""
+    name). `score_mod(score, b, h, q_idx, kv_idx)` / `mask_mod(b, h, q_idx, kv_idx)`: FlexAttention's modifiers
+    (`tessera.runtime.flex`, in the interpreters only; not with bias, packed sequences, split-KV or clusters)."""
     from tessera.runtime.attention_plan import attention_plan, check_level, combine_lowering, run_in_interpreter
+
+    if score_mod is not None or mask_mod is not None:
+        from tessera.runtime.flex import attention_mods
+
+        if bias is not None or cu_seqlens_q is not None or cu_seqlens_k is not None or num_splits != 1 or cluster != 1:
+            raise ValueError("attention: score_mod/mask_mod are not supported with bias, packed sequences "
+                             "(cu_seqlens), num_splits != 1 or cluster != 1")
+        head_dim, dtype = check_attention_arguments(q, k, v)
+        check_level(level)
+        return attention_mods(q, k, v, score_mod=score_mod, mask_mod=mask_mod, causal=causal, scale=scale,
+                              return_lse=return_lse, level=level, head_dim=head_dim, dtype=dtype)
 
     if bias is not None and (cu_seqlens_q is not None or cu_seqlens_k is not None):
         raise ValueError("attention: bias is not supported with packed sequences (cu_seqlens)")

@@ -167,9 +167,20 @@ def _run_lowered(kernels, q, k, v, o, lse, do, level: str):
 
 
 def attention_backward(q, k, v, o, lse, do, causal: bool = False, scale: float | None = None,
-                       deterministic: bool = False, level: str | None = None, bias=None):
+                       deterministic: bool = False, level: str | None = None, bias=None, score_mod=None,
+                       mask_mod=None):
     """(dq, dk, dv) of attention; see the module docstring. A forward with an additive `bias` has no backward
-    here yet: `bias` other than None is refused by name (the kernels would recompute P without it)."""
+    here yet: `bias` other than None is refused by name (the kernels would recompute P without it).
+    `score_mod`/`mask_mod`: those of the forward (`tessera.runtime.flex`, in the interpreters only)."""
+    if score_mod is not None or mask_mod is not None:
+        from tessera.runtime.flex import attention_backward_mods
+
+        if bias is not None or deterministic:
+            raise ValueError("attention_backward: score_mod/mask_mod are not supported with bias or deterministic")
+        config = check_backward_arguments(q, k, v, o, lse, do, causal, scale, deterministic, level)
+        c = config.attention
+        return attention_backward_mods(q, k, v, o, lse, do, score_mod=score_mod, mask_mod=mask_mod, causal=causal,
+                                       scale=scale, level=level, head_dim=c.head_dim, dtype=c.dtype)
     if bias is not None:
         raise ValueError("attention_backward: bias is not supported: the backward kernels recompute P without a "
                          "bias and give no dBias (the forward takes one: tessera.attention(..., bias=))")

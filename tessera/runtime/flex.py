@@ -1,0 +1,70 @@
+"""`tessera.attention(..., score_mod=, mask_mod=)` and `tessera.attention_backward(..., score_mod=, mask_mod=)`:
+FlexAttention-style modifiers (`tessera.attention_mods`), run in the interpreters.
+
+The forward builds `flash_attention(score_mod=, mask_mod=, block_sparse=True)` (block-sparse whenever there is a
+mask_mod, the block lists from `tessera.block_mask.create_block_mask` on the host) and runs it at `level`; the
+backward runs `attention_backward(score_mod=, mask_mod=)`'s three kernels. The GPU (`level=None`) is refused
+by name: these kernels are checked in the simulators and by ptxas, not yet launched.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tessera.attention_mods import trace_mod
+from tessera.block_mask import create_block_mask
+
+
+def _captured(score_mod, mask_mod) -> list[np.ndarray]:
+    """The arrays the modifiers read, in the kernels' argument order (each once)."""
+    arrays: dict[str, np.ndarray] = {}
+    for fn, kind in ((score_mod, "score_mod"), (mask_mod, "mask_mod")):
+        if fn is not None:
+            for captured in trace_mod(fn, kind).arrays:
+                arrays.setdefault(captured.name, captured.array)
+    return list(arrays.values())
+
+
+def _check_level(where: str, level) -> None:
+    if level is None:
+        raise ValueError(f"{where}: score_mod/mask_mod run in the interpreters only so far (level='tile', "
+                         "'target' or 'ptx'); the GPU launch of these kernels is not validated")
+
+
+def attention_mods(q, k, v, *, score_mod, mask_mod, causal: bool, scale, return_lse: bool, level,
+                   head_dim: int, dtype: str, block_n: int | None = None):
+    """(O[, LSE]) of softmax(mask_mod(score_mod(scale Q K^T))) V at `level` (module docstring)."""
+    import tessera
+    from tessera.kernels import flash_attention
+
+    _check_level("attention", level)
+    (batch, heads, seq_q, _), seq_k = q.shape, k.shape[2]
+    module = flash_attention(head_dim, causal=causal, dtype=dtype, scale=scale, block_n=block_n,
+                             grouped=k.shape[1] != heads, return_lse=return_lse, score_mod=score_mod,
+                             mask_mod=mask_mod, block_sparse=mask_mod is not None)
+    inputs = [q, k, v, *_captured(score_mod, mask_mod)]
+    if mask_mod is not None:
+        from tessera.kernels.attention import DEFAULT_BLOCK_M, DEFAULT_BLOCK_N
+
+        bn = DEFAULT_BLOCK_N[head_dim] if block_n is None else block_n
+        inputs += create_block_mask(mask_mod, batch, heads, seq_q, seq_k, DEFAULT_BLOCK_M, bn).inputs()
+    out = tessera.interpret(module, *inputs, level=level)
+    if return_lse:
+        o, lse = out
+        return o, lse[..., 0]
+    return out
+
+
+def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal: bool, scale, level,
+                            head_dim: int, dtype: str):
+    """(dq, dk, dv) of `attention_mods` at `level`, from its O and LSE ([batch, heads, seq_q])."""
+    import tessera
+    from tessera.kernels import attention_backward
+
+    _check_level("attention_backward", level)
+    kernels = attention_backward(head_dim, causal=causal, dtype=dtype, scale=scale, score_mod=score_mod,
+                                 mask_mod=mask_mod)
+    dpsum, lse2, _ = tessera.interpret(kernels.preprocess, o, do, np.asarray(lse, np.float32), level=level)
+    dq_accum, dk, dv = tessera.interpret(kernels.main, q, k, v, do, lse2, dpsum, *_captured(score_mod, mask_mod),
+                                         level=level)
+    return tessera.interpret(kernels.postprocess, dq_accum, level=level), dk, dv
