@@ -40,10 +40,11 @@ class ModTraceError(ValueError):
 @dataclass(frozen=True)
 class CapturedArray:
     """A NumPy array a modifier reads, passed to the kernel as an input named `name` (f32 for floats, i32 for
-    integers and booleans)."""
+    integers and booleans): `array` is what the kernel takes (a boolean array as 0/1 int32, `boolean` set)."""
 
     name: str
     array: np.ndarray
+    boolean: bool = False
 
     @property
     def dtype(self) -> str:
@@ -292,7 +293,7 @@ class _ArrayProxy:
             nodes.append(n)
         t.arrays.setdefault(id(arr), self._captured)
         node = Node("gather", tuple(nodes), self._captured.dtype, self._captured)
-        if arr.dtype.kind == "b":
+        if self._captured.boolean:
             node = Node("ne", (node, Node("const", (), I32, 0)), BOOL)
         return Traced(t, node)
 
@@ -372,7 +373,9 @@ def trace_mod(fn: Callable, kind: str) -> Trace:
                 n += 1
                 unique = f"{kind}_{name}_{n}"
             names_taken.add(unique)
-            used[id(array)] = CapturedArray(unique, _checked_array(array))
+            checked = _checked_array(array)
+            boolean = checked.dtype.kind == "b"
+            used[id(array)] = CapturedArray(unique, checked.astype(np.int32) if boolean else checked, boolean)
         return _ArrayProxy(tracing, used[id(array)])
 
     traced_fn = rebind_arrays(fn, wrap)

@@ -114,6 +114,29 @@ def test_variant_matches_float64(variant, shape):
     assert check.ok, check
 
 
+KEY_PADDING = np.random.default_rng(2).random((2, 45)) > 0.3  # a boolean array, per batch entry and key
+
+EDGE_CASES = {
+    "always": (None, lambda b, h, q, k: True),
+    "never": (None, lambda b, h, q, k: q < 0),
+    "boolean_array_by_batch": (None, lambda b, h, q, k: KEY_PADDING[b, k]),
+    "where_of_booleans_by_head": (None, lambda b, h, q, k: np.where(h == 0, q >= k, k >= q)),
+    "not_of_or": (None, lambda b, h, q, k: ~((q < 10) | (k > 30))),
+    "constant_score": (lambda s, b, h, q, k: 1.0, None),
+    "log_exp_sqrt": (lambda s, b, h, q, k: np.log(np.exp(s) + 1.0) - np.sqrt(np.abs(s) + 1.0), None),
+    "divide_by_index": (lambda s, b, h, q, k: s / (q + 1), lambda b, h, q, k: (q - k) * (q - k) < 400),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EDGE_CASES))
+def test_edge_cases_with_two_batch_entries(case):
+    score_mod, mask_mod = EDGE_CASES[case]
+    q, k, v = inputs(70, 45, batch=2)
+    o, lse = run(q, k, v, score_mod, mask_mod, block_sparse=mask_mod is not None)
+    check = reference.check_attention_mods(o, q, k, v, BF16, score_mod, mask_mod, lse=lse)
+    assert check.ok, check
+
+
 def test_empty_document_rows_are_zero_with_lse_minus_inf():
     q, k, v = inputs(90, 60)
     mask = documents(90, 60)
