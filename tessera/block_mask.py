@@ -48,6 +48,12 @@ class BlockMask:
         """FULL_KV_NUM_BLOCKS, FULL_KV_INDICES, KV_NUM_BLOCKS, KV_INDICES (int32), the kernel's block-list inputs."""
         return [*self._lists(FULL), *self._lists(PARTIAL)]
 
+    def transposed_inputs(self) -> list[np.ndarray]:
+        """The backward's lists (`attention_backward(block_sparse=True)`): per (batch, head, key block) the
+        full query blocks and the partial ones, FULL_Q_NUM_BLOCKS, FULL_Q_INDICES, Q_NUM_BLOCKS, Q_INDICES."""
+        flipped = BlockMask(np.swapaxes(self.kinds, -1, -2), self.block_n, self.block_m)
+        return flipped.inputs()
+
     @property
     def skipped_fraction(self) -> float:
         """The fraction of (query block, key block) pairs that are empty."""

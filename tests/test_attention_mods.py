@@ -294,7 +294,7 @@ def test_builder_refuses_block_sparse_without_mask_and_split():
 # region The backward
 
 
-def _backward(q, k, v, do, score_mod, mask_mod, grouped):
+def _backward(q, k, v, do, score_mod, mask_mod, grouped, block_sparse=False):
     from tessera.kernels import attention_backward
 
     arrays = []
@@ -305,9 +305,13 @@ def _backward(q, k, v, do, score_mod, mask_mod, grouped):
     forward = flash_attention(D, block_m=BM, block_n=BN, return_lse=True, grouped=grouped, score_mod=score_mod,
                               mask_mod=mask_mod)
     o, lse = tessera.interpret(forward, q, k, v, *arrays)
-    kernels = attention_backward(D, block_m=BM, block_n=BN, score_mod=score_mod, mask_mod=mask_mod)
+    kernels = attention_backward(D, block_m=BM, block_n=BN, score_mod=score_mod, mask_mod=mask_mod,
+                                 block_sparse=block_sparse)
     dpsum, lse2, _ = tessera.interpret(kernels.preprocess, o, do, lse[..., 0])
-    dq_accum, dk, dv = tessera.interpret(kernels.main, q, k, v, do, lse2, dpsum, *arrays)
+    lists = []
+    if block_sparse:
+        lists = create_block_mask(mask_mod, q.shape[0], q.shape[1], q.shape[2], k.shape[2], BM, BN).transposed_inputs()
+    dq_accum, dk, dv = tessera.interpret(kernels.main, q, k, v, do, lse2, dpsum, *arrays, *lists)
     return o, (tessera.interpret(kernels.postprocess, dq_accum), dk, dv)
 
 
@@ -324,14 +328,24 @@ BACKWARD_VARIANTS = {
 }
 
 
-@pytest.mark.parametrize("variant", sorted(BACKWARD_VARIANTS))
-def test_backward_matches_float64(variant):
+@pytest.mark.parametrize("variant,sparse", [(name, sparse) for name in sorted(BACKWARD_VARIANTS)
+                                            for sparse in (False, True) if sparse <= (BACKWARD_VARIANTS[name][1] is not None)])
+def test_backward_matches_float64(variant, sparse):
+    """Dense, and with the transposed block lists wherever there is a mask_mod."""
     score_mod, mask_mod = BACKWARD_VARIANTS[variant]
     q, k, v = inputs(77, 45, heads=4, heads_k=2)
     do = np.random.default_rng(5).standard_normal(q.shape)
-    o, grads = _backward(q, k, v, do, score_mod, mask_mod, grouped=True)
+    o, grads = _backward(q, k, v, do, score_mod, mask_mod, grouped=True, block_sparse=sparse)
     checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, score_mod, mask_mod)
     assert all(c.ok for c in checks), [str(c) for c in checks]
+
+
+def test_transposed_block_lists():
+    bm = create_block_mask(causal, 1, 1, 128, 100, 64, 32)
+    full_n, full_i, part_n, part_i = bm.transposed_inputs()
+    assert full_n.shape == (1, 1, 4) and full_i.shape == (1, 1, 4, 2)
+    assert full_n[0, 0].tolist() == [1, 1, 0, 0] and full_i[0, 0, :2, 0].tolist() == [1, 1]
+    assert part_n[0, 0].tolist() == [1, 1, 1, 1] and part_i[0, 0, :, 0].tolist() == [0, 0, 1, 1]
 
 
 def test_backward_refuses_an_underivable_score_mod_by_name():

@@ -216,7 +216,7 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None) -> Modul
         ArgSpec("dO", q_t, q_dims),
         ArgSpec("LSE2", rows, rows_dims),
         ArgSpec("dPsum", rows, rows_dims),
-        *(mods.inputs(c) if mods is not None else []),
+        *(mods.inputs(c, backward=True) if mods is not None else []),
         ArgSpec("dQaccum", acc, acc_dims, role="out"),
         ArgSpec("dK", k_t, k_dims, role="out"),
         ArgSpec("dV", k_t, k_dims, role="out"),
@@ -253,9 +253,9 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None) -> Modul
         m_start = b.emit(arith.DivUIOp(first_row, b.const(bm)), "m_start")
     trips = b.maxsi(b.subi(n_q, m_start, "q_blocks_signed"), zero, "q_blocks")
 
-    def query_block(b: TileBuilder, t: SSAValue, carried, head: SSAValue) -> list[SSAValue]:
+    def query_block(b: TileBuilder, m: SSAValue, carried, head: SSAValue, masked: bool = True) -> list[SSAValue]:
+        """The work of query block m; not `masked`: a full block of the block lists (no mask_mod, no bounds)."""
         dk, dv = carried
-        m = b.addi(m_start, t, "m") if c.causal else t
         q0 = b.muli(m, b.const(bm), "q0")
         for name in ("Q", "dO"):
             b.cp_async(b.view(v[name], [batch, head, q0, zero], [bm, d], f"{name.lower()}_window"), smem[name])
@@ -273,9 +273,10 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None) -> Modul
             s_raw = b.scale(s, c.scale, "s_scaled")
             ctx = ScoreContext(b, bm, bn, q0, k0, batch, head, {a.name: v[a.name] for a in mods.arrays})
             s = s_raw if mods.score_mod is None else apply_score_mod(ctx, mods.score_mod, s_raw)
-            s = s if mods.mask_mod is None else apply_mask_mod(ctx, mods.mask_mod, s)
+            s = s if mods.mask_mod is None or not masked else apply_mask_mod(ctx, mods.mask_mod, s)
             s = b.scale(s, LOG2E, "s_log2")
-        s = b.mask_bounds(s, k0, seq_k, "s_in_bounds" if c.causal else "s_masked")
+        if masked:
+            s = b.mask_bounds(s, k0, seq_k, "s_in_bounds" if c.causal else "s_masked")
         if c.causal:
             s = b.mask_causal(s, q0, k0, seq_q, seq_k, "s_masked")
         p = b.binary(tile.Exp2SubtractOp, s, lse2, "p")
@@ -304,8 +305,21 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None) -> Modul
 
     def group_head(b: TileBuilder, g: SSAValue, carried) -> list[SSAValue]:
         head = b.addi(b.muli(head_k, group, "group_first_head"), g, "head")
-        return list(b.for_loop(trips, list(carried), ["dk", "dv"],
-                               lambda b, t, inner: query_block(b, t, inner, head), iv_name="t"))
+        if mods is None or not mods.block_sparse:
+            def step(b: TileBuilder, t: SSAValue, inner) -> list[SSAValue]:
+                return query_block(b, b.addi(m_start, t, "m") if c.causal else t, inner, head)
+            return list(b.for_loop(trips, list(carried), ["dk", "dv"], step, iv_name="t"))
+        # The transposed block lists: this key block's full query blocks, then its partial ones.
+        coords = [batch, head, n_block]
+        for count_name, list_name, masked in (("FULL_Q_NUM_BLOCKS", "FULL_Q_INDICES", False),
+                                              ("Q_NUM_BLOCKS", "Q_INDICES", True)):
+            count = b.emit(tile.LoadIndexOp(v[count_name], coords), count_name.lower())
+
+            def listed(b: TileBuilder, t: SSAValue, inner, list_name=list_name, masked=masked) -> list[SSAValue]:
+                m = b.emit(tile.LoadIndexOp(v[list_name], [*coords, t]), "m")
+                return query_block(b, m, inner, head, masked)
+            carried = b.for_loop(count, list(carried), ["dk", "dv"], listed, iv_name="t")
+        return list(carried)
 
     acc_zero = b.fill(0.0, register_tile([bn, d]), "acc_zero")
     dk, dv = b.for_loop(group, [acc_zero, acc_zero], ["dk", "dv"], group_head, iv_name="g")
@@ -328,6 +342,7 @@ def attention_backward(
     *,
     score_mod=None,
     mask_mod=None,
+    block_sparse: bool = False,
 ) -> AttentionBackward:
     """The backward's three kernels (preprocess, main, postprocess; see the module docstring) for one
     configuration. head_dim 64 or 128 (256 refused by name), bf16 or f16, causal (bottom-right) or not;
@@ -346,7 +361,10 @@ def attention_backward(
     main kernel: P is recomputed from mask_mod(score_mod(scale Q K^T)), and dS is multiplied by the traced
     derivative of score_mod with respect to the score (`attention_mods.score_derivative`; the arrays it reads
     need no gradient) before dQ and dK. Their captured arrays are main-kernel inputs after dPsum. Every key
-    block visits every query block (no block lists; with `causal` those the causal mask allows).
+    block visits every query block (with `causal`, those the causal mask allows), or with `block_sparse=True`
+    the query blocks of the transposed block lists (`BlockMask.transposed_inputs()`, main-kernel inputs after
+    the arrays: per (batch, head, key block) its full query blocks, visited with no mask, then its partial
+    ones, with mask_mod; empty ones never).
     """
     cfg = BackwardConfig.checked(head_dim, causal, dtype, scale, block_m, block_n, deterministic)
     mods = None
@@ -355,6 +373,13 @@ def attention_backward(
                              None if mask_mod is None else trace_mod(mask_mod, "mask_mod"))
         if mods.score_mod is not None:
             score_derivative(mods.score_mod)  # refuse an underivable score_mod now, by name
+        if check_flag("block_sparse", block_sparse):
+            if mask_mod is None or deterministic:
+                raise ValueError("block_sparse=True needs a mask_mod and deterministic=False (the deterministic "
+                                 "dQ order counts every key block)")
+            mods = AttentionMods(mods.score_mod, mods.mask_mod, block_sparse=True)
+    elif block_sparse:
+        raise ValueError("block_sparse=True needs a mask_mod (the block lists are computed from it)")
     return AttentionBackward(cfg, _build_preprocess(cfg), _build_main(cfg, mods), _build_postprocess(cfg))
 
 

@@ -161,6 +161,10 @@ BLOCK_LISTS = ("FULL_KV_NUM_BLOCKS", "FULL_KV_INDICES", "KV_NUM_BLOCKS", "KV_IND
 full key blocks and their indices, then the number of partial key blocks and theirs (`tessera.block_mask`)."""
 
 
+BACKWARD_BLOCK_LISTS = ("FULL_Q_NUM_BLOCKS", "FULL_Q_INDICES", "Q_NUM_BLOCKS", "Q_INDICES")
+"""The block-sparse backward's inputs: the transposed lists, per (batch, head, key block) its query blocks."""
+
+
 @dataclass(frozen=True)
 class AttentionMods:
     """What `flash_attention(score_mod=, mask_mod=, block_sparse=)` adds to the kernel: the traces, and
@@ -180,16 +184,17 @@ class AttentionMods:
                 seen.setdefault(array.name, array)
         return list(seen.values())
 
-    def inputs(self, c) -> list[ArgSpec]:
-        """The kernel inputs: each captured array (static shape, f32 or i32), then the block lists."""
+    def inputs(self, c, backward: bool = False) -> list[ArgSpec]:
+        """The kernel inputs: each captured array (static shape, f32 or i32), then the block lists (the
+        backward's: per key block, its query blocks, `BACKWARD_BLOCK_LISTS`)."""
         specs = [ArgSpec(a.name, global_tensor(list(a.array.shape), f32 if a.dtype == F32 else i32),
                          list(a.array.shape)) for a in self.arrays]
         if self.block_sparse:
             # Inputs name dimensions plainly: q_blocks is ceildiv(seq_q, BM) and kv_blocks ceildiv(seq_k, BN)
             # when the lists come from `create_block_mask`; a read outside them is reported (tile.load_index).
-            rows = ["batch", "heads", "q_blocks"]
-            for name in BLOCK_LISTS:
-                dims = rows + (["kv_blocks"] if name.endswith("INDICES") else [])
+            rows = ["batch", "heads", "kv_blocks" if backward else "q_blocks"]
+            for name in BACKWARD_BLOCK_LISTS if backward else BLOCK_LISTS:
+                dims = rows + ([("q_blocks" if backward else "kv_blocks")] if name.endswith("INDICES") else [])
                 specs.append(ArgSpec(name, global_tensor([None] * len(dims), i32), dims))
         return specs
 

@@ -3,7 +3,8 @@ FlexAttention-style modifiers (`tessera.attention_mods`), run in the interpreter
 
 The forward builds `flash_attention(score_mod=, mask_mod=, block_sparse=True)` (block-sparse whenever there is a
 mask_mod, the block lists from `tessera.block_mask.create_block_mask` on the host) and runs it at `level`; the
-backward runs `attention_backward(score_mod=, mask_mod=)`'s three kernels. The GPU (`level=None`) is refused
+backward runs `attention_backward(score_mod=, mask_mod=, block_sparse=True)`'s three kernels (with the
+transposed lists, `BlockMask.transposed_inputs`, whenever there is a mask_mod). The GPU (`level=None`) is refused
 by name: these kernels are checked in the simulators and by ptxas, not yet launched.
 """
 
@@ -63,8 +64,13 @@ def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal:
 
     _check_level("attention_backward", level)
     kernels = attention_backward(head_dim, causal=causal, dtype=dtype, scale=scale, score_mod=score_mod,
-                                 mask_mod=mask_mod)
+                                 mask_mod=mask_mod, block_sparse=mask_mod is not None)
     dpsum, lse2, _ = tessera.interpret(kernels.preprocess, o, do, np.asarray(lse, np.float32), level=level)
+    lists = []
+    if mask_mod is not None:
+        c = kernels.config.attention
+        (batch, heads, seq_q, _), seq_k = q.shape, k.shape[2]
+        lists = create_block_mask(mask_mod, batch, heads, seq_q, seq_k, c.block_m, c.block_n).transposed_inputs()
     dq_accum, dk, dv = tessera.interpret(kernels.main, q, k, v, do, lse2, dpsum, *_captured(score_mod, mask_mod),
-                                         level=level)
+                                         *lists, level=level)
     return tessera.interpret(kernels.postprocess, dq_accum, level=level), dk, dv
