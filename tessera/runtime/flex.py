@@ -62,15 +62,22 @@ def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal:
     import tessera
     from tessera.kernels import attention_backward
 
+    from tessera.runtime.attention_backward import _pipeline
+
     _check_level("attention_backward", level)
+    pipeline = None if level == "tile" else _pipeline()  # the backward's single-stage pipeline
+    # Below Tile IR the key block's loops over the block lists (bounds read inside the loop over the group's
+    # heads) are not lowered: there the backward visits every query block, masking per element.
+    sparse = mask_mod is not None and level == "tile"
     kernels = attention_backward(head_dim, causal=causal, dtype=dtype, scale=scale, score_mod=score_mod,
-                                 mask_mod=mask_mod, block_sparse=mask_mod is not None)
-    dpsum, lse2, _ = tessera.interpret(kernels.preprocess, o, do, np.asarray(lse, np.float32), level=level)
+                                 mask_mod=mask_mod, block_sparse=sparse)
+    dpsum, lse2, _ = tessera.interpret(kernels.preprocess, o, do, np.asarray(lse, np.float32), level=level,
+                                       pipeline=pipeline)
     lists = []
-    if mask_mod is not None:
+    if sparse:
         c = kernels.config.attention
         (batch, heads, seq_q, _), seq_k = q.shape, k.shape[2]
         lists = create_block_mask(mask_mod, batch, heads, seq_q, seq_k, c.block_m, c.block_n).transposed_inputs()
     dq_accum, dk, dv = tessera.interpret(kernels.main, q, k, v, do, lse2, dpsum, *_captured(score_mod, mask_mod),
-                                         *lists, level=level)
-    return tessera.interpret(kernels.postprocess, dq_accum, level=level), dk, dv
+                                         *lists, level=level, pipeline=pipeline)
+    return tessera.interpret(kernels.postprocess, dq_accum, level=level, pipeline=pipeline), dk, dv
