@@ -4,7 +4,8 @@ Allocation of shared tiles and their ring stages, windows of global tensors, the
 shared memory (`tile.cp_async`, the paged row gather `tile.cp_async_gather`) with their commit and wait
 groups, the block barrier, the release of a ring stage, and the loads and stores between registers and
 memory (`tile.load`, `tile.load_broadcast`, `tile.store_global`, `tile.store_global_rows`,
-`tile.load_index`). The backward's shared stores, atomics and semaphores are in `tile_backward.py`.
+`tile.load_index`), and the per-element gather into registers (`tile.gather`). The backward's shared stores,
+atomics and semaphores are in `tile_backward.py`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from xdsl.irdl import (
 from xdsl.traits import MemoryAllocEffect, MemoryReadEffect, MemoryWriteEffect, Pure
 
 from tessera.dialects.tile_base import TILE, _require, _require_space, _tile
+from tessera.dialects.tile_elementwise import broadcast_shape, is_i32
 from tessera.dialects.tile_types import MemSpace, TileType
 
 # region Memory: allocation, views and copies
@@ -428,8 +430,6 @@ class GatherOp(IRDLOperation):
     assembly_format = "$source `[` $indices `]` attr-dict `:` type($source) `,` type($indices) `->` type($result)"
 
     def __init__(self, source: SSAValue | Operation, indices: Sequence[SSAValue | Operation]):
-        from tessera.dialects.tile_elementwise import broadcast_shape
-
         table = _tile(source)
         shapes = [_tile(i).get_shape() for i in indices]
         shape = broadcast_shape(shapes) or shapes[0]
@@ -437,8 +437,6 @@ class GatherOp(IRDLOperation):
         super().__init__(operands=[source, list(indices)], result_types=[ty])
 
     def verify_(self) -> None:
-        from tessera.dialects.tile_elementwise import broadcast_shape, is_i32
-
         table = _tile(self.source)
         _require_space(self, "source", table, MemSpace.GLOBAL)
         _require(table.element_type == IntegerType(32) or table.element_type == Float32Type(), self,

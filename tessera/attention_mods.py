@@ -180,7 +180,8 @@ class Traced:
         if BOOL in (x.dtype, y.dtype):
             if x.dtype != y.dtype:
                 raise self._tracing.refuse("np.where mixing a boolean with a number")
-            return self._wrap(Node("or", (Node("and", (c, x), BOOL), Node("and", (Node("not", (c,), BOOL), y), BOOL)), BOOL))
+            picked = Node("and", (c, x), BOOL), Node("and", (Node("not", (c,), BOOL), y), BOOL)
+            return self._wrap(Node("or", picked, BOOL))
         dtype = F32 if F32 in (x.dtype, y.dtype) else I32
         return self._wrap(Node("select", (c, self._convert(x, dtype), self._convert(y, dtype)), dtype))
 

@@ -71,8 +71,11 @@ def run(q, k, v, score_mod=None, mask_mod=None, block_sparse=False, grouped=Fals
     """(O, LSE) of the Tile IR kernel; the block lists from create_block_mask with block_sparse."""
     module = flash_attention(D, block_m=BM, block_n=BN, return_lse=True, grouped=grouped, score_mod=score_mod,
                              mask_mod=mask_mod, block_sparse=block_sparse, **kwargs)
-    extra = [a.array for t in (score_mod, mask_mod) if t is not None for a in trace_mod(t, "score_mod" if t is score_mod else "mask_mod").arrays]
-    extra = list({id(a): a for a in extra}.values())
+    extra = {}
+    for fn, kind in ((score_mod, "score_mod"), (mask_mod, "mask_mod")):
+        for captured in trace_mod(fn, kind).arrays if fn is not None else ():
+            extra.setdefault(captured.name, captured.array)
+    extra = list(extra.values())
     if block_sparse:
         batch, heads, seq_q, _ = q.shape
         extra += create_block_mask(mask_mod, batch, heads, seq_q, k.shape[2], BM, BN).inputs()
@@ -250,7 +253,8 @@ def test_refuses_python_branch_on_traced_value_naming_line():
         return False
     message = _refusal(branchy)
     line = branchy.__code__.co_firstlineno + 1
-    assert f"mask_mod 'test_refuses_python_branch_on_traced_value_naming_line.<locals>.branchy' at {__file__}:{line}" in message
+    name = "test_refuses_python_branch_on_traced_value_naming_line.<locals>.branchy"
+    assert f"mask_mod '{name}' at {__file__}:{line}" in message
     assert "Python control flow" in message
 
 
@@ -328,8 +332,11 @@ BACKWARD_VARIANTS = {
 }
 
 
-@pytest.mark.parametrize("variant,sparse", [(name, sparse) for name in sorted(BACKWARD_VARIANTS)
-                                            for sparse in (False, True) if sparse <= (BACKWARD_VARIANTS[name][1] is not None)])
+BACKWARD_CASES = [(name, sparse) for name, (_, mask) in sorted(BACKWARD_VARIANTS.items())
+                  for sparse in (False, True) if mask is not None or not sparse]
+
+
+@pytest.mark.parametrize("variant,sparse", BACKWARD_CASES)
 def test_backward_matches_float64(variant, sparse):
     """Dense, and with the transposed block lists wherever there is a mask_mod."""
     score_mod, mask_mod = BACKWARD_VARIANTS[variant]
