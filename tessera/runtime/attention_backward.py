@@ -180,7 +180,8 @@ def attention_backward(q, k, v, o, lse, do, causal: bool = False, scale: float |
         config = check_backward_arguments(q, k, v, o, lse, do, causal, scale, deterministic, level)
         c = config.attention
         return attention_backward_mods(q, k, v, o, lse, do, score_mod=score_mod, mask_mod=mask_mod, causal=causal,
-                                       scale=scale, level=level, head_dim=c.head_dim, dtype=c.dtype)
+                                       scale=scale, level=level, head_dim=c.head_dim, dtype=c.dtype,
+                                       pipeline=_pipeline())
     if bias is not None:
         raise ValueError("attention_backward: bias is not supported: the backward kernels recompute P without a "
                          "bias and give no dBias (the forward takes one: tessera.attention(..., bias=))")

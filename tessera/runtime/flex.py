@@ -35,7 +35,7 @@ def _check_level(where: str, level) -> None:
 def attention_mods(q, k, v, *, score_mod, mask_mod, causal: bool, scale, return_lse: bool, level,
                    head_dim: int, dtype: str, block_n: int | None = None):
     """(O[, LSE]) of softmax(mask_mod(score_mod(scale Q K^T))) V at `level` (module docstring)."""
-    import tessera
+    from tessera import api
     from tessera.kernels import flash_attention
 
     _check_level("attention", level)
@@ -49,7 +49,7 @@ def attention_mods(q, k, v, *, score_mod, mask_mod, causal: bool, scale, return_
 
         bn = DEFAULT_BLOCK_N[head_dim] if block_n is None else block_n
         inputs += create_block_mask(mask_mod, batch, heads, seq_q, seq_k, DEFAULT_BLOCK_M, bn).inputs()
-    out = tessera.interpret(module, *inputs, level=level)
+    out = api.interpret(module, *inputs, level=level)
     if return_lse:
         o, lse = out
         return o, lse[..., 0]
@@ -57,27 +57,26 @@ def attention_mods(q, k, v, *, score_mod, mask_mod, causal: bool, scale, return_
 
 
 def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal: bool, scale, level,
-                            head_dim: int, dtype: str):
-    """(dq, dk, dv) of `attention_mods` at `level`, from its O and LSE ([batch, heads, seq_q])."""
-    import tessera
+                            head_dim: int, dtype: str, pipeline: str):
+    """(dq, dk, dv) of `attention_mods` at `level`, from its O and LSE ([batch, heads, seq_q]); `pipeline` is
+    the backward's (single-stage) pipeline below Tile level."""
+    from tessera import api
     from tessera.kernels import attention_backward
 
-    from tessera.runtime.attention_backward import _pipeline
-
     _check_level("attention_backward", level)
-    pipeline = None if level == "tile" else _pipeline()  # the backward's single-stage pipeline
+    pipeline = None if level == "tile" else pipeline
     # Below Tile IR the key block's loops over the block lists (bounds read inside the loop over the group's
     # heads) are not lowered: there the backward visits every query block, masking per element.
     sparse = mask_mod is not None and level == "tile"
     kernels = attention_backward(head_dim, causal=causal, dtype=dtype, scale=scale, score_mod=score_mod,
                                  mask_mod=mask_mod, block_sparse=sparse)
-    dpsum, lse2, _ = tessera.interpret(kernels.preprocess, o, do, np.asarray(lse, np.float32), level=level,
+    dpsum, lse2, _ = api.interpret(kernels.preprocess, o, do, np.asarray(lse, np.float32), level=level,
                                        pipeline=pipeline)
     lists = []
     if sparse:
         c = kernels.config.attention
         (batch, heads, seq_q, _), seq_k = q.shape, k.shape[2]
         lists = create_block_mask(mask_mod, batch, heads, seq_q, seq_k, c.block_m, c.block_n).transposed_inputs()
-    dq_accum, dk, dv = tessera.interpret(kernels.main, q, k, v, do, lse2, dpsum, *_captured(score_mod, mask_mod),
+    dq_accum, dk, dv = api.interpret(kernels.main, q, k, v, do, lse2, dpsum, *_captured(score_mod, mask_mod),
                                          *lists, level=level, pipeline=pipeline)
-    return tessera.interpret(kernels.postprocess, dq_accum, level=level, pipeline=pipeline), dk, dv
+    return api.interpret(kernels.postprocess, dq_accum, level=level, pipeline=pipeline), dk, dv
