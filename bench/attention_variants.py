@@ -1,7 +1,7 @@
 """Block sparsity and main-loop cost of FlexAttention-style mask_mod kernels (issue 29).
 
 Rows:
-- the fraction of (query block, key block) pairs each mask leaves to the kernel (`tessera.block_mask`) at
+- the fraction of (query block, key block) pairs each mask leaves to the kernel (`tessera.variants.block_mask`) at
   seq 16384 with 128 x 128 blocks, and that of a sliding window of 1024 relative to causal's;
 - SASS instructions of the main loops (loops holding HGMMA) of the dense kernel and of the block-sparse kernel
   (its full-block loop, then its partial-block loop) at head_dim 64 and 128 (needs ptxas and nvdisasm).
@@ -15,7 +15,7 @@ import numpy as np
 
 import tessera
 from tessera import toolchain
-from tessera.block_mask import create_block_mask
+from tessera.variants.block_mask import create_block_mask
 from tessera.kernels import flash_attention
 
 SEQ = 16384

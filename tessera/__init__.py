@@ -36,7 +36,7 @@ __all__ = ["compile", "interpret", "parse_module", "print_module", "find_kernel"
 
 SUBMODULES = (
     "analysis", "dialects", "graph", "host", "interpreters", "ir", "kernels", "lowering", "passes", "ptx", "regalloc",
-    "runtime", "sm90", "toolchain", "tools", "validate", "validation",
+    "runtime", "sm90", "toolchain", "tools", "validate", "validation", "variants",
 )
 """The public subpackages and modules, reached from `import tessera` alone (`tessera.passes.DEFAULT_PIPELINE`):
 each is imported on first access, so `import tessera` stays light."""

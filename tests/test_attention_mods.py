@@ -9,8 +9,8 @@ import pytest
 
 import tessera
 from tessera import reference
-from tessera.attention_mods import ModTraceError, trace_mod
-from tessera.block_mask import EMPTY, FULL, PARTIAL, create_block_mask
+from tessera.variants.trace import ModTraceError, trace_mod
+from tessera.variants.block_mask import EMPTY, FULL, PARTIAL, create_block_mask
 from tessera.kernels import flash_attention
 from tessera.numerics import BF16, round_to
 
@@ -356,7 +356,7 @@ def test_transposed_block_lists():
 
 
 def test_backward_refuses_an_underivable_score_mod_by_name():
-    from tessera.attention_mods import Node, Trace, score_derivative
+    from tessera.variants.trace import Node, Trace, score_derivative
 
     trace = trace_mod(softcap, "score_mod")
     odd = Trace(softcap, Node("sigmoid", (trace.result,), "f32"))

@@ -9,7 +9,7 @@ import pytest
 
 import tessera
 from tessera import reference, toolchain
-from tessera.block_mask import create_block_mask
+from tessera.variants.block_mask import create_block_mask
 from tessera.kernels import flash_attention
 from tessera.numerics import BF16
 

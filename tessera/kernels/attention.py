@@ -71,7 +71,7 @@ from tessera.kernels.common import (
     register_tile,
     shared_tile,
 )
-from tessera.attention_mods import trace_mod
+from tessera.variants.trace import trace_mod
 from tessera.kernels.attention_mods import AttentionMods
 from tessera.numerics import bias_bound
 
@@ -453,7 +453,7 @@ def masked_scores(b: TileBuilder, blk: AttentionBlock, k0: SSAValue, mask_mod: b
     """S = mask(scale * Q K^T [+ Bias]) for the key block at k0, from the shared Q and K tiles: [BM, BN] f32.
     With modifiers (`blk.mods`): S = score_mod(S, ...), then -inf where mask_mod is false, before the bounds
     and causal masks; a full block of the block mask (not `mask_mod`) skips mask_mod and the bounds mask
-    (`tessera.block_mask`: its keys all come before seq_k)."""
+    (`tessera.variants.block_mask`: its keys all come before seq_k)."""
     c = blk.config
     init = bias_accumulator(b, blk, k0) if c.bias else b.fill(0.0, register_tile([c.block_m, c.block_n]), "s_zero")
     s = b.mma(blk.smem["Q"], blk.smem["K"], init, "s", transpose_b=True)
@@ -585,11 +585,11 @@ def flash_attention(
     clusters (refused by name).
 
     `score_mod(score, b, h, q_idx, kv_idx)` and `mask_mod(b, h, q_idx, kv_idx)` (FlexAttention's modifiers,
-    `tessera.attention_mods`; `flex_attention_...`) are traced into the score tile: S = score_mod(scale Q K^T),
+    `tessera.variants.trace`; `flex_attention_...`) are traced into the score tile: S = score_mod(scale Q K^T),
     then -inf where mask_mod is false, then the bounds (and causal) masks. q_idx and kv_idx are absolute
     positions from 0 (a mask_mod `q_idx >= kv_idx` is top-left causal). NumPy arrays they read become inputs
     after V (and Bias), named `score_mod_NAME` / `mask_mod_NAME`. `block_sparse=True` (needs mask_mod) adds
-    the block lists (`attention_mods.BLOCK_LISTS`, from `tessera.block_mask.create_block_mask`): the loop visits
+    the block lists (`attention_mods.BLOCK_LISTS`, from `tessera.variants.block_mask.create_block_mask`): the loop visits
     each query block's full key blocks without evaluating mask_mod, then its partial ones with it, and never
     an empty one. Not with split-KV or clusters (refused by name)."""
     c = AttentionConfig.checked(head_dim, causal, dtype, scale, block_m, block_n, return_lse, num_splits, bias,

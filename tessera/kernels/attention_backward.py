@@ -58,7 +58,7 @@ from xdsl.dialects import arith
 from xdsl.dialects.builtin import IntegerType, ModuleOp, StringAttr
 from xdsl.ir import Attribute, SSAValue
 
-from tessera.attention_mods import score_derivative, trace_mod
+from tessera.variants.trace import score_derivative, trace_mod
 from tessera.dialects import tile
 from tessera.kernels.attention import AttentionConfig
 from tessera.kernels.attention_mods import AttentionMods, ScoreContext, apply_mask_mod, apply_score_mod

@@ -1,4 +1,4 @@
-"""Emitting a traced score_mod / mask_mod (`tessera.attention_mods`) as Tile IR in an attention kernel's score tile.
+"""Emitting a traced score_mod / mask_mod (`tessera.variants.trace`) as Tile IR in an attention kernel's score tile.
 
 In the key loop of a query block at q0 and a key block at k0, with the [BM, BN] f32 tile S = scale Q K^T:
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from xdsl.dialects.builtin import i32
 from xdsl.ir import SSAValue
 
-from tessera.attention_mods import BOOL, F32, Node, Trace
+from tessera.variants.trace import BOOL, F32, Node, Trace
 from tessera.dialects import tile
 from tessera.kernels.common import ArgSpec, TileBuilder, f32, global_tensor, register_tile
 
@@ -158,7 +158,7 @@ def apply_mask_mod(ctx: ScoreContext, trace: Trace, s: SSAValue) -> SSAValue:
 
 BLOCK_LISTS = ("FULL_KV_NUM_BLOCKS", "FULL_KV_INDICES", "KV_NUM_BLOCKS", "KV_INDICES")
 """The block-sparse kernel's inputs (FlexAttention's BlockMask): per (batch, head, query block) the number of
-full key blocks and their indices, then the number of partial key blocks and theirs (`tessera.block_mask`)."""
+full key blocks and their indices, then the number of partial key blocks and theirs (`tessera.variants.block_mask`)."""
 
 
 BACKWARD_BLOCK_LISTS = ("FULL_Q_NUM_BLOCKS", "FULL_Q_INDICES", "Q_NUM_BLOCKS", "Q_INDICES")

@@ -1,8 +1,8 @@
 """`tessera.attention(..., score_mod=, mask_mod=)` and `tessera.attention_backward(..., score_mod=, mask_mod=)`:
-FlexAttention-style modifiers (`tessera.attention_mods`), run in the interpreters.
+FlexAttention-style modifiers (`tessera.variants.trace`), run in the interpreters.
 
 The forward builds `flash_attention(score_mod=, mask_mod=, block_sparse=True)` (block-sparse whenever there is a
-mask_mod, the block lists from `tessera.block_mask.create_block_mask` on the host) and runs it at `level`; the
+mask_mod, the block lists from `tessera.variants.block_mask.create_block_mask` on the host) and runs it at `level`; the
 backward runs `attention_backward(score_mod=, mask_mod=, block_sparse=True)`'s three kernels (with the
 transposed lists, `BlockMask.transposed_inputs`, whenever there is a mask_mod). The GPU (`level=None`) is refused
 by name: these kernels are checked in the simulators and by ptxas, not yet launched.
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.attention_mods import trace_mod
-from tessera.block_mask import create_block_mask
+from tessera.variants.trace import trace_mod
+from tessera.variants.block_mask import create_block_mask
 
 
 def _captured(score_mod, mask_mod) -> list[np.ndarray]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tessera.attention_mods import bounds_checked
+from tessera.variants.trace import bounds_checked
 
 EMPTY, PARTIAL, FULL = 0, 1, 2
 
