@@ -4,7 +4,7 @@ and running them in an interpreter (`level=`).
 A plan is data: the `KernelConfig` of each kernel (builder name and options, compiled on the GPU path through
 `tessera.runtime.compiler`), and how the outputs of one feed the next. The interpreter path builds the same
 kernels from the same configurations (`tessera.kernels.<builder>(**options)`) and runs them with
-`tessera.interpret(..., level=level)`, whose default pipeline is the GPU's, so a CPU answer is the GPU's
+`tessera.launch(..., level=level)`, whose default pipeline is the GPU's, so a CPU answer is the GPU's
 kernel's answer.
 """
 
@@ -127,10 +127,10 @@ def run_in_interpreter(plan: AttentionPlan, q, k, v, *bias, level: str):
 
     torch_inputs = is_torch_tensor(q)
     arrays = [torch_to_numpy(x.cpu()) if torch_inputs else x for x in (q, k, v, *bias)]
-    outputs = api.interpret(_module(plan.forward), *arrays, level=level)
+    outputs = api.launch(_module(plan.forward), *arrays, level=level)
     if plan.combine is not None:
         with combine_lowering():
-            outputs = api.interpret(_module(plan.combine), *plan.partials(outputs), level=level)
+            outputs = api.launch(_module(plan.combine), *plan.partials(outputs), level=level)
     results = plan.results(outputs)
     if not torch_inputs:
         return results
