@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
@@ -34,6 +36,22 @@ from tessera.cluster import launch_cluster
 from tessera.kernel_abi import KernelSignature
 from tessera.numerics import numpy_dtype, widened_dtype
 from tessera.sm90 import facts
+
+_BLOCK_ORDER: ContextVar[int | None] = ContextVar("tessera_block_order", default=None)
+
+
+@contextmanager
+def permuted_blocks(seed: int = 0) -> Iterator[None]:
+    """In its scope, `run_grid` runs the blocks of a launch without an explicit `order` (and without clusters,
+    whose blocks run together) in a seeded random permutation instead of x-fastest order: a GPU schedules
+    blocks in any order, so a result must not depend on it (a write into another block's rows that the
+    default order happens to overwrite later shows). A context variable, like `serving_checks.checking`."""
+    token = _BLOCK_ORDER.set(seed)
+    try:
+        yield
+    finally:
+        _BLOCK_ORDER.reset(token)
+
 
 MAX_BLOCKS_PER_BATCH = 64
 """Blocks interpreted together; bounds the interpreter's memory (each register tile is B times larger)."""
@@ -96,6 +114,8 @@ def run_grid(sig: KernelSignature, module: ModuleOp, arguments: list[np.ndarray]
     facts.check_launch((gx, gy, gz))
     total = gx * gy * gz
     cluster, _ = launch_cluster(sig.cluster, (gx, gy, gz))
+    if order is None and _BLOCK_ORDER.get() is not None and math.prod(cluster) == 1:
+        order = np.random.default_rng(_BLOCK_ORDER.get()).permutation(total)
     if order is None:
         ids = cluster_order((gx, gy, gz), cluster)
     else:

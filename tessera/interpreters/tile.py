@@ -187,21 +187,17 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
                 mask[block] = True
                 self.batch.fail(op, problem, mask)
 
-    def _check_sequence_store(self, op, dest: GlobalView, rows=None) -> None:
-        """`serving_checks`: the rows a store writes belong to the block's sequence."""
+    def _check_sequence_store(self, op, dest: GlobalView, written: tuple[tuple[np.ndarray, ...], np.ndarray]) -> None:
+        """`serving_checks`: the rows a store wrote (`GlobalView.write`'s coordinates and mask, the writes that
+        happened) belong to the writing block's sequence."""
         name = self.arg_names.get(id(dest.tensor))
         check = serving_checks.rows_check(name) if name is not None else None
         if check is None:
             return
-        coords, keep = dest._coordinates()
-        keep = keep & self.batch.active.reshape((-1,) + (1,) * len(dest.shape))
-        if rows is not None:
-            row = np.arange(dest.shape[0]).reshape((1, -1) + (1,) * (len(dest.shape) - 1))
-            keep &= row < np.asarray(rows).reshape((-1,) + (1,) * len(dest.shape))
-        written = np.broadcast_to(coords[check.axis], keep.shape)[keep]
+        coords, keep = written
         z = np.broadcast_to(self.batch.index_array(self.batch.program_ids[2]).reshape((-1,) + (1,) * len(dest.shape)),
                             keep.shape)[keep]
-        problem = serving_checks.check_rows(name, written, z)
+        problem = serving_checks.check_rows(name, coords[check.axis], z)
         if problem:
             self.batch.fail(op, problem)
 
@@ -242,15 +238,13 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
     @impl(tile.StoreGlobalOp)
     def run_store_global(self, interpreter: Interpreter, op: tile.StoreGlobalOp, args: PythonValues):
         value, dest = args
-        self._check_sequence_store(op, dest)
-        dest.write(value, self.batch.active)
+        self._check_sequence_store(op, dest, dest.write(value, self.batch.active))
         return ()
 
     @impl(tile.StoreGlobalRowsOp)
     def run_store_global_rows(self, interpreter: Interpreter, op: tile.StoreGlobalRowsOp, args: PythonValues):
         value, dest, rows = args
-        self._check_sequence_store(op, dest, self.batch.index_array(rows))
-        dest.write(value, self.batch.active, rows=self.batch.index_array(rows))
+        self._check_sequence_store(op, dest, dest.write(value, self.batch.active, rows=self.batch.index_array(rows)))
         return ()
 
     @impl(tile.LoadIndexOp)
