@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import pytest
 from xdsl.dialects import arith
@@ -54,6 +55,20 @@ def test_the_reference_is_the_kernel_in_float64():
     half_ulp = float(np.abs(y).max()) * 2.0**-11
     assert ref.tolerances[0] <= 2.001 * half_ulp + rounding.ABSOLUTE_TOLERANCE * max(1, np.abs(y).max())
     assert ref.tolerances[0] >= float(np.abs(y.astype(np.float16) - y).max())
+
+
+def test_the_widened_interpreter_rounds_nothing_but_the_inputs():
+    """Row softmax with bf16 input and output: in float64 the output is NumPy's float64 softmax of the bf16
+    inputs, not rounded to bf16 (and the f32 run's is)."""
+    module = user_kernel("row_softmax")
+    sig = tessera.find_kernel(module)
+    (x,) = generate_inputs(sig, {"M": 70}, seed=3)
+    (y,) = rounding.run_widened(module, sig, [x], {"M": 70})
+    xr = x.astype(ml_dtypes.bfloat16).astype(np.float64)
+    e = np.exp(xr - xr.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(y, e / e.sum(axis=1, keepdims=True), rtol=1e-14, atol=0)
+    native = tessera.launch(module, x, level="tile")
+    assert native.dtype == ml_dtypes.bfloat16 and not np.array_equal(native.astype(np.float64), y)
 
 
 def test_the_rounding_rules_are_a_table_new_ops_plug_into(monkeypatch):

@@ -61,6 +61,11 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
         """The dtype that holds `element_type`: its own, or float64 for floats when widened."""
         return widened_dtype(element_type) if self.widen else numpy_dtype(element_type)
 
+    def _constant(self, value: float, dtype: np.dtype) -> np.ndarray:
+        """An f32 attribute of an op as an operand of `dtype`: rounded to f32 when widened too (a constant is
+        part of the program, not a rounding of its computation)."""
+        return np.asarray(np.float32(value) if self.widen else value, dtype)
+
     def _register_tile(self, op, value: np.ndarray) -> tuple[np.ndarray]:
         ty = op.result.type
         assert isinstance(ty, TileType)
@@ -372,15 +377,15 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
 
     @impl(tile.ScaleOp)
     def run_scale(self, interpreter: Interpreter, op: tile.ScaleOp, args: PythonValues):
-        factor = np.asarray(op.factor.value.data, args[0].dtype)
+        factor = self._constant(op.factor.value.data, args[0].dtype)
         return self._register_tile(op, args[0] * factor)
 
     @impl(tile.SaturatingScaleOp)
     def run_saturating_scale(self, interpreter: Interpreter, op: tile.SaturatingScaleOp, args: PythonValues):
         (x,) = args
-        bound = np.asarray(op.bound.value.data, x.dtype)
+        bound = self._constant(op.bound.value.data, x.dtype)
         with np.errstate(over="ignore"):  # a finite x whose product overflows is clamped below
-            scaled = x * np.asarray(op.factor.value.data, x.dtype)
+            scaled = x * self._constant(op.factor.value.data, x.dtype)
         return self._register_tile(op, np.where(np.isfinite(x), np.clip(scaled, -bound, bound), scaled))
 
     @impl(tile.LogOp)

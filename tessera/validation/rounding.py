@@ -171,10 +171,12 @@ class Perturbation(Interpreter.Listener):
 
 
 def run_widened(module: ModuleOp, sig: KernelSignature, inputs, sizes: Mapping[str, int],
-                perturbation: Perturbation | None = None) -> list[np.ndarray]:
-    """The kernel's outputs from its Tile IR run in float64 (rounded inputs, nothing else rounded)."""
+                sign: int | None = None, rng: np.random.Generator | None = None) -> list[np.ndarray]:
+    """The kernel's outputs from its Tile IR run in float64 (rounded inputs, nothing else rounded); with `sign`,
+    each op's result moved by its rounding bound (`Perturbation`, one per batch of blocks)."""
     arguments, bound = prepare_arguments(sig, inputs, sizes, widen=True)
-    run_grid(sig, module, arguments, bound, (lambda batch: (perturbation,)) if perturbation else None, widen=True)
+    listeners = None if sign is None else (lambda batch: (Perturbation(sign, rng or np.random.default_rng(0)),))
+    run_grid(sig, module, arguments, bound, listeners, widen=True)
     return [a for a, arg in zip(arguments, sig.args) if arg.role == "out"]
 
 
@@ -216,7 +218,7 @@ def kernel_reference(module: ModuleOp, sig: KernelSignature, inputs, sizes: Mapp
     native = [a for a, arg in zip(arguments, sig.args) if arg.role == "out"]
     exact = run_widened(module, sig, inputs, sizes)
     rng = np.random.default_rng(seed)
-    moved = [run_widened(module, sig, inputs, sizes, Perturbation(sign, rng)) for sign in (1, -1, 0)]
+    moved = [run_widened(module, sig, inputs, sizes, sign, rng) for sign in (1, -1, 0)]
     tolerances = []
     for i, ref in enumerate(exact):
         baseline = max([_difference(native[i], ref)] + [_difference(m[i], ref) for m in moved])
