@@ -130,3 +130,22 @@ def test_launch_on_the_gpu_runs_a_hand_written_kernel(rng):
     x = rng.standard_normal((100, 24)).astype(np.float32)
     s = rng.standard_normal(100).astype(np.float32)
     np.testing.assert_array_equal(tessera.launch(module, x, s), tessera.launch(module, x, s, level="ptx"))
+
+
+def test_a_hand_written_kernel_compiles_for_the_gpu_through_the_cache(tmp_path):
+    """What `launch` does before the GPU runs it: the module compiled with the default pipeline, its host
+    description (grid, tensor maps, shared memory) for the launch, stored and found again by the module's text."""
+    from tessera.runtime.cache import KernelCache
+    from tessera.runtime.compiler import compile_module, forget_compiled
+
+    module = tessera.parse_module(ROW_SCALE.read_text())
+    cache = KernelCache(tmp_path)
+    forget_compiled()
+    kernel = compile_module(module, "row_scale", cache=cache)
+    assert kernel.name == "row_scale" and ".entry row_scale(" in kernel.ptx and not kernel.from_cache
+    assert kernel.host.grid({"M": 130, "N": 20}) == (3, 1, 1)
+    forget_compiled()
+    again = compile_module(tessera.parse_module(ROW_SCALE.read_text()), "row_scale", cache=cache)
+    assert again.from_cache and again.key == kernel.key and again.host.as_dict() == kernel.host.as_dict()
+    other = tessera.kernels.gemm()
+    assert compile_module(other, tessera.find_kernel(other).name, cache=cache).key != kernel.key
