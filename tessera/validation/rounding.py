@@ -140,9 +140,10 @@ ROUNDING: dict[type[Operation], Bound] = {
 
 
 def rounding_bound(op: Operation, operands, result) -> np.ndarray | float:
-    """The largest move of `op`'s float result under `ROUNDING` (0 for results that are not float tiles)."""
+    """The largest move of `op`'s float result under `ROUNDING` (0 for results that are not float tiles, and
+    for ops of other dialects: control flow such as scf.for passes its values through unchanged)."""
     ty = op.results[0].type if op.results else None
-    if not isinstance(ty, TileType) or numpy_dtype(ty.element_type).kind in "iub":
+    if not isinstance(ty, TileType) or numpy_dtype(ty.element_type).kind in "iub" or not op.name.startswith("tile."):
         return 0.0
     return ROUNDING.get(type(op), _one_rounding)(op, operands, result)
 
