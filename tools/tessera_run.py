@@ -168,16 +168,17 @@ def _check_sizes(selected_sigs, sizes: dict[str, int], max_gib: float) -> None:
 
 
 def _check(sig, outputs, inputs, tile_module, sizes, seed):
-    """The comparison of `outputs` with the kernel's reference (`tessera.validation.verdict`): its kind's NumPy
-    reference, or its own Tile IR (in `tile_module`; None for a Target IR file) run in float64. None when
-    there is no reference: a Target IR kernel of a kind without a NumPy reference keeps no Tile IR to run."""
+    """(comparison, what the reference is) of `outputs` with the kernel's reference
+    (`tessera.validation.verdict`): its kind's NumPy reference, or its own Tile IR (in `tile_module`; None for a
+    Target IR file) run in float64. None when there is no reference: a Target IR kernel of a kind without a
+    NumPy reference keeps no Tile IR to run."""
     from tessera.reference import Comparison
     from tessera.validation.verdict import BUILDER_KINDS, reference_for
 
     if sig.kind not in BUILDER_KINDS and tile_module is None:
         return None
-    error, tolerance = reference_for(tile_module, sig, inputs, sizes, seed).judge(outputs)
-    return Comparison(error, tolerance)
+    reference = reference_for(tile_module, sig, inputs, sizes, seed)
+    return Comparison(*reference.judge(outputs)), reference.source
 
 
 def _describe_functions(module) -> str:
@@ -295,7 +296,8 @@ def run(args: argparse.Namespace) -> int:
                       "Tile IR can be run in float64 as its reference; check the Tile IR file with --level target")
                 status = 1
             else:
-                print(f"  check: {comparison}")
+                comparison, source = comparison
+                print(f"  check: {comparison} (reference: {source})")
                 status |= 0 if comparison.ok else 1
     return status
 
