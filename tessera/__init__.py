@@ -29,7 +29,7 @@ function does not take, each naming the parameter and the rule.
 from __future__ import annotations
 
 from tessera.api import (  # noqa: F401 (lower_to_target: public, outside __all__ as before)
-    LEVELS, TARGETS, compile, find_kernel, interpret, launch, lower_to_target, parse_module, print_module,
+    LEVELS, TARGETS, compile, find_kernel, interpret, lower_to_target, parse_module, print_module,
 )
 from tessera.version import __version__
 
@@ -49,6 +49,8 @@ _LAZY_FUNCTIONS = {
     "attention_backward": "tessera.runtime.attention_backward",
     "attention_with_kvcache": "tessera.runtime.kvcache",
     "gemm": "tessera.runtime.gemm",
+    # Any kernel, on the GPU or (level=) in an interpreter: above both the API and the runtime.
+    "launch": "tessera.runtime.entry",
 }
 
 

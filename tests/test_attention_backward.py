@@ -224,9 +224,9 @@ def test_a_refused_lowering_is_named_and_a_bug_is_not_hidden(monkeypatch):
     def broken(*args, **kwargs):
         raise KeyError("a bug in a pass")
 
-    import tessera.api
+    from tessera import api
 
-    monkeypatch.setattr(tessera.api, "compile", broken)
+    monkeypatch.setattr(api, "compile", broken)
     with pytest.raises(KeyError, match="a bug in a pass"):
         tessera.attention_backward(*problem, level="target")
 

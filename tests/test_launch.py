@@ -53,16 +53,16 @@ def test_launch_runs_a_hand_written_kernel_at_every_level(level, rng):
 
 
 def test_builder_entry_points_go_through_launch(monkeypatch, rng):
-    import tessera.api
+    import tessera.runtime.entry as entry
 
     calls = []
-    original = tessera.api.launch
+    original = entry.launch
 
     def spy(module, *arrays, **options):
         calls.append(options.get("level"))
         return original(module, *arrays, **options)
 
-    monkeypatch.setattr(tessera.api, "launch", spy)
+    monkeypatch.setattr(entry, "launch", spy)
     a = rng.standard_normal((8, 16)).astype(ml_dtypes.bfloat16)
     b = rng.standard_normal((16, 8)).astype(ml_dtypes.bfloat16)
     tessera.gemm(a, b, level="tile")

@@ -186,14 +186,14 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, return_
     if level is not None:
         results = run_in_interpreter(plan, *inputs, level=level)
     else:
-        from tessera import api
+        from tessera.runtime import entry
 
         usable_device(inputs)  # no GPU, no compile
-        outputs = api.launch(compile_kernel(plan.forward), *inputs)
+        outputs = entry.launch(compile_kernel(plan.forward), *inputs)
         if plan.combine is not None:
             with combine_lowering():
                 combine = compile_kernel(plan.combine)
-            outputs = api.launch(combine, *plan.partials(outputs))
+            outputs = entry.launch(combine, *plan.partials(outputs))
         results = plan.results(outputs)
     if not packed:
         return results

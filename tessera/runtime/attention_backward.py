@@ -151,6 +151,7 @@ def _run_lowered(kernels, q, k, v, o, lse, do, level: str):
     from xdsl.utils.exceptions import DiagnosticException
 
     from tessera import api
+    from tessera.runtime import entry
 
     lowered = []
     for module in kernels.modules:
@@ -163,9 +164,9 @@ def _run_lowered(kernels, q, k, v, o, lse, do, level: str):
                 f"{WHERE}: level '{level}' needs kernel @{name} lowered to Target IR, and the default pipeline "
                 f"does not lower it yet: {first}") from None
     pipeline = _pipeline()
-    dpsum, lse2, _ = api.launch(kernels.preprocess, o, do, lse, level=level, pipeline=pipeline)
-    dq_accum, dk, dv = api.launch(kernels.main, q, k, v, do, lse2, dpsum, level=level, pipeline=pipeline)
-    dq = api.launch(kernels.postprocess, dq_accum, level=level, pipeline=pipeline)
+    dpsum, lse2, _ = entry.launch(kernels.preprocess, o, do, lse, level=level, pipeline=pipeline)
+    dq_accum, dk, dv = entry.launch(kernels.main, q, k, v, do, lse2, dpsum, level=level, pipeline=pipeline)
+    dq = entry.launch(kernels.postprocess, dq_accum, level=level, pipeline=pipeline)
     return dq, dk, dv
 
 
@@ -213,11 +214,11 @@ def _run_gpu(config, q, k, v, o, lse, do):
     lse = lse.float() if is_torch_tensor(lse) else np.asarray(lse, np.float32)
     # NumPy arrays and CPU tensors: `run` allocates every output and scratch buffer zeroed, as the main
     # kernel's dq_accum (added into) and semaphores need.
-    from tessera import api
+    from tessera.runtime import entry
 
-    dpsum, lse2, _ = api.launch(pre, o, do, lse)
-    dq_accum, dk, dv = api.launch(main, q, k, v, do, lse2, dpsum)
-    return api.launch(post, dq_accum), dk, dv
+    dpsum, lse2, _ = entry.launch(pre, o, do, lse)
+    dq_accum, dk, dv = entry.launch(main, q, k, v, do, lse2, dpsum)
+    return entry.launch(post, dq_accum), dk, dv
 
 
 def _run_torch(pre, main, post, q, k, v, o, lse, do):

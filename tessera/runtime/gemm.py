@@ -120,7 +120,8 @@ def gemm(a, b, *, transpose_a: bool = False, transpose_b: bool = False, alpha: f
     """alpha op(a) op(b) + beta c + bias in float32 (see the module docstring). `level=None` runs on the GPU;
     "tile", "target" or "ptx" runs the very kernel the GPU would run in that interpreter (`tessera.launch`),
     returning NumPy arrays (CPU tensors for PyTorch inputs)."""
-    from tessera import api, kernels
+    from tessera import kernels
+    from tessera.runtime import entry
     from tessera.runtime.attention_plan import LEVELS
 
     config = check_gemm_arguments(a, b, transpose_a=transpose_a, transpose_b=transpose_b, alpha=alpha, beta=beta,
@@ -130,11 +131,11 @@ def gemm(a, b, *, transpose_a: bool = False, transpose_b: bool = False, alpha: f
     inputs = [a, b] + [x for x in (c, bias) if x is not None]
     if level is None:
         usable_device(inputs)  # no GPU, no compile
-        return api.launch(compile_kernel(config), *inputs)
+        return entry.launch(compile_kernel(config), *inputs)
     from tessera.runtime.launch import numpy_to_torch, torch_to_numpy
 
     torch_in = is_torch_tensor(a)
     arrays = [torch_to_numpy(x.cpu()) if torch_in else x for x in inputs]
     module = getattr(kernels, config.builder)(**dict(config.options))
-    out = api.launch(module, *arrays, level=level)
+    out = entry.launch(module, *arrays, level=level)
     return numpy_to_torch(out) if torch_in else out

@@ -173,19 +173,20 @@ def run_kernel(where: str, builder: str, options: dict, inputs: list, level, siz
     """Run `tessera.kernels.<builder>(**options)` on `inputs` (its inputs in order) with the launch sizes
     `sizes` on the GPU (`level` None) or in an interpreter; returns its output or outputs."""
     if level is None:
-        from tessera import api
+        from tessera.runtime import entry
         from tessera.runtime.compiler import KernelConfig, compile_kernel
         from tessera.runtime.launch import usable_device
 
         usable_device(inputs)  # no GPU, no compile
-        return api.launch(compile_kernel(KernelConfig.of(builder, **options)), *inputs, **(sizes or {}))
-    from tessera import api, kernels
+        return entry.launch(compile_kernel(KernelConfig.of(builder, **options)), *inputs, **(sizes or {}))
+    from tessera import kernels
+    from tessera.runtime import entry
     from tessera.runtime.launch import numpy_to_torch, torch_to_numpy
 
     torch_in = any(is_torch(x) for x in inputs)
     arrays = [torch_to_numpy(x.cpu()) if is_torch(x) else np.asarray(x) for x in inputs]
     module = getattr(kernels, builder)(**options)
-    out = api.launch(module, *arrays, level=level, **(sizes or {}))
+    out = entry.launch(module, *arrays, level=level, **(sizes or {}))
     if not torch_in:
         return out
     return tuple(numpy_to_torch(o) for o in out) if isinstance(out, tuple) else numpy_to_torch(out)
