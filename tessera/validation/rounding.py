@@ -15,8 +15,10 @@ signs. The rules:
   so that a lower level whose f32 value differs in its last bits and rounds the other way is within it;
 - the exponentials (`tile.exp_subtract`, `tile.exp_diff`, `tile.exp2_subtract`): ex2.approx's bound
   (`tessera.sm90.approx.EX2_APPROX_RELATIVE_ERROR`) plus the f32 rounding of the exponent's argument;
-- `tile.log`: lg2.approx's bound (`lg2_approx_error_bound`) times ln 2; `tile.div_rows`: rcp.approx and a
-  multiply;
+- `tile.log`: lg2.approx's bound (`lg2_approx_error_bound`) times ln 2 (`tile.log2`: the bound itself);
+  `tile.div_rows` and `tile.reciprocal`: rcp.approx; `tile.tanh`, `tile.rsqrt`: their approximations' bounds;
+  `tile.exp`, `tile.exp2`, `tile.sigmoid`, `tile.silu`: ex2.approx (and rcp.approx), with the argument's
+  rounding;
 - the sums whose order the levels below choose (`tile.mma`'s K, `tile.row_sum`'s row): the bound of any
   f32 summation order, n 2^-24 sum |terms|;
 - exact ops (maxima, masks, loads, fills, reshapes) move nothing; any other op with a float result is one
@@ -43,7 +45,10 @@ from tessera.interpreters.launch import prepare_arguments, run_grid
 from tessera.interpreters.tile_memory import SharedRef
 from tessera.kernel_abi import KernelSignature
 from tessera.numerics import BF16, F16, F32, numpy_dtype
-from tessera.sm90.approx import EX2_APPROX_RELATIVE_ERROR, RCP_APPROX_RELATIVE_ERROR, lg2_approx_error_bound
+from tessera.sm90.approx import (
+    EX2_APPROX_RELATIVE_ERROR, RCP_APPROX_RELATIVE_ERROR, RSQRT_APPROX_RELATIVE_ERROR, TANH_APPROX_RELATIVE_ERROR,
+    lg2_approx_error_bound,
+)
 
 F32_ROUNDOFF = 2.0**-24
 
@@ -118,7 +123,35 @@ def _cast(op: tile.CastOp, operands, result):
     return unit_roundoff(target) * _magnitude(result)
 
 
+def _relative(bound: float) -> Bound:
+    """An approximate instruction with a relative error `bound`, then one f32 rounding."""
+    def rule(op, operands, result):
+        return (bound + F32_ROUNDOFF) * _magnitude(result)
+    return rule
+
+
+def _log2(op, operands, result) -> np.ndarray:
+    (x,) = operands
+    positive = np.where(np.asarray(x, np.float64) > 0, np.asarray(x, np.float64), 1.0)
+    return lg2_approx_error_bound(positive) + F32_ROUNDOFF * _magnitude(result)
+
+
+def _sigmoid(op, operands, result) -> np.ndarray:
+    """rcp(1 + ex2(-x log2 e)): ex2 with its argument's rounding, an add, rcp (relative to the result)."""
+    (x,) = operands
+    return (EX2_APPROX_RELATIVE_ERROR + RCP_APPROX_RELATIVE_ERROR + 2 * F32_ROUNDOFF * (1 + _magnitude(x))) \
+        * _magnitude(result)
+
+
 ROUNDING: dict[type[Operation], Bound] = {
+    tile.ExpOp: _exponential(lambda o: _magnitude(o[0])),
+    tile.Exp2Op: _relative(EX2_APPROX_RELATIVE_ERROR),
+    tile.Log2Op: _log2,
+    tile.TanhOp: _relative(TANH_APPROX_RELATIVE_ERROR),
+    tile.RsqrtOp: _relative(RSQRT_APPROX_RELATIVE_ERROR),
+    tile.ReciprocalOp: _relative(RCP_APPROX_RELATIVE_ERROR),
+    tile.SigmoidOp: _sigmoid,
+    tile.SiluOp: _sigmoid,
     tile.CastOp: _cast,
     tile.ExpSubtractOp: _exponential(lambda o: _magnitude(o[0]) + _rows(o[1])),
     tile.Exp2SubtractOp: _exponential(lambda o: _magnitude(o[0]) + _rows(o[1])),
