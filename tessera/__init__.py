@@ -2,8 +2,10 @@
 
 Public API:
 - `tessera.kernels`: builders of Tile IR kernels (flash/two-pass/three-pass attention, GEMM);
-- `tessera.interpret(module, *inputs, level="tile", kernel=None, pipeline=None, **sizes)`: run a kernel on
-  NumPy arrays, in the Tile IR interpreter, the CTA simulator (Target IR) or the PTX executor;
+- `tessera.launch(module, *arrays, kernel=None, level=None, pipeline=None, **sizes)`: run any Tile IR kernel on
+  the GPU (level=None), or with `level="tile" | "target" | "ptx"` in the Tile IR interpreter, the CTA simulator
+  (Target IR) or the PTX executor; `tessera.interpret` is the same call defaulting to level "tile" (compat);
+- `tessera.gemm(a, b, ..., level=None)`: GEMM on the GPU or in an interpreter (`tessera.runtime.gemm`);
 - `tessera.compile(module, target="ptx", pipeline=None)`: Target IR, PTX text, or a ptxas result with the cubin;
 - `tessera.parse_module(text)` / `tessera.print_module(module)`; `tessera.find_kernel(module, kernel)`;
 - `tessera.attention(q, k, v, causal=False, scale=None, return_lse=False, num_splits=1, level=None)`: run attention
@@ -31,7 +33,7 @@ from tessera.api import (  # noqa: F401 (lower_to_target: public, outside __all_
 )
 from tessera.version import __version__
 
-__all__ = ["compile", "interpret", "parse_module", "print_module", "find_kernel", "LEVELS", "TARGETS", "__version__"]
+__all__ = ["compile", "launch", "interpret", "parse_module", "print_module", "find_kernel", "LEVELS", "TARGETS", "__version__"]
 
 
 SUBMODULES = (
@@ -46,6 +48,9 @@ _LAZY_FUNCTIONS = {
     "attention": "tessera.runtime.attention",
     "attention_backward": "tessera.runtime.attention_backward",
     "attention_with_kvcache": "tessera.runtime.kvcache",
+    "gemm": "tessera.runtime.gemm",
+    # Any kernel, on the GPU or (level=) in an interpreter: above both the API and the runtime.
+    "launch": "tessera.runtime.entry",
 }
 
 

@@ -21,7 +21,8 @@ TARGETS = ("target", "ptx", "cubin")
 """What `compile` returns: the Target IR module (registers allocated by the default pipeline), PTX text, or
 ptxas's result with the cubin."""
 
-__all__ = ["compile", "interpret", "lower_to_target", "parse_module", "print_module", "find_kernel", "LEVELS", "TARGETS"]
+__all__ = ["compile", "interpret", "lower_to_target", "parse_module", "print_module", "find_kernel",
+           "LEVELS", "TARGETS"]
 
 
 def parse_module(text: str, name: str = "<string>") -> ModuleOp:
@@ -128,34 +129,17 @@ def _target_kernel(where: str, lowered: ModuleOp, kernel: str):
     return found
 
 
-def interpret(
-    module: ModuleOp, *inputs: np.ndarray, level: str = "tile", kernel: str | None = None,
-    pipeline: str | None = None, **sizes: int,
-) -> np.ndarray | tuple[np.ndarray, ...]:
-    """Run a kernel over its whole grid on NumPy inputs and return its outputs.
-
-    `level` (one of `LEVELS`):
-    - "tile": the Tile IR interpreter; `pipeline`, if given, is applied first and must stay in Tile IR
-      (e.g. "assign-swizzle,pipeline-loops{stages=3}");
-    - "target": lower a copy with `pipeline` (default `passes.DEFAULT_PIPELINE`) and run the Target IR in the
-      CTA simulator, checking the register allocation against a simulated register file;
-    - "ptx": lower the same way, print the PTX and run the text in the PTX executor, launched as
-      `tessera.host` describes it (as `tessera.attention` launches it on a GPU).
-
-    Inputs are NumPy arrays of real numbers given in argument order (attention: Q, K, V as [batch, heads,
-    seq, head_dim]; GEMM: A, B), converted to the kernel's element types (float inputs are rounded to bf16/f16
-    as the kernel would read them). Named sizes in `sizes` are checked against the inputs; a kernel's launch
-    sizes (`tessera.kernel_abi`, e.g. the varlen kernels' max_seqlen_q) are given there too. Returns the output
-    (or a tuple of outputs) in the output argument's element type. Bad arguments raise TypeError/ValueError
-    naming the parameter and the rule (masked and complex arrays are refused, not silently reduced)."""
-    where = "tessera.interpret"
+def run_interpreted(where: str, module, arrays, kernel, level, pipeline, sizes):
+    """`tessera.launch` at an interpreter `level` (and `interpret`): check the call, run the kernel, return its
+    outputs (`where` names the entry point in errors)."""
     check_module(where, module)
     ir.verify(module)  # dominance, ops, kernel ABI: malformed IR is a VerifyException, not a crash of the interpreter
     check_choice(where, "level", level, LEVELS, "interpreter level")
     check_string(where, "kernel", kernel, optional=True)
     check_string(where, "pipeline", pipeline, optional=True)
-    arrays = [check_array(where, f"input {i}", x) for i, x in enumerate(inputs)]
     sig = _find_kernel(module, kernel)
+    arrays = [check_array(where, f"input {i}", x) for i, x in enumerate(arrays)]
+    _check_element_kinds(where, sig, arrays)
     named = check_sizes(where, sizes, [*sig.dim_names(), *sig.launch_sizes])
     bound = sig.sizes_from_inputs([a.shape for a in arrays], named)
     for name, value in named.items():
@@ -190,3 +174,25 @@ def interpret(
         run_ptx(_lower(where, module, pipeline), sig, arguments, bound)
     outputs = tuple(a for a, arg in zip(arguments, sig.args) if arg.role == "out")
     return outputs[0] if len(outputs) == 1 else outputs
+
+
+def _check_element_kinds(where: str, sig: KernelSignature, arrays: list[np.ndarray]) -> None:
+    """Refuse floats for an integer input (a table of sequence starts or pages): truncating them would run the
+    kernel on other numbers than the caller's."""
+    from tessera.numerics import numpy_dtype
+
+    for i, (arg, array) in enumerate(zip(sig.inputs, arrays)):
+        wanted = numpy_dtype(arg.type.element_type)
+        if wanted.kind in "iu" and array.dtype.kind not in "iu":
+            raise TypeError(f"{where}: input {i} ({arg.name} of @{sig.name}) holds integers ({wanted}); got "
+                            f"element type {array.dtype} (pass x.astype(np.int32))")
+
+
+def interpret(
+    module: ModuleOp, *inputs: np.ndarray, level: str = "tile", kernel: str | None = None,
+    pipeline: str | None = None, **sizes: int,
+) -> np.ndarray | tuple[np.ndarray, ...]:
+    """`tessera.launch` in an interpreter, kept for compatibility: the same call with `level` defaulting to
+    "tile" instead of the GPU. New code calls `tessera.launch(..., level=...)`."""
+    check_choice("tessera.interpret", "level", level, LEVELS, "interpreter level")
+    return run_interpreted("tessera.interpret", module, inputs, kernel, level, pipeline, sizes)

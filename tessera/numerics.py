@@ -32,6 +32,12 @@ def numpy_dtype(element_type: Attribute) -> np.dtype:
     raise ValueError(f"no NumPy dtype for element type {element_type}")
 
 
+def widened_dtype(element_type: Attribute) -> np.dtype:
+    """`numpy_dtype`, with every float element type widened to float64 (a kernel's float64 reference)."""
+    dtype = numpy_dtype(element_type)
+    return np.dtype(np.float64) if dtype.kind == "f" or dtype == BF16 else dtype
+
+
 def dtype_from_name(name: str) -> np.dtype:
     """'bf16' / 'f16' / 'f32' to a NumPy dtype; refuses other names."""
     try:

@@ -203,14 +203,32 @@ def test_api_on_the_gpu_needs_one():
 
 
 @pytest.mark.parametrize("level", ["target", "ptx"])
-def test_api_below_tile_level_runs_or_names_what_is_not_lowered(level):
+def test_api_below_tile_level_runs(level):
+    """The backward's pipeline lowers all three kernels: the call runs, and its gradients are right."""
     problem = _problem(1, 1, 64, False, 2, "bf16", heads=4)
-    try:
-        grads = tessera.attention_backward(*problem, level=level)
-    except BackwardNotLowered as refusal:
-        assert "needs kernel @attention_backward" in str(refusal) and "does not lower it yet" in str(refusal)
-    else:
-        _check(grads, problem, "bf16", False)
+    _check(tessera.attention_backward(*problem, level=level), problem, "bf16", False)
+
+
+def test_a_refused_lowering_is_named_and_a_bug_is_not_hidden(monkeypatch):
+    """A pipeline whose pass refuses a backward kernel (warp-specialize: its consumers would need too many
+    registers) is BackwardNotLowered naming the kernel; any other exception of the lowering propagates as
+    itself, not as a refusal."""
+    import tessera.runtime.attention_backward as backward
+
+    problem = _problem(1, 1, 64, False, 2, "bf16", heads=4)
+    monkeypatch.setattr(backward, "BACKWARD_PIPELINE", "DEFAULT_PIPELINE")
+    with pytest.raises(BackwardNotLowered, match=r"needs kernel @attention_backward\w* lowered to Target IR, "
+                                                 r"and the default pipeline does not lower it yet: .*warp-specialize"):
+        tessera.attention_backward(*problem, level="target")
+
+    def broken(*args, **kwargs):
+        raise KeyError("a bug in a pass")
+
+    from tessera import api
+
+    monkeypatch.setattr(api, "compile", broken)
+    with pytest.raises(KeyError, match="a bug in a pass"):
+        tessera.attention_backward(*problem, level="target")
 
 
 def test_autograd_wrapper_gives_the_backward_kernels_gradients():

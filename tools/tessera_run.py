@@ -22,7 +22,9 @@ The file is read and verified as `tessera-opt` reads it (the same diagnostics, a
 (seeded) with the shapes the kernel's `tile.dims` give for the sizes on the command line: `-d NAME=SIZE` once
 per size the kernel declares, SIZE plain ASCII decimal from 1 to MAX_SIZE. With `--check`, the outputs are
 compared with the NumPy reference of the kernel's kind (attention, gemm) under the tolerance rule of
-`tessera.reference`; the max error and the tolerance are printed, and a mismatch exits with 1. Bad input
+`tessera.reference`, or, for any other kernel, with its own Tile IR run in float64 under the tolerance of
+where it rounds (`tessera.validation.rounding`); the max error and the tolerance are printed, and a
+mismatch (or a Target IR kernel without a NumPy reference, which has no Tile IR to run) exits with 1. Bad input
 (syntax, verifier, sizes, kernel hazards) is a diagnostic and exit status 1, never a traceback; set
 TESSERA_DEBUG=1 to see the traceback of an internal error.
 """
@@ -165,16 +167,18 @@ def _check_sizes(selected_sigs, sizes: dict[str, int], max_gib: float) -> None:
             raise RunError(str(e)) from None
 
 
-def _check(sig, outputs, inputs):
-    from tessera import reference
-    from tessera.numerics import numpy_dtype
+def _check(sig, outputs, inputs, tile_module, sizes, seed):
+    """(comparison, what the reference is) of `outputs` with the kernel's reference
+    (`tessera.validation.verdict`): its kind's NumPy reference, or its own Tile IR (in `tile_module`; None for a
+    Target IR file) run in float64. None when there is no reference: a Target IR kernel of a kind without a
+    NumPy reference keeps no Tile IR to run."""
+    from tessera.reference import Comparison
+    from tessera.validation.verdict import BUILDER_KINDS, reference_for
 
-    dtype = numpy_dtype(sig.inputs[0].type.element_type)
-    if sig.kind == "attention":
-        return reference.check_attention_kernel(sig, outputs[0], inputs, dtype)
-    if sig.kind == "gemm":
-        return reference.check_gemm_kernel(sig, outputs[0], inputs, dtype)
-    return None
+    if sig.kind not in BUILDER_KINDS and tile_module is None:
+        return None
+    reference = reference_for(tile_module, sig, inputs, sizes, seed)
+    return Comparison(*reference.judge(outputs)), reference.source
 
 
 def _describe_functions(module) -> str:
@@ -285,11 +289,15 @@ def run(args: argparse.Namespace) -> int:
         sizes_text = " ".join(f"{k}={v}" for k, v in used.items())
         print(f"@{sig.name} [{sizes_text}]: grid {grid}, {level}, {elapsed:.2f} s -> {shapes}")
         if args.check:
-            comparison = _check(sig, outputs, inputs)
+            tile_module = module if target is None or sig.op is not target else None
+            comparison = _check(sig, outputs, inputs, tile_module, used, args.seed)
             if comparison is None:
-                print(f"  check: no reference for kind '{sig.kind}'")
+                print(f"  check: no reference: kernel @{sig.name} (kind '{sig.kind}') is Target IR, and only its "
+                      "Tile IR can be run in float64 as its reference; check the Tile IR file with --level target")
+                status = 1
             else:
-                print(f"  check: {comparison}")
+                comparison, source = comparison
+                print(f"  check: {comparison} (reference: {source})")
                 status |= 0 if comparison.ok else 1
     return status
 

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
@@ -32,8 +34,24 @@ from tessera.interpreters.tile import TileFunctions
 from tessera.interpreters.tile_cluster import cluster_order
 from tessera.cluster import launch_cluster
 from tessera.kernel_abi import KernelSignature
-from tessera.numerics import numpy_dtype
+from tessera.numerics import numpy_dtype, widened_dtype
 from tessera.sm90 import facts
+
+_BLOCK_ORDER: ContextVar[int | None] = ContextVar("tessera_block_order", default=None)
+
+
+@contextmanager
+def permuted_blocks(seed: int = 0) -> Iterator[None]:
+    """In its scope, `run_grid` runs the blocks of a launch without an explicit `order` (and without clusters,
+    whose blocks run together) in a seeded random permutation instead of x-fastest order: a GPU schedules
+    blocks in any order, so a result must not depend on it (a write into another block's rows that the
+    default order happens to overwrite later shows). A context variable, like `serving_checks.checking`."""
+    token = _BLOCK_ORDER.set(seed)
+    try:
+        yield
+    finally:
+        _BLOCK_ORDER.reset(token)
+
 
 MAX_BLOCKS_PER_BATCH = 64
 """Blocks interpreted together; bounds the interpreter's memory (each register tile is B times larger)."""
@@ -54,11 +72,13 @@ def check_sizes(sig: KernelSignature, sizes: Mapping[str, int], memory_budget: i
 
 
 def prepare_arguments(
-    sig: KernelSignature, inputs: Sequence[np.ndarray], sizes: Mapping[str, int] | None = None
+    sig: KernelSignature, inputs: Sequence[np.ndarray], sizes: Mapping[str, int] | None = None,
+    widen: bool = False,
 ) -> tuple[list[np.ndarray], dict[str, int]]:
     """Convert inputs to the kernel's element types (rounding), bind the named sizes (checking any given in
-    `sizes` against the inputs; the kernel's launch sizes come from `sizes`) and allocate zeroed outputs and scratch buffers. Returns every argument in
-    order, and the sizes."""
+    `sizes` against the inputs; the kernel's launch sizes come from `sizes`) and allocate zeroed outputs and
+    scratch buffers. With `widen`, float arguments are then held in float64 (the rounded inputs, exactly: the
+    arguments of `run_grid(..., widen=True)`). Returns every argument in order, and the sizes."""
     arrays = [np.asarray(x) for x in inputs]
     bound = sig.sizes_from_inputs([a.shape for a in arrays], sizes)
     for name, value in (sizes or {}).items():
@@ -72,25 +92,30 @@ def prepare_arguments(
     arguments = []
     for arg in sig.args:
         dtype = numpy_dtype(arg.type.element_type)
+        held = widened_dtype(arg.type.element_type) if widen else dtype
         if arg.role == "in":
-            arguments.append(np.ascontiguousarray(next(converted), dtype=dtype))
+            arguments.append(np.ascontiguousarray(np.asarray(next(converted), dtype=dtype), dtype=held))
         else:
-            arguments.append(np.zeros(arg.shape(bound), dtype))
+            arguments.append(np.zeros(arg.shape(bound), held))
     return arguments, bound
 
 
 @single_threaded_blas()
 def run_grid(sig: KernelSignature, module: ModuleOp, arguments: list[np.ndarray], sizes: Mapping[str, int],
              listeners: Callable[[BlockBatch], Sequence[Interpreter.Listener]] | None = None,
-             order: Sequence[int] | None = None) -> None:
+             order: Sequence[int] | None = None, widen: bool = False) -> None:
     """Run every block of the kernel's grid; outputs are written into `arguments` in place. `listeners`, if
     given, makes the interpreter listeners of each batch of blocks (`tessera.validate` records values).
     `order`, if given, is a permutation of the linear block ids (x fastest, then y, then z) in which the
-    blocks run. BLAS runs on one thread meanwhile (`tessera.interpreters.blas_threads`)."""
+    blocks run. `widen` runs the kernel in float64 without rounding (`TileFunctions.widen`; the arguments
+    from `prepare_arguments(..., widen=True)`). BLAS runs on one thread meanwhile
+    (`tessera.interpreters.blas_threads`)."""
     gx, gy, gz = sig.grid_size(sizes)
     facts.check_launch((gx, gy, gz))
     total = gx * gy * gz
     cluster, _ = launch_cluster(sig.cluster, (gx, gy, gz))
+    if order is None and _BLOCK_ORDER.get() is not None and math.prod(cluster) == 1:
+        order = np.random.default_rng(_BLOCK_ORDER.get()).permutation(total)
     if order is None:
         ids = cluster_order((gx, gy, gz), cluster)
     else:
@@ -106,7 +131,7 @@ def run_grid(sig: KernelSignature, module: ModuleOp, arguments: list[np.ndarray]
         batch = BlockBatch((chunk % gx, (chunk // gx) % gy, chunk // (gx * gy)))
         interpreter = Interpreter(module, listeners=tuple(listeners(batch)) if listeners else ())
         interpreter.register_implementations(BatchedControlFunctions(batch))
-        functions = TileFunctions(batch, cluster)
+        functions = TileFunctions(batch, cluster, widen)
         functions.sync = sync
         functions.arg_names = {id(array): arg.name for array, arg in zip(arguments, sig.args)}
         interpreter.register_implementations(functions)

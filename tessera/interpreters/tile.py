@@ -26,7 +26,7 @@ from tessera.interpreters.tile_cluster import check_shared_copy
 from tessera.interpreters.tile_elementwise import ElementwiseFunctions, _aligned
 from tessera.interpreters.tile_memory import AsyncCopies, GatheredRows, GlobalView, SharedBuffer, SharedRef
 from tessera.interpreters.grid_sync import GridDeadlock, GridSync  # noqa: I001 - after tile_memory: merge-friendly
-from tessera.numerics import F32, batched_matmul, numpy_dtype, round_to
+from tessera.numerics import F32, batched_matmul, numpy_dtype, round_to, widened_dtype
 
 NEG_INF = np.float32(-np.inf)
 
@@ -45,19 +45,31 @@ def _safe_max(vector: np.ndarray) -> np.ndarray:
 class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
     """Implementations of the `tile` ops for one `BlockBatch` (the elementwise ones in `tile_elementwise`)."""
 
-    def __init__(self, batch: BlockBatch, cluster: tuple[int, int, int] = (1, 1, 1)):
+    def __init__(self, batch: BlockBatch, cluster: tuple[int, int, int] = (1, 1, 1), widen: bool = False):
         super().__init__()
         self.batch = batch
+        self.widen = widen
+        """Every float element type held in float64 and nothing rounded (casts, stores, f32 arithmetic): the
+        kernel's own float64 reference (`run_grid(..., widen=True)`; `tessera.validation.rounding`)."""
         self.cluster = cluster
         """The launch's cluster shape: `cluster_shared` copies are checked against it (`tile_cluster`)."""
         self.copies = AsyncCopies()
         self.shared: list[SharedBuffer] = []
         self.arg_names: dict[int, str] = {}  # id(argument array) -> its name (set by run_grid)
 
+    def dtype(self, element_type) -> np.dtype:
+        """The dtype that holds `element_type`: its own, or float64 for floats when widened."""
+        return widened_dtype(element_type) if self.widen else numpy_dtype(element_type)
+
+    def _constant(self, value: float, dtype: np.dtype) -> np.ndarray:
+        """An f32 attribute of an op as an operand of `dtype`: rounded to f32 when widened too (a constant is
+        part of the program, not a rounding of its computation)."""
+        return np.asarray(np.float32(value) if self.widen else value, dtype)
+
     def _register_tile(self, op, value: np.ndarray) -> tuple[np.ndarray]:
         ty = op.result.type
         assert isinstance(ty, TileType)
-        return (np.ascontiguousarray(value, dtype=numpy_dtype(ty.element_type)),)
+        return (np.ascontiguousarray(value, dtype=self.dtype(ty.element_type)),)
 
     def _operand_tile(self, op, value, what: str) -> np.ndarray:
         """A register tile, or a shared tile checked to be readable."""
@@ -82,7 +94,7 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
     @impl(tile.AllocSharedOp)
     def run_alloc_shared(self, interpreter: Interpreter, op: tile.AllocSharedOp, args: PythonValues):
         ty = op.result.type
-        data = np.zeros((self.batch.size,) + ty.get_shape(), numpy_dtype(ty.element_type))
+        data = np.zeros((self.batch.size,) + ty.get_shape(), self.dtype(ty.element_type))
         buffer = SharedBuffer(op.result.name_hint or f"#{len(self.shared)}", data, staged=ty.rank >= 3)
         self.shared.append(buffer)
         return (SharedRef(buffer),)
@@ -180,21 +192,17 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
                 mask[block] = True
                 self.batch.fail(op, problem, mask)
 
-    def _check_sequence_store(self, op, dest: GlobalView, rows=None) -> None:
-        """`serving_checks`: the rows a store writes belong to the block's sequence."""
+    def _check_sequence_store(self, op, dest: GlobalView, written: tuple[tuple[np.ndarray, ...], np.ndarray]) -> None:
+        """`serving_checks`: the rows a store wrote (`GlobalView.write`'s coordinates and mask, the writes that
+        happened) belong to the writing block's sequence."""
         name = self.arg_names.get(id(dest.tensor))
         check = serving_checks.rows_check(name) if name is not None else None
         if check is None:
             return
-        coords, keep = dest._coordinates()
-        keep = keep & self.batch.active.reshape((-1,) + (1,) * len(dest.shape))
-        if rows is not None:
-            row = np.arange(dest.shape[0]).reshape((1, -1) + (1,) * (len(dest.shape) - 1))
-            keep &= row < np.asarray(rows).reshape((-1,) + (1,) * len(dest.shape))
-        written = np.broadcast_to(coords[check.axis], keep.shape)[keep]
+        coords, keep = written
         z = np.broadcast_to(self.batch.index_array(self.batch.program_ids[2]).reshape((-1,) + (1,) * len(dest.shape)),
                             keep.shape)[keep]
-        problem = serving_checks.check_rows(name, written, z)
+        problem = serving_checks.check_rows(name, coords[check.axis], z)
         if problem:
             self.batch.fail(op, problem)
 
@@ -235,15 +243,13 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
     @impl(tile.StoreGlobalOp)
     def run_store_global(self, interpreter: Interpreter, op: tile.StoreGlobalOp, args: PythonValues):
         value, dest = args
-        self._check_sequence_store(op, dest)
-        dest.write(value, self.batch.active)
+        self._check_sequence_store(op, dest, dest.write(value, self.batch.active))
         return ()
 
     @impl(tile.StoreGlobalRowsOp)
     def run_store_global_rows(self, interpreter: Interpreter, op: tile.StoreGlobalRowsOp, args: PythonValues):
         value, dest, rows = args
-        self._check_sequence_store(op, dest, self.batch.index_array(rows))
-        dest.write(value, self.batch.active, rows=self.batch.index_array(rows))
+        self._check_sequence_store(op, dest, dest.write(value, self.batch.active, rows=self.batch.index_array(rows)))
         return ()
 
     @impl(tile.LoadIndexOp)
@@ -342,8 +348,9 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
     # region compute
     @impl(tile.MmaOp)
     def run_mma(self, interpreter: Interpreter, op: tile.MmaOp, args: PythonValues):
-        a = self._operand_tile(op, args[0], "operand A").astype(F32)
-        b = self._operand_tile(op, args[1], "operand B").astype(F32)
+        wide = np.float64 if self.widen else F32
+        a = self._operand_tile(op, args[0], "operand A").astype(wide)
+        b = self._operand_tile(op, args[1], "operand B").astype(wide)
         if op.transpose_a:
             a = np.swapaxes(a, -1, -2)
         if op.transpose_b:
@@ -356,7 +363,7 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
 
     @impl(tile.RowSumOp)
     def run_row_sum(self, interpreter: Interpreter, op: tile.RowSumOp, args: PythonValues):
-        return self._register_tile(op, np.sum(args[0], axis=-1, dtype=F32))
+        return self._register_tile(op, np.sum(args[0], axis=-1, dtype=np.float64 if self.widen else F32))
 
     @impl(tile.ExpDiffOp)
     def run_exp_diff(self, interpreter: Interpreter, op: tile.ExpDiffOp, args: PythonValues):
@@ -370,15 +377,15 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
 
     @impl(tile.ScaleOp)
     def run_scale(self, interpreter: Interpreter, op: tile.ScaleOp, args: PythonValues):
-        factor = np.asarray(op.factor.value.data, args[0].dtype)
+        factor = self._constant(op.factor.value.data, args[0].dtype)
         return self._register_tile(op, args[0] * factor)
 
     @impl(tile.SaturatingScaleOp)
     def run_saturating_scale(self, interpreter: Interpreter, op: tile.SaturatingScaleOp, args: PythonValues):
         (x,) = args
-        bound = np.asarray(op.bound.value.data, x.dtype)
+        bound = self._constant(op.bound.value.data, x.dtype)
         with np.errstate(over="ignore"):  # a finite x whose product overflows is clamped below
-            scaled = x * np.asarray(op.factor.value.data, x.dtype)
+            scaled = x * self._constant(op.factor.value.data, x.dtype)
         return self._register_tile(op, np.where(np.isfinite(x), np.clip(scaled, -bound, bound), scaled))
 
     @impl(tile.LogOp)
@@ -418,7 +425,7 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
     # region conversions and constants
     @impl(tile.CastOp)
     def run_cast(self, interpreter: Interpreter, op: tile.CastOp, args: PythonValues):
-        return (round_to(args[0], numpy_dtype(op.result.type.element_type)),)
+        return (round_to(args[0], self.dtype(op.result.type.element_type)),)
 
     @impl(tile.ReshapeOp)
     def run_reshape(self, interpreter: Interpreter, op: tile.ReshapeOp, args: PythonValues):
@@ -427,8 +434,8 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
     @impl(tile.FillOp)
     def run_fill(self, interpreter: Interpreter, op: tile.FillOp, args: PythonValues):
         ty = op.result.type
-        dtype = numpy_dtype(ty.element_type)
-        value = round_to(np.asarray(op.value.value.data), dtype)
+        dtype = self.dtype(ty.element_type)
+        value = round_to(np.asarray(op.value.value.data), numpy_dtype(ty.element_type)).astype(dtype)  # a constant
         return (np.full((self.batch.size,) + ty.get_shape(), value, dtype),)
 
     # endregion

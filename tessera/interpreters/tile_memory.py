@@ -75,9 +75,12 @@ class GlobalView:
         values = self.tensor[coords]
         return np.where(valid, values, np.zeros((), self.tensor.dtype))
 
-    def write(self, values: np.ndarray, active: np.ndarray, rows: np.ndarray | None = None) -> None:
+    def write(self, values: np.ndarray, active: np.ndarray, rows: np.ndarray | None = None
+              ) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
         """Write [B, *shape] values for the active blocks, dropping elements outside the tensor (and, with
-        `rows` ([B]), the window's rows from rows[b] on)."""
+        `rows` ([B]), the window's rows from rows[b] on). Returns what was written: the tensor coordinates of
+        each written element (one flat array per dimension) and the [B, *shape] mask of the window's elements
+        written, so that checks judge the writes that happened, not a bound of their own."""
         coords, valid = self._coordinates()
         keep = valid & active.reshape((-1,) + (1,) * len(self.shape))
         if rows is not None:
@@ -85,6 +88,7 @@ class GlobalView:
             keep &= row < np.asarray(rows).reshape((-1,) + (1,) * len(self.shape))
         target = tuple(np.broadcast_to(c, keep.shape)[keep] for c in coords)
         self.tensor[target] = values.astype(self.tensor.dtype)[keep]
+        return target, keep
 
     def add(self, values: np.ndarray, active: np.ndarray) -> None:
         """`tile.atomic_add`: add [B, *shape] values into the window for the active blocks, dropping elements

@@ -35,7 +35,7 @@ from tessera.runtime.attention_base import (  # noqa: F401 (DTYPES, LAYOUT, atte
     DTYPES, LAYOUT, UnsupportedKernel, attention_config, check_tensor,
 )
 from tessera.runtime.compiler import CompiledKernel, compile_kernel
-from tessera.runtime.launch import dtype_name, is_torch_tensor, run, usable_device
+from tessera.runtime.launch import dtype_name, is_torch_tensor, usable_device
 
 def check_attention_arguments(q, k, v) -> tuple[int, str]:
     """(head_dim, dtype) of well-formed q, k, v. Otherwise, naming the argument and the rule: TypeError for
@@ -186,12 +186,14 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, return_
     if level is not None:
         results = run_in_interpreter(plan, *inputs, level=level)
     else:
+        from tessera.runtime import entry
+
         usable_device(inputs)  # no GPU, no compile
-        outputs = run(compile_kernel(plan.forward), *inputs)
+        outputs = entry.launch(compile_kernel(plan.forward), *inputs)
         if plan.combine is not None:
             with combine_lowering():
                 combine = compile_kernel(plan.combine)
-            outputs = run(combine, *plan.partials(outputs))
+            outputs = entry.launch(combine, *plan.partials(outputs))
         results = plan.results(outputs)
     if not packed:
         return results

@@ -14,7 +14,7 @@ It runs the three kernels of `tessera.kernels.attention_backward` (preprocess, m
   default pipeline, cached, and launched; NumPy arrays or PyTorch tensors (CUDA tensors used in place);
 - `level="tile"`: in the Tile IR interpreter (`tessera.interpreters.launch.run_grid`);
 - `level="target"` / `"ptx"`: lowered by the default pipeline and run in the CTA simulator / the PTX
-  executor (`tessera.interpret`), the very kernels the GPU runs.
+  executor (`tessera.launch`), the very kernels the GPU runs.
 
 Arguments are checked first (TypeError/ValueError naming the argument, `UnsupportedKernel` for a head_dim or
 type no kernel takes), before a GPU is looked for (`CudaUnavailable` without one) or anything is compiled.
@@ -146,23 +146,27 @@ def run_interpreted(config, q, k, v, o, lse, do, level: str = "tile", order_seed
 
 def _run_lowered(kernels, q, k, v, o, lse, do, level: str):
     """The three kernels lowered by the default pipeline and run at `level`; BackwardNotLowered naming the
-    kernel and the lowering's diagnostic when the pipeline cannot lower one yet."""
+    kernel and the lowering's diagnostic when a pass of the pipeline refuses one (a `DiagnosticException`,
+    how passes refuse what they do not lower). Any other exception is a bug, not a refusal, and propagates."""
+    from xdsl.utils.exceptions import DiagnosticException
+
     from tessera import api
+    from tessera.runtime import entry
 
     lowered = []
     for module in kernels.modules:
         name = api.find_kernel(module).name
         try:
             lowered.append(api.compile(module, target="target", pipeline=_pipeline()))
-        except Exception as error:  # noqa: BLE001 - any refusal of the lowering is reported as one
+        except DiagnosticException as error:
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise BackwardNotLowered(
                 f"{WHERE}: level '{level}' needs kernel @{name} lowered to Target IR, and the default pipeline "
                 f"does not lower it yet: {first}") from None
     pipeline = _pipeline()
-    dpsum, lse2, _ = api.interpret(kernels.preprocess, o, do, lse, level=level, pipeline=pipeline)
-    dq_accum, dk, dv = api.interpret(kernels.main, q, k, v, do, lse2, dpsum, level=level, pipeline=pipeline)
-    dq = api.interpret(kernels.postprocess, dq_accum, level=level, pipeline=pipeline)
+    dpsum, lse2, _ = entry.launch(kernels.preprocess, o, do, lse, level=level, pipeline=pipeline)
+    dq_accum, dk, dv = entry.launch(kernels.main, q, k, v, do, lse2, dpsum, level=level, pipeline=pipeline)
+    dq = entry.launch(kernels.postprocess, dq_accum, level=level, pipeline=pipeline)
     return dq, dk, dv
 
 
@@ -199,7 +203,7 @@ def attention_backward(q, k, v, o, lse, do, causal: bool = False, scale: float |
 def _run_gpu(config, q, k, v, o, lse, do):
     """The three kernels on the GPU, compiled (or fetched from the cache) with the default pipeline."""
     from tessera.runtime.compiler import KernelConfig, compile_kernel
-    from tessera.runtime.launch import is_torch_tensor, run, usable_device
+    from tessera.runtime.launch import is_torch_tensor, usable_device
 
     usable_device((q, k, v, o, lse, do))  # no GPU, no compile
     options = _builder_options(config)
@@ -210,9 +214,11 @@ def _run_gpu(config, q, k, v, o, lse, do):
     lse = lse.float() if is_torch_tensor(lse) else np.asarray(lse, np.float32)
     # NumPy arrays and CPU tensors: `run` allocates every output and scratch buffer zeroed, as the main
     # kernel's dq_accum (added into) and semaphores need.
-    dpsum, lse2, _ = run(pre, o, do, lse)
-    dq_accum, dk, dv = run(main, q, k, v, do, lse2, dpsum)
-    return run(post, dq_accum), dk, dv
+    from tessera.runtime import entry
+
+    dpsum, lse2, _ = entry.launch(pre, o, do, lse)
+    dq_accum, dk, dv = entry.launch(main, q, k, v, do, lse2, dpsum)
+    return entry.launch(post, dq_accum), dk, dv
 
 
 def _run_torch(pre, main, post, q, k, v, o, lse, do):

@@ -4,7 +4,7 @@ and running them in an interpreter (`level=`).
 A plan is data: the `KernelConfig` of each kernel (builder name and options, compiled on the GPU path through
 `tessera.runtime.compiler`), and how the outputs of one feed the next. The interpreter path builds the same
 kernels from the same configurations (`tessera.kernels.<builder>(**options)`) and runs them with
-`tessera.interpret(..., level=level)`, whose default pipeline is the GPU's, so a CPU answer is the GPU's
+`tessera.launch(..., level=level)`, whose default pipeline is the GPU's, so a CPU answer is the GPU's
 kernel's answer.
 """
 
@@ -122,15 +122,15 @@ def run_in_interpreter(plan: AttentionPlan, q, k, v, *bias, level: str):
     """Run the plan's kernels in the interpreter `level` on NumPy arrays (PyTorch tensors go through NumPy and
     come back as CPU tensors), returning what the GPU path returns. `bias`: the forward kernel's Bias input,
     when it takes one."""
-    from tessera import api
+    from tessera.runtime import entry
     from tessera.runtime.launch import is_torch_tensor, numpy_to_torch, torch_to_numpy
 
     torch_inputs = is_torch_tensor(q)
     arrays = [torch_to_numpy(x.cpu()) if torch_inputs else x for x in (q, k, v, *bias)]
-    outputs = api.interpret(_module(plan.forward), *arrays, level=level)
+    outputs = entry.launch(_module(plan.forward), *arrays, level=level)
     if plan.combine is not None:
         with combine_lowering():
-            outputs = api.interpret(_module(plan.combine), *plan.partials(outputs), level=level)
+            outputs = entry.launch(_module(plan.combine), *plan.partials(outputs), level=level)
     results = plan.results(outputs)
     if not torch_inputs:
         return results

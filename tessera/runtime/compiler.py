@@ -129,6 +129,34 @@ def compile_kernel(config: KernelConfig, cache: KernelCache | None = None) -> Co
     return kernel
 
 
+MODULE_BUILDER = "<module>"
+"""The `KernelConfig.builder` of a kernel given as a module (`compile_module`), not built by `tessera.kernels`."""
+
+
+def compile_module(module, kernel: str, pipeline: str = DEFAULT_PIPELINE,
+                   cache: KernelCache | None = None) -> CompiledKernel:
+    """The compiled kernel `kernel` of a Tile IR module (any kernel, a user's as a builder's), through the same
+    caches as `compile_kernel`: the key is the SHA-256 of the module's generic text, the kernel's name and the
+    pipeline."""
+    from tessera import api
+
+    text = api.print_module(module, generic=True)
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    config = KernelConfig.of(MODULE_BUILDER, pipeline, digest=digest, kernel=kernel)
+    key = kernel_key(config)
+    if key in _COMPILED:
+        return _COMPILED[key]
+    _MODULES[key] = (module, kernel)
+    try:
+        return compile_kernel(config, cache)
+    finally:
+        _MODULES.pop(key, None)
+
+
+_MODULES: dict[str, tuple[object, str]] = {}
+"""The module of each `compile_module` call in progress, by key (`_compile` builds nothing for it)."""
+
+
 def _host_json(host: HostDescription) -> str:
     return json.dumps(host.as_dict(), sort_keys=True)
 
@@ -144,17 +172,26 @@ def _describe_one(module, config: KernelConfig) -> HostDescription:
 
 def _compile(config: KernelConfig, key: str) -> CompiledKernel:
     from tessera import api, kernels
+    from tessera.host import describe
     from tessera.passes import apply_pipeline
     from tessera.ptx.module import print_ptx
     from tessera.ptx.target import allocated_registers
     from tessera.toolchain import compile_ptx, find_ptxas
 
-    builder = getattr(kernels, config.builder, None)
-    if builder is None or not callable(builder):
-        raise ValueError(f"no kernel builder '{config.builder}' in tessera.kernels")
-    lowered = builder(**dict(config.options)).clone()
-    apply_pipeline(lowered, config.pipeline)
-    host = _describe_one(lowered, config)
+    if config.builder == MODULE_BUILDER:
+        module, kernel = _MODULES[key]
+        lowered = module.clone()
+        apply_pipeline(lowered, config.pipeline)
+        host = next((h for h in describe(lowered) if h.kernel == kernel), None)
+        if host is None:
+            raise ValueError(f"{config}: the pipeline '{config.pipeline}' gives no Target IR kernel @{kernel}")
+    else:
+        builder = getattr(kernels, config.builder, None)
+        if builder is None or not callable(builder):
+            raise ValueError(f"no kernel builder '{config.builder}' in tessera.kernels")
+        lowered = builder(**dict(config.options)).clone()
+        apply_pipeline(lowered, config.pipeline)
+        host = _describe_one(lowered, config)
     ptx = print_ptx(lowered, registers=allocated_registers)
     if f".entry {host.kernel}(" not in ptx:  # the runtime looks the kernel up by this name
         raise ValueError(f"{config}: the PTX has no entry named {host.kernel}")
@@ -173,7 +210,13 @@ def _load(config: KernelConfig, key: str, cache: KernelCache) -> CompiledKernel 
     files, manifest = loaded
     try:
         target_ir = files[TARGET_FILE].decode()
-        host = _describe_one(api.parse_module(target_ir), config)
+        if config.builder == MODULE_BUILDER:
+            from tessera.host import describe
+
+            kernel = dict(config.options)["kernel"]
+            host = next(h for h in describe(api.parse_module(target_ir)) if h.kernel == kernel)
+        else:
+            host = _describe_one(api.parse_module(target_ir), config)
         if _host_json(host) != files[HOST_FILE].decode():
             raise ValueError("the rebuilt host description differs from host.json")
         ptx = files[PTX_FILE].decode()

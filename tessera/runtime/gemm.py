@@ -1,6 +1,6 @@
 """`gemm(a, b, ...)`: C = alpha op(A) op(B) + beta C + bias on the GPU with Tessera's GEMM kernel.
 
-    gemm(a, b, *, transpose_a=False, transpose_b=False, alpha=1.0, beta=None, c=None, bias=None)
+    gemm(a, b, *, transpose_a=False, transpose_b=False, alpha=1.0, beta=None, c=None, bias=None, level=None)
 
 A and B are bf16 or f16 (one type), C, the optional addend `c` and the optional `bias` float32. `a` is [M, K]
 ([K, M] with `transpose_a`: the kernel reads it as A^T, through the tensor core's transpose bit, never a copy),
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from tessera.runtime.attention import DTYPES, UnsupportedKernel, check_tensor
 from tessera.runtime.compiler import CompiledKernel, KernelConfig, compile_kernel
-from tessera.runtime.launch import dtype_name, is_torch_tensor, run, usable_device
+from tessera.runtime.launch import dtype_name, is_torch_tensor, usable_device
 
 ROW_MULTIPLE = 8
 """Elements per 16-byte row granule of bf16/f16 (`facts.TENSOR_MAP_GLOBAL_ALIGNMENT` / 2): the sizes TMA can read."""
@@ -116,10 +116,26 @@ def gemm_kernel(a, b, **options) -> CompiledKernel:
 
 
 def gemm(a, b, *, transpose_a: bool = False, transpose_b: bool = False, alpha: float = 1.0,
-         beta: float | None = None, c=None, bias=None):
-    """alpha op(a) op(b) + beta c + bias in float32 (see the module docstring)."""
+         beta: float | None = None, c=None, bias=None, level: str | None = None):
+    """alpha op(a) op(b) + beta c + bias in float32 (see the module docstring). `level=None` runs on the GPU;
+    "tile", "target" or "ptx" runs the very kernel the GPU would run in that interpreter (`tessera.launch`),
+    returning NumPy arrays (CPU tensors for PyTorch inputs)."""
+    from tessera import kernels
+    from tessera.runtime import entry
+    from tessera.runtime.attention_plan import LEVELS
+
     config = check_gemm_arguments(a, b, transpose_a=transpose_a, transpose_b=transpose_b, alpha=alpha, beta=beta,
                                   c=c, bias=bias)
+    if level is not None and (not isinstance(level, str) or level not in LEVELS):
+        raise ValueError(f"gemm: level must be None (the GPU) or one of {', '.join(map(repr, LEVELS))}; got {level!r}")
     inputs = [a, b] + [x for x in (c, bias) if x is not None]
-    usable_device(inputs)  # no GPU, no compile
-    return run(compile_kernel(config), *inputs)
+    if level is None:
+        usable_device(inputs)  # no GPU, no compile
+        return entry.launch(compile_kernel(config), *inputs)
+    from tessera.runtime.launch import numpy_to_torch, torch_to_numpy
+
+    torch_in = is_torch_tensor(a)
+    arrays = [torch_to_numpy(x.cpu()) if torch_in else x for x in inputs]
+    module = getattr(kernels, config.builder)(**dict(config.options))
+    out = entry.launch(module, *arrays, level=level)
+    return numpy_to_torch(out) if torch_in else out

@@ -34,7 +34,7 @@ from tessera.runtime.arguments import (
     pack_parameters,
 )
 from tessera.runtime.compiler import CompiledKernel
-from tessera.runtime.driver import Device, Driver, get_driver
+from tessera.runtime.driver import CudaUnavailable, Device, Driver, get_driver
 from tessera.runtime.tensor_maps import TensorMapArguments, tensor_map_arguments
 from tessera.sm90 import facts
 
@@ -231,8 +231,17 @@ def usable_device(inputs: Sequence) -> int:
     if cuda:
         device = cuda[0].device
         ordinal = device.index if device.index is not None else _torch().cuda.current_device()
-    get_driver().device(ordinal)
+    try:
+        get_driver().device(ordinal)
+    except CudaUnavailable as error:
+        raise CudaUnavailable(f"{error}; {CPU_ALTERNATIVE}") from None
     return ordinal
+
+
+CPU_ALTERNATIVE = ("to run on the CPU instead, pass level='tile', 'target' or 'ptx' (the same kernel in the Tile "
+                   "interpreter, the CTA simulator or the PTX executor)")
+"""What a `CudaUnavailable` from an entry point adds: every entry point runs its kernels on the CPU with
+`level=` (`tessera.launch`, `tessera.attention`, `tessera.gemm`, ...)."""
 
 
 def run(kernel: CompiledKernel, *inputs, stream: int | None = None, sizes: Mapping[str, int] | None = None):

@@ -173,18 +173,20 @@ def run_kernel(where: str, builder: str, options: dict, inputs: list, level, siz
     """Run `tessera.kernels.<builder>(**options)` on `inputs` (its inputs in order) with the launch sizes
     `sizes` on the GPU (`level` None) or in an interpreter; returns its output or outputs."""
     if level is None:
+        from tessera.runtime import entry
         from tessera.runtime.compiler import KernelConfig, compile_kernel
-        from tessera.runtime.launch import run, usable_device
+        from tessera.runtime.launch import usable_device
 
         usable_device(inputs)  # no GPU, no compile
-        return run(compile_kernel(KernelConfig.of(builder, **options)), *inputs, sizes=sizes)
-    from tessera import api, kernels
+        return entry.launch(compile_kernel(KernelConfig.of(builder, **options)), *inputs, **(sizes or {}))
+    from tessera import kernels
+    from tessera.runtime import entry
     from tessera.runtime.launch import numpy_to_torch, torch_to_numpy
 
     torch_in = any(is_torch(x) for x in inputs)
     arrays = [torch_to_numpy(x.cpu()) if is_torch(x) else np.asarray(x) for x in inputs]
     module = getattr(kernels, builder)(**options)
-    out = api.interpret(module, *arrays, level=level, **(sizes or {}))
+    out = entry.launch(module, *arrays, level=level, **(sizes or {}))
     if not torch_in:
         return out
     return tuple(numpy_to_torch(o) for o in out) if isinstance(out, tuple) else numpy_to_torch(out)
@@ -198,7 +200,8 @@ def run_packed(where: str, builder: str, options: dict, inputs: list, o_shape: t
     ends[z]) and at most `max_rows` rows a sequence (its launch size max_seqlen_q); with num_splits > 1
     the split kernel writes its partial results [S x heads, total, ...] and `attention_combine` merges them,
     read as [S, 1, heads, total, ...]. In an interpreter the serving checks watch every output's rows (and
-    the caches named in `paged`, as `sequence_checks` takes them). Returns (o [heads, total, D], lse [heads, total] f32 or None)."""
+    the caches named in `paged`, as `sequence_checks` takes them), and at Tile level the blocks run in a
+    permuted order (`_any_block_order`). Returns (o [heads, total, D], lse [heads, total] f32 or None)."""
     from tessera.runtime.attention_plan import combine_lowering
 
     heads, total, d = o_shape
@@ -209,7 +212,8 @@ def run_packed(where: str, builder: str, options: dict, inputs: list, o_shape: t
         checked = {"O_partial": ((s * heads, total, d), 4), "LSE_partial": ((s * heads, total, 1), 4)}
     else:
         checked = {"O": (o_shape, 2), **({"LSE": ((heads, total, 1), 4)} if return_lse else {})}
-    with sequence_checks(level, starts, ends, checked, *paged, row_axis=row_axis, pages=pages):
+    with sequence_checks(level, starts, ends, checked, *paged, row_axis=row_axis, pages=pages), \
+            _any_block_order(level):
         out = run_kernel(where, builder, options, inputs, level, {"max_seqlen_q": max_rows})
     if s > 1:
         o_partial, lse_partial = out
@@ -223,6 +227,16 @@ def run_packed(where: str, builder: str, options: dict, inputs: list, o_shape: t
         return out, None
     o, lse = out
     return o, lse.reshape(heads, total)
+
+
+def _any_block_order(level):
+    """At Tile level, the packed kernel's blocks run in a seeded random order (`permuted_blocks`): its
+    sequences' blocks must not depend on running after one another, as on a GPU."""
+    from contextlib import nullcontext
+
+    from tessera.interpreters.launch import permuted_blocks
+
+    return permuted_blocks() if level == "tile" else nullcontext()
 
 
 def _diff(a, b):

@@ -31,6 +31,7 @@ from tessera.validation.compare import (
 )
 from tessera.validation.levels import PTX, TARGET, TILE
 from tessera.validation.recording import ValueTrace, target_recorders, tile_recorders
+from tessera.validation.verdict import reference_for
 
 INPUT = "(input)"
 PRINT_PTX = "(ptx)"
@@ -101,6 +102,8 @@ class ValidationReport:
     sizes: dict[str, int]
     checks: list[LevelCheck] = field(default_factory=list)
     mismatch: Mismatch | None = None
+    reference: str = ""
+    """What the levels are held to: the kind's NumPy reference, or the kernel's own Tile IR in float64."""
 
     @property
     def ok(self) -> bool:
@@ -117,7 +120,8 @@ class ValidationReport:
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
         lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)) + "  " + r[-1] for r in rows]
         sizes = " ".join(f"{k}={v}" for k, v in self.sizes.items())
-        return "\n".join([f"validate @{self.kernel} [{sizes}]", *lines])
+        against = f" (reference: {self.reference})" if self.reference else ""
+        return "\n".join([f"validate @{self.kernel} [{sizes}]{against}", *lines])
 
     def __str__(self) -> str:
         verdict = str(self.mismatch) if self.mismatch else "validate: every level agrees"
@@ -131,21 +135,6 @@ class ValidationError(Exception):
     def __init__(self, report: ValidationReport):
         super().__init__(str(report.mismatch))
         self.report = report
-
-
-def _reference(sig, outputs, inputs):
-    """(max error, tolerance) of the first output against the kernel kind's NumPy reference, or Nones."""
-    from tessera import reference
-    from tessera.numerics import numpy_dtype
-
-    dtype = numpy_dtype(sig.inputs[0].type.element_type)
-    if sig.kind == "attention":
-        c = reference.check_attention_kernel(sig, outputs[0], inputs, dtype)
-    elif sig.kind == "gemm":
-        c = reference.check_gemm_kernel(sig, outputs[0], inputs, dtype)
-    else:
-        return None, None
-    return c.max_error, c.tolerance
 
 
 def _record(module: ModuleOp, level: str, sig, inputs, sizes, block) -> ValueTrace:
@@ -183,6 +172,15 @@ def validate(module: ModuleOp, pipeline: str, *, sizes: Mapping[str, int] | None
     bound = levels.default_sizes(sig, check_sizes(where, sizes, sig.dim_names()))
     inputs = levels.generate_inputs(sig, bound, seed)
     report = ValidationReport(sig.name, pipeline, bound)
+    try:
+        judge = reference_for(module, sig, inputs, bound, seed)
+    except Exception as error:  # noqa: BLE001 - the input kernel itself fails: that is the finding
+        report.checks.append(LevelCheck(0, INPUT, levels.level_of(module, sig.name), None, None, None, None, False,
+                                        "failed"))
+        report.mismatch = Mismatch(0, INPUT, levels.level_of(module, sig.name), "failure",
+                                   f"{type(error).__name__}: {error}")
+        return report
+    report.reference = judge.source
 
     def run(mod, level):
         return levels.run_level(mod, level, sig, inputs, bound)
@@ -199,12 +197,12 @@ def validate(module: ModuleOp, pipeline: str, *, sizes: Mapping[str, int] | None
             report.checks.append(LevelCheck(position, name, level, None, None, None, None, False, "failed"))
             report.mismatch = Mismatch(position, name, level, "failure", f"{type(error).__name__}: {error}")
             return None
-        error, tolerance = _reference(sig, outputs, inputs)
+        error, tolerance = judge.judge(outputs)
         expectation = None if old_outputs is None else _expectation(old_level, level)
         vs_previous = None if old_outputs is None else max(
             max_difference(n, o) for n, o in zip(outputs, old_outputs))
         changed = expectation is Expectation.EXACT and vs_previous > 0
-        within = error is None or error <= tolerance
+        within = error <= tolerance
         ok = within and not changed
         report.checks.append(LevelCheck(position, name, level, vs_previous, error, tolerance, expectation, ok))
         if ok:
@@ -214,14 +212,13 @@ def validate(module: ModuleOp, pipeline: str, *, sizes: Mapping[str, int] | None
         out, out_arg = outputs[0], sig.outputs[0]
         index = first_index(differing(out, old_outputs[0], Expectation.EXACT)) if changed else None
         if index is None:
-            index = _worst_element(sig, out, inputs)
+            index = judge.worst_element(out)
         old_value = None if old_outputs is None else float(np.asarray(old_outputs[0][index], np.float64))
-        ref_value = _reference_value(sig, inputs, index)
+        ref_value = float(judge.first_output()[index])
         detail = []
         if old_value is not None:
             detail.append(f"was {old_value:.6g}")
-        if ref_value is not None:
-            detail.append(f"reference {ref_value:.6g}")
+        detail.append(f"reference {ref_value:.6g}")
         message = f"{format_index(out_arg.name, index)} = {float(np.asarray(out[index], np.float64)):.6g}"
         message += f" ({', '.join(detail)})" if detail else ""
         if not within:
@@ -251,7 +248,7 @@ def validate(module: ModuleOp, pipeline: str, *, sizes: Mapping[str, int] | None
         except Exception as error:  # noqa: BLE001
             report.mismatch = Mismatch(position, p.name, previous_level, "pass", f"{type(error).__name__}: {error}")
             if previous_level == TILE:
-                _blame_tile_pass(report, tile_levels, p, sig, inputs, bound)
+                _blame_tile_pass(report, tile_levels, p, sig, inputs, bound, judge)
             return report
         try:
             module.verify()
@@ -262,7 +259,7 @@ def validate(module: ModuleOp, pipeline: str, *, sizes: Mapping[str, int] | None
         outputs = check(position, p.name, level, previous, previous_level, outputs, module)
         if outputs is None:
             if previous_level == TILE and level == TARGET:
-                _blame_tile_pass(report, tile_levels, p, sig, inputs, bound)
+                _blame_tile_pass(report, tile_levels, p, sig, inputs, bound, judge)
             return report
         previous, previous_level = module.clone(), level
         if level == TILE:
@@ -272,7 +269,7 @@ def validate(module: ModuleOp, pipeline: str, *, sizes: Mapping[str, int] | None
     return report
 
 
-def _blame_tile_pass(report: ValidationReport, tile_levels, boundary, sig, inputs, sizes) -> None:
+def _blame_tile_pass(report: ValidationReport, tile_levels, boundary, sig, inputs, sizes, judge) -> None:
     """The Tile interpreter does not model shared-memory addresses, swizzles or alignment, so a Tile pass
     that breaks them shows only once lowered (or is refused by the lowering). When the Tile -> Target pass
     `boundary` changed the result or failed, lower each earlier Tile level with it, latest first: if some
@@ -294,8 +291,8 @@ def _blame_tile_pass(report: ValidationReport, tile_levels, boundary, sig, input
         except Exception:  # noqa: BLE001 - refused or failed: look further back
             later = None
             continue
-        error, tolerance = _reference(sig, outputs, inputs)
-        if k == len(tile_levels) - 1 or error is None or error > tolerance:
+        error, tolerance = judge.judge(outputs)
+        if k == len(tile_levels) - 1 or error > tolerance:
             later = lowered
             continue
         blamed_position, blamed_name, _ = tile_levels[k + 1]
@@ -317,30 +314,3 @@ def _blame_tile_pass(report: ValidationReport, tile_levels, boundary, sig, input
         report.mismatch = Mismatch(blamed_position, blamed_name, TARGET, mismatch.kind,
                                    mismatch.message + note, divergence, mismatch.element)
         return
-
-
-def _worst_element(sig, out, inputs) -> tuple[int, ...]:
-    ref = _reference_output(sig, inputs)
-    if ref is None or ref.shape != np.shape(out):
-        return tuple(0 for _ in np.shape(out))
-    diff = np.nan_to_num(np.abs(np.asarray(out, np.float64) - ref), nan=np.inf)
-    return tuple(int(i) for i in np.unravel_index(int(np.argmax(diff)), diff.shape))
-
-
-def _reference_output(sig, inputs) -> np.ndarray | None:
-    from tessera import reference
-    from tessera.numerics import numpy_dtype, round_to
-
-    dtype = numpy_dtype(sig.inputs[0].type.element_type)
-    rounded = [round_to(np.asarray(x), dtype) for x in inputs]
-    if sig.kind == "attention":
-        q, k, v, *bias = rounded
-        return reference.attention(q, k, v, sig.causal, sig.scale, bias[0] if sig.bias else None)
-    if sig.kind == "gemm":
-        return reference.gemm_kernel(sig, rounded)
-    return None
-
-
-def _reference_value(sig, inputs, index) -> float | None:
-    ref = _reference_output(sig, inputs)
-    return None if ref is None else float(ref[index])

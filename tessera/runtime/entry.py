@@ -1,0 +1,79 @@
+"""`tessera.launch`: the one entry point that runs any Tile IR kernel, on the GPU or in an interpreter.
+
+It sits above both the API's interpreters (`tessera.api.run_interpreted`) and the GPU runtime
+(`compiler.compile_module`, `launch.run`), so neither imports the other: the builders' entry points
+(`tessera.attention`, `tessera.gemm`, serving, the backward) call it, and `tessera.interpret` is its
+interpreter-only form.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp
+
+from tessera import api, ir
+from tessera.arguments import check_array, check_module, check_string
+from tessera.kernel_abi import KernelSignature
+from tessera.passes import DEFAULT_PIPELINE
+from tessera.runtime.compiler import CompiledKernel, compile_module
+from tessera.runtime.driver import CudaUnavailable
+from tessera.runtime.launch import run, usable_device
+
+
+def launch(
+    module: ModuleOp, *arrays: np.ndarray, kernel: str | None = None, level: str | None = None,
+    pipeline: str | None = None, **sizes: int,
+) -> np.ndarray | tuple[np.ndarray, ...]:
+    """Run any Tile IR kernel of `module` over its whole grid on `arrays` (its inputs, in argument order) and
+    return its outputs (one array, or a tuple in argument order). The one entry point for every kernel, a
+    builder's (`tessera.attention` and `tessera.gemm` call it) or a user's.
+
+    `level` (None or one of `LEVELS`):
+    - None: on the GPU (`tessera-compiler[cuda]`): the kernel is compiled with `pipeline` (default
+      `passes.DEFAULT_PIPELINE`) through the kernel cache and launched by `tessera.runtime` with the grid,
+      cluster, tensor maps and dynamic shared memory of its host description (`tessera.host`); NumPy arrays or
+      PyTorch tensors. Without a usable GPU it raises `tessera.runtime.CudaUnavailable` naming `level=` as
+      the CPU alternative;
+    - "tile": the Tile IR interpreter; `pipeline`, if given, is applied first and must stay in Tile IR
+      (e.g. "assign-swizzle,pipeline-loops{stages=3}");
+    - "target": lower a copy with `pipeline` (default `passes.DEFAULT_PIPELINE`) and run the Target IR in the
+      CTA simulator, checking the register allocation against a simulated register file;
+    - "ptx": lower the same way, print the PTX and run the text in the PTX executor, launched from the same
+      host description as on the GPU.
+
+    In the interpreters, inputs are NumPy arrays of real numbers (attention: Q, K, V as [batch, heads, seq,
+    head_dim]; GEMM: A, B), converted to the kernel's element types (float inputs are rounded to bf16/f16 as
+    the kernel would read them; an integer input, such as a sequence table, must be given as integers). Named
+    sizes in `sizes` are checked against the inputs; a kernel's launch sizes (`tessera.kernel_abi`, e.g. the
+    varlen kernels' max_seqlen_q) are given there too. Returns the outputs in their element types. A bad call
+    raises TypeError/ValueError naming the parameter and the rule: the wrong number of arrays, a shape or
+    rank the kernel's dims do not allow, masked, complex or boolean arrays, floats for an integer input."""
+    where = "tessera.launch"
+    if isinstance(module, CompiledKernel):  # a kernel the runtime compiled (the builders' entry points)
+        if level is not None or kernel is not None or pipeline is not None:
+            raise ValueError(f"{where}: a compiled kernel runs on the GPU as compiled: level, kernel and pipeline "
+                             "apply to a module")
+        return _launch_gpu(where, module, None, arrays, None, sizes)
+    if level is not None:
+        return api.run_interpreted(where, module, arrays, kernel, level, pipeline, sizes)
+    check_module(where, module)
+    ir.verify(module)
+    check_string(where, "kernel", kernel, optional=True)
+    check_string(where, "pipeline", pipeline, optional=True)
+    return _launch_gpu(where, module, api.find_kernel(module, kernel), arrays, pipeline, sizes)
+
+
+def _launch_gpu(where: str, module, sig: KernelSignature | None, arrays, pipeline: str | None, sizes):
+    """`launch` with level=None: compile (cached) and run on the GPU (`tessera.runtime`). `module` is a Tile IR
+    module (kernel `sig`) or, with `sig` None, a `CompiledKernel`."""
+    for i, x in enumerate(arrays):
+        if getattr(x, "shape", None) is None:
+            check_array(where, f"input {i}", x)  # the TypeError naming what it is
+    if sig is not None:  # a wrong call fails before the GPU is asked
+        sig.sizes_from_inputs([tuple(x.shape) for x in arrays], sizes)
+    try:
+        usable_device(arrays)  # no GPU, no compile; the message names level= as the CPU alternative
+    except CudaUnavailable as error:
+        raise CudaUnavailable(f"{where}: {error}") from None
+    compiled = module if sig is None else compile_module(module, sig.name, pipeline or DEFAULT_PIPELINE)
+    return run(compiled, *arrays, sizes=sizes or None)

@@ -1,0 +1,263 @@
+"""The verdict for any kernel: its own float64 reference, and a tolerance from where it rounds.
+
+A kernel that a builder made has a NumPy reference of its kind (`tessera.reference`). Any other kernel is its
+own specification: the **reference** is its Tile IR run in the Tile interpreter with every float widened to
+float64 and nothing rounded (`run_grid(..., widen=True)`) on the same rounded inputs.
+
+The **tolerance** follows the builders' rule (DESIGN.md section 9): twice the error of a straightforward
+computation in the kernel's precision, plus a small absolute term. The straightforward computations are the
+kernel's Tile IR run in its own precision (f32 arithmetic, exact exp/log, its casts), and float64 runs in
+which every op that rounds, or that the levels below compute differently, has its result moved by the most
+its rounding may move it (`ROUNDING`, one rule per op), the moves all up, all down, or with seeded random
+signs. The rules:
+
+- a cast or anything else that produces a narrower float: half an ulp of the result type (`unit_roundoff`),
+  so that a lower level whose f32 value differs in its last bits and rounds the other way is within it;
+- the exponentials (`tile.exp_subtract`, `tile.exp_diff`, `tile.exp2_subtract`): ex2.approx's bound
+  (`tessera.sm90.approx.EX2_APPROX_RELATIVE_ERROR`) plus the f32 rounding of the exponent's argument;
+- `tile.log`: lg2.approx's bound (`lg2_approx_error_bound`) times ln 2 (`tile.log2`: the bound itself);
+  `tile.div_rows` and `tile.reciprocal`: rcp.approx; `tile.tanh`, `tile.rsqrt`: their approximations' bounds;
+  `tile.exp`, `tile.exp2`, `tile.sigmoid`, `tile.silu`: ex2.approx (and rcp.approx), with the argument's
+  rounding;
+- the sums whose order the levels below choose (`tile.mma`'s K, `tile.row_sum`'s row): the bound of any
+  f32 summation order, n 2^-24 sum |terms|;
+- exact ops (maxima, masks, loads, fills, reshapes) move nothing; any other op with a float result is one
+  rounding to its type.
+
+A new op plugs in with `ROUNDING[OpClass] = bound`, a function of the op, its operands and its float64
+result (both as the interpreter holds them, [blocks, *shape]) that returns the largest absolute move of
+each result element (an array or a scalar).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.interpreter import Interpreter
+from xdsl.ir import Operation
+
+from tessera.dialects import tile
+from tessera.dialects.tile_types import TileType
+from tessera.interpreters.launch import prepare_arguments, run_grid
+from tessera.interpreters.tile_memory import SharedRef
+from tessera.kernel_abi import KernelSignature
+from tessera.numerics import BF16, F16, F32, numpy_dtype
+from tessera.sm90.approx import (
+    EX2_APPROX_RELATIVE_ERROR, RCP_APPROX_RELATIVE_ERROR, RSQRT_APPROX_RELATIVE_ERROR, TANH_APPROX_RELATIVE_ERROR,
+    lg2_approx_error_bound,
+)
+
+F32_ROUNDOFF = 2.0**-24
+
+ABSOLUTE_TOLERANCE = 2.0**-20
+"""The small absolute term of a kernel's own tolerance, relative to max(1, max |reference|)."""
+
+
+def unit_roundoff(dtype) -> float:
+    """Half an ulp at 1 (relative rounding error of round-to-nearest) of a float dtype; 0 for float64 and
+    integers."""
+    dtype = np.dtype(dtype)
+    return {BF16: 2.0**-8, F16: 2.0**-11, F32: F32_ROUNDOFF}.get(dtype, 0.0)
+
+
+Bound = Callable[[Operation, Sequence, np.ndarray], "np.ndarray | float"]
+
+
+def _magnitude(x) -> np.ndarray:
+    return np.abs(np.nan_to_num(np.asarray(x, np.float64), nan=0.0, posinf=0.0, neginf=0.0))
+
+
+def _rows(vector) -> np.ndarray:
+    return _magnitude(vector)[..., None]
+
+
+def _one_rounding(op: Operation, operands, result) -> np.ndarray:
+    """One rounding to the result's element type."""
+    return unit_roundoff(numpy_dtype(op.results[0].type.element_type)) * _magnitude(result)
+
+
+def _exact(op: Operation, operands, result) -> float:
+    return 0.0
+
+
+def _exponential(argument) -> Bound:
+    """ex2.approx of an argument computed in f32 from the operands (`argument(operands)`: its magnitude)."""
+    def bound(op, operands, result):
+        return (EX2_APPROX_RELATIVE_ERROR + 2 * F32_ROUNDOFF * argument(operands)) * _magnitude(result)
+    return bound
+
+
+def _log(op, operands, result) -> np.ndarray:
+    (x,) = operands
+    positive = np.where(np.asarray(x, np.float64) > 0, np.asarray(x, np.float64), 1.0)
+    return np.log(2) * lg2_approx_error_bound(positive) + F32_ROUNDOFF * _magnitude(result)
+
+
+def _div_rows(op, operands, result) -> np.ndarray:
+    return (RCP_APPROX_RELATIVE_ERROR + 2 * F32_ROUNDOFF) * _magnitude(result)
+
+
+def _mma(op: tile.MmaOp, operands, result) -> np.ndarray:
+    a, b, c = (_magnitude(x) for x in operands)
+    if op.transpose_a:
+        a = np.swapaxes(a, -1, -2)
+    if op.transpose_b:
+        b = np.swapaxes(b, -1, -2)
+    k = a.shape[-1]
+    return (k + 1) * F32_ROUNDOFF * (np.matmul(a, b) + c)
+
+
+def _row_sum(op, operands, result) -> np.ndarray:
+    (x,) = operands
+    return x.shape[-1] * F32_ROUNDOFF * _magnitude(x).sum(axis=-1)
+
+
+def _cast(op: tile.CastOp, operands, result):
+    source = numpy_dtype(op.source.type.element_type)
+    target = numpy_dtype(op.result.type.element_type)
+    if unit_roundoff(target) <= unit_roundoff(source) or target.kind in "iub":
+        return 0.0  # widening (or an integer conversion, exact on the same integers at every level)
+    return unit_roundoff(target) * _magnitude(result)
+
+
+def _relative(bound: float) -> Bound:
+    """An approximate instruction with a relative error `bound`, then one f32 rounding."""
+    def rule(op, operands, result):
+        return (bound + F32_ROUNDOFF) * _magnitude(result)
+    return rule
+
+
+def _log2(op, operands, result) -> np.ndarray:
+    (x,) = operands
+    positive = np.where(np.asarray(x, np.float64) > 0, np.asarray(x, np.float64), 1.0)
+    return lg2_approx_error_bound(positive) + F32_ROUNDOFF * _magnitude(result)
+
+
+def _sigmoid(op, operands, result) -> np.ndarray:
+    """rcp(1 + ex2(-x log2 e)): ex2 with its argument's rounding, an add, rcp (relative to the result)."""
+    (x,) = operands
+    return (EX2_APPROX_RELATIVE_ERROR + RCP_APPROX_RELATIVE_ERROR + 2 * F32_ROUNDOFF * (1 + _magnitude(x))) \
+        * _magnitude(result)
+
+
+ROUNDING: dict[type[Operation], Bound] = {
+    tile.ExpOp: _exponential(lambda o: _magnitude(o[0])),
+    tile.Exp2Op: _relative(EX2_APPROX_RELATIVE_ERROR),
+    tile.Log2Op: _log2,
+    tile.TanhOp: _relative(TANH_APPROX_RELATIVE_ERROR),
+    tile.RsqrtOp: _relative(RSQRT_APPROX_RELATIVE_ERROR),
+    tile.ReciprocalOp: _relative(RCP_APPROX_RELATIVE_ERROR),
+    tile.SigmoidOp: _sigmoid,
+    tile.SiluOp: _sigmoid,
+    tile.CastOp: _cast,
+    tile.ExpSubtractOp: _exponential(lambda o: _magnitude(o[0]) + _rows(o[1])),
+    tile.Exp2SubtractOp: _exponential(lambda o: _magnitude(o[0]) + _rows(o[1])),
+    tile.ExpDiffOp: _exponential(lambda o: _magnitude(o[0]) + _magnitude(o[1])),
+    tile.LogOp: _log,
+    tile.DivRowsOp: _div_rows,
+    tile.MmaOp: _mma,
+    tile.RowSumOp: _row_sum,
+    tile.RowMaxOp: _exact,
+    tile.ElementMaxOp: _exact,
+    tile.MaskCausalOp: _exact,
+    tile.MaskBoundsOp: _exact,
+    tile.FillOp: _exact,
+    tile.LoadOp: _exact,
+    tile.LoadBroadcastOp: _exact,
+    tile.ReshapeOp: _exact,
+}
+"""Per op class, the largest move of its result (module docstring); ops not listed: `_one_rounding`."""
+
+
+def rounding_bound(op: Operation, operands, result) -> np.ndarray | float:
+    """The largest move of `op`'s float result under `ROUNDING` (0 for results that are not float tiles, and
+    for ops of other dialects: control flow such as scf.for passes its values through unchanged)."""
+    ty = op.results[0].type if op.results else None
+    if not isinstance(ty, TileType) or numpy_dtype(ty.element_type).kind in "iub" or not op.name.startswith("tile."):
+        return 0.0
+    return ROUNDING.get(type(op), _one_rounding)(op, operands, result)
+
+
+class Perturbation(Interpreter.Listener):
+    """Moves each float register tile an op produces by its `rounding_bound`, times `sign` (+1, -1, or 0 for
+    seeded random signs per element)."""
+
+    def __init__(self, sign: int, rng: np.random.Generator):
+        self.sign, self.rng, self.operands = sign, rng, ()
+
+    def will_interpret_op(self, op: Operation, args) -> None:
+        self.operands = tuple(a.read() if isinstance(a, SharedRef) else a for a in args)
+
+    def did_interpret_op(self, op: Operation, results) -> None:
+        if len(results) != 1 or not isinstance(results[0], np.ndarray) or results[0].dtype != np.float64:
+            return
+        value = results[0]
+        with np.errstate(all="ignore"):
+            bound = np.broadcast_to(rounding_bound(op, self.operands, value), value.shape)
+            if not bound.any():
+                return
+            sign = self.sign if self.sign else self.rng.choice((-1.0, 1.0), size=value.shape)
+            moved = value + sign * bound
+        value[...] = np.where(np.isfinite(value), moved, value)  # the listener sees the result the op returns
+
+
+def run_widened(module: ModuleOp, sig: KernelSignature, inputs, sizes: Mapping[str, int],
+                sign: int | None = None, rng: np.random.Generator | None = None) -> list[np.ndarray]:
+    """The kernel's outputs from its Tile IR run in float64 (rounded inputs, nothing else rounded); with `sign`,
+    each op's result moved by its rounding bound (`Perturbation`, one per batch of blocks)."""
+    arguments, bound = prepare_arguments(sig, inputs, sizes, widen=True)
+    listeners = None if sign is None else (lambda batch: (Perturbation(sign, rng or np.random.default_rng(0)),))
+    run_grid(sig, module, arguments, bound, listeners, widen=True)
+    return [a for a, arg in zip(arguments, sig.args) if arg.role == "out"]
+
+
+def _difference(out, ref) -> float:
+    a, b = np.asarray(out, np.float64), np.asarray(ref, np.float64)
+    if a.shape != b.shape:
+        return float("inf")
+    if a.size == 0:
+        return 0.0
+    same = (a == b) | (np.isnan(a) & np.isnan(b))
+    with np.errstate(invalid="ignore"):
+        diff = np.where(same, 0.0, np.abs(a - b))
+    return float(np.nan_to_num(diff, nan=np.inf).max())
+
+
+@dataclass(frozen=True)
+class KernelReference:
+    """A kernel's own float64 outputs and, per output, its tolerance (module docstring)."""
+
+    outputs: tuple[np.ndarray, ...]
+    tolerances: tuple[float, ...]
+
+    def errors(self, outputs: Sequence[np.ndarray]) -> list[float]:
+        return [_difference(o, r) for o, r in zip(outputs, self.outputs)]
+
+    def judge(self, outputs: Sequence[np.ndarray]) -> tuple[float, float]:
+        """(max error, tolerance) of the output whose error is the largest fraction of its tolerance ((0, 0) for
+        a kernel without outputs: nothing to be wrong)."""
+        pairs = list(zip(self.errors(outputs), self.tolerances)) or [(0.0, 0.0)]
+        return max(pairs, key=lambda p: (p[0] / p[1]) if p[1] > 0 else (np.inf if p[0] > 0 else 0.0))
+
+
+def kernel_reference(module: ModuleOp, sig: KernelSignature, inputs, sizes: Mapping[str, int],
+                     seed: int = 0) -> KernelReference:
+    """The float64 reference and tolerances of kernel `sig` (Tile IR in `module`) on `inputs`: the module
+    docstring's rule, from one run in the kernel's precision and four in float64 (exact, and moved up, down
+    and at random by `ROUNDING`)."""
+    arguments, bound = prepare_arguments(sig, inputs, sizes)
+    run_grid(sig, module, arguments, bound)
+    native = [a for a, arg in zip(arguments, sig.args) if arg.role == "out"]
+    exact = run_widened(module, sig, inputs, sizes)
+    rng = np.random.default_rng(seed)
+    moved = [run_widened(module, sig, inputs, sizes, sign, rng) for sign in (1, -1, 0)]
+    tolerances = []
+    for i, ref in enumerate(exact):
+        baseline = max([_difference(native[i], ref)] + [_difference(m[i], ref) for m in moved])
+        finite = np.isfinite(ref)
+        scale = max(1.0, float(np.abs(ref[finite]).max())) if finite.any() else 1.0
+        tolerances.append(2 * baseline + ABSOLUTE_TOLERANCE * scale)
+    return KernelReference(tuple(exact), tuple(tolerances))

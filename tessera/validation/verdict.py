@@ -1,0 +1,83 @@
+"""What every output of a kernel is held to: a reference and a tolerance, for any kernel.
+
+- a kernel of a kind a builder makes ("attention", "gemm") is held to that kind's NumPy reference under its
+  tolerance rule (`tessera.reference`), on its first output, as the builders' tests hold it;
+- any other kernel ("custom", or any kind without a NumPy reference) is held to its own Tile IR run in
+  float64 under the tolerance of where it rounds (`rounding.kernel_reference`), on every output.
+
+`tessera.validate` and `tessera-run --check` use it, so no kernel goes without a verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp
+
+from tessera.kernel_abi import KernelSignature
+from tessera.validation.rounding import KernelReference, kernel_reference
+
+BUILDER_KINDS = ("attention", "gemm")
+"""Kinds with a NumPy reference of their own (`tessera.reference`)."""
+
+
+@dataclass
+class Reference:
+    """The reference of one kernel on one set of inputs (module docstring)."""
+
+    sig: KernelSignature
+    inputs: Sequence[np.ndarray]
+    own: KernelReference | None = None
+    """The kernel's own float64 reference (kinds without a NumPy reference)."""
+
+    @property
+    def source(self) -> str:
+        return f"NumPy reference of kind '{self.sig.kind}'" if self.own is None else "its own Tile IR in float64"
+
+    def judge(self, outputs: Sequence[np.ndarray]) -> tuple[float, float]:
+        """(max error, tolerance) of `outputs` (the worst output for a kernel's own reference)."""
+        if self.own is not None:
+            return self.own.judge(outputs)
+        from tessera import reference
+        from tessera.numerics import numpy_dtype
+
+        dtype = numpy_dtype(self.sig.inputs[0].type.element_type)
+        check = reference.check_attention_kernel if self.sig.kind == "attention" else reference.check_gemm_kernel
+        c = check(self.sig, outputs[0], self.inputs, dtype)
+        return c.max_error, c.tolerance
+
+    def first_output(self) -> np.ndarray:
+        """The float64 reference of the kernel's first output."""
+        if self.own is not None:
+            return self.own.outputs[0]
+        from tessera import reference
+        from tessera.numerics import numpy_dtype, round_to
+
+        sig = self.sig
+        dtype = numpy_dtype(sig.inputs[0].type.element_type)
+        rounded = [round_to(np.asarray(x), dtype) for x in self.inputs]
+        if sig.kind == "attention":
+            q, k, v, *bias = rounded
+            return reference.attention(q, k, v, sig.causal, sig.scale, bias[0] if sig.bias else None)
+        return reference.gemm_kernel(sig, rounded)
+
+    def worst_element(self, output: np.ndarray) -> tuple[int, ...]:
+        """The index of the first output's element farthest from the reference."""
+        ref = self.first_output()
+        if ref.shape != np.shape(output) or ref.size == 0:
+            return tuple(0 for _ in np.shape(output))
+        with np.errstate(invalid="ignore"):
+            diff = np.abs(np.asarray(output, np.float64) - ref)
+        same = (np.asarray(output, np.float64) == ref) | (np.isnan(output) & np.isnan(ref))
+        diff = np.where(same, 0.0, np.nan_to_num(diff, nan=np.inf))
+        return tuple(int(i) for i in np.unravel_index(int(np.argmax(diff)), diff.shape))
+
+
+def reference_for(module: ModuleOp, sig: KernelSignature, inputs: Sequence[np.ndarray],
+                  sizes: Mapping[str, int], seed: int = 0) -> Reference:
+    """The reference of kernel `sig` (Tile IR in `module`) on `inputs` (module docstring)."""
+    if sig.kind in BUILDER_KINDS:
+        return Reference(sig, inputs)
+    return Reference(sig, inputs, kernel_reference(module, sig, inputs, sizes, seed))
