@@ -171,14 +171,13 @@ class RegisterFileChecker(Interpreter.Listener):
                 self.kinds[registers] = kind
             if every is None:
                 every = bool(active.all())
+                rows = None if every else np.flatnonzero(active)
             if every:
                 file[:, registers] = bits
+            elif isinstance(registers, slice):
+                file[rows, registers] = bits[rows]  # a scalar's [r, 1] broadcasts over its registers
             else:
-                rows = np.flatnonzero(active)
-                if isinstance(registers, slice):
-                    file[rows, registers] = np.broadcast_to(bits, (len(active), file[:, registers].shape[1]))[rows]
-                else:
-                    file[rows[:, None], registers] = np.broadcast_to(bits, (len(active), len(registers)))[rows]
+                file[rows[:, None], registers] = bits[rows]
 
     def will_interpret_op(self, op: Operation, args) -> None:
         active = self.cta.active
