@@ -9,6 +9,11 @@ fp64 NumPy reference on the same inputs, and the ratios to it (absolute times ar
 indicative on a shared machine; compare ratios taken in the same run). The last rows run flash attention again
 with a busy neighbour core (bench/busy_neighbour.py: a process spinning on another core), the usual state of a
 machine running a test suite; `--no-busy` leaves them out.
+
+The CTA simulator rows (`--simulator` prints only them) time the simulator alone over the whole grid of flash
+attention, lowered and allocated once outside the timing, with the register-file check on (as
+`tessera.interpret(level="target")` runs it) and off, against a plain NumPy fp32 attention on the same shape
+(issue 28's measure: the simulator's goal is <= 50x NumPy fp32).
 """
 
 from __future__ import annotations
@@ -44,12 +49,16 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-busy", action="store_true", help="leave out the rows with a busy neighbour core")
+    parser.add_argument("--simulator", action="store_true", help="only the CTA simulator rows")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     shape = (args.batch, args.heads, args.seq, args.head_dim)
     q = rng.standard_normal((args.batch, args.heads, args.queries or args.seq, args.head_dim))
     k, v = (rng.standard_normal(shape) for _ in range(2))
     print(f"attention q {q.shape}, k/v {shape}, best of {args.repeats}")
+    if args.simulator:
+        simulator_rows(q, k, v, args.repeats)
+        return
     print(f"{'variant':<22}{'causal':<8}{'tile s':>9}{'target s':>10}{'numpy s':>9}{'tile/np':>9}{'target/np':>10}")
     rows = [(variant, causal, False) for variant in ("flash_attention", "two_pass_attention", "three_pass_attention")
             for causal in (False, True)]
@@ -62,6 +71,44 @@ def main() -> None:
         label = variant + (" +busy" if busy else "")
         print(f"{label:<22}{str(causal):<8}{t_tile:>9.3f}{target[0]:>10}{t_ref:>9.3f}"
               f"{t_tile / t_ref:>9.2f}{target[1]:>10}")
+
+
+def numpy_attention_f32(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool) -> np.ndarray:
+    """softmax(Q K^T / sqrt(d) [+ causal mask]) V in float32, the plain NumPy way (inputs already float32)."""
+    scores = np.matmul(q, np.swapaxes(k, -1, -2)) * np.float32(1.0 / np.sqrt(q.shape[-1]))
+    if causal:
+        seq_q, seq_k = scores.shape[-2:]
+        scores = np.where(np.tril(np.ones((seq_q, seq_k), bool), seq_k - seq_q), scores, np.float32(-np.inf))
+    scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return np.matmul(scores / scores.sum(axis=-1, keepdims=True), v)
+
+
+def simulator_rows(q, k, v, repeats: int) -> None:
+    """The CTA simulator alone (register-file check on and off) over the whole grid of flash attention, against
+    NumPy fp32 attention, best of `repeats`, each ratio from times taken in this run."""
+    from tessera.interpreters.launch import prepare_arguments
+    from tessera.interpreters.sm90.launch import run_target_kernel
+    from tessera.kernel_abi import kernels, signature
+    from tessera.regalloc import allocate_registers
+
+    q32, k32, v32 = (x.astype(np.float32) for x in (q, k, v))
+    print(f"{'CTA simulator':<22}{'causal':<8}{'checked s':>10}{'unchecked s':>12}{'np f32 s':>10}"
+          f"{'checked/np':>11}{'unchecked/np':>13}")
+    for causal in (False, True):
+        module = tessera.kernels.flash_attention(head_dim=q.shape[-1], causal=causal)
+        sig = signature(kernels(module)[0])
+        target = tessera.lower_to_target(module, sig.name)
+        allocation = allocate_registers(target)
+
+        def run(checked: bool) -> None:
+            arguments, sizes = prepare_arguments(sig, [q, k, v])
+            run_target_kernel(target, arguments, sizes, allocation if checked else None)
+
+        t_checked, t_unchecked = best_time(lambda: run(True), repeats), best_time(lambda: run(False), repeats)
+        # NumPy takes milliseconds, and BLAS threads on a loaded machine make single runs vary 50x: best of 20.
+        t_np = best_time(lambda: numpy_attention_f32(q32, k32, v32, causal), max(20, repeats))
+        print(f"{'flash_attention':<22}{str(causal):<8}{t_checked:>10.3f}{t_unchecked:>12.3f}{t_np:>10.4f}"
+              f"{t_checked / t_np:>11.0f}{t_unchecked / t_np:>13.0f}")
 
 
 def measure(module, q, k, v, causal: bool, repeats: int) -> tuple[float, float | None, float]:

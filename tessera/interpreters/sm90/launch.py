@@ -42,7 +42,7 @@ from tessera.interpreters.sm90.reductions import ReductionFunctions, reduction_t
 from tessera.interpreters.sm90.registers import full
 from tessera.interpreters.sm90.strands import Scheduler
 from tessera.interpreters.sm90.tma import TensorMap
-from tessera.interpreters.sm90.register_check import RegisterFileChecker
+from tessera.interpreters.sm90.register_check import RegisterFileChecker, RegisterLayout
 from tessera.interpreters.sm90.wgmma import PendingUseChecker
 from tessera.kernel_abi import (
     BOX_ATTR,
@@ -300,6 +300,8 @@ def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], siz
     grid and the hardware's limits); `cta_order` is then refused. `traffic`, if given, receives {cta id:
     {tensor map: bytes read from global memory by its TMA copies}}."""
     kernel = target_kernel(func_op)
+    if allocation is not None:
+        allocation = RegisterLayout(allocation)  # one for all CTAs
     names = [f"#{k}" for k in range(len(arguments))]
     for arg in kernel.args:
         if arg.source is not None and 0 <= arg.source < len(names):

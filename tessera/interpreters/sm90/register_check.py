@@ -21,6 +21,7 @@ loop's latch into its carried registers are not seen.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -38,9 +39,25 @@ from tessera.sm90 import facts
 def _bits(array: np.ndarray) -> np.ndarray:
     """Compare by bit pattern, so NaNs compare equal to themselves and -0.0 differs from 0.0."""
     array = np.ascontiguousarray(array)
-    if array.dtype == np.bool_:
-        return array
-    return array.view(np.dtype(f"u{array.dtype.itemsize}"))
+    return array.view(_UNSIGNED[array.dtype.itemsize])
+
+
+_UNSIGNED = {size: np.dtype(f"u{size}") for size in (1, 2, 4, 8)}
+
+
+def _register_order(name: str) -> tuple[str, int, str]:
+    """Registers of one class in numeric order (%f2 before %f10), so a vector's registers are one slice."""
+    match = re.fullmatch(r"%([A-Za-z_]*)(\d*)", name)
+    if match is None:
+        return (name, -1, name)
+    return (match[1], int(match[2]) if match[2] else -1, name)
+
+
+def _index(positions: list[int]) -> slice | np.ndarray:
+    """`positions` as a slice where they are consecutive (a view, not a copy), else as an index array."""
+    if positions == list(range(positions[0], positions[0] + len(positions))):
+        return slice(positions[0], positions[0] + len(positions))
+    return np.array(positions, np.intp)
 
 
 @dataclass(frozen=True)
@@ -54,24 +71,85 @@ class InFlight:
     role: str
 
 
-class RegisterFileChecker(Interpreter.Listener):
-    """Keeps the register file of one CTA and checks every operand against it (module docstring)."""
+@dataclass(frozen=True)
+class _Layout:
+    """Where one SSA value lives in the register file: its registers (columns of the file), their names, and
+    the element (column of the value's [T, N] array) each holds; a scalar [T] value is in all its registers."""
 
-    def __init__(self, cta, allocation: Allocation):
-        self.cta = cta
+    registers: slice | np.ndarray
+    names: tuple[str, ...]
+    elements: slice | np.ndarray
+
+
+class RegisterLayout:
+    """What the register file check needs of an allocation, the same for every CTA of a launch: the file's
+    column of each register (registers of a class in numeric order, so that a vector's registers are one
+    slice), the registers of each value (`of`), and the registers each op writes (`written`); built once per
+    launch and shared by the CTAs' checkers. The allocation must not change while it is in use."""
+
+    def __init__(self, allocation: Allocation):
         self.names = allocation.names
-        self.registers: dict[str, np.ndarray] = {}
+        registers = {name for names in allocation.names.values() for name in names if name.startswith("%")}
+        self.index = {name: i for i, name in enumerate(sorted(registers, key=_register_order))}
+        self._layouts: dict[object, _Layout | None] = {}
+        self._written: dict[Operation, list[tuple[str, object]]] = {}
+
+    def of(self, value) -> _Layout | None:
+        """The registers of `value` (None for a value with none, or one written implicitly: a block argument)."""
+        try:
+            return self._layouts[value]
+        except KeyError:
+            pass
+        names = self.names.get(value)
+        layout = None
+        if names is not None and not isinstance(value, BlockArgument):
+            picked = [(i, name) for i, name in enumerate(names) if name.startswith("%")]
+            if picked:
+                layout = _Layout(_index([self.index[name] for _, name in picked]),
+                                 tuple(name for _, name in picked), _index([i for i, _ in picked]))
+        self._layouts[value] = layout
+        return layout
+
+    def written(self, op: Operation, find) -> list[tuple[str, object]]:
+        """The registers `op` writes, with the value written into each (`find(op)` the first time)."""
+        cached = self._written.get(op)
+        if cached is None:
+            cached = self._written[op] = find(op)
+        return cached
+
+
+class RegisterFileChecker(Interpreter.Listener):
+    """Keeps the register file of one CTA and checks every operand against it (module docstring).
+
+    The file holds bit patterns: one [T, R] array per register width over all R registers the allocation
+    names, and per register the dtype last written into it (`kinds`, -1 before the first write). An operand is
+    compared only in the registers whose last write had its dtype (a register read under another class view,
+    or written implicitly as a loop-carried one, is not compared), all its registers and threads in one NumPy
+    step; a register written under a new dtype starts from zeros in every thread."""
+
+    def __init__(self, cta, allocation: "Allocation | RegisterLayout"):
+        self.cta = cta
+        self.layout = allocation if isinstance(allocation, RegisterLayout) else RegisterLayout(allocation)
+        self.names = self.layout.names
+        self._layout = self.layout.of
+        self.files: dict[int, np.ndarray] = {}
+        self.kinds = np.full(len(self.layout.index), -1, np.int16)
+        self._kind_codes: dict[np.dtype, int] = {}
         self.in_flight: dict[str, list[InFlight]] = defaultdict(list)
         self._done = None  # WgmmaUnit.done when in_flight was last pruned
 
-    def _elements(self, value, array):
-        names = self.names.get(value)
-        if names is None or isinstance(value, BlockArgument):
-            return
+    def _columns(self, layout: _Layout, array) -> tuple[np.ndarray, np.ndarray, int]:
+        """The bit patterns of `array` in the registers of `layout` ([T, k]), the file of their width, and the
+        code of the dtype."""
         array = np.asarray(array)
-        for i, name in enumerate(names):
-            if name.startswith("%"):
-                yield name, (array if array.ndim == 1 else array[:, i])
+        kind = self._kind_codes.setdefault(array.dtype, len(self._kind_codes))
+        bits = _bits(array)
+        file = self.files.get(bits.itemsize)
+        if file is None:
+            file = self.files[bits.itemsize] = np.zeros((self.cta.threads, len(self.layout.index)), bits.dtype)
+        if bits.ndim == 1:
+            return bits[:, None], file, kind
+        return bits[:, layout.elements], file, kind
 
     def did_interpret_op(self, op: Operation, results) -> None:
         active = self.cta.active
@@ -79,27 +157,49 @@ class RegisterFileChecker(Interpreter.Listener):
             self._issue(op, active)
         else:
             self._check_writes(op, active)
+        every = None
         for value, array in zip(op.results, results):
-            for name, column in self._elements(value, array):
-                held = self.registers.setdefault(name, np.zeros_like(column))
-                if held.dtype != column.dtype:
-                    held = self.registers[name] = np.zeros_like(column)
-                held[active] = column[active]
+            layout = self._layout(value)
+            if layout is None:
+                continue
+            bits, file, kind = self._columns(layout, array)
+            registers = layout.registers
+            changed = self.kinds[registers] != kind
+            if changed.any():  # a register written under another dtype starts from zeros in every thread
+                columns = np.arange(len(self.kinds))[registers][changed]
+                file[:, columns] = 0
+                self.kinds[registers] = kind
+            if every is None:
+                every = bool(active.all())
+                rows = None if every else np.flatnonzero(active)
+            if every:
+                file[:, registers] = bits
+            elif isinstance(registers, slice):
+                file[rows, registers] = bits[rows]  # a scalar's [r, 1] broadcasts over its registers
+            else:
+                file[rows[:, None], registers] = bits[rows]
 
     def will_interpret_op(self, op: Operation, args) -> None:
         active = self.cta.active
         for value, array in zip(op.operands, args):
-            for name, column in self._elements(value, array):
-                held = self.registers.get(name)
-                if held is None or held.dtype != column.dtype:
-                    continue  # written implicitly (a loop-carried register) or a different class view
-                bad = active & (_bits(held) != _bits(column))
-                if bad.any():
-                    thread = int(np.argmax(bad))
-                    raise KernelHazardError(
-                        f"{describe_op(op)}: register {name} no longer holds %{value.name_hint or '?'} "
-                        f"(another value was allocated to it while it was live) in thread {thread}"
-                    )
+            layout = self._layout(value)
+            if layout is None:
+                continue
+            bits, file, kind = self._columns(layout, array)
+            same = self.kinds[layout.registers] == kind
+            if not same.any():
+                continue  # written implicitly (a loop-carried register) or a different class view
+            differs = file[:, layout.registers] != bits
+            if not differs.any():
+                continue
+            bad = differs & active[:, None] & same[None, :]
+            if bad.any():
+                column = int(np.argmax(bad.any(axis=0)))
+                thread = int(np.argmax(bad[:, column]))
+                raise KernelHazardError(
+                    f"{describe_op(op)}: register {layout.names[column]} no longer holds "
+                    f"%{value.name_hint or '?'} (another value was allocated to it while it was live) in thread {thread}"
+                )
 
     # region registers of in-flight wgmma groups
     def _warpgroups(self, active: np.ndarray) -> list[int]:
@@ -110,13 +210,17 @@ class RegisterFileChecker(Interpreter.Listener):
         unit = self.cta.wgmma
         held = [(op.result, "accumulator")] + ([(op.a, "A fragment")] if op.a_in_registers else [])
         for w in self._warpgroups(active):
+            group = int(unit.open[w])
             for value, role in held:
+                entry = InFlight(w, group, op, role)
                 for name in self.names.get(value, ()):
                     if name.startswith("%"):
-                        self.in_flight[name].append(InFlight(w, int(unit.open[w]), op, role))
+                        self.in_flight[name].append(entry)
 
     def _written(self, op: Operation) -> list[tuple[str, object]]:
-        """The registers `op` writes, with the value written into each."""
+        return self.layout.written(op, self._find_written)
+
+    def _find_written(self, op: Operation) -> list[tuple[str, object]]:
         if aliases_operand_registers(op):
             return []
         written = []
