@@ -11,7 +11,7 @@ from tessera import ir
 from tessera.arguments import check_array, check_choice, check_module, check_size, check_sizes, check_string
 # `kernels` is imported under another name: importing the subpackage `tessera.kernels` rebinds the
 # package attribute `kernels`, which would replace a function of that name here.
-from tessera.kernel_abi import KernelSignature, is_target_kernel, signature
+from tessera.kernel_abi import KernelSignature, is_target_kernel, signature, specialized
 from tessera.kernel_abi import kernels as kernel_functions
 
 LEVELS = ("tile", "target", "ptx")
@@ -157,7 +157,10 @@ def interpret(
     arrays = [check_array(where, f"input {i}", x) for i, x in enumerate(inputs)]
     sig = _find_kernel(module, kernel)
     named = check_sizes(where, sizes, [*sig.dim_names(), *sig.launch_sizes])
-    bound = sig.sizes_from_inputs([a.shape for a in arrays], named)
+    try:
+        bound = sig.sizes_from_inputs([a.shape for a in arrays], named)
+    except ValueError as error:
+        raise ValueError(f"{where}: {error}") from None
     for name, value in named.items():
         if bound[name] != value:
             raise ValueError(f"{where}: size {name}={value} contradicts the inputs, which give {name}={bound[name]}")
@@ -167,6 +170,8 @@ def interpret(
     from tessera.interpreters.launch import prepare_arguments, run_grid
 
     arguments, bound = prepare_arguments(sig, arrays, named)
+    if level != "tile" or pipeline is not None:  # the variant for these sizes (`tile.specialize`)
+        module = specialized(module, sig, bound)
     if level == "tile":
         if pipeline is not None:
             from tessera.passes import apply_pipeline

@@ -32,6 +32,7 @@ from tessera.kernel_abi import (
     BOX_ATTR,
     COPY_ATTR,
     DIMS_ATTR,
+    DIVISIBLE_ATTR,
     ELEMENT_ATTR,
     GRID_ATTR,
     KERNEL_ATTR,
@@ -256,7 +257,7 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
                           f"than the {facts.MAX_SHARED_MEMORY_PER_BLOCK} a thread block of sm_90 may have: use fewer "
                           "pipeline stages or smaller tiles")
         attributes = {KERNEL_ATTR: self.fn.attributes[KERNEL_ATTR], GRID_ATTR: self.fn.attributes[GRID_ATTR]}
-        for kept in (CLUSTER_ATTR, LAUNCH_SIZES_ATTR):  # the launch reads them from the Target IR kernel
+        for kept in (CLUSTER_ATTR, LAUNCH_SIZES_ATTR, DIVISIBLE_ATTR):  # the launch reads them from the Target IR kernel
             if kept in self.fn.attributes:
                 attributes[kept] = self.fn.attributes[kept]
         attributes[TARGET_KERNEL_ATTR] = DictionaryAttr({

@@ -265,9 +265,10 @@ class MemoryLowering:
         caller knows every column is inside the tensor; offsets and mask are then computed for the thread's
         distinct rows and shuffled out to the registers (two registers live, not one per register).
         `per_element`: one register per element of a 16-bit tile too, not per packed pair."""
-        packed = not isinstance(ty.element_type, Float32Type) and not per_element
-        if packed and (ty.get_shape()[1] % 2 or self._is_column(ty)):
+        half = not isinstance(ty.element_type, Float32Type)
+        if half and (ty.get_shape()[1] % 2 or self._is_column(ty)):
             _refuse(op, "16-bit tiles in registers need an even number of columns")
+        packed = half and not per_element
         *lead, row0, col0 = window.indices
         row_offsets, col_offsets = self._thread_offsets(op, ty, pairs=packed)
         row, col = self._origin(e, row0, col0, column=self._is_column(ty))
@@ -300,10 +301,36 @@ class MemoryLowering:
         return base, offsets, e.andi(in_rows, in_cols), [c * elt for c in col_offsets]
 
     def _lower_StoreGlobalOp(self, op: tile.StoreGlobalOp, e: Emitter) -> None:
-        window = self._get(op.dest)
-        base, offsets, mask, columns = self._window_access(op, window, op.value.type, e)
-        mask = self._column_writers(op.value.type, mask, columns, e)
-        e.op(sm90.StGlobalOp(base, offsets, self._get(op.value), mask, columns))
+        self._store_window(op, self._get(op.dest), op.value.type, self._get(op.value), e)
+
+    def _words_aligned(self, arg: int, ty: TileType) -> bool:
+        """Whether a register tile of type `ty` may move to or from argument `arg` one 32-bit word per
+        register: f32, or 16-bit elements whose packed pairs start on their own size (an access must be
+        aligned to its size [P#operand-addresses]), i.e. every row of the tensor does (its innermost size is
+        even for every size the kernel accepts, `rows_aligned`; a pair starts at an even column, which the
+        fragment layouts keep)."""
+        if isinstance(ty.element_type, Float32Type):
+            return True
+        return rows_aligned(self.sig, arg, 2 * element_type_bytes(ty.element_type))
+
+    def _store_window(self, op, window: Window, ty: TileType, value: SSAValue, e: Emitter,
+                      row_end: SSAValue | None = None) -> None:
+        """Each thread stores its registers of `value` (of type `ty`) into the window, masked by the tensor's
+        bounds (and `row_end`): one `st.global.b32` per register where `_words_aligned`, otherwise (16-bit
+        elements in rows that may start on any even byte) one `st.global.b16` per element, the packed pair
+        (lo | hi << 16) split into its low half and hi = pair / 2^16."""
+        if self._words_aligned(window.arg, ty):
+            base, offsets, mask, columns = self._window_access(op, window, ty, e, row_end=row_end)
+            mask = self._column_writers(ty, mask, columns, e)
+            e.op(sm90.StGlobalOp(base, offsets, value, mask, columns))
+            return
+        base, offsets, mask, columns = self._window_access(op, window, ty, e, row_end=row_end, per_element=True)
+        mask = self._column_writers(ty, mask, columns, e)
+        pairs = len(columns) // 2
+        high = e.op(arith.DivUIOp(value, e.splat(i32, 1 << 16, pairs)))
+        # element 2i is pair i's low half (st.b16 stores a register's low 16 bits), element 2i + 1 its high
+        elements = e.shuffle(value, [i // 2 + (i % 2) * pairs for i in range(2 * pairs)], high)
+        e.op(sm90.StGlobalB16Op(base, offsets, elements, mask, columns))
 
     def _column_writers(self, ty, mask, columns, e: Emitter):
         """The store mask of a tile of type `ty`: `mask` itself, or for a column tile ([BM, 1]) `mask` and
@@ -318,23 +345,30 @@ class MemoryLowering:
     def _lower_LoadBroadcastOp(self, op: tile.LoadBroadcastOp, e: Emitter) -> None:
         """Each thread loads the window's elements at the distinct columns its registers lie on, once each
         (`AccumulatorLayout.distinct_columns`: n/4 registers for an [BM, n] tile, where a whole tile would
-        hold n/2), masked by the tensor's length (out-of-bounds columns give 0); the tile is a shuffle of
-        them, which costs no instruction and no register. The columns are the loads' address immediates."""
+        hold n/2), masked by the tensor's bounds (out-of-bounds columns give 0, and so does every column of a
+        window whose leading indices, the row of a 2-D tensor or a batch, lie outside the tensor); the tile is
+        a shuffle of them, which costs no instruction and no register. The columns are the loads' address
+        immediates."""
         window = self._get(op.source)
         ty = op.result.type
         if not isinstance(ty.element_type, Float32Type):
             _refuse(op, "only f32 rows can be broadcast")
-        (col0,) = window.indices
+        *lead, col0 = window.indices
         vector_type = self._vector_type(op, ty)
         if self._is_column(ty):  # [BM, 1]: one element, on both of the thread's rows
             columns, spread = [0], [0] * vector_type.get_shape()[0]
         else:
             columns, spread = self._layout(op, ty).distinct_columns
         col = e.addi(col0, self.col_base)
-        length = self._dim_value(window.arg, 0, e)
-        mask = self._below(e, e.op(arith.SubiOp(length, col)), columns)
+        dims = [self._dim_value(window.arg, d, e) for d in range(len(window.indices))]
+        mask = self._below(e, e.op(arith.SubiOp(dims[-1], col)), columns)
+        flat = e.i64(0)
+        for index, dim in zip(lead, dims):
+            flat = e.addi(e.muli(flat, e.to_i64(dim)), e.to_i64(index))
+            mask = e.andi(mask, e.broadcast(e.cmpi(index, dim, "ult"), len(columns)))
+        first = e.addi(e.muli(flat, e.to_i64(dims[-1])), e.to_i64(col))
         elt = element_type_bytes(ty.element_type)
-        base = e.addi(self.entry_args[self.pointer_args[window.arg]], e.muli(e.to_i64(col), e.i64(elt)))
+        base = e.addi(self.entry_args[self.pointer_args[window.arg]], e.muli(first, e.i64(elt)))
         loaded = e.op(sm90.LdGlobalOp(base, e.dense(i32, [0] * len(columns)), mask,
                                       VectorType(vector_type.element_type, [len(columns)]),
                                       [c * elt for c in columns]))
@@ -349,8 +383,7 @@ class MemoryLowering:
         if not isinstance(window, Window):
             _refuse(op, "loads from shared memory are not supported")
         ty = op.result.type
-        half = not isinstance(ty.element_type, Float32Type)
-        if half and not rows_aligned(self.sig, window.arg, 2 * element_type_bytes(ty.element_type)):
+        if not self._words_aligned(window.arg, ty):
             base, offsets, mask, columns = self._window_access(op, window, ty, e, per_element=True)
             elements = e.op(sm90.LdGlobalU16Op(base, offsets, mask, len(columns), columns))
             pairs = len(columns) // 2

@@ -80,9 +80,7 @@ class ServingLowering:
         quad), with the row bound min(tensor rows, row0 + rows)."""
         window = self._get(op.dest)
         row_end = e.addi(window.indices[-2], self._get(op.rows))
-        base, offsets, mask, columns = self._window_access(op, window, op.value.type, e, row_end=row_end)
-        mask = self._column_writers(op.value.type, mask, columns, e)
-        e.op(sm90.StGlobalOp(base, offsets, self._get(op.value), mask, columns))
+        self._store_window(op, window, op.value.type, self._get(op.value), e, row_end=row_end)
 
     # region the row gather (module docstring)
     def _lower_CpAsyncGatherOp(self, op: tile.CpAsyncGatherOp, e: Emitter) -> None:
