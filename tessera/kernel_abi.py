@@ -21,12 +21,13 @@ tiles move one 32-bit pair per register only where rows start on 4 bytes). conve
 Target IR kernel, and every launch (each interpreter level and the GPU runtime) refuses sizes that break it
 (`check_divisible`): a kernel compiled on the promise would fault or be silently wrong.
 
-A kernel that promises nothing may instead ask to be specialized, `tile.specialize = {K = 8 : i64, N = 8 : i64}`
-(as Triton specializes on the divisibility of its integer arguments): a launch that lowers it (`tessera.
-interpret` at levels "target" and "ptx") compiles the variant that promises (`tile.divisible`) each listed size
-its arguments make a multiple of its entry (`specialized`), so a GEMM whose rows are 16-byte multiples reads
-them with TMA and any other takes the path that needs no promise. `tessera.compile`, which sees no sizes,
-compiles the kernel as written: the path for every size.
+A kernel written for any sizes may ask to be specialized on their divisibility, `tile.specialize = {K = 8 : i64,
+N = 8 : i64}` (as Triton specializes on the divisibility of its integer arguments). Compiled without sizes
+(`tessera.compile`, tessera-opt) it is the fast variant: the lowering assumes the entries as if promised
+(`KernelSignature.divisible`), and the Target IR kernel promises them. A launch that sees the sizes
+(`tessera.interpret` at levels "target" and "ptx") compiles the variant that promises only the entries its sizes
+meet (`specialized`): a GEMM whose rows are 16-byte multiples reads them with TMA, any other takes the path
+that needs no promise. The Tile interpreter checks the promise alone (`KernelSignature.promised`).
 
 Inputs name their dimensions with plain names or constants; the same name in two places means the same size.
 Outputs and scratch buffers may also use `ceildiv(name, N)`, but only of names some input defines. The
@@ -43,6 +44,7 @@ length), and the caller checks that.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -128,7 +130,9 @@ class KernelSignature:
     gemm: GemmOptions | None = None
     """What a "gemm" kernel computes (None for other kinds)."""
     divisible: Mapping[str, int] = field(default_factory=dict)
-    """Named sizes the kernel promises are multiples of these (`tile.divisible`)."""
+    """Named sizes the lowering may assume are multiples of these: the promise (`tile.divisible`) and the
+    entries of `tile.specialize` (the variant compiled without sizes), the least common multiple where both
+    name a size."""
     cluster: tuple[int, int, int] = (1, 1, 1)
     """The cluster shape the kernel declares (`tile.cluster`, see `tessera.cluster`)."""
     launch_sizes: tuple[str, ...] = ()
@@ -137,6 +141,8 @@ class KernelSignature:
     """An "attention" kernel's additive bias: a fourth input, Bias (`bias = true` in `tile.kernel`)."""
     specialize: Mapping[str, int] = field(default_factory=dict)
     """Named sizes whose divisibility a launch specializes the kernel on (`tile.specialize`, `specialized`)."""
+    promised: Mapping[str, int] = field(default_factory=dict)
+    """The promise alone (`tile.divisible`): what every launch of the kernel as written must meet."""
 
     @property
     def inputs(self) -> tuple[KernelArg, ...]:
@@ -181,7 +187,7 @@ class KernelSignature:
                 name = expr.symbol.data
                 if sizes.setdefault(name, actual) != actual:
                     raise ValueError(f"{what}: '{name}' is {sizes[name]} elsewhere, got {actual}")
-        check_divisible(self.name, self.divisible, sizes)
+        check_divisible(self.name, self.promised, sizes)
         return bind_launch_sizes(self.name, self.launch_sizes, sizes, launch or {})
 
     def grid_size(self, sizes: Mapping[str, int]) -> tuple[int, int, int]:
@@ -235,23 +241,26 @@ def check_divisible(kernel: str, divisible: Mapping[str, int], sizes: Mapping[st
         value = sizes.get(name)
         if value is not None and value % multiple:
             raise ValueError(f"kernel @{kernel} promises (tile.divisible) that {name} is a multiple of {multiple}, "
-                             f"got {name} = {value}: launch it with such sizes, or use a kernel built without the "
-                             f"promise (e.g. tessera.kernels.gemm(), which takes any size)")
+                             f"got {name} = {value}: launch it with such sizes, or compile a kernel that does not promise "
+                             f"it (tessera.interpret compiles the default tessera.kernels.gemm() for the sizes it "
+                             f"is given)")
 
 
 def specialized(module: ModuleOp, kernel: KernelSignature, sizes: Mapping[str, int]) -> ModuleOp:
-    """`module`, or a copy whose kernel `kernel` promises (`tile.divisible`, added to any promise it makes)
-    each size of its `tile.specialize` that `sizes` make a multiple of the entry: the variant a launch with
-    these sizes compiles. The copy no longer asks to be specialized."""
-    promise = {name: multiple for name, multiple in kernel.specialize.items() if sizes[name] % multiple == 0}
-    if not promise:
+    """`module` if kernel `kernel` asks for no specialization (`tile.specialize`), else a copy in which it
+    promises (`tile.divisible`) its own promise and each entry of `tile.specialize` that `sizes` meet, and asks
+    for nothing more: the variant a launch with these sizes compiles."""
+    if not kernel.specialize:
         return module
+    met = {name: multiple for name, multiple in kernel.specialize.items() if sizes[name] % multiple == 0}
     copy = module.clone()
     fn = next(op for op in kernels(copy) if op.sym_name.data == kernel.name)
-    merged = {**{n: IntegerAttr(v, 64) for n, v in kernel.divisible.items()},
-              **{n: IntegerAttr(v, 64) for n, v in promise.items()}}
-    fn.attributes[DIVISIBLE_ATTR] = DictionaryAttr(merged)
+    promise = _merge_multiples(kernel.promised, met)
     del fn.attributes[SPECIALIZE_ATTR]
+    if promise:
+        fn.attributes[DIVISIBLE_ATTR] = DictionaryAttr({n: IntegerAttr(v, 64) for n, v in promise.items()})
+    elif DIVISIBLE_ATTR in fn.attributes:
+        del fn.attributes[DIVISIBLE_ATTR]
     return copy
 
 
@@ -385,8 +394,18 @@ def signature(op: func.FuncOp) -> KernelSignature:
             if name not in defined:
                 _fail(op, f"'{key}' names '{name}', which no input defines")
             found[name] = attr.value.data
-    return KernelSignature(op, op.sym_name.data, kind, causal, scale, tuple(args), grid, gemm, divisible, cluster,
-                           launch, bias, specialize)
+    assumed = _merge_multiples(divisible, specialize)
+    return KernelSignature(op, op.sym_name.data, kind, causal, scale, tuple(args), grid, gemm, assumed, cluster,
+                           launch, bias, specialize, divisible)
+
+
+def _merge_multiples(*promises: Mapping[str, int]) -> dict[str, int]:
+    """One promise that implies each of `promises`: per size, the least common multiple of its entries."""
+    merged: dict[str, int] = {}
+    for promise in promises:
+        for name, multiple in promise.items():
+            merged[name] = math.lcm(merged.get(name, 1), multiple)
+    return merged
 
 
 def is_table(ty: TileType) -> bool:

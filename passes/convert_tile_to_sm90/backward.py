@@ -109,6 +109,9 @@ class BackwardLowering:
         ty = op.value.type
         if not isinstance(t, SharedTile) or t.stage is not None:
             _refuse(op, "the destination must be a whole shared tile (not a ring stage)")
+        if t.swizzle != LINE:
+            _refuse(op, f"register tiles are stored into 128B-swizzled shared tiles only (rows of a multiple of "
+                        f"{LINE} bytes), got a {t.swizzle}B swizzle")
         if isinstance(ty.element_type, Float32Type):
             _refuse(op, "only 16-bit register tiles are stored to shared memory (round with tile.cast first)")
         self._retire_readers(t.address, e)  # a wgmma of the previous trip may still read the tile

@@ -17,8 +17,9 @@ from tessera.numerics import LOG2E  # noqa: F401 (the lowerings import it from h
 from tessera.sm90 import facts
 
 
-LINE = facts.SWIZZLE_LINE_BYTES                     # bytes of one swizzled row of a box
-CORE_ROWS = facts.swizzle_period_bytes(128) // LINE  # rows per 1024-byte swizzle atom (the descriptor SBO)
+LINE = facts.SWIZZLE_LINE_BYTES                     # bytes of one 128B-swizzled row of a box
+CORE_ROWS = facts.swizzle_period_bytes(128) // LINE  # rows per swizzle atom, 8 for every width (the descriptor SBO)
+SWIZZLES = tuple(m for m in facts.SWIZZLE_MODES if m)  # the widths shared tiles may have: 32, 64, 128
 K_STEP = 16                                         # wgmma k for 16-bit types
 LN2 = 0.6931471805599453
 PRODUCER_ATTR = "sm90.producer"
@@ -60,17 +61,19 @@ def tile_text(op: Operation) -> str:
 @dataclass
 class SharedTile:
     """A shared tile placed in dynamic shared memory: [rows, cols] of `elt_bytes`, stored as boxes of
-    128-byte rows."""
+    `swizzle`-byte rows (32, 64 or 128: one swizzle span per row, what one TMA box writes), each box `rows`
+    rows deep. Every swizzle's pattern repeats after `CORE_ROWS` such rows (`facts.swizzle_period_bytes`)."""
 
     address: SSAValue
     rows: int
     cols: int
     elt_bytes: int
     stage: Stage | None = None
+    swizzle: int = LINE
 
     @property
     def box_cols(self) -> int:
-        return LINE // self.elt_bytes
+        return self.swizzle // self.elt_bytes
 
     @property
     def boxes(self) -> int:
@@ -78,7 +81,7 @@ class SharedTile:
 
     @property
     def box_bytes(self) -> int:
-        return self.rows * LINE
+        return self.rows * self.swizzle
 
 
 @dataclass
@@ -98,6 +101,7 @@ class Ring:
     elt_bytes: int
     full: SSAValue
     empty: SSAValue
+    swizzle: int = LINE
 
     @property
     def slot_bytes(self) -> int:

@@ -22,9 +22,9 @@ from tessera.lowering.emitter import Emitter
 from tessera.lowering.fragments import element_type_bytes
 from tessera.sm90 import facts
 from tessera.passes.convert_tile_to_sm90.common import (
-    LINE,
     CORE_ROWS,
     CLUSTER_SHARED_ATTR,
+    SWIZZLES,
     PRODUCER_ATTR,
     _constant,
     _refuse,
@@ -45,18 +45,23 @@ class MemoryLowering:
         if ty.rank not in (2, 3):
             _refuse(op, "shared tiles must be [rows, cols] or rings [stages, rows, cols]")
         *stages, rows, cols = ty.get_shape()
-        if ty.swizzle_bytes != 128 or (cols * elt) % LINE:
-            _refuse(op, "shared tiles must have a 128B swizzle and rows of a multiple of 128 bytes (run assign-swizzle)")
+        swizzle = ty.swizzle_bytes
+        if swizzle not in SWIZZLES or (cols * elt) % swizzle:
+            _refuse(op, f"shared tiles need a swizzle of {', '.join(map(str, SWIZZLES))} bytes that divides their "
+                        f"rows, got swizzle {swizzle} and rows of {cols * elt} bytes (assign-swizzle gives every tile "
+                        f"the widest such swizzle; rows of fewer than {SWIZZLES[0]} bytes or not a multiple of "
+                        f"{SWIZZLES[0]} have none: use a wider tile)")
         if rows % CORE_ROWS:
             _refuse(op, f"shared tiles must have a multiple of {CORE_ROWS} rows")
         size = rows * cols * elt
         slots = stages[0] if stages else 1
-        address = self._alloc(e, op.result.name_hint or "smem", slots * size, facts.swizzle_period_bytes(128), 128)
+        address = self._alloc(e, op.result.name_hint or "smem", slots * size, facts.swizzle_period_bytes(swizzle),
+                              swizzle)
         if stages:
             full, empty = self.rings[op]
-            self.values[op.result] = Ring(address, slots, rows, cols, elt, full, empty)
+            self.values[op.result] = Ring(address, slots, rows, cols, elt, full, empty, swizzle)
         else:
-            self.values[op.result] = SharedTile(address, rows, cols, elt)
+            self.values[op.result] = SharedTile(address, rows, cols, elt, swizzle=swizzle)
 
     def _lower_StageOp(self, op: tile.StageOp, e: Emitter) -> None:
         ring = self._get(op.source)
@@ -68,7 +73,7 @@ class MemoryLowering:
         offset = e.op(arith.IndexCastOp(e.muli(slot, e.index(ring.slot_bytes)), i32))
         address = e.op(arith.AddiOp(ring.address, offset))
         stage = Stage(ring, slot, use, self._slot_barrier(e, ring.full, slot), self._slot_barrier(e, ring.empty, slot))
-        self.values[op.result] = SharedTile(address, ring.rows, ring.cols, ring.elt_bytes, stage)
+        self.values[op.result] = SharedTile(address, ring.rows, ring.cols, ring.elt_bytes, stage, ring.swizzle)
 
     def _phase_parity(self, stage: Stage, e: Emitter, flip: bool) -> SSAValue:
         """(use / slots) & 1: the parity of the phase of the stage's barriers that use number `use` waits
@@ -115,7 +120,7 @@ class MemoryLowering:
             self._copy_by_threads(op, window, dest, e)
             return
         rows = window.shape[0]
-        tmap = self.entry_args[self.map_args[(window.arg, rows)]]
+        tmap = self.entry_args[self.map_args[(window.arg, rows, dest.swizzle)]]
         self._retire_readers(dest.address, e)
         if dest.stage is not None:
             self._fill_stage(window, dest, tmap, e, shared=op.cluster_shared is not None)
@@ -138,7 +143,8 @@ class MemoryLowering:
         rows g L .. g L + L - 1, g = t / cols: a warp reads 32 consecutive elements of a row (coalesced), and
         L is a multiple of the swizzle's 8-row period, so each register's swizzle term is a constant."""
         rows, cols, elt, threads = dest.rows, dest.cols, dest.elt_bytes, self.threads
-        period = facts.swizzle_period_bytes(128) // LINE
+        line = dest.swizzle  # the bytes of a row of a box
+        period = facts.swizzle_period_bytes(line) // line
         if elt != 2 or threads % cols or (rows * cols) % threads or (rows * cols // threads) % period:
             _refuse(op, f"a copy without TMA needs a 16-bit tile whose {cols} columns divide the block's {threads} "
                         f"threads into groups of a multiple of {period} rows each, got [{rows}, {cols}] x {elt} bytes")
@@ -161,15 +167,16 @@ class MemoryLowering:
         pitch = e.op(arith.IndexCastOp(e.muli(dims[-1], e.index(elt)), i32))
         offsets = e.muli(e.broadcast(pitch, per_thread), e.dense(i32, list(range(per_thread))))
         values = e.op(sm90.LdGlobalU16Op(base, offsets, mask, per_thread))
-        # Shared: box column // box_cols, byte (column mod box_cols) x elt of row first_row + i, whose 128B
-        # swizzle XORs the byte's 16-byte chunk with a pattern of row mod 8 (the tile's base is aligned to it).
+        # Shared: box column // box_cols, byte (column mod box_cols) x elt of row first_row + i, whose swizzle
+        # XORs the byte's 16-byte chunk with a pattern of the row's place in the 8-row period (the tile's base
+        # and first_row x line are multiples of the period; the byte stays inside its swizzle span).
         box = e.op(arith.DivUIOp(column, e.index(dest.box_cols)))
         byte = e.muli(e.op(arith.RemUIOp(column, e.index(dest.box_cols))), e.index(elt))
-        start = e.addi(e.muli(box, e.index(dest.box_bytes)), e.muli(first_row, e.index(LINE)))
+        start = e.addi(e.muli(box, e.index(dest.box_bytes)), e.muli(first_row, e.index(line)))
         start = e.op(arith.AddiOp(dest.address, e.op(arith.IndexCastOp(start, i32))))
-        pattern = [int(facts.swizzle_address(i * LINE, 128)) - i * LINE for i in range(per_thread)]
+        pattern = [int(facts.swizzle_address(i * line, line)) - i * line for i in range(per_thread)]
         swizzled = e.op(arith.XOrIOp(e.broadcast(e.op(arith.IndexCastOp(byte, i32)), per_thread), e.dense(i32, pattern)))
-        addresses = e.addi(e.addi(e.broadcast(start, per_thread), e.dense(i32, [i * LINE for i in range(per_thread)])), swizzled)
+        addresses = e.addi(e.addi(e.broadcast(start, per_thread), e.dense(i32, [i * line for i in range(per_thread)])), swizzled)
         e.op(sm90.StSharedB16Op(addresses, values))
         e.op(sm90.FenceProxyAsyncOp())
 

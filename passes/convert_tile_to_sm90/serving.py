@@ -109,6 +109,9 @@ class ServingLowering:
         """The cp.asyncs of `threads` threads (this one is `lane`) copying the rows of `op` into `dest`."""
         if not all(isinstance(v.owner, Block) for v in (op.source, op.table)):
             _refuse(op, "a gather reads a kernel argument through a table argument")
+        if dest.swizzle != LINE:
+            _refuse(op, f"a gather fills 128B-swizzled shared tiles only (rows of a multiple of {LINE} bytes), got "
+                        f"a {dest.swizzle}B swizzle")
         source, table = op.source.index, op.table.index
         shape = self._arg_tile(source).get_shape()
         elt = element_type_bytes(self._arg_tile(source).element_type)

@@ -10,12 +10,13 @@ The output is f32, the tensor core's accumulator type: the kernel stores its res
 that wants bf16/f16 rounds once, outside (one rounding, no epilogue choice baked into the kernel).
 
 Which sizes it may assume (`aligned`):
-- None (the default): any M, N, K >= 1, and the fast path where the sizes allow it: the kernel promises nothing
-  and asks to be specialized (`tile.specialize`, `tessera.kernel_abi.specialized`) on the innermost sizes of A
-  and B being multiples of 8 elements. A launch with such sizes (16-byte rows) compiles the variant that reads
-  A and B with TMA, pipelined and warp-specialized; any other launch the one that reads them with per-element
-  ld.global (see convert-tile-to-sm90), whose K loop pipeline-loops leaves single-stage (ring stages are filled
-  by bulk copies only). Compiled without sizes (`tessera.compile`) it is the any-size kernel.
+- None (the default): any M, N, K >= 1, and the fast path where the sizes allow it: the kernel asks to be
+  specialized (`tile.specialize`, see `tessera.kernel_abi`) on the innermost sizes of A and B being multiples
+  of 8 elements. A launch that sees the sizes (`tessera.interpret` at "target" or "ptx") compiles, for 16-byte
+  rows, the variant that reads A and B with TMA, pipelined and warp-specialized, and for other sizes the one
+  that reads them with per-element ld.global (see convert-tile-to-sm90), whose K loop pipeline-loops leaves
+  single-stage (ring stages are filled by bulk copies only). Compiled without sizes (`tessera.compile`,
+  tessera-opt) it is the TMA variant, whose launches refuse other sizes by name.
 - True: the kernel promises (`tile.divisible`) those multiples of 8, so it always compiles to the TMA path; a
   launch with other sizes is refused by name.
 - False: any sizes, never specialized (always the ld.global path).
