@@ -271,6 +271,8 @@ class BackwardLowering:
         if not (isinstance(window, Window) and op.value.type.rank == 1):
             super()._lower_StoreGlobalOp(op, e)
             return
+        if not isinstance(op.value.type.element_type, Float32Type):
+            _refuse(op, "row vectors must be f32")
         base, offsets, mask = self._row_window_access(op, window, e)
         # the four lanes of a row's quad hold the same value: the one whose column base is 0 writes it
         first = e.setp("eq", self.col_base, e.index(0))

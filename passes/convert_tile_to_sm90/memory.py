@@ -47,10 +47,12 @@ class MemoryLowering:
         *stages, rows, cols = ty.get_shape()
         swizzle = ty.swizzle_bytes
         if swizzle not in SWIZZLES or (cols * elt) % swizzle:
-            _refuse(op, f"shared tiles need a swizzle of {', '.join(map(str, SWIZZLES))} bytes that divides their "
-                        f"rows, got swizzle {swizzle} and rows of {cols * elt} bytes (assign-swizzle gives every tile "
-                        f"the widest such swizzle; rows of fewer than {SWIZZLES[0]} bytes or not a multiple of "
-                        f"{SWIZZLES[0]} have none: use a wider tile)")
+            widths = "/".join(map(str, SWIZZLES))
+            if (cols * elt) % SWIZZLES[0]:
+                _refuse(op, f"shared tiles need rows of a multiple of {SWIZZLES[0]} bytes (the narrowest swizzle, of "
+                            f"{widths} bytes), got rows of {cols} x {elt} = {cols * elt} bytes: widen the tile")
+            _refuse(op, f"shared tiles need a {widths}-byte swizzle that divides their rows of {cols * elt} bytes, "
+                        f"got swizzle {swizzle} (run assign-swizzle: it gives every tile the widest one)")
         if rows % CORE_ROWS:
             _refuse(op, f"shared tiles must have a multiple of {CORE_ROWS} rows")
         size = rows * cols * elt
