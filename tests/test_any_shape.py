@@ -264,3 +264,19 @@ def test_tessera_run_specializes_the_default_gemm(tmp_path):
                            "-d", "M=5", "-d", "N=3", "-d", "K=7", "--check"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "C[5, 3]" in proc.stdout and ": ok" in proc.stdout
+
+
+def test_an_odd_first_column_moves_elements_even_under_a_promise(rng):
+    """N promised even makes rows start on 4 bytes, but a window that starts at an odd column (here 16 j + 1)
+    still puts pairs across 4-byte boundaries: one element per register there, and the right values."""
+    text = tessera.print_module(copy_kernel("f32", "bf16", "N = 2 : i64"))
+    text = text.replace("%y_window = tile.view %Y[%m0, %n0]", "%one = arith.constant 1 : index\n    %n1 = arith.addi %n0, %one : index\n    %y_window = tile.view %Y[%m0, %n1]")
+    kernel = tessera.parse_module(text)
+    assert "st.global.b16" in tessera.compile(kernel)
+    x = rng.standard_normal((3, 34)).astype(np.float32)
+    expected = np.zeros((3, 34), ml_dtypes.bfloat16)
+    for j in range(0, 34, 16):  # block j writes columns 16 j + 1 .. 16 j + 16 from X's 16 j .. 16 j + 15
+        width = min(16, 34 - (j + 1))
+        expected[:, j + 1: j + 1 + width] = x[:, j: j + width].astype(ml_dtypes.bfloat16)
+    for level in ("tile", "target", "ptx"):
+        assert np.array_equal(tessera.interpret(kernel, x, level=level), expected), level

@@ -140,11 +140,29 @@ class PendingMma:
 
 @dataclass
 class Window:
-    """A `tile.view`: source argument index, its (new) index values, window shape."""
+    """A `tile.view`: source argument index, its (new) index values, window shape, and whether its first
+    column is even for every value it takes (`is_even`): 16-bit pairs from it then start on 4 bytes wherever
+    the tensor's rows do."""
 
     arg: int
     indices: list[SSAValue]
     shape: tuple[int, ...]
+    even_column: bool = False
+
+
+def is_even(value: SSAValue, depth: int = 8) -> bool:
+    """Whether the Tile IR index `value` is even whatever the inputs: an even constant, a product with an even
+    factor, or a sum or difference of even values (a block's first column, j x 64, say). False when unsure."""
+    owner = value.owner
+    if depth == 0:
+        return False
+    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
+        return owner.value.value.data % 2 == 0
+    if isinstance(owner, arith.MuliOp):
+        return is_even(owner.lhs, depth - 1) or is_even(owner.rhs, depth - 1)
+    if isinstance(owner, arith.AddiOp | arith.SubiOp):
+        return is_even(owner.lhs, depth - 1) and is_even(owner.rhs, depth - 1)
+    return False
 
 
 @dataclass

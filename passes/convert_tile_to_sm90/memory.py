@@ -33,6 +33,7 @@ from tessera.passes.convert_tile_to_sm90.common import (
     Stage,
     Window,
     Group,
+    is_even,
 )
 
 
@@ -109,7 +110,8 @@ class MemoryLowering:
             _refuse(op, "views must be of kernel arguments")
         if op.result.type.rank not in (1, 2):
             _refuse(op, "only 2-D windows (and 1-D ones for tile.load_broadcast) are supported")
-        self.values[op.result] = Window(source[1], [self._get(i) for i in op.indices], op.result.type.get_shape())
+        self.values[op.result] = Window(source[1], [self._get(i) for i in op.indices], op.result.type.get_shape(),
+                                        is_even(op.indices[-1]))
 
     def _lower_CpAsyncOp(self, op: tile.CpAsyncOp, e: Emitter) -> None:
         window, dest = self._get(op.source), self._get(op.dest)
@@ -312,15 +314,15 @@ class MemoryLowering:
     def _lower_StoreGlobalOp(self, op: tile.StoreGlobalOp, e: Emitter) -> None:
         self._store_window(op, self._get(op.dest), op.value.type, self._get(op.value), e)
 
-    def _words_aligned(self, arg: int, ty: TileType) -> bool:
-        """Whether a register tile of type `ty` may move to or from argument `arg` one 32-bit word per
-        register: f32, or 16-bit elements whose packed pairs start on their own size (an access must be
-        aligned to its size [P#operand-addresses]), i.e. every row of the tensor does (its innermost size is
-        even for every size the kernel accepts, `rows_aligned`; a pair starts at an even column, which the
-        fragment layouts keep)."""
+    def _words_aligned(self, window: Window, ty: TileType) -> bool:
+        """Whether a register tile of type `ty` may move to or from `window` one 32-bit word per register:
+        f32, or 16-bit elements whose packed pairs start on their own size (an access must be aligned to its
+        size [P#operand-addresses]): every row of the tensor does (its innermost size is even for every size
+        the kernel accepts, `rows_aligned`) and so does the window's first column (`Window.even_column`; the
+        fragment layouts put pairs at even columns from it)."""
         if isinstance(ty.element_type, Float32Type):
             return True
-        return rows_aligned(self.sig, arg, 2 * element_type_bytes(ty.element_type))
+        return window.even_column and rows_aligned(self.sig, window.arg, 2 * element_type_bytes(ty.element_type))
 
     def _store_window(self, op, window: Window, ty: TileType, value: SSAValue, e: Emitter,
                       row_end: SSAValue | None = None) -> None:
@@ -328,7 +330,7 @@ class MemoryLowering:
         bounds (and `row_end`): one `st.global.b32` per register where `_words_aligned`, otherwise (16-bit
         elements in rows that may start on any even byte) one `st.global.b16` per element, the packed pair
         (lo | hi << 16) split into its low half and hi = pair / 2^16."""
-        if self._words_aligned(window.arg, ty):
+        if self._words_aligned(window, ty):
             base, offsets, mask, columns = self._window_access(op, window, ty, e, row_end=row_end)
             mask = self._column_writers(ty, mask, columns, e)
             e.op(sm90.StGlobalOp(base, offsets, value, mask, columns))
@@ -392,7 +394,7 @@ class MemoryLowering:
         if not isinstance(window, Window):
             _refuse(op, "loads from shared memory are not supported")
         ty = op.result.type
-        if not self._words_aligned(window.arg, ty):
+        if not self._words_aligned(window, ty):
             base, offsets, mask, columns = self._window_access(op, window, ty, e, per_element=True)
             elements = e.op(sm90.LdGlobalU16Op(base, offsets, mask, len(columns), columns))
             pairs = len(columns) // 2
