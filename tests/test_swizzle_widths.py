@@ -105,7 +105,7 @@ def test_pipeline_loops_rings_keep_the_location():
     module = tessera.parse_module(tessera.print_module(_kernel(32, "NN")), "gemm.mlir")
     apply_pipeline(module, "assign-swizzle,pipeline-loops{stages=2}")
     from tessera.dialects import tile
-    from tessera.diagnostics import source_location
+    from tessera.ir.diagnostics import source_location
 
     rings = [op for op in module.walk() if isinstance(op, tile.AllocSharedOp) and op.result.type.rank == 3]
     assert rings and all((source_location(op) or "").startswith("gemm.mlir:") for op in rings)
