@@ -114,7 +114,8 @@ class TmaLoadOp(IRDLOperation):
 # region Global memory [P#data-movement-and-conversion-instructions-st]
 
 
-COLUMN_BYTES = """`column_bytes` (optional on `sm90.ld_global` and `sm90.st_global`; absent means all 0): a constant
+COLUMN_BYTES = """`column_bytes` (optional on `sm90.ld_global`, `sm90.ld_global_u16`, `sm90.st_global` and
+`sm90.st_global_b16`; absent means all 0): a constant
 byte offset per register, added to base + offsets[i]. It prints as the immediate of the address (`[%rd+imm]`),
 so the register offsets hold only what varies at run time (the row pitch times the register's row). The
 lowering of a window access puts each register's column there: its offsets then take as many distinct values
@@ -162,6 +163,39 @@ class StGlobalOp(IRDLOperation):
         n = _lanes(self.values.type)
         _verify_column_bytes(self, n)
         _require(_element(self.values.type) in (i32, Float32Type()), self, f"stores 32-bit registers, got {self.values.type}")
+        _require(self.offsets.type in (VectorType(i64, [n]), VectorType(i32, [n])), self,
+                 f"offsets must be vector<{n}xi64> or vector<{n}xi32> (sign-extended), got {self.offsets.type}")
+        _require(self.mask.type == VectorType(i1, [n]), self, f"mask must be vector<{n}xi1>, got {self.mask.type}")
+
+
+@irdl_op_definition
+class StGlobalB16Op(IRDLOperation):
+    """`sm90.st_global_b16 %base[%offsets], %values, %mask : vector<32xi32>, vector<32xi32>, vector<32xi1>`: for
+    each register i whose mask bit is set, store the low 16 bits of values[i] at global byte address base +
+    offsets[i] + column_bytes[i]. For 16-bit tensors whose rows need not start on 4 bytes (an odd innermost
+    size): a packed pair there would straddle a 4-byte boundary, which `st.global.b32` refuses (misaligned
+    address). Prints as one predicated `st.global.b16` of the 32-bit register per register (PTX lets st's
+    source be wider than its type: the low bits are stored [P#operand-size-exceeding-instruction-type-size]).
+    Invariants: one offset and one mask bit per register; addresses are even at run time. See
+    `COLUMN_BYTES`."""
+
+    name = "sm90.st_global_b16"
+    irdl_options = (ParsePropInAttrDict(),)
+    base_ptr = operand_def(I64)
+    offsets = operand_def(base(VectorType))
+    values = operand_def(base(VectorType))
+    mask = operand_def(base(VectorType))
+    column_bytes = opt_prop_def(DenseArrayBase)
+    assembly_format = "$base_ptr `[` $offsets `]` `,` $values `,` $mask attr-dict `:` type($offsets) `,` type($values) `,` type($mask)"
+    traits = traits_def(MemoryWriteEffect())
+
+    def __init__(self, base_ptr, offsets, values, mask, column_bytes: Sequence[int] | None = None):
+        super().__init__(operands=[base_ptr, offsets, values, mask], properties=_column_bytes(column_bytes))
+
+    def verify_(self) -> None:
+        n = _lanes(self.values.type)
+        _verify_column_bytes(self, n)
+        _require(_element(self.values.type) == i32, self, f"stores from 32-bit integer registers, got {self.values.type}")
         _require(self.offsets.type in (VectorType(i64, [n]), VectorType(i32, [n])), self,
                  f"offsets must be vector<{n}xi64> or vector<{n}xi32> (sign-extended), got {self.offsets.type}")
         _require(self.mask.type == VectorType(i1, [n]), self, f"mask must be vector<{n}xi1>, got {self.mask.type}")

@@ -7,10 +7,12 @@
 // copies of partial tiles fill zeros (which add nothing to the products) and the store drops the rows and
 // columns of C that fall outside it.
 //
-// `tile.divisible` promises that K and N are multiples of 8 (rows of 16 bytes), so that the compiler reads A
-// and B with TMA; the Tile interpreter takes any size all the same, and a lowered kernel refuses sizes that
-// break the promise. Without the promise (`tessera.kernels.gemm(aligned=False)`) any M, N, K lowers too: A and
-// B are then copied by every thread with ld.global, and the K loop stays single-stage.
+// `tile.specialize` asks the launch to specialize the kernel on K and N being multiples of 8 (rows of 16
+// bytes): tessera.interpret and tessera-run compile, for such sizes, the variant that reads A and B with TMA,
+// pipelined, and for any other sizes the one that copies them with every thread's ld.global (its K loop stays
+// single-stage). Compiled without sizes (tessera.compile, tessera-opt) it is the TMA variant, which promises
+// the multiples (`tile.divisible`) and refuses other sizes at launch. `tile.divisible = {K = 8 : i64, N = 8 :
+// i64}` instead would promise them always.
 //
 // Built by `tessera.kernels.gemm()`; this copy is written out by hand to be read.
 
@@ -23,7 +25,7 @@ builtin.module {
         tile.kernel = {kind = "gemm"},
         // Thread block (x, y) computes C[x*128 : x*128 + 128, y*128 : y*128 + 128].
         tile.grid = #tile.dims<ceildiv(M, 128), ceildiv(N, 128)>,
-        tile.divisible = {K = 8 : i64, N = 8 : i64}
+        tile.specialize = {K = 8 : i64, N = 8 : i64}
       } {
     %c0 = arith.constant 0 : index
     %c1 = arith.constant 1 : index

@@ -4,7 +4,8 @@ Input: Tile IR. Output: the same IR where each `tile.alloc_shared` has the large
 bytes that its rows allow (the row's bytes must be a whole number of swizzle widths; rows of less than 32
 bytes, or not a multiple of 32, stay unswizzled) and the alignment that swizzle needs (its period: 1024,
 512 or 256 bytes; 128 bytes, what bulk tensor copies need, when unswizzled). `tile.stage` results follow
-their ring's type. Swizzles already written in the input are replaced: the pass owns the choice.
+their ring's type. Swizzles already written in the input are replaced: the pass owns the choice. The ops it
+rebuilds keep their source locations, so later diagnostics about them say `file:line:col`.
 
 With `report=true` it writes, to stderr, one line per shared buffer and one per shared access (copy
 destinations, loads, `tile.mma` operands) with its bank-conflict ways (`tessera.analysis.bank_conflicts`).
@@ -80,12 +81,15 @@ class AssignSwizzlePass(ModulePass):
             swizzle = largest_swizzle(ty)
             new = tile.AllocSharedOp(ty.with_(swizzle=swizzle), required_alignment(swizzle))
             new.attributes.update(alloc.attributes)
+            new.location = alloc.location  # diagnostics of later passes point at the source's alloc
             rewriter.replace_op(alloc, new)
             if self.report:
                 print(f"assign-swizzle: %{new.result.name_hint} {_shape_text(ty)}: swizzle {swizzle}, align "
                       f"{required_alignment(swizzle)}", file=sys.stderr)
         for stage in [o for o in op.walk() if isinstance(o, tile.StageOp)]:
-            rewriter.replace_op(stage, tile.StageOp(stage.source, stage.index))
+            new_stage = tile.StageOp(stage.source, stage.index)
+            new_stage.location = stage.location
+            rewriter.replace_op(stage, new_stage)
         if self.report:
             for line in bank_conflict_report(op):
                 print(f"assign-swizzle: {line}", file=sys.stderr)

@@ -338,6 +338,7 @@ def make_ring(alloc: tile.AllocSharedOp, stages: int) -> SSAValue:
     ring = tile.AllocSharedOp(ty.with_(shape=(stages, *ty.get_shape())),
                               None if alloc.alignment is None else alloc.alignment.value.data)
     ring.attributes.update(alloc.attributes)
+    ring.location = alloc.location  # diagnostics about the ring point at the tile it replaces
     return _insert_before(alloc, ring, ring_name(alloc.result.name_hint))
 
 

@@ -38,9 +38,11 @@ warpgroup 1 arrives once before the loops so that warpgroup 0 starts, and warpgr
 arrival after them. While one warpgroup's GEMMs run, the other does its softmax. Needs exactly two
 consumer warpgroups.
 
-Kernels without ring refills have no producer work and are left unchanged, with a TesseraWarning naming the
-kernel (a pipeline that asked for warp specialization did not get it). Given only Tile IR, tessera-opt and
-tessera-run refuse the pass (`input_level`, `tessera.ir.diagnostics.check_pass_input`).
+Kernels without ring refills have no producer work and are left unchanged; where a loop issues TMA copies
+(pipeline-loops could have made rings of them but did not run), with a TesseraWarning naming the kernel (a
+pipeline that asked for warp specialization did not get it). Loops that copy with ld.global (rows TMA cannot
+read: the any-shape GEMM) or kernels without copy loops are left unchanged silently: nothing was lost.
+Given only Tile IR, tessera-opt and tessera-run refuse the pass (`input_level`, `tessera.ir.diagnostics.check_pass_input`).
 """
 
 from __future__ import annotations
@@ -108,6 +110,16 @@ def _take_ops(block: Block) -> list[Operation]:
     return ops
 
 
+def _enclosing_loop(op: Operation) -> Operation | None:
+    """The innermost scf.for or scf.while around `op` in its function, or None."""
+    parent = op.parent_op()
+    while parent is not None and not isinstance(parent, func.FuncOp):
+        if isinstance(parent, scf.ForOp | scf.WhileOp):
+            return parent
+        parent = parent.parent_op()
+    return None
+
+
 def _erase_dead(block: Block) -> None:
     """Erase pure ops without uses, and scf.if ops without results whose regions are empty, to a fixpoint."""
     changed = True
@@ -131,10 +143,24 @@ class _Split:
     fn: func.FuncOp
     pingpong: bool
 
+    def _unpipelined_tma_loop(self) -> bool:
+        """Whether a loop of the kernel issues TMA copies without rings, and copies nothing by threads:
+        pipeline-loops could have given it refills (it did not run). A loop that also copies a tile by threads
+        (`sm90.st_shared_b16` of elements read with ld.global: rows TMA cannot read, which pipeline-loops
+        leaves single-stage on purpose) or a kernel that copies outside loops lost nothing."""
+        loops = {}
+        for op in self.fn.walk():
+            if isinstance(op, sm90.TmaLoadOp | sm90.TmaLoadMulticastOp | sm90.StSharedB16Op):
+                loop = _enclosing_loop(op)
+                if loop is not None:
+                    loops.setdefault(loop, set()).add(isinstance(op, sm90.StSharedB16Op))
+        return any(kinds == {False} for kinds in loops.values())
+
     def run(self) -> None:
         if not any(PRODUCER_ATTR in op.attributes for op in self.fn.walk()):
-            warn(located(self.fn, "warp-specialize: no ring refills to give a producer (the kernel was not "
-                                  "pipelined: run pipeline-loops before convert-tile-to-sm90); left unchanged"))
+            if self._unpipelined_tma_loop():
+                warn(located(self.fn, "warp-specialize: no ring refills to give a producer (the kernel was not "
+                                      "pipelined: run pipeline-loops before convert-tile-to-sm90); left unchanged"))
             return
         entry = self.fn.body.block
         info = self.fn.attributes[TARGET_KERNEL_ATTR]

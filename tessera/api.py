@@ -11,7 +11,7 @@ from tessera import ir
 from tessera.arguments import check_array, check_choice, check_module, check_size, check_sizes, check_string
 # `kernels` is imported under another name: importing the subpackage `tessera.kernels` rebinds the
 # package attribute `kernels`, which would replace a function of that name here.
-from tessera.kernel_abi import KernelSignature, is_target_kernel, signature
+from tessera.kernel_abi import KernelSignature, is_target_kernel, signature, specialized
 from tessera.kernel_abi import kernels as kernel_functions
 
 LEVELS = ("tile", "target", "ptx")
@@ -141,7 +141,10 @@ def run_interpreted(where: str, module, arrays, kernel, level, pipeline, sizes):
     arrays = [check_array(where, f"input {i}", x) for i, x in enumerate(arrays)]
     _check_element_kinds(where, sig, arrays)
     named = check_sizes(where, sizes, [*sig.dim_names(), *sig.launch_sizes])
-    bound = sig.sizes_from_inputs([a.shape for a in arrays], named)
+    try:
+        bound = sig.sizes_from_inputs([a.shape for a in arrays], named)
+    except ValueError as error:
+        raise ValueError(f"{where}: {error}") from None
     for name, value in named.items():
         if bound[name] != value:
             raise ValueError(f"{where}: size {name}={value} contradicts the inputs, which give {name}={bound[name]}")
@@ -151,6 +154,8 @@ def run_interpreted(where: str, module, arrays, kernel, level, pipeline, sizes):
     from tessera.interpreters.launch import prepare_arguments, run_grid
 
     arguments, bound = prepare_arguments(sig, arrays, named)
+    if level != "tile" or pipeline is not None:  # the variant for these sizes (`tile.specialize`)
+        module = specialized(module, sig, bound)
     if level == "tile":
         if pipeline is not None:
             from tessera.passes import apply_pipeline

@@ -16,9 +16,18 @@ reference). Each argument is a global tile carrying
     tile.role = "in" | "out" | "scratch"                (default "in")
 
 A kernel may also promise divisibility of its named sizes, `tile.divisible = {K = 8 : i64, N = 8 : i64}`: the
-lowering may rely on it (GEMM reads rows with TMA only where their byte pitch is then a multiple of 16); the
-Tile interpreter, whose results do not depend on it, does not check it, and a launch of the lowered kernel with
-sizes that break it is refused by the tensor-map rules.
+lowering may rely on it (GEMM reads rows with TMA only where their byte pitch is then a multiple of 16; 16-bit
+tiles move one 32-bit pair per register only where rows start on 4 bytes). convert-tile-to-sm90 keeps it on the
+Target IR kernel, and every launch (each interpreter level and the GPU runtime) refuses sizes that break it
+(`check_divisible`): a kernel compiled on the promise would fault or be silently wrong.
+
+A kernel written for any sizes may ask to be specialized on their divisibility, `tile.specialize = {K = 8 : i64,
+N = 8 : i64}` (as Triton specializes on the divisibility of its integer arguments). Compiled without sizes
+(`tessera.compile`, tessera-opt) it is the fast variant: the lowering assumes the entries as if promised
+(`KernelSignature.divisible`), and the Target IR kernel promises them. A launch that sees the sizes
+(`tessera.interpret` at levels "target" and "ptx") compiles the variant that promises only the entries its sizes
+meet (`specialized`): a GEMM whose rows are 16-byte multiples reads them with TMA, any other takes the path
+that needs no promise. The Tile interpreter checks the promise alone (`KernelSignature.promised`).
 
 Inputs name their dimensions with plain names or constants; the same name in two places means the same size.
 Outputs and scratch buffers may also use `ceildiv(name, N)`, but only of names some input defines. The
@@ -35,6 +44,7 @@ length), and the caller checks that.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -51,6 +61,7 @@ GRID_ATTR = "tile.grid"
 DIMS_ATTR = "tile.dims"
 ROLE_ATTR = "tile.role"
 DIVISIBLE_ATTR = "tile.divisible"
+SPECIALIZE_ATTR = "tile.specialize"
 LAUNCH_SIZES_ATTR = "tile.launch_sizes"
 ROLES = ("in", "out", "scratch")
 KINDS = {"attention": (("Q", "K", "V"), ("O",)), "gemm": (("A", "B"), ("C",)), "custom": (None, None),
@@ -119,13 +130,19 @@ class KernelSignature:
     gemm: GemmOptions | None = None
     """What a "gemm" kernel computes (None for other kinds)."""
     divisible: Mapping[str, int] = field(default_factory=dict)
-    """Named sizes the kernel promises are multiples of these (`tile.divisible`)."""
+    """Named sizes the lowering may assume are multiples of these: the promise (`tile.divisible`) and the
+    entries of `tile.specialize` (the variant compiled without sizes), the least common multiple where both
+    name a size."""
     cluster: tuple[int, int, int] = (1, 1, 1)
     """The cluster shape the kernel declares (`tile.cluster`, see `tessera.cluster`)."""
     launch_sizes: tuple[str, ...] = ()
     """Sizes the launch supplies, used by the grid only (`tile.launch_sizes`, module docstring)."""
     bias: bool = False
     """An "attention" kernel's additive bias: a fourth input, Bias (`bias = true` in `tile.kernel`)."""
+    specialize: Mapping[str, int] = field(default_factory=dict)
+    """Named sizes whose divisibility a launch specializes the kernel on (`tile.specialize`, `specialized`)."""
+    promised: Mapping[str, int] = field(default_factory=dict)
+    """The promise alone (`tile.divisible`): what every launch of the kernel as written must meet."""
 
     @property
     def inputs(self) -> tuple[KernelArg, ...]:
@@ -170,6 +187,7 @@ class KernelSignature:
                 name = expr.symbol.data
                 if sizes.setdefault(name, actual) != actual:
                     raise ValueError(f"{what}: '{name}' is {sizes[name]} elsewhere, got {actual}")
+        check_divisible(self.name, self.promised, sizes)
         return bind_launch_sizes(self.name, self.launch_sizes, sizes, launch or {})
 
     def grid_size(self, sizes: Mapping[str, int]) -> tuple[int, int, int]:
@@ -205,6 +223,45 @@ def launch_size_names(op: func.FuncOp) -> tuple[str, ...]:
     if not isinstance(attr, ArrayAttr) or not all(isinstance(a, StringAttr) for a in attr.data):
         _fail(op, f"'{LAUNCH_SIZES_ATTR}' must be an array of size names such as [\"max_seqlen_q\"]")
     return tuple(a.data for a in attr.data)
+
+
+def divisible_sizes(op: func.FuncOp) -> dict[str, int]:
+    """The promise `tile.divisible` of a Tile IR or Target IR kernel as {size name: multiple} ({} for none;
+    `signature` checks its form on Tile IR kernels)."""
+    attr = op.attributes.get(DIVISIBLE_ATTR)
+    if not isinstance(attr, DictionaryAttr):
+        return {}
+    return {name: v.value.data for name, v in attr.data.items() if isinstance(v, IntegerAttr)}
+
+
+def check_divisible(kernel: str, divisible: Mapping[str, int], sizes: Mapping[str, int]) -> None:
+    """ValueError naming the size, its value and the promise where `sizes` break the kernel's `tile.divisible`
+    promise (its lowering may read rows with TMA or 32-bit pairs that such sizes misalign)."""
+    for name, multiple in divisible.items():
+        value = sizes.get(name)
+        if value is not None and value % multiple:
+            raise ValueError(f"kernel @{kernel} promises (tile.divisible) that {name} is a multiple of {multiple}, "
+                             f"got {name} = {value}: launch it with such sizes, or compile a kernel that does not promise "
+                             f"it (tessera.interpret compiles the default tessera.kernels.gemm() for the sizes it "
+                             f"is given)")
+
+
+def specialized(module: ModuleOp, kernel: KernelSignature, sizes: Mapping[str, int]) -> ModuleOp:
+    """`module` if kernel `kernel` asks for no specialization (`tile.specialize`), else a copy in which it
+    promises (`tile.divisible`) its own promise and each entry of `tile.specialize` that `sizes` meet, and asks
+    for nothing more: the variant a launch with these sizes compiles."""
+    if not kernel.specialize:
+        return module
+    met = {name: multiple for name, multiple in kernel.specialize.items() if sizes[name] % multiple == 0}
+    copy = module.clone()
+    fn = next(op for op in kernels(copy) if op.sym_name.data == kernel.name)
+    promise = _merge_multiples(kernel.promised, met)
+    del fn.attributes[SPECIALIZE_ATTR]
+    if promise:
+        fn.attributes[DIVISIBLE_ATTR] = DictionaryAttr({n: IntegerAttr(v, 64) for n, v in promise.items()})
+    elif DIVISIBLE_ATTR in fn.attributes:
+        del fn.attributes[DIVISIBLE_ATTR]
+    return copy
 
 
 def bind_launch_sizes(kernel: str, names: Sequence[str], sizes: Mapping[str, int],
@@ -324,19 +381,31 @@ def signature(op: func.FuncOp) -> KernelSignature:
                 f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} kernel takes inputs {', '.join(expected_in)} and output {', '.join(expected_out)}, "
                 f"got {n_in} inputs and {n_out} outputs{also}",
             )
-    divisible = {}
-    promise = op.attributes.get(DIVISIBLE_ATTR)
-    if promise is not None:
+    divisible, specialize = ({}, {})
+    for key, found in ((DIVISIBLE_ATTR, divisible), (SPECIALIZE_ATTR, specialize)):
+        promise = op.attributes.get(key)
+        if promise is None:
+            continue
         if not isinstance(promise, DictionaryAttr):
-            _fail(op, f"'{DIVISIBLE_ATTR}' must be a dictionary such as {{K = 8 : i64}}")
+            _fail(op, f"'{key}' must be a dictionary such as {{K = 8 : i64}}")
         for name, attr in promise.data.items():
             if not (isinstance(attr, IntegerAttr) and attr.value.data > 0):
-                _fail(op, f"'{DIVISIBLE_ATTR}': {name} must be a positive integer, got {attr}")
+                _fail(op, f"'{key}': {name} must be a positive integer, got {attr}")
             if name not in defined:
-                _fail(op, f"'{DIVISIBLE_ATTR}' names '{name}', which no input defines")
-            divisible[name] = attr.value.data
-    return KernelSignature(op, op.sym_name.data, kind, causal, scale, tuple(args), grid, gemm, divisible, cluster,
-                           launch, bias)
+                _fail(op, f"'{key}' names '{name}', which no input defines")
+            found[name] = attr.value.data
+    assumed = _merge_multiples(divisible, specialize)
+    return KernelSignature(op, op.sym_name.data, kind, causal, scale, tuple(args), grid, gemm, assumed, cluster,
+                           launch, bias, specialize, divisible)
+
+
+def _merge_multiples(*promises: Mapping[str, int]) -> dict[str, int]:
+    """One promise that implies each of `promises`: per size, the least common multiple of its entries."""
+    merged: dict[str, int] = {}
+    for promise in promises:
+        for name, multiple in promise.items():
+            merged[name] = math.lcm(merged.get(name, 1), multiple)
+    return merged
 
 
 def is_table(ty: TileType) -> bool:

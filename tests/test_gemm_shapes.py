@@ -103,7 +103,7 @@ def test_target_level_ragged_shapes_without_tma(layout, shape, rng):
 def test_target_level_tma_layouts_batched_with_the_epilogue(layout, rng):
     """Sizes with 16-byte rows: both operands through TMA in every layout (the transpose bits of wgmma, no
     copy), a batch over the grid's z, alpha, beta with C and a bias, through the full pipeline."""
-    module = kernel(layout, epilogue=True, batch=True)
+    module = kernel(layout, epilogue=True, batch=True, aligned=True)
     (host,) = describe(tessera.compile(module, "target", pipeline=SPECIALIZED_PIPELINE))
     assert host.copies == {0: "tma", 1: "tma"}
     inputs, options = operands(rng, 72, 24, 80, layout, batch=2, epilogue=True)  # two K trips around the ring
@@ -111,10 +111,11 @@ def test_target_level_tma_layouts_batched_with_the_epilogue(layout, rng):
 
 
 def test_tma_kernel_refuses_rows_tma_cannot_read(rng):
-    """The TMA kernel promises 16-byte rows (tile.divisible); K = 63 breaks it and the launch says so."""
-    module = kernel("NN")
+    """The TMA kernel promises 16-byte rows (tile.divisible); K = 63 breaks it and the launch says so, by name."""
+    module = kernel("NN", aligned=True)
     assert find_kernel(module).divisible == {"K": 8, "N": 8}
-    with pytest.raises(ValueError, match="globalStrides must be multiples of 16"):
+    with pytest.raises(ValueError, match=r"tessera.interpret: kernel @gemm_bf16 promises \(tile.divisible\) that K is "
+                                         r"a multiple of 8, got K = 63"):
         tessera.interpret(module, rng.standard_normal((8, 63)), rng.standard_normal((63, 8)), level="target")
 
 
@@ -131,7 +132,7 @@ def test_full_pipeline_keeps_the_any_shape_loop_single_stage(rng):
 def test_rings_without_tma_are_refused_by_name():
     """A ring stage of a tensor TMA cannot read (here: rings built under a promise, then the promise taken
     away) is refused by convert-tile-to-sm90, by name."""
-    module = kernel("NN").clone()
+    module = kernel("NN", aligned=True).clone()
     apply_pipeline(module, "assign-swizzle,pipeline-loops{stages=2}")
     del find_kernel(module).op.attributes["tile.divisible"]
     with pytest.raises(Exception, match=r"ring stages are filled by TMA, but the rows of %A need not start on 16 bytes"):

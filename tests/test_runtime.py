@@ -150,7 +150,8 @@ def test_maps_the_driver_would_refuse_name_the_rule(view, message):
 
 def test_host_checks_name_the_tensor_and_the_rule():
     kernel = compiled(gemm_config("bf16"))
-    with pytest.raises(ValueError, match=r"gemm_bf16: cuTensorMapEncodeTiled would refuse .*multiples of 16"):
+    # the kernel's promise (tile.divisible) is checked before the driver's rules would refuse the 600-byte rows
+    with pytest.raises(ValueError, match=r"@gemm_bf16 promises \(tile.divisible\) that K is a multiple of 8, got K = 300"):
         check_inputs(kernel.host, [np.zeros((64, 300), BF16), np.zeros((300, 64), BF16)])
     with pytest.raises(ValueError, match=r"input tensor 1 \(B_map64\), dimension 0 \(K\): 'K' is 64 elsewhere, got 32"):
         check_inputs(kernel.host, [np.zeros((64, 64), BF16), np.zeros((32, 64), BF16)])

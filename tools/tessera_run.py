@@ -191,7 +191,7 @@ def _describe_functions(module) -> str:
 def run(args: argparse.Namespace) -> int:
     from tessera.interpreters.launch import prepare_arguments, run_grid
     from tessera.interpreters.sm90.launch import run_target_kernel
-    from tessera.kernel_abi import is_kernel, is_target_kernel, signature
+    from tessera.kernel_abi import is_kernel, is_target_kernel, signature, specialized
     from tessera.passes import DEFAULT_PIPELINE
     from tessera.regalloc import allocate_registers
     from tessera.tools.tessera_opt import UsageError, load_module, opt_context, parse_pipeline, run_pipeline
@@ -252,6 +252,10 @@ def run(args: argparse.Namespace) -> int:
     plan = []
     if tile_kernels and args.level in ("target", "ptx"):
         lowered = module.clone()
+        for op in tile_kernels:  # the variant for these sizes of a kernel that asks for it (`tile.specialize`)
+            sig = signature(op)
+            if all(n in sizes for n in sig.specialize):
+                lowered = specialized(lowered, sig, sizes)
         run_pipeline(lowering, ctx, lowered)
         by_name = {op.sym_name.data: op for op in lowered.walk() if is_target_kernel(op)}
         for op in tile_kernels:

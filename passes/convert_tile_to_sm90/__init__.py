@@ -1,6 +1,7 @@
 """`convert-tile-to-sm90`: translate Tile IR kernels into Target IR for one sm_90a thread block.
 
-Input: verified Tile IR kernels whose shared tiles have a 128-byte swizzle (run `assign-swizzle` first).
+Input: verified Tile IR kernels whose shared tiles have a 32-, 64- or 128-byte swizzle that divides their rows
+(run `assign-swizzle` first: it gives each tile the widest).
 Output: each kernel `func.func` replaced by a Target IR kernel (`sm90.kernel = {threads, smem_bytes}`, the
 `tile.kernel`/`tile.grid` attributes kept) whose arguments are tensor maps, global pointers and named sizes
 (each with `sm90.source`, `sm90.box`, `sm90.swizzle` or `sm90.size`; see `tessera.interpreters.sm90`).
@@ -8,8 +9,10 @@ Output: each kernel `func.func` replaced by a Target IR kernel (`sm90.kernel = {
 How each piece maps:
 - Warpgroups: every register tile is [BM, N] with BM = 64 x W; W warpgroups (128 threads each) split the
   rows, 64 each, in the wgmma accumulator layout (`tessera.lowering.fragments`).
-- Shared tiles are buffers of `sm90.shared_buffer`, stored as boxes of 128-byte rows: an [R, C] tile is
-  C x elt / 128 boxes of R rows (head_dim 128 in bf16 is two 64-column boxes).
+- Shared tiles are buffers of `sm90.shared_buffer`, stored as boxes of W-byte rows, W the tile's swizzle: an
+  [R, C] tile is C x elt / W boxes of R rows (head_dim 128 in bf16 is two 64-column boxes of 128 bytes; a GEMM
+  K block of 32 bf16 one box of 64-byte rows). Each box is one TMA box of a tensor map of that swizzle
+  (CU_TENSOR_MAP_SWIZZLE_32B/64B/128B), and the wgmma descriptors take its layout type and SBO = 8 W.
 - `tile.cp_async` becomes one TMA load per box, issued by thread 0, on the mbarrier of the
   `tile.cp_commit_group` that closes its group; the commit is thread 0's `arrive.expect_tx` of the group's
   bytes. TMA needs rows that start on 16 bytes: a copy of a tensor whose innermost size is not a constant or
@@ -35,10 +38,14 @@ How each piece maps:
 - The elementwise vocabulary (`elementwise`: math, broadcasting, cmp/select, iota, splat) is one instruction
   or a short chain per register (docs/tile-elementwise.md); a column vector [1, N] is held like an [BM, N]
   tile, each register the value of its column.
-- `tile.store_global` / `tile.load` of a global window store / load each thread's registers (packed pairs
-  for bf16/f16) with a bounds mask (out-of-bounds loads give 0); `tile.load_broadcast` loads each register's
-  column of a 1-D window (a bias).
-Refused by name: ring stages of a tensor TMA cannot read, shared tiles that are not 128B-swizzled with whole 128-byte rows, register tiles
+- `tile.store_global` (and `tile.store_global_rows`) / `tile.load` of a global window store / load each
+  thread's registers with a bounds mask (out-of-bounds loads give 0): f32 one word per register; bf16/f16 one
+  packed pair per register where the tensor's rows start on 4 bytes (an even innermost size, constant or
+  promised by `tile.divisible`), otherwise one element per register (`st.global.b16`, `ld.global.u16`), since
+  a pair at an odd element straddles a 4-byte boundary. `tile.load_broadcast` loads each register's column of
+  a 1-D window (a bias, or a row of a matrix: the leading indices select it, zero outside the tensor).
+Refused by name: ring stages of a tensor TMA cannot read, shared tiles without a 32/64/128-byte swizzle that
+divides their rows (stores of register tiles into shared tiles and gathers need 128B), register tiles
 that are not [64 W, N] with a legal wgmma N, reshapes other than [BM] <-> [BM, 1], waits whose groups come from a
 previous loop trip (pipelining is `pipeline-loops`' job), and any op not listed here.
 """

@@ -109,6 +109,9 @@ class BackwardLowering:
         ty = op.value.type
         if not isinstance(t, SharedTile) or t.stage is not None:
             _refuse(op, "the destination must be a whole shared tile (not a ring stage)")
+        if t.swizzle != LINE:
+            _refuse(op, f"register tiles are stored into 128B-swizzled shared tiles only (rows of a multiple of "
+                        f"{LINE} bytes), got a {t.swizzle}B swizzle")
         if isinstance(ty.element_type, Float32Type):
             _refuse(op, "only 16-bit register tiles are stored to shared memory (round with tile.cast first)")
         self._retire_readers(t.address, e)  # a wgmma of the previous trip may still read the tile
@@ -268,6 +271,8 @@ class BackwardLowering:
         if not (isinstance(window, Window) and op.value.type.rank == 1):
             super()._lower_StoreGlobalOp(op, e)
             return
+        if not isinstance(op.value.type.element_type, Float32Type):
+            _refuse(op, "row vectors must be f32")
         base, offsets, mask = self._row_window_access(op, window, e)
         # the four lanes of a row's quad hold the same value: the one whose column base is 0 writes it
         first = e.setp("eq", self.col_base, e.index(0))

@@ -17,8 +17,9 @@ from tessera.numerics import LOG2E  # noqa: F401 (the lowerings import it from h
 from tessera.sm90 import facts
 
 
-LINE = facts.SWIZZLE_LINE_BYTES                     # bytes of one swizzled row of a box
-CORE_ROWS = facts.swizzle_period_bytes(128) // LINE  # rows per 1024-byte swizzle atom (the descriptor SBO)
+LINE = facts.SWIZZLE_LINE_BYTES                     # bytes of one 128B-swizzled row of a box
+CORE_ROWS = facts.swizzle_period_bytes(128) // LINE  # rows per swizzle atom, 8 for every width (the descriptor SBO)
+SWIZZLES = tuple(m for m in facts.SWIZZLE_MODES if m)  # the widths shared tiles may have: 32, 64, 128
 K_STEP = 16                                         # wgmma k for 16-bit types
 LN2 = 0.6931471805599453
 PRODUCER_ATTR = "sm90.producer"
@@ -60,17 +61,19 @@ def tile_text(op: Operation) -> str:
 @dataclass
 class SharedTile:
     """A shared tile placed in dynamic shared memory: [rows, cols] of `elt_bytes`, stored as boxes of
-    128-byte rows."""
+    `swizzle`-byte rows (32, 64 or 128: one swizzle span per row, what one TMA box writes), each box `rows`
+    rows deep. Every swizzle's pattern repeats after `CORE_ROWS` such rows (`facts.swizzle_period_bytes`)."""
 
     address: SSAValue
     rows: int
     cols: int
     elt_bytes: int
     stage: Stage | None = None
+    swizzle: int = LINE
 
     @property
     def box_cols(self) -> int:
-        return LINE // self.elt_bytes
+        return self.swizzle // self.elt_bytes
 
     @property
     def boxes(self) -> int:
@@ -78,7 +81,7 @@ class SharedTile:
 
     @property
     def box_bytes(self) -> int:
-        return self.rows * LINE
+        return self.rows * self.swizzle
 
 
 @dataclass
@@ -98,6 +101,7 @@ class Ring:
     elt_bytes: int
     full: SSAValue
     empty: SSAValue
+    swizzle: int = LINE
 
     @property
     def slot_bytes(self) -> int:
@@ -136,11 +140,29 @@ class PendingMma:
 
 @dataclass
 class Window:
-    """A `tile.view`: source argument index, its (new) index values, window shape."""
+    """A `tile.view`: source argument index, its (new) index values, window shape, and whether its first
+    column is even for every value it takes (`is_even`): 16-bit pairs from it then start on 4 bytes wherever
+    the tensor's rows do."""
 
     arg: int
     indices: list[SSAValue]
     shape: tuple[int, ...]
+    even_column: bool = False
+
+
+def is_even(value: SSAValue, depth: int = 8) -> bool:
+    """Whether the Tile IR index `value` is even whatever the inputs: an even constant, a product with an even
+    factor, or a sum or difference of even values (a block's first column, j x 64, say). False when unsure."""
+    owner = value.owner
+    if depth == 0:
+        return False
+    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
+        return owner.value.value.data % 2 == 0
+    if isinstance(owner, arith.MuliOp):
+        return is_even(owner.lhs, depth - 1) or is_even(owner.rhs, depth - 1)
+    if isinstance(owner, arith.AddiOp | arith.SubiOp):
+        return is_even(owner.lhs, depth - 1) and is_even(owner.rhs, depth - 1)
+    return False
 
 
 @dataclass

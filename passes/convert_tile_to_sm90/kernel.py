@@ -32,6 +32,7 @@ from tessera.kernel_abi import (
     BOX_ATTR,
     COPY_ATTR,
     DIMS_ATTR,
+    DIVISIBLE_ATTR,
     ELEMENT_ATTR,
     GRID_ATTR,
     KERNEL_ATTR,
@@ -156,8 +157,8 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
                 _refuse(ring, "a ring must be refilled by TMA copies only or by gathers only (its full barrier "
                               "counts one arrival, or the producer warpgroup's)")
 
-    def _tensor_maps(self) -> dict[tuple[int, int], int]:
-        """(source argument, box rows) of every TMA the kernel issues."""
+    def _tensor_maps(self) -> dict[tuple[int, int, int], int]:
+        """(source argument, box rows, swizzle bytes of the destination) of every TMA the kernel issues."""
         keys = {}
         for op in self.fn.walk():
             if isinstance(op, tile.CpAsyncOp):
@@ -166,7 +167,7 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
                     _refuse(op, "copies must read a tile.view of a kernel argument")
                 arg = view.source.index
                 if self._tma_allowed(arg):
-                    keys.setdefault((arg, view.result.type.get_shape()[0]), len(keys))
+                    keys.setdefault((arg, view.result.type.get_shape()[0], op.dest.type.swizzle_bytes), len(keys))
         return keys
 
     def _pointer_args(self) -> list[int]:
@@ -212,15 +213,15 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
 
         arg_types, arg_attrs, self.map_args, self.pointer_args, self.size_args = [], [], {}, {}, {}
         src_args = self.sig.args
-        for (arg, rows), _ in sorted(maps.items(), key=lambda kv: kv[1]):
+        for (arg, rows, swizzle), _ in sorted(maps.items(), key=lambda kv: kv[1]):
             a = src_args[arg]
             elt = element_type_bytes(a.type.element_type)
-            box = [LINE // elt, rows] + [1] * (a.type.rank - 2)
-            self.map_args[(arg, rows)] = len(arg_types)
+            box = [swizzle // elt, rows] + [1] * (a.type.rank - 2)  # one swizzle span per box row
+            self.map_args[(arg, rows, swizzle)] = len(arg_types)
             arg_types.append(sm90.TensorMapType())
             arg_attrs.append(DictionaryAttr({
                 SOURCE_ATTR: IntegerAttr(arg, 64), BOX_ATTR: ArrayAttr([IntegerAttr(b, 64) for b in box]),
-                SWIZZLE_ATTR: IntegerAttr(128, 64), ELEMENT_ATTR: a.type.element_type, DIMS_ATTR: a.dims,
+                SWIZZLE_ATTR: IntegerAttr(swizzle, 64), ELEMENT_ATTR: a.type.element_type, DIMS_ATTR: a.dims,
                 ROLE_ATTR: StringAttr(a.role)}))
         for arg in pointers:
             a = src_args[arg]
@@ -259,6 +260,8 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
         for kept in (CLUSTER_ATTR, LAUNCH_SIZES_ATTR):  # the launch reads them from the Target IR kernel
             if kept in self.fn.attributes:
                 attributes[kept] = self.fn.attributes[kept]
+        if self.sig.divisible:  # what the lowering assumed (promised or specialized on): every launch checks it
+            attributes[DIVISIBLE_ATTR] = DictionaryAttr({n: IntegerAttr(v, 64) for n, v in self.sig.divisible.items()})
         attributes[TARGET_KERNEL_ATTR] = DictionaryAttr({
             "threads": IntegerAttr(self.threads, 64), "smem_bytes": IntegerAttr(self.smem_offset, 64)})
         new = func.FuncOp(self.fn.sym_name.data, (arg_types, []), Region(entry), arg_attrs=ArrayAttr(arg_attrs))
@@ -271,7 +274,8 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
             return attrs.data[SIZE_ATTR].data
         source = self.sig.args[attrs.data[SOURCE_ATTR].value.data].name
         if BOX_ATTR in attrs.data:
-            return f"{source}_map{attrs.data[BOX_ATTR].data[1].value.data}"
+            swizzle = attrs.data[SWIZZLE_ATTR].value.data
+            return f"{source}_map{attrs.data[BOX_ATTR].data[1].value.data}" + (f"_s{swizzle}" if swizzle != LINE else "")
         return f"{source}_ptr"
 
     def _alloc(self, e: Emitter, name: str, size: int, align: int, swizzle: int) -> SSAValue:

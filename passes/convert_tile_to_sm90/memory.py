@@ -22,9 +22,9 @@ from tessera.lowering.emitter import Emitter
 from tessera.lowering.fragments import element_type_bytes
 from tessera.sm90 import facts
 from tessera.passes.convert_tile_to_sm90.common import (
-    LINE,
     CORE_ROWS,
     CLUSTER_SHARED_ATTR,
+    SWIZZLES,
     PRODUCER_ATTR,
     _constant,
     _refuse,
@@ -33,6 +33,7 @@ from tessera.passes.convert_tile_to_sm90.common import (
     Stage,
     Window,
     Group,
+    is_even,
 )
 
 
@@ -45,18 +46,25 @@ class MemoryLowering:
         if ty.rank not in (2, 3):
             _refuse(op, "shared tiles must be [rows, cols] or rings [stages, rows, cols]")
         *stages, rows, cols = ty.get_shape()
-        if ty.swizzle_bytes != 128 or (cols * elt) % LINE:
-            _refuse(op, "shared tiles must have a 128B swizzle and rows of a multiple of 128 bytes (run assign-swizzle)")
+        swizzle = ty.swizzle_bytes
+        if swizzle not in SWIZZLES or (cols * elt) % swizzle:
+            widths = "/".join(map(str, SWIZZLES))
+            if (cols * elt) % SWIZZLES[0]:
+                _refuse(op, f"shared tiles need rows of a multiple of {SWIZZLES[0]} bytes (the narrowest swizzle, of "
+                            f"{widths} bytes), got rows of {cols} x {elt} = {cols * elt} bytes: widen the tile")
+            _refuse(op, f"shared tiles need a {widths}-byte swizzle that divides their rows of {cols * elt} bytes, "
+                        f"got swizzle {swizzle} (run assign-swizzle: it gives every tile the widest one)")
         if rows % CORE_ROWS:
             _refuse(op, f"shared tiles must have a multiple of {CORE_ROWS} rows")
         size = rows * cols * elt
         slots = stages[0] if stages else 1
-        address = self._alloc(e, op.result.name_hint or "smem", slots * size, facts.swizzle_period_bytes(128), 128)
+        address = self._alloc(e, op.result.name_hint or "smem", slots * size, facts.swizzle_period_bytes(swizzle),
+                              swizzle)
         if stages:
             full, empty = self.rings[op]
-            self.values[op.result] = Ring(address, slots, rows, cols, elt, full, empty)
+            self.values[op.result] = Ring(address, slots, rows, cols, elt, full, empty, swizzle)
         else:
-            self.values[op.result] = SharedTile(address, rows, cols, elt)
+            self.values[op.result] = SharedTile(address, rows, cols, elt, swizzle=swizzle)
 
     def _lower_StageOp(self, op: tile.StageOp, e: Emitter) -> None:
         ring = self._get(op.source)
@@ -68,7 +76,7 @@ class MemoryLowering:
         offset = e.op(arith.IndexCastOp(e.muli(slot, e.index(ring.slot_bytes)), i32))
         address = e.op(arith.AddiOp(ring.address, offset))
         stage = Stage(ring, slot, use, self._slot_barrier(e, ring.full, slot), self._slot_barrier(e, ring.empty, slot))
-        self.values[op.result] = SharedTile(address, ring.rows, ring.cols, ring.elt_bytes, stage)
+        self.values[op.result] = SharedTile(address, ring.rows, ring.cols, ring.elt_bytes, stage, ring.swizzle)
 
     def _phase_parity(self, stage: Stage, e: Emitter, flip: bool) -> SSAValue:
         """(use / slots) & 1: the parity of the phase of the stage's barriers that use number `use` waits
@@ -102,7 +110,8 @@ class MemoryLowering:
             _refuse(op, "views must be of kernel arguments")
         if op.result.type.rank not in (1, 2):
             _refuse(op, "only 2-D windows (and 1-D ones for tile.load_broadcast) are supported")
-        self.values[op.result] = Window(source[1], [self._get(i) for i in op.indices], op.result.type.get_shape())
+        self.values[op.result] = Window(source[1], [self._get(i) for i in op.indices], op.result.type.get_shape(),
+                                        is_even(op.indices[-1]))
 
     def _lower_CpAsyncOp(self, op: tile.CpAsyncOp, e: Emitter) -> None:
         window, dest = self._get(op.source), self._get(op.dest)
@@ -115,7 +124,7 @@ class MemoryLowering:
             self._copy_by_threads(op, window, dest, e)
             return
         rows = window.shape[0]
-        tmap = self.entry_args[self.map_args[(window.arg, rows)]]
+        tmap = self.entry_args[self.map_args[(window.arg, rows, dest.swizzle)]]
         self._retire_readers(dest.address, e)
         if dest.stage is not None:
             self._fill_stage(window, dest, tmap, e, shared=op.cluster_shared is not None)
@@ -138,7 +147,8 @@ class MemoryLowering:
         rows g L .. g L + L - 1, g = t / cols: a warp reads 32 consecutive elements of a row (coalesced), and
         L is a multiple of the swizzle's 8-row period, so each register's swizzle term is a constant."""
         rows, cols, elt, threads = dest.rows, dest.cols, dest.elt_bytes, self.threads
-        period = facts.swizzle_period_bytes(128) // LINE
+        line = dest.swizzle  # the bytes of a row of a box
+        period = facts.swizzle_period_bytes(line) // line
         if elt != 2 or threads % cols or (rows * cols) % threads or (rows * cols // threads) % period:
             _refuse(op, f"a copy without TMA needs a 16-bit tile whose {cols} columns divide the block's {threads} "
                         f"threads into groups of a multiple of {period} rows each, got [{rows}, {cols}] x {elt} bytes")
@@ -161,15 +171,16 @@ class MemoryLowering:
         pitch = e.op(arith.IndexCastOp(e.muli(dims[-1], e.index(elt)), i32))
         offsets = e.muli(e.broadcast(pitch, per_thread), e.dense(i32, list(range(per_thread))))
         values = e.op(sm90.LdGlobalU16Op(base, offsets, mask, per_thread))
-        # Shared: box column // box_cols, byte (column mod box_cols) x elt of row first_row + i, whose 128B
-        # swizzle XORs the byte's 16-byte chunk with a pattern of row mod 8 (the tile's base is aligned to it).
+        # Shared: box column // box_cols, byte (column mod box_cols) x elt of row first_row + i, whose swizzle
+        # XORs the byte's 16-byte chunk with a pattern of the row's place in the 8-row period (the tile's base
+        # and first_row x line are multiples of the period; the byte stays inside its swizzle span).
         box = e.op(arith.DivUIOp(column, e.index(dest.box_cols)))
         byte = e.muli(e.op(arith.RemUIOp(column, e.index(dest.box_cols))), e.index(elt))
-        start = e.addi(e.muli(box, e.index(dest.box_bytes)), e.muli(first_row, e.index(LINE)))
+        start = e.addi(e.muli(box, e.index(dest.box_bytes)), e.muli(first_row, e.index(line)))
         start = e.op(arith.AddiOp(dest.address, e.op(arith.IndexCastOp(start, i32))))
-        pattern = [int(facts.swizzle_address(i * LINE, 128)) - i * LINE for i in range(per_thread)]
+        pattern = [int(facts.swizzle_address(i * line, line)) - i * line for i in range(per_thread)]
         swizzled = e.op(arith.XOrIOp(e.broadcast(e.op(arith.IndexCastOp(byte, i32)), per_thread), e.dense(i32, pattern)))
-        addresses = e.addi(e.addi(e.broadcast(start, per_thread), e.dense(i32, [i * LINE for i in range(per_thread)])), swizzled)
+        addresses = e.addi(e.addi(e.broadcast(start, per_thread), e.dense(i32, [i * line for i in range(per_thread)])), swizzled)
         e.op(sm90.StSharedB16Op(addresses, values))
         e.op(sm90.FenceProxyAsyncOp())
 
@@ -265,9 +276,10 @@ class MemoryLowering:
         caller knows every column is inside the tensor; offsets and mask are then computed for the thread's
         distinct rows and shuffled out to the registers (two registers live, not one per register).
         `per_element`: one register per element of a 16-bit tile too, not per packed pair."""
-        packed = not isinstance(ty.element_type, Float32Type) and not per_element
-        if packed and (ty.get_shape()[1] % 2 or self._is_column(ty)):
+        half = not isinstance(ty.element_type, Float32Type)
+        if half and (ty.get_shape()[1] % 2 or self._is_column(ty)):
             _refuse(op, "16-bit tiles in registers need an even number of columns")
+        packed = half and not per_element
         *lead, row0, col0 = window.indices
         row_offsets, col_offsets = self._thread_offsets(op, ty, pairs=packed)
         row, col = self._origin(e, row0, col0, column=self._is_column(ty))
@@ -300,10 +312,36 @@ class MemoryLowering:
         return base, offsets, e.andi(in_rows, in_cols), [c * elt for c in col_offsets]
 
     def _lower_StoreGlobalOp(self, op: tile.StoreGlobalOp, e: Emitter) -> None:
-        window = self._get(op.dest)
-        base, offsets, mask, columns = self._window_access(op, window, op.value.type, e)
-        mask = self._column_writers(op.value.type, mask, columns, e)
-        e.op(sm90.StGlobalOp(base, offsets, self._get(op.value), mask, columns))
+        self._store_window(op, self._get(op.dest), op.value.type, self._get(op.value), e)
+
+    def _words_aligned(self, window: Window, ty: TileType) -> bool:
+        """Whether a register tile of type `ty` may move to or from `window` one 32-bit word per register:
+        f32, or 16-bit elements whose packed pairs start on their own size (an access must be aligned to its
+        size [P#operand-addresses]): every row of the tensor does (its innermost size is even for every size
+        the kernel accepts, `rows_aligned`) and so does the window's first column (`Window.even_column`; the
+        fragment layouts put pairs at even columns from it)."""
+        if isinstance(ty.element_type, Float32Type):
+            return True
+        return window.even_column and rows_aligned(self.sig, window.arg, 2 * element_type_bytes(ty.element_type))
+
+    def _store_window(self, op, window: Window, ty: TileType, value: SSAValue, e: Emitter,
+                      row_end: SSAValue | None = None) -> None:
+        """Each thread stores its registers of `value` (of type `ty`) into the window, masked by the tensor's
+        bounds (and `row_end`): one `st.global.b32` per register where `_words_aligned`, otherwise (16-bit
+        elements in rows that may start on any even byte) one `st.global.b16` per element, the packed pair
+        (lo | hi << 16) split into its low half and hi = pair / 2^16."""
+        if self._words_aligned(window, ty):
+            base, offsets, mask, columns = self._window_access(op, window, ty, e, row_end=row_end)
+            mask = self._column_writers(ty, mask, columns, e)
+            e.op(sm90.StGlobalOp(base, offsets, value, mask, columns))
+            return
+        base, offsets, mask, columns = self._window_access(op, window, ty, e, row_end=row_end, per_element=True)
+        mask = self._column_writers(ty, mask, columns, e)
+        pairs = len(columns) // 2
+        high = e.op(arith.DivUIOp(value, e.splat(i32, 1 << 16, pairs)))
+        # element 2i is pair i's low half (st.b16 stores a register's low 16 bits), element 2i + 1 its high
+        elements = e.shuffle(value, [i // 2 + (i % 2) * pairs for i in range(2 * pairs)], high)
+        e.op(sm90.StGlobalB16Op(base, offsets, elements, mask, columns))
 
     def _column_writers(self, ty, mask, columns, e: Emitter):
         """The store mask of a tile of type `ty`: `mask` itself, or for a column tile ([BM, 1]) `mask` and
@@ -318,23 +356,30 @@ class MemoryLowering:
     def _lower_LoadBroadcastOp(self, op: tile.LoadBroadcastOp, e: Emitter) -> None:
         """Each thread loads the window's elements at the distinct columns its registers lie on, once each
         (`AccumulatorLayout.distinct_columns`: n/4 registers for an [BM, n] tile, where a whole tile would
-        hold n/2), masked by the tensor's length (out-of-bounds columns give 0); the tile is a shuffle of
-        them, which costs no instruction and no register. The columns are the loads' address immediates."""
+        hold n/2), masked by the tensor's bounds (out-of-bounds columns give 0, and so does every column of a
+        window whose leading indices, the row of a 2-D tensor or a batch, lie outside the tensor); the tile is
+        a shuffle of them, which costs no instruction and no register. The columns are the loads' address
+        immediates."""
         window = self._get(op.source)
         ty = op.result.type
         if not isinstance(ty.element_type, Float32Type):
             _refuse(op, "only f32 rows can be broadcast")
-        (col0,) = window.indices
+        *lead, col0 = window.indices
         vector_type = self._vector_type(op, ty)
         if self._is_column(ty):  # [BM, 1]: one element, on both of the thread's rows
             columns, spread = [0], [0] * vector_type.get_shape()[0]
         else:
             columns, spread = self._layout(op, ty).distinct_columns
         col = e.addi(col0, self.col_base)
-        length = self._dim_value(window.arg, 0, e)
-        mask = self._below(e, e.op(arith.SubiOp(length, col)), columns)
+        dims = [self._dim_value(window.arg, d, e) for d in range(len(window.indices))]
+        mask = self._below(e, e.op(arith.SubiOp(dims[-1], col)), columns)
+        flat = e.i64(0)
+        for index, dim in zip(lead, dims):
+            flat = e.addi(e.muli(flat, e.to_i64(dim)), e.to_i64(index))
+            mask = e.andi(mask, e.broadcast(e.cmpi(index, dim, "ult"), len(columns)))
+        first = e.addi(e.muli(flat, e.to_i64(dims[-1])), e.to_i64(col))
         elt = element_type_bytes(ty.element_type)
-        base = e.addi(self.entry_args[self.pointer_args[window.arg]], e.muli(e.to_i64(col), e.i64(elt)))
+        base = e.addi(self.entry_args[self.pointer_args[window.arg]], e.muli(first, e.i64(elt)))
         loaded = e.op(sm90.LdGlobalOp(base, e.dense(i32, [0] * len(columns)), mask,
                                       VectorType(vector_type.element_type, [len(columns)]),
                                       [c * elt for c in columns]))
@@ -349,8 +394,7 @@ class MemoryLowering:
         if not isinstance(window, Window):
             _refuse(op, "loads from shared memory are not supported")
         ty = op.result.type
-        half = not isinstance(ty.element_type, Float32Type)
-        if half and not rows_aligned(self.sig, window.arg, 2 * element_type_bytes(ty.element_type)):
+        if not self._words_aligned(window, ty):
             base, offsets, mask, columns = self._window_access(op, window, ty, e, per_element=True)
             elements = e.op(sm90.LdGlobalU16Op(base, offsets, mask, len(columns), columns))
             pairs = len(columns) // 2

@@ -48,10 +48,13 @@ class MmaLowering:
             if a.box_cols != facts.WGMMA_M:
                 _refuse(op, f"an MN-major A needs boxes of {facts.WGMMA_M} columns, got {a.box_cols}")
             box_offset = e.op(arith.MuliOp(self.warpgroup, e.op(arith.ConstantOp(IntegerAttr(a.box_bytes, i32)))))
-            a_base = self._descriptor(e, e.op(arith.AddiOp(a.address, box_offset)), a.box_bytes)
+            a_base = self._descriptor(e, e.op(arith.AddiOp(a.address, box_offset)), a, True)
         elif isinstance(a, SharedTile):
-            a_base = self._descriptor(e, e.op(arith.AddiOp(a.address, self.a_row_offset)), facts.SWIZZLE_CHUNK_BYTES)
-        b_base = self._descriptor(e, b.address, b.box_bytes if trans_b else facts.SWIZZLE_CHUNK_BYTES)
+            # the warpgroup's 64 rows of A are 64 box rows further
+            row_offset = self.a_row_offset if a.swizzle == LINE else e.op(arith.MuliOp(
+                self.warpgroup, e.op(arith.ConstantOp(IntegerAttr(facts.WGMMA_M * a.swizzle, i32)))))
+            a_base = self._descriptor(e, e.op(arith.AddiOp(a.address, row_offset)), a, False)
+        b_base = self._descriptor(e, b.address, b, bool(trans_b))
         e.op(sm90.WgmmaFenceOp())
         for step in range(k // K_STEP):
             if isinstance(a, SharedTile):
@@ -66,19 +69,23 @@ class MmaLowering:
 
     @classmethod
     def _operand_offset(cls, t: SharedTile, mn_major: int, step: int) -> int:
-        """Bytes from an operand tile's start to k-step `step`: 16 rows of 128 bytes further for an MN-major
-        tile (K runs down its rows), `_k_major_offset` for a K-major one."""
-        return step * K_STEP * LINE if mn_major else cls._k_major_offset(t, step)
+        """Bytes from an operand tile's start to k-step `step`: 16 box rows further for an MN-major tile (K
+        runs down its rows), `_k_major_offset` for a K-major one."""
+        return step * K_STEP * t.swizzle if mn_major else cls._k_major_offset(t, step)
 
     @staticmethod
     def _k_major_offset(t: SharedTile, step: int) -> int:
         """Bytes from a K-major tile's start to k-step `step`: whole boxes, then 32 bytes per step within."""
         byte = step * K_STEP * t.elt_bytes
-        return (byte // LINE) * t.box_bytes + byte % LINE
+        return (byte // t.swizzle) * t.box_bytes + byte % t.swizzle
 
     @staticmethod
-    def _descriptor(e: Emitter, start: SSAValue, lbo: int) -> SSAValue:
-        return e.op(sm90.MakeDescriptorOp(start, lbo, CORE_ROWS * LINE, 128))
+    def _descriptor(e: Emitter, start: SSAValue, t: SharedTile, mn_major: bool) -> SSAValue:
+        """The descriptor of operand tile `t` from `start`, in the canonical swizzled layouts of its swizzle W
+        (`facts.canonical_layout_offset`): 8-row groups SBO = 8 W apart; MN-major, the next W bytes of M/N are
+        the next box (LBO = box bytes); K-major, LBO is unused (16, CUTLASS's 1 in encoded units)."""
+        lbo = t.box_bytes if mn_major else facts.SWIZZLE_CHUNK_BYTES
+        return e.op(sm90.MakeDescriptorOp(start, lbo, CORE_ROWS * t.swizzle, t.swizzle))
 
     @staticmethod
     def _step(e: Emitter, base: SSAValue, offset: int) -> SSAValue:

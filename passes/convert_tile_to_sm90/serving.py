@@ -80,9 +80,7 @@ class ServingLowering:
         quad), with the row bound min(tensor rows, row0 + rows)."""
         window = self._get(op.dest)
         row_end = e.addi(window.indices[-2], self._get(op.rows))
-        base, offsets, mask, columns = self._window_access(op, window, op.value.type, e, row_end=row_end)
-        mask = self._column_writers(op.value.type, mask, columns, e)
-        e.op(sm90.StGlobalOp(base, offsets, self._get(op.value), mask, columns))
+        self._store_window(op, window, op.value.type, self._get(op.value), e, row_end=row_end)
 
     # region the row gather (module docstring)
     def _lower_CpAsyncGatherOp(self, op: tile.CpAsyncGatherOp, e: Emitter) -> None:
@@ -111,6 +109,9 @@ class ServingLowering:
         """The cp.asyncs of `threads` threads (this one is `lane`) copying the rows of `op` into `dest`."""
         if not all(isinstance(v.owner, Block) for v in (op.source, op.table)):
             _refuse(op, "a gather reads a kernel argument through a table argument")
+        if dest.swizzle != LINE:
+            _refuse(op, f"a gather fills 128B-swizzled shared tiles only (rows of a multiple of {LINE} bytes), got "
+                        f"a {dest.swizzle}B swizzle")
         source, table = op.source.index, op.table.index
         shape = self._arg_tile(source).get_shape()
         elt = element_type_bytes(self._arg_tile(source).element_type)

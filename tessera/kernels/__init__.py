@@ -7,7 +7,8 @@
   structure;
 - `flash_attention_varlen`, `flash_attention_paged`: packed sequences and a paged KV cache, with grouped heads;
 - `gemm`: C = alpha op(A) op(B) + beta C_in + bias with an f32 output, in the layouts NN, NT, TN, TT, batched or
-  not, for any M, N, K (`aligned=False`) or sizes TMA can read (the default).
+  not, for any M, N, K (the default: a launch specializes it to the TMA path where the sizes give 16-byte rows;
+  `aligned=True` promises such sizes, `aligned=False` never uses TMA).
 """
 
 from tessera.kernels.attention import HEAD_DIMS, AttentionConfig, flash_attention

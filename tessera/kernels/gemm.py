@@ -9,12 +9,18 @@ the grid's z axis).
 The output is f32, the tensor core's accumulator type: the kernel stores its result as it is, and a caller
 that wants bf16/f16 rounds once, outside (one rounding, no epilogue choice baked into the kernel).
 
-Which sizes it may assume: with `aligned` (the default), the kernel promises (`tile.divisible`) that the
-innermost sizes of A and B are multiples of 8 elements, so their rows are 16-byte multiples and the compiler
-reads them with TMA; launching it with other sizes is refused by the tensor-map rules. `aligned=False` takes any
-M, N, K >= 1: the compiler then reads A and B with per-element ld.global (see convert-tile-to-sm90), and
-pipeline-loops leaves the K loop single-stage (ring stages are filled by bulk copies only).
-`tessera.runtime.gemm.gemm` picks the variant for the arrays it is given.
+Which sizes it may assume (`aligned`):
+- None (the default): any M, N, K >= 1, and the fast path where the sizes allow it: the kernel asks to be
+  specialized (`tile.specialize`, see `tessera.kernel_abi`) on the innermost sizes of A and B being multiples
+  of 8 elements. A launch that sees the sizes (`tessera.interpret` at "target" or "ptx") compiles, for 16-byte
+  rows, the variant that reads A and B with TMA, pipelined and warp-specialized, and for other sizes the one
+  that reads them with per-element ld.global (see convert-tile-to-sm90), whose K loop pipeline-loops leaves
+  single-stage (ring stages are filled by bulk copies only). Compiled without sizes (`tessera.compile`,
+  tessera-opt) it is the TMA variant, whose launches refuse other sizes by name.
+- True: the kernel promises (`tile.divisible`) those multiples of 8, so it always compiles to the TMA path; a
+  launch with other sizes is refused by name.
+- False: any sizes, never specialized (always the ld.global path).
+`tessera.runtime.gemm.gemm` picks True or False for the arrays it is given (their addresses count too).
 
 Thread block (x, y, z) of the grid (ceildiv(M, BM), ceildiv(N, BN)[, batch]) computes C[z, x*BM : x*BM + BM,
 y*BN : y*BN + BN]. Any M, N and K >= 1 work: copies of partial tiles fill zeros (which add nothing to the
@@ -30,7 +36,7 @@ from xdsl.ir import SSAValue
 
 from tessera.dialects import tile
 from tessera.dialects.tile_types import element_byte_width
-from tessera.kernel_abi import DIVISIBLE_ATTR
+from tessera.kernel_abi import DIVISIBLE_ATTR, SPECIALIZE_ATTR
 from tessera.kernels.common import (
     ArgSpec,
     TileBuilder,
@@ -71,7 +77,7 @@ def gemm_name(dtype: str, transpose_a: bool = False, transpose_b: bool = False, 
 
 def gemm(dtype: str = "bf16", block_m: int = 128, block_n: int = 128, block_k: int = 64, *,
          transpose_a: bool = False, transpose_b: bool = False, alpha: float = 1.0, beta: float = 0.0,
-         bias: bool = False, batch: bool = False, aligned: bool = True, cluster: tuple[int, int] = (1, 1)) -> ModuleOp:
+         bias: bool = False, batch: bool = False, aligned: bool | None = None, cluster: tuple[int, int] = (1, 1)) -> ModuleOp:
     """The GEMM kernel (module docstring). Defaults: 128x128 output tiles (one f32 accumulator of 64 KiB over
     the block) and BK = 64, so a bf16/f16 K-major tile row is exactly one 128-byte swizzle span; A and B
     tiles take 16 + 16 KiB of shared memory per stage. Arguments: A, B, then C_in when beta != 0, then bias
@@ -83,9 +89,10 @@ def gemm(dtype: str = "bf16", block_m: int = 128, block_n: int = 128, block_k: i
     elt = check_dtype(dtype)
     shape = check_cluster("cluster", cluster, 2)
     bm, bn, bk = (check_block(n, v) for n, v in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k)))
-    transpose_a, transpose_b, bias, batch, aligned = (check_flag(n, v) for n, v in (
-        ("transpose_a", transpose_a), ("transpose_b", transpose_b), ("bias", bias), ("batch", batch),
-        ("aligned", aligned)))
+    transpose_a, transpose_b, bias, batch = (check_flag(n, v) for n, v in (
+        ("transpose_a", transpose_a), ("transpose_b", transpose_b), ("bias", bias), ("batch", batch)))
+    if aligned is not None:
+        aligned = check_flag("aligned", aligned)
     alpha, beta = check_factor("alpha", alpha), check_factor("beta", beta)
     lead = ["batch"] if batch else []
 
@@ -109,12 +116,13 @@ def gemm(dtype: str = "bf16", block_m: int = 128, block_n: int = 128, block_k: i
         if value != default:
             info[key] = FloatAttr(value, f32)
     grid = [ceildiv_dim("M", bm), ceildiv_dim("N", bn)] + lead
-    name = gemm_name(dtype, transpose_a, transpose_b, batch, bias, beta, alpha, aligned)
+    name = gemm_name(dtype, transpose_a, transpose_b, batch, bias, beta, alpha, aligned is not False)
     fn, b = kernel_function(name, args, info, grid)
-    if aligned:  # the innermost sizes of A and B: 16-byte rows
+    if aligned is not False:  # the innermost sizes of A and B: 16-byte rows, promised or specialized on
         multiple = facts.TENSOR_MAP_GLOBAL_ALIGNMENT // element_byte_width(elt)
         inner = sorted({args[0].dims[-1], args[1].dims[-1]})
-        fn.attributes[DIVISIBLE_ATTR] = DictionaryAttr({d: IntegerAttr(multiple, 64) for d in inner})
+        key = DIVISIBLE_ATTR if aligned else SPECIALIZE_ATTR
+        fn.attributes[key] = DictionaryAttr({d: IntegerAttr(multiple, 64) for d in inner})
     values = dict(zip([a.name for a in args], fn.body.blocks.first.args))
     a_arg, b_arg = values["A"], values["B"]
 

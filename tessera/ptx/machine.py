@@ -346,7 +346,7 @@ def _global_address(p: KernelPrinter, base: str, offset: str, offset_cls, column
     return lines, f"[{address}{immediate}]"
 
 
-def _columns(op: sm90.LdGlobalOp | sm90.LdGlobalU16Op | sm90.StGlobalOp, n: int) -> list[int]:
+def _columns(op: sm90.LdGlobalOp | sm90.LdGlobalU16Op | sm90.StGlobalOp | sm90.StGlobalB16Op, n: int) -> list[int]:
     """The constant byte offset of each register's address (`sm90.COLUMN_BYTES`)."""
     return [0] * n if op.column_bytes is None else list(op.column_bytes.get_values())
 
@@ -354,6 +354,17 @@ def _columns(op: sm90.LdGlobalOp | sm90.LdGlobalU16Op | sm90.StGlobalOp, n: int)
 @handles(sm90.StGlobalOp)
 def print_st_global(p: KernelPrinter, op: sm90.StGlobalOp) -> None:
     """One predicated `st.global.b32` per register at base + offset."""
+    _print_predicated_stores(p, op, "st.global.b32")
+
+
+@handles(sm90.StGlobalB16Op)
+def print_st_global_b16(p: KernelPrinter, op: sm90.StGlobalB16Op) -> None:
+    """One predicated `st.global.b16` of each 32-bit register's low half at base + offset."""
+    _print_predicated_stores(p, op, "st.global.b16")
+
+
+def _print_predicated_stores(p: KernelPrinter, op: sm90.StGlobalOp | sm90.StGlobalB16Op, instruction: str) -> None:
+    """`@p INSTRUCTION [base + offset + column], value` per register."""
     n = lanes(op.values.type)
     base = p.reg(op.base_ptr)
     offset_cls = p.cls(op.offsets)
@@ -362,7 +373,7 @@ def print_st_global(p: KernelPrinter, op: sm90.StGlobalOp) -> None:
     def store(offset: str, value: str, predicate: str, column: int):
         def lines(_: str | None) -> list[str]:
             address_lines, address = _global_address(p, base, offset, offset_cls, column)
-            return address_lines + [f"@{predicate} st.global.b32 {address}, {value}"]
+            return address_lines + [f"@{predicate} {instruction} {address}, {value}"]
         return lines
 
     columns = _columns(op, n)

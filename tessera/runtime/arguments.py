@@ -19,7 +19,7 @@ import numpy as np
 from tessera.dialects.tile_types import DimsAttr
 from tessera.host import HostDescription
 from tessera.interpreters.sm90.launch import target_kernel
-from tessera.kernel_abi import ELEMENT_ATTR, bind_launch_sizes, launch_size_names
+from tessera.kernel_abi import ELEMENT_ATTR, bind_launch_sizes, check_divisible, divisible_sizes, launch_size_names
 from tessera.numerics import numpy_dtype
 from tessera.sm90 import facts
 
@@ -123,6 +123,7 @@ def bind_sizes(host: HostDescription, shapes: Mapping[int, Sequence[int]],
         if param.kind == "size" and not 0 <= sizes[param.size] < SIZE_PARAM_LIMIT:
             raise ValueError(f"@{host.kernel}: size {param.size} = {sizes[param.size]} does not fit the kernel's "
                              f"32-bit parameter {param.name}")
+    check_divisible(host.kernel, divisible_sizes(host.op), sizes)
     return bind_launch_sizes(host.kernel, launch_size_names(host.op), sizes, launch or {})
 
 

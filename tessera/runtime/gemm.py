@@ -35,7 +35,8 @@ def gemm_config(dtype: str = "bf16", *, transpose_a: bool = False, transpose_b: 
     options = {"dtype": dtype}
     given = dict(transpose_a=transpose_a, transpose_b=transpose_b, alpha=check_factor("alpha", alpha),
                  beta=check_factor("beta", beta), bias=bias, batch=batch, aligned=aligned)
-    defaults = dict(transpose_a=False, transpose_b=False, alpha=1.0, beta=0.0, bias=False, batch=False, aligned=True)
+    # `aligned` is always named (True or False): the builder's default, None, is the kernel specialized at launch
+    defaults = dict(transpose_a=False, transpose_b=False, alpha=1.0, beta=0.0, bias=False, batch=False, aligned=None)
     options.update({k: v for k, v in given.items() if v != defaults[k]})
     return KernelConfig.of("gemm", **options)
 

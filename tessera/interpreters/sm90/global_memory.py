@@ -2,7 +2,7 @@
 pointer reaches them) at made-up 64-bit addresses.
 
 Tensor k of the Tile-level argument list starts at `(k + 1) << 40`, so a pointer plus a byte offset maps back to
-one tensor and one byte in it. `ld_global`/`st_global` move 32-bit words (`ld_global_u16` 16-bit ones); an access outside every
+one tensor and one byte in it. `ld_global`/`st_global` move 32-bit words (`ld_global_u16`/`st_global_b16` 16-bit ones); an access outside every
 tensor, or not aligned to its size, is an error naming the op and the thread.
 
 Reductions between CTAs (`reduce_add_f32`: red/atom.global.add.f32 and cp.reduce.async.bulk): the CTAs of a
@@ -134,19 +134,20 @@ class GlobalMemory:
         return data
 
     def store_words(self, cta: CtaView, op: Operation, addresses: np.ndarray, threads: np.ndarray,
-                    words: np.ndarray) -> None:
-        tensor, offset = self._resolve(cta, op, addresses, threads, "stores")
+                    words: np.ndarray, nbytes: int = WORD_BYTES) -> None:
+        """Store the low `nbytes` (4, or 2) of each of `words` (uint32) at `addresses`, little-endian."""
+        tensor, offset = self._resolve(cta, op, addresses, threads, "stores", nbytes)
         if serving_checks.active():
             for k in np.unique(tensor):
                 problem = serving_checks.check_byte_store(self.names[k], offset[tensor == k], cta.cta_id[2])
                 if problem:
                     cta.fail(op, problem, int(threads[np.argmax(tensor == k)]))
-        data = words.astype("<u4").view(np.uint8).reshape(-1, WORD_BYTES)
+        data = words.astype("<u4").view(np.uint8).reshape(-1, WORD_BYTES)[:, :nbytes]
         for k in np.unique(tensor):
             sel = tensor == k
             if int(k) in self.atomic_targets:
                 self._check_store(cta, op, int(k), offset[sel] // WORD_BYTES, threads[sel])
-            self._bytes[k][offset[sel][:, None] + np.arange(WORD_BYTES)] = data[sel]
+            self._bytes[k][offset[sel][:, None] + np.arange(nbytes)] = data[sel]
 
     # region reductions between CTAs
     def reduce_add_f32(self, cta: CtaView, op: Operation, addresses: np.ndarray, threads: np.ndarray,

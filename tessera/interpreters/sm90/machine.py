@@ -29,7 +29,7 @@ def _flush_subnormal(x: np.ndarray) -> np.ndarray:
     return np.where(np.abs(x) < _F32_MIN_NORMAL, np.copysign(np.float32(0), x), x).astype(np.float32)
 
 
-def _columns(op: sm90.LdGlobalOp | sm90.LdGlobalU16Op | sm90.StGlobalOp) -> np.ndarray | int:
+def _columns(op: sm90.LdGlobalOp | sm90.LdGlobalU16Op | sm90.StGlobalOp | sm90.StGlobalB16Op) -> np.ndarray | int:
     """The constant byte offset of each register's address (`sm90.COLUMN_BYTES`), or 0."""
     return 0 if op.column_bytes is None else np.asarray(op.column_bytes.get_values(), np.int64)
 
@@ -294,6 +294,15 @@ class Sm90Functions(InterpreterFunctions):
         thread, _ = np.nonzero(selected)
         addresses = (base[:, None] + offsets + _columns(op))[selected]
         self.memory.store_words(self.cta, op, addresses, thread, self._words(values)[selected])
+        return ()
+
+    @impl(sm90.StGlobalB16Op)
+    def run_st_global_b16(self, interpreter: Interpreter, op: sm90.StGlobalB16Op, args: PythonValues):
+        base, offsets, values, mask = args
+        selected = mask & row_mask(self.cta.active, mask)
+        thread, _ = np.nonzero(selected)
+        addresses = (base[:, None] + offsets + _columns(op))[selected]
+        self.memory.store_words(self.cta, op, addresses, thread, self._words(values)[selected], 2)
         return ()
 
     @impl(sm90.LdGlobalOp)

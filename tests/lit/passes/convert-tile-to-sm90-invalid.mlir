@@ -2,9 +2,19 @@
 
 // Constructs the lowering does not handle are refused by name.
 
-// CHECK: convert-tile-to-sm90: %s = tile.alloc_shared : !tile.tile<64x64xbf16, shared>: shared tiles must have a 128B swizzle and rows of a multiple of 128 bytes (run assign-swizzle)
+// CHECK: convert-tile-to-sm90: %s = tile.alloc_shared : !tile.tile<64x64xbf16, shared>: shared tiles need a 32/64/128-byte swizzle that divides their rows of 128 bytes, got swizzle 0 (run assign-swizzle: it gives every tile the widest one)
 func.func @k(%A: !tile.tile<?x64xbf16, global> {tile.dims = #tile.dims<n, 64>}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>} {
   %s = tile.alloc_shared : !tile.tile<64x64xbf16, shared>
+  %z = tile.fill 0.0 : !tile.tile<64x64xf32, register>
+  func.return
+}
+
+// -----
+
+// Rows of 16 bytes have no swizzle at all: the refusal says so instead of asking for assign-swizzle.
+// CHECK: convert-tile-to-sm90: %s = tile.alloc_shared : !tile.tile<64x8xbf16, shared>: shared tiles need rows of a multiple of 32 bytes (the narrowest swizzle, of 32/64/128 bytes), got rows of 8 x 2 = 16 bytes: widen the tile
+func.func @k(%A: !tile.tile<?x64xbf16, global> {tile.dims = #tile.dims<n, 64>}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>} {
+  %s = tile.alloc_shared : !tile.tile<64x8xbf16, shared>
   %z = tile.fill 0.0 : !tile.tile<64x64xf32, register>
   func.return
 }

@@ -52,6 +52,8 @@ func.func @machine_ops(%out: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<
   sm90.st_global %out[%offs], %vals, %all : vector<2xi64>, vector<2xi32>, vector<2xi1>
   // column_bytes: the constant part of each address is its immediate
   sm90.st_global %out[%offs], %vals, %all {column_bytes = array<i32: 16, 20>} : vector<2xi64>, vector<2xi32>, vector<2xi1>
+  // 16-bit stores: each register's low half, at 2-byte granules
+  sm90.st_global_b16 %out[%offs], %vals, %all {column_bytes = array<i32: 26, 30>} : vector<2xi64>, vector<2xi32>, vector<2xi1>
   func.return
 }
 
@@ -82,3 +84,5 @@ func.func @machine_ops(%out: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<
 // CHECK:           st.global.b32 {{\[}}%rd{{[0-9]+}}],
 // CHECK:           st.global.b32 {{\[}}%rd{{[0-9]+}}+16],
 // CHECK:           st.global.b32 {{\[}}%rd{{[0-9]+}}+20],
+// CHECK:           st.global.b16 {{\[}}%rd{{[0-9]+}}+26],
+// CHECK:           st.global.b16 {{\[}}%rd{{[0-9]+}}+30],

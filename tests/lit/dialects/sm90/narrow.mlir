@@ -1,5 +1,6 @@
 // The 16-bit copy ops of the any-shape GEMM (dialects/sm90_memory.py): sm90.ld_global_u16 (with column immediates, as
-// attention's bias loads it) and sm90.st_shared_b16 round-trip, and each verifier rule reports its message.
+// attention's bias loads it), sm90.st_shared_b16 and sm90.st_global_b16 (a 16-bit tile stored into rows of any
+// length) round-trip, and each verifier rule reports its message.
 // RUN: tessera-opt %s --split-input-file --verify-diagnostics | filecheck %s
 
 %g = "test.op"() : () -> i64
@@ -65,3 +66,30 @@ sm90.st_shared_b16 %a, %v : vector<4xi32>, vector<4xf32>
 %v = "test.op"() : () -> vector<4xi32>
 // CHECK: {{.*}}: 'sm90.st_shared_b16' op one i32 shared address per register (4), got vector<2xi32>
 sm90.st_shared_b16 %a, %v : vector<2xi32>, vector<4xi32>
+
+// -----
+
+%g = "test.op"() : () -> i64
+%o = "test.op"() : () -> vector<4xi32>
+%m = "test.op"() : () -> vector<4xi1>
+%v = "test.op"() : () -> vector<4xi32>
+sm90.st_global_b16 %g[%o], %v, %m {column_bytes = array<i32: 0, 2, 16, 18>} : vector<4xi32>, vector<4xi32>, vector<4xi1>
+// CHECK: sm90.st_global_b16 %g[%o], %v, %m {column_bytes = array<i32: 0, 2, 16, 18>} : vector<4xi32>, vector<4xi32>, vector<4xi1>
+
+// -----
+
+%g = "test.op"() : () -> i64
+%o = "test.op"() : () -> vector<4xi32>
+%m = "test.op"() : () -> vector<4xi1>
+%v = "test.op"() : () -> vector<4xf32>
+// CHECK: {{.*}}: 'sm90.st_global_b16' op stores from 32-bit integer registers, got vector<4xf32>
+sm90.st_global_b16 %g[%o], %v, %m : vector<4xi32>, vector<4xf32>, vector<4xi1>
+
+// -----
+
+%g = "test.op"() : () -> i64
+%o = "test.op"() : () -> vector<4xi32>
+%m = "test.op"() : () -> vector<2xi1>
+%v = "test.op"() : () -> vector<4xi32>
+// CHECK: {{.*}}: 'sm90.st_global_b16' op mask must be vector<4xi1>, got vector<2xi1>
+sm90.st_global_b16 %g[%o], %v, %m : vector<4xi32>, vector<4xi32>, vector<2xi1>
