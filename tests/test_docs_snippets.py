@@ -111,6 +111,13 @@ def test_the_readme_gives_the_test_command_ci_runs():
         assert command in readme, f"the README's quick start must give CI's command {command!r}"
 
 
+def test_every_docs_page_is_linked_from_the_readme():
+    """A page in docs/ that the README does not link is a page no newcomer finds."""
+    readme = (ROOT / "README.md").read_text()
+    unlinked = [page.name for page in sorted((ROOT / "docs").glob("*.md")) if f"(docs/{page.name})" not in readme]
+    assert unlinked == [], f"docs pages not linked from README.md's Documentation list: {unlinked}"
+
+
 def test_the_pipeline_spelled_out_is_the_default():
     """The docs spell the default pipeline out for tessera-opt; it must stay `tessera.passes.DEFAULT_PIPELINE`."""
     from tessera.passes import DEFAULT_PIPELINE
