@@ -1,9 +1,8 @@
 """The elementwise Tile IR vocabulary (`dialects/tile_elementwise.py`): broadcasting rules, the Tile
 interpreter's values against NumPy, and the same kernels lowered (convert-tile-to-sm90) and run in the CTA
-simulator and, printed as PTX, in the PTX executor and under ptxas. The user kernels of
-`examples/elementwise/` (softmax, RMSNorm, a GEMM with soft-capping, SiLU and an iota mask, ALiBi with a
-sliding window) are checked at every level against NumPy with the documented bounds of the approximate
-instructions (`tessera.sm90.approx`)."""
+simulator and, printed as PTX, in the PTX executor and under ptxas. The kernels of the gallery
+(`examples/kernels/`: softmax, RMSNorm, a GEMM with soft-capping, SiLU and an iota mask, ALiBi with a sliding
+window, and more) are checked at every level against NumPy in tests/test_gallery.py."""
 
 from __future__ import annotations
 
@@ -11,7 +10,6 @@ import re
 import warnings
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 import pytest
 
@@ -21,7 +19,7 @@ from tessera.dialects.tile_elementwise import broadcast_shape
 from tessera.ir import parse_module
 from tessera.sm90 import approx
 
-KERNELS = Path(__file__).resolve().parent.parent / "examples" / "elementwise"
+KERNELS = Path(__file__).resolve().parent.parent / "examples" / "kernels"
 LEVELS = ("tile", "target", "ptx")
 F32_ULP = 2.0**-23
 
@@ -161,88 +159,25 @@ def test_every_op_against_numpy(level):
         assert (err <= bound).all(), f"{body.splitlines()[-1]}: max error {err.max()} at {np.unravel_index(err.argmax(), err.shape)}"
 
 # endregion
-# region the user kernels
+# region the every-op kernel lowered
 
 
-def _kernel(name: str):
-    return parse_module((KERNELS / f"{name}.mlir").read_text())
-
-
-def _close(got, expected, rtol, atol=0.0):
-    finite = np.isfinite(expected)
-    np.testing.assert_array_equal(np.isneginf(got), np.isneginf(expected))
-    np.testing.assert_allclose(got[finite], expected[finite], rtol=rtol, atol=atol)
-
-
-@pytest.mark.parametrize("level", LEVELS)
-def test_softmax(level):
-    x = (np.random.default_rng(0).standard_normal((100, 64)) * 4).astype(np.float32)
-    x[3] = -np.inf  # a row with all -inf but one finite entry
-    x[3, 7] = 1.0
-    ref = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
-    ref /= ref.sum(1, keepdims=True)
-    # ex2.approx per term and f32 sums: a few times the ex2 bound, relative to the row's largest value
-    _close(_interpret(_kernel("softmax"), x, level=level), ref, rtol=0, atol=2.0**-19)
-
-
-@pytest.mark.parametrize("level", LEVELS)
-def test_rmsnorm(level):
-    rng = np.random.default_rng(1)
-    x = (rng.standard_normal((70, 64)) * 3).astype(np.float32)
-    x[5] = 0.0  # a zero row: rsqrt(eps) times zeros
-    w = rng.standard_normal(64).astype(np.float32)
-    ref = x / np.sqrt((x.astype(np.float64) ** 2).mean(1, keepdims=True) + 1e-5) * w
-    rtol = approx.approx_relative_error("rsqrt") + 64 * F32_ULP  # rsqrt.approx, and the f32 row sum
-    _close(_interpret(_kernel("rmsnorm"), x, w, level=level), ref, rtol=rtol, atol=1e-6)
-
-
-@pytest.mark.parametrize("level", LEVELS)
-def test_gemm_softcap(level):
-    rng = np.random.default_rng(2)
-    m, k, n = 100, 128, 72
-    a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
-    b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
-    s = a.astype(np.float64) @ b.astype(np.float64)
-    capped = 16 * np.tanh(s / 16)
-    act = capped / (1 + np.exp(-capped))
-    i, j = np.arange(m)[:, None], np.arange(n)[None, :]
-    ref = np.where(j > i, -np.inf, act)
-    # tanh.approx's relative error, carried through a SiLU whose slope is at most 1.1, on values up to 16
-    _close(_interpret(_kernel("gemm_softcap"), a, b, level=level), ref, rtol=2e-6,
-           atol=1.1 * 16 * approx.approx_relative_error("tanh"))
-
-
-@pytest.mark.parametrize("level", LEVELS)
-def test_alibi(level):
-    rng = np.random.default_rng(3)
-    heads, length = 3, 80
-    x = rng.standard_normal((length, 64 * heads)).astype(np.float32)
-    slope = 2.0 ** (-8 * (np.arange(heads) + 1) / heads)
-    i, j = np.arange(length)[:, None], np.arange(64)[None, :]
-    d = np.abs(i - j)
-    ref = np.concatenate([np.where(d > 8, -np.inf, x[:, 64 * h: 64 * h + 64] - s * d)
-                          for h, s in enumerate(slope)], axis=1)
-    _close(_interpret(_kernel("alibi"), x, level=level), ref, rtol=0, atol=1e-5)
-
-
-@pytest.mark.parametrize("name", ["every_op", "softmax", "rmsnorm", "gemm_softcap", "alibi"])
-def test_lowered_kernels_verify(name):
-    """The Target IR of each kernel verifies after the full pipeline (upstream ops keep their scalar-only
+def test_lowered_kernel_verifies():
+    """The Target IR of the every-op kernel verifies after the full pipeline (upstream ops keep their scalar-only
     constraints: vector conversions are sm90.cvt)."""
-    module = _every_op_module() if name == "every_op" else _kernel(name)
+    module = _every_op_module()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         tessera.ir.verify(tessera.compile(module, target="target"))
 
 
-@pytest.mark.parametrize("name", ["every_op", "softmax", "rmsnorm", "gemm_softcap", "alibi"])
-def test_user_kernels_assemble(name, ptxas):
+def test_every_op_assembles(ptxas):
     from tessera.toolchain import compile_ptx
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # warp-specialize: nothing to specialize in these kernels
-        ptx = tessera.compile(_every_op_module() if name == "every_op" else _kernel(name), target="ptx")
-    result = compile_ptx(ptx, source_name=name, ptxas=ptxas)
+        ptx = tessera.compile(_every_op_module(), target="ptx")
+    result = compile_ptx(ptx, source_name="every_op", ptxas=ptxas)
     assert result.warnings == (), "\n".join(map(str, result.warnings))
     for entry in result.entries.values():
         assert not entry.spills, f"{entry.name} spills: {entry}"
