@@ -79,10 +79,17 @@ def test_ptxas_accepts_modifier_kernels_without_spills():
             assert not entry.spills, entry
 
 
+BLOCK_LIST_READ = 8
+"""SASS instructions a full-block loop may add to the dense loop: the load of the next block index and its
+address arithmetic."""
+
+
 @pytest.mark.usefixtures("ptxas", "nvdisasm")
 def test_full_block_loop_is_the_dense_main_loop():
-    """The block-sparse kernel's loop over full blocks runs no mask: its SASS is no longer than the dense
-    kernel's main loop (the loop with the fewest instructions among those holding HGMMA)."""
+    """The block-sparse kernel's loop over full blocks runs no mask: its SASS is the dense kernel's main loop
+    (the loop with the fewest instructions among those holding HGMMA) plus at most a few instructions that read
+    the next key block's index from the block list (319 against 315 in one CI run, 351 against 352 at head_dim
+    128 under ptxas 13.0), far from the partial loop's per-element mask (575)."""
     def hgmma_loops(module):
         text = toolchain.disassemble(tessera.compile(module, target="cubin").cubin)
         return sorted(len(loop.instructions) for loop in toolchain.sass_loops(text) if loop.opcode_counts["HGMMA"])
@@ -90,7 +97,8 @@ def test_full_block_loop_is_the_dense_main_loop():
     dense = hgmma_loops(flash_attention(D, block_n=64))
     sparse = hgmma_loops(flash_attention(D, block_n=64, mask_mod=window, block_sparse=True))
     assert len(sparse) == 2  # full blocks, then partial ones
-    assert sparse[0] <= dense[0], (sparse, dense)
+    assert sparse[0] <= dense[0] + BLOCK_LIST_READ, (sparse, dense)
+    assert sparse[1] > dense[0] + 100, (sparse, dense)  # the partial loop is the one that masks
 
 
 def test_mask_mod_backward_at_target_level():

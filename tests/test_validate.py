@@ -66,9 +66,11 @@ def _index(value: int) -> arith.ConstantOp:
 
 
 def swizzle_64(module):
-    """assign-swizzle picks a 64-byte swizzle for Q's 128-byte rows: the lowering refuses it."""
+    """assign-swizzle gives Q's 128-byte rows a 16-byte "swizzle", a width the hardware does not have (32, 64 or
+    128): the verifier after the pass refuses it. (A 64-byte swizzle on 128-byte rows, this test's seed until
+    the 32- and 64-byte swizzles landed, is now a correct choice, not a miscompilation.)"""
     op = _named(module, tile.AllocSharedOp)[0]
-    new = tile.AllocSharedOp(op.result.type.with_(swizzle=64), 512)
+    new = tile.AllocSharedOp(op.result.type.with_(swizzle=16), 1024)
     new.result.name_hint = op.result.name_hint
     Rewriter.replace_op(op, new)
 

@@ -29,7 +29,7 @@ def launch(
     builder's (`tessera.attention` and `tessera.gemm` call it) or a user's.
 
     `level` (None or one of `LEVELS`):
-    - None: on the GPU (`tessera-compiler[cuda]`): the kernel is compiled with `pipeline` (default
+    - None: on the GPU (needs cuda-bindings and the NVIDIA driver): the kernel is compiled with `pipeline` (default
       `passes.DEFAULT_PIPELINE`) through the kernel cache and launched by `tessera.runtime` with the grid,
       cluster, tensor maps and dynamic shared memory of its host description (`tessera.host`); NumPy arrays or
       PyTorch tensors. Without a usable GPU it raises `tessera.runtime.CudaUnavailable` naming `level=` as
