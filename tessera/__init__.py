@@ -13,6 +13,8 @@ Public API:
   same kernels in an interpreter;
 - `tessera.attention_backward(q, k, v, o, lse, do, causal=False, scale=None, deterministic=False, level=None)`:
   (dq, dk, dv) on the GPU, or with `level=` in an interpreter (`tessera.runtime.attention_backward`).
+- both with FlexAttention's `score_mod=` and `mask_mod=` (plain Python traced into the kernel,
+  `tessera.variants`; in the interpreters so far);
 - `tessera.attention(..., cu_seqlens_q=, cu_seqlens_k=, ...)`: packed variable-length batches
   (`tessera.runtime.serving`); `tessera.attention_with_kvcache(...)`: decoding against a (paged) KV cache
   (`tessera.runtime.kvcache`), both with `return_lse=` and `num_splits=` and also in the interpreters with
