@@ -139,6 +139,14 @@ def _verify_column_bytes(op: Operation, n: int) -> None:
              f"column_bytes must be {n} i32 values (one per register), got {columns}")
 
 
+def _verify_offsets_and_mask(op: IRDLOperation, n: int) -> None:
+    """A per-register global access's address and predicate operands: one offset (i64, or i32 sign-extended) and
+    one mask bit per register."""
+    _require(op.offsets.type in (VectorType(i64, [n]), VectorType(i32, [n])), op,
+             f"offsets must be vector<{n}xi64> or vector<{n}xi32> (sign-extended), got {op.offsets.type}")
+    _require(op.mask.type == VectorType(i1, [n]), op, f"mask must be vector<{n}xi1>, got {op.mask.type}")
+
+
 @irdl_op_definition
 class StGlobalOp(IRDLOperation):
     """`sm90.st_global %base[%offsets], %values, %mask : vector<32xi64>, vector<32xi32>, vector<32xi1>`: for each register i whose mask
@@ -163,9 +171,7 @@ class StGlobalOp(IRDLOperation):
         n = _lanes(self.values.type)
         _verify_column_bytes(self, n)
         _require(_element(self.values.type) in (i32, Float32Type()), self, f"stores 32-bit registers, got {self.values.type}")
-        _require(self.offsets.type in (VectorType(i64, [n]), VectorType(i32, [n])), self,
-                 f"offsets must be vector<{n}xi64> or vector<{n}xi32> (sign-extended), got {self.offsets.type}")
-        _require(self.mask.type == VectorType(i1, [n]), self, f"mask must be vector<{n}xi1>, got {self.mask.type}")
+        _verify_offsets_and_mask(self, n)
 
 
 @irdl_op_definition
@@ -196,9 +202,7 @@ class StGlobalB16Op(IRDLOperation):
         n = _lanes(self.values.type)
         _verify_column_bytes(self, n)
         _require(_element(self.values.type) == i32, self, f"stores from 32-bit integer registers, got {self.values.type}")
-        _require(self.offsets.type in (VectorType(i64, [n]), VectorType(i32, [n])), self,
-                 f"offsets must be vector<{n}xi64> or vector<{n}xi32> (sign-extended), got {self.offsets.type}")
-        _require(self.mask.type == VectorType(i1, [n]), self, f"mask must be vector<{n}xi1>, got {self.mask.type}")
+        _verify_offsets_and_mask(self, n)
 
 
 @irdl_op_definition
@@ -226,9 +230,7 @@ class LdGlobalOp(IRDLOperation):
         n = _lanes(self.result.type)
         _verify_column_bytes(self, n)
         _require(_element(self.result.type) in (i32, Float32Type()), self, f"loads 32-bit registers, got {self.result.type}")
-        _require(self.offsets.type in (VectorType(i64, [n]), VectorType(i32, [n])), self,
-                 f"offsets must be vector<{n}xi64> or vector<{n}xi32> (sign-extended), got {self.offsets.type}")
-        _require(self.mask.type == VectorType(i1, [n]), self, f"mask must be vector<{n}xi1>, got {self.mask.type}")
+        _verify_offsets_and_mask(self, n)
 
 
 @irdl_op_definition
@@ -261,9 +263,7 @@ class LdGlobalU16Op(IRDLOperation):
         n = _lanes(self.result.type)
         _verify_column_bytes(self, n)
         _require(_element(self.result.type) == i32, self, f"loads into 32-bit integer registers, got {self.result.type}")
-        _require(self.offsets.type in (VectorType(i64, [n]), VectorType(i32, [n])), self,
-                 f"offsets must be vector<{n}xi64> or vector<{n}xi32> (sign-extended), got {self.offsets.type}")
-        _require(self.mask.type == VectorType(i1, [n]), self, f"mask must be vector<{n}xi1>, got {self.mask.type}")
+        _verify_offsets_and_mask(self, n)
 
 
 # endregion

@@ -44,6 +44,7 @@ from tessera.dialects.tile_types import TileType
 from tessera.interpreters.launch import prepare_arguments, run_grid
 from tessera.interpreters.tile_memory import SharedRef
 from tessera.kernel_abi import KernelSignature
+from tessera.validation.compare import max_difference
 from tessera.numerics import BF16, F16, F32, numpy_dtype
 from tessera.sm90.approx import (
     EX2_APPROX_RELATIVE_ERROR, RCP_APPROX_RELATIVE_ERROR, RSQRT_APPROX_RELATIVE_ERROR, TANH_APPROX_RELATIVE_ERROR,
@@ -214,18 +215,6 @@ def run_widened(module: ModuleOp, sig: KernelSignature, inputs, sizes: Mapping[s
     return [a for a, arg in zip(arguments, sig.args) if arg.role == "out"]
 
 
-def _difference(out, ref) -> float:
-    a, b = np.asarray(out, np.float64), np.asarray(ref, np.float64)
-    if a.shape != b.shape:
-        return float("inf")
-    if a.size == 0:
-        return 0.0
-    same = (a == b) | (np.isnan(a) & np.isnan(b))
-    with np.errstate(invalid="ignore"):
-        diff = np.where(same, 0.0, np.abs(a - b))
-    return float(np.nan_to_num(diff, nan=np.inf).max())
-
-
 @dataclass(frozen=True)
 class KernelReference:
     """A kernel's own float64 outputs and, per output, its tolerance (module docstring)."""
@@ -234,7 +223,7 @@ class KernelReference:
     tolerances: tuple[float, ...]
 
     def errors(self, outputs: Sequence[np.ndarray]) -> list[float]:
-        return [_difference(o, r) for o, r in zip(outputs, self.outputs)]
+        return [max_difference(o, r) for o, r in zip(outputs, self.outputs)]
 
     def judge(self, outputs: Sequence[np.ndarray]) -> tuple[float, float]:
         """(max error, tolerance) of the output whose error is the largest fraction of its tolerance ((0, 0) for
@@ -256,7 +245,7 @@ def kernel_reference(module: ModuleOp, sig: KernelSignature, inputs, sizes: Mapp
     moved = [run_widened(module, sig, inputs, sizes, sign, rng) for sign in (1, -1, 0)]
     tolerances = []
     for i, ref in enumerate(exact):
-        baseline = max([_difference(native[i], ref)] + [_difference(m[i], ref) for m in moved])
+        baseline = max([max_difference(native[i], ref)] + [max_difference(m[i], ref) for m in moved])
         finite = np.isfinite(ref)
         scale = max(1.0, float(np.abs(ref[finite]).max())) if finite.any() else 1.0
         tolerances.append(2 * baseline + ABSOLUTE_TOLERANCE * scale)
