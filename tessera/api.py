@@ -129,9 +129,14 @@ def _target_kernel(where: str, lowered: ModuleOp, kernel: str):
     return found
 
 
-def run_interpreted(where: str, module, arrays, kernel, level, pipeline, sizes):
+def run_interpreted(where: str, module, arrays, kernel, level, pipeline, sizes, workers=None, executor=None):
     """`tessera.launch` at an interpreter `level` (and `interpret`): check the call, run the kernel, return its
-    outputs (`where` names the entry point in errors)."""
+    outputs (`where` names the entry point in errors). `workers`/`executor`: run the CTAs in parallel at levels
+    "target" and "ptx" (`tessera.interpreters.parallel`); the Tile IR interpreter runs serially, with a
+    `SerialFallback` warning when they ask otherwise."""
+    from tessera.interpreters.parallel import parallel_options, serial_note
+
+    parallel = parallel_options(where, workers, executor)
     check_module(where, module)
     ir.verify(module)  # dominance, ops, kernel ABI: malformed IR is a VerifyException, not a crash of the interpreter
     check_choice(where, "level", level, LEVELS, "interpreter level")
@@ -166,17 +171,20 @@ def run_interpreted(where: str, module, arrays, kernel, level, pipeline, sizes):
                 raise ValueError(f"{where}: at level 'tile' the pipeline must stay in Tile IR; '{pipeline}' lowers "
                                  "the kernel (use level='target' or 'ptx')")
             sig = _find_kernel(module, sig.name)  # the transformed kernel, not the one given
+        if parallel is not None:
+            serial_note(where, "the Tile IR interpreter runs the blocks vectorised, up to "
+                               "64 in one NumPy call, in one process (workers apply to levels 'target' and 'ptx')")
         run_grid(sig, module, arguments, bound)
     elif level == "target":
         from tessera.interpreters.sm90.launch import run_target_kernel
         from tessera.regalloc import allocate_registers
 
         target = _target_kernel(where, _lower(where, module, pipeline), sig.name)
-        run_target_kernel(target, arguments, bound, allocate_registers(target))
+        run_target_kernel(target, arguments, bound, allocate_registers(target), workers=workers, executor=executor)
     else:
         from tessera.interpreters.ptx.printed import run_ptx
 
-        run_ptx(_lower(where, module, pipeline), sig, arguments, bound)
+        run_ptx(_lower(where, module, pipeline), sig, arguments, bound, workers=workers, executor=executor)
     outputs = tuple(a for a, arg in zip(arguments, sig.args) if arg.role == "out")
     return outputs[0] if len(outputs) == 1 else outputs
 
@@ -195,9 +203,9 @@ def _check_element_kinds(where: str, sig: KernelSignature, arrays: list[np.ndarr
 
 def interpret(
     module: ModuleOp, *inputs: np.ndarray, level: str = "tile", kernel: str | None = None,
-    pipeline: str | None = None, **sizes: int,
+    pipeline: str | None = None, workers: int | None = None, executor=None, **sizes: int,
 ) -> np.ndarray | tuple[np.ndarray, ...]:
     """`tessera.launch` in an interpreter, kept for compatibility: the same call with `level` defaulting to
     "tile" instead of the GPU. New code calls `tessera.launch(..., level=...)`."""
     check_choice("tessera.interpret", "level", level, LEVELS, "interpreter level")
-    return run_interpreted("tessera.interpret", module, inputs, kernel, level, pipeline, sizes)
+    return run_interpreted("tessera.interpret", module, inputs, kernel, level, pipeline, sizes, workers, executor)

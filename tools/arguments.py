@@ -34,3 +34,10 @@ def parse_seed(text: str) -> int:
     if not _DECIMAL.fullmatch(text):
         raise argparse.ArgumentTypeError(f"expected a seed in plain decimal digits 0-9, got '{text}'")
     return int(text)
+
+
+def parse_workers(text: str) -> int:
+    """`--workers N`: plain ASCII decimal digits, N >= 1 (processes that run the CTAs in parallel)."""
+    if not _DECIMAL.fullmatch(text) or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of processes >= 1 in plain decimal digits, got '{text}'")
+    return int(text)

@@ -45,7 +45,7 @@ from tessera.interpreters.launch import check_sizes
 from tessera.interpreters.limits import DEFAULT_MEMORY_BUDGET, MemoryBudgetError
 
 from tessera import LEVELS  # where a kernel runs: tile, target, ptx, as tessera.interpret's level=
-from tessera.tools.arguments import parse_seed, parse_size
+from tessera.tools.arguments import parse_seed, parse_size, parse_workers
 DEFAULT_MAX_GIB = DEFAULT_MEMORY_BUDGET / 2**30
 """Default limit on the memory a run takes (`--max-gib`): the simulators' own budget."""
 
@@ -91,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "forward kernel's PTX in the PTX executor)")
     parser.add_argument("--max-gib", type=parse_gib, default=DEFAULT_MAX_GIB,
                         help=f"refuse sizes whose arguments would take more memory (default {DEFAULT_MAX_GIB:g} GiB)")
+    parser.add_argument("--workers", type=parse_workers, default=None, metavar="N",
+                        help="run the CTAs in N processes (CTA simulator and PTX executor; the same results and "
+                             "first error as one process; default: one)")
     return parser
 
 
@@ -190,6 +193,7 @@ def _describe_functions(module) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from tessera.interpreters.launch import prepare_arguments, run_grid
+    from tessera.interpreters.parallel import serial_note
     from tessera.interpreters.sm90.launch import run_target_kernel
     from tessera.kernel_abi import is_kernel, is_target_kernel, signature, specialized
     from tessera.passes import DEFAULT_PIPELINE
@@ -281,11 +285,14 @@ def run(args: argparse.Namespace) -> int:
         arguments, bound = prepare_arguments(sig, inputs, used)
         start = time.perf_counter()
         if how == "tile":
+            if args.workers not in (None, 1):
+                serial_note("tessera-run", "the Tile IR interpreter runs the blocks vectorised in one process "
+                                           "(--workers applies to --level target and ptx)")
             run_grid(sig, kernel_module, arguments, bound)
         elif how == "target":
-            run_target_kernel(target, arguments, bound, allocate_registers(target))
+            run_target_kernel(target, arguments, bound, allocate_registers(target), workers=args.workers)
         else:  # printed (registers allocated on a copy where the pipeline did not) and run as tessera.interpret does
-            run_ptx(kernel_module, sig, arguments, bound)
+            run_ptx(kernel_module, sig, arguments, bound, workers=args.workers)
         elapsed = time.perf_counter() - start
         outputs = [a for a, arg in zip(arguments, sig.args) if arg.role == "out"]
         grid = sig.grid_size(used)
@@ -323,6 +330,8 @@ def _interpretation_diagnostic(e: BaseException) -> str:
         if isinstance(candidate, Operation):
             op = candidate
         tb = tb.tb_next
+    if op is None:  # raised again from a worker process (`--workers`), which found the op
+        op = getattr(e, "failing_op", None)
     return with_context(located(op, str(e)))
 
 

@@ -153,6 +153,12 @@ def active() -> bool:
     return bool(_ACTIVE.get())
 
 
+def active_checks() -> tuple:
+    """The checks active now, to make them active again with `checking(*checks)` elsewhere (in the worker
+    process that runs a group of CTAs, `tessera.interpreters.parallel`)."""
+    return _ACTIVE.get()
+
+
 def check_rows(name: str, rows: np.ndarray, z: np.ndarray) -> str | None:
     """For a store to `rows` (indices along the checked axis) by blocks `z`: the message about the first one
     outside its sequence, or None."""

@@ -22,7 +22,7 @@ from tessera.runtime.launch import run, usable_device
 
 def launch(
     module: ModuleOp, *arrays: np.ndarray, kernel: str | None = None, level: str | None = None,
-    pipeline: str | None = None, **sizes: int,
+    pipeline: str | None = None, workers: int | None = None, executor=None, **sizes: int,
 ) -> np.ndarray | tuple[np.ndarray, ...]:
     """Run any Tile IR kernel of `module` over its whole grid on `arrays` (its inputs, in argument order) and
     return its outputs (one array, or a tuple in argument order). The one entry point for every kernel, a
@@ -47,15 +47,22 @@ def launch(
     sizes in `sizes` are checked against the inputs; a kernel's launch sizes (`tessera.kernel_abi`, e.g. the
     varlen kernels' max_seqlen_q) are given there too. Returns the outputs in their element types. A bad call
     raises TypeError/ValueError naming the parameter and the rule: the wrong number of arrays, a shape or
-    rank the kernel's dims do not allow, masked, complex or boolean arrays, floats for an integer input."""
+    rank the kernel's dims do not allow, masked, complex or boolean arrays, floats for an integer input.
+
+    `workers` (processes on this machine) and `executor` (any `concurrent.futures.Executor`: a process pool, a
+    Dask client's `get_executor()`) run the CTAs of levels "target" and "ptx" in parallel, with the serial
+    run's results bit for bit and its first error (`tessera.interpreters.parallel`, docs/interpreters.md)."""
     where = "tessera.launch"
+    if level is None and (workers is not None or executor is not None):
+        raise ValueError(f"{where}: workers and executor run the interpreters' CTAs in parallel; pass level="
+                         "'target' or 'ptx' (on the GPU the hardware runs the CTAs)")
     if isinstance(module, CompiledKernel):  # a kernel the runtime compiled (the builders' entry points)
         if level is not None or kernel is not None or pipeline is not None:
             raise ValueError(f"{where}: a compiled kernel runs on the GPU as compiled: level, kernel and pipeline "
                              "apply to a module")
         return _launch_gpu(where, module, None, arrays, None, sizes)
     if level is not None:
-        return api.run_interpreted(where, module, arrays, kernel, level, pipeline, sizes)
+        return api.run_interpreted(where, module, arrays, kernel, level, pipeline, sizes, workers, executor)
     check_module(where, module)
     ir.verify(module)
     check_string(where, "kernel", kernel, optional=True)

@@ -76,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
                              f"(default {_default_max_steps()})")
     parser.add_argument("--memory-budget", type=int, default=None, metavar="BYTES",
                         help="host memory the run may need, arrays included (default 8 GiB)")
+    parser.add_argument("--workers", type=int, default=None, metavar="N",
+                        help="run the batches of CTAs in N processes (the same results and first error as one "
+                             "process; default: one)")
     return parser
 
 
@@ -211,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
     cluster = _dims(cluster, "--cluster") if cluster else None
     shared_bytes = args.shared_bytes if args.shared_bytes is not None else (default("shared_bytes") or 0)
     start = time.perf_counter()
-    limits = {"memory_budget": args.memory_budget}
+    limits = {"memory_budget": args.memory_budget, "workers": args.workers}
     if args.max_steps is not None:
         limits["max_steps"] = args.max_steps
     results = launch(module, args.kernel, grid, block, values, shared_bytes, args.file, cluster=cluster, **limits)

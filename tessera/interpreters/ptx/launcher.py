@@ -36,13 +36,22 @@ and the state of a batch) within `memory_budget`. CTAs run in batches of several
 
 from __future__ import annotations
 
+import hashlib
 import math
-from dataclasses import replace
+import os
+import pickle
+import time
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from tessera.interpreters.blas_threads import single_threaded_blas
+from tessera.interpreters import serving_checks
 from tessera.interpreters.limits import check_memory
+from tessera.interpreters.parallel import (
+    AccessLog, GroupResult, Parallel, cached_program, merge, parallel_options, program_key, running_groups,
+    serial_note, ship, split, unship,
+)
 from tessera.interpreters.ptx import alu, floats, memory, reductions, schedule, sync, tensor  # noqa: F401 - registers decoders
 from tessera.interpreters.ptx.cluster import ClusterState
 from tessera.interpreters.ptx import asynchrony, ptxas_rules
@@ -263,7 +272,7 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
            source: str = "<ptx>", *, max_steps: int = schedule.DEFAULT_MAX_STEPS,
            memory_budget: int | None = None, cta_order=None, cluster=None,
            non_portable_cluster_size: bool = False, stats: dict | None = None,
-           races: bool = True) -> list[np.ndarray | None]:
+           races: bool = True, workers: int | None = None, executor=None) -> list[np.ndarray | None]:
     """Run entry `kernel` of `ptx` over `grid` CTAs of `block` threads; see the module docstring.
     `cluster` (x, y, z) runs the CTAs of each cluster together (`cluster`), as cudaLaunchKernelEx with the
     cluster dimension attribute; `non_portable_cluster_size` is cudaFuncAttributeNonPortableClusterSizeAllowed.
@@ -274,7 +283,54 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
     (`tessera.interpreters.blas_threads`). `cta_order` (optional): the order the CTAs run in, a permutation of
     their linear indices (x fastest), in batches; a kernel with atomics is checked for races between CTAs
     (`reductions`). `races` (default on) reports two generic accesses to a shared-memory byte, one a write,
-    that no synchronisation orders (`happens_before`); proxy fences are checked either way."""
+    that no synchronisation orders (`happens_before`); proxy fences are checked either way.
+
+    `workers` (processes on this machine) or `executor` (any `concurrent.futures.Executor`) runs the batches of
+    CTAs in that many contiguous groups in parallel, with the serial run's results, counts and first error, and
+    races between CTAs of different groups reported (`tessera.interpreters.parallel`); an entry with red,
+    atom or cp.reduce runs serially with a `SerialFallback` warning."""
+    parallel = parallel_options(f"{source}: launch of {kernel}", workers, executor)
+    run = _setup(ptx, kernel, grid, block, args, shared_bytes, source, max_steps, memory_budget, cta_order, cluster,
+                 non_portable_cluster_size, races)
+    starts = list(range(0, run.total, run.per_batch))
+    if parallel is not None and run.machine.watch is not None:
+        serial_note(f"{source}: launch of {kernel}", "the entry has red, atom or cp.reduce, whose races between "
+                                                      "CTAs are checked in one process")
+        parallel = None
+    if parallel is not None and len(starts) > 1:
+        _run_groups(parallel, run, starts, stats, ptx, kernel, dict(
+            grid=grid, block=block, shared_bytes=shared_bytes, source=source, max_steps=max_steps,
+            memory_budget=memory_budget, cta_order=cta_order, cluster=cluster,
+            non_portable_cluster_size=non_portable_cluster_size, races=races))
+    else:
+        counts = _run_batches(run, starts, stats is not None)
+        if stats is not None:
+            stats.update(counts)
+    return _results(run)
+
+
+@dataclass
+class _Launch:
+    """A launch checked and set up: the machine and scheduler with the entry decoded, global memory with
+    the arguments placed (`buffers`: id of an array -> (address, array)), the CTA order (None: x fastest, by
+    cluster) and the batching."""
+
+    args: list
+    machine: Machine
+    scheduler: schedule.Scheduler
+    specials: dict
+    memory: GlobalMemory
+    buffers: dict
+    order: list | None
+    per_batch: int
+    total: int
+    grid: tuple[int, int, int]
+    cluster: tuple[int, int, int]
+
+
+def _setup(ptx, kernel, grid, block, args, shared_bytes, source, max_steps, memory_budget, cta_order, cluster,
+           non_portable_cluster_size, races) -> _Launch:
+    """Every check of `launch` before a CTA runs, and the machine that runs them (see `launch`)."""
     _check_arguments(ptx, kernel, args, shared_bytes, source)
     if isinstance(ptx, str):
         from tessera.interpreters.ptx.parse import parse_ptx
@@ -414,18 +470,31 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
             raise ValueError(f"{source}: cta_order permutes single CTAs; a launch with clusters of {tuple(cluster)} "
                              "runs each cluster's CTAs together")
         order = [(i % gx, i // gx % gy, i // (gx * gy)) for i in linear]
-    if stats is not None:
+    return _Launch(args, machine, scheduler, specials, memory_, buffers, order, per_batch, total, grid, cluster)
+
+
+def _run_batches(run: _Launch, starts, counting: bool) -> dict:
+    """Run the batches of CTAs that start at `starts` (indices into the run order) one after another; the
+    counts of `launch`'s `stats` when `counting`."""
+    machine, scheduler = run.machine, run.scheduler
+    executed = scheduler.executed
+    if counting:
         scheduler.counts = {"thread_instructions": 0, "warp_instructions": 0}
-    for start in range(0, total, per_batch):
-        machine.load_batch(order[start:start + per_batch] if order is not None else
-                           [_cta_id(i, grid, cluster) for i in range(start, min(start + per_batch, total))])
+    for start in starts:
+        end = min(start + run.per_batch, run.total)
+        machine.load_batch(run.order[start:end] if run.order is not None else
+                           [_cta_id(i, run.grid, run.cluster) for i in range(start, end)])
         machine.cluster_state.reset()
-        _set_cta_specials(machine, specials)
+        _set_cta_specials(machine, run.specials)
         scheduler.run()
         if machine.watch is not None:
             machine.watch.check_exit()
-    if stats is not None:
-        stats.update(scheduler.counts, steps=scheduler.executed)
+    return dict(scheduler.counts, steps=scheduler.executed - executed) if counting else {}
+
+
+def _results(run: _Launch) -> list:
+    """`launch`'s results: the arrays read back from global memory (see `launch`)."""
+    args, memory_, buffers = run.args, run.memory, run.buffers
 
     def read_back(array: np.ndarray) -> np.ndarray:
         base, _ = buffers[id(array)]
@@ -455,13 +524,106 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
     return results
 
 
+
+
+# region parallel groups (`tessera.interpreters.parallel`)
+@dataclass
+class _PtxGroup:
+    """One group's task: the program (PTX text or a parsed Module; None for a forked worker, which inherits the
+    parent's), its cache key, the entry, `launch`'s arguments (None when inherited) and options, the starts of
+    the group's batches, the serving checks in force and whether to count instructions."""
+
+    key: str
+    ptx: str | Module | None
+    kernel: str
+    args: list | None
+    options: dict
+    starts: list[int]
+    checks: tuple
+    counting: bool
+
+
+def _run_group(task: _PtxGroup) -> GroupResult:
+    """A worker's run of one group of batches on its own global memory (`parallel` module docstring)."""
+    def parse():
+        if isinstance(task.ptx, str):
+            from tessera.interpreters.ptx.parse import parse_ptx
+
+            return {"ptx": parse_ptx(task.ptx, task.options["source"])}
+        return {"ptx": task.ptx}
+
+    program = cached_program(task.key, parse)
+    if "run" in program:  # forked: the parent's launch, set up before any CTA ran; its memory as it was then
+        run = program["run"]
+        if "pristine" not in program:
+            program["pristine"] = run.memory.buffer.copy()
+        run.memory.buffer[...] = program["pristine"]
+    else:
+        options = dict(task.options)
+        run = _setup(program["ptx"], task.kernel, options.pop("grid"), options.pop("block"),
+                     [unship(a) for a in task.args], options.pop("shared_bytes"), options.pop("source"),
+                     options.pop("max_steps"), options.pop("memory_budget"), options.pop("cta_order"),
+                     options.pop("cluster"), options.pop("non_portable_cluster_size"), options.pop("races"))
+    log = run.memory.log = AccessLog([run.memory.buffer.size])
+    counts, error = {}, None
+    with serving_checks.checking(*task.checks):
+        try:
+            counts = _run_batches(run, task.starts, task.counting)
+        except (PtxExecutionError, ValueError) as failure:
+            error = failure
+            counts = {}
+    written, data, read = log.result([run.memory.buffer])
+    return GroupResult(written, data, read, error, {"counts": counts})
+
+
+def _run_groups(parallel: Parallel, run: _Launch, starts: list[int], stats: dict | None, ptx, kernel: str,
+                options: dict) -> None:
+    """Run the batches `starts` in `parallel.groups` groups and merge what they wrote into `run`'s global memory."""
+    if parallel.forks:  # the workers inherit the parsed program and the arguments
+        shipped_ptx, shipped_args = None, None
+        key = program_key(kernel, str(id(run)), str(os.getpid()), str(time.monotonic_ns()))
+    else:
+        shipped_ptx = ptx
+        key = program_key(ptx if isinstance(ptx, str) else hashlib.sha256(pickle.dumps(ptx)).hexdigest(), kernel)
+        referenced = {id(getattr(v, "array", None)) for v in run.args} | {
+            id(a) for v in run.args if isinstance(v, ParamStruct) for a in v.arrays()}
+        shipped_args = [ship(a) if id(a) not in referenced else a for a in run.args]
+    program = {"run": run}
+    checks = serving_checks.active_checks()
+    tasks = [_PtxGroup(key, shipped_ptx, kernel, shipped_args, options, [starts[i] for i in part], checks,
+                       stats is not None)
+             for part in split(len(starts), parallel.groups)]
+    totals: dict[str, int] = {}
+
+    def absorb(result: GroupResult) -> None:
+        for name, value in result.extra["counts"].items():
+            totals[name] = totals.get(name, 0) + value
+
+    memory_ = run.memory
+    starts_ = np.array([seg.start - GLOBAL_BASE for seg in memory_.segments], np.int64)
+    gx, gy, _ = run.grid
+
+    def where_byte(_: int, offset: int) -> str:
+        k = int(np.searchsorted(starts_, offset, side="right") - 1)
+        return f"{memory_.segments[k].name} at byte offset {offset - int(starts_[k])}"
+
+    with running_groups(parallel, _run_group, tasks, key, program) as futures:
+        merge(futures, [memory_.buffer], where_byte, lambda r: str((r % gx, r // gx % gy, r // (gx * gy))),
+              lambda message: fail(options["source"], None, message), absorb)
+    if stats is not None:
+        stats.update(totals)
+# endregion
+
+
 def launch_described(ptx: str | Module, host, arrays: list[np.ndarray], sizes: dict[str, int],
                      source: str = "<ptx>", *, max_steps: int = schedule.DEFAULT_MAX_STEPS,
-                     memory_budget: int | None = None, races: bool = True) -> None:
+                     memory_budget: int | None = None, races: bool = True, workers: int | None = None,
+                     executor=None) -> None:
     """Run a Tessera kernel from its PTX as `tessera.host.describe` says to launch it: `arrays` are the
     Tile-level arguments (inputs, outputs, scratch, as `prepare_arguments` makes them; an input read through a
     tensor map may be a strided view, see `TensorMapArg.strided`), `sizes` the named sizes. Outputs are
-    written back into `arrays`. `max_steps`, `memory_budget` and `races` as for `launch`."""
+    written back into `arrays`. `max_steps`, `memory_budget`, `races`, `workers` and `executor` as for
+    `launch`."""
     maps = host.tensor_maps(sizes)
     args = []
     for param in host.params:
@@ -477,7 +639,8 @@ def launch_described(ptx: str | Module, host, arrays: list[np.ndarray], sizes: d
             args.append(np.uint32(sizes[param.size]))
     cluster = host.cluster(sizes)  # a clustered kernel: its shape, or (1, 1, 1) where it does not divide the grid
     results = launch(ptx, host.kernel, host.grid(sizes), host.block, args, host.dynamic_smem_bytes, source,
-                     max_steps=max_steps, memory_budget=memory_budget, cluster=cluster, races=races)
+                     max_steps=max_steps, memory_budget=memory_budget, cluster=cluster, races=races, workers=workers,
+                     executor=executor)
     for param, result in zip(host.params, results):
         if param.kind == "pointer":
             arrays[param.source][...] = result

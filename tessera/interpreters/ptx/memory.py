@@ -135,12 +135,24 @@ def access(m: Machine, inst, space: str, lanes: np.ndarray, addresses: np.ndarra
         watch.on_shared_write(inst, lanes, index)
     if space == "shared":
         m.tracker.generic_access(inst, lanes, index, data is not None)
+    elif space == "global":
+        note_global(m, lanes, index, data is not None)
     if data is None:
         if space == "global" and nbytes == 4 and serving_checks.active():
             _check_page_table_read(m, inst, lanes, addresses, buffer[index])
         return buffer[index]
     buffer[index] = data
     return None
+
+
+def note_global(m: Machine, lanes: np.ndarray, index: np.ndarray, write: bool) -> None:
+    """Note global bytes `index` ([n, k] flat buffer positions, row i touched by lane `lanes[i]`) in the
+    memory's access log, when a worker runs a group of CTAs (`tessera.interpreters.parallel`)."""
+    log = m.memory.log
+    if log is not None:
+        gx, gy, _ = m.grid
+        cta = m.ctaid[m.lane_cta[lanes]]
+        log.note(0, index, (cta[:, 0] + gx * (cta[:, 1] + gy * cta[:, 2]))[:, None], write)
 
 
 def _check_page_table_read(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray, words: np.ndarray) -> None:

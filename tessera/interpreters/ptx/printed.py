@@ -40,12 +40,14 @@ def ptx_launcher():
     return launch_described
 
 
-def run_ptx(module: ModuleOp, sig: KernelSignature, arguments: list[np.ndarray], sizes: Mapping[str, int]) -> None:
+def run_ptx(module: ModuleOp, sig: KernelSignature, arguments: list[np.ndarray], sizes: Mapping[str, int], *,
+            workers: int | None = None, executor=None) -> None:
     """Print `module`'s PTX (allocating registers on a copy where needed) and run kernel `sig.name` on `arguments`
-    (outputs written in place) over the grid `sizes` gives."""
+    (outputs written in place) over the grid `sizes` gives; `workers`/`executor` as for `launch`."""
     from tessera.host import describe
 
     launch_described = ptx_launcher()
     text, printed = ptx_text(module)
     host = next(h for h in describe(printed) if h.kernel == sig.name)
-    launch_described(text, host, arguments, dict(sizes), source=f"<ptx of @{sig.name}>")
+    launch_described(text, host, arguments, dict(sizes), source=f"<ptx of @{sig.name}>", workers=workers,
+                     executor=executor)

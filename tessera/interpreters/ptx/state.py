@@ -75,6 +75,8 @@ class GlobalMemory:
     segments: list[Segment] = field(default_factory=list)
     chunks: list[bytes] = field(default_factory=list)
     buffer: np.ndarray | None = None
+    log: object | None = None
+    """The `parallel.AccessLog` of a group of CTAs run in a worker (`memory.note_global`), else None."""
 
     def allocate(self, name: str, data: bytes, align: int = GLOBAL_ALIGNMENT) -> int:
         """Place `data` at the next address aligned to max(256, align); returns its address."""

@@ -115,11 +115,13 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
     global_index = (tmap.address - GLOBAL_BASE + offsets)[:, None] + np.arange(e)
     if load:
         data = np.where(valid[:, None], m.memory.buffer[global_index], _oob_fill(spec)).astype(np.uint8)
+        memory.note_global(m, np.array([lane]), global_index[valid].reshape(1, -1), False)
         m.tracker.stage(shared_index, data.reshape(-1))  # lands later (asynchrony)
     else:
         m.tracker.bulk_store_reads(inst, lane, shared_index, "the TMA store")
         data = m.shared[shared_index].reshape(-1, e)
         m.memory.buffer[global_index[valid]] = data[valid]
+        memory.note_global(m, np.array([lane]), global_index[valid].reshape(1, -1), True)
     return spec.box_bytes
 
 

@@ -18,6 +18,8 @@ maps, and runs every CTA of the grid (x fastest), one at a time, writing the out
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -26,7 +28,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, IndexType, IntegerAttr, IntegerType, ModuleOp, StringAttr
 from xdsl.interpreter import Interpreter
 
-from tessera.dialects import sm90
+from tessera.dialects import sm90, sm90_reductions
 from tessera.dialects.tile_types import DimsAttr
 from tessera.interpreters.blas_threads import single_threaded_blas
 from tessera.interpreters.block_batch import KernelHazardError
@@ -44,6 +46,11 @@ from tessera.interpreters.sm90.strands import Scheduler
 from tessera.interpreters.sm90.tma import TensorMap
 from tessera.interpreters.sm90.register_check import RegisterFileChecker, RegisterLayout
 from tessera.interpreters.sm90.wgmma import PendingUseChecker
+from tessera.interpreters import serving_checks
+from tessera.interpreters.parallel import (
+    GroupResult, Parallel, cached_program, innermost_op, merge, parallel_options, program_key, running_groups, serial_note, ship, split,
+    unship,
+)
 from tessera.kernel_abi import (
     BOX_ATTR,
     DIMS_ATTR,
@@ -283,7 +290,8 @@ def cluster_members(grid: tuple[int, int, int], shape: tuple[int, int, int]) -> 
 @single_threaded_blas()
 def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], sizes: Mapping[str, int],
                       allocation=None, listeners=None, cta_order: Sequence[int] | None = None,
-                      traffic: dict | None = None, cluster: tuple[int, int, int] | None = None) -> None:
+                      traffic: dict | None = None, cluster: tuple[int, int, int] | None = None, *,
+                      workers: int | None = None, executor=None) -> None:
     """Run every CTA of the target kernel `func_op` on the Tile-level argument arrays (inputs, outputs,
     scratch), writing outputs into them. Raises ValueError for a bad launch and KernelHazardError (or its
     subclass DeadlockError) naming the op and thread of a hazard; a grid, a thread count or dynamic shared memory
@@ -298,8 +306,15 @@ def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], siz
     (`run_cluster`), with the shape `tessera.cluster.launch_cluster` gives for the grid (clusters of one where
     it does not divide the grid), or `cluster` if given (as a host description says; checked against the
     grid and the hardware's limits); `cta_order` is then refused. `traffic`, if given, receives {cta id:
-    {tensor map: bytes read from global memory by its TMA copies}}."""
+    {tensor map: bytes read from global memory by its TMA copies}}.
+
+    `workers` (processes on this machine) or `executor` (any `concurrent.futures.Executor`) runs the CTAs (whole
+    clusters) in that many contiguous groups in parallel, with the serial run's results and first error, and
+    races between CTAs of different groups reported (`tessera.interpreters.parallel`); a kernel with atomics,
+    reductions or semaphores between CTAs, or a run with `listeners`, runs serially with a `SerialFallback`
+    warning."""
     kernel = target_kernel(func_op)
+    parallel = parallel_options(f"@{kernel.name}", workers, executor)
     if allocation is not None:
         allocation = RegisterLayout(allocation)  # one for all CTAs
     names = [f"#{k}" for k in range(len(arguments))]
@@ -328,6 +343,10 @@ def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], siz
             facts.check_cluster(grid, tuple(cluster))
         except ValueError as error:
             raise ValueError(f"@{kernel.name}: {error}") from None
+        if parallel is not None and _parallel(parallel, kernel, listeners, memory):
+            _run_groups(parallel, kernel, module, arguments, names, sizes, allocation, traffic,
+                        cluster_members(grid, tuple(cluster)), tuple(cluster))
+            return
         for cta_ids in cluster_members(grid, tuple(cluster)):
             for cta in run_cluster(kernel, module, values, memory, cta_ids, grid, tuple(cluster), allocation,
                                    listeners):
@@ -339,11 +358,150 @@ def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], siz
     if sorted(order) != list(range(gx * gy * gz)):
         raise ValueError(f"@{kernel.name}: cta_order must be a permutation of the {gx * gy * gz} CTAs' linear "
                          "indices")
+    if parallel is not None and _parallel(parallel, kernel, listeners, memory):
+        _run_groups(parallel, kernel, module, arguments, names, sizes, allocation, traffic, list(order), None)
+        return
     for linear in order:
         cta = run_cta(kernel, module, values, memory, (linear % gx, (linear // gx) % gy, linear // (gx * gy)), grid,
                       allocation, listeners)
         if traffic is not None:
             traffic[cta.cta_id] = dict(cta.traffic)
+
+
+# region parallel groups (`tessera.interpreters.parallel`)
+def _parallel(parallel: Parallel, kernel: TargetKernel, listeners, memory: GlobalMemory) -> bool:
+    """Whether the launch can run in groups; warns `SerialFallback` naming the reason when not."""
+    where = f"@{kernel.name}"
+    if listeners is not None:
+        serial_note(where, "interpreter listeners (validation's recorders) observe the CTAs in this process")
+        return False
+    if memory.atomic_targets:
+        serial_note(where, "its CTAs add into shared targets (red, atom, bulk reductions), which the race checks "
+                           "between CTAs follow in one process")
+        return False
+    if any(isinstance(op, (sm90_reductions.SemTryWaitOp, sm90_reductions.SemSignalOp)) for op in kernel.op.walk()):
+        serial_note(where, "its CTAs wait for each other on semaphores (a grid-wide order)")
+        return False
+    return True
+
+
+def _values_in_order(func_op: func.FuncOp):
+    """Every SSA value of `func_op` (block arguments, then results, op by op in walk order): the same sequence
+    for the kernel and for its copy parsed from text, so an allocation crosses processes as a list."""
+    for op in func_op.walk():
+        for region in op.regions:
+            for block in region.blocks:
+                yield from block.args
+        yield from op.results
+
+
+@dataclass
+class _TargetGroup:
+    """One group's task: the module's text (its key), the kernel's name, the allocation (register names by
+    value index), the arguments, sizes, the units (linear CTA indices, or each cluster's CTA ids) and the
+    serving checks in force. Text, registers and arguments are None for a forked worker, which inherits the
+    parent's program and arguments."""
+
+    key: str
+    text: str | None
+    name: str
+    registers: dict[int, list[str]] | None
+    arrays: list | None
+    sizes: dict
+    units: list
+    cluster: tuple[int, int, int] | None
+    checks: tuple
+
+
+@dataclass
+class _Names:
+    names: dict
+
+
+def _program(task: _TargetGroup):
+    from tessera.ir import parse_module
+
+    module = parse_module(task.text, f"<@{task.name}>")
+    op = next(op for op in module.walk() if isinstance(op, func.FuncOp) and op.sym_name.data == task.name)
+    layout = None
+    if task.registers is not None:
+        values = list(_values_in_order(op))
+        layout = RegisterLayout(_Names({values[i]: names for i, names in task.registers.items()}))
+    return module, op, layout, None
+
+
+def _run_group(task: _TargetGroup) -> GroupResult:
+    """A worker's run of one group, on its copy of the arguments (`parallel` module docstring)."""
+    from tessera.interpreters.sm90.logged_memory import LoggedGlobalMemory, LoggedTensorMap
+
+    module, op, layout, inherited = cached_program(task.key, lambda: _program(task))
+    kernel = target_kernel(op)
+    arrays = [a.copy() for a in inherited] if task.arrays is None else [unship(a) for a in task.arrays]
+    names = [f"#{k}" for k in range(len(arrays))]
+    for arg in kernel.args:
+        if arg.source is not None and 0 <= arg.source < len(names):
+            names[arg.source] = f"%{arg.name}"
+    grid = kernel.grid_size(task.sizes)
+    memory = LoggedGlobalMemory(arrays, names, (), (), grid)
+    values = [LoggedTensorMap.of(v, memory.log, arg.source) if isinstance(v, TensorMap) else v
+              for v, arg in zip(_argument_values(kernel, arrays, task.sizes, memory), kernel.args)]
+    traffic, error = {}, None
+    gx, gy, _ = grid
+    with serving_checks.checking(*task.checks):
+        try:
+            for unit in task.units:
+                if task.cluster is not None:
+                    x, y, z = unit[0]
+                    memory.log.current = x + gx * (y + gy * z)
+                    ctas = run_cluster(kernel, module, values, memory, unit, grid, task.cluster, layout)
+                else:
+                    memory.log.current = unit
+                    ctas = [run_cta(kernel, module, values, memory, (unit % gx, unit // gx % gy, unit // (gx * gy)),
+                                    grid, layout)]
+                for cta in ctas:
+                    traffic[cta.cta_id] = dict(cta.traffic)
+        except (KernelHazardError, ValueError) as failure:
+            error = failure
+    failing = innermost_op(error) if error is not None else None
+    where = next((i for i, o in enumerate(module.walk()) if o is failing), None) if failing is not None else None
+    written, data, read = memory.log.result(memory.flat_bytes())
+    return GroupResult(written, data, read, error, {"traffic": traffic, "op": where})
+
+
+def _run_groups(parallel: Parallel, kernel: TargetKernel, module: ModuleOp, arguments: Sequence[np.ndarray],
+                names: list[str], sizes: Mapping[str, int], allocation, traffic: dict | None, units: list,
+                cluster: tuple[int, int, int] | None) -> None:
+    """Run `units` (in the serial order) in `parallel.groups` groups and merge their results into `arguments`."""
+    if parallel.forks:  # the workers inherit the program and the arguments
+        text, registers, shipped = None, None, None
+        key = program_key(kernel.name, str(id(kernel.op)), str(os.getpid()), str(time.monotonic_ns()))
+    else:
+        from tessera.ir import print_module
+
+        text, registers = print_module(module, generic=True), None
+        if allocation is not None:
+            index = {value: i for i, value in enumerate(_values_in_order(kernel.op))}
+            registers = {index[value]: list(names_) for value, names_ in allocation.names.items() if value in index}
+        key = program_key(text, kernel.name, repr(sorted(registers.items())) if registers else "")
+        shipped = [ship(a) for a in arguments]
+    tasks = [_TargetGroup(key, text, kernel.name, registers, shipped, dict(sizes), [units[i] for i in part], cluster,
+                          serving_checks.active_checks())
+             for part in split(len(units), parallel.groups)]
+    flat = [a.reshape(-1).view(np.uint8) if a.flags.c_contiguous else np.zeros(0, np.uint8) for a in arguments]
+    gx, gy, _ = kernel.grid_size(sizes)
+
+    def absorb(result: GroupResult) -> None:
+        if traffic is not None:
+            traffic.update(result.extra["traffic"])
+        if result.error is not None and result.extra["op"] is not None:
+            result.error.failing_op = next(o for i, o in enumerate(module.walk()) if i == result.extra["op"])
+
+    inherited = (module, kernel.op, allocation, list(arguments))
+    with running_groups(parallel, _run_group, tasks, key, inherited) as futures:
+        merge(futures, flat, lambda b, offset: f"tensor {names[b]} at byte offset {offset}",
+              lambda rank: str((rank % gx, rank // gx % gy, rank // (gx * gy))),
+              lambda message: KernelHazardError(f"@{kernel.name}: {message}"), absorb)
+# endregion
 
 
 __all__ = ["run_target_kernel", "target_kernel", "TargetKernel", "TargetArg", "KernelHazardError", "SOURCE_ATTR",
