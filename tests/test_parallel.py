@@ -289,8 +289,8 @@ def test_any_executor_runs_the_groups_from_the_programs_text():
 @pytest.fixture(scope="module")
 def dask_executor():
     distributed = pytest.importorskip("dask.distributed", reason="dask[distributed] is not installed")
-    with distributed.LocalCluster(processes=True, n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster, \
-            distributed.Client(cluster) as client:
+    with distributed.LocalCluster(processes=True, n_workers=2, threads_per_worker=1,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
         yield client.get_executor()
 
 

@@ -311,5 +311,6 @@ def merge(futures: list, buffers: Sequence[np.ndarray], where_byte: Callable[[in
 # endregion
 
 
-__all__ = ["Parallel", "SerialFallback", "parallel_options", "serial_note", "split", "local_pool", "running_groups", "AccessLog", "innermost_op",
+__all__ = ["Parallel", "SerialFallback", "parallel_options", "serial_note", "split", "local_pool", "running_groups",
+           "AccessLog", "innermost_op",
            "GroupResult", "merge", "ship", "unship", "program_key", "cached_program"]

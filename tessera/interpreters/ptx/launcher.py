@@ -292,7 +292,7 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
     parallel = parallel_options(f"{source}: launch of {kernel}", workers, executor)
     run = _setup(ptx, kernel, grid, block, args, shared_bytes, source, max_steps, memory_budget, cta_order, cluster,
                  non_portable_cluster_size, races)
-    starts = list(range(0, run.total, run.per_batch))
+    starts = range(0, run.total, run.per_batch)
     if parallel is not None and run.machine.watch is not None:
         serial_note(f"{source}: launch of {kernel}", "the entry has red, atom or cp.reduce, whose races between "
                                                       "CTAs are checked in one process")
@@ -538,7 +538,7 @@ class _PtxGroup:
     kernel: str
     args: list | None
     options: dict
-    starts: list[int]
+    starts: range
     checks: tuple
     counting: bool
 
@@ -576,7 +576,7 @@ def _run_group(task: _PtxGroup) -> GroupResult:
     return GroupResult(written, data, read, error, {"counts": counts})
 
 
-def _run_groups(parallel: Parallel, run: _Launch, starts: list[int], stats: dict | None, ptx, kernel: str,
+def _run_groups(parallel: Parallel, run: _Launch, starts: range, stats: dict | None, ptx, kernel: str,
                 options: dict) -> None:
     """Run the batches `starts` in `parallel.groups` groups and merge what they wrote into `run`'s global memory."""
     if parallel.forks:  # the workers inherit the parsed program and the arguments
@@ -590,7 +590,7 @@ def _run_groups(parallel: Parallel, run: _Launch, starts: list[int], stats: dict
         shipped_args = [ship(a) if id(a) not in referenced else a for a in run.args]
     program = {"run": run}
     checks = serving_checks.active_checks()
-    tasks = [_PtxGroup(key, shipped_ptx, kernel, shipped_args, options, [starts[i] for i in part], checks,
+    tasks = [_PtxGroup(key, shipped_ptx, kernel, shipped_args, options, starts[part.start:part.stop], checks,
                        stats is not None)
              for part in split(len(starts), parallel.groups)]
     totals: dict[str, int] = {}

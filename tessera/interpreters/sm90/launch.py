@@ -48,8 +48,8 @@ from tessera.interpreters.sm90.register_check import RegisterFileChecker, Regist
 from tessera.interpreters.sm90.wgmma import PendingUseChecker
 from tessera.interpreters import serving_checks
 from tessera.interpreters.parallel import (
-    GroupResult, Parallel, cached_program, innermost_op, merge, parallel_options, program_key, running_groups, serial_note, ship, split,
-    unship,
+    GroupResult, Parallel, cached_program, innermost_op, merge, parallel_options, program_key, running_groups,
+    serial_note, ship, split, unship,
 )
 from tessera.kernel_abi import (
     BOX_ATTR,
@@ -359,7 +359,7 @@ def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], siz
         raise ValueError(f"@{kernel.name}: cta_order must be a permutation of the {gx * gy * gz} CTAs' linear "
                          "indices")
     if parallel is not None and _parallel(parallel, kernel, listeners, memory):
-        _run_groups(parallel, kernel, module, arguments, names, sizes, allocation, traffic, list(order), None)
+        _run_groups(parallel, kernel, module, arguments, names, sizes, allocation, traffic, order, None)
         return
     for linear in order:
         cta = run_cta(kernel, module, values, memory, (linear % gx, (linear // gx) % gy, linear // (gx * gy)), grid,
@@ -469,7 +469,7 @@ def _run_group(task: _TargetGroup) -> GroupResult:
 
 
 def _run_groups(parallel: Parallel, kernel: TargetKernel, module: ModuleOp, arguments: Sequence[np.ndarray],
-                names: list[str], sizes: Mapping[str, int], allocation, traffic: dict | None, units: list,
+                names: list[str], sizes: Mapping[str, int], allocation, traffic: dict | None, units: Sequence,
                 cluster: tuple[int, int, int] | None) -> None:
     """Run `units` (in the serial order) in `parallel.groups` groups and merge their results into `arguments`."""
     if parallel.forks:  # the workers inherit the program and the arguments
@@ -484,8 +484,9 @@ def _run_groups(parallel: Parallel, kernel: TargetKernel, module: ModuleOp, argu
             registers = {index[value]: list(names_) for value, names_ in allocation.names.items() if value in index}
         key = program_key(text, kernel.name, repr(sorted(registers.items())) if registers else "")
         shipped = [ship(a) for a in arguments]
-    tasks = [_TargetGroup(key, text, kernel.name, registers, shipped, dict(sizes), [units[i] for i in part], cluster,
-                          serving_checks.active_checks())
+    checks = serving_checks.active_checks()
+    tasks = [_TargetGroup(key, text, kernel.name, registers, shipped, dict(sizes), units[part.start:part.stop],
+                          cluster, checks)
              for part in split(len(units), parallel.groups)]
     flat = [a.reshape(-1).view(np.uint8) if a.flags.c_contiguous else np.zeros(0, np.uint8) for a in arguments]
     gx, gy, _ = kernel.grid_size(sizes)
