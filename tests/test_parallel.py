@@ -120,7 +120,8 @@ def _rows_target(row: str, load_row: str | None = None) -> str:
     %vals = arith.bitcast %loaded : vector<1xf32> to vector<1xi32>"""
         value = ""
     return f"""builtin.module {{
-  func.func @rows(%out: i64 {{sm90.source = 0 : i64, tile.dims = #tile.dims<4, 32>, tile.role = "out"}})
+  func.func @rows(%out: i64 {{sm90.source = 0 : i64, tile.dims = #tile.dims<4, 32>, tile.role = "out",
+                             sm90.element_type = i32}})
       attributes {{sm90.kernel = {{threads = 32 : i64, smem_bytes = 0 : i64}},
                   tile.kernel = {{kind = "custom"}}, tile.grid = #tile.dims<4>}} {{
     %tid = sm90.special "tid.x" : index
@@ -306,3 +307,19 @@ def test_a_local_dask_cluster_runs_the_groups_bitwise(dask_executor, gemm):
     _bitwise_equal(serial, _target_outputs(lowered, sig, arguments, sizes, executor=dask_executor, workers=2)[0])
     _bitwise_equal(_ptx_outputs(lowered, sig, arguments, sizes),
                    _ptx_outputs(lowered, sig, arguments, sizes, executor=dask_executor, workers=2))
+
+
+def test_tessera_run_workers_reports_the_serial_diagnostic(tmp_path, capsys):
+    from tessera.tools.tessera_run import main
+
+    path = tmp_path / "rows.mlir"
+    path.write_text(_rows_target(ODD_CTAS_OUT_OF_BOUNDS))
+    assert main([str(path)]) == 1
+    serial = capsys.readouterr().err
+    assert main([str(path), "--workers", "2"]) == 1
+    assert capsys.readouterr().err == serial and "outside tensor %out" in serial
+    path.write_text(_rows_target("arith.addi %cta, %c0 : index"))
+    assert main([str(path), "--workers", "2"]) == 0
+    with pytest.raises(SystemExit):
+        main([str(path), "--workers", "0"])
+    assert "expected a number of processes >= 1" in capsys.readouterr().err
