@@ -85,6 +85,19 @@ def test_ptx_level_with_two_workers_is_bitwise_serial(case, request):
                                                                                  workers=2))
 
 
+@pytest.mark.slow
+def test_clusters_run_whole_in_a_group():
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((512, 64)), rng.standard_normal((64, 512))  # 4 x 4 CTAs in clusters of 2 x 1
+    sig, arguments, sizes, lowered = _lowered(tessera.kernels.gemm(cluster=(2, 1)), [a, b])
+    serial, serial_traffic = _target_outputs(lowered, sig, arguments, sizes)
+    parallel, parallel_traffic = _target_outputs(lowered, sig, arguments, sizes, workers=3)
+    _bitwise_equal(serial, parallel)
+    assert serial_traffic == parallel_traffic
+    _bitwise_equal(_ptx_outputs(lowered, sig, arguments, sizes), _ptx_outputs(lowered, sig, arguments, sizes,
+                                                                                 workers=2))
+
+
 def test_public_entry_points_take_workers():
     rng = np.random.default_rng(9)
     a, b = rng.standard_normal((200, 64)), rng.standard_normal((64, 130))  # 2 x 2 CTAs

@@ -3,11 +3,14 @@
 The CTA simulator (`sm90.launch.run_target_kernel`) and the PTX executor (`ptx.launcher.launch`) take
 `workers=N` and `executor=`. The grid's run units (a CTA, a whole cluster, or for the PTX executor a batch of
 CTAs vectorised together) are cut, in the serial run's order, into `workers` contiguous *groups*; each group runs
-in one task of `executor` (default: a pool of N processes on this machine, kept for later launches) on its own
-copy of global memory, exactly as the serial run would run those units. A task ships the program's text (parsed,
-and its registers allocated, once per worker process: cached by a key), the arguments (an all-zero array as its
-shape only) and the group's units; it returns, per buffer, the bytes its CTAs wrote (as runs of bytes with the
-CTA that wrote them last) and the runs of bytes they read, and the first error of the group, if any.
+in one task on its own copy of global memory, exactly as the serial run would run those units.
+
+What crosses process boundaries: without an executor, the tasks run in N processes forked for the launch,
+which inherit the parent's program (parsed, registers allocated, decoded) and arguments, so a task is only
+its units. With an executor (a process pool, a Dask client's `get_executor()`, Ray's), a task carries the
+program's text (parsed and allocated once per worker process, cached by a key) and the arguments (an all-zero
+array as its shape only). A task returns, per buffer, the bytes its CTAs wrote (runs of bytes with the CTA
+that wrote them last, and their values), the runs of bytes they read, and the group's first error, if any.
 
 The parent merges the groups in the serial order. Group g's result is what the serial run computes unless
 - a CTA of g read bytes that a CTA of an earlier group writes (the serial run would have read them written), or
