@@ -236,7 +236,9 @@ def _ptx_rows(row_of_odd: str, **parallel):
 
 
 def test_ptx_executor_groups_errors_and_races():
-    assert _ptx_rows("%r1", workers=2)[:, 0].tolist() == [1, 2, 3, 4]
+    serial_stats, parallel_stats = {}, {}
+    assert _ptx_rows("%r1", stats=serial_stats).tobytes() == _ptx_rows("%r1", workers=2, stats=parallel_stats).tobytes()
+    assert parallel_stats == serial_stats and serial_stats["thread_instructions"] > 4 * 1024
     serial = _error(lambda: _ptx_rows("100"))
     assert "out of bounds" in serial
     assert _error(lambda: _ptx_rows("100", workers=2)) == serial
