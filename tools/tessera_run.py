@@ -286,7 +286,7 @@ def run(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         if how == "tile":
             if args.workers not in (None, 1):
-                serial_note("tessera-run", "the Tile IR interpreter runs the blocks vectorised in one process "
+                serial_note(f"@{sig.name}", "the Tile IR interpreter runs the blocks vectorised in one process "
                                            "(--workers applies to --level target and ptx)")
             run_grid(sig, kernel_module, arguments, bound)
         elif how == "target":

@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tessera.ir.diagnostics import TesseraWarning
+
 NO_CTA = -1
 """The mark of a byte no CTA of the group touched."""
 
@@ -48,8 +50,9 @@ PROGRAM_CACHE_SIZE = 4
 """Programs (parsed, registers allocated) a worker process keeps, most recent first."""
 
 
-class SerialFallback(UserWarning):
-    """A launch that asked for workers ran serially; the message names why."""
+class SerialFallback(TesseraWarning):
+    """A launch that asked for workers ran serially; the message names why (the tools print it as
+    `PROG: warning: ...`)."""
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ import os
 import re
 import sys
 import time
+import warnings
 
 import ml_dtypes
 import numpy as np
@@ -251,13 +252,31 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _warnings_as_lines():
+    """`warnings.showwarning` that prints a TesseraWarning (`--workers` running serially) as one line,
+    `tessera-run: warning: ...`, and others as before."""
+    from tessera.ir.diagnostics import TesseraWarning
+
+    default = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        if issubclass(category, TesseraWarning):
+            print(f"tessera-run: warning: {message}", file=sys.stderr)
+        else:
+            default(message, category, filename, lineno, file, line)
+
+    return show
+
+
 def main(argv: list[str] | None = None) -> int:
     from tessera.interpreters.ptx import PtxExecutionError
     from tessera.interpreters.ptx.syntax import PtxSyntaxError
 
     args = build_parser().parse_args(argv)
     try:
-        return run(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _warnings_as_lines()
+            return run(args)
     except (PtxSyntaxError, PtxExecutionError, ValueError, OSError) as error:
         print(f"tessera-run: error: {error}", file=sys.stderr)
         return 1
