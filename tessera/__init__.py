@@ -4,7 +4,8 @@ Public API:
 - `tessera.kernels`: builders of Tile IR kernels (flash/two-pass/three-pass attention, GEMM);
 - `tessera.launch(module, *arrays, kernel=None, level=None, pipeline=None, **sizes)`: run any Tile IR kernel on
   the GPU (level=None), or with `level="tile" | "target" | "ptx"` in the Tile IR interpreter, the CTA simulator
-  (Target IR) or the PTX executor; `tessera.interpret` is the same call defaulting to level "tile" (compat);
+  (Target IR) or the PTX executor, `workers=N` / `executor=` running the CTAs in parallel
+  (`tessera.interpreters.parallel`); `tessera.interpret` is the same call defaulting to level "tile" (compat);
 - `tessera.gemm(a, b, ..., level=None)`: GEMM on the GPU or in an interpreter (`tessera.runtime.gemm`);
 - `tessera.compile(module, target="ptx", pipeline=None)`: Target IR, PTX text, or a ptxas result with the cubin;
 - `tessera.parse_module(text)` / `tessera.print_module(module)`; `tessera.find_kernel(module, kernel)`;

@@ -408,13 +408,15 @@ class _TargetGroup:
     registers: dict[int, list[str]] | None
     arrays: list | None
     sizes: dict
-    units: list
+    units: Sequence
     cluster: tuple[int, int, int] | None
     checks: tuple
 
 
 @dataclass
 class _Names:
+    """An allocation as `RegisterLayout` reads it: the register names of each value."""
+
     names: dict
 
 
@@ -460,7 +462,7 @@ def _run_group(task: _TargetGroup) -> GroupResult:
                                     grid, layout)]
                 for cta in ctas:
                     traffic[cta.cta_id] = dict(cta.traffic)
-        except (KernelHazardError, ValueError) as failure:
+        except Exception as failure:  # noqa: BLE001 - raised by the parent in the serial order (`merge`)
             error = failure
     failing = innermost_op(error) if error is not None else None
     where = next((i for i, o in enumerate(module.walk()) if o is failing), None) if failing is not None else None
