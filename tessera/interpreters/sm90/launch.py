@@ -343,11 +343,12 @@ def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], siz
             facts.check_cluster(grid, tuple(cluster))
         except ValueError as error:
             raise ValueError(f"@{kernel.name}: {error}") from None
-        if parallel is not None and _parallel(parallel, kernel, listeners, memory):
-            _run_groups(parallel, kernel, module, arguments, names, sizes, allocation, traffic,
-                        cluster_members(grid, tuple(cluster)), tuple(cluster))
+        clusters = cluster_members(grid, tuple(cluster))
+        if parallel is not None and len(clusters) > 1 and _parallel(parallel, kernel, listeners, memory):
+            _run_groups(parallel, kernel, module, arguments, names, sizes, allocation, traffic, clusters,
+                        tuple(cluster))
             return
-        for cta_ids in cluster_members(grid, tuple(cluster)):
+        for cta_ids in clusters:
             for cta in run_cluster(kernel, module, values, memory, cta_ids, grid, tuple(cluster), allocation,
                                    listeners):
                 if traffic is not None:
@@ -358,7 +359,7 @@ def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], siz
     if sorted(order) != list(range(gx * gy * gz)):
         raise ValueError(f"@{kernel.name}: cta_order must be a permutation of the {gx * gy * gz} CTAs' linear "
                          "indices")
-    if parallel is not None and _parallel(parallel, kernel, listeners, memory):
+    if parallel is not None and len(order) > 1 and _parallel(parallel, kernel, listeners, memory):
         _run_groups(parallel, kernel, module, arguments, names, sizes, allocation, traffic, order, None)
         return
     for linear in order:
