@@ -33,10 +33,11 @@ import atexit
 import hashlib
 import multiprocessing
 import os
+import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -58,7 +59,8 @@ class SerialFallback(TesseraWarning):
 @dataclass(frozen=True)
 class Parallel:
     """How a launch runs in parallel: `groups` tasks (the grid cut into that many contiguous groups) on
-    `executor` (None: this machine's processes, `local_pool(groups)`)."""
+    `executor` (None: `groups` processes of this machine, forked for the launch, or where the platform cannot
+    fork, the spawned `local_pool(groups)`)."""
 
     groups: int
     executor: object | None = None
@@ -103,7 +105,9 @@ def split(count: int, groups: int) -> list[range]:
 
 # region the processes of this machine
 def can_fork() -> bool:
-    return "fork" in multiprocessing.get_all_start_methods()
+    """Whether workers are forked (Linux: they then inherit a launch's state); macOS, where forking a process
+    that uses system frameworks is unsafe, and Windows spawn them."""
+    return sys.platform.startswith("linux")
 
 
 _SPAWNED: dict[int, ProcessPoolExecutor] = {}
