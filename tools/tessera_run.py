@@ -26,7 +26,8 @@ compared with the NumPy reference of the kernel's kind (attention, gemm) under t
 where it rounds (`tessera.validation.rounding`); the max error and the tolerance are printed, and a
 mismatch (or a Target IR kernel without a NumPy reference, which has no Tile IR to run) exits with 1. Bad input
 (syntax, verifier, sizes, kernel hazards) is a diagnostic and exit status 1, never a traceback; set
-TESSERA_DEBUG=1 to see the traceback of an internal error.
+TESSERA_DEBUG=1 to see the traceback of an internal error. `--workers N` runs the CTAs of the CTA simulator and
+the PTX executor in N processes (`tessera.interpreters.parallel`: the same results and first error).
 """
 
 from __future__ import annotations
