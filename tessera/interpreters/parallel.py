@@ -11,6 +11,8 @@ its units. With an executor (a process pool, a Dask client's `get_executor()`, R
 program's text (parsed and allocated once per worker process, cached by a key) and the arguments (an all-zero
 array as its shape only). A task returns, per buffer, the bytes its CTAs wrote (runs of bytes with the CTA
 that wrote them last, and their values), the runs of bytes they read, and the group's first error, if any.
+The logs behind them take 4 bytes per byte of each buffer a group reads or writes, twice (reads, writes), in
+each worker.
 
 The parent merges the groups in the serial order. Group g's result is what the serial run computes unless
 - a CTA of g read bytes that a CTA of an earlier group writes (the serial run would have read them written), or
