@@ -7,8 +7,10 @@ The kernel is lowered (default pipeline, registers allocated) and printed once, 
 times one whole launch (forking the workers included) and checks that its outputs equal the serial run's bit
 for bit. Columns: seconds, speedup over workers = 1, the ratio to NumPy fp32 (issue 28's measure), and the CPU
 seconds of the run, workers included (what the groups cost in all: on a machine whose cores other processes
-hold, the wall-clock speedup cannot show, but the CPU seconds say how much work the split adds). On a shared
-machine absolute times are indicative only: compare the ratios of one run.
+hold, the wall-clock speedup cannot show, but the CPU seconds say how much work the split adds), the CPU
+seconds of the longest group, and the speedup the run would have on free cores: the serial run's CPU seconds
+over the launch's own CPU seconds outside the groups plus its longest group. On a shared machine absolute
+times are indicative only: compare the ratios of one run.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ import numpy as np
 import tessera
 from tessera.host import describe
 from tessera.interpreters.launch import prepare_arguments
+import tessera.interpreters.ptx.launcher as ptx_launcher
 from tessera.interpreters.ptx.launcher import launch_described
 from tessera.interpreters.ptx.printed import ptx_text
+import tessera.interpreters.sm90.launch as sm90_launch
 from tessera.interpreters.sm90.launch import run_target_kernel
 from tessera.kernel_abi import is_target_kernel, specialized
 from tessera.regalloc import allocate_registers
@@ -54,6 +58,18 @@ def best(fn, repeats: int) -> tuple[float, float, object]:
         runs.append((time.perf_counter() - start, cpu_seconds() - cpu))
     wall, cpu = min(runs)
     return wall, cpu, result
+
+
+GROUP_CPU: list[float] = []
+"""The CPU seconds of each group of the last launch (`GroupResult.extra["cpu_seconds"]`)."""
+
+
+def record_groups(merge):
+    """`merge` that first notes each group's CPU seconds in GROUP_CPU."""
+    def recording(futures, *args, **kwargs):
+        GROUP_CPU[:] = [future.result().extra["cpu_seconds"] for future in futures]
+        return merge(futures, *args, **kwargs)
+    return recording
 
 
 def main() -> None:
@@ -92,16 +108,24 @@ def main() -> None:
         launch_described(text, host, copies, dict(sizes), workers=workers)
         return copies
 
-    print(f"{'simulator':<16}{'workers':>8}{'seconds':>10}{'speedup':>9}{'x NumPy':>10}{'CPU s':>9}")
+    sm90_launch.merge = record_groups(sm90_launch.merge)
+    ptx_launcher.merge = record_groups(ptx_launcher.merge)
+    print(f"{'simulator':<16}{'workers':>8}{'seconds':>10}{'speedup':>9}{'x NumPy':>10}{'CPU s':>9}"
+          f"{'longest group':>15}{'free-core speedup':>19}")
     for name, run in (("CTA simulator", target), ("PTX executor", ptx)):
         serial_time, serial = None, None
+        serial_cpu = None
         for workers in args.workers:
+            GROUP_CPU.clear()
             seconds, cpu, outputs = best(lambda: run(workers), args.repeats)
             if serial is None:
-                serial_time, serial = seconds, outputs
+                serial_time, serial, serial_cpu = seconds, outputs, cpu
             assert all(a.tobytes() == b.tobytes() for a, b in zip(serial, outputs)), "not bitwise equal"
+            # on free cores the launch takes its own CPU outside the groups plus its longest group
+            longest = max(GROUP_CPU, default=0.0)
+            critical = cpu - sum(GROUP_CPU) + longest
             print(f"{name:<16}{workers:>8}{seconds:>10.2f}{serial_time / seconds:>9.2f}"
-                  f"{seconds / reference:>10.0f}{cpu:>9.2f}")
+                  f"{seconds / reference:>10.0f}{cpu:>9.2f}{longest:>15.2f}{serial_cpu / critical:>19.2f}")
 
 
 if __name__ == "__main__":

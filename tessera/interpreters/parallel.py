@@ -226,7 +226,8 @@ def expand(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
 @dataclass
 class GroupResult:
     """What a group's task returns: its global accesses (see `AccessLog.result`), the first error of its serial
-    run (None when it ran to the end), and `extra` (per launch path: traffic, instruction counts)."""
+    run (None when it ran to the end), and `extra` (per launch path: traffic, instruction counts; and the
+    task's CPU seconds, "cpu_seconds", which bench/parallel.py reads)."""
 
     written: dict[int, Runs]
     data: dict[int, np.ndarray]

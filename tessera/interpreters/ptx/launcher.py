@@ -545,6 +545,8 @@ class _PtxGroup:
 
 def _run_group(task: _PtxGroup) -> GroupResult:
     """A worker's run of one group of batches on its own global memory (`parallel` module docstring)."""
+    cpu = time.process_time()
+
     def parse():
         if isinstance(task.ptx, str):
             from tessera.interpreters.ptx.parse import parse_ptx
@@ -573,7 +575,7 @@ def _run_group(task: _PtxGroup) -> GroupResult:
             error = failure
             counts = {}
     written, data, read = log.result([run.memory.buffer])
-    return GroupResult(written, data, read, error, {"counts": counts})
+    return GroupResult(written, data, read, error, {"counts": counts, "cpu_seconds": time.process_time() - cpu})
 
 
 def _run_groups(parallel: Parallel, run: _Launch, starts: range, stats: dict | None, ptx, kernel: str,

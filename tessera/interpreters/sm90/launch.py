@@ -437,6 +437,7 @@ def _run_group(task: _TargetGroup) -> GroupResult:
     """A worker's run of one group, on its copy of the arguments (`parallel` module docstring)."""
     from tessera.interpreters.sm90.logged_memory import LoggedGlobalMemory, LoggedTensorMap
 
+    cpu = time.process_time()
     module, op, layout, inherited = cached_program(task.key, lambda: _program(task))
     kernel = target_kernel(op)
     arrays = [a.copy() for a in inherited] if task.arrays is None else [unship(a) for a in task.arrays]
@@ -468,7 +469,8 @@ def _run_group(task: _TargetGroup) -> GroupResult:
     failing = innermost_op(error) if error is not None else None
     where = next((i for i, o in enumerate(module.walk()) if o is failing), None) if failing is not None else None
     written, data, read = memory.log.result(memory.flat_bytes())
-    return GroupResult(written, data, read, error, {"traffic": traffic, "op": where})
+    return GroupResult(written, data, read, error,
+                       {"traffic": traffic, "op": where, "cpu_seconds": time.process_time() - cpu})
 
 
 def _run_groups(parallel: Parallel, kernel: TargetKernel, module: ModuleOp, arguments: Sequence[np.ndarray],
