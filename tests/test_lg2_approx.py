@@ -8,34 +8,12 @@ import numpy as np
 import pytest
 
 from tessera import toolchain
-from tessera.interpreters.sm90 import run_target_kernel
-from tessera.ir import parse_module
-from tessera.kernel_abi import is_target_kernel
 from tessera.ptx import print_ptx
-from tessera.ptx import launch
 from tessera.sm90 import facts
 
-LG2 = """\
-builtin.module {
-  func.func @lg2(%x: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<32, 2>, tile.role = "in"},
-                 %out: i64 {sm90.source = 1 : i64, tile.dims = #tile.dims<32, 2>, tile.role = "out"})
-      attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>,
-                  sm90.kernel = {threads = 32 : i64, smem_bytes = 0 : i64}} {
-    %tid = sm90.special "tid.x" : index
-    %t64 = arith.index_cast %tid : index to i64
-    %c8 = arith.constant 8 : i64
-    %row = arith.muli %t64, %c8 : i64
-    %rows = vector.broadcast %row : i64 to vector<2xi64>
-    %cols = arith.constant dense<[0, 4]> : vector<2xi64>
-    %offs = arith.addi %rows, %cols : vector<2xi64>
-    %all = arith.constant dense<true> : vector<2xi1>
-    %v = sm90.ld_global %x[%offs], %all : vector<2xi64>, vector<2xi1> -> vector<2xf32>
-    %l = sm90.lg2_approx %v : vector<2xf32>
-    sm90.st_global %out[%offs], %l, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>
-    func.return
-  }
-}
-"""
+from unary_kernel import SHAPE, execute_ptx, simulate, unary_module
+
+LG2 = "sm90.lg2_approx"
 
 # The PTX ISA's table for lg2.approx.f32 [P#floating-point-instructions-lg2] (input -> result), with .ftz's
 # flush of subnormal inputs to sign-preserving zero.
@@ -48,11 +26,7 @@ def _inputs() -> np.ndarray:
     x = np.exp2(rng.uniform(-126, 127, 64)).astype(np.float32)
     x[: len(SPECIAL)] = [s for s, _ in SPECIAL]
     x[len(SPECIAL):len(SPECIAL) + 8] = np.float32([0.5, 0.75, 1.0, 1.0 + 2**-23, 1.5, 1.999, 2.0, 3.0])
-    return x.reshape(32, 2)
-
-
-def _kernel():
-    return next(op for op in parse_module(LG2).walk() if is_target_kernel(op))
+    return x.reshape(SHAPE)
 
 
 def test_error_bound_is_absolute_on_half_to_two_and_relative_elsewhere():
@@ -65,9 +39,7 @@ def test_error_bound_is_absolute_on_half_to_two_and_relative_elsewhere():
 
 def test_simulator_gives_log2_within_the_documented_error_and_the_special_values():
     x = _inputs()
-    out = np.zeros_like(x)
-    run_target_kernel(_kernel(), [x, out], {})
-    flat, got = x.reshape(-1), out.reshape(-1)
+    flat, got = x.reshape(-1), simulate(LG2, x).reshape(-1)
     for i, (_, expected) in enumerate(SPECIAL):
         np.testing.assert_equal(got[i], np.float32(expected), err_msg=f"lg2({flat[i]})")
     finite = slice(len(SPECIAL), None)
@@ -77,14 +49,12 @@ def test_simulator_gives_log2_within_the_documented_error_and_the_special_values
 
 def test_printed_ptx_runs_to_the_same_bits_in_the_executor():
     x = _inputs()
-    target = np.zeros_like(x)
-    run_target_kernel(_kernel(), [x, target], {})
-    ptx = print_ptx(parse_module(LG2))
+    target = simulate(LG2, x)
+    ptx, out = execute_ptx(LG2, x)
     assert "lg2.approx.ftz.f32" in ptx
-    _, out = launch(ptx, "lg2", (1, 1, 1), (32, 1, 1), [x, np.zeros_like(x)])
     np.testing.assert_array_equal(out.view(np.uint32), target.view(np.uint32))
 
 
 def test_ptxas_accepts_lg2(ptxas):
-    result = toolchain.compile_ptx(print_ptx(parse_module(LG2)), ptxas=ptxas)
+    result = toolchain.compile_ptx(print_ptx(unary_module(LG2)), ptxas=ptxas)
     assert not result.log.diagnostics, result.text

@@ -9,33 +9,10 @@ import numpy as np
 import pytest
 
 from tessera import toolchain
-from tessera.interpreters.sm90 import run_target_kernel
-from tessera.ir import parse_module
-from tessera.kernel_abi import is_target_kernel
-from tessera.ptx import launch, print_ptx
+from tessera.ptx import print_ptx
 from tessera.sm90 import approx
 
-KERNEL = """\
-builtin.module {
-  func.func @unary(%x: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<32, 2>, tile.role = "in"},
-                   %out: i64 {sm90.source = 1 : i64, tile.dims = #tile.dims<32, 2>, tile.role = "out"})
-      attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>,
-                  sm90.kernel = {threads = 32 : i64, smem_bytes = 0 : i64}} {
-    %tid = sm90.special "tid.x" : index
-    %t64 = arith.index_cast %tid : index to i64
-    %c8 = arith.constant 8 : i64
-    %row = arith.muli %t64, %c8 : i64
-    %rows = vector.broadcast %row : i64 to vector<2xi64>
-    %cols = arith.constant dense<[0, 4]> : vector<2xi64>
-    %offs = arith.addi %rows, %cols : vector<2xi64>
-    %all = arith.constant dense<true> : vector<2xi1>
-    %v = sm90.ld_global %x[%offs], %all : vector<2xi64>, vector<2xi1> -> vector<2xf32>
-    %r = OP %v : vector<2xf32>
-    sm90.st_global %out[%offs], %r, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>
-    func.return
-  }
-}
-"""
+from unary_kernel import SHAPE, execute_ptx, simulate, unary_module
 
 # The PTX ISA's special-value tables (input -> result) [P#floating-point-instructions-tanh, -rsqrt, -sqrt];
 # rsqrt.approx.ftz flushes a subnormal input to a zero of its sign first, tanh.approx.f32 keeps subnormals.
@@ -52,10 +29,6 @@ BOUND = {"tanh": approx.TANH_APPROX_RELATIVE_ERROR, "rsqrt": approx.RSQRT_APPROX
 """Relative error allowed against the exact function: the documented bound; sqrt.rn is correctly rounded."""
 
 
-def _module(name: str):
-    return parse_module(KERNEL.replace("OP", CASES[name][0]))
-
-
 def _inputs(name: str) -> np.ndarray:
     rng = np.random.default_rng(11)
     if name == "tanh":
@@ -64,15 +37,12 @@ def _inputs(name: str) -> np.ndarray:
         x = np.exp2(rng.uniform(-120, 120, 64)).astype(np.float32)
     special = CASES[name][3]
     x[: len(special)] = [s for s, _ in special]
-    return x.reshape(32, 2)
+    return x.reshape(SHAPE)
 
 
 def _simulate(name: str) -> tuple[np.ndarray, np.ndarray]:
     x = _inputs(name)
-    out = np.zeros_like(x)
-    kernel = next(op for op in _module(name).walk() if is_target_kernel(op))
-    run_target_kernel(kernel, [x, out], {})
-    return x.reshape(-1), out.reshape(-1)
+    return x.reshape(-1), simulate(CASES[name][0], x).reshape(-1)
 
 
 def test_documented_bounds():
@@ -99,13 +69,12 @@ def test_simulator_is_within_the_documented_error_and_gives_the_special_values(n
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_printed_ptx_runs_to_the_same_bits_in_the_executor(name):
     x, target = _simulate(name)
-    ptx = print_ptx(_module(name))
+    ptx, out = execute_ptx(CASES[name][0], x)
     assert f"{CASES[name][1]} " in ptx
-    _, out = launch(ptx, "unary", (1, 1, 1), (32, 1, 1), [x.reshape(32, 2), np.zeros((32, 2), np.float32)])
     np.testing.assert_array_equal(out.reshape(-1).view(np.uint32), target.view(np.uint32))
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_ptxas_accepts(name, ptxas):
-    result = toolchain.compile_ptx(print_ptx(_module(name)), ptxas=ptxas)
+    result = toolchain.compile_ptx(print_ptx(unary_module(CASES[name][0])), ptxas=ptxas)
     assert not result.log.diagnostics, result.text
