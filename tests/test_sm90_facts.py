@@ -866,19 +866,13 @@ DOCUMENTED = {
                                   "cluster_ctaid.z", "cluster_nctaid.x", "cluster_nctaid.y", "cluster_nctaid.z",
                                   "clusterid.x", "clusterid.y", "clusterid.z", "nclusterid.x", "nclusterid.y",
                                   "nclusterid.z"),
-    # [P#floating-point-instructions-lg2]: lg2.approx.f32 "Maximum absolute error is 2^-22 in the range
-    # (0.5, 2). Maximum relative error is 2^-22 elsewhere" (sm_90; the bound of tessera.sm90.approx)
+    # The approximate instructions' bounds: PTX_ISA_APPROX_SENTENCES below quotes the PTX ISA and
+    # test_approx_bounds_are_the_ptx_isa_sentences derives each value from its sentence.
     "LG2_APPROX_ERROR": 2.0**-22,
     "LG2_APPROX_ABSOLUTE_RANGE": (0.5, 2.0),
-    # [P#floating-point-instructions-tanh]: tanh.approx.f32 "Max relative error: 2^-10.987" over the full range
-    # (the f16/bf16 forms bound the absolute error instead: 2^-10.987 and 2^-8)
-    "TANH_APPROX_RELATIVE_ERROR": 2.0**-10.987,
-    # [P#floating-point-instructions-rsqrt]: rsqrt.approx.f32 "Max relative error: 2^-22.9 over the entire range"
+    "TANH_APPROX_RELATIVE_ERROR": 2.0**-11,
     "RSQRT_APPROX_RELATIVE_ERROR": 2.0**-22.9,
-    # [P#floating-point-instructions-rcp]: rcp.approx.f32 "max ulp error is 1 across the full range": one ulp
-    # of an f32 is at most 2^-23 of its value
     "RCP_APPROX_RELATIVE_ERROR": 2.0**-23,
-    # [P#floating-point-instructions-ex2]: ex2.approx.f32 "Maximum relative error: 2 ulp" (normal results)
     "EX2_APPROX_RELATIVE_ERROR": 2.0**-22,
     # [P#warp-level-matrix-instructions-stmatrix]: ".num = { .x1, .x2, .x4 }", each an m8n8 matrix of 16-bit
     # elements whose rows are given by one thread's 16-byte-aligned row address
@@ -890,6 +884,80 @@ DOCUMENTED = {
     "SM_COUNT": 132,
     "L2_BYTES": 50 * 2**20,
 }
+
+
+# region The approximate instructions' error bounds, from the PTX ISA's own sentences
+
+PTX_ISA_APPROX_SENTENCES = {
+    # [P#floating-point-instructions-tanh], tanh.approx.f32 (the .f16 and .bf16 forms,
+    # [P#half-precision-floating-point-instructions-tanh], bound the absolute error instead: "The maximum absolute
+    # error for .f16 type is 2-10.987. The maximum absolute error for .bf16 type is 2-8.")
+    "tanh": "The maximum relative error over the entire floating point range is 2-11.",
+    # [P#floating-point-instructions-rsqrt]
+    "rsqrt": "The maximum relative error for rsqrt.f32 over the entire positive finite floating-point range is 2-22.9.",
+    # [P#floating-point-instructions-rcp], rcp.approx.f32
+    "rcp": "The maximum ulp error is 1 across the full range of inputs.",
+    # [P#floating-point-instructions-ex2]
+    "ex2": "The maximum ulp error is 2 ulp from correctly rounded result across the full range of inputs.",
+    # [P#floating-point-instructions-lg2]
+    "lg2": "The maximum absolute error is 2-22 when the input operand is in the range (0.5, 2). For positive finite "
+           "inputs outside of this interval, maximum relative error is 2-22.",
+}
+"""The sentences as the PTX ISA (9.1) prints them; its superscripts flatten in the text, so 2^-11 reads "2-11"."""
+
+F32_ULP_OF_ONE = 2.0**-23
+"""An f32 has 23 fraction bits: one ulp of a value is at most 2^-23 of it."""
+
+
+def _power_of_two(text: str) -> float:
+    """'2-22.9' (2^-22.9 with its superscript flattened) as a number."""
+    import re
+
+    match = re.fullmatch(r"2-(\d+(?:\.\d+)?)", text)
+    assert match, text
+    return 2.0 ** -float(match.group(1))
+
+
+def _bound_from_sentence(sentence: str) -> float:
+    """The relative error bound a sentence states: 'relative error ... is 2-N' or 'ulp error is N'."""
+    import re
+
+    relative = re.search(r"relative error .* is (2-[\d.]+?)\.?$", sentence)
+    if relative:
+        return _power_of_two(relative.group(1))
+    ulps = re.search(r"ulp error is (\d+)", sentence)
+    assert ulps, sentence
+    return int(ulps.group(1)) * F32_ULP_OF_ONE
+
+
+@pytest.mark.parametrize("name", ["tanh", "rsqrt", "rcp", "ex2"])
+def test_approx_bounds_are_the_ptx_isa_sentences(name):
+    from tessera.sm90 import approx
+
+    assert approx.approx_relative_error(name) == _bound_from_sentence(PTX_ISA_APPROX_SENTENCES[name])
+
+
+def test_lg2_bound_is_the_ptx_isa_sentence():
+    """Absolute inside the stated open range, relative outside it, both the stated power of two."""
+    import re
+
+    from tessera.sm90 import approx
+
+    sentence = PTX_ISA_APPROX_SENTENCES["lg2"]
+    absolute = re.search(r"absolute error is (2-[\d.]+) when the input operand is in the range \(([\d.]+), ([\d.]+)\)",
+                         sentence)
+    relative = re.search(r"relative error is (2-[\d.]+?)\.$", sentence)
+    assert absolute and relative
+    bound = _power_of_two(absolute.group(1))
+    low, high = float(absolute.group(2)), float(absolute.group(3))
+    assert approx.LG2_APPROX_ERROR == bound == _power_of_two(relative.group(1))
+    assert approx.LG2_APPROX_ABSOLUTE_RANGE == (low, high)
+    inside, outside = np.array([np.nextafter(low, 1.0), 1.0, np.nextafter(high, 1.0)]), np.array([0.25, low, high, 1024.0])
+    np.testing.assert_array_equal(approx.lg2_approx_error_bound(inside), bound)
+    np.testing.assert_array_equal(approx.lg2_approx_error_bound(outside), bound * np.abs(np.log2(outside)))
+
+
+# endregion
 
 
 def _constants() -> dict[str, object]:

@@ -46,9 +46,10 @@ def _simulate(name: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_documented_bounds():
-    """[P#floating-point-instructions-tanh]: 'Max relative error: 2^-10.987'; [-rsqrt]: 'Max relative error
-    2^-22.9 over the entire range'; [-rcp]: one ulp."""
-    assert approx.approx_relative_error("tanh") == 2.0**-10.987
+    """[P#floating-point-instructions-tanh]: "The maximum relative error over the entire floating point range is
+    2^-11."; [-rsqrt]: "The maximum relative error for rsqrt.f32 over the entire positive finite floating-point
+    range is 2^-22.9."; [-rcp]: "The maximum ulp error is 1 across the full range of inputs." """
+    assert approx.approx_relative_error("tanh") == 2.0**-11
     assert approx.approx_relative_error("rsqrt") == 2.0**-22.9
     assert approx.approx_relative_error("rcp") == 2.0**-23
     with pytest.raises(ValueError, match="no documented relative error bound for sin"):

@@ -1,14 +1,18 @@
 """Error bounds of the approximate transcendental instructions [P#floating-point-instructions-lg2,
 -ex2, -rcp, -rsqrt, -tanh], for tolerances: the simulators compute the correctly rounded value, the hardware is
-within these.
+within these. The PTX ISA's sentences (tests/test_sm90_facts.py derives each bound from them):
 
-`tanh.approx.f32 a`: relative error at most 2^-10.987 over the whole range (sm_75+; subnormals are kept).
-`rsqrt.approx.f32 a`: relative error at most 2^-22.9 over the whole range. `rcp.approx.f32 a`: at most 1 ulp,
-a relative error of at most 2^-23.
+`tanh.approx.f32`: "The maximum relative error over the entire floating point range is 2^-11." (sm_75+;
+subnormals are kept; 2^-10.987 is the *absolute* bound of the .f16 form, not the f32 one's).
+`rsqrt.approx.f32`: "The maximum relative error for rsqrt.f32 over the entire positive finite floating-point
+range is 2^-22.9." `rcp.approx.f32`: "The maximum ulp error is 1 across the full range of inputs.", a relative
+error of at most 2^-23. `ex2.approx.f32`: "The maximum ulp error is 2 ulp from correctly rounded result across
+the full range of inputs.", at most 2^-22 of the correctly rounded result.
 
-`lg2.approx.f32 a`: absolute error at most 2^-22 when a is in (0.5, 2); relative error at most 2^-22 for
-other positive finite a. Special values: -inf, -normal -> NaN; -0, +0 -> -inf; +inf -> +inf; NaN -> NaN;
-with `.ftz`, subnormal inputs are flushed to (sign-preserving) zero first, so they give -inf.
+`lg2.approx.f32`: "The maximum absolute error is 2^-22 when the input operand is in the range (0.5, 2). For
+positive finite inputs outside of this interval, maximum relative error is 2^-22." Special values: -inf,
+-normal -> NaN; -0, +0 -> -inf; +inf -> +inf; NaN -> NaN; with `.ftz`, subnormal inputs are flushed to
+(sign-preserving) zero first, so they give -inf.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ def lg2_approx_error_bound(a) -> np.ndarray:
     return np.where(inside, LG2_APPROX_ERROR, LG2_APPROX_ERROR * np.abs(np.log2(np.where(inside, 1.0, a))))
 
 
-TANH_APPROX_RELATIVE_ERROR = 2.0**-10.987
+TANH_APPROX_RELATIVE_ERROR = 2.0**-11
 """tanh.approx.f32: the maximum relative error over the whole range (the least accurate of the lowerings)."""
 
 RSQRT_APPROX_RELATIVE_ERROR = 2.0**-22.9
@@ -40,7 +44,7 @@ RCP_APPROX_RELATIVE_ERROR = 2.0**-23
 """rcp.approx.f32: 1 ulp, i.e. a relative error of at most 2^-23."""
 
 EX2_APPROX_RELATIVE_ERROR = 2.0**-22
-"""ex2.approx.f32: 2 ulp, i.e. a relative error of at most 2^-22 (for results that are normal f32)."""
+"""ex2.approx.f32: 2 ulp from the correctly rounded result, i.e. at most 2^-22 of it (for normal f32 results)."""
 
 
 def approx_relative_error(instruction: str) -> float:
