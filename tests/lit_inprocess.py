@@ -6,12 +6,11 @@ xDSL and Tessera: 1-1.5 s of start-up for milliseconds of work). Here the same R
 - the RUN lines, the substitutions and the shell syntax are lit's own (`lit.TestRunner` reads the directives and
   applies the substitutions of tests/lit/lit.cfg.py and lit's %s/%S/%p/%t; `lit.ShUtil` parses the line), so a
   RUN line means what it means under lit;
-- a command is a console script of this environment (`tessera-opt`, `tessera-run`, `filecheck`: their entry
-  points, called as the script would call them), `python -m MODULE` / `python -c CODE`, or lit's `echo` and
-  `not`; each runs with sys.argv, stdin, stdout and stderr of its own, and its exit status is what the process
-  would return (SystemExit's code; an escaped exception prints its traceback and exits 1, as Python does);
-- a pipeline fails if any of its commands fails (lit's pipefail, the default); redirections `>`, `>>`, `<`, `2>`, `2>&1`
-  and `>&2` apply in order, as in the shell.
+- a command is a console script of this environment (`tessera-opt`, `tessera-run`, `filecheck`),
+  `python -m MODULE` / `python -c CODE` (run by `inprocess`, as its process would run it), or lit's `echo` and
+  `not`;
+- a pipeline fails if any of its commands fails (lit's pipefail, the default); redirections `>`, `>>`, `<`,
+  `2>`, `2>&1` and `>&2` apply in order, as in the shell.
 
 Anything else (another program, `&&`, `;`) is refused by name: run that file with `lit`. The whole suite still
 runs under real lit with `pytest -m slow tests/test_lit.py` (and `lit -v tests/lit`).
@@ -19,26 +18,20 @@ runs under real lit with `pytest -m slow tests/test_lit.py` (and `lit -v tests/l
 
 from __future__ import annotations
 
-import importlib.metadata
 import io
 import os
 import re
-import runpy
-import sys
-import traceback
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import inprocess
+from inprocess import Unsupported
 from lit import ShUtil
 from lit.ShCommands import Command, Pipeline, Seq
 from lit.TestRunner import _parseKeywords, applySubstitutions, getDefaultSubstitutions, kPdbgRegex
 
 LIT_DIR = Path(__file__).parent / "lit"
-
-
-class Unsupported(Exception):
-    """A RUN line this runner does not execute in-process (the message says what); lit runs it."""
 
 
 def load_config() -> types.SimpleNamespace:
@@ -78,13 +71,9 @@ def run_lines(path: Path, config: types.SimpleNamespace, tmp_dir: Path) -> list[
 class _Sink:
     """Where a file descriptor writes: a pipe to the next command, a file, /dev/null or the test's log."""
 
-    def __init__(self, label: str, path: str | None = None, append: bool = False):
-        self.label, self.path, self.append = label, path, append
+    def __init__(self, path: str | None = None, append: bool = False):
+        self.path, self.append = path, append
         self.data = io.BytesIO()
-
-    def text_stream(self) -> io.TextIOWrapper:
-        return io.TextIOWrapper(self.data, encoding="utf-8", errors="surrogateescape", line_buffering=True,
-                                write_through=True)
 
     def finish(self) -> None:
         if self.path is not None and self.path != os.devnull:
@@ -96,7 +85,6 @@ class _Sink:
 class CommandResult:
     argv: list[str]
     status: int
-    stderr: bytes = b""
 
 
 @dataclass
@@ -115,48 +103,8 @@ class Log:
 # region Commands
 
 
-def _console_script(name: str):
-    """The entry point of console script `name` of this environment, or None."""
-    for entry in importlib.metadata.entry_points(group="console_scripts", name=name):
-        return entry.load()
-    return None
-
-
-def _program(argv: list[str]):
-    """A callable that runs `argv` as its process would (returns its exit status, may raise SystemExit)."""
-    name = os.path.basename(argv[0])
-    if re.fullmatch(r"python(\d+(\.\d+)?)?", name):
-        if len(argv) >= 3 and argv[1] == "-m":
-            module, rest = argv[2], argv[3:]
-
-            def run_module():
-                sys.argv = [module, *rest]
-                runpy.run_module(module, run_name="__main__", alter_sys=True)
-                return 0
-
-            return run_module
-        if len(argv) >= 3 and argv[1] == "-c":
-            code, rest = argv[2], argv[3:]
-
-            def run_code():
-                sys.argv = ["-c", *rest]
-                exec(compile(code, "<string>", "exec"), {"__name__": "__main__"})
-                return 0
-
-            return run_code
-        raise Unsupported(f"'{' '.join(argv)}': only `python -m MODULE` and `python -c CODE` run in-process")
-    main = _console_script(name)
-    if main is None:
-        raise Unsupported(f"'{name}' is not a console script of this environment")
-
-    def run_script():
-        sys.argv = [name, *argv[1:]]
-        return main()
-
-    return run_script
-
-
 def _echo(args: list[str], stdout) -> int:
+    """lit's builtin echo (`-n`: no newline)."""
     newline = True
     if args and args[0] == "-n":
         newline, args = False, args[1:]
@@ -164,17 +112,7 @@ def _echo(args: list[str], stdout) -> int:
     return 0
 
 
-def _exit_status(code) -> int:
-    """The status a Python process exits with after `sys.exit(code)`."""
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
-    print(code, file=sys.stderr)
-    return 1
-
-
-def _run_command(command: Command, stdin: bytes, pipe: _Sink, log_sink: _Sink, tmp_dir: Path) -> tuple[CommandResult, list[_Sink]]:
+def _run_command(command: Command, stdin: bytes, pipe: _Sink, log_sink: _Sink) -> tuple[CommandResult, list[_Sink]]:
     """Run one command of a pipeline: its stdin is `stdin`, its stdout goes to `pipe` unless redirected."""
     args = list(command.args)
     negations = 0
@@ -189,35 +127,16 @@ def _run_command(command: Command, stdin: bytes, pipe: _Sink, log_sink: _Sink, t
         if op == ">&" and target in ("1", "2"):
             fds[number] = fds[int(target)]
         elif op in (">", ">>"):
-            sink = _Sink(target, target, append=op == ">>")
+            sink = _Sink(target, append=op == ">>")
             opened.append(sink)
             fds[number] = sink
         elif op == "<" and number == 0:
             stdin = Path(target).read_bytes()
         else:
             raise Unsupported(f"redirection {op}{fd} {target}")
-    streams = {sink_id: sink.text_stream() for sink_id, sink in {id(s): s for s in fds.values()}.items()}
+    streams = {sink_id: inprocess.text_stream(sink.data) for sink_id, sink in {id(s): s for s in fds.values()}.items()}
     out, err = streams[id(fds[1])], streams[id(fds[2])]
-    if args[0] == "echo":
-        status = _echo(args[1:], out)
-    else:
-        program = _program(args)
-        saved = sys.argv, sys.stdin, sys.stdout, sys.stderr
-        sys.stdin = io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8", errors="surrogateescape")
-        sys.stdout, sys.stderr = out, err
-        try:
-            status = _exit_status(program())
-        except SystemExit as e:
-            status = _exit_status(e.code)
-        except KeyboardInterrupt:
-            raise
-        except BaseException:
-            traceback.print_exc(file=err)
-            status = 1
-        finally:
-            for stream in streams.values():
-                stream.flush()
-            sys.argv, sys.stdin, sys.stdout, sys.stderr = saved
+    status = _echo(args[1:], out) if args[0] == "echo" else inprocess.call(args, stdin, out, err)
     for stream in streams.values():
         stream.detach()
     for _ in range(negations):
@@ -225,13 +144,12 @@ def _run_command(command: Command, stdin: bytes, pipe: _Sink, log_sink: _Sink, t
     return CommandResult(args, status), opened
 
 
-def _run_pipeline(pipeline: Pipeline, log: Log, tmp_dir: Path) -> int:
+def _run_pipeline(pipeline: Pipeline, log: Log) -> int:
     data = b""
     status = 0
-    for index, command in enumerate(pipeline.commands):
-        pipe = _Sink("pipe")
-        log_sink = _Sink("stderr")
-        result, opened = _run_command(command, data, pipe, log_sink, tmp_dir)
+    for command in pipeline.commands:
+        pipe, log_sink = _Sink(), _Sink()
+        result, opened = _run_command(command, data, pipe, log_sink)
         for sink in opened:
             sink.finish()
         data = pipe.data.getvalue()
@@ -259,6 +177,6 @@ def run_file(path: Path, config: types.SimpleNamespace, tmp_dir: Path) -> tuple[
         tree = ShUtil.ShParser(line, False, config.pipefail).parse()
         if isinstance(tree, Seq):
             raise Unsupported(f"{where}: `{tree.op}` between commands")
-        if _run_pipeline(tree, log, tmp_dir) != 0:
+        if _run_pipeline(tree, log) != 0:
             return False, str(log)
     return True, str(log)

@@ -1,7 +1,8 @@
 """tessera-opt's error paths: each bad input gives a diagnostic and an exit status, never a traceback.
 
-Every case runs the installed console script in a subprocess; the cases run concurrently (one Python start-up
-each) and the tests then check their results."""
+Every case runs tessera-opt's console-script entry point in this process (tests/inprocess.py: its own argv,
+streams, working directory and exit status, an escaped exception a traceback as in a process); a few also run
+the installed script in a subprocess (`SCRIPT_CASES`), and `pytest -m slow` runs every case that way."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import inprocess
 from tessera.tools import tessera_opt
 
 KERNEL = """\
@@ -119,6 +121,11 @@ CASES = {
 }
 
 
+SCRIPT_CASES = ("stdin", "syntax-error", "bad-argument")
+"""The cases that also run the installed console script in a subprocess: success reading stdin, a diagnostic
+(status 1) and an argparse error (status 2)."""
+
+
 def _tessera_opt() -> list[str]:
     script = shutil.which("tessera-opt", path=os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]))
     assert script, "the tessera-opt console script is not installed (pip install -e '.[test]')"
@@ -126,26 +133,34 @@ def _tessera_opt() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
+def work(tmp_path_factory) -> Path:
     work: Path = tmp_path_factory.mktemp("tessera-opt")
     for name, text in INPUTS.items():
         (work / name).write_bytes(text if isinstance(text, bytes) else text.encode())
-    command = _tessera_opt()
+    return work
+
+
+@pytest.fixture(scope="module")
+def results(work) -> dict[str, inprocess.Completed]:
+    return {name: inprocess.run(["tessera-opt", *case.args], case.stdin, cwd=work, env={"TESSERA_DEBUG": None})
+            for name, case in CASES.items()}
+
+
+def _run_script(work: Path, names) -> dict[str, subprocess.CompletedProcess]:
+    """The cases `names` run by the installed script, concurrently (one Python start-up each)."""
+    env = {k: v for k, v in os.environ.items() if k != "TESSERA_DEBUG"}
 
     def run(name: str) -> subprocess.CompletedProcess:
         case = CASES[name]
-        env = {k: v for k, v in os.environ.items() if k != "TESSERA_DEBUG"}
-        return subprocess.run(
-            command + list(case.args), cwd=work, input=case.stdin, capture_output=True, text=True, env=env, timeout=120
-        )
+        return subprocess.run(_tessera_opt() + list(case.args), cwd=work, input=case.stdin, capture_output=True,
+                              text=True, env=env, timeout=120)
 
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        return dict(zip(CASES, pool.map(run, CASES)))
+        return dict(zip(names, pool.map(run, names)))
 
 
-@pytest.mark.parametrize("name", CASES)
-def test_exit_status_and_diagnostic(name: str, results) -> None:
-    case, result = CASES[name], results[name]
+def _check(name: str, result) -> None:
+    case = CASES[name]
     output = result.stdout + result.stderr
     where = f"tessera-opt {' '.join(case.args)}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
     assert result.returncode == case.status, where
@@ -154,6 +169,22 @@ def test_exit_status_and_diagnostic(name: str, results) -> None:
         assert text in result.stderr, where
     for text in case.stdout:
         assert text in result.stdout, where
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_exit_status_and_diagnostic(name: str, results) -> None:
+    _check(name, results[name])
+
+
+def test_the_installed_script_gives_the_same(work) -> None:
+    for name, result in _run_script(work, SCRIPT_CASES).items():
+        _check(name, result)
+
+
+@pytest.mark.slow
+def test_the_installed_script_gives_the_same_in_every_case(work) -> None:
+    for name, result in _run_script(work, tuple(CASES)).items():
+        _check(name, result)
 
 
 def test_internal_error_is_one_line_unless_debugging(monkeypatch, capsys, tmp_path) -> None:
