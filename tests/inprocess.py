@@ -23,6 +23,7 @@ import re
 import runpy
 import sys
 import traceback
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -56,7 +57,10 @@ def program(argv: Sequence[str]) -> Callable[[], object]:
 
             def run_module():
                 sys.argv = [module, *rest]
-                runpy.run_module(module, run_name="__main__", alter_sys=True)
+                with warnings.catch_warnings():
+                    # The module is already imported here, as it never is in a fresh `python -m`: runpy warns.
+                    warnings.filterwarnings("ignore", r".* found in sys\.modules after import of package", RuntimeWarning)
+                    runpy.run_module(module, run_name="__main__", alter_sys=True)
 
             return run_module
         if len(argv) >= 3 and argv[1] == "-c":

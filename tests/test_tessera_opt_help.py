@@ -3,12 +3,11 @@ WGSL, ...), which `--all-passes` lists after Tessera's."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 
 import pytest
 
+import inprocess
 from tessera import passes
 from tessera.passes import PASSES, all_passes
 
@@ -16,9 +15,10 @@ XDSL_ONLY = ("convert-arith-to-riscv", "riscv-allocate-registers", "x86-allocate
              "riscv-asm", "csl-stencil-bufferize")
 
 
-def tessera_opt(*args: str, columns: int = 100) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "tessera.tools.tessera_opt", *args], capture_output=True, text=True,
-                          env={**os.environ, "COLUMNS": str(columns)})
+def tessera_opt(*args: str, columns: int = 100) -> inprocess.Completed:
+    """`python -m tessera.tools.tessera_opt ARGS` at a terminal `columns` wide, run in this process as its own
+    process would run it (tests/inprocess.py)."""
+    proc = inprocess.run([sys.executable, "-m", "tessera.tools.tessera_opt", *args], env={"COLUMNS": str(columns)})
     assert "Traceback" not in proc.stdout + proc.stderr
     return proc
 

@@ -9,15 +9,25 @@ from pathlib import Path
 
 import pytest
 
+import inprocess
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "flash_attention.mlir"
 GEMM = ROOT / "examples" / "gemm.mlir"
 
 
 def run(*args: str):
-    proc = subprocess.run([sys.executable, "-m", "tessera.tools.tessera_run", *args], capture_output=True, text=True)
+    """`python -m tessera.tools.tessera_run ARGS`, run in this process as its own process would run it
+    (tests/inprocess.py); `test_the_module_runs_in_a_process_of_its_own` runs it in one."""
+    proc = inprocess.run([sys.executable, "-m", "tessera.tools.tessera_run", *args])
     assert "Traceback" not in proc.stdout + proc.stderr
     return proc
+
+
+def test_the_module_runs_in_a_process_of_its_own():
+    proc = subprocess.run([sys.executable, "-m", "tessera.tools.tessera_run", str(EXAMPLE), "-d", "batch=0"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "must be positive" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_check_passes_on_the_example():
