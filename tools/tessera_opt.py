@@ -137,10 +137,11 @@ def run_pipeline(pipeline: PassPipeline, ctx: Context, module: ModuleOp, verify:
     last, the kernel ABI. An exception that is not a diagnostic becomes a PassCrash naming the pass. The default
     pipeline falls back to smaller configurations where the kernels' registers do not fit
     (`tessera.lowering.fallback`)."""
-    from tessera.lowering.fallback import apply_with_fallback
     from tessera.passes import fallback_ladder, falls_back
 
     if falls_back(pipeline.passes):
+        from tessera.lowering.fallback import apply_with_fallback  # imports the register allocator and sm90
+
         apply_with_fallback(module, fallback_ladder(), lambda spec, m: _run_passes(parse_pipeline(spec), ctx, m, verify, after_pass))
         return
     _run_passes(pipeline, ctx, module, verify, after_pass)
