@@ -5,7 +5,6 @@ also assembles with ptxas (no warning, no spill), and `tessera-run FILE --level 
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -14,6 +13,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import inprocess
 import tessera
 from tessera.sm90 import approx
 
@@ -281,8 +281,9 @@ def test_assembles(name, ptxas):
 @pytest.mark.parametrize("name", sorted(SIZES))
 def test_tessera_run_check(name):
     sizes = [arg for size in SIZES[name] for arg in ("-d", size)]
-    result = subprocess.run([sys.executable, "-m", "tessera.tools.tessera_run", str(KERNELS / f"{name}.mlir"),
-                             "--level", "ptx", "--check", *sizes], capture_output=True, text=True, timeout=120)
+    # in this process, as `python -m tessera.tools.tessera_run` runs (tests/inprocess.py): no Python start-up each
+    result = inprocess.run([sys.executable, "-m", "tessera.tools.tessera_run", str(KERNELS / f"{name}.mlir"),
+                            "--level", "ptx", "--check", *sizes])
     assert result.returncode == 0, result.stdout + result.stderr
 
 # endregion
