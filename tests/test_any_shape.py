@@ -254,14 +254,16 @@ def test_load_broadcast_of_a_row_of_a_matrix(level, shape, rng):
 
 
 def test_tessera_run_specializes_the_default_gemm(tmp_path):
-    """tessera-run lowers for the sizes it is given, as tessera.interpret does: K = 7 runs and checks."""
-    import subprocess
+    """tessera-run lowers for the sizes it is given, as tessera.interpret does: K = 7 runs and checks (in this
+    process, as `python -m tessera.tools.tessera_run` runs: tests/inprocess.py)."""
     import sys
+
+    import inprocess
 
     path = tmp_path / "gemm.mlir"
     path.write_text(tessera.print_module(gemm()))
-    proc = subprocess.run([sys.executable, "-m", "tessera.tools.tessera_run", str(path), "--level", "target",
-                           "-d", "M=5", "-d", "N=3", "-d", "K=7", "--check"], capture_output=True, text=True)
+    proc = inprocess.run([sys.executable, "-m", "tessera.tools.tessera_run", str(path), "--level", "target",
+                          "-d", "M=5", "-d", "N=3", "-d", "K=7", "--check"])
     assert proc.returncode == 0, proc.stderr
     assert "C[5, 3]" in proc.stdout and ": ok" in proc.stdout
 

@@ -10,16 +10,13 @@ key tile (masked with -inf) and a partial K step."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
 from xdsl.passes import PassPipeline
 
+import inprocess
 from tessera import find_kernel, passes
 from tessera.ir import make_context, parse_module, print_module
 from tessera.validation import levels
@@ -76,27 +73,22 @@ def test_every_stage_reads_back_to_the_same_kernel(example, chain):
             np.testing.assert_array_equal(b, a, err_msg=f"{stage}: the module read back computes another result")
 
 
-def tessera_opt() -> list[str]:
-    found = shutil.which("tessera-opt", path=str(Path(sys.executable).parent))
-    return [found] if found else [sys.executable, "-m", "tessera.tools.tessera_opt"]
-
-
 def test_readme_two_step_compile_gives_the_one_step_ptx(tmp_path):
     """The README pipeline without allocate-registers to a file, then allocate-registers and PTX from that file,
-    gives the PTX of the one-step compile (the reproduction of issue 21, whose two-step PTX was all NaN)."""
+    gives the PTX of the one-step compile (the reproduction of issue 21, whose two-step PTX was all NaN). Each
+    tessera-opt runs in this process as its own process would (tests/inprocess.py)."""
     example = str(ROOT / "examples" / "flash_attention.mlir")
     before = ",".join(pass_names(README_PIPELINE)[:-1])
     assert pass_names(README_PIPELINE)[-1] == "allocate-registers"
 
     def opt(*args):
-        return subprocess.run([*tessera_opt(), *args], capture_output=True, text=True, timeout=600)
+        return inprocess.run(["tessera-opt", *args])
 
-    with ThreadPoolExecutor(2) as pool:
-        one = pool.submit(opt, example, "-p", README_PIPELINE, "-t", "ptx", "-o", str(tmp_path / "one.ptx"))
-        first = pool.submit(opt, example, "-p", before, "-o", str(tmp_path / "t.mlir"))
-        assert first.result().returncode == 0, first.result().stderr
-        second = opt(str(tmp_path / "t.mlir"), "-p", "allocate-registers", "-t", "ptx", "-o", str(tmp_path / "two.ptx"))
-        assert one.result().returncode == 0, one.result().stderr
+    one = opt(example, "-p", README_PIPELINE, "-t", "ptx", "-o", str(tmp_path / "one.ptx"))
+    assert one.returncode == 0, one.stderr
+    first = opt(example, "-p", before, "-o", str(tmp_path / "t.mlir"))
+    assert first.returncode == 0, first.stderr
+    second = opt(str(tmp_path / "t.mlir"), "-p", "allocate-registers", "-t", "ptx", "-o", str(tmp_path / "two.ptx"))
     assert second.returncode == 0, second.stderr
     assert "dense<0xff800000>" in (tmp_path / "t.mlir").read_text()  # the -inf splat, in hex
     assert (tmp_path / "two.ptx").read_text() == (tmp_path / "one.ptx").read_text()

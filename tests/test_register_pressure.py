@@ -229,14 +229,15 @@ def test_ptxas_assembles_without_spilling(name):
 
 
 def test_tessera_opt_with_the_default_pipeline_falls_back_and_refuses_by_configuration():
-    """`tessera-opt -p <DEFAULT_PIPELINE>` runs the same ladder: exit 1 naming each configuration, no traceback."""
-    import subprocess
+    """`tessera-opt -p <DEFAULT_PIPELINE>` runs the same ladder: exit 1 naming each configuration, no traceback
+    (`python -m tessera.tools.tessera_opt`, run in this process as its own process would: tests/inprocess.py)."""
     import sys
 
+    import inprocess
     from tessera.passes import DEFAULT_PIPELINE
 
     command = [sys.executable, "-m", "tessera.tools.tessera_opt", str(KERNELS / "gemm_glu_wide.mlir"), "-p", DEFAULT_PIPELINE]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    result = inprocess.run(command)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "kernel @gemm_glu_wide: no configuration of the default pipeline fits, tried:" in result.stderr
     assert all(f"  {c.name}: " in result.stderr for c in ladder())
