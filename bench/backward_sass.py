@@ -1,61 +1,138 @@
 """The attention backward's main kernel, compiled, as ptxas and the SASS see it: registers, spills, HGMMA, and
-the main loop (the innermost loop holding HGMMA: one query block of a key block's loop) with dQ added by
-`red.global.add.f32` or by `cp.reduce.async.bulk` (`convert-tile-to-sm90{atomic-add=...}`), and P, dS stored
-to shared memory by stmatrix or st.shared (`store-shared=...`).
+the main loop (the innermost loop holding HGMMA: one query block of a key block's loop), ours and
+FlashAttention-3's Hopper backward side by side, each under every ptxas found.
 
-    python bench/backward_sass.py [--head-dim 64 128] [--causal both|yes|no]
+    python bench/backward_sass.py [--head-dim 64 128] [--causal both|yes|no] [--fa3]
 
-The backward goes through the single-stage pipeline (`passes.PTX_PIPELINE`; warp-specialize refuses it), with
-block_m = block_n (128 at head_dim 64, 64 at 128: the lowering needs one row count for every register tile).
-Static counts: each SASS instruction of the loop once. Needs ptxas and nvdisasm (`.[ptx]`).
+Ours: the main kernel through
+  "single"  the single-stage pipeline (`passes.PTX_PIPELINE`): 256 threads at block 128 x 128, 128 at 64 x 64;
+  "ws"      the default pipeline named (`passes.DEFAULT_PIPELINE`, so that it does not fall back): two-stage Q/dO
+            rings filled by a TMA producer warpgroup, setmaxnreg budgets (overlap-softmax leaves the loop alone),
+with dQ added by `red.global.add.f32` or `cp.reduce.async.bulk` (`convert-tile-to-sm90{atomic-add=...}`); a
+configuration that does not fit is printed with its refusal. block_m = block_n (the lowering needs one row count
+for every register tile): 128 at head_dim 64, 64 at 128 ("--block" overrides).
+
+FA3 (--fa3): its Hopper backward built with nvcc from the wheels by `tests/ptx_library/build.py
+backward_fa3_hdimN` (FA3's own tiles: hdim 64 128 x 128; hdim 128 80 x 128, causal 64 x 128; two consumer
+warpgroups and a producer), assembled here; a row per main kernel (the functions whose loop holds HGMMA).
+
+Columns: `loop` SASS instructions in the loop (static: each once), `/key` loop / block_n, `/64x64` loop per
+64 x 64 block of (query, key) work (loop x 4096 / (block_m block_n): the fair figure between different tiles).
+Needs ptxas and nvdisasm (`.[ptx]`).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
+import warnings
+from pathlib import Path
 
 import tessera
 from tessera import passes
 from tessera.kernels import attention_backward
-from tessera.toolchain import disassemble, innermost_loop
+from tessera.toolchain import compile_ptx, disassemble, find_all_ptxas, innermost_loop, sass_loops
 
 BLOCKS = {64: 128, 128: 64}
 """block_m = block_n by head_dim."""
 
+PIPELINES = {"single": passes.PTX_PIPELINE, "ws": passes.DEFAULT_PIPELINE}
 
-def measure(head_dim: int, causal: bool, mode: str, store: str = "st_shared") -> dict:
-    options = f"atomic-add={mode} store-shared={store}"
-    pipeline = passes.PTX_PIPELINE.replace("convert-tile-to-sm90", f"convert-tile-to-sm90{{{options}}}")
-    block = BLOCKS[head_dim]
+FA3_BUILD = Path(__file__).resolve().parent.parent / "tests" / "ptx_library" / "build"
+FA3_TILES = {64: {False: (128, 128), True: (128, 128)}, 128: {False: (80, 128), True: (64, 128)}}
+"""(kBlockM, kBlockN) of FA3's sm90 backward by head dim and causal (run_mha_bwd_hdimN in
+hopper/flash_bwd_launch_template.h)."""
+
+COLUMNS = ("kernel", "ptxas", "head_dim", "causal", "dQ", "block", "threads", "registers", "spill", "loop", "/key",
+           "/64x64", "HGMMA", "RED", "UBLKRED", "BAR")
+
+
+def _counts(loop) -> dict:
+    counts = loop.opcode_counts
+    return {op: sum(v for k, v in counts.items() if k.startswith(op)) for op in ("HGMMA", "RED", "UBLKRED", "BAR")}
+
+
+def _row(kernel, ptxas, head_dim, causal, mode, bm, bn, threads, function, loop) -> dict:
+    return {"kernel": kernel, "ptxas": ptxas, "head_dim": head_dim, "causal": causal, "dQ": mode, "block": f"{bm}x{bn}",
+            "threads": threads, "registers": function.registers,
+            "spill": function.spill_store_bytes + function.spill_load_bytes, "loop": len(loop),
+            "/key": f"{len(loop) / bn:.2f}", "/64x64": f"{len(loop) * 4096 / (bm * bn):.0f}", **_counts(loop)}
+
+
+def measure(head_dim: int, causal: bool, mode: str, kind: str, ptxas: str | None = None, block: int | None = None):
+    """Our main kernel through pipeline `kind` with dQ by `mode`: a row, or the refusal's text."""
+    block = block or BLOCKS[head_dim]
+    pipeline = PIPELINES[kind].replace("convert-tile-to-sm90", f"convert-tile-to-sm90{{atomic-add={mode}}}")
     main = attention_backward(head_dim=head_dim, causal=causal, block_m=block, block_n=block).main
-    result = tessera.compile(main, target="cubin", pipeline=pipeline)
+    try:
+        lowered = tessera.compile(main, target="target", pipeline=pipeline)
+    except Exception as error:  # a register budget refusal: print it as the row
+        return f"{kind} d{head_dim} causal={causal} {mode}: refused: {str(error).splitlines()[0][:160]}"
+    fn = next(op for op in lowered.walk() if "sm90.kernel" in op.attributes)
+    threads = fn.attributes["sm90.kernel"].data["threads"].value.data
+    result = compile_ptx(tessera.compile(main, target="ptx", pipeline=pipeline), ptxas=ptxas)
     (function,) = result.log.functions.values()
     loop = innermost_loop(disassemble(result.cubin), containing="HGMMA")
-    counts = loop.opcode_counts
-    return {"head_dim": head_dim, "causal": causal, "dQ": mode, "P,dS": store, "registers": function.registers,
-            "spill": function.spill_store_bytes + function.spill_load_bytes, "loop": len(loop),
-            "HGMMA": sum(v for k, v in counts.items() if k.startswith("HGMMA")),
-            "RED": sum(v for k, v in counts.items() if k.startswith("RED")),
-            "STS": sum(v for k, v in counts.items() if k.startswith("STS")),
-            "STSM": sum(v for k, v in counts.items() if k.startswith("STSM")),
-            "BAR": sum(v for k, v in counts.items() if k.startswith("BAR")),
-            "warnings": len(result.log.diagnostics)}
+    return _row(kind, result.ptxas.release, head_dim, causal, mode, block, block, threads, function, loop)
+
+
+def fa3_rows(head_dim: int, ptxas: str | None = None) -> list:
+    """A row per FA3 backward main kernel of the build for `head_dim`, or a line saying how to build it."""
+    ptx = FA3_BUILD / f"backward_fa3_hdim{head_dim}" / "kernel.ptx"
+    if not ptx.exists():
+        return [f"FA3 d{head_dim}: not built: tests/ptx_library/build.py --cutlass CUTLASS --flash-attention FA "
+                f"backward_fa3_hdim{head_dim}"]
+    text = ptx.read_text()
+    result = compile_ptx(text, ptxas=ptxas, source_name=str(ptx))
+    rows = []
+    for loop in sass_loops(disassemble(result.cubin)):
+        if not any(i.opcode.startswith("HGMMA") for i in loop.instructions):
+            continue
+        inner = innermost_loop([i for i in loop.instructions], containing="HGMMA")
+        if inner is None or inner.head != loop.head:
+            continue
+        function = result.log.functions[loop.function]
+        # FA3's template arguments, in its mangled name: Is_causal is the bool after the tile shape
+        causal = _fa3_causal(loop.function)
+        bm, bn = FA3_TILES[head_dim][bool(causal)]
+        threads = re.search(re.escape(loop.function) + r"\([^)]*\)\s*\.maxntid\s+(\d+)", text)
+        rows.append(_row("FA3", result.ptxas.release, head_dim, causal, "bulk", bm, bn,
+                         threads.group(1) if threads else "?", function, loop))
+    return rows
+
+
+def _fa3_causal(name: str):
+    """Is_causal of an FA3 kernel, from the tile shape its mangled name carries (hdim 128: 64 rows causal, 80
+    not); '?' where the name does not tell."""
+    if re.search(r"Li80E", name):
+        return False
+    if re.search(r"Li64ELi128ELi128E", name):
+        return True
+    return "?"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--head-dim", type=int, nargs="+", default=[64, 128], choices=sorted(BLOCKS))
     parser.add_argument("--causal", choices=("both", "yes", "no"), default="both")
+    parser.add_argument("--block", type=int, help="block_m = block_n of ours (default: 128 at head_dim 64, 64 at 128)")
+    parser.add_argument("--fa3", action="store_true", help="also FA3's backward (tests/ptx_library/build.py)")
     args = parser.parse_args()
     causals = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
-    columns = ("head_dim", "causal", "dQ", "P,dS", "registers", "spill", "loop", "HGMMA", "RED", "STS", "STSM", "BAR",
-               "warnings")
-    print(" ".join(f"{c:>9}" for c in columns))
-    for head_dim in args.head_dim:
-        for causal in causals:
-            for mode, store in (("red", "st_shared"), ("bulk", "st_shared"), ("red", "stmatrix"), ("bulk", "stmatrix")):
-                row = measure(head_dim, causal, mode, store)
-                print(" ".join(f"{str(row[c]):>9}" for c in columns), flush=True)
+    print(" ".join(f"{c:>9}" for c in COLUMNS))
+    warnings.simplefilter("ignore")
+    for tool in find_all_ptxas() or [None]:
+        path = None if tool is None else tool.path
+        for head_dim in args.head_dim:
+            rows = []
+            for causal in causals:
+                for kind in PIPELINES:
+                    for mode in ("red", "bulk"):
+                        rows.append(measure(head_dim, causal, mode, kind, path, args.block))
+            if args.fa3:
+                rows += fa3_rows(head_dim, path)
+            for row in rows:
+                print(row if isinstance(row, str) else " ".join(f"{str(row[c]):>9}" for c in COLUMNS), flush=True)
 
 
 if __name__ == "__main__":

@@ -177,12 +177,6 @@ SPECIALIZED_PIPELINE = PIPELINED_PIPELINE + ",warp-specialize,multicast-cluster-
 options (`warp-specialize{pingpong=true}`, more stages): bench/pipeline.py. `multicast-cluster-copies` leaves
 kernels without a `tile.cluster` unchanged; a clustered kernel's shared refills become TMA multicasts."""
 
-SPECIALIZED_SEQUENTIAL_PIPELINE = SPECIALIZED_PIPELINE.replace("overlap-softmax,", "")
-"""SPECIALIZED_PIPELINE without `overlap-softmax`: each trip's mmas in program order. A loop with two
-accumulators (the attention backward's dK and dV) rotated by overlap-softmax keeps the old and the new value of
-one of them live at once (64 more registers per thread at head_dim 128); without the rotation the consumers fit.
-A rung of the default pipeline's fallback ladder (`fallback_ladder`)."""
-
 DEFAULT_PIPELINE = allocated(SPECIALIZED_PIPELINE)
 """The full pipeline: `SPECIALIZED_PIPELINE` then `allocate-registers`, from Tile IR to register-allocated
 Target IR ready for the PTX printer. Where a kernel's registers do not fit it, it falls back to two stages
@@ -198,13 +192,11 @@ the tests that compare it with `DEFAULT_PIPELINE`."""
 @cache
 def fallback_ladder() -> tuple:
     """The default pipeline's configurations, largest first (`tessera.lowering.fallback`): warp-specialized
-    with two stages, the same without overlap-softmax, two stages without a producer warpgroup, single-stage."""
+    with two stages, two stages without a producer warpgroup, single-stage."""
     from tessera.lowering.fallback import Configuration
 
     return (
         Configuration("warp-specialized with two stages", DEFAULT_PIPELINE),
-        Configuration("warp-specialized with two stages, mmas not overlapped with the softmax",
-                      allocated(SPECIALIZED_SEQUENTIAL_PIPELINE)),
         Configuration("two stages without a producer warpgroup", allocated(PIPELINED_PIPELINE)),
         Configuration("single-stage", PTX_PIPELINE),
     )

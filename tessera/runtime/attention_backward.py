@@ -34,10 +34,9 @@ WHERE = "attention_backward"
 
 
 BACKWARD_PIPELINE = "DEFAULT_PIPELINE"
-"""The `tessera.passes` pipeline the backward's kernels are lowered with: the default one, whose fallback ladder
-(`tessera.lowering.fallback`) takes the largest configuration that fits each kernel (the main kernel at head_dim
-128: warp-specialized, its mmas not overlapped with the softmax) and names it in a warning and the kernel's
-`sm90.pipeline_note`."""
+"""The `tessera.passes` pipeline the backward's kernels are lowered with: the default one (the main kernel
+warp-specialized where it fits, at head_dim 128; elsewhere the fallback ladder of `tessera.lowering.fallback`
+takes the largest configuration that fits and names it in a warning and the kernel's `sm90.pipeline_note`)."""
 
 
 def _pipeline() -> str:
