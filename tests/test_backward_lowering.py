@@ -44,7 +44,8 @@ def _pipeline(mode: str = "red", store: str = "st_shared", base: str = passes.PT
 
 
 WARP_SPECIALIZED = passes.DEFAULT_PIPELINE
-"""Named, so that it does not fall back: warp-specialized with two-stage Q/dO rings, or refused."""
+"""Warp-specialized with two-stage Q/dO rings where the kernel fits (the tests check that it did not fall back:
+its warning is an error there)."""
 
 
 DTYPES = {"bf16": BF16, "f16": np.float16}
@@ -258,7 +259,9 @@ def _main_only(kernels, problem, level: str, pipeline: str):
     """dq_accum, dK, dV of the main kernel at `level` through `pipeline` (pre- and postprocess at Tile level)."""
     q, k, v, o, lse, do = problem
     dpsum, lse2, _ = tessera.interpret(kernels.preprocess, o, do, lse, level="tile")
-    return tessera.interpret(kernels.main, q, k, v, do, lse2, dpsum, level=level, pipeline=pipeline)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TesseraWarning)  # the default pipeline named falls back, with a warning
+        return tessera.interpret(kernels.main, q, k, v, do, lse2, dpsum, level=level, pipeline=pipeline)
 
 
 def _bitwise(a, b) -> bool:
@@ -285,20 +288,21 @@ def test_default_pipeline_warp_specializes_the_backward_ptxas_clean(head_dim, ca
     assert any(op.startswith("HGMMA") for op in ops) and any(op.startswith("RED") for op in ops), ops
 
 
-@pytest.mark.parametrize("head_dim, seq_q, seq_k, causal, heads", [
-    (64, 50, 90, True, 2),                                       # ragged, GQA 2:1, causal bottom-right
-    (128, 70, 65, False, 2),                                     # seq_q > seq_k, GQA, ragged keys
-    pytest.param(128, 150, 77, True, 1, marks=SLOW),             # rows that see no key
-    pytest.param(64, 200, 200, False, 3, marks=SLOW),            # GQA 3:1, four query blocks per key block
+@pytest.mark.parametrize("head_dim, seq_q, seq_k, causal, heads, mode", [
+    (64, 50, 90, True, 2, "red"),                                # ragged, GQA 2:1, causal bottom-right
+    (128, 70, 65, False, 2, "bulk"),                             # seq_q > seq_k, GQA, ragged keys
+    pytest.param(128, 150, 77, True, 1, "red", marks=SLOW),      # rows that see no key
+    pytest.param(64, 200, 200, False, 3, "bulk", marks=SLOW),    # GQA 3:1, four query blocks per key block
 ])
 def test_warp_specialized_backward_is_bitwise_the_single_stage_one_at_target_level(head_dim, seq_q, seq_k, causal,
-                                                                                    heads):
+                                                                                    heads, mode):
     """Same Tile IR, same arithmetic in the same order per element: the warp-specialized kernel's dq_accum, dK and dV
-    are bitwise the single-stage kernel's (which is within the backward's rule, tests above). With GQA each head of
-    the group refills the Q/dO rings from fill 0: the ring barriers' parities count the earlier heads' phases."""
+    (dQ added by red.global.add or by bulk reduction) are bitwise the single-stage kernel's (which is within the
+    backward's rule, tests above). With GQA each head of the group refills the Q/dO rings from fill 0: the ring
+    barriers' parities count the earlier heads' phases."""
     kernels = attention_backward(head_dim=head_dim, causal=causal, block_m=64, block_n=64)
     problem = _problem(head_dim, seq_q, seq_k, causal, heads=heads)
-    assert _bitwise(_main_only(kernels, problem, "target", WARP_SPECIALIZED),
+    assert _bitwise(_main_only(kernels, problem, "target", _pipeline(mode, base=WARP_SPECIALIZED)),
                     _main_only(kernels, problem, "target", passes.PTX_PIPELINE))
 
 
