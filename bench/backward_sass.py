@@ -2,7 +2,7 @@
 the main loop (the innermost loop holding HGMMA: one query block of a key block's loop), ours and
 FlashAttention-3's Hopper backward side by side, each under every ptxas found.
 
-    python bench/backward_sass.py [--head-dim 64 128] [--causal both|yes|no] [--fa3]
+    python bench/backward_sass.py [--head-dim 64 128] [--causal both|yes|no] [--fa3] [--ptxas 13.0 ...]
 
 Ours: the main kernel through
   "single"  the single-stage pipeline (`passes.PTX_PIPELINE`): 256 threads at block 128 x 128, 128 at 64 x 64;
@@ -119,11 +119,13 @@ def main() -> None:
     parser.add_argument("--causal", choices=("both", "yes", "no"), default="both")
     parser.add_argument("--block", type=int, help="block_m = block_n of ours (default: 128 at head_dim 64, 64 at 128)")
     parser.add_argument("--fa3", action="store_true", help="also FA3's backward (tests/ptx_library/build.py)")
+    parser.add_argument("--ptxas", nargs="+", help="releases of ptxas to use (default: every one found), e.g. 13.0")
     args = parser.parse_args()
     causals = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
     print(" ".join(f"{c:>9}" for c in COLUMNS))
     warnings.simplefilter("ignore")
-    for tool in find_all_ptxas() or [None]:
+    tools = [t for t in find_all_ptxas() if args.ptxas is None or t.release in args.ptxas]
+    for tool in tools or [None]:
         path = None if tool is None else tool.path
         for head_dim in args.head_dim:
             rows = []
