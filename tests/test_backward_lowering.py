@@ -325,6 +325,17 @@ def test_two_row_counts_are_refused_by_name():
         tessera.compile(fa3_128, target="target", pipeline=passes.PTX_PIPELINE)
 
 
+def test_a_ring_in_a_loop_nest_whose_trip_count_varies_is_refused_by_name():
+    """The block-sparse backward's query loops run as many trips as each head's block list holds: their Q/dO rings
+    cannot count the earlier heads' barrier phases, and the lowering says so (the runtime runs this kernel at Tile
+    level only)."""
+    main = attention_backward(head_dim=64, block_m=64, block_n=64, mask_mod=lambda b, h, q, k: q >= k,
+                              block_sparse=True).main
+    with pytest.raises(DiagnosticException, match=r"tile.stage %q_ring.*a ring pipelined in a loop nest needs its "
+                                                  r"loop's upper bound defined outside the nest"):
+        tessera.compile(main, target="target")
+
+
 def test_unknown_atomic_add_mode_is_refused():
     with pytest.raises(DiagnosticException, match=r"atomic-add must be one of red, bulk, got 'cas'"):
         tessera.compile(_kernels(64, False).main, target="target", pipeline=_pipeline("cas"))

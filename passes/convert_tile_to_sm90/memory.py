@@ -107,18 +107,18 @@ class MemoryLowering:
         if not outer:
             return None
         linear = self._linear_trip(op, outer, e)
-        n = self._trip_count(op, ring_loop, outer[0], "ring's loop", e)
+        n = self._trip_count(op, ring_loop, outer[0], "a ring pipelined in a loop nest needs its loop's", e)
         per_trip = e.op(arith.DivUIOp(e.addi(e.op(arith.SubiOp(n, slot)), e.index(ring.slots - 1)), e.index(ring.slots)))
         return e.muli(linear, per_trip)
 
     def _trip_count(self, op: Operation, loop: scf.ForOp, outermost: Operation, what: str, e: Emitter) -> SSAValue:
         """ceildivsi(ub - lb, step) of `loop`, whose bounds must be defined outside `outermost` (the same on
-        every trip of the nest); refused by name otherwise."""
+        every trip of the nest); refused by name otherwise, the message starting with `what`."""
         for bound, value in (("lower bound", loop.lb), ("upper bound", loop.ub), ("step", loop.step)):
             owner = value.owner if isinstance(value.owner, Operation) else value.owner.parent_op()
             if outermost.is_ancestor(owner):
-                _refuse(op, f"a copy waited in a loop nest needs the {what} {bound} defined outside the nest (its "
-                            "barrier's phase counts the trips of every loop)")
+                _refuse(op, f"{what} {bound} defined outside the nest (the barriers' phases count the trips of "
+                            "every loop of it)")
         lb, ub, step = (self._get(v) for v in (loop.lb, loop.ub, loop.step))
         return e.op(arith.CeilDivSIOp(e.op(arith.SubiOp(ub, lb)), step))
 
@@ -128,7 +128,8 @@ class MemoryLowering:
         infos = {info.op: info for info in self.loops}
         linear = infos[loops[0]].trip
         for loop in loops[1:]:
-            linear = e.addi(e.muli(linear, self._trip_count(op, loop, loops[0], "inner loop's", e)), infos[loop].trip)
+            count = self._trip_count(op, loop, loops[0], "a copy group waited in a loop nest needs the inner loop's", e)
+            linear = e.addi(e.muli(linear, count), infos[loop].trip)
         return linear
 
     def _phase_parity(self, stage: Stage, e: Emitter, flip: bool) -> SSAValue:
