@@ -14,7 +14,9 @@ for every register tile): 128 at head_dim 64, 64 at 128 ("--block" overrides).
 
 FA3 (--fa3): its Hopper backward built with nvcc from the wheels by `tests/ptx_library/build.py
 backward_fa3_hdimN` (FA3's own tiles: hdim 64 128 x 128; hdim 128 80 x 128, causal 64 x 128; two consumer
-warpgroups and a producer), assembled here; a row per main kernel (the functions whose loop holds HGMMA).
+warpgroups and a producer; about half an hour of one core for the build), its main kernels without local
+masks, softcap, varlen or the deterministic mode (`FA3_VARIANT`) assembled here; a row per kernel. Its dQ
+reduction (cp.reduce.async.bulk) is issued by a producer warp, outside the consumers' loop measured.
 
 Columns: `loop` SASS instructions in the loop (static: each once), `/key` loop / block_n, `/64x64` loop per
 64 x 64 block of (query, key) work (loop x 4096 / (block_m block_n): the fair figure between different tiles).
@@ -31,7 +33,7 @@ from pathlib import Path
 import tessera
 from tessera import passes
 from tessera.kernels import attention_backward
-from tessera.toolchain import compile_ptx, disassemble, find_all_ptxas, innermost_loop, sass_loops
+from tessera.toolchain import compile_ptx, disassemble, find_all_ptxas, innermost_loop, parse_sass
 
 BLOCKS = {64: 128, 128: 64}
 """block_m = block_n by head_dim."""
@@ -78,39 +80,52 @@ def measure(head_dim: int, causal: bool, mode: str, kind: str, ptxas: str | None
     return _row(kind, result.ptxas.release, head_dim, causal, mode, block, block, threads, function, loop)
 
 
+FA3_PTX_VERSION = "8.0"
+"""The PTX ISA version FA3's module is declared with when assembled here (see fa3_rows)."""
+
+FA3_VARIANT = re.compile(r"Sm90ELb(?P<causal>[01])ELb0ELb0ELb0ELb0E.*CollectiveEpilogueBwdI")
+"""FA3's main kernels measured: `CollectiveMainloopBwdSm90<..., Is_causal, Is_local = false, Has_softcap = false,
+Varlen = false, Deterministic = false, ...>` with the epilogue without GQA (in the mangled name, the five bools after
+the arch tag)."""
+
+
+def _entries(ptx: str) -> tuple[str, dict[str, str]]:
+    """The module header (everything before the first entry) and each `.entry`'s text by name."""
+    starts = [m.start() for m in re.finditer(r"^(?:\.visible )?\.entry ", ptx, re.M)]
+    entries = {}
+    for start, end in zip(starts, starts[1:] + [len(ptx)]):
+        text = ptx[start:end]
+        entries[re.match(r"(?:\.visible )?\.entry (\w+)", text).group(1)] = text
+    return ptx[: starts[0]] if starts else ptx, entries
+
+
 def fa3_rows(head_dim: int, ptxas: str | None = None) -> list:
-    """A row per FA3 backward main kernel of the build for `head_dim`, or a line saying how to build it."""
+    """A row per FA3 backward main kernel (`FA3_VARIANT`) of the build for `head_dim`, or a line saying how to
+    build it. Only those kernels are assembled (the build holds every variant FA3's dispatch instantiates)."""
     ptx = FA3_BUILD / f"backward_fa3_hdim{head_dim}" / "kernel.ptx"
     if not ptx.exists():
         return [f"FA3 d{head_dim}: not built: tests/ptx_library/build.py --cutlass CUTLASS --flash-attention FA "
                 f"backward_fa3_hdim{head_dim}"]
-    text = ptx.read_text()
-    result = compile_ptx(text, ptxas=ptxas, source_name=str(ptx))
+    header, entries = _entries(ptx.read_text())
+    chosen = {name: text for name, text in entries.items() if FA3_VARIANT.search(name)}
+    if not chosen:
+        return [f"FA3 d{head_dim}: no main kernel matches {FA3_VARIANT.pattern}"]
+    # nvcc from the newest wheel writes its newest PTX ISA version; sm_90a's instructions are all in 8.0 (the
+    # version Tessera targets), so the older ptxas take the module declared as 8.0
+    header = re.sub(r"^\.version \d+\.\d+", f".version {FA3_PTX_VERSION}", header, count=1, flags=re.M)
+    result = compile_ptx(header + "".join(chosen.values()), ptxas=ptxas, source_name=str(ptx))
+    sass = disassemble(result.cubin)
     rows = []
-    for loop in sass_loops(disassemble(result.cubin)):
-        if not any(i.opcode.startswith("HGMMA") for i in loop.instructions):
+    for name, text in chosen.items():
+        loop = innermost_loop([i for i in parse_sass(sass) if i.function == name], containing="HGMMA")
+        if loop is None:
             continue
-        inner = innermost_loop([i for i in loop.instructions], containing="HGMMA")
-        if inner is None or inner.head != loop.head:
-            continue
-        function = result.log.functions[loop.function]
-        # FA3's template arguments, in its mangled name: Is_causal is the bool after the tile shape
-        causal = _fa3_causal(loop.function)
-        bm, bn = FA3_TILES[head_dim][bool(causal)]
-        threads = re.search(re.escape(loop.function) + r"\([^)]*\)\s*\.maxntid\s+(\d+)", text)
+        causal = FA3_VARIANT.search(name).group("causal") == "1"
+        bm, bn = FA3_TILES[head_dim][causal]
+        threads = re.search(r"\.maxntid\s+(\d+)", text)
         rows.append(_row("FA3", result.ptxas.release, head_dim, causal, "bulk", bm, bn,
-                         threads.group(1) if threads else "?", function, loop))
+                         threads.group(1) if threads else "?", result.log.functions[name], loop))
     return rows
-
-
-def _fa3_causal(name: str):
-    """Is_causal of an FA3 kernel, from the tile shape its mangled name carries (hdim 128: 64 rows causal, 80
-    not); '?' where the name does not tell."""
-    if re.search(r"Li80E", name):
-        return False
-    if re.search(r"Li64ELi128ELi128E", name):
-        return True
-    return "?"
 
 
 def main() -> None:
