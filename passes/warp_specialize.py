@@ -390,10 +390,4 @@ class WarpSpecializePass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for fn in [o for o in op.walk() if is_target_kernel(o)]:
-            kind = fn.attributes.get("tile.kernel")
-            if kind is not None and "kind" in kind.data and kind.data["kind"].data == "attention_backward":
-                # dK, dV, S, dP and dQ of the main kernel leave no registers for a producer warpgroup (375
-                # per consumer thread at head_dim 64); the single-stage pipeline lowers all three kernels.
-                _refuse(fn, "the attention backward is not warp-specialized: lower its kernels with "
-                            "tessera.passes.PTX_PIPELINE (single-stage)")
             _Split(fn, self.pingpong).run()

@@ -210,13 +210,15 @@ def test_api_below_tile_level_runs(level):
 
 
 def test_a_refused_lowering_is_named_and_a_bug_is_not_hidden(monkeypatch):
-    """A pipeline whose pass refuses a backward kernel (warp-specialize: its consumers would need too many
-    registers) is BackwardNotLowered naming the kernel; any other exception of the lowering propagates as
-    itself, not as a refusal."""
+    """A pipeline whose pass refuses a backward kernel (`SPECIALIZED_PIPELINE`, which does not fall back: at
+    head_dim 64 the main kernel's consumers would need 248 registers of 240) is BackwardNotLowered naming the kernel;
+    any other exception of the lowering propagates as itself, not as a refusal."""
     import tessera.runtime.attention_backward as backward
+    from tessera import passes
 
     problem = _problem(1, 1, 64, False, 2, "bf16", heads=4)
-    monkeypatch.setattr(backward, "BACKWARD_PIPELINE", "DEFAULT_PIPELINE")
+    assert passes.SPECIALIZED_PIPELINE != passes.DEFAULT_PIPELINE  # not allocated: named, so it does not fall back
+    monkeypatch.setattr(backward, "BACKWARD_PIPELINE", "SPECIALIZED_PIPELINE")
     with pytest.raises(BackwardNotLowered, match=r"needs kernel @attention_backward\w* lowered to Target IR, "
                                                  r"and the default pipeline does not lower it yet: .*warp-specialize"):
         tessera.attention_backward(*problem, level="target")

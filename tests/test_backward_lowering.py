@@ -6,13 +6,17 @@
   rule (`tessera.reference.check_attention_backward`): ragged lengths, seq_q != seq_k, GQA, rows that see no
   key (causal with seq_q > seq_k);
 - the main kernel's CTAs run in a permuted order give dQ within the f32 reordering of its additions;
-- what is not lowered is refused by name: the warp-specialized pipeline, the deterministic mode, head_dim 128's
-  default blocks (64 x 128: two row counts).
+- the warp-specialized backward (a TMA producer warpgroup filling two-stage Q/dO rings: the default pipeline at
+  head_dim 128) is bitwise the single-stage kernel at target level and its own PTX at PTX level,
+  GQA included (the rings restart in every head of the group), and ptxas-clean;
+- what is not lowered is refused by name: head_dim 128's FA3 blocks (64 x 128: two row counts).
 The whole issue matrix runs at Tile level in tests/test_attention_backward.py; the cases marked slow here run
 with `-m slow`.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import ml_dtypes
 import numpy as np
@@ -22,6 +26,7 @@ import tessera
 from tessera import passes, reference
 from xdsl.utils.exceptions import DiagnosticException
 from tessera.interpreters.launch import prepare_arguments
+from tessera.ir.diagnostics import TesseraWarning
 from tessera.interpreters.sm90.launch import run_target_kernel
 from tessera.kernel_abi import is_target_kernel
 from tessera.kernels import attention_backward
@@ -33,9 +38,14 @@ BLOCKS = {64: 128, 128: 64}
 """block_m = block_n by head_dim: the lowering needs one row count for every register tile."""
 
 
-def _pipeline(mode: str = "red", store: str = "st_shared") -> str:
+def _pipeline(mode: str = "red", store: str = "st_shared", base: str = passes.PTX_PIPELINE) -> str:
     options = f"atomic-add={mode} store-shared={store}"
-    return passes.PTX_PIPELINE.replace("convert-tile-to-sm90", f"convert-tile-to-sm90{{{options}}}")
+    return base.replace("convert-tile-to-sm90", f"convert-tile-to-sm90{{{options}}}")
+
+
+WARP_SPECIALIZED = passes.DEFAULT_PIPELINE
+"""Warp-specialized with two-stage Q/dO rings where the kernel fits (the tests check that it did not fall back:
+its warning is an error there)."""
 
 
 DTYPES = {"bf16": BF16, "f16": np.float16}
@@ -63,9 +73,9 @@ def _problem(head_dim, seq_q, seq_k, causal, heads=2, heads_k=1, seed=0, dtype="
     return q, k, v, o, lse.astype(np.float32), do
 
 
-def _run(kernels, problem, level: str, mode: str, store: str = "st_shared"):
+def _run(kernels, problem, level: str, mode: str, store: str = "st_shared", base: str = passes.PTX_PIPELINE):
     q, k, v, o, lse, do = problem
-    options = dict(level=level, pipeline=_pipeline(mode, store))
+    options = dict(level=level, pipeline=_pipeline(mode, store, base))
     dpsum, lse2, _ = tessera.interpret(kernels.preprocess, o, do, lse, **options)
     dq_accum, dk, dv = tessera.interpret(kernels.main, q, k, v, do, lse2, dpsum, **options)
     return tessera.interpret(kernels.postprocess, dq_accum, **options), dk, dv
@@ -242,19 +252,88 @@ def test_deterministic_backward_at_ptx_in_an_order_that_cannot_finish_is_a_deadl
 
 
 # endregion
+# region warp-specialized
+
+
+def _main_only(kernels, problem, level: str, pipeline: str):
+    """dq_accum, dK, dV of the main kernel at `level` through `pipeline` (pre- and postprocess at Tile level)."""
+    q, k, v, o, lse, do = problem
+    dpsum, lse2, _ = tessera.interpret(kernels.preprocess, o, do, lse, level="tile")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TesseraWarning)  # the default pipeline named falls back, with a warning
+        return tessera.interpret(kernels.main, q, k, v, do, lse2, dpsum, level=level, pipeline=pipeline)
+
+
+def _bitwise(a, b) -> bool:
+    return all(np.array_equal(np.asarray(x).view(np.uint8), np.asarray(y).view(np.uint8)) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("head_dim, causal, pipeline", [(128, True, passes.DEFAULT_PIPELINE),
+                                                     pytest.param(64, False, WARP_SPECIALIZED, marks=SLOW)])
+def test_default_pipeline_warp_specializes_the_backward_ptxas_clean(head_dim, causal, pipeline, ptxas):
+    """At head_dim 128 (block 64 x 64) the default pipeline's first configuration fits the main kernel, without a
+    fallback warning: a producer warpgroup fills the Q/dO rings by TMA (UTMALDG), setmaxnreg gives the consumers
+    their budget (USETMAXREG), and ptxas takes it without a warning (no serialized wgmma) or a spill; the main
+    loop issues HGMMA and adds dQ with RED. (overlap-softmax leaves the loop alone: two accumulators, dK, dV.)"""
+    main = attention_backward(head_dim=head_dim, causal=causal, block_m=64, block_n=64).main
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TesseraWarning)
+        result = tessera.compile(main, target="cubin", pipeline=pipeline)
+    assert not result.log.diagnostics, result.text
+    (function,) = result.log.functions.values()
+    assert function.spill_store_bytes == function.spill_load_bytes == function.stack_frame_bytes == 0, result.text
+    sass = disassemble(result.cubin)
+    assert "UTMALDG" in sass and "USETMAXREG.DEALLOC" in sass and "USETMAXREG.TRY_ALLOC" in sass
+    ops = innermost_loop(sass, containing="HGMMA").opcode_counts
+    assert any(op.startswith("HGMMA") for op in ops) and any(op.startswith("RED") for op in ops), ops
+
+
+@pytest.mark.parametrize("head_dim, seq_q, seq_k, causal, heads, mode", [
+    (64, 50, 90, True, 2, "red"),                                # ragged, GQA 2:1, causal bottom-right
+    (128, 70, 65, False, 2, "bulk"),                             # seq_q > seq_k, GQA, ragged keys
+    pytest.param(128, 150, 77, True, 1, "red", marks=SLOW),      # rows that see no key
+    pytest.param(64, 200, 200, False, 3, "bulk", marks=SLOW),    # GQA 3:1, four query blocks per key block
+])
+def test_warp_specialized_backward_is_bitwise_the_single_stage_one_at_target_level(head_dim, seq_q, seq_k, causal,
+                                                                                    heads, mode):
+    """Same Tile IR, same arithmetic in the same order per element: the warp-specialized kernel's dq_accum, dK and dV
+    (dQ added by red.global.add or by bulk reduction) are bitwise the single-stage kernel's (which is within the
+    backward's rule, tests above). With GQA each head of the group refills the Q/dO rings from fill 0: the ring
+    barriers' parities count the earlier heads' phases."""
+    kernels = attention_backward(head_dim=head_dim, causal=causal, block_m=64, block_n=64)
+    problem = _problem(head_dim, seq_q, seq_k, causal, heads=heads)
+    assert _bitwise(_main_only(kernels, problem, "target", _pipeline(mode, base=WARP_SPECIALIZED)),
+                    _main_only(kernels, problem, "target", passes.PTX_PIPELINE))
+
+
+def test_warp_specialized_backward_ptx_is_bitwise_its_target_ir():
+    """The printed PTX of the warp-specialized main kernel, run by the PTX executor, computes bitwise what its
+    Target IR computes in the CTA simulator (and so the single-stage kernel's result); GQA, causal, ragged."""
+    kernels = attention_backward(head_dim=128, causal=True, block_m=64, block_n=64)
+    problem = _problem(128, 40, 70, True, heads=2)
+    assert _bitwise(_main_only(kernels, problem, "ptx", WARP_SPECIALIZED),
+                    _main_only(kernels, problem, "target", WARP_SPECIALIZED))
+
+
+# endregion
 # region refusals
-
-
-def test_warp_specialized_pipeline_refuses_the_backward_by_name():
-    with pytest.raises(DiagnosticException, match=r"attention backward is not warp-specialized: lower its kernels "
-                                                  r"with tessera.passes.PTX_PIPELINE"):
-        tessera.compile(_kernels(64, False).main, target="target", pipeline=passes.DEFAULT_PIPELINE)
 
 
 def test_two_row_counts_are_refused_by_name():
     fa3_128 = attention_backward(head_dim=128, block_m=64, block_n=128).main  # FA3's 64 x 128
     with pytest.raises(DiagnosticException, match=r"register tiles must all have the same number of rows"):
         tessera.compile(fa3_128, target="target", pipeline=passes.PTX_PIPELINE)
+
+
+def test_a_ring_in_a_loop_nest_whose_trip_count_varies_is_refused_by_name():
+    """The block-sparse backward's query loops run as many trips as each head's block list holds: their Q/dO rings
+    cannot count the earlier heads' barrier phases, and the lowering says so (the runtime runs this kernel at Tile
+    level only)."""
+    main = attention_backward(head_dim=64, block_m=64, block_n=64, mask_mod=lambda b, h, q, k: q >= k,
+                              block_sparse=True).main
+    with pytest.raises(DiagnosticException, match=r"tile.stage %q_ring.*a ring pipelined in a loop nest needs its "
+                                                  r"loop's upper bound defined outside the nest"):
+        tessera.compile(main, target="target")
 
 
 def test_unknown_atomic_add_mode_is_refused():

@@ -340,14 +340,5 @@ class BackwardLowering:
         depth = next((i for i, l in enumerate(self.loops) if l.op is group.loop), None)
         if depth is None or depth == 0 or commit not in self.committed_this_trip:
             return super()._parity(wait, commit, group, e)
-        outermost = self.loops[0].op
-        linear = self.loops[0].trip
-        for info in self.loops[1:depth + 1]:
-            lb, ub, step = (self._get(v) for v in (info.op.lb, info.op.ub, info.op.step))
-            for bound, value in (("lower bound", info.op.lb), ("upper bound", info.op.ub), ("step", info.op.step)):
-                if outermost.is_ancestor(value.owner if isinstance(value.owner, Operation) else value.owner.parent_op()):
-                    _refuse(wait, f"a copy group waited in a loop nest needs the inner loop's {bound} defined outside "
-                                  "the nest (its barrier's phase counts the trips of every loop)")
-            count = e.op(arith.CeilDivSIOp(e.op(arith.SubiOp(ub, lb)), step))
-            linear = e.addi(e.muli(linear, count), info.trip)
+        linear = self._linear_trip(wait, [info.op for info in self.loops[:depth + 1]], e)
         return e.op(arith.AndIOp(linear, e.index(1)))

@@ -117,6 +117,8 @@ class Stage:
     use: SSAValue
     full: SSAValue
     empty: SSAValue
+    earlier: SSAValue | None = None
+    """Phases both barriers completed in earlier trips of the loops around the ring's loop (None: none)."""
 
 
 @dataclass

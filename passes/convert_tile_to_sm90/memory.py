@@ -75,13 +75,70 @@ class MemoryLowering:
         slot, use = self._get(op.index), self._get(index.lhs)
         offset = e.op(arith.IndexCastOp(e.muli(slot, e.index(ring.slot_bytes)), i32))
         address = e.op(arith.AddiOp(ring.address, offset))
-        stage = Stage(ring, slot, use, self._slot_barrier(e, ring.full, slot), self._slot_barrier(e, ring.empty, slot))
+        stage = Stage(ring, slot, use, self._slot_barrier(e, ring.full, slot), self._slot_barrier(e, ring.empty, slot),
+                      self._earlier_rounds(op, ring, slot, e))
         self.values[op.result] = SharedTile(address, ring.rows, ring.cols, ring.elt_bytes, stage, ring.swizzle)
+
+    def _ring_loop(self, op: tile.StageOp) -> scf.ForOp | None:
+        """The loop whose trips use the ring of `op`: the innermost loop around the ring's `tile.release`s
+        (pipeline-loops releases every stage in the body of the loop it pipelined; its prologue's fills sit
+        outside that loop)."""
+        ring = op.source
+        for use in ring.uses:
+            stage = use.operation
+            if isinstance(stage, tile.StageOp):
+                for release in stage.result.uses:
+                    if isinstance(release.operation, tile.ReleaseOp):
+                        return self._enclosing_loop(release.operation)
+        return None
+
+    def _earlier_rounds(self, op: tile.StageOp, ring: Ring, slot: SSAValue, e: Emitter) -> SSAValue | None:
+        """The phases the stage's barriers completed in earlier trips of the loops around the ring's loop, or
+        None when that loop is outermost. A ring pipelined in a loop nested in others (the backward's query
+        blocks inside its loop over the query heads of a GQA group) gets a prologue and uses 0 .. n-1 on every
+        trip of the loops around it, so slot s completes c_s = ceil((n - s) / slots) phases per such trip, and
+        G c_s before the trip with linear number G (`_linear_trip`); n must be the same on every trip."""
+        ring_loop = self._ring_loop(op)
+        outer = []
+        loop = self._enclosing_loop(ring_loop) if ring_loop is not None else None
+        while loop is not None:
+            outer.insert(0, loop)
+            loop = self._enclosing_loop(loop)
+        if not outer:
+            return None
+        linear = self._linear_trip(op, outer, e)
+        n = self._trip_count(op, ring_loop, outer[0], "a ring pipelined in a loop nest needs its loop's", e)
+        per_trip = e.op(arith.DivUIOp(e.addi(e.op(arith.SubiOp(n, slot)), e.index(ring.slots - 1)), e.index(ring.slots)))
+        return e.muli(linear, per_trip)
+
+    def _trip_count(self, op: Operation, loop: scf.ForOp, outermost: Operation, what: str, e: Emitter) -> SSAValue:
+        """ceildivsi(ub - lb, step) of `loop`, whose bounds must be defined outside `outermost` (the same on
+        every trip of the nest); refused by name otherwise, the message starting with `what`."""
+        for bound, value in (("lower bound", loop.lb), ("upper bound", loop.ub), ("step", loop.step)):
+            owner = value.owner if isinstance(value.owner, Operation) else value.owner.parent_op()
+            if outermost.is_ancestor(owner):
+                _refuse(op, f"{what} {bound} defined outside the nest (the barriers' phases count the trips of "
+                            "every loop of it)")
+        lb, ub, step = (self._get(v) for v in (loop.lb, loop.ub, loop.step))
+        return e.op(arith.CeilDivSIOp(e.op(arith.SubiOp(ub, lb)), step))
+
+    def _linear_trip(self, op: Operation, loops: list, e: Emitter) -> SSAValue:
+        """The linear number ((trip_1 n_2 + trip_2) n_3 + ...) of the current trip of `loops` (outermost
+        first, each enclosing the next; each n_i, the trip count of loop i, defined outside the first)."""
+        infos = {info.op: info for info in self.loops}
+        linear = infos[loops[0]].trip
+        for loop in loops[1:]:
+            count = self._trip_count(op, loop, loops[0], "a copy group waited in a loop nest needs the inner loop's", e)
+            linear = e.addi(e.muli(linear, count), infos[loop].trip)
+        return linear
 
     def _phase_parity(self, stage: Stage, e: Emitter, flip: bool) -> SSAValue:
         """(use / slots) & 1: the parity of the phase of the stage's barriers that use number `use` waits
-        for (flipped for the empty barrier: a fill waits for the release of the previous trip)."""
+        for (flipped for the empty barrier: a fill waits for the release of the previous trip), counting the
+        phases of earlier trips of the loops around the ring's loop (`Stage.earlier`)."""
         trip = stage.use if stage.ring.slots == 1 else e.op(arith.DivUIOp(stage.use, e.index(stage.ring.slots)))
+        if stage.earlier is not None:
+            trip = e.addi(trip, stage.earlier)
         parity = e.op(arith.AndIOp(trip, e.index(1)))
         return e.op(arith.XOrIOp(parity, e.index(1))) if flip else parity
 

@@ -24,7 +24,10 @@ on the left are transposed (P^T dO and dS^T Q contract over the query rows), so 
 read transposed, `tile.mma ... transpose_a`: an M-major A, which wgmma takes from shared memory only (a
 register A fragment is always K-major). That is why P and dS go through `tile.store_shared`. dP = dO V^T
 and S = Q K^T read V and K as K-major B operands (`transpose_b`, as the forward's S does); dS K reads dS
-from registers (K-major A) and K as an N-major B ([BN, D] = [K, N], the forward's P V layout).
+from the shared tile stored for dS^T Q (a K-major A, FlashAttention-3's choice: a register A would keep dS's
+packed fragments live beside the dK, dV and dQ accumulators, 24 registers more per thread at head_dim 128, which
+leave the warp-specialized kernel with dQ by bulk reduction 2 over the 255 a thread has) and K as an N-major B
+([BN, D] = [K, N], the forward's P V layout).
 
 Masks and edges. Keys past seq_k are masked (-inf, so P = 0 and dS = 0 there; K and V read as zero).
 Query rows past seq_q read Q = dO = 0 and LSE2 = dPsum = 0, so their P is finite and their dP, dS and
@@ -291,7 +294,7 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None) -> Modul
         b.barrier()  # P and dS published to every warp
         dv = b.mma(smem["P"], smem["dO"], dv, "dv_next", transpose_a=True)    # P^T dO
         dk = b.mma(smem["dS"], smem["Q"], dk, "dk_next", transpose_a=True)    # dS^T Q
-        dq = b.mma(ds_half, smem["K"], b.fill(0.0, register_tile([bm, d]), "dq_zero"), "dq_part")  # dS K
+        dq = b.mma(smem["dS"], smem["K"], b.fill(0.0, register_tile([bm, d]), "dq_zero"), "dq_part")  # dS K
         dq_window = b.view(v["dQaccum"], [batch, head, q0, zero], [bm, d], "dqaccum_window")
         if cfg.deterministic:
             sem = b.view(v["dQsemaphore"], [batch, head, m], [1], "sem_window")

@@ -33,9 +33,10 @@ LEVELS = (None, "tile", "target", "ptx")
 WHERE = "attention_backward"
 
 
-BACKWARD_PIPELINE = "PTX_PIPELINE"
-"""The `tessera.passes` pipeline the backward's kernels are lowered with: the single-stage one (warp-specialize
-refuses the backward by name)."""
+BACKWARD_PIPELINE = "DEFAULT_PIPELINE"
+"""The `tessera.passes` pipeline the backward's kernels are lowered with: the default one (the main kernel
+warp-specialized where it fits, at head_dim 128; elsewhere the fallback ladder of `tessera.lowering.fallback`
+takes the largest configuration that fits and names it in a warning and the kernel's `sm90.pipeline_note`)."""
 
 
 def _pipeline() -> str:
