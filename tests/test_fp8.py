@@ -277,3 +277,69 @@ def test_fp8_casts_the_hardware_lacks_are_refused(src, dst, message):
         _cast_module(src, dst)
 
 # endregion
+
+
+def test_p8_repacking_runs_in_the_ptx_executor():
+    """The packing of `p8_register_sources` emitted as PTX (cvt.rn.satfinite.e4m3x2.f32 pairs, mov.b32) feeds an
+    RS `wgmma ... m64n8k32.f32.e4m3.e4m3` whose K-major B holds V's keys in P8_KEY_ORDER: the PTX executor,
+    which implements Figures 149/152 on its own, computes e4m3(P) V for the accumulator tile P."""
+    from tessera.interpreters.ptx import launch
+    from tessera.sm90 import facts
+
+    rng = np.random.default_rng(4)
+    p = (rng.random((64, 32)) * 500).astype(np.float32)  # some beyond 448: saturated
+    v = rng.standard_normal((32, 8)).astype(np.float32).astype(ml_dtypes.float8_e4m3fn)
+    t, u = np.arange(128)[:, None], np.arange(16)[None, :]
+    rows, cols = np.vectorize(_figure_149_d)(t, u)
+    accumulator = np.ascontiguousarray(p[rows, cols])  # [128, 16]: thread t's d[0..15] of the m64n32 tile
+    b = v[list(F.P8_KEY_ORDER), :].T  # [8, 32]: B row n, k-position k = V[key order[k], n]
+    image = np.zeros(256, np.uint8)
+    r, kb = np.meshgrid(np.arange(8), np.arange(32), indexing="ij")
+    image[(kb // 16) * 128 + r * 16 + kb % 16] = np.ascontiguousarray(b).view(np.uint8)
+    pack = []
+    for j, (e0, e1, e2, e3) in enumerate(F.p8_register_sources(0)):
+        pack += [f"{F.FP8_CVT_NARROW['e4m3']} %h0, %f{e1}, %f{e0};", f"{F.FP8_CVT_NARROW['e4m3']} %h1, %f{e3}, %f{e2};",
+                 f"mov.b32 %r{10 + j}, {{%h0, %h1}};"]
+    loads = "\n".join(f"ld.global.v4.f32 {{%f{4 * i}, %f{4 * i + 1}, %f{4 * i + 2}, %f{4 * i + 3}}}, [%rd4+{16 * i}];"
+                      for i in range(4))
+    body = f"""
+    .reg .b32 %r<16>; .reg .b64 %rd<8>; .reg .f32 %f<16>; .reg .pred %p<2>; .reg .b16 %h<2>;
+    mov.u32 %r0, %tid.x;
+    shl.b32 %r2, %r0, 4;
+    cvt.u64.u32 %rd2, %r2;
+    ld.param.u64 %rd1, [bsrc];
+    add.s64 %rd3, %rd1, %rd2;
+    setp.lt.u32 %p1, %r0, 16;
+    mov.u32 %r1, smem;
+    add.u32 %r7, %r1, %r2;
+    @%p1 ld.global.v4.b32 {{%r3, %r4, %r5, %r6}}, [%rd3];
+    @%p1 st.shared.v4.b32 [%r7], {{%r3, %r4, %r5, %r6}};
+    ld.param.u64 %rd4, [acc];
+    mul.wide.u32 %rd5, %r0, 64;
+    add.s64 %rd4, %rd4, %rd5;
+    {loads}
+    {chr(10).join(pack)}
+    bar.sync 0;
+    fence.proxy.async.shared::cta;
+    ld.param.u64 %rd6, [bdesc];
+    mov.b32 %r3, 0;
+    mov.b32 %r4, 0;
+    mov.b32 %r5, 0;
+    mov.b32 %r6, 0;
+    wgmma.fence.sync.aligned;
+    wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {{%r3, %r4, %r5, %r6}}, {{%r10, %r11, %r12, %r13}}, %rd6, 1, 1, 1;
+    wgmma.commit_group.sync.aligned;
+    wgmma.wait_group.sync.aligned 0;
+    ld.param.u64 %rd1, [out];
+    add.s64 %rd3, %rd1, %rd2;
+    st.global.v4.b32 [%rd3], {{%r3, %r4, %r5, %r6}};"""
+    ptx = (".version 8.0\n.target sm_90a\n.address_size 64\n.shared .align 128 .b8 smem[256];\n"
+           ".visible .entry k(.param .u64 out, .param .u64 bsrc, .param .u64 acc, .param .u64 bdesc)\n"
+           f"{{{body}\n}}\n")
+    desc = facts.encode_descriptor(0, 128, 256, 0)
+    out, *_ = launch(ptx, "k", 1, 128, [np.zeros((128, 4), np.uint32), image, accumulator, desc])
+    d = np.zeros((64, 8), np.float32)
+    tt, vv = np.arange(128)[:, None], np.arange(4)[None, :]
+    d[16 * (tt // 32) + (tt % 32) // 4 + 8 * ((vv >> 1) & 1), 2 * (tt % 4) + (vv & 1)] = out.view(np.float32)
+    p8 = np.clip(p, -448, 448).astype(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    np.testing.assert_allclose(d, p8 @ v.astype(np.float64), rtol=2**-22)
