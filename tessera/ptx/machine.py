@@ -206,11 +206,12 @@ def print_wgmma(p: KernelPrinter, op: sm90.WgmmaMmaAsyncOp) -> None:
     b = p.reg(op.b)
     scale_d = p.reg(op.scale_d) if op.scale_d is not None else "1"
     trans_b = _int(op, "trans_b")
-    if op.a_in_registers:
-        a = "{" + ", ".join(p.regs(op.a)) + "}"
+    a = "{" + ", ".join(p.regs(op.a)) + "}" if op.a_in_registers else p.reg(op.a)
+    if ab in facts.FP8_FORMATS:  # K-major only: the 8-bit forms have no imm-trans operands
+        flags = f"{scale_d}, 1, 1"
+    elif op.a_in_registers:
         flags = f"{scale_d}, 1, 1, {trans_b}"
     else:
-        a = p.reg(op.a)
         flags = f"{scale_d}, 1, 1, {_int(op, 'trans_a')}, {trans_b}"
     p.emit(f"wgmma.mma_async.sync.aligned.m{facts.WGMMA_M}n{n}k{k}.f32.{ab}.{ab} "
            f"{{{', '.join(d)}}}, {a}, {b}, {flags}")
