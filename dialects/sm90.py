@@ -34,6 +34,7 @@ from xdsl.traits import Pure
 
 from tessera.dialects.sm90_arithmetic import (
     CvtOp,
+    CvtPackFp8Op,
     CvtPackOp,
     Ex2ApproxOp,
     Lg2ApproxOp,
@@ -156,6 +157,7 @@ SM90 = Dialect(
         RsqrtApproxOp,
         CvtOp,
         CvtPackOp,
+        CvtPackFp8Op,
         SetpOp,
         SelpOp,
         StGlobalOp,

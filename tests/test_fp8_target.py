@@ -56,8 +56,9 @@ def test_fp8_ss_wgmma_printed_runs_in_the_ptx_executor_and_ptxas_takes_it(rng):
     launch_described(text, describe(printed)[0], [a, b, c], {})
     np.testing.assert_allclose(c, reference, rtol=2**-22, atol=1e-6)
     assert "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3" in text
-    if toolchain.find_ptxas() is not None:
-        toolchain.compile_ptx(text)
+    for ptxas in toolchain.find_all_ptxas():
+        result = toolchain.compile_ptx(text, ptxas=ptxas.path)
+        assert not result.log.diagnostics and result.entry().spill_store_bytes == 0, ptxas.release
 
 
 @pytest.mark.parametrize("trans, operand", [("1, 0", "A"), ("0, 1", "B")])
@@ -83,3 +84,121 @@ def test_rs_fp8_a_registers_are_read_by_figure_88():
             registers[t, i] = a[16 * w + row, k].view(np.uint8)
     tile = WgmmaUnit._register_a(registers.view(np.uint32).view(np.int32), "e4m3", 64, 32)
     np.testing.assert_array_equal(tile, a.astype(np.float32))
+
+
+# P.V with an 8-bit P in registers: each thread loads its 16 elements of a [64, 32] f32 P tile in the m64n32
+# accumulator layout, packs them with sm90.cvt_pack_fp8, and multiplies by V^T [64, 32] (K-major, 32-byte rows,
+# 32-byte swizzle) whose keys are in P8_KEY_ORDER: C = e4m3(P) V.
+RS_FP8 = """\
+builtin.module {
+  func.func @pv_fp8(
+      %p_ptr: i64 {sm90.source = 0 : i64, sm90.element_type = f32, tile.dims = #tile.dims<64, 32>},
+      %vt_map: !sm90.tensormap {sm90.element_type = f8E4M3FN, sm90.source = 1 : i64, sm90.box = [32 : i64, 64 : i64], sm90.swizzle = 32 : i64, tile.dims = #tile.dims<64, 32>},
+      %c_ptr: i64 {sm90.source = 2 : i64, sm90.element_type = f32, tile.dims = #tile.dims<64, 64>, tile.role = "out"})
+      attributes {sm90.kernel = {threads = 128 : i64, smem_bytes = 2056 : i64},
+                  tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>} {
+    %tid = sm90.special "tid.x" : index
+    %c0 = arith.constant 0 : index
+    %c2 = arith.constant 2 : index
+    %c4 = arith.constant 4 : index
+    %c16 = arith.constant 16 : index
+    %c32 = arith.constant 32 : index
+    %c64 = arith.constant 64 : index
+    %zero_i32 = arith.constant 0 : i32
+    %true = arith.constant true
+    %leader = arith.cmpi eq, %tid, %c0 : index
+    %svt = sm90.shared_buffer "vt" offset 0 size 2048 align 1024 swizzle 32 : i32
+    %bar = sm90.shared_buffer "full" offset 2048 size 8 align 8 swizzle 0 : i32
+    scf.if %leader {
+      sm90.mbarrier_init %bar, 1
+      sm90.fence_mbarrier_init
+    }
+    sm90.bar_sync 0, 128
+    scf.if %leader {
+      sm90.mbarrier_arrive_expect_tx %bar, 2048
+      sm90.tma_load %vt_map[%zero_i32, %zero_i32], %svt, %bar : i32, i32
+    }
+    %w = arith.divui %tid, %c32 : index
+    %lane = arith.remui %tid, %c32 : index
+    %g = arith.divui %lane, %c4 : index
+    %c = arith.remui %lane, %c4 : index
+    %r16 = arith.muli %w, %c16 : index
+    %row = arith.addi %r16, %g : index
+    %p_row = arith.muli %row, %c32 : index
+    %p_col = arith.muli %c, %c2 : index
+    %p_elem = arith.addi %p_row, %p_col : index
+    %p_elem64 = arith.index_cast %p_elem : index to i64
+    %p_base = vector.broadcast %p_elem64 : i64 to vector<16xi64>
+    %p_pattern = arith.constant dense<[0, 1, 256, 257, 8, 9, 264, 265, 16, 17, 272, 273, 24, 25, 280, 281]> : vector<16xi64>
+    %four16 = arith.constant dense<4> : vector<16xi64>
+    %p_elems = arith.addi %p_base, %p_pattern : vector<16xi64>
+    %p_offsets = arith.muli %p_elems, %four16 : vector<16xi64>
+    %all16 = arith.constant dense<true> : vector<16xi1>
+    %p_f32 = sm90.ld_global %p_ptr[%p_offsets], %all16 : vector<16xi64>, vector<16xi1> -> vector<16xf32>
+    %a_regs = sm90.cvt_pack_fp8 %p_f32 type "e4m3" : vector<16xf32> -> vector<4xi32>
+    scf.while () : () -> () {
+      %ok = sm90.mbarrier_try_wait_parity %bar, %zero_i32 : i32
+      %again = arith.xori %ok, %true : i1
+      scf.condition(%again)
+    } do {
+      scf.yield
+    }
+    %db = sm90.make_descriptor %svt lbo 16 sbo 256 swizzle 32 : i64
+    %acc0 = arith.constant dense<0.0> : vector<32xf32>
+    sm90.wgmma_fence
+    %d = sm90.wgmma_mma_async %acc0, %a_regs, %db n 64 type "e4m3" trans 0, 0 : vector<32xf32>, vector<4xi32>
+    sm90.wgmma_commit_group
+    sm90.wgmma_wait_group 0
+    %rowoff = arith.muli %row, %c64 : index
+    %elem = arith.addi %rowoff, %p_col : index
+    %elem64 = arith.index_cast %elem : index to i64
+    %base = vector.broadcast %elem64 : i64 to vector<32xi64>
+    %pattern = arith.constant dense<[0, 1, 512, 513, 8, 9, 520, 521, 16, 17, 528, 529, 24, 25, 536, 537, 32, 33, 544, 545, 40, 41, 552, 553, 48, 49, 560, 561, 56, 57, 568, 569]> : vector<32xi64>
+    %four = arith.constant dense<4> : vector<32xi64>
+    %elems = arith.addi %base, %pattern : vector<32xi64>
+    %offsets = arith.muli %elems, %four : vector<32xi64>
+    %mask = arith.constant dense<true> : vector<32xi1>
+    sm90.st_global %c_ptr[%offsets], %d, %mask : vector<32xi64>, vector<32xf32>, vector<32xi1>
+    sm90.bar_sync 0, 128
+    scf.if %leader {
+      sm90.mbarrier_inval %bar
+    }
+    func.return
+  }
+}
+"""
+
+
+def _pv_operands(rng):
+    from tessera.sm90 import facts
+
+    p = (rng.random((64, 32)) * 500).astype(np.float32)  # beyond 448 too: saturated
+    v = rng.standard_normal((32, 64)).astype(E4M3)
+    vt = np.ascontiguousarray(v[list(facts.P8_KEY_ORDER), :].T)  # [64, 32]: k-position k holds key order[k]
+    p8 = np.clip(p, -448, 448).astype(E4M3).astype(np.float64)
+    return p, vt, p8 @ v.astype(np.float64)
+
+
+def test_p_packed_by_cvt_pack_fp8_times_permuted_vt_in_the_cta_simulator(rng):
+    p, vt, reference = _pv_operands(rng)
+    c = np.zeros((64, 64), np.float32)
+    run_target_kernel(_kernel(RS_FP8), [p, vt, c], {})
+    np.testing.assert_allclose(c, reference, rtol=2**-22, atol=1e-5)
+
+
+def test_p_packed_by_cvt_pack_fp8_printed_runs_in_the_ptx_executor_and_ptxas_takes_it(rng):
+    from tessera import toolchain
+    from tessera.host import describe
+    from tessera.interpreters.ptx.launcher import launch_described
+    from tessera.interpreters.ptx.printed import ptx_text
+
+    p, vt, reference = _pv_operands(rng)
+    c = np.zeros((64, 64), np.float32)
+    text, printed = ptx_text(parse_module(RS_FP8))
+    launch_described(text, describe(printed)[0], [p, vt, c], {})
+    np.testing.assert_allclose(c, reference, rtol=2**-22, atol=1e-5)
+    assert "cvt.rn.satfinite.e4m3x2.f32" in text and "m64n64k32.f32.e4m3.e4m3" in text
+    for ptxas in toolchain.find_all_ptxas():  # 12.x and 13.x where installed: clean, no spill
+        result = toolchain.compile_ptx(text, ptxas=ptxas.path)
+        entry = result.entry()
+        assert not result.log.diagnostics and entry.spill_store_bytes == entry.spill_load_bytes == 0, ptxas.release
