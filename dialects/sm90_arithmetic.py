@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from xdsl.dialects.builtin import Float32Type, IndexType, IntegerType, StringAttr, VectorType, i1, i32
+from xdsl.dialects.builtin import I64, Float32Type, IndexType, IntegerAttr, IntegerType, StringAttr, VectorType, i1, i32
 from xdsl.ir import SSAValue
 from xdsl.irdl import (
     IRDLOperation,
@@ -144,6 +144,33 @@ class CvtPackFp8Op(IRDLOperation):
         _require(isinstance(_element(self.source.type), Float32Type) and n % 16 == 0, self,
                  f"source must be a multiple of 16 f32 registers (whole 32-key slices), got {self.source.type}")
         _require(self.result.type == VectorType(i32, [n // 4]), self, f"result must be vector<{n // 4}xi32>, got {self.result.type}")
+
+
+@irdl_op_definition
+class PrmtOp(IRDLOperation):
+    """`%d = sm90.prmt %a, %b selector 0x5140 : vector<4xi32>`: register by register, pick four bytes of the pair
+    {b, a} (bytes 0-3 from a, 4-7 from b) into d, byte i by the 4-bit field i of the constant selector
+    (`facts.prmt_b32`; bit 3 of a field replicates the byte's sign). Prints as `prmt.b32 d, a, b, SELECTOR;`
+    [P#data-movement-and-conversion-instructions-prmt], the generic form; FlashAttention-3 transposes 8-bit
+    tiles with it. Invariants: a, b and d of one i32 type; selector in [0, 0xFFFF]."""
+
+    name = "sm90.prmt"
+    T: ClassVar = VarConstraint("T", base(VectorType) | base(IntegerType))
+    a = operand_def(T)
+    b = operand_def(T)
+    selector = prop_def(IntegerAttr[I64])
+    result = result_def(T)
+    traits = traits_def(Pure())
+    assembly_format = "$a `,` $b `selector` $selector attr-dict `:` type($result)"
+
+    def __init__(self, a, b, selector: int):
+        super().__init__(operands=[a, b], properties={"selector": IntegerAttr(selector, 64)},
+                         result_types=[SSAValue.get(a).type])
+
+    def verify_(self) -> None:
+        _require(_element(self.result.type) == i32, self, f"permutes the bytes of i32 registers, got {self.result.type}")
+        selector = self.selector.value.data
+        _require(0 <= selector <= 0xFFFF, self, f"selector must be four 4-bit fields (0 .. 0xFFFF), got {selector}")
 
 
 @irdl_op_definition

@@ -344,3 +344,18 @@ def test_p8_repacking_runs_in_the_ptx_executor():
     d[16 * (tt // 32) + (tt % 32) // 4 + 8 * ((vv >> 1) & 1), 2 * (tt % 4) + (vv & 1)] = out.view(np.float32)
     p8 = np.clip(p, -448, 448).astype(ml_dtypes.float8_e4m3fn).astype(np.float64)
     np.testing.assert_allclose(d, p8 @ v.astype(np.float64), rtol=2**-22)
+
+
+@pytest.mark.parametrize("a, b, selector, d", [
+    (0x33221100, 0x77665544, 0x5140, 0x55114400),  # bytes 0, 4, 1, 5: interleave the low halves
+    (0x33221100, 0x77665544, 0x7632, 0x77663322),  # the high halves of a and b
+    (0x33221100, 0x77665544, 0x3210, 0x33221100),  # identity: a
+    (0x000080FF, 0x00000000, 0x0009, 0xFFFFFFFF),  # field 9: byte 1 (0x80), sign replicated; others byte 0
+    (0x00007F00, 0x00000000, 0x9999, 0x00000000),  # byte 1 = 0x7F: sign 0 replicated
+])
+def test_prmt_picks_bytes_of_b_a(a, b, selector, d):
+    """prmt generic form: "{b, a} = {{b7, b6, b5, b4}, {b3, b2, b1, b0}}"; "The 3 lsbs of the selection value
+    specify which of the 8 source bytes"; "msb=1 means replicate the sign"; d.b0 takes c[3:0]."""
+    from tessera.sm90 import facts
+
+    assert int(facts.prmt_b32(np.uint32(a), np.uint32(b), selector)) == d

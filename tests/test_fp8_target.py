@@ -202,3 +202,138 @@ def test_p_packed_by_cvt_pack_fp8_printed_runs_in_the_ptx_executor_and_ptxas_tak
         result = toolchain.compile_ptx(text, ptxas=ptxas.path)
         entry = result.entry()
         assert not result.log.diagnostics and entry.spill_store_bytes == entry.spill_load_bytes == 0, ptxas.release
+
+
+# The producer's V transpose: V [32 keys, 64] e4m3 arrives by TMA (unswizzled, 64-byte rows); each thread
+# transposes one 4 x 4 byte block with 4 ld.shared.b32, 8 prmt and 4 st.shared.b32 into V^T [64, 32] in the
+# unswizzled K-major canonical layout (8 x 16-byte core matrices: LBO 128 along K, SBO 256 along N), writing
+# k-positions 4kg .. 4kg + 3 with keys 16h + 2c + {0, 1, 8, 9} (kg = 4h + c: P8_KEY_ORDER); then
+# fence.proxy.async and a barrier before the wgmma reads it.
+TRANSPOSE = """
+    %kg = arith.remui %tid, %c8 : index
+    %dg = arith.divui %tid, %c8 : index
+    %h = arith.divui %kg, %c4 : index
+    %hc = arith.remui %kg, %c4 : index
+    %key16 = arith.muli %h, %c16 : index
+    %key2c = arith.muli %hc, %c2 : index
+    %key0 = arith.addi %key16, %key2c : index
+    %krow = arith.muli %key0, %c64 : index
+    %dcol = arith.muli %dg, %c4 : index
+    %src_i = arith.addi %krow, %dcol : index
+    %src_off = arith.index_cast %src_i : index to i32
+    %src = arith.addi %sv, %src_off : i32
+    %o64 = arith.constant 64 : i32
+    %o512 = arith.constant 512 : i32
+    %o576 = arith.constant 576 : i32
+    %s1 = arith.addi %src, %o64 : i32
+    %s8 = arith.addi %src, %o512 : i32
+    %s9 = arith.addi %src, %o576 : i32
+    %w0 = sm90.ld_shared %src : i32 -> i32
+    %w1 = sm90.ld_shared %s1 : i32 -> i32
+    %w2 = sm90.ld_shared %s8 : i32 -> i32
+    %w3 = sm90.ld_shared %s9 : i32 -> i32
+    %t0 = sm90.prmt %w0, %w1 selector 20800 : i32
+    %t1 = sm90.prmt %w0, %w1 selector 29538 : i32
+    %t2 = sm90.prmt %w2, %w3 selector 20800 : i32
+    %t3 = sm90.prmt %w2, %w3 selector 29538 : i32
+    %y0 = sm90.prmt %t0, %t2 selector 21520 : i32
+    %y1 = sm90.prmt %t0, %t2 selector 30258 : i32
+    %y2 = sm90.prmt %t1, %t3 selector 21520 : i32
+    %y3 = sm90.prmt %t1, %t3 selector 30258 : i32
+    %dg2 = arith.divui %dg, %c2 : index
+    %dgm = arith.remui %dg, %c2 : index
+    %n_sbo = arith.muli %dg2, %c256 : index
+    %n_row = arith.muli %dgm, %c64 : index
+    %k_lbo = arith.muli %h, %c128 : index
+    %k_byte = arith.muli %hc, %c4 : index
+    %dst_a = arith.addi %n_sbo, %n_row : index
+    %dst_b = arith.addi %k_lbo, %k_byte : index
+    %dst_i = arith.addi %dst_a, %dst_b : index
+    %dst_off = arith.index_cast %dst_i : index to i32
+    %dst = arith.addi %svt, %dst_off : i32
+    %o16 = arith.constant 16 : i32
+    %o32 = arith.constant 32 : i32
+    %o48 = arith.constant 48 : i32
+    %d1 = arith.addi %dst, %o16 : i32
+    %d2 = arith.addi %dst, %o32 : i32
+    %d3 = arith.addi %dst, %o48 : i32
+    sm90.st_shared %dst, %y0 : i32, i32
+    sm90.st_shared %d1, %y1 : i32, i32
+    sm90.st_shared %d2, %y2 : i32, i32
+    sm90.st_shared %d3, %y3 : i32, i32
+    sm90.fence_proxy_async
+    sm90.bar_sync 0, 128
+"""
+
+
+def transposing_kernel() -> str:
+    """RS_FP8 with V (not V^T) from global, transposed in shared memory by TRANSPOSE."""
+    text = _seed(RS_FP8, "sm90.box = [32 : i64, 64 : i64], sm90.swizzle = 32 : i64, tile.dims = #tile.dims<64, 32>}",
+                 "sm90.box = [64 : i64, 32 : i64], sm90.swizzle = 0 : i64, tile.dims = #tile.dims<32, 64>}")
+    text = _seed(text, 'smem_bytes = 2056 : i64', 'smem_bytes = 4104 : i64')
+    text = _seed(text, '%svt = sm90.shared_buffer "vt" offset 0 size 2048 align 1024 swizzle 32 : i32\n'
+                       '    %bar = sm90.shared_buffer "full" offset 2048 size 8 align 8 swizzle 0 : i32',
+                 '%sv = sm90.shared_buffer "v" offset 0 size 2048 align 1024 swizzle 0 : i32\n'
+                 '    %svt = sm90.shared_buffer "vt" offset 2048 size 2048 align 1024 swizzle 0 : i32\n'
+                 '    %bar = sm90.shared_buffer "full" offset 4096 size 8 align 8 swizzle 0 : i32\n'
+                 '    %c8 = arith.constant 8 : index\n    %c128 = arith.constant 128 : index\n'
+                 '    %c256 = arith.constant 256 : index')
+    text = _seed(text, "sm90.tma_load %vt_map[%zero_i32, %zero_i32], %svt, %bar", "sm90.tma_load %vt_map[%zero_i32, %zero_i32], %sv, %bar")
+    text = _seed(text, "      scf.yield\n    }\n    %db = sm90.make_descriptor %svt lbo 16 sbo 256 swizzle 32 : i64",
+                 "      scf.yield\n    }\n" + TRANSPOSE + "    %db = sm90.make_descriptor %svt lbo 128 sbo 256 swizzle 0 : i64")
+    return text
+
+
+def _pv_plain(rng):
+    p = (rng.random((64, 32)) * 500).astype(np.float32)
+    v = rng.standard_normal((32, 64)).astype(E4M3)
+    return p, v, np.clip(p, -448, 448).astype(E4M3).astype(np.float64) @ v.astype(np.float64)
+
+
+def test_v_transposed_in_shared_memory_by_prmt_in_the_cta_simulator_and_the_ptx_executor(rng):
+    from tessera import toolchain
+    from tessera.host import describe
+    from tessera.interpreters.ptx.launcher import launch_described
+    from tessera.interpreters.ptx.printed import ptx_text
+
+    p, v, reference = _pv_plain(rng)
+    c = np.zeros((64, 64), np.float32)
+    run_target_kernel(_kernel(transposing_kernel()), [p, v, c], {})
+    np.testing.assert_allclose(c, reference, rtol=2**-22, atol=1e-5)
+    c = np.zeros((64, 64), np.float32)
+    text, printed = ptx_text(parse_module(transposing_kernel()))
+    launch_described(text, describe(printed)[0], [p, v, c], {})
+    np.testing.assert_allclose(c, reference, rtol=2**-22, atol=1e-5)
+    assert "prmt.b32" in text
+    for ptxas in toolchain.find_all_ptxas():
+        result = toolchain.compile_ptx(text, ptxas=ptxas.path)
+        assert not result.log.diagnostics and result.entry().spill_store_bytes == 0, ptxas.release
+
+
+def test_wgmma_reading_vt_before_the_transpose_is_fenced_is_reported_by_both_simulators(rng):
+    """Seeded: the transpose's stores are not followed by fence.proxy.async: the wgmma (async proxy) would read
+    stale bytes; the CTA simulator and the PTX executor both refuse it."""
+    from tessera.host import describe
+    from tessera.interpreters.block_batch import KernelHazardError
+    from tessera.interpreters.ptx import PtxHazardError
+    from tessera.interpreters.ptx.launcher import launch_described
+    from tessera.interpreters.ptx.printed import ptx_text
+
+    p, v, _ = _pv_plain(rng)
+    text = _seed(transposing_kernel(), "    sm90.fence_proxy_async\n    sm90.bar_sync 0, 128\n", "    sm90.bar_sync 0, 128\n")
+    with pytest.raises(KernelHazardError, match="missing fence_proxy_async after the store"):
+        run_target_kernel(_kernel(text), [p, v, np.zeros((64, 64), np.float32)], {})
+    ptx, printed = ptx_text(parse_module(text))
+    with pytest.raises(PtxHazardError, match="missing fence.proxy.async after the store"):
+        launch_described(ptx, describe(printed)[0], [p, v, np.zeros((64, 64), np.float32)], {})
+
+
+def test_wgmma_reading_vt_before_every_warp_finished_the_transpose_is_reported(rng):
+    """Seeded: no barrier between the transpose and the wgmma: warp 1's wgmma reads V^T bytes warp 0 wrote with
+    nothing ordering them; the CTA simulator reports it by happens-before, whatever order it ran the warps in."""
+    from tessera.interpreters.block_batch import KernelHazardError
+
+    p, v, _ = _pv_plain(rng)
+    text = _seed(transposing_kernel(), "    sm90.fence_proxy_async\n    sm90.bar_sync 0, 128\n", "    sm90.fence_proxy_async\n")
+    with pytest.raises(KernelHazardError, match="with no bar_sync since then ordering it before this warp"):
+        run_target_kernel(_kernel(text), [p, v, np.zeros((64, 64), np.float32)], {})

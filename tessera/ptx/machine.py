@@ -308,6 +308,13 @@ def print_cvt_pack(p: KernelPrinter, op: sm90.CvtPackOp) -> None:
     p.run(jobs)
 
 
+@handles(sm90.PrmtOp)
+def print_prmt(p: KernelPrinter, op: sm90.PrmtOp) -> None:
+    """`prmt.b32 d, a, b, SELECTOR` register by register (the generic form, a constant selector)."""
+    selector = f"{op.selector.value.data:#x}"
+    elementwise(p, op.result, [op.a, op.b], lambda d, s: [f"prmt.b32 {d}, {s[0]}, {s[1]}, {selector}"])
+
+
 @handles(sm90.CvtPackFp8Op)
 def print_cvt_pack_fp8(p: KernelPrinter, op: sm90.CvtPackFp8Op) -> None:
     """Register 4s + j from `facts.p8_register_sources(s)[j]` = (e0, e1, e2, e3): `cvt` puts its first source in

@@ -24,3 +24,15 @@
 %d = "test.op"() : () -> i64
 // CHECK: 'sm90.wgmma_mma_async' op an MN-major B (imm-trans-b = 1) needs .f16 or .bf16 multiplicands, got .e4m3: other types are read K-major only
 %r = sm90.wgmma_mma_async %acc, %d, %d n 64 type "e4m3" trans 0, 1 : vector<32xf32>, i64
+
+// -----
+
+%w = "test.op"() : () -> i32
+// CHECK: 'sm90.prmt' op selector must be four 4-bit fields (0 .. 0xFFFF), got 65536
+%t = sm90.prmt %w, %w selector 65536 : i32
+
+// -----
+
+%f = "test.op"() : () -> i64
+// CHECK: 'sm90.prmt' op permutes the bytes of i32 registers, got i64
+%t = sm90.prmt %f, %f selector 0 : i64
