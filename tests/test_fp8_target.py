@@ -337,3 +337,36 @@ def test_wgmma_reading_vt_before_every_warp_finished_the_transpose_is_reported(r
     text = _seed(transposing_kernel(), "    sm90.fence_proxy_async\n    sm90.bar_sync 0, 128\n", "    sm90.fence_proxy_async\n")
     with pytest.raises(KernelHazardError, match="with no bar_sync since then ordering it before this warp"):
         run_target_kernel(_kernel(text), [p, v, np.zeros((64, 64), np.float32)], {})
+
+
+def test_the_next_tma_racing_the_transpose_is_reported_by_the_ptx_executor(rng):
+    """Seeded: the producer refills V's staging buffer right after its own transpose loads, with nothing
+    ordering the other warps' loads of that buffer before the copy (the empty barrier or a bar.sync is
+    missing): the PTX executor reports the race by happens-before even though, in the order it ran the warps,
+    the data came out right."""
+    from tessera.host import describe
+    from tessera.interpreters.ptx import PtxHazardError
+    from tessera.interpreters.ptx.launcher import launch_described
+    from tessera.interpreters.ptx.printed import ptx_text
+
+    p, v, _ = _pv_plain(rng)
+    text = _seed(transposing_kernel(), "    sm90.wgmma_wait_group 0\n", """    sm90.wgmma_wait_group 0
+    %one_i32 = arith.constant 1 : i32
+    scf.while () : () -> () {
+      %ok1 = sm90.mbarrier_try_wait_parity %bar, %one_i32 : i32
+      %again1 = arith.xori %ok1, %true : i1
+      scf.condition(%again1)
+    } do {
+      scf.yield
+    }
+""")
+    text = _seed(text, "    %w3 = sm90.ld_shared %s9 : i32 -> i32\n", """    %w3 = sm90.ld_shared %s9 : i32 -> i32
+    scf.if %leader {
+      sm90.mbarrier_arrive_expect_tx %bar, 2048
+      sm90.tma_load %vt_map[%zero_i32, %zero_i32], %sv, %bar : i32, i32
+    }
+""")
+    ptx, printed = ptx_text(parse_module(text))
+    with pytest.raises(PtxHazardError, match=r"the TMA load writes shared address .* which the instruction at line "
+                                             r"\d+ \(thread \(\d+, 0, 0\).*\) read, and no synchronisation orders"):
+        launch_described(ptx, describe(printed)[0], [p, v, np.zeros((64, 64), np.float32)], {})
