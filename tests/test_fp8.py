@@ -359,3 +359,11 @@ def test_prmt_picks_bytes_of_b_a(a, b, selector, d):
     from tessera.sm90 import facts
 
     assert int(facts.prmt_b32(np.uint32(a), np.uint32(b), selector)) == d
+
+
+def test_float_inputs_to_an_8_bit_argument_are_rounded_as_the_hardware_would():
+    """An interpreter launch converts f32 inputs for an f8E4M3FN argument with cvt.rn.satfinite's rule (500 and
+    inf to 448, NaN stays NaN), not NumPy's cast (which gives NaN beyond the range)."""
+    x = np.resize(np.array([500.0, -np.inf, np.nan, 0.3], np.float32), (64, 32))
+    y = tessera.interpret(_cast_module("f8E4M3FN", "f32"), x)
+    assert list(y[0, :2]) == [448.0, -448.0] and np.isnan(y[0, 2]) and y[0, 3] == np.float32(0.3125)
