@@ -34,8 +34,10 @@ from xdsl.traits import Pure
 
 from tessera.dialects.sm90_arithmetic import (
     CvtOp,
+    CvtPackFp8Op,
     CvtPackOp,
     Ex2ApproxOp,
+    PrmtOp,
     Lg2ApproxOp,
     RcpApproxOp,
     RsqrtApproxOp,
@@ -156,6 +158,8 @@ SM90 = Dialect(
         RsqrtApproxOp,
         CvtOp,
         CvtPackOp,
+        CvtPackFp8Op,
+        PrmtOp,
         SetpOp,
         SelpOp,
         StGlobalOp,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from xdsl.dialects.builtin import Float32Type, IndexType, IntegerType, StringAttr, VectorType, i1, i32
+from xdsl.dialects.builtin import I64, Float32Type, IndexType, IntegerAttr, IntegerType, StringAttr, VectorType, i1, i32
 from xdsl.ir import SSAValue
 from xdsl.irdl import (
     IRDLOperation,
@@ -24,6 +24,7 @@ from xdsl.irdl import (
 from xdsl.traits import Pure
 
 from tessera.dialects.sm90_base import F32_LIKE, _element, _lanes, _require
+from tessera.sm90.fp8 import FP8_FORMATS
 
 # region Arithmetic the machine does differently [P#floating-point-instructions-ex2, -rcp; P#...-cvt]
 
@@ -110,6 +111,66 @@ class CvtPackOp(IRDLOperation):
         _require(isinstance(_element(self.source.type), Float32Type) and n % 2 == 0, self,
                  f"source must be an even number of f32 registers, got {self.source.type}")
         _require(self.result.type == VectorType(i32, [n // 2]), self, f"result must be vector<{n // 2}xi32>, got {self.result.type}")
+
+
+@irdl_op_definition
+class CvtPackFp8Op(IRDLOperation):
+    """`%a = sm90.cvt_pack_fp8 %d type "e4m3" : vector<64xf32> -> vector<16xi32>`: the A operand of an 8-bit
+    P.V wgmma from the f32 accumulator P of the scores, in each thread's own registers: for every K-slice s
+    (P columns 32s .. 32s + 31, accumulator elements d[16s .. 16s + 15]), register 4s + j holds the four
+    elements `facts.p8_register_sources(s)[j]`, low byte first, each rounded as `cvt.rn.satfinite.<type>x2.f32`
+    does (nearest even; beyond MAX_NORM and infinities to +-MAX_NORM; NaN stays NaN).
+
+    No value crosses threads; the keys land at k-positions `facts.P8_KEY_ORDER` instead of their own, so the
+    B operand (V^T) must hold its keys in that order. Prints as two `cvt.rn.satfinite.<type>x2.f32` and one
+    `mov.b32 a, {lo, hi}` per register. Invariants: a multiple of 16 f32 registers in, a quarter as many i32
+    out; type e4m3 or e5m2."""
+
+    name = "sm90.cvt_pack_fp8"
+    source = operand_def(base(VectorType))
+    fp8_type = prop_def(StringAttr, prop_name="type")
+    result = result_def(base(VectorType))
+    traits = traits_def(Pure())
+    assembly_format = "$source `type` $type attr-dict `:` type($source) `->` type($result)"
+
+    def __init__(self, source, fp8_type: str):
+        n = _lanes(SSAValue.get(source).type)
+        super().__init__(operands=[source], properties={"type": StringAttr(fp8_type)},
+                         result_types=[VectorType(i32, [n // 4])])
+
+    def verify_(self) -> None:
+        n = _lanes(self.source.type)
+        _require(self.fp8_type.data in FP8_FORMATS, self, f"type must be e4m3 or e5m2, got '{self.fp8_type.data}'")
+        _require(isinstance(_element(self.source.type), Float32Type) and n % 16 == 0, self,
+                 f"source must be a multiple of 16 f32 registers (whole 32-key slices), got {self.source.type}")
+        _require(self.result.type == VectorType(i32, [n // 4]), self, f"result must be vector<{n // 4}xi32>, got {self.result.type}")
+
+
+@irdl_op_definition
+class PrmtOp(IRDLOperation):
+    """`%d = sm90.prmt %a, %b selector 0x5140 : vector<4xi32>`: register by register, pick four bytes of the pair
+    {b, a} (bytes 0-3 from a, 4-7 from b) into d, byte i by the 4-bit field i of the constant selector
+    (`facts.prmt_b32`; bit 3 of a field replicates the byte's sign). Prints as `prmt.b32 d, a, b, SELECTOR;`
+    [P#data-movement-and-conversion-instructions-prmt], the generic form; FlashAttention-3 transposes 8-bit
+    tiles with it. Invariants: a, b and d of one i32 type; selector in [0, 0xFFFF]."""
+
+    name = "sm90.prmt"
+    T: ClassVar = VarConstraint("T", base(VectorType) | base(IntegerType))
+    a = operand_def(T)
+    b = operand_def(T)
+    selector = prop_def(IntegerAttr[I64])
+    result = result_def(T)
+    traits = traits_def(Pure())
+    assembly_format = "$a `,` $b `selector` $selector attr-dict `:` type($result)"
+
+    def __init__(self, a, b, selector: int):
+        super().__init__(operands=[a, b], properties={"selector": IntegerAttr(selector, 64)},
+                         result_types=[SSAValue.get(a).type])
+
+    def verify_(self) -> None:
+        _require(_element(self.result.type) == i32, self, f"permutes the bytes of i32 registers, got {self.result.type}")
+        selector = self.selector.value.data
+        _require(0 <= selector <= 0xFFFF, self, f"selector must be four 4-bit fields (0 .. 0xFFFF), got {selector}")
 
 
 @irdl_op_definition

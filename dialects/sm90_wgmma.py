@@ -115,10 +115,14 @@ class DescriptorAdvanceOp(IRDLOperation):
             raise VerifyException(f"'{self.name}' op {e}") from None
 
 
+WGMMA_TYPES = ("bf16", "f16", "e4m3", "e5m2")
+"""The multiplicand types `sm90.wgmma_mma_async` takes (A and B of one type, f32 accumulation)."""
+
+
 @irdl_op_definition
 class WgmmaMmaAsyncOp(IRDLOperation):
     """`%d = sm90.wgmma_mma_async %acc, %a, %b [scale_d %p] n 128 type "bf16" trans 0, 1 : vector<64xf32>, i64`:
-    D = A x B (+ D when scale-d is true), shape m64nNk16, f32 accumulators.
+    D = A x B (+ D when scale-d is true), shape m64nNk16 (m64nNk32 for the 8-bit types), f32 accumulators.
 
     %a is a descriptor (i64, A in shared memory, "SS") or vector<4xi32> (A from registers, packed pairs,
     "RS"); %b is always a descriptor. %acc and the result are vector<N/2 x f32>: thread t holds the
@@ -126,8 +130,12 @@ class WgmmaMmaAsyncOp(IRDLOperation):
     Asynchronous: the result may be touched only after a wgmma_wait_group covers the group it is committed
     in. Prints as `wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16 {d...}, a, b, p, 1, 1, tA, tB;`.
 
-    Invariants: N is a legal wgmma N for the type (8..256 step 8); type is bf16 or f16; trans_a only with
-    a descriptor A; trans flags are 0 or 1."""
+    The 8-bit types e4m3 and e5m2 (`tessera.sm90.fp8`) read 32 one-byte elements of K per instruction, the
+    same 32 bytes as bf16's 16, and both operands K-major only (trans 0, 0; `facts.wgmma_transpose_immediate`):
+    their PTX has no transpose immediates. A register A holds four bytes per register (`fp8.a8_fragment_coords`).
+
+    Invariants: N is a legal wgmma N for the type (8..256 step 8); type is bf16, f16, e4m3 or e5m2; trans_a
+    only with a descriptor A; trans flags are 0 or 1, and 0 for the 8-bit types."""
 
     name = "sm90.wgmma_mma_async"
     T: ClassVar = VarConstraint("T", base(VectorType))
@@ -158,9 +166,11 @@ class WgmmaMmaAsyncOp(IRDLOperation):
 
     def verify_(self) -> None:
         n, ab = _int(self.n), self.ab_type.data
-        _require(ab in ("bf16", "f16"), self, f"type must be bf16 or f16, got '{ab}'")
+        _require(ab in WGMMA_TYPES, self, f"type must be bf16, f16, e4m3 or e5m2, got '{ab}'")
         try:
             facts.wgmma_shape(n, ab, "f32")
+            for operand, flag in (("A", self.trans_a), ("B", self.trans_b)):
+                facts.wgmma_transpose_immediate("MN" if _int(flag) == 1 else "K", ab, operand)
         except ValueError as e:
             raise VerifyException(f"'{self.name}' op {e}") from None
         regs = facts.accumulator_registers(n, "f32")

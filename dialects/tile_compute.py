@@ -37,7 +37,7 @@ from tessera.dialects.tile_base import (
     _require_space,
     _tile,
 )
-from tessera.dialects.tile_types import MemSpace, TileType, is_half
+from tessera.dialects.tile_types import MemSpace, TileType, is_float, is_fp8, is_half
 from tessera.ir.hex_floats import parse_optional_hex_float
 
 # region Tensor-core matrix multiply
@@ -50,7 +50,12 @@ class MmaOp(IRDLOperation):
 
     A is [M, K] ([K, M] with `transpose_a`: the tile holds A^T, an M-major operand), B is [K, N] ([N, K] with
     `transpose_b`), acc and d are [M, N] f32 registers. A and B are bf16 or f16 (the same type), in shared
-    memory or registers; a transposed A must be in shared memory. Products are exact; the sum is f32."""
+    memory or registers; a transposed A must be in shared memory. A and B may instead both be 8-bit floats
+    (f8E4M3FN or f8E5M2, PTX .e4m3/.e5m2, mixed freely as wgmma mixes them). Products are exact (of 16-bit or
+    8-bit floats, each fits an f32); the sum is f32.
+
+    Tile IR states what is multiplied, not how it is laid out: the hardware reads 8-bit shared operands
+    K-major only (A [M, K], B as [N, K], i.e. `transpose_b`), which the lowering checks."""
 
     name = "tile.mma"
     T: ClassVar = VarConstraint("T", TILE)
@@ -75,8 +80,11 @@ class MmaOp(IRDLOperation):
         for what, ty in (("A", a), ("B", b)):
             _require_space(self, f"operand {what}", ty, MemSpace.SHARED, MemSpace.REGISTER)
             _require(ty.rank == 2, self, f"operand {what} must have rank 2, got rank {ty.rank}")
-            _require(is_half(ty.element_type), self, f"operand {what} must be bf16 or f16, got {ty.element_type}")
-        _require(a.element_type == b.element_type, self, f"A ({a.element_type}) and B ({b.element_type}) must have the same element type")
+            _require(is_half(ty.element_type) or is_fp8(ty.element_type), self,
+                     f"operand {what} must be bf16, f16, f8E4M3FN or f8E5M2, got {ty.element_type}")
+        same = a.element_type == b.element_type or (is_fp8(a.element_type) and is_fp8(b.element_type))
+        _require(same, self, f"A ({a.element_type}) and B ({b.element_type}) must have the same element type "
+                             "(or both be 8-bit floats)")
         _require_space(self, "accumulator", acc, MemSpace.REGISTER)
         _require(isinstance(acc.element_type, Float32Type), self, f"accumulator must be f32, got {acc.element_type}")
         _require(acc.rank == 2, self, f"accumulator must have rank 2, got rank {acc.rank}")
@@ -349,7 +357,13 @@ class Exp2SubtractOp(_F32RowBroadcastOp):
 @irdl_op_definition
 class CastOp(IRDLOperation):
     """`%r = tile.cast %x : from_type -> to_type`: convert each element of a register tile; to bf16/f16 it
-    rounds to nearest even, to integers it truncates toward zero."""
+    rounds to nearest even, to integers it truncates toward zero.
+
+    To the 8-bit floats f8E4M3FN and f8E5M2 it rounds to nearest even and saturates, as the hardware's only
+    conversion to them (`cvt.rn.satfinite`, `tessera.sm90.fp8`) does: a finite value beyond the format's
+    largest (448 for e4m3, 57344 for e5m2) and an infinity become that largest value with their sign, NaN
+    stays NaN. From them it is exact (every 8-bit float is an f16, bf16 and f32). An 8-bit float converts only
+    to and from f32, bf16 and f16; to an integer or to the other 8-bit format it is refused (cast through f32)."""
 
     name = "tile.cast"
     source = operand_def(TILE)
@@ -365,6 +379,10 @@ class CastOp(IRDLOperation):
         _require_space(self, "source", src, MemSpace.REGISTER)
         _require_space(self, "result", res, MemSpace.REGISTER)
         _require(src.get_shape() == res.get_shape(), self, f"cast keeps the shape: {list(src.get_shape())} vs {list(res.get_shape())}")
+        s, r = src.element_type, res.element_type
+        if (is_fp8(s) or is_fp8(r)) and s != r:
+            other = r if is_fp8(s) else s
+            _require(is_float(other), self, f"an 8-bit float converts only to and from f32, bf16 or f16, got {s} -> {r}")
 
 
 @irdl_op_definition

@@ -19,6 +19,8 @@ from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     ArrayAttr,
     BFloat16Type,
+    Float8E4M3FNType,
+    Float8E5M2Type,
     Float16Type,
     Float32Type,
     IndexType,
@@ -76,10 +78,15 @@ def is_float(element_type: Attribute) -> bool:
 
 
 def is_half(element_type: Attribute) -> bool:
-    """bf16 or f16: the tensor-core input types."""
+    """bf16 or f16: the 16-bit tensor-core input types."""
     return isinstance(element_type, BFloat16Type | Float16Type)
 
 
+def is_fp8(element_type: Attribute) -> bool:
+    """f8E4M3FN or f8E5M2: the 8-bit float storage types (OCP FP8, PTX .e4m3/.e5m2). They are held, moved,
+    converted (`tile.cast`) and multiplied (`tile.mma`), but not computed with: elementwise ops refuse them
+    (`is_float` is false), as the hardware has no 8-bit float arithmetic besides the tensor core."""
+    return isinstance(element_type, Float8E4M3FNType | Float8E5M2Type)
 
 
 @irdl_attr_definition
@@ -89,7 +96,8 @@ class TileType(ParametrizedAttribute, TypeAttribute):
     Invariants checked by the verifier:
     - rank >= 1 and every static dimension > 0;
     - dynamic dimensions only in `global`;
-    - element type bf16, f16, f32, i32, i64 or index, or i1 in registers (`tile.cmp`'s predicates);
+    - element type bf16, f16, f32, f8E4M3FN, f8E5M2 (`is_fp8`), i32, i64 or index, or i1 in registers
+      (`tile.cmp`'s predicates);
     - swizzle is one of 0/32/64/128 bytes, non-zero only in `shared`, and a swizzled tile's rows (its
       innermost dimension) span a whole number of swizzle widths.
     A shared tile of rank 3 or more may use its leading dimension as a stage (ring-buffer) index.
@@ -191,11 +199,12 @@ class TileType(ParametrizedAttribute, TypeAttribute):
         if DYNAMIC in shape and self.memory_space != MemSpace.GLOBAL:
             raise VerifyException("tile type: dynamic dimensions are allowed only in global memory")
         elt = self.element_type
-        if not (is_float(elt) or isinstance(elt, IndexType) or
+        if not (is_float(elt) or is_fp8(elt) or isinstance(elt, IndexType) or
                 (isinstance(elt, IntegerType) and elt.width.data in (32, 64))):
             if not (isinstance(elt, IntegerType) and elt.width.data == 1):
                 raise VerifyException(
-                    f"tile type: element type must be bf16, f16, f32, i32, i64, index or i1, got {elt}"
+                    f"tile type: element type must be bf16, f16, f32, f8E4M3FN, f8E5M2, i32, i64, index or i1, "
+                    f"got {elt}"
                 )
             if self.memory_space != MemSpace.REGISTER:
                 raise VerifyException("tile type: i1 (predicate) tiles live in registers only")

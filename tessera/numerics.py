@@ -1,18 +1,34 @@
 """Element types as NumPy sees them, and the rounding Tessera's interpreters apply.
 
-bf16 comes from `ml_dtypes`; conversions to bf16/f16 round to nearest even, as `cvt.rn` does on the GPU.
+bf16 and the 8-bit floats (f8E4M3FN, f8E5M2) come from `ml_dtypes`; conversions to bf16/f16 round to nearest
+even, as `cvt.rn` does on the GPU, and conversions to the 8-bit floats also saturate, as `cvt.rn.satfinite`
+does (`tessera.sm90.fp8.satfinite_f32`: finite overflow and infinities to +-MAX_NORM, NaN stays NaN).
 """
 
 from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
-from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type, IndexType, IntegerType
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    Float8E4M3FNType,
+    Float8E5M2Type,
+    Float16Type,
+    Float32Type,
+    IndexType,
+    IntegerType,
+)
 from xdsl.ir import Attribute
+
+from tessera.sm90.fp8 import fp8_dtype, satfinite_f32
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F16 = np.dtype(np.float16)
 F32 = np.dtype(np.float32)
+F8E4M3 = fp8_dtype("e4m3")
+F8E5M2 = fp8_dtype("e5m2")
+FP8_DTYPES = {F8E4M3: "e4m3", F8E5M2: "e5m2"}
+"""The 8-bit float dtypes (ml_dtypes' float8_e4m3fn and float8_e5m2) and their PTX format names."""
 
 DTYPE_NAMES = {"bf16": BF16, "f16": F16, "f32": F32}
 
@@ -25,6 +41,10 @@ def numpy_dtype(element_type: Attribute) -> np.dtype:
         return F16
     if isinstance(element_type, Float32Type):
         return F32
+    if isinstance(element_type, Float8E4M3FNType):
+        return F8E4M3
+    if isinstance(element_type, Float8E5M2Type):
+        return F8E5M2
     if isinstance(element_type, IndexType):
         return np.dtype(np.int64)
     if isinstance(element_type, IntegerType):
@@ -35,7 +55,7 @@ def numpy_dtype(element_type: Attribute) -> np.dtype:
 def widened_dtype(element_type: Attribute) -> np.dtype:
     """`numpy_dtype`, with every float element type widened to float64 (a kernel's float64 reference)."""
     dtype = numpy_dtype(element_type)
-    return np.dtype(np.float64) if dtype.kind == "f" or dtype == BF16 else dtype
+    return np.dtype(np.float64) if dtype.kind == "f" or dtype == BF16 or dtype in FP8_DTYPES else dtype
 
 
 def dtype_from_name(name: str) -> np.dtype:
@@ -47,8 +67,13 @@ def dtype_from_name(name: str) -> np.dtype:
 
 
 def round_to(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """Convert to `dtype`: round to nearest even for floats, truncate toward zero for integers."""
+    """Convert to `dtype`: round to nearest even for floats (and saturate for the 8-bit floats, as
+    `cvt.rn.satfinite`; from f64 they first round to f32, the register the GPU converts from), truncate toward
+    zero for integers."""
     dtype = np.dtype(dtype)
+    if dtype in FP8_DTYPES:
+        x = np.asarray(x)
+        return x if x.dtype == dtype else satfinite_f32(x.astype(np.float32), FP8_DTYPES[dtype])
     if np.issubdtype(dtype, np.integer) and not np.issubdtype(np.asarray(x).dtype, np.integer):
         return np.trunc(np.asarray(x, np.float64)).astype(dtype)
     return np.asarray(x).astype(dtype)

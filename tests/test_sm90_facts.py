@@ -883,6 +883,21 @@ DOCUMENTED = {
     # (FlashAttention-3's hopper/heuristics.h sizes its split-KV waves for the same GPU)
     "SM_COUNT": 132,
     "L2_BYTES": 50 * 2**20,
+    # [P#alternate-floating-point-data-formats]: ".e4m3 ... .e5m2" 8-bit floats; e4m3 (bias 7, no infinity,
+    # S.1111.111 is NaN) reaches 1.75 x 2^8, e5m2 (bias 15, IEEE-like) 1.75 x 2^15
+    "FP8_FORMATS": ("e4m3", "e5m2"),
+    "FP8_MAX_FINITE": {"e4m3": 448.0, "e5m2": 57344.0},
+    # [P#data-movement-and-conversion-instructions-cvt]: "cvt.rn.satfinite{.relu}.f8x2type.f32 d, a, b;" and
+    # "cvt.rn.{.relu}.f16x2.f8x2type d, a;" with ".f8x2type = { .e4m3x2, .e5m2x2 }"
+    "FP8_CVT_NARROW": {"e4m3": "cvt.rn.satfinite.e4m3x2.f32", "e5m2": "cvt.rn.satfinite.e5m2x2.f32"},
+    "FP8_CVT_WIDEN": {"e4m3": "cvt.rn.f16x2.e4m3x2", "e5m2": "cvt.rn.f16x2.e5m2x2"},
+    # [P#asynchronous-warpgroup-level-matrix-register-fragment-wgmma-64n32]: A in registers for .e4m3/.e5m2 is
+    # "four .b32 registers, with each register containing four .e4m3/.e5m2 elements"
+    "FP8_A_ELEMENTS": 16,
+    # tests/test_fp8.py derives this order from Figure 149 and Figure 88's formulas; written out per 16 keys:
+    # k = 4c + 2p + e holds key 8p + 2c + e
+    "P8_KEY_ORDER": (0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15,
+                     16, 17, 24, 25, 18, 19, 26, 27, 20, 21, 28, 29, 22, 23, 30, 31),
 }
 
 

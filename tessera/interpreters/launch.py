@@ -34,7 +34,7 @@ from tessera.interpreters.tile import TileFunctions
 from tessera.interpreters.tile_cluster import cluster_order
 from tessera.cluster import launch_cluster
 from tessera.kernel_abi import KernelSignature
-from tessera.numerics import numpy_dtype, widened_dtype
+from tessera.numerics import FP8_DTYPES, numpy_dtype, round_to, widened_dtype
 from tessera.sm90 import facts
 
 _BLOCK_ORDER: ContextVar[int | None] = ContextVar("tessera_block_order", default=None)
@@ -94,7 +94,10 @@ def prepare_arguments(
         dtype = numpy_dtype(arg.type.element_type)
         held = widened_dtype(arg.type.element_type) if widen else dtype
         if arg.role == "in":
-            arguments.append(np.ascontiguousarray(np.asarray(next(converted), dtype=dtype), dtype=held))
+            value = next(converted)
+            if dtype in FP8_DTYPES:  # saturated as cvt.rn.satfinite would store them (NumPy's cast gives NaN)
+                value = round_to(np.asarray(value), dtype)
+            arguments.append(np.ascontiguousarray(np.asarray(value, dtype=dtype), dtype=held))
         else:
             arguments.append(np.zeros(arg.shape(bound), held))
     return arguments, bound

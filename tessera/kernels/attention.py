@@ -45,7 +45,7 @@ which addresses K and V at kv_base + k0, holds kv_base.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from xdsl.dialects import arith, func
 from xdsl.dialects.builtin import FloatAttr, IntegerAttr, ModuleOp, StringAttr
@@ -72,6 +72,7 @@ from tessera.kernels.common import (
     shared_tile,
 )
 from tessera.variants.trace import trace_mod
+from tessera.kernels import attention_fp8
 from tessera.kernels.attention_mods import AttentionMods
 from tessera.numerics import bias_bound
 
@@ -115,6 +116,11 @@ class AttentionConfig:
     bias: bool = False
     bias_broadcast: tuple[str, ...] = ()
     """The dimensions (of BIAS_BROADCAST_DIMS) along which the bias has size 1 and is broadcast."""
+    fp8: bool = False
+    """Q, K, V in e4m3 with descale inputs, O in `dtype` (bf16): the FP8 kernel (`attention_fp8`), which only
+    `flash_attention(dtype="e4m3")` builds."""
+    v_transposed: bool = False
+    """With `fp8`: V is given as V^T [batch, heads_k, head_dim, seq_k]."""
 
     @classmethod
     def checked(
@@ -157,6 +163,12 @@ class AttentionConfig:
 
     @property
     def element_type(self) -> Attribute:
+        """The element type of Q, K, V (and of P in the P.V product): e4m3 in the FP8 kernel."""
+        return attention_fp8.fp8_element_type() if self.fp8 else check_dtype(self.dtype)
+
+    @property
+    def output_type(self) -> Attribute:
+        """The element type of O: `dtype` (bf16 in the FP8 kernel)."""
         return check_dtype(self.dtype)
 
     @property
@@ -168,13 +180,15 @@ class AttentionConfig:
         """`flash_attention_d128_bf16_causal`, `..._bias` with an additive bias (`_bias_b1`, `_bias_h1`,
         `_bias_b1_h1` broadcast over batch and/or heads), `..._lse` with the LSE output, `..._split3` for
         split-KV parts."""
-        return (f"{variant}_d{self.head_dim}_{self.dtype}" + ("_causal" if self.causal else "")
+        dtype = attention_fp8.FP8_DTYPES[0] if self.fp8 else self.dtype
+        return (f"{variant}_d{self.head_dim}_{dtype}" + ("_vt" if self.v_transposed else "")
+                + ("_causal" if self.causal else "")
                 + ("_bias" + "".join(f"_{d[0]}1" for d in self.bias_broadcast) if self.bias else "")
                 + ("_lse" if self.return_lse and not self.split else "")
                 + (f"_split{self.num_splits}" if self.split else ""))
 
     def kernel_info(self) -> dict[str, Attribute]:
-        if self.split:  # partial results: no reference of the "attention" kind describes them
+        if self.split or self.fp8:  # partial results, descale inputs: no "attention" reference describes them
             return {"kind": StringAttr("custom")}
         info = {
             "kind": StringAttr("attention"),
@@ -268,6 +282,8 @@ class AttentionBlock:
     mods: AttentionMods | None = None
     """The traced score_mod / mask_mod and whether the key loop reads block lists (`flash_attention`)."""
     q_block: SSAValue | None = None
+    descale: dict[str, SSAValue] = field(default_factory=dict)
+    """The FP8 kernel's factor row vectors (`attention_fp8.load_descales`): "qk" and "v"."""
 
     def window(self, b: TileBuilder, tensor: str, row: SSAValue, col: SSAValue, shape: Sequence[int]) -> SSAValue:
         """The window of argument `tensor` (Q, K, V, Bias, O, LSE or a scratch buffer) at (batch, head, row, col);
@@ -285,6 +301,9 @@ class AttentionBlock:
         """Start the copy of the key block of `tensor` (K or V) at key row `row` into its shared tile: one
         `tile.cp_async` of its window (the paged kernel's gather overrides this)."""
         c = self.config
+        if tensor == "V" and c.v_transposed:  # V^T [.., head_dim, seq_k]: the key block is a column block
+            b.cp_async(self.window(b, tensor, b.const(0), row, [c.head_dim, c.block_n]), self.smem[tensor])
+            return
         b.cp_async(self.window(b, tensor, row, b.const(0), [c.block_n, c.head_dim]), self.smem[tensor])
 
     def key_row(self, b: TileBuilder, k0: SSAValue) -> SSAValue:
@@ -313,7 +332,7 @@ def output_args(c: AttentionConfig, rows: Sequence[str] = LSE_DIMS[:-1]) -> list
         o_partial = ArgSpec("O_partial", global_tensor([*free, d], f32), [*dims, d], role="out")
         lse_partial = ArgSpec("LSE_partial", global_tensor([*free, 1], f32), [*dims, 1], role="out")
         return [o_partial, lse_partial]
-    o = ArgSpec("O", global_tensor([*free, d], c.element_type), [*rows, d], role="out")
+    o = ArgSpec("O", global_tensor([*free, d], c.output_type), [*rows, d], role="out")
     return [o, lse_arg(rows)] if c.return_lse else [o]
 
 
@@ -343,10 +362,14 @@ def attention_kernel(
     q_dims = ["batch", "heads", "seq_q", d]
     k_dims = ["batch", "heads_k" if grouped else "heads", "seq_k", d]
     tensor = global_tensor([None, None, None, d], elt)
+    v_spec = ArgSpec("V", tensor, k_dims)
+    if c.v_transposed:
+        v_spec = ArgSpec("V", global_tensor([None, None, d, None], elt), [*k_dims[:2], d, "seq_k"])
     args = [
         ArgSpec("Q", tensor, q_dims),
         ArgSpec("K", tensor, k_dims),
-        ArgSpec("V", tensor, k_dims),
+        v_spec,
+        *(attention_fp8.descale_args(grouped) if c.fp8 else []),
         *([ArgSpec("Bias", global_tensor([None] * 4, elt), c.bias_dims())] if c.bias else []),
         *(mods.inputs(c) if mods is not None else []),
         *output_args(c),
@@ -377,9 +400,13 @@ def attention_kernel(
 
     blk.smem["Q"] = b.alloc_shared(shared_tile([c.block_m, d], elt), "q_smem")
     blk.smem["K"] = b.alloc_shared(shared_tile([c.block_n, d], elt), "k_smem")
-    blk.smem["V"] = b.alloc_shared(shared_tile([c.block_n, d], elt), "v_smem")
+    v_shape = [d, c.block_n] if c.v_transposed else [c.block_n, d]
+    blk.smem["V"] = b.alloc_shared(shared_tile(v_shape, elt), "vt_smem" if c.v_transposed else "v_smem")
     b.cp_async(blk.window(b, "Q", q0, b.const(0), [c.block_m, d]), blk.smem["Q"])
     b.cp_commit_group()
+    if c.fp8:
+        kv_head = blk.kv_head if blk.kv_head is not None else blk.head
+        blk.descale = attention_fp8.load_descales(b, values, blk.batch, kv_head, c.block_m, c.scale)
     return fn, b, blk
 
 
@@ -457,7 +484,10 @@ def masked_scores(b: TileBuilder, blk: AttentionBlock, k0: SSAValue, mask_mod: b
     c = blk.config
     init = bias_accumulator(b, blk, k0) if c.bias else b.fill(0.0, register_tile([c.block_m, c.block_n]), "s_zero")
     s = b.mma(blk.smem["Q"], blk.smem["K"], init, "s", transpose_b=True)
-    s = b.scale(s, c.scale, "s_scaled")
+    if c.fp8:  # scale x descale_q x descale_k, one f32 factor per block
+        s = b.binary(tile.MulRowsOp, s, blk.descale["qk"], "s_scaled")
+    else:
+        s = b.scale(s, c.scale, "s_scaled")
     if blk.mods is not None:
         s = blk.mods.apply(b, blk, s, k0, mask_mod)
     return apply_masks(b, blk, s, k0, bounds=mask_mod)
@@ -494,8 +524,12 @@ def bias_accumulator(b: TileBuilder, blk: AttentionBlock, k0: SSAValue) -> SSAVa
 
 
 def accumulate_pv(b: TileBuilder, blk: AttentionBlock, p: SSAValue, acc: SSAValue) -> SSAValue:
-    """acc + cast(P) @ V from the shared V tile (P rounded to the kernel's element type for the tensor core)."""
-    p_half = b.cast(p, blk.config.element_type, "p_half")
+    """acc + cast(P) @ V from the shared V tile (P rounded to the kernel's element type for the tensor core; in
+    the FP8 kernel 2^8 P rounded to e4m3, `attention_fp8.round_p`, times V or the transposed V^T tile)."""
+    c = blk.config
+    if c.fp8:
+        return b.mma(attention_fp8.round_p(b, p), blk.smem["V"], acc, "acc_next", transpose_b=c.v_transposed)
+    p_half = b.cast(p, c.element_type, "p_half")
     return b.mma(p_half, blk.smem["V"], acc, "acc_next")
 
 
@@ -511,8 +545,11 @@ def store_rows(b: TileBuilder, blk: AttentionBlock, value: SSAValue, tensor: str
 
 
 def store_output(b: TileBuilder, blk: AttentionBlock, o: SSAValue) -> None:
-    """Round the normalised [BM, D] output tile to the element type and store it (`store_rows`)."""
-    store_rows(b, blk, b.cast(o, blk.config.element_type, "o_half"), "O")
+    """Round the normalised [BM, D] output tile to the output type and store it (`store_rows`); the FP8 kernel
+    first multiplies it by descale_v 2^-8 (`attention_fp8`)."""
+    if blk.config.fp8:
+        o = b.binary(tile.MulRowsOp, o, blk.descale["v"], "o_descaled")
+    store_rows(b, blk, b.cast(o, blk.config.output_type, "o_half"), "O")
 
 
 def store_lse(b: TileBuilder, blk: AttentionBlock, m: SSAValue, l: SSAValue, tensor: str = "LSE") -> None:
@@ -552,6 +589,7 @@ def flash_attention(
     score_mod: Callable | None = None,
     mask_mod: Callable | None = None,
     block_sparse: bool = False,
+    v_transposed: bool = False,
 ) -> ModuleOp:
     """The online one-pass attention kernel (FlashAttention-2 style), `flash_attention_d{D}_{dtype}[_causal]`
     (`flash_attention_gqa_...` with `grouped`: K and V with heads_k heads, see `attention_kernel`).
@@ -591,9 +629,20 @@ def flash_attention(
     after V (and Bias), named `score_mod_NAME` / `mask_mod_NAME`. `block_sparse=True` (needs mask_mod) adds
     the block lists (`attention_mods.BLOCK_LISTS`, from `tessera.variants.block_mask.create_block_mask`): the loop visits
     each query block's full key blocks without evaluating mask_mod, then its partial ones with it, and never
-    an empty one. Not with split-KV or clusters (refused by name)."""
-    c = AttentionConfig.checked(head_dim, causal, dtype, scale, block_m, block_n, return_lse, num_splits, bias,
-                                bias_broadcast)
+    an empty one. Not with split-KV or clusters (refused by name).
+
+    `dtype="e4m3"` builds the FP8 kernel (`flash_attention_d{D}_e4m3[_vt]...`, FlashAttention-3's FP8 forward,
+    `tessera.kernels.attention_fp8`): Q, K, V in f8E4M3FN with three f32 descale inputs [batch, heads_k] after
+    V, O in bf16, the LSE (with `return_lse`) in f32; causal, GQA (`grouped`), any lengths and head_dim
+    64/128/256 as above. `v_transposed=True` takes V as V^T [batch, heads_k, head_dim, seq_k]. e5m2, and FP8
+    with bias, split-KV, score_mod/mask_mod or clusters, are refused by name."""
+    fp8 = attention_fp8.check_fp8_options(dtype, bias=bias is True, num_splits=num_splits if isinstance(num_splits, int) else 1,
+                                          mods=score_mod is not None or mask_mod is not None,
+                                          cluster=check_cluster("cluster", cluster, 1), v_transposed=v_transposed)
+    c = AttentionConfig.checked(head_dim, causal, attention_fp8.FP8_OUTPUT_DTYPE if fp8 else dtype, scale, block_m,
+                                block_n, return_lse, num_splits, bias, bias_broadcast)
+    if fp8:
+        c = replace(c, fp8=True, v_transposed=v_transposed)
     check_flag("grouped", grouped)
     shape = check_cluster("cluster", cluster, 1)
     if c.bias and grouped:

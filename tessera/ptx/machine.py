@@ -22,7 +22,7 @@ from xdsl.ir import Operation
 from tessera.dialects import sm90
 from tessera.ptx.arith import compare_integers, constant_values, elementwise, immediate, select
 from tessera.ptx.kernel import Job, KernelPrinter, element_lists, handles
-from tessera.ptx.registers import B32, B64, F32, is_register, lanes
+from tessera.ptx.registers import B16, B32, B64, F32, is_register, lanes
 from tessera.sm90 import facts
 
 FULL_WARP = (1 << facts.WARP_SIZE) - 1
@@ -206,11 +206,12 @@ def print_wgmma(p: KernelPrinter, op: sm90.WgmmaMmaAsyncOp) -> None:
     b = p.reg(op.b)
     scale_d = p.reg(op.scale_d) if op.scale_d is not None else "1"
     trans_b = _int(op, "trans_b")
-    if op.a_in_registers:
-        a = "{" + ", ".join(p.regs(op.a)) + "}"
+    a = "{" + ", ".join(p.regs(op.a)) + "}" if op.a_in_registers else p.reg(op.a)
+    if ab in facts.FP8_FORMATS:  # K-major only: the 8-bit forms have no imm-trans operands
+        flags = f"{scale_d}, 1, 1"
+    elif op.a_in_registers:
         flags = f"{scale_d}, 1, 1, {trans_b}"
     else:
-        a = p.reg(op.a)
         flags = f"{scale_d}, 1, 1, {_int(op, 'trans_a')}, {trans_b}"
     p.emit(f"wgmma.mma_async.sync.aligned.m{facts.WGMMA_M}n{n}k{k}.f32.{ab}.{ab} "
            f"{{{', '.join(d)}}}, {a}, {b}, {flags}")
@@ -304,6 +305,31 @@ def print_cvt_pack(p: KernelPrinter, op: sm90.CvtPackOp) -> None:
     for i, dst in enumerate(p.define(op.result)):
         hi, lo = x[2 * i + 1], x[2 * i]
         jobs.append(Job(dst, B32, (hi, lo), lambda d, hi=hi, lo=lo: [f"cvt.rn.{half}x2.f32 {d}, {hi}, {lo}"]))
+    p.run(jobs)
+
+
+@handles(sm90.PrmtOp)
+def print_prmt(p: KernelPrinter, op: sm90.PrmtOp) -> None:
+    """`prmt.b32 d, a, b, SELECTOR` register by register (the generic form, a constant selector)."""
+    selector = f"{op.selector.value.data:#x}"
+    elementwise(p, op.result, [op.a, op.b], lambda d, s: [f"prmt.b32 {d}, {s[0]}, {s[1]}, {selector}"])
+
+
+@handles(sm90.CvtPackFp8Op)
+def print_cvt_pack_fp8(p: KernelPrinter, op: sm90.CvtPackFp8Op) -> None:
+    """Register 4s + j from `facts.p8_register_sources(s)[j]` = (e0, e1, e2, e3): `cvt` puts its first source in
+    the high byte, so `cvt...x2.f32 lo, e1, e0`, `cvt...x2.f32 hi, e3, e2`, `mov.b32 a, {lo, hi}` (the first
+    operand of the pack in bits 15:0)."""
+    x = p.regs(op.source)
+    narrow = facts.FP8_CVT_NARROW[op.fp8_type.data]
+    lo, hi = p.temp(B16), p.temp(B16)
+    sources = [e for s in range(len(x) // 16) for e in facts.p8_register_sources(s)]
+    jobs = []
+    for dst, (e0, e1, e2, e3) in zip(p.define(op.result), sources, strict=True):
+        regs = tuple(x[e] for e in (e0, e1, e2, e3))
+        jobs.append(Job(dst, B32, regs, lambda d, r=regs: [f"{narrow} {lo}, {r[1]}, {r[0]}",
+                                                            f"{narrow} {hi}, {r[3]}, {r[2]}",
+                                                            f"mov.b32 {d}, {{{lo}, {hi}}}"]))
     p.run(jobs)
 
 

@@ -38,7 +38,9 @@ PRED = RegisterClass("pred", "pred", "%p")
 B32 = RegisterClass("b32", "b32", "%r")
 B64 = RegisterClass("b64", "b64", "%rd")
 F32 = RegisterClass("f32", "f32", "%f")
-CLASSES = (PRED, B32, B64, F32)
+B16 = RegisterClass("b16", "b16", "%h")
+"""Scratch registers only (no Target IR value is 16 bits): the .b16 result of `cvt...e4m3x2.f32`."""
+CLASSES = (PRED, B32, B64, F32, B16)
 """In declaration order."""
 
 

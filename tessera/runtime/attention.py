@@ -115,7 +115,7 @@ def refuse_with_bias(grouped: bool, num_splits: object, cluster: object) -> None
 def attention(q, k, v, causal: bool = False, scale: float | None = None, return_lse: bool = False,
               num_splits: int | str = 1, level: str | None = None, *, cu_seqlens_q=None, cu_seqlens_k=None,
               max_seqlen_q=None, max_seqlen_k=None, seqused_k=None, cluster: int = 1, bias=None, score_mod=None,
-              mask_mod=None):
+              mask_mod=None, descale_q=None, descale_k=None, descale_v=None):
     """softmax(q k^T * scale [+ bias] [+ bottom-right causal mask]) v, with its LSE when `return_lse`; on the GPU, or in
     the interpreter `level` names; see the module docstring. k and v may have fewer heads than q (GQA/MQA:
     heads a multiple of heads_k; query head h reads key head h // (heads // heads_k); decoding packs a
@@ -128,8 +128,25 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, return_
     broadcast) of q's element type, added to the scaled scores before the softmax (and the causal mask), as
     PyTorch SDPA adds a float attn_mask; not with packed sequences, split-KV, GQA or clusters (refused by
     name). `score_mod(score, b, h, q_idx, kv_idx)` / `mask_mod(b, h, q_idx, kv_idx)`: FlexAttention's modifiers
-    (`tessera.runtime.flex`, in the interpreters only; not with bias, packed sequences, split-KV or clusters)."""
+    (`tessera.runtime.flex`, in the interpreters only; not with bias, packed sequences, split-KV or clusters).
+    FP8: q, k, v as `ml_dtypes.float8_e4m3fn` arrays, with `descale_q`, `descale_k`, `descale_v` f32
+    [batch, heads_k] (None: 1), return bf16 o (`tessera.runtime.attention_fp8`; level="tile" only so far, and
+    not with bias, score_mod/mask_mod, packed sequences, split-KV or clusters: refused by name)."""
+    from tessera.runtime.attention_fp8 import attention_fp8, is_fp8_call
     from tessera.runtime.attention_plan import attention_plan, check_level, combine_lowering, run_in_interpreter
+
+    if is_fp8_call(q, k, v, (descale_q, descale_k, descale_v)):
+        refused = [name for name, on in (
+            ("bias", bias is not None), ("score_mod/mask_mod", score_mod is not None or mask_mod is not None),
+            ("packed sequences (cu_seqlens)", cu_seqlens_q is not None or cu_seqlens_k is not None),
+            ("max_seqlen_q/max_seqlen_k/seqused_k", any(x is not None for x in (max_seqlen_q, max_seqlen_k, seqused_k))),
+            (f"num_splits={num_splits!r}", not (num_splits == 1 or num_splits == "auto")),
+            (f"cluster={cluster!r}", cluster != 1)) if on]
+        if refused:
+            raise ValueError(f"attention: FP8 attention (float8_e4m3fn q, k, v or descale_*) is not supported with "
+                             f"{', '.join(refused)}")
+        return attention_fp8(q, k, v, causal=causal, scale=scale, return_lse=return_lse, level=level,
+                             descale_q=descale_q, descale_k=descale_k, descale_v=descale_v)
 
     if score_mod is not None or mask_mod is not None:
         from tessera.runtime.flex import attention_mods

@@ -9,7 +9,8 @@ The facts live in one module per topic; this module re-exports them all:
   tma         tensor maps (cuTensorMapEncodeTiled)               [DRV; P#tensor-*]
   mbarrier    the mbarrier state machine                         [P#...-mbarrier]
   warp        shfl.sync, named barriers, registers, setmaxnreg  [P#...-shfl-sync, -bar, -setmaxnreg]
-  packing     cvt/mov packing orders of 16-bit pairs             [P#...-cvt, -mov-2]
+  packing     cvt/mov packing orders of 16-bit pairs, prmt        [P#...-cvt, -mov-2, -prmt]
+  fp8         e4m3/e5m2, cvt.rn.satfinite, the k32 A fragment    [P#alternate-floating-point-data-formats, -cvt]
   launch      grid and block limits of a launch                   [CCG]
   approx      error bounds of lg2.approx                          [P#floating-point-instructions-lg2]
 
@@ -53,8 +54,22 @@ from tessera.sm90.launch import (
     check_cluster,
     check_launch,
 )
+from tessera.sm90.fp8 import (
+    FP8_A_ELEMENTS,
+    FP8_CVT_NARROW,
+    FP8_CVT_WIDEN,
+    FP8_FORMATS,
+    FP8_MAX_FINITE,
+    P8_KEY_ORDER,
+    a8_fragment_coords,
+    cvt_rn_satfinite_x2,
+    fp8_bits_to_f32,
+    fp8_dtype,
+    p8_register_sources,
+    satfinite_f32,
+)
 from tessera.sm90.mbarrier import MBARRIER_BYTES, MBARRIER_MAX_COUNT, MBARRIER_TX_LIMIT, MBarrierState
-from tessera.sm90.packing import cvt_rn_bits, cvt_rn_x2, half_bits_to_f32, mov_pack_b32, mov_unpack_b32
+from tessera.sm90.packing import cvt_rn_bits, cvt_rn_x2, half_bits_to_f32, mov_pack_b32, mov_unpack_b32, prmt_b32
 from tessera.sm90.swizzle import (
     BANK_BYTES,
     SHARED_BANKS,

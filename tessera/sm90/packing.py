@@ -52,3 +52,21 @@ def cvt_rn_x2(a, b, dtype: Half = "bf16"):
     """`cvt.rn.<dtype>x2.f32 d, a, b` on f32 value(s): a goes to the upper half (bits 31:16), b to the lower.
     So a fragment pair (even element e0, odd element e1) is `cvt.rn.bf16x2.f32 d, e1, e0`."""
     return mov_pack_b32(cvt_rn_bits(b, dtype), cvt_rn_bits(a, dtype))
+
+
+def prmt_b32(a, b, selector: int):
+    """`prmt.b32 d, a, b, c` in the generic form (no mode), c = `selector` [P#data-movement-and-conversion-
+    instructions-prmt]: the source bytes are {b, a} = {{b7, b6, b5, b4}, {b3, b2, b1, b0}}; byte i of d is
+    source byte (c >> 4i) & 7, or, when bit 4i + 3 is set, that byte's sign replicated over 8 bits.
+    Vectorised over uint32 a and b."""
+    if not 0 <= selector <= 0xFFFF:
+        raise ValueError(f"a prmt selector is four 4-bit fields (0 .. 0xFFFF), got {selector:#x}")
+    source = (np.asarray(b, np.uint32).astype(np.uint64) << np.uint64(32)) | np.asarray(a, np.uint32).astype(np.uint64)
+    d = np.zeros(np.broadcast(source).shape, np.uint32)
+    for i in range(4):
+        control = (selector >> (4 * i)) & 0xF
+        byte = ((source >> np.uint64(8 * (control & 7))) & np.uint64(0xFF)).astype(np.uint32)
+        if control & 8:
+            byte = np.where(byte & 0x80, np.uint32(0xFF), np.uint32(0))
+        d |= byte << np.uint32(8 * i)
+    return d

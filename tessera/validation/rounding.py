@@ -45,7 +45,7 @@ from tessera.interpreters.launch import prepare_arguments, run_grid
 from tessera.interpreters.tile_memory import SharedRef
 from tessera.kernel_abi import KernelSignature
 from tessera.validation.compare import max_difference
-from tessera.numerics import BF16, F16, F32, numpy_dtype
+from tessera.numerics import BF16, F8E4M3, F8E5M2, F16, F32, numpy_dtype
 from tessera.sm90.approx import (
     EX2_APPROX_RELATIVE_ERROR, RCP_APPROX_RELATIVE_ERROR, RSQRT_APPROX_RELATIVE_ERROR, TANH_APPROX_RELATIVE_ERROR,
     lg2_approx_error_bound,
@@ -61,7 +61,12 @@ def unit_roundoff(dtype) -> float:
     """Half an ulp at 1 (relative rounding error of round-to-nearest) of a float dtype; 0 for float64 and
     integers."""
     dtype = np.dtype(dtype)
-    return {BF16: 2.0**-8, F16: 2.0**-11, F32: F32_ROUNDOFF}.get(dtype, 0.0)
+    return {BF16: 2.0**-8, F16: 2.0**-11, F32: F32_ROUNDOFF, F8E4M3: 2.0**-4, F8E5M2: 2.0**-3}.get(dtype, 0.0)
+
+
+FP8_SUBNORMAL_HALF_STEP = {F8E4M3: 2.0**-10, F8E5M2: 2.0**-17}
+"""The absolute rounding error below an 8-bit float's normal range: half its smallest subnormal (2^-9 for e4m3,
+2^-16 for e5m2), where `unit_roundoff`'s relative bound does not hold."""
 
 
 Bound = Callable[[Operation, Sequence, np.ndarray], "np.ndarray | float"]
@@ -121,7 +126,7 @@ def _cast(op: tile.CastOp, operands, result):
     target = numpy_dtype(op.result.type.element_type)
     if unit_roundoff(target) <= unit_roundoff(source) or target.kind in "iub":
         return 0.0  # widening (or an integer conversion, exact on the same integers at every level)
-    return unit_roundoff(target) * _magnitude(result)
+    return unit_roundoff(target) * _magnitude(result) + FP8_SUBNORMAL_HALF_STEP.get(target, 0.0)
 
 
 def _relative(bound: float) -> Bound:

@@ -19,7 +19,9 @@ between two releases share one epoch. Synchronisation adds the edges [P#memory-c
 - `mbarrier.init` is a write of the barrier by its thread: an arrive or wait of another thread that the
   init does not happen before is a race (the `bar.sync` after `mbarrier.init` is missing);
 - asynchronous writes (TMA and bulk loads, cp.async) are ordered by the mbarrier phases and wait groups
-  `asynchrony` tracks; they reset a byte's generic-write record.
+  `asynchrony` tracks; the last generic read and write of each byte they overwrite must happen before
+  their issue (a refill racing the threads that still read or transpose the slot); they reset a byte's
+  generic records.
 
 Per shared-memory byte: the last generic write (thread, epoch, line) and the last generic read (thread,
 epoch, line). A write checks both against the writer's clock, a read checks the write: an access whose
@@ -157,9 +159,14 @@ class HappensBefore:
         self.r_async[flat] = len(self.completions)
 
     def async_write(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str) -> None:
-        """A copy issued by `lanes` writes `flat`: each completed async read of those bytes must happen
-        before it, whatever order the executor ran the two in."""
+        """A copy issued by `lanes` writes `flat`: each completed async read of those bytes, and the last generic
+        read and write of each byte (a producer refilling a slot that threads still read or transpose), must
+        happen before its issue, whatever order the executor ran them in."""
         self._after_async_reads(inst, lanes, flat, what)
+        if self.races and flat.size:
+            index = flat[None, :]
+            self._check(inst, lanes[:1], index, self.r_lane, self.r_clock, self.r_line, "read", f"{what} writes")
+            self._check(inst, lanes[:1], index, self.w_lane, self.w_clock, self.w_line, "wrote", f"{what} writes")
         self.async_written(flat)
 
     def _after_async_reads(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str) -> None:

@@ -51,6 +51,8 @@ _NUMPY_TENSOR_MAP_TYPES = {
     np.dtype(np.float16): facts.TensorMapDataType.FLOAT16, np.dtype(np.float32): facts.TensorMapDataType.FLOAT32,
     np.dtype(np.float64): facts.TensorMapDataType.FLOAT64,
     np.dtype(ml_dtypes.bfloat16): facts.TensorMapDataType.BFLOAT16,
+    np.dtype(ml_dtypes.float8_e4m3fn): facts.TensorMapDataType.UINT8,  # 8-bit floats move as bytes
+    np.dtype(ml_dtypes.float8_e5m2): facts.TensorMapDataType.UINT8,
 }
 
 

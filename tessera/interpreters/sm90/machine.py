@@ -265,6 +265,18 @@ class Sm90Functions(InterpreterFunctions):
         packed = facts.cvt_rn_x2(x[:, 1::2], x[:, 0::2], op.half_type.data)
         return (packed.astype(np.uint32).view(np.int32),)
 
+    @impl(sm90.PrmtOp)
+    def run_prmt(self, interpreter: Interpreter, op: sm90.PrmtOp, args: PythonValues):
+        a, b = (np.asarray(x).view(np.uint32) for x in args)
+        return (facts.prmt_b32(a, b, op.selector.value.data).view(np.int32),)
+
+    @impl(sm90.CvtPackFp8Op)
+    def run_cvt_pack_fp8(self, interpreter: Interpreter, op: sm90.CvtPackFp8Op, args: PythonValues):
+        (x,) = args
+        order = [e for s in range(x.shape[1] // 16) for j in facts.p8_register_sources(s) for e in j]
+        data = np.ascontiguousarray(facts.satfinite_f32(x[:, order], op.fp8_type.data).view(np.uint8))
+        return (data.view(np.int32),)  # four bytes per register, the first the low byte (little-endian)
+
     if hasattr(sm90, "SetpOp"):
 
         @impl(sm90.SetpOp)

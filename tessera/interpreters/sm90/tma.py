@@ -41,6 +41,10 @@ _DATA_TYPES = {
     np.dtype(np.float32): facts.TensorMapDataType.FLOAT32,
     np.dtype(np.float64): facts.TensorMapDataType.FLOAT64,
     np.dtype(ml_dtypes.bfloat16): facts.TensorMapDataType.BFLOAT16,
+    # 8-bit floats move as bytes: cuTensorMapEncodeTiled has no FP8 data type on sm_90 (FlashAttention-3 maps
+    # them as UINT8); the tensor core reads the bytes as e4m3/e5m2.
+    np.dtype(ml_dtypes.float8_e4m3fn): facts.TensorMapDataType.UINT8,
+    np.dtype(ml_dtypes.float8_e5m2): facts.TensorMapDataType.UINT8,
 }
 
 

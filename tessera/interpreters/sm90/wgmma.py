@@ -4,7 +4,8 @@ and the asynchrony of commit and wait groups.
 `wgmma_mma_async` runs per warpgroup (threads 128w .. 128w+127, all of them active): A (64 x 16) comes from
 shared memory through its descriptor (`facts.descriptor_element_address`, K-major for trans 0, MN-major for
 trans 1, the swizzle taken on absolute addresses) or from the threads' four packed registers
-(`facts.a_fragment_coords`, element 2i in the low half per `facts.mov_unpack_b32`); B (16 x N) always
+(`facts.a_fragment_coords`, element 2i in the low half per `facts.mov_unpack_b32`; for e4m3/e5m2, A is 64 x 32
+bytes, four per register, `facts.a8_fragment_coords`); B (16 x N, 32 x N for 8-bit types) always
 from shared memory (trans_b: 0 = K-major, 1 = MN-major). D = A x B (+ D), products exact, summed in float64
 and rounded once to f32; the accumulator is scattered and gathered with `facts.accumulator_coords`.
 
@@ -56,6 +57,12 @@ class Pending:
 def _accumulator_coords(n: int) -> tuple[np.ndarray, np.ndarray]:
     v = np.arange(facts.accumulator_registers(n, "f32"))
     return facts.accumulator_coords(v[None, :], np.arange(facts.WARPGROUP_SIZE)[:, None])
+
+
+@lru_cache(maxsize=None)
+def _a8_coords() -> tuple[np.ndarray, np.ndarray]:
+    """(row, k) of 8-bit A element i (register i / 4, byte i % 4) of each thread: [128, 16] each."""
+    return facts.a8_fragment_coords(np.arange(facts.FP8_A_ELEMENTS)[None, :], np.arange(facts.WARPGROUP_SIZE)[:, None])
 
 
 @lru_cache(maxsize=None)
@@ -144,14 +151,22 @@ class WgmmaUnit:
         group = int(self.open[warpgroup])
         self.read_group[warpgroup, byte_addresses] = group
         self.group_ops.setdefault((warpgroup, group), op)
+        if ab in facts.FP8_FORMATS:
+            return facts.fp8_bits_to_f32(smem.data[addresses], ab)
         bits = smem.data[addresses[..., None] + np.arange(element_bytes)].view("<u2")[..., 0]
         return facts.half_bits_to_f32(bits, ab)
 
     @staticmethod
     def _register_a(registers: np.ndarray, ab: str, m: int, k: int) -> np.ndarray:
-        """The m x k A tile from the [128, 4] packed registers of a warpgroup (each register two halves)."""
-        lo, hi = facts.mov_unpack_b32(registers.view(np.uint32))
+        """The m x k A tile from the [128, 4] packed registers of a warpgroup (each register two halves, or four
+        bytes for the 8-bit types, the low byte first)."""
         tile = np.zeros((m, k), np.float32)
+        if ab in facts.FP8_FORMATS:
+            rows, ks = _a8_coords()
+            tile[rows, ks] = facts.fp8_bits_to_f32(np.ascontiguousarray(registers.view(np.uint32)).view(np.uint8)
+                                                   .reshape(facts.WARPGROUP_SIZE, facts.FP8_A_ELEMENTS), ab)
+            return tile
+        lo, hi = facts.mov_unpack_b32(registers.view(np.uint32))
         (row_lo, k_lo), (row_hi, k_hi) = _a_coords()
         tile[row_lo, k_lo] = facts.half_bits_to_f32(lo, ab)
         tile[row_hi, k_hi] = facts.half_bits_to_f32(hi, ab)

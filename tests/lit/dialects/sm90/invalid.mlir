@@ -151,7 +151,7 @@ sm90.wgmma_wait_group -1
 
 %acc = "test.op"() : () -> vector<64xf32>
 %d = "test.op"() : () -> i64
-// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}'sm90.wgmma_mma_async' op type must be bf16 or f16, got 'f32'
+// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}'sm90.wgmma_mma_async' op type must be bf16, f16, e4m3 or e5m2, got 'f32'
 %r = sm90.wgmma_mma_async %acc, %d, %d n 128 type "f32" trans 0, 0 : vector<64xf32>, i64
 
 // -----

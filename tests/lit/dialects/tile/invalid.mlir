@@ -22,7 +22,7 @@
 
 // -----
 
-// CHECK: tile type: element type must be bf16, f16, f32, i32, i64, index or i1, got i8
+// CHECK: tile type: element type must be bf16, f16, f32, f8E4M3FN, f8E5M2, i32, i64, index or i1, got i8
 "test.op"() : () -> !tile.tile<4xi8, register>
 
 // -----
@@ -252,7 +252,7 @@ tile.store_global %v, %w : !tile.tile<16x16xf32, register>, !tile.tile<16x16xbf1
 %a = "test.op"() : () -> !tile.tile<16x16xf32, register>
 %b = "test.op"() : () -> !tile.tile<16x8xf16, register>
 %c = "test.op"() : () -> !tile.tile<16x8xf32, register>
-// CHECK: 'tile.mma' op operand A must be bf16 or f16, got f32
+// CHECK: 'tile.mma' op operand A must be bf16, f16, f8E4M3FN or f8E5M2, got f32
 %d = tile.mma %a, %b, %c : !tile.tile<16x16xf32, register>, !tile.tile<16x8xf16, register>, !tile.tile<16x8xf32, register>
 
 // -----
@@ -276,7 +276,7 @@ tile.store_global %v, %w : !tile.tile<16x16xf32, register>, !tile.tile<16x16xbf1
 %a = "test.op"() : () -> !tile.tile<16x16xf16, register>
 %b = "test.op"() : () -> !tile.tile<16x8xi32, register>
 %c = "test.op"() : () -> !tile.tile<16x8xf32, register>
-// CHECK: 'tile.mma' op operand B must be bf16 or f16, got i32
+// CHECK: 'tile.mma' op operand B must be bf16, f16, f8E4M3FN or f8E5M2, got i32
 %d = tile.mma %a, %b, %c : !tile.tile<16x16xf16, register>, !tile.tile<16x8xi32, register>, !tile.tile<16x8xf32, register>
 
 // -----
@@ -284,7 +284,7 @@ tile.store_global %v, %w : !tile.tile<16x16xf32, register>, !tile.tile<16x16xbf1
 %a = "test.op"() : () -> !tile.tile<16x16xf16, register>
 %b = "test.op"() : () -> !tile.tile<16x8xbf16, register>
 %c = "test.op"() : () -> !tile.tile<16x8xf32, register>
-// CHECK: 'tile.mma' op A (f16) and B (bf16) must have the same element type
+// CHECK: 'tile.mma' op A (f16) and B (bf16) must have the same element type (or both be 8-bit floats)
 %d = tile.mma %a, %b, %c : !tile.tile<16x16xf16, register>, !tile.tile<16x8xbf16, register>, !tile.tile<16x8xf32, register>
 
 // -----

@@ -1,0 +1,96 @@
+"""The FP8 forward attention kernel's own pieces (FlashAttention-3's FP8 path), used by `flash_attention(dtype=
+"e4m3")` in `attention.py`.
+
+Q, K and V are e4m3 (`f8E4M3FN`) with per-(batch, kv-head) f32 descale factors, three inputs after V,
+
+    %DescaleQ, %DescaleK, %DescaleV : !tile.tile<?x?xf32, global>  {tile.dims = #tile.dims<batch, heads_k>}
+
+(`heads` without grouped heads): the true inputs are q8 descale_q, k8 descale_k, v8 descale_v, with query head h
+taking the factors of its key head. Per key block the kernel computes
+
+    S = (Q8 K8^T) * (scale descale_q descale_k)      f32 scores from exact e4m3 products, one row vector
+    P = exp(S - m')                                  the online softmax of `flash_attention`, in f32
+    acc' = alpha acc + e4m3(2^8 P) V8                P rounded to e4m3 for the tensor core (FlashAttention-3's
+                                                     Max_offset: 2^8 P uses e4m3's range, P <= 1 so 2^8 P <= 256)
+
+and at the end O = acc / l * (descale_v 2^-8), rounded to bf16, with LSE = m + ln l (l sums the unrounded P,
+so the 2^8 never reaches it). Each factor vector is loaded once per block ([BM] rows of one value:
+`tile.load_broadcast` of the descale element). With `v_transposed`, V is given as V^T [batch, heads_k,
+head_dim, seq_k] (K-major for the P.V product, as FP8 wgmma needs) and the kernel multiplies P by its
+[head_dim, BN] tile transposed.
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects.builtin import Float8E4M3FNType
+from xdsl.ir import SSAValue
+
+from tessera.dialects import tile
+from tessera.kernels.common import ArgSpec, TileBuilder, f32, global_tensor
+
+FP8_DTYPES = ("e4m3",)
+"""The 8-bit input types `flash_attention` takes (e5m2 inputs are refused by name: FlashAttention-3 and cuDNN
+take e4m3 for the forward; e5m2's 2-bit mantissa is a gradient format)."""
+
+FP8_OUTPUT_DTYPE = "bf16"
+"""The output type of the FP8 kernel (FlashAttention-3's)."""
+
+P_OFFSET_LOG2 = 8
+"""P is rounded to e4m3 as 2^8 P (FlashAttention-3's `Max_offset`): P <= 1 becomes <= 256 < 448, and values
+down to 2^-17 keep a normal or subnormal e4m3 code instead of flushing to 0 below 2^-10. The factor is undone
+with descale_v at the end (a power of two: exact)."""
+
+DESCALES = ("DescaleQ", "DescaleK", "DescaleV")
+"""The kernel's descale inputs, after V, in this order."""
+
+
+def fp8_element_type() -> Float8E4M3FNType:
+    return Float8E4M3FNType()
+
+
+def check_fp8_options(dtype: object, *, bias: bool, num_splits: int, mods: bool, cluster: tuple[int, int, int],
+                      v_transposed: object) -> bool:
+    """Whether `dtype` names the FP8 kernel; ValueError naming what it does not combine with (e5m2, bias,
+    split-KV, score_mod/mask_mod, clusters) or a `v_transposed` without it."""
+    if dtype == "e5m2":
+        raise ValueError("dtype 'e5m2' is not supported by the attention kernels: the FP8 forward takes e4m3 inputs "
+                         "(dtype='e4m3'), as FlashAttention-3 does")
+    fp8 = dtype in FP8_DTYPES
+    if not isinstance(v_transposed, bool):
+        raise ValueError(f"v_transposed must be True or False; got {v_transposed!r}")
+    if v_transposed and not fp8:
+        raise ValueError("v_transposed=True applies to the FP8 kernel (dtype='e4m3') only")
+    if fp8:
+        refused = [name for name, on in (("bias", bias), ("num_splits > 1 (split-KV)", num_splits > 1),
+                                         ("score_mod/mask_mod", mods), ("cluster > 1", cluster != (1, 1, 1))) if on]
+        if refused:
+            raise ValueError(f"dtype='e4m3' (FP8 attention) is not supported with {', '.join(refused)}")
+    return fp8
+
+
+def descale_args(grouped: bool) -> list[ArgSpec]:
+    """The f32 descale inputs [batch, heads_k] (heads without grouped heads), after V."""
+    dims = ["batch", "heads_k" if grouped else "heads"]
+    return [ArgSpec(name, global_tensor([None, None], f32), dims) for name in DESCALES]
+
+
+def descale_row(b: TileBuilder, tensor: SSAValue, batch: SSAValue, kv_head: SSAValue, rows: int,
+                name: str) -> SSAValue:
+    """The [rows] f32 row vector holding the descale factor of (batch, kv_head) of `tensor` on every row."""
+    window = b.view(tensor, [batch, kv_head], [1], f"{name}_window")
+    column = b.load_broadcast(window, rows, f"{name}_column")
+    return b.reshape(column, [rows], f"{name}_row")
+
+
+def load_descales(b: TileBuilder, args: dict[str, SSAValue], batch: SSAValue, kv_head: SSAValue, rows: int,
+                  scale: float) -> dict[str, SSAValue]:
+    """The block's two factor vectors: "qk" = scale descale_q descale_k (multiplies the scores) and "v" =
+    descale_v 2^-P_OFFSET_LOG2 (multiplies the normalised output)."""
+    dq, dk, dv = (descale_row(b, args[t], batch, kv_head, rows, t.lower()) for t in DESCALES)
+    qk = b.scale(b.binary(tile.MulOp, dq, dk, "descale_qk"), scale, "score_factor")
+    return {"qk": qk, "v": b.scale(dv, 2.0**-P_OFFSET_LOG2, "output_factor")}
+
+
+def round_p(b: TileBuilder, p: SSAValue) -> SSAValue:
+    """e4m3(2^8 P): the A operand of the P.V product."""
+    return b.cast(b.scale(p, 2.0**P_OFFSET_LOG2, "p_offset"), fp8_element_type(), "p_fp8")

@@ -1,0 +1,148 @@
+"""FP8 attention forward at Tile level: `flash_attention(dtype="e4m3")` and `tessera.attention` on
+`ml_dtypes.float8_e4m3fn` inputs with descale factors, against `tessera.reference.check_attention_fp8`
+(float64 attention of the dequantized inputs; at most twice the error of the same-precision computation).
+
+The sm_90a lowering of FP8 is not built: every lower level refuses it by name (tested here too).
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tessera
+from tessera import reference as R
+from tessera.kernels import flash_attention
+from tessera.runtime.attention_base import UnsupportedKernel
+
+E4M3 = ml_dtypes.float8_e4m3fn
+
+
+def _inputs(seed, batch, heads, heads_k, seq_q, seq_k, d, spread=3.0):
+    rng = np.random.default_rng(seed)
+    q = (rng.standard_normal((batch, heads, seq_q, d)) * spread).astype(E4M3)
+    k = (rng.standard_normal((batch, heads_k, seq_k, d)) * spread).astype(E4M3)
+    v = (rng.standard_normal((batch, heads_k, seq_k, d)) * spread).astype(E4M3)
+    descales = [(rng.random((batch, heads_k)) * 2).astype(np.float32) for _ in range(3)]  # FA3's test draw
+    return q, k, v, descales
+
+
+@pytest.mark.parametrize("batch, heads, heads_k, seq_q, seq_k, d, causal", [
+    (2, 4, 2, 1, 77, 64, True),       # GQA, a single query row (decoding), causal
+    (1, 2, 2, 100, 160, 128, True),   # seq_q != seq_k, partial key blocks, causal
+    (1, 3, 1, 65, 50, 256, False),    # MQA, head_dim 256, fewer keys than one block
+])
+def test_fp8_attention_through_the_public_api(batch, heads, heads_k, seq_q, seq_k, d, causal):
+    q, k, v, (dq, dk, dv) = _inputs(seq_q + d, batch, heads, heads_k, seq_q, seq_k, d)
+    o, lse = tessera.attention(q, k, v, causal=causal, descale_q=dq, descale_k=dk, descale_v=dv,
+                               return_lse=True, level="tile")
+    assert o.dtype == np.dtype(ml_dtypes.bfloat16) and o.shape == q.shape and lse.shape == q.shape[:3]
+    check = R.check_attention_fp8(o, q, k, v, dq, dk, dv, causal=causal)
+    assert check.ok, check
+    ref_lse = R.attention_fp8_lse(q, k, dq, dk, causal=causal)
+    assert np.array_equal(np.isneginf(lse), np.isneginf(ref_lse))
+    finite = np.isfinite(ref_lse)
+    assert np.abs(lse[finite] - ref_lse[finite]).max() < R.LSE_TOLERANCE
+
+
+def test_v_transposed_gives_the_same_output():
+    """`v_transposed=True` takes V^T [batch, heads_k, head_dim, seq_k] and computes the same thing bit for bit
+    (the same products, summed in the same order by the interpreter)."""
+    q, k, v, descales = _inputs(7, 1, 2, 2, 70, 130, 64)
+    plain = tessera.launch(flash_attention(head_dim=64, causal=True, dtype="e4m3"), q, k, v, *descales, level="tile")
+    vt = np.ascontiguousarray(np.swapaxes(v, -1, -2))
+    module = flash_attention(head_dim=64, causal=True, dtype="e4m3", v_transposed=True)
+    assert "vt_smem" in tessera.print_module(module)
+    transposed = tessera.launch(module, q, k, vt, *descales, level="tile")
+    np.testing.assert_array_equal(plain.view(np.uint16), transposed.view(np.uint16))
+
+
+def test_descales_are_exact_factors():
+    """Halving q and k (exact in e4m3 away from the subnormals) with descale 2 gives the same scores bit for bit;
+    missing descales are 1."""
+    q, k, v, _ = _inputs(3, 1, 2, 2, 40, 60, 64, spread=1.0)
+    q, v = (np.where(np.abs(x.astype(np.float32)) < 2.0**-5, 0, x.astype(np.float32)).astype(E4M3) for x in (q, v))
+    ones = np.ones((1, 2), np.float32)
+    base = tessera.attention(q, k, v, level="tile")
+    np.testing.assert_array_equal(base.view(np.uint16), tessera.attention(q, k, v, descale_q=ones, descale_k=ones,
+                                                                          descale_v=ones, level="tile").view(np.uint16))
+    q_half, v_half = ((x.astype(np.float32) / 2).astype(E4M3) for x in (q, v))
+    assert np.array_equal(q_half.astype(np.float32) * 2, q.astype(np.float32))  # no subnormal lost a bit
+    assert np.array_equal(v_half.astype(np.float32) * 2, v.astype(np.float32))
+    two = 2 * ones
+    scaled = tessera.attention(q_half, k, v_half, descale_q=two, descale_v=two, level="tile")
+    np.testing.assert_array_equal(base.view(np.uint16), scaled.view(np.uint16))
+
+
+def test_p_is_rounded_to_e4m3_before_p_v():
+    """One key block (seq_k <= BN, not causal): O = sum_j e4m3(2^8 P_j) v_j / sum_j 2^8 P_j * descale_v with
+    P = exp(S - max S). The kernel matches this within bf16 rounding, and not the same sum with P unrounded."""
+    q, k, v, (dq, dk, dv) = _inputs(11, 1, 1, 1, 64, 96, 64, spread=2.0)
+    o = tessera.attention(q, k, v, descale_q=dq, descale_k=dk, descale_v=dv, level="tile").astype(np.float64)
+    q32, k32, v32 = (x.astype(np.float64) for x in (q, k, v))
+    s = q32[0, 0] @ k32[0, 0].T * float(np.float32(dq[0, 0] * dk[0, 0] * np.float32(1 / 8)))
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    total = (256 * p).sum(axis=1, keepdims=True)
+    p8 = (256 * p).astype(np.float32).astype(E4M3).astype(np.float64)
+    rounded = p8 @ v32[0, 0] / total * dv[0, 0]
+    unrounded = 256 * p @ v32[0, 0] / total * dv[0, 0]
+    bf16_step = 2.0**-8 * np.abs(rounded) + 1e-6  # the output's rounding, per element
+    assert np.all(np.abs(o[0, 0] - rounded) <= bf16_step)
+    assert np.max(np.abs(o[0, 0] - unrounded) / bf16_step) > 4
+
+
+def test_saturated_inputs_stay_finite():
+    """q, k at e4m3's largest value (448) and a large descale: huge scores, but finite; the softmax's max
+    subtraction keeps O finite and right."""
+    q, k, v, _ = _inputs(5, 1, 1, 1, 20, 30, 64)
+    q = np.where(np.arange(64) % 2 == 0, np.float32(448), q.astype(np.float32)).astype(E4M3)
+    big = np.full((1, 1), 64.0, np.float32)
+    o = tessera.attention(q, k, v, descale_q=big, level="tile")
+    assert np.all(np.isfinite(o.astype(np.float32)))
+    assert R.check_attention_fp8(o, q, k, v, big).ok
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(level="ptx"), UnsupportedKernel, "FP8 attention is not supported on level='ptx' yet"),
+    (dict(level="target"), UnsupportedKernel, "FP8 attention is not supported on level='target' yet"),
+    (dict(level=None), UnsupportedKernel, r"not supported on the GPU \(level=None\) yet"),
+    (dict(level="tile", num_splits=2), ValueError, "not supported with num_splits=2"),
+    (dict(level="tile", cluster=2), ValueError, "not supported with cluster=2"),
+    (dict(level="tile", mask_mod=lambda b, h, i, j: i >= j), ValueError, "not supported with score_mod/mask_mod"),
+    (dict(level="tile", descale_k=np.ones((1, 3))), ValueError, r"descale_k must have shape \[batch, heads_k\]"),
+    (dict(level="tile", descale_v=np.array([[np.inf, 1.0]])), ValueError, "descale_v must be finite"),
+])
+def test_the_api_refuses_what_fp8_does_not_support(kwargs, error, message):
+    q, k, v, _ = _inputs(0, 1, 2, 2, 8, 8, 64)
+    with pytest.raises(error, match=message):
+        tessera.attention(q, k, v, **kwargs)
+
+
+def test_the_api_refuses_mixed_and_e5m2_inputs():
+    q, k, v, (dq, _, _) = _inputs(0, 1, 2, 2, 8, 8, 64)
+    bf16 = [x.astype(ml_dtypes.bfloat16) for x in (q, k, v)]
+    with pytest.raises(ValueError, match="mixed FP8 and other inputs are not supported"):
+        tessera.attention(q, k, bf16[2], level="tile")
+    with pytest.raises(ValueError, match="descale_q, descale_k and descale_v apply to FP8 attention"):
+        tessera.attention(*bf16, descale_q=dq, level="tile")
+    with pytest.raises(UnsupportedKernel, match="element type float8_e5m2 is not supported"):
+        tessera.attention(*(x.astype(ml_dtypes.float8_e5m2) for x in (q, k, v)), level="tile")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(dtype="e5m2"), "dtype 'e5m2' is not supported"),
+    (dict(dtype="e4m3", bias=True), "not supported with bias"),
+    (dict(dtype="e4m3", num_splits=2), r"not supported with num_splits > 1"),
+    (dict(dtype="bf16", v_transposed=True), "v_transposed=True applies to the FP8 kernel"),
+])
+def test_the_builder_refuses_what_fp8_does_not_support(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        flash_attention(head_dim=64, **kwargs)
+
+
+def test_the_lowering_refuses_fp8_by_name():
+    from tessera.passes.convert_tile_to_sm90 import LoweringError
+
+    with pytest.raises(LoweringError, match=r"8-bit float tiles \(f8E4M3FN\) are not lowered to sm_90a yet"):
+        tessera.compile(flash_attention(head_dim=64, dtype="e4m3"))
