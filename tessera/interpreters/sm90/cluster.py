@@ -189,6 +189,7 @@ class Cluster:
                          "and wait must alternate)", int(threads[np.argmax(again)]))
         self.arrived[cta.rank, threads] = True
         self.arrival_generation[cta.rank, threads] = self.generation
+        cta.hb.cluster_arrive(self.generation, threads)
         self._maybe_complete()
         cta.scheduler.hand_over()
 
@@ -212,6 +213,7 @@ class Cluster:
             lambda: cta.describe(op, f"waits at the cluster barrier, but only {int(self.arrived.sum())} of the "
                                      f"{self.arrived.size} threads of the cluster have arrived", threads[0]))
         self.passed_at[cta.rank, threads] = np.asarray(self.completions)[generation]
+        cta.hb.cluster_wait(generation, threads)
         self.arrival_generation[cta.rank, threads] = -1
 
     # endregion
@@ -249,11 +251,13 @@ class ClusterFunctions(InterpreterFunctions):
         (addresses,) = args
         cta, cluster = self.cta, self.cluster
         completed = False
+        local: dict[int, list[int]] = {}  # this CTA's arrivals on its own barriers: releases (happens_before)
         for thread in self._threads():
             peer, offset = cluster.resolve(cta, op, int(thread), int(addresses[thread]))
             barrier = cluster.peer_barrier(cta, op, int(thread), peer, offset, "arrives on")
             if peer is cta:
                 cta.mbarriers.get(op, int(thread), offset)  # the CTA-local init rules
+                local.setdefault(barrier.index, []).append(int(thread))
             phase = barrier.state.phase
             try:
                 barrier.state.arrive()
@@ -262,7 +266,13 @@ class ClusterFunctions(InterpreterFunctions):
                          thread)
             done = barrier.state.phase != phase
             cluster.note_arrival(peer, barrier, cta.rank, int(thread), done)
+            if done:
+                if peer is cta and barrier.index in local:
+                    cta.hb.arrive(barrier.index, np.asarray(local.pop(barrier.index)))
+                peer.hb.phase_completed(barrier.index)
             completed |= done
+        for index, threads in local.items():
+            cta.hb.arrive(index, np.asarray(threads))
         if completed:
             cta.scheduler.hand_over()
         return ()
@@ -295,12 +305,14 @@ class ClusterFunctions(InterpreterFunctions):
                 barrier = cluster.peer_barrier(cta, op, thread, peer, bar, "multicast completes on")
                 if peer is not cta:
                     cluster.check_released(cta, op, thread, peer, addresses)
+                else:
+                    cta.mbarriers.check_init_fenced(op, thread, barrier, "the TMA multicast")
                 peer.smem.check_bounds(op, np.array([start]), np.array([thread]), data.size, "the multicast writes")
                 buffer = peer.smem.buffer_at(start)
                 if buffer is not None and buffer.swizzle != tensor_map.swizzle:
                     cta.fail(op, f"tensor map {tensor_map.name} swizzles {tensor_map.swizzle}B but its destination, "
                                  f"buffer '{buffer.name}', is declared with swizzle {buffer.swizzle}", thread)
-                peer.smem.begin_async_write(op, thread, addresses, barrier.index)
+                peer.smem.begin_async_write(op, thread, addresses, barrier.index, local=peer is cta)
                 peer.tma.in_flight.append(TmaCopy(op, thread, barrier, addresses, data, spec.box_bytes,
                                                   barrier.state.phase, cta.rank))
         return ()

@@ -1,12 +1,12 @@
 """The state of one simulated CTA: its threads, who has synchronised with whom, its named barriers, and the
 units that own shared memory, mbarriers, TMA copies and wgmma groups.
 
-Synchronisation is recorded as a happens-before summary: `last_sync[w, r]` is the time (a counter that every
-memory event advances) of the latest barrier after which thread r is ordered after thread w's earlier
-accesses. A `bar_sync` that completes sets it for every participant w and every waiting thread r (a
-`bar_arrive` thread is a participant that does not wait). The checks of shared memory use it: a generic read of
-another thread's store needs a barrier after the store, a wgmma read of another warp's store needs one after
-the writer's `fence_proxy_async`.
+Synchronisation is recorded as happens-before (`happens_before.HappensBefore`, `hb`): `hb.ordered[w, r]` is the
+latest time (a counter that every memory event advances) such that thread w's accesses before it happen before
+thread r's present point, through named barriers (a `bar_sync` that completes orders every participant before
+every waiting thread; a `bar_arrive` thread participates without waiting) and mbarrier phases (arrive, phase
+completion, successful wait), transitively. The checks of shared memory use it: a generic read of another
+thread's store, a write after another thread's access, a wgmma read of another warp's fenced store.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from xdsl.ir import Operation
 from tessera.interpreters.block_batch import KernelHazardError, describe_op
 from tessera.interpreters.sm90.mbarrier import MBarriers
 from tessera.interpreters.sm90.cp_async import CpAsyncUnit
+from tessera.interpreters.sm90.happens_before import HappensBefore
 from tessera.interpreters.sm90.reductions import BulkUnit
 from tessera.interpreters.sm90.shared_memory import SharedMemory
 from tessera.interpreters.sm90.strands import Scheduler, Strand
@@ -49,8 +50,9 @@ class CtaState:
     grid: tuple[int, int, int]
     scheduler: Scheduler
     clock: int = 0
+    races: bool = True
+    """Check writes against earlier accesses by happens-before (`happens_before`); the edges are kept either way."""
     tid: np.ndarray = field(init=False)
-    last_sync: np.ndarray = field(init=False)
     named: list[NamedBarrier] = field(init=False)
     register_budget: dict[int, int] = field(default_factory=dict)
     cluster: object | None = None
@@ -63,7 +65,6 @@ class CtaState:
 
     def __post_init__(self) -> None:
         self.tid = np.arange(self.threads, dtype=np.int32)
-        self.last_sync = np.full((self.threads, self.threads), -1, np.int64)
         self.named = [NamedBarrier() for _ in range(facts.NAMED_BARRIERS)]
         # The units refer back to this object for errors, the clock and the active threads.
         self.smem = SharedMemory(self, self.smem_bytes)
@@ -72,6 +73,7 @@ class CtaState:
         self.wgmma = WgmmaUnit(self)
         self.bulk = BulkUnit(self)
         self.cp_async = CpAsyncUnit(self)
+        self.hb = HappensBefore(self, self.races)
 
     # region threads and errors
     @property
@@ -137,8 +139,7 @@ class CtaState:
     # region synchronisation
     def synchronise(self, participants: np.ndarray, waiters: np.ndarray) -> None:
         """A barrier completed: `waiters` are now ordered after everything `participants` did before it."""
-        now = self.tick()
-        self.last_sync[np.ix_(participants, waiters)] = now
+        self.hb.barrier(participants, waiters)
         self.mbarriers.share_observations(participants, waiters)
 
     def bar_arrive(self, op: Operation, barrier: int, count: int, wait: bool) -> None:

@@ -27,7 +27,8 @@ class CtaView(Protocol):
     """The `cluster.Cluster` the CTA runs in (None: a cluster of one)."""
     scheduler: Any
     """The `strands.Scheduler` of the CTA's strands."""
-    last_sync: np.ndarray
+    hb: Any
+    """The `happens_before.HappensBefore` of the CTA (`hb.ordered[w, r]`: see there)."""
     traffic: dict[str, int]
     # the sibling units, typed loosely: each unit module imports only this one
     smem: Any

@@ -42,10 +42,10 @@ from tessera.interpreters.sm90.global_memory import GlobalMemory
 from tessera.interpreters.sm90.machine import Sm90Functions
 from tessera.interpreters.sm90.reductions import ReductionFunctions, reduction_targets
 from tessera.interpreters.sm90.registers import full
-from tessera.interpreters.sm90.strands import Scheduler
+from tessera.interpreters.sm90.strands import SCHEDULES, Scheduler
 from tessera.interpreters.sm90.tma import TensorMap
 from tessera.interpreters.sm90.register_check import RegisterFileChecker, RegisterLayout
-from tessera.interpreters.sm90.wgmma import PendingUseChecker
+from tessera.interpreters.sm90.wgmma import PendingUseChecker, RegisterWrites, wgmma_register_sources
 from tessera.interpreters import serving_checks
 from tessera.interpreters.parallel import (
     GroupResult, Parallel, cached_program, innermost_op, merge, parallel_options, program_key, running_groups,
@@ -190,19 +190,54 @@ def _argument_values(kernel: TargetKernel, arrays: Sequence[np.ndarray], sizes: 
     return values
 
 
-def run_cta(kernel: TargetKernel, module: ModuleOp, values: list, memory: GlobalMemory,
-            cta_id: tuple[int, int, int], grid: tuple[int, int, int], allocation=None, listeners=None) -> CtaState:
-    """Run one CTA of `kernel` to completion; raises KernelHazardError (or DeadlockError) on a hazard.
-    `listeners`, if given, makes extra interpreter listeners for the CTA (`tessera.validate` records values)."""
-    scheduler = Scheduler(lambda env: make_interpreter(env))
-    cta = CtaState(kernel.threads, kernel.smem_bytes, cta_id, grid, scheduler)
-    functions = (DivergentControlFunctions(cta), RegisterArithFunctions(cta), Sm90Functions(cta, memory),
-                 ReductionFunctions(cta, memory), CpAsyncFunctions(cta, memory))
-    checkers = (PendingUseChecker(cta.wgmma),)
+@dataclass(frozen=True)
+class SimulatorOptions:
+    """How a CTA is simulated and checked: `races` (happens-before checks of writes, wgmma fences and
+    mbarrier-init fences, `happens_before`), the strand `schedule` ("round_robin", or "adversarial": producers run
+    as far ahead as the synchronisation allows, the others in a random order drawn from `seed`; see
+    `strands.Scheduler`)."""
+
+    races: bool = True
+    schedule: str = "round_robin"
+    seed: int = 0
+    register_sources: tuple = (frozenset(), frozenset())
+    """`wgmma.wgmma_register_sources` of the kernel (filled in by `simulator_options`)."""
+
+
+def simulator_options(func_op: func.FuncOp, races: bool = True, schedule: str = "round_robin",
+                      seed: int = 0) -> SimulatorOptions:
+    """The options of a run of `func_op` (ValueError for an unknown schedule)."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"run_target_kernel: schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+    sources = wgmma_register_sources(func_op) if races else (frozenset(), frozenset())
+    return SimulatorOptions(bool(races), schedule, int(seed), sources)
+
+
+def _checkers(cta: CtaState, allocation, listeners, options: SimulatorOptions) -> tuple:
+    checkers: tuple = (PendingUseChecker(cta.wgmma),)
+    if options.races:
+        checkers += (RegisterWrites(cta.wgmma, options.register_sources),)
     if allocation is not None:
         checkers += (RegisterFileChecker(cta, allocation),)
     if listeners is not None:
         checkers += tuple(listeners(cta))
+    return checkers
+
+
+def _linear(cta_id: tuple[int, int, int], grid: tuple[int, int, int]) -> int:
+    return cta_id[0] + grid[0] * (cta_id[1] + grid[1] * cta_id[2])
+
+
+def run_cta(kernel: TargetKernel, module: ModuleOp, values: list, memory: GlobalMemory,
+            cta_id: tuple[int, int, int], grid: tuple[int, int, int], allocation=None, listeners=None,
+            options: SimulatorOptions = SimulatorOptions()) -> CtaState:
+    """Run one CTA of `kernel` to completion; raises KernelHazardError (or DeadlockError) on a hazard.
+    `listeners`, if given, makes extra interpreter listeners for the CTA (`tessera.validate` records values)."""
+    scheduler = Scheduler(lambda env: make_interpreter(env), options.schedule, options.seed + _linear(cta_id, grid))
+    cta = CtaState(kernel.threads, kernel.smem_bytes, cta_id, grid, scheduler, races=options.races)
+    functions = (DivergentControlFunctions(cta), RegisterArithFunctions(cta), Sm90Functions(cta, memory),
+                 ReductionFunctions(cta, memory), CpAsyncFunctions(cta, memory))
+    checkers = _checkers(cta, allocation, listeners, options)
 
     def make_interpreter(env=None) -> Interpreter:
         interpreter = Interpreter(module, listeners=checkers)
@@ -227,31 +262,29 @@ def run_cta(kernel: TargetKernel, module: ModuleOp, values: list, memory: Global
 
 def run_cluster(kernel: TargetKernel, module: ModuleOp, values: list, memory: GlobalMemory,
                 cta_ids: Sequence[tuple[int, int, int]], grid: tuple[int, int, int], shape: tuple[int, int, int],
-                allocation=None, listeners=None) -> list[CtaState]:
+                allocation=None, listeners=None, options: SimulatorOptions = SimulatorOptions()) -> list[CtaState]:
     """Run the CTAs `cta_ids` (in %cluster_ctarank order) of one cluster of `shape` together, each with its own
     shared memory, on one strand scheduler (`tessera.interpreters.sm90.cluster`); raises KernelHazardError
     (or DeadlockError) on a hazard in any of them."""
-    scheduler = Scheduler(lambda env: None)  # each strand makes its own CTA's interpreters
+    # each strand makes its own CTA's interpreters
+    scheduler = Scheduler(lambda env: None, options.schedule, options.seed + _linear(cta_ids[0], grid))
     cluster = Cluster(shape, scheduler, kernel.threads)
     members, bodies = [], []
     for rank, cta_id in enumerate(cta_ids):
-        cta = CtaState(kernel.threads, kernel.smem_bytes, cta_id, grid, scheduler, cluster=cluster, rank=rank)
+        cta = CtaState(kernel.threads, kernel.smem_bytes, cta_id, grid, scheduler, cluster=cluster, rank=rank,
+                       races=options.races)
         members.append(cta)
-        bodies.append(_member_body(kernel, module, values, memory, cta, allocation, listeners))
+        bodies.append(_member_body(kernel, module, values, memory, cta, allocation, listeners, options))
     cluster.members = members
     scheduler.run_together(bodies)
     return members
 
 
-def _member_body(kernel, module, values, memory, cta: CtaState, allocation, listeners):
+def _member_body(kernel, module, values, memory, cta: CtaState, allocation, listeners, options: SimulatorOptions):
     """(name, interpreter, mask, body, factory) of one member CTA for `Scheduler.run_together`."""
     functions = (DivergentControlFunctions(cta), RegisterArithFunctions(cta), Sm90Functions(cta, memory),
                  ClusterFunctions(cta), CpAsyncFunctions(cta, memory))
-    checkers = (PendingUseChecker(cta.wgmma),)
-    if allocation is not None:
-        checkers += (RegisterFileChecker(cta, allocation),)
-    if listeners is not None:
-        checkers += tuple(listeners(cta))
+    checkers = _checkers(cta, allocation, listeners, options)
 
     def make_interpreter(env=None) -> Interpreter:
         interpreter = Interpreter(module, listeners=checkers)
@@ -291,7 +324,8 @@ def cluster_members(grid: tuple[int, int, int], shape: tuple[int, int, int]) -> 
 def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], sizes: Mapping[str, int],
                       allocation=None, listeners=None, cta_order: Sequence[int] | None = None,
                       traffic: dict | None = None, cluster: tuple[int, int, int] | None = None, *,
-                      workers: int | None = None, executor=None) -> None:
+                      workers: int | None = None, executor=None, races: bool = True, schedule: str = "round_robin",
+                      seed: int = 0) -> None:
     """Run every CTA of the target kernel `func_op` on the Tile-level argument arrays (inputs, outputs,
     scratch), writing outputs into them. Raises ValueError for a bad launch and KernelHazardError (or its
     subclass DeadlockError) naming the op and thread of a hazard; a grid, a thread count or dynamic shared memory
@@ -312,7 +346,20 @@ def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], siz
     clusters) in that many contiguous groups in parallel, with the serial run's results and first error, and
     races between CTAs of different groups reported (`tessera.interpreters.parallel`); a kernel with atomics,
     reductions or semaphores between CTAs, or a run with `listeners`, runs serially with a `SerialFallback`
-    warning."""
+    warning.
+
+    `races` (default on) checks shared-memory accesses, wgmma register operands and mbarrier inits by
+    happens-before (`happens_before`): a race is reported whatever order the strands ran in. `schedule`
+    "adversarial" runs producers as far ahead as the synchronisation allows and the other strands in a random
+    order drawn from `seed` (each CTA its own stream), for what happens-before cannot decide; the default
+    "round_robin" is deterministic."""
+    options = simulator_options(func_op, races, schedule, seed)
+    _run_grid(func_op, arguments, sizes, allocation, listeners, cta_order, traffic, cluster, workers, executor,
+              options)
+
+
+def _run_grid(func_op, arguments, sizes, allocation, listeners, cta_order, traffic, cluster, workers, executor,
+              options: SimulatorOptions) -> None:
     kernel = target_kernel(func_op)
     parallel = parallel_options(f"@{kernel.name}", workers, executor)
     if allocation is not None:
@@ -346,11 +393,11 @@ def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], siz
         clusters = cluster_members(grid, tuple(cluster))
         if parallel is not None and len(clusters) > 1 and _parallel(parallel, kernel, listeners, memory):
             _run_groups(parallel, kernel, module, arguments, names, sizes, allocation, traffic, clusters,
-                        tuple(cluster))
+                        tuple(cluster), options)
             return
         for cta_ids in clusters:
             for cta in run_cluster(kernel, module, values, memory, cta_ids, grid, tuple(cluster), allocation,
-                                   listeners):
+                                   listeners, options):
                 if traffic is not None:
                     traffic[cta.cta_id] = dict(cta.traffic)
         return
@@ -360,11 +407,11 @@ def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], siz
         raise ValueError(f"@{kernel.name}: cta_order must be a permutation of the {gx * gy * gz} CTAs' linear "
                          "indices")
     if parallel is not None and len(order) > 1 and _parallel(parallel, kernel, listeners, memory):
-        _run_groups(parallel, kernel, module, arguments, names, sizes, allocation, traffic, order, None)
+        _run_groups(parallel, kernel, module, arguments, names, sizes, allocation, traffic, order, None, options)
         return
     for linear in order:
         cta = run_cta(kernel, module, values, memory, (linear % gx, (linear // gx) % gy, linear // (gx * gy)), grid,
-                      allocation, listeners)
+                      allocation, listeners, options)
         if traffic is not None:
             traffic[cta.cta_id] = dict(cta.traffic)
 
@@ -412,6 +459,8 @@ class _TargetGroup:
     units: Sequence
     cluster: tuple[int, int, int] | None
     checks: tuple
+    simulation: tuple = (True, "round_robin", 0)
+    """`SimulatorOptions` (races, schedule, seed): the worker finds the kernel's register sources itself."""
 
 
 @dataclass
@@ -451,17 +500,18 @@ def _run_group(task: _TargetGroup) -> GroupResult:
               for v, arg in zip(_argument_values(kernel, arrays, task.sizes, memory), kernel.args)]
     traffic, error = {}, None
     gx, gy, _ = grid
+    options = simulator_options(op, *task.simulation)
     with serving_checks.checking(*task.checks):
         try:
             for unit in task.units:
                 if task.cluster is not None:
                     x, y, z = unit[0]
                     memory.log.current = x + gx * (y + gy * z)
-                    ctas = run_cluster(kernel, module, values, memory, unit, grid, task.cluster, layout)
+                    ctas = run_cluster(kernel, module, values, memory, unit, grid, task.cluster, layout, None, options)
                 else:
                     memory.log.current = unit
                     ctas = [run_cta(kernel, module, values, memory, (unit % gx, unit // gx % gy, unit // (gx * gy)),
-                                    grid, layout)]
+                                    grid, layout, None, options)]
                 for cta in ctas:
                     traffic[cta.cta_id] = dict(cta.traffic)
         except Exception as failure:  # noqa: BLE001 - raised by the parent in the serial order (`merge`)
@@ -475,7 +525,7 @@ def _run_group(task: _TargetGroup) -> GroupResult:
 
 def _run_groups(parallel: Parallel, kernel: TargetKernel, module: ModuleOp, arguments: Sequence[np.ndarray],
                 names: list[str], sizes: Mapping[str, int], allocation, traffic: dict | None, units: Sequence,
-                cluster: tuple[int, int, int] | None) -> None:
+                cluster: tuple[int, int, int] | None, options: SimulatorOptions = SimulatorOptions()) -> None:
     """Run `units` (in the serial order) in `parallel.groups` groups and merge their results into `arguments`."""
     if parallel.forks:  # the workers inherit the program and the arguments
         text, registers, shipped = None, None, None
@@ -490,8 +540,9 @@ def _run_groups(parallel: Parallel, kernel: TargetKernel, module: ModuleOp, argu
         key = program_key(text, kernel.name, repr(sorted(registers.items())) if registers else "")
         shipped = [ship(a) for a in arguments]
     checks = serving_checks.active_checks()
+    simulation = (options.races, options.schedule, options.seed)
     tasks = [_TargetGroup(key, text, kernel.name, registers, shipped, dict(sizes), units[part.start:part.stop],
-                          cluster, checks)
+                          cluster, checks, simulation)
              for part in split(len(units), parallel.groups)]
     flat = [a.reshape(-1).view(np.uint8) if a.flags.c_contiguous else np.zeros(0, np.uint8) for a in arguments]
     gx, gy, _ = kernel.grid_size(sizes)

@@ -117,7 +117,8 @@ class Sm90Functions(InterpreterFunctions):
 
     @impl(sm90.FenceMBarrierInitOp)
     def run_fence_mbarrier_init(self, interpreter: Interpreter, op: sm90.FenceMBarrierInitOp, args: PythonValues):
-        return ()  # CTA-local uses of a barrier are ordered after its init by the bar_sync that must follow
+        self.cta.mbarriers.fence_init(self.cta.active)
+        return ()
 
     @impl(sm90.FenceProxyAsyncOp)
     def run_fence_proxy_async(self, interpreter: Interpreter, op: sm90.FenceProxyAsyncOp, args: PythonValues):
@@ -128,7 +129,7 @@ class Sm90Functions(InterpreterFunctions):
     # region wgmma
     @impl(sm90.WgmmaFenceOp)
     def run_wgmma_fence(self, interpreter: Interpreter, op: sm90.WgmmaFenceOp, args: PythonValues):
-        self.cta.converged_units(op, facts.WARPGROUP_SIZE, "wgmma_fence")
+        self.cta.wgmma.fence(self.cta.converged_units(op, facts.WARPGROUP_SIZE, "wgmma_fence"))
         return ()
 
     @impl(sm90.WgmmaCommitGroupOp)

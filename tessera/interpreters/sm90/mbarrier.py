@@ -38,6 +38,8 @@ class MBarrier:
     init_thread: int
     init_time: int
     live: bool = True
+    init_fenced: int = -1
+    """The time of the init thread's first fence_mbarrier_init after the init (-1: none yet)."""
 
 
 class MBarriers:
@@ -66,7 +68,7 @@ class MBarriers:
             was = any(b.address == address for b in self.instances)
             self.cta.fail(op, f"uses the mbarrier at {self._locate(address)} "
                               f"{'after mbarrier_inval' if was else 'before mbarrier_init'}", thread)
-        if thread != barrier.init_thread and self.cta.last_sync[barrier.init_thread, thread] <= barrier.init_time:
+        if thread != barrier.init_thread and self.cta.hb.ordered[barrier.init_thread, thread] <= barrier.init_time:
             self.cta.fail(op, f"uses the mbarrier at {self._locate(address)}, which thread {barrier.init_thread} "
                               "initialised with no bar_sync since (the init is not yet visible to this thread: "
                               "fence_mbarrier_init, then bar_sync)", thread)
@@ -100,10 +102,13 @@ class MBarriers:
             self.observed = np.concatenate([self.observed, np.zeros((1, self.cta.threads), np.int64)])
 
     def arrive(self, op: Operation, addresses: np.ndarray, tx_bytes: int | None) -> None:
-        """mbarrier.arrive (tx_bytes None) or mbarrier.arrive.expect_tx by every active thread, in thread order."""
+        """mbarrier.arrive (tx_bytes None) or mbarrier.arrive.expect_tx by every active thread, in thread order.
+        Each arrival is a release (`happens_before`) into the phase it counts towards."""
         completed: set[int] = set()
+        arrivals: dict[int, list[int]] = {}
         for thread in self._active_threads():
             barrier = self.get(op, thread, int(addresses[thread]))
+            arrivals.setdefault(barrier.index, []).append(int(thread))
             if barrier.index in completed:
                 self.cta.fail(op, f"arrives on the mbarrier at {self._locate(barrier.address)} after the earlier "
                                   f"arrivals of this op completed its phase {barrier.state.phase - 1}: more threads "
@@ -118,18 +123,48 @@ class MBarriers:
                 self.cta.fail(op, f"{error} (mbarrier at {self._locate(barrier.address)}, phase {phase})", thread)
             if barrier.state.phase != phase:
                 completed.add(barrier.index)
-        if completed and tx_bytes is None:
+        for index, threads in arrivals.items():
+            self.cta.hb.arrive(index, np.asarray(threads))
+            if index in completed:
+                self.cta.hb.phase_completed(index)
+        if completed and (tx_bytes is None or self.cta.scheduler.adversarial):
             # A completed phase may release another strand (a producer waiting for a slot to be emptied): let
             # it run now, at the earliest moment the hardware could, so that a release that comes before
             # the releasing threads' last read (a refill overwriting data still being read) shows.
             self.cta.scheduler.hand_over()
 
     def complete_tx(self, op: Operation, thread: int, barrier: MBarrier, nbytes: int) -> None:
+        phase = barrier.state.phase
         try:
             barrier.state.complete_tx(nbytes)
         except ValueError as error:
             self.cta.fail(op, f"{error} (mbarrier at {self._locate(barrier.address)}, phase {barrier.state.phase})",
                           thread)
+        if barrier.state.phase != phase:
+            self.cta.hb.phase_completed(barrier.index)
+
+    def fence_init(self, threads: np.ndarray) -> None:
+        """fence_mbarrier_init by the threads of the [T] mask: their earlier inits become visible to the async
+        proxy and, through a barrier that follows, to the other threads (`check_init_fenced`)."""
+        now = self.cta.tick()
+        for barrier in self.live.values():
+            if threads[barrier.init_thread] and barrier.init_fenced < 0:
+                barrier.init_fenced = now
+
+    def check_init_fenced(self, op: Operation, thread: int, barrier: MBarrier, what: str) -> None:
+        """`what` (an async-proxy operation: a TMA copy completing on `barrier`, issued by `thread`) needs the
+        barrier's init made visible by a fence_mbarrier_init of its init thread that happens before the issue
+        (`memory_model.MBARRIER_INIT_FENCE`)."""
+        if not self.cta.races:
+            return
+        where = f"the mbarrier at {self._locate(barrier.address)}, which thread {barrier.init_thread} initialised"
+        if barrier.init_fenced < 0:
+            self.cta.fail(op, f"{what} completes on {where} with no fence_mbarrier_init after the init (race: the "
+                              "init is not visible to the async proxy: missing fence_mbarrier_init)", thread)
+        if thread != barrier.init_thread and self.cta.hb.ordered[barrier.init_thread, thread] <= barrier.init_fenced:
+            self.cta.fail(op, f"{what} completes on {where} and fenced with fence_mbarrier_init, but no "
+                              "synchronisation orders that fence before this thread (race: missing bar_sync after "
+                              "fence_mbarrier_init)", thread)
 
     def inval(self, op: Operation, addresses: np.ndarray) -> None:
         for thread in self._active_threads():
@@ -171,6 +206,8 @@ class MBarriers:
         seen = threads[done]
         indices = np.array([b.index for b in barriers], np.int64)[done]
         np.maximum.at(self.observed, (indices, seen), phases[done])
+        for index in np.unique(indices).tolist():
+            self.cta.hb.waited(index, seen[indices == index])
         if self.cta.cluster is not None:
             for index in np.unique(indices):
                 self.cta.cluster.observe(self.cta, int(index), seen[indices == index])

@@ -2,8 +2,8 @@
 that says who wrote it and whether a reader may see it yet.
 
     NEVER       nothing has written the byte
-    GENERIC     st_shared by thread `writer` at time `written_at`; `fenced_at` is the time of the writer's
-                first fence_proxy_async after the store (-1: none yet)
+    GENERIC     st_shared by thread `writer` at time `written_at` (op `write_op`, an index of the CTA's
+                happens-before unit)
     IN_FLIGHT   a TMA copy completing on mbarrier instance `barrier` will write it
     LANDED      the TMA copy (or the cp.async copies of a cp_async_mbarrier_arrive_noinc) has written it; it
                 counts towards phase `phase` of mbarrier instance `barrier`
@@ -13,10 +13,14 @@ that says who wrote it and whether a reader may see it yet.
 Readers are checked against the tags (the checked asynchrony of DESIGN.md section 5):
 - a generic read (`ld_shared`) by thread r of a LANDED byte needs r to have observed phase `phase` of the
   barrier complete (a successful try_wait, or a bar_sync with a thread that did); of a GENERIC byte another
-  thread wrote, a bar_sync ordering the store before the read;
-- an async-proxy read (a wgmma operand) needs every thread of the issuing warpgroup to have observed the TMA's
-  phase; a GENERIC byte must have been fenced by its writer, and a writer in another warp must be ordered
-  before the warpgroup by a bar_sync after that fence;
+  thread wrote, the store must happen before the read (`happens_before`: a bar_sync, or an mbarrier release
+  the reader acquired, on a path from the writer);
+- an async-proxy read (a wgmma operand, a bulk copy's source) needs every thread of the issuing warpgroup to
+  have observed the TMA's phase; a GENERIC byte must be covered by a fence_proxy_async on a happens-before
+  path from the store into the issuing thread (for a warpgroup's wgmma: the writer itself, if it reads, and
+  every reader outside the writer's warp);
+- every write (st_shared, a TMA copy, a cp.async) must happen after the earlier generic reads and writes of
+  other threads and after the wait_group that completed a wgmma's read of its bytes (`happens_before`);
 - nobody reads IN_FLIGHT or NEVER bytes, and nothing is written over a live mbarrier, over bytes a TMA copy
   is still writing, or over bytes a pending wgmma still reads.
 """
@@ -30,6 +34,7 @@ import numpy as np
 from xdsl.ir import Operation
 
 from tessera.interpreters.sm90.registers import WORD_BYTES
+from tessera.sm90 import facts
 
 if TYPE_CHECKING:
     from tessera.interpreters.sm90.cta_view import CtaView
@@ -57,7 +62,7 @@ class SharedMemory:
         self.phase = np.zeros(size, np.int64)
         self.writer = np.full(size, -1, np.int32)
         self.written_at = np.zeros(size, np.int64)
-        self.fenced_at = np.full(size, -1, np.int64)
+        self.write_op = np.full(size, -1, np.int32)
         self.is_mbarrier = np.zeros(size, bool)
         self.buffers: dict[tuple[str, int], Buffer] = {}
         # In a cluster: the cluster time of each byte's latest read and its reader, for peers' multicasts.
@@ -136,11 +141,12 @@ class SharedMemory:
         byte_addresses = (addresses[:, None] + np.arange(nbytes)).reshape(-1)
         byte_threads = np.repeat(threads, nbytes)
         self.check_writable(op, byte_addresses, byte_threads, "st_shared")
+        self.cta.hb.check_write(op, byte_addresses, byte_threads, "st_shared")
         self.data[byte_addresses] = words.astype("<u4").view(np.uint8).reshape(-1, WORD_BYTES)[:, :nbytes].reshape(-1)
         self.state[byte_addresses] = GENERIC
         self.writer[byte_addresses] = byte_threads
         self.written_at[byte_addresses] = self.cta.tick()
-        self.fenced_at[byte_addresses] = -1
+        self.write_op[byte_addresses] = self.cta.hb.op_index(op)
         self.barrier[byte_addresses] = -1
 
     def load_words(self, op: Operation, threads: np.ndarray, addresses: np.ndarray) -> np.ndarray:
@@ -148,17 +154,16 @@ class SharedMemory:
         self.check_bounds(op, addresses, threads, WORD_BYTES, "loads")
         self.check_alignment(op, addresses, threads, WORD_BYTES, "loads 32 bits")
         byte_addresses = (addresses[:, None] + np.arange(WORD_BYTES)).reshape(-1)
-        self.check_generic_read(op, byte_addresses, np.repeat(threads, WORD_BYTES))
-        self.note_read(byte_addresses, np.repeat(threads, WORD_BYTES))
+        readers = np.repeat(threads, WORD_BYTES)
+        self.check_generic_read(op, byte_addresses, readers)
+        self.note_read(byte_addresses, readers)
+        self.cta.hb.note_read(op, byte_addresses, readers)
         return self.data[byte_addresses].view("<u4").astype(np.uint32)
 
     def fence_proxy_async(self, threads: np.ndarray) -> None:
-        """fence.proxy.async by the threads of the [T] mask: their stores so far become visible to the async
-        proxy (wgmma operands)."""
-        stored = (self.state == GENERIC) & (self.fenced_at < self.written_at)
-        mine = np.zeros_like(stored)
-        mine[stored] = threads[self.writer[stored]]
-        self.fenced_at[mine] = self.cta.tick()
+        """fence.proxy.async by the threads of the [T] mask: the stores that happen before it become visible to
+        the async proxy on every happens-before path through it (`happens_before.fence_proxy_async`)."""
+        self.cta.hb.fence_proxy_async(threads)
 
     def check_generic_read(self, op: Operation, addresses: np.ndarray, readers: np.ndarray) -> None:
         state = self.state[addresses]
@@ -173,7 +178,7 @@ class SharedMemory:
         stored = (state == GENERIC) & (self.writer[addresses] != readers)
         if stored.any():
             writer, reader = self.writer[addresses][stored], readers[stored]
-            unordered = self.cta.last_sync[writer, reader] <= self.written_at[addresses][stored]
+            unordered = self.cta.hb.ordered[writer, reader] <= self.written_at[addresses][stored]
             if unordered.any():
                 i = np.argmax(unordered)
                 self.cta.fail(op, f"reads {self.locate(addresses[stored][i])}, which thread {int(writer[i])} stored "
@@ -198,31 +203,49 @@ class SharedMemory:
                     self._unsignalled(op, addresses[np.argmax(hit)], barrier, phase, int(readers[np.argmax(unseen)]),
                                       what)
         stored = state == GENERIC
-        if not stored.any():
-            return
-        stored_addresses = addresses[stored]
-        unfenced = self.fenced_at[stored_addresses] < self.written_at[stored_addresses]
-        if unfenced.any():
-            address = stored_addresses[np.argmax(unfenced)]
-            self.cta.fail(op, f"reads {what} at {self.locate(address)}, which thread {int(self.writer[address])} "
-                              "stored with st_shared and has not made visible to the async proxy "
-                              "(missing fence_proxy_async after the store)", readers[0])
-        writers = self.writer[stored_addresses]
-        fenced = np.full(self.cta.threads, -1, np.int64)
-        np.maximum.at(fenced, writers, self.fenced_at[stored_addresses])
-        for writer in np.unique(writers):
-            other_warps = readers[readers // 32 != writer // 32]
-            unordered = self.cta.last_sync[writer, other_warps] <= fenced[writer]
-            if unordered.any():
-                address = stored_addresses[np.argmax(writers == writer)]
-                self.cta.fail(op, f"reads {what} at {self.locate(address)}, which thread {int(writer)} stored and "
-                                  "fenced with no bar_sync since then ordering it before this warp",
-                              int(other_warps[np.argmax(unordered)]))
+        if stored.any():
+            self._check_proxy_fenced(op, addresses[stored], readers, what)
 
-    def begin_async_write(self, op: Operation, thread: int, addresses: np.ndarray, barrier: int) -> None:
-        """A TMA copy by `thread` will write `addresses` and complete on mbarrier instance `barrier`."""
+    def _check_proxy_fenced(self, op: Operation, stored: np.ndarray, readers: np.ndarray, what: str) -> None:
+        """Generic stores at `stored` read through the async proxy by `readers` (a warpgroup's wgmma, or one
+        thread's bulk copy) need a fence_proxy_async on a happens-before path from the store into each reader
+        that must see it: the one issuing thread, or, for a warpgroup, the writer itself if it is a reader and
+        every reader outside the writer's warp (a warp's threads execute the fence and the wgmma together)."""
+        hb = self.cta.hb
+        writers, inverse = np.unique(self.writer[stored], return_inverse=True)
+        latest = np.full(len(writers), -1, np.int64)
+        np.maximum.at(latest, inverse, self.written_at[stored])
+        for writer, when in zip(writers.tolist(), latest.tolist()):
+            if len(readers) > 1:
+                needed = readers[(readers // facts.WARP_SIZE != writer // facts.WARP_SIZE) | (readers == writer)]
+            else:
+                needed = readers
+            if not len(needed):
+                continue
+            uncovered = hb.fenced[writer, needed] <= when
+            if not uncovered.any():
+                continue
+            address = int(stored[np.argmax(self.writer[stored] == writer)])
+            reader = int(needed[np.argmax(uncovered)])
+            if hb.fenced[writer, writer] <= when:
+                ordered = reader != writer and hb.ordered[writer, reader] > when
+                why = (": the store is ordered before this read, but no fence_proxy_async lies on any "
+                       "synchronisation path between them" if ordered else "")
+                self.cta.fail(op, f"reads {what} at {self.locate(address)}, which thread {writer} stored with "
+                                  f"st_shared and has not made visible to the async proxy (missing fence_proxy_async "
+                                  f"after the store{why})", readers[0] if reader == writer else reader)
+            self.cta.fail(op, f"reads {what} at {self.locate(address)}, which thread {writer} stored and fenced with "
+                              "no bar_sync since then ordering it before this warp", reader)
+
+    def begin_async_write(self, op: Operation, thread: int, addresses: np.ndarray, barrier: int,
+                          local: bool = True) -> None:
+        """A TMA copy by `thread` will write `addresses` and complete on mbarrier instance `barrier`; `local`
+        False: `thread` is of a peer CTA (a multicast), whose order the cluster checks (`check_released`)."""
         self.check_bounds(op, addresses, np.full(addresses.shape, thread), 1, "writes")
-        self.check_writable(op, addresses, np.full(addresses.shape, thread), "the TMA copy")
+        issuer = np.full(addresses.shape, thread)
+        self.check_writable(op, addresses, issuer, "the TMA copy")
+        if local:
+            self.cta.hb.check_write(op, addresses, issuer, "the TMA copy")
         self.state[addresses] = IN_FLIGHT
         self.barrier[addresses] = barrier
 
@@ -233,6 +256,7 @@ class SharedMemory:
         self.check_alignment(op, addresses[:, 0], threads, size, f"the {size}-byte cp.async writes")
         flat, owners = addresses.reshape(-1), np.repeat(threads, size)
         self.check_writable(op, flat, owners, "the cp.async")
+        self.cta.hb.check_write(op, flat, owners, "the cp.async")
         self.state[flat] = CP_ASYNC
         self.writer[flat] = owners
         self.barrier[flat] = -1
@@ -243,7 +267,7 @@ class SharedMemory:
         self.state[addresses] = GENERIC
         self.writer[addresses] = writers
         self.written_at[addresses] = self.cta.tick()
-        self.fenced_at[addresses] = -1
+        self.write_op[addresses] = -1
         self.barrier[addresses] = -1
 
     def land(self, addresses: np.ndarray, data: np.ndarray, barrier: int, phase: int,

@@ -16,6 +16,13 @@ and threads that leave a loop early wait at its end for the others.
 
 If every strand is blocked and none can proceed, the kernel deadlocks: `DeadlockError` names what each strand
 waits for.
+
+The schedule: "round_robin" (the default) passes control to the next strand in creation order that can run.
+"adversarial" runs producers as far ahead as the synchronisation allows and the consumers as late: a strand
+that has issued a TMA copy (`Strand.producer`) is always preferred, the others are picked in a random order
+drawn from a seed (the same seed replays the same interleaving), and control also changes hands at every
+mbarrier phase an arrival completes. It exposes at run time what only some interleavings show; the
+happens-before checks (`happens_before`) report races whatever the schedule.
 """
 
 from __future__ import annotations
@@ -66,6 +73,8 @@ class Strand:
     thread: threading.Thread | None = None
     factory: Callable[[object], Interpreter] | None = None
     """Makes the interpreters of the strand's deferred branches (its CTA's); None: the scheduler's."""
+    producer: bool = False
+    """It has issued a TMA copy (the adversarial schedule runs it first)."""
 
     @property
     def active(self) -> np.ndarray:
@@ -78,11 +87,18 @@ class Strand:
         self.masks.pop()
 
 
+SCHEDULES = ("round_robin", "adversarial")
+
+
 class Scheduler:
     """Runs the strands of one CTA, one at a time. `make_interpreter(env)` builds the interpreter of a new
-    strand whose SSA scope starts at `env`."""
+    strand whose SSA scope starts at `env`; `schedule` is one of `SCHEDULES` (see the module docstring) and
+    `seed` seeds the adversarial one."""
 
-    def __init__(self, make_interpreter: Callable[[object], Interpreter]):
+    def __init__(self, make_interpreter: Callable[[object], Interpreter], schedule: str = "round_robin",
+                 seed: int = 0):
+        self.adversarial = schedule == "adversarial"
+        self._random = np.random.default_rng(seed) if self.adversarial else None
         self._cond = threading.Condition()
         self._make_interpreter = make_interpreter
         self.strands: list[Strand] = []
@@ -256,8 +272,11 @@ class Scheduler:
         """The first strand after `after` (round robin, `after` itself last) that can run."""
         n = len(self.strands)
         start = self.strands.index(after) if after in self.strands else -1
-        for k in range(1, n + 1):
-            strand = self.strands[(start + k) % n]
+        order = [self.strands[(start + k) % n] for k in range(1, n + 1)]
+        if self.adversarial:
+            shuffled = [order[i] for i in self._random.permutation(n)]
+            order = [s for s in shuffled if s.producer] + [s for s in shuffled if not s.producer]
+        for strand in order:
             if strand.finished:
                 continue
             if strand.waiting is None or strand.waiting[0]():

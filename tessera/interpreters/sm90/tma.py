@@ -120,6 +120,7 @@ class TmaUnit:
              mbarrier: np.ndarray) -> None:
         cta, smem = self.cta, self.cta.smem
         spec = tensor_map.spec
+        cta.scheduler.current.producer = True
         for thread in np.nonzero(cta.active)[0]:
             if len(coords) != spec.rank:
                 cta.fail(op, f"a rank-{spec.rank} tensor map needs {spec.rank} coordinates, got {len(coords)}", thread)
@@ -128,6 +129,7 @@ class TmaUnit:
                 cta.fail(op, f"TMA destination {smem.locate(start)} is not {facts.TMA_SMEM_ALIGNMENT}-byte aligned",
                          thread)
             barrier = cta.mbarriers.get(op, thread, int(mbarrier[thread]))
+            cta.mbarriers.check_init_fenced(op, int(thread), barrier, "the TMA copy")
             problem = serving_checks.check_box(tensor_map.name, spec.global_dims, [int(c[thread]) for c in coords],
                                                spec.box_dims)
             if problem:

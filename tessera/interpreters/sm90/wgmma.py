@@ -17,6 +17,13 @@ completes is an error, and so is reading the A registers of a pending RS wgmma, 
 memory a pending wgmma reads. Writes into the registers of a pending wgmma need a register allocation and are
 checked by `register_check`, from the groups kept here (`open`: the group a new mma joins; `done`: the
 newest completed group; a group g of warpgroup w is pending while g > done[w]).
+
+Happens-before (`happens_before`, `tessera.sm90.memory_model`): the time each group completed (the
+`wgmma_wait_group` that completed it, `completed_at`) orders its shared-memory reads before a later write, which
+must happen after that wait; and a wgmma's register operands (the accumulator, the A fragment) must have been
+written before the warpgroup's latest `wgmma_fence` (`RegisterWrites` records when each value feeding a wgmma
+was computed), except an accumulator chained from an earlier wgmma; a warpgroup's first wgmma needs a fence
+before it too.
 """
 
 from __future__ import annotations
@@ -26,9 +33,10 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
-from xdsl.dialects import scf
+from xdsl.dialects import scf, vector
+from xdsl.dialects.builtin import UnrealizedConversionCastOp
 from xdsl.interpreter import Interpreter
-from xdsl.ir import Operation
+from xdsl.ir import BlockArgument, Operation, OpResult
 
 from tessera.dialects import sm90
 from tessera.interpreters.block_batch import describe_op
@@ -84,6 +92,13 @@ class WgmmaUnit:
         # group_ops[(w, g)]: the first wgmma of that group, for messages.
         self.read_group = np.full((groups, cta.smem_bytes), -1, np.int64)
         self.group_ops: dict[tuple[int, int], Operation] = {}
+        # _completed[w][g]: the time group g of warpgroup w completed (-1: not yet); wait_ops[(w, g)]: the wait
+        self._completed = [np.full(16, -1, np.int64) for _ in range(groups)]
+        self.wait_ops: dict[tuple[int, int], Operation] = {}
+        # fenced_at[w]: the time of warpgroup w's latest wgmma_fence (-1: none); produced: id(value) -> (value,
+        # time, op) for values that feed wgmma register operands (see RegisterWrites)
+        self.fenced_at = np.full(groups, -1, np.int64)
+        self.produced: dict[int, tuple[np.ndarray, int, Operation]] = {}
 
     # region mma_async
     def mma(self, op: sm90.WgmmaMmaAsyncOp, acc: np.ndarray, a: np.ndarray, b: np.ndarray,
@@ -95,6 +110,8 @@ class WgmmaUnit:
         rows, cols = _accumulator_coords(n)
         result = acc.copy()
         warpgroups = cta.converged_units(op, facts.WARPGROUP_SIZE, "wgmma_mma_async")
+        if cta.races:
+            self._check_fenced(op, warpgroups, acc, a if op.a_in_registers else None)
         for w in warpgroups:
             threads = np.arange(w * facts.WARPGROUP_SIZE, (w + 1) * facts.WARPGROUP_SIZE)
             if op.a_in_registers:
@@ -172,6 +189,36 @@ class WgmmaUnit:
         tile[row_hi, k_hi] = facts.half_bits_to_f32(hi, ab)
         return tile
 
+    def _check_fenced(self, op: Operation, warpgroups: list[int], acc: np.ndarray, a: np.ndarray | None) -> None:
+        """The register operands of a wgmma must be written before the warpgroup's latest wgmma_fence
+        (`memory_model.WGMMA_FENCE`)."""
+        for w in warpgroups:
+            fenced = int(self.fenced_at[w])
+            if fenced < 0:
+                self.cta.fail(op, f"warpgroup {w} issues its first wgmma_mma_async with no wgmma_fence before it "
+                                  "(race: missing wgmma_fence)", w * facts.WARPGROUP_SIZE)
+            for value, role in ((acc, "accumulator"), (a, "A fragment")):
+                entry = self.produced.get(id(value)) if value is not None else None
+                if entry is None or entry[0] is not value or entry[1] < fenced:
+                    continue
+                self.cta.fail(op, f"reads its {role} registers, written by `{describe_op(entry[2])}` after warpgroup "
+                                  f"{w}'s latest wgmma_fence (race: missing wgmma_fence between the write and the "
+                                  "wgmma)", w * facts.WARPGROUP_SIZE)
+
+    def fence(self, warpgroups: list[int]) -> None:
+        """wgmma_fence by `warpgroups`: register writes so far are ordered before their later wgmmas."""
+        now = self.cta.tick()
+        self.fenced_at[warpgroups] = now
+        if len(self.produced) > 64:
+            oldest = int(self.fenced_at[self.fenced_at >= 0].min())
+            self.produced = {k: e for k, e in self.produced.items() if e[1] >= oldest}
+
+    def completed_at(self, warpgroup: int, groups: np.ndarray) -> np.ndarray:
+        """The times the `groups` of `warpgroup` completed (-1: not yet)."""
+        done = self._completed[warpgroup]
+        inside = groups < len(done)
+        return np.where(inside, done[np.where(inside, groups, 0)], -1)
+
     # endregion
     # region groups
     def commit(self, op: Operation) -> None:
@@ -183,8 +230,21 @@ class WgmmaUnit:
         for w in self.cta.converged_units(op, facts.WARPGROUP_SIZE, "wgmma_wait_group"):
             outstanding = [g for g in self.committed[w] if g > self.done[w]]
             if len(outstanding) > pending:
-                self.done[w] = outstanding[len(outstanding) - pending - 1]
+                finished = outstanding[: len(outstanding) - pending]
+                self.done[w] = finished[-1]
+                self._record_completion(op, w, finished)
         self.registry = {k: p for k, p in self.registry.items() if (p.groups > self.done).any()}
+
+    def _record_completion(self, op: Operation, warpgroup: int, groups: list[int]) -> None:
+        done = self._completed[warpgroup]
+        if groups[-1] >= len(done):
+            grown = np.full(max(2 * len(done), groups[-1] + 1), -1, np.int64)
+            grown[: len(done)] = done
+            done = self._completed[warpgroup] = grown
+        done[groups] = self.cta.tick()
+        for g in groups:
+            if (warpgroup, g) in self.group_ops:
+                self.wait_ops[(warpgroup, g)] = op
 
     def _groups_of(self, value) -> np.ndarray:
         entry = self.registry.get(id(value))
@@ -245,6 +305,78 @@ class WgmmaUnit:
                                   "and wgmma_wait_group cover it)", w * facts.WARPGROUP_SIZE)
 
     # endregion
+
+
+_RENAMES = (vector.ShuffleOp, UnrealizedConversionCastOp)
+"""Ops that only rename registers (no instruction in the PTX): a value through them keeps its write time."""
+
+
+def wgmma_register_sources(func_op: Operation) -> tuple[frozenset[int], frozenset[int]]:
+    """(ids of the ops that compute values feeding a wgmma's accumulator or A-fragment operand, ids of the
+    renaming ops on the way), traced back through renames and scf.for/scf.if values; a wgmma's own result
+    (a chained accumulator) ends a trace."""
+    origins, renames, seen = set(), set(), set()
+    work = []
+    for op in func_op.walk():
+        if isinstance(op, sm90.WgmmaMmaAsyncOp):
+            work.append(op.operands[0])
+            if op.a_in_registers:
+                work.append(op.operands[1])
+    while work:
+        value = work.pop()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, OpResult):
+            owner = value.op
+            if isinstance(owner, sm90.WgmmaMmaAsyncOp):
+                continue
+            if isinstance(owner, _RENAMES):
+                renames.add(id(owner))
+                work.extend(owner.operands)
+            elif isinstance(owner, scf.ForOp):
+                work.append(owner.iter_args[value.index])
+                work.append(owner.body.block.last_op.operands[value.index])
+            elif isinstance(owner, scf.IfOp):
+                work.extend(region.block.last_op.operands[value.index] for region in owner.regions
+                            if region.blocks and region.block.last_op.operands)
+            else:
+                origins.add(id(owner))
+        elif isinstance(value, BlockArgument):
+            parent = value.block.parent_op()
+            if isinstance(parent, scf.ForOp) and value.index > 0:
+                work.append(parent.iter_args[value.index - 1])
+                work.append(parent.body.block.last_op.operands[value.index - 1])
+    return frozenset(origins), frozenset(renames)
+
+
+class RegisterWrites(Interpreter.Listener):
+    """Records when each value feeding a wgmma register operand was computed (`WgmmaUnit.produced`), from the
+    sets `wgmma_register_sources` found: an origin's results now, a rename's results at its operand's time."""
+
+    def __init__(self, unit: WgmmaUnit, sources: tuple[frozenset[int], frozenset[int]]):
+        self.unit = unit
+        self.origins, self.renames = sources
+        self._args: tuple = ()
+
+    def will_interpret_op(self, op: Operation, args: tuple) -> None:
+        if id(op) in self.renames:
+            self._args = args
+
+    def did_interpret_op(self, op: Operation, results: tuple) -> None:
+        key = id(op)
+        if key in self.origins:
+            produced, now = self.unit.produced, self.unit.cta.tick()
+            for value in results:
+                produced[id(value)] = (value, now, op)
+        elif key in self.renames:
+            produced = self.unit.produced
+            entries = [produced.get(id(arg)) for arg in self._args]
+            entries = [e for e, arg in zip(entries, self._args) if e is not None and e[0] is arg]
+            if entries:
+                latest = max(entries, key=lambda e: e[1])
+                for value in results:
+                    produced[id(value)] = (value, latest[1], latest[2])
 
 
 class PendingUseChecker(Interpreter.Listener):

@@ -1,0 +1,237 @@
+"""Happens-before in the CTA simulator: which synchronisation orders which shared-memory access, as the PTX memory
+model defines it (`tessera.sm90.memory_model`), whatever order the simulator happened to run the strands in.
+
+The other units check what the schedule exposes (a read of bytes still in flight, a write over bytes a pending
+wgmma reads). This unit keeps the orders themselves, incrementally (bookkeeping per synchronisation and per
+access, never a walk over past accesses):
+
+- `ordered[w, r]` (a [T, T] matrix of simulator times) is the latest time t such that thread w's accesses
+  before t happen before thread r's present point. It is a vector clock per thread (column r) whose entries are
+  times of the one CTA clock, so the units compare it with the times they record per byte (`written_at`, ...):
+  w's access at time a is ordered before r iff w == r or `ordered[w, r] > a`.
+- Releases set the releasing threads' own entries to now and join their columns into a message; acquires take
+  the element-wise maximum. Edges: a named barrier (`bar_sync`/`bar_arrive`) completing (every participant
+  releases, every waiter acquires); an mbarrier arrive (a release into the barrier's pending phase), the phase
+  completing (its releases are published), a successful `mbarrier_try_wait_parity` (acquires what the barrier
+  published). Ordering is transitive: a consumer's release reaches the producer through the empty barrier and
+  the consumer's earlier reads are ordered before the producer's refill.
+- `fenced[w, r]`: the latest time of w's accesses that a `fence_proxy_async` on a happens-before path into r
+  covers. A fence by f covers everything ordered before f; every edge that carries `ordered` carries `fenced`.
+  So a generic store followed by a barrier and a fence in the thread that issues the async-proxy read is
+  visible to that read, as the memory model's proxy-preserved causality order says.
+
+Per shared byte, the last generic read (thread, time, op) is kept here (the last generic write is the shared
+memory's `writer`/`written_at`); `check_write` refuses a write that an earlier read or write of another thread,
+or a completed wgmma read (`WgmmaUnit.completed_at`), does not happen before. Keeping one reader per byte
+(not a read vector clock) can miss a race with an earlier concurrent reader; it never reports a race that is
+not one. With `races=False` the write checks are skipped (the edges are still kept: the other units' checks
+use them).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+from xdsl.ir import Operation
+
+from tessera.interpreters.block_batch import describe_op
+from tessera.interpreters.sm90.shared_memory import GENERIC
+from tessera.sm90 import facts
+
+if TYPE_CHECKING:
+    from tessera.interpreters.sm90.cta_view import CtaView
+
+
+def _columns(threads: np.ndarray):
+    """Thread indices (or a [T] mask) as a slice where they are consecutive (a view), else as an index array."""
+    if threads.dtype == np.bool_:
+        threads = np.nonzero(threads)[0]
+    if len(threads) and int(threads[-1]) - int(threads[0]) + 1 == len(threads):
+        if len(threads) < 2 or threads[1] > threads[0]:
+            return slice(int(threads[0]), int(threads[-1]) + 1)
+    return threads
+
+
+class HappensBefore:
+    """The happens-before state of one CTA (see the module docstring)."""
+
+    def __init__(self, cta: CtaView, races: bool = True):
+        threads, size = cta.threads, cta.smem_bytes
+        self.cta = cta
+        self.races = races
+        self.ordered = np.full((threads, threads), -1, np.int64)
+        self.fenced = np.full((threads, threads), -1, np.int64)
+        self.pending: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.published: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.cluster_pending: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.reader = np.full(size, -1, np.int32)
+        self.read_at = np.full(size, -1, np.int64)
+        self.read_op = np.full(size, -1, np.int32)
+        self.ops: list[Operation] = []
+        self._op_index: dict[int, int] = {}
+
+    def op_index(self, op: Operation) -> int:
+        """A small integer naming `op` in the per-byte records."""
+        index = self._op_index.get(id(op))
+        if index is None:
+            index = self._op_index[id(op)] = len(self.ops)
+            self.ops.append(op)
+        return index
+
+    # region edges
+    def release(self, threads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`threads` release now: the join of their clocks (ordered, fenced)."""
+        columns = _columns(threads)
+        now = self.cta.tick()
+        index = np.arange(self.cta.threads)[columns]
+        self.ordered[index, index] = now
+        return self.ordered[:, columns].max(axis=1), self.fenced[:, columns].max(axis=1)
+
+    def acquire(self, threads: np.ndarray, message: tuple[np.ndarray, np.ndarray]) -> None:
+        columns = _columns(threads)
+        ordered, fenced = message
+        if isinstance(columns, slice):
+            np.maximum(self.ordered[:, columns], ordered[:, None], out=self.ordered[:, columns])
+            np.maximum(self.fenced[:, columns], fenced[:, None], out=self.fenced[:, columns])
+        else:
+            self.ordered[:, columns] = np.maximum(self.ordered[:, columns], ordered[:, None])
+            self.fenced[:, columns] = np.maximum(self.fenced[:, columns], fenced[:, None])
+
+    def barrier(self, participants: np.ndarray, waiters: np.ndarray) -> None:
+        """A named barrier completed: `participants` arrived, `waiters` leave it."""
+        message = self.release(participants)
+        if waiters.any():
+            self.acquire(waiters, message)
+
+    def arrive(self, barrier: int, threads: np.ndarray) -> None:
+        """`threads` arrive on mbarrier instance `barrier`: a release into its pending phase."""
+        ordered, fenced = self.release(threads)
+        old = self.pending.get(barrier)
+        self.pending[barrier] = (ordered, fenced) if old is None else (np.maximum(old[0], ordered),
+                                                                       np.maximum(old[1], fenced))
+
+    def phase_completed(self, barrier: int) -> None:
+        """The pending phase of mbarrier instance `barrier` completed: its releases reach later waiters."""
+        new = self.pending.pop(barrier, None)
+        if new is None:
+            return
+        old = self.published.get(barrier)
+        self.published[barrier] = new if old is None else (np.maximum(old[0], new[0]), np.maximum(old[1], new[1]))
+
+    def waited(self, barrier: int, threads: np.ndarray) -> None:
+        """`threads` observed a completed phase of mbarrier instance `barrier`."""
+        done = self.published.get(barrier)
+        if done is not None and len(threads):
+            self.acquire(threads, done)
+
+    def cluster_arrive(self, generation: int, threads: np.ndarray) -> None:
+        """`threads` arrive at the cluster barrier's phase `generation`: a release (this CTA's side of it)."""
+        ordered, fenced = self.release(threads)
+        old = self.cluster_pending.get(generation)
+        self.cluster_pending[generation] = (ordered, fenced) if old is None else (np.maximum(old[0], ordered),
+                                                                                  np.maximum(old[1], fenced))
+
+    def cluster_wait(self, generations: np.ndarray, threads: np.ndarray) -> None:
+        """`threads` passed the cluster barrier phases `generations` (one per thread): they acquire what this
+        CTA's threads released into them."""
+        for generation in np.unique(generations).tolist():
+            message = self.cluster_pending.get(generation)
+            if message is not None:
+                self.acquire(threads[generations == generation], message)
+
+    def fence_proxy_async(self, threads: np.ndarray) -> None:
+        """fence_proxy_async by `threads`: what happens before it is visible to the async proxy on every path
+        through it."""
+        columns = _columns(threads)
+        now = self.cta.tick()
+        index = np.arange(self.cta.threads)[columns]
+        self.ordered[index, index] = now
+        self.fenced[:, columns] = np.maximum(self.fenced[:, columns], self.ordered[:, columns])
+
+    # endregion
+    # region accesses
+    def note_read(self, op: Operation, addresses: np.ndarray, threads: np.ndarray) -> None:
+        """A generic read of `addresses` (flat bytes) by `threads` (same shape)."""
+        self.reader[addresses] = threads
+        self.read_at[addresses] = self.cta.tick()
+        self.read_op[addresses] = self.op_index(op)
+
+    def check_write(self, op: Operation, addresses: np.ndarray, threads: np.ndarray, what: str) -> None:
+        """A write of `addresses` (flat bytes) by `threads` (same shape): every earlier generic read and write
+        of another thread, and every completed wgmma read, must happen before it. Clears the read records."""
+        if self.races:
+            self._after_reads(op, addresses, threads, what)
+            self._after_writes(op, addresses, threads, what)
+            self._after_wgmma_reads(op, addresses, threads, what)
+        self.reader[addresses] = -1
+        self.cta.wgmma.read_group[:, addresses] = -1
+
+    def _race(self, op: Operation, what: str, address: int, other: Operation | None, other_thread: int, did: str,
+              thread: int, missing: str) -> None:
+        smem = self.cta.smem
+        other_side = f"`{describe_op(other)}`" if other is not None else "a cp.async"
+        self.cta.fail(op, f"{what} writes {smem.locate(address)}, which {other_side} "
+                          f"({self.cta.thread_name(other_thread)}) {did}, and no synchronisation orders the two "
+                          f"(race: {missing})", thread)
+
+    def _after_reads(self, op, addresses, threads, what) -> None:
+        readers = self.reader[addresses]
+        other = (readers >= 0) & (readers != threads)
+        if not other.any():
+            return
+        unordered = other.copy()
+        unordered[other] = self.ordered[readers[other], threads[other]] <= self.read_at[addresses[other]]
+        if unordered.any():
+            i = int(np.argmax(unordered))
+            self._race(op, what, int(addresses[i]), self.ops[int(self.read_op[addresses[i]])], int(readers[i]),
+                       "read", int(threads[i]), "a bar_sync or an mbarrier release/wait between the read and this "
+                                                "write is missing")
+
+    def _after_writes(self, op, addresses, threads, what) -> None:
+        smem = self.cta.smem
+        writers = smem.writer[addresses]
+        other = (smem.state[addresses] == GENERIC) & (writers >= 0) & (writers != threads)
+        if not other.any():
+            return
+        unordered = other.copy()
+        unordered[other] = self.ordered[writers[other], threads[other]] <= smem.written_at[addresses[other]]
+        if unordered.any():
+            i = int(np.argmax(unordered))
+            writer_op = int(smem.write_op[addresses[i]])
+            self._race(op, what, int(addresses[i]), self.ops[writer_op] if writer_op >= 0 else None, int(writers[i]),
+                       "wrote", int(threads[i]),
+                       "a bar_sync or an mbarrier release/wait between the two writes is missing")
+
+    def _after_wgmma_reads(self, op, addresses, threads, what) -> None:
+        wgmma = self.cta.wgmma
+        size = facts.WARPGROUP_SIZE
+        for w in range(wgmma.read_group.shape[0]):
+            groups = wgmma.read_group[w, addresses]
+            read = groups >= 0
+            if not read.any():
+                continue
+            completed = wgmma.completed_at(w, groups[read])
+            # the latest release of any thread of warpgroup w (after its wait_group) that each writer has seen
+            seen = self.ordered[w * size:(w + 1) * size, threads[read]].max(axis=0)
+            unordered = seen <= completed
+            if unordered.any():
+                i = int(np.argmax(unordered))
+                address, group = int(addresses[read][i]), int(groups[read][i])
+                reader = wgmma.group_ops[(w, group)]
+                wait = wgmma.wait_ops.get((w, group))
+                until = f" until `{describe_op(wait)}`" if wait is not None else ""
+                self.cta.fail(op, f"{what} writes {self.cta.smem.locate(address)}, which `{describe_op(reader)}` of "
+                                  f"warpgroup {w} read{until}, and no synchronisation orders that wait before this "
+                                  "write (race: the slot was released before the wgmma reading it completed)",
+                              int(threads[read][i]))
+
+    def proxy_unfenced(self, writers: np.ndarray, written_at: np.ndarray, readers: np.ndarray) -> np.ndarray:
+        """[n] bool: generic writes (by `writers` at `written_at`) that no fence_proxy_async on a path into any
+        of `readers` (the threads issuing an async-proxy read) covers."""
+        return self.fenced[writers][:, _columns(readers)].max(axis=1) <= written_at
+
+    # endregion
+
+
+__all__ = ["HappensBefore"]
