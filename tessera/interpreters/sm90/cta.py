@@ -37,6 +37,8 @@ class NamedBarrier:
     arrived: np.ndarray | None = None
     waiting: np.ndarray | None = None
     generation: int = 0
+    first_op: Operation | None = None
+    """The first bar_sync/bar_arrive of this phase (for messages)."""
 
 
 @dataclass
@@ -135,6 +137,24 @@ class CtaState:
                           f"(thread {inactive} is not)", g * unit + int(np.argmax(groups[g])))
         return [int(g) for g in np.nonzero(groups.any(axis=1))[0]]
 
+    def check_synchronisation_drained(self) -> None:
+        """At the end of the kernel (with `races`): no named barrier is left with arrivals that no phase
+        completed (a bar_sync or bar_arrive of its other side is missing), and every filled ring slot was
+        released (`MBarriers.check_released_at_end`)."""
+        if not self.races:
+            return
+        for barrier, state in enumerate(self.named):
+            if state.arrived is not None and state.arrived.any():
+                first = int(np.argmax(state.arrived))
+                op = state.first_op
+                message = (f"the kernel ends with named barrier {barrier} incomplete: {int(state.arrived.sum())} of "
+                           f"its {state.threads} threads arrived (a bar_sync or bar_arrive of the other side is "
+                           "missing)")
+                if op is None:
+                    raise KernelHazardError(f"{message} in {self.where(first)}")
+                self.fail(op, message, first)
+        self.mbarriers.check_released_at_end()
+
     # endregion
     # region synchronisation
     def synchronise(self, participants: np.ndarray, waiters: np.ndarray) -> None:
@@ -154,6 +174,7 @@ class CtaState:
         if state.arrived is None:
             state.threads = count
             state.arrived, state.waiting = np.zeros(self.threads, bool), np.zeros(self.threads, bool)
+            state.first_op = op
         elif state.threads != count:
             self.fail(op, f"named barrier {barrier} expects {state.threads} threads from earlier arrivals, "
                           f"this one says {count}", active)

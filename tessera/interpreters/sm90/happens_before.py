@@ -213,7 +213,12 @@ class HappensBefore:
                 continue
             completed = wgmma.completed_at(w, groups[read])
             # the latest release of any thread of warpgroup w (after its wait_group) that each writer has seen
-            seen = self.ordered[w * size:(w + 1) * size, threads[read]].max(axis=0)
+            writers = threads[read]
+            if (writers == writers[0]).all():  # one issuing thread (a TMA copy)
+                seen = self.ordered[w * size:(w + 1) * size, int(writers[0])].max()
+            else:
+                unique, inverse = np.unique(writers, return_inverse=True)
+                seen = self.ordered[w * size:(w + 1) * size, unique].max(axis=0)[inverse]
             unordered = seen <= completed
             if unordered.any():
                 i = int(np.argmax(unordered))

@@ -253,6 +253,7 @@ def run_cta(kernel: TargetKernel, module: ModuleOp, values: list, memory: Global
         cta.wgmma.check_drained()
         cta.bulk.check_drained()
         cta.cp_async.check_drained()
+        cta.check_synchronisation_drained()
         return results
 
     main = make_interpreter()
@@ -302,6 +303,7 @@ def _member_body(kernel, module, values, memory, cta: CtaState, allocation, list
         cta.tma.check_drained()
         cta.wgmma.check_drained()
         cta.cp_async.check_drained()
+        cta.check_synchronisation_drained()
         return results
 
     return (f"CTA {cta.cta_id} (rank {cta.rank})", main, np.ones(kernel.threads, bool), body, make_interpreter)

@@ -48,6 +48,11 @@ class MBarriers:
         self.instances: list[MBarrier] = []
         self.live: dict[int, MBarrier] = {}
         self.observed = np.zeros((0, cta.threads), np.int64)
+        # last_waited[t]: the instance thread t last waited on successfully (-1: none); refills[F]: the barriers
+        # a TMA completing on F was issued after waiting on (F's "empty" partners, see `check_released_at_end`)
+        self.last_waited = np.full(cta.threads, -1, np.int64)
+        self.refills: dict[int, set[int]] = {}
+        self.init_ops: dict[int, Operation] = {}
 
     def _locate(self, address: int) -> str:
         return self.cta.smem.locate(address)
@@ -74,6 +79,19 @@ class MBarriers:
                               "fence_mbarrier_init, then bar_sync)", thread)
         return barrier
 
+    def get_all(self, op: Operation, threads: np.ndarray, addresses: np.ndarray) -> list[MBarrier]:
+        """`get` for each of `threads` (at `addresses[thread]`): one lookup per distinct address, the init's
+        visibility checked for all threads at once."""
+        mine = addresses[threads]
+        if len(threads) < 2 or not (mine == mine[0]).all():
+            return [self.get(op, int(t), int(addresses[t])) for t in threads]
+        barrier = self.get(op, int(threads[0]), int(mine[0]))
+        init = barrier.init_thread
+        unseen = (threads != init) & (self.cta.hb.ordered[init, threads] <= barrier.init_time)
+        if unseen.any():
+            self.get(op, int(threads[np.argmax(unseen)]), int(mine[0]))  # reports it
+        return [barrier] * len(threads)
+
     def _active_threads(self) -> np.ndarray:
         return np.nonzero(self.cta.active)[0]
 
@@ -94,6 +112,7 @@ class MBarriers:
             self.cta.smem.check_writable(op, np.arange(span.start, span.stop),
                                          np.full(facts.MBARRIER_BYTES, thread), "mbarrier_init")
             barrier = MBarrier(len(self.instances), address, state, int(thread), self.cta.tick())
+            self.init_ops[barrier.index] = op
             self.instances.append(barrier)
             self.live[address] = barrier
             if self.cta.cluster is not None:
@@ -104,9 +123,12 @@ class MBarriers:
     def arrive(self, op: Operation, addresses: np.ndarray, tx_bytes: int | None) -> None:
         """mbarrier.arrive (tx_bytes None) or mbarrier.arrive.expect_tx by every active thread, in thread order.
         Each arrival is a release (`happens_before`) into the phase it counts towards."""
+        threads = self._active_threads()
+        if tx_bytes is None and self._arrive_together(op, threads, addresses):
+            return
         completed: set[int] = set()
         arrivals: dict[int, list[int]] = {}
-        for thread in self._active_threads():
+        for thread in threads:
             barrier = self.get(op, thread, int(addresses[thread]))
             arrivals.setdefault(barrier.index, []).append(int(thread))
             if barrier.index in completed:
@@ -132,6 +154,25 @@ class MBarriers:
             # it run now, at the earliest moment the hardware could, so that a release that comes before
             # the releasing threads' last read (a refill overwriting data still being read) shows.
             self.cta.scheduler.hand_over()
+
+    def _arrive_together(self, op: Operation, threads: np.ndarray, addresses: np.ndarray) -> bool:
+        """The common case of `arrive` at once: every active thread arrives on one barrier whose phase has room
+        for all of them. False (nothing done) otherwise: the thread-by-thread path reports what is wrong."""
+        if not len(threads):
+            return True
+        mine = addresses[threads]
+        if not (mine == mine[0]).all():
+            return False
+        barrier = self.get_all(op, threads, addresses)[0]
+        if len(threads) > barrier.state.pending:
+            return False
+        phase = barrier.state.phase
+        barrier.state.arrive(len(threads))
+        self.cta.hb.arrive(barrier.index, threads)
+        if barrier.state.phase != phase:
+            self.cta.hb.phase_completed(barrier.index)
+            self.cta.scheduler.hand_over()
+        return True
 
     def complete_tx(self, op: Operation, thread: int, barrier: MBarrier, nbytes: int) -> None:
         phase = barrier.state.phase
@@ -184,7 +225,7 @@ class MBarriers:
         blocks until one of those barriers changes (or reports the deadlock)."""
         threads = self._active_threads()
         while True:
-            barriers = [self.get(op, t, int(addresses[t])) for t in threads]
+            barriers = self.get_all(op, threads, addresses)
             bad = (parity[threads] != 0) & (parity[threads] != 1)
             if bad.any():
                 t = threads[np.argmax(bad)]
@@ -208,6 +249,7 @@ class MBarriers:
         np.maximum.at(self.observed, (indices, seen), phases[done])
         for index in np.unique(indices).tolist():
             self.cta.hb.waited(index, seen[indices == index])
+        self.last_waited[seen] = indices
         if self.cta.cluster is not None:
             for index in np.unique(indices):
                 self.cta.cluster.observe(self.cta, int(index), seen[indices == index])
@@ -225,6 +267,39 @@ class MBarriers:
                 f"parity {parity}, but the barrier is in phase {s.phase} (parity {s.phase & 1}) with {s.pending} of "
                 f"{s.expected} arrivals pending and tx-count {s.tx_count}, and no in-flight copy or other thread "
                 f"can complete the phase{short}", thread)
+
+    def note_refill(self, thread: int, barrier: MBarrier) -> None:
+        """A TMA copy completing on `barrier` is issued by `thread`: the barrier that thread waited on last (if
+        another) is the slot's release barrier."""
+        empty = int(self.last_waited[thread])
+        if empty >= 0 and empty != barrier.index:
+            self.refills.setdefault(barrier.index, set()).add(empty)
+
+    def check_released_at_end(self) -> None:
+        """At the end of the kernel every fill of a ring slot has been released once: each barrier a producer
+        waited on before refilling a slot completed as many phases as the slot's full barrier, with no arrivals
+        into a further phase. A release missing leaves the producer's next refill of that slot (on a longer
+        sequence, or in a persistent kernel) waiting forever; an extra one lets it refill unread data."""
+        for full, empties in self.refills.items():
+            filled = self.instances[full]
+            for empty in empties:
+                released = self.instances[empty]
+                if not (filled.live and released.live):
+                    continue
+                s = released.state
+                if s.phase == filled.state.phase and s.pending == s.expected:
+                    continue
+                what = ("a consumer's release of the slot is missing" if s.phase < filled.state.phase
+                        or s.pending != s.expected else "the slot was released more often than it was filled "
+                        "(an extra arrival lets the producer refill it before its consumers read it)")
+                self.cta.fail(self._init_op(released), f"the kernel ends with the mbarrier at "
+                              f"{self._locate(released.address)} released {s.phase} times (and {s.expected - s.pending} "
+                              f"of {s.expected} arrivals into the next phase) while the slot it frees was filled "
+                              f"{filled.state.phase} times through the mbarrier at {self._locate(filled.address)}: "
+                              f"{what}", released.init_thread)
+
+    def _init_op(self, barrier: MBarrier) -> Operation:
+        return self.init_ops.get(barrier.index)
 
     def share_observations(self, participants: np.ndarray, waiters: np.ndarray) -> None:
         """After a barrier, the waiters know every phase completion a participant had observed."""

@@ -67,6 +67,20 @@ def _accumulator_coords(n: int) -> tuple[np.ndarray, np.ndarray]:
     return facts.accumulator_coords(v[None, :], np.arange(facts.WARPGROUP_SIZE)[:, None])
 
 
+@lru_cache(maxsize=4096)
+def _operand_addresses(descriptor: int, major: str, extent: int, k: int, element_bytes: int):
+    """(descriptor fields, the [extent, k] element addresses, their bytes flattened) of a wgmma operand read
+    through `descriptor` (read-only arrays; a ring's few descriptors repeat every trip). ValueError: a bad
+    descriptor."""
+    fields = facts.decode_descriptor(descriptor)
+    addresses = np.asarray(facts.descriptor_element_address(fields, major, element_bytes, np.arange(extent)[:, None],
+                                                            np.arange(k)[None, :]), np.int64)
+    byte_addresses = (addresses.reshape(-1, 1) + np.arange(element_bytes)).reshape(-1)
+    addresses.flags.writeable = False
+    byte_addresses.flags.writeable = False
+    return fields, addresses, byte_addresses
+
+
 @lru_cache(maxsize=None)
 def _a8_coords() -> tuple[np.ndarray, np.ndarray]:
     """(row, k) of 8-bit A element i (register i / 4, byte i % 4) of each thread: [128, 16] each."""
@@ -148,22 +162,19 @@ class WgmmaUnit:
                         threads: np.ndarray, what: str) -> np.ndarray:
         """The [extent, k] operand (rows = M of A or N of B) read through `descriptor`, after the checks."""
         cta, smem = self.cta, self.cta.smem
-        descriptor = as_unsigned64(descriptor)
         element_bytes = facts.WGMMA_K_BYTES // k
         try:
-            fields = facts.decode_descriptor(descriptor)
-            addresses = facts.descriptor_element_address(fields, major, element_bytes, np.arange(extent)[:, None],
-                                                         np.arange(k)[None, :])
+            fields, addresses, byte_addresses = _operand_addresses(int(as_unsigned64(descriptor)), major, extent, k,
+                                                                   element_bytes)
         except ValueError as error:
             cta.fail(op, f"operand {what}: {error}", threads[0])
-        addresses = np.asarray(addresses, np.int64)
-        readers = np.full(addresses.shape, threads[0])
-        smem.check_bounds(op, addresses, readers, element_bytes, f"reads operand {what}:")
+        if addresses.min() < 0 or addresses.max() + element_bytes > smem.size:
+            smem.check_bounds(op, addresses, np.full(addresses.shape, threads[0]), element_bytes,
+                              f"reads operand {what}:")
         buffer = smem.buffer_at(fields.start_address)
         if buffer is not None and buffer.swizzle != fields.swizzle:
             cta.fail(op, f"operand {what}: the descriptor swizzles {fields.swizzle}B but buffer '{buffer.name}' is "
                          f"declared with swizzle {buffer.swizzle}", threads[0])
-        byte_addresses = (addresses.reshape(-1, 1) + np.arange(element_bytes)).reshape(-1)
         smem.check_async_read(op, byte_addresses, threads, f"wgmma operand {what}")
         group = int(self.open[warpgroup])
         self.read_group[warpgroup, byte_addresses] = group

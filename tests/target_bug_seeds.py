@@ -1,0 +1,327 @@
+"""One-edit bugs seeded into the Target IR of the warp-specialized flash kernel (issue 31's matrix at Target IR
+level): deleted waits, flipped parities, wrong or missing expect_tx, missing commits and wait_groups, deleted
+fences and barriers, slots released early or never, wrong barrier counts and the ping-pong named barriers.
+
+`SEEDS` maps a bug's name to (kind, kernel variant, edit); `seeded(name)` returns a fresh copy of the variant's
+kernel with the edit applied. tests/test_target_races.py runs one bug per kind; bench/races_target.py runs all
+of them on two shapes (`python bench/races_target.py`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from functools import lru_cache
+
+from xdsl.dialects import arith, scf
+
+import tessera
+from tessera.dialects import sm90
+from tessera.passes import PIPELINED_PIPELINE, SPECIALIZED_PIPELINE
+
+VARIANTS = {
+    "specialized": SPECIALIZED_PIPELINE,
+    "pingpong": PIPELINED_PIPELINE + ",warp-specialize{pingpong=true}",
+}
+
+
+@lru_cache(maxsize=None)
+def _lowered(variant: str, head_dim: int = 64):
+    module = tessera.kernels.flash_attention(head_dim=head_dim, causal=False, dtype="bf16")
+    sig = tessera.find_kernel(module)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return sig, tessera.lower_to_target(module, sig.name, VARIANTS[variant])
+
+
+def kernel(variant: str, head_dim: int = 64):
+    """(signature, a fresh copy of the unseeded kernel)."""
+    sig, lowered = _lowered(variant, head_dim)
+    return sig, lowered.clone()
+
+
+# region finding ops
+
+
+def _roles(fn):
+    """(producer region, consumer region): the two branches of the role split."""
+    split = [op for op in fn.body.block.ops if isinstance(op, scf.IfOp)][-1]
+    return split.true_region, split.false_region
+
+
+def _loops(region) -> list[scf.ForOp]:
+    return [op for op in region.walk() if isinstance(op, scf.ForOp)]
+
+
+def _steady(fn, role: int) -> scf.ForOp:
+    """The first (steady, unmasked) loop of the producer (0) or of the first consumer (1)."""
+    return _loops(_roles(fn)[role])[0]
+
+
+def _top(loop: scf.ForOp, kind) -> list:
+    return [op for op in loop.body.block.ops if isinstance(op, kind)]
+
+
+def _waits(loop: scf.ForOp) -> list[scf.WhileOp]:
+    return [op for op in loop.body.walk() if isinstance(op, scf.WhileOp)]
+
+
+def _wait_parity(wait: scf.WhileOp):
+    return next(op for op in wait.before_region.walk() if isinstance(op, sm90.MBarrierTryWaitParityOp))
+
+
+def _erase(op) -> None:
+    op.detach()
+    op.erase()
+
+
+def _first(fn, kind, region=None):
+    return next(op for op in (region or fn.body).walk() if isinstance(op, kind))
+
+
+def _move_before(op, anchor) -> None:
+    op.detach()
+    anchor.parent_block().insert_op_before(op, anchor)
+
+
+# endregion
+# region edits
+
+
+def _delete(find: Callable) -> Callable:
+    return lambda fn: _erase(find(fn))
+
+
+def _flip_parity(find: Callable) -> Callable:
+    """The wait tests the other parity: `xori parity, 1` inserted before the try_wait."""
+
+    def edit(fn):
+        wait = _wait_parity(find(fn))
+        parity = wait.operands[1]
+        one = arith.ConstantOp.from_int_and_width(1, parity.type)
+        flipped = arith.XOrIOp(parity, one.result)
+        wait.parent_block().insert_ops_before([one, flipped], wait)
+        wait.operands[1] = flipped.result
+
+    return edit
+
+
+def _unflip_producer_parity(index: int) -> Callable:
+    """The producer waits on an empty barrier with the full barrier's parity (its xori dropped)."""
+
+    def edit(fn):
+        wait = _wait_parity(_waits(_steady(fn, 0))[index])
+        flip = wait.operands[1].owner
+        assert isinstance(flip, arith.XOrIOp)
+        wait.operands[1] = flip.lhs
+
+    return edit
+
+
+def _expect_bytes(find: Callable, factor: float) -> Callable:
+    def edit(fn):
+        op = find(fn)
+        op.properties["bytes"] = type(op.properties["bytes"])(int(op.properties["bytes"].value.data * factor),
+                                                              op.properties["bytes"].type)
+
+    return edit
+
+
+def _init_count(index: int, count: int) -> Callable:
+    def edit(fn):
+        op = [o for o in fn.body.walk() if isinstance(o, sm90.MBarrierInitOp)][index]
+        op.properties["count"] = type(op.properties["count"])(count, op.properties["count"].type)
+
+    return edit
+
+
+def _wait_group_pending(find: Callable, pending: int) -> Callable:
+    def edit(fn):
+        op = find(fn)
+        op.properties["pending"] = type(op.properties["pending"])(pending, op.properties["pending"].type)
+
+    return edit
+
+
+def _consumer_loop(fn):
+    return _steady(fn, 1)
+
+
+def _release(position: int):
+    """The consumer loop's slot releases: 0 = K (after wait_group 1), 1 = V (after wait_group 0)."""
+    return lambda fn: _top(_consumer_loop(fn), sm90.MBarrierArriveOp)[position]
+
+
+def _wait_group(position: int):
+    return lambda fn: _top(_consumer_loop(fn), sm90.WgmmaWaitGroupOp)[position]
+
+
+def _release_early(position: int, before: Callable) -> Callable:
+    def edit(fn):
+        _move_before(_release(position)(fn), before(fn))
+
+    return edit
+
+
+def _retarget_release(position: int, other: int) -> Callable:
+    """Release `position` arrives on the barrier release `other` uses (both computed before either release)."""
+
+    def edit(fn):
+        releases = _top(_consumer_loop(fn), sm90.MBarrierArriveOp)
+        releases[position].operands[0] = releases[other].operands[0]
+
+    return edit
+
+
+def _double(find: Callable) -> Callable:
+    def edit(fn):
+        op = find(fn)
+        op.parent_block().insert_op_after(op.clone(), op)
+
+    return edit
+
+
+def _wait_after(position: int, anchor: Callable) -> Callable:
+    """The consumer's full-barrier wait `position` moved after `anchor` (its slot is read before the wait)."""
+
+    def edit(fn):
+        wait, after = _consumer_wait(position)(fn), anchor(fn)
+        wait.detach()
+        after.parent_block().insert_op_after(wait, after)
+
+    return edit
+
+
+def _consumer_wait(position: int):
+    """The consumer loop's full-barrier waits: 0 = K, 1 = V."""
+    return lambda fn: _waits(_consumer_loop(fn))[position]
+
+
+def _producer_wait(position: int):
+    """The producer loop's empty-barrier waits: 0 = K, 1 = V."""
+    return lambda fn: _waits(_steady(fn, 0))[position]
+
+
+def _producer_expect(position: int):
+    return lambda fn: [op for op in _steady(fn, 0).body.walk() if isinstance(op, sm90.MBarrierArriveExpectTxOp)][
+        position]
+
+
+def _q_wait(fn):
+    consumer = _roles(fn)[1]
+    return next(op for op in consumer.block.ops if isinstance(op, scf.WhileOp))
+
+
+def _bar_sync(threads: int):
+    return lambda fn: next(op for op in fn.body.walk() if isinstance(op, sm90.BarSyncOp)
+                           and op.threads.value.data == threads)
+
+
+def _pingpong(kind, barrier_index: int):
+    """The first named-barrier op of `kind` on `barrier_index` inside a consumer loop."""
+
+    def find(fn):
+        return next(op for loop in _loops(_roles(fn)[1]) for op in loop.body.walk()
+                    if isinstance(op, kind) and op.barrier.value.data == barrier_index)
+
+    return find
+
+
+def _loop_fence(position: int):
+    return lambda fn: _top(_consumer_loop(fn), sm90.WgmmaFenceOp)[position]
+
+
+def _prologue_fence(fn):
+    return _first(fn, sm90.WgmmaFenceOp, _roles(fn)[1])
+
+
+def _commit(position: int):
+    return lambda fn: _top(_consumer_loop(fn), sm90.WgmmaCommitGroupOp)[position]
+
+
+# endregion
+
+S, P = "specialized", "pingpong"
+
+SEEDS: dict[str, tuple[str, str, Callable]] = {
+    # deleted waits
+    "consumer K full wait deleted": ("deleted mbarrier wait", S, _delete(_consumer_wait(0))),
+    "consumer V full wait deleted": ("deleted mbarrier wait", S, _delete(_consumer_wait(1))),
+    "consumer Q wait deleted": ("deleted mbarrier wait", S, _delete(_q_wait)),
+    "producer K empty wait deleted": ("deleted mbarrier wait", S, _delete(_producer_wait(0))),
+    "producer V empty wait deleted": ("deleted mbarrier wait", S, _delete(_producer_wait(1))),
+    # parities
+    "consumer K full parity flipped": ("flipped parity", S, _flip_parity(_consumer_wait(0))),
+    "consumer V full parity flipped": ("flipped parity", S, _flip_parity(_consumer_wait(1))),
+    "producer K empty parity not flipped": ("flipped parity", S, _unflip_producer_parity(0)),
+    "producer V empty parity not flipped": ("flipped parity", S, _unflip_producer_parity(1)),
+    # transaction bytes
+    "K expect_tx halved": ("wrong expect_tx bytes", S, _expect_bytes(_producer_expect(0), 0.5)),
+    "V expect_tx doubled": ("wrong expect_tx bytes", S, _expect_bytes(_producer_expect(1), 2)),
+    "K expect_tx deleted": ("missing expect_tx", S, _delete(_producer_expect(0))),
+    "V expect_tx deleted": ("missing expect_tx", S, _delete(_producer_expect(1))),
+    # wgmma groups
+    "S commit deleted": ("missing wgmma commit", S, _delete(_commit(0))),
+    "P.V commit deleted": ("missing wgmma commit", S, _delete(_commit(1))),
+    "wait_group 1 deleted": ("deleted wgmma wait", S, _delete(_wait_group(0))),
+    "wait_group 0 deleted": ("deleted wgmma wait", S, _delete(_wait_group(1))),
+    "wait_group 1 waits for 2": ("wrong wgmma wait count", S, _wait_group_pending(_wait_group(0), 2)),
+    # fences
+    "prologue wgmma_fence deleted": ("deleted wgmma fence", S, _delete(_prologue_fence)),
+    "loop S wgmma_fence deleted": ("deleted wgmma fence", S, _delete(_loop_fence(0))),
+    "fence_mbarrier_init deleted": ("deleted fence.mbarrier_init", S,
+                                    _delete(lambda fn: _first(fn, sm90.FenceMBarrierInitOp))),
+    # CTA barriers
+    "bar_sync after mbarrier_init deleted": ("deleted barrier after init", S, _delete(_bar_sync(384))),
+    # slot releases
+    "V release before wait_group 0": ("slot released early", S, _release_early(1, _wait_group(1))),
+    "V release before its wgmma": ("slot released early", S, _release_early(1, _loop_fence(1))),
+    "V release before wait_group 1": ("slot released early", S, _release_early(1, _wait_group(0))),
+    "K release deleted": ("slot never released", S, _delete(_release(0))),
+    "V release deleted": ("slot never released", S, _delete(_release(1))),
+    "K release on the V empty barrier": ("release on the wrong barrier", S, _retarget_release(0, 1)),
+    "V release on the K empty barrier": ("release on the wrong barrier", S, _retarget_release(1, 0)),
+    "K release doubled": ("extra arrival", S, _double(_release(0))),
+    "V release doubled": ("extra arrival", S, _double(_release(1))),
+    "K full wait after the S wgmmas": ("wait moved after its use", S, _wait_after(0, _commit(0))),
+    "V full wait after the P.V wgmmas": ("wait moved after its use", S, _wait_after(1, _commit(1))),
+    # barrier counts
+    "K empty count halved": ("wrong barrier count", S, _init_count(2, 128)),
+    "K full count doubled": ("wrong barrier count", S, _init_count(1, 2)),
+    # ping-pong named barriers
+    "ping-pong bar_sync deleted": ("deleted ping-pong barrier", P, _delete(_pingpong(sm90.BarSyncOp, 1))),
+    "ping-pong bar_arrive deleted": ("deleted ping-pong barrier", P, _delete(_pingpong(sm90.BarArriveOp, 2))),
+    "ping-pong K release deleted": ("slot never released", P, _delete(_release(0))),
+    "ping-pong V release before wait_group 0": ("slot released early", P, _release_early(1, _wait_group(1))),
+}
+
+
+BENIGN: dict[str, tuple[str, str, Callable]] = {
+    # Each is ordered by another edge; reporting it would cry wolf.
+    "consumers' bar_sync deleted": (
+        "every consumer thread waits on the Q barrier itself (its acquire orders the Q copy before its wgmma); no "
+        "shared byte is written by one consumer and read by another", S, _delete(_bar_sync(256))),
+    "K release before wait_group 1": (
+        "the producer refills that K slot only after its V refill of the slot before, which waits for the V "
+        "release that follows wait_group 0 (which completes the S wgmma too)", S,
+        _release_early(0, _wait_group(0))),
+    "K release before its wgmma": (
+        "the same V release orders the K refill after the S wgmma's completion", S,
+        _release_early(0, _loop_fence(0))),
+}
+
+
+def seeded(name: str, head_dim: int = 64):
+    """(signature, the kernel with bug `name` (or benign edit) seeded)."""
+    kind, variant, edit = SEEDS[name] if name in SEEDS else BENIGN[name]
+    sig, fn = kernel(variant, head_dim)
+    edit(fn)
+    return sig, fn
+
+
+def one_per_kind() -> list[str]:
+    """The first bug of each kind (the fast slice the tests run)."""
+    names: dict[str, str] = {}
+    for name, (kind, _, _) in SEEDS.items():
+        names.setdefault(kind, name)
+    return list(names.values())

@@ -1,0 +1,210 @@
+"""Happens-before in the CTA simulator (tessera/interpreters/sm90/happens_before.py): races reported whatever order
+the strands ran in, with both sides named; proxy fences counted on any causality path (a library epilogue: every
+thread stores, a barrier, one thread fences and issues the bulk copy); one bug of each kind seeded into the
+warp-specialized flash kernel (tests/target_bug_seeds.py; the whole matrix on two shapes: bench/races_target.py);
+seeded edits that are not races run clean; the adversarial schedule."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tessera.interpreters.block_batch import KernelHazardError
+from tessera.interpreters.launch import prepare_arguments
+from tessera.interpreters.sm90 import run_target_kernel
+from tessera.ir import parse_module
+from tessera.kernel_abi import is_target_kernel
+
+from target_bug_seeds import BENIGN, SEEDS, kernel, one_per_kind, seeded
+
+
+def _qkv(rng, seq_k: int):
+    return [rng.standard_normal((1, 1, s, 64)) for s in (64, seq_k, seq_k)]
+
+
+def _run(sig, fn, inputs, **kw):
+    arguments, sizes = prepare_arguments(sig, inputs)
+    run_target_kernel(fn, arguments, sizes, **kw)
+    return arguments
+
+
+# region the seeded flash kernel
+
+
+@pytest.mark.parametrize("name", one_per_kind())
+def test_one_bug_of_each_kind_is_reported_on_300_keys(name, rng):
+    sig, fn = seeded(name)
+    with pytest.raises(KernelHazardError):
+        _run(sig, fn, _qkv(rng, 300))
+
+
+@pytest.mark.parametrize("name", sorted(BENIGN))
+def test_seeded_edits_that_are_not_races_run_clean(name, rng):
+    """Each is ordered by another edge (BENIGN says which): reporting it would cry wolf."""
+    sig, fn = seeded(name)
+    _run(sig, fn, _qkv(rng, 700))
+
+
+def test_a_slot_released_before_its_wgmma_completes_names_both_sides(rng):
+    sig, fn = seeded("ping-pong V release before wait_group 0")
+    with pytest.raises(KernelHazardError, match=r"^sm90.tma_load %V_map128.*: the TMA copy writes shared address "
+                                                r"0x[0-9a-f]+ \(buffer 'v_ring' \+ \d+\), which `%\d+ = "
+                                                r"sm90.wgmma_mma_async .*` of warpgroup \d read until "
+                                                r"`sm90.wgmma_wait_group 0`, and no synchronisation orders that wait "
+                                                r"before this write \(race: the slot was released before the wgmma "
+                                                r"reading it completed\) in thread 256 "):
+        _run(sig, fn, _qkv(rng, 700))
+
+
+def test_a_slot_never_released_is_reported_where_no_refill_needs_it(rng):
+    """300 keys: no later fill waits for the deleted release, so nothing deadlocks; the end of the kernel
+    finds the slot filled and never freed."""
+    sig, fn = seeded("K release deleted")
+    with pytest.raises(KernelHazardError, match=r"the kernel ends with the mbarrier at shared address 0x[0-9a-f]+ "
+                                                r"\(buffer 'k_ring_empty' \+ \d+\) released 0 times .* a consumer's "
+                                                r"release of the slot is missing"):
+        _run(sig, fn, _qkv(rng, 300))
+
+
+@pytest.mark.parametrize("variant", ["specialized", "pingpong"])
+def test_the_unseeded_kernels_run_clean_under_the_adversarial_schedule(variant, rng):
+    sig, fn = kernel(variant)
+    inputs = _qkv(rng, 300)
+    plain = _run(sig, fn, inputs)[3]
+    for seed in (1, 2):
+        np.testing.assert_array_equal(_run(sig, fn, inputs, schedule="adversarial", seed=seed)[3], plain)
+
+
+def test_an_unknown_schedule_is_refused(rng):
+    sig, fn = kernel("specialized")
+    with pytest.raises(ValueError, match=r"schedule must be one of round_robin, adversarial, got 'random'"):
+        _run(sig, fn, _qkv(rng, 300), schedule="random")
+
+
+def test_races_false_leaves_the_happens_before_checks_out(rng):
+    sig, fn = seeded("loop S wgmma_fence deleted")
+    _run(sig, fn, _qkv(rng, 300), races=False)
+
+
+def test_every_seed_names_a_kind():
+    kinds = {kind for kind, _, _ in SEEDS.values()}
+    assert len(SEEDS) >= 33 and len(kinds) >= 17
+
+
+# endregion
+# region small kernels: a library epilogue, a handoff without a barrier
+
+_EPILOGUE = """\
+builtin.module {
+  func.func @epilogue(%x: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<32, 2>, tile.role = "in"},
+                      %out: i64 {sm90.source = 1 : i64, tile.dims = #tile.dims<32, 2>, tile.role = "out"})
+      attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>,
+                  sm90.kernel = {threads = 64 : i64, smem_bytes = 512 : i64}} {
+    %tid = sm90.special "tid.x" : index
+    %buf = sm90.shared_buffer "tile" offset 0 size 512 align 128 swizzle 0 : i32
+    %t32 = arith.index_cast %tid : index to i32
+    %c8 = arith.constant 8 : i32
+    %srow = arith.muli %t32, %c8 : i32
+    %sbase = arith.addi %buf, %srow : i32
+    %sb = vector.broadcast %sbase : i32 to vector<2xi32>
+    %scols = arith.constant dense<[0, 4]> : vector<2xi32>
+    %saddr = arith.addi %sb, %scols : vector<2xi32>
+    %v = arith.constant dense<[1.0, 2.0]> : vector<2xf32>
+    sm90.st_shared %saddr, %v : vector<2xi32>, vector<2xf32>
+    %c0 = arith.constant 0 : index
+    %first = arith.cmpi eq, %tid, %c0 : index
+    EARLY
+    BARRIER
+    scf.if %first {
+      LATE
+      sm90.bulk_reduce_add %out, %buf, 256 : i64
+      sm90.bulk_commit_group
+      sm90.bulk_wait_group 0 read
+    }
+    sm90.bar_sync 0, 64
+    func.return
+  }
+}
+"""
+_ISSUER_FENCE = "sm90.fence_proxy_async"
+
+
+def _epilogue(early: str = "", barrier: str = "sm90.bar_sync 0, 64", late: str = _ISSUER_FENCE) -> np.ndarray:
+    text = _EPILOGUE.replace("EARLY", early).replace("BARRIER", barrier).replace("LATE", late)
+    fn = next(op for op in parse_module(text).walk() if is_target_kernel(op))
+    out = np.zeros((32, 2), np.float32)
+    run_target_kernel(fn, [np.zeros((32, 2), np.float32), out], {})
+    return out
+
+
+def test_a_fence_after_the_barrier_in_the_issuing_thread_covers_every_threads_stores():
+    """The library epilogue of issue 31: the barrier carries every thread's store to the issuer's fence."""
+    np.testing.assert_array_equal(_epilogue(), np.tile([1.0, 2.0], (32, 1)))
+
+
+def test_every_thread_fencing_before_the_barrier_is_correct_too():
+    np.testing.assert_array_equal(_epilogue(early=_ISSUER_FENCE, late=""), np.tile([1.0, 2.0], (32, 1)))
+
+
+def test_a_fence_before_the_barrier_in_the_issuing_thread_covers_only_its_own_stores():
+    early = "scf.if %first {\n      sm90.fence_proxy_async\n    }"
+    with pytest.raises(KernelHazardError, match=r"sm90.bulk_reduce_add .*: reads the bulk reduction's source at "
+                                                r"shared address 0x8 \(buffer 'tile' \+ 8\), which thread 1 stored "
+                                                r"with st_shared and has not made visible to the async proxy \(missing "
+                                                r"fence_proxy_async after the store: the store is ordered before this "
+                                                r"read, but no fence_proxy_async lies on any synchronisation path "
+                                                r"between them\) in thread 0 "):
+        _epilogue(early=early, late="")
+
+
+def test_without_the_barrier_the_other_threads_stores_are_unordered():
+    with pytest.raises(KernelHazardError, match=r"which thread 1 stored with st_shared and has not made visible to "
+                                                r"the async proxy \(missing fence_proxy_async after the store\)"):
+        _epilogue(barrier="")
+
+
+_HANDOFF = """\
+builtin.module {
+  func.func @handoff(%out: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<64>, tile.role = "out"})
+      attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>,
+                  sm90.kernel = {threads = 64 : i64, smem_bytes = 256 : i64}} {
+    %tid = sm90.special "tid.x" : index
+    %buf = sm90.shared_buffer "box" offset 0 size 256 align 16 swizzle 0 : i32
+    %t32 = arith.index_cast %tid : index to i32
+    %c4 = arith.constant 4 : i32
+    %mine = arith.muli %t32, %c4 : i32
+    %c252 = arith.constant 252 : i32
+    %next = arith.addi %mine, %c4 : i32
+    %wrapped = arith.andi %next, %c252 : i32
+    %a = arith.addi %buf, %mine : i32
+    %b = arith.addi %buf, %wrapped : i32
+    sm90.st_shared %a, %t32 : i32, i32
+    sm90.bar_sync 0, 64
+    %seen = sm90.ld_shared %b : i32 -> i32
+    SYNC
+    sm90.st_shared %a, %seen : i32, i32
+    func.return
+  }
+}
+"""
+
+
+def _handoff(sync: str) -> None:
+    fn = next(op for op in parse_module(_HANDOFF.replace("SYNC", sync)).walk() if is_target_kernel(op))
+    run_target_kernel(fn, [np.zeros(64, np.int32)], {})
+
+
+def test_a_write_after_another_threads_read_needs_a_barrier_on_any_schedule():
+    """Every thread reads its neighbour's word, then overwrites its own: the simulator runs all loads before all
+    stores (one strand), so the values are right; nothing orders thread t+1's store after thread t's load."""
+    _handoff("sm90.bar_sync 0, 64")
+    with pytest.raises(KernelHazardError, match=r"^sm90.st_shared %a, %seen : i32, i32: st_shared writes shared "
+                                                r"address 0x0 \(buffer 'box' \+ 0\), which `%seen = sm90.ld_shared %b "
+                                                r": i32 -> i32` \(thread 63 \(warp 1, lane 31\) of CTA \(0, 0, 0\)\) "
+                                                r"read, and no synchronisation orders the two \(race: a bar_sync or an "
+                                                r"mbarrier release/wait between the read and this write is missing\) "
+                                                r"in thread 0 "):
+        _handoff("")
+
+
+# endregion
