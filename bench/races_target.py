@@ -3,8 +3,8 @@ cost.
 
     python bench/races_target.py [--keys 300 700] [--schedule round_robin] [--cost-only | --matrix-only]
 
-Matrix: every one-edit bug of tests/target_bug_seeds.py (the warp-specialized flash kernel, head_dim 64, and
-its ping-pong variant) on each sequence length, with the first line of what the simulator reports ("SILENT" if
+Matrix: every one-edit bug of tests/target_bug_seeds.py (the warp-specialized flash kernel, head_dim 64, its
+ping-pong variant, and the warp-specialized GEMM with K the sequence length rounded up to 8) on each length, with the first line of what the simulator reports ("SILENT" if
 it runs clean), then the benign edits (which must run clean). Cost: the unseeded kernel (flash d128 whole grid,
 seq 512) with races=True and races=False, best CPU time of this process over --repeats, and their ratio
 measured in the same run.
@@ -35,11 +35,13 @@ def matrix(keys: list[int], schedule: str) -> int:
     rng = np.random.default_rng(0)
     missed = 0
     for seq_k in keys:
-        inputs = [rng.standard_normal((1, 1, s, 64)) for s in (64, seq_k, seq_k)]
+        attention = [rng.standard_normal((1, 1, s, 64)) for s in (64, seq_k, seq_k)]
+        depth = -(-seq_k // 8) * 8  # the GEMM's K: the sequence length rounded up to its promised multiple of 8
+        gemm = [rng.standard_normal((128, depth)), rng.standard_normal((depth, 128))]
         reported = 0
-        for name, (kind, _, _) in {**SEEDS, **BENIGN}.items():
+        for name, (kind, variant, _) in {**SEEDS, **BENIGN}.items():
             sig, fn = seeded(name)
-            arguments, sizes = prepare_arguments(sig, inputs)
+            arguments, sizes = prepare_arguments(sig, gemm if variant == "gemm" else attention)
             try:
                 run_target_kernel(fn, arguments, sizes, schedule=schedule)
                 verdict = "SILENT" if name in SEEDS else "clean (benign)"

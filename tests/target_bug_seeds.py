@@ -22,12 +22,19 @@ from tessera.passes import PIPELINED_PIPELINE, SPECIALIZED_PIPELINE
 VARIANTS = {
     "specialized": SPECIALIZED_PIPELINE,
     "pingpong": PIPELINED_PIPELINE + ",warp-specialize{pingpong=true}",
+    "gemm": SPECIALIZED_PIPELINE,
 }
+"""Kernel variants: the flash kernel (head_dim 64, bf16) through the default specialized pipeline or with
+ping-pong consumer warpgroups, and the warp-specialized GEMM (bf16, 128 x 128 x 64 blocks), a kernel the
+flash seeds were not written for."""
 
 
 @lru_cache(maxsize=None)
 def _lowered(variant: str, head_dim: int = 64):
-    module = tessera.kernels.flash_attention(head_dim=head_dim, causal=False, dtype="bf16")
+    if variant == "gemm":
+        module = tessera.kernels.gemm()
+    else:
+        module = tessera.kernels.flash_attention(head_dim=head_dim, causal=False, dtype="bf16")
     sig = tessera.find_kernel(module)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -241,7 +248,7 @@ def _commit(position: int):
 
 # endregion
 
-S, P = "specialized", "pingpong"
+S, P, G = "specialized", "pingpong", "gemm"
 
 SEEDS: dict[str, tuple[str, str, Callable]] = {
     # deleted waits
@@ -293,6 +300,16 @@ SEEDS: dict[str, tuple[str, str, Callable]] = {
     "ping-pong bar_arrive deleted": ("deleted ping-pong barrier", P, _delete(_pingpong(sm90.BarArriveOp, 2))),
     "ping-pong K release deleted": ("slot never released", P, _delete(_release(0))),
     "ping-pong V release before wait_group 0": ("slot released early", P, _release_early(1, _wait_group(1))),
+    # the warp-specialized GEMM: A and B rings, one wgmma group per trip
+    "GEMM A full wait deleted": ("deleted mbarrier wait", G, _delete(_consumer_wait(0))),
+    "GEMM B full parity flipped": ("flipped parity", G, _flip_parity(_consumer_wait(1))),
+    "GEMM wgmma_fence deleted": ("deleted wgmma fence", G, _delete(_loop_fence(0))),
+    "GEMM wait_group deleted": ("deleted wgmma wait", G, _delete(_wait_group(0))),
+    "GEMM A release before wait_group": ("slot released early", G, _release_early(0, _wait_group(0))),
+    "GEMM B release deleted": ("slot never released", G, _delete(_release(1))),
+    "GEMM fence_mbarrier_init deleted": ("deleted fence.mbarrier_init", G,
+                                         _delete(lambda fn: _first(fn, sm90.FenceMBarrierInitOp))),
+    "GEMM A expect_tx halved": ("wrong expect_tx bytes", G, _expect_bytes(_producer_expect(0), 0.5)),
 }
 
 

@@ -40,7 +40,8 @@ def test_one_bug_of_each_kind_is_reported_on_300_keys(name, rng):
 
 @pytest.mark.parametrize("name", sorted(BENIGN))
 def test_seeded_edits_that_are_not_races_run_clean(name, rng):
-    """Each is ordered by another edge (BENIGN says which): reporting it would cry wolf."""
+    """Each is ordered by another edge (BENIGN says which): reporting it would cry wolf. 700 keys: every slot
+    is refilled after the edited release."""
     sig, fn = seeded(name)
     _run(sig, fn, _qkv(rng, 700))
 
@@ -53,7 +54,7 @@ def test_a_slot_released_before_its_wgmma_completes_names_both_sides(rng):
                                                 r"`sm90.wgmma_wait_group 0`, and no synchronisation orders that wait "
                                                 r"before this write \(race: the slot was released before the wgmma "
                                                 r"reading it completed\) in thread 256 "):
-        _run(sig, fn, _qkv(rng, 700))
+        _run(sig, fn, _qkv(rng, 300))
 
 
 def test_a_slot_never_released_is_reported_where_no_refill_needs_it(rng):
@@ -66,13 +67,10 @@ def test_a_slot_never_released_is_reported_where_no_refill_needs_it(rng):
         _run(sig, fn, _qkv(rng, 300))
 
 
-@pytest.mark.parametrize("variant", ["specialized", "pingpong"])
-def test_the_unseeded_kernels_run_clean_under_the_adversarial_schedule(variant, rng):
-    sig, fn = kernel(variant)
+def test_the_unseeded_kernel_runs_clean_and_the_same_under_the_adversarial_schedule(rng):
+    sig, fn = kernel("pingpong")
     inputs = _qkv(rng, 300)
-    plain = _run(sig, fn, inputs)[3]
-    for seed in (1, 2):
-        np.testing.assert_array_equal(_run(sig, fn, inputs, schedule="adversarial", seed=seed)[3], plain)
+    np.testing.assert_array_equal(_run(sig, fn, inputs, schedule="adversarial", seed=1)[3], _run(sig, fn, inputs)[3])
 
 
 def test_an_unknown_schedule_is_refused(rng):
