@@ -274,8 +274,8 @@ SEEDS: dict[str, tuple[str, str, Callable]] = {
     "wait_group 0 deleted": ("deleted wgmma wait", S, _delete(_wait_group(1))),
     "wait_group 1 waits for 2": ("wrong wgmma wait count", S, _wait_group_pending(_wait_group(0), 2)),
     # fences
-    "prologue wgmma_fence deleted": ("deleted wgmma fence", S, _delete(_prologue_fence)),
     "loop S wgmma_fence deleted": ("deleted wgmma fence", S, _delete(_loop_fence(0))),
+    "prologue wgmma_fence deleted": ("deleted wgmma fence", S, _delete(_prologue_fence)),
     "fence_mbarrier_init deleted": ("deleted fence.mbarrier_init", S,
                                     _delete(lambda fn: _first(fn, sm90.FenceMBarrierInitOp))),
     # CTA barriers

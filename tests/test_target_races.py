@@ -31,10 +31,26 @@ def _run(sig, fn, inputs, **kw):
 # region the seeded flash kernel
 
 
+# What some kinds must say (both sides of the race named); the others: any KernelHazardError.
+_EXPECTED = {
+    "V release before wait_group 0": r"^sm90.tma_load %V_map128.*: the TMA copy (overwrites|writes) shared address "
+                                     r"0x[0-9a-f]+ \(buffer 'v_ring' \+ \d+\),? (while|which) `%\d+ = "
+                                     r"sm90.wgmma_mma_async .*` (of warpgroup \d )?.* in thread 256 ",
+    "K release deleted": r"the kernel ends with the mbarrier at shared address 0x[0-9a-f]+ \(buffer 'k_ring_empty' "
+                         r"\+ \d+\) released 0 times .* a consumer's release of the slot is missing",
+    "loop S wgmma_fence deleted": r"reads its accumulator registers, written by `%s_zero = arith.constant .*` after "
+                                  r"warpgroup 0's latest wgmma_fence \(race: missing wgmma_fence",
+    "fence_mbarrier_init deleted": r"^sm90.tma_load .*: the TMA copy completes on the mbarrier at .* with no "
+                                   r"fence_mbarrier_init after the init",
+    "ping-pong bar_sync deleted": r"the kernel ends with named barrier 1 incomplete: 128 of its 256 threads arrived",
+}
+
+
 @pytest.mark.parametrize("name", one_per_kind())
 def test_one_bug_of_each_kind_is_reported_on_300_keys(name, rng):
+    """300 keys: three K/V tiles, so some slots are never refilled (a missing release shows only at the end)."""
     sig, fn = seeded(name)
-    with pytest.raises(KernelHazardError):
+    with pytest.raises(KernelHazardError, match=_EXPECTED.get(name)):
         _run(sig, fn, _qkv(rng, 300))
 
 
@@ -43,28 +59,7 @@ def test_seeded_edits_that_are_not_races_run_clean(name, rng):
     """Each is ordered by another edge (BENIGN says which): reporting it would cry wolf. 700 keys: every slot
     is refilled after the edited release."""
     sig, fn = seeded(name)
-    _run(sig, fn, _qkv(rng, 700))
-
-
-def test_a_slot_released_before_its_wgmma_completes_names_both_sides(rng):
-    sig, fn = seeded("ping-pong V release before wait_group 0")
-    with pytest.raises(KernelHazardError, match=r"^sm90.tma_load %V_map128.*: the TMA copy writes shared address "
-                                                r"0x[0-9a-f]+ \(buffer 'v_ring' \+ \d+\), which `%\d+ = "
-                                                r"sm90.wgmma_mma_async .*` of warpgroup \d read until "
-                                                r"`sm90.wgmma_wait_group 0`, and no synchronisation orders that wait "
-                                                r"before this write \(race: the slot was released before the wgmma "
-                                                r"reading it completed\) in thread 256 "):
-        _run(sig, fn, _qkv(rng, 300))
-
-
-def test_a_slot_never_released_is_reported_where_no_refill_needs_it(rng):
-    """300 keys: no later fill waits for the deleted release, so nothing deadlocks; the end of the kernel
-    finds the slot filled and never freed."""
-    sig, fn = seeded("K release deleted")
-    with pytest.raises(KernelHazardError, match=r"the kernel ends with the mbarrier at shared address 0x[0-9a-f]+ "
-                                                r"\(buffer 'k_ring_empty' \+ \d+\) released 0 times .* a consumer's "
-                                                r"release of the slot is missing"):
-        _run(sig, fn, _qkv(rng, 300))
+    _run(sig, fn, _qkv(rng, 700 if "release" in name else 300))
 
 
 def test_the_unseeded_kernel_runs_clean_and_the_same_under_the_adversarial_schedule(rng):
@@ -77,11 +72,6 @@ def test_an_unknown_schedule_is_refused(rng):
     sig, fn = kernel("specialized")
     with pytest.raises(ValueError, match=r"schedule must be one of round_robin, adversarial, got 'random'"):
         _run(sig, fn, _qkv(rng, 300), schedule="random")
-
-
-def test_races_false_leaves_the_happens_before_checks_out(rng):
-    sig, fn = seeded("loop S wgmma_fence deleted")
-    _run(sig, fn, _qkv(rng, 300), races=False)
 
 
 def test_every_seed_names_a_kind():
@@ -187,9 +177,9 @@ builtin.module {
 """
 
 
-def _handoff(sync: str) -> None:
+def _handoff(sync: str, **kw) -> None:
     fn = next(op for op in parse_module(_HANDOFF.replace("SYNC", sync)).walk() if is_target_kernel(op))
-    run_target_kernel(fn, [np.zeros(64, np.int32)], {})
+    run_target_kernel(fn, [np.zeros(64, np.int32)], {}, **kw)
 
 
 def test_a_write_after_another_threads_read_needs_a_barrier_on_any_schedule():
@@ -203,6 +193,7 @@ def test_a_write_after_another_threads_read_needs_a_barrier_on_any_schedule():
                                                 r"mbarrier release/wait between the read and this write is missing\) "
                                                 r"in thread 0 "):
         _handoff("")
+    _handoff("", races=False)  # the check is off: the schedule the simulator ran shows nothing
 
 
 # endregion

@@ -23,7 +23,7 @@ from tessera.interpreters.sm90.cp_async import CpAsyncUnit
 from tessera.interpreters.sm90.happens_before import HappensBefore
 from tessera.interpreters.sm90.reductions import BulkUnit
 from tessera.interpreters.sm90.shared_memory import SharedMemory
-from tessera.interpreters.sm90.strands import Scheduler, Strand
+from tessera.interpreters.sm90.strands import HazardUnwind, Scheduler, Strand
 from tessera.interpreters.sm90.tma import TmaUnit
 from tessera.interpreters.sm90.wgmma import WgmmaUnit
 from tessera.sm90 import facts
@@ -114,7 +114,7 @@ class CtaState:
     def fail(self, op: Operation, message: str, threads=None) -> NoReturn:
         """Raise a KernelHazardError naming the op (its first line) and a thread (an index or a [T] mask)."""
         where = "" if threads is None else f" in {self.where(threads)}"
-        raise KernelHazardError(f"{describe_op(op)}: {message}{where}")
+        raise HazardUnwind(KernelHazardError(f"{describe_op(op)}: {message}{where}"))
 
     def describe(self, op: Operation, message: str, threads=None) -> tuple[str, str]:
         """(the op's first line, the message with the thread): what a blocked strand waits for."""

@@ -231,11 +231,6 @@ class HappensBefore:
                                   "write (race: the slot was released before the wgmma reading it completed)",
                               int(threads[read][i]))
 
-    def proxy_unfenced(self, writers: np.ndarray, written_at: np.ndarray, readers: np.ndarray) -> np.ndarray:
-        """[n] bool: generic writes (by `writers` at `written_at`) that no fence_proxy_async on a path into any
-        of `readers` (the threads issuing an async-proxy read) covers."""
-        return self.fenced[writers][:, _columns(readers)].max(axis=1) <= written_at
-
     # endregion
 
 

@@ -42,7 +42,7 @@ from tessera.interpreters.sm90.global_memory import GlobalMemory
 from tessera.interpreters.sm90.machine import Sm90Functions
 from tessera.interpreters.sm90.reductions import ReductionFunctions, reduction_targets
 from tessera.interpreters.sm90.registers import full
-from tessera.interpreters.sm90.strands import SCHEDULES, Scheduler
+from tessera.interpreters.sm90.strands import SCHEDULES, HazardUnwind, Scheduler
 from tessera.interpreters.sm90.tma import TensorMap
 from tessera.interpreters.sm90.register_check import RegisterFileChecker, RegisterLayout
 from tessera.interpreters.sm90.wgmma import PendingUseChecker, RegisterWrites, wgmma_register_sources
@@ -231,8 +231,9 @@ def _linear(cta_id: tuple[int, int, int], grid: tuple[int, int, int]) -> int:
 def run_cta(kernel: TargetKernel, module: ModuleOp, values: list, memory: GlobalMemory,
             cta_id: tuple[int, int, int], grid: tuple[int, int, int], allocation=None, listeners=None,
             options: SimulatorOptions = SimulatorOptions()) -> CtaState:
-    """Run one CTA of `kernel` to completion; raises KernelHazardError (or DeadlockError) on a hazard.
-    `listeners`, if given, makes extra interpreter listeners for the CTA (`tessera.validate` records values)."""
+    """Run one CTA of `kernel` to completion; raises KernelHazardError (or DeadlockError) on a hazard, carried
+    by a `HazardUnwind` (`run_target_kernel` raises the error itself). `listeners`, if given, makes extra
+    interpreter listeners for the CTA (`tessera.validate` records values)."""
     scheduler = Scheduler(lambda env: make_interpreter(env), options.schedule, options.seed + _linear(cta_id, grid))
     cta = CtaState(kernel.threads, kernel.smem_bytes, cta_id, grid, scheduler, races=options.races)
     functions = (DivergentControlFunctions(cta), RegisterArithFunctions(cta), Sm90Functions(cta, memory),
@@ -356,8 +357,11 @@ def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], siz
     order drawn from `seed` (each CTA its own stream), for what happens-before cannot decide; the default
     "round_robin" is deterministic."""
     options = simulator_options(func_op, races, schedule, seed)
-    _run_grid(func_op, arguments, sizes, allocation, listeners, cta_order, traffic, cluster, workers, executor,
-              options)
+    try:
+        _run_grid(func_op, arguments, sizes, allocation, listeners, cta_order, traffic, cluster, workers, executor,
+                  options)
+    except HazardUnwind as unwind:
+        raise unwind.error from None
 
 
 def _run_grid(func_op, arguments, sizes, allocation, listeners, cta_order, traffic, cluster, workers, executor,
@@ -516,6 +520,8 @@ def _run_group(task: _TargetGroup) -> GroupResult:
                                     grid, layout, None, options)]
                 for cta in ctas:
                     traffic[cta.cta_id] = dict(cta.traffic)
+        except HazardUnwind as unwind:  # raised by the parent in the serial order (`merge`)
+            error = unwind.error
         except Exception as failure:  # noqa: BLE001 - raised by the parent in the serial order (`merge`)
             error = failure
     failing = innermost_op(error) if error is not None else None

@@ -42,6 +42,16 @@ class DeadlockError(KernelHazardError):
     """Every thread of the CTA waits for something no thread or in-flight copy will ever do."""
 
 
+class HazardUnwind(BaseException):
+    """Carries a KernelHazardError (`error`) from the op that found it to `run_target_kernel`, which raises it.
+    A BaseException, so that xDSL's handler around each op implementation (which reprints the whole module for
+    every enclosing region: seconds for a warp-specialized kernel) lets it pass."""
+
+    def __init__(self, error: KernelHazardError):
+        super().__init__(str(error))
+        self.error = error
+
+
 class StrandAbort(BaseException):
     """Unwinds a strand whose CTA has failed in another strand (a BaseException, so that no op
     implementation or xDSL error handler intercepts it)."""
@@ -205,7 +215,7 @@ class Scheduler:
                 while True:
                     following = self._next_runnable(strand)
                     if following is None:
-                        raise DeadlockError(self._deadlock_message(strand))
+                        raise HazardUnwind(DeadlockError(self._deadlock_message(strand)))
                     if following is strand:
                         return
                     self.current = following
@@ -265,6 +275,8 @@ class Scheduler:
             self._cond.wait()
         if self.error is not None:
             if strand is self._main and not isinstance(self.error, StrandAbort):
+                if isinstance(self.error, KernelHazardError):
+                    raise HazardUnwind(self.error)
                 raise self.error
             raise StrandAbort()
 
