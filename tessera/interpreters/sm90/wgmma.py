@@ -105,6 +105,7 @@ class WgmmaUnit:
         # read_group[w, byte]: the newest group of warpgroup w with a wgmma reading that shared byte (-1: none);
         # group_ops[(w, g)]: the first wgmma of that group, for messages.
         self.read_group = np.full((groups, cta.smem_bytes), -1, np.int64)
+        self.newest_read = np.full(groups, -1, np.int64)  # the newest group of each warpgroup that read shared memory
         self.group_ops: dict[tuple[int, int], Operation] = {}
         # _completed[w][g]: the time group g of warpgroup w completed (-1: not yet); wait_ops[(w, g)]: the wait
         self._completed = [np.full(16, -1, np.int64) for _ in range(groups)]
@@ -178,6 +179,7 @@ class WgmmaUnit:
         smem.check_async_read(op, byte_addresses, threads, f"wgmma operand {what}")
         group = int(self.open[warpgroup])
         self.read_group[warpgroup, byte_addresses] = group
+        self.newest_read[warpgroup] = group
         self.group_ops.setdefault((warpgroup, group), op)
         if ab in facts.FP8_FORMATS:
             return facts.fp8_bits_to_f32(smem.data[addresses], ab)
@@ -301,6 +303,8 @@ class WgmmaUnit:
 
     def check_not_read_by_pending(self, op: Operation, addresses: np.ndarray, threads: np.ndarray, what: str) -> None:
         """Refuse writing shared bytes that a wgmma whose group has not completed may still read."""
+        if (self.newest_read <= self.done).all():
+            return  # no wgmma that read shared memory is pending
         pending = self.read_group[:, addresses] > self.done[:, None]
         if pending.any():
             w, i = np.unravel_index(np.argmax(pending), pending.shape)
