@@ -147,6 +147,7 @@ class AsyncTracker:
         self.carried = np.zeros((0, 0), np.int64)  # [barrier, barrier]: what arrivals on it had observed
         self.released = np.zeros((0, m.lanes), np.int32)  # [barrier, lane]: line of the lane's last arrive
         self.last_wait = np.full(m.lanes, -1, np.int64)  # barrier instance a lane last waited on
+        self.last_arrival: dict[tuple[int, int], tuple[int, int]] = {}  # mbarrier -> (line, lane) of its last arrive
         self.wg_open = np.zeros(self.warpgroups, np.int64)
         self.wg_done = np.full(self.warpgroups, -1, np.int64)
         self.wg_issued = np.full(self.warpgroups, -1, np.int64)
@@ -226,6 +227,7 @@ class AsyncTracker:
         if len(self.observed):
             self.carried[b] = np.maximum(self.carried[b], self.observed[:, lanes].max(axis=1))
         self.released[b, lanes] = inst.line
+        self.last_arrival[key] = (inst.line, int(lanes[-1]))
 
     def shared_by_barrier(self, participants: np.ndarray, waiters: np.ndarray) -> None:
         """A named barrier completed: its waiters know what every participant had observed."""
@@ -705,6 +707,9 @@ def install(m: Machine, steps: list[Step]) -> list[Step]:
         elif inst.opcode == "fence" and "proxy" in mods and "async" in mods:
             def after(sel):
                 tracker.fence(_lanes(m, sel))
+        elif inst.opcode == "fence" and "mbarrier_init" in mods:
+            def after(sel):
+                m.cluster_state.release_inits(_lanes(m, sel))
         elif inst.opcode == "cp" and "bulk" in mods and "commit_group" in mods:
             def after(sel):
                 tracker.bulk_commit(_lanes(m, sel))

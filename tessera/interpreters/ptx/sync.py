@@ -43,10 +43,12 @@ PRED = ptx_type("pred")
 
 
 # region named barriers
-def check_barrier(m: Machine, barrier: int, cta: int) -> None:
+def check_barrier(m: Machine, barrier: int, cta: int, inst=None) -> None:
     """Mark the arrival of each warp of CTA slot `cta` whose non-exited threads have all executed a bar
     instruction on `barrier` since its last arrival; complete the barrier when the count is reached (see the
-    module docstring) and wake its waiters."""
+    module docstring) and wake its waiters. More warps arriving at once (`inst`) than the thread count admits is
+    a hazard: the hardware completes the barrier with as many as the count, and which warps pass and which
+    wait for its next phase is a matter of timing [memory_model.BARRIER_COUNT]."""
     lanes = np.arange(cta * m.threads, (cta + 1) * m.threads)
     uncounted = m.bar_uncounted[barrier, lanes]
     live = m.status[lanes] != EXITED
@@ -57,9 +59,16 @@ def check_barrier(m: Machine, barrier: int, cta: int) -> None:
             m.bar_count[barrier, cta] += facts.WARP_SIZE
             m.bar_uncounted[barrier, lanes[in_warp]] = False
     count = int(m.bar_count[barrier, cta])
-    expected = int(m.bar_expected[barrier, cta]) or facts.WARP_SIZE * len(np.unique(warp[live]))
+    explicit = int(m.bar_expected[barrier, cta])
+    expected = explicit or facts.WARP_SIZE * len(np.unique(warp[live]))
     if count == 0 or count < expected:
         return
+    if explicit and count > expected and inst is not None:
+        arrived = lanes[m.bar_arrived[barrier, lanes]]
+        raise m.tracker.hazard(inst, f"{count} threads arrive on barrier {barrier} at once, whose thread count is "
+                                     f"{expected}: the barrier completes with {expected} of them and the others wait "
+                                     "for its next phase, which ones depending on timing (wrong barrier thread "
+                                     "count)", int(arrived[-1]))
     waiting = lanes[(m.status[lanes] == BAR) & (m.bar_waiting[lanes] == barrier)]
     m.tracker.shared_by_barrier(lanes[m.bar_arrived[barrier, lanes]], waiting)
     finish = getattr(m, "bar_reductions", {}).pop((barrier, cta), None)
@@ -146,7 +155,7 @@ def decode_bar(ops: Operands, inst, mods):
         else:
             m.pc[active] += 1
         for cta in np.unique(m.lane_cta[active]):
-            check_barrier(m, barrier, int(cta))
+            check_barrier(m, barrier, int(cta), inst)
 
     def run(lanes, active):
         inactive = np.setdiff1d(lanes, active, assume_unique=True) if len(active) != len(lanes) else lanes[:0]
@@ -258,11 +267,19 @@ def apply(m: Machine, inst, lane: int, address: int, action) -> int:
     the action's result. A ValueError of the state machine becomes an execution error."""
     state = _state(m, inst, lane, address)
     before = state.phase
+    key = mbarrier_key(m, lane, address)
     try:
         result = action(state)
     except ValueError as error:
+        last = m.tracker.last_arrival.get(key)
+        if "pending arrivals" in str(error) and last is not None:  # an arrival the phase does not count
+            raise m.tracker.hazard(inst, f"arrives on the mbarrier at shared address {address:#x} in phase "
+                                         f"{state.phase}, whose arrivals are all in (the last at line {last[0]}, "
+                                         f"{m.describe_lane(last[1])}; the phase waits for {state.tx_count} "
+                                         "transaction bytes): this arrival belongs to a later phase, and no wait "
+                                         "orders it after this one completes (race: a missing or wrong-parity "
+                                         "wait before reusing the barrier)", lane) from None
         raise m.error(inst, f"mbarrier at {address:#x}: {error}", lane) from None
-    key = mbarrier_key(m, lane, address)
     if key[0] != int(m.lane_cta[lane]):
         m.cluster_state.remote_mbarrier(inst, lane, key, before)
     if state.phase != before:

@@ -1,0 +1,97 @@
+"""The PTX memory model's ordering rules the simulators check, each cited from the PTX ISA with the sentence it
+rests on ([P#anchor] = https://docs.nvidia.com/cuda/parallel-thread-execution/#anchor, PTX ISA 9.x).
+
+A `Rule` names the rule, its section, the quoted sentence (verbatim, whitespace aside; tests/test_memory_model.py
+compares it with the ISA text transcribed there) and what a simulator does with it. The tables are data: the
+checks live in the simulators (the PTX executor: tessera/interpreters/ptx/happens_before.py, asynchrony.py,
+sync.py, cluster.py) and name the rule they apply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One ordering rule: `section` is the PTX ISA anchor, `quote` the sentence it rests on, `check` what a
+    simulator reports or orders because of it."""
+
+    name: str
+    section: str
+    quote: str
+    check: str
+
+
+# region the PTX executor's race detector (tessera/interpreters/ptx/)
+BARRIER_ORDERING = Rule(
+    "barrier orders memory", "parallel-synchronization-and-communication-instructions-bar",
+    "guarantees that when the barrier completes, prior memory accesses requested by this thread are performed "
+    "relative to all threads participating in the barrier",
+    "a completed named or CTA barrier is a release by every participant and an acquire by every waiter "
+    "(vector clocks joined); generic accesses to one byte, one a write, need such an order or are a race")
+
+BARRIER_COUNT = Rule(
+    "barrier thread count", "parallel-synchronization-and-communication-instructions-bar",
+    "When a barrier completes, the waiting threads are restarted without delay, and the barrier is reinitialized "
+    "so that it can be immediately reused.",
+    "more threads arriving at once than the barrier's thread count is reported: the barrier completes with as many "
+    "as the count and the others wait for its next phase, which ones depending on timing")
+
+MBARRIER_INIT_BEFORE_USE = Rule(
+    "mbarrier.init before its uses", "parallel-synchronization-and-communication-instructions-mbarrier-init",
+    "mbarrier.init.shared::cta.b64 [shMem], 12; bar.sync 0; // ... other mbarrier operations on shMem",
+    "mbarrier.init is a write of the barrier object: an arrive or wait of another thread that the init does not "
+    "happen before is a race (the bar.sync after the inits is missing)")
+
+MBARRIER_INIT_FENCE = Rule(
+    "fence.mbarrier_init releases inits to the cluster", "parallel-synchronization-and-communication-instructions-membar",
+    "When .op_restrict is .mbarrier_init, the synchronizing effect of the fence only applies to the prior "
+    "mbarrier.init operations executed by the same thread on mbarrier objects in .shared::cta state space.",
+    "a peer CTA's remote arrive, multicast or copy completing on an mbarrier needs its init released at cluster "
+    "scope: a fence.mbarrier_init of the initialising thread, or its barrier.cluster.arrive with .release "
+    "(.relaxed does not release); inside one CTA the bar.sync after the inits suffices")
+
+PROXY_FENCE = Rule(
+    "generic writes read by the async proxy", "parallel-synchronization-and-communication-instructions-membar",
+    "Value .async of the .proxykind qualifier specifies that the memory ordering is established between the async "
+    "proxy and the generic proxy.",
+    "a generic store read by a TMA or bulk store or a wgmma operand needs a fence.proxy.async on a happens-before "
+    "path from the store to the read (in any thread: a barrier carries other threads' stores to the fence)")
+
+WGMMA_FENCE = Rule(
+    "wgmma.fence before register operands", "asynchronous-warpgroup-level-matrix-instructions-wgmma-mma-async",
+    "wgmma.fence instruction must be used to fence the register accesses of wgmma.mma_async instruction from their "
+    "prior accesses. Otherwise, the behavior is undefined.",
+    "a wgmma.mma_async whose accumulator or A registers another instruction of the thread accessed since its last "
+    "wgmma.fence is reported")
+
+WGMMA_WAIT = Rule(
+    "wgmma results and operands after wait_group", "asynchronous-warpgroup-level-matrix-instructions-wgmma-mma-async",
+    "wgmma.commit_group and wgmma.wait_group operations must be used to wait for the completion of the "
+    "asynchronous matrix multiply and accumulate operations before the results are accessed.",
+    "registers of a wgmma whose group no wgmma.wait_group covers are reported when touched; shared bytes it reads "
+    "may be overwritten only after a wait_group that happens before the write (a slot released before its wgmma "
+    "completed is a race)")
+
+CP_ASYNC_ORDER = Rule(
+    "cp.async completes only at its wait", "data-movement-and-conversion-instructions-cp-async",
+    "There is no ordering guarantee between two cp.async operations if they are not explicitly synchronized using "
+    "cp.async.wait_all or cp.async.wait_group or mbarrier instructions.",
+    "bytes of a cp.async are in flight until the issuing thread's cp.async.wait_group/wait_all or "
+    "cp.async.mbarrier.arrive covers them: a read or write of them before is reported")
+
+CP_ASYNC_COMPLETION = Rule(
+    "asynchronous copies complete only through their mechanism", "data-movement-and-conversion-instructions-cp-async",
+    "No other synchronization mechanism guarantees the completion of the asynchronous copy operations.",
+    "a barrier does not land a copy: a thread that did not wait on the copy's group or mbarrier, and was not "
+    "ordered after one that did, reads bytes still in flight")
+
+PTX_EXECUTOR_RULES = (BARRIER_ORDERING, BARRIER_COUNT, MBARRIER_INIT_BEFORE_USE, MBARRIER_INIT_FENCE, PROXY_FENCE,
+                      WGMMA_FENCE, WGMMA_WAIT, CP_ASYNC_ORDER, CP_ASYNC_COMPLETION)
+"""The rules the PTX executor's race detector applies, in the order of the sections."""
+
+# endregion
+
+__all__ = ["PTX_EXECUTOR_RULES", "Rule", "BARRIER_COUNT", "BARRIER_ORDERING", "CP_ASYNC_COMPLETION", "CP_ASYNC_ORDER",
+           "MBARRIER_INIT_BEFORE_USE", "MBARRIER_INIT_FENCE", "PROXY_FENCE", "WGMMA_FENCE", "WGMMA_WAIT"]
