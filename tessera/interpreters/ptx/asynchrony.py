@@ -182,6 +182,11 @@ class AsyncTracker:
     def describe_copy(self, copy: Copy) -> str:
         return f"the {copy.kind} at line {copy.inst.line} ({self.m.describe_lane(copy.lane)})"
 
+    def last_arrival_at(self, key: tuple[int, int]) -> str:
+        """' (the arrive at line L, thread ...)': the other side of a transaction count that disagrees."""
+        last = self.last_arrival.get(key)
+        return f" (the arrive at line {last[0]}, {self.m.describe_lane(last[1])})" if last else ""
+
     def describe_barrier(self, key: tuple[int, int]) -> str:
         """' (phase P, parity p, a of e arrivals pending, tx-count T, ...)' for a deadlock report."""
         state = self.m.mbarriers.get(key)
@@ -324,7 +329,8 @@ class AsyncTracker:
                 left = sum(c.nbytes for c in copies[i:])
                 raise self.hazard(copy.inst, f"the mbarrier at shared address {key[1]:#x} completed phase {before} "
                                              f"with {len(copies) - i} copies ({left} bytes) still in flight on it: "
-                                             "its expect_tx announced fewer bytes than the copies deliver", copy.lane)
+                                             f"its expect_tx{self.last_arrival_at(key)} announced fewer bytes than "
+                                             "the copies deliver", copy.lane)
             phase = state.phase
             m.shared[copy.index] = copy.data
             self.state[copy.index] = LANDED
@@ -338,8 +344,8 @@ class AsyncTracker:
         if state.phase == before and state.pending == 0 and state.tx_count < 0:
             raise self.hazard(copies[-1].inst, f"the copies on the mbarrier at shared address {key[1]:#x} delivered "
                                                f"{-state.tx_count} bytes more than its expect_tx announced for phase "
-                                               f"{state.phase} (tx-count {state.tx_count} with every arrival in)",
-                              copies[-1].lane)
+                                               f"{state.phase}{self.last_arrival_at(key)} (tx-count {state.tx_count} "
+                                               "with every arrival in)", copies[-1].lane)
         _changed(m, key, before, state, prefer=False)
 
     def phase_changed(self, inst, key: tuple[int, int], lane: int) -> None:
