@@ -292,6 +292,43 @@ FLASH_BENIGN = [
 # endregion
 
 
+# region the same kinds in any kernel: the first instruction of each kind
+def _first_wait(lines) -> int:
+    return _find(lines, lambda s: re.match(r"(@%p\d+ )?mbarrier\.(try|test)_wait", s) is not None)
+
+
+def _after_any(prefix: str):
+    """The first bar.sync after the first instruction starting with `prefix`."""
+    def pick(lines):
+        start = _find(lines, lambda s: s.split(" ", 1)[-1].startswith(prefix) or s.startswith(prefix))
+        return _find(lines, lambda s: re.match(r"(@!?%p\d+ )?bar(rier)?\.sync", s) is not None, start)
+    return pick
+
+
+def _first_any(prefix: str):
+    return lambda lines: _find(lines, lambda s: s.startswith(prefix) or s.split(" ", 1)[-1].startswith(prefix))
+
+
+GENERIC_BUGS = [
+    ("wait deleted", "the first mbarrier wait", delete_wait(_first_wait)),
+    ("parity flipped", "the first mbarrier wait", flip_parity(_first_wait)),
+    ("expect_tx too small", "the first", scale_expect_tx(_first_any("mbarrier.arrive.expect_tx"), 0.5)),
+    ("expect_tx deleted", "the first", delete_line(_first_any("mbarrier.arrive.expect_tx"))),
+    ("wgmma.commit_group deleted", "the first", delete_line(_first_any("wgmma.commit_group"))),
+    ("wgmma.wait_group deleted", "the first", delete_line(_first_any("wgmma.wait_group"))),
+    ("wgmma.fence deleted", "the first", delete_line(_first_any("wgmma.fence"))),
+    ("fence.proxy.async deleted", "the first", delete_line(_first_any("fence.proxy.async"))),
+    ("cp.async.wait_group deleted", "the first", delete_line(_first_any("cp.async.wait_group"))),
+    ("bar.sync deleted", "after mbarrier.init", delete_line(_after_any("mbarrier.init"))),
+    ("bar.sync deleted", "after the first cp.async.wait_group", delete_line(_after_any("cp.async.wait_group"))),
+    ("bar.sync deleted", "after the first fence.proxy.async", delete_line(_after_any("fence.proxy.async"))),
+]
+"""(kind, name, edit): the kinds that apply to any kernel, each seeded at its first instruction; an edit raises
+LookupError on a kernel without that instruction."""
+
+# endregion
+
+
 def seed(text: str, edit) -> str:
     """`text` with one edit applied (LookupError when the kernel lacks the instruction)."""
     lines = text.splitlines()
@@ -299,4 +336,4 @@ def seed(text: str, edit) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["FLASH_BENIGN", "FLASH_BUGS", "seed"]
+__all__ = ["FLASH_BENIGN", "FLASH_BUGS", "GENERIC_BUGS", "seed"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tessera import reference
 from tessera.interpreters.ptx import PtxHazardError, launch
 
 from test_ptx_hazards import _attention, _qkv, _run, _seeded
@@ -204,27 +205,27 @@ def test_a_slot_is_free_only_after_the_wait_group_that_ends_the_read(release_aft
 # the adversarial schedule: random interleavings, replayed by a seed
 
 
-def test_an_adversarial_schedule_computes_the_same_kernel_and_replays(rng):
+def test_an_adversarial_schedule_runs_the_pipelined_kernel_clean(rng):
     from tessera.interpreters.launch import prepare_arguments
     from tessera.interpreters.ptx.launcher import launch_described
 
     sig, host, text = _attention(True)
     inputs = _qkv(rng, 300)
-    outputs = []
-    for seed in (3, 3, 4):
-        arrays, sizes = prepare_arguments(sig, inputs)
-        launch_described(text, host, arrays, sizes, schedule="adversarial", seed=seed)
-        outputs.append(arrays[3])
-    np.testing.assert_array_equal(outputs[0], outputs[1])
-    np.testing.assert_array_equal(outputs[0], outputs[2])  # a correct kernel: the same bits on any interleaving
+    arrays, sizes = prepare_arguments(sig, inputs)
+    launch_described(text, host, arrays, sizes, schedule="adversarial", seed=3)
+    check = reference.check_attention(arrays[3], *arrays[:3], arrays[0].dtype, causal=False)
+    assert check.ok, check
 
 
 def test_a_race_is_reported_on_adversarial_schedules_too():
-    for seed in range(3):
+    messages = []
+    for seed in (0, 1, 1):
         with pytest.raises(PtxHazardError, match=r"reads shared address 0x[0-9a-f]+, which the instruction at line "
-                                                 r"16 .* no synchronisation orders the two"):
+                                                 r"16 .* no synchronisation orders the two") as caught:
             launch(_HANDOFF.replace("SYNC", ""), "handoff", 1, 64, [np.zeros(64, np.uint32)], schedule="adversarial",
                    seed=seed)
+        messages.append(str(caught.value))
+    assert messages[1] == messages[2]  # the same seed replays the same interleaving
 
 
 @pytest.mark.parametrize("kw,message", [({"schedule": "random"}, "schedule must be one of min-pc, adversarial"),

@@ -376,8 +376,13 @@ class AsyncTracker:
         self.hb.async_written(flat)
         self.tagged = True
 
-    def cp_async_landed(self, index: np.ndarray) -> None:
+    def cp_async_landed(self, index: np.ndarray, lanes: np.ndarray) -> None:
+        """The cp.async copies of `lanes` into `index` [copies, bytes] completed at their wait: the issuing
+        thread wrote them now, and other threads see them only through synchronisation that follows this
+        point [memory_model.CP_ASYNC_COMPLETION]."""
+        lines = np.array([self.copies[int(t)].inst.line for t in self.tag[index[:, 0]]], np.int32)
         self.state[index.reshape(-1)] = PLAIN
+        self.hb.landed(lanes, index, lines)
 
     def describe_flight(self, flat: int) -> str:
         copy = self.copies[int(self.tag[flat])]
