@@ -1,7 +1,7 @@
 """Kernels the race detector is tried on beyond the warp-specialized flash kernel (tests/race_seeds.py seeds
 them; tests/test_ptx_race_matrix.py and bench/races.py run them): Tessera's GEMM (any-shape: st.shared, proxy
 fence, wgmma; and the default pipeline: TMA producer, consumer warpgroups), Tessera's flash attention in
-clusters of two (multicast TMA, remote releases), and Triton's PTX (a TMA matmul, the tutorial flash
+clusters of two (multicast TMA, remote releases) and split over the keys (split-KV, partial outputs), and Triton's PTX (a TMA matmul, the tutorial flash
 attention forward with cp.async). `KERNELS[name]()` gives `(text, run)`: the unseeded PTX and `run(text)`,
 which launches a text and returns whether the output matches NumPy; a hazard propagates."""
 
@@ -63,6 +63,21 @@ def _flash_cluster():
     return compiled[2], run
 
 
+def _split_kv():
+    """The split-KV kernel (3 parts of the keys, partial O and LSE), combined in NumPy."""
+    compiled = _tessera("flash_attention", None, head_dim=64, dtype="bf16", causal=True, num_splits=3)
+
+    def run(text):
+        rng = np.random.default_rng(0)
+        q, k, v = (rng.standard_normal((1, 1, n, 64)) for n in (3, 700, 700))
+        arrays = _launch(compiled, text, [q, k, v])
+        o_parts, lse_parts = (x.reshape((3, 1) + x.shape[1:]).astype(np.float64) for x in arrays[3:5])
+        lse = np.logaddexp.reduce(lse_parts, axis=0)
+        o = (np.exp(lse_parts - lse) * o_parts).sum(axis=0)
+        return reference.check_attention(o, *arrays[:3], arrays[0].dtype, causal=True).ok
+    return compiled[2], run
+
+
 def _triton(name):
     def make():
         import test_ptx_external as external
@@ -104,6 +119,7 @@ KERNELS = {
                                                                       aligned=False),
     "tessera gemm (default pipeline)": _gemm(None, (256, 128, 128), dtype="bf16"),
     "tessera flash attention, clusters of 2": _flash_cluster,
+    "tessera split-KV attention (3 parts)": _split_kv,
     "triton matmul (TMA)": _triton("triton_matmul_tma"),
     "triton flash attention forward (cp.async)": _triton("triton_attention_fwd"),
 }

@@ -55,22 +55,11 @@ import numpy as np
 
 from tessera.interpreters.ptx.decode import Step, elements
 from tessera.interpreters.ptx.happens_before import HappensBefore
-from tessera.interpreters.ptx.state import EXITED, PARK, RUN, Machine, PtxExecutionError
+from tessera.interpreters.ptx.state import EXITED, PARK, RUN, Machine, PtxDeadlockError, PtxHazardError
 from tessera.interpreters.ptx.syntax import Address, Negated, Reg, Vector
 from tessera.sm90 import facts
 
 PLAIN, FLIGHT, LANDED = 0, 1, 2
-
-
-class PtxHazardError(PtxExecutionError):
-    """An asynchrony bug the hardware does not define (a read before the copy or wgmma that writes it
-    completed, a write over bytes an asynchronous operation still reads, a missing proxy fence, an mbarrier
-    transaction count that disagrees with the copies): `source:line: error: <instruction>: <what> (thread)`."""
-
-
-class PtxDeadlockError(PtxHazardError):
-    """No thread can make progress: the report names each group of blocked threads, what they wait for, and
-    for an mbarrier its phase, pending arrivals, tx-count and the copies in flight on it."""
 
 
 @dataclass(eq=False)

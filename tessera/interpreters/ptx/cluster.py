@@ -43,6 +43,7 @@ from tessera.interpreters.ptx.state import (
     WINDOW_SIZE,
     Machine,
     PtxExecutionError,
+    PtxHazardError,
 )
 from tessera.interpreters.ptx.types import ptx_type
 
@@ -179,8 +180,6 @@ def cta_name(m: Machine, slot: int) -> str:
 def hazard(m: Machine, line: int, message: str, lane: int | None = None) -> PtxExecutionError:
     """The error for a cluster hazard at `line`: `source:line: error: hazard: message (thread)`, a
     `PtxHazardError` like the other asynchrony hazards."""
-    from tessera.interpreters.ptx.asynchrony import PtxHazardError
-
     where = f" ({m.describe_lane(int(lane))})" if lane is not None else ""
     return PtxHazardError(f"{m.source}:{line}: error: hazard: {message}{where}")
 
