@@ -19,7 +19,8 @@ process spins on another core (bench/busy_neighbour.py).
 times the whole grid of the warp-specialized flash kernel (seq_q / 128 CTAs, parse excluded, CPU time of this
 process) against NumPy fp32 attention on one core, and prints the ratio; with --baseline, the same row for
 another checkout of Tessera (e.g. main before a change), run in a subprocess of this run, so that before and
-after are measured together.
+after are measured together (the checkout goes first on PYTHONPATH: its tessera/ package, the executor, is
+what is timed; dialects/ and passes/ resolve through the installed editable mapping).
 
 `--library` runs instead one CTA of NVIDIA's own kernels built by tests/ptx_library/build.py (nvcc, from CUTLASS and
 FlashAttention-3; skipped when not built): a CUTLASS GEMM CTA (one 128x128 output tile, K = --k) and an FA3
