@@ -14,7 +14,15 @@ process spins on another core (bench/busy_neighbour.py).
     python bench/ptx_exec.py --library [--gemm cutlass_cooperative_128x128x64] [--attention fa3_fwd_hdim128]
                              [--k 512] [--seq-k 1024] [--repeats 3]
 
-runs instead one CTA of NVIDIA's own kernels built by tests/ptx_library/build.py (nvcc, from CUTLASS and
+    python bench/ptx_exec.py --grid [--seq-q 512] [--seq-k 1024] [--head-dim 128] [--baseline /path/to/checkout]
+
+times the whole grid of the warp-specialized flash kernel (seq_q / 128 CTAs, parse excluded, CPU time of this
+process) against NumPy fp32 attention on one core, and prints the ratio; with --baseline, the same row for
+another checkout of Tessera (e.g. main before a change), run in a subprocess of this run, so that before and
+after are measured together (the checkout goes first on PYTHONPATH: its tessera/ package, the executor, is
+what is timed; dialects/ and passes/ resolve through the installed editable mapping).
+
+`--library` runs instead one CTA of NVIDIA's own kernels built by tests/ptx_library/build.py (nvcc, from CUTLASS and
 FlashAttention-3; skipped when not built): a CUTLASS GEMM CTA (one 128x128 output tile, K = --k) and an FA3
 forward CTA (seq_q = the kernel's kBlockM, seq_k = --seq-k), each launched through `tessera.ptx.launch` from
 the libraries' own host code. Prints the best wall time (parse excluded, decode included), the instructions
@@ -104,6 +112,45 @@ def library_rows(args) -> None:
         print("no library kernel is built (tests/ptx_library/build.py)")
 
 
+def grid_row(args) -> float:
+    """CPU seconds of the whole flash grid in the PTX executor over CPU seconds of NumPy fp32 (one BLAS
+    thread); prints the row."""
+    module = tessera.kernels.flash_attention(head_dim=args.head_dim, causal=args.causal, dtype="bf16")
+    sig = tessera.find_kernel(module)
+    lowered = module.clone()
+    apply_pipeline(lowered, DEFAULT_PIPELINE)
+    from tessera.interpreters.ptx.parse import parse_ptx
+
+    parsed = parse_ptx(print_ptx(lowered, registers=allocated_registers))
+    host = describe(lowered)[0]
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal((1, 1, n, args.head_dim)) for n in (args.seq_q, args.seq_k, args.seq_k)]
+    best = None
+    for _ in range(args.repeats):
+        arrays, sizes = prepare_arguments(sig, inputs)
+        start = time.process_time()
+        launch_described(parsed, host, arrays, sizes)
+        elapsed = time.process_time() - start
+        best = elapsed if best is None else min(best, elapsed)
+    q, k, v = (x[0, 0].astype(np.float32) for x in inputs)
+
+    def numpy_attention():
+        s = q @ k.T / np.float32(np.sqrt(args.head_dim))
+        p = np.exp(s - s.max(axis=-1, keepdims=True))
+        return (p / p.sum(axis=-1, keepdims=True)) @ v
+
+    with single_threaded_blas():
+        times = []
+        for _ in range(30):
+            start = time.process_time()
+            numpy_attention()
+            times.append(time.process_time() - start)
+    ratio = best / min(times)
+    print(f"flash d{args.head_dim}, grid of {args.seq_q // 128} CTAs (seq_q {args.seq_q}, seq_k {args.seq_k}): PTX "
+          f"executor {best:.2f} s, NumPy fp32 {min(times):.4f} s: {ratio:.0f}x")
+    return ratio
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seq-k", type=int, default=1024)
@@ -115,7 +162,24 @@ def main() -> None:
     parser.add_argument("--gemm", default="cutlass_cooperative_128x128x64", help="with --library: the GEMM built")
     parser.add_argument("--attention", default="fa3_fwd_hdim128", help="with --library: the attention built")
     parser.add_argument("--k", type=int, default=512, help="with --library: the GEMM's K")
+    parser.add_argument("--grid", action="store_true", help="the whole grid against NumPy fp32 (see above)")
+    parser.add_argument("--seq-q", type=int, default=512, help="with --grid: query rows (128 per CTA)")
+    parser.add_argument("--baseline", help="with --grid: a checkout of Tessera to time in the same run")
     args = parser.parse_args()
+    if args.grid:
+        if args.baseline:
+            import os
+            import subprocess
+            import sys
+
+            command = [sys.executable, __file__, "--grid", "--seq-q", str(args.seq_q), "--seq-k", str(args.seq_k),
+                       "--head-dim", str(args.head_dim), "--repeats", str(args.repeats)]
+            environment = dict(os.environ, PYTHONPATH=os.pathsep.join([args.baseline, os.environ.get("PYTHONPATH", "")]))
+            print(f"baseline {args.baseline}:", flush=True)
+            subprocess.run(command, env=environment, check=False, cwd=args.baseline)
+            print("this checkout:", flush=True)
+        grid_row(args)
+        return
     if args.library:
         with busy_neighbour() if args.busy_neighbour else nullcontext():
             library_rows(args)

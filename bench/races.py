@@ -2,7 +2,15 @@
 
     python bench/races.py [--repeats 3]
 
-Runs kernels with generic shared-memory traffic (tests/ptx_kernels: the cp.async row pipeline, the softmax
+    python bench/races.py --matrix [--shapes 300,700]
+
+With --matrix: the one-edit bugs of tests/race_seeds.py (33 of 17 kinds in the warp-specialized flash
+kernel, on each shape of keys, and the edits the memory model accepts there), then the generic kinds seeded
+into the kernels of tests/race_kernels.py (Tessera's GEMM and clustered flash, Triton's PTX): one line per
+edit with the verdict (hazard, deadlock, silent with the right or a WRONG answer) and the start of the report,
+and the counts at the end.
+
+Without it: runs kernels with generic shared-memory traffic (tests/ptx_kernels: the cp.async row pipeline, the softmax
 row, the transpose, the ldmatrix reduction) and one CTA of Tessera's any-shape GEMM (st.shared, proxy fence,
 wgmma) through `tessera.ptx.launch` with `races=True` and `races=False`, and prints the best CPU time (of this
 process: steadier than wall time on a shared machine) of each and the ratio. Run it under an older checkout too (where `launch` has no `races`) to compare with the
@@ -44,10 +52,70 @@ def _best(run, repeats: int, **kw) -> float:
     return min(times)
 
 
+def _verdict(run) -> str:
+    from tessera.interpreters.ptx import PtxDeadlockError, PtxExecutionError, PtxHazardError
+
+    try:
+        return "silent, right" if run() else "silent, WRONG"
+    except PtxDeadlockError as error:
+        return "deadlock: " + str(error).split("\n")[1].strip()
+    except PtxHazardError as error:
+        return "hazard: " + str(error).split("error: ", 1)[1]
+    except PtxExecutionError as error:
+        return "error: " + str(error)
+
+
+def matrix(shapes: list[int]) -> None:
+    import sys
+
+    sys.path.insert(0, str(KERNELS.parent))
+    from race_kernels import KERNELS as OTHERS
+    from race_seeds import FLASH_BENIGN, FLASH_BUGS, GENERIC_BUGS, seed
+    from test_ptx_hazards import _attention, _qkv, _run
+
+    from tessera import reference
+
+    compiled = _attention(True)
+
+    def flash(edit, seq_k):
+        def run():
+            arrays = _run(compiled, seed(compiled[2], edit), _qkv(np.random.default_rng(seq_k), seq_k))
+            return reference.check_attention(arrays[3], *arrays[:3], arrays[0].dtype, causal=False).ok
+        return run
+
+    counts: dict[str, int] = {}
+    for title, bugs in (("bugs", FLASH_BUGS), ("edits the memory model accepts", FLASH_BENIGN)):
+        print(f"warp-specialized flash attention d64, {title}:")
+        for kind, name, edit in bugs:
+            for seq_k in shapes:
+                verdict = _verdict(flash(edit, seq_k))
+                key = f"flash {title}: {verdict.split(':')[0].split(',')[0]}"
+                counts[key] = counts.get(key, 0) + 1
+                print(f"  {kind}: {name[:60]} [{seq_k} keys]\n      {verdict[:200]}")
+    for kernel, make in OTHERS.items():
+        text, run_text = make()
+        print(f"{kernel}: unseeded {_verdict(lambda: run_text(text))}")
+        for kind, name, edit in GENERIC_BUGS:
+            try:
+                seeded = seed(text, edit)
+            except LookupError:
+                continue
+            verdict = _verdict(lambda: run_text(seeded))
+            key = f"other kernels: {verdict.split(':')[0].split(',')[0]}"
+            counts[key] = counts.get(key, 0) + 1
+            print(f"  {kind}: {name}\n      {verdict[:200]}")
+    print("counts:", ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--matrix", action="store_true", help="the seeded-bug matrix instead of the cost")
+    parser.add_argument("--shapes", default="300,700", help="with --matrix: the key counts of the flash kernel")
     options = parser.parse_args()
+    if options.matrix:
+        matrix([int(s) for s in options.shapes.split(",")])
+        return
     has_flag = "races" in inspect.signature(launch).parameters
     for name, run in _cases():
         if has_flag:

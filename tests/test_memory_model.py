@@ -1,7 +1,8 @@
-"""`tessera.sm90.memory_model` against the PTX ISA text: each rule's quote must be the ISA's own sentence, as
-retrieved from the ISA pages (the excerpts below, copied as retrieved with their addresses; the mirror of PTX ISA
-9.x at ptx.poole.ai and the ISA text carried by the ptx-90-parser crate's documentation), and each rule must
-name a checker that exists."""
+"""tessera/sm90/memory_model.py against the PTX ISA: every rule's quoted sentence appears, word for word, in the
+ISA text of the section it cites, transcribed below from the PTX ISA 9.x instruction pages (whitespace as
+printed there); nothing here is produced by the module under test. The behaviour each rule asks for is tested
+on kernels in tests/test_ptx_races.py, tests/test_ptx_race_matrix.py (PTX executor) and
+tests/test_target_races.py (CTA simulator)."""
 
 from __future__ import annotations
 
@@ -12,56 +13,96 @@ import pytest
 
 from tessera.sm90 import memory_model
 
-# section title (as the rule names it, without its number) -> the ISA text retrieved for it
-ISA_TEXT = {
-    "Asynchronous Multiply-and-Accumulate Instruction: wgmma.fence":
-        # https://ptx.poole.ai/docs/09-instruction-set/15-wgmma/async-proxy (9.7.15.7.1)
-        "wgmma.fence instruction establishes an ordering between prior accesses to any warpgroup registers and "
-        "subsequent accesses to the same registers by a wgmma.mma_async instruction. Only the accumulator register "
-        "and the input registers containing the fragments of matrix A require this ordering. The wgmma.fence "
-        "instruction must be issued by all warps of the warpgroup at the following locations: - Before the first "
-        "wgmma.mma_async operation in a warpgroup. - Between a register access by a thread in the warpgroup and any "
-        "wgmma.mma_async instruction that accesses the same registers, either as accumulator or input register "
-        "containing fragments of matrix A, except when these are accumulator register accesses across multiple "
-        "wgmma.mma_async instructions of the same shape. In the latter case, an ordering guarantee is provided by "
-        "default. Otherwise, the behavior is undefined.",
-    "Async Proxy":
-        # same page, 9.7.15.4
-        "The wgmma.mma_async operations are performed in the asynchronous proxy (or async proxy). Accessing the "
-        "same memory location across multiple proxies needs a cross-proxy fence. For the async proxy, "
-        "fence.proxy.async should be used to synchronize memory between generic proxy and the async proxy. The "
-        "completion of a wgmma.mma_async operation is followed by an implicit generic-async proxy fence. So the "
-        "result of the asynchronous operation is made visible to the generic proxy as soon as its completion is "
-        "observed. wgmma.commit_group and wgmma.wait_group operations must be used to wait for the completion of "
-        "the wgmma.mma_async instructions.",
-    "Parallel Synchronization and Communication Instructions: membar/fence":
-        # https://docs.rs/crate/ptx-90-parser/latest/source/docs/instructions/membar.md
-        "fence.sc is a slower fence that can restore sequential consistency when used in sufficient places, at "
-        "the cost of performance. Instances of fence.sc with sufficient scope always synchronize by forming a total "
-        "order per scope, determined at runtime. This total order can be constrained further by other "
-        "synchronization in the program. Qualifiers .op_restrict and .sync_restrict restrict the class of memory "
-        "operations for which the fence instruction provides the memory ordering guarantees.",
-    "Axioms: Coherence":
-        # https://ptx.poole.ai/docs/08-memory-consistency-model/02-axioms-special-cases (8.10.1)
-        "If a write W precedes an overlapping write W' in causality order, then W must precede W' in coherence "
-        "order.",
+ISA = {
+    # [P#memory-consistency-model-coherence], 8.10.1 Axioms: Coherence
+    "memory-consistency-model-coherence": """
+If a write W precedes an overlapping write W' in causality order, then W must precede W' in coherence order.
+""",
+    "parallel-synchronization-and-communication-instructions-bar": """
+barrier{.cta} instruction causes executing thread to wait for all non-exited threads from its
+warp and marks warps' arrival at barrier. In addition to signaling its arrival at the barrier, the
+barrier{.cta}.red and barrier{.cta}.sync instructions causes executing thread to wait for
+non-exited threads of all other warps participating in the barrier to
+arrive. barrier{.cta}.arrive does not cause executing thread to wait for threads of other
+participating warps.
+When a barrier completes, the waiting threads are restarted without delay, and the barrier is
+reinitialized so that it can be immediately reused.
+The barrier{.cta}.sync or barrier{.cta}.red or barrier{.cta}.arrive instruction
+guarantees that when the barrier completes, prior memory accesses requested by this thread are
+performed relative to all threads participating in the barrier. The barrier{.cta}.sync and
+barrier{.cta}.red instruction further guarantees that no new memory access is requested by this
+thread before the barrier completes.
+""",
+    "parallel-synchronization-and-communication-instructions-membar": """
+Qualifiers .op_restrict and .sync_restrict restrict the class of memory operations
+for which the fence instruction provides the memory ordering guarantees. When .op_restrict
+is .mbarrier_init, the synchronizing effect of the fence only applies to the prior
+mbarrier.init operations executed by the same thread on mbarrier objects in .shared::cta
+state space.
+[...]
+The .proxykind qualifier indicates the bi-directional proxy ordering that is established between the memory
+accesses done between the generic proxy and the proxy specified by .proxykind.
+Value .alias of the .proxykind qualifier refers to memory accesses performed using virtually
+aliased addresses to the same memory location. Value .async of the .proxykind qualifier specifies
+that the memory ordering is established between the async proxy and the generic proxy. The memory
+ordering is limited only to operations performed on objects in the state space specified.
+""",
+    "parallel-synchronization-and-communication-instructions-mbarrier-init": """
+mbarrier.init.shared::cta.b64 [shMem], 12;
+bar.sync                 0;
+// ... other mbarrier operations on shMem
+""",
+    "asynchronous-warpgroup-level-matrix-instructions-wgmma-mma-async": """
+Instruction wgmma.mma_async issues a MxNxK matrix multiply and accumulate operation, D =
+A*B+D, where the A matrix is MxK, the B matrix is KxN, and the D matrix is MxN.
+The operation of the form D = A*B is issued when the input predicate argument scale-d is
+false.
+wgmma.fence instruction must be used to fence the register accesses of wgmma.mma_async
+instruction from their prior accesses. Otherwise, the behavior is undefined.
+wgmma.commit_group and wgmma.wait_group operations must be used to wait for the completion
+of the asynchronous matrix multiply and accumulate operations before the results are accessed.
+""",
+    "data-movement-and-conversion-instructions-cp-async": """
+No other synchronization mechanism guarantees the completion of the asynchronous
+copy operations.
+There is no ordering guarantee between two cp.async operations if they are not explicitly
+synchronized using cp.async.wait_all or cp.async.wait_group or mbarrier instructions.
+""",
 }
 
 
 def _words(text: str) -> str:
-    return re.sub(r"[\s\-]+", " ", text).strip()
+    return re.sub(r"\s+", " ", text).strip()
+
+
+ALL_RULES = tuple(dict.fromkeys(memory_model.PTX_EXECUTOR_RULES + memory_model.CTA_SIMULATOR_RULES))
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.name)
+def test_each_rule_quotes_the_section_it_cites(rule):
+    assert rule.section in ISA, f"{rule.name}: no transcription of [P#{rule.section}]"
+    assert _words(rule.quote) in _words(ISA[rule.section]), rule.name
+
+
+def test_the_rules_are_distinct_and_say_what_is_checked():
+    rules = ALL_RULES
+    assert len({r.name for r in rules}) == len(rules)
+    assert all(r.check and r.quote for r in rules)
+
+
+def test_the_executor_names_the_rules_it_applies():
+    """Each rule is cited where the executor applies it (module docstrings and functions name it)."""
+    from pathlib import Path
+
+    from tessera.interpreters import ptx
+
+    source = " ".join(p.read_text() for p in Path(ptx.__file__).parent.glob("*.py"))
+    for name in ("BARRIER_COUNT", "MBARRIER_INIT_FENCE"):
+        assert f"memory_model.{name}" in source, name
 
 
 @pytest.mark.parametrize("rule", memory_model.CTA_SIMULATOR_RULES, ids=lambda r: r.name)
-def test_each_rule_quotes_the_isa(rule):
-    title = rule.section.split(" ", 1)[1]
-    assert title in ISA_TEXT, f"no ISA text retrieved for section '{rule.section}'"
-    assert _words(rule.quote) in _words(ISA_TEXT[title])
-    assert re.fullmatch(r"[a-z0-9-]+", rule.anchor)
-
-
-@pytest.mark.parametrize("rule", memory_model.CTA_SIMULATOR_RULES, ids=lambda r: r.name)
-def test_each_rule_names_its_checker(rule):
+def test_each_cta_simulator_rule_names_its_checker(rule):
     module, _, path = rule.checked_by.partition(":")
     target = importlib.import_module(module)
     for name in path.split("."):

@@ -135,7 +135,8 @@ def test_expect_tx_smaller_than_the_copies_is_reported(rng):
 
     with pytest.raises(PtxHazardError, match=r"^seeded.ptx:\d+: error: cp.async.bulk.tensor\S*: the mbarrier at shared "
                                              r"address 0x[0-9a-f]+ completed phase 0 with 1 copies \(16384 bytes\) "
-                                             r"still in flight on it: its expect_tx announced fewer bytes than the "
+                                             r"still in flight on it: its expect_tx \(the arrive at line \d+, thread "
+                                             r"\(0, 0, 0\) of CTA \(0, 0, 0\)\) announced fewer bytes than the "
                                              rf"copies deliver {THREAD}$"):
         _run(_attention(False), _seeded(_attention(False), halve), _qkv(rng, 70))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tessera import reference
 from tessera.interpreters.ptx import PtxHazardError, launch
 
 from test_ptx_hazards import _attention, _qkv, _run, _seeded
@@ -199,3 +200,50 @@ def test_a_slot_is_free_only_after_the_wait_group_that_ends_the_read(release_aft
                                                  r"until its wgmma.wait_group at line 7, .*\(race: the slot was "
                                                  r"released before the wgmma reading it completed\) \(thread 1\)"):
             hb.async_write(_Inst(), producer, slot, "the TMA load")
+
+
+# the adversarial schedule: random interleavings, replayed by a seed
+
+
+def test_an_adversarial_schedule_runs_the_pipelined_kernel_clean(rng):
+    from tessera.interpreters.launch import prepare_arguments
+    from tessera.interpreters.ptx.launcher import launch_described
+
+    sig, host, text = _attention(True)
+    inputs = _qkv(rng, 300)
+    arrays, sizes = prepare_arguments(sig, inputs)
+    launch_described(text, host, arrays, sizes, schedule="adversarial", seed=3)
+    check = reference.check_attention(arrays[3], *arrays[:3], arrays[0].dtype, causal=False)
+    assert check.ok, check
+
+
+def test_a_race_is_reported_on_adversarial_schedules_too():
+    messages = []
+    for seed in (0, 1, 1):
+        with pytest.raises(PtxHazardError, match=r"reads shared address 0x[0-9a-f]+, which the instruction at line "
+                                                 r"16 .* no synchronisation orders the two") as caught:
+            launch(_HANDOFF.replace("SYNC", ""), "handoff", 1, 64, [np.zeros(64, np.uint32)], schedule="adversarial",
+                   seed=seed)
+        messages.append(str(caught.value))
+    assert messages[1] == messages[2]  # the same seed replays the same interleaving
+
+
+@pytest.mark.parametrize("kw,message", [({"schedule": "random"}, "schedule must be one of min-pc, adversarial"),
+                                        ({"seed": 1}, "seed= replays an adversarial schedule"),
+                                        ({"schedule": "adversarial", "seed": -1}, "seed must be a non-negative")])
+def test_bad_schedules_are_refused(kw, message):
+    with pytest.raises(ValueError, match=message):
+        launch(_HANDOFF.replace("SYNC", "bar.sync 0;"), "handoff", 1, 64, [np.zeros(64, np.uint32)], **kw)
+
+
+def test_tessera_run_takes_the_schedule_and_the_race_switch(tmp_path, capsys):
+    from tessera.tools import tessera_run
+
+    path = tmp_path / "handoff.ptx"
+    path.write_text(_HANDOFF.replace("SYNC", ""))
+    base = [str(path), "--block", "64", "--arg", "u32[64]=zeros"]
+    assert tessera_run.main(base + ["--schedule", "adversarial", "--schedule-seed", "5"]) == 1
+    assert "no synchronisation orders the two (race:" in capsys.readouterr().err
+    assert tessera_run.main(base + ["--no-races"]) == 0  # the check off: the run completes
+    assert tessera_run.main(base + ["--schedule-seed", "5"]) == 1
+    assert "--schedule-seed replays --schedule adversarial" in capsys.readouterr().err

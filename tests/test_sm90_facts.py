@@ -980,12 +980,17 @@ def _constants() -> dict[str, object]:
     import pkgutil
 
     import tessera.sm90
+    from tessera.sm90.memory_model import Rule
+
+    def is_rule(value) -> bool:  # memory-model rules: their quotes are checked by tests/test_memory_model.py
+        return isinstance(value, Rule) or (isinstance(value, tuple) and value and all(isinstance(v, Rule)
+                                                                                     for v in value))
 
     found = {}
     for info in pkgutil.iter_modules(tessera.sm90.__path__):
         module = importlib.import_module(f"tessera.sm90.{info.name}")
         for name, value in vars(module).items():
-            if name.isupper() and not name.startswith("_") and not isinstance(value, type):
+            if name.isupper() and not name.startswith("_") and not isinstance(value, type) and not is_rule(value):
                 found[name] = value
     return found
 

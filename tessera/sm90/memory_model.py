@@ -1,10 +1,13 @@
-"""The PTX memory model's rules the simulators check, each cited from the PTX ISA (section, anchor and the sentence
-quoted as the ISA states it). tests/test_memory_model.py compares every quote with the ISA text as retrieved.
+"""The PTX memory model's ordering rules the simulators check, each cited from the PTX ISA with the sentence it
+rests on ([P#anchor] = https://docs.nvidia.com/cuda/parallel-thread-execution/#anchor, PTX ISA 9.x).
 
-"[P#anchor]" = https://docs.nvidia.com/cuda/parallel-thread-execution/#anchor.
-
-A rule names where it is enforced (`checked_by`: "module:function" of a simulator). The CTA simulator's rules
-(`CTA_SIMULATOR_RULES`) are listed in their own table; other simulators add theirs beside it.
+A `Rule` names the rule, its section anchor, the quoted sentence (verbatim, whitespace aside;
+tests/test_memory_model.py compares it with the ISA text transcribed there), what a simulator does with it, and
+where the CTA simulator enforces it (`checked_by`, "module:qualified.name"; empty where only the PTX executor
+applies it). One rule, one constant: both simulators apply the same rule objects. The tables are data: the checks
+live in the simulators (the PTX executor: tessera/interpreters/ptx/happens_before.py, asynchrony.py, sync.py,
+cluster.py; the CTA simulator: tessera/interpreters/sm90/happens_before.py, wgmma.py, mbarrier.py,
+shared_memory.py) and name the rule they apply.
 """
 
 from __future__ import annotations
@@ -13,88 +16,106 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
-class MemoryModelRule:
-    """One rule: its `name`, the ISA `section` (number and title) and `anchor`, the `quote` it rests on, what the
-    simulator reports when it is broken (`violation`), and where that is checked (`checked_by`)."""
+class Rule:
+    """One ordering rule: `section` is the PTX ISA anchor, `quote` the sentence it rests on, `check` what a
+    simulator reports or orders because of it, `checked_by` the CTA simulator's function that enforces it."""
 
     name: str
     section: str
-    anchor: str
     quote: str
-    violation: str
-    checked_by: str
+    check: str
+    checked_by: str = ""
 
 
-# region the CTA simulator (tessera/interpreters/sm90)
+# region the rules (the PTX executor applies all but WRITE_ORDER's end-of-kernel checks; the CTA simulator those in
+# CTA_SIMULATOR_RULES)
+BARRIER_ORDERING = Rule(
+    "barrier orders memory", "parallel-synchronization-and-communication-instructions-bar",
+    "guarantees that when the barrier completes, prior memory accesses requested by this thread are performed "
+    "relative to all threads participating in the barrier",
+    "a completed named or CTA barrier is a release by every participant and an acquire by every waiter "
+    "(vector clocks joined); generic accesses to one byte, one a write, need such an order or are a race",
+    "tessera.interpreters.sm90.happens_before:HappensBefore.check_write")
 
-WGMMA_FENCE = MemoryModelRule(
-    "wgmma-fence",
-    "9.7.15.7.1 Asynchronous Multiply-and-Accumulate Instruction: wgmma.fence",
-    "asynchronous-warpgroup-level-matrix-instructions-wgmma-fence",
-    "The wgmma.fence instruction must be issued by all warps of the warpgroup at the following locations: "
-    "Before the first wgmma.mma_async operation in a warpgroup. Between a register access by a thread in the "
-    "warpgroup and any wgmma.mma_async instruction that accesses the same registers, either as accumulator or "
-    "input register containing fragments of matrix A, except when these are accumulator register accesses across "
-    "multiple wgmma.mma_async instructions of the same shape.",
-    "a warpgroup's first wgmma with no wgmma_fence before it, or a wgmma whose accumulator or A fragment was "
-    "written after the warpgroup's latest wgmma_fence (a chained accumulator excepted)",
-    "tessera.interpreters.sm90.wgmma:WgmmaUnit._check_fenced",
-)
+BARRIER_COUNT = Rule(
+    "barrier thread count", "parallel-synchronization-and-communication-instructions-bar",
+    "When a barrier completes, the waiting threads are restarted without delay, and the barrier is reinitialized "
+    "so that it can be immediately reused.",
+    "more threads arriving at once than the barrier's thread count is reported: the barrier completes with as many "
+    "as the count and the others wait for its next phase, which ones depending on timing")
 
-ASYNC_PROXY_FENCE = MemoryModelRule(
-    "async-proxy-fence",
-    "9.7.15.4 Async Proxy",
-    "asynchronous-warpgroup-level-matrix-async-proxy",
-    "Accessing the same memory location across multiple proxies needs a cross-proxy fence. For the async proxy, "
-    "fence.proxy.async should be used to synchronize memory between generic proxy and the async proxy.",
-    "shared memory written through the generic proxy (st_shared) and read through the async proxy (a wgmma "
-    "operand, a bulk copy's source) with no fence_proxy_async on a happens-before path from the store to the "
-    "issuing thread",
-    "tessera.interpreters.sm90.shared_memory:SharedMemory._check_proxy_fenced",
-)
+MBARRIER_INIT_BEFORE_USE = Rule(
+    "mbarrier.init before its uses", "parallel-synchronization-and-communication-instructions-mbarrier-init",
+    "mbarrier.init.shared::cta.b64 [shMem], 12; bar.sync 0; // ... other mbarrier operations on shMem",
+    "mbarrier.init is a write of the barrier object: an arrive or wait of another thread that the init does not "
+    "happen before is a race (the bar.sync after the inits is missing)")
 
-WGMMA_COMPLETION = MemoryModelRule(
-    "wgmma-completion",
-    "9.7.15.4 Async Proxy",
-    "asynchronous-warpgroup-level-matrix-async-proxy",
-    "The completion of a wgmma.mma_async operation is followed by an implicit generic-async proxy fence. So the "
-    "result of the asynchronous operation is made visible to the generic proxy as soon as its completion is "
-    "observed. wgmma.commit_group and wgmma.wait_group operations must be used to wait for the completion of the "
-    "wgmma.mma_async instructions.",
-    "shared memory a wgmma read, written (a TMA refill, st_shared, cp.async) by a thread that the "
-    "wgmma_wait_group completing that read does not happen before (a slot released before the wgmma reading it "
-    "completed)",
-    "tessera.interpreters.sm90.happens_before:HappensBefore._after_wgmma_reads",
-)
+MBARRIER_INIT_FENCE = Rule(
+    "fence.mbarrier_init releases inits to the cluster", "parallel-synchronization-and-communication-instructions-membar",
+    "When .op_restrict is .mbarrier_init, the synchronizing effect of the fence only applies to the prior "
+    "mbarrier.init operations executed by the same thread on mbarrier objects in .shared::cta state space.",
+    "a peer CTA's remote arrive, multicast or copy completing on an mbarrier needs its init released at cluster "
+    "scope: a fence.mbarrier_init of the initialising thread, or its barrier.cluster.arrive with .release "
+    "(.relaxed does not release); inside one CTA the bar.sync after the inits suffices. The CTA simulator is "
+    "stricter: it asks for a fence_mbarrier_init ordered before any TMA copy completing on the barrier, as "
+    "CUTLASS's pipelines always issue it",
+    "tessera.interpreters.sm90.mbarrier:MBarriers.check_init_fenced")
 
-MBARRIER_INIT_FENCE = MemoryModelRule(
-    "mbarrier-init-fence",
-    "9.7.13.4 Parallel Synchronization and Communication Instructions: membar/fence",
-    "parallel-synchronization-and-communication-instructions-membar",
-    "Qualifiers .op_restrict and .sync_restrict restrict the class of memory operations for which the fence "
-    "instruction provides the memory ordering guarantees.",
-    "a TMA copy completing on an mbarrier whose init no fence_mbarrier_init (fence.mbarrier_init.release.cluster, "
-    "the fence whose .op_restrict is .mbarrier_init) made visible, or whose fence no synchronisation orders "
-    "before the issuing thread",
-    "tessera.interpreters.sm90.mbarrier:MBarriers.check_init_fenced",
-)
+PROXY_FENCE = Rule(
+    "generic writes read by the async proxy", "parallel-synchronization-and-communication-instructions-membar",
+    "Value .async of the .proxykind qualifier specifies that the memory ordering is established between the async "
+    "proxy and the generic proxy.",
+    "a generic store read by a TMA or bulk store or a wgmma operand needs a fence.proxy.async on a happens-before "
+    "path from the store to the read (in any thread: a barrier carries other threads' stores to the fence)",
+    "tessera.interpreters.sm90.shared_memory:SharedMemory._check_proxy_fenced")
 
-WRITE_ORDER = MemoryModelRule(
-    "causality-coherence",
-    "8.10.1 Axioms: Coherence",
-    "memory-consistency-model-coherence",
+WGMMA_FENCE = Rule(
+    "wgmma.fence before register operands", "asynchronous-warpgroup-level-matrix-instructions-wgmma-mma-async",
+    "wgmma.fence instruction must be used to fence the register accesses of wgmma.mma_async instruction from their "
+    "prior accesses. Otherwise, the behavior is undefined.",
+    "a wgmma.mma_async whose accumulator or A registers another instruction of the thread accessed since its last "
+    "wgmma.fence is reported",
+    "tessera.interpreters.sm90.wgmma:WgmmaUnit._check_fenced")
+
+WGMMA_WAIT = Rule(
+    "wgmma results and operands after wait_group", "asynchronous-warpgroup-level-matrix-instructions-wgmma-mma-async",
+    "wgmma.commit_group and wgmma.wait_group operations must be used to wait for the completion of the "
+    "asynchronous matrix multiply and accumulate operations before the results are accessed.",
+    "registers of a wgmma whose group no wgmma.wait_group covers are reported when touched; shared bytes it reads "
+    "may be overwritten only after a wait_group that happens before the write (a slot released before its wgmma "
+    "completed is a race)",
+    "tessera.interpreters.sm90.happens_before:HappensBefore._after_wgmma_reads")
+
+CP_ASYNC_ORDER = Rule(
+    "cp.async completes only at its wait", "data-movement-and-conversion-instructions-cp-async",
+    "There is no ordering guarantee between two cp.async operations if they are not explicitly synchronized using "
+    "cp.async.wait_all or cp.async.wait_group or mbarrier instructions.",
+    "bytes of a cp.async are in flight until the issuing thread's cp.async.wait_group/wait_all or "
+    "cp.async.mbarrier.arrive covers them: a read or write of them before is reported")
+
+CP_ASYNC_COMPLETION = Rule(
+    "asynchronous copies complete only through their mechanism", "data-movement-and-conversion-instructions-cp-async",
+    "No other synchronization mechanism guarantees the completion of the asynchronous copy operations.",
+    "a barrier does not land a copy: a thread that did not wait on the copy's group or mbarrier, and was not "
+    "ordered after one that did, reads bytes still in flight")
+
+WRITE_ORDER = Rule(
+    "causality orders overlapping writes", "memory-consistency-model-coherence",
     "If a write W precedes an overlapping write W' in causality order, then W must precede W' in coherence order.",
     "two overlapping accesses of shared memory by different threads, one of them a write, not ordered by "
     "happens-before (named barriers, mbarrier arrive/wait, cluster barriers): which one a read sees, or which "
-    "write lands last, is not decided",
-    "tessera.interpreters.sm90.happens_before:HappensBefore.check_write",
-)
+    "write lands last, is not decided, and it is reported with both sides",
+    "tessera.interpreters.sm90.happens_before:HappensBefore.check_write")
 
-CTA_SIMULATOR_RULES: tuple[MemoryModelRule, ...] = (WGMMA_FENCE, ASYNC_PROXY_FENCE, WGMMA_COMPLETION,
-                                                    MBARRIER_INIT_FENCE, WRITE_ORDER)
-"""The rules the CTA simulator checks by happens-before (`tessera.interpreters.sm90.happens_before`)."""
+PTX_EXECUTOR_RULES = (BARRIER_ORDERING, BARRIER_COUNT, MBARRIER_INIT_BEFORE_USE, MBARRIER_INIT_FENCE, PROXY_FENCE,
+                      WGMMA_FENCE, WGMMA_WAIT, CP_ASYNC_ORDER, CP_ASYNC_COMPLETION)
+"""The rules the PTX executor's race detector applies, in the order of the sections."""
+
+CTA_SIMULATOR_RULES = (BARRIER_ORDERING, MBARRIER_INIT_FENCE, PROXY_FENCE, WGMMA_FENCE, WGMMA_WAIT, WRITE_ORDER)
+"""The rules the CTA simulator checks by happens-before (`tessera.interpreters.sm90.happens_before`), each naming
+its checker."""
 
 # endregion
 
-__all__ = ["MemoryModelRule", "CTA_SIMULATOR_RULES", "WGMMA_FENCE", "ASYNC_PROXY_FENCE", "WGMMA_COMPLETION",
-           "MBARRIER_INIT_FENCE", "WRITE_ORDER"]
+__all__ = ["CTA_SIMULATOR_RULES", "PTX_EXECUTOR_RULES", "Rule", "WRITE_ORDER", "BARRIER_COUNT", "BARRIER_ORDERING", "CP_ASYNC_COMPLETION", "CP_ASYNC_ORDER",
+           "MBARRIER_INIT_BEFORE_USE", "MBARRIER_INIT_FENCE", "PROXY_FENCE", "WGMMA_FENCE", "WGMMA_WAIT"]

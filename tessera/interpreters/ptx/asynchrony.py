@@ -55,22 +55,11 @@ import numpy as np
 
 from tessera.interpreters.ptx.decode import Step, elements
 from tessera.interpreters.ptx.happens_before import HappensBefore
-from tessera.interpreters.ptx.state import EXITED, PARK, RUN, Machine, PtxExecutionError
+from tessera.interpreters.ptx.state import EXITED, PARK, RUN, Machine, PtxDeadlockError, PtxHazardError
 from tessera.interpreters.ptx.syntax import Address, Negated, Reg, Vector
 from tessera.sm90 import facts
 
 PLAIN, FLIGHT, LANDED = 0, 1, 2
-
-
-class PtxHazardError(PtxExecutionError):
-    """An asynchrony bug the hardware does not define (a read before the copy or wgmma that writes it
-    completed, a write over bytes an asynchronous operation still reads, a missing proxy fence, an mbarrier
-    transaction count that disagrees with the copies): `source:line: error: <instruction>: <what> (thread)`."""
-
-
-class PtxDeadlockError(PtxHazardError):
-    """No thread can make progress: the report names each group of blocked threads, what they wait for, and
-    for an mbarrier its phase, pending arrivals, tx-count and the copies in flight on it."""
 
 
 @dataclass(eq=False)
@@ -147,6 +136,7 @@ class AsyncTracker:
         self.carried = np.zeros((0, 0), np.int64)  # [barrier, barrier]: what arrivals on it had observed
         self.released = np.zeros((0, m.lanes), np.int32)  # [barrier, lane]: line of the lane's last arrive
         self.last_wait = np.full(m.lanes, -1, np.int64)  # barrier instance a lane last waited on
+        self.last_arrival: dict[tuple[int, int], tuple[int, int]] = {}  # mbarrier -> (line, lane) of its last arrive
         self.wg_open = np.zeros(self.warpgroups, np.int64)
         self.wg_done = np.full(self.warpgroups, -1, np.int64)
         self.wg_issued = np.full(self.warpgroups, -1, np.int64)
@@ -180,6 +170,11 @@ class AsyncTracker:
 
     def describe_copy(self, copy: Copy) -> str:
         return f"the {copy.kind} at line {copy.inst.line} ({self.m.describe_lane(copy.lane)})"
+
+    def last_arrival_at(self, key: tuple[int, int]) -> str:
+        """' (the arrive at line L, thread ...)': the other side of a transaction count that disagrees."""
+        last = self.last_arrival.get(key)
+        return f" (the arrive at line {last[0]}, {self.m.describe_lane(last[1])})" if last else ""
 
     def describe_barrier(self, key: tuple[int, int]) -> str:
         """' (phase P, parity p, a of e arrivals pending, tx-count T, ...)' for a deadlock report."""
@@ -226,6 +221,7 @@ class AsyncTracker:
         if len(self.observed):
             self.carried[b] = np.maximum(self.carried[b], self.observed[:, lanes].max(axis=1))
         self.released[b, lanes] = inst.line
+        self.last_arrival[key] = (inst.line, int(lanes[-1]))
 
     def shared_by_barrier(self, participants: np.ndarray, waiters: np.ndarray) -> None:
         """A named barrier completed: its waiters know what every participant had observed."""
@@ -322,7 +318,8 @@ class AsyncTracker:
                 left = sum(c.nbytes for c in copies[i:])
                 raise self.hazard(copy.inst, f"the mbarrier at shared address {key[1]:#x} completed phase {before} "
                                              f"with {len(copies) - i} copies ({left} bytes) still in flight on it: "
-                                             "its expect_tx announced fewer bytes than the copies deliver", copy.lane)
+                                             f"its expect_tx{self.last_arrival_at(key)} announced fewer bytes than "
+                                             "the copies deliver", copy.lane)
             phase = state.phase
             m.shared[copy.index] = copy.data
             self.state[copy.index] = LANDED
@@ -336,8 +333,8 @@ class AsyncTracker:
         if state.phase == before and state.pending == 0 and state.tx_count < 0:
             raise self.hazard(copies[-1].inst, f"the copies on the mbarrier at shared address {key[1]:#x} delivered "
                                                f"{-state.tx_count} bytes more than its expect_tx announced for phase "
-                                               f"{state.phase} (tx-count {state.tx_count} with every arrival in)",
-                              copies[-1].lane)
+                                               f"{state.phase}{self.last_arrival_at(key)} (tx-count {state.tx_count} "
+                                               "with every arrival in)", copies[-1].lane)
         _changed(m, key, before, state, prefer=False)
 
     def phase_changed(self, inst, key: tuple[int, int], lane: int) -> None:
@@ -368,8 +365,13 @@ class AsyncTracker:
         self.hb.async_written(flat)
         self.tagged = True
 
-    def cp_async_landed(self, index: np.ndarray) -> None:
+    def cp_async_landed(self, index: np.ndarray, lanes: np.ndarray) -> None:
+        """The cp.async copies of `lanes` into `index` [copies, bytes] completed at their wait: the issuing
+        thread wrote them now, and other threads see them only through synchronisation that follows this
+        point [memory_model.CP_ASYNC_COMPLETION]."""
+        lines = np.array([self.copies[int(t)].inst.line for t in self.tag[index[:, 0]]], np.int32)
         self.state[index.reshape(-1)] = PLAIN
+        self.hb.landed(lanes, index, lines)
 
     def describe_flight(self, flat: int) -> str:
         copy = self.copies[int(self.tag[flat])]
@@ -705,6 +707,9 @@ def install(m: Machine, steps: list[Step]) -> list[Step]:
         elif inst.opcode == "fence" and "proxy" in mods and "async" in mods:
             def after(sel):
                 tracker.fence(_lanes(m, sel))
+        elif inst.opcode == "fence" and "mbarrier_init" in mods:
+            def after(sel):
+                m.cluster_state.release_inits(_lanes(m, sel))
         elif inst.opcode == "cp" and "bulk" in mods and "commit_group" in mods:
             def after(sel):
                 tracker.bulk_commit(_lanes(m, sel))

@@ -24,7 +24,9 @@ Arguments (`--arg`, one per kernel parameter, in order):
 Arrays are created in order (arguments, then buffers) with --seed. With --save DIR every array argument
 is written after the run as DIR/arg<N>_<param>.npy and every buffer as DIR/buffer<N>.npy (bf16 as f32). Errors (syntax,
 unsupported instructions, memory faults, deadlocks, bad launches, a launch past the driver's limits or the memory
-budget, a run past --max-steps) print one diagnostic and exit with 1.
+budget, a run past --max-steps) print one diagnostic and exit with 1; so do races and other asynchrony hazards
+(happens_before, asynchrony). --schedule adversarial --schedule-seed N runs the threads in a seeded random
+order (the same N replays it); --no-races turns the generic race check off.
 """
 
 from __future__ import annotations
@@ -80,6 +82,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--workers", type=int, default=None, metavar="N",
                         help="run the batches of CTAs in N processes (the same results and first error as one "
                              "process; default: one)")
+    parser.add_argument("--races", action=argparse.BooleanOptionalAction, default=True,
+                        help="report generic shared-memory accesses no synchronisation orders (default on; proxy "
+                             "fences and the other asynchrony checks stay on with --no-races)")
+    parser.add_argument("--schedule", choices=("min-pc", "adversarial"), default="min-pc",
+                        help="which ready threads run next: min-pc (default) or adversarial (random, replayed by "
+                             "--schedule-seed)")
+    parser.add_argument("--schedule-seed", type=int, default=None, metavar="N",
+                        help="the seed of --schedule adversarial (default 0)")
     return parser
 
 
@@ -215,7 +225,10 @@ def run(args: argparse.Namespace) -> int:
     cluster = _dims(cluster, "--cluster") if cluster else None
     shared_bytes = args.shared_bytes if args.shared_bytes is not None else (default("shared_bytes") or 0)
     start = time.perf_counter()
-    limits = {"memory_budget": args.memory_budget, "workers": args.workers}
+    if args.schedule_seed is not None and args.schedule != "adversarial":
+        raise ValueError("--schedule-seed replays --schedule adversarial")
+    limits = {"memory_budget": args.memory_budget, "workers": args.workers, "races": args.races,
+              "schedule": args.schedule, "seed": args.schedule_seed}
     if args.max_steps is not None:
         limits["max_steps"] = args.max_steps
     results = launch(module, args.kernel, grid, block, values, shared_bytes, args.file, cluster=cluster, **limits)

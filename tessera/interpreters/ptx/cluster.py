@@ -13,12 +13,14 @@ atom, mbarrier, cp.async.bulk destinations and barriers) reaches the named CTA's
 until every non-exited thread of the cluster arrived in this phase (exited threads never block it); arriving
 twice without a wait, or waiting without having arrived, stops the run.
 
-Hazards (`PtxExecutionError` messages starting "hazard:"), each naming the instruction, line and thread:
+Hazards (`PtxHazardError` messages starting "hazard:"), each naming the instruction, line and thread:
 - a multicast mask with a bit for a rank outside the cluster; a shared::cluster address of such a rank;
 - a remote operation on an mbarrier (a remote `mbarrier.arrive`, or the complete_tx of a multicast or a
   bulk copy into a peer) by a thread that has not waited on the cluster barrier that follows the
-  barrier's `mbarrier.init` (the init thread's next arrival); this is what `fence.mbarrier_init` plus
-  `barrier.cluster.arrive/wait` after initialisation guarantee;
+  barrier's `mbarrier.init` (the init thread's next arrival), or whose init was never released to the
+  cluster: the init thread's `barrier.cluster.arrive` is `.relaxed` and no `fence.mbarrier_init` follows the
+  init [memory_model.MBARRIER_INIT_FENCE] (a `.release` arrive releases it; inside one CTA the `bar.sync` after
+  the inits orders them, as Triton's TMA kernels rely on);
 - a remote access into a CTA that has exited, and a CTA exiting while a remote operation on one of its
   mbarriers (multicast data, a remote arrive) is *pending*: neither a successful wait of a later phase of that
   mbarrier by the CTA nor a cluster barrier phase that the issuing thread arrived at after it has ordered
@@ -41,6 +43,7 @@ from tessera.interpreters.ptx.state import (
     WINDOW_SIZE,
     Machine,
     PtxExecutionError,
+    PtxHazardError,
 )
 from tessera.interpreters.ptx.types import ptx_type
 
@@ -71,6 +74,8 @@ class ClusterState:
         self.waited = np.zeros(m.lanes, np.int64)
         self.phase = np.zeros(max(m.ctas // m.cluster_size, 1), np.int64)
         self.init_arrivals: dict[tuple[int, int], int] = {}
+        self.init_lane: dict[tuple[int, int], int] = {}
+        self.init_released: dict[tuple[int, int], bool] = {}
         self.pending: list[Pending] = []
         m.exit_hooks.append(self.on_exit)
 
@@ -79,6 +84,8 @@ class ClusterState:
         self.waited[:] = 0
         self.phase[:] = 0
         self.init_arrivals.clear()
+        self.init_lane.clear()
+        self.init_released.clear()
         self.pending = []
 
     def group(self, lanes):
@@ -126,6 +133,17 @@ class ClusterState:
     # region hooks called by sync and tensor
     def note_init(self, lane: int, key: tuple[int, int]) -> None:
         self.init_arrivals[key] = int(self.arrivals[lane])
+        self.init_lane[key] = lane
+        self.init_released[key] = False
+
+    def release_inits(self, lanes: np.ndarray) -> None:
+        """`lanes` released their mbarrier inits at cluster scope: a fence.mbarrier_init, or a
+        barrier.cluster.arrive with .release semantics [memory_model.MBARRIER_INIT_FENCE]."""
+        if self.init_lane:
+            mine = set(lanes.tolist())
+            for key, lane in self.init_lane.items():
+                if lane in mine:
+                    self.init_released[key] = True
 
     def remote_mbarrier(self, inst, lane: int, key: tuple[int, int], phase: int) -> None:
         """`lane` operated on the mbarrier `key` of another CTA, in that mbarrier's `phase`."""
@@ -138,6 +156,13 @@ class ClusterState:
             raise hazard(m, inst.line, f"{inst.name}: {what} on the mbarrier at shared address {key[1]:#x} of CTA "
                                        f"{cta_name(m, key[0])} before the cluster barrier that follows its "
                                        "mbarrier.init (fence.mbarrier_init, barrier.cluster.arrive and .wait)", lane)
+        if initialised is not None and not self.init_released.get(key, True):
+            init = self.init_lane[key]
+            raise hazard(m, inst.line, f"{inst.name}: {what} on the mbarrier at shared address {key[1]:#x} of CTA "
+                                       f"{cta_name(m, key[0])}, whose mbarrier.init by {m.describe_lane(init)} was "
+                                       "never released to the cluster: its barrier.cluster.arrive is .relaxed and no "
+                                       "fence.mbarrier_init.release.cluster follows the init (missing "
+                                       "fence.mbarrier_init)", lane)
         self.pending.append(Pending(key, phase, lane, int(self.arrivals[lane]), inst.line, what))
 
     def observed(self, lane: int, key: tuple[int, int], phase: int) -> None:
@@ -153,9 +178,10 @@ def cta_name(m: Machine, slot: int) -> str:
 
 
 def hazard(m: Machine, line: int, message: str, lane: int | None = None) -> PtxExecutionError:
-    """The error for a cluster hazard at `line`: `source:line: error: hazard: message (thread)`."""
+    """The error for a cluster hazard at `line`: `source:line: error: hazard: message (thread)`, a
+    `PtxHazardError` like the other asynchrony hazards."""
     where = f" ({m.describe_lane(int(lane))})" if lane is not None else ""
-    return PtxExecutionError(f"{m.source}:{line}: error: hazard: {message}{where}")
+    return PtxHazardError(f"{m.source}:{line}: error: hazard: {message}{where}")
 
 
 def shared_offsets(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray) -> np.ndarray:
@@ -256,8 +282,9 @@ def decode_barrier_cluster(ops: Operands, inst, mods):
     mods.take("cluster")
     mods.drop("aligned")
     action = mods.take("arrive", "wait")
+    relaxed = False
     if action == "arrive":
-        mods.take("release", "relaxed")
+        relaxed = mods.take("release", "relaxed") == "relaxed"
     elif action == "wait":
         mods.take("acquire")
     else:
@@ -277,6 +304,8 @@ def decode_barrier_cluster(ops: Operands, inst, mods):
             if again.any():
                 raise m.error(inst, "barrier.cluster.arrive again before barrier.cluster.wait",
                               int(active[np.argmax(again)]))
+            if not relaxed:
+                state.release_inits(active)
             state.arrivals[active] += 1
             m.pc[active] += 1
             for group in np.unique(state.group(active)):

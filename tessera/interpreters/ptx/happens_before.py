@@ -189,6 +189,14 @@ class HappensBefore:
         self.w_clock[flat] = 0
         self.r_clock[flat] = 0
 
+    def landed(self, lanes: np.ndarray, index: np.ndarray, lines: np.ndarray) -> None:
+        """cp.async copies of `lanes` (from the instructions at `lines`) completed into `index` [lanes, bytes] at
+        the issuing threads' present point: a write by them, as a generic store is."""
+        self.w_lane[index] = lanes[:, None]
+        self.w_clock[index] = self.clock[lanes, lanes % self.threads][:, None]
+        self.w_line[index] = lines[:, None]
+        self.r_clock[index] = 0
+
     def write(self, inst, lanes: np.ndarray, index: np.ndarray) -> None:
         """A generic store of `lanes` at `index` [lanes, bytes]."""
         if self.races:

@@ -272,7 +272,8 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
            source: str = "<ptx>", *, max_steps: int = schedule.DEFAULT_MAX_STEPS,
            memory_budget: int | None = None, cta_order=None, cluster=None,
            non_portable_cluster_size: bool = False, stats: dict | None = None,
-           races: bool = True, workers: int | None = None, executor=None) -> list[np.ndarray | None]:
+           races: bool = True, workers: int | None = None, executor=None, schedule: str = "min-pc",
+           seed: int | None = None) -> list[np.ndarray | None]:
     """Run entry `kernel` of `ptx` over `grid` CTAs of `block` threads; see the module docstring.
     `cluster` (x, y, z) runs the CTAs of each cluster together (`cluster`), as cudaLaunchKernelEx with the
     cluster dimension attribute; `non_portable_cluster_size` is cudaFuncAttributeNonPortableClusterSizeAllowed.
@@ -283,7 +284,8 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
     (`tessera.interpreters.blas_threads`). `cta_order` (optional): the order the CTAs run in, a permutation of
     their linear indices (x fastest), in batches; a kernel with atomics is checked for races between CTAs
     (`reductions`). `races` (default on) reports two generic accesses to a shared-memory byte, one a write,
-    that no synchronisation orders (`happens_before`); proxy fences are checked either way.
+    that no synchronisation orders (`happens_before`); proxy fences are checked either way. `schedule` picks
+    which ready lanes run next: "min-pc" (default) or "adversarial", replayed by `seed` (`schedule`).
 
     `workers` (processes on this machine) or `executor` (any `concurrent.futures.Executor`) runs the batches of
     CTAs in that many contiguous groups in parallel, with the serial run's results, counts and first error, and
@@ -291,7 +293,7 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
     atom or cp.reduce runs serially with a `SerialFallback` warning."""
     parallel = parallel_options(f"{source}: launch of {kernel}", workers, executor)
     run = _setup(ptx, kernel, grid, block, args, shared_bytes, source, max_steps, memory_budget, cta_order, cluster,
-                 non_portable_cluster_size, races)
+                 non_portable_cluster_size, races, schedule, seed)
     starts = range(0, run.total, run.per_batch)
     if parallel is not None and run.machine.watch is not None:
         serial_note(f"{source}: launch of {kernel}", "the entry has red, atom or cp.reduce, whose races between "
@@ -301,7 +303,7 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
         _run_groups(parallel, run, starts, stats, ptx, kernel, dict(
             grid=grid, block=block, shared_bytes=shared_bytes, source=source, max_steps=max_steps,
             memory_budget=memory_budget, cta_order=cta_order, cluster=cluster,
-            non_portable_cluster_size=non_portable_cluster_size, races=races))
+            non_portable_cluster_size=non_portable_cluster_size, races=races, schedule=schedule, seed=seed))
     else:
         counts = _run_batches(run, starts, stats is not None)
         if stats is not None:
@@ -329,7 +331,7 @@ class _Launch:
 
 
 def _setup(ptx, kernel, grid, block, args, shared_bytes, source, max_steps, memory_budget, cta_order, cluster,
-           non_portable_cluster_size, races) -> _Launch:
+           non_portable_cluster_size, races, schedule_name="min-pc", seed=None) -> _Launch:
     """Every check of `launch` before a CTA runs, and the machine that runs them (see `launch`)."""
     _check_arguments(ptx, kernel, args, shared_bytes, source)
     if isinstance(ptx, str):
@@ -347,6 +349,7 @@ def _setup(ptx, kernel, grid, block, args, shared_bytes, source, max_steps, memo
     cluster, explicit_cluster = _cluster_shape(entry, grid, cluster, non_portable_cluster_size)
     cluster_size = math.prod(cluster)
     scheduler_steps = schedule.Scheduler.check_max_steps(max_steps)
+    schedule.Scheduler.check_schedule(schedule_name, seed)
     args = list(args)
     if len(args) != len(entry.params):
         raise ValueError(f"entry {kernel} has {len(entry.params)} parameters, got {len(args)} arguments")
@@ -459,7 +462,7 @@ def _setup(ptx, kernel, grid, block, args, shared_bytes, source, max_steps, memo
     ops = Operands(machine, specials)
     ptxas_rules.check_entry(ptx, entry, source)
     steps = asynchrony.install(machine, [decode(ops, inst) for inst in entry.instructions])
-    scheduler = schedule.Scheduler(machine, steps, ops, scheduler_steps)
+    scheduler = schedule.Scheduler(machine, steps, ops, scheduler_steps, schedule_name, seed)
     order = None
     if cta_order is not None:
         gx, gy, _ = grid
@@ -565,7 +568,8 @@ def _run_group(task: _PtxGroup) -> GroupResult:
         run = _setup(program["ptx"], task.kernel, options.pop("grid"), options.pop("block"),
                      [unship(a) for a in task.args], options.pop("shared_bytes"), options.pop("source"),
                      options.pop("max_steps"), options.pop("memory_budget"), options.pop("cta_order"),
-                     options.pop("cluster"), options.pop("non_portable_cluster_size"), options.pop("races"))
+                     options.pop("cluster"), options.pop("non_portable_cluster_size"), options.pop("races"),
+                     options.pop("schedule"), options.pop("seed"))
     log = run.memory.log = AccessLog([run.memory.buffer.size])
     counts, error = {}, None
     with serving_checks.checking(*task.checks):
@@ -620,12 +624,12 @@ def _run_groups(parallel: Parallel, run: _Launch, starts: range, stats: dict | N
 def launch_described(ptx: str | Module, host, arrays: list[np.ndarray], sizes: dict[str, int],
                      source: str = "<ptx>", *, max_steps: int = schedule.DEFAULT_MAX_STEPS,
                      memory_budget: int | None = None, races: bool = True, workers: int | None = None,
-                     executor=None) -> None:
+                     executor=None, schedule: str = "min-pc", seed: int | None = None) -> None:
     """Run a Tessera kernel from its PTX as `tessera.host.describe` says to launch it: `arrays` are the
     Tile-level arguments (inputs, outputs, scratch, as `prepare_arguments` makes them; an input read through a
     tensor map may be a strided view, see `TensorMapArg.strided`), `sizes` the named sizes. Outputs are
-    written back into `arrays`. `max_steps`, `memory_budget`, `races`, `workers` and `executor` as for
-    `launch`."""
+    written back into `arrays`. `max_steps`, `memory_budget`, `races`, `workers`, `executor`, `schedule` and
+    `seed` as for `launch`."""
     maps = host.tensor_maps(sizes)
     args = []
     for param in host.params:
@@ -642,7 +646,7 @@ def launch_described(ptx: str | Module, host, arrays: list[np.ndarray], sizes: d
     cluster = host.cluster(sizes)  # a clustered kernel: its shape, or (1, 1, 1) where it does not divide the grid
     results = launch(ptx, host.kernel, host.grid(sizes), host.block, args, host.dynamic_smem_bytes, source,
                      max_steps=max_steps, memory_budget=memory_budget, cluster=cluster, races=races, workers=workers,
-                     executor=executor)
+                     executor=executor, schedule=schedule, seed=seed)
     for param, result in zip(host.params, results):
         if param.kind == "pointer":
             arrays[param.source][...] = result

@@ -19,6 +19,15 @@ Releases: when an mbarrier arrive completes a phase that parked lanes wait for, 
 are selected first until they block or exit, so that a producer refills a released slot at the earliest
 moment (see `asynchrony`).
 
+Schedules (`launch(schedule=...)`): "min-pc" (the default, above) or "adversarial" (with `seed`): the
+lanes a release wakes still run first (a producer refills a released slot at once: producers as far ahead as
+the synchronisation allows), and otherwise each step runs the lanes at the pc of a running lane drawn at
+random, so warps overtake each other and consumers run late in ways min-pc never tries. The draw comes from
+`numpy.random.default_rng(seed)`: the same seed replays the same interleaving. Reconvergence still happens
+(lanes meeting at one pc run together), so the run is slower but still vectorised. Happens-before
+(`happens_before`) judges ordering on any schedule; this one finds what it cannot decide (an order that only
+some interleavings deadlock on, a value read from memory that decides the control flow).
+
 Deadlock: when no lane can run and some have not exited, `run` raises `PtxDeadlockError` naming each group
 of blocked lanes, what they wait for (for an mbarrier: its phase, pending arrivals, tx-count and the copies
 in flight on it), and the line.
@@ -182,6 +191,9 @@ def decode_trap(ops: Operands, inst, mods):
 # endregion
 
 
+SCHEDULES = ("min-pc", "adversarial")
+"""The lane-selection policies `launch(schedule=...)` accepts (see the module docstring)."""
+
 DEFAULT_MAX_STEPS = 1_000_000
 """Steps one batch of CTAs may take by default: the largest kernel of the test suite takes under 7,000 per
 batch (three-pass attention at head_dim 128 from its PTX), and an endless loop stops within a minute."""
@@ -191,14 +203,29 @@ class Scheduler:
     """Runs the decoded `steps` of a machine until every lane has exited, or until a batch has taken
     `max_steps` steps (see the module docstring)."""
 
-    def __init__(self, machine: Machine, steps: list[Step], ops: Operands, max_steps: int = DEFAULT_MAX_STEPS):
+    def __init__(self, machine: Machine, steps: list[Step], ops: Operands, max_steps: int = DEFAULT_MAX_STEPS,
+                 schedule: str = "min-pc", seed: int | None = None):
         self.m = machine
+        self.rng = self.check_schedule(schedule, seed)
         self.steps = steps
         self.guards = [guard_reader(ops, s.inst) for s in steps]
         self.forced_epoch = None
         self.executed = 0
         self.counts: dict | None = None  # with counting on: thread and warp instructions executed (`launch(stats=)`)
         self.max_steps = self.check_max_steps(max_steps)
+
+    @staticmethod
+    def check_schedule(schedule, seed):
+        """None for "min-pc", the seeded generator for "adversarial"; ValueError for anything else."""
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}; got {schedule!r}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+            raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        if schedule == "min-pc":
+            if seed is not None:
+                raise ValueError("seed= replays an adversarial schedule; the min-pc schedule has no randomness")
+            return None
+        return np.random.default_rng(0 if seed is None else int(seed))
 
     @staticmethod
     def check_max_steps(max_steps) -> int:
@@ -229,7 +256,11 @@ class Scheduler:
                     else:
                         m.preferred = None
                 candidates = np.where(running, m.pc, big)
-                pc = int(candidates.min())
+                if self.rng is not None:  # adversarial: the pc of a running lane drawn at random
+                    pick = np.flatnonzero(running)
+                    pc = int(m.pc[pick[int(self.rng.integers(len(pick)))]])
+                else:
+                    pc = int(candidates.min())
                 lanes = np.flatnonzero(candidates == pc)
                 if pc >= end:
                     m.status[lanes] = EXITED

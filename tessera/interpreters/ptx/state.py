@@ -54,6 +54,18 @@ class PtxExecutionError(RuntimeError):
     that do not match the entry."""
 
 
+class PtxHazardError(PtxExecutionError):
+    """An asynchrony bug the hardware does not define (a read before the copy or wgmma that writes it
+    completed, a write over bytes an asynchronous operation still reads, a missing proxy fence, an mbarrier
+    transaction count that disagrees with the copies, a race): `source:line: error: <instruction>: <what>
+    (thread)`. Raised by `asynchrony`, `happens_before`, `sync` and `cluster`."""
+
+
+class PtxDeadlockError(PtxHazardError):
+    """No thread can make progress: the report names each group of blocked threads, what they wait for, and
+    for an mbarrier its phase, pending arrivals, tx-count and the copies in flight on it."""
+
+
 def fail(source: str, inst: Instruction | None, message: str) -> PtxExecutionError:
     """The error for `inst` (None: the entry as a whole)."""
     if inst is None:

@@ -43,10 +43,12 @@ PRED = ptx_type("pred")
 
 
 # region named barriers
-def check_barrier(m: Machine, barrier: int, cta: int) -> None:
+def check_barrier(m: Machine, barrier: int, cta: int, inst=None) -> None:
     """Mark the arrival of each warp of CTA slot `cta` whose non-exited threads have all executed a bar
     instruction on `barrier` since its last arrival; complete the barrier when the count is reached (see the
-    module docstring) and wake its waiters."""
+    module docstring) and wake its waiters. More warps arriving at once (`inst`) than the thread count admits is
+    a hazard: the hardware completes the barrier with as many as the count, and which warps pass and which
+    wait for its next phase is a matter of timing [memory_model.BARRIER_COUNT]."""
     lanes = np.arange(cta * m.threads, (cta + 1) * m.threads)
     uncounted = m.bar_uncounted[barrier, lanes]
     live = m.status[lanes] != EXITED
@@ -57,9 +59,16 @@ def check_barrier(m: Machine, barrier: int, cta: int) -> None:
             m.bar_count[barrier, cta] += facts.WARP_SIZE
             m.bar_uncounted[barrier, lanes[in_warp]] = False
     count = int(m.bar_count[barrier, cta])
-    expected = int(m.bar_expected[barrier, cta]) or facts.WARP_SIZE * len(np.unique(warp[live]))
+    explicit = int(m.bar_expected[barrier, cta])
+    expected = explicit or facts.WARP_SIZE * len(np.unique(warp[live]))
     if count == 0 or count < expected:
         return
+    if explicit and count > expected and inst is not None:
+        arrived = lanes[m.bar_arrived[barrier, lanes]]
+        raise m.tracker.hazard(inst, f"{count} threads arrive on barrier {barrier} at once, whose thread count is "
+                                     f"{expected}: the barrier completes with {expected} of them and the others wait "
+                                     "for its next phase, which ones depending on timing (wrong barrier thread "
+                                     "count)", int(arrived[-1]))
     waiting = lanes[(m.status[lanes] == BAR) & (m.bar_waiting[lanes] == barrier)]
     m.tracker.shared_by_barrier(lanes[m.bar_arrived[barrier, lanes]], waiting)
     finish = getattr(m, "bar_reductions", {}).pop((barrier, cta), None)
@@ -146,7 +155,7 @@ def decode_bar(ops: Operands, inst, mods):
         else:
             m.pc[active] += 1
         for cta in np.unique(m.lane_cta[active]):
-            check_barrier(m, barrier, int(cta))
+            check_barrier(m, barrier, int(cta), inst)
 
     def run(lanes, active):
         inactive = np.setdiff1d(lanes, active, assume_unique=True) if len(active) != len(lanes) else lanes[:0]
@@ -258,11 +267,19 @@ def apply(m: Machine, inst, lane: int, address: int, action) -> int:
     the action's result. A ValueError of the state machine becomes an execution error."""
     state = _state(m, inst, lane, address)
     before = state.phase
+    key = mbarrier_key(m, lane, address)
     try:
         result = action(state)
     except ValueError as error:
+        last = m.tracker.last_arrival.get(key)
+        if "pending arrivals" in str(error) and last is not None:  # an arrival the phase does not count
+            raise m.tracker.hazard(inst, f"arrives on the mbarrier at shared address {address:#x} in phase "
+                                         f"{state.phase}, whose arrivals are all in (the last at line {last[0]}, "
+                                         f"{m.describe_lane(last[1])}; the phase waits for {state.tx_count} "
+                                         "transaction bytes): this arrival belongs to a later phase, and no wait "
+                                         "orders it after this one completes (race: a missing or wrong-parity "
+                                         "wait before reusing the barrier)", lane) from None
         raise m.error(inst, f"mbarrier at {address:#x}: {error}", lane) from None
-    key = mbarrier_key(m, lane, address)
     if key[0] != int(m.lane_cta[lane]):
         m.cluster_state.remote_mbarrier(inst, lane, key, before)
     if state.phase != before:
@@ -276,9 +293,41 @@ def apply(m: Machine, inst, lane: int, address: int, action) -> int:
 def _released(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray) -> None:
     """`lanes` arrive on the mbarriers at `addresses`: a release into each barrier's pending phase, recorded
     before the arrivals apply, so that the arrive completing a phase is part of it (`happens_before`)."""
+    if ((addresses >= 0) & (addresses < 1 << CLUSTER_RANK_SHIFT)).all():  # each lane's own CTA: (CTA, address)
+        pairs = np.stack([m.lane_cta[lanes], addresses], axis=1)
+        unique, which = np.unique(pairs, axis=0, return_inverse=True)
+        for j, (cta, a) in enumerate(unique.tolist()):
+            m.tracker.hb.arrive(inst, (cta, a), lanes[which.reshape(-1) == j])
+        return
     keys = [mbarrier_key(m, int(lane), int(a)) for lane, a in zip(lanes, addresses)]
     for key in dict.fromkeys(keys):
         m.tracker.hb.arrive(inst, key, lanes[[k == key for k in keys]])
+
+
+def _arrive_each(m: Machine, inst, lanes, addresses, values, phases, action, expect: bool) -> None:
+    """Apply the arrivals of `lanes` one by one, in lane order (a phase may complete between two of them)."""
+    for i, (lane, a) in enumerate(zip(lanes.tolist(), addresses.tolist())):
+        count = 1 if expect or values is None else int(values[i])
+        tx = int(values[i]) if expect else 0
+        phases[i] = apply(m, inst, lane, a, action(count, tx))
+
+
+def _arrive_together(m: Machine, inst, lanes, addresses, phases) -> bool:
+    """The single arrivals of `lanes` applied as one arrival of their count per mbarrier, when each barrier
+    has that many pending (the phase can only complete with the last of them, as one by one); False (nothing
+    applied) when some barrier has fewer pending or a lane names another CTA's barrier."""
+    if not ((addresses >= 0) & (addresses < 1 << CLUSTER_RANK_SHIFT)).all():
+        return False
+    pairs = np.stack([m.lane_cta[lanes], addresses], axis=1)
+    unique, which, counts = np.unique(pairs, axis=0, return_inverse=True, return_counts=True)
+    states = [m.mbarriers.get((cta, a)) for cta, a in unique.tolist()]
+    if any(state is None or state.pending < n for state, n in zip(states, counts.tolist())):
+        return False
+    which = which.reshape(-1)
+    for j, ((cta, a), n) in enumerate(zip(unique.tolist(), counts.tolist())):
+        first = int(lanes[np.argmax(which == j)])
+        phases[which == j] = apply(m, inst, first, a, lambda s, n=n: s.arrive(n))
+    return True
 
 
 def mbarrier_arrive_lanes(m: Machine, inst, space: str, lanes: np.ndarray, addresses, count: int) -> np.ndarray:
@@ -366,10 +415,10 @@ def decode_mbarrier(ops: Operands, inst, mods):
             values = np.broadcast_to(np.asarray(extra(sel)), lanes.shape) if extra is not None else None
             phases = np.empty(len(lanes), np.uint64)
             _released(m, inst, lanes, addresses)
-            for i, (lane, a) in enumerate(zip(lanes, addresses)):
-                count = 1 if expect or values is None else int(values[i])
-                tx = int(values[i]) if expect else 0
-                phases[i] = apply(m, inst, int(lane), int(a), lambda s: arrive(s, count, tx))
+            together = not expect and values is None and action != "arrive_drop" and len(lanes) > 1
+            if not (together and _arrive_together(m, inst, lanes, addresses, phases)):
+                _arrive_each(m, inst, lanes, addresses, values, phases, lambda count, tx: lambda s: arrive(s, count, tx),
+                             expect)
             for a in np.unique(addresses):
                 here = lanes[addresses == a]
                 for cta in np.unique(m.lane_cta[here]):
@@ -391,16 +440,26 @@ def decode_mbarrier(ops: Operands, inst, mods):
         addresses = shared_addresses(m, inst, space, active, address(active))
         tokens = np.broadcast_to(np.asarray(token(active)), active.shape)
         done = np.empty(len(active), bool)
-        for i, (lane, a) in enumerate(zip(active, addresses)):
-            state = _state(m, inst, int(lane), int(a))
+        # lanes of one CTA waiting on one barrier with one token see the same state: test once per such group
+        local = ((addresses >= 0) & (addresses < 1 << CLUSTER_RANK_SHIFT)).all()
+        if local and len(active) > 1:
+            groups = np.stack([m.lane_cta[active], addresses, tokens.astype(np.int64) & (1 if parity else -1)], axis=1)
+            _, first, which = np.unique(groups, axis=0, return_index=True, return_inverse=True)
+            which = which.reshape(-1)
+        else:
+            first, which = np.arange(len(active)), np.arange(len(active))
+        for g, i in enumerate(first.tolist()):
+            lane, a = int(active[i]), int(addresses[i])
+            state = _state(m, inst, lane, a)
             try:
-                done[i] = state.try_wait_parity(int(tokens[i]) & 1) if parity else state.test_wait(int(tokens[i]))
-                if not done[i] and m.tracker.land_for_wait(inst, (int(m.lane_cta[lane]), int(a)), int(lane)):
-                    done[i] = state.try_wait_parity(int(tokens[i]) & 1) if parity else state.test_wait(int(tokens[i]))
+                ok = state.try_wait_parity(int(tokens[i]) & 1) if parity else state.test_wait(int(tokens[i]))
+                if not ok and m.tracker.land_for_wait(inst, (int(m.lane_cta[lane]), a), lane):
+                    ok = state.try_wait_parity(int(tokens[i]) & 1) if parity else state.test_wait(int(tokens[i]))
             except ValueError as error:
-                raise m.error(inst, str(error), int(lane)) from None
-            if done[i]:
-                m.cluster_state.observed(int(lane), mbarrier_key(m, int(lane), int(a)), state.phase)
+                raise m.error(inst, str(error), lane) from None
+            done[which == g] = ok
+            if ok:
+                m.cluster_state.observed(lane, mbarrier_key(m, lane, a), state.phase)
         passed = active[done]
         for key in set(zip(m.lane_cta[passed].tolist(), addresses[done].tolist())):
             here = passed[(m.lane_cta[passed] == key[0]) & (addresses[done] == key[1])]

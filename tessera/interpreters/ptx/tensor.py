@@ -280,23 +280,38 @@ def _multiplicand_values(raw: np.ndarray, name: str) -> np.ndarray:
     return raw.astype(np.float64)
 
 
+@lru_cache(maxsize=4096)
+def _descriptor_bytes(descriptor: int, major: str, e: int, extent: int) -> tuple[np.ndarray, np.ndarray] | str:
+    """(element addresses [extent, K elements], byte offsets [extent * K * e]) a descriptor reads, or the
+    reason it is invalid: computed once per descriptor value and kept across wgmmas, CTAs and launches (a
+    ring's slots give a handful of values)."""
+    try:
+        fields = facts.decode_descriptor(descriptor)
+        addresses = np.asarray(facts.descriptor_element_address(
+            fields, major, e, np.arange(extent)[:, None], np.arange(facts.WGMMA_K_BYTES // e)[None, :]), np.int64)
+    except ValueError as error:
+        return str(error)
+    offsets = (addresses[..., None] + np.arange(e)).reshape(-1)
+    addresses.setflags(write=False)
+    offsets.setflags(write=False)
+    return addresses, offsets
+
+
 def _descriptor_operand(m: Machine, inst, lanes: np.ndarray, descriptor: int, major: str, extent: int,
                         name: str, operand: str = "B") -> np.ndarray:
     """The [extent, K] operand (K spanning facts.WGMMA_K_BYTES) read through a descriptor from the shared memory
     of `lanes`' CTA, as float64 values."""
     dtype = np.dtype(_MULTIPLICANDS[name])
     e = dtype.itemsize
-    try:
-        fields = facts.decode_descriptor(descriptor)
-        addresses = np.asarray(facts.descriptor_element_address(
-            fields, major, e, np.arange(extent)[:, None], np.arange(facts.WGMMA_K_BYTES // e)[None, :]), np.int64)
-    except ValueError as error:
-        raise m.error(inst, f"matrix descriptor {descriptor:#x}: {error}", int(lanes[0])) from None
+    decoded = _descriptor_bytes(descriptor, major, e, extent)
+    if isinstance(decoded, str):
+        raise m.error(inst, f"matrix descriptor {descriptor:#x}: {decoded}", int(lanes[0]))
+    addresses, offsets = decoded
     if addresses.min() < 0 or addresses.max() + e > m.shared_bytes:
         raise m.error(inst, f"matrix descriptor {descriptor:#x} reads outside shared memory", int(lanes[0]))
-    index = int(m.lane_cta[lanes[0]]) * m.shared_bytes + addresses[..., None] + np.arange(e)
-    m.tracker.wgmma_reads(inst, lanes, index.reshape(-1), operand)
-    return _multiplicand_values(m.shared[index].reshape(-1).view(dtype).reshape(addresses.shape), name)
+    index = offsets + int(m.lane_cta[lanes[0]]) * m.shared_bytes
+    m.tracker.wgmma_reads(inst, lanes, index, operand)
+    return _multiplicand_values(m.shared[index].view(dtype).reshape(addresses.shape), name)
 
 
 def _register_operand(words: np.ndarray, name: str) -> np.ndarray:
@@ -388,44 +403,56 @@ def _wgmma_async(ops: Operands, inst, mods):
     f16_acc = dtype_name == "f16"
 
     def run(sel):
+        # every warpgroup at this wgmma in one batched product: operands per warpgroup, accumulators of all
+        # lanes gathered and scattered once per register
         lanes = lanes_of(m, sel)
         groups = m.unit_of[facts.WARPGROUP_SIZE][lanes]
-        for g in np.unique(groups):
-            wg = lanes[groups == g]
-            if len(wg) != facts.WARPGROUP_SIZE:
-                raise m.error(inst, "wgmma needs all 128 threads of the warpgroup", int(wg[0]))
+        _, starts, counts = np.unique(groups, return_index=True, return_counts=True)
+        short = counts != facts.WARPGROUP_SIZE
+        if short.any():
+            raise m.error(inst, "wgmma needs all 128 threads of the warpgroup", int(lanes[starts[np.argmax(short)]]))
+        a_tiles, b_tiles, accumulate = [], [], np.empty(len(starts), bool)
+        for i, start in enumerate(starts.tolist()):
+            wg = lanes[start:start + facts.WARPGROUP_SIZE]
             b_desc = _uniform64(m, inst, read_b(wg), wg, "B descriptor")
-            b = _descriptor_operand(m, inst, wg, b_desc, "MN" if trans_b else "K", n, b_name)
+            b_tiles.append(_descriptor_operand(m, inst, wg, b_desc, "MN" if trans_b else "K", n, b_name))
             if registers_a:
-                a = _register_operand(np.stack([r[wg] for r in a_regs], axis=1), a_name)
+                a_tiles.append(_register_operand(np.stack([r[wg] for r in a_regs], axis=1), a_name))
             else:
                 a_desc = _uniform64(m, inst, read_a(wg), wg, "A descriptor")
-                a = _descriptor_operand(m, inst, wg, a_desc, "MN" if trans_a else "K", facts.WGMMA_M, a_name, "A")
-            d = (scale_a * a) @ (scale_b * b).T
-            accumulate = bool(static_scale) if read_scale is None else \
+                a_tiles.append(_descriptor_operand(m, inst, wg, a_desc, "MN" if trans_a else "K", facts.WGMMA_M,
+                                                   a_name, "A"))
+            accumulate[i] = bool(static_scale) if read_scale is None else \
                 bool(_uniform64(m, inst, read_scale(wg), wg, "scale-d predicate"))
-            acc_words = np.stack([r[wg] for r in d_regs], axis=1)
-            if f16_acc:
-                acc = np.stack([(acc_words & 0xFFFF), acc_words >> 16], axis=2).reshape(len(wg), -1)
-                acc = acc.astype(np.uint16).view(np.float16).astype(np.float64)
-            elif family == "int":
-                acc = acc_words.astype(np.uint32).view(np.int32).astype(np.float64)
-            else:
-                acc = acc_words.view(np.float32).astype(np.float64)
-            result = d[rows, cols] + acc if accumulate else d[rows, cols]
-            if f16_acc:
-                bits = result.astype(np.float16).view(np.uint16).astype(np.uint32).reshape(len(wg), -1, 2)
-                out = bits[..., 0] | (bits[..., 1] << 16)
-            elif family == "int":
-                # Integer sums are exact in float64 (|sum| < 2^53); .s32 wraps, .satfinite clamps.
-                total = result.astype(np.int64)
-                if satfinite:
-                    total = np.clip(total, -(1 << 31), (1 << 31) - 1)
-                out = total.astype(np.uint32)
-            else:
-                out = result.astype(np.float32).view(np.uint32)
-            for v, r in enumerate(d_regs):
-                r[wg] = out[:, v]
+        d = np.matmul(scale_a * np.stack(a_tiles), (scale_b * np.stack(b_tiles)).transpose(0, 2, 1))
+        product = d[:, rows, cols].reshape(len(lanes), -1)  # [lanes, accumulator registers]
+        acc_words = np.stack([r[lanes] for r in d_regs], axis=1)
+        if f16_acc:
+            acc = np.stack([(acc_words & 0xFFFF), acc_words >> 16], axis=2).reshape(len(lanes), -1)
+            acc = acc.astype(np.uint16).view(np.float16).astype(np.float64)
+        elif family == "int":
+            acc = acc_words.astype(np.uint32).view(np.int32).astype(np.float64)
+        else:
+            acc = acc_words.view(np.float32).astype(np.float64)
+        if accumulate.all():
+            result = product + acc
+        elif not accumulate.any():
+            result = product
+        else:
+            result = np.where(np.repeat(accumulate, facts.WARPGROUP_SIZE)[:, None], product + acc, product)
+        if f16_acc:
+            bits = result.astype(np.float16).view(np.uint16).astype(np.uint32).reshape(len(lanes), -1, 2)
+            out = bits[..., 0] | (bits[..., 1] << 16)
+        elif family == "int":
+            # Integer sums are exact in float64 (|sum| < 2^53); .s32 wraps, .satfinite clamps.
+            total = result.astype(np.int64)
+            if satfinite:
+                total = np.clip(total, -(1 << 31), (1 << 31) - 1)
+            out = total.astype(np.uint32)
+        else:
+            out = result.astype(np.float32).view(np.uint32)
+        for v, r in enumerate(d_regs):
+            r[lanes] = out[:, v]
 
     return Step(inst, run, unit=facts.WARPGROUP_SIZE)
 
