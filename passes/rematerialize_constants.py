@@ -26,6 +26,12 @@ A wgmma descriptor `offset` bytes further (`sm90.descriptor_advance`, one 32-bit
 use the same way, right before its wgmma: CSE merges the loop's advances of the Q descriptor with those of a peeled trip before the
 loop, and each would then hold two registers across the K/V loop (14 at head_dim 128), which the consumer
 warpgroups of a warp-specialized kernel with a bias cannot spare. Only its base descriptor stays live.
+
+An index vector made of a scalar and constant lane offsets (`arith.addi` of a `vector.broadcast` and a
+constant: a `tile.iota`'s columns, k0 + col_base + lane offsets) used more than once is re-created the same
+way, one add per lane right before each use: CSE merges the key index a score_mod reads with the one a
+mask_mod reads, which would then hold a register per lane (32 at 64 x 64) across everything between them.
+Only the scalar stays live.
 """
 
 from __future__ import annotations
@@ -128,6 +134,31 @@ def _broadcast(copy: arith.ConstantOp, lane: float | int) -> list[Operation]:
     return [scalar, spread]
 
 
+def _is_lane_offsets(op: Operation) -> bool:
+    """An integer vector `arith.addi` of a broadcast scalar and a constant, used more than once."""
+    if not isinstance(op, arith.AddiOp) or not isinstance(op.result.type, VectorType) or len(list(op.result.uses)) < 2:
+        return False
+    owners = {type(v.owner) for v in op.operands}
+    return owners == {vector.BroadcastOp, arith.ConstantOp}
+
+
+def _recreate_at_uses(op: arith.AddiOp) -> None:
+    """A copy of `op` (and of its broadcast) right before each user (module docstring)."""
+    spread = next(v.owner for v in op.operands if isinstance(v.owner, vector.BroadcastOp))
+    for use in list(op.result.uses):
+        user = use.operation
+        new_spread, copy = spread.clone(), op.clone()
+        copy.operands[[v.owner for v in op.operands].index(spread)] = new_spread.results[0]
+        copy.result.name_hint = op.result.name_hint
+        user.parent_block().insert_ops_before([new_spread, copy], _insertion_point(user))
+        user.operands[use.index] = copy.result
+    op.detach()
+    op.erase()
+    if not spread.results[0].uses:
+        spread.detach()
+        spread.erase()
+
+
 @dataclass(frozen=True)
 class RematerializeConstantsPass(ModulePass):
     """Clone each constant (and descriptor advance) next to each of its uses, in its cheapest form there, and
@@ -137,6 +168,8 @@ class RematerializeConstantsPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         _swap_splats_into_immediates(op)
+        for offsets in [o for o in op.walk() if _is_lane_offsets(o)]:
+            _recreate_at_uses(offsets)
         advances = [o for o in op.walk() if isinstance(o, sm90.DescriptorAdvanceOp)]
         for cheap in advances + [o for o in op.walk() if isinstance(o, arith.ConstantOp)]:
             lane = splat_value(cheap.result) if isinstance(cheap, arith.ConstantOp) else None

@@ -336,7 +336,10 @@ class BackwardLowering:
         (the backward's query blocks inside its loop over the heads of a GQA group) the barrier completes one
         phase per execution of the innermost trip, so the parity is that of the linear trip number
         ((trip_1 n_2 + trip_2) n_3 + ...), n_i the trip count of loop i; each n_i must be defined outside
-        the whole nest (the same for every trip of the loops around it)."""
+        the whole nest (the same for every trip of the loops around it); where they are not, the loops carry
+        the count (`control.py`'s phase counters)."""
+        if commit in self.commit_phase and commit in self.committed_this_trip:
+            return e.op(arith.AndIOp(self.commit_phase[commit], e.index(1)))
         depth = next((i for i, l in enumerate(self.loops) if l.op is group.loop), None)
         if depth is None or depth == 0 or commit not in self.committed_this_trip:
             return super()._parity(wait, commit, group, e)

@@ -1,5 +1,12 @@
 """convert-tile-to-sm90, structured control flow: scf.for (with the loop trip for mbarrier parities),
-block-uniform scf.if, yields and the return."""
+block-uniform scf.if, yields and the return.
+
+Phase counters. A copy group committed in a loop nest completes one phase of its barrier per execution; the
+parity it waits for is that of the number of earlier executions. Where every inner loop's bounds are defined
+outside the nest, that number is the linear trip number (`BackwardLowering._parity`). Where an inner loop's
+bounds are computed inside the nest (a block-sparse backward reads, per head of its GQA group, how many query
+blocks it visits), the count is carried instead: each loop of the nest gets one more index iter_arg per such
+group, the commit adds 1 to it, and the wait takes the count before the increment, mod 2."""
 
 from __future__ import annotations
 
@@ -19,9 +26,31 @@ class ControlFlowLowering:
     """The ControlFlow handlers of `KernelLowering` (a mixin: it uses the kernel's state)."""
 
     # -- control flow --------------------------------------------------------------------------------------
+    def _count_phases(self, outermost: scf.ForOp) -> None:
+        """Give every loop around a commit a phase counter for it (module docstring) where the commit sits in
+        a nest under `outermost` whose inner bounds are defined inside the nest."""
+        for commit in outermost.walk():
+            if not isinstance(commit, tile.CpCommitGroupOp) or commit in self.ring_commits \
+                    or commit in self.gather_commits:
+                continue
+            chain, parent = [], commit.parent_op()
+            while parent is not None and outermost.is_ancestor(parent):
+                if isinstance(parent, scf.ForOp):
+                    chain.append(parent)
+                parent = parent.parent_op()
+            inner_bounds = [v.owner if isinstance(v.owner, Operation) else v.owner.parent_op()
+                            for loop in chain[:-1] for v in (loop.lb, loop.ub, loop.step)]
+            if len(chain) > 1 and any(outermost.is_ancestor(owner) for owner in inner_bounds):
+                for loop in chain:
+                    self.counted_loops.setdefault(loop, []).append(commit)
+
     def _lower_ForOp(self, op: scf.ForOp, e: Emitter) -> None:
+        if not self.loops:
+            self._count_phases(op)
+        counted = self.counted_loops.get(op, [])
         lb, ub, step = (self._get(v) for v in (op.lb, op.ub, op.step))
         inits = [self._get(v) for v in op.iter_args]
+        inits += [self.phase_counters.get(c) or e.index(0) for c in counted]
         body = Block(arg_types=[IndexType()] + [v.type for v in inits])
         iv = body.args[0]
         iv.name_hint = op.body.block.args[0].name_hint
@@ -29,6 +58,9 @@ class ControlFlowLowering:
         for old, new in zip(op.body.block.args[1:], body.args[1:]):
             new.name_hint = old.name_hint
             self.values[old] = new
+        for commit, count in zip(counted, body.args[len(body.args) - len(counted):]):
+            count.name_hint = "phase_count"
+            self.phase_counters[commit] = count
         be = Emitter(body)
         trip = be.op(arith.DivSIOp(be.op(arith.SubiOp(iv, lb)), step))
         trip.name_hint = "trip"
@@ -48,6 +80,11 @@ class ControlFlowLowering:
         results = new.results if isinstance(new, Operation) else [new]
         for old, res in zip(op.results, results):
             self._set(old, res)
+        for commit, count in zip(counted, results[len(op.results):]):
+            self.phase_counters[commit] = count
+        if not self.loops:
+            for commit in counted:
+                self.phase_counters.pop(commit, None)
 
     def _translate_loop_body(self, op: scf.ForOp, e: Emitter) -> None:
         for inner in op.body.block.ops:
@@ -82,7 +119,8 @@ class ControlFlowLowering:
 
     def _lower_YieldOp(self, op: scf.YieldOp, e: Emitter) -> None:
         # `_translate` has retired the wgmma groups in flight: no group outlives its region.
-        e.op(scf.YieldOp(*[self._get(v) for v in op.operands]))
+        counts = [self.phase_counters[c] for c in self.counted_loops.get(op.parent_op(), [])]
+        e.op(scf.YieldOp(*[self._get(v) for v in op.operands], *counts))
 
     def _lower_ReturnOp(self, op: func.ReturnOp, e: Emitter) -> None:
         # A block must not exit with a bulk copy still writing its shared memory: drain what may be in flight.

@@ -90,6 +90,9 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
     gather_commits: set = field(default_factory=set)  # commit ops whose copies are all gathers into plain tiles
     gather_rings: set = field(default_factory=set)  # staged tile.alloc_shared filled by gathers
     waited_stages: set = field(default_factory=set)  # (stage Tile value, Block) whose full barrier was waited on
+    counted_loops: dict = field(default_factory=dict)  # Tile scf.for -> commits whose phase it counts (control.py)
+    phase_counters: dict = field(default_factory=dict)  # commit op -> its executions so far, in the current block
+    commit_phase: dict = field(default_factory=dict)  # commit op -> its count at its latest execution
     e: Emitter | None = None  # the emitter of the op being translated
 
     def __post_init__(self) -> None:

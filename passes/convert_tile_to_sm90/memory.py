@@ -269,6 +269,9 @@ class MemoryLowering:
         self.outstanding.append(op)
         if op in self.ring_commits:
             return  # ring stages signal their own full barriers
+        if op in self.phase_counters:  # a counted phase (control.py): this execution's count, then one more
+            self.commit_phase[op] = self.phase_counters[op]
+            self.phase_counters[op] = e.addi(self.phase_counters[op], e.index(1))
         if op in self.gather_commits:
             e.op(sm90.CpAsyncCommitGroupOp())  # every thread closes its own group
             return

@@ -91,6 +91,12 @@ leave room for S and dP ([BM, BN] f32 each); FA3 keeps BN = 128 there, but conve
 register tile of a kernel one row count (BM rows for S and dP, BN rows for dK and dV), so BN = BM = 64 is the
 largest tile the lowering takes (64 x 128 is refused by name below Tile level)."""
 
+MODS_BLOCKS = {64: (64, 64), 128: (64, 64)}
+"""(BM, BN) by head_dim with a score_mod or mask_mod. A modifier's tiles live beside P, dP, dK and dV: at
+head_dim 64 with 128 x 128 blocks a sliding-window mask_mod with the block lists needs 263 registers a thread,
+with a soft-cap score_mod 323 (their [BM, BN] i32 index tiles and the derivative), over the 255 a thread has;
+at 64 x 64, 226. At head_dim 128 the default blocks are already 64 x 64, the smallest the lowering takes."""
+
 LOG2E = math.log2(math.e)
 """log2(e): LSE2 = LSE * log2 e, and the main kernel's score scale is scale * log2 e."""
 
@@ -269,13 +275,19 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None) -> Modul
         dpsum = b.load(b.view(v["dPsum"], [batch, head, q0], [bm], "dpsum_window"), "dpsum")
 
         s = b.mma(smem["Q"], smem["K"], b.fill(0.0, register_tile([bm, bn]), "s_zero"), "s", transpose_b=True)
-        ctx = None
+        dscore = None
         if mods is None:
             s = b.scale(s, c.scale * LOG2E, "s_log2")  # scale and log2 e folded into one f32 factor
         else:  # P from the modified scores, as the forward computed them; then to base 2
             s_raw = b.scale(s, c.scale, "s_scaled")
             ctx = ScoreContext(b, bm, bn, q0, k0, batch, head, {a.name: v[a.name] for a in mods.arrays})
-            s = s_raw if mods.score_mod is None else apply_score_mod(ctx, mods.score_mod, s_raw)
+            if mods.score_mod is not None:
+                # d score_mod / d score, evaluated beside score_mod (they share nodes such as a soft-cap's tanh)
+                # so that the raw score and those nodes die here; it multiplies P before the dP mma.
+                s = apply_score_mod(ctx, mods.score_mod, s_raw)
+                dscore = ctx.emit(score_derivative(mods.score_mod).result)
+            else:
+                s = s_raw
             s = s if mods.mask_mod is None or not masked else apply_mask_mod(ctx, mods.mask_mod, s)
             s = b.scale(s, LOG2E, "s_log2")
         if masked:
@@ -284,11 +296,12 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None) -> Modul
             s = b.mask_causal(s, q0, k0, seq_q, seq_k, "s_masked")
         p = b.binary(tile.Exp2SubtractOp, s, lse2, "p")
         b.emit(tile.StoreSharedOp(b.cast(p, elt, "p_half"), smem["P"]))
+        if dscore is not None:
+            # dS with respect to the raw score is P (dP - dPsum) d score_mod / d score: folded into P before
+            # the dP mma, so that one tile, P d score_mod / d score, lives across it.
+            p = b.binary(tile.MulOp, p, dscore, "p_dscore")
         dp = b.mma(smem["dO"], smem["V"], b.fill(0.0, register_tile([bm, bn]), "dp_zero"), "dp", transpose_b=True)
         ds = b.binary(tile.MulOp, p, b.binary(tile.SubRowsOp, dp, dpsum, "dp_minus_dpsum"), "ds")
-        if ctx is not None and mods.score_mod is not None:  # dS w.r.t. the raw score: times d score_mod / d score
-            ctx.score = s_raw
-            ds = b.binary(tile.MulOp, ds, ctx.emit(score_derivative(mods.score_mod).result), "ds_raw")
         ds_half = b.cast(ds, elt, "ds_half")
         b.emit(tile.StoreSharedOp(ds_half, smem["dS"]))
         b.barrier()  # P and dS published to every warp
@@ -349,7 +362,7 @@ def attention_backward(
 ) -> AttentionBackward:
     """The backward's three kernels (preprocess, main, postprocess; see the module docstring) for one
     configuration. head_dim 64 or 128 (256 refused by name), bf16 or f16, causal (bottom-right) or not;
-    `block_m`/`block_n` default to `DEFAULT_BLOCKS`; `deterministic=True` orders the dQ additions with a
+    `block_m`/`block_n` default to `DEFAULT_BLOCKS` (`MODS_BLOCKS` with a modifier); `deterministic=True` orders the dQ additions with a
     semaphore per query block (an extra scratch argument of the main kernel). GQA needs nothing here: K, V,
     dK and dV have `heads_k` heads, any divisor of `heads` (the launcher checks it). Kernel arguments, in
     order:
@@ -369,6 +382,9 @@ def attention_backward(
     the arrays: per (batch, head, key block) its full query blocks, visited with no mask, then its partial
     ones, with mask_mod; empty ones never).
     """
+    if (score_mod is not None or mask_mod is not None) and block_m is None and block_n is None \
+            and head_dim in MODS_BLOCKS and not isinstance(head_dim, bool):
+        block_m, block_n = MODS_BLOCKS[head_dim]
     cfg = BackwardConfig.checked(head_dim, causal, dtype, scale, block_m, block_n, deterministic)
     mods = None
     if score_mod is not None or mask_mod is not None:

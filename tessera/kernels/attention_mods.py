@@ -63,6 +63,20 @@ class ScoreContext:
         return self._values[key]
 
     _ints: dict[int, SSAValue] = field(default_factory=dict)
+    _scored: dict[int, bool] = field(default_factory=dict)
+
+    def _uses_score(self, node: Node) -> bool:
+        if id(node) not in self._scored:
+            self._scored[id(node)] = node.op == "score" or any(self._uses_score(a) for a in node.args)
+        return self._scored[id(node)]
+
+    def _emit_args(self, node: Node) -> list[SSAValue]:
+        """The operands of `node`, those that do not depend on the score emitted first: the score (live
+        anyway) then waits for them, instead of what is computed from the score waiting beside their
+        temporaries (ALiBi's [BM, BN] index tiles beside a soft-cap's tanh)."""
+        order = sorted(range(len(node.args)), key=lambda i: self._uses_score(node.args[i]))
+        values = {i: self.emit(node.args[i]) for i in order}
+        return [values[i] for i in range(len(node.args))]
 
     def _int_tile(self, value: int, name: str) -> SSAValue:
         if value not in self._ints:
@@ -100,13 +114,13 @@ class ScoreContext:
         if op == "to_f32":
             return b.cast(self.emit(node.args[0]), f32, "mod_f32")
         if op in _BINARY_OPS:
-            return b.emit(_BINARY_OPS[op](*(self.emit(a) for a in node.args)), f"mod_{op}")
+            return b.emit(_BINARY_OPS[op](*self._emit_args(node)), f"mod_{op}")
         if op in _UNARY_OPS:
             return b.emit(_UNARY_OPS[op](self.emit(node.args[0])), f"mod_{op}")
         if op in _COMPARES:
-            return b.emit(tile.CmpOp(op, *(self.emit(a) for a in node.args)), f"mod_{op}")
+            return b.emit(tile.CmpOp(op, *self._emit_args(node)), f"mod_{op}")
         if op == "select":
-            return b.emit(tile.SelectOp(*(self.emit(a) for a in node.args)), "mod_select")
+            return b.emit(tile.SelectOp(*self._emit_args(node)), "mod_select")
         if op in ("and", "or"):
             ints = [self._as_int(a) for a in node.args]
             joined = b.emit((tile.ElementMinOp if op == "and" else tile.ElementMaxOp)(*ints), f"mod_{op}_int")

@@ -16,6 +16,13 @@ from tessera.variants.trace import trace_mod
 from tessera.variants.block_mask import create_block_mask
 
 
+SPARSE_BACKWARD_HEAD_DIMS = (64,)
+"""Head dims whose block-sparse backward (`attention_backward(block_sparse=True)`) fits the registers below
+Tile IR. At head_dim 128 the block lists' pointers, counts and loop state add 21 registers to the main
+kernel's 249 (dK and dV alone hold 128): there, below Tile IR, the backward visits every query block and
+masks per element (a score_mod there needs 259 registers and is refused by the register allocator)."""
+
+
 def _captured(score_mod, mask_mod) -> list[np.ndarray]:
     """The arrays the modifiers read, in the kernels' argument order (each once)."""
     arrays: dict[str, np.ndarray] = {}
@@ -65,9 +72,7 @@ def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal:
 
     _check_level("attention_backward", level)
     pipeline = None if level == "tile" else pipeline
-    # Below Tile IR the key block's loops over the block lists (bounds read inside the loop over the group's
-    # heads) are not lowered: there the backward visits every query block, masking per element.
-    sparse = mask_mod is not None and level == "tile"
+    sparse = mask_mod is not None and (level == "tile" or head_dim in SPARSE_BACKWARD_HEAD_DIMS)
     kernels = attention_backward(head_dim, causal=causal, dtype=dtype, scale=scale, score_mod=score_mod,
                                  mask_mod=mask_mod, block_sparse=sparse)
     dpsum, lse2, _ = api.interpret(kernels.preprocess, o, do, np.asarray(lse, np.float32), level=level,
