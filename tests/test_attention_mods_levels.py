@@ -101,17 +101,60 @@ def test_full_block_loop_is_the_dense_main_loop():
     assert sparse[1] > dense[0] + 100, (sparse, dense)  # the partial loop is the one that masks
 
 
-def test_mask_mod_backward_at_target_level():
-    """Below Tile IR the backward visits every query block and masks per element (its block-list loops are
-    not lowered yet)."""
+SLOPES = np.array([0.5, 0.25])
+
+
+def softcap_alibi(score, b, h, q_idx, kv_idx):
+    return 20.0 * np.tanh(score / 20.0) + SLOPES[h] * (kv_idx - q_idx)
+
+
+def _backward_inputs(seq_q, seq_k, heads, heads_k, seed=4):
     from tessera.numerics import round_to
 
-    q, k, v = (round_to(x, BF16) for x in inputs(70, 90, 2, 2))
-    do = round_to(np.random.default_rng(4).standard_normal(q.shape), BF16)
-    o, lse = tessera.attention(q, k, v, mask_mod=window, return_lse=True, level="tile")
-    grads = tessera.attention_backward(q, k, v, o, lse, do, mask_mod=window, level="target")
-    checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, None, window)
+    q, k, v = (round_to(x, BF16) for x in inputs(seq_q, seq_k, heads, heads_k))
+    return q, k, v, round_to(np.random.default_rng(seed).standard_normal(q.shape), BF16)
+
+
+@pytest.mark.parametrize("level", ["target", "ptx"])
+def test_backward_below_tile_level(level, score_mod=softcap_alibi, mask_mod=window):
+    """The backward with the transposed block lists (per key block, its full then partial query blocks; the
+    count read per head of the GQA group inside the loop nest) and the derivative of a soft-cap + ALiBi
+    score_mod, in the CTA simulator and the PTX executor."""
+    q, k, v, do = _backward_inputs(70, 90, 2, 1)
+    o, lse = tessera.attention(q, k, v, score_mod=score_mod, mask_mod=mask_mod, return_lse=True, level="tile")
+    grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=score_mod, mask_mod=mask_mod, level=level)
+    checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, score_mod, mask_mod)
     assert all(c.ok for c in checks), [str(c) for c in checks]
+
+
+def test_block_sparse_backward_skips_empty_key_blocks_at_target_level():
+    """A key block no query sees is in no list: its dK and dV are exactly 0, and so are the queries' dQ
+    that only it would have touched (rows 64.. see keys from 64 only)."""
+    def late_keys(b, h, q_idx, kv_idx):
+        return (kv_idx >= 64) & (q_idx >= 64)
+    q, k, v, do = _backward_inputs(100, 128, 1, 1)
+    lists = create_block_mask(late_keys, 1, 1, 100, 128, 64, 64).transposed_inputs()
+    assert lists[0][0, 0].tolist() == [0, 1] and lists[2][0, 0].tolist() == [0, 0]  # key block 0: in no list
+    o, lse = tessera.attention(q, k, v, mask_mod=late_keys, return_lse=True, level="tile")
+    dq, dk, dv = tessera.attention_backward(q, k, v, o, lse, do, mask_mod=late_keys, level="target")
+    assert not np.asarray(dk, np.float32)[:, :, :64].any() and not np.asarray(dv, np.float32)[:, :, :64].any()
+    assert not np.asarray(dq, np.float32)[:, :, :64].any()
+    checks = reference.check_attention_mods_backward((dq, dk, dv), q, k, v, o, do, BF16, None, late_keys)
+    assert all(c.ok for c in checks), [str(c) for c in checks]
+
+
+@pytest.mark.usefixtures("ptxas")
+def test_ptxas_accepts_backward_modifier_kernels_without_spills():
+    from tessera import passes
+    from tessera.kernels import attention_backward
+
+    for score_mod, mask_mod in ((softcap_alibi, window), (softcap_alibi, None), (None, window)):
+        kernels = attention_backward(D, score_mod=score_mod, mask_mod=mask_mod, block_sparse=mask_mod is not None)
+        # preprocess and postprocess are the dense backward's (the modifiers change only the main kernel)
+        result = tessera.compile(kernels.main, target="cubin", pipeline=passes.PTX_PIPELINE)
+        assert result.warnings == ()
+        for entry in result.entries.values():
+            assert not entry.spills, entry
 
 
 def test_builtin_causal_and_mask_mod_agree_bitwise_at_ptx_level():

@@ -43,3 +43,26 @@ func.func @fills(%x: vector<64xf32>, %r: vector<2xf32>, %n: index, %p: i64 {sm90
 // A loop's initial value: the carried registers, whole.
 // CHECK:      %zero_1 = arith.constant dense<0.000000e+00> : vector<64xf32>
 // CHECK:      %acc = scf.for {{.*}} iter_args(%t = %zero_1)
+
+// An index vector of a scalar and constant lane offsets (a tile.iota's columns) read twice: one broadcast
+// and one add before each reader, so that only the scalar stays live between them.
+func.func @lane_offsets(%k0: i32, %q: vector<4xi32>, %p: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<1>, tile.role = "out"})
+    attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>,
+                sm90.kernel = {threads = 128 : i64, smem_bytes = 0 : i64}} {
+  %base = vector.broadcast %k0 : i32 to vector<4xi32>
+  %lanes = arith.constant dense<[0, 1, 8, 9]> : vector<4xi32>
+  %kv_idx = arith.addi %base, %lanes : vector<4xi32>
+  %first = arith.subi %q, %kv_idx : vector<4xi32>
+  %second = arith.muli %first, %kv_idx : vector<4xi32>
+  func.return
+}
+
+// CHECK-LABEL: func.func @lane_offsets
+// CHECK:      %[[B1:.*]] = vector.broadcast %k0 : i32 to vector<4xi32>
+// CHECK-NEXT: %[[L1:.*]] = arith.constant dense<[0, 1, 8, 9]> : vector<4xi32>
+// CHECK-NEXT: %[[K1:.*]] = arith.addi %[[B1]], %[[L1]] : vector<4xi32>
+// CHECK-NEXT: %first = arith.subi %q, %[[K1]] : vector<4xi32>
+// CHECK-NEXT: %[[B2:.*]] = vector.broadcast %k0 : i32 to vector<4xi32>
+// CHECK-NEXT: %[[L2:.*]] = arith.constant dense<[0, 1, 8, 9]> : vector<4xi32>
+// CHECK-NEXT: %[[K2:.*]] = arith.addi %[[B2]], %[[L2]] : vector<4xi32>
+// CHECK-NEXT: %second = arith.muli %first, %[[K2]] : vector<4xi32>
