@@ -105,6 +105,12 @@ def _name(value: SSAValue) -> str:
     return f"%{value.name_hint}" if value.name_hint else "a value"
 
 
+NO_OVERLAP_ATTR = "tile.no_overlap"
+"""A unit attribute on an `scf.for` that keeps this pass from rotating it: its trips keep one score tile in
+flight (set by a kernel whose loop cannot afford a second one beside what it computes, a block-sparse
+kernel's loop over partial blocks evaluating a mask_mod)."""
+
+
 @dataclass
 class Rotation:
     """How one loop is rotated (see the module docstring)."""
@@ -370,7 +376,7 @@ class OverlapSoftmaxPass(ModulePass):
     """The kernels it transforms (Tile IR); tools refuse a module with only the other kind."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        loops = [o for o in op.walk() if isinstance(o, scf.ForOp)]
+        loops = [o for o in op.walk() if isinstance(o, scf.ForOp) and NO_OVERLAP_ATTR not in o.attributes]
         for loop in loops:  # every refusal before any change: a refused module is left as it was
             plan_rotation(loop)
         for loop in reversed(loops):  # inner loops first; a loop is planned again once its inner ones changed

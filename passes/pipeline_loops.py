@@ -35,8 +35,11 @@ number u: `convert-tile-to-sm90` derives mbarrier parities from u. Every trip co
 (possibly empty), so the wait N-1 of trip t leaves exactly the loads t+1 .. t+N-1 in flight; loads past the
 last trip are skipped, so trip counts below N (0 and 1 included) and per-block trip counts (causal loops)
 need nothing else. With N = 1 the loop copies and waits in the same trip, like its input, but reads a
-ring stage. A tile that several loops refill gets one ring per loop: the fill numbers of a ring (and so its
-barrier parities) form one sequence, from 0.
+ring stage. The fill numbers of a ring (and so its barrier parities) form one sequence, from 0. Loops of
+one block that refill the same tiles one after the other (a block-sparse attention kernel's loop over its
+full key blocks, then over its partial ones) share one ring: a later loop numbers its fills and uses from
+the sum of the earlier loops' trip counts (`%ring_base`), so the sequence goes on and the ring holds N
+stages however many loops refill it. A tile that loops refill otherwise gets one ring per loop.
 
 Loops without copies, and loops whose copies all go to ring stages already (pipelined loops), are left
 alone. Everything else that copies is refused with a `PipelineLoopsError` naming the op: a load section
@@ -350,22 +353,33 @@ class LoopPipeliner:
     publish it; then rewrites the body. Index constants come from `const` (reused where one dominates the
     loop). Fill and use numbers u are counted from the loop's first trip, whatever its bounds."""
 
-    def __init__(self, shape: CanonicalLoop, stages: int):
+    def __init__(self, shape: CanonicalLoop, stages: int, follows: LoopPipeliner | None = None):
         self.shape = shape
         self.stages = stages
+        self.follows = follows
+        """The pipeliner of the earlier loop of the same block whose rings this loop continues (module
+        docstring), or None: the loop gets rings of its own."""
         loop = shape.loop
         self.trivial = constant_value(loop.lb) == 0 and constant_value(loop.step) == 1
         self.const = IndexConstants(loop)
         self.rings: list[SSAValue] = []
         self.trips: SSAValue | None = None
+        self.base: SSAValue | None = None
+        """The ring's number of this loop's first fill and use (None: 0)."""
 
     def run(self) -> None:
         """Rewrite the loop (class docstring); runs once per pipeliner."""
         loop, n_stages = self.shape.loop, self.stages
         for value in (n_stages, n_stages - 1, *range(n_stages - 1)):
             self.const(value)  # before the loop, ahead of everything that uses them
-        self.rings = [make_ring(alloc, n_stages) for alloc in self.shape.tiles]
         before = Builder(InsertPoint.before(loop))
+        if self.follows is None:
+            self.rings = [make_ring(alloc, n_stages) for alloc in self.shape.tiles]
+        else:
+            earlier = self.follows
+            self.rings = earlier.rings
+            self.base = earlier.trips if earlier.base is None else \
+                _insert(before, arith.AddiOp(earlier.base, earlier.trips), "ring_base")
         span = _insert(before, arith.SubiOp(loop.ub, loop.lb), "span")
         self.trips = _insert(before, arith.CeilDivSIOp(span, loop.step), "trips")
         for p in range(n_stages - 1):
@@ -385,7 +399,10 @@ class LoopPipeliner:
         return _insert(builder, arith.AddiOp(loop.lb, offset), "fill_iv")
 
     def _stage_views(self, builder: Builder, u: SSAValue, slot_name: str, suffix: str) -> list[SSAValue]:
-        """`tile.stage %ring[arith.remui %u, %cN]` of every ring, in ring order (one remui for all)."""
+        """`tile.stage %ring[arith.remui %u, %cN]` of every ring, in ring order (one remui for all); u counts
+        from `base` when the loop continues an earlier loop's rings."""
+        if self.base is not None:
+            u = _insert(builder, arith.AddiOp(self.base, u), "ring_number")
         slot = _insert(builder, arith.RemUIOp(u, self.const(self.stages)), slot_name)
         return [_insert(builder, tile.StageOp(ring, slot), ring.name_hint.removesuffix("_ring") + suffix)
                 for ring in self.rings]
@@ -479,8 +496,12 @@ class PipelineLoopsPass(ModulePass):
             for copy in copies:
                 refilled_by.setdefault(copy.dest, set()).add(loop)
         shapes = [match_canonical_loop(loop, copies, refilled_by) for loop, copies in owned.items()]
+        last_of: dict[tuple, LoopPipeliner] = {}  # (block, tiles) -> the pipeliner of the latest such loop
         for shape in shapes:
-            LoopPipeliner(shape, self.stages).run()
+            key = (shape.loop.parent_block(), tuple(shape.tiles))
+            pipeliner = LoopPipeliner(shape, self.stages, follows=last_of.get(key))
+            pipeliner.run()
+            last_of[key] = pipeliner
         for alloc in {a for shape in shapes for a in shape.tiles}:
             if not alloc.result.uses:
                 alloc.detach()

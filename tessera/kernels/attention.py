@@ -48,7 +48,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from xdsl.dialects import arith, func
-from xdsl.dialects.builtin import FloatAttr, IntegerAttr, ModuleOp, StringAttr
+from xdsl.dialects.builtin import FloatAttr, IntegerAttr, ModuleOp, StringAttr, UnitAttr
 from xdsl.ir import Attribute, SSAValue
 
 from tessera.dialects import tile
@@ -78,6 +78,16 @@ from tessera.numerics import bias_bound
 
 HEAD_DIMS = (64, 128, 256)
 """Head dimensions the attention builders support."""
+
+PARTIAL_LOOP_OVERLAP = False
+"""Whether a block-sparse kernel's loop over partial key blocks overlaps its softmax with the previous trip's
+P.V mma (`overlap-softmax`). It does not (`tile.no_overlap`): mask_mod's [BM, BN] index tiles beside two
+score tiles and the P.V mma's operands need 261 registers a thread of the consumer warpgroups at head_dim
+128, BN 128 (232 are there) and 265 at head_dim 64; the loop over full blocks, which evaluates no mask,
+overlaps as the dense kernel's does."""
+
+NO_OVERLAP_ATTR = "tile.no_overlap"
+"""`overlap_softmax.NO_OVERLAP_ATTR` (the kernels do not import the passes)."""
 
 DEFAULT_BLOCK_M = 128
 """Queries per thread block: two warpgroups' worth of 64-row wgmma tiles."""
@@ -706,9 +716,11 @@ def flash_loop(b: TileBuilder, blk: AttentionBlock) -> tuple[SSAValue, SSAValue,
 
         return b.for_loop(blk.n_kv, list(carried), ["m", "l", "acc"], dense_step)
     coords = [blk.batch, blk.head, blk.q_block]
-    for count_name, list_name, mask_mod in (("FULL_KV_NUM_BLOCKS", "FULL_KV_INDICES", False),
-                                            ("KV_NUM_BLOCKS", "KV_INDICES", True)):
-        count = b.emit(tile.LoadIndexOp(blk.args[count_name], coords), count_name.lower())
+    # Both counts are read before the loops: the second count's pointer then does not live through the first
+    # loop (the producer warpgroup's registers decide the consumers' budget).
+    counts = [b.emit(tile.LoadIndexOp(blk.args[name], coords), name.lower())
+              for name in ("FULL_KV_NUM_BLOCKS", "KV_NUM_BLOCKS")]
+    for count, list_name, mask_mod in ((counts[0], "FULL_KV_INDICES", False), (counts[1], "KV_INDICES", True)):
 
         def listed_step(b: TileBuilder, j: SSAValue, carried: tuple[SSAValue, ...],
                         list_name: str = list_name, mask_mod: bool = mask_mod) -> list[SSAValue]:
@@ -716,4 +728,6 @@ def flash_loop(b: TileBuilder, blk: AttentionBlock) -> tuple[SSAValue, SSAValue,
             return key_step(b, b.muli(block, b.const(c.block_n), "k0"), carried, mask_mod)
 
         carried = b.for_loop(count, list(carried), ["m", "l", "acc"], listed_step)
+        if mask_mod and not PARTIAL_LOOP_OVERLAP:
+            carried[0].owner.attributes[NO_OVERLAP_ATTR] = UnitAttr()
     return carried
