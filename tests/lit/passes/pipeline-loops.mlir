@@ -229,3 +229,60 @@ func.func @strided(%A: !tile.tile<?x64xbf16, global>, %lb: index, %ub: index, %s
 // S1:       %a_ring = tile.alloc_shared align 1024 : !tile.tile<1x64x64xbf16, shared, swizzle 128>
 // S1:       scf.for %i = %lb to %ub step %step
 // S1:         %use_slot = arith.remui %use, %c1 : index
+
+// -----
+
+// Two loops of one block refill the same tile (a block-sparse kernel: full key blocks, then partial ones):
+// one ring, whose fill and use numbers go on in the second loop from the first loop's trip count.
+func.func @two_loops_one_ring(%A: !tile.tile<?x?xbf16, global> {tile.dims = #tile.dims<M, K>}, %counts: !tile.tile<?xi32, global> {tile.dims = #tile.dims<2>}, %C: !tile.tile<?x?xf32, global> {tile.dims = #tile.dims<M, M>, tile.role = "out"}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>, tile.divisible = {K = 8 : i64}} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c64 = arith.constant 64 : index
+  %a_smem = tile.alloc_shared align 1024 : !tile.tile<64x64xbf16, shared, swizzle 128>
+  %acc_init = tile.fill 0.0 : !tile.tile<64x64xf32, register>
+  %n_first = tile.load_index %counts[%c0] : !tile.tile<?xi32, global>
+  %n_second = tile.load_index %counts[%c1] : !tile.tile<?xi32, global>
+  %acc_first = scf.for %j = %c0 to %n_first step %c1 iter_args(%acc = %acc_init) -> (!tile.tile<64x64xf32, register>) {
+    %k0 = arith.muli %j, %c64 : index
+    %a_window = tile.view %A[%c0, %k0] : !tile.tile<?x?xbf16, global> -> !tile.tile<64x64xbf16, global>
+    tile.cp_async %a_window, %a_smem : !tile.tile<64x64xbf16, global>, !tile.tile<64x64xbf16, shared, swizzle 128>
+    tile.cp_commit_group
+    tile.cp_wait_group 0
+    tile.barrier
+    %acc_next = tile.mma %a_smem, %a_smem, %acc transpose_b : !tile.tile<64x64xbf16, shared, swizzle 128>, !tile.tile<64x64xbf16, shared, swizzle 128>, !tile.tile<64x64xf32, register>
+    tile.barrier
+    scf.yield %acc_next : !tile.tile<64x64xf32, register>
+  }
+  %acc_second = scf.for %j = %c0 to %n_second step %c1 iter_args(%acc = %acc_first) -> (!tile.tile<64x64xf32, register>) {
+    %k0 = arith.muli %j, %c64 : index
+    %a_window = tile.view %A[%c0, %k0] : !tile.tile<?x?xbf16, global> -> !tile.tile<64x64xbf16, global>
+    tile.cp_async %a_window, %a_smem : !tile.tile<64x64xbf16, global>, !tile.tile<64x64xbf16, shared, swizzle 128>
+    tile.cp_commit_group
+    tile.cp_wait_group 0
+    tile.barrier
+    %acc_next = tile.mma %a_smem, %a_smem, %acc transpose_b : !tile.tile<64x64xbf16, shared, swizzle 128>, !tile.tile<64x64xbf16, shared, swizzle 128>, !tile.tile<64x64xf32, register>
+    tile.barrier
+    scf.yield %acc_next : !tile.tile<64x64xf32, register>
+  }
+  %c_window = tile.view %C[%c0, %c0] : !tile.tile<?x?xf32, global> -> !tile.tile<64x64xf32, global>
+  tile.store_global %acc_second, %c_window : !tile.tile<64x64xf32, register>, !tile.tile<64x64xf32, global>
+  func.return
+}
+
+// CHECK-LABEL: func.func @two_loops_one_ring
+// CHECK:       %a_ring = tile.alloc_shared align 1024 : !tile.tile<{{[23]}}x64x64xbf16, shared, swizzle 128>
+// CHECK-NOT:   tile.alloc_shared
+// CHECK:       %trips = arith.ceildivsi
+// CHECK:       %acc_first = scf.for %j
+// CHECK:         %use_slot = arith.remui %j, %c{{[23]}} : index
+// CHECK:       %trips_1 = arith.ceildivsi
+// CHECK:       %acc_second = scf.for %j_1
+// CHECK:         %[[N:.*]] = arith.addi %trips, %j_1 : index
+// CHECK-NEXT:    %use_slot_1 = arith.remui %[[N]], %c{{[23]}} : index
+// CHECK-NEXT:    %a_stage_1 = tile.stage %a_ring[%use_slot_1]
+
+// S1-LABEL: func.func @two_loops_one_ring
+// S1:       %a_ring = tile.alloc_shared align 1024 : !tile.tile<1x64x64xbf16, shared, swizzle 128>
+// S1-NOT:   tile.alloc_shared
+// S1:       %[[N:.*]] = arith.addi %trips, %j_1 : index
+// S1-NEXT:  %use_slot_1 = arith.remui %[[N]], %c1 : index
