@@ -12,6 +12,9 @@ one with traced indices is a gather from an extra kernel input (`tile.gather`), 
 (`slopes[h]`, `doc_ids[q_idx]`, `table[h, np.clip(q_idx - kv_idx + 31, 0, 62)]`). Python numbers it reads
 are constants of the kernel.
 
+With PyTorch installed, torch functions, tensor methods and captured tensors are accepted the same way
+(`tessera.variants.torch_mods`).
+
 What cannot be traced is refused with a `ModTraceError` naming the function, file:line and the construct:
 Python control flow on a traced value (`if`, `and`, `or`, `not`, `bool()`), an unsupported NumPy function or
 operator (`//`, `%`, `**`), arithmetic on booleans, a slice of a captured array, a NumPy array indexed by a
@@ -26,6 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from tessera.variants import torch_mods
 
 F32, I32, BOOL = "f32", "i32", "bool"
 SCORE_MOD_ARGS = ("score", "b", "h", "q_idx", "kv_idx")
@@ -148,6 +153,8 @@ class Traced:
             return Node("const", (), F32, float(value))
         if isinstance(value, np.ndarray) and value.ndim == 0:
             return self._lift(value[()])
+        if torch_mods.is_tensor(value) and value.dim() == 0:
+            return self._lift(value.item())
         raise self._tracing.refuse(f"an operand of type {type(value).__name__} (only traced values and numbers)")
 
     def _convert(self, node: Node, dtype: str) -> Node:
@@ -205,6 +212,13 @@ class Traced:
         raise self._tracing.refuse(f"np.{func.__name__} (supported: np.where(c, a, b), np.clip(x, lo, hi) and the "
                                    "ufuncs)")
 
+    @classmethod
+    def __torch_function__(cls, func, types_, args=(), kwargs=None):
+        """torch calls on traced values (`tessera.variants.torch_mods`)."""
+        everything = list(args) + list((kwargs or {}).values())
+        traced = next(a for a in everything if isinstance(a, Traced))
+        return torch_mods.dispatch(traced, func, tuple(args), dict(kwargs or {}))
+
     # -- operators -------------------------------------------------------------------------------------
     def __add__(self, o): return self._apply("add", self, o)
     def __radd__(self, o): return self._apply("add", o, self)
@@ -261,6 +275,10 @@ class Traced:
     def __getattr__(self, name: str):
         if name.startswith("__"):
             raise AttributeError(name)
+        torch = torch_mods.torch_module()
+        if torch is not None and name in torch_mods.TRACED_METHODS:  # a tensor method: (q_idx - kv_idx).abs()
+            method = getattr(torch.Tensor, name)
+            return lambda *args, **kwargs: torch_mods.dispatch(self, method, (self, *args), kwargs)
         raise self._tracing.refuse(f"the attribute .{name} of a traced value")
 
 
@@ -325,11 +343,12 @@ def rebind_arrays(fn: Callable, wrap: Callable[[str, np.ndarray], object], _memo
         return memo[id(fn)]
 
     def rebound(name: str, value: object) -> object:
-        if isinstance(value, np.ndarray):
+        if isinstance(value, np.ndarray) or torch_mods.is_tensor(value):
             return wrap(name, value)
         if _is_user_function(value):
             return rebind_arrays(value, wrap, memo)
-        if isinstance(value, (tuple, list)) and any(_is_user_function(v) or isinstance(v, np.ndarray) for v in value):
+        if isinstance(value, (tuple, list)) and any(_is_user_function(v) or isinstance(v, np.ndarray)
+                                                    or torch_mods.is_tensor(v) for v in value):
             return type(value)(rebound(name, v) for v in value)
         return value
 
@@ -367,14 +386,14 @@ def trace_mod(fn: Callable, kind: str) -> Trace:
     used: dict[int, CapturedArray] = {}
     names_taken: set[str] = set()
 
-    def wrap(name: str, array: np.ndarray) -> _ArrayProxy:
+    def wrap(name: str, array) -> _ArrayProxy:
         if id(array) not in used:  # one input per array; two arrays of one name get _2, _3, ...
             unique, n = f"{kind}_{name}", 1
             while unique in names_taken:
                 n += 1
                 unique = f"{kind}_{name}_{n}"
             names_taken.add(unique)
-            checked = _checked_array(array)
+            checked = _checked_array(torch_mods.as_numpy(array) if torch_mods.is_tensor(array) else array)
             boolean = checked.dtype.kind == "b"
             used[id(array)] = CapturedArray(unique, checked.astype(np.int32) if boolean else checked, boolean)
         return _ArrayProxy(tracing, used[id(array)])
@@ -422,24 +441,39 @@ def bounds_checked(fn: Callable, kind: str) -> Callable:
     which NumPy would wrap) raises ModTraceError naming the function and the array, as the kernel's gathers
     would read 0 there. The reference and the host-side block mask call modifiers through this."""
 
-    def wrap(name: str, array: np.ndarray) -> np.ndarray:
-        return array.view(_make_checked(fn, kind, name))
+    def wrap(name: str, array):
+        check = _index_check(fn, kind, name)
+        if torch_mods.is_tensor(array):
+            return torch_mods.CheckedTensor(array, check)
+        return array.view(_make_checked(check))
 
-    return rebind_arrays(fn, wrap)
+    rebound = rebind_arrays(fn, wrap)
+    if torch_mods.uses_torch(fn):  # torch functions take tensors: the NumPy grids become tensors
+        return lambda *args: torch_mods.call_with_tensors(rebound, *args)
+    return rebound
 
 
-def _make_checked(fn: Callable, kind: str, name: str) -> type:
+def _index_check(fn: Callable, kind: str, name: str) -> Callable:
+    """A check of one index per dimension against an array's shape, raising ModTraceError naming the array."""
+    def check(idx: tuple, shape: tuple) -> None:
+        if not all(isinstance(i, (np.ndarray, int, np.integer)) for i in idx):
+            return
+        for axis, (i, n) in enumerate(zip(idx, shape)):
+            i = np.asarray(i)
+            if i.size and (i.min() < 0 or i.max() >= n):
+                bad = int(i.min()) if i.min() < 0 else int(i.max())
+                raise ModTraceError(f"{kind} '{fn.__qualname__}' reads {name} at index {bad} of dimension "
+                                    f"{axis}, outside its shape {shape}")
+    return check
+
+
+def _make_checked(check: Callable) -> type:
     class Checked(np.ndarray):
         def __getitem__(self, index):
             idx = index if isinstance(index, tuple) else (index,)
             base = self.view(np.ndarray)
-            if len(idx) == base.ndim and all(isinstance(i, (np.ndarray, int, np.integer)) for i in idx):
-                for axis, (i, n) in enumerate(zip(idx, base.shape)):
-                    i = np.asarray(i)
-                    if i.size and (i.min() < 0 or i.max() >= n):
-                        bad = int(i.min()) if i.min() < 0 else int(i.max())
-                        raise ModTraceError(f"{kind} '{fn.__qualname__}' reads {name} at index {bad} of dimension "
-                                            f"{axis}, outside its shape {base.shape}")
+            if len(idx) == base.ndim:
+                check(idx, base.shape)
             return np.asarray(base[index])
 
     return Checked

@@ -1,0 +1,183 @@
+"""PyTorch in score_mod / mask_mod: torch functions and captured tensors, accepted as the NumPy ones are.
+
+FlexAttention users write their modifiers with torch (`torch.where`, `torch.tanh`, `torch.clamp`, tensors they
+close over such as `doc_ids[q_idx] == doc_ids[kv_idx]`, methods such as `(q_idx - kv_idx).abs()`). With PyTorch
+installed, such a function is traced and run like a NumPy one:
+
+- tracing (`tessera.variants.trace`): torch calls whose arguments hold a traced value reach
+  `Traced.__torch_function__`, which maps them with `TORCH_OPS` (the same ops as the NumPy ufuncs) or
+  `torch_where` / `torch_clamp`; tensor methods on a traced value (`TRACED_METHODS`) do the same; a captured
+  torch tensor becomes a kernel input like a NumPy array (`as_numpy`: bool -> 0/1 int32, as for NumPy);
+- the reference and the host-side block mask (`trace.bounds_checked`) call a function that uses torch
+  (`uses_torch`) with torch tensors made from the NumPy index grids (int64; the score float64) and turn its
+  result back into NumPy (`call_with_tensors`); captured tensors are bounds-checked as NumPy arrays are.
+
+Torch is never imported here: only a function that names it (so the user imported it) makes it matter.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Callable
+
+import numpy as np
+
+
+def torch_module():
+    """The torch module if the process imported it, else None."""
+    return sys.modules.get("torch")
+
+
+def is_tensor(value: object) -> bool:
+    torch = torch_module()
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def as_numpy(tensor) -> np.ndarray:
+    """A captured tensor's values as a NumPy array (on the host, without grad)."""
+    return tensor.detach().cpu().numpy()
+
+
+def _torch_valued(value: object, seen: set) -> bool:
+    torch = torch_module()
+    if torch is None:
+        return False
+    if value is torch or is_tensor(value):
+        return True
+    module = getattr(value, "__module__", None) or ""
+    if isinstance(value, types.BuiltinFunctionType | types.ModuleType) or module.split(".")[0] == "torch":
+        return getattr(value, "__name__", "").split(".")[0] == "torch" or module.split(".")[0] == "torch"
+    if isinstance(value, types.FunctionType):
+        return uses_torch(value, seen)
+    if isinstance(value, (tuple, list)):
+        return any(_torch_valued(v, seen) for v in value)
+    return False
+
+
+def uses_torch(fn: Callable, seen: set | None = None) -> bool:
+    """Whether `fn` (or a Python function it captures) names torch, a torch function or a torch tensor."""
+    if torch_module() is None or not isinstance(fn, types.FunctionType):
+        return False
+    seen = set() if seen is None else seen
+    if id(fn) in seen:
+        return False
+    seen.add(id(fn))
+    cells = []
+    for cell in fn.__closure__ or ():
+        try:
+            cells.append(cell.cell_contents)
+        except ValueError:
+            pass
+    names = [fn.__globals__[n] for n in fn.__code__.co_names if n in fn.__globals__]
+    return any(_torch_valued(v, seen) for v in cells + names)
+
+
+def call_with_tensors(fn: Callable, *args):
+    """`fn(*args)` with each NumPy array argument as a torch tensor (integers as int64, floats as float64),
+    the result back as a NumPy array."""
+    torch = torch_module()
+    converted = [torch.from_numpy(np.ascontiguousarray(a, np.float64 if a.dtype.kind == "f" else np.int64))
+                 if isinstance(a, np.ndarray) else a for a in args]
+    result = fn(*converted)
+    return as_numpy(result) if is_tensor(result) else np.asarray(result)
+
+
+class CheckedTensor:
+    """A captured tensor in the reference: indexing it with tensors checks every index against its shape
+    (`check(index, shape)` raises), then reads the tensor."""
+
+    def __init__(self, tensor, check: Callable):
+        self.tensor, self.check = tensor, check
+
+    def __getitem__(self, index):
+        idx = index if isinstance(index, tuple) else (index,)
+        if len(idx) == self.tensor.dim():
+            self.check(tuple(as_numpy(i) if is_tensor(i) else i for i in idx), tuple(self.tensor.shape))
+        return self.tensor[index]
+
+    def __getattr__(self, name: str):
+        return getattr(self.tensor, name)
+
+
+def _ops() -> dict:
+    """torch function -> the traced op name (those of the NumPy ufuncs)."""
+    torch = torch_module()
+    table = {
+        "neg": ("neg", "negative"), "abs": ("abs", "absolute"), "exp": ("exp",), "exp2": ("exp2",),
+        "log2": ("log2",), "log": ("log",), "tanh": ("tanh",), "sqrt": ("sqrt",), "reciprocal": ("reciprocal",),
+        "not": ("logical_not", "bitwise_not"), "add": ("add",), "sub": ("sub", "subtract"),
+        "mul": ("mul", "multiply"), "div": ("div", "divide", "true_divide"), "min": ("minimum", "fmin"),
+        "max": ("maximum", "fmax"), "and": ("logical_and", "bitwise_and"), "or": ("logical_or", "bitwise_or"),
+        "lt": ("lt", "less"), "le": ("le", "less_equal"), "gt": ("gt", "greater"), "ge": ("ge", "greater_equal"),
+        "eq": ("eq",), "ne": ("ne", "not_equal"),
+    }
+    ops = {}
+    for op, names in table.items():
+        for name in names:
+            for owner in (torch, torch.Tensor):
+                if hasattr(owner, name):
+                    ops[getattr(owner, name)] = op
+    dunders = {"__add__": "add", "__sub__": "sub", "__mul__": "mul", "__truediv__": "div", "__and__": "and",
+               "__or__": "or", "__lt__": "lt", "__le__": "le", "__gt__": "gt", "__ge__": "ge", "__eq__": "eq",
+               "__ne__": "ne", "__neg__": "neg", "__abs__": "abs", "__invert__": "not"}
+    for name, op in dunders.items():
+        ops[getattr(torch.Tensor, name)] = op
+    for name, op in {"__radd__": "add", "__rsub__": "sub", "__rmul__": "mul", "__rtruediv__": "div",
+                     "__rand__": "and", "__ror__": "or"}.items():
+        ops[getattr(torch.Tensor, name)] = ("reflected", op)
+    return ops
+
+
+_OPS_CACHE: dict = {}
+
+
+def torch_op(func) -> str | tuple | None:
+    """The traced op of a torch function (None if it has none)."""
+    if not _OPS_CACHE:
+        _OPS_CACHE.update(_ops())
+    return _OPS_CACHE.get(func)
+
+
+TRACED_METHODS = ("abs", "neg", "exp", "exp2", "log", "log2", "tanh", "sqrt", "reciprocal", "clamp", "clip",
+                  "minimum", "maximum", "logical_and", "logical_or", "logical_not", "where")
+"""Tensor methods a traced value answers (`(q_idx - kv_idx).abs()`, `score.clamp(-5, 5)`)."""
+
+
+def dispatch(traced, func, args: tuple, kwargs: dict):
+    """A torch call on traced values (`Traced.__torch_function__`): the traced result, or a ModTraceError."""
+    torch = torch_module()
+    name = getattr(func, "__name__", repr(func))
+    if func in (torch.where, torch.Tensor.where):
+        cond, a, b = _positional(traced, name, args, kwargs, ("condition", "input", "other"))
+        if func is torch.Tensor.where:  # a.where(cond, b)
+            a, cond = cond, a
+        return traced._where(cond, a, b)
+    if func in (torch.clamp, torch.clip, torch.Tensor.clamp, torch.Tensor.clip):
+        x, lo, hi = _positional(traced, name, args, kwargs, ("input", "min", "max"), optional=2)
+        out = x
+        if lo is not None:
+            out = traced._apply("max", out, lo)
+        if hi is not None:
+            out = traced._apply("min", out, hi)
+        return out
+    op = torch_op(func)
+    if op is None or kwargs:
+        what = f"torch.{name}" + (f" with keyword arguments {sorted(kwargs)}" if kwargs and op is not None else "")
+        raise traced._tracing.refuse(f"{what} (supported: torch.where, torch.clamp/clip and the elementwise "
+                                     "functions of the NumPy ufuncs the tracer takes: torch.tanh, torch.exp, "
+                                     "torch.abs, torch.minimum, ...)")
+    if isinstance(op, tuple):  # a reflected operator: other OP self
+        return traced._apply(op[1], args[1], args[0])
+    return traced._apply(op, *args)
+
+
+def _positional(traced, name: str, args: tuple, kwargs: dict, names: tuple, optional: int = 0) -> list:
+    values = list(args) + [None] * (len(names) - len(args))
+    for key, value in kwargs.items():
+        if key not in names:
+            raise traced._tracing.refuse(f"torch.{name} with the keyword argument {key}")
+        values[names.index(key)] = value
+    if any(v is None for v in values[: len(names) - optional]):
+        raise traced._tracing.refuse(f"torch.{name} without its {', '.join(names)}")
+    return values

@@ -1,0 +1,98 @@
+"""score_mod / mask_mod written with PyTorch (issue 29): torch functions, tensor methods and captured tensors
+are traced as the NumPy ones are (`tessera.variants.torch_mods`), and the reference runs the same functions on
+torch tensors. Skipped without torch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch --index-url "
+                                            "https://download.pytorch.org/whl/cpu)")
+
+import tessera  # noqa: E402
+from tessera import reference  # noqa: E402
+from tessera.numerics import BF16, round_to  # noqa: E402
+from tessera.variants import ModTraceError, create_block_mask, trace_mod  # noqa: E402
+
+DOC = torch.tensor([0] * 40 + [1] * 30 + [2] * 100)
+SLOPES = torch.tensor([0.5, 0.25])
+SLOPES_NP = SLOPES.numpy()
+DOC_NP = DOC.numpy()
+
+
+def torch_score(score, b, h, q_idx, kv_idx):
+    return 20 * torch.tanh(score / 20) - SLOPES[h] * (q_idx - kv_idx).abs()
+
+
+def numpy_score(score, b, h, q_idx, kv_idx):
+    return 20 * np.tanh(score / 20) - SLOPES_NP[h] * np.abs(q_idx - kv_idx)
+
+
+def torch_mask(b, h, q_idx, kv_idx):
+    return torch.logical_and(DOC[q_idx] == DOC[kv_idx], q_idx >= kv_idx) | (kv_idx < 4)
+
+
+def numpy_mask(b, h, q_idx, kv_idx):
+    return np.logical_and(DOC_NP[q_idx] == DOC_NP[kv_idx], q_idx >= kv_idx) | (kv_idx < 4)
+
+
+def clamped(score, b, h, q_idx, kv_idx):
+    inside = torch.clamp(score, min=-3.0, max=3.0)
+    return torch.where(q_idx >= kv_idx, inside, score.clamp(-1, 1)) + torch.exp(torch.minimum(score, torch.zeros(())))
+
+
+def inputs(seed=0):
+    rng = np.random.default_rng(seed)
+    return [round_to(rng.standard_normal((1, 2, n, 64)), BF16) for n in (100, 150, 150)] + \
+        [round_to(rng.standard_normal((1, 2, 100, 64)), BF16)]
+
+
+def test_torch_and_numpy_modifiers_give_the_same_kernel_bit_for_bit():
+    q, k, v, _ = inputs()
+    a = tessera.attention(q, k, v, score_mod=torch_score, mask_mod=torch_mask, return_lse=True, level="tile")
+    b = tessera.attention(q, k, v, score_mod=numpy_score, mask_mod=numpy_mask, return_lse=True, level="tile")
+    for x, y in zip(a, b):
+        assert np.array_equal(np.asarray(x).view(np.uint8), np.asarray(y).view(np.uint8))
+    assert np.array_equal(create_block_mask(torch_mask, 1, 2, 100, 150, 64, 64).kinds,
+                          create_block_mask(numpy_mask, 1, 2, 100, 150, 64, 64).kinds)
+
+
+@pytest.mark.parametrize("score_mod,mask_mod", [(torch_score, torch_mask), (clamped, None)],
+                         ids=["tanh-alibi-documents", "where-clamp-minimum"])
+def test_torch_modifiers_forward_and_backward_match_float64(score_mod, mask_mod):
+    q, k, v, do = inputs(1)
+    o, lse = tessera.attention(q, k, v, score_mod=score_mod, mask_mod=mask_mod, return_lse=True, level="tile")
+    check = reference.check_attention_mods(o, q, k, v, BF16, score_mod, mask_mod, lse=lse)
+    assert check.ok, check
+    grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=score_mod, mask_mod=mask_mod, level="tile")
+    checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, score_mod, mask_mod)
+    assert all(c.ok for c in checks), [str(c) for c in checks]
+
+
+def test_captured_tensors_become_inputs():
+    trace = trace_mod(torch_mask, "mask_mod")
+    assert [a.name for a in trace.arrays] == ["mask_mod_DOC"]
+    assert isinstance(trace.arrays[0].array, np.ndarray) and trace.arrays[0].array.tolist() == DOC.tolist()
+
+
+def test_unsupported_torch_functions_are_refused_by_name():
+    def softplus(score, b, h, q_idx, kv_idx):
+        return torch.nn.functional.softplus(score)
+
+    def rounded(score, b, h, q_idx, kv_idx):
+        return torch.div(score, 2.0, rounding_mode="floor")
+
+    with pytest.raises(ModTraceError, match=r"score_mod 'test_unsupported_torch_functions_are_refused_by_name"
+                                            r".<locals>.softplus' at .*: cannot trace torch.softplus"):
+        trace_mod(softplus, "score_mod")
+    with pytest.raises(ModTraceError, match="torch.div with keyword arguments"):
+        trace_mod(rounded, "score_mod")
+
+
+def test_a_tensor_index_outside_a_captured_tensor_is_reported():
+    def past_the_end(b, h, q_idx, kv_idx):
+        return DOC[q_idx + 100] == DOC[kv_idx]
+
+    with pytest.raises(ModTraceError, match="reads DOC at index 199 of dimension 0, outside its shape"):
+        create_block_mask(past_the_end, 1, 1, 100, 100, 64, 64)
