@@ -128,7 +128,7 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, return_
     broadcast) of q's element type, added to the scaled scores before the softmax (and the causal mask), as
     PyTorch SDPA adds a float attn_mask; not with packed sequences, split-KV, GQA or clusters (refused by
     name). `score_mod(score, b, h, q_idx, kv_idx)` / `mask_mod(b, h, q_idx, kv_idx)`: FlexAttention's modifiers
-    (`tessera.runtime.flex`, in the interpreters only; not with bias, packed sequences, split-KV or clusters).
+    (`tessera.runtime.flex`; not with bias, packed sequences, split-KV or clusters).
     FP8: q, k, v as `ml_dtypes.float8_e4m3fn` arrays, with `descale_q`, `descale_k`, `descale_v` f32
     [batch, heads_k] (None: 1), return bf16 o (`tessera.runtime.attention_fp8`; level="tile" only so far, and
     not with bias, score_mod/mask_mod, packed sequences, split-KV or clusters: refused by name)."""

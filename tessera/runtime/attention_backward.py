@@ -176,7 +176,7 @@ def attention_backward(q, k, v, o, lse, do, causal: bool = False, scale: float |
                        mask_mod=None):
     """(dq, dk, dv) of attention; see the module docstring. A forward with an additive `bias` has no backward
     here yet: `bias` other than None is refused by name (the kernels would recompute P without it).
-    `score_mod`/`mask_mod`: those of the forward (`tessera.runtime.flex`, in the interpreters only)."""
+    `score_mod`/`mask_mod`: those of the forward (`tessera.runtime.flex`)."""
     if score_mod is not None or mask_mod is not None:
         from tessera.runtime.flex import attention_backward_mods
 
@@ -224,27 +224,30 @@ def _run_gpu(config, q, k, v, o, lse, do):
 
 def _run_torch(pre, main, post, q, k, v, o, lse, do):
     """The three kernels on CUDA tensors, on torch's current stream; every output and scratch buffer is
-    allocated zeroed (dq_accum is added into; the semaphores count from 0)."""
+    allocated zeroed (dq_accum is added into; the semaphores count from 0): `launch_zeroed`."""
+
+    dpsum, lse2, _ = launch_zeroed(pre, o, do, lse.contiguous())
+    dq_accum, dk, dv = launch_zeroed(main, q, k, v, do, lse2, dpsum)
+    (dq,) = launch_zeroed(post, dq_accum)
+    return dq, dk, dv
+
+
+def launch_zeroed(kernel, *inputs) -> list:
+    """Launch `kernel` on CUDA tensors `inputs` (on torch's current stream of their device) into outputs and
+    scratch buffers allocated zeroed; its outputs in argument order."""
     from tessera.runtime.arguments import kernel_tensors
     from tessera.runtime.launch import _torch, _torch_dtype, check_inputs, prepare, view_of
 
     torch = _torch()
-    device = q.device
+    device = inputs[0].device
     stream = torch.cuda.current_stream(device).cuda_stream
     ordinal = device.index if device.index is not None else torch.cuda.current_device()
-
-    def launch(kernel, *inputs):
-        sizes, views = check_inputs(kernel.host, inputs)
-        made = {}
-        for tensor in kernel_tensors(kernel.host):
-            if tensor.role != "in":
-                made[tensor.source] = torch.zeros(tensor.dims.evaluate(sizes), dtype=_torch_dtype(tensor.dtype),
-                                                  device=device)
-                views[tensor.source] = view_of(made[tensor.source])
-        prepare(kernel, views, sizes, stream, ordinal, keep=(tuple(inputs), tuple(made.values())))()
-        return [made[t.source] for t in kernel_tensors(kernel.host) if t.role == "out"]
-
-    dpsum, lse2, _ = launch(pre, o, do, lse.contiguous())
-    dq_accum, dk, dv = launch(main, q, k, v, do, lse2, dpsum)
-    (dq,) = launch(post, dq_accum)
-    return dq, dk, dv
+    sizes, views = check_inputs(kernel.host, inputs)
+    made = {}
+    for tensor in kernel_tensors(kernel.host):
+        if tensor.role != "in":
+            made[tensor.source] = torch.zeros(tensor.dims.evaluate(sizes), dtype=_torch_dtype(tensor.dtype),
+                                              device=device)
+            views[tensor.source] = view_of(made[tensor.source])
+    prepare(kernel, views, sizes, stream, ordinal, keep=(tuple(inputs), tuple(made.values())))()
+    return [made[t.source] for t in kernel_tensors(kernel.host) if t.role == "out"]

@@ -1,18 +1,22 @@
 """`tessera.attention(..., score_mod=, mask_mod=)` and `tessera.attention_backward(..., score_mod=, mask_mod=)`:
-FlexAttention-style modifiers (`tessera.variants.trace`), run in the interpreters.
+FlexAttention-style modifiers (`tessera.variants.trace`), on the GPU or in the interpreters.
 
 The forward builds `flash_attention(score_mod=, mask_mod=, block_sparse=True)` (block-sparse whenever there is a
 mask_mod, the block lists from `tessera.variants.block_mask.create_block_mask` on the host) and runs it at `level`; the
 backward runs `attention_backward(score_mod=, mask_mod=, block_sparse=True)`'s three kernels (with the
-transposed lists, `BlockMask.transposed_inputs`, whenever there is a mask_mod). The GPU (`level=None`) is refused
-by name: these kernels are checked in the simulators and by ptxas, not yet launched.
+transposed lists, `BlockMask.transposed_inputs`, whenever there is a mask_mod and the kernel lowers with them,
+`SPARSE_BACKWARD_HEAD_DIMS`). `level=None` compiles the very modules the interpreters run (`compile_module`:
+the kernel cache keys them by their text; the captured arrays and lists are inputs, so new values need no new
+compile) and launches them like the dense kernels (`tessera.launch`; the backward's as
+`runtime.attention_backward` launches its own, single-stage); the captured arrays and block lists go to the
+device beside q, k and v (tensors on q's device for PyTorch inputs).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from tessera.variants.trace import trace_mod
+from tessera.variants.trace import F32, trace_mod
 from tessera.variants.block_mask import create_block_mask
 
 
@@ -28,60 +32,158 @@ def _captured(score_mod, mask_mod) -> list[np.ndarray]:
     arrays: dict[str, np.ndarray] = {}
     for fn, kind in ((score_mod, "score_mod"), (mask_mod, "mask_mod")):
         if fn is not None:
-            for captured in trace_mod(fn, kind).arrays:
-                arrays.setdefault(captured.name, captured.array)
+            for captured in trace_mod(fn, kind).arrays:  # in the kernel input's type (the GPU takes no other)
+                arrays.setdefault(captured.name, np.ascontiguousarray(
+                    captured.array, np.float32 if captured.dtype == F32 else np.int32))
     return list(arrays.values())
 
 
-def _check_level(where: str, level) -> None:
-    if level is None:
-        raise ValueError(f"{where}: score_mod/mask_mod run in the interpreters only so far (level='tile', "
-                         "'target' or 'ptx'); the GPU launch of these kernels is not validated")
+def _as_inputs_of(q, arrays: list[np.ndarray]) -> list:
+    """Captured arrays and block lists as inputs beside q: tensors on q's device when q is a PyTorch tensor."""
+    from tessera.runtime.launch import is_torch_tensor
+
+    if not is_torch_tensor(q):
+        return arrays
+    import torch
+
+    return [torch.from_numpy(np.ascontiguousarray(a)).to(q.device) for a in arrays]
+
+
+def _numpy(x) -> np.ndarray:
+    from tessera.runtime.launch import is_torch_tensor, torch_to_numpy
+
+    return torch_to_numpy(x.detach().cpu()) if is_torch_tensor(x) else np.asarray(x)
+
+
+def forward_module(q, k, *, score_mod, mask_mod, causal: bool, scale, return_lse: bool, head_dim: int, dtype: str,
+                   block_n: int | None = None):
+    """The forward kernel `attention_mods` runs for these arguments (at every level, the GPU's included)."""
+    from tessera.kernels import flash_attention
+
+    return flash_attention(head_dim, causal=causal, dtype=dtype, scale=scale, block_n=block_n,
+                           grouped=k.shape[1] != q.shape[1], return_lse=return_lse, score_mod=score_mod,
+                           mask_mod=mask_mod, block_sparse=mask_mod is not None)
+
+
+BLOCK_N_FALLBACK = (64, 32)
+"""Key blocks a forward with modifiers is rebuilt with, in order, when no configuration of the default pipeline
+fits the head_dim's default (`DEFAULT_BLOCK_N`): a modifier's [BM, BN] tiles add to the score tile's
+(ALiBi's `slopes[h] * (kv_idx - q_idx)` holds an i32 and an f32 tile beside S: 264 registers a thread
+single-stage at head_dim 64, BN 128; at BN 64 it is warp-specialized)."""
 
 
 def attention_mods(q, k, v, *, score_mod, mask_mod, causal: bool, scale, return_lse: bool, level,
                    head_dim: int, dtype: str, block_n: int | None = None):
-    """(O[, LSE]) of softmax(mask_mod(score_mod(scale Q K^T))) V at `level` (module docstring)."""
+    """(O[, LSE]) of softmax(mask_mod(score_mod(scale Q K^T))) V at `level` (module docstring). Below Tile
+    IR and on the GPU, a kernel no configuration of the default pipeline fits is rebuilt with smaller key
+    blocks (`BLOCK_N_FALLBACK`, with a warning) unless `block_n` is given."""
+    from tessera.ir.diagnostics import warn
+    from tessera.kernels.attention import DEFAULT_BLOCK_N
+    from tessera.lowering.fallback import NoConfigurationFitsError
+    from tessera.runtime.launch import usable_device
+
+    if level is None:
+        usable_device((q, k, v))  # no GPU, no compile (CudaUnavailable names level= as the alternative)
+    first = DEFAULT_BLOCK_N[head_dim] if block_n is None else block_n
+    tries = [first] + ([bn for bn in BLOCK_N_FALLBACK if bn < first] if block_n is None and level != "tile" else [])
+    for i, bn in enumerate(tries):
+        try:
+            out = _forward(q, k, v, score_mod, mask_mod, causal, scale, return_lse, level, head_dim, dtype, bn)
+        except NoConfigurationFitsError as error:
+            if i + 1 == len(tries):
+                raise
+            tried = [line.strip() for line in str(error).splitlines()[1:] if line.strip()]
+            warn(f"attention: the kernel with score_mod/mask_mod at block_n {bn} fits no configuration of the "
+                 f"default pipeline (single-stage: {tried[-1].split(': ', 1)[-1][:80] if tried else 'registers'}"
+                 f"...); rebuilt with block_n {tries[i + 1]}")
+            continue
+        if return_lse:
+            o, lse = out
+            return o, lse[..., 0]
+        return out
+
+
+def _forward(q, k, v, score_mod, mask_mod, causal, scale, return_lse, level, head_dim, dtype, block_n):
     from tessera import api
-    from tessera.kernels import flash_attention
+    from tessera.kernels.attention import DEFAULT_BLOCK_M
+    from tessera.runtime import entry
+    from tessera.runtime.launch import is_torch_tensor, numpy_to_torch
 
-    _check_level("attention", level)
     (batch, heads, seq_q, _), seq_k = q.shape, k.shape[2]
-    module = flash_attention(head_dim, causal=causal, dtype=dtype, scale=scale, block_n=block_n,
-                             grouped=k.shape[1] != heads, return_lse=return_lse, score_mod=score_mod,
-                             mask_mod=mask_mod, block_sparse=mask_mod is not None)
-    inputs = [q, k, v, *_captured(score_mod, mask_mod)]
+    module = forward_module(q, k, score_mod=score_mod, mask_mod=mask_mod, causal=causal, scale=scale,
+                            return_lse=return_lse, head_dim=head_dim, dtype=dtype, block_n=block_n)
+    extra = _captured(score_mod, mask_mod)
     if mask_mod is not None:
-        from tessera.kernels.attention import DEFAULT_BLOCK_M, DEFAULT_BLOCK_N
+        extra += create_block_mask(mask_mod, batch, heads, seq_q, seq_k, DEFAULT_BLOCK_M, block_n).inputs()
+    if level is None:
+        return entry.launch(module, q, k, v, *_as_inputs_of(q, extra))
+    out = api.interpret(module, *(_numpy(x) for x in (q, k, v)), *extra, level=level)
+    if not is_torch_tensor(q):
+        return out
+    return tuple(numpy_to_torch(x) for x in out) if return_lse else numpy_to_torch(out)
 
-        bn = DEFAULT_BLOCK_N[head_dim] if block_n is None else block_n
-        inputs += create_block_mask(mask_mod, batch, heads, seq_q, seq_k, DEFAULT_BLOCK_M, bn).inputs()
-    out = api.interpret(module, *inputs, level=level)
-    if return_lse:
-        o, lse = out
-        return o, lse[..., 0]
-    return out
+
+def backward_kernels(q, *, score_mod, mask_mod, causal: bool, scale, level, head_dim: int, dtype: str):
+    """The backward's three kernels `attention_backward_mods` runs at `level` (None: the GPU), and whether they
+    read the transposed block lists."""
+    from tessera.kernels import attention_backward
+
+    sparse = mask_mod is not None and (level == "tile" or head_dim in SPARSE_BACKWARD_HEAD_DIMS)
+    return attention_backward(head_dim, causal=causal, dtype=dtype, scale=scale, score_mod=score_mod,
+                              mask_mod=mask_mod, block_sparse=sparse), sparse
 
 
 def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal: bool, scale, level,
                             head_dim: int, dtype: str, pipeline: str):
     """(dq, dk, dv) of `attention_mods` at `level`, from its O and LSE ([batch, heads, seq_q]); `pipeline` is
-    the backward's (single-stage) pipeline below Tile level."""
+    the backward's (single-stage) pipeline below Tile level and on the GPU."""
     from tessera import api
-    from tessera.kernels import attention_backward
+    from tessera.runtime.launch import is_torch_tensor, numpy_to_torch, usable_device
 
-    _check_level("attention_backward", level)
-    pipeline = None if level == "tile" else pipeline
-    sparse = mask_mod is not None and (level == "tile" or head_dim in SPARSE_BACKWARD_HEAD_DIMS)
-    kernels = attention_backward(head_dim, causal=causal, dtype=dtype, scale=scale, score_mod=score_mod,
-                                 mask_mod=mask_mod, block_sparse=sparse)
-    dpsum, lse2, _ = api.interpret(kernels.preprocess, o, do, np.asarray(lse, np.float32), level=level,
-                                       pipeline=pipeline)
-    lists = []
+    if level is None:
+        usable_device((q, k, v, o, lse, do))  # no GPU, no compile
+    kernels, sparse = backward_kernels(q, score_mod=score_mod, mask_mod=mask_mod, causal=causal, scale=scale,
+                                       level=level, head_dim=head_dim, dtype=dtype)
+    extra = _captured(score_mod, mask_mod)
     if sparse:
         c = kernels.config.attention
         (batch, heads, seq_q, _), seq_k = q.shape, k.shape[2]
-        lists = create_block_mask(mask_mod, batch, heads, seq_q, seq_k, c.block_m, c.block_n).transposed_inputs()
-    dq_accum, dk, dv = api.interpret(kernels.main, q, k, v, do, lse2, dpsum, *_captured(score_mod, mask_mod),
-                                         *lists, level=level, pipeline=pipeline)
-    return api.interpret(kernels.postprocess, dq_accum, level=level, pipeline=pipeline), dk, dv
+        extra += create_block_mask(mask_mod, batch, heads, seq_q, seq_k, c.block_m, c.block_n).transposed_inputs()
+    if level is None:
+        return _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline)
+    torch_in = is_torch_tensor(q)
+    q, k, v, o, do = (_numpy(x) for x in (q, k, v, o, do))
+    pipeline = None if level == "tile" else pipeline
+    dpsum, lse2, _ = api.interpret(kernels.preprocess, o, do, _numpy(lse).astype(np.float32), level=level,
+                                   pipeline=pipeline)
+    dq_accum, dk, dv = api.interpret(kernels.main, q, k, v, do, lse2, dpsum, *extra, level=level,
+                                     pipeline=pipeline)
+    grads = (api.interpret(kernels.postprocess, dq_accum, level=level, pipeline=pipeline), dk, dv)
+    return tuple(numpy_to_torch(g) for g in grads) if torch_in else grads
+
+
+def _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline: str):
+    """The three kernels compiled with `pipeline` (through the kernel cache, keyed by each module's text) and
+    launched as the dense backward launches its own (`runtime.attention_backward`: outputs zeroed; dq_accum
+    is added into)."""
+    from tessera import api
+    from tessera.runtime.attention_backward import launch_zeroed
+    from tessera.runtime.compiler import compile_module
+    from tessera.runtime.launch import is_torch_tensor
+
+    pre, main, post = (compile_module(m, api.find_kernel(m).name, pipeline) for m in kernels.modules)
+    if is_torch_tensor(q) and q.is_cuda:
+        lse = lse.float().contiguous()
+        launch = launch_zeroed
+    else:
+        from tessera.runtime import entry
+
+        lse = lse.float() if is_torch_tensor(lse) else np.asarray(lse, np.float32)
+
+        def launch(kernel, *inputs):
+            out = entry.launch(kernel, *inputs)
+            return list(out) if isinstance(out, tuple) else [out]
+    dpsum, lse2, _ = launch(pre, o, do, lse)
+    dq_accum, dk, dv = launch(main, q, k, v, do, lse2, dpsum, *_as_inputs_of(q, extra))
+    (dq,) = launch(post, dq_accum)
+    return dq, dk, dv
