@@ -355,6 +355,23 @@ def test_transposed_block_lists():
     assert part_n[0, 0].tolist() == [1, 1, 1, 1] and part_i[0, 0, :, 0].tolist() == [0, 0, 1, 1]
 
 
+def test_transposed_ranks_count_the_earlier_visitors():
+    """Query block m is visited by the key blocks of its lists in ascending order; each key block's rank for m
+    is how many visitors come before it (the deterministic backward's semaphore count)."""
+    def band(b, h, q_idx, kv_idx):
+        return (q_idx - kv_idx < 64) & (kv_idx - q_idx < 64)
+    bm = create_block_mask(band, 1, 1, 128, 128, 32, 32)
+    full_n, full_i, part_n, part_i = bm.transposed_inputs()
+    full_r, part_r = bm.transposed_ranks()
+    visitors = {m: sorted(n for n in range(4) if bm.kinds[0, 0, m, n]) for m in range(4)}
+    for n in range(4):
+        for counts, indices, ranks in ((full_n, full_i, full_r), (part_n, part_i, part_r)):
+            for t in range(counts[0, 0, n]):
+                m = indices[0, 0, n, t]
+                assert ranks[0, 0, n, t] == visitors[m].index(n)
+            assert not ranks[0, 0, n, counts[0, 0, n]:].any()
+
+
 def test_backward_refuses_an_underivable_score_mod_by_name():
     from tessera.variants.trace import Node, Trace, score_derivative
 

@@ -150,7 +150,7 @@ def _backward_inputs(seq_q, seq_k, heads, heads_k, seed=4):
     return q, k, v, round_to(np.random.default_rng(seed).standard_normal(q.shape), BF16)
 
 
-@pytest.mark.parametrize("level", ["target", pytest.param("ptx", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("level", [pytest.param("target", marks=pytest.mark.slow), pytest.param("ptx", marks=pytest.mark.slow)])
 def test_backward_below_tile_level(level, score_mod=softcap_alibi, mask_mod=window):
     """The backward with the transposed block lists (per key block, its full then partial query blocks; the
     count read per head of the GQA group inside the loop nest) and the derivative of a soft-cap + ALiBi
@@ -175,6 +175,18 @@ def test_block_sparse_backward_skips_empty_key_blocks_at_target_level():
     assert not np.asarray(dk, np.float32)[:, :, :64].any() and not np.asarray(dv, np.float32)[:, :, :64].any()
     assert not np.asarray(dq, np.float32)[:, :, :64].any()
     checks = reference.check_attention_mods_backward((dq, dk, dv), q, k, v, o, do, BF16, None, late_keys)
+    assert all(c.ok for c in checks), [str(c) for c in checks]
+
+
+def test_deterministic_block_sparse_backward_at_target_level():
+    """deterministic=True with the block lists: key block n waits until its rank among the key blocks that
+    visit the query block have added their dQ (`BlockMask.transposed_ranks`); dQ equals the unordered run's
+    here, and the waits neither deadlock nor read a wrong count in the CTA simulator."""
+    q, k, v, do = _backward_inputs(130, 150, 2, 1)
+    o, lse = tessera.attention(q, k, v, score_mod=softcap_alibi, mask_mod=window, return_lse=True, level="tile")
+    grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=softcap_alibi, mask_mod=window,
+                                       deterministic=True, level="target")
+    checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, softcap_alibi, window)
     assert all(c.ok for c in checks), [str(c) for c in checks]
 
 

@@ -225,7 +225,7 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None) -> Modul
         ArgSpec("dO", q_t, q_dims),
         ArgSpec("LSE2", rows, rows_dims),
         ArgSpec("dPsum", rows, rows_dims),
-        *(mods.inputs(c, backward=True) if mods is not None else []),
+        *(mods.inputs(c, backward=True, ranks=cfg.deterministic) if mods is not None else []),
         ArgSpec("dQaccum", acc, acc_dims, role="out"),
         ArgSpec("dK", k_t, k_dims, role="out"),
         ArgSpec("dV", k_t, k_dims, role="out"),
@@ -262,8 +262,10 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None) -> Modul
         m_start = b.emit(arith.DivUIOp(first_row, b.const(bm)), "m_start")
     trips = b.maxsi(b.subi(n_q, m_start, "q_blocks_signed"), zero, "q_blocks")
 
-    def query_block(b: TileBuilder, m: SSAValue, carried, head: SSAValue, masked: bool = True) -> list[SSAValue]:
-        """The work of query block m; not `masked`: a full block of the block lists (no mask_mod, no bounds)."""
+    def query_block(b: TileBuilder, m: SSAValue, carried, head: SSAValue, masked: bool = True,
+                    rank: SSAValue | None = None) -> list[SSAValue]:
+        """The work of query block m; not `masked`: a full block of the block lists (no mask_mod, no bounds).
+        `rank`: the dQ semaphore count to wait for (default: this key block's index, every key block visits)."""
         dk, dv = carried
         q0 = b.muli(m, b.const(bm), "q0")
         for name in ("Q", "dO"):
@@ -311,7 +313,7 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None) -> Modul
         dq_window = b.view(v["dQaccum"], [batch, head, q0, zero], [bm, d], "dqaccum_window")
         if cfg.deterministic:
             sem = b.view(v["dQsemaphore"], [batch, head, m], [1], "sem_window")
-            b.emit(tile.SemWaitOp(sem, n_block))
+            b.emit(tile.SemWaitOp(sem, n_block if rank is None else rank))
             b.emit(tile.AtomicAddOp(dq, dq_window))
             b.emit(tile.SemSignalOp(sem))
         else:
@@ -327,13 +329,16 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None) -> Modul
             return list(b.for_loop(trips, list(carried), ["dk", "dv"], step, iv_name="t"))
         # The transposed block lists: this key block's full query blocks, then its partial ones.
         coords = [batch, head, n_block]
-        for count_name, list_name, masked in (("FULL_Q_NUM_BLOCKS", "FULL_Q_INDICES", False),
-                                              ("Q_NUM_BLOCKS", "Q_INDICES", True)):
+        for count_name, list_name, rank_name, masked in (
+                ("FULL_Q_NUM_BLOCKS", "FULL_Q_INDICES", "FULL_Q_RANKS", False),
+                ("Q_NUM_BLOCKS", "Q_INDICES", "Q_RANKS", True)):
             count = b.emit(tile.LoadIndexOp(v[count_name], coords), count_name.lower())
 
-            def listed(b: TileBuilder, t: SSAValue, inner, list_name=list_name, masked=masked) -> list[SSAValue]:
+            def listed(b: TileBuilder, t: SSAValue, inner, list_name=list_name, rank_name=rank_name,
+                       masked=masked) -> list[SSAValue]:
                 m = b.emit(tile.LoadIndexOp(v[list_name], [*coords, t]), "m")
-                return query_block(b, m, inner, head, masked)
+                rank = b.emit(tile.LoadIndexOp(v[rank_name], [*coords, t]), "rank") if cfg.deterministic else None
+                return query_block(b, m, inner, head, masked, rank)
             carried = b.for_loop(count, list(carried), ["dk", "dv"], listed, iv_name="t")
         return list(carried)
 
@@ -393,9 +398,8 @@ def attention_backward(
         if mods.score_mod is not None:
             score_derivative(mods.score_mod)  # refuse an underivable score_mod now, by name
         if check_flag("block_sparse", block_sparse):
-            if mask_mod is None or deterministic:
-                raise ValueError("block_sparse=True needs a mask_mod and deterministic=False (the deterministic "
-                                 "dQ order counts every key block)")
+            if mask_mod is None:
+                raise ValueError("block_sparse=True needs a mask_mod (the block lists are computed from it)")
             mods = AttentionMods(mods.score_mod, mods.mask_mod, block_sparse=True)
     elif block_sparse:
         raise ValueError("block_sparse=True needs a mask_mod (the block lists are computed from it)")

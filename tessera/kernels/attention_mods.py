@@ -178,6 +178,11 @@ full key blocks and their indices, then the number of partial key blocks and the
 BACKWARD_BLOCK_LISTS = ("FULL_Q_NUM_BLOCKS", "FULL_Q_INDICES", "Q_NUM_BLOCKS", "Q_INDICES")
 """The block-sparse backward's inputs: the transposed lists, per (batch, head, key block) its query blocks."""
 
+BACKWARD_RANKS = ("FULL_Q_RANKS", "Q_RANKS")
+"""The deterministic block-sparse backward's inputs after the lists: per entry of each transposed list, the
+rank of this key block among the key blocks that visit that query block (`BlockMask.transposed_ranks`): the
+dQ semaphore count it waits for."""
+
 
 @dataclass(frozen=True)
 class AttentionMods:
@@ -198,17 +203,20 @@ class AttentionMods:
                 seen.setdefault(array.name, array)
         return list(seen.values())
 
-    def inputs(self, c, backward: bool = False) -> list[ArgSpec]:
+    def inputs(self, c, backward: bool = False, ranks: bool = False) -> list[ArgSpec]:
         """The kernel inputs: each captured array (static shape, f32 or i32), then the block lists (the
-        backward's: per key block, its query blocks, `BACKWARD_BLOCK_LISTS`)."""
+        backward's: per key block, its query blocks, `BACKWARD_BLOCK_LISTS`, then with `ranks` the
+        deterministic backward's `BACKWARD_RANKS`)."""
         specs = [ArgSpec(a.name, global_tensor(list(a.array.shape), f32 if a.dtype == F32 else i32),
                          list(a.array.shape)) for a in self.arrays]
         if self.block_sparse:
             # Inputs name dimensions plainly: q_blocks is ceildiv(seq_q, BM) and kv_blocks ceildiv(seq_k, BN)
             # when the lists come from `create_block_mask`; a read outside them is reported (tile.load_index).
             rows = ["batch", "heads", "kv_blocks" if backward else "q_blocks"]
-            for name in BACKWARD_BLOCK_LISTS if backward else BLOCK_LISTS:
-                dims = rows + ([("q_blocks" if backward else "kv_blocks")] if name.endswith("INDICES") else [])
+            names = (BACKWARD_BLOCK_LISTS + (BACKWARD_RANKS if ranks else ())) if backward else BLOCK_LISTS
+            for name in names:
+                listed = name.endswith(("INDICES", "RANKS"))
+                dims = rows + ([("q_blocks" if backward else "kv_blocks")] if listed else [])
                 specs.append(ArgSpec(name, global_tensor([None] * len(dims), i32), dims))
         return specs
 

@@ -180,13 +180,13 @@ def attention_backward(q, k, v, o, lse, do, causal: bool = False, scale: float |
     if score_mod is not None or mask_mod is not None:
         from tessera.runtime.flex import attention_backward_mods
 
-        if bias is not None or deterministic:
-            raise ValueError("attention_backward: score_mod/mask_mod are not supported with bias or deterministic")
+        if bias is not None:
+            raise ValueError("attention_backward: score_mod/mask_mod are not supported with bias")
         config = check_backward_arguments(q, k, v, o, lse, do, causal, scale, deterministic, level)
         c = config.attention
         return attention_backward_mods(q, k, v, o, lse, do, score_mod=score_mod, mask_mod=mask_mod, causal=causal,
                                        scale=scale, level=level, head_dim=c.head_dim, dtype=c.dtype,
-                                       pipeline=_pipeline())
+                                       pipeline=_pipeline(), deterministic=config.deterministic)
     if bias is not None:
         raise ValueError("attention_backward: bias is not supported: the backward kernels recompute P without a "
                          "bias and give no dBias (the forward takes one: tessera.attention(..., bias=))")

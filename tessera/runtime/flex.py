@@ -123,32 +123,36 @@ def _forward(q, k, v, score_mod, mask_mod, causal, scale, return_lse, level, hea
     return tuple(numpy_to_torch(x) for x in out) if return_lse else numpy_to_torch(out)
 
 
-def backward_kernels(q, *, score_mod, mask_mod, causal: bool, scale, level, head_dim: int, dtype: str):
+def backward_kernels(q, *, score_mod, mask_mod, causal: bool, scale, level, head_dim: int, dtype: str,
+                     deterministic: bool = False):
     """The backward's three kernels `attention_backward_mods` runs at `level` (None: the GPU), and whether they
     read the transposed block lists."""
     from tessera.kernels import attention_backward
 
     sparse = mask_mod is not None and (level == "tile" or head_dim in SPARSE_BACKWARD_HEAD_DIMS)
     return attention_backward(head_dim, causal=causal, dtype=dtype, scale=scale, score_mod=score_mod,
-                              mask_mod=mask_mod, block_sparse=sparse), sparse
+                              mask_mod=mask_mod, block_sparse=sparse, deterministic=deterministic), sparse
 
 
 def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal: bool, scale, level,
-                            head_dim: int, dtype: str, pipeline: str):
+                            head_dim: int, dtype: str, pipeline: str, deterministic: bool = False):
     """(dq, dk, dv) of `attention_mods` at `level`, from its O and LSE ([batch, heads, seq_q]); `pipeline` is
-    the backward's (single-stage) pipeline below Tile level and on the GPU."""
+    the backward's (single-stage) pipeline below Tile level and on the GPU. `deterministic`: the dQ additions
+    of a query block in key-block order (with the block lists, each key block waits for its rank among the
+    blocks that visit the query block, `BlockMask.transposed_ranks`)."""
     from tessera import api
     from tessera.runtime.launch import is_torch_tensor, numpy_to_torch, usable_device
 
     if level is None:
         usable_device((q, k, v, o, lse, do))  # no GPU, no compile
     kernels, sparse = backward_kernels(q, score_mod=score_mod, mask_mod=mask_mod, causal=causal, scale=scale,
-                                       level=level, head_dim=head_dim, dtype=dtype)
+                                       level=level, head_dim=head_dim, dtype=dtype, deterministic=deterministic)
     extra = _captured(score_mod, mask_mod)
     if sparse:
         c = kernels.config.attention
         (batch, heads, seq_q, _), seq_k = q.shape, k.shape[2]
-        extra += create_block_mask(mask_mod, batch, heads, seq_q, seq_k, c.block_m, c.block_n).transposed_inputs()
+        mask = create_block_mask(mask_mod, batch, heads, seq_q, seq_k, c.block_m, c.block_n)
+        extra += mask.transposed_inputs() + (mask.transposed_ranks() if deterministic else [])
     if level is None:
         return _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline)
     torch_in = is_torch_tensor(q)

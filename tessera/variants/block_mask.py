@@ -54,6 +54,19 @@ class BlockMask:
         flipped = BlockMask(np.swapaxes(self.kinds, -1, -2), self.block_n, self.block_m)
         return flipped.inputs()
 
+    def transposed_ranks(self) -> list[np.ndarray]:
+        """FULL_Q_RANKS, Q_RANKS (int32, shaped as FULL_Q_INDICES and Q_INDICES): for each query block m of
+        key block n's lists, how many key blocks before n visit m (`attention_backward(deterministic=True,
+        block_sparse=True)` waits until that many have added their dQ; 0 past a list's count)."""
+        visits = self.kinds != EMPTY
+        rank = np.swapaxes(np.cumsum(visits, axis=-1) - visits, -1, -2)  # [.., key block, query block]
+        full_n, full_i, part_n, part_i = self.transposed_inputs()
+        out = []
+        for counts, indices in ((full_n, full_i), (part_n, part_i)):
+            ranks = np.take_along_axis(rank, indices, axis=-1)
+            out.append(np.where(np.arange(indices.shape[-1]) < counts[..., None], ranks, 0).astype(np.int32))
+        return out
+
     @property
     def skipped_fraction(self) -> float:
         """The fraction of (query block, key block) pairs that are empty."""
