@@ -4,7 +4,11 @@ Rows:
 - the fraction of (query block, key block) pairs each mask leaves to the kernel (`tessera.variants.block_mask`) at
   seq 16384 with 128 x 128 blocks, and that of a sliding window of 1024 relative to causal's;
 - SASS instructions of the main loops (loops holding HGMMA) of the dense kernel and of the block-sparse kernel
-  (its full-block loop, then its partial-block loop) at head_dim 64 and 128 (needs ptxas and nvdisasm).
+  (its full-block loop, then its partial-block loop) at head_dim 64 and 128, and per key (instructions / BN):
+  the full-block loop costs what the dense loop costs;
+- the partial-block cost per mod: SASS instructions per key of the partial loop minus the full loop's, for
+  each mask_mod and score_mod (head_dim 64, BN 64); a score_mod runs in both loops, so its row is the full
+  loop's extra over the dense loop (needs ptxas and nvdisasm).
 
 Run: .venv/bin/python bench/attention_variants.py
 """
@@ -33,6 +37,27 @@ def prefix_lm(b, h, q_idx, kv_idx):
     return (kv_idx < 2048) | (q_idx >= kv_idx)
 
 
+DOC = np.repeat(np.arange(8), 2048)
+SLOPES = np.array([0.5])
+TABLE = np.linspace(-1, 1, 63).reshape(1, 63)
+
+
+def documents(b, h, q_idx, kv_idx):
+    return DOC[q_idx] == DOC[kv_idx]
+
+
+def softcap(score, b, h, q_idx, kv_idx):
+    return 30.0 * np.tanh(score / 30.0)
+
+
+def alibi(score, b, h, q_idx, kv_idx):
+    return score + SLOPES[h] * (kv_idx - q_idx)
+
+
+def relative_table(score, b, h, q_idx, kv_idx):
+    return score + TABLE[h, np.clip(q_idx - kv_idx + 31, 0, 62)]
+
+
 def hgmma_loops(module) -> list[int]:
     text = toolchain.disassemble(tessera.compile(module, target="cubin").cubin)
     return [len(loop.instructions) for loop in toolchain.sass_loops(text) if loop.opcode_counts["HGMMA"]]
@@ -54,6 +79,18 @@ def main() -> None:
         except Exception as error:  # the refusal (e.g. two loops' K/V rings exceed shared memory), by name
             sparse = f"refused: {str(error).splitlines()[0][:160]}"
         print(f"head_dim {d} BN {bn}: SASS per main-loop trip: dense {dense}, block-sparse (full, partial) {sparse}")
+        if not isinstance(sparse, str):
+            print(f"    per key: dense {min(dense) / bn:.2f}, full blocks {sparse[0] / bn:.2f}, "
+                  f"partial blocks {sparse[1] / bn:.2f}")
+    d, bn = 64, 64
+    dense = min(hgmma_loops(flash_attention(d, block_n=bn)))
+    for mask in (causal, sliding_window, prefix_lm, documents):
+        full, partial = hgmma_loops(flash_attention(d, block_n=bn, mask_mod=mask, block_sparse=True))
+        print(f"mask_mod {mask.__name__:15s}: partial-block cost {(partial - full) / bn:.2f} SASS/key "
+              f"(full {full / bn:.2f}, dense {dense / bn:.2f})")
+    for mod in (softcap, alibi, relative_table):
+        loops = hgmma_loops(flash_attention(d, block_n=bn, score_mod=mod))
+        print(f"score_mod {mod.__name__:14s}: {(min(loops) - dense) / bn:.2f} SASS/key over the dense loop")
 
 
 if __name__ == "__main__":
