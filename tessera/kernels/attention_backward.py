@@ -367,8 +367,9 @@ def attention_backward(
 ) -> AttentionBackward:
     """The backward's three kernels (preprocess, main, postprocess; see the module docstring) for one
     configuration. head_dim 64 or 128 (256 refused by name), bf16 or f16, causal (bottom-right) or not;
-    `block_m`/`block_n` default to `DEFAULT_BLOCKS` (`MODS_BLOCKS` with a modifier); `deterministic=True` orders the dQ additions with a
-    semaphore per query block (an extra scratch argument of the main kernel). GQA needs nothing here: K, V,
+    `block_m`/`block_n` default to `DEFAULT_BLOCKS` (`MODS_BLOCKS` with a modifier); `deterministic=True`
+    orders the dQ additions with a semaphore per query block (an extra scratch argument of the main kernel;
+    with `block_sparse`, the ranks `BACKWARD_RANKS` are inputs after the lists). GQA needs nothing here: K, V,
     dK and dV have `heads_k` heads, any divisor of `heads` (the launcher checks it). Kernel arguments, in
     order:
 
