@@ -70,11 +70,20 @@ class ScoreContext:
             self._scored[id(node)] = node.op == "score" or any(self._uses_score(a) for a in node.args)
         return self._scored[id(node)]
 
+    def _size(self, node: Node, seen: set) -> int:
+        """The nodes of `node`'s graph not emitted yet (a measure of the temporaries it needs)."""
+        if id(node) in seen or id(node) in self._values:
+            return 0
+        seen.add(id(node))
+        return 1 + sum(self._size(a, seen) for a in node.args)
+
     def _emit_args(self, node: Node) -> list[SSAValue]:
         """The operands of `node`, those that do not depend on the score emitted first: the score (live
         anyway) then waits for them, instead of what is computed from the score waiting beside their
-        temporaries (ALiBi's [BM, BN] index tiles beside a soft-cap's tanh)."""
-        order = sorted(range(len(node.args)), key=lambda i: self._uses_score(node.args[i]))
+        temporaries (ALiBi's [BM, BN] index tiles beside a soft-cap's tanh). Among either kind the larger
+        operand goes first (Sethi-Ullman): a small one computed first would wait beside its temporaries."""
+        order = sorted(range(len(node.args)),
+                       key=lambda i: (self._uses_score(node.args[i]), -self._size(node.args[i], set())))
         values = {i: self.emit(node.args[i]) for i in order}
         return [values[i] for i in range(len(node.args))]
 
