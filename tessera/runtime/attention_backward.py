@@ -226,28 +226,9 @@ def _run_torch(pre, main, post, q, k, v, o, lse, do):
     """The three kernels on CUDA tensors, on torch's current stream; every output and scratch buffer is
     allocated zeroed (dq_accum is added into; the semaphores count from 0): `launch_zeroed`."""
 
+    from tessera.runtime.launch import launch_zeroed
+
     dpsum, lse2, _ = launch_zeroed(pre, o, do, lse.contiguous())
     dq_accum, dk, dv = launch_zeroed(main, q, k, v, do, lse2, dpsum)
     (dq,) = launch_zeroed(post, dq_accum)
     return dq, dk, dv
-
-
-def launch_zeroed(kernel, *inputs) -> list:
-    """Launch `kernel` on CUDA tensors `inputs` (on torch's current stream of their device) into outputs and
-    scratch buffers allocated zeroed; its outputs in argument order."""
-    from tessera.runtime.arguments import kernel_tensors
-    from tessera.runtime.launch import _torch, _torch_dtype, check_inputs, prepare, view_of
-
-    torch = _torch()
-    device = inputs[0].device
-    stream = torch.cuda.current_stream(device).cuda_stream
-    ordinal = device.index if device.index is not None else torch.cuda.current_device()
-    sizes, views = check_inputs(kernel.host, inputs)
-    made = {}
-    for tensor in kernel_tensors(kernel.host):
-        if tensor.role != "in":
-            made[tensor.source] = torch.zeros(tensor.dims.evaluate(sizes), dtype=_torch_dtype(tensor.dtype),
-                                              device=device)
-            views[tensor.source] = view_of(made[tensor.source])
-    prepare(kernel, views, sizes, stream, ordinal, keep=(tuple(inputs), tuple(made.values())))()
-    return [made[t.source] for t in kernel_tensors(kernel.host) if t.role == "out"]

@@ -8,7 +8,7 @@ transposed lists, `BlockMask.transposed_inputs`, whenever there is a mask_mod an
 `SPARSE_BACKWARD_HEAD_DIMS`). `level=None` compiles the very modules the interpreters run (`compile_module`:
 the kernel cache keys them by their text; the captured arrays and lists are inputs, so new values need no new
 compile) and launches them like the dense kernels (`tessera.launch`; the backward's as
-`runtime.attention_backward` launches its own, single-stage); the captured arrays and block lists go to the
+`runtime.launch.launch_zeroed`, single-stage); the captured arrays and block lists go to the
 device beside q, k and v (tensors on q's device for PyTorch inputs).
 """
 
@@ -171,9 +171,8 @@ def _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline: str):
     launched as the dense backward launches its own (`runtime.attention_backward`: outputs zeroed; dq_accum
     is added into)."""
     from tessera import api
-    from tessera.runtime.attention_backward import launch_zeroed
     from tessera.runtime.compiler import compile_module
-    from tessera.runtime.launch import is_torch_tensor
+    from tessera.runtime.launch import is_torch_tensor, launch_zeroed
 
     pre, main, post = (compile_module(m, api.find_kernel(m).name, pipeline) for m in kernels.modules)
     if is_torch_tensor(q) and q.is_cuda:

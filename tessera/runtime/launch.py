@@ -331,3 +331,21 @@ def _run_numpy(kernel: CompiledKernel, inputs: list, stream: int,
 
 
 # endregion
+
+
+def launch_zeroed(kernel, *inputs) -> list:
+    """Launch `kernel` on CUDA tensors `inputs` (on torch's current stream of their device) into outputs and
+    scratch buffers allocated zeroed; its outputs in argument order."""
+    torch = _torch()
+    device = inputs[0].device
+    stream = torch.cuda.current_stream(device).cuda_stream
+    ordinal = device.index if device.index is not None else torch.cuda.current_device()
+    sizes, views = check_inputs(kernel.host, inputs)
+    made = {}
+    for tensor in kernel_tensors(kernel.host):
+        if tensor.role != "in":
+            made[tensor.source] = torch.zeros(tensor.dims.evaluate(sizes), dtype=_torch_dtype(tensor.dtype),
+                                              device=device)
+            views[tensor.source] = view_of(made[tensor.source])
+    prepare(kernel, views, sizes, stream, ordinal, keep=(tuple(inputs), tuple(made.values())))()
+    return [made[t.source] for t in kernel_tensors(kernel.host) if t.role == "out"]
