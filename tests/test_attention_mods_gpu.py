@@ -50,26 +50,49 @@ def install_fake_driver(monkeypatch, *modules_and_pipelines):
     return fake
 
 
+LIMIT = np.array([40, 24])
+
+
+def per_head_window(b, h, q_idx, kv_idx):
+    return (q_idx >= kv_idx) & (q_idx - kv_idx < LIMIT[h])
+
+
+def softcap(score, b, h, q_idx, kv_idx):
+    return 20.0 * np.tanh(score / 20.0)
+
+
 def test_forward_with_modifiers_runs_through_the_driver_calls(monkeypatch):
     """The block-sparse forward with a captured array: one launch over (ceildiv(seq_q, 128), heads, batch)
-    whose pointer parameters include the slopes and the four block lists."""
+    whose pointer parameters include the per-head window lengths (int32) and the four block lists."""
     from tessera.runtime.flex import forward_module
 
     q, k, v, _ = inputs()
-    from tessera.ir.diagnostics import TesseraWarning
-
-    # At the default BN 128, ALiBi's i32 and f32 index tiles beside S fit no configuration: rebuilt at BN 64.
-    module = forward_module(q, k, score_mod=softcap_alibi, mask_mod=window, causal=False, scale=None,
-                            return_lse=True, head_dim=D, dtype="bf16", block_n=64)
+    module = forward_module(q, k, score_mod=softcap, mask_mod=per_head_window, causal=False, scale=None,
+                            return_lse=True, head_dim=D, dtype="bf16")
     fake = install_fake_driver(monkeypatch, (module,))
-    with pytest.warns(TesseraWarning, match="block_n 128 fits no configuration .* rebuilt with block_n 64"):
-        o, lse = tessera.attention(q, k, v, score_mod=softcap_alibi, mask_mod=window, return_lse=True)
-    check = reference.check_attention_mods(o, q, k, v, BF16, softcap_alibi, window, lse=lse)
+    o, lse = tessera.attention(q, k, v, score_mod=softcap, mask_mod=per_head_window, return_lse=True)
+    check = reference.check_attention_mods(o, q, k, v, BF16, softcap, per_head_window, lse=lse)
     assert check.ok, check
     (launch,) = fake.launches
     assert launch.grid == (1, 2, 1)
     arrays = [a for a in launch.args if isinstance(a, np.ndarray)]
-    assert any(a.view(np.float32).tolist() == [0.5, 0.25] for a in arrays if a.nbytes == 8)  # the slopes
+    assert any(a.view(np.int32).tolist() == [40, 24] for a in arrays if a.nbytes == 8)  # LIMIT
+
+
+@pytest.mark.slow
+def test_a_forward_too_large_for_bn_128_is_rebuilt_at_bn_64(monkeypatch):
+    """ALiBi's i32 and f32 index tiles beside S fit no configuration at BN 128: rebuilt at BN 64, warned."""
+    from tessera.ir.diagnostics import TesseraWarning
+    from tessera.runtime.flex import forward_module
+
+    q, k, v, _ = inputs()
+    module = forward_module(q, k, score_mod=softcap_alibi, mask_mod=window, causal=False, scale=None,
+                            return_lse=True, head_dim=D, dtype="bf16", block_n=64)
+    install_fake_driver(monkeypatch, (module,))
+    with pytest.warns(TesseraWarning, match="block_n 128 fits no configuration .* rebuilt with block_n 64"):
+        o, lse = tessera.attention(q, k, v, score_mod=softcap_alibi, mask_mod=window, return_lse=True)
+    check = reference.check_attention_mods(o, q, k, v, BF16, softcap_alibi, window, lse=lse)
+    assert check.ok, check
 
 
 @pytest.mark.slow
