@@ -233,3 +233,65 @@ func.func @unpipelined(%K: !g, %V: !g, %q: !sh, %n: index) -> !s {
   }
   func.return %acc_final : !s
 }
+
+// -----
+
+// The same loop marked tile.no_overlap (a block-sparse kernel's loop over partial blocks): left as it is.
+// CHECK-LABEL: func.func @flash_no_overlap
+// CHECK-NOT:   scf.if %{{.*}} -> (
+// CHECK:       scf.for %j = %c0 to %n step %c1 iter_args(%m = %m_init, %acc = %acc_init) -> (!tile.tile<64xf32, register>, !tile.tile<64x64xf32, register>) {
+// CHECK:         %s = tile.mma
+// CHECK-NEXT:    %s_max = tile.row_max
+// CHECK:         %acc_next = tile.mma %p_half, %v_stage, %acc_scaled
+// CHECK:       } {tile.no_overlap}
+!g = !tile.tile<?x64xbf16, global>
+!w = !tile.tile<64x64xbf16, global>
+!ring = !tile.tile<3x64x64xbf16, shared, swizzle 128>
+!sh = !tile.tile<64x64xbf16, shared, swizzle 128>
+!s = !tile.tile<64x64xf32, register>
+!p = !tile.tile<64x64xbf16, register>
+!row = !tile.tile<64xf32, register>
+
+func.func @flash_no_overlap(%K: !g, %V: !g, %q: !sh, %n: index) -> (!row, !s) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %c3 = arith.constant 3 : index
+  %c64 = arith.constant 64 : index
+  %k_ring = tile.alloc_shared : !ring
+  %v_ring = tile.alloc_shared : !ring
+  %m_init = tile.fill -inf : !row
+  %acc_init = tile.fill 0.0 : !s
+  %m_final, %acc_final = scf.for %j = %c0 to %n step %c1 iter_args(%m = %m_init, %acc = %acc_init) -> (!row, !s) {
+    %fill = arith.addi %j, %c2 : index
+    %go = arith.cmpi slt, %fill, %n : index
+    scf.if %go {
+      %k0_fill = arith.muli %fill, %c64 : index
+      %fill_slot = arith.remui %fill, %c3 : index
+      %k_window = tile.view %K[%k0_fill, %c0] : !g -> !w
+      %k_fill = tile.stage %k_ring[%fill_slot] : !ring -> !sh
+      tile.cp_async %k_window, %k_fill : !w, !sh
+      %v_window = tile.view %V[%k0_fill, %c0] : !g -> !w
+      %v_fill = tile.stage %v_ring[%fill_slot] : !ring -> !sh
+      tile.cp_async %v_window, %v_fill : !w, !sh
+    }
+    tile.cp_commit_group
+    tile.cp_wait_group 2
+    %slot = arith.remui %j, %c3 : index
+    %k_stage = tile.stage %k_ring[%slot] : !ring -> !sh
+    %v_stage = tile.stage %v_ring[%slot] : !ring -> !sh
+    %zero = tile.fill 0.0 : !s
+    %s = tile.mma %q, %k_stage, %zero transpose_b : !sh, !sh, !s
+    %s_max = tile.row_max %s : !s -> !row
+    %m_new = tile.element_max %m, %s_max : !row
+    %alpha = tile.exp_diff %m, %m_new : !row
+    %p = tile.exp_subtract %s, %m_new : !s, !row
+    %acc_scaled = tile.mul_rows %acc, %alpha : !s, !row
+    %p_half = tile.cast %p : !s -> !p
+    %acc_next = tile.mma %p_half, %v_stage, %acc_scaled : !p, !sh, !s
+    tile.release %k_stage : !sh
+    tile.release %v_stage : !sh
+    scf.yield %m_new, %acc_next : !row, !s
+  } {tile.no_overlap}
+  func.return %m_final, %acc_final : !row, !s
+}
