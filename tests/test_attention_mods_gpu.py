@@ -98,15 +98,16 @@ def test_a_forward_too_large_for_bn_128_is_rebuilt_at_bn_64(monkeypatch):
 @pytest.mark.slow
 def test_backward_with_modifiers_runs_through_the_driver_calls(monkeypatch):
     """The three backward kernels (the main one with the transposed block lists) through the fake driver."""
-    from tessera.runtime.attention_backward import _pipeline
-    from tessera.runtime.flex import backward_kernels
+    from tessera import passes
+    from tessera.runtime.flex import BACKWARD_PIPELINE, backward_kernels
 
     q, k, v, do = inputs()
     o, lse = tessera.attention(q, k, v, score_mod=softcap_alibi, mask_mod=window, return_lse=True, level="tile")
     kernels, sparse = backward_kernels(q, score_mod=softcap_alibi, mask_mod=window, causal=False, scale=None,
                                        level=None, head_dim=D, dtype="bf16")
     assert sparse
-    fake = install_fake_driver(monkeypatch, *((m, _pipeline()) for m in kernels.modules))
+    pipeline = getattr(passes, BACKWARD_PIPELINE)
+    fake = install_fake_driver(monkeypatch, *((m, pipeline) for m in kernels.modules))
     grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=softcap_alibi, mask_mod=window)
     checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, softcap_alibi, window)
     assert all(c.ok for c in checks), [str(c) for c in checks]

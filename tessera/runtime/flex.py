@@ -27,6 +27,13 @@ kernel's 249 (dK and dV alone hold 128): there, below Tile IR, the backward visi
 masks per element (a score_mod there needs 259 registers and is refused by the register allocator)."""
 
 
+BACKWARD_PIPELINE = "PTX_PIPELINE"
+"""The `tessera.passes` pipeline of the backward with modifiers below Tile IR and on the GPU: single-stage.
+The dense backward's default pipeline rings its Q/dO copies across the loop nest over the GQA group's heads,
+which needs the inner loop's trip count to be the same for every head; the transposed block lists' counts
+differ per head (convert-tile-to-sm90 carries their phase counts for the single-stage copies instead)."""
+
+
 def _captured(score_mod, mask_mod) -> list[np.ndarray]:
     """The arrays the modifiers read, in the kernels' argument order (each once)."""
     arrays: dict[str, np.ndarray] = {}
@@ -137,7 +144,7 @@ def backward_kernels(q, *, score_mod, mask_mod, causal: bool, scale, level, head
 def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal: bool, scale, level,
                             head_dim: int, dtype: str, pipeline: str, deterministic: bool = False):
     """(dq, dk, dv) of `attention_mods` at `level`, from its O and LSE ([batch, heads, seq_q]); `pipeline` is
-    the backward's (single-stage) pipeline below Tile level and on the GPU. `deterministic`: the dQ additions
+    ignored: the backward with modifiers is lowered with `BACKWARD_PIPELINE` below Tile level and on the GPU. `deterministic`: the dQ additions
     of a query block in key-block order (with the block lists, each key block waits for its rank among the
     blocks that visit the query block, `BlockMask.transposed_ranks`)."""
     from tessera import api
@@ -153,6 +160,9 @@ def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal:
         (batch, heads, seq_q, _), seq_k = q.shape, k.shape[2]
         mask = create_block_mask(mask_mod, batch, heads, seq_q, seq_k, c.block_m, c.block_n)
         extra += mask.transposed_inputs() + (mask.transposed_ranks() if deterministic else [])
+    from tessera import passes
+
+    pipeline = getattr(passes, BACKWARD_PIPELINE)
     if level is None:
         return _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline)
     torch_in = is_torch_tensor(q)
