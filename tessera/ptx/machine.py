@@ -246,13 +246,12 @@ def print_make_descriptor(p: KernelPrinter, op: sm90.MakeDescriptorOp) -> None:
 
 @handles(sm90.DescriptorAdvanceOp)
 def print_descriptor_advance(p: KernelPrinter, op: sm90.DescriptorAdvanceOp) -> None:
-    """The start field is the low 14 bits and does not overflow (the op's invariant), so only the low word
-    changes: one 32-bit add."""
-    lo, hi = p.temp(B32), p.temp(B32)
+    """One 64-bit add of `facts.descriptor_start_delta` (the start field does not overflow: the op's
+    invariant), as CUTLASS's descriptor iterator adds. Not a 32-bit add on the low word: with the word split
+    out and joined again, ptxas 13.4 and later compute the descriptors in ordinary registers and move each to
+    a uniform one for the HGMMA (R2UR), two or three per HGMMA of the flash main loop."""
     (d,) = p.define(op.result)
-    p.emit(f"mov.b64 {{{lo}, {hi}}}, {p.reg(op.descriptor)}",
-           f"add.s32 {lo}, {lo}, {facts.descriptor_start_delta(_int(op, 'bytes'))}",
-           f"mov.b64 {d}, {{{lo}, {hi}}}")
+    p.emit(f"add.s64 {d}, {p.reg(op.descriptor)}, {facts.descriptor_start_delta(_int(op, 'bytes'))}")
 
 
 # endregion
