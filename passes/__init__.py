@@ -192,7 +192,7 @@ issued before the previous trip's P.V mma (overlap-softmax), masked iterations p
 
 SPECIALIZED_PIPELINE = PIPELINED_PIPELINE + ",warp-specialize,multicast-cluster-copies"
 """PIPELINED_PIPELINE with a TMA producer warpgroup and setmaxnreg budgets: the FlashAttention-3 structure
-(flash head_dim 128: a 497-instruction main loop, two wgmma groups in flight), ending in Target IR. Other
+(flash head_dim 128: a 479-instruction main loop under ptxas 13.0, two wgmma groups in flight), ending in Target IR. Other
 options (`warp-specialize{pingpong=true}`, more stages): bench/pipeline.py. `multicast-cluster-copies` leaves
 kernels without a `tile.cluster` unchanged; a clustered kernel's shared refills become TMA multicasts."""
 
