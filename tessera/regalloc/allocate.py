@@ -325,6 +325,10 @@ def _coalesce_yields(live: _Liveness, groups: _UnionFind, intervals: dict, lowes
     what the next trip's mma reads). Accumulator chains are left alone (`_accumulator_blocks` places them)."""
     accumulators = {groups.find(live.element(op.result, i)) for op in live.ops
                     if isinstance(op, sm90.WgmmaMmaAsyncOp) for i in range(element_count(op.result.type))}
+    held_by_root: dict[int, set] = defaultdict(set)  # root -> the values of its group that wgmma holds
+    for value in live.holds:
+        for i in range(element_count(value.type)):
+            held_by_root[groups.find(live.element(value, i))].add(value)
     for loop, start, stop in live.loops:
         if not isinstance(loop, scf.ForOp):
             continue
@@ -343,10 +347,10 @@ def _coalesce_yields(live: _Liveness, groups: _UnionFind, intervals: dict, lowes
             first_def = min(intervals[r][0] for r in value_roots)
             if not (start < first_def and all(intervals[r][1] <= stop for r in value_roots)):
                 continue
-            members = _group_values(live, groups, set(arg_roots))
+            held = {member for r in arg_roots for member in held_by_root.get(r, ())}
             busy = [read for defined, read in (pair for r in arg_roots for pair in reads.reads.get(r, ()))
                     if start <= defined <= stop]
-            busy += [end for member in members for begin, end in live.holds.get(member, ()) if begin <= stop and start <= end]
+            busy += [end for member in held for begin, end in live.holds[member] if begin <= stop and start <= end]
             if max(busy, default=start) >= first_def:
                 continue
             for a, v in zip(arg_roots, value_roots):
@@ -357,11 +361,7 @@ def _coalesce_yields(live: _Liveness, groups: _UnionFind, intervals: dict, lowes
                 root = groups.find(a)
                 intervals[root], lowest[root] = merged, low
                 reads.merge(root, a, v)
-
-
-def _group_values(live: _Liveness, groups: _UnionFind, roots: set) -> set:
-    """The values with an element in one of the register groups `roots`."""
-    return {live.value_of[element] for element in range(len(live.value_of)) if groups.find(element) in roots}
+                held_by_root[root] = held_by_root.pop(a, set()) | held_by_root.pop(v, set())
 
 
 def _terminator_operands(block) -> list[SSAValue]:
