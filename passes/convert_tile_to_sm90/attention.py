@@ -194,6 +194,9 @@ class AttentionLowering:
 
     def _lower_MaskBoundsOp(self, op: tile.MaskBoundsOp, e: Emitter) -> None:
         # Key k0 + col is hidden where col >= seq_k - k0, i.e. unless col < seq_k - k0.
+        if _feeds_causal_mask(op):  # applied with it, one compare per register (_lower_MaskCausalOp)
+            self.values[op.result] = self._peek(op.source)
+            return
         _, col_offsets = self._thread_offsets(op, op.source.type)
         _, col = self._origin(e, e.index(0), self._get(op.k_start))
         limit = e.op(arith.SubiOp(self._get(op.seq_k), col))
@@ -207,9 +210,30 @@ class AttentionLowering:
         row, col = self._origin(e, self._get(op.q_start), self._get(op.k_start))
         shift = e.op(arith.SubiOp(self._get(op.seq_k), self._get(op.seq_q)))
         t = e.op(arith.SubiOp(e.addi(row, shift), col))
+        if isinstance(op.source, OpResult) and isinstance(op.source.owner, tile.MaskBoundsOp) and _feeds_causal_mask(
+                op.source.owner):
+            self._mask(op, e, self._hidden_causal_or_beyond(op.source.owner, t, col, row_offsets, col_offsets, e))
+            return
         diagonal = [c - r for r, c in zip(row_offsets, col_offsets)]
         hidden = e.setp("lt", e.broadcast(t, len(diagonal)), e.dense(IndexType(), diagonal))
         self._mask(op, e, hidden)
+
+    def _hidden_causal_or_beyond(self, bounds: tile.MaskBoundsOp, t: SSAValue, col: SSAValue, row_offsets: list[int],
+                                 col_offsets: list[int], e: Emitter) -> SSAValue:
+        """The causal mask and the bounds mask before it as one compare per register, as FlashAttention-3 masks:
+        register i (row r_i, column c_i from the thread's first element) is hidden past the diagonal (c_i - r_i
+        > t) or at a key past seq_k (c_i >= seq_k - k0 - c0 = limit), i.e. where c_i > min(t + r_i, limit - 1):
+        a threshold per row (two per thread) against the constant columns. The same registers are hidden as by
+        the two masks one after the other, so the result is the same bits."""
+        limit = e.op(arith.SubiOp(self._get(bounds.seq_k), col))
+        last = e.op(arith.SubiOp(limit, e.index(1)))
+        lanes = len(col_offsets)
+        thresholds = None
+        for r in sorted(set(row_offsets)):
+            row_threshold = e.broadcast(e.op(arith.MinSIOp(e.addi(t, e.index(r)), last)), lanes)
+            thresholds = row_threshold if thresholds is None else e.shuffle(
+                thresholds, [lanes + i if row_offsets[i] == r else i for i in range(lanes)], row_threshold)
+        return e.setp("lt", thresholds, e.dense(IndexType(), col_offsets))
 
 
 
@@ -309,3 +333,12 @@ def _fold(x: SSAValue, size: int, combine, e: Emitter, chunk: int | None = FOLD_
     emit_tree(size + len(nodes) - 1)
     root = size + len(nodes) - 1
     return gather([root])
+
+
+def _feeds_causal_mask(bounds: tile.MaskBoundsOp) -> bool:
+    """Whether the bounds mask's only use is the tile a causal mask of the same key block and seq_k hides more
+    of (the flash kernels' order: `tile.mask_bounds` then `tile.mask_causal`): then both are one compare."""
+    use = bounds.result.get_unique_use() if bounds.result.has_one_use() else None
+    causal = use.operation if use is not None else None
+    return (isinstance(causal, tile.MaskCausalOp) and use.index == 0 and causal.k_start == bounds.k_start
+            and causal.seq_k == bounds.seq_k and causal.parent_block() is bounds.parent_block())
