@@ -5,8 +5,8 @@ one run; beside Triton's cold compile of the same attention when Triton is insta
 
 For each configuration, through the default full pipeline (`passes.DEFAULT_PIPELINE`; `--pipeline` picks
 another): the seconds of each stage (building the Tile IR, each pass, printing the PTX, ptxas), the registers per thread Tessera's allocator predicts (peak) and ptxas uses, spill
-bytes, shared memory (static + dynamic), and the SASS of the main loop (the innermost loop holding HGMMA):
-its instruction count and its HGMMA and MUFU.EX2 counts. Needs ptxas (and nvdisasm for the SASS columns;
+bytes, shared memory (static + dynamic), the PTX's lines, and the SASS of the main loop (the innermost loop
+holding HGMMA): its instruction count and its HGMMA and MUFU.EX2 counts. Needs ptxas (and nvdisasm for the SASS columns;
 `pip install '.[ptx]'` in a checkout).
 
 With Triton installed, each attention configuration Triton's kernel takes (bench/triton_attention.py:
@@ -34,7 +34,9 @@ from tessera.regalloc import allocate_registers
 from tessera.toolchain import compile_ptx, disassemble, find_nvdisasm, find_ptxas, innermost_loop
 
 CONFIGS = [("flash_attention", dict(head_dim=d, causal=c)) for d in (64, 128, 256) for c in (False, True)] + [
+    ("flash_attention", dict(head_dim=128, causal=c, block_n=176)) for c in (False, True)] + [
     ("two_pass_attention", dict(head_dim=128)), ("three_pass_attention", dict(head_dim=128)), ("gemm", {})]
+"""Every builder at its defaults, and FlashAttention-3's hd128 tile (128 x 176) beside the default 128 x 128."""
 
 
 @dataclass
@@ -48,6 +50,7 @@ class Measured:
     spill: int
     smem: int
     loop: tuple = ("-", "-", "-")
+    lines: int | str = "-"
 
     @property
     def total(self) -> float:
@@ -94,7 +97,8 @@ def tessera_compile(variant: str, config: dict, pipeline: str) -> Measured:
     (host,) = describe(module)
     smem = entry.smem_bytes + host.dynamic_smem_bytes
     label = f"{variant} " + " ".join(f"{k}={v}" for k, v in config.items())
-    return Measured(label, stages, peak, entry.registers, entry.spill_store_bytes, smem, _sass_loop(result.cubin))
+    return Measured(label, stages, peak, entry.registers, entry.spill_store_bytes, smem, _sass_loop(result.cubin),
+                    ptx.count("\n"))
 
 
 def triton_compile(config: dict) -> Measured | None:
@@ -108,7 +112,7 @@ def triton_compile(config: dict) -> Measured | None:
     entry = result.entry()
     label = f"  Triton {compiled.version} (same attention)"
     return Measured(label, {"triton.compile": compiled.seconds}, "-", entry.registers, entry.spill_store_bytes,
-                    entry.smem_bytes + compiled.shared_bytes, _sass_loop(result.cubin))
+                    entry.smem_bytes + compiled.shared_bytes, _sass_loop(result.cubin), compiled.ptx.count("\n"))
 
 
 def _median(runs: list[Measured]) -> Measured | None:
@@ -135,8 +139,8 @@ def main() -> None:
         print("(no Triton rows: " + ("--no-triton" if args.no_triton else "Triton is not installed") + ")")
     if find_nvdisasm() is None:
         print("(no nvdisasm: pip install nvidia-cuda-nvdisasm for the SASS columns)")
-    header = (f"{'configuration':<46}{'total s':>8}{'ptxas s':>8}{'peak':>6}{'regs':>6}{'spill':>6}{'smem':>8}"
-              f"{'loop':>6}{'HGMMA':>6}{'EX2':>5}")
+    header = (f"{'configuration':<56}{'total s':>8}{'ptxas s':>8}{'peak':>6}{'regs':>6}{'spill':>6}{'smem':>8}"
+              f"{'PTX lines':>10}{'loop':>6}{'HGMMA':>6}{'EX2':>5}")
     print(header)
     measured: list[Measured] = []
     for variant, config in CONFIGS:
@@ -145,15 +149,17 @@ def main() -> None:
         runs = []
         for _ in range(max(1, args.repeat)):
             runs.append((tessera_compile(variant, config, args.pipeline),
-                         triton_compile(config) if with_triton and variant == "flash_attention" else None))
+                         triton_compile(config) if with_triton and variant == "flash_attention" and "block_n" not in config
+                         else None))
         ours = _median([ours for ours, _ in runs])
         theirs = _median([theirs for _, theirs in runs if theirs is not None])
         for m in filter(None, (ours, theirs)):
             ptxas = m.stages.get("ptxas")
-            print(f"{m.label:<46}{m.total:>8.2f}{'-' if ptxas is None else f'{ptxas:.2f}':>8}{m.peak:>6}"
-                  f"{m.registers:>6}{m.spill:>6}{m.smem:>8}{m.loop[0]:>6}{m.loop[1]:>6}{m.loop[2]:>5}", flush=True)
+            print(f"{m.label:<56}{m.total:>8.2f}{'-' if ptxas is None else f'{ptxas:.2f}':>8}{m.peak:>6}"
+                  f"{m.registers:>6}{m.spill:>6}{m.smem:>8}{m.lines:>10}{m.loop[0]:>6}{m.loop[1]:>6}{m.loop[2]:>5}",
+                  flush=True)
         if theirs is not None:
-            print(f"  {'Tessera / Triton compile time':<44}{ours.total / theirs.total:>8.2f}")
+            print(f"  {'Tessera / Triton compile time':<54}{ours.total / theirs.total:>8.2f}")
         measured.append(ours)
     print("\nseconds by stage (Tessera):")
     names = list(dict.fromkeys(name for m in measured for name in m.stages))

@@ -1,18 +1,20 @@
 """What each pipelining option does to the flash attention kernel, alone and together, in one run.
 
-    python bench/pipeline.py [--head-dim 128] [--causal] [--stages 2]
+    python bench/pipeline.py [--head-dim 128] [--block-n 128] [--causal] [--stages 2] [--ptxas-all]
 
 For each variant: the pass pipeline's options, the threads, the shared memory (bytes the kernel places,
 before the 1023 added to align the base), the register budgets per role (producer/consumer setmaxnreg,
 derived by warp-specialize from the allocator's pressure; "-" when not specialized), ptxas's registers
 (at launch) and spills, the SASS of the main loop (the smallest loop that holds HGMMA: the steady state;
-with peel-masked-iterations the masked tail loop is reported after a slash), its HGMMA count, and the most
+with peel-masked-iterations the masked tail loop is reported after a slash) and the same per key (divided by
+block_n: FlashAttention-3's hd128 loop is 606 / 176 = 3.44 under ptxas 13.0), its HGMMA count, and the most
 wgmma groups in flight at once in the loop's Target IR (committed and not yet retired by a wait_group), and
 ptxas's warnings and informational diagnostics (codes; "none" when it printed none: e.g. C7513 would say that
 ptxas serialized the wgmmas, C7512 that it spilled).
 The cluster rows (flash attention with clusters of two query blocks sharing K/V, GEMM 2x1 sharing B, both by
 TMA multicast) add the traffic counter of the CTA simulator: the bytes each CTA's TMA copies read from global
 memory, by tensor, on a small problem (`--no-traffic` skips those runs).
+`--ptxas-all` measures the default variant's loops under every ptxas found (`find_all_ptxas`), each a row.
 Triton's kernel for the same attention, measured by the same tools, is in `python bench/compile.py` (with
 Triton installed). Needs ptxas and nvdisasm
 (`pip install nvidia-cuda-nvcc nvidia-cuda-nvdisasm`, or `pip install '.[ptx]'` in a checkout); without them only the Target IR columns are printed.
@@ -29,7 +31,7 @@ from tessera.kernels import AttentionConfig
 from tessera.passes import apply_pipeline
 from tessera.ptx.module import print_ptx
 from tessera.ptx.target import allocated_registers
-from tessera.toolchain import compile_ptx, disassemble, find_nvdisasm, find_ptxas, sass_loops
+from tessera.toolchain import compile_ptx, disassemble, find_all_ptxas, find_nvdisasm, find_ptxas, sass_loops
 from xdsl.dialects import scf
 
 LOWER = "convert-tile-to-sm90,canonicalize,cse,rematerialize-constants"
@@ -78,12 +80,12 @@ def traffic_per_cta(tile_module, module, shapes) -> dict[str, int]:
     return {name.split("_map")[0]: nbytes // len(traffic) for name, nbytes in sorted(total.items())}
 
 
-def resources(module) -> tuple:
-    """(registers, spill bytes, main-loop SASS sizes, HGMMA, EX2, diagnostics) from ptxas and nvdisasm ("-" for
-    what a missing tool cannot say)."""
+def resources(module, ptxas: str | None = None) -> tuple:
+    """(registers, spill bytes, main-loop SASS sizes, HGMMA, EX2, diagnostics) from ptxas (`ptxas`, or the one
+    `find_ptxas` finds) and nvdisasm ("-" for what a missing tool cannot say)."""
     regs = spill = loop = hgmma = ex2 = diagnostics = "-"
     if find_ptxas() is not None:
-        result = compile_ptx(print_ptx(module, registers=allocated_registers))
+        result = compile_ptx(print_ptx(module, registers=allocated_registers), ptxas=ptxas)
         entry = result.entry()
         regs, spill = entry.registers, entry.spill_store_bytes
         diagnostics = ",".join(d.code or d.severity for d in result.log.diagnostics) or "none"
@@ -97,6 +99,11 @@ def resources(module) -> tuple:
                 hgmma = main_loop.opcode_counts["HGMMA"]
                 ex2 = main_loop.opcode_counts["MUFU.EX2"]
     return regs, spill, loop, hgmma, ex2, diagnostics
+
+
+def per_key(loop: str, block_n: int) -> str:
+    """"3.37/4.21" for loops "593/741" over block_n = 176 keys per iteration ("-" without SASS)."""
+    return "-" if loop == "-" else "/".join(f"{int(n) / block_n:.2f}" for n in loop.split("/"))
 
 
 def groups_in_flight(kernel) -> int:
@@ -119,31 +126,39 @@ def groups_in_flight(kernel) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--head-dim", type=int, default=128)
+    parser.add_argument("--block-n", type=int, default=None, help="keys per iteration (default: the builder's)")
+    parser.add_argument("--ptxas-all", action="store_true", help="the default variant under every ptxas found")
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--stages", type=int, default=2)
     parser.add_argument("--no-traffic", action="store_true", help="skip the CTA-simulator runs of the traffic counter")
     args = parser.parse_args()
     tile = AttentionConfig.checked(args.head_dim, args.causal)
-    print(f"flash attention head_dim={args.head_dim} causal={args.causal} bf16, {tile.block_m}x{tile.block_n} tiles, "
+    block_n = args.block_n or tile.block_n
+    print(f"flash attention head_dim={args.head_dim} causal={args.causal} bf16, {tile.block_m}x{block_n} tiles, "
           f"stages={args.stages}")
     print(f"{'variant':<30}{'threads':>8}{'smem':>8}{'prod/cons':>11}{'regs':>6}{'spill':>6}{'loop SASS':>16}"
-          f"{'HGMMA':>7}{'EX2':>5}{'groups':>8}  ptxas diagnostics")
+          f"{'per key':>12}{'HGMMA':>7}{'EX2':>5}{'groups':>8}  ptxas diagnostics")
     traffic_rows = []
     for name, options in VARIANTS.items():
         options = {"stages": args.stages, **options}
         if args.causal and options.get("cluster", 1) != 1:
             continue  # refused by name: the members' key ranges differ
         module = tessera.kernels.flash_attention(head_dim=args.head_dim, causal=args.causal,
-                                                 cluster=options.get("cluster", 1))
+                                                 cluster=options.get("cluster", 1), block_n=block_n)
         tile_module = module.clone()
         apply_pipeline(module, spec(**options))
         kernel = next(op for op in module.walk() if is_target_kernel(op))
         info = kernel.attributes[TARGET_KERNEL_ATTR].data
         budgets = [op.count.value.data for op in kernel.walk() if isinstance(op, sm90.SetMaxNRegOp)]
         roles = f"{budgets[0]}/{budgets[1]}" if budgets else "-"
-        regs, spill, loop, hgmma, ex2, diagnostics = resources(module)
-        print(f"{name:<30}{info['threads'].value.data:>8}{info['smem_bytes'].value.data:>8}{roles:>11}{regs:>6}"
-              f"{spill:>6}{loop:>16}{hgmma:>7}{ex2:>5}{groups_in_flight(kernel):>8}  {diagnostics}")
+        ptxas_runs = [(p.release, p.path) for p in find_all_ptxas()] if (
+            args.ptxas_all and name == "full pipeline (default)") else [("", None)]
+        for release, path in ptxas_runs:
+            regs, spill, loop, hgmma, ex2, diagnostics = resources(module, path)
+            label = f"full pipeline, ptxas {release}" if release else name
+            print(f"{label:<30}{info['threads'].value.data:>8}{info['smem_bytes'].value.data:>8}{roles:>11}{regs:>6}"
+                  f"{spill:>6}{loop:>16}{per_key(loop, block_n):>12}{hgmma:>7}{ex2:>5}{groups_in_flight(kernel):>8}  "
+                  f"{diagnostics}")
         if name in ("full pipeline (default)", "full pipeline, cluster 2") and not args.no_traffic:
             s = TRAFFIC_SIZES
             shapes = [(s["batch"], s["heads"], s[n], args.head_dim) for n in ("seq_q", "seq_k", "seq_k")]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from xdsl.dialects import arith
 from xdsl.dialects.builtin import I32, I64, Float32Type, IntegerAttr, IntegerType, StringAttr, VectorType, i1, i32, i64
 from xdsl.ir import SSAValue
 from xdsl.irdl import (
@@ -96,7 +97,7 @@ class DescriptorAdvanceOp(IRDLOperation):
     """`%d2 = sm90.descriptor_advance %d, 32 : i64`: descriptor %d with its start address moved `bytes`
     further (`facts.descriptor_start_delta`: bytes >> 4 added to the start field, bits 13-0). How a wgmma
     chain steps along K without re-encoding. Invariant: bytes is a multiple of 16 below 2^18 and the start
-    field does not overflow (the simulator checks it). Prints as one 32-bit add on the low word."""
+    field does not overflow (the simulator checks it). Prints as one 64-bit add (`add.s64`)."""
 
     name = "sm90.descriptor_advance"
     descriptor = operand_def(I64)
@@ -163,6 +164,15 @@ class WgmmaMmaAsyncOp(IRDLOperation):
     @property
     def a_in_registers(self) -> bool:
         return isinstance(self.a.type, VectorType)
+
+    @property
+    def accumulates(self) -> bool:
+        """Whether D is added to (False only for a scale_d that is a constant false: then %acc is not read, and
+        the printer leaves the result's registers unwritten before the wgmma)."""
+        scale = self.scale_d
+        if scale is None or not isinstance(scale.owner, arith.ConstantOp):
+            return True
+        return bool(scale.owner.value.value.data)
 
     def verify_(self) -> None:
         n, ab = _int(self.n), self.ab_type.data

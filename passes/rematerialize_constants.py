@@ -22,7 +22,7 @@ A splat (every lane the same value, such as a `tile.fill`) costs what its use ne
 A row vector's splat (two lanes: a thread's two rows) is left whole: one register is all a broadcast would
 save, and the flash kernels' -inf running-max initialisers would then change their register assignment for it.
 
-A wgmma descriptor `offset` bytes further (`sm90.descriptor_advance`, one 32-bit add) is re-created at each
+A wgmma descriptor `offset` bytes further (`sm90.descriptor_advance`, one 64-bit add) is re-created at each
 use the same way, right before its wgmma: CSE merges the loop's advances of the Q descriptor with those of a peeled trip before the
 loop, and each would then hold two registers across the K/V loop (14 at head_dim 128), which the consumer
 warpgroups of a warp-specialized kernel with a bias cannot spare. Only its base descriptor stays live.

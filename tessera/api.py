@@ -100,10 +100,13 @@ def compile(module: ModuleOp, target: str = "ptx", pipeline: str | None = None):
     from tessera.ptx.module import print_ptx
     from tessera.ptx.target import allocated_registers
 
+    from tessera.passes import without_cyclic_gc
+
     lowered = _lower(where, module, pipeline)
     if target == "target":
         return lowered
-    ptx = print_ptx(lowered, registers=allocated_registers)
+    with without_cyclic_gc():
+        ptx = print_ptx(lowered, registers=allocated_registers)
     if target == "ptx":
         return ptx
     from tessera.toolchain import compile_ptx

@@ -444,10 +444,11 @@ INTEGER_OPS = ["ceildivsi", "floordivsi", "divsi", "remsi", "ceildivui", "divui"
                "maxui", "minui", "shli", "shrsi", "shrui", "subi", "muli", "andi", "ori", "xori"]
 
 
-@pytest.mark.parametrize("divisor", [7, -3, 1])
+@pytest.mark.parametrize("divisor", [7, -3, 1, 8])
 def test_integer_arithmetic(divisor):
     """Signed and unsigned divisions (ceildiv rounding towards +inf for negative operands too), min/max,
-    shifts, wrapping arithmetic, on index values -16..15 by the thread."""
+    shifts, wrapping arithmetic, on index values -16..15 by the thread. Unsigned division and remainder by 1
+    and 8 print as shr.u32/and.b32."""
     names = [f"%{op}" for op in INTEGER_OPS]
     body = "\n".join([
         "  %c16 = arith.constant 16 : index",

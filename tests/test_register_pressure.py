@@ -68,9 +68,9 @@ def attention_problem(rng, seq_q=64, seq_k=130, weight=False):
     s = np.maximum(s, -8.0) * 0.75 + 0.5
     inputs = (q, k, v)
     if weight:
-        w = rng.standard_normal(128)
-        inputs += (w,)
-        s = s * np.resize(w, s.shape[-1])  # key block j's column c has weight w[c]
+        w, b = rng.standard_normal(128), rng.standard_normal(128)
+        inputs += (w, b)
+        s = s * np.resize(w, s.shape[-1]) + np.resize(b, s.shape[-1])  # key block j's column c: weight w[c], bias b[c]
     p = np.exp(s - s.max(-1, keepdims=True))
     return inputs, np.einsum("bhqk,bhkd->bhqd", p / p.sum(-1, keepdims=True), bf16(v))
 

@@ -189,3 +189,59 @@ def test_missing_expect_tx_is_reported(rng):
         op.erase()
     with pytest.raises(KernelHazardError, match=r"deadlock|expect|transaction|tx"):
         _run(sig, kernel, inputs)
+
+
+# -- the FlashAttention-3 tile: 128 x 176 at head_dim 128 --------------------------------------------------------
+
+
+def test_flash_128x176_tile_fits_warp_specialization(rng):
+    """FA3's forward tile at head_dim 128 (block_n = 176: eleven 16-key steps of P.V) fits the consumers' 240
+    registers: the default pipeline keeps its producer warpgroup (no fallback warning, setmaxnreg 24/240), and
+    the target and PTX levels agree bit for bit and with NumPy (causal: key blocks full, partial, masked)."""
+    import warnings
+
+    from tessera.host import describe
+    from tessera.interpreters.ptx.launcher import launch_described
+    from tessera.ir.diagnostics import TesseraWarning
+    from tessera.kernel_abi import is_target_kernel
+    from tessera.ptx.module import print_ptx
+    from tessera.ptx.target import allocated_registers
+
+    module = tessera.kernels.flash_attention(head_dim=128, block_n=176, causal=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TesseraWarning)  # a fallback would warn
+        lowered = tessera.compile(module, target="target")
+    assert [op.count.value.data for op in lowered.walk() if isinstance(op, sm90.SetMaxNRegOp)] == [24, 240]
+    sig = tessera.find_kernel(module)
+    q, k, v = _qkv(rng, 70, 400, 128)  # two whole key blocks and one of 48 keys
+    arguments, sizes = prepare_arguments(sig, (q, k, v))
+    run_target_kernel(next(op for op in lowered.walk() if is_target_kernel(op)), arguments, sizes)
+    arrays, sizes = prepare_arguments(sig, (q, k, v))
+    launch_described(print_ptx(lowered, registers=allocated_registers), describe(lowered)[0], arrays, sizes)
+    assert np.array_equal(arguments[-1], arrays[-1])
+    check = reference.check_attention(arrays[-1], q, k, v, dtype_from_name("bf16"), causal=True)
+    assert check.ok, str(check)
+
+
+@pytest.mark.usefixtures("ptxas", "nvdisasm")
+def test_flash_128x176_tile_main_loop_costs_less_per_key():
+    """ptxas assembles the 128 x 176 kernel without spill or advisory, and its steady main loop (the smallest
+    loop holding HGMMA) costs fewer SASS instructions per key than the 128 x 128 one's: the fixed work of an
+    iteration (descriptors, barriers, the O rescale) is spread over 176 keys."""
+    import warnings
+
+    from tessera.ir.diagnostics import TesseraWarning
+    from tessera.toolchain import disassemble, sass_loops
+
+    per_key = {}
+    for block_n in (128, 176):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", TesseraWarning)  # warp-specialized: no fallback
+            result = tessera.compile(tessera.kernels.flash_attention(head_dim=128, block_n=block_n), target="cubin")
+        (function,) = result.log.functions.values()
+        assert not result.log.diagnostics and function.spill_store_bytes == function.stack_frame_bytes == 0
+        loops = [lp for lp in sass_loops(disassemble(result.cubin)) if lp.opcode_counts["HGMMA"]]
+        main = min(loops, key=len)
+        assert main.opcode_counts["MUFU.EX2"] >= block_n // 2  # 64 rows x block_n scores over 128 threads
+        per_key[block_n] = len(main) / block_n
+    assert per_key[176] < 0.92 * per_key[128], per_key

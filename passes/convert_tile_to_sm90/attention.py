@@ -14,7 +14,7 @@ from xdsl.dialects.builtin import (
     f32,
     i32,
 )
-from xdsl.ir import SSAValue
+from xdsl.ir import OpResult, SSAValue
 
 from tessera.dialects import sm90, tile
 from tessera.lowering.emitter import Emitter
@@ -32,22 +32,19 @@ class AttentionLowering:
     """The Attention handlers of `KernelLowering` (a mixin: it uses the kernel's state)."""
 
     def _reduce_rows(self, op, x: SSAValue, combine, e: Emitter) -> SSAValue:
+        """Each row's registers folded by `combine` in a halving tree (`row_fold_tree`), then across the quad by
+        shuffles. Where the tile is read again (the softmax's scores and P), the tree is emitted a chunk at a
+        time (`_fold`): only a chunk's partial results are live beside it (a block_n = 176 tile's 88 scores would
+        otherwise carry 44 more registers through the row sum). Where the reduction is its last use (a layer
+        norm's squares), level by level: each level's result takes the registers of the level before."""
         layout = self._layout(op, op.source.type)
         rows = layout.row_of_element
         grouped = [v for r in range(2) for v in range(layout.lanes) if rows[v] == r]
         x = e.shuffle(x, grouped)
-        size = layout.lanes // 2  # registers per row; a tile BN = 16 k wide has k, odd for BN = 48, 80, ...
-        while size > 1:
-            half = size // 2
-            left = e.shuffle(x, [r * size + i for r in range(2) for i in range(half)])
-            right = e.shuffle(x, [r * size + half + i for r in range(2) for i in range(half)])
-            folded = combine(left, right)
-            if size % 2:  # each row's last register has no partner at this level: it joins the folded ones
-                x = e.shuffle(folded, [i for r in range(2) for i in
-                                       (*range(r * half, (r + 1) * half), 2 * half + r * size + size - 1)], x)
-                size = half + 1
-            else:
-                x, size = folded, half
+        source = op.source
+        defined_here = source.owner.parent_block() is op.parent_block() if isinstance(source, OpResult) else False
+        dies_here = defined_here and source.has_one_use()
+        x = _fold(x, layout.lanes // 2, combine, e, chunk=None if dies_here else FOLD_CHUNK_LEAVES)
         for offset in quad_shuffle_offsets():
             x = combine(x, e.op(sm90.ShflSyncOp("bfly", x, offset)))
         return x
@@ -197,6 +194,9 @@ class AttentionLowering:
 
     def _lower_MaskBoundsOp(self, op: tile.MaskBoundsOp, e: Emitter) -> None:
         # Key k0 + col is hidden where col >= seq_k - k0, i.e. unless col < seq_k - k0.
+        if _feeds_causal_mask(op):  # applied with it, one compare per register (_lower_MaskCausalOp)
+            self.values[op.result] = self._peek(op.source)
+            return
         _, col_offsets = self._thread_offsets(op, op.source.type)
         _, col = self._origin(e, e.index(0), self._get(op.k_start))
         limit = e.op(arith.SubiOp(self._get(op.seq_k), col))
@@ -210,7 +210,135 @@ class AttentionLowering:
         row, col = self._origin(e, self._get(op.q_start), self._get(op.k_start))
         shift = e.op(arith.SubiOp(self._get(op.seq_k), self._get(op.seq_q)))
         t = e.op(arith.SubiOp(e.addi(row, shift), col))
+        if isinstance(op.source, OpResult) and isinstance(op.source.owner, tile.MaskBoundsOp) and _feeds_causal_mask(
+                op.source.owner):
+            self._mask(op, e, self._hidden_causal_or_beyond(op.source.owner, t, col, row_offsets, col_offsets, e))
+            return
         diagonal = [c - r for r, c in zip(row_offsets, col_offsets)]
         hidden = e.setp("lt", e.broadcast(t, len(diagonal)), e.dense(IndexType(), diagonal))
         self._mask(op, e, hidden)
 
+    def _hidden_causal_or_beyond(self, bounds: tile.MaskBoundsOp, t: SSAValue, col: SSAValue, row_offsets: list[int],
+                                 col_offsets: list[int], e: Emitter) -> SSAValue:
+        """The causal mask and the bounds mask before it as one compare per register, as FlashAttention-3 masks:
+        register i (row r_i, column c_i from the thread's first element) is hidden past the diagonal (c_i - r_i
+        > t) or at a key past seq_k (c_i >= seq_k - k0 - c0 = limit), i.e. where c_i > min(t + r_i, limit - 1):
+        a threshold per row (two per thread) against the constant columns. The same registers are hidden as by
+        the two masks one after the other, so the result is the same bits."""
+        limit = e.op(arith.SubiOp(self._get(bounds.seq_k), col))
+        last = e.op(arith.SubiOp(limit, e.index(1)))
+        lanes = len(col_offsets)
+        thresholds = None
+        for r in sorted(set(row_offsets)):
+            row_threshold = e.broadcast(e.op(arith.MinSIOp(e.addi(t, e.index(r)), last)), lanes)
+            thresholds = row_threshold if thresholds is None else e.shuffle(
+                thresholds, [lanes + i if row_offsets[i] == r else i for i in range(lanes)], row_threshold)
+        return e.setp("lt", thresholds, e.dense(IndexType(), col_offsets))
+
+
+
+FOLD_CHUNK_LEAVES = 8
+"""`_fold` emits a subtree of at most this many leaves level by level (one op per level for both rows and all of
+its nodes), larger ones depth first: the registers live beside the row's are then a chunk's first level (this
+many per row) and one result per level of the path to the root."""
+
+
+def row_fold_tree(size: int) -> tuple[list[tuple[int, int]], list[int]]:
+    """The halving tree that folds one row's `size` registers into one: leaves are 0 .. size-1, internal node
+    size + k is `nodes[k]` = (left, right), and `levels[k]` is the fold level that makes it. At each level the
+    first half of the current values is combined with the second half (value i with value half + i); an odd
+    count's last value joins the next level unchanged (a tile BN = 16 k wide has k registers per row, odd for
+    BN = 48, 80, ...). The last node is the root (leaf 0 itself for size 1)."""
+    nodes: list[tuple[int, int]] = []
+    levels: list[int] = []
+    current, level = list(range(size)), 0
+    while len(current) > 1:
+        half = len(current) // 2
+        folded = []
+        for i in range(half):
+            nodes.append((current[i], current[half + i]))
+            levels.append(level)
+            folded.append(size + len(nodes) - 1)
+        current = folded + ([current[-1]] if len(current) % 2 else [])
+        level += 1
+    return nodes, levels
+
+
+def _fold(x: SSAValue, size: int, combine, e: Emitter, chunk: int | None = FOLD_CHUNK_LEAVES) -> SSAValue:
+    """Both rows of `x` (row 0's `size` registers, then row 1's) folded by `row_fold_tree(size)`: each op
+    combines the nodes of one level of one chunk for both rows (vectors [row 0's nodes, row 1's nodes]): the
+    subtrees of at most `chunk` leaves level by level, larger ones depth first (chunk None: the whole tree
+    level by level). Every node is combined from the same operands as a level-by-level fold, so the
+    result is the same bits; only the order of the ops, and so the registers live at once, differ."""
+    nodes, levels = row_fold_tree(size)
+    if not nodes:
+        return x
+    place: dict[int, tuple[SSAValue, int]] = {leaf: (x, leaf) for leaf in range(size)}  # node -> (vector, lane)
+
+    def gather(refs: list[int]) -> SSAValue:
+        sources = list(dict.fromkeys(place[n][0] for n in refs))
+        while len(sources) > 2:  # merge the first two into one vector of their lanes (an alias, no instruction)
+            a, b = sources[0], sources[1]
+            half_a, half_b = a.type.get_shape()[0] // 2, b.type.get_shape()[0] // 2
+            merged = e.shuffle(a, [*range(half_a), *range(2 * half_a, 2 * half_a + half_b),
+                                   *range(half_a, 2 * half_a), *range(2 * half_a + half_b, 2 * (half_a + half_b))], b)
+            for n, (vec, lane) in list(place.items()):
+                if vec is a:
+                    place[n] = (merged, lane)
+                elif vec is b:
+                    place[n] = (merged, half_a + lane)
+            sources = [merged, *sources[2:]]
+        first = sources[0]
+        width = first.type.get_shape()[0]
+        def index(n: int, row: int) -> int:
+            vec, lane = place[n]
+            own = vec.type.get_shape()[0]
+            return (0 if vec is first else width) + row * (own // 2) + lane
+        indices = [index(n, row) for row in range(2) for n in refs]
+        if len(sources) == 1 and indices == list(range(width)):
+            return first
+        return e.shuffle(first, indices, sources[1] if len(sources) > 1 else None)
+
+    def emit(group: list[int]) -> None:
+        pairs = [nodes[n - size] for n in group]
+        result = combine(gather([a for a, _ in pairs]), gather([b for _, b in pairs]))
+        for lane, n in enumerate(group):
+            place[n] = (result, lane)
+
+    def subtree(root: int) -> list[int]:
+        if root < size:
+            return []
+        left, right = nodes[root - size]
+        return subtree(left) + subtree(right) + [root]
+
+    def by_level(group: list[int]) -> None:
+        for level in sorted({levels[n - size] for n in group}):
+            emit(sorted(n for n in group if levels[n - size] == level))
+
+    leaves = [1] * size + [0] * len(nodes)
+    for k, (left, right) in enumerate(nodes):
+        leaves[size + k] = leaves[left] + leaves[right]
+
+    def emit_tree(root: int) -> None:
+        if root < size:
+            return
+        if chunk is None or leaves[root] <= chunk:
+            by_level(subtree(root))
+            return
+        left, right = nodes[root - size]
+        for child in sorted((left, right), key=lambda n: -leaves[n]):  # the larger subtree first
+            emit_tree(child)
+        emit([root])
+
+    emit_tree(size + len(nodes) - 1)
+    root = size + len(nodes) - 1
+    return gather([root])
+
+
+def _feeds_causal_mask(bounds: tile.MaskBoundsOp) -> bool:
+    """Whether the bounds mask's only use is the tile a causal mask of the same key block and seq_k hides more
+    of (the flash kernels' order: `tile.mask_bounds` then `tile.mask_causal`): then both are one compare."""
+    use = bounds.result.get_unique_use() if bounds.result.has_one_use() else None
+    causal = use.operation if use is not None else None
+    return (isinstance(causal, tile.MaskCausalOp) and use.index == 0 and causal.k_start == bounds.k_start
+            and causal.seq_k == bounds.seq_k and causal.parent_block() is bounds.parent_block())

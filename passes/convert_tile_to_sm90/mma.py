@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from xdsl.dialects import arith
-from xdsl.dialects.builtin import BFloat16Type, IntegerAttr, i32
+from xdsl.dialects.builtin import BFloat16Type, DenseIntOrFPElementsAttr, IntegerAttr, i1, i32
 from xdsl.ir import SSAValue
 
 from tessera.dialects import sm90, tile
@@ -55,6 +55,7 @@ class MmaLowering:
                 self.warpgroup, e.op(arith.ConstantOp(IntegerAttr(facts.WGMMA_M * a.swizzle, i32)))))
             a_base = self._descriptor(e, e.op(arith.AddiOp(a.address, row_offset)), a, False)
         b_base = self._descriptor(e, b.address, b, bool(trans_b))
+        zero = _is_zero_splat(acc)
         e.op(sm90.WgmmaFenceOp())
         for step in range(k // K_STEP):
             if isinstance(a, SharedTile):
@@ -62,7 +63,10 @@ class MmaLowering:
             else:
                 a_operand = e.shuffle(a, a_operand_registers(step))
             b_desc = self._step(e, b_base, self._operand_offset(b, trans_b, step))
-            acc = e.op(sm90.WgmmaMmaAsyncOp(acc, a_operand, b_desc, n, ab, trans_a, trans_b))
+            # A chain that starts from zeros starts with scale-d = 0 (D = A B): the zeros are never written
+            # (CUTLASS's ScaleOut::Zero); the printer leaves the accumulator's registers as they are.
+            scale_d = e.op(arith.ConstantOp(IntegerAttr(0, i1))) if zero and step == 0 else None
+            acc = e.op(sm90.WgmmaMmaAsyncOp(acc, a_operand, b_desc, n, ab, trans_a, trans_b, scale_d=scale_d))
         e.op(sm90.WgmmaCommitGroupOp())
         self._set(op.result, acc)
         self.pending.append(PendingMma(op.result, reads))
@@ -89,8 +93,17 @@ class MmaLowering:
 
     @staticmethod
     def _step(e: Emitter, base: SSAValue, offset: int) -> SSAValue:
-        """The descriptor `offset` bytes after `base`'s start (one 32-bit add in PTX)."""
+        """The descriptor `offset` bytes after `base`'s start (one 64-bit add in PTX)."""
         if not offset:
             return base
         return e.op(sm90.DescriptorAdvanceOp(base, offset))
 
+
+
+def _is_zero_splat(value: SSAValue) -> bool:
+    """Whether `value` is an `arith.constant` of +0.0 in every lane (a `tile.fill 0.0`)."""
+    owner = value.owner
+    if not isinstance(owner, arith.ConstantOp) or not isinstance(owner.value, DenseIntOrFPElementsAttr):
+        return False
+    values = list(owner.value.get_values())
+    return bool(values) and all(v == 0.0 and str(v) == "0.0" for v in values)

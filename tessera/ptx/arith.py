@@ -4,7 +4,8 @@ Semantics as the Target IR defines them (see `tessera.interpreters.sm90.arith`),
 [P#integer-arithmetic-instructions, P#floating-point-instructions, P#comparison-and-selection-instructions,
 P#data-movement-and-conversion-instructions-cvt]:
 - `index` and `i32` are .b32 registers with .s32 arithmetic, `i64` .b64 with .s64, `i1` .pred; integers wrap.
-  Division truncates (`div.s32`, `rem.s32`); `ceildivsi`/`floordivsi` round the truncated quotient towards
+  Division truncates (`div.s32`, `rem.s32`); unsigned division and remainder by a constant 2^k are `shr.u`
+  and `and` (ptxas keeps a generic division sequence for `div.u32 %r, %r, 2`); `ceildivsi`/`floordivsi` round the truncated quotient towards
   +inf/-inf when the remainder is non-zero and its sign is (not) the divisor's; `ceildivui` adds one when the
   remainder is non-zero (no overflow, unlike (a + b - 1) / b). Shifts clamp their amount as PTX does.
 - f32 `addf`/`subf`/`mulf` are `add.rn`/`sub.rn`/`mul.rn`: the explicit rounding keeps ptxas from contracting
@@ -144,7 +145,26 @@ def print_integer_binary(p: KernelPrinter, op: Operation) -> None:
     if isinstance(op, arith.XOrIOp) and cls is PRED and is_true_constant(rhs):
         elementwise(p, op.results[0], [lhs], lambda d, s: [f"not.pred {d}, {s[0]}"])
         return
+    power = _power_of_two(rhs) if isinstance(op, arith.DivUIOp | arith.RemUIOp) else None
+    if power is not None:  # ptxas keeps a generic division sequence for these (about 20 SASS instructions)
+        width = "32" if cls is B32 else "64"
+        line = (f"shr.u{width} {{}}, {{}}, {power}" if isinstance(op, arith.DivUIOp)
+                else f"and.b{width} {{}}, {{}}, {(1 << power) - 1}")
+        elementwise(p, op.results[0], [lhs], lambda d, s: [line.format(d, s[0])])
+        return
     elementwise(p, op.results[0], [lhs, rhs], lambda d, s: [f"{mnemonic} {d}, {s[0]}, {s[1]}"])
+
+
+def _power_of_two(value) -> int | None:
+    """k where `value` is a constant 2^k in every lane (k >= 0), else None: unsigned division by it is a right
+    shift by k, the remainder the low k bits."""
+    if not isinstance(value.owner, arith.ConstantOp):
+        return None
+    values = set(constant_values(value.owner))
+    if len(values) != 1:
+        return None
+    (v,) = values
+    return v.bit_length() - 1 if isinstance(v, int) and v > 0 and v & (v - 1) == 0 else None
 
 
 _SHIFTS = {arith.ShLIOp: "shl.b", arith.ShRSIOp: "shr.s", arith.ShRUIOp: "shr.u"}

@@ -157,6 +157,12 @@ def _constant_accumulator(p: KernelPrinter, mma: sm90.WgmmaMmaAsyncOp, between: 
     constant = mma.acc.owner
     if not isinstance(constant, arith.ConstantOp):
         return False
+    if not mma.accumulates:  # scale-d = 0: the accumulator is not read, its registers need no value
+        p.comment(f"{p.name(mma.acc)} (constant) is not read: scale-d = 0")
+        p.prepared[mma] = p.define(mma.result)
+        if constant in between and mma.acc.has_one_use():
+            p.folded[constant] = f"not read by {p.name(mma.result)} (scale-d = 0)"
+        return True
     assigned = p.assigned(mma.result)
     if assigned is not None and _touches(p, [o for o in between if o is not constant], set(assigned)):
         return False
@@ -204,7 +210,10 @@ def print_wgmma(p: KernelPrinter, op: sm90.WgmmaMmaAsyncOp) -> None:
     ab = op.ab_type.data
     _, n, k = facts.wgmma_shape(_int(op, "n"), ab, "f32")
     b = p.reg(op.b)
-    scale_d = p.reg(op.scale_d) if op.scale_d is not None else "1"
+    if op.scale_d is None or isinstance(op.scale_d.owner, arith.ConstantOp):
+        scale_d = "1" if op.accumulates else "0"
+    else:
+        scale_d = p.reg(op.scale_d)
     trans_b = _int(op, "trans_b")
     a = "{" + ", ".join(p.regs(op.a)) + "}" if op.a_in_registers else p.reg(op.a)
     if ab in facts.FP8_FORMATS:  # K-major only: the 8-bit forms have no imm-trans operands
@@ -237,13 +246,12 @@ def print_make_descriptor(p: KernelPrinter, op: sm90.MakeDescriptorOp) -> None:
 
 @handles(sm90.DescriptorAdvanceOp)
 def print_descriptor_advance(p: KernelPrinter, op: sm90.DescriptorAdvanceOp) -> None:
-    """The start field is the low 14 bits and does not overflow (the op's invariant), so only the low word
-    changes: one 32-bit add."""
-    lo, hi = p.temp(B32), p.temp(B32)
+    """One 64-bit add of `facts.descriptor_start_delta` (the start field does not overflow: the op's
+    invariant), as CUTLASS's descriptor iterator adds. Not a 32-bit add on the low word: with the word split
+    out and joined again, ptxas 13.4 and later compute the descriptors in ordinary registers and move each to
+    a uniform one for the HGMMA (R2UR), two or three per HGMMA of the flash main loop."""
     (d,) = p.define(op.result)
-    p.emit(f"mov.b64 {{{lo}, {hi}}}, {p.reg(op.descriptor)}",
-           f"add.s32 {lo}, {lo}, {facts.descriptor_start_delta(_int(op, 'bytes'))}",
-           f"mov.b64 {d}, {{{lo}, {hi}}}")
+    p.emit(f"add.s64 {d}, {p.reg(op.descriptor)}, {facts.descriptor_start_delta(_int(op, 'bytes'))}")
 
 
 # endregion

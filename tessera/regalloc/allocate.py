@@ -192,6 +192,7 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
                     reads.merge(groups.find(r), r, result_root)
                 if not isinstance(op, scf.ForOp):
                     break  # one operand's registers per result
+    _coalesce_yields(live, groups, intervals, lowest, reads, constants, fn)
     root_of = groups.roots(len(live.value_of)).__getitem__  # the groups are final: each element's root, looked up
     # The merged intervals are those of the final groups; in the order _intervals gives (by lowest element).
     intervals = dict(sorted(intervals.items(), key=lambda item: lowest[item[0]]))
@@ -312,6 +313,59 @@ def _in_place_candidates(op: Operation) -> list[tuple[SSAValue, SSAValue]]:
     if _is_elementwise(op) and len(op.results) == 1 and _is_vector(op.results[0].type):
         return [(v, op.results[0]) for v in op.operands if v.type == op.results[0].type]
     return []
+
+
+def _coalesce_yields(live: _Liveness, groups: _UnionFind, intervals: dict, lowest: dict, reads: _GroupReads,
+                     constants: dict, fn: func.FuncOp) -> None:
+    """A value a loop body yields takes the registers of the block argument it becomes, where the argument's
+    registers are free by then: every value of the argument's group is last read (and last held by an
+    in-flight wgmma) in the body before the first value of the yielded value's group is defined, and that
+    group lives only inside the body. The latch then moves nothing for it, and the two are not counted at
+    once (overlap-softmax's converted P, made at the end of a trip after the previous P.V mma retired, is
+    what the next trip's mma reads). Accumulator chains are left alone (`_accumulator_blocks` places them)."""
+    accumulators = {groups.find(live.element(op.result, i)) for op in live.ops
+                    if isinstance(op, sm90.WgmmaMmaAsyncOp) for i in range(element_count(op.result.type))}
+    held_by_root: dict[int, set] = defaultdict(set)  # root -> the values of its group that wgmma holds
+    for value in live.holds:
+        for i in range(element_count(value.type)):
+            held_by_root[groups.find(live.element(value, i))].add(value)
+    for loop, start, stop in live.loops:
+        if not isinstance(loop, scf.ForOp):
+            continue
+        body = loop.body.block
+        for arg, value in zip(body.args[1:], _terminator_operands(body)):
+            if (register_class(arg.type) is None or arg in constants or value in constants or arg.type != value.type
+                    or _is_function_argument(value, fn) or value not in live.first):
+                continue
+            count = element_count(arg.type)
+            arg_roots = [groups.find(live.element(arg, i)) for i in range(count)]
+            value_roots = [groups.find(live.element(value, i)) for i in range(count)]
+            if (len(set(arg_roots)) != count or len(set(value_roots)) != count or set(arg_roots) & set(value_roots)
+                    or (set(arg_roots) | set(value_roots)) & accumulators
+                    or any(reads.loops.get(r) for r in value_roots)):
+                continue
+            first_def = min(intervals[r][0] for r in value_roots)
+            if not (start < first_def and all(intervals[r][1] <= stop for r in value_roots)):
+                continue
+            held = {member for r in arg_roots for member in held_by_root.get(r, ())}
+            busy = [read for defined, read in (pair for r in arg_roots for pair in reads.reads.get(r, ()))
+                    if start <= defined <= stop]
+            busy += [end for member in held for begin, end in live.holds[member] if begin <= stop and start <= end]
+            if max(busy, default=start) >= first_def:
+                continue
+            for a, v in zip(arg_roots, value_roots):
+                merged = (min(intervals[a][0], intervals[v][0]), max(intervals[a][1], intervals[v][1]))
+                low = min(lowest.pop(a), lowest.pop(v))
+                intervals.pop(a), intervals.pop(v)
+                groups.union(a, v)
+                root = groups.find(a)
+                intervals[root], lowest[root] = merged, low
+                reads.merge(root, a, v)
+                held_by_root[root] = held_by_root.pop(a, set()) | held_by_root.pop(v, set())
+
+
+def _terminator_operands(block) -> list[SSAValue]:
+    return list(block.last_op.operands) if block.last_op is not None else []
 
 
 def _accumulator_blocks(live: _Liveness, root: Callable[[int], int]) -> list[tuple]:

@@ -80,13 +80,20 @@ def immediate_text(value: float | int, ty: Attribute) -> str:
 
 
 def immediates(fn: func.FuncOp) -> dict[SSAValue, list[str]]:
-    """Constants every use of which is an operand position that takes a PTX immediate."""
+    """Constants every use of which is an operand position that takes a PTX immediate (for a predicate: the
+    scale-d of a wgmma, 0 or 1), or the accumulator of a wgmma whose scale-d is a constant 0 (not read: it
+    needs neither registers nor instructions)."""
     found = {}
     for op in fn.walk():
-        if not isinstance(op, arith.ConstantOp) or register_class(op.result.type) in (None, "pred"):
+        if not isinstance(op, arith.ConstantOp) or register_class(op.result.type) is None:
             continue
         uses = list(op.result.uses)
-        if uses and all(use.index in IMMEDIATE_OPERANDS.get(type(use.operation), ()) for use in uses):
+        if register_class(op.result.type) == "pred":  # only wgmma's scale-d takes a predicate immediate
+            takes = lambda use: isinstance(use.operation, sm90.WgmmaMmaAsyncOp) and use.operation.scale_d is op.result  # noqa: E731
+        else:  # an immediate operand, or the accumulator a wgmma with scale-d = 0 does not read
+            takes = lambda use: use.index in IMMEDIATE_OPERANDS.get(type(use.operation), ()) or (  # noqa: E731
+                isinstance(use.operation, sm90.WgmmaMmaAsyncOp) and use.index == 0 and not use.operation.accumulates)
+        if uses and all(takes(use) for use in uses):
             attr = op.value
             if isinstance(attr, DenseIntOrFPElementsAttr):
                 values = list(attr.get_values())

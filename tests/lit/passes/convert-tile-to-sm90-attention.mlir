@@ -1,7 +1,8 @@
 // RUN: tessera-opt %s -p assign-swizzle,convert-tile-to-sm90,canonicalize,cse | filecheck %s
 
 // Causal flash attention, 64 queries x 64 keys per step, head_dim 64: Q is waited with parity 0 (its group
-// is committed once), K/V with the loop trip's parity (the trip is %j once canonicalized); row max and row sum reduce a thread's two rows and
+// is committed once), K/V with the loop trip's parity (the trip is %j once canonicalized); the bounds and causal masks are one
+// compare per register against a threshold per row (min of the diagonal and seq_k); row max and row sum reduce a thread's two rows and
 // then the 4 lanes of each row (shfl.bfly 1, 2); exp is ex2 of an fma with log2(e); P is packed to bf16
 // pairs and fed to the second wgmma as register A (trans-b 1 for V); O = acc * rcp(l) (0 where l = 0).
 
@@ -76,8 +77,11 @@ builtin.module {
 // CHECK:        sm90.mbarrier_try_wait_parity %group1_bar, %[[PARITY]] : index
 // CHECK:        sm90.wgmma_mma_async {{.*}} n 64 type "bf16" trans 0, 0 : vector<32xf32>, i64
 // CHECK:        sm90.wgmma_wait_group 0
-// CHECK:        sm90.setp "le" %{{.*}}, %{{.*}} : vector<32xindex> -> vector<32xi1>
+// CHECK:        arith.minsi
+// CHECK:        arith.minsi
+// CHECK-NOT:    sm90.setp "le"
 // CHECK:        sm90.setp "lt" %{{.*}}, %{{.*}} : vector<32xindex> -> vector<32xi1>
+// CHECK-NOT:    sm90.setp {{.*}} : vector<32xindex>
 // CHECK:        sm90.shfl_sync "bfly" %{{.*}}, 1, 31 : vector<2xf32>
 // CHECK:        sm90.shfl_sync "bfly" %{{.*}}, 2, 31 : vector<2xf32>
 // CHECK:        %alpha = sm90.ex2_approx %{{.*}} : vector<2xf32>

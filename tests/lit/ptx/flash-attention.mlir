@@ -3,7 +3,8 @@
 // The flash attention example (head_dim 128, bf16) as PTX: tensor maps as 64-byte aligned .param arrays used
 // through their generic address; the dynamic shared memory base rounded up to 1024; thread 0 issues the
 // 4-d TMA copies of two 64-column boxes; every thread spins on mbarrier.try_wait.parity; S = Q K^T is an SS
-// wgmma chain accumulating in place from zeros written before the fence; row max/sum reduce across the quad
+// wgmma chain whose first wgmma has scale-d 0 (D = A B: the zero fill is never written) and the others
+// accumulate in place; row max/sum reduce across the quad
 // with shfl.bfly 1, 2; P = ex2(...) is packed to bf16 pairs (odd element first: it goes to the high half)
 // and fed to the RS wgmma with trans-b 1; the loop latch moves the carried values and branches back. The
 // wgmma flags are scale-d (1: D += A B), imm-scale-a, imm-scale-b (1, 1), then imm-trans-a (SS only) and
@@ -57,11 +58,10 @@
 // CHECK:           @![[DONE]] bra [[WAIT]];
 
 // CHECK:           // sm90.wgmma_fence
-// CHECK-NEXT:      // %{{.*}} (constant) into the registers of %[[S:[0-9]+]]
-// CHECK-NEXT:      mov.f32 [[S0:%f[0-9]+]], 0f00000000;
-// CHECK:           wgmma.fence.sync.aligned;
-// CHECK:           // %[[S]] = sm90.wgmma_mma_async
-// CHECK-NEXT:      wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {[[S0]], {{.*}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, 1, 1, 1, 0, 0;
+// CHECK-NEXT:      // %{{.*}} (constant) is not read: scale-d = 0
+// CHECK-NEXT:      wgmma.fence.sync.aligned;
+// CHECK:           // %{{.*}} = sm90.wgmma_mma_async %{{.*}} scale_d
+// CHECK-NEXT:      wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {[[S0:%f[0-9]+]], {{.*}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, 0, 1, 1, 0, 0;
 // CHECK-NEXT:      // %{{.*}}
 // CHECK:           wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {[[S0]], {{.*}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, 1, 1, 1, 0, 0;
 // CHECK:           wgmma.commit_group.sync.aligned;

@@ -2,7 +2,7 @@
 
 // The GEMM example as PTX: 2-d TMA copies, wgmma descriptors as enc(address) = (address & 0x3FFFF) >> 4 or'ed
 // with the constant fields of facts.encode_descriptor (A: K-major, LBO 16, SBO 1024, 128B swizzle; B:
-// MN-major, LBO 8192) built once per chain and stepped along K by one 32-bit add on the low word, SS wgmma with trans-b 1 accumulating in the loop-carried registers themselves (the
+// MN-major, LBO 8192) built once per chain and stepped along K by one 64-bit add (as CUTLASS does), SS wgmma with trans-b 1 accumulating in the loop-carried registers themselves (the
 // latch moves nothing), and one predicated st.global.b32 per accumulator register.
 
 // CHECK-LABEL: .visible .entry gemm_bf16(
@@ -18,10 +18,8 @@
 // CHECK:           or.b64 [[DESC_B:%rd[0-9]+]], %rd{{[0-9]+}}, 0x4000004002000000;
 // CHECK:           wgmma.fence.sync.aligned;
 // CHECK:           wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {[[ACC:%f[0-9]+]], {{.*}}}, [[DESC_A]], [[DESC_B]], 1, 1, 1, 0, 1;
-// CHECK:           mov.b64 {[[LO:%r[0-9]+]], [[HI:%r[0-9]+]]}, [[DESC_A]];
-// CHECK-NEXT:      add.s32 [[LO]], [[LO]], 2;
-// CHECK-NEXT:      mov.b64 [[NEXT_A:%rd[0-9]+]], {[[LO]], [[HI]]};
-// CHECK:           add.s32 %r{{[0-9]+}}, %r{{[0-9]+}}, 128;
+// CHECK:           add.s64 [[NEXT_A:%rd[0-9]+]], [[DESC_A]], 2;
+// CHECK:           add.s64 %rd{{[0-9]+}}, [[DESC_B]], 128;
 // CHECK:           wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {[[ACC]], {{.*}}}, [[NEXT_A]], %rd{{[0-9]+}}, 1, 1, 1, 0, 1;
 // CHECK-COUNT-2:   wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {[[ACC]], {{.*}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, 1, 1, 1, 0, 1;
 // CHECK:           wgmma.commit_group.sync.aligned;
