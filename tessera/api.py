@@ -177,7 +177,7 @@ def run_interpreted(where: str, module, arrays, kernel, level, pipeline, sizes, 
         if parallel is not None:
             serial_note(where, "the Tile IR interpreter runs the blocks vectorised, up to "
                                "64 in one NumPy call, in one process (workers apply to levels 'target' and 'ptx')")
-        run_grid(sig, module, arguments, bound)
+        run_grid(sig, module, _in_key_order(sig, arguments), bound)
     elif level == "target":
         from tessera.interpreters.sm90.launch import run_target_kernel
         from tessera.regalloc import allocate_registers
@@ -190,6 +190,15 @@ def run_interpreted(where: str, module, arrays, kernel, level, pipeline, sizes, 
         run_ptx(_lower(where, module, pipeline), sig, arguments, bound, workers=workers, executor=executor)
     outputs = tuple(a for a, arg in zip(arguments, sig.args) if arg.role == "out")
     return outputs[0] if len(outputs) == 1 else outputs
+
+
+def _in_key_order(sig: KernelSignature, arguments: list[np.ndarray]) -> list[np.ndarray]:
+    """The arguments the Tile IR interpreter runs on: an input given in P8 key order (`tile.key_order`, the
+    order the 8-bit P.V wgmma reads) back in its keys' own order, the order the Tile IR kernel computes in."""
+    from tessera.sm90.fp8 import p8_key_positions
+
+    return [np.ascontiguousarray(a[..., np.argsort(p8_key_positions(a.shape[-1]))]) if arg.key_order else a
+            for a, arg in zip(arguments, sig.args)]
 
 
 def _check_element_kinds(where: str, sig: KernelSignature, arrays: list[np.ndarray]) -> None:

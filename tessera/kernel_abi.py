@@ -53,7 +53,7 @@ from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, FloatAttr, IntegerA
 from xdsl.ir import Attribute
 from xdsl.utils.exceptions import VerifyException
 
-from tessera.dialects.tile_types import DYNAMIC, DimsAttr, MemSpace, TileType, element_byte_width
+from tessera.dialects.tile_types import DYNAMIC, DimsAttr, MemSpace, TileType, element_byte_width, is_fp8
 from tessera.ir.diagnostics import located
 from tessera.ir.kernel_marks import KERNEL_ATTR, TARGET_KERNEL_ATTR, is_kernel, is_target_kernel  # noqa: F401 (ABI names)
 
@@ -63,6 +63,13 @@ ROLE_ATTR = "tile.role"
 DIVISIBLE_ATTR = "tile.divisible"
 SPECIALIZE_ATTR = "tile.specialize"
 LAUNCH_SIZES_ATTR = "tile.launch_sizes"
+KEY_ORDER_ATTR = "tile.key_order"
+"""`tile.key_order = "p8"` on an 8-bit input: its innermost dimension holds keys in the order of
+`tessera.sm90.fp8.P8_KEY_ORDER` within each group of 16 (position j of a group holds key order[j]), the order
+an 8-bit P.V wgmma reads V^T in (`sm90.cvt_pack_fp8`). Every level takes the array so ordered; the Tile IR
+interpreter restores the keys' own order on the host. The kernel must promise (`tile.divisible`) that the
+innermost size is a multiple of 16."""
+KEY_ORDERS = ("p8",)
 ROLES = ("in", "out", "scratch")
 KINDS = {"attention": (("Q", "K", "V"), ("O",)), "gemm": (("A", "B"), ("C",)), "custom": (None, None),
          "attention_backward": (None, None)}
@@ -111,6 +118,7 @@ class KernelArg:
     role: str
     type: TileType
     dims: DimsAttr
+    key_order: str | None = None  # KEY_ORDER_ATTR
 
     def shape(self, sizes: Mapping[str, int]) -> tuple[int, ...]:
         return self.dims.evaluate(sizes)
@@ -350,7 +358,14 @@ def signature(op: func.FuncOp) -> KernelSignature:
                 _fail(op, f"{where}: dimension '{expr}' contradicts the static size {static}")
             if role == "in" and not (expr.is_constant or expr.is_name):
                 _fail(op, f"{where}: inputs name their dimensions with plain names or constants, got '{expr}'")
-        args.append(KernelArg(name, role, ty, dims))
+        order = attrs.data.get(KEY_ORDER_ATTR)
+        if order is not None:
+            if not (isinstance(order, StringAttr) and order.data in KEY_ORDERS and role == "in"
+                    and is_fp8(ty.element_type) and list(dims)[-1].is_name):
+                _fail(op, f"{where}: '{KEY_ORDER_ATTR}' must be one of {', '.join(map(repr, KEY_ORDERS))}, on an "
+                          "8-bit input whose innermost dimension is a named size")
+            order = order.data
+        args.append(KernelArg(name, role, ty, dims, order))
 
     defined = {e.symbol.data for a in args if a.role == "in" for e in a.dims if not e.is_constant}
     for arg in args:
@@ -394,6 +409,11 @@ def signature(op: func.FuncOp) -> KernelSignature:
             if name not in defined:
                 _fail(op, f"'{key}' names '{name}', which no input defines")
             found[name] = attr.value.data
+    for arg in args:
+        last = list(arg.dims)[-1]
+        if arg.key_order is not None and divisible.get(last.symbol.data, 1) % 16:
+            _fail(op, f"argument %{arg.name} is in '{KEY_ORDER_ATTR}' order by groups of 16 keys: the kernel must "
+                      f"promise ('{DIVISIBLE_ATTR}') that {last.symbol.data} is a multiple of 16")
     assumed = _merge_multiples(divisible, specialize)
     return KernelSignature(op, op.sym_name.data, kind, causal, scale, tuple(args), grid, gemm, assumed, cluster,
                            launch, bias, specialize, divisible)

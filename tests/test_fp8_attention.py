@@ -2,7 +2,7 @@
 `ml_dtypes.float8_e4m3fn` inputs with descale factors, against `tessera.reference.check_attention_fp8`
 (float64 attention of the dequantized inputs; at most twice the error of the same-precision computation).
 
-The sm_90a lowering of FP8 is not built: every lower level refuses it by name (tested here too).
+The lowered kernel (levels "target" and "ptx") is tested in test_fp8_lowering.py; its refusals here.
 """
 
 from __future__ import annotations
@@ -104,8 +104,7 @@ def test_saturated_inputs_stay_finite():
 
 
 @pytest.mark.parametrize("kwargs, error, message", [
-    (dict(level="ptx"), UnsupportedKernel, "FP8 attention is not supported on level='ptx' yet"),
-    (dict(level="target"), UnsupportedKernel, "FP8 attention is not supported on level='target' yet"),
+    (dict(level="ptx"), UnsupportedKernel, "FP8 attention at level='ptx' needs seq_k a multiple of 16"),
     (dict(level=None), UnsupportedKernel, r"not supported on the GPU \(level=None\) yet"),
     (dict(level="tile", num_splits=2), ValueError, "not supported with num_splits=2"),
     (dict(level="tile", cluster=2), ValueError, "not supported with cluster=2"),
@@ -141,8 +140,7 @@ def test_the_builder_refuses_what_fp8_does_not_support(kwargs, message):
         flash_attention(head_dim=64, **kwargs)
 
 
-def test_the_lowering_refuses_fp8_by_name():
-    from tessera.passes.convert_tile_to_sm90 import LoweringError
-
-    with pytest.raises(LoweringError, match=r"8-bit float tiles \(f8E4M3FN\) are not lowered to sm_90a yet"):
-        tessera.compile(flash_attention(head_dim=64, dtype="e4m3"))
+def test_the_lowered_levels_refuse_head_dim_256_by_name():
+    q, k, v, _ = _inputs(0, 1, 1, 1, 8, 16, 256)
+    with pytest.raises(UnsupportedKernel, match="FP8 attention at level='target' takes head_dim 64 or 128, got 256"):
+        tessera.attention(q, k, v, level="target")

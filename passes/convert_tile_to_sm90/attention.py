@@ -10,6 +10,7 @@ from xdsl.dialects.builtin import (
     BFloat16Type,
     Float16Type,
     Float32Type,
+    Float8E4M3FNType,
     IndexType,
     f32,
     i32,
@@ -17,6 +18,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import OpResult, SSAValue
 
 from tessera.dialects import sm90, tile
+from tessera.dialects.tile_types import is_fp8
 from tessera.lowering.emitter import Emitter
 from tessera.lowering.fragments import quad_shuffle_offsets
 from tessera.numerics import F32_LARGEST, exp2_factor
@@ -175,6 +177,17 @@ class AttentionLowering:
         if integer and self._vector_type(op, src).get_shape() == self._vector_type(op, dst).get_shape():
             # i32 -> f32 rounds to nearest even (cvt.rn.f32.s32), f32 -> i32 truncates (cvt.rzi.s32.f32)
             self._set(op.result, e.op(sm90.CvtOp(self._get(op.source), self._vector_type(op, dst))))
+            return
+        if isinstance(src.element_type, Float32Type) and is_fp8(dst.element_type) and src.rank == 2:
+            # the A operand of an 8-bit P.V wgmma, in each thread's registers (keys in facts.P8_KEY_ORDER)
+            fmt = "e4m3" if isinstance(dst.element_type, Float8E4M3FNType) else "e5m2"
+            if any(not isinstance(use.operation, tile.MmaOp) or use.operation.a is not op.result
+                   for use in op.result.uses):
+                _refuse(op, "an 8-bit register tile is lowered as the A operand of an 8-bit tile.mma only (its "
+                            "registers hold the keys in the order facts.P8_KEY_ORDER); the FP8 attention kernel "
+                            "lowers under the single-stage pipeline (passes.PTX_PIPELINE) only so far, not "
+                            "pipelined or warp-specialized")
+            self._set(op.result, e.op(sm90.CvtPackFp8Op(self._get(op.source), fmt)))
             return
         if not (isinstance(src.element_type, Float32Type) and isinstance(dst.element_type, BFloat16Type | Float16Type) and src.rank == 2):
             _refuse(op, "only casts of 2-D f32 register tiles to bf16/f16, and between i32 and f32, are supported")

@@ -26,7 +26,7 @@ from xdsl.ir import (
 )
 
 from tessera.dialects import sm90, tile
-from tessera.dialects.tile_types import MemSpace, TileType, is_fp8
+from tessera.dialects.tile_types import MemSpace, TileType
 from tessera.cluster import CLUSTER_ATTR
 from tessera.kernel_abi import (
     BOX_ATTR,
@@ -205,21 +205,7 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
 
     # endregion
     # region driver --------------------------------------------------------------------------------------
-    def _refuse_fp8(self) -> None:
-        """8-bit float tiles are not lowered yet (the e4m3 wgmma k32, the V transpose and the P repacking of
-        `tessera.sm90.fp8` are not emitted): refuse the kernel by name, before any op is translated."""
-        for arg in self.fn.args:
-            if isinstance(arg.type, TileType) and is_fp8(arg.type.element_type):
-                _refuse(self.fn, f"8-bit float tiles ({arg.type.element_type}) are not lowered to sm_90a yet: "
-                                 "FP8 kernels run in the Tile IR interpreter (level='tile') only")
-        for op in self.fn.walk():
-            for value in op.results:
-                if isinstance(value.type, TileType) and is_fp8(value.type.element_type):
-                    _refuse(op, f"8-bit float tiles ({value.type.element_type}) are not lowered to sm_90a yet: "
-                                "FP8 kernels run in the Tile IR interpreter (level='tile') only")
-
     def run(self) -> func.FuncOp:
-        self._refuse_fp8()
         self.bm = self._block_rows()
         self.warpgroups = self.bm // facts.WGMMA_M
         self.threads = self.warpgroups * facts.WARPGROUP_SIZE

@@ -430,7 +430,8 @@ class MemoryLowering:
             columns, spread = [0], [0] * vector_type.get_shape()[0]
         else:
             columns, spread = self._layout(op, ty).distinct_columns
-        col = e.addi(col0, self.col_base)
+        # a column reads the window's one element whatever the thread's column; a row, the thread's columns
+        col = col0 if self._is_column(ty) else e.addi(col0, self.col_base)
         dims = [self._dim_value(window.arg, d, e) for d in range(len(window.indices))]
         mask = self._below(e, e.op(arith.SubiOp(dims[-1], col)), columns)
         flat = e.i64(0)

@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 from xdsl.dialects import arith
-from xdsl.dialects.builtin import BFloat16Type, DenseIntOrFPElementsAttr, IntegerAttr, i1, i32
-from xdsl.ir import SSAValue
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    DenseIntOrFPElementsAttr,
+    Float8E4M3FNType,
+    Float8E5M2Type,
+    IntegerAttr,
+    i1,
+    i32,
+)
+from xdsl.ir import Block, SSAValue
 
 from tessera.dialects import sm90, tile
 from tessera.lowering.emitter import Emitter
@@ -20,6 +28,21 @@ from tessera.passes.convert_tile_to_sm90.common import (
 )
 
 
+FP8_WGMMA_TYPES = ("e4m3", "e5m2")
+"""The 8-bit wgmma operand types: k32 steps, both operands K-major."""
+
+
+def _wgmma_type(element) -> str:
+    """The wgmma operand type of a tile element type (bf16, f16, e4m3 or e5m2)."""
+    if isinstance(element, BFloat16Type):
+        return "bf16"
+    if isinstance(element, Float8E4M3FNType):
+        return "e4m3"
+    if isinstance(element, Float8E5M2Type):
+        return "e5m2"
+    return "f16"
+
+
 class MmaLowering:
     """The Mma handlers of `KernelLowering` (a mixin: it uses the kernel's state)."""
 
@@ -28,13 +51,19 @@ class MmaLowering:
         the first use of the result (`_get`), before control flow, or before its shared operands are
         released or refilled, so independent work (the softmax of another tile) runs meanwhile."""
         a, b, acc = (self._get(v) for v in (op.a, op.b, op.acc))
-        ab = "bf16" if isinstance(op.a.type.element_type, BFloat16Type) else "f16"
+        ab = _wgmma_type(op.a.type.element_type)
         k = op.a.type.get_shape()[0 if op.transpose_a else 1]
         n = op.acc.type.get_shape()[1]
-        if k % K_STEP:
-            _refuse(op, f"the contraction size must be a multiple of {K_STEP}, got {k}")
+        k_step = facts.WGMMA_K_BYTES * 8 // facts.WGMMA_ELEMENT_BITS[ab]  # 32 bytes of K: k16 for 16-bit types, k32 for e4m3/e5m2
+        if k % k_step:
+            _refuse(op, f"the contraction size must be a multiple of {k_step}, got {k}")
         if not isinstance(b, SharedTile):
             _refuse(op, "operand B must be in shared memory")
+        if ab in FP8_WGMMA_TYPES and (op.transpose_a or not op.transpose_b):
+            _refuse(op, f"8-bit ({ab}) operands must both be K-major (A [M, K], B given as B^T [N, K] with "
+                        "transpose_b): wgmma's MN-major (transposed) forms take 16-bit types only")
+        if ab in FP8_WGMMA_TYPES and not isinstance(a, SharedTile):
+            self._check_p8_key_order(op)
         # K-major operands: A [M, K] and B^T [N, K] tiles (imm-trans 0); MN-major ones: A^T [K, M] and B [K, N]
         # tiles (imm-trans 1, 16-bit types only). Each warpgroup reads its 64 rows of A: 64 K-major rows further,
         # or, MN-major, the next box (64 16-bit columns are one 128-byte box row).
@@ -57,9 +86,11 @@ class MmaLowering:
         b_base = self._descriptor(e, b.address, b, bool(trans_b))
         zero = _is_zero_splat(acc)
         e.op(sm90.WgmmaFenceOp())
-        for step in range(k // K_STEP):
+        for step in range(k // k_step):
             if isinstance(a, SharedTile):
                 a_operand = self._step(e, a_base, self._operand_offset(a, trans_a, step))
+            elif ab in FP8_WGMMA_TYPES:  # sm90.cvt_pack_fp8's registers: four per k32 slice
+                a_operand = e.shuffle(a, list(range(4 * step, 4 * step + 4)))
             else:
                 a_operand = e.shuffle(a, a_operand_registers(step))
             b_desc = self._step(e, b_base, self._operand_offset(b, trans_b, step))
@@ -71,6 +102,23 @@ class MmaLowering:
         self._set(op.result, acc)
         self.pending.append(PendingMma(op.result, reads))
 
+    def _check_p8_key_order(self, op: tile.MmaOp) -> None:
+        """An 8-bit A in registers (`sm90.cvt_pack_fp8`) holds its keys in the order `facts.P8_KEY_ORDER`, so the
+        B tile must be filled only from inputs given in that order (`tile.key_order = "p8"`): refuse otherwise."""
+        root = op.b.owner.source if isinstance(op.b.owner, tile.StageOp) else op.b
+        sources = set()
+        for copy in self.fn.walk():
+            if isinstance(copy, tile.ASYNC_COPY_OPS):
+                dest = copy.dest.owner.source if isinstance(copy.dest.owner, tile.StageOp) else copy.dest
+                if dest is root:
+                    view = copy.source.owner if isinstance(copy, tile.CpAsyncOp) else None
+                    sources.add(view.source.index if isinstance(view, tile.ViewOp)
+                                and isinstance(view.source.owner, Block) else None)
+        if not sources or any(s is None or self.sig.args[s].key_order != "p8" for s in sources):
+            _refuse(op, "an 8-bit P in registers (sm90.cvt_pack_fp8) holds its keys in P8 key order, so the B "
+                        "operand must be copied by TMA from an input in that order (tile.key_order = \"p8\": "
+                        "flash_attention(dtype='e4m3', v_transposed='p8'))")
+
     @classmethod
     def _operand_offset(cls, t: SharedTile, mn_major: int, step: int) -> int:
         """Bytes from an operand tile's start to k-step `step`: 16 box rows further for an MN-major tile (K
@@ -80,7 +128,7 @@ class MmaLowering:
     @staticmethod
     def _k_major_offset(t: SharedTile, step: int) -> int:
         """Bytes from a K-major tile's start to k-step `step`: whole boxes, then 32 bytes per step within."""
-        byte = step * K_STEP * t.elt_bytes
+        byte = step * facts.WGMMA_K_BYTES
         return (byte // t.swizzle) * t.box_bytes + byte % t.swizzle
 
     @staticmethod

@@ -129,8 +129,9 @@ class AttentionConfig:
     fp8: bool = False
     """Q, K, V in e4m3 with descale inputs, O in `dtype` (bf16): the FP8 kernel (`attention_fp8`), which only
     `flash_attention(dtype="e4m3")` builds."""
-    v_transposed: bool = False
-    """With `fp8`: V is given as V^T [batch, heads_k, head_dim, seq_k]."""
+    v_transposed: bool | str = False
+    """With `fp8`: V is given as V^T [batch, heads_k, head_dim, seq_k] (True), its keys in P8 key order
+    ("p8", `attention_fp8.V_TRANSPOSED_ORDERS`)."""
 
     @classmethod
     def checked(
@@ -191,7 +192,7 @@ class AttentionConfig:
         `_bias_b1_h1` broadcast over batch and/or heads), `..._lse` with the LSE output, `..._split3` for
         split-KV parts."""
         dtype = attention_fp8.FP8_DTYPES[0] if self.fp8 else self.dtype
-        return (f"{variant}_d{self.head_dim}_{dtype}" + ("_vt" if self.v_transposed else "")
+        return (f"{variant}_d{self.head_dim}_{dtype}" + ("_vt" if self.v_transposed else "") + ("p8" if self.v_transposed == "p8" else "")
                 + ("_causal" if self.causal else "")
                 + ("_bias" + "".join(f"_{d[0]}1" for d in self.bias_broadcast) if self.bias else "")
                 + ("_lse" if self.return_lse and not self.split else "")
@@ -538,7 +539,7 @@ def accumulate_pv(b: TileBuilder, blk: AttentionBlock, p: SSAValue, acc: SSAValu
     the FP8 kernel 2^8 P rounded to e4m3, `attention_fp8.round_p`, times V or the transposed V^T tile)."""
     c = blk.config
     if c.fp8:
-        return b.mma(attention_fp8.round_p(b, p), blk.smem["V"], acc, "acc_next", transpose_b=c.v_transposed)
+        return b.mma(attention_fp8.round_p(b, p), blk.smem["V"], acc, "acc_next", transpose_b=bool(c.v_transposed))
     p_half = b.cast(p, c.element_type, "p_half")
     return b.mma(p_half, blk.smem["V"], acc, "acc_next")
 
@@ -644,7 +645,9 @@ def flash_attention(
     `dtype="e4m3"` builds the FP8 kernel (`flash_attention_d{D}_e4m3[_vt]...`, FlashAttention-3's FP8 forward,
     `tessera.kernels.attention_fp8`): Q, K, V in f8E4M3FN with three f32 descale inputs [batch, heads_k] after
     V, O in bf16, the LSE (with `return_lse`) in f32; causal, GQA (`grouped`), any lengths and head_dim
-    64/128/256 as above. `v_transposed=True` takes V as V^T [batch, heads_k, head_dim, seq_k]. e5m2, and FP8
+    64/128/256 as above. `v_transposed=True` takes V as V^T [batch, heads_k, head_dim, seq_k]; `v_transposed="p8"`
+    takes V^T with its keys in P8 key order (`attention_fp8.V_TRANSPOSED_ORDERS`), the form convert-tile-to-sm90
+    lowers (seq_k a multiple of 16). e5m2, and FP8
     with bias, split-KV, score_mod/mask_mod or clusters, are refused by name."""
     fp8 = attention_fp8.check_fp8_options(dtype, bias=bias is True, num_splits=num_splits if isinstance(num_splits, int) else 1,
                                           mods=score_mod is not None or mask_mod is not None,
@@ -666,6 +669,8 @@ def flash_attention(
     m, l, acc = flash_loop(b, blk)
     # The one normalisation: O = acc / l (a row that saw no key has l = 0 and gives 0).
     store_results(b, blk, acc, m, l)
+    if c.v_transposed == "p8":
+        attention_fp8.order_v_keys(fn)
     return apply_cluster(finish_kernel(fn, b), shape)
 
 

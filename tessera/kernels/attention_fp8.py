@@ -44,6 +44,26 @@ DESCALES = ("DescaleQ", "DescaleK", "DescaleV")
 """The kernel's descale inputs, after V, in this order."""
 
 
+V_TRANSPOSED_ORDERS = ("p8",)
+"""`v_transposed="p8"`: V^T with its keys in P8 key order by groups of 16 (`tile.key_order = "p8"`,
+`tessera.sm90.fp8.p8_key_positions`), the order the 8-bit P.V wgmma reads: the form convert-tile-to-sm90
+lowers. The kernel promises (`tile.divisible`) seq_k a multiple of 16: V^T's rows of seq_k bytes then start
+on the 16 bytes TMA needs, and the order's groups are whole."""
+
+
+def order_v_keys(fn) -> None:
+    """Mark kernel `fn`'s V^T input (argument 2) as given in P8 key order and promise seq_k % 16 == 0."""
+    from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, IntegerAttr, StringAttr
+
+    from tessera.kernel_abi import DIVISIBLE_ATTR, KEY_ORDER_ATTR
+    from tessera.sm90.fp8 import P8_KEY_GROUP
+
+    attrs = list(fn.arg_attrs.data)
+    attrs[2] = DictionaryAttr({**attrs[2].data, KEY_ORDER_ATTR: StringAttr("p8")})
+    fn.arg_attrs = ArrayAttr(attrs)
+    fn.attributes[DIVISIBLE_ATTR] = DictionaryAttr({"seq_k": IntegerAttr(P8_KEY_GROUP, 64)})
+
+
 def fp8_element_type() -> Float8E4M3FNType:
     return Float8E4M3FNType()
 
@@ -56,8 +76,8 @@ def check_fp8_options(dtype: object, *, bias: bool, num_splits: int, mods: bool,
         raise ValueError("dtype 'e5m2' is not supported by the attention kernels: the FP8 forward takes e4m3 inputs "
                          "(dtype='e4m3'), as FlashAttention-3 does")
     fp8 = dtype in FP8_DTYPES
-    if not isinstance(v_transposed, bool):
-        raise ValueError(f"v_transposed must be True or False; got {v_transposed!r}")
+    if not isinstance(v_transposed, bool) and v_transposed not in V_TRANSPOSED_ORDERS:
+        raise ValueError(f"v_transposed must be True, False or 'p8'; got {v_transposed!r}")
     if v_transposed and not fp8:
         raise ValueError("v_transposed=True applies to the FP8 kernel (dtype='e4m3') only")
     if fp8:

@@ -3,11 +3,14 @@ factors of shape [batch, heads_k] (FlashAttention-3's `q_descale`, `k_descale`, 
 
     o = softmax((q descale_q)(k descale_k)^T * scale [+ causal mask]) (v descale_v)    o: bf16
 
-The kernel is `tessera.kernels.flash_attention(dtype="e4m3")` (`tessera.kernels.attention_fp8`), run in the
-Tile IR interpreter (`level="tile"`): the sm_90a lowering of FP8 (e4m3 wgmma, the in-kernel V transpose) does
-not exist yet, so the GPU (`level=None`) and the lower interpreters ("target", "ptx") are refused by name
-(`UnsupportedKernel`), as are the options the FP8 kernel does not combine with (bias, score_mod/mask_mod,
-packed sequences, split-KV, clusters), e5m2 inputs, and q, k, v of mixed FP8 and 16-bit types. k and v may
+The kernel is `tessera.kernels.flash_attention(dtype="e4m3")` (`tessera.kernels.attention_fp8`). At
+`level="tile"` it runs in the Tile IR interpreter. At "target" (CTA simulator) and "ptx" (PTX executor) the
+kernel is `v_transposed="p8"`, lowered by the single-stage pipeline (`passes.PTX_PIPELINE`, the fallback
+ladder's last rung): the host transposes V to V^T with its keys in P8 key order (`tessera.sm90.fp8`), the
+order the e4m3 P.V wgmma reads P's registers in. Those levels take head_dim 64 and 128 and seq_k a multiple
+of 16 (`LOWERED_HEAD_DIMS`, `tessera.sm90.fp8.P8_KEY_GROUP`); other shapes there, the GPU (`level=None`), the
+options the FP8 kernel does not combine with (bias, score_mod/mask_mod, packed sequences, split-KV,
+clusters), e5m2 inputs, and q, k, v of mixed FP8 and 16-bit types are refused by name (`UnsupportedKernel`). k and v may
 have fewer heads than q (GQA/MQA); query head h takes the descales of key head h // (heads // heads_k).
 """
 
@@ -24,8 +27,15 @@ FP8_INPUT = "float8_e4m3fn"
 FP8_NAMES = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e4m3", "float8_e4m3b11fnuz")
 """Element type names that make a call an FP8 one (all but FP8_INPUT are refused by name)."""
 
-FP8_LEVELS = ("tile",)
+FP8_LEVELS = ("tile", "target", "ptx")
 """The levels the FP8 kernel runs at."""
+
+LOWERED_LEVELS = ("target", "ptx")
+"""The levels that run the FP8 kernel lowered to sm_90a (V^T in P8 key order, the single-stage pipeline)."""
+
+LOWERED_HEAD_DIMS = (64, 128)
+"""The head dims the lowered FP8 kernel takes (at 256 the Tile kernel's 48-key V^T tile has rows of 48 bytes,
+narrower than the shared tiles' swizzles)."""
 
 
 def is_fp8_call(q, k, v, descales) -> bool:
@@ -79,6 +89,20 @@ def check_descale(name: str, descale, batch: int, heads_k: int) -> np.ndarray:
     return np.ascontiguousarray(values)
 
 
+def check_lowered(head_dim: int, seq_k: int, level: str) -> None:
+    """UnsupportedKernel naming the rule where the lowered FP8 kernel (levels "target", "ptx") does not take
+    this head_dim or key length."""
+    from tessera.sm90.fp8 import P8_KEY_GROUP
+
+    if head_dim not in LOWERED_HEAD_DIMS:
+        raise UnsupportedKernel(f"attention: FP8 attention at level={level!r} takes head_dim "
+                                f"{' or '.join(map(str, LOWERED_HEAD_DIMS))}, got {head_dim}; use level='tile'")
+    if seq_k % P8_KEY_GROUP:
+        raise UnsupportedKernel(f"attention: FP8 attention at level={level!r} needs seq_k a multiple of "
+                                f"{P8_KEY_GROUP} (V^T in P8 key order by groups of {P8_KEY_GROUP}, rows on 16 "
+                                f"bytes for TMA), got seq_k={seq_k}; use level='tile'")
+
+
 def attention_fp8(q, k, v, *, causal, scale, return_lse, level, descale_q=None, descale_k=None, descale_v=None):
     """The FP8 forward (module docstring) on checked options; returns o (bf16) or (o, lse f32 [batch, heads,
     seq_q])."""
@@ -96,15 +120,26 @@ def attention_fp8(q, k, v, *, causal, scale, return_lse, level, descale_q=None, 
     check_level(level)
     if level not in FP8_LEVELS:
         where = "the GPU (level=None)" if level is None else f"level={level!r}"
-        raise UnsupportedKernel(f"attention: FP8 attention is not supported on {where} yet: the sm_90a lowering "
-                                "of FP8 (e4m3 wgmma, the V transpose) is not built; use level='tile'")
+        raise UnsupportedKernel(f"attention: FP8 attention is not supported on {where} yet: the lowered FP8 "
+                                "kernel runs in the interpreters only; use level='tile', 'target' or 'ptx'")
+    lowered = level in LOWERED_LEVELS
+    if lowered:
+        check_lowered(head_dim, k.shape[2], level)
     if not isinstance(return_lse, bool):
         raise ValueError(f"attention: return_lse must be True or False; got {return_lse!r}")
     if isinstance(scale, np.floating | np.integer):
         scale = float(scale)
     module = flash_attention(head_dim=head_dim, causal=causal, dtype="e4m3", scale=scale,
-                             grouped=heads_k != q.shape[1], return_lse=return_lse)
-    outputs = entry.launch(module, q, k, v, *descales, level=level)
+                             grouped=heads_k != q.shape[1], return_lse=return_lse,
+                             v_transposed="p8" if lowered else False)
+    if lowered:
+        from tessera.passes import PTX_PIPELINE
+        from tessera.sm90.fp8 import p8_key_positions
+
+        vt = np.ascontiguousarray(np.swapaxes(v, 2, 3)[..., p8_key_positions(v.shape[2])])
+        outputs = entry.launch(module, q, k, vt, *descales, level=level, pipeline=PTX_PIPELINE)
+    else:
+        outputs = entry.launch(module, q, k, v, *descales, level=level)
     if not return_lse:
         return outputs
     o, lse = outputs

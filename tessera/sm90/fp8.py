@@ -112,4 +112,18 @@ P8_KEY_ORDER = tuple(16 * (k >> 4) + 8 * ((k >> 1) & 1) + 2 * ((k >> 2) & 3) + (
 `p8_register_sources`: within each 16 keys, k = 4c + 2p + e holds key 8p + 2c + e (bits (p, c1, c0, e) of the
 key become bits (c1, c0, p, e) of k). V^T's row k in shared memory must be V's row P8_KEY_ORDER[k]."""
 
+P8_KEY_GROUP = 16
+"""P8_KEY_ORDER permutes keys within each group of 16 (bit 4 of the key stays): keys ordered so by groups of 16
+from any multiple of 16 are in the product's order for every 32-key slice that starts on a multiple of 32."""
+
+
+def p8_key_positions(n: int) -> np.ndarray:
+    """The key each of positions 0 .. n-1 holds in P8 key order (n a multiple of P8_KEY_GROUP): an array x
+    in its keys' own order along an axis is x[..., p8_key_positions(n)] in P8 order (`tile.key_order = "p8"`),
+    and np.argsort of it gives the way back."""
+    if n < 0 or n % P8_KEY_GROUP:
+        raise ValueError(f"P8 key order permutes groups of {P8_KEY_GROUP} keys; got {n} keys")
+    group = np.array(P8_KEY_ORDER[:P8_KEY_GROUP])
+    return (P8_KEY_GROUP * np.arange(n // P8_KEY_GROUP)[:, None] + group[None, :]).reshape(-1)
+
 # endregion

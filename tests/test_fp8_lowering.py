@@ -1,0 +1,113 @@
+"""The FP8 attention forward lowered to sm_90a: `flash_attention(dtype="e4m3", v_transposed="p8")` (V^T with its
+keys in P8 key order, `tile.key_order = "p8"`) through convert-tile-to-sm90 under the single-stage pipeline
+(`PTX_PIPELINE`): k32 e4m3 wgmma for Q.K^T, `sm90.cvt_pack_fp8` for P, the RS e4m3 P.V wgmma, descale loads and
+the bf16 O store. It runs in the CTA simulator and the PTX executor through `tessera.attention(level=...)`,
+within `reference.check_attention_fp8` and next to the Tile IR interpreter, and ptxas takes it without spill.
+What is not lowered (the pipelined and warp-specialized forms, V^T in its keys' own order) is refused by name."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from xdsl.utils.exceptions import VerifyException
+
+import tessera
+from tessera import reference as R
+from tessera.kernels import flash_attention
+from tessera.passes import DEFAULT_PIPELINE, PTX_PIPELINE
+from tessera.passes.convert_tile_to_sm90 import LoweringError
+from tessera.sm90.fp8 import P8_KEY_GROUP, P8_KEY_ORDER, p8_key_positions
+
+E4M3 = ml_dtypes.float8_e4m3fn
+BF16_ULP = 2.0**-7  # of the bf16 output, relative
+
+
+def _inputs(seed, batch, heads, heads_k, seq_q, seq_k, d):
+    rng = np.random.default_rng(seed)
+    q, k, v = ((rng.standard_normal((batch, h, s, d)) * 3).astype(E4M3)
+               for h, s in ((heads, seq_q), (heads_k, seq_k), (heads_k, seq_k)))
+    descales = [(rng.random((batch, heads_k)) * 2).astype(np.float32) for _ in range(3)]
+    return q, k, v, descales
+
+
+def test_p8_key_positions_permute_each_group_of_16_as_p8_key_order():
+    keys = p8_key_positions(48)
+    assert sorted(keys) == list(range(48))
+    for start in (0, 16, 32):  # every group of 16 alone, in the order of the product's 32-key slices
+        assert list(keys[start:start + 16] - start) == list(P8_KEY_ORDER[:16])
+    assert list(keys[:32]) == list(P8_KEY_ORDER)
+    assert list(keys[:16]) == [0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15]
+    with pytest.raises(ValueError, match="groups of 16 keys; got 40"):
+        p8_key_positions(40)
+
+
+def test_v_transposed_p8_at_tile_level_is_v_transposed_with_the_keys_reordered():
+    """The Tile IR interpreter restores the keys' own order of a `tile.key_order` input: bit for bit the
+    v_transposed=True kernel on V^T."""
+    q, k, v, ds = _inputs(1, 1, 2, 1, 40, 48, 64)
+    vt = np.ascontiguousarray(np.swapaxes(v, 2, 3))
+    plain = tessera.launch(flash_attention(head_dim=64, dtype="e4m3", v_transposed=True, grouped=True),
+                           q, k, vt, *ds, level="tile")
+    module = flash_attention(head_dim=64, dtype="e4m3", v_transposed="p8", grouped=True)
+    assert 'tile.key_order = "p8"' in str(module) and "tile.divisible = {seq_k = 16 : i64}" in str(module)
+    ordered = tessera.launch(module, q, k, vt[..., p8_key_positions(48)], *ds, level="tile")
+    assert np.array_equal(plain, ordered)
+    with pytest.raises(ValueError, match="seq_k is a multiple of 16"):
+        tessera.launch(module, q, k[:, :, :40], vt[..., :40], *ds, level="tile")
+
+
+@pytest.mark.parametrize("level, batch, heads, heads_k, seq_q, seq_k, d, causal, lse", [
+    ("target", 2, 4, 2, 100, 144, 64, False, False),  # GQA, ragged query rows, a partial key block
+    ("target", 1, 2, 1, 1, 160, 128, True, True),     # MQA, one query row (decoding), causal, head_dim 128, LSE
+    ("ptx", 1, 2, 2, 65, 48, 64, True, False),        # fewer keys than one block, causal
+])
+def test_lowered_fp8_attention_through_the_public_api(level, batch, heads, heads_k, seq_q, seq_k, d, causal, lse):
+    q, k, v, (dq, dk, dv) = _inputs(seq_q + d, batch, heads, heads_k, seq_q, seq_k, d)
+    kw = dict(causal=causal, descale_q=dq, descale_k=dk, descale_v=dv, return_lse=lse)
+    got, tile = (tessera.attention(q, k, v, level=lv, **kw) for lv in (level, "tile"))
+    if lse:
+        (got, got_lse), (tile, tile_lse) = got, tile
+        assert np.array_equal(got_lse, tile_lse)
+    assert got.dtype == np.dtype(ml_dtypes.bfloat16) and got.shape == q.shape
+    check = R.check_attention_fp8(got, q, k, v, dq, dk, dv, causal=causal)
+    assert check.ok, check
+    # next to the Tile level: the same e4m3 products and P; f32 sums in another order, a few bf16 ulps
+    got, tile = got.astype(np.float64), tile.astype(np.float64)
+    assert np.all(np.abs(got - tile) <= 4 * BF16_ULP * np.maximum(np.abs(tile), 2.0**-6))
+
+
+def test_lowered_fp8_kernel_is_ptxas_clean_without_spill():
+    from tessera import toolchain
+
+    text = tessera.compile(flash_attention(head_dim=64, dtype="e4m3", v_transposed="p8"), pipeline=PTX_PIPELINE)
+    assert "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3" in text  # Q.K^T, both operands in shared
+    assert "cvt.rn.satfinite.e4m3x2.f32" in text                            # P, packed in registers
+    ptxases = toolchain.find_all_ptxas()
+    if not ptxases:
+        pytest.skip("no ptxas installed")
+    for ptxas in ptxases:  # 12.x and 13.x where installed
+        result = toolchain.compile_ptx(text, ptxas=ptxas.path)
+        assert not result.log.diagnostics and result.entry().spill_store_bytes == 0, ptxas.release
+
+
+def test_what_is_not_lowered_is_refused_by_name():
+    natural = flash_attention(head_dim=64, dtype="e4m3", v_transposed=True)
+    natural.body.block.first_op.attributes["tile.divisible"] = \
+        flash_attention(head_dim=64, dtype="e4m3", v_transposed="p8").body.block.first_op.attributes["tile.divisible"]
+    with pytest.raises(LoweringError, match=r"holds its keys in P8 key order, so the B operand must be copied by "
+                                            r"TMA from an input in that order \(tile.key_order"):
+        tessera.compile(natural, pipeline=PTX_PIPELINE)
+    with pytest.raises(LoweringError, match="8-bit \\(e4m3\\) operands must both be K-major"):
+        tessera.compile(flash_attention(head_dim=64, dtype="e4m3"), pipeline=PTX_PIPELINE)
+    with pytest.raises(LoweringError, match="lowers under the single-stage pipeline .* only so far"):
+        tessera.compile(flash_attention(head_dim=64, dtype="e4m3", v_transposed="p8"), pipeline=DEFAULT_PIPELINE)
+    assert P8_KEY_GROUP == 16
+
+
+def test_the_kernel_abi_checks_key_order():
+    text = str(flash_attention(head_dim=64, dtype="e4m3", v_transposed="p8"))
+    with pytest.raises(VerifyException, match="must promise .* that seq_k is a multiple of 16"):
+        tessera.parse_module(text.replace("tile.divisible = {seq_k = 16 : i64}", "tile.divisible = {seq_k = 8 : i64}"))
+    with pytest.raises(VerifyException, match="'tile.key_order' must be one of 'p8'"):
+        tessera.parse_module(text.replace('tile.key_order = "p8"', 'tile.key_order = "p4"'))
