@@ -1,9 +1,10 @@
 """The FP8 attention forward lowered to sm_90a: `flash_attention(dtype="e4m3", v_transposed="p8")` (V^T with its
-keys in P8 key order, `tile.key_order = "p8"`) through convert-tile-to-sm90 under the single-stage pipeline
-(`PTX_PIPELINE`): k32 e4m3 wgmma for Q.K^T, `sm90.cvt_pack_fp8` for P, the RS e4m3 P.V wgmma, descale loads and
-the bf16 O store. It runs in the CTA simulator and the PTX executor through `tessera.attention(level=...)`,
-within `reference.check_attention_fp8` and next to the Tile IR interpreter, and ptxas takes it without spill.
-What is not lowered (the pipelined and warp-specialized forms, V^T in its keys' own order) is refused by name."""
+keys in P8 key order, `tile.key_order = "p8"`) through convert-tile-to-sm90 under the default (warp-specialized,
+two-stage) pipeline and the single-stage one (`PTX_PIPELINE`): k32 e4m3 wgmma for Q.K^T, `sm90.cvt_pack_fp8` for
+P (carried to the next trip by overlap-softmax), the RS e4m3 P.V wgmma, descale loads and the bf16 O store. It
+runs in the CTA simulator and the PTX executor through `tessera.attention(level=...)`, within
+`reference.check_attention_fp8` and next to the Tile IR interpreter, and ptxas takes it without spill. What is
+not lowered (V^T in its keys' own order, an 8-bit tile other than P) is refused by name."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from tessera import reference as R
 from tessera.kernels import flash_attention
 from tessera.passes import DEFAULT_PIPELINE, PTX_PIPELINE
 from tessera.passes.convert_tile_to_sm90 import LoweringError
-from tessera.sm90.fp8 import P8_KEY_GROUP, P8_KEY_ORDER, p8_key_positions
+from tessera.sm90.fp8 import P8_KEY_ORDER, p8_key_positions
 
 E4M3 = ml_dtypes.float8_e4m3fn
 BF16_ULP = 2.0**-7  # of the bf16 output, relative
@@ -58,7 +59,7 @@ def test_v_transposed_p8_at_tile_level_is_v_transposed_with_the_keys_reordered()
 
 
 @pytest.mark.parametrize("level, batch, heads, heads_k, seq_q, seq_k, d, causal, lse", [
-    ("target", 2, 4, 2, 100, 144, 64, False, False),  # GQA, ragged query rows, a partial key block
+    ("target", 1, 2, 1, 100, 400, 64, False, False),  # GQA, ragged query rows, a partial key block, 4 trips
     ("target", 1, 2, 1, 1, 160, 128, True, True),     # MQA, one query row (decoding), causal, head_dim 128, LSE
     ("ptx", 1, 2, 2, 65, 48, 64, True, False),        # fewer keys than one block, causal
 ])
@@ -77,10 +78,20 @@ def test_lowered_fp8_attention_through_the_public_api(level, batch, heads, heads
     assert np.all(np.abs(got - tile) <= 4 * BF16_ULP * np.maximum(np.abs(tile), 2.0**-6))
 
 
-def test_lowered_fp8_kernel_is_ptxas_clean_without_spill():
+def test_the_single_stage_pipeline_lowers_it_too():
+    """The fallback ladder's last rung: one K/V tile in flight, no producer warpgroup."""
+    q, k, v, ds = _inputs(5, 1, 1, 1, 70, 208, 64)
+    vt = np.ascontiguousarray(np.swapaxes(v, 2, 3)[..., p8_key_positions(208)])
+    module = flash_attention(head_dim=64, dtype="e4m3", v_transposed="p8", causal=True)
+    got = tessera.launch(module, q, k, vt, *ds, level="target", pipeline=PTX_PIPELINE)
+    assert R.check_attention_fp8(got, q, k, v, *ds, causal=True).ok
+
+
+@pytest.mark.parametrize("pipeline", [DEFAULT_PIPELINE, pytest.param(PTX_PIPELINE, marks=pytest.mark.slow)])
+def test_lowered_fp8_kernel_is_ptxas_clean_without_spill(pipeline):
     from tessera import toolchain
 
-    text = tessera.compile(flash_attention(head_dim=64, dtype="e4m3", v_transposed="p8"), pipeline=PTX_PIPELINE)
+    text = tessera.compile(flash_attention(head_dim=64, dtype="e4m3", v_transposed="p8"), pipeline=pipeline)
     assert "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3" in text  # Q.K^T, both operands in shared
     assert "cvt.rn.satfinite.e4m3x2.f32" in text                            # P, packed in registers
     ptxases = toolchain.find_all_ptxas()
@@ -100,9 +111,6 @@ def test_what_is_not_lowered_is_refused_by_name():
         tessera.compile(natural, pipeline=PTX_PIPELINE)
     with pytest.raises(LoweringError, match="8-bit \\(e4m3\\) operands must both be K-major"):
         tessera.compile(flash_attention(head_dim=64, dtype="e4m3"), pipeline=PTX_PIPELINE)
-    with pytest.raises(LoweringError, match="lowers under the single-stage pipeline .* only so far"):
-        tessera.compile(flash_attention(head_dim=64, dtype="e4m3", v_transposed="p8"), pipeline=DEFAULT_PIPELINE)
-    assert P8_KEY_GROUP == 16
 
 
 def test_the_kernel_abi_checks_key_order():

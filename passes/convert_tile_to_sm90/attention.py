@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math as pymath
 
-from xdsl.dialects import arith
+from xdsl.dialects import arith, scf
 from xdsl.dialects.builtin import (
     BFloat16Type,
     Float16Type,
@@ -181,12 +181,10 @@ class AttentionLowering:
         if isinstance(src.element_type, Float32Type) and is_fp8(dst.element_type) and src.rank == 2:
             # the A operand of an 8-bit P.V wgmma, in each thread's registers (keys in facts.P8_KEY_ORDER)
             fmt = "e4m3" if isinstance(dst.element_type, Float8E4M3FNType) else "e5m2"
-            if any(not isinstance(use.operation, tile.MmaOp) or use.operation.a is not op.result
-                   for use in op.result.uses):
+            if not _feeds_mma_a_only(op.result):
                 _refuse(op, "an 8-bit register tile is lowered as the A operand of an 8-bit tile.mma only (its "
-                            "registers hold the keys in the order facts.P8_KEY_ORDER); the FP8 attention kernel "
-                            "lowers under the single-stage pipeline (passes.PTX_PIPELINE) only so far, not "
-                            "pipelined or warp-specialized")
+                            "registers hold the keys in the order facts.P8_KEY_ORDER), directly or through "
+                            "the loop-carried values of scf.for/scf.if")
             self._set(op.result, e.op(sm90.CvtPackFp8Op(self._get(op.source), fmt)))
             return
         if not (isinstance(src.element_type, Float32Type) and isinstance(dst.element_type, BFloat16Type | Float16Type) and src.rank == 2):
@@ -355,3 +353,33 @@ def _feeds_causal_mask(bounds: tile.MaskBoundsOp) -> bool:
     causal = use.operation if use is not None else None
     return (isinstance(causal, tile.MaskCausalOp) and use.index == 0 and causal.k_start == bounds.k_start
             and causal.seq_k == bounds.seq_k and causal.parent_block() is bounds.parent_block())
+
+
+def _feeds_mma_a_only(value: SSAValue, seen: set | None = None) -> bool:
+    """Whether every use of `value` is the A operand of a tile.mma, directly or through the iteration arguments
+    and results of an scf.for (as its initial value or yielded) or the results of an scf.if: an 8-bit P in registers
+    means nothing else (its keys are in P8 key order)."""
+    seen = set() if seen is None else seen
+    if value in seen:
+        return True
+    seen.add(value)
+    for use in value.uses:
+        user = use.operation
+        if isinstance(user, tile.MmaOp) and user.a is value and user.b is not value:
+            continue
+        if isinstance(user, scf.ForOp) and use.index >= 3:  # an initial value of an iteration argument
+            i = use.index - 3
+            if not all(_feeds_mma_a_only(v, seen) for v in (user.results[i], user.body.block.args[i + 1])):
+                return False
+            continue
+        if not isinstance(user, scf.YieldOp):
+            return False
+        parent = user.parent_op()
+        carried = [parent.results[use.index]]
+        if isinstance(parent, scf.ForOp):
+            carried.append(parent.body.block.args[use.index + 1])
+        elif not isinstance(parent, scf.IfOp):
+            return False
+        if not all(_feeds_mma_a_only(v, seen) for v in carried):
+            return False
+    return True

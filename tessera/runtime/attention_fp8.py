@@ -5,8 +5,9 @@ factors of shape [batch, heads_k] (FlashAttention-3's `q_descale`, `k_descale`, 
 
 The kernel is `tessera.kernels.flash_attention(dtype="e4m3")` (`tessera.kernels.attention_fp8`). At
 `level="tile"` it runs in the Tile IR interpreter. At "target" (CTA simulator) and "ptx" (PTX executor) the
-kernel is `v_transposed="p8"`, lowered by the single-stage pipeline (`passes.PTX_PIPELINE`, the fallback
-ladder's last rung): the host transposes V to V^T with its keys in P8 key order (`tessera.sm90.fp8`), the
+kernel is `v_transposed="p8"`, lowered by the default pipeline (`passes.DEFAULT_PIPELINE`: warp-specialized,
+two stages; the single-stage `PTX_PIPELINE` lowers it too): the host transposes V to V^T with its keys in
+P8 key order (`tessera.sm90.fp8`), the
 order the e4m3 P.V wgmma reads P's registers in. Those levels take head_dim 64 and 128 and seq_k a multiple
 of 16 (`LOWERED_HEAD_DIMS`, `tessera.sm90.fp8.P8_KEY_GROUP`); other shapes there, the GPU (`level=None`), the
 options the FP8 kernel does not combine with (bias, score_mod/mask_mod, packed sequences, split-KV,
@@ -31,7 +32,7 @@ FP8_LEVELS = ("tile", "target", "ptx")
 """The levels the FP8 kernel runs at."""
 
 LOWERED_LEVELS = ("target", "ptx")
-"""The levels that run the FP8 kernel lowered to sm_90a (V^T in P8 key order, the single-stage pipeline)."""
+"""The levels that run the FP8 kernel lowered to sm_90a (V^T in P8 key order, the default pipeline)."""
 
 LOWERED_HEAD_DIMS = (64, 128)
 """The head dims the lowered FP8 kernel takes (at 256 the Tile kernel's 48-key V^T tile has rows of 48 bytes,
@@ -133,11 +134,10 @@ def attention_fp8(q, k, v, *, causal, scale, return_lse, level, descale_q=None, 
                              grouped=heads_k != q.shape[1], return_lse=return_lse,
                              v_transposed="p8" if lowered else False)
     if lowered:
-        from tessera.passes import PTX_PIPELINE
         from tessera.sm90.fp8 import p8_key_positions
 
         vt = np.ascontiguousarray(np.swapaxes(v, 2, 3)[..., p8_key_positions(v.shape[2])])
-        outputs = entry.launch(module, q, k, vt, *descales, level=level, pipeline=PTX_PIPELINE)
+        outputs = entry.launch(module, q, k, vt, *descales, level=level)
     else:
         outputs = entry.launch(module, q, k, v, *descales, level=level)
     if not return_lse:
