@@ -140,7 +140,9 @@ def test_the_builder_refuses_what_fp8_does_not_support(kwargs, message):
         flash_attention(head_dim=64, **kwargs)
 
 
-def test_the_lowered_levels_refuse_head_dim_256_by_name():
-    q, k, v, _ = _inputs(0, 1, 1, 1, 8, 16, 256)
-    with pytest.raises(UnsupportedKernel, match="FP8 attention at level='target' takes head_dim 64 or 128, got 256"):
-        tessera.attention(q, k, v, level="target")
+def test_the_fp8_kernel_steps_over_keys_in_multiples_of_32():
+    """The P.V product contracts over the key block on the k32 e4m3 wgmma (the 16-bit kernels' 48 at 256 is not)."""
+    from tessera.kernels.attention_fp8 import FP8_BLOCK_N
+
+    assert all(n % 32 == 0 for n in FP8_BLOCK_N.values())
+    assert "64x256xf8E4M3FN" in str(flash_attention(head_dim=256, dtype="e4m3"))  # the K block

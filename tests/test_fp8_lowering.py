@@ -61,6 +61,7 @@ def test_v_transposed_p8_at_tile_level_is_v_transposed_with_the_keys_reordered()
 @pytest.mark.parametrize("level, batch, heads, heads_k, seq_q, seq_k, d, causal, lse", [
     ("target", 1, 2, 1, 100, 400, 64, False, False),  # GQA, ragged query rows, a partial key block, 4 trips
     ("target", 1, 2, 1, 1, 160, 128, True, True),     # MQA, one query row (decoding), causal, head_dim 128, LSE
+    ("target", 1, 1, 1, 70, 144, 256, True, False),   # head_dim 256 (64-key blocks)
     ("ptx", 1, 2, 2, 65, 48, 64, True, False),        # fewer keys than one block, causal
 ])
 def test_lowered_fp8_attention_through_the_public_api(level, batch, heads, heads_k, seq_q, seq_k, d, causal, lse):

@@ -647,11 +647,13 @@ def flash_attention(
     V, O in bf16, the LSE (with `return_lse`) in f32; causal, GQA (`grouped`), any lengths and head_dim
     64/128/256 as above. `v_transposed=True` takes V as V^T [batch, heads_k, head_dim, seq_k]; `v_transposed="p8"`
     takes V^T with its keys in P8 key order (`attention_fp8.V_TRANSPOSED_ORDERS`), the form convert-tile-to-sm90
-    lowers (seq_k a multiple of 16). e5m2, and FP8
+    lowers (seq_k a multiple of 16); its default block_n is `attention_fp8.FP8_BLOCK_N`. e5m2, and FP8
     with bias, split-KV, score_mod/mask_mod or clusters, are refused by name."""
     fp8 = attention_fp8.check_fp8_options(dtype, bias=bias is True, num_splits=num_splits if isinstance(num_splits, int) else 1,
                                           mods=score_mod is not None or mask_mod is not None,
                                           cluster=check_cluster("cluster", cluster, 1), v_transposed=v_transposed)
+    if fp8 and block_n is None and head_dim in attention_fp8.FP8_BLOCK_N:
+        block_n = attention_fp8.FP8_BLOCK_N[head_dim]
     c = AttentionConfig.checked(head_dim, causal, attention_fp8.FP8_OUTPUT_DTYPE if fp8 else dtype, scale, block_m,
                                 block_n, return_lse, num_splits, bias, bias_broadcast)
     if fp8:

@@ -40,6 +40,12 @@ P_OFFSET_LOG2 = 8
 down to 2^-17 keep a normal or subnormal e4m3 code instead of flushing to 0 below 2^-10. The factor is undone
 with descale_v at the end (a power of two: exact)."""
 
+FP8_BLOCK_N = {64: 128, 128: 128, 256: 64}
+"""Keys per inner-loop step of the FP8 kernel by head_dim (`block_n=None`): the P.V product contracts over the
+key block on the k32 e4m3 wgmma, so it is a multiple of 32 (the 16-bit kernels' 48 at head_dim 256 is not);
+at 256 the default pipeline's consumers then take 168 registers without spill (e4m3 P is a quarter of P's f32
+registers, where bf16's BN = 64 needs 252)."""
+
 DESCALES = ("DescaleQ", "DescaleK", "DescaleV")
 """The kernel's descale inputs, after V, in this order."""
 

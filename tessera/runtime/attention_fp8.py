@@ -6,10 +6,9 @@ factors of shape [batch, heads_k] (FlashAttention-3's `q_descale`, `k_descale`, 
 The kernel is `tessera.kernels.flash_attention(dtype="e4m3")` (`tessera.kernels.attention_fp8`). At
 `level="tile"` it runs in the Tile IR interpreter. At "target" (CTA simulator) and "ptx" (PTX executor) the
 kernel is `v_transposed="p8"`, lowered by the default pipeline (`passes.DEFAULT_PIPELINE`: warp-specialized,
-two stages; the single-stage `PTX_PIPELINE` lowers it too): the host transposes V to V^T with its keys in
-P8 key order (`tessera.sm90.fp8`), the
-order the e4m3 P.V wgmma reads P's registers in. Those levels take head_dim 64 and 128 and seq_k a multiple
-of 16 (`LOWERED_HEAD_DIMS`, `tessera.sm90.fp8.P8_KEY_GROUP`); other shapes there, the GPU (`level=None`), the
+two stages; the single-stage `PTX_PIPELINE` lowers it too): the host transposes V to V^T with its keys in P8
+key order (`tessera.sm90.fp8`), the order the e4m3 P.V wgmma reads P's registers in. Those levels take seq_k
+a multiple of 16 (`tessera.sm90.fp8.P8_KEY_GROUP`); other key lengths there, the GPU (`level=None`), the
 options the FP8 kernel does not combine with (bias, score_mod/mask_mod, packed sequences, split-KV,
 clusters), e5m2 inputs, and q, k, v of mixed FP8 and 16-bit types are refused by name (`UnsupportedKernel`). k and v may
 have fewer heads than q (GQA/MQA); query head h takes the descales of key head h // (heads // heads_k).
@@ -34,9 +33,7 @@ FP8_LEVELS = ("tile", "target", "ptx")
 LOWERED_LEVELS = ("target", "ptx")
 """The levels that run the FP8 kernel lowered to sm_90a (V^T in P8 key order, the default pipeline)."""
 
-LOWERED_HEAD_DIMS = (64, 128)
-"""The head dims the lowered FP8 kernel takes (at 256 the Tile kernel's 48-key V^T tile has rows of 48 bytes,
-narrower than the shared tiles' swizzles)."""
+
 
 
 def is_fp8_call(q, k, v, descales) -> bool:
@@ -90,14 +87,11 @@ def check_descale(name: str, descale, batch: int, heads_k: int) -> np.ndarray:
     return np.ascontiguousarray(values)
 
 
-def check_lowered(head_dim: int, seq_k: int, level: str) -> None:
+def check_lowered(seq_k: int, level: str) -> None:
     """UnsupportedKernel naming the rule where the lowered FP8 kernel (levels "target", "ptx") does not take
-    this head_dim or key length."""
+    this key length."""
     from tessera.sm90.fp8 import P8_KEY_GROUP
 
-    if head_dim not in LOWERED_HEAD_DIMS:
-        raise UnsupportedKernel(f"attention: FP8 attention at level={level!r} takes head_dim "
-                                f"{' or '.join(map(str, LOWERED_HEAD_DIMS))}, got {head_dim}; use level='tile'")
     if seq_k % P8_KEY_GROUP:
         raise UnsupportedKernel(f"attention: FP8 attention at level={level!r} needs seq_k a multiple of "
                                 f"{P8_KEY_GROUP} (V^T in P8 key order by groups of {P8_KEY_GROUP}, rows on 16 "
@@ -125,7 +119,7 @@ def attention_fp8(q, k, v, *, causal, scale, return_lse, level, descale_q=None, 
                                 "kernel runs in the interpreters only; use level='tile', 'target' or 'ptx'")
     lowered = level in LOWERED_LEVELS
     if lowered:
-        check_lowered(head_dim, k.shape[2], level)
+        check_lowered(k.shape[2], level)
     if not isinstance(return_lse, bool):
         raise ValueError(f"attention: return_lse must be True or False; got {return_lse!r}")
     if isinstance(scale, np.floating | np.integer):
