@@ -354,6 +354,7 @@ def _feeds_causal_mask(bounds: tile.MaskBoundsOp) -> bool:
     return (isinstance(causal, tile.MaskCausalOp) and use.index == 0 and causal.k_start == bounds.k_start
             and causal.seq_k == bounds.seq_k and causal.parent_block() is bounds.parent_block())
 
+
 def _feeds_mma_a_only(value: SSAValue, seen: set | None = None) -> bool:
     """Whether every use of `value` is the A operand of a tile.mma, directly or through the iteration arguments
     and results of an scf.for (as its initial value or yielded) or the results of an scf.if: an 8-bit P in registers
