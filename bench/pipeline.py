@@ -1,6 +1,6 @@
 """What each pipelining option does to the flash attention kernel, alone and together, in one run.
 
-    python bench/pipeline.py [--head-dim 128] [--block-n 128] [--causal] [--stages 2] [--ptxas-all]
+    python bench/pipeline.py [--head-dim 128] [--block-n 128] [--causal] [--stages 2] [--ptxas-all] [--fp8]
 
 For each variant: the pass pipeline's options, the threads, the shared memory (bytes the kernel places,
 before the 1023 added to align the base), the register budgets per role (producer/consumer setmaxnreg,
@@ -15,6 +15,8 @@ The cluster rows (flash attention with clusters of two query blocks sharing K/V,
 TMA multicast) add the traffic counter of the CTA simulator: the bytes each CTA's TMA copies read from global
 memory, by tensor, on a small problem (`--no-traffic` skips those runs).
 `--ptxas-all` measures the default variant's loops under every ptxas found (`find_all_ptxas`), each a row.
+`--fp8` measures the e4m3 kernel instead (`flash_attention(dtype="e4m3", v_transposed="p8")`: k32 e4m3 wgmma,
+P packed to e4m3 in registers, its FP8_BLOCK_N keys per iteration) under the single-stage and default variants.
 Triton's kernel for the same attention, measured by the same tools, is in `python bench/compile.py` (with
 Triton installed). Needs ptxas and nvdisasm
 (`pip install nvidia-cuda-nvcc nvidia-cuda-nvdisasm`, or `pip install '.[ptx]'` in a checkout); without them only the Target IR columns are printed.
@@ -28,12 +30,15 @@ import tessera
 from tessera.dialects import sm90
 from tessera.kernel_abi import TARGET_KERNEL_ATTR, is_target_kernel
 from tessera.kernels import AttentionConfig
+from tessera.kernels.attention_fp8 import FP8_BLOCK_N
 from tessera.passes import apply_pipeline
 from tessera.ptx.module import print_ptx
 from tessera.ptx.target import allocated_registers
 from tessera.toolchain import compile_ptx, disassemble, find_all_ptxas, find_nvdisasm, find_ptxas, sass_loops
 from xdsl.dialects import scf
 
+MMA_OPCODES = ("HGMMA", "QGMMA")
+"""The warpgroup MMAs in SASS: HGMMA for 16-bit operands, QGMMA for e4m3/e5m2 (the HGMMA column counts both)."""
 LOWER = "convert-tile-to-sm90,canonicalize,cse,rematerialize-constants"
 VARIANTS = {
     "1 stage, no specialization": dict(stages=1),
@@ -91,12 +96,12 @@ def resources(module, ptxas: str | None = None) -> tuple:
         diagnostics = ",".join(d.code or d.severity for d in result.log.diagnostics) or "none"
         if find_nvdisasm() is not None:
             loops = sorted((lp for lp in sass_loops(disassemble(result.cubin))
-                            if any(i.opcode == "HGMMA" for i in lp.instructions)), key=len)
+                            if any(i.opcode in MMA_OPCODES for i in lp.instructions)), key=len)
             innermost = [lp for lp in loops if not any(lp.contains(o) for o in loops if o is not lp)]
             if innermost:
                 main_loop = innermost[0]
                 loop = "/".join(str(len(lp.instructions)) for lp in innermost)
-                hgmma = main_loop.opcode_counts["HGMMA"]
+                hgmma = sum(main_loop.opcode_counts[o] for o in MMA_OPCODES)
                 ex2 = main_loop.opcode_counts["MUFU.EX2"]
     return regs, spill, loop, hgmma, ex2, diagnostics
 
@@ -131,11 +136,13 @@ def main() -> None:
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--stages", type=int, default=2)
     parser.add_argument("--no-traffic", action="store_true", help="skip the CTA-simulator runs of the traffic counter")
+    parser.add_argument("--fp8", action="store_true", help="the e4m3 kernel (single-stage and default variants)")
     args = parser.parse_args()
     tile = AttentionConfig.checked(args.head_dim, args.causal)
-    block_n = args.block_n or tile.block_n
-    print(f"flash attention head_dim={args.head_dim} causal={args.causal} bf16, {tile.block_m}x{block_n} tiles, "
-          f"stages={args.stages}")
+    block_n = args.block_n or (FP8_BLOCK_N[args.head_dim] if args.fp8 else tile.block_n)
+    fp8 = dict(dtype="e4m3", v_transposed="p8") if args.fp8 else {}
+    print(f"flash attention head_dim={args.head_dim} causal={args.causal} {'e4m3' if args.fp8 else 'bf16'}, "
+          f"{tile.block_m}x{block_n} tiles, stages={args.stages}")
     print(f"{'variant':<30}{'threads':>8}{'smem':>8}{'prod/cons':>11}{'regs':>6}{'spill':>6}{'loop SASS':>16}"
           f"{'per key':>12}{'HGMMA':>7}{'EX2':>5}{'groups':>8}  ptxas diagnostics")
     traffic_rows = []
@@ -143,8 +150,10 @@ def main() -> None:
         options = {"stages": args.stages, **options}
         if args.causal and options.get("cluster", 1) != 1:
             continue  # refused by name: the members' key ranges differ
+        if args.fp8 and name not in ("1 stage, no specialization", "full pipeline (default)"):
+            continue
         module = tessera.kernels.flash_attention(head_dim=args.head_dim, causal=args.causal,
-                                                 cluster=options.get("cluster", 1), block_n=block_n)
+                                                 cluster=options.get("cluster", 1), block_n=block_n, **fp8)
         tile_module = module.clone()
         apply_pipeline(module, spec(**options))
         kernel = next(op for op in module.walk() if is_target_kernel(op))
@@ -159,11 +168,12 @@ def main() -> None:
             print(f"{label:<30}{info['threads'].value.data:>8}{info['smem_bytes'].value.data:>8}{roles:>11}{regs:>6}"
                   f"{spill:>6}{loop:>16}{per_key(loop, block_n):>12}{hgmma:>7}{ex2:>5}{groups_in_flight(kernel):>8}  "
                   f"{diagnostics}")
-        if name in ("full pipeline (default)", "full pipeline, cluster 2") and not args.no_traffic:
+        if name in ("full pipeline (default)", "full pipeline, cluster 2") and not (args.no_traffic or args.fp8):
             s = TRAFFIC_SIZES
             shapes = [(s["batch"], s["heads"], s[n], args.head_dim) for n in ("seq_q", "seq_k", "seq_k")]
             traffic_rows.append((name, traffic_per_cta(tile_module, module, shapes)))
-    gemm_rows(args)
+    if not args.fp8:
+        gemm_rows(args)
     if traffic_rows:
         print(f"\nTMA bytes per CTA from global memory (CTA simulator's traffic counter, {TRAFFIC_SIZES}):")
         for name, per_tensor in traffic_rows:
