@@ -38,14 +38,15 @@ def _run_flash(edit, seq_k: int):
 
 
 def assert_reported(edit, seq_k: int) -> str:
-    """The seeded kernel stops with a hazard naming both sides (or a deadlock naming the blocked threads)."""
+    """The seeded kernel stops with a hazard naming both sides (or a deadlock naming the blocked threads; a
+    warpgroup's first wgmma with no fence before it has no other side: the kernel's start is)."""
     with pytest.raises(PtxHazardError) as caught:
         _run_flash(edit, seq_k)
     message = str(caught.value)
     assert re.match(r"seeded\.ptx(:\d+)?: error: ", message), message
     if not isinstance(caught.value, PtxDeadlockError):
         assert re.search(r"\(thread \(\d+, 0, 0\) of CTA \(0, 0, 0\)\)$", message), message  # this side's thread
-        others = re.findall(r"line \d+|thread count is \d+", message.split(": ", 2)[2])
+        others = re.findall(r"line \d+|thread count is \d+|first wgmma.mma_async", message.split(": ", 2)[2])
         assert others, f"the other side is not named: {message}"
     return message
 
@@ -55,9 +56,15 @@ FAST = ["bar.sync count wrong: the bar.sync after the inits counts only the cons
         "wgmma.fence deleted: before S = Q K^T in the loop"]
 
 
+LONG = {"wgmma.fence deleted: before S = Q K^T in the loop"}
+"""Bugs reachable only from the steady loop's second trip, run on 700 keys: the chain of S = Q K^T starts with
+scale-d false (no zero fill touches S), so the fence matters once the previous trip's softmax has read S, and on
+300 keys the rotated steady loop runs one trip."""
+
+
 @pytest.mark.parametrize("name", FAST)
 def test_bugs_the_schedule_alone_missed_are_reported(name):
-    assert_reported(_bug(name)[2], SHAPES[0])
+    assert_reported(_bug(name)[2], SHAPES[1] if name in LONG else SHAPES[0])
 
 
 def test_the_catalogue_has_33_bugs_of_17_kinds():
@@ -74,6 +81,9 @@ def test_edits_the_memory_model_accepts_run_clean(kind, name, edit):
 @pytest.mark.parametrize("seq_k", SHAPES)
 @pytest.mark.parametrize("kind,name,edit", FLASH_BUGS, ids=_ids(FLASH_BUGS))
 def test_every_seeded_bug_is_reported_on_every_shape(kind, name, edit, seq_k):
+    if f"{kind}: {name}" in LONG and seq_k < SHAPES[1]:  # unreachable on this shape (LONG): it must still run right
+        assert _run_flash(edit, seq_k).ok
+        return
     assert_reported(edit, seq_k)
 
 

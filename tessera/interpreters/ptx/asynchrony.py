@@ -144,6 +144,7 @@ class AsyncTracker:
         self.reading = False
         self.last_wgmma: dict[int, object] = {}  # warpgroup -> its last wgmma.mma_async
         self.touched: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # register -> (lanes touched, line)
+        self.ever_fenced = np.zeros(m.lanes, bool)  # lanes that have issued a wgmma.fence [memory_model.WGMMA_FENCE]
         self.read_inst: dict[tuple[int, int], object] = {}
         if self.wg_read is not None:
             self.wg_read[:] = 0
@@ -552,11 +553,19 @@ class AsyncTracker:
             entry[1][lanes] = inst.line
 
     def wgmma_fenced(self, lanes: np.ndarray) -> None:
+        self.ever_fenced[lanes] = True
         for touched, _ in self.touched.values():
             touched[lanes] = False
 
     def check_fenced(self, inst, lanes: np.ndarray, roles: dict[str, str]) -> None:
-        """A wgmma.mma_async of `lanes` uses `roles`' registers: none may be touched since a wgmma.fence."""
+        """A wgmma.mma_async of `lanes` uses `roles`' registers: none may be touched since a wgmma.fence, and the
+        warpgroup's first wgmma.mma_async needs a wgmma.fence before it (the PTX ISA's first location for the fence,
+        [memory_model.WGMMA_FENCE]), whether or not its registers were touched (a chain starting with scale-d
+        false reads no accumulator)."""
+        unfenced = ~self.ever_fenced[lanes]
+        if unfenced.any():
+            raise self.hazard(inst, "is the warpgroup's first wgmma.mma_async and no wgmma.fence precedes it "
+                                    "(missing wgmma.fence)", lanes[int(np.argmax(unfenced))])
         for name, kind in roles.items():
             entry = self.touched.get(name)
             if entry is None:

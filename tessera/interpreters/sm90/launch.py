@@ -361,7 +361,16 @@ def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], siz
         _run_grid(func_op, arguments, sizes, allocation, listeners, cta_order, traffic, cluster, workers, executor,
                   options)
     except HazardUnwind as unwind:
-        raise unwind.error from None
+        raise unwound(unwind) from None
+
+
+def unwound(unwind: HazardUnwind) -> KernelHazardError:
+    """The error `unwind` carries, with `failing_op` set to the op that found it: the op's frames are on the
+    unwind's traceback, not on the error's, and a diagnostic (tessera-run's) is located at that op."""
+    error = unwind.error
+    if getattr(error, "failing_op", None) is None:
+        error.failing_op = innermost_op(unwind)
+    return error
 
 
 def _run_grid(func_op, arguments, sizes, allocation, listeners, cta_order, traffic, cluster, workers, executor,
@@ -521,10 +530,10 @@ def _run_group(task: _TargetGroup) -> GroupResult:
                 for cta in ctas:
                     traffic[cta.cta_id] = dict(cta.traffic)
         except HazardUnwind as unwind:  # raised by the parent in the serial order (`merge`)
-            error = unwind.error
+            error, raised = unwind.error, unwind
         except Exception as failure:  # noqa: BLE001 - raised by the parent in the serial order (`merge`)
-            error = failure
-    failing = innermost_op(error) if error is not None else None
+            error, raised = failure, failure
+    failing = innermost_op(raised) if error is not None else None
     where = next((i for i, o in enumerate(module.walk()) if o is failing), None) if failing is not None else None
     written, data, read = memory.log.result(memory.flat_bytes())
     return GroupResult(written, data, read, error,
