@@ -898,6 +898,9 @@ DOCUMENTED = {
     # k = 4c + 2p + e holds key 8p + 2c + e
     "P8_KEY_ORDER": (0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15,
                      16, 17, 24, 25, 18, 19, 26, 27, 20, 21, 28, 29, 22, 23, 30, 31),
+    # from the same formula: k = 4c + 2p + e holds key 8p + 2c + e with c < 4, p < 2, e < 2, so both k and its
+    # key stay below 16: the order permutes keys within groups of 16 (test_p8_key_group_follows_the_order)
+    "P8_KEY_GROUP": 16,
 }
 
 
@@ -993,6 +996,16 @@ def _constants() -> dict[str, object]:
             if name.isupper() and not name.startswith("_") and not isinstance(value, type) and not is_rule(value):
                 found[name] = value
     return found
+
+
+def test_p8_key_group_follows_the_order():
+    """P8_KEY_ORDER maps each group of P8_KEY_GROUP positions onto the same group of keys."""
+    from tessera.sm90 import fp8
+
+    order, group = fp8.P8_KEY_ORDER, fp8.P8_KEY_GROUP
+    for start in range(0, len(order), group):
+        assert sorted(order[start:start + group]) == list(range(start, start + group))
+    assert sorted(order[:group // 2]) != list(range(group // 2))  # no smaller group would do
 
 
 def test_every_constant_is_the_documented_value():
