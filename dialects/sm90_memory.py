@@ -9,6 +9,7 @@ cp.async in `sm90_cp_async.py`, the backward's reductions and stmatrix in `sm90_
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 from xdsl.dialects.builtin import (
     I32,
@@ -147,14 +148,13 @@ def _verify_offsets_and_mask(op: IRDLOperation, n: int) -> None:
     _require(op.mask.type == VectorType(i1, [n]), op, f"mask must be vector<{n}xi1>, got {op.mask.type}")
 
 
-@irdl_op_definition
-class StGlobalOp(IRDLOperation):
-    """`sm90.st_global %base[%offsets], %values, %mask : vector<32xi64>, vector<32xi32>, vector<32xi1>`: for each register i whose mask
-    bit is set, store values[i] (32 bits) at global byte address base + offsets[i] + column_bytes[i].
-    Prints as one predicated `st.global.b32` per register. Invariants: offsets, values and mask have one
-    entry per register; offsets are multiples of 4 at run time. See `COLUMN_BYTES`."""
+class _StGlobalBase(IRDLOperation):
+    """What sm90.st_global and sm90.st_global_b16 share: `%base[%offsets], %values, %mask`, one offset, value and
+    mask bit per register, the optional column_bytes, and their verifier; a subclass names the op, the register
+    element types it stores (`STORED_ELEMENTS`) and how its verifier says so (`STORED_WHAT`)."""
 
-    name = "sm90.st_global"
+    STORED_ELEMENTS: ClassVar[tuple] = ()
+    STORED_WHAT: ClassVar[str] = ""
     irdl_options = (ParsePropInAttrDict(),)
     base_ptr = operand_def(I64)
     offsets = operand_def(base(VectorType))
@@ -170,12 +170,25 @@ class StGlobalOp(IRDLOperation):
     def verify_(self) -> None:
         n = _lanes(self.values.type)
         _verify_column_bytes(self, n)
-        _require(_element(self.values.type) in (i32, Float32Type()), self, f"stores 32-bit registers, got {self.values.type}")
+        _require(_element(self.values.type) in self.STORED_ELEMENTS, self,
+                 f"{self.STORED_WHAT}, got {self.values.type}")
         _verify_offsets_and_mask(self, n)
 
 
 @irdl_op_definition
-class StGlobalB16Op(IRDLOperation):
+class StGlobalOp(_StGlobalBase):
+    """`sm90.st_global %base[%offsets], %values, %mask : vector<32xi64>, vector<32xi32>, vector<32xi1>`: for each register i whose mask
+    bit is set, store values[i] (32 bits) at global byte address base + offsets[i] + column_bytes[i].
+    Prints as one predicated `st.global.b32` per register. Invariants: offsets, values and mask have one
+    entry per register; offsets are multiples of 4 at run time. See `COLUMN_BYTES`."""
+
+    name = "sm90.st_global"
+    STORED_ELEMENTS: ClassVar[tuple] = (i32, Float32Type())
+    STORED_WHAT: ClassVar[str] = "stores 32-bit registers"
+
+
+@irdl_op_definition
+class StGlobalB16Op(_StGlobalBase):
     """`sm90.st_global_b16 %base[%offsets], %values, %mask : vector<32xi32>, vector<32xi32>, vector<32xi1>`: for
     each register i whose mask bit is set, store the low 16 bits of values[i] at global byte address base +
     offsets[i] + column_bytes[i]. For 16-bit tensors whose rows need not start on 4 bytes (an odd innermost
@@ -186,23 +199,9 @@ class StGlobalB16Op(IRDLOperation):
     `COLUMN_BYTES`."""
 
     name = "sm90.st_global_b16"
-    irdl_options = (ParsePropInAttrDict(),)
-    base_ptr = operand_def(I64)
-    offsets = operand_def(base(VectorType))
-    values = operand_def(base(VectorType))
-    mask = operand_def(base(VectorType))
-    column_bytes = opt_prop_def(DenseArrayBase)
-    assembly_format = "$base_ptr `[` $offsets `]` `,` $values `,` $mask attr-dict `:` type($offsets) `,` type($values) `,` type($mask)"
-    traits = traits_def(MemoryWriteEffect())
+    STORED_ELEMENTS: ClassVar[tuple] = (i32,)
+    STORED_WHAT: ClassVar[str] = "stores from 32-bit integer registers"
 
-    def __init__(self, base_ptr, offsets, values, mask, column_bytes: Sequence[int] | None = None):
-        super().__init__(operands=[base_ptr, offsets, values, mask], properties=_column_bytes(column_bytes))
-
-    def verify_(self) -> None:
-        n = _lanes(self.values.type)
-        _verify_column_bytes(self, n)
-        _require(_element(self.values.type) == i32, self, f"stores from 32-bit integer registers, got {self.values.type}")
-        _verify_offsets_and_mask(self, n)
 
 
 @irdl_op_definition
