@@ -18,7 +18,8 @@ from tessera import api
 from tessera import reference as R
 from tessera.kernels import flash_attention
 from tessera.runtime.attention_base import UnsupportedKernel
-from tessera.runtime.attention_fp8 import LOWERED_V_LAYOUT, fp8_module, kernel_v
+from tessera.runtime.attention_fp8 import LOWERED_V_LAYOUT, fp8_config, fp8_signature, kernel_v
+from tessera.runtime.compiler import compile_kernel
 from tessera.sm90.fp8 import p8_key_positions
 
 E4M3 = ml_dtypes.float8_e4m3fn
@@ -69,14 +70,18 @@ def test_kernel_v_follows_the_kernels_signature(v_transposed):
     arranged = kernel_v(_tensor(torch, v), sig)
     assert arranged.dtype == torch.float8_e4m3fn and arranged.is_contiguous()
     assert np.array_equal(arranged.view(torch.uint8).numpy(), expected.view(np.uint8))
+    out = torch.empty(expected.shape, dtype=torch.float8_e4m3fn)
+    assert kernel_v(_tensor(torch, v), sig, out=out) is out and torch.equal(out.view(torch.uint8), arranged.view(torch.uint8))
 
 
 def test_the_lowered_kernel_is_the_same_on_the_gpu_and_below_tile_level():
-    """level=None builds the very module levels "target" and "ptx" run (LOWERED_V_LAYOUT), "tile" V as given."""
-    kernels = {level: fp8_module(128, True, None, True, False, level) for level in (None, "target", "ptx", "tile")}
-    assert str(kernels[None]) == str(kernels["target"]) == str(kernels["ptx"])
-    assert api.find_kernel(kernels[None]).args[2].key_order == LOWERED_V_LAYOUT
-    assert api.find_kernel(kernels["tile"]).args[2].key_order is None
+    """level=None compiles the very kernel levels "target" and "ptx" run (LOWERED_V_LAYOUT); "tile" takes V as
+    given. The signature is built once per configuration (the ABI the runtime reads V's layout from)."""
+    configs = {level: fp8_config(128, True, None, True, False, level) for level in (None, "target", "ptx", "tile")}
+    assert configs[None] == configs["target"] == configs["ptx"] != configs["tile"]
+    assert fp8_signature(configs[None]).args[2].key_order == LOWERED_V_LAYOUT
+    assert fp8_signature(configs[None]) is fp8_signature(configs["ptx"])
+    assert fp8_signature(configs["tile"]).args[2].key_order is None
 
 
 # endregion
@@ -84,14 +89,23 @@ def test_the_lowered_kernel_is_the_same_on_the_gpu_and_below_tile_level():
 # region Through the fake driver
 
 
+def fake_gpu(monkeypatch, config):
+    """The fake driver of test_runtime, running `config`'s compiled kernel."""
+    from test_runtime import FakeCuda
+
+    from tessera.runtime import launch as launch_module
+    from tessera.runtime.driver import Driver
+
+    fake = FakeCuda([compile_kernel(config)])
+    monkeypatch.setattr(launch_module, "get_driver", lambda: Driver(fake))
+    return fake
+
+
 def test_fp8_attention_runs_through_the_driver_calls(monkeypatch):
     """GQA, causal, LSE: one launch over (ceildiv(seq_q, 128), heads, batch); the V tensor map addresses V^T in
     P8 key order, the descales are f32 device buffers; the result meets `check_attention_fp8`."""
-    from test_attention_mods_gpu import install_fake_driver
-
     q, k, v, (dq, dk, dv) = _inputs(3, 1, 2, 1, 70, 96, 64)
-    module = fp8_module(64, True, None, True, True, None)
-    fake = install_fake_driver(monkeypatch, (module,))
+    fake = fake_gpu(monkeypatch, fp8_config(64, True, None, True, True, None))
     o, lse = tessera.attention(q, k, v, causal=True, descale_q=dq, descale_k=dk, descale_v=dv, return_lse=True)
     assert o.dtype == np.dtype(ml_dtypes.bfloat16) and o.shape == q.shape and lse.shape == q.shape[:3]
     check = R.check_attention_fp8(o, q, k, v, dq, dk, dv, causal=True)
@@ -113,10 +127,8 @@ def test_fp8_attention_runs_through_the_driver_calls(monkeypatch):
 def test_torch_cpu_tensors_run_through_the_driver_calls(monkeypatch):
     """CPU float8_e4m3fn tensors and f32 descale tensors: through NumPy bit for bit, returned as CPU tensors."""
     torch = _torch()
-    from test_attention_mods_gpu import install_fake_driver
-
     q, k, v, (dq, dk, dv) = _inputs(4, 1, 1, 1, 20, 48, 64)
-    install_fake_driver(monkeypatch, (fp8_module(64, False, None, False, False, None),))
+    fake_gpu(monkeypatch, fp8_config(64, False, None, False, False, None))
     o = tessera.attention(*(_tensor(torch, x) for x in (q, k, v)), descale_q=_tensor(torch, dq),
                           descale_k=_tensor(torch, dk), descale_v=dv)
     assert isinstance(o, torch.Tensor) and o.dtype == torch.bfloat16 and not o.is_cuda
@@ -127,15 +139,16 @@ def test_fp8_on_the_gpu_compiles_nothing_without_one(monkeypatch):
     from test_runtime import FakeCuda, FakeResult
 
     from tessera.runtime import CudaUnavailable
-    from tessera.runtime import compiler
+    from tessera.runtime import attention_fp8
     from tessera.runtime import launch as launch_module
     from tessera.runtime.driver import Driver
 
     def no_compile(*args, **kwargs):
         raise AssertionError("compiled without a GPU")
 
-    monkeypatch.setattr(launch_module, "get_driver", lambda: Driver(FakeCuda(fail={"cuInit": FakeResult.CUDA_ERROR_NO_DEVICE})))
-    monkeypatch.setattr(compiler, "compile_kernel", no_compile)
+    no_device = FakeCuda(fail={"cuInit": FakeResult.CUDA_ERROR_NO_DEVICE})
+    monkeypatch.setattr(launch_module, "get_driver", lambda: Driver(no_device))
+    monkeypatch.setattr(attention_fp8, "compile_kernel", no_compile)
     q, k, v, _ = _inputs(0, 1, 2, 2, 8, 32, 64)
     with pytest.raises(CudaUnavailable, match="level="):
         tessera.attention(q, k, v)

@@ -25,9 +25,12 @@ mixed FP8 and 16-bit types are refused by name (`UnsupportedKernel`). k and v ma
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from tessera.runtime.attention_base import LAYOUT, UnsupportedKernel, check_tensor
+from tessera.runtime.compiler import KernelConfig, compile_kernel
 from tessera.runtime.launch import dtype_name, is_torch_tensor, numpy_to_torch, torch_to_numpy
 
 FP8_INPUT = "float8_e4m3fn"
@@ -109,13 +112,28 @@ def check_descale(name: str, descale, batch: int, heads_k: int):
     return np.ascontiguousarray(values)
 
 
-def fp8_module(head_dim: int, causal: bool, scale, grouped: bool, return_lse: bool, level: str | None):
-    """The FP8 kernel `attention_fp8` runs at `level`: V as given at level "tile", `LOWERED_V_LAYOUT` on the GPU
-    and the levels below Tile IR."""
-    from tessera.kernels import flash_attention
+def fp8_config(head_dim: int, causal: bool, scale, grouped: bool, return_lse: bool, level: str | None) -> KernelConfig:
+    """The FP8 kernel `attention_fp8` runs at `level`, as the runtime's compiler names it: V as given at level
+    "tile", `LOWERED_V_LAYOUT` on the GPU and the levels below Tile IR (one kernel for the three)."""
+    return KernelConfig.of("flash_attention", head_dim=head_dim, causal=causal, dtype="e4m3", scale=scale,
+                           grouped=grouped, return_lse=return_lse,
+                           v_transposed=LOWERED_V_LAYOUT if level in LOWERED_LEVELS else False)
 
-    return flash_attention(head_dim=head_dim, causal=causal, dtype="e4m3", scale=scale, grouped=grouped,
-                           return_lse=return_lse, v_transposed=LOWERED_V_LAYOUT if level in LOWERED_LEVELS else False)
+
+def fp8_module(config: KernelConfig):
+    """A new Tile IR module of `config`'s kernel (its builder, `tessera.kernels.flash_attention`)."""
+    from tessera import kernels
+
+    return getattr(kernels, config.builder)(**dict(config.options))
+
+
+@functools.cache
+def fp8_signature(config: KernelConfig):
+    """The Tile IR signature (`tessera.kernel_abi.KernelSignature`) of `config`'s kernel, built once per process:
+    the ABI the runtime reads V's layout and seq_k's promise from (the Target IR keeps neither key order)."""
+    from tessera import api
+
+    return api.find_kernel(fp8_module(config))
 
 
 def check_key_length(sig, seq_k: int, level: str | None) -> None:
@@ -131,11 +149,12 @@ def check_key_length(sig, seq_k: int, level: str | None) -> None:
                                 f"got seq_k={seq_k}; level='tile' takes any length")
 
 
-def kernel_v(v, sig):
+def kernel_v(v, sig, out=None):
     """V [batch, heads_k, seq_k, head_dim] in the layout kernel `sig` takes it: as given where its V argument
     has K's dims; transposed where its last two dims are K's swapped (V^T [.., head_dim, seq_k]); with the keys
     permuted by `tessera.sm90.fp8.p8_key_positions` where it has `tile.key_order = "p8"`. A NumPy array, or a
-    tensor made on V's device (through its bytes: PyTorch copies FP8 tensors as uint8)."""
+    tensor on V's device (through its bytes: PyTorch copies FP8 tensors as uint8), written into the contiguous
+    tensor `out` when given (what a benchmark times)."""
     from tessera.sm90.fp8 import p8_key_positions
 
     k_dims, v_dims = list(sig.args[1].dims), list(sig.args[2].dims)
@@ -149,9 +168,13 @@ def kernel_v(v, sig):
 
         bits = v.view(torch.uint8)
         bits = bits.transpose(2, 3) if transposed else bits
+        target = None if out is None else out.view(torch.uint8)
         if keys is not None:
-            bits = bits.index_select(bits.dim() - 1 if transposed else 2, torch.as_tensor(keys, device=v.device))
-        return bits.contiguous().view(v.dtype)
+            index = torch.as_tensor(keys, device=v.device)
+            bits = torch.index_select(bits, 3 if transposed else 2, index, **({} if target is None else {"out": target}))
+        elif target is not None:
+            target.copy_(bits)
+        return bits.contiguous().view(v.dtype) if out is None else out
     arranged = np.swapaxes(v, 2, 3) if transposed else v
     if keys is not None:
         arranged = np.take(arranged, keys, axis=3 if transposed else 2)
@@ -181,7 +204,6 @@ def _on_host(x) -> np.ndarray:
 def attention_fp8(q, k, v, *, causal, scale, return_lse, level, descale_q=None, descale_k=None, descale_v=None):
     """The FP8 forward (module docstring) on checked options; returns o (bf16) or (o, lse f32 [batch, heads,
     seq_q]), of q's kind (CPU tensors for tensors at the CPU levels)."""
-    from tessera import api
     from tessera.runtime import entry
     from tessera.runtime.attention_plan import check_level
     from tessera.runtime.launch import usable_device
@@ -198,15 +220,15 @@ def attention_fp8(q, k, v, *, causal, scale, return_lse, level, descale_q=None, 
         raise ValueError(f"attention: return_lse must be True or False; got {return_lse!r}")
     if isinstance(scale, np.floating | np.integer):
         scale = float(scale)
-    module = fp8_module(head_dim, causal, scale, heads_k != int(q.shape[1]), return_lse, level)
-    sig = api.find_kernel(module)
+    config = fp8_config(head_dim, causal, scale, heads_k != int(q.shape[1]), return_lse, level)
+    sig = fp8_signature(config)
     check_key_length(sig, int(k.shape[2]), level)
     if level is None:
         usable_device((q, k, v))  # no GPU, no compile, no device copy (CudaUnavailable names level=)
-        outputs = entry.launch(module, q, k, kernel_v(v, sig), *(_on_gpu_like(q, d) for d in descales))
+        outputs = entry.launch(compile_kernel(config), q, k, kernel_v(v, sig), *(_on_gpu_like(q, d) for d in descales))
     else:
         arrays = [_on_host(x) for x in (q, k, v, *descales)]
-        outputs = entry.launch(module, *arrays[:2], kernel_v(arrays[2], sig), *arrays[3:], level=level)
+        outputs = entry.launch(fp8_module(config), *arrays[:2], kernel_v(arrays[2], sig), *arrays[3:], level=level)
         if is_torch_tensor(q):
             outputs = tuple(map(numpy_to_torch, outputs)) if return_lse else numpy_to_torch(outputs)
     if not return_lse:
