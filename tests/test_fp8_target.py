@@ -31,8 +31,8 @@ def warpgroup_kernel(name: str, inputs: list[str], buffers: list[tuple[str, int,
     for buffer, size, _ in buffers:
         offsets[buffer], offset = offset, offset + size
     params = ",\n".join(f"      {line}" for line in inputs)
-    shared = "\n".join(f'    %s{b} = sm90.shared_buffer "{b}" offset {offsets[b]} size {size} align 1024 swizzle {sw} : i32'
-                        for b, size, sw in buffers)
+    shared = "\n".join(f'    %s{b} = sm90.shared_buffer "{b}" offset {offsets[b]} size {size} align 1024 '
+                        f'swizzle {sw} : i32' for b, size, sw in buffers)
     tma = "\n".join(f"      sm90.tma_load %{m}[%zero_i32, %zero_i32], %s{b}, %bar : i32, i32" for m, b in loads)
     expect = sum(size for b, size, _ in buffers if b in {b for _, b in loads})
     return f"""\
@@ -103,7 +103,8 @@ def fp8_gemm(atype: str = "e4m3") -> str:
     operands): TMA (UINT8 maps) into 128-byte-swizzled buffers, four k32 steps of 32 bytes each."""
     element = {"e4m3": "f8E4M3FN", "e5m2": "f8E5M2"}[atype]
     inputs = [f"%{m}: !sm90.tensormap {{sm90.element_type = {element}, sm90.source = {i} : i64, sm90.box = [128 : i64, "
-              f"64 : i64], sm90.swizzle = 128 : i64, tile.dims = #tile.dims<64, 128>}}" for i, m in enumerate(("a_map", "b_map"))]
+              f"64 : i64], sm90.swizzle = 128 : i64, tile.dims = #tile.dims<64, 128>}}"
+              for i, m in enumerate(("a_map", "b_map"))]
     mma = f"""    %da0 = sm90.make_descriptor %sa lbo 16 sbo 1024 swizzle 128 : i64
     %db0 = sm90.make_descriptor %sb lbo 16 sbo 1024 swizzle 128 : i64
     %step = arith.constant 2 : i64
