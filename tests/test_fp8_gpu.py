@@ -79,10 +79,11 @@ def test_the_lowered_kernel_is_the_same_on_the_gpu_and_below_tile_level():
     """level=None compiles the very kernel levels "target" and "ptx" run (LOWERED_V_LAYOUT); "tile" takes V as
     given. The signature is built once per configuration (the ABI the runtime reads V's layout from)."""
     configs = {level: fp8_config(128, True, None, True, False, level) for level in (None, "target", "ptx", "tile")}
-    assert configs[None] == configs["target"] == configs["ptx"] != configs["tile"]
-    assert fp8_signature(configs[None]).args[2].key_order == LOWERED_V_LAYOUT
+    assert configs[None] == configs["target"] == configs["ptx"]
+    assert dict(configs[None].options)["v_transposed"] == LOWERED_V_LAYOUT
+    assert dict(configs["tile"].options)["v_transposed"] is False
     assert fp8_signature(configs[None]) is fp8_signature(configs["ptx"])
-    assert fp8_signature(configs["tile"]).args[2].key_order is None
+    assert fp8_signature(configs[None]).args[2].key_order == (LOWERED_V_LAYOUT if LOWERED_V_LAYOUT == "p8" else None)
 
 
 # endregion
@@ -103,10 +104,12 @@ def fake_gpu(monkeypatch, config):
 
 
 def test_fp8_attention_runs_through_the_driver_calls(monkeypatch):
-    """GQA, causal, LSE: one launch over (ceildiv(seq_q, 128), heads, batch); the V tensor map addresses V^T in
-    P8 key order, the descales are f32 device buffers; the result meets `check_attention_fp8`."""
+    """GQA, causal, LSE: one launch over (ceildiv(seq_q, 128), heads, batch); the V tensor map addresses V in the
+    layout the kernel's signature asks for (V^T in P8 key order while the lowering takes that), the descales are
+    f32 device buffers; the result meets `check_attention_fp8`."""
     q, k, v, (dq, dk, dv) = _inputs(3, 1, 2, 1, 70, 96, 64)
-    fake = fake_gpu(monkeypatch, fp8_config(64, True, None, True, True, None))
+    config = fp8_config(64, True, None, True, True, None)
+    fake = fake_gpu(monkeypatch, config)
     o, lse = tessera.attention(q, k, v, causal=True, descale_q=dq, descale_k=dk, descale_v=dv, return_lse=True)
     assert o.dtype == np.dtype(ml_dtypes.bfloat16) and o.shape == q.shape and lse.shape == q.shape[:3]
     check = R.check_attention_fp8(o, q, k, v, dq, dk, dv, causal=True)
@@ -115,10 +118,13 @@ def test_fp8_attention_runs_through_the_driver_calls(monkeypatch):
     assert np.abs(lse[finite] - ref_lse[finite]).max() < R.LSE_TOLERANCE
     (launch,) = fake.launches
     assert launch.grid == (math.ceil(70 / 128), 2, 1)
-    maps = {tuple(a.spec.global_dims): a for a in launch.args if hasattr(a, "spec")}
-    vt = maps[(96, 64, 1, 1)]  # innermost first: V^T [batch, heads_k, head_dim, seq_k]
-    expected = np.swapaxes(v, 2, 3)[..., p8_key_positions(96)].view(np.uint8).ravel()
-    assert np.array_equal(vt.array[vt.offset:vt.offset + expected.size], expected)
+    given = kernel_v(v, fp8_signature(config))
+    if LOWERED_V_LAYOUT == "p8":
+        assert np.array_equal(given, np.swapaxes(v, 2, 3)[..., p8_key_positions(96)])
+    expected = given.view(np.uint8).ravel()
+    maps = [a for a in launch.args if getattr(a, "spec", None) is not None]
+    assert any(tuple(m.spec.global_dims) == given.shape[::-1]  # innermost first
+               and np.array_equal(m.array[m.offset:m.offset + expected.size], expected) for m in maps)
     buffers = [a for a in launch.args if isinstance(a, np.ndarray)]
     for descale in (dq, dk, dv):
         assert any(b.nbytes == descale.nbytes and np.array_equal(b.view(np.float32), descale.ravel())
@@ -153,8 +159,10 @@ def test_fp8_on_the_gpu_compiles_nothing_without_one(monkeypatch):
     q, k, v, _ = _inputs(0, 1, 2, 2, 8, 32, 64)
     with pytest.raises(CudaUnavailable, match="level="):
         tessera.attention(q, k, v)
-    with pytest.raises(UnsupportedKernel, match=r"on the GPU \(level=None\) needs seq_k a multiple of 16"):
-        tessera.attention(q, k[:, :, :24], v[:, :, :24])  # refused by name before the GPU is looked for
+    multiple = fp8_signature(fp8_config(64, False, None, False, False, None)).divisible.get("seq_k", 1)
+    if multiple > 1:  # the kernel's promise (V^T in P8 key order), refused by name before the GPU is looked for
+        with pytest.raises(UnsupportedKernel, match=rf"on the GPU \(level=None\) needs seq_k a multiple of {multiple}"):
+            tessera.attention(q, k[:, :, :multiple + 8], v[:, :, :multiple + 8])
 
 
 # endregion
