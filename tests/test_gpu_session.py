@@ -209,7 +209,8 @@ def test_compare_reports_ulps_differing_elements_and_both_errors():
 def test_every_fidelity_case_builds_its_inputs_and_names_its_kernels():
     names = {c.name for c in gpu_fidelity.cases()}
     assert set(gpu_fidelity.QUICK) <= names and set(gpu_stages.QUICK_EXECUTOR) <= set(gpu_fidelity.QUICK)
-    assert {c.kind for c in gpu_fidelity.cases()} == {"forward", "varlen", "backward", "split", "paged", "cluster", "gemm"}
+    assert {c.kind for c in gpu_fidelity.cases()} == {"forward", "varlen", "backward", "split", "paged", "cluster", "gemm",
+                                                      "fp8"}
     for case in gpu_fidelity.cases():
         arrays = gpu_fidelity.inputs(case)
         again = gpu_fidelity.inputs(case)
