@@ -10,10 +10,9 @@ import numpy as np
 import pytest
 from xdsl.utils.exceptions import VerifyException
 
-from tessera.interpreters.sm90 import run_target_kernel
 from tessera.ir import parse_module
 
-from test_sm90_simulator import _kernel, _seed
+from test_sm90_simulator import _run_c, _seed
 
 E4M3, E5M2 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2
 
@@ -132,15 +131,13 @@ def _operands(rng, dtype=E4M3):
 @pytest.mark.parametrize("atype, dtype", [("e4m3", E4M3), ("e5m2", E5M2)])
 def test_fp8_ss_wgmma_in_the_cta_simulator(atype, dtype, rng):
     a, b, reference = _operands(rng, dtype)
-    c = np.zeros((64, 64), np.float32)
-    run_target_kernel(_kernel(fp8_gemm(atype)), [a, b, c], {})
+    c, _ = _run_c(fp8_gemm(atype), [a, b], reference)
     np.testing.assert_allclose(c, reference, rtol=2**-22, atol=1e-6)
 
 
 def test_fp8_ss_wgmma_printed_runs_in_the_ptx_executor_and_ptxas_takes_it(rng):
     a, b, reference = _operands(rng)
-    c = np.zeros((64, 64), np.float32)
-    text = _run_ptx(fp8_gemm(), [a, b, c])
+    c, text = _run_ptx(fp8_gemm(), [a, b])
     np.testing.assert_allclose(c, reference, rtol=2**-22, atol=1e-6)
     assert "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3" in text
     _assert_ptxas_clean(text)
@@ -214,16 +211,17 @@ def _pv(rng, key_order: bool):
     return p, given, np.clip(p, -448, 448).astype(E4M3).astype(np.float64) @ v.astype(np.float64)
 
 
-def _run_ptx(kernel_text: str, arrays: list) -> str:
-    """Print the Target IR kernel, run the PTX text in the PTX executor on `arrays` (outputs written in place),
-    and return the text."""
+def _run_ptx(kernel_text: str, inputs: list) -> tuple[np.ndarray, str]:
+    """Print the Target IR kernel and run the PTX text in the PTX executor on `inputs` and its f32 [64, 64]
+    output C (zeroed), as the runtime would launch it; (C, the PTX text)."""
     from tessera.host import describe
     from tessera.interpreters.ptx.launcher import launch_described
     from tessera.interpreters.ptx.printed import ptx_text
 
     text, printed = ptx_text(parse_module(kernel_text))
-    launch_described(text, describe(printed)[0], arrays, {})
-    return text
+    c = np.zeros((64, 64), np.float32)
+    launch_described(text, describe(printed)[0], [*inputs, c], {})
+    return c, text
 
 
 def _assert_ptxas_clean(text: str) -> None:
@@ -238,15 +236,13 @@ def _assert_ptxas_clean(text: str) -> None:
 
 def test_p_packed_by_cvt_pack_fp8_times_permuted_vt_in_the_cta_simulator(rng):
     p, vt, reference = _pv(rng, key_order=True)
-    c = np.zeros((64, 64), np.float32)
-    run_target_kernel(_kernel(RS_FP8), [p, vt, c], {})
+    c, _ = _run_c(RS_FP8, [p, vt], reference)
     np.testing.assert_allclose(c, reference, rtol=2**-22, atol=1e-5)
 
 
 def test_p_packed_by_cvt_pack_fp8_printed_runs_in_the_ptx_executor_and_ptxas_takes_it(rng):
     p, vt, reference = _pv(rng, key_order=True)
-    c = np.zeros((64, 64), np.float32)
-    text = _run_ptx(RS_FP8, [p, vt, c])
+    c, text = _run_ptx(RS_FP8, [p, vt])
     np.testing.assert_allclose(c, reference, rtol=2**-22, atol=1e-5)
     assert "cvt.rn.satfinite.e4m3x2.f32" in text and "m64n64k32.f32.e4m3.e4m3" in text
     _assert_ptxas_clean(text)
@@ -334,11 +330,9 @@ def transposing_kernel() -> str:
 
 def test_v_transposed_in_shared_memory_by_prmt_in_the_cta_simulator_and_the_ptx_executor(rng):
     p, v, reference = _pv(rng, key_order=False)
-    c = np.zeros((64, 64), np.float32)
-    run_target_kernel(_kernel(transposing_kernel()), [p, v, c], {})
+    c, _ = _run_c(transposing_kernel(), [p, v], reference)
     np.testing.assert_allclose(c, reference, rtol=2**-22, atol=1e-5)
-    c = np.zeros((64, 64), np.float32)
-    text = _run_ptx(transposing_kernel(), [p, v, c])
+    c, text = _run_ptx(transposing_kernel(), [p, v])
     np.testing.assert_allclose(c, reference, rtol=2**-22, atol=1e-5)
     assert "prmt.b32" in text
     _assert_ptxas_clean(text)
@@ -353,9 +347,9 @@ def test_wgmma_reading_vt_before_the_transpose_is_fenced_is_reported_by_both_sim
     p, v, _ = _pv(rng, key_order=False)
     text = _seed(transposing_kernel(), "    sm90.fence_proxy_async\n    sm90.bar_sync 0, 128\n", "    sm90.bar_sync 0, 128\n")
     with pytest.raises(KernelHazardError, match="missing fence_proxy_async after the store"):
-        run_target_kernel(_kernel(text), [p, v, np.zeros((64, 64), np.float32)], {})
+        _run_c(text, [p, v], None)
     with pytest.raises(PtxHazardError, match="missing fence.proxy.async after the store"):
-        _run_ptx(text, [p, v, np.zeros((64, 64), np.float32)])
+        _run_ptx(text, [p, v])
 
 
 def test_wgmma_reading_vt_before_every_warp_finished_the_transpose_is_reported(rng):
@@ -366,7 +360,7 @@ def test_wgmma_reading_vt_before_every_warp_finished_the_transpose_is_reported(r
     p, v, _ = _pv(rng, key_order=False)
     text = _seed(transposing_kernel(), "    sm90.fence_proxy_async\n    sm90.bar_sync 0, 128\n", "    sm90.fence_proxy_async\n")
     with pytest.raises(KernelHazardError, match="with no bar_sync since then ordering it before this warp"):
-        run_target_kernel(_kernel(text), [p, v, np.zeros((64, 64), np.float32)], {})
+        _run_c(text, [p, v], None)
 
 
 def test_the_next_tma_racing_the_transpose_is_reported_by_the_ptx_executor(rng):
@@ -395,4 +389,4 @@ def test_the_next_tma_racing_the_transpose_is_reported_by_the_ptx_executor(rng):
 """)
     with pytest.raises(PtxHazardError, match=r"the TMA load writes shared address .* which the instruction at line "
                                              r"\d+ \(thread \(\d+, 0, 0\).*\) read, and no synchronisation orders"):
-        _run_ptx(text, [p, v, np.zeros((64, 64), np.float32)])
+        _run_ptx(text, [p, v])
