@@ -39,9 +39,6 @@ FP8_INPUT = "float8_e4m3fn"
 FP8_NAMES = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e4m3", "float8_e4m3b11fnuz")
 """Element type names that make a call an FP8 one (all but FP8_INPUT are refused by name)."""
 
-FP8_LEVELS = ("tile", "target", "ptx")
-"""The CPU levels the FP8 kernel runs at (and None, the GPU)."""
-
 LOWERED_LEVELS = (None, "target", "ptx")
 """The levels that run the FP8 kernel lowered to sm_90a."""
 
@@ -204,6 +201,7 @@ def _on_host(x) -> np.ndarray:
 def attention_fp8(q, k, v, *, causal, scale, return_lse, level, descale_q=None, descale_k=None, descale_v=None):
     """The FP8 forward (module docstring) on checked options; returns o (bf16) or (o, lse f32 [batch, heads,
     seq_q]), of q's kind (CPU tensors for tensors at the CPU levels)."""
+    from tessera.kernels import AttentionConfig
     from tessera.runtime import entry
     from tessera.runtime.attention_plan import check_level
     from tessera.runtime.launch import usable_device
@@ -220,6 +218,7 @@ def attention_fp8(q, k, v, *, causal, scale, return_lse, level, descale_q=None, 
         raise ValueError(f"attention: return_lse must be True or False; got {return_lse!r}")
     if isinstance(scale, np.floating | np.integer):
         scale = float(scale)
+    AttentionConfig.checked(head_dim, causal, "bf16", scale, return_lse=return_lse)  # the builder's rules, by name
     config = fp8_config(head_dim, causal, scale, heads_k != int(q.shape[1]), return_lse, level)
     sig = fp8_signature(config)
     check_key_length(sig, int(k.shape[2]), level)
