@@ -192,8 +192,10 @@ def tessera_fp8_systems(torch) -> list[System]:
             ones = torch.ones(k.shape[:2], dtype=torch.float32, device=q.device)
             launch, (o,) = prepare_torch(kernel, q, k, vt, ones, ones, ones)
 
+            moved = rearrange and vt.data_ptr() != v.data_ptr()  # V as it is where the kernel takes it so
+
             def run():
-                if rearrange:
+                if moved:
                     kernel_v(v, sig, out=vt)
                 launch()
                 return o
