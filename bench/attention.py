@@ -10,6 +10,16 @@ tokens, hidden size 2048 (heads = 2048 / head_dim) for head_dim 64, 128 and 256,
 `--backward` times the backward instead (bench/attention_backward_gpu.py: Tessera's three kernels against
 PyTorch's SDPA backward backends, FLOPs 2.5x the forward's), head_dim 64 and 128.
 
+`--fp8` times the FP8 forward instead (e4m3 q, k, v, descales of 1, bf16 O; sequence lengths
+`gpu_plan.FP8_SEQS` unless --seq is given): "Tessera FP8" as `tessera.attention` runs it on CUDA tensors (V
+rearranged on the device into the layout the kernel's ABI asks for, then the kernel), "Tessera FP8 kernel"
+the kernel alone on V already in that layout, and cuDNN's FP8 attention through PyTorch's SDPA where this
+PyTorch has one (refused by name otherwise); FlashAttention-3's published FP8 figures (its Figure 7,
+`gpu_plan.FA3_FP8_TFLOPS`) are printed beside them, not measured. Every output is checked first by
+`tessera.reference.check_attention_fp8` (float64 attention of the dequantized inputs) on a slice: batch 0,
+the first `FP8_CHECK_HEADS` heads, the last `FP8_CHECK_ROWS` query rows (the last rows keep the bottom-right
+causal alignment).
+
 FLOPs = 4 * seq^2 * head_dim * heads * batch, halved for causal. Every result is first checked against an
 fp32 PyTorch computation under Tessera's tolerance rule (`tessera.reference`: at most twice the error of a
 straightforward bf16 computation, plus 1e-3); a wrong result is reported as WRONG and never timed. A
@@ -26,6 +36,8 @@ import argparse
 import math
 from pathlib import Path
 
+import numpy as np
+
 from harness import (
     CHECK_SCORE_BYTES, Record, System, Unsupported, environment, measure, plot, print_header, print_row, report_problems, require_gpu,
     write_results,
@@ -33,6 +45,8 @@ from harness import (
 
 SEQS = (512, 1024, 2048, 4096, 8192, 16384)
 HEAD_DIMS = (64, 128, 256)
+FP8_CHECK_HEADS, FP8_CHECK_ROWS = 2, 64
+"""The slice of every FP8 output `fp8_check` compares with float64 (the whole would be seq^2 float64 scores)."""
 
 
 # region Attention systems
@@ -155,6 +169,119 @@ def flex_system(torch) -> System | None:
     return System("FlexAttention", build)
 
 
+def tessera_fp8_systems(torch) -> list[System]:
+    """Tessera's FP8 forward on CUDA e4m3 tensors: "Tessera FP8" (V rearranged into the kernel's layout,
+    `attention_fp8.kernel_v`, then the kernel: what `tessera.attention` does) and "Tessera FP8 kernel" (the
+    kernel alone, V given in its layout)."""
+    from tessera.runtime.attention_fp8 import check_key_length, fp8_config, fp8_signature, kernel_v
+    from tessera.runtime.attention_base import UnsupportedKernel
+    from tessera.runtime.compiler import compile_kernel
+    from tessera.runtime.launch import prepare_torch
+
+    def system(name: str, rearrange: bool) -> System:
+        def build(inputs):
+            q, k, v, causal = inputs
+            config = fp8_config(q.shape[3], causal, None, k.shape[1] != q.shape[1], False, None)
+            sig = fp8_signature(config)
+            try:
+                check_key_length(sig, k.shape[2], None)
+            except UnsupportedKernel as why:
+                raise Unsupported(str(why)) from None
+            kernel = compile_kernel(config)
+            vt = kernel_v(v, sig)
+            ones = torch.ones(k.shape[:2], dtype=torch.float32, device=q.device)
+            launch, (o,) = prepare_torch(kernel, q, k, vt, ones, ones, ones)
+
+            moved = rearrange and vt.data_ptr() != v.data_ptr()  # V as it is where the kernel takes it so
+
+            def run():
+                if moved:
+                    kernel_v(v, sig, out=vt)
+                launch()
+                return o
+            return run
+        return System(name, build)
+    return [system("Tessera FP8", True), system("Tessera FP8 kernel", False)]
+
+
+def cudnn_fp8_system(torch) -> System:
+    """cuDNN's FP8 attention through `torch.nn.functional.scaled_dot_product_attention` on e4m3 tensors (the
+    cuDNN backend); Unsupported, naming PyTorch's refusal, where this PyTorch has none."""
+    import torch.nn.functional as F
+
+    def build(inputs):
+        q, k, v, causal = inputs
+        try:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+        except ImportError:
+            raise Unsupported(f"PyTorch {torch.__version__} has no torch.nn.attention.sdpa_kernel") from None
+
+        def run():
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # seq_q == seq_k: no alignment
+        try:
+            run()
+        except (RuntimeError, TypeError, NotImplementedError) as why:
+            first = str(why).strip().splitlines()[0] if str(why).strip() else type(why).__name__
+            raise Unsupported(f"PyTorch {torch.__version__} SDPA (cuDNN) takes no float8_e4m3fn inputs: {first}") \
+                from None
+        return run
+    return System("cuDNN FP8 (SDPA)", build)
+
+
+def fp8_check(torch, q, k, v, causal: bool):
+    """`check(outputs)` of the FP8 rows: each output's slice (batch 0, FP8_CHECK_HEADS heads, the last
+    FP8_CHECK_ROWS query rows) under `tessera.reference.check_attention_fp8` (descales of 1). Returns
+    (errors by name, tolerance, max |slice of the first output|)."""
+    from tessera.reference import check_attention_fp8
+    from tessera.runtime.launch import torch_to_numpy
+
+    heads, rows = min(FP8_CHECK_HEADS, q.shape[1]), min(FP8_CHECK_ROWS, q.shape[2])
+    q8 = torch_to_numpy(q[:1, :heads, -rows:].cpu())
+    k8, v8 = (torch_to_numpy(x[:1, :heads].cpu()) for x in (k, v))
+
+    def check(outputs: dict):
+        errors, tolerance, magnitude = {}, 0.0, 0.0
+        for name, o in outputs.items():
+            got = o[:1, :heads, -rows:].float().cpu().numpy()
+            comparison = check_attention_fp8(got, q8, k8, v8, causal=causal)
+            errors[name], tolerance = comparison.max_error, comparison.tolerance
+            magnitude = magnitude or float(np.abs(got).max())
+        return errors, tolerance, magnitude
+    return check
+
+
+def fp8_inputs(torch, row: dict, generator):
+    """(q, k, v) e4m3 CUDA tensors of a benchmark row: standard normal values rounded to e4m3."""
+    shape = (row["batch"], row["heads"], row["seq"], row["head_dim"])
+    return tuple(torch.randn(*shape, device="cuda", generator=generator).to(torch.float8_e4m3fn) for _ in range(3))
+
+
+def run_fp8(torch, args) -> list[Record]:
+    """The FP8 forward rows (`--fp8`): measured systems, then FA3's published figure of the row, if any."""
+    import gpu_plan
+
+    systems = tessera_fp8_systems(torch) + [cudnn_fp8_system(torch)]
+    widths = print_header(systems)
+    print(f"{'':<34}" + "".join(f"{'':>{w}}" for w in widths) + "  FA3 paper (Fig. 7)")
+    records: list[Record] = []
+    masks = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
+    for row in gpu_plan.fp8_rows(args.head_dim, masks, args.seq or gpu_plan.FP8_SEQS, args.tokens, args.hidden):
+        generator = torch.Generator(device="cuda").manual_seed(row["seq"] * 1000 + row["head_dim"])
+        q, k, v = fp8_inputs(torch, row, generator)
+        row_records = measure(torch, systems, (q, k, v, row["causal"]), row, gpu_plan.attention_flops(row),
+                              fp8_check(torch, q, k, v, row["causal"]), args)
+        records += row_records
+        published = gpu_plan.fa3_fp8_tflops(row)
+        print_row(f"d{row['head_dim']} {'causal' if row['causal'] else 'full'} seq {row['seq']} (b{row['batch']} "
+                  f"h{row['heads']})", row_records, widths)
+        print(f"{'':<34}" + "".join(f"{'':>{w}}" for w in widths) + f"  {published or 'not published'}")
+        report_problems(row_records)
+        del q, k, v
+        torch.cuda.empty_cache()
+    return records
+
+
 def attention_check(torch, q, k, v, causal: bool):
     """(errors by name, tolerance, max |reference|) of outputs: max |out - ref| against an fp32 reference,
     and the tolerance 2 * (error of a straightforward bf16 computation) + ABSOLUTE_TOLERANCE, computed a few
@@ -201,7 +328,8 @@ def _max_abs(torch, x) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seq", type=int, nargs="+", default=list(SEQS), help="sequence lengths")
+    parser.add_argument("--seq", type=int, nargs="+", help="sequence lengths (default 512 to 16k; --fp8: "
+                                                           "gpu_plan.FP8_SEQS)")
     parser.add_argument("--head-dim", type=int, nargs="+", default=list(HEAD_DIMS), help="head dimensions")
     parser.add_argument("--causal", choices=("both", "yes", "no"), default="both")
     parser.add_argument("--cluster", type=int, nargs="+", default=[1],
@@ -214,8 +342,22 @@ def main() -> None:
     parser.add_argument("--backward", action="store_true",
                         help="time the backward (dq, dk, dv; FLOPs 2.5x the forward's) against PyTorch's SDPA "
                              "backward backends instead (bench/attention_backward_gpu.py)")
+    parser.add_argument("--fp8", action="store_true",
+                        help="time the FP8 (e4m3) forward against cuDNN's through SDPA and FA3's published figures")
     args = parser.parse_args()
     torch = require_gpu()
+    if args.fp8:
+        env = environment(torch)
+        print(f"{env['device']}: torch {env['torch']} (CUDA {env['cuda']}), tessera {env['tessera']}, {env['ptxas']}")
+        records = run_fp8(torch, args)
+        print(f"results: {write_results(args.out, 'attention_fp8', env, args, records)}")
+        picture = plot(args.out, "attention_fp8", records, lambda c: (c["head_dim"], c["causal"]),
+                       lambda p: f"head_dim {p[0]}, {'causal' if p[1] else 'no mask'}", lambda c: c["seq"],
+                       "sequence length", f"Forward attention, FP8 e4m3, {env['device']}")
+        if picture is not None:
+            print(f"plot: {picture}")
+        return
+    args.seq = args.seq or list(SEQS)
     if args.backward:
         from attention_backward_gpu import run_backward
 

@@ -8,8 +8,9 @@ Two kinds of case:
   the runtime launches it (`launch_described`, the host description's grid, block, tensor maps and
   parameters);
 - a chain of kernels behind one entry point (backward: preprocess, main, postprocess; split-KV: split and
-  combine; paged decoding; packed variable-length sequences): the entry point with `level=None` (GPU) and
-  `level="ptx"`, which lowers the same builders through the same pipeline and runs the printed PTX.
+  combine; paged decoding; packed variable-length sequences), or one entry point's own host work (FP8: V
+  rearranged into the kernel's layout, descales): the entry point with `level=None` (GPU) and `level="ptx"`,
+  which lowers the same builders through the same pipeline and runs the printed PTX.
 The GPU side records which kernels it compiled, so a case whose kernels differ from `case_configs` (the
 session's compile list) says so (`planned: false`).
 
@@ -52,6 +53,8 @@ def cases() -> list[Case]:
         Case("cluster2-d128", "cluster", dict(batch=1, heads=2, seq_q=256, seq_k=300, head_dim=128, causal=False), 15),
         Case("gemm-odd-k", "gemm", dict(M=300, N=200, K=77), 16),
         Case("gemm-odd-mn", "gemm", dict(M=333, N=136, K=200), 17),
+        Case("fp8-gqa-d128-causal", "fp8", dict(batch=1, heads=2, heads_k=1, seq_q=200, seq_k=336, head_dim=128,
+                                                causal=True), 18),
     ]
     return found
 
@@ -90,12 +93,22 @@ def inputs(case: Case) -> dict[str, np.ndarray]:
         return {"q": normal(p["batch"], 1, p["heads"], p["head_dim"]), "k_cache": normal(*cache), "v_cache": normal(*cache),
                 "cache_seqlens": np.array(p["cache_seqlens"], np.int32), "page_table": np.array(p["page_table"], np.int32)}
     b, h, d = p["batch"], p["heads"], p["head_dim"]
+    if case.kind == "fp8":  # e4m3 q, k, v (GQA) and f32 descales, as FlashAttention-3's tests draw them
+        from tessera.numerics import F8E4M3
+
+        hk = p["heads_k"]
+        arrays = {n: (rng.standard_normal((b, heads, p[seq], d)) * 3).astype(F8E4M3)
+                  for n, heads, seq in (("q", h, "seq_q"), ("k", hk, "seq_k"), ("v", hk, "seq_k"))}
+        return {**arrays, **{n: (rng.random((b, hk)) * 2).astype(np.float32) for n in FP8_DESCALES}}
     arrays = {"q": normal(b, h, p["seq_q"], d), "k": normal(b, h, p["seq_k"], d), "v": normal(b, h, p["seq_k"], d)}
     if case.kind == "backward":
         arrays["do"] = normal(b, h, p["seq_q"], d)
         arrays["o"] = reference.attention(arrays["q"], arrays["k"], arrays["v"], p["causal"]).astype(BF16)
         arrays["lse"] = reference.attention_lse(arrays["q"], arrays["k"], p["causal"]).astype(np.float32)
     return arrays
+
+
+FP8_DESCALES = ("descale_q", "descale_k", "descale_v")
 
 
 def case_configs(case: Case, arrays: dict | None = None) -> list:
@@ -111,6 +124,10 @@ def case_configs(case: Case, arrays: dict | None = None) -> list:
     p = case.params
     if case.kind == "forward":
         return [forward_config(p["head_dim"], p["causal"])]
+    if case.kind == "fp8":
+        from tessera.runtime.attention_fp8 import fp8_config
+
+        return [fp8_config(p["head_dim"], p["causal"], None, p["heads_k"] != p["heads"], False, None)]
     if case.kind == "cluster":
         return [attention_config(p["head_dim"], False, "bf16", cluster=2)]
     if case.kind == "gemm":
@@ -164,6 +181,9 @@ def run(case: Case, arrays: dict, level: str | None) -> dict[str, np.ndarray]:
         operands = (arrays["a"], arrays["b"]) if case.kind == "gemm" else (arrays["q"], arrays["k"], arrays["v"])
         (out,) = (run_on_gpu(kernel, *operands),) if level is None else execute_ptx(kernel, *operands)
         return {"c" if case.kind == "gemm" else "o": out}
+    if case.kind == "fp8":
+        return {"o": tessera.attention(arrays["q"], arrays["k"], arrays["v"], causal=p["causal"], level=level,
+                                       **{n: arrays[n] for n in FP8_DESCALES})}
     if case.kind == "backward":
         grads = tessera.attention_backward(*(arrays[n] for n in ("q", "k", "v", "o", "lse", "do")),
                                            causal=p["causal"], level=level)
@@ -192,6 +212,9 @@ def reference(case: Case, arrays: dict) -> dict[str, np.ndarray]:
     if case.kind == "backward":
         return dict(zip(("dq", "dk", "dv"), ref.attention_backward(arrays["q"], arrays["k"], arrays["v"], arrays["do"],
                                                                     p["causal"])))
+    if case.kind == "fp8":
+        return {"o": ref.attention_fp8(arrays["q"], arrays["k"], arrays["v"], *(arrays[n] for n in FP8_DESCALES),
+                                       causal=p["causal"])}
     if case.kind == "split":
         return {"o": ref.attention(arrays["q"], arrays["k"], arrays["v"]), "lse": ref.attention_lse(arrays["q"], arrays["k"])}
     if case.kind == "paged":  # each sequence's keys gathered through its pages, key heads shared by their group

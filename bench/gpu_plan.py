@@ -4,15 +4,16 @@ build kernel configurations.
 
 The grid is FlashAttention-3's (its Figure 5): sequence length 512 to 16k at 16k tokens (batch = 16k / seq),
 hidden size 2048 (heads = 2048 / head_dim), head_dim 64, 128 and 256, causal and not, bf16, forward and
-backward; GEMM at M = N = K = 4k and 8k.
+backward; GEMM at M = N = K = 4k and 8k. The FP8 forward (e4m3, FlashAttention-3's Figure 7) on a shorter
+grid (`FP8_SEQS`), against cuDNN's through SDPA and FA3's published figures.
 """
 
 from __future__ import annotations
 
-STAGES = ("install", "compile", "tests", "fidelity", "forward", "backward", "gemm", "report")
+STAGES = ("install", "compile", "tests", "fidelity", "forward", "fp8", "backward", "gemm", "report")
 """The session's stages in the order they run; each is its own process, cut at its budget."""
-BUDGETS_S = {"install": 40, "compile": 80, "tests": 90, "fidelity": 70, "forward": 100, "backward": 60, "gemm": 20,
-             "report": 10}
+BUDGETS_S = {"install": 40, "compile": 80, "tests": 90, "fidelity": 70, "forward": 80, "fp8": 40, "backward": 60,
+             "gemm": 10, "report": 10}
 """Seconds of wall time each stage may take on the GPU machine before it is cut (what it wrote is kept)."""
 SESSION_LIMIT_S = 480
 """The whole run, compilation included: 8 of the 15 device minutes a task has, leaving the machine's start
@@ -28,6 +29,29 @@ HIDDEN = 2048
 GEMM_SIZES = (4096, 8192)
 WARMUP, REPEATS = 3, 10
 """Per timed system and configuration (median of REPEATS after WARMUP; bench/attention.py's timing)."""
+
+
+FP8_SEQS = (1024, 4096, 16384)
+"""The FP8 forward's sequence lengths (a third of FA3 Figure 7's, at the same 16k tokens): the stage's budget."""
+FA3_FP8_TFLOPS = {(64, False): (240, 396, 462, 568, 596, 613), (64, True): (164, 244, None, None, None, None),
+                  (128, False): (348, 596, 733, 918, 974, 1008), (256, False): (510, 744, 931, 966, 1151, 1171),
+                  (256, True): (329, 521, 703, 856, 960, 1024)}
+"""FlashAttention-3's published FP8 (e4m3) forward TFLOP/s on an H100 by (head_dim, causal), at `SEQS`: its paper's
+Figure 7 as transcribed in shared/notes/attention-2026.md (head_dim 128 causal was not found; None where the
+transcription stops). Printed beside the measured systems, never measured here."""
+
+
+def fp8_rows(head_dims=HEAD_DIMS, masks=(False, True), seqs=FP8_SEQS, tokens=TOKENS, hidden=HIDDEN) -> list[dict]:
+    """The FP8 forward's configurations: `attention_rows`' shape rule, e4m3 inputs."""
+    return [dict(seq=seq, batch=max(1, tokens // seq), heads=hidden // d, head_dim=d, causal=causal, dtype="e4m3",
+                 direction="forward") for d in head_dims for causal in masks for seq in seqs]
+
+
+def fa3_fp8_tflops(row: dict) -> float | None:
+    """FA3's published FP8 figure for `row`, None where there is none."""
+    figures = FA3_FP8_TFLOPS.get((row["head_dim"], row["causal"]))
+    return figures[SEQS.index(row["seq"])] if figures and row["seq"] in SEQS and row["batch"] * row["seq"] == TOKENS \
+        and row["heads"] * row["head_dim"] == HIDDEN else None
 
 
 def attention_rows(direction: str) -> list[dict]:
@@ -51,22 +75,35 @@ def attention_flops(row: dict) -> float:
     return forward * (2.5 if row["direction"] == "backward" else 1.0)
 
 
-SYSTEMS = {"forward": 6, "backward": 4, "gemm": 2}
-"""Systems timed per row at most: Tessera, SDPA's three backends (forward: and Triton, FlexAttention); cuBLAS."""
+SYSTEMS = {"forward": 6, "fp8": 3, "backward": 4, "gemm": 2}
+"""Systems timed per row at most: Tessera, SDPA's three backends (forward: and Triton, FlexAttention); Tessera FP8
+with and without V's rearrangement, cuDNN FP8; cuBLAS."""
+FP8_CHECK_S = 1.0
+"""Seconds a pessimistic FP8 row spends in its checks (float64 on a slice per system: bench/attention.fp8_check)."""
 SLOW_TFLOPS, CHECK_TFLOPS, ROW_OVERHEAD_S = 100.0, 20.0, 0.5
 """A pessimistic estimate of a benchmark stage: every system at 100 TFLOP/s (an H200 does 300 to 700 in bf16),
 the fp32 checks (a reference and a straightforward computation, forward and backward) at 20 TFLOP/s, and half a
 second per row for inputs, launches and synchronisation."""
 
 
+BENCHMARKS = ("forward", "fp8", "backward", "gemm")
+"""The benchmark stages."""
+
+
+def benchmark_rows(name: str) -> list[dict]:
+    """The rows of benchmark stage `name`."""
+    return gemm_rows() if name == "gemm" else fp8_rows() if name == "fp8" else attention_rows(name)
+
+
 def stage_estimate_s(name: str) -> float:
     """Seconds the benchmark stage `name` is expected to take at most, compiles aside (capped separately)."""
-    rows = gemm_rows() if name == "gemm" else attention_rows(name)
+    rows = benchmark_rows(name)
     total = 0.0
     for row in rows:
         flops = 2.0 * row["M"] * row["N"] * row["K"] if name == "gemm" else attention_flops(row)
         timed = SYSTEMS[name] * (WARMUP + REPEATS + 1) * flops / (SLOW_TFLOPS * 1e12)
-        total += timed + 3 * flops / (CHECK_TFLOPS * 1e12) + ROW_OVERHEAD_S
+        check = FP8_CHECK_S if name == "fp8" else 3 * flops / (CHECK_TFLOPS * 1e12)
+        total += timed + check + ROW_OVERHEAD_S
     return total
 
 
@@ -102,10 +139,19 @@ def gemm_config(aligned: bool = True):
     return config("bf16", aligned=aligned)
 
 
+def fp8_config(head_dim: int, causal: bool):
+    """The FP8 forward kernel `tessera.attention` runs on the GPU (descales given, no LSE)."""
+    from tessera.runtime.attention_fp8 import fp8_config as config
+
+    return config(head_dim, causal, None, False, False, None)
+
+
 def row_configs(row: dict) -> list:
     """The kernels Tessera runs for one benchmark row."""
     if "M" in row:
         return [gemm_config()]
+    if row["dtype"] == "e4m3":
+        return [fp8_config(row["head_dim"], row["causal"])]
     if row["direction"] == "forward":
         return [forward_config(row["head_dim"], row["causal"])]
     backward = backward_configs(row["head_dim"], row["causal"])

@@ -18,10 +18,12 @@ Stages (`gpu_plan.STAGES`), each its own process with its own budget (`gpu_plan.
    into the kernel cache (`--cache`, else Tessera's default), from which the later stages load them;
 3. tests: tests/test_runtime.py and every test marked `gpu` (those skip without a GPU);
 4. fidelity: the same PTX on the GPU and in the PTX executor on the same inputs (bench/gpu_fidelity.py);
-5-7. forward, backward, gemm: FlashAttention-3's grid against PyTorch SDPA's backends, Triton's kernel and
-   FlexAttention where present; GEMM 4k and 8k against cuBLAS (bench/attention.py's harness);
-8. report: attention_forward.svg, attention_backward.svg, gemm.svg (hand-written SVG, FA3 Figure 5's
-   layout: no matplotlib there) and benchmark.csv.
+5-8. forward, fp8, backward, gemm: FlashAttention-3's grid against PyTorch SDPA's backends, Triton's kernel
+   and FlexAttention where present; the FP8 forward (e4m3) against cuDNN's FP8 through SDPA where present and
+   FA3's published FP8 figures, its outputs checked by `tessera.reference.check_attention_fp8`; GEMM 4k and
+   8k against cuBLAS (bench/attention.py's harness);
+9. report: attention_forward.svg, attention_fp8.svg, attention_backward.svg, gemm.svg (hand-written SVG, FA3
+   Figure 5's layout: no matplotlib there) and benchmark.csv.
 A stage past its budget is killed (with its process group); what it wrote so far is kept. After every stage
 `session.json` in --out holds the plan, every stage's status, seconds and results; `stages/<name>.json` each
 stage's own, `logs/<name>.log` its output. Exit status 0 when every stage finished.
@@ -258,7 +260,7 @@ def budget_checks(session: dict | None = None) -> list[dict]:
     total = sum(gpu_plan.BUDGETS_S[s] for s in gpu_plan.STAGES)
     checks = [{"check": "stage budgets sum to at most the session limit", "value_s": total,
                "limit_s": gpu_plan.SESSION_LIMIT_S, "ok": total <= gpu_plan.SESSION_LIMIT_S}]
-    for name in ("forward", "backward", "gemm"):
+    for name in gpu_plan.BENCHMARKS:
         estimate = round(gpu_plan.stage_estimate_s(name), 1)
         checks.append({"check": f"{name}: the grid at a pessimistic speed fits its budget", "value_s": estimate,
                        "limit_s": gpu_plan.BUDGETS_S[name], "ok": estimate <= gpu_plan.BUDGETS_S[name]})
@@ -340,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
                                **{k: v for k, v in (session["stages"][n].get("results") or {}).items()
                                   if k not in ("records",)}} for n in names},
                 "benchmark_rows": {n: len((session["stages"].get(n, {}).get("results") or {}).get("records", []))
-                                   for n in ("forward", "backward", "gemm")},
+                                   for n in gpu_plan.BENCHMARKS},
                 "budget_checks": checks}
         write_json(args.out / "plan.json", plan)
         ok = ok and all(c["ok"] for c in checks)

@@ -27,6 +27,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK_EXECUTOR = ("gemm-odd-mn", "paged-decode-d64")
+QUICK_FP8 = dict(head_dim=128, causal=False)
+"""`--dry-run --quick` compiles the FP8 forward's kernel of this row (and host-checks its rows)."""
 """`--dry-run --quick` runs the PTX-executor side of these cases only: one through a compiled kernel, one
 through an entry point."""
 FLEX_SHARE_S = 35
@@ -65,11 +67,14 @@ def kernel_plan(quick: bool) -> list:
     launch path)."""
     configs = []
     if not quick:
-        for row in gpu_plan.attention_rows("forward") + gpu_plan.attention_rows("backward") + gpu_plan.gemm_rows():
-            configs += gpu_plan.row_configs(row)
+        for name in gpu_plan.BENCHMARKS:
+            for row in gpu_plan.benchmark_rows(name):
+                configs += gpu_plan.row_configs(row)
     for case in gpu_fidelity.cases():
         if not quick or case.name in gpu_fidelity.QUICK:
             configs += gpu_fidelity.case_configs(case)
+    if quick:
+        configs.append(gpu_plan.fp8_config(**QUICK_FP8))
     return gpu_plan.unique(configs)
 
 
@@ -251,6 +256,17 @@ def host_check(kernel, inputs: list) -> list:
     return [zeros(t.dims.evaluate(sizes), t.dtype) for t in kernel_tensors(kernel.host) if t.role == "out"]
 
 
+def fp8_plan_inputs(row: dict, config) -> list:
+    """An FP8 row's kernel inputs as the runtime makes them: q, k, V in the layout the kernel's signature asks
+    for (`attention_fp8.kernel_v`, on a zero-stride V) and the three f32 descales."""
+    from tessera.numerics import F8E4M3
+    from tessera.runtime.attention_fp8 import fp8_signature, kernel_v
+
+    shape = (row["batch"], row["heads"], row["seq"], row["head_dim"])
+    q, k, v = (zeros(shape, F8E4M3) for _ in range(3))
+    return [q, k, kernel_v(v, fp8_signature(config)), *(zeros(shape[:2], np.float32) for _ in range(3))]
+
+
 def plan_row(row: dict, compiled: set | None) -> dict:
     """The dry run of one benchmark row: inputs built, each Tessera kernel host-checked (with `compiled` a set
     of configurations, only those in it)."""
@@ -261,6 +277,8 @@ def plan_row(row: dict, compiled: set | None) -> dict:
     record = {"system": "Tessera", "config": row, "status": "planned", "kernels": [str(c) for c in configs]}
     if "M" in row:
         inputs = [zeros((row["M"], row["K"]), BF16), zeros((row["K"], row["N"]), BF16)]
+    elif row["dtype"] == "e4m3":
+        inputs = fp8_plan_inputs(row, configs[0])
     else:
         shape = (row["batch"], row["heads"], row["seq"], row["head_dim"])
         inputs = [zeros(shape, BF16) for _ in range(4 if row["direction"] == "backward" else 3)]
@@ -289,7 +307,7 @@ def plan_row(row: dict, compiled: set | None) -> dict:
 def benchmark_stage(name: str, writer, dry: bool, quick: bool) -> None:
     """The rows of stage `name` measured on the GPU; in the dry run, planned and host-checked (`plan_row`),
     SystemExit naming the first row Tessera's checks refuse."""
-    rows = gpu_plan.gemm_rows() if name == "gemm" else gpu_plan.attention_rows(name)
+    rows = gpu_plan.benchmark_rows(name)
     if dry:
         compiled = set(kernel_plan(True)) if quick else None
         for row in rows:
@@ -324,6 +342,10 @@ def _measure_rows(name: str, rows: list[dict], writer) -> None:
     elif name == "backward":
         systems = [attention_backward_gpu.tessera_backward_system(torch)] + \
             attention_backward_gpu.sdpa_backward_systems(torch)
+    elif name == "fp8":
+        systems = attention.tessera_fp8_systems(torch) + [attention.cudnn_fp8_system(torch)]
+        writer.set("published", {"FA3 (paper, Figure 7)": [{"config": r, "tflops": gpu_plan.fa3_fp8_tflops(r)}
+                                                            for r in rows if gpu_plan.fa3_fp8_tflops(r)]})
     else:
         systems = [attention.tessera_system(torch)] + attention.sdpa_systems(torch) + \
             [s for s in (attention.triton_system(torch), attention.flex_system(torch)) if s is not None]
@@ -354,6 +376,10 @@ def _row_inputs(torch, name: str, row: dict, generator):
         a, b = (torch.randn(*shape, device="cuda", dtype=torch.bfloat16, generator=generator)
                 for shape in ((row["M"], row["K"]), (row["K"], row["N"])))
         return (a, b), gemm.gemm_check(torch, a, b), 2.0 * row["M"] * row["N"] * row["K"]
+    if name == "fp8":
+        q, k, v = attention.fp8_inputs(torch, row, generator)
+        check = attention.fp8_check(torch, q, k, v, row["causal"])
+        return (q, k, v, row["causal"]), check, gpu_plan.attention_flops(row)
     shape = (row["batch"], row["heads"], row["seq"], row["head_dim"])
     tensors = [torch.randn(*shape, device="cuda", dtype=torch.bfloat16, generator=generator)
                for _ in range(4 if name == "backward" else 3)]
@@ -386,14 +412,15 @@ def capped(system, share_s: float):
 
 
 def report_stage(writer, out: Path) -> None:
-    """attention_forward.svg, attention_backward.svg, gemm.svg and benchmark.csv from the benchmark stages."""
+    """attention_forward.svg, attention_fp8.svg, attention_backward.svg, gemm.svg and benchmark.csv from the
+    benchmark stages."""
     import json
 
     import gpu_plot
 
     everything = []
-    for name, title in (("forward", "Forward attention, bf16"), ("backward", "Backward attention, bf16"),
-                        ("gemm", "GEMM, bf16 inputs")):
+    for name, title in (("forward", "Forward attention, bf16"), ("fp8", "Forward attention, FP8 e4m3"),
+                        ("backward", "Backward attention, bf16"), ("gemm", "GEMM, bf16 inputs")):
         path = out / "stages" / f"{name}.json"
         records = json.loads(path.read_text()).get("records", []) if path.exists() else []
         device = json.loads(path.read_text()).get("environment", {}).get("device") if path.exists() else None
@@ -413,7 +440,7 @@ def run(name: str, writer, out: Path, dry: bool, quick: bool) -> None:
         tests_stage(writer, out, dry, quick)
     elif name == "fidelity":
         fidelity_stage(writer, dry, quick)
-    elif name in ("forward", "backward", "gemm"):
+    elif name in gpu_plan.BENCHMARKS:
         benchmark_stage(name, writer, dry, quick)
     elif name == "report":
         report_stage(writer, out)

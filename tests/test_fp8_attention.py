@@ -105,12 +105,14 @@ def test_saturated_inputs_stay_finite():
 
 @pytest.mark.parametrize("kwargs, error, message", [
     (dict(level="ptx"), UnsupportedKernel, "FP8 attention at level='ptx' needs seq_k a multiple of 16"),
-    (dict(level=None), UnsupportedKernel, r"not supported on the GPU \(level=None\) yet"),
+    (dict(level=None), UnsupportedKernel, r"on the GPU \(level=None\) needs seq_k a multiple of 16"),
     (dict(level="tile", num_splits=2), ValueError, "not supported with num_splits=2"),
     (dict(level="tile", cluster=2), ValueError, "not supported with cluster=2"),
     (dict(level="tile", mask_mod=lambda b, h, i, j: i >= j), ValueError, "not supported with score_mod/mask_mod"),
     (dict(level="tile", descale_k=np.ones((1, 3))), ValueError, r"descale_k must have shape \[batch, heads_k\]"),
     (dict(level="tile", descale_v=np.array([[np.inf, 1.0]])), ValueError, "descale_v must be finite"),
+    (dict(level="tile", scale=[1.0]), ValueError, "scale must be a positive finite number"),
+    (dict(level=None, causal="yes"), ValueError, "causal must be True or False"),
 ])
 def test_the_api_refuses_what_fp8_does_not_support(kwargs, error, message):
     q, k, v, _ = _inputs(0, 1, 2, 2, 8, 8, 64)

@@ -10,24 +10,116 @@ import numpy as np
 import pytest
 from xdsl.utils.exceptions import VerifyException
 
-from tessera.interpreters.sm90 import run_target_kernel
 from tessera.ir import parse_module
 
-from test_sm90_simulator import SS_GEMM, _kernel, _seed
+from test_sm90_simulator import _run_c, _seed
 
 E4M3, E5M2 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2
 
 
+def warpgroup_kernel(name: str, inputs: list[str], buffers: list[tuple[str, int, int]], loads: list[tuple[str, str]],
+                     prepare: str, mma: str) -> str:
+    """The Target IR text of a one-CTA, one-warpgroup wgmma kernel @`name`: parameters `inputs` (sources 0..,
+    each a `%name: type {attrs}` line) and the f32 [64, 64] output %c_ptr after them; shared `buffers` (name,
+    bytes, swizzle) laid out in order, 1024-aligned, as %s<name>, then the mbarrier "full" (%bar); the leader
+    initialises it and TMA-loads each (map, buffer) of `loads` at (0, 0) expecting their bytes; every thread
+    runs `prepare` (its coordinates %w, %lane, %g, %c, %row = 16 %w + %g and %col = 2 %c are defined), waits
+    for phase 0, runs `mma` (which leaves the m64n64 f32 accumulator in %d) and stores %d in the accumulator
+    layout (row 16w + g (+8), columns 2c (+1) of each 8-column block: facts.accumulator_coords)."""
+    offsets, offset = {}, 0
+    for buffer, size, _ in buffers:
+        offsets[buffer], offset = offset, offset + size
+    params = ",\n".join(f"      {line}" for line in inputs)
+    shared = "\n".join(f'    %s{b} = sm90.shared_buffer "{b}" offset {offsets[b]} size {size} align 1024 '
+                        f'swizzle {sw} : i32' for b, size, sw in buffers)
+    tma = "\n".join(f"      sm90.tma_load %{m}[%zero_i32, %zero_i32], %s{b}, %bar : i32, i32" for m, b in loads)
+    expect = sum(size for b, size, _ in buffers if b in {b for _, b in loads})
+    return f"""\
+builtin.module {{
+  func.func @{name}(
+{params},
+      %c_ptr: i64 {{sm90.source = {len(inputs)} : i64, sm90.element_type = f32, tile.dims = #tile.dims<64, 64>, tile.role = "out"}})
+      attributes {{sm90.kernel = {{threads = 128 : i64, smem_bytes = {offset + 8} : i64}},
+                  tile.kernel = {{kind = "custom"}}, tile.grid = #tile.dims<1>}} {{
+    %tid = sm90.special "tid.x" : index
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c2 = arith.constant 2 : index
+    %c4 = arith.constant 4 : index
+    %c16 = arith.constant 16 : index
+    %c32 = arith.constant 32 : index
+    %c64 = arith.constant 64 : index
+    %zero_i32 = arith.constant 0 : i32
+    %true = arith.constant true
+    %leader = arith.cmpi eq, %tid, %c0 : index
+{shared}
+    %bar = sm90.shared_buffer "full" offset {offset} size 8 align 8 swizzle 0 : i32
+    scf.if %leader {{
+      sm90.mbarrier_init %bar, 1
+      sm90.fence_mbarrier_init
+    }}
+    sm90.bar_sync 0, 128
+    scf.if %leader {{
+      sm90.mbarrier_arrive_expect_tx %bar, {expect}
+{tma}
+    }}
+    %w = arith.divui %tid, %c32 : index
+    %lane = arith.remui %tid, %c32 : index
+    %g = arith.divui %lane, %c4 : index
+    %c = arith.remui %lane, %c4 : index
+    %r16 = arith.muli %w, %c16 : index
+    %row = arith.addi %r16, %g : index
+    %col = arith.muli %c, %c2 : index
+{prepare}    scf.while () : () -> () {{
+      %ok = sm90.mbarrier_try_wait_parity %bar, %zero_i32 : i32
+      %again = arith.xori %ok, %true : i1
+      scf.condition(%again)
+    }} do {{
+      scf.yield
+    }}
+{mma}    %rowoff = arith.muli %row, %c64 : index
+    %elem = arith.addi %rowoff, %col : index
+    %elem64 = arith.index_cast %elem : index to i64
+    %base = vector.broadcast %elem64 : i64 to vector<32xi64>
+    %pattern = arith.constant dense<[0, 1, 512, 513, 8, 9, 520, 521, 16, 17, 528, 529, 24, 25, 536, 537, 32, 33, 544, 545, 40, 41, 552, 553, 48, 49, 560, 561, 56, 57, 568, 569]> : vector<32xi64>
+    %four = arith.constant dense<4> : vector<32xi64>
+    %elems = arith.addi %base, %pattern : vector<32xi64>
+    %offsets = arith.muli %elems, %four : vector<32xi64>
+    %mask = arith.constant dense<true> : vector<32xi1>
+    sm90.st_global %c_ptr[%offsets], %d, %mask : vector<32xi64>, vector<32xf32>, vector<32xi1>
+    sm90.bar_sync 0, 128
+    scf.if %leader {{
+      sm90.mbarrier_inval %bar
+    }}
+    func.return
+  }}
+}}
+"""
+
+
 def fp8_gemm(atype: str = "e4m3") -> str:
-    """SS_GEMM with 8-bit A and B [64, 128]: the same 128-byte rows and 32-byte K steps, type `atype`."""
-    text = SS_GEMM.replace("sm90.box = [64 : i64, 64 : i64]", "sm90.box = [128 : i64, 64 : i64]")
-    text = text.replace("tile.dims = #tile.dims<64, 64>},\n      %b_map", "tile.dims = #tile.dims<64, 128>},\n      %b_map")
-    text = text.replace("tile.dims = #tile.dims<64, 64>},\n      %c_ptr", "tile.dims = #tile.dims<64, 128>},\n      %c_ptr")
+    """C = A B^T for 8-bit A and B [64, 128] of type `atype` (the bf16 GEMM of test_sm90_simulator with 8-bit
+    operands): TMA (UINT8 maps) into 128-byte-swizzled buffers, four k32 steps of 32 bytes each."""
     element = {"e4m3": "f8E4M3FN", "e5m2": "f8E5M2"}[atype]
-    for name in ("a_map", "b_map"):  # the tensors' element type, for the host description of the PTX launch
-        text = text.replace(f"%{name}: !sm90.tensormap {{", f"%{name}: !sm90.tensormap {{sm90.element_type = {element}, ")
-    text = text.replace("%c_ptr: i64 {", "%c_ptr: i64 {sm90.element_type = f32, ")
-    return _seed(text, 'type "bf16" trans 0, 0', f'type "{atype}" trans 0, 0')
+    inputs = [f"%{m}: !sm90.tensormap {{sm90.element_type = {element}, sm90.source = {i} : i64, sm90.box = [128 : i64, "
+              f"64 : i64], sm90.swizzle = 128 : i64, tile.dims = #tile.dims<64, 128>}}"
+              for i, m in enumerate(("a_map", "b_map"))]
+    mma = f"""    %da0 = sm90.make_descriptor %sa lbo 16 sbo 1024 swizzle 128 : i64
+    %db0 = sm90.make_descriptor %sb lbo 16 sbo 1024 swizzle 128 : i64
+    %step = arith.constant 2 : i64
+    %acc0 = arith.constant dense<0.0> : vector<32xf32>
+    sm90.wgmma_fence
+    %d, %da, %db = scf.for %k = %c0 to %c4 step %c1 iter_args(%acc = %acc0, %a = %da0, %b = %db0) -> (vector<32xf32>, i64, i64) {{
+      %acc2 = sm90.wgmma_mma_async %acc, %a, %b n 64 type "{atype}" trans 0, 0 : vector<32xf32>, i64
+      %a2 = arith.addi %a, %step : i64
+      %b2 = arith.addi %b, %step : i64
+      scf.yield %acc2, %a2, %b2 : vector<32xf32>, i64, i64
+    }}
+    sm90.wgmma_commit_group
+    sm90.wgmma_wait_group 0
+"""
+    return warpgroup_kernel("gemm_fp8", inputs, [("a", 8192, 128), ("b", 8192, 128)],
+                            [("a_map", "a"), ("b_map", "b")], "", mma)
 
 
 def _operands(rng, dtype=E4M3):
@@ -39,26 +131,16 @@ def _operands(rng, dtype=E4M3):
 @pytest.mark.parametrize("atype, dtype", [("e4m3", E4M3), ("e5m2", E5M2)])
 def test_fp8_ss_wgmma_in_the_cta_simulator(atype, dtype, rng):
     a, b, reference = _operands(rng, dtype)
-    c = np.zeros((64, 64), np.float32)
-    run_target_kernel(_kernel(fp8_gemm(atype)), [a, b, c], {})
+    c, _ = _run_c(fp8_gemm(atype), [a, b], reference)
     np.testing.assert_allclose(c, reference, rtol=2**-22, atol=1e-6)
 
 
 def test_fp8_ss_wgmma_printed_runs_in_the_ptx_executor_and_ptxas_takes_it(rng):
-    from tessera import toolchain
-    from tessera.host import describe
-    from tessera.interpreters.ptx.launcher import launch_described
-    from tessera.interpreters.ptx.printed import ptx_text
-
     a, b, reference = _operands(rng)
-    c = np.zeros((64, 64), np.float32)
-    text, printed = ptx_text(parse_module(fp8_gemm()))
-    launch_described(text, describe(printed)[0], [a, b, c], {})
+    c, text = _run_ptx(fp8_gemm(), [a, b])
     np.testing.assert_allclose(c, reference, rtol=2**-22, atol=1e-6)
     assert "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3" in text
-    for ptxas in toolchain.find_all_ptxas():
-        result = toolchain.compile_ptx(text, ptxas=ptxas.path)
-        assert not result.log.diagnostics and result.entry().spill_store_bytes == 0, ptxas.release
+    _assert_ptxas_clean(text)
 
 
 @pytest.mark.parametrize("trans, operand", [("1, 0", "A"), ("0, 1", "B")])
@@ -89,44 +171,15 @@ def test_rs_fp8_a_registers_are_read_by_figure_88():
 # P.V with an 8-bit P in registers: each thread loads its 16 elements of a [64, 32] f32 P tile in the m64n32
 # accumulator layout, packs them with sm90.cvt_pack_fp8, and multiplies by V^T [64, 32] (K-major, 32-byte rows,
 # 32-byte swizzle) whose keys are in P8_KEY_ORDER: C = e4m3(P) V.
-RS_FP8 = """\
-builtin.module {
-  func.func @pv_fp8(
-      %p_ptr: i64 {sm90.source = 0 : i64, sm90.element_type = f32, tile.dims = #tile.dims<64, 32>},
-      %vt_map: !sm90.tensormap {sm90.element_type = f8E4M3FN, sm90.source = 1 : i64, sm90.box = [32 : i64, 64 : i64], sm90.swizzle = 32 : i64, tile.dims = #tile.dims<64, 32>},
-      %c_ptr: i64 {sm90.source = 2 : i64, sm90.element_type = f32, tile.dims = #tile.dims<64, 64>, tile.role = "out"})
-      attributes {sm90.kernel = {threads = 128 : i64, smem_bytes = 2056 : i64},
-                  tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>} {
-    %tid = sm90.special "tid.x" : index
-    %c0 = arith.constant 0 : index
-    %c2 = arith.constant 2 : index
-    %c4 = arith.constant 4 : index
-    %c16 = arith.constant 16 : index
-    %c32 = arith.constant 32 : index
-    %c64 = arith.constant 64 : index
-    %zero_i32 = arith.constant 0 : i32
-    %true = arith.constant true
-    %leader = arith.cmpi eq, %tid, %c0 : index
-    %svt = sm90.shared_buffer "vt" offset 0 size 2048 align 1024 swizzle 32 : i32
-    %bar = sm90.shared_buffer "full" offset 2048 size 8 align 8 swizzle 0 : i32
-    scf.if %leader {
-      sm90.mbarrier_init %bar, 1
-      sm90.fence_mbarrier_init
-    }
-    sm90.bar_sync 0, 128
-    scf.if %leader {
-      sm90.mbarrier_arrive_expect_tx %bar, 2048
-      sm90.tma_load %vt_map[%zero_i32, %zero_i32], %svt, %bar : i32, i32
-    }
-    %w = arith.divui %tid, %c32 : index
-    %lane = arith.remui %tid, %c32 : index
-    %g = arith.divui %lane, %c4 : index
-    %c = arith.remui %lane, %c4 : index
-    %r16 = arith.muli %w, %c16 : index
-    %row = arith.addi %r16, %g : index
+RS_FP8 = warpgroup_kernel(
+    "pv_fp8",
+    ["%p_ptr: i64 {sm90.source = 0 : i64, sm90.element_type = f32, tile.dims = #tile.dims<64, 32>}",
+     "%vt_map: !sm90.tensormap {sm90.element_type = f8E4M3FN, sm90.source = 1 : i64, sm90.box = [32 : i64, 64 : i64], "
+     "sm90.swizzle = 32 : i64, tile.dims = #tile.dims<64, 32>}"],
+    [("vt", 2048, 32)], [("vt_map", "vt")],
+    prepare="""\
     %p_row = arith.muli %row, %c32 : index
-    %p_col = arith.muli %c, %c2 : index
-    %p_elem = arith.addi %p_row, %p_col : index
+    %p_elem = arith.addi %p_row, %col : index
     %p_elem64 = arith.index_cast %p_elem : index to i64
     %p_base = vector.broadcast %p_elem64 : i64 to vector<16xi64>
     %p_pattern = arith.constant dense<[0, 1, 256, 257, 8, 9, 264, 265, 16, 17, 272, 273, 24, 25, 280, 281]> : vector<16xi64>
@@ -136,72 +189,63 @@ builtin.module {
     %all16 = arith.constant dense<true> : vector<16xi1>
     %p_f32 = sm90.ld_global %p_ptr[%p_offsets], %all16 : vector<16xi64>, vector<16xi1> -> vector<16xf32>
     %a_regs = sm90.cvt_pack_fp8 %p_f32 type "e4m3" : vector<16xf32> -> vector<4xi32>
-    scf.while () : () -> () {
-      %ok = sm90.mbarrier_try_wait_parity %bar, %zero_i32 : i32
-      %again = arith.xori %ok, %true : i1
-      scf.condition(%again)
-    } do {
-      scf.yield
-    }
+""",
+    mma="""\
     %db = sm90.make_descriptor %svt lbo 16 sbo 256 swizzle 32 : i64
     %acc0 = arith.constant dense<0.0> : vector<32xf32>
     sm90.wgmma_fence
     %d = sm90.wgmma_mma_async %acc0, %a_regs, %db n 64 type "e4m3" trans 0, 0 : vector<32xf32>, vector<4xi32>
     sm90.wgmma_commit_group
     sm90.wgmma_wait_group 0
-    %rowoff = arith.muli %row, %c64 : index
-    %elem = arith.addi %rowoff, %p_col : index
-    %elem64 = arith.index_cast %elem : index to i64
-    %base = vector.broadcast %elem64 : i64 to vector<32xi64>
-    %pattern = arith.constant dense<[0, 1, 512, 513, 8, 9, 520, 521, 16, 17, 528, 529, 24, 25, 536, 537, 32, 33, 544, 545, 40, 41, 552, 553, 48, 49, 560, 561, 56, 57, 568, 569]> : vector<32xi64>
-    %four = arith.constant dense<4> : vector<32xi64>
-    %elems = arith.addi %base, %pattern : vector<32xi64>
-    %offsets = arith.muli %elems, %four : vector<32xi64>
-    %mask = arith.constant dense<true> : vector<32xi1>
-    sm90.st_global %c_ptr[%offsets], %d, %mask : vector<32xi64>, vector<32xf32>, vector<32xi1>
-    sm90.bar_sync 0, 128
-    scf.if %leader {
-      sm90.mbarrier_inval %bar
-    }
-    func.return
-  }
-}
-"""
+""")
 
 
-def _pv_operands(rng):
+def _pv(rng, key_order: bool):
+    """(P f32 [64, 32] with values beyond e4m3's 448 (saturated), V e4m3 [32 keys, 64] (as V^T [64, 32] with
+    its keys in P8_KEY_ORDER where `key_order`), e4m3(P) V in float64)."""
     from tessera.sm90 import facts
 
-    p = (rng.random((64, 32)) * 500).astype(np.float32)  # beyond 448 too: saturated
+    p = (rng.random((64, 32)) * 500).astype(np.float32)
     v = rng.standard_normal((32, 64)).astype(E4M3)
-    vt = np.ascontiguousarray(v[list(facts.P8_KEY_ORDER), :].T)  # [64, 32]: k-position k holds key order[k]
-    p8 = np.clip(p, -448, 448).astype(E4M3).astype(np.float64)
-    return p, vt, p8 @ v.astype(np.float64)
+    given = np.ascontiguousarray(v[list(facts.P8_KEY_ORDER), :].T) if key_order else v  # k-position k: key order[k]
+    return p, given, np.clip(p, -448, 448).astype(E4M3).astype(np.float64) @ v.astype(np.float64)
 
 
-def test_p_packed_by_cvt_pack_fp8_times_permuted_vt_in_the_cta_simulator(rng):
-    p, vt, reference = _pv_operands(rng)
-    c = np.zeros((64, 64), np.float32)
-    run_target_kernel(_kernel(RS_FP8), [p, vt, c], {})
-    np.testing.assert_allclose(c, reference, rtol=2**-22, atol=1e-5)
-
-
-def test_p_packed_by_cvt_pack_fp8_printed_runs_in_the_ptx_executor_and_ptxas_takes_it(rng):
-    from tessera import toolchain
+def _run_ptx(kernel_text: str, inputs: list) -> tuple[np.ndarray, str]:
+    """Print the Target IR kernel and run the PTX text in the PTX executor on `inputs` and its f32 [64, 64]
+    output C (zeroed), as the runtime would launch it; (C, the PTX text)."""
     from tessera.host import describe
     from tessera.interpreters.ptx.launcher import launch_described
     from tessera.interpreters.ptx.printed import ptx_text
 
-    p, vt, reference = _pv_operands(rng)
+    text, printed = ptx_text(parse_module(kernel_text))
     c = np.zeros((64, 64), np.float32)
-    text, printed = ptx_text(parse_module(RS_FP8))
-    launch_described(text, describe(printed)[0], [p, vt, c], {})
-    np.testing.assert_allclose(c, reference, rtol=2**-22, atol=1e-5)
-    assert "cvt.rn.satfinite.e4m3x2.f32" in text and "m64n64k32.f32.e4m3.e4m3" in text
-    for ptxas in toolchain.find_all_ptxas():  # 12.x and 13.x where installed: clean, no spill
+    launch_described(text, describe(printed)[0], [*inputs, c], {})
+    return c, text
+
+
+def _assert_ptxas_clean(text: str) -> None:
+    """Every installed ptxas (12.x and 13.x where found) assembles `text` without a diagnostic or a spill."""
+    from tessera import toolchain
+
+    for ptxas in toolchain.find_all_ptxas():
         result = toolchain.compile_ptx(text, ptxas=ptxas.path)
         entry = result.entry()
         assert not result.log.diagnostics and entry.spill_store_bytes == entry.spill_load_bytes == 0, ptxas.release
+
+
+def test_p_packed_by_cvt_pack_fp8_times_permuted_vt_in_the_cta_simulator(rng):
+    p, vt, reference = _pv(rng, key_order=True)
+    c, _ = _run_c(RS_FP8, [p, vt], reference)
+    np.testing.assert_allclose(c, reference, rtol=2**-22, atol=1e-5)
+
+
+def test_p_packed_by_cvt_pack_fp8_printed_runs_in_the_ptx_executor_and_ptxas_takes_it(rng):
+    p, vt, reference = _pv(rng, key_order=True)
+    c, text = _run_ptx(RS_FP8, [p, vt])
+    np.testing.assert_allclose(c, reference, rtol=2**-22, atol=1e-5)
+    assert "cvt.rn.satfinite.e4m3x2.f32" in text and "m64n64k32.f32.e4m3.e4m3" in text
+    _assert_ptxas_clean(text)
 
 
 # The producer's V transpose: V [32 keys, 64] e4m3 arrives by TMA (unswizzled, 64-byte rows); each thread
@@ -284,48 +328,28 @@ def transposing_kernel() -> str:
     return text
 
 
-def _pv_plain(rng):
-    p = (rng.random((64, 32)) * 500).astype(np.float32)
-    v = rng.standard_normal((32, 64)).astype(E4M3)
-    return p, v, np.clip(p, -448, 448).astype(E4M3).astype(np.float64) @ v.astype(np.float64)
-
-
 def test_v_transposed_in_shared_memory_by_prmt_in_the_cta_simulator_and_the_ptx_executor(rng):
-    from tessera import toolchain
-    from tessera.host import describe
-    from tessera.interpreters.ptx.launcher import launch_described
-    from tessera.interpreters.ptx.printed import ptx_text
-
-    p, v, reference = _pv_plain(rng)
-    c = np.zeros((64, 64), np.float32)
-    run_target_kernel(_kernel(transposing_kernel()), [p, v, c], {})
+    p, v, reference = _pv(rng, key_order=False)
+    c, _ = _run_c(transposing_kernel(), [p, v], reference)
     np.testing.assert_allclose(c, reference, rtol=2**-22, atol=1e-5)
-    c = np.zeros((64, 64), np.float32)
-    text, printed = ptx_text(parse_module(transposing_kernel()))
-    launch_described(text, describe(printed)[0], [p, v, c], {})
+    c, text = _run_ptx(transposing_kernel(), [p, v])
     np.testing.assert_allclose(c, reference, rtol=2**-22, atol=1e-5)
     assert "prmt.b32" in text
-    for ptxas in toolchain.find_all_ptxas():
-        result = toolchain.compile_ptx(text, ptxas=ptxas.path)
-        assert not result.log.diagnostics and result.entry().spill_store_bytes == 0, ptxas.release
+    _assert_ptxas_clean(text)
 
 
 def test_wgmma_reading_vt_before_the_transpose_is_fenced_is_reported_by_both_simulators(rng):
     """Seeded: the transpose's stores are not followed by fence.proxy.async: the wgmma (async proxy) would read
     stale bytes; the CTA simulator and the PTX executor both refuse it."""
-    from tessera.host import describe
     from tessera.interpreters.block_batch import KernelHazardError
     from tessera.interpreters.ptx import PtxHazardError
-    from tessera.interpreters.ptx.launcher import launch_described
-    from tessera.interpreters.ptx.printed import ptx_text
 
-    p, v, _ = _pv_plain(rng)
+    p, v, _ = _pv(rng, key_order=False)
     text = _seed(transposing_kernel(), "    sm90.fence_proxy_async\n    sm90.bar_sync 0, 128\n", "    sm90.bar_sync 0, 128\n")
     with pytest.raises(KernelHazardError, match="missing fence_proxy_async after the store"):
-        run_target_kernel(_kernel(text), [p, v, np.zeros((64, 64), np.float32)], {})
-    ptx, printed = ptx_text(parse_module(text))
+        _run_c(text, [p, v], None)
     with pytest.raises(PtxHazardError, match="missing fence.proxy.async after the store"):
-        launch_described(ptx, describe(printed)[0], [p, v, np.zeros((64, 64), np.float32)], {})
+        _run_ptx(text, [p, v])
 
 
 def test_wgmma_reading_vt_before_every_warp_finished_the_transpose_is_reported(rng):
@@ -333,10 +357,10 @@ def test_wgmma_reading_vt_before_every_warp_finished_the_transpose_is_reported(r
     nothing ordering them; the CTA simulator reports it by happens-before, whatever order it ran the warps in."""
     from tessera.interpreters.block_batch import KernelHazardError
 
-    p, v, _ = _pv_plain(rng)
+    p, v, _ = _pv(rng, key_order=False)
     text = _seed(transposing_kernel(), "    sm90.fence_proxy_async\n    sm90.bar_sync 0, 128\n", "    sm90.fence_proxy_async\n")
     with pytest.raises(KernelHazardError, match="with no bar_sync since then ordering it before this warp"):
-        run_target_kernel(_kernel(text), [p, v, np.zeros((64, 64), np.float32)], {})
+        _run_c(text, [p, v], None)
 
 
 def test_the_next_tma_racing_the_transpose_is_reported_by_the_ptx_executor(rng):
@@ -344,12 +368,9 @@ def test_the_next_tma_racing_the_transpose_is_reported_by_the_ptx_executor(rng):
     ordering the other warps' loads of that buffer before the copy (the empty barrier or a bar.sync is
     missing): the PTX executor reports the race by happens-before even though, in the order it ran the warps,
     the data came out right."""
-    from tessera.host import describe
     from tessera.interpreters.ptx import PtxHazardError
-    from tessera.interpreters.ptx.launcher import launch_described
-    from tessera.interpreters.ptx.printed import ptx_text
 
-    p, v, _ = _pv_plain(rng)
+    p, v, _ = _pv(rng, key_order=False)
     text = _seed(transposing_kernel(), "    sm90.wgmma_wait_group 0\n", """    sm90.wgmma_wait_group 0
     %one_i32 = arith.constant 1 : i32
     scf.while () : () -> () {
@@ -366,7 +387,6 @@ def test_the_next_tma_racing_the_transpose_is_reported_by_the_ptx_executor(rng):
       sm90.tma_load %vt_map[%zero_i32, %zero_i32], %sv, %bar : i32, i32
     }
 """)
-    ptx, printed = ptx_text(parse_module(text))
     with pytest.raises(PtxHazardError, match=r"the TMA load writes shared address .* which the instruction at line "
                                              r"\d+ \(thread \(\d+, 0, 0\).*\) read, and no synchronisation orders"):
-        launch_described(ptx, describe(printed)[0], [p, v, np.zeros((64, 64), np.float32)], {})
+        _run_ptx(text, [p, v])

@@ -88,10 +88,10 @@ def test_the_budgets_cover_every_stage_and_fit_the_session():
     assert set(gpu_plan.BUDGETS_S) == set(gpu_plan.STAGES)
     total, *benchmarks = gpu_session.budget_checks()
     assert total["ok"] and total["value_s"] == sum(gpu_plan.BUDGETS_S.values()) <= 480
-    assert [c["check"].split(":")[0] for c in benchmarks] == ["forward", "backward", "gemm"]
+    assert [c["check"].split(":")[0] for c in benchmarks] == ["forward", "fp8", "backward", "gemm"]
     assert all(c["ok"] and c["value_s"] > 0 for c in benchmarks)
     over = {"stages": {"compile": {"results": {"estimate_on_gpu_machine_s": 81.0}}}}
-    assert [c["ok"] for c in gpu_session.budget_checks(over)] == [True, True, True, True, False]
+    assert [c["ok"] for c in gpu_session.budget_checks(over)] == [True, True, True, True, True, False]
 
 
 def test_gpu_tests_are_marked_so_the_session_finds_them():
@@ -111,6 +111,23 @@ def test_the_grid_is_flashattention_3s():
     row = dict(seq=1024, batch=16, heads=16, head_dim=128, causal=True, direction="backward")
     assert gpu_plan.attention_flops(row) == 2.5 * 4 * 1024**2 * 128 * 16 * 16 / 2
     assert [r["M"] for r in gpu_plan.gemm_rows()] == [4096, 8192]
+
+
+def test_the_fp8_grid_and_fa3s_published_figures():
+    """The FP8 rows keep the bf16 grid's shape rule at FP8_SEQS; FA3's Figure 7 numbers are looked up by head_dim,
+    mask and sequence length (none for head_dim 128 causal, nor off FA3's grid)."""
+    rows = gpu_plan.fp8_rows()
+    assert len(rows) == 18 and {r["dtype"] for r in rows} == {"e4m3"}
+    assert {r["batch"] * r["seq"] for r in rows} == {16384}
+    figure = {(r["head_dim"], r["causal"], r["seq"]): gpu_plan.fa3_fp8_tflops(r) for r in rows}
+    assert figure[(128, False, 16384)] == 1008 and figure[(256, False, 16384)] == 1171
+    assert figure[(256, True, 4096)] == 856 and figure[(128, True, 16384)] is None
+    assert gpu_plan.fa3_fp8_tflops(dict(rows[2], batch=2)) is None  # 32k tokens: not FA3's grid
+    from tessera.runtime import attention_fp8
+
+    (config,) = gpu_plan.row_configs(rows[0])
+    assert dict(config.options)["dtype"] == "e4m3"
+    assert dict(config.options)["v_transposed"] == attention_fp8.LOWERED_V_LAYOUT  # the kernel tessera.attention runs
 
 
 # endregion
@@ -195,7 +212,8 @@ def test_compare_reports_ulps_differing_elements_and_both_errors():
 def test_every_fidelity_case_builds_its_inputs_and_names_its_kernels():
     names = {c.name for c in gpu_fidelity.cases()}
     assert set(gpu_fidelity.QUICK) <= names and set(gpu_stages.QUICK_EXECUTOR) <= set(gpu_fidelity.QUICK)
-    assert {c.kind for c in gpu_fidelity.cases()} == {"forward", "varlen", "backward", "split", "paged", "cluster", "gemm"}
+    assert {c.kind for c in gpu_fidelity.cases()} == {"forward", "varlen", "backward", "split", "paged", "cluster", "gemm",
+                                                      "fp8"}
     for case in gpu_fidelity.cases():
         arrays = gpu_fidelity.inputs(case)
         again = gpu_fidelity.inputs(case)
@@ -272,7 +290,7 @@ def test_the_quick_dry_run_compiles_builds_checks_and_writes_its_plan(tmp_path):
     assert all(stages[s]["status"] == "ok" for s in gpu_plan.STAGES)
     assert "bench/gpu_wheels.sh" in stages["install"]["wheels"]["message"]
     compiled = stages["compile"]["compiled"]
-    assert len(compiled) == stages["compile"]["kernels"] == 10 and all("error" not in k for k in compiled)
+    assert len(compiled) == stages["compile"]["kernels"] == 11 and all("error" not in k for k in compiled)
     assert {k["builder"] for k in compiled} == {"flash_attention", "attention_combine", "flash_attention_paged",
                                                "gemm", *(f"attention_backward_{p}" for p in ("preprocess", "main",
                                                                                              "postprocess"))}
@@ -281,8 +299,12 @@ def test_the_quick_dry_run_compiles_builds_checks_and_writes_its_plan(tmp_path):
     executed = {c["case"]: c for c in stages["fidelity"]["cases"]}
     assert set(executed) == set(gpu_stages.QUICK_EXECUTOR)
     assert executed["paged-decode-d64"]["outputs"]["o"]["ptx_error"] < 1e-2
-    assert plan["benchmark_rows"] == {"forward": 36, "backward": 36, "gemm": 2}
+    assert plan["benchmark_rows"] == {"forward": 36, "fp8": 18, "backward": 36, "gemm": 2}
     checked = json.loads((out / "stages" / "gemm.json").read_text())["records"]
     assert [r["host_check"] for r in checked] == ["ok", "ok"]
-    assert all(c["ok"] for c in plan["budget_checks"]) and len(plan["budget_checks"]) == 5
-    assert {p.name for p in out.glob("*.svg")} == {"attention_forward.svg", "attention_backward.svg", "gemm.svg"}
+    fp8 = json.loads((out / "stages" / "fp8.json").read_text())["records"]  # the quick kernel's rows checked
+    assert [r["host_check"] for r in fp8 if (r["config"]["head_dim"], r["config"]["causal"]) == (128, False)] == \
+        ["ok"] * 3
+    assert all(c["ok"] for c in plan["budget_checks"]) and len(plan["budget_checks"]) == 6
+    assert {p.name for p in out.glob("*.svg")} == {"attention_forward.svg", "attention_fp8.svg",
+                                                   "attention_backward.svg", "gemm.svg"}

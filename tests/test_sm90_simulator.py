@@ -545,28 +545,32 @@ def _gemm_inputs(rng, m: int = 64, n: int = 64, k: int = 64):
     return rng.standard_normal((m, k)).astype(BF16), rng.standard_normal((n, k)).astype(BF16)
 
 
+def _run_c(text: str, inputs: list, reference: np.ndarray, sizes: dict | None = None,
+           registers=None) -> tuple[np.ndarray, np.ndarray]:
+    """Run the Target IR kernel of `text` in the CTA simulator on `inputs` and its f32 [64, 64] output C (zeroed)
+    with the named `sizes`; `registers(kernel)` gives a register allocation for the register-file check.
+    Returns (C, reference)."""
+    kernel = _kernel(text)
+    c = np.zeros((64, 64), np.float32)
+    run_target_kernel(kernel, [*inputs, c], sizes or {}, registers(kernel) if registers else None)
+    return c, reference
+
+
 def _run_ss(text: str, rng) -> tuple[np.ndarray, np.ndarray]:
     a, b = _gemm_inputs(rng)
-    c = np.zeros((64, 64), np.float32)
-    run_target_kernel(_kernel(text), [a, b, c], {})
-    return c, a.astype(np.float64) @ b.astype(np.float64).T
+    return _run_c(text, [a, b], a.astype(np.float64) @ b.astype(np.float64).T)
 
 
 def _run_ws(text: str, rng, k: int = 256) -> tuple[np.ndarray, np.ndarray]:
     a, b = _gemm_inputs(rng, k=k)
-    c = np.zeros((64, 64), np.float32)
-    run_target_kernel(_kernel(text), [a, b, c], {"K": k})
-    return c, a.astype(np.float64) @ b.astype(np.float64).T
+    return _run_c(text, [a, b], a.astype(np.float64) @ b.astype(np.float64).T, {"K": k})
 
 
 def _run_rs(text: str, rng, registers=None) -> tuple[np.ndarray, np.ndarray]:
-    """Run an RS_GEMM variant; `registers(kernel)` gives a register allocation for the register-file check."""
+    """Run an RS_GEMM variant (f32 A rounded to bf16 in registers by cvt.rn, then exact products)."""
     a = rng.standard_normal((64, 16)).astype(np.float32)
     b = rng.standard_normal((16, 64)).astype(BF16)
-    c = np.zeros((64, 64), np.float32)
-    kernel = _kernel(text)
-    run_target_kernel(kernel, [a, b, c], {}, registers(kernel) if registers else None)
-    return c, a.astype(BF16).astype(np.float64) @ b.astype(np.float64)  # cvt.rn to bf16, then exact products
+    return _run_c(text, [a, b], a.astype(BF16).astype(np.float64) @ b.astype(np.float64), registers=registers)
 
 
 def _k_major_image(a: np.ndarray) -> np.ndarray:
@@ -584,9 +588,7 @@ def _k_major_image(a: np.ndarray) -> np.ndarray:
 def _run_st_shared(text: str, rng) -> tuple[np.ndarray, np.ndarray]:
     a = rng.standard_normal((64, 16)).astype(BF16)
     b = rng.standard_normal((16, 64)).astype(BF16)
-    c = np.zeros((64, 64), np.float32)
-    run_target_kernel(_kernel(text), [_k_major_image(a), b, c], {})
-    return c, a.astype(np.float64) @ b.astype(np.float64)
+    return _run_c(text, [_k_major_image(a), b], a.astype(np.float64) @ b.astype(np.float64))
 
 
 def _thread(t: int) -> str:
@@ -618,11 +620,10 @@ def test_tma_box_partly_outside_the_tensor_reads_zeros(rng):
     kernel = _seed(kernel, "sm90.tma_load %a_map[%zero_i32, %zero_i32]",
                    "%minus8 = arith.constant -8 : i32\n      sm90.tma_load %a_map[%zero_i32, %minus8]")
     a, b = rng.standard_normal((40, 64)).astype(BF16), rng.standard_normal((64, 64)).astype(BF16)
-    c = np.zeros((64, 64), np.float32)
-    run_target_kernel(_kernel(kernel), [a, b, c], {})
     padded = np.zeros((64, 64))
     padded[8:48] = a.astype(np.float64)
-    np.testing.assert_allclose(c, padded @ b.astype(np.float64).T, rtol=1e-5, atol=1e-5)
+    c, reference = _run_c(kernel, [a, b], padded @ b.astype(np.float64).T)
+    np.testing.assert_allclose(c, reference, rtol=1e-5, atol=1e-5)
 
 
 def test_rs_gemm_with_a_packed_from_registers_matches_numpy(rng):

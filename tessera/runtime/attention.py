@@ -129,9 +129,10 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, return_
     PyTorch SDPA adds a float attn_mask; not with packed sequences, split-KV, GQA or clusters (refused by
     name). `score_mod(score, b, h, q_idx, kv_idx)` / `mask_mod(b, h, q_idx, kv_idx)`: FlexAttention's modifiers
     (`tessera.runtime.flex`; not with bias, packed sequences, split-KV or clusters).
-    FP8: q, k, v as `ml_dtypes.float8_e4m3fn` arrays, with `descale_q`, `descale_k`, `descale_v` f32
-    [batch, heads_k] (None: 1), return bf16 o (`tessera.runtime.attention_fp8`; level="tile" only so far, and
-    not with bias, score_mod/mask_mod, packed sequences, split-KV or clusters: refused by name)."""
+    FP8: q, k, v as `ml_dtypes.float8_e4m3fn` arrays or `torch.float8_e4m3fn` tensors, with `descale_q`,
+    `descale_k`, `descale_v` f32 [batch, heads_k] (None: 1), return bf16 o (`tessera.runtime.attention_fp8`; on
+    the GPU and every interpreter level, seq_k a multiple of 16 below Tile level; not with bias,
+    score_mod/mask_mod, packed sequences, split-KV or clusters: refused by name)."""
     from tessera.runtime.attention_fp8 import attention_fp8, is_fp8_call
     from tessera.runtime.attention_plan import attention_plan, check_level, combine_lowering, run_in_interpreter
 

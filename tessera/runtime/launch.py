@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tessera.host import HostDescription
-from tessera.numerics import BF16, F16, F32
+from tessera.numerics import BF16, F8E4M3, F8E5M2, F16, F32
 from tessera.runtime.arguments import (
     KernelTensor,
     ParameterBuffer,
@@ -45,7 +45,10 @@ NO_CLUSTER = (1, 1, 1)
 MAX_GRID = (2**31 - 1, 65535, 65535)
 """The largest grid, per dimension [CUDA C++ Programming Guide, table of technical specifications]."""
 
-_DTYPES_BY_NAME = {"bfloat16": BF16, "float16": F16, "float32": F32}
+_DTYPES_BY_NAME = {"bfloat16": BF16, "float16": F16, "float32": F32, "float8_e4m3fn": F8E4M3, "float8_e5m2": F8E5M2}
+"""PyTorch element type names (as `dtype_name` gives them) with the NumPy dtype of their kernel inputs."""
+_THROUGH_BITS = {BF16: "int16", F8E4M3: "uint8", F8E5M2: "uint8"}
+"""Types NumPy holds only through ml_dtypes: exchanged with PyTorch as integers of their width, bit for bit."""
 
 
 # region Arrays: NumPy and (optionally) PyTorch
@@ -76,26 +79,28 @@ def element_dtype(x) -> np.dtype | None:
 
 
 def torch_to_numpy(x) -> np.ndarray:
-    """A CPU tensor's values as a NumPy array (bf16 through its bits: torch has no NumPy bf16)."""
+    """A CPU tensor's values as a NumPy array; bf16 and FP8 (float8_e4m3fn, float8_e5m2) through their bits,
+    exactly (NumPy has them only through ml_dtypes)."""
     torch = _torch()
     x = x.detach().contiguous()
-    if x.dtype == torch.bfloat16:
-        return x.view(torch.int16).numpy().view(BF16)
+    dtype = _DTYPES_BY_NAME.get(dtype_name(x))
+    if dtype in _THROUGH_BITS:
+        return x.view(getattr(torch, _THROUGH_BITS[dtype])).numpy().view(dtype)
     return x.numpy()
 
 
 def numpy_to_torch(a: np.ndarray):
-    """A NumPy array as a CPU tensor (bf16 through its bits)."""
+    """A NumPy array as a CPU tensor (bf16 and FP8 through their bits)."""
     torch = _torch()
     a = np.ascontiguousarray(a)
-    if a.dtype == BF16:
-        return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
+    if a.dtype in _THROUGH_BITS:
+        return torch.from_numpy(a.view(_THROUGH_BITS[a.dtype]).copy()).view(_torch_dtype(a.dtype))
     return torch.from_numpy(a.copy())
 
 
 def _torch_dtype(dtype: np.dtype):
     torch = _torch()
-    return {BF16: torch.bfloat16, F16: torch.float16, F32: torch.float32}[np.dtype(dtype)]
+    return getattr(torch, next(name for name, d in _DTYPES_BY_NAME.items() if d == np.dtype(dtype)))
 
 
 def view_of(x, address: int | None = None) -> TensorView:
