@@ -45,6 +45,9 @@ class MemoryLowering:
         elt = element_type_bytes(ty.element_type)
         if ty.rank not in (2, 3):
             _refuse(op, "shared tiles must be [rows, cols] or rings [stages, rows, cols]")
+        if op in self.transposed_rings:
+            self._alloc_transposed_ring(op, e)
+            return
         *stages, rows, cols = ty.get_shape()
         swizzle = ty.swizzle_bytes
         if swizzle not in SWIZZLES or (cols * elt) % swizzle:
@@ -181,8 +184,11 @@ class MemoryLowering:
             self._copy_by_threads(op, window, dest, e)
             return
         rows = window.shape[0]
-        tmap = self.entry_args[self.map_args[(window.arg, rows, dest.swizzle)]]
         self._retire_readers(dest.address, e)
+        if self._is_transposed_stage(op.dest):
+            self._fill_transposed_stage(op, window, dest, e)
+            return
+        tmap = self.entry_args[self.map_args[(window.arg, rows, dest.swizzle)]]
         if dest.stage is not None:
             self._fill_stage(window, dest, tmap, e, shared=op.cluster_shared is not None)
             return
