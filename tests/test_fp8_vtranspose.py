@@ -172,11 +172,14 @@ _PTX = {
 }
 
 
-def test_the_unseeded_transpose_runs_clean_and_right_in_the_cta_simulator():
+def test_the_unseeded_transpose_runs_clean_and_right_in_the_cta_simulator_under_both_schedules():
     sig, module = _lowered()
     (q, k, v, *ds), (arguments, sizes) = _arguments(sig)
     run_target_kernel(_kernel(module), arguments, sizes)
     assert R.check_attention_fp8(arguments[6].reshape(q.shape), q, k, v, *ds).ok
+    _, (again, sizes) = _arguments(sig)
+    run_target_kernel(_kernel(module), again, sizes, schedule="adversarial", seed=1)
+    np.testing.assert_array_equal(again[6], arguments[6])
 
 
 @pytest.mark.parametrize("name", SEEDS)
@@ -202,6 +205,22 @@ def test_the_unseeded_transpose_runs_clean_in_the_ptx_executor():
     (q, k, v, *ds), (arguments, sizes) = _arguments(sig)
     run_ptx(module, sig, arguments, sizes)
     assert R.check_attention_fp8(arguments[6].reshape(q.shape), q, k, v, *ds).ok
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_the_transposing_kernel_is_ptxas_clean_without_spill_at_every_head_dim(head_dim):
+    from tessera import toolchain
+
+    ptxases = toolchain.find_all_ptxas()
+    if not ptxases:
+        pytest.skip("no ptxas installed")
+    text = tessera.compile(flash_attention(head_dim=head_dim, dtype="e4m3", causal=True))
+    assert "prmt.b32" in text and "fence.proxy.async" in text
+    for ptxas in ptxases:  # 12.x and 13.x where installed
+        result = toolchain.compile_ptx(text, ptxas=ptxas.path)
+        entry = result.entry()
+        assert not result.log.diagnostics and entry.spill_store_bytes == entry.spill_load_bytes == 0, ptxas.release
 
 
 # endregion
