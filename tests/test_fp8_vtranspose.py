@@ -208,6 +208,23 @@ def test_the_unseeded_transpose_runs_clean_in_the_ptx_executor():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("pipeline, block_n", [
+    (allocated(SPECIALIZED_PIPELINE.replace("stages=2", "stages=3")), None),  # three staging and V^T slots
+    (allocated(PIPELINED_PIPELINE + ",warp-specialize{pingpong=true}"), None),  # ping-pong consumers
+    (allocated(PIPELINED_PIPELINE), None),  # no producer warpgroup: the first consumer warpgroup transposes
+    (None, 64),                             # 64-key blocks at head_dim 128: four row groups per warp
+])
+def test_the_transpose_under_other_pipelines_and_key_blocks(pipeline, block_n):
+    rng = np.random.default_rng(1)
+    q = (rng.standard_normal((1, 2, 50, 128)) * 3).astype(E4M3)
+    k, v = ((rng.standard_normal((1, 1, 457, 128)) * 3).astype(E4M3) for _ in range(2))
+    ds = [(rng.random((1, 1)) * 2).astype(np.float32) for _ in range(3)]
+    module = flash_attention(head_dim=128, dtype="e4m3", grouped=True, causal=True, block_n=block_n)
+    o = tessera.launch(module, q, k, v, *ds, level="target", **({"pipeline": pipeline} if pipeline else {}))
+    assert R.check_attention_fp8(o, q, k, v, *ds, causal=True).ok
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_the_transposing_kernel_is_ptxas_clean_without_spill_at_every_head_dim(head_dim):
     from tessera import toolchain
