@@ -10,16 +10,20 @@ lowered to two shared buffers of `slots` tiles each:
               `sm90.cvt_pack_fp8` need no permutation
 
 and each refill of a slot is a producer-warpgroup refill (an scf.if on `tid < 128` marked `sm90.producer` and
-`sm90.producer_warpgroup`; warp-specialize gives it to the 128 producer threads):
+`sm90.producer_warpgroup`: warp-specialize gives it to the 128 producer threads; without warp-specialize the
+first consumer warpgroup runs it in place). With full[s]/empty[s] the ring's own barriers (of V^T) and
+staging_full[s]/staging_empty[s] the staging slot's:
 
     lane 0:  wait staging_empty[s] (the previous transpose of s read it); arm staging_full[s] with BN d bytes;
              TMA V's [BN, d] box(es) into staging[s]
-    all:     wait vtrans_empty[s] (every consumer released the slot); wait staging_full[s]
-             ld.shared 4 words per 4 x 4 byte block; arrive staging_empty[s]   (the staging slot goes back to
-             TMA only after the transpose read it)
+    all:     wait empty[s] (every consumer released V^T[s]); wait staging_full[s]
+             ld.shared 4 words per 4 x 4 byte block; arrive staging_empty[s] after the last load (the staging
+             slot goes back to TMA only after the transpose read it)
              8 prmt per block (`facts.TRANSPOSE_4X4_PRMT`); st.shared 4 words into V^T[s]
              fence.proxy.async (the generic-proxy stores become visible to wgmma's async proxy)
-             arrive vtrans_full[s]                  (its init count is the warpgroup's 128 arrivals)
+             arrive full[s]                          (its init count is the warpgroup's 128 arrivals)
+
+A thread transposes `CHUNK_BLOCKS` blocks at a time (load, permute, store), so few registers stay live.
 
 Block (g, c, nq) (a group of 16 keys, c in 0..3, four head_dim columns 4nq..4nq+3) reads V rows 16g + 2c +
 `facts.P8_QUAD_KEYS` at columns 4nq.. and writes V^T rows 4nq + j at k-positions 16g + 4c..: thread `lane` of the
@@ -33,7 +37,7 @@ and shapes the thread mapping does not cover (BN in 32, 64, 128; BN d a multiple
 from __future__ import annotations
 
 from xdsl.dialects import arith
-from xdsl.dialects.builtin import IntegerAttr, UnitAttr, VectorType, i32
+from xdsl.dialects.builtin import UnitAttr, VectorType, i32
 from xdsl.ir import SSAValue
 
 from tessera.dialects import sm90, tile
