@@ -45,9 +45,6 @@ class MemoryLowering:
         elt = element_type_bytes(ty.element_type)
         if ty.rank not in (2, 3):
             _refuse(op, "shared tiles must be [rows, cols] or rings [stages, rows, cols]")
-        if op in self.transposed_rings:
-            self._alloc_transposed_ring(op, e)
-            return
         *stages, rows, cols = ty.get_shape()
         swizzle = ty.swizzle_bytes
         if swizzle not in SWIZZLES or (cols * elt) % swizzle:
@@ -59,6 +56,9 @@ class MemoryLowering:
                         f"got swizzle {swizzle} (run assign-swizzle: it gives every tile the widest one)")
         if rows % CORE_ROWS:
             _refuse(op, f"shared tiles must have a multiple of {CORE_ROWS} rows")
+        if op in self.transposed_rings:  # V's ring: a staging ring and the V^T ring (transpose.py)
+            self._alloc_transposed_ring(op, e)
+            return
         size = rows * cols * elt
         slots = stages[0] if stages else 1
         address = self._alloc(e, op.result.name_hint or "smem", slots * size, facts.swizzle_period_bytes(swizzle),
