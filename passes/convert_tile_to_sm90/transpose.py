@@ -177,23 +177,34 @@ class TransposeLowering:
         column0 = e.addi(e.muli(nh, e.index(16)), e.muli(q, e.index(4)))   # the first of 4 bytes of block 0
         step = 16 * per_trip                                               # its column bytes per block i
         s, sd = source.swizzle, dest.swizzle
-        row0 = e.op(arith.AddiOp(source.address, self._to_i32(e, e.muli(key0, e.index(s)))))
+        # The swizzles XOR a row's chunk bits with its row bits only (both tiles start on their swizzle period,
+        # their boxes are whole periods): load (k, i) is at rowbase_k + (inner_i ^ xor_k) + box_i box bytes,
+        # with rowbase_k and xor_k of this thread's four rows; store (j, i) at base_j + step i S', since V^T row
+        # column0 + step i + j has the swizzle phase of row column0 + j (step is a multiple of 16 rows).
+        rows = e.addi(e.broadcast(self._to_i32(e, e.muli(key0, e.index(s))), 4),
+                      e.dense(i32, [k * s for k in facts.P8_QUAD_KEYS]))
+        row_xor = self._swizzle_terms(e, rows, s, 4)
+        row_base = e.addi(e.broadcast(source.address, 4), rows)
         position = e.addi(e.muli(g, e.index(16)), e.muli(c, e.index(4)))
         box = e.muli(e.op(arith.DivUIOp(position, e.index(sd))), e.index(dest.box_bytes))
         start = e.addi(e.addi(box, e.op(arith.RemUIOp(position, e.index(sd)))), e.muli(column0, e.index(sd)))
         start = e.op(arith.AddiOp(dest.address, self._to_i32(e, start)))
+        store_base = self._swizzled(e, e.addi(e.broadcast(start, 4), e.dense(i32, [j * sd for j in range(4)])), sd, 4)
         column0 = self._to_i32(e, column0)
         (lo, hi), (even, odd) = facts.TRANSPOSE_4X4_PRMT
         for first in range(0, blocks, CHUNK_BLOCKS):  # a few blocks at a time: few registers live
             chunk = range(first, min(blocks, first + CHUNK_BLOCKS))
             n, lanes = len(chunk), 4 * len(chunk)
             # Loads: lane (k, i) reads row key0 + P8_QUAD_KEYS[k], column bytes column0 + step i (boxes of S bytes).
-            columns = e.addi(e.broadcast(column0, lanes), e.dense(i32, [step * i for _ in range(4) for i in chunk]))
-            boxes = e.op(arith.DivUIOp(columns, e.splat(i32, s, lanes)))
-            inner = e.op(arith.RemUIOp(columns, e.splat(i32, s, lanes)))
-            rows = e.addi(e.broadcast(row0, lanes), e.dense(i32, [k * s for k in facts.P8_QUAD_KEYS for _ in chunk]))
-            loads = e.addi(e.addi(rows, e.muli(boxes, e.splat(i32, source.box_bytes, lanes))), inner)
-            words = e.op(sm90.LdSharedOp(self._swizzled(e, loads, s, lanes), VectorType(i32, [lanes])))
+            columns = e.addi(e.broadcast(column0, n), e.dense(i32, [step * i for i in chunk]))
+            per_lane = [i for _ in range(4) for i in range(n)]
+            inner = e.shuffle(e.op(arith.RemUIOp(columns, e.splat(i32, s, n))), per_lane)
+            loads = e.addi(e.shuffle(row_base, [k for k in range(4) for _ in range(n)]),
+                           e.op(arith.XOrIOp(inner, e.shuffle(row_xor, [k for k in range(4) for _ in range(n)]))))
+            if cols > s:  # V rows of several boxes
+                boxes = e.op(arith.DivUIOp(columns, e.splat(i32, s, n)))
+                loads = e.addi(loads, e.shuffle(e.muli(boxes, e.splat(i32, source.box_bytes, n)), per_lane))
+            words = e.op(sm90.LdSharedOp(loads, VectorType(i32, [lanes])))
             if chunk[-1] == blocks - 1:
                 e.op(sm90.MBarrierArriveOp(released))  # every read of the staging slot is done
             w = [e.shuffle(words, range(k * n, (k + 1) * n)) for k in range(4)]
@@ -201,18 +212,24 @@ class TransposeLowering:
             y = [e.op(sm90.PrmtOp(a, b, sel)) for a, b in ((t[0], t[2]), (t[1], t[3])) for sel in (even, odd)]
             values = e.shuffle(e.shuffle(y[0], range(2 * n), y[1]), range(lanes), e.shuffle(y[2], range(2 * n), y[3]))
             # Stores: lane (j, i) writes V^T row column0 + step i + j at k-positions 16g + 4c .. (boxes of S' bytes).
-            stores = e.addi(e.broadcast(start, lanes), e.dense(i32, [(step * i + j) * sd for j in range(4) for i in chunk]))
-            e.op(sm90.StSharedOp(self._swizzled(e, stores, sd, lanes), values))
+            stores = e.addi(e.shuffle(store_base, [j for j in range(4) for _ in chunk]),
+                            e.dense(i32, [step * i * sd for _ in range(4) for i in chunk]))
+            e.op(sm90.StSharedOp(stores, values))
 
     @staticmethod
     def _to_i32(e: Emitter, value: SSAValue) -> SSAValue:
         return e.op(arith.IndexCastOp(value, i32))
 
     @staticmethod
-    def _swizzled(e: Emitter, addresses: SSAValue, swizzle: int, lanes: int) -> SSAValue:
-        """The `swizzle`-byte swizzled shared addresses (`facts.swizzle_bits`) of i32 `addresses` (a buffer
-        starting on the swizzle's period), register by register."""
+    def _swizzle_terms(e: Emitter, addresses: SSAValue, swizzle: int, lanes: int) -> SSAValue:
+        """((A >> line shift) & mask) << chunk shift of i32 `addresses` A (`facts.swizzle_bits`): what the
+        `swizzle`-byte swizzle XORs into A, register by register."""
         mask, line_shift, chunk_shift = facts.swizzle_bits(swizzle)
         line = e.op(arith.DivUIOp(addresses, e.splat(i32, 1 << line_shift, lanes)))
-        bits = e.muli(e.andi(line, e.splat(i32, mask, lanes)), e.splat(i32, 1 << chunk_shift, lanes))
-        return e.op(arith.XOrIOp(addresses, bits))
+        return e.muli(e.andi(line, e.splat(i32, mask, lanes)), e.splat(i32, 1 << chunk_shift, lanes))
+
+    @classmethod
+    def _swizzled(cls, e: Emitter, addresses: SSAValue, swizzle: int, lanes: int) -> SSAValue:
+        """The `swizzle`-byte swizzled shared addresses of i32 `addresses` (in a buffer starting on the
+        swizzle's period), register by register."""
+        return e.op(arith.XOrIOp(addresses, cls._swizzle_terms(e, addresses, swizzle, lanes)))
