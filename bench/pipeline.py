@@ -18,7 +18,8 @@ memory, by tensor, on a small problem (`--no-traffic` skips those runs).
 `--fp8` measures the e4m3 kernel instead (k32 e4m3 wgmma, P packed to e4m3 in registers, its FP8_BLOCK_N keys
 per iteration): V^T given in P8 key order (`v_transposed="p8"`) under the single-stage and default variants,
 and V as it is (the default, `v_transposed=False`), transposed in shared memory by the producer warpgroup,
-under the default variant (rows "..., V transposed in-kernel"; the single-stage kernel has no producer).
+under the default variant (rows "..., V transposed in-kernel"; the single-stage kernel has no producer), with
+the SASS of the producer's transpose loop (its instructions and PRMT/LDS/STS per key block).
 Triton's kernel for the same attention, measured by the same tools, is in `python bench/compile.py` (with
 Triton installed). Needs ptxas and nvdisasm
 (`pip install nvidia-cuda-nvcc nvidia-cuda-nvdisasm`, or `pip install '.[ptx]'` in a checkout); without them only the Target IR columns are printed.
@@ -108,6 +109,17 @@ def resources(module, ptxas: str | None = None) -> tuple:
     return regs, spill, loop, hgmma, ex2, diagnostics
 
 
+def transpose_loops(module) -> str:
+    """The SASS loops of the producer's in-kernel V transpose (those with PRMT): instructions, PRMT, LDS, STS."""
+    if find_ptxas() is None or find_nvdisasm() is None:
+        return "-"
+    cubin = compile_ptx(print_ptx(module, registers=allocated_registers)).cubin
+    loops = [lp for lp in sass_loops(disassemble(cubin)) if lp.opcode_counts["PRMT"]]
+    innermost = [lp for lp in loops if not any(lp.contains(o) for o in loops if o is not lp)]
+    return ", ".join(f"{len(lp.instructions)} ({lp.opcode_counts['PRMT']} PRMT, {lp.opcode_counts['LDS']} LDS, "
+                     f"{lp.opcode_counts['STS']} STS)" for lp in innermost) or "none"
+
+
 def per_key(loop: str, block_n: int) -> str:
     """"3.37/4.21" for loops "593/741" over block_n = 176 keys per iteration ("-" without SASS)."""
     return "-" if loop == "-" else "/".join(f"{int(n) / block_n:.2f}" for n in loop.split("/"))
@@ -186,6 +198,8 @@ def variant_rows(args, name: str, options: dict, block_n: int, fp8: dict) -> lis
         print(f"{label:<30}{info['threads'].value.data:>8}{info['smem_bytes'].value.data:>8}{roles:>11}{regs:>6}"
               f"{spill:>6}{loop:>16}{per_key(loop, block_n):>12}{hgmma:>7}{ex2:>5}{groups_in_flight(kernel):>8}  "
               f"{diagnostics}")
+    if args.fp8 and "v_transposed" not in fp8:
+        print(f"{'':<30}the producer's transpose loop(s), SASS per {block_n} keys: {transpose_loops(module)}")
     if name in ("full pipeline (default)", "full pipeline, cluster 2") and not (args.no_traffic or args.fp8):
         s = TRAFFIC_SIZES
         shapes = [(s["batch"], s["heads"], s[n], args.head_dim) for n in ("seq_q", "seq_k", "seq_k")]
