@@ -15,8 +15,11 @@ The cluster rows (flash attention with clusters of two query blocks sharing K/V,
 TMA multicast) add the traffic counter of the CTA simulator: the bytes each CTA's TMA copies read from global
 memory, by tensor, on a small problem (`--no-traffic` skips those runs).
 `--ptxas-all` measures the default variant's loops under every ptxas found (`find_all_ptxas`), each a row.
-`--fp8` measures the e4m3 kernel instead (`flash_attention(dtype="e4m3", v_transposed="p8")`: k32 e4m3 wgmma,
-P packed to e4m3 in registers, its FP8_BLOCK_N keys per iteration) under the single-stage and default variants.
+`--fp8` measures the e4m3 kernel instead (k32 e4m3 wgmma, P packed to e4m3 in registers, its FP8_BLOCK_N keys
+per iteration): V^T given in P8 key order (`v_transposed="p8"`) under the single-stage and default variants,
+and V as it is (the default, `v_transposed=False`), transposed in shared memory by the producer warpgroup,
+under the default variant (rows "..., V transposed in-kernel"; the single-stage kernel has no producer), with
+the SASS of the producer's transpose loop (its instructions and PRMT/LDS/STS per key block).
 Triton's kernel for the same attention, measured by the same tools, is in `python bench/compile.py` (with
 Triton installed). Needs ptxas and nvdisasm
 (`pip install nvidia-cuda-nvcc nvidia-cuda-nvdisasm`, or `pip install '.[ptx]'` in a checkout); without them only the Target IR columns are printed.
@@ -106,6 +109,17 @@ def resources(module, ptxas: str | None = None) -> tuple:
     return regs, spill, loop, hgmma, ex2, diagnostics
 
 
+def transpose_loops(module) -> str:
+    """The SASS loops of the producer's in-kernel V transpose (those with PRMT): instructions, PRMT, LDS, STS."""
+    if find_ptxas() is None or find_nvdisasm() is None:
+        return "-"
+    cubin = compile_ptx(print_ptx(module, registers=allocated_registers)).cubin
+    loops = [lp for lp in sass_loops(disassemble(cubin)) if lp.opcode_counts["PRMT"]]
+    innermost = [lp for lp in loops if not any(lp.contains(o) for o in loops if o is not lp)]
+    return ", ".join(f"{len(lp.instructions)} ({lp.opcode_counts['PRMT']} PRMT, {lp.opcode_counts['LDS']} LDS, "
+                     f"{lp.opcode_counts['STS']} STS)" for lp in innermost) or "none"
+
+
 def per_key(loop: str, block_n: int) -> str:
     """"3.37/4.21" for loops "593/741" over block_n = 176 keys per iteration ("-" without SASS)."""
     return "-" if loop == "-" else "/".join(f"{int(n) / block_n:.2f}" for n in loop.split("/"))
@@ -140,7 +154,7 @@ def main() -> None:
     args = parser.parse_args()
     tile = AttentionConfig.checked(args.head_dim, args.causal)
     block_n = args.block_n or (FP8_BLOCK_N[args.head_dim] if args.fp8 else tile.block_n)
-    fp8 = dict(dtype="e4m3", v_transposed="p8") if args.fp8 else {}
+    fp8_forms = ({"dtype": "e4m3", "v_transposed": "p8"}, {"dtype": "e4m3"}) if args.fp8 else ({},)
     print(f"flash attention head_dim={args.head_dim} causal={args.causal} {'e4m3' if args.fp8 else 'bf16'}, "
           f"{tile.block_m}x{block_n} tiles, stages={args.stages}")
     print(f"{'variant':<30}{'threads':>8}{'smem':>8}{'prod/cons':>11}{'regs':>6}{'spill':>6}{'loop SASS':>16}"
@@ -152,32 +166,45 @@ def main() -> None:
             continue  # refused by name: the members' key ranges differ
         if args.fp8 and name not in ("1 stage, no specialization", "full pipeline (default)"):
             continue
-        module = tessera.kernels.flash_attention(head_dim=args.head_dim, causal=args.causal,
-                                                 cluster=options.get("cluster", 1), block_n=block_n, **fp8)
-        tile_module = module.clone()
-        apply_pipeline(module, spec(**options))
-        kernel = next(op for op in module.walk() if is_target_kernel(op))
-        info = kernel.attributes[TARGET_KERNEL_ATTR].data
-        budgets = [op.count.value.data for op in kernel.walk() if isinstance(op, sm90.SetMaxNRegOp)]
-        roles = f"{budgets[0]}/{budgets[1]}" if budgets else "-"
-        ptxas_runs = [(p.release, p.path) for p in find_all_ptxas()] if (
-            args.ptxas_all and name == "full pipeline (default)") else [("", None)]
-        for release, path in ptxas_runs:
-            regs, spill, loop, hgmma, ex2, diagnostics = resources(module, path)
-            label = f"full pipeline, ptxas {release}" if release else name
-            print(f"{label:<30}{info['threads'].value.data:>8}{info['smem_bytes'].value.data:>8}{roles:>11}{regs:>6}"
-                  f"{spill:>6}{loop:>16}{per_key(loop, block_n):>12}{hgmma:>7}{ex2:>5}{groups_in_flight(kernel):>8}  "
-                  f"{diagnostics}")
-        if name in ("full pipeline (default)", "full pipeline, cluster 2") and not (args.no_traffic or args.fp8):
-            s = TRAFFIC_SIZES
-            shapes = [(s["batch"], s["heads"], s[n], args.head_dim) for n in ("seq_q", "seq_k", "seq_k")]
-            traffic_rows.append((name, traffic_per_cta(tile_module, module, shapes)))
+        for fp8 in fp8_forms:
+            if args.fp8 and "v_transposed" not in fp8 and name != "full pipeline (default)":
+                continue  # the in-kernel V transpose needs the producer warpgroup
+            label = name if "v_transposed" in fp8 or not args.fp8 else "full, V transposed in-kernel"
+            traffic_rows += variant_rows(args, label, options, block_n, fp8)
     if not args.fp8:
         gemm_rows(args)
     if traffic_rows:
         print(f"\nTMA bytes per CTA from global memory (CTA simulator's traffic counter, {TRAFFIC_SIZES}):")
         for name, per_tensor in traffic_rows:
             print(f"  {name:<30}" + "  ".join(f"{t} {b}" for t, b in per_tensor.items()))
+
+
+def variant_rows(args, name: str, options: dict, block_n: int, fp8: dict) -> list:
+    """Print the rows of one variant (`name`, pass options, the kernel's FP8 options); its traffic rows."""
+    traffic_rows = []
+    module = tessera.kernels.flash_attention(head_dim=args.head_dim, causal=args.causal,
+                                             cluster=options.get("cluster", 1), block_n=block_n, **fp8)
+    tile_module = module.clone()
+    apply_pipeline(module, spec(**options))
+    kernel = next(op for op in module.walk() if is_target_kernel(op))
+    info = kernel.attributes[TARGET_KERNEL_ATTR].data
+    budgets = [op.count.value.data for op in kernel.walk() if isinstance(op, sm90.SetMaxNRegOp)]
+    roles = f"{budgets[0]}/{budgets[1]}" if budgets else "-"
+    ptxas_runs = [(p.release, p.path) for p in find_all_ptxas()] if (
+        args.ptxas_all and name == "full pipeline (default)") else [("", None)]
+    for release, path in ptxas_runs:
+        regs, spill, loop, hgmma, ex2, diagnostics = resources(module, path)
+        label = f"full pipeline, ptxas {release}" if release else name
+        print(f"{label:<30}{info['threads'].value.data:>8}{info['smem_bytes'].value.data:>8}{roles:>11}{regs:>6}"
+              f"{spill:>6}{loop:>16}{per_key(loop, block_n):>12}{hgmma:>7}{ex2:>5}{groups_in_flight(kernel):>8}  "
+              f"{diagnostics}")
+    if args.fp8 and "v_transposed" not in fp8:
+        print(f"{'':<30}the producer's transpose loop(s), SASS per {block_n} keys: {transpose_loops(module)}")
+    if name in ("full pipeline (default)", "full pipeline, cluster 2") and not (args.no_traffic or args.fp8):
+        s = TRAFFIC_SIZES
+        shapes = [(s["batch"], s["heads"], s[n], args.head_dim) for n in ("seq_q", "seq_k", "seq_k")]
+        traffic_rows.append((name, traffic_per_cta(tile_module, module, shapes)))
+    return traffic_rows
 
 
 def gemm_rows(args) -> None:

@@ -1,10 +1,13 @@
-"""The FP8 attention forward lowered to sm_90a: `flash_attention(dtype="e4m3", v_transposed="p8")` (V^T with its
-keys in P8 key order, `tile.key_order = "p8"`) through convert-tile-to-sm90 under the default (warp-specialized,
-two-stage) pipeline and the single-stage one (`PTX_PIPELINE`): k32 e4m3 wgmma for Q.K^T, `sm90.cvt_pack_fp8` for
-P (carried to the next trip by overlap-softmax), the RS e4m3 P.V wgmma, descale loads and the bf16 O store. It
-runs in the CTA simulator and the PTX executor through `tessera.attention(level=...)`, within
-`reference.check_attention_fp8` and next to the Tile IR interpreter, and ptxas takes it without spill. What is
-not lowered (V^T in its keys' own order, an 8-bit tile other than P) is refused by name."""
+"""The FP8 attention forward lowered to sm_90a through convert-tile-to-sm90: `flash_attention(dtype="e4m3")` (V as
+it is, [batch, heads_k, seq_k, head_dim], transposed in shared memory by the producer warpgroup into P8 key order,
+passes/convert_tile_to_sm90/transpose.py) under the default (warp-specialized, two-stage) pipeline, and
+`v_transposed="p8"` (V^T with its keys in P8 key order, `tile.key_order = "p8"`) under the single-stage one
+(`PTX_PIPELINE`) too: k32 e4m3 wgmma for Q.K^T, `sm90.cvt_pack_fp8` for P (carried to the next trip by
+overlap-softmax), the RS e4m3 P.V wgmma, descale loads and the bf16 O store. It runs in the CTA simulator and
+the PTX executor through `tessera.attention(level=...)` on any key length (TMA zero-fills the tail key block),
+within `reference.check_attention_fp8` and next to the Tile IR interpreter, and ptxas takes it without spill.
+What is not lowered (V^T in its keys' own order, V without a producer to transpose it) is refused by name. The
+full matrix of head dims and ragged lengths: `pytest -m slow tests/test_fp8_lowering.py`."""
 
 from __future__ import annotations
 
@@ -58,12 +61,19 @@ def test_v_transposed_p8_at_tile_level_is_v_transposed_with_the_keys_reordered()
         tessera.launch(module, q, k[:, :, :40], vt[..., :40], *ds, level="tile")
 
 
+_RAGGED = [  # (batch, heads, heads_k, seq_q, seq_k, causal): key lengths of any residue, seq_q > seq_k causal
+    (1, 2, 1, 100, 144, False), (1, 2, 1, 100, 203, True), (1, 2, 1, 1, 77, False), (1, 1, 1, 150, 100, True),
+    (2, 4, 2, 37, 333, True),
+]
+
+
 @pytest.mark.parametrize("level, batch, heads, heads_k, seq_q, seq_k, d, causal, lse", [
-    ("target", 1, 2, 1, 100, 400, 64, False, False),  # GQA, ragged query rows, a partial key block, 4 trips
-    ("target", 1, 2, 1, 1, 160, 128, True, True),     # MQA, one query row (decoding), causal, head_dim 128, LSE
-    ("target", 1, 1, 1, 70, 144, 256, True, False),   # head_dim 256 (64-key blocks)
-    ("ptx", 1, 2, 2, 65, 48, 64, True, False),        # fewer keys than one block, causal
-])
+    ("target", 1, 2, 1, 100, 203, 64, False, False),  # GQA, ragged query rows, a tail key block of 75 keys
+    ("target", 1, 2, 1, 1, 77, 128, True, True),      # MQA, one query row (decoding), causal, head_dim 128, LSE
+    ("target", 1, 1, 1, 70, 100, 256, True, False),   # head_dim 256 (64-key blocks), a tail of 36 keys
+    ("ptx", 1, 2, 2, 65, 37, 64, True, False),        # fewer keys than one block, causal with seq_q > seq_k
+] + [pytest.param(level, *shape[:5], d, shape[5], False, marks=pytest.mark.slow)
+     for level in ("target", "ptx") for d in (64, 128, 256) for shape in _RAGGED])
 def test_lowered_fp8_attention_through_the_public_api(level, batch, heads, heads_k, seq_q, seq_k, d, causal, lse):
     q, k, v, (dq, dk, dv) = _inputs(seq_q + d, batch, heads, heads_k, seq_q, seq_k, d)
     kw = dict(causal=causal, descale_q=dq, descale_k=dk, descale_v=dv, return_lse=lse)
@@ -92,9 +102,11 @@ def test_the_single_stage_pipeline_lowers_it_too():
 def test_lowered_fp8_kernel_is_ptxas_clean_without_spill(pipeline):
     from tessera import toolchain
 
-    text = tessera.compile(flash_attention(head_dim=64, dtype="e4m3", v_transposed="p8"), pipeline=pipeline)
+    v_transposed = False if pipeline == DEFAULT_PIPELINE else "p8"  # single-stage: no producer to transpose V
+    text = tessera.compile(flash_attention(head_dim=64, dtype="e4m3", v_transposed=v_transposed), pipeline=pipeline)
     assert "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3" in text  # Q.K^T, both operands in shared
     assert "cvt.rn.satfinite.e4m3x2.f32" in text                            # P, packed in registers
+    assert ("prmt.b32" in text) == (not v_transposed)                       # V transposed by the producer
     ptxases = toolchain.find_all_ptxas()
     if not ptxases:
         pytest.skip("no ptxas installed")
@@ -110,7 +122,8 @@ def test_what_is_not_lowered_is_refused_by_name():
     with pytest.raises(LoweringError, match=r"holds its keys in P8 key order, so the B operand must be copied by "
                                             r"TMA from an input in that order \(tile.key_order"):
         tessera.compile(natural, pipeline=PTX_PIPELINE)
-    with pytest.raises(LoweringError, match="8-bit \\(e4m3\\) operands must both be K-major"):
+    with pytest.raises(LoweringError, match=r"an 8-bit B given as V \[keys, head_dim\] \(not V\^T\) is transposed "
+                                            r"in shared memory by the producer of a pipelined ring"):
         tessera.compile(flash_attention(head_dim=64, dtype="e4m3"), pipeline=PTX_PIPELINE)
 
 

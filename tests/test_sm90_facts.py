@@ -901,6 +901,13 @@ DOCUMENTED = {
     # from the same formula: k = 4c + 2p + e holds key 8p + 2c + e with c < 4, p < 2, e < 2, so both k and its
     # key stay below 16: the order permutes keys within groups of 16 (test_p8_key_group_follows_the_order)
     "P8_KEY_GROUP": 16,
+    # the same formula at k = 4c + {0, 1, 2, 3}: keys 2c + {0, 1, 8, 9} (one 32-bit word of a V^T row)
+    "P8_QUAD_KEYS": (0, 1, 8, 9),
+    # [P#data-movement-and-conversion-instructions-prmt]: "{b, a} = {{b7, b6, b5, b4}, {b3, b2, b1, b0}}", byte i
+    # of d takes the source byte numbered by selector nibble i: 0x5140 -> (a0, b0, a1, b1), 0x7362 -> (a2, b2,
+    # a3, b3), 0x5410 -> (a0, a1, b0, b1), 0x7632 -> (a2, a3, b2, b3): a 4 x 4 byte transpose in two rounds
+    # (tests/test_fp8_vtranspose.py runs it on random matrices)
+    "TRANSPOSE_4X4_PRMT": ((0x5140, 0x7362), (0x5410, 0x7632)),
 }
 
 

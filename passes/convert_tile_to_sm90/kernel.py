@@ -64,11 +64,12 @@ from tessera.passes.convert_tile_to_sm90.memory import MemoryLowering
 from tessera.passes.convert_tile_to_sm90.mma import MmaLowering
 from tessera.passes.convert_tile_to_sm90.registers import RegisterTileLowering
 from tessera.passes.convert_tile_to_sm90.serving import ServingLowering
+from tessera.passes.convert_tile_to_sm90.transpose import TransposeLowering
 
 
 @dataclass
 class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, MmaLowering, AttentionLowering,
-                     ElementwiseLowering, ControlFlowLowering, ServingLowering):
+                     ElementwiseLowering, ControlFlowLowering, ServingLowering, TransposeLowering):
     """Lowers one Tile IR kernel; see the module docstring."""
 
     fn: func.FuncOp
@@ -89,6 +90,8 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
     gathered: set = field(default_factory=set)  # arguments tile.cp_async_gather reads (with cp.async)
     gather_commits: set = field(default_factory=set)  # commit ops whose copies are all gathers into plain tiles
     gather_rings: set = field(default_factory=set)  # staged tile.alloc_shared filled by gathers
+    transposed_rings: dict = field(default_factory=dict)  # staged tile.alloc_shared of V the producer transposes -> staging Ring
+    staging_barriers: dict = field(default_factory=dict)  # such a ring -> its staging (full, empty) barrier bases
     waited_stages: set = field(default_factory=set)  # (stage Tile value, Block) whose full barrier was waited on
     counted_loops: dict = field(default_factory=dict)  # Tile scf.for -> commits whose phase it counts (control.py)
     phase_counters: dict = field(default_factory=dict)  # commit op -> its executions so far, in the current block
@@ -210,6 +213,7 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
         self.warpgroups = self.bm // facts.WGMMA_M
         self.threads = self.warpgroups * facts.WARPGROUP_SIZE
         self._plan_groups()
+        self._plan_transposes()
         maps = self._tensor_maps()
         pointers = self._pointer_args()
         names = self.sig.dim_names()
@@ -313,6 +317,10 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
             name, slots = op.result.name_hint or "ring", op.result.type.get_shape()[0]
             self.rings[op] = tuple(self._alloc(e, f"{name}_{kind}", slots * facts.MBARRIER_BYTES, facts.MBARRIER_BYTES, 0)
                                    for kind in ("full", "empty"))
+            if op in self.transposed_rings:
+                self.staging_barriers[op] = tuple(
+                    self._alloc(e, f"{name}_staging_{kind}", slots * facts.MBARRIER_BYTES, facts.MBARRIER_BYTES, 0)
+                    for kind in ("full", "empty"))
         if commits or staged:
             def init(t: Emitter):
                 for g in self.groups.values():
@@ -320,6 +328,11 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
                 for op, (full, empty) in self.rings.items():
                     for slot in range(op.result.type.get_shape()[0]):
                         producers = facts.WARPGROUP_SIZE * facts.CP_ASYNC_NOINC_ARRIVALS if op in self.gather_rings else 1
+                        if op in self.transposed_rings:  # the transposing warpgroup's arrivals; TMA's, its own
+                            producers = facts.WARPGROUP_SIZE
+                            s_full, s_empty = self.staging_barriers[op]
+                            t.op(sm90.MBarrierInitOp(self._slot_barrier(t, s_full, slot), 1))
+                            t.op(sm90.MBarrierInitOp(self._slot_barrier(t, s_empty, slot), facts.WARPGROUP_SIZE))
                         t.op(sm90.MBarrierInitOp(self._slot_barrier(t, full, slot), producers))
                         t.op(sm90.MBarrierInitOp(self._slot_barrier(t, empty, slot), self.threads))
                 t.op(sm90.FenceMBarrierInitOp())

@@ -56,6 +56,9 @@ class MemoryLowering:
                         f"got swizzle {swizzle} (run assign-swizzle: it gives every tile the widest one)")
         if rows % CORE_ROWS:
             _refuse(op, f"shared tiles must have a multiple of {CORE_ROWS} rows")
+        if op in self.transposed_rings:  # V's ring: a staging ring and the V^T ring (transpose.py)
+            self._alloc_transposed_ring(op, e)
+            return
         size = rows * cols * elt
         slots = stages[0] if stages else 1
         address = self._alloc(e, op.result.name_hint or "smem", slots * size, facts.swizzle_period_bytes(swizzle),
@@ -181,8 +184,11 @@ class MemoryLowering:
             self._copy_by_threads(op, window, dest, e)
             return
         rows = window.shape[0]
-        tmap = self.entry_args[self.map_args[(window.arg, rows, dest.swizzle)]]
         self._retire_readers(dest.address, e)
+        if self._is_transposed_stage(op.dest):
+            self._fill_transposed_stage(op, window, dest, e)
+            return
+        tmap = self.entry_args[self.map_args[(window.arg, rows, dest.swizzle)]]
         if dest.stage is not None:
             self._fill_stage(window, dest, tmap, e, shared=op.cluster_shared is not None)
             return

@@ -59,16 +59,17 @@ class MmaLowering:
             _refuse(op, f"the contraction size must be a multiple of {k_step}, got {k}")
         if not isinstance(b, SharedTile):
             _refuse(op, "operand B must be in shared memory")
-        if ab in FP8_WGMMA_TYPES and (op.transpose_a or not op.transpose_b):
+        transposed = self._is_transposed_stage(op.b)  # V^T written by the producer's transpose (transpose.py)
+        if ab in FP8_WGMMA_TYPES and (op.transpose_a or not (op.transpose_b or transposed)):
             _refuse(op, f"8-bit ({ab}) operands must both be K-major (A [M, K], B given as B^T [N, K] with "
                         "transpose_b): wgmma's MN-major (transposed) forms take 16-bit types only")
-        if ab in FP8_WGMMA_TYPES and not isinstance(a, SharedTile):
+        if ab in FP8_WGMMA_TYPES and not isinstance(a, SharedTile) and not transposed:
             self._check_p8_key_order(op)
         # K-major operands: A [M, K] and B^T [N, K] tiles (imm-trans 0); MN-major ones: A^T [K, M] and B [K, N]
         # tiles (imm-trans 1, 16-bit types only). Each warpgroup reads its 64 rows of A: 64 K-major rows further,
         # or, MN-major, the next box (64 16-bit columns are one 128-byte box row).
         trans_a = facts.wgmma_transpose_immediate("MN" if op.transpose_a else "K", ab, "A")
-        trans_b = facts.wgmma_transpose_immediate("K" if op.transpose_b else "MN", ab, "B")
+        trans_b = facts.wgmma_transpose_immediate("K" if op.transpose_b or transposed else "MN", ab, "B")
         reads = [t for t in (a, b) if isinstance(t, SharedTile)]
         for value, t in ((op.a, a), (op.b, b)):
             if isinstance(t, SharedTile):

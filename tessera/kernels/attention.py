@@ -645,9 +645,11 @@ def flash_attention(
     `dtype="e4m3"` builds the FP8 kernel (`flash_attention_d{D}_e4m3[_vt]...`, FlashAttention-3's FP8 forward,
     `tessera.kernels.attention_fp8`): Q, K, V in f8E4M3FN with three f32 descale inputs [batch, heads_k] after
     V, O in bf16, the LSE (with `return_lse`) in f32; causal, GQA (`grouped`), any lengths and head_dim
-    64/128/256 as above. `v_transposed=True` takes V as V^T [batch, heads_k, head_dim, seq_k]; `v_transposed="p8"`
-    takes V^T with its keys in P8 key order (`attention_fp8.V_TRANSPOSED_ORDERS`), the form convert-tile-to-sm90
-    lowers (seq_k a multiple of 16); its default block_n is `attention_fp8.FP8_BLOCK_N`. e5m2, and FP8
+    64/128/256 as above; lowered, the producer warpgroup transposes each V tile in shared memory (the default
+    pipeline: passes/convert_tile_to_sm90/transpose.py). `v_transposed=True` takes V as V^T [batch, heads_k,
+    head_dim, seq_k]; `v_transposed="p8"` takes V^T with its keys in P8 key order
+    (`attention_fp8.V_TRANSPOSED_ORDERS`), lowered without a transpose (seq_k a multiple of 16); its default
+    block_n is `attention_fp8.FP8_BLOCK_N`. e5m2, and FP8
     with bias, split-KV, score_mod/mask_mod or clusters, are refused by name."""
     fp8 = attention_fp8.check_fp8_options(dtype, bias=bias is True, num_splits=num_splits if isinstance(num_splits, int) else 1,
                                           mods=score_mod is not None or mask_mod is not None,

@@ -15,9 +15,10 @@ taking the factors of its key head. Per key block the kernel computes
 
 and at the end O = acc / l * (descale_v 2^-8), rounded to bf16, with LSE = m + ln l (l sums the unrounded P,
 so the 2^8 never reaches it). Each factor vector is loaded once per block ([BM] rows of one value:
-`tile.load_broadcast` of the descale element). With `v_transposed`, V is given as V^T [batch, heads_k,
-head_dim, seq_k] (K-major for the P.V product, as FP8 wgmma needs) and the kernel multiplies P by its
-[head_dim, BN] tile transposed.
+`tile.load_broadcast` of the descale element). V is given as it is ([batch, heads_k, seq_k, head_dim]); the
+lowering transposes each [BN, head_dim] tile in shared memory in the producer warpgroup (K-major for the P.V
+product, as FP8 wgmma needs: passes/convert_tile_to_sm90/transpose.py). With `v_transposed`, V is given as V^T
+[batch, heads_k, head_dim, seq_k] and the kernel multiplies P by its [head_dim, BN] tile transposed.
 """
 
 from __future__ import annotations
@@ -52,8 +53,8 @@ DESCALES = ("DescaleQ", "DescaleK", "DescaleV")
 
 V_TRANSPOSED_ORDERS = ("p8",)
 """`v_transposed="p8"`: V^T with its keys in P8 key order by groups of 16 (`tile.key_order = "p8"`,
-`tessera.sm90.fp8.p8_key_positions`), the order the 8-bit P.V wgmma reads: the form convert-tile-to-sm90
-lowers. The kernel promises (`tile.divisible`) seq_k a multiple of 16: V^T's rows of seq_k bytes then start
+`tessera.sm90.fp8.p8_key_positions`), the order the 8-bit P.V wgmma reads: convert-tile-to-sm90 lowers it
+without a transpose in the kernel (by the single-stage pipeline too). The kernel promises (`tile.divisible`) seq_k a multiple of 16: V^T's rows of seq_k bytes then start
 on the 16 bytes TMA needs, and the order's groups are whole."""
 
 

@@ -8,10 +8,12 @@ The kernel is `tessera.kernels.flash_attention(dtype="e4m3")` (`tessera.kernels.
 `level="tile"` it runs in the Tile IR interpreter with V as given. On the GPU (`level=None`) and at "target"
 (CTA simulator) and "ptx" (PTX executor) it is the lowered kernel (`LOWERED_V_LAYOUT`, built the same way for
 all three, compiled by the default pipeline `passes.DEFAULT_PIPELINE`): V is handed to it in the layout its ABI
-asks for (`kernel_v`, read from the Tile IR signature, `tessera.kernel_abi`: today V^T with its keys in P8 key
-order, `tessera.sm90.fp8`, the order the e4m3 P.V wgmma reads P's registers in; on a GPU the rearrangement is
-a device copy on torch's current stream), and seq_k must meet the kernel's promise (`tile.divisible`, a
-multiple of 16 today; refused by name otherwise). The GPU path launches like the bf16 one (`tessera.launch`:
+asks for (`kernel_v`, read from the Tile IR signature, `tessera.kernel_abi`: today V as given, [batch, heads_k,
+seq_k, head_dim], which the kernel's producer warpgroup transposes in shared memory into V^T in P8 key order,
+the order the e4m3 P.V wgmma reads P's registers in, passes/convert_tile_to_sm90/transpose.py; for a kernel
+that takes V^T in P8 key order the rearrangement is a host or device copy), and seq_k must meet the kernel's
+promise (`tile.divisible`: none today, any seq_k; a kernel with V^T in P8 key order promises a multiple of 16,
+refused by name otherwise). The GPU path launches like the bf16 one (`tessera.launch`:
 NumPy arrays are copied to the device and back, CUDA tensors used in place, the output a CUDA tensor on
 torch's current stream). Descales of CUDA tensors stay on the device (not read on the host: their
 finiteness is not checked there, as FlashAttention-3 does not); host ones must be finite.
@@ -42,9 +44,10 @@ FP8_NAMES = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz
 LOWERED_LEVELS = (None, "target", "ptx")
 """The levels that run the FP8 kernel lowered to sm_90a."""
 
-LOWERED_V_LAYOUT = "p8"
-"""`flash_attention(v_transposed=...)` of the lowered kernel: the V layout convert-tile-to-sm90 lowers (V^T in
-P8 key order). The runtime reads the layout back from the kernel's signature (`kernel_v`), never from this."""
+LOWERED_V_LAYOUT = False
+"""`flash_attention(v_transposed=...)` of the lowered kernel: V as it is, transposed in the kernel by the producer
+warpgroup (convert-tile-to-sm90 also lowers "p8", V^T in P8 key order, without the transpose). The runtime reads
+the layout back from the kernel's signature (`kernel_v`), never from this."""
 
 
 def is_fp8_call(q, k, v, descales) -> bool:

@@ -61,12 +61,15 @@ from tessera.sm90.fp8 import (
     FP8_FORMATS,
     FP8_MAX_FINITE,
     P8_KEY_ORDER,
+    P8_QUAD_KEYS,
+    TRANSPOSE_4X4_PRMT,
     a8_fragment_coords,
     cvt_rn_satfinite_x2,
     fp8_bits_to_f32,
     fp8_dtype,
     p8_register_sources,
     satfinite_f32,
+    transpose_4x4_words,
 )
 from tessera.sm90.mbarrier import MBARRIER_BYTES, MBARRIER_MAX_COUNT, MBARRIER_TX_LIMIT, MBarrierState
 from tessera.sm90.packing import cvt_rn_bits, cvt_rn_x2, half_bits_to_f32, mov_pack_b32, mov_unpack_b32, prmt_b32

@@ -127,3 +127,28 @@ def p8_key_positions(n: int) -> np.ndarray:
     return (P8_KEY_GROUP * np.arange(n // P8_KEY_GROUP)[:, None] + group[None, :]).reshape(-1)
 
 # endregion
+# region The producer's V transpose into P8 key order [P#...-prmt]
+
+P8_QUAD_KEYS = tuple(P8_KEY_ORDER[i] for i in range(4))
+"""(0, 1, 8, 9): k-positions 4c .. 4c + 3 of a group of 16 (one 32-bit word of a V^T row) hold keys 2c + these
+(`P8_KEY_ORDER` read four positions at a time): the in-kernel transpose reads V's rows 2c + P8_QUAD_KEYS of the
+group, four bytes (four head_dim columns) from each, and writes four V^T words."""
+
+TRANSPOSE_4X4_PRMT = ((0x5140, 0x7362), (0x5410, 0x7632))
+"""The selectors of the 4 x 4 byte transpose in 8 `prmt.b32` (generic form): from words w0..w3 (byte j of w_i is
+element [i, j]), t0 = prmt(w0, w1, 0x5140) and t1 = prmt(w0, w1, 0x7362) interleave the low and high byte pairs
+of w0 and w1 (t2, t3 likewise of w2, w3), then y0 = prmt(t0, t2, 0x5410), y1 = prmt(t0, t2, 0x7632), y2 =
+prmt(t1, t3, 0x5410), y3 = prmt(t1, t3, 0x7632) join their half-words: byte i of y_j is element [i, j]
+(`transpose_4x4_words`)."""
+
+
+def transpose_4x4_words(w0, w1, w2, w3) -> tuple:
+    """(y0, y1, y2, y3): the 4 x 4 byte matrix of words w0..w3 (uint32, vectorised) transposed by the eight prmt
+    of `TRANSPOSE_4X4_PRMT`, evaluated with `packing.prmt_b32` (the ISA's prmt)."""
+    from tessera.sm90.packing import prmt_b32
+
+    (lo, hi), (even, odd) = TRANSPOSE_4X4_PRMT
+    t0, t1, t2, t3 = prmt_b32(w0, w1, lo), prmt_b32(w0, w1, hi), prmt_b32(w2, w3, lo), prmt_b32(w2, w3, hi)
+    return prmt_b32(t0, t2, even), prmt_b32(t0, t2, odd), prmt_b32(t1, t3, even), prmt_b32(t1, t3, odd)
+
+# endregion
