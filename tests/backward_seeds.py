@@ -337,9 +337,9 @@ _Q_EMPTY_COVERS = ("the producer refills a dO slot only after its wait on the sa
 _ZERO_ACC = ("levels differ: the CTA simulator, before register allocation, counts the zero accumulator (scale-d 0) "
              "defined after the previous wgmma_fence as a register write; the printed PTX writes no register of it "
              "(scale-d 0 folds the zero) and nothing touches those registers since the previous fence")
-_INIT_FENCE = ("levels differ by design (memory_model.MBARRIER_INIT_FENCE): inside one CTA the bar.sync after the inits "
-               "orders them for every use (the PTX executor); the CTA simulator asks for the fence before any TMA "
-               "copy completes on the barrier, as CUTLASS always issues it")
+_INIT_FENCE = ("levels differ by design (memory_model.MBARRIER_INIT_FENCE): inside one CTA the bar.sync after the "
+               "inits orders them for every use (the PTX executor); the CTA simulator asks for the fence before any "
+               "TMA copy completes on the barrier, as CUTLASS always issues it")
 
 _WARP_SPECIALIZED = [
     # (kind, name, edit, expected outcomes, reason for each C)
@@ -436,8 +436,9 @@ _SINGLE = [
      ALL, ""),
     ("mbarrier count wrong", "the Q/dO barrier counts two arrivals", Edit("count", At("kernel", "init", 1), 2),
      ALL, ""),
-    ("bar.sync deleted", "at the end of the trip (thread 0 refills Q/dO next trip)", Edit("delete", At(C, "bar_sync", 2)),
-     "CRCC", "on one trip nothing is refilled; on several the levels differ: the CTA simulator asks for every warp's "
+    ("bar.sync deleted", "at the end of the trip (thread 0 refills Q/dO next trip)",
+     Edit("delete", At(C, "bar_sync", 2)), "CRCC",
+     "on one trip nothing is refilled; on several the levels differ: the CTA simulator asks for every warp's "
      "wait_group to happen before the refill, the PTX executor takes one thread's wait_group as completing the "
      "warpgroup's wgmma (CUTLASS and FA3 release a slot from one thread per warpgroup)"),
     ("wgmma.fence deleted", "before dQ = dS K", Edit("delete", _DQ_FENCE), "RRCC", _ZERO_ACC),

@@ -29,7 +29,8 @@ def _both_sides(level: str, text: str) -> bool:
     if "deadlock" in text:
         return "wait" in text
     if level == "ptx":
-        return re.search(r"line \d+|thread count is \d+|first wgmma|CTA exits|thread \(\d+, 0, 0\) of CTA", text) is not None
+        return re.search(r"line \d+|thread count is \d+|first wgmma|CTA exits|thread \(\d+, 0, 0\) of CTA",
+                         text) is not None
     return re.search(r"`[^`]+`|which thread \d+|expects \d+|first wgmma|kernel ends|fence_mbarrier_init|exceeds|"
                      r"mbarrier at shared address", text) is not None
 
@@ -60,7 +61,8 @@ def test_a_store_read_by_another_warps_wgmma_needs_the_barrier_not_just_a_fence(
 
 
 def test_the_bulk_reduction_of_unfenced_staging_stores_is_reported_in_ptx():
-    kind, name, edit, _, _ = next(s for s in CATALOGUE["warp-specialized, bulk dQ"] if s[0] == "fence.proxy.async deleted")
+    bulk = CATALOGUE["warp-specialized, bulk dQ"]
+    kind, name, edit, _, _ = next(s for s in bulk if s[0] == "fence.proxy.async deleted")
     got, text = verdict("ptx", "warp-specialized, bulk dQ", edit, "one trip")
     assert got == "R" and "has not made visible to the async proxy" in text, text
 
