@@ -18,9 +18,10 @@ import numpy as np
 from ptx_library.build import CONFIGS
 from ptx_library.library import attention_reference, built, gemm_reference, launch_library
 
-SIZES = {"fa3": [(1, 2, 128, 128, 128), (1, 1, 200, 333, 128)], "cutlass": [(128, 128, 64, 1), (256, 128, 192, 1)]}
+SIZES = {"fa3": [(1, 2, 128, 128, 128), (1, 1, 200, 333, 128)], "cutlass": [(128, 128, 64, 1), (128, 128, 512, 1)]}
 """Problem sizes per library: one with a single k-block (or key block) and one with several (and, for FA3, two
-query blocks on one SM: the persistent scheduler's second tile reuses the epilogue's shared buffer)."""
+query blocks on one SM: the persistent scheduler's second tile reuses the epilogue's shared buffer; for
+CUTLASS, more k-blocks than pipeline stages, so that every slot is refilled)."""
 
 
 def run(name: str, text: str, sizes: tuple[int, ...]) -> bool:
@@ -59,27 +60,32 @@ def _nth(found: list[int], n: int) -> int:
     return found[n]
 
 
-def _role(lines, role: str) -> tuple[int, int]:
-    """The consumers' part (from setmaxnreg.inc to the next setmaxnreg.dec or the end) or the producer's (from
-    setmaxnreg.dec to the next setmaxnreg.inc or the end)."""
-    mine, other = ("setmaxnreg.inc", "setmaxnreg.dec") if role == "consumer" else ("setmaxnreg.dec", "setmaxnreg.inc")
-    start = _nth(_all(lines, mine), 0)
-    after = _all(lines, other, start)
-    return start, after[0] if after else len(lines)
-
-
-def _wait_sites(lines, start: int, stop: int) -> list[list[int]]:
-    """The mbarrier waits in [start, stop), each the try_wait lines of one site (nvcc emits a probe and a
-    blocking LAB_WAIT loop on the same barrier and parity, a few lines apart)."""
+def _wait_sites(lines, role: str) -> list[list[int]]:
+    """The consumers' or the producer's mbarrier waits, each the try_wait lines of one site (nvcc emits a probe
+    and a blocking LAB_WAIT loop on the same barrier and parity, a few lines apart). nvcc places the role
+    branches in any order, so a wait's role is what follows it first: a wgmma (a consumer waiting for a full
+    slot) or an expect_tx or TMA load (the producer waiting for an empty one) before the next wait."""
     sites: list[list[int]] = []
-    for i in _all(lines, "mbarrier.try_wait", start, stop):
+    for i in _all(lines, "mbarrier.try_wait"):
         operands = re.search(r"\[(\S+)\], (%\w+)", lines[i]).groups()
         last = sites[-1][-1] if sites else None
         if last is not None and i - last < 16 and re.search(r"\[(\S+)\], (%\w+)", lines[last]).groups() == operands:
             sites[-1].append(i)
         else:
             sites.append([i])
-    return sites
+
+    def role_of(site) -> str:
+        for j in range(site[-1] + 1, len(lines)):
+            s = _instruction(lines[j])
+            if s.startswith("wgmma."):
+                return "consumer"
+            if s.startswith(("mbarrier.arrive.expect_tx", "cp.async.bulk.tensor")) and ".global.shared" not in s:
+                return "producer"
+            if s.startswith("mbarrier.try_wait"):  # e.g. the producer's tail, waiting for every slot's release
+                return "other"
+        return "other"
+
+    return [site for site in sites if role_of(site) == role]
 
 
 def _after_asm(lines, i: int) -> int:
@@ -93,7 +99,7 @@ def wait(role: str, n: int, action: str):
     """The consumer's or producer's n-th mbarrier wait: "delete" (every try_wait of the site succeeds at once) or
     "flip" (it tests the other parity)."""
     def edit(lines):
-        site = _nth(_wait_sites(lines, *_role(lines, role)), n)
+        site = _nth(_wait_sites(lines, role), n)
         for i in reversed(site):
             predicate, parity = re.search(r"try_wait\S* (\w+), \[\S+\], (%\w+)", lines[i]).groups()
             if action == "delete":
@@ -106,10 +112,11 @@ def wait(role: str, n: int, action: str):
     return edit
 
 
-def scale_expect_tx(role: str, n: int, shift: str):
-    """The n-th expect_tx of `role` announces half ("shr") or twice ("shl") its bytes (a register in nvcc's PTX)."""
+def scale_expect_tx(n: int, shift: str):
+    """The n-th expect_tx (the producer's) announces half ("shr") or twice ("shl") its bytes (a register in nvcc's
+    PTX)."""
     def edit(lines):
-        i = _nth(_all(lines, "mbarrier.arrive.expect_tx", *_role(lines, role)), n)
+        i = _nth(_all(lines, "mbarrier.arrive.expect_tx"), n)
         count = re.search(r", (%\w+);\s*$", lines[i]).group(1)
         lines[i] = lines[i].replace(f", {count};", ", %seeded_bytes;")
         lines.insert(i, f"\t{shift}.b32 %seeded_bytes, {count}, 1;")
@@ -117,9 +124,10 @@ def scale_expect_tx(role: str, n: int, shift: str):
     return edit
 
 
-def delete(prefix: str, n: int = 0, role: str | None = None):
+def delete(prefix: str, n: int = 0):
+    """Delete the n-th instruction starting with `prefix`."""
     def edit(lines):
-        del lines[_nth(_all(lines, prefix, *(_role(lines, role) if role else (0,))), n)]
+        del lines[_nth(_all(lines, prefix), n)]
     return edit
 
 
@@ -127,9 +135,8 @@ def release_before_its_wait_group(n: int):
     """The consumer's n-th wgmma.wait_group moved after the slot release that follows it (the release block:
     `mapa` + `mbarrier.arrive.shared::cluster`): the producer may refill the slot the wgmma still reads."""
     def edit(lines):
-        start, stop = _role(lines, "consumer")
-        i = _nth(_all(lines, "wgmma.wait_group", start, stop), n)
-        release = _nth(_all(lines, "mbarrier.arrive.shared::cluster", i, stop), 0)
+        i = _nth(_all(lines, "wgmma.wait_group"), n)
+        release = _nth(_all(lines, "mbarrier.arrive.shared::cluster", i), 0)
         if release - i > 40:
             raise LookupError("no release right after this wait_group")
         line = lines.pop(i)
@@ -148,20 +155,19 @@ LIBRARY_BUGS = [
     ("wait deleted", "the producer's first mbarrier wait", wait("producer", 0, "delete")),
     ("parity flipped", "the consumers' first mbarrier wait", wait("consumer", 0, "flip")),
     ("parity flipped", "the producer's first mbarrier wait", wait("producer", 0, "flip")),
-    ("expect_tx too small", "the producer's first", scale_expect_tx("producer", 0, "shr")),
-    ("expect_tx too large", "the producer's first", scale_expect_tx("producer", 0, "shl")),
-    ("wgmma.fence deleted", "the consumers' first", delete("wgmma.fence", 0, "consumer")),
-    ("wgmma.commit_group deleted", "the consumers' first", delete("wgmma.commit_group", 0, "consumer")),
-    ("wgmma.wait_group deleted", "the consumers' first", delete("wgmma.wait_group", 0, "consumer")),
+    ("expect_tx too small", "the producer's first", scale_expect_tx(0, "shr")),
+    ("expect_tx too large", "the producer's first", scale_expect_tx(0, "shl")),
+    ("wgmma.fence deleted", "the consumers' first", delete("wgmma.fence")),
+    ("wgmma.commit_group deleted", "the consumers' first", delete("wgmma.commit_group")),
+    ("wgmma.wait_group deleted", "the consumers' first", delete("wgmma.wait_group")),
     ("slot released before its wait_group", "the consumers' first release", release_before_its_wait_group(0)),
-    ("slot release deleted", "the consumers' first", delete("mbarrier.arrive.shared::cluster", 0, "consumer")),
+    ("slot release deleted", "the consumers' first", delete("mbarrier.arrive.shared::cluster")),
     ("bar.sync deleted", "after mbarrier.init", lambda lines: lines.__delitem__(_after_init(lines))),
-    ("fence.proxy.async deleted", "the epilogue's", delete("fence.proxy.async", 0, "consumer")),
+    ("fence.proxy.async deleted", "the epilogue's", delete("fence.proxy.async")),
     ("bar.sync deleted", "the epilogue's, before the TMA store",
      lambda lines: lines.__delitem__(_nth(_all(lines, "bar.sync", _nth(_all(lines, "fence.proxy.async"), 0)), 0))),
-    ("bar.arrive deleted", "the consumers' first named-barrier arrive", delete("bar.arrive", 0, "consumer")),
-    ("bulk wait deleted", "the epilogue's cp.async.bulk.wait_group.read", delete("cp.async.bulk.wait_group", 0,
-                                                                                   "consumer")),
+    ("bar.arrive deleted", "the consumers' first named-barrier arrive", delete("bar.arrive")),
+    ("bulk wait deleted", "the epilogue's cp.async.bulk.wait_group.read", delete("cp.async.bulk.wait_group")),
 ]
 """(kind, name, edit): the kinds of issue 31 in nvcc's PTX of CUTLASS's and FA3's warp-specialized kernels."""
 
