@@ -10,9 +10,11 @@ kernel (thread 0 loads Q and dO each trip; every thread waits).
 An edit names what to change, not how: `At(region, kind, n)` is the n-th synchronisation op of `kind` in a region
 of the kernel, located the same way in both forms (op classes in Target IR, instruction prefixes in PTX: the
 printer keeps the order). `apply_target(fn, edit)` and `apply_ptx(text, edit)` apply it; both raise LookupError
-when the kernel has no such op. `BUGS[variant]` are bugs; `BENIGN[variant]` edits the memory model accepts in
-that kernel, each with the reason. tests/test_backward_races.py runs a slice; bench/races.py --backward and
-bench/races_target.py --backward run the whole matrix on two shapes (`SHAPES`).
+when the kernel has no such op. `CATALOGUE[variant]` lists `(kind, name, edit, expected, reason)`: what each
+level must give on each shape (`ALL`), with the reason for every cell that must run clean (an edit the memory
+model accepts in that kernel, an op one trip never reaches, or a rule the two levels state differently).
+`verdict` runs one cell; `matrix(level)` runs them all. tests/test_backward_races.py runs a slice;
+bench/races.py --backward and bench/races_target.py --backward run the whole matrix on two shapes (`SHAPES`).
 """
 
 from __future__ import annotations

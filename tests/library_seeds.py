@@ -38,7 +38,8 @@ def sizes_of(name: str) -> list[tuple[int, ...]]:
     return SIZES["cutlass" if name.startswith("cutlass") else "fa3"]
 
 
-LIBRARY = [name for name in ("fa3_fwd_hdim128", "cutlass_cooperative_128x128x64", "cutlass_pingpong_64x128x64")]
+LIBRARY = ["fa3_fwd_hdim128", "cutlass_cooperative_128x128x64", "cutlass_pingpong_64x128x64"]
+"""The configurations of tests/ptx_library/build.py seeded here."""
 
 
 def available() -> list[str]:

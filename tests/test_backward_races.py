@@ -16,6 +16,7 @@ import re
 import pytest
 
 from backward_seeds import ALL, CATALOGUE, CELLS, SHAPES, one_per_kind, verdict
+from library_seeds import LIBRARY
 
 SEVERAL = "several trips"
 
@@ -127,7 +128,7 @@ def test_library_ptx_seeded_is_reported(name, bug, message):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["fa3_fwd_hdim128", "cutlass_cooperative_128x128x64", "cutlass_pingpong_64x128x64"])
+@pytest.mark.parametrize("name", LIBRARY)
 def test_library_ptx_runs_clean_and_every_seed_is_reported_or_right(name):
     """No false report on NVIDIA's and Tri Dao's code; each seeded edit is reported or leaves the output right
     (`python bench/races.py --library` prints which)."""
