@@ -4,6 +4,13 @@
 
     python bench/races.py --matrix [--shapes 300,700]
 
+    python bench/races.py --backward | --library
+
+--backward: the seeds of tests/backward_seeds.py in the PTX of the attention backward (head_dim 128: warp-specialized,
+bulk-reduction dQ, single-stage) on one trip and several: the outcome (R reported, C clean and right) against the
+catalogue's expectation (exit status 1 on a mismatch). --library: the kinds of tests/library_seeds.py in the PTX
+of CUTLASS and FA3 that tests/ptx_library/build.py built here (the unseeded kernel first: it must run clean).
+
 With --matrix: the one-edit bugs of tests/race_seeds.py (33 of 17 kinds in the warp-specialized flash
 kernel, on each shape of keys, and the edits the memory model accepts there), then the generic kinds seeded
 into the kernels of tests/race_kernels.py (Tessera's GEMM and clustered flash, Triton's PTX): one line per
@@ -107,12 +114,53 @@ def matrix(shapes: list[int]) -> None:
     print("counts:", ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
 
 
+def library() -> None:
+    import sys
+
+    sys.path.insert(0, str(KERNELS.parent))
+    from library_seeds import LIBRARY, LIBRARY_BUGS, available, run, seed, sizes_of
+    from ptx_library.library import BUILD
+
+    counts: dict[str, int] = {}
+    for name in LIBRARY:
+        if name not in available():
+            print(f"{name}: not built (tests/ptx_library/build.py)")
+            continue
+        text = (BUILD / name / "kernel.ptx").read_text()
+        for sizes in sizes_of(name):
+            print(f"{name} {sizes}: unseeded {_verdict(lambda: run(name, text, sizes))}")
+        for kind, bug, edit in LIBRARY_BUGS:
+            try:
+                seeded = seed(text, edit)
+            except LookupError:
+                print(f"  {kind}: {bug}: no such instruction")
+                continue
+            for sizes in sizes_of(name):
+                verdict = _verdict(lambda: run(name, seeded, sizes))
+                key = verdict.split(":")[0].split(",")[0]
+                counts[key] = counts.get(key, 0) + 1
+                print(f"  {kind}: {bug} {sizes}\n      {verdict[:220]}")
+    print("counts:", ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--matrix", action="store_true", help="the seeded-bug matrix instead of the cost")
     parser.add_argument("--shapes", default="300,700", help="with --matrix: the key counts of the flash kernel")
+    parser.add_argument("--backward", action="store_true", help="the backward's seeds (tests/backward_seeds.py)")
+    parser.add_argument("--library", action="store_true", help="CUTLASS's and FA3's PTX seeded")
     options = parser.parse_args()
+    if options.backward:
+        import sys
+
+        sys.path.insert(0, str(KERNELS.parent))
+        from backward_seeds import matrix as backward_matrix
+
+        sys.exit(1 if backward_matrix("ptx") else 0)
+    if options.library:
+        library()
+        return
     if options.matrix:
         matrix([int(s) for s in options.shapes.split(",")])
         return

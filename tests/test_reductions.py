@@ -449,6 +449,17 @@ def test_ptx_reuse_of_the_bulk_source_before_wait_group_read_is_reported():
         _run_ptx(unwaited, "bulk", [_slices(), np.zeros((32, 2), np.float32)])
 
 
+def test_ptx_bulk_reduction_of_unfenced_stores_is_reported():
+    """cp.reduce.async.bulk reads its source through the async proxy: every thread's st.shared needs a
+    fence.proxy.async on the way to it (tests/backward_seeds.py found it silent)."""
+    unfenced = _seed(BULK, "    sm90.fence_proxy_async\n", "")
+    with pytest.raises(PtxExecutionError, match=r"cp.reduce.async.bulk\S*: the bulk reduction reads shared address "
+                                                r"0x0 of CTA \(0, 0, 0\), which thread \(0, 0, 0\) of CTA \(\d, 0, 0\) "
+                                                r"stored through the generic proxy .*\(missing fence.proxy.async "
+                                                r"after the store"):
+        _run_ptx(unfenced, "bulk", [_slices(), np.zeros((32, 2), np.float32)])
+
+
 @pytest.mark.parametrize("trans", [False, True])
 def test_ptx_stmatrix_matches_the_simulator(trans):
     x = np.random.default_rng(5).integers(0, 2**32, (32, 4), dtype=np.uint64).astype(np.uint32).view(np.int32)

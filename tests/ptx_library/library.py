@@ -41,15 +41,20 @@ def describe(name: str, sizes: tuple[int, ...], sms: int) -> dict:
 _MODULES: dict[str, object] = {}
 
 
-def launch_library(name: str, sizes: tuple[int, ...], sms: int = 1, seed: int = 0, **limits):
-    """(tensors by name, launch description, seconds): one launch of configuration `name`."""
+def launch_library(name: str, sizes: tuple[int, ...], sms: int = 1, seed: int = 0, text: str | None = None,
+                   **limits):
+    """(tensors by name, launch description, seconds): one launch of configuration `name` (of PTX `text`
+    instead of the built kernel.ptx if given: a seeded edit of it, tests/library_seeds.py)."""
     description = describe(name, sizes, sms)
     rng = np.random.default_rng(seed)
     loaded = load_description(description, lambda _, spec: _array(spec, rng), name)
-    if name not in _MODULES:
-        path = BUILD / name / "kernel.ptx"
-        _MODULES[name] = parse_ptx(path.read_text(), str(path))
-    module = _MODULES[name]
+    path = BUILD / name / "kernel.ptx"
+    if text is not None:
+        module = parse_ptx(text, f"{path} (seeded)")
+    else:
+        if name not in _MODULES:
+            _MODULES[name] = parse_ptx(path.read_text(), str(path))
+        module = _MODULES[name]
     (kernel,) = module.entries
     start = time.perf_counter()
     launch(module, kernel, loaded.grid, loaded.block, [loaded.struct], loaded.shared_bytes, str(BUILD / name),

@@ -42,6 +42,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tessera.sm90 import facts
+
 
 class HappensBefore:
     """Vector clocks of a machine's lanes and the per-byte access records of its shared memory; see the
@@ -234,24 +236,38 @@ class HappensBefore:
 
     def async_read(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str) -> None:
         """The async proxy reads `flat` for `lanes`: each generic write of those bytes needs a
-        fence.proxy.async on a happens-before path into one of the issuing threads."""
+        fence.proxy.async on a happens-before path into every issuing warp (a path into one of its threads: the
+        warp issues the copy or its part of the wgmma as one). A wgmma is issued by the four warps of its
+        warpgroup, each `.sync.aligned` across its own warp only, and every warp reads the whole B operand: a
+        store by one warp needs a path (a named barrier) into each of the others; the writer's own fence does not
+        order it before another warp's read."""
         epochs = self.w_clock[flat]
         if not epochs.any():
             return
         writers = self.w_lane[flat]
-        fenced = self.fenced[lanes].max(axis=0)[writers % self.threads]  # any issuing thread's path
-        bad = epochs > fenced
+        per_warp = self._per_warp(self.fenced[lanes])
+        bad = epochs > per_warp.min(axis=0)[writers % self.threads]
         if not bad.any():
             return
         i = int(np.argmax(bad))
         writer, b = int(writers[i]), int(flat[i])
-        ordered = int(self.clock[lanes, writer % self.threads].max()) >= int(epochs[i])
+        warp = int(np.argmin(per_warp[:, writer % self.threads]))
+        reader = int(lanes[warp * facts.WARP_SIZE]) if len(per_warp) < len(lanes) else int(lanes[warp])
+        ordered = int(self.clock[reader, writer % self.threads]) >= int(epochs[i])
         why = ("no fence.proxy.async lies between the store and this read on any synchronisation path" if ordered
                else "no synchronisation orders the store before this read")
         raise self.hazard(inst, f"{what} reads {self.where(b)}, which {self.describe_lane(writer)} stored through "
                                 "the generic proxy and has not made visible to the async proxy (missing "
                                 f"fence.proxy.async after the store at line {int(self.w_line[b])}: {why})",
-                          int(lanes[0]))
+                          reader)
+
+    @staticmethod
+    def _per_warp(rows: np.ndarray) -> np.ndarray:
+        """Per issuing warp, the best of its lanes' rows (`rows` [lanes, threads]; lanes in whole warps, else
+        one row per lane)."""
+        if len(rows) % facts.WARP_SIZE:
+            return rows
+        return rows.reshape(-1, facts.WARP_SIZE, rows.shape[1]).max(axis=1)
 
     # endregion
 

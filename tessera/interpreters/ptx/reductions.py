@@ -193,6 +193,9 @@ def decode_cp_reduce(ops, inst, mods):
             if n <= 0 or n % BULK_ALIGNMENT:
                 raise m.error(inst, f"bulk reduction size {n} is not a positive multiple of {BULK_ALIGNMENT}", int(lane))
             data = access(m, inst, "shared", one, sources[i:i + 1], n, align=BULK_ALIGNMENT)
+            # the async proxy reads the source: its generic stores need a fence.proxy.async on the way here
+            m.tracker.async_read(inst, one, m.shared_flat(one, sources[i:i + 1])[0] + np.arange(n),
+                                 "the bulk reduction")
             values = np.ascontiguousarray(data).view("<f4").reshape(-1)
             old = access(m, inst, "global", one, dests[i:i + 1], n, align=BULK_ALIGNMENT, watched=False)
             watch = getattr(m, "watch", None)

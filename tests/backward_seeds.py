@@ -1,0 +1,504 @@
+"""One-edit synchronisation bugs seeded into the attention backward's main kernel at head_dim 128 (block 64 x 64),
+applied to its Target IR (CTA simulator) and to its PTX (PTX executor) alike: issue 31's kinds on a kernel the
+detectors were not written for.
+
+Variants (`VARIANTS`): the warp-specialized kernel of the default pipeline (a TMA producer warpgroup filling
+two-stage Q and dO rings, one consumer warpgroup; dQ added by `red.global.add`), the same with dQ added by a bulk
+reduction from shared memory (`cp.reduce.async.bulk`, its staging buffer reused every trip), and the single-stage
+kernel (thread 0 loads Q and dO each trip; every thread waits).
+
+An edit names what to change, not how: `At(region, kind, n)` is the n-th synchronisation op of `kind` in a region
+of the kernel, located the same way in both forms (op classes in Target IR, instruction prefixes in PTX: the
+printer keeps the order). `apply_target(fn, edit)` and `apply_ptx(text, edit)` apply it; both raise LookupError
+when the kernel has no such op. `CATALOGUE[variant]` lists `(kind, name, edit, expected, reason)`: what each
+level must give on each shape (`ALL`), with the reason for every cell that must run clean (an edit the memory
+model accepts in that kernel, an op one trip never reaches, or a rule the two levels state differently).
+`verdict` runs one cell; `matrix(level)` runs them all. tests/test_backward_races.py runs a slice;
+bench/races.py --backward and bench/races_target.py --backward run the whole matrix on two shapes (`SHAPES`).
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from dataclasses import dataclass
+from functools import lru_cache
+
+import ml_dtypes
+import numpy as np
+from xdsl.dialects import arith, scf
+
+import tessera
+from tessera import find_kernel, passes, reference
+from tessera.dialects import sm90, sm90_reductions
+from tessera.kernels import attention_backward
+
+HEAD_DIM = 128
+
+VARIANTS = {
+    "warp-specialized": passes.DEFAULT_PIPELINE,
+    "warp-specialized, bulk dQ": passes.DEFAULT_PIPELINE.replace("convert-tile-to-sm90",
+                                                                 "convert-tile-to-sm90{atomic-add=bulk}"),
+    "single-stage": passes.PTX_PIPELINE,
+}
+
+SHAPES = {"one trip": (64, 64), "several trips": (200, 100)}
+"""(seq_q, seq_k): each CTA owns a key block and loops over the query blocks; the first shape runs one trip (each
+ring slot filled once), the second four (each slot refilled, the last block ragged) on two CTAs."""
+
+
+# region kernels and runs
+@lru_cache(maxsize=None)
+def _kernels():
+    return attention_backward(head_dim=HEAD_DIM, causal=False, block_m=64, block_n=64)
+
+
+@lru_cache(maxsize=None)
+def compiled(variant: str):
+    """(signature, Target IR module, PTX text) of the main kernel through `variant`'s pipeline."""
+    main = _kernels().main
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lowered = tessera.compile(main, target="target", pipeline=VARIANTS[variant])
+        text = tessera.compile(main, target="ptx", pipeline=VARIANTS[variant])
+    return find_kernel(main), lowered, text
+
+
+@lru_cache(maxsize=None)
+def inputs(shape: str) -> tuple:
+    """q, k, v, dO, LSE (log2 domain) and dPsum of one head (the preprocess run at Tile level)."""
+    seq_q, seq_k = SHAPES[shape]
+    rng = np.random.default_rng(seq_q * 1000 + seq_k)
+    q, k, v, do = (rng.standard_normal((1, 1, s, HEAD_DIM)).astype(ml_dtypes.bfloat16)
+                   for s in (seq_q, seq_k, seq_k, seq_q))
+    o = rng.standard_normal((1, 1, seq_q, HEAD_DIM)).astype(ml_dtypes.bfloat16)
+    lse = reference.attention_lse(q, k).astype(np.float32)
+    dpsum, lse2, _ = tessera.interpret(_kernels().preprocess, o, do, lse, level="tile")
+    return q, k, v, do, lse2, dpsum
+
+
+def run_target(variant: str, fn, shape: str, **kw) -> list[np.ndarray]:
+    """dQ_accum, dK, dV of Target IR kernel `fn` in the CTA simulator (hazards propagate)."""
+    from tessera.interpreters.launch import prepare_arguments
+    from tessera.interpreters.sm90 import run_target_kernel
+
+    arrays, sizes = prepare_arguments(compiled(variant)[0], list(inputs(shape)))
+    run_target_kernel(fn, arrays, sizes, **kw)
+    return arrays[6:]
+
+
+def run_ptx(variant: str, text: str, shape: str, **kw) -> list[np.ndarray]:
+    """dQ_accum, dK, dV of PTX `text` in the PTX executor (hazards propagate)."""
+    from tessera.host import describe
+    from tessera.interpreters.launch import prepare_arguments
+    from tessera.interpreters.ptx.launcher import launch_described
+
+    sig, lowered, _ = compiled(variant)
+    arrays, sizes = prepare_arguments(sig, list(inputs(shape)))
+    launch_described(text, describe(lowered)[0], arrays, sizes, source="seeded.ptx", **kw)
+    return arrays[6:]
+
+
+def target_kernel(variant: str):
+    """A fresh copy of `variant`'s Target IR kernel."""
+    from tessera.kernel_abi import is_target_kernel
+
+    return next(op for op in compiled(variant)[1].walk() if is_target_kernel(op)).clone()
+
+
+@lru_cache(maxsize=None)
+def clean(level: str, variant: str, shape: str) -> tuple[bytes, ...]:
+    """The unseeded kernel's outputs (bytes), the answer a seeded run must reproduce to count as right."""
+    out = run_target(variant, target_kernel(variant), shape) if level == "target" else run_ptx(
+        variant, compiled(variant)[2], shape)
+    return tuple(a.tobytes() for a in out)
+
+
+def seeded_run(level: str, variant: str, edit: Edit, shape: str, **kw) -> bool:
+    """Run `variant` with `edit` at `level` on `shape`: whether the outputs are bitwise the unseeded kernel's
+    (hazards and deadlocks propagate)."""
+    if level == "target":
+        fn = target_kernel(variant)
+        apply_target(fn, edit)
+        out = run_target(variant, fn, shape, **kw)
+    else:
+        out = run_ptx(variant, apply_ptx(compiled(variant)[2], edit), shape, **kw)
+    return tuple(a.tobytes() for a in out) == clean(level, variant, shape)
+
+
+# endregion
+# region locating an op in both forms
+@dataclass(frozen=True)
+class At:
+    """The n-th op of `kind` (`KINDS`) in `region`: "kernel", "producer", "consumer" (the role branches; in the
+    single-stage kernel "consumer" is the kernel), or "producer loop" / "consumer loop" (the innermost loop of the
+    role with two mbarrier waits: the steady trips)."""
+
+    region: str
+    kind: str
+    n: int = 0
+
+
+KINDS = {
+    # kind: (Target IR op class or predicate, PTX instruction prefix)
+    "wait": (sm90.MBarrierTryWaitParityOp, "mbarrier.try_wait"),
+    "expect_tx": (sm90.MBarrierArriveExpectTxOp, "mbarrier.arrive.expect_tx"),
+    "release": (sm90.MBarrierArriveOp, "mbarrier.arrive.shared"),
+    "init": (sm90.MBarrierInitOp, "mbarrier.init"),
+    "fence_mbarrier_init": (sm90.FenceMBarrierInitOp, "fence.mbarrier_init"),
+    "wgmma_fence": (sm90.WgmmaFenceOp, "wgmma.fence"),
+    "commit": (sm90.WgmmaCommitGroupOp, "wgmma.commit_group"),
+    "wait_group": (sm90.WgmmaWaitGroupOp, "wgmma.wait_group"),
+    "fence_proxy": (sm90.FenceProxyAsyncOp, "fence.proxy.async"),
+    "bar_sync": (sm90.BarSyncOp, "bar.sync"),
+    "bulk_wait": (sm90_reductions.BulkWaitGroupOp, "cp.async.bulk.wait_group"),
+}
+
+
+def _target_region(fn, region: str):
+    ifs = [op for op in fn.body.block.ops if isinstance(op, scf.IfOp)
+           and any(isinstance(o, sm90.SetMaxNRegOp) for o in op.true_region.walk())]
+    role, loop = region.split(" ")[0], region.endswith("loop")
+    if role == "kernel":
+        return fn.body
+    if not ifs:
+        if role == "producer":
+            raise LookupError("the kernel has no producer")
+        body = fn.body
+    else:
+        body = ifs[-1].true_region if role == "producer" else ifs[-1].false_region
+    if not loop:
+        return body
+    loops = [op for op in body.walk() if isinstance(op, scf.ForOp)
+             and sum(isinstance(o, sm90.MBarrierTryWaitParityOp) for o in op.body.walk()) >= 2]
+    inner = [op for op in loops if not any(o is not op and o in loops for o in op.body.walk())]
+    if not inner:
+        raise LookupError(f"no {region}")
+    return inner[0].body
+
+
+def find_target(fn, at: At):
+    """The Target IR op `at` names (for a wait: its scf.while loop)."""
+    kind = KINDS[at.kind][0]
+    ops = [op for op in _target_region(fn, at.region).walk() if isinstance(op, kind)
+           and (at.kind != "release" or type(op) is sm90.MBarrierArriveOp)]
+    if at.kind == "wait":
+        ops = [op.parent_op() for op in ops]
+        while any(not isinstance(op, scf.WhileOp) for op in ops):
+            ops = [op if isinstance(op, scf.WhileOp) else op.parent_op() for op in ops]
+    if at.n >= len(ops):
+        raise LookupError(f"no {at}")
+    return ops[at.n]
+
+
+def _instruction(line: str) -> str:
+    return re.sub(r"^@!?%p\d+ ", "", line.strip())
+
+
+def _lines_of(lines, start, stop, prefix):
+    return [i for i in range(start, stop) if _instruction(lines[i]).startswith(prefix)
+            and (prefix != "mbarrier.arrive.shared" or "expect_tx" not in lines[i])]
+
+
+def _ptx_region(lines, region: str) -> tuple[int, int]:
+    role, loop = region.split(" ")[0], region.endswith("loop")
+    dec = [i for i, s in enumerate(lines) if s.strip().startswith("setmaxnreg.dec")]
+    inc = [i for i, s in enumerate(lines) if s.strip().startswith("setmaxnreg.inc")]
+    if role == "kernel" or (not dec and role == "consumer"):
+        start, stop = 0, len(lines)
+    elif not dec:
+        raise LookupError("the kernel has no producer")
+    else:
+        start, stop = (dec[0], inc[0]) if role == "producer" else (inc[0], len(lines))
+    if not loop:
+        return start, stop
+    loops = []
+    for i in range(start, stop):
+        label = re.match(r"(\$L__for\d+):", lines[i].strip())
+        if label:
+            end = next(j for j in range(i, len(lines)) if lines[j].strip().endswith(f"bra {label.group(1)};"))
+            if len(_lines_of(lines, i, end, "mbarrier.try_wait")) >= 2:
+                loops.append((i, end))
+    inner = [(a, b) for a, b in loops if not any(a < c and d < b for c, d in loops)]
+    if not inner:
+        raise LookupError(f"no {region}")
+    return inner[0]
+
+
+def find_ptx(lines, at: At) -> int:
+    """The index of the PTX line `at` names."""
+    found = _lines_of(lines, *_ptx_region(lines, at.region), KINDS[at.kind][1])
+    if at.n >= len(found):
+        raise LookupError(f"no {at}")
+    return found[at.n]
+
+
+# endregion
+# region edits
+@dataclass(frozen=True)
+class Edit:
+    """One edit: "delete", "flip" (a wait tests the other parity), "scale" (expect_tx bytes times `value`),
+    "count" (an init's arrival count or a bar_sync's thread count set to `value`), "pending" (a wait_group's
+    count set to `value`), "move" (before the op `other` names), "double" (issued twice), "retarget" (a release
+    arrives on the barrier of the release `other` names)."""
+
+    action: str
+    at: At
+    value: float = 0
+    other: At | None = None
+
+
+def _set(op, name: str, value: int) -> None:
+    op.properties[name] = type(op.properties[name])(value, op.properties[name].type)
+
+
+def apply_target(fn, edit: Edit) -> None:
+    op = find_target(fn, edit.at)
+    if edit.action == "delete":
+        op.detach()
+        op.erase()
+    elif edit.action == "flip":
+        wait = next(o for o in op.before_region.walk() if isinstance(o, sm90.MBarrierTryWaitParityOp))
+        one = arith.ConstantOp.from_int_and_width(1, wait.operands[1].type)
+        flipped = arith.XOrIOp(wait.operands[1], one.result)
+        wait.parent_block().insert_ops_before([one, flipped], wait)
+        wait.operands[1] = flipped.result
+    elif edit.action == "scale":
+        _set(op, "bytes", int(op.properties["bytes"].value.data * edit.value))
+    elif edit.action == "count":
+        _set(op, "count" if isinstance(op, sm90.MBarrierInitOp) else "threads", int(edit.value))
+    elif edit.action == "pending":
+        _set(op, "pending", int(edit.value))
+    elif edit.action == "move":
+        anchor = find_target(fn, edit.other)
+        op.detach()
+        anchor.parent_block().insert_op_before(op, anchor)
+    elif edit.action == "double":
+        op.parent_block().insert_op_after(op.clone(), op)
+    elif edit.action == "retarget":
+        op.operands[0] = find_target(fn, edit.other).operands[0]
+    else:
+        raise ValueError(f"unknown edit {edit.action}")
+
+
+def apply_ptx(text: str, edit: Edit) -> str:
+    lines = text.splitlines()
+    i = find_ptx(lines, edit.at)
+    if edit.action == "delete":
+        if edit.at.kind == "wait":  # the try_wait and its branch back
+            branch = next(j for j in range(i, i + 6) if re.match(r"@!%p\d+ bra \$L__while", lines[j].strip()))
+            del lines[branch]
+        del lines[i]
+    elif edit.action == "flip":
+        parity = re.search(r"\], (%r\d+);", lines[i]).group(1)
+        lines[i] = lines[i].replace(f"], {parity};", "], %seeded_parity;")
+        lines.insert(i, f"    xor.b32 %seeded_parity, {parity}, 1;")
+        lines.insert(next(j for j, s in enumerate(lines) if s.strip().startswith(".reg")),
+                     "    .reg .b32 %seeded_parity;")
+    elif edit.action == "scale":
+        count = re.search(r", (\d+);$", lines[i])
+        lines[i] = lines[i][:count.start()] + f", {int(int(count.group(1)) * edit.value)};"
+    elif edit.action == "count":
+        lines[i] = re.sub(r", \d+;$", f", {int(edit.value)};", lines[i])
+    elif edit.action == "pending":
+        lines[i] = re.sub(r"\d+;$", f"{int(edit.value)};", lines[i])
+    elif edit.action == "move":
+        j = find_ptx(lines, edit.other)
+        if edit.other.kind == "wait":  # before the wait loop's label
+            j = max(k for k in range(j) if re.match(r"\$L__while\d+:", lines[k].strip()))
+        line = lines.pop(i)
+        lines.insert(j if j < i else j - 1, line)
+    elif edit.action == "double":
+        lines.insert(i, lines[i])
+    elif edit.action == "retarget":
+        target = re.search(r"\[(%r\d+)\]", lines[find_ptx(lines, edit.other)]).group(1)
+        lines[i] = re.sub(r"\[%r\d+\]", f"[{target}]", lines[i])
+    else:
+        raise ValueError(f"unknown edit {edit.action}")
+    return "\n".join(lines) + "\n"
+
+
+# endregion
+# region the catalogue
+C, P = "consumer loop", "producer loop"
+_S_FENCE, _DP_FENCE, _DV_FENCE, _DK_FENCE, _DQ_FENCE = (At(C, "wgmma_fence", n) for n in range(5))
+_DQ_WAIT = At(C, "wait_group", 2)
+"""In every variant the loop's wgmma groups are S = Q K^T, dP = dO V^T, dV += P^T dO, dK += dS^T Q, dQ = dS K (one
+fence and one commit each); wait_group 0 after S, after dP and before dQ is added."""
+
+ALL = "RRRR"
+"""What a seed must give, per (CTA simulator on one trip, on several; PTX executor on one trip, on several):
+R reported (a hazard naming both sides, a deadlock naming what each blocked thread waits for, or an error at
+the CTA's exit), C clean with bitwise the unseeded kernel's outputs. Every C has its reason."""
+
+_UNREACHED = "on one trip the edited op never runs (the producer loop refills nothing) or the slot is never refilled"
+_LEDGER = ("on one trip the slot is never awaited again: not a race on that length; the CTA simulator reports it by "
+           "its end-of-kernel ledger (every ring slot released as often as it was filled, each arrival counted)")
+_Q_EMPTY_COVERS = ("the producer refills a dO slot only after its wait on the same slot's Q empty barrier, released "
+                   "after the wait_group 0 that completes every wgmma reading Q and dO of that trip")
+_ZERO_ACC = ("levels differ: the CTA simulator, before register allocation, counts the zero accumulator (scale-d 0) "
+             "defined after the previous wgmma_fence as a register write; the printed PTX writes no register of it "
+             "(scale-d 0 folds the zero) and nothing touches those registers since the previous fence")
+_INIT_FENCE = ("levels differ by design (memory_model.MBARRIER_INIT_FENCE): inside one CTA the bar.sync after the "
+               "inits orders them for every use (the PTX executor); the CTA simulator asks for the fence before any "
+               "TMA copy completes on the barrier, as CUTLASS always issues it")
+
+_WARP_SPECIALIZED = [
+    # (kind, name, edit, expected outcomes, reason for each C)
+    ("wait deleted", "the Q full wait in the consumer loop", Edit("delete", At(C, "wait", 0)), ALL, ""),
+    ("wait deleted", "the dO full wait in the consumer loop", Edit("delete", At(C, "wait", 1)), ALL, ""),
+    ("wait deleted", "the consumers' K/V wait", Edit("delete", At("consumer", "wait", 0)), ALL, ""),
+    ("wait deleted", "the producer's Q empty wait in its loop", Edit("delete", At(P, "wait", 0)), "CRCR", _UNREACHED),
+    ("parity flipped", "the Q full wait in the consumer loop", Edit("flip", At(C, "wait", 0)), ALL, ""),
+    ("parity flipped", "the dO full wait in the consumer loop", Edit("flip", At(C, "wait", 1)), ALL, ""),
+    ("parity flipped", "the producer's Q empty wait in its loop", Edit("flip", At(P, "wait", 0)), "CRCR", _UNREACHED),
+    ("parity flipped", "the producer's first Q empty wait", Edit("flip", At("producer", "wait", 0)), ALL, ""),
+    ("expect_tx too small", "the producer's first Q", Edit("scale", At("producer", "expect_tx", 0), 0.5), ALL, ""),
+    ("expect_tx too small", "the consumers' K/V", Edit("scale", At("consumer", "expect_tx", 0), 0.5), ALL, ""),
+    ("expect_tx too large", "dO in the producer loop", Edit("scale", At(P, "expect_tx", 1), 2), "CRCR", _UNREACHED),
+    ("expect_tx deleted", "the producer's first dO", Edit("delete", At("producer", "expect_tx", 1)), ALL, ""),
+    ("wgmma.commit_group deleted", "S = Q K^T", Edit("delete", At(C, "commit", 0)), ALL, ""),
+    ("wgmma.commit_group deleted", "dQ = dS K", Edit("delete", At(C, "commit", 4)), ALL, ""),
+    ("wgmma.wait_group deleted", "after S = Q K^T", Edit("delete", At(C, "wait_group", 0)), ALL, ""),
+    ("wgmma.wait_group deleted", "after dP = dO V^T", Edit("delete", At(C, "wait_group", 1)), ALL, ""),
+    ("dQ added without its wait", "the wait_group 0 before dQ is added", Edit("delete", _DQ_WAIT), ALL, ""),
+    ("wgmma.wait_group weakened", "wait_group 0 -> 1 before dQ is added", Edit("pending", _DQ_WAIT, 1), ALL, ""),
+    ("wgmma.fence deleted", "before S = Q K^T", Edit("delete", _S_FENCE), ALL, ""),
+    ("fence.proxy.async deleted", "after the dS stores", Edit("delete", At(C, "fence_proxy", 1)), ALL, ""),
+    ("bar.sync deleted", "after mbarrier.init", Edit("delete", At("kernel", "bar_sync", 0)), ALL, ""),
+    ("bar.sync deleted", "after the dS stores (P and dS read by every warp's wgmma)",
+     Edit("delete", At(C, "bar_sync", 0)), ALL, ""),
+    ("bar.sync count wrong", "the barrier after the dS stores counts 64", Edit("count", At(C, "bar_sync", 0), 64),
+     ALL, ""),
+    ("bar.sync count wrong", "the barrier after the inits counts only the consumers",
+     Edit("count", At("kernel", "bar_sync", 0), 128), ALL, ""),
+    ("slot released early", "Q, before the wait for dK += dS^T Q", Edit("move", At(C, "release", 0), other=_DQ_WAIT),
+     "CRCR", _UNREACHED),
+    ("slot released early", "Q, before the barrier that precedes dK += dS^T Q",
+     Edit("move", At(C, "release", 0), other=At(C, "bar_sync", 0)), "CRCR", _UNREACHED),
+    ("slot released early", "Q, right after its full wait", Edit("move", At(C, "release", 0), other=_S_FENCE),
+     "CRCR", _UNREACHED),
+    ("slot release deleted", "Q's", Edit("delete", At(C, "release", 0)), "RRCR", _LEDGER),
+    ("slot release deleted", "dO's", Edit("delete", At(C, "release", 1)), "RRCR", _LEDGER),
+    ("release on the wrong barrier", "Q's release arrives on dO's empty barrier",
+     Edit("retarget", At(C, "release", 0), other=At(C, "release", 1)), "RRCR", _LEDGER),
+    ("extra arrival", "dO's release doubled", Edit("double", At(C, "release", 1)), "RRCC",
+     "the extra phases of dO's empty barrier only let the producer's dO wait pass early, and " + _Q_EMPTY_COVERS
+     + "; the CTA simulator reports the extra arrivals by its ledger"),
+    ("mbarrier count wrong", "Q's first empty barrier counts half the consumers",
+     Edit("count", At("kernel", "init", 2), 64), "RRCR", _LEDGER),
+    ("mbarrier count wrong", "Q's first full barrier counts two arrivals", Edit("count", At("kernel", "init", 1), 2),
+     ALL, ""),
+    ("wgmma.fence deleted", "before dP = dO V^T", Edit("delete", _DP_FENCE), "RRCC", _ZERO_ACC),
+    ("wgmma.fence deleted", "before dQ = dS K", Edit("delete", _DQ_FENCE), "RRCC", _ZERO_ACC),
+    ("fence.mbarrier_init deleted", "after the inits", Edit("delete", At("kernel", "fence_mbarrier_init", 0)),
+     "RRCC", _INIT_FENCE),
+    # edits the memory model accepts in this kernel
+    ("wait deleted", "the producer's dO empty wait in its loop", Edit("delete", At(P, "wait", 1)), "CCCC",
+     _Q_EMPTY_COVERS),
+    ("slot released early", "dO, before dV += P^T dO", Edit("move", At(C, "release", 1), other=_DV_FENCE), "CCCC",
+     _Q_EMPTY_COVERS),
+    ("fence.proxy.async deleted", "after the P stores", Edit("delete", At(C, "fence_proxy", 0)), "CCCC",
+     "each thread's fence after its dS stores follows its P stores too, and the barrier after it carries both to "
+     "every warp before the wgmmas read them"),
+    ("bar.sync deleted", "the consumers' bar.sync after the K/V wait", Edit("delete", At("consumer", "bar_sync", 0)),
+     "CCCC", "every consumer thread waits on the K/V barrier itself"),
+    ("wgmma.fence deleted", "before dV += P^T dO", Edit("delete", _DV_FENCE), "CCCC",
+     "dV's accumulator comes from the previous dV wgmma (same shape: no fence needed between them) and the fence "
+     "before dP = dO V^T orders every other access"),
+    ("wgmma.fence deleted", "before dK += dS^T Q", Edit("delete", _DK_FENCE), "CCCC",
+     "dK's accumulator comes from the previous dK wgmma, and the fence before dV += P^T dO orders the rest"),
+]
+
+_BULK = [
+    ("dQ added without its wait", "the wait_group 0 before dQ is staged", Edit("delete", _DQ_WAIT), ALL, ""),
+    ("bulk wait deleted", "the bulk reduction's wait_group.read (its staging buffer is rewritten next trip)",
+     Edit("delete", At(C, "bulk_wait", 0)), ALL, ""),
+    ("fence.proxy.async deleted", "after the dQ staging stores", Edit("delete", At(C, "fence_proxy", 2)), ALL, ""),
+    ("bar.sync deleted", "after the dQ staging stores", Edit("delete", At(C, "bar_sync", 1)), ALL, ""),
+]
+
+_SINGLE = [
+    ("wait deleted", "the Q/dO wait", Edit("delete", At(C, "wait", 1)), ALL, ""),
+    ("wait deleted", "the K/V wait in the loop", Edit("delete", At(C, "wait", 0)), ALL, ""),
+    ("parity flipped", "the Q/dO wait", Edit("flip", At(C, "wait", 1)), ALL, ""),
+    ("parity flipped", "the K/V wait in the loop", Edit("flip", At(C, "wait", 0)), ALL, ""),
+    ("expect_tx too small", "Q/dO", Edit("scale", At(C, "expect_tx", 0), 0.5), ALL, ""),
+    ("expect_tx too large", "K/V", Edit("scale", At("consumer", "expect_tx", 0), 1.5), ALL, ""),
+    ("expect_tx deleted", "Q/dO", Edit("delete", At(C, "expect_tx", 0)), ALL, ""),
+    ("wgmma.commit_group deleted", "dQ = dS K", Edit("delete", At(C, "commit", 4)), ALL, ""),
+    ("wgmma.wait_group deleted", "after S = Q K^T", Edit("delete", At(C, "wait_group", 0)), ALL, ""),
+    ("dQ added without its wait", "the wait_group 0 before dQ is added", Edit("delete", _DQ_WAIT), ALL, ""),
+    ("wgmma.fence deleted", "before S = Q K^T", Edit("delete", _S_FENCE), ALL, ""),
+    ("fence.proxy.async deleted", "after the dS stores", Edit("delete", At(C, "fence_proxy", 1)), ALL, ""),
+    ("bar.sync deleted", "after mbarrier.init", Edit("delete", At("kernel", "bar_sync", 0)), ALL, ""),
+    ("bar.sync deleted", "after the dS stores (P and dS read by every warp's wgmma)",
+     Edit("delete", At(C, "bar_sync", 1)), ALL, ""),
+    ("bar.sync count wrong", "the barrier after the dS stores counts 64", Edit("count", At(C, "bar_sync", 1), 64),
+     ALL, ""),
+    ("mbarrier count wrong", "the Q/dO barrier counts two arrivals", Edit("count", At("kernel", "init", 1), 2),
+     ALL, ""),
+    ("bar.sync deleted", "at the end of the trip (thread 0 refills Q/dO next trip)",
+     Edit("delete", At(C, "bar_sync", 2)), "CRCC",
+     "on one trip nothing is refilled; on several the levels differ: the CTA simulator asks for every warp's "
+     "wait_group to happen before the refill, the PTX executor takes one thread's wait_group as completing the "
+     "warpgroup's wgmma (CUTLASS and FA3 release a slot from one thread per warpgroup)"),
+    ("wgmma.fence deleted", "before dQ = dS K", Edit("delete", _DQ_FENCE), "RRCC", _ZERO_ACC),
+    ("fence.mbarrier_init deleted", "after the inits", Edit("delete", At("kernel", "fence_mbarrier_init", 0)),
+     "RRCC", _INIT_FENCE),
+    # edits the memory model accepts in this kernel
+    ("wgmma.commit_group deleted", "dK += dS^T Q", Edit("delete", At(C, "commit", 3)), "CCCC",
+     "the next commit_group takes dK's wgmmas into dQ's group, and wait_group 0 completes both before anything "
+     "touches their registers or bytes"),
+    ("fence.proxy.async deleted", "after the P stores", Edit("delete", At(C, "fence_proxy", 0)), "CCCC",
+     "each thread's fence after its dS stores covers its P stores too, before the barrier"),
+    ("bar.sync deleted", "after the waits", Edit("delete", At(C, "bar_sync", 0)), "CCCC",
+     "every thread waits on both mbarriers itself"),
+]
+
+CATALOGUE = {"warp-specialized": _WARP_SPECIALIZED, "warp-specialized, bulk dQ": _BULK, "single-stage": _SINGLE}
+"""variant -> [(kind, name, edit, expected, reason)]; `expected` as `ALL` says."""
+
+LEVELS = ("target", "ptx")
+CELLS = [(level, shape) for level in LEVELS for shape in SHAPES]
+"""The order of the four outcomes in `expected`."""
+
+
+def verdict(level: str, variant: str, edit: Edit, shape: str) -> tuple[str, str]:
+    """("R", the first line of the report) or ("C", "right") or ("WRONG", ...): one seeded run."""
+    from tessera.interpreters.block_batch import KernelHazardError
+    from tessera.interpreters.ptx import PtxExecutionError
+
+    try:
+        right = seeded_run(level, variant, edit, shape)
+    except (KernelHazardError, PtxExecutionError) as error:
+        return "R", str(error).splitlines()[0] if level == "target" else " ".join(str(error).split("\n")[:2])
+    return ("C", "clean, bitwise right") if right else ("WRONG", "silent with a WRONG answer")
+
+
+def one_per_kind() -> list[tuple[str, int]]:
+    """(variant, index) of the first seed of each kind that is reported on every cell (the fast slice)."""
+    seen, picked = set(), []
+    for variant, seeds in CATALOGUE.items():
+        for i, (kind, _, _, expected, _) in enumerate(seeds):
+            if expected == ALL and kind not in seen:
+                seen.add(kind)
+                picked.append((variant, i))
+    return picked
+# endregion
+
+
+def matrix(level: str, out=print) -> int:
+    """Run every seed of every variant at `level` on both shapes, print one line each (outcome, expected, the
+    report's start) and return how many differ from `expected`."""
+    missed = 0
+    for variant, seeds in CATALOGUE.items():
+        out(f"{level}, attention backward d{HEAD_DIM}, {variant}:")
+        for kind, name, edit, expected, reason in seeds:
+            for shape in SHAPES:
+                want = expected[CELLS.index((level, shape))]
+                got, text = verdict(level, variant, edit, shape)
+                missed += got != want
+                note = "" if got == want else f"  MISMATCH (expected {want})"
+                out(f"  {got} {kind}: {name} [{shape}]{note}\n      {text[:220]}")
+    return missed

@@ -1,0 +1,155 @@
+"""Both race detectors on kernels they were not written for (issue 31): one-edit bugs seeded into the attention
+backward's main kernel at head_dim 128 (tests/backward_seeds.py: the warp-specialized kernel of the default
+pipeline, its bulk-reduction dQ variant, the single-stage kernel) are reported by the CTA simulator (Target IR)
+and the PTX executor alike, naming both sides, and the edits each kernel's synchronisation covers run clean
+with bitwise the unseeded outputs. One seed of each kind runs here on several trips; every seed on both shapes
+at both levels is `-m slow` (and `python bench/races_target.py --backward`, `python bench/races.py --backward`).
+
+CUTLASS's and FlashAttention-3's PTX (tests/library_seeds.py, built by tests/ptx_library/build.py; skipped when
+not built) run clean unseeded and report the same kinds seeded.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from backward_seeds import ALL, CATALOGUE, CELLS, SHAPES, one_per_kind, verdict
+from library_seeds import LIBRARY
+
+SEVERAL = "several trips"
+
+
+def _seed(variant: str, index: int):
+    return CATALOGUE[variant][index]
+
+
+def _both_sides(level: str, text: str) -> bool:
+    """The report names the other side (an op or line, a thread, a count) besides this side's thread."""
+    if "deadlock" in text:
+        return "wait" in text
+    if level == "ptx":
+        return re.search(r"line \d+|thread count is \d+|first wgmma|CTA exits|thread \(\d+, 0, 0\) of CTA",
+                         text) is not None
+    return re.search(r"`[^`]+`|which thread \d+|expects \d+|first wgmma|kernel ends|fence_mbarrier_init|exceeds|"
+                     r"mbarrier at shared address", text) is not None
+
+
+@pytest.mark.parametrize("level", ["target", "ptx"])
+@pytest.mark.parametrize("variant,index", [s for s in one_per_kind() if s[0] == "warp-specialized"],
+                         ids=lambda x: x if isinstance(x, str) else None)
+def test_one_seed_of_each_kind_is_reported_at_both_levels(variant, index, level):
+    kind, name, edit, expected, _ = _seed(variant, index)
+    got, text = verdict(level, variant, edit, SEVERAL)
+    assert got == "R", f"{kind}: {name}: {text}"
+    assert _both_sides(level, text), text
+
+
+@pytest.mark.parametrize("level", ["target", "ptx"])
+@pytest.mark.parametrize("name", ["bar.sync deleted: after the dS stores (P and dS read by every warp's wgmma)",
+                                  "fence.proxy.async deleted: after the P stores"])
+def test_a_store_read_by_another_warps_wgmma_needs_the_barrier_not_just_a_fence(name, level):
+    """Each thread stores part of P and dS and fences: without the bar.sync after the dS stores, warp 1's wgmma
+    reads bytes thread 0 stored (the PTX executor accepted any issuing thread's fence until these seeds); the
+    first fence may go, as the fence after the dS stores and the barrier cover P too."""
+    kind, seed_name, edit, expected, _ = next(s for s in CATALOGUE["warp-specialized"] if f"{s[0]}: {s[1]}" == name)
+    got, text = verdict(level, "warp-specialized", edit, SEVERAL)
+    assert got == expected[CELLS.index((level, SEVERAL))], text
+    if got == "R":
+        assert re.search(r"thread 0 stored .* this warp in thread 32|thread \(0, 0, 0\) of CTA \(0, 0, 0\) stored "
+                         r"through the generic proxy .* \(thread \(32, 0, 0\)", text), text
+
+
+def test_the_bulk_reduction_of_unfenced_staging_stores_is_reported_in_ptx():
+    bulk = CATALOGUE["warp-specialized, bulk dQ"]
+    kind, name, edit, _, _ = next(s for s in bulk if s[0] == "fence.proxy.async deleted")
+    got, text = verdict("ptx", "warp-specialized, bulk dQ", edit, "one trip")
+    assert got == "R" and "has not made visible to the async proxy" in text, text
+
+
+def test_every_seed_has_an_expectation_and_every_clean_one_a_reason():
+    kinds = {kind for seeds in CATALOGUE.values() for kind, *_ in seeds}
+    assert len(kinds) >= 17
+    for seeds in CATALOGUE.values():
+        for kind, name, _, expected, reason in seeds:
+            assert re.fullmatch("[RC]{4}", expected) and (reason or expected == ALL), (kind, name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level,shape", CELLS)
+@pytest.mark.parametrize("variant,index", [(v, i) for v, seeds in CATALOGUE.items() for i in range(len(seeds))],
+                         ids=[f"{v}: {s[0]}: {s[1]}" for v, seeds in CATALOGUE.items() for s in seeds])
+def test_every_seed_gives_its_expected_outcome(variant, index, level, shape):
+    """R: reported naming both sides; C: clean and bitwise the unseeded kernel's outputs (never a wrong answer in
+    silence)."""
+    kind, name, edit, expected, reason = _seed(variant, index)
+    got, text = verdict(level, variant, edit, shape)
+    assert got == expected[CELLS.index((level, shape))], f"{kind}: {name} [{shape}]: {text} ({reason})"
+    if got == "R":
+        assert _both_sides(level, text), text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("variant", CATALOGUE)
+def test_the_unseeded_backward_runs_clean_at_both_levels_under_the_adversarial_schedule(variant, shape):
+    from backward_seeds import compiled, run_ptx, run_target, target_kernel
+
+    run_target(variant, target_kernel(variant), shape, schedule="adversarial", seed=3)
+    run_ptx(variant, compiled(variant)[2], shape, schedule="adversarial", seed=3)
+
+
+# region library PTX (built by tests/ptx_library/build.py)
+def _library(name: str):
+    from library_seeds import available
+
+    if name not in available():
+        pytest.skip(f"{name} is not built (tests/ptx_library/build.py)")
+
+
+LIBRARY_FAST = [("fa3_fwd_hdim128", "fence.proxy.async deleted: the epilogue's",
+                 r"the TMA store reads shared address 0x0, which thread \(128, 0, 0\) of CTA \(0, 0, 0\) stored "
+                 r"through the generic proxy"),
+                ("fa3_fwd_hdim128", "bulk wait deleted: the epilogue's cp.async.bulk.wait_group.read",
+                 r"overwrites shared address 0x0 while the bulk store at line \d+ .* may still read it")]
+
+
+@pytest.mark.parametrize("name,bug,message", LIBRARY_FAST, ids=[f"{n}: {b}" for n, b, _ in LIBRARY_FAST])
+def test_library_ptx_seeded_is_reported(name, bug, message):
+    from library_seeds import LIBRARY_BUGS, run, seed, sizes_of
+    from ptx_library.library import BUILD
+    from tessera.interpreters.ptx import PtxHazardError
+
+    _library(name)
+    edit = next(e for k, b, e in LIBRARY_BUGS if f"{k}: {b}" == bug)
+    with pytest.raises(PtxHazardError, match=message):
+        run(name, seed((BUILD / name / "kernel.ptx").read_text(), edit), sizes_of(name)[0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", LIBRARY)
+def test_library_ptx_runs_clean_and_every_seed_is_reported_or_right(name):
+    """No false report on NVIDIA's and Tri Dao's code; each seeded edit is reported or leaves the output right
+    (`python bench/races.py --library` prints which)."""
+    from library_seeds import LIBRARY_BUGS, run, seed, sizes_of
+    from ptx_library.library import BUILD
+    from tessera.interpreters.ptx import PtxExecutionError
+
+    _library(name)
+    text = (BUILD / name / "kernel.ptx").read_text()
+    for sizes in sizes_of(name):
+        assert run(name, text, sizes)
+    for kind, bug, edit in LIBRARY_BUGS:
+        try:
+            seeded = seed(text, edit)
+        except LookupError:
+            continue
+        for sizes in sizes_of(name):
+            try:
+                assert run(name, seeded, sizes), f"{kind}: {bug} {sizes}: a wrong answer and no report"
+            except PtxExecutionError:
+                pass
+
+
+# endregion
