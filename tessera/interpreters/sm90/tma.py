@@ -129,7 +129,6 @@ class TmaUnit:
                 cta.fail(op, f"TMA destination {smem.locate(start)} is not {facts.TMA_SMEM_ALIGNMENT}-byte aligned",
                          thread)
             barrier = cta.mbarriers.get(op, thread, int(mbarrier[thread]))
-            cta.mbarriers.check_init_fenced(op, int(thread), barrier, "the TMA copy")
             cta.mbarriers.note_refill(int(thread), barrier)
             problem = serving_checks.check_box(tensor_map.name, spec.global_dims, [int(c[thread]) for c in coords],
                                                spec.box_dims)
