@@ -59,7 +59,10 @@ def test_seeded_edits_that_are_not_races_run_clean(name, rng):
     """Each is ordered by another edge (BENIGN says which): reporting it would cry wolf. 700 keys: every slot
     is refilled after the edited release."""
     sig, fn = seeded(name)
-    _run(sig, fn, _qkv(rng, 700 if "release" in name else 300))
+    if BENIGN[name][1] == "gemm":
+        _run(sig, fn, [rng.standard_normal((128, 64)), rng.standard_normal((64, 128))])
+    else:
+        _run(sig, fn, _qkv(rng, 700 if "release" in name else 300))
 
 
 def test_the_unseeded_kernel_runs_clean_and_the_same_under_the_adversarial_schedule(rng):
