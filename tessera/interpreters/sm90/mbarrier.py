@@ -75,8 +75,8 @@ class MBarriers:
                               f"{'after mbarrier_inval' if was else 'before mbarrier_init'}", thread)
         if thread != barrier.init_thread and self.cta.hb.ordered[barrier.init_thread, thread] <= barrier.init_time:
             self.cta.fail(op, f"uses the mbarrier at {self._locate(address)}, which thread {barrier.init_thread} "
-                              "initialised with no bar_sync since (the init is not yet visible to this thread: "
-                              "fence_mbarrier_init, then bar_sync)", thread)
+                              "initialised with no bar_sync since (race: the init is not ordered before this use: "
+                              "missing bar_sync after mbarrier_init)", thread)
         return barrier
 
     def get_all(self, op: Operation, threads: np.ndarray, addresses: np.ndarray) -> list[MBarrier]:

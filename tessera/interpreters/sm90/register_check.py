@@ -182,6 +182,9 @@ class RegisterFileChecker(Interpreter.Listener):
         self.files: dict[int, np.ndarray] = {}
         self.kinds = np.full(registers, -1, np.int16)
         self._kind_codes: dict[np.dtype, int] = {}
+        # a layout whose registers all held `kind` when kinds last changed (`_kind_epoch`) needs no new look
+        self._kind_epoch = 0
+        self._kind_checked: dict[int, tuple[int, int]] = {}
         # owner[g, r]: _OWNED * token + element of the array that register r holds in every thread of granule g
         # (a warp; a thread if the CTA is not whole warps); -1: the file holds its bits
         self.granule = facts.WARP_SIZE if cta.threads % facts.WARP_SIZE == 0 else 1
@@ -291,12 +294,15 @@ class RegisterFileChecker(Interpreter.Listener):
                 continue
             kind = self._kind(array)
             columns = layout.columns
-            changed = self.kinds[layout.registers] != kind
-            if changed.any():  # a register written under another dtype starts from zeros in every thread
-                self.owner[:, columns[changed]] = -1
-                for file in self.files.values():
-                    file[:, columns[changed]] = 0
-                self.kinds[columns] = kind
+            if self._kind_checked.get(id(layout)) != (kind, self._kind_epoch):
+                changed = self.kinds[layout.registers] != kind
+                if changed.any():  # a register written under another dtype starts from zeros in every thread
+                    self.owner[:, columns[changed]] = -1
+                    for file in self.files.values():
+                        file[:, columns[changed]] = 0
+                    self.kinds[columns] = kind
+                    self._kind_epoch += 1
+                self._kind_checked[id(layout)] = (kind, self._kind_epoch)
             if whole:
                 codes = self._token(array) * _OWNED + (layout.codes if array.ndim > 1 else 0)
                 self.owner[rows, layout.registers] = codes
