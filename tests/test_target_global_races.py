@@ -134,3 +134,66 @@ def test_a_write_racing_an_earlier_reader_is_reported_though_a_later_reader_is_o
                                                 r"ordered before this write does not order this one\) in thread 32 "):
         _run(_shared(""))
     _run(_shared("    sm90.bar_sync 1, 64\n"))
+
+
+# region between CTAs: a semaphore orders them
+
+
+def _handoff(wait: bool) -> str:
+    """CTA 0 stores row 0 and signals the semaphore; CTA 1 (after waiting for it, if `wait`) copies row 0 into
+    row 1."""
+    waiting = ("      %one = arith.constant 1 : i32\n"
+               "      %done = sm90.sem_try_wait %sem, %one : i64, i32\n") if wait else ""
+    return f"""builtin.module {{
+  func.func @k(%out: i64 {{sm90.source = 0 : i64, tile.dims = #tile.dims<4, 32>, tile.role = "out",
+                          sm90.element_type = i32}},
+               %sem: i64 {{sm90.source = 1 : i64, tile.dims = #tile.dims<1>, tile.role = "out",
+                          sm90.element_type = i32}})
+      attributes {{sm90.kernel = {{threads = 32 : i64, smem_bytes = 0 : i64}},
+                  tile.kernel = {{kind = "custom"}}, tile.grid = #tile.dims<2>}} {{
+    %tid = sm90.special "tid.x" : index
+    %cta = sm90.special "ctaid.x" : index
+    %c0 = arith.constant 0 : index
+    %c4 = arith.constant 4 : index
+    %c32 = arith.constant 32 : index
+    %true = arith.constant dense<true> : vector<1xi1>
+    %b = arith.muli %tid, %c4 : index
+    %b64 = arith.index_cast %b : index to i64
+    %row0 = vector.broadcast %b64 : i64 to vector<1xi64>
+    %first = arith.cmpi eq, %cta, %c0 : index
+    scf.if %first {{
+      %t32 = arith.index_cast %tid : index to i32
+      %vals = vector.broadcast %t32 : i32 to vector<1xi32>
+      sm90.st_global %out[%row0], %vals, %true : vector<1xi64>, vector<1xi32>, vector<1xi1>
+      sm90.bar_sync 0, 32
+      %lead = arith.cmpi eq, %tid, %c0 : index
+      scf.if %lead {{
+        sm90.sem_signal %sem : i64
+      }}
+    }} else {{
+{waiting}      %got = sm90.ld_global %out[%row0], %true : vector<1xi64>, vector<1xi1> -> vector<1xi32>
+      %r1 = arith.addi %tid, %c32 : index
+      %b1 = arith.muli %r1, %c4 : index
+      %b164 = arith.index_cast %b1 : index to i64
+      %row1 = vector.broadcast %b164 : i64 to vector<1xi64>
+      sm90.st_global %out[%row1], %got, %true : vector<1xi64>, vector<1xi32>, vector<1xi1>
+    }}
+    func.return
+  }}
+}}
+"""
+
+
+def test_a_semaphore_orders_a_ctas_stores_before_another_ctas_loads():
+    def run(wait: bool) -> np.ndarray:
+        kernel = next(op for op in parse_module(_handoff(wait)).walk() if is_target_kernel(op))
+        out, sem = np.zeros((4, 32), np.int32), np.zeros(1, np.int32)
+        run_target_kernel(kernel, [out, sem], {})
+        return out
+
+    assert run(True)[1].tolist() == list(range(32))
+    with pytest.raises(KernelHazardError, match=r"^%got = sm90.ld_global .*: reads tensor %out at byte offset 0, "
+                                                r"which `sm90.st_global .*` \(thread 0 of CTA \(0, 0, 0\)\) wrote, .* "
+                                                r"no sem_signal of that CTA after its access was acquired by a "
+                                                r"sem_try_wait of this one\) in thread 0 .* of CTA \(1, 0, 0\)"):
+        run(False)

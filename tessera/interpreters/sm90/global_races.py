@@ -149,9 +149,9 @@ class GlobalAccesses:
         if (~mine).any():
             acquired = self.acquired.get(rank, {})
             peers = self._peers(cta)
-            ranks = their_cta[~mine]
-            seen = np.array([acquired.get(int(r), NONE) for r in ranks], np.int64)
-            peer = np.array([int(r) in peers for r in ranks], bool)
+            ranks, inverse = np.unique(their_cta[~mine], return_inverse=True)
+            seen = np.array([acquired.get(int(r), NONE) for r in ranks], np.int64)[inverse]
+            peer = np.array([int(r) in peers for r in ranks], bool)[inverse]
             unordered[~mine] = ~(peer | (seen > their_time[~mine]))
         if not unordered.any():
             return
