@@ -339,9 +339,9 @@ _Q_EMPTY_COVERS = ("the producer refills a dO slot only after its wait on the sa
 _ZERO_ACC = ("levels differ: the CTA simulator, before register allocation, counts the zero accumulator (scale-d 0) "
              "defined after the previous wgmma_fence as a register write; the printed PTX writes no register of it "
              "(scale-d 0 folds the zero) and nothing touches those registers since the previous fence")
-_INIT_FENCE = ("levels differ by design (memory_model.MBARRIER_INIT_FENCE): inside one CTA the bar.sync after the "
-               "inits orders them for every use (the PTX executor); the CTA simulator asks for the fence before any "
-               "TMA copy completes on the barrier, as CUTLASS always issues it")
+_INIT_FENCE = ("memory_model.MBARRIER_INIT_FENCE, one rule at both levels: the fence releases inits to other CTAs "
+               "of a cluster; inside one CTA the bar.sync after the inits orders them for every use, TMA copies "
+               "included")
 
 _WARP_SPECIALIZED = [
     # (kind, name, edit, expected outcomes, reason for each C)
@@ -392,7 +392,7 @@ _WARP_SPECIALIZED = [
     ("wgmma.fence deleted", "before dP = dO V^T", Edit("delete", _DP_FENCE), "RRCC", _ZERO_ACC),
     ("wgmma.fence deleted", "before dQ = dS K", Edit("delete", _DQ_FENCE), "RRCC", _ZERO_ACC),
     ("fence.mbarrier_init deleted", "after the inits", Edit("delete", At("kernel", "fence_mbarrier_init", 0)),
-     "RRCC", _INIT_FENCE),
+     "CCCC", _INIT_FENCE),
     # edits the memory model accepts in this kernel
     ("wait deleted", "the producer's dO empty wait in its loop", Edit("delete", At(P, "wait", 1)), "CCCC",
      _Q_EMPTY_COVERS),
@@ -445,7 +445,7 @@ _SINGLE = [
      "warpgroup's wgmma (CUTLASS and FA3 release a slot from one thread per warpgroup)"),
     ("wgmma.fence deleted", "before dQ = dS K", Edit("delete", _DQ_FENCE), "RRCC", _ZERO_ACC),
     ("fence.mbarrier_init deleted", "after the inits", Edit("delete", At("kernel", "fence_mbarrier_init", 0)),
-     "RRCC", _INIT_FENCE),
+     "CCCC", _INIT_FENCE),
     # edits the memory model accepts in this kernel
     ("wgmma.commit_group deleted", "dK += dS^T Q", Edit("delete", At(C, "commit", 3)), "CCCC",
      "the next commit_group takes dK's wgmmas into dQ's group, and wait_group 0 completes both before anything "

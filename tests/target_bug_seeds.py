@@ -1,6 +1,7 @@
 """One-edit bugs seeded into the Target IR of the warp-specialized flash kernel (issue 31's matrix at Target IR
 level): deleted waits, flipped parities, wrong or missing expect_tx, missing commits and wait_groups, deleted
-fences and barriers, slots released early or never, wrong barrier counts and the ping-pong named barriers.
+fences and barriers, slots released early or never, wrong barrier counts, the ping-pong named barriers and
+global stores of two threads onto the same bytes.
 
 `SEEDS` maps a bug's name to (kind, kernel variant, edit); `seeded(name)` returns a fresh copy of the variant's
 kernel with the edit applied. tests/test_target_races.py runs one bug per kind; bench/races_target.py runs all
@@ -93,6 +94,17 @@ def _move_before(op, anchor) -> None:
 
 # endregion
 # region edits
+
+
+def _shift_store_column(fn) -> None:
+    """The first global store's second register goes 8 bytes further: onto the column the next lane of the quad
+    stores its first register to (two threads write the same bytes, unordered)."""
+    from xdsl.dialects.builtin import DenseArrayBase, i32
+
+    store = _first(fn, sm90.StGlobalOp)
+    columns = list(store.column_bytes.get_values())
+    columns[1] += 8
+    store.properties["column_bytes"] = DenseArrayBase.from_list(i32, columns)
 
 
 def _delete(find: Callable) -> Callable:
@@ -276,8 +288,8 @@ SEEDS: dict[str, tuple[str, str, Callable]] = {
     # fences
     "loop S wgmma_fence deleted": ("deleted wgmma fence", S, _delete(_loop_fence(0))),
     "prologue wgmma_fence deleted": ("deleted wgmma fence", S, _delete(_prologue_fence)),
-    "fence_mbarrier_init deleted": ("deleted fence.mbarrier_init", S,
-                                    _delete(lambda fn: _first(fn, sm90.FenceMBarrierInitOp))),
+    # global stores
+    "O store column shifted": ("overlapping global stores", S, _shift_store_column),
     # CTA barriers
     "bar_sync after mbarrier_init deleted": ("deleted barrier after init", S, _delete(_bar_sync(384))),
     # slot releases
@@ -307,14 +319,19 @@ SEEDS: dict[str, tuple[str, str, Callable]] = {
     "GEMM wait_group deleted": ("deleted wgmma wait", G, _delete(_wait_group(0))),
     "GEMM A release before wait_group": ("slot released early", G, _release_early(0, _wait_group(0))),
     "GEMM B release deleted": ("slot never released", G, _delete(_release(1))),
-    "GEMM fence_mbarrier_init deleted": ("deleted fence.mbarrier_init", G,
-                                         _delete(lambda fn: _first(fn, sm90.FenceMBarrierInitOp))),
+    "GEMM C store column shifted": ("overlapping global stores", G, _shift_store_column),
     "GEMM A expect_tx halved": ("wrong expect_tx bytes", G, _expect_bytes(_producer_expect(0), 0.5)),
 }
 
 
 BENIGN: dict[str, tuple[str, str, Callable]] = {
     # Each is ordered by another edge; reporting it would cry wolf.
+    "fence_mbarrier_init deleted": (
+        "a kernel without clusters: the bar_sync after the inits orders them before every use in the CTA, the TMA "
+        "copies its threads issue included (memory_model.MBARRIER_INIT_FENCE: the fence releases inits to other "
+        "CTAs of a cluster)", S, _delete(lambda fn: _first(fn, sm90.FenceMBarrierInitOp))),
+    "GEMM fence_mbarrier_init deleted": (
+        "the same, in the GEMM", G, _delete(lambda fn: _first(fn, sm90.FenceMBarrierInitOp))),
     "consumers' bar_sync deleted": (
         "every consumer thread waits on the Q barrier itself (its acquire orders the Q copy before its wgmma); no "
         "shared byte is written by one consumer and read by another", S, _delete(_bar_sync(256))),

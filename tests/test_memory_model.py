@@ -18,6 +18,18 @@ ISA = {
     "memory-consistency-model-coherence": """
 If a write W precedes an overlapping write W' in causality order, then W must precede W' in coherence order.
 """,
+    # [P#memory-consistency-model-conflict-and-data-races], 8.7.1 Conflict and Data-races
+    "memory-consistency-model-conflict-and-data-races": """
+Two overlapping memory operations are said to conflict when at least one of them is a write.
+Two conflicting memory operations are said to be in a data-race if they are not related in causality order and
+they are not morally strong.
+""",
+    # [P#parallel-synchronization-and-communication-instructions-atom], atom: Description
+    "parallel-synchronization-and-communication-instructions-atom": """
+Atomically loads the original value at location a into destination register d, performs a
+reduction operation with operand b and the value in location a, and stores the result of the
+specified operation at location a, overwriting the original value.
+""",
     "parallel-synchronization-and-communication-instructions-bar": """
 barrier{.cta} instruction causes executing thread to wait for all non-exited threads from its
 warp and marks warps' arrival at barrier. In addition to signaling its arrival at the barrier, the

@@ -54,12 +54,15 @@ MBARRIER_INIT_FENCE = Rule(
     "fence.mbarrier_init releases inits to the cluster", "parallel-synchronization-and-communication-instructions-membar",
     "When .op_restrict is .mbarrier_init, the synchronizing effect of the fence only applies to the prior "
     "mbarrier.init operations executed by the same thread on mbarrier objects in .shared::cta state space.",
-    "a peer CTA's remote arrive, multicast or copy completing on an mbarrier needs its init released at cluster "
-    "scope: a fence.mbarrier_init of the initialising thread, or its barrier.cluster.arrive with .release "
-    "(.relaxed does not release); inside one CTA the bar.sync after the inits suffices. The CTA simulator is "
-    "stricter: it asks for a fence_mbarrier_init ordered before any TMA copy completing on the barrier, as "
-    "CUTLASS's pipelines always issue it",
-    "tessera.interpreters.sm90.mbarrier:MBarriers.check_init_fenced")
+    "fence.mbarrier_init exists only as .release.cluster: a release, at cluster scope, of the thread's own inits. "
+    "One rule for both simulators: a peer CTA's remote arrive, multicast or copy completing on an mbarrier needs "
+    "its init released at cluster scope (a fence.mbarrier_init of the initialising thread, or its "
+    "barrier.cluster.arrive with .release; .relaxed does not release) and a cluster barrier after it; inside one "
+    "CTA, TMA copies the CTA's own threads issue included, the bar.sync after the inits orders them "
+    "(MBARRIER_INIT_BEFORE_USE) and no fence is asked for. CUTLASS's pipelines and FlashAttention-3 issue the "
+    "fence in every kernel and pass either way; Triton's single-CTA TMA kernels and Tessera's kernels without the "
+    "fence are correct and accepted. The CTA simulator needs no check of its own: a Target IR cluster_arrive is "
+    ".release")
 
 PROXY_FENCE = Rule(
     "generic writes read by the async proxy", "parallel-synchronization-and-communication-instructions-membar",
@@ -107,15 +110,37 @@ WRITE_ORDER = Rule(
     "write lands last, is not decided, and it is reported with both sides",
     "tessera.interpreters.sm90.happens_before:HappensBefore.check_write")
 
+DATA_RACE = Rule(
+    "conflicting accesses need causality order", "memory-consistency-model-conflict-and-data-races",
+    "Two conflicting memory operations are said to be in a data-race if they are not related in causality order "
+    "and they are not morally strong.",
+    "global memory (ld/st.global, a cp.async's source, red/atom and bulk reductions, semaphores): two accesses of "
+    "the same bytes by different threads or CTAs, at least one a write (they conflict), neither ordered before the "
+    "other (inside a CTA by barriers and mbarrier phases; between CTAs by a semaphore release and acquire) are a "
+    "race, reported with both sides",
+    "tessera.interpreters.sm90.global_races:GlobalAccesses.access")
+
+ATOMICS_ARE_INDIVISIBLE = Rule(
+    "atomics do not race each other", "parallel-synchronization-and-communication-instructions-atom",
+    "Atomically loads the original value at location a into destination register d, performs a reduction "
+    "operation with operand b and the value in location a, and stores the result of the specified operation at "
+    "location a, overwriting the original value.",
+    "two atomic read-modify-writes of the same bytes (atom, red, bulk reductions, semaphore signals and waits) "
+    "are morally strong and never a race, whatever their order (which decides only the rounding of f32 sums); an "
+    "atomic and a plain access of the same bytes conflict like two plain ones",
+    "tessera.interpreters.sm90.global_races:GlobalAccesses.access")
+
 PTX_EXECUTOR_RULES = (BARRIER_ORDERING, BARRIER_COUNT, MBARRIER_INIT_BEFORE_USE, MBARRIER_INIT_FENCE, PROXY_FENCE,
                       WGMMA_FENCE, WGMMA_WAIT, CP_ASYNC_ORDER, CP_ASYNC_COMPLETION)
 """The rules the PTX executor's race detector applies, in the order of the sections."""
 
-CTA_SIMULATOR_RULES = (BARRIER_ORDERING, MBARRIER_INIT_FENCE, PROXY_FENCE, WGMMA_FENCE, WGMMA_WAIT, WRITE_ORDER)
+CTA_SIMULATOR_RULES = (BARRIER_ORDERING, PROXY_FENCE, WGMMA_FENCE, WGMMA_WAIT, WRITE_ORDER, DATA_RACE,
+                       ATOMICS_ARE_INDIVISIBLE)
 """The rules the CTA simulator checks by happens-before (`tessera.interpreters.sm90.happens_before`), each naming
 its checker."""
 
 # endregion
 
-__all__ = ["CTA_SIMULATOR_RULES", "PTX_EXECUTOR_RULES", "Rule", "WRITE_ORDER", "BARRIER_COUNT", "BARRIER_ORDERING", "CP_ASYNC_COMPLETION", "CP_ASYNC_ORDER",
+__all__ = ["CTA_SIMULATOR_RULES", "PTX_EXECUTOR_RULES", "Rule", "WRITE_ORDER", "BARRIER_COUNT", "DATA_RACE",
+           "ATOMICS_ARE_INDIVISIBLE", "BARRIER_ORDERING", "CP_ASYNC_COMPLETION", "CP_ASYNC_ORDER",
            "MBARRIER_INIT_BEFORE_USE", "MBARRIER_INIT_FENCE", "PROXY_FENCE", "WGMMA_FENCE", "WGMMA_WAIT"]

@@ -336,6 +336,11 @@ class RegisterArithFunctions(InterpreterFunctions):
     @impl(vector.ShuffleOp)
     def run_shuffle(self, interpreter: Interpreter, op: vector.ShuffleOp, args: PythonValues):
         v1, v2 = (x if x.ndim == 2 else x[:, None] for x in args)
-        return (np.concatenate([v1, v2], axis=1)[:, list(op.mask.get_values())],)
+        mask = self._constants.get(op)
+        if mask is None:  # the mask decoded once per op, not at every run
+            mask = self._constants[op] = np.asarray(op.mask.get_values(), np.intp)
+        if args[0] is args[1] or (mask < v1.shape[1]).all():
+            return (v1[:, np.where(mask < v1.shape[1], mask, mask - v1.shape[1])],)
+        return (np.concatenate([v1, v2], axis=1)[:, mask],)
 
     # endregion

@@ -305,8 +305,6 @@ class ClusterFunctions(InterpreterFunctions):
                 barrier = cluster.peer_barrier(cta, op, thread, peer, bar, "multicast completes on")
                 if peer is not cta:
                     cluster.check_released(cta, op, thread, peer, addresses)
-                else:
-                    cta.mbarriers.check_init_fenced(op, thread, barrier, "the TMA multicast")
                 peer.smem.check_bounds(op, np.array([start]), np.array([thread]), data.size, "the multicast writes")
                 buffer = peer.smem.buffer_at(start)
                 if buffer is not None and buffer.swizzle != tensor_map.swizzle:

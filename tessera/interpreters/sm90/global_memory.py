@@ -21,6 +21,7 @@ import numpy as np
 from xdsl.ir import Operation
 
 from tessera.interpreters import serving_checks
+from tessera.interpreters.sm90.global_races import GlobalAccesses
 from tessera.interpreters.sm90.registers import WORD_BYTES
 
 if TYPE_CHECKING:
@@ -64,6 +65,15 @@ class GlobalMemory:
         self._read: dict[int, np.ndarray] = {}
         self._bytes = [array.reshape(-1).view(np.uint8) if array.flags.c_contiguous else np.zeros(0, np.uint8)
                        for array in arrays]
+        self.accesses = GlobalAccesses(list(names), grid)
+        """Who accessed each byte, for the happens-before checks (`global_races`)."""
+
+    def _access(self, cta: CtaView, op: Operation, tensor: int, offsets: np.ndarray, threads: np.ndarray,
+                nbytes: int, write: bool, atomic: bool = False) -> None:
+        """Check and record (`global_races`) the accesses of `nbytes` at `offsets` of `tensor` by `threads`."""
+        self.accesses.access(cta, op, tensor, self._bytes[tensor].size,
+                             (offsets[:, None] + np.arange(nbytes)).reshape(-1), np.repeat(threads, nbytes), write,
+                             atomic)
 
     def pointer(self, index: int) -> int:
         """The address of tensor `index` for a pointer argument; ValueError for a strided view."""
@@ -99,8 +109,9 @@ class GlobalMemory:
         return tensor, offset
 
     def load_words(self, cta: CtaView, op: Operation, addresses: np.ndarray, threads: np.ndarray,
-                   nbytes: int = WORD_BYTES) -> np.ndarray:
-        """The little-endian words of `nbytes` (4, or 2: zero-extended) at `addresses`, as uint32."""
+                   nbytes: int = WORD_BYTES, atomic: bool = False) -> np.ndarray:
+        """The little-endian words of `nbytes` (4, or 2: zero-extended) at `addresses`, as uint32; `atomic`: the
+        load of an atomic (a semaphore's), which races with no other atomic."""
         tensor, offset = self._resolve(cta, op, addresses, threads, "loads", nbytes)
         words = np.zeros(len(addresses), np.uint32)
         for k in np.unique(tensor):
@@ -110,6 +121,7 @@ class GlobalMemory:
             if int(k) in self.reduction_targets:
                 cta.bulk.check_landed(op, addresses[sel], threads[sel])
                 self._check_read(cta, op, int(k), offset[sel] // WORD_BYTES, threads[sel])
+            self._access(cta, op, int(k), offset[sel], threads[sel], nbytes, False, atomic)
         return words
 
     def load_bytes(self, cta: CtaView, op: Operation, addresses: np.ndarray, threads: np.ndarray,
@@ -131,11 +143,13 @@ class GlobalMemory:
         for k in np.unique(tensor):
             sel = tensor == k
             data[sel] = self._bytes[k][offset[sel][:, None] + np.arange(nbytes)]
+            self._access(cta, op, int(k), offset[sel], threads[sel], nbytes, False)
         return data
 
     def store_words(self, cta: CtaView, op: Operation, addresses: np.ndarray, threads: np.ndarray,
-                    words: np.ndarray, nbytes: int = WORD_BYTES) -> None:
-        """Store the low `nbytes` (4, or 2) of each of `words` (uint32) at `addresses`, little-endian."""
+                    words: np.ndarray, nbytes: int = WORD_BYTES, atomic: bool = False) -> None:
+        """Store the low `nbytes` (4, or 2) of each of `words` (uint32) at `addresses`, little-endian; `atomic`:
+        the store of an atomic (a semaphore's)."""
         tensor, offset = self._resolve(cta, op, addresses, threads, "stores", nbytes)
         if serving_checks.active():
             for k in np.unique(tensor):
@@ -145,10 +159,24 @@ class GlobalMemory:
         data = words.astype("<u4").view(np.uint8).reshape(-1, WORD_BYTES)[:, :nbytes]
         for k in np.unique(tensor):
             sel = tensor == k
-            if int(k) in self.atomic_targets:
+            if int(k) in self.atomic_targets and not atomic:
                 self._check_store(cta, op, int(k), offset[sel] // WORD_BYTES, threads[sel])
+            self._access(cta, op, int(k), offset[sel], threads[sel], nbytes, True, atomic)
             self._bytes[k][offset[sel][:, None] + np.arange(nbytes)] = data[sel]
 
+    # region semaphores: release and acquire between CTAs (`global_races`)
+    def _word(self, address: int) -> tuple[int, int]:
+        return (address >> TENSOR_SPACING_BITS) - 1, address & ((1 << TENSOR_SPACING_BITS) - 1)
+
+    def release(self, cta: CtaView, address: int) -> None:
+        """A `sem_signal` of the word at `address` (already stored): this CTA's accesses so far are released."""
+        self.accesses.release(cta, *self._word(address))
+
+    def acquire(self, cta: CtaView, address: int) -> None:
+        """A successful `sem_try_wait` on the word at `address`: this CTA acquires what its signals released."""
+        self.accesses.acquire(cta, *self._word(address))
+
+    # endregion
     # region reductions between CTAs
     def reduce_add_f32(self, cta: CtaView, op: Operation, addresses: np.ndarray, threads: np.ndarray,
                        values: np.ndarray) -> np.ndarray:
@@ -163,6 +191,7 @@ class GlobalMemory:
             words = offset[sel] // WORD_BYTES
             self.atomic_targets.add(int(k))
             self._check_add(cta, op, int(k), words, threads[sel])
+            self._access(cta, op, int(k), offset[sel], threads[sel], WORD_BYTES, True, True)
             memory = self._bytes[int(k)].view("<f4")
             # one round per repeated address: the adds of a round hit distinct words
             order = np.argsort(words, kind="stable")

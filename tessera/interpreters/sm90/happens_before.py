@@ -20,12 +20,15 @@ access, never a walk over past accesses):
   So a generic store followed by a barrier and a fence in the thread that issues the async-proxy read is
   visible to that read, as the memory model's proxy-preserved causality order says.
 
-Per shared byte, the last generic read (thread, time, op) is kept here (the last generic write is the shared
-memory's `writer`/`written_at`); `check_write` refuses a write that an earlier read or write of another thread,
-or a completed wgmma read (`WgmmaUnit.completed_at`), does not happen before. Keeping one reader per byte
-(not a read vector clock) can miss a race with an earlier concurrent reader; it never reports a race that is
-not one. With `races=False` the write checks are skipped (the edges are still kept: the other units' checks
-use them).
+Per shared byte, the generic reads since the last write are kept here (the last generic write is the shared
+memory's `writer`/`written_at`), FastTrack style: while each read happens after the one before, one reader
+(thread, time, op) stands for all of them (a write ordered after it is ordered after the earlier ones); when a
+read is concurrent with the byte's last one (not ordered after it, or by another thread of the same
+instruction), the byte gets a read vector clock (`read_clock[row]`: each thread's latest read time, -1 none),
+kept until the next write. `check_write` refuses a write that an earlier read (any thread of the vector clock)
+or write of another thread, or a completed wgmma read (`WgmmaUnit.completed_at`), does not happen before: a
+write racing an earlier reader is reported even when a later reader, ordered before the write, came between.
+With `races=False` the write checks are skipped (the edges are still kept: the other units' checks use them).
 """
 
 from __future__ import annotations
@@ -68,6 +71,11 @@ class HappensBefore:
         self.reader = np.full(size, -1, np.int32)
         self.read_at = np.full(size, -1, np.int64)
         self.read_op = np.full(size, -1, np.int32)
+        # bytes read concurrently since their last write: read_row[byte] (-1: none) indexes read_clock/read_ops
+        self.read_row = np.full(size, -1, np.int32)
+        self.read_clock = np.full((0, threads), -1, np.int64)
+        self.read_ops = np.full((0, threads), -1, np.int32)
+        self._free_rows: list[int] = []
         self.ops: list[Operation] = []
         self._op_index: dict[int, int] = {}
 
@@ -153,18 +161,65 @@ class HappensBefore:
     # region accesses
     def note_read(self, op: Operation, addresses: np.ndarray, threads: np.ndarray) -> None:
         """A generic read of `addresses` (flat bytes) by `threads` (same shape)."""
+        now, index = self.cta.tick(), self.op_index(op)
+        previous, before = self.reader[addresses], self.read_at[addresses]
+        concurrent = (previous >= 0) & (previous != threads)
+        if concurrent.any():
+            concurrent[concurrent] = self.ordered[previous[concurrent], threads[concurrent]] <= before[concurrent]
+        order = np.argsort(addresses, kind="stable")
+        same = addresses[order][1:] == addresses[order][:-1]
+        if same.any():  # threads of this instruction reading one byte: concurrent with each other
+            shared = same & (threads[order][1:] != threads[order][:-1])
+            concurrent[order[1:][shared]] = True
+        inflated = self.read_row[addresses] >= 0
+        if concurrent.any() or inflated.any():
+            self._note_concurrent(addresses, threads, concurrent & ~inflated, inflated | concurrent, now, index)
         self.reader[addresses] = threads
-        self.read_at[addresses] = self.cta.tick()
-        self.read_op[addresses] = self.op_index(op)
+        self.read_at[addresses] = now
+        self.read_op[addresses] = index
+
+    def _note_concurrent(self, addresses, threads, new, kept, now: int, index: int) -> None:
+        """Give the bytes `addresses[new]` a read vector clock holding their last read, then note this read in
+        the clocks of `addresses[kept]`."""
+        fresh = np.unique(addresses[new])
+        if len(fresh):
+            rows = self._rows(len(fresh))
+            self.read_row[fresh] = rows
+            readers = self.reader[fresh]
+            had = readers >= 0
+            self.read_clock[rows[had], readers[had]] = self.read_at[fresh][had]
+            self.read_ops[rows[had], readers[had]] = self.read_op[fresh][had]
+        rows = self.read_row[addresses[kept]]
+        self.read_clock[rows, threads[kept]] = now
+        self.read_ops[rows, threads[kept]] = index
+
+    def _rows(self, count: int) -> np.ndarray:
+        """`count` free rows of the read vector clocks (the table grows by doubling)."""
+        while len(self._free_rows) < count:
+            old = len(self.read_clock)
+            grown = max(64, 2 * old)
+            self.read_clock = np.concatenate([self.read_clock, np.full((grown - old, self.cta.threads), -1, np.int64)])
+            self.read_ops = np.concatenate([self.read_ops, np.full((grown - old, self.cta.threads), -1, np.int32)])
+            self._free_rows.extend(range(grown - 1, old - 1, -1))
+        rows = np.array([self._free_rows.pop() for _ in range(count)], np.int32)
+        self.read_clock[rows] = -1
+        self.read_ops[rows] = -1
+        return rows
 
     def check_write(self, op: Operation, addresses: np.ndarray, threads: np.ndarray, what: str) -> None:
         """A write of `addresses` (flat bytes) by `threads` (same shape): every earlier generic read and write
         of another thread, and every completed wgmma read, must happen before it. Clears the read records."""
         if self.races:
             self._after_reads(op, addresses, threads, what)
+            self._after_concurrent_reads(op, addresses, threads, what)
             self._after_writes(op, addresses, threads, what)
             self._after_wgmma_reads(op, addresses, threads, what)
         self.reader[addresses] = -1
+        rows = self.read_row[addresses]
+        if (rows >= 0).any():
+            freed = np.unique(rows[rows >= 0])
+            self._free_rows.extend(freed.tolist())
+            self.read_row[addresses] = -1
         self.cta.wgmma.read_group[:, addresses] = -1
 
     def _race(self, op: Operation, what: str, address: int, other: Operation | None, other_thread: int, did: str,
@@ -187,6 +242,24 @@ class HappensBefore:
             self._race(op, what, int(addresses[i]), self.ops[int(self.read_op[addresses[i]])], int(readers[i]),
                        "read", int(threads[i]), "a bar_sync or an mbarrier release/wait between the read and this "
                                                 "write is missing")
+
+    def _after_concurrent_reads(self, op, addresses, threads, what) -> None:
+        """Every read in the read vector clocks of the written bytes must happen before the write."""
+        rows = self.read_row[addresses]
+        inflated = rows >= 0
+        if not inflated.any():
+            return
+        rows, writers = rows[inflated], threads[inflated]
+        times = self.read_clock[rows]  # [n, T]
+        seen = self.ordered[:, writers].T  # [n, T]: what each writer has seen of every thread
+        unordered = (times >= 0) & (seen <= times)
+        unordered[np.arange(len(rows)), writers] = False
+        if unordered.any():
+            i, reader = np.unravel_index(int(np.argmax(unordered)), unordered.shape)
+            self._race(op, what, int(addresses[inflated][i]), self.ops[int(self.read_ops[rows[i], reader])],
+                       int(reader), "read", int(writers[i]), "a bar_sync or an mbarrier release/wait between the "
+                                                              "read and this write is missing; a later read ordered "
+                                                              "before this write does not order this one")
 
     def _after_writes(self, op, addresses, threads, what) -> None:
         smem = self.cta.smem

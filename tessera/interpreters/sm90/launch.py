@@ -378,7 +378,7 @@ def _run_grid(func_op, arguments, sizes, allocation, listeners, cta_order, traff
     kernel = target_kernel(func_op)
     parallel = parallel_options(f"@{kernel.name}", workers, executor)
     if allocation is not None:
-        allocation = RegisterLayout(allocation)  # one for all CTAs
+        allocation = RegisterLayout.shared(allocation)  # one for all CTAs and launches
     names = [f"#{k}" for k in range(len(arguments))]
     for arg in kernel.args:
         if arg.source is not None and 0 <= arg.source < len(names):

@@ -36,8 +36,8 @@ class LoggedGlobalMemory(GlobalMemory):
         for k in np.unique(tensor):
             self.log.note(int(k), offset[tensor == k][:, None] + np.arange(nbytes), _rank(cta), write)
 
-    def load_words(self, cta, op: Operation, addresses, threads, nbytes: int = WORD_BYTES):
-        words = super().load_words(cta, op, addresses, threads, nbytes)
+    def load_words(self, cta, op: Operation, addresses, threads, nbytes: int = WORD_BYTES, atomic: bool = False):
+        words = super().load_words(cta, op, addresses, threads, nbytes, atomic)
         self._note(cta, addresses, nbytes, False)
         return words
 
@@ -46,8 +46,9 @@ class LoggedGlobalMemory(GlobalMemory):
         self._note(cta, addresses, nbytes, False)
         return data
 
-    def store_words(self, cta, op: Operation, addresses, threads, words, nbytes: int = WORD_BYTES) -> None:
-        super().store_words(cta, op, addresses, threads, words, nbytes)
+    def store_words(self, cta, op: Operation, addresses, threads, words, nbytes: int = WORD_BYTES,
+                    atomic: bool = False) -> None:
+        super().store_words(cta, op, addresses, threads, words, nbytes, atomic)
         self._note(cta, addresses, nbytes, True)
 
 

@@ -39,7 +39,7 @@ class MBarrier:
     init_time: int
     live: bool = True
     init_fenced: int = -1
-    """The time of the init thread's first fence_mbarrier_init after the init (-1: none yet)."""
+    """The time of the init thread's first fence_mbarrier_init after the init (-1: none yet; see `fence_init`)."""
 
 
 class MBarriers:
@@ -75,8 +75,8 @@ class MBarriers:
                               f"{'after mbarrier_inval' if was else 'before mbarrier_init'}", thread)
         if thread != barrier.init_thread and self.cta.hb.ordered[barrier.init_thread, thread] <= barrier.init_time:
             self.cta.fail(op, f"uses the mbarrier at {self._locate(address)}, which thread {barrier.init_thread} "
-                              "initialised with no bar_sync since (the init is not yet visible to this thread: "
-                              "fence_mbarrier_init, then bar_sync)", thread)
+                              "initialised with no bar_sync since (race: the init is not ordered before this use: "
+                              "missing bar_sync after mbarrier_init)", thread)
         return barrier
 
     def get_all(self, op: Operation, threads: np.ndarray, addresses: np.ndarray) -> list[MBarrier]:
@@ -185,27 +185,14 @@ class MBarriers:
             self.cta.hb.phase_completed(barrier.index)
 
     def fence_init(self, threads: np.ndarray) -> None:
-        """fence_mbarrier_init by the threads of the [T] mask: their earlier inits become visible to the async
-        proxy and, through a barrier that follows, to the other threads (`check_init_fenced`)."""
+        """fence_mbarrier_init by the threads of the [T] mask: a release of their earlier inits at cluster scope
+        (`memory_model.MBARRIER_INIT_FENCE`). Inside the CTA the bar_sync after the inits orders them (`get`
+        checks it), and a Target IR `cluster_arrive` is `.release`, which releases them to the cluster's other
+        CTAs too; so the fence orders nothing the simulator must still check, and is recorded only by time."""
         now = self.cta.tick()
         for barrier in self.live.values():
             if threads[barrier.init_thread] and barrier.init_fenced < 0:
                 barrier.init_fenced = now
-
-    def check_init_fenced(self, op: Operation, thread: int, barrier: MBarrier, what: str) -> None:
-        """`what` (an async-proxy operation: a TMA copy completing on `barrier`, issued by `thread`) needs the
-        barrier's init made visible by a fence_mbarrier_init of its init thread that happens before the issue
-        (`memory_model.MBARRIER_INIT_FENCE`)."""
-        if not self.cta.races:
-            return
-        where = f"the mbarrier at {self._locate(barrier.address)}, which thread {barrier.init_thread} initialised"
-        if barrier.init_fenced < 0:
-            self.cta.fail(op, f"{what} completes on {where} with no fence_mbarrier_init after the init (race: the "
-                              "init is not visible to the async proxy: missing fence_mbarrier_init)", thread)
-        if thread != barrier.init_thread and self.cta.hb.ordered[barrier.init_thread, thread] <= barrier.init_fenced:
-            self.cta.fail(op, f"{what} completes on {where} and fenced with fence_mbarrier_init, but no "
-                              "synchronisation orders that fence before this thread (race: missing bar_sync after "
-                              "fence_mbarrier_init)", thread)
 
     def inval(self, op: Operation, addresses: np.ndarray) -> None:
         for thread in self._active_threads():

@@ -10,8 +10,9 @@ global memory, bulk reductions from shared memory with their groups, and stmatri
   It stays *landing* until a `bulk_wait_group` without `read` covers it: meanwhile this CTA's plain load of
   those global words is reported. Groups are per thread, as in PTX: `bulk_commit_group` closes the thread's
   open group; `bulk_wait_group N` completes all its committed groups but the N newest.
-- `sem_try_wait`/`sem_signal`: the semaphore word is loaded and compared / incremented (plain words: no other
-  CTA runs meanwhile); a wait whose count differs is a deadlock of the launch order, reported at once.
+- `sem_try_wait`/`sem_signal`: the semaphore word is loaded and compared / incremented (atomically: no other
+  CTA runs meanwhile); a wait whose count differs is a deadlock of the launch order, reported at once. A signal
+  releases its CTA's global accesses so far and a successful wait acquires them (`global_races`).
 - `stmatrix`: per warp, `tessera.sm90.matrix` says which element of which register goes to which byte of
   the rows the lanes address; the rows are written as st.shared would write them (generic proxy).
 """
@@ -189,7 +190,8 @@ class ReductionFunctions(InterpreterFunctions):
         done = np.zeros(self.cta.active.shape, bool)
         if not len(threads):
             return (done,)
-        words = self.memory.load_words(self.cta, op, np.asarray(sem, np.int64)[threads], threads).view(np.int32)
+        addresses = np.asarray(sem, np.int64)[threads]
+        words = self.memory.load_words(self.cta, op, addresses, threads, atomic=True).view(np.int32)
         want = np.asarray(expected).astype(np.int32)[threads]
         if (words != want).any():
             i = int(np.argmax(words != want))
@@ -197,6 +199,8 @@ class ReductionFunctions(InterpreterFunctions):
                               f"hold {int(want[i])}, but it holds {int(words[i])} and no other CTA runs while this "
                               "one waits (the simulator runs CTAs one after another): a deadlock in this CTA order",
                           int(threads[i]))
+        for address in np.unique(addresses).tolist():
+            self.memory.acquire(self.cta, address)
         done[threads] = True
         return (done,)
 
@@ -208,8 +212,9 @@ class ReductionFunctions(InterpreterFunctions):
         threads = self._active()
         for t in threads:
             address = np.asarray(sem, np.int64)[[t]]
-            old = self.memory.load_words(self.cta, op, address, np.array([t])).view(np.int32)
-            self.memory.store_words(self.cta, op, address, np.array([t]), (old + 1).view(np.uint32))
+            old = self.memory.load_words(self.cta, op, address, np.array([t]), atomic=True).view(np.int32)
+            self.memory.store_words(self.cta, op, address, np.array([t]), (old + 1).view(np.uint32), atomic=True)
+            self.memory.release(self.cta, int(address[0]))
         return ()
 
     @impl(ops.StMatrixOp)

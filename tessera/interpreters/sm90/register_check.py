@@ -22,7 +22,6 @@ loop's latch into its carried registers are not seen.
 from __future__ import annotations
 
 import re
-from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +42,9 @@ def _bits(array: np.ndarray) -> np.ndarray:
 
 
 _UNSIGNED = {size: np.dtype(f"u{size}") for size in (1, 2, 4, 8)}
+
+_OWNED = 1 << 20
+"""`RegisterFileChecker.owner` codes a register's owner as token * _OWNED + element."""
 
 
 def _register_order(name: str) -> tuple[str, int, str]:
@@ -79,6 +81,10 @@ class _Layout:
     registers: slice | np.ndarray
     names: tuple[str, ...]
     elements: slice | np.ndarray
+    columns: np.ndarray
+    """`registers` as an index array."""
+    codes: np.ndarray
+    """The element each register holds, as an index array (`RegisterFileChecker.owner`)."""
 
 
 class RegisterLayout:
@@ -93,6 +99,7 @@ class RegisterLayout:
         self.index = {name: i for i, name in enumerate(sorted(registers, key=_register_order))}
         self._layouts: dict[object, _Layout | None] = {}
         self._written: dict[Operation, list[tuple[str, object]]] = {}
+        self.plans: dict[Operation, tuple] = {}
 
     def of(self, value) -> _Layout | None:
         """The registers of `value` (None for a value with none, or one written implicitly: a block argument)."""
@@ -105,10 +112,41 @@ class RegisterLayout:
         if names is not None and not isinstance(value, BlockArgument):
             picked = [(i, name) for i, name in enumerate(names) if name.startswith("%")]
             if picked:
-                layout = _Layout(_index([self.index[name] for _, name in picked]),
-                                 tuple(name for _, name in picked), _index([i for i, _ in picked]))
+                columns = [self.index[name] for _, name in picked]
+                elements = [i for i, _ in picked]
+                layout = _Layout(_index(columns), tuple(name for _, name in picked), _index(elements),
+                                 np.array(columns, np.intp), np.array(elements, np.int64))
         self._layouts[value] = layout
         return layout
+
+    @classmethod
+    def shared(cls, allocation: Allocation) -> RegisterLayout:
+        """The layout of `allocation`, kept on it across launches (with the per-op plans) while its names stay
+        the same; rebuilt if they changed."""
+        fingerprint = hash(tuple((id(value), tuple(names)) for value, names in allocation.names.items()))
+        cached = getattr(allocation, "_register_layout", None)
+        if cached is not None and cached[0] == fingerprint:
+            return cached[1]
+        layout = cls(allocation)
+        try:
+            allocation._register_layout = (fingerprint, layout)  # noqa: SLF001 - a cache, not state
+        except AttributeError:
+            pass
+        return layout
+
+    def plan(self, op: Operation, written) -> tuple:
+        """(operand positions with registers and their layouts, the same for results, the registers `op`
+        writes (`written(op)`: their columns, names and values; empty if none), whether its results are views of its operands'
+        registers): what the checker does at `op`, computed once per launch (`plans`)."""
+        plan = self.plans.get(op)
+        if plan is None:
+            reads = tuple((i, layout) for i, value in enumerate(op.operands) if (layout := self.of(value)))
+            writes = tuple((i, layout) for i, value in enumerate(op.results) if (layout := self.of(value)))
+            registers = written(op)
+            columns = np.array([self.index[name] for name, _ in registers], np.intp)
+            plan = self.plans[op] = (reads, writes, registers and (columns, *zip(*registers)),
+                                     aliases_operand_registers(op))
+        return plan
 
     def written(self, op: Operation, find) -> list[tuple[str, object]]:
         """The registers `op` writes, with the value written into each (`find(op)` the first time)."""
@@ -124,98 +162,223 @@ class RegisterFileChecker(Interpreter.Listener):
     The file holds bit patterns: one [T, R] array per register width over all R registers the allocation
     names, and per register the dtype last written into it (`kinds`, -1 before the first write). An operand is
     compared only in the registers whose last write had its dtype (a register read under another class view,
-    or written implicitly as a loop-carried one, is not compared), all its registers and threads in one NumPy
-    step; a register written under a new dtype starts from zeros in every thread."""
+    or written implicitly as a loop-carried one, is not compared); a register written under a new dtype starts
+    from zeros in every thread.
+
+    Cheap on assignment boundaries: a write by whole warps does not copy bits; it records, per warp and
+    register, which array (a token) and which element of it the register holds (`owner`, [W, R]). An operand
+    whose registers still hold its own array's elements in every active warp needs no comparison (a [W, k]
+    integer compare, not [T, k] bits); otherwise, and for a write by part of a warp, the registers' bits are
+    materialised from their owners into the file and compared bit for bit in the active threads, as before.
+    The verdict is the per-operand bit comparison's: a register another array overwrote is compared by bits
+    (equal bits pass)."""
 
     def __init__(self, cta, allocation: "Allocation | RegisterLayout"):
         self.cta = cta
         self.layout = allocation if isinstance(allocation, RegisterLayout) else RegisterLayout(allocation)
         self.names = self.layout.names
         self._layout = self.layout.of
+        registers = len(self.layout.index)
         self.files: dict[int, np.ndarray] = {}
-        self.kinds = np.full(len(self.layout.index), -1, np.int16)
+        self.kinds = np.full(registers, -1, np.int16)
         self._kind_codes: dict[np.dtype, int] = {}
-        self.in_flight: dict[str, list[InFlight]] = defaultdict(list)
-        self._done = None  # WgmmaUnit.done when in_flight was last pruned
+        # a layout whose registers all held `kind` when kinds last changed (`_kind_epoch`) needs no new look
+        self._kind_epoch = 0
+        self._kind_checked: dict[int, tuple[int, int]] = {}
+        # owner[g, r]: _OWNED * token + element of the array that register r holds in every thread of granule g
+        # (a warp; a thread if the CTA is not whole warps); -1: the file holds its bits
+        self.granule = facts.WARP_SIZE if cta.threads % facts.WARP_SIZE == 0 else 1
+        self.owner = np.full((cta.threads // self.granule, registers), -1, np.int64)
+        self._tokens: dict[int, tuple[np.ndarray, int]] = {}  # id(array) -> (array, token)
+        self._arrays: dict[int, np.ndarray] = {}  # token -> array
+        self._next_token = 0
+        self._plans = self.layout.plans
+        self._views: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id(view) -> (view, owner codes it matched)
+        self._mask: tuple = (None, None, False)  # (active mask, its granules with a thread, all whole)
+        self.flight: np.ndarray | None = None  # see _issue
+        self.flight_entry: np.ndarray | None = None
+        self.entries: list[InFlight] = []
+        self.newest = None  # newest[w]: the newest group of warpgroup w with registers in flight
+        self._warpgroup_mask: tuple = (None, [])
 
-    def _columns(self, layout: _Layout, array) -> tuple[np.ndarray, np.ndarray, int]:
-        """The bit patterns of `array` in the registers of `layout` ([T, k]), the file of their width, and the
-        code of the dtype."""
-        array = np.asarray(array)
-        kind = self._kind_codes.setdefault(array.dtype, len(self._kind_codes))
-        bits = _bits(array)
-        file = self.files.get(bits.itemsize)
+    # region the register file
+    def _plan(self, op: Operation) -> tuple:
+        plan = self._plans.get(op)
+        if plan is None:
+            plan = self._plans[op] = self.layout.plan(op, self._written)
+        return plan
+
+    def _granules(self, active: np.ndarray) -> tuple[slice | np.ndarray, bool]:
+        """(the granules with an active thread, as a slice where consecutive, whether each of them is wholly
+        active), cached per mask."""
+        mask, granules, whole = self._mask
+        if mask is not active:
+            groups = active.reshape(-1, self.granule)
+            some = groups.any(axis=1)
+            granules, whole = _index(np.flatnonzero(some).tolist() or [0]), bool((groups.all(axis=1) == some).all())
+            if not some.any():
+                granules = slice(0, 0)
+            self._mask = (active, granules, whole)
+        return granules, whole
+
+    def _view(self, array: np.ndarray, layout: _Layout, granules: np.ndarray) -> bool:
+        """A view op's result `array` (its registers are its operands', which they already hold): remember
+        what its registers hold now instead of writing them, if owner arrays hold them in every active granule."""
+        held = self.owner[:, layout.columns]
+        if not (held[granules] >= 0).all():
+            return False
+        if len(self._views) > 4096:
+            self._views.clear()  # only makes later reads of the forgotten views compare bits
+        self._views[id(array)] = (array, held)
+        return True
+
+    def _kind(self, array: np.ndarray) -> int:
+        kind = self._kind_codes.get(array.dtype)
+        if kind is None:
+            kind = self._kind_codes[array.dtype] = len(self._kind_codes)
+        return kind
+
+    def _file(self, itemsize: int) -> np.ndarray:
+        file = self.files.get(itemsize)
         if file is None:
-            file = self.files[bits.itemsize] = np.zeros((self.cta.threads, len(self.layout.index)), bits.dtype)
-        if bits.ndim == 1:
-            return bits[:, None], file, kind
-        return bits[:, layout.elements], file, kind
+            file = self.files[itemsize] = np.zeros((self.cta.threads, len(self.kinds)), _UNSIGNED[itemsize])
+        return file
+
+    def _token(self, array: np.ndarray) -> int:
+        entry = self._tokens.get(id(array))
+        if entry is not None and entry[0] is array:
+            return entry[1]
+        if len(self._arrays) > 4 * len(self.kinds) + 64:
+            self._prune()
+        token = self._next_token
+        self._next_token += 1
+        self._tokens[id(array)] = (array, token)
+        self._arrays[token] = array
+        return token
+
+    def _prune(self) -> None:
+        """Forget the arrays that no register holds any more."""
+        live = set(np.unique(self.owner[self.owner >= 0] // _OWNED).tolist())
+        self._arrays = {t: a for t, a in self._arrays.items() if t in live}
+        self._tokens = {id(a): (a, t) for t, a in self._arrays.items()}
+
+    def _materialise(self, columns: np.ndarray) -> None:
+        """Copy the bits of the registers `columns` (indices) that owner arrays hold into the file."""
+        codes = self.owner[:, columns]
+        if not (codes >= 0).any():
+            return
+        lanes = np.arange(self.granule)
+        for token in np.unique(codes[codes >= 0] // _OWNED).tolist():
+            granules, j = np.nonzero((codes >= 0) & (codes // _OWNED == token))
+            bits = _bits(self._arrays[token])
+            bits = bits[:, None] if bits.ndim == 1 else bits
+            rows = granules[:, None] * self.granule + lanes
+            self._file(bits.itemsize)[rows, columns[j][:, None]] = bits[rows, (codes[granules, j] % _OWNED)[:, None]]
+        codes[codes >= 0] = -1
+        self.owner[:, columns] = codes
 
     def did_interpret_op(self, op: Operation, results) -> None:
+        reads, writes, written, alias = self._plan(op)
         active = self.cta.active
         if isinstance(op, sm90.WgmmaMmaAsyncOp):
             self._issue(op, active)
-        else:
-            self._check_writes(op, active)
-        every = None
-        for value, array in zip(op.results, results):
-            layout = self._layout(value)
-            if layout is None:
+        elif written and self.flight is not None:
+            self._check_writes(op, active, written)
+        if not writes:
+            return
+        granules, whole = self._granules(active)
+        rows = granules if isinstance(granules, slice) else granules[:, None]
+        for position, layout in writes:
+            array = np.asarray(results[position])
+            if alias and self._view(array, layout, granules):
                 continue
-            bits, file, kind = self._columns(layout, array)
-            registers = layout.registers
-            changed = self.kinds[registers] != kind
-            if changed.any():  # a register written under another dtype starts from zeros in every thread
-                columns = np.arange(len(self.kinds))[registers][changed]
-                file[:, columns] = 0
-                self.kinds[registers] = kind
-            if every is None:
-                every = bool(active.all())
-                rows = None if every else np.flatnonzero(active)
-            if every:
-                file[:, registers] = bits
-            elif isinstance(registers, slice):
-                file[rows, registers] = bits[rows]  # a scalar's [r, 1] broadcasts over its registers
-            else:
-                file[rows[:, None], registers] = bits[rows]
+            kind = self._kind(array)
+            columns = layout.columns
+            if self._kind_checked.get(id(layout)) != (kind, self._kind_epoch):
+                changed = self.kinds[layout.registers] != kind
+                if changed.any():  # a register written under another dtype starts from zeros in every thread
+                    self.owner[:, columns[changed]] = -1
+                    for file in self.files.values():
+                        file[:, columns[changed]] = 0
+                    self.kinds[columns] = kind
+                    self._kind_epoch += 1
+                self._kind_checked[id(layout)] = (kind, self._kind_epoch)
+            if whole:
+                codes = self._token(array) * _OWNED + (layout.codes if array.ndim > 1 else 0)
+                self.owner[rows, layout.registers] = codes
+                continue
+            self._materialise(columns)
+            bits = _bits(array)
+            bits = bits[:, None] if bits.ndim == 1 else bits[:, layout.elements]
+            rows = np.flatnonzero(active)
+            self._file(bits.itemsize)[rows[:, None], columns] = bits[rows]
 
     def will_interpret_op(self, op: Operation, args) -> None:
-        active = self.cta.active
-        for value, array in zip(op.operands, args):
-            layout = self._layout(value)
-            if layout is None:
-                continue
-            bits, file, kind = self._columns(layout, array)
-            same = self.kinds[layout.registers] == kind
-            if not same.any():
-                continue  # written implicitly (a loop-carried register) or a different class view
-            differs = file[:, layout.registers] != bits
-            if not differs.any():
-                continue
-            bad = differs & active[:, None] & same[None, :]
-            if bad.any():
-                column = int(np.argmax(bad.any(axis=0)))
-                thread = int(np.argmax(bad[:, column]))
-                raise KernelHazardError(
-                    f"{describe_op(op)}: register {layout.names[column]} no longer holds "
-                    f"%{value.name_hint or '?'} (another value was allocated to it while it was live) in thread {thread}"
-                )
+        reads = self._plan(op)[0]
+        if not reads:
+            return
+        granules = self._granules(self.cta.active)[0]
+        rows = granules if isinstance(granules, slice) else granules[:, None]
+        for position, layout in reads:
+            array = args[position]
+            entry = self._tokens.get(id(array))
+            if entry is not None and entry[0] is array:
+                expected = entry[1] * _OWNED + (layout.codes if array.ndim > 1 else 0)
+                if (self.owner[rows, layout.registers] == expected).all():
+                    continue
+            view = self._views.get(id(array))
+            if view is not None and view[0] is array:
+                if (self.owner[rows, layout.registers] == view[1][granules]).all():
+                    continue
+            self._compare(op, op.operands[position], layout, np.asarray(array))
+
+    def _compare(self, op: Operation, value, layout: _Layout, array: np.ndarray) -> None:
+        kind = self._kind(array)
+        same = self.kinds[layout.registers] == kind
+        if not same.any():
+            return  # written implicitly (a loop-carried register) or a different class view
+        self._materialise(layout.columns)
+        bits = _bits(array)
+        bits = bits[:, None] if bits.ndim == 1 else bits[:, layout.elements]
+        differs = self._file(bits.itemsize)[:, layout.registers] != bits
+        bad = differs & self.cta.active[:, None] & same[None, :]
+        if bad.any():
+            column = int(np.argmax(bad.any(axis=0)))
+            thread = int(np.argmax(bad[:, column]))
+            raise KernelHazardError(
+                f"{describe_op(op)}: register {layout.names[column]} no longer holds "
+                f"%{value.name_hint or '?'} (another value was allocated to it while it was live) in thread {thread}"
+            )
+
+    # endregion
 
     # region registers of in-flight wgmma groups
     def _warpgroups(self, active: np.ndarray) -> list[int]:
-        size = facts.WARPGROUP_SIZE
-        return [w for w in range(self.cta.threads // size) if active[w * size : (w + 1) * size].any()]
+        mask, warpgroups = self._warpgroup_mask
+        if mask is not active:
+            size = facts.WARPGROUP_SIZE
+            warpgroups = [w for w in range(self.cta.threads // size) if active[w * size : (w + 1) * size].any()]
+            self._warpgroup_mask = (active, warpgroups)
+        return warpgroups
 
     def _issue(self, op: sm90.WgmmaMmaAsyncOp, active: np.ndarray) -> None:
+        """The registers of wgmma `op` are in flight until its group completes: `flight[w, r]` is the newest
+        group of warpgroup w holding register r (a newer group completes after an older one, so the newest
+        pending one is enough to refuse a write), `flight_entry[w, r]` its `InFlight`."""
         unit = self.cta.wgmma
+        if self.flight is None:
+            self.flight = np.full((len(unit.done), len(self.kinds)), -1, np.int64)
+            self.flight_entry = np.full((len(unit.done), len(self.kinds)), -1, np.int64)
+            self.newest = np.full(len(unit.done), -1, np.int64)
         held = [(op.result, "accumulator")] + ([(op.a, "A fragment")] if op.a_in_registers else [])
         for w in self._warpgroups(active):
             group = int(unit.open[w])
+            self.newest[w] = group
             for value, role in held:
-                entry = InFlight(w, group, op, role)
-                for name in self.names.get(value, ()):
-                    if name.startswith("%"):
-                        self.in_flight[name].append(entry)
+                columns = [self.layout.index[name] for name in self.names.get(value, ()) if name.startswith("%")]
+                self.flight[w, columns] = group
+                self.flight_entry[w, columns] = len(self.entries)
+                self.entries.append(InFlight(w, group, op, role))
 
     def _written(self, op: Operation) -> list[tuple[str, object]]:
         return self.layout.written(op, self._find_written)
@@ -241,24 +404,24 @@ class RegisterFileChecker(Interpreter.Listener):
                     sources += list(values[j : j + 1])
         return {name for value in sources for name in self.names.get(value, ())}
 
-    def _check_writes(self, op: Operation, active: np.ndarray) -> None:
-        if not self.in_flight:
-            return
+    def _check_writes(self, op: Operation, active: np.ndarray, written: tuple) -> None:
+        """Refuse `op` writing (`written`: the register columns, names and values) a register of a wgmma of an
+        active warpgroup whose group is pending."""
         done = self.cta.wgmma.done
-        if self._done is None or (self._done != done).any():
-            self._done = done.copy()
-            self.in_flight = defaultdict(list, {name: pending for name, entries in self.in_flight.items()
-                                                if (pending := [e for e in entries if e.group > done[e.warpgroup]])})
-        size = facts.WARPGROUP_SIZE
-        warpgroups = set(self._warpgroups(active))
-        for name, value in self._written(op):
-            for entry in self.in_flight.get(name, ()):
-                if entry.warpgroup in warpgroups:
-                    w = entry.warpgroup
-                    thread = w * size + int(np.argmax(active[w * size : (w + 1) * size]))
-                    what = "reads it as its A fragment" if entry.role == "A fragment" else "writes its accumulator into it"
-                    self.cta.fail(op, f"writes register {name} (%{value.name_hint or '?'}) while `{describe_op(entry.op)}` "
-                                      f"of warpgroup {w} still {what} (group {entry.group} is pending: a "
-                                      "wgmma_wait_group must complete it first)", thread)
+        if (self.newest <= done).all():
+            return  # no register is in flight
+        columns, names, values = written
+        warpgroups = self._warpgroups(active)
+        pending = self.flight[warpgroups][:, columns] > done[warpgroups][:, None]
+        if not pending.any():
+            return
+        i, j = np.unravel_index(int(np.argmax(pending)), pending.shape)
+        entry = self.entries[int(self.flight_entry[warpgroups[i], columns[j]])]
+        size, w = facts.WARPGROUP_SIZE, entry.warpgroup
+        thread = w * size + int(np.argmax(active[w * size : (w + 1) * size]))
+        what = "reads it as its A fragment" if entry.role == "A fragment" else "writes its accumulator into it"
+        self.cta.fail(op, f"writes register {names[j]} (%{values[j].name_hint or '?'}) while `{describe_op(entry.op)}` "
+                          f"of warpgroup {w} still {what} (group {entry.group} is pending: a "
+                          "wgmma_wait_group must complete it first)", thread)
 
     # endregion

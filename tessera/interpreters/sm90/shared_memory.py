@@ -190,10 +190,13 @@ class SharedMemory:
         """A warpgroup (`readers`, its 128 thread ids) reads `addresses` through the async proxy."""
         self.note_read(addresses, readers[0])
         state = self.state[addresses]
-        self._refuse_unready(op, addresses, state, np.full(addresses.shape, readers[0]), what)
         landed = state == LANDED
-        if landed.any():
-            keys = self.barrier[addresses][landed].astype(np.int64) << 32 | self.phase[addresses][landed]
+        every = bool(landed.all())  # the common case (a TMA-filled tile): nothing unready, nothing stored
+        if not every:
+            self._refuse_unready(op, addresses, state, np.full(addresses.shape, readers[0]), what)
+        if every or landed.any():
+            keys = (self.barrier[addresses].astype(np.int64) << 32 | self.phase[addresses]) if every else \
+                (self.barrier[addresses][landed].astype(np.int64) << 32 | self.phase[addresses][landed])
             keys = keys[:1] if (keys == keys[0]).all() else np.unique(keys)
             for key in keys:
                 barrier, phase = int(key >> 32), int(key & 0xFFFFFFFF)
@@ -202,6 +205,8 @@ class SharedMemory:
                     hit = landed & (self.barrier[addresses] == barrier) & (self.phase[addresses] == phase)
                     self._unsignalled(op, addresses[np.argmax(hit)], barrier, phase, int(readers[np.argmax(unseen)]),
                                       what)
+        if every:
+            return
         stored = state == GENERIC
         if stored.any():
             self._check_proxy_fenced(op, addresses[stored], readers, what)

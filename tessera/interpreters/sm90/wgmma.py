@@ -67,6 +67,15 @@ def _accumulator_coords(n: int) -> tuple[np.ndarray, np.ndarray]:
     return facts.accumulator_coords(v[None, :], np.arange(facts.WARPGROUP_SIZE)[:, None])
 
 
+@lru_cache(maxsize=None)
+def _accumulator_index(n: int) -> np.ndarray:
+    """The flat index into the row-major 64 x n tile of each thread's accumulator registers ([128, regs])."""
+    rows, cols = _accumulator_coords(n)
+    index = np.asarray(rows * n + cols, np.intp)
+    index.flags.writeable = False
+    return index
+
+
 @lru_cache(maxsize=4096)
 def _operand_addresses(descriptor: int, major: str, extent: int, k: int, element_bytes: int):
     """(descriptor fields, the [extent, k] element addresses, their bytes flattened) of a wgmma operand read
@@ -122,24 +131,26 @@ class WgmmaUnit:
         n, ab = op.n.value.data, op.ab_type.data
         trans_a, trans_b = op.trans_a.value.data, op.trans_b.value.data
         m, _, k = facts.wgmma_shape(n, ab, "f32")
-        rows, cols = _accumulator_coords(n)
         result = acc.copy()
         warpgroups = cta.converged_units(op, facts.WARPGROUP_SIZE, "wgmma_mma_async")
         if cta.races:
             self._check_fenced(op, warpgroups, acc, a if op.a_in_registers else None)
+        fragment = _accumulator_index(n)
         for w in warpgroups:
+            mine = slice(w * facts.WARPGROUP_SIZE, (w + 1) * facts.WARPGROUP_SIZE)
             threads = np.arange(w * facts.WARPGROUP_SIZE, (w + 1) * facts.WARPGROUP_SIZE)
             if op.a_in_registers:
-                a_tile = self._register_a(a[threads], ab, m, k)
+                a_tile = self._register_a(a[mine], ab, m, k)
             else:
                 a_desc = self._uniform(op, a, threads, "A descriptor")
                 a_tile = self._shared_operand(op, w, a_desc, "MN" if trans_a else "K", m, k, ab, threads, "A")
             b_desc = self._uniform(op, b, threads, "B descriptor")
             b_tile = self._shared_operand(op, w, b_desc, "MN" if trans_b else "K", n, k, ab, threads, "B")
-            d = a_tile.astype(np.float64) @ b_tile.astype(np.float64).T
+            # the products summed in float64, gathered into the fragment (each thread's registers), plus D
+            d = (a_tile.astype(np.float64) @ b_tile.astype(np.float64).T).reshape(-1)[fragment]
             if scale_d is None or self._uniform(op, scale_d, threads, "scale-d predicate"):
-                d[rows, cols] += acc[threads].astype(np.float64)
-            result[threads] = d[rows, cols].astype(np.float32)
+                d += acc[mine]
+            result[mine] = d.astype(np.float32)
         groups = self._groups_of(acc).copy()
         groups[warpgroups] = self.open[warpgroups]
         self.registry[id(result)] = Pending(result, groups, "result", op)
@@ -183,7 +194,7 @@ class WgmmaUnit:
         self.group_ops.setdefault((warpgroup, group), op)
         if ab in facts.FP8_FORMATS:
             return facts.fp8_bits_to_f32(smem.data[addresses], ab)
-        bits = smem.data[addresses[..., None] + np.arange(element_bytes)].view("<u2")[..., 0]
+        bits = smem.data[byte_addresses].view("<u2").reshape(addresses.shape)
         return facts.half_bits_to_f32(bits, ab)
 
     @staticmethod

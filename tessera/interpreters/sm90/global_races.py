@@ -1,0 +1,218 @@
+"""Happens-before for global memory in the CTA simulator: which accesses of the same bytes, by different threads
+or CTAs, nothing orders (`tessera.sm90.memory_model.GLOBAL_WRITE_ORDER`, `ATOMICS_DO_NOT_RACE`).
+
+Every global access the simulator makes records, per byte of the tensor it touches, who made it: the CTA (its
+linear rank in the grid), the thread, the time on that CTA's clock (the clock `happens_before` orders), the op,
+and whether it was *atomic* (red/atom adds, bulk reductions, the semaphore ops). The last write of each byte is
+kept, and its readers since: the latest one and the latest of another CTA than that one, which is enough to
+find a reader of another CTA even when this CTA read the byte after it. An access races with a recorded one if
+at least one of the two writes, not both are atomic (atomics never race each other: each is one indivisible
+read-modify-write, and their order only decides rounding), and neither the same thread made both nor
+happens-before orders them:
+
+- inside a CTA, as for shared memory: `hb.ordered[w, r] > t` (named barriers, mbarrier phases, transitively);
+- between CTAs: a semaphore. `sem_signal` releases its CTA's accesses so far on the semaphore word; a
+  `sem_try_wait` that succeeds acquires, for its CTA, every release the word holds. The edge is per CTA (the
+  accesses of the releasing CTA before its signal, by any of its threads, are ordered before the accesses of
+  the acquiring CTA after its wait), which may miss a race inside a CTA around the signal but never reports
+  one that is not there. The CTAs of one cluster, which order through cluster barriers, are not checked
+  against each other here.
+
+A race is reported with both sides: the op and thread of this access, the op, thread and CTA of the earlier one,
+and what synchronisation was missing. With `races=False` nothing is checked (the records are still kept).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+from xdsl.ir import Operation
+
+from tessera.interpreters.block_batch import describe_op
+
+if TYPE_CHECKING:
+    from tessera.interpreters.sm90.cta_view import CtaView
+
+NONE = -1
+
+
+def grid_rank(cta: CtaView) -> int:
+    """The linear index of the CTA in its grid (x fastest)."""
+    (x, y, z), (gx, gy, _) = cta.cta_id, cta.grid
+    return x + gx * (y + gy * z)
+
+
+@dataclass
+class _Side:
+    """One recorded access per byte of a tensor: CTA rank, thread, time on that CTA's clock, op index, atomic."""
+
+    cta: np.ndarray
+    thread: np.ndarray
+    time: np.ndarray
+    op: np.ndarray
+    atomic: np.ndarray
+
+    @classmethod
+    def empty(cls, size: int) -> _Side:
+        return cls(np.full(size, NONE, np.int32), np.full(size, NONE, np.int32), np.full(size, NONE, np.int64),
+                   np.full(size, NONE, np.int32), np.zeros(size, bool))
+
+    def set(self, where, cta: int, threads, time: int, op: int, atomic: bool) -> None:
+        self.cta[where], self.thread[where], self.time[where] = cta, threads, time
+        self.op[where], self.atomic[where] = op, atomic
+
+    def copy_from(self, other: _Side, where) -> None:
+        for name in ("cta", "thread", "time", "op", "atomic"):
+            getattr(self, name)[where] = getattr(other, name)[where]
+
+
+@dataclass
+class _TensorRecord:
+    write: _Side
+    read: _Side
+    other_read: _Side
+    """The latest reader of another CTA than `read`'s (so a write checks both)."""
+
+
+@dataclass
+class GlobalAccesses:
+    """The global-memory happens-before records of one launch (or one group of CTAs run on its own)."""
+
+    names: list[str]
+    grid: tuple[int, int, int]
+    tensors: dict[int, _TensorRecord] = field(default_factory=dict)
+    ops: list[Operation] = field(default_factory=list)
+    _op_index: dict[int, int] = field(default_factory=dict)
+    released: dict[tuple[int, int], dict[int, int]] = field(default_factory=dict)
+    """Per semaphore word (tensor, byte offset): CTA rank -> the latest time that CTA signalled it."""
+    acquired: dict[int, dict[int, int]] = field(default_factory=dict)
+    """Per CTA rank: releasing CTA rank -> the latest release time of it this CTA acquired."""
+
+    def _index(self, op: Operation) -> int:
+        index = self._op_index.get(id(op))
+        if index is None:
+            index = self._op_index[id(op)] = len(self.ops)
+            self.ops.append(op)
+        return index
+
+    def _record(self, tensor: int, size: int) -> _TensorRecord:
+        record = self.tensors.get(tensor)
+        if record is None:
+            record = self.tensors[tensor] = _TensorRecord(_Side.empty(size), _Side.empty(size), _Side.empty(size))
+        return record
+
+    # region accesses
+    def access(self, cta: CtaView, op: Operation, tensor: int, size: int, offsets: np.ndarray, threads: np.ndarray,
+               write: bool, atomic: bool = False) -> None:
+        """`threads` (one per entry) access the bytes `offsets` (flat, same length) of tensor `tensor` (of `size`
+        bytes): check them against the recorded accesses (if `cta.races`), then record this one."""
+        if not len(offsets):
+            return
+        record = self._record(tensor, size)
+        rank, now = grid_rank(cta), cta.tick()
+        if cta.races and write and not atomic:
+            self._check_together(cta, op, tensor, offsets, threads)
+        if cta.races:
+            sides = (record.write, record.read, record.other_read) if write else (record.write,)
+            for side in sides:
+                self._check(cta, op, tensor, offsets, threads, rank, side, write, atomic)
+        here = self._index(op)
+        if write:
+            record.write.set(offsets, rank, threads, now, here, atomic)
+            for side in (record.read, record.other_read):
+                side.cta[offsets] = NONE
+            return
+        moved = (record.read.cta[offsets] != NONE) & (record.read.cta[offsets] != rank)
+        if moved.any():
+            record.other_read.copy_from(record.read, offsets[moved])
+        record.read.set(offsets, rank, threads, now, here, atomic)
+
+    def _check(self, cta: CtaView, op: Operation, tensor: int, offsets: np.ndarray, threads: np.ndarray, rank: int,
+               side: _Side, write: bool, atomic: bool) -> None:
+        other_cta = side.cta[offsets]
+        candidate = other_cta != NONE
+        if atomic:
+            candidate &= ~side.atomic[offsets]  # atomics never race each other
+        if not candidate.any():
+            return
+        where = np.flatnonzero(candidate)
+        their_cta, their_thread = other_cta[where], side.thread[offsets[where]]
+        their_time = side.time[offsets[where]]
+        mine = their_cta == rank
+        unordered = np.zeros(len(where), bool)
+        if mine.any():
+            same_thread = their_thread[mine] == threads[where][mine]
+            ordered = cta.hb.ordered[their_thread[mine], threads[where][mine]] > their_time[mine]
+            unordered[mine] = ~(same_thread | ordered)
+        if (~mine).any():
+            acquired = self.acquired.get(rank, {})
+            peers = self._peers(cta)
+            ranks, inverse = np.unique(their_cta[~mine], return_inverse=True)
+            seen = np.array([acquired.get(int(r), NONE) for r in ranks], np.int64)[inverse]
+            peer = np.array([int(r) in peers for r in ranks], bool)[inverse]
+            unordered[~mine] = ~(peer | (seen > their_time[~mine]))
+        if not unordered.any():
+            return
+        i = int(where[np.argmax(unordered)])
+        j = int(np.argmax(unordered))
+        self._race(cta, op, tensor, int(offsets[i]), int(threads[i]), write, side, int(offsets[i]),
+                   int(their_cta[j]) != rank)
+
+    def _check_together(self, cta: CtaView, op: Operation, tensor: int, offsets: np.ndarray,
+                        threads: np.ndarray) -> None:
+        """Threads of one plain store writing the same byte: nothing orders them (one instruction, many threads)."""
+        order = np.argsort(offsets, kind="stable")
+        ordered_offsets, ordered_threads = offsets[order], threads[order]
+        clash = (ordered_offsets[1:] == ordered_offsets[:-1]) & (ordered_threads[1:] != ordered_threads[:-1])
+        if clash.any():
+            i = int(np.argmax(clash))
+            cta.fail(op, f"writes tensor {self.names[tensor]} at byte offset {int(ordered_offsets[i])} in two threads "
+                         f"at once ({cta.thread_name(int(ordered_threads[i]))} writes it too), and no synchronisation "
+                         "orders the two (race: two threads store to the same bytes)", int(ordered_threads[i + 1]))
+
+    def _peers(self, cta: CtaView) -> frozenset[int]:
+        cluster = getattr(cta, "cluster", None)
+        if cluster is None or not getattr(cluster, "members", None):
+            return frozenset()
+        return frozenset(grid_rank(member) for member in cluster.members)
+
+    def _race(self, cta: CtaView, op: Operation, tensor: int, offset: int, thread: int, write: bool, side: _Side,
+              at: int, between_ctas: bool) -> None:
+        other_rank, other_thread = int(side.cta[at]), int(side.thread[at])
+        other_op = self.ops[int(side.op[at])]
+        did = "wrote" if side is self.tensors[tensor].write else "read"
+        did = f"{'atomically ' if side.atomic[at] else ''}{did}"
+        if between_ctas:
+            who = f"thread {other_thread} of CTA {self._cta_name(other_rank)}"
+            missing = ("nothing orders accesses of two CTAs to the same bytes but a semaphore: no sem_signal of that "
+                       "CTA after its access was acquired by a sem_try_wait of this one")
+        else:
+            who = cta.thread_name(other_thread)
+            missing = "a bar_sync or an mbarrier release/wait between the two accesses is missing"
+        verb = "writes" if write else "reads"
+        cta.fail(op, f"{verb} tensor {self.names[tensor]} at byte offset {offset}, which `{describe_op(other_op)}` "
+                     f"({who}) {did}, and no synchronisation orders the two (race: {missing})", thread)
+
+    def _cta_name(self, rank: int) -> str:
+        gx, gy, _ = self.grid
+        return str((rank % gx, rank // gx % gy, rank // (gx * gy)))
+
+    # endregion
+    # region semaphores: release and acquire between CTAs
+    def release(self, cta: CtaView, tensor: int, offset: int) -> None:
+        """A `sem_signal` of the semaphore word at (tensor, offset): this CTA's accesses so far are released."""
+        signals = self.released.setdefault((tensor, offset), {})
+        signals[grid_rank(cta)] = cta.tick()
+
+    def acquire(self, cta: CtaView, tensor: int, offset: int) -> None:
+        """A successful `sem_try_wait` on the word: this CTA acquires every release the word holds."""
+        seen = self.acquired.setdefault(grid_rank(cta), {})
+        for rank, time in self.released.get((tensor, offset), {}).items():
+            seen[rank] = max(seen.get(rank, NONE), time)
+
+    # endregion
+
+
+__all__ = ["GlobalAccesses", "grid_rank"]

@@ -1,0 +1,199 @@
+"""Happens-before for global memory (tessera/interpreters/sm90/global_races.py, `memory_model.DATA_RACE` and
+`ATOMICS_ARE_INDIVISIBLE`) and the read vector clocks of shared memory (happens_before.py) in the CTA simulator,
+on the smallest Target IR kernels that show each rule: a race is reported with both sides (op, thread, CTA), the
+same kernel with the synchronisation put back runs clean."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tessera.interpreters.block_batch import KernelHazardError
+from tessera.interpreters.sm90 import run_target_kernel
+from tessera.ir import parse_module
+from tessera.kernel_abi import is_target_kernel
+
+
+def _kernel(body: str, threads: int = 32, ctas: int = 1, smem: int = 0) -> str:
+    """A kernel of `ctas` CTAs of `threads` threads over a [4, 32] i32 output `%out` (byte offsets computed in
+    `body` from %tid, %cta and the constants below)."""
+    return f"""builtin.module {{
+  func.func @k(%out: i64 {{sm90.source = 0 : i64, tile.dims = #tile.dims<4, 32>, tile.role = "out",
+                          sm90.element_type = i32}})
+      attributes {{sm90.kernel = {{threads = {threads} : i64, smem_bytes = {smem} : i64}},
+                  tile.kernel = {{kind = "custom"}}, tile.grid = #tile.dims<{ctas}>}} {{
+    %tid = sm90.special "tid.x" : index
+    %cta = sm90.special "ctaid.x" : index
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c4 = arith.constant 4 : index
+    %c32 = arith.constant 32 : index
+    %true = arith.constant dense<true> : vector<1xi1>
+    %t32 = arith.index_cast %tid : index to i32
+    %vals = vector.broadcast %t32 : i32 to vector<1xi32>
+{body}
+    func.return
+  }}
+}}
+"""
+
+
+def _offsets(name: str, word: str) -> str:
+    """`%name`: the vector<1xi64> byte offset of i32 word `word` (an index value)."""
+    return (f"    %{name}_b = arith.muli {word}, %c4 : index\n"
+            f"    %{name}_64 = arith.index_cast %{name}_b : index to i64\n"
+            f"    %{name} = vector.broadcast %{name}_64 : i64 to vector<1xi64>\n")
+
+
+def _run(text: str) -> np.ndarray:
+    kernel = next(op for op in parse_module(text).walk() if is_target_kernel(op))
+    out = np.zeros((4, 32), np.int32)
+    run_target_kernel(kernel, [out], {})
+    return out
+
+
+STORE_OWN = _offsets("own", "%tid") + "    sm90.st_global %out[%own], %vals, %true : vector<1xi64>, vector<1xi32>, vector<1xi1>\n"
+NEXT = "    %n1 = arith.addi %tid, %c1 : index\n    %next = arith.remui %n1, %c32 : index\n" + _offsets("nxt", "%next")
+LOAD_NEXT = ("    %got = sm90.ld_global %out[%nxt], %true : vector<1xi64>, vector<1xi1> -> vector<1xi32>\n"
+             + "    %row1 = arith.addi %tid, %c32 : index\n" + _offsets("second", "%row1")
+             + "    sm90.st_global %out[%second], %got, %true : vector<1xi64>, vector<1xi32>, vector<1xi1>\n")
+
+
+def test_a_load_of_another_threads_store_needs_a_barrier():
+    racy = _kernel(STORE_OWN + NEXT + LOAD_NEXT)
+    with pytest.raises(KernelHazardError, match=r"^%got = sm90.ld_global .*: reads tensor %out at byte offset 4, which "
+                                                r"`sm90.st_global .*` \(thread 1 \(warp 0, lane 1\) of CTA \(0, 0, 0\)\) "
+                                                r"wrote, and no synchronisation orders the two \(race: a bar_sync .* "
+                                                r"missing\) in thread 0 "):
+        _run(racy)
+    out = _run(_kernel(STORE_OWN + "    sm90.bar_sync 0, 32\n" + NEXT + LOAD_NEXT))
+    assert out[1].tolist() == [(t + 1) % 32 for t in range(32)]
+
+
+def test_two_ctas_storing_the_same_bytes_are_reported_with_both_sides():
+    both = _kernel(_offsets("row0", "%tid") + "    %v2 = vector.broadcast %t32 : i32 to vector<1xi32>\n"
+                   "    sm90.st_global %out[%row0], %v2, %true : vector<1xi64>, vector<1xi32>, vector<1xi1>\n", ctas=2)
+    with pytest.raises(KernelHazardError, match=r"writes tensor %out at byte offset 0, which `sm90.st_global .*` "
+                                                r"\(thread 0 of CTA \(0, 0, 0\)\) wrote, .* \(race: nothing orders "
+                                                r"accesses of two CTAs .* semaphore.*\) in thread 0 .* of CTA \(1, 0, 0\)"):
+        _run(both)
+
+
+def test_two_threads_of_one_store_writing_the_same_bytes_are_a_race():
+    same = _kernel(_offsets("zero", "%c0") +
+                   "    sm90.st_global %out[%zero], %vals, %true : vector<1xi64>, vector<1xi32>, vector<1xi1>\n")
+    with pytest.raises(KernelHazardError, match=r"writes tensor %out at byte offset 0 in two threads at once "
+                                                r"\(thread 0 .*\) writes it too\), .* in thread 1 "):
+        _run(same)
+
+
+def test_atomic_adds_never_race_each_other_but_a_plain_load_of_them_does():
+    add = (_offsets("zero", "%c0") + "    %one = arith.constant dense<1.0> : vector<1xf32>\n"
+           "    sm90.red_global_add %out[%zero], %one, %true : vector<1xi64>, vector<1xf32>, vector<1xi1>\n")
+    out = _run(_kernel(add, ctas=2))
+    assert out.view(np.float32)[0, 0] == 64.0  # 2 CTAs x 32 threads, in one word, reported nowhere
+    load = ("    %seen = sm90.ld_global %out[%zero], %true : vector<1xi64>, vector<1xi1> -> vector<1xf32>\n"
+            "    %row1 = arith.addi %tid, %c32 : index\n" + _offsets("second", "%row1") +
+            "    sm90.st_global %out[%second], %seen, %true : vector<1xi64>, vector<1xf32>, vector<1xi1>\n")
+    with pytest.raises(KernelHazardError, match=r"^%seen = sm90.ld_global .*: reads tensor %out at byte offset 0, which "
+                                                r"`sm90.red_global_add .*` \(thread \d+ .*\) atomically wrote"):
+        _run(_kernel(add + load))
+    _run(_kernel(add + "    sm90.bar_sync 0, 32\n" + load))
+
+
+# region shared memory: a read vector clock per byte
+
+
+def _shared(between: str) -> str:
+    """Thread 0 stores word 0 of shared memory; after a barrier, threads 0 and 32 read it (each alone); then,
+    after `between`, thread 32 writes it."""
+    def alone(thread: int, ops: str) -> str:
+        return (f"    %is{thread} = arith.cmpi eq, %tid, %c{thread} : index\n"
+                f"    scf.if %is{thread} {{\n{ops}    }}\n")
+
+    read = "      %r{t} = sm90.ld_shared %s0 : i32 -> i32\n"
+    return _kernel(
+        "    %s0 = sm90.shared_buffer \"w\" offset 0 size 64 align 16 swizzle 0 : i32\n"
+        "    %c32i = arith.constant 32 : index\n"
+        + alone(0, "      sm90.st_shared %s0, %t32 : i32, i32\n")
+        + "    sm90.bar_sync 0, 64\n"
+        + alone(0, read.format(t=0)).replace("%is0 =", "%again0 =").replace("scf.if %is0", "scf.if %again0")
+        + alone(32, read.format(t=32)).replace("%c32 :", "%c32i :")
+        + between
+        + alone(32, "      sm90.st_shared %s0, %t32 : i32, i32\n").replace("%is32 =", "%w32 =")
+        .replace("scf.if %is32", "scf.if %w32").replace("%c32 :", "%c32i :"),
+        threads=64, smem=64)
+
+
+def test_a_write_racing_an_earlier_reader_is_reported_though_a_later_reader_is_ordered_before_it():
+    """Thread 32 reads after thread 0 (concurrently) and then writes: its own read is ordered before its write,
+    thread 0's is not. One reader per byte would remember only thread 32's read."""
+    with pytest.raises(KernelHazardError, match=r"^sm90.st_shared .*: st_shared writes shared address 0x0 \(buffer "
+                                                r"'w' \+ 0\), which `%r0 = sm90.ld_shared .*` \(thread 0 .*\) read, "
+                                                r"and no synchronisation orders the two \(race: .* a later read "
+                                                r"ordered before this write does not order this one\) in thread 32 "):
+        _run(_shared(""))
+    _run(_shared("    sm90.bar_sync 1, 64\n"))
+
+
+# region between CTAs: a semaphore orders them
+
+
+def _handoff(wait: bool) -> str:
+    """CTA 0 stores row 0 and signals the semaphore; CTA 1 (after waiting for it, if `wait`) copies row 0 into
+    row 1."""
+    waiting = ("      %one = arith.constant 1 : i32\n"
+               "      %done = sm90.sem_try_wait %sem, %one : i64, i32\n") if wait else ""
+    return f"""builtin.module {{
+  func.func @k(%out: i64 {{sm90.source = 0 : i64, tile.dims = #tile.dims<4, 32>, tile.role = "out",
+                          sm90.element_type = i32}},
+               %sem: i64 {{sm90.source = 1 : i64, tile.dims = #tile.dims<1>, tile.role = "out",
+                          sm90.element_type = i32}})
+      attributes {{sm90.kernel = {{threads = 32 : i64, smem_bytes = 0 : i64}},
+                  tile.kernel = {{kind = "custom"}}, tile.grid = #tile.dims<2>}} {{
+    %tid = sm90.special "tid.x" : index
+    %cta = sm90.special "ctaid.x" : index
+    %c0 = arith.constant 0 : index
+    %c4 = arith.constant 4 : index
+    %c32 = arith.constant 32 : index
+    %true = arith.constant dense<true> : vector<1xi1>
+    %b = arith.muli %tid, %c4 : index
+    %b64 = arith.index_cast %b : index to i64
+    %row0 = vector.broadcast %b64 : i64 to vector<1xi64>
+    %first = arith.cmpi eq, %cta, %c0 : index
+    scf.if %first {{
+      %t32 = arith.index_cast %tid : index to i32
+      %vals = vector.broadcast %t32 : i32 to vector<1xi32>
+      sm90.st_global %out[%row0], %vals, %true : vector<1xi64>, vector<1xi32>, vector<1xi1>
+      sm90.bar_sync 0, 32
+      %lead = arith.cmpi eq, %tid, %c0 : index
+      scf.if %lead {{
+        sm90.sem_signal %sem : i64
+      }}
+    }} else {{
+{waiting}      %got = sm90.ld_global %out[%row0], %true : vector<1xi64>, vector<1xi1> -> vector<1xi32>
+      %r1 = arith.addi %tid, %c32 : index
+      %b1 = arith.muli %r1, %c4 : index
+      %b164 = arith.index_cast %b1 : index to i64
+      %row1 = vector.broadcast %b164 : i64 to vector<1xi64>
+      sm90.st_global %out[%row1], %got, %true : vector<1xi64>, vector<1xi32>, vector<1xi1>
+    }}
+    func.return
+  }}
+}}
+"""
+
+
+def test_a_semaphore_orders_a_ctas_stores_before_another_ctas_loads():
+    def run(wait: bool) -> np.ndarray:
+        kernel = next(op for op in parse_module(_handoff(wait)).walk() if is_target_kernel(op))
+        out, sem = np.zeros((4, 32), np.int32), np.zeros(1, np.int32)
+        run_target_kernel(kernel, [out, sem], {})
+        return out
+
+    assert run(True)[1].tolist() == list(range(32))
+    with pytest.raises(KernelHazardError, match=r"^%got = sm90.ld_global .*: reads tensor %out at byte offset 0, "
+                                                r"which `sm90.st_global .*` \(thread 0 of CTA \(0, 0, 0\)\) wrote, .* "
+                                                r"no sem_signal of that CTA after its access was acquired by a "
+                                                r"sem_try_wait of this one\) in thread 0 .* of CTA \(1, 0, 0\)"):
+        run(False)
