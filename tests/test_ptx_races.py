@@ -139,6 +139,62 @@ def test_a_write_after_a_read_needs_an_order_too():
         launch(text, "handoff", 1, 64, [np.zeros(64, np.uint32)])
 
 
+# Every reader since the last write (a read vector clock): thread 0 reads a word, thread 32 reads it too and then
+# overwrites it. Thread 32's own read is ordered before its store (program order) and would hide thread 0's.
+_READERS = """.version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry readers(.param .u64 out)
+{
+    .reg .b32 %r<5>;
+    .reg .b64 %rd<2>;
+    .reg .pred %p<3>;
+    .shared .align 4 .b8 word[4];
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r1, word;
+    setp.eq.u32 %p0, %r0, 0;
+    setp.eq.u32 %p1, %r0, 32;
+    FIRST
+    @%p0 ld.shared.u32 %r3, [%r1];
+    @%p1 ld.shared.u32 %r4, [%r1];
+    SECOND
+    @%p1 st.shared.u32 [%r1], 7;
+    ld.param.u64 %rd0, [out];
+    cvta.to.global.u64 %rd0, %rd0;
+    @%p0 st.global.u32 [%rd0], %r3;
+    ret;
+}
+"""
+
+
+def _readers(first: str = "", second: str = "") -> np.ndarray:
+    return launch(_READERS.replace("FIRST", first).replace("SECOND", second), "readers", 1, 64,
+                  [np.zeros(1, np.uint32)])[0]
+
+
+def test_a_write_racing_an_earlier_reader_is_reported_though_a_later_ordered_reader_read_since():
+    """Line 15 (thread 0) and line 16 (thread 32) read the word concurrently; thread 32's store at line 18 is
+    ordered after its own read only: the race with thread 0's read is reported, naming it."""
+    with pytest.raises(PtxHazardError, match=r"^<ptx>:18: error: st.shared.u32: writes shared address 0x0, which the "
+                                             r"instruction at line 15 \(thread \(0, 0, 0\) of CTA \(0, 0, 0\)\) read, "
+                                             r"and no synchronisation orders the two .*\(thread \(32, 0, 0\)"):
+        _readers()
+
+
+def test_readers_of_one_instruction_are_all_kept():
+    """Both threads read the word in one instruction (one step of the executor): still two readers."""
+    text = _READERS.replace("@%p0 ld.shared.u32 %r3, [%r1];\n    @%p1 ld.shared.u32 %r4, [%r1];",
+                            "ld.shared.u32 %r3, [%r1];")
+    with pytest.raises(PtxHazardError, match=r"^<ptx>:\d+: error: st.shared.u32: writes shared address 0x0, which the "
+                                             r"instruction at line 15 \(thread \((?!32,)\d+, 0, 0\)"):
+        launch(text.replace("FIRST", "").replace("SECOND", ""), "readers", 1, 64, [np.zeros(1, np.uint32)])
+
+
+@pytest.mark.parametrize("first, second", [("", "bar.sync 0;"), ("bar.sync 0;", "bar.sync 0;")])
+def test_a_barrier_between_the_reads_and_the_write_orders_every_reader(first, second):
+    assert _readers(first, second)[0] == 0
+
+
 # the warp-specialized flash kernel (Tessera's default pipeline), one edit each
 
 
