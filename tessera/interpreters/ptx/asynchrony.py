@@ -716,6 +716,13 @@ def install(m: Machine, steps: list[Step]) -> list[Step]:
         elif inst.opcode == "fence" and "proxy" in mods and "async" in mods:
             def after(sel):
                 tracker.fence(_lanes(m, sel))
+        elif (inst.opcode == "fence" and {"sc", "acq_rel", "acquire", "release"} & set(mods)
+              and "mbarrier_init" not in mods and not any(x.startswith("proxy") for x in mods)) \
+                or (inst.opcode == "membar" and not any(x.startswith("proxy") for x in mods)):
+            def after(sel, release=inst.opcode == "membar" or bool({"sc", "acq_rel", "release"} & set(mods)),
+                      acquire=inst.opcode == "membar" or bool({"sc", "acq_rel", "acquire"} & set(mods))):
+                if m.global_order is not None:  # release and acquire patterns (global_order)
+                    m.global_order.fence(_lanes(m, sel), release, acquire)
         elif inst.opcode == "fence" and "mbarrier_init" in mods:
             def after(sel):
                 m.cluster_state.release_inits(_lanes(m, sel))

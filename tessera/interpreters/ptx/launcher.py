@@ -56,6 +56,7 @@ from tessera.interpreters.ptx import alu, floats, memory, reductions, schedule, 
 from tessera.interpreters.ptx.cluster import ClusterState
 from tessera.interpreters.ptx import asynchrony, ptxas_rules
 from tessera.interpreters.ptx.decode import Operands, decode
+from tessera.interpreters.ptx.global_order import GlobalOrder
 from tessera.interpreters.ptx.params import ParamStruct, TensorMapArg
 from tessera.interpreters.ptx.state import (
     GLOBAL_BASE,
@@ -454,6 +455,7 @@ def _setup(ptx, kernel, grid, block, args, shared_bytes, source, max_steps, memo
                       param_offsets, global_symbols, grid)
     machine.tensor_maps = maps
     machine.races = races
+    machine.global_order = GlobalOrder(machine, memory_.buffer.size)
     machine.watch = reductions.ReductionWatch(machine) if reductions.uses_reductions(entry) else None
     machine.cluster, machine.cluster_size = cluster, cluster_size
     machine.cluster_state = ClusterState(machine)

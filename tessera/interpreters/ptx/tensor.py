@@ -44,6 +44,7 @@ import numpy as np
 from tessera.interpreters.ptx import memory, sync
 from tessera.interpreters.ptx.cluster import _OFFSET_MASK, cluster_address, multicast_slots, shared_offsets
 from tessera.interpreters.ptx.decode import Operands, Step, elements, opcode
+from tessera.interpreters.ptx.global_order import ASYNC
 from tessera.interpreters.ptx.memory import access, lanes_of, take_space
 from tessera.interpreters.ptx.state import GLOBAL_BASE, PARAM_WINDOW, WINDOW_SIZE, Machine
 from tessera.interpreters.ptx.sync import PRED, U32, shared_addresses
@@ -115,13 +116,13 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
     global_index = (tmap.address - GLOBAL_BASE + offsets)[:, None] + np.arange(e)
     if load:
         data = np.where(valid[:, None], m.memory.buffer[global_index], _oob_fill(spec)).astype(np.uint8)
-        memory.note_global(m, np.array([lane]), global_index[valid].reshape(1, -1), False)
+        memory.note_global(m, np.array([lane]), global_index[valid].reshape(1, -1), False, inst, ASYNC)
         m.tracker.stage(shared_index, data.reshape(-1))  # lands later (asynchrony)
     else:
         m.tracker.bulk_store_reads(inst, lane, shared_index, "the TMA store")
         data = m.shared[shared_index].reshape(-1, e)
         m.memory.buffer[global_index[valid]] = data[valid]
-        memory.note_global(m, np.array([lane]), global_index[valid].reshape(1, -1), True)
+        memory.note_global(m, np.array([lane]), global_index[valid].reshape(1, -1), True, inst, ASYNC)
     return spec.box_bytes
 
 
@@ -213,7 +214,7 @@ def decode_bulk(ops: Operands, inst, mods):
                 if nbytes % 16:
                     raise m.error(inst, f"bulk copy size {nbytes} is not a multiple of 16", lane)
                 if load:
-                    data = access(m, inst, source_space, one, sources[i:i + 1], nbytes, align=16)
+                    data = access(m, inst, source_space, one, sources[i:i + 1], nbytes, align=16, how=ASYNC)
                     for _, destination, target_barrier in targets:
                         place = np.array([destination], np.int64)
                         memory._check(m, inst, "shared", one, place, nbytes, 16)
@@ -224,7 +225,8 @@ def decode_bulk(ops: Operands, inst, mods):
                     memory._check(m, inst, "shared", one, smem_addresses[i:i + 1], nbytes, 16)
                     shared_index = m.shared_flat(one, smem_addresses[i:i + 1])[0] + np.arange(nbytes)
                     m.tracker.bulk_store_reads(inst, lane, shared_index, "the bulk store")
-                    access(m, inst, "global", one, sources[i:i + 1], nbytes, m.shared[shared_index][None], align=16)
+                    access(m, inst, "global", one, sources[i:i + 1], nbytes, m.shared[shared_index][None], align=16,
+                           how=ASYNC)
 
     return run
 
