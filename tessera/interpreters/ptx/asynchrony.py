@@ -437,7 +437,7 @@ class AsyncTracker:
         """The async proxy reads `flat` for `lanes` (a warpgroup's wgmma, or one thread's bulk store): every
         one of them must have observed TMA data, and generic stores must have been fenced."""
         state = self.state[flat]
-        if state.any():
+        if state.any() and not self._observed_all(lanes, flat, state):
             flying = state == FLIGHT
             if flying.any():
                 i = int(np.argmax(flying))
@@ -458,6 +458,19 @@ class AsyncTracker:
                                             f"of {self.barrier_name(b)} complete (no successful mbarrier wait for "
                                             "that phase, or a wait on the wrong parity)", reader)
         self.hb.async_read(inst, lanes, flat, what)
+
+    def _observed_all(self, lanes: np.ndarray, flat: np.ndarray, state: np.ndarray) -> bool:
+        """The common case of an async-proxy read, decided without a walk per byte: every byte landed from
+        copies on one mbarrier, and every reader has observed the latest phase they count towards."""
+        if state.min() != LANDED or state.max() != LANDED:
+            return False
+        tags = self.tag[flat]
+        b = int(tags[0])
+        if tags.min() != b or tags.max() != b:
+            return False
+        first, last = int(lanes[0]), int(lanes[-1])
+        seen = self.observed[b, first:last + 1] if last - first + 1 == len(lanes) else self.observed[b, lanes]
+        return int(seen.min()) > int(self.phase[flat].max())
 
     def fence(self, lanes: np.ndarray) -> None:
         """fence.proxy.async by `lanes`: the generic stores that happen before it are visible to the async

@@ -283,9 +283,9 @@ def _multiplicand_values(raw: np.ndarray, name: str) -> np.ndarray:
 
 
 @lru_cache(maxsize=4096)
-def _descriptor_bytes(descriptor: int, major: str, e: int, extent: int) -> tuple[np.ndarray, np.ndarray] | str:
-    """(element addresses [extent, K elements], byte offsets [extent * K * e]) a descriptor reads, or the
-    reason it is invalid: computed once per descriptor value and kept across wgmmas, CTAs and launches (a
+def _descriptor_bytes(descriptor: int, major: str, e: int, extent: int) -> tuple | str:
+    """(element addresses [extent, K elements], byte offsets [extent * K * e], lowest and highest address) a
+    descriptor reads, or the reason it is invalid: computed once per descriptor value and kept across wgmmas, CTAs and launches (a
     ring's slots give a handful of values)."""
     try:
         fields = facts.decode_descriptor(descriptor)
@@ -296,7 +296,7 @@ def _descriptor_bytes(descriptor: int, major: str, e: int, extent: int) -> tuple
     offsets = (addresses[..., None] + np.arange(e)).reshape(-1)
     addresses.setflags(write=False)
     offsets.setflags(write=False)
-    return addresses, offsets
+    return addresses, offsets, int(addresses.min()), int(addresses.max())
 
 
 def _descriptor_operand(m: Machine, inst, lanes: np.ndarray, descriptor: int, major: str, extent: int,
@@ -308,8 +308,8 @@ def _descriptor_operand(m: Machine, inst, lanes: np.ndarray, descriptor: int, ma
     decoded = _descriptor_bytes(descriptor, major, e, extent)
     if isinstance(decoded, str):
         raise m.error(inst, f"matrix descriptor {descriptor:#x}: {decoded}", int(lanes[0]))
-    addresses, offsets = decoded
-    if addresses.min() < 0 or addresses.max() + e > m.shared_bytes:
+    addresses, offsets, low, high = decoded
+    if low < 0 or high + e > m.shared_bytes:
         raise m.error(inst, f"matrix descriptor {descriptor:#x} reads outside shared memory", int(lanes[0]))
     index = offsets + int(m.lane_cta[lanes[0]]) * m.shared_bytes
     m.tracker.wgmma_reads(inst, lanes, index, operand)
@@ -402,6 +402,7 @@ def _wgmma_async(ops: Operands, inst, mods):
     if scale_a not in (1, -1) or scale_b not in (1, -1) or any(t not in (0, 1) for t in trans):
         raise ops.refuse(inst, "imm-scale must be 1 or -1 and imm-trans 0 or 1")
     rows, cols = _accumulator_coords(n)
+    fragment = (rows * n + cols).reshape(-1)  # thread t's register v: element fragment[t * n / 2 + v] of D
     f16_acc = dtype_name == "f16"
 
     def run(sel):
@@ -426,8 +427,13 @@ def _wgmma_async(ops: Operands, inst, mods):
                                                    a_name, "A"))
             accumulate[i] = bool(static_scale) if read_scale is None else \
                 bool(_uniform64(m, inst, read_scale(wg), wg, "scale-d predicate"))
-        d = np.matmul(scale_a * np.stack(a_tiles), (scale_b * np.stack(b_tiles)).transpose(0, 2, 1))
-        product = d[:, rows, cols].reshape(len(lanes), -1)  # [lanes, accumulator registers]
+        a_stack, b_stack = np.stack(a_tiles), np.stack(b_tiles)
+        if scale_a != 1:
+            a_stack = scale_a * a_stack
+        if scale_b != 1:
+            b_stack = scale_b * b_stack
+        d = np.matmul(a_stack, b_stack.transpose(0, 2, 1))
+        product = np.take(d.reshape(len(starts), -1), fragment, axis=1).reshape(len(lanes), -1)  # [lanes, registers]
         acc_words = np.stack([r[lanes] for r in d_regs], axis=1)
         if f16_acc:
             acc = np.stack([(acc_words & 0xFFFF), acc_words >> 16], axis=2).reshape(len(lanes), -1)
@@ -453,8 +459,9 @@ def _wgmma_async(ops: Operands, inst, mods):
             out = total.astype(np.uint32)
         else:
             out = result.astype(np.float32).view(np.uint32)
+        columns = np.ascontiguousarray(out.T)  # one register's values contiguous: a faster scatter
         for v, r in enumerate(d_regs):
-            r[lanes] = out[:, v]
+            r[lanes] = columns[v]
 
     return Step(inst, run, unit=facts.WARPGROUP_SIZE)
 
