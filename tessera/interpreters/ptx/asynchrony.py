@@ -493,10 +493,13 @@ class AsyncTracker:
 
     def _check_not_read_by_wgmma(self, inst, lanes, flat: np.ndarray, what: str, acquired: int | None) -> None:
         cta = flat // max(self.m.shared_bytes, 1)
+        if len(cta) and cta[0] == cta[-1] and cta.min() == cta.max():
+            cta = cta[:1]  # one CTA's bytes (a copy, a store): one row of warpgroups for all of them
         groups = self.wg_read[:, flat].astype(np.int64) - 1  # [local warpgroup, byte]
         w = cta[None, :] * self.groups_per_cta + np.arange(self.groups_per_cta)[:, None]
         pending = groups > self.wg_done[w]
         if pending.any():
+            w = np.broadcast_to(w, groups.shape)
             local, i = np.unravel_index(np.argmax(pending), pending.shape)
             reader = self.read_inst[(int(w[local, i]), int(groups[local, i]))]
             released = ""

@@ -54,7 +54,9 @@ class GlobalOrder:
     module docstring. `m` is the machine (its `tracker.hb` holds the clocks), `size` the bytes of global
     memory. Records are allocated at the first access (zeroed pages cost nothing until touched)."""
 
-    FIELDS = ("rank", "tid", "epoch", "line", "kind")
+    FIELDS = ("who", "epoch", "line")
+    """Per byte and side: `who` packs (CTA rank + 1) << 16 | thread << 3 | kind (0: none), then the epoch and
+    the line."""
 
     def __init__(self, m, size: int):
         self.m, self.size = m, size
@@ -69,11 +71,12 @@ class GlobalOrder:
         self.pending_acquire: dict[int, list] = {}  # lane -> releases its strong reads saw since its last fence
         gx, gy, _ = m.grid
         cid = m.ctaid[m.lane_cta]
-        self.lane_rank = (cid[:, 0] + gx * (cid[:, 1] + gy * cid[:, 2])).astype(np.int32)
+        self.lane_rank = (cid[:, 0] + gx * (cid[:, 1] + gy * cid[:, 2])).astype(np.int64)
+        self.lane_who = (self.lane_rank + 1) << 16 | (np.arange(m.lanes) % m.threads) << 3
 
     def _tables(self) -> dict[str, dict[str, np.ndarray]]:
         if self.records is None:
-            types = {"rank": np.int32, "tid": np.int32, "epoch": np.int32, "line": np.int32, "kind": np.int8}
+            types = {"who": np.int64, "epoch": np.int32, "line": np.int32}
             self.records = {side: {f: np.zeros(self.size, t) for f, t in types.items()}
                             for side in ("write", "read", "other")}
         return self.records
@@ -87,33 +90,33 @@ class GlobalOrder:
             return
         tables = self._tables()
         index = np.asarray(index, np.int64).reshape(len(lanes), -1)
-        sides = ("write", "read", "other") if write else ("write",)
-        for side in sides:
+        for side in ("write", "read", "other") if write else ("write",):
             self._check(inst, lanes, index, tables[side], write, kind, side)
         if write and not _STRONG[kind] and len(lanes) > 1:
             self._check_together(inst, lanes, index, kind)
+        who = (self.lane_who[lanes] | kind)[:, None]
         epochs = hb.clock[lanes, lanes % self.m.threads][:, None]
-        new = {"rank": self.lane_rank[lanes][:, None] + 1, "tid": (lanes % self.m.threads)[:, None],
-               "epoch": epochs, "line": inst.line, "kind": kind}
         if write:
-            self._store(tables["write"], index, new)
-            tables["read"]["rank"][index] = 0
-            tables["other"]["rank"][index] = 0
+            table = tables["write"]
+            table["who"][index], table["epoch"][index], table["line"][index] = who, epochs, inst.line
+            tables["read"]["who"][index] = 0
+            tables["other"]["who"][index] = 0
             return
         read, other = tables["read"], tables["other"]
-        moved = (read["rank"][index] != 0) & (read["rank"][index] != new["rank"])
+        before = read["who"][index]
+        moved = (before != 0) & ((before >> 16) != (who >> 16))
         if moved.any():  # the last reader was another CTA's: it becomes the other CTA's reader
             where = index[moved]
             for f in self.FIELDS:
                 other[f][where] = read[f][where]
-        self._store(read, index, new)
-        ranks = np.broadcast_to(new["rank"], index.shape)
-        others = ranks != read["rank"][index]  # this instruction's readers of a byte in several CTAs
-        if others.any():
-            where = index[others]
-            for f in self.FIELDS:
-                value = new[f]
-                other[f][where] = np.broadcast_to(value, index.shape)[others] if np.ndim(value) else value
+        read["who"][index], read["epoch"][index], read["line"][index] = who, epochs, inst.line
+        if len(lanes) > 1 and self.lane_rank[lanes[0]] != self.lane_rank[lanes[-1]]:
+            final = read["who"][index] >> 16  # several CTAs' readers of a byte in this one instruction
+            others = np.broadcast_to(who >> 16, index.shape) != final
+            if others.any():
+                where, rows = index[others], np.nonzero(others)[0]
+                other["who"][where], other["epoch"][where], other["line"][where] = who[rows, 0], epochs[rows, 0], \
+                    inst.line
 
     def _check_together(self, inst, lanes: np.ndarray, index: np.ndarray, kind: int) -> None:
         """Threads of one instruction writing one byte: nothing orders them either."""
@@ -132,17 +135,14 @@ class GlobalOrder:
                   f"{_PROXY[kind]} at once, and no synchronisation orders the two (race: two threads store to one "
                   "location in one instruction)", lane)
 
-    def _store(self, table: dict[str, np.ndarray], index: np.ndarray, values: dict) -> None:
-        for f in self.FIELDS:
-            table[f][index] = values[f]
-
     def _check(self, inst, lanes, index, table, write: bool, kind: int, side: str) -> None:
-        rank = table["rank"][index]
-        if not rank.any():
+        who = table["who"][index]
+        if not who.any():
             return
         hb = self.m.tracker.hb
-        mine = self.lane_rank[lanes][:, None] + 1
-        tid, epoch, other_kind = table["tid"][index], table["epoch"][index], table["kind"][index]
+        rank = who >> 16
+        mine = (self.lane_rank[lanes] + 1)[:, None]
+        tid, other_kind, epoch = (who >> 3) & 0x1FFF, who & 7, table["epoch"][index]
         same = rank == mine
         ordered = np.zeros(index.shape, bool)
         ordered[same] = hb.clock[np.broadcast_to(lanes[:, None], index.shape)[same], tid[same]] >= epoch[same]

@@ -414,19 +414,19 @@ def _wgmma_async(ops: Operands, inst, mods):
         short = counts != facts.WARPGROUP_SIZE
         if short.any():
             raise m.error(inst, "wgmma needs all 128 threads of the warpgroup", int(lanes[starts[np.argmax(short)]]))
-        a_tiles, b_tiles, accumulate = [], [], np.empty(len(starts), bool)
+        a_tiles, b_tiles = [], []
+        b_descs = _uniform_per_group(m, inst, read_b(sel), lanes, "B descriptor")
+        a_descs = None if registers_a else _uniform_per_group(m, inst, read_a(sel), lanes, "A descriptor")
+        accumulate = np.full(len(starts), bool(static_scale)) if read_scale is None else \
+            _uniform_per_group(m, inst, read_scale(sel), lanes, "scale-d predicate").astype(bool)
         for i, start in enumerate(starts.tolist()):
             wg = lanes[start:start + facts.WARPGROUP_SIZE]
-            b_desc = _uniform64(m, inst, read_b(wg), wg, "B descriptor")
-            b_tiles.append(_descriptor_operand(m, inst, wg, b_desc, "MN" if trans_b else "K", n, b_name))
+            b_tiles.append(_descriptor_operand(m, inst, wg, int(b_descs[i]), "MN" if trans_b else "K", n, b_name))
             if registers_a:
                 a_tiles.append(_register_operand(np.stack([r[wg] for r in a_regs], axis=1), a_name))
             else:
-                a_desc = _uniform64(m, inst, read_a(wg), wg, "A descriptor")
-                a_tiles.append(_descriptor_operand(m, inst, wg, a_desc, "MN" if trans_a else "K", facts.WGMMA_M,
-                                                   a_name, "A"))
-            accumulate[i] = bool(static_scale) if read_scale is None else \
-                bool(_uniform64(m, inst, read_scale(wg), wg, "scale-d predicate"))
+                a_tiles.append(_descriptor_operand(m, inst, wg, int(a_descs[i]), "MN" if trans_a else "K",
+                                                   facts.WGMMA_M, a_name, "A"))
         a_stack, b_stack = np.stack(a_tiles), np.stack(b_tiles)
         if scale_a != 1:
             a_stack = scale_a * a_stack
@@ -466,12 +466,16 @@ def _wgmma_async(ops: Operands, inst, mods):
     return Step(inst, run, unit=facts.WARPGROUP_SIZE)
 
 
-def _uniform64(m: Machine, inst, values, lanes, what: str) -> int:
-    values = np.broadcast_to(np.asarray(values), lanes.shape)
-    if (values != values[0]).any():
-        i = int(np.argmax(values != values[0]))
-        raise m.error(inst, f"the {what} must be the same in the whole warpgroup", int(lanes[i]))
-    return int(values[0])
+def _uniform_per_group(m: Machine, inst, values, lanes, what: str) -> np.ndarray:
+    """The value of `values` (per lane of `lanes`: whole warpgroups, in order) in each warpgroup, which must
+    agree across it."""
+    values = np.broadcast_to(np.asarray(values), lanes.shape).reshape(-1, facts.WARPGROUP_SIZE)
+    differ = values != values[:, :1]
+    if differ.any():
+        g, i = np.unravel_index(np.argmax(differ), differ.shape)
+        raise m.error(inst, f"the {what} must be the same in the whole warpgroup",
+                      int(lanes[g * facts.WARPGROUP_SIZE + i]))
+    return values[:, 0]
 
 
 @opcode("wgmma")
