@@ -55,12 +55,12 @@ class GlobalOrder:
     memory. Records are allocated at the first access (zeroed pages cost nothing until touched)."""
 
     FIELDS = ("who", "epoch", "line")
-    """Per byte and side: `who` packs (CTA rank + 1) << 16 | thread << 3 | kind (0: none), then the epoch and
-    the line."""
+    """Per byte and side: `who` packs (CTA rank + 1) << 16 | thread << 3 | kind (0: none; thread < 1024 needs
+    13 bits with the kind), then the epoch and the line."""
 
     def __init__(self, m, size: int):
         self.m, self.size = m, size
-        self.records: dict[str, dict[str, np.ndarray]] | None = None
+        self.records: dict[str, dict[str, np.ndarray]] = {}
         self.releases: dict[int, list[tuple[int, int, np.ndarray, dict | None]]] = {}
         self.reset_batch()
 
@@ -74,12 +74,16 @@ class GlobalOrder:
         self.lane_rank = (cid[:, 0] + gx * (cid[:, 1] + gy * cid[:, 2])).astype(np.int64)
         self.lane_who = (self.lane_rank + 1) << 16 | (np.arange(m.lanes) % m.threads) << 3
 
-    def _tables(self) -> dict[str, dict[str, np.ndarray]]:
-        if self.records is None:
-            types = {"who": np.int64, "epoch": np.int32, "line": np.int32}
-            self.records = {side: {f: np.zeros(self.size, t) for f, t in types.items()}
-                            for side in ("write", "read", "other")}
-        return self.records
+    def _table(self, side: str) -> dict[str, np.ndarray]:
+        """The records of one side ("write", "read", "other"), allocated at its first use: zeroed pages cost
+        nothing until touched, so memory grows with the bytes the kernel touches (12 bytes a side, 16 for
+        grids of 2^15 CTAs or more, whose packed `who` needs 64 bits)."""
+        table = self.records.get(side)
+        if table is None:
+            wide = int(np.prod(self.m.grid)) >= (1 << 15) - 1  # (rank + 1) << 16 must fit in 31 bits
+            table = self.records[side] = {"who": np.zeros(self.size, np.int64 if wide else np.int32),
+                                          "epoch": np.zeros(self.size, np.int32), "line": np.zeros(self.size, np.int32)}
+        return table
 
     # region accesses
     def access(self, inst, lanes: np.ndarray, index: np.ndarray, write: bool, kind: int) -> None:
@@ -88,25 +92,26 @@ class GlobalOrder:
         hb = self.m.tracker.hb
         if not hb.races or index.size == 0:
             return
-        tables = self._tables()
         index = np.asarray(index, np.int64).reshape(len(lanes), -1)
         for side in ("write", "read", "other") if write else ("write",):
-            self._check(inst, lanes, index, tables[side], write, kind, side)
+            if side in self.records:
+                self._check(inst, lanes, index, self.records[side], write, kind, side)
         if write and not _STRONG[kind] and len(lanes) > 1:
             self._check_together(inst, lanes, index, kind)
         who = (self.lane_who[lanes] | kind)[:, None]
         epochs = hb.clock[lanes, lanes % self.m.threads][:, None]
         if write:
-            table = tables["write"]
+            table = self._table("write")
             table["who"][index], table["epoch"][index], table["line"][index] = who, epochs, inst.line
-            tables["read"]["who"][index] = 0
-            tables["other"]["who"][index] = 0
+            for side in ("read", "other"):
+                if side in self.records:
+                    self.records[side]["who"][index] = 0
             return
-        read, other = tables["read"], tables["other"]
+        read = self._table("read")
         before = read["who"][index]
         moved = (before != 0) & ((before >> 16) != (who >> 16))
         if moved.any():  # the last reader was another CTA's: it becomes the other CTA's reader
-            where = index[moved]
+            where, other = index[moved], self._table("other")
             for f in self.FIELDS:
                 other[f][where] = read[f][where]
         read["who"][index], read["epoch"][index], read["line"][index] = who, epochs, inst.line
@@ -114,7 +119,7 @@ class GlobalOrder:
             final = read["who"][index] >> 16  # several CTAs' readers of a byte in this one instruction
             others = np.broadcast_to(who >> 16, index.shape) != final
             if others.any():
-                where, rows = index[others], np.nonzero(others)[0]
+                where, rows, other = index[others], np.nonzero(others)[0], self._table("other")
                 other["who"][where], other["epoch"][where], other["line"][where] = who[rows, 0], epochs[rows, 0], \
                     inst.line
 
