@@ -340,7 +340,7 @@ _DECODED: dict[int, tuple] = {}
 decoded once and kept across launches (their closures refer to the machine, which `load_batch` resets); an
 entry goes with its Module."""
 _PARSED: OrderedDict = OrderedDict()
-_PARSED_KEPT = 8
+_PARSED_KEPT = 4
 """The last parsed PTX texts, by (sha256 of the text, source): a text launched again is not parsed again."""
 
 
@@ -495,9 +495,12 @@ def _setup(ptx, kernel, grid, block, args, shared_bytes, source, max_steps, memo
     key = (kernel, source, block, grid, cluster, explicit_cluster, per_batch, int(shared_bytes), shared.total_bytes,
            tuple(shared.offsets.items()), tuple(local_offsets.items()), local_end, tuple(global_symbols.items()),
            len(params_array), races)
-    decoded = _decoded(ptx).get(key)
-    if decoded:  # the machine, its decoded steps and their closures, from an earlier launch of this program
-        machine, steps, ops, specials = decoded.pop()
+    try:  # the machine, its decoded steps and their closures, from an earlier launch of this program
+        decoded = _decoded(ptx)[key].pop()
+    except (KeyError, IndexError):
+        decoded = None
+    if decoded:
+        machine, steps, ops, specials = decoded
         machine.memory, machine.params = memory_, params_array
     else:
         machine = Machine(entry, source, block, per_batch, shared, local_offsets, local_end, memory_, params_array,
