@@ -304,3 +304,23 @@ def test_tessera_run_takes_the_schedule_and_the_race_switch(tmp_path, capsys):
     assert tessera_run.main(base + ["--no-races"]) == 0  # the check off: the run completes
     assert tessera_run.main(base + ["--schedule-seed", "5"]) == 1
     assert "--schedule-seed replays --schedule adversarial" in capsys.readouterr().err
+
+
+def test_read_clock_rows_are_compacted_and_still_name_every_reader():
+    """ReadClocks alone: 600 rounds of two concurrent readers of a byte (each round a new row), most bytes
+    rewritten since; the pool is compacted and the last round's readers are still both known."""
+    from tessera.interpreters.ptx.read_clocks import ReadClocks
+
+    reads = ReadClocks(64, threads=4)
+    clocks = np.ones((4, 4), np.int32)  # no thread has seen another's epoch 2
+    lanes = np.array([1, 2])
+    for round_ in range(600):
+        byte = round_ % 64
+        reads.record(lanes, np.full((2, 1), byte), np.array([2, 2]), 10 + round_, clocks)
+        if round_ < 599:
+            reads.clear(np.array([byte]))
+    assert reads.shared and len(reads.pool_clock) <= 4096
+    for writer in (1, 2):  # each reader's own read is ordered before its write; the other's is not
+        found = reads.unordered(np.array([writer]), np.array([[599 % 64]]), clocks)
+        assert found is not None and found[2] == 3 - writer and found[3] == 609
+    assert reads.unordered(np.array([3]), np.array([[0]]), np.full((4, 4), 2, np.int32)) is None

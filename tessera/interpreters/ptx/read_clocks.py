@@ -26,8 +26,9 @@ from __future__ import annotations
 import numpy as np
 
 _POOL_START = 256
-_POOL_LIMIT = 1 << 16
-"""Rows before the pool is compacted (rows no byte refers to any more are dropped)."""
+_POOL_LIMIT = 1 << 12
+"""Rows the pool grows to by doubling; beyond, it grows only when half of it is still referred to after a
+compaction (rows no byte refers to any more are dropped)."""
 
 
 class ReadClocks:
