@@ -39,7 +39,8 @@ _STRONG = np.array([False, False, True, True, False, True])
 _WIDE = np.array([False, False, False, True, False, True])  # a scope wider than the CTA
 _ASYNC = np.array([False, False, False, False, True, True])
 _PROXY = {WEAK: "the generic proxy", STRONG_CTA: "the generic proxy (strong, .cta)",
-          STRONG_GPU: "the generic proxy (strong)", ASYNC: "the async proxy", ASYNC_REDUCE: "the async proxy (bulk reduction)"}
+          STRONG_GPU: "the generic proxy (strong)", ASYNC: "the async proxy",
+          ASYNC_REDUCE: "the async proxy (bulk reduction)"}
 _SCOPES = {"cta": STRONG_CTA}
 
 
@@ -172,9 +173,9 @@ class GlobalOrder:
         if same[i, j]:
             missing = "a bar.sync, an mbarrier wait or a release/acquire pair between them is missing"
         else:
-            missing = ("another CTA's access is ordered only by a release (st.release, red/atom.release, or fence.acq_rel "
-                       "then a strong write) that this thread acquires (ld.acquire, atom.acquire, or a strong read then "
-                       "fence.acq_rel) on one location, and there is none")
+            missing = ("another CTA's access is ordered only by a release (st.release, red/atom.release, or "
+                       "fence.acq_rel then a strong write) that this thread acquires (ld.acquire, atom.acquire, or a "
+                       "strong read then fence.acq_rel) on one location, and there is none")
         raise hb.hazard(inst, f"{does} {self.where(b)} through {_PROXY[kind]}, which the instruction at line "
                               f"{int(table['line'][b])} ({self.describe(r, t)}) {did} through "
                               f"{_PROXY[int(other_kind[i, j])]}, and no synchronisation orders the two "

@@ -198,7 +198,8 @@ def decode_cp_reduce(ops, inst, mods):
             m.tracker.async_read(inst, one, m.shared_flat(one, sources[i:i + 1])[0] + np.arange(n),
                                  "the bulk reduction")
             values = np.ascontiguousarray(data).view("<f4").reshape(-1)
-            old = access(m, inst, "global", one, dests[i:i + 1], n, align=BULK_ALIGNMENT, watched=False, how=ASYNC_REDUCE)
+            old = access(m, inst, "global", one, dests[i:i + 1], n, align=BULK_ALIGNMENT, watched=False,
+                         how=ASYNC_REDUCE)
             watch = getattr(m, "watch", None)
             if watch is not None:
                 watch.on_add(inst, one, dests[i:i + 1], n, reduction=True)
