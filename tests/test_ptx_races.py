@@ -324,3 +324,57 @@ def test_read_clock_rows_are_compacted_and_still_name_every_reader():
         found = reads.unordered(np.array([writer]), np.array([[599 % 64]]), clocks)
         assert found is not None and found[2] == 3 - writer and found[3] == 609
     assert reads.unordered(np.array([3]), np.array([[0]]), np.full((4, 4), 2, np.int32)) is None
+
+
+# A flag in shared memory: thread 0 stores the data and signals, thread 32 spins on the flag and reads the data.
+_SHARED_FLAG = """.version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry flag(.param .u64 out)
+{
+    .reg .b32 %r<6>;
+    .reg .b64 %rd<2>;
+    .reg .pred %p<3>;
+    .shared .align 4 .b8 data[4];
+    .shared .align 4 .b8 ready[4];
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r1, data;
+    mov.u32 %r2, ready;
+    setp.ne.u32 %p0, %r0, 0;
+    @%p0 bra CONSUMER;
+    st.shared.u32 [%r1], 42;
+    SIGNAL
+    bra DONE;
+CONSUMER:
+    setp.ne.u32 %p1, %r0, 32;
+    @%p1 bra DONE;
+SPIN:
+    WAIT
+    setp.eq.u32 %p2, %r3, 0;
+    @%p2 bra SPIN;
+    ld.shared.u32 %r4, [%r1];
+    ld.param.u64 %rd0, [out];
+    cvta.to.global.u64 %rd0, %rd0;
+    st.global.u32 [%rd0], %r4;
+DONE:
+    ret;
+}
+"""
+
+
+@pytest.mark.parametrize("signal, wait", [
+    ("st.release.cta.shared.u32 [%r2], 1;", "ld.acquire.cta.shared.u32 %r3, [%r2];"),
+    ("atom.release.cta.shared.exch.b32 %r5, [%r2], 1;", "ld.relaxed.cta.shared.u32 %r3, [%r2];\n    fence.acq_rel.cta;"),
+])
+def test_a_release_acquire_flag_in_shared_memory_orders_the_handoff(signal, wait):
+    """The flag's strong accesses are morally strong (never a race), and the pair orders the data."""
+    text = _SHARED_FLAG.replace("SIGNAL", signal).replace("WAIT", wait)
+    assert launch(text, "flag", 1, 64, [np.zeros(1, np.uint32)])[0][0] == 42
+
+
+def test_the_relaxed_twin_of_the_shared_flag_races_on_the_data():
+    text = _SHARED_FLAG.replace("SIGNAL", "st.relaxed.cta.shared.u32 [%r2], 1;").replace(
+        "WAIT", "ld.relaxed.cta.shared.u32 %r3, [%r2];")
+    with pytest.raises(PtxHazardError, match=r"^<ptx>:26: error: ld.shared.u32: reads shared address 0x0, which the "
+                                             r"instruction at line 16 \(thread \(0, 0, 0\) of CTA \(0, 0, 0\)\) wrote"):
+        launch(text, "flag", 1, 64, [np.zeros(1, np.uint32)])

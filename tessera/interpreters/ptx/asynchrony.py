@@ -384,17 +384,21 @@ class AsyncTracker:
 
     # endregion
     # region reads and writes of shared memory
-    def generic_access(self, inst, lanes: np.ndarray, index: np.ndarray, write: bool) -> None:
-        """An ld/st/ldmatrix/stmatrix... of `lanes` at `index` [lanes, bytes] of `Machine.shared`."""
+    def generic_access(self, inst, lanes: np.ndarray, index: np.ndarray, write: bool, strong: bool = False) -> None:
+        """An ld/st/ldmatrix/stmatrix... of `lanes` at `index` [lanes, bytes] of `Machine.shared`. A `strong`
+        access (.relaxed/.acquire/.release/.volatile: a flag) is a synchronisation operation, morally strong with
+        the others of its CTA [memory_model.MORALLY_STRONG]: it is kept out of the generic race records (its
+        release/acquire edges are `global_order`'s), and still checked against copies in flight."""
         if write:
             if self.tagged or self.reading or self.bulk_reads:
                 self.check_writable(inst, np.repeat(lanes, index.shape[1]), index.reshape(-1), "the store")
             if self.tagged:
                 self.state[index] = PLAIN
-            if self.proxy_readers or self.hb.races:
+            if (self.proxy_readers or self.hb.races) and not strong:
                 self.hb.write(inst, lanes, index)
             return
-        self.hb.read(inst, lanes, index)
+        if not strong:
+            self.hb.read(inst, lanes, index)
         if not self.tagged:
             return
         state = self.state[index]

@@ -17,7 +17,8 @@ Two accesses to a byte, one a write, are a race [memory_model.DATA_RACE] unless
 The report names both sides: the instruction and line, thread and CTA, the proxy (generic, or async: TMA
 loads and stores, bulk copies and reductions) and the synchronisation that was missing.
 
-Release and acquire patterns [memory_model.RELEASE_ACQUIRE] on a location M (its first byte):
+Release and acquire patterns [memory_model.RELEASE_ACQUIRE] on a location M (its first byte; a shared-memory
+flag is the location -1 - its flat index, and orders threads of the CTA the same way):
 - a release operation (st.release, red/atom.release or .acq_rel), or a strong write after a fence.acq_rel /
   fence.sc / fence.release / membar of the same thread (the release is the fence's point), publishes the
   thread's clock, and what it knows of other CTAs, at M;

@@ -137,7 +137,7 @@ def access(m: Machine, inst, space: str, lanes: np.ndarray, addresses: np.ndarra
     elif watch is not None and space == "shared" and data is not None:
         watch.on_shared_write(inst, lanes, index)
     if space == "shared":
-        m.tracker.generic_access(inst, lanes, index, data is not None)
+        m.tracker.generic_access(inst, lanes, index, data is not None, how != WEAK)
     elif space == "global":
         note_global(m, lanes, index, data is not None, inst, how)
     if data is None:
@@ -216,15 +216,23 @@ def _access_modifiers(ops: Operands, inst, mods, address_at: int):
 _STRONG_SEMANTICS = ("relaxed", "acquire", "release", "acq_rel", "volatile")
 
 
-def _global_locations(m: Machine, space: str, lanes: np.ndarray, addresses) -> tuple[np.ndarray, np.ndarray]:
-    """(lanes, flat global positions) of the accesses of `lanes` at `addresses` that reach global memory."""
+def _sync_locations(m: Machine, space: str, lanes: np.ndarray, addresses) -> tuple[np.ndarray, np.ndarray]:
+    """(lanes, locations) of the strong accesses of `lanes` at `addresses` for release/acquire
+    (`global_order`): a global byte's flat position, or -1 - the flat index of a shared byte."""
     addresses = np.broadcast_to(np.asarray(addresses, np.int64), lanes.shape)
+    if space == "generic":
+        window = addresses // WINDOW_SIZE
+        global_ = (addresses >= GLOBAL_BASE) & (window == 0)
+        shared = window == SHARED_WINDOW // WINDOW_SIZE
+        keep = global_ | shared
+        where = np.where(global_, addresses - GLOBAL_BASE,
+                         -1 - m.shared_flat(lanes, np.where(shared, addresses - SHARED_WINDOW, 0)))
+        return lanes[keep], where[keep]
     if space == "global":
         return lanes, addresses - GLOBAL_BASE
-    if space != "generic":
-        return lanes[:0], addresses[:0]
-    here = (addresses >= GLOBAL_BASE) & (addresses < SHARED_WINDOW)
-    return lanes[here], addresses[here] - GLOBAL_BASE
+    if space == "shared":
+        return lanes, -1 - m.shared_flat(lanes, addresses)
+    return lanes[:0], addresses[:0]
 
 
 @opcode("ld", "ldu")
@@ -248,7 +256,7 @@ def decode_ld(ops: Operands, inst, mods):
         where = address(sel)
         data = access(m, inst, space, lanes, where, nbytes * width, watched=not strong, how=how)
         if strong and m.global_order is not None and m.global_order.releases:
-            m.global_order.acquire(*_global_locations(m, space, lanes, where), how, now=acquire)
+            m.global_order.acquire(*_sync_locations(m, space, lanes, where), how, now=acquire)
         values = np.ascontiguousarray(data).view(t.dtype).reshape(len(lanes), width)
         for i, w in enumerate(writers):
             w(sel, values[:, i])
@@ -285,7 +293,7 @@ def decode_st(ops: Operands, inst, mods):
         access(m, inst, space, lanes, where, nbytes * width, values.view(np.uint8).reshape(len(lanes), -1),
                watched=not strong, how=how)
         if strong and m.global_order is not None:
-            m.global_order.release(*_global_locations(m, space, lanes, where), how, fenced=not release)
+            m.global_order.release(*_sync_locations(m, space, lanes, where), how, fenced=not release)
 
     return run
 
@@ -511,7 +519,7 @@ def decode_atom(ops: Operands, inst, mods):
             note_global(m, part_lanes, index, True, inst, how)
         order = m.global_order
         if order is not None:
-            located = _global_locations(m, space, lanes, addresses)
+            located = _sync_locations(m, space, lanes, addresses)
             order.release(*located, how, fenced=not release)
             if inst.opcode == "atom":
                 order.acquire(*located, how, now=acquire)
