@@ -15,12 +15,14 @@ process spins on another core (bench/busy_neighbour.py).
                              [--k 512] [--seq-k 1024] [--repeats 3]
 
     python bench/ptx_exec.py --grid [--seq-q 512] [--seq-k 1024] [--head-dim 128] [--baseline /path/to/checkout]
+                             [--races-cost]
 
 times the whole grid of the warp-specialized flash kernel (seq_q / 128 CTAs, parse excluded, CPU time of this
 process) against NumPy fp32 attention on one core, and prints the ratio; with --baseline, the same row for
 another checkout of Tessera (e.g. main before a change), run in a subprocess of this run, so that before and
 after are measured together (the checkout goes first on PYTHONPATH: its tessera/ package, the executor, is
-what is timed; dialects/ and passes/ resolve through the installed editable mapping).
+what is timed; dialects/ and passes/ resolve through the installed editable mapping); with --races-cost, the
+same grid again with `races=False`, and the cost of the race checks as the ratio of the two.
 
 `--library` runs instead one CTA of NVIDIA's own kernels built by tests/ptx_library/build.py (nvcc, from CUTLASS and
 FlashAttention-3; skipped when not built): a CUTLASS GEMM CTA (one 128x128 output tile, K = --k) and an FA3
@@ -112,9 +114,9 @@ def library_rows(args) -> None:
         print("no library kernel is built (tests/ptx_library/build.py)")
 
 
-def grid_row(args) -> float:
-    """CPU seconds of the whole flash grid in the PTX executor over CPU seconds of NumPy fp32 (one BLAS
-    thread); prints the row."""
+def grid_row(args, races: bool = True) -> tuple[float, float]:
+    """(CPU seconds of the whole flash grid in the PTX executor, their ratio to NumPy fp32's on one BLAS
+    thread); prints the row. `races=False` times the executor without the happens-before race checks."""
     module = tessera.kernels.flash_attention(head_dim=args.head_dim, causal=args.causal, dtype="bf16")
     sig = tessera.find_kernel(module)
     lowered = module.clone()
@@ -129,7 +131,7 @@ def grid_row(args) -> float:
     for _ in range(args.repeats):
         arrays, sizes = prepare_arguments(sig, inputs)
         start = time.process_time()
-        launch_described(parsed, host, arrays, sizes)
+        launch_described(parsed, host, arrays, sizes, races=races)
         elapsed = time.process_time() - start
         best = elapsed if best is None else min(best, elapsed)
     q, k, v = (x[0, 0].astype(np.float32) for x in inputs)
@@ -147,8 +149,8 @@ def grid_row(args) -> float:
             times.append(time.process_time() - start)
     ratio = best / min(times)
     print(f"flash d{args.head_dim}, grid of {args.seq_q // 128} CTAs (seq_q {args.seq_q}, seq_k {args.seq_k}): PTX "
-          f"executor {best:.2f} s, NumPy fp32 {min(times):.4f} s: {ratio:.0f}x")
-    return ratio
+          f"executor {best:.2f} s{'' if races else ' (races=False)'}, NumPy fp32 {min(times):.4f} s: {ratio:.0f}x")
+    return best, ratio
 
 
 def main() -> None:
@@ -165,6 +167,7 @@ def main() -> None:
     parser.add_argument("--grid", action="store_true", help="the whole grid against NumPy fp32 (see above)")
     parser.add_argument("--seq-q", type=int, default=512, help="with --grid: query rows (128 per CTA)")
     parser.add_argument("--baseline", help="with --grid: a checkout of Tessera to time in the same run")
+    parser.add_argument("--races-cost", action="store_true", help="with --grid: also time races=False, same run")
     args = parser.parse_args()
     if args.grid:
         if args.baseline:
@@ -178,7 +181,10 @@ def main() -> None:
             print(f"baseline {args.baseline}:", flush=True)
             subprocess.run(command, env=environment, check=False, cwd=args.baseline)
             print("this checkout:", flush=True)
-        grid_row(args)
+        with_races, _ = grid_row(args)
+        if args.races_cost:
+            without, _ = grid_row(args, races=False)
+            print(f"  the race checks (shared and global happens-before) cost {with_races / without:.2f}x CPU time")
         return
     if args.library:
         with busy_neighbour() if args.busy_neighbour else nullcontext():

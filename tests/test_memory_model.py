@@ -74,6 +74,20 @@ instruction from their prior accesses. Otherwise, the behavior is undefined.
 wgmma.commit_group and wgmma.wait_group operations must be used to wait for the completion
 of the asynchronous matrix multiply and accumulate operations before the results are accessed.
 """,
+    # [P#memory-consistency-model-morally-strong-operations], 8.7 Morally strong operations
+    "memory-consistency-model-morally-strong-operations": """
+Two operations are said to be morally strong relative to each other if they satisfy all of the following
+conditions:
+The operations are related in program order (i.e, they are both executed by the same thread), or each
+operation is strong and specifies a scope that includes the thread executing the other operation.
+Both operations are performed via the same proxy.
+If both are memory operations, then they overlap completely.
+""",
+    # [P#memory-consistency-model-memory-synchronization], 8.9.4 Memory synchronization
+    "memory-consistency-model-memory-synchronization": """
+A release pattern X synchronizes with an acquire pattern Y, if a write operation in X precedes a read operation
+in Y in observation order, and the first operation in X and the last operation in Y are morally strong.
+""",
     "data-movement-and-conversion-instructions-cp-async": """
 No other synchronization mechanism guarantees the completion of the asynchronous
 copy operations.
@@ -109,7 +123,7 @@ def test_the_executor_names_the_rules_it_applies():
     from tessera.interpreters import ptx
 
     source = " ".join(p.read_text() for p in Path(ptx.__file__).parent.glob("*.py"))
-    for name in ("BARRIER_COUNT", "MBARRIER_INIT_FENCE"):
+    for name in ("BARRIER_COUNT", "MBARRIER_INIT_FENCE", "DATA_RACE", "MORALLY_STRONG", "RELEASE_ACQUIRE"):
         assert f"memory_model.{name}" in source, name
 
 

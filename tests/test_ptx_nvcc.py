@@ -209,9 +209,11 @@ def test_bar_red():
     body = ("and.b32 %r1, %r0, 1;\nsetp.eq.u32 %p1, %r1, 1;\nbar.red.popc.u32 %r2, 0, %p1;\n"
             "setp.lt.u32 %p2, %r0, 1000;\nbar.red.and.pred %p3, 0, %p2;\nbar.red.or.pred %p4, 0, !%p1;\n"
             "selp.u32 %r3, 1000, 0, %p3;\nselp.u32 %r4, 10000, 0, %p4;\nadd.s32 %r2, %r2, %r3;\n"
-            "add.s32 %r2, %r2, %r4;\nst.global.u32 [%rd9], %r2;")
-    out = launch(kernel(body), "k", 2, 96, [np.zeros(96, np.uint32)])[0]
-    np.testing.assert_array_equal(out, np.full(96, 48 + 1000 + 10000))
+            "add.s32 %r2, %r2, %r4;\nmov.u32 %r5, %ctaid.x;\nmad.lo.u32 %r6, %r5, 96, %r0;\n"
+            "mul.wide.u32 %rd4, %r6, 4;\nadd.s64 %rd5, %rd2, %rd4;\nst.global.u32 [%rd5], %r2;")
+    # each CTA its own 96 words: two CTAs storing to one word, even the same value, are a race (global_order)
+    out = launch(kernel(body), "k", 2, 96, [np.zeros(192, np.uint32)])[0]
+    np.testing.assert_array_equal(out, np.full(192, 48 + 1000 + 10000))
 
 
 # --- whole nvcc kernels ------------------------------------------------------------------------------------

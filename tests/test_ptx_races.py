@@ -139,6 +139,62 @@ def test_a_write_after_a_read_needs_an_order_too():
         launch(text, "handoff", 1, 64, [np.zeros(64, np.uint32)])
 
 
+# Every reader since the last write (a read vector clock): thread 0 reads a word, thread 32 reads it too and then
+# overwrites it. Thread 32's own read is ordered before its store (program order) and would hide thread 0's.
+_READERS = """.version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry readers(.param .u64 out)
+{
+    .reg .b32 %r<5>;
+    .reg .b64 %rd<2>;
+    .reg .pred %p<3>;
+    .shared .align 4 .b8 word[4];
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r1, word;
+    setp.eq.u32 %p0, %r0, 0;
+    setp.eq.u32 %p1, %r0, 32;
+    FIRST
+    @%p0 ld.shared.u32 %r3, [%r1];
+    @%p1 ld.shared.u32 %r4, [%r1];
+    SECOND
+    @%p1 st.shared.u32 [%r1], 7;
+    ld.param.u64 %rd0, [out];
+    cvta.to.global.u64 %rd0, %rd0;
+    @%p0 st.global.u32 [%rd0], %r3;
+    ret;
+}
+"""
+
+
+def _readers(first: str = "", second: str = "") -> np.ndarray:
+    return launch(_READERS.replace("FIRST", first).replace("SECOND", second), "readers", 1, 64,
+                  [np.zeros(1, np.uint32)])[0]
+
+
+def test_a_write_racing_an_earlier_reader_is_reported_though_a_later_ordered_reader_read_since():
+    """Line 15 (thread 0) and line 16 (thread 32) read the word concurrently; thread 32's store at line 18 is
+    ordered after its own read only: the race with thread 0's read is reported, naming it."""
+    with pytest.raises(PtxHazardError, match=r"^<ptx>:18: error: st.shared.u32: writes shared address 0x0, which the "
+                                             r"instruction at line 15 \(thread \(0, 0, 0\) of CTA \(0, 0, 0\)\) read, "
+                                             r"and no synchronisation orders the two .*\(thread \(32, 0, 0\)"):
+        _readers()
+
+
+def test_readers_of_one_instruction_are_all_kept():
+    """Both threads read the word in one instruction (one step of the executor): still two readers."""
+    text = _READERS.replace("@%p0 ld.shared.u32 %r3, [%r1];\n    @%p1 ld.shared.u32 %r4, [%r1];",
+                            "ld.shared.u32 %r3, [%r1];")
+    with pytest.raises(PtxHazardError, match=r"^<ptx>:\d+: error: st.shared.u32: writes shared address 0x0, which the "
+                                             r"instruction at line 15 \(thread \((?!32,)\d+, 0, 0\)"):
+        launch(text.replace("FIRST", "").replace("SECOND", ""), "readers", 1, 64, [np.zeros(1, np.uint32)])
+
+
+@pytest.mark.parametrize("first, second", [("", "bar.sync 0;"), ("bar.sync 0;", "bar.sync 0;")])
+def test_a_barrier_between_the_reads_and_the_write_orders_every_reader(first, second):
+    assert _readers(first, second)[0] == 0
+
+
 # the warp-specialized flash kernel (Tessera's default pipeline), one edit each
 
 
@@ -248,3 +304,77 @@ def test_tessera_run_takes_the_schedule_and_the_race_switch(tmp_path, capsys):
     assert tessera_run.main(base + ["--no-races"]) == 0  # the check off: the run completes
     assert tessera_run.main(base + ["--schedule-seed", "5"]) == 1
     assert "--schedule-seed replays --schedule adversarial" in capsys.readouterr().err
+
+
+def test_read_clock_rows_are_compacted_and_still_name_every_reader():
+    """ReadClocks alone: 600 rounds of two concurrent readers of a byte (each round a new row), most bytes
+    rewritten since; the pool is compacted and the last round's readers are still both known."""
+    from tessera.interpreters.ptx.read_clocks import ReadClocks
+
+    reads = ReadClocks(64, threads=4)
+    clocks = np.ones((4, 4), np.int32)  # no thread has seen another's epoch 2
+    lanes = np.array([1, 2])
+    for round_ in range(600):
+        byte = round_ % 64
+        reads.record(lanes, np.full((2, 1), byte), np.array([2, 2]), 10 + round_, clocks)
+        if round_ < 599:
+            reads.clear(np.array([byte]))
+    assert reads.shared and len(reads.pool_clock) <= 4096
+    for writer in (1, 2):  # each reader's own read is ordered before its write; the other's is not
+        found = reads.unordered(np.array([writer]), np.array([[599 % 64]]), clocks)
+        assert found is not None and found[2] == 3 - writer and found[3] == 609
+    assert reads.unordered(np.array([3]), np.array([[0]]), np.full((4, 4), 2, np.int32)) is None
+
+
+# A flag in shared memory: thread 0 stores the data and signals, thread 32 spins on the flag and reads the data.
+_SHARED_FLAG = """.version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry flag(.param .u64 out)
+{
+    .reg .b32 %r<6>;
+    .reg .b64 %rd<2>;
+    .reg .pred %p<3>;
+    .shared .align 4 .b8 data[4];
+    .shared .align 4 .b8 ready[4];
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r1, data;
+    mov.u32 %r2, ready;
+    setp.ne.u32 %p0, %r0, 0;
+    @%p0 bra CONSUMER;
+    st.shared.u32 [%r1], 42;
+    SIGNAL
+    bra DONE;
+CONSUMER:
+    setp.ne.u32 %p1, %r0, 32;
+    @%p1 bra DONE;
+SPIN:
+    WAIT
+    setp.eq.u32 %p2, %r3, 0;
+    @%p2 bra SPIN;
+    ld.shared.u32 %r4, [%r1];
+    ld.param.u64 %rd0, [out];
+    cvta.to.global.u64 %rd0, %rd0;
+    st.global.u32 [%rd0], %r4;
+DONE:
+    ret;
+}
+"""
+
+
+@pytest.mark.parametrize("signal, wait", [
+    ("st.release.cta.shared.u32 [%r2], 1;", "ld.acquire.cta.shared.u32 %r3, [%r2];"),
+    ("atom.release.cta.shared.exch.b32 %r5, [%r2], 1;", "ld.relaxed.cta.shared.u32 %r3, [%r2];\n    fence.acq_rel.cta;"),
+])
+def test_a_release_acquire_flag_in_shared_memory_orders_the_handoff(signal, wait):
+    """The flag's strong accesses are morally strong (never a race), and the pair orders the data."""
+    text = _SHARED_FLAG.replace("SIGNAL", signal).replace("WAIT", wait)
+    assert launch(text, "flag", 1, 64, [np.zeros(1, np.uint32)])[0][0] == 42
+
+
+def test_the_relaxed_twin_of_the_shared_flag_races_on_the_data():
+    text = _SHARED_FLAG.replace("SIGNAL", "st.relaxed.cta.shared.u32 [%r2], 1;").replace(
+        "WAIT", "ld.relaxed.cta.shared.u32 %r3, [%r2];")
+    with pytest.raises(PtxHazardError, match=r"^<ptx>:26: error: ld.shared.u32: reads shared address 0x0, which the "
+                                             r"instruction at line 16 \(thread \(0, 0, 0\) of CTA \(0, 0, 0\)\) wrote"):
+        launch(text, "flag", 1, 64, [np.zeros(1, np.uint32)])

@@ -117,7 +117,8 @@ DATA_RACE = Rule(
     "global memory (ld/st.global, a cp.async's source, red/atom and bulk reductions, semaphores): two accesses of "
     "the same bytes by different threads or CTAs, at least one a write (they conflict), neither ordered before the "
     "other (inside a CTA by barriers and mbarrier phases; between CTAs by a semaphore release and acquire) are a "
-    "race, reported with both sides",
+    "race, reported with both sides. The PTX executor (global_order) also names the proxy (generic or async: TMA, "
+    "bulk copies and reductions) and orders CTAs by release/acquire patterns only (RELEASE_ACQUIRE)",
     "tessera.interpreters.sm90.global_races:GlobalAccesses.access")
 
 ATOMICS_ARE_INDIVISIBLE = Rule(
@@ -130,8 +131,25 @@ ATOMICS_ARE_INDIVISIBLE = Rule(
     "atomic and a plain access of the same bytes conflict like two plain ones",
     "tessera.interpreters.sm90.global_races:GlobalAccesses.access")
 
+MORALLY_STRONG = Rule(
+    "strong accesses never race with each other", "memory-consistency-model-morally-strong-operations",
+    "each operation is strong and specifies a scope that includes the thread executing the other operation",
+    "the PTX executor's general form of ATOMICS_ARE_INDIVISIBLE: atom, red, bulk reductions and ld/st with "
+    ".relaxed/.acquire/.release/.volatile are strong; two strong accesses through the same proxy whose scopes "
+    "include each other's thread (.cta: the same CTA only) are not a race")
+
+RELEASE_ACQUIRE = Rule(
+    "release and acquire patterns synchronise", "memory-consistency-model-memory-synchronization",
+    "A release pattern X synchronizes with an acquire pattern Y, if a write operation in X precedes a read "
+    "operation in Y in observation order, and the first operation in X and the last operation in Y are morally "
+    "strong.",
+    "st.release, red/atom.release (or .acq_rel), or a release fence then a strong write, publish the thread's clock "
+    "at the location; ld.acquire, atom.acquire (or .acq_rel), or a strong read then an acquire fence, take in what "
+    "was published there by threads whose scope and their own include each other (red's read forms no acquire)")
+
 PTX_EXECUTOR_RULES = (BARRIER_ORDERING, BARRIER_COUNT, MBARRIER_INIT_BEFORE_USE, MBARRIER_INIT_FENCE, PROXY_FENCE,
-                      WGMMA_FENCE, WGMMA_WAIT, CP_ASYNC_ORDER, CP_ASYNC_COMPLETION)
+                      WGMMA_FENCE, WGMMA_WAIT, CP_ASYNC_ORDER, CP_ASYNC_COMPLETION, DATA_RACE, MORALLY_STRONG,
+                      RELEASE_ACQUIRE)
 """The rules the PTX executor's race detector applies, in the order of the sections."""
 
 CTA_SIMULATOR_RULES = (BARRIER_ORDERING, PROXY_FENCE, WGMMA_FENCE, WGMMA_WAIT, WRITE_ORDER, DATA_RACE,
@@ -143,4 +161,5 @@ its checker."""
 
 __all__ = ["CTA_SIMULATOR_RULES", "PTX_EXECUTOR_RULES", "Rule", "WRITE_ORDER", "BARRIER_COUNT", "DATA_RACE",
            "ATOMICS_ARE_INDIVISIBLE", "BARRIER_ORDERING", "CP_ASYNC_COMPLETION", "CP_ASYNC_ORDER",
-           "MBARRIER_INIT_BEFORE_USE", "MBARRIER_INIT_FENCE", "PROXY_FENCE", "WGMMA_FENCE", "WGMMA_WAIT"]
+           "MBARRIER_INIT_BEFORE_USE", "MBARRIER_INIT_FENCE", "PROXY_FENCE", "WGMMA_FENCE", "WGMMA_WAIT",
+           "MORALLY_STRONG", "RELEASE_ACQUIRE"]

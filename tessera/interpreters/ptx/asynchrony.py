@@ -384,17 +384,21 @@ class AsyncTracker:
 
     # endregion
     # region reads and writes of shared memory
-    def generic_access(self, inst, lanes: np.ndarray, index: np.ndarray, write: bool) -> None:
-        """An ld/st/ldmatrix/stmatrix... of `lanes` at `index` [lanes, bytes] of `Machine.shared`."""
+    def generic_access(self, inst, lanes: np.ndarray, index: np.ndarray, write: bool, strong: bool = False) -> None:
+        """An ld/st/ldmatrix/stmatrix... of `lanes` at `index` [lanes, bytes] of `Machine.shared`. A `strong`
+        access (.relaxed/.acquire/.release/.volatile: a flag) is a synchronisation operation, morally strong with
+        the others of its CTA [memory_model.MORALLY_STRONG]: it is kept out of the generic race records (its
+        release/acquire edges are `global_order`'s), and still checked against copies in flight."""
         if write:
             if self.tagged or self.reading or self.bulk_reads:
                 self.check_writable(inst, np.repeat(lanes, index.shape[1]), index.reshape(-1), "the store")
             if self.tagged:
                 self.state[index] = PLAIN
-            if self.proxy_readers or self.hb.races:
+            if (self.proxy_readers or self.hb.races) and not strong:
                 self.hb.write(inst, lanes, index)
             return
-        self.hb.read(inst, lanes, index)
+        if not strong:
+            self.hb.read(inst, lanes, index)
         if not self.tagged:
             return
         state = self.state[index]
@@ -437,7 +441,7 @@ class AsyncTracker:
         """The async proxy reads `flat` for `lanes` (a warpgroup's wgmma, or one thread's bulk store): every
         one of them must have observed TMA data, and generic stores must have been fenced."""
         state = self.state[flat]
-        if state.any():
+        if state.any() and not self._observed_all(lanes, flat, state):
             flying = state == FLIGHT
             if flying.any():
                 i = int(np.argmax(flying))
@@ -458,6 +462,19 @@ class AsyncTracker:
                                             f"of {self.barrier_name(b)} complete (no successful mbarrier wait for "
                                             "that phase, or a wait on the wrong parity)", reader)
         self.hb.async_read(inst, lanes, flat, what)
+
+    def _observed_all(self, lanes: np.ndarray, flat: np.ndarray, state: np.ndarray) -> bool:
+        """The common case of an async-proxy read, decided without a walk per byte: every byte landed from
+        copies on one mbarrier, and every reader has observed the latest phase they count towards."""
+        if state.min() != LANDED or state.max() != LANDED:
+            return False
+        tags = self.tag[flat]
+        b = int(tags[0])
+        if tags.min() != b or tags.max() != b:
+            return False
+        first, last = int(lanes[0]), int(lanes[-1])
+        seen = self.observed[b, first:last + 1] if last - first + 1 == len(lanes) else self.observed[b, lanes]
+        return int(seen.min()) > int(self.phase[flat].max())
 
     def fence(self, lanes: np.ndarray) -> None:
         """fence.proxy.async by `lanes`: the generic stores that happen before it are visible to the async
@@ -480,10 +497,13 @@ class AsyncTracker:
 
     def _check_not_read_by_wgmma(self, inst, lanes, flat: np.ndarray, what: str, acquired: int | None) -> None:
         cta = flat // max(self.m.shared_bytes, 1)
+        if len(cta) and cta[0] == cta[-1] and cta.min() == cta.max():
+            cta = cta[:1]  # one CTA's bytes (a copy, a store): one row of warpgroups for all of them
         groups = self.wg_read[:, flat].astype(np.int64) - 1  # [local warpgroup, byte]
         w = cta[None, :] * self.groups_per_cta + np.arange(self.groups_per_cta)[:, None]
         pending = groups > self.wg_done[w]
         if pending.any():
+            w = np.broadcast_to(w, groups.shape)
             local, i = np.unravel_index(np.argmax(pending), pending.shape)
             reader = self.read_inst[(int(w[local, i]), int(groups[local, i]))]
             released = ""
@@ -716,6 +736,13 @@ def install(m: Machine, steps: list[Step]) -> list[Step]:
         elif inst.opcode == "fence" and "proxy" in mods and "async" in mods:
             def after(sel):
                 tracker.fence(_lanes(m, sel))
+        elif (inst.opcode == "fence" and {"sc", "acq_rel", "acquire", "release"} & set(mods)
+              and "mbarrier_init" not in mods and not any(x.startswith("proxy") for x in mods)) \
+                or (inst.opcode == "membar" and not any(x.startswith("proxy") for x in mods)):
+            def after(sel, release=inst.opcode == "membar" or bool({"sc", "acq_rel", "release"} & set(mods)),
+                      acquire=inst.opcode == "membar" or bool({"sc", "acq_rel", "acquire"} & set(mods))):
+                if m.global_order is not None:  # release and acquire patterns (global_order)
+                    m.global_order.fence(_lanes(m, sel), release, acquire)
         elif inst.opcode == "fence" and "mbarrier_init" in mods:
             def after(sel):
                 m.cluster_state.release_inits(_lanes(m, sel))

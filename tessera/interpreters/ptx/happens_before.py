@@ -23,11 +23,17 @@ between two releases share one epoch. Synchronisation adds the edges [P#memory-c
   their issue (a refill racing the threads that still read or transpose the slot); they reset a byte's
   generic records.
 
-Per shared-memory byte: the last generic write (thread, epoch, line) and the last generic read (thread,
-epoch, line). A write checks both against the writer's clock, a read checks the write: an access whose
-other side does not happen before it is a race, reported with both sides (instruction, line, thread) and
-the synchronisation that would have ordered them. Keeping one reader per byte (not a read vector clock)
-can miss a race with an earlier concurrent reader; it never reports a race that is not one.
+Per shared-memory byte: the last generic write (thread, epoch, line) and every generic read since it
+(`read_clocks`: an epoch while the reads are ordered, a read vector clock once two threads read it
+concurrently, as FastTrack keeps them). A write checks the write and every read against the writer's clock,
+a read checks the write: an access whose other side does not happen before it is a race, reported with both
+sides (instruction, line, thread) and the synchronisation that would have ordered them. A write racing an
+earlier reader is reported even when a later reader, ordered before the write, read the byte since.
+
+Other CTAs (`remote`): global memory (`global_order`) is shared by every CTA of the grid, and only atomics
+and strong accesses with release/acquire semantics order accesses of different CTAs. What a lane knows of
+another CTA's threads (rank -> [thread] epochs, acquired from a release of that CTA) travels with the
+clocks along every edge above; it is empty, and costs nothing, until a kernel acquires across CTAs.
 
 Proxies [P#memory-consistency-model-proxy-preserved-base-causality-order]: a generic write W is visible
 to an async-proxy read R (a TMA or bulk store, a wgmma operand) when a `fence.proxy.async` lies on a
@@ -42,6 +48,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tessera.interpreters.ptx.read_clocks import ReadClocks
 from tessera.sm90 import facts
 
 
@@ -60,19 +67,20 @@ class HappensBefore:
         if not hasattr(self, "clock"):  # allocated once, cleared for each batch
             self.clock = np.zeros((n, self.threads), np.int32)  # [lane, thread of its CTA]
             self.fenced = np.zeros((n, self.threads), np.int32)
-            self.w_lane, self.r_lane = np.zeros(s, np.int32), np.zeros(s, np.int32)
-            self.w_line, self.r_line = np.zeros(s, np.int32), np.zeros(s, np.int32)
+            self.w_lane, self.w_line = np.zeros(s, np.int32), np.zeros(s, np.int32)
             self.w_clock = np.zeros(s, np.int32)  # 0: no generic write since the last asynchronous one
-            self.r_clock = np.zeros(s, np.int32)  # 0: no generic read since the last write
+            self.reads = ReadClocks(s, self.threads)  # the generic reads since the last write
             self.r_async = np.zeros(s, np.int32)  # 1 + index into `completions`: the async read that ended last
         else:
-            for array in (self.clock, self.fenced, self.w_clock, self.r_clock, self.r_async):
+            for array in (self.clock, self.fenced, self.w_clock, self.r_async):
                 array.fill(0)
+            self.reads.reset()
         self.clock[np.arange(n), np.arange(n) % self.threads] = 1
         self.pending: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self.published: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self.inits: dict[tuple[int, int], tuple[int, int, int]] = {}
         self.completions: list[tuple[np.ndarray, np.ndarray, int, int]] = []
+        self.remote: dict[int, dict[int, np.ndarray]] = {}  # lane -> {CTA rank: [thread] epochs known}
 
     # region synchronisation edges
     @staticmethod
@@ -82,14 +90,44 @@ class HappensBefore:
         return slice(first, last + 1) if last - first + 1 == len(lanes) and (len(lanes) < 2 or lanes[1] > first) \
             else lanes
 
-    def _release(self, lanes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The join of `lanes`' clocks and fenced clocks; their own epochs advance past it."""
+    def _release(self, lanes: np.ndarray) -> tuple:
+        """(clock, fenced, remote): the join of `lanes`' clocks, fenced clocks and knowledge of other CTAs
+        (None: none); their own epochs advance past it."""
         rows = self._rows(lanes)
         c, f = self.clock[rows].max(axis=0), self.fenced[rows].max(axis=0)
         self.clock[lanes, lanes % self.threads] += 1
-        return c, f
+        return c, f, self._remote_of(lanes)
 
-    def _acquire(self, lanes: np.ndarray, c: np.ndarray, f: np.ndarray) -> None:
+    def _remote_of(self, lanes: np.ndarray) -> dict | None:
+        if not self.remote:
+            return None
+        joined: dict[int, np.ndarray] = {}
+        for lane in np.asarray(lanes).tolist():
+            for rank, row in self.remote.get(lane, {}).items():
+                joined[rank] = row if rank not in joined else np.maximum(joined[rank], row)
+        return joined or None
+
+    def learn(self, lanes, known: dict | None) -> None:
+        """`lanes` acquire `known` ({CTA rank: [thread] epochs}) about other CTAs."""
+        if not known:
+            return
+        for lane in np.asarray(lanes).reshape(-1).tolist():
+            mine = self.remote.setdefault(lane, {})
+            for rank, row in known.items():
+                mine[rank] = row if rank not in mine else np.maximum(mine[rank], row)
+
+    @staticmethod
+    def join(a: tuple | None, b: tuple) -> tuple:
+        """The join of two released (clock, fenced, remote) triples."""
+        if a is None:
+            return b
+        remote = dict(a[2] or {})
+        for rank, row in (b[2] or {}).items():
+            remote[rank] = row if rank not in remote else np.maximum(remote[rank], row)
+        return np.maximum(a[0], b[0]), np.maximum(a[1], b[1]), remote or None
+
+    def _acquire(self, lanes: np.ndarray, c: np.ndarray, f: np.ndarray, r: dict | None = None) -> None:
+        self.learn(lanes, r)
         rows = self._rows(lanes)
         if isinstance(rows, slice):
             np.maximum(self.clock[rows], c, out=self.clock[rows])
@@ -101,24 +139,21 @@ class HappensBefore:
     def barrier(self, participants: np.ndarray, waiters: np.ndarray) -> None:
         """A named barrier completed: `participants` arrived (released), `waiters` leave it (acquire)."""
         if len(participants):
-            c, f = self._release(participants)
+            released = self._release(participants)
             if len(waiters):
-                self._acquire(waiters, c, f)
+                self._acquire(waiters, *released)
 
     def arrive(self, inst, key: tuple[int, int], lanes: np.ndarray) -> None:
         """`lanes` arrive on the mbarrier at `key`: a release into its pending phase."""
         self.check_init(inst, key, lanes)
-        c, f = self._release(lanes)
-        old = self.pending.get(key)
-        self.pending[key] = (c, f) if old is None else (np.maximum(old[0], c), np.maximum(old[1], f))
+        self.pending[key] = self.join(self.pending.get(key), self._release(lanes))
 
     def phase_completed(self, key: tuple[int, int]) -> None:
         """The pending phase of the mbarrier at `key` completed: its releases are published to waiters."""
         new = self.pending.pop(key, None)
         if new is None:
             return
-        old = self.published.get(key)
-        self.published[key] = new if old is None else (np.maximum(old[0], new[0]), np.maximum(old[1], new[1]))
+        self.published[key] = self.join(self.published.get(key), new)
 
     def waited(self, inst, key: tuple[int, int], lanes: np.ndarray) -> None:
         """`lanes` waited successfully on the mbarrier at `key`: they acquire its completed phases."""
@@ -167,13 +202,15 @@ class HappensBefore:
         self._after_async_reads(inst, lanes, flat, what)
         if self.races and flat.size:
             index = flat[None, :]
-            self._check(inst, lanes[:1], index, self.r_lane, self.r_clock, self.r_line, "read", f"{what} writes")
+            self._check_reads(inst, lanes[:1], index, f"{what} writes")
             self._check(inst, lanes[:1], index, self.w_lane, self.w_clock, self.w_line, "wrote", f"{what} writes")
         self.async_written(flat)
 
     def _after_async_reads(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str) -> None:
         if self.races and self.completions:
-            for c in np.unique(self.r_async[flat]).tolist():
+            ends = self.r_async[flat]
+            low, high = int(ends.min(initial=0)), int(ends.max(initial=0))
+            for c in ([high] if low == high else np.unique(ends).tolist()):
                 if not c:
                     continue
                 readers, epochs, line, group = self.completions[c - 1]
@@ -189,7 +226,7 @@ class HappensBefore:
     def async_written(self, flat: np.ndarray) -> None:
         """An asynchronous copy wrote `flat`: the generic records no longer apply."""
         self.w_clock[flat] = 0
-        self.r_clock[flat] = 0
+        self.reads.clear(flat)
 
     def landed(self, lanes: np.ndarray, index: np.ndarray, lines: np.ndarray) -> None:
         """cp.async copies of `lanes` (from the instructions at `lines`) completed into `index` [lanes, bytes] at
@@ -197,28 +234,35 @@ class HappensBefore:
         self.w_lane[index] = lanes[:, None]
         self.w_clock[index] = self.clock[lanes, lanes % self.threads][:, None]
         self.w_line[index] = lines[:, None]
-        self.r_clock[index] = 0
+        self.reads.clear(index)
 
     def write(self, inst, lanes: np.ndarray, index: np.ndarray) -> None:
         """A generic store of `lanes` at `index` [lanes, bytes]."""
         if self.races:
             self._check(inst, lanes, index, self.w_lane, self.w_clock, self.w_line, "wrote", "writes")
-            self._check(inst, lanes, index, self.r_lane, self.r_clock, self.r_line, "read", "writes")
+            self._check_reads(inst, lanes, index, "writes")
             if self.completions:
                 self._after_async_reads(inst, lanes, index.reshape(-1), "the store")
         self.w_lane[index] = lanes[:, None]
         self.w_clock[index] = self.clock[lanes, lanes % self.threads][:, None]
         self.w_line[index] = inst.line
-        self.r_clock[index] = 0
+        self.reads.clear(index)
 
     def read(self, inst, lanes: np.ndarray, index: np.ndarray) -> None:
         """A generic load of `lanes` at `index` [lanes, bytes]."""
         if not self.races:
             return
         self._check(inst, lanes, index, self.w_lane, self.w_clock, self.w_line, "wrote", "reads")
-        self.r_lane[index] = lanes[:, None]
-        self.r_clock[index] = self.clock[lanes, lanes % self.threads][:, None]
-        self.r_line[index] = inst.line
+        self.reads.record(lanes, index, self.clock[lanes, lanes % self.threads], inst.line, self.clock)
+
+    def _check_reads(self, inst, lanes: np.ndarray, index: np.ndarray, does: str) -> None:
+        """Every generic read of `index` [lanes, bytes] since its last write must happen before `lanes`."""
+        found = self.reads.unordered(lanes, index, self.clock)
+        if found is not None:
+            i, j, reader, line = found
+            raise self.hazard(inst, f"{does} {self.where(int(index[i, j]))}, which the instruction at line {line} "
+                                    f"({self.describe_lane(reader)}) read, and no synchronisation orders the two "
+                                    "(race: a bar.sync or an mbarrier wait between them is missing)", int(lanes[i]))
 
     def _check(self, inst, lanes, index, who, when, line, did: str, does: str) -> None:
         epochs = when[index]

@@ -41,6 +41,8 @@ import math
 import os
 import pickle
 import time
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -56,6 +58,7 @@ from tessera.interpreters.ptx import alu, floats, memory, reductions, schedule, 
 from tessera.interpreters.ptx.cluster import ClusterState
 from tessera.interpreters.ptx import asynchrony, ptxas_rules
 from tessera.interpreters.ptx.decode import Operands, decode
+from tessera.interpreters.ptx.global_order import GlobalOrder
 from tessera.interpreters.ptx.params import ParamStruct, TensorMapArg
 from tessera.interpreters.ptx.state import (
     GLOBAL_BASE,
@@ -308,7 +311,9 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
         counts = _run_batches(run, starts, stats is not None)
         if stats is not None:
             stats.update(counts)
-    return _results(run)
+    results = _results(run)
+    _recycle(run)
+    return results
 
 
 @dataclass
@@ -330,14 +335,51 @@ class _Launch:
     cluster: tuple[int, int, int]
 
 
+_DECODED: dict[int, tuple] = {}
+"""id(parsed Module) -> (weak reference to it, {launch key: [(machine, steps, operands, specials)]}): programs
+decoded once and kept across launches (their closures refer to the machine, which `load_batch` resets); an
+entry goes with its Module."""
+_PARSED: OrderedDict = OrderedDict()
+_PARSED_KEPT = 4
+"""The last parsed PTX texts, by (sha256 of the text, source): a text launched again is not parsed again."""
+
+
+def _decoded(ptx: Module) -> dict:
+    entry = _DECODED.get(id(ptx))
+    if entry is None or entry[0]() is not ptx:
+        ref = weakref.ref(ptx, lambda _, k=id(ptx): _DECODED.pop(k, None))
+        entry = _DECODED[id(ptx)] = (ref, {})
+    return entry[1]
+
+
+def _recycle(run: "_Launch") -> None:
+    """Give the launch's decoded machine back for the next launch of the same program (one at a time: a
+    concurrent launch decodes its own)."""
+    ptx, key, decoded = getattr(run.machine, "recycle", (None, None, None))
+    if ptx is not None:
+        run.machine.recycle = None
+        _decoded(ptx).setdefault(key, []).append(decoded)
+
+
+def _parse_cached(text: str, source: str) -> Module:
+    from tessera.interpreters.ptx.parse import parse_ptx
+
+    key = (hashlib.sha256(text.encode()).hexdigest(), source)
+    module = _PARSED.get(key)
+    if module is None:
+        module = _PARSED[key] = parse_ptx(text, source)
+        while len(_PARSED) > _PARSED_KEPT:
+            _PARSED.popitem(last=False)
+    _PARSED.move_to_end(key)
+    return module
+
+
 def _setup(ptx, kernel, grid, block, args, shared_bytes, source, max_steps, memory_budget, cta_order, cluster,
            non_portable_cluster_size, races, schedule_name="min-pc", seed=None) -> _Launch:
     """Every check of `launch` before a CTA runs, and the machine that runs them (see `launch`)."""
     _check_arguments(ptx, kernel, args, shared_bytes, source)
     if isinstance(ptx, str):
-        from tessera.interpreters.ptx.parse import parse_ptx
-
-        ptx = parse_ptx(ptx, source)
+        ptx = _parse_cached(ptx, source)
     if kernel not in ptx.entries:
         raise ValueError(f"no entry named '{kernel}' (entries: {', '.join(ptx.entries) or 'none'})")
     entry = ptx.entries[kernel]
@@ -450,18 +492,32 @@ def _setup(ptx, kernel, grid, block, args, shared_bytes, source, max_steps, memo
             params.extend(_scalar_bytes(param, value, i))
     params_array = np.frombuffer(bytes(params) or b"\0", np.uint8).copy()
 
-    machine = Machine(entry, source, block, per_batch, shared, local_offsets, local_end, memory_, params_array,
-                      param_offsets, global_symbols, grid)
+    key = (kernel, source, block, grid, cluster, explicit_cluster, per_batch, int(shared_bytes), shared.total_bytes,
+           tuple(shared.offsets.items()), tuple(local_offsets.items()), local_end, tuple(global_symbols.items()),
+           len(params_array), races)
+    try:  # the machine, its decoded steps and their closures, from an earlier launch of this program
+        decoded = _decoded(ptx)[key].pop()
+    except (KeyError, IndexError):
+        decoded = None
+    if decoded:
+        machine, steps, ops, specials = decoded
+        machine.memory, machine.params = memory_, params_array
+    else:
+        machine = Machine(entry, source, block, per_batch, shared, local_offsets, local_end, memory_, params_array,
+                          param_offsets, global_symbols, grid)
     machine.tensor_maps = maps
     machine.races = races
+    machine.global_order = GlobalOrder(machine, memory_.buffer.size)
     machine.watch = reductions.ReductionWatch(machine) if reductions.uses_reductions(entry) else None
     machine.cluster, machine.cluster_size = cluster, cluster_size
-    machine.cluster_state = ClusterState(machine)
-    specials = _specials(machine, shared_bytes)
-    specials["%is_explicit_cluster"][:] = explicit_cluster
-    ops = Operands(machine, specials)
-    ptxas_rules.check_entry(ptx, entry, source)
-    steps = asynchrony.install(machine, [decode(ops, inst) for inst in entry.instructions])
+    if not decoded:
+        machine.cluster_state = ClusterState(machine)
+        specials = _specials(machine, shared_bytes)
+        specials["%is_explicit_cluster"][:] = explicit_cluster
+        ops = Operands(machine, specials)
+        ptxas_rules.check_entry(ptx, entry, source)
+        steps = asynchrony.install(machine, [decode(ops, inst) for inst in entry.instructions])
+    machine.recycle = (ptx, key, (machine, steps, ops, specials))
     scheduler = schedule.Scheduler(machine, steps, ops, scheduler_steps, schedule_name, seed)
     order = None
     if cta_order is not None:

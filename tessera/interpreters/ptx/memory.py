@@ -32,6 +32,7 @@ import numpy as np
 from tessera.interpreters import serving_checks
 from tessera.interpreters.ptx.cluster import shared_offsets
 from tessera.interpreters.ptx.decode import Operands, elements, opcode
+from tessera.interpreters.ptx.global_order import WEAK, strong_kind
 from tessera.interpreters.ptx.numerics import flush_f32
 from tessera.interpreters.ptx.state import (
     GLOBAL_BASE,
@@ -108,17 +109,19 @@ def _flat(m: Machine, space: str, lanes: np.ndarray, addresses: np.ndarray, nbyt
 
 
 def access(m: Machine, inst, space: str, lanes: np.ndarray, addresses: np.ndarray, nbytes: int,
-           data: np.ndarray | None = None, align: int | None = None, watched: bool = True) -> np.ndarray | None:
+           data: np.ndarray | None = None, align: int | None = None, watched: bool = True,
+           how: int = WEAK) -> np.ndarray | None:
     """Read (data None) or write `nbytes` per lane at `addresses` of `space` ("generic" allowed); reads
     return uint8 [n, nbytes]. Plain accesses (`watched`) are shown to the machine's reduction watch, if any
-    (`reductions.ReductionWatch`)."""
+    (`reductions.ReductionWatch`); global accesses to the happens-before of global memory as `how`
+    (`global_order`: weak or strong, generic or async proxy)."""
     addresses = np.broadcast_to(np.asarray(addresses, np.int64), lanes.shape)
     align = nbytes if align is None else align
     if space == "generic":
         out = np.zeros((len(lanes), nbytes), np.uint8) if data is None else None
         for sub_space, sub_lanes, sub_addresses, index in _split_generic(m, inst, lanes, addresses):
             part = access(m, inst, sub_space, sub_lanes, sub_addresses, nbytes,
-                          None if data is None else data[index], align, watched)
+                          None if data is None else data[index], align, watched, how)
             if out is not None:
                 out[index] = part
         return out
@@ -134,9 +137,9 @@ def access(m: Machine, inst, space: str, lanes: np.ndarray, addresses: np.ndarra
     elif watch is not None and space == "shared" and data is not None:
         watch.on_shared_write(inst, lanes, index)
     if space == "shared":
-        m.tracker.generic_access(inst, lanes, index, data is not None)
+        m.tracker.generic_access(inst, lanes, index, data is not None, how != WEAK)
     elif space == "global":
-        note_global(m, lanes, index, data is not None)
+        note_global(m, lanes, index, data is not None, inst, how)
     if data is None:
         if space == "global" and nbytes == 4 and serving_checks.active():
             _check_page_table_read(m, inst, lanes, addresses, buffer[index])
@@ -145,9 +148,13 @@ def access(m: Machine, inst, space: str, lanes: np.ndarray, addresses: np.ndarra
     return None
 
 
-def note_global(m: Machine, lanes: np.ndarray, index: np.ndarray, write: bool) -> None:
-    """Note global bytes `index` ([n, k] flat buffer positions, row i touched by lane `lanes[i]`) in the
-    memory's access log, when a worker runs a group of CTAs (`tessera.interpreters.parallel`)."""
+def note_global(m: Machine, lanes: np.ndarray, index: np.ndarray, write: bool, inst=None, how: int = WEAK) -> None:
+    """Note global bytes `index` ([n, k] flat buffer positions, row i touched by lane `lanes[i]`) accessed by
+    `inst` as `how` in the happens-before of global memory (`global_order`), and in the memory's access log
+    when a worker runs a group of CTAs (`tessera.interpreters.parallel`)."""
+    order = getattr(m, "global_order", None)
+    if order is not None and inst is not None:
+        order.access(inst, lanes, index, write, how)
     log = m.memory.log
     if log is not None:
         gx, gy, _ = m.grid
@@ -206,8 +213,33 @@ def _access_modifiers(ops: Operands, inst, mods, address_at: int):
     return space, _vector(mods), mods.type()
 
 
+_STRONG_SEMANTICS = ("relaxed", "acquire", "release", "acq_rel", "volatile")
+
+
+def _sync_locations(m: Machine, space: str, lanes: np.ndarray, addresses) -> tuple[np.ndarray, np.ndarray]:
+    """(lanes, locations) of the strong accesses of `lanes` at `addresses` for release/acquire
+    (`global_order`): a global byte's flat position, or -1 - the flat index of a shared byte."""
+    addresses = np.broadcast_to(np.asarray(addresses, np.int64), lanes.shape)
+    if space == "generic":
+        window = addresses // WINDOW_SIZE
+        global_ = (addresses >= GLOBAL_BASE) & (window == 0)
+        shared = window == SHARED_WINDOW // WINDOW_SIZE
+        keep = global_ | shared
+        where = np.where(global_, addresses - GLOBAL_BASE,
+                         -1 - m.shared_flat(lanes, np.where(shared, addresses - SHARED_WINDOW, 0)))
+        return lanes[keep], where[keep]
+    if space == "global":
+        return lanes, addresses - GLOBAL_BASE
+    if space == "shared":
+        return lanes, -1 - m.shared_flat(lanes, addresses)
+    return lanes[:0], addresses[:0]
+
+
 @opcode("ld", "ldu")
 def decode_ld(ops: Operands, inst, mods):
+    strong = any(q in inst.modifiers for q in _STRONG_SEMANTICS)
+    how = strong_kind(inst.modifiers) if strong else WEAK
+    acquire = "acquire" in inst.modifiers
     space, width, t = _access_modifiers(ops, inst, mods, 1)
     if len(inst.operands) not in (2, 3):
         raise ops.refuse(inst, "ld needs a destination and an address")
@@ -221,7 +253,10 @@ def decode_ld(ops: Operands, inst, mods):
 
     def run(sel):
         lanes = lanes_of(m, sel)
-        data = access(m, inst, space, lanes, address(sel), nbytes * width)
+        where = address(sel)
+        data = access(m, inst, space, lanes, where, nbytes * width, watched=not strong, how=how)
+        if strong and m.global_order is not None and m.global_order.releases:
+            m.global_order.acquire(*_sync_locations(m, space, lanes, where), how, now=acquire)
         values = np.ascontiguousarray(data).view(t.dtype).reshape(len(lanes), width)
         for i, w in enumerate(writers):
             w(sel, values[:, i])
@@ -231,6 +266,9 @@ def decode_ld(ops: Operands, inst, mods):
 
 @opcode("st")
 def decode_st(ops: Operands, inst, mods):
+    strong = any(q in inst.modifiers for q in _STRONG_SEMANTICS)
+    how = strong_kind(inst.modifiers) if strong else WEAK
+    release = "release" in inst.modifiers
     space, width, t = _access_modifiers(ops, inst, mods, 0)
     if space == "param":
         raise ops.refuse(inst, "st.param to a kernel parameter (read-only)")
@@ -251,7 +289,11 @@ def decode_st(ops: Operands, inst, mods):
         values = np.empty((len(lanes), width), t.dtype)
         for i, r in enumerate(readers):
             values[:, i] = r(sel)
-        access(m, inst, space, lanes, address(sel), nbytes * width, values.view(np.uint8).reshape(len(lanes), -1))
+        where = address(sel)
+        access(m, inst, space, lanes, where, nbytes * width, values.view(np.uint8).reshape(len(lanes), -1),
+               watched=not strong, how=how)
+        if strong and m.global_order is not None:
+            m.global_order.release(*_sync_locations(m, space, lanes, where), how, fenced=not release)
 
     return run
 
@@ -418,6 +460,8 @@ def decode_atom(ops: Operands, inst, mods):
     if space not in ("generic", "global", "shared"):
         raise ops.refuse(inst, f"{inst.opcode} on the .{space} space (needs .global or .shared)")
     release = bool(mods.take("release", "acq_rel"))  # a semaphore signal, not an accumulation
+    acquire = inst.opcode == "atom" and ("acquire" in inst.modifiers or "acq_rel" in inst.modifiers)
+    how = strong_kind(inst.modifiers)  # atom and red are strong (.relaxed and .gpu by default)
     mods.drop(*_IGNORED)
     hint = mods.take("L2::cache_hint")
     if mods.take("v2", "v4", "v8"):
@@ -454,6 +498,7 @@ def decode_atom(ops: Operands, inst, mods):
         addresses = np.broadcast_to(np.asarray(address(sel), np.int64), lanes.shape)
         args = [np.broadcast_to(np.asarray(v(sel), t.dtype), lanes.shape) for v in values]
         old = np.empty(len(lanes), t.dtype)
+        touched = []
         for part_space, positions, buffer, index in _atomic_locations(m, inst, space, lanes, addresses, t.bits // 8):
             apply = _flushing_add if (t.name, operation, part_space) == ("f32", "add", "global") else op.apply
             b = args[0][positions]
@@ -462,12 +507,22 @@ def decode_atom(ops: Operands, inst, mods):
                 seen = _apply_atomics(buffer, index, lanes[positions], t.dtype, apply, b, c, combine)
             if seen is not None:
                 old[positions] = seen
+            if part_space == "global":
+                touched.append((lanes[positions], index))
         watch = getattr(m, "watch", None)
         if watch is not None:
             on_global = addresses < SHARED_WINDOW if space == "generic" else np.full(lanes.shape, space == "global")
             if on_global.any():
                 watch.on_add(inst, lanes[on_global], addresses[on_global], t.bits // 8,
                              reduction=not returns and not release)
+        for part_lanes, index in touched:  # after the watch: its message names the CTAs for add/store races
+            note_global(m, part_lanes, index, True, inst, how)
+        order = m.global_order
+        if order is not None:
+            located = _sync_locations(m, space, lanes, addresses)
+            order.release(*located, how, fenced=not release)
+            if inst.opcode == "atom":
+                order.acquire(*located, how, now=acquire)
         if release:
             m.sync_epoch += 1  # may end another CTA's spin wait (`nanosleep`)
         if write is not None:

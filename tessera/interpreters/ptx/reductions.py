@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tessera.interpreters.ptx.global_order import ASYNC_REDUCE
 from tessera.interpreters.ptx.numerics import flush_f32
 from tessera.interpreters.ptx.memory import access, lanes_of
 from tessera.interpreters.ptx.state import GLOBAL_BASE, Machine
@@ -197,14 +198,15 @@ def decode_cp_reduce(ops, inst, mods):
             m.tracker.async_read(inst, one, m.shared_flat(one, sources[i:i + 1])[0] + np.arange(n),
                                  "the bulk reduction")
             values = np.ascontiguousarray(data).view("<f4").reshape(-1)
-            old = access(m, inst, "global", one, dests[i:i + 1], n, align=BULK_ALIGNMENT, watched=False)
+            old = access(m, inst, "global", one, dests[i:i + 1], n, align=BULK_ALIGNMENT, watched=False,
+                         how=ASYNC_REDUCE)
             watch = getattr(m, "watch", None)
             if watch is not None:
                 watch.on_add(inst, one, dests[i:i + 1], n, reduction=True)
             with np.errstate(over="ignore", invalid="ignore"):
                 new = flush_f32(flush_f32(np.ascontiguousarray(old).view("<f4").reshape(-1)) + flush_f32(values))
             access(m, inst, "global", one, dests[i:i + 1], n, new.astype("<f4").view(np.uint8).reshape(1, n),
-                   align=BULK_ALIGNMENT, watched=False)
+                   align=BULK_ALIGNMENT, watched=False, how=ASYNC_REDUCE)
             if watch is not None:
                 index = m.shared_flat(one, sources[i:i + 1])[0] + np.arange(n)
                 watch.reading.append(BulkRead(inst, int(lane), index))

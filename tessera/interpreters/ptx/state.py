@@ -222,6 +222,8 @@ class Machine:
         self.call_depth = np.zeros(self.lanes, np.int64)
         self.local_params = {v.name for v in entry.variables if v.space == "param"}
         self.return_copies: dict[int, object] = {}  # call pc -> copy of the callee's return values
+        self.recycle = None  # (program, launch key, decoded state): handed back after the launch (launcher)
+        self.global_order = None  # happens-before of global memory (global_order.GlobalOrder), set by the launcher
         self.tracker = None  # the asynchrony checks (asynchrony.AsyncTracker), attached by `asynchrony.install`
         self.preferred: np.ndarray | None = None  # lanes a release woke: they run first (see schedule)
 
@@ -254,6 +256,8 @@ class Machine:
         self.preferred = None
         if self.tracker is not None:
             self.tracker.reset()
+        if self.global_order is not None:
+            self.global_order.reset_batch()
 
     def on_exit(self, ctas: np.ndarray) -> None:
         """Lanes of these CTA slots exited: barriers waiting for them may now complete."""

@@ -44,6 +44,7 @@ import numpy as np
 from tessera.interpreters.ptx import memory, sync
 from tessera.interpreters.ptx.cluster import _OFFSET_MASK, cluster_address, multicast_slots, shared_offsets
 from tessera.interpreters.ptx.decode import Operands, Step, elements, opcode
+from tessera.interpreters.ptx.global_order import ASYNC
 from tessera.interpreters.ptx.memory import access, lanes_of, take_space
 from tessera.interpreters.ptx.state import GLOBAL_BASE, PARAM_WINDOW, WINDOW_SIZE, Machine
 from tessera.interpreters.ptx.sync import PRED, U32, shared_addresses
@@ -115,13 +116,13 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
     global_index = (tmap.address - GLOBAL_BASE + offsets)[:, None] + np.arange(e)
     if load:
         data = np.where(valid[:, None], m.memory.buffer[global_index], _oob_fill(spec)).astype(np.uint8)
-        memory.note_global(m, np.array([lane]), global_index[valid].reshape(1, -1), False)
+        memory.note_global(m, np.array([lane]), global_index[valid].reshape(1, -1), False, inst, ASYNC)
         m.tracker.stage(shared_index, data.reshape(-1))  # lands later (asynchrony)
     else:
         m.tracker.bulk_store_reads(inst, lane, shared_index, "the TMA store")
         data = m.shared[shared_index].reshape(-1, e)
         m.memory.buffer[global_index[valid]] = data[valid]
-        memory.note_global(m, np.array([lane]), global_index[valid].reshape(1, -1), True)
+        memory.note_global(m, np.array([lane]), global_index[valid].reshape(1, -1), True, inst, ASYNC)
     return spec.box_bytes
 
 
@@ -213,7 +214,7 @@ def decode_bulk(ops: Operands, inst, mods):
                 if nbytes % 16:
                     raise m.error(inst, f"bulk copy size {nbytes} is not a multiple of 16", lane)
                 if load:
-                    data = access(m, inst, source_space, one, sources[i:i + 1], nbytes, align=16)
+                    data = access(m, inst, source_space, one, sources[i:i + 1], nbytes, align=16, how=ASYNC)
                     for _, destination, target_barrier in targets:
                         place = np.array([destination], np.int64)
                         memory._check(m, inst, "shared", one, place, nbytes, 16)
@@ -224,7 +225,8 @@ def decode_bulk(ops: Operands, inst, mods):
                     memory._check(m, inst, "shared", one, smem_addresses[i:i + 1], nbytes, 16)
                     shared_index = m.shared_flat(one, smem_addresses[i:i + 1])[0] + np.arange(nbytes)
                     m.tracker.bulk_store_reads(inst, lane, shared_index, "the bulk store")
-                    access(m, inst, "global", one, sources[i:i + 1], nbytes, m.shared[shared_index][None], align=16)
+                    access(m, inst, "global", one, sources[i:i + 1], nbytes, m.shared[shared_index][None], align=16,
+                           how=ASYNC)
 
     return run
 
@@ -281,9 +283,9 @@ def _multiplicand_values(raw: np.ndarray, name: str) -> np.ndarray:
 
 
 @lru_cache(maxsize=4096)
-def _descriptor_bytes(descriptor: int, major: str, e: int, extent: int) -> tuple[np.ndarray, np.ndarray] | str:
-    """(element addresses [extent, K elements], byte offsets [extent * K * e]) a descriptor reads, or the
-    reason it is invalid: computed once per descriptor value and kept across wgmmas, CTAs and launches (a
+def _descriptor_bytes(descriptor: int, major: str, e: int, extent: int) -> tuple | str:
+    """(element addresses [extent, K elements], byte offsets [extent * K * e], lowest and highest address) a
+    descriptor reads, or the reason it is invalid: computed once per descriptor value and kept across wgmmas, CTAs and launches (a
     ring's slots give a handful of values)."""
     try:
         fields = facts.decode_descriptor(descriptor)
@@ -294,7 +296,7 @@ def _descriptor_bytes(descriptor: int, major: str, e: int, extent: int) -> tuple
     offsets = (addresses[..., None] + np.arange(e)).reshape(-1)
     addresses.setflags(write=False)
     offsets.setflags(write=False)
-    return addresses, offsets
+    return addresses, offsets, int(addresses.min()), int(addresses.max())
 
 
 def _descriptor_operand(m: Machine, inst, lanes: np.ndarray, descriptor: int, major: str, extent: int,
@@ -306,8 +308,8 @@ def _descriptor_operand(m: Machine, inst, lanes: np.ndarray, descriptor: int, ma
     decoded = _descriptor_bytes(descriptor, major, e, extent)
     if isinstance(decoded, str):
         raise m.error(inst, f"matrix descriptor {descriptor:#x}: {decoded}", int(lanes[0]))
-    addresses, offsets = decoded
-    if addresses.min() < 0 or addresses.max() + e > m.shared_bytes:
+    addresses, offsets, low, high = decoded
+    if low < 0 or high + e > m.shared_bytes:
         raise m.error(inst, f"matrix descriptor {descriptor:#x} reads outside shared memory", int(lanes[0]))
     index = offsets + int(m.lane_cta[lanes[0]]) * m.shared_bytes
     m.tracker.wgmma_reads(inst, lanes, index, operand)
@@ -400,6 +402,7 @@ def _wgmma_async(ops: Operands, inst, mods):
     if scale_a not in (1, -1) or scale_b not in (1, -1) or any(t not in (0, 1) for t in trans):
         raise ops.refuse(inst, "imm-scale must be 1 or -1 and imm-trans 0 or 1")
     rows, cols = _accumulator_coords(n)
+    fragment = (rows * n + cols).reshape(-1)  # thread t's register v: element fragment[t * n / 2 + v] of D
     f16_acc = dtype_name == "f16"
 
     def run(sel):
@@ -411,21 +414,26 @@ def _wgmma_async(ops: Operands, inst, mods):
         short = counts != facts.WARPGROUP_SIZE
         if short.any():
             raise m.error(inst, "wgmma needs all 128 threads of the warpgroup", int(lanes[starts[np.argmax(short)]]))
-        a_tiles, b_tiles, accumulate = [], [], np.empty(len(starts), bool)
+        a_tiles, b_tiles = [], []
+        b_descs = _uniform_per_group(m, inst, read_b(sel), lanes, "B descriptor")
+        a_descs = None if registers_a else _uniform_per_group(m, inst, read_a(sel), lanes, "A descriptor")
+        accumulate = np.full(len(starts), bool(static_scale)) if read_scale is None else \
+            _uniform_per_group(m, inst, read_scale(sel), lanes, "scale-d predicate").astype(bool)
         for i, start in enumerate(starts.tolist()):
             wg = lanes[start:start + facts.WARPGROUP_SIZE]
-            b_desc = _uniform64(m, inst, read_b(wg), wg, "B descriptor")
-            b_tiles.append(_descriptor_operand(m, inst, wg, b_desc, "MN" if trans_b else "K", n, b_name))
+            b_tiles.append(_descriptor_operand(m, inst, wg, int(b_descs[i]), "MN" if trans_b else "K", n, b_name))
             if registers_a:
                 a_tiles.append(_register_operand(np.stack([r[wg] for r in a_regs], axis=1), a_name))
             else:
-                a_desc = _uniform64(m, inst, read_a(wg), wg, "A descriptor")
-                a_tiles.append(_descriptor_operand(m, inst, wg, a_desc, "MN" if trans_a else "K", facts.WGMMA_M,
-                                                   a_name, "A"))
-            accumulate[i] = bool(static_scale) if read_scale is None else \
-                bool(_uniform64(m, inst, read_scale(wg), wg, "scale-d predicate"))
-        d = np.matmul(scale_a * np.stack(a_tiles), (scale_b * np.stack(b_tiles)).transpose(0, 2, 1))
-        product = d[:, rows, cols].reshape(len(lanes), -1)  # [lanes, accumulator registers]
+                a_tiles.append(_descriptor_operand(m, inst, wg, int(a_descs[i]), "MN" if trans_a else "K",
+                                                   facts.WGMMA_M, a_name, "A"))
+        a_stack, b_stack = np.stack(a_tiles), np.stack(b_tiles)
+        if scale_a != 1:
+            a_stack = scale_a * a_stack
+        if scale_b != 1:
+            b_stack = scale_b * b_stack
+        d = np.matmul(a_stack, b_stack.transpose(0, 2, 1))
+        product = np.take(d.reshape(len(starts), -1), fragment, axis=1).reshape(len(lanes), -1)  # [lanes, registers]
         acc_words = np.stack([r[lanes] for r in d_regs], axis=1)
         if f16_acc:
             acc = np.stack([(acc_words & 0xFFFF), acc_words >> 16], axis=2).reshape(len(lanes), -1)
@@ -451,18 +459,23 @@ def _wgmma_async(ops: Operands, inst, mods):
             out = total.astype(np.uint32)
         else:
             out = result.astype(np.float32).view(np.uint32)
+        columns = np.ascontiguousarray(out.T)  # one register's values contiguous: a faster scatter
         for v, r in enumerate(d_regs):
-            r[lanes] = out[:, v]
+            r[lanes] = columns[v]
 
     return Step(inst, run, unit=facts.WARPGROUP_SIZE)
 
 
-def _uniform64(m: Machine, inst, values, lanes, what: str) -> int:
-    values = np.broadcast_to(np.asarray(values), lanes.shape)
-    if (values != values[0]).any():
-        i = int(np.argmax(values != values[0]))
-        raise m.error(inst, f"the {what} must be the same in the whole warpgroup", int(lanes[i]))
-    return int(values[0])
+def _uniform_per_group(m: Machine, inst, values, lanes, what: str) -> np.ndarray:
+    """The value of `values` (per lane of `lanes`: whole warpgroups, in order) in each warpgroup, which must
+    agree across it."""
+    values = np.broadcast_to(np.asarray(values), lanes.shape).reshape(-1, facts.WARPGROUP_SIZE)
+    differ = values != values[:, :1]
+    if differ.any():
+        g, i = np.unravel_index(np.argmax(differ), differ.shape)
+        raise m.error(inst, f"the {what} must be the same in the whole warpgroup",
+                      int(lanes[g * facts.WARPGROUP_SIZE + i]))
+    return values[:, 0]
 
 
 @opcode("wgmma")

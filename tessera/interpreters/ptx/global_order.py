@@ -1,0 +1,258 @@
+"""Happens-before on global memory in the PTX executor: races between threads and between CTAs, and the
+release/acquire edges of atomics and strong accesses.
+
+Global memory is shared by every CTA of the grid, and nothing but its own accesses orders two CTAs: without a
+grid-wide barrier, only atomics and strong accesses with release/acquire semantics do
+[memory_model.RELEASE_ACQUIRE]. Each global byte keeps its last write and its last read, and the last read by
+a CTA other than that reader's, each as (CTA rank + 1, thread, epoch, line, kind); the records last the whole
+launch, across batches (a CTA runs in one batch: its epochs are those of `happens_before`'s clocks then).
+Two accesses to a byte, one a write, are a race [memory_model.DATA_RACE] unless
+
+- they are ordered: by the same CTA's clocks (barriers, mbarriers, and release/acquire pairs inside the CTA),
+  or, for another CTA's access, by what the accessing thread acquired of that CTA (`HappensBefore.remote`);
+- or they are *morally strong* [memory_model.MORALLY_STRONG]: both strong (atom, red, ld/st with .relaxed,
+  .acquire, .release or .volatile; bulk reductions), through the same proxy, each with a scope that includes
+  the other's thread (.cta only within one CTA). Atomics never race with each other.
+
+The report names both sides: the instruction and line, thread and CTA, the proxy (generic, or async: TMA
+loads and stores, bulk copies and reductions) and the synchronisation that was missing.
+
+Release and acquire patterns [memory_model.RELEASE_ACQUIRE] on a location M (its first byte; a shared-memory
+flag is the location -1 - its flat index, and orders threads of the CTA the same way):
+- a release operation (st.release, red/atom.release or .acq_rel), or a strong write after a fence.acq_rel /
+  fence.sc / fence.release / membar of the same thread (the release is the fence's point), publishes the
+  thread's clock, and what it knows of other CTAs, at M;
+- an acquire operation (ld.acquire, atom.acquire or .acq_rel) of M, or a strong read of M followed by such a
+  fence (`atom` reads; `red` does not: its strong read forms no acquire pattern), takes in every release
+  published at M by a thread whose scope and its own include each other.
+Joining every release at M so far (not only the one whose value the read returns) can hide a race whose
+acquire read an older value; it never reports a correct kernel.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+WEAK, STRONG_CTA, STRONG_GPU, ASYNC, ASYNC_REDUCE = 1, 2, 3, 4, 5
+"""How an access is made: a weak generic ld/st; a strong generic access of scope .cta, or .cluster/.gpu/.sys;
+the async proxy (TMA and bulk copies); a bulk reduction (async proxy, element-wise atomic)."""
+_STRONG = np.array([False, False, True, True, False, True])
+_WIDE = np.array([False, False, False, True, False, True])  # a scope wider than the CTA
+_ASYNC = np.array([False, False, False, False, True, True])
+_PROXY = {WEAK: "the generic proxy", STRONG_CTA: "the generic proxy (strong, .cta)",
+          STRONG_GPU: "the generic proxy (strong)", ASYNC: "the async proxy",
+          ASYNC_REDUCE: "the async proxy (bulk reduction)"}
+_SCOPES = {"cta": STRONG_CTA}
+
+
+def strong_kind(modifiers) -> int:
+    """The kind of an ld/st/atom/red from its modifiers: strong when it has .relaxed/.acquire/.release/
+    .acq_rel/.volatile (atom and red always are), of scope .cta or wider (default .gpu)."""
+    return STRONG_CTA if "cta" in modifiers else STRONG_GPU
+
+
+class GlobalOrder:
+    """The access records of a launch's global memory and the release records of its locations; see the
+    module docstring. `m` is the machine (its `tracker.hb` holds the clocks), `size` the bytes of global
+    memory. Records are allocated at the first access (zeroed pages cost nothing until touched)."""
+
+    FIELDS = ("who", "epoch", "line")
+    """Per byte and side: `who` packs (CTA rank + 1) << 16 | thread << 3 | kind (0: none; thread < 1024 needs
+    13 bits with the kind), then the epoch and the line."""
+
+    def __init__(self, m, size: int):
+        self.m, self.size = m, size
+        self.records: dict[str, dict[str, np.ndarray]] = {}
+        self.releases: dict[int, list[tuple[int, int, np.ndarray, dict | None]]] = {}
+        self.reset_batch()
+
+    def reset_batch(self) -> None:
+        """A new batch of CTAs: lanes are new threads (their fences and pending acquires are gone)."""
+        m = self.m
+        self.fence_release: dict[int, tuple] = {}  # lane -> released (clock, fenced, remote) at its last fence
+        self.pending_acquire: dict[int, list] = {}  # lane -> releases its strong reads saw since its last fence
+        gx, gy, _ = m.grid
+        cid = m.ctaid[m.lane_cta]
+        self.lane_rank = (cid[:, 0] + gx * (cid[:, 1] + gy * cid[:, 2])).astype(np.int64)
+        self.lane_who = (self.lane_rank + 1) << 16 | (np.arange(m.lanes) % m.threads) << 3
+
+    def _table(self, side: str) -> dict[str, np.ndarray]:
+        """The records of one side ("write", "read", "other"), allocated at its first use: zeroed pages cost
+        nothing until touched, so memory grows with the bytes the kernel touches (12 bytes a side, 16 for
+        grids of 2^15 CTAs or more, whose packed `who` needs 64 bits)."""
+        table = self.records.get(side)
+        if table is None:
+            wide = int(np.prod(self.m.grid)) >= (1 << 15) - 1  # (rank + 1) << 16 must fit in 31 bits
+            table = self.records[side] = {"who": np.zeros(self.size, np.int64 if wide else np.int32),
+                                          "epoch": np.zeros(self.size, np.int32), "line": np.zeros(self.size, np.int32)}
+        return table
+
+    # region accesses
+    def access(self, inst, lanes: np.ndarray, index: np.ndarray, write: bool, kind: int) -> None:
+        """`lanes` access the global bytes `index` [lanes, bytes] (flat buffer positions) as `kind`; a race with an
+        earlier access is raised (`PtxHazardError`), then the access is recorded."""
+        hb = self.m.tracker.hb
+        if not hb.races or index.size == 0:
+            return
+        index = np.asarray(index, np.int64).reshape(len(lanes), -1)
+        for side in ("write", "read", "other") if write else ("write",):
+            if side in self.records:
+                self._check(inst, lanes, index, self.records[side], write, kind, side)
+        if write and not _STRONG[kind] and len(lanes) > 1:
+            self._check_together(inst, lanes, index, kind)
+        who = (self.lane_who[lanes] | kind)[:, None]
+        epochs = hb.clock[lanes, lanes % self.m.threads][:, None]
+        if write:
+            table = self._table("write")
+            table["who"][index], table["epoch"][index], table["line"][index] = who, epochs, inst.line
+            for side in ("read", "other"):
+                if side in self.records:
+                    self.records[side]["who"][index] = 0
+            return
+        read = self._table("read")
+        before = read["who"][index]
+        moved = (before != 0) & ((before >> 16) != (who >> 16))
+        if moved.any():  # the last reader was another CTA's: it becomes the other CTA's reader
+            where, other = index[moved], self._table("other")
+            for f in self.FIELDS:
+                other[f][where] = read[f][where]
+        read["who"][index], read["epoch"][index], read["line"][index] = who, epochs, inst.line
+        if len(lanes) > 1 and self.lane_rank[lanes[0]] != self.lane_rank[lanes[-1]]:
+            final = read["who"][index] >> 16  # several CTAs' readers of a byte in this one instruction
+            others = np.broadcast_to(who >> 16, index.shape) != final
+            if others.any():
+                where, rows, other = index[others], np.nonzero(others)[0], self._table("other")
+                other["who"][where], other["epoch"][where], other["line"][where] = who[rows, 0], epochs[rows, 0], \
+                    inst.line
+
+    def _check_together(self, inst, lanes: np.ndarray, index: np.ndarray, kind: int) -> None:
+        """Threads of one instruction writing one byte: nothing orders them either."""
+        flat = index.reshape(-1)
+        order = np.argsort(flat, kind="stable")
+        twice = np.flatnonzero(flat[order][1:] == flat[order][:-1])
+        if not len(twice):
+            return
+        k = index.shape[1]
+        first, second = order[twice[0]] // k, order[twice[0] + 1] // k
+        b = int(flat[order[twice[0]]])
+        lane, other = int(lanes[second]), int(lanes[first])
+        raise self.m.tracker.hb.hazard(
+            inst, f"writes {self.where(b)} through {_PROXY[kind]}, which the instruction at line {inst.line} "
+                  f"({self.describe(int(self.lane_rank[other]), other % self.m.threads)}) wrote through "
+                  f"{_PROXY[kind]} at once, and no synchronisation orders the two (race: two threads store to one "
+                  "location in one instruction)", lane)
+
+    def _check(self, inst, lanes, index, table, write: bool, kind: int, side: str) -> None:
+        who = table["who"][index]
+        if not who.any():
+            return
+        hb = self.m.tracker.hb
+        rank = who >> 16
+        mine = (self.lane_rank[lanes] + 1)[:, None]
+        tid, other_kind, epoch = (who >> 3) & 0x1FFF, who & 7, table["epoch"][index]
+        same = rank == mine
+        ordered = np.zeros(index.shape, bool)
+        ordered[same] = hb.clock[np.broadcast_to(lanes[:, None], index.shape)[same], tid[same]] >= epoch[same]
+        if hb.remote and (~same & (rank > 0)).any():
+            for i, lane in enumerate(lanes.tolist()):
+                known = hb.remote.get(lane)
+                if not known:
+                    continue
+                for r, row in known.items():
+                    hit = rank[i] == r + 1
+                    if hit.any():
+                        ordered[i, hit] = row[tid[i, hit]] >= epoch[i, hit]
+        strong = _STRONG[kind] & _STRONG[other_kind] & (_ASYNC[kind] == _ASYNC[other_kind]) & \
+            (same | (_WIDE[kind] & _WIDE[other_kind]))
+        racing = (rank > 0) & ~ordered & ~strong
+        if not racing.any():
+            return
+        i, j = np.unravel_index(np.argmax(racing), racing.shape)
+        b, r, t = int(index[i, j]), int(rank[i, j]) - 1, int(tid[i, j])
+        did = "wrote" if side == "write" else "read"
+        does = "writes" if write else "reads"
+        if same[i, j]:
+            missing = "a bar.sync, an mbarrier wait or a release/acquire pair between them is missing"
+        else:
+            missing = ("another CTA's access is ordered only by a release (st.release, red/atom.release, or "
+                       "fence.acq_rel then a strong write) that this thread acquires (ld.acquire, atom.acquire, or a "
+                       "strong read then fence.acq_rel) on one location, and there is none")
+        raise hb.hazard(inst, f"{does} {self.where(b)} through {_PROXY[kind]}, which the instruction at line "
+                              f"{int(table['line'][b])} ({self.describe(r, t)}) {did} through "
+                              f"{_PROXY[int(other_kind[i, j])]}, and no synchronisation orders the two "
+                              f"(race: {missing})", int(lanes[i]))
+
+    def where(self, flat: int) -> str:
+        """'global address 0x.. (argument k (name) at byte offset o)' of a flat position of global memory."""
+        from tessera.interpreters.ptx.state import GLOBAL_BASE
+
+        memory = self.m.memory
+        address = GLOBAL_BASE + flat
+        k = int(np.searchsorted(memory._starts, address, side="right") - 1)
+        segment = memory.segments[k]
+        return f"global address {address:#x} ({segment.name} at byte offset {address - segment.start})"
+
+    def describe(self, rank: int, tid: int) -> str:
+        gx, gy, _ = self.m.grid
+        bx, by, _ = self.m.block
+        return (f"thread ({tid % bx}, {tid // bx % by}, {tid // (bx * by)}) of CTA ({rank % gx}, {rank // gx % gy}, "
+                f"{rank // (gx * gy)})")
+
+    # endregion
+    # region release and acquire
+    def release(self, lanes: np.ndarray, locations: np.ndarray, kind: int, fenced: bool = False) -> None:
+        """`lanes` perform a release pattern on the global `locations` (flat, one per lane): a release operation,
+        or (`fenced`) a strong write after the lane's last release fence, which then is the release point."""
+        hb = self.m.tracker.hb
+        for lane, location in zip(lanes.tolist(), locations.tolist()):
+            if fenced:
+                released = self.fence_release.get(lane)
+                if released is None:
+                    continue
+            else:
+                released = hb._release(np.array([lane]))
+            c, _, remote = released
+            self.releases.setdefault(location, []).append((int(self.lane_rank[lane]), kind, c.copy(), remote))
+
+    def acquire(self, lanes: np.ndarray, locations: np.ndarray, kind: int, now: bool) -> None:
+        """`lanes` read the global `locations` strongly: with `now` (an acquire operation) they take in the
+        releases published there, else (a relaxed read) those wait for the lane's next acquire fence."""
+        if not self.releases:
+            return
+        for lane, location in zip(lanes.tolist(), locations.tolist()):
+            published = self.releases.get(location)
+            if not published:
+                continue
+            rank = int(self.lane_rank[lane])
+            usable = [p for p in published if p[0] == rank or (_WIDE[kind] and _WIDE[p[1]])]
+            if now:
+                self._take(lane, usable)
+            else:
+                self.pending_acquire.setdefault(lane, []).extend(usable)
+
+    def _take(self, lane: int, published) -> None:
+        hb = self.m.tracker.hb
+        rank = int(self.lane_rank[lane])
+        for source, _, clock, remote in published:
+            if source == rank:
+                hb.clock[lane] = np.maximum(hb.clock[lane], clock)
+            else:
+                hb.learn([lane], {source: clock})
+            hb.learn([lane], {r: row for r, row in (remote or {}).items() if r != rank})
+
+    def fence(self, lanes: np.ndarray, release: bool, acquire: bool) -> None:
+        """A memory fence (fence.sc / fence.acq_rel / fence.release / fence.acquire / membar) of `lanes`."""
+        if acquire:
+            for lane in lanes.tolist():
+                waiting = self.pending_acquire.pop(lane, None)
+                if waiting:
+                    self._take(lane, waiting)
+        if release:
+            hb = self.m.tracker.hb
+            for lane in lanes.tolist():
+                self.fence_release[lane] = hb._release(np.array([lane]))
+
+    # endregion
+
+
+__all__ = ["ASYNC", "ASYNC_REDUCE", "GlobalOrder", "STRONG_CTA", "STRONG_GPU", "WEAK", "strong_kind"]

@@ -1,0 +1,190 @@
+"""Happens-before on global memory in the PTX executor (tessera/interpreters/ptx/global_order.py): plain global
+accesses of two threads or two CTAs, one a write, with nothing ordering them are races reported with both
+sides; atomics never race with each other; release/acquire pairs on a flag order a handoff between CTAs and
+their relaxed twins do not [memory_model.DATA_RACE, MORALLY_STRONG, RELEASE_ACQUIRE]."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tessera.interpreters.ptx import PtxHazardError, launch
+
+_HEADER = """.version 8.0
+.target sm_90a
+.address_size 64
+"""
+
+# Two threads of one CTA store to one word of `out` (threads 0 and 32, or one instruction for both).
+_TWO_STORES = _HEADER + """.visible .entry stores(.param .u64 out)
+{
+    .reg .b32 %r<2>;
+    .reg .b64 %rd<1>;
+    .reg .pred %p<2>;
+    mov.u32 %r0, %tid.x;
+    ld.param.u64 %rd0, [out];
+    cvta.to.global.u64 %rd0, %rd0;
+    setp.eq.u32 %p0, %r0, 0;
+    setp.eq.u32 %p1, %r0, 32;
+    @%p0 st.global.u32 [%rd0], 1;
+    SYNC
+    @%p1 st.global.u32 [%rd0], 2;
+    ret;
+}
+"""
+
+
+def test_two_threads_storing_one_word_without_a_barrier_race():
+    with pytest.raises(PtxHazardError, match=r"^<ptx>:16: error: st.global.u32: writes global address 0x[0-9a-f]+ "
+                                             r"\(argument 0 \(out\) at byte offset 0\) through the generic proxy, which "
+                                             r"the instruction at line 14 \(thread \(0, 0, 0\) of CTA \(0, 0, 0\)\) "
+                                             r"wrote through the generic proxy, and no synchronisation orders the two "
+                                             r"\(race: a bar.sync.*\) \(thread \(32, 0, 0\) of CTA \(0, 0, 0\)\)"):
+        launch(_TWO_STORES.replace("SYNC", ""), "stores", 1, 64, [np.zeros(1, np.uint32)])
+
+
+def test_a_barrier_orders_the_two_stores():
+    out = launch(_TWO_STORES.replace("SYNC", "bar.sync 0;"), "stores", 1, 64, [np.zeros(1, np.uint32)])[0]
+    assert out[0] == 2
+
+
+def test_two_threads_storing_one_word_in_one_instruction_race():
+    text = _TWO_STORES.replace("@%p0 st.global.u32 [%rd0], 1;", "").replace("@%p1 st.global.u32 [%rd0], 2;",
+                                                                           "st.global.u32 [%rd0], %r0;")
+    with pytest.raises(PtxHazardError, match=r"^<ptx>:16: error: st.global.u32: writes global address .* which the "
+                                             r"instruction at line 16 \(thread \(\d+, 0, 0\) of CTA \(0, 0, 0\)\) "
+                                             r"wrote .* no synchronisation orders the two \(race: two threads store to one "
+                                             r"location in one instruction\)"):
+        launch(text.replace("SYNC", ""), "stores", 1, 64, [np.zeros(1, np.uint32)])
+
+
+# CTA 0's thread 0 writes `data` and signals `flag`; CTA 1's thread 0 waits for the flag and copies `data` to `out`.
+# The producer's path comes first, so min-pc scheduling runs it before the consumer spins.
+_HANDOFF = _HEADER + """.visible .entry handoff(.param .u64 data, .param .u64 flag, .param .u64 out)
+{
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<3>;
+    .reg .pred %p<3>;
+    mov.u32 %r0, %tid.x;
+    setp.ne.u32 %p0, %r0, 0;
+    @%p0 bra DONE;
+    ld.param.u64 %rd0, [data];
+    ld.param.u64 %rd1, [flag];
+    ld.param.u64 %rd2, [out];
+    mov.u32 %r1, %ctaid.x;
+    setp.ne.u32 %p1, %r1, 0;
+    @%p1 bra CONSUMER;
+    st.global.u32 [%rd0], 42;
+    SIGNAL
+    bra DONE;
+CONSUMER:
+    WAIT
+    setp.eq.u32 %p2, %r2, 0;
+    @%p2 bra CONSUMER;
+    ld.global.u32 %r3, [%rd0];
+    st.global.u32 [%rd2], %r3;
+DONE:
+    ret;
+}
+"""
+_RELEASE = "st.release.gpu.global.u32 [%rd1], 1;"
+_ACQUIRE = "ld.acquire.gpu.global.u32 %r2, [%rd1];"
+
+
+def _handoff(signal: str = _RELEASE, wait: str = _ACQUIRE) -> np.ndarray:
+    text = _HANDOFF.replace("SIGNAL", signal).replace("WAIT", wait)
+    return launch(text, "handoff", 2, 32, [np.zeros(1, np.uint32), np.zeros(1, np.uint32), np.zeros(1, np.uint32)])[2]
+
+
+@pytest.mark.parametrize("signal, wait", [
+    (_RELEASE, _ACQUIRE),
+    ("red.release.gpu.global.add.u32 [%rd1], 1;", _ACQUIRE),
+    ("fence.acq_rel.gpu;\n    st.relaxed.gpu.global.u32 [%rd1], 1;", _ACQUIRE),
+    (_RELEASE, "ld.relaxed.gpu.global.u32 %r2, [%rd1];\n    fence.acq_rel.gpu;"),
+    ("membar.gl;\n    st.volatile.global.u32 [%rd1], 1;", "atom.acquire.gpu.global.or.b32 %r2, [%rd1], 0;"),
+])
+def test_a_release_acquire_pair_orders_the_handoff_between_ctas(signal, wait):
+    assert _handoff(signal, wait)[0] == 42
+
+
+_UNORDERED = (r"^<ptx>:25: error: ld.global.u32: reads global address 0x[0-9a-f]+ \(argument 0 \(data\) at byte offset "
+              r"0\) through the generic proxy, which the instruction at line 18 \(thread \(0, 0, 0\) of CTA \(0, 0, 0\)\) "
+              r"wrote through the generic proxy, and no synchronisation orders the two \(race: another CTA's access is "
+              r"ordered only by a release .* \(thread \(0, 0, 0\) of CTA \(1, 0, 0\)\)")
+
+
+@pytest.mark.parametrize("signal, wait", [
+    (_RELEASE, "ld.relaxed.gpu.global.u32 %r2, [%rd1];"),  # no acquire
+    ("st.relaxed.gpu.global.u32 [%rd1], 1;", _ACQUIRE),  # no release
+    ("atom.relaxed.gpu.global.exch.b32 %r2, [%rd1], 1;", _ACQUIRE),
+    (_RELEASE, "ld.volatile.global.u32 %r2, [%rd1];"),
+])
+def test_the_relaxed_twin_of_the_handoff_is_a_race(signal, wait):
+    with pytest.raises(PtxHazardError, match=_UNORDERED):
+        _handoff(signal, wait)
+
+
+@pytest.mark.parametrize("signal, wait", [
+    ("st.global.u32 [%rd1], 1;", "ld.global.u32 %r2, [%rd1];"),  # weak: never morally strong
+    ("st.release.cta.global.u32 [%rd1], 1;", "ld.acquire.cta.global.u32 %r2, [%rd1];"),  # .cta excludes CTA 0
+])
+def test_the_flag_itself_races_unless_its_accesses_are_morally_strong(signal, wait):
+    """The strong .gpu flag accesses above never race with each other; plain ones, or .cta-scoped ones of two CTAs,
+    do."""
+    with pytest.raises(PtxHazardError, match=r"^<ptx>:22: error: ld\S*: reads global address .*\(argument 1 "
+                                             r"\(flag\) at byte offset 0\).* which the instruction at line 19 \(thread "
+                                             r"\(0, 0, 0\) of CTA \(0, 0, 0\)\) wrote"):
+        _handoff(signal, wait)
+
+
+# Every thread of two CTAs reads `x[0]`, then (after its CTA's barrier) thread 0 of CTA 1 overwrites it: CTA 0's
+# reads race with the write even though CTA 1's own reads (ordered before its write) came last.
+_READ_THEN_WRITE = _HEADER + """.visible .entry overwrite(.param .u64 x, .param .u64 out)
+{
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<3>;
+    .reg .pred %p<2>;
+    ld.param.u64 %rd0, [x];
+    ld.param.u64 %rd1, [out];
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r1, %ctaid.x;
+    ld.global.u32 %r2, [%rd0];
+    or.b32 %r3, %r0, %r1;
+    setp.eq.u32 %p0, %r3, 0;
+    @%p0 st.global.u32 [%rd1], %r2;
+    setp.eq.u32 %p1, %r1, 1;
+    setp.eq.and.u32 %p1, %r0, 0, %p1;
+    bar.sync 0;
+    @%p1 st.global.u32 [%rd0], 9;
+    ret;
+}
+"""
+
+
+@pytest.mark.parametrize("grid, block, cta_order", [(2, 32, [0, 1]), (2, 32, [1, 0]), (3, 1024, None)])
+def test_a_write_after_another_ctas_read_is_a_race(grid, block, cta_order):
+    """In one batch of CTAs, or in the next batch (1024 threads: two CTAs a batch): records last the launch."""
+    text = _READ_THEN_WRITE.replace("setp.eq.u32 %p1, %r1, 1;", f"setp.eq.u32 %p1, %r1, {grid - 1};")
+    with pytest.raises(PtxHazardError, match=r"^<ptx>:20: error: st.global.u32: writes global address .*\(argument 0 "
+                                             r"\(x\) .* which the instruction at line 13 \(thread \(\d+, 0, 0\) of CTA "
+                                             r"\([01], 0, 0\)\) read"):
+        launch(text, "overwrite", grid, block, [np.full(1, 5, np.uint32), np.zeros(1, np.uint32)], cta_order=cta_order)
+
+
+def test_atomics_of_every_thread_and_cta_never_race():
+    text = _HEADER + """.visible .entry count(.param .u64 x)
+{
+    .reg .b32 %r<2>;
+    .reg .b64 %rd<1>;
+    ld.param.u64 %rd0, [x];
+    atom.global.add.u32 %r0, [%rd0], 1;
+    red.global.add.u32 [%rd0], 1;
+    ret;
+}
+"""
+    assert launch(text, "count", 3, 64, [np.zeros(1, np.uint32)])[0][0] == 2 * 3 * 64
+
+
+def test_races_false_turns_the_global_checks_off():
+    out = launch(_TWO_STORES.replace("SYNC", ""), "stores", 1, 64, [np.zeros(1, np.uint32)], races=False)[0]
+    assert out[0] == 2
