@@ -489,9 +489,9 @@ def test_five_thousand_lines_parse_in_well_under_two_seconds(tessera_ptx):
     copies = [f".visible .entry copy{i}_" + entry_text for i in range(3)]
     big = header + "".join(copies)
     assert big.count("\n") > 5000
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: the parser's own cost, not the machine's load
     module = parse_ptx(big)
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     assert len(module.entries) == 3
     assert elapsed < 1.5, f"{elapsed:.2f} s for {big.count(chr(10))} lines"
 
