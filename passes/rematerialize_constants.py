@@ -171,7 +171,8 @@ class RematerializeConstantsPass(ModulePass):
         for offsets in [o for o in op.walk() if _is_lane_offsets(o)]:
             _recreate_at_uses(offsets)
         advances = [o for o in op.walk() if isinstance(o, sm90.DescriptorAdvanceOp)]
-        for cheap in advances + [o for o in op.walk() if isinstance(o, arith.ConstantOp)]:
+        buffers = [o for o in op.walk() if isinstance(o, sm90.SharedBufferOp)]
+        for cheap in advances + buffers + [o for o in op.walk() if isinstance(o, arith.ConstantOp)]:
             lane = splat_value(cheap.result) if isinstance(cheap, arith.ConstantOp) else None
             for use in list(cheap.result.uses):
                 user = use.operation

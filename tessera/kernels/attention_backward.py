@@ -121,6 +121,12 @@ class BackwardConfig:
                                          bm if block_m is None else block_m, bn if block_n is None else block_n)
         return cls(config, check_flag("deterministic", deterministic))
 
+    @property
+    def key_rows(self) -> bool:
+        """Whether the main kernel puts keys on the rows of its register tiles (`_build_main_key_rows`): when the
+        key block is the larger (FlashAttention-3's 64 x 128 at head_dim 128)."""
+        return self.attention.block_n > self.attention.block_m
+
     def kernel_name(self, part: str) -> str:
         """`attention_backward_preprocess_d128_bf16_causal` and the like (main: `attention_backward_d128_...`,
         with `_deterministic` when it orders its dQ additions)."""
@@ -157,7 +163,8 @@ def _rows_tensor() -> tuple[object, list]:
 
 
 def _build_preprocess(cfg: BackwardConfig) -> ModuleOp:
-    """dPsum = rowsum(dO * O) (f32), LSE2 = LSE * log2 e, dq_accum = 0, one [BM] query block per thread block."""
+    """dPsum = rowsum(dO * O) (f32), LSE2 = LSE * log2 e (+inf where LSE = -inf), dq_accum = 0, one [BM] query
+    block per thread block."""
     c = cfg.attention
     half, half_dims = _tensor(c, "heads", "seq_q")
     acc, acc_dims = _tensor(c, "heads", "seq_q", f32)
@@ -186,7 +193,12 @@ def _build_preprocess(cfg: BackwardConfig) -> ModuleOp:
     do = b.cast(b.load(window("dO", [bm, d]), "do"), f32, "do_f32")
     b.store_global(b.unary(tile.RowSumOp, b.binary(tile.MulOp, do, o, "do_o"), "dpsum"), window("dPsum", [bm]))
     lse = b.load(window("LSE", [bm]), "lse")
-    b.store_global(b.scale(lse, LOG2E, "lse2"), window("LSE2", [bm]))
+    # a row that sees no key (LSE = -inf) gets LSE2 = +inf: exp2(s - LSE2) = 0 for every score s, -inf included
+    # (exp2(-inf - -inf) would be NaN), whichever way the main kernel subtracts it
+    sees_none = b.emit(tile.CmpOp("eq", lse, b.fill(float("-inf"), register_tile([bm]), "minus_inf")), "sees_none")
+    lse2 = b.emit(tile.SelectOp(sees_none, b.fill(float("inf"), register_tile([bm]), "plus_inf"),
+                                b.scale(lse, LOG2E, "lse_log2")), "lse2")
+    b.store_global(lse2, window("LSE2", [bm]))
     b.store_global(b.fill(0.0, register_tile([bm, d]), "dq_zero"), window("dQaccum", [bm, d]))
     return finish_kernel(fn, b)
 
@@ -352,6 +364,134 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None) -> Modul
     return finish_kernel(fn, b)
 
 
+def _build_main_key_rows(cfg: BackwardConfig) -> ModuleOp:
+    """The main kernel with keys on the rows of every register tile (FlashAttention-3's SdP_swapAB and
+    dQ_swapAB at head_dim 128): S^T = K Q^T and dP^T = V dO^T are [BN, BM], dK and dV [BN, D], dQ^T = K^T dS^T
+    [D, BM], so with BN = D every register tile has BN rows and two consumer warpgroups each own BN/2 keys of
+    the block. P^T and dS^T are then already the A operands of dV += P^T dO and dK += dS^T Q, taken from
+    registers (no shared round trip for P); dS^T goes to shared memory once, as the B operand of dQ^T, which is
+    added into dq_accum transposed (`tile.atomic_add ... transpose`). LSE2 and dPsum are per query, i.e. per
+    column: broadcast down the columns (`tile.load_broadcast`). The masks are written with coordinates
+    (`tile.iota`/`tile.cmp`/`tile.select`): key rows past seq_k, and bottom-right causal. The arguments, grid,
+    traversal (GQA group loop, causal first query block) and results are `_build_main`'s."""
+    c = cfg.attention
+    elt, d, bm, bn = c.element_type, c.head_dim, c.block_m, c.block_n
+    q_t, q_dims = _tensor(c, "heads", "seq_q")
+    k_t, k_dims = _tensor(c, "heads_k", "seq_k")
+    acc, acc_dims = _tensor(c, "heads", "seq_q", f32)
+    rows, rows_dims = _rows_tensor()
+    args = [
+        ArgSpec("Q", q_t, q_dims),
+        ArgSpec("K", k_t, k_dims),
+        ArgSpec("V", k_t, k_dims),
+        ArgSpec("dO", q_t, q_dims),
+        ArgSpec("LSE2", rows, rows_dims),
+        ArgSpec("dPsum", rows, rows_dims),
+        ArgSpec("dQaccum", acc, acc_dims, role="out"),
+        ArgSpec("dK", k_t, k_dims, role="out"),
+        ArgSpec("dV", k_t, k_dims, role="out"),
+    ]
+    if cfg.deterministic:
+        sem = global_tensor([None, None, None], IntegerType(32))
+        args.append(ArgSpec("dQsemaphore", sem, ["batch", "heads", ceildiv_dim("seq_q", bm)], role="scratch"))
+    grid = [ceildiv_dim("seq_k", bn), "heads_k", "batch"]
+    fn, b = kernel_function(cfg.kernel_name("main"), args, cfg.kernel_info(), grid)
+    v = dict(zip((a.name for a in args), fn.body.blocks.first.args))
+
+    n_block = b.program_id("x", "k_block")
+    head_k = b.program_id("y", "head_k")
+    batch = b.program_id("z", "batch")
+    zero = b.const(0)
+    seq_q, seq_k = b.dim(v["Q"], 2, "seq_q"), b.dim(v["K"], 2, "seq_k")
+    group = b.emit(arith.DivUIOp(b.dim(v["Q"], 1, "heads"), b.dim(v["K"], 1, "heads_k")), "group")
+    k0 = b.muli(n_block, b.const(bn), "k0")
+
+    smem = {name: b.alloc_shared(shared_tile(shape, elt), f"{name.lower()}_smem")
+            for name, shape in (("K", [bn, d]), ("V", [bn, d]), ("Q", [bm, d]), ("dO", [bm, d]), ("dS", [bn, bm]))}
+    for name in ("K", "V"):
+        b.cp_async(b.view(v[name], [batch, head_k, k0, zero], [bn, d], f"{name.lower()}_window"), smem[name])
+    b.cp_commit_group()
+
+    n_q = b.ceildivui(seq_q, b.const(bm), "n_q")
+    m_start = zero
+    if c.causal:
+        first_row = b.maxsi(b.subi(b.addi(k0, seq_q, "k0_plus_seq_q"), seq_k, "first_row_signed"), zero, "first_row")
+        m_start = b.emit(arith.DivUIOp(first_row, b.const(bm)), "m_start")
+    trips = b.maxsi(b.subi(n_q, m_start, "q_blocks_signed"), zero, "q_blocks")
+    i32 = IntegerType(32)
+    # key k of row r is k0 + r; a key past seq_k is masked. Causal (bottom-right): key k is hidden from
+    # query q when k > q + seq_k - seq_q, i.e. when k0 - (seq_k - seq_q) + r > q0 + c.
+    if c.causal:
+        shift = b.subi(k0, b.subi(seq_k, seq_q, "diagonal"), "k0_shifted")
+    else:
+        key_rows = b.emit(tile.IotaOp("rows", register_tile([bn], i32), k0), "key")
+        seq_k_rows = b.emit(tile.SplatOp(seq_k, register_tile([bn], i32)), "seq_k_rows")
+        keys_inside = b.emit(tile.CmpOp("lt", key_rows, seq_k_rows), "key_inside")
+    minus_inf = b.fill(float("-inf"), register_tile([bn, bm]), "minus_inf")
+    score_scale = b.fill(c.scale * LOG2E, register_tile([bn, bm]), "score_scale")
+
+    def query_block(b: TileBuilder, m: SSAValue, carried, head: SSAValue) -> list[SSAValue]:
+        dk, dv = carried
+        q0 = b.muli(m, b.const(bm), "q0")
+        for name in ("Q", "dO"):
+            b.cp_async(b.view(v[name], [batch, head, q0, zero], [bm, d], f"{name.lower()}_window"), smem[name])
+        b.cp_commit_group()
+        b.cp_wait_group(0)  # the first trip's wait also covers K and V
+        b.barrier()
+        st = b.mma(smem["K"], smem["Q"], b.fill(0.0, register_tile([bn, bm]), "st_zero"), "st", transpose_b=True)
+        if c.causal:  # a key past seq_k is past every query's diagonal too (q < seq_q): one mask does both
+            shifted = b.emit(tile.IotaOp("rows", register_tile([bn], i32), shift), "key_shifted")
+            queries = b.emit(tile.IotaOp("cols", register_tile([1, bm], i32), q0), "query")
+            visible = b.emit(tile.CmpOp("le", shifted, queries), "visible")
+        else:
+            visible = keys_inside
+        st = b.emit(tile.SelectOp(visible, st, minus_inf), "st_masked")
+        lse2 = b.load_broadcast(b.view(v["LSE2"], [batch, head, q0], [bm], "lse2_window"), bn, "lse2")
+        st_log2 = b.fma(st, score_scale, b.emit(tile.NegOp(lse2), "neg_lse2"), "st_log2")
+        pt = b.emit(tile.Exp2Op(st_log2), "pt")
+        # dP^T - dPsum in one product: the accumulator starts at -dPsum (down each column), so that dPsum is
+        # never held beside P^T and dP^T (16 registers a thread, which the warp-specialized consumers lack)
+        dpsum = b.load_broadcast(b.view(v["dPsum"], [batch, head, q0], [bm], "dpsum_window"), bn, "dpsum")
+        # (-1 x dPsum: one multiplication per accumulator register, which the accumulator's initial values cost anyway)
+        neg_dpsum = b.scale(dpsum, -1.0, "neg_dpsum")
+        dpt = b.mma(smem["V"], smem["dO"], neg_dpsum, "dpt_minus_dpsum", transpose_b=True)
+        dst = b.binary(tile.MulOp, pt, dpt, "dst")
+        pt_half = b.cast(pt, elt, "pt_half")
+        dst_half = b.cast(dst, elt, "dst_half")
+        b.emit(tile.StoreSharedOp(dst_half, smem["dS"]))
+        dv = b.mma(pt_half, smem["dO"], dv, "dv_next")                                    # P^T dO
+        dk = b.mma(dst_half, smem["Q"], dk, "dk_next")                                    # dS^T Q
+        b.barrier()  # dS^T published to every warp
+        dqt = b.mma(smem["K"], smem["dS"], b.fill(0.0, register_tile([d, bm]), "dqt_zero"), "dqt_part",
+                    transpose_a=True)                                                     # K^T dS^T
+        dq_window = b.view(v["dQaccum"], [batch, head, q0, zero], [bm, d], "dqaccum_window")
+        if cfg.deterministic:
+            sem = b.view(v["dQsemaphore"], [batch, head, m], [1], "sem_window")
+            b.emit(tile.SemWaitOp(sem, n_block))
+            b.emit(tile.AtomicAddOp(dqt, dq_window, transpose=True))
+            b.emit(tile.SemSignalOp(sem))
+        else:
+            b.emit(tile.AtomicAddOp(dqt, dq_window, transpose=True))
+        b.barrier()  # every warp has read Q, dO and dS^T before the next trip overwrites them
+        return [dk, dv]
+
+    def group_head(b: TileBuilder, g: SSAValue, carried) -> list[SSAValue]:
+        head = b.addi(b.muli(head_k, group, "group_first_head"), g, "head")
+
+        def step(b: TileBuilder, t: SSAValue, inner) -> list[SSAValue]:
+            return query_block(b, b.addi(m_start, t, "m") if c.causal else t, inner, head)
+        return list(b.for_loop(trips, list(carried), ["dk", "dv"], step, iv_name="t"))
+
+    acc_zero = b.fill(0.0, register_tile([bn, d]), "acc_zero")
+    dk, dv = b.for_loop(group, [acc_zero, acc_zero], ["dk", "dv"], group_head, iv_name="g")
+    b.cp_wait_group(0)  # the K and V copy, had no query block seen this key block
+    dk = b.scale(dk, c.scale, "dk_scaled")
+    for name, value in (("dK", dk), ("dV", dv)):
+        window = b.view(v[name], [batch, head_k, k0, zero], [bn, d], f"{name.lower()}_window")
+        b.store_global(b.cast(value, elt, f"{name.lower()}_half"), window)
+    return finish_kernel(fn, b)
+
+
 def attention_backward(
     head_dim: int = 128,
     causal: bool = False,
@@ -404,7 +544,8 @@ def attention_backward(
             mods = AttentionMods(mods.score_mod, mods.mask_mod, block_sparse=True)
     elif block_sparse:
         raise ValueError("block_sparse=True needs a mask_mod (the block lists are computed from it)")
-    return AttentionBackward(cfg, _build_preprocess(cfg), _build_main(cfg, mods), _build_postprocess(cfg))
+    main = _build_main_key_rows(cfg) if mods is None and cfg.key_rows else _build_main(cfg, mods)
+    return AttentionBackward(cfg, _build_preprocess(cfg), main, _build_postprocess(cfg))
 
 
 def attention_backward_preprocess(**options) -> ModuleOp:
@@ -415,7 +556,8 @@ def attention_backward_preprocess(**options) -> ModuleOp:
 
 def attention_backward_main(**options) -> ModuleOp:
     """The main kernel alone, for `attention_backward(**options)`."""
-    return _build_main(BackwardConfig.checked(**options))
+    cfg = BackwardConfig.checked(**options)
+    return _build_main_key_rows(cfg) if cfg.key_rows else _build_main(cfg)
 
 
 def attention_backward_postprocess(**options) -> ModuleOp:
