@@ -316,13 +316,57 @@ def test_warp_specialized_backward_ptx_is_bitwise_its_target_ir():
 
 
 # endregion
+# region keys on the rows: FA3's 64 x 128 block at head_dim 128, two consumer warpgroups
+
+
+def _key_rows(causal: bool):
+    return attention_backward(head_dim=128, causal=causal, block_m=64, block_n=128)
+
+
+@pytest.mark.parametrize("seq_q, seq_k, causal, heads, mode", [
+    (70, 65, False, 2, "bulk"),                               # seq_q > seq_k, GQA 2:1, ragged keys (bounds mask)
+    pytest.param(150, 77, True, 1, "red", marks=SLOW),        # rows that see no key (LSE2 = +inf)
+    pytest.param(50, 140, True, 2, "red", marks=SLOW),        # two key blocks, causal bottom-right, GQA
+])
+def test_key_rows_backward_lowered_is_within_the_rule(seq_q, seq_k, causal, heads, mode):
+    """S^T, dP^T, dK, dV and dQ^T all have 128 rows, so two consumer warpgroups each take 64 keys; dQ^T is
+    added into dq_accum transposed (red.global.add per register, or staged transposed for the bulk reduction)."""
+    problem = _problem(128, seq_q, seq_k, causal, heads=heads)
+    _assert_within_rule(_run(_key_rows(causal), problem, "target", mode), problem, causal)
+
+
+def test_key_rows_backward_ptx_is_bitwise_its_target_ir():
+    """The printed PTX, run by the PTX executor, computes bitwise what the CTA simulator computes; causal, GQA."""
+    kernels = _key_rows(True)
+    problem = _problem(128, 40, 70, True, heads=2)
+    assert _bitwise(_main_only(kernels, problem, "ptx", _pipeline("bulk")),
+                    _main_only(kernels, problem, "target", _pipeline("bulk")))
+
+
+@pytest.mark.parametrize("causal, mode", [(True, "bulk"), pytest.param(False, "red", marks=SLOW)])
+def test_key_rows_backward_ptxas_clean_with_fa3s_work_per_key(causal, mode, ptxas):
+    """256 threads (two consumer warpgroups), no spill, no warning; the main loop (one 64 x 128 block) issues 8
+    wgmma groups of HGMMA. bench/backward_sass.py prints its instructions per key beside FA3's."""
+    result = tessera.compile(_key_rows(causal).main, target="cubin", pipeline=_pipeline(mode))
+    assert not result.log.diagnostics, result.text
+    (function,) = result.log.functions.values()
+    assert function.spill_store_bytes == function.spill_load_bytes == function.stack_frame_bytes == 0, result.text
+    lowered = tessera.compile(_key_rows(causal).main, target="target", pipeline=_pipeline(mode))
+    fn = next(op for op in lowered.walk() if is_target_kernel(op))
+    assert fn.attributes["sm90.kernel"].data["threads"].value.data == 256
+    ops = innermost_loop(disassemble(result.cubin), containing="HGMMA").opcode_counts
+    assert any(op.startswith("HGMMA") for op in ops), ops
+
+
+# endregion
 # region refusals
 
 
 def test_two_row_counts_are_refused_by_name():
-    fa3_128 = attention_backward(head_dim=128, block_m=64, block_n=128).main  # FA3's 64 x 128
+    """Keys on the rows at head_dim 64 (64 x 128): dQ^T has 64 rows, S^T, dK and dV 128."""
+    key_rows_64 = attention_backward(head_dim=64, block_m=64, block_n=128).main
     with pytest.raises(DiagnosticException, match=r"register tiles must all have the same number of rows"):
-        tessera.compile(fa3_128, target="target", pipeline=passes.PTX_PIPELINE)
+        tessera.compile(key_rows_64, target="target", pipeline=passes.PTX_PIPELINE)
 
 
 def test_a_ring_in_a_loop_nest_whose_trip_count_varies_is_refused_by_name():

@@ -47,7 +47,7 @@ class PressurePeak:
     def describe(self, limit: int = 12) -> str:
         """`at file:line:col (op): %a (64 registers, op at file:line:col), ...` (the first `limit` values)."""
         where = f"{self.location} ({self.op})" if self.location else self.op
-        import os; limit = int(os.environ.get("TESSERA_PEAK_LIMIT", limit)); listing = ", ".join(str(v) for v in self.live[:limit])
+        listing = ", ".join(str(v) for v in self.live[:limit])
         more = f", and {len(self.live) - limit} more" if len(self.live) > limit else ""
         return f"at {where}, live: {listing}{more}"
 
