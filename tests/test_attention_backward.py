@@ -210,15 +210,17 @@ def test_api_below_tile_level_runs(level):
 
 
 def test_a_refused_lowering_is_named_and_a_bug_is_not_hidden(monkeypatch):
-    """A pipeline whose pass refuses a backward kernel (`SPECIALIZED_PIPELINE`, which does not fall back: at
-    head_dim 64 the main kernel's consumers would need 248 registers of 240) is BackwardNotLowered naming the kernel;
-    any other exception of the lowering propagates as itself, not as a refusal."""
+    """A pipeline whose pass refuses a backward kernel (`SPECIALIZED_PIPELINE`, which does not fall back, with
+    setmaxnreg's largest budget made 128 here: the main kernel's consumers need more) is BackwardNotLowered naming
+    the kernel; any other exception of the lowering propagates as itself, not as a refusal."""
     import tessera.runtime.attention_backward as backward
     from tessera import passes
+    from tessera.sm90 import facts
 
     problem = _problem(1, 1, 64, False, 2, "bf16", heads=4)
     assert passes.SPECIALIZED_PIPELINE != passes.DEFAULT_PIPELINE  # not allocated: named, so it does not fall back
     monkeypatch.setattr(backward, "BACKWARD_PIPELINE", "SPECIALIZED_PIPELINE")
+    monkeypatch.setattr(facts, "SETMAXNREG_MAX", 128)
     with pytest.raises(BackwardNotLowered, match=r"needs kernel @attention_backward\w* lowered to Target IR, "
                                                  r"and the default pipeline does not lower it yet: .*warp-specialize"):
         tessera.attention_backward(*problem, level="target")
