@@ -35,10 +35,10 @@ Only the scalar stays live.
 
 A shared buffer's address (`sm90.shared_buffer`: the dynamic shared memory's base plus a constant offset, one
 `add` or none) is a constant too, re-created at each use the same way, and so is an address a fixed distance
-into it (`arith.addi` of the buffer and an offset: a ring stage's slot, its full and empty barriers) is
-re-created right before each use: hoisted, each buffer, ring and mbarrier address held a register across every loop, and a stage's
-addresses (the Q and dO slots and their empty barriers) were held from the top of a trip to its releases; the
-offset they share (the slot's) stays live instead. The copies name the same buffer (its symbol and offset),
+into it (`arith.addi` of the buffer and an offset: a ring stage's slot, not its barriers) is re-created right
+before each use: hoisted, each buffer, ring and mbarrier address held a register across every loop, and a stage's
+addresses (the Q and dO slots) were held from the top of a trip to its last wgmma; the offset they share (the
+slot's) stays live instead. The copies name the same buffer (its symbol and offset),
 which is all the interpreters and multicast-cluster-copies look at.
 """
 
@@ -168,9 +168,14 @@ def _recreate_at_uses(op: arith.AddiOp) -> None:
 
 
 def _is_shared_offset(op: Operation) -> bool:
-    """An i32 `arith.addi` of a shared buffer's address and an offset (a ring stage's slot address or its
-    barriers'), used anywhere but right after it."""
-    return (isinstance(op, arith.AddiOp) and any(use.operation is not op.next_op for use in op.result.uses)
+    """An i32 `arith.addi` of a shared buffer's address and an offset (a ring stage's slot address), used
+    anywhere but right after it, and not by an mbarrier operation (a barrier's address stays where the stage
+    made it: one add per stage, and the barrier operations keep the order in which their addresses are made)."""
+    if not isinstance(op, arith.AddiOp):
+        return False
+    uses = [use.operation for use in op.result.uses]
+    return (any(user is not op.next_op for user in uses)
+            and not any(user.name.startswith("sm90.mbarrier") for user in uses)
             and any(isinstance(v.owner, sm90.SharedBufferOp) for v in op.operands))
 
 

@@ -134,7 +134,7 @@ def test_the_three_kernels_and_their_names():
     assert [(a.name, a.role) for a in main.args] == [
         ("Q", "in"), ("K", "in"), ("V", "in"), ("dO", "in"), ("LSE2", "in"), ("dPsum", "in"),
         ("dQaccum", "out"), ("dK", "out"), ("dV", "out"), ("dQsemaphore", "scratch")]
-    assert str(main.grid) == "#tile.dims<ceildiv(seq_k, 64), heads_k, batch>"  # head_dim 128: 64 x 64 blocks
+    assert str(main.grid) == "#tile.dims<ceildiv(seq_k, 128), heads_k, batch>"  # head_dim 128: 64 x 128 blocks
     for module in kernels.modules:  # the printed kernels read back
         text = tessera.print_module(module)
         assert tessera.print_module(tessera.parse_module(text)) == text

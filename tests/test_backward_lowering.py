@@ -9,7 +9,10 @@
 - the warp-specialized backward (a TMA producer warpgroup filling two-stage Q/dO rings: the default pipeline at
   head_dim 128) is bitwise the single-stage kernel at target level and its own PTX at PTX level,
   GQA included (the rings restart in every head of the group), and ptxas-clean;
-- what is not lowered is refused by name: head_dim 128's FA3 blocks (64 x 128: two row counts).
+- head_dim 128's FA3 blocks (64 x 128, the default): keys on the rows of every register tile, two consumer
+  warpgroups; warp-specialized (the default pipeline, 384 threads) bitwise the single-stage kernel at target
+  and PTX level, both ptxas-clean;
+- what is not lowered is refused by name: two row counts (head_dim 64 with 64 x 128 blocks).
 The whole issue matrix runs at Tile level in tests/test_attention_backward.py; the cases marked slow here run
 with `-m slow`.
 """
@@ -324,7 +327,7 @@ def _key_rows(causal: bool):
 
 
 @pytest.mark.parametrize("seq_q, seq_k, causal, heads, mode", [
-    (70, 65, False, 2, "bulk"),                               # seq_q > seq_k, GQA 2:1, ragged keys (bounds mask)
+    pytest.param(70, 65, False, 2, "bulk", marks=SLOW),       # seq_q > seq_k, GQA 2:1, ragged keys (bounds mask)
     pytest.param(150, 77, True, 1, "red", marks=SLOW),        # rows that see no key (LSE2 = +inf)
     pytest.param(50, 140, True, 2, "red", marks=SLOW),        # two key blocks, causal bottom-right, GQA
 ])
@@ -335,26 +338,45 @@ def test_key_rows_backward_lowered_is_within_the_rule(seq_q, seq_k, causal, head
     _assert_within_rule(_run(_key_rows(causal), problem, "target", mode), problem, causal)
 
 
-def test_key_rows_backward_ptx_is_bitwise_its_target_ir():
-    """The printed PTX, run by the PTX executor, computes bitwise what the CTA simulator computes; causal, GQA."""
-    kernels = _key_rows(True)
-    problem = _problem(128, 40, 70, True, heads=2)
-    assert _bitwise(_main_only(kernels, problem, "ptx", _pipeline("bulk")),
-                    _main_only(kernels, problem, "target", _pipeline("bulk")))
+@pytest.mark.parametrize("seq_q, seq_k, causal, heads, level", [
+    (40, 150, True, 2, "ptx"),                                # two key blocks, causal, GQA: the PTX executor
+    pytest.param(70, 65, False, 2, "target", marks=SLOW),     # seq_q > seq_k, ragged keys
+    pytest.param(150, 77, True, 1, "target", marks=SLOW),     # rows that see no key
+])
+def test_key_rows_warp_specialized_is_bitwise_the_single_stage_kernel(seq_q, seq_k, causal, heads, level):
+    """The default pipeline warp-specializes the keys-on-rows kernel (a TMA producer, two consumer warpgroups of
+    64 keys): at `level` (its printed PTX in the executor, or its Target IR) it computes bitwise what the single-stage
+    kernel computes in the CTA simulator, which is within the backward's rule."""
+    kernels = _key_rows(causal)
+    problem = _problem(128, seq_q, seq_k, causal, heads=heads)
+    single = _main_only(kernels, problem, "target", passes.PTX_PIPELINE)
+    assert _bitwise(_main_only(kernels, problem, level, WARP_SPECIALIZED), single)
+    dq = tessera.interpret(kernels.postprocess, single[0], level="tile")
+    _assert_within_rule((dq, *single[1:]), problem, causal)
 
 
-@pytest.mark.parametrize("causal, mode", [(True, "bulk"), pytest.param(False, "red", marks=SLOW)])
-def test_key_rows_backward_ptxas_clean_with_fa3s_work_per_key(causal, mode, ptxas):
-    """256 threads (two consumer warpgroups), no spill, no warning; the main loop (one 64 x 128 block) issues 8
-    wgmma groups of HGMMA. bench/backward_sass.py prints its instructions per key beside FA3's."""
-    result = tessera.compile(_key_rows(causal).main, target="cubin", pipeline=_pipeline(mode))
+@pytest.mark.parametrize("causal, mode, pipeline", [(True, "red", WARP_SPECIALIZED),
+                                                    pytest.param(False, "bulk", passes.PTX_PIPELINE, marks=SLOW)])
+def test_key_rows_backward_ptxas_clean(causal, mode, pipeline, ptxas):
+    """No spill, no warning; warp-specialized (the default pipeline, dQ by red: without a fallback warning) a
+    producer and two consumer warpgroups (384 threads, UTMALDG, USETMAXREG), single-stage 256 threads; the main loop
+    (one 64 x 128 block) issues HGMMA. bench/backward_sass.py prints its instructions per key beside FA3's."""
+    main = _key_rows(causal).main
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TesseraWarning)
+        lowered = tessera.compile(main, target="target", pipeline=_pipeline(mode, base=pipeline))
+        result = tessera.compile(main, target="cubin", pipeline=_pipeline(mode, base=pipeline))
     assert not result.log.diagnostics, result.text
     (function,) = result.log.functions.values()
     assert function.spill_store_bytes == function.spill_load_bytes == function.stack_frame_bytes == 0, result.text
-    lowered = tessera.compile(_key_rows(causal).main, target="target", pipeline=_pipeline(mode))
     fn = next(op for op in lowered.walk() if is_target_kernel(op))
-    assert fn.attributes["sm90.kernel"].data["threads"].value.data == 256
-    ops = innermost_loop(disassemble(result.cubin), containing="HGMMA").opcode_counts
+    threads = fn.attributes["sm90.kernel"].data["threads"].value.data
+    sass = disassemble(result.cubin)
+    if pipeline == WARP_SPECIALIZED:
+        assert threads == 384 and "UTMALDG" in sass and "USETMAXREG.TRY_ALLOC" in sass
+    else:
+        assert threads == 256
+    ops = innermost_loop(sass, containing="HGMMA").opcode_counts
     assert any(op.startswith("HGMMA") for op in ops), ops
 
 

@@ -84,12 +84,13 @@ HEAD_DIMS = (64, 128)
 2 x [BN, 256] f32, take 256 registers per thread of two consumer warpgroups at BN = 64 (Hopper gives a
 thread at most 255), before S, dP and their fragments."""
 
-DEFAULT_BLOCKS = {64: (128, 128), 128: (64, 64)}
-"""(BM, BN) by head_dim. At head_dim 64, FlashAttention-3's Hopper backward tile. The dK and dV accumulators
-[BN, D] f32 stay live through the whole kernel, so at head_dim 128 the query block shrinks to 64 rows to
-leave room for S and dP ([BM, BN] f32 each); FA3 keeps BN = 128 there, but convert-tile-to-sm90 gives every
-register tile of a kernel one row count (BM rows for S and dP, BN rows for dK and dV), so BN = BM = 64 is the
-largest tile the lowering takes (64 x 128 is refused by name below Tile level)."""
+DEFAULT_BLOCKS = {64: (128, 128), 128: (64, 128)}
+"""(BM, BN) by head_dim: FlashAttention-3's Hopper backward tiles. The dK and dV accumulators [BN, D] f32 stay
+live through the whole kernel. At head_dim 64 every register tile has 128 rows (S, dP: BM; dK, dV: BN), two
+consumer warpgroups of 64 rows each. At head_dim 128 the main kernel puts keys on the rows
+(`_build_main_key_rows`): S^T, dP^T [BN, BM], dK, dV [BN, D] and dQ^T [D, BM] all have BN = D = 128 rows, so the
+two consumer warpgroups each own 64 keys of the block with 64 queries (convert-tile-to-sm90 gives every register
+tile of a kernel one row count). 64 x 64 (`block_m=64, block_n=64`) is the single-warpgroup kernel."""
 
 MODS_BLOCKS = {64: (64, 64), 128: (64, 64)}
 """(BM, BN) by head_dim with a score_mod or mask_mod. A modifier's tiles live beside P, dP, dK and dV: at
@@ -420,10 +421,8 @@ def _build_main_key_rows(cfg: BackwardConfig) -> ModuleOp:
     trips = b.maxsi(b.subi(n_q, m_start, "q_blocks_signed"), zero, "q_blocks")
     i32 = IntegerType(32)
     # key k of row r is k0 + r; a key past seq_k is masked. Causal (bottom-right): key k is hidden from
-    # query q when k > q + seq_k - seq_q, i.e. when k0 - (seq_k - seq_q) + r > q0 + c.
-    if c.causal:
-        shift = b.subi(k0, b.subi(seq_k, seq_q, "diagonal"), "k0_shifted")
-    else:
+    # query q = q0 + c when k > q + seq_k - seq_q.
+    if not c.causal:
         key_rows = b.emit(tile.IotaOp("rows", register_tile([bn], i32), k0), "key")
         seq_k_rows = b.emit(tile.SplatOp(seq_k, register_tile([bn], i32)), "seq_k_rows")
         keys_inside = b.emit(tile.CmpOp("lt", key_rows, seq_k_rows), "key_inside")
@@ -440,9 +439,12 @@ def _build_main_key_rows(cfg: BackwardConfig) -> ModuleOp:
         b.barrier()
         st = b.mma(smem["K"], smem["Q"], b.fill(0.0, register_tile([bn, bm]), "st_zero"), "st", transpose_b=True)
         if c.causal:  # a key past seq_k is past every query's diagonal too (q < seq_q): one mask does both
-            shifted = b.emit(tile.IotaOp("rows", register_tile([bn], i32), shift), "key_shifted")
-            queries = b.emit(tile.IotaOp("cols", register_tile([1, bm], i32), q0), "query")
-            visible = b.emit(tile.CmpOp("le", shifted, queries), "visible")
+            # (the diagonal added on the query side, per trip, from q0: k0 - (seq_k - seq_q) or seq_k - seq_q would
+            # hold a register across the loops)
+            diagonal = b.subi(b.addi(q0, seq_k, "q0_plus_seq_k"), seq_q, "q0_diagonal")
+            keys = b.emit(tile.IotaOp("rows", register_tile([bn], i32), k0), "key")
+            queries = b.emit(tile.IotaOp("cols", register_tile([1, bm], i32), diagonal), "query_diagonal")
+            visible = b.emit(tile.CmpOp("le", keys, queries), "visible")
         else:
             visible = keys_inside
         st = b.emit(tile.SelectOp(visible, st, minus_inf), "st_masked")
