@@ -271,14 +271,17 @@ def _bitwise(a, b) -> bool:
     return all(np.array_equal(np.asarray(x).view(np.uint8), np.asarray(y).view(np.uint8)) for x, y in zip(a, b))
 
 
-@pytest.mark.parametrize("head_dim, causal, pipeline", [(128, True, passes.DEFAULT_PIPELINE),
-                                                     pytest.param(64, False, WARP_SPECIALIZED, marks=SLOW)])
-def test_default_pipeline_warp_specializes_the_backward_ptxas_clean(head_dim, causal, pipeline, ptxas):
-    """At head_dim 128 (block 64 x 64) the default pipeline's first configuration fits the main kernel, without a
-    fallback warning: a producer warpgroup fills the Q/dO rings by TMA (UTMALDG), setmaxnreg gives the consumers
-    their budget (USETMAXREG), and ptxas takes it without a warning (no serialized wgmma) or a spill; the main
-    loop issues HGMMA and adds dQ with RED. (overlap-softmax leaves the loop alone: two accumulators, dK, dV.)"""
-    main = attention_backward(head_dim=head_dim, causal=causal, block_m=64, block_n=64).main
+@pytest.mark.parametrize("head_dim, causal, block, pipeline", [
+    (128, True, 64, passes.DEFAULT_PIPELINE),
+    pytest.param(64, False, 128, WARP_SPECIALIZED, marks=SLOW),  # two consumer warpgroups, query rows
+])
+def test_default_pipeline_warp_specializes_the_backward_ptxas_clean(head_dim, causal, block, pipeline, ptxas):
+    """At head_dim 128 (block 64 x 64) and 64 (128 x 128, rematerialized shared addresses: 248 -> 234 registers)
+    the default pipeline's first configuration fits the main kernel, without a fallback warning: a producer
+    warpgroup fills the Q/dO rings by TMA (UTMALDG), setmaxnreg gives the consumers their budget (USETMAXREG), and
+    ptxas takes it without a warning (no serialized wgmma) or a spill; the main loop issues HGMMA and adds dQ with
+    RED. (overlap-softmax leaves the loop alone: two accumulators, dK, dV.)"""
+    main = attention_backward(head_dim=head_dim, causal=causal, block_m=block, block_n=block).main
     with warnings.catch_warnings():
         warnings.simplefilter("error", TesseraWarning)
         result = tessera.compile(main, target="cubin", pipeline=pipeline)
@@ -291,19 +294,20 @@ def test_default_pipeline_warp_specializes_the_backward_ptxas_clean(head_dim, ca
     assert any(op.startswith("HGMMA") for op in ops) and any(op.startswith("RED") for op in ops), ops
 
 
-@pytest.mark.parametrize("head_dim, seq_q, seq_k, causal, heads, mode", [
-    (64, 50, 90, True, 2, "red"),                                # ragged, GQA 2:1, causal bottom-right
-    (128, 70, 65, False, 2, "bulk"),                             # seq_q > seq_k, GQA, ragged keys
-    pytest.param(128, 150, 77, True, 1, "red", marks=SLOW),      # rows that see no key
-    pytest.param(64, 200, 200, False, 3, "bulk", marks=SLOW),    # GQA 3:1, four query blocks per key block
+@pytest.mark.parametrize("head_dim, seq_q, seq_k, causal, heads, mode, block", [
+    (64, 50, 90, True, 2, "red", 64),                             # ragged, GQA 2:1, causal bottom-right
+    (128, 70, 65, False, 2, "bulk", 64),                          # seq_q > seq_k, GQA, ragged keys
+    pytest.param(128, 150, 77, True, 1, "red", 64, marks=SLOW),   # rows that see no key
+    pytest.param(64, 200, 200, False, 3, "bulk", 64, marks=SLOW),  # GQA 3:1, four query blocks per key block
+    pytest.param(64, 150, 260, True, 2, "red", 128, marks=SLOW),  # head_dim 64's 128 x 128: two consumer warpgroups
 ])
 def test_warp_specialized_backward_is_bitwise_the_single_stage_one_at_target_level(head_dim, seq_q, seq_k, causal,
-                                                                                    heads, mode):
+                                                                                    heads, mode, block):
     """Same Tile IR, same arithmetic in the same order per element: the warp-specialized kernel's dq_accum, dK and dV
     (dQ added by red.global.add or by bulk reduction) are bitwise the single-stage kernel's (which is within the
     backward's rule, tests above). With GQA each head of the group refills the Q/dO rings from fill 0: the ring
     barriers' parities count the earlier heads' phases."""
-    kernels = attention_backward(head_dim=head_dim, causal=causal, block_m=64, block_n=64)
+    kernels = attention_backward(head_dim=head_dim, causal=causal, block_m=block, block_n=block)
     problem = _problem(head_dim, seq_q, seq_k, causal, heads=heads)
     assert _bitwise(_main_only(kernels, problem, "target", _pipeline(mode, base=WARP_SPECIALIZED)),
                     _main_only(kernels, problem, "target", passes.PTX_PIPELINE))
