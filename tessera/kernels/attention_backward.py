@@ -222,9 +222,30 @@ def _build_postprocess(cfg: BackwardConfig) -> ModuleOp:
     return finish_kernel(fn, b)
 
 
-def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None) -> ModuleOp:
-    """One thread block per key block of one K/V head: dK, dV in registers, dQ partials into dq_accum. With
-    `mods` (score_mod / mask_mod, `attention_backward`), their captured arrays are inputs after dPsum."""
+@dataclass
+class _MainFrame:
+    """What both main-kernel builders share: the kernel, its builder and arguments, the block's coordinates, its
+    shared tiles (K and V copied in, one commit group), and the query blocks it visits (`trips` from `m_start`)."""
+
+    fn: object
+    b: TileBuilder
+    v: dict
+    n_block: SSAValue
+    head_k: SSAValue
+    batch: SSAValue
+    zero: SSAValue
+    seq_q: SSAValue
+    seq_k: SSAValue
+    group: SSAValue
+    k0: SSAValue
+    smem: dict
+    m_start: SSAValue
+    trips: SSAValue
+
+
+def _main_frame(cfg: BackwardConfig, mods: AttentionMods | None, shared: dict) -> _MainFrame:
+    """The main kernel's arguments (with `mods`' captured arrays after dPsum), grid, coordinates, the shared tiles
+    `shared` (name -> shape; K and V copied in) and its query-block range."""
     c = cfg.attention
     elt, d, bm, bn = c.element_type, c.head_dim, c.block_m, c.block_n
     q_t, q_dims = _tensor(c, "heads", "seq_q")
@@ -259,9 +280,7 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None) -> Modul
     group = b.emit(arith.DivUIOp(b.dim(v["Q"], 1, "heads"), b.dim(v["K"], 1, "heads_k")), "group")
     k0 = b.muli(n_block, b.const(bn), "k0")
 
-    smem = {name: b.alloc_shared(shared_tile(shape, elt), f"{name.lower()}_smem")
-            for name, shape in (("K", [bn, d]), ("V", [bn, d]), ("Q", [bm, d]), ("dO", [bm, d]),
-                                ("P", [bm, bn]), ("dS", [bm, bn]))}
+    smem = {name: b.alloc_shared(shared_tile(shape, elt), f"{name.lower()}_smem") for name, shape in shared.items()}
     for name in ("K", "V"):
         b.cp_async(b.view(v[name], [batch, head_k, k0, zero], [bn, d], f"{name.lower()}_window"), smem[name])
     b.cp_commit_group()
@@ -274,6 +293,29 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None) -> Modul
         first_row = b.maxsi(b.subi(b.addi(k0, seq_q, "k0_plus_seq_q"), seq_k, "first_row_signed"), zero, "first_row")
         m_start = b.emit(arith.DivUIOp(first_row, b.const(bm)), "m_start")
     trips = b.maxsi(b.subi(n_q, m_start, "q_blocks_signed"), zero, "q_blocks")
+    return _MainFrame(fn, b, v, n_block, head_k, batch, zero, seq_q, seq_k, group, k0, smem, m_start, trips)
+
+
+def _finish_main(cfg: BackwardConfig, f: _MainFrame, dk: SSAValue, dv: SSAValue) -> ModuleOp:
+    """After the loops: dK scaled, dK and dV rounded and stored."""
+    c, b = cfg.attention, f.b
+    b.cp_wait_group(0)  # the K and V copy, had no query block seen this key block
+    dk = b.scale(dk, c.scale, "dk_scaled")
+    for name, value in (("dK", dk), ("dV", dv)):
+        window = b.view(f.v[name], [f.batch, f.head_k, f.k0, f.zero], [c.block_n, c.head_dim], f"{name.lower()}_window")
+        b.store_global(b.cast(value, c.element_type, f"{name.lower()}_half"), window)
+    return finish_kernel(f.fn, b)
+
+
+def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None) -> ModuleOp:
+    """One thread block per key block of one K/V head: dK, dV in registers, dQ partials into dq_accum. With
+    `mods` (score_mod / mask_mod, `attention_backward`), their captured arrays are inputs after dPsum."""
+    c = cfg.attention
+    elt, d, bm, bn = c.element_type, c.head_dim, c.block_m, c.block_n
+    f = _main_frame(cfg, mods, {"K": [bn, d], "V": [bn, d], "Q": [bm, d], "dO": [bm, d], "P": [bm, bn], "dS": [bm, bn]})
+    b, v, smem = f.b, f.v, f.smem
+    n_block, head_k, batch, zero, seq_q, seq_k, group, k0, m_start, trips = (
+        f.n_block, f.head_k, f.batch, f.zero, f.seq_q, f.seq_k, f.group, f.k0, f.m_start, f.trips)
 
     def query_block(b: TileBuilder, m: SSAValue, carried, head: SSAValue, masked: bool = True,
                     rank: SSAValue | None = None) -> list[SSAValue]:
@@ -357,12 +399,7 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None) -> Modul
 
     acc_zero = b.fill(0.0, register_tile([bn, d]), "acc_zero")
     dk, dv = b.for_loop(group, [acc_zero, acc_zero], ["dk", "dv"], group_head, iv_name="g")
-    b.cp_wait_group(0)  # the K and V copy, had no query block seen this key block
-    dk = b.scale(dk, c.scale, "dk_scaled")
-    for name, value in (("dK", dk), ("dV", dv)):
-        window = b.view(v[name], [batch, head_k, k0, zero], [bn, d], f"{name.lower()}_window")
-        b.store_global(b.cast(value, elt, f"{name.lower()}_half"), window)
-    return finish_kernel(fn, b)
+    return _finish_main(cfg, f, dk, dv)
 
 
 def _build_main_key_rows(cfg: BackwardConfig) -> ModuleOp:
@@ -377,48 +414,10 @@ def _build_main_key_rows(cfg: BackwardConfig) -> ModuleOp:
     traversal (GQA group loop, causal first query block) and results are `_build_main`'s."""
     c = cfg.attention
     elt, d, bm, bn = c.element_type, c.head_dim, c.block_m, c.block_n
-    q_t, q_dims = _tensor(c, "heads", "seq_q")
-    k_t, k_dims = _tensor(c, "heads_k", "seq_k")
-    acc, acc_dims = _tensor(c, "heads", "seq_q", f32)
-    rows, rows_dims = _rows_tensor()
-    args = [
-        ArgSpec("Q", q_t, q_dims),
-        ArgSpec("K", k_t, k_dims),
-        ArgSpec("V", k_t, k_dims),
-        ArgSpec("dO", q_t, q_dims),
-        ArgSpec("LSE2", rows, rows_dims),
-        ArgSpec("dPsum", rows, rows_dims),
-        ArgSpec("dQaccum", acc, acc_dims, role="out"),
-        ArgSpec("dK", k_t, k_dims, role="out"),
-        ArgSpec("dV", k_t, k_dims, role="out"),
-    ]
-    if cfg.deterministic:
-        sem = global_tensor([None, None, None], IntegerType(32))
-        args.append(ArgSpec("dQsemaphore", sem, ["batch", "heads", ceildiv_dim("seq_q", bm)], role="scratch"))
-    grid = [ceildiv_dim("seq_k", bn), "heads_k", "batch"]
-    fn, b = kernel_function(cfg.kernel_name("main"), args, cfg.kernel_info(), grid)
-    v = dict(zip((a.name for a in args), fn.body.blocks.first.args))
-
-    n_block = b.program_id("x", "k_block")
-    head_k = b.program_id("y", "head_k")
-    batch = b.program_id("z", "batch")
-    zero = b.const(0)
-    seq_q, seq_k = b.dim(v["Q"], 2, "seq_q"), b.dim(v["K"], 2, "seq_k")
-    group = b.emit(arith.DivUIOp(b.dim(v["Q"], 1, "heads"), b.dim(v["K"], 1, "heads_k")), "group")
-    k0 = b.muli(n_block, b.const(bn), "k0")
-
-    smem = {name: b.alloc_shared(shared_tile(shape, elt), f"{name.lower()}_smem")
-            for name, shape in (("K", [bn, d]), ("V", [bn, d]), ("Q", [bm, d]), ("dO", [bm, d]), ("dS", [bn, bm]))}
-    for name in ("K", "V"):
-        b.cp_async(b.view(v[name], [batch, head_k, k0, zero], [bn, d], f"{name.lower()}_window"), smem[name])
-    b.cp_commit_group()
-
-    n_q = b.ceildivui(seq_q, b.const(bm), "n_q")
-    m_start = zero
-    if c.causal:
-        first_row = b.maxsi(b.subi(b.addi(k0, seq_q, "k0_plus_seq_q"), seq_k, "first_row_signed"), zero, "first_row")
-        m_start = b.emit(arith.DivUIOp(first_row, b.const(bm)), "m_start")
-    trips = b.maxsi(b.subi(n_q, m_start, "q_blocks_signed"), zero, "q_blocks")
+    f = _main_frame(cfg, None, {"K": [bn, d], "V": [bn, d], "Q": [bm, d], "dO": [bm, d], "dS": [bn, bm]})
+    b, v, smem = f.b, f.v, f.smem
+    n_block, head_k, batch, zero, seq_q, seq_k, group, k0, m_start, trips = (
+        f.n_block, f.head_k, f.batch, f.zero, f.seq_q, f.seq_k, f.group, f.k0, f.m_start, f.trips)
     i32 = IntegerType(32)
     # key k of row r is k0 + r; a key past seq_k is masked. Causal (bottom-right): key k is hidden from
     # query q = q0 + c when k > q + seq_k - seq_q.
@@ -486,12 +485,7 @@ def _build_main_key_rows(cfg: BackwardConfig) -> ModuleOp:
 
     acc_zero = b.fill(0.0, register_tile([bn, d]), "acc_zero")
     dk, dv = b.for_loop(group, [acc_zero, acc_zero], ["dk", "dv"], group_head, iv_name="g")
-    b.cp_wait_group(0)  # the K and V copy, had no query block seen this key block
-    dk = b.scale(dk, c.scale, "dk_scaled")
-    for name, value in (("dK", dk), ("dV", dv)):
-        window = b.view(v[name], [batch, head_k, k0, zero], [bn, d], f"{name.lower()}_window")
-        b.store_global(b.cast(value, elt, f"{name.lower()}_half"), window)
-    return finish_kernel(fn, b)
+    return _finish_main(cfg, f, dk, dv)
 
 
 def attention_backward(
