@@ -5,12 +5,14 @@ FlashAttention-3's Hopper backward side by side, each under every ptxas found.
     python bench/backward_sass.py [--head-dim 64 128] [--causal both|yes|no] [--fa3] [--ptxas 13.0 ...]
 
 Ours: the main kernel through
-  "single"  the single-stage pipeline (`passes.PTX_PIPELINE`): 256 threads at block 128 x 128, 128 at 64 x 64;
+  "single"  the single-stage pipeline (`passes.PTX_PIPELINE`): 256 threads at block 128 x 128 and at 64 x 128
+            (keys on the rows: two consumer warpgroups), 128 at 64 x 64;
   "ws"      the default pipeline named (`passes.DEFAULT_PIPELINE`, so that it does not fall back): two-stage Q/dO
             rings filled by a TMA producer warpgroup, setmaxnreg budgets (overlap-softmax leaves the loop alone),
 with dQ added by `red.global.add.f32` or `cp.reduce.async.bulk` (`convert-tile-to-sm90{atomic-add=...}`); a
-configuration that does not fit is printed with its refusal. block_m = block_n (the lowering needs one row count
-for every register tile): 128 at head_dim 64, 64 at 128 ("--block" overrides).
+configuration that does not fit is printed with its refusal. Blocks (block_m x block_n, `BLOCKS`): 128 x 128 at
+head_dim 64; at 128 the 64 x 64 kernel and the 64 x 128 one with keys on the rows of its register tiles (S^T, dP^T,
+dK, dV and dQ^T all 128 rows: FlashAttention-3's two consumer warpgroups of 64 keys each); "--block BMxBN" picks one.
 
 FA3 (--fa3): its Hopper backward built with nvcc from the wheels by `tests/ptx_library/build.py
 backward_fa3_hdimN` (FA3's own tiles: hdim 64 128 x 128; hdim 128 80 x 128, causal 64 x 128; two consumer
@@ -35,8 +37,8 @@ from tessera import passes
 from tessera.kernels import attention_backward
 from tessera.toolchain import compile_ptx, disassemble, find_all_ptxas, innermost_loop, parse_sass
 
-BLOCKS = {64: 128, 128: 64}
-"""block_m = block_n by head_dim."""
+BLOCKS = {64: [(128, 128)], 128: [(64, 64), (64, 128)]}
+"""(block_m, block_n) measured by head_dim."""
 
 PIPELINES = {"single": passes.PTX_PIPELINE, "ws": passes.DEFAULT_PIPELINE}
 
@@ -61,23 +63,25 @@ def _row(kernel, ptxas, head_dim, causal, mode, bm, bn, threads, function, loop)
             "/key": f"{len(loop) / bn:.2f}", "/64x64": f"{len(loop) * 4096 / (bm * bn):.0f}", **_counts(loop)}
 
 
-def measure(head_dim: int, causal: bool, mode: str, kind: str, ptxas: str | None = None, block: int | None = None):
+def measure(head_dim: int, causal: bool, mode: str, kind: str, ptxas: str | None = None,
+            block: tuple[int, int] = (64, 64)):
     """Our main kernel through pipeline `kind` with dQ by `mode`: a row, or the refusal's text."""
-    block = block or BLOCKS[head_dim]
+    bm, bn = block
     pipeline = PIPELINES[kind].replace("convert-tile-to-sm90", f"convert-tile-to-sm90{{atomic-add={mode}}}")
-    main = attention_backward(head_dim=head_dim, causal=causal, block_m=block, block_n=block).main
+    main = attention_backward(head_dim=head_dim, causal=causal, block_m=bm, block_n=bn).main
+    name = f"{kind} d{head_dim} {bm}x{bn} causal={causal} {mode}"
     try:
         lowered = tessera.compile(main, target="target", pipeline=pipeline)
     except Exception as error:  # a register budget refusal: print it as the row
-        return f"{kind} d{head_dim} causal={causal} {mode}: refused: {str(error).splitlines()[0][:160]}"
+        return f"{name}: refused: {str(error).splitlines()[0][:160]}"
     fn = next(op for op in lowered.walk() if "sm90.kernel" in op.attributes)
     if "sm90.pipeline_note" in fn.attributes:  # atomic-add=red is the default spec, which falls back
-        return f"{kind} d{head_dim} causal={causal} {mode}: {fn.attributes['sm90.pipeline_note'].data[:160]}"
+        return f"{name}: {fn.attributes['sm90.pipeline_note'].data[:160]}"
     threads = fn.attributes["sm90.kernel"].data["threads"].value.data
     result = compile_ptx(tessera.compile(main, target="ptx", pipeline=pipeline), ptxas=ptxas)
     (function,) = result.log.functions.values()
     loop = innermost_loop(disassemble(result.cubin), containing="HGMMA")
-    return _row(kind, result.ptxas.release, head_dim, causal, mode, block, block, threads, function, loop)
+    return _row(kind, result.ptxas.release, head_dim, causal, mode, bm, bn, threads, function, loop)
 
 
 FA3_PTX_VERSION = "8.0"
@@ -132,7 +136,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--head-dim", type=int, nargs="+", default=[64, 128], choices=sorted(BLOCKS))
     parser.add_argument("--causal", choices=("both", "yes", "no"), default="both")
-    parser.add_argument("--block", type=int, help="block_m = block_n of ours (default: 128 at head_dim 64, 64 at 128)")
+    parser.add_argument("--block", help="block_m x block_n of ours, e.g. 64x128 (default: each of BLOCKS)")
     parser.add_argument("--fa3", action="store_true", help="also FA3's backward (tests/ptx_library/build.py)")
     parser.add_argument("--ptxas", nargs="+", help="releases of ptxas to use (default: every one found), e.g. 13.0")
     args = parser.parse_args()
@@ -144,10 +148,12 @@ def main() -> None:
         path = None if tool is None else tool.path
         for head_dim in args.head_dim:
             rows = []
-            for causal in causals:
-                for kind in PIPELINES:
-                    for mode in ("red", "bulk"):
-                        rows.append(measure(head_dim, causal, mode, kind, path, args.block))
+            blocks = BLOCKS[head_dim] if args.block is None else [tuple(int(x) for x in args.block.split("x"))]
+            for block in blocks:
+                for causal in causals:
+                    for kind in PIPELINES:
+                        for mode in ("red", "bulk"):
+                            rows.append(measure(head_dim, causal, mode, kind, path, block))
             if args.fa3:
                 rows += fa3_rows(head_dim, path)
             for row in rows:

@@ -14,9 +14,9 @@ they share with them come from `tile_base.py`. The backward's row-broadcast ops 
 
 from __future__ import annotations
 
-from xdsl.dialects.builtin import Float32Type, IndexType, IntegerType
+from xdsl.dialects.builtin import Float32Type, IndexType, IntegerType, UnitAttr
 from xdsl.ir import Operation, SSAValue
-from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, traits_def
+from xdsl.irdl import IRDLOperation, irdl_op_definition, opt_prop_def, operand_def, traits_def
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect
 
 from tessera.dialects.tile_base import TILE, _require, _require_space, _tile
@@ -58,10 +58,12 @@ class StoreSharedOp(IRDLOperation):
 
 @irdl_op_definition
 class AtomicAddOp(IRDLOperation):
-    """`tile.atomic_add %value, %window : value_type, window_type`: window += value, elementwise, in f32.
+    """`tile.atomic_add %value, %window [transpose] : value_type, window_type`: window += value (with
+    `transpose`, window += value^T), elementwise, in f32.
 
     The value is an f32 register tile, or an f32 shared tile that a `tile.barrier` has published; the window is
-    an f32 global window of the same shape. Each element's addition is atomic with respect to every other
+    an f32 global window of the same shape (with `transpose`, of the transposed shape: a [D, BM] value adds into
+    a [BM, D] window, the backward's dQ^T = K^T dS^T of a kernel whose register tiles have key rows). Each element's addition is atomic with respect to every other
     thread block (the lowering's `red.global.add.f32`, or a bulk reduction `cp.reduce.async.bulk .add.f32`
     from shared memory): the result is the sum of every contribution, in an order the hardware picks, so two
     runs may differ in the last bits (order them with `tile.sem_wait`/`tile.sem_signal` for bitwise
@@ -72,17 +74,23 @@ class AtomicAddOp(IRDLOperation):
     name = "tile.atomic_add"
     value = operand_def(TILE)
     dest = operand_def(TILE)
+    transpose = opt_prop_def(UnitAttr)
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
-    assembly_format = "$value `,` $dest attr-dict `:` type($value) `,` type($dest)"
+    assembly_format = "$value `,` $dest (`transpose` $transpose^)? attr-dict `:` type($value) `,` type($dest)"
 
-    def __init__(self, value: SSAValue | Operation, dest: SSAValue | Operation):
-        super().__init__(operands=[value, dest])
+    def __init__(self, value: SSAValue | Operation, dest: SSAValue | Operation, transpose: bool = False):
+        super().__init__(operands=[value, dest], properties={"transpose": UnitAttr()} if transpose else {})
 
     def verify_(self) -> None:
         val, dst = _tile(self.value), _tile(self.dest)
         _require_space(self, "value", val, MemSpace.REGISTER, MemSpace.SHARED)
         _require_space(self, "destination", dst, MemSpace.GLOBAL)
-        _require(val.get_shape() == dst.get_shape(), self,
+        if self.transpose:
+            _require(val.rank == 2 and dst.rank == 2 and val.get_shape() == dst.get_shape()[::-1], self,
+                     f"a transposed add needs a 2-D value of the window's shape reversed: value {list(val.get_shape())}, "
+                     f"window {list(dst.get_shape())}")
+            _require(val.memory_space == MemSpace.REGISTER, self, "a transposed add takes a register value")
+        _require(self.transpose is not None or val.get_shape() == dst.get_shape(), self,
                  f"value shape {list(val.get_shape())} and window shape {list(dst.get_shape())} must match")
         for what, ty in (("value", val), ("destination", dst)):
             _require(isinstance(ty.element_type, Float32Type), self, f"{what} must be f32 (additions are f32), got {ty.element_type}")

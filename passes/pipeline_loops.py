@@ -27,6 +27,7 @@ Output: each copied tile becomes a ring of N stages (same element type, swizzle,
       tile.stage %ring[remui(t, N)] ...         // the views the compute reads
       <compute>
       tile.release <each view>                  // where the trailing barrier was
+      [tile.barrier]                            // only when the body stores into a plain shared tile
     }
 
 "Load u" is the load section cloned with iv = lb + u*step (u itself when lb = 0 and step = 1) and each copy
@@ -428,7 +429,7 @@ class LoopPipeliner:
         place of the copies (which go, with the load-section ops nothing else uses); the commit stays; the
         wait becomes `cp_wait_group N-1` followed by the read views of stage remui(t, N), which replace the
         tiles in the compute; the barrier after the wait goes; the trailing barrier becomes one release per
-        view."""
+        view (and stays after them where the body stores into a plain shared tile, `_stores_plain_shared`)."""
         shape, loop = self.shape, self.shape.loop
         block = loop.body.block
         iv = block.args[0]
@@ -454,8 +455,16 @@ class LoopPipeliner:
         at_end = Builder(InsertPoint.before(shape.trailing))
         for view in views:
             _insert(at_end, tile.ReleaseOp(view))
-        shape.trailing.detach()
-        shape.trailing.erase()
+        if not _stores_plain_shared(loop):
+            shape.trailing.detach()
+            shape.trailing.erase()
+
+
+def _stores_plain_shared(loop: scf.ForOp) -> bool:
+    """Whether the body writes a shared tile that is no ring stage (`tile.store_shared`: the backward's dS): the
+    trailing barrier then also keeps the next trip's store from overwriting what another warp (another consumer
+    warpgroup's wgmma) still reads, which no release covers, and it stays after the releases."""
+    return any(isinstance(op, tile.StoreSharedOp) for op in loop.body.walk())
 
 
 # endregion

@@ -32,6 +32,14 @@ constant: a `tile.iota`'s columns, k0 + col_base + lane offsets) used more than 
 way, one add per lane right before each use: CSE merges the key index a score_mod reads with the one a
 mask_mod reads, which would then hold a register per lane (32 at 64 x 64) across everything between them.
 Only the scalar stays live.
+
+A shared buffer's address (`sm90.shared_buffer`: the dynamic shared memory's base plus a constant offset, one
+`add` or none) is a constant too, re-created at each use the same way, and so is an address a fixed distance
+into it (`arith.addi` of the buffer and an offset: a ring stage's slot, not its barriers) is re-created right
+before each use: hoisted, each buffer, ring and mbarrier address held a register across every loop, and a stage's
+addresses (the Q and dO slots) were held from the top of a trip to its last wgmma; the offset they share (the
+slot's) stays live instead. The copies name the same buffer (its symbol and offset),
+which is all the interpreters and multicast-cluster-copies look at.
 """
 
 from __future__ import annotations
@@ -159,6 +167,31 @@ def _recreate_at_uses(op: arith.AddiOp) -> None:
         spread.erase()
 
 
+def _is_shared_offset(op: Operation) -> bool:
+    """An i32 `arith.addi` of a shared buffer's address and an offset (a ring stage's slot address), used
+    anywhere but right after it, and not by an mbarrier operation (a barrier's address stays where the stage
+    made it: one add per stage, and the barrier operations keep the order in which their addresses are made)."""
+    if not isinstance(op, arith.AddiOp):
+        return False
+    uses = [use.operation for use in op.result.uses]
+    return (any(user is not op.next_op for user in uses)
+            and not any(user.name.startswith("sm90.mbarrier") for user in uses)
+            and any(isinstance(v.owner, sm90.SharedBufferOp) for v in op.operands))
+
+
+def _recreate_address_at_uses(op: arith.AddiOp) -> None:
+    """A copy of `op` right before each user (module docstring); the buffer's address is then re-created at the
+    copy's own use like every buffer's."""
+    for use in list(op.result.uses):
+        user = use.operation
+        copy = op.clone()
+        copy.result.name_hint = op.result.name_hint
+        user.parent_block().insert_ops_before([copy], _insertion_point(user))
+        user.operands[use.index] = copy.result
+    op.detach()
+    op.erase()
+
+
 @dataclass(frozen=True)
 class RematerializeConstantsPass(ModulePass):
     """Clone each constant (and descriptor advance) next to each of its uses, in its cheapest form there, and
@@ -170,8 +203,11 @@ class RematerializeConstantsPass(ModulePass):
         _swap_splats_into_immediates(op)
         for offsets in [o for o in op.walk() if _is_lane_offsets(o)]:
             _recreate_at_uses(offsets)
+        for address in [o for o in op.walk() if _is_shared_offset(o)]:
+            _recreate_address_at_uses(address)
         advances = [o for o in op.walk() if isinstance(o, sm90.DescriptorAdvanceOp)]
-        for cheap in advances + [o for o in op.walk() if isinstance(o, arith.ConstantOp)]:
+        buffers = [o for o in op.walk() if isinstance(o, sm90.SharedBufferOp)]
+        for cheap in advances + buffers + [o for o in op.walk() if isinstance(o, arith.ConstantOp)]:
             lane = splat_value(cheap.result) if isinstance(cheap, arith.ConstantOp) else None
             for use in list(cheap.result.uses):
                 user = use.operation

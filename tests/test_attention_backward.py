@@ -134,7 +134,7 @@ def test_the_three_kernels_and_their_names():
     assert [(a.name, a.role) for a in main.args] == [
         ("Q", "in"), ("K", "in"), ("V", "in"), ("dO", "in"), ("LSE2", "in"), ("dPsum", "in"),
         ("dQaccum", "out"), ("dK", "out"), ("dV", "out"), ("dQsemaphore", "scratch")]
-    assert str(main.grid) == "#tile.dims<ceildiv(seq_k, 64), heads_k, batch>"  # head_dim 128: 64 x 64 blocks
+    assert str(main.grid) == "#tile.dims<ceildiv(seq_k, 128), heads_k, batch>"  # head_dim 128: 64 x 128 blocks
     for module in kernels.modules:  # the printed kernels read back
         text = tessera.print_module(module)
         assert tessera.print_module(tessera.parse_module(text)) == text
@@ -210,15 +210,17 @@ def test_api_below_tile_level_runs(level):
 
 
 def test_a_refused_lowering_is_named_and_a_bug_is_not_hidden(monkeypatch):
-    """A pipeline whose pass refuses a backward kernel (`SPECIALIZED_PIPELINE`, which does not fall back: at
-    head_dim 64 the main kernel's consumers would need 248 registers of 240) is BackwardNotLowered naming the kernel;
-    any other exception of the lowering propagates as itself, not as a refusal."""
+    """A pipeline whose pass refuses a backward kernel (`SPECIALIZED_PIPELINE`, which does not fall back, with
+    setmaxnreg's largest budget made 128 here: the main kernel's consumers need more) is BackwardNotLowered naming
+    the kernel; any other exception of the lowering propagates as itself, not as a refusal."""
     import tessera.runtime.attention_backward as backward
     from tessera import passes
+    from tessera.sm90 import facts
 
     problem = _problem(1, 1, 64, False, 2, "bf16", heads=4)
     assert passes.SPECIALIZED_PIPELINE != passes.DEFAULT_PIPELINE  # not allocated: named, so it does not fall back
     monkeypatch.setattr(backward, "BACKWARD_PIPELINE", "SPECIALIZED_PIPELINE")
+    monkeypatch.setattr(facts, "SETMAXNREG_MAX", 128)
     with pytest.raises(BackwardNotLowered, match=r"needs kernel @attention_backward\w* lowered to Target IR, "
                                                  r"and the default pipeline does not lower it yet: .*warp-specialize"):
         tessera.attention_backward(*problem, level="target")

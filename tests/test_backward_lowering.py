@@ -9,7 +9,10 @@
 - the warp-specialized backward (a TMA producer warpgroup filling two-stage Q/dO rings: the default pipeline at
   head_dim 128) is bitwise the single-stage kernel at target level and its own PTX at PTX level,
   GQA included (the rings restart in every head of the group), and ptxas-clean;
-- what is not lowered is refused by name: head_dim 128's FA3 blocks (64 x 128: two row counts).
+- head_dim 128's FA3 blocks (64 x 128, the default): keys on the rows of every register tile, two consumer
+  warpgroups; warp-specialized (the default pipeline, 384 threads) bitwise the single-stage kernel at target
+  and PTX level, both ptxas-clean;
+- what is not lowered is refused by name: two row counts (head_dim 64 with 64 x 128 blocks).
 The whole issue matrix runs at Tile level in tests/test_attention_backward.py; the cases marked slow here run
 with `-m slow`.
 """
@@ -268,14 +271,17 @@ def _bitwise(a, b) -> bool:
     return all(np.array_equal(np.asarray(x).view(np.uint8), np.asarray(y).view(np.uint8)) for x, y in zip(a, b))
 
 
-@pytest.mark.parametrize("head_dim, causal, pipeline", [(128, True, passes.DEFAULT_PIPELINE),
-                                                     pytest.param(64, False, WARP_SPECIALIZED, marks=SLOW)])
-def test_default_pipeline_warp_specializes_the_backward_ptxas_clean(head_dim, causal, pipeline, ptxas):
-    """At head_dim 128 (block 64 x 64) the default pipeline's first configuration fits the main kernel, without a
-    fallback warning: a producer warpgroup fills the Q/dO rings by TMA (UTMALDG), setmaxnreg gives the consumers
-    their budget (USETMAXREG), and ptxas takes it without a warning (no serialized wgmma) or a spill; the main
-    loop issues HGMMA and adds dQ with RED. (overlap-softmax leaves the loop alone: two accumulators, dK, dV.)"""
-    main = attention_backward(head_dim=head_dim, causal=causal, block_m=64, block_n=64).main
+@pytest.mark.parametrize("head_dim, causal, block, pipeline", [
+    (128, True, 64, passes.DEFAULT_PIPELINE),
+    pytest.param(64, False, 128, WARP_SPECIALIZED, marks=SLOW),  # two consumer warpgroups, query rows
+])
+def test_default_pipeline_warp_specializes_the_backward_ptxas_clean(head_dim, causal, block, pipeline, ptxas):
+    """At head_dim 128 (block 64 x 64) and 64 (128 x 128, rematerialized shared addresses: 248 -> 234 registers)
+    the default pipeline's first configuration fits the main kernel, without a fallback warning: a producer
+    warpgroup fills the Q/dO rings by TMA (UTMALDG), setmaxnreg gives the consumers their budget (USETMAXREG), and
+    ptxas takes it without a warning (no serialized wgmma) or a spill; the main loop issues HGMMA and adds dQ with
+    RED. (overlap-softmax leaves the loop alone: two accumulators, dK, dV.)"""
+    main = attention_backward(head_dim=head_dim, causal=causal, block_m=block, block_n=block).main
     with warnings.catch_warnings():
         warnings.simplefilter("error", TesseraWarning)
         result = tessera.compile(main, target="cubin", pipeline=pipeline)
@@ -288,19 +294,20 @@ def test_default_pipeline_warp_specializes_the_backward_ptxas_clean(head_dim, ca
     assert any(op.startswith("HGMMA") for op in ops) and any(op.startswith("RED") for op in ops), ops
 
 
-@pytest.mark.parametrize("head_dim, seq_q, seq_k, causal, heads, mode", [
-    (64, 50, 90, True, 2, "red"),                                # ragged, GQA 2:1, causal bottom-right
-    (128, 70, 65, False, 2, "bulk"),                             # seq_q > seq_k, GQA, ragged keys
-    pytest.param(128, 150, 77, True, 1, "red", marks=SLOW),      # rows that see no key
-    pytest.param(64, 200, 200, False, 3, "bulk", marks=SLOW),    # GQA 3:1, four query blocks per key block
+@pytest.mark.parametrize("head_dim, seq_q, seq_k, causal, heads, mode, block", [
+    (64, 50, 90, True, 2, "red", 64),                             # ragged, GQA 2:1, causal bottom-right
+    (128, 70, 65, False, 2, "bulk", 64),                          # seq_q > seq_k, GQA, ragged keys
+    pytest.param(128, 150, 77, True, 1, "red", 64, marks=SLOW),   # rows that see no key
+    pytest.param(64, 200, 200, False, 3, "bulk", 64, marks=SLOW),  # GQA 3:1, four query blocks per key block
+    pytest.param(64, 150, 260, True, 2, "red", 128, marks=SLOW),  # head_dim 64's 128 x 128: two consumer warpgroups
 ])
 def test_warp_specialized_backward_is_bitwise_the_single_stage_one_at_target_level(head_dim, seq_q, seq_k, causal,
-                                                                                    heads, mode):
+                                                                                    heads, mode, block):
     """Same Tile IR, same arithmetic in the same order per element: the warp-specialized kernel's dq_accum, dK and dV
     (dQ added by red.global.add or by bulk reduction) are bitwise the single-stage kernel's (which is within the
     backward's rule, tests above). With GQA each head of the group refills the Q/dO rings from fill 0: the ring
     barriers' parities count the earlier heads' phases."""
-    kernels = attention_backward(head_dim=head_dim, causal=causal, block_m=64, block_n=64)
+    kernels = attention_backward(head_dim=head_dim, causal=causal, block_m=block, block_n=block)
     problem = _problem(head_dim, seq_q, seq_k, causal, heads=heads)
     assert _bitwise(_main_only(kernels, problem, "target", _pipeline(mode, base=WARP_SPECIALIZED)),
                     _main_only(kernels, problem, "target", passes.PTX_PIPELINE))
@@ -316,13 +323,76 @@ def test_warp_specialized_backward_ptx_is_bitwise_its_target_ir():
 
 
 # endregion
+# region keys on the rows: FA3's 64 x 128 block at head_dim 128, two consumer warpgroups
+
+
+def _key_rows(causal: bool):
+    return attention_backward(head_dim=128, causal=causal, block_m=64, block_n=128)
+
+
+@pytest.mark.parametrize("seq_q, seq_k, causal, heads, mode", [
+    pytest.param(70, 65, False, 2, "bulk", marks=SLOW),       # seq_q > seq_k, GQA 2:1, ragged keys (bounds mask)
+    pytest.param(150, 77, True, 1, "red", marks=SLOW),        # rows that see no key (LSE2 = +inf)
+    pytest.param(50, 140, True, 2, "red", marks=SLOW),        # two key blocks, causal bottom-right, GQA
+])
+def test_key_rows_backward_lowered_is_within_the_rule(seq_q, seq_k, causal, heads, mode):
+    """S^T, dP^T, dK, dV and dQ^T all have 128 rows, so two consumer warpgroups each take 64 keys; dQ^T is
+    added into dq_accum transposed (red.global.add per register, or staged transposed for the bulk reduction)."""
+    problem = _problem(128, seq_q, seq_k, causal, heads=heads)
+    _assert_within_rule(_run(_key_rows(causal), problem, "target", mode), problem, causal)
+
+
+@pytest.mark.parametrize("seq_q, seq_k, causal, heads, level", [
+    (40, 150, True, 2, "ptx"),                                # two key blocks, causal, GQA: the PTX executor
+    pytest.param(70, 65, False, 2, "target", marks=SLOW),     # seq_q > seq_k, ragged keys
+    pytest.param(150, 77, True, 1, "target", marks=SLOW),     # rows that see no key
+])
+def test_key_rows_warp_specialized_is_bitwise_the_single_stage_kernel(seq_q, seq_k, causal, heads, level):
+    """The default pipeline warp-specializes the keys-on-rows kernel (a TMA producer, two consumer warpgroups of
+    64 keys): at `level` (its printed PTX in the executor, or its Target IR) it computes bitwise what the single-stage
+    kernel computes in the CTA simulator, which is within the backward's rule."""
+    kernels = _key_rows(causal)
+    problem = _problem(128, seq_q, seq_k, causal, heads=heads)
+    single = _main_only(kernels, problem, "target", passes.PTX_PIPELINE)
+    assert _bitwise(_main_only(kernels, problem, level, WARP_SPECIALIZED), single)
+    dq = tessera.interpret(kernels.postprocess, single[0], level="tile")
+    _assert_within_rule((dq, *single[1:]), problem, causal)
+
+
+@pytest.mark.parametrize("causal, mode, pipeline", [(True, "red", WARP_SPECIALIZED),
+                                                    pytest.param(False, "bulk", passes.PTX_PIPELINE, marks=SLOW)])
+def test_key_rows_backward_ptxas_clean(causal, mode, pipeline, ptxas):
+    """No spill, no warning; warp-specialized (the default pipeline, dQ by red: without a fallback warning) a
+    producer and two consumer warpgroups (384 threads, UTMALDG, USETMAXREG), single-stage 256 threads; the main loop
+    (one 64 x 128 block) issues HGMMA. bench/backward_sass.py prints its instructions per key beside FA3's."""
+    main = _key_rows(causal).main
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TesseraWarning)
+        lowered = tessera.compile(main, target="target", pipeline=_pipeline(mode, base=pipeline))
+        result = tessera.compile(main, target="cubin", pipeline=_pipeline(mode, base=pipeline))
+    assert not result.log.diagnostics, result.text
+    (function,) = result.log.functions.values()
+    assert function.spill_store_bytes == function.spill_load_bytes == function.stack_frame_bytes == 0, result.text
+    fn = next(op for op in lowered.walk() if is_target_kernel(op))
+    threads = fn.attributes["sm90.kernel"].data["threads"].value.data
+    sass = disassemble(result.cubin)
+    if pipeline == WARP_SPECIALIZED:
+        assert threads == 384 and "UTMALDG" in sass and "USETMAXREG.TRY_ALLOC" in sass
+    else:
+        assert threads == 256
+    ops = innermost_loop(sass, containing="HGMMA").opcode_counts
+    assert any(op.startswith("HGMMA") for op in ops), ops
+
+
+# endregion
 # region refusals
 
 
 def test_two_row_counts_are_refused_by_name():
-    fa3_128 = attention_backward(head_dim=128, block_m=64, block_n=128).main  # FA3's 64 x 128
+    """Keys on the rows at head_dim 64 (64 x 128): dQ^T has 64 rows, S^T, dK and dV 128."""
+    key_rows_64 = attention_backward(head_dim=64, block_m=64, block_n=128).main
     with pytest.raises(DiagnosticException, match=r"register tiles must all have the same number of rows"):
-        tessera.compile(fa3_128, target="target", pipeline=passes.PTX_PIPELINE)
+        tessera.compile(key_rows_64, target="target", pipeline=passes.PTX_PIPELINE)
 
 
 def test_a_ring_in_a_loop_nest_whose_trip_count_varies_is_refused_by_name():

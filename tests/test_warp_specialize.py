@@ -160,9 +160,20 @@ def test_slot_released_too_early_is_reported(rng):
     loop = next(op for op in consumer.walk() if isinstance(op, scf.ForOp))
     releases = [op for op in loop.body.block.ops if isinstance(op, sm90.MBarrierArriveOp)]
     first_wgmma = next(op for op in loop.body.block.ops if isinstance(op, sm90.WgmmaFenceOp))
+    block = loop.body.block
+    order = {op: i for i, op in enumerate(block.ops)}
     for release in releases:
-        release.detach()
-        loop.body.block.insert_op_before(release, first_wgmma)
+        # with the ops that make its barrier's address, after the first wgmma (rematerialize-constants puts them
+        # right before the release)
+        moved, pending = {release}, list(release.operands)
+        while pending:
+            owner = pending.pop().owner
+            if owner in order and order[owner] > order[first_wgmma] and owner not in moved:
+                moved.add(owner)
+                pending += owner.operands
+        for op in sorted(moved, key=order.__getitem__):
+            op.detach()
+            block.insert_op_before(op, first_wgmma)
     with pytest.raises(KernelHazardError, match=r"overwrit|still read|exceeds the 0 pending arrivals"):
         _run(sig, kernel, inputs)
 

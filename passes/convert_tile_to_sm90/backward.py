@@ -164,8 +164,42 @@ class BackwardLowering:
         if self.atomic_add_mode == "bulk":
             self._bulk_add(op, window, e)
             return
-        base, offsets, mask, columns = self._row_access(op, window, ty, e)
+        if op.transpose is not None:
+            base, offsets, mask, columns = self._transposed_access(op, window, ty, e)
+        else:
+            base, offsets, mask, columns = self._row_access(op, window, ty, e)
         e.op(reductions.RedGlobalAddOp(base, offsets, self._get(op.value), mask, columns))
+
+    def _transposed_access(self, op, window: Window, ty, e: Emitter):
+        """(base, offsets, mask, column bytes) of a transposed add: register i of the thread's share of the
+        [C, R] value (value row r_i, column c_i) lands on window element (c_i, r_i), byte (c_i W + r_i) 4 from the
+        window's corner, W the window tensor's row length. The window's first column must be a constant 0 and
+        W a constant at least the value's rows (dq_accum's head_dim): every value row then lies inside the
+        tensor, the whole offset is an address immediate, and the mask is the window row (value column) against
+        the tensor's rows, computed once per distinct column and shuffled out."""
+        *lead, row0, col0 = window.indices
+        width = list(self.sig.args[window.arg].dims)[-1]
+        value_rows = ty.get_shape()[0]
+        if not (self._constant_index(col0) == 0 and width.is_constant and width.value.data >= value_rows):
+            _refuse(op, "a transposed add needs a window from column 0 of a tensor whose constant row length is at "
+                        f"least the value's {value_rows} rows")
+        w = width.value.data
+        row_offsets, col_offsets = self._thread_offsets(op, ty)
+        # the thread's first element: value row row_base (window column), value column col_base (window row)
+        window_row = e.addi(row0, self.col_base)
+        window_col = self.row_base
+        dims = [self._dim_value(window.arg, d, e) for d in range(len(window.indices))]
+        distinct = sorted(set(col_offsets))
+        mask = e.shuffle(self._below(e, e.op(arith.SubiOp(dims[-2], window_row)), distinct),
+                         [distinct.index(c) for c in col_offsets])
+        wide = [e.to_i64(d) for d in dims]
+        flat = e.i64(0)
+        for index, dim in zip(lead, wide):
+            flat = e.addi(e.muli(flat, dim), e.to_i64(index))
+        first = e.addi(e.muli(e.addi(e.muli(flat, wide[-2]), e.to_i64(window_row)), wide[-1]), e.to_i64(window_col))
+        base = e.addi(self.entry_args[self.pointer_args[window.arg]], e.muli(first, e.i64(F32_BYTES)))
+        offsets = e.dense(i32, [0] * len(row_offsets))
+        return base, offsets, mask, [(c * w + r) * F32_BYTES for r, c in zip(row_offsets, col_offsets)]
 
     def _row_access(self, op, window: Window, ty, e: Emitter):
         """`_window_access` for an f32 window whose columns all lie inside the tensor (the first column a
@@ -195,9 +229,12 @@ class BackwardLowering:
         if rows > self.threads:
             _refuse(op, f"one thread per row issues the bulk reductions: {rows} rows need more than {self.threads} threads")
         staging = self._alloc(e, "atomic_add_staging", rows * row_bytes, reductions.BULK_ALIGNMENT, 0)
-        # every thread stores its registers at row * D * 4 + col * 4 of the staging buffer
+        # every thread stores its registers at row * D * 4 + col * 4 of the staging buffer (transposed: a value
+        # register at (r, c) is the window's (c, r))
         row_offsets, col_offsets = self._thread_offsets(op, op.value.type)
         row, col = self._origin(e, e.index(0), e.index(0))
+        if op.transpose is not None:
+            row_offsets, col_offsets, row, col = col_offsets, row_offsets, col, row
         first = e.op(arith.IndexCastOp(e.addi(e.muli(row, e.index(row_bytes)), e.muli(col, e.index(F32_BYTES))), i32))
         first = e.op(arith.AddiOp(staging, first))
         constant = [r * row_bytes + c * F32_BYTES for r, c in zip(row_offsets, col_offsets)]

@@ -18,7 +18,7 @@ approximate instructions are in `tessera.sm90.approx`.
 
 from __future__ import annotations
 
-from xdsl.dialects import arith, math
+from xdsl.dialects import arith, math, vector
 from xdsl.dialects.builtin import Float32Type, IndexType, UnitAttr, f32, i32
 from xdsl.ir import Block, Operation, SSAValue
 
@@ -128,6 +128,13 @@ class ElementwiseLowering:
     def _lower_NegOp(self, op: tile.NegOp, e: Emitter) -> None:
         x = self._get(op.source)
         if isinstance(op.result.type.element_type, Float32Type):
+            shuffled = x.owner if isinstance(x.owner, vector.ShuffleOp) and x.owner.v1 is x.owner.v2 else None
+            if shuffled is not None:
+                # -shuffle(v) = shuffle(-v): a broadcast tile (`tile.load_broadcast`'s distinct columns) is negated
+                # once per distinct register, and stays as few registers as it was loaded into
+                negated = e.op(arith.NegfOp(shuffled.v1))
+                self._set(op.result, e.shuffle(negated, [int(i) for i in shuffled.mask.get_values()]))
+                return
             self._set(op.result, e.op(arith.NegfOp(x)))
             return
         self._set(op.result, e.op(arith.SubiOp(e.splat(i32, 0, x.type.get_shape()[0]), x)))

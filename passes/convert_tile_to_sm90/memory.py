@@ -434,6 +434,12 @@ class MemoryLowering:
         vector_type = self._vector_type(op, ty)
         if self._is_column(ty):  # [BM, 1]: one element, on both of the thread's rows
             columns, spread = [0], [0] * vector_type.get_shape()[0]
+        elif _initializes_accumulators(op.result):
+            # loaded into every register (each column twice): the tile becomes a wgmma accumulator, whose registers
+            # the loaded ones then are (and, scaled first, in place), where a shuffle of n/4 registers would be
+            # copied into n/2 others with both live at once (16 registers more at the backward's dP^T - dPsum)
+            columns = self._layout(op, ty).col_offsets
+            spread = list(range(len(columns)))
         else:
             columns, spread = self._layout(op, ty).distinct_columns
         # a column reads the window's one element whatever the thread's column; a row, the thread's columns
@@ -450,7 +456,7 @@ class MemoryLowering:
         loaded = e.op(sm90.LdGlobalOp(base, e.dense(i32, [0] * len(columns)), mask,
                                       VectorType(vector_type.element_type, [len(columns)]),
                                       [c * elt for c in columns]))
-        self._set(op.result, e.shuffle(loaded, spread))
+        self._set(op.result, loaded if spread == list(range(len(columns))) else e.shuffle(loaded, spread))
 
     def _lower_LoadOp(self, op: tile.LoadOp, e: Emitter) -> None:
         """Each thread loads its registers of the window, masked by the tensor's bounds (0 outside): f32 tiles
@@ -476,3 +482,17 @@ class MemoryLowering:
         value = e.op(sm90.LdGlobalOp(base, offsets, mask, self._vector_type(op, ty), columns))
         self._set(op.result, value)
 
+
+def _initializes_accumulators(value: SSAValue) -> bool:
+    """Whether every use of `value` is the accumulator of a `tile.mma`, directly or through a `tile.scale` whose
+    every use is."""
+    uses = [use.operation for use in value.uses]
+    if not uses:
+        return False
+    for user in uses:
+        if isinstance(user, tile.ScaleOp):
+            if not _initializes_accumulators(user.result):
+                return False
+        elif not (isinstance(user, tile.MmaOp) and user.acc is value):
+            return False
+    return True

@@ -298,6 +298,8 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
     def run_atomic_add(self, interpreter: Interpreter, op: tile.AtomicAddOp, args: PythonValues):
         value, dest = args
         value = self._operand_tile(op, value, "the value")
+        if op.transpose is not None:
+            value = np.swapaxes(value, -1, -2)
         if self.sync is None:
             dest.add(value, self.batch.active)
             return ()

@@ -84,12 +84,13 @@ HEAD_DIMS = (64, 128)
 2 x [BN, 256] f32, take 256 registers per thread of two consumer warpgroups at BN = 64 (Hopper gives a
 thread at most 255), before S, dP and their fragments."""
 
-DEFAULT_BLOCKS = {64: (128, 128), 128: (64, 64)}
-"""(BM, BN) by head_dim. At head_dim 64, FlashAttention-3's Hopper backward tile. The dK and dV accumulators
-[BN, D] f32 stay live through the whole kernel, so at head_dim 128 the query block shrinks to 64 rows to
-leave room for S and dP ([BM, BN] f32 each); FA3 keeps BN = 128 there, but convert-tile-to-sm90 gives every
-register tile of a kernel one row count (BM rows for S and dP, BN rows for dK and dV), so BN = BM = 64 is the
-largest tile the lowering takes (64 x 128 is refused by name below Tile level)."""
+DEFAULT_BLOCKS = {64: (128, 128), 128: (64, 128)}
+"""(BM, BN) by head_dim: FlashAttention-3's Hopper backward tiles. The dK and dV accumulators [BN, D] f32 stay
+live through the whole kernel. At head_dim 64 every register tile has 128 rows (S, dP: BM; dK, dV: BN), two
+consumer warpgroups of 64 rows each. At head_dim 128 the main kernel puts keys on the rows
+(`_build_main_key_rows`): S^T, dP^T [BN, BM], dK, dV [BN, D] and dQ^T [D, BM] all have BN = D = 128 rows, so the
+two consumer warpgroups each own 64 keys of the block with 64 queries (convert-tile-to-sm90 gives every register
+tile of a kernel one row count). 64 x 64 (`block_m=64, block_n=64`) is the single-warpgroup kernel."""
 
 MODS_BLOCKS = {64: (64, 64), 128: (64, 64)}
 """(BM, BN) by head_dim with a score_mod or mask_mod. A modifier's tiles live beside P, dP, dK and dV: at
@@ -120,6 +121,12 @@ class BackwardConfig:
         config = AttentionConfig.checked(head_dim, causal, dtype, scale,
                                          bm if block_m is None else block_m, bn if block_n is None else block_n)
         return cls(config, check_flag("deterministic", deterministic))
+
+    @property
+    def key_rows(self) -> bool:
+        """Whether the main kernel puts keys on the rows of its register tiles (`_build_main_key_rows`): when the
+        key block is the larger (FlashAttention-3's 64 x 128 at head_dim 128)."""
+        return self.attention.block_n > self.attention.block_m
 
     def kernel_name(self, part: str) -> str:
         """`attention_backward_preprocess_d128_bf16_causal` and the like (main: `attention_backward_d128_...`,
@@ -157,7 +164,8 @@ def _rows_tensor() -> tuple[object, list]:
 
 
 def _build_preprocess(cfg: BackwardConfig) -> ModuleOp:
-    """dPsum = rowsum(dO * O) (f32), LSE2 = LSE * log2 e, dq_accum = 0, one [BM] query block per thread block."""
+    """dPsum = rowsum(dO * O) (f32), LSE2 = LSE * log2 e (+inf where LSE = -inf), dq_accum = 0, one [BM] query
+    block per thread block."""
     c = cfg.attention
     half, half_dims = _tensor(c, "heads", "seq_q")
     acc, acc_dims = _tensor(c, "heads", "seq_q", f32)
@@ -186,7 +194,12 @@ def _build_preprocess(cfg: BackwardConfig) -> ModuleOp:
     do = b.cast(b.load(window("dO", [bm, d]), "do"), f32, "do_f32")
     b.store_global(b.unary(tile.RowSumOp, b.binary(tile.MulOp, do, o, "do_o"), "dpsum"), window("dPsum", [bm]))
     lse = b.load(window("LSE", [bm]), "lse")
-    b.store_global(b.scale(lse, LOG2E, "lse2"), window("LSE2", [bm]))
+    # a row that sees no key (LSE = -inf) gets LSE2 = +inf: exp2(s - LSE2) = 0 for every score s, -inf included
+    # (exp2(-inf - -inf) would be NaN), whichever way the main kernel subtracts it
+    sees_none = b.emit(tile.CmpOp("eq", lse, b.fill(float("-inf"), register_tile([bm]), "minus_inf")), "sees_none")
+    lse2 = b.emit(tile.SelectOp(sees_none, b.fill(float("inf"), register_tile([bm]), "plus_inf"),
+                                b.scale(lse, LOG2E, "lse_log2")), "lse2")
+    b.store_global(lse2, window("LSE2", [bm]))
     b.store_global(b.fill(0.0, register_tile([bm, d]), "dq_zero"), window("dQaccum", [bm, d]))
     return finish_kernel(fn, b)
 
@@ -209,9 +222,30 @@ def _build_postprocess(cfg: BackwardConfig) -> ModuleOp:
     return finish_kernel(fn, b)
 
 
-def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None) -> ModuleOp:
-    """One thread block per key block of one K/V head: dK, dV in registers, dQ partials into dq_accum. With
-    `mods` (score_mod / mask_mod, `attention_backward`), their captured arrays are inputs after dPsum."""
+@dataclass
+class _MainFrame:
+    """What both main-kernel builders share: the kernel, its builder and arguments, the block's coordinates, its
+    shared tiles (K and V copied in, one commit group), and the query blocks it visits (`trips` from `m_start`)."""
+
+    fn: object
+    b: TileBuilder
+    v: dict
+    n_block: SSAValue
+    head_k: SSAValue
+    batch: SSAValue
+    zero: SSAValue
+    seq_q: SSAValue
+    seq_k: SSAValue
+    group: SSAValue
+    k0: SSAValue
+    smem: dict
+    m_start: SSAValue
+    trips: SSAValue
+
+
+def _main_frame(cfg: BackwardConfig, mods: AttentionMods | None, shared: dict) -> _MainFrame:
+    """The main kernel's arguments (with `mods`' captured arrays after dPsum), grid, coordinates, the shared tiles
+    `shared` (name -> shape; K and V copied in) and its query-block range."""
     c = cfg.attention
     elt, d, bm, bn = c.element_type, c.head_dim, c.block_m, c.block_n
     q_t, q_dims = _tensor(c, "heads", "seq_q")
@@ -246,9 +280,7 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None) -> Modul
     group = b.emit(arith.DivUIOp(b.dim(v["Q"], 1, "heads"), b.dim(v["K"], 1, "heads_k")), "group")
     k0 = b.muli(n_block, b.const(bn), "k0")
 
-    smem = {name: b.alloc_shared(shared_tile(shape, elt), f"{name.lower()}_smem")
-            for name, shape in (("K", [bn, d]), ("V", [bn, d]), ("Q", [bm, d]), ("dO", [bm, d]),
-                                ("P", [bm, bn]), ("dS", [bm, bn]))}
+    smem = {name: b.alloc_shared(shared_tile(shape, elt), f"{name.lower()}_smem") for name, shape in shared.items()}
     for name in ("K", "V"):
         b.cp_async(b.view(v[name], [batch, head_k, k0, zero], [bn, d], f"{name.lower()}_window"), smem[name])
     b.cp_commit_group()
@@ -261,6 +293,29 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None) -> Modul
         first_row = b.maxsi(b.subi(b.addi(k0, seq_q, "k0_plus_seq_q"), seq_k, "first_row_signed"), zero, "first_row")
         m_start = b.emit(arith.DivUIOp(first_row, b.const(bm)), "m_start")
     trips = b.maxsi(b.subi(n_q, m_start, "q_blocks_signed"), zero, "q_blocks")
+    return _MainFrame(fn, b, v, n_block, head_k, batch, zero, seq_q, seq_k, group, k0, smem, m_start, trips)
+
+
+def _finish_main(cfg: BackwardConfig, f: _MainFrame, dk: SSAValue, dv: SSAValue) -> ModuleOp:
+    """After the loops: dK scaled, dK and dV rounded and stored."""
+    c, b = cfg.attention, f.b
+    b.cp_wait_group(0)  # the K and V copy, had no query block seen this key block
+    dk = b.scale(dk, c.scale, "dk_scaled")
+    for name, value in (("dK", dk), ("dV", dv)):
+        window = b.view(f.v[name], [f.batch, f.head_k, f.k0, f.zero], [c.block_n, c.head_dim], f"{name.lower()}_window")
+        b.store_global(b.cast(value, c.element_type, f"{name.lower()}_half"), window)
+    return finish_kernel(f.fn, b)
+
+
+def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None) -> ModuleOp:
+    """One thread block per key block of one K/V head: dK, dV in registers, dQ partials into dq_accum. With
+    `mods` (score_mod / mask_mod, `attention_backward`), their captured arrays are inputs after dPsum."""
+    c = cfg.attention
+    elt, d, bm, bn = c.element_type, c.head_dim, c.block_m, c.block_n
+    f = _main_frame(cfg, mods, {"K": [bn, d], "V": [bn, d], "Q": [bm, d], "dO": [bm, d], "P": [bm, bn], "dS": [bm, bn]})
+    b, v, smem = f.b, f.v, f.smem
+    n_block, head_k, batch, zero, seq_q, seq_k, group, k0, m_start, trips = (
+        f.n_block, f.head_k, f.batch, f.zero, f.seq_q, f.seq_k, f.group, f.k0, f.m_start, f.trips)
 
     def query_block(b: TileBuilder, m: SSAValue, carried, head: SSAValue, masked: bool = True,
                     rank: SSAValue | None = None) -> list[SSAValue]:
@@ -344,12 +399,93 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None) -> Modul
 
     acc_zero = b.fill(0.0, register_tile([bn, d]), "acc_zero")
     dk, dv = b.for_loop(group, [acc_zero, acc_zero], ["dk", "dv"], group_head, iv_name="g")
-    b.cp_wait_group(0)  # the K and V copy, had no query block seen this key block
-    dk = b.scale(dk, c.scale, "dk_scaled")
-    for name, value in (("dK", dk), ("dV", dv)):
-        window = b.view(v[name], [batch, head_k, k0, zero], [bn, d], f"{name.lower()}_window")
-        b.store_global(b.cast(value, elt, f"{name.lower()}_half"), window)
-    return finish_kernel(fn, b)
+    return _finish_main(cfg, f, dk, dv)
+
+
+def _build_main_key_rows(cfg: BackwardConfig) -> ModuleOp:
+    """The main kernel with keys on the rows of every register tile (FlashAttention-3's SdP_swapAB and
+    dQ_swapAB at head_dim 128): S^T = K Q^T and dP^T = V dO^T are [BN, BM], dK and dV [BN, D], dQ^T = K^T dS^T
+    [D, BM], so with BN = D every register tile has BN rows and two consumer warpgroups each own BN/2 keys of
+    the block. P^T and dS^T are then already the A operands of dV += P^T dO and dK += dS^T Q, taken from
+    registers (no shared round trip for P); dS^T goes to shared memory once, as the B operand of dQ^T, which is
+    added into dq_accum transposed (`tile.atomic_add ... transpose`). LSE2 and dPsum are per query, i.e. per
+    column: broadcast down the columns (`tile.load_broadcast`). The masks are written with coordinates
+    (`tile.iota`/`tile.cmp`/`tile.select`): key rows past seq_k, and bottom-right causal. The arguments, grid,
+    traversal (GQA group loop, causal first query block) and results are `_build_main`'s."""
+    c = cfg.attention
+    elt, d, bm, bn = c.element_type, c.head_dim, c.block_m, c.block_n
+    f = _main_frame(cfg, None, {"K": [bn, d], "V": [bn, d], "Q": [bm, d], "dO": [bm, d], "dS": [bn, bm]})
+    b, v, smem = f.b, f.v, f.smem
+    n_block, head_k, batch, zero, seq_q, seq_k, group, k0, m_start, trips = (
+        f.n_block, f.head_k, f.batch, f.zero, f.seq_q, f.seq_k, f.group, f.k0, f.m_start, f.trips)
+    i32 = IntegerType(32)
+    # key k of row r is k0 + r; a key past seq_k is masked. Causal (bottom-right): key k is hidden from
+    # query q = q0 + c when k > q + seq_k - seq_q.
+    if not c.causal:
+        key_rows = b.emit(tile.IotaOp("rows", register_tile([bn], i32), k0), "key")
+        seq_k_rows = b.emit(tile.SplatOp(seq_k, register_tile([bn], i32)), "seq_k_rows")
+        keys_inside = b.emit(tile.CmpOp("lt", key_rows, seq_k_rows), "key_inside")
+    minus_inf = b.fill(float("-inf"), register_tile([bn, bm]), "minus_inf")
+    score_scale = b.fill(c.scale * LOG2E, register_tile([bn, bm]), "score_scale")
+
+    def query_block(b: TileBuilder, m: SSAValue, carried, head: SSAValue) -> list[SSAValue]:
+        dk, dv = carried
+        q0 = b.muli(m, b.const(bm), "q0")
+        for name in ("Q", "dO"):
+            b.cp_async(b.view(v[name], [batch, head, q0, zero], [bm, d], f"{name.lower()}_window"), smem[name])
+        b.cp_commit_group()
+        b.cp_wait_group(0)  # the first trip's wait also covers K and V
+        b.barrier()
+        st = b.mma(smem["K"], smem["Q"], b.fill(0.0, register_tile([bn, bm]), "st_zero"), "st", transpose_b=True)
+        if c.causal:  # a key past seq_k is past every query's diagonal too (q < seq_q): one mask does both
+            # (the diagonal added on the query side, per trip, from q0: k0 - (seq_k - seq_q) or seq_k - seq_q would
+            # hold a register across the loops)
+            diagonal = b.subi(b.addi(q0, seq_k, "q0_plus_seq_k"), seq_q, "q0_diagonal")
+            keys = b.emit(tile.IotaOp("rows", register_tile([bn], i32), k0), "key")
+            queries = b.emit(tile.IotaOp("cols", register_tile([1, bm], i32), diagonal), "query_diagonal")
+            visible = b.emit(tile.CmpOp("le", keys, queries), "visible")
+        else:
+            visible = keys_inside
+        st = b.emit(tile.SelectOp(visible, st, minus_inf), "st_masked")
+        lse2 = b.load_broadcast(b.view(v["LSE2"], [batch, head, q0], [bm], "lse2_window"), bn, "lse2")
+        st_log2 = b.fma(st, score_scale, b.emit(tile.NegOp(lse2), "neg_lse2"), "st_log2")
+        pt = b.emit(tile.Exp2Op(st_log2), "pt")
+        # dP^T - dPsum in one product: the accumulator starts at -dPsum (down each column), so that dPsum is
+        # never held beside P^T and dP^T (16 registers a thread, which the warp-specialized consumers lack)
+        dpsum = b.load_broadcast(b.view(v["dPsum"], [batch, head, q0], [bm], "dpsum_window"), bn, "dpsum")
+        # (-1 x dPsum: one multiplication per accumulator register, which the accumulator's initial values cost anyway)
+        neg_dpsum = b.scale(dpsum, -1.0, "neg_dpsum")
+        dpt = b.mma(smem["V"], smem["dO"], neg_dpsum, "dpt_minus_dpsum", transpose_b=True)
+        dst = b.binary(tile.MulOp, pt, dpt, "dst")
+        pt_half = b.cast(pt, elt, "pt_half")
+        dst_half = b.cast(dst, elt, "dst_half")
+        b.emit(tile.StoreSharedOp(dst_half, smem["dS"]))
+        dv = b.mma(pt_half, smem["dO"], dv, "dv_next")                                    # P^T dO
+        dk = b.mma(dst_half, smem["Q"], dk, "dk_next")                                    # dS^T Q
+        b.barrier()  # dS^T published to every warp
+        dqt = b.mma(smem["K"], smem["dS"], b.fill(0.0, register_tile([d, bm]), "dqt_zero"), "dqt_part",
+                    transpose_a=True)                                                     # K^T dS^T
+        dq_window = b.view(v["dQaccum"], [batch, head, q0, zero], [bm, d], "dqaccum_window")
+        if cfg.deterministic:
+            sem = b.view(v["dQsemaphore"], [batch, head, m], [1], "sem_window")
+            b.emit(tile.SemWaitOp(sem, n_block))
+            b.emit(tile.AtomicAddOp(dqt, dq_window, transpose=True))
+            b.emit(tile.SemSignalOp(sem))
+        else:
+            b.emit(tile.AtomicAddOp(dqt, dq_window, transpose=True))
+        b.barrier()  # every warp has read Q, dO and dS^T before the next trip overwrites them
+        return [dk, dv]
+
+    def group_head(b: TileBuilder, g: SSAValue, carried) -> list[SSAValue]:
+        head = b.addi(b.muli(head_k, group, "group_first_head"), g, "head")
+
+        def step(b: TileBuilder, t: SSAValue, inner) -> list[SSAValue]:
+            return query_block(b, b.addi(m_start, t, "m") if c.causal else t, inner, head)
+        return list(b.for_loop(trips, list(carried), ["dk", "dv"], step, iv_name="t"))
+
+    acc_zero = b.fill(0.0, register_tile([bn, d]), "acc_zero")
+    dk, dv = b.for_loop(group, [acc_zero, acc_zero], ["dk", "dv"], group_head, iv_name="g")
+    return _finish_main(cfg, f, dk, dv)
 
 
 def attention_backward(
@@ -404,7 +540,8 @@ def attention_backward(
             mods = AttentionMods(mods.score_mod, mods.mask_mod, block_sparse=True)
     elif block_sparse:
         raise ValueError("block_sparse=True needs a mask_mod (the block lists are computed from it)")
-    return AttentionBackward(cfg, _build_preprocess(cfg), _build_main(cfg, mods), _build_postprocess(cfg))
+    main = _build_main_key_rows(cfg) if mods is None and cfg.key_rows else _build_main(cfg, mods)
+    return AttentionBackward(cfg, _build_preprocess(cfg), main, _build_postprocess(cfg))
 
 
 def attention_backward_preprocess(**options) -> ModuleOp:
@@ -415,7 +552,8 @@ def attention_backward_preprocess(**options) -> ModuleOp:
 
 def attention_backward_main(**options) -> ModuleOp:
     """The main kernel alone, for `attention_backward(**options)`."""
-    return _build_main(BackwardConfig.checked(**options))
+    cfg = BackwardConfig.checked(**options)
+    return _build_main_key_rows(cfg) if cfg.key_rows else _build_main(cfg)
 
 
 def attention_backward_postprocess(**options) -> ModuleOp:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from xdsl.dialects import arith, func, math
+from xdsl.dialects import arith, func, math, scf
 from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, FloatAttr, IntegerAttr
 from xdsl.dialects.builtin import Float32Type, IndexType, IntegerType, VectorType
 from xdsl.ir import Attribute, SSAValue
@@ -26,9 +26,11 @@ IMMEDIATE_OPERANDS = {
     sm90.SelpOp: (1, 2),
     sm90.LdGlobalOp: (1,),
     sm90.LdGlobalU16Op: (1,),
+    scf.ForOp: (2,),
 }
 """Operand positions where PTX takes an immediate (the b and c sources of ALU instructions; the offsets of a
-global load, which become the address's immediate `[%rd+8]`)."""
+global load, which become the address's immediate `[%rd+8]`; a loop's step, the latch's `add.s32 iv, iv, 1`,
+which would otherwise hold a register through the loop)."""
 CLASS_WIDTH = {"f32": 1, "acc": 1, "b32": 1, "b64": 2, "pred": 0}
 """32-bit registers each class costs (predicates live in their own file)."""
 

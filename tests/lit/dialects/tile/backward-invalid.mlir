@@ -36,6 +36,13 @@ tile.atomic_add %v, %w : !tile.tile<64x64xf32, register>, !tile.tile<64x128xf32,
 
 // -----
 
+%v = "test.op"() : () -> !tile.tile<64x32xf32, register>
+%w = "test.op"() : () -> !tile.tile<64x32xf32, global>
+// CHECK: 'tile.atomic_add' op a transposed add needs a 2-D value of the window's shape reversed: value [64, 32], window [64, 32]
+tile.atomic_add %v, %w transpose : !tile.tile<64x32xf32, register>, !tile.tile<64x32xf32, global>
+
+// -----
+
 %v = "test.op"() : () -> !tile.tile<64x64xf32, register>
 %w = "test.op"() : () -> !tile.tile<64x64xf32, shared>
 // CHECK: 'tile.atomic_add' op destination must be a global tile, got shared

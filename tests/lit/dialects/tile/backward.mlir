@@ -19,6 +19,9 @@ func.func @backward_ops(%DQ: !tile.tile<?x?x?x64xf32, global>, %SEM: !tile.tile<
   tile.sem_wait %sem, %n : !tile.tile<1xi32, global>
   %w = tile.view %DQ[%c0, %c0, %c0, %c0] : !tile.tile<?x?x?x64xf32, global> -> !tile.tile<64x64xf32, global>
   tile.atomic_add %ds, %w : !tile.tile<64x64xf32, register>, !tile.tile<64x64xf32, global>
+  %dqt = tile.fill 1.0 : !tile.tile<64x32xf32, register>
+  %wt = tile.view %DQ[%c0, %c0, %c0, %c0] : !tile.tile<?x?x?x64xf32, global> -> !tile.tile<32x64xf32, global>
+  tile.atomic_add %dqt, %wt transpose : !tile.tile<64x32xf32, register>, !tile.tile<32x64xf32, global>
   tile.sem_signal %sem {note = "attr-dict"} : !tile.tile<1xi32, global>
   func.return
 }
@@ -28,10 +31,12 @@ func.func @backward_ops(%DQ: !tile.tile<?x?x?x64xf32, global>, %SEM: !tile.tile<
 // CHECK:      tile.store_shared %p_half, %p_smem : !tile.tile<64x64xbf16, register>, !tile.tile<64x64xbf16, shared, swizzle 128>
 // CHECK:      tile.sem_wait %sem, %n : !tile.tile<1xi32, global>
 // CHECK:      tile.atomic_add %ds, %w : !tile.tile<64x64xf32, register>, !tile.tile<64x64xf32, global>
+// CHECK:      tile.atomic_add %dqt, %wt transpose : !tile.tile<64x32xf32, register>, !tile.tile<32x64xf32, global>
 // CHECK-NEXT: tile.sem_signal %sem {note = "attr-dict"} : !tile.tile<1xi32, global>
 
 // GENERIC: "tile.exp2_subtract"(%s, %lse2) : (!tile.tile<64x64xf32, register>, !tile.tile<64xf32, register>) -> !tile.tile<64x64xf32, register>
 // GENERIC: "tile.store_shared"(%p_half, %p_smem) : (!tile.tile<64x64xbf16, register>, !tile.tile<64x64xbf16, shared, swizzle 128>) -> ()
 // GENERIC: "tile.sem_wait"(%sem, %n) : (!tile.tile<1xi32, global>, index) -> ()
 // GENERIC: "tile.atomic_add"(%ds, %w) : (!tile.tile<64x64xf32, register>, !tile.tile<64x64xf32, global>) -> ()
+// GENERIC: "tile.atomic_add"(%dqt, %wt) <{transpose}> : (!tile.tile<64x32xf32, register>, !tile.tile<32x64xf32, global>) -> ()
 // GENERIC: "tile.sem_signal"(%sem) {note = "attr-dict"} : (!tile.tile<1xi32, global>) -> ()
