@@ -5,7 +5,8 @@ one run; beside Triton's cold compile of the same attention when Triton is insta
 
 For each configuration, through the default full pipeline (`passes.DEFAULT_PIPELINE`; `--pipeline` picks
 another): the seconds of each stage (building the Tile IR, each pass, printing the PTX, ptxas), the registers per thread Tessera's allocator predicts (peak) and ptxas uses, spill
-bytes, shared memory (static + dynamic), the PTX's lines, and the SASS of the main loop (the innermost loop
+bytes, shared memory (static + dynamic), the PTX's lines (printed as `tessera.compile(target="cubin")`
+prints them, without the comments), and the SASS of the main loop (the innermost loop
 holding HGMMA): its instruction count and its HGMMA and MUFU.EX2 counts. Needs ptxas (and nvdisasm for the SASS columns;
 `pip install '.[ptx]'` in a checkout).
 
@@ -106,7 +107,7 @@ def tessera_compile(variant: str, config: dict, pipeline: str) -> Measured:
 
     PassPipeline.parse_spec(all_passes(), pipeline, callback=lap).apply(make_context(), module)
     start, start_cpu = time.perf_counter(), time.process_time()
-    ptx = print_ptx(module, registers=allocated_registers)
+    ptx = print_ptx(module, registers=allocated_registers, comments=False)  # as tessera.compile(target="cubin")
     stages["print PTX"] = time.perf_counter() - start
     cpu_stages["print PTX"] = time.process_time() - start_cpu
     start = time.perf_counter()
