@@ -18,7 +18,11 @@ for bit.
   partial iter_arg;
 - a `scf.for` result is partial when its iter_arg is and its every use is a chain use. A result whose
   iter_arg is partial but which has another use is reduced across the quad right after the loop
-  (`reduced_after_loop`).
+  (`reduced_after_loop`);
+- a `scf.if` result is partial when each branch yields a partial value or a zero fill there (one of them
+  partial) and its every use is a chain use; the yield of a partial `scf.if` result is a chain use. (A
+  block-sparse kernel's loop over full key blocks sits in an scf.if, and its sum enters the loop over
+  partial blocks through it: both loops then add in the same order as the dense kernel's.)
 """
 
 from __future__ import annotations
@@ -57,6 +61,8 @@ def partial_row_sums(fn: Operation) -> set[SSAValue]:
             for i, result in enumerate(op.results):
                 if _is_row_tile(result):
                     candidates.update((_iter_arg(op, i), result))
+        elif isinstance(op, scf.IfOp):
+            candidates.update(result for result in op.results if _is_row_tile(result))
     partial = set(candidates)
 
     def holds(value: SSAValue) -> bool:
@@ -68,6 +74,8 @@ def partial_row_sums(fn: Operation) -> set[SSAValue]:
             return index in (1, 2) and holds(user.result)
         if isinstance(user, scf.YieldOp) and isinstance(user.parent_op(), scf.ForOp):
             return holds(_iter_arg(user.parent_op(), index))
+        if isinstance(user, scf.YieldOp) and isinstance(user.parent_op(), scf.IfOp):
+            return holds(user.parent_op().results[index])
         if isinstance(user, scf.ForOp):
             first = len(user.operands) - len(user.iter_args)
             return index >= first and holds(_iter_arg(user, index - first))
@@ -88,6 +96,11 @@ def partial_row_sums(fn: Operation) -> set[SSAValue]:
             return all(chain_use(u) for u in value.uses)
         if isinstance(owner, scf.ForOp):
             return holds(_iter_arg(owner, value.index)) and all(chain_use(u) for u in value.uses)
+        if isinstance(owner, scf.IfOp):
+            branches = [region.block.last_op.operands[value.index] for region in owner.regions if region.blocks]
+            if len(branches) != 2 or not all(holds(v) or _is_zero_fill(v) for v in branches) \
+                    or not any(map(holds, branches)):
+                return False
         return all(chain_use(u) for u in value.uses)
 
     changed = True
