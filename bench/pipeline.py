@@ -7,7 +7,8 @@ before the 1023 added to align the base), the register budgets per role (produce
 derived by warp-specialize from the allocator's pressure; "-" when not specialized), ptxas's registers
 (at launch) and spills, the SASS of the main loop (the smallest loop that holds HGMMA: the steady state;
 with peel-masked-iterations the masked tail loop is reported after a slash) and the same per key (divided by
-block_n: FlashAttention-3's hd128 loop is 606 / 176 = 3.44 under ptxas 13.0), its HGMMA count, and the most
+block_n: FlashAttention-3's hd128 loop is 606 / 176 = 3.44 under ptxas 13.0; the default block_n is the
+flash builder's, `FLASH_BLOCK_N`: 176 at head_dim 128), its HGMMA count, and the most
 wgmma groups in flight at once in the loop's Target IR (committed and not yet retired by a wait_group), and
 ptxas's warnings and informational diagnostics (codes; "none" when it printed none: e.g. C7513 would say that
 ptxas serialized the wgmmas, C7512 that it spilled).
@@ -33,6 +34,7 @@ import tessera
 from tessera.dialects import sm90
 from tessera.kernel_abi import TARGET_KERNEL_ATTR, is_target_kernel
 from tessera.kernels import AttentionConfig
+from tessera.kernels.attention import FLASH_BLOCK_N
 from tessera.kernels.attention_fp8 import FP8_BLOCK_N
 from tessera.passes import apply_pipeline
 from tessera.ptx.module import print_ptx
@@ -153,7 +155,7 @@ def main() -> None:
     parser.add_argument("--fp8", action="store_true", help="the e4m3 kernel (single-stage and default variants)")
     args = parser.parse_args()
     tile = AttentionConfig.checked(args.head_dim, args.causal)
-    block_n = args.block_n or (FP8_BLOCK_N[args.head_dim] if args.fp8 else tile.block_n)
+    block_n = args.block_n or (FP8_BLOCK_N[args.head_dim] if args.fp8 else FLASH_BLOCK_N[args.head_dim])
     fp8_forms = ({"dtype": "e4m3", "v_transposed": "p8"}, {"dtype": "e4m3"}) if args.fp8 else ({},)
     print(f"flash attention head_dim={args.head_dim} causal={args.causal} {'e4m3' if args.fp8 else 'bf16'}, "
           f"{tile.block_m}x{block_n} tiles, stages={args.stages}")

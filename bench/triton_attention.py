@@ -69,18 +69,32 @@ def load():
 @dataclass(frozen=True)
 class TritonCompile:
     """One cold compile of the kernel for sm_90a: wall seconds (Triton's passes, LLVM and its ptxas), the
-    PTX, the cubin and the shared memory Triton asks for."""
+    PTX, the cubin and the shared memory Triton asks for; `cpu` is the CPU seconds of the compile (this
+    process's, all threads, `time.process_time`) and `ptxas_cpu` those of the child processes it waited for
+    (its ptxas), which load on the machine does not inflate as it does wall seconds."""
 
     seconds: float
     ptx: str
     cubin: bytes
     shared_bytes: int
     version: str
+    cpu: float = 0.0
+    ptxas_cpu: float = 0.0
 
 
-def compile_for_sm90a(head_dim: int, causal: bool, dtype: str = "bf16", tile: tuple = TILES[1]) -> TritonCompile:
+def children_cpu() -> float:
+    """CPU seconds (user + system) of this process's finished children (`resource.RUSAGE_CHILDREN`)."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def compile_for_sm90a(head_dim: int, causal: bool, dtype: str = "bf16", tile: tuple = TILES[1],
+                      ptxas: str | None = None) -> TritonCompile:
     """Compile the kernel for sm_90a (no GPU needed) with a fresh Triton cache, so the time is a cold
-    compile. `tile` is (BLOCK_M, BLOCK_N, num_warps, num_stages)."""
+    compile. `tile` is (BLOCK_M, BLOCK_N, num_warps, num_stages); `ptxas` replaces Triton's own ptxas
+    (TRITON_PTXAS_PATH), so that two compilers can be timed with one assembler."""
     loaded = load()
     if loaded is None:
         raise RuntimeError("Triton is not installed (pip install triton)")
@@ -96,19 +110,24 @@ def compile_for_sm90a(head_dim: int, causal: bool, dtype: str = "bf16", tile: tu
     attrs = {(kernel.arg_names.index(name),): [["tt.divisibility", 16]] for name in ("Q", "K", "V", "O")}
     source = triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9's default, said out loud
-    saved = os.environ.get("TRITON_CACHE_DIR")
+    settings = {"TRITON_CACHE_DIR": None, "TRITON_PTXAS_PATH": ptxas}
+    saved = {name: os.environ.get(name) for name in settings}
     with tempfile.TemporaryDirectory(prefix="triton-cache-") as cache:
-        os.environ["TRITON_CACHE_DIR"] = cache
+        settings["TRITON_CACHE_DIR"] = cache
+        os.environ.update({name: value for name, value in settings.items() if value is not None})
         try:
-            start = time.perf_counter()
+            start, cpu, children = time.perf_counter(), time.process_time(), children_cpu()
             # PTX ISA 8.5, which CUDA 12.4 and later assemble (Triton's default is its own ptxas' newest).
             compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32),
                                       options={"num_warps": warps, "num_stages": stages, "ptx_version": 85})
             seconds = time.perf_counter() - start
+            ptxas_cpu = children_cpu() - children
+            cpu = time.process_time() - cpu + ptxas_cpu
         finally:
-            if saved is None:
-                os.environ.pop("TRITON_CACHE_DIR", None)
-            else:
-                os.environ["TRITON_CACHE_DIR"] = saved
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
     return TritonCompile(seconds, compiled.asm["ptx"], compiled.asm["cubin"], compiled.metadata.shared,
-                         triton.__version__)
+                         triton.__version__, cpu, ptxas_cpu)

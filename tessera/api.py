@@ -105,8 +105,8 @@ def compile(module: ModuleOp, target: str = "ptx", pipeline: str | None = None):
     lowered = _lower(where, module, pipeline)
     if target == "target":
         return lowered
-    with without_cyclic_gc():
-        ptx = print_ptx(lowered, registers=allocated_registers)
+    with without_cyclic_gc():  # ptxas reads no comments: a cubin is compiled from the PTX without them
+        ptx = print_ptx(lowered, registers=allocated_registers, comments=target == "ptx")
     if target == "ptx":
         return ptx
     from tessera.toolchain import compile_ptx

@@ -95,7 +95,9 @@ def test_flash_cluster_2_is_bitwise_equal_to_cluster_1_with_half_the_kv_traffic(
     assert np.array_equal(out1, out2)
     for cta in traffic1:
         assert traffic2[cta]["Q_map128"] == traffic1[cta]["Q_map128"]
-        for kv in ("K_map128", "V_map128"):
+        kv_maps = [name for name in traffic1[cta] if name.startswith(("K_map", "V_map"))]  # K_map176 at d128
+        assert len(kv_maps) == 2
+        for kv in kv_maps:
             assert 2 * traffic2[cta][kv] == traffic1[cta][kv]
 
 

@@ -143,8 +143,24 @@ def test_defaults_and_shared_tiles(name, build):
     sig = signature(only_kernel(module))
     assert sig.name.endswith("_d128_bf16")
     shared = [op.result.type for op in ops_of(module, tile.AllocSharedOp)]
-    assert [t.get_shape() for t in shared] == [(128, 128)] * 3  # Q, K, V tiles at BM = BN = 128
+    # Q at BM = 128; K and V at BN = 128, or FlashAttention-3's 176 for the flash kernel's dense forward
+    bn = 176 if name == "flash" else 128
+    assert [t.get_shape() for t in shared] == [(128, 128), (bn, 128), (bn, 128)]
     assert all(t.swizzle_bytes == 128 and t.memory_space == MemSpace.SHARED for t in shared)
+
+
+@pytest.mark.parametrize("options, block_n", [
+    (dict(), 176), (dict(causal=True), 176), (dict(grouped=True, return_lse=True), 176), (dict(cluster=2), 176),
+    (dict(dtype="f16", causal=True), 176), (dict(head_dim=64), 128), (dict(head_dim=256), 48),
+    (dict(causal=True, return_lse=True), 128), (dict(bias=True), 128), (dict(num_splits=2), 128),
+    (dict(score_mod=lambda score, b, h, q, k: score), 128), (dict(block_n=64), 64)])
+def test_flash_default_key_block(options, block_n):
+    """flash_attention's block_n=None: FlashAttention-3's 176 keys at head_dim 128 where it fits the
+    warp-specialized registers, DEFAULT_BLOCK_N where it does not (bias, causal with the LSE), with modifiers
+    and split-KV; an explicit block_n is kept."""
+    module = flash_attention(**{"head_dim": 128, **options})
+    k_tile = [op.result.type for op in ops_of(module, tile.AllocSharedOp)][1]
+    assert k_tile.get_shape()[0] == block_n
 
 
 @pytest.mark.parametrize("name, build", ATTENTION)

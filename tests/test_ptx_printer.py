@@ -707,6 +707,27 @@ def test_output_does_not_depend_on_hash_seeds():
 
 
 @pytest.mark.parametrize("name", ["control-flow", "machine-ops"])
+def test_without_comments_the_instructions_are_the_same(name):
+    """print_ptx(comments=False) (what tessera.compile(target="cubin") hands ptxas) leaves out the comment
+    lines inside the kernels and nothing else: the same declarations, labels and instructions in the same
+    order, parameters named alike."""
+    module = _module((LIT_DIR / f"{name}.mlir").read_text())
+    with_comments, without = print_ptx(module), print_ptx(module, comments=False)
+    body = [line for line in with_comments.split("\n") if not line.startswith("    //")]
+    assert without.split("\n") == body
+    assert len(without.split("\n")) < len(with_comments.split("\n"))
+
+
+def test_without_comments_an_error_still_names_the_op():
+    text = _custom_kernel("unsupported", """
+  %f = arith.constant 1.0 : f32
+  %g = math.exp %f : f32
+  %vals = arith.constant dense<0> : vector<4xi32>""")
+    with pytest.raises(PtxPrintError, match=r"@unsupported: '%g = math.exp %f : f32': no PTX for 'math.exp'"):
+        print_ptx(_module(text), comments=False)
+
+
+@pytest.mark.parametrize("name", ["control-flow", "machine-ops"])
 def test_lit_inputs_are_accepted_without_warnings(name):
     """The hand-written Target IR of tests/lit/ptx (every sm90 op, all control flow) assembles cleanly."""
     result = _ptxas(print_ptx(_module((LIT_DIR / f"{name}.mlir").read_text())))

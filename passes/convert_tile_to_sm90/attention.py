@@ -30,10 +30,17 @@ from tessera.passes.convert_tile_to_sm90.common import (
 )
 
 
+def combine_across_quad(x: SSAValue, combine, e: Emitter) -> SSAValue:
+    """A row vector combined over the four threads of each quad (butterfly shuffles)."""
+    for offset in quad_shuffle_offsets():
+        x = combine(x, e.op(sm90.ShflSyncOp("bfly", x, offset)))
+    return x
+
+
 class AttentionLowering:
     """The Attention handlers of `KernelLowering` (a mixin: it uses the kernel's state)."""
 
-    def _reduce_rows(self, op, x: SSAValue, combine, e: Emitter) -> SSAValue:
+    def _reduce_rows(self, op, x: SSAValue, combine, e: Emitter, across_quad: bool = True) -> SSAValue:
         """Each row's registers folded by `combine` in a halving tree (`row_fold_tree`), then across the quad by
         shuffles. Where the tile is read again (the softmax's scores and P), the tree is emitted a chunk at a
         time (`_fold`): only a chunk's partial results are live beside it (a block_n = 176 tile's 88 scores would
@@ -47,9 +54,7 @@ class AttentionLowering:
         defined_here = source.owner.parent_block() is op.parent_block() if isinstance(source, OpResult) else False
         dies_here = defined_here and source.has_one_use()
         x = _fold(x, layout.lanes // 2, combine, e, chunk=None if dies_here else FOLD_CHUNK_LEAVES)
-        for offset in quad_shuffle_offsets():
-            x = combine(x, e.op(sm90.ShflSyncOp("bfly", x, offset)))
-        return x
+        return combine_across_quad(x, combine, e) if across_quad else x
 
     def _lower_RowMaxOp(self, op: tile.RowMaxOp, e: Emitter) -> None:
         x = self._peek(op.source)
@@ -60,7 +65,10 @@ class AttentionLowering:
         self._set(op.result, self._reduce_rows(op, self._get(op.source), e.maxf, e))
 
     def _lower_RowSumOp(self, op: tile.RowSumOp, e: Emitter) -> None:
-        self._set(op.result, self._reduce_rows(op, self._get(op.source), e.addf, e))
+        """Each row's registers added, then across the quad; a sum held as per-thread partial sums
+        (`row_sums.partial_row_sums`) is added across the quad later, once."""
+        partial = op.result in self.partial_rows
+        self._set(op.result, self._reduce_rows(op, self._get(op.source), e.addf, e, across_quad=not partial))
 
     def _broadcast_rows(self, op, rows: SSAValue, e: Emitter) -> SSAValue:
         return e.shuffle(rows, self._layout(op, op.source.type).row_of_element)

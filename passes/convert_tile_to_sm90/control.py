@@ -16,6 +16,8 @@ from xdsl.ir import Block, Operation, Region
 
 from tessera.dialects import tile
 from tessera.lowering.emitter import Emitter
+from tessera.passes.convert_tile_to_sm90.attention import combine_across_quad
+from tessera.passes.convert_tile_to_sm90.row_sums import reduced_after_loop
 from tessera.passes.convert_tile_to_sm90.common import (
     _refuse,
     LoopInfo,
@@ -80,6 +82,9 @@ class ControlFlowLowering:
         results = new.results if isinstance(new, Operation) else [new]
         for old, res in zip(op.results, results):
             self._set(old, res)
+        for i in reduced_after_loop(op, self.partial_rows):  # per-thread partial row sums, added once here
+            results[i].name_hint = f"{op.results[i].name_hint or 'row_sums'}_partial"
+            self._set(op.results[i], combine_across_quad(results[i], e.addf, e))
         for commit, count in zip(counted, results[len(op.results):]):
             self.phase_counters[commit] = count
         if not self.loops:

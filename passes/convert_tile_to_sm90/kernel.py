@@ -48,6 +48,7 @@ from tessera.kernel_abi import (
 from tessera.lowering.emitter import Emitter
 from tessera.lowering.fragments import element_type_bytes
 from tessera.sm90 import facts
+from tessera.passes.convert_tile_to_sm90.row_sums import partial_row_sums
 from tessera.passes.convert_tile_to_sm90.common import (
     LINE,
     _refuse,
@@ -97,9 +98,11 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
     phase_counters: dict = field(default_factory=dict)  # commit op -> its executions so far, in the current block
     commit_phase: dict = field(default_factory=dict)  # commit op -> its count at its latest execution
     e: Emitter | None = None  # the emitter of the op being translated
+    partial_rows: set = field(init=False)  # row tiles held as per-thread partial sums (row_sums.py)
 
     def __post_init__(self) -> None:
         self.sig = signature(self.fn)
+        self.partial_rows = partial_row_sums(self.fn)
 
     # region set-up --------------------------------------------------------------------------------------
     def _block_rows(self) -> int:

@@ -55,6 +55,7 @@ from tessera.dialects import tile
 from tessera.kernels.common import (
     F32_LARGEST,
     ArgSpec,
+    DTYPES,
     TileBuilder,
     apply_cluster,
     ceildiv_dim,
@@ -94,6 +95,17 @@ DEFAULT_BLOCK_M = 128
 
 DEFAULT_BLOCK_N = {64: 128, 128: 128, 256: 48}
 """Keys per inner-loop step by head_dim (see `AttentionConfig`)."""
+
+FLASH_BLOCK_N = {**DEFAULT_BLOCK_N, 128: 176}
+"""Keys per inner-loop step of `flash_attention`'s dense forward by head_dim (`block_n=None`), 176 at head_dim
+128: FlashAttention-3's 128 x 176 tile. It fits the consumers' 240 registers beside the producer's 24
+(warp-specialize), without spill, causal or not, GQA, with the LSE or clusters of two. Those that keep
+`DEFAULT_BLOCK_N`: with bias (single-stage at 176), causal with the LSE (241 registers: two stages without a
+producer at 176), score_mod/mask_mod, split-KV and FP8 (`FP8_BLOCK_N`).
+the fixed work of an iteration (descriptors, barriers, the 64-FMUL rescale of the accumulator) is spread over
+176 keys instead of 128: 3.37 SASS instructions per key in the steady loop under ptxas 13.0, against 3.74
+(`bench/pipeline.py`). The serving, training and multi-pass kernels keep `DEFAULT_BLOCK_N` (a paged cache
+copies its pages by TMA when the page size is a multiple of the key block, and powers of two are not of 176)."""
 
 
 @dataclass(frozen=True)
@@ -612,6 +624,8 @@ def flash_attention(
     Per key block j: S = mask(scale Q K_j^T); m' = max(m, rowmax S); alpha = exp(m - m'); P = exp(S - m');
     l' = alpha l + rowsum P; acc' = alpha acc + P V_j. After the loop O = acc / l. Live per block: the
     running max m [BM], sum l [BM] and accumulator acc [BM, D] (all f32), and one [BM, BN] score tile.
+    `block_n=None` takes `FLASH_BLOCK_N` (176 keys at head_dim 128, FlashAttention-3's tile), and
+    `DEFAULT_BLOCK_N` with bias, modifiers, split-KV, or causal with the LSE (FP8: `FP8_BLOCK_N`).
 
     `return_lse=True` adds the LSE output (`..._lse`); `num_splits=S > 1` makes the split-KV kernel
     (`..._split{S}`) whose partial results `attention_combine` merges (module docstring).
@@ -651,6 +665,10 @@ def flash_attention(
     (`attention_fp8.V_TRANSPOSED_ORDERS`), lowered without a transpose (seq_k a multiple of 16); its default
     block_n is `attention_fp8.FP8_BLOCK_N`. e5m2, and FP8
     with bias, split-KV, score_mod/mask_mod or clusters, are refused by name."""
+    if block_n is None and isinstance(head_dim, int) and isinstance(dtype, str) and dtype in DTYPES \
+            and bias is False and score_mod is None and mask_mod is None and num_splits == 1 \
+            and not (causal is True and return_lse is True):
+        block_n = FLASH_BLOCK_N.get(head_dim)  # None for a head_dim refused by name below
     fp8 = attention_fp8.check_fp8_options(dtype, bias=bias is True, num_splits=num_splits if isinstance(num_splits, int) else 1,
                                           mods=score_mod is not None or mask_mod is not None,
                                           cluster=check_cluster("cluster", cluster, 1), v_transposed=v_transposed)

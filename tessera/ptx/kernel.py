@@ -186,10 +186,12 @@ class TargetIrText:
 class KernelPrinter:
     """Prints one Target IR kernel (see the module docstring)."""
 
-    def __init__(self, fn: func.FuncOp, text: TargetIrText, registers: RegisterFile):
+    def __init__(self, fn: func.FuncOp, text: TargetIrText | None, registers: RegisterFile):
         self.fn = fn
         self.kernel = fn.sym_name.data
         self.text = text
+        self.comments = text is not None
+        """Whether the PTX carries a comment with each op's Target IR line (`print_ptx(comments=...)`)."""
         self.registers = registers
         self.out: list[str] = []
         self.values: dict[SSAValue, list[str]] = {}
@@ -208,7 +210,8 @@ class KernelPrinter:
             self.out.append(f"{INDENT}{instruction};")
 
     def comment(self, text: str) -> None:
-        self.out.append(f"{INDENT}// {text}")
+        if self.comments:
+            self.out.append(f"{INDENT}// {text}")
 
     def new_label(self, stem: str) -> str:
         self._labels += 1
@@ -218,13 +221,19 @@ class KernelPrinter:
         self.out.append(f"{label}:")
 
     def name(self, value: SSAValue) -> str:
-        return self.text.name(value)
+        """The value's Target IR name; without comments (no module text), its name hint or its position."""
+        if self.text is not None:
+            return self.text.name(value)
+        if value.name_hint:
+            return f"%{value.name_hint}"
+        return f"%arg{value.index}" if isinstance(value, BlockArgument) else "%value"
 
     def describe(self, op: Operation) -> str:
-        return self.text.line(op)
+        return self.text.line(op) if self.text is not None else op.name
 
     def refuse(self, op: Operation | None, message: str) -> NoReturn:
-        where = f"'{self.describe(op)}': " if op is not None else ""
+        text = self.text if self.text is not None else TargetIrText(self.fn)  # errors name the op's line
+        where = f"'{text.line(op)}': " if op is not None else ""
         raise PtxPrintError(f"ptx: @{self.kernel}: {where}{message}")
 
     # endregion

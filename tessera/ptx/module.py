@@ -51,12 +51,17 @@ def target_kernels(module: ModuleOp) -> list[func.FuncOp]:
 def print_ptx(
     module: ModuleOp,
     registers: RegisterAssignment | Callable[[func.FuncOp], RegisterAssignment] | None = None,
+    *,
+    comments: bool = True,
 ) -> str:
     """The PTX module of `module`'s Target IR kernels. `registers` optionally names the registers of values,
     as a mapping or per kernel (e.g. `lambda fn: tessera.regalloc.allocate_registers(fn).names`); other
     values get a fresh virtual register per element. Raises PtxPrintError naming the kernel and op it
-    cannot print."""
-    text = TargetIrText(module)
+    cannot print. `comments=False` leaves out the comment before each op's instructions (its Target IR
+    line): the same instructions, a third fewer lines, and no printing of the module's Target IR to name
+    them (what ptxas alone reads: `tessera.compile(target="cubin")`); parameters are then named after the
+    arguments' name hints."""
+    text = TargetIrText(module) if comments else None
     lines = [
         f".version {PTX_VERSION}",
         f".target {PTX_TARGET}",

@@ -3,8 +3,9 @@
 // Causal flash attention, 64 queries x 64 keys per step, head_dim 64: Q is waited with parity 0 (its group
 // is committed once), K/V with the loop trip's parity (the trip is %j once canonicalized); the bounds and causal masks are one
 // compare per register against a threshold per row (min of the diagonal and seq_k); row max and row sum reduce a thread's two rows and
-// then the 4 lanes of each row (shfl.bfly 1, 2); exp is ex2 of an fma with log2(e); P is packed to bf16
-// pairs and fed to the second wgmma as register A (trans-b 1 for V); O = acc * rcp(l) (0 where l = 0).
+// the max then the 4 lanes of each row (shfl.bfly 1, 2); the running sum stays each thread's partial sum,
+// added over the 4 lanes once, after the loop (row_sums.py); exp is ex2 of an fma with log2(e); P is packed
+// to bf16 pairs and fed to the second wgmma as register A (trans-b 1 for V); O = acc * rcp(l) (0 where l = 0).
 
 builtin.module {
   func.func @flash_attention_d64_bf16_causal(%Q: !tile.tile<?x?x?x64xbf16, global> {tile.dims = #tile.dims<batch, heads, seq_q, 64>}, %K: !tile.tile<?x?x?x64xbf16, global> {tile.dims = #tile.dims<batch, heads, seq_k, 64>}, %V: !tile.tile<?x?x?x64xbf16, global> {tile.dims = #tile.dims<batch, heads, seq_k, 64>}, %O: !tile.tile<?x?x?x64xbf16, global> {tile.dims = #tile.dims<batch, heads, seq_q, 64>, tile.role = "out"}) attributes {tile.kernel = {kind = "attention", causal = true, scale = 1.250000e-01 : f32}, tile.grid = #tile.dims<ceildiv(seq_q, 64), heads, batch>} {
@@ -87,9 +88,13 @@ builtin.module {
 // CHECK:        %alpha = sm90.ex2_approx %{{.*}} : vector<2xf32>
 // CHECK:        math.fma %{{.*}}, %{{.*}}, %{{.*}} : vector<32xf32>
 // CHECK-NEXT:   %p = sm90.ex2_approx %{{.*}} : vector<32xf32>
+// CHECK-NOT:    sm90.shfl_sync
 // CHECK:        %p_half = sm90.cvt_pack %p type "bf16" : vector<32xf32> -> vector<16xi32>
 // CHECK:        vector.shuffle %p_half, %p_half [0, 1, 2, 3]
 // CHECK:        sm90.wgmma_mma_async %acc_scaled, %{{.*}}, %{{.*}} n 64 type "bf16" trans 0, 1 : vector<32xf32>, vector<4xi32>
+// CHECK:        scf.yield
+// CHECK:      sm90.shfl_sync "bfly" %l_final_partial, 1, 31 : vector<2xf32>
+// CHECK:      sm90.shfl_sync "bfly" %{{.*}}, 2, 31 : vector<2xf32>
 // CHECK:      sm90.rcp_approx %l_final : vector<2xf32>
 // CHECK:      %[[BASE:.*]] = arith.addi %O_ptr, %{{.*}} : i64
 // CHECK:      sm90.st_global %[[BASE]][%{{.*}}], %o_half, %{{.*}} : vector<16xi32>, vector<16xi32>, vector<16xi1>
