@@ -10,7 +10,9 @@ Instruction selection (f32): add/sub/mul `.rn`, div `div.rn.f32` (IEEE), element
 exp = ex2.approx(x log2 e) (a `tile.scale` factor folds into the multiplier), exp2 = ex2.approx, log2 =
 lg2.approx, tanh = tanh.approx.f32, sigmoid = rcp.approx(1 + ex2.approx(-x log2 e)), silu = x sigmoid(x),
 sqrt = sqrt.rn.f32, rsqrt = rsqrt.approx, reciprocal = rcp.approx, abs/neg exact; i32 add/sub/mul/min/max
-wrap; cmp = setp per register, select = selp; iota = the thread's base row or column (the accumulator's
+wrap; i32 floordiv/mod (Python's // and %) by a constant 2^k are `shr.s32` by k and `and.b32` with 2^k - 1
+(exact for negative dividends in two's complement), by another constant the floored division (div/rem and a
+sign fix-up), by a run-time divisor the same behind a guard that gives 0 for a zero divisor; cmp = setp per register, select = selp; iota = the thread's base row or column (the accumulator's
 thread terms, `facts.ACCUMULATOR_THREAD_TERMS`) plus the offset, plus each register's constant offset in
 the fragment; splat = a broadcast of the scalar (an index truncated to i32). The error bounds of the
 approximate instructions are in `tessera.sm90.approx`.
@@ -19,7 +21,7 @@ approximate instructions are in `tessera.sm90.approx`.
 from __future__ import annotations
 
 from xdsl.dialects import arith, math
-from xdsl.dialects.builtin import Float32Type, IndexType, UnitAttr, f32, i32
+from xdsl.dialects.builtin import Float32Type, IndexType, IntegerAttr, UnitAttr, f32, i32
 from xdsl.ir import Block, Operation, SSAValue
 
 from tessera.dialects import sm90, tile
@@ -37,6 +39,35 @@ _INTEGER_BINARY = {
     tile.AddOp: arith.AddiOp, tile.SubOp: arith.SubiOp, tile.MulOp: arith.MuliOp,
     tile.ElementMaxOp: arith.MaxSIOp, tile.ElementMinOp: arith.MinSIOp,
 }
+
+
+def _constant_i32(value: SSAValue) -> int | None:
+    """The divisor's value where it is a constant (`tile.splat` of an `arith.constant`), as an i32."""
+    owner = value.owner
+    if not isinstance(owner, tile.SplatOp) or not isinstance(owner.value.owner, arith.ConstantOp):
+        return None
+    constant = owner.value.owner.value
+    if not isinstance(constant, IntegerAttr):
+        return None
+    return (constant.value.data + 2**31) % 2**32 - 2**31  # an index constant is truncated to i32
+
+
+def _floored(e: Emitter, a: SSAValue, b: SSAValue, modulus: bool, constant: int | None = None) -> SSAValue:
+    """floor(a / b) (`arith.floordivsi`), or a - b floor(a / b): the truncated remainder r = rem(a, b) plus b
+    where r is non-zero and its sign differs from b's (for a constant b > 0: where r < 0; b < 0: where r > 0),
+    decided on predicates so that no other [BM, BN] tile is live beside r. b has no zero."""
+    if not modulus:
+        return e.op(arith.FloorDivSIOp(a, b))
+    r = e.op(arith.RemSIOp(a, b))
+    zero = e.splat(i32, 0, a.type.get_shape()[0])
+    if constant is not None:
+        wrong_sign = e.setp("lt" if constant > 0 else "gt", r, zero)
+    else:
+        signs_differ = e.op(arith.XOrIOp(e.setp("lt", r, zero), e.setp("lt", b, zero)))
+        wrong_sign = e.andi(e.setp("ne", r, zero), signs_differ)
+    return e.select(wrong_sign, e.op(arith.AddiOp(r, b)), r)
+
+
 _ROW_VECTOR_ROWS = sorted(set(AccumulatorLayout(8).row_offsets))
 """The rows of a thread's two registers of a row vector, relative to its first row."""
 
@@ -75,6 +106,35 @@ class ElementwiseLowering:
 
     _lower_AddOp = _lower_SubOp = _lower_MulOp = _lower_DivOp = _lower_binary
     _lower_ElementMaxOp = _lower_ElementMinOp = _lower_binary
+
+    def _lower_integer_division(self, op: tile.FloorDivOp | tile.ModOp, e: Emitter) -> None:
+        """Python's a // b and a % b (module docstring): a constant divisor 2^k is a shift or a mask, another
+        constant one division (ptxas turns a division by an immediate into a multiply), a constant 0 the
+        constant 0; a divisor known only at run time is guarded (0 where it is 0, as the op's semantics say,
+        and no division by zero is executed)."""
+        modulus = isinstance(op, tile.ModOp)
+        lanes = self._vector_type(op, op.result.type).get_shape()[0]
+        a = self._broadcast_operand(op, op.lhs, op.result.type, e)
+        d = _constant_i32(op.rhs)
+        if d == 0:
+            self._set(op.result, e.splat(i32, 0, lanes))
+            return
+        if d is not None and d > 0 and d & (d - 1) == 0:  # two's complement: exact for negative a too
+            if modulus:
+                self._set(op.result, e.andi(a, e.splat(i32, d - 1, lanes)))
+            else:
+                self._set(op.result, e.op(arith.ShRSIOp(a, e.splat(i32, d.bit_length() - 1, lanes))))
+            return
+        if d is not None:
+            self._set(op.result, _floored(e, a, e.splat(i32, d, lanes), modulus, d))
+            return
+        b = self._broadcast_operand(op, op.rhs, op.result.type, e)
+        zero = e.splat(i32, 0, lanes)
+        by_zero = e.setp("eq", b, zero)
+        quotient = _floored(e, a, e.select(by_zero, e.splat(i32, 1, lanes), b), modulus)
+        self._set(op.result, e.select(by_zero, zero, quotient))
+
+    _lower_FloorDivOp = _lower_ModOp = _lower_integer_division
 
     def _splat_like(self, value: SSAValue, constant: float, e: Emitter) -> SSAValue:
         return e.splat(f32, constant, value.type.get_shape()[0])
