@@ -70,7 +70,8 @@ def integer_division_kernel(cases):
     return parse_module(text.replace("WIDTH", str(64 * len(cases))))
 
 
-CASES = [(op, d) for d in (1, 64, 3, -4, -7, 0, None) for op in ("floordiv", "mod")]
+CASES = [(op, d) for d in (64, -3, 0, None) for op in ("floordiv", "mod")]
+"""A power of two (shift, mask), a negative general divisor, zero, and a run-time divisor."""
 
 
 @pytest.mark.parametrize("level", ["tile", "target", "ptx"])
@@ -124,6 +125,20 @@ def test_ptxas_accepts_integer_division_without_spills():
     result = compile_ptx(ptx, source_name="integer_division")
     assert result.warnings == ()
     assert not any(entry.spills for entry in result.entries.values())
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", ["tile", "target", "ptx"])
+def test_more_divisors_against_numpy(level):
+    cases = [(op, d) for d in (1, 2, 3, 7, -1, -4, -64, 2**30) for op in ("floordiv", "mod")]
+    m = 70
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = tessera.interpret(integer_division_kernel(cases), np.zeros((m, 64), np.float32), level=level)
+    a = 37 * np.arange(m)[:, None] - 101 * np.arange(64)[None, :]
+    for k, (op, d) in enumerate(cases):
+        expected = (np.floor_divide if op == "floordiv" else np.remainder)(a, d)
+        np.testing.assert_array_equal(out[:, 64 * k: 64 * k + 64], expected.astype(np.float32), err_msg=f"{op} {d}")
+
 
 # endregion
 # region tracing
@@ -217,6 +232,56 @@ def test_variant_forward_and_backward_at_tile_level(name):
     grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=score_mod, mask_mod=mask_mod, level="tile")
     checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, score_mod, mask_mod)
     assert all(c.ok for c in checks), [str(c) for c in checks]
+
+
+def residue_bias(score, b, h, q_idx, kv_idx):
+    return score + 0.25 * ((kv_idx - q_idx) % 5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", ["target", "ptx"])
+def test_forward_below_tile_level(level):
+    """A per-head run-time divisor (PERIOD[h], a gather) and a bias of negative residues and quotients, with
+    the block lists, GQA, BN 64."""
+    from tessera.kernels import flash_attention
+    from tessera.variants import create_block_mask
+
+    q, k, v, _ = inputs(100, 150, 2, 1, seed=3)
+    module = flash_attention(64, block_n=64, return_lse=True, grouped=True, score_mod=periodic_bias,
+                             mask_mod=strided, block_sparse=True)
+    lists = create_block_mask(strided, 1, 2, 100, 150, 128, 64).inputs()
+    o, lse = tessera.interpret(module, q, k, v, PERIOD, *lists, level=level)
+    check = reference.check_attention_mods(o, q, k, v, BF16, periodic_bias, strided, lse=lse)
+    assert check.ok, check
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", ["target", "ptx"])
+def test_backward_below_tile_level(level):
+    """The score_mod's `(kv_idx - q_idx) % 5` and the mask_mod's `(kv_idx - q_idx) % PERIOD[h]` (CSE merges
+    their `kv_idx - q_idx`; rematerialize-constants re-creates it at each use, or the kernel needs 257
+    registers), with the transposed block lists."""
+    q, k, v, do = inputs(70, 90, 2, 1, seed=4)
+    o, lse = tessera.attention(q, k, v, score_mod=residue_bias, mask_mod=strided, return_lse=True, level="tile")
+    grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=residue_bias, mask_mod=strided, level=level)
+    checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, residue_bias, strided)
+    assert all(c.ok for c in checks), [str(c) for c in checks]
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ptxas")
+def test_ptxas_accepts_the_variant_kernels_without_spills():
+    from tessera import passes
+    from tessera.kernels import attention_backward, flash_attention
+
+    forward = flash_attention(64, block_n=64, score_mod=periodic_bias, mask_mod=chunked_local, block_sparse=True)
+    backward = attention_backward(64, score_mod=residue_bias, mask_mod=strided, block_sparse=True).main
+    for module, pipeline in ((forward, None), (backward, passes.PTX_PIPELINE)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = tessera.compile(module, target="cubin", pipeline=pipeline)
+        assert result.warnings == ()
+        assert not any(entry.spills for entry in result.entries.values())
 
 
 def test_block_diagonal_skips_off_diagonal_blocks():

@@ -20,11 +20,10 @@ from tessera.variants.trace import F32, trace_mod
 from tessera.variants.block_mask import create_block_mask
 
 
-SPARSE_BACKWARD_HEAD_DIMS = (64,)
+SPARSE_BACKWARD_HEAD_DIMS = (64, 128)
 """Head dims whose block-sparse backward (`attention_backward(block_sparse=True)`) fits the registers below
-Tile IR. At head_dim 128 the block lists' pointers, counts and loop state add 21 registers to the main
-kernel's 249 (dK and dV alone hold 128): there, below Tile IR, the backward visits every query block and
-masks per element (a score_mod there needs 259 registers and is refused by the register allocator)."""
+Tile IR. At head_dim 128 it does with the main kernel's head split (`attention_backward.MODS_HEAD_SPLIT`: two
+thread blocks per key block, each holding half of dK and dV), which a modifier's tiles need there."""
 
 
 BACKWARD_PIPELINE = "PTX_PIPELINE"
