@@ -195,8 +195,25 @@ def strided(b, h, q_idx, kv_idx):
     return (np.abs(q_idx - kv_idx) < 8) | ((kv_idx - q_idx) % PERIOD[h] == 0)
 
 
-def stripes(b, h, q_idx, kv_idx):
-    return kv_idx % 64 < 16
+def negated_chunks(b, h, q_idx, kv_idx):
+    """Floor division of negative indices: chunks of 7 counted from the other end."""
+    return (-q_idx) // 7 <= (-kv_idx) // 7
+
+
+def constant_dividend(b, h, q_idx, kv_idx):
+    """A run-time divisor (kv_idx + 1) of a constant, and a negative constant divisor."""
+    return 200 // (kv_idx + 1) >= q_idx % -3 + 3
+
+
+DIVISORS = np.array([0, 5])  # head 0 divides by zero at run time: 0, as NumPy's integer division gives
+
+
+def per_head_residues(score, b, h, q_idx, kv_idx):
+    return score + 0.1 * (q_idx // DIVISORS[h]) - 0.2 * (kv_idx % DIVISORS[h])
+
+
+def within_period(b, h, q_idx, kv_idx):
+    return q_idx % 128 >= kv_idx % 128
 
 
 def periodic_bias(score, b, h, q_idx, kv_idx):
@@ -206,11 +223,12 @@ def periodic_bias(score, b, h, q_idx, kv_idx):
 
 VARIANTS = {
     "block-diagonal": (None, block_diagonal),
-    "chunked-local": (None, chunked_local),
     "dilated": (None, dilated),
     "strided(per-head period)": (None, strided),
-    "stripes": (None, stripes),
+    "negated-chunks": (None, negated_chunks),
+    "constant-dividend": (None, constant_dividend),
     "periodic-bias+chunked-local": (periodic_bias, chunked_local),
+    "per-head-residues(zero divisor)+within-period": (per_head_residues, within_period),
 }
 
 
@@ -226,9 +244,15 @@ def test_variant_forward_and_backward_at_tile_level(name):
     """seq_q != seq_k, neither a multiple of a block, GQA (2 query heads per key head)."""
     score_mod, mask_mod = VARIANTS[name]
     q, k, v, do = inputs(130, 170, 2, 1, seed=list(VARIANTS).index(name))
-    o, lse = tessera.attention(q, k, v, score_mod=score_mod, mask_mod=mask_mod, return_lse=True, level="tile")
-    check = reference.check_attention_mods(o, q, k, v, BF16, score_mod, mask_mod, lse=lse)
-    assert check.ok, check
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the reference's NumPy divides by zero (and gives 0)
+        o, lse = tessera.attention(q, k, v, score_mod=score_mod, mask_mod=mask_mod, return_lse=True, level="tile")
+        check = reference.check_attention_mods(o, q, k, v, BF16, score_mod, mask_mod, lse=lse)
+        assert check.ok, check
+        _backward_checked(q, k, v, do, o, lse, score_mod, mask_mod)
+
+
+def _backward_checked(q, k, v, do, o, lse, score_mod, mask_mod):
     grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=score_mod, mask_mod=mask_mod, level="tile")
     checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, score_mod, mask_mod)
     assert all(c.ok for c in checks), [str(c) for c in checks]
@@ -252,6 +276,25 @@ def test_forward_below_tile_level(level):
     lists = create_block_mask(strided, 1, 2, 100, 150, 128, 64).inputs()
     o, lse = tessera.interpret(module, q, k, v, PERIOD, *lists, level=level)
     check = reference.check_attention_mods(o, q, k, v, BF16, periodic_bias, strided, lse=lse)
+    assert check.ok, check
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", ["target", "ptx"])
+def test_zero_divisor_at_run_time_below_tile_level(level):
+    """DIVISORS[h] is 0 for head 0: the kernel's guard gives 0 there (no division by zero executes, which the
+    CTA simulator and the PTX executor would report), as the NumPy reference does."""
+    from tessera.kernels import flash_attention
+    from tessera.variants import create_block_mask
+
+    q, k, v, _ = inputs(150, 170, 2, 2, seed=5)
+    module = flash_attention(64, block_n=64, return_lse=True, score_mod=per_head_residues, mask_mod=within_period,
+                             block_sparse=True)
+    lists = create_block_mask(within_period, 1, 2, 150, 170, 128, 64).inputs()
+    o, lse = tessera.interpret(module, q, k, v, DIVISORS, *lists, level=level)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        check = reference.check_attention_mods(o, q, k, v, BF16, per_head_residues, within_period, lse=lse)
     assert check.ok, check
 
 
