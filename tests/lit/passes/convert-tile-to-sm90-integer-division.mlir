@@ -3,8 +3,9 @@
 
 // tile.floordiv / tile.mod (Python's // and %) on a thread's 32 registers of a [64, 64] i32 tile: a constant
 // 2^k divisor is an arithmetic shift by k or a mask with 2^k - 1 (exact for negative dividends), another
-// constant the floored division (div/rem with a sign fix-up on predicates), a run-time divisor the same
-// behind a guard that gives 0 where it is 0.
+// constant b > 0 the floor s ^ ((a ^ s) / b) with s = a >> 31 (an unsigned division of a non-negative value),
+// a modulus or a negative constant the truncated div/rem with a sign fix-up, a run-time divisor the same on
+// predicates, behind a guard that gives 0 where it is 0.
 
 func.func @integer_division(%X: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<n, 64>},
                             %O: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<n, 64>, tile.role = "out"})
@@ -12,14 +13,16 @@ func.func @integer_division(%X: !tile.tile<?x64xf32, global> {tile.dims = #tile.
   %c0 = arith.constant 0 : index
   %k64 = arith.constant 64 : i32
   %k3 = arith.constant -3 : i32
+  %k48 = arith.constant 48 : i32
   %i = tile.iota rows : !tile.tile<64x64xi32, register>
   %j = tile.iota cols : !tile.tile<1x64xi32, register>
   %d = tile.sub %j, %i : !tile.tile<1x64xi32, register>, !tile.tile<64x64xi32, register>
   %s64 = tile.splat %k64 : i32 -> !tile.tile<64xi32, register>
   %s3 = tile.splat %k3 : i32 -> !tile.tile<64xi32, register>
+  %s48 = tile.splat %k48 : i32 -> !tile.tile<64xi32, register>
   %q = tile.floordiv %d, %s64 : !tile.tile<64x64xi32, register>, !tile.tile<64xi32, register>
   %r = tile.mod %d, %s64 : !tile.tile<64x64xi32, register>, !tile.tile<64xi32, register>
-  %g = tile.floordiv %q, %s3 : !tile.tile<64x64xi32, register>, !tile.tile<64xi32, register>
+  %g = tile.floordiv %q, %s48 : !tile.tile<64x64xi32, register>, !tile.tile<64xi32, register>
   %m = tile.mod %r, %s3 : !tile.tile<64x64xi32, register>, !tile.tile<64xi32, register>
   %u = tile.mod %g, %m : !tile.tile<64x64xi32, register>
   %f = tile.cast %u : !tile.tile<64x64xi32, register> -> !tile.tile<64x64xf32, register>
@@ -32,10 +35,15 @@ func.func @integer_division(%X: !tile.tile<?x64xf32, global> {tile.dims = #tile.
 // CHECK-NEXT: %q = arith.shrsi %d, %[[SIX]] : vector<32xi32>
 // CHECK-NEXT: %[[MASK:.*]] = arith.constant dense<63> : vector<32xi32>
 // CHECK-NEXT: %r = arith.andi %d, %[[MASK]] : vector<32xi32>
+// CHECK-NEXT: %[[C48:.*]] = arith.constant dense<48> : vector<32xi32>
+// CHECK-NEXT: %[[C31:.*]] = arith.constant dense<31> : vector<32xi32>
+// CHECK-NEXT: %[[SIGN:.*]] = arith.shrsi %q, %[[C31]] : vector<32xi32>
+// CHECK-NEXT: %[[MAG:.*]] = arith.xori %q, %[[SIGN]] : vector<32xi32>
+// CHECK-NEXT: %[[QU:.*]] = arith.divui %[[MAG]], %[[C48]] : vector<32xi32>
+// CHECK-NEXT: %g = arith.xori %[[QU]], %[[SIGN]] : vector<32xi32>
 // CHECK-NEXT: %[[M3:.*]] = arith.constant dense<-3> : vector<32xi32>
-// CHECK-NEXT: %g = arith.floordivsi %q, %[[M3]] : vector<32xi32>
-// CHECK-NEXT: %[[REM:.*]] = arith.remsi %r, %[[M3]] : vector<32xi32>
 // CHECK-NEXT: %[[ZERO:.*]] = arith.constant dense<0> : vector<32xi32>
+// CHECK-NEXT: %[[REM:.*]] = arith.remsi %r, %[[M3]] : vector<32xi32>
 // CHECK-NEXT: %[[POS:.*]] = sm90.setp "gt" %[[REM]], %[[ZERO]] : vector<32xi32> -> vector<32xi1>
 // CHECK-NEXT: %[[FIX:.*]] = arith.addi %[[REM]], %[[M3]] : vector<32xi32>
 // CHECK-NEXT: %m = sm90.selp %[[POS]], %[[FIX]], %[[REM]] : vector<32xi1>, vector<32xi32>
@@ -47,4 +55,4 @@ func.func @integer_division(%X: !tile.tile<?x64xf32, global> {tile.dims = #tile.
 
 // PTX-COUNT-32: shr.s32 %r{{[0-9]+}}, %r{{[0-9]+}}, 6;
 // PTX-COUNT-32: and.b32 %r{{[0-9]+}}, %r{{[0-9]+}}, 63;
-// PTX-COUNT-32: div.s32 %r{{[0-9]+}}, %r{{[0-9]+}}, -3;
+// PTX-COUNT-32: div.u32 %r{{[0-9]+}}, %r{{[0-9]+}}, 48;
