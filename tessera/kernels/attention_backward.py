@@ -149,6 +149,8 @@ class AttentionBackward:
     preprocess: ModuleOp
     main: ModuleOp
     postprocess: ModuleOp
+    head_split: int = 1
+    """The main kernel's thread blocks per key block (`attention_backward`'s `head_split`)."""
 
     @property
     def modules(self) -> tuple[ModuleOp, ModuleOp, ModuleOp]:
@@ -414,9 +416,11 @@ def attention_backward(
     the arrays: per (batch, head, key block) its full query blocks, visited with no mask, then its partial
     ones, with mask_mod; empty ones never).
 
-    `head_split` (default `MODS_HEAD_SPLIT` with a modifier, else 1): the main kernel's thread blocks per key
-    block, each accumulating dK, dV and dQ for head_dim / head_split columns (S and dP still take the whole
-    head_dim), so that a modifier's tiles fit beside dK and dV; not with `deterministic` (refused by name).
+    `head_split` (1 or 2; default `MODS_HEAD_SPLIT` with a modifier, else 1): the main kernel's thread blocks
+    per key block, each accumulating dK, dV and dQ for head_dim / head_split columns (S and dP still take the
+    whole head_dim), so that a modifier's tiles fit beside dK and dV; not with `deterministic` (refused by
+    name). `tessera.attention_backward` takes head_split=2 at head_dim 64 too when a modifier's kernel does
+    not fit without it (`tessera.runtime.flex`).
     """
     if (score_mod is not None or mask_mod is not None) and block_m is None and block_n is None \
             and head_dim in MODS_BLOCKS and not isinstance(head_dim, bool):
@@ -425,7 +429,7 @@ def attention_backward(
     modified = score_mod is not None or mask_mod is not None
     if head_split is None:
         head_split = MODS_HEAD_SPLIT.get(cfg.attention.head_dim, 1) if modified and not deterministic else 1
-    check_choice("head_split", head_split, tuple(n for n in (1, 2) if cfg.attention.head_dim // n >= 64))
+    check_choice("head_split", head_split, (1, 2))
     if head_split > 1 and deterministic:
         raise ValueError(f"head_split={head_split} is not supported with deterministic=True: the dQ semaphores "
                          "count one addition per key block, and each of its head_split thread blocks adds one")
@@ -441,7 +445,8 @@ def attention_backward(
             mods = AttentionMods(mods.score_mod, mods.mask_mod, block_sparse=True)
     elif block_sparse:
         raise ValueError("block_sparse=True needs a mask_mod (the block lists are computed from it)")
-    return AttentionBackward(cfg, _build_preprocess(cfg), _build_main(cfg, mods, head_split), _build_postprocess(cfg))
+    return AttentionBackward(cfg, _build_preprocess(cfg), _build_main(cfg, mods, head_split), _build_postprocess(cfg),
+                             head_split)
 
 
 def attention_backward_preprocess(**options) -> ModuleOp:

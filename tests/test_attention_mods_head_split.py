@@ -2,7 +2,8 @@
 lists and a score_mod, the main kernel splits head_dim over two thread blocks per key block
 (`attention_backward.MODS_HEAD_SPLIT`: each holds half of dK and dV, where the whole needed 259 to 291
 registers a thread), right against the float64 reference at target and PTX level, and ptxas clean without
-spill (soft-cap + ALiBi + sliding window, document masking, chunked-local attention)."""
+spill (soft-cap + ALiBi + sliding window, document masking, chunked-local attention). At head_dim 64 a
+modifier that does not fit without the split is rebuilt with it (`flex.HEAD_SPLIT_FALLBACK`), with a warning."""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def test_builder_splits_head_dim_with_a_modifier():
     with pytest.raises(ValueError, match="head_split=2 is not supported with deterministic=True"):
         attention_backward(128, mask_mod=window, head_split=2, deterministic=True)
     with pytest.raises(ValueError, match="head_split"):
-        attention_backward(64, mask_mod=window, head_split=2)  # 32 columns a thread block: no wgmma tile
+        attention_backward(64, mask_mod=window, head_split=3)
 
 
 def test_softcap_alibi_window_at_target_level():
@@ -88,3 +89,31 @@ def test_ptxas_accepts_the_main_kernel_without_spills(score_mod, mask_mod):
     assert result.warnings == ()
     for entry in result.entries.values():
         assert not entry.spills, entry
+
+
+TABLE = np.linspace(-1, 1, 126).reshape(2, 63)
+
+
+def softcap_alibi_table(score, b, h, q_idx, kv_idx):
+    return 20.0 * np.tanh(score / 20.0) + SLOPES[h] * (kv_idx - q_idx) + TABLE[h, np.clip(q_idx - kv_idx + 31, 0, 62)]
+
+
+def document_window(b, h, q_idx, kv_idx):
+    return (DOC[q_idx] == DOC[kv_idx]) & (q_idx >= kv_idx) & (q_idx - kv_idx < 100)
+
+
+@pytest.mark.slow
+def test_head_dim_64_falls_back_to_the_head_split_with_a_warning():
+    """264 registers a thread without the split (over 255): rebuilt with head_split=2, the warning naming it."""
+    rng = np.random.default_rng(2)
+    q = round_to(rng.standard_normal((1, 2, 100, 64)), BF16)
+    k, v = (round_to(rng.standard_normal((1, 2, 90, 64)), BF16) for _ in range(2))
+    do = round_to(rng.standard_normal(q.shape), BF16)
+    o, lse = tessera.attention(q, k, v, score_mod=softcap_alibi_table, mask_mod=document_window, return_lse=True,
+                               level="tile")
+    with pytest.warns(UserWarning, match=r"does not fit the registers \(264 registers.*rebuilt with head_split=2"):
+        grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=softcap_alibi_table,
+                                           mask_mod=document_window, level="target")
+    checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, softcap_alibi_table,
+                                                     document_window)
+    assert all(c.ok for c in checks), [str(c) for c in checks]
