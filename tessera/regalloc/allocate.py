@@ -296,7 +296,7 @@ ELEMENTWISE = (
     arith.AddiOp, arith.SubiOp, arith.MuliOp, arith.AndIOp, arith.OrIOp, arith.XOrIOp, math.FmaOp,
     sm90.SelpOp, sm90.Ex2ApproxOp, sm90.RcpApproxOp, sm90.Lg2ApproxOp, sm90.TanhApproxOp, sm90.RsqrtApproxOp,
     math.SqrtOp, math.AbsFOp, arith.MaxSIOp, arith.MinSIOp, arith.FloorDivSIOp, arith.RemSIOp, arith.ShRSIOp,
-    sm90.CvtOp,
+    arith.DivSIOp, arith.DivUIOp,
 )
 """Ops whose register i of the result depends only on register i of each operand: computed in place, the
 result may take the registers of an operand that dies there."""
