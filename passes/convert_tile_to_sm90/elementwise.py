@@ -11,11 +11,12 @@ exp = ex2.approx(x log2 e) (a `tile.scale` factor folds into the multiplier), ex
 lg2.approx, tanh = tanh.approx.f32, sigmoid = rcp.approx(1 + ex2.approx(-x log2 e)), silu = x sigmoid(x),
 sqrt = sqrt.rn.f32, rsqrt = rsqrt.approx, reciprocal = rcp.approx, abs/neg exact; i32 add/sub/mul/min/max
 wrap; i32 floordiv/mod (Python's // and %) by a constant 2^k are `shr.s32` by k and `and.b32` with 2^k - 1
-(exact for negative dividends in two's complement), floordiv by another constant b > 0 s ^ ((a ^ s) / b)
-with s = a >> 31 (an unsigned division), otherwise the truncated div/rem with a sign fix-up, and by a
-run-time divisor the same behind a guard that gives 0 for a zero divisor; cmp = setp per
-register, select = selp; iota = the thread's base row or column (the accumulator's thread terms, `facts.ACCUMULATOR_THREAD_TERMS`) plus the offset, plus each register's constant offset in
-the fragment; splat = a broadcast of the scalar (an index truncated to i32). The error bounds of the
+(exact for negative dividends in two's complement), floordiv by another divisor `arith.floordivsi` (printed
+for a constant b > 0 as s ^ ((a ^ s) / b) with s = a >> 31, an unsigned division), mod by another divisor
+the truncated remainder with a sign fix-up, and by a run-time divisor either behind a guard that gives 0 for
+a zero divisor; cmp = setp per register, select = selp; iota = the thread's base row or column (the
+accumulator's thread terms, `facts.ACCUMULATOR_THREAD_TERMS`) plus the offset, plus each register's constant
+offset in the fragment; splat = a broadcast of the scalar (an index truncated to i32). The error bounds of the
 approximate instructions are in `tessera.sm90.approx`.
 """
 
@@ -54,29 +55,22 @@ def _constant_i32(value: SSAValue) -> int | None:
 
 
 def _floored(e: Emitter, a: SSAValue, b: SSAValue, modulus: bool, constant: int | None = None) -> SSAValue:
-    """floor(a / b), or a - b floor(a / b), from the truncated quotient q and remainder r (`div.s32`,
-    `rem.s32`: ptxas turns a division by a constant into a multiply-high): where r is non-zero with a sign
-    other than b's, the floor is q - 1 and the modulus r + b: for a constant b > 0 where r < 0, for b < 0 where
-    r > 0, for a run-time b the signs are compared on predicates, so that no other [BM, BN] tile is live beside
-    q and r. b has no zero. The floor by a constant b > 0 needs no remainder: with s = a >> 31 (0 or -1),
-    floor(a / b) = s ^ ((a ^ s) / b), an unsigned division of a non-negative value (for a < 0, a ^ s = -a - 1
-    and floor(a / b) = -floor((-a - 1) / b) - 1), exact for every i32 a."""
+    """floor(a / b) as `arith.floordivsi` (the PTX printer's sequence per register: by a constant b > 0
+    s ^ ((a ^ s) / b) with s = a >> 31, else div/rem with a sign fix-up), or a - b floor(a / b) from the
+    truncated remainder r (`rem.s32`; ptxas turns a division by a constant into a multiply-high): r + b where
+    r is non-zero with a sign other than b's (for a constant b > 0 where r < 0, for b < 0 where r > 0, for a
+    run-time b compared on predicates), so that no other [BM, BN] tile is live beside r. b has no zero."""
+    if not modulus:  # one op: its sequence per register (the PTX printer) holds no other tile
+        return e.op(arith.FloorDivSIOp(a, b))
     lanes = a.type.get_shape()[0]
     zero = e.splat(i32, 0, lanes)
-    if constant is not None and constant > 0 and not modulus:  # s ^ ((a ^ s) / b) with s = a >> 31
-        sign = e.op(arith.ShRSIOp(a, e.splat(i32, 31, lanes)))
-        magnitude = e.op(arith.DivUIOp(e.op(arith.XOrIOp(a, sign)), b))
-        return e.op(arith.XOrIOp(magnitude, sign))
     r = e.op(arith.RemSIOp(a, b))
     if constant is not None:
         wrong_sign = e.setp("lt" if constant > 0 else "gt", r, zero)
     else:
         signs_differ = e.op(arith.XOrIOp(e.setp("lt", r, zero), e.setp("lt", b, zero)))
         wrong_sign = e.andi(e.setp("ne", r, zero), signs_differ)
-    if modulus:
-        return e.select(wrong_sign, e.op(arith.AddiOp(r, b)), r)
-    q = e.op(arith.DivSIOp(a, b))
-    return e.select(wrong_sign, e.op(arith.SubiOp(q, e.splat(i32, 1, lanes))), q)
+    return e.select(wrong_sign, e.op(arith.AddiOp(r, b)), r)
 
 
 _ROW_VECTOR_ROWS = sorted(set(AccumulatorLayout(8).row_offsets))

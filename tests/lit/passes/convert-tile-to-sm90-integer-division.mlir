@@ -2,10 +2,10 @@
 // RUN: tessera-opt %s -p convert-tile-to-sm90,canonicalize,cse,rematerialize-constants,allocate-registers -t ptx | filecheck %s --check-prefix=PTX
 
 // tile.floordiv / tile.mod (Python's // and %) on a thread's 32 registers of a [64, 64] i32 tile: a constant
-// 2^k divisor is an arithmetic shift by k or a mask with 2^k - 1 (exact for negative dividends), another
-// constant b > 0 the floor s ^ ((a ^ s) / b) with s = a >> 31 (an unsigned division of a non-negative value),
-// a modulus or a negative constant the truncated div/rem with a sign fix-up, a run-time divisor the same on
-// predicates, behind a guard that gives 0 where it is 0.
+// 2^k divisor is an arithmetic shift by k or a mask with 2^k - 1 (exact for negative dividends); another
+// floor division is one arith.floordivsi (printed, for a constant b > 0, as s ^ ((a ^ s) / b) with
+// s = a >> 31, an unsigned division of a non-negative value); another modulus the truncated rem with a sign
+// fix-up; a run-time divisor sits behind a guard that gives 0 where it is 0.
 
 func.func @integer_division(%X: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<n, 64>},
                             %O: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<n, 64>, tile.role = "out"})
@@ -36,11 +36,7 @@ func.func @integer_division(%X: !tile.tile<?x64xf32, global> {tile.dims = #tile.
 // CHECK-NEXT: %[[MASK:.*]] = arith.constant dense<63> : vector<32xi32>
 // CHECK-NEXT: %r = arith.andi %d, %[[MASK]] : vector<32xi32>
 // CHECK-NEXT: %[[C48:.*]] = arith.constant dense<48> : vector<32xi32>
-// CHECK-NEXT: %[[C31:.*]] = arith.constant dense<31> : vector<32xi32>
-// CHECK-NEXT: %[[SIGN:.*]] = arith.shrsi %q, %[[C31]] : vector<32xi32>
-// CHECK-NEXT: %[[MAG:.*]] = arith.xori %q, %[[SIGN]] : vector<32xi32>
-// CHECK-NEXT: %[[QU:.*]] = arith.divui %[[MAG]], %[[C48]] : vector<32xi32>
-// CHECK-NEXT: %g = arith.xori %[[QU]], %[[SIGN]] : vector<32xi32>
+// CHECK-NEXT: %g = arith.floordivsi %q, %[[C48]] : vector<32xi32>
 // CHECK-NEXT: %[[M3:.*]] = arith.constant dense<-3> : vector<32xi32>
 // CHECK-NEXT: %[[ZERO:.*]] = arith.constant dense<0> : vector<32xi32>
 // CHECK-NEXT: %[[REM:.*]] = arith.remsi %r, %[[M3]] : vector<32xi32>
@@ -55,4 +51,7 @@ func.func @integer_division(%X: !tile.tile<?x64xf32, global> {tile.dims = #tile.
 
 // PTX-COUNT-32: shr.s32 %r{{[0-9]+}}, %r{{[0-9]+}}, 6;
 // PTX-COUNT-32: and.b32 %r{{[0-9]+}}, %r{{[0-9]+}}, 63;
-// PTX-COUNT-32: div.u32 %r{{[0-9]+}}, %r{{[0-9]+}}, 48;
+// PTX:      shr.s32 [[S:%r[0-9]+]], [[A:%r[0-9]+]], 31;
+// PTX-NEXT: xor.b32 [[M:%r[0-9]+]], [[A]], [[S]];
+// PTX-NEXT: div.u32 [[M]], [[M]], 48;
+// PTX-NEXT: xor.b32 [[A]], [[M]], [[S]];
