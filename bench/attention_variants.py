@@ -8,7 +8,10 @@ Rows:
   the full-block loop costs what the dense loop costs;
 - the partial-block cost per mod: SASS instructions per key of the partial loop minus the full loop's, for
   each mask_mod and score_mod (head_dim 64, BN 64); a score_mod runs in both loops, so its row is the full
-  loop's extra over the dense loop (needs ptxas and nvdisasm).
+  loop's extra over the dense loop (needs ptxas and nvdisasm); the masks written with integer // and %
+  (block-diagonal, chunked-local, dilated) among them;
+- the head_dim 128 backward's main kernel with modifiers (head split over two thread blocks per key block):
+  ptxas registers and spills per variant.
 
 Run: .venv/bin/python bench/attention_variants.py
 """
@@ -58,6 +61,18 @@ def relative_table(score, b, h, q_idx, kv_idx):
     return score + TABLE[h, np.clip(q_idx - kv_idx + 31, 0, 62)]
 
 
+def block_diagonal(b, h, q_idx, kv_idx):
+    return q_idx // 128 == kv_idx // 128
+
+
+def chunked_local(b, h, q_idx, kv_idx):
+    return (q_idx // 1000 == kv_idx // 1000) & (kv_idx <= q_idx)
+
+
+def dilated(b, h, q_idx, kv_idx):
+    return ((q_idx - kv_idx) % 4 == 0) & (q_idx >= kv_idx)
+
+
 def hgmma_loops(module) -> list[int]:
     text = toolchain.disassemble(tessera.compile(module, target="cubin").cubin)
     return [len(loop.instructions) for loop in toolchain.sass_loops(text) if loop.opcode_counts["HGMMA"]]
@@ -65,7 +80,7 @@ def hgmma_loops(module) -> list[int]:
 
 def main() -> None:
     visited = {}
-    for mask in (causal, sliding_window, prefix_lm):
+    for mask in (causal, sliding_window, prefix_lm, block_diagonal, chunked_local, dilated):
         bm = create_block_mask(mask, 1, 1, SEQ, SEQ, 128, 128)
         visited[mask.__name__] = bm.visited_fraction()
         kinds = np.bincount(bm.kinds.ravel(), minlength=3)
@@ -84,13 +99,26 @@ def main() -> None:
                   f"partial blocks {sparse[1] / bn:.2f}")
     d, bn = 64, 64
     dense = min(hgmma_loops(flash_attention(d, block_n=bn)))
-    for mask in (causal, sliding_window, prefix_lm, documents):
+    for mask in (causal, sliding_window, prefix_lm, documents, chunked_local, dilated):
         full, partial = hgmma_loops(flash_attention(d, block_n=bn, mask_mod=mask, block_sparse=True))
         print(f"mask_mod {mask.__name__:15s}: partial-block cost {(partial - full) / bn:.2f} SASS/key "
               f"(full {full / bn:.2f}, dense {dense / bn:.2f})")
     for mod in (softcap, alibi, relative_table):
         loops = hgmma_loops(flash_attention(d, block_n=bn, score_mod=mod))
         print(f"score_mod {mod.__name__:14s}: {(min(loops) - dense) / bn:.2f} SASS/key over the dense loop")
+    backward_d128()
+
+
+def backward_d128() -> None:
+    from tessera import passes
+    from tessera.kernels import attention_backward
+
+    for score_mod, mask_mod in ((softcap, sliding_window), (alibi, documents), (None, chunked_local), (softcap, None)):
+        kernels = attention_backward(128, score_mod=score_mod, mask_mod=mask_mod, block_sparse=mask_mod is not None)
+        result = tessera.compile(kernels.main, target="cubin", pipeline=passes.PTX_PIPELINE)
+        for entry in result.entries.values():
+            names = "+".join(f.__name__ for f in (score_mod, mask_mod) if f is not None)
+            print(f"backward d128 {names:25s}: {entry.name}: {entry.registers} registers, spills {entry.spills}")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ The result shape is the broadcast of the operands'; all operands share one eleme
 condition is `i1`).
 
 Element types: the transcendental functions take and give f32; add/sub/mul/element_max/element_min/neg/abs
-take f32 (or any float) or i32; compares take f32 or i32 and give i1 tiles; `tile.iota` gives i32.
+take f32 (or any float) or i32; floordiv/mod (Python's `//` and `%`) take i32 only; compares take f32 or i32 and give i1 tiles; `tile.iota` gives i32.
 """
 
 from __future__ import annotations
@@ -217,6 +217,36 @@ class ElementMinOp(_BinaryArithOp):
     gives NaN, and -0 < +0."""
 
     name = "tile.element_min"
+
+
+@irdl_op_definition
+class FloorDivOp(_BinaryArithOp):
+    """`%r = tile.floordiv %a, %b : type`: r = floor(a / b) elementwise on i32 tiles, with broadcasting:
+    Python's `a // b` (rounded toward -inf, also for negative operands: -7 // 2 = -4, 7 // -2 = -4).
+
+    Invariants: i32 operands. A zero divisor gives 0 (NumPy's integer convention, so the same expression
+    on NumPy grids is the reference; Python would raise); -2^31 // -1 wraps to -2^31. The lowering turns a
+    constant divisor 2^k into an arithmetic right shift by k (exact for either sign of a)."""
+
+    name = "tile.floordiv"
+
+    def _check_element(self, what: str, element: Attribute) -> None:
+        _require(is_i32(element), self, f"{what} must be an i32 tile (integer floor division), got {element}")
+
+
+@irdl_op_definition
+class ModOp(_BinaryArithOp):
+    """`%r = tile.mod %a, %b : type`: r = a - b * floor(a / b) elementwise on i32 tiles, with
+    broadcasting: Python's `a % b`, whose result has the divisor's sign (-7 % 4 = 1, 7 % -4 = -1), so
+    a == b * (a // b) + a % b with `tile.floordiv`.
+
+    Invariants: i32 operands. A zero divisor gives 0 (NumPy's convention); -2^31 % -1 = 0. The lowering
+    turns a constant divisor 2^k into `a & (2^k - 1)` (exact for either sign of a)."""
+
+    name = "tile.mod"
+
+    def _check_element(self, what: str, element: Attribute) -> None:
+        _require(is_i32(element), self, f"{what} must be an i32 tile (Python's %), got {element}")
 
 
 # endregion
@@ -518,7 +548,7 @@ class SplatOp(IRDLOperation):
 # endregion
 
 ELEMENTWISE_OPS = (
-    AddOp, SubOp, MulOp, DivOp, ElementMaxOp, ElementMinOp, CmpOp, SelectOp,
+    AddOp, SubOp, MulOp, DivOp, FloorDivOp, ModOp, ElementMaxOp, ElementMinOp, CmpOp, SelectOp,
     ExpOp, Exp2Op, Log2Op, TanhOp, SigmoidOp, SiluOp, SqrtOp, RsqrtOp, ReciprocalOp, AbsOp, NegOp,
     IotaOp, SplatOp,
 )

@@ -31,7 +31,11 @@ An index vector made of a scalar and constant lane offsets (`arith.addi` of a `v
 constant: a `tile.iota`'s columns, k0 + col_base + lane offsets) used more than once is re-created the same
 way, one add per lane right before each use: CSE merges the key index a score_mod reads with the one a
 mask_mod reads, which would then hold a register per lane (32 at 64 x 64) across everything between them.
-Only the scalar stays live.
+Only the scalar stays live. So is a small index expression over such vectors, row vectors' shuffles and
+constants (integer add/sub/mul, at most `INDEX_TREE_DEPTH` deep, its inner values used only inside it): a
+score_mod's `(kv_idx - q_idx) % 5` and a mask_mod's `(kv_idx - q_idx) % period[h]` each compute their own
+`kv_idx - q_idx`, a few instructions a register, instead of one [BM, BN] tile live from the first to the
+second.
 
 A shared buffer's address (`sm90.shared_buffer`: the dynamic shared memory's base plus a constant offset, one
 `add` or none) is a constant too, re-created at each use the same way, and so is an address a fixed distance
@@ -192,6 +196,59 @@ def _recreate_address_at_uses(op: arith.AddiOp) -> None:
     op.erase()
 
 
+_INDEX_ARITHMETIC = (arith.AddiOp, arith.SubiOp, arith.MuliOp)
+_INDEX_LEAVES = (arith.ConstantOp, vector.BroadcastOp, vector.ShuffleOp)
+INDEX_TREE_DEPTH = 3
+"""The most integer ops an index expression re-created at each use may have on a path to its leaves."""
+
+
+def _is_index_tree(op: Operation, depth: int = 1) -> bool:
+    """An i32 vector add/sub/mul whose operands are leaves that own no registers of their own (constants, a
+    broadcast scalar, a shuffle of a row vector) or, used only here, such expressions: at most
+    `INDEX_TREE_DEPTH` deep (`kv_idx - q_idx`, `(kv_idx - q_idx) * 2 + 1`)."""
+    if not isinstance(op, _INDEX_ARITHMETIC) or not isinstance(op.result.type, VectorType) \
+            or not isinstance(op.result.type.element_type, IntegerType):
+        return False
+    for value in op.operands:
+        owner = value.owner
+        if isinstance(owner, _INDEX_LEAVES):
+            continue
+        if depth >= INDEX_TREE_DEPTH or len(list(value.uses)) != 1 or not _is_index_tree(owner, depth + 1):
+            return False
+    return True
+
+
+def _clone_tree(op: Operation, before: Operation) -> SSAValue:
+    """A copy of the index expression `op` before `before`: its ops cloned, its leaves shared."""
+    copy = op.clone()
+    for k, value in enumerate(op.operands):
+        if not isinstance(value.owner, _INDEX_LEAVES):
+            copy.operands[k] = _clone_tree(value.owner, before)
+    copy.result.name_hint = op.result.name_hint
+    before.parent_block().insert_op_before(copy, before)
+    return copy.result
+
+
+def _recreate_index_trees(module: ModuleOp) -> None:
+    """Each index expression (`_is_index_tree`) with more than one use re-created right before each user, as
+    lane offsets are (module docstring)."""
+    trees = [o for o in module.walk() if _is_index_tree(o) and len(list(o.result.uses)) > 1]
+    for op in trees:
+        for use in list(op.result.uses):
+            user = use.operation
+            user.operands[use.index] = _clone_tree(op, _insertion_point(user))
+        _erase_tree(op)
+
+
+def _erase_tree(op: Operation) -> None:
+    inner = [v.owner for v in op.operands if not isinstance(v.owner, _INDEX_LEAVES)]
+    op.detach()
+    op.erase()
+    for owner in inner:
+        if not owner.results[0].uses:
+            _erase_tree(owner)
+
+
 @dataclass(frozen=True)
 class RematerializeConstantsPass(ModulePass):
     """Clone each constant (and descriptor advance) next to each of its uses, in its cheapest form there, and
@@ -205,6 +262,7 @@ class RematerializeConstantsPass(ModulePass):
             _recreate_at_uses(offsets)
         for address in [o for o in op.walk() if _is_shared_offset(o)]:
             _recreate_address_at_uses(address)
+        _recreate_index_trees(op)
         advances = [o for o in op.walk() if isinstance(o, sm90.DescriptorAdvanceOp)]
         buffers = [o for o in op.walk() if isinstance(o, sm90.SharedBufferOp)]
         for cheap in advances + buffers + [o for o in op.walk() if isinstance(o, arith.ConstantOp)]:

@@ -10,16 +10,20 @@ Instruction selection (f32): add/sub/mul `.rn`, div `div.rn.f32` (IEEE), element
 exp = ex2.approx(x log2 e) (a `tile.scale` factor folds into the multiplier), exp2 = ex2.approx, log2 =
 lg2.approx, tanh = tanh.approx.f32, sigmoid = rcp.approx(1 + ex2.approx(-x log2 e)), silu = x sigmoid(x),
 sqrt = sqrt.rn.f32, rsqrt = rsqrt.approx, reciprocal = rcp.approx, abs/neg exact; i32 add/sub/mul/min/max
-wrap; cmp = setp per register, select = selp; iota = the thread's base row or column (the accumulator's
-thread terms, `facts.ACCUMULATOR_THREAD_TERMS`) plus the offset, plus each register's constant offset in
-the fragment; splat = a broadcast of the scalar (an index truncated to i32). The error bounds of the
+wrap; i32 floordiv/mod (Python's // and %) by a constant 2^k are `shr.s32` by k and `and.b32` with 2^k - 1
+(exact for negative dividends in two's complement), floordiv by another divisor `arith.floordivsi` (printed
+for a constant b > 0 as s ^ ((a ^ s) / b) with s = a >> 31, an unsigned division), mod by another divisor
+the truncated remainder with a sign fix-up, and by a run-time divisor either behind a guard that gives 0 for
+a zero divisor; cmp = setp per register, select = selp; iota = the thread's base row or column (the
+accumulator's thread terms, `facts.ACCUMULATOR_THREAD_TERMS`) plus the offset, plus each register's constant
+offset in the fragment; splat = a broadcast of the scalar (an index truncated to i32). The error bounds of the
 approximate instructions are in `tessera.sm90.approx`.
 """
 
 from __future__ import annotations
 
 from xdsl.dialects import arith, math, vector
-from xdsl.dialects.builtin import Float32Type, IndexType, UnitAttr, f32, i32
+from xdsl.dialects.builtin import Float32Type, IndexType, IntegerAttr, UnitAttr, f32, i32
 from xdsl.ir import Block, Operation, SSAValue
 
 from tessera.dialects import sm90, tile
@@ -37,6 +41,38 @@ _INTEGER_BINARY = {
     tile.AddOp: arith.AddiOp, tile.SubOp: arith.SubiOp, tile.MulOp: arith.MuliOp,
     tile.ElementMaxOp: arith.MaxSIOp, tile.ElementMinOp: arith.MinSIOp,
 }
+
+
+def _constant_i32(value: SSAValue) -> int | None:
+    """The divisor's value where it is a constant (`tile.splat` of an `arith.constant`), as an i32."""
+    owner = value.owner
+    if not isinstance(owner, tile.SplatOp) or not isinstance(owner.value.owner, arith.ConstantOp):
+        return None
+    constant = owner.value.owner.value
+    if not isinstance(constant, IntegerAttr):
+        return None
+    return (constant.value.data + 2**31) % 2**32 - 2**31  # an index constant is truncated to i32
+
+
+def _floored(e: Emitter, a: SSAValue, b: SSAValue, modulus: bool, constant: int | None = None) -> SSAValue:
+    """floor(a / b) as `arith.floordivsi` (the PTX printer's sequence per register: by a constant b > 0
+    s ^ ((a ^ s) / b) with s = a >> 31, else div/rem with a sign fix-up), or a - b floor(a / b) from the
+    truncated remainder r (`rem.s32`; ptxas turns a division by a constant into a multiply-high): r + b where
+    r is non-zero with a sign other than b's (for a constant b > 0 where r < 0, for b < 0 where r > 0, for a
+    run-time b compared on predicates), so that no other [BM, BN] tile is live beside r. b has no zero."""
+    if not modulus:  # one op: its sequence per register (the PTX printer) holds no other tile
+        return e.op(arith.FloorDivSIOp(a, b))
+    lanes = a.type.get_shape()[0]
+    zero = e.splat(i32, 0, lanes)
+    r = e.op(arith.RemSIOp(a, b))
+    if constant is not None:
+        wrong_sign = e.setp("lt" if constant > 0 else "gt", r, zero)
+    else:
+        signs_differ = e.op(arith.XOrIOp(e.setp("lt", r, zero), e.setp("lt", b, zero)))
+        wrong_sign = e.andi(e.setp("ne", r, zero), signs_differ)
+    return e.select(wrong_sign, e.op(arith.AddiOp(r, b)), r)
+
+
 _ROW_VECTOR_ROWS = sorted(set(AccumulatorLayout(8).row_offsets))
 """The rows of a thread's two registers of a row vector, relative to its first row."""
 
@@ -75,6 +111,35 @@ class ElementwiseLowering:
 
     _lower_AddOp = _lower_SubOp = _lower_MulOp = _lower_DivOp = _lower_binary
     _lower_ElementMaxOp = _lower_ElementMinOp = _lower_binary
+
+    def _lower_integer_division(self, op: tile.FloorDivOp | tile.ModOp, e: Emitter) -> None:
+        """Python's a // b and a % b (module docstring): a constant divisor 2^k is a shift or a mask, another
+        constant one division (ptxas turns a division by an immediate into a multiply), a constant 0 the
+        constant 0; a divisor known only at run time is guarded (0 where it is 0, as the op's semantics say,
+        and no division by zero is executed)."""
+        modulus = isinstance(op, tile.ModOp)
+        lanes = self._vector_type(op, op.result.type).get_shape()[0]
+        a = self._broadcast_operand(op, op.lhs, op.result.type, e)
+        d = _constant_i32(op.rhs)
+        if d == 0:
+            self._set(op.result, e.splat(i32, 0, lanes))
+            return
+        if d is not None and d > 0 and d & (d - 1) == 0:  # two's complement: exact for negative a too
+            if modulus:
+                self._set(op.result, e.andi(a, e.splat(i32, d - 1, lanes)))
+            else:
+                self._set(op.result, e.op(arith.ShRSIOp(a, e.splat(i32, d.bit_length() - 1, lanes))))
+            return
+        if d is not None:
+            self._set(op.result, _floored(e, a, e.splat(i32, d, lanes), modulus, d))
+            return
+        b = self._broadcast_operand(op, op.rhs, op.result.type, e)
+        zero = e.splat(i32, 0, lanes)
+        by_zero = e.setp("eq", b, zero)
+        quotient = _floored(e, a, e.select(by_zero, e.splat(i32, 1, lanes), b), modulus)
+        self._set(op.result, e.select(by_zero, zero, quotient))
+
+    _lower_FloorDivOp = _lower_ModOp = _lower_integer_division
 
     def _splat_like(self, value: SSAValue, constant: float, e: Emitter) -> SSAValue:
         return e.splat(f32, constant, value.type.get_shape()[0])

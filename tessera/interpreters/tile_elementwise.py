@@ -3,8 +3,9 @@
 
 Each function is evaluated in float64 on the f32 operands and rounded once to f32 (the exact function, rounded
 to nearest even); a lowering's approximate instruction is within its documented bound of it
-(`tessera.sm90.approx`). f32 add/sub/mul/div are IEEE; i32 arithmetic wraps. Broadcasting follows the op's
-docstring: a row vector [B, M] is read as [B, M, 1]; a column vector [B, 1, N] broadcasts as it is.
+(`tessera.sm90.approx`). f32 add/sub/mul/div are IEEE; i32 arithmetic wraps; i32 floordiv/mod are Python's //
+and % (a zero divisor gives 0). Broadcasting follows the op's docstring: a row vector [B, M] is read as
+[B, M, 1]; a column vector [B, 1, N] broadcasts as it is.
 """
 
 from __future__ import annotations
@@ -37,11 +38,22 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
 
 
+def _integer_division(a: np.ndarray, b: np.ndarray, modulus: bool) -> np.ndarray:
+    """Python's a // b (floor) or a % b (the divisor's sign) on i32, through int64; a zero divisor gives 0
+    (NumPy's integer convention) and -2^31 // -1 wraps to -2^31."""
+    a64, b64 = np.asarray(a, np.int64), np.asarray(b, np.int64)
+    safe = np.where(b64 == 0, 1, b64)
+    value = np.where(b64 == 0, 0, a64 % safe if modulus else a64 // safe)
+    return value.astype(np.int32)
+
+
 _BINARY = {
     tile.AddOp: lambda a, b: a + b,
     tile.SubOp: lambda a, b: a - b,
     tile.MulOp: lambda a, b: a * b,
     tile.DivOp: lambda a, b: a / b,
+    tile.FloorDivOp: lambda a, b: _integer_division(a, b, False),
+    tile.ModOp: lambda a, b: _integer_division(a, b, True),
     tile.ElementMaxOp: lambda a, b: _signed_zero(np.maximum(a, b), a, b, True),
     tile.ElementMinOp: lambda a, b: _signed_zero(np.minimum(a, b), a, b, False),
 }

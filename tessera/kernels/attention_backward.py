@@ -96,7 +96,16 @@ MODS_BLOCKS = {64: (64, 64), 128: (64, 64)}
 """(BM, BN) by head_dim with a score_mod or mask_mod. A modifier's tiles live beside P, dP, dK and dV: at
 head_dim 64 with 128 x 128 blocks a sliding-window mask_mod with the block lists needs 263 registers a thread,
 with a soft-cap score_mod 323 (their [BM, BN] i32 index tiles and the derivative), over the 255 a thread has;
-at 64 x 64, 226. At head_dim 128 the default blocks are already 64 x 64, the smallest the lowering takes."""
+at 64 x 64, 226. At head_dim 128 a modifier takes 64 x 64 too (the smallest blocks the lowering takes) and the
+single-warpgroup kernel, with `MODS_HEAD_SPLIT`."""
+
+MODS_HEAD_SPLIT = {128: 2}
+"""Main-kernel thread blocks per key block by head_dim with a score_mod or mask_mod (`attention_backward`'s
+`head_split`). At head_dim 128, dK and dV ([64, 128] f32 each: 128 registers a thread) leave no room for a
+modifier's tiles beside S and dP (soft-cap + ALiBi + a window with the block lists: 291 registers, a soft-cap
+alone 259); each of two thread blocks accumulating 64 of the 128 columns holds 64. The price: both compute
+S = Q K^T and dP = dO V^T over all 128 columns, 7 units of wgmma work where one thread block does 5 (1.4x),
+and copy Q, dO and K slices beside the whole tiles."""
 
 LOG2E = math.log2(math.e)
 """log2(e): LSE2 = LSE * log2 e, and the main kernel's score scale is scale * log2 e."""
@@ -148,6 +157,8 @@ class AttentionBackward:
     preprocess: ModuleOp
     main: ModuleOp
     postprocess: ModuleOp
+    head_split: int = 1
+    """The main kernel's thread blocks per key block (`attention_backward`'s `head_split`)."""
 
     @property
     def modules(self) -> tuple[ModuleOp, ModuleOp, ModuleOp]:
@@ -241,11 +252,17 @@ class _MainFrame:
     smem: dict
     m_start: SSAValue
     trips: SSAValue
+    d0: SSAValue
+    """The first head_dim column this thread block accumulates (0 unless the kernel splits head_dim)."""
+    dh: int
+    """The head_dim columns it accumulates (head_dim / head_split)."""
 
 
-def _main_frame(cfg: BackwardConfig, mods: AttentionMods | None, shared: dict) -> _MainFrame:
+def _main_frame(cfg: BackwardConfig, mods: AttentionMods | None, shared: dict, head_split: int = 1) -> _MainFrame:
     """The main kernel's arguments (with `mods`' captured arrays after dPsum), grid, coordinates, the shared tiles
-    `shared` (name -> shape; K and V copied in) and its query-block range."""
+    `shared` (name -> shape; K and V copied in, and with `head_split` > 1 this block's slice of K, "Kh") and its
+    query-block range. `head_split` > 1: that many thread blocks per key block (program id x = key block *
+    head_split + the slice of head_dim)."""
     c = cfg.attention
     elt, d, bm, bn = c.element_type, c.head_dim, c.block_m, c.block_n
     q_t, q_dims = _tensor(c, "heads", "seq_q")
@@ -267,15 +284,22 @@ def _main_frame(cfg: BackwardConfig, mods: AttentionMods | None, shared: dict) -
     if cfg.deterministic:
         sem = global_tensor([None, None, None], IntegerType(32))
         args.append(ArgSpec("dQsemaphore", sem, ["batch", "heads", ceildiv_dim("seq_q", bm)], role="scratch"))
-    grid = [ceildiv_dim("seq_k", bn), "heads_k", "batch"]
+    grid = [tile.DimExprAttr("seq_k", bn, head_split), "heads_k", "batch"]
     info = cfg.kernel_info() if mods is None else {"kind": StringAttr("custom")}
-    fn, b = kernel_function(cfg.kernel_name("main"), args, info, grid)
+    name = cfg.kernel_name("main") + (f"_head_split{head_split}" if head_split > 1 else "")
+    fn, b = kernel_function(name, args, info, grid)
     v = dict(zip((a.name for a in args), fn.body.blocks.first.args))
 
-    n_block = b.program_id("x", "k_block")
     head_k = b.program_id("y", "head_k")
     batch = b.program_id("z", "batch")
     zero = b.const(0)
+    dh = d // head_split
+    if head_split == 1:
+        n_block, d0 = b.program_id("x", "k_block"), zero
+    else:  # program id x = key block * head_split + the slice of head_dim
+        part = b.program_id("x", "k_block_part")
+        n_block = b.emit(arith.DivUIOp(part, b.const(head_split)), "k_block")
+        d0 = b.muli(b.emit(arith.RemUIOp(part, b.const(head_split)), "d_slice"), b.const(dh), "d0")
     seq_q, seq_k = b.dim(v["Q"], 2, "seq_q"), b.dim(v["K"], 2, "seq_k")
     group = b.emit(arith.DivUIOp(b.dim(v["Q"], 1, "heads"), b.dim(v["K"], 1, "heads_k")), "group")
     k0 = b.muli(n_block, b.const(bn), "k0")
@@ -283,6 +307,8 @@ def _main_frame(cfg: BackwardConfig, mods: AttentionMods | None, shared: dict) -
     smem = {name: b.alloc_shared(shared_tile(shape, elt), f"{name.lower()}_smem") for name, shape in shared.items()}
     for name in ("K", "V"):
         b.cp_async(b.view(v[name], [batch, head_k, k0, zero], [bn, d], f"{name.lower()}_window"), smem[name])
+    if head_split > 1:
+        b.cp_async(b.view(v["K"], [batch, head_k, k0, d0], [bn, dh], "kh_window"), smem["Kh"])
     b.cp_commit_group()
 
     # The query blocks that see this key block: from m_start (causal: the first block with a row that sees
@@ -293,7 +319,7 @@ def _main_frame(cfg: BackwardConfig, mods: AttentionMods | None, shared: dict) -
         first_row = b.maxsi(b.subi(b.addi(k0, seq_q, "k0_plus_seq_q"), seq_k, "first_row_signed"), zero, "first_row")
         m_start = b.emit(arith.DivUIOp(first_row, b.const(bm)), "m_start")
     trips = b.maxsi(b.subi(n_q, m_start, "q_blocks_signed"), zero, "q_blocks")
-    return _MainFrame(fn, b, v, n_block, head_k, batch, zero, seq_q, seq_k, group, k0, smem, m_start, trips)
+    return _MainFrame(fn, b, v, n_block, head_k, batch, zero, seq_q, seq_k, group, k0, smem, m_start, trips, d0, dh)
 
 
 def _finish_main(cfg: BackwardConfig, f: _MainFrame, dk: SSAValue, dv: SSAValue) -> ModuleOp:
@@ -302,18 +328,25 @@ def _finish_main(cfg: BackwardConfig, f: _MainFrame, dk: SSAValue, dv: SSAValue)
     b.cp_wait_group(0)  # the K and V copy, had no query block seen this key block
     dk = b.scale(dk, c.scale, "dk_scaled")
     for name, value in (("dK", dk), ("dV", dv)):
-        window = b.view(f.v[name], [f.batch, f.head_k, f.k0, f.zero], [c.block_n, c.head_dim], f"{name.lower()}_window")
+        window = b.view(f.v[name], [f.batch, f.head_k, f.k0, f.d0], [c.block_n, f.dh], f"{name.lower()}_window")
         b.store_global(b.cast(value, c.element_type, f"{name.lower()}_half"), window)
     return finish_kernel(f.fn, b)
 
 
-def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None) -> ModuleOp:
+def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None, head_split: int = 1) -> ModuleOp:
     """One thread block per key block of one K/V head: dK, dV in registers, dQ partials into dq_accum. With
-    `mods` (score_mod / mask_mod, `attention_backward`), their captured arrays are inputs after dPsum."""
+    `mods` (score_mod / mask_mod, `attention_backward`), their captured arrays are inputs after dPsum.
+    `head_split` > 1: that many thread blocks per key block, each accumulating dK, dV and dQ for its slice of
+    head_dim / head_split columns (from Q, dO and K slices copied beside the whole tiles, which S and dP need)."""
     c = cfg.attention
     elt, d, bm, bn = c.element_type, c.head_dim, c.block_m, c.block_n
-    f = _main_frame(cfg, mods, {"K": [bn, d], "V": [bn, d], "Q": [bm, d], "dO": [bm, d], "P": [bm, bn], "dS": [bm, bn]})
-    b, v, smem = f.b, f.v, f.smem
+    dh = d // head_split
+    slices = {"Kh": [bn, dh], "Qh": [bm, dh], "dOh": [bm, dh]} if head_split > 1 else {}
+    f = _main_frame(cfg, mods, {"K": [bn, d], "V": [bn, d], "Q": [bm, d], "dO": [bm, d], "P": [bm, bn], "dS": [bm, bn],
+                                **slices}, head_split)
+    b, v, smem, d0 = f.b, f.v, f.smem, f.d0
+    sliced = {name: smem[name + "h" if head_split > 1 else name] for name in ("K", "Q", "dO")}
+    """The operands of the dV, dK and dQ products: the whole tiles, or this block's slices of head_dim."""
     n_block, head_k, batch, zero, seq_q, seq_k, group, k0, m_start, trips = (
         f.n_block, f.head_k, f.batch, f.zero, f.seq_q, f.seq_k, f.group, f.k0, f.m_start, f.trips)
 
@@ -325,6 +358,9 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None) -> Modul
         q0 = b.muli(m, b.const(bm), "q0")
         for name in ("Q", "dO"):
             b.cp_async(b.view(v[name], [batch, head, q0, zero], [bm, d], f"{name.lower()}_window"), smem[name])
+            if head_split > 1:
+                b.cp_async(b.view(v[name], [batch, head, q0, d0], [bm, dh], f"{name.lower()}h_window"),
+                           smem[name + "h"])
         b.cp_commit_group()
         b.cp_wait_group(0)  # the first trip's wait also covers K and V
         b.barrier()
@@ -362,10 +398,10 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None) -> Modul
         ds_half = b.cast(ds, elt, "ds_half")
         b.emit(tile.StoreSharedOp(ds_half, smem["dS"]))
         b.barrier()  # P and dS published to every warp
-        dv = b.mma(smem["P"], smem["dO"], dv, "dv_next", transpose_a=True)    # P^T dO
-        dk = b.mma(smem["dS"], smem["Q"], dk, "dk_next", transpose_a=True)    # dS^T Q
-        dq = b.mma(smem["dS"], smem["K"], b.fill(0.0, register_tile([bm, d]), "dq_zero"), "dq_part")  # dS K
-        dq_window = b.view(v["dQaccum"], [batch, head, q0, zero], [bm, d], "dqaccum_window")
+        dv = b.mma(smem["P"], sliced["dO"], dv, "dv_next", transpose_a=True)    # P^T dO
+        dk = b.mma(smem["dS"], sliced["Q"], dk, "dk_next", transpose_a=True)    # dS^T Q
+        dq = b.mma(smem["dS"], sliced["K"], b.fill(0.0, register_tile([bm, dh]), "dq_zero"), "dq_part")  # dS K
+        dq_window = b.view(v["dQaccum"], [batch, head, q0, d0], [bm, dh], "dqaccum_window")
         if cfg.deterministic:
             sem = b.view(v["dQsemaphore"], [batch, head, m], [1], "sem_window")
             b.emit(tile.SemWaitOp(sem, n_block if rank is None else rank))
@@ -397,7 +433,7 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None) -> Modul
             carried = b.for_loop(count, list(carried), ["dk", "dv"], listed, iv_name="t")
         return list(carried)
 
-    acc_zero = b.fill(0.0, register_tile([bn, d]), "acc_zero")
+    acc_zero = b.fill(0.0, register_tile([bn, dh]), "acc_zero")
     dk, dv = b.for_loop(group, [acc_zero, acc_zero], ["dk", "dv"], group_head, iv_name="g")
     return _finish_main(cfg, f, dk, dv)
 
@@ -500,6 +536,7 @@ def attention_backward(
     score_mod=None,
     mask_mod=None,
     block_sparse: bool = False,
+    head_split: int | None = None,
 ) -> AttentionBackward:
     """The backward's three kernels (preprocess, main, postprocess; see the module docstring) for one
     configuration. head_dim 64 or 128 (256 refused by name), bf16 or f16, causal (bottom-right) or not;
@@ -523,11 +560,24 @@ def attention_backward(
     the query blocks of the transposed block lists (`BlockMask.transposed_inputs()`, main-kernel inputs after
     the arrays: per (batch, head, key block) its full query blocks, visited with no mask, then its partial
     ones, with mask_mod; empty ones never).
+
+    `head_split` (1 or 2; default `MODS_HEAD_SPLIT` with a modifier, else 1): the main kernel's thread blocks
+    per key block, each accumulating dK, dV and dQ for head_dim / head_split columns (S and dP still take the
+    whole head_dim), so that a modifier's tiles fit beside dK and dV; not with `deterministic` (refused by
+    name). `tessera.attention_backward` takes head_split=2 at head_dim 64 too when a modifier's kernel does
+    not fit without it (`tessera.runtime.flex`).
     """
     if (score_mod is not None or mask_mod is not None) and block_m is None and block_n is None \
             and head_dim in MODS_BLOCKS and not isinstance(head_dim, bool):
         block_m, block_n = MODS_BLOCKS[head_dim]
     cfg = BackwardConfig.checked(head_dim, causal, dtype, scale, block_m, block_n, deterministic)
+    modified = score_mod is not None or mask_mod is not None
+    if head_split is None:
+        head_split = MODS_HEAD_SPLIT.get(cfg.attention.head_dim, 1) if modified and not deterministic else 1
+    check_choice("head_split", head_split, (1, 2))
+    if head_split > 1 and deterministic:
+        raise ValueError(f"head_split={head_split} is not supported with deterministic=True: the dQ semaphores "
+                         "count one addition per key block, and each of its head_split thread blocks adds one")
     mods = None
     if score_mod is not None or mask_mod is not None:
         mods = AttentionMods(None if score_mod is None else trace_mod(score_mod, "score_mod"),
@@ -540,8 +590,15 @@ def attention_backward(
             mods = AttentionMods(mods.score_mod, mods.mask_mod, block_sparse=True)
     elif block_sparse:
         raise ValueError("block_sparse=True needs a mask_mod (the block lists are computed from it)")
-    main = _build_main_key_rows(cfg) if mods is None and cfg.key_rows else _build_main(cfg, mods)
-    return AttentionBackward(cfg, _build_preprocess(cfg), main, _build_postprocess(cfg))
+    if mods is None and cfg.key_rows:
+        if head_split > 1:
+            raise ValueError(f"head_split={head_split} is not supported by the keys-on-rows main kernel "
+                             f"({cfg.attention.block_m} x {cfg.attention.block_n} blocks at head_dim "
+                             f"{cfg.attention.head_dim}); it splits head_dim only with 64 x 64 blocks or a modifier")
+        main = _build_main_key_rows(cfg)
+    else:
+        main = _build_main(cfg, mods, head_split)
+    return AttentionBackward(cfg, _build_preprocess(cfg), main, _build_postprocess(cfg), head_split)
 
 
 def attention_backward_preprocess(**options) -> ModuleOp:

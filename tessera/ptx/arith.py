@@ -155,16 +155,22 @@ def print_integer_binary(p: KernelPrinter, op: Operation) -> None:
     elementwise(p, op.results[0], [lhs, rhs], lambda d, s: [f"{mnemonic} {d}, {s[0]}, {s[1]}"])
 
 
-def _power_of_two(value) -> int | None:
-    """k where `value` is a constant 2^k in every lane (k >= 0), else None: unsigned division by it is a right
-    shift by k, the remainder the low k bits."""
+def _uniform_constant(value) -> int | None:
+    """The integer every lane of a constant `value` holds, else None."""
     if not isinstance(value.owner, arith.ConstantOp):
         return None
     values = set(constant_values(value.owner))
     if len(values) != 1:
         return None
     (v,) = values
-    return v.bit_length() - 1 if isinstance(v, int) and v > 0 and v & (v - 1) == 0 else None
+    return v if isinstance(v, int) else None
+
+
+def _power_of_two(value) -> int | None:
+    """k where `value` is a constant 2^k in every lane (k >= 0), else None: unsigned division by it is a right
+    shift by k, the remainder the low k bits."""
+    v = _uniform_constant(value)
+    return v.bit_length() - 1 if v is not None and v > 0 and v & (v - 1) == 0 else None
 
 
 _SHIFTS = {arith.ShLIOp: "shl.b", arith.ShRSIOp: "shr.s", arith.ShRUIOp: "shr.u"}
@@ -208,6 +214,20 @@ def _rounded_division(p: KernelPrinter, cls: RegisterClass, toward: str, d: str,
     ]
 
 
+def _floor_by_positive_constant(p: KernelPrinter, cls: RegisterClass, d: str, a: str, b: str) -> list[str]:
+    """floor(a / b) for a constant b > 0 without a remainder: with s = a >> 31 (0 or -1), s ^ ((a ^ s) / b),
+    an unsigned division of a non-negative value (for a < 0, a ^ s = -a - 1, and floor(a / b) =
+    -floor((-a - 1) / b) - 1), exact for every a; ptxas turns the division into a multiply-high."""
+    bits = suffix(cls)[1:]
+    sign, magnitude = p.temp(cls), p.temp(cls)
+    return [
+        f"shr.s{bits} {sign}, {a}, {int(bits) - 1}",
+        f"xor.b{bits} {magnitude}, {a}, {sign}",
+        f"div.u{bits} {magnitude}, {magnitude}, {b}",
+        f"xor.b{bits} {d}, {magnitude}, {sign}",
+    ]
+
+
 def _unsigned_ceil_division(p: KernelPrinter, cls: RegisterClass, d: str, a: str, b: str) -> list[str]:
     u = suffix(cls, signed=False)
     q, r, step, nonzero = p.temp(cls), p.temp(cls), p.temp(cls), p.temp(PRED)
@@ -225,8 +245,11 @@ def print_rounded_division(p: KernelPrinter, op: Operation) -> None:
     cls = p.cls(op.results[0])
     if cls is PRED:
         p.refuse(op, "no PTX for divisions of i1")
+    divisor = _uniform_constant(op.operands[1])
     if isinstance(op, arith.CeilDivUIOp):
         render = lambda d, s: _unsigned_ceil_division(p, cls, d, s[0], s[1])  # noqa: E731
+    elif isinstance(op, arith.FloorDivSIOp) and divisor is not None and divisor > 0:
+        render = lambda d, s: _floor_by_positive_constant(p, cls, d, s[0], s[1])  # noqa: E731
     else:
         toward = "ceil" if isinstance(op, arith.CeilDivSIOp) else "floor"
         render = lambda d, s: _rounded_division(p, cls, toward, d, s[0], s[1])  # noqa: E731

@@ -20,7 +20,8 @@ IMMEDIATE_OPERANDS = {
     **{op: (1,) for op in (
         arith.AddiOp, arith.SubiOp, arith.MuliOp, arith.AndIOp, arith.OrIOp, arith.XOrIOp, arith.DivSIOp,
         arith.DivUIOp, arith.RemSIOp, arith.RemUIOp, arith.MinSIOp, arith.MaxSIOp, arith.MinUIOp,
-        arith.MaxUIOp, arith.CeilDivSIOp, arith.CeilDivUIOp, arith.AddfOp, arith.SubfOp, arith.MulfOp,
+        arith.MaxUIOp, arith.CeilDivSIOp, arith.CeilDivUIOp, arith.FloorDivSIOp, arith.ShLIOp, arith.ShRSIOp,
+        arith.ShRUIOp, arith.AddfOp, arith.SubfOp, arith.MulfOp,
         arith.MaximumfOp, arith.MinimumfOp, arith.CmpiOp, sm90.SetpOp)},
     math.FmaOp: (1, 2),
     sm90.SelpOp: (1, 2),

@@ -20,11 +20,10 @@ from tessera.variants.trace import F32, trace_mod
 from tessera.variants.block_mask import create_block_mask
 
 
-SPARSE_BACKWARD_HEAD_DIMS = (64,)
+SPARSE_BACKWARD_HEAD_DIMS = (64, 128)
 """Head dims whose block-sparse backward (`attention_backward(block_sparse=True)`) fits the registers below
-Tile IR. At head_dim 128 the block lists' pointers, counts and loop state add 21 registers to the main
-kernel's 249 (dK and dV alone hold 128): there, below Tile IR, the backward visits every query block and
-masks per element (a score_mod there needs 259 registers and is refused by the register allocator)."""
+Tile IR. At head_dim 128 it does with the main kernel's head split (`attention_backward.MODS_HEAD_SPLIT`: two
+thread blocks per key block, each holding half of dK and dV), which a modifier's tiles need there."""
 
 
 BACKWARD_PIPELINE = "PTX_PIPELINE"
@@ -131,29 +130,58 @@ def _forward(q, k, v, score_mod, mask_mod, causal, scale, return_lse, level, hea
 
 
 def backward_kernels(q, *, score_mod, mask_mod, causal: bool, scale, level, head_dim: int, dtype: str,
-                     deterministic: bool = False):
+                     deterministic: bool = False, head_split: int | None = None):
     """The backward's three kernels `attention_backward_mods` runs at `level` (None: the GPU), and whether they
     read the transposed block lists."""
     from tessera.kernels import attention_backward
 
     sparse = mask_mod is not None and (level == "tile" or head_dim in SPARSE_BACKWARD_HEAD_DIMS)
     return attention_backward(head_dim, causal=causal, dtype=dtype, scale=scale, score_mod=score_mod,
-                              mask_mod=mask_mod, block_sparse=sparse, deterministic=deterministic), sparse
+                              mask_mod=mask_mod, block_sparse=sparse, deterministic=deterministic,
+                              head_split=head_split), sparse
+
+
+HEAD_SPLIT_FALLBACK = 2
+"""The main kernel's head split (`attention_backward(head_split=)`) a backward with modifiers is rebuilt with,
+with a warning naming it, when its registers do not fit without one below Tile level and on the GPU (at
+head_dim 64: soft-cap + ALiBi + a relative-position table with a document window needs 264 registers a
+thread; split, each of two thread blocks holds 32 of dK's and dV's 64 columns)."""
 
 
 def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal: bool, scale, level,
                             head_dim: int, dtype: str, pipeline: str, deterministic: bool = False):
     """(dq, dk, dv) of `attention_mods` at `level`, from its O and LSE ([batch, heads, seq_q]); `pipeline` is
-    ignored: the backward with modifiers is lowered with `BACKWARD_PIPELINE` below Tile level and on the GPU. `deterministic`: the dQ additions
-    of a query block in key-block order (with the block lists, each key block waits for its rank among the
-    blocks that visit the query block, `BlockMask.transposed_ranks`)."""
-    from tessera import api
-    from tessera.runtime.launch import is_torch_tensor, numpy_to_torch, usable_device
+    ignored: the backward with modifiers is lowered with `BACKWARD_PIPELINE` below Tile level and on the GPU.
+    `deterministic`: the dQ additions of a query block in key-block order (with the block lists, each key block waits for its rank among the
+    blocks that visit the query block, `BlockMask.transposed_ranks`). A main kernel whose registers do not fit
+    below Tile level is rebuilt with `HEAD_SPLIT_FALLBACK`, with a warning."""
+    from tessera.ir.diagnostics import warn
+    from tessera.regalloc import RegisterBudgetError
+    from tessera.runtime.launch import usable_device
 
     if level is None:
         usable_device((q, k, v, o, lse, do))  # no GPU, no compile
-    kernels, sparse = backward_kernels(q, score_mod=score_mod, mask_mod=mask_mod, causal=causal, scale=scale,
-                                       level=level, head_dim=head_dim, dtype=dtype, deterministic=deterministic)
+    options = dict(score_mod=score_mod, mask_mod=mask_mod, causal=causal, scale=scale, level=level,
+                   head_dim=head_dim, dtype=dtype, deterministic=deterministic)
+    kernels, sparse = backward_kernels(q, **options)
+    try:
+        return _backward(kernels, sparse, q, k, v, o, lse, do, **options)
+    except RegisterBudgetError as error:
+        if level == "tile" or deterministic or kernels.head_split >= HEAD_SPLIT_FALLBACK:
+            raise
+        summary = getattr(error, "summary", None) or str(error).split(";")[0]
+        warn(f"attention_backward: the main kernel with score_mod/mask_mod at head_dim {head_dim} does not fit "
+             f"the registers ({summary[:120]}); rebuilt with head_split={HEAD_SPLIT_FALLBACK} ({HEAD_SPLIT_FALLBACK} "
+             "thread blocks per key block, each holding a slice of dK and dV; both compute S and dP)")
+    kernels, sparse = backward_kernels(q, head_split=HEAD_SPLIT_FALLBACK, **options)
+    return _backward(kernels, sparse, q, k, v, o, lse, do, **options)
+
+
+def _backward(kernels, sparse, q, k, v, o, lse, do, *, score_mod, mask_mod, level, deterministic, **_):
+    """`attention_backward_mods` with these kernels."""
+    from tessera import api
+    from tessera.runtime.launch import is_torch_tensor, numpy_to_torch
+
     extra = _captured(score_mod, mask_mod)
     if sparse:
         c = kernels.config.attention

@@ -110,7 +110,7 @@ def _ops() -> dict:
         "mul": ("mul", "multiply"), "div": ("div", "divide", "true_divide"), "min": ("minimum", "fmin"),
         "max": ("maximum", "fmax"), "and": ("logical_and", "bitwise_and"), "or": ("logical_or", "bitwise_or"),
         "lt": ("lt", "less"), "le": ("le", "less_equal"), "gt": ("gt", "greater"), "ge": ("ge", "greater_equal"),
-        "eq": ("eq",), "ne": ("ne", "not_equal"),
+        "eq": ("eq",), "ne": ("ne", "not_equal"), "floordiv": ("floor_divide",), "mod": ("remainder",),
     }
     ops = {}
     for op, names in table.items():
@@ -120,11 +120,12 @@ def _ops() -> dict:
                     ops[getattr(owner, name)] = op
     dunders = {"__add__": "add", "__sub__": "sub", "__mul__": "mul", "__truediv__": "div", "__and__": "and",
                "__or__": "or", "__lt__": "lt", "__le__": "le", "__gt__": "gt", "__ge__": "ge", "__eq__": "eq",
-               "__ne__": "ne", "__neg__": "neg", "__abs__": "abs", "__invert__": "not"}
+               "__ne__": "ne", "__neg__": "neg", "__abs__": "abs", "__invert__": "not", "__floordiv__": "floordiv",
+               "__mod__": "mod"}
     for name, op in dunders.items():
         ops[getattr(torch.Tensor, name)] = op
     for name, op in {"__radd__": "add", "__rsub__": "sub", "__rmul__": "mul", "__rtruediv__": "div",
-                     "__rand__": "and", "__ror__": "or"}.items():
+                     "__rand__": "and", "__ror__": "or", "__rfloordiv__": "floordiv", "__rmod__": "mod"}.items():
         ops[getattr(torch.Tensor, name)] = ("reflected", op)
     return ops
 
@@ -140,7 +141,8 @@ def torch_op(func) -> str | tuple | None:
 
 
 TRACED_METHODS = ("abs", "neg", "exp", "exp2", "log", "log2", "tanh", "sqrt", "reciprocal", "clamp", "clip",
-                  "minimum", "maximum", "logical_and", "logical_or", "logical_not", "where")
+                  "minimum", "maximum", "logical_and", "logical_or", "logical_not", "where", "remainder",
+                  "floor_divide")
 """Tensor methods a traced value answers (`(q_idx - kv_idx).abs()`, `score.clamp(-5, 5)`)."""
 
 
@@ -161,6 +163,11 @@ def dispatch(traced, func, args: tuple, kwargs: dict):
         if hi is not None:
             out = traced._apply("min", out, hi)
         return out
+    if func in (torch.div, torch.Tensor.div, torch.divide) and kwargs.get("rounding_mode") is not None:
+        mode = kwargs["rounding_mode"]
+        if mode != "floor" or set(kwargs) != {"rounding_mode"}:
+            raise traced._tracing.refuse(f"torch.{name} with rounding_mode={mode!r} (supported: 'floor', Python's //)")
+        return traced._apply("floordiv", *args)
     op = torch_op(func)
     if op is None or kwargs:
         what = f"torch.{name}" + (f" with keyword arguments {sorted(kwargs)}" if kwargs and op is not None else "")

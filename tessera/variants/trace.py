@@ -17,7 +17,8 @@ With PyTorch installed, torch functions, tensor methods and captured tensors are
 
 What cannot be traced is refused with a `ModTraceError` naming the function, file:line and the construct:
 Python control flow on a traced value (`if`, `and`, `or`, `not`, `bool()`), an unsupported NumPy function or
-operator (`//`, `%`, `**`), arithmetic on booleans, a slice of a captured array, a NumPy array indexed by a
+operator (`**`, `^`, shifts), arithmetic on booleans, `//` and `%` of floats or by the constant 0 (integer
+`//` and `%` are Python's: floor division, a modulus with the divisor's sign), a slice of a captured array, a NumPy array indexed by a
 traced value that is not a captured array of the modifier itself.
 """
 
@@ -121,10 +122,12 @@ _UNARY = {np.negative: "neg", np.absolute: "abs", np.exp: "exp", np.exp2: "exp2"
 _BINARY = {np.add: "add", np.subtract: "sub", np.multiply: "mul", np.true_divide: "div", np.minimum: "min",
            np.maximum: "max", np.fmin: "min", np.fmax: "max", np.logical_and: "and", np.logical_or: "or",
            np.bitwise_and: "and", np.bitwise_or: "or", np.less: "lt", np.less_equal: "le", np.greater: "gt",
-           np.greater_equal: "ge", np.equal: "eq", np.not_equal: "ne"}
+           np.greater_equal: "ge", np.equal: "eq", np.not_equal: "ne", np.floor_divide: "floordiv",
+           np.remainder: "mod"}
 _UNCAPTURED = ("indexing with a traced value an array that is not a captured NumPy array of the function (a "
                "closure variable or a module global it names, or one of the functions it calls)")
 COMPARES = ("lt", "le", "gt", "ge", "eq", "ne")
+INTEGER_ONLY = ("floordiv", "mod")
 FLOAT_ONLY = ("exp", "exp2", "log2", "log", "tanh", "sqrt", "reciprocal", "div")
 
 
@@ -175,9 +178,25 @@ class Traced:
             return self._wrap(nodes[0])
         if any(n.dtype == BOOL for n in nodes):
             raise t.refuse(f"'{op}' of a boolean value (use np.where to turn a condition into numbers)")
+        if op in INTEGER_ONLY:
+            return self._wrap(self._integer_division(op, nodes))
         dtype = F32 if op in FLOAT_ONLY or any(n.dtype == F32 for n in nodes) else I32
         nodes = [self._convert(n, dtype) for n in nodes]
         return self._wrap(Node(op, tuple(nodes), BOOL if op in COMPARES else dtype))
+
+    def _integer_division(self, op: str, nodes: list[Node]) -> Node:
+        """a // b or a % b of i32 values (Python's floor division and a modulus with the divisor's sign); a
+        float operand or a constant divisor 0 is refused by name."""
+        symbol = {"floordiv": "//", "mod": "%"}[op]
+        floats = [n for n in nodes if n.dtype == F32]
+        if floats:
+            what = (f"the non-integer divisor {floats[0].value!r}" if floats[0] is nodes[1] and floats[0].op == "const"
+                    else "a float operand")
+            raise self._tracing.refuse(f"'{symbol}' with {what} (integer // and % of indices only; use / for the "
+                                       "score)")
+        if nodes[1].op == "const" and nodes[1].value == 0:
+            raise self._tracing.refuse(f"'{symbol}' by the constant 0 (integer division by zero)")
+        return Node(op, tuple(nodes), I32)
 
     def _where(self, cond: object, a: object, b: object) -> Traced:
         c = self._lift(cond)
@@ -242,6 +261,12 @@ class Traced:
     def __or__(self, o): return self._apply("or", self, o)
     def __ror__(self, o): return self._apply("or", o, self)
     def __invert__(self): return self._apply("not", self)
+    def __floordiv__(self, o): return self._apply("floordiv", self, o)
+    def __rfloordiv__(self, o): return self._apply("floordiv", o, self)
+    def __mod__(self, o): return self._apply("mod", self, o)
+    def __rmod__(self, o): return self._apply("mod", o, self)
+    def __divmod__(self, o): return self // o, self % o
+    def __rdivmod__(self, o): return o // self, o % self
     __hash__ = None  # type: ignore[assignment]
 
     def _refuse_op(name: str):  # noqa: N805 - builds methods
@@ -249,8 +274,6 @@ class Traced:
             raise self._tracing.refuse(f"the operator {name} on a traced value")
         return method
 
-    __floordiv__ = __rfloordiv__ = _refuse_op("//")
-    __mod__ = __rmod__ = _refuse_op("%")
     __pow__ = __rpow__ = _refuse_op("**")
     __xor__ = __rxor__ = _refuse_op("^")
     __lshift__ = __rshift__ = _refuse_op("<< / >>")

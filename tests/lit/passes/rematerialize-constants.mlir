@@ -66,3 +66,31 @@ func.func @lane_offsets(%k0: i32, %q: vector<4xi32>, %p: i64 {sm90.source = 0 : 
 // CHECK-NEXT: %[[L2:.*]] = arith.constant dense<[0, 1, 8, 9]> : vector<4xi32>
 // CHECK-NEXT: %[[K2:.*]] = arith.addi %[[B2]], %[[L2]] : vector<4xi32>
 // CHECK-NEXT: %second = arith.muli %first, %[[K2]] : vector<4xi32>
+
+// A small index expression over such vectors and a row vector's shuffle (a score_mod's `(kv_idx - q_idx) % 5`
+// and a mask_mod's `(kv_idx - q_idx) // 3`, merged by CSE) read twice: re-created before each reader, so that
+// no [BM, BN] tile of it stays live between them; its leaves (the broadcast, the shuffle) are shared.
+func.func @index_trees(%k0: i32, %row: vector<2xi32>, %p: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<1>, tile.role = "out"})
+    attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>,
+                sm90.kernel = {threads = 128 : i64, smem_bytes = 0 : i64}} {
+  %base = vector.broadcast %k0 : i32 to vector<4xi32>
+  %lanes = arith.constant dense<[0, 1, 8, 9]> : vector<4xi32>
+  %kv_idx = arith.addi %base, %lanes : vector<4xi32>
+  %q_idx = vector.shuffle %row, %row [0, 0, 1, 1] : vector<2xi32>, vector<2xi32>
+  %dist = arith.subi %kv_idx, %q_idx : vector<4xi32>
+  %five = arith.constant dense<5> : vector<4xi32>
+  %residue = arith.remsi %dist, %five : vector<4xi32>
+  %three = arith.constant dense<3> : vector<4xi32>
+  %quotient = arith.floordivsi %dist, %three : vector<4xi32>
+  func.return
+}
+
+// CHECK-LABEL: func.func @index_trees
+// CHECK:      %[[B:.*]] = vector.broadcast %k0 : i32 to vector<4xi32>
+// CHECK:      %q_idx = vector.shuffle %row, %row [0, 0, 1, 1]
+// CHECK:      %[[K1:.*]] = arith.addi %[[B]], %{{.*}} : vector<4xi32>
+// CHECK-NEXT: %[[D1:.*]] = arith.subi %[[K1]], %q_idx : vector<4xi32>
+// CHECK:      %residue = arith.remsi %[[D1]], %{{.*}} : vector<4xi32>
+// CHECK:      %[[K2:.*]] = arith.addi %[[B]], %{{.*}} : vector<4xi32>
+// CHECK-NEXT: %[[D2:.*]] = arith.subi %[[K2]], %q_idx : vector<4xi32>
+// CHECK:      %quotient = arith.floordivsi %[[D2]], %{{.*}} : vector<4xi32>

@@ -174,3 +174,27 @@ func.func @f(%s: f32) {
   %c = tile.splat %s : f32 -> !tile.tile<64x32xf32, shared>
   func.return
 }
+
+// -----
+
+// CHECK: 'tile.floordiv' op operand must be an i32 tile (integer floor division), got f32
+func.func @f(%a: !tile.tile<64x32xf32, register>) {
+  %c = tile.floordiv %a, %a : !tile.tile<64x32xf32, register>
+  func.return
+}
+
+// -----
+
+// CHECK: 'tile.mod' op operand must be an i32 tile (Python's %), got f32
+func.func @f(%a: !tile.tile<64x32xi32, register>, %b: !tile.tile<64xf32, register>) {
+  %c = tile.mod %b, %b : !tile.tile<64xf32, register>
+  func.return
+}
+
+// -----
+
+// CHECK: 'tile.mod' op operands must share one element type
+func.func @f(%a: !tile.tile<64x32xi32, register>, %b: !tile.tile<64xf32, register>) {
+  %c = tile.mod %a, %b : !tile.tile<64x32xi32, register>, !tile.tile<64xf32, register>
+  func.return
+}

@@ -34,6 +34,8 @@ func.func @ops(%x: !tile.tile<64x32xf32, register>, %r: !tile.tile<64xf32, regis
   %y = tile.select %p, %x, %fs : !tile.tile<64x32xi1, register>, !tile.tile<64x32xf32, register>
   %z = tile.select %pf, %r, %c : !tile.tile<64x32xi1, register>, !tile.tile<64xf32, register>, !tile.tile<1x32xf32, register>
   %ii = tile.sub %k, %is : !tile.tile<64xi32, register>
+  %fd = tile.floordiv %j, %is : !tile.tile<1x32xi32, register>, !tile.tile<64xi32, register>
+  %md = tile.mod %i, %i : !tile.tile<64x32xi32, register>
   func.return
 }
 
@@ -64,7 +66,10 @@ func.func @ops(%x: !tile.tile<64x32xf32, register>, %r: !tile.tile<64xf32, regis
 // CHECK-NEXT: %y = tile.select %p, %x, %fs : !tile.tile<64x32xi1, register>, !tile.tile<64x32xf32, register>
 // CHECK-NEXT: %z = tile.select %pf, %r, %c : !tile.tile<64x32xi1, register>, !tile.tile<64xf32, register>, !tile.tile<1x32xf32, register>
 // CHECK-NEXT: %ii = tile.sub %k, %is : !tile.tile<64xi32, register>
+// CHECK-NEXT: %fd = tile.floordiv %j, %is : !tile.tile<1x32xi32, register>, !tile.tile<64xi32, register>
+// CHECK-NEXT: %md = tile.mod %i, %i : !tile.tile<64x32xi32, register>
 
 // GENERIC: "tile.mul"(%r, %c) : (!tile.tile<64xf32, register>, !tile.tile<1x32xf32, register>) -> !tile.tile<64x32xf32, register>
 // GENERIC: "tile.iota"(%q0) <{axis = "rows"}> : (index) -> !tile.tile<64x32xi32, register>
 // GENERIC: "tile.cmp"(%j, %i) <{predicate = "le"}> : (!tile.tile<1x32xi32, register>, !tile.tile<64x32xi32, register>) -> !tile.tile<64x32xi1, register>
+// GENERIC: "tile.floordiv"(%j, %is) : (!tile.tile<1x32xi32, register>, !tile.tile<64xi32, register>) -> !tile.tile<64x32xi32, register>
