@@ -212,3 +212,26 @@ def test_check_lse_fp8_holds_the_rule():
     short = R.attention_fp8_lse(q, k[:, :, :4], causal=True)  # bottom-right causal: the first 4 rows see no key
     assert np.isneginf(short[:, :, :4]).all()
     assert not R.check_lse_fp8(np.where(np.isinf(short), 0.0, short), q, k[:, :, :4], causal=True).ok
+
+
+def test_huge_scores_subtract_before_they_scale_below_tile_level():
+    """Regression: with saturated rows and descale_q 1000 (scores ~1e10, far below f32's range) the lowered
+    kernel's one fma ex2(s log2e - f32(m log2e)) left the row maximum a residual of thousands in the exponent:
+    O off by 1.4 and LSE +-inf at level "target" while Tile level was right. The FP8 kernel now subtracts before
+    it scales (`subtract_first`, as a biased kernel does): the maximum gives ex2(0) = 1 at any magnitude."""
+    from tessera.dialects import tile
+    from tessera.kernels import flash_attention
+
+    module = flash_attention(head_dim=64, dtype="e4m3")
+    exps = [op for op in module.walk() if isinstance(op, tile.ExpSubtractOp | tile.ExpDiffOp)]
+    assert exps and all(op.subtract_first for op in exps)
+    q = np.full((1, 1, 3, 64), 448.0, np.float32).astype(E4M3)
+    q[0, 0, 1] = -448.0
+    k = np.full((1, 1, 70, 64), 448.0, np.float32).astype(E4M3)
+    k[0, 0, 1::2] = -448.0
+    v = (np.random.default_rng(0).standard_normal((1, 1, 70, 64)) * 3).astype(E4M3)
+    dq, one = np.full((1, 1), 1000.0, np.float32), np.ones((1, 1), np.float32)
+    o, lse = tessera.attention(q, k, v, scale=0.7, descale_q=dq, descale_k=one, descale_v=one, return_lse=True,
+                               level="target")
+    assert R.check_attention_fp8(o, q, k, v, dq, one, one, scale=0.7).ok
+    assert R.check_lse_fp8(lse, q, k, dq, one, scale=0.7).ok
