@@ -13,7 +13,7 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.irdl import base
 from xdsl.utils.exceptions import VerifyException
 
-from tessera.dialects.tile_types import MemSpace, TileType, is_float
+from tessera.dialects.tile_types import MemSpace, TileType, is_float, is_fp8
 
 TILE = base(TileType)
 
@@ -41,7 +41,9 @@ def _require_space(op: Operation, what: str, ty: TileType, *spaces: MemSpace) ->
 
 def _require_register_float(op: Operation, what: str, ty: TileType, rank: int | None = None) -> None:
     _require_space(op, what, ty, MemSpace.REGISTER)
-    _require(is_float(ty.element_type), op, f"{what} must have a float element type, got {ty.element_type}")
+    fp8 = is_fp8(ty.element_type)
+    why = " (an 8-bit float's only arithmetic is tile.mma; tile.cast it to f32 first)" if fp8 else ""
+    _require(is_float(ty.element_type), op, f"{what} must have a float element type{why}, got {ty.element_type}")
     if rank is not None:
         _require(ty.rank == rank, op, f"{what} must have rank {rank}, got rank {ty.rank}")
 

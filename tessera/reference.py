@@ -595,4 +595,30 @@ def attention_fp8_lse(q8, k8, descale_q=None, descale_k=None, causal: bool = Fal
     q = np.asarray(q8).astype(np.float64) * _expand_heads(dq[:, :, None, None], heads)
     return attention_lse(q, dequantize_fp8(k8, dk), causal, scale)
 
+
+FP8_LSE_ROUNDINGS = 8
+"""The f32 roundings of the FP8 forward's LSE magnitude that `check_lse_fp8` allows beyond `LSE_TOLERANCE`, each
+2^-24 |LSE|: the score factor descale_q descale_k scale (two) and, below Tile level, its log2(e) (one), the
+scaled score (one), the f32 dot product of e4m3 rows once it passes 2^24 (one), m + ln l (one), and the
+conversion from base 2 back to e (two: the product and ln 2's own rounding). `check_lse`'s two cover a bf16
+kernel's O(1) scores; FP8 descales (300 x 300, saturated rows) make the scores, and so the LSE, ~1e4 to 1e6,
+where these roundings outgrow LSE_TOLERANCE (seen: 1.2 x 2^-23 |LSE| at |LSE| = 1.4e4, CTA simulator)."""
+
+
+def check_lse_fp8(lse, q8, k8, descale_q=None, descale_k=None, causal: bool = False,
+                  scale: float | None = None) -> Comparison:
+    """Compare an FP8 forward's LSE ([batch, heads, seq_q]) with `attention_fp8_lse` (float64, dequantized
+    inputs): within `LSE_TOLERANCE` beyond FP8_LSE_ROUNDINGS f32 roundings of |LSE| where the reference is
+    finite, exactly -inf where it is -inf (a row that sees no key); NaN or any other mismatch is infinite."""
+    ref = attention_fp8_lse(q8, k8, descale_q, descale_k, causal, scale)
+    out = np.asarray(lse, np.float64)
+    if out.shape != ref.shape:
+        return Comparison(float("inf"), LSE_TOLERANCE)
+    empty = np.isneginf(ref)
+    if not np.array_equal(np.isneginf(out), empty):
+        return Comparison(float("inf"), LSE_TOLERANCE)
+    error = np.abs(out[~empty] - ref[~empty]) - FP8_LSE_ROUNDINGS * 2.0**-24 * np.abs(ref[~empty])
+    error = np.nan_to_num(error, nan=np.inf)
+    return Comparison(float(error.max()) if error.size else 0.0, LSE_TOLERANCE)
+
 # endregion

@@ -727,9 +727,11 @@ def flash_loop(b: TileBuilder, blk: AttentionBlock) -> tuple[SSAValue, SSAValue,
         load_key_block(b, blk, k0, ("K", "V"))
         s = masked_scores(b, blk, k0, mask_mod)
         m_new = b.binary(tile.ElementMaxOp, m, b.unary(tile.RowMaxOp, s, "s_max"), "m_new")
-        # A bias may hold huge finite fills (-1e20): the exponents must subtract before they scale (both ops).
-        alpha = b.emit(tile.ExpDiffOp(m, m_new, subtract_first=c.bias), "alpha")
-        p = b.emit(tile.ExpSubtractOp(s, m_new, subtract_first=c.bias), "p")
+        # A bias may hold huge finite fills (-1e20), and FP8 descales (300 x 300) make scores of 1e6 to 1e10: the
+        # exponents must subtract before they scale (both ops); the fma's rounding of m log2e would move P.
+        huge = c.bias or c.fp8
+        alpha = b.emit(tile.ExpDiffOp(m, m_new, subtract_first=huge), "alpha")
+        p = b.emit(tile.ExpSubtractOp(s, m_new, subtract_first=huge), "p")
         l_new = b.fma(alpha, l, b.unary(tile.RowSumOp, p, "p_sum"), "l_new")
         acc_scaled = b.binary(tile.MulRowsOp, acc, alpha, "acc_scaled")
         acc_new = accumulate_pv(b, blk, p, acc_scaled)

@@ -106,10 +106,39 @@ def check_descale(name: str, descale, batch: int, heads_k: int):
         raise ValueError(f"attention: {name} must have shape [batch, heads_k] = ({batch}, {heads_k}), got {shape}")
     if on_device:
         return descale.detach().float().contiguous()
-    values = np.asarray(descale, np.float32)
+    with np.errstate(over="ignore"):  # a float64 past f32's range becomes inf, refused just below
+        values = np.asarray(descale, np.float32)
     if not np.all(np.isfinite(values)):
-        raise ValueError(f"attention: {name} must be finite")
+        raise ValueError(f"attention: {name} must be finite (in f32)")
+    if np.any(values < 0):
+        raise ValueError(f"attention: {name} must be non-negative (a descale is a quantization scale, amax / 448), "
+                         f"got {float(values.min())}")
     return np.ascontiguousarray(values)
+
+
+SCORE_HEADROOM = 4.0
+"""The factor between the largest |q8 . k8| an e4m3 row pair can give (448^2 head_dim) and the f32 range that
+`check_score_factor` keeps free: the kernel scales the scores by scale descale_q descale_k, then by log2(e) and
+subtracts the row maximum (a difference of two scores), all in f32; 4 > 2 log2(e) covers both."""
+
+
+def check_score_factor(descale_q, descale_k, scale: float, head_dim: int) -> None:
+    """ValueError where the kernel's f32 score factor scale descale_q descale_k (per (batch, kv-head), rounded
+    as the kernel rounds it) could overflow f32 on some e4m3 inputs: |q8 . k8| is at most 448^2 head_dim, so the
+    factor must stay below f32 max / (SCORE_HEADROOM 448^2 head_dim); past it, a saturated row's scores become
+    inf and the softmax NaN where float64 attention of the dequantized inputs is finite. Host descales only
+    (CUDA tensors are not read on the host)."""
+    from tessera.sm90.fp8 import FP8_MAX_FINITE
+
+    if any(is_torch_tensor(d) for d in (descale_q, descale_k)):
+        return
+    limit = float(np.finfo(np.float32).max) / (SCORE_HEADROOM * FP8_MAX_FINITE["e4m3"] ** 2 * head_dim)
+    with np.errstate(over="ignore"):
+        factor = np.abs(descale_q * descale_k * np.float32(scale))
+    if np.any(~np.isfinite(factor) | (factor > limit)):
+        raise ValueError(f"attention: scale * descale_q * descale_k reaches {float(factor.max()):.3e}, past "
+                         f"{limit:.3e}, where the f32 scores of e4m3 inputs at head_dim {head_dim} (|q8 . k8| up to "
+                         f"448^2 * {head_dim}) could overflow; use smaller descales")
 
 
 def fp8_config(head_dim: int, causal: bool, scale, grouped: bool, return_lse: bool, level: str | None) -> KernelConfig:
@@ -222,6 +251,7 @@ def attention_fp8(q, k, v, *, causal, scale, return_lse, level, descale_q=None, 
     if isinstance(scale, np.floating | np.integer):
         scale = float(scale)
     AttentionConfig.checked(head_dim, causal, "bf16", scale, return_lse=return_lse)  # the builder's rules, by name
+    check_score_factor(descales[0], descales[1], 1.0 / np.sqrt(head_dim) if scale is None else scale, head_dim)
     config = fp8_config(head_dim, causal, scale, heads_k != int(q.shape[1]), return_lse, level)
     sig = fp8_signature(config)
     check_key_length(sig, int(k.shape[2]), level)

@@ -36,3 +36,19 @@ func.func @mixed(%a: !tile.tile<64x32xf8E4M3FN, register>, %b: !tile.tile<64x32x
 
 // CHECK: tile type: element type must be bf16, f16, f32, f8E4M3FN, f8E5M2, i32, i64, index or i1, got f8E4M3FNUZ
 "test.op"() : () -> !tile.tile<4xf8E4M3FNUZ, register>
+
+// -----
+
+// CHECK: 'tile.row_max' op source must have a float element type (an 8-bit float's only arithmetic is tile.mma; tile.cast it to f32 first), got f8E4M3FN
+func.func @row_max(%x: !tile.tile<64x32xf8E4M3FN, register>) {
+  %y = tile.row_max %x : !tile.tile<64x32xf8E4M3FN, register> -> !tile.tile<64xf32, register>
+  func.return
+}
+
+// -----
+
+// CHECK: 'tile.mma' op accumulator must be f32, got bf16
+func.func @bf16_accumulator(%a: !tile.tile<64x32xf8E4M3FN, register>, %b: !tile.tile<64x32xf8E4M3FN, shared>, %c: !tile.tile<64x64xbf16, register>) {
+  %d = tile.mma %a, %b, %c transpose_b : !tile.tile<64x32xf8E4M3FN, register>, !tile.tile<64x32xf8E4M3FN, shared>, !tile.tile<64x64xbf16, register>
+  func.return
+}
