@@ -68,6 +68,34 @@ def test_the_bulk_reduction_of_unfenced_staging_stores_is_reported_in_ptx():
     assert got == "R" and "has not made visible to the async proxy" in text, text
 
 
+KEY_ROWS = "keys on rows"
+NEW_KINDS = ["dQ^T added transposed without its wait", "second warpgroup's barrier"]
+"""Kinds that exist only in the default keys-on-rows kernel (two consumer warpgroups): one seed each, one trip."""
+
+
+@pytest.mark.parametrize("level", ["target", "ptx"])
+@pytest.mark.parametrize("kind", NEW_KINDS)
+def test_the_keys_on_rows_kernels_own_kinds_are_reported_at_both_levels(kind, level):
+    _, name, edit, expected, _ = next(s for s in CATALOGUE[KEY_ROWS] if s[0] == kind)
+    assert expected == ALL
+    got, text = verdict(level, KEY_ROWS, edit, "one trip")
+    assert got == "R", f"{kind}: {name}: {text}"
+    assert _both_sides(level, text), text
+
+
+@pytest.mark.parametrize("level", ["target", "ptx"])
+def test_deleting_the_end_of_trip_barrier_lets_one_warpgroup_overwrite_ds_the_other_still_reads(level):
+    """pipeline-loops keeps the bar.sync at the end of the trip because the body writes dS^T, a plain shared
+    tile: without it, warpgroup 1 stores the next trip's dS^T (its Q stage needs no release) while warpgroup 0's
+    dQ^T wgmma may still read it. Both levels report it whatever order they ran the warpgroups in (the PTX
+    executor judged one store instruction of both warpgroups by the join of their clocks until this seed)."""
+    _, _, edit, expected, _ = next(s for s in CATALOGUE[KEY_ROWS] if s[0] == "end-of-trip barrier deleted")
+    got, text = verdict(level, KEY_ROWS, edit, SEVERAL)
+    assert got == "R" == expected[CELLS.index((level, SEVERAL))], text
+    assert re.search(r"ds_smem.*warpgroup 0 read until|which a wgmma of warpgroup 0 read until its "
+                     r"wgmma.wait_group at line \d+.*\(thread \(1[2-9]\d|2[0-5]\d", text), text
+
+
 def test_every_seed_has_an_expectation_and_every_clean_one_a_reason():
     kinds = {kind for seeds in CATALOGUE.values() for kind, *_ in seeds}
     assert len(kinds) >= 17
