@@ -1,6 +1,7 @@
 """Both race detectors on kernels they were not written for (issue 31): one-edit bugs seeded into the attention
 backward's main kernel at head_dim 128 (tests/backward_seeds.py: the warp-specialized kernel of the default
-pipeline, its bulk-reduction dQ variant, the single-stage kernel) are reported by the CTA simulator (Target IR)
+pipeline, its bulk-reduction dQ variant, the single-stage kernel, all 64 x 64, and the default keys-on-rows kernel,
+64 x 128 with two consumer warpgroups) are reported by the CTA simulator (Target IR)
 and the PTX executor alike, naming both sides, and the edits each kernel's synchronisation covers run clean
 with bitwise the unseeded outputs. One seed of each kind runs here on several trips; every seed on both shapes
 at both levels is `-m slow` (and `python bench/races_target.py --backward`, `python bench/races.py --backward`).
@@ -73,12 +74,15 @@ NEW_KINDS = ["dQ^T added transposed without its wait", "second warpgroup's barri
 """Kinds that exist only in the default keys-on-rows kernel (two consumer warpgroups): one seed each, one trip."""
 
 
+D64 = "head_dim 64, 128 x 128"
+
+
 @pytest.mark.parametrize("level", ["target", "ptx"])
-@pytest.mark.parametrize("kind", NEW_KINDS)
-def test_the_keys_on_rows_kernels_own_kinds_are_reported_at_both_levels(kind, level):
-    _, name, edit, expected, _ = next(s for s in CATALOGUE[KEY_ROWS] if s[0] == kind)
+@pytest.mark.parametrize("variant,kind", [(KEY_ROWS, k) for k in NEW_KINDS] + [(D64, NEW_KINDS[1])])
+def test_the_two_warpgroup_kernels_own_kinds_are_reported_at_both_levels(variant, kind, level):
+    _, name, edit, expected, _ = next(s for s in CATALOGUE[variant] if s[0] == kind)
     assert expected == ALL
-    got, text = verdict(level, KEY_ROWS, edit, "one trip")
+    got, text = verdict(level, variant, edit, "one trip")
     assert got == "R", f"{kind}: {name}: {text}"
     assert _both_sides(level, text), text
 
