@@ -7,7 +7,7 @@
     python bench/races.py --backward | --library
 
 --backward: the seeds of tests/backward_seeds.py in the PTX of the attention backward (head_dim 128: warp-specialized,
-bulk-reduction dQ, single-stage) on one trip and several: the outcome (R reported, C clean and right) against the
+bulk-reduction dQ, single-stage at 64x64; the default keys-on-rows kernel at 64x128) on one trip and several: the outcome (R reported, C clean and right) against the
 catalogue's expectation (exit status 1 on a mismatch). --library: the kinds of tests/library_seeds.py in the PTX
 of CUTLASS and FA3 that tests/ptx_library/build.py built here (the unseeded kernel first: it must run clean).
 

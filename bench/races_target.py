@@ -5,7 +5,7 @@ cost.
     python bench/races_target.py --backward
 
 --backward: the seeds of tests/backward_seeds.py (the attention backward, head_dim 128: warp-specialized,
-bulk-reduction dQ, single-stage) on one trip and several, each line the outcome (R reported, C clean and right)
+bulk-reduction dQ, single-stage at 64x64; the default keys-on-rows kernel at 64x128) on one trip and several, each line the outcome (R reported, C clean and right)
 and the start of the report, MISMATCH where it differs from the catalogue's expectation (exit status 1).
 
 Matrix: every one-edit bug of tests/target_bug_seeds.py (the warp-specialized flash kernel, head_dim 64, its

@@ -1,11 +1,13 @@
-"""One-edit synchronisation bugs seeded into the attention backward's main kernel at head_dim 128 (block 64 x 64),
-applied to its Target IR (CTA simulator) and to its PTX (PTX executor) alike: issue 31's kinds on a kernel the
-detectors were not written for.
+"""One-edit synchronisation bugs seeded into the attention backward's main kernel (head_dim 128 at 64 x 64 and at
+its default 64 x 128, head_dim 64 at its default 128 x 128), applied to its Target IR (CTA simulator) and to its
+PTX (PTX executor) alike: issue 31's kinds on a kernel the detectors were not written for.
 
-Variants (`VARIANTS`): the warp-specialized kernel of the default pipeline (a TMA producer warpgroup filling
-two-stage Q and dO rings, one consumer warpgroup; dQ added by `red.global.add`), the same with dQ added by a bulk
-reduction from shared memory (`cp.reduce.async.bulk`, its staging buffer reused every trip), and the single-stage
-kernel (thread 0 loads Q and dO each trip; every thread waits).
+Variants (`VARIANTS`): at block 64 x 64, the warp-specialized kernel of the default pipeline (a TMA producer
+warpgroup filling two-stage Q and dO rings, one consumer warpgroup; dQ added by `red.global.add`), the same with
+dQ added by a bulk reduction from shared memory (`cp.reduce.async.bulk`, its staging buffer reused every trip),
+and the single-stage kernel (thread 0 loads Q and dO each trip; every thread waits); and the default kernel at
+head_dim 128 (`DEFAULT_BLOCKS`, 64 x 128, "keys on rows": S^T = K Q^T, two consumer warpgroups of 64 keys each
+sharing dS^T, dQ^T added transposed by `red.global.add`, a bar.sync at the end of each trip).
 
 An edit names what to change, not how: `At(region, kind, n)` is the n-th synchronisation op of `kind` in a region
 of the kernel, located the same way in both forms (op classes in Target IR, instruction prefixes in PTX: the
@@ -14,7 +16,8 @@ when the kernel has no such op. `CATALOGUE[variant]` lists `(kind, name, edit, e
 level must give on each shape (`ALL`), with the reason for every cell that must run clean (an edit the memory
 model accepts in that kernel, an op one trip never reaches, or a rule the two levels state differently).
 `verdict` runs one cell; `matrix(level)` runs them all. tests/test_backward_races.py runs a slice;
-bench/races.py --backward and bench/races_target.py --backward run the whole matrix on two shapes (`SHAPES`).
+bench/races.py --backward and bench/races_target.py --backward run the whole matrix on two shapes each
+(`shape(variant, name)`).
 """
 
 from __future__ import annotations
@@ -40,23 +43,44 @@ VARIANTS = {
     "warp-specialized, bulk dQ": passes.DEFAULT_PIPELINE.replace("convert-tile-to-sm90",
                                                                  "convert-tile-to-sm90{atomic-add=bulk}"),
     "single-stage": passes.PTX_PIPELINE,
+    "keys on rows": passes.DEFAULT_PIPELINE,
+    "head_dim 64, 128 x 128": passes.DEFAULT_PIPELINE,
 }
 
+BLOCKS = {variant: (64, 64) for variant in VARIANTS} | {"keys on rows": (64, 128),
+                                                        "head_dim 64, 128 x 128": (128, 128)}
+HEAD_DIMS = {variant: HEAD_DIM for variant in VARIANTS} | {"head_dim 64, 128 x 128": 64}
+"""(block_m, block_n) and head_dim of each variant: the old 64 x 64 kernel, and the default at head_dim 128 (`DEFAULT_BLOCKS`:
+keys on the rows, two consumer warpgroups of 64 keys each, dQ^T added transposed by `red.global.add`); and
+head_dim 64's default, 128 x 128, queries on the rows, two consumer warpgroups of 64 queries each sharing P and dS."""
+
 SHAPES = {"one trip": (64, 64), "several trips": (200, 100)}
-"""(seq_q, seq_k): each CTA owns a key block and loops over the query blocks; the first shape runs one trip (each
-ring slot filled once), the second four (each slot refilled, the last block ragged) on two CTAs."""
+"""(seq_q, seq_k) of the 64 x 64 variants: each CTA owns a key block and loops over the query blocks; the first
+shape runs one trip (each ring slot filled once), the second four (each slot refilled, the last block ragged) on
+two CTAs. `shape(variant, name)` gives another variant's (`SHAPES_OF`)."""
+
+SHAPES_OF = {"keys on rows": {"one trip": (64, 128), "several trips": (200, 200)},
+             "head_dim 64, 128 x 128": {"one trip": (128, 128), "several trips": (300, 200)}}
+"""The keys-on-rows kernel's shapes: one trip on one CTA; four trips (the last query block ragged) on two CTAs (the
+second key block ragged, 72 of its 128 key rows past seq_k); head_dim 64's: one trip, and three (the last 44 of
+128 queries) on two CTAs (the second 72 keys)."""
+
+
+def shape(variant: str, name: str) -> tuple[int, int]:
+    """(seq_q, seq_k) of shape `name` for `variant`."""
+    return SHAPES_OF.get(variant, SHAPES)[name]
 
 
 # region kernels and runs
 @lru_cache(maxsize=None)
-def _kernels():
-    return attention_backward(head_dim=HEAD_DIM, causal=False, block_m=64, block_n=64)
+def _kernels(blocks: tuple[int, int] = (64, 64), head_dim: int = HEAD_DIM):
+    return attention_backward(head_dim=head_dim, causal=False, block_m=blocks[0], block_n=blocks[1])
 
 
 @lru_cache(maxsize=None)
 def compiled(variant: str):
     """(signature, Target IR module, PTX text) of the main kernel through `variant`'s pipeline."""
-    main = _kernels().main
+    main = _kernels(BLOCKS[variant], HEAD_DIMS[variant]).main
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         lowered = tessera.compile(main, target="target", pipeline=VARIANTS[variant])
@@ -65,15 +89,17 @@ def compiled(variant: str):
 
 
 @lru_cache(maxsize=None)
-def inputs(shape: str) -> tuple:
+def inputs(variant: str, name: str) -> tuple:
     """q, k, v, dO, LSE (log2 domain) and dPsum of one head (the preprocess run at Tile level)."""
-    seq_q, seq_k = SHAPES[shape]
+    seq_q, seq_k = shape(variant, name)
+    head_dim = HEAD_DIMS[variant]
     rng = np.random.default_rng(seq_q * 1000 + seq_k)
-    q, k, v, do = (rng.standard_normal((1, 1, s, HEAD_DIM)).astype(ml_dtypes.bfloat16)
+    q, k, v, do = (rng.standard_normal((1, 1, s, head_dim)).astype(ml_dtypes.bfloat16)
                    for s in (seq_q, seq_k, seq_k, seq_q))
-    o = rng.standard_normal((1, 1, seq_q, HEAD_DIM)).astype(ml_dtypes.bfloat16)
+    o = rng.standard_normal((1, 1, seq_q, head_dim)).astype(ml_dtypes.bfloat16)
     lse = reference.attention_lse(q, k).astype(np.float32)
-    dpsum, lse2, _ = tessera.interpret(_kernels().preprocess, o, do, lse, level="tile")
+    preprocess = _kernels(BLOCKS[variant], HEAD_DIMS[variant]).preprocess
+    dpsum, lse2, _ = tessera.interpret(preprocess, o, do, lse, level="tile")
     return q, k, v, do, lse2, dpsum
 
 
@@ -82,7 +108,7 @@ def run_target(variant: str, fn, shape: str, **kw) -> list[np.ndarray]:
     from tessera.interpreters.launch import prepare_arguments
     from tessera.interpreters.sm90 import run_target_kernel
 
-    arrays, sizes = prepare_arguments(compiled(variant)[0], list(inputs(shape)))
+    arrays, sizes = prepare_arguments(compiled(variant)[0], list(inputs(variant, shape)))
     run_target_kernel(fn, arrays, sizes, **kw)
     return arrays[6:]
 
@@ -94,7 +120,7 @@ def run_ptx(variant: str, text: str, shape: str, **kw) -> list[np.ndarray]:
     from tessera.interpreters.ptx.launcher import launch_described
 
     sig, lowered, _ = compiled(variant)
-    arrays, sizes = prepare_arguments(sig, list(inputs(shape)))
+    arrays, sizes = prepare_arguments(sig, list(inputs(variant, shape)))
     launch_described(text, describe(lowered)[0], arrays, sizes, source="seeded.ptx", **kw)
     return arrays[6:]
 
@@ -456,7 +482,119 @@ _SINGLE = [
      "every thread waits on both mbarriers itself"),
 ]
 
-CATALOGUE = {"warp-specialized": _WARP_SPECIALIZED, "warp-specialized, bulk dQ": _BULK, "single-stage": _SINGLE}
+_R_S, _R_DP, _R_DV, _R_DK, _R_DQ = (At(C, "wgmma_fence", n) for n in range(5))
+_R_DK_WAIT, _R_DQ_WAIT = At(C, "wait_group", 2), At(C, "wait_group", 3)
+_R_PUBLISH, _R_TRIP_END = At(C, "bar_sync", 0), At(C, "bar_sync", 1)
+"""The keys-on-rows loop (each consumer warpgroup, 64 keys of the 128): S^T = K Q^T and dP^T = V dO^T (a fence,
+commit and wait_group 0 each; dP^T's accumulator starts at -dPsum), the dS^T stores and their fence.proxy.async,
+dV += P^T dO and dK += dS^T Q (A from registers; one wait_group 0 for both), the bar.sync that publishes dS^T to
+the other warpgroup, dQ^T = K^T dS^T (reads both warpgroups' dS^T rows) and its wait_group 0, the transposed
+red.global.add of dQ^T, the Q and dO releases (each empty barrier counts both warpgroups' 256 threads), and the
+bar.sync at the end of the trip that pipeline-loops keeps because the body writes dS^T, a plain shared tile."""
+_ONE_TRIP = "on one trip nothing is refilled or overwritten"
+_KEY_ROWS = [
+    ("wait deleted", "the Q full wait in the consumer loop", Edit("delete", At(C, "wait", 0)), ALL, ""),
+    ("wait deleted", "the dO full wait in the consumer loop", Edit("delete", At(C, "wait", 1)), ALL, ""),
+    ("wait deleted", "the consumers' K/V wait", Edit("delete", At("consumer", "wait", 0)), ALL, ""),
+    ("wait deleted", "the producer's Q empty wait in its loop", Edit("delete", At(P, "wait", 0)), "CRCR", _UNREACHED),
+    ("parity flipped", "the Q full wait in the consumer loop", Edit("flip", At(C, "wait", 0)), ALL, ""),
+    ("parity flipped", "the producer's first Q empty wait", Edit("flip", At("producer", "wait", 0)), ALL, ""),
+    ("expect_tx too small", "the producer's first Q", Edit("scale", At("producer", "expect_tx", 0), 0.5), ALL, ""),
+    ("expect_tx too small", "the consumers' K/V", Edit("scale", At("consumer", "expect_tx", 0), 0.5), ALL, ""),
+    ("expect_tx deleted", "the producer's first dO", Edit("delete", At("producer", "expect_tx", 1)), ALL, ""),
+    ("wgmma.commit_group deleted", "S^T = K Q^T", Edit("delete", At(C, "commit", 0)), ALL, ""),
+    ("wgmma.commit_group deleted", "dQ^T = K^T dS^T", Edit("delete", At(C, "commit", 4)), ALL, ""),
+    ("wgmma.wait_group deleted", "after S^T = K Q^T", Edit("delete", At(C, "wait_group", 0)), ALL, ""),
+    ("wgmma.wait_group deleted", "after dP^T = V dO^T", Edit("delete", At(C, "wait_group", 1)), ALL, ""),
+    ("dQ^T added transposed without its wait", "the wait_group 0 before the transposed red",
+     Edit("delete", _R_DQ_WAIT), ALL, ""),
+    ("dQ^T added transposed without its wait", "wait_group 0 -> 1 before the transposed red",
+     Edit("pending", _R_DQ_WAIT, 1), ALL, ""),
+    ("wgmma.fence deleted", "before S^T = K Q^T", Edit("delete", _R_S), ALL, ""),
+    ("wgmma.fence deleted", "before dP^T = V dO^T (its accumulator was just set to -dPsum)",
+     Edit("delete", _R_DP), ALL, ""),
+    ("wgmma.fence deleted", "before dV += P^T dO (its A registers, P^T, were just written)",
+     Edit("delete", _R_DV), ALL, ""),
+    ("wgmma.fence deleted", "before dQ^T = K^T dS^T", Edit("delete", _R_DQ), "RRCC", _ZERO_ACC),
+    ("fence.proxy.async deleted", "after the dS^T stores", Edit("delete", At(C, "fence_proxy", 0)), ALL, ""),
+    ("bar.sync deleted", "after mbarrier.init", Edit("delete", At("kernel", "bar_sync", 0)), ALL, ""),
+    ("bar.sync count wrong", "the barrier after the inits counts only the consumers",
+     Edit("count", At("kernel", "bar_sync", 0), 256), ALL, ""),
+    ("second warpgroup's barrier", "the bar.sync publishing dS^T deleted (dQ^T reads the other warpgroup's rows)",
+     Edit("delete", _R_PUBLISH), ALL, ""),
+    ("second warpgroup's barrier", "the bar.sync publishing dS^T counts one warpgroup",
+     Edit("count", _R_PUBLISH, 128), ALL, ""),
+    ("second warpgroup's barrier", "Q's first empty barrier counts one warpgroup",
+     Edit("count", At("kernel", "init", 2), 128), "RRCR", _LEDGER),
+    ("end-of-trip barrier deleted", "the next trip's dS^T stores overwrite what the other warpgroup's dQ^T reads",
+     Edit("delete", _R_TRIP_END), "CRCR", _ONE_TRIP),
+    ("slot released early", "Q, before the wait for dK += dS^T Q", Edit("move", At(C, "release", 0), other=_R_DK_WAIT),
+     "CRCR", _UNREACHED),
+    ("slot released early", "Q, right after its full wait", Edit("move", At(C, "release", 0), other=_R_S),
+     "CRCR", _UNREACHED),
+    ("slot release deleted", "Q's", Edit("delete", At(C, "release", 0)), "RRCR", _LEDGER),
+    ("release on the wrong barrier", "Q's release arrives on dO's empty barrier",
+     Edit("retarget", At(C, "release", 0), other=At(C, "release", 1)), "RRCR", _LEDGER),
+    ("extra arrival", "dO's release doubled", Edit("double", At(C, "release", 1)), "RRCC",
+     "the extra phases of dO's empty barrier only let the producer's dO wait pass early, and " + _Q_EMPTY_COVERS
+     + "; the CTA simulator reports the extra arrivals by its ledger"),
+    ("mbarrier count wrong", "Q's first full barrier counts two arrivals", Edit("count", At("kernel", "init", 1), 2),
+     ALL, ""),
+    ("fence.mbarrier_init deleted", "after the inits", Edit("delete", At("kernel", "fence_mbarrier_init", 0)),
+     "CCCC", _INIT_FENCE),
+    ("wgmma.wait_group deleted", "after dV and dK", Edit("delete", _R_DK_WAIT), "CCRR",
+     "levels differ: in Target IR (SSA values, no register allocated yet) nothing rewrites P^T's or dS^T's "
+     "registers, and the wait_group 0 after dQ^T completes dV's and dK's groups before the releases; the printed "
+     "PTX reuses an A-fragment register of dV for an address before that wait, a real race there"),
+    # edits the memory model accepts in this kernel
+    ("wait deleted", "the producer's dO empty wait in its loop", Edit("delete", At(P, "wait", 1)), "CCCC",
+     _Q_EMPTY_COVERS),
+    ("slot released early", "Q, before the wait for dQ^T (which reads K and dS^T, not Q)",
+     Edit("move", At(C, "release", 0), other=_R_DQ_WAIT), "CCCC",
+     "every wgmma reading Q (S^T and dK) has completed at the wait_group 0 after dK"),
+    ("slot released early", "dO, before dV += P^T dO", Edit("move", At(C, "release", 1), other=_R_DV), "CCCC",
+     _Q_EMPTY_COVERS),
+    ("bar.sync deleted", "the consumers' bar.sync after the K/V wait", Edit("delete", At("consumer", "bar_sync", 0)),
+     "CCCC", "every consumer thread waits on the K/V barrier itself"),
+    ("wgmma.fence deleted", "before dK += dS^T Q", Edit("delete", _R_DK), "CCCC",
+     "dK's A registers (dS^T) were written before the fence before dV, and its accumulator comes from the previous "
+     "dK wgmma (same shape: no fence needed between them)"),
+]
+
+_D64_PUBLISH, _D64_TRIP_END = At(C, "bar_sync", 0), At(C, "bar_sync", 1)
+"""head_dim 64's loop (each consumer warpgroup, 64 queries of the 128): S = Q K^T, the P stores and their fence,
+dP = dO V^T, the dS stores and their fence, the bar.sync publishing P and dS to the other warpgroup (dV += P^T dO,
+dK += dS^T Q and dQ = dS K read all 128 rows), the three wgmmas and one wait_group 0, red.global.add of dQ, the Q
+and dO releases, and the bar.sync at the end of the trip."""
+_D64 = [
+    ("wait deleted", "the Q full wait in the consumer loop", Edit("delete", At(C, "wait", 0)), ALL, ""),
+    ("wait deleted", "the dO full wait in the consumer loop", Edit("delete", At(C, "wait", 1)), ALL, ""),
+    ("parity flipped", "the Q full wait in the consumer loop", Edit("flip", At(C, "wait", 0)), ALL, ""),
+    ("expect_tx too small", "the producer's first Q", Edit("scale", At("producer", "expect_tx", 0), 0.5), ALL, ""),
+    ("wgmma.commit_group deleted", "S = Q K^T", Edit("delete", At(C, "commit", 0)), ALL, ""),
+    ("wgmma.wait_group deleted", "after S = Q K^T", Edit("delete", At(C, "wait_group", 0)), ALL, ""),
+    ("dQ added without its wait", "the wait_group 0 before dQ is added", Edit("delete", At(C, "wait_group", 2)),
+     ALL, ""),
+    ("wgmma.fence deleted", "before S = Q K^T", Edit("delete", At(C, "wgmma_fence", 0)), ALL, ""),
+    ("fence.proxy.async deleted", "after the dS stores", Edit("delete", At(C, "fence_proxy", 1)), ALL, ""),
+    ("second warpgroup's barrier", "the bar.sync publishing P and dS deleted", Edit("delete", _D64_PUBLISH), ALL, ""),
+    ("second warpgroup's barrier", "the bar.sync publishing P and dS counts one warpgroup",
+     Edit("count", _D64_PUBLISH, 128), ALL, ""),
+    ("second warpgroup's barrier", "Q's first empty barrier counts one warpgroup",
+     Edit("count", At("kernel", "init", 2), 128), "RRCR", _LEDGER),
+    ("end-of-trip barrier deleted", "the next trip's P stores overwrite what the other warpgroup's wgmmas read",
+     Edit("delete", _D64_TRIP_END), "CRCR", _ONE_TRIP),
+    ("slot release deleted", "Q's", Edit("delete", At(C, "release", 0)), "RRCR", _LEDGER),
+    ("fence.mbarrier_init deleted", "after the inits", Edit("delete", At("kernel", "fence_mbarrier_init", 0)),
+     "CCCC", _INIT_FENCE),
+    # edits the memory model accepts in this kernel
+    ("fence.proxy.async deleted", "after the P stores", Edit("delete", At(C, "fence_proxy", 0)), "CCCC",
+     "each thread's fence after its dS stores follows its P stores too, and the barrier after it carries both to "
+     "every warp before the wgmmas read them"),
+]
+
+CATALOGUE = {"warp-specialized": _WARP_SPECIALIZED, "warp-specialized, bulk dQ": _BULK, "single-stage": _SINGLE,
+             "keys on rows": _KEY_ROWS, "head_dim 64, 128 x 128": _D64}
 """variant -> [(kind, name, edit, expected, reason)]; `expected` as `ALL` says."""
 
 LEVELS = ("target", "ptx")
@@ -493,7 +631,7 @@ def matrix(level: str, out=print) -> int:
     report's start) and return how many differ from `expected`."""
     missed = 0
     for variant, seeds in CATALOGUE.items():
-        out(f"{level}, attention backward d{HEAD_DIM}, {variant}:")
+        out(f"{level}, attention backward d{HEAD_DIMS[variant]}, {variant}:")
         for kind, name, edit, expected, reason in seeds:
             for shape in SHAPES:
                 want = expected[CELLS.index((level, shape))]

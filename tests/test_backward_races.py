@@ -1,6 +1,7 @@
 """Both race detectors on kernels they were not written for (issue 31): one-edit bugs seeded into the attention
 backward's main kernel at head_dim 128 (tests/backward_seeds.py: the warp-specialized kernel of the default
-pipeline, its bulk-reduction dQ variant, the single-stage kernel) are reported by the CTA simulator (Target IR)
+pipeline, its bulk-reduction dQ variant, the single-stage kernel, all 64 x 64, and the default keys-on-rows kernel,
+64 x 128 with two consumer warpgroups) are reported by the CTA simulator (Target IR)
 and the PTX executor alike, naming both sides, and the edits each kernel's synchronisation covers run clean
 with bitwise the unseeded outputs. One seed of each kind runs here on several trips; every seed on both shapes
 at both levels is `-m slow` (and `python bench/races_target.py --backward`, `python bench/races.py --backward`).
@@ -66,6 +67,37 @@ def test_the_bulk_reduction_of_unfenced_staging_stores_is_reported_in_ptx():
     kind, name, edit, _, _ = next(s for s in bulk if s[0] == "fence.proxy.async deleted")
     got, text = verdict("ptx", "warp-specialized, bulk dQ", edit, "one trip")
     assert got == "R" and "has not made visible to the async proxy" in text, text
+
+
+KEY_ROWS = "keys on rows"
+NEW_KINDS = ["dQ^T added transposed without its wait", "second warpgroup's barrier"]
+"""Kinds that exist only in the default keys-on-rows kernel (two consumer warpgroups): one seed each, one trip."""
+
+
+D64 = "head_dim 64, 128 x 128"
+
+
+@pytest.mark.parametrize("level", ["target", "ptx"])
+@pytest.mark.parametrize("variant,kind", [(KEY_ROWS, k) for k in NEW_KINDS] + [(D64, NEW_KINDS[1])])
+def test_the_two_warpgroup_kernels_own_kinds_are_reported_at_both_levels(variant, kind, level):
+    _, name, edit, expected, _ = next(s for s in CATALOGUE[variant] if s[0] == kind)
+    assert expected == ALL
+    got, text = verdict(level, variant, edit, "one trip")
+    assert got == "R", f"{kind}: {name}: {text}"
+    assert _both_sides(level, text), text
+
+
+@pytest.mark.parametrize("level", ["target", "ptx"])
+def test_deleting_the_end_of_trip_barrier_lets_one_warpgroup_overwrite_ds_the_other_still_reads(level):
+    """pipeline-loops keeps the bar.sync at the end of the trip because the body writes dS^T, a plain shared
+    tile: without it, warpgroup 1 stores the next trip's dS^T (its Q stage needs no release) while warpgroup 0's
+    dQ^T wgmma may still read it. Both levels report it whatever order they ran the warpgroups in (the PTX
+    executor judged one store instruction of both warpgroups by the join of their clocks until this seed)."""
+    _, _, edit, expected, _ = next(s for s in CATALOGUE[KEY_ROWS] if s[0] == "end-of-trip barrier deleted")
+    got, text = verdict(level, KEY_ROWS, edit, SEVERAL)
+    assert got == "R" == expected[CELLS.index((level, SEVERAL))], text
+    assert re.search(r"ds_smem.*warpgroup 0 read until|which a wgmma of warpgroup 0 read until its "
+                     r"wgmma.wait_group at line \d+.*\(thread \(1[2-9]\d|2[0-5]\d", text), text
 
 
 def test_every_seed_has_an_expectation_and_every_clean_one_a_reason():

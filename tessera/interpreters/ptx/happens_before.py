@@ -70,7 +70,9 @@ class HappensBefore:
             self.w_lane, self.w_line = np.zeros(s, np.int32), np.zeros(s, np.int32)
             self.w_clock = np.zeros(s, np.int32)  # 0: no generic write since the last asynchronous one
             self.reads = ReadClocks(s, self.threads)  # the generic reads since the last write
-            self.r_async = np.zeros(s, np.int32)  # 1 + index into `completions`: the async read that ended last
+            # [warpgroup of its CTA, byte]: 1 + index into `completions`, the async read by that warpgroup that
+            # ended last (one row per warpgroup: two warpgroups' wgmmas read the same bytes, unordered)
+            self.r_async = np.zeros((1, s), np.int32)
         else:
             for array in (self.clock, self.fenced, self.w_clock, self.r_async):
                 array.fill(0)
@@ -193,35 +195,43 @@ class HappensBefore:
         """A wgmma.wait_group of warpgroup `group` (`lanes`) completed wgmmas that read `flat`: a later write
         of those bytes must happen after this point of one of the lanes."""
         self.completions.append((lanes, self.clock[lanes, lanes % self.threads].copy(), inst.line, group))
-        self.r_async[flat] = len(self.completions)
+        if group >= len(self.r_async):
+            self.r_async = np.vstack([self.r_async, np.zeros((group + 1 - len(self.r_async), self.shared), np.int32)])
+        self.r_async[group, flat] = len(self.completions)
 
     def async_write(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str) -> None:
         """A copy issued by `lanes` writes `flat`: each completed async read of those bytes, and the last generic
         read and write of each byte (a producer refilling a slot that threads still read or transpose), must
         happen before its issue, whatever order the executor ran them in."""
-        self._after_async_reads(inst, lanes, flat, what)
+        self._after_async_reads(inst, lanes[:1], flat[None, :], what, self.clock[lanes].max(axis=0)[None])
         if self.races and flat.size:
             index = flat[None, :]
             self._check_reads(inst, lanes[:1], index, f"{what} writes")
             self._check(inst, lanes[:1], index, self.w_lane, self.w_clock, self.w_line, "wrote", f"{what} writes")
         self.async_written(flat)
 
-    def _after_async_reads(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str) -> None:
+    def _after_async_reads(self, inst, lanes: np.ndarray, index: np.ndarray, what: str, clocks: np.ndarray) -> None:
+        """Each write of `index` [rows, bytes] (row i by `lanes[i]`, whose clock is `clocks[i]`) must happen after
+        the wgmma.wait_group that completed every async read of its bytes, of each warpgroup: checked row by row,
+        as one instruction of many threads (a store of two warpgroups at once) is many writes."""
         if self.races and self.completions:
-            ends = self.r_async[flat]
+            ends = self.r_async[:, index]  # [warpgroup, row, byte]
             low, high = int(ends.min(initial=0)), int(ends.max(initial=0))
             for c in ([high] if low == high else np.unique(ends).tolist()):
                 if not c:
                     continue
                 readers, epochs, line, group = self.completions[c - 1]
-                if not (self.clock[lanes].max(axis=0)[readers % self.threads] >= epochs).any():
-                    byte = int(flat[np.argmax(self.r_async[flat] == c)])
+                rows = np.flatnonzero((ends == c).any(axis=(0, 2)))
+                ordered = (clocks[rows][:, readers % self.threads] >= epochs).any(axis=1)
+                if not ordered.all():
+                    r = int(rows[np.argmin(ordered)])
+                    byte = int(index[r, np.argmax((ends[:, r] == c).any(axis=0))])
                     raise self.hazard(inst, f"{what} overwrites {self.where(byte)}, which a wgmma of warpgroup {group} "
                                             f"read until its wgmma.wait_group at line {line}, and no synchronisation "
                                             "orders that wait before this write "
                                             "(race: the slot was released before the wgmma reading it completed)",
-                                      int(lanes[0]))
-        self.r_async[flat] = 0
+                                      int(lanes[r]))
+        self.r_async[:, index.reshape(-1)] = 0
 
     def async_written(self, flat: np.ndarray) -> None:
         """An asynchronous copy wrote `flat`: the generic records no longer apply."""
@@ -242,7 +252,7 @@ class HappensBefore:
             self._check(inst, lanes, index, self.w_lane, self.w_clock, self.w_line, "wrote", "writes")
             self._check_reads(inst, lanes, index, "writes")
             if self.completions:
-                self._after_async_reads(inst, lanes, index.reshape(-1), "the store")
+                self._after_async_reads(inst, lanes, index, "the store", self.clock[lanes])
         self.w_lane[index] = lanes[:, None]
         self.w_clock[index] = self.clock[lanes, lanes % self.threads][:, None]
         self.w_line[index] = inst.line
