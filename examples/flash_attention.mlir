@@ -10,7 +10,8 @@
 // When a new key block raises m, the old l and acc are rescaled by alpha = exp(m_old - m_new). The output is
 // normalised exactly once, after the loop: O = acc / l.
 //
-// Built by `tessera.kernels.flash_attention(head_dim=128)`; this copy is written out by hand to be read.
+// Built by `tessera.kernels.flash_attention(head_dim=128, block_n=128)`; this copy is written out by hand to be
+// read (the builder's default at head_dim 128 is FlashAttention-3's BN = 176 where the registers allow it).
 
 builtin.module {
   // Tensors are [batch, heads, seq, 128] bf16 in global memory. `tile.dims` names each dimension: the

@@ -14,7 +14,7 @@ def test_flash_attention_description():
     (h,) = describe(tessera.compile(build_kernel("flash_attention", head_dim=128, causal=False, dtype="bf16"), "target"))
     assert h.block == (384, 1, 1)  # the default pipeline: a producer and two consumer warpgroups
     assert [(p.name, p.kind) for p in h.params] == [
-        ("Q_map128", "tensormap"), ("K_map128", "tensormap"), ("V_map128", "tensormap"), ("O_ptr", "pointer"),
+        ("Q_map128", "tensormap"), ("K_map176", "tensormap"), ("V_map176", "tensormap"), ("O_ptr", "pointer"),
         ("batch", "size"), ("heads", "size"), ("seq_q", "size"), ("seq_k", "size")]
     assert h.dynamic_smem_bytes % 1024 == 1023  # the kernel's bytes plus room to align the base to 1024
     sizes = dict(batch=2, heads=4, seq_q=1000, seq_k=700)
@@ -23,7 +23,8 @@ def test_flash_attention_description():
     assert q.dtype == facts.TensorMapDataType.BFLOAT16
     assert q.global_dims == (128, 1000, 4, 2) and q.global_strides == (256, 256000, 1024000)
     assert q.box_dims == (64, 128, 1, 1) and q.swizzle == facts.TensorMapSwizzle.B128
-    assert h.tensor_maps(sizes)["K_map128"].global_dims == (128, 700, 4, 2)
+    k = h.tensor_maps(sizes)["K_map176"]  # FlashAttention-3's 176-key blocks, the default at head_dim 128
+    assert k.global_dims == (128, 700, 4, 2) and k.box_dims == (64, 176, 1, 1)
 
 
 def test_gemm_rows_the_driver_refuses_are_reported():

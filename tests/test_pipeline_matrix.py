@@ -92,7 +92,10 @@ of shared memory a block may have, which `test_too_many_stages_are_refused` chec
                          ids=[f"{b}-stages{s}-d{c[0]}-{'causal' if c[1] else 'full'}-{c[2]}" for b, s, c in STAGE_RUNS])
 def test_stage_counts(builder, stages, config, rng):
     head_dim, causal, dtype = config
-    _check(builder, head_dim, causal, dtype, stages, [(64, 600)], rng)
+    # flash_attention's default at head_dim 128 is FlashAttention-3's 176 keys, whose K and V slots take three
+    # stages past 227 KiB (refused by name); its three-stage run keeps 128 keys.
+    options = {"block_n": 128} if (builder, head_dim) == ("flash_attention", 128) and stages >= 3 else {}
+    _check(builder, head_dim, causal, dtype, stages, [(64, 600)], rng, **options)
 
 
 @pytest.mark.parametrize("stages", [1, 2, 3, 4])

@@ -121,9 +121,11 @@ def _row_vector_positions() -> np.ndarray:
     return out
 
 
-def gather_fragment(value: np.ndarray, active: np.ndarray) -> np.ndarray | None:
+def gather_fragment(value: np.ndarray, active: np.ndarray, quad_sum: bool = False) -> np.ndarray | None:
     """The tile held by the fully active warpgroups of a per-thread f32 fragment (`value` [T, lanes]): a row
-    vector [64 W] for 2 lanes, a tile [64 W, 2 lanes] otherwise; None when it is no such fragment."""
+    vector [64 W] for 2 lanes, a tile [64 W, 2 lanes] otherwise; None when it is no such fragment. `quad_sum`:
+    a row vector held as each thread's partial sum of its rows (convert-tile-to-sm90's `row_sums`), whose row
+    is the sum over the threads holding it."""
     if value.ndim != 2 or value.dtype != np.float32 or value.shape[1] % 2:
         return None
     threads, lanes = value.shape
@@ -136,7 +138,11 @@ def gather_fragment(value: np.ndarray, active: np.ndarray) -> np.ndarray | None:
         out = np.zeros(m * len(full), np.float32)
         rows = _row_vector_positions()
         for i, w in enumerate(full):
-            out[i * m + rows] = value[w * facts.WARPGROUP_SIZE:(w + 1) * facts.WARPGROUP_SIZE]
+            threads_of_w = value[w * facts.WARPGROUP_SIZE:(w + 1) * facts.WARPGROUP_SIZE]
+            if quad_sum:
+                np.add.at(out, i * m + rows, threads_of_w)
+            else:
+                out[i * m + rows] = threads_of_w
         return out
     out = np.zeros((m * len(full), 2 * lanes), np.float32)
     rows, cols = _accumulator_positions(lanes)
@@ -148,8 +154,8 @@ def gather_fragment(value: np.ndarray, active: np.ndarray) -> np.ndarray | None:
 class TargetValueRecorder(Interpreter.Listener):
     """Records the named results of one CTA of the CTA simulator (module docstring)."""
 
-    def __init__(self, cta, trace: ValueTrace):
-        self.cta, self.trace = cta, trace
+    def __init__(self, cta, trace: ValueTrace, quad_sums: frozenset[str] = frozenset()):
+        self.cta, self.trace, self.quad_sums = cta, trace, quad_sums
 
     def did_interpret_op(self, op: Operation, results) -> None:
         active = None
@@ -160,9 +166,13 @@ class TargetValueRecorder(Interpreter.Listener):
                 continue
             if active is None:
                 active = self.cta.active.copy()
-            self.trace.add(result.name_hint, op, gather_fragment(value, active), value[active].copy())
+            tile = gather_fragment(value, active, quad_sum=result.name_hint in self.quad_sums)
+            self.trace.add(result.name_hint, op, tile, value[active].copy())
 
 
-def target_recorders(cta_id: tuple[int, int, int], trace: ValueTrace):
-    """A `run_target_kernel(listeners=...)` factory recording CTA `cta_id` into `trace`."""
-    return lambda cta: (TargetValueRecorder(cta, trace),) if tuple(cta.cta_id) == tuple(cta_id) else ()
+def target_recorders(cta_id: tuple[int, int, int], trace: ValueTrace, quad_sums=frozenset()):
+    """A `run_target_kernel(listeners=...)` factory recording CTA `cta_id` into `trace`; the row vectors named
+    in `quad_sums` are per-thread partial sums, gathered as the sum over the threads holding each row."""
+    quad_sums = frozenset(quad_sums)
+    return lambda cta: ((TargetValueRecorder(cta, trace, quad_sums),) if tuple(cta.cta_id) == tuple(cta_id)
+                        else ())

@@ -7,7 +7,8 @@ acc_t = alpha_t acc_{t-1} + P_t V_t. `attention_trace` records them while a leve
 - Tile IR, by op kind: `tile.element_max` (m), `tile.exp_diff` (alpha), `tile.fma` (l), and the `tile.mma`
   whose A operand is a register tile (the P.V product: acc);
 - Target IR, by the name hints `convert-tile-to-sm90` carries over (`%m_new`, `%alpha`, `%l_new`,
-  `%acc_next`), gathered from the threads' fragments into rows (`recording.gather_fragment`).
+  `%acc_next`), gathered from the threads' fragments into rows (`recording.gather_fragment`); a running sum the
+  lowering holds as per-thread partial sums (`row_sums`) is gathered as the sum over each row's quad.
 
 The k-th value of each kind is tile k's at every level, whatever the pipelining. A kernel with an additive
 bias (`flash_attention(bias=True)`) is traced with its bias (`bias=`), and the golden adds it, in float64, to
@@ -91,6 +92,11 @@ def attention_trace(module: ModuleOp, q, k, v, level: str = "tile", pipeline: st
             "takes 4 inputs (Q, K, V, Bias): pass bias=, [batch, heads, seq_q, seq_k] (1 where it is broadcast)"
             if sig.bias else "takes no bias (inputs Q, K, V); got bias="))
     module = module.clone()
+    # The running sum may be held as each thread's partial sum at Target level (convert-tile-to-sm90's
+    # row_sums): its rows are gathered as the sum over the quad holding them.
+    from tessera.passes.convert_tile_to_sm90.row_sums import partial_row_sums
+    partial = {v.name_hint for op in module.walk() if op.name == "func.func"
+               for v in partial_row_sums(op) if v.name_hint}
     if level == levels.TARGET and not pipeline:
         pipeline = DEFAULT_PIPELINE
     if pipeline:
@@ -101,7 +107,8 @@ def attention_trace(module: ModuleOp, q, k, v, level: str = "tile", pipeline: st
     b, h, row_block = block
     program_id = (row_block, h, b)
     trace = ValueTrace()
-    factory = tile_recorders(program_id, trace) if level == levels.TILE else target_recorders(program_id, trace)
+    factory = (tile_recorders(program_id, trace) if level == levels.TILE
+               else target_recorders(program_id, trace, partial & {TARGET_NAMES["l"]}))
     levels.run_level(module, level, sig, [q, k, v] + ([bias] if sig.bias else []), {}, factory)
     found = {}
     for quantity in QUANTITIES:
