@@ -192,12 +192,8 @@ class BackwardLowering:
         distinct = sorted(set(col_offsets))
         mask = e.shuffle(self._below(e, e.op(arith.SubiOp(dims[-2], window_row)), distinct),
                          [distinct.index(c) for c in col_offsets])
-        wide = [e.to_i64(d) for d in dims]
-        flat = e.i64(0)
-        for index, dim in zip(lead, wide):
-            flat = e.addi(e.muli(flat, dim), e.to_i64(index))
-        first = e.addi(e.muli(e.addi(e.muli(flat, wide[-2]), e.to_i64(window_row)), wide[-1]), e.to_i64(window_col))
-        base = e.addi(self.entry_args[self.pointer_args[window.arg]], e.muli(first, e.i64(F32_BYTES)))
+        base = self._element_address(e, window.arg, [*lead, window_row, window_col], [e.to_i64(d) for d in dims],
+                                     F32_BYTES)
         offsets = e.dense(i32, [0] * len(row_offsets))
         return base, offsets, mask, [(c * w + r) * F32_BYTES for r, c in zip(row_offsets, col_offsets)]
 
@@ -246,12 +242,7 @@ class BackwardLowering:
         dims = [self._dim_value(window.arg, d, e) for d in range(len(window.indices))]
         mine = e.addi(row0, self.tid)
         inside = e.andi(e.cmpi(self.tid, e.index(rows), "ult"), e.cmpi(mine, dims[-2], "ult"))
-        wide = [e.to_i64(d) for d in dims]
-        flat = e.i64(0)
-        for index, dim in zip(lead, wide):
-            flat = e.addi(e.muli(flat, dim), e.to_i64(index))
-        element = e.addi(e.muli(e.addi(e.muli(flat, wide[-2]), e.to_i64(mine)), wide[-1]), e.to_i64(col0))
-        dest = e.addi(self.entry_args[self.pointer_args[window.arg]], e.muli(element, e.i64(F32_BYTES)))
+        dest = self._element_address(e, window.arg, [*lead, mine, col0], [e.to_i64(d) for d in dims], F32_BYTES)
         source = e.op(arith.AddiOp(staging, e.op(arith.IndexCastOp(e.muli(self.tid, e.index(row_bytes)), i32))))
 
         def issue(t: Emitter):
@@ -284,13 +275,8 @@ class BackwardLowering:
         row = e.addi(row0, self.row_base)
         dims = [self._dim_value(window.arg, d, e) for d in range(len(window.indices))]
         mask = self._below(e, e.op(arith.SubiOp(dims[-1], row)), rows)
-        wide = [e.to_i64(d) for d in dims]
-        flat = e.i64(0)
-        for index, dim in zip(lead, wide):
-            flat = e.addi(e.muli(flat, dim), e.to_i64(index))
         elt = element_type_bytes(self._arg_tile(window.arg).element_type)
-        first = e.addi(e.muli(flat, wide[-1]), e.to_i64(row))
-        base = e.addi(self.entry_args[self.pointer_args[window.arg]], e.muli(first, e.i64(elt)))
+        base = self._element_address(e, window.arg, [*lead, row], [e.to_i64(d) for d in dims], elt)
         return base, e.dense(i32, [r * elt for r in rows]), mask
 
     def _lower_LoadOp(self, op: tile.LoadOp, e: Emitter) -> None:
@@ -331,10 +317,7 @@ class BackwardLowering:
         if not (isinstance(window, Window) and window.shape == (1,)):
             _refuse(op, "the semaphore must be a one-element view of a global i32 tensor")
         dims = [e.to_i64(self._dim_value(window.arg, d, e)) for d in range(len(window.indices))]
-        flat = e.i64(0)
-        for index, dim in zip(window.indices, dims):
-            flat = e.addi(e.muli(flat, dim), e.to_i64(index))
-        return e.addi(self.entry_args[self.pointer_args[window.arg]], e.muli(flat, e.i64(SEMAPHORE_BYTES)))
+        return self._element_address(e, window.arg, window.indices, dims, SEMAPHORE_BYTES)
 
     def _lower_SemWaitOp(self, op: tile.SemWaitOp, e: Emitter) -> None:
         """Thread 0 spins on `sm90.sem_try_wait` (ld.acquire.gpu) until the count equals `expected`, then a CTA

@@ -40,6 +40,14 @@ from tessera.passes.convert_tile_to_sm90.common import (
 class MemoryLowering:
     """The Memory handlers of `KernelLowering` (a mixin: it uses the kernel's state)."""
 
+    def _element_address(self, e: Emitter, arg: int, indices, wide_dims, element_bytes: int) -> SSAValue:
+        """The i64 byte address of element `indices` of global kernel argument `arg`: row-major over
+        `wide_dims` (its dimensions as i64), `element_bytes` an element."""
+        flat = e.i64(0)
+        for index, dim in zip(indices, wide_dims):
+            flat = e.addi(e.muli(flat, dim), e.to_i64(index))
+        return e.addi(self.entry_args[self.pointer_args[arg]], e.muli(flat, e.i64(element_bytes)))
+
     def _lower_AllocSharedOp(self, op: tile.AllocSharedOp, e: Emitter) -> None:
         ty = op.result.type
         elt = element_type_bytes(ty.element_type)
@@ -226,11 +234,7 @@ class MemoryLowering:
         rows_left = e.op(arith.SelectOp(e.cmpi(col, dims[-1], "slt"), rows_left, e.index(0)))
         mask = self._below(e, rows_left, list(range(per_thread)))
         wide = [e.to_i64(d) for d in dims]
-        flat = e.i64(0)
-        for index, dim in zip(lead, wide):
-            flat = e.addi(e.muli(flat, dim), e.to_i64(index))
-        first = e.addi(e.muli(e.addi(e.muli(flat, wide[-2]), e.to_i64(row)), wide[-1]), e.to_i64(col))
-        base = e.addi(self.entry_args[self.pointer_args[window.arg]], e.muli(first, e.i64(elt)))
+        base = self._element_address(e, window.arg, [*lead, row, col], wide, elt)
         pitch = e.op(arith.IndexCastOp(e.muli(dims[-1], e.index(elt)), i32))
         offsets = e.muli(e.broadcast(pitch, per_thread), e.dense(i32, list(range(per_thread))))
         values = e.op(sm90.LdGlobalU16Op(base, offsets, mask, per_thread))
@@ -362,12 +366,8 @@ class MemoryLowering:
         # The thread's first element is at byte ((lead..., row) * C + col) * elt (i64, added to the pointer);
         # register i is (row_offset[i] * C + col_offset[i]) * elt bytes further (i32: within one tile).
         wide = [e.to_i64(d) for d in dims]
-        flat = e.i64(0)
-        for index, dim in zip(lead, wide):
-            flat = e.addi(e.muli(flat, dim), e.to_i64(index))
         elt = element_type_bytes(self._arg_tile(window.arg).element_type)
-        first = e.addi(e.muli(e.addi(e.muli(flat, wide[-2]), e.to_i64(row)), wide[-1]), e.to_i64(col))
-        base = e.addi(self.entry_args[self.pointer_args[window.arg]], e.muli(first, e.i64(elt)))
+        base = self._element_address(e, window.arg, [*lead, row, col], wide, elt)
         lanes = len(row_offsets)
         pitch = e.op(arith.IndexCastOp(e.muli(dims[-1], e.index(elt)), i32))
         # One offset per distinct row, shuffled out to the registers: two registers live, not one per register
