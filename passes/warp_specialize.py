@@ -121,19 +121,19 @@ def _enclosing_loop(op: Operation) -> Operation | None:
 
 
 def _erase_dead(block: Block) -> None:
-    """Erase pure ops without uses, and scf.if ops without results whose regions are empty, to a fixpoint."""
-    changed = True
-    while changed:
-        changed = False
-        for op in reversed(list(block.walk())):
-            if op.parent is None:
-                continue
-            empty_if = isinstance(op, scf.IfOp) and not op.results and all(
-                not r.blocks or len(r.block.ops) == 1 for r in op.regions)
-            if empty_if or (_is_pure(op) and op.results and not any(r.uses for r in op.results)):
-                op.detach()
-                op.erase()
-                changed = True
+    """Erase pure ops without uses, and scf.if ops without results whose regions are empty, to a fixpoint.
+
+    One walk in reverse program order reaches the fixpoint: an op's users come after it (dominance), and an
+    scf.if's inner ops after the if, so each op is visited after everything whose erasure could make it dead
+    (the ops defining its operands, and the if around them, come before it in program order)."""
+    for op in reversed(list(block.walk())):
+        if op.parent is None:
+            continue
+        empty_if = isinstance(op, scf.IfOp) and not op.results and all(
+            not r.blocks or len(r.block.ops) == 1 for r in op.regions)
+        if empty_if or (_is_pure(op) and op.results and not any(r.uses for r in op.results)):
+            op.detach()
+            op.erase()
 
 
 @dataclass

@@ -219,8 +219,7 @@ class AttentionLowering:
         _, col_offsets = self._thread_offsets(op, op.source.type)
         _, col = self._origin(e, e.index(0), self._get(op.k_start))
         limit = e.op(arith.SubiOp(self._get(op.seq_k), col))
-        hidden = e.setp("le", e.broadcast(limit, len(col_offsets)), e.dense(IndexType(), col_offsets))
-        self._mask(op, e, hidden)
+        self._mask(op, e, _compare_per_distinct(e, "le", limit, col_offsets))
 
     def _lower_MaskCausalOp(self, op: tile.MaskCausalOp, e: Emitter) -> None:
         # Key k0 + c is hidden where k0 + c > q0 + r + seq_k - seq_q, i.e. where (c - r) > t with
@@ -234,8 +233,7 @@ class AttentionLowering:
             self._mask(op, e, self._hidden_causal_or_beyond(op.source.owner, t, col, row_offsets, col_offsets, e))
             return
         diagonal = [c - r for r, c in zip(row_offsets, col_offsets)]
-        hidden = e.setp("lt", e.broadcast(t, len(diagonal)), e.dense(IndexType(), diagonal))
-        self._mask(op, e, hidden)
+        self._mask(op, e, _compare_per_distinct(e, "lt", t, diagonal))
 
     def _hidden_causal_or_beyond(self, bounds: tile.MaskBoundsOp, t: SSAValue, col: SSAValue, row_offsets: list[int],
                                  col_offsets: list[int], e: Emitter) -> SSAValue:
@@ -254,6 +252,18 @@ class AttentionLowering:
                 thresholds, [lanes + i if row_offsets[i] == r else i for i in range(lanes)], row_threshold)
         return e.setp("lt", thresholds, e.dense(IndexType(), col_offsets))
 
+
+
+def _compare_per_distinct(e: Emitter, predicate: str, scalar: SSAValue, offsets: list[int]) -> SSAValue:
+    """The predicate vector `scalar <predicate> offsets[i]` for each register i, with one compare per distinct
+    offset: registers of equal offsets (a thread's two rows share their columns) share one predicate register
+    through a shuffle (an alias, no instruction), where a compare per register printed each setp twice."""
+    distinct = list(dict.fromkeys(offsets))
+    hidden = e.setp(predicate, e.broadcast(scalar, len(distinct)), e.dense(IndexType(), distinct))
+    if len(distinct) == len(offsets):
+        return hidden
+    lane = {offset: i for i, offset in enumerate(distinct)}
+    return e.shuffle(hidden, [lane[offset] for offset in offsets])
 
 
 FOLD_CHUNK_LEAVES = 8

@@ -84,8 +84,12 @@ class _UnionFind:
         return x
 
     def roots(self, count: int) -> list[int]:
-        """The root of each element 0 .. count - 1."""
-        return [self.find(x) for x in range(count)]
+        """The root of each element 0 .. count - 1 (a snapshot: later unions do not change it)."""
+        if count:
+            self.find(count - 1)  # numbers every element up to count - 1
+        parent = self.parent
+        # Most elements are roots or point at their root: only the others walk (and compress) their path.
+        return [p if parent[p] == p else self.find(x) for x, p in enumerate(parent[:count])]
 
     def union(self, a, b) -> None:
         ra, rb = self.find(a), self.find(b)
@@ -170,19 +174,23 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
                 for i in range(element_count(arg.type)):
                     groups.union(live.element(arg, i), live.element(result, i))
 
-    intervals, lowest = _intervals(live, groups.find)
-    reads = _GroupReads(live, groups.find)
+    # The groups do not change until the in-place decisions below: both read one snapshot of the roots.
+    snapshot = groups.roots(len(live.value_of)).__getitem__
+    intervals, lowest = _intervals(live, snapshot)
+    reads = _GroupReads(live, snapshot)
     for op in live.ops:  # in program order, so a chain of in-place ops shares one set of registers
         for operand, result in _in_place_candidates(op):
             if register_class(operand.type) is None or operand in constants or _is_function_argument(operand, fn):
                 continue
             pos = live.position[op]
-            roots = [groups.find(live.element(operand, i)) for i in range(element_count(operand.type))]
+            first = live.element(operand)
+            roots = [groups.find(first + i) for i in range(element_count(operand.type))]
             dies_here = all(reads.last_read(r, pos, intervals) <= pos for r in roots)
             distinct = len(set(roots)) == len(roots)  # not a broadcast or a shuffle with repeats
             if dies_here and distinct:
+                result_first = live.element(result)
                 for i, r in enumerate(roots):
-                    result_root = groups.find(live.element(result, i))
+                    result_root = groups.find(result_first + i)
                     merged = (min(intervals[r][0], intervals[result_root][0]), max(intervals[r][1], intervals[result_root][1]))
                     groups.union(r, result_root)
                     intervals.pop(result_root, None)
@@ -275,19 +283,25 @@ def _register_spaces(fn: func.FuncOp, live: _Liveness, root_of) -> dict:
     """The register space of each register group (module docstring): 0 for the kernel's, k for the k-th
     budget region; a group takes the space of its earliest-defined value."""
     number = {region: k + 1 for k, region in enumerate(budget_regions(fn))}
-    earliest: dict = {}  # root -> the earliest-defined value of its group
+    earliest: dict = {}  # root -> (definition, the earliest-defined value of its group)
     for value, elements in live.elements():
         position = live.defs[value]
         for element in elements:
             root = root_of(element)
-            if root not in earliest or position < live.defs[earliest[root]]:
-                earliest[root] = value
+            known = earliest.get(root)
+            if known is None or position < known[0]:
+                earliest[root] = (position, value)
     spaces = {}
-    for root, value in earliest.items():
-        region = value.owner.parent if isinstance(value, BlockArgument) else value.owner.parent_region()
-        while region is not None and region not in number:
-            region = region.parent_region()
-        spaces[root] = number.get(region, 0)
+    space_of_region: dict = {}  # the region a value is defined in -> its space (many values share a region)
+    for root, (_, value) in earliest.items():
+        start = value.owner.parent if isinstance(value, BlockArgument) else value.owner.parent_region()
+        space = space_of_region.get(start)
+        if space is None:
+            region = start
+            while region is not None and region not in number:
+                region = region.parent_region()
+            space = space_of_region[start] = number.get(region, 0)
+        spaces[root] = space
     return spaces
 
 
@@ -324,12 +338,13 @@ def _coalesce_yields(live: _Liveness, groups: _UnionFind, intervals: dict, lowes
     group lives only inside the body. The latch then moves nothing for it, and the two are not counted at
     once (overlap-softmax's converted P, made at the end of a trip after the previous P.V mma retired, is
     what the next trip's mma reads). Accumulator chains are left alone (`_accumulator_blocks` places them)."""
-    accumulators = {groups.find(live.element(op.result, i)) for op in live.ops
-                    if isinstance(op, sm90.WgmmaMmaAsyncOp) for i in range(element_count(op.result.type))}
+    accumulators = {groups.find(first + i) for op in live.ops if isinstance(op, sm90.WgmmaMmaAsyncOp)
+                    for first in (live.element(op.result),) for i in range(element_count(op.result.type))}
     held_by_root: dict[int, set] = defaultdict(set)  # root -> the values of its group that wgmma holds
     for value in live.holds:
+        first = live.element(value)
         for i in range(element_count(value.type)):
-            held_by_root[groups.find(live.element(value, i))].add(value)
+            held_by_root[groups.find(first + i)].add(value)
     for loop, start, stop in live.loops:
         if not isinstance(loop, scf.ForOp):
             continue
@@ -433,7 +448,8 @@ class _GroupReads:
         stops = [stop for start, stop in self.loops.get(root, ()) if start < pos < stop]
         if not stops:
             return intervals[root][1]
-        return max((read for defined, read in self.reads.get(root, ()) if defined <= min(stops)), default=0)
+        bound = min(stops)
+        return max((read for defined, read in self.reads.get(root, ()) if defined <= bound), default=0)
 
 
 def _is_function_argument(value: SSAValue, fn: func.FuncOp) -> bool:

@@ -33,16 +33,44 @@ class LiveValue:
         return f"{self.name} ({self.registers} {unit}, {self.op}{where})"
 
 
-@dataclass(frozen=True)
 class PressurePeak:
     """The largest number of 32-bit registers live at one position, the op there (name and source location),
-    and the values live there, most registers first."""
+    and the values live there, most registers first. `op`, `location` and `live` may be given as a function
+    (`details`) that returns them, called on first access: a compile that fits its budget never asks, and
+    naming every live value with its source location was a tenth of the register allocation."""
 
-    registers: int
-    position: int
-    op: str
-    location: str | None
-    live: tuple[LiveValue, ...]
+    __slots__ = ("registers", "position", "_details", "_found")
+
+    def __init__(self, registers: int, position: int, op: str | None = None, location: str | None = None,
+                 live: tuple[LiveValue, ...] = (), *,
+                 details: Callable[[], tuple[str, str | None, tuple[LiveValue, ...]]] | None = None):
+        self.registers = registers
+        self.position = position
+        self._details = details
+        self._found = None if details is not None else (op, location, tuple(live))
+
+    def _get(self) -> tuple[str, str | None, tuple[LiveValue, ...]]:
+        if self._found is None:
+            self._found, self._details = self._details(), None
+        return self._found
+
+    @property
+    def op(self) -> str:
+        """The name of the op at the peak."""
+        return self._get()[0]
+
+    @property
+    def location(self) -> str | None:
+        """Where that op comes from in the Tile IR source (None when unknown)."""
+        return self._get()[1]
+
+    @property
+    def live(self) -> tuple[LiveValue, ...]:
+        """The values live at the peak, most registers first."""
+        return self._get()[2]
+
+    def __repr__(self) -> str:
+        return f"PressurePeak(registers={self.registers}, position={self.position}, op={self.op!r})"
 
     def describe(self, limit: int = 12) -> str:
         """`at file:line:col (op): %a (64 registers, op at file:line:col), ...` (the first `limit` values)."""
@@ -108,7 +136,12 @@ class _PressureMap:
     def describe(self, peak: int, position: int, ranges: dict) -> PressurePeak:
         """The `PressurePeak` of `peak` registers at `position`: each register group live there is counted
         for the value of the group that is live there itself (defined at or before `position` and read at or
-        after it, or held by a wgmma), the latest defined such value if several are."""
+        after it, or held by a wgmma), the latest defined such value if several are. What is live is found
+        when first asked (`PressurePeak`)."""
+        return PressurePeak(peak, position, details=lambda: self._details(position, ranges))
+
+    def _details(self, position: int, ranges: dict) -> tuple[str, str | None, tuple[LiveValue, ...]]:
+        """(op name, its source location, the values live) at `position` (`describe`)."""
         live = self.live
         if self._values_of is None:
             self._values_of = defaultdict(list)
@@ -129,7 +162,7 @@ class _PressureMap:
         found = [LiveValue(name if count == 1 else f"{count} x {name}", op, location, n)
                  for (name, op, location), (count, n) in merged.items()]
         op = self._op_at(position)
-        return PressurePeak(peak, position, op.name, source_location(op), tuple(sorted(found, key=lambda v: -v.registers)))
+        return op.name, source_location(op), tuple(sorted(found, key=lambda v: -v.registers))
 
     def _value_at(self, root: int, position: int) -> SSAValue:
         live = self.live
