@@ -66,7 +66,9 @@ class HappensBefore:
         n, s = self.lanes, self.shared
         if not hasattr(self, "clock"):  # allocated once, cleared for each batch
             self.clock = np.zeros((n, self.threads), np.int32)  # [lane, thread of its CTA]
-            self.fenced = np.zeros((n, self.threads), np.int32)
+            # [lane, thread]: shared memory's columns, then global memory's (a proxy fence is limited to the
+            # state space it names: fence.proxy.async.shared::cta orders no global bytes) [memory_model.PROXY_FENCE]
+            self.fenced = np.zeros((n, 2 * self.threads), np.int32)
             self.w_lane, self.w_line = np.zeros(s, np.int32), np.zeros(s, np.int32)
             self.w_clock = np.zeros(s, np.int32)  # 0: no generic write since the last asynchronous one
             self.reads = ReadClocks(s, self.threads)  # the generic reads since the last write
@@ -183,11 +185,20 @@ class HappensBefore:
                                     "ordering the init before this use (race: missing bar.sync after mbarrier.init)",
                               int(lanes[i]))
 
-    def fence(self, lanes: np.ndarray) -> None:
+    def fence(self, lanes: np.ndarray, shared: bool = True, global_: bool = True) -> None:
         """fence.proxy.async by `lanes`: every generic write that happens before it is made visible to the
-        async proxy along any path through it."""
-        self.fenced[lanes] = np.maximum(self.fenced[lanes], self.clock[lanes])
+        async proxy along any path through it, in the state spaces it names (`shared`, `global_`: both for a
+        fence.proxy.async without one)."""
+        t = self.threads
+        for on, columns in ((shared, slice(0, t)), (global_, slice(t, 2 * t))):
+            if on:
+                self.fenced[lanes, columns] = np.maximum(self.fenced[lanes, columns], self.clock[lanes])
         self.clock[lanes, lanes % self.threads] += 1
+
+    def global_fenced(self, lanes: np.ndarray, threads: np.ndarray) -> np.ndarray:
+        """The epochs of `threads` [lanes, k] (of each lane's CTA) whose generic global writes a
+        fence.proxy.async on a path into each lane has made visible to the async proxy."""
+        return self.fenced[lanes[:, None], self.threads + threads]
 
     # endregion
     # region accesses
@@ -299,7 +310,7 @@ class HappensBefore:
         if not epochs.any():
             return
         writers = self.w_lane[flat]
-        per_warp = self._per_warp(self.fenced[lanes])
+        per_warp = self._per_warp(self.fenced[lanes, :self.threads])
         bad = epochs > per_warp.min(axis=0)[writers % self.threads]
         if not bad.any():
             return
