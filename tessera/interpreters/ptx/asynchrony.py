@@ -155,10 +155,14 @@ class AsyncTracker:
         self.reading = False
         self.last_wgmma: dict[int, object] = {}  # warpgroup -> its last wgmma.mma_async
         self.touched: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # register -> (lanes touched, line)
-        # accumulator register -> (lanes whose last wgmma on it came after their last wgmma.fence, that wgmma)
-        self.shaped: dict[str, tuple[np.ndarray, object]] = {}
+        self.dirty = np.zeros(m.lanes, bool)  # lanes that touched some wgmma register since their last wgmma.fence
+        # accumulator register -> (lanes whose last wgmma on it came after their last wgmma.fence, that wgmma,
+        # its shape)
+        self.shaped: dict[str, tuple[np.ndarray, object, str]] = {}
         self.ever_fenced = np.zeros(m.lanes, bool)  # lanes that have issued a wgmma.fence [memory_model.WGMMA_FENCE]
         self.read_inst: dict[tuple[int, int], object] = {}
+        # (warpgroup, group) -> the shared bytes its wgmmas read: what a wait_group completes, without a scan
+        self.read_flats: dict[tuple[int, int], list[np.ndarray]] = {}
         if self.wg_read is not None:
             self.wg_read[:] = 0
         self.bulk_open = np.zeros(m.lanes, np.int64)
@@ -497,15 +501,19 @@ class AsyncTracker:
     # endregion
     # region wgmma
     def wgmma_reads(self, inst, lanes: np.ndarray, flat: np.ndarray, operand: str) -> None:
-        """A warpgroup's wgmma reads its operand at `flat` (checked as an async-proxy read); the bytes stay
-        read until a wgmma.wait_group covers the wgmma's group."""
+        """The warpgroups of `lanes` (whole warpgroups of one CTA, in order) each read their wgmma operand at
+        `flat` (checked once as an async-proxy read of them all); the bytes stay read until a wgmma.wait_group
+        covers each warpgroup's group."""
         self.async_read(inst, lanes, flat, f"wgmma operand {operand}")
         if self.wg_read is None:
             self.wg_read = np.zeros((self.groups_per_cta, len(self.state)), np.int32)
-        w = int(self.m.unit_of[facts.WARPGROUP_SIZE][lanes[0]])
-        group = int(self.wg_open[w])
-        self.wg_read[w % self.groups_per_cta, flat] = group + 1
-        self.read_inst.setdefault((w, group), inst)
+        unit = self.m.unit_of[facts.WARPGROUP_SIZE]
+        for start in range(0, len(lanes), facts.WARPGROUP_SIZE):  # each warpgroup reading it (whole warpgroups)
+            w = int(unit[lanes[start]])
+            group = int(self.wg_open[w])
+            self.wg_read[w % self.groups_per_cta, flat] = group + 1
+            self.read_inst.setdefault((w, group), inst)
+            self.read_flats.setdefault((w, group), []).append(flat)
         self.reading = True
 
     def _check_not_read_by_wgmma(self, inst, lanes, flat: np.ndarray, what: str, acquired: int | None) -> None:
@@ -566,15 +574,18 @@ class AsyncTracker:
         self.lane_done[lanes] = np.maximum(self.lane_done[lanes], target)
         before = self.wg_done[ws].copy()
         np.maximum.at(self.wg_done, unit[lanes], target)
-        if self.wg_read is not None and self.hb.races:
-            size = max(self.m.shared_bytes, 1)
-            for w, old, new in zip(ws.tolist(), before.tolist(), self.wg_done[ws].tolist()):
-                if new > old:  # the shared bytes the completed groups read: read until now (happens_before)
-                    cta, local = divmod(w, self.groups_per_cta)
-                    groups = self.wg_read[local, cta * size:(cta + 1) * size].astype(np.int64) - 1
-                    done = np.flatnonzero((groups > old) & (groups <= new))
-                    if len(done):
-                        self.hb.reads_completed(done + cta * size, lanes[unit[lanes] == w], inst, local)
+        for w, old, new in zip(ws.tolist(), before.tolist(), self.wg_done[ws].tolist()):
+            if new <= old:
+                continue
+            flats = [f for g in range(old + 1, new + 1) for f in self.read_flats.pop((w, g), ())]
+            if flats and self.wg_read is not None and self.hb.races:
+                # the shared bytes the completed groups read last: read until now (happens_before)
+                local = w % self.groups_per_cta
+                read = np.concatenate(flats)
+                groups = self.wg_read[local, read].astype(np.int64) - 1
+                done = read[(groups > old) & (groups <= new)]
+                if len(done):
+                    self.hb.reads_completed(done, lanes[unit[lanes] == w], inst, local)
         if self.pending:
             least = np.full(self.warpgroups, np.iinfo(np.int64).max, np.int64)
             np.minimum.at(least, unit, self.lane_done)  # a register stays pending until every thread waited
@@ -587,6 +598,7 @@ class AsyncTracker:
 
     def touch(self, inst, lanes: np.ndarray, names) -> None:
         """`lanes` accessed the wgmma registers `names` outside a wgmma: a wgmma.fence must follow."""
+        self.dirty[lanes] = True
         for name in names:
             entry = self.touched.get(name)
             if entry is None:
@@ -598,21 +610,32 @@ class AsyncTracker:
         self.ever_fenced[lanes] = True
         for touched, _ in self.touched.values():
             touched[lanes] = False
-        for unfenced, _ in self.shaped.values():
+        self.dirty[lanes] = False
+        for unfenced in {id(e[0]): e[0] for e in self.shaped.values()}.values():
             unfenced[lanes] = False
 
     def wgmma_shaped(self, inst, lanes: np.ndarray, roles: dict[str, str]) -> None:
         """A wgmma.mma_async of `lanes` accessed its accumulators: only a wgmma of the same shape and types may
-        access them next without a wgmma.fence [memory_model.WGMMA_FENCE_SCALE_D]."""
+        access them next without a wgmma.fence [memory_model.WGMMA_FENCE_SCALE_D]. Registers last accessed by
+        the same wgmmas share one entry (never modified in place once another wgmma takes some of them)."""
+        shape = _wgmma_shape(inst)
+        updated: dict[int, tuple] = {}
         for name, kind in roles.items():
             if kind != "result":
                 continue
-            entry = self.shaped.get(name)
+            old = self.shaped.get(name)
+            key = id(old) if old is not None else 0
+            entry = updated.get(key)
             if entry is None:
-                entry = self.shaped[name] = (np.zeros(self.m.lanes, bool), inst)
-            elif entry[1] is not inst:
-                entry = self.shaped[name] = (entry[0], inst)
-            entry[0][lanes] = True
+                if old is not None and old[1] is inst:
+                    old[0][lanes] = True  # the same wgmma again (a loop): its registers' entry as it is
+                    entry = old
+                else:
+                    unfenced = old[0].copy() if old is not None else np.zeros(self.m.lanes, bool)
+                    unfenced[lanes] = True
+                    entry = (unfenced, inst, shape)
+                updated[key] = entry
+            self.shaped[name] = entry
 
     def check_fenced(self, inst, lanes: np.ndarray, roles: dict[str, str]) -> None:
         """A wgmma.mma_async of `lanes` uses `roles`' registers: none may be touched since a wgmma.fence (with
@@ -624,18 +647,20 @@ class AsyncTracker:
         if unfenced.any():
             raise self.hazard(inst, "is the warpgroup's first wgmma.mma_async and no wgmma.fence precedes it "
                                     "(missing wgmma.fence)", lanes[int(np.argmax(unfenced))])
+        shape = _wgmma_shape(inst) if self.shaped else None
+        touched = bool(self.dirty[lanes].any())  # some register touched since the lanes' last wgmma.fence
         for name, kind in roles.items():
             shaped = self.shaped.get(name) if kind == "result" else None
-            if shaped is not None and _wgmma_shape(shaped[1]) != _wgmma_shape(inst):
+            if shaped is not None and shaped[2] != shape:
                 bad = shaped[0][lanes]
                 if bad.any():
                     i = int(np.argmax(bad))
                     raise self.hazard(inst, f"uses {name} as its accumulator register after the wgmma.mma_async at "
-                                            f"line {shaped[1].line} of another shape or type ({_wgmma_shape(shaped[1])}"
+                                            f"line {shaped[1].line} of another shape or type ({shaped[2]}"
                                             f") accessed it, with no wgmma.fence between them: only wgmmas of one "
                                             "shape are ordered on their accumulators by default (missing wgmma.fence, "
                                             "[memory_model.WGMMA_FENCE_SCALE_D])", lanes[i])
-            entry = self.touched.get(name)
+            entry = self.touched.get(name) if touched else None
             if entry is None:
                 continue
             bad = entry[0][lanes]

@@ -132,6 +132,19 @@ class GlobalOrder:
         read = self._table("read")
         prev_who, prev_epoch = read["who"][index], read["epoch"][index]
         ids = self.read_set[index] if self.read_set is not None else None
+        if len(lanes) == 1 and _uniform(prev_who) and _uniform(prev_epoch) and (ids is None or _uniform(ids)):
+            # one thread's bytes (a TMA box, a bulk copy) all read by the same readers before: one decision
+            s, pw, pe = (0 if ids is None else int(ids[0, 0])), int(prev_who[0, 0]), int(prev_epoch[0, 0])
+            if not s and (not pw or self._ordered(lanes, prev_who[:, :1], prev_epoch[:, :1])[0, 0]):
+                read["who"][index], read["epoch"][index], read["line"][index] = who, epochs, inst.line
+                return
+            lines = read["line"][index]
+            if _uniform(lines):
+                if self.read_set is None:
+                    self.read_set = np.zeros(self.size, np.int32)
+                self._read_into(index.reshape(-1), s, 0 if s else pw, 0 if s else pe, int(lines[0, 0]), lanes,
+                                who[:, 0], epochs[:, 0], inst.line)
+                return
         simple = (prev_who == 0) | self._ordered(lanes, prev_who, prev_epoch)
         if ids is not None:
             simple &= ids == 0
@@ -381,6 +394,11 @@ class GlobalOrder:
                 self.fence_release[lane] = hb._release(np.array([lane]))
 
     # endregion
+
+
+def _uniform(values: np.ndarray) -> bool:
+    """Whether every element of `values` (not empty) is the same."""
+    return bool(values.min() == values.max())
 
 
 __all__ = ["ASYNC", "ASYNC_REDUCE", "GlobalOrder", "STRONG_CTA", "STRONG_GPU", "WEAK", "strong_kind"]

@@ -225,23 +225,26 @@ class HappensBefore:
         """Each write of `index` [rows, bytes] (row i by `lanes[i]`, whose clock is `clocks[i]`) must happen after
         the wgmma.wait_group that completed every async read of its bytes, of each warpgroup: checked row by row,
         as one instruction of many threads (a store of two warpgroups at once) is many writes."""
-        if self.races and self.completions:
-            ends = self.r_async[:, index]  # [warpgroup, row, byte]
-            low, high = int(ends.min(initial=0)), int(ends.max(initial=0))
-            for c in ([high] if low == high else np.unique(ends).tolist()):
-                if not c:
-                    continue
-                readers, epochs, line, group = self.completions[c - 1]
-                rows = np.flatnonzero((ends == c).any(axis=(0, 2)))
-                ordered = (clocks[rows][:, readers % self.threads] >= epochs).any(axis=1)
-                if not ordered.all():
-                    r = int(rows[np.argmin(ordered)])
-                    byte = int(index[r, np.argmax((ends[:, r] == c).any(axis=0))])
-                    raise self.hazard(inst, f"{what} overwrites {self.where(byte)}, which a wgmma of warpgroup {group} "
-                                            f"read until its wgmma.wait_group at line {line}, and no synchronisation "
-                                            "orders that wait before this write "
-                                            "(race: the slot was released before the wgmma reading it completed)",
-                                      int(lanes[r]))
+        if not (self.races and self.completions):
+            return  # r_async is all zero: no completed async read recorded
+        ends = self.r_async[:, index]  # [warpgroup, row, byte]
+        low, high = int(ends.min(initial=0)), int(ends.max(initial=0))
+        if not high:
+            return
+        for c in ([high] if low == high else np.unique(ends).tolist()):
+            if not c:
+                continue
+            readers, epochs, line, group = self.completions[c - 1]
+            rows = np.flatnonzero((ends == c).any(axis=(0, 2)))
+            ordered = (clocks[rows][:, readers % self.threads] >= epochs).any(axis=1)
+            if not ordered.all():
+                r = int(rows[np.argmin(ordered)])
+                byte = int(index[r, np.argmax((ends[:, r] == c).any(axis=0))])
+                raise self.hazard(inst, f"{what} overwrites {self.where(byte)}, which a wgmma of warpgroup {group} "
+                                        f"read until its wgmma.wait_group at line {line}, and no synchronisation "
+                                        "orders that wait before this write "
+                                        "(race: the slot was released before the wgmma reading it completed)",
+                                  int(lanes[r]))
         self.r_async[:, index.reshape(-1)] = 0
 
     def async_written(self, flat: np.ndarray) -> None:
