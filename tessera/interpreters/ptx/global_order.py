@@ -130,6 +130,17 @@ class GlobalOrder:
         `sets[read_set[byte]]`. A read drops the readers that happen before it (a write ordered after it is
         ordered after them); two threads reading one byte in one instruction are concurrent."""
         read = self._table("read")
+        if len(lanes) > 1 and (index == index[:1]).all():
+            # every lane reads the same bytes (a broadcast load): one set of readers for bytes read alike before
+            row = index[0]
+            if self.read_set is None:
+                self.read_set = np.zeros(self.size, np.int32)
+            s0, pw, pe, pl = self.read_set[row], read["who"][row], read["epoch"][row], read["line"][row]
+            if _uniform(s0) and _uniform(pw) and _uniform(pe) and _uniform(pl):
+                s = int(s0[0])
+                self._read_into(row, s, 0 if s else int(pw[0]), 0 if s else int(pe[0]), int(pl[0]), lanes,
+                                who[:, 0], epochs[:, 0], inst.line)
+                return
         prev_who, prev_epoch = read["who"][index], read["epoch"][index]
         ids = self.read_set[index] if self.read_set is not None else None
         if len(lanes) == 1 and _uniform(prev_who) and _uniform(prev_epoch) and (ids is None or _uniform(ids)):
@@ -204,9 +215,7 @@ class GlobalOrder:
                 old_line = np.array([prev_line], np.int64)
             else:
                 old_who = old_epoch = old_line = np.zeros(0, np.int64)
-            keep = np.ones(len(old_who), bool)
-            for lane in lanes.tolist():
-                keep &= ~self._ordered(np.array([lane]), old_who[None, :], old_epoch[None, :])[0]
+            keep = ~self._ordered_any(lanes, old_who, old_epoch)
             if not keep.any() and len(lanes) == 1:
                 new = 0
             else:
@@ -240,6 +249,24 @@ class GlobalOrder:
                     hit = rank[i] == r + 1
                     if hit.any():
                         ordered[i, hit] = row[tid[i, hit]] >= epoch[i, hit]
+        return ordered
+
+    def _ordered_any(self, lanes: np.ndarray, who: np.ndarray, epoch: np.ndarray) -> np.ndarray:
+        """Whether each access recorded as `who` at `epoch` [k] happens before the present point of one of
+        `lanes` at least: per CTA, the join of its lanes' clocks decides for its own threads' accesses."""
+        hb = self.m.tracker.hb
+        rank, tid = who >> 16, (who >> 3) & 0x1FFF
+        ordered = np.zeros(len(who), bool)
+        ranks = self.lane_rank[lanes] + 1
+        for r in [int(ranks[0])] if ranks[0] == ranks[-1] and _uniform(ranks) else np.unique(ranks).tolist():
+            hit = rank == r
+            if hit.any():
+                ordered[hit] = hb.clock[lanes[ranks == r]].max(axis=0)[tid[hit]] >= epoch[hit]
+        rest = ~ordered & (rank > 0)
+        if hb.remote and rest.any():  # other CTAs' accesses: what each lane acquired of them
+            shape = (len(lanes), int(rest.sum()))
+            ordered[rest] = self._ordered(lanes, np.broadcast_to(who[rest], shape),
+                                          np.broadcast_to(epoch[rest], shape)).any(axis=0)
         return ordered
 
     def _check_sets(self, inst, lanes: np.ndarray, index: np.ndarray, kind: int) -> None:
