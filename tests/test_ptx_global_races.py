@@ -291,3 +291,53 @@ def test_generic_global_stores_read_by_a_bulk_copy_need_a_proxy_fence(every, iss
                                              r"through the generic proxy and has not made visible to the async proxy "
                                              r"\(missing fence.proxy.async"):
         launch(text, "store_then_bulk", 1, 32, [src])
+
+
+# The same through a TMA tensor load: each thread stores two words of `src`, thread 0 loads it back as a 64-word
+# box through the tensor map of argument 0.
+_STORE_THEN_TMA = _HEADER + """.visible .entry store_then_tma(.param .u64 src, .param .align 64 .b8 tmap[128])
+{
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<4>;
+    .reg .pred %p<2>;
+    .shared .align 128 .b8 tile[256];
+    .shared .align 8 .b64 bar;
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r1, tile;
+    mov.u32 %r2, bar;
+    mov.u32 %r3, 0;
+    mov.b64 %rd3, tmap;
+    cvta.param.u64 %rd3, %rd3;
+    setp.eq.u32 %p0, %r0, 0;
+    @%p0 mbarrier.init.shared::cta.b64 [%r2], 1;
+    ld.param.u64 %rd0, [src];
+    mul.wide.u32 %rd1, %r0, 8;
+    add.s64 %rd1, %rd0, %rd1;
+    st.global.v2.u32 [%rd1], {%r0, %r0};
+    bar.sync 0;
+    FENCE
+    @%p0 mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r2], 256;
+    @%p0 cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%r1], [%rd3, {%r3}], [%r2];
+LOOP:
+    mbarrier.try_wait.parity.shared::cta.b64 %p1, [%r2], 0;
+    @!%p1 bra LOOP;
+    ret;
+}
+"""
+
+
+@pytest.mark.parametrize("fence, reported", [("", True), ("@%p0 fence.proxy.async.shared::cta;", True),
+                                             ("@%p0 fence.proxy.async.global;", False)])
+def test_generic_global_stores_read_by_a_tma_load_need_a_proxy_fence(fence, reported):
+    from tessera.interpreters.ptx import TensorMapArg
+
+    args = [np.zeros(64, np.uint32), TensorMapArg.tiled(0, (64,), shape=(64,), dtype=np.uint32)]
+    text = _STORE_THEN_TMA.replace("FENCE", fence)
+    if not reported:
+        assert np.array_equal(launch(text, "store_then_tma", 1, 32, args)[0], np.repeat(np.arange(32), 2))
+        return
+    with pytest.raises(PtxHazardError, match=r"cp.async.bulk.tensor\S*: reads global address .* through the async "
+                                             r"proxy, which the instruction at line 22 \(thread \(0, 0, 0\) of CTA "
+                                             r"\(0, 0, 0\)\) wrote through the generic proxy and has not made visible "
+                                             r"to the async proxy"):
+        launch(text, "store_then_tma", 1, 32, args)
