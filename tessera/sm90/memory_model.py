@@ -90,7 +90,8 @@ PROXY_FENCE_STATE_SPACE = Rule(
     "an acquire, along which the PTX executor does not carry proxy fences)")
 
 WGMMA_FENCE_SCALE_D = Rule(
-    "wgmma.fence before a wgmma that writes its accumulator", "asynchronous-warpgroup-level-matrix-instructions-wgmma-fence",
+    "wgmma.fence before a wgmma that writes its accumulator",
+    "asynchronous-warpgroup-level-matrix-instructions-wgmma-fence",
     "Between a register access by a thread in the warpgroup and any wgmma.mma_async instruction that accesses the "
     "same registers, either as accumulator or input register containing fragments of matrix A, except when these "
     "are accumulator register accesses across multiple wgmma.mma_async instructions of the same shape.",
@@ -176,8 +177,8 @@ RELEASE_ACQUIRE = Rule(
     "was published there by threads whose scope and their own include each other (red's read forms no acquire)")
 
 PTX_EXECUTOR_RULES = (BARRIER_ORDERING, BARRIER_COUNT, MBARRIER_INIT_BEFORE_USE, MBARRIER_INIT_FENCE, PROXY_FENCE,
-                      PROXY_FENCE_STATE_SPACE, WGMMA_FENCE, WGMMA_FENCE_SCALE_D, WGMMA_WAIT, WGMMA_WAIT_PER_THREAD, CP_ASYNC_ORDER, CP_ASYNC_COMPLETION, DATA_RACE, MORALLY_STRONG,
-                      RELEASE_ACQUIRE)
+                      PROXY_FENCE_STATE_SPACE, WGMMA_FENCE, WGMMA_FENCE_SCALE_D, WGMMA_WAIT, WGMMA_WAIT_PER_THREAD,
+                      CP_ASYNC_ORDER, CP_ASYNC_COMPLETION, DATA_RACE, MORALLY_STRONG, RELEASE_ACQUIRE)
 """The rules the PTX executor's race detector applies, in the order of the sections."""
 
 CTA_SIMULATOR_RULES = (BARRIER_ORDERING, PROXY_FENCE, WGMMA_FENCE, WGMMA_WAIT, WRITE_ORDER, DATA_RACE,

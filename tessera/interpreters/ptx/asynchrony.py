@@ -639,10 +639,10 @@ class AsyncTracker:
 
     def check_fenced(self, inst, lanes: np.ndarray, roles: dict[str, str]) -> None:
         """A wgmma.mma_async of `lanes` uses `roles`' registers: none may be touched since a wgmma.fence (with
-        scale-d false too: the wgmma writes its accumulators [memory_model.WGMMA_FENCE_SCALE_D]), nor accessed by a
-        wgmma of another shape since then, and the warpgroup's first wgmma.mma_async needs a wgmma.fence before it (the PTX ISA's first location for the fence,
-        [memory_model.WGMMA_FENCE]), whether or not its registers were touched (a chain starting with scale-d
-        false reads no accumulator)."""
+        scale-d false too: the wgmma writes its accumulators [memory_model.WGMMA_FENCE_SCALE_D]), nor accessed by
+        a wgmma of another shape since then, and the warpgroup's first wgmma.mma_async needs a wgmma.fence before
+        it (the PTX ISA's first location for the fence, [memory_model.WGMMA_FENCE]), whether or not its
+        registers were touched (a chain starting with scale-d false reads no accumulator)."""
         unfenced = ~self.ever_fenced[lanes]
         if unfenced.any():
             raise self.hazard(inst, "is the warpgroup's first wgmma.mma_async and no wgmma.fence precedes it "

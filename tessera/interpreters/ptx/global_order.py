@@ -198,7 +198,8 @@ class GlobalOrder:
                 r = np.flatnonzero((index == b).any(axis=1))
                 s = int(self.read_set[b])
                 self._read_into(np.array([b]), s, int(read["who"][b]) if not s else 0,
-                                int(read["epoch"][b]) if not s else 0, int(read["line"][b]), lanes[r], who[r, 0], epochs[r, 0], inst.line)
+                                int(read["epoch"][b]) if not s else 0, int(read["line"][b]), lanes[r], who[r, 0],
+                                epochs[r, 0], inst.line)
 
     def _read_into(self, where: np.ndarray, s: int, prev_who: int, prev_epoch: int, prev_line: int,
                    lanes: np.ndarray, who: np.ndarray, epochs: np.ndarray, line: int) -> None:
