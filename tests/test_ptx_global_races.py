@@ -341,3 +341,96 @@ def test_generic_global_stores_read_by_a_tma_load_need_a_proxy_fence(fence, repo
                                              r"\(0, 0, 0\)\) wrote through the generic proxy and has not made visible "
                                              r"to the async proxy"):
         launch(text, "store_then_tma", 1, 32, args)
+
+
+# CTA 0's thread 0 stores 16 words and releases a flag; CTA 1's thread 0 acquires it and bulk-copies the words.
+_HANDOFF_TO_BULK = _HEADER + """.visible .entry handoff_bulk(.param .u64 data, .param .u64 flag)
+{
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<2>;
+    .reg .pred %p<3>;
+    .shared .align 128 .b8 tile[64];
+    .shared .align 8 .b64 bar;
+    mov.u32 %r0, %ctaid.x;
+    mov.u32 %r1, tile;
+    mov.u32 %r2, bar;
+    ld.param.u64 %rd0, [data];
+    ld.param.u64 %rd1, [flag];
+    setp.ne.u32 %p0, %r0, 0;
+    @%p0 bra CONSUMER;
+    st.global.v4.u32 [%rd0], {%r0, %r0, %r0, %r0};
+    st.global.v4.u32 [%rd0+16], {%r0, %r0, %r0, %r0};
+    st.global.v4.u32 [%rd0+32], {%r0, %r0, %r0, %r0};
+    st.global.v4.u32 [%rd0+48], {%r0, %r0, %r0, %r0};
+    PRODUCER_FENCE
+    st.release.gpu.global.u32 [%rd1], 1;
+    bra DONE;
+CONSUMER:
+    ld.acquire.gpu.global.u32 %r3, [%rd1];
+    setp.eq.u32 %p1, %r3, 0;
+    @%p1 bra CONSUMER;
+    CONSUMER_FENCE
+    mbarrier.init.shared::cta.b64 [%r2], 1;
+    mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r2], 64;
+    cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd0], 64, [%r2];
+WAIT:
+    mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r2], 0;
+    @!%p2 bra WAIT;
+DONE:
+    ret;
+}
+"""
+
+
+@pytest.mark.parametrize("producer, consumer, reported", [
+    ("", "", True),
+    ("fence.proxy.async.global;", "", False),  # before the release: carried with it
+    ("", "fence.proxy.async.global;", False),  # after the acquire: on the path too
+    ("", "fence.proxy.async.shared::cta;", True),
+])
+def test_another_ctas_generic_stores_read_by_a_bulk_copy_need_a_proxy_fence_on_the_path(producer, consumer, reported):
+    text = _HANDOFF_TO_BULK.replace("PRODUCER_FENCE", producer).replace("CONSUMER_FENCE", consumer)
+    args = [np.zeros(16, np.uint32), np.zeros(1, np.uint32)]
+    if not reported:
+        launch(text, "handoff_bulk", 2, 1, args)
+        return
+    with pytest.raises(PtxHazardError, match=r"cp.async.bulk\S*: reads global address .*\(argument 0 \(data\) at byte "
+                                             r"offset \d+\) through the async proxy, which the instruction at line \d+ "
+                                             r"\(thread \(0, 0, 0\) of CTA \(0, 0, 0\)\) wrote through the generic "
+                                             r"proxy and has not made visible to the async proxy .* \(thread \(0, 0, 0\) "
+                                             r"of CTA \(1, 0, 0\)\)"):
+        launch(text, "handoff_bulk", 2, 1, args)
+
+
+# Thread 0 stores 4 floats of `out`, then adds a shared tile into them with a bulk reduction, which reads them
+# through the async proxy.
+_STORE_THEN_REDUCE = _HEADER + """.visible .entry store_then_reduce(.param .u64 out)
+{
+    .reg .b32 %r<2>;
+    .reg .b64 %rd<1>;
+    .reg .f32 %f<1>;
+    .shared .align 128 .b8 tile[16];
+    mov.u32 %r0, tile;
+    mov.f32 %f0, 0f3F800000;
+    ld.param.u64 %rd0, [out];
+    st.global.v4.f32 [%rd0], {%f0, %f0, %f0, %f0};
+    st.shared.v4.f32 [%r0], {%f0, %f0, %f0, %f0};
+    FENCE
+    cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%rd0], [%r0], 16;
+    cp.async.bulk.commit_group;
+    cp.async.bulk.wait_group 0;
+    ret;
+}
+"""
+
+
+def test_a_bulk_reduction_into_generic_global_stores_needs_a_proxy_fence():
+    """The reduction reads what it adds to: a fence.proxy.async covering global memory must come between."""
+    out = launch(_STORE_THEN_REDUCE.replace("FENCE", "fence.proxy.async;"), "store_then_reduce", 1, 1,
+                 [np.zeros(4, np.float32)])[0]
+    assert np.array_equal(out, np.full(4, 2, np.float32))
+    with pytest.raises(PtxHazardError, match=r"cp.reduce.async.bulk\S*: reads global address .* through the async "
+                                             r"proxy \(bulk reduction\), which the instruction at line 13 .* has not "
+                                             r"made visible to the async proxy"):
+        launch(_STORE_THEN_REDUCE.replace("FENCE", "fence.proxy.async.shared::cta;"), "store_then_reduce", 1, 1,
+               [np.zeros(4, np.float32)])

@@ -86,8 +86,8 @@ PROXY_FENCE_STATE_SPACE = Rule(
     "global memory too: a generic global store (st.global, atom/red) read by the async proxy (a TMA load, a bulk "
     "copy or reduction reading global memory) needs a fence.proxy.async or fence.proxy.async.global on a "
     "happens-before path from the store to the read; fence.proxy.async.shared::cta orders shared memory only. "
-    "Tracked for stores of the reading thread's CTA (another CTA's store reaches it only through a release and "
-    "an acquire, along which the PTX executor does not carry proxy fences)")
+    "Another CTA's store is ordered by a release and an acquire: the fence may precede the release or follow "
+    "the acquire")
 
 WGMMA_FENCE_SCALE_D = Rule(
     "wgmma.fence before a wgmma that writes its accumulator",

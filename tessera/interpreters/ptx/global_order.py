@@ -63,7 +63,7 @@ class GlobalOrder:
     def __init__(self, m, size: int):
         self.m, self.size = m, size
         self.records: dict[str, dict[str, np.ndarray]] = {}
-        self.releases: dict[int, list[tuple[int, int, np.ndarray, dict | None]]] = {}
+        self.releases: dict[int, list[tuple[int, int, np.ndarray, dict | None, np.ndarray]]] = {}
         self.read_set: np.ndarray | None = None  # per byte: 0, or its readers' set in `sets` (`_record_read`)
         self.sets: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = [(np.zeros(0, np.int64),) * 3]
         self._memo: dict[tuple, int] = {}  # (old readers, new readers, line) -> set: bytes read alike share one
@@ -109,8 +109,8 @@ class GlobalOrder:
             self._check_sets(inst, lanes, index, kind)
         if write and not _STRONG[kind] and len(lanes) > 1:
             self._check_together(inst, lanes, index, kind)
-        if not write and _ASYNC[kind] and "write" in self.records:
-            self._check_proxy_fenced(inst, lanes, index, kind)
+        if _ASYNC[kind] and (not write or kind == ASYNC_REDUCE) and "write" in self.records:
+            self._check_proxy_fenced(inst, lanes, index, kind)  # a bulk reduction reads what it adds to
         who = (self.lane_who[lanes] | kind)[:, None]
         epochs = hb.clock[lanes, lanes % self.m.threads][:, None]
         if write:
@@ -282,24 +282,34 @@ class GlobalOrder:
                             np.full(index.shape, line), True, kind, "read")
 
     def _check_proxy_fenced(self, inst, lanes: np.ndarray, index: np.ndarray, kind: int) -> None:
-        """The async proxy (a TMA load, a bulk copy or reduction) reads global bytes a thread of this CTA wrote
-        through the generic proxy: a fence.proxy.async (or .global) must lie on a happens-before path from the
-        write to the read [memory_model.PROXY_FENCE_STATE_SPACE]. (Another CTA's writes reach this CTA only
-        through a release and an acquire; the fence is then not tracked across CTAs.)"""
+        """The async proxy (a TMA load, a bulk copy or reduction) reads global bytes a thread wrote through the
+        generic proxy: a fence.proxy.async (or .global) must lie on a happens-before path from the write to the
+        read [memory_model.PROXY_FENCE_STATE_SPACE]: in this CTA's fenced clocks, or for another CTA's write,
+        in what the reader acquired of that CTA (its fences before the release, or the reader's after the
+        acquire)."""
         table = self.records["write"]
         who = table["who"][index]
-        generic = (who != 0) & ~_ASYNC[who & 7] & ((who >> 16) == (self.lane_rank[lanes] + 1)[:, None])
+        generic = (who != 0) & ~_ASYNC[who & 7]
         if not generic.any():
             return
-        tid = (who >> 3) & 0x1FFF
-        unfenced = generic & (self.m.tracker.hb.global_fenced(lanes, tid) < table["epoch"][index])
+        hb = self.m.tracker.hb
+        tid, epoch = (who >> 3) & 0x1FFF, table["epoch"][index]
+        mine = (who >> 16) == (self.lane_rank[lanes] + 1)[:, None]
+        fenced = np.zeros(index.shape, bool)
+        fenced[mine] = hb.global_fenced(lanes, tid)[mine] >= epoch[mine]
+        if (generic & ~mine).any():  # another CTA's stores: the fences that came with its release (remote rows)
+            for i, lane in enumerate(lanes.tolist()):
+                for r, row in hb.remote.get(lane, {}).items():
+                    hit = (who[i] >> 16) == r + 1
+                    fenced[i, hit] = row[hb.threads + tid[i, hit]] >= epoch[i, hit]
+        unfenced = generic & ~fenced
         if not unfenced.any():
             return
         i, j = np.unravel_index(np.argmax(unfenced), unfenced.shape)
         b = int(index[i, j])
         raise self.m.tracker.hb.hazard(
             inst, f"reads {self.where(b)} through {_PROXY[kind]}, which the instruction at line "
-                  f"{int(table['line'][b])} ({self.describe(int(self.lane_rank[lanes[i]]), int(tid[i, j]))}) wrote "
+                  f"{int(table['line'][b])} ({self.describe(int(who[i, j] >> 16) - 1, int(tid[i, j]))}) wrote "
                   "through the generic proxy and has not made visible to the async proxy (missing fence.proxy.async "
                   "between the store and this read on a synchronisation path; a fence.proxy.async.shared::cta "
                   "orders no global memory)", int(lanes[i]))
@@ -380,8 +390,9 @@ class GlobalOrder:
                     continue
             else:
                 released = hb._release(np.array([lane]))
-            c, _, remote = released
-            self.releases.setdefault(location, []).append((int(self.lane_rank[lane]), kind, c.copy(), remote))
+            c, f, remote = released
+            self.releases.setdefault(location, []).append((int(self.lane_rank[lane]), kind, c.copy(), remote,
+                                                           f.copy()))
 
     def acquire(self, lanes: np.ndarray, locations: np.ndarray, kind: int, now: bool) -> None:
         """`lanes` read the global `locations` strongly: with `now` (an acquire operation) they take in the
@@ -402,11 +413,12 @@ class GlobalOrder:
     def _take(self, lane: int, published) -> None:
         hb = self.m.tracker.hb
         rank = int(self.lane_rank[lane])
-        for source, _, clock, remote in published:
+        for source, _, clock, remote, fenced in published:
             if source == rank:
                 hb.clock[lane] = np.maximum(hb.clock[lane], clock)
-            else:
-                hb.learn([lane], {source: clock})
+                hb.fenced[lane] = np.maximum(hb.fenced[lane], fenced)
+            else:  # what the lane knows of that CTA: its clock, then what proxy fences covered of its global stores
+                hb.learn([lane], {source: np.concatenate([clock, fenced[hb.threads:]])})
             hb.learn([lane], {r: row for r, row in (remote or {}).items() if r != rank})
 
     def fence(self, lanes: np.ndarray, release: bool, acquire: bool) -> None:

@@ -84,7 +84,8 @@ class HappensBefore:
         self.published: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self.inits: dict[tuple[int, int], tuple[int, int, int]] = {}
         self.completions: list[tuple[np.ndarray, np.ndarray, int, int]] = []
-        self.remote: dict[int, dict[int, np.ndarray]] = {}  # lane -> {CTA rank: [thread] epochs known}
+        # lane -> {CTA rank: [thread] epochs known, then [thread] epochs whose global stores a proxy fence covers}
+        self.remote: dict[int, dict[int, np.ndarray]] = {}
 
     # region synchronisation edges
     @staticmethod
@@ -193,6 +194,11 @@ class HappensBefore:
         for on, columns in ((shared, slice(0, t)), (global_, slice(t, 2 * t))):
             if on:
                 self.fenced[lanes, columns] = np.maximum(self.fenced[lanes, columns], self.clock[lanes])
+        if global_ and self.remote:  # other CTAs' stores known to happen before: fenced too (new rows: shared)
+            for lane in np.asarray(lanes).reshape(-1).tolist():
+                known = self.remote.get(lane)
+                for rank, row in (known or {}).items():
+                    known[rank] = np.concatenate([row[:t], np.maximum(row[t:], row[:t])])
         self.clock[lanes, lanes % self.threads] += 1
 
     def global_fenced(self, lanes: np.ndarray, threads: np.ndarray) -> np.ndarray:
