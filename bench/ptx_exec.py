@@ -22,7 +22,9 @@ process) against NumPy fp32 attention on one core, and prints the ratio; with --
 another checkout of Tessera (e.g. main before a change), run in a subprocess of this run, so that before and
 after are measured together (the checkout goes first on PYTHONPATH: its tessera/ package, the executor, is
 what is timed; dialects/ and passes/ resolve through the installed editable mapping); with --races-cost, the
-same grid again with `races=False`, and the cost of the race checks as the ratio of the two.
+same grid again with `races=False`, and the cost of the race checks as the ratio of the two; with
+--lanes-per-batch N [N ...], the same grid with CTAs vectorised together up to N threads a batch (the
+launcher's LANES_PER_BATCH), one row each.
 
 `--library` runs instead one CTA of NVIDIA's own kernels built by tests/ptx_library/build.py (nvcc, from CUTLASS and
 FlashAttention-3; skipped when not built): a CUTLASS GEMM CTA (one 128x128 output tile, K = --k) and an FA3
@@ -168,7 +170,19 @@ def main() -> None:
     parser.add_argument("--seq-q", type=int, default=512, help="with --grid: query rows (128 per CTA)")
     parser.add_argument("--baseline", help="with --grid: a checkout of Tessera to time in the same run")
     parser.add_argument("--races-cost", action="store_true", help="with --grid: also time races=False, same run")
+    parser.add_argument("--lanes-per-batch", type=int, nargs="+",
+                        help="with --grid: time the grid again with CTAs batched up to each of these thread counts")
     args = parser.parse_args()
+    if args.grid and args.lanes_per_batch:
+        from tessera.interpreters.ptx import launcher
+
+        default = launcher.LANES_PER_BATCH
+        for lanes in args.lanes_per_batch:
+            launcher.LANES_PER_BATCH = lanes
+            print(f"CTAs batched up to {lanes} threads:", end=" ")
+            grid_row(args)
+        launcher.LANES_PER_BATCH = default
+        return
     if args.grid:
         if args.baseline:
             import os

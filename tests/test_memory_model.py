@@ -74,6 +74,31 @@ instruction from their prior accesses. Otherwise, the behavior is undefined.
 wgmma.commit_group and wgmma.wait_group operations must be used to wait for the completion
 of the asynchronous matrix multiply and accumulate operations before the results are accessed.
 """,
+    # [P#asynchronous-warpgroup-level-matrix-instructions-wgmma-fence], wgmma.fence: Description
+    "asynchronous-warpgroup-level-matrix-instructions-wgmma-fence": """
+wgmma.fence instruction establishes an ordering between prior accesses to any warpgroup
+registers and subsequent accesses to the same registers by a wgmma.mma_async instruction. Only
+the accumulator register and the input registers containing the fragments of matrix A require this
+ordering.
+The wgmma.fence instruction must be issued by all warps of the warpgroup at the following
+locations:
+Before the first wgmma.mma_async operation in a warpgroup.
+Between a register access by a thread in the warpgroup and any wgmma.mma_async instruction
+that accesses the same registers, either as accumulator or input register containing fragments of
+matrix A, except when these are accumulator register accesses across multiple wgmma.mma_async
+instructions of the same shape. In the latter case, an ordering guarantee is provided by default.
+Otherwise, the behavior is undefined.
+""",
+    # [P#asynchronous-warpgroup-level-matrix-instructions-wgmma-wait-group], wgmma.wait_group: Description
+    "asynchronous-warpgroup-level-matrix-instructions-wgmma-wait-group": """
+wgmma.wait_group instruction will cause the executing thread to wait until only N or fewer of
+the most recent wgmma-groups are pending and all the prior wgmma-groups committed by the executing
+threads are complete. For example, when N is 0, the executing thread waits on all the prior
+wgmma-groups to complete. Operand N is an integer constant.
+Accessing the accumulator register or the input register containing the fragments of matrix A of a
+wgmma.mma_async instruction without first performing a wgmma.wait_group instruction that
+waits on a wgmma-group including that wgmma.mma_async instruction is undefined behavior.
+""",
     # [P#memory-consistency-model-morally-strong-operations], 8.7 Morally strong operations
     "memory-consistency-model-morally-strong-operations": """
 Two operations are said to be morally strong relative to each other if they satisfy all of the following
@@ -123,7 +148,8 @@ def test_the_executor_names_the_rules_it_applies():
     from tessera.interpreters import ptx
 
     source = " ".join(p.read_text() for p in Path(ptx.__file__).parent.glob("*.py"))
-    for name in ("BARRIER_COUNT", "MBARRIER_INIT_FENCE", "DATA_RACE", "MORALLY_STRONG", "RELEASE_ACQUIRE"):
+    for name in ("BARRIER_COUNT", "MBARRIER_INIT_FENCE", "DATA_RACE", "MORALLY_STRONG", "RELEASE_ACQUIRE",
+                 "PROXY_FENCE", "PROXY_FENCE_STATE_SPACE", "WGMMA_FENCE_SCALE_D", "WGMMA_WAIT_PER_THREAD"):
         assert f"memory_model.{name}" in source, name
 
 

@@ -188,3 +188,249 @@ def test_atomics_of_every_thread_and_cta_never_race():
 def test_races_false_turns_the_global_checks_off():
     out = launch(_TWO_STORES.replace("SYNC", ""), "stores", 1, 64, [np.zeros(1, np.uint32)], races=False)[0]
     assert out[0] == 2
+
+
+# Threads 0 and 32 read x[0] (two instructions, or all 64 threads in one), then thread 32 (or 63) overwrites it
+# with no barrier: thread 0's read races with the write though the writer's own read, ordered before its write,
+# came last. Every concurrent reader since the last write is kept.
+_READERS_THEN_WRITE = _HEADER + """.visible .entry readers(.param .u64 x, .param .u64 out)
+{
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<3>;
+    .reg .pred %p<3>;
+    ld.param.u64 %rd0, [x];
+    ld.param.u64 %rd1, [out];
+    mov.u32 %r0, %tid.x;
+    setp.eq.u32 %p0, %r0, 0;
+    setp.eq.u32 %p1, %r0, WRITER;
+    READS
+    @%p1 st.global.u32 [%rd0], 9;
+    ret;
+}
+"""
+
+
+@pytest.mark.parametrize("reads, writer", [
+    ("@%p0 ld.global.u32 %r1, [%rd0];\n    @%p1 ld.global.u32 %r2, [%rd0];", 32),
+    ("@%p1 ld.global.u32 %r2, [%rd0];\n    @%p0 ld.global.u32 %r1, [%rd0];", 32),
+    ("ld.global.u32 %r1, [%rd0];", 63),
+    ("ld.global.u32 %r1, [%rd0];", 0),
+])
+def test_a_write_races_every_unordered_reader_since_the_last_write(reads, writer):
+    text = _READERS_THEN_WRITE.replace("WRITER", str(writer)).replace("READS", reads)
+    other = r"\(thread \((?!" + str(writer) + r",)\d+, 0, 0\) of CTA \(0, 0, 0\)\)"  # a reader, not the writer
+    with pytest.raises(PtxHazardError, match=r"^<ptx>:1[56]: error: st.global.u32: writes global address .*\(argument "
+                                             r"0 \(x\) at byte offset 0\) .* which the instruction at line 1[45] "
+                                             + other + r" read through the generic proxy"):
+        launch(text, "readers", 1, 64, [np.full(1, 5, np.uint32), np.zeros(1, np.uint32)])
+    ordered = text.replace("    @%p1 st.global", "    bar.sync 0;\n    @%p1 st.global")
+    assert launch(ordered, "readers", 1, 64, [np.full(1, 5, np.uint32), np.zeros(1, np.uint32)])[0][0] == 9
+
+
+def test_readers_of_three_ctas_are_all_kept():
+    """CTAs 0, 1 and 2 read x[0], in every order; CTA 2's thread 0 writes it after its own read and a barrier:
+    CTA 0's and CTA 1's reads race with it, whichever ran first."""
+    text = _READ_THEN_WRITE.replace("setp.eq.u32 %p1, %r1, 1;", "setp.eq.u32 %p1, %r1, 2;")
+    for order in ([0, 1, 2], [1, 0, 2], [2, 0, 1]):
+        with pytest.raises(PtxHazardError, match=r"^<ptx>:20: error: st.global.u32: .* which the instruction at line "
+                                                 r"13 \(thread \(\d+, 0, 0\) of CTA \([01], 0, 0\)\) read"):
+            launch(text, "overwrite", 3, 32, [np.full(1, 5, np.uint32), np.zeros(1, np.uint32)], cta_order=order)
+
+
+# Every thread of a warp stores two words of `src` through the generic proxy; thread 0 then copies `src` into
+# shared memory with a bulk copy, which reads global memory through the async proxy.
+_STORE_THEN_BULK = _HEADER + """.visible .entry store_then_bulk(.param .u64 src)
+{
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<3>;
+    .reg .pred %p<2>;
+    .shared .align 128 .b8 tile[256];
+    .shared .align 8 .b64 bar;
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r1, tile;
+    mov.u32 %r2, bar;
+    setp.eq.u32 %p0, %r0, 0;
+    @%p0 mbarrier.init.shared::cta.b64 [%r2], 1;
+    ld.param.u64 %rd0, [src];
+    mul.wide.u32 %rd1, %r0, 8;
+    add.s64 %rd1, %rd0, %rd1;
+    st.global.v2.u32 [%rd1], {%r0, %r0};
+    EVERY
+    bar.sync 0;
+    ISSUER
+    @%p0 mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r2], 256;
+    @%p0 cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd0], 256, [%r2];
+LOOP:
+    mbarrier.try_wait.parity.shared::cta.b64 %p1, [%r2], 0;
+    @!%p1 bra LOOP;
+    ret;
+}
+"""
+
+
+@pytest.mark.parametrize("every, issuer, reported", [
+    ("", "", "thread \\(0, 0, 0\\)"),  # no fence at all: even the issuer's own store
+    ("", "@%p0 fence.proxy.async.shared::cta;", "thread \\(0, 0, 0\\)"),  # orders shared memory only
+    ("@%p0 fence.proxy.async.global;", "", "thread \\([1-9]\\d*, 0, 0\\)"),  # before the barrier: its own stores
+    ("", "@%p0 fence.proxy.async.global;", None),  # the barrier carries every store to the fence
+    ("", "@%p0 fence.proxy.async;", None),
+    ("fence.proxy.async.global;", "", None),  # each thread fences its own stores before the barrier
+])
+def test_generic_global_stores_read_by_a_bulk_copy_need_a_proxy_fence(every, issuer, reported):
+    """[memory_model.PROXY_FENCE_STATE_SPACE]: a fence.proxy.async (or .global) on a path from each store to the
+    async-proxy read; .shared::cta orders no global memory."""
+    text = _STORE_THEN_BULK.replace("EVERY", every).replace("ISSUER", issuer)
+    src = np.zeros(64, np.uint32)
+    if reported is None:
+        out = launch(text, "store_then_bulk", 1, 32, [src])[0]
+        assert np.array_equal(out, np.repeat(np.arange(32, dtype=np.uint32), 2))
+        return
+    with pytest.raises(PtxHazardError, match=r"^<ptx>:\d+: error: cp.async.bulk\S*: reads global address .*\(argument "
+                                             r"0 \(src\) at byte offset \d+\) through the async proxy, which the "
+                                             r"instruction at line 19 \(" + reported + r" of CTA \(0, 0, 0\)\) wrote "
+                                             r"through the generic proxy and has not made visible to the async proxy "
+                                             r"\(missing fence.proxy.async"):
+        launch(text, "store_then_bulk", 1, 32, [src])
+
+
+# The same through a TMA tensor load: each thread stores two words of `src`, thread 0 loads it back as a 64-word
+# box through the tensor map of argument 0.
+_STORE_THEN_TMA = _HEADER + """.visible .entry store_then_tma(.param .u64 src, .param .align 64 .b8 tmap[128])
+{
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<4>;
+    .reg .pred %p<2>;
+    .shared .align 128 .b8 tile[256];
+    .shared .align 8 .b64 bar;
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r1, tile;
+    mov.u32 %r2, bar;
+    mov.u32 %r3, 0;
+    mov.b64 %rd3, tmap;
+    cvta.param.u64 %rd3, %rd3;
+    setp.eq.u32 %p0, %r0, 0;
+    @%p0 mbarrier.init.shared::cta.b64 [%r2], 1;
+    ld.param.u64 %rd0, [src];
+    mul.wide.u32 %rd1, %r0, 8;
+    add.s64 %rd1, %rd0, %rd1;
+    st.global.v2.u32 [%rd1], {%r0, %r0};
+    bar.sync 0;
+    FENCE
+    @%p0 mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r2], 256;
+    @%p0 cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%r1], [%rd3, {%r3}], [%r2];
+LOOP:
+    mbarrier.try_wait.parity.shared::cta.b64 %p1, [%r2], 0;
+    @!%p1 bra LOOP;
+    ret;
+}
+"""
+
+
+@pytest.mark.parametrize("fence, reported", [("", True), ("@%p0 fence.proxy.async.shared::cta;", True),
+                                             ("@%p0 fence.proxy.async.global;", False)])
+def test_generic_global_stores_read_by_a_tma_load_need_a_proxy_fence(fence, reported):
+    from tessera.interpreters.ptx import TensorMapArg
+
+    args = [np.zeros(64, np.uint32), TensorMapArg.tiled(0, (64,), shape=(64,), dtype=np.uint32)]
+    text = _STORE_THEN_TMA.replace("FENCE", fence)
+    if not reported:
+        assert np.array_equal(launch(text, "store_then_tma", 1, 32, args)[0], np.repeat(np.arange(32), 2))
+        return
+    with pytest.raises(PtxHazardError, match=r"cp.async.bulk.tensor\S*: reads global address .* through the async "
+                                             r"proxy, which the instruction at line 22 \(thread \(0, 0, 0\) of CTA "
+                                             r"\(0, 0, 0\)\) wrote through the generic proxy and has not made visible "
+                                             r"to the async proxy"):
+        launch(text, "store_then_tma", 1, 32, args)
+
+
+# CTA 0's thread 0 stores 16 words and releases a flag; CTA 1's thread 0 acquires it and bulk-copies the words.
+_HANDOFF_TO_BULK = _HEADER + """.visible .entry handoff_bulk(.param .u64 data, .param .u64 flag)
+{
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<2>;
+    .reg .pred %p<3>;
+    .shared .align 128 .b8 tile[64];
+    .shared .align 8 .b64 bar;
+    mov.u32 %r0, %ctaid.x;
+    mov.u32 %r1, tile;
+    mov.u32 %r2, bar;
+    ld.param.u64 %rd0, [data];
+    ld.param.u64 %rd1, [flag];
+    setp.ne.u32 %p0, %r0, 0;
+    @%p0 bra CONSUMER;
+    st.global.v4.u32 [%rd0], {%r0, %r0, %r0, %r0};
+    st.global.v4.u32 [%rd0+16], {%r0, %r0, %r0, %r0};
+    st.global.v4.u32 [%rd0+32], {%r0, %r0, %r0, %r0};
+    st.global.v4.u32 [%rd0+48], {%r0, %r0, %r0, %r0};
+    PRODUCER_FENCE
+    st.release.gpu.global.u32 [%rd1], 1;
+    bra DONE;
+CONSUMER:
+    ld.acquire.gpu.global.u32 %r3, [%rd1];
+    setp.eq.u32 %p1, %r3, 0;
+    @%p1 bra CONSUMER;
+    CONSUMER_FENCE
+    mbarrier.init.shared::cta.b64 [%r2], 1;
+    mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r2], 64;
+    cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd0], 64, [%r2];
+WAIT:
+    mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r2], 0;
+    @!%p2 bra WAIT;
+DONE:
+    ret;
+}
+"""
+
+
+@pytest.mark.parametrize("producer, consumer, reported", [
+    ("", "", True),
+    ("fence.proxy.async.global;", "", False),  # before the release: carried with it
+    ("", "fence.proxy.async.global;", False),  # after the acquire: on the path too
+    ("", "fence.proxy.async.shared::cta;", True),
+])
+def test_another_ctas_generic_stores_read_by_a_bulk_copy_need_a_proxy_fence_on_the_path(producer, consumer, reported):
+    text = _HANDOFF_TO_BULK.replace("PRODUCER_FENCE", producer).replace("CONSUMER_FENCE", consumer)
+    args = [np.zeros(16, np.uint32), np.zeros(1, np.uint32)]
+    if not reported:
+        launch(text, "handoff_bulk", 2, 1, args)
+        return
+    with pytest.raises(PtxHazardError, match=r"cp.async.bulk\S*: reads global address .*\(argument 0 \(data\) at byte "
+                                             r"offset \d+\) through the async proxy, which the instruction at line \d+ "
+                                             r"\(thread \(0, 0, 0\) of CTA \(0, 0, 0\)\) wrote through the generic "
+                                             r"proxy and has not made visible to the async proxy .* \(thread \(0, 0, 0\) "
+                                             r"of CTA \(1, 0, 0\)\)"):
+        launch(text, "handoff_bulk", 2, 1, args)
+
+
+# Thread 0 stores 4 floats of `out`, then adds a shared tile into them with a bulk reduction, which reads them
+# through the async proxy.
+_STORE_THEN_REDUCE = _HEADER + """.visible .entry store_then_reduce(.param .u64 out)
+{
+    .reg .b32 %r<2>;
+    .reg .b64 %rd<1>;
+    .reg .f32 %f<1>;
+    .shared .align 128 .b8 tile[16];
+    mov.u32 %r0, tile;
+    mov.f32 %f0, 0f3F800000;
+    ld.param.u64 %rd0, [out];
+    st.global.v4.f32 [%rd0], {%f0, %f0, %f0, %f0};
+    st.shared.v4.f32 [%r0], {%f0, %f0, %f0, %f0};
+    FENCE
+    cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%rd0], [%r0], 16;
+    cp.async.bulk.commit_group;
+    cp.async.bulk.wait_group 0;
+    ret;
+}
+"""
+
+
+def test_a_bulk_reduction_into_generic_global_stores_needs_a_proxy_fence():
+    """The reduction reads what it adds to: a fence.proxy.async covering global memory must come between."""
+    out = launch(_STORE_THEN_REDUCE.replace("FENCE", "fence.proxy.async;"), "store_then_reduce", 1, 1,
+                 [np.zeros(4, np.float32)])[0]
+    assert np.array_equal(out, np.full(4, 2, np.float32))
+    with pytest.raises(PtxHazardError, match=r"cp.reduce.async.bulk\S*: reads global address .* through the async "
+                                             r"proxy \(bulk reduction\), which the instruction at line 13 .* has not "
+                                             r"made visible to the async proxy"):
+        launch(_STORE_THEN_REDUCE.replace("FENCE", "fence.proxy.async.shared::cta;"), "store_then_reduce", 1, 1,
+               [np.zeros(4, np.float32)])

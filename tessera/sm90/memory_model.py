@@ -80,6 +80,35 @@ WGMMA_FENCE = Rule(
     "wgmma.fence is reported",
     "tessera.interpreters.sm90.wgmma:WgmmaUnit._check_fenced")
 
+PROXY_FENCE_STATE_SPACE = Rule(
+    "a proxy fence orders the state space it names", "parallel-synchronization-and-communication-instructions-membar",
+    "The memory ordering is limited only to operations performed on objects in the state space specified.",
+    "global memory too: a generic global store (st.global, atom/red) read by the async proxy (a TMA load, a bulk "
+    "copy or reduction reading global memory) needs a fence.proxy.async or fence.proxy.async.global on a "
+    "happens-before path from the store to the read; fence.proxy.async.shared::cta orders shared memory only. "
+    "Another CTA's store is ordered by a release and an acquire: the fence may precede the release or follow "
+    "the acquire")
+
+WGMMA_FENCE_SCALE_D = Rule(
+    "wgmma.fence before a wgmma that writes its accumulator",
+    "asynchronous-warpgroup-level-matrix-instructions-wgmma-fence",
+    "Between a register access by a thread in the warpgroup and any wgmma.mma_async instruction that accesses the "
+    "same registers, either as accumulator or input register containing fragments of matrix A, except when these "
+    "are accumulator register accesses across multiple wgmma.mma_async instructions of the same shape.",
+    "a wgmma.mma_async with scale-d false (D = A*B) reads no accumulator but still accesses (writes) those "
+    "registers: a wgmma.fence must separate it from the thread's earlier accesses of them (storing or rescaling "
+    "the previous result, zeroing), exactly as for scale-d true. The exemption covers only wgmma.mma_async "
+    "instructions of the same shape; a wgmma of another shape (or type) on the same accumulator registers needs "
+    "the fence too")
+
+WGMMA_WAIT_PER_THREAD = Rule(
+    "each thread waits for its own wgmma groups", "asynchronous-warpgroup-level-matrix-instructions-wgmma-wait-group",
+    "wgmma.wait_group instruction will cause the executing thread to wait until only N or fewer of the most recent "
+    "wgmma-groups are pending and all the prior wgmma-groups committed by the executing threads are complete.",
+    "the registers of a wgmma are released to a thread by that thread's own wgmma.wait_group (counting the groups "
+    "its warp committed): a wait executed by some threads of the warpgroup (a predicated or divergent wait, "
+    "undefined under .aligned) covers none of the others, whose accumulator and A registers stay pending")
+
 WGMMA_WAIT = Rule(
     "wgmma results and operands after wait_group", "asynchronous-warpgroup-level-matrix-instructions-wgmma-mma-async",
     "wgmma.commit_group and wgmma.wait_group operations must be used to wait for the completion of the "
@@ -148,8 +177,8 @@ RELEASE_ACQUIRE = Rule(
     "was published there by threads whose scope and their own include each other (red's read forms no acquire)")
 
 PTX_EXECUTOR_RULES = (BARRIER_ORDERING, BARRIER_COUNT, MBARRIER_INIT_BEFORE_USE, MBARRIER_INIT_FENCE, PROXY_FENCE,
-                      WGMMA_FENCE, WGMMA_WAIT, CP_ASYNC_ORDER, CP_ASYNC_COMPLETION, DATA_RACE, MORALLY_STRONG,
-                      RELEASE_ACQUIRE)
+                      PROXY_FENCE_STATE_SPACE, WGMMA_FENCE, WGMMA_FENCE_SCALE_D, WGMMA_WAIT, WGMMA_WAIT_PER_THREAD,
+                      CP_ASYNC_ORDER, CP_ASYNC_COMPLETION, DATA_RACE, MORALLY_STRONG, RELEASE_ACQUIRE)
 """The rules the PTX executor's race detector applies, in the order of the sections."""
 
 CTA_SIMULATOR_RULES = (BARRIER_ORDERING, PROXY_FENCE, WGMMA_FENCE, WGMMA_WAIT, WRITE_ORDER, DATA_RACE,
@@ -161,5 +190,6 @@ its checker."""
 
 __all__ = ["CTA_SIMULATOR_RULES", "PTX_EXECUTOR_RULES", "Rule", "WRITE_ORDER", "BARRIER_COUNT", "DATA_RACE",
            "ATOMICS_ARE_INDIVISIBLE", "BARRIER_ORDERING", "CP_ASYNC_COMPLETION", "CP_ASYNC_ORDER",
-           "MBARRIER_INIT_BEFORE_USE", "MBARRIER_INIT_FENCE", "PROXY_FENCE", "WGMMA_FENCE", "WGMMA_WAIT",
+           "MBARRIER_INIT_BEFORE_USE", "MBARRIER_INIT_FENCE", "PROXY_FENCE", "PROXY_FENCE_STATE_SPACE", "WGMMA_FENCE",
+           "WGMMA_FENCE_SCALE_D", "WGMMA_WAIT", "WGMMA_WAIT_PER_THREAD",
            "MORALLY_STRONG", "RELEASE_ACQUIRE"]

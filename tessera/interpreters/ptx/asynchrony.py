@@ -105,6 +105,11 @@ def _wgmma_roles(inst) -> dict[str, str]:
     return roles
 
 
+def _wgmma_shape(inst) -> str:
+    """'m64nNkK.dtype.atype.btype' of a wgmma.mma_async: what "the same shape" compares."""
+    return ".".join(x for x in inst.modifiers if x not in ("mma_async", "sync", "aligned"))
+
+
 class AsyncTracker:
     """The asynchrony state of a machine's batch; see the module docstring. Created by `install`."""
 
@@ -137,6 +142,12 @@ class AsyncTracker:
         self.released = np.zeros((0, m.lanes), np.int32)  # [barrier, lane]: line of the lane's last arrive
         self.last_wait = np.full(m.lanes, -1, np.int64)  # barrier instance a lane last waited on
         self.last_arrival: dict[tuple[int, int], tuple[int, int]] = {}  # mbarrier -> (line, lane) of its last arrive
+        # wgmma groups [memory_model.WGMMA_WAIT_PER_THREAD]: a commit numbers the groups of each executing warp
+        # (`warp_open`), a wait completes them for each executing thread (`lane_done`); per warpgroup, `wg_open`
+        # is the newest group a warp of it opened and `wg_done` the newest group a thread of it waited for (the
+        # wgmma-group, one per warpgroup, is then complete: its shared-memory reads are over)
+        self.warp_open = np.zeros(int(m.unit_of[facts.WARP_SIZE].max(initial=0)) + 1, np.int64)
+        self.lane_done = np.full(m.lanes, -1, np.int64)
         self.wg_open = np.zeros(self.warpgroups, np.int64)
         self.wg_done = np.full(self.warpgroups, -1, np.int64)
         self.wg_issued = np.full(self.warpgroups, -1, np.int64)
@@ -144,8 +155,14 @@ class AsyncTracker:
         self.reading = False
         self.last_wgmma: dict[int, object] = {}  # warpgroup -> its last wgmma.mma_async
         self.touched: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # register -> (lanes touched, line)
+        self.dirty = np.zeros(m.lanes, bool)  # lanes that touched some wgmma register since their last wgmma.fence
+        # accumulator register -> (lanes whose last wgmma on it came after their last wgmma.fence, that wgmma,
+        # its shape)
+        self.shaped: dict[str, tuple[np.ndarray, object, str]] = {}
         self.ever_fenced = np.zeros(m.lanes, bool)  # lanes that have issued a wgmma.fence [memory_model.WGMMA_FENCE]
         self.read_inst: dict[tuple[int, int], object] = {}
+        # (warpgroup, group) -> the shared bytes its wgmmas read: what a wait_group completes, without a scan
+        self.read_flats: dict[tuple[int, int], list[np.ndarray]] = {}
         if self.wg_read is not None:
             self.wg_read[:] = 0
         self.bulk_open = np.zeros(m.lanes, np.int64)
@@ -476,23 +493,27 @@ class AsyncTracker:
         seen = self.observed[b, first:last + 1] if last - first + 1 == len(lanes) else self.observed[b, lanes]
         return int(seen.min()) > int(self.phase[flat].max())
 
-    def fence(self, lanes: np.ndarray) -> None:
+    def fence(self, lanes: np.ndarray, shared: bool = True, global_: bool = True) -> None:
         """fence.proxy.async by `lanes`: the generic stores that happen before it are visible to the async
-        proxy along every happens-before path through it (`happens_before`)."""
-        self.hb.fence(lanes)
+        proxy along every happens-before path through it (`happens_before`), in the state spaces it names."""
+        self.hb.fence(lanes, shared, global_)
 
     # endregion
     # region wgmma
     def wgmma_reads(self, inst, lanes: np.ndarray, flat: np.ndarray, operand: str) -> None:
-        """A warpgroup's wgmma reads its operand at `flat` (checked as an async-proxy read); the bytes stay
-        read until a wgmma.wait_group covers the wgmma's group."""
+        """The warpgroups of `lanes` (whole warpgroups of one CTA, in order) each read their wgmma operand at
+        `flat` (checked once as an async-proxy read of them all); the bytes stay read until a wgmma.wait_group
+        covers each warpgroup's group."""
         self.async_read(inst, lanes, flat, f"wgmma operand {operand}")
         if self.wg_read is None:
             self.wg_read = np.zeros((self.groups_per_cta, len(self.state)), np.int32)
-        w = int(self.m.unit_of[facts.WARPGROUP_SIZE][lanes[0]])
-        group = int(self.wg_open[w])
-        self.wg_read[w % self.groups_per_cta, flat] = group + 1
-        self.read_inst.setdefault((w, group), inst)
+        unit = self.m.unit_of[facts.WARPGROUP_SIZE]
+        for start in range(0, len(lanes), facts.WARPGROUP_SIZE):  # each warpgroup reading it (whole warpgroups)
+            w = int(unit[lanes[start]])
+            group = int(self.wg_open[w])
+            self.wg_read[w % self.groups_per_cta, flat] = group + 1
+            self.read_inst.setdefault((w, group), inst)
+            self.read_flats.setdefault((w, group), []).append(flat)
         self.reading = True
 
     def _check_not_read_by_wgmma(self, inst, lanes, flat: np.ndarray, what: str, acquired: int | None) -> None:
@@ -537,34 +558,47 @@ class AsyncTracker:
             self.pending[name] = (groups, kind, inst)
 
     def wgmma_commit(self, lanes: np.ndarray) -> None:
-        ws = np.unique(self.m.unit_of[facts.WARPGROUP_SIZE][lanes])
-        self.wg_open[ws] += 1
+        """wgmma.commit_group by `lanes`: each executing warp closes its open group (counted once per warp
+        however the scheduler split the warpgroup's warps into steps)."""
+        warp_of = self.m.unit_of[facts.WARP_SIZE]
+        self.warp_open[np.unique(warp_of[lanes])] += 1
+        np.maximum.at(self.wg_open, self.m.unit_of[facts.WARPGROUP_SIZE][lanes], self.warp_open[warp_of[lanes]])
 
     def wgmma_wait(self, lanes: np.ndarray, keep: int, inst=None) -> None:
-        """wgmma.wait_group `keep`: every committed group but the `keep` newest is complete."""
+        """wgmma.wait_group `keep` by `lanes`: for each executing thread, every group its warp committed but
+        the `keep` newest is complete [memory_model.WGMMA_WAIT_PER_THREAD]; a thread that did not execute it
+        has waited for nothing, whatever the other threads of its warpgroup did."""
         unit = self.m.unit_of[facts.WARPGROUP_SIZE]
         ws = np.unique(unit[lanes])
+        target = self.warp_open[self.m.unit_of[facts.WARP_SIZE][lanes]] - 1 - keep
+        self.lane_done[lanes] = np.maximum(self.lane_done[lanes], target)
         before = self.wg_done[ws].copy()
-        self.wg_done[ws] = np.maximum(self.wg_done[ws], self.wg_open[ws] - 1 - keep)
-        if self.wg_read is not None and self.hb.races:
-            size = max(self.m.shared_bytes, 1)
-            for w, old, new in zip(ws.tolist(), before.tolist(), self.wg_done[ws].tolist()):
-                if new > old:  # the shared bytes the completed groups read: read until now (happens_before)
-                    cta, local = divmod(w, self.groups_per_cta)
-                    groups = self.wg_read[local, cta * size:(cta + 1) * size].astype(np.int64) - 1
-                    done = np.flatnonzero((groups > old) & (groups <= new))
-                    if len(done):
-                        self.hb.reads_completed(done + cta * size, lanes[unit[lanes] == w], inst, local)
+        np.maximum.at(self.wg_done, unit[lanes], target)
+        for w, old, new in zip(ws.tolist(), before.tolist(), self.wg_done[ws].tolist()):
+            if new <= old:
+                continue
+            flats = [f for g in range(old + 1, new + 1) for f in self.read_flats.pop((w, g), ())]
+            if flats and self.wg_read is not None and self.hb.races:
+                # the shared bytes the completed groups read last: read until now (happens_before)
+                local = w % self.groups_per_cta
+                read = np.concatenate(flats)
+                groups = self.wg_read[local, read].astype(np.int64) - 1
+                done = read[(groups > old) & (groups <= new)]
+                if len(done):
+                    self.hb.reads_completed(done, lanes[unit[lanes] == w], inst, local)
         if self.pending:
+            least = np.full(self.warpgroups, np.iinfo(np.int64).max, np.int64)
+            np.minimum.at(least, unit, self.lane_done)  # a register stays pending until every thread waited
             live: dict[int, bool] = {}
             for e in self.pending.values():
                 if id(e[0]) not in live:
-                    live[id(e[0])] = bool((e[0] > self.wg_done).any())
+                    live[id(e[0])] = bool((e[0] > least).any())
             self.pending = {name: e for name, e in self.pending.items() if live[id(e[0])]}
         self.reading = bool((self.wg_issued > self.wg_done).any())
 
     def touch(self, inst, lanes: np.ndarray, names) -> None:
         """`lanes` accessed the wgmma registers `names` outside a wgmma: a wgmma.fence must follow."""
+        self.dirty[lanes] = True
         for name in names:
             entry = self.touched.get(name)
             if entry is None:
@@ -576,18 +610,57 @@ class AsyncTracker:
         self.ever_fenced[lanes] = True
         for touched, _ in self.touched.values():
             touched[lanes] = False
+        self.dirty[lanes] = False
+        for unfenced in {id(e[0]): e[0] for e in self.shaped.values()}.values():
+            unfenced[lanes] = False
+
+    def wgmma_shaped(self, inst, lanes: np.ndarray, roles: dict[str, str]) -> None:
+        """A wgmma.mma_async of `lanes` accessed its accumulators: only a wgmma of the same shape and types may
+        access them next without a wgmma.fence [memory_model.WGMMA_FENCE_SCALE_D]. Registers last accessed by
+        the same wgmmas share one entry (never modified in place once another wgmma takes some of them)."""
+        shape = _wgmma_shape(inst)
+        updated: dict[int, tuple] = {}
+        for name, kind in roles.items():
+            if kind != "result":
+                continue
+            old = self.shaped.get(name)
+            key = id(old) if old is not None else 0
+            entry = updated.get(key)
+            if entry is None:
+                if old is not None and old[1] is inst:
+                    old[0][lanes] = True  # the same wgmma again (a loop): its registers' entry as it is
+                    entry = old
+                else:
+                    unfenced = old[0].copy() if old is not None else np.zeros(self.m.lanes, bool)
+                    unfenced[lanes] = True
+                    entry = (unfenced, inst, shape)
+                updated[key] = entry
+            self.shaped[name] = entry
 
     def check_fenced(self, inst, lanes: np.ndarray, roles: dict[str, str]) -> None:
-        """A wgmma.mma_async of `lanes` uses `roles`' registers: none may be touched since a wgmma.fence, and the
-        warpgroup's first wgmma.mma_async needs a wgmma.fence before it (the PTX ISA's first location for the fence,
-        [memory_model.WGMMA_FENCE]), whether or not its registers were touched (a chain starting with scale-d
-        false reads no accumulator)."""
+        """A wgmma.mma_async of `lanes` uses `roles`' registers: none may be touched since a wgmma.fence (with
+        scale-d false too: the wgmma writes its accumulators [memory_model.WGMMA_FENCE_SCALE_D]), nor accessed by
+        a wgmma of another shape since then, and the warpgroup's first wgmma.mma_async needs a wgmma.fence before
+        it (the PTX ISA's first location for the fence, [memory_model.WGMMA_FENCE]), whether or not its
+        registers were touched (a chain starting with scale-d false reads no accumulator)."""
         unfenced = ~self.ever_fenced[lanes]
         if unfenced.any():
             raise self.hazard(inst, "is the warpgroup's first wgmma.mma_async and no wgmma.fence precedes it "
                                     "(missing wgmma.fence)", lanes[int(np.argmax(unfenced))])
+        shape = _wgmma_shape(inst) if self.shaped else None
+        touched = bool(self.dirty[lanes].any())  # some register touched since the lanes' last wgmma.fence
         for name, kind in roles.items():
-            entry = self.touched.get(name)
+            shaped = self.shaped.get(name) if kind == "result" else None
+            if shaped is not None and shaped[2] != shape:
+                bad = shaped[0][lanes]
+                if bad.any():
+                    i = int(np.argmax(bad))
+                    raise self.hazard(inst, f"uses {name} as its accumulator register after the wgmma.mma_async at "
+                                            f"line {shaped[1].line} of another shape or type ({shaped[2]}"
+                                            f") accessed it, with no wgmma.fence between them: only wgmmas of one "
+                                            "shape are ordered on their accumulators by default (missing wgmma.fence, "
+                                            "[memory_model.WGMMA_FENCE_SCALE_D])", lanes[i])
+            entry = self.touched.get(name) if touched else None
             if entry is None:
                 continue
             bad = entry[0][lanes]
@@ -608,14 +681,16 @@ class AsyncTracker:
             if ws is None:
                 ws = self.m.unit_of[facts.WARPGROUP_SIZE][lanes]
             groups, kind, wgmma = entry
-            bad = groups[ws] > self.wg_done[ws]
+            bad = groups[ws] > self.lane_done[lanes]
             if bad.any():
                 i = int(np.argmax(bad))
                 what = "an accumulator" if kind == "result" else "an A-fragment"
+                others = (": another thread's wgmma.wait_group covered it, and each thread waits only for itself "
+                          "[memory_model.WGMMA_WAIT_PER_THREAD]") if self.wg_done[ws[i]] >= groups[ws[i]] else ""
                 raise self.hazard(inst, f"touches {name}, {what} register of the wgmma.mma_async at line "
                                         f"{wgmma.line}, before a wgmma.wait_group covers its group (group "
                                         f"{int(groups[ws[i]])} of warpgroup {int(ws[i]) % self.groups_per_cta} is "
-                                        "still pending)", lanes[i])
+                                        f"still pending){others}", lanes[i])
 
     # endregion
     # region bulk stores
@@ -724,6 +799,7 @@ def install(m: Machine, steps: list[Step]) -> list[Step]:
         if roles:
             def after(sel, inst=inst, roles=roles):
                 tracker.wgmma_issued(inst, _lanes(m, sel), roles)
+                tracker.wgmma_shaped(inst, _lanes(m, sel), roles)
         elif inst.opcode == "wgmma" and "fence" in mods:
             def after(sel):
                 tracker.wgmma_fenced(_lanes(m, sel))
@@ -734,8 +810,11 @@ def install(m: Machine, steps: list[Step]) -> list[Step]:
             def after(sel, keep=_group_count(inst), inst=inst):
                 tracker.wgmma_wait(_lanes(m, sel), keep, inst)
         elif inst.opcode == "fence" and "proxy" in mods and "async" in mods:
-            def after(sel):
-                tracker.fence(_lanes(m, sel))
+            spaces = {x for x in mods if x.startswith(("shared", "global"))}
+
+            def after(sel, shared=not spaces or any(x.startswith("shared") for x in spaces),
+                      global_=not spaces or "global" in spaces):
+                tracker.fence(_lanes(m, sel), shared, global_)
         elif (inst.opcode == "fence" and {"sc", "acq_rel", "acquire", "release"} & set(mods)
               and "mbarrier_init" not in mods and not any(x.startswith("proxy") for x in mods)) \
                 or (inst.opcode == "membar" and not any(x.startswith("proxy") for x in mods)):

@@ -63,7 +63,10 @@ class GlobalOrder:
     def __init__(self, m, size: int):
         self.m, self.size = m, size
         self.records: dict[str, dict[str, np.ndarray]] = {}
-        self.releases: dict[int, list[tuple[int, int, np.ndarray, dict | None]]] = {}
+        self.releases: dict[int, list[tuple[int, int, np.ndarray, dict | None, np.ndarray]]] = {}
+        self.read_set: np.ndarray | None = None  # per byte: 0, or its readers' set in `sets` (`_record_read`)
+        self.sets: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = [(np.zeros(0, np.int64),) * 3]
+        self._memo: dict[tuple, int] = {}  # (old readers, new readers, line) -> set: bytes read alike share one
         self.reset_batch()
 
     def reset_batch(self) -> None:
@@ -95,35 +98,221 @@ class GlobalOrder:
         if not hb.races or index.size == 0:
             return
         index = np.asarray(index, np.int64).reshape(len(lanes), -1)
-        for side in ("write", "read", "other") if write else ("write",):
+        for side in ("write", "read") if write else ("write",):
             if side in self.records:
-                self._check(inst, lanes, index, self.records[side], write, kind, side)
+                table = self.records[side]
+                who = table["who"][index]
+                if side == "read" and self.read_set is not None:
+                    who = np.where(self.read_set[index] == 0, who, 0)  # those bytes' readers are in their set
+                self._check(inst, lanes, index, who, table["epoch"][index], table["line"][index], write, kind, side)
+        if write and self.read_set is not None:
+            self._check_sets(inst, lanes, index, kind)
         if write and not _STRONG[kind] and len(lanes) > 1:
             self._check_together(inst, lanes, index, kind)
+        if _ASYNC[kind] and (not write or kind == ASYNC_REDUCE) and "write" in self.records:
+            self._check_proxy_fenced(inst, lanes, index, kind)  # a bulk reduction reads what it adds to
         who = (self.lane_who[lanes] | kind)[:, None]
         epochs = hb.clock[lanes, lanes % self.m.threads][:, None]
         if write:
             table = self._table("write")
             table["who"][index], table["epoch"][index], table["line"][index] = who, epochs, inst.line
-            for side in ("read", "other"):
-                if side in self.records:
-                    self.records[side]["who"][index] = 0
+            if "read" in self.records:
+                self.records["read"]["who"][index] = 0
+            if self.read_set is not None:
+                self.read_set[index] = 0
             return
+        self._record_read(inst, lanes, index, who, epochs)
+
+    def _record_read(self, inst, lanes: np.ndarray, index: np.ndarray, who: np.ndarray, epochs: np.ndarray) -> None:
+        """Keep every read of `index` since its last write that no later read of it happens after (FastTrack's
+        read epoch, inflated to a set of readers when two reads are concurrent) [memory_model.DATA_RACE]: a
+        byte's one reader in the "read" table while each read happens after the one before, else its readers in
+        `sets[read_set[byte]]`. A read drops the readers that happen before it (a write ordered after it is
+        ordered after them); two threads reading one byte in one instruction are concurrent."""
         read = self._table("read")
-        before = read["who"][index]
-        moved = (before != 0) & ((before >> 16) != (who >> 16))
-        if moved.any():  # the last reader was another CTA's: it becomes the other CTA's reader
-            where, other = index[moved], self._table("other")
-            for f in self.FIELDS:
-                other[f][where] = read[f][where]
-        read["who"][index], read["epoch"][index], read["line"][index] = who, epochs, inst.line
-        if len(lanes) > 1 and self.lane_rank[lanes[0]] != self.lane_rank[lanes[-1]]:
-            final = read["who"][index] >> 16  # several CTAs' readers of a byte in this one instruction
-            others = np.broadcast_to(who >> 16, index.shape) != final
-            if others.any():
-                where, rows, other = index[others], np.nonzero(others)[0], self._table("other")
-                other["who"][where], other["epoch"][where], other["line"][where] = who[rows, 0], epochs[rows, 0], \
-                    inst.line
+        if len(lanes) > 1 and (index == index[:1]).all():
+            # every lane reads the same bytes (a broadcast load): one set of readers for bytes read alike before
+            row = index[0]
+            if self.read_set is None:
+                self.read_set = np.zeros(self.size, np.int32)
+            s0, pw, pe, pl = self.read_set[row], read["who"][row], read["epoch"][row], read["line"][row]
+            if _uniform(s0) and _uniform(pw) and _uniform(pe) and _uniform(pl):
+                s = int(s0[0])
+                self._read_into(row, s, 0 if s else int(pw[0]), 0 if s else int(pe[0]), int(pl[0]), lanes,
+                                who[:, 0], epochs[:, 0], inst.line)
+                return
+        prev_who, prev_epoch = read["who"][index], read["epoch"][index]
+        ids = self.read_set[index] if self.read_set is not None else None
+        if len(lanes) == 1 and _uniform(prev_who) and _uniform(prev_epoch) and (ids is None or _uniform(ids)):
+            # one thread's bytes (a TMA box, a bulk copy) all read by the same readers before: one decision
+            s, pw, pe = (0 if ids is None else int(ids[0, 0])), int(prev_who[0, 0]), int(prev_epoch[0, 0])
+            if not s and (not pw or self._ordered(lanes, prev_who[:, :1], prev_epoch[:, :1])[0, 0]):
+                read["who"][index], read["epoch"][index], read["line"][index] = who, epochs, inst.line
+                return
+            lines = read["line"][index]
+            if _uniform(lines):
+                if self.read_set is None:
+                    self.read_set = np.zeros(self.size, np.int32)
+                self._read_into(index.reshape(-1), s, 0 if s else pw, 0 if s else pe, int(lines[0, 0]), lanes,
+                                who[:, 0], epochs[:, 0], inst.line)
+                return
+        simple = (prev_who == 0) | self._ordered(lanes, prev_who, prev_epoch)
+        if ids is not None:
+            simple &= ids == 0
+        twice = np.zeros(index.shape, bool)
+        if len(lanes) > 1:  # bytes two lanes of this instruction read
+            flat = index.reshape(-1)
+            order = np.argsort(flat, kind="stable")
+            same = flat[order][1:] == flat[order][:-1]
+            if same.any():
+                hit = np.zeros(flat.size, bool)
+                hit[order[1:][same]] = hit[order[:-1][same]] = True
+                twice = hit.reshape(index.shape)
+                simple &= ~twice
+        if simple.all():
+            read["who"][index], read["epoch"][index], read["line"][index] = who, epochs, inst.line
+            return
+        rows = np.broadcast_to(np.arange(len(lanes))[:, None], index.shape)
+        read["who"][index[simple]] = np.broadcast_to(who, index.shape)[simple]
+        read["epoch"][index[simple]] = np.broadcast_to(epochs, index.shape)[simple]
+        read["line"][index[simple]] = inst.line
+        if self.read_set is None:
+            self.read_set = np.zeros(self.size, np.int32)
+            ids = np.zeros(index.shape, np.int32)
+        alone = ~simple & ~twice  # one reader in this instruction, concurrent with a kept one
+        if alone.any():
+            columns = np.stack([ids[alone].astype(np.int64), prev_who[alone].astype(np.int64),
+                                prev_epoch[alone].astype(np.int64), read["line"][index[alone]].astype(np.int64),
+                                rows[alone]])
+            if (columns == columns[:, :1]).all():
+                groups, inverse = columns[:, :1], np.zeros(columns.shape[1], np.int64)
+            else:
+                groups, inverse = np.unique(columns, axis=1, return_inverse=True)
+            where = index[alone]
+            for g in range(groups.shape[1]):
+                s, pw, pe, pl, r = (int(x) for x in groups[:, g])
+                self._read_into(where[inverse.reshape(-1) == g], s, pw, pe, pl, lanes[[r]], who[[r], 0], epochs[[r], 0],
+                                inst.line)
+        if twice.any():
+            for b in np.unique(index[twice]).tolist():
+                r = np.flatnonzero((index == b).any(axis=1))
+                s = int(self.read_set[b])
+                self._read_into(np.array([b]), s, int(read["who"][b]) if not s else 0,
+                                int(read["epoch"][b]) if not s else 0, int(read["line"][b]), lanes[r], who[r, 0],
+                                epochs[r, 0], inst.line)
+
+    def _read_into(self, where: np.ndarray, s: int, prev_who: int, prev_epoch: int, prev_line: int,
+                   lanes: np.ndarray, who: np.ndarray, epochs: np.ndarray, line: int) -> None:
+        """The bytes `where`, whose readers are the set `s` (or, with s = 0, the "read" table's one reader
+        `prev_who` at `prev_epoch`, line `prev_line`), are read by `lanes` (as `who` at `epochs`) at `line`."""
+        read = self.records["read"]
+        key = (s, prev_who, prev_epoch, prev_line, tuple(who.tolist()), tuple(epochs.tolist()), line)
+        new = self._memo.get(key)
+        if new is None:
+            if s:
+                old_who, old_epoch, old_line = self.sets[s]
+            elif prev_who:
+                old_who, old_epoch = np.array([prev_who], np.int64), np.array([prev_epoch], np.int64)
+                old_line = np.array([prev_line], np.int64)
+            else:
+                old_who = old_epoch = old_line = np.zeros(0, np.int64)
+            keep = ~self._ordered_any(lanes, old_who, old_epoch)
+            if not keep.any() and len(lanes) == 1:
+                new = 0
+            else:
+                new = len(self.sets)
+                self.sets.append((np.concatenate([old_who[keep], who.astype(np.int64)]),
+                                  np.concatenate([old_epoch[keep], epochs.astype(np.int64)]),
+                                  np.concatenate([old_line[keep], np.full(len(who), line, np.int64)])))
+            if len(self._memo) > 1 << 16:
+                self._memo.clear()
+            self._memo[key] = new
+        self.read_set[where] = new
+        if not new:
+            read["who"][where], read["epoch"][where], read["line"][where] = int(who[0]), int(epochs[0]), line
+
+    def _ordered(self, lanes: np.ndarray, who: np.ndarray, epoch: np.ndarray) -> np.ndarray:
+        """Whether the accesses recorded as `who` at `epoch` [lanes, k] happen before each lane's present point:
+        by its CTA's clocks, or for another CTA's, by what the lane acquired of that CTA."""
+        hb = self.m.tracker.hb
+        rank = who >> 16
+        mine = (self.lane_rank[lanes] + 1)[:, None]
+        tid = (who >> 3) & 0x1FFF
+        same = rank == mine
+        ordered = np.zeros(who.shape, bool)
+        ordered[same] = hb.clock[np.broadcast_to(lanes[:, None], who.shape)[same], tid[same]] >= epoch[same]
+        if hb.remote and (~same & (rank > 0)).any():
+            for i, lane in enumerate(lanes.tolist()):
+                known = hb.remote.get(lane)
+                if not known:
+                    continue
+                for r, row in known.items():
+                    hit = rank[i] == r + 1
+                    if hit.any():
+                        ordered[i, hit] = row[tid[i, hit]] >= epoch[i, hit]
+        return ordered
+
+    def _ordered_any(self, lanes: np.ndarray, who: np.ndarray, epoch: np.ndarray) -> np.ndarray:
+        """Whether each access recorded as `who` at `epoch` [k] happens before the present point of one of
+        `lanes` at least: per CTA, the join of its lanes' clocks decides for its own threads' accesses."""
+        hb = self.m.tracker.hb
+        rank, tid = who >> 16, (who >> 3) & 0x1FFF
+        ordered = np.zeros(len(who), bool)
+        ranks = self.lane_rank[lanes] + 1
+        for r in [int(ranks[0])] if ranks[0] == ranks[-1] and _uniform(ranks) else np.unique(ranks).tolist():
+            hit = rank == r
+            if hit.any():
+                ordered[hit] = hb.clock[lanes[ranks == r]].max(axis=0)[tid[hit]] >= epoch[hit]
+        rest = ~ordered & (rank > 0)
+        if hb.remote and rest.any():  # other CTAs' accesses: what each lane acquired of them
+            shape = (len(lanes), int(rest.sum()))
+            ordered[rest] = self._ordered(lanes, np.broadcast_to(who[rest], shape),
+                                          np.broadcast_to(epoch[rest], shape)).any(axis=0)
+        return ordered
+
+    def _check_sets(self, inst, lanes: np.ndarray, index: np.ndarray, kind: int) -> None:
+        """A write of `index` checked against every reader kept in the read sets of its bytes."""
+        ids = self.read_set[index]
+        if not ids.any():
+            return
+        for s in np.unique(ids[ids > 0]).tolist():
+            hit = ids == s
+            for who, epoch, line in zip(*(x.tolist() for x in self.sets[s])):
+                self._check(inst, lanes, index, np.where(hit, who, 0), np.full(index.shape, epoch),
+                            np.full(index.shape, line), True, kind, "read")
+
+    def _check_proxy_fenced(self, inst, lanes: np.ndarray, index: np.ndarray, kind: int) -> None:
+        """The async proxy (a TMA load, a bulk copy or reduction) reads global bytes a thread wrote through the
+        generic proxy: a fence.proxy.async (or .global) must lie on a happens-before path from the write to the
+        read [memory_model.PROXY_FENCE_STATE_SPACE]: in this CTA's fenced clocks, or for another CTA's write,
+        in what the reader acquired of that CTA (its fences before the release, or the reader's after the
+        acquire)."""
+        table = self.records["write"]
+        who = table["who"][index]
+        generic = (who != 0) & ~_ASYNC[who & 7]
+        if not generic.any():
+            return
+        hb = self.m.tracker.hb
+        tid, epoch = (who >> 3) & 0x1FFF, table["epoch"][index]
+        mine = (who >> 16) == (self.lane_rank[lanes] + 1)[:, None]
+        fenced = np.zeros(index.shape, bool)
+        fenced[mine] = hb.global_fenced(lanes, tid)[mine] >= epoch[mine]
+        if (generic & ~mine).any():  # another CTA's stores: the fences that came with its release (remote rows)
+            for i, lane in enumerate(lanes.tolist()):
+                for r, row in hb.remote.get(lane, {}).items():
+                    hit = (who[i] >> 16) == r + 1
+                    fenced[i, hit] = row[hb.threads + tid[i, hit]] >= epoch[i, hit]
+        unfenced = generic & ~fenced
+        if not unfenced.any():
+            return
+        i, j = np.unravel_index(np.argmax(unfenced), unfenced.shape)
+        b = int(index[i, j])
+        raise self.m.tracker.hb.hazard(
+            inst, f"reads {self.where(b)} through {_PROXY[kind]}, which the instruction at line "
+                  f"{int(table['line'][b])} ({self.describe(int(who[i, j] >> 16) - 1, int(tid[i, j]))}) wrote "
+                  "through the generic proxy and has not made visible to the async proxy (missing fence.proxy.async "
+                  "between the store and this read on a synchronisation path; a fence.proxy.async.shared::cta "
+                  "orders no global memory)", int(lanes[i]))
 
     def _check_together(self, inst, lanes: np.ndarray, index: np.ndarray, kind: int) -> None:
         """Threads of one instruction writing one byte: nothing orders them either."""
@@ -142,33 +331,23 @@ class GlobalOrder:
                   f"{_PROXY[kind]} at once, and no synchronisation orders the two (race: two threads store to one "
                   "location in one instruction)", lane)
 
-    def _check(self, inst, lanes, index, table, write: bool, kind: int, side: str) -> None:
-        who = table["who"][index]
+    def _check(self, inst, lanes, index, who, epoch, line, write: bool, kind: int, side: str) -> None:
+        """`lanes` access `index` [lanes, bytes], whose earlier access (per byte: `who` at `epoch` from `line`,
+        who 0 for none) was a write (`side` "write") or a read: a race unless ordered or morally strong."""
         if not who.any():
             return
-        hb = self.m.tracker.hb
         rank = who >> 16
         mine = (self.lane_rank[lanes] + 1)[:, None]
-        tid, other_kind, epoch = (who >> 3) & 0x1FFF, who & 7, table["epoch"][index]
+        other_kind = who & 7
         same = rank == mine
-        ordered = np.zeros(index.shape, bool)
-        ordered[same] = hb.clock[np.broadcast_to(lanes[:, None], index.shape)[same], tid[same]] >= epoch[same]
-        if hb.remote and (~same & (rank > 0)).any():
-            for i, lane in enumerate(lanes.tolist()):
-                known = hb.remote.get(lane)
-                if not known:
-                    continue
-                for r, row in known.items():
-                    hit = rank[i] == r + 1
-                    if hit.any():
-                        ordered[i, hit] = row[tid[i, hit]] >= epoch[i, hit]
+        ordered = self._ordered(lanes, who, epoch)
         strong = _STRONG[kind] & _STRONG[other_kind] & (_ASYNC[kind] == _ASYNC[other_kind]) & \
             (same | (_WIDE[kind] & _WIDE[other_kind]))
         racing = (rank > 0) & ~ordered & ~strong
         if not racing.any():
             return
         i, j = np.unravel_index(np.argmax(racing), racing.shape)
-        b, r, t = int(index[i, j]), int(rank[i, j]) - 1, int(tid[i, j])
+        b, r, t = int(index[i, j]), int(rank[i, j]) - 1, int((who[i, j] >> 3) & 0x1FFF)
         did = "wrote" if side == "write" else "read"
         does = "writes" if write else "reads"
         if same[i, j]:
@@ -177,10 +356,10 @@ class GlobalOrder:
             missing = ("another CTA's access is ordered only by a release (st.release, red/atom.release, or "
                        "fence.acq_rel then a strong write) that this thread acquires (ld.acquire, atom.acquire, or a "
                        "strong read then fence.acq_rel) on one location, and there is none")
-        raise hb.hazard(inst, f"{does} {self.where(b)} through {_PROXY[kind]}, which the instruction at line "
-                              f"{int(table['line'][b])} ({self.describe(r, t)}) {did} through "
-                              f"{_PROXY[int(other_kind[i, j])]}, and no synchronisation orders the two "
-                              f"(race: {missing})", int(lanes[i]))
+        raise self.m.tracker.hb.hazard(inst, f"{does} {self.where(b)} through {_PROXY[kind]}, which the instruction "
+                                             f"at line {int(line[i, j])} ({self.describe(r, t)}) {did} through "
+                                             f"{_PROXY[int(other_kind[i, j])]}, and no synchronisation orders the two "
+                                             f"(race: {missing})", int(lanes[i]))
 
     def where(self, flat: int) -> str:
         """'global address 0x.. (argument k (name) at byte offset o)' of a flat position of global memory."""
@@ -211,8 +390,9 @@ class GlobalOrder:
                     continue
             else:
                 released = hb._release(np.array([lane]))
-            c, _, remote = released
-            self.releases.setdefault(location, []).append((int(self.lane_rank[lane]), kind, c.copy(), remote))
+            c, f, remote = released
+            self.releases.setdefault(location, []).append((int(self.lane_rank[lane]), kind, c.copy(), remote,
+                                                           f.copy()))
 
     def acquire(self, lanes: np.ndarray, locations: np.ndarray, kind: int, now: bool) -> None:
         """`lanes` read the global `locations` strongly: with `now` (an acquire operation) they take in the
@@ -233,11 +413,12 @@ class GlobalOrder:
     def _take(self, lane: int, published) -> None:
         hb = self.m.tracker.hb
         rank = int(self.lane_rank[lane])
-        for source, _, clock, remote in published:
+        for source, _, clock, remote, fenced in published:
             if source == rank:
                 hb.clock[lane] = np.maximum(hb.clock[lane], clock)
-            else:
-                hb.learn([lane], {source: clock})
+                hb.fenced[lane] = np.maximum(hb.fenced[lane], fenced)
+            else:  # what the lane knows of that CTA: its clock, then what proxy fences covered of its global stores
+                hb.learn([lane], {source: np.concatenate([clock, fenced[hb.threads:]])})
             hb.learn([lane], {r: row for r, row in (remote or {}).items() if r != rank})
 
     def fence(self, lanes: np.ndarray, release: bool, acquire: bool) -> None:
@@ -253,6 +434,11 @@ class GlobalOrder:
                 self.fence_release[lane] = hb._release(np.array([lane]))
 
     # endregion
+
+
+def _uniform(values: np.ndarray) -> bool:
+    """Whether every element of `values` (not empty) is the same."""
+    return bool(values.min() == values.max())
 
 
 __all__ = ["ASYNC", "ASYNC_REDUCE", "GlobalOrder", "STRONG_CTA", "STRONG_GPU", "WEAK", "strong_kind"]

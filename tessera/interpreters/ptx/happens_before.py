@@ -66,7 +66,9 @@ class HappensBefore:
         n, s = self.lanes, self.shared
         if not hasattr(self, "clock"):  # allocated once, cleared for each batch
             self.clock = np.zeros((n, self.threads), np.int32)  # [lane, thread of its CTA]
-            self.fenced = np.zeros((n, self.threads), np.int32)
+            # [lane, thread]: shared memory's columns, then global memory's (a proxy fence is limited to the
+            # state space it names: fence.proxy.async.shared::cta orders no global bytes) [memory_model.PROXY_FENCE]
+            self.fenced = np.zeros((n, 2 * self.threads), np.int32)
             self.w_lane, self.w_line = np.zeros(s, np.int32), np.zeros(s, np.int32)
             self.w_clock = np.zeros(s, np.int32)  # 0: no generic write since the last asynchronous one
             self.reads = ReadClocks(s, self.threads)  # the generic reads since the last write
@@ -82,7 +84,8 @@ class HappensBefore:
         self.published: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self.inits: dict[tuple[int, int], tuple[int, int, int]] = {}
         self.completions: list[tuple[np.ndarray, np.ndarray, int, int]] = []
-        self.remote: dict[int, dict[int, np.ndarray]] = {}  # lane -> {CTA rank: [thread] epochs known}
+        # lane -> {CTA rank: [thread] epochs known, then [thread] epochs whose global stores a proxy fence covers}
+        self.remote: dict[int, dict[int, np.ndarray]] = {}
 
     # region synchronisation edges
     @staticmethod
@@ -183,11 +186,25 @@ class HappensBefore:
                                     "ordering the init before this use (race: missing bar.sync after mbarrier.init)",
                               int(lanes[i]))
 
-    def fence(self, lanes: np.ndarray) -> None:
+    def fence(self, lanes: np.ndarray, shared: bool = True, global_: bool = True) -> None:
         """fence.proxy.async by `lanes`: every generic write that happens before it is made visible to the
-        async proxy along any path through it."""
-        self.fenced[lanes] = np.maximum(self.fenced[lanes], self.clock[lanes])
+        async proxy along any path through it, in the state spaces it names (`shared`, `global_`: both for a
+        fence.proxy.async without one)."""
+        t = self.threads
+        for on, columns in ((shared, slice(0, t)), (global_, slice(t, 2 * t))):
+            if on:
+                self.fenced[lanes, columns] = np.maximum(self.fenced[lanes, columns], self.clock[lanes])
+        if global_ and self.remote:  # other CTAs' stores known to happen before: fenced too (new rows: shared)
+            for lane in np.asarray(lanes).reshape(-1).tolist():
+                known = self.remote.get(lane)
+                for rank, row in (known or {}).items():
+                    known[rank] = np.concatenate([row[:t], np.maximum(row[t:], row[:t])])
         self.clock[lanes, lanes % self.threads] += 1
+
+    def global_fenced(self, lanes: np.ndarray, threads: np.ndarray) -> np.ndarray:
+        """The epochs of `threads` [lanes, k] (of each lane's CTA) whose generic global writes a
+        fence.proxy.async on a path into each lane has made visible to the async proxy."""
+        return self.fenced[lanes[:, None], self.threads + threads]
 
     # endregion
     # region accesses
@@ -214,23 +231,27 @@ class HappensBefore:
         """Each write of `index` [rows, bytes] (row i by `lanes[i]`, whose clock is `clocks[i]`) must happen after
         the wgmma.wait_group that completed every async read of its bytes, of each warpgroup: checked row by row,
         as one instruction of many threads (a store of two warpgroups at once) is many writes."""
-        if self.races and self.completions:
-            ends = self.r_async[:, index]  # [warpgroup, row, byte]
-            low, high = int(ends.min(initial=0)), int(ends.max(initial=0))
-            for c in ([high] if low == high else np.unique(ends).tolist()):
-                if not c:
-                    continue
-                readers, epochs, line, group = self.completions[c - 1]
-                rows = np.flatnonzero((ends == c).any(axis=(0, 2)))
-                ordered = (clocks[rows][:, readers % self.threads] >= epochs).any(axis=1)
-                if not ordered.all():
-                    r = int(rows[np.argmin(ordered)])
-                    byte = int(index[r, np.argmax((ends[:, r] == c).any(axis=0))])
-                    raise self.hazard(inst, f"{what} overwrites {self.where(byte)}, which a wgmma of warpgroup {group} "
-                                            f"read until its wgmma.wait_group at line {line}, and no synchronisation "
-                                            "orders that wait before this write "
-                                            "(race: the slot was released before the wgmma reading it completed)",
-                                      int(lanes[r]))
+        if not (self.races and self.completions):
+            return  # r_async is all zero: no completed async read recorded
+        ends = self.r_async[:, index]  # [warpgroup, row, byte]
+        low, high = int(ends.min(initial=0)), int(ends.max(initial=0))
+        if not high:
+            return
+        present = [high] if low == high else np.flatnonzero(np.bincount(ends.reshape(-1))).tolist()  # no sort
+        for c in present:
+            if not c:
+                continue
+            readers, epochs, line, group = self.completions[c - 1]
+            rows = np.flatnonzero((ends == c).any(axis=(0, 2)))
+            ordered = (clocks[rows][:, readers % self.threads] >= epochs).any(axis=1)
+            if not ordered.all():
+                r = int(rows[np.argmin(ordered)])
+                byte = int(index[r, np.argmax((ends[:, r] == c).any(axis=0))])
+                raise self.hazard(inst, f"{what} overwrites {self.where(byte)}, which a wgmma of warpgroup {group} "
+                                        f"read until its wgmma.wait_group at line {line}, and no synchronisation "
+                                        "orders that wait before this write "
+                                        "(race: the slot was released before the wgmma reading it completed)",
+                                  int(lanes[r]))
         self.r_async[:, index.reshape(-1)] = 0
 
     def async_written(self, flat: np.ndarray) -> None:
@@ -299,7 +320,7 @@ class HappensBefore:
         if not epochs.any():
             return
         writers = self.w_lane[flat]
-        per_warp = self._per_warp(self.fenced[lanes])
+        per_warp = self._per_warp(self.fenced[lanes, :self.threads])
         bad = epochs > per_warp.min(axis=0)[writers % self.threads]
         if not bad.any():
             return

@@ -110,20 +110,30 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
     if smem < 0 or smem + size > m.shared_bytes:
         raise m.error(inst, f"the {size}-byte box at shared address {smem:#x} overruns shared memory "
                             f"({m.shared_bytes} bytes)", lane)
-    swizzle = facts.tensor_map_swizzle_bytes(spec.swizzle)
-    shared_index = slot * m.shared_bytes + facts.swizzle_address(
-        smem + np.arange(size, dtype=np.int64), swizzle)
+    shared_index = slot * m.shared_bytes + _swizzled(smem, size, facts.tensor_map_swizzle_bytes(spec.swizzle))
     global_index = (tmap.address - GLOBAL_BASE + offsets)[:, None] + np.arange(e)
+    inside = global_index if valid.all() else global_index[valid]  # the whole box lies in the tensor, mostly
     if load:
-        data = np.where(valid[:, None], m.memory.buffer[global_index], _oob_fill(spec)).astype(np.uint8)
-        memory.note_global(m, np.array([lane]), global_index[valid].reshape(1, -1), False, inst, ASYNC)
+        data = m.memory.buffer[global_index]
+        if inside is not global_index:
+            data = np.where(valid[:, None], data, _oob_fill(spec)).astype(np.uint8)
+        memory.note_global(m, np.array([lane]), inside.reshape(1, -1), False, inst, ASYNC)
         m.tracker.stage(shared_index, data.reshape(-1))  # lands later (asynchrony)
     else:
         m.tracker.bulk_store_reads(inst, lane, shared_index, "the TMA store")
         data = m.shared[shared_index].reshape(-1, e)
-        m.memory.buffer[global_index[valid]] = data[valid]
-        memory.note_global(m, np.array([lane]), global_index[valid].reshape(1, -1), True, inst, ASYNC)
+        m.memory.buffer[inside] = data if inside is global_index else data[valid]
+        memory.note_global(m, np.array([lane]), inside.reshape(1, -1), True, inst, ASYNC)
     return spec.box_bytes
+
+
+@lru_cache(maxsize=1024)
+def _swizzled(smem: int, size: int, swizzle: int) -> np.ndarray:
+    """The swizzled shared offsets of the `size` bytes of a box at `smem` (read-only; a ring's slots give a
+    handful of values, kept across copies, CTAs and launches)."""
+    offsets = facts.swizzle_address(smem + np.arange(size, dtype=np.int64), swizzle)
+    offsets.setflags(write=False)
+    return offsets
 
 
 def _coords(ops: Operands, inst, operand):
@@ -419,9 +429,18 @@ def _wgmma_async(ops: Operands, inst, mods):
         a_descs = None if registers_a else _uniform_per_group(m, inst, read_a(sel), lanes, "A descriptor")
         accumulate = np.full(len(starts), bool(static_scale)) if read_scale is None else \
             _uniform_per_group(m, inst, read_scale(sel), lanes, "scale-d predicate").astype(bool)
+        # warpgroups of one CTA reading B through one descriptor (two consumers sharing a K tile) read it once
+        sharing: dict[tuple[int, int], list[int]] = {}
+        for i, start in enumerate(starts.tolist()):
+            sharing.setdefault((int(m.lane_cta[lanes[start]]), int(b_descs[i])), []).append(start)
+        b_of: dict[tuple[int, int], np.ndarray] = {}
         for i, start in enumerate(starts.tolist()):
             wg = lanes[start:start + facts.WARPGROUP_SIZE]
-            b_tiles.append(_descriptor_operand(m, inst, wg, int(b_descs[i]), "MN" if trans_b else "K", n, b_name))
+            key = (int(m.lane_cta[wg[0]]), int(b_descs[i]))
+            if key not in b_of:
+                readers = np.concatenate([lanes[j:j + facts.WARPGROUP_SIZE] for j in sharing[key]])
+                b_of[key] = _descriptor_operand(m, inst, readers, key[1], "MN" if trans_b else "K", n, b_name)
+            b_tiles.append(b_of[key])
             if registers_a:
                 a_tiles.append(_register_operand(np.stack([r[wg] for r in a_regs], axis=1), a_name))
             else:

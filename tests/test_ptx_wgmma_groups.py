@@ -1,0 +1,105 @@
+"""wgmma register ordering in the PTX executor, as the PTX ISA states it: each thread waits for its own wgmma
+groups [memory_model.WGMMA_WAIT_PER_THREAD], and a wgmma.fence separates a thread's accesses of accumulator
+registers from a later wgmma that writes them, scale-d false included, and from a wgmma of another shape
+[memory_model.WGMMA_FENCE_SCALE_D]. One warpgroup, B read from zeroed shared memory (the products are 0)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tessera.interpreters.ptx import PtxHazardError, launch
+
+_KERNEL = """.version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry groups(.param .u64 out)
+.reqntid 128, 1, 1
+{
+    .reg .f32 %f<8>;
+    .reg .b64 %rd<3>;
+    .reg .b32 %r<2>;
+    .reg .pred %p<3>;
+    .shared .align 128 .b8 tile[4096];
+    mov.u32 %r0, tile;
+    cvt.u64.u32 %rd0, %r0;
+    shr.u64 %rd0, %rd0, 4;
+    and.b64 %rd0, %rd0, 0x3FFF;
+    or.b64 %rd0, %rd0, 0x0000004000010000;
+    mov.u32 %r1, %tid.x;
+    setp.ne.b64 %p0, %rd0, %rd0;
+    setp.lt.u32 %p1, %r1, WAITERS;
+    ld.param.u64 %rd1, [out];
+    cvta.to.global.u64 %rd1, %rd1;
+    mul.wide.u32 %rd2, %r1, 4;
+    add.s64 %rd1, %rd1, %rd2;
+    wgmma.fence.sync.aligned;
+    wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%f0,%f1,%f2,%f3,%f4,%f5,%f6,%f7}, %rd0, %rd0, %p0, 1, 1, 0, 0;
+    wgmma.commit_group.sync.aligned;
+    @%p1 wgmma.wait_group.sync.aligned 0;
+    st.global.f32 [%rd1], %f0;
+SECOND
+    ret;
+}
+"""
+_SECOND = """    FENCE
+    wgmma.mma_async.sync.aligned.SHAPE, %rd0, %rd0, %p0, 1, 1, 0, 0;
+    wgmma.commit_group.sync.aligned;
+    wgmma.wait_group.sync.aligned 0;
+    st.global.f32 [%rd1], %f1;"""
+_N16 = "m64n16k16.f32.bf16.bf16 {%f0,%f1,%f2,%f3,%f4,%f5,%f6,%f7}"
+_N8 = "m64n8k16.f32.bf16.bf16 {%f0,%f1,%f2,%f3}"
+
+
+def _run(waiters: int = 128, second: str = ""):
+    text = _KERNEL.replace("WAITERS", str(waiters)).replace("SECOND", second)
+    return launch(text, "groups", 1, 128, [np.full(128, 7, np.float32)], shared_bytes=4096)[0]
+
+
+def test_every_thread_waiting_for_its_group_runs_clean():
+    assert np.array_equal(_run(), np.zeros(128, np.float32))
+
+
+@pytest.mark.parametrize("waiters, first", [(32, 32), (1, 1), (96, 96)])
+def test_a_wait_group_of_some_threads_covers_none_of_the_others(waiters, first):
+    """A predicated wait (one warp, one thread, three warps): the first thread that did not execute it touches
+    its accumulator with its group still pending, whatever the other threads waited for."""
+    with pytest.raises(PtxHazardError, match=rf"^<ptx>:\d+: error: st.global.f32: touches %f0, an accumulator "
+                                             rf"register of the wgmma.mma_async at line 25, before a wgmma.wait_group "
+                                             rf"covers its group \(group 0 of warpgroup 0 is still pending\): another "
+                                             rf"thread's wgmma.wait_group covered it, and each thread waits only for "
+                                             rf"itself .* \(thread \({first}, 0, 0\)"):
+        _run(waiters)
+
+
+def test_a_scale_d_false_wgmma_after_an_access_of_its_accumulators_needs_a_fence():
+    """The second wgmma computes D = A*B (scale-d false) into the registers the thread just stored: it writes
+    them, so the fence before it is required."""
+    fenced = _SECOND.replace("FENCE", "wgmma.fence.sync.aligned;").replace("SHAPE", _N16)
+    assert np.array_equal(_run(second=fenced), np.zeros(128, np.float32))
+    with pytest.raises(PtxHazardError, match=r"^<ptx>:30: error: wgmma.mma_async\S*: uses %f0 as its accumulator "
+                                             r"register after the instruction at line 28 accessed it, with no "
+                                             r"wgmma.fence between them \(missing wgmma.fence\)"):
+        _run(second=_SECOND.replace("FENCE", "").replace("SHAPE", _N16))
+
+
+def test_wgmmas_of_two_shapes_on_one_accumulator_need_a_fence_between_them():
+    """Back-to-back wgmmas on the same accumulators are ordered by default only when they have the same
+    shape: an m64n8k16 after an m64n16k16 on %f0-%f3 needs a wgmma.fence."""
+    text = _KERNEL.replace("    st.global.f32 [%rd1], %f0;\nSECOND", "SECOND")
+    text = text.replace("    @%p1 wgmma.wait_group.sync.aligned 0;\n", "")
+    text = text.replace("    wgmma.commit_group.sync.aligned;\nSECOND", "SECOND")
+    second = _SECOND.replace("SHAPE", _N8)
+    same = _SECOND.replace("SHAPE", _N16).replace("FENCE", "")
+
+    def run(body):
+        return launch(text.replace("WAITERS", "128").replace("SECOND", body), "groups", 1, 128,
+                      [np.full(128, 7, np.float32)], shared_bytes=4096)[0]
+
+    assert np.array_equal(run(same), np.zeros(128, np.float32))
+    assert np.array_equal(run(second.replace("FENCE", "wgmma.fence.sync.aligned;")), np.zeros(128, np.float32))
+    with pytest.raises(PtxHazardError, match=r"wgmma.mma_async\S*: uses %f0 as its accumulator register after the "
+                                             r"wgmma.mma_async at line 25 of another shape or type "
+                                             r"\(m64n16k16.f32.bf16.bf16\) accessed it, with no wgmma.fence between "
+                                             r"them"):
+        run(second.replace("FENCE", ""))
