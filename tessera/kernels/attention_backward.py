@@ -412,28 +412,36 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None, head_spl
         b.barrier()  # every warp has read Q, dO, P and dS before the next trip overwrites them
         return [dk, dv]
 
-    def group_head(b: TileBuilder, g: SSAValue, carried) -> list[SSAValue]:
-        head = b.addi(b.muli(head_k, group, "group_first_head"), g, "head")
-        if mods is None or not mods.block_sparse:
-            def step(b: TileBuilder, t: SSAValue, inner) -> list[SSAValue]:
-                return query_block(b, b.addi(m_start, t, "m") if c.causal else t, inner, head)
-            return list(b.for_loop(trips, list(carried), ["dk", "dv"], step, iv_name="t"))
-        # The transposed block lists: this key block's full query blocks, then its partial ones.
-        coords = [batch, head, n_block]
-        for count_name, list_name, rank_name, masked in (
-                ("FULL_Q_NUM_BLOCKS", "FULL_Q_INDICES", "FULL_Q_RANKS", False),
-                ("Q_NUM_BLOCKS", "Q_INDICES", "Q_RANKS", True)):
+    acc_zero = b.fill(0.0, register_tile([bn, dh]), "acc_zero")
+    if mods is not None and mods.block_sparse:
+        # The work lists (`BlockMask.backward_inputs`): this thread block's full (head, query block) pairs, then
+        # its partial ones, each one loop whose trip count is read from the list (over the GQA group's heads
+        # together): two loops refilling the same Q and dO tiles, which pipeline-loops gives one ring.
+        coords = [batch, head_k, n_block]
+        first_head = b.muli(head_k, group, "group_first_head")
+        carried = [acc_zero, acc_zero]
+        for count_name, heads_name, list_name, rank_name, masked in (
+                ("FULL_Q_NUM_VISITS", "FULL_Q_HEADS", "FULL_Q_BLOCKS", "FULL_Q_VISIT_RANKS", False),
+                ("Q_NUM_VISITS", "Q_HEADS", "Q_BLOCKS", "Q_VISIT_RANKS", True)):
             count = b.emit(tile.LoadIndexOp(v[count_name], coords), count_name.lower())
 
-            def listed(b: TileBuilder, t: SSAValue, inner, list_name=list_name, rank_name=rank_name,
-                       masked=masked) -> list[SSAValue]:
+            def listed(b: TileBuilder, t: SSAValue, inner, heads_name=heads_name, list_name=list_name,
+                       rank_name=rank_name, masked=masked) -> list[SSAValue]:
+                g = b.emit(tile.LoadIndexOp(v[heads_name], [*coords, t]), "g")
                 m = b.emit(tile.LoadIndexOp(v[list_name], [*coords, t]), "m")
+                head = b.addi(first_head, g, "head")
                 rank = b.emit(tile.LoadIndexOp(v[rank_name], [*coords, t]), "rank") if cfg.deterministic else None
                 return query_block(b, m, inner, head, masked, rank)
-            carried = b.for_loop(count, list(carried), ["dk", "dv"], listed, iv_name="t")
-        return list(carried)
+            carried = list(b.for_loop(count, carried, ["dk", "dv"], listed, iv_name="t"))
+        return _finish_main(cfg, f, *carried)
 
-    acc_zero = b.fill(0.0, register_tile([bn, dh]), "acc_zero")
+    def group_head(b: TileBuilder, g: SSAValue, carried) -> list[SSAValue]:
+        head = b.addi(b.muli(head_k, group, "group_first_head"), g, "head")
+
+        def step(b: TileBuilder, t: SSAValue, inner) -> list[SSAValue]:
+            return query_block(b, b.addi(m_start, t, "m") if c.causal else t, inner, head)
+        return list(b.for_loop(trips, list(carried), ["dk", "dv"], step, iv_name="t"))
+
     dk, dv = b.for_loop(group, [acc_zero, acc_zero], ["dk", "dv"], group_head, iv_name="g")
     return _finish_main(cfg, f, dk, dv)
 

@@ -26,7 +26,7 @@ Tile IR. At head_dim 128 it does with the main kernel's head split (`attention_b
 thread blocks per key block, each holding half of dK and dV), which a modifier's tiles need there."""
 
 
-BACKWARD_PIPELINE = "PTX_PIPELINE"
+BACKWARD_PIPELINE = "DEFAULT_PIPELINE"
 """The `tessera.passes` pipeline of the backward with modifiers below Tile IR and on the GPU: single-stage.
 The dense backward's default pipeline rings its Q/dO copies across the loop nest over the GQA group's heads,
 which needs the inner loop's trip count to be the same for every head; the transposed block lists' counts
@@ -187,7 +187,7 @@ def _backward(kernels, sparse, q, k, v, o, lse, do, *, score_mod, mask_mod, leve
         c = kernels.config.attention
         (batch, heads, seq_q, _), seq_k = q.shape, k.shape[2]
         mask = create_block_mask(mask_mod, batch, heads, seq_q, seq_k, c.block_m, c.block_n)
-        extra += mask.transposed_inputs() + (mask.transposed_ranks() if deterministic else [])
+        extra += mask.backward_inputs(k.shape[1], ranks=deterministic)
     from tessera import passes
 
     pipeline = getattr(passes, BACKWARD_PIPELINE)
