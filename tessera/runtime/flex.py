@@ -21,16 +21,36 @@ from tessera.variants.block_mask import create_block_mask
 
 
 SPARSE_BACKWARD_HEAD_DIMS = (64, 128)
-"""Head dims whose block-sparse backward (`attention_backward(block_sparse=True)`) fits the registers below
-Tile IR. At head_dim 128 it does with the main kernel's head split (`attention_backward.MODS_HEAD_SPLIT`: two
-thread blocks per key block, each holding half of dK and dV), which a modifier's tiles need there."""
+"""Head dims whose block-sparse backward (`attention_backward(block_sparse=True)`) lowers below Tile IR: both,
+each main-kernel thread block walking its work list (`BlockMask.backward_inputs`)."""
 
 
 BACKWARD_PIPELINE = "DEFAULT_PIPELINE"
-"""The `tessera.passes` pipeline of the backward with modifiers below Tile IR and on the GPU: single-stage.
-The dense backward's default pipeline rings its Q/dO copies across the loop nest over the GQA group's heads,
-which needs the inner loop's trip count to be the same for every head; the transposed block lists' counts
-differ per head (convert-tile-to-sm90 carries their phase counts for the single-stage copies instead)."""
+"""The `tessera.passes` pipeline of the backward with modifiers below Tile IR and on the GPU: the default one,
+warp-specialized with two stages (a producer warpgroup walks the work list, issuing the Q/dO refills; one
+consumer warpgroup at 64 x 64 blocks), falling back down its ladder with a warning naming the rung where the
+registers do not fit (`tessera.lowering.fallback`)."""
+
+
+_FITS: dict[str, str | None] = {}
+
+
+def warp_specialized_refusal(module) -> str | None:
+    """None when `module`'s kernels lower with the default pipeline's first rung (warp-specialized, two
+    stages) without falling back; else the refusal in a few words. Remembered by the module's text."""
+    from tessera.ir import make_context
+    from tessera.passes import DEFAULT_PIPELINE, parse_pipeline, without_cyclic_gc
+    from tessera.regalloc import RegisterBudgetError
+
+    key = str(module)
+    if key not in _FITS:
+        try:
+            with without_cyclic_gc():
+                parse_pipeline(DEFAULT_PIPELINE).apply(make_context(), module.clone())
+            _FITS[key] = None
+        except RegisterBudgetError as error:
+            _FITS[key] = (getattr(error, "summary", None) or str(error).split(";")[0]).strip()
+    return _FITS[key]
 
 
 def _captured(score_mod, mask_mod) -> list[np.ndarray]:
@@ -164,6 +184,16 @@ def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal:
     options = dict(score_mod=score_mod, mask_mod=mask_mod, causal=causal, scale=scale, level=level,
                    head_dim=head_dim, dtype=dtype, deterministic=deterministic)
     kernels, sparse = backward_kernels(q, **options)
+    if kernels.head_split > 1 and level != "tile":
+        # One thread block per key block where it fits warp-specialized (no extra S and dP products)
+        whole, sparse_whole = backward_kernels(q, head_split=1, **options)
+        refusal = warp_specialized_refusal(whole.main)
+        if refusal is None:
+            kernels, sparse = whole, sparse_whole
+        else:
+            warn(f"attention_backward: the main kernel with score_mod/mask_mod at head_dim {head_dim} does not fit "
+                 f"warp-specialized as one thread block per key block ({refusal[:120]}); built with "
+                 f"head_split={kernels.head_split}")
     try:
         return _backward(kernels, sparse, q, k, v, o, lse, do, **options)
     except RegisterBudgetError as error:
