@@ -96,16 +96,20 @@ MODS_BLOCKS = {64: (64, 64), 128: (64, 64)}
 """(BM, BN) by head_dim with a score_mod or mask_mod. A modifier's tiles live beside P, dP, dK and dV: at
 head_dim 64 with 128 x 128 blocks a sliding-window mask_mod with the block lists needs 263 registers a thread,
 with a soft-cap score_mod 323 (their [BM, BN] i32 index tiles and the derivative), over the 255 a thread has;
-at 64 x 64, 226. At head_dim 128 a modifier takes 64 x 64 too (the smallest blocks the lowering takes) and the
-single-warpgroup kernel, with `MODS_HEAD_SPLIT`."""
+warp-specialized (two consumer warpgroups, 240 each) a window alone needs 248 and a soft-cap alone 258, where the
+dense kernel peaks at 235. At 64 x 64 (one consumer warpgroup: 256 registers warp-specialized) soft-cap + ALiBi +
+a window fits the default pipeline's first rung. At head_dim 128 a modifier takes 64 x 64 too (the smallest
+blocks the lowering takes) and the single-warpgroup kernel, with `MODS_HEAD_SPLIT` where it does not fit whole."""
 
 MODS_HEAD_SPLIT = {128: 2}
 """Main-kernel thread blocks per key block by head_dim with a score_mod or mask_mod (`attention_backward`'s
 `head_split`). At head_dim 128, dK and dV ([64, 128] f32 each: 128 registers a thread) leave no room for a
-modifier's tiles beside S and dP (soft-cap + ALiBi + a window with the block lists: 291 registers, a soft-cap
-alone 259); each of two thread blocks accumulating 64 of the 128 columns holds 64. The price: both compute
-S = Q K^T and dP = dO V^T over all 128 columns, 7 units of wgmma work where one thread block does 5 (1.4x),
-and copy Q, dO and K slices beside the whole tiles."""
+modifier's tiles beside S and dP (soft-cap + ALiBi + a window with the block lists: 277 registers
+warp-specialized, where one consumer warpgroup has 256); each of two thread blocks accumulating 64 of the 128
+columns holds 64. The price: both compute S = Q K^T and dP = dO V^T over all 128 columns, 7 units of wgmma
+work where one thread block does 5 (1.4x), and copy Q, dO and K slices beside the whole tiles. The builder's
+default; `tessera.attention_backward` builds head_split=1 first and keeps it where it lowers warp-specialized
+(a soft-cap alone, a sliding window alone: `runtime.flex.warp_specialized_refusal`)."""
 
 LOG2E = math.log2(math.e)
 """log2(e): LSE2 = LSE * log2 e, and the main kernel's score scale is scale * log2 e."""
@@ -567,9 +571,10 @@ def attention_backward(
     derivative of score_mod with respect to the score (`attention_mods.score_derivative`; the arrays it reads
     need no gradient) before dQ and dK. Their captured arrays are main-kernel inputs after dPsum. Every key
     block visits every query block (with `causal`, those the causal mask allows), or with `block_sparse=True`
-    the query blocks of the transposed block lists (`BlockMask.transposed_inputs()`, main-kernel inputs after
-    the arrays: per (batch, head, key block) its full query blocks, visited with no mask, then its partial
-    ones, with mask_mod; empty ones never).
+    the pairs of its work lists (`BlockMask.backward_inputs(heads_k)`, main-kernel inputs after the arrays: per
+    (batch, K/V head, key block) its full (head of the GQA group, query block) pairs, visited with no mask, then
+    its partial ones, with mask_mod; empty ones never): one loop each, whose trip count is read from the lists,
+    so that the default pipeline warp-specializes it (the producer walks the same lists).
 
     `head_split` (1 or 2; default `MODS_HEAD_SPLIT` with a modifier, else 1): the main kernel's thread blocks
     per key block, each accumulating dK, dV and dQ for head_dim / head_split columns (S and dP still take the

@@ -4,11 +4,12 @@ FlexAttention-style modifiers (`tessera.variants.trace`), on the GPU or in the i
 The forward builds `flash_attention(score_mod=, mask_mod=, block_sparse=True)` (block-sparse whenever there is a
 mask_mod, the block lists from `tessera.variants.block_mask.create_block_mask` on the host) and runs it at `level`; the
 backward runs `attention_backward(score_mod=, mask_mod=, block_sparse=True)`'s three kernels (with the
-transposed lists, `BlockMask.transposed_inputs`, whenever there is a mask_mod and the kernel lowers with them,
-`SPARSE_BACKWARD_HEAD_DIMS`). `level=None` compiles the very modules the interpreters run (`compile_module`:
+work lists, `BlockMask.backward_inputs`, whenever there is a mask_mod), warp-specialized where the registers
+allow (`BACKWARD_PIPELINE`; at head_dim 128 one thread block per key block where that lowers warp-specialized,
+else `head_split=2` with a warning). `level=None` compiles the very modules the interpreters run (`compile_module`:
 the kernel cache keys them by their text; the captured arrays and lists are inputs, so new values need no new
 compile) and launches them like the dense kernels (`tessera.launch`; the backward's as
-`runtime.launch.launch_zeroed`, single-stage); the captured arrays and block lists go to the
+`runtime.launch.launch_zeroed`); the captured arrays and block lists go to the
 device beside q, k and v (tensors on q's device for PyTorch inputs).
 """
 
@@ -176,6 +177,7 @@ def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal:
     blocks that visit the query block, `BlockMask.transposed_ranks`). A main kernel whose registers do not fit
     below Tile level is rebuilt with `HEAD_SPLIT_FALLBACK`, with a warning."""
     from tessera.ir.diagnostics import warn
+    from tessera.lowering.fallback import NoConfigurationFitsError
     from tessera.regalloc import RegisterBudgetError
     from tessera.runtime.launch import usable_device
 
@@ -199,7 +201,10 @@ def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal:
     except RegisterBudgetError as error:
         if level == "tile" or deterministic or kernels.head_split >= HEAD_SPLIT_FALLBACK:
             raise
-        summary = getattr(error, "summary", None) or str(error).split(";")[0]
+        summary = getattr(error, "summary", None) or str(error)
+        if isinstance(error, NoConfigurationFitsError):  # the last rung's refusal: single-stage's registers
+            summary = str(error).strip().splitlines()[-1].split(": ", 1)[-1]
+        summary = summary.split(";")[0].strip()
         warn(f"attention_backward: the main kernel with score_mod/mask_mod at head_dim {head_dim} does not fit "
              f"the registers ({summary[:120]}); rebuilt with head_split={HEAD_SPLIT_FALLBACK} ({HEAD_SPLIT_FALLBACK} "
              "thread blocks per key block, each holding a slice of dK and dV; both compute S and dP)")
