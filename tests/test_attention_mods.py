@@ -10,7 +10,7 @@ import pytest
 import tessera
 from tessera import reference
 from tessera.variants.trace import ModTraceError, trace_mod
-from tessera.variants.block_mask import EMPTY, FULL, PARTIAL, create_block_mask
+from tessera.variants.block_mask import EMPTY, FULL, PARTIAL, VISIT_HEAD, create_block_mask
 from tessera.kernels import flash_attention
 from tessera.numerics import BF16, round_to
 
@@ -358,29 +358,32 @@ def test_transposed_block_lists():
 
 def test_backward_work_lists_cover_each_visited_pair_once():
     """Per (batch, K/V head, key block): every (head of the GQA group, query block) pair that is full, then every
-    partial one, each once, head-major and ascending; the ranks are `transposed_ranks`' for the same pairs."""
+    partial one, each once, head-major and ascending, packed g * VISIT_HEAD + m; the ranks are
+    `transposed_ranks`' for the same pairs."""
     docs = np.repeat([0, 1, 2], [40, 0, 60])  # document 1 is empty
 
     def doc_window(b, h, q_idx, kv_idx):
         return (docs[q_idx] == docs[np.minimum(kv_idx, 99)]) & (q_idx - kv_idx < 24 + 8 * h)
     bm = create_block_mask(doc_window, 2, 4, 100, 70, 16, 16)
-    counts_f, heads_f, blocks_f, counts_p, heads_p, blocks_p, ranks_f, ranks_p = bm.backward_inputs(2, ranks=True)
-    assert counts_f.shape == (2, 2, 5) and heads_f.shape == blocks_f.shape == (2, 2, 5, 2 * 7)
+    counts, visits, ranks = bm.backward_inputs(2, ranks=True)
+    assert counts.shape == (2, 2, 5, 2) and visits.shape == ranks.shape == (2, 2, 5, 2 * 7)
     t_ranks = dict(zip((FULL, PARTIAL), bm.transposed_ranks()))
     t_lists = dict(zip((FULL, PARTIAL), (bm.transposed_inputs()[i] for i in (1, 3))))
     for b in range(2):
         for hk in range(2):
             for n in range(5):
-                for kind, counts, heads, blocks, ranks in ((FULL, counts_f, heads_f, blocks_f, ranks_f),
-                                                           (PARTIAL, counts_p, heads_p, blocks_p, ranks_p)):
-                    c = counts[b, hk, n]
-                    pairs = list(zip(heads[b, hk, n, :c].tolist(), blocks[b, hk, n, :c].tolist()))
+                full, partial = counts[b, hk, n]
+                start = 0
+                for kind, c in ((FULL, full), (PARTIAL, partial)):
+                    packed = visits[b, hk, n, start:start + c]
+                    pairs = list(zip((packed // VISIT_HEAD).tolist(), (packed % VISIT_HEAD).tolist()))
                     expected = [(g, m) for g in range(2) for m in range(7) if bm.kinds[b, 2 * hk + g, m, n] == kind]
                     assert pairs == expected
-                    assert not heads[b, hk, n, c:].any() and not blocks[b, hk, n, c:].any()
-                    for (g, m), r in zip(pairs, ranks[b, hk, n, :c]):
+                    for (g, m), r in zip(pairs, ranks[b, hk, n, start:start + c]):
                         where = t_lists[kind][b, 2 * hk + g, n].tolist().index(m)
                         assert r == t_ranks[kind][b, 2 * hk + g, n, where]
+                    start += c
+                assert not visits[b, hk, n, start:].any() and not ranks[b, hk, n, start:].any()
     with pytest.raises(ValueError, match="heads_k must divide"):
         bm.backward_inputs(3)
 

@@ -61,6 +61,7 @@ from xdsl.dialects import arith
 from xdsl.dialects.builtin import IntegerType, ModuleOp, StringAttr
 from xdsl.ir import Attribute, SSAValue
 
+from tessera.variants.block_mask import VISIT_HEAD
 from tessera.variants.trace import score_derivative, trace_mod
 from tessera.dialects import tile
 from tessera.kernels.attention import AttentionConfig
@@ -421,22 +422,20 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None, head_spl
     acc_zero = b.fill(0.0, register_tile([bn, dh]), "acc_zero")
     if mods is not None and mods.block_sparse:
         # The work lists (`BlockMask.backward_inputs`): this thread block's full (head, query block) pairs, then
-        # its partial ones, each one loop whose trip count is read from the list (over the GQA group's heads
+        # its partial ones, each one loop whose trip count is read from the lists (over the GQA group's heads
         # together): two loops refilling the same Q and dO tiles, which pipeline-loops gives one ring.
         coords = [batch, head_k, n_block]
         first_head = b.muli(head_k, group, "group_first_head")
+        full = b.emit(tile.LoadIndexOp(v["Q_NUM_VISITS"], [*coords, zero]), "full_visits")
+        partial = b.emit(tile.LoadIndexOp(v["Q_NUM_VISITS"], [*coords, b.const(1)]), "partial_visits")
         carried = [acc_zero, acc_zero]
-        for count_name, heads_name, list_name, rank_name, masked in (
-                ("FULL_Q_NUM_VISITS", "FULL_Q_HEADS", "FULL_Q_BLOCKS", "FULL_Q_VISIT_RANKS", False),
-                ("Q_NUM_VISITS", "Q_HEADS", "Q_BLOCKS", "Q_VISIT_RANKS", True)):
-            count = b.emit(tile.LoadIndexOp(v[count_name], coords), count_name.lower())
-
-            def listed(b: TileBuilder, t: SSAValue, inner, heads_name=heads_name, list_name=list_name,
-                       rank_name=rank_name, masked=masked) -> list[SSAValue]:
-                g = b.emit(tile.LoadIndexOp(v[heads_name], [*coords, t]), "g")
-                m = b.emit(tile.LoadIndexOp(v[list_name], [*coords, t]), "m")
-                head = b.addi(first_head, g, "head")
-                rank = b.emit(tile.LoadIndexOp(v[rank_name], [*coords, t]), "rank") if cfg.deterministic else None
+        for count, first, masked in ((full, None, False), (partial, full, True)):
+            def listed(b: TileBuilder, t: SSAValue, inner, first=first, masked=masked) -> list[SSAValue]:
+                i = t if first is None else b.addi(first, t, "visit")
+                visit = b.emit(tile.LoadIndexOp(v["Q_VISITS"], [*coords, i]), "packed_visit")
+                head = b.addi(first_head, b.emit(arith.DivUIOp(visit, b.const(VISIT_HEAD)), "g"), "head")
+                m = b.emit(arith.RemUIOp(visit, b.const(VISIT_HEAD)), "m")
+                rank = b.emit(tile.LoadIndexOp(v["Q_VISIT_RANKS"], [*coords, i]), "rank") if cfg.deterministic else None
                 return query_block(b, m, inner, head, masked, rank)
             carried = list(b.for_loop(count, carried, ["dk", "dv"], listed, iv_name="t"))
         return _finish_main(cfg, f, *carried)

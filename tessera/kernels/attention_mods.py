@@ -184,15 +184,15 @@ BLOCK_LISTS = ("FULL_KV_NUM_BLOCKS", "FULL_KV_INDICES", "KV_NUM_BLOCKS", "KV_IND
 full key blocks and their indices, then the number of partial key blocks and theirs (`tessera.variants.block_mask`)."""
 
 
-BACKWARD_BLOCK_LISTS = ("FULL_Q_NUM_VISITS", "FULL_Q_HEADS", "FULL_Q_BLOCKS", "Q_NUM_VISITS", "Q_HEADS", "Q_BLOCKS")
+BACKWARD_BLOCK_LISTS = ("Q_NUM_VISITS", "Q_VISITS")
 """The block-sparse backward's inputs, `BlockMask.backward_inputs`: per main-kernel thread block (batch, K/V head,
-key block) the number of full (query head of the GQA group, query block) pairs it visits, their heads and query
-blocks, then the same for partial pairs."""
+key block) the numbers of full and of partial (query head of the GQA group, query block) pairs it visits, and
+the pairs (full ones first), each packed in one i32."""
 
-BACKWARD_RANKS = ("FULL_Q_VISIT_RANKS", "Q_VISIT_RANKS")
-"""The deterministic block-sparse backward's inputs after the lists: per pair of each list, the rank of this key
-block among the key blocks that visit that query block of that head (`BlockMask.transposed_ranks`): the dQ
-semaphore count it waits for."""
+BACKWARD_RANKS = ("Q_VISIT_RANKS",)
+"""The deterministic block-sparse backward's input after the lists: per pair, the rank of this key block among
+the key blocks that visit that query block of that head (`BlockMask.transposed_ranks`): the dQ semaphore
+count it waits for."""
 
 
 @dataclass(frozen=True)
@@ -226,8 +226,10 @@ class AttentionMods:
             rows = ["batch", "heads_k", "kv_blocks"] if backward else ["batch", "heads", "q_blocks"]
             names = (BACKWARD_BLOCK_LISTS + (BACKWARD_RANKS if ranks else ())) if backward else BLOCK_LISTS
             for name in names:
-                listed = "NUM_" not in name
-                dims = rows + ([("q_visits" if backward else "kv_blocks")] if listed else [])
+                if backward:
+                    dims = rows + [2 if "NUM_" in name else "q_visits"]
+                else:
+                    dims = rows + (["kv_blocks"] if "NUM_" not in name else [])
                 specs.append(ArgSpec(name, global_tensor([None] * len(dims), i32), dims))
         return specs
 
