@@ -151,15 +151,26 @@ def _forward(q, k, v, score_mod, mask_mod, causal, scale, return_lse, level, hea
 
 
 def backward_kernels(q, *, score_mod, mask_mod, causal: bool, scale, level, head_dim: int, dtype: str,
-                     deterministic: bool = False, head_split: int | None = None):
+                     deterministic: bool = False, head_split: int | None = None, blocks: tuple | None = None):
     """The backward's three kernels `attention_backward_mods` runs at `level` (None: the GPU), and whether they
-    read the transposed block lists."""
+    read the block lists; `blocks` (BM, BN), default the builder's (`MODS_BLOCKS`)."""
     from tessera.kernels import attention_backward
 
     sparse = mask_mod is not None and (level == "tile" or head_dim in SPARSE_BACKWARD_HEAD_DIMS)
+    block_m, block_n = blocks or (None, None)
     return attention_backward(head_dim, causal=causal, dtype=dtype, scale=scale, score_mod=score_mod,
                               mask_mod=mask_mod, block_sparse=sparse, deterministic=deterministic,
-                              head_split=head_split), sparse
+                              head_split=head_split, block_m=block_m, block_n=block_n), sparse
+
+
+WARP_SPECIALIZED_FIRST = {64: ("with 128 x 128 blocks", dict(blocks=(128, 128)), "64 x 64 blocks"),
+                          128: ("as one thread block per key block", dict(head_split=1), "head_split=2")}
+"""By head_dim, what `tessera.attention_backward` with modifiers tries before the builder's default below Tile
+level and on the GPU, kept where its main kernel lowers warp-specialized (`warp_specialized_refusal`), else the
+default with a warning naming the refusal: at head_dim 64 the dense kernel's 128 x 128 blocks (two consumer
+warpgroups of 240 registers: a mask_mod such as a sliding window fits, a soft-cap score_mod does not), at head_dim
+128 one thread block per key block instead of `MODS_HEAD_SPLIT` (no extra S and dP products). (Its name, the
+keywords of `backward_kernels`, and what the default is called in the warning.)"""
 
 
 HEAD_SPLIT_FALLBACK = 2
@@ -186,16 +197,16 @@ def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal:
     options = dict(score_mod=score_mod, mask_mod=mask_mod, causal=causal, scale=scale, level=level,
                    head_dim=head_dim, dtype=dtype, deterministic=deterministic)
     kernels, sparse = backward_kernels(q, **options)
-    if kernels.head_split > 1 and level != "tile":
-        # One thread block per key block where it fits warp-specialized (no extra S and dP products)
-        whole, sparse_whole = backward_kernels(q, head_split=1, **options)
-        refusal = warp_specialized_refusal(whole.main)
+    first = WARP_SPECIALIZED_FIRST.get(head_dim)
+    if first is not None and level != "tile" and (head_dim != 128 or kernels.head_split > 1):
+        name, keywords, default = first
+        larger, larger_sparse = backward_kernels(q, **keywords, **options)
+        refusal = warp_specialized_refusal(larger.main)
         if refusal is None:
-            kernels, sparse = whole, sparse_whole
+            kernels, sparse = larger, larger_sparse
         else:
             warn(f"attention_backward: the main kernel with score_mod/mask_mod at head_dim {head_dim} does not fit "
-                 f"warp-specialized as one thread block per key block ({refusal[:120]}); built with "
-                 f"head_split={kernels.head_split}")
+                 f"warp-specialized {name} ({refusal[:120]}); built with {default}")
     try:
         return _backward(kernels, sparse, q, k, v, o, lse, do, **options)
     except RegisterBudgetError as error:
