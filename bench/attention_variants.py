@@ -11,7 +11,9 @@ Rows:
   loop's extra over the dense loop (needs ptxas and nvdisasm); the masks written with integer // and %
   (block-diagonal, chunked-local, dilated) among them;
 - the backward with modifiers (`--backward` alone): the pairs its work lists visit at 16k, its full-block
-  loop's SASS per key against the dense warp-specialized 64 x 64 kernel's, the partial-block cost per mod, and
+  loop's SASS per key against the dense warp-specialized kernel's at the same blocks (128 x 128 where the
+  modifier fits them warp-specialized, as `tessera.attention_backward` chooses, else 64 x 64), the partial-block
+  cost per mod, and
   at head_dim 128 the configuration taken (one thread block per key block where it fits warp-specialized, else
   the head split), ptxas registers and spills.
 
@@ -126,20 +128,23 @@ def backward() -> None:
     visited = {}
     for mask in (causal, sliding_window, documents):
         bm = create_block_mask(mask, 1, 1, SEQ, SEQ, 64, 64)
-        counts = bm.backward_inputs(1)
-        visited[mask.__name__] = (counts[0].sum() + counts[3].sum()) / bm.kinds.size
+        full, partial = bm.backward_inputs(1)[0].sum(axis=(0, 1, 2))
+        visited[mask.__name__] = (full + partial) / bm.kinds.size
         print(f"backward {mask.__name__:15s} seq {SEQ}, 64 x 64: visits {visited[mask.__name__]:.4f} of the "
-              f"(key block, query block) pairs (full {counts[0].sum()}, partial {counts[3].sum()})")
+              f"(key block, query block) pairs (full {full}, partial {partial})")
     print(f"backward sliding window 1024 / causal work: {visited['sliding_window'] / visited['causal']:.4f}")
-    bn = 64
-    dense = loops(attention_backward(64, block_m=64, block_n=bn).main)[0]
+    dense = {bn: loops(attention_backward(64, block_m=bn, block_n=bn).main)[0] for bn in (64, 128)}
     for mask in (causal, sliding_window, prefix_lm, documents, chunked_local, dilated):
-        full, partial = loops(attention_backward(64, mask_mod=mask, block_sparse=True).main)
-        print(f"backward d64 mask_mod {mask.__name__:15s}: full blocks {full / bn:.2f} SASS/key (dense "
-              f"warp-specialized {dense / bn:.2f}), partial-block cost {(partial - full) / bn:.2f} SASS/key")
+        # the blocks tessera.attention_backward takes (runtime.flex.WARP_SPECIALIZED_FIRST)
+        large = attention_backward(64, block_m=128, block_n=128, mask_mod=mask, block_sparse=True)
+        bn = 128 if warp_specialized_refusal(large.main) is None else 64
+        full, partial = loops(large.main if bn == 128 else attention_backward(64, mask_mod=mask, block_sparse=True).main)
+        print(f"backward d64 mask_mod {mask.__name__:15s} {bn} x {bn}: full blocks {full / bn:.2f} SASS/key (dense "
+              f"warp-specialized {dense[bn] / bn:.2f}), partial-block cost {(partial - full) / bn:.2f} SASS/key")
     for mod in (softcap, alibi, relative_table):
         looped = loops(attention_backward(64, score_mod=mod).main)
-        print(f"backward d64 score_mod {mod.__name__:14s}: {(looped[0] - dense) / bn:.2f} SASS/key over the dense loop")
+        print(f"backward d64 score_mod {mod.__name__:14s} 64 x 64: {(looped[0] - dense[64]) / 64:.2f} SASS/key over the "
+              "dense loop")
     for score_mod, mask_mod in ((softcap, sliding_window), (alibi, documents), (None, chunked_local), (softcap, None),
                                 (None, sliding_window)):
         names = "+".join(f.__name__ for f in (score_mod, mask_mod) if f is not None)

@@ -15,7 +15,7 @@ from tessera import passes, reference, toolchain
 from tessera.kernels import attention_backward
 from tessera.numerics import BF16, round_to
 
-SLOPES = np.array([0.5, 0.25])
+SLOPES = np.array([0.5, 0.25, 0.125, 0.0625])
 DOC = np.repeat([0, 1, 2], [40, 30, 100])  # document 1: queries 40..69 and keys 40..69; see `late_document`
 
 

@@ -97,9 +97,11 @@ MODS_BLOCKS = {64: (64, 64), 128: (64, 64)}
 """(BM, BN) by head_dim with a score_mod or mask_mod. A modifier's tiles live beside P, dP, dK and dV: at
 head_dim 64 with 128 x 128 blocks a sliding-window mask_mod with the block lists needs 263 registers a thread,
 with a soft-cap score_mod 323 (their [BM, BN] i32 index tiles and the derivative), over the 255 a thread has;
-warp-specialized (two consumer warpgroups, 240 each) a window alone needs 248 and a soft-cap alone 258, where the
-dense kernel peaks at 235. At 64 x 64 (one consumer warpgroup: 256 registers warp-specialized) soft-cap + ALiBi +
-a window fits the default pipeline's first rung. At head_dim 128 a modifier takes 64 x 64 too (the smallest
+warp-specialized (two consumer warpgroups, 240 each) a sliding window alone fits (the dense kernel peaks at 235),
+a soft-cap alone needs 258, document masking's gathers 301. At 64 x 64 (one consumer warpgroup: 256 registers
+warp-specialized) soft-cap + ALiBi + a window fits the default pipeline's first rung. The builder's default;
+`tessera.attention_backward` takes 128 x 128 where the main kernel lowers warp-specialized with them
+(`runtime.flex.WARP_SPECIALIZED_FIRST`). At head_dim 128 a modifier takes 64 x 64 too (the smallest
 blocks the lowering takes) and the single-warpgroup kernel, with `MODS_HEAD_SPLIT` where it does not fit whole."""
 
 MODS_HEAD_SPLIT = {128: 2}
