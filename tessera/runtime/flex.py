@@ -45,6 +45,8 @@ def warp_specialized_refusal(module) -> str | None:
 
     key = str(module)
     if key not in _FITS:
+        if len(_FITS) >= 64:  # a bounded memory: the texts hold whole kernels
+            _FITS.clear()
         try:
             with without_cyclic_gc():
                 parse_pipeline(DEFAULT_PIPELINE).apply(make_context(), module.clone())
