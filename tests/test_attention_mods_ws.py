@@ -123,14 +123,15 @@ def test_d128_falls_back_to_the_head_split_with_a_warning():
 
 
 @pytest.mark.usefixtures("ptxas")
-@pytest.mark.parametrize("d,score_mod,mask_mod,head_split", [
-    (64, softcap_alibi, window, 1),
-    pytest.param(128, softcap_alibi, window, 2, marks=pytest.mark.slow),
-    pytest.param(128, softcap, None, 1, marks=pytest.mark.slow)])
-def test_main_kernel_is_warp_specialized_and_ptxas_clean(d, score_mod, mask_mod, head_split):
+@pytest.mark.parametrize("d,score_mod,mask_mod,options", [
+    (64, softcap_alibi, window, {}),
+    pytest.param(64, None, window, dict(block_m=128, block_n=128), marks=pytest.mark.slow),
+    pytest.param(128, softcap_alibi, window, dict(head_split=2), marks=pytest.mark.slow),
+    pytest.param(128, softcap, None, dict(head_split=1), marks=pytest.mark.slow)])
+def test_main_kernel_is_warp_specialized_and_ptxas_clean(d, score_mod, mask_mod, options):
     """A producer warpgroup (setmaxnreg.dec) and consumers (setmaxnreg.inc), without a fallback; no spill."""
     kernels = attention_backward(d, score_mod=score_mod, mask_mod=mask_mod, block_sparse=mask_mod is not None,
-                                 head_split=head_split)
+                                 **options)
     ptx = _ptx(kernels.main)
     assert "setmaxnreg.dec.sync.aligned.u32" in ptx and "setmaxnreg.inc.sync.aligned.u32" in ptx
     result = toolchain.compile_ptx(ptx)
