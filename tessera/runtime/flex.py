@@ -5,8 +5,9 @@ The forward builds `flash_attention(score_mod=, mask_mod=, block_sparse=True)` (
 mask_mod, the block lists from `tessera.variants.block_mask.create_block_mask` on the host) and runs it at `level`; the
 backward runs `attention_backward(score_mod=, mask_mod=, block_sparse=True)`'s three kernels (with the
 work lists, `BlockMask.backward_inputs`, whenever there is a mask_mod), warp-specialized where the registers
-allow (`BACKWARD_PIPELINE`; at head_dim 128 one thread block per key block where that lowers warp-specialized,
-else `head_split=2` with a warning). `level=None` compiles the very modules the interpreters run (`compile_module`:
+allow (`BACKWARD_PIPELINE`; `WARP_SPECIALIZED_FIRST`: at head_dim 64 the dense kernel's 128 x 128 blocks, at
+head_dim 128 one thread block per key block, where that lowers warp-specialized, else the builder's default
+with a warning). `level=None` compiles the very modules the interpreters run (`compile_module`:
 the kernel cache keys them by their text; the captured arrays and lists are inputs, so new values need no new
 compile) and launches them like the dense kernels (`tessera.launch`; the backward's as
 `runtime.launch.launch_zeroed`); the captured arrays and block lists go to the
@@ -29,7 +30,7 @@ each main-kernel thread block walking its work list (`BlockMask.backward_inputs`
 BACKWARD_PIPELINE = "DEFAULT_PIPELINE"
 """The `tessera.passes` pipeline of the backward with modifiers below Tile IR and on the GPU: the default one,
 warp-specialized with two stages (a producer warpgroup walks the work list, issuing the Q/dO refills; one
-consumer warpgroup at 64 x 64 blocks), falling back down its ladder with a warning naming the rung where the
+consumer warpgroup at 64 x 64 blocks, two at 128 x 128, `WARP_SPECIALIZED_FIRST`), falling back down its ladder with a warning naming the rung where the
 registers do not fit (`tessera.lowering.fallback`)."""
 
 
@@ -38,10 +39,12 @@ _FITS: dict[str, str | None] = {}
 
 def warp_specialized_refusal(module) -> str | None:
     """None when `module`'s kernels lower with the default pipeline's first rung (warp-specialized, two
-    stages) without falling back; else the refusal in a few words. Remembered by the module's text."""
+    stages) without falling back; else the refusal in a few words (a register budget's, or any other refusal of
+    that configuration, such as its shared memory). Remembered by the module's text."""
+    from xdsl.utils.exceptions import DiagnosticException
+
     from tessera.ir import make_context
     from tessera.passes import DEFAULT_PIPELINE, parse_pipeline, without_cyclic_gc
-    from tessera.regalloc import RegisterBudgetError
 
     key = str(module)
     if key not in _FITS:
@@ -51,7 +54,7 @@ def warp_specialized_refusal(module) -> str | None:
             with without_cyclic_gc():
                 parse_pipeline(DEFAULT_PIPELINE).apply(make_context(), module.clone())
             _FITS[key] = None
-        except RegisterBudgetError as error:
+        except DiagnosticException as error:
             _FITS[key] = (getattr(error, "summary", None) or str(error).split(";")[0]).strip()
     return _FITS[key]
 
@@ -187,8 +190,10 @@ def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal:
     """(dq, dk, dv) of `attention_mods` at `level`, from its O and LSE ([batch, heads, seq_q]); `pipeline` is
     ignored: the backward with modifiers is lowered with `BACKWARD_PIPELINE` below Tile level and on the GPU.
     `deterministic`: the dQ additions of a query block in key-block order (with the block lists, each key block waits for its rank among the
-    blocks that visit the query block, `BlockMask.transposed_ranks`). A main kernel whose registers do not fit
-    below Tile level is rebuilt with `HEAD_SPLIT_FALLBACK`, with a warning."""
+    blocks that visit the query block, `BlockMask.transposed_ranks`). Below Tile level and on the GPU the main
+    kernel of `WARP_SPECIALIZED_FIRST` is taken where it lowers warp-specialized, else the builder's default
+    with a warning; a main kernel whose registers fit no configuration is rebuilt with `HEAD_SPLIT_FALLBACK`,
+    with a warning."""
     from tessera.ir.diagnostics import warn
     from tessera.lowering.fallback import NoConfigurationFitsError
     from tessera.regalloc import RegisterBudgetError
