@@ -358,7 +358,7 @@ def test_transposed_block_lists():
 
 def test_backward_work_lists_cover_each_visited_pair_once():
     """Per (batch, K/V head, key block): every (head of the GQA group, query block) pair that is full, then every
-    partial one, each once, head-major and ascending, packed g * VISIT_HEAD + m; the ranks are
+    partial one, each once, head-major and ascending, packed h * VISIT_HEAD + m (h = 2 hk + g); the ranks are
     `transposed_ranks`' for the same pairs."""
     docs = np.repeat([0, 1, 2], [40, 0, 60])  # document 1 is empty
 
@@ -376,7 +376,7 @@ def test_backward_work_lists_cover_each_visited_pair_once():
                 start = 0
                 for kind, c in ((FULL, full), (PARTIAL, partial)):
                     packed = visits[b, hk, n, start:start + c]
-                    pairs = list(zip((packed // VISIT_HEAD).tolist(), (packed % VISIT_HEAD).tolist()))
+                    pairs = list(zip((packed // VISIT_HEAD - 2 * hk).tolist(), (packed % VISIT_HEAD).tolist()))
                     expected = [(g, m) for g in range(2) for m in range(7) if bm.kinds[b, 2 * hk + g, m, n] == kind]
                     assert pairs == expected
                     for (g, m), r in zip(pairs, ranks[b, hk, n, start:start + c]):
@@ -384,6 +384,8 @@ def test_backward_work_lists_cover_each_visited_pair_once():
                         assert r == t_ranks[kind][b, 2 * hk + g, n, where]
                     start += c
                 assert not visits[b, hk, n, start:].any() and not ranks[b, hk, n, start:].any()
+    with pytest.raises(ValueError, match="do not pack into one i32"):
+        create_block_mask(doc_window, 1, 40000, 16, 16, 16, 16).backward_inputs(1)
     with pytest.raises(ValueError, match="heads_k must divide"):
         bm.backward_inputs(3)
 

@@ -427,7 +427,6 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None, head_spl
         # its partial ones, each one loop whose trip count is read from the lists (over the GQA group's heads
         # together): two loops refilling the same Q and dO tiles, which pipeline-loops gives one ring.
         coords = [batch, head_k, n_block]
-        first_head = b.muli(head_k, group, "group_first_head")
         full = b.emit(tile.LoadIndexOp(v["Q_NUM_VISITS"], [*coords, zero]), "full_visits")
         partial = b.emit(tile.LoadIndexOp(v["Q_NUM_VISITS"], [*coords, b.const(1)]), "partial_visits")
         carried = [acc_zero, acc_zero]
@@ -435,7 +434,7 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None, head_spl
             def listed(b: TileBuilder, t: SSAValue, inner, first=first, masked=masked) -> list[SSAValue]:
                 i = t if first is None else b.addi(first, t, "visit")
                 visit = b.emit(tile.LoadIndexOp(v["Q_VISITS"], [*coords, i]), "packed_visit")
-                head = b.addi(first_head, b.emit(arith.DivUIOp(visit, b.const(VISIT_HEAD)), "g"), "head")
+                head = b.emit(arith.DivUIOp(visit, b.const(VISIT_HEAD)), "head")
                 m = b.emit(arith.RemUIOp(visit, b.const(VISIT_HEAD)), "m")
                 rank = b.emit(tile.LoadIndexOp(v["Q_VISIT_RANKS"], [*coords, i]), "rank") if cfg.deterministic else None
                 return query_block(b, m, inner, head, masked, rank)

@@ -187,7 +187,7 @@ full key blocks and their indices, then the number of partial key blocks and the
 BACKWARD_BLOCK_LISTS = ("Q_NUM_VISITS", "Q_VISITS")
 """The block-sparse backward's inputs, `BlockMask.backward_inputs`: per main-kernel thread block (batch, K/V head,
 key block) the numbers of full and of partial (query head of the GQA group, query block) pairs it visits, and
-the pairs (full ones first), each packed in one i32."""
+the pairs (full ones first), each packed in one i32 (`block_mask.VISIT_HEAD`)."""
 
 BACKWARD_RANKS = ("Q_VISIT_RANKS",)
 """The deterministic block-sparse backward's input after the lists: per pair, the rank of this key block among
