@@ -10,10 +10,14 @@ Rows:
   each mask_mod and score_mod (head_dim 64, BN 64); a score_mod runs in both loops, so its row is the full
   loop's extra over the dense loop (needs ptxas and nvdisasm); the masks written with integer // and %
   (block-diagonal, chunked-local, dilated) among them;
-- the head_dim 128 backward's main kernel with modifiers (head split over two thread blocks per key block):
-  ptxas registers and spills per variant.
+- the backward with modifiers (`--backward` alone): the pairs its work lists visit at 16k, its full-block
+  loop's SASS per key against the dense warp-specialized kernel's at the same blocks (128 x 128 where the
+  modifier fits them warp-specialized, as `tessera.attention_backward` chooses, else 64 x 64), the partial-block
+  cost per mod, and
+  at head_dim 128 the configuration taken (one thread block per key block where it fits warp-specialized, else
+  the head split), ptxas registers and spills.
 
-Run: .venv/bin/python bench/attention_variants.py
+Run: .venv/bin/python bench/attention_variants.py [--backward]
 """
 
 from __future__ import annotations
@@ -106,20 +110,60 @@ def main() -> None:
     for mod in (softcap, alibi, relative_table):
         loops = hgmma_loops(flash_attention(d, block_n=bn, score_mod=mod))
         print(f"score_mod {mod.__name__:14s}: {(min(loops) - dense) / bn:.2f} SASS/key over the dense loop")
-    backward_d128()
+    backward()
 
 
-def backward_d128() -> None:
+def backward() -> None:
+    """The warp-specialized backward with modifiers (64 x 64 blocks, one consumer warpgroup): the blocks its work
+    lists skip, its full-block loop against the dense warp-specialized 64 x 64 kernel's, the partial-block cost
+    per mod, and at head_dim 128 whether one thread block per key block fits (else the head split)."""
     from tessera import passes
     from tessera.kernels import attention_backward
+    from tessera.runtime.flex import warp_specialized_refusal
 
-    for score_mod, mask_mod in ((softcap, sliding_window), (alibi, documents), (None, chunked_local), (softcap, None)):
-        kernels = attention_backward(128, score_mod=score_mod, mask_mod=mask_mod, block_sparse=mask_mod is not None)
-        result = tessera.compile(kernels.main, target="cubin", pipeline=passes.PTX_PIPELINE)
+    def loops(module) -> list[int]:
+        text = toolchain.disassemble(tessera.compile(module, target="cubin", pipeline=passes.DEFAULT_PIPELINE).cubin)
+        return sorted(len(loop.instructions) for loop in toolchain.sass_loops(text) if loop.opcode_counts["HGMMA"])
+
+    visited = {}
+    for mask in (causal, sliding_window, documents):
+        bm = create_block_mask(mask, 1, 1, SEQ, SEQ, 64, 64)
+        full, partial = bm.backward_inputs(1)[0].sum(axis=(0, 1, 2))
+        visited[mask.__name__] = (full + partial) / bm.kinds.size
+        print(f"backward {mask.__name__:15s} seq {SEQ}, 64 x 64: visits {visited[mask.__name__]:.4f} of the "
+              f"(key block, query block) pairs (full {full}, partial {partial})")
+    print(f"backward sliding window 1024 / causal work: {visited['sliding_window'] / visited['causal']:.4f}")
+    dense = {bn: loops(attention_backward(64, block_m=bn, block_n=bn).main)[0] for bn in (64, 128)}
+    for mask in (causal, sliding_window, prefix_lm, documents, chunked_local, dilated):
+        # the blocks tessera.attention_backward takes (runtime.flex.WARP_SPECIALIZED_FIRST)
+        large = attention_backward(64, block_m=128, block_n=128, mask_mod=mask, block_sparse=True)
+        bn = 128 if warp_specialized_refusal(large.main) is None else 64
+        full, partial = loops(large.main if bn == 128 else attention_backward(64, mask_mod=mask, block_sparse=True).main)
+        print(f"backward d64 mask_mod {mask.__name__:15s} {bn} x {bn}: full blocks {full / bn:.2f} SASS/key (dense "
+              f"warp-specialized {dense[bn] / bn:.2f}), partial-block cost {(partial - full) / bn:.2f} SASS/key")
+    for mod in (softcap, alibi, relative_table):
+        looped = loops(attention_backward(64, score_mod=mod).main)
+        print(f"backward d64 score_mod {mod.__name__:14s} 64 x 64: {(looped[0] - dense[64]) / 64:.2f} SASS/key over the "
+              "dense loop")
+    for score_mod, mask_mod in ((softcap, sliding_window), (alibi, documents), (None, chunked_local), (softcap, None),
+                                (None, sliding_window)):
+        names = "+".join(f.__name__ for f in (score_mod, mask_mod) if f is not None)
+        whole = attention_backward(128, score_mod=score_mod, mask_mod=mask_mod, block_sparse=mask_mod is not None,
+                                   head_split=1)
+        refusal = warp_specialized_refusal(whole.main)
+        kernels = whole if refusal is None else attention_backward(
+            128, score_mod=score_mod, mask_mod=mask_mod, block_sparse=mask_mod is not None, head_split=2)
+        result = tessera.compile(kernels.main, target="cubin", pipeline=passes.DEFAULT_PIPELINE)
         for entry in result.entries.values():
-            names = "+".join(f.__name__ for f in (score_mod, mask_mod) if f is not None)
-            print(f"backward d128 {names:25s}: {entry.name}: {entry.registers} registers, spills {entry.spills}")
+            print(f"backward d128 {names:25s}: head_split {kernels.head_split}"
+                  f"{'' if refusal is None else ' (one block: ' + refusal[:60] + ')'}: {entry.registers} registers, "
+                  f"spills {entry.spills}")
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    if "--backward" in sys.argv:
+        backward()
+    else:
+        main()

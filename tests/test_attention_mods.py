@@ -10,7 +10,7 @@ import pytest
 import tessera
 from tessera import reference
 from tessera.variants.trace import ModTraceError, trace_mod
-from tessera.variants.block_mask import EMPTY, FULL, PARTIAL, create_block_mask
+from tessera.variants.block_mask import EMPTY, FULL, PARTIAL, VISIT_HEAD, create_block_mask
 from tessera.kernels import flash_attention
 from tessera.numerics import BF16, round_to
 
@@ -314,7 +314,8 @@ def _backward(q, k, v, do, score_mod, mask_mod, grouped, block_sparse=False):
     dpsum, lse2, _ = tessera.interpret(kernels.preprocess, o, do, lse[..., 0])
     lists = []
     if block_sparse:
-        lists = create_block_mask(mask_mod, q.shape[0], q.shape[1], q.shape[2], k.shape[2], BM, BN).transposed_inputs()
+        mask = create_block_mask(mask_mod, q.shape[0], q.shape[1], q.shape[2], k.shape[2], BM, BN)
+        lists = mask.backward_inputs(k.shape[1])
     dq_accum, dk, dv = tessera.interpret(kernels.main, q, k, v, do, lse2, dpsum, *arrays, *lists)
     return o, (tessera.interpret(kernels.postprocess, dq_accum), dk, dv)
 
@@ -353,6 +354,40 @@ def test_transposed_block_lists():
     assert full_n.shape == (1, 1, 4) and full_i.shape == (1, 1, 4, 2)
     assert full_n[0, 0].tolist() == [1, 1, 0, 0] and full_i[0, 0, :2, 0].tolist() == [1, 1]
     assert part_n[0, 0].tolist() == [1, 1, 1, 1] and part_i[0, 0, :, 0].tolist() == [0, 0, 1, 1]
+
+
+def test_backward_work_lists_cover_each_visited_pair_once():
+    """Per (batch, K/V head, key block): every (head of the GQA group, query block) pair that is full, then every
+    partial one, each once, head-major and ascending, packed h * VISIT_HEAD + m (h = 2 hk + g); the ranks are
+    `transposed_ranks`' for the same pairs."""
+    docs = np.repeat([0, 1, 2], [40, 0, 60])  # document 1 is empty
+
+    def doc_window(b, h, q_idx, kv_idx):
+        return (docs[q_idx] == docs[np.minimum(kv_idx, 99)]) & (q_idx - kv_idx < 24 + 8 * h)
+    bm = create_block_mask(doc_window, 2, 4, 100, 70, 16, 16)
+    counts, visits, ranks = bm.backward_inputs(2, ranks=True)
+    assert counts.shape == (2, 2, 5, 2) and visits.shape == ranks.shape == (2, 2, 5, 2 * 7)
+    t_ranks = dict(zip((FULL, PARTIAL), bm.transposed_ranks()))
+    t_lists = dict(zip((FULL, PARTIAL), (bm.transposed_inputs()[i] for i in (1, 3))))
+    for b in range(2):
+        for hk in range(2):
+            for n in range(5):
+                full, partial = counts[b, hk, n]
+                start = 0
+                for kind, c in ((FULL, full), (PARTIAL, partial)):
+                    packed = visits[b, hk, n, start:start + c]
+                    pairs = list(zip((packed // VISIT_HEAD - 2 * hk).tolist(), (packed % VISIT_HEAD).tolist()))
+                    expected = [(g, m) for g in range(2) for m in range(7) if bm.kinds[b, 2 * hk + g, m, n] == kind]
+                    assert pairs == expected
+                    for (g, m), r in zip(pairs, ranks[b, hk, n, start:start + c]):
+                        where = t_lists[kind][b, 2 * hk + g, n].tolist().index(m)
+                        assert r == t_ranks[kind][b, 2 * hk + g, n, where]
+                    start += c
+                assert not visits[b, hk, n, start:].any() and not ranks[b, hk, n, start:].any()
+    with pytest.raises(ValueError, match="do not pack into one i32"):
+        create_block_mask(doc_window, 1, 40000, 16, 16, 16, 16).backward_inputs(1)
+    with pytest.raises(ValueError, match="heads_k must divide"):
+        bm.backward_inputs(3)
 
 
 def test_transposed_ranks_count_the_earlier_visitors():

@@ -154,9 +154,9 @@ def _backward_inputs(seq_q, seq_k, heads, heads_k, seed=4):
 @pytest.mark.slow  # the deterministic test below runs the same kernel at target level by default
 @pytest.mark.parametrize("level", ["target", "ptx"])
 def test_backward_below_tile_level(level, score_mod=softcap_alibi, mask_mod=window):
-    """The backward with the transposed block lists (per key block, its full then partial query blocks; the
-    count read per head of the GQA group inside the loop nest) and the derivative of a soft-cap + ALiBi
-    score_mod, in the CTA simulator and the PTX executor."""
+    """The backward with the work lists (per key block, its full then partial (head of the GQA group, query
+    block) pairs; warp-specialized) and the derivative of a soft-cap + ALiBi score_mod, in the CTA simulator and
+    the PTX executor."""
     q, k, v, do = _backward_inputs(70, 90, 2, 1)
     o, lse = tessera.attention(q, k, v, score_mod=score_mod, mask_mod=mask_mod, return_lse=True, level="tile")
     grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=score_mod, mask_mod=mask_mod, level=level)

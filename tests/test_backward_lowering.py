@@ -396,14 +396,20 @@ def test_two_row_counts_are_refused_by_name():
 
 
 def test_a_ring_in_a_loop_nest_whose_trip_count_varies_is_refused_by_name():
-    """The block-sparse backward's query loops run as many trips as each head's block list holds: their Q/dO rings
-    cannot count the earlier heads' barrier phases, and the lowering says so (the runtime runs this kernel at Tile
-    level only)."""
-    main = attention_backward(head_dim=64, block_m=64, block_n=64, mask_mod=lambda b, h, q, k: q >= k,
-                              block_sparse=True).main
+    """A query loop whose trip count differs per head of the GQA group (its upper bound computed inside the loop
+    over the heads): its Q/dO rings cannot count the earlier heads' barrier phases, and the lowering says so.
+    (The block-sparse backward walks one work list per thread block instead, `BlockMask.backward_inputs`.)"""
+    from xdsl.dialects import arith, scf
+
+    main = attention_backward(head_dim=64, block_m=64, block_n=64).main
+    heads = next(op for op in main.walk() if isinstance(op, scf.ForOp))
+    queries = next(op for op in heads.body.walk() if isinstance(op, scf.ForOp))
+    varying = arith.AddiOp(queries.ub, heads.body.block.args[0])  # more trips for each later head
+    heads.body.block.insert_op_before(varying, queries)
+    queries.operands = [queries.lb, varying.result, *queries.operands[2:]]
     with pytest.raises(DiagnosticException, match=r"tile.stage %q_ring.*a ring pipelined in a loop nest needs its "
                                                   r"loop's upper bound defined outside the nest"):
-        tessera.compile(main, target="target")
+        tessera.compile(main, target="target", pipeline=passes.allocated(passes.PIPELINED_PIPELINE))
 
 
 def test_unknown_atomic_add_mode_is_refused():

@@ -61,6 +61,7 @@ from xdsl.dialects import arith
 from xdsl.dialects.builtin import IntegerType, ModuleOp, StringAttr
 from xdsl.ir import Attribute, SSAValue
 
+from tessera.variants.block_mask import VISIT_HEAD
 from tessera.variants.trace import score_derivative, trace_mod
 from tessera.dialects import tile
 from tessera.kernels.attention import AttentionConfig
@@ -96,16 +97,22 @@ MODS_BLOCKS = {64: (64, 64), 128: (64, 64)}
 """(BM, BN) by head_dim with a score_mod or mask_mod. A modifier's tiles live beside P, dP, dK and dV: at
 head_dim 64 with 128 x 128 blocks a sliding-window mask_mod with the block lists needs 263 registers a thread,
 with a soft-cap score_mod 323 (their [BM, BN] i32 index tiles and the derivative), over the 255 a thread has;
-at 64 x 64, 226. At head_dim 128 a modifier takes 64 x 64 too (the smallest blocks the lowering takes) and the
-single-warpgroup kernel, with `MODS_HEAD_SPLIT`."""
+warp-specialized (two consumer warpgroups, 240 each) a sliding window alone fits (the dense kernel peaks at 235),
+a soft-cap alone needs 258, document masking's gathers 301. At 64 x 64 (one consumer warpgroup: 256 registers
+warp-specialized) soft-cap + ALiBi + a window fits the default pipeline's first rung. The builder's default;
+`tessera.attention_backward` takes 128 x 128 where the main kernel lowers warp-specialized with them
+(`runtime.flex.WARP_SPECIALIZED_FIRST`). At head_dim 128 a modifier takes 64 x 64 too (the smallest
+blocks the lowering takes) and the single-warpgroup kernel, with `MODS_HEAD_SPLIT` where it does not fit whole."""
 
 MODS_HEAD_SPLIT = {128: 2}
 """Main-kernel thread blocks per key block by head_dim with a score_mod or mask_mod (`attention_backward`'s
 `head_split`). At head_dim 128, dK and dV ([64, 128] f32 each: 128 registers a thread) leave no room for a
-modifier's tiles beside S and dP (soft-cap + ALiBi + a window with the block lists: 291 registers, a soft-cap
-alone 259); each of two thread blocks accumulating 64 of the 128 columns holds 64. The price: both compute
-S = Q K^T and dP = dO V^T over all 128 columns, 7 units of wgmma work where one thread block does 5 (1.4x),
-and copy Q, dO and K slices beside the whole tiles."""
+modifier's tiles beside S and dP (soft-cap + ALiBi + a window with the block lists: 277 registers
+warp-specialized, where one consumer warpgroup has 256); each of two thread blocks accumulating 64 of the 128
+columns holds 64. The price: both compute S = Q K^T and dP = dO V^T over all 128 columns, 7 units of wgmma
+work where one thread block does 5 (1.4x), and copy Q, dO and K slices beside the whole tiles. The builder's
+default; `tessera.attention_backward` builds head_split=1 first and keeps it where it lowers warp-specialized
+(a soft-cap alone, a sliding window alone: `runtime.flex.warp_specialized_refusal`)."""
 
 LOG2E = math.log2(math.e)
 """log2(e): LSE2 = LSE * log2 e, and the main kernel's score scale is scale * log2 e."""
@@ -388,11 +395,13 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None, head_spl
         if c.causal:
             s = b.mask_causal(s, q0, k0, seq_q, seq_k, "s_masked")
         p = b.binary(tile.Exp2SubtractOp, s, lse2, "p")
-        b.emit(tile.StoreSharedOp(b.cast(p, elt, "p_half"), smem["P"]))
+        p_half = b.cast(p, elt, "p_half")
         if dscore is not None:
             # dS with respect to the raw score is P (dP - dPsum) d score_mod / d score: folded into P before
-            # the dP mma, so that one tile, P d score_mod / d score, lives across it.
+            # the dP mma, so that one tile, P d score_mod / d score, lives across it; before P's store, so that
+            # the store's address arithmetic never runs beside both P and the derivative.
             p = b.binary(tile.MulOp, p, dscore, "p_dscore")
+        b.emit(tile.StoreSharedOp(p_half, smem["P"]))
         dp = b.mma(smem["dO"], smem["V"], b.fill(0.0, register_tile([bm, bn]), "dp_zero"), "dp", transpose_b=True)
         ds = b.binary(tile.MulOp, p, b.binary(tile.SubRowsOp, dp, dpsum, "dp_minus_dpsum"), "ds")
         ds_half = b.cast(ds, elt, "ds_half")
@@ -412,28 +421,33 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None, head_spl
         b.barrier()  # every warp has read Q, dO, P and dS before the next trip overwrites them
         return [dk, dv]
 
+    acc_zero = b.fill(0.0, register_tile([bn, dh]), "acc_zero")
+    if mods is not None and mods.block_sparse:
+        # The work lists (`BlockMask.backward_inputs`): this thread block's full (head, query block) pairs, then
+        # its partial ones, each one loop whose trip count is read from the lists (over the GQA group's heads
+        # together): two loops refilling the same Q and dO tiles, which pipeline-loops gives one ring.
+        coords = [batch, head_k, n_block]
+        full = b.emit(tile.LoadIndexOp(v["Q_NUM_VISITS"], [*coords, zero]), "full_visits")
+        partial = b.emit(tile.LoadIndexOp(v["Q_NUM_VISITS"], [*coords, b.const(1)]), "partial_visits")
+        carried = [acc_zero, acc_zero]
+        for count, first, masked in ((full, None, False), (partial, full, True)):
+            def listed(b: TileBuilder, t: SSAValue, inner, first=first, masked=masked) -> list[SSAValue]:
+                i = t if first is None else b.addi(first, t, "visit")
+                visit = b.emit(tile.LoadIndexOp(v["Q_VISITS"], [*coords, i]), "packed_visit")
+                head = b.emit(arith.DivUIOp(visit, b.const(VISIT_HEAD)), "head")
+                m = b.emit(arith.RemUIOp(visit, b.const(VISIT_HEAD)), "m")
+                rank = b.emit(tile.LoadIndexOp(v["Q_VISIT_RANKS"], [*coords, i]), "rank") if cfg.deterministic else None
+                return query_block(b, m, inner, head, masked, rank)
+            carried = list(b.for_loop(count, carried, ["dk", "dv"], listed, iv_name="t"))
+        return _finish_main(cfg, f, *carried)
+
     def group_head(b: TileBuilder, g: SSAValue, carried) -> list[SSAValue]:
         head = b.addi(b.muli(head_k, group, "group_first_head"), g, "head")
-        if mods is None or not mods.block_sparse:
-            def step(b: TileBuilder, t: SSAValue, inner) -> list[SSAValue]:
-                return query_block(b, b.addi(m_start, t, "m") if c.causal else t, inner, head)
-            return list(b.for_loop(trips, list(carried), ["dk", "dv"], step, iv_name="t"))
-        # The transposed block lists: this key block's full query blocks, then its partial ones.
-        coords = [batch, head, n_block]
-        for count_name, list_name, rank_name, masked in (
-                ("FULL_Q_NUM_BLOCKS", "FULL_Q_INDICES", "FULL_Q_RANKS", False),
-                ("Q_NUM_BLOCKS", "Q_INDICES", "Q_RANKS", True)):
-            count = b.emit(tile.LoadIndexOp(v[count_name], coords), count_name.lower())
 
-            def listed(b: TileBuilder, t: SSAValue, inner, list_name=list_name, rank_name=rank_name,
-                       masked=masked) -> list[SSAValue]:
-                m = b.emit(tile.LoadIndexOp(v[list_name], [*coords, t]), "m")
-                rank = b.emit(tile.LoadIndexOp(v[rank_name], [*coords, t]), "rank") if cfg.deterministic else None
-                return query_block(b, m, inner, head, masked, rank)
-            carried = b.for_loop(count, list(carried), ["dk", "dv"], listed, iv_name="t")
-        return list(carried)
+        def step(b: TileBuilder, t: SSAValue, inner) -> list[SSAValue]:
+            return query_block(b, b.addi(m_start, t, "m") if c.causal else t, inner, head)
+        return list(b.for_loop(trips, list(carried), ["dk", "dv"], step, iv_name="t"))
 
-    acc_zero = b.fill(0.0, register_tile([bn, dh]), "acc_zero")
     dk, dv = b.for_loop(group, [acc_zero, acc_zero], ["dk", "dv"], group_head, iv_name="g")
     return _finish_main(cfg, f, dk, dv)
 
@@ -557,9 +571,10 @@ def attention_backward(
     derivative of score_mod with respect to the score (`attention_mods.score_derivative`; the arrays it reads
     need no gradient) before dQ and dK. Their captured arrays are main-kernel inputs after dPsum. Every key
     block visits every query block (with `causal`, those the causal mask allows), or with `block_sparse=True`
-    the query blocks of the transposed block lists (`BlockMask.transposed_inputs()`, main-kernel inputs after
-    the arrays: per (batch, head, key block) its full query blocks, visited with no mask, then its partial
-    ones, with mask_mod; empty ones never).
+    the pairs of its work lists (`BlockMask.backward_inputs(heads_k)`, main-kernel inputs after the arrays: per
+    (batch, K/V head, key block) its full (head of the GQA group, query block) pairs, visited with no mask, then
+    its partial ones, with mask_mod; empty ones never): one loop each, whose trip count is read from the lists,
+    so that the default pipeline warp-specializes it (the producer walks the same lists).
 
     `head_split` (1 or 2; default `MODS_HEAD_SPLIT` with a modifier, else 1): the main kernel's thread blocks
     per key block, each accumulating dK, dV and dQ for head_dim / head_split columns (S and dP still take the

@@ -184,13 +184,15 @@ BLOCK_LISTS = ("FULL_KV_NUM_BLOCKS", "FULL_KV_INDICES", "KV_NUM_BLOCKS", "KV_IND
 full key blocks and their indices, then the number of partial key blocks and theirs (`tessera.variants.block_mask`)."""
 
 
-BACKWARD_BLOCK_LISTS = ("FULL_Q_NUM_BLOCKS", "FULL_Q_INDICES", "Q_NUM_BLOCKS", "Q_INDICES")
-"""The block-sparse backward's inputs: the transposed lists, per (batch, head, key block) its query blocks."""
+BACKWARD_BLOCK_LISTS = ("Q_NUM_VISITS", "Q_VISITS")
+"""The block-sparse backward's inputs, `BlockMask.backward_inputs`: per main-kernel thread block (batch, K/V head,
+key block) the numbers of full and of partial (query head of the GQA group, query block) pairs it visits, and
+the pairs (full ones first), each packed in one i32 (`block_mask.VISIT_HEAD`)."""
 
-BACKWARD_RANKS = ("FULL_Q_RANKS", "Q_RANKS")
-"""The deterministic block-sparse backward's inputs after the lists: per entry of each transposed list, the
-rank of this key block among the key blocks that visit that query block (`BlockMask.transposed_ranks`): the
-dQ semaphore count it waits for."""
+BACKWARD_RANKS = ("Q_VISIT_RANKS",)
+"""The deterministic block-sparse backward's input after the lists: per pair, the rank of this key block among
+the key blocks that visit that query block of that head (`BlockMask.transposed_ranks`): the dQ semaphore
+count it waits for."""
 
 
 @dataclass(frozen=True)
@@ -221,11 +223,13 @@ class AttentionMods:
         if self.block_sparse:
             # Inputs name dimensions plainly: q_blocks is ceildiv(seq_q, BM) and kv_blocks ceildiv(seq_k, BN)
             # when the lists come from `create_block_mask`; a read outside them is reported (tile.load_index).
-            rows = ["batch", "heads", "kv_blocks" if backward else "q_blocks"]
+            rows = ["batch", "heads_k", "kv_blocks"] if backward else ["batch", "heads", "q_blocks"]
             names = (BACKWARD_BLOCK_LISTS + (BACKWARD_RANKS if ranks else ())) if backward else BLOCK_LISTS
             for name in names:
-                listed = name.endswith(("INDICES", "RANKS"))
-                dims = rows + ([("q_blocks" if backward else "kv_blocks")] if listed else [])
+                if backward:
+                    dims = rows + [2 if "NUM_" in name else "q_visits"]
+                else:
+                    dims = rows + (["kv_blocks"] if "NUM_" not in name else [])
                 specs.append(ArgSpec(name, global_tensor([None] * len(dims), i32), dims))
         return specs
 

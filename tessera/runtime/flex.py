@@ -4,11 +4,13 @@ FlexAttention-style modifiers (`tessera.variants.trace`), on the GPU or in the i
 The forward builds `flash_attention(score_mod=, mask_mod=, block_sparse=True)` (block-sparse whenever there is a
 mask_mod, the block lists from `tessera.variants.block_mask.create_block_mask` on the host) and runs it at `level`; the
 backward runs `attention_backward(score_mod=, mask_mod=, block_sparse=True)`'s three kernels (with the
-transposed lists, `BlockMask.transposed_inputs`, whenever there is a mask_mod and the kernel lowers with them,
-`SPARSE_BACKWARD_HEAD_DIMS`). `level=None` compiles the very modules the interpreters run (`compile_module`:
+work lists, `BlockMask.backward_inputs`, whenever there is a mask_mod), warp-specialized where the registers
+allow (`BACKWARD_PIPELINE`; `WARP_SPECIALIZED_FIRST`: at head_dim 64 the dense kernel's 128 x 128 blocks, at
+head_dim 128 one thread block per key block, where that lowers warp-specialized, else the builder's default
+with a warning). `level=None` compiles the very modules the interpreters run (`compile_module`:
 the kernel cache keys them by their text; the captured arrays and lists are inputs, so new values need no new
 compile) and launches them like the dense kernels (`tessera.launch`; the backward's as
-`runtime.launch.launch_zeroed`, single-stage); the captured arrays and block lists go to the
+`runtime.launch.launch_zeroed`); the captured arrays and block lists go to the
 device beside q, k and v (tensors on q's device for PyTorch inputs).
 """
 
@@ -21,16 +23,40 @@ from tessera.variants.block_mask import create_block_mask
 
 
 SPARSE_BACKWARD_HEAD_DIMS = (64, 128)
-"""Head dims whose block-sparse backward (`attention_backward(block_sparse=True)`) fits the registers below
-Tile IR. At head_dim 128 it does with the main kernel's head split (`attention_backward.MODS_HEAD_SPLIT`: two
-thread blocks per key block, each holding half of dK and dV), which a modifier's tiles need there."""
+"""Head dims whose block-sparse backward (`attention_backward(block_sparse=True)`) lowers below Tile IR: both,
+each main-kernel thread block walking its work list (`BlockMask.backward_inputs`)."""
 
 
-BACKWARD_PIPELINE = "PTX_PIPELINE"
-"""The `tessera.passes` pipeline of the backward with modifiers below Tile IR and on the GPU: single-stage.
-The dense backward's default pipeline rings its Q/dO copies across the loop nest over the GQA group's heads,
-which needs the inner loop's trip count to be the same for every head; the transposed block lists' counts
-differ per head (convert-tile-to-sm90 carries their phase counts for the single-stage copies instead)."""
+BACKWARD_PIPELINE = "DEFAULT_PIPELINE"
+"""The `tessera.passes` pipeline of the backward with modifiers below Tile IR and on the GPU: the default one,
+warp-specialized with two stages (a producer warpgroup walks the work list, issuing the Q/dO refills; one
+consumer warpgroup at 64 x 64 blocks, two at 128 x 128, `WARP_SPECIALIZED_FIRST`), falling back down its ladder with a warning naming the rung where the
+registers do not fit (`tessera.lowering.fallback`)."""
+
+
+_FITS: dict[str, str | None] = {}
+
+
+def warp_specialized_refusal(module) -> str | None:
+    """None when `module`'s kernels lower with the default pipeline's first rung (warp-specialized, two
+    stages) without falling back; else the refusal in a few words (a register budget's, or any other refusal of
+    that configuration, such as its shared memory). Remembered by the module's text."""
+    from xdsl.utils.exceptions import DiagnosticException
+
+    from tessera.ir import make_context
+    from tessera.passes import DEFAULT_PIPELINE, parse_pipeline, without_cyclic_gc
+
+    key = str(module)
+    if key not in _FITS:
+        if len(_FITS) >= 64:  # a bounded memory: the texts hold whole kernels
+            _FITS.clear()
+        try:
+            with without_cyclic_gc():
+                parse_pipeline(DEFAULT_PIPELINE).apply(make_context(), module.clone())
+            _FITS[key] = None
+        except DiagnosticException as error:
+            _FITS[key] = (getattr(error, "summary", None) or str(error).split(";")[0]).strip()
+    return _FITS[key]
 
 
 def _captured(score_mod, mask_mod) -> list[np.ndarray]:
@@ -130,15 +156,26 @@ def _forward(q, k, v, score_mod, mask_mod, causal, scale, return_lse, level, hea
 
 
 def backward_kernels(q, *, score_mod, mask_mod, causal: bool, scale, level, head_dim: int, dtype: str,
-                     deterministic: bool = False, head_split: int | None = None):
+                     deterministic: bool = False, head_split: int | None = None, blocks: tuple | None = None):
     """The backward's three kernels `attention_backward_mods` runs at `level` (None: the GPU), and whether they
-    read the transposed block lists."""
+    read the block lists; `blocks` (BM, BN), default the builder's (`MODS_BLOCKS`)."""
     from tessera.kernels import attention_backward
 
     sparse = mask_mod is not None and (level == "tile" or head_dim in SPARSE_BACKWARD_HEAD_DIMS)
+    block_m, block_n = blocks or (None, None)
     return attention_backward(head_dim, causal=causal, dtype=dtype, scale=scale, score_mod=score_mod,
                               mask_mod=mask_mod, block_sparse=sparse, deterministic=deterministic,
-                              head_split=head_split), sparse
+                              head_split=head_split, block_m=block_m, block_n=block_n), sparse
+
+
+WARP_SPECIALIZED_FIRST = {64: ("with 128 x 128 blocks", dict(blocks=(128, 128)), "64 x 64 blocks"),
+                          128: ("as one thread block per key block", dict(head_split=1), "head_split=2")}
+"""By head_dim, what `tessera.attention_backward` with modifiers tries before the builder's default below Tile
+level and on the GPU, kept where its main kernel lowers warp-specialized (`warp_specialized_refusal`), else the
+default with a warning naming the refusal: at head_dim 64 the dense kernel's 128 x 128 blocks (two consumer
+warpgroups of 240 registers: a mask_mod such as a sliding window fits, a soft-cap score_mod does not), at head_dim
+128 one thread block per key block instead of `MODS_HEAD_SPLIT` (no extra S and dP products). (Its name, the
+keywords of `backward_kernels`, and what the default is called in the warning.)"""
 
 
 HEAD_SPLIT_FALLBACK = 2
@@ -153,9 +190,12 @@ def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal:
     """(dq, dk, dv) of `attention_mods` at `level`, from its O and LSE ([batch, heads, seq_q]); `pipeline` is
     ignored: the backward with modifiers is lowered with `BACKWARD_PIPELINE` below Tile level and on the GPU.
     `deterministic`: the dQ additions of a query block in key-block order (with the block lists, each key block waits for its rank among the
-    blocks that visit the query block, `BlockMask.transposed_ranks`). A main kernel whose registers do not fit
-    below Tile level is rebuilt with `HEAD_SPLIT_FALLBACK`, with a warning."""
+    blocks that visit the query block, `BlockMask.transposed_ranks`). Below Tile level and on the GPU the main
+    kernel of `WARP_SPECIALIZED_FIRST` is taken where it lowers warp-specialized, else the builder's default
+    with a warning; a main kernel whose registers fit no configuration is rebuilt with `HEAD_SPLIT_FALLBACK`,
+    with a warning."""
     from tessera.ir.diagnostics import warn
+    from tessera.lowering.fallback import NoConfigurationFitsError
     from tessera.regalloc import RegisterBudgetError
     from tessera.runtime.launch import usable_device
 
@@ -164,12 +204,25 @@ def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal:
     options = dict(score_mod=score_mod, mask_mod=mask_mod, causal=causal, scale=scale, level=level,
                    head_dim=head_dim, dtype=dtype, deterministic=deterministic)
     kernels, sparse = backward_kernels(q, **options)
+    first = WARP_SPECIALIZED_FIRST.get(head_dim)
+    if first is not None and level != "tile" and (head_dim != 128 or kernels.head_split > 1):
+        name, keywords, default = first
+        larger, larger_sparse = backward_kernels(q, **keywords, **options)
+        refusal = warp_specialized_refusal(larger.main)
+        if refusal is None:
+            kernels, sparse = larger, larger_sparse
+        else:
+            warn(f"attention_backward: the main kernel with score_mod/mask_mod at head_dim {head_dim} does not fit "
+                 f"warp-specialized {name} ({refusal[:120]}); built with {default}")
     try:
         return _backward(kernels, sparse, q, k, v, o, lse, do, **options)
     except RegisterBudgetError as error:
         if level == "tile" or deterministic or kernels.head_split >= HEAD_SPLIT_FALLBACK:
             raise
-        summary = getattr(error, "summary", None) or str(error).split(";")[0]
+        summary = getattr(error, "summary", None) or str(error)
+        if isinstance(error, NoConfigurationFitsError):  # the last rung's refusal: single-stage's registers
+            summary = str(error).strip().splitlines()[-1].split(": ", 1)[-1]
+        summary = summary.split(";")[0].strip()
         warn(f"attention_backward: the main kernel with score_mod/mask_mod at head_dim {head_dim} does not fit "
              f"the registers ({summary[:120]}); rebuilt with head_split={HEAD_SPLIT_FALLBACK} ({HEAD_SPLIT_FALLBACK} "
              "thread blocks per key block, each holding a slice of dK and dV; both compute S and dP)")
@@ -187,7 +240,7 @@ def _backward(kernels, sparse, q, k, v, o, lse, do, *, score_mod, mask_mod, leve
         c = kernels.config.attention
         (batch, heads, seq_q, _), seq_k = q.shape, k.shape[2]
         mask = create_block_mask(mask_mod, batch, heads, seq_q, seq_k, c.block_m, c.block_n)
-        extra += mask.transposed_inputs() + (mask.transposed_ranks() if deterministic else [])
+        extra += mask.backward_inputs(k.shape[1], ranks=deterministic)
     from tessera import passes
 
     pipeline = getattr(passes, BACKWARD_PIPELINE)

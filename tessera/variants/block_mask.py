@@ -26,6 +26,10 @@ from tessera.variants.trace import bounds_checked
 
 EMPTY, PARTIAL, FULL = 0, 1, 2
 
+VISIT_HEAD = 1 << 16
+"""A backward work-list entry is h * VISIT_HEAD + m (`BlockMask.backward_inputs`): the kernel unpacks it with a
+shift and a mask."""
+
 
 @dataclass(frozen=True)
 class BlockMask:
@@ -65,6 +69,44 @@ class BlockMask:
         for counts, indices in ((full_n, full_i), (part_n, part_i)):
             ranks = np.take_along_axis(rank, indices, axis=-1)
             out.append(np.where(np.arange(indices.shape[-1]) < counts[..., None], ranks, 0).astype(np.int32))
+        return out
+
+    def backward_inputs(self, heads_k: int, ranks: bool = False) -> list[np.ndarray]:
+        """The backward's work lists (`attention_backward(block_sparse=True)`): per (batch, K/V head, key block),
+        i.e. per main-kernel thread block, the (query head of the GQA group, query block) pairs it visits, so that
+        its trip counts are numbers read from a list (the warp-specialized kernel's producer walks one loop over
+        the full pairs and one over the partial ones, not a loop per head whose counts differ).
+
+        Q_NUM_VISITS [batch, heads_k, kv_blocks, 2]: the full pairs' count, then the partial pairs'. Q_VISITS
+        [batch, heads_k, kv_blocks, group * q_blocks]: the full pairs, then the partial ones, each packed as
+        h * `VISIT_HEAD` + m (h the query head, one of the K/V head's group, m the query block; head-major, m
+        ascending), padded with 0: the absolute head, so that the kernel adds nothing to it. One table, so that the consumers hold one pointer for both loops. With `ranks`, Q_VISIT_RANKS
+        (shaped as Q_VISITS): each pair's `transposed_ranks`. `heads_k` must divide the mask's heads."""
+        batch, heads, n_q, n_k = self.kinds.shape
+        if isinstance(heads_k, bool) or not isinstance(heads_k, int) or heads_k < 1 or heads % heads_k:
+            raise ValueError(f"BlockMask.backward_inputs: heads_k must divide the mask's {heads} heads; got {heads_k!r}")
+        group = heads // heads_k
+        if n_q > VISIT_HEAD or heads * VISIT_HEAD > np.iinfo(np.int32).max:
+            raise ValueError(f"BlockMask.backward_inputs: {n_q} query blocks and {heads} heads do not "
+                             f"pack into one i32 (at most {VISIT_HEAD} query blocks, "
+                             f"{np.iinfo(np.int32).max // VISIT_HEAD} heads)")
+
+        def per_cta(x: np.ndarray) -> np.ndarray:  # [b, heads, n_q, n_k] -> [b, heads_k, n_k, group * n_q]
+            x = np.swapaxes(x, -1, -2).reshape(batch, heads_k, group, n_k, n_q)
+            return np.moveaxis(x, 3, 2).reshape(batch, heads_k, n_k, group * n_q)
+
+        visits = self.kinds != EMPTY
+        rank = per_cta(np.cumsum(visits, axis=-1) - visits)  # key blocks before n that visit (m, head)
+        kinds = per_cta(self.kinds)
+        # full pairs first, then partial ones, then the empty ones; (g, m) order within each (a stable sort)
+        order = np.argsort(np.choose(kinds, [2, 1, 0]), axis=-1, kind="stable")
+        counts = np.stack([(kinds == FULL).sum(axis=-1), (kinds == PARTIAL).sum(axis=-1)], axis=-1).astype(np.int32)
+        used = np.arange(kinds.shape[-1]) < counts.sum(axis=-1)[..., None]
+        first_head = (np.arange(heads_k) * group).reshape(1, -1, 1, 1)  # the absolute head: no add in the kernel
+        packed = np.where(used, (first_head + order // n_q) * VISIT_HEAD + order % n_q, 0).astype(np.int32)
+        out = [counts, packed]
+        if ranks:
+            out.append(np.where(used, np.take_along_axis(rank, order, axis=-1), 0).astype(np.int32))
         return out
 
     @property

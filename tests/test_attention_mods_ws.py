@@ -1,0 +1,175 @@
+"""The warp-specialized backward with score_mod / mask_mod (issue 29): each main-kernel thread block walks its
+work list (`BlockMask.backward_inputs`: its (head of the GQA group, query block) pairs, full then partial), so
+the default pipeline gives it a producer warpgroup; right against the float64 reference at target and PTX
+level, ptxas clean without spill, and its full-block loop costs in SASS what the dense kernel's loop costs."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import tessera
+from tessera import passes, reference, toolchain
+from tessera.kernels import attention_backward
+from tessera.numerics import BF16, round_to
+
+SLOPES = np.array([0.5, 0.25, 0.125, 0.0625])
+DOC = np.repeat([0, 1, 2], [40, 30, 100])  # document 1: queries 40..69 and keys 40..69; see `late_document`
+
+
+def softcap(score, b, h, q_idx, kv_idx):
+    return 20.0 * np.tanh(score / 20.0)
+
+
+def softcap_alibi(score, b, h, q_idx, kv_idx):
+    return 20.0 * np.tanh(score / 20.0) + SLOPES[h] * (kv_idx - q_idx)
+
+
+def window(b, h, q_idx, kv_idx):
+    return (q_idx >= kv_idx) & (q_idx - kv_idx < 40)
+
+
+def late_document(b, h, q_idx, kv_idx):
+    """Document masking where document 1 has queries but its keys belong to no one (an empty document): its
+    rows see no key (O = 0, LSE = -inf), and key blocks 40..69 see no query."""
+    return (DOC[q_idx] == DOC[kv_idx]) & (DOC[kv_idx] != 1)
+
+
+WIDTHS = np.array([8, 30, 60, 200])
+
+
+def head_window(b, h, q_idx, kv_idx):
+    """A window per head read from an array, reaching 20 keys past the diagonal."""
+    return (kv_idx <= q_idx + 20) & (q_idx - kv_idx < WIDTHS[h])
+
+
+def inputs(d, seq_q, seq_k, heads, heads_k, seed=0):
+    rng = np.random.default_rng(seed)
+    q = round_to(rng.standard_normal((1, heads, seq_q, d)), BF16)
+    k, v = (round_to(rng.standard_normal((1, heads_k, seq_k, d)), BF16) for _ in range(2))
+    return q, k, v, round_to(rng.standard_normal(q.shape), BF16)
+
+
+def _check(level, d, score_mod, mask_mod, seq_q, seq_k, heads, heads_k, warns=False):
+    """The backward at `level` against the float64 reference; with no warning (no rung of a ladder taken) unless
+    `warns`."""
+    q, k, v, do = inputs(d, seq_q, seq_k, heads, heads_k)
+    o, lse = tessera.attention(q, k, v, score_mod=score_mod, mask_mod=mask_mod, return_lse=True, level="tile")
+    with warnings.catch_warnings():
+        warnings.simplefilter("default" if warns else "error")
+        grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=score_mod, mask_mod=mask_mod, level=level)
+    checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, score_mod, mask_mod)
+    assert all(c.ok for c in checks), [str(c) for c in checks]
+    return grads
+
+
+def _ptx(module) -> str:
+    """The main kernel through the default pipeline, which must not fall back (a fallback warns)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return tessera.compile(module, target="ptx", pipeline=passes.DEFAULT_PIPELINE)
+
+
+def test_d128_window_gqa_ragged_at_target_level_is_one_block_per_key_block():
+    """head_dim 128 with a sliding window fits warp-specialized in one thread block per key block: no head
+    split (no extra S and dP products), no warning; GQA, seq_q != seq_k, neither a multiple of 64."""
+    _check("target", 128, None, window, 70, 90, 2, 1)
+
+
+def test_d64_window_at_target_level_takes_the_dense_kernels_blocks():
+    """A sliding window at head_dim 64 fits the dense default's 128 x 128 blocks warp-specialized (two consumer
+    warpgroups, 240 registers each): no warning; GQA, seq_q != seq_k, neither a multiple of 128."""
+    from tessera.runtime import flex
+
+    _check("target", 64, None, window, 150, 200, 2, 1)
+    kernels, _ = flex.backward_kernels(None, score_mod=None, mask_mod=window, causal=False, scale=None,
+                                       level="target", head_dim=64, dtype="bf16", blocks=(128, 128))
+    assert flex.warp_specialized_refusal(kernels.main) is None  # remembered from the run above
+
+
+@pytest.mark.slow
+def test_d64_empty_document_with_alibi_at_target_level():
+    """Query rows that see no key get dQ = 0; key blocks no query sees are in no list: dK = dV = 0 there. (A
+    soft-cap does not fit 128 x 128 blocks: 64 x 64, with a warning.)"""
+    _, dk, dv = _check("target", 64, softcap_alibi, late_document, 100, 150, 2, 2, warns=True)
+    assert not np.asarray(dk, np.float32)[:, :, 40:64].any() and not np.asarray(dv, np.float32)[:, :, 40:64].any()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", ["target", "ptx"])
+@pytest.mark.parametrize("d,score_mod,mask_mod", [(64, softcap_alibi, window), (128, softcap, None),
+                                                  (128, None, late_document), (64, None, late_document),
+                                                  (64, None, head_window), (128, None, head_window)],
+                         ids=["d64-softcap-alibi-window", "d128-softcap", "d128-document", "d64-document",
+                              "d64-head-window", "d128-head-window"])
+def test_slice_below_tile_level(level, d, score_mod, mask_mod):
+    """GQA (4 query heads, 2 K/V heads), seq_q != seq_k, neither a multiple of 64; where a rung of a ladder is
+    taken it warns (the head windows fit without one: 128 x 128 at head_dim 64, one block per key block at 128)."""
+    _check(level, d, score_mod, mask_mod, 70, 170, 4, 2, warns=mask_mod is not head_window)
+
+
+@pytest.mark.slow
+def test_d64_softcap_window_gqa_at_ptx_level():
+    _check("ptx", 64, softcap, window, 70, 90, 2, 1, warns=True)
+
+
+@pytest.mark.slow
+def test_d64_window_gqa_at_ptx_level():
+    _check("ptx", 64, None, window, 150, 200, 2, 1)
+
+
+@pytest.mark.slow
+def test_d128_falls_back_to_the_head_split_with_a_warning():
+    """soft-cap + ALiBi + a window needs 277 registers a thread in one thread block per key block at head_dim
+    128 (one consumer warpgroup has 256): the backward takes head_split=2, and says so."""
+    q, k, v, do = inputs(128, 64, 64, 1, 1)
+    o, lse = tessera.attention(q, k, v, score_mod=softcap_alibi, mask_mod=window, return_lse=True, level="tile")
+    with pytest.warns(UserWarning, match=r"does not fit warp-specialized as one thread block per key block "
+                                         r"\(the consumer warpgroups need \d+ registers.*head_split=2"):
+        grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=softcap_alibi, mask_mod=window,
+                                           level="target")
+    checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, softcap_alibi, window)
+    assert all(c.ok for c in checks), [str(c) for c in checks]
+
+
+@pytest.mark.usefixtures("ptxas")
+@pytest.mark.parametrize("d,score_mod,mask_mod,options", [
+    (64, softcap_alibi, window, {}),
+    pytest.param(64, None, window, dict(block_m=128, block_n=128), marks=pytest.mark.slow),
+    pytest.param(128, softcap_alibi, window, dict(head_split=2), marks=pytest.mark.slow),
+    pytest.param(128, softcap, None, dict(head_split=1), marks=pytest.mark.slow)])
+def test_main_kernel_is_warp_specialized_and_ptxas_clean(d, score_mod, mask_mod, options):
+    """A producer warpgroup (setmaxnreg.dec) and consumers (setmaxnreg.inc), without a fallback; no spill."""
+    kernels = attention_backward(d, score_mod=score_mod, mask_mod=mask_mod, block_sparse=mask_mod is not None,
+                                 **options)
+    ptx = _ptx(kernels.main)
+    assert "setmaxnreg.dec.sync.aligned.u32" in ptx and "setmaxnreg.inc.sync.aligned.u32" in ptx
+    result = toolchain.compile_ptx(ptx)
+    assert result.warnings == ()
+    for entry in result.entries.values():
+        assert not entry.spills, entry
+
+
+BLOCK_LIST_READ = 12
+"""SASS instructions a trip of the full-block loop may add to the dense loop's: reading the next pair of the
+work list (one load, its address arithmetic and the unpacking)."""
+
+
+@pytest.mark.slow  # bench/attention_variants.py --backward prints the same figures
+@pytest.mark.usefixtures("nvdisasm")
+def test_full_block_loop_costs_what_the_dense_loop_costs():
+    """The consumer's loop over full blocks runs no mask (mask_mod only: no score_mod either): its SASS is the
+    dense default kernel's main loop (head_dim 64, 128 x 128, warp-specialized) plus at most the work list's
+    read (ptxas 13.0: 842 against 867: the dense loop masks the bounds); the partial loop is the one that masks."""
+    def hgmma_loops(module):
+        text = toolchain.disassemble(toolchain.compile_ptx(_ptx(module)).cubin)
+        return sorted(len(loop.instructions) for loop in toolchain.sass_loops(text) if loop.opcode_counts["HGMMA"])
+
+    dense = hgmma_loops(attention_backward(64).main)
+    sparse = hgmma_loops(attention_backward(64, block_m=128, block_n=128, mask_mod=window, block_sparse=True).main)
+    assert len(sparse) == 2, (dense, sparse)  # full blocks, then partial ones
+    # the dense kernel's main loop is its smallest (its last trip, which masks the bounds, is peeled off)
+    assert sparse[0] <= dense[0] + BLOCK_LIST_READ, (sparse, dense)
+    assert sparse[1] > sparse[0] + 100, (sparse, dense)
