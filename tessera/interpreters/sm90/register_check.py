@@ -350,15 +350,16 @@ class RegisterFileChecker(Interpreter.Listener):
     def did_interpret_op(self, op: Operation, results) -> None:
         reads, writes, written, alias = self._plan(op)
         active = self.cta.active
-        if isinstance(op, sm90.WgmmaMmaAsyncOp):
+        kind = type(op)  # `type is`, not isinstance: ops are ABCs, whose isinstance is slow in this hot path
+        if kind is sm90.WgmmaMmaAsyncOp:
             self._issue(op, active)
         elif written and self.flight is not None:
             self._check_writes(op, active, written)
         if self.fences:
-            if isinstance(op, sm90.WgmmaFenceOp):
+            if kind is sm90.WgmmaFenceOp:
                 self.touched[self._warpgroups(active)] = -1
-            else:
-                self._touch(op, active, 1)
+            elif (columns := self._touches(op, self._written)[1]) is not None:
+                self._touch(op, active, columns)
         if not writes:
             return
         granules, whole = self._granules(active)
@@ -390,10 +391,10 @@ class RegisterFileChecker(Interpreter.Listener):
 
     def will_interpret_op(self, op: Operation, args) -> None:
         if self.fences:
-            if isinstance(op, sm90.WgmmaMmaAsyncOp):
+            if type(op) is sm90.WgmmaMmaAsyncOp:
                 self._check_fenced(op, self.cta.active)
-            else:
-                self._touch(op, self.cta.active, 0)
+            elif (columns := self._touches(op, self._written)[0]) is not None:
+                self._touch(op, self.cta.active, columns)
         reads = self._plan(op)[0]
         if not reads:
             return
@@ -433,11 +434,8 @@ class RegisterFileChecker(Interpreter.Listener):
     # endregion
 
     # region wgmma_fence between register accesses and a wgmma (memory_model.WGMMA_FENCE)
-    def _touch(self, op: Operation, active: np.ndarray, which: int) -> None:
-        """Note the registers `op` reads (`which` 0) or writes (1) as touched since the latest fence."""
-        columns = self._touches(op, self._written)[which]
-        if columns is None:
-            return
+    def _touch(self, op: Operation, active: np.ndarray, columns: np.ndarray) -> None:
+        """Note the registers `columns` that `op` reads or writes as touched since the latest fence."""
         for w in self._warpgroups(active):
             row = self.touched[w]
             fresh = row[columns] < 0

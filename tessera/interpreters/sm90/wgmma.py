@@ -293,7 +293,7 @@ class WgmmaUnit:
                 continue
             if first_free is not None and position >= first_free:
                 continue
-            if isinstance(op, sm90.WgmmaMmaAsyncOp) and (position, entry.kind) in ((0, "result"), (1, "A operand")):
+            if type(op) is sm90.WgmmaMmaAsyncOp and (position, entry.kind) in ((0, "result"), (1, "A operand")):
                 continue
             self._refuse_pending(op, entry)
 
