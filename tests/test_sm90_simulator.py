@@ -856,9 +856,8 @@ def test_a_zero_accumulator_under_scale_d_0_needs_no_fence_in_the_registers_the_
 
 
 def test_an_a_fragment_written_after_the_fence_is_reported_by_register(rng):
-    kernel = _seed(_FENCE_THEN_ACC, "    %a_regs = sm90.cvt_pack %a_f32 type \"bf16\" : vector<8xf32> -> vector<4xi32>\n",
-                   "").replace("    sm90.wgmma_fence\n", "    sm90.wgmma_fence\n    %a_regs = sm90.cvt_pack %a_f32 type "
-                                                         "\"bf16\" : vector<8xf32> -> vector<4xi32>\n")
+    pack = '    %a_regs = sm90.cvt_pack %a_f32 type "bf16" : vector<8xf32> -> vector<4xi32>\n'
+    kernel = _seed(_FENCE_THEN_ACC, pack, "").replace("    sm90.wgmma_fence\n", "    sm90.wgmma_fence\n" + pack)
     with pytest.raises(KernelHazardError, match=r"^%d = sm90.wgmma_mma_async .*: accesses register %\w+ \(its "
                                                 r"accumulator or A fragment\), which `%a_regs = sm90.cvt_pack .*` "
                                                 r"accessed after warpgroup 0's latest wgmma_fence \(race: missing "

@@ -248,10 +248,10 @@ def test_a_tma_load_of_bytes_a_thread_stored_is_a_race_without_a_barrier():
 def test_an_ordered_generic_store_still_needs_a_global_proxy_fence_before_the_tma_load():
     """A bar_sync orders the stores before the copy, but the async proxy sees them only after a proxy fence for
     global memory, which Target IR does not have: reported naming the store, even thread 0's own."""
-    with pytest.raises(KernelHazardError, match=r"^sm90.tma_load %map.*: reads tensor %map at byte offset 0 through the "
-                                                r"async proxy \(a TMA copy\), which `sm90.st_global .*` \(thread 0 .*\) "
-                                                r"wrote through the generic proxy in this launch: .* fence.proxy.async "
-                                                r"covering global memory .* in thread 0 "):
+    with pytest.raises(KernelHazardError, match=r"^sm90.tma_load %map.*: reads tensor %map at byte offset 0 through "
+                                                r"the async proxy \(a TMA copy\), which `sm90.st_global .*` \(thread 0 "
+                                                r".*\) wrote through the generic proxy in this launch: .* "
+                                                r"fence.proxy.async covering global memory .* in thread 0 "):
         _run(_tma("    sm90.bar_sync 0, 32\n"))
 
 

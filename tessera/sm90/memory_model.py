@@ -153,7 +153,8 @@ DATA_RACE = Rule(
     "conflicting accesses need causality order", "memory-consistency-model-conflict-and-data-races",
     "Two conflicting memory operations are said to be in a data-race if they are not related in causality order "
     "and they are not morally strong.",
-    "global memory (ld/st.global, a cp.async's source, a TMA copy's source, red/atom and bulk reductions, semaphores): two accesses of "
+    "global memory (ld/st.global, a cp.async's source, a TMA copy's source, red/atom and bulk reductions, "
+    "semaphores): two accesses of "
     "the same bytes by different threads or CTAs, at least one a write (they conflict), neither ordered before the "
     "other (inside a CTA by barriers and mbarrier phases; between CTAs by a semaphore release and acquire) are a "
     "race, reported with both sides. The PTX executor (global_order) also names the proxy (generic or async: TMA, "
