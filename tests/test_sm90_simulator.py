@@ -836,6 +836,35 @@ def test_write_to_a_register_of_an_in_flight_wgmma_is_reported(value, held, role
         _run_rs(RS_GEMM_OVERLAP, rng, seeded)
 
 
+_FENCE_THEN_ACC = _seed(RS_GEMM, """    %acc0 = arith.constant dense<0.0> : vector<32xf32>
+    sm90.wgmma_fence
+    %d = sm90.wgmma_mma_async %acc0, %a_regs, %db n 64""", """    sm90.wgmma_fence
+    %acc0 = arith.constant dense<0.0> : vector<32xf32>
+    %false = arith.constant false
+    %d = sm90.wgmma_mma_async %acc0, %a_regs, %db scale_d %false n 64""")
+
+
+def test_a_zero_accumulator_under_scale_d_0_needs_no_fence_in_the_registers_the_ptx_has(rng):
+    """memory_model.WGMMA_FENCE on registers: the printer folds the zero (scale-d 0), so no instruction writes
+    the accumulator's registers after the fence; with the allocation checked the kernel runs clean, as in PTX.
+    Without one, the simulator judges SSA values and counts the zero, defined after the fence, as written."""
+    c, reference = _run_rs(_FENCE_THEN_ACC, rng, allocate_registers)
+    np.testing.assert_allclose(c, reference, rtol=1e-5, atol=1e-5)
+    with pytest.raises(KernelHazardError, match=r"reads its accumulator registers, written by `%acc0 = arith.constant "
+                                                r".*` after warpgroup 0's latest wgmma_fence"):
+        _run_rs(_FENCE_THEN_ACC, rng)
+
+
+def test_an_a_fragment_written_after_the_fence_is_reported_by_register(rng):
+    pack = '    %a_regs = sm90.cvt_pack %a_f32 type "bf16" : vector<8xf32> -> vector<4xi32>\n'
+    kernel = _seed(_FENCE_THEN_ACC, pack, "").replace("    sm90.wgmma_fence\n", "    sm90.wgmma_fence\n" + pack)
+    with pytest.raises(KernelHazardError, match=r"^%d = sm90.wgmma_mma_async .*: accesses register %\w+ \(its "
+                                                r"accumulator or A fragment\), which `%a_regs = sm90.cvt_pack .*` "
+                                                r"accessed after warpgroup 0's latest wgmma_fence \(race: missing "
+                                                r"wgmma_fence between the access and the wgmma\) " + _thread(0)):
+        _run_rs(kernel, rng, allocate_registers)
+
+
 # endregion
 # region 3. st_shared data read by wgmma without fence_proxy_async (and bar_sync)
 

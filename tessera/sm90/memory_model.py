@@ -77,8 +77,11 @@ WGMMA_FENCE = Rule(
     "wgmma.fence instruction must be used to fence the register accesses of wgmma.mma_async instruction from their "
     "prior accesses. Otherwise, the behavior is undefined.",
     "a wgmma.mma_async whose accumulator or A registers another instruction of the thread accessed since its last "
-    "wgmma.fence is reported",
-    "tessera.interpreters.sm90.wgmma:WgmmaUnit._check_fenced")
+    "wgmma.fence is reported. The CTA simulator with a register allocation judges the allocated registers, as the "
+    "PTX executor judges the printed ones (a zero accumulator under scale-d 0 that no instruction writes needs no "
+    "fence; registers the softmax read since the fence do: WGMMA_FENCE_SCALE_D); without one, SSA values (a value "
+    "feeding the wgmma computed after the fence, `wgmma.WgmmaUnit._check_fenced`)",
+    "tessera.interpreters.sm90.register_check:RegisterFileChecker._check_fenced")
 
 PROXY_FENCE_STATE_SPACE = Rule(
     "a proxy fence orders the state space it names", "parallel-synchronization-and-communication-instructions-membar",
@@ -87,7 +90,9 @@ PROXY_FENCE_STATE_SPACE = Rule(
     "copy or reduction reading global memory) needs a fence.proxy.async or fence.proxy.async.global on a "
     "happens-before path from the store to the read; fence.proxy.async.shared::cta orders shared memory only. "
     "Another CTA's store is ordered by a release and an acquire: the fence may precede the release or follow "
-    "the acquire")
+    "the acquire. Target IR has only the .shared::cta fence, so the CTA simulator reports every TMA load of bytes "
+    "a generic store wrote in the launch (an unordered one as a data race first, DATA_RACE)",
+    "tessera.interpreters.sm90.global_races:GlobalAccesses._check_proxy")
 
 WGMMA_FENCE_SCALE_D = Rule(
     "wgmma.fence before a wgmma that writes its accumulator",
@@ -99,7 +104,9 @@ WGMMA_FENCE_SCALE_D = Rule(
     "registers: a wgmma.fence must separate it from the thread's earlier accesses of them (storing or rescaling "
     "the previous result, zeroing), exactly as for scale-d true. The exemption covers only wgmma.mma_async "
     "instructions of the same shape; a wgmma of another shape (or type) on the same accumulator registers needs "
-    "the fence too")
+    "the fence too. The CTA simulator applies it to the allocated registers (a chained accumulator has one shape "
+    "in Target IR)",
+    "tessera.interpreters.sm90.register_check:RegisterFileChecker._check_fenced")
 
 WGMMA_WAIT_PER_THREAD = Rule(
     "each thread waits for its own wgmma groups", "asynchronous-warpgroup-level-matrix-instructions-wgmma-wait-group",
@@ -107,7 +114,10 @@ WGMMA_WAIT_PER_THREAD = Rule(
     "wgmma-groups are pending and all the prior wgmma-groups committed by the executing threads are complete.",
     "the registers of a wgmma are released to a thread by that thread's own wgmma.wait_group (counting the groups "
     "its warp committed): a wait executed by some threads of the warpgroup (a predicated or divergent wait, "
-    "undefined under .aligned) covers none of the others, whose accumulator and A registers stay pending")
+    "undefined under .aligned) covers none of the others, whose accumulator and A registers stay pending. The CTA "
+    "simulator refuses a wait_group that only part of a warpgroup executes; the shared bytes a wgmma read are free "
+    "for writes ordered after any thread's wait that completed its group (the wgmma-group is one per warpgroup)",
+    "tessera.interpreters.sm90.wgmma:WgmmaUnit.wait")
 
 WGMMA_WAIT = Rule(
     "wgmma results and operands after wait_group", "asynchronous-warpgroup-level-matrix-instructions-wgmma-mma-async",
@@ -143,7 +153,8 @@ DATA_RACE = Rule(
     "conflicting accesses need causality order", "memory-consistency-model-conflict-and-data-races",
     "Two conflicting memory operations are said to be in a data-race if they are not related in causality order "
     "and they are not morally strong.",
-    "global memory (ld/st.global, a cp.async's source, red/atom and bulk reductions, semaphores): two accesses of "
+    "global memory (ld/st.global, a cp.async's source, a TMA copy's source, red/atom and bulk reductions, "
+    "semaphores): two accesses of "
     "the same bytes by different threads or CTAs, at least one a write (they conflict), neither ordered before the "
     "other (inside a CTA by barriers and mbarrier phases; between CTAs by a semaphore release and acquire) are a "
     "race, reported with both sides. The PTX executor (global_order) also names the proxy (generic or async: TMA, "
@@ -181,8 +192,8 @@ PTX_EXECUTOR_RULES = (BARRIER_ORDERING, BARRIER_COUNT, MBARRIER_INIT_BEFORE_USE,
                       CP_ASYNC_ORDER, CP_ASYNC_COMPLETION, DATA_RACE, MORALLY_STRONG, RELEASE_ACQUIRE)
 """The rules the PTX executor's race detector applies, in the order of the sections."""
 
-CTA_SIMULATOR_RULES = (BARRIER_ORDERING, PROXY_FENCE, WGMMA_FENCE, WGMMA_WAIT, WRITE_ORDER, DATA_RACE,
-                       ATOMICS_ARE_INDIVISIBLE)
+CTA_SIMULATOR_RULES = (BARRIER_ORDERING, PROXY_FENCE, PROXY_FENCE_STATE_SPACE, WGMMA_FENCE, WGMMA_FENCE_SCALE_D,
+                       WGMMA_WAIT, WGMMA_WAIT_PER_THREAD, WRITE_ORDER, DATA_RACE, ATOMICS_ARE_INDIVISIBLE)
 """The rules the CTA simulator checks by happens-before (`tessera.interpreters.sm90.happens_before`), each naming
 its checker."""
 

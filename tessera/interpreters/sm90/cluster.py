@@ -39,6 +39,7 @@ from xdsl.ir import Operation
 from tessera.dialects import sm90
 from tessera.interpreters.block_batch import KernelHazardError
 from tessera.interpreters.sm90.cta import CtaState
+from tessera.interpreters.sm90.global_memory import GlobalMemory
 from tessera.interpreters.sm90.mbarrier import MBarrier
 from tessera.interpreters.sm90.strands import Scheduler
 from tessera.interpreters.sm90.tma import TensorMap, TmaCopy
@@ -223,9 +224,11 @@ class Cluster:
 class ClusterFunctions(InterpreterFunctions):
     """The cluster ops of `tessera.dialects.sm90` for one member CTA (see the module docstring)."""
 
-    def __init__(self, cta: CtaState):
+    def __init__(self, cta: CtaState, memory: GlobalMemory | None = None):
         super().__init__()
         self.cta = cta
+        self.memory = memory
+        """The launch's global memory: a multicast's global reads are recorded there (`note_async_read`)."""
 
     @property
     def cluster(self) -> Cluster:
@@ -296,6 +299,8 @@ class ClusterFunctions(InterpreterFunctions):
                 cta.fail(op, f"TMA destination {cta.smem.locate(start)} is not {facts.TMA_SMEM_ALIGNMENT}-byte aligned",
                          thread)
             data = tensor_map.read_box([int(c[thread]) for c in coords])
+            if self.memory is not None:
+                self.memory.note_async_read(cta, op, tensor_map, [int(c[thread]) for c in coords], thread)
             cta.traffic[tensor_map.name] = cta.traffic.get(tensor_map.name, 0) + spec.box_bytes
             addresses = facts.swizzle_address(start + np.arange(data.size, dtype=np.int64), tensor_map.swizzle)
             for rank in range(cluster.size):

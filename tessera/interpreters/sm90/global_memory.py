@@ -69,11 +69,28 @@ class GlobalMemory:
         """Who accessed each byte, for the happens-before checks (`global_races`)."""
 
     def _access(self, cta: CtaView, op: Operation, tensor: int, offsets: np.ndarray, threads: np.ndarray,
-                nbytes: int, write: bool, atomic: bool = False) -> None:
+                nbytes: int, write: bool, atomic: bool = False, proxy_async: bool = False) -> None:
         """Check and record (`global_races`) the accesses of `nbytes` at `offsets` of `tensor` by `threads`."""
         self.accesses.access(cta, op, tensor, self._bytes[tensor].size,
                              (offsets[:, None] + np.arange(nbytes)).reshape(-1), np.repeat(threads, nbytes), write,
-                             atomic)
+                             atomic, proxy_async)
+
+    def note_async_read(self, cta: CtaView, op: Operation, tensor_map, coords: list[int], thread: int) -> None:
+        """A TMA copy issued by `thread` reads the box at `coords` of `tensor_map` through the async proxy: checked
+        and recorded like a load (`global_races`: a plain write of another thread or CTA that nothing orders
+        before it is a race; one that is ordered still needs a proxy fence for global memory,
+        `memory_model.PROXY_FENCE_STATE_SPACE`). A tensor that is not row-major (a strided view no pointer reaches)
+        is not recorded: no generic access can touch it."""
+        index = self._tensor_of(tensor_map.array)
+        if index is None or not self._bytes[index].size:
+            return
+        offsets = tensor_map.box_offsets(coords)
+        self.accesses.access(cta, op, index, self._bytes[index].size, offsets, np.full(len(offsets), thread, np.int32),
+                             False, proxy_async=True)
+
+    def _tensor_of(self, array: np.ndarray) -> int | None:
+        """The index of the argument `array` is (by identity), or None."""
+        return next((k for k, a in enumerate(self.arrays) if a is array), None)
 
     def pointer(self, index: int) -> int:
         """The address of tensor `index` for a pointer argument; ValueError for a strided view."""
@@ -179,10 +196,11 @@ class GlobalMemory:
     # endregion
     # region reductions between CTAs
     def reduce_add_f32(self, cta: CtaView, op: Operation, addresses: np.ndarray, threads: np.ndarray,
-                       values: np.ndarray) -> np.ndarray:
+                       values: np.ndarray, proxy_async: bool = False) -> np.ndarray:
         """Atomically add the f32 `values` at `addresses` (by `threads`), flushing subnormal inputs and results
         to zero (global f32 atomics are .ftz); several adds to one address apply in order. Returns the value
-        each add saw before it (what atom.global.add.f32 returns)."""
+        each add saw before it (what atom.global.add.f32 returns). `proxy_async`: a bulk reduction's adds
+        (the async proxy writes)."""
         tensor, offset = self._resolve(cta, op, addresses, threads, "adds to")
         old = np.zeros(len(addresses), np.float32)
         values = _flush(np.asarray(values, np.float32))
@@ -191,7 +209,7 @@ class GlobalMemory:
             words = offset[sel] // WORD_BYTES
             self.atomic_targets.add(int(k))
             self._check_add(cta, op, int(k), words, threads[sel])
-            self._access(cta, op, int(k), offset[sel], threads[sel], WORD_BYTES, True, True)
+            self._access(cta, op, int(k), offset[sel], threads[sel], WORD_BYTES, True, True, proxy_async)
             memory = self._bytes[int(k)].view("<f4")
             # one round per repeated address: the adds of a round hit distinct words
             order = np.argsort(words, kind="stable")

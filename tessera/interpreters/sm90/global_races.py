@@ -20,6 +20,13 @@ happens-before orders them:
 
 A race is reported with both sides: the op and thread of this access, the op, thread and CTA of the earlier one,
 and what synchronisation was missing. With `races=False` nothing is checked (the records are still kept).
+
+Proxies (`memory_model.PROXY_FENCE_STATE_SPACE`): a TMA copy reads global memory through the async proxy
+(`GlobalMemory.note_async_read`, charged to the issuing thread at issue) and bulk reductions write through it;
+every other access is the generic proxy's. An async-proxy read of bytes whose last write came through the
+generic proxy needs, besides happens-before, a `fence.proxy.async` covering global memory on a causality path
+from the write to the read; Target IR's `fence_proxy_async` is `.shared::cta` only, so such a read is reported
+(same thread, same CTA or another), naming the write.
 """
 
 from __future__ import annotations
@@ -53,18 +60,20 @@ class _Side:
     time: np.ndarray
     op: np.ndarray
     atomic: np.ndarray
+    proxy_async: np.ndarray
+    """Made through the async proxy (a TMA copy's read, a bulk reduction's write)."""
 
     @classmethod
     def empty(cls, size: int) -> _Side:
         return cls(np.full(size, NONE, np.int32), np.full(size, NONE, np.int32), np.full(size, NONE, np.int64),
-                   np.full(size, NONE, np.int32), np.zeros(size, bool))
+                   np.full(size, NONE, np.int32), np.zeros(size, bool), np.zeros(size, bool))
 
-    def set(self, where, cta: int, threads, time: int, op: int, atomic: bool) -> None:
+    def set(self, where, cta: int, threads, time: int, op: int, atomic: bool, proxy_async: bool = False) -> None:
         self.cta[where], self.thread[where], self.time[where] = cta, threads, time
-        self.op[where], self.atomic[where] = op, atomic
+        self.op[where], self.atomic[where], self.proxy_async[where] = op, atomic, proxy_async
 
     def copy_from(self, other: _Side, where) -> None:
-        for name in ("cta", "thread", "time", "op", "atomic"):
+        for name in ("cta", "thread", "time", "op", "atomic", "proxy_async"):
             getattr(self, name)[where] = getattr(other, name)[where]
 
 
@@ -105,9 +114,10 @@ class GlobalAccesses:
 
     # region accesses
     def access(self, cta: CtaView, op: Operation, tensor: int, size: int, offsets: np.ndarray, threads: np.ndarray,
-               write: bool, atomic: bool = False) -> None:
+               write: bool, atomic: bool = False, proxy_async: bool = False) -> None:
         """`threads` (one per entry) access the bytes `offsets` (flat, same length) of tensor `tensor` (of `size`
-        bytes): check them against the recorded accesses (if `cta.races`), then record this one."""
+        bytes), through the async proxy if `proxy_async`: check them against the recorded accesses (if
+        `cta.races`), then record this one."""
         if not len(offsets):
             return
         record = self._record(tensor, size)
@@ -118,16 +128,36 @@ class GlobalAccesses:
             sides = (record.write, record.read, record.other_read) if write else (record.write,)
             for side in sides:
                 self._check(cta, op, tensor, offsets, threads, rank, side, write, atomic)
+            if proxy_async and not write:
+                self._check_proxy(cta, op, tensor, offsets, threads, record.write)
         here = self._index(op)
         if write:
-            record.write.set(offsets, rank, threads, now, here, atomic)
+            record.write.set(offsets, rank, threads, now, here, atomic, proxy_async)
             for side in (record.read, record.other_read):
                 side.cta[offsets] = NONE
             return
         moved = (record.read.cta[offsets] != NONE) & (record.read.cta[offsets] != rank)
         if moved.any():
             record.other_read.copy_from(record.read, offsets[moved])
-        record.read.set(offsets, rank, threads, now, here, atomic)
+        record.read.set(offsets, rank, threads, now, here, atomic, proxy_async)
+
+    def _check_proxy(self, cta: CtaView, op: Operation, tensor: int, offsets: np.ndarray, threads: np.ndarray,
+                     writes: _Side) -> None:
+        """An async-proxy read of bytes last written through the generic proxy (`memory_model.PROXY_FENCE_STATE_SPACE`:
+        Target IR has no proxy fence for global memory, so no causality path carries one)."""
+        generic = (writes.cta[offsets] != NONE) & ~writes.proxy_async[offsets]
+        if not generic.any():
+            return
+        i = int(np.argmax(generic))
+        at = int(offsets[i])
+        rank, thread = int(writes.cta[at]), int(writes.thread[at])
+        who = cta.thread_name(thread) if rank == grid_rank(cta) else f"thread {thread} of CTA {self._cta_name(rank)}"
+        cta.fail(op, f"reads tensor {self.names[tensor]} at byte offset {at} through the async proxy (a TMA copy), "
+                     f"which `{describe_op(self.ops[int(writes.op[at])])}` ({who}) wrote through the generic proxy "
+                     "in this launch: the async proxy sees that write only after a fence.proxy.async covering global "
+                     "memory on a causality path between them, and sm90.fence_proxy_async is .shared::cta only "
+                     "(proxy race: write the tensor in an earlier launch, or read it with ld_global)",
+                 int(threads[i]))
 
     def _check(self, cta: CtaView, op: Operation, tensor: int, offsets: np.ndarray, threads: np.ndarray, rank: int,
                side: _Side, write: bool, atomic: bool) -> None:

@@ -285,7 +285,7 @@ def run_cluster(kernel: TargetKernel, module: ModuleOp, values: list, memory: Gl
 def _member_body(kernel, module, values, memory, cta: CtaState, allocation, listeners, options: SimulatorOptions):
     """(name, interpreter, mask, body, factory) of one member CTA for `Scheduler.run_together`."""
     functions = (DivergentControlFunctions(cta), RegisterArithFunctions(cta), Sm90Functions(cta, memory),
-                 ClusterFunctions(cta), CpAsyncFunctions(cta, memory))
+                 ClusterFunctions(cta, memory), CpAsyncFunctions(cta, memory))
     checkers = _checkers(cta, allocation, listeners, options)
 
     def make_interpreter(env=None) -> Interpreter:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 from xdsl.interpreter import Interpreter, InterpreterFunctions, PythonValues, impl, register_impls
+from xdsl.ir import Operation
 
 from tessera.dialects import sm90
 from tessera.interpreters.sm90.cta import CtaState
@@ -44,6 +45,9 @@ class Sm90Functions(InterpreterFunctions):
         super().__init__()
         self.cta = cta
         self.memory = memory
+        # the values of special registers and shared buffer addresses, the same at every run of an op in a CTA
+        # (read-only arrays, computed at the op's first run)
+        self._fixed: dict[Operation, np.ndarray] = {}
 
     def _threads(self) -> np.ndarray:
         return np.nonzero(self.cta.active)[0]
@@ -57,6 +61,13 @@ class Sm90Functions(InterpreterFunctions):
     # region special registers and shared buffers
     @impl(sm90.SpecialRegOp)
     def run_special(self, interpreter: Interpreter, op: sm90.SpecialRegOp, args: PythonValues):
+        value = self._fixed.get(op)
+        if value is None:
+            value = self._fixed[op] = self._special(op)
+            value.setflags(write=False)
+        return (value,)
+
+    def _special(self, op: sm90.SpecialRegOp) -> np.ndarray:
         cta, name = self.cta, op.register.data
         axis = "xyz".index(name[-1]) if name[-2:-1] == "." else 0
         shape = cta.cluster.shape if cta.cluster is not None else (1, 1, 1)
@@ -74,21 +85,25 @@ class Sm90Functions(InterpreterFunctions):
             "clusterid": lambda: cta.cta_id[axis] // shape[axis],
             "nclusterid": lambda: cta.grid[axis] // shape[axis],
         }[name.split(".")[0]]()
-        return (np.broadcast_to(np.asarray(values, dtype_of(op.result.type)), (cta.threads,)).copy(),)
+        return np.broadcast_to(np.asarray(values, dtype_of(op.result.type)), (cta.threads,)).copy()
 
     @impl(sm90.SharedBufferOp)
     def run_shared_buffer(self, interpreter: Interpreter, op: sm90.SharedBufferOp, args: PythonValues):
-        buffer = Buffer(op.sym.data, _prop(op, "offset"), _prop(op, "size"), _prop(op, "swizzle"))
-        self.cta.smem.add_buffer(op, buffer)
-        # The dynamic shared memory starts at shared address 0, which is 1024-byte aligned.
-        return (full(op.result.type, self.cta.threads, buffer.offset),)
+        address = self._fixed.get(op)
+        if address is None:
+            buffer = Buffer(op.sym.data, _prop(op, "offset"), _prop(op, "size"), _prop(op, "swizzle"))
+            self.cta.smem.add_buffer(op, buffer)
+            # The dynamic shared memory starts at shared address 0, which is 1024-byte aligned.
+            address = self._fixed[op] = full(op.result.type, self.cta.threads, buffer.offset)
+            address.setflags(write=False)
+        return (address,)
 
     # endregion
     # region TMA and mbarriers
     @impl(sm90.TmaLoadOp)
     def run_tma_load(self, interpreter: Interpreter, op: sm90.TmaLoadOp, args: PythonValues):
         tensor_map, *coords, dest, mbarrier = args
-        self.cta.tma.load(op, tensor_map, coords, dest, mbarrier)
+        self.cta.tma.load(op, tensor_map, coords, dest, mbarrier, self.memory)
         return ()
 
     @impl(sm90.MBarrierInitOp)

@@ -157,7 +157,7 @@ class ReductionFunctions(InterpreterFunctions):
             smem.check_async_read(op, addresses, np.array([t]), "the bulk reduction's source")
             values = smem.data[addresses].view("<f4").astype(np.float32)
             dest_words = target + F32_BYTES * np.arange(nbytes // F32_BYTES, dtype=np.int64)
-            self.memory.reduce_add_f32(cta, op, dest_words, np.full(len(dest_words), t), values)
+            self.memory.reduce_add_f32(cta, op, dest_words, np.full(len(dest_words), t), values, proxy_async=True)
             cta.bulk.issue(BulkReduction(op, t, addresses, dest_words))
         return ()
 

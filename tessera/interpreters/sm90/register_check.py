@@ -17,6 +17,16 @@ write nothing. `scf.if`, `scf.for` and `scf.while` write their result registers 
 (and a loop's initial values at its entry); a result register that one of those sources already holds needs
 no move and is not counted as written (the check cannot tell which branch a thread took); the writes of a
 loop's latch into its carried registers are not seen.
+
+`wgmma_fence` by registers (`memory_model.WGMMA_FENCE`, with `races`): between a thread's access of a register
+and a wgmma that accesses the same register (its accumulator, which it writes, or its A fragment), the
+warpgroup must execute a `wgmma_fence`; accesses by the wgmmas of a chain are exempt. The checker keeps, per
+warpgroup and register, the first instruction that touched it since the warpgroup's latest fence (reads and
+writes of ops that print an instruction: not views, not yields, not a constant folded into a wgmma's
+accumulator), and refuses a wgmma whose registers one touched. This is the rule on the registers the PTX has,
+so the CTA simulator and the PTX executor agree: a zero accumulator (scale-d 0) written by no instruction
+needs no fence, S registers read by the softmax since the last fence do. Without an allocation,
+`wgmma.WgmmaUnit` applies the rule to SSA values instead (a value feeding the wgmma computed after the fence).
 """
 
 from __future__ import annotations
@@ -25,7 +35,8 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
-from xdsl.dialects import scf
+from xdsl.dialects import arith, scf
+from xdsl.dialects.builtin import UnrealizedConversionCastOp
 from xdsl.interpreter import Interpreter
 from xdsl.ir import BlockArgument, Operation
 
@@ -60,6 +71,20 @@ def _index(positions: list[int]) -> slice | np.ndarray:
     if positions == list(range(positions[0], positions[0] + len(positions))):
         return slice(positions[0], positions[0] + len(positions))
     return np.array(positions, np.intp)
+
+
+def _prints_nothing(op: Operation) -> bool:
+    """Ops whose operands no instruction reads: views of registers, casts, control flow (its moves are writes)."""
+    return (aliases_operand_registers(op) or isinstance(op, UnrealizedConversionCastOp) or bool(op.regions)
+            or op.parent is not None and op is op.parent.last_op)
+
+
+def _folded_accumulator(op: Operation) -> bool:
+    """A constant whose only uses are wgmma accumulators: the printer writes it into the wgmma's registers at
+    the fence, or not at all under scale-d 0 (`tessera.ptx.machine`), never after the fence."""
+    if not isinstance(op, arith.ConstantOp) or not op.result.uses:
+        return False
+    return all(isinstance(use.operation, sm90.WgmmaMmaAsyncOp) and use.index == 0 for use in op.result.uses)
 
 
 @dataclass(frozen=True)
@@ -100,6 +125,8 @@ class RegisterLayout:
         self._layouts: dict[object, _Layout | None] = {}
         self._written: dict[Operation, list[tuple[str, object]]] = {}
         self.plans: dict[Operation, tuple] = {}
+        self.touch_plans: dict[Operation, tuple] = {}
+        self._wgmma_columns: np.ndarray | None = None
 
     def of(self, value) -> _Layout | None:
         """The registers of `value` (None for a value with none, or one written implicitly: a block argument)."""
@@ -147,6 +174,41 @@ class RegisterLayout:
             plan = self.plans[op] = (reads, writes, registers and (columns, *zip(*registers)),
                                      aliases_operand_registers(op))
         return plan
+
+    def touches(self, op: Operation, written) -> tuple:
+        """(columns `op` reads as an instruction, columns it writes, or None for each; for a wgmma the columns
+        of its accumulator, result and A fragment with their names): what the fence rule by registers notes at
+        `op`, once per launch (`RegisterFileChecker._touch`)."""
+        plan = self.touch_plans.get(op)
+        if plan is None:
+            plan = self.touch_plans[op] = self._touches(op, written)
+        return plan
+
+    @property
+    def wgmma_columns(self) -> np.ndarray:
+        """A [R] mask of the registers some wgmma of the kernel accesses (its accumulator, result or A
+        fragment): the only ones the fence rule needs to follow."""
+        if self._wgmma_columns is None:
+            mask = np.zeros(len(self.index), bool)
+            for value in self.names:
+                owner = getattr(value, "op", None)
+                if isinstance(owner, sm90.WgmmaMmaAsyncOp):
+                    for operand in [value, owner.acc] + ([owner.a] if owner.a_in_registers else []):
+                        mask[[self.index[n] for n in self.names.get(operand, ()) if n.startswith("%")]] = True
+            self._wgmma_columns = mask
+        return self._wgmma_columns
+
+    def _touches(self, op: Operation, written) -> tuple:
+        if isinstance(op, sm90.WgmmaMmaAsyncOp):
+            values = [op.acc, op.result] + ([op.a] if op.a_in_registers else [])
+            names = sorted({name for value in values for name in self.names.get(value, ()) if name.startswith("%")},
+                           key=_register_order)
+            return None, None, (np.array([self.index[n] for n in names], np.intp), tuple(names))
+        followed = self.wgmma_columns
+        reads = [] if _prints_nothing(op) else sorted(
+            {int(c) for value in op.operands if (layout := self.of(value)) for c in layout.columns if followed[c]})
+        writes = [] if _folded_accumulator(op) else [c for name, _ in written(op) if followed[c := self.index[name]]]
+        return (np.array(reads, np.intp) if reads else None), (np.array(writes, np.intp) if writes else None), None
 
     def written(self, op: Operation, find) -> list[tuple[str, object]]:
         """The registers `op` writes, with the value written into each (`find(op)` the first time)."""
@@ -200,6 +262,14 @@ class RegisterFileChecker(Interpreter.Listener):
         self.entries: list[InFlight] = []
         self.newest = None  # newest[w]: the newest group of warpgroup w with registers in flight
         self._warpgroup_mask: tuple = (None, [])
+        # touched[w, r]: index (in touch_ops) of the first op that accessed register r in warpgroup w since w's
+        # latest wgmma_fence, -1 none (the fence rule by registers, module docstring)
+        self.fences = bool(getattr(cta, "races", True))
+        self.touched = np.full((max(1, cta.threads // facts.WARPGROUP_SIZE), registers), -1, np.int32)
+        self.touch_ops: list[Operation] = []
+        self._touches = self.layout.touches
+        if self.fences:
+            cta.wgmma.register_fences = True  # the SSA form of the rule gives way to this one
 
     # region the register file
     def _plan(self, op: Operation) -> tuple:
@@ -280,10 +350,16 @@ class RegisterFileChecker(Interpreter.Listener):
     def did_interpret_op(self, op: Operation, results) -> None:
         reads, writes, written, alias = self._plan(op)
         active = self.cta.active
-        if isinstance(op, sm90.WgmmaMmaAsyncOp):
+        kind = type(op)  # `type is`, not isinstance: ops are ABCs, whose isinstance is slow in this hot path
+        if kind is sm90.WgmmaMmaAsyncOp:
             self._issue(op, active)
         elif written and self.flight is not None:
             self._check_writes(op, active, written)
+        if self.fences:
+            if kind is sm90.WgmmaFenceOp:
+                self.touched[self._warpgroups(active)] = -1
+            elif (columns := self._touches(op, self._written)[1]) is not None:
+                self._touch(op, active, columns)
         if not writes:
             return
         granules, whole = self._granules(active)
@@ -314,6 +390,11 @@ class RegisterFileChecker(Interpreter.Listener):
             self._file(bits.itemsize)[rows[:, None], columns] = bits[rows]
 
     def will_interpret_op(self, op: Operation, args) -> None:
+        if self.fences:
+            if type(op) is sm90.WgmmaMmaAsyncOp:
+                self._check_fenced(op, self.cta.active)
+            elif (columns := self._touches(op, self._written)[0]) is not None:
+                self._touch(op, self.cta.active, columns)
         reads = self._plan(op)[0]
         if not reads:
             return
@@ -352,6 +433,31 @@ class RegisterFileChecker(Interpreter.Listener):
 
     # endregion
 
+    # region wgmma_fence between register accesses and a wgmma (memory_model.WGMMA_FENCE)
+    def _touch(self, op: Operation, active: np.ndarray, columns: np.ndarray) -> None:
+        """Note the registers `columns` that `op` reads or writes as touched since the latest fence."""
+        for w in self._warpgroups(active):
+            row = self.touched[w]
+            fresh = row[columns] < 0
+            if fresh.any():
+                if not self.touch_ops or self.touch_ops[-1] is not op:
+                    self.touch_ops.append(op)
+                row[columns[fresh]] = len(self.touch_ops) - 1
+
+    def _check_fenced(self, op: sm90.WgmmaMmaAsyncOp, active: np.ndarray) -> None:
+        columns, names = self._touches(op, self._written)[2]
+        for w in self._warpgroups(active):
+            if self.cta.wgmma.fenced_at[w] < 0:
+                continue  # no fence yet: `WgmmaUnit` reports the first wgmma
+            touched = self.touched[w, columns]
+            if (touched >= 0).any():
+                j = int(np.argmax(touched >= 0))
+                other = self.touch_ops[int(touched[j])]
+                self.cta.fail(op, f"accesses register {names[j]} (its accumulator or A fragment), which "
+                                  f"`{describe_op(other)}` accessed after warpgroup {w}'s latest wgmma_fence (race: "
+                                  "missing wgmma_fence between the access and the wgmma)", w * facts.WARPGROUP_SIZE)
+
+    # endregion
     # region registers of in-flight wgmma groups
     def _warpgroups(self, active: np.ndarray) -> list[int]:
         mask, warpgroups = self._warpgroup_mask

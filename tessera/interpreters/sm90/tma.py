@@ -29,6 +29,7 @@ from tessera.sm90 import facts
 
 if TYPE_CHECKING:
     from tessera.interpreters.sm90.cta_view import CtaView
+    from tessera.interpreters.sm90.global_memory import GlobalMemory
     from tessera.interpreters.sm90.mbarrier import MBarrier
 
 _DATA_TYPES = {
@@ -85,6 +86,15 @@ class TensorMap:
         span = e + sum((d - 1) * s for d, s in zip(dims, (e,) + strides))
         memory = np.lib.stride_tricks.as_strided(array.view(np.uint8), shape=(span,), strides=(1,), writeable=False)
         return cls(name, array, spec, swizzle, memory)
+
+    def box_offsets(self, coords: list[int]) -> np.ndarray:
+        """The byte offsets (from the tensor's first byte) of every byte a copy of the box at `coords` reads,
+        the fill outside the tensor left out: what the global-memory records note for a TMA load."""
+        inside = _inside_offsets(self.spec, tuple(coords))
+        if inside is not None:
+            return inside
+        offsets, valid = self.spec.box_byte_offsets(coords)
+        return (offsets[valid][:, None] + np.arange(self.spec.element_bytes)).reshape(-1)
 
     def read_box(self, coords: list[int]) -> np.ndarray:
         """The bytes of the box at element coordinates `coords` (innermost first), zero outside the tensor,
@@ -149,7 +159,9 @@ class TmaUnit:
         self.in_flight: list[TmaCopy] = []
 
     def load(self, op: Operation, tensor_map: TensorMap, coords: list[np.ndarray], dest: np.ndarray,
-             mbarrier: np.ndarray) -> None:
+             mbarrier: np.ndarray, memory: GlobalMemory | None = None) -> None:
+        """Issue the copies of the active threads; `memory` (the launch's global memory) records each copy's
+        global reads as the async proxy's (`GlobalMemory.note_async_read`)."""
         cta, smem = self.cta, self.cta.smem
         spec = tensor_map.spec
         cta.scheduler.current.producer = True
@@ -167,6 +179,8 @@ class TmaUnit:
             if problem:
                 cta.fail(op, problem, thread)
             data = tensor_map.read_box([int(c[thread]) for c in coords])
+            if memory is not None:
+                memory.note_async_read(cta, op, tensor_map, [int(c[thread]) for c in coords], int(thread))
             smem.check_bounds(op, np.array([start]), np.array([thread]), data.size, "the TMA copy writes")
             buffer = smem.buffer_at(start)
             if buffer is not None:

@@ -123,6 +123,8 @@ class WgmmaUnit:
         # time, op) for values that feed wgmma register operands (see RegisterWrites)
         self.fenced_at = np.full(groups, -1, np.int64)
         self.produced: dict[int, tuple[np.ndarray, int, Operation]] = {}
+        self.register_fences = False
+        """True when a register allocation is checked: `register_check` applies the fence rule to registers."""
 
     # region mma_async
     def mma(self, op: sm90.WgmmaMmaAsyncOp, acc: np.ndarray, a: np.ndarray, b: np.ndarray,
@@ -221,6 +223,8 @@ class WgmmaUnit:
             if fenced < 0:
                 self.cta.fail(op, f"warpgroup {w} issues its first wgmma_mma_async with no wgmma_fence before it "
                                   "(race: missing wgmma_fence)", w * facts.WARPGROUP_SIZE)
+            if self.register_fences:
+                continue
             for value, role in ((acc, "accumulator"), (a, "A fragment")):
                 entry = self.produced.get(id(value)) if value is not None else None
                 if entry is None or entry[0] is not value or entry[1] < fenced:
@@ -289,7 +293,7 @@ class WgmmaUnit:
                 continue
             if first_free is not None and position >= first_free:
                 continue
-            if isinstance(op, sm90.WgmmaMmaAsyncOp) and (position, entry.kind) in ((0, "result"), (1, "A operand")):
+            if type(op) is sm90.WgmmaMmaAsyncOp and (position, entry.kind) in ((0, "result"), (1, "A operand")):
                 continue
             self._refuse_pending(op, entry)
 
