@@ -15,7 +15,8 @@ ptxas serialized the wgmmas, C7512 that it spilled).
 The cluster rows (flash attention with clusters of two query blocks sharing K/V, GEMM 2x1 sharing B, both by
 TMA multicast) add the traffic counter of the CTA simulator: the bytes each CTA's TMA copies read from global
 memory, by tensor, on a small problem (`--no-traffic` skips those runs).
-`--ptxas-all` measures the default variant's loops under every ptxas found (`find_all_ptxas`), each a row.
+`--ptxas-all` measures the default variant's loops under every ptxas found (`find_all_ptxas`), each a row, and
+the same without `hoist-invariant-descriptors` ("Q descs per trip").
 `--fp8` measures the e4m3 kernel instead (k32 e4m3 wgmma, P packed to e4m3 in registers, its FP8_BLOCK_N keys
 per iteration): V^T given in P8 key order (`v_transposed="p8"`) under the single-stage and default variants,
 and V as it is (the default, `v_transposed=False`), transposed in shared memory by the producer warpgroup,
@@ -53,18 +54,23 @@ VARIANTS = {
     "+ warp-specialize": dict(specialize=True),
     "+ ping-pong": dict(specialize=True, pingpong=True),
     "full pipeline (default)": dict(overlap=True, peel=True, specialize=True),
+    "full, descriptors per trip": dict(overlap=True, peel=True, specialize=True, hoist=False),
     "all": dict(overlap=True, peel=True, specialize=True, pingpong=True),
     "full pipeline, cluster 2": dict(overlap=True, peel=True, specialize=True, cluster=2),
 }
+PTXAS_ALL = {"full pipeline (default)": "full pipeline", "full, descriptors per trip": "Q descs per trip"}
+"""The variants `--ptxas-all` measures under every ptxas (row labels): the default, and the default without
+`hoist-invariant-descriptors` (the Q descriptors re-computed on every trip), measured in the same run."""
 TRAFFIC_SIZES = {"batch": 1, "heads": 1, "seq_q": 256, "seq_k": 512}
 """The problem the traffic counter runs in the CTA simulator: one cluster of two query blocks, four key blocks."""
 
 
-def spec(stages: int, overlap=False, peel=False, specialize=False, pingpong=False, cluster=1) -> str:
+def spec(stages: int, overlap=False, peel=False, specialize=False, pingpong=False, cluster=1, hoist=True) -> str:
     tile = [f"assign-swizzle,pipeline-loops{{stages={stages}}}"] + (["overlap-softmax"] if overlap else []) + (
         ["peel-masked-iterations"] if peel else [])
     target = [LOWER] + ([f"warp-specialize{{pingpong={str(pingpong).lower()}}}"] if specialize else [])
     target += ["multicast-cluster-copies"] if cluster != 1 else []
+    target += ["hoist-invariant-descriptors"] if specialize and hoist else []
     return ",".join(tile + target + ["allocate-registers"])
 
 
@@ -193,10 +199,10 @@ def variant_rows(args, name: str, options: dict, block_n: int, fp8: dict) -> lis
     budgets = [op.count.value.data for op in kernel.walk() if isinstance(op, sm90.SetMaxNRegOp)]
     roles = f"{budgets[0]}/{budgets[1]}" if budgets else "-"
     ptxas_runs = [(p.release, p.path) for p in find_all_ptxas()] if (
-        args.ptxas_all and name == "full pipeline (default)") else [("", None)]
+        args.ptxas_all and name in PTXAS_ALL) else [("", None)]
     for release, path in ptxas_runs:
         regs, spill, loop, hgmma, ex2, diagnostics = resources(module, path)
-        label = f"full pipeline, ptxas {release}" if release else name
+        label = f"{PTXAS_ALL[name]}, ptxas {release}" if release else name
         print(f"{label:<30}{info['threads'].value.data:>8}{info['smem_bytes'].value.data:>8}{roles:>11}{regs:>6}"
               f"{spill:>6}{loop:>16}{per_key(loop, block_n):>12}{hgmma:>7}{ex2:>5}{groups_in_flight(kernel):>8}  "
               f"{diagnostics}")

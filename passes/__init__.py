@@ -87,6 +87,12 @@ def _form_clusters() -> type[ModulePass]:
     return FormClustersPass
 
 
+def _hoist_invariant_descriptors() -> type[ModulePass]:
+    from tessera.passes.hoist_invariant_descriptors import HoistInvariantDescriptorsPass
+
+    return HoistInvariantDescriptorsPass
+
+
 def _multicast_cluster_copies() -> type[ModulePass]:
     from tessera.passes.multicast_cluster_copies import MulticastClusterCopiesPass
 
@@ -105,6 +111,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "rewrite-attention": _rewrite_attention,
     "form-clusters": _form_clusters,
     "multicast-cluster-copies": _multicast_cluster_copies,
+    "hoist-invariant-descriptors": _hoist_invariant_descriptors,
 }
 
 
@@ -190,11 +197,12 @@ PIPELINED_PIPELINE = (
 """Tile IR to Target IR with the K/V (and GEMM K) loops pipelined over two-slot rings, each trip's score mma
 issued before the previous trip's P.V mma (overlap-softmax), masked iterations peeled off the steady state."""
 
-SPECIALIZED_PIPELINE = PIPELINED_PIPELINE + ",warp-specialize,multicast-cluster-copies"
+SPECIALIZED_PIPELINE = PIPELINED_PIPELINE + ",warp-specialize,multicast-cluster-copies,hoist-invariant-descriptors"
 """PIPELINED_PIPELINE with a TMA producer warpgroup and setmaxnreg budgets: the FlashAttention-3 structure
 (flash head_dim 128: a 479-instruction main loop under ptxas 13.0, two wgmma groups in flight), ending in Target IR. Other
 options (`warp-specialize{pingpong=true}`, more stages): bench/pipeline.py. `multicast-cluster-copies` leaves
-kernels without a `tile.cluster` unchanged; a clustered kernel's shared refills become TMA multicasts."""
+kernels without a `tile.cluster` unchanged; a clustered kernel's shared refills become TMA multicasts.
+`hoist-invariant-descriptors` computes the Q operand's wgmma descriptors once where the budgets allow."""
 
 DEFAULT_PIPELINE = allocated(SPECIALIZED_PIPELINE)
 """The full pipeline: `SPECIALIZED_PIPELINE` then `allocate-registers`, from Tile IR to register-allocated

@@ -1,0 +1,143 @@
+"""`hoist-invariant-descriptors`: compute once, before the K/V loops, the wgmma descriptors that no trip changes,
+as many as the consumer warpgroups' register budgets leave room for.
+
+Input: warp-specialized Target IR (after `warp-specialize`, before `allocate-registers`). A *loop-invariant
+advance* is an `sm90.descriptor_advance` (a k-step's descriptor: its base descriptor plus an offset) inside an
+`scf.for` that does not define its base. In the flash forward these are the k-steps of the Q operand of
+S = Q K^T: the score mma of every trip reads the same Q slot. Output: the same kernels, the first N distinct
+(base, bytes) of them in program order computed once, right after their base's definition, and every advance
+of one of those (in the loops and in the peeled trips) replaced by that value; the others stay in the loops.
+
+Why: `rematerialize-constants` re-creates each advance right before its wgmma, so the loop recomputes Q's
+k-step descriptors on every trip, and no ptxas hoists them: 12.9 and 13.0 spend a UIADD3.64 on each, 13.4 and
+later a UIADD3.64 and a UMOV pair. Computed once, ptxas keeps them in uniform registers across the loop
+(docs/performance.md has the SASS figures).
+
+Budgets: a hoisted advance holds a 64-bit register (`REGISTERS_PER_DESCRIPTOR` in the allocator's count) from
+its base over the loops, where the budget regions peak. N is the spare registers of the tightest region that
+runs under a `sm90.setmaxnreg` budget (its budget minus the allocator's peak) over 2, at most the number of
+candidates; the hoisted kernel is allocated again and, if a region is over its budget after all, fewer are
+tried. Kernels without budget regions (not warp-specialized) and kernels without spare registers are left
+unchanged (the flash d128 128 x 176 consumers have 9 spare: 4 of Q's 7 advances are hoisted; 128 x 128: 5).
+
+Invariants: every wgmma reads the same descriptor values as before (an advance is pure, and its base is
+defined, unchanged, before every use); only where they are computed changes, so results are bitwise equal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from xdsl.context import Context
+from xdsl.dialects import func, scf
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Block, BlockArgument, Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import Rewriter
+
+from tessera.dialects import sm90
+from tessera.kernel_abi import is_target_kernel
+from tessera.regalloc import region_peaks
+
+REGISTERS_PER_DESCRIPTOR = 2
+"""32-bit registers per thread a 64-bit descriptor takes in the allocator's count."""
+
+
+def _defines(loop: scf.ForOp, value: SSAValue) -> bool:
+    """Whether `value` is defined inside `loop` (its body's arguments included)."""
+    owner = value.block if isinstance(value, BlockArgument) else value.owner.parent_block()
+    while owner is not None:
+        if owner.parent_op() is loop:
+            return True
+        parent = owner.parent_op()
+        owner = parent.parent_block() if parent is not None else None
+    return False
+
+
+def _invariant_in_a_loop(advance: sm90.DescriptorAdvanceOp) -> bool:
+    """Whether an `scf.for` around `advance` does not define its base descriptor."""
+    op: Operation | None = advance.parent_op()
+    while op is not None:
+        if isinstance(op, scf.ForOp) and not _defines(op, advance.descriptor):
+            return True
+        op = op.parent_op()
+    return False
+
+
+def invariant_advances(fn: func.FuncOp) -> list[tuple[SSAValue, int]]:
+    """(base, bytes) of each loop-invariant advance of `fn` (module docstring), once each, in program order."""
+    keys = [(op.descriptor, op.bytes.value.data) for op in fn.walk()
+            if isinstance(op, sm90.DescriptorAdvanceOp) and _invariant_in_a_loop(op)]
+    return list(dict.fromkeys(keys))
+
+
+def hoist_descriptors(fn: func.FuncOp, keys: list[tuple[SSAValue, int]]) -> None:
+    """Compute the advances `keys` ((base, bytes) of `invariant_advances`) once, right after their bases, and
+    make every advance of the same base and bytes use that value."""
+    hoisted: dict[tuple[SSAValue, int], SSAValue] = {}
+    last: dict[SSAValue, Operation] = {}  # the op the next hoisted advance of a base goes after
+    for base, nbytes in keys:
+        advance = sm90.DescriptorAdvanceOp(base, nbytes)
+        after = last.get(base)
+        if after is not None:
+            after.parent_block().insert_op_after(advance, after)
+        elif isinstance(base, BlockArgument):
+            block: Block = base.block
+            block.insert_op_before(advance, block.first_op)
+        else:
+            base.owner.parent_block().insert_op_after(advance, base.owner)
+        hoisted[(base, nbytes)] = advance.result
+        last[base] = advance
+    for op in [o for o in fn.walk() if isinstance(o, sm90.DescriptorAdvanceOp)]:
+        value = hoisted.get((op.descriptor, op.bytes.value.data))
+        if value is not None and value is not op.result:
+            value.name_hint = value.name_hint or op.result.name_hint
+            op.result.replace_all_uses_with(value)
+            Rewriter.erase_op(op)
+
+
+def _budget_splits(fn: func.FuncOp) -> list[scf.IfOp]:
+    """The `scf.if` ops whose branches run under budgets of their own (each opens with `sm90.setmaxnreg`)."""
+    return [op for op in fn.walk() if isinstance(op, scf.IfOp)
+            and any(isinstance(inner, sm90.SetMaxNRegOp) for region in op.regions if region.blocks
+                    for inner in region.block.ops)]
+
+
+def spare_registers(fn: func.FuncOp) -> int | None:
+    """The fewest registers left between a budget region's allocator peak and its `sm90.setmaxnreg` budget
+    (negative when one is over); None for a kernel without budget regions."""
+    spare = None
+    for split in _budget_splits(fn):
+        for region, peak in zip(split.regions, region_peaks(fn, split)):
+            budgets = [op.count.value.data for op in region.block.ops if isinstance(op, sm90.SetMaxNRegOp)] \
+                if region.blocks else []
+            if budgets:
+                spare = budgets[0] - peak.registers if spare is None else min(spare, budgets[0] - peak.registers)
+    return spare
+
+
+@dataclass(frozen=True)
+class HoistInvariantDescriptorsPass(ModulePass):
+    """Hoist loop-invariant wgmma descriptor advances out of the K/V loops where the budgets allow (module
+    docstring)."""
+
+    name = "hoist-invariant-descriptors"
+    input_level: ClassVar[str] = "target"
+    """The kernels it transforms (Target IR); tools refuse a module with only the other kind."""
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for kernel in [o for o in op.walk() if is_target_kernel(o)]:
+            keys = invariant_advances(kernel)
+            spare = spare_registers(kernel) if keys else None
+            if not spare or spare < REGISTERS_PER_DESCRIPTOR:
+                continue
+            # Each hoisted descriptor is live over the loops, where the peaks are: it takes its registers from
+            # the spare ones; fewer are tried where the allocation says the first count does not fit.
+            for count in range(min(len(keys), spare // REGISTERS_PER_DESCRIPTOR), 0, -1):
+                candidate = kernel.clone()
+                hoist_descriptors(candidate, invariant_advances(candidate)[:count])
+                if spare_registers(candidate) >= 0:
+                    Rewriter.replace_op(kernel, candidate)
+                    break
+                candidate.erase()

@@ -1,0 +1,67 @@
+"""hoist-invariant-descriptors on the flash kernels: the Q operand's k-step descriptors leave the K/V loops as far
+as the consumers' budget allows, the allocation stays within it, and ptxas' steady loop gets shorter."""
+
+from __future__ import annotations
+
+import pytest
+from xdsl.dialects import scf
+
+import tessera
+import tessera.kernels
+from tessera.dialects import sm90
+from tessera.kernel_abi import is_target_kernel
+from tessera.passes import SPECIALIZED_PIPELINE, apply_pipeline
+from tessera.passes.hoist_invariant_descriptors import invariant_advances, spare_registers
+from tessera.toolchain import find_nvdisasm, find_ptxas
+
+WITHOUT = SPECIALIZED_PIPELINE.replace(",hoist-invariant-descriptors", "")
+
+
+def _kernel(spec: str, **options):
+    module = tessera.kernels.flash_attention(**options)
+    apply_pipeline(module, spec)
+    return module, next(op for op in module.walk() if is_target_kernel(op))
+
+
+def _in_loop(op) -> bool:
+    parent = op.parent_op()
+    while parent is not None and not isinstance(parent, scf.ForOp):
+        parent = parent.parent_op()
+    return parent is not None
+
+
+@pytest.mark.parametrize("options", [dict(head_dim=128), pytest.param(dict(head_dim=64, causal=True), marks=pytest.mark.slow)])
+def test_q_descriptors_leave_the_loops_within_the_budget(options):
+    """Before: every loop-invariant advance sits in a loop. After: as many as the spare registers pay for (two
+    each) are computed once outside any loop, each (base, bytes) once, and the consumers still fit."""
+    _, before = _kernel(WITHOUT, **options)
+    candidates, spare = len(invariant_advances(before)), spare_registers(before)
+    assert candidates and spare is not None and spare >= 0
+    _, after = _kernel(SPECIALIZED_PIPELINE, **options)
+    hoisted = [op for op in after.walk() if isinstance(op, sm90.DescriptorAdvanceOp) and not _in_loop(op)
+               and any(_in_loop(use.operation) for use in op.result.uses)]
+    assert len(hoisted) == min(candidates, spare // 2) > 0
+    assert len({(op.descriptor, op.bytes.value.data) for op in hoisted}) == len(hoisted)
+    assert len(invariant_advances(after)) == candidates - len(hoisted)
+    assert spare_registers(after) >= 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(find_ptxas() is None or find_nvdisasm() is None, reason="needs ptxas and nvdisasm")
+def test_steady_loop_is_shorter_without_spill():
+    """The d128 128 x 176 steady loop (the smallest SASS loop holding HGMMA) loses uniform-datapath work, no
+    spill, no R2UR in it (slow: two compiles to cubin; bench/pipeline.py --ptxas-all measures every ptxas)."""
+    from tessera.ptx.module import print_ptx
+    from tessera.ptx.target import allocated_registers
+    from tessera.toolchain import compile_ptx, disassemble, sass_loops
+
+    sizes = []
+    for spec in (WITHOUT, SPECIALIZED_PIPELINE):
+        module, _ = _kernel(spec + ",allocate-registers", head_dim=128)
+        result = compile_ptx(print_ptx(module, registers=allocated_registers, comments=False))
+        entry = result.entry()
+        assert not result.log.diagnostics and entry.spill_store_bytes == entry.stack_frame_bytes == 0
+        main = min((lp for lp in sass_loops(disassemble(result.cubin)) if lp.opcode_counts["HGMMA"]), key=len)
+        sizes.append((len(main), main.opcode_counts["R2UR"]))
+    (before, _), (after, r2ur) = sizes
+    assert after < before and r2ur == 0, sizes
