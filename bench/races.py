@@ -143,28 +143,29 @@ def library() -> None:
 
 
 def fa3_backward() -> int:
-    """FA3's backward seeded (tests/library_seeds.py FA3_BACKWARD_BUGS): one line per seed and size, with its
-    expected outcome; returns how many differ from it."""
+    """FA3's backward seeded (tests/library_seeds.py FA3_BACKWARD_BUGS) in each built configuration: one line per
+    seed and size, with its expected outcome; returns how many differ from it."""
     sys.path.insert(0, str(KERNELS.parent))
-    from library_seeds import FA3_BACKWARD, FA3_BACKWARD_BUGS, FA3_BACKWARD_SIZES, run_backward, seed
+    from library_seeds import FA3_BACKWARD_BUGS, FA3_BACKWARDS, run_backward, seed
     from ptx_library.library import BUILD, built
 
-    if not built(FA3_BACKWARD):
-        print(f"{FA3_BACKWARD}: not built (tests/ptx_library/build.py)")
-        return 0
-    text = (BUILD / FA3_BACKWARD / "kernel.ptx").read_text()
-    for sizes in FA3_BACKWARD_SIZES:
-        print(f"{FA3_BACKWARD} {sizes}: unseeded {_verdict(lambda: run_backward(None, sizes)[0])}")
     missed = 0
-    for kind, bug, edit, expected, _ in FA3_BACKWARD_BUGS:
-        seeded = seed(text, edit)
-        for sizes, want in zip(FA3_BACKWARD_SIZES, expected):
-            verdict = _verdict(lambda: run_backward(seeded, sizes)[0])
-            got = "C" if verdict == "silent, right" else "WRONG" if verdict == "silent, WRONG" else "R"
-            ok = got == want or (want == "G" and got == "C")
-            missed += not ok
-            note = ("" if ok else f"  MISMATCH (expected {want})") + ("  (a known gap)" if want == "G" else "")
-            print(f"  {got} {kind}: {bug} {sizes}{note}\n      {verdict[:220]}")
+    for name, shapes in FA3_BACKWARDS.items():
+        if not built(name):
+            print(f"{name}: not built (tests/ptx_library/build.py)")
+            continue
+        text = (BUILD / name / "kernel.ptx").read_text()
+        for sizes in shapes:
+            print(f"{name} {sizes}: unseeded {_verdict(lambda: run_backward(None, sizes, name)[0])}")
+        for kind, bug, edit, expected, _ in FA3_BACKWARD_BUGS:
+            seeded = seed(text, edit)
+            for sizes, want in zip(shapes, expected):
+                verdict = _verdict(lambda: run_backward(seeded, sizes, name)[0])
+                got = "C" if verdict == "silent, right" else "WRONG" if verdict == "silent, WRONG" else "R"
+                ok = got == want or (want == "G" and got == "C")
+                missed += not ok
+                note = ("" if ok else f"  MISMATCH (expected {want})") + ("  (a known gap)" if want == "G" else "")
+                print(f"  {got} {kind}: {bug} {sizes}{note}\n      {verdict[:220]}")
     return missed
 
 

@@ -333,18 +333,21 @@ FA3_BACKWARD_BUGS = [(kind, name, within("FlashAttnBwdSm90", edit), expected, re
 """(kind, name, edit, expected, reason): issue 31's kinds and the dQ accumulation's own in nvcc's PTX of FA3's
 Hopper backward (hdim 128: 80 x 128 tiles, two consumer warpgroups, a TMA producer warp and a dQ writer warp that
 adds each warpgroup's dQ from shared memory with cp.reduce.async.bulk, named barriers between them). `expected`
-per size of `FA3_BACKWARD_SIZES`: R reported, C clean and right (the reason says why it is no bug there), G clean
+per size of `FA3_BACKWARDS[name]`: R reported, C clean and right (the reason says why it is no bug there), G clean
 and right but a bug the PTX executor misses (a gap)."""
 
-FA3_BACKWARD_SIZES = [(1, 1, 80, 128, 128), (1, 1, 200, 160, 128)]
-"""One query block on one key block (every ring slot filled once), and three query blocks (the last 40 of 80
-rows) on two key blocks (the second 32 of 128 keys): Q and dO slots refilled, dQ buffers reused."""
+FA3_BACKWARDS = {"fa3_bwd_hdim128": [(1, 1, 80, 128, 128), (1, 1, 200, 160, 128)],
+                 "fa3_bwd_hdim64": [(1, 1, 128, 128, 64), (1, 1, 300, 200, 64)]}
+"""Per configuration, one query block on one key block (every ring slot filled once), and three query blocks (the
+last ragged) on two key blocks (the second ragged): Q and dO slots refilled, dQ buffers reused. hdim 128 runs 80 x
+128 tiles, hdim 64 128 x 128: the catalogue was written for hdim 128 and holds for hdim 64 cell for cell."""
+FA3_BACKWARD_SIZES = FA3_BACKWARDS[FA3_BACKWARD]
 
 
-def run_backward(text: str | None, sizes: tuple[int, ...]) -> tuple[bool, tuple[bytes, ...]]:
-    """FA3's backward (seeded PTX `text`, or the built one) on `sizes`: (whether dQ, dK, dV match NumPy, their
-    bytes)."""
-    tensors = launch_backward(FA3_BACKWARD, sizes, text=text)
+def run_backward(text: str | None, sizes: tuple[int, ...], name: str = FA3_BACKWARD) -> tuple[bool, tuple[bytes, ...]]:
+    """FA3's backward (configuration `name`: seeded PTX `text`, or the built one) on `sizes`: (whether dQ, dK, dV
+    match NumPy, their bytes)."""
+    tensors = launch_backward(name, sizes, text=text)
     ok = all(np.allclose(tensors[name].astype(np.float64), expected, atol=2e-3, rtol=2e-3)
              for name, expected in zip(("dQ", "dK", "dV"), backward_reference(tensors)))
     return ok, tuple(tensors[name].tobytes() for name in ("dQ", "dK", "dV"))

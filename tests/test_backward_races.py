@@ -160,8 +160,9 @@ def test_library_ptx_seeded_is_reported(name, bug, message):
 
 
 @pytest.mark.parametrize("bug,message", [
-    ("dQ: fence.proxy.async deleted", r"cp.reduce.async.bulk\S*: the bulk reduction reads shared address 0x10000, "
-                                      r"which thread \(128, 0, 0\) of CTA \(0, 0, 0\) stored through the generic proxy"),
+    ("dQ: fence.proxy.async deleted",
+     r"cp.reduce.async.bulk\S*: the bulk reduction reads shared address 0x10000, which thread \(128, 0, 0\) of CTA "
+     r"\(0, 0, 0\) stored through the generic proxy"),
     ("dQ: bar.arrive deleted", r"(?s)deadlock: .* wait at named barrier 13 at line \d+ \(bar.sync\)")])
 def test_fa3_backward_dq_accumulation_seeded_is_reported(bug, message):
     """FA3's backward adds dQ through shared memory: consumers store and fence, a named barrier hands the buffer
@@ -177,22 +178,23 @@ def test_fa3_backward_dq_accumulation_seeded_is_reported(bug, message):
 
 
 @pytest.mark.slow
-def test_fa3_backward_runs_right_and_every_seed_gives_its_expected_outcome():
+@pytest.mark.parametrize("name", ["fa3_bwd_hdim128", "fa3_bwd_hdim64"])
+def test_fa3_backward_runs_right_and_every_seed_gives_its_expected_outcome(name):
     """R reported, C clean and right (the catalogue says why), G a known gap: clean and right
     (`python bench/races.py --fa3-backward` prints every cell)."""
-    from library_seeds import FA3_BACKWARD, FA3_BACKWARD_BUGS, FA3_BACKWARD_SIZES, run_backward, seed
+    from library_seeds import FA3_BACKWARD_BUGS, FA3_BACKWARDS, run_backward, seed
     from ptx_library.library import BUILD
     from tessera.interpreters.ptx import PtxExecutionError
 
-    _library(FA3_BACKWARD)
-    text = (BUILD / FA3_BACKWARD / "kernel.ptx").read_text()
-    for sizes in FA3_BACKWARD_SIZES:
-        assert run_backward(None, sizes)[0]
+    _library(name)
+    text = (BUILD / name / "kernel.ptx").read_text()
+    for sizes in FA3_BACKWARDS[name]:
+        assert run_backward(None, sizes, name)[0]
     for kind, bug, edit, expected, reason in FA3_BACKWARD_BUGS:
         seeded = seed(text, edit)
-        for sizes, want in zip(FA3_BACKWARD_SIZES, expected):
+        for sizes, want in zip(FA3_BACKWARDS[name], expected):
             try:
-                got = "C" if run_backward(seeded, sizes)[0] else "WRONG"
+                got = "C" if run_backward(seeded, sizes, name)[0] else "WRONG"
             except PtxExecutionError:
                 got = "R"
             assert got == want or (want == "G" and got == "C"), f"{kind}: {bug} {sizes}: {got} ({reason})"
