@@ -4,12 +4,14 @@
 
     python bench/races.py --matrix [--shapes 300,700]
 
-    python bench/races.py --backward | --library
+    python bench/races.py --backward | --tessera | --library | --fa3-backward
 
 --backward: the seeds of tests/backward_seeds.py in the PTX of the attention backward (head_dim 128: warp-specialized,
 bulk-reduction dQ, single-stage at 64x64; the default keys-on-rows kernel at 64x128) on one trip and several: the outcome (R reported, C clean and right) against the
-catalogue's expectation (exit status 1 on a mismatch). --library: the kinds of tests/library_seeds.py in the PTX
-of CUTLASS and FA3 that tests/ptx_library/build.py built here (the unseeded kernel first: it must run clean).
+catalogue's expectation (exit status 1 on a mismatch). --tessera: the same for tests/tessera_seeds.py (split-KV,
+clusters of two, the GEMM). --library: the kinds of tests/library_seeds.py in the PTX of CUTLASS and FA3 that
+tests/ptx_library/build.py built here (the unseeded kernel first: it must run clean). --fa3-backward: its
+FA3_BACKWARD_BUGS in FA3's Hopper backward (hdim 128), unseeded first (clean and right against NumPy).
 
 With --matrix: the one-edit bugs of tests/race_seeds.py (33 of 17 kinds in the warp-specialized flash
 kernel, on each shape of keys, and the edits the memory model accepts there), then the generic kinds seeded
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import sys
 import time
 from pathlib import Path
 
@@ -73,8 +76,6 @@ def _verdict(run) -> str:
 
 
 def matrix(shapes: list[int]) -> None:
-    import sys
-
     sys.path.insert(0, str(KERNELS.parent))
     from race_kernels import KERNELS as OTHERS
     from race_seeds import FLASH_BENIGN, FLASH_BUGS, GENERIC_BUGS, seed
@@ -115,8 +116,6 @@ def matrix(shapes: list[int]) -> None:
 
 
 def library() -> None:
-    import sys
-
     sys.path.insert(0, str(KERNELS.parent))
     from library_seeds import LIBRARY, LIBRARY_BUGS, available, run, seed, sizes_of
     from ptx_library.library import BUILD
@@ -143,6 +142,33 @@ def library() -> None:
     print("counts:", ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
 
 
+def fa3_backward() -> int:
+    """FA3's backward seeded (tests/library_seeds.py FA3_BACKWARD_BUGS) in each built configuration: one line per
+    seed and size, with its expected outcome; returns how many differ from it."""
+    sys.path.insert(0, str(KERNELS.parent))
+    from library_seeds import FA3_BACKWARD_BUGS, FA3_BACKWARDS, run_backward, seed
+    from ptx_library.library import BUILD, built
+
+    missed = 0
+    for name, shapes in FA3_BACKWARDS.items():
+        if not built(name):
+            print(f"{name}: not built (tests/ptx_library/build.py)")
+            continue
+        text = (BUILD / name / "kernel.ptx").read_text()
+        for sizes in shapes:
+            print(f"{name} {sizes}: unseeded {_verdict(lambda: run_backward(None, sizes, name)[0])}")
+        for kind, bug, edit, expected, _ in FA3_BACKWARD_BUGS:
+            seeded = seed(text, edit)
+            for sizes, want in zip(shapes, expected):
+                verdict = _verdict(lambda: run_backward(seeded, sizes, name)[0])
+                got = "C" if verdict == "silent, right" else "WRONG" if verdict == "silent, WRONG" else "R"
+                ok = got == want or (want == "G" and got == "C")
+                missed += not ok
+                note = ("" if ok else f"  MISMATCH (expected {want})") + ("  (a known gap)" if want == "G" else "")
+                print(f"  {got} {kind}: {bug} {sizes}{note}\n      {verdict[:220]}")
+    return missed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -150,10 +176,17 @@ def main() -> None:
     parser.add_argument("--shapes", default="300,700", help="with --matrix: the key counts of the flash kernel")
     parser.add_argument("--backward", action="store_true", help="the backward's seeds (tests/backward_seeds.py)")
     parser.add_argument("--library", action="store_true", help="CUTLASS's and FA3's PTX seeded")
+    parser.add_argument("--tessera", action="store_true", help="split-KV, clusters, GEMM (tests/tessera_seeds.py)")
+    parser.add_argument("--fa3-backward", action="store_true", help="FA3's backward PTX seeded")
     options = parser.parse_args()
-    if options.backward:
-        import sys
+    if options.tessera:
+        sys.path.insert(0, str(KERNELS.parent))
+        from tessera_seeds import matrix as tessera_matrix
 
+        sys.exit(1 if tessera_matrix("ptx") else 0)
+    if options.fa3_backward:
+        sys.exit(1 if fa3_backward() else 0)
+    if options.backward:
         sys.path.insert(0, str(KERNELS.parent))
         from backward_seeds import matrix as backward_matrix
 

@@ -3,10 +3,13 @@ cost.
 
     python bench/races_target.py [--keys 300 700] [--schedule round_robin] [--cost-only | --matrix-only]
     python bench/races_target.py --backward
+    python bench/races_target.py --tessera
 
 --backward: the seeds of tests/backward_seeds.py (the attention backward, head_dim 128: warp-specialized,
 bulk-reduction dQ, single-stage at 64x64; the default keys-on-rows kernel at 64x128) on one trip and several, each line the outcome (R reported, C clean and right)
 and the start of the report, MISMATCH where it differs from the catalogue's expectation (exit status 1).
+--tessera: the same for tests/tessera_seeds.py (the split-KV flash kernel, the flash kernel in clusters of two and
+the warp-specialized GEMM, each on a short and a long shape).
 
 Matrix: every one-edit bug of tests/target_bug_seeds.py (the warp-specialized flash kernel, head_dim 64, its
 ping-pong variant, and the warp-specialized GEMM with K the sequence length rounded up to 8) on each length, with the first line of what the simulator reports ("SILENT" if
@@ -90,11 +93,16 @@ def main() -> None:
     parser.add_argument("--cost-only", action="store_true")
     parser.add_argument("--matrix-only", action="store_true")
     parser.add_argument("--backward", action="store_true", help="the backward's seeds (tests/backward_seeds.py)")
+    parser.add_argument("--tessera", action="store_true", help="split-KV, clusters, GEMM (tests/tessera_seeds.py)")
     options = parser.parse_args()
     if options.backward:
         from backward_seeds import matrix as backward_matrix
 
         sys.exit(1 if backward_matrix("target") else 0)
+    if options.tessera:
+        from tessera_seeds import matrix as tessera_matrix
+
+        sys.exit(1 if tessera_matrix("target") else 0)
     missed = 0
     if not options.cost_only:
         missed = matrix(options.keys, options.schedule)

@@ -33,7 +33,7 @@ from xdsl.dialects import arith, scf
 
 import tessera
 from tessera import find_kernel, passes, reference
-from tessera.dialects import sm90, sm90_reductions
+from tessera.dialects import sm90, sm90_cluster, sm90_reductions
 from tessera.kernels import attention_backward
 
 HEAD_DIM = 128
@@ -182,6 +182,12 @@ KINDS = {
     "fence_proxy": (sm90.FenceProxyAsyncOp, "fence.proxy.async"),
     "bar_sync": (sm90.BarSyncOp, "bar.sync"),
     "bulk_wait": (sm90_reductions.BulkWaitGroupOp, "cp.async.bulk.wait_group"),
+    # a cluster's (tests/tessera_seeds.py)
+    "cluster_arrive": (sm90_cluster.ClusterArriveOp, "barrier.cluster.arrive"),
+    "cluster_wait": (sm90_cluster.ClusterWaitOp, "barrier.cluster.wait"),
+    "remote_release": (sm90_cluster.MBarrierArriveClusterOp, "mbarrier.arrive.release.cluster"),
+    "multicast": (sm90_cluster.TmaLoadMulticastOp,
+                  "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast"),
 }
 
 
@@ -268,7 +274,8 @@ def find_ptx(lines, at: At) -> int:
 @dataclass(frozen=True)
 class Edit:
     """One edit: "delete", "flip" (a wait tests the other parity), "scale" (expect_tx bytes times `value`),
-    "count" (an init's arrival count or a bar_sync's thread count set to `value`), "pending" (a wait_group's
+    "count" (an init's arrival count or a bar_sync's thread count set to `value`), "mask" (a multicast's CTA mask
+    set to `value`), "pending" (a wait_group's
     count set to `value`), "move" (before the op `other` names), "double" (issued twice), "retarget" (a release
     arrives on the barrier of the release `other` names)."""
 
@@ -299,6 +306,8 @@ def apply_target(fn, edit: Edit) -> None:
         _set(op, "count" if isinstance(op, sm90.MBarrierInitOp) else "threads", int(edit.value))
     elif edit.action == "pending":
         _set(op, "pending", int(edit.value))
+    elif edit.action == "mask":
+        _set(op, "mask", int(edit.value))
     elif edit.action == "move":
         anchor = find_target(fn, edit.other)
         op.detach()
@@ -328,7 +337,7 @@ def apply_ptx(text: str, edit: Edit) -> str:
     elif edit.action == "scale":
         count = re.search(r", (\d+);$", lines[i])
         lines[i] = lines[i][:count.start()] + f", {int(int(count.group(1)) * edit.value)};"
-    elif edit.action == "count":
+    elif edit.action in ("count", "mask"):  # the last operand, an immediate
         lines[i] = re.sub(r", \d+;$", f", {int(edit.value)};", lines[i])
     elif edit.action == "pending":
         lines[i] = re.sub(r"\d+;$", f"{int(edit.value)};", lines[i])

@@ -134,9 +134,9 @@ def test_the_unseeded_backward_runs_clean_at_both_levels_under_the_adversarial_s
 
 # region library PTX (built by tests/ptx_library/build.py)
 def _library(name: str):
-    from library_seeds import available
+    from ptx_library.library import built
 
-    if name not in available():
+    if not built(name):
         pytest.skip(f"{name} is not built (tests/ptx_library/build.py)")
 
 
@@ -159,12 +159,53 @@ def test_library_ptx_seeded_is_reported(name, bug, message):
         run(name, seed((BUILD / name / "kernel.ptx").read_text(), edit), sizes_of(name)[0])
 
 
+@pytest.mark.parametrize("bug,message", [
+    ("dQ: fence.proxy.async deleted",
+     r"cp.reduce.async.bulk\S*: the bulk reduction reads shared address 0x10000, which thread \(128, 0, 0\) of CTA "
+     r"\(0, 0, 0\) stored through the generic proxy"),
+    ("dQ: bar.arrive deleted", r"(?s)deadlock: .* wait at named barrier 13 at line \d+ \(bar.sync\)")])
+def test_fa3_backward_dq_accumulation_seeded_is_reported(bug, message):
+    """FA3's backward adds dQ through shared memory: consumers store and fence, a named barrier hands the buffer
+    to the writer warp, which adds it into dQaccum with cp.reduce.async.bulk."""
+    from library_seeds import FA3_BACKWARD, FA3_BACKWARD_BUGS, FA3_BACKWARD_SIZES, run_backward, seed
+    from ptx_library.library import BUILD
+    from tessera.interpreters.ptx import PtxExecutionError
+
+    _library(FA3_BACKWARD)
+    edit = next(e for k, b, e, _, _ in FA3_BACKWARD_BUGS if k == bug)
+    with pytest.raises(PtxExecutionError, match=message):
+        run_backward(seed((BUILD / FA3_BACKWARD / "kernel.ptx").read_text(), edit), FA3_BACKWARD_SIZES[0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["fa3_bwd_hdim128", "fa3_bwd_hdim64"])
+def test_fa3_backward_runs_right_and_every_seed_gives_its_expected_outcome(name):
+    """R reported, C clean and right (the catalogue says why), G a known gap: clean and right
+    (`python bench/races.py --fa3-backward` prints every cell)."""
+    from library_seeds import FA3_BACKWARD_BUGS, FA3_BACKWARDS, run_backward, seed
+    from ptx_library.library import BUILD
+    from tessera.interpreters.ptx import PtxExecutionError
+
+    _library(name)
+    text = (BUILD / name / "kernel.ptx").read_text()
+    for sizes in FA3_BACKWARDS[name]:
+        assert run_backward(None, sizes, name)[0]
+    for kind, bug, edit, expected, reason in FA3_BACKWARD_BUGS:
+        seeded = seed(text, edit)
+        for sizes, want in zip(FA3_BACKWARDS[name], expected):
+            try:
+                got = "C" if run_backward(seeded, sizes, name)[0] else "WRONG"
+            except PtxExecutionError:
+                got = "R"
+            assert got == want or (want == "G" and got == "C"), f"{kind}: {bug} {sizes}: {got} ({reason})"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", LIBRARY)
 def test_library_ptx_runs_clean_and_every_seed_is_reported_or_right(name):
     """No false report on NVIDIA's and Tri Dao's code; each seeded edit is reported or leaves the output right
     (`python bench/races.py --library` prints which)."""
-    from library_seeds import LIBRARY_BUGS, run, seed, sizes_of
+    from library_seeds import CLUSTER_BUGS, LIBRARY_BUGS, run, seed, sizes_of
     from ptx_library.library import BUILD
     from tessera.interpreters.ptx import PtxExecutionError
 
@@ -172,7 +213,7 @@ def test_library_ptx_runs_clean_and_every_seed_is_reported_or_right(name):
     text = (BUILD / name / "kernel.ptx").read_text()
     for sizes in sizes_of(name):
         assert run(name, text, sizes)
-    for kind, bug, edit in LIBRARY_BUGS:
+    for kind, bug, edit in LIBRARY_BUGS + (CLUSTER_BUGS if "cluster" in name else []):
         try:
             seeded = seed(text, edit)
         except LookupError:

@@ -434,3 +434,48 @@ def test_a_bulk_reduction_into_generic_global_stores_needs_a_proxy_fence():
                                              r"made visible to the async proxy"):
         launch(_STORE_THEN_REDUCE.replace("FENCE", "fence.proxy.async.shared::cta;"), "store_then_reduce", 1, 1,
                [np.zeros(4, np.float32)])
+
+
+# Every thread stores its id into the shared tile, fences, meets at the barrier; then every lane of warp 0 issues
+# a bulk store of the tile (CUTLASS's sm90 epilogue issues its TMA stores from a whole warp): LANE_ADDRESS picks
+# the global address each lane stores to.
+_WARP_BULK_STORE = _HEADER + """.visible .entry warp_store(.param .u64 out)
+{
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<3>;
+    .reg .pred %p<1>;
+    .shared .align 128 .b8 tile[256];
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r1, tile;
+    shl.b32 %r2, %r0, 2;
+    add.u32 %r2, %r1, %r2;
+    st.shared.u32 [%r2], %r0;
+    fence.proxy.async.shared::cta;
+    bar.sync 0;
+    setp.ge.u32 %p0, %r0, 32;
+    @%p0 bra DONE;
+    ld.param.u64 %rd0, [out];
+    cvta.to.global.u64 %rd0, %rd0;
+    LANE_ADDRESS
+    cp.async.bulk.global.shared::cta.bulk_group [%rd0], [%r1], 256;
+    cp.async.bulk.commit_group;
+    cp.async.bulk.wait_group.read 0;
+DONE:
+    ret;
+}
+"""
+
+
+def test_a_warp_issuing_one_bulk_store_stores_once():
+    """The lanes of a warp with the same operands issue one bulk store (TMA runs on the uniform datapath, once
+    per warp and operand set): not 32 stores of one tile racing each other."""
+    out = launch(_WARP_BULK_STORE.replace("LANE_ADDRESS", ""), "warp_store", 1, 64, [np.zeros(64, np.uint32)])[0]
+    np.testing.assert_array_equal(out, np.arange(64))
+
+
+def test_lanes_of_a_warp_with_different_operands_issue_one_bulk_store_each():
+    """Lanes 0-15 store the tile to out[0:64], lanes 16-31 to out[64:128]: two stores, both land."""
+    per_half = ("shr.u32 %r3, %r0, 4;\n    mul.wide.u32 %rd1, %r3, 256;\n    add.s64 %rd0, %rd0, %rd1;")
+    out = launch(_WARP_BULK_STORE.replace("LANE_ADDRESS", per_half), "warp_store", 1, 64,
+                 [np.zeros(128, np.uint32)])[0]
+    np.testing.assert_array_equal(out, np.tile(np.arange(64), 2))

@@ -15,6 +15,7 @@ executor, ptxas):
 from __future__ import annotations
 
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -471,3 +472,18 @@ def test_ptx_stmatrix_matches_the_simulator(trans):
 
 
 # endregion
+
+
+def test_ptx_bulk_reduction_with_a_cache_hint_sums_the_slices():
+    """The `.L2::cache_hint` form (FlashAttention-3's dQ accumulation) takes a fourth operand, the cache policy:
+    a hint that does not change the sum."""
+    x = _slices()
+    ptx = print_ptx(parse_module(BULK))
+    hinted = re.sub(r"cp\.reduce\.async\.bulk\.global\.shared::cta\.bulk_group\.add\.f32 (\[%rd\d+\], \[%r\d+\], \d+);",
+                    lambda m: "cp.reduce.async.bulk.global.shared::cta.bulk_group.L2::cache_hint.add.f32 "
+                              f"{m.group(1)}, %rd_policy;", ptx)
+    hinted = hinted.replace("{\n", "{\n    .reg .b64 %rd_policy;\n    mov.u64 %rd_policy, 1508705875169116160;\n", 1)
+    assert "L2::cache_hint" in hinted
+    _, out = launch(hinted, "bulk", (CTAS, 1, 1), (32, 1, 1), [x, np.zeros((32, 2), np.float32)],
+                    launch_smem_bytes(_kernel(BULK)))
+    assert (np.abs(out - x.astype(np.float64).sum(axis=0)) <= _f32_sum_bound(x)).all()

@@ -42,6 +42,10 @@ CONFIGS = {
     "fa3_fwd_hdim128_causal": dict(source="fa3_fwd.cu", needs="flash-attention", HDIM=128, IS_CAUSAL=1),
     "fa3_fwd_hdim128_cluster2": dict(source="fa3_fwd.cu", needs="flash-attention", HDIM=128, IS_CAUSAL=0,
                                      CLUSTER_M=2),
+    # FlashAttention-3 backward, f16, not causal, launched as its host code does: preprocess, main kernel,
+    # postprocess (src/fa3_bwd_run.cu; tests/library_backward.py runs it)
+    "fa3_bwd_hdim64": dict(source="fa3_bwd_run.cu", needs="flash-attention", HDIM=64, IS_CAUSAL=0),
+    "fa3_bwd_hdim128": dict(source="fa3_bwd_run.cu", needs="flash-attention", HDIM=128, IS_CAUSAL=0),
     # FlashAttention-3 backward, f16, causal and not (src/fa3_bwd.cu): device code only, for bench/backward_sass.py
     "backward_fa3_hdim64": dict(source="fa3_bwd.cu", needs="flash-attention", HDIM=64, IS_CAUSAL=0),
     "backward_fa3_hdim128": dict(source="fa3_bwd.cu", needs="flash-attention", HDIM=128, IS_CAUSAL=0),

@@ -81,3 +81,60 @@ def attention_reference(tensors: dict, causal: bool) -> tuple[np.ndarray, np.nda
     total = weights.sum(axis=-1, keepdims=True)
     out = (weights / total) @ v
     return out.transpose(0, 2, 1, 3), (top + np.log(total))[..., 0]
+
+
+BACKWARD_KERNELS = ("FlashAttnBwdPreprocess", "FlashAttnBwdSm90", "FlashAttnBwdPostprocessConvertdQ")
+"""FA3's backward entries, in the order its host code launches them (src/fa3_bwd_run.cu)."""
+
+
+def launch_backward(name: str, sizes: tuple[int, ...], sms: int = 1, seed: int = 0, text: str | None = None,
+                    **limits) -> dict:
+    """The tensors by name after FA3's backward (configuration `name`, sizes B, H, SQ, SK, D) ran as its host code
+    launches it: the preprocess, the main kernel (of PTX `text` instead of the built kernel.ptx if given: a seeded
+    edit of it) and the postprocess, on the same tensors. O and LSE are the forward's, computed in NumPy (O rounded
+    to f16), as FA3's autograd function passes them."""
+    lines = subprocess.run([str(BUILD / name / "describe"), *map(str, sizes), str(sms)], capture_output=True,
+                           text=True, check=True).stdout
+    decoder, descriptions, at = json.JSONDecoder(), [], 0
+    while lines[at:].strip():
+        description, at = decoder.raw_decode(lines, at + len(lines[at:]) - len(lines[at:].lstrip()))
+        descriptions.append(description)
+    rng = np.random.default_rng(seed)
+    tensors: dict[str, np.ndarray] = {}
+
+    def tensor(key, spec):
+        if key not in tensors:
+            tensors[key] = _array(spec, rng)
+        return tensors[key]
+
+    loaded = [load_description(d, tensor, name) for d in descriptions]
+    out, lse = attention_reference(tensors, causal=False)
+    tensors["O"][...] = out.astype(np.float16)
+    tensors["LSE"][...] = lse.astype(np.float32)
+    path = BUILD / name / "kernel.ptx"
+    unseeded = name not in _MODULES
+    if text is not None:
+        module = parse_ptx(text, f"{path} (seeded)")
+    else:
+        if unseeded:
+            _MODULES[name] = parse_ptx(path.read_text(), str(path))
+        module = _MODULES[name]
+    for kernel, launched in zip(BACKWARD_KERNELS, loaded, strict=True):
+        (entry,) = [e for e in module.entries if kernel in e]
+        launch(module, entry, launched.grid, launched.block, [launched.struct], launched.shared_bytes,
+               str(BUILD / name), cluster=launched.cluster, **limits)
+    return tensors
+
+
+def backward_reference(tensors: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(dQ, dK, dV) of softmax(Q K^T / sqrt(D)) V for the upstream gradient dO, in float64, FA3's layouts."""
+    q, k, v, do = (tensors[n].astype(np.float64).transpose(0, 2, 1, 3) for n in ("Q", "K", "V", "dO"))
+    scale = 1 / np.sqrt(q.shape[-1])
+    scores = q @ k.transpose(0, 1, 3, 2) * scale
+    p = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    dv = p.transpose(0, 1, 3, 2) @ do
+    dp = do @ v.transpose(0, 1, 3, 2)
+    ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True)) * scale
+    dq, dk = ds @ k, ds.transpose(0, 1, 3, 2) @ q
+    return tuple(x.transpose(0, 2, 1, 3) for x in (dq, dk, dv))

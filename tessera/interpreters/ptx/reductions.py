@@ -169,7 +169,8 @@ class ReductionWatch:
 
 
 def decode_cp_reduce(ops, inst, mods):
-    """cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [dst], [src], size."""
+    """cp.reduce.async.bulk.global.shared::cta.bulk_group{.L2::cache_hint}.add.f32 [dst], [src], size{, policy}
+    (the cache policy is a hint: read and ignored)."""
     m = ops.m
     mods.take("reduce")
     mods.take("async")
@@ -177,9 +178,10 @@ def decode_cp_reduce(ops, inst, mods):
     form = [mods.take("global"), mods.take("shared::cta"), mods.take("bulk_group"), mods.take("add")]
     if not all(form) or inst.modifiers.index("global") > inst.modifiers.index("shared::cta"):
         raise ops.refuse(inst, "cp.reduce.async.bulk forms other than .global.shared::cta.bulk_group.add.f32")
+    hinted = "L2::cache_hint" in inst.modifiers
     mods.drop_prefixed("L2::")
     t = mods.type()
-    if t.name != "f32" or len(inst.operands) != 3:
+    if t.name != "f32" or len(inst.operands) != 3 + hinted:
         raise ops.refuse(inst, "cp.reduce.async.bulk ... .add on types other than .f32")
     dst, src = ops.address(inst, inst.operands[0]), ops.address(inst, inst.operands[1])
     size = ops.read(inst, inst.operands[2], ptx_type("u32"))

@@ -144,6 +144,18 @@ def _coords(ops: Operands, inst, operand):
     return ops.address(inst, Address(operand.base, 0)), [ops.read(inst, c, ptx_type("s32")) for c in coords.elements]
 
 
+def _one_store_per_warp(m: Machine, lanes: np.ndarray, *operands: np.ndarray) -> np.ndarray:
+    """The positions in `lanes` of the bulk stores issued: one for each warp and set of operand values. A TMA
+    instruction runs on the uniform datapath (SASS UTMASTG/UBLKCP), once per warp for each distinct set of
+    operands its active lanes hold, so lanes of one warp with the same operands issue one store (CUTLASS's sm90
+    epilogue issues its TMA stores from every lane of one warp: 32 identical stores would be reported as
+    threads of one instruction writing the same bytes)."""
+    if len(lanes) < 2:
+        return np.arange(len(lanes))
+    keys = np.stack([lanes // m.threads, lanes % m.threads // 32, *operands], axis=1)
+    return np.sort(np.unique(keys, axis=0, return_index=True)[1])
+
+
 def decode_bulk(ops: Operands, inst, mods):
     """cp.async.bulk{.tensor}, its commit/wait groups and prefetches."""
     m = ops.m
@@ -198,8 +210,10 @@ def decode_bulk(ops: Operands, inst, mods):
         else:
             sources = np.broadcast_to(np.asarray(global_address(sel), np.int64), lanes.shape)
             sizes = np.broadcast_to(np.asarray(size(sel), np.int64), lanes.shape)
-        for i, lane in enumerate(lanes):
-            lane = int(lane)
+        issued = range(len(lanes)) if load else _one_store_per_warp(m, lanes, smem_addresses, *(
+            [maps, *values] if tensor else [sources, sizes]))
+        for i in issued:
+            lane = int(lanes[i])
             one = lanes[i:i + 1]
             if load:  # the CTAs the copy lands in, and the shared::cluster addresses of data and barrier there
                 shared_offsets(m, inst, one, smem_addresses[i:i + 1])
