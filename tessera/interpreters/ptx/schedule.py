@@ -302,24 +302,26 @@ class Scheduler:
             return
         big = np.iinfo(np.int64).max
         horizon = min(end, int(np.where(candidates == pc - 1, big, candidates).min()))
-        count = len(m.lane_ids)
-        while pc < horizon and self.executed < limit:
-            step = steps[pc]
-            if step.control or step.unit:
-                return
-            guard = guards[pc]
-            active = lanes if guard is None else lanes[guard(lanes)]
-            self.executed += 1
-            if self.counts is not None and len(active):
-                warps = m.unit_of[facts.WARP_SIZE][active]
-                self.counts["thread_instructions"] += len(active)
-                self.counts["warp_instructions"] += int(np.count_nonzero(np.diff(warps))) + 1
-            if len(active):
-                step.run(ALL if len(active) == count else active)
-            m.pc[lanes] += 1
-            if m.woken != woken or m.preferred is not None:
-                return
-            pc += 1
+        count, counts, start = len(m.lane_ids), self.counts, pc
+        try:  # the lanes' pcs move once at the end (no plain step reads them), also when a step raises
+            while pc < horizon and self.executed < limit:
+                step = steps[pc]
+                if step.control or step.unit:
+                    return
+                guard = guards[pc]
+                active = lanes if guard is None else lanes[guard(lanes)]
+                self.executed += 1
+                if counts is not None and len(active):
+                    warps = m.unit_of[facts.WARP_SIZE][active]
+                    counts["thread_instructions"] += len(active)
+                    counts["warp_instructions"] += int(np.count_nonzero(np.diff(warps))) + 1
+                if len(active):
+                    step.run(ALL if len(active) == count else active)
+                pc += 1
+                if m.woken != woken or m.preferred is not None:
+                    return
+        finally:
+            m.pc[lanes] += pc - start
 
     def _gather_collective(self, step: Step, pc: int, lanes: np.ndarray):
         """The lanes that execute a collective now: those of the units (warps/warpgroups) touched by `lanes`
