@@ -124,3 +124,129 @@ def test_hand_written_kernels_from_other_compilers_styles(rng):
                                                         np.float32(0.5)])[:3]
     np.testing.assert_array_equal(y[:, :cols], x[:, :cols] * np.float32(0.5))
     np.testing.assert_allclose(rowsum, (x[:, :cols] * np.float32(0.5)).sum(axis=1), rtol=1e-5)
+
+
+def test_straight_runs_keep_the_min_pc_schedule(monkeypatch, rng):
+    """The scheduler runs straight-line plain steps without a full pick each (`Scheduler._straight`): the same
+    results bitwise, the same counts, and a step budget that stops at the same place as one full pick per step,
+    on kernels with mbarrier wakes, TMA, wgmma, cp.async and divergent branches."""
+    import ml_dtypes
+
+    from tessera.interpreters.ptx.state import PtxExecutionError
+    from tessera.interpreters.ptx.schedule import Scheduler
+
+    m, n, k = 100, 64, 128
+    a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+    bt = rng.standard_normal((n, k)).astype(ml_dtypes.bfloat16)
+    x = rng.standard_normal((3, 604)).astype(np.float32)
+    values = rng.integers(0, 3000, 100).astype(np.uint32)
+    cp_text = (KERNELS / "cp_async_pipeline.ptx").read_text()
+    cases = [
+        ("tma_wgmma_gemm.ptx", "gemm_tn", (2, 1), 128,
+         lambda: [TensorMapArg.tiled(y, (64, 64), 128) for y in (a, bt)] + [np.zeros((m, n), np.float32), m, n, k],
+         16384 + 1024),
+        ("cp_async_pipeline.ptx", cp_text.split(".entry")[1].split("(")[0].strip(), 3, 64,
+         lambda: [x, np.zeros_like(x), np.zeros(3, np.float32), 600, 604, np.float32(0.5)], None),
+        ("divergent_branches.ptx", "divergent_branches", 2, 96,
+         lambda: [values, np.zeros((100, 4), np.uint32), np.zeros(100, np.uint32), 100], None),
+    ]
+
+    def run_all(max_steps=None):
+        runs = []
+        for name, kernel, grid, block, args, shared in cases:
+            stats: dict = {}
+            options = {} if shared is None else {"shared_bytes": shared}
+            text = (KERNELS / name).read_text()
+            try:
+                out = launch(text, kernel, grid, block, args(), stats=stats,
+                             max_steps=max_steps or 1_000_000, **options)
+                runs.append(([np.asarray(o).tobytes() for o in out if o is not None], stats))
+            except PtxExecutionError as error:
+                runs.append((str(error), stats))
+        return runs
+
+    # Tessera's warp-specialized GEMM: a producer's arrives wake consumers parked at lower pcs mid-run
+    module = build_kernel("gemm", dtype="bf16")
+    lowered = module.clone()
+    apply_pipeline(lowered, SPECIALIZED_PTX)
+    text = print_ptx(lowered, registers=allocated_registers)
+    gemm_inputs = [rng.standard_normal((128, 256)), rng.standard_normal((256, 128))]
+
+    def run_gemm():
+        runs = []
+        for budget in (1_000_000, 100, 200, 300):
+            arrays, sizes = prepare_arguments(find_kernel(module), gemm_inputs)
+            try:
+                launch_described(text, describe(lowered)[0], arrays, sizes, max_steps=budget)
+                runs.append([np.asarray(o).tobytes() for o in arrays])
+            except PtxExecutionError as error:
+                runs.append(str(error))
+        return runs
+
+    straight, gemm = run_all(), run_gemm()
+    budget = [run_all(max_steps=s) for s in (40, 157)]
+    monkeypatch.setattr(Scheduler, "_straight", lambda *args: None)
+    assert run_all() == straight
+    assert [run_all(max_steps=s) for s in (40, 157)] == budget
+    assert all("max_steps" in r[0] for r in budget[0])  # the budgets stop every kernel midway
+    assert run_gemm() == gemm
+    assert all("max_steps" in r for r in gemm[1:])
+
+
+WAKE_PTX = """.version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry wake(.param .u64 out)
+{
+  .reg .pred %p<4>;
+  .reg .b32 %r<8>;
+  .reg .b64 %rd<6>;
+  .shared .align 8 .b64 bar;
+  ld.param.u64 %rd1, [out];
+  cvta.to.global.u64 %rd1, %rd1;
+  mov.u32 %r1, %tid.x;
+  setp.eq.u32 %p1, %r1, 0;
+  @%p1 mbarrier.init.shared.b64 [bar], 32;
+  bar.sync 0;
+  setp.ge.u32 %p2, %r1, 32;
+  @%p2 bra ARRIVE;
+WAIT:
+  mbarrier.try_wait.parity.shared.b64 %p3, [bar], 0;
+  @!%p3 bra WAIT;
+  mul.wide.u32 %rd2, %r1, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r1;
+  ret;
+ARRIVE:
+  add.u32 %r6, %r1, 7;
+  mbarrier.arrive.shared.b64 %rd4, [bar];
+  add.u32 %r2, %r1, 1;
+  add.u32 %r3, %r2, 1;
+  add.u32 %r4, %r3, 1;
+  add.u32 %r5, %r4, 1;
+  mul.wide.u32 %rd2, %r1, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r5;
+  ret;
+}
+"""
+
+
+def test_straight_runs_stop_at_a_wake(monkeypatch):
+    """Warp 1's arrive wakes warp 0, parked at a lower pc: the released warp runs next (as with one full pick
+    per step), not warp 1's straight-line adds after the arrive; every step budget stops at the same place."""
+    from tessera.interpreters.ptx.state import PtxExecutionError
+    from tessera.interpreters.ptx.schedule import Scheduler
+
+    def where(budget):
+        try:
+            return launch(WAKE_PTX, "wake", 1, 64, [np.zeros(64, np.uint32)], max_steps=budget)[0].tolist()
+        except PtxExecutionError as error:
+            return str(error)
+
+    straight = [where(s) for s in range(8, 27)]
+    assert "warp 0 of CTA (0, 0, 0): running at line 19" in straight[3]  # woken right after the arrive
+    assert "warp 1 of CTA (0, 0, 0): running at line 28 (add.u32)" in straight[3]
+    assert straight[-1] == list(range(32)) + list(range(36, 68))
+    monkeypatch.setattr(Scheduler, "_straight", lambda *args: None)
+    assert [where(s) for s in range(8, 27)] == straight

@@ -311,6 +311,7 @@ class AsyncTracker:
         parked = (m.status == PARK) & (m.park_address == key[1]) & (m.lane_cta == key[0])
         if parked.any():
             m.status[parked] = RUN
+            m.woken += 1
             m.park_address[parked] = -1
             m.park_test[parked] = False
 

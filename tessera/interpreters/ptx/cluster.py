@@ -111,6 +111,7 @@ class ClusterState:
             m.tracker.hb.barrier(mine, mine)
         waiting = lanes[(m.status[lanes] == CLUSTER_WAIT) & (self.arrivals[lanes] <= self.phase[group])]
         m.status[waiting] = RUN
+        m.woken += 1
         m.pc[waiting] += 1
         self.waited[waiting] = self.arrivals[waiting]
         done = int(self.phase[group])

@@ -281,9 +281,47 @@ class Scheduler:
                 if step.control:
                     step.run(lanes, active)
                 else:
+                    woken = m.woken
                     if len(active):
                         step.run(ALL if len(active) == len(all_lanes) else active)
                     m.pc[lanes] += 1
+                    if not step.unit and self.rng is None and m.woken == woken and m.preferred is None:
+                        self._straight(pc + 1, lanes, candidates, limit, woken)
+
+    def _straight(self, pc: int, lanes: np.ndarray, candidates: np.ndarray, limit: int, woken: int) -> None:
+        """Run on from `pc` the steps the min-pc schedule picks next, without rescanning every lane: `lanes` just
+        ran the plain step before `pc` (`candidates`: the pcs of the running lanes then, `big` elsewhere), so as
+        long as no other running lane is at or before their pc, no thread was woken (`m.woken` still `woken`) and
+        no release made others preferred, the schedule picks `lanes` again at the next pc, and only them: plain
+        steps (neither control nor collective) never park, exit or move other threads. Stops before a control or
+        collective step, the next other running lane's pc, a wake, the end, or the step budget; the main loop
+        goes on from there, so the schedule and its results are the same as one full pick per step."""
+        m, steps, guards = self.m, self.steps, self.guards
+        end = len(steps)
+        if pc >= end or steps[pc].control or steps[pc].unit:
+            return
+        big = np.iinfo(np.int64).max
+        horizon = min(end, int(np.where(candidates == pc - 1, big, candidates).min()))
+        count, counts, start = len(m.lane_ids), self.counts, pc
+        try:  # the lanes' pcs move once at the end (no plain step reads them), also when a step raises
+            while pc < horizon and self.executed < limit:
+                step = steps[pc]
+                if step.control or step.unit:
+                    return
+                guard = guards[pc]
+                active = lanes if guard is None else lanes[guard(lanes)]
+                self.executed += 1
+                if counts is not None and len(active):
+                    warps = m.unit_of[facts.WARP_SIZE][active]
+                    counts["thread_instructions"] += len(active)
+                    counts["warp_instructions"] += int(np.count_nonzero(np.diff(warps))) + 1
+                if len(active):
+                    step.run(ALL if len(active) == count else active)
+                pc += 1
+                if m.woken != woken or m.preferred is not None:
+                    return
+        finally:
+            m.pc[lanes] += pc - start
 
     def _gather_collective(self, step: Step, pc: int, lanes: np.ndarray):
         """The lanes that execute a collective now: those of the units (warps/warpgroups) touched by `lanes`

@@ -214,6 +214,7 @@ class Machine:
         self.bar_uncounted = np.zeros((facts.NAMED_BARRIERS, self.lanes), bool)  # arrived, warp not yet counted
         self.bar_waiting = np.full(self.lanes, -1, np.int64)
         self.sync_epoch = 0
+        self.woken = 0  # wakes so far: lanes another thread's step made runnable (the scheduler's straight runs)
         self.maxnreg: dict[tuple[int, int], int] = {}
         self.async_copies: list = []  # cp.async (Ampere) copies not yet waited for, see memory.py
         self.cp_groups = np.zeros(self.lanes, np.int64)  # committed cp.async groups per lane

@@ -76,6 +76,7 @@ def check_barrier(m: Machine, barrier: int, cta: int, inst=None) -> None:
     if finish is not None:  # bar.red: reduce over the threads that arrived, give the result to the waiters
         finish(waiting, lanes[arrived])
     m.status[waiting] = RUN
+    m.woken += 1
     m.pc[waiting] += 1
     m.bar_waiting[waiting] = -1
     m.bar_arrived[barrier, lanes[arrived]] = False
@@ -258,6 +259,7 @@ def _changed(m: Machine, key: tuple[int, int], phase_before: int, state: facts.M
         if prefer and wake.any():
             m.preferred = wake  # a release: the threads it wakes run first (see asynchrony)
         m.status[wake] = RUN
+        m.woken += 1
         m.park_test[wake] = False
         m.park_address[wake] = -1
 
