@@ -37,7 +37,7 @@ def _copy(promise_y: bool):
 
 def test_promise_kept_computes_as_without_it(rng):
     x = rng.standard_normal((128, 16)).astype(np.float32)
-    for n, level in ((70, "tile"), (128, "tile"), (70, "ptx"), (128, "ptx")):  # PTX: unpredicated ld/st
+    for n, level in ((70, "tile"), (128, "tile"), (128, "ptx")):  # PTX: unpredicated ld/st
         out = tessera.interpret(_copy(promise_y=n % 64 == 0), np.zeros(n, np.float32), x, level=level)
         np.testing.assert_array_equal(out, x[:n])
 
@@ -78,10 +78,8 @@ def test_backward_main_kernel_adds_without_bounds_masks():
     """The main kernels' dQ additions and LSE2/dPsum reads go through in_bounds views: their masks are
     constants, so the PTX's red.global.add and ld.global carry no predicate (the SASS has no branch around
     each RED: bench/backward_sass.py)."""
-    for block in ((64, 128), (128, 128)):
-        main = attention_backward(head_dim=128 if block == (64, 128) else 64, causal=True, block_m=block[0],
-                                  block_n=block[1]).main
-        ptx = tessera.compile(main, target="ptx", pipeline=passes.PTX_PIPELINE)
-        reds = [line.strip() for line in ptx.splitlines() if "red.global.add.f32" in line and "//" not in line]
-        assert reds and all(line.startswith("red.global.add.f32") for line in reds), reds[:2]
-        assert "mov.pred" not in ptx
+    main = attention_backward(head_dim=128, causal=True).main  # 64 x 128, keys on the rows: 32 reds a thread
+    ptx = tessera.compile(main, target="ptx", pipeline=passes.PTX_PIPELINE)
+    reds = [line.strip() for line in ptx.splitlines() if "red.global.add.f32" in line and "//" not in line]
+    assert len(reds) == 32 and all(line.startswith("red.global.add.f32") for line in reds), reds[:2]
+    assert "mov.pred" not in ptx
