@@ -94,18 +94,29 @@ class ViewOp(IRDLOperation):
 
     One index per dimension of the source. The window covers the innermost `rank(window)` dimensions starting
     at the last indices; the leading indices select (batch, head, ...). The window may extend past the
-    tensor's bounds: reads there give zero and writes there are dropped."""
+    tensor's bounds: reads there give zero and writes there are dropped.
+
+    `%w = tile.view %t[...] in_bounds : ...` is the author's promise that the whole window lies inside the
+    tensor (every leading index below its dimension, every window dimension's start + extent at most its
+    dimension), as MLIR's `vector.transfer_read ... in_bounds` promises: the accesses through it then need no
+    bounds masks (a target may drop the per-element predicates). The Tile interpreter checks the promise at
+    the view and reports a window that breaks it; a lowered kernel would read or write outside the tensor."""
 
     name = "tile.view"
     source = operand_def(TILE)
     indices = var_operand_def(IndexType)
+    in_bounds = opt_prop_def(UnitAttr)
     result = result_def(TILE)
     traits = traits_def(Pure())
-    assembly_format = "$source `[` $indices `]` attr-dict `:` type($source) `->` type($result)"
+    assembly_format = (
+        "$source `[` $indices `]` (`in_bounds` $in_bounds^)? attr-dict `:` type($source) `->` type($result)"
+    )
 
-    def __init__(self, source: SSAValue | Operation, indices: Sequence[SSAValue | Operation], shape: Sequence[int]):
+    def __init__(self, source: SSAValue | Operation, indices: Sequence[SSAValue | Operation], shape: Sequence[int],
+                 in_bounds: bool = False):
         ty = _tile(source)
-        super().__init__(operands=[source, list(indices)], result_types=[ty.with_(shape=tuple(shape))])
+        super().__init__(operands=[source, list(indices)], result_types=[ty.with_(shape=tuple(shape))],
+                         properties={"in_bounds": UnitAttr()} if in_bounds else {})
 
     def verify_(self) -> None:
         src, res = _tile(self.source), _tile(self.result)

@@ -37,6 +37,12 @@ score_mod's `(kv_idx - q_idx) % 5` and a mask_mod's `(kv_idx - q_idx) % period[h
 `kv_idx - q_idx`, a few instructions a register, instead of one [BM, BN] tile live from the first to the
 second.
 
+A size expression (`arith.ceildivsi` of a kernel's size argument by a constant, and its product with a
+constant: `64 * ceildiv(seq_q, 64)`, the rows of the attention backward's padded intermediates, which every
+address into them multiplies by) is re-created right before each use too: a shift and an add or two where CSE
+would hold it in a register across every loop (the deterministic head_dim 64 backward's consumers had one too
+many for the warp-specialized kernel).
+
 A shared buffer's address (`sm90.shared_buffer`: the dynamic shared memory's base plus a constant offset, one
 `add` or none) is a constant too, re-created at each use the same way, and so is an address a fixed distance
 into it (`arith.addi` of the buffer and an offset: a ring stage's slot, not its barriers) is re-created right
@@ -51,7 +57,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects import arith, math, scf, vector
+from xdsl.dialects import arith, func, math, scf, vector
 from xdsl.dialects.builtin import (
     DenseIntOrFPElementsAttr,
     FloatAttr,
@@ -61,7 +67,7 @@ from xdsl.dialects.builtin import (
     ModuleOp,
     VectorType,
 )
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from tessera.dialects import sm90
@@ -240,6 +246,49 @@ def _recreate_index_trees(module: ModuleOp) -> None:
         _erase_tree(op)
 
 
+def _is_size_expression(op: Operation) -> bool:
+    """An index `arith.ceildivsi` of a kernel argument (an entry block argument) by a constant, or an index
+    `arith.muli` of such a ceildiv (used only there) by a constant (module docstring)."""
+    if not isinstance(op.results[0].type if op.results else None, IndexType):
+        return False
+    if isinstance(op, arith.CeilDivSIOp):
+        lhs, rhs = op.operands
+        entry = isinstance(lhs, BlockArgument) and isinstance(lhs.owner.parent_op(), func.FuncOp)
+        return entry and isinstance(rhs.owner, arith.ConstantOp)
+    if isinstance(op, arith.MuliOp):
+        inner = [v for v in op.operands if not isinstance(v.owner, arith.ConstantOp)]
+        return (len(inner) == 1 and len(list(inner[0].uses)) == 1 and isinstance(inner[0].owner, Operation)
+                and isinstance(inner[0].owner, arith.CeilDivSIOp) and _is_size_expression(inner[0].owner))
+    return False
+
+
+def _clone_size(op: Operation, before: Operation) -> SSAValue:
+    copy = op.clone()
+    for k, value in enumerate(op.operands):
+        if isinstance(value.owner, arith.CeilDivSIOp):
+            copy.operands[k] = _clone_size(value.owner, before)
+    copy.results[0].name_hint = op.results[0].name_hint
+    before.parent_block().insert_op_before(copy, before)
+    return copy.results[0]
+
+
+def _recreate_sizes(module: ModuleOp) -> None:
+    """Each size expression (`_is_size_expression`, outermost) re-created right before each user."""
+    sizes = [o for o in module.walk() if _is_size_expression(o)
+             and not any(_is_size_expression(u.operation) for u in o.results[0].uses)]
+    for op in sizes:
+        for use in list(op.results[0].uses):
+            user = use.operation
+            user.operands[use.index] = _clone_size(op, _insertion_point(user))
+        inner = [v.owner for v in op.operands if isinstance(v.owner, arith.CeilDivSIOp)]
+        op.detach()
+        op.erase()
+        for owner in inner:
+            if not owner.results[0].uses:
+                owner.detach()
+                owner.erase()
+
+
 def _erase_tree(op: Operation) -> None:
     inner = [v.owner for v in op.operands if not isinstance(v.owner, _INDEX_LEAVES)]
     op.detach()
@@ -263,6 +312,7 @@ class RematerializeConstantsPass(ModulePass):
         for address in [o for o in op.walk() if _is_shared_offset(o)]:
             _recreate_address_at_uses(address)
         _recreate_index_trees(op)
+        _recreate_sizes(op)
         advances = [o for o in op.walk() if isinstance(o, sm90.DescriptorAdvanceOp)]
         buffers = [o for o in op.walk() if isinstance(o, sm90.SharedBufferOp)]
         for cheap in advances + buffers + [o for o in op.walk() if isinstance(o, arith.ConstantOp)]:

@@ -30,16 +30,21 @@ meet (`specialized`): a GEMM whose rows are 16-byte multiples reads them with TM
 that needs no promise. The Tile interpreter checks the promise alone (`KernelSignature.promised`).
 
 Inputs name their dimensions with plain names or constants; the same name in two places means the same size.
-Outputs and scratch buffers may also use `ceildiv(name, N)`, but only of names some input defines. The
-launcher allocates outputs (zeros) and scratch buffers, checks that inputs agree with the named sizes, and
-computes the grid from `tile.grid`.
+Outputs and scratch buffers may also use `ceildiv(name, N)` (with a factor: `64 * ceildiv(seq_q, 64)`), but
+only of names some input defines or launch sizes. An input may use such an expression too, of the same names:
+it defines nothing and is checked against them (the attention backward's intermediates, whose rows are
+padded to whole query blocks, `64 * ceildiv(seq_q, 64)`, as FlashAttention-3 pads them). The launcher
+allocates outputs (zeros) and scratch buffers, checks that inputs agree with the named sizes, and computes the
+grid from `tile.grid`.
 
 A grid may also use launch sizes, sizes no input's shape gives that the launch supplies beside the inputs,
 declared as `tile.launch_sizes = ["max_seqlen_q"]`: the packed (varlen, paged) attention kernels launch
 ceildiv(max_seqlen_q, BM) query blocks per sequence, the longest sequence being a number only the caller
-knows (FlashAttention's `max_seqlen_q`). They size the grid only (no tensor, no kernel parameter), so a
+knows (FlashAttention's `max_seqlen_q`). Used by the grid only (no tensor, no kernel parameter), a
 kernel must be correct for any value at least what its blocks need (the varlen kernels: every sequence's
-length), and the caller checks that.
+length), and the caller checks that. A launch size that a tensor's dimensions use is a size like the others,
+exact and a kernel parameter (`KernelSignature.size_names`): the backward's postprocess takes seq_q so, since
+its one input, dq_accum, has padded rows that do not give it.
 """
 
 from __future__ import annotations
@@ -161,13 +166,19 @@ class KernelSignature:
         return tuple(a for a in self.args if a.role == "out")
 
     def dim_names(self) -> list[str]:
-        """Names of the sizes the inputs define, in the order they first appear."""
+        """Names of the sizes the inputs define (plain names), in the order they first appear."""
         names: list[str] = []
         for arg in self.inputs:
             for e in arg.dims:
-                if not e.is_constant and e.symbol.data not in names:
+                if e.is_name and e.symbol.data not in names:
                     names.append(e.symbol.data)
         return names
+
+    def size_names(self) -> list[str]:
+        """The sizes the kernel receives as parameters: `dim_names`, then each launch size that an argument's
+        dimensions use."""
+        used = set().union(*(a.dims.symbols() for a in self.args)) if self.args else set()
+        return self.dim_names() + [n for n in self.launch_sizes if n in used]
 
     def sizes_from_inputs(self, shapes: Sequence[Sequence[int]], launch: Mapping[str, int] | None = None
                           ) -> dict[str, int]:
@@ -180,6 +191,7 @@ class KernelSignature:
             names = ", ".join(a.name for a in inputs)
             raise ValueError(f"kernel @{self.name} takes {len(inputs)} inputs ({names}), got {len(shapes)}")
         sizes: dict[str, int] = {}
+        derived = []
         for arg, shape in zip(inputs, shapes):
             shape = tuple(int(d) for d in shape)
             if len(shape) != arg.type.rank:
@@ -192,11 +204,18 @@ class KernelSignature:
                     raise ValueError(f"{what}: the kernel is compiled for {static}, got {actual}")
                 if expr.is_constant:
                     continue
+                if not expr.is_name:  # checked once every name is bound
+                    derived.append((what, expr, actual))
+                    continue
                 name = expr.symbol.data
                 if sizes.setdefault(name, actual) != actual:
                     raise ValueError(f"{what}: '{name}' is {sizes[name]} elsewhere, got {actual}")
         check_divisible(self.name, self.promised, sizes)
-        return bind_launch_sizes(self.name, self.launch_sizes, sizes, launch or {})
+        bound = bind_launch_sizes(self.name, self.launch_sizes, sizes, launch or {})
+        for what, expr, actual in derived:
+            if expr.evaluate(bound) != actual:
+                raise ValueError(f"{what}: the other sizes give {expr.evaluate(bound)}, got {actual}")
+        return bound
 
     def grid_size(self, sizes: Mapping[str, int]) -> tuple[int, int, int]:
         grid = self.grid.evaluate(sizes)
@@ -356,8 +375,6 @@ def signature(op: func.FuncOp) -> KernelSignature:
         for expr, static in zip(dims, ty.get_shape()):
             if expr.is_constant and static != DYNAMIC and expr.value.data != static:
                 _fail(op, f"{where}: dimension '{expr}' contradicts the static size {static}")
-            if role == "in" and not (expr.is_constant or expr.is_name):
-                _fail(op, f"{where}: inputs name their dimensions with plain names or constants, got '{expr}'")
         order = attrs.data.get(KEY_ORDER_ATTR)
         if order is not None:
             if not (isinstance(order, StringAttr) and order.data in KEY_ORDERS and role == "in"
@@ -367,12 +384,11 @@ def signature(op: func.FuncOp) -> KernelSignature:
             order = order.data
         args.append(KernelArg(name, role, ty, dims, order))
 
-    defined = {e.symbol.data for a in args if a.role == "in" for e in a.dims if not e.is_constant}
-    for arg in args:
-        missing = arg.dims.symbols() - defined
-        if arg.role != "in" and missing:
-            _fail(op, f"{arg.role} argument %{arg.name} uses sizes no input defines: {sorted(missing)}")
+    defined = {e.symbol.data for a in args if a.role == "in" for e in a.dims if e.is_name}
     launch = launch_size_names(op)
+    for arg in args:
+        if missing := arg.dims.symbols() - defined - set(launch):
+            _fail(op, f"{arg.role} argument %{arg.name} uses sizes no input defines: {sorted(missing)}")
     if overlap := set(launch) & defined:
         _fail(op, f"'{LAUNCH_SIZES_ATTR}' names {sorted(overlap)}, which an input's shape already defines")
     if missing := grid.symbols() - defined - set(launch):

@@ -317,7 +317,7 @@ def _backward(q, k, v, do, score_mod, mask_mod, grouped, block_sparse=False):
         mask = create_block_mask(mask_mod, q.shape[0], q.shape[1], q.shape[2], k.shape[2], BM, BN)
         lists = mask.backward_inputs(k.shape[1])
     dq_accum, dk, dv = tessera.interpret(kernels.main, q, k, v, do, lse2, dpsum, *arrays, *lists)
-    return o, (tessera.interpret(kernels.postprocess, dq_accum), dk, dv)
+    return o, (tessera.interpret(kernels.postprocess, dq_accum, seq_q=q.shape[2]), dk, dv)
 
 
 def doubled_softcap(score, b, h, q_idx, kv_idx):

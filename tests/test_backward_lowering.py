@@ -81,7 +81,7 @@ def _run(kernels, problem, level: str, mode: str, store: str = "st_shared", base
     options = dict(level=level, pipeline=_pipeline(mode, store, base))
     dpsum, lse2, _ = tessera.interpret(kernels.preprocess, o, do, lse, **options)
     dq_accum, dk, dv = tessera.interpret(kernels.main, q, k, v, do, lse2, dpsum, **options)
-    return tessera.interpret(kernels.postprocess, dq_accum, **options), dk, dv
+    return tessera.interpret(kernels.postprocess, dq_accum, seq_q=q.shape[2], **options), dk, dv
 
 
 def _assert_within_rule(grads, problem, causal):
@@ -355,7 +355,7 @@ def test_key_rows_warp_specialized_is_bitwise_the_single_stage_kernel(seq_q, seq
     problem = _problem(128, seq_q, seq_k, causal, heads=heads)
     single = _main_only(kernels, problem, "target", passes.PTX_PIPELINE)
     assert _bitwise(_main_only(kernels, problem, level, WARP_SPECIALIZED), single)
-    dq = tessera.interpret(kernels.postprocess, single[0], level="tile")
+    dq = tessera.interpret(kernels.postprocess, single[0], level="tile", seq_q=seq_q)
     _assert_within_rule((dq, *single[1:]), problem, causal)
 
 

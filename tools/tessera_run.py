@@ -150,18 +150,18 @@ def target_signature(op):
 
 def _check_sizes(selected_sigs, sizes: dict[str, int], max_gib: float) -> None:
     """Every size given must be declared by a kernel that runs; each kernel's arguments must fit `max_gib`."""
-    declared = {n for sig in selected_sigs for n in sig.dim_names()}
+    declared = {n for sig in selected_sigs for n in sig.size_names()}
     unknown = [n for n in sizes if n not in declared]
     if unknown:
-        listing = "; ".join(f"@{s.name}: {', '.join(s.dim_names()) or 'none'}" for s in selected_sigs)
+        listing = "; ".join(f"@{s.name}: {', '.join(s.size_names()) or 'none'}" for s in selected_sigs)
         raise RunError(f"no kernel declares the size{'s' if len(unknown) > 1 else ''} "
                        f"{', '.join(repr(n) for n in unknown)} (sizes declared: {listing})")
     for sig in selected_sigs:
-        missing = [n for n in sig.dim_names() if n not in sizes]
+        missing = [n for n in sig.size_names() if n not in sizes]
         if missing:
             flags = " ".join(f"-d {n}=..." for n in missing)
             raise RunError(f"kernel @{sig.name} needs sizes for {', '.join(missing)} ({flags})")
-        used = {n: sizes[n] for n in sig.dim_names()}
+        used = {n: sizes[n] for n in sig.size_names()}
         try:  # the launch limits and the simulators' memory budget, before anything is allocated
             # inputs three times: float64 draws, their float32 copy, the kernel's converted copy
             check_sizes(sig, used, memory_budget=int(max_gib * 2**30), input_copies=3)
@@ -281,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
     status = 0
     rng = np.random.default_rng(args.seed)
     for sig, level, how, target, kernel_module in plan:
-        used = {n: sizes[n] for n in sig.dim_names()}
+        used = {n: sizes[n] for n in sig.size_names()}
         inputs = [rng.standard_normal(arg.shape(used)).astype(np.float32) for arg in sig.inputs]
         arguments, bound = prepare_arguments(sig, inputs, used)
         start = time.perf_counter()

@@ -190,8 +190,11 @@ class BackwardLowering:
         window_col = self.row_base
         dims = [self._dim_value(window.arg, d, e) for d in range(len(window.indices))]
         distinct = sorted(set(col_offsets))
-        mask = e.shuffle(self._below(e, e.op(arith.SubiOp(dims[-2], window_row)), distinct),
-                         [distinct.index(c) for c in col_offsets])
+        if window.in_bounds:
+            mask = self._all_true(e, len(col_offsets))
+        else:
+            mask = e.shuffle(self._below(e, e.op(arith.SubiOp(dims[-2], window_row)), distinct),
+                             [distinct.index(c) for c in col_offsets])
         base = self._element_address(e, window.arg, [*lead, window_row, window_col], [e.to_i64(d) for d in dims],
                                      F32_BYTES)
         offsets = e.dense(i32, [0] * len(row_offsets))
@@ -241,7 +244,9 @@ class BackwardLowering:
         *lead, row0, col0 = window.indices
         dims = [self._dim_value(window.arg, d, e) for d in range(len(window.indices))]
         mine = e.addi(row0, self.tid)
-        inside = e.andi(e.cmpi(self.tid, e.index(rows), "ult"), e.cmpi(mine, dims[-2], "ult"))
+        inside = e.cmpi(self.tid, e.index(rows), "ult")
+        if not window.in_bounds:
+            inside = e.andi(inside, e.cmpi(mine, dims[-2], "ult"))
         dest = self._element_address(e, window.arg, [*lead, mine, col0], [e.to_i64(d) for d in dims], F32_BYTES)
         source = e.op(arith.AddiOp(staging, e.op(arith.IndexCastOp(e.muli(self.tid, e.index(row_bytes)), i32))))
 
@@ -274,7 +279,7 @@ class BackwardLowering:
         rows = sorted(set(AccumulatorLayout(facts.WGMMA_K_BYTES // 4).row_offsets))  # the thread's two rows
         row = e.addi(row0, self.row_base)
         dims = [self._dim_value(window.arg, d, e) for d in range(len(window.indices))]
-        mask = self._below(e, e.op(arith.SubiOp(dims[-1], row)), rows)
+        mask = self._all_true(e, len(rows)) if window.in_bounds else self._below(e, e.op(arith.SubiOp(dims[-1], row)), rows)
         elt = element_type_bytes(self._arg_tile(window.arg).element_type)
         base = self._element_address(e, window.arg, [*lead, row], [e.to_i64(d) for d in dims], elt)
         return base, e.dense(i32, [r * elt for r in rows]), mask

@@ -142,14 +142,15 @@ class PendingMma:
 
 @dataclass
 class Window:
-    """A `tile.view`: source argument index, its (new) index values, window shape, and whether its first
+    """A `tile.view`: source argument index, its (new) index values, window shape, whether its first
     column is even for every value it takes (`is_even`): 16-bit pairs from it then start on 4 bytes wherever
-    the tensor's rows do."""
+    the tensor's rows do, and whether the view is promised `in_bounds` (its accesses take no bounds mask)."""
 
     arg: int
     indices: list[SSAValue]
     shape: tuple[int, ...]
     even_column: bool = False
+    in_bounds: bool = False
 
 
 def is_even(value: SSAValue, depth: int = 8) -> bool:

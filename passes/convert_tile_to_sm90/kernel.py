@@ -219,7 +219,7 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
         self._plan_transposes()
         maps = self._tensor_maps()
         pointers = self._pointer_args()
-        names = self.sig.dim_names()
+        names = self.sig.size_names()
 
         arg_types, arg_attrs, self.map_args, self.pointer_args, self.size_args = [], [], {}, {}, {}
         src_args = self.sig.args

@@ -179,7 +179,7 @@ class MemoryLowering:
         if op.result.type.rank not in (1, 2):
             _refuse(op, "only 2-D windows (and 1-D ones for tile.load_broadcast) are supported")
         self.values[op.result] = Window(source[1], [self._get(i) for i in op.indices], op.result.type.get_shape(),
-                                        is_even(op.indices[-1]))
+                                        is_even(op.indices[-1]), op.in_bounds is not None)
 
     def _lower_CpAsyncOp(self, op: tile.CpAsyncOp, e: Emitter) -> None:
         window, dest = self._get(op.source), self._get(op.dest)
@@ -345,7 +345,8 @@ class MemoryLowering:
         given, is an absolute row before which the access stops even inside the tensor. `rows_only`: the
         caller knows every column is inside the tensor; offsets and mask are then computed for the thread's
         distinct rows and shuffled out to the registers (two registers live, not one per register).
-        `per_element`: one register per element of a 16-bit tile too, not per packed pair."""
+        `per_element`: one register per element of a 16-bit tile too, not per packed pair. A window promised
+        `in_bounds` (without `row_end`) takes an all-true mask: no compare, and unpredicated accesses."""
         half = not isinstance(ty.element_type, Float32Type)
         if half and (ty.get_shape()[1] % 2 or self._is_column(ty)):
             _refuse(op, "16-bit tiles in registers need an even number of columns")
@@ -357,7 +358,9 @@ class MemoryLowering:
         end = dims[-2] if row_end is None else e.op(arith.MinSIOp(dims[-2], row_end))
         distinct = sorted(set(row_offsets))
         spread = [distinct.index(r) for r in row_offsets]
-        if rows_only:
+        if window.in_bounds and row_end is None:
+            in_rows = in_cols = self._all_true(e, len(row_offsets))
+        elif rows_only:
             in_rows = e.shuffle(self._below(e, e.op(arith.SubiOp(end, row)), distinct), spread)
         else:
             in_rows = self._below(e, e.op(arith.SubiOp(end, row)), row_offsets)
@@ -373,7 +376,7 @@ class MemoryLowering:
         # One offset per distinct row, shuffled out to the registers: two registers live, not one per register
         # (a load in a loop keeps them live across it: the bias of attention).
         offsets = e.shuffle(e.muli(e.broadcast(pitch, len(distinct)), e.dense(i32, distinct)), spread)
-        if rows_only:
+        if rows_only or (window.in_bounds and row_end is None):
             return base, offsets, in_rows, [c * elt for c in col_offsets]
         return base, offsets, e.andi(in_rows, in_cols), [c * elt for c in col_offsets]
 
@@ -423,7 +426,8 @@ class MemoryLowering:
         """Each thread loads the window's elements at the distinct columns its registers lie on, once each
         (`AccumulatorLayout.distinct_columns`: n/4 registers for an [BM, n] tile, where a whole tile would
         hold n/2), masked by the tensor's bounds (out-of-bounds columns give 0, and so does every column of a
-        window whose leading indices, the row of a 2-D tensor or a batch, lie outside the tensor); the tile is
+        window whose leading indices, the row of a 2-D tensor or a batch, lie outside the tensor; no mask for a
+        window promised `in_bounds`); the tile is
         a shuffle of them, which costs no instruction and no register. The columns are the loads' address
         immediates."""
         window = self._get(op.source)
@@ -445,11 +449,12 @@ class MemoryLowering:
         # a column reads the window's one element whatever the thread's column; a row, the thread's columns
         col = col0 if self._is_column(ty) else e.addi(col0, self.col_base)
         dims = [self._dim_value(window.arg, d, e) for d in range(len(window.indices))]
-        mask = self._below(e, e.op(arith.SubiOp(dims[-1], col)), columns)
+        mask = self._all_true(e, len(columns)) if window.in_bounds else self._below(e, e.op(arith.SubiOp(dims[-1], col)), columns)
         flat = e.i64(0)
         for index, dim in zip(lead, dims):
             flat = e.addi(e.muli(flat, e.to_i64(dim)), e.to_i64(index))
-            mask = e.andi(mask, e.broadcast(e.cmpi(index, dim, "ult"), len(columns)))
+            if not window.in_bounds:
+                mask = e.andi(mask, e.broadcast(e.cmpi(index, dim, "ult"), len(columns)))
         first = e.addi(e.muli(flat, e.to_i64(dims[-1])), e.to_i64(col))
         elt = element_type_bytes(ty.element_type)
         base = e.addi(self.entry_args[self.pointer_args[window.arg]], e.muli(first, e.i64(elt)))

@@ -11,6 +11,7 @@ from xdsl.dialects.builtin import (
     IntegerType,
     VectorType,
     f32,
+    i1,
 )
 from xdsl.ir import Operation, SSAValue
 
@@ -88,6 +89,12 @@ class RegisterTileLowering:
     def _origin(self, e: Emitter, row0: SSAValue, col0: SSAValue, column: bool = False) -> tuple[SSAValue, SSAValue]:
         """The absolute (row, col) of this thread's first element of a tile whose corner is (row0, col0)."""
         return e.addi(row0, self.row_base), (col0 if column else e.addi(col0, self.col_base))
+
+    @staticmethod
+    def _all_true(e: Emitter, lanes: int) -> SSAValue:
+        """The mask of an access through a window promised `in_bounds`: every register (a constant, so that
+        the accesses print without a predicate to compute)."""
+        return e.dense(i1, [1] * lanes)
 
     @staticmethod
     def _below(e: Emitter, limit: SSAValue, offsets: list[int]) -> SSAValue:

@@ -117,8 +117,28 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
             lead = len(base) - len(source.shape)
             for k, offset in enumerate(indices):
                 base[lead + k] = base[lead + k] + offset
-            return (GlobalView(source.tensor, tuple(base), op.result.type.get_shape()),)
-        return (GlobalView(source, tuple(indices), op.result.type.get_shape()),)
+            view = GlobalView(source.tensor, tuple(base), op.result.type.get_shape())
+        else:
+            view = GlobalView(source, tuple(indices), op.result.type.get_shape())
+        if op.in_bounds is not None:
+            self._check_in_bounds(op, view)
+        return (view,)
+
+    def _check_in_bounds(self, op: tile.ViewOp, view: GlobalView) -> None:
+        """A view promised `in_bounds` must lie inside its tensor in every active block (its docstring)."""
+        tensor_shape = view.tensor.shape
+        lead = len(tensor_shape) - len(view.shape)
+        extents = (1,) * lead + tuple(view.shape)
+        bad = np.zeros(self.batch.size, bool)
+        for start, extent, size in zip(view.indices, extents, tensor_shape):
+            start = np.broadcast_to(start, (self.batch.size,))
+            bad |= (start < 0) | (start + extent > size)
+        bad &= self.batch.active
+        if bad.any():
+            k = int(np.argmax(bad))
+            where = ", ".join(str(int(np.broadcast_to(i, (self.batch.size,))[k])) for i in view.indices)
+            self.batch.fail(op, f"is in_bounds, but its window {list(view.shape)} at [{where}] leaves the tensor of "
+                                f"shape {list(tensor_shape)}", bad)
 
     @impl(tile.CpAsyncOp)
     def run_cp_async(self, interpreter: Interpreter, op: tile.CpAsyncOp, args: PythonValues):

@@ -30,9 +30,11 @@ leave the warp-specialized kernel with dQ by bulk reduction 2 over the 255 a thr
 ([BN, D] = [K, N], the forward's P V layout).
 
 Masks and edges. Keys past seq_k are masked (-inf, so P = 0 and dS = 0 there; K and V read as zero).
-Query rows past seq_q read Q = dO = 0 and LSE2 = dPsum = 0, so their P is finite and their dP, dS and
-contributions to dV, dK are exactly 0; their dq_accum rows are outside the tensor and dropped by the
-bounded `tile.atomic_add`. A query row that sees no key has LSE = -inf: `tile.exp2_subtract` treats the
+LSE2, dPsum and dq_accum have `padded_rows` rows (seq_q rounded up to whole query blocks, FlashAttention-3's
+seqlen_q_rounded), which the preprocess fills (0 past seq_q) and the main kernel reads and adds through
+`in_bounds` views, with no mask per element. Query rows past seq_q read Q = dO = 0 and LSE2 = dPsum = 0, so
+their P is finite and their dP, dS and contributions to dV, dK are exactly 0; their dq_accum rows are padding,
+which the postprocess (seq_q a launch size) does not read. A query row that sees no key has LSE = -inf: `tile.exp2_subtract` treats the
 -inf row as 0 and every score is -inf, so P = dS = 0 and its dQ is 0, never NaN. With `causal`, key block n
 visits query blocks m >= max(0, n BN + seq_q - seq_k) // BM only: exactly the (m, n) pairs the forward
 visits (the forward's query block m visits key blocks n with n BN < (m + 1) BM + seq_k - seq_q).
@@ -172,13 +174,22 @@ class AttentionBackward:
         return (self.preprocess, self.main, self.postprocess)
 
 
-def _tensor(c: AttentionConfig, heads: str, seq: str, element=None) -> tuple[object, list]:
+def _tensor(c: AttentionConfig, heads: str, seq, element=None) -> tuple[object, list]:
     d = c.head_dim
     return global_tensor([None, None, None, d], element or c.element_type), ["batch", heads, seq, d]
 
 
-def _rows_tensor() -> tuple[object, list]:
-    return global_tensor([None, None, None], f32), ["batch", "heads", "seq_q"]
+def _rows_tensor(seq="seq_q") -> tuple[object, list]:
+    return global_tensor([None, None, None], f32), ["batch", "heads", seq]
+
+
+def padded_rows(c: AttentionConfig) -> tile.DimExprAttr:
+    """The rows of the intermediates LSE2, dPsum and dq_accum: seq_q rounded up to whole query blocks,
+    BM ceildiv(seq_q, BM) (FlashAttention-3's seqlen_q_rounded). Every query block's window of them lies
+    inside, so the main kernel reads and adds them through `tile.view ... in_bounds` views, without a bounds
+    mask per element (a predicated `red` costs a branch around it in the SASS); the preprocess writes the
+    padding rows (LSE2 = dPsum = dq_accum = 0 there: O, dO and LSE read as 0 past seq_q)."""
+    return tile.DimExprAttr("seq_q", c.block_m, c.block_m)
 
 
 def _build_preprocess(cfg: BackwardConfig) -> ModuleOp:
@@ -186,14 +197,15 @@ def _build_preprocess(cfg: BackwardConfig) -> ModuleOp:
     block per thread block."""
     c = cfg.attention
     half, half_dims = _tensor(c, "heads", "seq_q")
-    acc, acc_dims = _tensor(c, "heads", "seq_q", f32)
+    acc, acc_dims = _tensor(c, "heads", padded_rows(c), f32)
     rows, rows_dims = _rows_tensor()
+    padded, padded_dims = _rows_tensor(padded_rows(c))
     args = [
         ArgSpec("O", half, half_dims),
         ArgSpec("dO", half, half_dims),
         ArgSpec("LSE", rows, rows_dims),
-        ArgSpec("dPsum", rows, rows_dims, role="out"),
-        ArgSpec("LSE2", rows, rows_dims, role="out"),
+        ArgSpec("dPsum", padded, padded_dims, role="out"),
+        ArgSpec("LSE2", padded, padded_dims, role="out"),
         ArgSpec("dQaccum", acc, acc_dims, role="out"),
     ]
     grid = [ceildiv_dim("seq_q", c.block_m), "heads", "batch"]
@@ -205,7 +217,8 @@ def _build_preprocess(cfg: BackwardConfig) -> ModuleOp:
 
     def window(name: str, shape) -> SSAValue:
         indices = [batch, head, q0] + ([zero] if len(shape) == 2 else [])
-        return b.view(v[name], indices, shape, f"{name.lower()}_window")
+        # the outputs' rows are padded to whole query blocks: every window lies inside
+        return b.view(v[name], indices, shape, f"{name.lower()}_window", in_bounds=name in ("dPsum", "LSE2", "dQaccum"))
 
     bm, d = c.block_m, c.head_dim
     o = b.cast(b.load(window("O", [bm, d]), "o"), f32, "o_f32")
@@ -223,19 +236,21 @@ def _build_preprocess(cfg: BackwardConfig) -> ModuleOp:
 
 
 def _build_postprocess(cfg: BackwardConfig) -> ModuleOp:
-    """dQ = dq_accum * scale, rounded to the element type."""
+    """dQ = dq_accum * scale, rounded to the element type. seq_q is a launch size (`tessera.kernel_abi`):
+    dq_accum's padded rows (`padded_rows`) do not give it."""
     c = cfg.attention
-    acc, acc_dims = _tensor(c, "heads", "seq_q", f32)
+    acc, acc_dims = _tensor(c, "heads", padded_rows(c), f32)
     half, half_dims = _tensor(c, "heads", "seq_q")
     args = [ArgSpec("dQaccum", acc, acc_dims), ArgSpec("dQ", half, half_dims, role="out")]
     grid = [ceildiv_dim("seq_q", c.block_m), "heads", "batch"]
-    fn, b = kernel_function(cfg.kernel_name("postprocess"), args, cfg.kernel_info(), grid)
+    fn, b = kernel_function(cfg.kernel_name("postprocess"), args, cfg.kernel_info(), grid, launch_sizes=["seq_q"])
     v = dict(zip((a.name for a in args), fn.body.blocks.first.args))
     q0 = b.muli(b.program_id("x", "q_block"), b.const(c.block_m), "q0")
     head, batch = b.program_id("y", "head"), b.program_id("z", "batch")
     shape = [c.block_m, c.head_dim]
     indices = [batch, head, q0, b.const(0)]
-    dq = b.scale(b.load(b.view(v["dQaccum"], indices, shape, "dqaccum_window"), "dq_accum"), c.scale, "dq_scaled")
+    dq = b.scale(b.load(b.view(v["dQaccum"], indices, shape, "dqaccum_window", in_bounds=True), "dq_accum"), c.scale,
+                 "dq_scaled")
     b.store_global(b.cast(dq, c.element_type, "dq"), b.view(v["dQ"], indices, shape, "dq_window"))
     return finish_kernel(fn, b)
 
@@ -274,8 +289,8 @@ def _main_frame(cfg: BackwardConfig, mods: AttentionMods | None, shared: dict, h
     elt, d, bm, bn = c.element_type, c.head_dim, c.block_m, c.block_n
     q_t, q_dims = _tensor(c, "heads", "seq_q")
     k_t, k_dims = _tensor(c, "heads_k", "seq_k")
-    acc, acc_dims = _tensor(c, "heads", "seq_q", f32)
-    rows, rows_dims = _rows_tensor()
+    acc, acc_dims = _tensor(c, "heads", padded_rows(c), f32)
+    rows, rows_dims = _rows_tensor(padded_rows(c))
     args = [
         ArgSpec("Q", q_t, q_dims),
         ArgSpec("K", k_t, k_dims),
@@ -371,8 +386,8 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None, head_spl
         b.cp_commit_group()
         b.cp_wait_group(0)  # the first trip's wait also covers K and V
         b.barrier()
-        lse2 = b.load(b.view(v["LSE2"], [batch, head, q0], [bm], "lse2_window"), "lse2")
-        dpsum = b.load(b.view(v["dPsum"], [batch, head, q0], [bm], "dpsum_window"), "dpsum")
+        lse2 = b.load(b.view(v["LSE2"], [batch, head, q0], [bm], "lse2_window", in_bounds=True), "lse2")
+        dpsum = b.load(b.view(v["dPsum"], [batch, head, q0], [bm], "dpsum_window", in_bounds=True), "dpsum")
 
         s = b.mma(smem["Q"], smem["K"], b.fill(0.0, register_tile([bm, bn]), "s_zero"), "s", transpose_b=True)
         dscore = None
@@ -410,7 +425,7 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None, head_spl
         dv = b.mma(smem["P"], sliced["dO"], dv, "dv_next", transpose_a=True)    # P^T dO
         dk = b.mma(smem["dS"], sliced["Q"], dk, "dk_next", transpose_a=True)    # dS^T Q
         dq = b.mma(smem["dS"], sliced["K"], b.fill(0.0, register_tile([bm, dh]), "dq_zero"), "dq_part")  # dS K
-        dq_window = b.view(v["dQaccum"], [batch, head, q0, d0], [bm, dh], "dqaccum_window")
+        dq_window = b.view(v["dQaccum"], [batch, head, q0, d0], [bm, dh], "dqaccum_window", in_bounds=True)
         if cfg.deterministic:
             sem = b.view(v["dQsemaphore"], [batch, head, m], [1], "sem_window")
             b.emit(tile.SemWaitOp(sem, n_block if rank is None else rank))
@@ -497,12 +512,13 @@ def _build_main_key_rows(cfg: BackwardConfig) -> ModuleOp:
         else:
             visible = keys_inside
         st = b.emit(tile.SelectOp(visible, st, minus_inf), "st_masked")
-        lse2 = b.load_broadcast(b.view(v["LSE2"], [batch, head, q0], [bm], "lse2_window"), bn, "lse2")
+        lse2 = b.load_broadcast(b.view(v["LSE2"], [batch, head, q0], [bm], "lse2_window", in_bounds=True), bn, "lse2")
         st_log2 = b.fma(st, score_scale, b.emit(tile.NegOp(lse2), "neg_lse2"), "st_log2")
         pt = b.emit(tile.Exp2Op(st_log2), "pt")
         # dP^T - dPsum in one product: the accumulator starts at -dPsum (down each column), so that dPsum is
         # never held beside P^T and dP^T (16 registers a thread, which the warp-specialized consumers lack)
-        dpsum = b.load_broadcast(b.view(v["dPsum"], [batch, head, q0], [bm], "dpsum_window"), bn, "dpsum")
+        dpsum = b.load_broadcast(b.view(v["dPsum"], [batch, head, q0], [bm], "dpsum_window", in_bounds=True), bn,
+                                 "dpsum")
         # (-1 x dPsum: one multiplication per accumulator register, which the accumulator's initial values cost anyway)
         neg_dpsum = b.scale(dpsum, -1.0, "neg_dpsum")
         dpt = b.mma(smem["V"], smem["dO"], neg_dpsum, "dpt_minus_dpsum", transpose_b=True)
@@ -515,7 +531,7 @@ def _build_main_key_rows(cfg: BackwardConfig) -> ModuleOp:
         b.barrier()  # dS^T published to every warp
         dqt = b.mma(smem["K"], smem["dS"], b.fill(0.0, register_tile([d, bm]), "dqt_zero"), "dqt_part",
                     transpose_a=True)                                                     # K^T dS^T
-        dq_window = b.view(v["dQaccum"], [batch, head, q0, zero], [bm, d], "dqaccum_window")
+        dq_window = b.view(v["dQaccum"], [batch, head, q0, zero], [bm, d], "dqaccum_window", in_bounds=True)
         if cfg.deterministic:
             sem = b.view(v["dQsemaphore"], [batch, head, m], [1], "sem_window")
             b.emit(tile.SemWaitOp(sem, n_block))
@@ -561,10 +577,11 @@ def attention_backward(
     order:
 
         preprocess:  O, dO [batch, heads, seq_q, D]; LSE [batch, heads, seq_q] f32 (natural log, -inf for a
-                     row that sees no key) -> dPsum, LSE2 [batch, heads, seq_q] f32, dQaccum [.., D] f32
+                     row that sees no key) -> dPsum, LSE2 [batch, heads, R] f32, dQaccum [.., R, D] f32,
+                     R = BM ceildiv(seq_q, BM) (`padded_rows`)
         main:        Q, K, V, dO, LSE2, dPsum -> dQaccum (added into), dK, dV [batch, heads_k, seq_k, D]
                      [, dQsemaphore [batch, heads, ceildiv(seq_q, BM)] i32 scratch, zeroed]
-        postprocess: dQaccum -> dQ [batch, heads, seq_q, D]
+        postprocess: dQaccum, launch size seq_q -> dQ [batch, heads, seq_q, D]
 
     `score_mod` and `mask_mod` (those of `flash_attention`, whose O and LSE the backward takes) change only the
     main kernel: P is recomputed from mask_mod(score_mod(scale Q K^T)), and dS is multiplied by the traced

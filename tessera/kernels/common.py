@@ -183,8 +183,10 @@ class TileBuilder:
     def dim(self, tensor: SSAValue, axis: int, name: str) -> SSAValue:
         return self.emit(tile.DimOp(tensor, axis), name)
 
-    def view(self, tensor: SSAValue, indices: Sequence[SSAValue], shape: Sequence[int], name: str) -> SSAValue:
-        return self.emit(tile.ViewOp(tensor, indices, shape), name)
+    def view(self, tensor: SSAValue, indices: Sequence[SSAValue], shape: Sequence[int], name: str,
+             in_bounds: bool = False) -> SSAValue:
+        """`tile.view`; `in_bounds` promises that the window lies inside the tensor (no bounds masks)."""
+        return self.emit(tile.ViewOp(tensor, indices, shape, in_bounds), name)
 
     def alloc_shared(self, ty: TileType, name: str) -> SSAValue:
         return self.emit(tile.AllocSharedOp(ty), name)

@@ -82,12 +82,26 @@ def constant_values(op: arith.ConstantOp) -> list:
     return []
 
 
+UNGUARDED_WHEN_TRUE: set[type[Operation]] = set()
+"""Ops with a per-register `mask` operand whose printers write no predicate when the mask is a constant
+all-true vector (`is_true_constant`: an access through a `tile.view ... in_bounds`); registered by their
+printers' modules. Such a constant, used only as their masks, prints nothing."""
+
+
+def _only_unguarded_masks(value: SSAValue) -> bool:
+    return bool(value.uses) and all(type(u.operation) in UNGUARDED_WHEN_TRUE and u.operation.mask is value
+                                    for u in value.uses)
+
+
 @handles(arith.ConstantOp)
 def print_constant(p: KernelPrinter, op: arith.ConstantOp) -> None:
     values = constant_values(op)
     cls = p.cls(op.result)
     if len(values) != lanes(op.result.type):
         p.refuse(op, f"no PTX for the constant {op.value}")
+    if is_true_constant(op.result) and _only_unguarded_masks(op.result):
+        p.bind(op.result, ["1"] * len(values))  # never printed: the users write no predicate
+        return
     immediates = [immediate(v, cls) for v in values]
     assigned = p.assigned(op.result)
     if assigned is not None:

@@ -16,11 +16,21 @@ would make ptxas insert another fence and serialize the pipeline).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from xdsl.dialects import arith
-from xdsl.ir import Operation
+from xdsl.ir import Operation, SSAValue
 
 from tessera.dialects import sm90
-from tessera.ptx.arith import compare_integers, constant_values, elementwise, immediate, select
+from tessera.ptx.arith import (
+    UNGUARDED_WHEN_TRUE,
+    compare_integers,
+    constant_values,
+    elementwise,
+    immediate,
+    is_true_constant,
+    select,
+)
 from tessera.ptx.kernel import Job, KernelPrinter, element_lists, handles
 from tessera.ptx.registers import B16, B32, B64, F32, is_register, lanes
 from tessera.sm90 import facts
@@ -397,8 +407,15 @@ def print_st_global_b16(p: KernelPrinter, op: sm90.StGlobalB16Op) -> None:
     _print_predicated_stores(p, op, "st.global.b16")
 
 
+def guard(mask: SSAValue) -> Callable[[str], str]:
+    """The predicate prefix of a register's access, `@p ` for its mask register p; none for a mask that is a
+    constant all-true vector (an access through a `tile.view ... in_bounds`: `UNGUARDED_WHEN_TRUE`)."""
+    always = is_true_constant(mask)
+    return lambda predicate: "" if always else f"@{predicate} "
+
+
 def _print_predicated_stores(p: KernelPrinter, op: sm90.StGlobalOp | sm90.StGlobalB16Op, instruction: str) -> None:
-    """`@p INSTRUCTION [base + offset + column], value` per register."""
+    """`@p INSTRUCTION [base + offset + column], value` per register (no `@p` under an all-true mask)."""
     n = lanes(op.values.type)
     base = p.reg(op.base_ptr)
     offset_cls = p.cls(op.offsets)
@@ -407,9 +424,10 @@ def _print_predicated_stores(p: KernelPrinter, op: sm90.StGlobalOp | sm90.StGlob
     def store(offset: str, value: str, predicate: str, column: int):
         def lines(_: str | None) -> list[str]:
             address_lines, address = _global_address(p, base, offset, offset_cls, column)
-            return address_lines + [f"@{predicate} {instruction} {address}, {value}"]
+            return address_lines + [f"{prefix(predicate)}{instruction} {address}, {value}"]
         return lines
 
+    prefix = guard(op.mask)
     columns = _columns(op, n)
     p.run([Job(None, None, (base, o, v, m), store(o, v, m, c)) for o, v, m, c in zip(offsets, values, mask, columns)])
 
@@ -447,12 +465,18 @@ def _print_predicated_loads(p: KernelPrinter, op: sm90.LdGlobalOp | sm90.LdGloba
         def lines(d: str | None) -> list[str]:
             address_lines, address = _global_address(p, base, offset, offset_cls, column)
             # The address is computed first: d may be the register of the offset (a job reads before it writes).
+            if always:
+                return address_lines + [f"{instruction} {d}, {address}"]
             return address_lines + [f"{cls.move} {d}, {zero}", f"@{predicate} {instruction} {d}, {address}"]
         return lines
 
+    always = is_true_constant(op.mask)  # no predicate, and so no zero first, under an all-true mask
     dsts = p.define(op.result)
     columns = _columns(op, n)
     p.run([Job(d, cls, (base, o, m), load(o, m, c)) for d, o, m, c in zip(dsts, offsets, mask, columns)])
+
+
+UNGUARDED_WHEN_TRUE.update({sm90.StGlobalOp, sm90.StGlobalB16Op, sm90.LdGlobalOp, sm90.LdGlobalU16Op})
 
 
 @handles(sm90.StSharedB16Op)

@@ -116,6 +116,9 @@ def bind_sizes(host: HostDescription, shapes: Mapping[int, Sequence[int]],
                     raise ValueError(f"{what}: the kernel is compiled for {expr.value.data}, got {actual}")
             elif expr.is_name and sizes.setdefault(expr.symbol.data, actual) != actual:
                 raise ValueError(f"{what}: '{expr.symbol.data}' is {sizes[expr.symbol.data]} elsewhere, got {actual}")
+    check_divisible(host.kernel, divisible_sizes(host.op), sizes)
+    # launch sizes first: one that a tensor's dimensions use is a kernel parameter too (`tessera.kernel_abi`)
+    sizes = bind_launch_sizes(host.kernel, launch_size_names(host.op), sizes, launch or {})
     for param in host.params:
         if param.kind == "size" and param.size not in sizes:
             raise ValueError(f"@{host.kernel}: parameter {param.name} needs the size '{param.size}', which no input "
@@ -123,8 +126,7 @@ def bind_sizes(host: HostDescription, shapes: Mapping[int, Sequence[int]],
         if param.kind == "size" and not 0 <= sizes[param.size] < SIZE_PARAM_LIMIT:
             raise ValueError(f"@{host.kernel}: size {param.size} = {sizes[param.size]} does not fit the kernel's "
                              f"32-bit parameter {param.name}")
-    check_divisible(host.kernel, divisible_sizes(host.op), sizes)
-    return bind_launch_sizes(host.kernel, launch_size_names(host.op), sizes, launch or {})
+    return sizes
 
 
 def check_views(host: HostDescription, sizes: Mapping[str, int], views: Mapping[int, TensorView]) -> None:

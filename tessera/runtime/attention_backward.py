@@ -130,9 +130,9 @@ def run_interpreted(config, q, k, v, o, lse, do, level: str = "tile", order_seed
         return _run_lowered(kernels, q, k, v, o, lse, do, level)
     rng = np.random.default_rng(order_seed) if order_seed is not None else None
 
-    def run(module, inputs, initial=None):
+    def run(module, inputs, initial=None, **launch):
         sig = api.find_kernel(module)
-        arguments, sizes = prepare_arguments(sig, inputs)
+        arguments, sizes = prepare_arguments(sig, inputs, launch)
         for index, array in (initial or {}).items():
             arguments[index] = array
         total = int(np.prod(sig.grid_size(sizes)))
@@ -141,7 +141,7 @@ def run_interpreted(config, q, k, v, o, lse, do, level: str = "tile", order_seed
 
     dpsum, lse2, dq_accum = run(kernels.preprocess, [o, do, lse])
     dq_accum, dk, dv = run(kernels.main, [q, k, v, do, lse2, dpsum], initial={6: dq_accum})
-    (dq,) = run(kernels.postprocess, [dq_accum])
+    (dq,) = run(kernels.postprocess, [dq_accum], seq_q=q.shape[2])  # dq_accum's rows are padded
     return dq, dk, dv
 
 
@@ -167,7 +167,7 @@ def _run_lowered(kernels, q, k, v, o, lse, do, level: str):
     pipeline = _pipeline()
     dpsum, lse2, _ = entry.launch(kernels.preprocess, o, do, lse, level=level, pipeline=pipeline)
     dq_accum, dk, dv = entry.launch(kernels.main, q, k, v, do, lse2, dpsum, level=level, pipeline=pipeline)
-    dq = entry.launch(kernels.postprocess, dq_accum, level=level, pipeline=pipeline)
+    dq = entry.launch(kernels.postprocess, dq_accum, level=level, pipeline=pipeline, seq_q=q.shape[2])
     return dq, dk, dv
 
 
@@ -219,7 +219,7 @@ def _run_gpu(config, q, k, v, o, lse, do):
 
     dpsum, lse2, _ = entry.launch(pre, o, do, lse)
     dq_accum, dk, dv = entry.launch(main, q, k, v, do, lse2, dpsum)
-    return entry.launch(post, dq_accum), dk, dv
+    return entry.launch(post, dq_accum, seq_q=q.shape[2]), dk, dv
 
 
 def _run_torch(pre, main, post, q, k, v, o, lse, do):
@@ -230,5 +230,5 @@ def _run_torch(pre, main, post, q, k, v, o, lse, do):
 
     dpsum, lse2, _ = launch_zeroed(pre, o, do, lse.contiguous())
     dq_accum, dk, dv = launch_zeroed(main, q, k, v, do, lse2, dpsum)
-    (dq,) = launch_zeroed(post, dq_accum)
+    (dq,) = launch_zeroed(post, dq_accum, seq_q=q.shape[2])
     return dq, dk, dv

@@ -253,7 +253,7 @@ def _backward(kernels, sparse, q, k, v, o, lse, do, *, score_mod, mask_mod, leve
                                    pipeline=pipeline)
     dq_accum, dk, dv = api.interpret(kernels.main, q, k, v, do, lse2, dpsum, *extra, level=level,
                                      pipeline=pipeline)
-    grads = (api.interpret(kernels.postprocess, dq_accum, level=level, pipeline=pipeline), dk, dv)
+    grads = (api.interpret(kernels.postprocess, dq_accum, level=level, pipeline=pipeline, seq_q=q.shape[2]), dk, dv)
     return tuple(numpy_to_torch(g) for g in grads) if torch_in else grads
 
 
@@ -274,10 +274,10 @@ def _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline: str):
 
         lse = lse.float() if is_torch_tensor(lse) else np.asarray(lse, np.float32)
 
-        def launch(kernel, *inputs):
-            out = entry.launch(kernel, *inputs)
+        def launch(kernel, *inputs, **sizes):
+            out = entry.launch(kernel, *inputs, **sizes)
             return list(out) if isinstance(out, tuple) else [out]
     dpsum, lse2, _ = launch(pre, o, do, lse)
     dq_accum, dk, dv = launch(main, q, k, v, do, lse2, dpsum, *_as_inputs_of(q, extra))
-    (dq,) = launch(post, dq_accum)
+    (dq,) = launch(post, dq_accum, seq_q=q.shape[2])  # dq_accum's rows are padded
     return dq, dk, dv

@@ -338,14 +338,14 @@ def _run_numpy(kernel: CompiledKernel, inputs: list, stream: int,
 # endregion
 
 
-def launch_zeroed(kernel, *inputs) -> list:
+def launch_zeroed(kernel, *inputs, **launch: int) -> list:
     """Launch `kernel` on CUDA tensors `inputs` (on torch's current stream of their device) into outputs and
-    scratch buffers allocated zeroed; its outputs in argument order."""
+    scratch buffers allocated zeroed; its outputs in argument order. `launch`: the kernel's launch sizes."""
     torch = _torch()
     device = inputs[0].device
     stream = torch.cuda.current_stream(device).cuda_stream
     ordinal = device.index if device.index is not None else torch.cuda.current_device()
-    sizes, views = check_inputs(kernel.host, inputs)
+    sizes, views = check_inputs(kernel.host, inputs, launch)
     made = {}
     for tensor in kernel_tensors(kernel.host):
         if tensor.role != "in":

@@ -45,7 +45,7 @@ def level_of(module: ModuleOp, name: str) -> str:
 def default_sizes(sig: KernelSignature, sizes: Mapping[str, int] | None) -> dict[str, int]:
     chosen = dict(DEFAULT_SIZES.get(sig.kind, {}))
     chosen.update(sizes or {})
-    needed = sig.dim_names()
+    needed = sig.size_names()
     missing = [n for n in needed if n not in chosen]
     if missing:
         raise ValueError(f"kernel @{sig.name} needs sizes for {', '.join(missing)} (sizes=dict(...) or -d NAME=SIZE)")

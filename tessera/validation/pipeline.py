@@ -169,7 +169,7 @@ def validate(module: ModuleOp, pipeline: str, *, sizes: Mapping[str, int] | None
     passes = parse_pipeline(pipeline).passes if pipeline else ()
     module = module.clone()
     sig = find_kernel(module, kernel)
-    bound = levels.default_sizes(sig, check_sizes(where, sizes, sig.dim_names()))
+    bound = levels.default_sizes(sig, check_sizes(where, sizes, sig.size_names()))
     inputs = levels.generate_inputs(sig, bound, seed)
     report = ValidationReport(sig.name, pipeline, bound)
     try:

@@ -94,3 +94,29 @@ func.func @index_trees(%k0: i32, %row: vector<2xi32>, %p: i64 {sm90.source = 0 :
 // CHECK:      %[[K2:.*]] = arith.addi %[[B]], %{{.*}} : vector<4xi32>
 // CHECK-NEXT: %[[D2:.*]] = arith.subi %[[K2]], %q_idx : vector<4xi32>
 // CHECK:      %quotient = arith.floordivsi %[[D2]], %{{.*}} : vector<4xi32>
+
+// A size expression (64 * ceildiv(seq_q, 64): the rows of the backward's padded intermediates) of a kernel
+// argument, read before and inside a loop: re-created before each reader, not held across the loop.
+func.func @sizes(%seq_q: index, %n: index, %p: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<1>, tile.role = "out"})
+    attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>,
+                sm90.kernel = {threads = 128 : i64, smem_bytes = 0 : i64}} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c64 = arith.constant 64 : index
+  %blocks = arith.ceildivsi %seq_q, %c64 : index
+  %rows = arith.muli %blocks, %c64 : index
+  %first = arith.addi %rows, %n : index
+  scf.for %i = %c0 to %n step %c1 {
+    %inside = arith.muli %rows, %i : index
+  }
+  func.return
+}
+
+// CHECK-LABEL: func.func @sizes
+// CHECK:      %[[B1:.*]] = arith.ceildivsi %seq_q, %{{.*}} : index
+// CHECK:      %[[R1:.*]] = arith.muli %[[B1]], %{{.*}} : index
+// CHECK-NEXT: %first = arith.addi %[[R1]], %n : index
+// CHECK:      scf.for
+// CHECK:      %[[B2:.*]] = arith.ceildivsi %seq_q, %{{.*}} : index
+// CHECK:      %[[R2:.*]] = arith.muli %[[B2]], %{{.*}} : index
+// CHECK-NEXT: %inside = arith.muli %[[R2]], %i : index

@@ -1,8 +1,9 @@
 // RUN: python -m tessera.ptx %s | filecheck %s
 
 // The backward's sm90 ops (dialects/sm90_reductions.py) as their docstrings say they print: red and atom
-// per register under the mask (the column bytes as address immediates), the bulk reduction with its group,
-// and stmatrix .x4 / .x2.trans.
+// per register under the mask (the column bytes as address immediates; red and st.global under a constant
+// all-true mask, an access through a `tile.view ... in_bounds`, with no predicate and the constant not
+// printed), the bulk reduction with its group, and stmatrix .x4 / .x2.trans.
 
 func.func @reductions(%out: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<32, 2>, tile.role = "out"})
     attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>,
@@ -13,10 +14,14 @@ func.func @reductions(%out: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<3
   %c8 = arith.constant 8 : i64
   %row = arith.muli %t64, %c8 : i64
   %rows = vector.broadcast %row : i64 to vector<2xi64>
-  %all = arith.constant dense<true> : vector<2xi1>
+  %c16 = arith.constant 16 : index
+  %low = arith.cmpi ult, %tid, %c16 : index
+  %all = vector.broadcast %low : i1 to vector<2xi1>
   %one = arith.constant dense<1.0> : vector<2xf32>
   sm90.red_global_add %out[%rows], %one, %all {column_bytes = array<i32: 0, 4>} : vector<2xi64>, vector<2xf32>, vector<2xi1>
   %old = sm90.atom_global_add %out[%rows], %one, %all : vector<2xi64>, vector<2xf32>, vector<2xi1> -> vector<2xf32>
+  %inside = arith.constant dense<true> : vector<2xi1>
+  sm90.red_global_add %out[%rows], %one, %inside {column_bytes = array<i32: 0, 4>} : vector<2xi64>, vector<2xf32>, vector<2xi1>
   sm90.bulk_reduce_add %out, %buf, 256 : i64
   sm90.bulk_commit_group
   sm90.bulk_wait_group 0 read
@@ -30,6 +35,7 @@ func.func @reductions(%out: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<3
   %sum = arith.addf %bf, %h : vector<4xf32>
   %s2 = vector.shuffle %sum, %sum [0, 3] : vector<4xf32>, vector<4xf32>
   sm90.st_global %out[%rows], %s2, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>
+  sm90.st_global %out[%rows], %s2, %inside : vector<2xi64>, vector<2xf32>, vector<2xi1>
   func.return
 }
 
@@ -38,6 +44,9 @@ func.func @reductions(%out: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<3
 // CHECK:           @[[P]] red.global.add.f32 [%rd{{[0-9]+}}+4], [[ONE2:%f[0-9]+]];
 // CHECK:           mov.f32 [[OLD:%f[0-9]+]], 0f00000000;
 // CHECK-NEXT:      @[[P]] atom.global.add.f32 [[OLD]], [%rd{{[0-9]+}}], {{%f[0-9]+}};
+// CHECK-NOT:       mov.pred
+// CHECK:           {{^ *}}red.global.add.f32 [%rd{{[0-9]+}}], {{%f[0-9]+}};
+// CHECK:           {{^ *}}red.global.add.f32 [%rd{{[0-9]+}}+4], {{%f[0-9]+}};
 // CHECK:           cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%rd0], [[[BUF:%r[0-9]+]]], 256;
 // CHECK-NEXT:      // sm90.bulk_commit_group
 // CHECK-NEXT:      cp.async.bulk.commit_group;
@@ -52,3 +61,5 @@ func.func @reductions(%out: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<3
 // CHECK:           cvt.f32.f16 %f{{[0-9]+}}, [[W0]];
 // CHECK-NEXT:      shr.b32 [[T:%r[0-9]+]], [[W0]], 16;
 // CHECK-NEXT:      cvt.f32.f16 %f{{[0-9]+}}, [[T]];
+// CHECK:           @[[P]] st.global.b32 [%rd{{[0-9]+}}], {{%f[0-9]+}};
+// CHECK:           {{^ *}}st.global.b32 [%rd{{[0-9]+}}], {{%f[0-9]+}};
