@@ -479,3 +479,13 @@ def test_lanes_of_a_warp_with_different_operands_issue_one_bulk_store_each():
     out = launch(_WARP_BULK_STORE.replace("LANE_ADDRESS", per_half), "warp_store", 1, 64,
                  [np.zeros(128, np.uint32)])[0]
     np.testing.assert_array_equal(out, np.tile(np.arange(64), 2))
+
+
+def test_a_warp_issuing_one_bulk_load_loads_once():
+    """`tessera.sm90.tma.BULK_COPY_ISSUED_PER_DISTINCT_OPERANDS` for loads: every lane of the warp executes the
+    same bulk copy into shared memory after one expect_tx of 256 bytes: one copy is issued and completes the
+    phase (32 copies would complete 32 times the bytes the barrier expects)."""
+    text = (_STORE_THEN_BULK.replace("EVERY", "fence.proxy.async.global;").replace("ISSUER", "")
+            .replace("@%p0 cp.async.bulk", "cp.async.bulk"))
+    out = launch(text, "store_then_bulk", 1, 32, [np.zeros(64, np.uint32)])[0]
+    assert np.array_equal(out, np.repeat(np.arange(32, dtype=np.uint32), 2))

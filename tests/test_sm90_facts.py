@@ -1104,3 +1104,52 @@ def test_ptxas_takes_the_cp_async_forms_and_refuses_a_cg_copy_of_8_bytes():
 
 
 # endregion
+
+
+# region A bulk copy executed by the lanes of a warp [SASS]
+
+_BULK_STORES = """.version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry k(.param .u64 tmap)
+{
+  .reg .b32 %r<4>;
+  .reg .b64 %rd<2>;
+  .shared .align 128 .b8 buf[4096];
+  ld.param.u64 %rd1, [tmap];
+  mov.u32 %r1, 0;
+  mov.u32 %r2, %tid.x;
+  mov.u32 %r3, buf;
+  cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%rd1, {%r1, %r1}], [%r3];
+  cp.async.bulk.commit_group;
+  cp.async.bulk.wait_group.read 0;
+  cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%rd1, {%r2, %r1}], [%r3];
+  cp.async.bulk.commit_group;
+  cp.async.bulk.wait_group.read 0;
+  ret;
+}
+"""
+
+
+def test_bulk_copy_issues_once_per_distinct_operands_of_a_warp(ptxas, nvdisasm):
+    """`BULK_COPY_ISSUED_PER_DISTINCT_OPERANDS`, against ptxas' SASS (no GPU needed): a TMA store whose
+    operands every lane shares is one UTMASTG outside any loop; one whose coordinate is the lane's %tid.x is a
+    UTMASTG inside a loop that moves one lane's value to a uniform register (R2UR) and branches back while lanes
+    are left (BRA.U.ANY): one copy per distinct value, never one per lane by construction."""
+    from tessera import toolchain
+    from tessera.sm90.tma import BULK_COPY_ISSUED_PER_DISTINCT_OPERANDS
+
+    assert BULK_COPY_ISSUED_PER_DISTINCT_OPERANDS
+    result = toolchain.compile_ptx(_BULK_STORES, ptxas=ptxas)
+    sass = toolchain.parse_sass(toolchain.disassemble(result.cubin, nvdisasm=nvdisasm))
+    stores = [s for s in sass if s.opcode == "UTMASTG"]
+    assert len(stores) == 2, [s.mnemonic for s in sass]
+    loops = toolchain.sass_loops(sass)
+    assert not any(stores[0] in loop.instructions for loop in loops)  # uniform operands: issued once
+    looping = [loop for loop in loops if stores[1] in loop.instructions]
+    assert looping, "a per-lane coordinate must give a loop over the distinct values"
+    body = looping[0].instructions
+    assert any(s.opcode == "R2UR" for s in body)
+    assert any(s.opcode == "BRA" and "U.ANY" in s.mnemonic for s in body)
+
+# endregion

@@ -219,3 +219,16 @@ class TensorMapSpec:
 
 
 # endregion
+
+# region Issue of a bulk copy by several lanes [SASS]
+
+BULK_COPY_ISSUED_PER_DISTINCT_OPERANDS = True
+"""A `cp.async.bulk{.tensor}` executed by several lanes of one warp issues one copy per distinct set of operand
+values among the warp's active lanes, not one per lane. The PTX ISA does not say how many lanes may execute it;
+ptxas compiles it to the uniform datapath (UTMALDG / UTMASTG / UBLKCP read uniform registers): operands equal
+in every lane give one instruction, operands that differ give a loop (R2UR of one lane's values, the copy,
+`BRA.U.ANY` back while lanes are left) that issues the copy once per distinct value. CUTLASS's sm90 epilogue
+issues its TMA stores from all 32 lanes of one warp and relies on it. Checked against ptxas' SASS in
+tests/test_sm90_facts.py; the PTX executor issues bulk copies so (`tessera.interpreters.ptx.tensor`)."""
+
+# endregion

@@ -144,12 +144,11 @@ def _coords(ops: Operands, inst, operand):
     return ops.address(inst, Address(operand.base, 0)), [ops.read(inst, c, ptx_type("s32")) for c in coords.elements]
 
 
-def _one_store_per_warp(m: Machine, lanes: np.ndarray, *operands: np.ndarray) -> np.ndarray:
-    """The positions in `lanes` of the bulk stores issued: one for each warp and set of operand values. A TMA
-    instruction runs on the uniform datapath (SASS UTMASTG/UBLKCP), once per warp for each distinct set of
-    operands its active lanes hold, so lanes of one warp with the same operands issue one store (CUTLASS's sm90
-    epilogue issues its TMA stores from every lane of one warp: 32 identical stores would be reported as
-    threads of one instruction writing the same bytes)."""
+def _issued_per_warp(m: Machine, lanes: np.ndarray, *operands: np.ndarray) -> np.ndarray:
+    """The positions in `lanes` of the bulk copies issued: one for each warp and distinct set of operand values
+    its active lanes hold (`tessera.sm90.tma.BULK_COPY_ISSUED_PER_DISTINCT_OPERANDS`; CUTLASS's sm90 epilogue
+    issues its TMA stores from every lane of one warp: 32 copies would be reported as threads of one
+    instruction writing the same bytes, 32 loads would complete 32 times the transaction bytes)."""
     if len(lanes) < 2:
         return np.arange(len(lanes))
     keys = np.stack([lanes // m.threads, lanes % m.threads // 32, *operands], axis=1)
@@ -210,8 +209,9 @@ def decode_bulk(ops: Operands, inst, mods):
         else:
             sources = np.broadcast_to(np.asarray(global_address(sel), np.int64), lanes.shape)
             sizes = np.broadcast_to(np.asarray(size(sel), np.int64), lanes.shape)
-        issued = range(len(lanes)) if load else _one_store_per_warp(m, lanes, smem_addresses, *(
-            [maps, *values] if tensor else [sources, sizes]))
+        issued = _issued_per_warp(m, lanes, smem_addresses, *([maps, *values] if tensor else [sources, sizes]),
+                                  *([np.broadcast_to(np.asarray(barriers, np.int64), lanes.shape)] if load else []),
+                                  *([masks] if mask is not None else []))
         for i in issued:
             lane = int(lanes[i])
             one = lanes[i:i + 1]
