@@ -1,7 +1,7 @@
 """Register pressure of kernels users write (tests/user_kernels/*.mlir, each saying what it computes and what it
 cost before): a broadcast row is held as the distinct columns a thread owns, a fill costs what its use needs,
 a refusal names what is live at the peak, and the default pipeline falls back to the largest configuration
-that fits, refusing only what none fits. Numerics are checked against NumPy at the target and ptx levels, and
+that fits, spilling (its last rung) only what none fits. Numerics are checked against NumPy at the target and ptx levels, and
 ptxas assembles every kernel that compiles with no spill."""
 
 from __future__ import annotations
@@ -270,3 +270,7 @@ def test_tessera_opt_with_the_default_pipeline_falls_back_to_spilling():
     assert "393 registers per thread are live at once, over the budget of 255" in result.stderr
     result = inprocess.run(command[:-1] + [SPILL_PIPELINE])  # asked for: spilled, without a warning
     assert result.returncode == 0 and "sm90.spilled_registers = 138" in result.stdout and "fell back" not in result.stderr
+    # tessera-run re-allocates the spilled Target IR to run it, without refusing it again
+    run = inprocess.run([sys.executable, "-m", "tessera.tools.tessera_run", "-", "-d", "M=40", "-d", "N=136",
+                         "-d", "K=24"], stdin=result.stdout)
+    assert run.returncode == 0 and "Target IR, CTA simulator" in run.stdout, run.stderr
