@@ -8,7 +8,6 @@ consumers need more, or whose registers exceed even 255, is not refused at once:
     1. warp-specialized, two stages (`DEFAULT_PIPELINE` itself);
     2. two stages without a producer warpgroup (`PIPELINED_PIPELINE`: every thread computes, 255 registers);
     3. single-stage (`PTX_PIPELINE`: no ring, so no second stage's values live across the loop);
-
     4. single-stage spilling (`SPILL_PIPELINE`: `allocate-registers{spill=true}` accepts a peak over 255 per
        thread, the registers past it left to ptxas, which spills them to local memory),
 
@@ -132,8 +131,9 @@ def _note(module: ModuleOp, configuration: Configuration, failures: list) -> Non
             if configuration.spills:
                 spilled = fn.attributes[SPILL_ATTR].value.data if SPILL_ATTR in fn.attributes else 0
                 needed = fn.attributes["sm90.registers"].data["peak"].value.data
-                note = (f"compiled {configuration.name}: {needed} registers per thread needed, {spilled} past "
-                        f"the 255 a thread can hold left to ptxas, which spills them to local memory (no "
+                spills = (f"{spilled} past the 255 a thread can hold left to ptxas, which spills them to local "
+                          "memory" if spilled else "none past 255 (the module's kernels share one configuration)")
+                note = (f"compiled {configuration.name}: {needed} registers per thread needed, {spills} (no "
                         f"configuration fits without spilling: {refused})")
             else:
                 note = f"compiled {configuration.name}, the largest configuration that fits (refused: {refused})"
