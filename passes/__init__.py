@@ -216,16 +216,22 @@ PTX_PIPELINE = allocated(TARGET_PIPELINE)
 the tests that compare it with `DEFAULT_PIPELINE`."""
 
 
+SPILL_PIPELINE = TARGET_PIPELINE + ",allocate-registers{spill=true}"
+"""`PTX_PIPELINE` letting ptxas spill the registers past 255 a thread (`allocate-registers{spill=true}`): the
+default pipeline's last rung (`fallback_ladder`), never taken unless asked for otherwise."""
+
+
 @cache
 def fallback_ladder() -> tuple:
     """The default pipeline's configurations, largest first (`tessera.lowering.fallback`): warp-specialized
-    with two stages, two stages without a producer warpgroup, single-stage."""
+    with two stages, two stages without a producer warpgroup, single-stage, then single-stage spilling."""
     from tessera.lowering.fallback import Configuration
 
     return (
         Configuration("warp-specialized with two stages", DEFAULT_PIPELINE),
         Configuration("two stages without a producer warpgroup", allocated(PIPELINED_PIPELINE)),
         Configuration("single-stage", PTX_PIPELINE),
+        Configuration("single-stage spilling past 255 registers", SPILL_PIPELINE, spills=True),
     )
 
 

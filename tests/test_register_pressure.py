@@ -1,7 +1,7 @@
 """Register pressure of kernels users write (tests/user_kernels/*.mlir, each saying what it computes and what it
 cost before): a broadcast row is held as the distinct columns a thread owns, a fill costs what its use needs,
 a refusal names what is live at the peak, and the default pipeline falls back to the largest configuration
-that fits, refusing only what none fits. Numerics are checked against NumPy at the target and ptx levels, and
+that fits, spilling (its last rung) only what none fits. Numerics are checked against NumPy at the target and ptx levels, and
 ptxas assembles every kernel that compiles with no spill."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import tessera
 from tessera.ir.diagnostics import TesseraWarning
 from tessera.dialects import sm90
 from tessera.host import describe
-from tessera.lowering.fallback import NoConfigurationFitsError
+from tessera.lowering.fallback import NoConfigurationFitsError, without_spilling
 from tessera.passes import fallback_ladder as ladder
 from tessera.lowering.fragments import AccumulatorLayout
 from tessera.passes import TARGET_PIPELINE, apply_pipeline
@@ -196,12 +196,14 @@ def test_the_default_pipeline_falls_back_to_single_stage(rng):
 
 
 def test_what_no_configuration_fits_is_refused_naming_each():
-    with pytest.raises(NoConfigurationFitsError) as error:
+    """Without the spilling rung (`without_spilling`: a caller with rungs of its own), a kernel no
+    configuration fits is refused naming each configuration tried."""
+    with pytest.raises(NoConfigurationFitsError) as error, without_spilling():
         tessera.compile(load("gemm_glu_wide"), target="target")
     lines = str(error.value).splitlines()
     assert lines[0] == ("gemm_glu_wide.mlir:4:3: kernel @gemm_glu_wide: no configuration of the default pipeline "
                         "fits, tried:")
-    assert [line.split(":")[0].strip() for line in lines[1:]] == [c.name for c in ladder()]
+    assert [line.split(":")[0].strip() for line in lines[1:]] == [c.name for c in ladder() if not c.spills]
     assert "the consumer warpgroups need 393 registers per thread but only 240 are left" in lines[1]
     assert all("393 registers per thread are live at once, over the budget of 255" in line for line in lines[2:])
 
@@ -228,16 +230,47 @@ def test_ptxas_assembles_without_spilling(name):
     assert not result.log.diagnostics
 
 
-def test_tessera_opt_with_the_default_pipeline_falls_back_and_refuses_by_configuration():
-    """`tessera-opt -p <DEFAULT_PIPELINE>` runs the same ladder: exit 1 naming each configuration, no traceback
-    (`python -m tessera.tools.tessera_opt`, run in this process as its own process would: tests/inprocess.py)."""
+@pytest.mark.parametrize("level", ["target", pytest.param("ptx", marks=pytest.mark.slow)])
+def test_the_spilling_rung_runs_right(rng, level):
+    """gemm_glu_wide through the default pipeline's spilling rung: re-allocated to run (the CTA simulator) or to
+    print (the PTX executor) without being refused again, and right."""
+    inputs, expected = glu_problem(rng, m=40, n=136, k=24)
+    with pytest.warns(TesseraWarning, match="compiled single-stage spilling past 255 registers: 393 registers"):
+        out = tessera.interpret(load("gemm_glu_wide"), *inputs, level=level)
+    close(out, expected, 1e-5)
+
+
+@pytest.mark.usefixtures("ptxas")
+def test_ptxas_assembles_the_spilling_rung_with_spills():
+    """ptxas accepts the kernel the spilling rung left over 255 registers and reports the spill bytes."""
+    with pytest.warns(TesseraWarning, match="spilling past 255 registers"):
+        result = tessera.compile(load("gemm_glu_wide"), target="cubin")
+    entry = result.entry("gemm_glu_wide")
+    assert entry.registers <= 255 and entry.spill_store_bytes > 0 and entry.spill_load_bytes > 0, entry
+
+
+def test_tessera_opt_with_the_default_pipeline_falls_back_to_spilling():
+    """`tessera-opt -p <DEFAULT_PIPELINE>` runs the same ladder: down to its spilling rung, the warning naming
+    each configuration refused; a pipeline spelled otherwise refuses (exit 1, no traceback) (`python -m
+    tessera.tools.tessera_opt`, run in this process as its own process would: tests/inprocess.py)."""
     import sys
 
     import inprocess
-    from tessera.passes import DEFAULT_PIPELINE
+    from tessera.passes import DEFAULT_PIPELINE, PTX_PIPELINE, SPILL_PIPELINE
 
     command = [sys.executable, "-m", "tessera.tools.tessera_opt", str(KERNELS / "gemm_glu_wide.mlir"), "-p", DEFAULT_PIPELINE]
     result = inprocess.run(command)
+    assert result.returncode == 0 and "Traceback" not in result.stderr
+    assert ("kernel @gemm_glu_wide: the default pipeline fell back: compiled single-stage spilling past 255 "
+            "registers: 393 registers per thread needed, 138 past the 255") in result.stderr
+    assert all(f"{c.name}: " in result.stderr for c in ladder())
+    assert "sm90.spilled_registers = 138" in result.stdout
+    result = inprocess.run(command[:-1] + [PTX_PIPELINE])  # a pipeline named: no spill unless it says so
     assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert "kernel @gemm_glu_wide: no configuration of the default pipeline fits, tried:" in result.stderr
-    assert all(f"  {c.name}: " in result.stderr for c in ladder())
+    assert "393 registers per thread are live at once, over the budget of 255" in result.stderr
+    result = inprocess.run(command[:-1] + [SPILL_PIPELINE])  # asked for: spilled, without a warning
+    assert result.returncode == 0 and "sm90.spilled_registers = 138" in result.stdout and "fell back" not in result.stderr
+    # tessera-run re-allocates the spilled Target IR to run it, without refusing it again
+    run = inprocess.run([sys.executable, "-m", "tessera.tools.tessera_run", "-", "-d", "M=40", "-d", "N=136",
+                         "-d", "K=24"], stdin=result.stdout)
+    assert run.returncode == 0 and "Target IR, CTA simulator" in run.stdout, run.stderr

@@ -8,8 +8,14 @@ consumers need more, or whose registers exceed even 255, is not refused at once:
     1. warp-specialized, two stages (`DEFAULT_PIPELINE` itself);
     2. two stages without a producer warpgroup (`PIPELINED_PIPELINE`: every thread computes, 255 registers);
     3. single-stage (`PTX_PIPELINE`: no ring, so no second stage's values live across the loop);
+    4. single-stage spilling (`SPILL_PIPELINE`: `allocate-registers{spill=true}` accepts a peak over 255 per
+       thread, the registers past it left to ptxas, which spills them to local memory),
 
-and the first that compiles is kept. (A kernel's warpgroup count is its tile's row count over 64, fixed by
+and the first that compiles is kept. The spilling rung is the last resort, as Triton and FlexAttention would
+compile such a kernel: the kernel runs, slower. A caller that has rungs of its own that fit without spilling
+(`tessera.runtime.flex`: smaller key blocks, a head split) tries them first, each inside `without_spilling()`,
+and lets the spilling rung be taken only for its last; the warning and note of a spilling kernel name the
+rung and the registers it needs. (A kernel's warpgroup count is its tile's row count over 64, fixed by
 the Tile IR, so fewer consumer warpgroups is no configuration a pipeline can choose.) The kernels of a
 fallback say so: a `TesseraWarning` located at each kernel, and the attribute `sm90.pipeline_note` on each
 Target IR kernel (`tessera.host.HostDescription.pipeline_note`, in `as_dict()` as `pipeline_note`), naming the
@@ -27,7 +33,9 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from xdsl.dialects.builtin import ModuleOp, StringAttr
@@ -35,7 +43,7 @@ from xdsl.utils.exceptions import DiagnosticException
 
 from tessera.ir.diagnostics import located, warn
 from tessera.kernel_abi import is_target_kernel, kernels
-from tessera.regalloc import RegisterBudgetError
+from tessera.regalloc import SPILL_ATTR, RegisterBudgetError
 
 PIPELINE_NOTE_ATTR = "sm90.pipeline_note"
 """On a Target IR kernel compiled by a fallback configuration: which one, and why the larger did not fit."""
@@ -47,6 +55,23 @@ class Configuration:
 
     name: str
     pipeline: str
+    spills: bool = False
+    """Whether it lets ptxas spill (`allocate-registers{spill=true}`): skipped inside `without_spilling()`."""
+
+
+_SPILLING = ContextVar("tessera_fallback_spilling", default=True)
+
+
+@contextmanager
+def without_spilling() -> Iterator[None]:
+    """The default pipeline's ladder without its spilling rung for the block: a kernel that fits no other
+    configuration raises `NoConfigurationFitsError`, so that the caller can try a rung of its own that may fit
+    without spilling first (module docstring)."""
+    token = _SPILLING.set(False)
+    try:
+        yield
+    finally:
+        _SPILLING.reset(token)
 
 
 class NoConfigurationFitsError(RegisterBudgetError):
@@ -68,6 +93,8 @@ def apply_with_fallback(module: ModuleOp, ladder: Sequence[Configuration],
         _take_body(module, trial)
         return
     for configuration in rest:
+        if configuration.spills and not _SPILLING.get():
+            continue
         trial = module.clone()
         with warnings.catch_warnings(record=True) as caught:  # a refused configuration's warnings are moot
             warnings.simplefilter("always")
@@ -99,9 +126,17 @@ _LOCATION = re.compile(r"^(\S+:\d+:\d+: )?(kernel )?@[\w.$-]+: ")
 def _note(module: ModuleOp, configuration: Configuration, failures: list) -> None:
     """Warn at each Target IR kernel of `module` and record the note on it (each refusal in a few words)."""
     refused = "; ".join(f"{c.name}: {getattr(e, 'summary', None) or _reason(e)}" for c, e in failures)
-    note = f"compiled {configuration.name}, the largest configuration that fits (refused: {refused})"
     for fn in module.walk():
         if is_target_kernel(fn):
+            if configuration.spills:
+                spilled = fn.attributes[SPILL_ATTR].value.data if SPILL_ATTR in fn.attributes else 0
+                needed = fn.attributes["sm90.registers"].data["peak"].value.data
+                spills = (f"{spilled} past the 255 a thread can hold left to ptxas, which spills them to local "
+                          "memory" if spilled else "none past 255 (the module's kernels share one configuration)")
+                note = (f"compiled {configuration.name}: {needed} registers per thread needed, {spills} (no "
+                        f"configuration fits without spilling: {refused})")
+            else:
+                note = f"compiled {configuration.name}, the largest configuration that fits (refused: {refused})"
             fn.attributes[PIPELINE_NOTE_ATTR] = StringAttr(note)
             warn(located(fn, f"the default pipeline fell back: {note}"))
 

@@ -71,6 +71,7 @@ from __future__ import annotations
 
 from tessera.regalloc.allocate import (
     Allocation,
+    SPILL_ATTR,
     RegisterBudgetError,
     allocate_registers,
     budget_regions,
@@ -91,6 +92,6 @@ from tessera.regalloc.registers import (
 
 __all__ = [
     "CLASS_PREFIX", "CLASS_WIDTH", "IMMEDIATE_OPERANDS", "Allocation", "LiveValue", "PressurePeak",
-    "RegisterBudgetError", "aliases_operand_registers", "allocate_registers", "budget_regions", "element_count",
+    "RegisterBudgetError", "SPILL_ATTR", "aliases_operand_registers", "allocate_registers", "budget_regions", "element_count",
     "immediate_text", "immediates", "region_peaks", "region_pressure", "register_class",
 ]

@@ -97,10 +97,20 @@ class _UnionFind:
             self.parent[rb] = ra
 
 
-def allocate_registers(fn: func.FuncOp, budget: int = facts.MAX_REGISTERS_PER_THREAD) -> Allocation:
+SPILL_ATTR = "sm90.spilled_registers"
+"""On a Target IR kernel that `allocate-registers{spill=true}` let exceed the register budget: how many of its
+peak's 32-bit registers per thread are past the budget, left to ptxas (which spills them to local memory)."""
+
+
+def allocate_registers(fn: func.FuncOp, budget: int | None = None) -> Allocation:
     """Allocate PTX registers for a Target IR kernel (module docstring). Raises RegisterBudgetError naming
-    the values live at the peak when the pressure exceeds `budget` 32-bit registers per thread."""
+    the values live at the peak when the pressure exceeds `budget` 32-bit registers per thread. The default
+    budget is 255 (`facts.MAX_REGISTERS_PER_THREAD`), or none for a kernel carrying `SPILL_ATTR` (its spills
+    were accepted once, by `allocate-registers{spill=true}`: re-allocating it to print or run it does not
+    refuse it again)."""
     allocation = _allocate(fn)
+    if budget is None:
+        budget = allocation.peak if SPILL_ATTR in fn.attributes else facts.MAX_REGISTERS_PER_THREAD
     if allocation.peak > budget:
         from tessera.ir.diagnostics import source_location
 

@@ -16,6 +16,8 @@ device beside q, k and v (tensors on q's device for PyTorch inputs).
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import numpy as np
 
 from tessera.variants.trace import F32, trace_mod
@@ -108,10 +110,11 @@ def attention_mods(q, k, v, *, score_mod, mask_mod, causal: bool, scale, return_
                    head_dim: int, dtype: str, block_n: int | None = None):
     """(O[, LSE]) of softmax(mask_mod(score_mod(scale Q K^T))) V at `level` (module docstring). Below Tile
     IR and on the GPU, a kernel no configuration of the default pipeline fits is rebuilt with smaller key
-    blocks (`BLOCK_N_FALLBACK`, with a warning) unless `block_n` is given."""
+    blocks (`BLOCK_N_FALLBACK`, with a warning) unless `block_n` is given; only the last key block tried may
+    take the default pipeline's spilling rung (`tessera.lowering.fallback`), with its warning."""
     from tessera.ir.diagnostics import warn
     from tessera.kernels.attention import DEFAULT_BLOCK_N
-    from tessera.lowering.fallback import NoConfigurationFitsError
+    from tessera.lowering.fallback import NoConfigurationFitsError, without_spilling
     from tessera.runtime.launch import usable_device
 
     if level is None:
@@ -119,8 +122,9 @@ def attention_mods(q, k, v, *, score_mod, mask_mod, causal: bool, scale, return_
     first = DEFAULT_BLOCK_N[head_dim] if block_n is None else block_n
     tries = [first] + ([bn for bn in BLOCK_N_FALLBACK if bn < first] if block_n is None and level != "tile" else [])
     for i, bn in enumerate(tries):
-        try:
-            out = _forward(q, k, v, score_mod, mask_mod, causal, scale, return_lse, level, head_dim, dtype, bn)
+        try:  # spilling only for the last key block, once every rung that may fit without it is refused
+            with nullcontext() if i + 1 == len(tries) else without_spilling():
+                out = _forward(q, k, v, score_mod, mask_mod, causal, scale, return_lse, level, head_dim, dtype, bn)
         except NoConfigurationFitsError as error:
             if i + 1 == len(tries):
                 raise
@@ -193,9 +197,10 @@ def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal:
     blocks that visit the query block, `BlockMask.transposed_ranks`). Below Tile level and on the GPU the main
     kernel of `WARP_SPECIALIZED_FIRST` is taken where it lowers warp-specialized, else the builder's default
     with a warning; a main kernel whose registers fit no configuration is rebuilt with `HEAD_SPLIT_FALLBACK`,
-    with a warning."""
+    with a warning. Only the last kernels tried (the head split's) may take the default pipeline's spilling rung
+    (`tessera.lowering.fallback`), with its warning: spilling is never chosen over a rung that fits."""
     from tessera.ir.diagnostics import warn
-    from tessera.lowering.fallback import NoConfigurationFitsError
+    from tessera.lowering.fallback import NoConfigurationFitsError, without_spilling
     from tessera.regalloc import RegisterBudgetError
     from tessera.runtime.launch import usable_device
 
@@ -214,10 +219,12 @@ def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal:
         else:
             warn(f"attention_backward: the main kernel with score_mod/mask_mod at head_dim {head_dim} does not fit "
                  f"warp-specialized {name} ({refusal[:120]}); built with {default}")
-    try:
-        return _backward(kernels, sparse, q, k, v, o, lse, do, **options)
+    last = level == "tile" or deterministic or kernels.head_split >= HEAD_SPLIT_FALLBACK
+    try:  # spilling (the default pipeline's last rung) only where no head split is left to try
+        with nullcontext() if last else without_spilling():
+            return _backward(kernels, sparse, q, k, v, o, lse, do, **options)
     except RegisterBudgetError as error:
-        if level == "tile" or deterministic or kernels.head_split >= HEAD_SPLIT_FALLBACK:
+        if last:
             raise
         summary = getattr(error, "summary", None) or str(error)
         if isinstance(error, NoConfigurationFitsError):  # the last rung's refusal: single-stage's registers
