@@ -774,6 +774,9 @@ def test_descriptor_start_delta_steps_the_start_field_only():
 # region Every constant of tessera/sm90 against its documented value
 
 DOCUMENTED = {
+    # [SASS] ptxas compiles cp.async.bulk{.tensor} to the uniform datapath, once per distinct operand set of a
+    # warp's lanes (test_bulk_copy_issues_once_per_distinct_operands_of_a_warp checks the SASS)
+    "BULK_COPY_ISSUED_PER_DISTINCT_OPERANDS": True,
     # [P#data-movement-and-conversion-instructions-cp-async]: "cp-size = { 4, 8, 16 }", the .cg form's
     # size operand is 16; [P#parallel-synchronization-and-communication-instructions-cp-async-mbarrier-arrive]:
     # with .noinc the asynchronous arrive-on decrements the pending count (one arrival per thread)
