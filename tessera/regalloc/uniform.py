@@ -34,9 +34,10 @@ from tessera.dialects import sm90
 from tessera.sm90.warp import UNIFORM_REGISTERS_PER_WARP
 
 UNIFORM_DESCRIPTOR_REGISTERS = UNIFORM_REGISTERS_PER_WARP // 2
-"""Uniform registers the allocator lets uniform descriptors hold at once (16 descriptors); the other half of a
-warp's 63 is left to what ptxas itself puts on the uniform datapath (the flash d128 forward's consumers use
-UR4-UR47 or so under ptxas 13.0 with all of Q's descriptors hoisted)."""
+"""Uniform registers the allocator lets uniform descriptors hold at once (15 descriptors); the other half of a
+warp's 63 is left to what ptxas itself puts on the uniform datapath. Measured under ptxas 13.0: the flash d128
+forward with all 8 of Q's descriptors (16 registers) held names 39 uniform registers (highest UR45); d256, 50
+(highest UR61)."""
 
 _UNIFORM_SPECIALS = ("ctaid.", "nctaid.", "ntid.", "clusterid.", "nclusterid.", "cluster_ctaid.",
                      "cluster_nctaid.", "cluster_ctarank", "cluster_nctarank")
