@@ -13,12 +13,15 @@ k-step descriptors on every trip, and no ptxas hoists them: 12.9 and 13.0 spend 
 later a UIADD3.64 and a UMOV pair. Computed once, ptxas keeps them in uniform registers across the loop
 (docs/performance.md has the SASS figures).
 
-Budgets: a hoisted advance holds a 64-bit register (`REGISTERS_PER_DESCRIPTOR` in the allocator's count) from
-its base over the loops, where the budget regions peak. N is the spare registers of the tightest region that
-runs under a `sm90.setmaxnreg` budget (its budget minus the allocator's peak) over 2, at most the number of
-candidates; the hoisted kernel is allocated again and, if a region is over its budget after all, fewer are
-tried. Kernels without budget regions (not warp-specialized) and kernels without spare registers are left
-unchanged (the flash d128 128 x 176 consumers have 9 spare: 4 of Q's 7 advances are hoisted; 128 x 128: 5).
+Budgets: a hoisted advance holds a 64-bit register from its base over the loops, where the budget regions
+peak. A warp-uniform one (Q's: its address is a shared buffer plus the warpgroup index broadcast from lane 0)
+is a uniform descriptor (`tessera.regalloc.uniform`): ptxas keeps it in a uniform register, and the
+allocator's per-thread count leaves it out while the uniform file has room. So all candidates are tried
+first; where the hoisted kernel is over a region's budget after all (descriptors that are not uniform, or too
+many for the uniform file, cost `REGISTERS_PER_DESCRIPTOR` each), N is the spare registers of the tightest
+region that runs under a `sm90.setmaxnreg` budget (its budget minus the allocator's peak) over 2, and fewer
+are tried down from there. Kernels without budget regions (not warp-specialized) and kernels without spare
+registers are left unchanged (the flash d128 consumers, 128 x 176 and 128 x 128: all 7 of Q's advances).
 
 Invariants: every wgmma reads the same descriptor values as before (an advance is pure, and its base is
 defined, unchanged, before every use); only where they are computed changes, so results are bitwise equal.
@@ -134,7 +137,10 @@ class HoistInvariantDescriptorsPass(ModulePass):
                 continue
             # Each hoisted descriptor is live over the loops, where the peaks are: it takes its registers from
             # the spare ones; fewer are tried where the allocation says the first count does not fit.
-            for count in range(min(len(keys), spare // REGISTERS_PER_DESCRIPTOR), 0, -1):
+            # First all of them: ptxas keeps warp-uniform ones in uniform registers, which the allocator does not
+            # count against the budget (tessera.regalloc.uniform) while the uniform file has room for them.
+            counts = [len(keys)] + list(range(min(len(keys) - 1, spare // REGISTERS_PER_DESCRIPTOR), 0, -1))
+            for count in counts:
                 candidate = kernel.clone()
                 hoist_descriptors(candidate, invariant_advances(candidate)[:count])
                 if spare_registers(candidate) >= 0:

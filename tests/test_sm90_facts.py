@@ -830,6 +830,9 @@ DOCUMENTED = {
     "MAX_SHARED_MEMORY_PER_BLOCK": 227 * 1024,
     "REGISTERS_PER_SM": 64 * 1024,
     "MAX_REGISTERS_PER_THREAD": 255,
+    # not in NVIDIA's documentation: ptxas' sm_90a SASS names UR0-UR62 and URZ, never UR63
+    # (tests/test_uniform_descriptors.py::test_uniform_register_file_against_sass)
+    "UNIFORM_REGISTERS_PER_WARP": 63,
     "MAX_GRID_DIMS": (2**31 - 1, 65535, 65535),
     "MAX_BLOCK_DIMS": (1024, 1024, 64),
     "MAX_THREADS_PER_BLOCK": 1024,

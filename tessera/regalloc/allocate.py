@@ -16,7 +16,8 @@ from tessera.dialects import sm90
 from tessera.sm90 import facts
 
 from tessera.regalloc.liveness import _Liveness, _alias_sources, _merge_ranges
-from tessera.regalloc.pressure import PressurePeak, _PressureMap
+from tessera.regalloc.pressure import PressurePeak, _PressureMap, _peak
+from tessera.regalloc.uniform import UNIFORM_DESCRIPTOR_REGISTERS, uniform_descriptors
 from tessera.regalloc.registers import (
     CLASS_PREFIX, CLASS_WIDTH, _is_vector, _subclass_test, element_count, immediates, register_class,
 )
@@ -277,9 +278,25 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
                                  for i in range(element_count(result.type))]
 
     widths = {root: CLASS_WIDTH[register_class(live.value_of[root].type)] for root in ranges}
+    uniform_roots = _uniform_roots(fn, live, root_of, ranges)
+    if uniform_roots and _peak({r: ranges[r] for r in uniform_roots}, widths)[0] <= UNIFORM_DESCRIPTOR_REGISTERS:
+        widths.update({root: 0 for root in uniform_roots})  # in URx, not per-thread
     pressure = _PressureMap(live, root_of, ranges, widths)
     at_peak = pressure.kernel_peak()
     return Allocation(names, dict(counts), at_peak.registers, at_peak.position, at_peak, pressure)
+
+
+def _uniform_roots(fn: func.FuncOp, live: _Liveness, root_of, ranges: dict) -> set[int]:
+    """The register groups made only of uniform descriptors (`tessera.regalloc.uniform`): ptxas keeps them in
+    uniform registers. A group that shares its register with any other value is not one."""
+    descriptors = uniform_descriptors(fn)
+    if not descriptors:
+        return set()
+    members: dict[int, set] = defaultdict(set)
+    for value, elements in live.elements():
+        for element in elements:
+            members[root_of(element)].add(value)
+    return {root for root, values in members.items() if root in ranges and values <= descriptors}
 
 
 def budget_regions(fn: func.FuncOp) -> list[Region]:

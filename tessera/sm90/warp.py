@@ -105,6 +105,12 @@ REGISTERS_PER_SM = 65536
 MAX_REGISTERS_PER_THREAD = 255
 """Most 32-bit registers one thread may own at launch [CCG]; ptxas caps allocation at 255 (notes section 9)."""
 
+UNIFORM_REGISTERS_PER_WARP = 63
+"""32-bit uniform registers (UR0-UR62; UR63 reads as zero, URZ) one warp owns on sm_90, beside and not counted
+in its per-thread registers: the uniform datapath's operands, where HGMMA reads its descriptors and UTMALDG its
+addresses. Checked against ptxas' SASS (tests/test_uniform_descriptors.py: no sm_90a kernel names a register
+above UR62, and uniform zero prints as URZ), the same count as Turing's uniform datapath.""" 
+
 SETMAXNREG_MIN = 24
 SETMAXNREG_MAX = 256
 SETMAXNREG_STEP = 8

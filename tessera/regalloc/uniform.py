@@ -1,0 +1,92 @@
+"""Uniform descriptors: the 64-bit wgmma descriptors ptxas keeps in uniform registers (URx), which the
+allocator's per-thread count does not include.
+
+A value is *warp-uniform* (the same in every lane of a warp, provably so from its definition) when it is an
+integer constant, a `sm90.shared_buffer` address, a kernel argument, a special register of the CTA or grid
+(`ctaid`, `nctaid`, `ntid`, cluster ids; not `tid` or `laneid`), a full-warp `sm90.shfl_sync "idx"` (every
+lane reads one lane: CUTLASS's and warp-specialize's way of making the warpgroup index uniform), or an integer
+`arith` op, `sm90.make_descriptor` or `sm90.descriptor_advance` of warp-uniform operands. Loop-carried values,
+loads and everything else are not.
+
+A *uniform descriptor* is the result of a `sm90.make_descriptor` or `sm90.descriptor_advance` that is
+warp-uniform, is defined outside every `scf.for` (computed once, so ptxas has no per-trip reason to move it)
+and is read only as a wgmma descriptor or as the base of another advance. HGMMA reads its descriptors from
+uniform registers, so ptxas computes such values on the uniform datapath and keeps them there: with all seven
+of the flash d128 forward's Q k-step descriptors held over the K/V loops (16 registers by the per-thread
+count), ptxas 12.9, 13.0 and 13.5 keep them in URx, with no R2UR and no spill (docs/performance.md).
+
+They cost 0 per-thread registers in `Allocation.peak` and the region pressures, and
+`tessera.sm90.warp.UNIFORM_REGISTERS_PER_WARP` bounds them: `UNIFORM_DESCRIPTOR_REGISTERS` of a warp's 63 may
+hold such values at once, the rest is left to ptxas' own uniform work (loop descriptors, TMA and mbarrier
+addresses, loop counters). A kernel whose uniform descriptors would need more at one position gets the
+conservative count for all of them (2 per-thread registers each, as any .b64), so that a kernel the
+allocator says fits never depends on uniform registers ptxas may not have. PTX names do not change: they are
+.b64 %rd registers like any other (PTX has no uniform registers; ptxas chooses).
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects import arith, func, scf
+from xdsl.dialects.builtin import IntegerType, IndexType
+from xdsl.ir import BlockArgument, Operation, SSAValue
+
+from tessera.dialects import sm90
+from tessera.sm90.warp import UNIFORM_REGISTERS_PER_WARP
+
+UNIFORM_DESCRIPTOR_REGISTERS = UNIFORM_REGISTERS_PER_WARP // 2
+"""Uniform registers the allocator lets uniform descriptors hold at once (15 descriptors); the other half of a
+warp's 63 is left to what ptxas itself puts on the uniform datapath. Measured under ptxas 13.0: the flash d128
+forward with all 8 of Q's descriptors (16 registers) held names 39 uniform registers (highest UR45); d256, 50
+(highest UR61)."""
+
+_UNIFORM_SPECIALS = ("ctaid.", "nctaid.", "ntid.", "clusterid.", "nclusterid.", "cluster_ctaid.",
+                     "cluster_nctaid.", "cluster_ctarank", "cluster_nctarank")
+"""Special registers with one value per CTA (or cluster): the same in every lane."""
+
+
+def _is_integer(value: SSAValue) -> bool:
+    return isinstance(value.type, IntegerType | IndexType)
+
+
+def _in_loop(op: Operation) -> bool:
+    parent = op.parent_op()
+    while parent is not None:
+        if isinstance(parent, scf.ForOp):
+            return True
+        parent = parent.parent_op()
+    return False
+
+
+def _reads_as_descriptor(use) -> bool:
+    op = use.operation
+    if isinstance(op, sm90.DescriptorAdvanceOp):
+        return True
+    return isinstance(op, sm90.WgmmaMmaAsyncOp) and use.index in (1, 2) and isinstance(
+        op.operands[use.index].type, IntegerType)
+
+
+def warp_uniform_values(fn: func.FuncOp) -> set[SSAValue]:
+    """The values of `fn` that are warp-uniform (module docstring), in one walk in program order."""
+    uniform: set[SSAValue] = {arg for arg in fn.body.block.args}
+    for op in fn.walk():
+        if isinstance(op, arith.ConstantOp | sm90.SharedBufferOp):
+            uniform.update(op.results)
+        elif isinstance(op, sm90.SpecialRegOp):
+            if op.register.data.startswith(_UNIFORM_SPECIALS):
+                uniform.add(op.result)
+        elif isinstance(op, sm90.ShflSyncOp):
+            if op.mode.data == "idx" and op.clamp.value.data == 0x1F and _is_integer(op.result):
+                uniform.add(op.result)
+        elif isinstance(op, sm90.MakeDescriptorOp | sm90.DescriptorAdvanceOp) or (
+                op.name.startswith("arith.") and op.results and all(_is_integer(r) for r in op.results)):
+            if op.operands and all(operand in uniform for operand in op.operands):
+                uniform.update(op.results)
+    return uniform
+
+
+def uniform_descriptors(fn: func.FuncOp) -> set[SSAValue]:
+    """The uniform descriptors of `fn` (module docstring), before the register budget of the uniform file."""
+    uniform = warp_uniform_values(fn)
+    return {op.result for op in fn.walk()
+            if isinstance(op, sm90.MakeDescriptorOp | sm90.DescriptorAdvanceOp) and op.result in uniform
+            and not _in_loop(op) and op.result.uses and all(_reads_as_descriptor(u) for u in op.result.uses)}
