@@ -268,7 +268,7 @@ class RegisterFileChecker(Interpreter.Listener):
         self.touched = np.full((max(1, cta.threads // facts.WARPGROUP_SIZE), registers), -1, np.int32)
         self.touch_ops: list[Operation] = []
         self._touches = self.layout.touches
-        if self.fences:
+        if self.fences and getattr(cta, "wgmma", None) is not None:  # (a CTA without a wgmma unit: no fences)
             cta.wgmma.register_fences = True  # the SSA form of the rule gives way to this one
 
     # region the register file
