@@ -323,10 +323,9 @@ _MAIN = [
     ("bar.sync deleted", "the dK/dV epilogue's, before the TMA store",
      delete_at(_after("fence.proxy.async", 2, "bar.sync")), "RR", ""),
     ("bulk wait deleted", "the dK/dV epilogue's cp.async.bulk.wait_group.read before exit",
-     lambda lines: lines.__delitem__(_all(lines, "cp.async.bulk.wait_group")[-1]), "GG",
+     lambda lines: lines.__delitem__(_all(lines, "cp.async.bulk.wait_group")[-1]), "RR",
      "the CTA exits while its TMA stores of dK and dV may still read its shared memory, which the next CTA on the "
-     "SM may overwrite; the PTX executor checks this at exit for bulk reductions only, not for bulk tensor "
-     "stores (a gap)"),
+     "SM may overwrite (memory_model.BULK_READ_BEFORE_EXIT)"),
 ]
 FA3_BACKWARD_BUGS = [(kind, name, within("FlashAttnBwdSm90", edit), expected, reason)
                      for kind, name, edit, expected, reason in _MAIN]

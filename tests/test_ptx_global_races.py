@@ -489,3 +489,21 @@ def test_a_warp_issuing_one_bulk_load_loads_once():
             .replace("@%p0 cp.async.bulk", "cp.async.bulk"))
     out = launch(text, "store_then_bulk", 1, 32, [np.zeros(64, np.uint32)])[0]
     assert np.array_equal(out, np.repeat(np.arange(32, dtype=np.uint32), 2))
+
+
+@pytest.mark.parametrize("wait, reported", [("cp.async.bulk.wait_group.read 0;", False),
+                                            ("cp.async.bulk.wait_group 0;", False), ("", True),
+                                            ("cp.async.bulk.wait_group.read 1;", True),
+                                            ("cp.async.bulk.commit_group;\n    cp.async.bulk.wait_group.read 1;", False)])
+def test_a_cta_exiting_before_its_bulk_store_read_the_tile_is_reported(wait, reported):
+    """[memory_model.BULK_READ_BEFORE_EXIT] a bulk store reads its shared source until a wait_group(.read) of the
+    issuing thread covers its group; the CTA exiting before frees the memory it reads (FA3's backward with its
+    dK/dV epilogue's last wait deleted). A wait that leaves the store's group pending does not
+    cover it; one that leaves only a newer (empty) group pending does."""
+    text = _WARP_BULK_STORE.replace("LANE_ADDRESS", "").replace("cp.async.bulk.wait_group.read 0;", wait)
+    if not reported:
+        out = launch(text, "warp_store", 1, 64, [np.zeros(64, np.uint32)])[0]
+        np.testing.assert_array_equal(out, np.arange(64))
+        return
+    with pytest.raises(PtxHazardError, match="exits while this bulk store .* may still read its shared source"):
+        launch(text, "warp_store", 1, 64, [np.zeros(64, np.uint32)])

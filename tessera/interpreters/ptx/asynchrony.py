@@ -33,7 +33,7 @@ complete and checking every access against the tags:
   *touched* in its thread; `wgmma.fence` clears the thread's marks; a wgmma.mma_async whose accumulator or A
   register is touched is a hazard (the fence between the access and the wgmma is missing).
 - Bulk and TMA stores read shared memory until `cp.async.bulk.wait_group{.read} N` of the issuing thread
-  covers their bulk group: a write into those bytes before is a hazard.
+  covers their bulk group: a write into those bytes before is a hazard, and so is the CTA exiting before.
 - mbarrier transactions: a phase that completes while copies are still in flight on its barrier, or whose
   arrivals are all in with more bytes delivered than announced (tx-count below zero), disagrees with its
   `expect_tx`; one that announced more bytes than arrive never completes, and the deadlock report (see
@@ -710,8 +710,9 @@ class AsyncTracker:
     # endregion
     # region the end of a CTA
     def on_exit(self, ctas) -> None:
-        """Every thread of a CTA slot exited: no TMA copy may still be in flight into its shared memory, and no
-        wgmma of its warpgroups may be pending (their results and operands would be lost)."""
+        """Every thread of a CTA slot exited: no TMA copy may still be in flight into its shared memory, no bulk or
+        TMA store may still read it (`memory_model.BULK_READ_BEFORE_EXIT`), and no wgmma of its warpgroups may be
+        pending (their results and operands would be lost)."""
         m = self.m
         for cta in ctas:
             if not (m.status[m.lane_cta == cta] == EXITED).all():
@@ -722,6 +723,11 @@ class AsyncTracker:
                     raise self.hazard(copy.inst, f"the CTA ends with this {copy.kind} in flight (no thread waited on "
                                                  f"its mbarrier at shared address {key[1]:#x} once its arrivals were "
                                                  "in)", copy.lane)
+            for lane, group, _, store in self.bulk_reads:
+                if int(m.lane_cta[lane]) == cta:  # its shared memory is freed while the store still reads it
+                    raise self.hazard(store, f"the CTA exits while this bulk store (bulk group {group}) may still read "
+                                             "its shared source: no cp.async.bulk.wait_group.read of the issuing thread "
+                                             "covers it [memory_model.BULK_READ_BEFORE_EXIT]", lane)
             ws = int(cta) * self.groups_per_cta + np.arange(self.groups_per_cta)
             pending = ws[self.wg_issued[ws] > self.wg_done[ws]]
             if len(pending):
