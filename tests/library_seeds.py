@@ -312,11 +312,11 @@ _MAIN = [
      "on one query block the writer's first section skips the reduction after this barrier (a trap put there is "
      "never reached); the last block's dQ goes through a later section, which waits"),
     ("dQ: bulk wait deleted", "the writer's first cp.async.bulk.wait_group.read",
-     delete_at(_in_writer("cp.async.bulk.wait_group")), "CG",
+     delete_at(_in_writer("cp.async.bulk.wait_group")), "CR",
      "one query block writes each dQ buffer once; on several the writer frees the buffer (bar.arrive) while its "
-     "bulk reduction may still read it: the PTX executor ends the reduction's read at the writer's later "
-     "wait_group.read in the order it ran, not by happens-before, so the consumers' next stores into the buffer, "
-     "ordered after the bar.arrive but not after that wait, are not reported (a gap)"),
+     "bulk reduction may still read it: the consumers' next stores are ordered after the bar.arrive, not after "
+     "the writer's later wait_group.read that covers the read (happens_before, "
+     "memory_model.BULK_READ_BEFORE_EXIT)"),
     ("dQ: bar.arrive deleted", "the writer's first release of a dQ buffer", delete_at(_in_writer("bar.arrive")),
      "CR", "on one query block nothing waits for that release"),
     ("fence.proxy.async deleted", "the dK/dV epilogue's", delete("fence.proxy.async", 2), "RR", ""),

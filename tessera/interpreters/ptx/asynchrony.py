@@ -241,9 +241,14 @@ class AsyncTracker:
         self.released[b, lanes] = inst.line
         self.last_arrival[key] = (inst.line, int(lanes[-1]))
 
-    def shared_by_barrier(self, participants: np.ndarray, waiters: np.ndarray) -> None:
-        """A named barrier completed: its waiters know what every participant had observed."""
-        self.hb.barrier(participants, waiters)
+    def shared_by_barrier(self, participants: np.ndarray, waiters: np.ndarray, key: tuple[int, int] | None = None
+                          ) -> None:
+        """A barrier completed: its waiters know what every participant had observed (a named barrier `key`
+        = (barrier, CTA slot): what each released when it arrived, `HappensBefore.bar_arrived`)."""
+        if key is None:
+            self.hb.barrier(participants, waiters)
+        else:
+            self.hb.bar_completed(key, waiters)
         if len(self.observed) and len(participants) and len(waiters):
             seen = self.observed[:, participants].max(axis=1)
             self.observed[:, waiters] = np.maximum(self.observed[:, waiters], seen[:, None])
@@ -703,9 +708,21 @@ class AsyncTracker:
     def bulk_commit(self, lanes: np.ndarray) -> None:
         self.bulk_open[lanes] += 1
 
-    def bulk_wait(self, lanes: np.ndarray, keep: int) -> None:
+    def bulk_wait(self, lanes: np.ndarray, keep: int, inst) -> None:
         self.bulk_done[lanes] = np.maximum(self.bulk_done[lanes], self.bulk_open[lanes] - 1 - keep)
+        for lane, group, flat, store in self.bulk_reads:
+            if group <= self.bulk_done[lane]:
+                self.bulk_read_completed(inst, lane, flat, "the bulk store", store.line)
         self.bulk_reads = [r for r in self.bulk_reads if r[1] > self.bulk_done[r[0]]]
+
+    def bulk_read_completed(self, inst, lane: int, flat: np.ndarray, what: str, line: int) -> None:
+        """The wait `inst` of `lane` covered the bulk group of `what` (a bulk store or reduction of `lane`, at
+        `line`), which read `flat`: a later write of those bytes must happen after this wait (happens_before), not merely run
+        after it [memory_model.BULK_READ_BEFORE_EXIT]. One row per issuing warpgroup, after the wgmma rows."""
+        if self.hb.races and len(flat):
+            row = self.groups_per_cta + int(self.m.unit_of[facts.WARPGROUP_SIZE][lane]) % self.groups_per_cta
+            self.hb.reads_completed(flat, np.array([lane]), inst, row, f"{what} at line {line} ("
+                                    f"{self.m.describe_lane(lane)}) read until its cp.async.bulk.wait_group", what)
 
     # endregion
     # region the end of a CTA
@@ -836,8 +853,8 @@ def install(m: Machine, steps: list[Step]) -> list[Step]:
             def after(sel):
                 tracker.bulk_commit(_lanes(m, sel))
         elif inst.opcode == "cp" and "bulk" in mods and "wait_group" in mods:
-            def after(sel, keep=_group_count(inst)):
-                tracker.bulk_wait(_lanes(m, sel), keep)
+            def after(sel, keep=_group_count(inst), inst=inst):
+                tracker.bulk_wait(_lanes(m, sel), keep, inst)
         result.append(step if before is None and after is None else _wrap(step, before, after))
     return result
 
