@@ -547,18 +547,24 @@ REFILL:
 """
 
 
+_BULK_STORE = "@%p1 cp.async.bulk.global.shared::cta.bulk_group [%rd0], [%r1], 128;"
+
+
+@pytest.mark.parametrize("store", [False, True], ids=["reduction", "store"])
 @pytest.mark.parametrize("before, after, reported", [("@%p1 cp.async.bulk.wait_group.read 0;", "", False),
                                                      ("", "@%p1 cp.async.bulk.wait_group.read 0;", True)])
-def test_a_buffer_freed_before_the_bulk_reduction_reading_it_is_waited_for_is_a_race(before, after, reported):
+def test_a_buffer_freed_before_the_bulk_copy_reading_it_is_waited_for_is_a_race(before, after, reported, store):
     """[memory_model.BULK_READ_BEFORE_EXIT] the reduction reads the buffer until the issuing thread's
     wait_group.read; the next stores into it must happen after that wait. Freeing the buffer first and waiting
     later is a race whatever order the executor runs the two warps in: the wait that covers the read comes after
     the release the stores acquire (FA3's dQ writer with its first bulk wait deleted)."""
     text = _REDUCE_THEN_FREE.replace("BEFORE", before).replace("AFTER", after)
+    if store:  # a bulk store of the buffer reads it the same way
+        text = "\n".join(_BULK_STORE if "cp.reduce" in line else line for line in text.split("\n"))
     if not reported:
         out = launch(text, "dq", 1, 64, [np.zeros(32, np.float32)])[0]
         np.testing.assert_array_equal(out, np.ones(32, np.float32))
         return
-    with pytest.raises(PtxHazardError, match=r"overwrites shared address 0x\d+, which the bulk reduction at line "
-                                             r"\d+ \(thread \(32, 0, 0\).*\) read until its cp.async.bulk.wait_group"):
+    with pytest.raises(PtxHazardError, match=r"overwrites shared address 0x\d+, which the bulk (reduction|store) at "
+                                             r"line \d+ \(thread \(32, 0, 0\).*\) read until its cp.async.bulk.wait_group"):
         launch(text, "dq", 1, 64, [np.zeros(32, np.float32)])
