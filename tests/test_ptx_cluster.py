@@ -390,7 +390,7 @@ END:
     (SYNC_CLUSTER, "REMOTE" + SYNC_CLUSTER, False),  # the final cluster sync after the release: correct
     ("barrier.cluster.arrive.release.aligned;", "REMOTE" + SYNC_CLUSTER, True),  # rank 0's final wait deleted
     (SYNC_CLUSTER, "barrier.cluster.arrive.release.aligned;\nREMOTE\nbarrier.cluster.wait.acquire.aligned;", True),
-])
+], ids=["final-sync", "exit-wait-deleted", "release-after-the-arrive"])
 def test_a_cta_exits_only_after_waiting_for_a_cluster_barrier_its_peers_reached_after_their_remote_arrives(
         rank0, rank1, reported):
     """[memory_model.CLUSTER_EXIT_WAIT] Rank 1 releases a slot on rank 0's mbarrier (a remote arrive, as a
