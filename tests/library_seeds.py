@@ -312,21 +312,20 @@ _MAIN = [
      "on one query block the writer's first section skips the reduction after this barrier (a trap put there is "
      "never reached); the last block's dQ goes through a later section, which waits"),
     ("dQ: bulk wait deleted", "the writer's first cp.async.bulk.wait_group.read",
-     delete_at(_in_writer("cp.async.bulk.wait_group")), "CG",
+     delete_at(_in_writer("cp.async.bulk.wait_group")), "CR",
      "one query block writes each dQ buffer once; on several the writer frees the buffer (bar.arrive) while its "
-     "bulk reduction may still read it: the PTX executor ends the reduction's read at the writer's later "
-     "wait_group.read in the order it ran, not by happens-before, so the consumers' next stores into the buffer, "
-     "ordered after the bar.arrive but not after that wait, are not reported (a gap)"),
+     "bulk reduction may still read it: the consumers' next stores are ordered after the bar.arrive, not after "
+     "the writer's later wait_group.read that covers the read (happens_before, "
+     "memory_model.BULK_READ_BEFORE_EXIT)"),
     ("dQ: bar.arrive deleted", "the writer's first release of a dQ buffer", delete_at(_in_writer("bar.arrive")),
      "CR", "on one query block nothing waits for that release"),
     ("fence.proxy.async deleted", "the dK/dV epilogue's", delete("fence.proxy.async", 2), "RR", ""),
     ("bar.sync deleted", "the dK/dV epilogue's, before the TMA store",
      delete_at(_after("fence.proxy.async", 2, "bar.sync")), "RR", ""),
     ("bulk wait deleted", "the dK/dV epilogue's cp.async.bulk.wait_group.read before exit",
-     lambda lines: lines.__delitem__(_all(lines, "cp.async.bulk.wait_group")[-1]), "GG",
+     lambda lines: lines.__delitem__(_all(lines, "cp.async.bulk.wait_group")[-1]), "RR",
      "the CTA exits while its TMA stores of dK and dV may still read its shared memory, which the next CTA on the "
-     "SM may overwrite; the PTX executor checks this at exit for bulk reductions only, not for bulk tensor "
-     "stores (a gap)"),
+     "SM may overwrite (memory_model.BULK_READ_BEFORE_EXIT)"),
 ]
 FA3_BACKWARD_BUGS = [(kind, name, within("FlashAttnBwdSm90", edit), expected, reason)
                      for kind, name, edit, expected, reason in _MAIN]

@@ -226,10 +226,10 @@ _CLUSTER = [
      ALL, ""),
     ("cluster barrier deleted", "the wait after the inits", Edit("delete", At("kernel", "cluster_wait", 0)), ALL,
      ""),
-    ("cluster barrier deleted", "the wait before exit", Edit("delete", At("kernel", "cluster_wait", 1)), "RRGG",
-     "a CTA may exit while its peer still arrives on its empty barriers (the peer's last releases); the CTA "
-     "simulator reports the pending remote arrivals at exit; the PTX executor does not check that a CTA's "
-     "shared memory outlives its peers' remote arrives and multicasts (a gap)"),
+    ("cluster barrier deleted", "the wait before exit", Edit("delete", At("kernel", "cluster_wait", 1)), ALL,
+     "a CTA may exit while its peer still arrives on its empty barriers (the peer's last releases): the CTA "
+     "simulator reports the pending remote arrivals at exit, the PTX executor a remote arrive no cluster wait of "
+     "the exiting CTA orders before its exit (memory_model.CLUSTER_EXIT_WAIT)"),
     ("cluster barrier deleted", "the arrive before exit", Edit("delete", At("kernel", "cluster_arrive", 1)), ALL,
      ""),
 ]

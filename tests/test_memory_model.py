@@ -113,6 +113,19 @@ If both are memory operations, then they overlap completely.
 A release pattern X synchronizes with an acquire pattern Y, if a write operation in X precedes a read operation
 in Y in observation order, and the first operation in X and the last operation in Y are morally strong.
 """,
+    # [P#control-flow-instructions-exit], exit: Description
+    "control-flow-instructions-exit": """
+Ends execution of a thread.
+As threads exit, barriers waiting on all threads are checked to see if the exiting threads are the
+only threads that have not yet made it to a barrier{.cta} for all threads in the CTA or to a
+barrier.cluster for all threads in the cluster. If the exiting threads are holding up the
+barrier, the barrier is released.
+""",
+    # [P#data-movement-and-conversion-instructions-cp-async-bulk-wait-group], cp.async.bulk.wait_group: Description
+    "data-movement-and-conversion-instructions-cp-async-bulk-wait-group": """
+The optional .read modifier indicates that the waiting has to be done until all the bulk async operations in the
+specified bulk async-group have completed reading from their source locations.
+""",
     "data-movement-and-conversion-instructions-cp-async": """
 No other synchronization mechanism guarantees the completion of the asynchronous
 copy operations.
@@ -149,7 +162,8 @@ def test_the_executor_names_the_rules_it_applies():
 
     source = " ".join(p.read_text() for p in Path(ptx.__file__).parent.glob("*.py"))
     for name in ("BARRIER_COUNT", "MBARRIER_INIT_FENCE", "DATA_RACE", "MORALLY_STRONG", "RELEASE_ACQUIRE",
-                 "PROXY_FENCE", "PROXY_FENCE_STATE_SPACE", "WGMMA_FENCE_SCALE_D", "WGMMA_WAIT_PER_THREAD"):
+                 "PROXY_FENCE", "PROXY_FENCE_STATE_SPACE", "WGMMA_FENCE_SCALE_D", "WGMMA_WAIT_PER_THREAD",
+                 "BULK_READ_BEFORE_EXIT", "CLUSTER_EXIT_WAIT"):
         assert f"memory_model.{name}" in source, name
 
 

@@ -386,6 +386,41 @@ END:
         per_thread(body, grid=2, block=1, cluster=2, extra=".shared .align 8 .b64 bar;")
 
 
+@pytest.mark.parametrize("rank0, rank1, reported", [
+    (SYNC_CLUSTER, "REMOTE" + SYNC_CLUSTER, False),  # the final cluster sync after the release: correct
+    ("barrier.cluster.arrive.release.aligned;", "REMOTE" + SYNC_CLUSTER, True),  # rank 0's final wait deleted
+    (SYNC_CLUSTER, "barrier.cluster.arrive.release.aligned;\nREMOTE\nbarrier.cluster.wait.acquire.aligned;", True),
+], ids=["final-sync", "exit-wait-deleted", "release-after-the-arrive"])
+def test_a_cta_exits_only_after_waiting_for_a_cluster_barrier_its_peers_reached_after_their_remote_arrives(
+        rank0, rank1, reported):
+    """[memory_model.CLUSTER_EXIT_WAIT] Rank 1 releases a slot on rank 0's mbarrier (a remote arrive, as a
+    consumer releasing a multicast slot does); nobody waits on that phase, so only the final cluster barrier
+    orders it before rank 0 exits: rank 0 must wait for it, and rank 1 must arrive at it after the release.
+    Exited threads do not hold a cluster barrier up, so rank 0 arriving and exiting lets the phase complete
+    whenever rank 1 arrives, whatever order the executor happened to run them in (the CTA simulator's
+    'arrivals pending at exit'; Tessera's cluster seed with the exit cluster wait deleted)."""
+    remote = ("mapa.shared::cluster.u32 %r6, %r20, 0;\n"
+              "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%r6];\n")
+    body = INIT_LOCAL_BARRIER.format(count=1) + f"""
+    mov.u32 %r1, %cluster_ctarank;
+    setp.eq.u32 %p1, %r1, 0;
+    @%p1 bra RANK0;
+    {rank1.replace("REMOTE", remote)}
+    bra END;
+RANK0:
+    {rank0}
+END:
+    mov.u32 %r9, 7;
+    """
+    run = lambda: per_thread(body, grid=2, block=1, cluster=2, extra=".shared .align 8 .b64 bar;")  # noqa: E731
+    if not reported:
+        np.testing.assert_array_equal(run(), [7, 7])
+        return
+    with pytest.raises(PtxExecutionError, match=r"hazard: .*CTA \(0, 0, 0\)(, which has exited| exited while a remote "
+                                                r"mbarrier.arrive on its mbarrier at shared address 0x0 was pending)"):
+        run()
+
+
 def test_a_cta_exiting_while_a_multicast_into_it_is_pending_is_a_hazard():
     """Both CTAs multicast into each other, but rank 1 exits without waiting for its barrier (and without
     reading what lands: a read would be reported first, as a read before the TMA signalled)."""

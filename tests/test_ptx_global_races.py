@@ -489,3 +489,82 @@ def test_a_warp_issuing_one_bulk_load_loads_once():
             .replace("@%p0 cp.async.bulk", "cp.async.bulk"))
     out = launch(text, "store_then_bulk", 1, 32, [np.zeros(64, np.uint32)])[0]
     assert np.array_equal(out, np.repeat(np.arange(32, dtype=np.uint32), 2))
+
+
+@pytest.mark.parametrize("wait, reported", [("cp.async.bulk.wait_group.read 0;", False),
+                                            ("cp.async.bulk.wait_group 0;", False), ("", True),
+                                            ("cp.async.bulk.wait_group.read 1;", True),
+                                            ("cp.async.bulk.commit_group;\n    cp.async.bulk.wait_group.read 1;", False)])
+def test_a_cta_exiting_before_its_bulk_store_read_the_tile_is_reported(wait, reported):
+    """[memory_model.BULK_READ_BEFORE_EXIT] a bulk store reads its shared source until a wait_group(.read) of the
+    issuing thread covers its group; the CTA exiting before frees the memory it reads (FA3's backward with its
+    dK/dV epilogue's last wait deleted). A wait that leaves the store's group pending does not
+    cover it; one that leaves only a newer (empty) group pending does."""
+    text = _WARP_BULK_STORE.replace("LANE_ADDRESS", "").replace("cp.async.bulk.wait_group.read 0;", wait)
+    if not reported:
+        out = launch(text, "warp_store", 1, 64, [np.zeros(64, np.uint32)])[0]
+        np.testing.assert_array_equal(out, np.arange(64))
+        return
+    with pytest.raises(PtxHazardError, match="exits while this bulk store .* may still read its shared source"):
+        launch(text, "warp_store", 1, 64, [np.zeros(64, np.uint32)])
+
+
+# Warp 0 fills a shared buffer and publishes it (bar.arrive 1); thread 32 of warp 1 adds it into `out` with a bulk
+# reduction and frees the buffer (bar.arrive 2) for warp 0's next stores: FA3's backward's dQ writer, one buffer.
+# The stores come last in the text, so the executor's min-pc schedule runs the writer's later wait before them.
+_REDUCE_THEN_FREE = _HEADER + """.visible .entry dq(.param .u64 out)
+{
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<1>;
+    .reg .pred %p<2>;
+    .shared .align 128 .b8 buf[128];
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r1, buf;
+    setp.lt.u32 %p0, %r0, 32;
+    @!%p0 bra WRITER;
+    shl.b32 %r2, %r0, 2;
+    add.u32 %r2, %r1, %r2;
+    st.shared.u32 [%r2], 1065353216;
+    fence.proxy.async.shared::cta;
+    bar.arrive 1, 64;
+    bar.sync 2, 64;
+    bra.uni REFILL;
+WRITER:
+    setp.eq.u32 %p1, %r0, 32;
+    ld.param.u64 %rd0, [out];
+    cvta.to.global.u64 %rd0, %rd0;
+    bar.sync 1, 64;
+    @%p1 cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%rd0], [%r1], 128;
+    @%p1 cp.async.bulk.commit_group;
+    BEFORE
+    bar.arrive 2, 64;
+    AFTER
+    ret;
+REFILL:
+    st.shared.u32 [%r2], 0;
+    ret;
+}
+"""
+
+
+_BULK_STORE = "@%p1 cp.async.bulk.global.shared::cta.bulk_group [%rd0], [%r1], 128;"
+
+
+@pytest.mark.parametrize("store", [False, True], ids=["reduction", "store"])
+@pytest.mark.parametrize("before, after, reported", [("@%p1 cp.async.bulk.wait_group.read 0;", "", False),
+                                                     ("", "@%p1 cp.async.bulk.wait_group.read 0;", True)])
+def test_a_buffer_freed_before_the_bulk_copy_reading_it_is_waited_for_is_a_race(before, after, reported, store):
+    """[memory_model.BULK_READ_BEFORE_EXIT] the reduction reads the buffer until the issuing thread's
+    wait_group.read; the next stores into it must happen after that wait. Freeing the buffer first and waiting
+    later is a race whatever order the executor runs the two warps in: the wait that covers the read comes after
+    the release the stores acquire (FA3's dQ writer with its first bulk wait deleted)."""
+    text = _REDUCE_THEN_FREE.replace("BEFORE", before).replace("AFTER", after)
+    if store:  # a bulk store of the buffer reads it the same way
+        text = "\n".join(_BULK_STORE if "cp.reduce" in line else line for line in text.split("\n"))
+    if not reported:
+        out = launch(text, "dq", 1, 64, [np.zeros(32, np.float32)])[0]
+        np.testing.assert_array_equal(out, np.ones(32, np.float32))
+        return
+    with pytest.raises(PtxHazardError, match=r"overwrites shared address 0x\d+, which the bulk (reduction|store) at "
+                                             r"line \d+ \(thread \(32, 0, 0\).*\) read until its cp.async.bulk.wait_group"):
+        launch(text, "dq", 1, 64, [np.zeros(32, np.float32)])

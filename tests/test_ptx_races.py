@@ -378,3 +378,52 @@ def test_the_relaxed_twin_of_the_shared_flag_races_on_the_data():
     with pytest.raises(PtxHazardError, match=r"^<ptx>:26: error: ld.shared.u32: reads shared address 0x0, which the "
                                              r"instruction at line 16 \(thread \(0, 0, 0\) of CTA \(0, 0, 0\)\) wrote"):
         launch(text, "flag", 1, 64, [np.zeros(1, np.uint32)])
+
+
+# Warp 1 stores a word and arrives (bar.arrive 1, 64), then STORES_AFTER; warp 0 waits (bar.sync 1, 64) and reads
+# the words. Warp 0's wait is last in the text, so the executor's min-pc schedule runs warp 1 to its end first.
+_ARRIVE_THEN_STORE = """.version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry arrive(.param .u64 out)
+{
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<2>;
+    .reg .pred %p<1>;
+    .shared .align 4 .b32 words[2];
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r1, words;
+    setp.lt.u32 %p0, %r0, 32;
+    @%p0 bra.uni READER;
+    st.shared.u32 [%r1], 5;
+    bar.arrive 1, 64;
+    STORES_AFTER
+    ret;
+READER:
+    bar.sync 1, 64;
+    ld.shared.u32 %r2, [%r1];
+    ld.shared.u32 %r3, [%r1+4];
+    add.u32 %r2, %r2, %r3;
+    ld.param.u64 %rd0, [out];
+    cvta.to.global.u64 %rd0, %rd0;
+    mul.wide.u32 %rd1, %r0, 4;
+    add.s64 %rd0, %rd0, %rd1;
+    st.global.u32 [%rd0], %r2;
+    ret;
+}
+"""
+
+
+@pytest.mark.parametrize("after, reported", [("", False), ("st.shared.u32 [%r1+4], 7;", True)])
+def test_a_bar_arrive_releases_only_what_its_thread_did_before_arriving(after, reported):
+    """[memory_model.BARRIER_ORDERING] bar.arrive orders the arriving thread's earlier accesses before the
+    waiters; a store after it races the waiters' reads, even when the executor ran that store before the barrier
+    completed (it released the arrivals' clocks at completion, and missed this race)."""
+    text = _ARRIVE_THEN_STORE.replace("STORES_AFTER", after)
+    if not reported:
+        out = launch(text, "arrive", 1, 64, [np.zeros(64, np.uint32)])[0]
+        np.testing.assert_array_equal(out[:32], 5)
+        return
+    with pytest.raises(PtxHazardError, match=r"reads shared address 0x4, which the instruction at line \d+ "
+                                             r"\(thread \(\d+, 0, 0\).*\) wrote, and no synchronisation orders"):
+        launch(text, "arrive", 1, 64, [np.zeros(64, np.uint32)])

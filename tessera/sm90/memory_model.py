@@ -141,6 +141,23 @@ CP_ASYNC_COMPLETION = Rule(
     "a barrier does not land a copy: a thread that did not wait on the copy's group or mbarrier, and was not "
     "ordered after one that did, reads bytes still in flight")
 
+BULK_READ_BEFORE_EXIT = Rule(
+    "a bulk store reads shared memory until wait_group.read",
+    "data-movement-and-conversion-instructions-cp-async-bulk-wait-group",
+    "have completed reading from their source locations",
+    "a bulk or TMA store (cp.async.bulk{.tensor}.global.shared::cta.bulk_group) and a bulk reduction read their "
+    "shared source until a cp.async.bulk.wait_group{.read} of the issuing thread covers their bulk group: a write "
+    "into those bytes before it, or the CTA exiting before it (its shared memory is freed), is reported")
+
+CLUSTER_EXIT_WAIT = Rule(
+    "an exited CTA does not hold up the cluster barrier", "control-flow-instructions-exit",
+    "If the exiting threads are holding up the barrier, the barrier is released.",
+    "a cluster barrier phase completes without the threads that exited, so it orders a peer's remote operation on "
+    "a CTA's mbarrier (a remote arrive, a multicast's complete_tx) before that CTA's exit only if a thread of the "
+    "CTA waited for the phase (barrier.cluster.wait) and the peer arrived at it after the operation; otherwise the "
+    "CTA may exit, and its shared memory be freed, while the operation is pending: reported at the exit",
+    "tessera.interpreters.sm90.cluster:Cluster.exit")
+
 WRITE_ORDER = Rule(
     "causality orders overlapping writes", "memory-consistency-model-coherence",
     "If a write W precedes an overlapping write W' in causality order, then W must precede W' in coherence order.",
@@ -189,7 +206,8 @@ RELEASE_ACQUIRE = Rule(
 
 PTX_EXECUTOR_RULES = (BARRIER_ORDERING, BARRIER_COUNT, MBARRIER_INIT_BEFORE_USE, MBARRIER_INIT_FENCE, PROXY_FENCE,
                       PROXY_FENCE_STATE_SPACE, WGMMA_FENCE, WGMMA_FENCE_SCALE_D, WGMMA_WAIT, WGMMA_WAIT_PER_THREAD,
-                      CP_ASYNC_ORDER, CP_ASYNC_COMPLETION, DATA_RACE, MORALLY_STRONG, RELEASE_ACQUIRE)
+                      CP_ASYNC_ORDER, CP_ASYNC_COMPLETION, BULK_READ_BEFORE_EXIT, CLUSTER_EXIT_WAIT, DATA_RACE, MORALLY_STRONG,
+                      RELEASE_ACQUIRE)
 """The rules the PTX executor's race detector applies, in the order of the sections."""
 
 CTA_SIMULATOR_RULES = (BARRIER_ORDERING, PROXY_FENCE, PROXY_FENCE_STATE_SPACE, WGMMA_FENCE, WGMMA_FENCE_SCALE_D,
@@ -200,7 +218,7 @@ its checker."""
 # endregion
 
 __all__ = ["CTA_SIMULATOR_RULES", "PTX_EXECUTOR_RULES", "Rule", "WRITE_ORDER", "BARRIER_COUNT", "DATA_RACE",
-           "ATOMICS_ARE_INDIVISIBLE", "BARRIER_ORDERING", "CP_ASYNC_COMPLETION", "CP_ASYNC_ORDER",
+           "ATOMICS_ARE_INDIVISIBLE", "BARRIER_ORDERING", "BULK_READ_BEFORE_EXIT", "CLUSTER_EXIT_WAIT", "CP_ASYNC_COMPLETION", "CP_ASYNC_ORDER",
            "MBARRIER_INIT_BEFORE_USE", "MBARRIER_INIT_FENCE", "PROXY_FENCE", "PROXY_FENCE_STATE_SPACE", "WGMMA_FENCE",
            "WGMMA_FENCE_SCALE_D", "WGMMA_WAIT", "WGMMA_WAIT_PER_THREAD",
            "MORALLY_STRONG", "RELEASE_ACQUIRE"]

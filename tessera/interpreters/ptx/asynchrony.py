@@ -33,7 +33,7 @@ complete and checking every access against the tags:
   *touched* in its thread; `wgmma.fence` clears the thread's marks; a wgmma.mma_async whose accumulator or A
   register is touched is a hazard (the fence between the access and the wgmma is missing).
 - Bulk and TMA stores read shared memory until `cp.async.bulk.wait_group{.read} N` of the issuing thread
-  covers their bulk group: a write into those bytes before is a hazard.
+  covers their bulk group: a write into those bytes before is a hazard, and so is the CTA exiting before.
 - mbarrier transactions: a phase that completes while copies are still in flight on its barrier, or whose
   arrivals are all in with more bytes delivered than announced (tx-count below zero), disagrees with its
   `expect_tx`; one that announced more bytes than arrive never completes, and the deadlock report (see
@@ -241,9 +241,14 @@ class AsyncTracker:
         self.released[b, lanes] = inst.line
         self.last_arrival[key] = (inst.line, int(lanes[-1]))
 
-    def shared_by_barrier(self, participants: np.ndarray, waiters: np.ndarray) -> None:
-        """A named barrier completed: its waiters know what every participant had observed."""
-        self.hb.barrier(participants, waiters)
+    def shared_by_barrier(self, participants: np.ndarray, waiters: np.ndarray, key: tuple[int, int] | None = None
+                          ) -> None:
+        """A barrier completed: its waiters know what every participant had observed (a named barrier `key`
+        = (barrier, CTA slot): what each released when it arrived, `HappensBefore.bar_arrived`)."""
+        if key is None:
+            self.hb.barrier(participants, waiters)
+        else:
+            self.hb.bar_completed(key, waiters)
         if len(self.observed) and len(participants) and len(waiters):
             seen = self.observed[:, participants].max(axis=1)
             self.observed[:, waiters] = np.maximum(self.observed[:, waiters], seen[:, None])
@@ -703,15 +708,28 @@ class AsyncTracker:
     def bulk_commit(self, lanes: np.ndarray) -> None:
         self.bulk_open[lanes] += 1
 
-    def bulk_wait(self, lanes: np.ndarray, keep: int) -> None:
+    def bulk_wait(self, lanes: np.ndarray, keep: int, inst) -> None:
         self.bulk_done[lanes] = np.maximum(self.bulk_done[lanes], self.bulk_open[lanes] - 1 - keep)
+        for lane, group, flat, store in self.bulk_reads:
+            if group <= self.bulk_done[lane]:
+                self.bulk_read_completed(inst, lane, flat, "the bulk store", store.line)
         self.bulk_reads = [r for r in self.bulk_reads if r[1] > self.bulk_done[r[0]]]
+
+    def bulk_read_completed(self, inst, lane: int, flat: np.ndarray, what: str, line: int) -> None:
+        """The wait `inst` of `lane` covered the bulk group of `what` (a bulk store or reduction of `lane`, at
+        `line`), which read `flat`: a later write of those bytes must happen after this wait (happens_before), not merely run
+        after it [memory_model.BULK_READ_BEFORE_EXIT]. One row per issuing warpgroup, after the wgmma rows."""
+        if self.hb.races and len(flat):
+            row = self.groups_per_cta + int(self.m.unit_of[facts.WARPGROUP_SIZE][lane]) % self.groups_per_cta
+            self.hb.reads_completed(flat, np.array([lane]), inst, row, f"{what} at line {line} ("
+                                    f"{self.m.describe_lane(lane)}) read until its cp.async.bulk.wait_group", what)
 
     # endregion
     # region the end of a CTA
     def on_exit(self, ctas) -> None:
-        """Every thread of a CTA slot exited: no TMA copy may still be in flight into its shared memory, and no
-        wgmma of its warpgroups may be pending (their results and operands would be lost)."""
+        """Every thread of a CTA slot exited: no TMA copy may still be in flight into its shared memory, no bulk or
+        TMA store may still read it (`memory_model.BULK_READ_BEFORE_EXIT`), and no wgmma of its warpgroups may be
+        pending (their results and operands would be lost)."""
         m = self.m
         for cta in ctas:
             if not (m.status[m.lane_cta == cta] == EXITED).all():
@@ -722,6 +740,11 @@ class AsyncTracker:
                     raise self.hazard(copy.inst, f"the CTA ends with this {copy.kind} in flight (no thread waited on "
                                                  f"its mbarrier at shared address {key[1]:#x} once its arrivals were "
                                                  "in)", copy.lane)
+            for lane, group, _, store in self.bulk_reads:
+                if int(m.lane_cta[lane]) == cta:  # its shared memory is freed while the store still reads it
+                    raise self.hazard(store, f"the CTA exits while this bulk store (bulk group {group}) may still read "
+                                             "its shared source: no cp.async.bulk.wait_group.read of the issuing thread "
+                                             "covers it [memory_model.BULK_READ_BEFORE_EXIT]", lane)
             ws = int(cta) * self.groups_per_cta + np.arange(self.groups_per_cta)
             pending = ws[self.wg_issued[ws] > self.wg_done[ws]]
             if len(pending):
@@ -830,8 +853,8 @@ def install(m: Machine, steps: list[Step]) -> list[Step]:
             def after(sel):
                 tracker.bulk_commit(_lanes(m, sel))
         elif inst.opcode == "cp" and "bulk" in mods and "wait_group" in mods:
-            def after(sel, keep=_group_count(inst)):
-                tracker.bulk_wait(_lanes(m, sel), keep)
+            def after(sel, keep=_group_count(inst), inst=inst):
+                tracker.bulk_wait(_lanes(m, sel), keep, inst)
         result.append(step if before is None and after is None else _wrap(step, before, after))
     return result
 

@@ -23,8 +23,9 @@ Hazards (`PtxHazardError` messages starting "hazard:"), each naming the instruct
   the inits orders them, as Triton's TMA kernels rely on);
 - a remote access into a CTA that has exited, and a CTA exiting while a remote operation on one of its
   mbarriers (multicast data, a remote arrive) is *pending*: neither a successful wait of a later phase of that
-  mbarrier by the CTA nor a cluster barrier phase that the issuing thread arrived at after it has ordered
-  it before the exit.
+  mbarrier by the CTA nor a `barrier.cluster.wait` of one of the CTA's threads for a cluster barrier phase
+  that the issuing thread arrived at after it has ordered it before the exit (a phase that completes without
+  the CTA waiting for it orders nothing before its exit [memory_model.CLUSTER_EXIT_WAIT]).
 """
 
 from __future__ import annotations
@@ -98,7 +99,8 @@ class ClusterState:
 
     def check_complete(self, group: int) -> None:
         """Complete the cluster barrier phase of `group` if every non-exited thread arrived in it; wake the
-        waiters and retire the pending operations it orders."""
+        waiters (their completed wait, `waited`, is what orders a peer's remote operations before their CTA's
+        exit: see `on_exit`)."""
         m = self.m
         lanes = self.group_lanes(group)
         live = lanes[m.status[lanes] != EXITED]
@@ -114,9 +116,6 @@ class ClusterState:
         m.woken += 1
         m.pc[waiting] += 1
         self.waited[waiting] = self.arrivals[waiting]
-        done = int(self.phase[group])
-        self.pending = [p for p in self.pending
-                        if not (int(self.group(p.lane)) == group and p.arrivals < done)]
 
     def on_exit(self, ctas) -> None:
         m = self.m
@@ -125,11 +124,18 @@ class ClusterState:
         for cta in ctas:
             if not m.cta_exited(int(cta)):
                 continue
+            # a cluster barrier orders a remote operation before the exit only if the issuing thread arrived at
+            # it after the operation and a thread of this CTA waited for it: its threads' completed waits, not
+            # the phase's completion, which exited threads do not block [memory_model.CLUSTER_EXIT_WAIT]
+            waited = int(self.waited[m.lane_cta == cta].max(initial=0))
             for p in self.pending:
-                if p.key[0] == int(cta):
+                if p.key[0] == int(cta) and waited <= p.arrivals:
                     raise hazard(m, p.line, f"CTA {cta_name(m, int(cta))} exited while {p.what} on its mbarrier at "
                                             f"shared address {p.key[1]:#x} was pending (no wait of a later phase of "
-                                            "that mbarrier and no cluster barrier after it)", p.lane)
+                                            "that mbarrier, and no barrier.cluster.wait of this CTA for a cluster "
+                                            "barrier the issuing thread arrived at after it) "
+                                            "[memory_model.CLUSTER_EXIT_WAIT]", p.lane)
+            self.pending = [p for p in self.pending if p.key[0] != int(cta)]
 
     # region hooks called by sync and tensor
     def note_init(self, lane: int, key: tuple[int, int]) -> None:

@@ -11,8 +11,9 @@ present point); `clock[t, t]` is t's own epoch, advanced at each release and eac
 between two releases share one epoch. Synchronisation adds the edges [P#memory-consistency-model
 -causality-order]:
 
-- named and CTA barriers (`bar.sync`/`barrier.sync`/`bar.arrive`/`bar.red`): when the barrier completes,
-  every participant released, every waiter acquires the join of the participants' clocks;
+- named and CTA barriers (`bar.sync`/`barrier.sync`/`bar.arrive`/`bar.red`): every participant releases
+  when it arrives (a `bar.arrive` thread runs on: what it does next is not released), and when the barrier
+  completes every waiter acquires the join of those releases;
 - mbarriers: an arrive (`mbarrier.arrive{.expect_tx}`, `cp.async.mbarrier.arrive`) releases into the
   barrier's pending phase; the phase completing (the last arrival, or the last complete_tx of a TMA copy)
   publishes it; a successful `try_wait`/`test_wait` acquires every published phase;
@@ -82,6 +83,7 @@ class HappensBefore:
         self.clock[np.arange(n), np.arange(n) % self.threads] = 1
         self.pending: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self.published: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self.bar_released: dict[tuple[int, int], tuple] = {}  # (barrier, CTA slot) -> its arrivals' releases
         self.inits: dict[tuple[int, int], tuple[int, int, int]] = {}
         self.completions: list[tuple[np.ndarray, np.ndarray, int, int]] = []
         # lane -> {CTA rank: [thread] epochs known, then [thread] epochs whose global stores a proxy fence covers}
@@ -142,11 +144,24 @@ class HappensBefore:
             self.fenced[rows] = np.maximum(self.fenced[rows], f)
 
     def barrier(self, participants: np.ndarray, waiters: np.ndarray) -> None:
-        """A named barrier completed: `participants` arrived (released), `waiters` leave it (acquire)."""
+        """A barrier completed: `participants` arrived (released), `waiters` leave it (acquire)."""
         if len(participants):
             released = self._release(participants)
             if len(waiters):
                 self._acquire(waiters, *released)
+
+    def bar_arrived(self, key: tuple[int, int], lanes: np.ndarray) -> None:
+        """`lanes` arrive at named barrier `key` = (barrier, CTA slot) (bar.sync, bar.arrive, bar.red): a release
+        at this point of theirs. A `bar.arrive` thread runs on, so what it does after arriving is not released
+        to the waiters, whenever the barrier completes [memory_model.BARRIER_ORDERING]."""
+        if len(lanes):
+            self.bar_released[key] = self.join(self.bar_released.get(key), self._release(lanes))
+
+    def bar_completed(self, key: tuple[int, int], waiters: np.ndarray) -> None:
+        """Named barrier `key` completed: `waiters` acquire what its arrivals released."""
+        released = self.bar_released.pop(key, None)
+        if released is not None and len(waiters):
+            self._acquire(waiters, *released)
 
     def arrive(self, inst, key: tuple[int, int], lanes: np.ndarray) -> None:
         """`lanes` arrive on the mbarrier at `key`: a release into its pending phase."""
@@ -208,10 +223,14 @@ class HappensBefore:
 
     # endregion
     # region accesses
-    def reads_completed(self, flat: np.ndarray, lanes: np.ndarray, inst, group: int) -> None:
-        """A wgmma.wait_group of warpgroup `group` (`lanes`) completed wgmmas that read `flat`: a later write
-        of those bytes must happen after this point of one of the lanes."""
-        self.completions.append((lanes, self.clock[lanes, lanes % self.threads].copy(), inst.line, group))
+    def reads_completed(self, flat: np.ndarray, lanes: np.ndarray, inst, group: int, reader: str = "",
+                        by: str = "the wgmma") -> None:
+        """A wait of `lanes` (a wgmma.wait_group of warpgroup `group`, or the issuing thread's
+        cp.async.bulk.wait_group covering a bulk store's or reduction's read: `reader` names it, in the row
+        `group` the caller keeps for such reads, "... read until its <wait>") completed async-proxy reads of `flat`: a later write of those
+        bytes must happen after this point of one of the lanes, whatever order the executor ran them in."""
+        reader = reader or f"a wgmma of warpgroup {group} read until its wgmma.wait_group"
+        self.completions.append((lanes, self.clock[lanes, lanes % self.threads].copy(), inst.line, reader, by))
         if group >= len(self.r_async):
             self.r_async = np.vstack([self.r_async, np.zeros((group + 1 - len(self.r_async), self.shared), np.int32)])
         self.r_async[group, flat] = len(self.completions)
@@ -241,16 +260,15 @@ class HappensBefore:
         for c in present:
             if not c:
                 continue
-            readers, epochs, line, group = self.completions[c - 1]
+            readers, epochs, line, reader, by = self.completions[c - 1]
             rows = np.flatnonzero((ends == c).any(axis=(0, 2)))
             ordered = (clocks[rows][:, readers % self.threads] >= epochs).any(axis=1)
             if not ordered.all():
                 r = int(rows[np.argmin(ordered)])
                 byte = int(index[r, np.argmax((ends[:, r] == c).any(axis=0))])
-                raise self.hazard(inst, f"{what} overwrites {self.where(byte)}, which a wgmma of warpgroup {group} "
-                                        f"read until its wgmma.wait_group at line {line}, and no synchronisation "
-                                        "orders that wait before this write "
-                                        "(race: the slot was released before the wgmma reading it completed)",
+                raise self.hazard(inst, f"{what} overwrites {self.where(byte)}, which {reader} at line {line}, "
+                                        "and no synchronisation orders that wait before this "
+                                        f"write (race: the slot was released before {by} reading it completed)",
                                   int(lanes[r]))
         self.r_async[:, index.reshape(-1)] = 0
 

@@ -6,7 +6,9 @@ conversion-instructions-cp-reduce-async-bulk] adds `size / 4` f32 from shared me
 as global f32 atomics are) when issued, one legal timing, but its source stays *being read* until a
 `cp.async.bulk.wait_group.read N` (or `wait_group N`) of the issuing thread covers its group
 (`cp.async.bulk.commit_group`, per thread): a store into those shared bytes before then (st.shared,
-stmatrix, any generic access) is reported, and so is a CTA that exits while one is still being read.
+stmatrix, any generic access) is reported, and so is one after it that no synchronisation orders after that
+wait (happens_before: a buffer released to other threads before the wait), and a CTA that exits while one is
+still being read [memory_model.BULK_READ_BEFORE_EXIT].
 
 A `ReductionWatch` is attached to the machine (`Machine.watch`) when the entry has `red`, `atom` or
 `cp.reduce`: every global access then marks the 32-bit words it touches with the CTA (its linear index in the
@@ -152,10 +154,15 @@ class ReductionWatch:
                     r.group = group
             self.committed[lane] = group + 1
 
-    def wait(self, lanes: np.ndarray, allowed: int) -> None:
+    def wait(self, lanes: np.ndarray, allowed: int, inst) -> None:
+        """`lanes` waited (`inst`) until at most `allowed` of their bulk groups are pending: the reductions of the
+        others have read their source, as of this point of their thread (happens_before orders later writes)."""
         lanes = {int(lane) for lane in lanes}
-        self.reading = [r for r in self.reading if not (
-            r.lane in lanes and r.group is not None and r.group < self.committed.get(r.lane, 0) - allowed)]
+        done = [r for r in self.reading
+                if r.lane in lanes and r.group is not None and r.group < self.committed.get(r.lane, 0) - allowed]
+        for r in done:
+            self.m.tracker.bulk_read_completed(inst, r.lane, r.index, "the bulk reduction", r.inst.line)
+        self.reading = [r for r in self.reading if not any(r is d for d in done)]
 
     def check_exit(self) -> None:
         """The batch ended: no bulk reduction may still be reading shared memory."""
@@ -230,5 +237,6 @@ def decode_bulk_group(ops, inst, mods):
         raise ops.refuse(inst, "cp.async.bulk.wait_group needs one operand, the number of groups left pending")
     allowed = ops.static(inst, inst.operands[0])
     mods.left = []
-    return lambda sel: m.watch.wait(lanes_of(m, sel), allowed) if getattr(m, "watch", None) is not None else None
+    return lambda sel: m.watch.wait(lanes_of(m, sel), allowed, inst) if getattr(m, "watch", None) is not None \
+        else None
 

@@ -70,7 +70,7 @@ def check_barrier(m: Machine, barrier: int, cta: int, inst=None) -> None:
                                      "for its next phase, which ones depending on timing (wrong barrier thread "
                                      "count)", int(arrived[-1]))
     waiting = lanes[(m.status[lanes] == BAR) & (m.bar_waiting[lanes] == barrier)]
-    m.tracker.shared_by_barrier(lanes[m.bar_arrived[barrier, lanes]], waiting)
+    m.tracker.shared_by_barrier(lanes[m.bar_arrived[barrier, lanes]], waiting, (barrier, cta))
     finish = getattr(m, "bar_reductions", {}).pop((barrier, cta), None)
     arrived = m.bar_arrived[barrier, lanes] & ~m.bar_uncounted[barrier, lanes]
     if finish is not None:  # bar.red: reduce over the threads that arrived, give the result to the waiters
@@ -80,6 +80,9 @@ def check_barrier(m: Machine, barrier: int, cta: int, inst=None) -> None:
     m.pc[waiting] += 1
     m.bar_waiting[waiting] = -1
     m.bar_arrived[barrier, lanes[arrived]] = False
+    early = lanes[m.bar_arrived[barrier, lanes]]  # threads of warps not yet whole: they count for the next phase
+    if len(early):
+        m.tracker.hb.bar_arrived((barrier, cta), early)
     m.bar_count[barrier, cta] = 0
     if not m.bar_uncounted[barrier, lanes].any():
         m.bar_expected[barrier, cta] = 0
@@ -148,6 +151,8 @@ def decode_bar(ops: Operands, inst, mods):
             m.bar_expected[barrier, cta] = n
         m.bar_arrived[barrier, active] = True
         m.bar_uncounted[barrier, active] = True
+        for cta in np.unique(m.lane_cta[active]):
+            m.tracker.hb.bar_arrived((barrier, int(cta)), active[m.lane_cta[active] == cta])
         if reduce is not None:
             reduce(barrier, active)
         if action == "sync":
