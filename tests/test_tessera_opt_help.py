@@ -35,7 +35,7 @@ def test_help_lists_every_tessera_pass_with_its_options_and_summary(help_text):
     positions = [listing.index(f"\n  {name}") for name in PASSES]
     assert positions == sorted(positions)  # in the registry's order
     assert "  pipeline-loops{stages=2}\n" in listing
-    assert "  allocate-registers{budget=255 report=false}\n" in listing
+    assert "  allocate-registers{budget=255 report=false spill=false}\n" in listing
     assert "Give each shared tile the widest swizzle" in listing
     assert "module docstring" not in listing  # a pointer the reader of --help cannot follow
 
