@@ -25,8 +25,9 @@ from tessera.numerics import F32_LARGEST, exp2_factor
 from tessera.passes.convert_tile_to_sm90.common import (
     LN2,
     LOG2E,
-    _refuse,
+    RoundOnStore,
     Scaled,
+    _refuse,
 )
 
 
@@ -198,6 +199,11 @@ class AttentionLowering:
         if not (isinstance(src.element_type, Float32Type) and isinstance(dst.element_type, BFloat16Type | Float16Type) and src.rank == 2):
             _refuse(op, "only casts of 2-D f32 register tiles to bf16/f16, and between i32 and f32, are supported")
         half = "bf16" if isinstance(dst.element_type, BFloat16Type) else "f16"
+        users = [use.operation for use in op.result.uses]
+        if len(users) == 1 and isinstance(users[0], tile.StoreSharedOp) and users[0].value is op.result \
+                and users[0].parent_block() is op.parent_block():
+            self._set(op.result, RoundOnStore(self._get(op.source), half))  # packed by the store, a slab at a time
+            return
         self._set(op.result, e.op(sm90.CvtPackOp(self._get(op.source), half)))
 
     def _mask(self, op, e: Emitter, hidden: SSAValue) -> None:

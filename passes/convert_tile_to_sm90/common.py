@@ -133,6 +133,18 @@ class Scaled:
 
 
 @dataclass
+class RoundOnStore:
+    """A `tile.cast` of an f32 register tile to bf16/f16 whose only use is a `tile.store_shared`: the f32
+    registers `source`, rounded and packed (`sm90.cvt_pack`) a few at a time where the store writes them, so
+    that the packed tile (half the source's registers) is never live whole beside the source (P and dS of the
+    attention backward, whose f32 tiles live on after their store)."""
+
+    source: SSAValue
+    half: str
+    """"bf16" or "f16"."""
+
+
+@dataclass
 class PendingMma:
     """A committed wgmma group not waited for yet: its result (Tile value) and the shared tiles it reads."""
 

@@ -410,12 +410,14 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None, head_spl
         if c.causal:
             s = b.mask_causal(s, q0, k0, seq_q, seq_k, "s_masked")
         p = b.binary(tile.Exp2SubtractOp, s, lse2, "p")
-        p_half = b.cast(p, elt, "p_half")
+        p_scored = p
         if dscore is not None:
             # dS with respect to the raw score is P (dP - dPsum) d score_mod / d score: folded into P before
             # the dP mma, so that one tile, P d score_mod / d score, lives across it; before P's store, so that
             # the store's address arithmetic never runs beside both P and the derivative.
-            p = b.binary(tile.MulOp, p, dscore, "p_dscore")
+            p_scored = b.binary(tile.MulOp, p, dscore, "p_dscore")
+        p_half = b.cast(p, elt, "p_half")
+        p = p_scored
         b.emit(tile.StoreSharedOp(p_half, smem["P"]))
         dp = b.mma(smem["dO"], smem["V"], b.fill(0.0, register_tile([bm, bn]), "dp_zero"), "dp", transpose_b=True)
         ds = b.binary(tile.MulOp, p, b.binary(tile.SubRowsOp, dp, dpsum, "dp_minus_dpsum"), "ds")
