@@ -31,6 +31,28 @@ from tessera.passes.convert_tile_to_sm90.common import (
 )
 
 
+PACK_SLAB = 8
+"""f32 registers `tile.cast` to bf16/f16 packs per `sm90.cvt_pack` (`_packed_in_slabs`)."""
+
+
+def _packed_in_slabs(e: Emitter, source: SSAValue, half: str) -> SSAValue:
+    """`sm90.cvt_pack` of `source`, one slab of `PACK_SLAB` registers at a time, the packed slabs joined by
+    shuffles (no instruction, no register): each f32 register dies at its own slab's conversion where the
+    source dies at the cast, so that the packed tile grows as the f32 one shrinks (the backward's P^T and
+    dS^T: half a tile's registers less at the peak), not beside the whole of it."""
+    lanes = source.type.get_shape()[0]
+    packed = None
+    for first in range(0, lanes, PACK_SLAB):
+        slab = source if lanes <= PACK_SLAB else e.shuffle(source, list(range(first, min(first + PACK_SLAB, lanes))))
+        part = e.op(sm90.CvtPackOp(slab, half))
+        if packed is None:
+            packed = part
+        else:
+            n, m = packed.type.get_shape()[0], part.type.get_shape()[0]
+            packed = e.shuffle(packed, list(range(n + m)), part)
+    return packed
+
+
 def combine_across_quad(x: SSAValue, combine, e: Emitter) -> SSAValue:
     """A row vector combined over the four threads of each quad (butterfly shuffles)."""
     for offset in quad_shuffle_offsets():
@@ -204,7 +226,7 @@ class AttentionLowering:
                 and users[0].parent_block() is op.parent_block():
             self._set(op.result, RoundOnStore(self._get(op.source), half))  # packed by the store, a slab at a time
             return
-        self._set(op.result, e.op(sm90.CvtPackOp(self._get(op.source), half)))
+        self._set(op.result, _packed_in_slabs(e, self._get(op.source), half))
 
     def _mask(self, op, e: Emitter, hidden: SSAValue) -> None:
         """-inf where hidden. A `Scaled` source stays scaled: f * -inf = -inf for f > 0."""
