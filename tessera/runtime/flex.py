@@ -172,14 +172,28 @@ def backward_kernels(q, *, score_mod, mask_mod, causal: bool, scale, level, head
                               head_split=head_split, block_m=block_m, block_n=block_n), sparse
 
 
-WARP_SPECIALIZED_FIRST = {64: ("with 128 x 128 blocks", dict(blocks=(128, 128)), "64 x 64 blocks"),
-                          128: ("as one thread block per key block", dict(head_split=1), "head_split=2")}
-"""By head_dim, what `tessera.attention_backward` with modifiers tries before the builder's default below Tile
-level and on the GPU, kept where its main kernel lowers warp-specialized (`warp_specialized_refusal`), else the
-default with a warning naming the refusal: at head_dim 64 the dense kernel's 128 x 128 blocks (two consumer
-warpgroups of 240 registers: a mask_mod such as a sliding window fits, a soft-cap score_mod does not), at head_dim
-128 one thread block per key block instead of `MODS_HEAD_SPLIT` (no extra S and dP products). (Its name, the
-keywords of `backward_kernels`, and what the default is called in the warning.)"""
+WARP_SPECIALIZED_FIRST = {
+    64: (("with 128 x 128 blocks", dict(blocks=(128, 128))),),
+    128: (("with the dense kernel's keys-on-rows 64 x 128 blocks", dict(blocks=(64, 128), head_split=1)),
+          ("as one thread block per key block", dict(head_split=1))),
+}
+"""By head_dim, what `tessera.attention_backward` with modifiers tries, in order, before the builder's default
+(`MODS_BLOCKS`, `MODS_HEAD_SPLIT`) below Tile level and on the GPU: the first whose main kernel lowers
+warp-specialized (`warp_specialized_refusal`) is taken, else the default with a warning naming each refusal. At
+head_dim 64 the dense kernel's 128 x 128 blocks (two consumer warpgroups of 240 registers: soft-cap, document
+masking, a sliding window fit; ALiBi's f32 index tile does not); at head_dim 128 the dense kernel's keys-on-rows
+64 x 128 blocks (two consumer warpgroups: a sliding window fits), then one thread block per key block at 64 x 64
+(no extra S and dP products) instead of the head split. (Each: its name in the warning and the keywords of
+`backward_kernels`.)"""
+
+DEFAULT_NAMES = {64: "with 64 x 64 blocks", 128: "with head_split=2"}
+"""What the builder's default is called in `WARP_SPECIALIZED_FIRST`'s warning, by head_dim."""
+
+
+def _shape(kernels) -> tuple[int, int, int]:
+    """(BM, BN, head split) of a backward's main kernel."""
+    c = kernels.config.attention
+    return c.block_m, c.block_n, kernels.head_split
 
 
 HEAD_SPLIT_FALLBACK = 2
@@ -209,16 +223,20 @@ def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal:
     options = dict(score_mod=score_mod, mask_mod=mask_mod, causal=causal, scale=scale, level=level,
                    head_dim=head_dim, dtype=dtype, deterministic=deterministic)
     kernels, sparse = backward_kernels(q, **options)
-    first = WARP_SPECIALIZED_FIRST.get(head_dim)
-    if first is not None and level != "tile" and (head_dim != 128 or kernels.head_split > 1):
-        name, keywords, default = first
-        larger, larger_sparse = backward_kernels(q, **keywords, **options)
-        refusal = warp_specialized_refusal(larger.main)
-        if refusal is None:
-            kernels, sparse = larger, larger_sparse
-        else:
+    if level != "tile" and head_dim in WARP_SPECIALIZED_FIRST:
+        refused, taken = [], DEFAULT_NAMES[head_dim]
+        for name, keywords in WARP_SPECIALIZED_FIRST[head_dim]:
+            tried, tried_sparse = backward_kernels(q, **keywords, **options)
+            if _shape(tried) == _shape(kernels):  # the default itself (deterministic=True has no head split)
+                break
+            refusal = warp_specialized_refusal(tried.main)
+            if refusal is None:
+                kernels, sparse, taken = tried, tried_sparse, name
+                break
+            refused.append(f"{name} ({refusal[:120]})")
+        if refused:
             warn(f"attention_backward: the main kernel with score_mod/mask_mod at head_dim {head_dim} does not fit "
-                 f"warp-specialized {name} ({refusal[:120]}); built with {default}")
+                 f"warp-specialized {'; nor '.join(refused)}; built {taken}")
     last = level == "tile" or deterministic or kernels.head_split >= HEAD_SPLIT_FALLBACK
     try:  # spilling (the default pipeline's last rung) only where no head split is left to try
         with nullcontext() if last else without_spilling():
