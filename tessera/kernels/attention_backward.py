@@ -387,7 +387,10 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None, head_spl
         b.cp_wait_group(0)  # the first trip's wait also covers K and V
         b.barrier()
         lse2 = b.load(b.view(v["LSE2"], [batch, head, q0], [bm], "lse2_window", in_bounds=True), "lse2")
-        dpsum = b.load(b.view(v["dPsum"], [batch, head, q0], [bm], "dpsum_window", in_bounds=True), "dpsum")
+        def dpsum_rows() -> SSAValue:
+            return b.load(b.view(v["dPsum"], [batch, head, q0], [bm], "dpsum_window", in_bounds=True), "dpsum")
+        # with a modifier, loaded where it is subtracted: not held beside P and the dP accumulator
+        dpsum = dpsum_rows() if mods is None else None
 
         s = b.mma(smem["Q"], smem["K"], b.fill(0.0, register_tile([bm, bn]), "s_zero"), "s", transpose_b=True)
         dscore = None
@@ -420,7 +423,7 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None, head_spl
         p = p_scored
         b.emit(tile.StoreSharedOp(p_half, smem["P"]))
         dp = b.mma(smem["dO"], smem["V"], b.fill(0.0, register_tile([bm, bn]), "dp_zero"), "dp", transpose_b=True)
-        ds = b.binary(tile.MulOp, p, b.binary(tile.SubRowsOp, dp, dpsum, "dp_minus_dpsum"), "ds")
+        ds = b.binary(tile.MulOp, p, b.binary(tile.SubRowsOp, dp, dpsum or dpsum_rows(), "dp_minus_dpsum"), "ds")
         ds_half = b.cast(ds, elt, "ds_half")
         b.emit(tile.StoreSharedOp(ds_half, smem["dS"]))
         b.barrier()  # P and dS published to every warp
@@ -492,10 +495,11 @@ def _build_main_key_rows(cfg: BackwardConfig, mods: AttentionMods | None = None)
     With `mods` (score_mod / mask_mod, `attention_backward`), as `_build_main` applies them, on S^T
     (`ScoreContext.keys_on_rows`: kv_idx runs down the rows, q_idx along the columns), the block lists walked
     by `_visit_query_blocks` (full blocks with no mask at all), and d score_mod / d score folded into P^T
-    before the dP^T mma, after P^T's rounding for the dV product."""
+    before the dP^T mma, after P^T's store: P^T and dS^T reach the dV and dK products through shared memory."""
     c = cfg.attention
     elt, d, bm, bn = c.element_type, c.head_dim, c.block_m, c.block_n
-    f = _main_frame(cfg, mods, {"K": [bn, d], "V": [bn, d], "Q": [bm, d], "dO": [bm, d], "dS": [bn, bm]})
+    shared = {"K": [bn, d], "V": [bn, d], "Q": [bm, d], "dO": [bm, d], "dS": [bn, bm]}
+    f = _main_frame(cfg, mods, shared if mods is None else {**shared, "P": [bn, bm]})
     b, v, smem = f.b, f.v, f.smem
     n_block, head_k, batch, zero, seq_q, seq_k, k0 = f.n_block, f.head_k, f.batch, f.zero, f.seq_q, f.seq_k, f.k0
     i32 = IntegerType(32)
@@ -544,12 +548,15 @@ def _build_main_key_rows(cfg: BackwardConfig, mods: AttentionMods | None = None)
         lse2 = b.load_broadcast(b.view(v["LSE2"], [batch, head, q0], [bm], "lse2_window", in_bounds=True), bn, "lse2")
         st_log2 = b.fma(st, score_scale, b.emit(tile.NegOp(lse2), "neg_lse2"), "st_log2")
         pt = b.emit(tile.Exp2Op(st_log2), "pt")
-        pt_half = None
-        if dscore is not None:
-            # dS^T = P^T (dP^T - dPsum) d score_mod / d score: the derivative folded into P^T before the dP^T mma,
-            # after P^T's rounding for dV += P^T dO, so that one [BN, BM] tile lives across the mma
-            pt_half = b.cast(pt, elt, "pt_half")
-            pt = b.binary(tile.MulOp, pt, dscore, "pt_dscore")
+        if mods is not None:
+            # With a modifier, P^T and dS^T are the A operands of dV += P^T dO and dK += dS^T Q from shared memory
+            # (K-major, as stored), not registers: their rounded tiles are then never live in registers (each is
+            # rounded a slab at a time as it is stored), which leaves room for the modifier's tiles.
+            b.emit(tile.StoreSharedOp(b.cast(pt, elt, "pt_half"), smem["P"]))
+            if dscore is not None:
+                # dS^T = P^T (dP^T - dPsum) d score_mod / d score: the derivative folded into P^T before the dP^T
+                # mma, so that one [BN, BM] tile lives across it
+                pt = b.binary(tile.MulOp, pt, dscore, "pt_dscore")
         # dP^T - dPsum in one product: the accumulator starts at -dPsum (down each column), so that dPsum is
         # never held beside P^T and dP^T (16 registers a thread, which the warp-specialized consumers lack)
         dpsum = b.load_broadcast(b.view(v["dPsum"], [batch, head, q0], [bm], "dpsum_window", in_bounds=True), bn,
@@ -558,13 +565,18 @@ def _build_main_key_rows(cfg: BackwardConfig, mods: AttentionMods | None = None)
         neg_dpsum = b.scale(dpsum, -1.0, "neg_dpsum")
         dpt = b.mma(smem["V"], smem["dO"], neg_dpsum, "dpt_minus_dpsum", transpose_b=True)
         dst = b.binary(tile.MulOp, pt, dpt, "dst")
-        if pt_half is None:
+        if mods is None:
             pt_half = b.cast(pt, elt, "pt_half")
-        dst_half = b.cast(dst, elt, "dst_half")
-        b.emit(tile.StoreSharedOp(dst_half, smem["dS"]))
-        dv = b.mma(pt_half, smem["dO"], dv, "dv_next")                                    # P^T dO
-        dk = b.mma(dst_half, smem["Q"], dk, "dk_next")                                    # dS^T Q
-        b.barrier()  # dS^T published to every warp
+            dst_half = b.cast(dst, elt, "dst_half")
+            b.emit(tile.StoreSharedOp(dst_half, smem["dS"]))
+            dv = b.mma(pt_half, smem["dO"], dv, "dv_next")                                # P^T dO
+            dk = b.mma(dst_half, smem["Q"], dk, "dk_next")                                # dS^T Q
+            b.barrier()  # dS^T published to every warp
+        else:
+            b.emit(tile.StoreSharedOp(b.cast(dst, elt, "dst_half"), smem["dS"]))
+            b.barrier()  # P^T and dS^T published to every warp
+            dv = b.mma(smem["P"], smem["dO"], dv, "dv_next")                              # P^T dO
+            dk = b.mma(smem["dS"], smem["Q"], dk, "dk_next")                              # dS^T Q
         dqt = b.mma(smem["K"], smem["dS"], b.fill(0.0, register_tile([d, bm]), "dqt_zero"), "dqt_part",
                     transpose_a=True)                                                     # K^T dS^T
         dq_window = b.view(v["dQaccum"], [batch, head, q0, zero], [bm, d], "dqaccum_window", in_bounds=True)
