@@ -41,9 +41,13 @@ def _packed_in_slabs(e: Emitter, source: SSAValue, half: str) -> SSAValue:
     source dies at the cast, so that the packed tile grows as the f32 one shrinks (the backward's P^T and
     dS^T: half a tile's registers less at the peak), not beside the whole of it."""
     lanes = source.type.get_shape()[0]
+    if lanes <= PACK_SLAB:
+        return e.op(sm90.CvtPackOp(source, half))
+    # every slab shuffled out first (the allocator keeps liveness per value: the source then dies here, and
+    # each slab at its own conversion)
+    slabs = [e.shuffle(source, list(range(first, min(first + PACK_SLAB, lanes)))) for first in range(0, lanes, PACK_SLAB)]
     packed = None
-    for first in range(0, lanes, PACK_SLAB):
-        slab = source if lanes <= PACK_SLAB else e.shuffle(source, list(range(first, min(first + PACK_SLAB, lanes))))
+    for slab in slabs:
         part = e.op(sm90.CvtPackOp(slab, half))
         if packed is None:
             packed = part

@@ -548,10 +548,12 @@ def _build_main_key_rows(cfg: BackwardConfig, mods: AttentionMods | None = None)
         lse2 = b.load_broadcast(b.view(v["LSE2"], [batch, head, q0], [bm], "lse2_window", in_bounds=True), bn, "lse2")
         st_log2 = b.fma(st, score_scale, b.emit(tile.NegOp(lse2), "neg_lse2"), "st_log2")
         pt = b.emit(tile.Exp2Op(st_log2), "pt")
-        if mods is not None:
-            # With a modifier, P^T and dS^T are the A operands of dV += P^T dO and dK += dS^T Q from shared memory
-            # (K-major, as stored), not registers: their rounded tiles are then never live in registers (each is
-            # rounded a slab at a time as it is stored), which leaves room for the modifier's tiles.
+        # Where a modifier's tiles are computed (a score_mod, or a partial block's mask_mod), P^T and dS^T are the
+        # A operands of dV += P^T dO and dK += dS^T Q from shared memory (K-major, as stored), not registers:
+        # their rounded tiles are then never live in registers (each is rounded a slab at a time as it is
+        # stored), which leaves room for the modifier's. A full block's trip is the dense kernel's.
+        shared_p = mods is not None and (masked or dscore is not None)
+        if shared_p:
             b.emit(tile.StoreSharedOp(b.cast(pt, elt, "pt_half"), smem["P"]))
             if dscore is not None:
                 # dS^T = P^T (dP^T - dPsum) d score_mod / d score: the derivative folded into P^T before the dP^T
@@ -565,7 +567,7 @@ def _build_main_key_rows(cfg: BackwardConfig, mods: AttentionMods | None = None)
         neg_dpsum = b.scale(dpsum, -1.0, "neg_dpsum")
         dpt = b.mma(smem["V"], smem["dO"], neg_dpsum, "dpt_minus_dpsum", transpose_b=True)
         dst = b.binary(tile.MulOp, pt, dpt, "dst")
-        if mods is None:
+        if not shared_p:
             pt_half = b.cast(pt, elt, "pt_half")
             dst_half = b.cast(dst, elt, "dst_half")
             b.emit(tile.StoreSharedOp(dst_half, smem["dS"]))
