@@ -127,7 +127,14 @@ class ScoreContext:
                 return b.emit(tile.CmpOp("eq" if node.value else "ne", zero, zero), "mod_const")
             return self._int_tile(int(node.value), "mod_const")
         if op == "to_f32":
-            return b.cast(self.emit(node.args[0]), f32, "mod_f32")
+            inner = node.args[0]
+            if inner.op in ("add", "sub") and all(_exact_in_f32(a) for a in inner.args):
+                # f32(a - b) = f32(a) - f32(b) exactly when a and b are (f32 subtraction rounds once): the
+                # indices (and b, h) convert as their row or column vectors, and one [BM, BN] f32 tile is made,
+                # not an i32 one beside it (ALiBi's kv_idx - q_idx)
+                f32_args = [b.cast(self.emit(a), f32, "mod_f32") for a in inner.args]
+                return b.emit(_BINARY_OPS[inner.op](*f32_args), f"mod_{inner.op}_f32")
+            return b.cast(self.emit(inner), f32, "mod_f32")
         if op in _BINARY_OPS:
             return b.emit(_BINARY_OPS[op](*self._emit_args(node)), f"mod_{op}")
         if op in _UNARY_OPS:
@@ -146,6 +153,18 @@ class ScoreContext:
             table = self.arrays[node.value.name]
             return b.emit(tile.GatherOp(table, [self.emit(a) for a in node.args]), "mod_gather")
         raise AssertionError(f"no Tile IR for the traced op {op}")
+
+
+F32_EXACT_INTEGERS = 2**24
+"""Integers up to this magnitude are exact in f32 (a 24-bit significand): query and key indices, batch and
+head ids are taken to be below it (sequences of at most 16M tokens)."""
+
+
+def _exact_in_f32(node: Node) -> bool:
+    """Whether `node` is an index argument, or an integer constant exact in f32 (`F32_EXACT_INTEGERS`)."""
+    if node.op in ("q_idx", "kv_idx", "b", "h"):
+        return True
+    return node.op == "const" and node.dtype not in (F32, BOOL) and abs(int(node.value)) <= F32_EXACT_INTEGERS
 
 
 def apply_score_mod(ctx: ScoreContext, trace: Trace, s: SSAValue) -> SSAValue:
