@@ -142,6 +142,8 @@ class ColumnIota:
     start: SSAValue
     columns: int
     """N."""
+    name: str | None = None
+    """The Tile value's name, given to each copy."""
 
 
 @dataclass

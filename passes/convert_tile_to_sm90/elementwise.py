@@ -240,7 +240,7 @@ class ElementwiseLowering:
             start = offset if base is None else e.addi(base, offset)
         start = e.index(0) if start is None else start
         if kind == "column" and not rows:  # laid out where it is used (ColumnIota)
-            self._set(op.result, ColumnIota(e.op(arith.IndexCastOp(start, i32)), ty.get_shape()[1]))
+            self._set(op.result, ColumnIota(e.op(arith.IndexCastOp(start, i32)), ty.get_shape()[1], op.result.name_hint))
             return
         value = e.broadcast(e.op(arith.IndexCastOp(start, i32)), lanes)
         if any(offsets):
@@ -251,7 +251,9 @@ class ElementwiseLowering:
     def _column_iota(iota: ColumnIota, e: Emitter, offsets: list[int]) -> SSAValue:
         """A `ColumnIota`'s registers at these column offsets from the thread's first column."""
         value = e.broadcast(iota.start, len(offsets))
-        return e.op(arith.AddiOp(value, e.dense(i32, list(offsets)))) if any(offsets) else value
+        value = e.op(arith.AddiOp(value, e.dense(i32, list(offsets)))) if any(offsets) else value
+        value.name_hint = iota.name
+        return value
 
     def _lower_SplatOp(self, op: tile.SplatOp, e: Emitter) -> None:
         scalar = self._get(op.value)

@@ -203,6 +203,23 @@ head_dim 64: soft-cap + ALiBi + a relative-position table with a document window
 thread; split, each of two thread blocks holds 32 of dK's and dV's 64 columns)."""
 
 
+def warp_specialized_first(q, kernels, sparse: bool, **options):
+    """(kernels, sparse, refused, taken): the first of `WARP_SPECIALIZED_FIRST[head_dim]` whose main kernel
+    lowers warp-specialized, else the builder's default `kernels` (and its `sparse`); the refusals of those
+    tried before it ("name (why)"), and the name of what is taken. `options` are `backward_kernels`'."""
+    head_dim = options["head_dim"]
+    refused, taken = [], DEFAULT_NAMES.get(head_dim, "the builder's default")
+    for name, keywords in WARP_SPECIALIZED_FIRST.get(head_dim, ()):
+        tried, tried_sparse = backward_kernels(q, **keywords, **options)
+        if _shape(tried) == _shape(kernels):  # the default itself (deterministic=True has no head split)
+            break
+        refusal = warp_specialized_refusal(tried.main)
+        if refusal is None:
+            return tried, tried_sparse, refused, name
+        refused.append(f"{name} ({refusal[:120]})")
+    return kernels, sparse, refused, taken
+
+
 def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal: bool, scale, level,
                             head_dim: int, dtype: str, pipeline: str, deterministic: bool = False):
     """(dq, dk, dv) of `attention_mods` at `level`, from its O and LSE ([batch, heads, seq_q]); `pipeline` is
@@ -223,17 +240,8 @@ def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal:
     options = dict(score_mod=score_mod, mask_mod=mask_mod, causal=causal, scale=scale, level=level,
                    head_dim=head_dim, dtype=dtype, deterministic=deterministic)
     kernels, sparse = backward_kernels(q, **options)
-    if level != "tile" and head_dim in WARP_SPECIALIZED_FIRST:
-        refused, taken = [], DEFAULT_NAMES[head_dim]
-        for name, keywords in WARP_SPECIALIZED_FIRST[head_dim]:
-            tried, tried_sparse = backward_kernels(q, **keywords, **options)
-            if _shape(tried) == _shape(kernels):  # the default itself (deterministic=True has no head split)
-                break
-            refusal = warp_specialized_refusal(tried.main)
-            if refusal is None:
-                kernels, sparse, taken = tried, tried_sparse, name
-                break
-            refused.append(f"{name} ({refusal[:120]})")
+    if level != "tile":
+        kernels, sparse, refused, taken = warp_specialized_first(q, kernels, sparse, **options)
         if refused:
             warn(f"attention_backward: the main kernel with score_mod/mask_mod at head_dim {head_dim} does not fit "
                  f"warp-specialized {'; nor '.join(refused)}; built {taken}")
