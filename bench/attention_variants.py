@@ -154,8 +154,12 @@ def backward() -> None:
     from tessera import passes
     from tessera.runtime import flex
 
+    spilled = {}
+
     def loops(module) -> list[int]:
-        text = toolchain.disassemble(tessera.compile(module, target="cubin", pipeline=passes.DEFAULT_PIPELINE).cubin)
+        result = tessera.compile(module, target="cubin", pipeline=passes.DEFAULT_PIPELINE)
+        spilled[id(module)] = any(entry.spills for entry in result.entries.values())
+        text = toolchain.disassemble(result.cubin)
         return sorted(len(loop.instructions) for loop in toolchain.sass_loops(text) if loop.opcode_counts["HGMMA"])
 
     visited = {}
@@ -185,8 +189,7 @@ def backward() -> None:
                 dense[blocks] = loops(dense_main)[0] if kernels.head_split == 1 else None
             registers = consumer_registers(kernels.main)
             looped = loops(kernels.main)
-            result = tessera.compile(kernels.main, target="cubin", pipeline=passes.DEFAULT_PIPELINE)
-            spills = any(entry.spills for entry in result.entries.values())
+            spills = spilled[id(kernels.main)]
             keys = c.block_n
             row = (f"backward d{d} {names:22s} {c.block_m} x {c.block_n}"
                    f"{' head_split ' + str(kernels.head_split) if kernels.head_split > 1 else ''} ({taken}): "

@@ -96,15 +96,14 @@ two consumer warpgroups each own 64 keys of the block with 64 queries (convert-t
 tile of a kernel one row count). 64 x 64 (`block_m=64, block_n=64`) is the single-warpgroup kernel."""
 
 MODS_BLOCKS = {64: (64, 64), 128: (64, 64)}
-"""(BM, BN) by head_dim with a score_mod or mask_mod. A modifier's tiles live beside P, dP, dK and dV: at
-head_dim 64 with 128 x 128 blocks a sliding-window mask_mod with the block lists needs 263 registers a thread,
-with a soft-cap score_mod 323 (their [BM, BN] i32 index tiles and the derivative), over the 255 a thread has;
-warp-specialized (two consumer warpgroups, 240 each) a sliding window alone fits (the dense kernel peaks at 235),
-a soft-cap alone needs 258, document masking's gathers 301. At 64 x 64 (one consumer warpgroup: 256 registers
-warp-specialized) soft-cap + ALiBi + a window fits the default pipeline's first rung. The builder's default;
-`tessera.attention_backward` takes 128 x 128 where the main kernel lowers warp-specialized with them
-(`runtime.flex.WARP_SPECIALIZED_FIRST`). At head_dim 128 a modifier takes 64 x 64 too (the smallest
-blocks the lowering takes) and the single-warpgroup kernel, with `MODS_HEAD_SPLIT` where it does not fit whole."""
+"""(BM, BN) by head_dim with a score_mod or mask_mod: the builder's default, the smallest blocks the lowering
+takes (one consumer warpgroup: 256 registers warp-specialized), where soft-cap + ALiBi + a window fits the
+default pipeline's first rung at head_dim 64. `tessera.attention_backward` takes the dense kernel's blocks first
+where the main kernel lowers warp-specialized with them (`runtime.flex.WARP_SPECIALIZED_FIRST`): at head_dim 64
+128 x 128 (two consumer warpgroups of 240 registers: the allocator's count, soft-cap 236, document masking 238,
+a sliding window 238; ALiBi 262 and a window with `deterministic=True` 244 do not fit), at head_dim 128 the
+keys-on-rows 64 x 128 (a window 237, document masking 239; soft-cap 242, ALiBi 244 do not), then 64 x 64 with
+one thread block per key block, then `MODS_HEAD_SPLIT`."""
 
 MODS_HEAD_SPLIT = {128: 2}
 """Main-kernel thread blocks per key block by head_dim with a score_mod or mask_mod (`attention_backward`'s
@@ -113,8 +112,9 @@ modifier's tiles beside S and dP (soft-cap + ALiBi + a window with the block lis
 warp-specialized, where one consumer warpgroup has 256); each of two thread blocks accumulating 64 of the 128
 columns holds 64. The price: both compute S = Q K^T and dP = dO V^T over all 128 columns, 7 units of wgmma
 work where one thread block does 5 (1.4x), and copy Q, dO and K slices beside the whole tiles. The builder's
-default; `tessera.attention_backward` builds head_split=1 first and keeps it where it lowers warp-specialized
-(a soft-cap alone, a sliding window alone: `runtime.flex.warp_specialized_refusal`)."""
+default with 64 x 64 blocks; `tessera.attention_backward` builds the keys-on-rows 64 x 128 kernel, then head_split=1,
+first and keeps the first that lowers warp-specialized (`runtime.flex.warp_specialized_refusal`). The
+keys-on-rows kernel (`block_m=64, block_n=128`) never splits."""
 
 LOG2E = math.log2(math.e)
 """log2(e): LSE2 = LSE * log2 e, and the main kernel's score scale is scale * log2 e."""

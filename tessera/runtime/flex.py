@@ -6,8 +6,8 @@ mask_mod, the block lists from `tessera.variants.block_mask.create_block_mask` o
 backward runs `attention_backward(score_mod=, mask_mod=, block_sparse=True)`'s three kernels (with the
 work lists, `BlockMask.backward_inputs`, whenever there is a mask_mod), warp-specialized where the registers
 allow (`BACKWARD_PIPELINE`; `WARP_SPECIALIZED_FIRST`: at head_dim 64 the dense kernel's 128 x 128 blocks, at
-head_dim 128 one thread block per key block, where that lowers warp-specialized, else the builder's default
-with a warning). `level=None` compiles the very modules the interpreters run (`compile_module`:
+head_dim 128 its keys-on-rows 64 x 128 blocks, then one thread block per key block, where that lowers
+warp-specialized, else the builder's default with a warning). `level=None` compiles the very modules the interpreters run (`compile_module`:
 the kernel cache keys them by their text; the captured arrays and lists are inputs, so new values need no new
 compile) and launches them like the dense kernels (`tessera.launch`; the backward's as
 `runtime.launch.launch_zeroed`); the captured arrays and block lists go to the
@@ -32,7 +32,7 @@ each main-kernel thread block walking its work list (`BlockMask.backward_inputs`
 BACKWARD_PIPELINE = "DEFAULT_PIPELINE"
 """The `tessera.passes` pipeline of the backward with modifiers below Tile IR and on the GPU: the default one,
 warp-specialized with two stages (a producer warpgroup walks the work list, issuing the Q/dO refills; one
-consumer warpgroup at 64 x 64 blocks, two at 128 x 128, `WARP_SPECIALIZED_FIRST`), falling back down its ladder with a warning naming the rung where the
+consumer warpgroup at 64 x 64 blocks, two at 128 x 128 and 64 x 128, `WARP_SPECIALIZED_FIRST`), falling back down its ladder with a warning naming the rung where the
 registers do not fit (`tessera.lowering.fallback`)."""
 
 
