@@ -534,7 +534,7 @@ def _build_main_key_rows(cfg: BackwardConfig, mods: AttentionMods | None = None)
                 dscore = ctx.emit(score_derivative(mods.score_mod).result)
             if mods.mask_mod is not None and masked:
                 st = apply_mask_mod(ctx, mods.mask_mod, st)
-        if masked:
+        if masked or c.causal:  # (a full block of the lists is masked by the built-in causal mask all the same)
             if c.causal:  # a key past seq_k is past every query's diagonal too (q < seq_q): one mask does both
                 # (the diagonal added on the query side, per trip, from q0: k0 - (seq_k - seq_q) or seq_k - seq_q
                 # would hold a register across the loops)
