@@ -182,11 +182,11 @@ def backward() -> None:
             kernels, _, refused, taken = flex.warp_specialized_first(None, *flex.backward_kernels(None, **options),
                                                                     **options)
             c = kernels.config.attention
-            blocks = (c.block_m, c.block_n, kernels.head_split)
+            blocks = (d, c.block_m, c.block_n, kernels.head_split)
             if blocks not in dense:
                 from tessera.kernels import attention_backward
                 dense_main = attention_backward(d, block_m=c.block_m, block_n=c.block_n).main
-                dense[blocks] = loops(dense_main)[0] if kernels.head_split == 1 else None
+                dense[blocks] = loops(dense_main)[0] if kernels.head_split == 1 and not options["deterministic"] else None
             registers = consumer_registers(kernels.main)
             looped = loops(kernels.main)
             spills = spilled[id(kernels.main)]

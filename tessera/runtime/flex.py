@@ -212,7 +212,7 @@ def warp_specialized_first(q, kernels, sparse: bool, **options):
     for name, keywords in WARP_SPECIALIZED_FIRST.get(head_dim, ()):
         tried, tried_sparse = backward_kernels(q, **keywords, **options)
         if _shape(tried) == _shape(kernels):  # the default itself (deterministic=True has no head split)
-            break
+            return kernels, sparse, refused, name
         refusal = warp_specialized_refusal(tried.main)
         if refusal is None:
             return tried, tried_sparse, refused, name
