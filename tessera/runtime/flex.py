@@ -102,8 +102,8 @@ def forward_module(q, k, *, score_mod, mask_mod, causal: bool, scale, return_lse
 BLOCK_N_FALLBACK = (64, 32)
 """Key blocks a forward with modifiers is rebuilt with, in order, when no configuration of the default pipeline
 fits the head_dim's default (`DEFAULT_BLOCK_N`): a modifier's [BM, BN] tiles add to the score tile's
-(ALiBi's `slopes[h] * (kv_idx - q_idx)` holds an i32 and an f32 tile beside S: 264 registers a thread
-single-stage at head_dim 64, BN 128; at BN 64 it is warp-specialized)."""
+(soft-cap + ALiBi + a relative-position table: 333 registers a thread warp-specialized at head_dim 64, BN 128,
+and no configuration fits; at BN 64 one does)."""
 
 
 def attention_mods(q, k, v, *, score_mod, mask_mod, causal: bool, scale, return_lse: bool, level,
