@@ -369,8 +369,7 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None, head_spl
     b, v, smem, d0 = f.b, f.v, f.smem, f.d0
     sliced = {name: smem[name + "h" if head_split > 1 else name] for name in ("K", "Q", "dO")}
     """The operands of the dV, dK and dQ products: the whole tiles, or this block's slices of head_dim."""
-    n_block, head_k, batch, zero, seq_q, seq_k, group, k0, m_start, trips = (
-        f.n_block, f.head_k, f.batch, f.zero, f.seq_q, f.seq_k, f.group, f.k0, f.m_start, f.trips)
+    n_block, batch, zero, seq_q, seq_k, k0 = f.n_block, f.batch, f.zero, f.seq_q, f.seq_k, f.k0
 
     def query_block(b: TileBuilder, m: SSAValue, carried, head: SSAValue, masked: bool = True,
                     rank: SSAValue | None = None) -> list[SSAValue]:
@@ -423,7 +422,8 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None, head_spl
         p = p_scored
         b.emit(tile.StoreSharedOp(p_half, smem["P"]))
         dp = b.mma(smem["dO"], smem["V"], b.fill(0.0, register_tile([bm, bn]), "dp_zero"), "dp", transpose_b=True)
-        ds = b.binary(tile.MulOp, p, b.binary(tile.SubRowsOp, dp, dpsum or dpsum_rows(), "dp_minus_dpsum"), "ds")
+        ds = b.binary(tile.MulOp, p, b.binary(tile.SubRowsOp, dp, dpsum if dpsum is not None else dpsum_rows(),
+                                                  "dp_minus_dpsum"), "ds")
         ds_half = b.cast(ds, elt, "ds_half")
         b.emit(tile.StoreSharedOp(ds_half, smem["dS"]))
         b.barrier()  # P and dS published to every warp
@@ -494,14 +494,14 @@ def _build_main_key_rows(cfg: BackwardConfig, mods: AttentionMods | None = None)
 
     With `mods` (score_mod / mask_mod, `attention_backward`), as `_build_main` applies them, on S^T
     (`ScoreContext.keys_on_rows`: kv_idx runs down the rows, q_idx along the columns), the block lists walked
-    by `_visit_query_blocks` (full blocks with no mask at all), and d score_mod / d score folded into P^T
+    by `_visit_query_blocks` (full blocks with no mask_mod and no bounds), and d score_mod / d score folded into P^T
     before the dP^T mma, after P^T's store: P^T and dS^T reach the dV and dK products through shared memory."""
     c = cfg.attention
     elt, d, bm, bn = c.element_type, c.head_dim, c.block_m, c.block_n
     shared = {"K": [bn, d], "V": [bn, d], "Q": [bm, d], "dO": [bm, d], "dS": [bn, bm]}
     f = _main_frame(cfg, mods, shared if mods is None else {**shared, "P": [bn, bm]})
     b, v, smem = f.b, f.v, f.smem
-    n_block, head_k, batch, zero, seq_q, seq_k, k0 = f.n_block, f.head_k, f.batch, f.zero, f.seq_q, f.seq_k, f.k0
+    n_block, batch, zero, seq_q, seq_k, k0 = f.n_block, f.batch, f.zero, f.seq_q, f.seq_k, f.k0
     i32 = IntegerType(32)
     # key k of row r is k0 + r; a key past seq_k is masked. Causal (bottom-right): key k is hidden from
     # query q = q0 + c when k > q + seq_k - seq_q.
