@@ -20,8 +20,9 @@ allocator's per-thread count leaves it out while the uniform file has room. So a
 first; where the hoisted kernel is over a region's budget after all (descriptors that are not uniform, or too
 many for the uniform file, cost `REGISTERS_PER_DESCRIPTOR` each), N is the spare registers of the tightest
 region that runs under a `sm90.setmaxnreg` budget (its budget minus the allocator's peak) over 2, and fewer
-are tried down from there. Kernels without budget regions (not warp-specialized) and kernels without spare
-registers are left unchanged (the flash d128 consumers, 128 x 176 and 128 x 128: all 7 of Q's advances).
+are tried down from there. Kernels without budget regions (not warp-specialized) are left unchanged, and
+kernels with fewer than 2 spare registers hoist no advance (the flash d128 consumers, 128 x 176 and 128 x 128:
+all 7 of Q's advances; the head_dim 64 block-sparse one: none, its rings' descriptors below still are).
 
 Ring buffers: a K/V slot's descriptor is `sm90.make_descriptor` of the ring's address plus the trip's slot
 offset, made on every trip (mask, shift, or: five uniform instructions a ring). The pass makes the ring's own
@@ -197,9 +198,9 @@ class HoistInvariantDescriptorsPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for kernel in [o for o in op.walk() if is_target_kernel(o)]:
             spare = spare_registers(kernel)
-            if spare is None or spare < REGISTERS_PER_DESCRIPTOR:
+            if spare is None or spare < 0:
                 continue
-            keys = invariant_advances(kernel)
+            keys = invariant_advances(kernel) if spare >= REGISTERS_PER_DESCRIPTOR else []
             # Each hoisted descriptor is live over the loops, where the peaks are: it takes its registers from
             # the spare ones; fewer are tried where the allocation says the first count does not fit.
             # First all of them: ptxas keeps warp-uniform ones in uniform registers, which the allocator does not
