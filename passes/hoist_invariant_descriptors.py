@@ -134,6 +134,17 @@ def _slot_descriptor(op: Operation) -> tuple[sm90.SharedBufferOp, SSAValue] | No
     return None
 
 
+def _ring_key(op: sm90.MakeDescriptorOp, buffer: sm90.SharedBufferOp) -> tuple:
+    """What one hoisted ring descriptor serves: the block of the outermost loop, the buffer and the encoding."""
+    return (id(_outermost_loop(op).parent_block()), buffer.sym.data, buffer.offset.value.data, op.lbo.value.data,
+            op.sbo.value.data, op.swizzle.value.data)
+
+
+def _slot_rings(fn: func.FuncOp) -> set[tuple]:
+    """The ring descriptors `hoist_slot_descriptors` would make (`_ring_key`s)."""
+    return {_ring_key(op, found[0]) for op in fn.walk() if (found := _slot_descriptor(op)) is not None}
+
+
 def hoist_slot_descriptors(fn: func.FuncOp) -> int:
     """Make each ring buffer's descriptor once, before the outermost loop that makes its slots' descriptors,
     and each slot's (`sm90.make_descriptor` of buffer + offset in a loop) that descriptor moved by the offset
@@ -145,8 +156,7 @@ def hoist_slot_descriptors(fn: func.FuncOp) -> int:
         buffer, offset = _slot_descriptor(op)
         loop = _outermost_loop(op)
         block = loop.parent_block()
-        key = (id(block), buffer.sym.data, buffer.offset.value.data, op.lbo.value.data, op.sbo.value.data,
-               op.swizzle.value.data)
+        key = _ring_key(op, buffer)
         if key not in hoisted:
             base = buffer.clone()
             descriptor = sm90.MakeDescriptorOp(base.result, op.lbo.value.data, op.sbo.value.data,
@@ -197,26 +207,40 @@ class HoistInvariantDescriptorsPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for kernel in [o for o in op.walk() if is_target_kernel(o)]:
-            spare = spare_registers(kernel)
+            spare = spare_registers(kernel)  # warp-specialize's allocation, from the allocator's memo
             if spare is None or spare < 0:
                 continue
-            keys = invariant_advances(kernel) if spare >= REGISTERS_PER_DESCRIPTOR else []
-            # Each hoisted descriptor is live over the loops, where the peaks are: it takes its registers from
-            # the spare ones; fewer are tried where the allocation says the first count does not fit.
-            # First all of them: ptxas keeps warp-uniform ones in uniform registers, which the allocator does not
-            # count against the budget (tessera.regalloc.uniform) while the uniform file has room for them.
-            counts = [len(keys)] + list(range(min(len(keys) - 1, spare // REGISTERS_PER_DESCRIPTOR), 0, -1)) \
-                if keys else []
-            for count in counts:
+            rings = _slot_rings(kernel)
+            if rings and spare >= REGISTERS_PER_DESCRIPTOR * len(rings):
+                # Fits even if the rings' descriptors were counted 2 each (they are uniform: 0 while the uniform
+                # file has room), and a slot's descriptor_offset lives where its make_descriptor did.
+                hoist_slot_descriptors(kernel)
+            elif rings:
                 candidate = kernel.clone()
-                hoist_descriptors(candidate, invariant_advances(candidate)[:count])
+                hoist_slot_descriptors(candidate)
                 if spare_registers(candidate) >= 0:
                     Rewriter.replace_op(kernel, candidate)
                     kernel = candidate
-                    break
-                candidate.erase()
-            candidate = kernel.clone()
-            if hoist_slot_descriptors(candidate) and spare_registers(candidate) >= 0:
-                Rewriter.replace_op(kernel, candidate)
-            else:
-                candidate.erase()
+                else:
+                    candidate.erase()
+            keys = invariant_advances(kernel) if spare >= REGISTERS_PER_DESCRIPTOR else []
+            if keys:
+                _hoist_advances(kernel, keys, spare)
+
+
+def _hoist_advances(kernel: func.FuncOp, keys: list[tuple[SSAValue, int]], spare: int) -> func.FuncOp:
+    """The kernel with as many of the advances `keys` hoisted as its budgets allow (module docstring): the
+    kernel itself where none fits."""
+    # Each hoisted descriptor is live over the loops, where the peaks are: it takes its registers from the spare
+    # ones; fewer are tried where the allocation says the first count does not fit. First all of them: ptxas
+    # keeps warp-uniform ones in uniform registers, which the allocator does not count against the budget
+    # (tessera.regalloc.uniform) while the uniform file has room for them.
+    counts = [len(keys)] + list(range(min(len(keys) - 1, spare // REGISTERS_PER_DESCRIPTOR), 0, -1))
+    for count in counts:
+        candidate = kernel.clone()
+        hoist_descriptors(candidate, invariant_advances(candidate)[:count])
+        if spare_registers(candidate) >= 0:
+            Rewriter.replace_op(kernel, candidate)
+            return candidate
+        candidate.erase()
+    return kernel
