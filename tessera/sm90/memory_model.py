@@ -163,7 +163,10 @@ WRITE_ORDER = Rule(
     "If a write W precedes an overlapping write W' in causality order, then W must precede W' in coherence order.",
     "two overlapping accesses of shared memory by different threads, one of them a write, not ordered by "
     "happens-before (named barriers, mbarrier arrive/wait, cluster barriers): which one a read sees, or which "
-    "write lands last, is not decided, and it is reported with both sides",
+    "write lands last, is not decided, and it is reported with both sides. Across a cluster too: a multicast or "
+    "bulk copy into a peer CTA's shared memory must follow that peer's reads of the bytes in causality order "
+    "(the peer's threads released them on an mbarrier the issuing thread waited on, remotely or through a "
+    "barrier of their own CTA, or a cluster barrier), so a slot released to the wrong CTA is a race",
     "tessera.interpreters.sm90.happens_before:HappensBefore.check_write")
 
 DATA_RACE = Rule(

@@ -53,6 +53,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tessera.interpreters.ptx.cluster import grid_rank
 from tessera.interpreters.ptx.decode import Step, elements
 from tessera.interpreters.ptx.happens_before import HappensBefore
 from tessera.interpreters.ptx.state import EXITED, PARK, RUN, Machine, PtxDeadlockError, PtxHazardError
@@ -298,7 +299,10 @@ class AsyncTracker:
         self.staged = []
         acquired = None if self.last_wait[lane] < 0 else int(self.last_wait[lane])
         self.check_writable(inst, lane, index, f"the {kind}", acquired)
-        self.hb.async_write(inst, np.array([lane]), index, f"the {kind}")
+        known = None
+        if len(index) and key[0] != int(m.lane_cta[lane]):  # into a peer's shared memory: its threads' frame
+            known = self.hb.peer_known(lane, grid_rank(m, key[0]))
+        self.hb.async_write(inst, np.array([lane]), index, f"the {kind}", known)
         copy = Copy(kind, inst, lane, index, data, nbytes, key, acquired)
         ident = len(self.copies)
         self.copies[ident] = copy
