@@ -420,6 +420,10 @@ class AsyncTracker:
             if self.tagged or self.reading or self.bulk_reads:
                 self.check_writable(inst, np.repeat(lanes, index.shape[1]), index.reshape(-1), "the store")
             if self.tagged:
+                state = self.state[index]
+                if state.any() and self.hb.races:
+                    writers = np.broadcast_to(np.asarray(lanes)[:, None], index.shape).reshape(-1)
+                    self._check_landed_write(inst, writers, index.reshape(-1), state.reshape(-1))
                 self.state[index] = PLAIN
             if (self.proxy_readers or self.hb.races) and not strong:
                 self.hb.write(inst, lanes, index)
@@ -451,6 +455,23 @@ class AsyncTracker:
                                         f"{int(p[i]) & 1}) of {self.barrier_name(int(b[i]))} complete (no "
                                         "successful mbarrier wait for that phase, or a wait on the wrong parity)",
                                   r[i])
+
+    def _check_landed_write(self, inst, writers: np.ndarray, flat: np.ndarray, state: np.ndarray) -> None:
+        """A generic store over bytes a TMA copy wrote needs the writer to have observed the phase the copy
+        completed in, as a read does (the copy writes until its complete-tx; it landed here because another
+        thread waited) [memory_model.TMA_READ_UNTIL_COMPLETE]."""
+        landed = state == LANDED
+        if not landed.any():
+            return
+        b, p, w = self.tag[flat[landed]], self.phase[flat[landed]], writers[landed]
+        unseen = self.observed[b, w] <= p
+        if unseen.any():
+            i = int(np.argmax(unseen))
+            raise self.hazard(inst, f"the store writes {self.where(flat[landed][i])}, which the TMA copy completing "
+                                    f"phase {int(p[i])} (parity {int(p[i]) & 1}) of {self.barrier_name(int(b[i]))} "
+                                    "writes, and this thread has not observed that phase (write-after-write race with "
+                                    "the async proxy: no successful mbarrier wait for that phase orders the copy "
+                                    "before this store)", w[i])
 
     def _released_early(self, reader: int, flat: int) -> str:
         """', released ...' when the copy was issued after a wait on an mbarrier `reader` had arrived on."""
