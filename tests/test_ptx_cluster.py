@@ -513,6 +513,43 @@ def test_a_multicast_into_a_peer_follows_the_peers_release_of_the_slot(release, 
         run()
 
 
+@pytest.mark.parametrize("sync, reported", [
+    ("", True),  # nothing orders rank 0's read of its word before rank 1's store into it
+    ("RELEASE", False),  # rank 0 releases the word on rank 1's barrier, which rank 1 waits on before storing
+], ids=["unordered", "released"])
+def test_a_distributed_shared_memory_store_follows_the_owners_read(sync, reported):
+    """[memory_model.WRITE_ORDER] Rank 0 reads its word, then rank 1 stores into it through `mapa` (a distributed
+    shared memory store): the owner's read must happen before the peer's store, through a remote arrive on the
+    peer's barrier that the peer waits on (its clocks travel as what the peer knows of rank 0)."""
+    release = ("mapa.shared::cluster.u32 %r6, %r20, 1;\n"
+               "    mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%r6];") if sync else ""
+    wait = WAIT_LOCAL_BARRIER.format(tag="0", parity=0) if sync else ""
+    body = INIT_LOCAL_BARRIER.format(count=1) + f"""
+    mov.u32 %r1, %cluster_ctarank;
+    mov.u32 %r3, buf;
+    setp.eq.u32 %p1, %r1, 1;
+    @%p1 bra WRITER;
+    ld.shared.u32 %r9, [%r3];
+    {release}
+    bra END;
+WRITER:
+    {wait}
+    mapa.shared::cluster.u32 %r5, %r3, 0;
+    st.shared::cluster.u32 [%r5], 41;
+    mov.u32 %r9, 0;
+END:
+    """ + SYNC_CLUSTER
+    extra = ".shared .align 8 .b64 bar; .shared .align 4 .b32 buf[1];"
+    run = lambda: per_thread(body, grid=2, block=1, cluster=2, extra=extra)  # noqa: E731
+    if not reported:
+        np.testing.assert_array_equal(run(), [0, 0])
+        return
+    with pytest.raises(PtxExecutionError, match=r"st.shared::cluster.u32: writes shared address 0x\w+ of CTA \(0, 0, "
+                                                r"0\), which the instruction at line \d+ \(thread \(0, 0, 0\) of CTA "
+                                                r"\(0, 0, 0\)\) read, and no synchronisation orders the two"):
+        run()
+
+
 def test_access_to_a_rank_outside_the_cluster_is_a_hazard():
     with pytest.raises(PtxExecutionError, match="hazard: mapa.shared::cluster.u32: CTA rank 2 is outside the cluster of 2"):
         per_thread("mov.u32 %r3, buf; mapa.shared::cluster.u32 %r5, %r3, 2; mov.u32 %r9, 0;", grid=2, block=1,

@@ -126,6 +126,8 @@ class AsyncTracker:
         self.proxy_readers = True  # the program reads shared memory through the async proxy (set by install)
         self.hb = HappensBefore(m.lanes, m.threads, n, self.hazard, self.where, m.describe_lane,
                                 races=getattr(m, "races", True))
+        if getattr(m, "cluster_size", 1) > 1:  # a peer's bytes are judged in that peer's frame
+            self.hb.peer_frame = (max(m.shared_bytes, 1), lambda slot: grid_rank(m, slot))
         self.reset()
 
     def reset(self) -> None:

@@ -61,6 +61,7 @@ class HappensBefore:
         self.lanes, self.threads, self.shared = lanes, threads, shared
         self.hazard, self.where, self.describe_lane = hazard, where, describe_lane
         self.races = races  # check generic read/write races (the proxy rule is always checked)
+        self.peer_frame = None  # in a cluster: (shared bytes per CTA, CTA slot -> grid rank), set by the tracker
         self.reset()
 
     def reset(self) -> None:
@@ -335,23 +336,63 @@ class HappensBefore:
         self.w_line[index] = lines[:, None]
         self.reads.clear(index)
 
+    def _peer_rows(self, lanes: np.ndarray, index: np.ndarray):
+        """For accesses of a peer CTA's shared memory (a shared::cluster address through `mapa`, in a cluster):
+        (the rows of `lanes` that access a peer's bytes, each such lane's clock in that peer's frame:
+        `peer_known`), or None when every row is the lane's own CTA's."""
+        if self.peer_frame is None or not index.size:
+            return None
+        size, rank_of = self.peer_frame
+        slots = index[:, 0] // size
+        foreign = slots != lanes // self.threads
+        if not foreign.any():
+            return None
+        rows = np.stack([self.peer_known(int(lane), rank_of(int(slot)))
+                         for lane, slot in zip(lanes[foreign], slots[foreign])])
+        return foreign, rows
+
     def write(self, inst, lanes: np.ndarray, index: np.ndarray) -> None:
-        """A generic store of `lanes` at `index` [lanes, bytes]."""
+        """A generic store of `lanes` at `index` [lanes, bytes] (a row of a peer's bytes, a distributed shared
+        memory store, is judged by what its lane knows of the peer's threads [memory_model.WRITE_ORDER])."""
         if self.races:
-            self._check(inst, lanes, index, self.w_lane, self.w_clock, self.w_line, "wrote", "writes")
-            self._check_reads(inst, lanes, index, "writes")
-            if self.completions:
-                self._after_async_reads(inst, lanes, index, "the store", self.clock[lanes])
+            peers = self._peer_rows(lanes, index)
+            if peers is not None:
+                foreign, rows = peers
+                lanes_f, index_f = lanes[foreign], index[foreign]
+                self._check(inst, lanes_f, index_f, self.w_lane, self.w_clock, self.w_line, "wrote", "writes", rows)
+                self._check_reads(inst, lanes_f, index_f, "writes", rows)
+                if self.completions:
+                    self._after_async_reads(inst, lanes_f, index_f, "the store", rows)
+                own = ~foreign
+                self._write_checks(inst, lanes[own], index[own])
+            else:
+                self._write_checks(inst, lanes, index)
         self.w_lane[index] = lanes[:, None]
         self.w_clock[index] = self.clock[lanes, lanes % self.threads][:, None]
         self.w_line[index] = inst.line
         self.reads.clear(index)
 
+    def _write_checks(self, inst, lanes: np.ndarray, index: np.ndarray) -> None:
+        if len(lanes):
+            self._check(inst, lanes, index, self.w_lane, self.w_clock, self.w_line, "wrote", "writes")
+            self._check_reads(inst, lanes, index, "writes")
+            if self.completions:
+                self._after_async_reads(inst, lanes, index, "the store", self.clock[lanes])
+
     def read(self, inst, lanes: np.ndarray, index: np.ndarray) -> None:
-        """A generic load of `lanes` at `index` [lanes, bytes]."""
+        """A generic load of `lanes` at `index` [lanes, bytes] (of a peer's bytes: judged in the peer's frame)."""
         if not self.races:
             return
-        self._check(inst, lanes, index, self.w_lane, self.w_clock, self.w_line, "wrote", "reads")
+        peers = self._peer_rows(lanes, index)
+        if peers is not None:
+            foreign, rows = peers
+            self._check(inst, lanes[foreign], index[foreign], self.w_lane, self.w_clock, self.w_line, "wrote", "reads",
+                        rows)
+            if (~foreign).any():
+                self._check(inst, lanes[~foreign], index[~foreign], self.w_lane, self.w_clock, self.w_line, "wrote",
+                            "reads")
+        else:
+            self._check(inst, lanes, index, self.w_lane, self.w_clock, self.w_line, "wrote", "reads")
         self.reads.record(lanes, index, self.clock[lanes, lanes % self.threads], inst.line, self.clock)
 
     def _check_reads(self, inst, lanes: np.ndarray, index: np.ndarray, does: str, rows: np.ndarray | None = None
@@ -373,6 +414,17 @@ class HappensBefore:
         other = who[index]
         if rows is None:
             unordered = epochs > self.clock[lanes[:, None], other % self.threads]
+            if self.peer_frame is not None:  # a peer's store into this CTA (distributed shared memory)
+                cross = (epochs > 0) & (other // self.threads != (lanes // self.threads)[:, None])
+                if cross.any():
+                    rank_of = self.peer_frame[1]
+                    ii, jj = np.nonzero(cross)
+                    slots = other[ii, jj] // self.threads
+                    for i, slot in np.unique(np.stack([ii, slots], axis=1), axis=0).tolist():
+                        sel = (ii == i) & (slots == slot)
+                        known = self.peer_known(int(lanes[i]), rank_of(slot))
+                        at = (ii[sel], jj[sel])
+                        unordered[at] = epochs[at] > known[other[at] % self.threads]
         else:
             unordered = epochs > rows[np.arange(len(lanes))[:, None], other % self.threads]
         if unordered.any():
