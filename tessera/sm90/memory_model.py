@@ -150,7 +150,8 @@ BULK_READ_BEFORE_EXIT = Rule(
     "into those bytes before it, or the CTA exiting before it (its shared memory is freed), is reported")
 
 TMA_READ_UNTIL_COMPLETE = Rule(
-    "a TMA load reads global memory until its complete-tx", "data-movement-and-conversion-instructions-cp-async-bulk-tensor",
+    "a TMA load reads global memory until its complete-tx",
+    "data-movement-and-conversion-instructions-cp-async-bulk-tensor",
     "The copy operation in cp.async.bulk.tensor is treated as a weak memory operation and the complete-tx "
     "operation on the mbarrier has .release semantics at the .cluster scope",
     "a TMA load's read of global memory is a weak access of the async proxy that ends at its complete-tx, a "

@@ -3,11 +3,11 @@ units that own shared memory, mbarriers, TMA copies and wgmma groups.
 
 Synchronisation is recorded as happens-before (`happens_before.HappensBefore`, `hb`): `hb.ordered[w, r]` is the
 latest time (a counter that every memory event advances) such that thread w's accesses before it happen before
-thread r's present point, through named barriers (a `bar_sync` that completes orders what every participant did before it arrived
-before every waiting thread; a `bar_arrive` thread participates without waiting, and what it does after
-arriving is not ordered) and mbarrier phases (arrive, phase
-completion, successful wait), transitively. The checks of shared memory use it: a generic read of another
-thread's store, a write after another thread's access, a wgmma read of another warp's fenced store.
+thread r's present point, through named barriers (a `bar_sync` that completes orders what every participant did
+before it arrived before every waiting thread; a `bar_arrive` thread participates without waiting, and what it
+does after arriving is not ordered) and mbarrier phases (arrive, phase completion, successful wait),
+transitively. The checks of shared memory use it: a generic read of another thread's store, a write after another
+thread's access, a wgmma read of another warp's fenced store.
 """
 
 from __future__ import annotations
