@@ -144,29 +144,30 @@ class _Steps:
     """The closures of one kernel for one set of implementation classes and listener keys (`CompiledCta`):
     the same for every CTA of a launch, and for later launches with the same checks."""
 
-    def __init__(self, kernel: CompiledKernel, functions: Sequence[InterpreterFunctions],
-                 listeners: Sequence[Interpreter.Listener]):
+    def __init__(self, kernel: CompiledKernel, functions: Sequence[InterpreterFunctions]):
         self.kernel = kernel
         self.classes = {type(f): k for k, f in enumerate(functions)}
         self.implementations = {kind: (self.classes[type(f)], implementation)
                                 for kind, (f, implementation) in _implementations(functions).items()}
-        self.listeners = tuple(listeners)  # the first CTA's: `observes` is the same for all (`_observer_key`)
         self.blocks: dict[Block, tuple[tuple[int, ...], tuple[Callable, ...]]] = {}
 
-    def block(self, block: Block) -> tuple[tuple[int, ...], tuple[Callable, ...]]:
+    def block(self, block: Block, listeners: Sequence[Interpreter.Listener]) -> tuple[tuple[int, ...], tuple]:
+        """(the slots of `block`'s arguments, its closures), built at its first run from the `listeners` of the
+        CTA that runs it first: their `observes` answers are the same in every CTA (`_observer_key`); the
+        listeners themselves are not kept (they hold their CTA's state)."""
         bound = self.blocks.get(block)
         if bound is None:
             code = self.kernel.blocks[block]
-            bound = self.blocks[block] = (code.args, tuple(self._closure(op_code) for op_code in code.ops))
+            bound = self.blocks[block] = (code.args, tuple(self._closure(op_code, listeners) for op_code in code.ops))
         return bound
 
-    def _closure(self, code: _OpCode) -> Callable:
+    def _closure(self, code: _OpCode, listeners: Sequence[Interpreter.Listener]) -> Callable:
         """The closure that runs one op in a CTA (`CompiledCta`): operands from their slots, the listeners that
         observe it, the implementation, the results into their slots; returns the terminator's value (None
         for other ops)."""
         op, reads, writes = code.op, code.reads, code.writes
         before, after = [], []
-        for j, listener in enumerate(self.listeners):
+        for j, listener in enumerate(listeners):
             observes = getattr(listener, "observes", None)
             will, did = observes(op) if observes is not None else (True, True)
             if will:
@@ -217,13 +218,14 @@ class CompiledCta:
                  listeners: Sequence[Interpreter.Listener] = ()):
         self.kernel = kernel
         self.functions = tuple(functions)
+        self.listeners = tuple(listeners)
         self.wills = tuple(listener.will_interpret_op for listener in listeners)
         self.dids = tuple(listener.did_interpret_op for listener in listeners)
         self._ctx: list = [None] * kernel.size
         key = (tuple(type(f) for f in functions), tuple(_observer_key(listener) for listener in listeners))
         steps = kernel.steps.get(key)
         if steps is None:
-            steps = kernel.steps[key] = _Steps(kernel, functions, listeners)
+            steps = kernel.steps[key] = _Steps(kernel, functions)
         self._steps = steps
 
     def run_ssacfg_region(self, region: Region, args: Sequence, name: str = "unknown") -> tuple:
@@ -234,10 +236,10 @@ class CompiledCta:
             if not region.blocks:
                 return ()
             raise InterpretationError(f"the region of {region.parent_op().name} is not part of the compiled kernel")
-        values, steps_of = self._ctx, self._steps.block
+        values, steps_of, listeners = self._ctx, self._steps.block, self.listeners
         block = code.block
         while True:
-            arg_slots, steps = steps_of(block)
+            arg_slots, steps = steps_of(block, listeners)
             for slot, value in zip(arg_slots, args):
                 values[slot] = value
             for step in steps:
