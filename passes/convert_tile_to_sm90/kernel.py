@@ -168,8 +168,10 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
                               "counts one arrival, or the producer warpgroup's)")
 
     def _tensor_maps(self) -> dict[tuple[int, int, int], int]:
-        """(source argument, box rows, swizzle bytes of the destination) of every TMA the kernel issues."""
+        """(source argument, box rows, swizzle bytes of the destination) of every TMA the kernel issues. An
+        unswizzled destination (a one-row tile) takes the window's whole row as its box (`row_box_cols`)."""
         keys = {}
+        self.row_box_cols = {}
         for op in self.fn.walk():
             if isinstance(op, tile.CpAsyncOp):
                 view = op.source.owner
@@ -177,7 +179,13 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
                     _refuse(op, "copies must read a tile.view of a kernel argument")
                 arg = view.source.index
                 if self._tma_allowed(arg):
-                    keys.setdefault((arg, view.result.type.get_shape()[0], op.dest.type.swizzle_bytes), len(keys))
+                    shape = view.result.type.get_shape()
+                    rows, cols = shape[0], shape[-1]
+                    key = (arg, rows, op.dest.type.swizzle_bytes)
+                    if not key[2] and self.row_box_cols.setdefault(key, cols) != cols:
+                        _refuse(op, f"unswizzled copies of one argument share a tensor map, so one box width: got "
+                                    f"{cols} and {self.row_box_cols[key]} columns")
+                    keys.setdefault(key, len(keys))
         return keys
 
     def _pointer_args(self) -> list[int]:
@@ -201,6 +209,8 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
                 continue
             stores = tile.StoreGlobalOp | tile.StoreGlobalRowsOp | tile.AtomicAddOp
             semaphores = tile.SemWaitOp | tile.SemSignalOp  # the deterministic backward's, through a pointer
+            if isinstance(op, tile.LoadBroadcastOp) and op.source.type.memory_space == MemSpace.SHARED:
+                continue  # a row of shared memory (a one-row tile)
             if isinstance(op, stores | semaphores | tile.LoadOp | tile.LoadBroadcastOp):
                 view = (op.dest if isinstance(op, stores) else op.sem if isinstance(op, semaphores)
                         else op.source).owner
@@ -227,7 +237,8 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
         for (arg, rows, swizzle), _ in sorted(maps.items(), key=lambda kv: kv[1]):
             a = src_args[arg]
             elt = element_type_bytes(a.type.element_type)
-            box = [swizzle // elt, rows] + [1] * (a.type.rank - 2)  # one swizzle span per box row
+            # one swizzle span per box row; an unswizzled box is the window's whole row
+            box = [swizzle // elt if swizzle else self.row_box_cols[(arg, rows, swizzle)], rows] + [1] * (a.type.rank - 2)
             self.map_args[(arg, rows, swizzle)] = len(arg_types)
             arg_types.append(sm90.TensorMapType())
             arg_attrs.append(DictionaryAttr({

@@ -24,6 +24,7 @@ from tessera.sm90 import facts
 from tessera.passes.convert_tile_to_sm90.common import (
     CORE_ROWS,
     CLUSTER_SHARED_ATTR,
+    ROW_TILE_ROWS,
     SWIZZLES,
     PRODUCER_ATTR,
     _constant,
@@ -55,6 +56,9 @@ class MemoryLowering:
             _refuse(op, "shared tiles must be [rows, cols] or rings [stages, rows, cols]")
         *stages, rows, cols = ty.get_shape()
         swizzle = ty.swizzle_bytes
+        if rows == ROW_TILE_ROWS:
+            self._alloc_row_tile(op, e)
+            return
         if swizzle not in SWIZZLES or (cols * elt) % swizzle:
             widths = "/".join(map(str, SWIZZLES))
             if (cols * elt) % SWIZZLES[0]:
@@ -76,6 +80,27 @@ class MemoryLowering:
             self.values[op.result] = Ring(address, slots, rows, cols, elt, full, empty, swizzle)
         else:
             self.values[op.result] = SharedTile(address, rows, cols, elt, swizzle=swizzle)
+
+    def _alloc_row_tile(self, op: tile.AllocSharedOp, e: Emitter) -> None:
+        """A one-row tile [1, N] (or a ring [S, 1, N]): unswizzled, each slot one TMA box of
+        `TMA_SMEM_ALIGNMENT`-aligned bytes (N x element bytes must be a multiple of it)."""
+        ty = op.result.type
+        *stages, rows, cols = ty.get_shape()
+        size = cols * element_type_bytes(ty.element_type)
+        if ty.swizzle_bytes:
+            _refuse(op, f"a one-row shared tile is unswizzled (its rows are not a swizzle period), got swizzle "
+                        f"{ty.swizzle_bytes} (run assign-swizzle)")
+        if size % facts.TMA_SMEM_ALIGNMENT:
+            _refuse(op, f"a one-row shared tile holds a multiple of {facts.TMA_SMEM_ALIGNMENT} bytes (each is a TMA "
+                        f"destination on that alignment), got {cols} x {element_type_bytes(ty.element_type)} = {size}")
+        slots = stages[0] if stages else 1
+        address = self._alloc(e, op.result.name_hint or "smem", slots * size, facts.TMA_SMEM_ALIGNMENT, 0)
+        elt = element_type_bytes(ty.element_type)
+        if stages:
+            full, empty = self.rings[op]
+            self.values[op.result] = Ring(address, slots, rows, cols, elt, full, empty, 0)
+        else:
+            self.values[op.result] = SharedTile(address, rows, cols, elt, swizzle=0)
 
     def _lower_StageOp(self, op: tile.StageOp, e: Emitter) -> None:
         ring = self._get(op.source)
@@ -434,7 +459,6 @@ class MemoryLowering:
         ty = op.result.type
         if not isinstance(ty.element_type, Float32Type):
             _refuse(op, "only f32 rows can be broadcast")
-        *lead, col0 = window.indices
         vector_type = self._vector_type(op, ty)
         if self._is_column(ty):  # [BM, 1]: one element, on both of the thread's rows
             columns, spread = [0], [0] * vector_type.get_shape()[0]
@@ -449,6 +473,11 @@ class MemoryLowering:
             spread = list(range(len(columns)))
         else:
             columns, spread = self._layout(op, ty).distinct_columns
+        if isinstance(window, SharedTile):
+            loaded = self._broadcast_from_shared(op, window, columns, vector_type, e)
+            self._set(op.result, loaded if spread == list(range(len(columns))) else e.shuffle(loaded, spread))
+            return
+        *lead, col0 = window.indices
         # a column reads the window's one element whatever the thread's column; a row, the thread's columns
         col = col0 if self._is_column(ty) else e.addi(col0, self.col_base)
         dims = [self._dim_value(window.arg, d, e) for d in range(len(window.indices))]
@@ -465,6 +494,19 @@ class MemoryLowering:
                                       VectorType(vector_type.element_type, [len(columns)]),
                                       [c * elt for c in columns]))
         self._set(op.result, loaded if spread == list(range(len(columns))) else e.shuffle(loaded, spread))
+
+    def _broadcast_from_shared(self, op: tile.LoadBroadcastOp, row: SharedTile, columns: list[int], vector_type,
+                               e: Emitter) -> SSAValue:
+        """The thread's `columns` (offsets from its column base) of a one-row shared tile (`ROW_TILE_ROWS`,
+        unswizzled): one `ld.shared.b32` each at the thread's first column, the offsets immediates; a ring stage
+        is waited for first (its full barrier), like every first read of a stage."""
+        if row.rows != ROW_TILE_ROWS or row.swizzle:
+            _refuse(op, "a shared row is broadcast from an unswizzled one-row tile [1, N]")
+        self._await_stage(op.source, row, e)
+        first = e.op(arith.IndexCastOp(e.muli(self.col_base, e.index(row.elt_bytes)), i32))
+        first = e.op(arith.AddiOp(row.address, first))
+        return e.op(sm90.LdSharedOp(first, VectorType(vector_type.element_type, [len(columns)]),
+                                    [c * row.elt_bytes for c in columns]))
 
     def _lower_LoadOp(self, op: tile.LoadOp, e: Emitter) -> None:
         """Each thread loads its registers of the window, masked by the tensor's bounds (0 outside): f32 tiles
