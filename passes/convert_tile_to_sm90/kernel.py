@@ -65,6 +65,7 @@ from tessera.passes.convert_tile_to_sm90.elementwise import ElementwiseLowering
 from tessera.passes.convert_tile_to_sm90.memory import MemoryLowering
 from tessera.passes.convert_tile_to_sm90.mma import MmaLowering
 from tessera.passes.convert_tile_to_sm90.registers import RegisterTileLowering
+from tessera.passes.convert_tile_to_sm90.riding_rings import RidingRings, plan_riding_rings
 from tessera.passes.convert_tile_to_sm90.serving import ServingLowering
 from tessera.passes.convert_tile_to_sm90.transpose import TransposeLowering
 
@@ -93,6 +94,7 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
     gather_commits: set = field(default_factory=set)  # commit ops whose copies are all gathers into plain tiles
     gather_rings: set = field(default_factory=set)  # staged tile.alloc_shared filled by gathers
     transposed_rings: dict = field(default_factory=dict)  # staged tile.alloc_shared of V the producer transposes -> staging Ring
+    riding: RidingRings = field(default_factory=RidingRings)  # one-row rings on another ring's barriers
     staging_barriers: dict = field(default_factory=dict)  # such a ring -> its staging (full, empty) barrier bases
     waited_stages: set = field(default_factory=set)  # (stage Tile value, Block) whose full barrier was waited on
     counted_loops: dict = field(default_factory=dict)  # Tile scf.for -> commits whose phase it counts (control.py)
@@ -228,6 +230,7 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
         self.threads = self.warpgroups * facts.WARPGROUP_SIZE
         self._plan_groups()
         self._plan_transposes()
+        self.riding = plan_riding_rings(self.fn, self.gather_rings | set(self.transposed_rings))
         maps = self._tensor_maps()
         pointers = self._pointer_args()
         names = self.sig.size_names()
@@ -329,6 +332,8 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
             self.groups[op] = Group(bar, self._enclosing_loop(op))
         staged = [op for op in self.fn.walk() if isinstance(op, tile.AllocSharedOp) and op.result.type.rank >= 3]
         for op in staged:
+            if op in self.riding.leader:
+                continue  # its leader's barriers (riding_rings.py)
             name, slots = op.result.name_hint or "ring", op.result.type.get_shape()[0]
             self.rings[op] = tuple(self._alloc(e, f"{name}_{kind}", slots * facts.MBARRIER_BYTES, facts.MBARRIER_BYTES, 0)
                                    for kind in ("full", "empty"))

@@ -97,7 +97,7 @@ class MemoryLowering:
         address = self._alloc(e, op.result.name_hint or "smem", slots * size, facts.TMA_SMEM_ALIGNMENT, 0)
         elt = element_type_bytes(ty.element_type)
         if stages:
-            full, empty = self.rings[op]
+            full, empty = self.rings[self.riding.family(op)]
             self.values[op.result] = Ring(address, slots, rows, cols, elt, full, empty, 0)
         else:
             self.values[op.result] = SharedTile(address, rows, cols, elt, swizzle=0)
@@ -179,10 +179,14 @@ class MemoryLowering:
         return e.op(arith.XOrIOp(parity, e.index(1))) if flip else parity
 
     def _await_stage(self, value: SSAValue, t: SharedTile, e: Emitter) -> None:
-        """Every thread waits for the full barrier of a stage before its first read in this block."""
-        if t.stage is None or (value, e.block) in self.waited_stages:
+        """Every thread waits for the full barrier of a stage before its first read in this block (once for the
+        stages of one use of a ring and the rings riding on it: one barrier, `riding_rings.py`)."""
+        if t.stage is None:
             return
-        self.waited_stages.add((value, e.block))
+        key = (self.riding.family(value.owner.source.owner), t.stage.use, e.block)
+        if key in self.waited_stages:
+            return
+        self.waited_stages.add(key)
         parity = self._phase_parity(t.stage, e, flip=False)
         e.spin_until(lambda w: w.op(sm90.MBarrierTryWaitParityOp(t.stage.full, parity)))
         if self._gathered_ring(value):
@@ -195,7 +199,8 @@ class MemoryLowering:
     def _lower_ReleaseOp(self, op: tile.ReleaseOp, e: Emitter) -> None:
         t = self._get(op.stage)
         self._retire_readers(t.address, e)
-        e.op(sm90.MBarrierArriveOp(t.stage.empty))
+        if op not in self.riding.silent:  # a later release of its family arrives for both (riding_rings.py)
+            e.op(sm90.MBarrierArriveOp(t.stage.empty))
 
     def _lower_ViewOp(self, op: tile.ViewOp, e: Emitter) -> None:
         source = self._get(op.source)
@@ -223,7 +228,7 @@ class MemoryLowering:
             return
         tmap = self.entry_args[self.map_args[(window.arg, rows, dest.swizzle)]]
         if dest.stage is not None:
-            self._fill_stage(window, dest, tmap, e, shared=op.cluster_shared is not None)
+            self._fill_stage(op, window, dest, tmap, e, shared=op.cluster_shared is not None)
             return
         group = self.groups[self.copy_group[op]]
         group.nbytes += dest.rows * dest.cols * dest.elt_bytes
@@ -286,17 +291,24 @@ class MemoryLowering:
             if shared:
                 load.attributes[CLUSTER_SHARED_ATTR] = UnitAttr()
 
-    def _fill_stage(self, window: Window, dest: SharedTile, tmap: SSAValue, e: Emitter, shared: bool = False) -> None:
+    def _fill_stage(self, op: tile.CpAsyncOp, window: Window, dest: SharedTile, tmap: SSAValue, e: Emitter,
+                    shared: bool = False) -> None:
         """Thread 0, the producer: wait until every thread released the slot's previous contents (the empty
         barrier's phase of the previous trip around the ring), expect the copy's bytes on the full barrier,
         issue the boxes on it. The scf.if is marked `sm90.producer` for warp-specialize. The boxes of a
-        `cluster_shared` copy are marked `sm90.cluster_shared` for multicast-cluster-copies."""
+        `cluster_shared` copy are marked `sm90.cluster_shared` for multicast-cluster-copies. A ring that rides on
+        the previous copy's ring (`riding_rings.py`) only issues its box: that copy waited and expected its
+        bytes too."""
         stage = dest.stage
+        ring = op.dest.owner.source.owner
+        riding = ring in self.riding.leader
+        nbytes = self.riding.expect_bytes.get(ring, dest.rows * dest.cols * dest.elt_bytes)
 
         def produce(t: Emitter):
-            parity = self._phase_parity(stage, t, flip=True)
-            t.spin_until(lambda w: w.op(sm90.MBarrierTryWaitParityOp(stage.empty, parity)))
-            t.op(sm90.MBarrierArriveExpectTxOp(stage.full, dest.rows * dest.cols * dest.elt_bytes))
+            if not riding:
+                parity = self._phase_parity(stage, t, flip=True)
+                t.spin_until(lambda w: w.op(sm90.MBarrierTryWaitParityOp(stage.empty, parity)))
+                t.op(sm90.MBarrierArriveExpectTxOp(stage.full, nbytes))
             self._tma_boxes(t, window, dest, tmap, stage.full, shared)
         e.if_(self.is_thread0, produce).attributes[PRODUCER_ATTR] = UnitAttr()
 

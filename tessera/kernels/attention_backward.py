@@ -523,11 +523,12 @@ def _build_main_key_rows(cfg: BackwardConfig, mods: AttentionMods | None = None)
         `rank`: the dQ semaphore count to wait for (default: this key block's index, every key block visits)."""
         dk, dv = carried
         q0 = b.muli(m, b.const(bm), "q0")
-        for name in ("Q", "dO"):
+        # LSE2 after Q and dPsum after dO: pipelined, each row rides on the barriers of the tile copied before it
+        # (convert-tile-to-sm90's riding rings), read when that tile is (S^T's exponent, dP^T's initial value)
+        for name, row in (("Q", "LSE2"), ("dO", "dPsum")):
             b.cp_async(b.view(v[name], [batch, head, q0, zero], [bm, d], f"{name.lower()}_window"), smem[name])
-        for name in ("LSE2", "dPsum"):  # rows padded to whole query blocks: every window lies inside
-            b.cp_async(b.view(v[name], [batch, head, q0], [1, bm], f"{name.lower()}_window", in_bounds=True),
-                       smem[name])
+            # rows padded to whole query blocks: every window lies inside
+            b.cp_async(b.view(v[row], [batch, head, q0], [1, bm], f"{row.lower()}_window", in_bounds=True), smem[row])
         b.cp_commit_group()
         b.cp_wait_group(0)  # the first trip's wait also covers K and V
         b.barrier()
