@@ -349,7 +349,7 @@ class LoadBroadcastOp(IRDLOperation):
             _require(src.rank == 1 and src.is_static, self, f"the source must be a static 1-D window, got rank {src.rank}")
         row = src.get_shape()[-1:]
         _require(res.rank == 2 and res.get_shape()[1:] == row, self,
-                 f"the result must be [M, {row[0] if row else '?'}] (the row on every row), got {list(res.get_shape())}")
+                 f"the result must be [M, {row[0] if row else '?'}] (the window on every row), got {list(res.get_shape())}")
         _require(src.element_type == res.element_type, self, "source and result element types must match")
 
 

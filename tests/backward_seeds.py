@@ -504,7 +504,12 @@ commit and wait_group 0 each; dP^T's accumulator starts at -dPsum), the dS^T sto
 dV += P^T dO and dK += dS^T Q (A from registers; one wait_group 0 for both), the bar.sync that publishes dS^T to
 the other warpgroup, dQ^T = K^T dS^T (reads both warpgroups' dS^T rows) and its wait_group 0, the transposed
 red.global.add of dQ^T, the Q and dO releases (each empty barrier counts both warpgroups' 256 threads), and the
-bar.sync at the end of the trip that pipeline-loops keeps because the body writes dS^T, a plain shared tile."""
+bar.sync at the end of the trip that pipeline-loops keeps because the body writes dS^T, a plain shared tile.
+LSE2 and dPsum come through shared memory, one-row rings riding on Q's and dO's barriers (convert-tile-to-sm90's
+riding rings): the producer's Q fill expects Q's and LSE2's bytes, the consumers' Q wait covers both, and the
+arrive of Q's release is the one at LSE2's (the last of the pair: "release" 0 and 1 are LSE2's and dPsum's)."""
+_ROW_BYTES = 64 * 128 * 2 / (64 * 128 * 2 + 64 * 4)
+"""Scales the Q fill's expect_tx to Q's bytes alone (16384 of 16640): the LSE2 row riding on Q's barrier is left out."""
 _ONE_TRIP = "on one trip nothing is refilled or overwritten"
 _KEY_ROWS = [
     ("wait deleted", "the Q full wait in the consumer loop", Edit("delete", At(C, "wait", 0)), ALL, ""),
@@ -516,6 +521,10 @@ _KEY_ROWS = [
     ("expect_tx too small", "the producer's first Q", Edit("scale", At("producer", "expect_tx", 0), 0.5), ALL, ""),
     ("expect_tx too small", "the consumers' K/V", Edit("scale", At("consumer", "expect_tx", 0), 0.5), ALL, ""),
     ("expect_tx deleted", "the producer's first dO", Edit("delete", At("producer", "expect_tx", 1)), ALL, ""),
+    ("riding row left out", "the producer's first Q fill expects Q's bytes, not its LSE2 row's",
+     Edit("scale", At("producer", "expect_tx", 0), _ROW_BYTES), ALL, ""),
+    ("riding row left out", "the producer loop's Q fill expects Q's bytes, not its LSE2 row's",
+     Edit("scale", At(P, "expect_tx", 0), _ROW_BYTES), "CRCR", _UNREACHED),
     ("wgmma.commit_group deleted", "S^T = K Q^T", Edit("delete", At(C, "commit", 0)), ALL, ""),
     ("wgmma.commit_group deleted", "dQ^T = K^T dS^T", Edit("delete", At(C, "commit", 4)), ALL, ""),
     ("wgmma.wait_group deleted", "after S^T = K Q^T", Edit("delete", At(C, "wait_group", 0)), ALL, ""),

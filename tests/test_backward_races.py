@@ -70,8 +70,9 @@ def test_the_bulk_reduction_of_unfenced_staging_stores_is_reported_in_ptx():
 
 
 KEY_ROWS = "keys on rows"
-NEW_KINDS = ["dQ^T added transposed without its wait", "second warpgroup's barrier"]
-"""Kinds that exist only in the default keys-on-rows kernel (two consumer warpgroups): one seed each, one trip."""
+NEW_KINDS = ["dQ^T added transposed without its wait", "second warpgroup's barrier", "riding row left out"]
+"""Kinds that exist only in the default keys-on-rows kernel (two consumer warpgroups; LSE2 riding on Q's barriers):
+one seed each, one trip."""
 
 
 D64 = "head_dim 64, 128 x 128"
