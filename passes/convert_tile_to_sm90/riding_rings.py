@@ -11,9 +11,10 @@ arrive on its empty barrier releases both (at the family's last `tile.release` i
 
 A row ring rides only where that is the same synchronisation: every fill of it is a TMA copy (not
 `cluster_shared`) that follows, in its block, a TMA copy into a stage of one and the same *leader* ring (not a
-row ring, not gathered, not transposed) with the same slot count and the same stage index value; and in every
-block that releases one of them, both are released, once each, from stages of the same index value. Otherwise
-it keeps barriers of its own (still correct, only slower).
+row ring, not gathered, not transposed) with the same slot count and the same stage index value; every fill of
+the leader is followed by one of it (the leader's expect_tx counts the row's bytes); and in every block that
+releases one of them, both are released, once each, from stages of the same index value. Otherwise it keeps
+barriers of its own (still correct, only slower).
 """
 
 from __future__ import annotations
@@ -62,11 +63,17 @@ def _stage_bytes(ring: Operation) -> int:
     return rows * cols * element_type_bytes(ring.result.type.element_type)
 
 
+def _neighbour_copy(copy: Operation, forward: bool) -> Operation | None:
+    """The copy after (or before) `copy` in its block, none past a commit."""
+    op = copy.next_op if forward else copy.prev_op
+    while op is not None and not isinstance(op, (*tile.ASYNC_COPY_OPS, tile.CpCommitGroupOp)):
+        op = op.next_op if forward else op.prev_op
+    return op if isinstance(op, tile.ASYNC_COPY_OPS) else None
+
+
 def _leader_of_fill(copy: tile.CpAsyncOp, excluded: set) -> tuple[Operation, object] | None:
     """The (ring, index) of the TMA copy before `copy` in its block that fills a stage of a ring that may lead."""
-    op = copy.prev_op
-    while op is not None and not isinstance(op, (*tile.ASYNC_COPY_OPS, tile.CpCommitGroupOp)):
-        op = op.prev_op
+    op = _neighbour_copy(copy, forward=False)
     if not isinstance(op, tile.CpAsyncOp) or op.cluster_shared is not None:
         return None
     found = _ring_of(op.dest)
@@ -79,11 +86,13 @@ def plan_riding_rings(fn: func.FuncOp, excluded: set) -> RidingRings:
     """The riding rings of kernel `fn` (module docstring); `excluded`: rings that neither ride nor lead (gathered
     or transposed rings, whose barriers count other arrivals)."""
     fills = defaultdict(list)  # ring -> [(its copy's stage index, leader found or None)]
+    copies = defaultdict(list)  # ring -> the copies that fill it
     releases = defaultdict(lambda: defaultdict(list))  # block -> ring -> [(release op, stage index)]
     for op in fn.walk():
         if isinstance(op, tile.ASYNC_COPY_OPS):
             found = _ring_of(op.dest)
             if found is not None:
+                copies[found[0]].append(op)
                 ok = isinstance(op, tile.CpAsyncOp) and op.cluster_shared is None
                 fills[found[0]].append((found[1], _leader_of_fill(op, excluded) if ok else None))
         elif isinstance(op, tile.ReleaseOp):
@@ -100,6 +109,9 @@ def plan_riding_rings(fn: func.FuncOp, excluded: set) -> RidingRings:
         (leader,) = leaders
         if leader.result.type.get_shape()[0] != ring.result.type.get_shape()[0]:
             continue
+        # every fill of the leader brings the row along (its expect_tx counts the row's bytes)
+        if not all(_fills(_neighbour_copy(c, forward=True), ring) for c in copies[leader]):
+            continue
         if all(_released_together(by_ring, leader, ring) for by_ring in releases.values()):
             plan.leader[ring] = leader
     for ring, leader in plan.leader.items():
@@ -113,6 +125,11 @@ def plan_riding_rings(fn: func.FuncOp, excluded: set) -> RidingRings:
                 last = max(ops, key=lambda o: o.parent_block().get_operation_index(o))
                 plan.silent.update(o for o in ops if o is not last)
     return plan
+
+
+def _fills(copy: Operation | None, ring: Operation) -> bool:
+    found = None if copy is None else _ring_of(copy.dest)
+    return found is not None and found[0] is ring
 
 
 def _released_together(by_ring: dict, leader: Operation, rider: Operation) -> bool:
