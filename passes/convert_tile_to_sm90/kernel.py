@@ -64,6 +64,7 @@ from tessera.passes.convert_tile_to_sm90.control import ControlFlowLowering
 from tessera.passes.convert_tile_to_sm90.elementwise import ElementwiseLowering
 from tessera.passes.convert_tile_to_sm90.memory import MemoryLowering
 from tessera.passes.convert_tile_to_sm90.mma import MmaLowering
+from tessera.passes.convert_tile_to_sm90.reduction_slots import ReductionSlotsLowering
 from tessera.passes.convert_tile_to_sm90.registers import RegisterTileLowering
 from tessera.passes.convert_tile_to_sm90.riding_rings import RidingRings, plan_riding_rings
 from tessera.passes.convert_tile_to_sm90.serving import ServingLowering
@@ -72,7 +73,8 @@ from tessera.passes.convert_tile_to_sm90.transpose import TransposeLowering
 
 @dataclass
 class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, MmaLowering, AttentionLowering,
-                     ElementwiseLowering, ControlFlowLowering, ServingLowering, TransposeLowering):
+                     ElementwiseLowering, ControlFlowLowering, ServingLowering, TransposeLowering,
+                     ReductionSlotsLowering):
     """Lowers one Tile IR kernel; see the module docstring."""
 
     fn: func.FuncOp
@@ -95,6 +97,7 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
     gather_rings: set = field(default_factory=set)  # staged tile.alloc_shared filled by gathers
     transposed_rings: dict = field(default_factory=dict)  # staged tile.alloc_shared of V the producer transposes -> staging Ring
     riding: RidingRings = field(default_factory=RidingRings)  # one-row rings on another ring's barriers
+    reduction_slots: dict = field(default_factory=dict)  # tile.atomic_add -> ReductionSlots (the producer adds)
     staging_barriers: dict = field(default_factory=dict)  # such a ring -> its staging (full, empty) barrier bases
     waited_stages: set = field(default_factory=set)  # (stage Tile value, Block) whose full barrier was waited on
     counted_loops: dict = field(default_factory=dict)  # Tile scf.for -> commits whose phase it counts (control.py)
@@ -231,6 +234,7 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
         self._plan_groups()
         self._plan_transposes()
         self.riding = plan_riding_rings(self.fn, self.gather_rings | set(self.transposed_rings))
+        self._plan_reduction_slots()
         maps = self._tensor_maps()
         pointers = self._pointer_args()
         names = self.sig.size_names()
@@ -341,7 +345,8 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
                 self.staging_barriers[op] = tuple(
                     self._alloc(e, f"{name}_staging_{kind}", slots * facts.MBARRIER_BYTES, facts.MBARRIER_BYTES, 0)
                     for kind in ("full", "empty"))
-        if commits or staged:
+        self._alloc_reduction_slots(e)
+        if commits or staged or self.reduction_slots:
             def init(t: Emitter):
                 for g in self.groups.values():
                     t.op(sm90.MBarrierInitOp(g.barrier, 1))
@@ -355,6 +360,7 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
                             t.op(sm90.MBarrierInitOp(self._slot_barrier(t, s_empty, slot), facts.WARPGROUP_SIZE))
                         t.op(sm90.MBarrierInitOp(self._slot_barrier(t, full, slot), producers))
                         t.op(sm90.MBarrierInitOp(self._slot_barrier(t, empty, slot), self.threads))
+                self._init_reduction_slots(t)
                 t.op(sm90.FenceMBarrierInitOp())
             e.if_(self.is_thread0, init)
             e.op(sm90.BarSyncOp(0, self.threads))
