@@ -370,6 +370,10 @@ ALL = "RRRR"
 R reported (a hazard naming both sides, a deadlock naming what each blocked thread waits for, or an error at
 the CTA's exit), C clean with bitwise the unseeded kernel's outputs. Every C has its reason."""
 
+_ONE_TRIP = "on one trip nothing is refilled or overwritten"
+_PRODUCER_ORDERS_SLOTS = ("the producer's one thread reduces trip t (its wait_group.read included) before it "
+                          "refills Q for trip t + 2, which the consumers wait for before they store into trip t's "
+                          "staging slot again: the slot's empty barrier adds no order here")
 _UNREACHED = "on one trip the edited op never runs (the producer loop refills nothing) or the slot is never refilled"
 _LEDGER = ("on one trip the slot is never awaited again: not a race on that length; the CTA simulator reports it by "
            "its end-of-kernel ledger (every ring slot released as often as it was filled, each arrival counted)")
@@ -452,12 +456,21 @@ _WARP_SPECIALIZED = [
 
 _BULK = [
     ("dQ added without its wait", "the wait_group 0 before dQ is staged", Edit("delete", _DQ_WAIT), ALL, ""),
-    ("bulk wait deleted", "the bulk reduction's wait_group.read (its staging buffer is rewritten next trip)",
-     Edit("delete", At(C, "bulk_wait", 0)), ALL, ""),
     ("fence.proxy.async deleted", "after the dQ staging stores", Edit("delete", At(C, "fence_proxy", 2)), ALL, ""),
-    ("bar.sync deleted", "after the dQ staging stores", Edit("delete", At(C, "bar_sync", 1)), ALL, ""),
+    # the producer adds the staged dQ (convert-tile-to-sm90's reduction slots): consumers wait for a free slot,
+    # store, fence and arrive on its full barrier ("release" 0 in their loop); the producer waits for it ("wait" 2 in
+    # its loop), issues the bulk reduction, waits for its read and frees the slot ("release" 0 in its loop)
+    ("staged dQ published early", "a consumer arrives on the slot's full barrier before its fence.proxy.async",
+     Edit("move", At(C, "release", 0), other=At(C, "fence_proxy", 2)), ALL, ""),
+    ("wait deleted", "the producer's wait for the staged dQ", Edit("delete", At(P, "wait", 2)), ALL, ""),
+    ("bulk wait deleted", "the producer's wait_group.read before it frees the staging slot",
+     Edit("delete", At(P, "bulk_wait", 0)), ALL, ""),
+    # edits the memory model accepts in this kernel
+    ("staging slot freed early", "the producer frees the slot before its wait_group.read",
+     Edit("move", At(P, "release", 0), other=At(P, "bulk_wait", 0)), "CCCC", _PRODUCER_ORDERS_SLOTS),
+    ("wait deleted", "the consumers' wait for a free staging slot", Edit("delete", At(C, "wait", 2)), "CCCC",
+     _PRODUCER_ORDERS_SLOTS),
 ]
-
 _SINGLE = [
     ("wait deleted", "the Q/dO wait", Edit("delete", At(C, "wait", 1)), ALL, ""),
     ("wait deleted", "the K/V wait in the loop", Edit("delete", At(C, "wait", 0)), ALL, ""),
@@ -510,7 +523,7 @@ riding rings): the producer's Q fill expects Q's and LSE2's bytes, the consumers
 arrive of Q's release is the one at LSE2's (the last of the pair: "release" 0 and 1 are LSE2's and dPsum's)."""
 _ROW_BYTES = 64 * 128 * 2 / (64 * 128 * 2 + 64 * 4)
 """Scales the Q fill's expect_tx to Q's bytes alone (16384 of 16640): the LSE2 row riding on Q's barrier is left out."""
-_ONE_TRIP = "on one trip nothing is refilled or overwritten"
+
 _KEY_ROWS = [
     ("wait deleted", "the Q full wait in the consumer loop", Edit("delete", At(C, "wait", 0)), ALL, ""),
     ("wait deleted", "the dO full wait in the consumer loop", Edit("delete", At(C, "wait", 1)), ALL, ""),

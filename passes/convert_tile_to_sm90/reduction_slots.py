@@ -99,17 +99,16 @@ class ReductionSlotsLowering:
         slot = e.op(arith.RemUIOp(trip, e.index(REDUCTION_SLOTS)))
         parity = e.op(arith.AndIOp(e.op(arith.DivUIOp(trip, e.index(REDUCTION_SLOTS))), e.index(1)))
         empty_parity = e.op(arith.XOrIOp(parity, e.index(1)))
-        empty = self._slot_barrier(e, slots.empty, slot)
+        empty, full = self._slot_barrier(e, slots.empty, slot), self._slot_barrier(e, slots.full, slot)
         e.spin_until(lambda w: w.op(sm90.MBarrierTryWaitParityOp(empty, empty_parity)))
         base = e.op(arith.AddiOp(slots.staging, e.op(arith.IndexCastOp(e.muli(slot, e.index(slots.slot_bytes)), i32))))
         self._stage_rows(op, base, cols * F32_BYTES, e)
         e.op(sm90.FenceProxyAsyncOp())
-        e.op(sm90.MBarrierArriveOp(self._slot_barrier(e, slots.full, slot)))
+        e.op(sm90.MBarrierArriveOp(full))
         *lead, row0, col0 = window.indices
         dims = [self._dim_value(window.arg, d, e) for d in range(len(window.indices))]
 
         def reduce(t: Emitter):
-            full = self._slot_barrier(t, slots.full, slot)
             t.spin_until(lambda w: w.op(sm90.MBarrierTryWaitParityOp(full, parity)))
             dest = self._element_address(t, window.arg, window.indices, [t.to_i64(d) for d in dims], F32_BYTES)
             t.op(reductions.BulkReduceAddOp(dest, base, rows * cols * F32_BYTES))
