@@ -10,7 +10,10 @@ row subtraction, and 1-D row windows (LSE2, dPsum) loaded and stored per row.
 - `tile.atomic_add` of an f32 register tile into a global window, two ways (`ATOMIC_ADD_MODES`, the pass
   option `atomic-add`):
     "red"  one `red.global.add.f32` per register and row in bounds (the default);
-    "bulk" FlashAttention-3's: the tile is staged in an f32 shared buffer (row-major, unswizzled), fenced for
+    "bulk" FlashAttention-3's: in a pipelined kernel, into a window of whole rows, the producer adds it
+           (`reduction_slots.py`: a two-slot staging ring with full and empty mbarriers, one
+           `cp.reduce.async.bulk` of the whole window per trip). Elsewhere the tile is staged in an f32 shared
+           buffer (row-major, unswizzled), fenced for
            the async proxy and published with bar.sync; thread r < BM then adds row r (if it is inside the
            tensor) with one `cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32` of D x 4 bytes,
            commits and waits with `.read` (only that the staging buffer has been read: the adds themselves
