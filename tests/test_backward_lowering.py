@@ -362,7 +362,8 @@ def test_key_rows_warp_specialized_is_bitwise_the_single_stage_kernel(seq_q, seq
 
 
 @pytest.mark.parametrize("causal, mode, pipeline", [(True, "red", WARP_SPECIALIZED),
-                                                    pytest.param(False, "bulk", passes.PTX_PIPELINE, marks=SLOW)])
+                                                    pytest.param(False, "bulk", passes.PTX_PIPELINE, marks=SLOW),
+                                                    pytest.param(True, "bulk", WARP_SPECIALIZED, marks=SLOW)])
 def test_key_rows_backward_ptxas_clean(causal, mode, pipeline, ptxas):
     """No spill, no warning; warp-specialized (the default pipeline, dQ by red: without a fallback warning) a
     producer and two consumer warpgroups (384 threads, UTMALDG, USETMAXREG), single-stage 256 threads; the main loop
