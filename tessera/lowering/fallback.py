@@ -78,6 +78,12 @@ def without_spilling() -> Iterator[None]:
         _SPILLING.reset(token)
 
 
+def spilling_allowed() -> bool:
+    """Whether the default pipeline's ladder may take its spilling rung here (False inside `without_spilling()`):
+    part of what a compiled kernel depends on, so of its cache key (`tessera.runtime.compiler.kernel_key`)."""
+    return _SPILLING.get()
+
+
 class NoConfigurationFitsError(RegisterBudgetError):
     """No configuration of the default pipeline fits the kernel's registers; the message names each one tried
     and why it failed."""
@@ -111,7 +117,7 @@ def _lower_down(module: ModuleOp, first: Configuration, refusal: RegisterBudgetE
     having refused it with `refusal`; NoConfigurationFitsError naming each configuration when none does."""
     failures = [(first, refusal)]
     for configuration in rest:
-        if configuration.spills and not _SPILLING.get():
+        if configuration.spills and not spilling_allowed():
             continue
         trial = module.clone()
         with warnings.catch_warnings(record=True) as caught:  # a refused configuration's warnings are moot
