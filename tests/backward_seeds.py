@@ -31,6 +31,7 @@ import ml_dtypes
 import numpy as np
 from xdsl.dialects import arith, scf
 
+import race_templates
 import tessera
 from tessera import find_kernel, passes, reference
 from tessera.dialects import sm90, sm90_cluster, sm90_reductions
@@ -666,27 +667,14 @@ def verdict(level: str, variant: str, edit: Edit, shape: str) -> tuple[str, str]
 
 def one_per_kind() -> list[tuple[str, int]]:
     """(variant, index) of the first seed of each kind that is reported on every cell (the fast slice)."""
-    seen, picked = set(), []
-    for variant, seeds in CATALOGUE.items():
-        for i, (kind, _, _, expected, _) in enumerate(seeds):
-            if expected == ALL and kind not in seen:
-                seen.add(kind)
-                picked.append((variant, i))
-    return picked
+    return race_templates.one_per_kind(CATALOGUE, ALL)
+
+
 # endregion
 
 
 def matrix(level: str, out=print) -> int:
     """Run every seed of every variant at `level` on both shapes, print one line each (outcome, expected, the
     report's start) and return how many differ from `expected`."""
-    missed = 0
-    for variant, seeds in CATALOGUE.items():
-        out(f"{level}, attention backward d{HEAD_DIMS[variant]}, {variant}:")
-        for kind, name, edit, expected, reason in seeds:
-            for shape in SHAPES:
-                want = expected[CELLS.index((level, shape))]
-                got, text = verdict(level, variant, edit, shape)
-                missed += got != want
-                note = "" if got == want else f"  MISMATCH (expected {want})"
-                out(f"  {got} {kind}: {name} [{shape}]{note}\n      {text[:220]}")
-    return missed
+    return race_templates.run_matrix(CATALOGUE, level, CELLS, SHAPES, verdict,
+                                     lambda variant: f"{level}, attention backward d{HEAD_DIMS[variant]}, {variant}:", out)

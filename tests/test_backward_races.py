@@ -18,6 +18,7 @@ import pytest
 
 from backward_seeds import ALL, CATALOGUE, CELLS, SHAPES, one_per_kind, verdict
 from library_seeds import LIBRARY
+from race_templates import check_expectations
 
 SEVERAL = "several trips"
 
@@ -113,11 +114,7 @@ def test_deleting_the_end_of_trip_barrier_lets_one_warpgroup_overwrite_ds_the_ot
 
 
 def test_every_seed_has_an_expectation_and_every_clean_one_a_reason():
-    kinds = {kind for seeds in CATALOGUE.values() for kind, *_ in seeds}
-    assert len(kinds) >= 17
-    for seeds in CATALOGUE.values():
-        for kind, name, _, expected, reason in seeds:
-            assert re.fullmatch("[RC]{4}", expected) and (reason or expected == ALL), (kind, name)
+    check_expectations(CATALOGUE, "RC", ALL, kinds=17)
 
 
 @pytest.mark.slow
