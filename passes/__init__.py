@@ -198,7 +198,7 @@ TARGET_PIPELINE = "assign-swizzle,convert-tile-to-sm90,canonicalize,cse,remateri
 warpgroup, no setmaxnreg. The simplest kernel, for tests and comparison; not the default (`DEFAULT_PIPELINE`)."""
 
 PIPELINED_PIPELINE = (
-    "assign-swizzle,pipeline-loops{stages=2},overlap-softmax,peel-masked-iterations,"
+    "assign-swizzle,pipeline-loops{stages=2},overlap-softmax,peel-masked-iterations{branch=true},"
     "convert-tile-to-sm90,canonicalize,cse,rematerialize-constants"
 )
 """Tile IR to Target IR with the K/V (and GEMM K) loops pipelined over two-slot rings, each trip's score mma

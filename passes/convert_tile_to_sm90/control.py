@@ -2,11 +2,12 @@
 block-uniform scf.if, yields and the return.
 
 wgmma groups in flight across a branch. Groups are retired (wait_group 0) before control flow, except across
-a *register-only* scf.if: one whose branches hold only pure ops without regions, none of them a `tile.mma`,
-and read no result of a group in flight (peel-masked-iterations{branch=true}'s masks of a score tile while the
-previous trip's P.V mma runs). Such a branch neither reads nor writes the registers a pending group writes,
-and commits and waits for nothing, so every group in flight before it is in flight after it on both paths,
-and the wait_group counts after the join are those of straight-line code. The lowering checks it: a branch
+a *register-only* scf.if: one whose branches hold only pure ops without regions, none of them a `tile.mma`
+(peel-masked-iterations{branch=true}'s masks of a score tile while the previous trip's P.V mma runs). The
+groups whose results the branch reads are waited for before it (with the older ones, as for any read); the
+others stay in flight: the branch neither reads nor writes the registers they write, and commits and waits
+for nothing, so every group in flight before it is in flight after it on both paths, and the wait_group
+counts after the join are those of straight-line code. The lowering checks it: a branch
 whose lowering changes the groups in flight is refused. A result that every branch yields as the same
 `Scaled` tile form (same factor) stays scaled: the branches yield the raw registers.
 
@@ -115,15 +116,16 @@ class ControlFlowLowering:
             return op.parent_op() in self.branches_in_flight
         if not isinstance(op, scf.IfOp) or not self.pending:
             return False
-        in_flight = {p.tile_value for p in self.pending}
+        read = set()
         for region in op.regions:
             for inner in region.ops:
-                if isinstance(inner, scf.YieldOp):
-                    pass
-                elif inner.regions or isinstance(inner, tile.MmaOp) or not inner.has_trait(Pure):
+                if not isinstance(inner, scf.YieldOp) and (
+                        inner.regions or isinstance(inner, tile.MmaOp) or not inner.has_trait(Pure)):
                     return False
-                if any(v in in_flight for v in inner.operands):
-                    return False
+                read.update(inner.operands)
+        waited = [p.tile_value for p in self.pending if p.tile_value in read]
+        if waited:  # the groups whose results the branch reads (and older ones) complete before it
+            self._retire(waited[-1], self.e)
         self.branches_in_flight.add(op)
         return True
 
