@@ -36,8 +36,8 @@ key-block body is then printed once instead of twice (the steady loop and the ma
 the compare and the branch, not for the masks, where they are identities. The branch holds only the masks
 (pure register ops on the score tile, no wgmma, memory or control flow), so the wgmma groups in flight
 around it (the previous trip's P.V mma of a rotated loop) stay in flight across it: convert-tile-to-sm90
-keeps them pending over an scf.if that reads none of their results and holds only pure ops. The same
-values are masked on the same trips as with the split, so results are bit-identical.
+keeps pending, over an scf.if that holds only pure register ops, every group whose result it does not read.
+The same values are masked on the same trips as with the split, so results are bit-identical.
 
 Skipped (the loop is left unchanged): loops without masks; loops whose step is not a positive constant;
 loops with a mask whose k_start is not affine in iv with a positive constant slope (including a mask in a

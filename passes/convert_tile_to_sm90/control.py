@@ -110,10 +110,8 @@ class ControlFlowLowering:
             self._translate(inner, e)
 
     def _keeps_groups_in_flight(self, op: Operation) -> bool:
-        """Whether the wgmma groups in flight stay so across `op`: a register-only scf.if (module docstring)
-        or the yield of one."""
-        if isinstance(op, scf.YieldOp):
-            return op.parent_op() in self.branches_in_flight
+        """Whether wgmma groups in flight stay so across `op`: a register-only scf.if (module docstring). The
+        groups it reads are waited for here; `_lower_IfOp` yields its branches without waiting."""
         if not isinstance(op, scf.IfOp) or not self.pending:
             return False
         read = set()
