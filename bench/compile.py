@@ -7,7 +7,8 @@ For each configuration, through the default full pipeline (`passes.DEFAULT_PIPEL
 another): the seconds of each stage (building the Tile IR, each pass, printing the PTX, ptxas), the registers per thread Tessera's allocator predicts (peak) and ptxas uses, spill
 bytes, shared memory (static + dynamic), the PTX's lines (printed as `tessera.compile(target="cubin")`
 prints them, without the comments), and the SASS of the main loop (the innermost loop
-holding HGMMA): its instruction count and its HGMMA and MUFU.EX2 counts. Needs ptxas (and nvdisasm for the SASS columns;
+holding HGMMA): the instructions of a steady trip (one that branches over the masks: `SassLoop.skippable`)
+and its HGMMA and MUFU.EX2 counts. Needs ptxas (and nvdisasm for the SASS columns;
 `pip install '.[ptx]'` in a checkout).
 
 With Triton installed, each attention configuration Triton's kernel takes (bench/triton_attention.py:
@@ -80,7 +81,7 @@ def _sass_loop(cubin: bytes) -> tuple:
     loop = innermost_loop(disassemble(cubin), containing="HGMMA")
     if loop is None:
         return ("-", "-", "-")
-    return (len(loop.instructions), loop.opcode_counts["HGMMA"], loop.opcode_counts["MUFU.EX2"])
+    return (len(loop) - len(loop.skippable()), loop.opcode_counts["HGMMA"], loop.opcode_counts["MUFU.EX2"])
 
 
 def tessera_compile(variant: str, config: dict, pipeline: str) -> Measured:

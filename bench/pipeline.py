@@ -6,7 +6,9 @@ For each variant: the pass pipeline's options, the threads, the shared memory (b
 before the 1023 added to align the base), the register budgets per role (producer/consumer setmaxnreg,
 derived by warp-specialize from the allocator's pressure; "-" when not specialized), ptxas's registers
 (at launch) and spills, the SASS of the main loop (the smallest loop that holds HGMMA: the steady state;
-with peel-masked-iterations the masked tail loop is reported after a slash) and the same per key (divided by
+with peel-masked-iterations the masked trips after a slash: with `branch=true`, the default, one loop whose
+trips branch over the masks, "steady/masked" the instructions of a trip that skips them and of one that
+runs them; split, the steady loop and the masked tail loop) and the same per key (divided by
 block_n: FlashAttention-3's hd128 loop is 606 / 176 = 3.44 under ptxas 13.0; the default block_n is the
 flash builder's, `FLASH_BLOCK_N`: 176 at head_dim 128), its HGMMA count, and the most
 wgmma groups in flight at once in the loop's Target IR (committed and not yet retired by a wait_group), and
@@ -56,19 +58,27 @@ VARIANTS = {
     "+ ping-pong": dict(specialize=True, pingpong=True),
     "full pipeline (default)": dict(overlap=True, peel=True, specialize=True),
     "full, descriptors per trip": dict(overlap=True, peel=True, specialize=True, hoist=False),
+    "full, masked tail split off": dict(overlap=True, peel="split", specialize=True),
     "all": dict(overlap=True, peel=True, specialize=True, pingpong=True),
     "full pipeline, cluster 2": dict(overlap=True, peel=True, specialize=True, cluster=2),
 }
-PTXAS_ALL = {"full pipeline (default)": "full pipeline", "full, descriptors per trip": "descs per trip"}
-"""The variants `--ptxas-all` measures under every ptxas (row labels): the default, and the default without
-`hoist-invariant-descriptors` (Q's k-step and the rings' descriptors re-computed on every trip), measured in the same run."""
+PTXAS_ALL = {"full pipeline (default)": "full pipeline", "full, descriptors per trip": "descs per trip",
+             "full, masked tail split off": "masked tail split"}
+"""The variants `--ptxas-all` measures under every ptxas (row labels): the default, the default without
+`hoist-invariant-descriptors` (Q's k-step and the rings' descriptors re-computed on every trip), and the default
+with the masked trips in a loop of their own (`peel-masked-iterations` without `branch=true`), measured in the
+same run."""
 TRAFFIC_SIZES = {"batch": 1, "heads": 1, "seq_q": 256, "seq_k": 512}
 """The problem the traffic counter runs in the CTA simulator: one cluster of two query blocks, four key blocks."""
 
 
+PEEL = {True: "peel-masked-iterations{branch=true}", "split": "peel-masked-iterations"}
+"""The `peel` option of `spec`: the default's one loop branching over its masks, or the split-off tail loop."""
+
+
 def spec(stages: int, overlap=False, peel=False, specialize=False, pingpong=False, cluster=1, hoist=True) -> str:
     tile = [f"assign-swizzle,pipeline-loops{{stages={stages}}}"] + (["overlap-softmax"] if overlap else []) + (
-        ["peel-masked-iterations"] if peel else [])
+        [PEEL[peel]] if peel else [])
     target = [LOWER] + ([f"warp-specialize{{pingpong={str(pingpong).lower()}}}"] if specialize else [])
     target += ["multicast-cluster-copies"] if cluster != 1 else []
     target += ["hoist-invariant-descriptors"] if specialize and hoist else []
@@ -112,10 +122,18 @@ def resources(module, ptxas: str | None = None) -> tuple:
             innermost = [lp for lp in loops if not any(lp.contains(o) for o in loops if o is not lp)]
             if innermost:
                 main_loop = innermost[0]
-                loop = "/".join(str(len(lp.instructions)) for lp in innermost)
+                loop = "/".join(_trip_sizes(lp) for lp in innermost)
                 hgmma = sum(main_loop.opcode_counts[o] for o in MMA_OPCODES)
                 ex2 = main_loop.opcode_counts["MUFU.EX2"]
     return regs, spill, loop, hgmma, ex2, diagnostics
+
+
+def _trip_sizes(loop) -> str:
+    """"575/710" for a loop whose trips may branch over a block (`SassLoop.skippable`: the masks under
+    peel-masked-iterations{branch=true}): the instructions of a trip that skips it, then of one that runs
+    it; "572" for a loop without such a block."""
+    skipped = len(loop.skippable())
+    return f"{len(loop) - skipped}/{len(loop)}" if skipped else str(len(loop))
 
 
 def transpose_loops(module) -> str:

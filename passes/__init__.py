@@ -198,11 +198,13 @@ TARGET_PIPELINE = "assign-swizzle,convert-tile-to-sm90,canonicalize,cse,remateri
 warpgroup, no setmaxnreg. The simplest kernel, for tests and comparison; not the default (`DEFAULT_PIPELINE`)."""
 
 PIPELINED_PIPELINE = (
-    "assign-swizzle,pipeline-loops{stages=2},overlap-softmax,peel-masked-iterations,"
+    "assign-swizzle,pipeline-loops{stages=2},overlap-softmax,peel-masked-iterations{branch=true},"
     "convert-tile-to-sm90,canonicalize,cse,rematerialize-constants"
 )
 """Tile IR to Target IR with the K/V (and GEMM K) loops pipelined over two-slot rings, each trip's score mma
-issued before the previous trip's P.V mma (overlap-softmax), masked iterations peeled off the steady state."""
+issued before the previous trip's P.V mma (overlap-softmax), the masks run only on the trips that need them,
+under a warp-uniform branch in the one loop (peel-masked-iterations{branch=true}: the key-block body printed
+once, not again as a masked tail loop)."""
 
 SPECIALIZED_PIPELINE = PIPELINED_PIPELINE + ",warp-specialize,multicast-cluster-copies,hoist-invariant-descriptors"
 """PIPELINED_PIPELINE with a TMA producer warpgroup and setmaxnreg budgets: the FlashAttention-3 structure

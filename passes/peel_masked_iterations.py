@@ -25,6 +25,20 @@ Invariants: both loops run the body of the original loop for the same values of 
 computed from iv (pipelined stage indices, load guards, the previous trip's values of a rotated loop) is
 unchanged; only masks that are identities on their trips are removed.
 
+With `branch=true` the loop is not split: its masks run under a warp-uniform branch on the trip,
+
+    %unmasked = arith.cmpi slt, %iv, %mid
+    %s_masked = scf.if %unmasked -> (tile) { scf.yield %s } else { <the mask chain on %s>; scf.yield %m }
+
+one `scf.if` per chain of masks (a mask whose source is another mask's result joins its chain), the identity
+first, so that %s is last read by the first mask and that mask's result may take its registers. The
+key-block body is then printed once instead of twice (the steady loop and the masked tail); a trip pays for
+the compare and the branch, not for the masks, where they are identities. The branch holds only the masks
+(pure register ops on the score tile, no wgmma, memory or control flow), so the wgmma groups in flight
+around it (the previous trip's P.V mma of a rotated loop) stay in flight across it: convert-tile-to-sm90
+keeps pending, over an scf.if that holds only pure register ops, every group whose result it does not read.
+The same values are masked on the same trips as with the split, so results are bit-identical.
+
 Skipped (the loop is left unchanged): loops without masks; loops whose step is not a positive constant;
 loops with a mask whose k_start is not affine in iv with a positive constant slope (including a mask in a
 nested loop that depends on that loop's iv), or whose q0 / seq_q / seq_k vary between trips. Masks outside
@@ -39,7 +53,7 @@ from typing import ClassVar
 from xdsl.context import Context
 from xdsl.dialects import arith, scf
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import SSAValue
+from xdsl.ir import Block, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
@@ -152,12 +166,54 @@ def split_loop(loop: scf.ForOp, mid: SSAValue) -> tuple[scf.ForOp, scf.ForOp]:
     return first, rest
 
 
+def mask_chains(body: Block) -> list[list[tile.MaskBoundsOp | tile.MaskCausalOp]]:
+    """The masks of `body` (at any depth) as chains: a mask whose source is not a mask's result starts one,
+    and a mask whose only use is a mask of the same block follows it."""
+    chains = []
+    for op in body.walk():
+        if not isinstance(op, MASKS) or isinstance(op.source.owner, MASKS):
+            continue
+        chain = [op]
+        while chain[-1].result.has_one_use():
+            user = chain[-1].result.get_unique_use().operation
+            if not isinstance(user, MASKS) or user.source is not chain[-1].result \
+                    or user.parent_block() is not op.parent_block():
+                break
+            chain.append(user)
+        chains.append(chain)
+    return chains
+
+
+def branch_masks(loop: scf.ForOp, mid: SSAValue) -> None:
+    """Put each chain of masks of `loop` under `scf.if %iv < %mid` with the unmasked tile in the then-branch
+    (module docstring, `branch=true`). A mask of a chain that another mask reads but does not follow in the
+    same block stays where it is, masked on every trip."""
+    iv = loop.body.block.args[0]
+    for chain in mask_chains(loop.body.block):
+        head, last = chain[0], chain[-1]
+        b = IndexBuilder(InsertPoint.before(head))
+        unmasked = b.cmp("slt", iv, mid, "unmasked")
+        identity = Block([scf.YieldOp(head.source)])
+        masked = Block()
+        branch = scf.IfOp(unmasked, [last.result.type], Region(identity), Region(masked))
+        Rewriter.insert_op(branch, InsertPoint.before(head))
+        last.result.replace_all_uses_with(branch.results[0])
+        for mask in chain:
+            mask.detach()
+            masked.add_op(mask)
+        masked.add_op(scf.YieldOp(last.result))
+        branch.results[0].name_hint = last.result.name_hint
+
+
 @dataclass(frozen=True)
 class PeelMaskedIterationsPass(ModulePass):
     """Split each loop with masks into a first loop without them (the trips where they are identities) and
-    the rest (see the module docstring)."""
+    the rest, or with `branch` put the masks of the one loop under a branch on the trip (see the module
+    docstring)."""
 
     name = "peel-masked-iterations"
+    branch: bool = False
+    """Keep one loop and branch around its masks instead of splitting it."""
     input_level: ClassVar[str] = "tile"
     """The kernels it transforms (Tile IR); tools refuse a module with only the other kind."""
 
@@ -165,5 +221,9 @@ class PeelMaskedIterationsPass(ModulePass):
         loops = [o for o in op.walk() if isinstance(o, scf.ForOp)]
         for loop in reversed(loops):  # inner loops first: an outer split clones them already split
             plan = plan_split(loop)
-            if plan is not None:
+            if plan is None:
+                continue
+            if self.branch:
+                branch_masks(loop, split_point(loop, plan))
+            else:
                 split_loop(loop, split_point(loop, plan))

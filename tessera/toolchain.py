@@ -573,6 +573,26 @@ class SassLoop:
     def contains(self, other: SassLoop) -> bool:
         return self is not other and self.function == other.function and other.offsets < self.offsets
 
+    def skippable(self, keep: tuple[str, ...] = ("HGMMA", "QGMMA", "UTMALDG", "SYNCS")) -> tuple[SassInstruction, ...]:
+        """The instructions a trip may branch over: those between a predicated forward branch and its target,
+        both in the loop's in-line body (header to back edge), where the range holds no `keep` opcode (by
+        default: register work without an MMA, a TMA copy or an mbarrier operation, as the masks
+        peel-masked-iterations{branch=true} puts under a warp-uniform `scf.if`; not one thread's TMA issue).
+        A trip that takes every such branch runs the rest (`len(self) - len(self.skippable())` instructions)."""
+        code = self.instructions
+        latch = max((i.offset for i in code if i.opcode in _BRANCHES and i.target == self.head), default=None)
+        if latch is None:
+            return ()
+        skipped: dict[int, SassInstruction] = {}
+        for branch in code:
+            if not (branch.opcode in _BRANCHES and branch.predicate and branch.target is not None
+                    and self.head < branch.offset < branch.target <= latch):
+                continue
+            inside = [i for i in code if branch.offset < i.offset < branch.target]
+            if inside and not any(i.opcode in keep for i in inside):
+                skipped.update((i.offset, i) for i in inside)
+        return tuple(skipped[o] for o in sorted(skipped))
+
     def __len__(self) -> int:
         return len(self.instructions)
 

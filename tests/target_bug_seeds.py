@@ -62,7 +62,8 @@ def _loops(region) -> list[scf.ForOp]:
 
 
 def _steady(fn, role: int) -> scf.ForOp:
-    """The first (steady, unmasked) loop of the producer (0) or of the first consumer (1)."""
+    """The first loop of the producer (0) or of the first consumer (1): the loop of every trip after the first
+    (its masks under a branch, peel-masked-iterations{branch=true})."""
     return _loops(_roles(fn)[role])[0]
 
 

@@ -255,3 +255,53 @@ def test_loops_without_masks_are_left_alone():
 
 
 # endregion
+# region branch=true: one loop, its masks under a warp-uniform branch
+
+BRANCHED = "pipeline-loops{stages=2},overlap-softmax,peel-masked-iterations{branch=true}"
+
+
+@pytest.mark.parametrize("head_dim,causal,dtype", CONFIGS[1:3])
+def test_branched_flash_attention_is_bit_identical(head_dim, causal, dtype, rng):
+    """No second loop: every mask of the rotated loop runs under `scf.if %iv < %mid`, masking the same trips as
+    the split form, so the outputs are the kernel's bits (the first trip, outside the loop, keeps its masks)."""
+    original = compiled("", head_dim, causal, dtype)
+    branched = compiled(BRANCHED, head_dim, causal, dtype)
+    assert len(_loops(branched)) == len(_loops(compiled("pipeline-loops{stages=2},overlap-softmax", head_dim,
+                                                             causal, dtype)))
+    in_loop = [m for m in _masks(branched) if any(loop.is_ancestor(m) for loop in _loops(branched))]
+    assert in_loop and all(isinstance(m.parent_op(), scf.IfOp) for m in in_loop)
+    for seq_q, seq_k in SEQ_PAIRS:
+        q, k, v = _qkv(rng, seq_q, seq_k, head_dim)
+        out = tessera.interpret(branched, q, k, v)
+        np.testing.assert_array_equal(out, tessera.interpret(original, q, k, v), err_msg=f"{seq_q}x{seq_k}")
+
+
+def test_branch_keeps_the_pv_mma_in_flight_and_moves_nothing():
+    """Lowered (two stages, registers allocated): the previous trip's P.V wgmma group is still in flight at the
+    branch (no wait_group 0 before it), and the branch's result has the registers both branches yield (the
+    masks select in place), so neither branch moves a register."""
+    from tessera.kernel_abi import is_target_kernel
+    from tessera.passes import PIPELINED_PIPELINE, allocated
+    from tessera.dialects import sm90
+    from tessera.regalloc import allocate_registers
+
+    module = build_kernel("flash_attention", head_dim=64, causal=True).clone()
+    apply_pipeline(module, allocated(PIPELINED_PIPELINE))
+    kernel = next(op for op in module.walk() if is_target_kernel(op))
+    (branch,) = [op for op in kernel.walk() if isinstance(op, scf.IfOp) and op.results
+                 and isinstance(op.parent_op(), scf.ForOp)]
+    pending = 0
+    for op in branch.parent_block().ops:
+        if op is branch:
+            break
+        if isinstance(op, sm90.WgmmaCommitGroupOp):
+            pending += 1
+        elif isinstance(op, sm90.WgmmaWaitGroupOp):
+            pending = min(pending, op.pending.value.data)
+    assert pending == 1
+    names = allocate_registers(kernel).names
+    yielded = [region.block.last_op.operands[0] for region in branch.regions]
+    assert names[branch.results[0]] == names[yielded[0]] == names[yielded[1]]
+
+
+# endregion

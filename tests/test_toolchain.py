@@ -355,6 +355,42 @@ def test_loops_are_natural_loops_of_the_control_flow_graph():
     assert outer.opcode_counts["SYNCS.PHASECHK.TRANS64.TRYWAIT"] == 2  # inline and out-of-line
 
 
+# A loop (0x10) whose trips branch over a block without HGMMA (0x50-0x60: masks under a warp-uniform scf.if)
+# and retry a wait out of line (0xa0: past the back edge, not a skippable block).
+BRANCHING_SASS = """
+//--------------------- .text.branching          --------------------------
+        .section        .text.branching,"ax",@progbits
+branching:
+.text.branching:
+        /*0000*/                   S2R R0, SR_TID.X ;
+.L_x_0:
+        /*0010*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P1, [UR5], R2 ;
+        /*0020*/              @!P1 BRA `(.L_x_3) ;
+.L_x_1:
+        /*0030*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8], R24 ;
+        /*0040*/               @P0 BRA `(.L_x_2) ;
+        /*0050*/                   FSEL R24, R24, -INF , P3 ;
+        /*0060*/                   FSEL R25, R25, -INF , P4 ;
+.L_x_2:
+        /*0070*/                   IADD3 R1, R1, 0x1, RZ ;
+        /*0080*/                   ISETP.GE.AND P2, PT, R1, R5, PT ;
+        /*0090*/              @!P2 BRA `(.L_x_0) ;
+        /*00a0*/                   EXIT ;
+.L_x_3:
+        /*00b0*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P1, [UR5], R2 ;
+        /*00c0*/              @!P1 BRA `(.L_x_3) ;
+        /*00d0*/                   BRA `(.L_x_1) ;
+"""
+
+
+def test_a_trip_may_branch_over_a_block_without_mma():
+    loop = innermost_loop(BRANCHING_SASS, containing="HGMMA")
+    assert [i.offset for i in loop.skippable()] == [0x50, 0x60]
+    assert len(loop) - len(loop.skippable()) == 10  # 0x10-0x40, 0x70-0x90, the out-of-line retry 0xb0-0xd0
+    assert innermost_loop(NESTED_SASS, containing="HGMMA").skippable() == ()
+    assert loop.skippable(keep=("FSEL",)) == ()
+
+
 def test_the_innermost_loop_heuristic():
     assert innermost_loop(NESTED_SASS).head == 0x40
     assert innermost_loop(NESTED_SASS, containing="HGMMA").head == 0x40

@@ -1,6 +1,16 @@
 """convert-tile-to-sm90, structured control flow: scf.for (with the loop trip for mbarrier parities),
 block-uniform scf.if, yields and the return.
 
+wgmma groups in flight across a branch. Groups are retired (wait_group 0) before control flow, except across
+a *register-only* scf.if: one whose branches hold only pure ops without regions, none of them a `tile.mma`
+(peel-masked-iterations{branch=true}'s masks of a score tile while the previous trip's P.V mma runs). The
+groups whose results the branch reads are waited for before it (with the older ones, as for any read); the
+others stay in flight: the branch neither reads nor writes the registers they write, and commits and waits
+for nothing, so every group in flight before it is in flight after it on both paths, and the wait_group
+counts after the join are those of straight-line code. The lowering checks it: a branch
+whose lowering changes the groups in flight is refused. A result that every branch yields as the same
+`Scaled` tile form (same factor) stays scaled: the branches yield the raw registers.
+
 Phase counters. A copy group committed in a loop nest completes one phase of its barrier per execution; the
 parity it waits for is that of the number of earlier executions. Where every inner loop's bounds are defined
 outside the nest, that number is the linear trip number (`BackwardLowering._parity`). Where an inner loop's
@@ -13,6 +23,7 @@ from __future__ import annotations
 from xdsl.dialects import arith, func, scf
 from xdsl.dialects.builtin import IndexType
 from xdsl.ir import Block, Operation, Region
+from xdsl.traits import Pure
 
 from tessera.dialects import tile
 from tessera.lowering.emitter import Emitter
@@ -21,6 +32,7 @@ from tessera.passes.convert_tile_to_sm90.row_sums import reduced_after_loop
 from tessera.passes.convert_tile_to_sm90.common import (
     _refuse,
     LoopInfo,
+    Scaled,
 )
 
 
@@ -97,30 +109,68 @@ class ControlFlowLowering:
                 self.committed_this_trip.add(inner)
             self._translate(inner, e)
 
+    def _keeps_groups_in_flight(self, op: Operation) -> bool:
+        """Whether wgmma groups in flight stay so across `op`: a register-only scf.if (module docstring). The
+        groups it reads are waited for here; `_lower_IfOp` yields its branches without waiting."""
+        if not isinstance(op, scf.IfOp) or not self.pending:
+            return False
+        read = set()
+        for region in op.regions:
+            for inner in region.ops:
+                if not isinstance(inner, scf.YieldOp) and (
+                        inner.regions or isinstance(inner, tile.MmaOp) or not inner.has_trait(Pure)):
+                    return False
+                read.update(inner.operands)
+        waited = [p.tile_value for p in self.pending if p.tile_value in read]
+        if waited:  # the groups whose results the branch reads (and older ones) complete before it
+            self._retire(waited[-1], self.e)
+        self.branches_in_flight.add(op)
+        return True
+
     def _lower_IfOp(self, op: scf.IfOp, e: Emitter) -> None:
         """A block-uniform scf.if (Tile IR conditions are values of the whole block). Copy groups must not
         be committed inside it unless they fill ring stages (their count would depend on the branch)."""
         for inner in op.walk():
             if isinstance(inner, tile.CpCommitGroupOp) and inner not in self.ring_commits:
                 _refuse(inner, "copy groups of unstaged tiles cannot be committed inside an scf.if")
-        regions = []
+        in_flight = op in self.branches_in_flight
+        before = list(self.pending)
+        blocks, yielded = [], []
         for region in op.regions:
             if not region.blocks:
-                regions.append(Region())
                 continue
             block = Block()
             be = Emitter(block)
             saved = list(self.outstanding)
+            terminator = region.block.last_op
             for inner in region.block.ops:
-                self._translate(inner, be)
+                if inner is not terminator:
+                    self._translate(inner, be)
+            if not in_flight:
+                self._retire_all(be)
+            elif self.pending != before:
+                _refuse(op, "a branch the wgmma groups in flight cross must not commit or wait for a group")
+            self.e = be
+            yielded.append([self._peek(v) for v in terminator.operands])
             self.outstanding = saved + [c for c in self.outstanding if c not in saved]
-            regions.append(Region(block))
+            blocks.append(block)
+        scaled = [all(isinstance(y[i], Scaled) and y[i].factor == yielded[0][i].factor for y in yielded)
+                  for i in range(len(op.results))]
+        for block, values, original in zip(blocks, yielded, op.regions):
+            self.e = Emitter(block)
+            operands = [v.raw if keep else self._get(old) for v, keep, old in
+                        zip(values, scaled, original.block.last_op.operands)]
+            self.e.op(scf.YieldOp(*operands))
         self.e = e
-        result_types = [v.type for v in regions[0].block.last_op.operands]
-        new = e.op(scf.IfOp(self._get(op.cond), result_types, regions[0], regions[1] if regions[1].blocks else None))
+        result_types = [v.type for v in blocks[0].last_op.operands]
+        new = e.op(scf.IfOp(self._get(op.cond), result_types, Region(blocks[0]),
+                            Region(blocks[1]) if len(blocks) > 1 else None))
         results = new.results if isinstance(new, Operation) else [new]
-        for old, res in zip(op.results, results):
-            self._set(old, res)
+        for i, (old, res) in enumerate(zip(op.results, results)):
+            if scaled[i]:
+                self.values[old] = Scaled(res, yielded[0][i].factor)
+            else:
+                self._set(old, res)
 
     def _lower_YieldOp(self, op: scf.YieldOp, e: Emitter) -> None:
         # `_translate` has retired the wgmma groups in flight: no group outlives its region.

@@ -104,6 +104,7 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
     phase_counters: dict = field(default_factory=dict)  # commit op -> its executions so far, in the current block
     commit_phase: dict = field(default_factory=dict)  # commit op -> its count at its latest execution
     e: Emitter | None = None  # the emitter of the op being translated
+    branches_in_flight: set = field(default_factory=set)  # Tile scf.if ops the wgmma groups in flight cross (control.py)
     partial_rows: set = field(init=False)  # row tiles held as per-thread partial sums (row_sums.py)
 
     def __post_init__(self) -> None:
@@ -400,8 +401,8 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
         """Lower one op with its `_lower_<OpClass>` handler; index `arith` is copied as it is."""
         handler = getattr(self, f"_lower_{type(op).__name__}", None)
         self.e = e
-        if isinstance(op, scf.ForOp | scf.IfOp | scf.YieldOp | func.ReturnOp):
-            self._retire_all(e)  # wgmma groups never stay in flight across control flow
+        if isinstance(op, scf.ForOp | scf.IfOp | scf.YieldOp | func.ReturnOp) and not self._keeps_groups_in_flight(op):
+            self._retire_all(e)  # wgmma groups stay in flight across control flow only as control.py allows
         last = e.block.last_op
         if handler is not None:
             handler(op, e)

@@ -212,6 +212,7 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
                 if not isinstance(op, scf.ForOp):
                     break  # one operand's registers per result
     _coalesce_yields(live, groups, intervals, lowest, reads, constants, fn)
+    _coalesce_branch_results(live, groups, intervals, lowest, reads, constants)
     root_of = groups.roots(len(live.value_of)).__getitem__  # the groups are final: each element's root, looked up
     # The merged intervals are those of the final groups; in the order _intervals gives (by lowest element).
     intervals = dict(sorted(intervals.items(), key=lambda item: lowest[item[0]]))
@@ -405,6 +406,40 @@ def _coalesce_yields(live: _Liveness, groups: _UnionFind, intervals: dict, lowes
                 intervals[root], lowest[root] = merged, low
                 reads.merge(root, a, v)
                 held_by_root[root] = held_by_root.pop(a, set()) | held_by_root.pop(v, set())
+
+
+def _coalesce_branch_results(live: _Liveness, groups: _UnionFind, intervals: dict, lowest: dict,
+                             reads: _GroupReads, constants: dict) -> None:
+    """A result of an `scf.if` takes the registers its branches yield where every branch yields (register by
+    register) the same register group and that group is dead where the branches join: then no branch moves
+    anything into the result. peel-masked-iterations{branch=true}'s masks are the case: one branch yields the
+    score tile, the other its masked form, computed in place (the masking select is the tile's last read), so
+    both are one group, read last by the yields."""
+    for op in live.ops:
+        if not (isinstance(op, scf.IfOp) and op.results and op.false_region.blocks):
+            continue
+        branches = [_terminator_operands(region.block) for region in op.regions]
+        for n, result in enumerate(op.results):
+            yielded = [values[n] for values in branches]
+            if (register_class(result.type) is None or result in constants
+                    or any(v in constants or v not in live.first or v.type != result.type for v in yielded)):
+                continue
+            join = live.defs[result]
+            for i in range(element_count(result.type)):
+                roots = {groups.find(live.element(v, i)) for v in yielded}
+                target = groups.find(live.element(result, i))
+                if len(roots) != 1 or target in roots:
+                    continue
+                (root,) = roots
+                if intervals[root][1] > join:
+                    continue
+                merged = (min(intervals[root][0], intervals[target][0]), max(intervals[root][1], intervals[target][1]))
+                low = min(lowest.pop(root), lowest.pop(target))
+                intervals.pop(root), intervals.pop(target)
+                groups.union(root, target)
+                merged_root = groups.find(root)
+                intervals[merged_root], lowest[merged_root] = merged, low
+                reads.merge(merged_root, root, target)
 
 
 def _terminator_operands(block) -> list[SSAValue]:
