@@ -486,7 +486,7 @@ sm90.st_shared %a, %v : vector<4xi64>, vector<4xi32>
 // -----
 
 %a = "test.op"() : () -> i32
-// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}'sm90.ld_shared' op one i32 shared address per register (2), got i32
+// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}'sm90.ld_shared' op one i32 shared address per register (2), or one with column_bytes, got i32
 %v = sm90.ld_shared %a : i32 -> vector<2xf32>
 
 // ===== IRDL-level constraints (generic form, so that the message names the operand or result)
