@@ -223,36 +223,43 @@ class HappensBefore:
 
     # endregion
     # region accesses
-    def reads_completed(self, flat: np.ndarray, lanes: np.ndarray, inst, group: int, reader: str = "",
+    def reads_completed(self, flat: np.ndarray | list, lanes: np.ndarray, inst, group: int, reader: str = "",
                         by: str = "the wgmma") -> None:
         """A wait of `lanes` (a wgmma.wait_group of warpgroup `group`, or the issuing thread's
         cp.async.bulk.wait_group covering a bulk store's or reduction's read: `reader` names it, in the row
         `group` the caller keeps for such reads, "... read until its <wait>") completed async-proxy reads of `flat`: a later write of those
-        bytes must happen after this point of one of the lanes, whatever order the executor ran them in."""
+        bytes must happen after this point of one of the lanes, whatever order the executor ran them in. `flat`
+        may be a list of pieces, each an index array or a range (a slice)."""
         reader = reader or f"a wgmma of warpgroup {group} read until its wgmma.wait_group"
         self.completions.append((lanes, self.clock[lanes, lanes % self.threads].copy(), inst.line, reader, by))
         if group >= len(self.r_async):
             self.r_async = np.vstack([self.r_async, np.zeros((group + 1 - len(self.r_async), self.shared), np.int32)])
-        self.r_async[group, flat] = len(self.completions)
+        for piece in flat if isinstance(flat, list) else (flat,):
+            self.r_async[group, piece] = len(self.completions)
 
-    def async_write(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str) -> None:
+    def async_write(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str, span: slice | None = None) -> None:
         """A copy issued by `lanes` writes `flat`: each completed async read of those bytes, and the last generic
         read and write of each byte (a producer refilling a slot that threads still read or transpose), must
-        happen before its issue, whatever order the executor ran them in."""
-        self._after_async_reads(inst, lanes[:1], flat[None, :], what, self.clock[lanes].max(axis=0)[None])
+        happen before its issue, whatever order the executor ran them in. `span`: the range `flat` fills, when
+        it fills one: the records are read as a range, and only a range holding some is walked byte by byte."""
+        self._after_async_reads(inst, lanes[:1], flat[None, :], what, self.clock[lanes].max(axis=0)[None], span)
         if self.races and flat.size:
             index = flat[None, :]
-            self._check_reads(inst, lanes[:1], index, f"{what} writes")
-            self._check(inst, lanes[:1], index, self.w_lane, self.w_clock, self.w_line, "wrote", f"{what} writes")
-        self.async_written(flat)
+            if span is None or self.reads.any_in(span):
+                self._check_reads(inst, lanes[:1], index, f"{what} writes")
+            if span is None or self.w_clock[span].any():
+                self._check(inst, lanes[:1], index, self.w_lane, self.w_clock, self.w_line, "wrote", f"{what} writes")
+        self.async_written(flat if span is None else span)
 
-    def _after_async_reads(self, inst, lanes: np.ndarray, index: np.ndarray, what: str, clocks: np.ndarray) -> None:
+    def _after_async_reads(self, inst, lanes: np.ndarray, index: np.ndarray, what: str, clocks: np.ndarray,
+                           span: slice | None = None) -> None:
         """Each write of `index` [rows, bytes] (row i by `lanes[i]`, whose clock is `clocks[i]`) must happen after
         the wgmma.wait_group that completed every async read of its bytes, of each warpgroup: checked row by row,
-        as one instruction of many threads (a store of two warpgroups at once) is many writes."""
+        as one instruction of many threads (a store of two warpgroups at once) is many writes. `span`: the range
+        the one row of `index` fills, when it fills one (read as a range; a finding is located byte by byte)."""
         if not (self.races and self.completions):
             return  # r_async is all zero: no completed async read recorded
-        ends = self.r_async[:, index]  # [warpgroup, row, byte]
+        ends = self.r_async[:, index] if span is None else self.r_async[:, None, span]  # [warpgroup, row, byte]
         low, high = int(ends.min(initial=0)), int(ends.max(initial=0))
         if not high:
             return
@@ -264,13 +271,15 @@ class HappensBefore:
             rows = np.flatnonzero((ends == c).any(axis=(0, 2)))
             ordered = (clocks[rows][:, readers % self.threads] >= epochs).any(axis=1)
             if not ordered.all():
+                if span is not None:
+                    self._after_async_reads(inst, lanes, index, what, clocks)  # raises, naming the byte
                 r = int(rows[np.argmin(ordered)])
                 byte = int(index[r, np.argmax((ends[:, r] == c).any(axis=0))])
                 raise self.hazard(inst, f"{what} overwrites {self.where(byte)}, which {reader} at line {line}, "
                                         "and no synchronisation orders that wait before this "
                                         f"write (race: the slot was released before {by} reading it completed)",
                                   int(lanes[r]))
-        self.r_async[:, index.reshape(-1)] = 0
+        self.r_async[:, index.reshape(-1) if span is None else span] = 0
 
     def async_written(self, flat: np.ndarray) -> None:
         """An asynchronous copy wrote `flat`: the generic records no longer apply."""
@@ -327,13 +336,16 @@ class HappensBefore:
                                     "the two (race: a bar.sync or an mbarrier wait between them is missing)",
                               int(lanes[i]))
 
-    def async_read(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str) -> None:
+    def async_read(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str, span: slice | None = None) -> None:
         """The async proxy reads `flat` for `lanes`: each generic write of those bytes needs a
         fence.proxy.async on a happens-before path into every issuing warp (a path into one of its threads: the
         warp issues the copy or its part of the wgmma as one). A wgmma is issued by the four warps of its
         warpgroup, each `.sync.aligned` across its own warp only, and every warp reads the whole B operand: a
         store by one warp needs a path (a named barrier) into each of the others; the writer's own fence does not
-        order it before another warp's read."""
+        order it before another warp's read. `span`: the range `flat` fills, when it fills one (no generic write
+        in it: nothing to check, decided without a gather)."""
+        if span is not None and not self.w_clock[span].any():
+            return
         epochs = self.w_clock[flat]
         if not epochs.any():
             return
