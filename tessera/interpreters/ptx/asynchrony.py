@@ -162,8 +162,6 @@ class AsyncTracker:
         self.shaped: dict[str, tuple[np.ndarray, object, str]] = {}
         self.ever_fenced = np.zeros(m.lanes, bool)  # lanes that have issued a wgmma.fence [memory_model.WGMMA_FENCE]
         self.read_inst: dict[tuple[int, int], object] = {}
-        # (warpgroup, group) -> the shared bytes its wgmmas read: what a wait_group completes, without a scan
-        self.read_flats: dict[tuple[int, int], list[np.ndarray]] = {}
         if self.wg_read is not None:
             self.wg_read[:] = 0
         self.bulk_open = np.zeros(m.lanes, np.int64)
@@ -535,14 +533,13 @@ class AsyncTracker:
         if span is not None:
             flat = span
         if self.wg_read is None:
-            self.wg_read = np.zeros((self.groups_per_cta, len(self.state)), np.int32)
+            self.wg_read = self.hb.wgmma_reads = np.zeros((self.groups_per_cta, len(self.state)), np.int32)
         unit = self.m.unit_of[facts.WARPGROUP_SIZE]
         for start in range(0, len(lanes), facts.WARPGROUP_SIZE):  # each warpgroup reading it (whole warpgroups)
             w = int(unit[lanes[start]])
             group = int(self.wg_open[w])
             self.wg_read[w % self.groups_per_cta, flat] = group + 1
             self.read_inst.setdefault((w, group), inst)
-            self.read_flats.setdefault((w, group), []).append(flat)
         self.reading = True
 
     def _read_by_wgmma(self, span: slice) -> bool:
@@ -612,25 +609,10 @@ class AsyncTracker:
         for w, old, new in zip(ws.tolist(), before.tolist(), self.wg_done[ws].tolist()):
             if new <= old:
                 continue
-            flats = [f for g in range(old + 1, new + 1) for f in self.read_flats.pop((w, g), ())]
-            if flats and self.wg_read is not None and self.hb.races:
-                # the shared bytes the completed groups read last: read until now (happens_before); a range
-                # read last by these groups stays a range
-                local = w % self.groups_per_cta
-                done, seen = [], set()
-                for f in flats:
-                    if isinstance(f, slice):
-                        if (f.start, f.stop) in seen:
-                            continue
-                        seen.add((f.start, f.stop))
-                    groups = self.wg_read[local, f].astype(np.int64) - 1
-                    last = (groups > old) & (groups <= new)
-                    if isinstance(f, slice) and last.all():
-                        done.append(f)
-                    elif last.any():
-                        done.append((np.arange(f.start, f.stop) if isinstance(f, slice) else f)[last])
-                if done:
-                    self.hb.reads_completed(done, lanes[unit[lanes] == w], inst, local)
+            if self.wg_read is not None and self.hb.races:
+                # the shared bytes these groups read last are read until now (happens_before): recorded per
+                # group, never per byte
+                self.hb.wgmma_groups_completed(w, old + 1, new, lanes[unit[lanes] == w], inst)
         if self.pending:
             least = np.full(self.warpgroups, np.iinfo(np.int64).max, np.int64)
             np.minimum.at(least, unit, self.lane_done)  # a register stays pending until every thread waited

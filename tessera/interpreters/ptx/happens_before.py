@@ -66,6 +66,7 @@ class HappensBefore:
     def reset(self) -> None:
         n, s = self.lanes, self.shared
         if not hasattr(self, "clock"):  # allocated once, cleared for each batch
+            self.wgmma_reads: np.ndarray | None = None  # set by asynchrony at the first wgmma read
             self.clock = np.zeros((n, self.threads), np.int32)  # [lane, thread of its CTA]
             # [lane, thread]: shared memory's columns, then global memory's (a proxy fence is limited to the
             # state space it names: fence.proxy.async.shared::cta orders no global bytes) [memory_model.PROXY_FENCE]
@@ -86,8 +87,15 @@ class HappensBefore:
         self.bar_released: dict[tuple[int, int], tuple] = {}  # (barrier, CTA slot) -> its arrivals' releases
         self.inits: dict[tuple[int, int], tuple[int, int, int]] = {}
         self.completions: list[tuple[np.ndarray, np.ndarray, int, int]] = []
+        # [warpgroup of the batch, wgmma group]: 1 + index into `completions` of the wait that completed the
+        # group, 0 while none has; with `wgmma_reads` ([warpgroup of its CTA, byte]: 1 + the last group that read
+        # the byte, kept by `asynchrony`), a byte's completed wgmma read is found without a record per byte
+        self.wgmma_groups = np.zeros((self.lanes // max(self.threads, 1) * self._per_cta(), 8), np.int32)
         # lane -> {CTA rank: [thread] epochs known, then [thread] epochs whose global stores a proxy fence covers}
         self.remote: dict[int, dict[int, np.ndarray]] = {}
+
+    def _per_cta(self) -> int:
+        return -(-self.threads // facts.WARPGROUP_SIZE)
 
     # region synchronisation edges
     @staticmethod
@@ -237,6 +245,35 @@ class HappensBefore:
         for piece in flat if isinstance(flat, list) else (flat,):
             self.r_async[group, piece] = len(self.completions)
 
+    def wgmma_groups_completed(self, w: int, first: int, last: int, lanes: np.ndarray, inst) -> None:
+        """A wgmma.wait_group of `lanes` completed wgmma groups `first`..`last` of warpgroup `w` (of the batch):
+        the shared bytes whose last wgmma read belongs to one of them (`wgmma_reads`) were read until this point
+        of one of the lanes; a later write of them must happen after it (`_after_async_reads`)."""
+        local = w % self._per_cta()
+        self.completions.append((lanes, self.clock[lanes, lanes % self.threads].copy(), inst.line,
+                                 f"a wgmma of warpgroup {local} read until its wgmma.wait_group", "the wgmma"))
+        if last >= self.wgmma_groups.shape[1]:
+            grown = np.zeros((len(self.wgmma_groups), max(2 * self.wgmma_groups.shape[1], last + 1)), np.int32)
+            grown[:, :self.wgmma_groups.shape[1]] = self.wgmma_groups
+            self.wgmma_groups = grown
+        self.wgmma_groups[w, first:last + 1] = len(self.completions)
+
+    def _async_ends(self, index: np.ndarray, span: slice | None) -> np.ndarray:
+        """[reader row, row of `index`, byte]: 1 + the index into `completions` of each completed async read of
+        the bytes (a wgmma's, through its group: one row per warpgroup of the CTA; a bulk store's: `r_async`)."""
+        ends = self.r_async[:, index] if span is None else self.r_async[:, None, span]
+        if self.wgmma_reads is None:
+            return ends
+        last = self.wgmma_reads[:, index] if span is None else self.wgmma_reads[:, None, span]
+        if not last.any():
+            return ends
+        per_cta, width = self._per_cta(), self.wgmma_groups.shape[1]
+        cta = (index if span is None else np.array([[span.start]])) // max(self.shared // (self.lanes // self.threads), 1)
+        w = cta[None] * per_cta + np.arange(per_cta)[:, None, None]
+        group = np.minimum(last.astype(np.int64) - 1, width - 1)
+        done = np.where((last > 0) & (last <= width), self.wgmma_groups[w, np.maximum(group, 0)], 0)
+        return np.concatenate([done, ends])
+
     def async_write(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str, span: slice | None = None) -> None:
         """A copy issued by `lanes` writes `flat`: each completed async read of those bytes, and the last generic
         read and write of each byte (a producer refilling a slot that threads still read or transpose), must
@@ -259,7 +296,7 @@ class HappensBefore:
         the one row of `index` fills, when it fills one (read as a range; a finding is located byte by byte)."""
         if not (self.races and self.completions):
             return  # r_async is all zero: no completed async read recorded
-        ends = self.r_async[:, index] if span is None else self.r_async[:, None, span]  # [warpgroup, row, byte]
+        ends = self._async_ends(index, span)  # [reader row, row, byte]
         low, high = int(ends.min(initial=0)), int(ends.max(initial=0))
         if not high:
             return
@@ -279,7 +316,10 @@ class HappensBefore:
                                         "and no synchronisation orders that wait before this "
                                         f"write (race: the slot was released before {by} reading it completed)",
                                   int(lanes[r]))
-        self.r_async[:, index.reshape(-1) if span is None else span] = 0
+        where = index.reshape(-1) if span is None else span
+        self.r_async[:, where] = 0
+        if self.wgmma_reads is not None:  # no wgmma reads them now (`asynchrony` refuses writes before)
+            self.wgmma_reads[:, where] = 0
 
     def async_written(self, flat: np.ndarray) -> None:
         """An asynchronous copy wrote `flat`: the generic records no longer apply."""
