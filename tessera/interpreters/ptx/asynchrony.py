@@ -623,8 +623,9 @@ class AsyncTracker:
             self.pending = {name: e for name, e in self.pending.items() if live[id(e[0])]}
         self.reading = bool((self.wg_issued > self.wg_done).any())
 
-    def touch(self, inst, lanes: np.ndarray, names) -> None:
-        """`lanes` accessed the wgmma registers `names` outside a wgmma: a wgmma.fence must follow."""
+    def touch(self, inst, lanes: np.ndarray | slice, names) -> None:
+        """`lanes` (an index or a slice of every lane) accessed the wgmma registers `names` outside a wgmma: a
+        wgmma.fence must follow."""
         self.dirty[lanes] = True
         for name in names:
             entry = self.touched.get(name)
@@ -834,7 +835,7 @@ def install(m: Machine, steps: list[Step]) -> list[Step]:
             def before(sel, inst=inst, names=names, roles=roles):
                 if tracker.pending:
                     tracker.check_registers(inst, _lanes(m, sel), names, roles)
-                tracker.touch(inst, _lanes(m, sel), names)
+                tracker.touch(inst, sel, names)
         elif names:
             def before(sel, inst=inst, names=names, roles=roles):
                 if tracker.pending:

@@ -265,13 +265,19 @@ class HappensBefore:
         if self.wgmma_reads is None:
             return ends
         last = self.wgmma_reads[:, index] if span is None else self.wgmma_reads[:, None, span]
-        if not last.any():
+        top = int(last.max(initial=0))
+        if not top:
             return ends
-        per_cta, width = self._per_cta(), self.wgmma_groups.shape[1]
-        cta = (index if span is None else np.array([[span.start]])) // max(self.shared // (self.lanes // self.threads), 1)
-        w = cta[None] * per_cta + np.arange(per_cta)[:, None, None]
-        group = np.minimum(last.astype(np.int64) - 1, width - 1)
-        done = np.where((last > 0) & (last <= width), self.wgmma_groups[w, np.maximum(group, 0)], 0)
+        # lookup[w, 1 + group]: the completion of the group (0: none, or no read)
+        per_cta, known = self._per_cta(), min(top, self.wgmma_groups.shape[1])
+        lookup = np.zeros((len(self.wgmma_groups), top + 1), np.int32)
+        lookup[:, 1:known + 1] = self.wgmma_groups[:, :known]
+        cta_bytes = max(self.shared // (self.lanes // self.threads), 1)
+        if span is not None:  # one CTA's range: one row of the lookup per warpgroup
+            first = span.start // cta_bytes * per_cta
+            done = np.stack([lookup[first + r][last[r]] for r in range(per_cta)])
+        else:
+            done = lookup[index[None] // cta_bytes * per_cta + np.arange(per_cta)[:, None, None], last]
         return np.concatenate([done, ends])
 
     def async_write(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str, span: slice | None = None) -> None:

@@ -356,17 +356,28 @@ def _descriptor_operand(m: Machine, inst, lanes: np.ndarray, descriptor: int, ma
     return _multiplicand_values(m.shared[index].view(dtype).reshape(addresses.shape), name)
 
 
-def _register_operand(words: np.ndarray, name: str) -> np.ndarray:
-    """The 64xK A tile from the four 32-bit A registers of each of the 128 threads (`words` [128, 4]).
+@lru_cache(maxsize=None)
+def _a_tile_bytes() -> np.ndarray:
+    """For each byte of the 64 x 32-byte A tile (row-major), its position in the bytes of the 128 threads' four
+    A registers ([thread, register, byte] flattened): the fragment fills the tile, each byte once.
 
     Every multiplicand type packs the same bytes of the tile into a register (Figure 148 and its .tf32/8-bit
     siblings): register a[i] holds the 4 bytes of row 16w + g + 8(i & 1) starting at byte 4c + 16(i >> 1) of
     the row's 32 K-bytes, the positions of the f16 fragment's pair (`facts.a_fragment_coords`, half 0)."""
     r0, k0, _, _ = _a_coords()
-    tile = np.zeros((facts.WGMMA_M, facts.WGMMA_K_BYTES), np.uint8)
-    byte = 2 * k0[..., None] + np.arange(4)
-    tile[r0[..., None], byte] = np.ascontiguousarray(words, np.uint32).view(np.uint8).reshape(*words.shape, 4)
-    return _multiplicand_values(tile.view(_MULTIPLICANDS[name]), name)
+    source = np.full((facts.WGMMA_M, facts.WGMMA_K_BYTES), -1, np.int64)
+    source[r0[..., None], 2 * k0[..., None] + np.arange(4)] = np.arange(r0.size * 4).reshape(*r0.shape, 4)
+    assert (source >= 0).all(), "the A fragment fills the tile"
+    source.setflags(write=False)
+    return source.reshape(-1)
+
+
+def _register_operands(words: np.ndarray, name: str) -> np.ndarray:
+    """The 64xK A tiles [warpgroups, 64, K] from the four 32-bit A registers of each thread of each warpgroup
+    (`words` [warpgroups, 128, 4]), in one gather."""
+    raw = np.take(np.ascontiguousarray(words, np.uint32).view(np.uint8).reshape(len(words), -1), _a_tile_bytes(), axis=1)
+    return _multiplicand_values(raw.reshape(len(words), facts.WGMMA_M, facts.WGMMA_K_BYTES)
+                                .view(_MULTIPLICANDS[name]), name)
 
 
 def _wgmma_types(ops: Operands, inst, mods) -> tuple[str, str, str, bool]:
@@ -474,13 +485,15 @@ def _wgmma_async(ops: Operands, inst, mods):
                 readers = np.concatenate([lanes[j:j + facts.WARPGROUP_SIZE] for j in sharing[key]])
                 b_of[key] = _descriptor_operand(m, inst, readers, key[1], "MN" if trans_b else "K", n, b_name)
             b_tiles.append(b_of[key])
-            if registers_a:
-                words = a_block[:, wg].T if a_block is not None else np.stack([r[wg] for r in a_regs], axis=1)
-                a_tiles.append(_register_operand(words, a_name))
-            else:
+            if not registers_a:
                 a_tiles.append(_descriptor_operand(m, inst, wg, int(a_descs[i]), "MN" if trans_a else "K",
                                                    facts.WGMMA_M, a_name, "A"))
-        a_stack, b_stack = np.stack(a_tiles), np.stack(b_tiles)
+        if registers_a:  # every warpgroup's A fragment in one gather (one block of registers: one more)
+            words = a_block[:, lanes].T if a_block is not None else np.stack([r[lanes] for r in a_regs], axis=1)
+            a_stack = _register_operands(words.reshape(len(starts), facts.WARPGROUP_SIZE, -1), a_name)
+        else:
+            a_stack = np.stack(a_tiles)
+        b_stack = np.stack(b_tiles)
         if scale_a != 1:
             a_stack = scale_a * a_stack
         if scale_b != 1:
