@@ -464,7 +464,8 @@ def _wgmma_async(ops: Operands, inst, mods):
         # lanes gathered and scattered once per register
         lanes = lanes_of(m, sel)
         groups = m.unit_of[facts.WARPGROUP_SIZE][lanes]
-        _, starts, counts = np.unique(groups, return_index=True, return_counts=True)
+        starts = np.flatnonzero(np.diff(groups, prepend=-1))  # lanes ascend: each warpgroup's lanes are one run
+        counts = np.diff(starts, append=len(groups))
         short = counts != facts.WARPGROUP_SIZE
         if short.any():
             raise m.error(inst, "wgmma needs all 128 threads of the warpgroup", int(lanes[starts[np.argmax(short)]]))
