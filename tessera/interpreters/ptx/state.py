@@ -230,9 +230,9 @@ class Machine:
         self.preferred: np.ndarray | None = None  # lanes a release woke: they run first (see schedule)
 
     def _block_vectors(self, entry: Entry) -> dict[tuple[str, ...], np.ndarray]:
-        """Register vectors of wgmma.mma_async (accumulators, A fragments) stored as the rows of one
-        [registers, lanes] array, so that a wgmma gathers and scatters all of a vector's registers in one
-        operation: `registers[name]` is a row (a view) of its vector's block. A vector qualifies when its
+        """Register vectors of wgmma.mma_async (accumulators, A fragments) stored as the columns of one
+        [lanes, registers] array, so that a wgmma gathers and scatters all of a vector's registers of its lanes
+        in one operation (whole rows): `registers[name]` is a column (a strided view) of its vector's block. A vector qualifies when its
         registers are distinct, of one storage type, and every other such vector naming one of them is the same
         vector (the chain of wgmmas of one accumulator); others keep their own arrays."""
         vectors: dict[tuple[str, ...], None] = {}
@@ -252,9 +252,9 @@ class Machine:
         for names in vectors:
             dtypes = {self.registers[n].dtype for n in names}
             if len(dtypes) == 1 and all(len(owners[n]) == 1 for n in names):
-                block = np.zeros((len(names), self.lanes), dtypes.pop())
-                for row, name in enumerate(names):
-                    self.registers[name] = block[row]
+                block = np.zeros((self.lanes, len(names)), dtypes.pop())
+                for column, name in enumerate(names):
+                    self.registers[name] = block[:, column]
                 blocks[names] = block
         return blocks
 

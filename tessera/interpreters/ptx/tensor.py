@@ -490,7 +490,7 @@ def _wgmma_async(ops: Operands, inst, mods):
                 a_tiles.append(_descriptor_operand(m, inst, wg, int(a_descs[i]), "MN" if trans_a else "K",
                                                    facts.WGMMA_M, a_name, "A"))
         if registers_a:  # every warpgroup's A fragment in one gather (one block of registers: one more)
-            words = a_block[:, lanes].T if a_block is not None else np.stack([r[lanes] for r in a_regs], axis=1)
+            words = a_block[lanes] if a_block is not None else np.stack([r[lanes] for r in a_regs], axis=1)
             a_stack = _register_operands(words.reshape(len(starts), facts.WARPGROUP_SIZE, -1), a_name)
         else:
             a_stack = np.stack(a_tiles)
@@ -502,7 +502,7 @@ def _wgmma_async(ops: Operands, inst, mods):
         d = np.matmul(a_stack, b_stack.transpose(0, 2, 1))
         product = np.take(d.reshape(len(starts), -1), fragment, axis=1).reshape(len(lanes), -1)  # [lanes, registers]
         # [lanes, registers]; one gather where the accumulators are one block (Machine.register_blocks)
-        acc_words = d_block[:, lanes].T if d_block is not None else np.stack([r[lanes] for r in d_regs], axis=1)
+        acc_words = d_block[lanes] if d_block is not None else np.stack([r[lanes] for r in d_regs], axis=1)
         if f16_acc:
             acc = np.stack([(acc_words & 0xFFFF), acc_words >> 16], axis=2).reshape(len(lanes), -1)
             acc = acc.astype(np.uint16).view(np.float16).astype(np.float64)
@@ -528,7 +528,7 @@ def _wgmma_async(ops: Operands, inst, mods):
         else:
             out = result.astype(np.float32).view(np.uint32)
         if d_block is not None:
-            d_block[:, lanes] = out.T
+            d_block[lanes] = out
             return
         columns = np.ascontiguousarray(out.T)  # one register's values contiguous: a faster scatter
         for v, r in enumerate(d_regs):
