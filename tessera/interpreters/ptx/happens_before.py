@@ -302,6 +302,13 @@ class HappensBefore:
         the one row of `index` fills, when it fills one (read as a range; a finding is located byte by byte)."""
         if not (self.races and self.completions):
             return  # r_async is all zero: no completed async read recorded
+        if span is not None:
+            for c in self._span_completions(span):
+                readers, epochs = self.completions[c - 1][:2]
+                if not (clocks[0, readers % self.threads] >= epochs).any():
+                    self._after_async_reads(inst, lanes, index, what, clocks)  # raises, naming the byte
+            self._forget_async_reads(span)
+            return
         ends = self._async_ends(index, span)  # [reader row, row, byte]
         low, high = int(ends.min(initial=0)), int(ends.max(initial=0))
         if not high:
@@ -314,18 +321,38 @@ class HappensBefore:
             rows = np.flatnonzero((ends == c).any(axis=(0, 2)))
             ordered = (clocks[rows][:, readers % self.threads] >= epochs).any(axis=1)
             if not ordered.all():
-                if span is not None:
-                    self._after_async_reads(inst, lanes, index, what, clocks)  # raises, naming the byte
                 r = int(rows[np.argmin(ordered)])
                 byte = int(index[r, np.argmax((ends[:, r] == c).any(axis=0))])
                 raise self.hazard(inst, f"{what} overwrites {self.where(byte)}, which {reader} at line {line}, "
                                         "and no synchronisation orders that wait before this "
                                         f"write (race: the slot was released before {by} reading it completed)",
                                   int(lanes[r]))
-        where = index.reshape(-1) if span is None else span
+        self._forget_async_reads(index.reshape(-1))
+
+    def _forget_async_reads(self, where: np.ndarray | slice) -> None:
+        """The bytes `where` were written after their completed async reads: those no longer apply."""
         self.r_async[:, where] = 0
         if self.wgmma_reads is not None:  # no wgmma reads them now (`asynchrony` refuses writes before)
             self.wgmma_reads[:, where] = 0
+
+    def _span_completions(self, span: slice) -> set[int]:
+        """The completed async reads (1 + index into `completions`) of some byte of the range `span` (one CTA's),
+        found row by row: a row whose bytes agree (a slot read by one group, or by none) costs no gather."""
+        found: set[int] = set()
+        for row in self.r_async[:, span]:
+            low, high = int(row.min(initial=0)), int(row.max(initial=0))
+            found.update((low,) if low == high else np.unique(row).tolist())
+        if self.wgmma_reads is not None:
+            per_cta = self._per_cta()
+            first = span.start // max(self.shared // (self.lanes // self.threads), 1) * per_cta
+            width = self.wgmma_groups.shape[1]
+            for r, row in enumerate(self.wgmma_reads[:, span]):
+                low, high = int(row.min(initial=0)), int(row.max(initial=0))
+                for last in (low,) if low == high else np.unique(row).tolist():
+                    if 0 < last <= width:
+                        found.add(int(self.wgmma_groups[first + r, last - 1]))
+        found.discard(0)
+        return found
 
     def async_written(self, flat: np.ndarray) -> None:
         """An asynchronous copy wrote `flat`: the generic records no longer apply."""
