@@ -10,12 +10,12 @@ Rows:
   each mask_mod and score_mod (head_dim 64, BN 64); a score_mod runs in both loops, so its row is the full
   loop's extra over the dense loop (needs ptxas and nvdisasm); the masks written with integer // and %
   (block-diagonal, chunked-local, dilated) among them;
-- the backward with modifiers (`--backward` alone): the pairs its work lists visit at 16k, its full-block
-  loop's SASS per key against the dense warp-specialized kernel's at the same blocks (128 x 128 where the
-  modifier fits them warp-specialized, as `tessera.attention_backward` chooses, else 64 x 64), the partial-block
-  cost per mod, and
-  at head_dim 128 the configuration taken (one thread block per key block where it fits warp-specialized, else
-  the head split), ptxas registers and spills.
+- the backward with modifiers (`--backward` alone): the pairs its work lists visit at 16k; per mod at head_dim
+  64 and 128 the blocks `tessera.attention_backward` takes (`runtime.flex.warp_specialized_first`: 128 x 128 at
+  head_dim 64, the keys-on-rows 64 x 128 at 128, where the modifier fits them warp-specialized), the consumer
+  warpgroups' registers (the allocator's count), ptxas spills, the full-block loop's SASS per key against the
+  dense warp-specialized kernel's at the same blocks, and the partial-block cost per key of a mask_mod (the
+  score_mod's over the dense loop).
 
 Run: .venv/bin/python bench/attention_variants.py [--backward]
 """
@@ -113,16 +113,53 @@ def main() -> None:
     backward()
 
 
+def window_deterministic(b, h, q_idx, kv_idx):
+    return sliding_window(b, h, q_idx, kv_idx)
+
+
+def consumer_registers(module) -> int | str:
+    """The consumer warpgroups' register peak of the main kernel under the default pipeline's first rung
+    (warp-specialized, two stages; the allocator's count, per thread), or the refusal."""
+    from xdsl.dialects import scf
+    from xdsl.utils.exceptions import DiagnosticException
+
+    from tessera.dialects import sm90
+    from tessera.ir import make_context
+    from tessera.passes import SPECIALIZED_PIPELINE, parse_pipeline
+    from tessera.regalloc import region_peaks
+
+    module = module.clone()
+    try:
+        parse_pipeline(SPECIALIZED_PIPELINE).apply(make_context(), module)
+    except DiagnosticException as error:
+        return str(getattr(error, "summary", error))[:70]
+    for op in module.walk():
+        if isinstance(op, scf.IfOp) and isinstance(op.true_region.block.first_op, sm90.SetMaxNRegOp):
+            return region_peaks(_kernel_of(op), op)[1].registers
+    return "not warp-specialized"
+
+
+def _kernel_of(op):
+    while op is not None and op.name != "func.func":
+        op = op.parent_op()
+    return op
+
+
 def backward() -> None:
-    """The warp-specialized backward with modifiers (64 x 64 blocks, one consumer warpgroup): the blocks its work
-    lists skip, its full-block loop against the dense warp-specialized 64 x 64 kernel's, the partial-block cost
-    per mod, and at head_dim 128 whether one thread block per key block fits (else the head split)."""
+    """The warp-specialized backward with modifiers at the blocks `tessera.attention_backward` takes
+    (`runtime.flex.warp_specialized_first`): the blocks its work lists skip; per mod the blocks taken, the
+    consumer warpgroups' registers, the full-block loop's SASS per key against the dense warp-specialized
+    kernel's at the same blocks, and the partial-block (mask_mod) or whole-loop (score_mod) cost per key;
+    ptxas registers and spills at head_dim 128."""
     from tessera import passes
-    from tessera.kernels import attention_backward
-    from tessera.runtime.flex import warp_specialized_refusal
+    from tessera.runtime import flex
+
+    spilled = {}
 
     def loops(module) -> list[int]:
-        text = toolchain.disassemble(tessera.compile(module, target="cubin", pipeline=passes.DEFAULT_PIPELINE).cubin)
+        result = tessera.compile(module, target="cubin", pipeline=passes.DEFAULT_PIPELINE)
+        spilled[id(module)] = any(entry.spills for entry in result.entries.values())
+        text = toolchain.disassemble(result.cubin)
         return sorted(len(loop.instructions) for loop in toolchain.sass_loops(text) if loop.opcode_counts["HGMMA"])
 
     visited = {}
@@ -133,31 +170,38 @@ def backward() -> None:
         print(f"backward {mask.__name__:15s} seq {SEQ}, 64 x 64: visits {visited[mask.__name__]:.4f} of the "
               f"(key block, query block) pairs (full {full}, partial {partial})")
     print(f"backward sliding window 1024 / causal work: {visited['sliding_window'] / visited['causal']:.4f}")
-    dense = {bn: loops(attention_backward(64, block_m=bn, block_n=bn).main)[0] for bn in (64, 128)}
-    for mask in (causal, sliding_window, prefix_lm, documents, chunked_local, dilated):
-        # the blocks tessera.attention_backward takes (runtime.flex.WARP_SPECIALIZED_FIRST)
-        large = attention_backward(64, block_m=128, block_n=128, mask_mod=mask, block_sparse=True)
-        bn = 128 if warp_specialized_refusal(large.main) is None else 64
-        full, partial = loops(large.main if bn == 128 else attention_backward(64, mask_mod=mask, block_sparse=True).main)
-        print(f"backward d64 mask_mod {mask.__name__:15s} {bn} x {bn}: full blocks {full / bn:.2f} SASS/key (dense "
-              f"warp-specialized {dense[bn] / bn:.2f}), partial-block cost {(partial - full) / bn:.2f} SASS/key")
-    for mod in (softcap, alibi, relative_table):
-        looped = loops(attention_backward(64, score_mod=mod).main)
-        print(f"backward d64 score_mod {mod.__name__:14s} 64 x 64: {(looped[0] - dense[64]) / 64:.2f} SASS/key over the "
-              "dense loop")
-    for score_mod, mask_mod in ((softcap, sliding_window), (alibi, documents), (None, chunked_local), (softcap, None),
-                                (None, sliding_window)):
-        names = "+".join(f.__name__ for f in (score_mod, mask_mod) if f is not None)
-        whole = attention_backward(128, score_mod=score_mod, mask_mod=mask_mod, block_sparse=mask_mod is not None,
-                                   head_split=1)
-        refusal = warp_specialized_refusal(whole.main)
-        kernels = whole if refusal is None else attention_backward(
-            128, score_mod=score_mod, mask_mod=mask_mod, block_sparse=mask_mod is not None, head_split=2)
-        result = tessera.compile(kernels.main, target="cubin", pipeline=passes.DEFAULT_PIPELINE)
-        for entry in result.entries.values():
-            print(f"backward d128 {names:25s}: head_split {kernels.head_split}"
-                  f"{'' if refusal is None else ' (one block: ' + refusal[:60] + ')'}: {entry.registers} registers, "
-                  f"spills {entry.spills}")
+    dense = {}
+    variants = [(None, m) for m in (causal, sliding_window, window_deterministic, prefix_lm, documents, chunked_local,
+                                    dilated)] + [(m, None) for m in (softcap, alibi, relative_table)]
+    variants += [(softcap, sliding_window), (alibi, documents)]
+    for d in (64, 128):
+        for score_mod, mask_mod in variants:
+            names = "+".join(f.__name__ for f in (score_mod, mask_mod) if f is not None)
+            options = dict(score_mod=score_mod, mask_mod=mask_mod, causal=False, scale=None, level="ptx", head_dim=d,
+                           dtype="bf16", deterministic=mask_mod is window_deterministic)
+            kernels, _, refused, taken = flex.warp_specialized_first(None, *flex.backward_kernels(None, **options),
+                                                                    **options)
+            c = kernels.config.attention
+            blocks = (d, c.block_m, c.block_n, kernels.head_split)
+            if blocks not in dense:
+                from tessera.kernels import attention_backward
+                dense_main = attention_backward(d, block_m=c.block_m, block_n=c.block_n).main
+                dense[blocks] = loops(dense_main)[0] if kernels.head_split == 1 and not options["deterministic"] else None
+            registers = consumer_registers(kernels.main)
+            looped = loops(kernels.main)
+            spills = spilled[id(kernels.main)]
+            keys = c.block_n
+            row = (f"backward d{d} {names:22s} {c.block_m} x {c.block_n}"
+                   f"{' head_split ' + str(kernels.head_split) if kernels.head_split > 1 else ''} ({taken}): "
+                   f"consumers {registers} registers, spills {spills}")
+            base = dense[blocks]
+            if base is not None:
+                row += f"; full loop {looped[0] / keys:.2f} SASS/key (dense {base / keys:.2f})"
+                if mask_mod is not None and len(looped) > 1:
+                    row += f", partial-block cost {(looped[1] - looped[0]) / keys:.2f}"
+                elif mask_mod is None:
+                    row += f", score_mod cost {(looped[0] - base) / keys:.2f}"
+            print(row, flush=True)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ The cluster rows (flash attention with clusters of two query blocks sharing K/V,
 TMA multicast) add the traffic counter of the CTA simulator: the bytes each CTA's TMA copies read from global
 memory, by tensor, on a small problem (`--no-traffic` skips those runs).
 `--ptxas-all` measures the default variant's loops under every ptxas found (`find_all_ptxas`), each a row, and
-the same without `hoist-invariant-descriptors` ("Q descs per trip").
+the same without `hoist-invariant-descriptors` ("descs per trip": Q's k-step descriptors and the K/V rings'
+descriptors re-computed on every trip).
 `--fp8` measures the e4m3 kernel instead (k32 e4m3 wgmma, P packed to e4m3 in registers, its FP8_BLOCK_N keys
 per iteration): V^T given in P8 key order (`v_transposed="p8"`) under the single-stage and default variants,
 and V as it is (the default, `v_transposed=False`), transposed in shared memory by the producer warpgroup,
@@ -58,9 +59,9 @@ VARIANTS = {
     "all": dict(overlap=True, peel=True, specialize=True, pingpong=True),
     "full pipeline, cluster 2": dict(overlap=True, peel=True, specialize=True, cluster=2),
 }
-PTXAS_ALL = {"full pipeline (default)": "full pipeline", "full, descriptors per trip": "Q descs per trip"}
+PTXAS_ALL = {"full pipeline (default)": "full pipeline", "full, descriptors per trip": "descs per trip"}
 """The variants `--ptxas-all` measures under every ptxas (row labels): the default, and the default without
-`hoist-invariant-descriptors` (the Q descriptors re-computed on every trip), measured in the same run."""
+`hoist-invariant-descriptors` (Q's k-step and the rings' descriptors re-computed on every trip), measured in the same run."""
 TRAFFIC_SIZES = {"batch": 1, "heads": 1, "seq_q": 256, "seq_k": 512}
 """The problem the traffic counter runs in the CTA simulator: one cluster of two query blocks, four key blocks."""
 

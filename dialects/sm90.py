@@ -90,6 +90,7 @@ from tessera.dialects.sm90_sync import (
 )
 from tessera.dialects.sm90_wgmma import (
     DescriptorAdvanceOp,
+    DescriptorOffsetOp,
     MakeDescriptorOp,
     WgmmaCommitGroupOp,
     WgmmaFenceOp,
@@ -145,6 +146,7 @@ SM90 = Dialect(
         WgmmaWaitGroupOp,
         MakeDescriptorOp,
         DescriptorAdvanceOp,
+        DescriptorOffsetOp,
         WgmmaMmaAsyncOp,
         ShflSyncOp,
         BarSyncOp,

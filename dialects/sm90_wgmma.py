@@ -116,6 +116,37 @@ class DescriptorAdvanceOp(IRDLOperation):
             raise VerifyException(f"'{self.name}' op {e}") from None
 
 
+@irdl_op_definition
+class DescriptorOffsetOp(IRDLOperation):
+    """`%d2 = sm90.descriptor_offset %d, %bytes : i64`: descriptor %d with its start address moved %bytes
+    further, a byte count known only at run time (an i32: a ring slot's offset, `slot * slot_bytes`):
+    (bytes >> 4) added to the start field (bits 13-0), as `sm90.descriptor_advance` adds a constant. With it
+    a ring buffer's descriptor is made once, outside the loops, and each trip adds its slot's offset
+    (`hoist-invariant-descriptors`), where `sm90.make_descriptor` of the slot's address would mask, shift and
+    or on every trip. Invariant: bytes is a non-negative multiple of 16 below 2^18 (the verifier checks a
+    constant one, the simulator a run-time one) and the start field does not overflow (the simulator). Prints as a 32-bit shift, a widening and one
+    64-bit add (`add.s64`)."""
+
+    name = "sm90.descriptor_offset"
+    descriptor = operand_def(I64)
+    offset = operand_def(I32)
+    result = result_def(I64)
+    traits = traits_def(Pure())
+    assembly_format = "$descriptor `,` $offset attr-dict `:` type($result)"
+
+    def __init__(self, descriptor, offset):
+        super().__init__(operands=[descriptor, offset], result_types=[i64])
+
+    def verify_(self) -> None:
+        # An offset known here is held to descriptor_advance's rule; a run-time one is checked by the simulator.
+        owner = self.offset.owner
+        if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
+            try:
+                facts.descriptor_start_delta(owner.value.value.data)
+            except ValueError as e:
+                raise VerifyException(f"'{self.name}' op {e}") from None
+
+
 WGMMA_TYPES = ("bf16", "f16", "e4m3", "e5m2")
 """The multiplicand types `sm90.wgmma_mma_async` takes (A and B of one type, f32 accumulation)."""
 

@@ -20,8 +20,18 @@ allocator's per-thread count leaves it out while the uniform file has room. So a
 first; where the hoisted kernel is over a region's budget after all (descriptors that are not uniform, or too
 many for the uniform file, cost `REGISTERS_PER_DESCRIPTOR` each), N is the spare registers of the tightest
 region that runs under a `sm90.setmaxnreg` budget (its budget minus the allocator's peak) over 2, and fewer
-are tried down from there. Kernels without budget regions (not warp-specialized) and kernels without spare
-registers are left unchanged (the flash d128 consumers, 128 x 176 and 128 x 128: all 7 of Q's advances).
+are tried down from there. Kernels without budget regions (not warp-specialized) are left unchanged, and
+kernels with fewer than 2 spare registers hoist no advance (the flash d128 consumers, 128 x 176 and 128 x 128:
+all 7 of Q's advances; the head_dim 64 block-sparse one: none, its rings' descriptors below still are).
+
+Ring buffers: a K/V slot's descriptor is `sm90.make_descriptor` of the ring's address plus the trip's slot
+offset, made on every trip (mask, shift, or: five uniform instructions a ring). The pass makes the ring's own
+descriptor once, before the outermost loop (one per ring and block, shared by the peeled loops that follow), and
+each slot's is that descriptor moved by the slot offset (`sm90.descriptor_offset`: the start field is the
+address >> 4, and a slot of a buffer below 2^18 bytes never carries out of it). It costs the budgets the same
+(the ring's descriptor is a uniform descriptor) and is kept where the hoisted kernel still fits. The d128
+steady loop, ptxas 12.9 / 13.0 / 13.5: 574 / 572 / 607 -> 567 / 569 / 602 at 128 x 176, 453 / 454 / 488 ->
+448 / 449 / 470 at 128 x 128 (docs/performance.md).
 
 Invariants: every wgmma reads the same descriptor values as before (an advance is pure, and its base is
 defined, unchanged, before every use); only where they are computed changes, so results are bitwise equal.
@@ -33,7 +43,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from xdsl.context import Context
-from xdsl.dialects import func, scf
+from xdsl.dialects import arith, func, scf
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
@@ -100,6 +110,72 @@ def hoist_descriptors(fn: func.FuncOp, keys: list[tuple[SSAValue, int]]) -> None
             Rewriter.erase_op(op)
 
 
+def _outermost_loop(op: Operation) -> scf.ForOp | None:
+    """The outermost `scf.for` around `op` (None outside loops)."""
+    outermost, parent = None, op.parent_op()
+    while parent is not None:
+        if isinstance(parent, scf.ForOp):
+            outermost = parent
+        parent = parent.parent_op()
+    return outermost
+
+
+def _slot_descriptor(op: Operation) -> tuple[sm90.SharedBufferOp, SSAValue] | None:
+    """(buffer, offset) of a `sm90.make_descriptor` of `buffer + offset` inside a loop: a ring slot's
+    descriptor made on every trip; None for any other."""
+    if not isinstance(op, sm90.MakeDescriptorOp) or _outermost_loop(op) is None:
+        return None
+    address = op.address
+    if isinstance(address, BlockArgument) or not isinstance(address.owner, arith.AddiOp):
+        return None
+    for buffer, offset in (address.owner.operands, reversed(address.owner.operands)):
+        if not isinstance(buffer, BlockArgument) and isinstance(buffer.owner, sm90.SharedBufferOp):
+            return buffer.owner, offset
+    return None
+
+
+def _ring_key(op: sm90.MakeDescriptorOp, buffer: sm90.SharedBufferOp) -> tuple:
+    """What one hoisted ring descriptor serves: the block of the outermost loop, the buffer and the encoding."""
+    return (id(_outermost_loop(op).parent_block()), buffer.sym.data, buffer.offset.value.data, op.lbo.value.data,
+            op.sbo.value.data, op.swizzle.value.data)
+
+
+def _slot_rings(fn: func.FuncOp) -> set[tuple]:
+    """The ring descriptors `hoist_slot_descriptors` would make (`_ring_key`s)."""
+    return {_ring_key(op, found[0]) for op in fn.walk() if (found := _slot_descriptor(op)) is not None}
+
+
+def hoist_slot_descriptors(fn: func.FuncOp) -> int:
+    """Make each ring buffer's descriptor once, before the outermost loop that makes its slots' descriptors,
+    and each slot's (`sm90.make_descriptor` of buffer + offset in a loop) that descriptor moved by the offset
+    (`sm90.descriptor_offset`); the number of descriptors rewritten. One hoisted descriptor per buffer,
+    encoding and block serves every loop of that block after it (the peeled loops of one K/V loop)."""
+    hoisted: dict[tuple, SSAValue] = {}
+    count = 0
+    for op in [o for o in fn.walk() if _slot_descriptor(o) is not None]:
+        buffer, offset = _slot_descriptor(op)
+        loop = _outermost_loop(op)
+        block = loop.parent_block()
+        key = _ring_key(op, buffer)
+        if key not in hoisted:
+            base = buffer.clone()
+            descriptor = sm90.MakeDescriptorOp(base.result, op.lbo.value.data, op.sbo.value.data,
+                                               op.swizzle.value.data)
+            descriptor.result.name_hint = f"{buffer.sym.data}_descriptor"
+            block.insert_ops_before([base, descriptor], loop)
+            hoisted[key] = descriptor.result
+        address = op.address.owner
+        moved = sm90.DescriptorOffsetOp(hoisted[key], offset)
+        moved.result.name_hint = op.result.name_hint
+        Rewriter.replace_op(op, moved)
+        count += 1
+        if not address.results[0].uses:
+            Rewriter.erase_op(address)
+            if not buffer.result.uses:
+                Rewriter.erase_op(buffer)
+    return count
+
+
 def _budget_splits(fn: func.FuncOp) -> list[scf.IfOp]:
     """The `scf.if` ops whose branches run under budgets of their own (each opens with `sm90.setmaxnreg`)."""
     return [op for op in fn.walk() if isinstance(op, scf.IfOp)
@@ -131,19 +207,40 @@ class HoistInvariantDescriptorsPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for kernel in [o for o in op.walk() if is_target_kernel(o)]:
-            keys = invariant_advances(kernel)
-            spare = spare_registers(kernel) if keys else None
-            if not spare or spare < REGISTERS_PER_DESCRIPTOR:
+            spare = spare_registers(kernel)  # warp-specialize's allocation, from the allocator's memo
+            if spare is None or spare < 0:
                 continue
-            # Each hoisted descriptor is live over the loops, where the peaks are: it takes its registers from
-            # the spare ones; fewer are tried where the allocation says the first count does not fit.
-            # First all of them: ptxas keeps warp-uniform ones in uniform registers, which the allocator does not
-            # count against the budget (tessera.regalloc.uniform) while the uniform file has room for them.
-            counts = [len(keys)] + list(range(min(len(keys) - 1, spare // REGISTERS_PER_DESCRIPTOR), 0, -1))
-            for count in counts:
+            rings = _slot_rings(kernel)
+            if rings and spare >= REGISTERS_PER_DESCRIPTOR * len(rings):
+                # Fits even if the rings' descriptors were counted 2 each (they are uniform: 0 while the uniform
+                # file has room), and a slot's descriptor_offset lives where its make_descriptor did.
+                hoist_slot_descriptors(kernel)
+            elif rings:
                 candidate = kernel.clone()
-                hoist_descriptors(candidate, invariant_advances(candidate)[:count])
+                hoist_slot_descriptors(candidate)
                 if spare_registers(candidate) >= 0:
                     Rewriter.replace_op(kernel, candidate)
-                    break
-                candidate.erase()
+                    kernel = candidate
+                else:
+                    candidate.erase()
+            keys = invariant_advances(kernel) if spare >= REGISTERS_PER_DESCRIPTOR else []
+            if keys:
+                _hoist_advances(kernel, keys, spare)
+
+
+def _hoist_advances(kernel: func.FuncOp, keys: list[tuple[SSAValue, int]], spare: int) -> func.FuncOp:
+    """The kernel with as many of the advances `keys` hoisted as its budgets allow (module docstring): the
+    kernel itself where none fits."""
+    # Each hoisted descriptor is live over the loops, where the peaks are: it takes its registers from the spare
+    # ones; fewer are tried where the allocation says the first count does not fit. First all of them: ptxas
+    # keeps warp-uniform ones in uniform registers, which the allocator does not count against the budget
+    # (tessera.regalloc.uniform) while the uniform file has room for them.
+    counts = [len(keys)] + list(range(min(len(keys) - 1, spare // REGISTERS_PER_DESCRIPTOR), 0, -1))
+    for count in counts:
+        candidate = kernel.clone()
+        hoist_descriptors(candidate, invariant_advances(candidate)[:count])
+        if spare_registers(candidate) >= 0:
+            Rewriter.replace_op(kernel, candidate)
+            return candidate
+        candidate.erase()
+    return kernel

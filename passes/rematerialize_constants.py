@@ -43,6 +43,11 @@ address into them multiplies by) is re-created right before each use too: a shif
 would hold it in a register across every loop (the deterministic head_dim 64 backward's consumers had one too
 many for the warp-specialized kernel).
 
+A scalar integer product of a value and a constant (a byte offset: a row index times 4) used again later,
+where that value is itself read later still, is re-created right before the later use: CSE merges LSE2's byte
+offset with dPsum's, which the keys-on-rows backward reads after P^T, and the product held two registers
+(64-bit) from one to the other, where the row index it is made from is live anyway.
+
 A shared buffer's address (`sm90.shared_buffer`: the dynamic shared memory's base plus a constant offset, one
 `add` or none) is a constant too, re-created at each use the same way, and so is an address a fixed distance
 into it (`arith.addi` of the buffer and an offset: a ring stage's slot, not its barriers) is re-created right
@@ -202,6 +207,46 @@ def _recreate_address_at_uses(op: arith.AddiOp) -> None:
     op.erase()
 
 
+_SCALED = (arith.MuliOp, arith.ShLIOp)
+
+
+def _ancestor_in(block, op: Operation) -> Operation | None:
+    """The op of `block` that is or contains `op` (None if `op` is not inside `block`)."""
+    while op is not None and op.parent_block() is not block:
+        op = op.parent_op()
+    return op
+
+
+def _recreate_late_offsets(module: ModuleOp) -> None:
+    """A scalar integer product of a value x and a constant (`arith.muli`, `arith.shli`: a byte offset, x times
+    an element size) is re-created right before each later use where x itself is read after that use, in
+    the same block: x is live there anyway, so the copy's one instruction costs no register, where the product
+    would hold its own from its first use to its last (module docstring)."""
+    for op in [o for o in module.walk() if isinstance(o, _SCALED)]:
+        result = op.result
+        if isinstance(result.type, VectorType) or len(list(result.uses)) < 2:
+            continue
+        constants = [v for v in op.operands if isinstance(v.owner, arith.ConstantOp)]
+        values = [v for v in op.operands if not isinstance(v.owner, arith.ConstantOp)]
+        if len(constants) != 1 or len(values) != 1:
+            continue
+        block, x = op.parent_block(), values[0]
+        order = {o: k for k, o in enumerate(block.ops)}
+        x_reads = [order[a] for use in x.uses if use.operation is not op
+                   for a in (_ancestor_in(block, use.operation),) if a is not None]
+        uses = sorted((use for use in result.uses if _ancestor_in(block, use.operation) is not None),
+                      key=lambda use: order[_ancestor_in(block, use.operation)])
+        for use in uses[1:]:  # the first keeps the product
+            user = use.operation
+            at = order[_ancestor_in(block, user)]
+            if any(name in user.name for name in ("mbarrier", "wgmma")) or not any(r > at for r in x_reads):
+                continue
+            copy = op.clone()
+            copy.result.name_hint = result.name_hint
+            user.parent_block().insert_op_before(copy, user)
+            user.operands[use.index] = copy.result
+
+
 _INDEX_ARITHMETIC = (arith.AddiOp, arith.SubiOp, arith.MuliOp)
 _INDEX_LEAVES = (arith.ConstantOp, vector.BroadcastOp, vector.ShuffleOp)
 INDEX_TREE_DEPTH = 3
@@ -313,6 +358,7 @@ class RematerializeConstantsPass(ModulePass):
             _recreate_address_at_uses(address)
         _recreate_index_trees(op)
         _recreate_sizes(op)
+        _recreate_late_offsets(op)
         advances = [o for o in op.walk() if isinstance(o, sm90.DescriptorAdvanceOp)]
         buffers = [o for o in op.walk() if isinstance(o, sm90.SharedBufferOp)]
         for cheap in advances + buffers + [o for o in op.walk() if isinstance(o, arith.ConstantOp)]:

@@ -277,7 +277,8 @@ class Edit:
     "count" (an init's arrival count or a bar_sync's thread count set to `value`), "mask" (a multicast's CTA mask
     set to `value`), "pending" (a wait_group's
     count set to `value`), "move" (before the op `other` names), "double" (issued twice), "retarget" (a release
-    arrives on the barrier of the release `other` names)."""
+    arrives on the barrier of the release `other` names), "home" (a remote release, and the one `other` names,
+    arrive on the executing CTA's own barrier: their `mapa` takes %cluster_ctarank as the rank)."""
 
     action: str
     at: At
@@ -316,6 +317,12 @@ def apply_target(fn, edit: Edit) -> None:
         op.parent_block().insert_op_after(op.clone(), op)
     elif edit.action == "retarget":
         op.operands[0] = find_target(fn, edit.other).operands[0]
+    elif edit.action == "home":
+        for release in (op, find_target(fn, edit.other)):
+            mapa = release.operands[0].owner
+            rank = sm90.SpecialRegOp("cluster_ctarank")
+            mapa.parent_block().insert_op_before(rank, mapa)
+            mapa.operands[1] = rank.result
     else:
         raise ValueError(f"unknown edit {edit.action}")
 
@@ -352,6 +359,13 @@ def apply_ptx(text: str, edit: Edit) -> str:
     elif edit.action == "retarget":
         target = re.search(r"\[(%r\d+)\]", lines[find_ptx(lines, edit.other)]).group(1)
         lines[i] = re.sub(r"\[%r\d+\]", f"[{target}]", lines[i])
+    elif edit.action == "home":  # the mapa before each release takes the own rank
+        for k in sorted((i, find_ptx(lines, edit.other)), reverse=True):  # the later first: indices hold
+            j = max(m for m in range(k) if _instruction(lines[m]).startswith("mapa.shared::cluster"))
+            lines[j] = re.sub(r", %r\d+;$", ", %seeded_rank;", lines[j])
+            lines.insert(j, "    mov.u32 %seeded_rank, %cluster_ctarank;")
+        lines.insert(next(j for j, s in enumerate(lines) if s.strip().startswith(".reg")),
+                     "    .reg .b32 %seeded_rank;")
     else:
         raise ValueError(f"unknown edit {edit.action}")
     return "\n".join(lines) + "\n"

@@ -218,6 +218,15 @@ _CLUSTER = [
      Edit("delete", At(C, "remote_release", 2)), "CRCR", _UNREACHED),
     ("remote arrive deleted", "the first K's release on the second CTA",
      Edit("delete", At("consumer", "remote_release", 1)), "CRCR", _LEDGER_CLUSTER),
+    ("remote arrive sent home", "K's two releases in the loop both arrive on the CTA's own empty barrier",
+     Edit("home", At(C, "remote_release", 0), other=At(C, "remote_release", 1)), "CCCC",
+     "every arrival count stays right (each empty barrier counts its own consumers twice); on the short shape the "
+     "loop never runs, and on the long one the producer refills a K slot only after its wait on the V slot's "
+     "empty barrier, which the consumers of both CTAs release after the wait_group that completes their K reads"),
+    ("remote arrive sent home", "V's two releases in the loop both arrive on the CTA's own empty barrier",
+     Edit("home", At(C, "remote_release", 2), other=At(C, "remote_release", 3)), "CRCR",
+     _UNREACHED + "; on the long one every count is right, but the producer multicasts into its peer's V slot "
+     "with nothing ordering the peer's wgmma reads before it (CUTLASS's release sent home)"),
     ("multicast mask wrong", "the first K half delivered to the first CTA only",
      Edit("mask", At("producer", "multicast", 0), 1), ALL, ""),
     ("multicast mask wrong", "the first V half delivered to the second CTA only",

@@ -79,19 +79,27 @@ def test_forward_with_modifiers_runs_through_the_driver_calls(monkeypatch):
     assert any(a.view(np.int32).tolist() == [40, 24] for a in arrays if a.nbytes == 8)  # LIMIT
 
 
+TABLE = np.linspace(-1, 1, 126).reshape(2, 63)
+
+
+def softcap_alibi_table(score, b, h, q_idx, kv_idx):
+    return softcap_alibi(score, b, h, q_idx, kv_idx) + TABLE[h, np.clip(q_idx - kv_idx + 31, 0, 62)]
+
+
 @pytest.mark.slow
 def test_a_forward_too_large_for_bn_128_is_rebuilt_at_bn_64(monkeypatch):
-    """ALiBi's i32 and f32 index tiles beside S fit no configuration at BN 128: rebuilt at BN 64, warned."""
+    """A soft-cap, ALiBi and a relative-position table's tiles beside S fit no configuration at BN 128 (333
+    registers a thread warp-specialized): rebuilt at BN 64, warned."""
     from tessera.ir.diagnostics import TesseraWarning
     from tessera.runtime.flex import forward_module
 
     q, k, v, _ = inputs()
-    module = forward_module(q, k, score_mod=softcap_alibi, mask_mod=window, causal=False, scale=None,
+    module = forward_module(q, k, score_mod=softcap_alibi_table, mask_mod=window, causal=False, scale=None,
                             return_lse=True, head_dim=D, dtype="bf16", block_n=64)
     install_fake_driver(monkeypatch, (module,))
     with pytest.warns(TesseraWarning, match="block_n 128 fits no configuration .* rebuilt with block_n 64"):
-        o, lse = tessera.attention(q, k, v, score_mod=softcap_alibi, mask_mod=window, return_lse=True)
-    check = reference.check_attention_mods(o, q, k, v, BF16, softcap_alibi, window, lse=lse)
+        o, lse = tessera.attention(q, k, v, score_mod=softcap_alibi_table, mask_mod=window, return_lse=True)
+    check = reference.check_attention_mods(o, q, k, v, BF16, softcap_alibi_table, window, lse=lse)
     assert check.ok, check
 
 

@@ -72,19 +72,27 @@ def _ptx(module) -> str:
         return tessera.compile(module, target="ptx", pipeline=passes.DEFAULT_PIPELINE)
 
 
-def test_d128_window_gqa_ragged_at_target_level_is_one_block_per_key_block():
-    """head_dim 128 with a sliding window fits warp-specialized in one thread block per key block: no head
-    split (no extra S and dP products), no warning; GQA, seq_q != seq_k, neither a multiple of 64."""
-    _check("target", 128, None, window, 70, 90, 2, 1)
-
-
-def test_d64_window_at_target_level_takes_the_dense_kernels_blocks():
-    """A sliding window at head_dim 64 fits the dense default's 128 x 128 blocks warp-specialized (two consumer
-    warpgroups, 240 registers each): no warning; GQA, seq_q != seq_k, neither a multiple of 128."""
+def test_d128_window_gqa_ragged_at_target_level_takes_the_dense_kernels_blocks():
+    """head_dim 128 with a sliding window fits warp-specialized on the dense kernel's keys-on-rows 64 x 128
+    blocks (two consumer warpgroups, each 64 keys of the block): no head split, no warning; GQA, seq_q != seq_k,
+    neither a multiple of 64."""
     from tessera.runtime import flex
 
-    _check("target", 64, None, window, 150, 200, 2, 1)
+    _check("target", 128, None, window, 70, 90, 2, 1)
     kernels, _ = flex.backward_kernels(None, score_mod=None, mask_mod=window, causal=False, scale=None,
+                                       level="target", head_dim=128, dtype="bf16", blocks=(64, 128), head_split=1)
+    assert kernels.config.key_rows and flex.warp_specialized_refusal(kernels.main) is None  # taken above
+
+
+def test_d64_document_masking_at_target_level_takes_the_dense_kernels_blocks():
+    """Document masking at head_dim 64 (two gathers: a row vector of the queries' documents, a column vector
+    of the keys', each column loaded once) fits the dense default's 128 x 128 blocks warp-specialized (two
+    consumer warpgroups, 240 registers each): no warning; GQA, seq_q != seq_k, neither a multiple of 128, an
+    empty document. (A sliding window at 128 x 128: the slow PTX-level tests and the SASS test.)"""
+    from tessera.runtime import flex
+
+    _check("target", 64, None, late_document, 150, 170, 2, 1)
+    kernels, _ = flex.backward_kernels(None, score_mod=None, mask_mod=late_document, causal=False, scale=None,
                                        level="target", head_dim=64, dtype="bf16", blocks=(128, 128))
     assert flex.warp_specialized_refusal(kernels.main) is None  # remembered from the run above
 
@@ -92,7 +100,7 @@ def test_d64_window_at_target_level_takes_the_dense_kernels_blocks():
 @pytest.mark.slow
 def test_d64_empty_document_with_alibi_at_target_level():
     """Query rows that see no key get dQ = 0; key blocks no query sees are in no list: dK = dV = 0 there. (A
-    soft-cap does not fit 128 x 128 blocks: 64 x 64, with a warning.)"""
+    soft-cap with ALiBi does not fit 128 x 128 blocks: 64 x 64, with a warning.)"""
     _, dk, dv = _check("target", 64, softcap_alibi, late_document, 100, 150, 2, 2, warns=True)
     assert not np.asarray(dk, np.float32)[:, :, 40:64].any() and not np.asarray(dv, np.float32)[:, :, 40:64].any()
 
@@ -101,13 +109,17 @@ def test_d64_empty_document_with_alibi_at_target_level():
 @pytest.mark.parametrize("level", ["target", "ptx"])
 @pytest.mark.parametrize("d,score_mod,mask_mod", [(64, softcap_alibi, window), (128, softcap, None),
                                                   (128, None, late_document), (64, None, late_document),
-                                                  (64, None, head_window), (128, None, head_window)],
+                                                  (64, None, head_window), (128, None, head_window),
+                                                  (64, softcap, None)],
                          ids=["d64-softcap-alibi-window", "d128-softcap", "d128-document", "d64-document",
-                              "d64-head-window", "d128-head-window"])
+                              "d64-head-window", "d128-head-window", "d64-softcap"])
 def test_slice_below_tile_level(level, d, score_mod, mask_mod):
     """GQA (4 query heads, 2 K/V heads), seq_q != seq_k, neither a multiple of 64; where a rung of a ladder is
-    taken it warns (the head windows fit without one: 128 x 128 at head_dim 64, one block per key block at 128)."""
-    _check(level, d, score_mod, mask_mod, 70, 170, 4, 2, warns=mask_mod is not head_window)
+    taken it warns. These take the dense kernel's blocks without one: the head windows, document masking (128 x
+    128 at head_dim 64, the keys-on-rows 64 x 128 at 128) and a soft-cap at head_dim 64 (its tanh and
+    1 - t^2 beside P)."""
+    fits = mask_mod in (head_window, late_document) or (d, score_mod) == (64, softcap)
+    _check(level, d, score_mod, mask_mod, 70, 170, 4, 2, warns=not fits)
 
 
 @pytest.mark.slow
@@ -136,8 +148,12 @@ def test_d128_falls_back_to_the_head_split_with_a_warning():
 
 @pytest.mark.usefixtures("ptxas")
 @pytest.mark.parametrize("d,score_mod,mask_mod,options", [
-    (64, softcap_alibi, window, {}),
+    (64, softcap, None, dict(block_m=128, block_n=128)),
+    pytest.param(64, softcap_alibi, window, {}, marks=pytest.mark.slow),
     pytest.param(64, None, window, dict(block_m=128, block_n=128), marks=pytest.mark.slow),
+    pytest.param(64, None, late_document, dict(block_m=128, block_n=128), marks=pytest.mark.slow),
+    pytest.param(128, None, window, dict(block_m=64, block_n=128), marks=pytest.mark.slow),
+    pytest.param(128, None, late_document, dict(block_m=64, block_n=128), marks=pytest.mark.slow),
     pytest.param(128, softcap_alibi, window, dict(head_split=2), marks=pytest.mark.slow),
     pytest.param(128, softcap, None, dict(head_split=1), marks=pytest.mark.slow)])
 def test_main_kernel_is_warp_specialized_and_ptxas_clean(d, score_mod, mask_mod, options):

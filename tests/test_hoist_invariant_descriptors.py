@@ -35,7 +35,8 @@ def _in_loop(op) -> bool:
 def test_q_descriptors_leave_the_loops_within_the_budget(options):
     """Before: every loop-invariant advance sits in a loop. After: all of them (Q's: warp-uniform, so uniform
     descriptors that cost no per-thread registers) are computed once outside any loop, each (base, bytes) once,
-    and the consumers still fit, with more spare registers than the count of 2 each would have left."""
+    and the consumers still fit, with more spare registers than the count of 2 each would have left. The K and
+    V rings' descriptors (uniform too) are made once, and the loops reach each trip's slot by an offset."""
     _, before = _kernel(WITHOUT, **options)
     candidates, spare = len(invariant_advances(before)), spare_registers(before)
     assert candidates and spare is not None and spare >= 0
@@ -49,6 +50,12 @@ def test_q_descriptors_leave_the_loops_within_the_budget(options):
     assert not invariant_advances(after)
     assert {op.result for op in hoisted} <= uniform_descriptors(after)
     assert spare_registers(after) >= spare
+    # The K and V rings' descriptors are made once, outside the loops; each trip moves them to its slot.
+    assert not [op for op in after.walk() if isinstance(op, sm90.MakeDescriptorOp) and _in_loop(op)]
+    slots = [op for op in after.walk() if isinstance(op, sm90.DescriptorOffsetOp)]
+    assert slots and all(_in_loop(op) for op in slots)
+    rings = {op.descriptor for op in slots}
+    assert len(rings) == 2 and rings <= uniform_descriptors(after)
 
 
 @pytest.mark.slow

@@ -126,6 +126,12 @@ barrier, the barrier is released.
 The optional .read modifier indicates that the waiting has to be done until all the bulk async operations in the
 specified bulk async-group have completed reading from their source locations.
 """,
+    # [P#data-movement-and-conversion-instructions-cp-async-bulk-tensor], cp.async.bulk.tensor: Description
+    "data-movement-and-conversion-instructions-cp-async-bulk-tensor": """
+The copy operation in cp.async.bulk.tensor is treated as a weak memory operation and the complete-tx
+operation on the mbarrier has .release semantics at the .cluster scope as described in the Memory
+Consistency Model.
+""",
     "data-movement-and-conversion-instructions-cp-async": """
 No other synchronization mechanism guarantees the completion of the asynchronous
 copy operations.
@@ -163,7 +169,7 @@ def test_the_executor_names_the_rules_it_applies():
     source = " ".join(p.read_text() for p in Path(ptx.__file__).parent.glob("*.py"))
     for name in ("BARRIER_COUNT", "MBARRIER_INIT_FENCE", "DATA_RACE", "MORALLY_STRONG", "RELEASE_ACQUIRE",
                  "PROXY_FENCE", "PROXY_FENCE_STATE_SPACE", "WGMMA_FENCE_SCALE_D", "WGMMA_WAIT_PER_THREAD",
-                 "BULK_READ_BEFORE_EXIT", "CLUSTER_EXIT_WAIT"):
+                 "BULK_READ_BEFORE_EXIT", "CLUSTER_EXIT_WAIT", "TMA_READ_UNTIL_COMPLETE"):
         assert f"memory_model.{name}" in source, name
 
 

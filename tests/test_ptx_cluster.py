@@ -436,6 +436,119 @@ def test_a_cta_exiting_while_a_multicast_into_it_is_pending_is_a_hazard():
         launch(text, "k", 2, 512, [np.zeros(1024, np.uint32), TensorMapArg.tiled(x, box=(32, 8))], cluster=2)
 
 
+# Each CTA's thread 0 multicasts its half of a 16x32 f32 box into both CTAs (mask 0b11) on the full barrier `bar`;
+# every thread reads its word of the first row and releases the slot on the `empty` barriers (64 arrivals each):
+# RELEASE; thread 0 waits on its own empty barrier (EMPTY_WAIT) and multicasts again; every thread reads again.
+_REFILL = INIT_LOCAL_BARRIER.format(count=1).replace(
+    "    @%p7 fence", "    mov.u32 %r21, empty;\n    @%p7 mbarrier.init.shared::cta.b64 [%r21], 64;\n    @%p7 fence") + """
+    mov.u32 %r1, %cluster_ctarank;
+    mov.u32 %r3, tile;
+    shl.b32 %r4, %r1, 3;
+    shl.b32 %r5, %r1, 10;
+    add.u32 %r6, %r3, %r5;
+    mov.u64 %rd2, tmap;
+    cvta.param.u64 %rd3, %rd2;
+    mov.u16 %rs1, 3;
+    @%p7 mbarrier.arrive.expect_tx.shared::cta.b64 %rd5, [%r20], 2048;
+    @%p7 cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%r6], [%rd3, {0, %r4}], [%r20], %rs1;
+""" + WAIT_LOCAL_BARRIER.format(tag="0", parity=0) + """
+    shl.b32 %r7, %r0, 2;
+    add.u32 %r7, %r3, %r7;
+    ld.shared.u32 %r9, [%r7];
+RELEASE
+    @!%p7 bra CONSUME;
+EMPTY_WAIT
+    mbarrier.arrive.expect_tx.shared::cta.b64 %rd5, [%r20], 2048;
+    cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%r6], [%rd3, {0, %r4}], [%r20], %rs1;
+CONSUME:
+""" + WAIT_LOCAL_BARRIER.format(tag="1", parity=1) + """
+    ld.shared.u32 %r12, [%r7+128];
+    add.u32 %r9, %r9, %r12;
+""" + SYNC_CLUSTER
+_RELEASE_TO = """
+    mapa.shared::cluster.u32 %r10, %r21, {0};
+    mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%r10];
+    mapa.shared::cluster.u32 %r11, %r21, {1};
+    mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%r11];
+"""
+_EMPTY_WAIT = """
+EMPTY:
+    mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 %p5, [%r21], 0;
+    @!%p5 bra EMPTY;
+"""
+
+
+@pytest.mark.parametrize("release, empty_wait, reported", [
+    (_RELEASE_TO.format(0, 1), _EMPTY_WAIT, False),  # every thread releases both producers' slots: correct
+    (_RELEASE_TO.format("%r1", "%r1"), _EMPTY_WAIT, True),  # both releases sent home: the counts stay right
+    (_RELEASE_TO.format(0, 1), "", True),  # the producer does not wait for the release
+    (SYNC_CLUSTER, "", False),  # a cluster barrier orders every read before the refills
+], ids=["released-to-both", "released-home", "no-empty-wait", "cluster-barrier"])
+def test_a_multicast_into_a_peer_follows_the_peers_release_of_the_slot(release, empty_wait, reported):
+    """[memory_model.WRITE_ORDER] A multicast refill writes the peer's slot too, so the issuing producer must be
+    ordered after the peer's reads of it: the peer's threads arrive (remotely) on the producer's empty barrier,
+    as CUTLASS's cluster pipelines do. Sent to their own CTA's barrier instead, every arrival count is still
+    right, but nothing orders the peer's reads before the refill, whatever order the executor ran them in."""
+    if not empty_wait:
+        release = release.replace("%r21", "%r22").replace("    mapa", "    mov.u32 %r22, empty;\n    mapa", 1)
+    text = kernel("mov.u32 %r0, %tid.x;\n" + _REFILL.replace("RELEASE", release).replace("EMPTY_WAIT", empty_wait)
+                  + STORE_R9, params=".param .u64 out, .param .align 64 .b8 tmap[128]",
+                  extra=".shared .align 1024 .b8 tile[2048]; .shared .align 8 .b64 bar; .shared .align 8 .b64 empty;"
+                  ).replace("    .reg .pred %p<8>;", "    .reg .pred %p<8>;\n    .reg .b16 %rs<4>;")
+    x = np.arange(16 * 32, dtype=np.float32).reshape(16, 32)
+    run = lambda: launch(text, "k", 2, 32, [np.zeros(64, np.uint32), TensorMapArg.tiled(x, box=(32, 8))],  # noqa: E731
+                         cluster=2)[0]
+    if not reported:
+        words = x.reshape(-1).view(np.uint32)
+        np.testing.assert_array_equal(run(), np.tile(words[:32] + words[32:64], 2))
+        return
+    # without the empty wait the refill races the issuing CTA's own reads too, which may come first
+    peer = r"\(1, 0, 0\)" if empty_wait else r"\(\d, 0, 0\)"
+    with pytest.raises(PtxExecutionError, match=r"cp.async.bulk.tensor.*multicast::cluster: the TMA load writes "
+                                                r"shared address 0x[0-9a-f]+ (of CTA " + peer + r")?, which the "
+                                                r"instruction at line \d+ \(thread \(\d+, 0, 0\) of CTA " + peer + r"\) "
+                                                r"read, and no synchronisation orders the two .*\(thread \(0, 0, 0\) "
+                                                r"of CTA \(0, 0, 0\)\)"):
+        run()
+
+
+@pytest.mark.parametrize("sync, reported", [
+    ("", True),  # nothing orders rank 0's read of its word before rank 1's store into it
+    ("RELEASE", False),  # rank 0 releases the word on rank 1's barrier, which rank 1 waits on before storing
+], ids=["unordered", "released"])
+def test_a_distributed_shared_memory_store_follows_the_owners_read(sync, reported):
+    """[memory_model.WRITE_ORDER] Rank 0 reads its word, then rank 1 stores into it through `mapa` (a distributed
+    shared memory store): the owner's read must happen before the peer's store, through a remote arrive on the
+    peer's barrier that the peer waits on (its clocks travel as what the peer knows of rank 0)."""
+    release = ("mapa.shared::cluster.u32 %r6, %r20, 1;\n"
+               "    mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%r6];") if sync else ""
+    wait = WAIT_LOCAL_BARRIER.format(tag="0", parity=0) if sync else ""
+    body = INIT_LOCAL_BARRIER.format(count=1) + f"""
+    mov.u32 %r1, %cluster_ctarank;
+    mov.u32 %r3, buf;
+    setp.eq.u32 %p1, %r1, 1;
+    @%p1 bra WRITER;
+    ld.shared.u32 %r9, [%r3];
+    {release}
+    bra END;
+WRITER:
+    {wait}
+    mapa.shared::cluster.u32 %r5, %r3, 0;
+    st.shared::cluster.u32 [%r5], 41;
+    mov.u32 %r9, 0;
+END:
+    """ + SYNC_CLUSTER
+    extra = ".shared .align 8 .b64 bar; .shared .align 4 .b32 buf[1];"
+    run = lambda: per_thread(body, grid=2, block=1, cluster=2, extra=extra)  # noqa: E731
+    if not reported:
+        np.testing.assert_array_equal(run(), [0, 0])
+        return
+    with pytest.raises(PtxExecutionError, match=r"st.shared::cluster.u32: writes shared address 0x\w+ of CTA \(0, 0, "
+                                                r"0\), which the instruction at line \d+ \(thread \(0, 0, 0\) of CTA "
+                                                r"\(0, 0, 0\)\) read, and no synchronisation orders the two"):
+        run()
+
+
 def test_access_to_a_rank_outside_the_cluster_is_a_hazard():
     with pytest.raises(PtxExecutionError, match="hazard: mapa.shared::cluster.u32: CTA rank 2 is outside the cluster of 2"):
         per_thread("mov.u32 %r3, buf; mapa.shared::cluster.u32 %r5, %r3, 2; mov.u32 %r9, 0;", grid=2, block=1,

@@ -343,6 +343,66 @@ def test_generic_global_stores_read_by_a_tma_load_need_a_proxy_fence(fence, repo
         launch(text, "store_then_tma", 1, 32, args)
 
 
+# Thread 0 loads `src` with a TMA load; every thread then overwrites its two words of it (BEFORE the wait on the
+# load's mbarrier, or AFTER it): the load reads global memory until its complete-tx.
+_TMA_THEN_STORE = _HEADER + """.visible .entry tma_then_store(.param .u64 src, .param .align 64 .b8 tmap[128])
+{
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<4>;
+    .reg .pred %p<2>;
+    .shared .align 128 .b8 tile[256];
+    .shared .align 8 .b64 bar;
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r1, tile;
+    mov.u32 %r2, bar;
+    mov.u32 %r3, 0;
+    mov.b64 %rd3, tmap;
+    cvta.param.u64 %rd3, %rd3;
+    setp.eq.u32 %p0, %r0, 0;
+    @%p0 mbarrier.init.shared::cta.b64 [%r2], 1;
+    bar.sync 0;
+    ld.param.u64 %rd0, [src];
+    mul.wide.u32 %rd1, %r0, 8;
+    add.s64 %rd1, %rd0, %rd1;
+    @%p0 mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r2], 256;
+    @%p0 cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%r1], [%rd3, {%r3}], [%r2];
+BEFORE
+LOOP:
+    mbarrier.try_wait.parity.shared::cta.b64 %p1, [%r2], 0;
+    @!%p1 bra LOOP;
+AFTER
+    ret;
+}
+"""
+_OVERWRITE = "    st.global.v2.u32 [%rd1], {%r0, %r0};"
+
+
+@pytest.mark.parametrize("before, after, reported", [
+    ("    bar.sync 0;\n" + _OVERWRITE, "", True),  # ordered after the issue, not after the read
+    ("", _OVERWRITE, False),  # after the wait: the complete-tx released the read
+    ("", "    @%p0 " + _OVERWRITE.strip(), False),  # the issuing thread after its wait
+], ids=["after-a-barrier", "after-the-wait", "issuer-after-the-wait"])
+def test_a_tma_loads_source_may_be_overwritten_only_after_its_phase_completes(before, after, reported):
+    """[memory_model.TMA_READ_UNTIL_COMPLETE] The copy reads global memory until its complete-tx: a bar.sync after
+    the issue orders the issue, not the read, before the stores; the wait on its phase orders the read."""
+    from tessera.interpreters.ptx import TensorMapArg
+
+    src = np.arange(64, dtype=np.uint32)
+    args = [src, TensorMapArg.tiled(0, (64,), shape=(64,), dtype=np.uint32)]
+    text = _TMA_THEN_STORE.replace("BEFORE", before).replace("AFTER", after)
+    if not reported:
+        out = launch(text, "tma_then_store", 1, 32, args)[0]
+        expected = np.repeat(np.arange(32, dtype=np.uint32), 2) if "@" not in after else \
+            np.concatenate([[0, 0], np.arange(2, 64, dtype=np.uint32)])
+        np.testing.assert_array_equal(out, expected)
+        return
+    with pytest.raises(PtxHazardError, match=r"st.global.v2.u32: writes global address .* \(argument 0 \(src\) at "
+                                             r"byte offset 0\), which the TMA load at line 24 \(thread \(0, 0, 0\) of "
+                                             r"CTA \(0, 0, 0\)\) reads through the async proxy until it completes "
+                                             r"phase 0 of .*, which this thread has not observed"):
+        launch(text, "tma_then_store", 1, 32, args)
+
+
 # CTA 0's thread 0 stores 16 words and releases a flag; CTA 1's thread 0 acquires it and bulk-copies the words.
 _HANDOFF_TO_BULK = _HEADER + """.visible .entry handoff_bulk(.param .u64 data, .param .u64 flag)
 {
@@ -568,3 +628,27 @@ def test_a_buffer_freed_before_the_bulk_copy_reading_it_is_waited_for_is_a_race(
     with pytest.raises(PtxHazardError, match=r"overwrites shared address 0x\d+, which the bulk (reduction|store) at "
                                              r"line \d+ \(thread \(32, 0, 0\).*\) read until its cp.async.bulk.wait_group"):
         launch(text, "dq", 1, 64, [np.zeros(32, np.float32)])
+
+
+@pytest.mark.parametrize("before, reported", [
+    ("", False),  # every thread waits
+    ("    @%p0 bar.arrive 1, 32;\n    @!%p0 bar.sync 1, 32;\n    @!%p0 bra SKIP;", True),
+], ids=["all-wait", "released-before-the-wait"])
+def test_a_store_over_a_tma_copy_needs_the_copys_phase_observed(before, reported):
+    """[memory_model.TMA_READ_UNTIL_COMPLETE] The copy writes the tile until its complete-tx: thread 0 releases the
+    others on a named barrier before it waits for the copy, so their stores into the tile are not ordered after
+    the copy's writes, although the executor landed it for thread 0's wait before they stored."""
+    from tessera.interpreters.ptx import TensorMapArg
+
+    text = _TMA_THEN_STORE.replace("BEFORE", before).replace("AFTER", "SKIP:\n"
+                                                                    "    mul.lo.u32 %r3, %r0, 4;\n"
+                                                                    "    add.u32 %r3, %r1, %r3;\n"
+                                                                    "    st.shared.u32 [%r3], %r0;")
+    args = [np.arange(64, dtype=np.uint32), TensorMapArg.tiled(0, (64,), shape=(64,), dtype=np.uint32)]
+    if not reported:
+        launch(text, "tma_then_store", 1, 32, args)
+        return
+    with pytest.raises(PtxHazardError, match=r"st.shared.u32: the store writes shared address 0x4, which the TMA copy "
+                                             r"completing phase 0 \(parity 0\) of the mbarrier at shared address "
+                                             r"0x100 writes, and this thread has not observed that phase"):
+        launch(text, "tma_then_store", 1, 32, args)

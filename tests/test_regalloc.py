@@ -45,10 +45,11 @@ def test_every_configuration_fits_the_budget(variant, config):
         assert all(n.startswith(("%", "0f", "-")) or n.lstrip("-").isdigit() for n in names)
 
 
-@pytest.mark.parametrize("block_n, low, high", [(128, 160, 200), (176, 196, 240)])
+@pytest.mark.parametrize("block_n, low, high", [(128, 150, 200), (176, 175, 240)])
 def test_flash_attention_head_dim_128_pressure_is_close_to_the_accumulators(block_n, low, high):
-    """S/P (block_n / 2 f32) and O (64 f32) accumulators plus P packed (block_n / 4) and bookkeeping: 128 keys
-    under 200 registers; the default 176 keys (FlashAttention-3's tile) within the consumers' 240."""
+    """S/P (block_n / 2 f32) and O (64 f32) accumulators plus P packed (up to block_n / 4: packed a slab at a
+    time as P dies) and bookkeeping: 128 keys under 200 registers; the default 176 keys (FlashAttention-3's
+    tile) within the consumers' 240."""
     _, kernel = _target("flash_attention", dict(head_dim=128, block_n=block_n))
     allocation = allocate_registers(kernel)
     assert low <= allocation.peak <= high

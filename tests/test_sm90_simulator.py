@@ -613,6 +613,30 @@ def test_ss_gemm_through_tma_and_swizzled_descriptors_matches_numpy(rng):
     np.testing.assert_allclose(c, reference, rtol=1e-5, atol=1e-5)
 
 
+SLOT_OFFSETS = ("      %a2 = arith.addi %a, %step : i64\n      %b2 = arith.addi %b, %step : i64\n",
+                "      %k1 = arith.addi %k, %c1 : index\n      %kb = arith.index_cast %k1 : index to i32\n"
+                "      %kstep = arith.constant 32 : i32\n      %bytes = arith.muli %kb, %kstep : i32\n"
+                "      %a2 = sm90.descriptor_offset %da0, %bytes : i64\n      %b2 = sm90.descriptor_offset %db0, %bytes : i64\n")
+"""SS_GEMM with each trip's descriptors made from the first ones moved by a run-time byte count (as
+hoist-invariant-descriptors reaches a ring's slots), not advanced from the previous trip's."""
+
+
+def test_descriptors_moved_by_a_run_time_offset_match_numpy(rng):
+    c, reference = _run_ss(_seed(SS_GEMM, *SLOT_OFFSETS), rng)
+    np.testing.assert_allclose(c, reference, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("step, message", [
+    (24, r"sm90.descriptor_offset .*the descriptor offset must be a non-negative multiple of 16 bytes"),
+    (262144, r"sm90.descriptor_offset .*the descriptor's start address field overflows"),
+])
+def test_a_descriptor_offset_off_the_16_byte_grid_or_past_the_start_field_is_reported(step, message, rng):
+    kernel = _seed(_seed(SS_GEMM, *SLOT_OFFSETS), "%kstep = arith.constant 32 : i32",
+                   f"%kstep = arith.constant {step} : i32")
+    with pytest.raises(KernelHazardError, match=message):
+        _run_ss(kernel, rng)
+
+
 def test_tma_box_partly_outside_the_tensor_reads_zeros(rng):
     # A has 40 rows and its box starts at row -8: box rows 0-7 and 48-63 are outside and land as zeros.
     kernel = _seed(SS_GEMM, "tile.dims = #tile.dims<64, 64>},\n      %b_map",

@@ -269,3 +269,84 @@ def test_a_tma_load_of_bytes_no_one_writes_in_the_launch_is_clean():
                                                        "    %c0_i32 = arith.constant 0 : i32\n"
                                                        "    %c2_i32 = arith.constant 2 : i32\n"))
     assert out[1].tolist() == list(range(32))
+
+
+def _tma_then_store(before: str, after: str, waiters: str = "") -> np.ndarray:
+    """Thread 0 copies row 0 with a TMA load; every thread then stores its word of row 0 (`before` the wait on the
+    copy's mbarrier, or `after` it). `waiters`: the i1 value that selects the threads that wait (all if empty)."""
+    text = _kernel(_offsets("mine", "%tid") + """\
+    %box = sm90.shared_buffer "box" offset 0 size 128 align 128 swizzle 0 : i32
+    %bar = sm90.shared_buffer "bar" offset 128 size 8 align 8 swizzle 0 : i32
+    %lead = arith.cmpi eq, %tid, %c0 : index
+    %c0_i32 = arith.constant 0 : i32
+    scf.if %lead {
+      sm90.mbarrier_init %bar, 1
+    }
+    sm90.bar_sync 1, 32
+    scf.if %lead {
+      sm90.mbarrier_arrive_expect_tx %bar, 128
+      sm90.tma_load %map[%c0_i32, %c0_i32], %box, %bar : i32, i32
+    }
+BEFORE    scf.while () : () -> () {
+      %ok = sm90.mbarrier_try_wait_parity %bar, %c0_i32 : i32
+      %again = arith.xori %ok, %true1 : i1
+      scf.condition(%again)
+    } do {
+      scf.yield
+    }
+AFTER""".replace("BEFORE", before).replace("AFTER", after), smem=256)
+    text = text.replace("    %true = arith", "    %true1 = arith.constant true\n    %true = arith", 1)
+    if waiters:
+        head, loop = text.split("    scf.while", 1)
+        loop, tail = loop.split("      scf.yield\n    }\n", 1)
+        text = f"{head}    scf.if {waiters} {{\n    scf.while{loop}      scf.yield\n    }}\n    }}\n{tail}"
+    return _run(text.replace("sm90.element_type = i32})", "sm90.element_type = i32},\n"
+                             "          %map: !sm90.tensormap {sm90.source = 0 : i64, sm90.box = [32 : i64, 1 : i64], "
+                             "sm90.swizzle = 0 : i64, tile.dims = #tile.dims<4, 32>})", 1))
+
+
+_STORE_MINE = "    sm90.st_global %out[%mine], %vals, %true : vector<1xi64>, vector<1xi32>, vector<1xi1>\n"
+
+
+def test_a_tma_loads_source_may_be_overwritten_once_its_phase_completed():
+    """[memory_model.TMA_READ_UNTIL_COMPLETE] The copy reads global memory until its complete-tx, which the wait
+    acquires: every thread may then overwrite what it read (as the PTX executor judges it too)."""
+    assert _tma_then_store("", _STORE_MINE)[0].tolist() == list(range(32))
+
+
+def test_a_store_ordered_only_after_the_tma_loads_issue_races_its_read():
+    """A bar_sync after the issue orders the issue before the stores, not the copy's read of global memory."""
+    with pytest.raises(KernelHazardError, match=r"^sm90.st_global %out\[%mine\].*: writes tensor %map at byte offset "
+                                                r"0, which `sm90.tma_load %map.*` \(thread 0 .*\) reads through the "
+                                                r"async proxy until it completes phase 0 of the mbarrier at shared "
+                                                r"address 0x80 \(buffer 'bar' \+ 0\), which this thread has not "
+                                                r"observed \(race: .*\) in thread 0 "):
+        _tma_then_store("    sm90.bar_sync 0, 32\n" + _STORE_MINE, "")
+
+
+_HALVES = """\
+    %c16 = arith.constant 16 : index
+    %high = arith.cmpi uge, %tid, %c16 : index
+    %low = arith.cmpi ult, %tid, %c16 : index
+"""
+_STORE_BOX = """\
+    scf.if %high {
+      %word = arith.index_cast %tid : index to i32
+      %c4_i32 = arith.constant 4 : i32
+      %at = arith.muli %word, %c4_i32 : i32
+      %slot = arith.addi %box, %at : i32
+      sm90.st_shared %slot, %word : i32, i32
+    }
+"""
+
+
+def test_a_store_over_a_tma_copy_needs_the_copys_phase_observed():
+    """[memory_model.TMA_READ_UNTIL_COMPLETE] Threads 0-15 wait for the copy (the simulator lands it there); threads
+    16-31 then store into the tile without having waited: the copy may still be writing it (as the PTX executor
+    reports it). Waiting in every thread first is correct."""
+    _tma_then_store(_HALVES, _STORE_BOX)
+    with pytest.raises(KernelHazardError, match=r"sm90.st_shared %slot, %word .*: writes shared address 0x40 \(buffer "
+                                                r"'box' \+ 64\), which the TMA copy completing phase 0 of the mbarrier "
+                                                r"at shared address 0x80 \(buffer 'bar' \+ 0\) writes, and this thread "
+                                                r"has not observed that phase .* in thread 16 "):
+        _tma_then_store(_HALVES, _STORE_BOX, waiters="%low")

@@ -200,3 +200,54 @@ def test_a_write_after_another_threads_read_needs_a_barrier_on_any_schedule():
 
 
 # endregion
+
+
+# region a bar_arrive releases at its arrival [memory_model.BARRIER_ORDERING]
+
+_ARRIVE = """\
+builtin.module {
+  func.func @arrive(%out: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<64>, tile.role = "out"})
+      attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>,
+                  sm90.kernel = {threads = 64 : i64, smem_bytes = 256 : i64}} {
+    %tid = sm90.special "tid.x" : index
+    %buf = sm90.shared_buffer "box" offset 0 size 256 align 16 swizzle 0 : i32
+    %t32 = arith.index_cast %tid : index to i32
+    %c4 = arith.constant 4 : i32
+    %c128 = arith.constant 128 : i32
+    %mine = arith.muli %t32, %c4 : i32
+    %a = arith.addi %buf, %mine : i32
+    %c32 = arith.constant 32 : index
+    %producer = arith.cmpi ult, %tid, %c32 : index
+    scf.if %producer {
+      sm90.st_shared %a, %t32 : i32, i32
+      sm90.bar_arrive 1, 64
+      AFTER
+    } else {
+      sm90.bar_sync 1, 64
+      %from = arith.subi %a, %c128 : i32
+      %seen = sm90.ld_shared %from : i32 -> i32
+      sm90.st_shared %a, %seen : i32, i32
+    }
+    func.return
+  }
+}
+"""
+
+
+def _arrive(after: str) -> None:
+    fn = next(op for op in parse_module(_ARRIVE.replace("AFTER", after)).walk() if is_target_kernel(op))
+    run_target_kernel(fn, [np.zeros(64, np.int32)], {})
+
+
+def test_a_bar_arrive_releases_only_what_its_thread_did_before_arriving():
+    """Warp 0 stores, arrives on named barrier 1 and runs on; warp 1 waits there and reads warp 0's words. The
+    simulator ran warp 0's second store before the barrier completed, yet only what warp 0 did before arriving is
+    ordered before warp 1's reads: the store after the bar_arrive races them (as in the PTX executor)."""
+    _arrive("")
+    with pytest.raises(KernelHazardError, match=r"^%seen = sm90.ld_shared %from .*: reads shared address 0x0 \(buffer "
+                                                r"'box' \+ 0\), which thread 0 stored with no bar_sync in between "
+                                                r"\(data race\) in thread 32 "):
+        _arrive("sm90.st_shared %a, %c128 : i32, i32")
+
+
+# endregion

@@ -255,4 +255,6 @@ def test_flash_128x176_tile_main_loop_costs_less_per_key():
         main = min(loops, key=len)
         assert main.opcode_counts["MUFU.EX2"] >= block_n // 2  # 64 rows x block_n scores over 128 threads
         per_key[block_n] = len(main) / block_n
-    assert per_key[176] < 0.92 * per_key[128], per_key
+    # 0.92 (ptxas 12.9-13.0) to 0.93 (13.5) with the ring descriptors made once: the less fixed work a trip
+    # has, the less the wider tile saves per key.
+    assert per_key[176] < 0.94 * per_key[128], per_key

@@ -38,8 +38,9 @@ How each piece maps:
   `tile.saturating_scale` is mul, max, min and two selects on predicates of +-inf, in place; `tile.log` is lg2.approx times ln 2; division is rcp.approx with
   rows of sum 0 giving 0; masks compare per-register row/column coordinates.
 - The elementwise vocabulary (`elementwise`: math, broadcasting, cmp/select, iota, splat) is one instruction
-  or a short chain per register (docs/tile-elementwise.md); a column vector [1, N] is held like an [BM, N]
-  tile, each register the value of its column.
+  or a short chain per register (docs/tile-elementwise.md); a column vector [1, N] is held as the thread's
+  N/4 distinct columns, shuffled onto an [BM, N] operand's registers (no instruction), a `tile.iota cols` laid
+  out where it is used (an [BM, N] operand gets an [BM, N] iota, which the op takes in place).
 - `tile.store_global` (and `tile.store_global_rows`) / `tile.load` of a global window store / load each
   thread's registers with a bounds mask (out-of-bounds loads give 0): f32 one word per register; bf16/f16 one
   packed pair per register where the tensor's rows start on 4 bytes (an even innermost size, constant or

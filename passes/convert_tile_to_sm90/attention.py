@@ -25,9 +25,36 @@ from tessera.numerics import F32_LARGEST, exp2_factor
 from tessera.passes.convert_tile_to_sm90.common import (
     LN2,
     LOG2E,
-    _refuse,
+    RoundOnStore,
     Scaled,
+    _refuse,
 )
+
+
+PACK_SLAB = 8
+"""f32 registers `tile.cast` to bf16/f16 packs per `sm90.cvt_pack` (`_packed_in_slabs`)."""
+
+
+def _packed_in_slabs(e: Emitter, source: SSAValue, half: str) -> SSAValue:
+    """`sm90.cvt_pack` of `source`, one slab of `PACK_SLAB` registers at a time, the packed slabs joined by
+    shuffles (no instruction, no register): each f32 register dies at its own slab's conversion where the
+    source dies at the cast, so that the packed tile grows as the f32 one shrinks (the backward's P^T and
+    dS^T: half a tile's registers less at the peak), not beside the whole of it."""
+    lanes = source.type.get_shape()[0]
+    if lanes <= PACK_SLAB:
+        return e.op(sm90.CvtPackOp(source, half))
+    # every slab shuffled out first (the allocator keeps liveness per value: the source then dies here, and
+    # each slab at its own conversion)
+    slabs = [e.shuffle(source, list(range(first, min(first + PACK_SLAB, lanes)))) for first in range(0, lanes, PACK_SLAB)]
+    packed = None
+    for slab in slabs:
+        part = e.op(sm90.CvtPackOp(slab, half))
+        if packed is None:
+            packed = part
+        else:
+            n, m = packed.type.get_shape()[0], part.type.get_shape()[0]
+            packed = e.shuffle(packed, list(range(n + m)), part)
+    return packed
 
 
 def combine_across_quad(x: SSAValue, combine, e: Emitter) -> SSAValue:
@@ -198,7 +225,12 @@ class AttentionLowering:
         if not (isinstance(src.element_type, Float32Type) and isinstance(dst.element_type, BFloat16Type | Float16Type) and src.rank == 2):
             _refuse(op, "only casts of 2-D f32 register tiles to bf16/f16, and between i32 and f32, are supported")
         half = "bf16" if isinstance(dst.element_type, BFloat16Type) else "f16"
-        self._set(op.result, e.op(sm90.CvtPackOp(self._get(op.source), half)))
+        users = [use.operation for use in op.result.uses]
+        if len(users) == 1 and isinstance(users[0], tile.StoreSharedOp) and users[0].value is op.result \
+                and users[0].parent_block() is op.parent_block():
+            self._set(op.result, RoundOnStore(self._get(op.source), half))  # packed by the store, a slab at a time
+            return
+        self._set(op.result, _packed_in_slabs(e, self._get(op.source), half))
 
     def _mask(self, op, e: Emitter, hidden: SSAValue) -> None:
         """-inf where hidden. A `Scaled` source stays scaled: f * -inf = -inf for f > 0."""

@@ -38,7 +38,9 @@ from tessera.dialects import sm90_reductions as reductions
 from tessera.dialects.tile_types import is_half
 from tessera.lowering.emitter import Emitter
 from tessera.lowering.fragments import ROWS_PER_THREAD, AccumulatorLayout, element_type_bytes
-from tessera.passes.convert_tile_to_sm90.common import CORE_ROWS, LINE, Scaled, SharedTile, Window, _refuse
+from tessera.passes.convert_tile_to_sm90.common import (
+    CORE_ROWS, LINE, RoundOnStore, Scaled, SharedTile, Window, _refuse,
+)
 from tessera.sm90 import facts
 from tessera.sm90 import matrix as matrix_facts
 
@@ -97,12 +99,24 @@ class BackwardLowering:
     def _i32(e: Emitter, value: int) -> SSAValue:
         return e.op(arith.ConstantOp(IntegerAttr(value, i32)))
 
-    def _store_words(self, e: Emitter, addresses: list[tuple[SSAValue, int]], values: SSAValue) -> None:
-        """st.shared.b32 of register i of `values` at addresses[i] = (base, constant bytes): one scalar add and
-        store each, so that each address lives for one store."""
+    @staticmethod
+    def _packed(e: Emitter, values, first: int, count: int) -> SSAValue:
+        """Packed registers first .. first + count - 1 of a 16-bit register tile (`values`, or a `RoundOnStore`
+        f32 tile, whose pairs are rounded and packed here: register i packs f32 registers 2i and 2i + 1)."""
+        if isinstance(values, RoundOnStore):
+            pairs = e.shuffle(values.source, list(range(2 * first, 2 * (first + count))))
+            return e.op(sm90.CvtPackOp(pairs, values.half))
+        return e.shuffle(values, list(range(first, first + count)))
+
+    def _store_words(self, e: Emitter, addresses: list[tuple[SSAValue, int]], values) -> None:
+        """st.shared.b32 of register i of `values` (a vector, or a `RoundOnStore` tile packed a register at a
+        time) at addresses[i] = (base, constant bytes): one scalar add and store each, so that each address
+        lives for one store."""
         for i, (base, constant) in enumerate(addresses):
             address = e.op(arith.AddiOp(base, self._i32(e, constant))) if constant else base
-            e.op(sm90.StSharedOp(address, e.op(vector.ExtractOp(values, [i], values.type.element_type))))
+            word = self._packed(e, values, i, 1) if isinstance(values, RoundOnStore) else values
+            e.op(sm90.StSharedOp(address, e.op(vector.ExtractOp(word, [0 if word is not values else i],
+                                                                word.type.element_type))))
 
     def _lower_StoreSharedOp(self, op: tile.StoreSharedOp, e: Emitter) -> None:
         t = self._get(op.dest)
@@ -130,7 +144,8 @@ class BackwardLowering:
         per distinct c_s (at most 4), then one add per slab."""
         values = self._get(op.value)
         matrices = matrix_facts.STMATRIX_COUNTS[-1]
-        slabs = values.type.get_shape()[0] // matrices
+        words = values.source.type.get_shape()[0] // 2 if isinstance(values, RoundOnStore) else values.type.get_shape()[0]
+        slabs = words // matrices
         lane = e.op(arith.RemUIOp(self.tid, e.index(facts.WARP_SIZE)))
         matrix = e.op(arith.DivUIOp(lane, e.index(matrix_facts.MATRIX_ROWS)))
         row_in_matrix = e.op(arith.RemUIOp(lane, e.index(matrix_facts.MATRIX_ROWS)))
@@ -153,7 +168,7 @@ class BackwardLowering:
                 swizzled[chunk] = e.op(arith.AddiOp(start, e.op(arith.MuliOp(xor, self._i32(e, facts.SWIZZLE_CHUNK_BYTES)))))
             box = (column // t.box_cols) * t.box_bytes
             address = e.op(arith.AddiOp(swizzled[chunk], self._i32(e, box))) if box else swizzled[chunk]
-            e.op(reductions.StMatrixOp(address, e.shuffle(values, list(range(matrices * s, matrices * (s + 1))))))
+            e.op(reductions.StMatrixOp(address, self._packed(e, values, matrices * s, matrices)))
 
     # -- reducing stores --------------------------------------------------------------------------------------
     def _lower_AtomicAddOp(self, op: tile.AtomicAddOp, e: Emitter) -> None:

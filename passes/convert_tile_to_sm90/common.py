@@ -133,6 +133,32 @@ class Scaled:
 
 
 @dataclass
+class ColumnIota:
+    """A `tile.iota cols` column vector [1, N] (`start` + column, i32; `start` the scalar): emitted where it is
+    used, laid out as that use needs it: an [BM, N] operand gets an [BM, N] iota, whose registers the
+    elementwise op then takes in place, not the N/4 distinct columns shuffled out beside its result
+    (`kv_idx - q_idx`); anything else the distinct columns (`doc_ids[kv_idx]` gathers each column once)."""
+
+    start: SSAValue
+    columns: int
+    """N."""
+    name: str | None = None
+    """The Tile value's name, given to each copy."""
+
+
+@dataclass
+class RoundOnStore:
+    """A `tile.cast` of an f32 register tile to bf16/f16 whose only use is a `tile.store_shared`: the f32
+    registers `source`, rounded and packed (`sm90.cvt_pack`) a few at a time where the store writes them, so
+    that the packed tile (half the source's registers) is never live whole beside the source (P and dS of the
+    attention backward, whose f32 tiles live on after their store)."""
+
+    source: SSAValue
+    half: str
+    """"bf16" or "f16"."""
+
+
+@dataclass
 class PendingMma:
     """A committed wgmma group not waited for yet: its result (Tile value) and the shared tiles it reads."""
 

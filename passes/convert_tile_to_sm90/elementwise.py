@@ -4,7 +4,8 @@ coordinates and splats, register by register.
 How a register tile is held decides how an operand broadcasts (`registers`): an [BM, N] tile in the
 accumulator layout (N/2 registers a thread), a row vector [BM] or column [BM, 1] as the thread's two rows
 (2 registers, shuffled onto the registers of each row to meet an [BM, N] operand), and a column vector [1, N]
-as an [BM, N] tile whose register v holds the value of its column (so it meets an [BM, N] operand as it is).
+as the values of the thread's distinct columns (N/4 registers, shuffled onto the registers of each column to
+meet an [BM, N] operand): a gather indexed by columns (`doc_ids[kv_idx]`) loads each column once.
 
 Instruction selection (f32): add/sub/mul `.rn`, div `div.rn.f32` (IEEE), element_max/min `max/min.NaN`;
 exp = ex2.approx(x log2 e) (a `tile.scale` factor folds into the multiplier), exp2 = ex2.approx, log2 =
@@ -31,7 +32,7 @@ from tessera.dialects.tile_types import TileType
 from tessera.lowering.emitter import Emitter
 from tessera.lowering.fragments import AccumulatorLayout
 from tessera.numerics import exp2_factor
-from tessera.passes.convert_tile_to_sm90.common import INVARIANT_ATTR, Scaled, _refuse
+from tessera.passes.convert_tile_to_sm90.common import INVARIANT_ATTR, ColumnIota, Scaled, _refuse
 
 _FLOAT_BINARY = {
     tile.AddOp: arith.AddfOp, tile.SubOp: arith.SubfOp, tile.MulOp: arith.MulfOp, tile.DivOp: arith.DivfOp,
@@ -88,9 +89,13 @@ class ElementwiseLowering:
     def _broadcast_operand(self, op: Operation, value: SSAValue, result: TileType, e: Emitter) -> SSAValue:
         """The lowered `value` laid out as the result's registers (module docstring)."""
         source, target = self._kind(value.type), self._kind(result)
+        if source == "column" and target == "full" and isinstance(self.values.get(value), ColumnIota):
+            return self._column_iota(self.values[value], e, self._layout(op, result).col_offsets)
         lowered = self._get(value)
-        if source == target or (source == "column" and target == "full"):
+        if source == target:
             return lowered
+        if source == "column" and target == "full":  # each register the value of its column
+            return e.shuffle(lowered, self._layout(op, result).distinct_columns[1])
         if source == "row" and target == "full":
             return e.shuffle(lowered, self._layout(op, result).row_of_element)
         _refuse(op, f"cannot broadcast {value.type} to {result}")
@@ -223,8 +228,8 @@ class ElementwiseLowering:
         lanes = self._vector_type(op, ty).get_shape()[0]
         if kind == "row":
             base, offsets = (self.row_base, _ROW_VECTOR_ROWS) if rows else (None, [0] * lanes)
-        elif kind == "column" and rows:
-            base, offsets = None, [0] * lanes
+        elif kind == "column":  # the thread's distinct columns
+            base, offsets = (None, [0] * lanes) if rows else (self.col_base, self._layout(op, ty).distinct_columns[0])
         else:
             layout = self._layout(op, ty)
             base = self.row_base if rows else self.col_base
@@ -234,10 +239,21 @@ class ElementwiseLowering:
             offset = self._get(op.offset)
             start = offset if base is None else e.addi(base, offset)
         start = e.index(0) if start is None else start
+        if kind == "column" and not rows:  # laid out where it is used (ColumnIota)
+            self._set(op.result, ColumnIota(e.op(arith.IndexCastOp(start, i32)), ty.get_shape()[1], op.result.name_hint))
+            return
         value = e.broadcast(e.op(arith.IndexCastOp(start, i32)), lanes)
         if any(offsets):
             value = e.op(arith.AddiOp(value, e.dense(i32, list(offsets))))
         self._set(op.result, value)
+
+    @staticmethod
+    def _column_iota(iota: ColumnIota, e: Emitter, offsets: list[int]) -> SSAValue:
+        """A `ColumnIota`'s registers at these column offsets from the thread's first column."""
+        value = e.broadcast(iota.start, len(offsets))
+        value = e.op(arith.AddiOp(value, e.dense(i32, list(offsets)))) if any(offsets) else value
+        value.name_hint = iota.name
+        return value
 
     def _lower_SplatOp(self, op: tile.SplatOp, e: Emitter) -> None:
         scalar = self._get(op.value)

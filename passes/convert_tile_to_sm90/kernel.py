@@ -46,12 +46,13 @@ from tessera.kernel_abi import (
     signature,
 )
 from tessera.lowering.emitter import Emitter
-from tessera.lowering.fragments import element_type_bytes
+from tessera.lowering.fragments import AccumulatorLayout, element_type_bytes
 from tessera.sm90 import facts
 from tessera.passes.convert_tile_to_sm90.row_sums import partial_row_sums
 from tessera.passes.convert_tile_to_sm90.common import (
     LINE,
     _refuse,
+    ColumnIota,
     Scaled,
     PendingMma,
     Group,
@@ -392,6 +393,9 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
         """The lowered value of a Tile value: a wgmma result still in flight is waited for first, and a
         `Scaled` tile is multiplied out (once per block)."""
         lowered = self._peek(value)
+        if isinstance(lowered, ColumnIota):  # the thread's distinct columns
+            columns = AccumulatorLayout(lowered.columns).distinct_columns[0]
+            return self._column_iota(lowered, self.e, columns)
         if isinstance(lowered, Scaled):
             key = (value, self.e.block)
             if key not in self.materialized:

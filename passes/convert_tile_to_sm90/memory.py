@@ -438,6 +438,9 @@ class MemoryLowering:
         vector_type = self._vector_type(op, ty)
         if self._is_column(ty):  # [BM, 1]: one element, on both of the thread's rows
             columns, spread = [0], [0] * vector_type.get_shape()[0]
+        elif self._is_column_vector(ty):  # [1, N]: held as the distinct columns themselves
+            columns = self._layout(op, ty).distinct_columns[0]
+            spread = list(range(len(columns)))
         elif _initializes_accumulators(op.result):
             # loaded into every register (each column twice): the tile becomes a wgmma accumulator, whose registers
             # the loaded ones then are (and, scaled first, in place), where a shuffle of n/4 registers would be

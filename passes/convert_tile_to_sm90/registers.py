@@ -47,8 +47,10 @@ class RegisterTileLowering:
 
     @staticmethod
     def _is_column_vector(ty: TileType) -> bool:
-        """A [1, N] tile (one value per column): held like an [BM, N] tile whose rows are all equal, each
-        register the value of its column."""
+        """A [1, N] tile (one value per column): held as the values of the thread's distinct columns of an
+        [BM, N] accumulator-layout tile (`AccumulatorLayout.distinct_columns`: N/4 registers, the same on each of
+        its rows), repeated onto an [BM, N] operand's registers by a shuffle, which costs no instruction and no
+        register (`_broadcast_operand`)."""
         return ty.rank == 2 and ty.get_shape()[0] == 1 and ty.get_shape()[1] > 1
 
     def _vector_type(self, op: Operation, ty: TileType) -> VectorType:
@@ -61,6 +63,10 @@ class RegisterTileLowering:
                 _refuse(op, "row vectors must be f32, i32 or i1")
             return ROW_VECTOR_TYPE
         layout = self._layout(op, ty)
+        if self._is_column_vector(ty):
+            if not (small or isinstance(element, Float32Type)):
+                _refuse(op, f"column vectors [1, N] must be f32, i32 or i1, got {element}")
+            return VectorType(element, [len(layout.distinct_columns[0])])
         if isinstance(element, Float32Type):
             return layout.vector_type()
         if small:

@@ -96,15 +96,14 @@ two consumer warpgroups each own 64 keys of the block with 64 queries (convert-t
 tile of a kernel one row count). 64 x 64 (`block_m=64, block_n=64`) is the single-warpgroup kernel."""
 
 MODS_BLOCKS = {64: (64, 64), 128: (64, 64)}
-"""(BM, BN) by head_dim with a score_mod or mask_mod. A modifier's tiles live beside P, dP, dK and dV: at
-head_dim 64 with 128 x 128 blocks a sliding-window mask_mod with the block lists needs 263 registers a thread,
-with a soft-cap score_mod 323 (their [BM, BN] i32 index tiles and the derivative), over the 255 a thread has;
-warp-specialized (two consumer warpgroups, 240 each) a sliding window alone fits (the dense kernel peaks at 235),
-a soft-cap alone needs 258, document masking's gathers 301. At 64 x 64 (one consumer warpgroup: 256 registers
-warp-specialized) soft-cap + ALiBi + a window fits the default pipeline's first rung. The builder's default;
-`tessera.attention_backward` takes 128 x 128 where the main kernel lowers warp-specialized with them
-(`runtime.flex.WARP_SPECIALIZED_FIRST`). At head_dim 128 a modifier takes 64 x 64 too (the smallest
-blocks the lowering takes) and the single-warpgroup kernel, with `MODS_HEAD_SPLIT` where it does not fit whole."""
+"""(BM, BN) by head_dim with a score_mod or mask_mod: the builder's default, the smallest blocks the lowering
+takes (one consumer warpgroup: 256 registers warp-specialized), where soft-cap + ALiBi + a window fits the
+default pipeline's first rung at head_dim 64. `tessera.attention_backward` takes the dense kernel's blocks first
+where the main kernel lowers warp-specialized with them (`runtime.flex.WARP_SPECIALIZED_FIRST`): at head_dim 64
+128 x 128 (two consumer warpgroups of 240 registers: the allocator's count, soft-cap 236, document masking 238,
+a sliding window 238; ALiBi 262 and a window with `deterministic=True` 244 do not fit), at head_dim 128 the
+keys-on-rows 64 x 128 (a window 237, document masking 239; soft-cap 242, ALiBi 244 do not), then 64 x 64 with
+one thread block per key block, then `MODS_HEAD_SPLIT`."""
 
 MODS_HEAD_SPLIT = {128: 2}
 """Main-kernel thread blocks per key block by head_dim with a score_mod or mask_mod (`attention_backward`'s
@@ -113,8 +112,9 @@ modifier's tiles beside S and dP (soft-cap + ALiBi + a window with the block lis
 warp-specialized, where one consumer warpgroup has 256); each of two thread blocks accumulating 64 of the 128
 columns holds 64. The price: both compute S = Q K^T and dP = dO V^T over all 128 columns, 7 units of wgmma
 work where one thread block does 5 (1.4x), and copy Q, dO and K slices beside the whole tiles. The builder's
-default; `tessera.attention_backward` builds head_split=1 first and keeps it where it lowers warp-specialized
-(a soft-cap alone, a sliding window alone: `runtime.flex.warp_specialized_refusal`)."""
+default with 64 x 64 blocks; `tessera.attention_backward` builds the keys-on-rows 64 x 128 kernel, then head_split=1,
+first and keeps the first that lowers warp-specialized (`runtime.flex.warp_specialized_refusal`). The
+keys-on-rows kernel (`block_m=64, block_n=128`) never splits."""
 
 LOG2E = math.log2(math.e)
 """log2(e): LSE2 = LSE * log2 e, and the main kernel's score scale is scale * log2 e."""
@@ -369,8 +369,7 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None, head_spl
     b, v, smem, d0 = f.b, f.v, f.smem, f.d0
     sliced = {name: smem[name + "h" if head_split > 1 else name] for name in ("K", "Q", "dO")}
     """The operands of the dV, dK and dQ products: the whole tiles, or this block's slices of head_dim."""
-    n_block, head_k, batch, zero, seq_q, seq_k, group, k0, m_start, trips = (
-        f.n_block, f.head_k, f.batch, f.zero, f.seq_q, f.seq_k, f.group, f.k0, f.m_start, f.trips)
+    n_block, batch, zero, seq_q, seq_k, k0 = f.n_block, f.batch, f.zero, f.seq_q, f.seq_k, f.k0
 
     def query_block(b: TileBuilder, m: SSAValue, carried, head: SSAValue, masked: bool = True,
                     rank: SSAValue | None = None) -> list[SSAValue]:
@@ -387,7 +386,10 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None, head_spl
         b.cp_wait_group(0)  # the first trip's wait also covers K and V
         b.barrier()
         lse2 = b.load(b.view(v["LSE2"], [batch, head, q0], [bm], "lse2_window", in_bounds=True), "lse2")
-        dpsum = b.load(b.view(v["dPsum"], [batch, head, q0], [bm], "dpsum_window", in_bounds=True), "dpsum")
+        def dpsum_rows() -> SSAValue:
+            return b.load(b.view(v["dPsum"], [batch, head, q0], [bm], "dpsum_window", in_bounds=True), "dpsum")
+        # with a modifier, loaded where it is subtracted: not held beside P and the dP accumulator
+        dpsum = dpsum_rows() if mods is None else None
 
         s = b.mma(smem["Q"], smem["K"], b.fill(0.0, register_tile([bm, bn]), "s_zero"), "s", transpose_b=True)
         dscore = None
@@ -410,15 +412,18 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None, head_spl
         if c.causal:
             s = b.mask_causal(s, q0, k0, seq_q, seq_k, "s_masked")
         p = b.binary(tile.Exp2SubtractOp, s, lse2, "p")
-        p_half = b.cast(p, elt, "p_half")
+        p_scored = p
         if dscore is not None:
             # dS with respect to the raw score is P (dP - dPsum) d score_mod / d score: folded into P before
             # the dP mma, so that one tile, P d score_mod / d score, lives across it; before P's store, so that
             # the store's address arithmetic never runs beside both P and the derivative.
-            p = b.binary(tile.MulOp, p, dscore, "p_dscore")
+            p_scored = b.binary(tile.MulOp, p, dscore, "p_dscore")
+        p_half = b.cast(p, elt, "p_half")
+        p = p_scored
         b.emit(tile.StoreSharedOp(p_half, smem["P"]))
         dp = b.mma(smem["dO"], smem["V"], b.fill(0.0, register_tile([bm, bn]), "dp_zero"), "dp", transpose_b=True)
-        ds = b.binary(tile.MulOp, p, b.binary(tile.SubRowsOp, dp, dpsum, "dp_minus_dpsum"), "ds")
+        ds = b.binary(tile.MulOp, p, b.binary(tile.SubRowsOp, dp, dpsum if dpsum is not None else dpsum_rows(),
+                                                  "dp_minus_dpsum"), "ds")
         ds_half = b.cast(ds, elt, "ds_half")
         b.emit(tile.StoreSharedOp(ds_half, smem["dS"]))
         b.barrier()  # P and dS published to every warp
@@ -436,13 +441,22 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None, head_spl
         b.barrier()  # every warp has read Q, dO, P and dS before the next trip overwrites them
         return [dk, dv]
 
-    acc_zero = b.fill(0.0, register_tile([bn, dh]), "acc_zero")
+    dk, dv = _visit_query_blocks(cfg, f, mods, b.fill(0.0, register_tile([bn, dh]), "acc_zero"), query_block)
+    return _finish_main(cfg, f, dk, dv)
+
+
+def _visit_query_blocks(cfg: BackwardConfig, f: _MainFrame, mods: AttentionMods | None, acc_zero: SSAValue,
+                        query_block) -> tuple[SSAValue, SSAValue]:
+    """(dK, dV) after `query_block(b, m, (dk, dv), head, masked=, rank=)` over the query blocks this key block
+    visits, from `acc_zero`: with the block lists (`mods.block_sparse`), its full pairs (`masked=False`) then its
+    partial ones; else, for each head of the GQA group, the query blocks from `m_start`."""
+    b, v, c = f.b, f.v, cfg.attention
     if mods is not None and mods.block_sparse:
         # The work lists (`BlockMask.backward_inputs`): this thread block's full (head, query block) pairs, then
         # its partial ones, each one loop whose trip count is read from the lists (over the GQA group's heads
         # together): two loops refilling the same Q and dO tiles, which pipeline-loops gives one ring.
-        coords = [batch, head_k, n_block]
-        full = b.emit(tile.LoadIndexOp(v["Q_NUM_VISITS"], [*coords, zero]), "full_visits")
+        coords = [f.batch, f.head_k, f.n_block]
+        full = b.emit(tile.LoadIndexOp(v["Q_NUM_VISITS"], [*coords, f.zero]), "full_visits")
         partial = b.emit(tile.LoadIndexOp(v["Q_NUM_VISITS"], [*coords, b.const(1)]), "partial_visits")
         carried = [acc_zero, acc_zero]
         for count, first, masked in ((full, None, False), (partial, full, True)):
@@ -452,22 +466,22 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None, head_spl
                 head = b.emit(arith.DivUIOp(visit, b.const(VISIT_HEAD)), "head")
                 m = b.emit(arith.RemUIOp(visit, b.const(VISIT_HEAD)), "m")
                 rank = b.emit(tile.LoadIndexOp(v["Q_VISIT_RANKS"], [*coords, i]), "rank") if cfg.deterministic else None
-                return query_block(b, m, inner, head, masked, rank)
+                return query_block(b, m, inner, head, masked=masked, rank=rank)
             carried = list(b.for_loop(count, carried, ["dk", "dv"], listed, iv_name="t"))
-        return _finish_main(cfg, f, *carried)
+        return carried[0], carried[1]
 
     def group_head(b: TileBuilder, g: SSAValue, carried) -> list[SSAValue]:
-        head = b.addi(b.muli(head_k, group, "group_first_head"), g, "head")
+        head = b.addi(b.muli(f.head_k, f.group, "group_first_head"), g, "head")
 
         def step(b: TileBuilder, t: SSAValue, inner) -> list[SSAValue]:
-            return query_block(b, b.addi(m_start, t, "m") if c.causal else t, inner, head)
-        return list(b.for_loop(trips, list(carried), ["dk", "dv"], step, iv_name="t"))
+            return query_block(b, b.addi(f.m_start, t, "m") if c.causal else t, inner, head)
+        return list(b.for_loop(f.trips, list(carried), ["dk", "dv"], step, iv_name="t"))
 
-    dk, dv = b.for_loop(group, [acc_zero, acc_zero], ["dk", "dv"], group_head, iv_name="g")
-    return _finish_main(cfg, f, dk, dv)
+    dk, dv = b.for_loop(f.group, [acc_zero, acc_zero], ["dk", "dv"], group_head, iv_name="g")
+    return dk, dv
 
 
-def _build_main_key_rows(cfg: BackwardConfig) -> ModuleOp:
+def _build_main_key_rows(cfg: BackwardConfig, mods: AttentionMods | None = None) -> ModuleOp:
     """The main kernel with keys on the rows of every register tile (FlashAttention-3's SdP_swapAB and
     dQ_swapAB at head_dim 128): S^T = K Q^T and dP^T = V dO^T are [BN, BM], dK and dV [BN, D], dQ^T = K^T dS^T
     [D, BM], so with BN = D every register tile has BN rows and two consumer warpgroups each own BN/2 keys of
@@ -476,13 +490,18 @@ def _build_main_key_rows(cfg: BackwardConfig) -> ModuleOp:
     added into dq_accum transposed (`tile.atomic_add ... transpose`). LSE2 and dPsum are per query, i.e. per
     column: broadcast down the columns (`tile.load_broadcast`). The masks are written with coordinates
     (`tile.iota`/`tile.cmp`/`tile.select`): key rows past seq_k, and bottom-right causal. The arguments, grid,
-    traversal (GQA group loop, causal first query block) and results are `_build_main`'s."""
+    traversal (GQA group loop, causal first query block) and results are `_build_main`'s.
+
+    With `mods` (score_mod / mask_mod, `attention_backward`), as `_build_main` applies them, on S^T
+    (`ScoreContext.keys_on_rows`: kv_idx runs down the rows, q_idx along the columns), the block lists walked
+    by `_visit_query_blocks` (full blocks with no mask_mod and no bounds), and d score_mod / d score folded into P^T
+    before the dP^T mma, after P^T's store: P^T and dS^T reach the dV and dK products through shared memory."""
     c = cfg.attention
     elt, d, bm, bn = c.element_type, c.head_dim, c.block_m, c.block_n
-    f = _main_frame(cfg, None, {"K": [bn, d], "V": [bn, d], "Q": [bm, d], "dO": [bm, d], "dS": [bn, bm]})
+    shared = {"K": [bn, d], "V": [bn, d], "Q": [bm, d], "dO": [bm, d], "dS": [bn, bm]}
+    f = _main_frame(cfg, mods, shared if mods is None else {**shared, "P": [bn, bm]})
     b, v, smem = f.b, f.v, f.smem
-    n_block, head_k, batch, zero, seq_q, seq_k, group, k0, m_start, trips = (
-        f.n_block, f.head_k, f.batch, f.zero, f.seq_q, f.seq_k, f.group, f.k0, f.m_start, f.trips)
+    n_block, batch, zero, seq_q, seq_k, k0 = f.n_block, f.batch, f.zero, f.seq_q, f.seq_k, f.k0
     i32 = IntegerType(32)
     # key k of row r is k0 + r; a key past seq_k is masked. Causal (bottom-right): key k is hidden from
     # query q = q0 + c when k > q + seq_k - seq_q.
@@ -491,9 +510,12 @@ def _build_main_key_rows(cfg: BackwardConfig) -> ModuleOp:
         seq_k_rows = b.emit(tile.SplatOp(seq_k, register_tile([bn], i32)), "seq_k_rows")
         keys_inside = b.emit(tile.CmpOp("lt", key_rows, seq_k_rows), "key_inside")
     minus_inf = b.fill(float("-inf"), register_tile([bn, bm]), "minus_inf")
-    score_scale = b.fill(c.scale * LOG2E, register_tile([bn, bm]), "score_scale")
+    score_scale = b.fill(c.scale * LOG2E if mods is None else LOG2E, register_tile([bn, bm]), "score_scale")
 
-    def query_block(b: TileBuilder, m: SSAValue, carried, head: SSAValue) -> list[SSAValue]:
+    def query_block(b: TileBuilder, m: SSAValue, carried, head: SSAValue, masked: bool = True,
+                    rank: SSAValue | None = None) -> list[SSAValue]:
+        """The work of query block m; not `masked`: a full block of the block lists (no mask_mod, no bounds).
+        `rank`: the dQ semaphore count to wait for (default: this key block's index, every key block visits)."""
         dk, dv = carried
         q0 = b.muli(m, b.const(bm), "q0")
         for name in ("Q", "dO"):
@@ -502,19 +524,41 @@ def _build_main_key_rows(cfg: BackwardConfig) -> ModuleOp:
         b.cp_wait_group(0)  # the first trip's wait also covers K and V
         b.barrier()
         st = b.mma(smem["K"], smem["Q"], b.fill(0.0, register_tile([bn, bm]), "st_zero"), "st", transpose_b=True)
-        if c.causal:  # a key past seq_k is past every query's diagonal too (q < seq_q): one mask does both
-            # (the diagonal added on the query side, per trip, from q0: k0 - (seq_k - seq_q) or seq_k - seq_q would
-            # hold a register across the loops)
-            diagonal = b.subi(b.addi(q0, seq_k, "q0_plus_seq_k"), seq_q, "q0_diagonal")
-            keys = b.emit(tile.IotaOp("rows", register_tile([bn], i32), k0), "key")
-            queries = b.emit(tile.IotaOp("cols", register_tile([1, bm], i32), diagonal), "query_diagonal")
-            visible = b.emit(tile.CmpOp("le", keys, queries), "visible")
-        else:
-            visible = keys_inside
-        st = b.emit(tile.SelectOp(visible, st, minus_inf), "st_masked")
+        dscore = None
+        if mods is not None:  # S^T from the modified scores, as the forward computed them
+            st = b.scale(st, c.scale, "st_scaled")
+            ctx = ScoreContext(b, bn, bm, q0, k0, batch, head, {a.name: v[a.name] for a in mods.arrays},
+                               keys_on_rows=True)
+            if mods.score_mod is not None:
+                st = apply_score_mod(ctx, mods.score_mod, st)
+                dscore = ctx.emit(score_derivative(mods.score_mod).result)
+            if mods.mask_mod is not None and masked:
+                st = apply_mask_mod(ctx, mods.mask_mod, st)
+        if masked or c.causal:  # (a full block of the lists is masked by the built-in causal mask all the same)
+            if c.causal:  # a key past seq_k is past every query's diagonal too (q < seq_q): one mask does both
+                # (the diagonal added on the query side, per trip, from q0: k0 - (seq_k - seq_q) or seq_k - seq_q
+                # would hold a register across the loops)
+                diagonal = b.subi(b.addi(q0, seq_k, "q0_plus_seq_k"), seq_q, "q0_diagonal")
+                keys = b.emit(tile.IotaOp("rows", register_tile([bn], i32), k0), "key")
+                queries = b.emit(tile.IotaOp("cols", register_tile([1, bm], i32), diagonal), "query_diagonal")
+                visible = b.emit(tile.CmpOp("le", keys, queries), "visible")
+            else:
+                visible = keys_inside
+            st = b.emit(tile.SelectOp(visible, st, minus_inf), "st_masked")
         lse2 = b.load_broadcast(b.view(v["LSE2"], [batch, head, q0], [bm], "lse2_window", in_bounds=True), bn, "lse2")
         st_log2 = b.fma(st, score_scale, b.emit(tile.NegOp(lse2), "neg_lse2"), "st_log2")
         pt = b.emit(tile.Exp2Op(st_log2), "pt")
+        # Where a modifier's tiles are computed (a score_mod, or a partial block's mask_mod), P^T and dS^T are the
+        # A operands of dV += P^T dO and dK += dS^T Q from shared memory (K-major, as stored), not registers:
+        # their rounded tiles are then never live in registers (each is rounded a slab at a time as it is
+        # stored), which leaves room for the modifier's. A full block's trip is the dense kernel's.
+        shared_p = mods is not None and (masked or dscore is not None)
+        if shared_p:
+            b.emit(tile.StoreSharedOp(b.cast(pt, elt, "pt_half"), smem["P"]))
+            if dscore is not None:
+                # dS^T = P^T (dP^T - dPsum) d score_mod / d score: the derivative folded into P^T before the dP^T
+                # mma, so that one [BN, BM] tile lives across it
+                pt = b.binary(tile.MulOp, pt, dscore, "pt_dscore")
         # dP^T - dPsum in one product: the accumulator starts at -dPsum (down each column), so that dPsum is
         # never held beside P^T and dP^T (16 registers a thread, which the warp-specialized consumers lack)
         dpsum = b.load_broadcast(b.view(v["dPsum"], [batch, head, q0], [bm], "dpsum_window", in_bounds=True), bn,
@@ -523,18 +567,24 @@ def _build_main_key_rows(cfg: BackwardConfig) -> ModuleOp:
         neg_dpsum = b.scale(dpsum, -1.0, "neg_dpsum")
         dpt = b.mma(smem["V"], smem["dO"], neg_dpsum, "dpt_minus_dpsum", transpose_b=True)
         dst = b.binary(tile.MulOp, pt, dpt, "dst")
-        pt_half = b.cast(pt, elt, "pt_half")
-        dst_half = b.cast(dst, elt, "dst_half")
-        b.emit(tile.StoreSharedOp(dst_half, smem["dS"]))
-        dv = b.mma(pt_half, smem["dO"], dv, "dv_next")                                    # P^T dO
-        dk = b.mma(dst_half, smem["Q"], dk, "dk_next")                                    # dS^T Q
-        b.barrier()  # dS^T published to every warp
+        if not shared_p:
+            pt_half = b.cast(pt, elt, "pt_half")
+            dst_half = b.cast(dst, elt, "dst_half")
+            b.emit(tile.StoreSharedOp(dst_half, smem["dS"]))
+            dv = b.mma(pt_half, smem["dO"], dv, "dv_next")                                # P^T dO
+            dk = b.mma(dst_half, smem["Q"], dk, "dk_next")                                # dS^T Q
+            b.barrier()  # dS^T published to every warp
+        else:
+            b.emit(tile.StoreSharedOp(b.cast(dst, elt, "dst_half"), smem["dS"]))
+            b.barrier()  # P^T and dS^T published to every warp
+            dv = b.mma(smem["P"], smem["dO"], dv, "dv_next")                              # P^T dO
+            dk = b.mma(smem["dS"], smem["Q"], dk, "dk_next")                              # dS^T Q
         dqt = b.mma(smem["K"], smem["dS"], b.fill(0.0, register_tile([d, bm]), "dqt_zero"), "dqt_part",
                     transpose_a=True)                                                     # K^T dS^T
         dq_window = b.view(v["dQaccum"], [batch, head, q0, zero], [bm, d], "dqaccum_window", in_bounds=True)
         if cfg.deterministic:
             sem = b.view(v["dQsemaphore"], [batch, head, m], [1], "sem_window")
-            b.emit(tile.SemWaitOp(sem, n_block))
+            b.emit(tile.SemWaitOp(sem, n_block if rank is None else rank))
             b.emit(tile.AtomicAddOp(dqt, dq_window, transpose=True))
             b.emit(tile.SemSignalOp(sem))
         else:
@@ -542,15 +592,7 @@ def _build_main_key_rows(cfg: BackwardConfig) -> ModuleOp:
         b.barrier()  # every warp has read Q, dO and dS^T before the next trip overwrites them
         return [dk, dv]
 
-    def group_head(b: TileBuilder, g: SSAValue, carried) -> list[SSAValue]:
-        head = b.addi(b.muli(head_k, group, "group_first_head"), g, "head")
-
-        def step(b: TileBuilder, t: SSAValue, inner) -> list[SSAValue]:
-            return query_block(b, b.addi(m_start, t, "m") if c.causal else t, inner, head)
-        return list(b.for_loop(trips, list(carried), ["dk", "dv"], step, iv_name="t"))
-
-    acc_zero = b.fill(0.0, register_tile([bn, d]), "acc_zero")
-    dk, dv = b.for_loop(group, [acc_zero, acc_zero], ["dk", "dv"], group_head, iv_name="g")
+    dk, dv = _visit_query_blocks(cfg, f, mods, b.fill(0.0, register_tile([bn, d]), "acc_zero"), query_block)
     return _finish_main(cfg, f, dk, dv)
 
 
@@ -605,7 +647,8 @@ def attention_backward(
     cfg = BackwardConfig.checked(head_dim, causal, dtype, scale, block_m, block_n, deterministic)
     modified = score_mod is not None or mask_mod is not None
     if head_split is None:
-        head_split = MODS_HEAD_SPLIT.get(cfg.attention.head_dim, 1) if modified and not deterministic else 1
+        head_split = MODS_HEAD_SPLIT.get(cfg.attention.head_dim, 1) if modified and not deterministic \
+            and not cfg.key_rows else 1
     check_choice("head_split", head_split, (1, 2))
     if head_split > 1 and deterministic:
         raise ValueError(f"head_split={head_split} is not supported with deterministic=True: the dQ semaphores "
@@ -622,12 +665,12 @@ def attention_backward(
             mods = AttentionMods(mods.score_mod, mods.mask_mod, block_sparse=True)
     elif block_sparse:
         raise ValueError("block_sparse=True needs a mask_mod (the block lists are computed from it)")
-    if mods is None and cfg.key_rows:
+    if cfg.key_rows:
         if head_split > 1:
             raise ValueError(f"head_split={head_split} is not supported by the keys-on-rows main kernel "
                              f"({cfg.attention.block_m} x {cfg.attention.block_n} blocks at head_dim "
-                             f"{cfg.attention.head_dim}); it splits head_dim only with 64 x 64 blocks or a modifier")
-        main = _build_main_key_rows(cfg)
+                             f"{cfg.attention.head_dim}); it splits head_dim only with block_m == block_n")
+        main = _build_main_key_rows(cfg, mods)
     else:
         main = _build_main(cfg, mods, head_split)
     return AttentionBackward(cfg, _build_preprocess(cfg), main, _build_postprocess(cfg), head_split)

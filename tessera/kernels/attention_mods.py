@@ -3,7 +3,8 @@
 In the key loop of a query block at q0 and a key block at k0, with the [BM, BN] f32 tile S = scale Q K^T:
 
 - `score` is S; `q_idx` is `tile.iota rows offset q0` ([BM] i32), `kv_idx` is `tile.iota cols offset k0`
-  ([1, BN] i32), `b` and `h` are the block's batch and head program ids splat into [BM] i32 row vectors;
+  ([1, BN] i32) (on S^T, the backward's keys-on-rows kernel, the other way round: `ScoreContext.keys_on_rows`),
+  `b` and `h` are the block's batch and head program ids splat into [BM] i32 row vectors;
 - numbers are [BM] row vectors (`tile.fill` for f32, `tile.splat` of an index constant for i32): a value the
   same for every element is held as a row vector, which broadcasts against every other shape and which the
   lowering keeps in two registers a thread;
@@ -38,8 +39,10 @@ _COMPARES = ("lt", "le", "gt", "ge", "eq", "ne")
 
 @dataclass
 class ScoreContext:
-    """Where a modifier is emitted: the builder, the block's coordinates, the tile sizes, and the kernel
-    inputs holding captured arrays (by `CapturedArray.name`)."""
+    """Where a modifier is emitted: the builder, the block's coordinates, the score tile's rows and columns
+    (`block_m` x `block_n`), and the kernel inputs holding captured arrays (by `CapturedArray.name`).
+    `keys_on_rows`: the score tile is S^T (the backward's keys-on-rows main kernel), so `kv_idx` is the rows'
+    iota ([block_m] from k0) and `q_idx` the columns' ([1, block_n] from q0)."""
 
     b: TileBuilder
     block_m: int
@@ -50,11 +53,12 @@ class ScoreContext:
     head: SSAValue
     arrays: dict[str, SSAValue]
     score: SSAValue | None = None
+    keys_on_rows: bool = False
     _values: dict[int, SSAValue] = field(default_factory=dict)
 
     def emit(self, node: Node) -> SSAValue:
         """The Tile IR value of `node`: emitted once, except the coordinates, which are emitted at each use so
-        that a [1, BN] kv_idx (held as a whole [BM, BN] tile of registers) is never live across other work."""
+        that an index tile (whose [BM, BN] uses take [BM, BN] registers) is never live across other work."""
         if node.op in ("q_idx", "kv_idx"):
             return self._emit(node)
         key = id(node)
@@ -107,10 +111,12 @@ class ScoreContext:
         if op == "score":
             assert self.score is not None, "a mask_mod has no score"
             return self.score
-        if op == "q_idx":
-            return b.emit(tile.IotaOp("rows", register_tile([self.block_m], i32), self.q0), "q_idx")
-        if op == "kv_idx":
-            return b.emit(tile.IotaOp("cols", register_tile([1, self.block_n], i32), self.k0), "kv_idx")
+        if op in ("q_idx", "kv_idx"):
+            on_rows = (op == "kv_idx") == self.keys_on_rows
+            start = self.q0 if op == "q_idx" else self.k0
+            if on_rows:
+                return b.emit(tile.IotaOp("rows", register_tile([self.block_m], i32), start), op)
+            return b.emit(tile.IotaOp("cols", register_tile([1, self.block_n], i32), start), op)
         if op in ("b", "h"):
             return b.emit(tile.SplatOp(self.batch if op == "b" else self.head, self._scalar(i32)), op)
         if op == "const":
@@ -121,7 +127,14 @@ class ScoreContext:
                 return b.emit(tile.CmpOp("eq" if node.value else "ne", zero, zero), "mod_const")
             return self._int_tile(int(node.value), "mod_const")
         if op == "to_f32":
-            return b.cast(self.emit(node.args[0]), f32, "mod_f32")
+            inner = node.args[0]
+            if inner.op in ("add", "sub") and all(_exact_in_f32(a) for a in inner.args):
+                # f32(a - b) = f32(a) - f32(b) exactly when a and b are (f32 subtraction rounds once): the
+                # indices (and b, h) convert as their row or column vectors, and one [BM, BN] f32 tile is made,
+                # not an i32 one beside it (ALiBi's kv_idx - q_idx)
+                f32_args = [b.cast(self.emit(a), f32, "mod_f32") for a in inner.args]
+                return b.emit(_BINARY_OPS[inner.op](*f32_args), f"mod_{inner.op}_f32")
+            return b.cast(self.emit(inner), f32, "mod_f32")
         if op in _BINARY_OPS:
             return b.emit(_BINARY_OPS[op](*self._emit_args(node)), f"mod_{op}")
         if op in _UNARY_OPS:
@@ -140,6 +153,18 @@ class ScoreContext:
             table = self.arrays[node.value.name]
             return b.emit(tile.GatherOp(table, [self.emit(a) for a in node.args]), "mod_gather")
         raise AssertionError(f"no Tile IR for the traced op {op}")
+
+
+F32_EXACT_INTEGERS = 2**24
+"""Integers up to this magnitude are exact in f32 (a 24-bit significand): query and key indices, batch and
+head ids are taken to be below it (sequences of at most 16M tokens)."""
+
+
+def _exact_in_f32(node: Node) -> bool:
+    """Whether `node` is an index argument, or an integer constant exact in f32 (`F32_EXACT_INTEGERS`)."""
+    if node.op in ("q_idx", "kv_idx", "b", "h"):
+        return True
+    return node.op == "const" and node.dtype not in (F32, BOOL) and abs(int(node.value)) <= F32_EXACT_INTEGERS
 
 
 def apply_score_mod(ctx: ScoreContext, trace: Trace, s: SSAValue) -> SSAValue:

@@ -264,6 +264,18 @@ def print_descriptor_advance(p: KernelPrinter, op: sm90.DescriptorAdvanceOp) -> 
     p.emit(f"add.s64 {d}, {p.reg(op.descriptor)}, {facts.descriptor_start_delta(_int(op, 'bytes'))}")
 
 
+@handles(sm90.DescriptorOffsetOp)
+def print_descriptor_offset(p: KernelPrinter, op: sm90.DescriptorOffsetOp) -> None:
+    """The offset's 16-byte units, widened, added to the descriptor in one 64-bit add: the start field
+    cannot carry into the high word (the op's invariant). ptxas 12.9 to 13.5 fold the shift into the slot
+    index's multiply and keep the add on the uniform datapath (docs/performance.md)."""
+    units, wide = p.temp(B32), p.temp(B64)
+    (d,) = p.define(op.result)
+    p.emit(f"shr.u32 {units}, {p.reg(op.offset)}, {DESCRIPTOR_ADDRESS_SHIFT}",
+           f"cvt.u64.u32 {wide}, {units}",
+           f"add.s64 {d}, {p.reg(op.descriptor)}, {wide}")
+
+
 # endregion
 # region warps and the CTA -------------------------------------------------------------------------------------
 

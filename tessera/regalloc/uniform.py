@@ -5,12 +5,14 @@ A value is *warp-uniform* (the same in every lane of a warp, provably so from it
 integer constant, a `sm90.shared_buffer` address, a kernel argument, a special register of the CTA or grid
 (`ctaid`, `nctaid`, `ntid`, cluster ids; not `tid` or `laneid`), a full-warp `sm90.shfl_sync "idx"` (every
 lane reads one lane: CUTLASS's and warp-specialize's way of making the warpgroup index uniform), or an integer
-`arith` op, `sm90.make_descriptor` or `sm90.descriptor_advance` of warp-uniform operands. Loop-carried values,
+`arith` op, `sm90.make_descriptor`, `sm90.descriptor_advance` or `sm90.descriptor_offset` of warp-uniform
+operands. Loop-carried values,
 loads and everything else are not.
 
-A *uniform descriptor* is the result of a `sm90.make_descriptor` or `sm90.descriptor_advance` that is
-warp-uniform, is defined outside every `scf.for` (computed once, so ptxas has no per-trip reason to move it)
-and is read only as a wgmma descriptor or as the base of another advance. HGMMA reads its descriptors from
+A *uniform descriptor* is the result of a `sm90.make_descriptor`, `sm90.descriptor_advance` or
+`sm90.descriptor_offset` that is warp-uniform, is defined outside every `scf.for` (computed once, so ptxas has
+no per-trip reason to move it) and is read only as a wgmma descriptor or as the base of another advance or
+offset (a ring buffer's descriptor, whose slots the loop reaches by `sm90.descriptor_offset`). HGMMA reads its descriptors from
 uniform registers, so ptxas computes such values on the uniform datapath and keeps them there: with all seven
 of the flash d128 forward's Q k-step descriptors held over the K/V loops (16 registers by the per-thread
 count), ptxas 12.9, 13.0 and 13.5 keep them in URx, with no R2UR and no spill (docs/performance.md).
@@ -44,6 +46,10 @@ _UNIFORM_SPECIALS = ("ctaid.", "nctaid.", "ntid.", "clusterid.", "nclusterid.", 
 """Special registers with one value per CTA (or cluster): the same in every lane."""
 
 
+_DESCRIPTOR_OPS = (sm90.MakeDescriptorOp, sm90.DescriptorAdvanceOp, sm90.DescriptorOffsetOp)
+"""The ops whose results are wgmma descriptors."""
+
+
 def _is_integer(value: SSAValue) -> bool:
     return isinstance(value.type, IntegerType | IndexType)
 
@@ -59,7 +65,7 @@ def _in_loop(op: Operation) -> bool:
 
 def _reads_as_descriptor(use) -> bool:
     op = use.operation
-    if isinstance(op, sm90.DescriptorAdvanceOp):
+    if isinstance(op, sm90.DescriptorAdvanceOp) or (isinstance(op, sm90.DescriptorOffsetOp) and use.index == 0):
         return True
     return isinstance(op, sm90.WgmmaMmaAsyncOp) and use.index in (1, 2) and isinstance(
         op.operands[use.index].type, IntegerType)
@@ -77,7 +83,7 @@ def warp_uniform_values(fn: func.FuncOp) -> set[SSAValue]:
         elif isinstance(op, sm90.ShflSyncOp):
             if op.mode.data == "idx" and op.clamp.value.data == 0x1F and _is_integer(op.result):
                 uniform.add(op.result)
-        elif isinstance(op, sm90.MakeDescriptorOp | sm90.DescriptorAdvanceOp) or (
+        elif isinstance(op, _DESCRIPTOR_OPS) or (
                 op.name.startswith("arith.") and op.results and all(_is_integer(r) for r in op.results)):
             if op.operands and all(operand in uniform for operand in op.operands):
                 uniform.update(op.results)
@@ -88,5 +94,5 @@ def uniform_descriptors(fn: func.FuncOp) -> set[SSAValue]:
     """The uniform descriptors of `fn` (module docstring), before the register budget of the uniform file."""
     uniform = warp_uniform_values(fn)
     return {op.result for op in fn.walk()
-            if isinstance(op, sm90.MakeDescriptorOp | sm90.DescriptorAdvanceOp) and op.result in uniform
+            if isinstance(op, _DESCRIPTOR_OPS) and op.result in uniform
             and not _in_loop(op) and op.result.uses and all(_reads_as_descriptor(u) for u in op.result.uses)}

@@ -6,8 +6,8 @@ mask_mod, the block lists from `tessera.variants.block_mask.create_block_mask` o
 backward runs `attention_backward(score_mod=, mask_mod=, block_sparse=True)`'s three kernels (with the
 work lists, `BlockMask.backward_inputs`, whenever there is a mask_mod), warp-specialized where the registers
 allow (`BACKWARD_PIPELINE`; `WARP_SPECIALIZED_FIRST`: at head_dim 64 the dense kernel's 128 x 128 blocks, at
-head_dim 128 one thread block per key block, where that lowers warp-specialized, else the builder's default
-with a warning). `level=None` compiles the very modules the interpreters run (`compile_module`:
+head_dim 128 its keys-on-rows 64 x 128 blocks, then one thread block per key block, where that lowers
+warp-specialized, else the builder's default with a warning). `level=None` compiles the very modules the interpreters run (`compile_module`:
 the kernel cache keys them by their text; the captured arrays and lists are inputs, so new values need no new
 compile) and launches them like the dense kernels (`tessera.launch`; the backward's as
 `runtime.launch.launch_zeroed`); the captured arrays and block lists go to the
@@ -32,7 +32,7 @@ each main-kernel thread block walking its work list (`BlockMask.backward_inputs`
 BACKWARD_PIPELINE = "DEFAULT_PIPELINE"
 """The `tessera.passes` pipeline of the backward with modifiers below Tile IR and on the GPU: the default one,
 warp-specialized with two stages (a producer warpgroup walks the work list, issuing the Q/dO refills; one
-consumer warpgroup at 64 x 64 blocks, two at 128 x 128, `WARP_SPECIALIZED_FIRST`), falling back down its ladder with a warning naming the rung where the
+consumer warpgroup at 64 x 64 blocks, two at 128 x 128 and 64 x 128, `WARP_SPECIALIZED_FIRST`), falling back down its ladder with a warning naming the rung where the
 registers do not fit (`tessera.lowering.fallback`)."""
 
 
@@ -102,8 +102,8 @@ def forward_module(q, k, *, score_mod, mask_mod, causal: bool, scale, return_lse
 BLOCK_N_FALLBACK = (64, 32)
 """Key blocks a forward with modifiers is rebuilt with, in order, when no configuration of the default pipeline
 fits the head_dim's default (`DEFAULT_BLOCK_N`): a modifier's [BM, BN] tiles add to the score tile's
-(ALiBi's `slopes[h] * (kv_idx - q_idx)` holds an i32 and an f32 tile beside S: 264 registers a thread
-single-stage at head_dim 64, BN 128; at BN 64 it is warp-specialized)."""
+(soft-cap + ALiBi + a relative-position table: 333 registers a thread warp-specialized at head_dim 64, BN 128,
+and no configuration fits; at BN 64 one does)."""
 
 
 def attention_mods(q, k, v, *, score_mod, mask_mod, causal: bool, scale, return_lse: bool, level,
@@ -172,14 +172,28 @@ def backward_kernels(q, *, score_mod, mask_mod, causal: bool, scale, level, head
                               head_split=head_split, block_m=block_m, block_n=block_n), sparse
 
 
-WARP_SPECIALIZED_FIRST = {64: ("with 128 x 128 blocks", dict(blocks=(128, 128)), "64 x 64 blocks"),
-                          128: ("as one thread block per key block", dict(head_split=1), "head_split=2")}
-"""By head_dim, what `tessera.attention_backward` with modifiers tries before the builder's default below Tile
-level and on the GPU, kept where its main kernel lowers warp-specialized (`warp_specialized_refusal`), else the
-default with a warning naming the refusal: at head_dim 64 the dense kernel's 128 x 128 blocks (two consumer
-warpgroups of 240 registers: a mask_mod such as a sliding window fits, a soft-cap score_mod does not), at head_dim
-128 one thread block per key block instead of `MODS_HEAD_SPLIT` (no extra S and dP products). (Its name, the
-keywords of `backward_kernels`, and what the default is called in the warning.)"""
+WARP_SPECIALIZED_FIRST = {
+    64: (("with 128 x 128 blocks", dict(blocks=(128, 128))),),
+    128: (("with the dense kernel's keys-on-rows 64 x 128 blocks", dict(blocks=(64, 128), head_split=1)),
+          ("as one thread block per key block", dict(head_split=1))),
+}
+"""By head_dim, what `tessera.attention_backward` with modifiers tries, in order, before the builder's default
+(`MODS_BLOCKS`, `MODS_HEAD_SPLIT`) below Tile level and on the GPU: the first whose main kernel lowers
+warp-specialized (`warp_specialized_refusal`) is taken, else the default with a warning naming each refusal. At
+head_dim 64 the dense kernel's 128 x 128 blocks (two consumer warpgroups of 240 registers: soft-cap, document
+masking, a sliding window fit; ALiBi's f32 index tile does not); at head_dim 128 the dense kernel's keys-on-rows
+64 x 128 blocks (two consumer warpgroups: a sliding window fits), then one thread block per key block at 64 x 64
+(no extra S and dP products) instead of the head split. (Each: its name in the warning and the keywords of
+`backward_kernels`.)"""
+
+DEFAULT_NAMES = {64: "with 64 x 64 blocks", 128: "with head_split=2"}
+"""What the builder's default is called in `WARP_SPECIALIZED_FIRST`'s warning, by head_dim."""
+
+
+def _shape(kernels) -> tuple[int, int, int]:
+    """(BM, BN, head split) of a backward's main kernel."""
+    c = kernels.config.attention
+    return c.block_m, c.block_n, kernels.head_split
 
 
 HEAD_SPLIT_FALLBACK = 2
@@ -187,6 +201,23 @@ HEAD_SPLIT_FALLBACK = 2
 with a warning naming it, when its registers do not fit without one below Tile level and on the GPU (at
 head_dim 64: soft-cap + ALiBi + a relative-position table with a document window needs 264 registers a
 thread; split, each of two thread blocks holds 32 of dK's and dV's 64 columns)."""
+
+
+def warp_specialized_first(q, kernels, sparse: bool, **options):
+    """(kernels, sparse, refused, taken): the first of `WARP_SPECIALIZED_FIRST[head_dim]` whose main kernel
+    lowers warp-specialized, else the builder's default `kernels` (and its `sparse`); the refusals of those
+    tried before it ("name (why)"), and the name of what is taken. `options` are `backward_kernels`'."""
+    head_dim = options["head_dim"]
+    refused, taken = [], DEFAULT_NAMES.get(head_dim, "the builder's default")
+    for name, keywords in WARP_SPECIALIZED_FIRST.get(head_dim, ()):
+        tried, tried_sparse = backward_kernels(q, **keywords, **options)
+        if _shape(tried) == _shape(kernels):  # the default itself (deterministic=True has no head split)
+            return kernels, sparse, refused, name
+        refusal = warp_specialized_refusal(tried.main)
+        if refusal is None:
+            return tried, tried_sparse, refused, name
+        refused.append(f"{name} ({refusal[:120]})")
+    return kernels, sparse, refused, taken
 
 
 def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal: bool, scale, level,
@@ -209,16 +240,11 @@ def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal:
     options = dict(score_mod=score_mod, mask_mod=mask_mod, causal=causal, scale=scale, level=level,
                    head_dim=head_dim, dtype=dtype, deterministic=deterministic)
     kernels, sparse = backward_kernels(q, **options)
-    first = WARP_SPECIALIZED_FIRST.get(head_dim)
-    if first is not None and level != "tile" and (head_dim != 128 or kernels.head_split > 1):
-        name, keywords, default = first
-        larger, larger_sparse = backward_kernels(q, **keywords, **options)
-        refusal = warp_specialized_refusal(larger.main)
-        if refusal is None:
-            kernels, sparse = larger, larger_sparse
-        else:
+    if level != "tile":
+        kernels, sparse, refused, taken = warp_specialized_first(q, kernels, sparse, **options)
+        if refused:
             warn(f"attention_backward: the main kernel with score_mod/mask_mod at head_dim {head_dim} does not fit "
-                 f"warp-specialized {name} ({refusal[:120]}); built with {default}")
+                 f"warp-specialized {'; nor '.join(refused)}; built {taken}")
     last = level == "tile" or deterministic or kernels.head_split >= HEAD_SPLIT_FALLBACK
     try:  # spilling (the default pipeline's last rung) only where no head split is left to try
         with nullcontext() if last else without_spilling():

@@ -149,6 +149,18 @@ BULK_READ_BEFORE_EXIT = Rule(
     "shared source until a cp.async.bulk.wait_group{.read} of the issuing thread covers their bulk group: a write "
     "into those bytes before it, or the CTA exiting before it (its shared memory is freed), is reported")
 
+TMA_READ_UNTIL_COMPLETE = Rule(
+    "a TMA load reads global memory until its complete-tx",
+    "data-movement-and-conversion-instructions-cp-async-bulk-tensor",
+    "The copy operation in cp.async.bulk.tensor is treated as a weak memory operation and the complete-tx "
+    "operation on the mbarrier has .release semantics at the .cluster scope",
+    "a TMA load's read of global memory is a weak access of the async proxy that ends at its complete-tx, a "
+    "release into the mbarrier phase it counts towards: a thread that observed that phase complete (a successful "
+    "wait, or a barrier after one) is ordered after the read and may overwrite the source; a thread of the CTA "
+    "ordered only after the issue (a bar.sync after it) is not: its generic write of those bytes is reported, "
+    "naming the copy and the phase",
+    "tessera.interpreters.sm90.global_races:GlobalAccesses._check_until")
+
 CLUSTER_EXIT_WAIT = Rule(
     "an exited CTA does not hold up the cluster barrier", "control-flow-instructions-exit",
     "If the exiting threads are holding up the barrier, the barrier is released.",
@@ -163,7 +175,10 @@ WRITE_ORDER = Rule(
     "If a write W precedes an overlapping write W' in causality order, then W must precede W' in coherence order.",
     "two overlapping accesses of shared memory by different threads, one of them a write, not ordered by "
     "happens-before (named barriers, mbarrier arrive/wait, cluster barriers): which one a read sees, or which "
-    "write lands last, is not decided, and it is reported with both sides",
+    "write lands last, is not decided, and it is reported with both sides. Across a cluster too: a multicast or "
+    "bulk copy into a peer CTA's shared memory must follow that peer's reads of the bytes in causality order "
+    "(the peer's threads released them on an mbarrier the issuing thread waited on, remotely or through a "
+    "barrier of their own CTA, or a cluster barrier), so a slot released to the wrong CTA is a race",
     "tessera.interpreters.sm90.happens_before:HappensBefore.check_write")
 
 DATA_RACE = Rule(
@@ -206,12 +221,13 @@ RELEASE_ACQUIRE = Rule(
 
 PTX_EXECUTOR_RULES = (BARRIER_ORDERING, BARRIER_COUNT, MBARRIER_INIT_BEFORE_USE, MBARRIER_INIT_FENCE, PROXY_FENCE,
                       PROXY_FENCE_STATE_SPACE, WGMMA_FENCE, WGMMA_FENCE_SCALE_D, WGMMA_WAIT, WGMMA_WAIT_PER_THREAD,
-                      CP_ASYNC_ORDER, CP_ASYNC_COMPLETION, BULK_READ_BEFORE_EXIT, CLUSTER_EXIT_WAIT, DATA_RACE, MORALLY_STRONG,
-                      RELEASE_ACQUIRE)
+                      CP_ASYNC_ORDER, CP_ASYNC_COMPLETION, BULK_READ_BEFORE_EXIT, TMA_READ_UNTIL_COMPLETE,
+                      CLUSTER_EXIT_WAIT, DATA_RACE, MORALLY_STRONG, RELEASE_ACQUIRE)
 """The rules the PTX executor's race detector applies, in the order of the sections."""
 
 CTA_SIMULATOR_RULES = (BARRIER_ORDERING, PROXY_FENCE, PROXY_FENCE_STATE_SPACE, WGMMA_FENCE, WGMMA_FENCE_SCALE_D,
-                       WGMMA_WAIT, WGMMA_WAIT_PER_THREAD, WRITE_ORDER, DATA_RACE, ATOMICS_ARE_INDIVISIBLE)
+                       WGMMA_WAIT, WGMMA_WAIT_PER_THREAD, WRITE_ORDER, DATA_RACE, ATOMICS_ARE_INDIVISIBLE,
+                       TMA_READ_UNTIL_COMPLETE)
 """The rules the CTA simulator checks by happens-before (`tessera.interpreters.sm90.happens_before`), each naming
 its checker."""
 
@@ -221,4 +237,4 @@ __all__ = ["CTA_SIMULATOR_RULES", "PTX_EXECUTOR_RULES", "Rule", "WRITE_ORDER", "
            "ATOMICS_ARE_INDIVISIBLE", "BARRIER_ORDERING", "BULK_READ_BEFORE_EXIT", "CLUSTER_EXIT_WAIT", "CP_ASYNC_COMPLETION", "CP_ASYNC_ORDER",
            "MBARRIER_INIT_BEFORE_USE", "MBARRIER_INIT_FENCE", "PROXY_FENCE", "PROXY_FENCE_STATE_SPACE", "WGMMA_FENCE",
            "WGMMA_FENCE_SCALE_D", "WGMMA_WAIT", "WGMMA_WAIT_PER_THREAD",
-           "MORALLY_STRONG", "RELEASE_ACQUIRE"]
+           "MORALLY_STRONG", "RELEASE_ACQUIRE", "TMA_READ_UNTIL_COMPLETE"]

@@ -53,6 +53,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tessera.interpreters.ptx.cluster import grid_rank
 from tessera.interpreters.ptx.decode import Step, elements
 from tessera.interpreters.ptx.happens_before import HappensBefore
 from tessera.interpreters.ptx.state import EXITED, PARK, RUN, Machine, PtxDeadlockError, PtxHazardError
@@ -126,6 +127,8 @@ class AsyncTracker:
         self.proxy_readers = True  # the program reads shared memory through the async proxy (set by install)
         self.hb = HappensBefore(m.lanes, m.threads, n, self.hazard, self.where, m.describe_lane,
                                 races=getattr(m, "races", True))
+        if getattr(m, "cluster_size", 1) > 1:  # a peer's bytes are judged in that peer's frame
+            self.hb.peer_frame = (max(m.shared_bytes, 1), lambda slot: grid_rank(m, slot))
         self.reset()
 
     def reset(self) -> None:
@@ -307,7 +310,10 @@ class AsyncTracker:
         self.staged = []
         acquired = None if self.last_wait[lane] < 0 else int(self.last_wait[lane])
         self.check_writable(inst, lane, index, f"the {kind}", acquired, span)
-        self.hb.async_write(inst, np.array([lane]), index, f"the {kind}", span)
+        known = None
+        if len(index) and key[0] != int(m.lane_cta[lane]):  # into a peer's shared memory: its threads' frame
+            known = self.hb.peer_known(lane, grid_rank(m, key[0]))
+        self.hb.async_write(inst, np.array([lane]), index, f"the {kind}", span, known)
         copy = Copy(kind, inst, lane, index, data, nbytes, key, acquired, span)
         ident = len(self.copies)
         self.copies[ident] = copy
@@ -427,6 +433,10 @@ class AsyncTracker:
             if self.tagged or self.reading or self.bulk_reads:
                 self.check_writable(inst, np.repeat(lanes, index.shape[1]), index.reshape(-1), "the store")
             if self.tagged:
+                state = self.state[index]
+                if state.any() and self.hb.races:
+                    writers = np.broadcast_to(np.asarray(lanes)[:, None], index.shape).reshape(-1)
+                    self._check_landed_write(inst, writers, index.reshape(-1), state.reshape(-1))
                 self.state[index] = PLAIN
             if (self.proxy_readers or self.hb.races) and not strong:
                 self.hb.write(inst, lanes, index)
@@ -458,6 +468,23 @@ class AsyncTracker:
                                         f"{int(p[i]) & 1}) of {self.barrier_name(int(b[i]))} complete (no "
                                         "successful mbarrier wait for that phase, or a wait on the wrong parity)",
                                   r[i])
+
+    def _check_landed_write(self, inst, writers: np.ndarray, flat: np.ndarray, state: np.ndarray) -> None:
+        """A generic store over bytes a TMA copy wrote needs the writer to have observed the phase the copy
+        completed in, as a read does (the copy writes until its complete-tx; it landed here because another
+        thread waited) [memory_model.TMA_READ_UNTIL_COMPLETE]."""
+        landed = state == LANDED
+        if not landed.any():
+            return
+        b, p, w = self.tag[flat[landed]], self.phase[flat[landed]], writers[landed]
+        unseen = self.observed[b, w] <= p
+        if unseen.any():
+            i = int(np.argmax(unseen))
+            raise self.hazard(inst, f"the store writes {self.where(flat[landed][i])}, which the TMA copy completing "
+                                    f"phase {int(p[i])} (parity {int(p[i]) & 1}) of {self.barrier_name(int(b[i]))} "
+                                    "writes, and this thread has not observed that phase (write-after-write race with "
+                                    "the async proxy: no successful mbarrier wait for that phase orders the copy "
+                                    "before this store)", w[i])
 
     def _released_early(self, reader: int, flat: int) -> str:
         """', released ...' when the copy was issued after a wait on an mbarrier `reader` had arrived on."""

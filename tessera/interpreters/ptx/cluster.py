@@ -108,8 +108,9 @@ class ClusterState:
             return
         self.phase[group] += 1
         m.sync_epoch += 1
-        for cta in np.unique(m.lane_cta[lanes]):  # each CTA's threads release and acquire (happens_before)
-            mine = lanes[m.lane_cta[lanes] == cta]
+        members = [(lanes[m.lane_cta[lanes] == cta], grid_rank(m, int(cta))) for cta in np.unique(m.lane_cta[lanes])]
+        m.tracker.hb.cluster_barrier(members)  # each CTA learns what the others released (happens_before.remote)
+        for mine, _ in members:  # each CTA's threads release and acquire (happens_before)
             m.tracker.hb.barrier(mine, mine)
         waiting = lanes[(m.status[lanes] == CLUSTER_WAIT) & (self.arrivals[lanes] <= self.phase[group])]
         m.status[waiting] = RUN
@@ -177,6 +178,13 @@ class ClusterState:
         if self.pending:
             self.pending = [p for p in self.pending if not (p.key == key and p.phase < phase)]
     # endregion
+
+
+def grid_rank(m: Machine, slot: int) -> int:
+    """The linear rank in the grid of the CTA in batch slot `slot` (x + X y + X Y z), as `global_order` and
+    `happens_before.remote` name CTAs."""
+    x, y, z = (int(v) for v in m.ctaid[slot])
+    return x + m.grid[0] * (y + m.grid[1] * z)
 
 
 def cta_name(m: Machine, slot: int) -> str:

@@ -67,6 +67,7 @@ class GlobalOrder:
         self.read_set: np.ndarray | None = None  # per byte: 0, or its readers' set in `sets` (`_record_read`)
         self.sets: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = [(np.zeros(0, np.int64),) * 3]
         self._memo: dict[tuple, int] = {}  # (old readers, new readers, line) -> set: bytes read alike share one
+        self.until: dict[str, np.ndarray] | None = None  # TMA loads' reads until their complete-tx (`read_until`)
         self.reset_batch()
 
     def reset_batch(self) -> None:
@@ -98,12 +99,15 @@ class GlobalOrder:
         if not hb.races or index.size == 0:
             return
         index = np.asarray(index, np.int64).reshape(len(lanes), -1)
+        judged = self._check_until(inst, lanes, index) if write and self.until is not None else None
         for side in ("write", "read") if write else ("write",):
             if side in self.records:
                 table = self.records[side]
                 who = table["who"][index]
                 if side == "read" and self.read_set is not None:
                     who = np.where(self.read_set[index] == 0, who, 0)  # those bytes' readers are in their set
+                if side == "read" and judged is not None:
+                    who = np.where(judged & (who == self.until["who"][index]), 0, who)  # by their completion
                 self._check(inst, lanes, index, who, table["epoch"][index], table["line"][index], write, kind, side)
         if write and self.read_set is not None:
             self._check_sets(inst, lanes, index, kind)
@@ -114,6 +118,8 @@ class GlobalOrder:
         who = (self.lane_who[lanes] | kind)[:, None]
         epochs = hb.clock[lanes, lanes % self.m.threads][:, None]
         if write:
+            if self.until is not None:
+                self.until["phase"][index] = -1
             table = self._table("write")
             table["who"][index], table["epoch"][index], table["line"][index] = who, epochs, inst.line
             if "read" in self.records:
@@ -122,6 +128,43 @@ class GlobalOrder:
                 self.read_set[index] = 0
             return
         self._record_read(inst, lanes, index, who, epochs)
+
+    def read_until(self, inst, lane: int, index: np.ndarray, barrier: int, phase: int) -> None:
+        """The TMA load `inst` of `lane` (recorded by `access`) reads the global bytes `index` until its complete-tx
+        on the tracker's mbarrier instance `barrier` in `phase` [memory_model.TMA_READ_UNTIL_COMPLETE]."""
+        if self.until is None:
+            self.until = {"who": np.zeros(self.size, np.int64), "barrier": np.zeros(self.size, np.int32),
+                          "phase": np.full(self.size, -1, np.int64), "line": np.zeros(self.size, np.int32)}
+        flat = np.asarray(index, np.int64).reshape(-1)
+        self.until["who"][flat] = int(self.lane_who[lane]) | ASYNC
+        self.until["barrier"][flat], self.until["phase"][flat], self.until["line"][flat] = barrier, phase, inst.line
+
+    def _check_until(self, inst, lanes: np.ndarray, index: np.ndarray) -> np.ndarray | None:
+        """A write of `index` [lanes, bytes] by threads of the CTA whose TMA load reads them: the writer must have
+        observed the load's phase complete (a successful wait, or a barrier or mbarrier release after one), not
+        merely be ordered after its issue [memory_model.TMA_READ_UNTIL_COMPLETE]. Returns the bytes it judged
+        (their read records are then not judged by the issuing thread's clock)."""
+        until = self.until
+        phase = until["phase"][index]
+        mine = (phase >= 0) & ((until["who"][index] >> 16) == (self.lane_rank[lanes] + 1)[:, None])
+        if not mine.any():
+            return None
+        tracker = self.m.tracker
+        rows = np.broadcast_to(lanes[:, None], index.shape)[mine]
+        unseen = tracker.observed[until["barrier"][index][mine], rows] <= phase[mine]
+        if unseen.any():
+            k = int(np.argmax(unseen))
+            i, j = (int(x[k]) for x in np.nonzero(mine))
+            b = int(index[i, j])
+            who = int(until["who"][b])
+            raise tracker.hb.hazard(
+                inst, f"writes {self.where(b)}, which the TMA load at line {int(until['line'][b])} "
+                      f"({self.describe((who >> 16) - 1, (who >> 3) & 0x1FFF)}) reads "
+                      f"through the async proxy until it completes phase {int(phase[i, j])} of "
+                      f"{tracker.barrier_name(int(until['barrier'][b]))}, which this thread has not observed (race: "
+                      "the copy may still read the bytes; a successful mbarrier wait for that phase before this "
+                      "write is missing)", int(lanes[i]))
+        return mine
 
     def _record_read(self, inst, lanes: np.ndarray, index: np.ndarray, who: np.ndarray, epochs: np.ndarray) -> None:
         """Keep every read of `index` since its last write that no later read of it happens after (FastTrack's

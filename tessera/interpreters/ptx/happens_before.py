@@ -61,6 +61,7 @@ class HappensBefore:
         self.lanes, self.threads, self.shared = lanes, threads, shared
         self.hazard, self.where, self.describe_lane = hazard, where, describe_lane
         self.races = races  # check generic read/write races (the proxy rule is always checked)
+        self.peer_frame = None  # in a cluster: (shared bytes per CTA, CTA slot -> grid rank), set by the tracker
         self.reset()
 
     def reset(self) -> None:
@@ -176,6 +177,50 @@ class HappensBefore:
         self.check_init(inst, key, lanes)
         self.pending[key] = self.join(self.pending.get(key), self._release(lanes))
 
+    def arrive_from_peer(self, key: tuple[int, int], lanes: np.ndarray, rank: int, home: int) -> None:
+        """`lanes` (all of the CTA of grid rank `rank`) arrive on the mbarrier at `key` of another CTA of their
+        cluster (grid rank `home`), through a shared::cluster address: a release into its pending phase, carried
+        in the barrier's CTA's frame. Clock columns are threads of one CTA, so the arrivals' clocks travel as what
+        the waiters learn of CTA `rank` (`remote`), and what the arrivals knew of CTA `home` as its columns: a
+        producer that waits on its own empty barrier, which its peer's consumers release remotely (CUTLASS's
+        cluster pipelines), is ordered after their reads of their own slots [memory_model.WRITE_ORDER]."""
+        c, f, r = self._release(lanes)
+        known = (r or {}).get(home)
+        t = self.threads
+        clock = known[:t].copy() if known is not None else np.zeros(t, np.int32)
+        fenced = np.zeros(2 * t, np.int32)
+        if known is not None:
+            fenced[t:] = known[t:]
+        remote = {k: v for k, v in (r or {}).items() if k != home}
+        remote[rank] = np.concatenate([c, f[t:]]) if rank not in remote else \
+            np.maximum(remote[rank], np.concatenate([c, f[t:]]))
+        self.pending[key] = self.join(self.pending.get(key), (clock, fenced, remote))
+
+    def cluster_barrier(self, members: list[tuple[np.ndarray, int]]) -> None:
+        """A cluster barrier phase completed over `members` ([(lanes of one CTA, its grid rank)]): each CTA's
+        threads acquire what the others' threads released, as what they know of those CTAs (`remote`); inside
+        each CTA the caller's `barrier` orders its own threads."""
+        if len(members) < 2:
+            return
+        t = self.threads
+        released = []
+        for lanes, rank in members:
+            rows = self._rows(lanes)
+            row = np.concatenate([self.clock[rows].max(axis=0), self.fenced[rows, t:].max(axis=0)])
+            released.append((rank, row, self._remote_of(lanes)))
+        for lanes, rank in members:
+            known: dict[int, np.ndarray] = {}
+            for other, row, remote in released:
+                for k, v in [(other, row)] + list((remote or {}).items()):
+                    if k != rank:
+                        known[k] = v if k not in known else np.maximum(known[k], v)
+            self.learn(lanes, known)
+
+    def peer_known(self, lane: int, rank: int) -> np.ndarray:
+        """[threads] epochs: what `lane` knows of the threads of the CTA of grid rank `rank` (another CTA)."""
+        row = self.remote.get(lane, {}).get(rank)
+        return row[:self.threads] if row is not None else np.zeros(self.threads, np.int32)
+
     def phase_completed(self, key: tuple[int, int]) -> None:
         """The pending phase of the mbarrier at `key` completed: its releases are published to waiters."""
         new = self.pending.pop(key, None)
@@ -280,18 +325,25 @@ class HappensBefore:
             done = lookup[index[None] // cta_bytes * per_cta + np.arange(per_cta)[:, None, None], last]
         return np.concatenate([done, ends])
 
-    def async_write(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str, span: slice | None = None) -> None:
+    def async_write(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str, span: slice | None = None,
+                    known: np.ndarray | None = None) -> None:
         """A copy issued by `lanes` writes `flat`: each completed async read of those bytes, and the last generic
         read and write of each byte (a producer refilling a slot that threads still read or transpose), must
         happen before its issue, whatever order the executor ran them in. `span`: the range `flat` fills, when
-        it fills one: the records are read as a range, and only a range holding some is walked byte by byte."""
-        self._after_async_reads(inst, lanes[:1], flat[None, :], what, self.clock[lanes].max(axis=0)[None], span)
+        it fills one: the records are read as a range, and only a range holding some is walked byte by byte.
+        `known` [threads]: for bytes of another CTA of the cluster (a multicast into a peer), what the issuing
+        thread knows of that CTA's threads (`peer_known`) [memory_model.WRITE_ORDER]; every check, on the range
+        path as on the byte path, judges by it."""
+        clocks = self.clock[lanes].max(axis=0)[None] if known is None else known[None]
+        self._after_async_reads(inst, lanes[:1], flat[None, :], what, clocks, span)
         if self.races and flat.size:
             index = flat[None, :]
+            rows = None if known is None else clocks
             if span is None or self.reads.any_in(span):
-                self._check_reads(inst, lanes[:1], index, f"{what} writes")
+                self._check_reads(inst, lanes[:1], index, f"{what} writes", rows)
             if span is None or self.w_clock[span].any():
-                self._check(inst, lanes[:1], index, self.w_lane, self.w_clock, self.w_line, "wrote", f"{what} writes")
+                self._check(inst, lanes[:1], index, self.w_lane, self.w_clock, self.w_line, "wrote", f"{what} writes",
+                            rows)
         self.async_written(flat if span is None else span)
 
     def _after_async_reads(self, inst, lanes: np.ndarray, index: np.ndarray, what: str, clocks: np.ndarray,
@@ -367,40 +419,97 @@ class HappensBefore:
         self.w_line[index] = lines[:, None]
         self.reads.clear(index)
 
+    def _peer_rows(self, lanes: np.ndarray, index: np.ndarray):
+        """For accesses of a peer CTA's shared memory (a shared::cluster address through `mapa`, in a cluster):
+        (the rows of `lanes` that access a peer's bytes, each such lane's clock in that peer's frame:
+        `peer_known`), or None when every row is the lane's own CTA's."""
+        if self.peer_frame is None or not index.size:
+            return None
+        size, rank_of = self.peer_frame
+        slots = index[:, 0] // size
+        foreign = slots != lanes // self.threads
+        if not foreign.any():
+            return None
+        rows = np.stack([self.peer_known(int(lane), rank_of(int(slot)))
+                         for lane, slot in zip(lanes[foreign], slots[foreign])])
+        return foreign, rows
+
     def write(self, inst, lanes: np.ndarray, index: np.ndarray) -> None:
-        """A generic store of `lanes` at `index` [lanes, bytes]."""
+        """A generic store of `lanes` at `index` [lanes, bytes] (a row of a peer's bytes, a distributed shared
+        memory store, is judged by what its lane knows of the peer's threads [memory_model.WRITE_ORDER])."""
         if self.races:
-            self._check(inst, lanes, index, self.w_lane, self.w_clock, self.w_line, "wrote", "writes")
-            self._check_reads(inst, lanes, index, "writes")
-            if self.completions:
-                self._after_async_reads(inst, lanes, index, "the store", self.clock[lanes])
+            peers = self._peer_rows(lanes, index)
+            if peers is not None:
+                foreign, rows = peers
+                lanes_f, index_f = lanes[foreign], index[foreign]
+                self._check(inst, lanes_f, index_f, self.w_lane, self.w_clock, self.w_line, "wrote", "writes", rows)
+                self._check_reads(inst, lanes_f, index_f, "writes", rows)
+                if self.completions:
+                    self._after_async_reads(inst, lanes_f, index_f, "the store", rows)
+                own = ~foreign
+                self._write_checks(inst, lanes[own], index[own])
+            else:
+                self._write_checks(inst, lanes, index)
         self.w_lane[index] = lanes[:, None]
         self.w_clock[index] = self.clock[lanes, lanes % self.threads][:, None]
         self.w_line[index] = inst.line
         self.reads.clear(index)
 
+    def _write_checks(self, inst, lanes: np.ndarray, index: np.ndarray) -> None:
+        if len(lanes):
+            self._check(inst, lanes, index, self.w_lane, self.w_clock, self.w_line, "wrote", "writes")
+            self._check_reads(inst, lanes, index, "writes")
+            if self.completions:
+                self._after_async_reads(inst, lanes, index, "the store", self.clock[lanes])
+
     def read(self, inst, lanes: np.ndarray, index: np.ndarray) -> None:
-        """A generic load of `lanes` at `index` [lanes, bytes]."""
+        """A generic load of `lanes` at `index` [lanes, bytes] (of a peer's bytes: judged in the peer's frame)."""
         if not self.races:
             return
-        self._check(inst, lanes, index, self.w_lane, self.w_clock, self.w_line, "wrote", "reads")
+        peers = self._peer_rows(lanes, index)
+        if peers is not None:
+            foreign, rows = peers
+            self._check(inst, lanes[foreign], index[foreign], self.w_lane, self.w_clock, self.w_line, "wrote", "reads",
+                        rows)
+            if (~foreign).any():
+                self._check(inst, lanes[~foreign], index[~foreign], self.w_lane, self.w_clock, self.w_line, "wrote",
+                            "reads")
+        else:
+            self._check(inst, lanes, index, self.w_lane, self.w_clock, self.w_line, "wrote", "reads")
         self.reads.record(lanes, index, self.clock[lanes, lanes % self.threads], inst.line, self.clock)
 
-    def _check_reads(self, inst, lanes: np.ndarray, index: np.ndarray, does: str) -> None:
-        """Every generic read of `index` [lanes, bytes] since its last write must happen before `lanes`."""
-        found = self.reads.unordered(lanes, index, self.clock)
+    def _check_reads(self, inst, lanes: np.ndarray, index: np.ndarray, does: str, rows: np.ndarray | None = None
+                     ) -> None:
+        """Every generic read of `index` [lanes, bytes] since its last write must happen before `lanes` (whose
+        clocks in the bytes' CTA's frame are `rows` when it is another CTA's)."""
+        found = self.reads.unordered(lanes, index, self.clock, rows)
         if found is not None:
             i, j, reader, line = found
             raise self.hazard(inst, f"{does} {self.where(int(index[i, j]))}, which the instruction at line {line} "
                                     f"({self.describe_lane(reader)}) read, and no synchronisation orders the two "
                                     "(race: a bar.sync or an mbarrier wait between them is missing)", int(lanes[i]))
 
-    def _check(self, inst, lanes, index, who, when, line, did: str, does: str) -> None:
+    def _check(self, inst, lanes, index, who, when, line, did: str, does: str, rows: np.ndarray | None = None
+               ) -> None:
         epochs = when[index]
         if not epochs.any():
             return
         other = who[index]
-        unordered = epochs > self.clock[lanes[:, None], other % self.threads]
+        if rows is None:
+            unordered = epochs > self.clock[lanes[:, None], other % self.threads]
+            if self.peer_frame is not None:  # a peer's store into this CTA (distributed shared memory)
+                cross = (epochs > 0) & (other // self.threads != (lanes // self.threads)[:, None])
+                if cross.any():
+                    rank_of = self.peer_frame[1]
+                    ii, jj = np.nonzero(cross)
+                    slots = other[ii, jj] // self.threads
+                    for i, slot in np.unique(np.stack([ii, slots], axis=1), axis=0).tolist():
+                        sel = (ii == i) & (slots == slot)
+                        known = self.peer_known(int(lanes[i]), rank_of(slot))
+                        at = (ii[sel], jj[sel])
+                        unordered[at] = epochs[at] > known[other[at] % self.threads]
+        else:
+            unordered = epochs > rows[np.arange(len(lanes))[:, None], other % self.threads]
         if unordered.any():
             i, j = np.unravel_index(np.argmax(unordered), unordered.shape)
             b = int(index[i, j])

@@ -170,29 +170,37 @@ class ReadClocks:
         self.used = len(live)
 
     # endregion
-    def unordered(self, lanes: np.ndarray, index: np.ndarray, clocks: np.ndarray):
+    def unordered(self, lanes: np.ndarray, index: np.ndarray, clocks: np.ndarray, rows: np.ndarray | None = None):
         """The first read of `index` [lanes, bytes] that does not happen before the lane of its row (the
-        writer): (row i, column j, reader lane, line), or None."""
+        writer): (row i, column j, reader lane, line), or None. `rows` [lanes, threads]: the writers' clocks in
+        the frame of the bytes' CTA when they are of another CTA of the cluster (what each knows of this CTA's
+        threads; no read is then the writer's own), else `clocks`, the machine's [lane, thread] matrix."""
         epochs = self.clock[index]
         if epochs.any():
             other = self.lane[index]
-            bad = (epochs > clocks[lanes[:, None], other % self.threads]) & (other != lanes[:, None])
+            if rows is None:
+                bad = (epochs > clocks[lanes[:, None], other % self.threads]) & (other != lanes[:, None])
+            else:
+                bad = epochs > rows[np.arange(len(lanes))[:, None], other % self.threads]
             if bad.any():
                 i, j = np.unravel_index(np.argmax(bad), bad.shape)
                 b = int(index[i, j])
                 return int(i), int(j), int(other[i, j]), int(self.line[b])
         if not self.shared:
             return None
-        rows = self.row[index]
-        if not rows.any():
+        row_of = self.row[index]
+        if not row_of.any():
             return None
-        i_all, j_all = np.nonzero(rows)
-        pairs = np.stack([rows[i_all, j_all].astype(np.int64), lanes[i_all].astype(np.int64)], axis=1)
+        i_all, j_all = np.nonzero(row_of)
+        pairs = np.stack([row_of[i_all, j_all].astype(np.int64), i_all.astype(np.int64)], axis=1)
         unique_pairs, first = np.unique(pairs, axis=0, return_index=True)
         row_clock = self.pool_clock[unique_pairs[:, 0] - 1]  # [pairs, threads]
-        writer = unique_pairs[:, 1]
-        bad = row_clock > clocks[writer]
-        bad[np.arange(len(writer)), writer % self.threads] = False  # the writer's own reads: program order
+        writer = unique_pairs[:, 1]  # the writer's position in `lanes`
+        if rows is None:
+            bad = row_clock > clocks[lanes[writer]]
+            bad[np.arange(len(writer)), lanes[writer] % self.threads] = False  # the writer's own reads: program order
+        else:
+            bad = row_clock > rows[writer]
         if not bad.any():
             return None
         p, t = np.unravel_index(np.argmax(bad), bad.shape)

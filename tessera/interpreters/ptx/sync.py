@@ -30,7 +30,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from tessera.interpreters.ptx.cluster import decode_barrier_cluster, shared_offsets
+from tessera.interpreters.ptx.cluster import decode_barrier_cluster, grid_rank, shared_offsets
 from tessera.interpreters.ptx.decode import Operands, Step, elements, opcode
 from tessera.interpreters.ptx.memory import SHARED_WINDOW, WINDOW_SIZE, land_copies, lanes_of, take_space
 from tessera.interpreters.ptx.state import BAR, CLUSTER_RANK_SHIFT, EXITED, PARK, RUN, Machine
@@ -308,7 +308,16 @@ def _released(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray) -> Non
         return
     keys = [mbarrier_key(m, int(lane), int(a)) for lane, a in zip(lanes, addresses)]
     for key in dict.fromkeys(keys):
-        m.tracker.hb.arrive(inst, key, lanes[[k == key for k in keys]])
+        arriving = lanes[[k == key for k in keys]]
+        home = m.lane_cta[arriving] == key[0]
+        if home.all():
+            m.tracker.hb.arrive(inst, key, arriving)
+            continue
+        if home.any():
+            m.tracker.hb.arrive(inst, key, arriving[home])
+        for slot in np.unique(m.lane_cta[arriving[~home]]).tolist():  # a peer CTA's release (clusters)
+            m.tracker.hb.arrive_from_peer(key, arriving[m.lane_cta[arriving] == slot], grid_rank(m, slot),
+                                          grid_rank(m, key[0]))
 
 
 def _arrive_each(m: Machine, inst, lanes, addresses, values, phases, action, expect: bool) -> None:

@@ -92,9 +92,10 @@ def _box_offsets(tmap: TensorMapObject, coords: list[int]) -> tuple[np.ndarray, 
 
 
 def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], smem: int, load: bool,
-              slot: int | None = None):
+              slot: int | None = None, barrier: int | None = None):
     """One thread's tensor copy between the box at `coords` and shared offset `smem` of CTA slot `slot` (the
-    thread's own by default); returns the bytes of the box."""
+    thread's own by default); returns the bytes of the box. A load completing on the mbarrier at `barrier` (a
+    shared::cluster address of the thread's own CTA) reads global memory until that completes."""
     slot = int(m.lane_cta[lane]) if slot is None else slot
     tmap = _tensor_map(m, inst, lane, map_address)
     spec = tmap.spec
@@ -121,6 +122,10 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
         if inside is not global_index:
             data = np.where(valid[:, None], data, _oob_fill(spec)).astype(np.uint8)
         memory.note_global(m, np.array([lane]), inside.reshape(1, -1), False, inst, ASYNC)
+        if barrier is not None and getattr(m, "global_order", None) is not None:
+            key = sync.mbarrier_key(m, lane, barrier)
+            m.global_order.read_until(inst, lane, inside, m.tracker.barrier(key),
+                                      sync._state(m, inst, lane, barrier).phase)
         m.tracker.stage(shared_index, data.reshape(-1), span)  # lands later (asynchrony)
     else:
         m.tracker.bulk_store_reads(inst, lane, shared_index, "the TMA store", span)
@@ -232,8 +237,9 @@ def decode_bulk(ops: Operands, inst, mods):
                 if not load:
                     nbytes = _tma_lane(m, inst, lane, int(maps[i]), coordinates, int(smem_addresses[i]), load)
                 for slot, destination, target_barrier in targets if load else ():
+                    own = barrier is not None and slot == int(m.lane_cta[lane])  # where the issuer sees it end
                     nbytes = _tma_lane(m, inst, lane, int(maps[i]), coordinates,
-                                       destination & _OFFSET_MASK, load, slot)
+                                       destination & _OFFSET_MASK, load, slot, target_barrier if own else None)
                     if barrier is not None:
                         m.tracker.issue(inst, lane, target_barrier, nbytes, "TMA load")
             else:

@@ -6,7 +6,9 @@ per-byte visibility tags (`shared_memory`); mbarriers, TMA copies, cp.async copi
 asynchronous units whose misuse is reported with the op and the thread (`mbarrier`, `tma`, `cp_async`,
 `wgmma`); the sm90 ops themselves in
 `machine`, the backward's atomic and bulk reductions between CTAs and stmatrix in `reductions` (with the races
-`global_memory` reports whatever order `run_target_kernel(..., cta_order=...)` runs the CTAs in). Every hardware fact comes from `tessera.sm90.facts`. Entry point: `launch.run_target_kernel`.
+`global_memory` reports whatever order `run_target_kernel(..., cta_order=...)` runs the CTAs in). The kernel runs as
+closures compiled once and shared by its CTAs (`program`), not through xDSL's interpreter. Every hardware fact
+comes from `tessera.sm90.facts`. Entry point: `launch.run_target_kernel`.
 """
 
 from tessera.interpreters.sm90.launch import run_target_kernel, target_kernel

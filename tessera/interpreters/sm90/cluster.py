@@ -300,7 +300,9 @@ class ClusterFunctions(InterpreterFunctions):
                          thread)
             data = tensor_map.read_box([int(c[thread]) for c in coords])
             if self.memory is not None:
-                self.memory.note_async_read(cta, op, tensor_map, [int(c[thread]) for c in coords], thread)
+                own = cta.mbarriers.live.get(bar) if mask >> cta.rank & 1 else None  # where the issuer sees it end
+                self.memory.note_async_read(cta, op, tensor_map, [int(c[thread]) for c in coords], thread,
+                                            None if own is None else (own.index, own.state.phase))
             cta.traffic[tensor_map.name] = cta.traffic.get(tensor_map.name, 0) + spec.box_bytes
             addresses = facts.swizzle_address(start + np.arange(data.size, dtype=np.int64), tensor_map.swizzle)
             for rank in range(cluster.size):

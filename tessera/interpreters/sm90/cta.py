@@ -3,10 +3,11 @@ units that own shared memory, mbarriers, TMA copies and wgmma groups.
 
 Synchronisation is recorded as happens-before (`happens_before.HappensBefore`, `hb`): `hb.ordered[w, r]` is the
 latest time (a counter that every memory event advances) such that thread w's accesses before it happen before
-thread r's present point, through named barriers (a `bar_sync` that completes orders every participant before
-every waiting thread; a `bar_arrive` thread participates without waiting) and mbarrier phases (arrive, phase
-completion, successful wait), transitively. The checks of shared memory use it: a generic read of another
-thread's store, a write after another thread's access, a wgmma read of another warp's fenced store.
+thread r's present point, through named barriers (a `bar_sync` that completes orders what every participant did
+before it arrived before every waiting thread; a `bar_arrive` thread participates without waiting, and what it
+does after arriving is not ordered) and mbarrier phases (arrive, phase completion, successful wait),
+transitively. The checks of shared memory use it: a generic read of another thread's store, a write after another
+thread's access, a wgmma read of another warp's fenced store.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ class NamedBarrier:
     generation: int = 0
     first_op: Operation | None = None
     """The first bar_sync/bar_arrive of this phase (for messages)."""
+    released: tuple[np.ndarray, np.ndarray] | None = None
+    """The join of what each arrival released when it arrived (`HappensBefore.release`): a bar_arrive thread
+    runs on, and what it does after arriving is not ordered before the waiters [memory_model.BARRIER_ORDERING]."""
 
 
 @dataclass
@@ -157,9 +161,14 @@ class CtaState:
 
     # endregion
     # region synchronisation
-    def synchronise(self, participants: np.ndarray, waiters: np.ndarray) -> None:
-        """A barrier completed: `waiters` are now ordered after everything `participants` did before it."""
-        self.hb.barrier(participants, waiters)
+    def synchronise(self, participants: np.ndarray, waiters: np.ndarray,
+                    released: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+        """A barrier completed: `waiters` are now ordered after everything `participants` did before it (before
+        each arrived: `released`, the join of their releases at their arrivals, when given)."""
+        if released is None:
+            self.hb.barrier(participants, waiters)
+        elif waiters.any():
+            self.hb.acquire(waiters, released)
         self.mbarriers.share_observations(participants, waiters)
 
     def bar_arrive(self, op: Operation, barrier: int, count: int, wait: bool) -> None:
@@ -187,8 +196,13 @@ class CtaState:
         arrived = int(state.arrived.sum())
         if arrived > count:
             self.fail(op, f"{arrived} threads arrive at named barrier {barrier}, which expects {count}", active)
+        # each arrival releases at its own point: a bar_arrive thread's later accesses are not ordered before
+        # the waiters, whenever the barrier completes [memory_model.BARRIER_ORDERING]
+        message = self.hb.release(active)
+        state.released = message if state.released is None else (np.maximum(state.released[0], message[0]),
+                                                                 np.maximum(state.released[1], message[1]))
         if arrived == count:
-            self.synchronise(state.arrived, state.waiting)
+            self.synchronise(state.arrived, state.waiting, state.released)
             self.named[barrier] = NamedBarrier(generation=state.generation + 1)
             return
         if wait:

@@ -75,18 +75,23 @@ class GlobalMemory:
                              (offsets[:, None] + np.arange(nbytes)).reshape(-1), np.repeat(threads, nbytes), write,
                              atomic, proxy_async)
 
-    def note_async_read(self, cta: CtaView, op: Operation, tensor_map, coords: list[int], thread: int) -> None:
+    def note_async_read(self, cta: CtaView, op: Operation, tensor_map, coords: list[int], thread: int,
+                        until: tuple[int, int] | None = None) -> None:
         """A TMA copy issued by `thread` reads the box at `coords` of `tensor_map` through the async proxy: checked
         and recorded like a load (`global_races`: a plain write of another thread or CTA that nothing orders
         before it is a race; one that is ordered still needs a proxy fence for global memory,
-        `memory_model.PROXY_FENCE_STATE_SPACE`). A tensor that is not row-major (a strided view no pointer reaches)
-        is not recorded: no generic access can touch it."""
+        `memory_model.PROXY_FENCE_STATE_SPACE`), and read until it completes `until` (mbarrier instance, phase):
+        the CTA's later writes of those bytes must follow that completion. A tensor that is not row-major (a
+        strided view no pointer reaches) is not recorded: no generic access can touch it."""
         index = self._tensor_of(tensor_map.array)
         if index is None or not self._bytes[index].size:
             return
         offsets = tensor_map.box_offsets(coords)
-        self.accesses.access(cta, op, index, self._bytes[index].size, offsets, np.full(len(offsets), thread, np.int32),
-                             False, proxy_async=True)
+        size = self._bytes[index].size
+        self.accesses.access(cta, op, index, size, offsets, np.full(len(offsets), thread, np.int32), False,
+                             proxy_async=True)
+        if until is not None:
+            self.accesses.read_until(cta, op, index, size, offsets, thread, *until)
 
     def _tensor_of(self, array: np.ndarray) -> int | None:
         """The index of the argument `array` is (by identity), or None."""

@@ -78,11 +78,29 @@ class _Side:
 
 
 @dataclass
+class _Until:
+    """Per byte, the latest TMA copy that reads it: its CTA rank (NONE: none since the last write), issuing thread,
+    op index, and the mbarrier instance and phase it completes on (its read of global memory ends there)."""
+
+    cta: np.ndarray
+    thread: np.ndarray
+    op: np.ndarray
+    barrier: np.ndarray
+    phase: np.ndarray
+
+    @classmethod
+    def empty(cls, size: int) -> _Until:
+        return cls(*(np.full(size, NONE, np.int64) for _ in range(5)))
+
+
+@dataclass
 class _TensorRecord:
     write: _Side
     read: _Side
     other_read: _Side
     """The latest reader of another CTA than `read`'s (so a write checks both)."""
+    until: _Until | None = None
+    """The TMA copies reading the tensor until their mbarrier phase completes (allocated at the first)."""
 
 
 @dataclass
@@ -125,9 +143,11 @@ class GlobalAccesses:
         if cta.races and write and not atomic:
             self._check_together(cta, op, tensor, offsets, threads)
         if cta.races:
+            if write and record.until is not None:
+                self._check_until(cta, op, tensor, offsets, threads, rank, record.until)
             sides = (record.write, record.read, record.other_read) if write else (record.write,)
             for side in sides:
-                self._check(cta, op, tensor, offsets, threads, rank, side, write, atomic)
+                self._check(cta, op, tensor, offsets, threads, rank, side, write, atomic, record.until)
             if proxy_async and not write:
                 self._check_proxy(cta, op, tensor, offsets, threads, record.write)
         here = self._index(op)
@@ -135,11 +155,48 @@ class GlobalAccesses:
             record.write.set(offsets, rank, threads, now, here, atomic, proxy_async)
             for side in (record.read, record.other_read):
                 side.cta[offsets] = NONE
+            if record.until is not None:
+                record.until.cta[offsets] = NONE
             return
         moved = (record.read.cta[offsets] != NONE) & (record.read.cta[offsets] != rank)
         if moved.any():
             record.other_read.copy_from(record.read, offsets[moved])
         record.read.set(offsets, rank, threads, now, here, atomic, proxy_async)
+
+    def read_until(self, cta: CtaView, op: Operation, tensor: int, size: int, offsets: np.ndarray, thread: int,
+                   barrier: int, phase: int) -> None:
+        """A TMA copy issued by `thread` (after `access` recorded its read) reads `offsets` until it completes phase
+        `phase` of mbarrier instance `barrier`: a write of those bytes by the CTA's threads must come after that
+        completion (`memory_model.TMA_READ_UNTIL_COMPLETE`)."""
+        record = self._record(tensor, size)
+        if record.until is None:
+            record.until = _Until.empty(size)
+        until = record.until
+        until.cta[offsets], until.thread[offsets], until.op[offsets] = grid_rank(cta), thread, self._index(op)
+        until.barrier[offsets], until.phase[offsets] = barrier, phase
+
+    def _check_until(self, cta: CtaView, op: Operation, tensor: int, offsets: np.ndarray, threads: np.ndarray,
+                     rank: int, until: _Until) -> None:
+        """A write by `threads` of this CTA of bytes a TMA copy of this CTA reads: the writer must have observed
+        the copy's phase complete (a successful wait of its own, or a bar_sync after one), whatever the
+        happens-before of the issuing thread says: ordered after the issue is not after the read."""
+        mine = until.cta[offsets] == rank
+        if not mine.any():
+            return
+        where = np.flatnonzero(mine)
+        barrier, phase = until.barrier[offsets[where]], until.phase[offsets[where]]
+        unseen = cta.mbarriers.observed[barrier, threads[where]] <= phase
+        if not unseen.any():
+            return
+        i = int(where[np.argmax(unseen)])
+        at = int(offsets[i])
+        mbarrier = cta.mbarriers.instances[int(until.barrier[at])]
+        cta.fail(op, f"writes tensor {self.names[tensor]} at byte offset {at}, which "
+                     f"`{describe_op(self.ops[int(until.op[at])])}` ({cta.thread_name(int(until.thread[at]))}) reads "
+                     f"through the async proxy until it completes phase {int(until.phase[at])} of the mbarrier at "
+                     f"{cta.smem.locate(mbarrier.address)}, which this thread has not observed (race: the copy may "
+                     "still read the bytes; a successful mbarrier_try_wait_parity for that phase, or a bar_sync "
+                     "after one, before this write is missing)", int(threads[i]))
 
     def _check_proxy(self, cta: CtaView, op: Operation, tensor: int, offsets: np.ndarray, threads: np.ndarray,
                      writes: _Side) -> None:
@@ -160,11 +217,14 @@ class GlobalAccesses:
                  int(threads[i]))
 
     def _check(self, cta: CtaView, op: Operation, tensor: int, offsets: np.ndarray, threads: np.ndarray, rank: int,
-               side: _Side, write: bool, atomic: bool) -> None:
+               side: _Side, write: bool, atomic: bool, until: _Until | None = None) -> None:
         other_cta = side.cta[offsets]
         candidate = other_cta != NONE
         if atomic:
             candidate &= ~side.atomic[offsets]  # atomics never race each other
+        if until is not None and side is not self.tensors[tensor].write:
+            # this CTA's TMA reads: `_check_until` judges them by their completion
+            candidate &= ~(side.proxy_async[offsets] & (other_cta == rank) & (until.cta[offsets] == rank))
         if not candidate.any():
             return
         where = np.flatnonzero(candidate)

@@ -22,11 +22,11 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, IndexType, IntegerAttr, IntegerType, ModuleOp, StringAttr
-from xdsl.interpreter import Interpreter
 
 from tessera.dialects import sm90, sm90_reductions
 from tessera.dialects.tile_types import DimsAttr
@@ -40,6 +40,7 @@ from tessera.interpreters.sm90.cp_async import CpAsyncFunctions
 from tessera.interpreters.sm90.cta import CtaState
 from tessera.interpreters.sm90.global_memory import GlobalMemory
 from tessera.interpreters.sm90.machine import Sm90Functions
+from tessera.interpreters.sm90.program import CompiledCta, CompiledKernel
 from tessera.interpreters.sm90.reductions import ReductionFunctions, reduction_targets
 from tessera.interpreters.sm90.registers import full
 from tessera.interpreters.sm90.strands import SCHEDULES, HazardUnwind, Scheduler
@@ -87,6 +88,11 @@ class TargetKernel:
     smem_bytes: int
     grid: DimsAttr
     args: tuple[TargetArg, ...]
+
+    @cached_property
+    def program(self) -> CompiledKernel:
+        """The kernel compiled to closures (`program`): its structure checked once per launch, not per CTA."""
+        return CompiledKernel.of(self.op)
 
     def grid_size(self, sizes: Mapping[str, int]) -> tuple[int, int, int]:
         grid = self.grid.evaluate(sizes)
@@ -234,19 +240,12 @@ def run_cta(kernel: TargetKernel, module: ModuleOp, values: list, memory: Global
     """Run one CTA of `kernel` to completion; raises KernelHazardError (or DeadlockError) on a hazard, carried
     by a `HazardUnwind` (`run_target_kernel` raises the error itself). `listeners`, if given, makes extra
     interpreter listeners for the CTA (`tessera.validate` records values)."""
-    scheduler = Scheduler(lambda env: make_interpreter(env), options.schedule, options.seed + _linear(cta_id, grid))
+    scheduler = Scheduler(lambda env: main, options.schedule, options.seed + _linear(cta_id, grid))
     cta = CtaState(kernel.threads, kernel.smem_bytes, cta_id, grid, scheduler, races=options.races)
     functions = (DivergentControlFunctions(cta), RegisterArithFunctions(cta), Sm90Functions(cta, memory),
                  ReductionFunctions(cta, memory), CpAsyncFunctions(cta, memory))
-    checkers = _checkers(cta, allocation, listeners, options)
-
-    def make_interpreter(env=None) -> Interpreter:
-        interpreter = Interpreter(module, listeners=checkers)
-        if env is not None:
-            interpreter._ctx = env  # noqa: SLF001 - a deferred branch starts in the scope of its scf.if
-        for f in functions:
-            interpreter.register_implementations(f)
-        return interpreter
+    # one compiled program per CTA: its strands share its frame (`program`)
+    main = CompiledCta(kernel.program, functions, _checkers(cta, allocation, listeners, options))
 
     def body():
         results = main.run_ssacfg_region(kernel.op.body, tuple(values), kernel.name)
@@ -257,7 +256,6 @@ def run_cta(kernel: TargetKernel, module: ModuleOp, values: list, memory: Global
         cta.check_synchronisation_drained()
         return results
 
-    main = make_interpreter()
     scheduler.run(main, np.ones(kernel.threads, bool), body)
     return cta
 
@@ -286,17 +284,10 @@ def _member_body(kernel, module, values, memory, cta: CtaState, allocation, list
     """(name, interpreter, mask, body, factory) of one member CTA for `Scheduler.run_together`."""
     functions = (DivergentControlFunctions(cta), RegisterArithFunctions(cta), Sm90Functions(cta, memory),
                  ClusterFunctions(cta, memory), CpAsyncFunctions(cta, memory))
-    checkers = _checkers(cta, allocation, listeners, options)
+    main = CompiledCta(kernel.program, functions, _checkers(cta, allocation, listeners, options))
 
-    def make_interpreter(env=None) -> Interpreter:
-        interpreter = Interpreter(module, listeners=checkers)
-        if env is not None:
-            interpreter._ctx = env  # noqa: SLF001 - a deferred branch starts in the scope of its scf.if
-        for f in functions:
-            interpreter.register_implementations(f)
-        return interpreter
-
-    main = make_interpreter()
+    def make_interpreter(env=None) -> CompiledCta:
+        return main  # a deferred branch runs in the CTA's frame (`program`)
 
     def body():
         results = main.run_ssacfg_region(kernel.op.body, tuple(values), kernel.name)

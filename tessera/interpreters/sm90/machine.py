@@ -182,6 +182,23 @@ class Sm90Functions(InterpreterFunctions):
                           threads[np.argmax(field[threads] > 0x3FFF)])
         return (descriptor.astype(np.int64) + delta,)
 
+    @impl(sm90.DescriptorOffsetOp)
+    def run_descriptor_offset(self, interpreter: Interpreter, op: sm90.DescriptorOffsetOp, args: PythonValues):
+        descriptor, offset = args
+        threads = self._threads()
+        offset = np.asarray(offset).astype(np.int64)
+        offset = np.broadcast_to(offset, descriptor.shape)
+        bad = (offset[threads] < 0) | (offset[threads] % 16 != 0)
+        if bad.any():
+            self.cta.fail(op, "the descriptor offset must be a non-negative multiple of 16 bytes",
+                          threads[np.argmax(bad)])
+        delta = offset >> 4
+        field = (descriptor.astype(np.int64) & 0x3FFF) + delta
+        if (field[threads] > 0x3FFF).any():
+            self.cta.fail(op, "the descriptor's start address field overflows (the start would pass 2^18 bytes)",
+                          threads[np.argmax(field[threads] > 0x3FFF)])
+        return (descriptor.astype(np.int64) + delta,)
+
     @impl(sm90.WgmmaMmaAsyncOp)
     def run_wgmma(self, interpreter: Interpreter, op: sm90.WgmmaMmaAsyncOp, args: PythonValues):
         acc, a, b, *scale = args

@@ -141,6 +141,7 @@ class SharedMemory:
         byte_addresses = (addresses[:, None] + np.arange(nbytes)).reshape(-1)
         byte_threads = np.repeat(threads, nbytes)
         self.check_writable(op, byte_addresses, byte_threads, "st_shared")
+        self._check_landed_write(op, byte_addresses, byte_threads)
         self.cta.hb.check_write(op, byte_addresses, byte_threads, "st_shared")
         self.data[byte_addresses] = words.astype("<u4").view(np.uint8).reshape(-1, WORD_BYTES)[:, :nbytes].reshape(-1)
         self.state[byte_addresses] = GENERIC
@@ -148,6 +149,28 @@ class SharedMemory:
         self.written_at[byte_addresses] = self.cta.tick()
         self.write_op[byte_addresses] = self.cta.hb.op_index(op)
         self.barrier[byte_addresses] = -1
+
+    def _check_landed_write(self, op: Operation, addresses: np.ndarray, writers: np.ndarray) -> None:
+        """A generic store over bytes an asynchronous copy wrote (LANDED) needs the writer to have observed the
+        phase the copy completed in, as a read does: the copy's write ends at its complete-tx, and a thread
+        ordered only after its issue (or after a thread that did not wait) may store while the copy still writes
+        [memory_model.TMA_READ_UNTIL_COMPLETE]. The simulator landed it because another thread waited."""
+        if not self.cta.races:
+            return
+        landed = self.state[addresses] == LANDED
+        if not landed.any():
+            return
+        barrier, phase, writer = self.barrier[addresses][landed], self.phase[addresses][landed], writers[landed]
+        unseen = self.cta.mbarriers.observed[barrier, writer] <= phase
+        if unseen.any():
+            i = int(np.argmax(unseen))
+            address = int(addresses[landed][i])
+            mbarrier = self.cta.mbarriers.instances[int(barrier[i])]
+            copy = "TMA copy" if self.writer[address] < 0 else f"cp.async of thread {int(self.writer[address])}"
+            self.cta.fail(op, f"writes {self.locate(address)}, which the {copy} completing phase {int(phase[i])} of "
+                              f"the mbarrier at {self.locate(mbarrier.address)} writes, and this thread has not "
+                              "observed that phase (write-after-write race with the async proxy: a successful "
+                              "mbarrier_try_wait_parity for it, or a bar_sync after one, is missing)", int(writer[i]))
 
     def load_words(self, op: Operation, threads: np.ndarray, addresses: np.ndarray) -> np.ndarray:
         """ld.shared.b32 at `addresses` by `threads`: the uint32 words, after the visibility checks."""

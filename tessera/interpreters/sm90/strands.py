@@ -101,9 +101,9 @@ SCHEDULES = ("round_robin", "adversarial")
 
 
 class Scheduler:
-    """Runs the strands of one CTA, one at a time. `make_interpreter(env)` builds the interpreter of a new
-    strand whose SSA scope starts at `env`; `schedule` is one of `SCHEDULES` (see the module docstring) and
-    `seed` seeds the adversarial one."""
+    """Runs the strands of one CTA, one at a time. `make_interpreter(env)` gives the interpreter of a new
+    strand whose SSA values start as `env` (the CTA's `program.CompiledCta`, whose one frame its strands
+    share); `schedule` is one of `SCHEDULES` (see the module docstring) and `seed` seeds the adversarial one."""
 
     def __init__(self, make_interpreter: Callable[[object], Interpreter], schedule: str = "round_robin",
                  seed: int = 0):

@@ -180,7 +180,8 @@ class TmaUnit:
                 cta.fail(op, problem, thread)
             data = tensor_map.read_box([int(c[thread]) for c in coords])
             if memory is not None:
-                memory.note_async_read(cta, op, tensor_map, [int(c[thread]) for c in coords], int(thread))
+                memory.note_async_read(cta, op, tensor_map, [int(c[thread]) for c in coords], int(thread),
+                                       (barrier.index, barrier.state.phase))
             smem.check_bounds(op, np.array([start]), np.array([thread]), data.size, "the TMA copy writes")
             buffer = smem.buffer_at(start)
             if buffer is not None:

@@ -134,14 +134,15 @@ class WgmmaUnit:
         trans_a, trans_b = op.trans_a.value.data, op.trans_b.value.data
         m, _, k = facts.wgmma_shape(n, ab, "f32")
         result = acc.copy()
+        a_in_registers = op.a_in_registers
         warpgroups = cta.converged_units(op, facts.WARPGROUP_SIZE, "wgmma_mma_async")
         if cta.races:
-            self._check_fenced(op, warpgroups, acc, a if op.a_in_registers else None)
+            self._check_fenced(op, warpgroups, acc, a if a_in_registers else None)
         fragment = _accumulator_index(n)
         for w in warpgroups:
             mine = slice(w * facts.WARPGROUP_SIZE, (w + 1) * facts.WARPGROUP_SIZE)
             threads = np.arange(w * facts.WARPGROUP_SIZE, (w + 1) * facts.WARPGROUP_SIZE)
-            if op.a_in_registers:
+            if a_in_registers:
                 a_tile = self._register_a(a[mine], ab, m, k)
             else:
                 a_desc = self._uniform(op, a, threads, "A descriptor")
@@ -156,7 +157,7 @@ class WgmmaUnit:
         groups = self._groups_of(acc).copy()
         groups[warpgroups] = self.open[warpgroups]
         self.registry[id(result)] = Pending(result, groups, "result", op)
-        if op.a_in_registers:
+        if a_in_registers:
             a_groups = self._groups_of(a).copy()
             a_groups[warpgroups] = self.open[warpgroups]
             self.registry[id(a)] = Pending(a, a_groups, "A operand", op)
@@ -389,6 +390,16 @@ class RegisterWrites(Interpreter.Listener):
         self.origins, self.renames = sources
         self._args: tuple = ()
 
+    @property
+    def observes_key(self) -> tuple:
+        """What decides `observes` (`program`): the same sources give the same answers."""
+        return ("RegisterWrites", self.origins, self.renames)
+
+    def observes(self, op: Operation) -> tuple[bool, bool]:
+        """(before, after): only the renames' operands and the origins' and renames' results matter."""
+        key = id(op)
+        return key in self.renames, key in self.origins or key in self.renames
+
     def will_interpret_op(self, op: Operation, args: tuple) -> None:
         if id(op) in self.renames:
             self._args = args
@@ -414,6 +425,13 @@ class PendingUseChecker(Interpreter.Listener):
 
     def __init__(self, unit: WgmmaUnit):
         self.unit = unit
+
+    observes_key = "PendingUseChecker"
+
+    @staticmethod
+    def observes(op: Operation) -> tuple[bool, bool]:
+        """(before, after) for `program`: only an op with operands can read a pending value."""
+        return bool(op.operands), False
 
     def will_interpret_op(self, op: Operation, args: tuple) -> None:
         self.unit.check_uses(op, args)

@@ -89,7 +89,8 @@ builtin.module {
 // CHECK:        math.fma %{{.*}}, %{{.*}}, %{{.*}} : vector<32xf32>
 // CHECK-NEXT:   %p = sm90.ex2_approx %{{.*}} : vector<32xf32>
 // CHECK-NOT:    sm90.shfl_sync
-// CHECK:        %p_half = sm90.cvt_pack %p type "bf16" : vector<32xf32> -> vector<16xi32>
+// CHECK:        sm90.cvt_pack %{{.*}} type "bf16" : vector<8xf32> -> vector<4xi32>
+// CHECK:        %p_half = vector.shuffle %{{.*}}, %{{.*}} [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] : vector<12xi32>, vector<4xi32>
 // CHECK:        vector.shuffle %p_half, %p_half [0, 1, 2, 3]
 // CHECK:        sm90.wgmma_mma_async %acc_scaled, %{{.*}}, %{{.*}} n 64 type "bf16" trans 0, 1 : vector<32xf32>, vector<4xi32>
 // CHECK:        scf.yield

@@ -4,7 +4,7 @@
 // The backward's ops (passes/convert_tile_to_sm90/backward.py) on one 64-row block: a 1-D row window loaded
 // as each thread's two rows (masked by seq_q), sub_rows and exp2_subtract per register (ex2 of x - m, m =
 // -inf read as 0), P packed to bf16 and stored to the 128B-swizzled shared tile (one st.shared.b32 per pair,
-// then fence.proxy.async), and the f32 tile added into dq_accum: red.global.add.f32 per register with a
+// each pair packed right before its store, then fence.proxy.async), and the f32 tile added into dq_accum: red.global.add.f32 per register with a
 // per-row mask, or (bulk) staged in shared memory and added by one cp.reduce.async.bulk per row.
 
 builtin.module {
@@ -33,8 +33,8 @@ builtin.module {
 // CHECK:         %[[L:.*]] = sm90.ld_global %{{.*}}[%{{.*}}], %{{.*}} : vector<2xi32>, vector<2xi1> -> vector<2xf32>
 // CHECK:         arith.subf %{{.*}} : vector<32xf32>
 // CHECK:         sm90.ex2_approx %{{.*}} : vector<32xf32>
-// CHECK:         %[[PH:.*]] = sm90.cvt_pack %{{.*}} type "bf16" : vector<32xf32> -> vector<16xi32>
 // CHECK:         arith.xori
+// CHECK:         sm90.cvt_pack %{{.*}} type "bf16" : vector<2xf32> -> vector<1xi32>
 // CHECK-COUNT-16: sm90.st_shared %{{.*}}, %{{.*}} : i32, i32
 // CHECK-NEXT:    sm90.fence_proxy_async
 // CHECK-NEXT:    sm90.bar_sync 0, 128

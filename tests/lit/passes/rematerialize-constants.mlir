@@ -120,3 +120,29 @@ func.func @sizes(%seq_q: index, %n: index, %p: i64 {sm90.source = 0 : i64, tile.
 // CHECK:      %[[B2:.*]] = arith.ceildivsi %seq_q, %{{.*}} : index
 // CHECK:      %[[R2:.*]] = arith.muli %[[B2]], %{{.*}} : index
 // CHECK-NEXT: %inside = arith.muli %[[R2]], %i : index
+
+// A byte offset (a row index times 4) read early and again late, where the row index itself is read later
+// still: re-created right before the late read (the row index is live there anyway), not held from the first
+// read to it. The last read of the row index keeps its own; an offset whose factor dies first stays whole.
+func.func @late_offsets(%row: i64, %other: i64, %a: i64, %b: i64)
+    attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>,
+                sm90.kernel = {threads = 128 : i64, smem_bytes = 0 : i64}} {
+  %c4 = arith.constant 4 : i64
+  %bytes = arith.muli %row, %c4 : i64
+  %early = arith.addi %a, %bytes : i64
+  %late = arith.addi %b, %bytes : i64
+  %last = arith.addi %row, %a : i64
+  %kept = arith.muli %other, %c4 : i64
+  %one = arith.addi %a, %kept : i64
+  %two = arith.addi %b, %kept : i64
+  func.return
+}
+
+// CHECK-LABEL: func.func @late_offsets
+// CHECK:      %[[B1:.*]] = arith.muli %row, %{{.*}} : i64
+// CHECK-NEXT: %early = arith.addi %a, %[[B1]] : i64
+// CHECK:      %[[B2:.*]] = arith.muli %row, %{{.*}} : i64
+// CHECK-NEXT: %late = arith.addi %b, %[[B2]] : i64
+// CHECK:      %[[K:.*]] = arith.muli %other, %{{.*}} : i64
+// CHECK:      %one = arith.addi %a, %[[K]] : i64
+// CHECK:      %two = arith.addi %b, %[[K]] : i64

@@ -72,7 +72,7 @@
 // CHECK:           shfl.sync.bfly.b32 %f{{[0-9]+}}, %f{{[0-9]+}}, 2, 0x1f, 0xffffffff;
 // CHECK:           ex2.approx.ftz.f32 %f{{[0-9]+}}, %f{{[0-9]+}};
 
-// CHECK:           // %p_bf16 = sm90.cvt_pack %p type "bf16"
+// CHECK:           // %{{[0-9]+}} = sm90.cvt_pack %{{[0-9]+}} type "bf16" : vector<8xf32> -> vector<4xi32>
 // CHECK-NEXT:      cvt.rn.bf16x2.f32 [[A0:%r[0-9]+]], %f{{[0-9]+}}, %f{{[0-9]+}};
 // CHECK:           wgmma.fence.sync.aligned;
 // CHECK:           wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{.*}}}, {[[A0]], %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, 1, 1, 1, 1;

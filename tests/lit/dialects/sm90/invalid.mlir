@@ -145,6 +145,13 @@ sm90.wgmma_wait_group -1
 // CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}'sm90.descriptor_advance' op a descriptor start offset must be a multiple of 16 in [0, 2^18), got 262144
 %d2 = sm90.descriptor_advance %d, 262144 : i64
 
+// -----
+
+%d = "test.op"() : () -> i64
+%c24 = arith.constant 24 : i32
+// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}'sm90.descriptor_offset' op a descriptor start offset must be a multiple of 16 in [0, 2^18), got 24
+%d2 = sm90.descriptor_offset %d, %c24 : i64
+
 // ===== sm90.wgmma_mma_async
 
 // -----

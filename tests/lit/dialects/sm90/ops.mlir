@@ -65,6 +65,8 @@ func.func @attention_tile(%map_q: !sm90.tensormap, %map_k: !sm90.tensormap, %out
   %dq = sm90.make_descriptor %sq lbo 16 sbo 1024 swizzle 128 : i64
   %dk = sm90.make_descriptor %sk lbo 16 sbo 1024 swizzle 128 : i64
   %dk1 = sm90.descriptor_advance %dk, 32 : i64
+  %slot_bytes = arith.constant 16384 : i32
+  %dk_slot1 = sm90.descriptor_offset %dk, %slot_bytes : i64
   %zero = arith.constant dense<0.000000e+00> : vector<64xf32>
   %false = arith.constant false
   sm90.wgmma_fence
@@ -183,6 +185,8 @@ func.func @attention_tile(%map_q: !sm90.tensormap, %map_k: !sm90.tensormap, %out
 // CHECK-NEXT:     %dq = sm90.make_descriptor %sq lbo 16 sbo 1024 swizzle 128 : i64
 // CHECK-NEXT:     %dk = sm90.make_descriptor %sk lbo 16 sbo 1024 swizzle 128 : i64
 // CHECK-NEXT:     %dk1 = sm90.descriptor_advance %dk, 32 : i64
+// CHECK-NEXT:     %slot_bytes = arith.constant 16384 : i32
+// CHECK-NEXT:     %dk_slot1 = sm90.descriptor_offset %dk, %slot_bytes : i64
 // CHECK-NEXT:     %zero = arith.constant dense<0.000000e+00> : vector<64xf32>
 // CHECK-NEXT:     %false = arith.constant false
 // CHECK-NEXT:     sm90.wgmma_fence
@@ -250,6 +254,7 @@ func.func @attention_tile(%map_q: !sm90.tensormap, %map_k: !sm90.tensormap, %out
 // GENERIC:      "sm90.setmaxnreg"() <{action = "inc", count = 240 : i64}> : () -> ()
 // GENERIC:      "sm90.tma_load"(%map_k, %c0, %by, %bz, %sk, %full) : (!sm90.tensormap, index, index, index, i32, i32) -> ()
 // GENERIC:      %ready = "sm90.mbarrier_try_wait_parity"(%full, %parity) : (i32, i32) -> i1
+// GENERIC:      %dk_slot1 = "sm90.descriptor_offset"(%dk, %slot_bytes) : (i64, i32) -> i64
 // GENERIC:      %s0 = "sm90.wgmma_mma_async"(%zero, %dq, %dk, %false) <{n = 128 : i64, type = "bf16", trans_a = 0 : i64, trans_b = 1 : i64}> : (vector<64xf32>, i64, i64, i1) -> vector<64xf32>
 // GENERIC-NEXT: %s1 = "sm90.wgmma_mma_async"(%s0, %dq, %dk) <{n = 128 : i64, type = "bf16", trans_a = 1 : i64, trans_b = 1 : i64}> : (vector<64xf32>, i64, i64) -> vector<64xf32>
 // GENERIC:      %m1 = "sm90.shfl_sync"(%m) <{mode = "bfly", offset = 1 : i64, clamp = 31 : i64}> : (vector<2xf32>) -> vector<2xf32>
