@@ -318,22 +318,28 @@ class StSharedB16Op(IRDLOperation):
 @irdl_op_definition
 class LdSharedOp(IRDLOperation):
     """`%v = sm90.ld_shared %addresses : vector<4xi32> -> vector<4xf32>`: load 32 bits from each shared byte
-    address. Prints as one `ld.shared.b32` per register."""
+    address. Prints as one `ld.shared.b32` per register. With `column_bytes` (see `COLUMN_BYTES`) register i
+    reads addresses[i] + column_bytes[i] (the immediate of its address); `addresses` may then be one i32
+    scalar that serves every register (a row of a one-row shared tile: one base, the columns immediates)."""
 
     name = "sm90.ld_shared"
+    irdl_options = (ParsePropInAttrDict(),)
     addresses = operand_def(base(VectorType) | base(IntegerType))
+    column_bytes = opt_prop_def(DenseArrayBase)
     result = result_def(base(VectorType) | base(IntegerType) | base(Float32Type))
     assembly_format = "$addresses attr-dict `:` type($addresses) `->` type($result)"
     traits = traits_def(MemoryReadEffect())
 
-    def __init__(self, addresses, result_type):
-        super().__init__(operands=[addresses], result_types=[result_type])
+    def __init__(self, addresses, result_type, column_bytes: Sequence[int] | None = None):
+        super().__init__(operands=[addresses], result_types=[result_type], properties=_column_bytes(column_bytes))
 
     def verify_(self) -> None:
         n = _lanes(self.result.type)
+        _verify_column_bytes(self, n)
         _require(_element(self.result.type) in (i32, Float32Type()), self, f"loads 32-bit registers, got {self.result.type}")
-        _require(_lanes(self.addresses.type) == n and _element(self.addresses.type) == i32, self,
-                 f"one i32 shared address per register ({n}), got {self.addresses.type}")
+        scalar = self.column_bytes is not None and self.addresses.type == i32
+        _require(scalar or (_lanes(self.addresses.type) == n and _element(self.addresses.type) == i32), self,
+                 f"one i32 shared address per register ({n}), or one with column_bytes, got {self.addresses.type}")
 
 
 # endregion

@@ -318,9 +318,14 @@ class LoadOp(IRDLOperation):
 
 @irdl_op_definition
 class LoadBroadcastOp(IRDLOperation):
-    """`%r = tile.load_broadcast %window : row_window_type -> register_type`: read a 1-D global window [N] once
-    and repeat it on every row of an [M, N] register tile (a bias added to every row of a GEMM's output).
-    Out-of-bounds elements read as zero."""
+    """`%r = tile.load_broadcast %row : row_type -> register_type`: read a row of N elements once and repeat it
+    on every row of an [M, N] register tile (a bias added to every row of a GEMM's output; the backward's LSE2
+    and dPsum down the key rows).
+
+    The row is a static 1-D global window [N] (out-of-bounds elements read as zero), or a one-row shared tile
+    [1, N] (a `tile.alloc_shared` or a ring stage that a `tile.cp_async` of a [1, N] window filled: the row then
+    comes through shared memory with the block's other copies, and reading it follows the rules of every shared
+    read: after the copy's wait and barrier, before the tile is refilled)."""
 
     name = "tile.load_broadcast"
     source = operand_def(TILE)
@@ -330,15 +335,21 @@ class LoadBroadcastOp(IRDLOperation):
 
     def __init__(self, source: SSAValue | Operation, rows: int):
         ty = _tile(source)
-        super().__init__(operands=[source], result_types=[ty.with_(shape=(rows,) + ty.get_shape(), space=MemSpace.REGISTER, swizzle=0)])
+        row = ty.get_shape()[-1:]
+        super().__init__(operands=[source], result_types=[ty.with_(shape=(rows,) + row, space=MemSpace.REGISTER, swizzle=0)])
 
     def verify_(self) -> None:
         src, res = _tile(self.source), _tile(self.result)
-        _require_space(self, "source", src, MemSpace.GLOBAL)
+        _require_space(self, "source", src, MemSpace.GLOBAL, MemSpace.SHARED)
         _require_space(self, "result", res, MemSpace.REGISTER)
-        _require(src.rank == 1 and src.is_static, self, f"the source must be a static 1-D window, got rank {src.rank}")
-        _require(res.rank == 2 and res.get_shape()[1:] == src.get_shape(), self,
-                 f"the result must be [M, {src.get_shape()[0] if src.rank else '?'}] (the window on every row), got {list(res.get_shape())}")
+        if src.memory_space == MemSpace.SHARED:
+            _require(src.rank == 2 and src.get_shape()[0] == 1, self,
+                     f"a shared source must be a one-row tile [1, N], got {list(src.get_shape())}")
+        else:
+            _require(src.rank == 1 and src.is_static, self, f"the source must be a static 1-D window, got rank {src.rank}")
+        row = src.get_shape()[-1:]
+        _require(res.rank == 2 and res.get_shape()[1:] == row, self,
+                 f"the result must be [M, {row[0] if row else '?'}] (the window on every row), got {list(res.get_shape())}")
         _require(src.element_type == res.element_type, self, "source and result element types must match")
 
 

@@ -151,17 +151,24 @@ def parse_pipeline(spec: str):
 def apply_pipeline(module, spec: str) -> None:
     """Apply a pass pipeline written as for `tessera-opt -p` to `module` in place (`parse_pipeline` says
     what a bad spec raises; what a pass refuses on this input is its own diagnostic). The default pipeline
-    falls back to smaller configurations where the kernels' registers do not fit (`tessera.lowering.fallback`)."""
+    falls back to smaller configurations where the kernels' registers do not fit (`tessera.lowering.fallback`).
+    Inside `tessera.lowering.memo.memoized_lowering()` a module lowered before by the same spec is not lowered
+    again."""
     from tessera.ir import make_context
     from tessera.lowering.fallback import apply_with_fallback
+    from tessera.lowering.memo import lower_memoized
 
     pipeline = parse_pipeline(spec)
-    with without_cyclic_gc():
-        if falls_back(pipeline.passes):
-            apply_with_fallback(module, fallback_ladder(),
-                                lambda configuration, m: parse_pipeline(configuration).apply(make_context(), m))
-            return
-        pipeline.apply(make_context(), module)
+
+    def lower(module) -> None:
+        with without_cyclic_gc():
+            if falls_back(pipeline.passes):
+                apply_with_fallback(module, fallback_ladder(),
+                                    lambda configuration, m: parse_pipeline(configuration).apply(make_context(), m))
+                return
+            pipeline.apply(make_context(), module)
+
+    lower_memoized(module, spec, lower)
 
 
 @contextmanager

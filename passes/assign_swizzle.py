@@ -2,7 +2,7 @@
 
 Input: Tile IR. Output: the same IR where each `tile.alloc_shared` has the largest swizzle of 128/64/32
 bytes that its rows allow (the row's bytes must be a whole number of swizzle widths; rows of less than 32
-bytes, or not a multiple of 32, stay unswizzled) and the alignment that swizzle needs (its period: 1024,
+bytes, or not a multiple of 32, stay unswizzled, and so do one-row tiles) and the alignment that swizzle needs (its period: 1024,
 512 or 256 bytes; 128 bytes, what bulk tensor copies need, when unswizzled). `tile.stage` results follow
 their ring's type. Swizzles already written in the input are replaced: the pass owns the choice. The ops it
 rebuilds keep their source locations, so later diagnostics about them say `file:line:col`.
@@ -30,7 +30,11 @@ from tessera.sm90.facts import SWIZZLE_MODES, TMA_SMEM_ALIGNMENT, swizzled_buffe
 
 
 def largest_swizzle(ty: TileType) -> int:
-    """The widest swizzle (bytes) whose width divides the tile's row bytes; 0 if none does."""
+    """The widest swizzle (bytes) whose width divides the tile's row bytes; 0 if none does, and 0 for a one-row
+    tile ([1, N] or a ring of them: a swizzle permutes a row's 16-byte chunks by the row's place in its 8-row
+    period, which one row does not have; such a row is read with ld.shared, never by the tensor core)."""
+    if ty.rank >= 2 and ty.get_shape()[-2] == 1:
+        return 0
     row_bytes = ty.get_shape()[-1] * element_byte_width(ty.element_type)
     return max((m for m in SWIZZLE_MODES if m and row_bytes % m == 0), default=0)
 

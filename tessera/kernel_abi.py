@@ -452,15 +452,17 @@ def is_table(ty: TileType) -> bool:
 def rows_aligned(sig: KernelSignature, arg: int, alignment: int) -> bool:
     """Whether every row of argument `arg` starts on a multiple of `alignment` bytes for every size the kernel
     accepts: its innermost size is a constant, or a named size the kernel promises (`tile.divisible`) to be a
-    multiple of a count of elements that long (a tensor whose base is so aligned, rows contiguous)."""
+    multiple of a count of elements that long, or an expression `f * ceildiv(name, N)` whose factor f is (the
+    backward's LSE2 and dPsum rows, padded to whole query blocks) (a tensor whose base is so aligned, rows
+    contiguous)."""
     a = sig.args[arg]
     inner = list(a.dims)[-1]
     if inner.is_constant:
         count = inner.value.data
     elif inner.is_name:
         count = sig.divisible.get(inner.symbol.data, 1)
-    else:
-        return False
+    else:  # f * ceildiv(name, N) (or f * name): a multiple of f, of f * the promised multiple for a plain name
+        count = inner.factor.data * (sig.divisible.get(inner.symbol.data, 1) if inner.value.data == 1 else 1)
     return count * element_byte_width(a.type.element_type) % alignment == 0
 
 

@@ -31,6 +31,7 @@ import ml_dtypes
 import numpy as np
 from xdsl.dialects import arith, scf
 
+import race_templates
 import tessera
 from tessera import find_kernel, passes, reference
 from tessera.dialects import sm90, sm90_cluster, sm90_reductions
@@ -384,6 +385,10 @@ ALL = "RRRR"
 R reported (a hazard naming both sides, a deadlock naming what each blocked thread waits for, or an error at
 the CTA's exit), C clean with bitwise the unseeded kernel's outputs. Every C has its reason."""
 
+_ONE_TRIP = "on one trip nothing is refilled or overwritten"
+_PRODUCER_ORDERS_SLOTS = ("the producer's one thread reduces trip t (its wait_group.read included) before it "
+                          "refills Q for trip t + 2, which the consumers wait for before they store into trip t's "
+                          "staging slot again: the slot's empty barrier adds no order here")
 _UNREACHED = "on one trip the edited op never runs (the producer loop refills nothing) or the slot is never refilled"
 _LEDGER = ("on one trip the slot is never awaited again: not a race on that length; the CTA simulator reports it by "
            "its end-of-kernel ledger (every ring slot released as often as it was filled, each arrival counted)")
@@ -466,12 +471,21 @@ _WARP_SPECIALIZED = [
 
 _BULK = [
     ("dQ added without its wait", "the wait_group 0 before dQ is staged", Edit("delete", _DQ_WAIT), ALL, ""),
-    ("bulk wait deleted", "the bulk reduction's wait_group.read (its staging buffer is rewritten next trip)",
-     Edit("delete", At(C, "bulk_wait", 0)), ALL, ""),
     ("fence.proxy.async deleted", "after the dQ staging stores", Edit("delete", At(C, "fence_proxy", 2)), ALL, ""),
-    ("bar.sync deleted", "after the dQ staging stores", Edit("delete", At(C, "bar_sync", 1)), ALL, ""),
+    # the producer adds the staged dQ (convert-tile-to-sm90's reduction slots): consumers wait for a free slot,
+    # store, fence and arrive on its full barrier ("release" 0 in their loop); the producer waits for it ("wait" 2 in
+    # its loop), issues the bulk reduction, waits for its read and frees the slot ("release" 0 in its loop)
+    ("staged dQ published early", "a consumer arrives on the slot's full barrier before its fence.proxy.async",
+     Edit("move", At(C, "release", 0), other=At(C, "fence_proxy", 2)), ALL, ""),
+    ("wait deleted", "the producer's wait for the staged dQ", Edit("delete", At(P, "wait", 2)), ALL, ""),
+    ("bulk wait deleted", "the producer's wait_group.read before it frees the staging slot",
+     Edit("delete", At(P, "bulk_wait", 0)), ALL, ""),
+    # edits the memory model accepts in this kernel
+    ("staging slot freed early", "the producer frees the slot before its wait_group.read",
+     Edit("move", At(P, "release", 0), other=At(P, "bulk_wait", 0)), "CCCC", _PRODUCER_ORDERS_SLOTS),
+    ("wait deleted", "the consumers' wait for a free staging slot", Edit("delete", At(C, "wait", 2)), "CCCC",
+     _PRODUCER_ORDERS_SLOTS),
 ]
-
 _SINGLE = [
     ("wait deleted", "the Q/dO wait", Edit("delete", At(C, "wait", 1)), ALL, ""),
     ("wait deleted", "the K/V wait in the loop", Edit("delete", At(C, "wait", 0)), ALL, ""),
@@ -518,8 +532,13 @@ commit and wait_group 0 each; dP^T's accumulator starts at -dPsum), the dS^T sto
 dV += P^T dO and dK += dS^T Q (A from registers; one wait_group 0 for both), the bar.sync that publishes dS^T to
 the other warpgroup, dQ^T = K^T dS^T (reads both warpgroups' dS^T rows) and its wait_group 0, the transposed
 red.global.add of dQ^T, the Q and dO releases (each empty barrier counts both warpgroups' 256 threads), and the
-bar.sync at the end of the trip that pipeline-loops keeps because the body writes dS^T, a plain shared tile."""
-_ONE_TRIP = "on one trip nothing is refilled or overwritten"
+bar.sync at the end of the trip that pipeline-loops keeps because the body writes dS^T, a plain shared tile.
+LSE2 and dPsum come through shared memory, one-row rings riding on Q's and dO's barriers (convert-tile-to-sm90's
+riding rings): the producer's Q fill expects Q's and LSE2's bytes, the consumers' Q wait covers both, and the
+arrive of Q's release is the one at LSE2's (the last of the pair: "release" 0 and 1 are LSE2's and dPsum's)."""
+_ROW_BYTES = 64 * 128 * 2 / (64 * 128 * 2 + 64 * 4)
+"""Scales the Q fill's expect_tx to Q's bytes alone (16384 of 16640): the LSE2 row riding on Q's barrier is left out."""
+
 _KEY_ROWS = [
     ("wait deleted", "the Q full wait in the consumer loop", Edit("delete", At(C, "wait", 0)), ALL, ""),
     ("wait deleted", "the dO full wait in the consumer loop", Edit("delete", At(C, "wait", 1)), ALL, ""),
@@ -530,6 +549,10 @@ _KEY_ROWS = [
     ("expect_tx too small", "the producer's first Q", Edit("scale", At("producer", "expect_tx", 0), 0.5), ALL, ""),
     ("expect_tx too small", "the consumers' K/V", Edit("scale", At("consumer", "expect_tx", 0), 0.5), ALL, ""),
     ("expect_tx deleted", "the producer's first dO", Edit("delete", At("producer", "expect_tx", 1)), ALL, ""),
+    ("riding row left out", "the producer's first Q fill expects Q's bytes, not its LSE2 row's",
+     Edit("scale", At("producer", "expect_tx", 0), _ROW_BYTES), ALL, ""),
+    ("riding row left out", "the producer loop's Q fill expects Q's bytes, not its LSE2 row's",
+     Edit("scale", At(P, "expect_tx", 0), _ROW_BYTES), "CRCR", _UNREACHED),
     ("wgmma.commit_group deleted", "S^T = K Q^T", Edit("delete", At(C, "commit", 0)), ALL, ""),
     ("wgmma.commit_group deleted", "dQ^T = K^T dS^T", Edit("delete", At(C, "commit", 4)), ALL, ""),
     ("wgmma.wait_group deleted", "after S^T = K Q^T", Edit("delete", At(C, "wait_group", 0)), ALL, ""),
@@ -644,27 +667,14 @@ def verdict(level: str, variant: str, edit: Edit, shape: str) -> tuple[str, str]
 
 def one_per_kind() -> list[tuple[str, int]]:
     """(variant, index) of the first seed of each kind that is reported on every cell (the fast slice)."""
-    seen, picked = set(), []
-    for variant, seeds in CATALOGUE.items():
-        for i, (kind, _, _, expected, _) in enumerate(seeds):
-            if expected == ALL and kind not in seen:
-                seen.add(kind)
-                picked.append((variant, i))
-    return picked
+    return race_templates.one_per_kind(CATALOGUE, ALL)
+
+
 # endregion
 
 
 def matrix(level: str, out=print) -> int:
     """Run every seed of every variant at `level` on both shapes, print one line each (outcome, expected, the
     report's start) and return how many differ from `expected`."""
-    missed = 0
-    for variant, seeds in CATALOGUE.items():
-        out(f"{level}, attention backward d{HEAD_DIMS[variant]}, {variant}:")
-        for kind, name, edit, expected, reason in seeds:
-            for shape in SHAPES:
-                want = expected[CELLS.index((level, shape))]
-                got, text = verdict(level, variant, edit, shape)
-                missed += got != want
-                note = "" if got == want else f"  MISMATCH (expected {want})"
-                out(f"  {got} {kind}: {name} [{shape}]{note}\n      {text[:220]}")
-    return missed
+    return race_templates.run_matrix(CATALOGUE, level, CELLS, SHAPES, verdict,
+                                     lambda variant: f"{level}, attention backward d{HEAD_DIMS[variant]}, {variant}:", out)

@@ -27,6 +27,28 @@ def build_kernel(variant: str, **config):
     return getattr(tessera.kernels, variant)(**config)
 
 
+_LOWERED = None
+"""This test process's memo of lowered modules (`tessera.lowering.memo`), made by the first test that uses it."""
+
+
+@pytest.fixture(autouse=True)
+def memoized_lowering(request):
+    """Every test lowers through one memo per test process: a kernel several tests compile (to Target IR, to PTX,
+    run at both levels) is lowered once per worker. A test that takes `monkeypatch` lowers afresh every time
+    (what it patches may change the lowering, which the memo's key cannot see); TESSERA_TEST_MEMO=0 turns the
+    memo off for the run."""
+    global _LOWERED
+    from tessera.lowering.memo import LoweringMemo, memoized_lowering as memoized
+
+    if "monkeypatch" in request.fixturenames or os.environ.get("TESSERA_TEST_MEMO") == "0":
+        yield
+        return
+    if _LOWERED is None:
+        _LOWERED = LoweringMemo()
+    with memoized(_LOWERED):
+        yield
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(1234)

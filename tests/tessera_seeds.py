@@ -23,6 +23,7 @@ from functools import lru_cache
 
 import numpy as np
 
+import race_templates
 import tessera
 from backward_seeds import At, Edit, apply_ptx, apply_target
 from tessera import find_kernel, reference
@@ -297,20 +298,9 @@ def verdict(level: str, kernel: str, edit: Edit, shape: str) -> tuple[str, str]:
     return ("C", "clean, bitwise right") if same else ("WRONG", "silent with a WRONG answer")
 
 
-def matches(got: str, want: str) -> bool:
-    """Whether outcome `got` (R, C, WRONG) is what `want` (R, C, G) asks for: G is a known gap, clean and right."""
-    return got == want or (want == "G" and got == "C")
-
-
 def one_per_kind() -> list[tuple[str, int]]:
     """(kernel, index) of the first seed of each kind reported on every cell (the fast slice)."""
-    seen, picked = set(), []
-    for kernel, seeds in CATALOGUE.items():
-        for i, (kind, _, _, expected, _) in enumerate(seeds):
-            if expected == ALL and kind not in seen:
-                seen.add(kind)
-                picked.append((kernel, i))
-    return picked
+    return race_templates.one_per_kind(CATALOGUE, ALL)
 
 
 # endregion
@@ -319,15 +309,5 @@ def one_per_kind() -> list[tuple[str, int]]:
 def matrix(level: str, out=print) -> int:
     """Run every seed of every kernel at `level` on both shapes, print one line each and return how many differ
     from `expected`."""
-    missed = 0
-    for kernel, seeds in CATALOGUE.items():
-        out(f"{level}, {kernel}:")
-        for kind, name, edit, expected, _ in seeds:
-            for shape in ("short", "long"):
-                want = expected[CELLS.index((level, shape))]
-                got, text = verdict(level, kernel, edit, shape)
-                missed += not matches(got, want)
-                note = "" if matches(got, want) else f"  MISMATCH (expected {want})"
-                note += "  (a known gap)" if want == "G" else ""
-                out(f"  {got} {kind}: {name} [{shape}]{note}\n      {text[:220]}")
-    return missed
+    return race_templates.run_matrix(CATALOGUE, level, CELLS, ("short", "long"), verdict,
+                                     lambda kernel: f"{level}, {kernel}:", out)

@@ -24,6 +24,7 @@ import warnings
 import ml_dtypes
 import numpy as np
 import pytest
+from xdsl.dialects import func
 
 import tessera
 from tessera import passes, reference
@@ -33,6 +34,7 @@ from tessera.ir.diagnostics import TesseraWarning
 from tessera.interpreters.sm90.launch import run_target_kernel
 from tessera.kernel_abi import is_target_kernel
 from tessera.kernels import attention_backward
+from tessera.dialects import sm90
 from tessera.regalloc import allocate_registers
 from tessera.toolchain import disassemble, innermost_loop
 
@@ -360,7 +362,8 @@ def test_key_rows_warp_specialized_is_bitwise_the_single_stage_kernel(seq_q, seq
 
 
 @pytest.mark.parametrize("causal, mode, pipeline", [(True, "red", WARP_SPECIALIZED),
-                                                    pytest.param(False, "bulk", passes.PTX_PIPELINE, marks=SLOW)])
+                                                    pytest.param(False, "bulk", passes.PTX_PIPELINE, marks=SLOW),
+                                                    pytest.param(True, "bulk", WARP_SPECIALIZED, marks=SLOW)])
 def test_key_rows_backward_ptxas_clean(causal, mode, pipeline, ptxas):
     """No spill, no warning; warp-specialized (the default pipeline, dQ by red: without a fallback warning) a
     producer and two consumer warpgroups (384 threads, UTMALDG, USETMAXREG), single-stage 256 threads; the main loop
@@ -382,6 +385,66 @@ def test_key_rows_backward_ptxas_clean(causal, mode, pipeline, ptxas):
         assert threads == 256
     ops = innermost_loop(sass, containing="HGMMA").opcode_counts
     assert any(op.startswith("HGMMA") for op in ops), ops
+    # LSE2 and dPsum come through shared memory with Q and dO: the loop reads them with LDS, never LDG
+    assert any(op.startswith("LDS") for op in ops) and not any(op.startswith("LDG") for op in ops), ops
+    assert not any(isinstance(op, sm90.LdGlobalOp) for op in fn.walk())
+
+
+def _rows_first(main):
+    """`main` with each one-row copy (LSE2, dPsum) moved to the front of its copy group (nothing to ride on)."""
+    from tessera.dialects import tile
+
+    for copy in [op for op in main.walk() if isinstance(op, tile.CpAsyncOp) and op.dest.type.get_shape()[0] == 1]:
+        first = next(op for op in copy.parent_block().ops if isinstance(op, tile.CpAsyncOp))
+        view = copy.source.owner
+        for op in (view, copy):
+            op.detach()
+            first.parent_block().insert_op_before(op, first.source.owner)
+    return main
+
+
+def _pipelined_key_rows(rows_first: bool = False):
+    """The keys-on-rows main kernel after assign-swizzle and pipeline-loops (Tile IR), optionally `_rows_first`."""
+    from tessera.passes import apply_pipeline
+
+    main = _key_rows(False).main.clone()
+    apply_pipeline(_rows_first(main) if rows_first else main, "assign-swizzle,pipeline-loops{stages=2}")
+    return next(op for op in main.walk() if isinstance(op, func.FuncOp))
+
+
+def test_lse2_and_dpsum_ride_on_the_barriers_of_q_and_do():
+    """The one-row rings of LSE2 and dPsum, each copied right after Q and dO, share their barriers (riding_rings.py):
+    the Q and dO fills expect both copies' bytes, and only the later release of each pair arrives. Copied first in
+    the group (nothing before them to ride on, or only the other row), they keep barriers of their own."""
+    from tessera.passes.convert_tile_to_sm90.riding_rings import plan_riding_rings
+
+    plan = plan_riding_rings(_pipelined_key_rows(), set())
+    names = {ring.result.name_hint: leader.result.name_hint for ring, leader in plan.leader.items()}
+    assert names == {"lse2_ring": "q_ring", "dpsum_ring": "do_ring"}
+    assert sorted(plan.expect_bytes.values()) == [64 * 128 * 2 + 64 * 4] * 2
+    assert sorted(r.stage.owner.source.name_hint for r in plan.silent) == ["do_ring", "q_ring"]
+    assert plan_riding_rings(_pipelined_key_rows(rows_first=True), set()).leader == {}
+    # a fill of Q without its LSE2 row (the prologue's): Q's expect_tx may not count the row, so LSE2 rides on nothing
+    from tessera.dialects import tile
+
+    fn = _pipelined_key_rows()
+    prologue = next(op for op in fn.walk() if isinstance(op, tile.CpAsyncOp) and op.dest.type.get_shape()[0] == 1)
+    prologue.detach()
+    prologue.erase()
+    assert {r.result.name_hint for r in plan_riding_rings(fn, set()).leader} == {"dpsum_ring"}
+
+
+@SLOW
+def test_rows_copied_first_keep_barriers_of_their_own_and_compute_the_same():
+    """The rows copied first in their groups (own barriers: a wait and a release more per ring and trip) and the
+    default order (riding) give bitwise the single-stage kernel's results at target level, several trips, GQA."""
+    import dataclasses
+
+    kernels = _key_rows(False)
+    moved = dataclasses.replace(kernels, main=_rows_first(kernels.main.clone()))
+    problem = _problem(128, 200, 150, False, heads=2)
+    single = _main_only(kernels, problem, "target", passes.PTX_PIPELINE)
+    assert _bitwise(_main_only(moved, problem, "target", WARP_SPECIALIZED), single)
 
 
 # endregion

@@ -12,7 +12,8 @@ import pytest
 from tessera.interpreters.ptx import PtxExecutionError, TensorMapArg, launch
 from tessera.sm90 import facts
 
-HEADER = ".version 8.0\n.target sm_90a\n.address_size 64\n"
+from race_templates import INIT_LOCAL_BARRIER, PTX_HEADER, REMOTE_ARRIVE_THEN_WAIT, SYNC_CLUSTER, WAIT_LOCAL_BARRIER
+
 REGS = """
     .reg .b32 %r<24>;
     .reg .b64 %rd<16>;
@@ -21,7 +22,7 @@ REGS = """
 
 
 def kernel(body: str, params: str = ".param .u64 out", extra: str = "", directives: str = "") -> str:
-    return f"{HEADER}{extra}\n.visible .entry k({params}){directives}\n{{{REGS}{body}\n}}\n"
+    return f"{PTX_HEADER}{extra}\n.visible .entry k({params}){directives}\n{{{REGS}{body}\n}}\n"
 
 
 STORE_R9 = """
@@ -41,12 +42,6 @@ def per_thread(body: str, grid, block, cluster=None, extra: str = "", shared_byt
     n = int(np.prod(grid)) * block
     return launch(text, "k", grid, block, [np.zeros(n, np.uint32)], shared_bytes=shared_bytes, cluster=cluster,
                   **kw)[0]
-
-
-SYNC_CLUSTER = """
-    barrier.cluster.arrive.release.aligned;
-    barrier.cluster.wait.acquire.aligned;
-"""
 
 
 # region special registers and launch limits
@@ -220,19 +215,6 @@ ARRIVE:
 
 # endregion
 # region mbarriers across the cluster, multicast and forwarding
-INIT_LOCAL_BARRIER = """
-    mov.u32 %r20, bar;
-    setp.eq.u32 %p7, %r0, 0;
-    @%p7 mbarrier.init.shared::cta.b64 [%r20], {count};
-    @%p7 fence.mbarrier_init.release.cluster;
-""" + SYNC_CLUSTER
-
-WAIT_LOCAL_BARRIER = """
-WAIT{tag}:
-    mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 %p6, [%r20], {parity};
-    @!%p6 bra WAIT{tag};
-"""
-
 
 def test_remote_mbarrier_arrive_completes_the_peers_phase():
     """Rank 1 writes into rank 0's buffer and arrives on rank 0's barrier; rank 0 waits on it and reads."""
@@ -353,18 +335,7 @@ SYNC:
 
 
 def test_the_same_arrive_after_the_cluster_barrier_is_clean():
-    body = INIT_LOCAL_BARRIER.format(count=1) + """
-    mov.u32 %r1, %cluster_ctarank;
-    setp.eq.u32 %p1, %r1, 0;
-    @%p1 bra WAITER;
-    mapa.shared::cluster.u32 %r6, %r20, 0;
-    mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%r6];
-    bra END;
-WAITER:
-""" + WAIT_LOCAL_BARRIER.format(tag="0", parity=0) + """
-END:
-    mov.u32 %r9, 5;
-    """
+    body = INIT_LOCAL_BARRIER.format(count=1) + REMOTE_ARRIVE_THEN_WAIT
     out = per_thread(body, grid=2, block=1, cluster=2, extra=".shared .align 8 .b64 bar;")
     np.testing.assert_array_equal(out, [5, 5])
 

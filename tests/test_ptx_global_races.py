@@ -10,13 +10,11 @@ import pytest
 
 from tessera.interpreters.ptx import PtxHazardError, launch
 
-_HEADER = """.version 8.0
-.target sm_90a
-.address_size 64
-"""
+from race_templates import PTX_HEADER, STORE_TID_TO_TILE
+
 
 # Two threads of one CTA store to one word of `out` (threads 0 and 32, or one instruction for both).
-_TWO_STORES = _HEADER + """.visible .entry stores(.param .u64 out)
+_TWO_STORES = PTX_HEADER + """.visible .entry stores(.param .u64 out)
 {
     .reg .b32 %r<2>;
     .reg .b64 %rd<1>;
@@ -60,7 +58,7 @@ def test_two_threads_storing_one_word_in_one_instruction_race():
 
 # CTA 0's thread 0 writes `data` and signals `flag`; CTA 1's thread 0 waits for the flag and copies `data` to `out`.
 # The producer's path comes first, so min-pc scheduling runs it before the consumer spins.
-_HANDOFF = _HEADER + """.visible .entry handoff(.param .u64 data, .param .u64 flag, .param .u64 out)
+_HANDOFF = PTX_HEADER + """.visible .entry handoff(.param .u64 data, .param .u64 flag, .param .u64 out)
 {
     .reg .b32 %r<4>;
     .reg .b64 %rd<3>;
@@ -139,7 +137,7 @@ def test_the_flag_itself_races_unless_its_accesses_are_morally_strong(signal, wa
 
 # Every thread of two CTAs reads `x[0]`, then (after its CTA's barrier) thread 0 of CTA 1 overwrites it: CTA 0's
 # reads race with the write even though CTA 1's own reads (ordered before its write) came last.
-_READ_THEN_WRITE = _HEADER + """.visible .entry overwrite(.param .u64 x, .param .u64 out)
+_READ_THEN_WRITE = PTX_HEADER + """.visible .entry overwrite(.param .u64 x, .param .u64 out)
 {
     .reg .b32 %r<4>;
     .reg .b64 %rd<3>;
@@ -172,7 +170,7 @@ def test_a_write_after_another_ctas_read_is_a_race(grid, block, cta_order):
 
 
 def test_atomics_of_every_thread_and_cta_never_race():
-    text = _HEADER + """.visible .entry count(.param .u64 x)
+    text = PTX_HEADER + """.visible .entry count(.param .u64 x)
 {
     .reg .b32 %r<2>;
     .reg .b64 %rd<1>;
@@ -193,7 +191,7 @@ def test_races_false_turns_the_global_checks_off():
 # Threads 0 and 32 read x[0] (two instructions, or all 64 threads in one), then thread 32 (or 63) overwrites it
 # with no barrier: thread 0's read races with the write though the writer's own read, ordered before its write,
 # came last. Every concurrent reader since the last write is kept.
-_READERS_THEN_WRITE = _HEADER + """.visible .entry readers(.param .u64 x, .param .u64 out)
+_READERS_THEN_WRITE = PTX_HEADER + """.visible .entry readers(.param .u64 x, .param .u64 out)
 {
     .reg .b32 %r<4>;
     .reg .b64 %rd<3>;
@@ -239,7 +237,7 @@ def test_readers_of_three_ctas_are_all_kept():
 
 # Every thread of a warp stores two words of `src` through the generic proxy; thread 0 then copies `src` into
 # shared memory with a bulk copy, which reads global memory through the async proxy.
-_STORE_THEN_BULK = _HEADER + """.visible .entry store_then_bulk(.param .u64 src)
+_STORE_THEN_BULK = PTX_HEADER + """.visible .entry store_then_bulk(.param .u64 src)
 {
     .reg .b32 %r<4>;
     .reg .b64 %rd<3>;
@@ -295,7 +293,7 @@ def test_generic_global_stores_read_by_a_bulk_copy_need_a_proxy_fence(every, iss
 
 # The same through a TMA tensor load: each thread stores two words of `src`, thread 0 loads it back as a 64-word
 # box through the tensor map of argument 0.
-_STORE_THEN_TMA = _HEADER + """.visible .entry store_then_tma(.param .u64 src, .param .align 64 .b8 tmap[128])
+_STORE_THEN_TMA = PTX_HEADER + """.visible .entry store_then_tma(.param .u64 src, .param .align 64 .b8 tmap[128])
 {
     .reg .b32 %r<4>;
     .reg .b64 %rd<4>;
@@ -404,7 +402,7 @@ def test_a_tma_loads_source_may_be_overwritten_only_after_its_phase_completes(be
 
 
 # CTA 0's thread 0 stores 16 words and releases a flag; CTA 1's thread 0 acquires it and bulk-copies the words.
-_HANDOFF_TO_BULK = _HEADER + """.visible .entry handoff_bulk(.param .u64 data, .param .u64 flag)
+_HANDOFF_TO_BULK = PTX_HEADER + """.visible .entry handoff_bulk(.param .u64 data, .param .u64 flag)
 {
     .reg .b32 %r<4>;
     .reg .b64 %rd<2>;
@@ -464,7 +462,7 @@ def test_another_ctas_generic_stores_read_by_a_bulk_copy_need_a_proxy_fence_on_t
 
 # Thread 0 stores 4 floats of `out`, then adds a shared tile into them with a bulk reduction, which reads them
 # through the async proxy.
-_STORE_THEN_REDUCE = _HEADER + """.visible .entry store_then_reduce(.param .u64 out)
+_STORE_THEN_REDUCE = PTX_HEADER + """.visible .entry store_then_reduce(.param .u64 out)
 {
     .reg .b32 %r<2>;
     .reg .b64 %rd<1>;
@@ -499,18 +497,13 @@ def test_a_bulk_reduction_into_generic_global_stores_needs_a_proxy_fence():
 # Every thread stores its id into the shared tile, fences, meets at the barrier; then every lane of warp 0 issues
 # a bulk store of the tile (CUTLASS's sm90 epilogue issues its TMA stores from a whole warp): LANE_ADDRESS picks
 # the global address each lane stores to.
-_WARP_BULK_STORE = _HEADER + """.visible .entry warp_store(.param .u64 out)
+_WARP_BULK_STORE = PTX_HEADER + """.visible .entry warp_store(.param .u64 out)
 {
     .reg .b32 %r<4>;
     .reg .b64 %rd<3>;
     .reg .pred %p<1>;
     .shared .align 128 .b8 tile[256];
-    mov.u32 %r0, %tid.x;
-    mov.u32 %r1, tile;
-    shl.b32 %r2, %r0, 2;
-    add.u32 %r2, %r1, %r2;
-    st.shared.u32 [%r2], %r0;
-    fence.proxy.async.shared::cta;
+""" + STORE_TID_TO_TILE + """    fence.proxy.async.shared::cta;
     bar.sync 0;
     setp.ge.u32 %p0, %r0, 32;
     @%p0 bra DONE;
@@ -572,7 +565,7 @@ def test_a_cta_exiting_before_its_bulk_store_read_the_tile_is_reported(wait, rep
 # Warp 0 fills a shared buffer and publishes it (bar.arrive 1); thread 32 of warp 1 adds it into `out` with a bulk
 # reduction and frees the buffer (bar.arrive 2) for warp 0's next stores: FA3's backward's dQ writer, one buffer.
 # The stores come last in the text, so the executor's min-pc schedule runs the writer's later wait before them.
-_REDUCE_THEN_FREE = _HEADER + """.visible .entry dq(.param .u64 out)
+_REDUCE_THEN_FREE = PTX_HEADER + """.visible .entry dq(.param .u64 out)
 {
     .reg .b32 %r<4>;
     .reg .b64 %rd<1>;

@@ -24,6 +24,7 @@ from tessera.interpreters.ptx.launcher import launch_described
 from tessera.passes import PTX_PIPELINE
 
 from conftest import build_kernel
+from race_templates import PTX_HEADER, STORE_TID_TO_TILE
 
 THREAD = r"\(thread \(\d+, 0, 0\) of CTA \(0, 0, 0\)\)"
 
@@ -310,20 +311,12 @@ def test_cp_async_read_before_its_wait_is_reported():
         launch(seeded, "row_scale_sum", (2, 1, 1), (64, 1, 1), args)
 
 
-_BULK_STORE = """.version 8.0
-.target sm_90a
-.address_size 64
-.visible .entry bulk_store(.param .u64 out)
+_BULK_STORE = (PTX_HEADER + """.visible .entry bulk_store(.param .u64 out)
 {
     .reg .b32 %r<4>;
     .reg .b64 %rd<3>;
     .shared .align 128 .b8 tile[256];
-    mov.u32 %r0, %tid.x;
-    mov.u32 %r1, tile;
-    shl.b32 %r2, %r0, 2;
-    add.u32 %r2, %r1, %r2;
-    st.shared.u32 [%r2], %r0;
-    FENCE
+""" + STORE_TID_TO_TILE + """    FENCE
     bar.sync 0;
     setp.eq.u32 %p0, %r0, 0;
     ld.param.u64 %rd0, [out];
@@ -333,7 +326,7 @@ _BULK_STORE = """.version 8.0
     st.shared.u32 [%r2], 7;
     ret;
 }
-""".replace(".reg .b64 %rd<3>;", ".reg .b64 %rd<3>;\n    .reg .pred %p0;")
+""").replace(".reg .b64 %rd<3>;", ".reg .b64 %rd<3>;\n    .reg .pred %p0;")
 
 
 def test_bulk_stores_need_the_proxy_fence_and_their_read_wait():
@@ -359,10 +352,7 @@ def test_bulk_stores_need_the_proxy_fence_and_their_read_wait():
 # region what a CTA leaves behind
 
 
-_BULK_LOAD = """.version 8.0
-.target sm_90a
-.address_size 64
-.visible .entry bulk_load(.param .u64 src, .param .u64 out)
+_BULK_LOAD = PTX_HEADER + """.visible .entry bulk_load(.param .u64 src, .param .u64 out)
 {
     .reg .b32 %r<4>;
     .reg .b64 %rd<3>;

@@ -17,7 +17,8 @@ from tessera.interpreters.ptx import PtxDeadlockError, PtxHazardError
 
 from race_kernels import KERNELS
 from race_seeds import FLASH_BENIGN, FLASH_BUGS, GENERIC_BUGS, seed
-from test_ptx_cluster import INIT_LOCAL_BARRIER, WAIT_LOCAL_BARRIER, per_thread
+from race_templates import INIT_LOCAL_BARRIER, REMOTE_ARRIVE_THEN_WAIT
+from test_ptx_cluster import per_thread
 from test_ptx_hazards import _attention, _qkv, _run
 
 SHAPES = (300, 700)
@@ -96,18 +97,7 @@ def test_every_benign_edit_runs_clean_on_every_shape(kind, name, edit, seq_k):
 
 
 # region fence.mbarrier_init in a cluster [memory_model.MBARRIER_INIT_FENCE]
-_REMOTE_ARRIVE = INIT_LOCAL_BARRIER.format(count=1) + """
-    mov.u32 %r1, %cluster_ctarank;
-    setp.eq.u32 %p1, %r1, 0;
-    @%p1 bra WAITER;
-    mapa.shared::cluster.u32 %r6, %r20, 0;
-    mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%r6];
-    bra END;
-WAITER:
-""" + WAIT_LOCAL_BARRIER.format(tag="0", parity=0) + """
-END:
-    mov.u32 %r9, 5;
-    """
+_REMOTE_ARRIVE = INIT_LOCAL_BARRIER.format(count=1) + REMOTE_ARRIVE_THEN_WAIT
 _FENCE = "    @%p7 fence.mbarrier_init.release.cluster;\n"
 _ARRIVE = "barrier.cluster.arrive.release.aligned;"
 

@@ -12,27 +12,20 @@ import pytest
 from tessera import reference
 from tessera.interpreters.ptx import PtxHazardError, launch
 
+from race_templates import PTX_HEADER, STORE_TID_TO_TILE
 from test_ptx_hazards import _attention, _qkv, _run, _seeded
 
 BOTH = r"\(thread \((\d+), 0, 0\) of CTA \(0, 0, 0\)\)"
 
 # A library epilogue: every thread of a warpgroup stores its part of the tile, the warpgroup meets on a named
 # barrier, one thread fences for the async proxy and issues the bulk store of the tile.
-_EPILOGUE = """.version 8.0
-.target sm_90a
-.address_size 64
-.visible .entry epilogue(.param .u64 out)
+_EPILOGUE = PTX_HEADER + """.visible .entry epilogue(.param .u64 out)
 {
     .reg .b32 %r<4>;
     .reg .b64 %rd<3>;
     .reg .pred %p<2>;
     .shared .align 128 .b8 tile[512];
-    mov.u32 %r0, %tid.x;
-    mov.u32 %r1, tile;
-    shl.b32 %r2, %r0, 2;
-    add.u32 %r2, %r1, %r2;
-    st.shared.u32 [%r2], %r0;
-    setp.eq.u32 %p0, %r0, 0;
+""" + STORE_TID_TO_TILE + """    setp.eq.u32 %p0, %r0, 0;
     EARLY
     BARRIER
     LATE
@@ -85,10 +78,7 @@ def test_a_fence_before_the_barrier_in_the_issuing_thread_only_covers_its_own_st
 
 # A warp writes a value that another warp reads. The executor runs warp 0 first, so the value read is right;
 # only happens-before sees that nothing orders the two.
-_HANDOFF = """.version 8.0
-.target sm_90a
-.address_size 64
-.visible .entry handoff(.param .u64 out)
+_HANDOFF = PTX_HEADER + """.visible .entry handoff(.param .u64 out)
 {
     .reg .b32 %r<6>;
     .reg .b64 %rd<3>;
@@ -141,10 +131,7 @@ def test_a_write_after_a_read_needs_an_order_too():
 
 # Every reader since the last write (a read vector clock): thread 0 reads a word, thread 32 reads it too and then
 # overwrites it. Thread 32's own read is ordered before its store (program order) and would hide thread 0's.
-_READERS = """.version 8.0
-.target sm_90a
-.address_size 64
-.visible .entry readers(.param .u64 out)
+_READERS = PTX_HEADER + """.visible .entry readers(.param .u64 out)
 {
     .reg .b32 %r<5>;
     .reg .b64 %rd<2>;
@@ -343,10 +330,7 @@ def test_read_clock_rows_are_compacted_and_still_name_every_reader():
 
 
 # A flag in shared memory: thread 0 stores the data and signals, thread 32 spins on the flag and reads the data.
-_SHARED_FLAG = """.version 8.0
-.target sm_90a
-.address_size 64
-.visible .entry flag(.param .u64 out)
+_SHARED_FLAG = PTX_HEADER + """.visible .entry flag(.param .u64 out)
 {
     .reg .b32 %r<6>;
     .reg .b64 %rd<2>;
@@ -398,10 +382,7 @@ def test_the_relaxed_twin_of_the_shared_flag_races_on_the_data():
 
 # Warp 1 stores a word and arrives (bar.arrive 1, 64), then STORES_AFTER; warp 0 waits (bar.sync 1, 64) and reads
 # the words. Warp 0's wait is last in the text, so the executor's min-pc schedule runs warp 1 to its end first.
-_ARRIVE_THEN_STORE = """.version 8.0
-.target sm_90a
-.address_size 64
-.visible .entry arrive(.param .u64 out)
+_ARRIVE_THEN_STORE = PTX_HEADER + """.visible .entry arrive(.param .u64 out)
 {
     .reg .b32 %r<4>;
     .reg .b64 %rd<2>;

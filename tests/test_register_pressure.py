@@ -195,6 +195,27 @@ def test_the_default_pipeline_falls_back_to_single_stage(rng):
         close(tessera.interpret(load("attention_weighted"), *inputs, level="ptx"), expected, 2e-2)
 
 
+def test_each_kernel_of_a_module_gets_its_own_configuration():
+    """A module of gemm_glu (fits warp-specialized) and gemm_glu_rows (241 registers a consumer: two stages
+    without a producer): the fallback is gemm_glu_rows' alone; gemm_glu keeps the producer warpgroup, lowered
+    exactly as on its own, with no note and no warning."""
+    module = load("gemm_glu")
+    for op in list(load("gemm_glu_rows").body.block.ops):
+        op.detach()
+        module.body.block.add_op(op)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        lowered = tessera.compile(module, target="target")
+    fallbacks = [str(w.message) for w in caught if "fell back" in str(w.message)]
+    glu, rows = describe(lowered)
+    assert (glu.kernel, glu.block, glu.pipeline_note) == ("gemm_glu", (384, 1, 1), None)
+    assert (rows.kernel, rows.block) == ("gemm_glu_rows", (256, 1, 1))
+    assert rows.pipeline_note.startswith("compiled two stages without a producer warpgroup")
+    assert len(fallbacks) == 1 and "kernel @gemm_glu_rows: the default pipeline fell back" in fallbacks[0]
+    alone, _ = compiled("gemm_glu")
+    assert [str(op) for op in alone.body.block.ops] == [str(lowered.body.block.first_op)]
+
+
 def test_what_no_configuration_fits_is_refused_naming_each():
     """Without the spilling rung (`without_spilling`: a caller with rungs of its own), a kernel no
     configuration fits is refused naming each configuration tried."""

@@ -250,6 +250,32 @@ def test_cache_key_is_stable_and_changes_with_each_component():
     assert ptxas_version() == "none" or ptxas_version().startswith("ptxas ")
 
 
+def test_the_key_holds_the_spill_configuration(tmp_path):
+    """A kernel compiled where the default pipeline may take its spilling rung is not the kernel of the same
+    module inside `without_spilling()`, where no configuration fits it: the key differs (in this process and on
+    disk), so the caller trying rungs of its own gets the refusal, not the spilling kernel from the cache."""
+    import warnings
+
+    from tessera.ir.diagnostics import TesseraWarning
+    from tessera.lowering.fallback import NoConfigurationFitsError, without_spilling
+    from tessera.runtime.compiler import compile_module
+
+    key = kernel_key(gemm_config("bf16"))
+    with without_spilling():
+        assert kernel_key(gemm_config("bf16")) != key
+    path = ROOT / "tests" / "user_kernels" / "gemm_glu_wide.mlir"
+    module = tessera.parse_module(path.read_text(), str(path))
+    cache = KernelCache(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TesseraWarning)
+        spilling = compile_module(module, "gemm_glu_wide", cache=cache)
+    assert spilling.host.pipeline_note.startswith("compiled single-stage spilling past 255 registers")
+    with pytest.raises(NoConfigurationFitsError, match="no configuration of the default pipeline fits"), \
+            without_spilling():
+        compile_module(module, "gemm_glu_wide", cache=cache)
+    forget_compiled()
+
+
 def test_cache_hits_misses_and_corrupted_entries(tmp_path):
     cache = KernelCache(tmp_path)
     config = gemm_config("bf16")

@@ -12,7 +12,8 @@ import re
 
 import pytest
 
-from tessera_seeds import ALL, CATALOGUE, CELLS, matches, one_per_kind, right, run, verdict
+from race_templates import check_expectations, matches
+from tessera_seeds import ALL, CATALOGUE, CELLS, one_per_kind, right, run, verdict
 
 
 def _both_sides(level: str, text: str) -> bool:
@@ -36,11 +37,7 @@ def test_one_seed_of_each_kind_is_reported_at_both_levels(kernel, index, level):
 
 
 def test_every_seed_has_an_expectation_and_every_clean_one_a_reason():
-    kinds = {kind for seeds in CATALOGUE.values() for kind, *_ in seeds}
-    assert len(kinds) >= 17
-    for seeds in CATALOGUE.values():
-        for kind, name, _, expected, reason in seeds:
-            assert re.fullmatch("[RCG]{4}", expected) and (reason or expected == ALL), (kind, name)
+    check_expectations(CATALOGUE, "RCG", ALL, kinds=17)
 
 
 @pytest.mark.slow

@@ -79,7 +79,8 @@ class ConvertTileToSm90Pass(ModulePass):
 
     atomic_add: str = "red"
     """How `tile.atomic_add` is lowered: "red" (red.global.add.f32 per register) or "bulk" (a shared staging
-    buffer and cp.reduce.async.bulk per row); `convert-tile-to-sm90{atomic-add=bulk}`. See `backward`."""
+    buffer and cp.reduce.async.bulk: in a pipelined kernel one per window from the producer, `reduction_slots`;
+    else one per row); `convert-tile-to-sm90{atomic-add=bulk}`. See `backward`."""
 
     store_shared: str = "st_shared"
     """How `tile.store_shared` is lowered: "st_shared" (one st.shared.b32 per packed pair, the default: the

@@ -10,7 +10,10 @@ row subtraction, and 1-D row windows (LSE2, dPsum) loaded and stored per row.
 - `tile.atomic_add` of an f32 register tile into a global window, two ways (`ATOMIC_ADD_MODES`, the pass
   option `atomic-add`):
     "red"  one `red.global.add.f32` per register and row in bounds (the default);
-    "bulk" FlashAttention-3's: the tile is staged in an f32 shared buffer (row-major, unswizzled), fenced for
+    "bulk" FlashAttention-3's: in a pipelined kernel, into a window of whole rows, the producer adds it
+           (`reduction_slots.py`: a two-slot staging ring with full and empty mbarriers, one
+           `cp.reduce.async.bulk` of the whole window per trip). Elsewhere the tile is staged in an f32 shared
+           buffer (row-major, unswizzled), fenced for
            the async proxy and published with bar.sync; thread r < BM then adds row r (if it is inside the
            tensor) with one `cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32` of D x 4 bytes,
            commits and waits with `.read` (only that the staging buffer has been read: the adds themselves
@@ -242,17 +245,11 @@ class BackwardLowering:
             _refuse(op, f"a bulk reduction adds rows of a multiple of {reductions.BULK_ALIGNMENT} bytes, got {row_bytes}")
         if rows > self.threads:
             _refuse(op, f"one thread per row issues the bulk reductions: {rows} rows need more than {self.threads} threads")
+        if op in self.reduction_slots:  # the producer reduces it (reduction_slots.py)
+            self._reduce_by_producer(op, window, e)
+            return
         staging = self._alloc(e, "atomic_add_staging", rows * row_bytes, reductions.BULK_ALIGNMENT, 0)
-        # every thread stores its registers at row * D * 4 + col * 4 of the staging buffer (transposed: a value
-        # register at (r, c) is the window's (c, r))
-        row_offsets, col_offsets = self._thread_offsets(op, op.value.type)
-        row, col = self._origin(e, e.index(0), e.index(0))
-        if op.transpose is not None:
-            row_offsets, col_offsets, row, col = col_offsets, row_offsets, col, row
-        first = e.op(arith.IndexCastOp(e.addi(e.muli(row, e.index(row_bytes)), e.muli(col, e.index(F32_BYTES))), i32))
-        first = e.op(arith.AddiOp(staging, first))
-        constant = [r * row_bytes + c * F32_BYTES for r, c in zip(row_offsets, col_offsets)]
-        self._store_words(e, [(first, k) for k in constant], self._get(op.value))
+        self._stage_rows(op, staging, row_bytes, e)
         e.op(sm90.FenceProxyAsyncOp())
         e.op(sm90.BarSyncOp(0, self.threads))
         # thread r adds row r when the row is inside the tensor
@@ -270,6 +267,18 @@ class BackwardLowering:
             t.op(reductions.BulkCommitGroupOp())
             t.op(reductions.BulkWaitGroupOp(0, read=True))
         e.if_(inside, issue)
+
+    def _stage_rows(self, op: tile.AtomicAddOp, staging: SSAValue, row_bytes: int, e: Emitter) -> None:
+        """Every thread stores its registers at row * row_bytes + col * 4 of the staging buffer at `staging`
+        (row-major, unswizzled; transposed: a value register at (r, c) is the window's (c, r))."""
+        row_offsets, col_offsets = self._thread_offsets(op, op.value.type)
+        row, col = self._origin(e, e.index(0), e.index(0))
+        if op.transpose is not None:
+            row_offsets, col_offsets, row, col = col_offsets, row_offsets, col, row
+        first = e.op(arith.IndexCastOp(e.addi(e.muli(row, e.index(row_bytes)), e.muli(col, e.index(F32_BYTES))), i32))
+        first = e.op(arith.AddiOp(staging, first))
+        constant = [r * row_bytes + c * F32_BYTES for r, c in zip(row_offsets, col_offsets)]
+        self._store_words(e, [(first, k) for k in constant], self._get(op.value))
 
     # -- row-broadcast arithmetic ----------------------------------------------------------------------------
     def _lower_Exp2SubtractOp(self, op: tile.Exp2SubtractOp, e: Emitter) -> None:

@@ -58,6 +58,11 @@ def tile_text(op: Operation) -> str:
     return text if len(text) < 140 else text[:137] + "..."
 
 
+ROW_TILE_ROWS = 1
+"""A shared tile of one row ([1, N], or a ring of them) is a *row tile*: unswizzled (`assign-swizzle`), filled by
+one TMA box of the whole row, read by `tile.load_broadcast` with ld.shared (the backward's LSE2 and dPsum)."""
+
+
 @dataclass
 class SharedTile:
     """A shared tile placed in dynamic shared memory: [rows, cols] of `elt_bytes`, stored as boxes of
@@ -72,8 +77,14 @@ class SharedTile:
     swizzle: int = LINE
 
     @property
+    def span(self) -> int:
+        """The bytes of a row of one box: the swizzle span, or the whole row of an unswizzled tile (a one-row
+        tile, `ROW_TILE_ROWS`: one box)."""
+        return self.swizzle or self.cols * self.elt_bytes
+
+    @property
     def box_cols(self) -> int:
-        return self.swizzle // self.elt_bytes
+        return self.span // self.elt_bytes
 
     @property
     def boxes(self) -> int:
@@ -81,7 +92,7 @@ class SharedTile:
 
     @property
     def box_bytes(self) -> int:
-        return self.rows * self.swizzle
+        return self.rows * self.span
 
 
 @dataclass

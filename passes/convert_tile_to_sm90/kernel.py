@@ -64,14 +64,17 @@ from tessera.passes.convert_tile_to_sm90.control import ControlFlowLowering
 from tessera.passes.convert_tile_to_sm90.elementwise import ElementwiseLowering
 from tessera.passes.convert_tile_to_sm90.memory import MemoryLowering
 from tessera.passes.convert_tile_to_sm90.mma import MmaLowering
+from tessera.passes.convert_tile_to_sm90.reduction_slots import ReductionSlotsLowering
 from tessera.passes.convert_tile_to_sm90.registers import RegisterTileLowering
+from tessera.passes.convert_tile_to_sm90.riding_rings import RidingRings, plan_riding_rings
 from tessera.passes.convert_tile_to_sm90.serving import ServingLowering
 from tessera.passes.convert_tile_to_sm90.transpose import TransposeLowering
 
 
 @dataclass
 class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, MmaLowering, AttentionLowering,
-                     ElementwiseLowering, ControlFlowLowering, ServingLowering, TransposeLowering):
+                     ElementwiseLowering, ControlFlowLowering, ServingLowering, TransposeLowering,
+                     ReductionSlotsLowering):
     """Lowers one Tile IR kernel; see the module docstring."""
 
     fn: func.FuncOp
@@ -93,6 +96,8 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
     gather_commits: set = field(default_factory=set)  # commit ops whose copies are all gathers into plain tiles
     gather_rings: set = field(default_factory=set)  # staged tile.alloc_shared filled by gathers
     transposed_rings: dict = field(default_factory=dict)  # staged tile.alloc_shared of V the producer transposes -> staging Ring
+    riding: RidingRings = field(default_factory=RidingRings)  # one-row rings on another ring's barriers
+    reduction_slots: dict = field(default_factory=dict)  # tile.atomic_add -> ReductionSlots (the producer adds)
     staging_barriers: dict = field(default_factory=dict)  # such a ring -> its staging (full, empty) barrier bases
     waited_stages: set = field(default_factory=set)  # (stage Tile value, Block) whose full barrier was waited on
     counted_loops: dict = field(default_factory=dict)  # Tile scf.for -> commits whose phase it counts (control.py)
@@ -168,8 +173,10 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
                               "counts one arrival, or the producer warpgroup's)")
 
     def _tensor_maps(self) -> dict[tuple[int, int, int], int]:
-        """(source argument, box rows, swizzle bytes of the destination) of every TMA the kernel issues."""
+        """(source argument, box rows, swizzle bytes of the destination) of every TMA the kernel issues. An
+        unswizzled destination (a one-row tile) takes the window's whole row as its box (`row_box_cols`)."""
         keys = {}
+        self.row_box_cols = {}
         for op in self.fn.walk():
             if isinstance(op, tile.CpAsyncOp):
                 view = op.source.owner
@@ -177,7 +184,13 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
                     _refuse(op, "copies must read a tile.view of a kernel argument")
                 arg = view.source.index
                 if self._tma_allowed(arg):
-                    keys.setdefault((arg, view.result.type.get_shape()[0], op.dest.type.swizzle_bytes), len(keys))
+                    shape = view.result.type.get_shape()
+                    rows, cols = shape[0], shape[-1]
+                    key = (arg, rows, op.dest.type.swizzle_bytes)
+                    if not key[2] and self.row_box_cols.setdefault(key, cols) != cols:
+                        _refuse(op, f"unswizzled copies of one argument share a tensor map, so one box width: got "
+                                    f"{cols} and {self.row_box_cols[key]} columns")
+                    keys.setdefault(key, len(keys))
         return keys
 
     def _pointer_args(self) -> list[int]:
@@ -201,6 +214,8 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
                 continue
             stores = tile.StoreGlobalOp | tile.StoreGlobalRowsOp | tile.AtomicAddOp
             semaphores = tile.SemWaitOp | tile.SemSignalOp  # the deterministic backward's, through a pointer
+            if isinstance(op, tile.LoadBroadcastOp) and op.source.type.memory_space == MemSpace.SHARED:
+                continue  # a row of shared memory (a one-row tile)
             if isinstance(op, stores | semaphores | tile.LoadOp | tile.LoadBroadcastOp):
                 view = (op.dest if isinstance(op, stores) else op.sem if isinstance(op, semaphores)
                         else op.source).owner
@@ -218,6 +233,8 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
         self.threads = self.warpgroups * facts.WARPGROUP_SIZE
         self._plan_groups()
         self._plan_transposes()
+        self.riding = plan_riding_rings(self.fn, self.gather_rings | set(self.transposed_rings))
+        self._plan_reduction_slots()
         maps = self._tensor_maps()
         pointers = self._pointer_args()
         names = self.sig.size_names()
@@ -227,7 +244,8 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
         for (arg, rows, swizzle), _ in sorted(maps.items(), key=lambda kv: kv[1]):
             a = src_args[arg]
             elt = element_type_bytes(a.type.element_type)
-            box = [swizzle // elt, rows] + [1] * (a.type.rank - 2)  # one swizzle span per box row
+            # one swizzle span per box row; an unswizzled box is the window's whole row
+            box = [swizzle // elt if swizzle else self.row_box_cols[(arg, rows, swizzle)], rows] + [1] * (a.type.rank - 2)
             self.map_args[(arg, rows, swizzle)] = len(arg_types)
             arg_types.append(sm90.TensorMapType())
             arg_attrs.append(DictionaryAttr({
@@ -318,6 +336,8 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
             self.groups[op] = Group(bar, self._enclosing_loop(op))
         staged = [op for op in self.fn.walk() if isinstance(op, tile.AllocSharedOp) and op.result.type.rank >= 3]
         for op in staged:
+            if op in self.riding.leader:
+                continue  # its leader's barriers (riding_rings.py)
             name, slots = op.result.name_hint or "ring", op.result.type.get_shape()[0]
             self.rings[op] = tuple(self._alloc(e, f"{name}_{kind}", slots * facts.MBARRIER_BYTES, facts.MBARRIER_BYTES, 0)
                                    for kind in ("full", "empty"))
@@ -325,7 +345,8 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
                 self.staging_barriers[op] = tuple(
                     self._alloc(e, f"{name}_staging_{kind}", slots * facts.MBARRIER_BYTES, facts.MBARRIER_BYTES, 0)
                     for kind in ("full", "empty"))
-        if commits or staged:
+        self._alloc_reduction_slots(e)
+        if commits or staged or self.reduction_slots:
             def init(t: Emitter):
                 for g in self.groups.values():
                     t.op(sm90.MBarrierInitOp(g.barrier, 1))
@@ -339,6 +360,7 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
                             t.op(sm90.MBarrierInitOp(self._slot_barrier(t, s_empty, slot), facts.WARPGROUP_SIZE))
                         t.op(sm90.MBarrierInitOp(self._slot_barrier(t, full, slot), producers))
                         t.op(sm90.MBarrierInitOp(self._slot_barrier(t, empty, slot), self.threads))
+                self._init_reduction_slots(t)
                 t.op(sm90.FenceMBarrierInitOp())
             e.if_(self.is_thread0, init)
             e.op(sm90.BarSyncOp(0, self.threads))

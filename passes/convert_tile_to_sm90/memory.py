@@ -24,6 +24,7 @@ from tessera.sm90 import facts
 from tessera.passes.convert_tile_to_sm90.common import (
     CORE_ROWS,
     CLUSTER_SHARED_ATTR,
+    ROW_TILE_ROWS,
     SWIZZLES,
     PRODUCER_ATTR,
     _constant,
@@ -55,6 +56,9 @@ class MemoryLowering:
             _refuse(op, "shared tiles must be [rows, cols] or rings [stages, rows, cols]")
         *stages, rows, cols = ty.get_shape()
         swizzle = ty.swizzle_bytes
+        if rows == ROW_TILE_ROWS:
+            self._alloc_row_tile(op, e)
+            return
         if swizzle not in SWIZZLES or (cols * elt) % swizzle:
             widths = "/".join(map(str, SWIZZLES))
             if (cols * elt) % SWIZZLES[0]:
@@ -76,6 +80,27 @@ class MemoryLowering:
             self.values[op.result] = Ring(address, slots, rows, cols, elt, full, empty, swizzle)
         else:
             self.values[op.result] = SharedTile(address, rows, cols, elt, swizzle=swizzle)
+
+    def _alloc_row_tile(self, op: tile.AllocSharedOp, e: Emitter) -> None:
+        """A one-row tile [1, N] (or a ring [S, 1, N]): unswizzled, each slot one TMA box of
+        `TMA_SMEM_ALIGNMENT`-aligned bytes (N x element bytes must be a multiple of it)."""
+        ty = op.result.type
+        *stages, rows, cols = ty.get_shape()
+        size = cols * element_type_bytes(ty.element_type)
+        if ty.swizzle_bytes:
+            _refuse(op, f"a one-row shared tile is unswizzled (its rows are not a swizzle period), got swizzle "
+                        f"{ty.swizzle_bytes} (run assign-swizzle)")
+        if size % facts.TMA_SMEM_ALIGNMENT:
+            _refuse(op, f"a one-row shared tile holds a multiple of {facts.TMA_SMEM_ALIGNMENT} bytes (each is a TMA "
+                        f"destination on that alignment), got {cols} x {element_type_bytes(ty.element_type)} = {size}")
+        slots = stages[0] if stages else 1
+        address = self._alloc(e, op.result.name_hint or "smem", slots * size, facts.TMA_SMEM_ALIGNMENT, 0)
+        elt = element_type_bytes(ty.element_type)
+        if stages:
+            full, empty = self.rings[self.riding.family(op)]
+            self.values[op.result] = Ring(address, slots, rows, cols, elt, full, empty, 0)
+        else:
+            self.values[op.result] = SharedTile(address, rows, cols, elt, swizzle=0)
 
     def _lower_StageOp(self, op: tile.StageOp, e: Emitter) -> None:
         ring = self._get(op.source)
@@ -154,10 +179,14 @@ class MemoryLowering:
         return e.op(arith.XOrIOp(parity, e.index(1))) if flip else parity
 
     def _await_stage(self, value: SSAValue, t: SharedTile, e: Emitter) -> None:
-        """Every thread waits for the full barrier of a stage before its first read in this block."""
-        if t.stage is None or (value, e.block) in self.waited_stages:
+        """Every thread waits for the full barrier of a stage before its first read in this block (once for the
+        stages of one use of a ring and the rings riding on it: one barrier, `riding_rings.py`)."""
+        if t.stage is None:
             return
-        self.waited_stages.add((value, e.block))
+        key = (self.riding.family(value.owner.source.owner), t.stage.use, e.block)
+        if key in self.waited_stages:
+            return
+        self.waited_stages.add(key)
         parity = self._phase_parity(t.stage, e, flip=False)
         e.spin_until(lambda w: w.op(sm90.MBarrierTryWaitParityOp(t.stage.full, parity)))
         if self._gathered_ring(value):
@@ -170,7 +199,8 @@ class MemoryLowering:
     def _lower_ReleaseOp(self, op: tile.ReleaseOp, e: Emitter) -> None:
         t = self._get(op.stage)
         self._retire_readers(t.address, e)
-        e.op(sm90.MBarrierArriveOp(t.stage.empty))
+        if op not in self.riding.silent:  # a later release of its family arrives for both (riding_rings.py)
+            e.op(sm90.MBarrierArriveOp(t.stage.empty))
 
     def _lower_ViewOp(self, op: tile.ViewOp, e: Emitter) -> None:
         source = self._get(op.source)
@@ -198,7 +228,7 @@ class MemoryLowering:
             return
         tmap = self.entry_args[self.map_args[(window.arg, rows, dest.swizzle)]]
         if dest.stage is not None:
-            self._fill_stage(window, dest, tmap, e, shared=op.cluster_shared is not None)
+            self._fill_stage(op, window, dest, tmap, e, shared=op.cluster_shared is not None)
             return
         group = self.groups[self.copy_group[op]]
         group.nbytes += dest.rows * dest.cols * dest.elt_bytes
@@ -261,17 +291,24 @@ class MemoryLowering:
             if shared:
                 load.attributes[CLUSTER_SHARED_ATTR] = UnitAttr()
 
-    def _fill_stage(self, window: Window, dest: SharedTile, tmap: SSAValue, e: Emitter, shared: bool = False) -> None:
+    def _fill_stage(self, op: tile.CpAsyncOp, window: Window, dest: SharedTile, tmap: SSAValue, e: Emitter,
+                    shared: bool = False) -> None:
         """Thread 0, the producer: wait until every thread released the slot's previous contents (the empty
         barrier's phase of the previous trip around the ring), expect the copy's bytes on the full barrier,
         issue the boxes on it. The scf.if is marked `sm90.producer` for warp-specialize. The boxes of a
-        `cluster_shared` copy are marked `sm90.cluster_shared` for multicast-cluster-copies."""
+        `cluster_shared` copy are marked `sm90.cluster_shared` for multicast-cluster-copies. A ring that rides on
+        the previous copy's ring (`riding_rings.py`) only issues its box: that copy waited and expected its
+        bytes too."""
         stage = dest.stage
+        ring = op.dest.owner.source.owner
+        riding = ring in self.riding.leader
+        nbytes = self.riding.expect_bytes.get(ring, dest.rows * dest.cols * dest.elt_bytes)
 
         def produce(t: Emitter):
-            parity = self._phase_parity(stage, t, flip=True)
-            t.spin_until(lambda w: w.op(sm90.MBarrierTryWaitParityOp(stage.empty, parity)))
-            t.op(sm90.MBarrierArriveExpectTxOp(stage.full, dest.rows * dest.cols * dest.elt_bytes))
+            if not riding:
+                parity = self._phase_parity(stage, t, flip=True)
+                t.spin_until(lambda w: w.op(sm90.MBarrierTryWaitParityOp(stage.empty, parity)))
+                t.op(sm90.MBarrierArriveExpectTxOp(stage.full, nbytes))
             self._tma_boxes(t, window, dest, tmap, stage.full, shared)
         e.if_(self.is_thread0, produce).attributes[PRODUCER_ATTR] = UnitAttr()
 
@@ -434,7 +471,6 @@ class MemoryLowering:
         ty = op.result.type
         if not isinstance(ty.element_type, Float32Type):
             _refuse(op, "only f32 rows can be broadcast")
-        *lead, col0 = window.indices
         vector_type = self._vector_type(op, ty)
         if self._is_column(ty):  # [BM, 1]: one element, on both of the thread's rows
             columns, spread = [0], [0] * vector_type.get_shape()[0]
@@ -449,6 +485,11 @@ class MemoryLowering:
             spread = list(range(len(columns)))
         else:
             columns, spread = self._layout(op, ty).distinct_columns
+        if isinstance(window, SharedTile):
+            loaded = self._broadcast_from_shared(op, window, columns, vector_type, e)
+            self._set(op.result, loaded if spread == list(range(len(columns))) else e.shuffle(loaded, spread))
+            return
+        *lead, col0 = window.indices
         # a column reads the window's one element whatever the thread's column; a row, the thread's columns
         col = col0 if self._is_column(ty) else e.addi(col0, self.col_base)
         dims = [self._dim_value(window.arg, d, e) for d in range(len(window.indices))]
@@ -465,6 +506,19 @@ class MemoryLowering:
                                       VectorType(vector_type.element_type, [len(columns)]),
                                       [c * elt for c in columns]))
         self._set(op.result, loaded if spread == list(range(len(columns))) else e.shuffle(loaded, spread))
+
+    def _broadcast_from_shared(self, op: tile.LoadBroadcastOp, row: SharedTile, columns: list[int], vector_type,
+                               e: Emitter) -> SSAValue:
+        """The thread's `columns` (offsets from its column base) of a one-row shared tile (`ROW_TILE_ROWS`,
+        unswizzled): one `ld.shared.b32` each at the thread's first column, the offsets immediates; a ring stage
+        is waited for first (its full barrier), like every first read of a stage."""
+        if row.rows != ROW_TILE_ROWS or row.swizzle:
+            _refuse(op, "a shared row is broadcast from an unswizzled one-row tile [1, N]")
+        self._await_stage(op.source, row, e)
+        first = e.op(arith.IndexCastOp(e.muli(self.col_base, e.index(row.elt_bytes)), i32))
+        first = e.op(arith.AddiOp(row.address, first))
+        return e.op(sm90.LdSharedOp(first, VectorType(vector_type.element_type, [len(columns)]),
+                                    [c * row.elt_bytes for c in columns]))
 
     def _lower_LoadOp(self, op: tile.LoadOp, e: Emitter) -> None:
         """Each thread loads its registers of the window, masked by the tensor's bounds (0 outside): f32 tiles

@@ -257,7 +257,8 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
     @impl(tile.LoadBroadcastOp)
     def run_load_broadcast(self, interpreter: Interpreter, op: tile.LoadBroadcastOp, args: PythonValues):
         (source,) = args
-        row = source.read()  # [B, N]
+        # [B, N]: a global window, or a one-row shared tile [B, 1, N] checked like any shared read
+        row = source.read() if isinstance(source, GlobalView) else self._operand_tile(op, source, "the source")[:, 0]
         return self._register_tile(op, np.broadcast_to(row[:, None, :], (row.shape[0],) + op.result.type.get_shape()))
 
     @impl(tile.StoreGlobalOp)

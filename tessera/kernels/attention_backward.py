@@ -502,6 +502,11 @@ def _build_main_key_rows(cfg: BackwardConfig, mods: AttentionMods | None = None)
     f = _main_frame(cfg, mods, shared if mods is None else {**shared, "P": [bn, bm]})
     b, v, smem = f.b, f.v, f.smem
     n_block, batch, zero, seq_q, seq_k, k0 = f.n_block, f.batch, f.zero, f.seq_q, f.seq_k, f.k0
+    # LSE2 and dPsum come through shared memory with Q and dO (one-row tiles, FlashAttention-3's sLSE and
+    # sdPsum): the copy's producer loads them, and each consumer thread reads its columns with ld.shared
+    # instead of its own ld.global of each (48 LDG at 64 x 128, their addresses live beside the accumulators)
+    for name in ("LSE2", "dPsum"):
+        smem[name] = b.alloc_shared(shared_tile([1, bm], f32), f"{name.lower()}_smem")
     i32 = IntegerType(32)
     # key k of row r is k0 + r; a key past seq_k is masked. Causal (bottom-right): key k is hidden from
     # query q = q0 + c when k > q + seq_k - seq_q.
@@ -518,8 +523,12 @@ def _build_main_key_rows(cfg: BackwardConfig, mods: AttentionMods | None = None)
         `rank`: the dQ semaphore count to wait for (default: this key block's index, every key block visits)."""
         dk, dv = carried
         q0 = b.muli(m, b.const(bm), "q0")
-        for name in ("Q", "dO"):
+        # LSE2 after Q and dPsum after dO: pipelined, each row rides on the barriers of the tile copied before it
+        # (convert-tile-to-sm90's riding rings), read when that tile is (S^T's exponent, dP^T's initial value)
+        for name, row in (("Q", "LSE2"), ("dO", "dPsum")):
             b.cp_async(b.view(v[name], [batch, head, q0, zero], [bm, d], f"{name.lower()}_window"), smem[name])
+            # rows padded to whole query blocks: every window lies inside
+            b.cp_async(b.view(v[row], [batch, head, q0], [1, bm], f"{row.lower()}_window", in_bounds=True), smem[row])
         b.cp_commit_group()
         b.cp_wait_group(0)  # the first trip's wait also covers K and V
         b.barrier()
@@ -545,7 +554,7 @@ def _build_main_key_rows(cfg: BackwardConfig, mods: AttentionMods | None = None)
             else:
                 visible = keys_inside
             st = b.emit(tile.SelectOp(visible, st, minus_inf), "st_masked")
-        lse2 = b.load_broadcast(b.view(v["LSE2"], [batch, head, q0], [bm], "lse2_window", in_bounds=True), bn, "lse2")
+        lse2 = b.load_broadcast(smem["LSE2"], bn, "lse2")
         st_log2 = b.fma(st, score_scale, b.emit(tile.NegOp(lse2), "neg_lse2"), "st_log2")
         pt = b.emit(tile.Exp2Op(st_log2), "pt")
         # Where a modifier's tiles are computed (a score_mod, or a partial block's mask_mod), P^T and dS^T are the
@@ -561,8 +570,7 @@ def _build_main_key_rows(cfg: BackwardConfig, mods: AttentionMods | None = None)
                 pt = b.binary(tile.MulOp, pt, dscore, "pt_dscore")
         # dP^T - dPsum in one product: the accumulator starts at -dPsum (down each column), so that dPsum is
         # never held beside P^T and dP^T (16 registers a thread, which the warp-specialized consumers lack)
-        dpsum = b.load_broadcast(b.view(v["dPsum"], [batch, head, q0], [bm], "dpsum_window", in_bounds=True), bn,
-                                 "dpsum")
+        dpsum = b.load_broadcast(smem["dPsum"], bn, "dpsum")
         # (-1 x dPsum: one multiplication per accumulator register, which the accumulator's initial values cost anyway)
         neg_dpsum = b.scale(dpsum, -1.0, "neg_dpsum")
         dpt = b.mma(smem["V"], smem["dO"], neg_dpsum, "dpt_minus_dpsum", transpose_b=True)

@@ -101,9 +101,11 @@ def widest_swizzle(row_bytes: int) -> int:
 
 
 def shared_tile(shape: Sequence[int], element_type: Attribute) -> TileType:
-    """A shared tile laid out with the widest swizzle its rows allow."""
+    """A shared tile laid out with the widest swizzle its rows allow (none for a one-row tile, as
+    `assign-swizzle` lays it out)."""
     row_bytes = shape[-1] * element_byte_width(element_type)
-    return TileType(shape, element_type, MemSpace.SHARED, widest_swizzle(row_bytes))
+    one_row = len(shape) >= 2 and shape[-2] == 1
+    return TileType(shape, element_type, MemSpace.SHARED, 0 if one_row else widest_swizzle(row_bytes))
 
 
 def register_tile(shape: Sequence[int], element_type: Attribute = f32) -> TileType:

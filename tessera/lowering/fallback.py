@@ -24,7 +24,11 @@ configuration kept and why the larger ones were refused. Only register budget re
 configuration; any other refusal of the first configuration is the kernel's error, reported as it is. When no
 configuration compiles, `NoConfigurationFitsError` names every configuration tried and why each failed.
 
-A module's kernels are lowered together, with one configuration: the first in which every kernel fits.
+Each kernel of a module gets its own configuration: a module of several kernels is lowered kernel by kernel,
+each from a copy of the module holding it alone (with every op that is no kernel), so a kernel that fits
+warp-specialized keeps its pipeline beside a sibling that needs single-stage, and each note, warning and
+refusal is its own kernel's.
+
 Pipelines other than the default (a spec that differs in any pass or option) are applied as written, without
 fallback: a user who names a configuration gets that configuration or its refusal.
 """
@@ -42,7 +46,7 @@ from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.utils.exceptions import DiagnosticException
 
 from tessera.ir.diagnostics import located, warn
-from tessera.kernel_abi import is_target_kernel, kernels
+from tessera.kernel_abi import is_kernel, is_target_kernel, kernels
 from tessera.regalloc import SPILL_ATTR, RegisterBudgetError
 
 PIPELINE_NOTE_ATTR = "sm90.pipeline_note"
@@ -74,6 +78,12 @@ def without_spilling() -> Iterator[None]:
         _SPILLING.reset(token)
 
 
+def spilling_allowed() -> bool:
+    """Whether the default pipeline's ladder may take its spilling rung here (False inside `without_spilling()`):
+    part of what a compiled kernel depends on, so of its cache key (`tessera.runtime.compiler.kernel_key`)."""
+    return _SPILLING.get()
+
+
 class NoConfigurationFitsError(RegisterBudgetError):
     """No configuration of the default pipeline fits the kernel's registers; the message names each one tried
     and why it failed."""
@@ -81,19 +91,33 @@ class NoConfigurationFitsError(RegisterBudgetError):
 
 def apply_with_fallback(module: ModuleOp, ladder: Sequence[Configuration],
                         run: Callable[[str, ModuleOp], None]) -> None:
-    """Lower `module` in place with the first configuration of `ladder` (`tessera.passes.fallback_ladder()`,
-    largest first) that compiles, `run(spec, module)` applying a pipeline spec (module docstring)."""
+    """Lower `module` in place, each kernel with the first configuration of `ladder`
+    (`tessera.passes.fallback_ladder()`, largest first) that compiles it, `run(spec, module)` applying a
+    pipeline spec (module docstring)."""
+    names = [fn.sym_name.data for fn in kernels(module)]
+    if len(names) > 1:  # one kernel's refusal of a configuration says nothing of its siblings
+        parts = [_alone(module, name) for name in names]
+        for part in parts:
+            apply_with_fallback(part, ladder, run)
+        _take_parts(module, parts)
+        return
     first, *rest = ladder
     trial = module.clone()
     try:
         run(first.pipeline, trial)
     except RegisterBudgetError as error:
-        failures = [(first, error)]
+        _lower_down(module, first, error, rest, run)
     else:
         _take_body(module, trial)
-        return
+
+
+def _lower_down(module: ModuleOp, first: Configuration, refusal: RegisterBudgetError,
+                rest: Sequence[Configuration], run: Callable[[str, ModuleOp], None]) -> None:
+    """Lower `module` (one kernel) in place with the first configuration of `rest` that compiles it, `first`
+    having refused it with `refusal`; NoConfigurationFitsError naming each configuration when none does."""
+    failures = [(first, refusal)]
     for configuration in rest:
-        if configuration.spills and not _SPILLING.get():
+        if configuration.spills and not spilling_allowed():
             continue
         trial = module.clone()
         with warnings.catch_warnings(record=True) as caught:  # a refused configuration's warnings are moot
@@ -114,6 +138,28 @@ def apply_with_fallback(module: ModuleOp, ladder: Sequence[Configuration],
                                            f"no configuration of the default pipeline fits, tried:\n{listing}"))
 
 
+def _alone(module: ModuleOp, name: str) -> ModuleOp:
+    """A copy of `module` without its kernels other than @`name` (every op that is no kernel is kept)."""
+    part = module.clone()
+    for op in list(part.body.block.ops):
+        if is_kernel(op) and op.sym_name.data != name:
+            op.detach()
+            op.erase()
+    return part
+
+
+def _take_parts(module: ModuleOp, parts: Sequence[ModuleOp]) -> None:
+    """Replace the ops of `module` with its kernels lowered one by one (`parts`, in the kernels' order, each from
+    `_alone`): each part's kernels, and the ops that are no kernel once, from the first part."""
+    lowered = ModuleOp([])
+    for i, part in enumerate(parts):
+        for op in list(part.body.block.ops):
+            if i == 0 or is_target_kernel(op) or is_kernel(op):
+                op.detach()
+                lowered.body.block.add_op(op)
+    _take_body(module, lowered)
+
+
 def _reason(error: Exception) -> str:
     """The message of a refusal without the `file:line:col: kernel @name:` prefix (the listing is located at
     the kernel already)."""
@@ -132,7 +178,7 @@ def _note(module: ModuleOp, configuration: Configuration, failures: list) -> Non
                 spilled = fn.attributes[SPILL_ATTR].value.data if SPILL_ATTR in fn.attributes else 0
                 needed = fn.attributes["sm90.registers"].data["peak"].value.data
                 spills = (f"{spilled} past the 255 a thread can hold left to ptxas, which spills them to local "
-                          "memory" if spilled else "none past 255 (the module's kernels share one configuration)")
+                          "memory" if spilled else "none past 255")
                 note = (f"compiled {configuration.name}: {needed} registers per thread needed, {spills} (no "
                         f"configuration fits without spilling: {refused})")
             else:

@@ -508,7 +508,15 @@ def print_st_shared(p: KernelPrinter, op: sm90.StSharedOp) -> None:
 
 @handles(sm90.LdSharedOp)
 def print_ld_shared(p: KernelPrinter, op: sm90.LdSharedOp) -> None:
-    elementwise(p, op.result, [op.addresses], lambda d, s: [f"ld.shared.b32 {d}, [{s[0]}]"])
+    """One `ld.shared.b32 d, [address+column]` per register (`column_bytes` as the immediate)."""
+    n = lanes(op.result.type)
+    (addresses,) = element_lists(p, [op.addresses], n)
+    columns = [0] * n if op.column_bytes is None else list(op.column_bytes.get_values())
+
+    def load(address: str, column: int):
+        return lambda d: [f"ld.shared.b32 {d}, [{address}{f'+{column}' if column else ''}]"]
+    cls = p.cls(op.result)
+    p.run([Job(d, cls, (a,), load(a, c)) for d, a, c in zip(p.define(op.result), addresses, columns)])
 
 
 # endregion

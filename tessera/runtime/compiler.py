@@ -102,8 +102,19 @@ def ptxas_version() -> str:
     return str(tool_version(path)) if path else "none"
 
 
+def lowering(config: KernelConfig) -> dict:
+    """Everything the compiled kernel of `config` depends on but the Tessera and ptxas versions: the
+    configuration (builder, options, pipeline, arch) and whether the default pipeline's fallback may take its
+    spilling rung (not inside `tessera.lowering.fallback.without_spilling()`, where a kernel that needs it is
+    refused instead: a spilling kernel compiled outside must not be found there)."""
+    from tessera.lowering.fallback import spilling_allowed
+
+    return {**config.as_dict(), "spilling": spilling_allowed()}
+
+
 def kernel_key(config: KernelConfig) -> str:
-    return cache_key(config.as_dict(), tessera_version(), ptxas_version())
+    """The cache key of `config`'s kernel, compiled here: `lowering(config)` and the two versions."""
+    return cache_key(lowering(config), tessera_version(), ptxas_version())
 
 
 _COMPILED: dict[str, CompiledKernel] = {}
@@ -123,7 +134,7 @@ def compile_kernel(config: KernelConfig, cache: KernelCache | None = None) -> Co
                  HOST_FILE: _host_json(kernel.host).encode()}
         if kernel.cubin is not None:
             files[CUBIN_FILE] = kernel.cubin
-        components = {"config": config.as_dict(), "tessera": tessera_version(), "ptxas": kernel.ptxas}
+        components = {"config": lowering(config), "tessera": tessera_version(), "ptxas": kernel.ptxas}
         cache.store(key, files, components)
     _COMPILED[key] = kernel
     return kernel

@@ -388,6 +388,10 @@ class Sm90Functions(InterpreterFunctions):
     @impl(sm90.LdSharedOp)
     def run_ld_shared(self, interpreter: Interpreter, op: sm90.LdSharedOp, args: PythonValues):
         (addresses,) = args
+        if op.column_bytes is not None:  # register i reads addresses[i] + column_bytes[i] (a scalar: the same base)
+            columns = np.asarray(op.column_bytes.get_values(), np.int64)
+            addresses = np.asarray(addresses, np.int64).reshape(-1, 1) + columns if np.ndim(addresses) == 1 \
+                else np.asarray(addresses, np.int64) + columns
         flat_addresses, threads = self._rows(addresses)
         words = np.zeros(addresses.shape, np.uint32)
         words[self._threads()] = self.cta.smem.load_words(op, threads, flat_addresses.astype(np.int64)).reshape(

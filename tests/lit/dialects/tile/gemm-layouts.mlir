@@ -1,5 +1,6 @@
 // GEMM's Tile IR pieces: tile.mma with transpose_a and transpose_b (dialects/tile_compute.py),
-// tile.load_broadcast (dialects/tile_memory.py), their round trip and each verifier rule's message.
+// tile.load_broadcast (dialects/tile_memory.py; from a global window, or from a one-row shared tile as the
+// backward reads LSE2 and dPsum), their round trip and each verifier rule's message.
 // RUN: tessera-opt %s --split-input-file --verify-diagnostics | filecheck %s
 
 %a = "test.op"() : () -> !tile.tile<64x128xbf16, shared, swizzle 128>
@@ -10,6 +11,18 @@
 %r = tile.load_broadcast %bias : !tile.tile<128xf32, global> -> !tile.tile<128x128xf32, register>
 // CHECK: %d = tile.mma %a, %b, %acc transpose_a transpose_b : !tile.tile<64x128xbf16, shared, swizzle 128>, !tile.tile<128x64xbf16, shared, swizzle 128>, !tile.tile<128x128xf32, register>
 // CHECK-NEXT: %r = tile.load_broadcast %bias : !tile.tile<128xf32, global> -> !tile.tile<128x128xf32, register>
+
+// -----
+
+%row = "test.op"() : () -> !tile.tile<1x64xf32, shared>
+%r = tile.load_broadcast %row : !tile.tile<1x64xf32, shared> -> !tile.tile<128x64xf32, register>
+// CHECK: %r = tile.load_broadcast %row : !tile.tile<1x64xf32, shared> -> !tile.tile<128x64xf32, register>
+
+// -----
+
+%rows = "test.op"() : () -> !tile.tile<2x64xf32, shared>
+// CHECK: 'tile.load_broadcast' op a shared source must be a one-row tile [1, N], got [2, 64]
+%r = tile.load_broadcast %rows : !tile.tile<2x64xf32, shared> -> !tile.tile<128x64xf32, register>
 
 // -----
 
