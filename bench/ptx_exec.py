@@ -18,10 +18,11 @@ process spins on another core (bench/busy_neighbour.py).
                              [--races-cost]
 
 times the whole grid of the warp-specialized flash kernel (seq_q / 128 CTAs, parse excluded, CPU time of this
-process) against NumPy fp32 attention on one core, and prints the ratio; with --baseline, the same row for
-another checkout of Tessera (e.g. main before a change), run in a subprocess of this run, so that before and
-after are measured together (the checkout goes first on PYTHONPATH: its tessera/ package, the executor, is
-what is timed; dialects/ and passes/ resolve through the installed editable mapping); with --races-cost, the
+process) against NumPy fp32 attention on one core, and prints the ratio; with --baseline, a table of another
+checkout of Tessera (e.g. main before a change) and this one, timed in alternating rounds (--repeats of them;
+the baseline in a subprocess of this run) with NumPy between them, every ratio against the same NumPy time, so
+that before and after are measured together (the checkout goes first on PYTHONPATH: its tessera/ package, the
+executor, is what is timed; dialects/ and passes/ resolve through the installed editable mapping); with --races-cost, the
 same grid again with `races=False`, and the cost of the race checks as the ratio of the two; with
 --lanes-per-batch N [N ...], the same grid with CTAs vectorised together up to N threads a batch (the
 launcher's LANES_PER_BATCH), one row each.
@@ -116,27 +117,10 @@ def library_rows(args) -> None:
         print("no library kernel is built (tests/ptx_library/build.py)")
 
 
-def grid_row(args, races: bool = True) -> tuple[float, float]:
-    """(CPU seconds of the whole flash grid in the PTX executor, their ratio to NumPy fp32's on one BLAS
-    thread); prints the row. `races=False` times the executor without the happens-before race checks."""
-    module = tessera.kernels.flash_attention(head_dim=args.head_dim, causal=args.causal, dtype="bf16")
-    sig = tessera.find_kernel(module)
-    lowered = module.clone()
-    apply_pipeline(lowered, DEFAULT_PIPELINE)
-    from tessera.interpreters.ptx.parse import parse_ptx
-
-    parsed = parse_ptx(print_ptx(lowered, registers=allocated_registers))
-    host = describe(lowered)[0]
+def numpy_grid_seconds(args) -> float:
+    """The best CPU seconds of NumPy fp32 attention (one BLAS thread) on the grid's problem, of 30 runs."""
     rng = np.random.default_rng(0)
-    inputs = [rng.standard_normal((1, 1, n, args.head_dim)) for n in (args.seq_q, args.seq_k, args.seq_k)]
-    best = None
-    for _ in range(args.repeats):
-        arrays, sizes = prepare_arguments(sig, inputs)
-        start = time.process_time()
-        launch_described(parsed, host, arrays, sizes, races=races)
-        elapsed = time.process_time() - start
-        best = elapsed if best is None else min(best, elapsed)
-    q, k, v = (x[0, 0].astype(np.float32) for x in inputs)
+    q, k, v = (rng.standard_normal((n, args.head_dim)).astype(np.float32) for n in (args.seq_q, args.seq_k, args.seq_k))
 
     def numpy_attention():
         s = q @ k.T / np.float32(np.sqrt(args.head_dim))
@@ -149,10 +133,75 @@ def grid_row(args, races: bool = True) -> tuple[float, float]:
             start = time.process_time()
             numpy_attention()
             times.append(time.process_time() - start)
-    ratio = best / min(times)
+    return min(times)
+
+
+def executor_grid_seconds(args, races: bool = True, warm: bool = False) -> float:
+    """The best CPU seconds of the whole flash grid in the PTX executor (parse excluded), of `args.repeats`
+    launches; `warm`: after one untimed launch (the decoded program is then kept: decode excluded)."""
+    module = tessera.kernels.flash_attention(head_dim=args.head_dim, causal=args.causal, dtype="bf16")
+    sig = tessera.find_kernel(module)
+    lowered = module.clone()
+    apply_pipeline(lowered, DEFAULT_PIPELINE)
+    from tessera.interpreters.ptx.parse import parse_ptx
+
+    parsed = parse_ptx(print_ptx(lowered, registers=allocated_registers))
+    host = describe(lowered)[0]
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal((1, 1, n, args.head_dim)) for n in (args.seq_q, args.seq_k, args.seq_k)]
+    best = None
+    if warm:
+        launch_described(parsed, host, *prepare_arguments(sig, inputs), races=races)
+    for _ in range(args.repeats):
+        arrays, sizes = prepare_arguments(sig, inputs)
+        start = time.process_time()
+        launch_described(parsed, host, arrays, sizes, races=races)
+        elapsed = time.process_time() - start
+        best = elapsed if best is None else min(best, elapsed)
+    return best
+
+
+def grid_row(args, races: bool = True) -> tuple[float, float]:
+    """(CPU seconds of the whole flash grid in the PTX executor, their ratio to NumPy fp32's on one BLAS
+    thread); prints the row. `races=False` times the executor without the happens-before race checks."""
+    best = executor_grid_seconds(args, races)
+    numpy_seconds = numpy_grid_seconds(args)
+    ratio = best / numpy_seconds
     print(f"flash d{args.head_dim}, grid of {args.seq_q // 128} CTAs (seq_q {args.seq_q}, seq_k {args.seq_k}): PTX "
-          f"executor {best:.2f} s{'' if races else ' (races=False)'}, NumPy fp32 {min(times):.4f} s: {ratio:.0f}x")
+          f"executor {best:.2f} s{'' if races else ' (races=False)'}, NumPy fp32 {numpy_seconds:.4f} s: {ratio:.0f}x")
     return best, ratio
+
+
+def baseline_rows(args) -> None:
+    """The grid in the `--baseline` checkout and in this one, alternating (`--repeats` rounds, the baseline in a
+    subprocess each round; each side's launch timed after an untimed one), and NumPy fp32 between them: one table, every ratio against the same NumPy time
+    (the best of all its runs), so that before and after are measured together on a loaded machine."""
+    import os
+    import subprocess
+    import sys
+
+    command = [sys.executable, __file__, "--grid", "--executor-seconds", "--seq-q", str(args.seq_q), "--seq-k",
+               str(args.seq_k), "--head-dim", str(args.head_dim), "--repeats", "1"]
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join([args.baseline, os.environ.get("PYTHONPATH", "")]))
+    rounds, repeats = args.repeats, args.repeats
+    baseline, this, numpy_seconds = [], [], []
+    args.repeats = 1
+    for _ in range(rounds):  # each side after one untimed launch: decode excluded from both
+        out = subprocess.run(command, env=environment, cwd=args.baseline, capture_output=True, text=True, check=True)
+        baseline.append(float(out.stdout.split()[-1]))
+        numpy_seconds.append(numpy_grid_seconds(args))
+        this.append(executor_grid_seconds(args, warm=True))
+    args.repeats = repeats
+    fastest = min(numpy_seconds)
+    print(f"flash d{args.head_dim}, grid of {args.seq_q // 128} CTAs (seq_q {args.seq_q}, seq_k {args.seq_k}), "
+          f"{rounds} alternating rounds, CPU seconds (best, median); NumPy fp32 {fastest:.4f} s (best; median "
+          f"{np.median(numpy_seconds):.4f} s)")
+    print("| checkout | executor CPU s (best, median) | against NumPy fp32's best |")
+    print("|---|---|---|")
+    for name, times in ((f"baseline {args.baseline}", baseline), ("this checkout", this)):
+        print(f"| {name} | {min(times):.3f}, {np.median(times):.3f} | {min(times) / fastest:.0f}x |")
+    print(f"this checkout / baseline: {min(this) / min(baseline):.2f} (best), {np.median(this) / np.median(baseline):.2f} "
+          "(median)")
 
 
 def main() -> None:
@@ -170,6 +219,7 @@ def main() -> None:
     parser.add_argument("--seq-q", type=int, default=512, help="with --grid: query rows (128 per CTA)")
     parser.add_argument("--baseline", help="with --grid: a checkout of Tessera to time in the same run")
     parser.add_argument("--races-cost", action="store_true", help="with --grid: also time races=False, same run")
+    parser.add_argument("--executor-seconds", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--lanes-per-batch", type=int, nargs="+",
                         help="with --grid: time the grid again with CTAs batched up to each of these thread counts")
     args = parser.parse_args()
@@ -183,18 +233,13 @@ def main() -> None:
             grid_row(args)
         launcher.LANES_PER_BATCH = default
         return
+    if args.grid and args.executor_seconds:  # the baseline's side of --baseline
+        print(f"{executor_grid_seconds(args, warm=True):.6f}")
+        return
     if args.grid:
         if args.baseline:
-            import os
-            import subprocess
-            import sys
-
-            command = [sys.executable, __file__, "--grid", "--seq-q", str(args.seq_q), "--seq-k", str(args.seq_k),
-                       "--head-dim", str(args.head_dim), "--repeats", str(args.repeats)]
-            environment = dict(os.environ, PYTHONPATH=os.pathsep.join([args.baseline, os.environ.get("PYTHONPATH", "")]))
-            print(f"baseline {args.baseline}:", flush=True)
-            subprocess.run(command, env=environment, check=False, cwd=args.baseline)
-            print("this checkout:", flush=True)
+            baseline_rows(args)
+            return
         with_races, _ = grid_row(args)
         if args.races_cost:
             without, _ = grid_row(args, races=False)

@@ -848,6 +848,21 @@ def test_wgmma_integer_wraps_or_saturates(satfinite):
     np.testing.assert_array_equal(d.view(np.int32), expected.astype(np.uint32).view(np.int32))
 
 
+@pytest.mark.parametrize("registers_a", [False, True])
+def test_wgmma_accumulators_named_in_another_order_by_a_second_wgmma(registers_a):
+    """Accumulator registers are kept as one block per vector (one gather per wgmma) only where no other wgmma
+    names them differently: a second wgmma naming the same registers in another order ({%r4, %r3, %r6, %r5}:
+    the columns of each pair swapped) reads and writes each register in its own role."""
+    rng = np.random.default_rng(3)
+    a, b = random_multiplicand("s8", (64, 32), rng), random_multiplicand("u8", (8, 32), rng)
+    wgmma = "wgmma.mma_async.sync.aligned.m64n8k32.s32.s8.u8 {}, {{a}}, {{b}}, 1"
+    d = run_wgmma(";\n".join([wgmma.format("{d}"), "wgmma.commit_group.sync.aligned",
+                              "wgmma.wait_group.sync.aligned 0", "wgmma.fence.sync.aligned",
+                              wgmma.format("{{%r4, %r3, %r6, %r5}}")]), a, b, init=5, registers_a=registers_a)
+    product = a.astype(np.int64) @ b.astype(np.int64).T
+    np.testing.assert_array_equal(d.view(np.int32), 5 + product + product[:, np.arange(8) ^ 1])
+
+
 @pytest.mark.parametrize("line,message", [
     ("wgmma.mma_async.sync.aligned.m64n8k256.s32.b1.b1.and.popc {d}, {a}, {b}, 1", r"single-bit wgmma \(.b1"),
     ("wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.bf16 {d}, {a}, {b}, 1, 1, 1, 0, 0", "types must match"),

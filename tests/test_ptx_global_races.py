@@ -343,7 +343,7 @@ def test_generic_global_stores_read_by_a_tma_load_need_a_proxy_fence(fence, repo
 
 # Thread 0 loads `src` with a TMA load; every thread then overwrites its two words of it (BEFORE the wait on the
 # load's mbarrier, or AFTER it): the load reads global memory until its complete-tx.
-_TMA_THEN_STORE = _HEADER + """.visible .entry tma_then_store(.param .u64 src, .param .align 64 .b8 tmap[128])
+_TMA_THEN_STORE = PTX_HEADER + """.visible .entry tma_then_store(.param .u64 src, .param .align 64 .b8 tmap[128])
 {
     .reg .b32 %r<4>;
     .reg .b64 %rd<4>;

@@ -225,25 +225,41 @@ def _hb():
     return HappensBefore(2, 2, 16, hazard, lambda flat: f"byte {flat}", lambda lane: f"thread {lane}")
 
 
+@pytest.mark.parametrize("per_group,as_range", [(False, False), (True, False), (True, True)],
+                         ids=["per-byte", "per-group", "per-group-range"])
 @pytest.mark.parametrize("release_after_wait", [True, False])
-def test_a_slot_is_free_only_after_the_wait_group_that_ends_the_read(release_after_wait):
+def test_a_slot_is_free_only_after_the_wait_group_that_ends_the_read(release_after_wait, per_group, as_range):
+    """The wait that ends the read, recorded per byte (`reads_completed`) or, as a wgmma.wait_group is, per
+    wgmma group with the last group that read each byte (`wgmma_groups_completed`, `wgmma_reads`); the copy's
+    bytes given one by one or as the range they fill (a swizzled TMA box), reported at the same byte."""
     hb, slot, consumer, producer = _hb(), np.arange(8), np.array([0]), np.array([1])
     key = (0, 0x100)
+
+    def wait_ends_the_read():
+        if per_group:
+            hb.wgmma_reads = np.zeros((1, 16), np.int32)
+            hb.wgmma_reads[0, slot] = 3  # read last by wgmma group 2 of the CTA's one warpgroup
+            hb.wgmma_groups_completed(0, 1, 2, consumer, _Inst())
+        else:
+            hb.reads_completed(slot, consumer, _Inst(), 0)
+
     if release_after_wait:
-        hb.reads_completed(slot, consumer, _Inst(), 0)
+        wait_ends_the_read()
         hb.arrive(_Inst(), key, consumer)
     else:  # the arrive releases the slot, then the wait_group ends the wgmma's read
         hb.arrive(_Inst(), key, consumer)
-        hb.reads_completed(slot, consumer, _Inst(), 0)
+        wait_ends_the_read()
     hb.phase_completed(key)
     hb.waited(_Inst(), key, producer)
+    written = slot[::-1] if as_range else slot  # a range's bytes come in any order (a swizzle)
+    span = slice(0, 8) if as_range else None
     if release_after_wait:
-        hb.async_write(_Inst(), producer, slot, "the TMA load")
+        hb.async_write(_Inst(), producer, written, "the TMA load", span)
     else:
-        with pytest.raises(PtxHazardError, match=r"the TMA load overwrites byte 0, which a wgmma of warpgroup 0 read "
-                                                 r"until its wgmma.wait_group at line 7, .*\(race: the slot was "
-                                                 r"released before the wgmma reading it completed\) \(thread 1\)"):
-            hb.async_write(_Inst(), producer, slot, "the TMA load")
+        with pytest.raises(PtxHazardError, match=rf"the TMA load overwrites byte {written[0]}, which a wgmma of "
+                                                 r"warpgroup 0 read until its wgmma.wait_group at line 7, .*\(race: the "
+                                                 r"slot was released before the wgmma reading it completed\) \(thread 1\)"):
+            hb.async_write(_Inst(), producer, written, "the TMA load", span)
 
 
 # the adversarial schedule: random interleavings, replayed by a seed

@@ -76,6 +76,7 @@ class Copy:
     nbytes: int
     key: tuple[int, int] | None
     acquired: tuple[int, int] | None = None
+    span: slice | None = None  # the range `index` fills, when it fills one (see `AsyncTracker.stage`)
 
 
 def _registers(inst) -> set[str]:
@@ -164,8 +165,6 @@ class AsyncTracker:
         self.shaped: dict[str, tuple[np.ndarray, object, str]] = {}
         self.ever_fenced = np.zeros(m.lanes, bool)  # lanes that have issued a wgmma.fence [memory_model.WGMMA_FENCE]
         self.read_inst: dict[tuple[int, int], object] = {}
-        # (warpgroup, group) -> the shared bytes its wgmmas read: what a wait_group completes, without a scan
-        self.read_flats: dict[tuple[int, int], list[np.ndarray]] = {}
         if self.wg_read is not None:
             self.wg_read[:] = 0
         self.bulk_open = np.zeros(m.lanes, np.int64)
@@ -258,12 +257,17 @@ class AsyncTracker:
 
     # endregion
     # region asynchronous copies into shared memory
-    def check_writable(self, inst, lanes, flat: np.ndarray, what: str, acquired: int | None = None) -> None:
+    def check_writable(self, inst, lanes, flat: np.ndarray, what: str, acquired: int | None = None,
+                       span: slice | None = None) -> None:
         """Refuse `what` (by `lanes`, one per byte or one for all) writing the bytes `flat` while an
         asynchronous copy still writes them, a pending wgmma may still read them, or a bulk store still
-        reads them."""
+        reads them. `span`: the range `flat` fills, when it fills one (the records are then read as a range,
+        and a finding is located byte by byte)."""
+        # a range with nothing in flight and no pending wgmma reading it is decided without a gather
+        clear = span is not None and not (self.tagged and (self.state[span] == FLIGHT).any()) \
+            and not (self.reading and self._read_by_wgmma(span))
         lanes = np.broadcast_to(np.asarray(lanes), flat.shape)
-        if self.tagged:
+        if self.tagged and not clear:
             flying = self.state[flat] == FLIGHT
             if flying.any():
                 i = int(np.argmax(flying))
@@ -271,7 +275,7 @@ class AsyncTracker:
                 raise self.hazard(inst, f"{what} writes {self.where(flat[i])} while {self.describe_copy(copy)} "
                                         "into it is still in flight (write-after-write race with an asynchronous "
                                         "copy)", lanes[i])
-        if self.reading:
+        if self.reading and not clear:
             self._check_not_read_by_wgmma(inst, lanes, flat, what, acquired)
         if self.bulk_reads:
             for lane, group, index, store in self.bulk_reads:
@@ -282,9 +286,10 @@ class AsyncTracker:
                                             f"{store.line} ({self.m.describe_lane(lane)}) may still read it (no "
                                             "cp.async.bulk.wait_group.read covers its bulk group)", lanes[i])
 
-    def stage(self, index: np.ndarray, data: np.ndarray) -> None:
-        """A TMA/bulk load's bytes for the copy `issue` is about to record (called by the copy)."""
-        self.staged.append((index, data))
+    def stage(self, index: np.ndarray, data: np.ndarray, span: slice | None = None) -> None:
+        """A TMA/bulk load's bytes for the copy `issue` is about to record (called by the copy); `span`: the
+        range `index` fills, when it fills one (a swizzled box), so that its records are kept as a range."""
+        self.staged.append((index, data, span))
 
     def issue(self, inst, lane: int, address: int, nbytes: int, kind: str) -> None:
         """The staged bytes of `lane` are one copy completing `nbytes` of transaction on the mbarrier at
@@ -296,23 +301,28 @@ class AsyncTracker:
         state = _state(m, inst, lane, address)
         if key[0] != int(m.lane_cta[lane]):
             m.cluster_state.remote_mbarrier(inst, lane, key, state.phase)
-        index = np.concatenate([i for i, _ in self.staged]) if self.staged else np.zeros(0, np.int64)
-        data = np.concatenate([d for _, d in self.staged]) if self.staged else np.zeros(0, np.uint8)
+        if len(self.staged) == 1:
+            index, data, span = self.staged[0]
+        else:
+            index = np.concatenate([i for i, _, _ in self.staged]) if self.staged else np.zeros(0, np.int64)
+            data = np.concatenate([d for _, d, _ in self.staged]) if self.staged else np.zeros(0, np.uint8)
+            span = None
         self.staged = []
         acquired = None if self.last_wait[lane] < 0 else int(self.last_wait[lane])
-        self.check_writable(inst, lane, index, f"the {kind}", acquired)
+        self.check_writable(inst, lane, index, f"the {kind}", acquired, span)
         known = None
         if len(index) and key[0] != int(m.lane_cta[lane]):  # into a peer's shared memory: its threads' frame
             known = self.hb.peer_known(lane, grid_rank(m, key[0]))
-        self.hb.async_write(inst, np.array([lane]), index, f"the {kind}", known)
-        copy = Copy(kind, inst, lane, index, data, nbytes, key, acquired)
+        self.hb.async_write(inst, np.array([lane]), index, f"the {kind}", span, known)
+        copy = Copy(kind, inst, lane, index, data, nbytes, key, acquired, span)
         ident = len(self.copies)
         self.copies[ident] = copy
         self.in_flight.setdefault(key, []).append(copy)
         self.tagged = True
-        self.state[index] = FLIGHT
-        self.tag[index] = ident
-        self.hb.async_written(index)
+        where = index if span is None else span
+        self.state[where] = FLIGHT
+        self.tag[where] = ident
+        self.hb.async_written(where)
         if state.pending == 0:
             self.wake(key)
 
@@ -352,9 +362,10 @@ class AsyncTracker:
                                              "the copies deliver", copy.lane)
             phase = state.phase
             m.shared[copy.index] = copy.data
-            self.state[copy.index] = LANDED
-            self.tag[copy.index] = b
-            self.phase[copy.index] = phase
+            where = copy.index if copy.span is None else copy.span
+            self.state[where] = LANDED
+            self.tag[where] = b
+            self.phase[where] = phase
             copy.data = None
             try:
                 state.complete_tx(copy.nbytes)
@@ -487,9 +498,16 @@ class AsyncTracker:
                 f"{self.barrier_name(copy.acquired)} at line {line}, before this read (a release before the "
                 "consumer's last read)")
 
-    def async_read(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str) -> None:
+    def async_read(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str, span: slice | None = None) -> None:
         """The async proxy reads `flat` for `lanes` (a warpgroup's wgmma, or one thread's bulk store): every
-        one of them must have observed TMA data, and generic stores must have been fenced."""
+        one of them must have observed TMA data, and generic stores must have been fenced. `span`: the range
+        `flat` fills, when it fills one (read as a range; a finding is then located byte by byte)."""
+        if span is not None:
+            state = self.state[span]
+            if state.any() and not self._observed_all(lanes, span, state):
+                self.async_read(inst, lanes, flat, what)  # raises, naming the byte
+            self.hb.async_read(inst, lanes, flat, what, span)
+            return
         state = self.state[flat]
         if state.any() and not self._observed_all(lanes, flat, state):
             flying = state == FLIGHT
@@ -513,7 +531,7 @@ class AsyncTracker:
                                             "that phase, or a wait on the wrong parity)", reader)
         self.hb.async_read(inst, lanes, flat, what)
 
-    def _observed_all(self, lanes: np.ndarray, flat: np.ndarray, state: np.ndarray) -> bool:
+    def _observed_all(self, lanes: np.ndarray, flat: np.ndarray | slice, state: np.ndarray) -> bool:
         """The common case of an async-proxy read, decided without a walk per byte: every byte landed from
         copies on one mbarrier, and every reader has observed the latest phase they count towards."""
         if state.min() != LANDED or state.max() != LANDED:
@@ -533,21 +551,29 @@ class AsyncTracker:
 
     # endregion
     # region wgmma
-    def wgmma_reads(self, inst, lanes: np.ndarray, flat: np.ndarray, operand: str) -> None:
+    def wgmma_reads(self, inst, lanes: np.ndarray, flat: np.ndarray, operand: str, span: slice | None = None) -> None:
         """The warpgroups of `lanes` (whole warpgroups of one CTA, in order) each read their wgmma operand at
         `flat` (checked once as an async-proxy read of them all); the bytes stay read until a wgmma.wait_group
-        covers each warpgroup's group."""
-        self.async_read(inst, lanes, flat, f"wgmma operand {operand}")
+        covers each warpgroup's group. `span`: the range `flat` fills, when it fills one (a swizzled tile: its
+        records are written and later completed as one range)."""
+        self.async_read(inst, lanes, flat, f"wgmma operand {operand}", span)
+        if span is not None:
+            flat = span
         if self.wg_read is None:
-            self.wg_read = np.zeros((self.groups_per_cta, len(self.state)), np.int32)
+            self.wg_read = self.hb.wgmma_reads = np.zeros((self.groups_per_cta, len(self.state)), np.int32)
         unit = self.m.unit_of[facts.WARPGROUP_SIZE]
         for start in range(0, len(lanes), facts.WARPGROUP_SIZE):  # each warpgroup reading it (whole warpgroups)
             w = int(unit[lanes[start]])
             group = int(self.wg_open[w])
             self.wg_read[w % self.groups_per_cta, flat] = group + 1
             self.read_inst.setdefault((w, group), inst)
-            self.read_flats.setdefault((w, group), []).append(flat)
         self.reading = True
+
+    def _read_by_wgmma(self, span: slice) -> bool:
+        """Whether a wgmma whose group no wait_group has covered yet may read a byte of `span` (one CTA's)."""
+        cta = span.start // max(self.m.shared_bytes, 1)
+        w = cta * self.groups_per_cta + np.arange(self.groups_per_cta)
+        return bool((self.wg_read[:, span].astype(np.int64) - 1 > self.wg_done[w][:, None]).any())
 
     def _check_not_read_by_wgmma(self, inst, lanes, flat: np.ndarray, what: str, acquired: int | None) -> None:
         cta = flat // max(self.m.shared_bytes, 1)
@@ -610,15 +636,10 @@ class AsyncTracker:
         for w, old, new in zip(ws.tolist(), before.tolist(), self.wg_done[ws].tolist()):
             if new <= old:
                 continue
-            flats = [f for g in range(old + 1, new + 1) for f in self.read_flats.pop((w, g), ())]
-            if flats and self.wg_read is not None and self.hb.races:
-                # the shared bytes the completed groups read last: read until now (happens_before)
-                local = w % self.groups_per_cta
-                read = np.concatenate(flats)
-                groups = self.wg_read[local, read].astype(np.int64) - 1
-                done = read[(groups > old) & (groups <= new)]
-                if len(done):
-                    self.hb.reads_completed(done, lanes[unit[lanes] == w], inst, local)
+            if self.wg_read is not None and self.hb.races:
+                # the shared bytes these groups read last are read until now (happens_before): recorded per
+                # group, never per byte
+                self.hb.wgmma_groups_completed(w, old + 1, new, lanes[unit[lanes] == w], inst)
         if self.pending:
             least = np.full(self.warpgroups, np.iinfo(np.int64).max, np.int64)
             np.minimum.at(least, unit, self.lane_done)  # a register stays pending until every thread waited
@@ -629,8 +650,9 @@ class AsyncTracker:
             self.pending = {name: e for name, e in self.pending.items() if live[id(e[0])]}
         self.reading = bool((self.wg_issued > self.wg_done).any())
 
-    def touch(self, inst, lanes: np.ndarray, names) -> None:
-        """`lanes` accessed the wgmma registers `names` outside a wgmma: a wgmma.fence must follow."""
+    def touch(self, inst, lanes: np.ndarray | slice, names) -> None:
+        """`lanes` (an index or a slice of every lane) accessed the wgmma registers `names` outside a wgmma: a
+        wgmma.fence must follow."""
         self.dirty[lanes] = True
         for name in names:
             entry = self.touched.get(name)
@@ -727,9 +749,10 @@ class AsyncTracker:
 
     # endregion
     # region bulk stores
-    def bulk_store_reads(self, inst, lane: int, flat: np.ndarray, what: str) -> None:
-        """A bulk/TMA store of `lane` reads `flat` until its bulk group is waited for (`.read`)."""
-        self.async_read(inst, np.array([lane]), flat, what)
+    def bulk_store_reads(self, inst, lane: int, flat: np.ndarray, what: str, span: slice | None = None) -> None:
+        """A bulk/TMA store of `lane` reads `flat` (filling `span`, when it fills a range) until its bulk group
+        is waited for (`.read`)."""
+        self.async_read(inst, np.array([lane]), flat, what, span)
         self.bulk_reads.append((lane, int(self.bulk_open[lane]), flat, inst))
 
     def bulk_commit(self, lanes: np.ndarray) -> None:
@@ -839,7 +862,7 @@ def install(m: Machine, steps: list[Step]) -> list[Step]:
             def before(sel, inst=inst, names=names, roles=roles):
                 if tracker.pending:
                     tracker.check_registers(inst, _lanes(m, sel), names, roles)
-                tracker.touch(inst, _lanes(m, sel), names)
+                tracker.touch(inst, sel, names)
         elif names:
             def before(sel, inst=inst, names=names, roles=roles):
                 if tracker.pending:

@@ -67,6 +67,7 @@ class HappensBefore:
     def reset(self) -> None:
         n, s = self.lanes, self.shared
         if not hasattr(self, "clock"):  # allocated once, cleared for each batch
+            self.wgmma_reads: np.ndarray | None = None  # set by asynchrony at the first wgmma read
             self.clock = np.zeros((n, self.threads), np.int32)  # [lane, thread of its CTA]
             # [lane, thread]: shared memory's columns, then global memory's (a proxy fence is limited to the
             # state space it names: fence.proxy.async.shared::cta orders no global bytes) [memory_model.PROXY_FENCE]
@@ -87,8 +88,15 @@ class HappensBefore:
         self.bar_released: dict[tuple[int, int], tuple] = {}  # (barrier, CTA slot) -> its arrivals' releases
         self.inits: dict[tuple[int, int], tuple[int, int, int]] = {}
         self.completions: list[tuple[np.ndarray, np.ndarray, int, int]] = []
+        # [warpgroup of the batch, wgmma group]: 1 + index into `completions` of the wait that completed the
+        # group, 0 while none has; with `wgmma_reads` ([warpgroup of its CTA, byte]: 1 + the last group that read
+        # the byte, kept by `asynchrony`), a byte's completed wgmma read is found without a record per byte
+        self.wgmma_groups = np.zeros((self.lanes // max(self.threads, 1) * self._per_cta(), 8), np.int32)
         # lane -> {CTA rank: [thread] epochs known, then [thread] epochs whose global stores a proxy fence covers}
         self.remote: dict[int, dict[int, np.ndarray]] = {}
+
+    def _per_cta(self) -> int:
+        return -(-self.threads // facts.WARPGROUP_SIZE)
 
     # region synchronisation edges
     @staticmethod
@@ -268,42 +276,92 @@ class HappensBefore:
 
     # endregion
     # region accesses
-    def reads_completed(self, flat: np.ndarray, lanes: np.ndarray, inst, group: int, reader: str = "",
+    def reads_completed(self, flat: np.ndarray | list, lanes: np.ndarray, inst, group: int, reader: str = "",
                         by: str = "the wgmma") -> None:
         """A wait of `lanes` (a wgmma.wait_group of warpgroup `group`, or the issuing thread's
         cp.async.bulk.wait_group covering a bulk store's or reduction's read: `reader` names it, in the row
         `group` the caller keeps for such reads, "... read until its <wait>") completed async-proxy reads of `flat`: a later write of those
-        bytes must happen after this point of one of the lanes, whatever order the executor ran them in."""
+        bytes must happen after this point of one of the lanes, whatever order the executor ran them in. `flat`
+        may be a list of pieces, each an index array or a range (a slice)."""
         reader = reader or f"a wgmma of warpgroup {group} read until its wgmma.wait_group"
         self.completions.append((lanes, self.clock[lanes, lanes % self.threads].copy(), inst.line, reader, by))
         if group >= len(self.r_async):
             self.r_async = np.vstack([self.r_async, np.zeros((group + 1 - len(self.r_async), self.shared), np.int32)])
-        self.r_async[group, flat] = len(self.completions)
+        for piece in flat if isinstance(flat, list) else (flat,):
+            self.r_async[group, piece] = len(self.completions)
 
-    def async_write(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str, known: np.ndarray | None = None
-                    ) -> None:
+    def wgmma_groups_completed(self, w: int, first: int, last: int, lanes: np.ndarray, inst) -> None:
+        """A wgmma.wait_group of `lanes` completed wgmma groups `first`..`last` of warpgroup `w` (of the batch):
+        the shared bytes whose last wgmma read belongs to one of them (`wgmma_reads`) were read until this point
+        of one of the lanes; a later write of them must happen after it (`_after_async_reads`)."""
+        local = w % self._per_cta()
+        self.completions.append((lanes, self.clock[lanes, lanes % self.threads].copy(), inst.line,
+                                 f"a wgmma of warpgroup {local} read until its wgmma.wait_group", "the wgmma"))
+        if last >= self.wgmma_groups.shape[1]:
+            grown = np.zeros((len(self.wgmma_groups), max(2 * self.wgmma_groups.shape[1], last + 1)), np.int32)
+            grown[:, :self.wgmma_groups.shape[1]] = self.wgmma_groups
+            self.wgmma_groups = grown
+        self.wgmma_groups[w, first:last + 1] = len(self.completions)
+
+    def _async_ends(self, index: np.ndarray, span: slice | None) -> np.ndarray:
+        """[reader row, row of `index`, byte]: 1 + the index into `completions` of each completed async read of
+        the bytes (a wgmma's, through its group: one row per warpgroup of the CTA; a bulk store's: `r_async`)."""
+        ends = self.r_async[:, index] if span is None else self.r_async[:, None, span]
+        if self.wgmma_reads is None:
+            return ends
+        last = self.wgmma_reads[:, index] if span is None else self.wgmma_reads[:, None, span]
+        top = int(last.max(initial=0))
+        if not top:
+            return ends
+        # lookup[w, 1 + group]: the completion of the group (0: none, or no read)
+        per_cta, known = self._per_cta(), min(top, self.wgmma_groups.shape[1])
+        lookup = np.zeros((len(self.wgmma_groups), top + 1), np.int32)
+        lookup[:, 1:known + 1] = self.wgmma_groups[:, :known]
+        cta_bytes = max(self.shared // (self.lanes // self.threads), 1)
+        if span is not None:  # one CTA's range: one row of the lookup per warpgroup
+            first = span.start // cta_bytes * per_cta
+            done = np.stack([lookup[first + r][last[r]] for r in range(per_cta)])
+        else:
+            done = lookup[index[None] // cta_bytes * per_cta + np.arange(per_cta)[:, None, None], last]
+        return np.concatenate([done, ends])
+
+    def async_write(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str, span: slice | None = None,
+                    known: np.ndarray | None = None) -> None:
         """A copy issued by `lanes` writes `flat`: each completed async read of those bytes, and the last generic
         read and write of each byte (a producer refilling a slot that threads still read or transpose), must
-        happen before its issue, whatever order the executor ran them in. `known` [threads]: for bytes of another
-        CTA of the cluster (a multicast into a peer), what the issuing thread knows of that CTA's threads
-        (`peer_known`) [memory_model.WRITE_ORDER]."""
+        happen before its issue, whatever order the executor ran them in. `span`: the range `flat` fills, when
+        it fills one: the records are read as a range, and only a range holding some is walked byte by byte.
+        `known` [threads]: for bytes of another CTA of the cluster (a multicast into a peer), what the issuing
+        thread knows of that CTA's threads (`peer_known`) [memory_model.WRITE_ORDER]; every check, on the range
+        path as on the byte path, judges by it."""
         clocks = self.clock[lanes].max(axis=0)[None] if known is None else known[None]
-        self._after_async_reads(inst, lanes[:1], flat[None, :], what, clocks)
+        self._after_async_reads(inst, lanes[:1], flat[None, :], what, clocks, span)
         if self.races and flat.size:
             index = flat[None, :]
             rows = None if known is None else clocks
-            self._check_reads(inst, lanes[:1], index, f"{what} writes", rows)
-            self._check(inst, lanes[:1], index, self.w_lane, self.w_clock, self.w_line, "wrote", f"{what} writes",
-                        rows)
-        self.async_written(flat)
+            if span is None or self.reads.any_in(span):
+                self._check_reads(inst, lanes[:1], index, f"{what} writes", rows)
+            if span is None or self.w_clock[span].any():
+                self._check(inst, lanes[:1], index, self.w_lane, self.w_clock, self.w_line, "wrote", f"{what} writes",
+                            rows)
+        self.async_written(flat if span is None else span)
 
-    def _after_async_reads(self, inst, lanes: np.ndarray, index: np.ndarray, what: str, clocks: np.ndarray) -> None:
+    def _after_async_reads(self, inst, lanes: np.ndarray, index: np.ndarray, what: str, clocks: np.ndarray,
+                           span: slice | None = None) -> None:
         """Each write of `index` [rows, bytes] (row i by `lanes[i]`, whose clock is `clocks[i]`) must happen after
         the wgmma.wait_group that completed every async read of its bytes, of each warpgroup: checked row by row,
-        as one instruction of many threads (a store of two warpgroups at once) is many writes."""
+        as one instruction of many threads (a store of two warpgroups at once) is many writes. `span`: the range
+        the one row of `index` fills, when it fills one (read as a range; a finding is located byte by byte)."""
         if not (self.races and self.completions):
             return  # r_async is all zero: no completed async read recorded
-        ends = self.r_async[:, index]  # [warpgroup, row, byte]
+        if span is not None:
+            for c in self._span_completions(span):
+                readers, epochs = self.completions[c - 1][:2]
+                if not (clocks[0, readers % self.threads] >= epochs).any():
+                    self._after_async_reads(inst, lanes, index, what, clocks)  # raises, naming the byte
+            self._forget_async_reads(span)
+            return
+        ends = self._async_ends(index, span)  # [reader row, row, byte]
         low, high = int(ends.min(initial=0)), int(ends.max(initial=0))
         if not high:
             return
@@ -321,7 +379,32 @@ class HappensBefore:
                                         "and no synchronisation orders that wait before this "
                                         f"write (race: the slot was released before {by} reading it completed)",
                                   int(lanes[r]))
-        self.r_async[:, index.reshape(-1)] = 0
+        self._forget_async_reads(index.reshape(-1))
+
+    def _forget_async_reads(self, where: np.ndarray | slice) -> None:
+        """The bytes `where` were written after their completed async reads: those no longer apply."""
+        self.r_async[:, where] = 0
+        if self.wgmma_reads is not None:  # no wgmma reads them now (`asynchrony` refuses writes before)
+            self.wgmma_reads[:, where] = 0
+
+    def _span_completions(self, span: slice) -> set[int]:
+        """The completed async reads (1 + index into `completions`) of some byte of the range `span` (one CTA's),
+        found row by row: a row whose bytes agree (a slot read by one group, or by none) costs no gather."""
+        found: set[int] = set()
+        for row in self.r_async[:, span]:
+            low, high = int(row.min(initial=0)), int(row.max(initial=0))
+            found.update((low,) if low == high else np.unique(row).tolist())
+        if self.wgmma_reads is not None:
+            per_cta = self._per_cta()
+            first = span.start // max(self.shared // (self.lanes // self.threads), 1) * per_cta
+            width = self.wgmma_groups.shape[1]
+            for r, row in enumerate(self.wgmma_reads[:, span]):
+                low, high = int(row.min(initial=0)), int(row.max(initial=0))
+                for last in (low,) if low == high else np.unique(row).tolist():
+                    if 0 < last <= width:
+                        found.add(int(self.wgmma_groups[first + r, last - 1]))
+        found.discard(0)
+        return found
 
     def async_written(self, flat: np.ndarray) -> None:
         """An asynchronous copy wrote `flat`: the generic records no longer apply."""
@@ -435,13 +518,16 @@ class HappensBefore:
                                     "the two (race: a bar.sync or an mbarrier wait between them is missing)",
                               int(lanes[i]))
 
-    def async_read(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str) -> None:
+    def async_read(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str, span: slice | None = None) -> None:
         """The async proxy reads `flat` for `lanes`: each generic write of those bytes needs a
         fence.proxy.async on a happens-before path into every issuing warp (a path into one of its threads: the
         warp issues the copy or its part of the wgmma as one). A wgmma is issued by the four warps of its
         warpgroup, each `.sync.aligned` across its own warp only, and every warp reads the whole B operand: a
         store by one warp needs a path (a named barrier) into each of the others; the writer's own fence does not
-        order it before another warp's read."""
+        order it before another warp's read. `span`: the range `flat` fills, when it fills one (no generic write
+        in it: nothing to check, decided without a gather)."""
+        if span is not None and not self.w_clock[span].any():
+            return
         epochs = self.w_clock[flat]
         if not epochs.any():
             return

@@ -62,6 +62,10 @@ class ReadClocks:
         if self.shared:
             self.row[index] = 0
 
+    def any_in(self, span: slice) -> bool:
+        """Whether some byte of the range `span` was read since its last write."""
+        return bool(self.clock[span].any() or (self.shared and self.row[span].any()))
+
     # region recording reads
     def record(self, lanes: np.ndarray, index: np.ndarray, epochs: np.ndarray, line: int, clocks: np.ndarray) -> None:
         """`lanes` (epochs: their own clock entries) read `index` [lanes, bytes] at `line`; `clocks` is the

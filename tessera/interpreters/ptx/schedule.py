@@ -199,6 +199,14 @@ DEFAULT_MAX_STEPS = 1_000_000
 batch (three-pass attention at head_dim 128 from its PTX), and an endless loop stops within a minute."""
 
 
+def _units_hit(unit: np.ndarray, lanes: np.ndarray) -> np.ndarray:
+    """Per lane, whether its unit (`unit`: the unit of each lane, ascending) holds one of `lanes` (an index or
+    a mask): a table lookup, no sort."""
+    hit = np.zeros(int(unit[-1]) + 1 if len(unit) else 0, bool)
+    hit[unit[lanes]] = True
+    return hit[unit]
+
+
 class Scheduler:
     """Runs the decoded `steps` of a machine until every lane has exited, or until a batch has taken
     `max_steps` steps (see the module docstring)."""
@@ -328,7 +336,7 @@ class Scheduler:
         all of whose non-exited member lanes are at this pc. Lanes of incomplete units wait (COLL)."""
         m = self.m
         unit = m.unit_of[step.unit]
-        touched = np.isin(unit, np.unique(unit[lanes]))
+        touched = _units_hit(unit, lanes)
         members = touched & (m.status != EXITED)
         at_pc = touched & (m.pc == pc) & ((m.status == RUN) | (m.status == COLL))
         if step.mask is not None and step.unit == 32:
@@ -341,7 +349,7 @@ class Scheduler:
             named = np.zeros(int(unit.max()) + 1, np.uint64)
             np.bitwise_or.at(named, unit[here], masks)
             members &= ((named[unit] >> m.laneid.astype(np.uint64)) & np.uint64(1)).astype(bool)
-        incomplete = np.isin(unit, np.unique(unit[members & ~at_pc]))
+        incomplete = _units_hit(unit, members & ~at_pc)
         m.status[at_pc & incomplete] = COLL
         ready = np.flatnonzero(at_pc & ~incomplete)
         if not len(ready):

@@ -193,6 +193,7 @@ class Machine:
                 raise fail(source, None, f"register {name} has type .{type_name}, which the executor does not know")
             self.registers[name] = np.zeros(self.lanes, t.storage)
             self.register_types[name] = t
+        self.register_blocks = self._block_vectors(entry)
         self.carry = np.zeros(self.lanes, bool)  # CC.CF: PTX's one condition-code bit, per thread
         self.shared_layout = shared
         self.shared_bytes = shared.total_bytes
@@ -227,6 +228,35 @@ class Machine:
         self.global_order = None  # happens-before of global memory (global_order.GlobalOrder), set by the launcher
         self.tracker = None  # the asynchrony checks (asynchrony.AsyncTracker), attached by `asynchrony.install`
         self.preferred: np.ndarray | None = None  # lanes a release woke: they run first (see schedule)
+
+    def _block_vectors(self, entry: Entry) -> dict[tuple[str, ...], np.ndarray]:
+        """Register vectors of wgmma.mma_async (accumulators, A fragments) stored as the columns of one
+        [lanes, registers] array, so that a wgmma gathers and scatters all of a vector's registers of its lanes
+        in one operation (whole rows): `registers[name]` is a column (a strided view) of its vector's block. A vector qualifies when its
+        registers are distinct, of one storage type, and every other such vector naming one of them is the same
+        vector (the chain of wgmmas of one accumulator); others keep their own arrays."""
+        vectors: dict[tuple[str, ...], None] = {}
+        for inst in entry.instructions:
+            if inst.opcode != "wgmma" or "mma_async" not in inst.modifiers:
+                continue
+            for operand in inst.operands[:2]:
+                names = tuple(getattr(e, "name", None) for e in getattr(operand, "elements", ()))
+                if names and None not in names and len(set(names)) == len(names) \
+                        and all(n in self.registers for n in names):
+                    vectors[names] = None
+        owners: dict[str, list[tuple[str, ...]]] = {}
+        for names in vectors:
+            for name in names:
+                owners.setdefault(name, []).append(names)
+        blocks = {}
+        for names in vectors:
+            dtypes = {self.registers[n].dtype for n in names}
+            if len(dtypes) == 1 and all(len(owners[n]) == 1 for n in names):
+                block = np.zeros((self.lanes, len(names)), dtypes.pop())
+                for column, name in enumerate(names):
+                    self.registers[name] = block[:, column]
+                blocks[names] = block
+        return blocks
 
     # region batches and lanes
     def load_batch(self, cta_ids: list[tuple[int, int, int]]) -> None:

@@ -111,7 +111,10 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
     if smem < 0 or smem + size > m.shared_bytes:
         raise m.error(inst, f"the {size}-byte box at shared address {smem:#x} overruns shared memory "
                             f"({m.shared_bytes} bytes)", lane)
-    shared_index = slot * m.shared_bytes + _swizzled(smem, size, facts.tensor_map_swizzle_bytes(spec.swizzle))
+    swizzled, dense = _swizzled(smem, size, facts.tensor_map_swizzle_bytes(spec.swizzle))
+    base = slot * m.shared_bytes
+    shared_index = base + swizzled
+    span = None if dense is None else slice(base + dense[0], base + dense[1])
     global_index = (tmap.address - GLOBAL_BASE + offsets)[:, None] + np.arange(e)
     inside = global_index if valid.all() else global_index[valid]  # the whole box lies in the tensor, mostly
     if load:
@@ -123,9 +126,9 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
             key = sync.mbarrier_key(m, lane, barrier)
             m.global_order.read_until(inst, lane, inside, m.tracker.barrier(key),
                                       sync._state(m, inst, lane, barrier).phase)
-        m.tracker.stage(shared_index, data.reshape(-1))  # lands later (asynchrony)
+        m.tracker.stage(shared_index, data.reshape(-1), span)  # lands later (asynchrony)
     else:
-        m.tracker.bulk_store_reads(inst, lane, shared_index, "the TMA store")
+        m.tracker.bulk_store_reads(inst, lane, shared_index, "the TMA store", span)
         data = m.shared[shared_index].reshape(-1, e)
         m.memory.buffer[inside] = data if inside is global_index else data[valid]
         memory.note_global(m, np.array([lane]), inside.reshape(1, -1), True, inst, ASYNC)
@@ -133,12 +136,12 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
 
 
 @lru_cache(maxsize=1024)
-def _swizzled(smem: int, size: int, swizzle: int) -> np.ndarray:
+def _swizzled(smem: int, size: int, swizzle: int) -> tuple[np.ndarray, tuple[int, int] | None]:
     """The swizzled shared offsets of the `size` bytes of a box at `smem` (read-only; a ring's slots give a
-    handful of values, kept across copies, CTAs and launches)."""
+    handful of values, kept across copies, CTAs and launches), and their range when they fill one (`_dense`)."""
     offsets = facts.swizzle_address(smem + np.arange(size, dtype=np.int64), swizzle)
     offsets.setflags(write=False)
-    return offsets
+    return offsets, _dense(offsets)
 
 
 def _coords(ops: Operands, inst, operand):
@@ -248,7 +251,8 @@ def decode_bulk(ops: Operands, inst, mods):
                     for _, destination, target_barrier in targets:
                         place = np.array([destination], np.int64)
                         memory._check(m, inst, "shared", one, place, nbytes, 16)
-                        m.tracker.stage(m.shared_flat(one, place)[0] + np.arange(nbytes), data.reshape(-1))
+                        start = int(m.shared_flat(one, place)[0])
+                        m.tracker.stage(start + np.arange(nbytes), data.reshape(-1), slice(start, start + nbytes))
                         if barrier is not None:
                             m.tracker.issue(inst, lane, target_barrier, nbytes, "bulk copy")
                 else:
@@ -326,7 +330,18 @@ def _descriptor_bytes(descriptor: int, major: str, e: int, extent: int) -> tuple
     offsets = (addresses[..., None] + np.arange(e)).reshape(-1)
     addresses.setflags(write=False)
     offsets.setflags(write=False)
-    return addresses, offsets, int(addresses.min()), int(addresses.max())
+    return addresses, offsets, int(addresses.min()), int(addresses.max()), _dense(offsets)
+
+
+def _dense(offsets: np.ndarray) -> tuple[int, int] | None:
+    """(low, high) when `offsets` are the bytes [low, high) each once, in some order (a swizzled tile), else
+    None: the asynchrony records of such bytes are read and written as one range (`asynchrony`)."""
+    if not offsets.size:
+        return None
+    low, high = int(offsets.min()), int(offsets.max()) + 1
+    if high - low != offsets.size or np.bincount(offsets - low, minlength=high - low).max() != 1:
+        return None
+    return low, high
 
 
 def _descriptor_operand(m: Machine, inst, lanes: np.ndarray, descriptor: int, major: str, extent: int,
@@ -338,25 +353,37 @@ def _descriptor_operand(m: Machine, inst, lanes: np.ndarray, descriptor: int, ma
     decoded = _descriptor_bytes(descriptor, major, e, extent)
     if isinstance(decoded, str):
         raise m.error(inst, f"matrix descriptor {descriptor:#x}: {decoded}", int(lanes[0]))
-    addresses, offsets, low, high = decoded
+    addresses, offsets, low, high, dense = decoded
     if low < 0 or high + e > m.shared_bytes:
         raise m.error(inst, f"matrix descriptor {descriptor:#x} reads outside shared memory", int(lanes[0]))
-    index = offsets + int(m.lane_cta[lanes[0]]) * m.shared_bytes
-    m.tracker.wgmma_reads(inst, lanes, index, operand)
+    base = int(m.lane_cta[lanes[0]]) * m.shared_bytes
+    index = offsets + base
+    m.tracker.wgmma_reads(inst, lanes, index, operand, None if dense is None else slice(base + dense[0], base + dense[1]))
     return _multiplicand_values(m.shared[index].view(dtype).reshape(addresses.shape), name)
 
 
-def _register_operand(words: np.ndarray, name: str) -> np.ndarray:
-    """The 64xK A tile from the four 32-bit A registers of each of the 128 threads (`words` [128, 4]).
+@lru_cache(maxsize=None)
+def _a_tile_bytes() -> np.ndarray:
+    """For each byte of the 64 x 32-byte A tile (row-major), its position in the bytes of the 128 threads' four
+    A registers ([thread, register, byte] flattened): the fragment fills the tile, each byte once.
 
     Every multiplicand type packs the same bytes of the tile into a register (Figure 148 and its .tf32/8-bit
     siblings): register a[i] holds the 4 bytes of row 16w + g + 8(i & 1) starting at byte 4c + 16(i >> 1) of
     the row's 32 K-bytes, the positions of the f16 fragment's pair (`facts.a_fragment_coords`, half 0)."""
     r0, k0, _, _ = _a_coords()
-    tile = np.zeros((facts.WGMMA_M, facts.WGMMA_K_BYTES), np.uint8)
-    byte = 2 * k0[..., None] + np.arange(4)
-    tile[r0[..., None], byte] = np.ascontiguousarray(words, np.uint32).view(np.uint8).reshape(*words.shape, 4)
-    return _multiplicand_values(tile.view(_MULTIPLICANDS[name]), name)
+    source = np.full((facts.WGMMA_M, facts.WGMMA_K_BYTES), -1, np.int64)
+    source[r0[..., None], 2 * k0[..., None] + np.arange(4)] = np.arange(r0.size * 4).reshape(*r0.shape, 4)
+    assert (source >= 0).all(), "the A fragment fills the tile"
+    source.setflags(write=False)
+    return source.reshape(-1)
+
+
+def _register_operands(words: np.ndarray, name: str) -> np.ndarray:
+    """The 64xK A tiles [warpgroups, 64, K] from the four 32-bit A registers of each thread of each warpgroup
+    (`words` [warpgroups, 128, 4]), in one gather."""
+    raw = np.take(np.ascontiguousarray(words, np.uint32).view(np.uint8).reshape(len(words), -1), _a_tile_bytes(), axis=1)
+    return _multiplicand_values(raw.reshape(len(words), facts.WGMMA_M, facts.WGMMA_K_BYTES)
+                                .view(_MULTIPLICANDS[name]), name)
 
 
 def _wgmma_types(ops: Operands, inst, mods) -> tuple[str, str, str, bool]:
@@ -411,14 +438,17 @@ def _wgmma_async(ops: Operands, inst, mods):
     if count not in allowed:
         raise ops.refuse(inst, f"wgmma .{a_name} with {count} operands (expected {' or '.join(map(str, allowed))})")
     d_regs = [ops.register(inst, r)[0] for r in elements(operands[0])]
+    d_block = m.register_blocks.get(tuple(getattr(r, "name", None) for r in elements(operands[0])))
     if len(d_regs) != facts.accumulator_registers(n, dtype_name):
         raise ops.refuse(inst, f"{len(d_regs)} accumulator registers for m64n{n} .{dtype_name}")
     if registers_a:
         a_regs = [ops.register(inst, r)[0] for r in elements(operands[1])]
+        a_block = m.register_blocks.get(tuple(getattr(r, "name", None) for r in elements(operands[1])))
         if len(a_regs) != facts.A_FRAGMENT_REGISTERS:
             raise ops.refuse(inst, "register A needs four registers")
         read_a = None
     else:
+        a_block = None
         read_a = ops.read(inst, operands[1], U64)
     read_b = ops.read(inst, operands[2], U64)
     scale_d = operands[3]
@@ -440,7 +470,8 @@ def _wgmma_async(ops: Operands, inst, mods):
         # lanes gathered and scattered once per register
         lanes = lanes_of(m, sel)
         groups = m.unit_of[facts.WARPGROUP_SIZE][lanes]
-        _, starts, counts = np.unique(groups, return_index=True, return_counts=True)
+        starts = np.flatnonzero(np.diff(groups, prepend=-1))  # lanes ascend: each warpgroup's lanes are one run
+        counts = np.diff(starts, append=len(groups))
         short = counts != facts.WARPGROUP_SIZE
         if short.any():
             raise m.error(inst, "wgmma needs all 128 threads of the warpgroup", int(lanes[starts[np.argmax(short)]]))
@@ -461,19 +492,23 @@ def _wgmma_async(ops: Operands, inst, mods):
                 readers = np.concatenate([lanes[j:j + facts.WARPGROUP_SIZE] for j in sharing[key]])
                 b_of[key] = _descriptor_operand(m, inst, readers, key[1], "MN" if trans_b else "K", n, b_name)
             b_tiles.append(b_of[key])
-            if registers_a:
-                a_tiles.append(_register_operand(np.stack([r[wg] for r in a_regs], axis=1), a_name))
-            else:
+            if not registers_a:
                 a_tiles.append(_descriptor_operand(m, inst, wg, int(a_descs[i]), "MN" if trans_a else "K",
                                                    facts.WGMMA_M, a_name, "A"))
-        a_stack, b_stack = np.stack(a_tiles), np.stack(b_tiles)
+        if registers_a:  # every warpgroup's A fragment in one gather (one block of registers: one more)
+            words = a_block[lanes] if a_block is not None else np.stack([r[lanes] for r in a_regs], axis=1)
+            a_stack = _register_operands(words.reshape(len(starts), facts.WARPGROUP_SIZE, -1), a_name)
+        else:
+            a_stack = np.stack(a_tiles)
+        b_stack = np.stack(b_tiles)
         if scale_a != 1:
             a_stack = scale_a * a_stack
         if scale_b != 1:
             b_stack = scale_b * b_stack
         d = np.matmul(a_stack, b_stack.transpose(0, 2, 1))
         product = np.take(d.reshape(len(starts), -1), fragment, axis=1).reshape(len(lanes), -1)  # [lanes, registers]
-        acc_words = np.stack([r[lanes] for r in d_regs], axis=1)
+        # [lanes, registers]; one gather where the accumulators are one block (Machine.register_blocks)
+        acc_words = d_block[lanes] if d_block is not None else np.stack([r[lanes] for r in d_regs], axis=1)
         if f16_acc:
             acc = np.stack([(acc_words & 0xFFFF), acc_words >> 16], axis=2).reshape(len(lanes), -1)
             acc = acc.astype(np.uint16).view(np.float16).astype(np.float64)
@@ -498,6 +533,9 @@ def _wgmma_async(ops: Operands, inst, mods):
             out = total.astype(np.uint32)
         else:
             out = result.astype(np.float32).view(np.uint32)
+        if d_block is not None:
+            d_block[lanes] = out
+            return
         columns = np.ascontiguousarray(out.T)  # one register's values contiguous: a faster scatter
         for v, r in enumerate(d_regs):
             r[lanes] = columns[v]
