@@ -108,7 +108,7 @@ def apply_with_fallback(module: ModuleOp, ladder: Sequence[Configuration],
     except RegisterBudgetError as error:
         _lower_down(module, first, error, rest, run)
     else:
-        _take_body(module, trial)
+        take_body(module, trial)
 
 
 def _lower_down(module: ModuleOp, first: Configuration, refusal: RegisterBudgetError,
@@ -129,7 +129,7 @@ def _lower_down(module: ModuleOp, first: Configuration, refusal: RegisterBudgetE
                 continue
         for warning in caught:
             warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
-        _take_body(module, trial)
+        take_body(module, trial)
         _note(module, configuration, failures)
         return
     tile = kernels(module)
@@ -157,7 +157,7 @@ def _take_parts(module: ModuleOp, parts: Sequence[ModuleOp]) -> None:
             if i == 0 or is_target_kernel(op) or is_kernel(op):
                 op.detach()
                 lowered.body.block.add_op(op)
-    _take_body(module, lowered)
+    take_body(module, lowered)
 
 
 def _reason(error: Exception) -> str:
@@ -187,8 +187,8 @@ def _note(module: ModuleOp, configuration: Configuration, failures: list) -> Non
             warn(located(fn, f"the default pipeline fell back: {note}"))
 
 
-def _take_body(module: ModuleOp, lowered: ModuleOp) -> None:
-    """Replace the ops of `module` with those of `lowered` (its lowered copy)."""
+def take_body(module: ModuleOp, lowered: ModuleOp) -> None:
+    """Replace the ops of `module` with those of `lowered` (its lowered copy; `lowered` is left empty)."""
     for op in list(module.body.block.ops):
         op.detach()
         op.erase()

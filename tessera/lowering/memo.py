@@ -125,11 +125,8 @@ def _warn_again(caught: tuple) -> None:
 
 def _replace(module: ModuleOp, lowered: ModuleOp) -> None:
     """Give `module` the ops and attributes of `lowered`."""
-    for op in list(module.body.block.ops):
-        op.detach()
-        op.erase()
-    for op in list(lowered.body.block.ops):
-        op.detach()
-        module.body.block.add_op(op)
+    from tessera.lowering.fallback import take_body
+
+    take_body(module, lowered)
     module.attributes.clear()
     module.attributes.update(lowered.attributes)
