@@ -398,13 +398,7 @@ def _coalesce_yields(live: _Liveness, groups: _UnionFind, intervals: dict, lowes
             if max(busy, default=start) >= first_def:
                 continue
             for a, v in zip(arg_roots, value_roots):
-                merged = (min(intervals[a][0], intervals[v][0]), max(intervals[a][1], intervals[v][1]))
-                low = min(lowest.pop(a), lowest.pop(v))
-                intervals.pop(a), intervals.pop(v)
-                groups.union(a, v)
-                root = groups.find(a)
-                intervals[root], lowest[root] = merged, low
-                reads.merge(root, a, v)
+                root = _merge_groups(groups, intervals, lowest, reads, a, v)
                 held_by_root[root] = held_by_root.pop(a, set()) | held_by_root.pop(v, set())
 
 
@@ -433,13 +427,20 @@ def _coalesce_branch_results(live: _Liveness, groups: _UnionFind, intervals: dic
                 (root,) = roots
                 if intervals[root][1] > join:
                     continue
-                merged = (min(intervals[root][0], intervals[target][0]), max(intervals[root][1], intervals[target][1]))
-                low = min(lowest.pop(root), lowest.pop(target))
-                intervals.pop(root), intervals.pop(target)
-                groups.union(root, target)
-                merged_root = groups.find(root)
-                intervals[merged_root], lowest[merged_root] = merged, low
-                reads.merge(merged_root, root, target)
+                _merge_groups(groups, intervals, lowest, reads, root, target)
+
+
+def _merge_groups(groups: _UnionFind, intervals: dict, lowest: dict, reads: _GroupReads, a, b):
+    """Make register groups `a` and `b` (roots) one: their live intervals and lowest registers joined, their
+    reads merged; returns the new root."""
+    merged = (min(intervals[a][0], intervals[b][0]), max(intervals[a][1], intervals[b][1]))
+    low = min(lowest.pop(a), lowest.pop(b))
+    intervals.pop(a), intervals.pop(b)
+    groups.union(a, b)
+    root = groups.find(a)
+    intervals[root], lowest[root] = merged, low
+    reads.merge(root, a, b)
+    return root
 
 
 def _terminator_operands(block) -> list[SSAValue]:
