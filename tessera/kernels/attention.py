@@ -14,7 +14,8 @@ Every attention kernel is launched over the grid (ceildiv(seq_q, BM), heads, bat
 
 then any scratch buffers a multi-pass variant needs (`attention_multipass`). Key blocks are BN keys wide; the
 last one may be partial (its copy fills zeros and `tile.mask_bounds` hides those keys). With `causal`, the mask
-is aligned bottom-right (`tile.mask_causal`), and key blocks entirely past the diagonal are not visited.
+is aligned bottom-right (`tile.mask_causal`, which then hides those keys from every stored row: `apply_masks`),
+and key blocks entirely past the diagonal are not visited.
 
 With `return_lse=True` a kernel also writes the log-sum-exp of each query row's scaled scores,
 
