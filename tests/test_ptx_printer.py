@@ -767,3 +767,32 @@ def test_ptx_target_of_tessera_opt(tmp_path, capsys):
 
 
 # endregion
+
+
+def _main_loop(ptx: str) -> list[str]:
+    """The lines of the flash kernel's main loop: the longest `$L__forN: ... @%p bra $L__forN` holding ex2."""
+    loops = re.findall(r"^(\$L__for\d+):\n(.*?)^\s*@%p\d+ bra \1;", ptx, re.S | re.M)
+    return max((body for _, body in loops if "ex2.approx" in body), key=len).split("\n")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_main_loop_bookkeeping_as_ptxas_folds_it(causal):
+    """The consumers' main loop of the default flash kernel (head_dim 64, 128 keys a trip, the masks under a
+    branch): each mbarrier wait's address is (base + slot) + the barrier's offset, the constant last, which ptxas
+    folds into the SYNCS immediate; the running max is yielded in the registers it came in (no mov.f32 at the
+    latch); the masks compare once per distinct column (32 of a thread's 64 scores), causal once per distinct
+    column - row (two rows eight apart: 34), not once per score."""
+    import tessera.kernels
+
+    loop = _main_loop(tessera.compile(tessera.kernels.flash_attention(head_dim=64, causal=causal), target="ptx"))
+    waits = [(i, re.search(r"mbarrier\.try_wait\.parity\S* %p\d+, \[(%r\d+)\]", line))
+             for i, line in enumerate(loop)]
+    waits = [(i, m.group(1)) for i, m in waits if m]
+    assert len(waits) == 2  # K's and V's full barriers
+    for i, address in waits:
+        made = next(line for line in reversed(loop[:i]) if re.match(rf"\s*\S+ {re.escape(address)},", line))
+        assert re.fullmatch(rf"\s*add\.s32 {re.escape(address)}, {re.escape(address)}, \d+;", made), made
+    latch = loop[max(i for i, line in enumerate(loop) if "latch of" in line):]
+    assert not any("mov.f32" in line for line in latch), latch
+    compares = [line for line in loop if re.search(r"setp\.\w+\.s32 %p\d+, %r\d+, -?\d+;", line)]
+    assert len(compares) == (34 if causal else 32)

@@ -8,6 +8,7 @@ import math as pymath
 from xdsl.dialects import arith, scf
 from xdsl.dialects.builtin import (
     BFloat16Type,
+    DenseIntOrFPElementsAttr,
     Float16Type,
     Float32Type,
     Float8E4M3FNType,
@@ -156,8 +157,24 @@ class AttentionLowering:
             difference = e.subf(a, self._safe_max(self._get(op.rhs), e))
             self._set(op.result, e.ex2(e.mulf(difference, e.splat(f32, LOG2E, lanes))))
             return
-        scaled_a = e.mulf(a, e.splat(f32, LOG2E, lanes))
+        scaled_a = self._scaled_before_first_read(a, LOG2E, e)
         self._set(op.result, e.ex2(e.addf(scaled_a, self._neg_scaled_max(self._get(op.rhs), e))))
+
+    @staticmethod
+    def _scaled_before_first_read(a: SSAValue, factor: float, e: Emitter) -> SSAValue:
+        """a factor, made right before the first op of the emitter's block that reads `a` (where there is one):
+        the online softmax's alpha = exp(m - m') reads the old running maximum m after m' = max(m, rowmax) is
+        made; with m log2e taken first, m dies at that max and the loop-carried m' gets m's registers (else
+        each trip ends with a move per row, which ptxas keeps). The same ops, so the same values."""
+        constant = arith.ConstantOp(DenseIntOrFPElementsAttr.from_list(a.type, [factor] * a.type.get_shape()[0]))
+        product = arith.MulfOp(a, constant.result)
+        readers = {use.operation for use in a.uses if use.operation.parent_block() is e.block}
+        first = next((o for o in e.block.ops if o in readers), None) if readers else None
+        if first is None:
+            e.op(constant)
+            return e.op(product)
+        e.block.insert_ops_before([constant, product], first)
+        return product.result
 
     def _lower_SaturatingScaleOp(self, op: tile.SaturatingScaleOp, e: Emitter) -> None:
         """clamp(x factor, -bound, bound), then +-inf where x is +-inf (two predicates, taken before x dies): each

@@ -14,7 +14,8 @@ Every attention kernel is launched over the grid (ceildiv(seq_q, BM), heads, bat
 
 then any scratch buffers a multi-pass variant needs (`attention_multipass`). Key blocks are BN keys wide; the
 last one may be partial (its copy fills zeros and `tile.mask_bounds` hides those keys). With `causal`, the mask
-is aligned bottom-right (`tile.mask_causal`), and key blocks entirely past the diagonal are not visited.
+is aligned bottom-right (`tile.mask_causal`, which then hides those keys from every stored row: `apply_masks`),
+and key blocks entirely past the diagonal are not visited.
 
 With `return_lse=True` a kernel also writes the log-sum-exp of each query row's scaled scores,
 
@@ -490,13 +491,14 @@ def load_key_block(b: TileBuilder, blk: AttentionBlock, k0: SSAValue, tensors: S
 def apply_masks(b: TileBuilder, blk: AttentionBlock, s: SSAValue, k0: SSAValue, bounds: bool = True) -> SSAValue:
     """-inf for keys past seq_k (unless not `bounds`: a full block of a block mask ends before seq_k; else
     always, as the last key block may be partial) and, if causal, for keys after the bottom-right-aligned
-    diagonal."""
-    if not bounds:
-        return b.mask_causal(s, blk.q0, k0, blk.seq_q, blk.seq_k, "s_masked") if blk.config.causal else s
-    s = b.mask_bounds(s, k0, blk.seq_k, "s_masked" if not blk.config.causal else "s_in_bounds")
+    diagonal. Causal, the diagonal alone: query q < seq_q sees the keys up to q + seq_k - seq_q < seq_k, so
+    the bounds mask hides nothing more on any row the kernel stores; only the padding rows of the last query
+    block (q >= seq_q, never stored) then see keys past seq_k, whose copies filled zeros. The diagonal of a
+    thread's two rows, eight apart, is then one compare per distinct column - row (46 at 176 keys) where the
+    two masks together took one per score (88)."""
     if blk.config.causal:
-        s = b.mask_causal(s, blk.q0, k0, blk.seq_q, blk.seq_k, "s_masked")
-    return s
+        return b.mask_causal(s, blk.q0, k0, blk.seq_q, blk.seq_k, "s_masked")
+    return b.mask_bounds(s, k0, blk.seq_k, "s_masked") if bounds else s
 
 
 def masked_scores(b: TileBuilder, blk: AttentionBlock, k0: SSAValue, mask_mod: bool = True) -> SSAValue:

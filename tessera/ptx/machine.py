@@ -68,12 +68,39 @@ def print_special(p: KernelPrinter, op: sm90.SpecialRegOp) -> None:
 
 @handles(sm90.SharedBufferOp)
 def print_shared_buffer(p: KernelPrinter, op: sm90.SharedBufferOp) -> None:
+    """The dynamic shared memory's base plus the buffer's offset; printed together with the add right after it
+    when that add is a barrier slot's address (`_barrier_slot_add`)."""
     offset = _int(op, "offset")
     if offset == 0:
         p.alias(op.result, [p.smem_base])
         return
+    slot = _barrier_slot_add(p, op)
+    if slot is not None:
+        add, other = slot
+        (d,) = p.define(add.result)
+        p.emit(f"add.s32 {d}, {p.smem_base}, {p.reg(other)}", f"add.s32 {d}, {d}, {offset}")
+        p.folded[add] = f"printed with {p.name(op.result)}, its constant last"
+        return
     (d,) = p.define(op.result)
     p.emit(f"add.u32 {d}, {p.smem_base}, {offset}")
+
+
+def _barrier_slot_add(p: KernelPrinter, op: sm90.SharedBufferOp) -> tuple[arith.AddiOp, SSAValue] | None:
+    """(the add, its run-time operand) when `op`'s one use is the i32 `arith.addi` right after it, adding a value
+    that is not a constant (a ring stage's slot offset), and that add's result is read only by mbarrier ops.
+    Printed as `(base + slot) + offset`, the constant last, ptxas folds it into the barrier instruction's
+    immediate (`SYNCS... [UR+0x28]`) where `base + offset` first costs a uniform add per barrier and trip
+    (docs/performance.md)."""
+    add = op.next_op
+    if not (isinstance(add, arith.AddiOp) and p.cls(add.result) is B32 and all(use.operation is add for use in op.result.uses)):
+        return None
+    other = add.rhs if add.lhs is op.result else add.lhs
+    if other is op.result or isinstance(other.owner, arith.ConstantOp) or other not in p.values:
+        return None
+    users = [use.operation for use in add.result.uses]
+    if not users or not all(user.name.startswith("sm90.mbarrier") for user in users):
+        return None
+    return add, other
 
 
 # endregion
