@@ -386,6 +386,28 @@ def test_fma_double_rounding_case():
     assert got[0] == np.float32(1 + 2**-11 + 2**-23)
 
 
+def test_fma_rn_shortcut_gives_the_round_to_odd_bits_lane_by_lane():
+    """fma.rn.f32 rounds the float64 sum straight to f32 unless a lane's sum is an f32 midpoint or rounds to a
+    subnormal (numerics.fma): called lane by lane, so that each takes its own path, the bits equal those of
+    the round-to-odd path, on random bit patterns (NaN, infinities, subnormals), sums near a midpoint and
+    tiny sums."""
+    from tessera.interpreters.ptx import numerics
+
+    rng = np.random.default_rng(5)
+    a, b, c = (rng.integers(0, 2**32, 300, dtype=np.uint64).astype(np.uint32).view(np.float32) for _ in range(3))
+    near = np.float32(1 + 2**-12)  # (1 + 2^-12)^2 is an f32 midpoint; +-2^-60 puts the sum beside it
+    a = np.concatenate([a, [near, near, near, 2.0**-70, 2.0**-64, 1.5, 3e38]]).astype(np.float32)
+    b = np.concatenate([b, [near, near, near, 2.0**-60, 2.0**-64, -1.5, 10.0]]).astype(np.float32)
+    c = np.concatenate([c, [2.0**-60, -2.0**-60, 0.0, 2.0**-127, -2.0**-140, 2.25, -3e38]]).astype(np.float32)
+    for x, y, z in zip(a, b, c):
+        x, y, z = (np.array([v], np.float32) for v in (x, y, z))
+        with np.errstate(all="ignore"):
+            slow = numerics.round_f64(numerics.sum_to_odd(x.astype(np.float64) * y, z.astype(np.float64)),
+                                      np.float32, "rn")
+        assert numerics.fma(x, y, z, np.float32, "rn").view(np.uint32) == slow.view(np.uint32), (x, y, z)
+    assert numerics.fma(a[-7:-6], b[-7:-6], c[-7:-6], np.float32, "rn") == np.float32(1 + 2**-11 + 2**-23)
+
+
 def test_min_max_nan_and_signed_zero():
     a = np.float32([np.nan, 1.0, np.nan, -0.0, 0.0])
     b = np.float32([2.0, np.nan, np.nan, 0.0, -0.0])

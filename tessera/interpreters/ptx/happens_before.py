@@ -518,15 +518,18 @@ class HappensBefore:
                                     "the two (race: a bar.sync or an mbarrier wait between them is missing)",
                               int(lanes[i]))
 
-    def async_read(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str, span: slice | None = None) -> None:
+    def async_read(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str, span: slice | None = None,
+                   hull: slice | None = None) -> None:
         """The async proxy reads `flat` for `lanes`: each generic write of those bytes needs a
         fence.proxy.async on a happens-before path into every issuing warp (a path into one of its threads: the
         warp issues the copy or its part of the wgmma as one). A wgmma is issued by the four warps of its
         warpgroup, each `.sync.aligned` across its own warp only, and every warp reads the whole B operand: a
         store by one warp needs a path (a named barrier) into each of the others; the writer's own fence does not
         order it before another warp's read. `span`: the range `flat` fills, when it fills one (no generic write
-        in it: nothing to check, decided without a gather)."""
+        in it: nothing to check, decided without a gather); `hull`: a range holding `flat`, the same way."""
         if span is not None and not self.w_clock[span].any():
+            return
+        if hull is not None and not self.w_clock[hull].any():
             return
         epochs = self.w_clock[flat]
         if not epochs.any():

@@ -318,8 +318,9 @@ def _multiplicand_values(raw: np.ndarray, name: str) -> np.ndarray:
 
 @lru_cache(maxsize=4096)
 def _descriptor_bytes(descriptor: int, major: str, e: int, extent: int) -> tuple | str:
-    """(element addresses [extent, K elements], byte offsets [extent * K * e], lowest and highest address) a
-    descriptor reads, or the reason it is invalid: computed once per descriptor value and kept across wgmmas, CTAs and launches (a
+    """(element addresses [extent, K elements], byte offsets [extent * K * e], lowest and highest address, the
+    range the offsets fill when they fill one, the range [lowest, highest] byte holding them) a descriptor reads,
+    or the reason it is invalid: computed once per descriptor value and kept across wgmmas, CTAs and launches (a
     ring's slots give a handful of values)."""
     try:
         fields = facts.decode_descriptor(descriptor)
@@ -330,7 +331,8 @@ def _descriptor_bytes(descriptor: int, major: str, e: int, extent: int) -> tuple
     offsets = (addresses[..., None] + np.arange(e)).reshape(-1)
     addresses.setflags(write=False)
     offsets.setflags(write=False)
-    return addresses, offsets, int(addresses.min()), int(addresses.max()), _dense(offsets)
+    return (addresses, offsets, int(addresses.min()), int(addresses.max()), _dense(offsets),
+            (int(offsets.min()), int(offsets.max()) + 1))
 
 
 def _dense(offsets: np.ndarray) -> tuple[int, int] | None:
@@ -353,12 +355,13 @@ def _descriptor_operand(m: Machine, inst, lanes: np.ndarray, descriptor: int, ma
     decoded = _descriptor_bytes(descriptor, major, e, extent)
     if isinstance(decoded, str):
         raise m.error(inst, f"matrix descriptor {descriptor:#x}: {decoded}", int(lanes[0]))
-    addresses, offsets, low, high, dense = decoded
+    addresses, offsets, low, high, dense, hull = decoded
     if low < 0 or high + e > m.shared_bytes:
         raise m.error(inst, f"matrix descriptor {descriptor:#x} reads outside shared memory", int(lanes[0]))
     base = int(m.lane_cta[lanes[0]]) * m.shared_bytes
     index = offsets + base
-    m.tracker.wgmma_reads(inst, lanes, index, operand, None if dense is None else slice(base + dense[0], base + dense[1]))
+    m.tracker.wgmma_reads(inst, lanes, index, operand, None if dense is None else slice(base + dense[0], base + dense[1]),
+                          slice(base + hull[0], base + hull[1]))
     return _multiplicand_values(m.shared[index].view(dtype).reshape(addresses.shape), name)
 
 
