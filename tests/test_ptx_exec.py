@@ -396,9 +396,9 @@ def test_fma_rn_shortcut_gives_the_round_to_odd_bits_lane_by_lane():
     rng = np.random.default_rng(5)
     a, b, c = (rng.integers(0, 2**32, 300, dtype=np.uint64).astype(np.uint32).view(np.float32) for _ in range(3))
     near = np.float32(1 + 2**-12)  # (1 + 2^-12)^2 is an f32 midpoint; +-2^-60 puts the sum beside it
-    a = np.concatenate([a, [near, near, near, 2.0**-70, 2.0**-64, 1.5, 3e38]]).astype(np.float32)
-    b = np.concatenate([b, [near, near, near, 2.0**-60, 2.0**-64, -1.5, 10.0]]).astype(np.float32)
-    c = np.concatenate([c, [2.0**-60, -2.0**-60, 0.0, 2.0**-127, -2.0**-140, 2.25, -3e38]]).astype(np.float32)
+    a = np.concatenate([a, np.float32([near, near, near, 2.0**-70, 2.0**-64, 1.5, 3e38])])
+    b = np.concatenate([b, np.float32([near, near, near, 2.0**-60, 2.0**-64, -1.5, 10.0])])
+    c = np.concatenate([c, np.float32([2.0**-60, -2.0**-60, 0.0, 2.0**-127, -2.0**-140, 2.25, -3e38])])
     for x, y, z in zip(a, b, c):
         x, y, z = (np.array([v], np.float32) for v in (x, y, z))
         with np.errstate(all="ignore"):
