@@ -137,10 +137,9 @@ class AsyncTracker:
         m = self.m
         self.hb.reset()
         self.state[:] = PLAIN
-        # bumped by every change of `state`, `tag` or `phase`: a range's summary (`_range_summary`) is kept while
-        # it stays current, so an operand read many times between copies is judged without a walk of its bytes
-        self.generation = getattr(self, "generation", 0) + 1
-        self.summaries: dict[tuple[int, int], tuple[int, tuple[int, int] | None]] = {}
+        # ranges that one copy landed whole (a swizzled TMA box), start -> (stop, barrier, phase), while none of
+        # their bytes' `state`, `tag` or `phase` changed since: an operand inside one is judged without a walk
+        self.landed_ranges: dict[int, tuple[int, int, int]] = {}
         self.tagged = False  # some byte may be FLIGHT or LANDED (an asynchronous copy was issued)
         self.copies: dict[int, Copy] = {}
         self.in_flight: dict[tuple[int, int], list[Copy]] = {}
@@ -332,7 +331,7 @@ class AsyncTracker:
         where = index if span is None else span
         self.state[where] = FLIGHT
         self.tag[where] = ident
-        self.generation += 1
+        self._forget_ranges(where)
         self.hb.async_written(where)
         if state.pending == 0:
             self.wake(key)
@@ -377,7 +376,9 @@ class AsyncTracker:
             self.state[where] = LANDED
             self.tag[where] = b
             self.phase[where] = phase
-            self.generation += 1
+            self._forget_ranges(where)
+            if copy.span is not None:
+                self.landed_ranges[copy.span.start] = (copy.span.stop, b, phase)
             copy.data = None
             try:
                 state.complete_tx(copy.nbytes)
@@ -415,7 +416,7 @@ class AsyncTracker:
         self.copies[ident] = Copy("cp.async", inst, int(lanes[0]), None, None, 0, None)
         self.state[flat] = FLIGHT
         self.tag[flat] = ident
-        self.generation += 1
+        self._forget_ranges(flat)
         self.hb.async_written(flat)
         self.tagged = True
 
@@ -425,7 +426,7 @@ class AsyncTracker:
         point [memory_model.CP_ASYNC_COMPLETION]."""
         lines = np.array([self.copies[int(t)].inst.line for t in self.tag[index[:, 0]]], np.int32)
         self.state[index.reshape(-1)] = PLAIN
-        self.generation += 1
+        self._forget_ranges(index)
         self.hb.landed(lanes, index, lines)
 
     def describe_flight(self, flat: int) -> str:
@@ -452,7 +453,7 @@ class AsyncTracker:
                     writers = np.broadcast_to(np.asarray(lanes)[:, None], index.shape).reshape(-1)
                     self._check_landed_write(inst, writers, index.reshape(-1), state.reshape(-1))
                 self.state[index] = PLAIN
-                self.generation += 1
+                self._forget_ranges(index)
             if (self.proxy_readers or self.hb.races) and not strong:
                 self.hb.write(inst, lanes, index)
             return
@@ -568,14 +569,35 @@ class AsyncTracker:
         seen = self.observed[b, first:last + 1] if last - first + 1 == len(lanes) else self.observed[b, lanes]
         return int(seen.min())
 
+    def _forget_ranges(self, where: np.ndarray | slice) -> None:
+        """The bytes `where` change their asynchrony state: the landed ranges holding one no longer apply."""
+        if not self.landed_ranges:
+            return
+        if isinstance(where, slice):
+            low, high = where.start, where.stop
+        elif where.size:
+            low, high = int(where.min()), int(where.max()) + 1
+        else:
+            return
+        self.landed_ranges = {start: kept for start, kept in self.landed_ranges.items()
+                              if not (start < high and kept[0] > low)}
+
     def _range_summary(self, span: slice):
         """`_ALL_PLAIN` when no byte of `span` was written by an asynchronous copy, (barrier, latest phase) when
-        every byte landed from copies on one mbarrier, else None (walk the bytes); kept per range while no
-        asynchrony state changes (`generation`): a ring slot read by many wgmmas is summarised once per fill."""
-        key = (span.start, span.stop)
-        kept = self.summaries.get(key)
-        if kept is not None and kept[0] == self.generation:
-            return kept[1]
+        every byte landed from copies on one mbarrier, else None (walk the bytes). A range inside
+        `landed_ranges` of one barrier (a K step of a ring slot's tile, in one box or across adjacent ones) is
+        decided without reading its bytes."""
+        if self.landed_ranges:
+            covered, barrier, latest = span.start, None, 0
+            for start in sorted(self.landed_ranges):
+                stop, b, phase = self.landed_ranges[start]
+                if stop <= covered:
+                    continue
+                if start > covered or barrier not in (None, b):
+                    break
+                covered, barrier, latest = stop, b, max(latest, phase)
+                if covered >= span.stop:
+                    return barrier, latest
         state = self.state[span]
         summary = None
         if not state.any():
@@ -585,9 +607,6 @@ class AsyncTracker:
             b = int(tags[0])
             if tags.min() == b and tags.max() == b:
                 summary = (b, int(self.phase[span].max()))
-        if len(self.summaries) > 4096:
-            self.summaries.clear()
-        self.summaries[key] = (self.generation, summary)
         return summary
 
     def fence(self, lanes: np.ndarray, shared: bool = True, global_: bool = True) -> None:
