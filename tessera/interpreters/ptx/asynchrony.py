@@ -522,6 +522,9 @@ class AsyncTracker:
         range holding every byte of `flat` (a descriptor's K step reads 32 bytes of each 128-byte row of its
         tile): when the whole range passes, so do its bytes, and only otherwise are they walked one by one."""
         if span is not None or hull is not None:
+            cover = self._landed_cover(span if span is not None else hull)
+            if cover is not None and self._seen(lanes, cover[0]) > cover[1]:
+                return  # TMA bytes no generic store wrote since (it would have ended the range): nothing to fence
             summary = self._range_summary(span if span is not None else hull)
             if summary is not None and (summary is _ALL_PLAIN or self._seen(lanes, summary[0]) > summary[1]):
                 self.hb.async_read(inst, lanes, flat, what, span, hull)
@@ -582,22 +585,30 @@ class AsyncTracker:
         self.landed_ranges = {start: kept for start, kept in self.landed_ranges.items()
                               if not (start < high and kept[0] > low)}
 
+    def _landed_cover(self, span: slice) -> tuple[int, int] | None:
+        """(barrier, latest phase) when `span` lies inside `landed_ranges` of one barrier (a K step of a ring
+        slot's tile, in one box or across adjacent ones), else None. Such bytes landed from TMA copies and no
+        generic store wrote them since: a store (or a cp.async landing) ends the ranges it touches."""
+        if not self.landed_ranges:
+            return None
+        covered, barrier, latest = span.start, None, 0
+        for start in sorted(self.landed_ranges):
+            stop, b, phase = self.landed_ranges[start]
+            if stop <= covered:
+                continue
+            if start > covered or barrier not in (None, b):
+                return None
+            covered, barrier, latest = stop, b, max(latest, phase)
+            if covered >= span.stop:
+                return barrier, latest
+        return None
+
     def _range_summary(self, span: slice):
         """`_ALL_PLAIN` when no byte of `span` was written by an asynchronous copy, (barrier, latest phase) when
-        every byte landed from copies on one mbarrier, else None (walk the bytes). A range inside
-        `landed_ranges` of one barrier (a K step of a ring slot's tile, in one box or across adjacent ones) is
-        decided without reading its bytes."""
-        if self.landed_ranges:
-            covered, barrier, latest = span.start, None, 0
-            for start in sorted(self.landed_ranges):
-                stop, b, phase = self.landed_ranges[start]
-                if stop <= covered:
-                    continue
-                if start > covered or barrier not in (None, b):
-                    break
-                covered, barrier, latest = stop, b, max(latest, phase)
-                if covered >= span.stop:
-                    return barrier, latest
+        every byte landed from copies on one mbarrier, else None (walk the bytes); `_landed_cover` first."""
+        cover = self._landed_cover(span)
+        if cover is not None:
+            return cover
         state = self.state[span]
         summary = None
         if not state.any():
