@@ -1267,3 +1267,19 @@ def test_warps_at_one_bar_sync_may_name_different_barriers():
     with pytest.raises(PtxExecutionError, match="the barrier id must be the same in all threads of a warp: 1 vs 2"):
         lanes_out("shr.u32 %r1, %r0, 4; and.b32 %r1, %r1, 1; add.u32 %r1, %r1, 1; bar.sync %r1, 64; mov.u32 %r9, 0;",
                   block=64)
+
+
+def test_unique_rows_is_numpys_row_unique():
+    """state.unique_rows packs integer rows into one int64 each: the same rows, order, first indices, inverse
+    and counts as np.unique(axis=0), on small and negative columns, wide ones (NumPy's way) and uint64."""
+    from tessera.interpreters.ptx.state import unique_rows
+
+    rng = np.random.default_rng(11)
+    cases = [rng.integers(0, 4, (60, 3)), rng.integers(-5, 5, (40, 2)), rng.integers(-(1 << 40), 1 << 40, (30, 3)),
+             rng.integers(0, 7, (25, 1)).astype(np.uint64) + np.uint64(1 << 63), np.array([[3, 1], [3, 1], [0, 2]])]
+    for rows in cases:
+        want = np.unique(rows, axis=0, return_index=True, return_inverse=True, return_counts=True)
+        got = unique_rows(rows, return_index=True, return_inverse=True, return_counts=True)
+        for w, g in zip(want, got):
+            np.testing.assert_array_equal(np.asarray(g).reshape(-1), np.asarray(w).reshape(-1))
+        np.testing.assert_array_equal(unique_rows(rows), np.unique(rows, axis=0))

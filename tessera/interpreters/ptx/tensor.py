@@ -46,7 +46,7 @@ from tessera.interpreters.ptx.cluster import _OFFSET_MASK, cluster_address, mult
 from tessera.interpreters.ptx.decode import Operands, Step, elements, opcode
 from tessera.interpreters.ptx.global_order import ASYNC, StridedBox
 from tessera.interpreters.ptx.memory import access, lanes_of, take_space
-from tessera.interpreters.ptx.state import GLOBAL_BASE, PARAM_WINDOW, WINDOW_SIZE, Machine
+from tessera.interpreters.ptx.state import GLOBAL_BASE, PARAM_WINDOW, WINDOW_SIZE, Machine, unique_rows
 from tessera.interpreters.ptx.sync import PRED, U32, shared_addresses
 from tessera.interpreters.ptx.syntax import Address, Reg, Vector
 from tessera.interpreters.ptx.types import ptx_type
@@ -192,7 +192,7 @@ def _issued_per_warp(m: Machine, lanes: np.ndarray, *operands: np.ndarray) -> np
     if len(lanes) < 2:
         return np.arange(len(lanes))
     keys = np.stack([lanes // m.threads, lanes % m.threads // 32, *operands], axis=1)
-    return np.sort(np.unique(keys, axis=0, return_index=True)[1])
+    return np.sort(unique_rows(keys, return_index=True)[1])
 
 
 def decode_bulk(ops: Operands, inst, mods):
