@@ -61,6 +61,7 @@ from tessera.interpreters.ptx.syntax import Address, Negated, Reg, Vector
 from tessera.sm90 import facts
 
 PLAIN, FLIGHT, LANDED = 0, 1, 2
+_NO_GROUP = np.iinfo(np.int64).max  # above every wgmma group (`AsyncTracker.wgmma_wait`)
 _ALL_PLAIN = ()  # `AsyncTracker._range_summary` of a range no asynchronous copy wrote
 
 
@@ -718,7 +719,7 @@ class AsyncTracker:
                 # group, never per byte
                 self.hb.wgmma_groups_completed(w, old + 1, new, lanes[unit[lanes] == w], inst)
         if self.pending:
-            least = np.full(self.warpgroups, np.iinfo(np.int64).max, np.int64)
+            least = np.full(self.warpgroups, _NO_GROUP, np.int64)
             np.minimum.at(least, unit, self.lane_done)  # a register stays pending until every thread waited
             live: dict[int, bool] = {}
             for e in self.pending.values():

@@ -555,7 +555,7 @@ def decode_shfl(ops: Operands, inst, mods):
         executing[lanes] = True
         source = np.empty(n, np.int64)
         valid = np.empty(n, bool)
-        for bc in np.unique(np.stack([b, c]), axis=1).T:
+        for bc in unique_rows(np.stack([b, c], axis=1)):
             pick = (b == bc[0]) & (c == bc[1])
             src, ok = facts.shfl_source_lane(mode, m.laneid[lanes[pick]], int(bc[0]), int(bc[1]))
             source[pick] = lanes[pick] - m.laneid[lanes[pick]] + src
