@@ -1283,3 +1283,19 @@ def test_unique_rows_is_numpys_row_unique():
         for w, g in zip(want, got):
             np.testing.assert_array_equal(np.asarray(g).reshape(-1), np.asarray(w).reshape(-1))
         np.testing.assert_array_equal(unique_rows(rows), np.unique(rows, axis=0))
+
+
+def test_shared_target_one_is_shared_target_for_one_lane():
+    """Machine.shared_target_one (an mbarrier operation of one thread) decodes a shared::cluster address as
+    shared_target does: own CTA below 2^24, rank field r > 0 the CTA of cluster rank r - 1, negative kept."""
+    from tessera.interpreters.ptx.state import CLUSTER_RANK_SHIFT, Machine
+
+    class Lanes:  # the two fields the decoding reads
+        lane_cta, cluster_size = np.repeat(np.arange(8), 4), 4
+
+    rng = np.random.default_rng(2)
+    for _ in range(300):
+        lane, field, offset = int(rng.integers(0, 32)), int(rng.integers(0, 5)), int(rng.integers(-3, 1 << 20))
+        address = offset if offset < 0 else field << CLUSTER_RANK_SHIFT | offset
+        slots, offsets, _ = Machine.shared_target(Lanes, np.array([lane]), np.array([address], np.int64))
+        assert Machine.shared_target_one(Lanes, lane, address) == (int(slots[0]), int(offsets[0]))

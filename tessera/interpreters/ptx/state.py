@@ -343,6 +343,14 @@ class Machine:
         slots = np.where(field > 0, own - own % self.cluster_size + field - 1, own)
         return slots, np.where(addresses < 0, addresses, offsets), field
 
+    def shared_target_one(self, lane: int, address: int) -> tuple[int, int]:
+        """(CTA slot, offset) of one lane's shared::cluster `address`: `shared_target` in plain integers (an
+        mbarrier operation of one thread; CUTLASS's consumers arrive one by one through cluster addresses)."""
+        field = address >> CLUSTER_RANK_SHIFT
+        own = int(self.lane_cta[lane])
+        slot = own - own % self.cluster_size + field - 1 if field > 0 else own
+        return slot, address if address < 0 else address & ((1 << CLUSTER_RANK_SHIFT) - 1)
+
     def shared_flat(self, lanes, addresses: np.ndarray) -> np.ndarray:
         """Index into `shared` of the shared::cluster addresses of `lanes` (own CTA below 2^24)."""
         slots, offsets, _ = self.shared_target(lanes, addresses)

@@ -243,8 +243,7 @@ def mbarrier_key(m: Machine, lane: int, address: int) -> tuple[int, int]:
     """(CTA slot, offset) of the mbarrier at shared::cluster `address` for `lane`."""
     if 0 <= address < 1 << CLUSTER_RANK_SHIFT:  # the lane's own CTA
         return int(m.lane_cta[lane]), int(address)
-    slots, offsets, _ = m.shared_target(np.array([lane]), np.array([address], np.int64))
-    return int(slots[0]), int(offsets[0])
+    return m.shared_target_one(int(lane), int(address))
 
 
 def _state(m: Machine, inst, lane: int, address: int) -> facts.MBarrierState:
