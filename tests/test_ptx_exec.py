@@ -386,6 +386,28 @@ def test_fma_double_rounding_case():
     assert got[0] == np.float32(1 + 2**-11 + 2**-23)
 
 
+def test_fma_rn_shortcut_gives_the_round_to_odd_bits_lane_by_lane():
+    """fma.rn.f32 rounds the float64 sum straight to f32 unless a lane's sum is an f32 midpoint or rounds to a
+    subnormal (numerics.fma): called lane by lane, so that each takes its own path, the bits equal those of
+    the round-to-odd path, on random bit patterns (NaN, infinities, subnormals), sums near a midpoint and
+    tiny sums."""
+    from tessera.interpreters.ptx import numerics
+
+    rng = np.random.default_rng(5)
+    a, b, c = (rng.integers(0, 2**32, 300, dtype=np.uint64).astype(np.uint32).view(np.float32) for _ in range(3))
+    near = np.float32(1 + 2**-12)  # (1 + 2^-12)^2 is an f32 midpoint; +-2^-60 puts the sum beside it
+    a = np.concatenate([a, np.float32([near, near, near, 2.0**-70, 2.0**-64, 1.5, 3e38])])
+    b = np.concatenate([b, np.float32([near, near, near, 2.0**-60, 2.0**-64, -1.5, 10.0])])
+    c = np.concatenate([c, np.float32([2.0**-60, -2.0**-60, 0.0, 2.0**-127, -2.0**-140, 2.25, -3e38])])
+    for x, y, z in zip(a, b, c):
+        x, y, z = (np.array([v], np.float32) for v in (x, y, z))
+        with np.errstate(all="ignore"):
+            slow = numerics.round_f64(numerics.sum_to_odd(x.astype(np.float64) * y, z.astype(np.float64)),
+                                      np.float32, "rn")
+        assert numerics.fma(x, y, z, np.float32, "rn").view(np.uint32) == slow.view(np.uint32), (x, y, z)
+    assert numerics.fma(a[-7:-6], b[-7:-6], c[-7:-6], np.float32, "rn") == np.float32(1 + 2**-11 + 2**-23)
+
+
 def test_min_max_nan_and_signed_zero():
     a = np.float32([np.nan, 1.0, np.nan, -0.0, 0.0])
     b = np.float32([2.0, np.nan, np.nan, 0.0, -0.0])
@@ -1245,3 +1267,35 @@ def test_warps_at_one_bar_sync_may_name_different_barriers():
     with pytest.raises(PtxExecutionError, match="the barrier id must be the same in all threads of a warp: 1 vs 2"):
         lanes_out("shr.u32 %r1, %r0, 4; and.b32 %r1, %r1, 1; add.u32 %r1, %r1, 1; bar.sync %r1, 64; mov.u32 %r9, 0;",
                   block=64)
+
+
+def test_unique_rows_is_numpys_row_unique():
+    """state.unique_rows packs integer rows into one int64 each: the same rows, order, first indices, inverse
+    and counts as np.unique(axis=0), on small and negative columns, wide ones (NumPy's way) and uint64."""
+    from tessera.interpreters.ptx.state import unique_rows
+
+    rng = np.random.default_rng(11)
+    cases = [rng.integers(0, 4, (60, 3)), rng.integers(-5, 5, (40, 2)), rng.integers(-(1 << 40), 1 << 40, (30, 3)),
+             rng.integers(0, 7, (25, 1)).astype(np.uint64) + np.uint64(1 << 63), np.array([[3, 1], [3, 1], [0, 2]])]
+    for rows in cases:
+        want = np.unique(rows, axis=0, return_index=True, return_inverse=True, return_counts=True)
+        got = unique_rows(rows, return_index=True, return_inverse=True, return_counts=True)
+        for w, g in zip(want, got):
+            np.testing.assert_array_equal(np.asarray(g).reshape(-1), np.asarray(w).reshape(-1))
+        np.testing.assert_array_equal(unique_rows(rows), np.unique(rows, axis=0))
+
+
+def test_shared_target_one_is_shared_target_for_one_lane():
+    """Machine.shared_target_one (an mbarrier operation of one thread) decodes a shared::cluster address as
+    shared_target does: own CTA below 2^24, rank field r > 0 the CTA of cluster rank r - 1, negative kept."""
+    from tessera.interpreters.ptx.state import CLUSTER_RANK_SHIFT, Machine
+
+    class Lanes:  # the two fields the decoding reads
+        lane_cta, cluster_size = np.repeat(np.arange(8), 4), 4
+
+    rng = np.random.default_rng(2)
+    for _ in range(300):
+        lane, field, offset = int(rng.integers(0, 32)), int(rng.integers(0, 5)), int(rng.integers(-3, 1 << 20))
+        address = offset if offset < 0 else field << CLUSTER_RANK_SHIFT | offset
+        slots, offsets, _ = Machine.shared_target(Lanes, np.array([lane]), np.array([address], np.int64))
+        assert Machine.shared_target_one(Lanes, lane, address) == (int(slots[0]), int(offsets[0]))

@@ -431,3 +431,52 @@ def test_the_sample_that_reads_an_accumulator_early_is_reported():
 
 
 # endregion
+
+
+# region a generic store into a tile TMA landed (the executor keeps landed boxes as ranges)
+_TMA_GEMM = Path(__file__).parent / "ptx_kernels" / "tma_wgmma_gemm.ptx"
+
+
+def _gemm_storing_into_b(after_store: str) -> str:
+    """gemm_tn of tests/ptx_kernels/tma_wgmma_gemm.ptx with thread 0 storing a word into the B tile the TMA
+    load just landed, then `after_store`, before the wgmmas read it."""
+    text = _TMA_GEMM.read_text()
+    text = text[:text.index(".visible .entry gemm_nn(")]
+    anchor = "\tsetp.ne.s32 \t%p2, %r16, 0;"
+    return text.replace(anchor, f"\t@%p1 st.shared.u32 [%r12+4100], %r4;\n{after_store}{anchor}", 1)
+
+
+@pytest.mark.parametrize("after_store, bad", [("", True), ("\t@%p1 fence.proxy.async.shared::cta;\n", True),
+                                              ("\t@%p1 fence.proxy.async.shared::cta;\n\tbar.sync 0;\n", False)])
+def test_a_generic_store_into_a_landed_tma_tile_needs_a_proxy_fence(after_store, bad):
+    """A box the TMA load landed whole is judged as one range by the wgmmas that read it; a generic store into
+    it ends that: without fence.proxy.async, or with the fence only in the storing thread and no barrier to
+    carry it to the other warps, the wgmma reads a generic store the async proxy may not see; fenced and
+    followed by a bar.sync, the kernel is correct and computes A Bt with the stored word."""
+    import ml_dtypes
+
+    from tessera.interpreters.ptx import TensorMapArg
+
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((64, 64)).astype(ml_dtypes.bfloat16)
+    bt = rng.standard_normal((64, 64)).astype(ml_dtypes.bfloat16)
+    maps = [TensorMapArg.tiled(a, (64, 64), 128), TensorMapArg.tiled(bt, (64, 64), 128)]
+    args = [*maps, np.zeros((64, 64), np.float32), 64, 64, 64]
+    text = _gemm_storing_into_b(after_store)
+    if bad:
+        with pytest.raises(PtxHazardError, match=r"wgmma operand B reads shared address 0x[0-9a-f]+, which thread "
+                                                 r"\(0, 0, 0\) of CTA \(0, 0, 0\) stored through the generic proxy "
+                                                 r"and has not made visible to the async proxy \(missing "
+                                                 r"fence.proxy.async after the store at line \d+"):
+            launch(text, "gemm_tn", (1, 1, 1), (128, 1, 1), args, shared_bytes=16384 + 1024)
+        return
+    out = launch(text, "gemm_tn", (1, 1, 1), (128, 1, 1), args, shared_bytes=16384 + 1024)
+    c = [x for x in out if isinstance(x, np.ndarray) and x.dtype == np.float32][-1]
+    stored = bt.copy().view(np.uint16).reshape(-1)
+    # byte 4100 of the 128B-swizzled B tile: row 32 (4096 / 128), 16-byte chunk 0 ^ (32 % 8) = 0, word 1
+    stored[32 * 64 + 2:32 * 64 + 4] = [0, 0]  # thread 0 stores %r4 = 0
+    a64, b64 = a.astype(np.float64), stored.view(ml_dtypes.bfloat16).reshape(64, 64).astype(np.float64)
+    assert np.abs(c - a64 @ b64.T).max() <= 2.0**-14 * (np.abs(a64) @ np.abs(b64).T).max()
+
+
+# endregion

@@ -61,6 +61,8 @@ from tessera.interpreters.ptx.syntax import Address, Negated, Reg, Vector
 from tessera.sm90 import facts
 
 PLAIN, FLIGHT, LANDED = 0, 1, 2
+_NO_GROUP = np.iinfo(np.int64).max  # above every wgmma group (`AsyncTracker.wgmma_wait`)
+_ALL_PLAIN = ()  # `AsyncTracker._range_summary` of a range no asynchronous copy wrote
 
 
 @dataclass(eq=False)
@@ -136,6 +138,9 @@ class AsyncTracker:
         m = self.m
         self.hb.reset()
         self.state[:] = PLAIN
+        # ranges that one copy landed whole (a swizzled TMA box), start -> (stop, barrier, phase), while none of
+        # their bytes' `state`, `tag` or `phase` changed since: an operand inside one is judged without a walk
+        self.landed_ranges: dict[int, tuple[int, int, int]] = {}
         self.tagged = False  # some byte may be FLIGHT or LANDED (an asynchronous copy was issued)
         self.copies: dict[int, Copy] = {}
         self.in_flight: dict[tuple[int, int], list[Copy]] = {}
@@ -158,8 +163,13 @@ class AsyncTracker:
         self.pending: dict[str, tuple[np.ndarray, str, object]] = {}
         self.reading = False
         self.last_wgmma: dict[int, object] = {}  # warpgroup -> its last wgmma.mma_async
-        self.touched: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # register -> (lanes touched, line)
-        self.dirty = np.zeros(m.lanes, bool)  # lanes that touched some wgmma register since their last wgmma.fence
+        # accesses to wgmma registers outside a wgmma, as a log (sequence number, register names, lanes, line) and
+        # each lane's sequence number at its last wgmma.fence: one append per instruction, walked only when a
+        # wgmma's lanes are `dirty` (touched some wgmma register since their last wgmma.fence)
+        self.touch_log: list[tuple[int, frozenset, object, int]] = []
+        self.touch_seq = 0
+        self.fence_seq = np.zeros(m.lanes, np.int64)
+        self.dirty = np.zeros(m.lanes, bool)
         # accumulator register -> (lanes whose last wgmma on it came after their last wgmma.fence, that wgmma,
         # its shape)
         self.shaped: dict[str, tuple[np.ndarray, object, str]] = {}
@@ -322,6 +332,7 @@ class AsyncTracker:
         where = index if span is None else span
         self.state[where] = FLIGHT
         self.tag[where] = ident
+        self._forget_ranges(where)
         self.hb.async_written(where)
         if state.pending == 0:
             self.wake(key)
@@ -366,6 +377,9 @@ class AsyncTracker:
             self.state[where] = LANDED
             self.tag[where] = b
             self.phase[where] = phase
+            self._forget_ranges(where)
+            if copy.span is not None:
+                self.landed_ranges[copy.span.start] = (copy.span.stop, b, phase)
             copy.data = None
             try:
                 state.complete_tx(copy.nbytes)
@@ -403,6 +417,7 @@ class AsyncTracker:
         self.copies[ident] = Copy("cp.async", inst, int(lanes[0]), None, None, 0, None)
         self.state[flat] = FLIGHT
         self.tag[flat] = ident
+        self._forget_ranges(flat)
         self.hb.async_written(flat)
         self.tagged = True
 
@@ -412,6 +427,7 @@ class AsyncTracker:
         point [memory_model.CP_ASYNC_COMPLETION]."""
         lines = np.array([self.copies[int(t)].inst.line for t in self.tag[index[:, 0]]], np.int32)
         self.state[index.reshape(-1)] = PLAIN
+        self._forget_ranges(index)
         self.hb.landed(lanes, index, lines)
 
     def describe_flight(self, flat: int) -> str:
@@ -438,6 +454,7 @@ class AsyncTracker:
                     writers = np.broadcast_to(np.asarray(lanes)[:, None], index.shape).reshape(-1)
                     self._check_landed_write(inst, writers, index.reshape(-1), state.reshape(-1))
                 self.state[index] = PLAIN
+                self._forget_ranges(index)
             if (self.proxy_readers or self.hb.races) and not strong:
                 self.hb.write(inst, lanes, index)
             return
@@ -498,16 +515,24 @@ class AsyncTracker:
                 f"{self.barrier_name(copy.acquired)} at line {line}, before this read (a release before the "
                 "consumer's last read)")
 
-    def async_read(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str, span: slice | None = None) -> None:
+    def async_read(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str, span: slice | None = None,
+                   hull: slice | None = None) -> None:
         """The async proxy reads `flat` for `lanes` (a warpgroup's wgmma, or one thread's bulk store): every
         one of them must have observed TMA data, and generic stores must have been fenced. `span`: the range
-        `flat` fills, when it fills one (read as a range; a finding is then located byte by byte)."""
-        if span is not None:
-            state = self.state[span]
-            if state.any() and not self._observed_all(lanes, span, state):
-                self.async_read(inst, lanes, flat, what)  # raises, naming the byte
-            self.hb.async_read(inst, lanes, flat, what, span)
-            return
+        `flat` fills, when it fills one (read as a range; a finding is then located byte by byte). `hull`: a
+        range holding every byte of `flat` (a descriptor's K step reads 32 bytes of each 128-byte row of its
+        tile): when the whole range passes, so do its bytes, and only otherwise are they walked one by one."""
+        if span is not None or hull is not None:
+            cover = self._landed_cover(span if span is not None else hull)
+            if cover is not None and self._seen(lanes, cover[0]) > cover[1]:
+                return  # TMA bytes no generic store wrote since (it would have ended the range): nothing to fence
+            summary = self._range_summary(span if span is not None else hull)
+            if summary is not None and (summary is _ALL_PLAIN or self._seen(lanes, summary[0]) > summary[1]):
+                self.hb.async_read(inst, lanes, flat, what, span, hull)
+                return
+            if span is not None:
+                self.async_read(inst, lanes, flat, what)  # raises, naming the byte, or passes
+                return
         state = self.state[flat]
         if state.any() and not self._observed_all(lanes, flat, state):
             flying = state == FLIGHT
@@ -540,9 +565,61 @@ class AsyncTracker:
         b = int(tags[0])
         if tags.min() != b or tags.max() != b:
             return False
+        return self._seen(lanes, b) > int(self.phase[flat].max())
+
+    def _seen(self, lanes: np.ndarray, b: int) -> int:
+        """The latest phase of mbarrier instance `b` that every one of `lanes` has observed."""
         first, last = int(lanes[0]), int(lanes[-1])
         seen = self.observed[b, first:last + 1] if last - first + 1 == len(lanes) else self.observed[b, lanes]
-        return int(seen.min()) > int(self.phase[flat].max())
+        return int(seen.min())
+
+    def _forget_ranges(self, where: np.ndarray | slice) -> None:
+        """The bytes `where` change their asynchrony state: the landed ranges holding one no longer apply."""
+        if not self.landed_ranges:
+            return
+        if isinstance(where, slice):
+            low, high = where.start, where.stop
+        elif where.size:
+            low, high = int(where.min()), int(where.max()) + 1
+        else:
+            return
+        self.landed_ranges = {start: kept for start, kept in self.landed_ranges.items()
+                              if not (start < high and kept[0] > low)}
+
+    def _landed_cover(self, span: slice) -> tuple[int, int] | None:
+        """(barrier, latest phase) when `span` lies inside `landed_ranges` of one barrier (a K step of a ring
+        slot's tile, in one box or across adjacent ones), else None. Such bytes landed from TMA copies and no
+        generic store wrote them since: a store (or a cp.async landing) ends the ranges it touches."""
+        if not self.landed_ranges:
+            return None
+        covered, barrier, latest = span.start, None, 0
+        for start in sorted(self.landed_ranges):
+            stop, b, phase = self.landed_ranges[start]
+            if stop <= covered:
+                continue
+            if start > covered or barrier not in (None, b):
+                return None
+            covered, barrier, latest = stop, b, max(latest, phase)
+            if covered >= span.stop:
+                return barrier, latest
+        return None
+
+    def _range_summary(self, span: slice):
+        """`_ALL_PLAIN` when no byte of `span` was written by an asynchronous copy, (barrier, latest phase) when
+        every byte landed from copies on one mbarrier, else None (walk the bytes); `_landed_cover` first."""
+        cover = self._landed_cover(span)
+        if cover is not None:
+            return cover
+        state = self.state[span]
+        summary = None
+        if not state.any():
+            summary = _ALL_PLAIN
+        elif state.min() == LANDED and state.max() == LANDED:
+            tags = self.tag[span]
+            b = int(tags[0])
+            if tags.min() == b and tags.max() == b:
+                summary = (b, int(self.phase[span].max()))
+        return summary
 
     def fence(self, lanes: np.ndarray, shared: bool = True, global_: bool = True) -> None:
         """fence.proxy.async by `lanes`: the generic stores that happen before it are visible to the async
@@ -551,12 +628,13 @@ class AsyncTracker:
 
     # endregion
     # region wgmma
-    def wgmma_reads(self, inst, lanes: np.ndarray, flat: np.ndarray, operand: str, span: slice | None = None) -> None:
+    def wgmma_reads(self, inst, lanes: np.ndarray, flat: np.ndarray, operand: str, span: slice | None = None,
+                    hull: slice | None = None) -> None:
         """The warpgroups of `lanes` (whole warpgroups of one CTA, in order) each read their wgmma operand at
         `flat` (checked once as an async-proxy read of them all); the bytes stay read until a wgmma.wait_group
         covers each warpgroup's group. `span`: the range `flat` fills, when it fills one (a swizzled tile: its
-        records are written and later completed as one range)."""
-        self.async_read(inst, lanes, flat, f"wgmma operand {operand}", span)
+        records are written and later completed as one range); `hull`: a range holding `flat` (`async_read`)."""
+        self.async_read(inst, lanes, flat, f"wgmma operand {operand}", span, hull)
         if span is not None:
             flat = span
         if self.wg_read is None:
@@ -641,7 +719,7 @@ class AsyncTracker:
                 # group, never per byte
                 self.hb.wgmma_groups_completed(w, old + 1, new, lanes[unit[lanes] == w], inst)
         if self.pending:
-            least = np.full(self.warpgroups, np.iinfo(np.int64).max, np.int64)
+            least = np.full(self.warpgroups, _NO_GROUP, np.int64)
             np.minimum.at(least, unit, self.lane_done)  # a register stays pending until every thread waited
             live: dict[int, bool] = {}
             for e in self.pending.values():
@@ -650,22 +728,35 @@ class AsyncTracker:
             self.pending = {name: e for name, e in self.pending.items() if live[id(e[0])]}
         self.reading = bool((self.wg_issued > self.wg_done).any())
 
-    def touch(self, inst, lanes: np.ndarray | slice, names) -> None:
-        """`lanes` (an index or a slice of every lane) accessed the wgmma registers `names` outside a wgmma: a
-        wgmma.fence must follow."""
+    def touch(self, inst, lanes: np.ndarray | slice, names: frozenset) -> None:
+        """`lanes` (an index or a slice of every lane, never modified afterwards) accessed the wgmma registers
+        `names` outside a wgmma: a wgmma.fence must follow."""
         self.dirty[lanes] = True
-        for name in names:
-            entry = self.touched.get(name)
-            if entry is None:
-                entry = self.touched[name] = (np.zeros(self.m.lanes, bool), np.zeros(self.m.lanes, np.int32))
-            entry[0][lanes] = True
-            entry[1][lanes] = inst.line
+        self.touch_seq += 1
+        self.touch_log.append((self.touch_seq, names, lanes, inst.line))
+
+    def _touched(self, name: str, lanes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(whether each of `lanes` accessed register `name` since its last wgmma.fence, the line of its last
+        such access)."""
+        bad, line = np.zeros(len(lanes), bool), np.zeros(len(lanes), np.int32)
+        for seq, names, sel, at in self.touch_log:
+            if name in names:
+                hit = np.zeros(self.m.lanes, bool)
+                hit[sel] = True
+                here = hit[lanes] & (self.fence_seq[lanes] < seq)
+                bad |= here
+                line[here] = at
+        return bad, line
 
     def wgmma_fenced(self, lanes: np.ndarray) -> None:
         self.ever_fenced[lanes] = True
-        for touched, _ in self.touched.values():
-            touched[lanes] = False
+        self.touch_seq += 1
+        self.fence_seq[lanes] = self.touch_seq
         self.dirty[lanes] = False
+        if not self.dirty.any():
+            self.touch_log.clear()
+        elif len(self.touch_log) > 256:  # keep the accesses some lane has not fenced since
+            self.touch_log = [e for e in self.touch_log if (self.fence_seq[e[2]] < e[0]).any()]
         for unfenced in {id(e[0]): e[0] for e in self.shaped.values()}.values():
             unfenced[lanes] = False
 
@@ -715,15 +806,14 @@ class AsyncTracker:
                                             f") accessed it, with no wgmma.fence between them: only wgmmas of one "
                                             "shape are ordered on their accumulators by default (missing wgmma.fence, "
                                             "[memory_model.WGMMA_FENCE_SCALE_D])", lanes[i])
-            entry = self.touched.get(name) if touched else None
-            if entry is None:
+            if not touched:
                 continue
-            bad = entry[0][lanes]
+            bad, line = self._touched(name, lanes)
             if bad.any():
                 i = int(np.argmax(bad))
                 what = "accumulator" if kind == "result" else "A-fragment"
                 raise self.hazard(inst, f"uses {name} as its {what} register after the instruction at line "
-                                        f"{int(entry[1][lanes[i]])} accessed it, with no wgmma.fence between them "
+                                        f"{int(line[i])} accessed it, with no wgmma.fence between them "
                                         "(missing wgmma.fence)", lanes[i])
 
     def check_registers(self, inst, lanes: np.ndarray, names, roles: dict[str, str]) -> None:
@@ -856,13 +946,13 @@ def install(m: Machine, steps: list[Step]) -> list[Step]:
     for step in steps:
         inst = step.inst
         roles = _wgmma_roles(inst) if inst.opcode == "wgmma" else {}
-        names = sorted(_registers(inst) & watched) if watched else ()
+        names = tuple(sorted(_registers(inst) & watched)) if watched else ()
         before = after = None
         if names and inst.opcode != "wgmma":
-            def before(sel, inst=inst, names=names, roles=roles):
+            def before(sel, inst=inst, names=names, roles=roles, touched=frozenset(names)):
                 if tracker.pending:
                     tracker.check_registers(inst, _lanes(m, sel), names, roles)
-                tracker.touch(inst, sel, names)
+                tracker.touch(inst, sel, touched)
         elif names:
             def before(sel, inst=inst, names=names, roles=roles):
                 if tracker.pending:

@@ -31,7 +31,10 @@ acquire read an older value; it never reports a correct kernel.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 WEAK, STRONG_CTA, STRONG_GPU, ASYNC, ASYNC_REDUCE = 1, 2, 3, 4, 5
 """How an access is made: a weak generic ld/st; a strong generic access of scope .cta, or .cluster/.gpu/.sys;
@@ -49,6 +52,36 @@ def strong_kind(modifiers) -> int:
     """The kind of an ld/st/atom/red from its modifiers: strong when it has .relaxed/.acquire/.release/
     .acq_rel/.volatile (atom and red always are), of scope .cta or wider (default .gpu)."""
     return STRONG_CTA if "cta" in modifiers else STRONG_GPU
+
+
+@dataclass(frozen=True)
+class StridedBox:
+    """The global bytes start + sum_k i_k * strides[k] (0 <= i_k < shape[k]), in that row-major order: the
+    bytes of a TMA box that lies inside its tensor. Their records are read and written through strided views
+    (`view`), with no index array, and `index` lists them where a finding must name a byte."""
+
+    start: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+
+    def view(self, array: np.ndarray) -> np.ndarray:
+        """The box's elements of the per-byte `array` (a writable view)."""
+        return as_strided(array[self.start:], self.shape, tuple(s * array.itemsize for s in self.strides))
+
+    def index(self) -> np.ndarray:
+        """[1, bytes]: the flat positions, in order."""
+        index = np.asarray(self.start, np.int64)
+        for n, s in zip(self.shape, self.strides):
+            index = index[..., None] + np.arange(n, dtype=np.int64) * s
+        return index.reshape(1, -1)
+
+
+def _put(array: np.ndarray, where, value) -> None:
+    """array[where] = value, `where` an index or a `StridedBox`."""
+    if isinstance(where, StridedBox):
+        where.view(array)[...] = value
+    else:
+        array[where] = value
 
 
 class GlobalOrder:
@@ -129,15 +162,45 @@ class GlobalOrder:
             return
         self._record_read(inst, lanes, index, who, epochs)
 
-    def read_until(self, inst, lane: int, index: np.ndarray, barrier: int, phase: int) -> None:
+    def read_box(self, inst, lane: int, box: StridedBox, kind: int) -> None:
+        """`access` of one thread's async-proxy read of `box` (a TMA load), through strided views of the records:
+        decided once for the whole box where its bytes' records agree (no earlier write, the same earlier
+        readers: every byte of a box read alike before), else by `access`, byte by byte."""
+        hb = self.m.tracker.hb
+        if not hb.races:
+            return
+        lanes = np.array([lane])
+        writes = self.records.get("write")
+        if writes is not None and box.view(writes["who"]).any():
+            self.access(inst, lanes, box.index(), False, kind)
+            return
+        read = self._table("read")
+        who, epoch, line = (box.view(read[f]) for f in self.FIELDS)
+        ids = None if self.read_set is None else box.view(self.read_set)
+        if not (_uniform(who) and _uniform(epoch) and _uniform(line) and (ids is None or _uniform(ids))):
+            self.access(inst, lanes, box.index(), False, kind)
+            return
+        mine = int(self.lane_who[lane]) | kind
+        now = int(hb.clock[lane, lane % self.m.threads])
+        s, w, e, l_ = (0 if ids is None else int(ids.flat[0])), int(who.flat[0]), int(epoch.flat[0]), int(line.flat[0])
+        if not s and (not w or self._ordered(lanes, np.array([[w]]), np.array([[e]]))[0, 0]):
+            who[...], epoch[...], line[...] = mine, now, inst.line
+            return
+        if self.read_set is None:
+            self.read_set = np.zeros(self.size, np.int32)
+        self._read_into(box, s, 0 if s else w, 0 if s else e, l_, lanes, np.array([mine], np.int64),
+                        np.array([now], np.int64), inst.line)
+
+    def read_until(self, inst, lane: int, index: np.ndarray | StridedBox, barrier: int, phase: int) -> None:
         """The TMA load `inst` of `lane` (recorded by `access`) reads the global bytes `index` until its complete-tx
         on the tracker's mbarrier instance `barrier` in `phase` [memory_model.TMA_READ_UNTIL_COMPLETE]."""
         if self.until is None:
             self.until = {"who": np.zeros(self.size, np.int64), "barrier": np.zeros(self.size, np.int32),
                           "phase": np.full(self.size, -1, np.int64), "line": np.zeros(self.size, np.int32)}
-        flat = np.asarray(index, np.int64).reshape(-1)
-        self.until["who"][flat] = int(self.lane_who[lane]) | ASYNC
-        self.until["barrier"][flat], self.until["phase"][flat], self.until["line"][flat] = barrier, phase, inst.line
+        flat = index if isinstance(index, StridedBox) else np.asarray(index, np.int64).reshape(-1)
+        for field, value in (("who", int(self.lane_who[lane]) | ASYNC), ("barrier", barrier), ("phase", phase),
+                             ("line", inst.line)):
+            _put(self.until[field], flat, value)
 
     def _check_until(self, inst, lanes: np.ndarray, index: np.ndarray) -> np.ndarray | None:
         """A write of `index` [lanes, bytes] by threads of the CTA whose TMA load reads them: the writer must have
@@ -244,7 +307,7 @@ class GlobalOrder:
                                 int(read["epoch"][b]) if not s else 0, int(read["line"][b]), lanes[r], who[r, 0],
                                 epochs[r, 0], inst.line)
 
-    def _read_into(self, where: np.ndarray, s: int, prev_who: int, prev_epoch: int, prev_line: int,
+    def _read_into(self, where: np.ndarray | StridedBox, s: int, prev_who: int, prev_epoch: int, prev_line: int,
                    lanes: np.ndarray, who: np.ndarray, epochs: np.ndarray, line: int) -> None:
         """The bytes `where`, whose readers are the set `s` (or, with s = 0, the "read" table's one reader
         `prev_who` at `prev_epoch`, line `prev_line`), are read by `lanes` (as `who` at `epochs`) at `line`."""
@@ -270,9 +333,10 @@ class GlobalOrder:
             if len(self._memo) > 1 << 16:
                 self._memo.clear()
             self._memo[key] = new
-        self.read_set[where] = new
+        _put(self.read_set, where, new)
         if not new:
-            read["who"][where], read["epoch"][where], read["line"][where] = int(who[0]), int(epochs[0]), line
+            for field, value in (("who", int(who[0])), ("epoch", int(epochs[0])), ("line", line)):
+                _put(read[field], where, value)
 
     def _ordered(self, lanes: np.ndarray, who: np.ndarray, epoch: np.ndarray) -> np.ndarray:
         """Whether the accesses recorded as `who` at `epoch` [lanes, k] happen before each lane's present point:
@@ -484,4 +548,4 @@ def _uniform(values: np.ndarray) -> bool:
     return bool(values.min() == values.max())
 
 
-__all__ = ["ASYNC", "ASYNC_REDUCE", "GlobalOrder", "STRONG_CTA", "STRONG_GPU", "WEAK", "strong_kind"]
+__all__ = ["ASYNC", "ASYNC_REDUCE", "GlobalOrder", "STRONG_CTA", "STRONG_GPU", "StridedBox", "WEAK", "strong_kind"]

@@ -393,14 +393,14 @@ class HappensBefore:
         found: set[int] = set()
         for row in self.r_async[:, span]:
             low, high = int(row.min(initial=0)), int(row.max(initial=0))
-            found.update((low,) if low == high else np.unique(row).tolist())
+            found.update((low,) if low == high else _present(row, low))
         if self.wgmma_reads is not None:
             per_cta = self._per_cta()
             first = span.start // max(self.shared // (self.lanes // self.threads), 1) * per_cta
             width = self.wgmma_groups.shape[1]
             for r, row in enumerate(self.wgmma_reads[:, span]):
                 low, high = int(row.min(initial=0)), int(row.max(initial=0))
-                for last in (low,) if low == high else np.unique(row).tolist():
+                for last in (low,) if low == high else _present(row, low):
                     if 0 < last <= width:
                         found.add(int(self.wgmma_groups[first + r, last - 1]))
         found.discard(0)
@@ -518,15 +518,18 @@ class HappensBefore:
                                     "the two (race: a bar.sync or an mbarrier wait between them is missing)",
                               int(lanes[i]))
 
-    def async_read(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str, span: slice | None = None) -> None:
+    def async_read(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str, span: slice | None = None,
+                   hull: slice | None = None) -> None:
         """The async proxy reads `flat` for `lanes`: each generic write of those bytes needs a
         fence.proxy.async on a happens-before path into every issuing warp (a path into one of its threads: the
         warp issues the copy or its part of the wgmma as one). A wgmma is issued by the four warps of its
         warpgroup, each `.sync.aligned` across its own warp only, and every warp reads the whole B operand: a
         store by one warp needs a path (a named barrier) into each of the others; the writer's own fence does not
         order it before another warp's read. `span`: the range `flat` fills, when it fills one (no generic write
-        in it: nothing to check, decided without a gather)."""
+        in it: nothing to check, decided without a gather); `hull`: a range holding `flat`, the same way."""
         if span is not None and not self.w_clock[span].any():
+            return
+        if hull is not None and not self.w_clock[hull].any():
             return
         epochs = self.w_clock[flat]
         if not epochs.any():
@@ -557,6 +560,12 @@ class HappensBefore:
         return rows.reshape(-1, facts.WARP_SIZE, rows.shape[1]).max(axis=1)
 
     # endregion
+
+
+def _present(values: np.ndarray, low: int) -> list[int]:
+    """The distinct values of `values` (small non-negative integers, the least `low`), ascending: a count, not a
+    sort."""
+    return (np.flatnonzero(np.bincount(values - low if low else values)) + low).tolist()
 
 
 __all__ = ["HappensBefore"]

@@ -32,7 +32,7 @@ import numpy as np
 from tessera.interpreters import serving_checks
 from tessera.interpreters.ptx.cluster import shared_offsets
 from tessera.interpreters.ptx.decode import Operands, elements, opcode
-from tessera.interpreters.ptx.global_order import WEAK, strong_kind
+from tessera.interpreters.ptx.global_order import WEAK, StridedBox, strong_kind
 from tessera.interpreters.ptx.numerics import flush_f32
 from tessera.interpreters.ptx.state import (
     GLOBAL_BASE,
@@ -153,10 +153,15 @@ def note_global(m: Machine, lanes: np.ndarray, index: np.ndarray, write: bool, i
     `inst` as `how` in the happens-before of global memory (`global_order`), and in the memory's access log
     when a worker runs a group of CTAs (`tessera.interpreters.parallel`)."""
     order = getattr(m, "global_order", None)
+    box = isinstance(index, StridedBox)  # one thread's TMA box read: its records through strided views
     if order is not None and inst is not None:
-        order.access(inst, lanes, index, write, how)
+        if box and not write:
+            order.read_box(inst, int(lanes[0]), index, how)
+        else:
+            order.access(inst, lanes, index.index() if box else index, write, how)
     log = m.memory.log
     if log is not None:
+        index = index.index() if box else index
         gx, gy, _ = m.grid
         cta = m.ctaid[m.lane_cta[lanes]]
         log.note(0, index, (cta[:, 0] + gx * (cta[:, 1] + gy * cta[:, 2]))[:, None], write)

@@ -31,6 +31,9 @@ _F32_TINY = np.float32(np.finfo(np.float32).tiny)
 def flush_f32(x: np.ndarray) -> np.ndarray:
     """`.ftz`: f32 subnormals become zero of the same sign."""
     x = np.asarray(x, np.float32)
+    small = np.abs(x) < _F32_TINY
+    if not small.any():  # the common case: nothing to flush (zeros stay as they are)
+        return x
     return np.where(np.abs(x) < _F32_TINY, np.copysign(np.float32(0), x), x).astype(np.float32)
 
 
@@ -149,13 +152,31 @@ def mul(a: np.ndarray, b: np.ndarray, dtype: np.dtype, mode: str) -> np.ndarray:
         return round_f64(a.astype(np.float64) * b.astype(np.float64), dtype, mode)
 
 
+_BELOW_F32_LSB = np.uint64((1 << 29) - 1)
+"""The float64 fraction bits below an f32's last (52 - 23 = 29)."""
+_F32_MIDPOINT = np.uint64(1 << 28)
+"""Those bits of a float64 that lies halfway between two f32 neighbours."""
+_F32_NORMAL_SUMS = 2.0 ** -125
+"""Sums at least this large round to normal f32 values (24 bits: `_F32_MIDPOINT` marks their midpoints)."""
+
+
 def fma(a: np.ndarray, b: np.ndarray, c: np.ndarray, dtype: np.dtype, mode: str) -> np.ndarray:
     """a * b + c with a single rounding in `mode` (f64 operands: NumPy's float64, one extra rounding of the
-    product, which is documented as a gap)."""
+    product, which is documented as a gap).
+
+    fma.rn.f32 takes a shortcut that gives the same bits: the float64 sum s of the exact product and c,
+    rounded to f32, is the correctly rounded f32 of the exact sum unless s is itself an f32 midpoint (an f32
+    midpoint strictly between the exact sum and s would be a float64 nearer the exact sum than s), or the sum
+    is small enough to round to an f32 subnormal; those lanes take the round-to-odd path."""
     with np.errstate(all="ignore"):
         if np.dtype(dtype) == np.float64:
             return a * b + c
         product = a.astype(np.float64) * b.astype(np.float64)
+        if mode == "rn" and np.dtype(dtype) == np.float32:
+            s = product + c
+            midpoint = (s.view(np.uint64) & _BELOW_F32_LSB) == _F32_MIDPOINT
+            if not (midpoint.any() or ((np.abs(s) < _F32_NORMAL_SUMS) & (s != 0)).any()):
+                return s.astype(np.float32)
         return round_f64(sum_to_odd(product, c.astype(np.float64)), dtype, mode)
 
 

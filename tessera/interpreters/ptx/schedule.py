@@ -199,6 +199,10 @@ DEFAULT_MAX_STEPS = 1_000_000
 batch (three-pass attention at head_dim 128 from its PTX), and an endless loop stops within a minute."""
 
 
+_NEVER = np.iinfo(np.int64).max
+"""The pc of a lane that is not a candidate (`Scheduler.run`)."""
+
+
 def _units_hit(unit: np.ndarray, lanes: np.ndarray) -> np.ndarray:
     """Per lane, whether its unit (`unit`: the unit of each lane, ascending) holds one of `lanes` (an index or
     a mask): a table lookup, no sort."""
@@ -245,7 +249,7 @@ class Scheduler:
     def run(self) -> None:
         m, steps, guards = self.m, self.steps, self.guards
         end = len(steps)
-        big = np.iinfo(np.int64).max
+        big = _NEVER
         all_lanes = m.lane_ids
         limit = self.executed + self.max_steps
         with np.errstate(all="ignore"):
@@ -308,7 +312,7 @@ class Scheduler:
         end = len(steps)
         if pc >= end or steps[pc].control or steps[pc].unit:
             return
-        big = np.iinfo(np.int64).max
+        big = _NEVER
         horizon = min(end, int(np.where(candidates == pc - 1, big, candidates).min()))
         count, counts, start = len(m.lane_ids), self.counts, pc
         try:  # the lanes' pcs move once at the end (no plain step reads them), also when a step raises

@@ -43,6 +43,33 @@ CLUSTER_RANK_SHIFT = 24
 the shared memory of the CTA of cluster rank `rank`; an address below 2^24 is the executing CTA's own (the
 shared::cta window lies inside the shared::cluster window). `mapa` makes them (see `cluster`)."""
 
+
+def unique_rows(rows: np.ndarray, return_index: bool = False, return_inverse: bool = False,
+                return_counts: bool = False):
+    """`np.unique(rows, axis=0, ...)` of an integer array [n, k], in the same order with the same extras: the
+    rows are packed into one int64 each (column by column, offset by the column's least value) and deduplicated
+    as a 1-D array, many times faster than NumPy's row-wise unique; rows too wide to pack take NumPy's way."""
+    rows = np.asarray(rows)
+    if rows.ndim != 2 or not len(rows) or rows.dtype.kind not in "iu":
+        return np.unique(rows, axis=0, return_index=return_index, return_inverse=return_inverse,
+                         return_counts=return_counts)
+    low, high = [int(x) for x in rows.min(axis=0)], [int(x) for x in rows.max(axis=0)]
+    spans = [h - l + 1 for l, h in zip(low, high)]
+    if max(high) >= 1 << 63 or np.prod(np.array(spans, dtype=object)) >= 1 << 62:
+        return np.unique(rows, axis=0, return_index=return_index, return_inverse=return_inverse,
+                         return_counts=return_counts)
+    key = np.zeros(len(rows), np.int64)
+    for j, span in enumerate(spans):
+        key = key * span + (rows[:, j].astype(np.int64) - np.int64(low[j]))
+    _, first, *extras = np.unique(key, return_index=True, return_inverse=return_inverse,
+                                  return_counts=return_counts)
+    result = [rows[first]]
+    if return_index:
+        result.append(first)
+    result.extend(extras)
+    return result[0] if len(result) == 1 else tuple(result)
+
+
 RUN, EXITED, BAR, PARK, COLL, CLUSTER_WAIT = 0, 1, 2, 3, 4, 5
 STATUS_NAMES = {RUN: "running", EXITED: "exited", BAR: "at a barrier", PARK: "waiting on an mbarrier",
                 COLL: "waiting for its warp/warpgroup", CLUSTER_WAIT: "waiting at barrier.cluster.wait"}
@@ -315,6 +342,14 @@ class Machine:
         own = self.lane_cta[lanes]
         slots = np.where(field > 0, own - own % self.cluster_size + field - 1, own)
         return slots, np.where(addresses < 0, addresses, offsets), field
+
+    def shared_target_one(self, lane: int, address: int) -> tuple[int, int]:
+        """(CTA slot, offset) of one lane's shared::cluster `address`: `shared_target` in plain integers (an
+        mbarrier operation of one thread; CUTLASS's consumers arrive one by one through cluster addresses)."""
+        field = address >> CLUSTER_RANK_SHIFT
+        own = int(self.lane_cta[lane])
+        slot = own - own % self.cluster_size + field - 1 if field > 0 else own
+        return slot, address if address < 0 else address & ((1 << CLUSTER_RANK_SHIFT) - 1)
 
     def shared_flat(self, lanes, addresses: np.ndarray) -> np.ndarray:
         """Index into `shared` of the shared::cluster addresses of `lanes` (own CTA below 2^24)."""

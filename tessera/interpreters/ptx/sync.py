@@ -33,7 +33,7 @@ import numpy as np
 from tessera.interpreters.ptx.cluster import decode_barrier_cluster, grid_rank, shared_offsets
 from tessera.interpreters.ptx.decode import Operands, Step, elements, opcode
 from tessera.interpreters.ptx.memory import SHARED_WINDOW, WINDOW_SIZE, land_copies, lanes_of, take_space
-from tessera.interpreters.ptx.state import BAR, CLUSTER_RANK_SHIFT, EXITED, PARK, RUN, Machine
+from tessera.interpreters.ptx.state import BAR, CLUSTER_RANK_SHIFT, EXITED, PARK, RUN, Machine, unique_rows
 from tessera.interpreters.ptx.syntax import Imm, Sink
 from tessera.interpreters.ptx.types import ptx_type
 from tessera.sm90 import facts
@@ -243,8 +243,7 @@ def mbarrier_key(m: Machine, lane: int, address: int) -> tuple[int, int]:
     """(CTA slot, offset) of the mbarrier at shared::cluster `address` for `lane`."""
     if 0 <= address < 1 << CLUSTER_RANK_SHIFT:  # the lane's own CTA
         return int(m.lane_cta[lane]), int(address)
-    slots, offsets, _ = m.shared_target(np.array([lane]), np.array([address], np.int64))
-    return int(slots[0]), int(offsets[0])
+    return m.shared_target_one(int(lane), int(address))
 
 
 def _state(m: Machine, inst, lane: int, address: int) -> facts.MBarrierState:
@@ -302,7 +301,7 @@ def _released(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray) -> Non
     before the arrivals apply, so that the arrive completing a phase is part of it (`happens_before`)."""
     if ((addresses >= 0) & (addresses < 1 << CLUSTER_RANK_SHIFT)).all():  # each lane's own CTA: (CTA, address)
         pairs = np.stack([m.lane_cta[lanes], addresses], axis=1)
-        unique, which = np.unique(pairs, axis=0, return_inverse=True)
+        unique, which = unique_rows(pairs, return_inverse=True)
         for j, (cta, a) in enumerate(unique.tolist()):
             m.tracker.hb.arrive(inst, (cta, a), lanes[which.reshape(-1) == j])
         return
@@ -335,7 +334,7 @@ def _arrive_together(m: Machine, inst, lanes, addresses, phases) -> bool:
     if not ((addresses >= 0) & (addresses < 1 << CLUSTER_RANK_SHIFT)).all():
         return False
     pairs = np.stack([m.lane_cta[lanes], addresses], axis=1)
-    unique, which, counts = np.unique(pairs, axis=0, return_inverse=True, return_counts=True)
+    unique, which, counts = unique_rows(pairs, return_inverse=True, return_counts=True)
     states = [m.mbarriers.get((cta, a)) for cta, a in unique.tolist()]
     if any(state is None or state.pending < n for state, n in zip(states, counts.tolist())):
         return False
@@ -460,7 +459,7 @@ def decode_mbarrier(ops: Operands, inst, mods):
         local = ((addresses >= 0) & (addresses < 1 << CLUSTER_RANK_SHIFT)).all()
         if local and len(active) > 1:
             groups = np.stack([m.lane_cta[active], addresses, tokens.astype(np.int64) & (1 if parity else -1)], axis=1)
-            _, first, which = np.unique(groups, axis=0, return_index=True, return_inverse=True)
+            _, first, which = unique_rows(groups, return_index=True, return_inverse=True)
             which = which.reshape(-1)
         else:
             first, which = np.arange(len(active)), np.arange(len(active))
@@ -555,7 +554,7 @@ def decode_shfl(ops: Operands, inst, mods):
         executing[lanes] = True
         source = np.empty(n, np.int64)
         valid = np.empty(n, bool)
-        for bc in np.unique(np.stack([b, c]), axis=1).T:
+        for bc in unique_rows(np.stack([b, c], axis=1)):
             pick = (b == bc[0]) & (c == bc[1])
             src, ok = facts.shfl_source_lane(mode, m.laneid[lanes[pick]], int(bc[0]), int(bc[1]))
             source[pick] = lanes[pick] - m.laneid[lanes[pick]] + src

@@ -44,9 +44,9 @@ import numpy as np
 from tessera.interpreters.ptx import memory, sync
 from tessera.interpreters.ptx.cluster import _OFFSET_MASK, cluster_address, multicast_slots, shared_offsets
 from tessera.interpreters.ptx.decode import Operands, Step, elements, opcode
-from tessera.interpreters.ptx.global_order import ASYNC
+from tessera.interpreters.ptx.global_order import ASYNC, StridedBox
 from tessera.interpreters.ptx.memory import access, lanes_of, take_space
-from tessera.interpreters.ptx.state import GLOBAL_BASE, PARAM_WINDOW, WINDOW_SIZE, Machine
+from tessera.interpreters.ptx.state import GLOBAL_BASE, PARAM_WINDOW, WINDOW_SIZE, Machine, unique_rows
 from tessera.interpreters.ptx.sync import PRED, U32, shared_addresses
 from tessera.interpreters.ptx.syntax import Address, Reg, Vector
 from tessera.interpreters.ptx.types import ptx_type
@@ -85,10 +85,33 @@ def _oob_fill(spec: facts.TensorMapSpec) -> np.ndarray:
     return np.frombuffer(np.array(np.nan, dtype).tobytes(), np.uint8)
 
 
-def _box_offsets(tmap: TensorMapObject, coords: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """Byte offsets from the tensor's address of the box elements (row-major, innermost last) and which of
-    them lie inside the tensor (`TensorMapSpec.box_byte_offsets`)."""
-    return tmap.spec.box_byte_offsets(coords)
+@lru_cache(maxsize=4096)
+def _box_offsets(spec: facts.TensorMapSpec, coords: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, tuple | None]:
+    """Byte offsets from the tensor's address of the box elements (row-major, innermost last), which of them
+    lie inside the tensor (`TensorMapSpec.box_byte_offsets`), and for a box wholly inside it the layout of its
+    bytes (first offset, shape, strides: `global_order.StridedBox`, adjacent contiguous dimensions merged);
+    read-only, kept across copies, CTAs and launches (a grid's boxes give a handful of coordinates a map)."""
+    offsets, valid = spec.box_byte_offsets(list(coords))
+    offsets.setflags(write=False)
+    valid.setflags(write=False)
+    if not valid.all() or not offsets.size:
+        return offsets, valid, None
+    counts = [-(-spec.box_dims[k] // (1 if k == 0 and spec.interleave == facts.TensorMapInterleave.NONE
+                                      else spec.strides[k])) for k in reversed(range(spec.rank))]
+    grid = offsets.reshape(counts)
+    shape, strides = [spec.element_bytes], [1]
+    for axis in reversed(range(len(counts))):
+        if counts[axis] == 1:
+            continue
+        step = int(grid[(0,) * axis + (1,) + (0,) * (len(counts) - axis - 1)] - grid.flat[0])
+        if step == shape[0] * strides[0]:
+            shape[0] *= counts[axis]
+        else:
+            shape.insert(0, counts[axis])
+            strides.insert(0, step)
+    layout = (int(offsets[0]), tuple(shape), tuple(strides))
+    box = StridedBox(*layout).index().reshape(-1, spec.element_bytes)[:, 0]
+    return offsets, valid, layout if np.array_equal(box, offsets) else None
 
 
 def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], smem: int, load: bool,
@@ -106,7 +129,7 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
     if load and (problem := serving_checks.check_box(tmap.name, spec.global_dims, coords, spec.box_dims)):
         raise m.error(inst, problem, lane)
     e = spec.element_bytes
-    offsets, valid = _box_offsets(tmap, coords)
+    offsets, valid, layout = _box_offsets(spec, tuple(coords))
     size = len(offsets) * e
     if smem < 0 or smem + size > m.shared_bytes:
         raise m.error(inst, f"the {size}-byte box at shared address {smem:#x} overruns shared memory "
@@ -115,6 +138,15 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
     base = slot * m.shared_bytes
     shared_index = base + swizzled
     span = None if dense is None else slice(base + dense[0], base + dense[1])
+    if load and layout is not None:  # the whole box lies in the tensor (mostly): strided views, no index
+        box = StridedBox(tmap.address - GLOBAL_BASE + layout[0], layout[1], layout[2])
+        data = box.view(m.memory.buffer).flatten()  # a copy: the data as it is at issue
+        memory.note_global(m, np.array([lane]), box, False, inst, ASYNC)
+        if barrier is not None and getattr(m, "global_order", None) is not None:
+            key = sync.mbarrier_key(m, lane, barrier)
+            m.global_order.read_until(inst, lane, box, m.tracker.barrier(key), sync._state(m, inst, lane, barrier).phase)
+        m.tracker.stage(shared_index, data, span)  # lands later (asynchrony)
+        return spec.box_bytes
     global_index = (tmap.address - GLOBAL_BASE + offsets)[:, None] + np.arange(e)
     inside = global_index if valid.all() else global_index[valid]  # the whole box lies in the tensor, mostly
     if load:
@@ -160,7 +192,7 @@ def _issued_per_warp(m: Machine, lanes: np.ndarray, *operands: np.ndarray) -> np
     if len(lanes) < 2:
         return np.arange(len(lanes))
     keys = np.stack([lanes // m.threads, lanes % m.threads // 32, *operands], axis=1)
-    return np.sort(np.unique(keys, axis=0, return_index=True)[1])
+    return np.sort(unique_rows(keys, return_index=True)[1])
 
 
 def decode_bulk(ops: Operands, inst, mods):
@@ -318,8 +350,9 @@ def _multiplicand_values(raw: np.ndarray, name: str) -> np.ndarray:
 
 @lru_cache(maxsize=4096)
 def _descriptor_bytes(descriptor: int, major: str, e: int, extent: int) -> tuple | str:
-    """(element addresses [extent, K elements], byte offsets [extent * K * e], lowest and highest address) a
-    descriptor reads, or the reason it is invalid: computed once per descriptor value and kept across wgmmas, CTAs and launches (a
+    """(element addresses [extent, K elements], byte offsets [extent * K * e], lowest and highest address, the
+    range the offsets fill when they fill one, the range [lowest, highest] byte holding them) a descriptor reads,
+    or the reason it is invalid: computed once per descriptor value and kept across wgmmas, CTAs and launches (a
     ring's slots give a handful of values)."""
     try:
         fields = facts.decode_descriptor(descriptor)
@@ -330,7 +363,8 @@ def _descriptor_bytes(descriptor: int, major: str, e: int, extent: int) -> tuple
     offsets = (addresses[..., None] + np.arange(e)).reshape(-1)
     addresses.setflags(write=False)
     offsets.setflags(write=False)
-    return addresses, offsets, int(addresses.min()), int(addresses.max()), _dense(offsets)
+    return (addresses, offsets, int(addresses.min()), int(addresses.max()), _dense(offsets),
+            (int(offsets.min()), int(offsets.max()) + 1))
 
 
 def _dense(offsets: np.ndarray) -> tuple[int, int] | None:
@@ -353,12 +387,13 @@ def _descriptor_operand(m: Machine, inst, lanes: np.ndarray, descriptor: int, ma
     decoded = _descriptor_bytes(descriptor, major, e, extent)
     if isinstance(decoded, str):
         raise m.error(inst, f"matrix descriptor {descriptor:#x}: {decoded}", int(lanes[0]))
-    addresses, offsets, low, high, dense = decoded
+    addresses, offsets, low, high, dense, hull = decoded
     if low < 0 or high + e > m.shared_bytes:
         raise m.error(inst, f"matrix descriptor {descriptor:#x} reads outside shared memory", int(lanes[0]))
     base = int(m.lane_cta[lanes[0]]) * m.shared_bytes
     index = offsets + base
-    m.tracker.wgmma_reads(inst, lanes, index, operand, None if dense is None else slice(base + dense[0], base + dense[1]))
+    m.tracker.wgmma_reads(inst, lanes, index, operand, None if dense is None else slice(base + dense[0], base + dense[1]),
+                          slice(base + hull[0], base + hull[1]))
     return _multiplicand_values(m.shared[index].view(dtype).reshape(addresses.shape), name)
 
 

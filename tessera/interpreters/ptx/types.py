@@ -11,6 +11,7 @@ Packed `.f16x2`/`.bf16x2` are 32-bit words; `half_pair` splits them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import ml_dtypes
 import numpy as np
@@ -29,19 +30,12 @@ class PtxType:
     @property
     def dtype(self) -> np.dtype:
         """The NumPy dtype an instruction of this type computes on."""
-        if self.kind == "pred":
-            return np.dtype(bool)
-        if self.kind == "f":
-            return np.dtype({16: np.float16, 32: np.float32, 64: np.float64}[self.bits]) if self.name != "bf16" \
-                else np.dtype(ml_dtypes.bfloat16)
-        if self.kind == "s":
-            return np.dtype(f"int{self.bits}")
-        return np.dtype(f"uint{self.bits}")
+        return _dtype(self.name, self.bits, self.kind)
 
     @property
     def storage(self) -> np.dtype:
         """The dtype of a register declared with this type (its bits)."""
-        return np.dtype(bool) if self.kind == "pred" else np.dtype(f"uint{self.bits}")
+        return _storage(self.bits, self.kind)
 
     @property
     def is_float(self) -> bool:
@@ -50,6 +44,23 @@ class PtxType:
     @property
     def is_integer(self) -> bool:
         return self.kind in ("b", "u", "s")
+
+
+@lru_cache(maxsize=None)
+def _dtype(name: str, bits: int, kind: str) -> np.dtype:
+    if kind == "pred":
+        return np.dtype(bool)
+    if kind == "f":
+        return np.dtype({16: np.float16, 32: np.float32, 64: np.float64}[bits]) if name != "bf16" \
+            else np.dtype(ml_dtypes.bfloat16)
+    if kind == "s":
+        return np.dtype(f"int{bits}")
+    return np.dtype(f"uint{bits}")
+
+
+@lru_cache(maxsize=None)
+def _storage(bits: int, kind: str) -> np.dtype:
+    return np.dtype(bool) if kind == "pred" else np.dtype(f"uint{bits}")
 
 
 _TYPES: dict[str, PtxType] = {"pred": PtxType("pred", 1, "pred")}
