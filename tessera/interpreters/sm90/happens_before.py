@@ -39,6 +39,7 @@ import numpy as np
 from xdsl.ir import Operation
 
 from tessera.interpreters.block_batch import describe_op
+from tessera.interpreters.sm90.byte_box import put, take
 from tessera.interpreters.sm90.shared_memory import GENERIC
 from tessera.sm90 import facts
 
@@ -214,13 +215,14 @@ class HappensBefore:
             self._after_concurrent_reads(op, addresses, threads, what)
             self._after_writes(op, addresses, threads, what)
             self._after_wgmma_reads(op, addresses, threads, what)
-        self.reader[addresses] = -1
-        rows = self.read_row[addresses]
+        put(self.reader, addresses, -1)
+        rows = take(self.read_row, addresses)
         if (rows >= 0).any():
             freed = np.unique(rows[rows >= 0])
             self._free_rows.extend(freed.tolist())
-            self.read_row[addresses] = -1
-        self.cta.wgmma.read_group[:, addresses] = -1
+            put(self.read_row, addresses, -1)
+        for groups in self.cta.wgmma.read_group:
+            put(groups, addresses, -1)
 
     def _race(self, op: Operation, what: str, address: int, other: Operation | None, other_thread: int, did: str,
               thread: int, missing: str) -> None:
@@ -231,7 +233,7 @@ class HappensBefore:
                           f"(race: {missing})", thread)
 
     def _after_reads(self, op, addresses, threads, what) -> None:
-        readers = self.reader[addresses]
+        readers = take(self.reader, addresses)
         other = (readers >= 0) & (readers != threads)
         if not other.any():
             return
@@ -245,7 +247,7 @@ class HappensBefore:
 
     def _after_concurrent_reads(self, op, addresses, threads, what) -> None:
         """Every read in the read vector clocks of the written bytes must happen before the write."""
-        rows = self.read_row[addresses]
+        rows = take(self.read_row, addresses)
         inflated = rows >= 0
         if not inflated.any():
             return
@@ -263,8 +265,8 @@ class HappensBefore:
 
     def _after_writes(self, op, addresses, threads, what) -> None:
         smem = self.cta.smem
-        writers = smem.writer[addresses]
-        other = (smem.state[addresses] == GENERIC) & (writers >= 0) & (writers != threads)
+        writers = take(smem.writer, addresses)
+        other = (take(smem.state, addresses) == GENERIC) & (writers >= 0) & (writers != threads)
         if not other.any():
             return
         unordered = other.copy()
@@ -280,7 +282,7 @@ class HappensBefore:
         wgmma = self.cta.wgmma
         size = facts.WARPGROUP_SIZE
         for w in range(wgmma.read_group.shape[0]):
-            groups = wgmma.read_group[w, addresses]
+            groups = take(wgmma.read_group[w], addresses)
             read = groups >= 0
             if not read.any():
                 continue

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from xdsl.ir import Operation
 
+from tessera.interpreters.sm90.byte_box import put, take
 from tessera.interpreters.sm90.registers import WORD_BYTES
 from tessera.sm90 import facts
 
@@ -112,17 +113,18 @@ class SharedMemory:
     def check_writable(self, op: Operation, addresses: np.ndarray, threads: np.ndarray, what: str) -> None:
         """Bytes at `addresses` (flat) may be overwritten by `threads` (flat): no live mbarrier, no TMA copy
         still writing them, no pending wgmma reading them."""
-        over = self.is_mbarrier[addresses]
+        over = take(self.is_mbarrier, addresses)
         if over.any():
             i = np.argmax(over)
             self.cta.fail(op, f"{what} overwrites the live mbarrier at {self.locate(addresses[i] & ~7)}",
                           int(threads[i]))
-        flying = self.state[addresses] == IN_FLIGHT
+        state = take(self.state, addresses)
+        flying = state == IN_FLIGHT
         if flying.any():
             i = np.argmax(flying)
             self.cta.fail(op, f"{what} writes {self.locate(addresses[i])} while a TMA copy into it is still in "
                               "flight (write-after-write race with the async proxy)", int(threads[i]))
-        copying = self.state[addresses] == CP_ASYNC
+        copying = state == CP_ASYNC
         if copying.any():
             i = np.argmax(copying)
             self.cta.fail(op, f"{what} writes {self.locate(addresses[i])} while thread "
@@ -274,8 +276,8 @@ class SharedMemory:
         self.check_writable(op, addresses, issuer, "the TMA copy")
         if local:
             self.cta.hb.check_write(op, addresses, issuer, "the TMA copy")
-        self.state[addresses] = IN_FLIGHT
-        self.barrier[addresses] = barrier
+        put(self.state, addresses, IN_FLIGHT)
+        put(self.barrier, addresses, barrier)
 
     def begin_cp_async(self, op: Operation, threads: np.ndarray, addresses: np.ndarray) -> None:
         """cp.asyncs by `threads` [n] will write the bytes `addresses` [n, size] (each thread its row)."""
@@ -302,11 +304,11 @@ class SharedMemory:
              writers: np.ndarray | int = -1) -> None:
         """Bytes of a copy that completed on mbarrier instance `barrier` in phase `phase`: a TMA's (`writers`
         -1) or the cp.async of the threads `writers` that arrived on it."""
-        self.data[addresses] = data
-        self.state[addresses] = LANDED
-        self.barrier[addresses] = barrier
-        self.phase[addresses] = phase
-        self.writer[addresses] = writers
+        put(self.data, addresses, data)
+        put(self.state, addresses, LANDED)
+        put(self.barrier, addresses, barrier)
+        put(self.phase, addresses, phase)
+        put(self.writer, addresses, writers)
 
     def _refuse_unready(self, op: Operation, addresses: np.ndarray, state: np.ndarray, readers: np.ndarray,
                         what: str = "") -> None:

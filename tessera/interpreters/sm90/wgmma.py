@@ -40,6 +40,7 @@ from xdsl.ir import BlockArgument, Operation, OpResult
 
 from tessera.dialects import sm90
 from tessera.interpreters.block_batch import describe_op
+from tessera.interpreters.sm90.byte_box import take
 from tessera.interpreters.sm90.registers import as_unsigned64
 from tessera.sm90 import facts
 
@@ -321,7 +322,7 @@ class WgmmaUnit:
         """Refuse writing shared bytes that a wgmma whose group has not completed may still read."""
         if (self.newest_read <= self.done).all():
             return  # no wgmma that read shared memory is pending
-        pending = self.read_group[:, addresses] > self.done[:, None]
+        pending = np.stack([take(groups, addresses) for groups in self.read_group]) > self.done[:, None]
         if pending.any():
             w, i = np.unravel_index(np.argmax(pending), pending.shape)
             reader = self.group_ops[(int(w), int(self.read_group[w, addresses[i]]))]
