@@ -113,3 +113,16 @@ def test_deferred_tma_reads_leave_the_records_of_recording_each():
         for ours, theirs in zip(_sides(record), _sides(eager.tensors[tensor]), strict=True):
             assert np.array_equal(ours, theirs), trial
         assert isinstance(record.read, _Side)
+
+
+def test_record_pool_lends_refilled_arrays():
+    from tessera.interpreters.sm90.record_pool import RecordPool
+
+    pool = RecordPool()
+    first = pool.full((3, 5), -1, np.int64)
+    first[...] = 9  # a CTA's records
+    assert pool.full((3, 5), -1, np.int64) is not first  # still lent
+    pool.reclaim()
+    again = pool.full((3, 5), -1, np.int64)
+    assert again is first and (again == -1).all()  # the same memory, as np.full would give it
+    assert pool.full((3, 5), 0, np.int32).dtype == np.int32

@@ -68,6 +68,8 @@ class CtaState:
     traffic: dict[str, int] = field(default_factory=dict)
     """Bytes this CTA's TMA copies read from global memory, by tensor map (a multicast counts once, for its
     issuer)."""
+    pool: object | None = None
+    """The launch's `record_pool.RecordPool` the units take their per-byte records from (None: allocated)."""
 
     def __post_init__(self) -> None:
         self.tid = np.arange(self.threads, dtype=np.int32)

@@ -40,6 +40,7 @@ from xdsl.ir import Operation
 
 from tessera.interpreters.block_batch import describe_op
 from tessera.interpreters.sm90.byte_box import put, take
+from tessera.interpreters.sm90.record_pool import records
 from tessera.interpreters.sm90.shared_memory import GENERIC
 from tessera.sm90 import facts
 
@@ -64,16 +65,16 @@ class HappensBefore:
         threads, size = cta.threads, cta.smem_bytes
         self.cta = cta
         self.races = races
-        self.ordered = np.full((threads, threads), -1, np.int64)
-        self.fenced = np.full((threads, threads), -1, np.int64)
+        self.ordered = records(cta, (threads, threads), -1, np.int64)
+        self.fenced = records(cta, (threads, threads), -1, np.int64)
         self.pending: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.published: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.cluster_pending: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self.reader = np.full(size, -1, np.int32)
-        self.read_at = np.full(size, -1, np.int64)
-        self.read_op = np.full(size, -1, np.int32)
+        self.reader = records(cta, size, -1, np.int32)
+        self.read_at = records(cta, size, -1, np.int64)
+        self.read_op = records(cta, size, -1, np.int32)
         # bytes read concurrently since their last write: read_row[byte] (-1: none) indexes read_clock/read_ops
-        self.read_row = np.full(size, -1, np.int32)
+        self.read_row = records(cta, size, -1, np.int32)
         self.read_clock = np.full((0, threads), -1, np.int64)
         self.read_ops = np.full((0, threads), -1, np.int32)
         self._free_rows: list[int] = []

@@ -34,6 +34,7 @@ import numpy as np
 from xdsl.ir import Operation
 
 from tessera.interpreters.sm90.byte_box import put, take
+from tessera.interpreters.sm90.record_pool import records
 from tessera.interpreters.sm90.registers import WORD_BYTES
 from tessera.sm90 import facts
 
@@ -57,18 +58,18 @@ class SharedMemory:
     def __init__(self, cta: CtaView, size: int):
         self.cta = cta
         self.size = size
-        self.data = np.zeros(size, np.uint8)
-        self.state = np.zeros(size, np.int8)
-        self.barrier = np.full(size, -1, np.int32)
-        self.phase = np.zeros(size, np.int64)
-        self.writer = np.full(size, -1, np.int32)
-        self.written_at = np.zeros(size, np.int64)
-        self.write_op = np.full(size, -1, np.int32)
-        self.is_mbarrier = np.zeros(size, bool)
+        self.data = records(cta, size, 0, np.uint8)
+        self.state = records(cta, size, 0, np.int8)
+        self.barrier = records(cta, size, -1, np.int32)
+        self.phase = records(cta, size, 0, np.int64)
+        self.writer = records(cta, size, -1, np.int32)
+        self.written_at = records(cta, size, 0, np.int64)
+        self.write_op = records(cta, size, -1, np.int32)
+        self.is_mbarrier = records(cta, size, False, bool)
         self.buffers: dict[tuple[str, int], Buffer] = {}
         # In a cluster: the cluster time of each byte's latest read and its reader, for peers' multicasts.
-        self.read_at = np.full(size, -1, np.int64)
-        self.reader = np.full(size, -1, np.int32)
+        self.read_at = records(cta, size, -1, np.int64)
+        self.reader = records(cta, size, -1, np.int32)
 
     def note_read(self, addresses: np.ndarray, readers: np.ndarray) -> None:
         """Record a read in a cluster (see `tessera.interpreters.sm90.cluster`; no-op for a lone CTA)."""

@@ -41,6 +41,7 @@ from xdsl.ir import BlockArgument, Operation, OpResult
 from tessera.dialects import sm90
 from tessera.interpreters.block_batch import describe_op
 from tessera.interpreters.sm90.byte_box import take
+from tessera.interpreters.sm90.record_pool import records
 from tessera.interpreters.sm90.registers import as_unsigned64
 from tessera.sm90 import facts
 
@@ -114,7 +115,7 @@ class WgmmaUnit:
         self.registry: dict[int, Pending] = {}
         # read_group[w, byte]: the newest group of warpgroup w with a wgmma reading that shared byte (-1: none);
         # group_ops[(w, g)]: the first wgmma of that group, for messages.
-        self.read_group = np.full((groups, cta.smem_bytes), -1, np.int64)
+        self.read_group = records(cta, (groups, cta.smem_bytes), -1, np.int64)
         self.newest_read = np.full(groups, -1, np.int64)  # the newest group of each warpgroup that read shared memory
         self.group_ops: dict[tuple[int, int], Operation] = {}
         # _completed[w][g]: the time group g of warpgroup w completed (-1: not yet); wait_ops[(w, g)]: the wait
