@@ -221,9 +221,13 @@ class SharedMemory:
         if not every:
             self._refuse_unready(op, addresses, state, np.full(addresses.shape, readers[0]), what)
         if every or landed.any():
-            keys = (self.barrier[addresses].astype(np.int64) << 32 | self.phase[addresses]) if every else \
-                (self.barrier[addresses][landed].astype(np.int64) << 32 | self.phase[addresses][landed])
-            keys = keys[:1] if (keys == keys[0]).all() else np.unique(keys)
+            barriers, phases = self.barrier[addresses], self.phase[addresses]
+            if not every:
+                barriers, phases = barriers[landed], phases[landed]
+            if barriers.min() == barriers.max() and phases.min() == phases.max():  # one copy's bytes, the usual
+                keys = [int(barriers[0]) << 32 | int(phases[0])]
+            else:
+                keys = np.unique(barriers.astype(np.int64) << 32 | phases)
             for key in keys:
                 barrier, phase = int(key >> 32), int(key & 0xFFFFFFFF)
                 unseen = self.cta.mbarriers.observed[barrier, readers] <= phase

@@ -89,7 +89,7 @@ def _operand_addresses(descriptor: int, major: str, extent: int, k: int, element
     byte_addresses = (addresses.reshape(-1, 1) + np.arange(element_bytes)).reshape(-1)
     addresses.flags.writeable = False
     byte_addresses.flags.writeable = False
-    return fields, addresses, byte_addresses
+    return fields, addresses, byte_addresses, (int(addresses.min()), int(addresses.max()) + element_bytes)
 
 
 @lru_cache(maxsize=None)
@@ -166,7 +166,7 @@ class WgmmaUnit:
         return result
 
     def _uniform(self, op: Operation, values: np.ndarray, threads: np.ndarray, what: str):
-        mine = values[threads]
+        mine = values[int(threads[0]):int(threads[-1]) + 1]  # a warpgroup's threads, in order
         differ = mine != mine[0]
         if differ.any():
             t = int(threads[np.argmax(differ)])
@@ -181,11 +181,11 @@ class WgmmaUnit:
         cta, smem = self.cta, self.cta.smem
         element_bytes = facts.WGMMA_K_BYTES // k
         try:
-            fields, addresses, byte_addresses = _operand_addresses(int(as_unsigned64(descriptor)), major, extent, k,
-                                                                   element_bytes)
+            fields, addresses, byte_addresses, (low, high) = _operand_addresses(
+                int(as_unsigned64(descriptor)), major, extent, k, element_bytes)
         except ValueError as error:
             cta.fail(op, f"operand {what}: {error}", threads[0])
-        if addresses.min() < 0 or addresses.max() + element_bytes > smem.size:
+        if low < 0 or high > smem.size:
             smem.check_bounds(op, addresses, np.full(addresses.shape, threads[0]), element_bytes,
                               f"reads operand {what}:")
         buffer = smem.buffer_at(fields.start_address)
@@ -194,7 +194,7 @@ class WgmmaUnit:
                          f"declared with swizzle {buffer.swizzle}", threads[0])
         smem.check_async_read(op, byte_addresses, threads, f"wgmma operand {what}")
         group = int(self.open[warpgroup])
-        self.read_group[warpgroup, byte_addresses] = group
+        self.read_group[warpgroup][byte_addresses] = group  # a row, then 1-D indexing: half the time
         self.newest_read[warpgroup] = group
         self.group_ops.setdefault((warpgroup, group), op)
         if ab in facts.FP8_FORMATS:
