@@ -126,6 +126,7 @@ class RegisterLayout:
         self._written: dict[Operation, list[tuple[str, object]]] = {}
         self.plans: dict[Operation, tuple] = {}
         self.touch_plans: dict[Operation, tuple] = {}
+        self.held_plans: dict[Operation, tuple] = {}
         self._wgmma_columns: np.ndarray | None = None
 
     def of(self, value) -> _Layout | None:
@@ -209,6 +210,17 @@ class RegisterLayout:
             {int(c) for value in op.operands if (layout := self.of(value)) for c in layout.columns if followed[c]})
         writes = [] if _folded_accumulator(op) else [c for name, _ in written(op) if followed[c := self.index[name]]]
         return (np.array(reads, np.intp) if reads else None), (np.array(writes, np.intp) if writes else None), None
+
+    def held(self, op: sm90.WgmmaMmaAsyncOp) -> tuple[tuple[np.ndarray, str], ...]:
+        """The register columns wgmma `op` holds in flight until its group completes, with their role: its
+        result's ("accumulator") and, for a register A operand, the A fragment's; once per launch."""
+        plan = self.held_plans.get(op)
+        if plan is None:
+            values = [(op.result, "accumulator")] + ([(op.a, "A fragment")] if op.a_in_registers else [])
+            plan = self.held_plans[op] = tuple(
+                (np.array([self.index[name] for name in self.names.get(value, ()) if name.startswith("%")], np.intp),
+                 role) for value, role in values)
+        return plan
 
     def written(self, op: Operation, find) -> list[tuple[str, object]]:
         """The registers `op` writes, with the value written into each (`find(op)` the first time)."""
@@ -476,12 +488,11 @@ class RegisterFileChecker(Interpreter.Listener):
             self.flight = np.full((len(unit.done), len(self.kinds)), -1, np.int64)
             self.flight_entry = np.full((len(unit.done), len(self.kinds)), -1, np.int64)
             self.newest = np.full(len(unit.done), -1, np.int64)
-        held = [(op.result, "accumulator")] + ([(op.a, "A fragment")] if op.a_in_registers else [])
+        held = self.layout.held(op)
         for w in self._warpgroups(active):
             group = int(unit.open[w])
             self.newest[w] = group
-            for value, role in held:
-                columns = [self.layout.index[name] for name in self.names.get(value, ()) if name.startswith("%")]
+            for columns, role in held:
                 self.flight[w, columns] = group
                 self.flight_entry[w, columns] = len(self.entries)
                 self.entries.append(InFlight(w, group, op, role))
