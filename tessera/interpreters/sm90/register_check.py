@@ -269,6 +269,7 @@ class RegisterFileChecker(Interpreter.Listener):
         self._plans = self.layout.plans
         self._views: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id(view) -> (view, owner codes it matched)
         self._mask: tuple = (None, None, False)  # (active mask, its granules with a thread, all whole)
+        self._rows: tuple = (None, None)  # (active mask, its threads' indices)
         self.flight: np.ndarray | None = None  # see _issue
         self.flight_entry: np.ndarray | None = None
         self.entries: list[InFlight] = []
@@ -302,6 +303,14 @@ class RegisterFileChecker(Interpreter.Listener):
                 granules = slice(0, 0)
             self._mask = (active, granules, whole)
         return granules, whole
+
+    def _active_rows(self, active: np.ndarray) -> np.ndarray:
+        """The indices of the active threads, cached per mask (masks are never changed in place)."""
+        mask, rows = self._rows
+        if mask is not active:
+            rows = np.flatnonzero(active)
+            self._rows = (active, rows)
+        return rows
 
     def _view(self, array: np.ndarray, layout: _Layout, granules: np.ndarray) -> bool:
         """A view op's result `array` (its registers are its operands', which they already hold): remember
@@ -433,11 +442,12 @@ class RegisterFileChecker(Interpreter.Listener):
         self._materialise(layout.columns)
         bits = _bits(array)
         bits = bits[:, None] if bits.ndim == 1 else bits[:, layout.elements]
-        differs = self._file(bits.itemsize)[:, layout.registers] != bits
-        bad = differs & self.cta.active[:, None] & same[None, :]
+        rows = self._active_rows(self.cta.active)  # only the active threads' registers are compared
+        differs = self._file(bits.itemsize)[rows[:, None], layout.columns] != bits[rows]
+        bad = differs & same[None, :]
         if bad.any():
             column = int(np.argmax(bad.any(axis=0)))
-            thread = int(np.argmax(bad[:, column]))
+            thread = int(rows[int(np.argmax(bad[:, column]))])
             raise KernelHazardError(
                 f"{describe_op(op)}: register {layout.names[column]} no longer holds "
                 f"%{value.name_hint or '?'} (another value was allocated to it while it was live) in thread {thread}"
