@@ -42,7 +42,7 @@ from tessera.interpreters.sm90.cta import CtaState
 from tessera.interpreters.sm90.global_memory import GlobalMemory
 from tessera.interpreters.sm90.mbarrier import MBarrier
 from tessera.interpreters.sm90.strands import Scheduler
-from tessera.interpreters.sm90.tma import TensorMap, TmaCopy
+from tessera.interpreters.sm90.tma import TensorMap, TmaCopy, shared_box
 from tessera.sm90 import facts
 
 WINDOW_SHIFT = 24
@@ -304,7 +304,7 @@ class ClusterFunctions(InterpreterFunctions):
                 self.memory.note_async_read(cta, op, tensor_map, [int(c[thread]) for c in coords], thread,
                                             None if own is None else (own.index, own.state.phase))
             cta.traffic[tensor_map.name] = cta.traffic.get(tensor_map.name, 0) + spec.box_bytes
-            addresses = facts.swizzle_address(start + np.arange(data.size, dtype=np.int64), tensor_map.swizzle)
+            addresses, data = shared_box(start, data, tensor_map.swizzle)
             for rank in range(cluster.size):
                 if not mask >> rank & 1:
                     continue

@@ -68,9 +68,13 @@ class CtaState:
     traffic: dict[str, int] = field(default_factory=dict)
     """Bytes this CTA's TMA copies read from global memory, by tensor map (a multicast counts once, for its
     issuer)."""
+    pool: object | None = None
+    """The launch's `record_pool.RecordPool` the units take their per-byte records from (None: allocated)."""
 
     def __post_init__(self) -> None:
         self.tid = np.arange(self.threads, dtype=np.int32)
+        self._converged: dict[int, tuple[np.ndarray, tuple[int, ...]]] = {}
+        """Per group size, the last active mask `converged_units` accepted and its groups."""
         self.named = [NamedBarrier() for _ in range(facts.NAMED_BARRIERS)]
         # The units refer back to this object for errors, the clock and the active threads.
         self.smem = SharedMemory(self, self.smem_bytes)
@@ -129,6 +133,9 @@ class CtaState:
         """The indices of the `unit`-thread groups (warps or warpgroups) with active threads, refusing a group
         that is only partly active: `what` executes per warp or warpgroup (`.sync.aligned`)."""
         active = self.active
+        cached = self._converged.get(unit)
+        if cached is not None and cached[0] is active:  # masks are never changed in place (`strands`)
+            return list(cached[1])
         if self.threads % unit:
             self.fail(op, f"{what} needs whole groups of {unit} threads, but the CTA has {self.threads} threads")
         groups = active.reshape(-1, unit)
@@ -139,7 +146,9 @@ class CtaState:
             kind = "warp" if unit == facts.WARP_SIZE else "warpgroup"
             self.fail(op, f"divergent {what}: {kind} {g} executes it with only some of its threads active "
                           f"(thread {inactive} is not)", g * unit + int(np.argmax(groups[g])))
-        return [int(g) for g in np.nonzero(groups.any(axis=1))[0]]
+        units = [int(g) for g in np.nonzero(groups.any(axis=1))[0]]
+        self._converged[unit] = (active, tuple(units))
+        return units
 
     def check_synchronisation_drained(self) -> None:
         """At the end of the kernel (with `races`): no named barrier is left with arrivals that no phase

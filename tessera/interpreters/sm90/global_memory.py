@@ -86,12 +86,7 @@ class GlobalMemory:
         index = self._tensor_of(tensor_map.array)
         if index is None or not self._bytes[index].size:
             return
-        offsets = tensor_map.box_offsets(coords)
-        size = self._bytes[index].size
-        self.accesses.access(cta, op, index, size, offsets, np.full(len(offsets), thread, np.int32), False,
-                             proxy_async=True)
-        if until is not None:
-            self.accesses.read_until(cta, op, index, size, offsets, thread, *until)
+        self.accesses.async_read(cta, op, index, self._bytes[index].size, tensor_map.box_offsets(coords), thread, until)
 
     def _tensor_of(self, array: np.ndarray) -> int | None:
         """The index of the argument `array` is (by identity), or None."""

@@ -38,6 +38,7 @@ import numpy as np
 from xdsl.ir import Operation
 
 from tessera.interpreters.block_batch import describe_op
+from tessera.interpreters.sm90.byte_box import put, take
 
 if TYPE_CHECKING:
     from tessera.interpreters.sm90.cta_view import CtaView
@@ -69,12 +70,13 @@ class _Side:
                    np.full(size, NONE, np.int32), np.zeros(size, bool), np.zeros(size, bool))
 
     def set(self, where, cta: int, threads, time: int, op: int, atomic: bool, proxy_async: bool = False) -> None:
-        self.cta[where], self.thread[where], self.time[where] = cta, threads, time
-        self.op[where], self.atomic[where], self.proxy_async[where] = op, atomic, proxy_async
+        for records, value in ((self.cta, cta), (self.thread, threads), (self.time, time), (self.op, op),
+                               (self.atomic, atomic), (self.proxy_async, proxy_async)):
+            put(records, where, value)
 
     def copy_from(self, other: _Side, where) -> None:
         for name in ("cta", "thread", "time", "op", "atomic", "proxy_async"):
-            getattr(self, name)[where] = getattr(other, name)[where]
+            put(getattr(self, name), where, take(getattr(other, name), where))
 
 
 @dataclass
@@ -93,6 +95,20 @@ class _Until:
         return cls(*(np.full(size, NONE, np.int64) for _ in range(5)))
 
 
+@dataclass(eq=False)
+class _AsyncRead:
+    """A TMA copy's read of a tensor, recorded later (`GlobalAccesses.async_read`): its order among the tensor's
+    reads (`seq`), its bytes, CTA rank, issuing thread, time, op index, and (mbarrier instance, phase) or None."""
+
+    seq: int
+    offsets: np.ndarray
+    rank: int
+    thread: int
+    time: int
+    op: int
+    until: tuple[int, int] | None
+
+
 @dataclass
 class _TensorRecord:
     write: _Side
@@ -101,6 +117,13 @@ class _TensorRecord:
     """The latest reader of another CTA than `read`'s (so a write checks both)."""
     until: _Until | None = None
     """The TMA copies reading the tensor until their mbarrier phase completes (allocated at the first)."""
+    written: bool = False
+    """Some write of the tensor is recorded (else `write` holds none, and a read has nothing to race with)."""
+    deferred: dict = field(default_factory=dict)
+    """TMA reads not yet recorded per byte (`GlobalAccesses.async_read`), per byte set: [the latest, the latest
+    of another CTA than the latest's, the latest with an `until`] (`_AsyncRead`s or None)."""
+    reads: int = 0
+    """TMA reads deferred so far (their `seq`)."""
 
 
 @dataclass
@@ -139,6 +162,8 @@ class GlobalAccesses:
         if not len(offsets):
             return
         record = self._record(tensor, size)
+        if record.deferred:
+            self._settle(record)
         rank, now = grid_rank(cta), cta.tick()
         if cta.races and write and not atomic:
             self._check_together(cta, op, tensor, offsets, threads)
@@ -152,16 +177,14 @@ class GlobalAccesses:
                 self._check_proxy(cta, op, tensor, offsets, threads, record.write)
         here = self._index(op)
         if write:
+            record.written = True
             record.write.set(offsets, rank, threads, now, here, atomic, proxy_async)
             for side in (record.read, record.other_read):
-                side.cta[offsets] = NONE
+                put(side.cta, offsets, NONE)
             if record.until is not None:
-                record.until.cta[offsets] = NONE
+                put(record.until.cta, offsets, NONE)
             return
-        moved = (record.read.cta[offsets] != NONE) & (record.read.cta[offsets] != rank)
-        if moved.any():
-            record.other_read.copy_from(record.read, offsets[moved])
-        record.read.set(offsets, rank, threads, now, here, atomic, proxy_async)
+        self._record_read(record, offsets, rank, threads, now, here, atomic, proxy_async)
 
     def read_until(self, cta: CtaView, op: Operation, tensor: int, size: int, offsets: np.ndarray, thread: int,
                    barrier: int, phase: int) -> None:
@@ -169,18 +192,91 @@ class GlobalAccesses:
         `phase` of mbarrier instance `barrier`: a write of those bytes by the CTA's threads must come after that
         completion (`memory_model.TMA_READ_UNTIL_COMPLETE`)."""
         record = self._record(tensor, size)
+        if record.deferred:
+            self._settle(record)
+        self._until(record, size, offsets, grid_rank(cta), thread, self._index(op), barrier, phase)
+
+    @staticmethod
+    def _until(record: _TensorRecord, size: int, offsets, rank: int, thread: int, op: int, barrier: int,
+               phase: int) -> None:
         if record.until is None:
             record.until = _Until.empty(size)
         until = record.until
-        until.cta[offsets], until.thread[offsets], until.op[offsets] = grid_rank(cta), thread, self._index(op)
-        until.barrier[offsets], until.phase[offsets] = barrier, phase
+        for records, value in ((until.cta, rank), (until.thread, thread), (until.op, op), (until.barrier, barrier),
+                               (until.phase, phase)):
+            put(records, offsets, value)
+
+    def async_read(self, cta: CtaView, op: Operation, tensor: int, size: int, offsets: np.ndarray, thread: int,
+                   until: tuple[int, int] | None) -> None:
+        """A TMA copy issued by `thread` reads `offsets` of tensor `tensor` through the async proxy (until it
+        completes `until`, (mbarrier instance, phase), if given): `access` and `read_until` in one, checked now
+        and recorded per byte when something next needs the tensor's read records (`_settle`: any other access
+        of the tensor), so that the reads of a tensor nothing writes (a kernel's inputs) cost no per-byte work.
+
+        The records a sequence of reads leaves are, per byte, the latest reader and the latest one before the
+        final run of readers of one CTA (`access`: `other_read`), and the latest `until`. Of the reads of one
+        byte set, only the latest, the latest of another CTA than it and the latest with an `until` can be
+        those for any byte (a read of the same set after another supersedes it), so only they are kept and
+        replayed in their order: the records are those of recording every read at once."""
+        if not len(offsets):
+            return
+        record = self._record(tensor, size)
+        rank, now = grid_rank(cta), cta.tick()
+        if cta.races and record.written:  # nothing but a write races with a read
+            threads = np.full(len(offsets), thread, np.int32)
+            self._check(cta, op, tensor, offsets, threads, rank, record.write, False, False, record.until)
+            self._check_proxy(cta, op, tensor, offsets, threads, record.write)
+        read = _AsyncRead(record.reads, offsets, rank, thread, now, self._index(op), until)
+        record.reads += 1
+        box = getattr(offsets, "box", None)
+        key = box if box is not None else offsets.tobytes()
+        kept = record.deferred.get(key)
+        if kept is None:
+            record.deferred[key] = [read, None, read if until is not None else None]
+            return
+        latest = kept[0]
+        if latest.rank != rank:
+            kept[1] = latest
+        kept[0] = read
+        if until is not None:
+            kept[2] = read
+
+    def _settle(self, record: _TensorRecord) -> None:
+        """Record the deferred TMA reads of `record` per byte, in their order (`async_read`)."""
+        steps: dict[int, tuple[_AsyncRead, bool, bool]] = {}
+        for latest, other, timed in record.deferred.values():
+            for read in (latest, other):
+                if read is not None:
+                    steps[read.seq] = (read, True, steps.get(read.seq, (read, False, False))[2])
+            if timed is not None:
+                steps[timed.seq] = (timed, steps.get(timed.seq, (timed, False, False))[1], True)
+        record.deferred = {}
+        size = record.read.cta.size
+        for seq in sorted(steps):
+            read, reads, timed = steps[seq]
+            if reads:
+                self._record_read(record, read.offsets, read.rank, read.thread, read.time, read.op, False, True)
+            if timed:
+                self._until(record, size, read.offsets, read.rank, read.thread, read.op, *read.until)
+
+    @staticmethod
+    def _record_read(record: _TensorRecord, offsets, rank: int, threads, now: int, op: int, atomic: bool,
+                     proxy_async: bool) -> None:
+        """Note a read in `record`: the latest reader of each byte, and the one it replaces if of another CTA."""
+        readers = take(record.read.cta, offsets)
+        moved = (readers != NONE) & (readers != rank)
+        if moved.all():
+            record.other_read.copy_from(record.read, offsets)
+        elif moved.any():
+            record.other_read.copy_from(record.read, offsets[moved])
+        record.read.set(offsets, rank, threads, now, op, atomic, proxy_async)
 
     def _check_until(self, cta: CtaView, op: Operation, tensor: int, offsets: np.ndarray, threads: np.ndarray,
                      rank: int, until: _Until) -> None:
         """A write by `threads` of this CTA of bytes a TMA copy of this CTA reads: the writer must have observed
         the copy's phase complete (a successful wait of its own, or a bar_sync after one), whatever the
         happens-before of the issuing thread says: ordered after the issue is not after the read."""
-        mine = until.cta[offsets] == rank
+        mine = take(until.cta, offsets) == rank
         if not mine.any():
             return
         where = np.flatnonzero(mine)
@@ -202,7 +298,7 @@ class GlobalAccesses:
                      writes: _Side) -> None:
         """An async-proxy read of bytes last written through the generic proxy (`memory_model.PROXY_FENCE_STATE_SPACE`:
         Target IR has no proxy fence for global memory, so no causality path carries one)."""
-        generic = (writes.cta[offsets] != NONE) & ~writes.proxy_async[offsets]
+        generic = (take(writes.cta, offsets) != NONE) & ~take(writes.proxy_async, offsets)
         if not generic.any():
             return
         i = int(np.argmax(generic))
@@ -218,13 +314,15 @@ class GlobalAccesses:
 
     def _check(self, cta: CtaView, op: Operation, tensor: int, offsets: np.ndarray, threads: np.ndarray, rank: int,
                side: _Side, write: bool, atomic: bool, until: _Until | None = None) -> None:
-        other_cta = side.cta[offsets]
+        other_cta = take(side.cta, offsets)
         candidate = other_cta != NONE
+        if not candidate.any():
+            return
         if atomic:
-            candidate &= ~side.atomic[offsets]  # atomics never race each other
+            candidate &= ~take(side.atomic, offsets)  # atomics never race each other
         if until is not None and side is not self.tensors[tensor].write:
             # this CTA's TMA reads: `_check_until` judges them by their completion
-            candidate &= ~(side.proxy_async[offsets] & (other_cta == rank) & (until.cta[offsets] == rank))
+            candidate &= ~(take(side.proxy_async, offsets) & (other_cta == rank) & (take(until.cta, offsets) == rank))
         if not candidate.any():
             return
         where = np.flatnonzero(candidate)

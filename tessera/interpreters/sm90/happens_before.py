@@ -39,6 +39,8 @@ import numpy as np
 from xdsl.ir import Operation
 
 from tessera.interpreters.block_batch import describe_op
+from tessera.interpreters.sm90.byte_box import put, take
+from tessera.interpreters.sm90.record_pool import records
 from tessera.interpreters.sm90.shared_memory import GENERIC
 from tessera.sm90 import facts
 
@@ -63,16 +65,16 @@ class HappensBefore:
         threads, size = cta.threads, cta.smem_bytes
         self.cta = cta
         self.races = races
-        self.ordered = np.full((threads, threads), -1, np.int64)
-        self.fenced = np.full((threads, threads), -1, np.int64)
+        self.ordered = records(cta, (threads, threads), -1, np.int64)
+        self.fenced = records(cta, (threads, threads), -1, np.int64)
         self.pending: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.published: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.cluster_pending: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self.reader = np.full(size, -1, np.int32)
-        self.read_at = np.full(size, -1, np.int64)
-        self.read_op = np.full(size, -1, np.int32)
+        self.reader = records(cta, size, -1, np.int32)
+        self.read_at = records(cta, size, -1, np.int64)
+        self.read_op = records(cta, size, -1, np.int32)
         # bytes read concurrently since their last write: read_row[byte] (-1: none) indexes read_clock/read_ops
-        self.read_row = np.full(size, -1, np.int32)
+        self.read_row = records(cta, size, -1, np.int32)
         self.read_clock = np.full((0, threads), -1, np.int64)
         self.read_ops = np.full((0, threads), -1, np.int32)
         self._free_rows: list[int] = []
@@ -214,13 +216,14 @@ class HappensBefore:
             self._after_concurrent_reads(op, addresses, threads, what)
             self._after_writes(op, addresses, threads, what)
             self._after_wgmma_reads(op, addresses, threads, what)
-        self.reader[addresses] = -1
-        rows = self.read_row[addresses]
+        put(self.reader, addresses, -1)
+        rows = take(self.read_row, addresses)
         if (rows >= 0).any():
             freed = np.unique(rows[rows >= 0])
             self._free_rows.extend(freed.tolist())
-            self.read_row[addresses] = -1
-        self.cta.wgmma.read_group[:, addresses] = -1
+            put(self.read_row, addresses, -1)
+        for groups in self.cta.wgmma.read_group:
+            put(groups, addresses, -1)
 
     def _race(self, op: Operation, what: str, address: int, other: Operation | None, other_thread: int, did: str,
               thread: int, missing: str) -> None:
@@ -231,7 +234,7 @@ class HappensBefore:
                           f"(race: {missing})", thread)
 
     def _after_reads(self, op, addresses, threads, what) -> None:
-        readers = self.reader[addresses]
+        readers = take(self.reader, addresses)
         other = (readers >= 0) & (readers != threads)
         if not other.any():
             return
@@ -245,7 +248,7 @@ class HappensBefore:
 
     def _after_concurrent_reads(self, op, addresses, threads, what) -> None:
         """Every read in the read vector clocks of the written bytes must happen before the write."""
-        rows = self.read_row[addresses]
+        rows = take(self.read_row, addresses)
         inflated = rows >= 0
         if not inflated.any():
             return
@@ -263,8 +266,8 @@ class HappensBefore:
 
     def _after_writes(self, op, addresses, threads, what) -> None:
         smem = self.cta.smem
-        writers = smem.writer[addresses]
-        other = (smem.state[addresses] == GENERIC) & (writers >= 0) & (writers != threads)
+        writers = take(smem.writer, addresses)
+        other = (take(smem.state, addresses) == GENERIC) & (writers >= 0) & (writers != threads)
         if not other.any():
             return
         unordered = other.copy()
@@ -280,7 +283,7 @@ class HappensBefore:
         wgmma = self.cta.wgmma
         size = facts.WARPGROUP_SIZE
         for w in range(wgmma.read_group.shape[0]):
-            groups = wgmma.read_group[w, addresses]
+            groups = take(wgmma.read_group[w], addresses)
             read = groups >= 0
             if not read.any():
                 continue

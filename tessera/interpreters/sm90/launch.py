@@ -41,6 +41,7 @@ from tessera.interpreters.sm90.cta import CtaState
 from tessera.interpreters.sm90.global_memory import GlobalMemory
 from tessera.interpreters.sm90.machine import Sm90Functions
 from tessera.interpreters.sm90.program import CompiledCta, CompiledKernel
+from tessera.interpreters.sm90.record_pool import RecordPool
 from tessera.interpreters.sm90.reductions import ReductionFunctions, reduction_targets
 from tessera.interpreters.sm90.registers import full
 from tessera.interpreters.sm90.strands import SCHEDULES, HazardUnwind, Scheduler
@@ -236,12 +237,13 @@ def _linear(cta_id: tuple[int, int, int], grid: tuple[int, int, int]) -> int:
 
 def run_cta(kernel: TargetKernel, module: ModuleOp, values: list, memory: GlobalMemory,
             cta_id: tuple[int, int, int], grid: tuple[int, int, int], allocation=None, listeners=None,
-            options: SimulatorOptions = SimulatorOptions()) -> CtaState:
+            options: SimulatorOptions = SimulatorOptions(), pool: RecordPool | None = None) -> CtaState:
     """Run one CTA of `kernel` to completion; raises KernelHazardError (or DeadlockError) on a hazard, carried
     by a `HazardUnwind` (`run_target_kernel` raises the error itself). `listeners`, if given, makes extra
-    interpreter listeners for the CTA (`tessera.validate` records values)."""
+    interpreter listeners for the CTA (`tessera.validate` records values). `pool`: where its units take their
+    per-byte records from (`record_pool`)."""
     scheduler = Scheduler(lambda env: main, options.schedule, options.seed + _linear(cta_id, grid))
-    cta = CtaState(kernel.threads, kernel.smem_bytes, cta_id, grid, scheduler, races=options.races)
+    cta = CtaState(kernel.threads, kernel.smem_bytes, cta_id, grid, scheduler, races=options.races, pool=pool)
     functions = (DivergentControlFunctions(cta), RegisterArithFunctions(cta), Sm90Functions(cta, memory),
                  ReductionFunctions(cta, memory), CpAsyncFunctions(cta, memory))
     # one compiled program per CTA: its strands share its frame (`program`)
@@ -262,7 +264,8 @@ def run_cta(kernel: TargetKernel, module: ModuleOp, values: list, memory: Global
 
 def run_cluster(kernel: TargetKernel, module: ModuleOp, values: list, memory: GlobalMemory,
                 cta_ids: Sequence[tuple[int, int, int]], grid: tuple[int, int, int], shape: tuple[int, int, int],
-                allocation=None, listeners=None, options: SimulatorOptions = SimulatorOptions()) -> list[CtaState]:
+                allocation=None, listeners=None, options: SimulatorOptions = SimulatorOptions(),
+                pool: RecordPool | None = None) -> list[CtaState]:
     """Run the CTAs `cta_ids` (in %cluster_ctarank order) of one cluster of `shape` together, each with its own
     shared memory, on one strand scheduler (`tessera.interpreters.sm90.cluster`); raises KernelHazardError
     (or DeadlockError) on a hazard in any of them."""
@@ -272,7 +275,7 @@ def run_cluster(kernel: TargetKernel, module: ModuleOp, values: list, memory: Gl
     members, bodies = [], []
     for rank, cta_id in enumerate(cta_ids):
         cta = CtaState(kernel.threads, kernel.smem_bytes, cta_id, grid, scheduler, cluster=cluster, rank=rank,
-                       races=options.races)
+                       races=options.races, pool=pool)
         members.append(cta)
         bodies.append(_member_body(kernel, module, values, memory, cta, allocation, listeners, options))
     cluster.members = members
@@ -401,11 +404,14 @@ def _run_grid(func_op, arguments, sizes, allocation, listeners, cta_order, traff
             _run_groups(parallel, kernel, module, arguments, names, sizes, allocation, traffic, clusters,
                         tuple(cluster), options)
             return
+        pool = RecordPool() if listeners is None else None  # a listener may keep a CTA's state
         for cta_ids in clusters:
             for cta in run_cluster(kernel, module, values, memory, cta_ids, grid, tuple(cluster), allocation,
-                                   listeners, options):
+                                   listeners, options, pool):
                 if traffic is not None:
                     traffic[cta.cta_id] = dict(cta.traffic)
+            if pool is not None:
+                pool.reclaim()
         return
     gx, gy, gz = grid
     order = range(gx * gy * gz) if cta_order is None else [int(i) for i in cta_order]
@@ -415,11 +421,14 @@ def _run_grid(func_op, arguments, sizes, allocation, listeners, cta_order, traff
     if parallel is not None and len(order) > 1 and _parallel(parallel, kernel, listeners, memory):
         _run_groups(parallel, kernel, module, arguments, names, sizes, allocation, traffic, order, None, options)
         return
+    pool = RecordPool() if listeners is None else None  # a listener may keep a CTA's state
     for linear in order:
         cta = run_cta(kernel, module, values, memory, (linear % gx, (linear // gx) % gy, linear // (gx * gy)), grid,
-                      allocation, listeners, options)
+                      allocation, listeners, options, pool)
         if traffic is not None:
             traffic[cta.cta_id] = dict(cta.traffic)
+        if pool is not None:
+            pool.reclaim()
 
 
 # region parallel groups (`tessera.interpreters.parallel`)
@@ -507,19 +516,22 @@ def _run_group(task: _TargetGroup) -> GroupResult:
     traffic, error = {}, None
     gx, gy, _ = grid
     options = simulator_options(op, *task.simulation)
+    pool = RecordPool()
     with serving_checks.checking(*task.checks):
         try:
             for unit in task.units:
                 if task.cluster is not None:
                     x, y, z = unit[0]
                     memory.log.current = x + gx * (y + gy * z)
-                    ctas = run_cluster(kernel, module, values, memory, unit, grid, task.cluster, layout, None, options)
+                    ctas = run_cluster(kernel, module, values, memory, unit, grid, task.cluster, layout, None, options,
+                                       pool)
                 else:
                     memory.log.current = unit
                     ctas = [run_cta(kernel, module, values, memory, (unit % gx, unit // gx % gy, unit // (gx * gy)),
-                                    grid, layout, None, options)]
+                                    grid, layout, None, options, pool)]
                 for cta in ctas:
                     traffic[cta.cta_id] = dict(cta.traffic)
+                pool.reclaim()
         except HazardUnwind as unwind:  # raised by the parent in the serial order (`merge`)
             error, raised = unwind.error, unwind
         except Exception as failure:  # noqa: BLE001 - raised by the parent in the serial order (`merge`)

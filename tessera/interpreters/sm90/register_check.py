@@ -126,6 +126,7 @@ class RegisterLayout:
         self._written: dict[Operation, list[tuple[str, object]]] = {}
         self.plans: dict[Operation, tuple] = {}
         self.touch_plans: dict[Operation, tuple] = {}
+        self.held_plans: dict[Operation, tuple] = {}
         self._wgmma_columns: np.ndarray | None = None
 
     def of(self, value) -> _Layout | None:
@@ -210,6 +211,17 @@ class RegisterLayout:
         writes = [] if _folded_accumulator(op) else [c for name, _ in written(op) if followed[c := self.index[name]]]
         return (np.array(reads, np.intp) if reads else None), (np.array(writes, np.intp) if writes else None), None
 
+    def held(self, op: sm90.WgmmaMmaAsyncOp) -> tuple[tuple[np.ndarray, str], ...]:
+        """The register columns wgmma `op` holds in flight until its group completes, with their role: its
+        result's ("accumulator") and, for a register A operand, the A fragment's; once per launch."""
+        plan = self.held_plans.get(op)
+        if plan is None:
+            values = [(op.result, "accumulator")] + ([(op.a, "A fragment")] if op.a_in_registers else [])
+            plan = self.held_plans[op] = tuple(
+                (np.array([self.index[name] for name in self.names.get(value, ()) if name.startswith("%")], np.intp),
+                 role) for value, role in values)
+        return plan
+
     def written(self, op: Operation, find) -> list[tuple[str, object]]:
         """The registers `op` writes, with the value written into each (`find(op)` the first time)."""
         cached = self._written.get(op)
@@ -257,6 +269,7 @@ class RegisterFileChecker(Interpreter.Listener):
         self._plans = self.layout.plans
         self._views: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id(view) -> (view, owner codes it matched)
         self._mask: tuple = (None, None, False)  # (active mask, its granules with a thread, all whole)
+        self._rows: tuple = (None, None)  # (active mask, its threads' indices)
         self.flight: np.ndarray | None = None  # see _issue
         self.flight_entry: np.ndarray | None = None
         self.entries: list[InFlight] = []
@@ -290,6 +303,14 @@ class RegisterFileChecker(Interpreter.Listener):
                 granules = slice(0, 0)
             self._mask = (active, granules, whole)
         return granules, whole
+
+    def _active_rows(self, active: np.ndarray) -> np.ndarray:
+        """The indices of the active threads, cached per mask (masks are never changed in place)."""
+        mask, rows = self._rows
+        if mask is not active:
+            rows = np.flatnonzero(active)
+            self._rows = (active, rows)
+        return rows
 
     def _view(self, array: np.ndarray, layout: _Layout, granules: np.ndarray) -> bool:
         """A view op's result `array` (its registers are its operands', which they already hold): remember
@@ -421,11 +442,12 @@ class RegisterFileChecker(Interpreter.Listener):
         self._materialise(layout.columns)
         bits = _bits(array)
         bits = bits[:, None] if bits.ndim == 1 else bits[:, layout.elements]
-        differs = self._file(bits.itemsize)[:, layout.registers] != bits
-        bad = differs & self.cta.active[:, None] & same[None, :]
+        rows = self._active_rows(self.cta.active)  # only the active threads' registers are compared
+        differs = self._file(bits.itemsize)[rows[:, None], layout.columns] != bits[rows]
+        bad = differs & same[None, :]
         if bad.any():
             column = int(np.argmax(bad.any(axis=0)))
-            thread = int(np.argmax(bad[:, column]))
+            thread = int(rows[int(np.argmax(bad[:, column]))])
             raise KernelHazardError(
                 f"{describe_op(op)}: register {layout.names[column]} no longer holds "
                 f"%{value.name_hint or '?'} (another value was allocated to it while it was live) in thread {thread}"
@@ -476,12 +498,11 @@ class RegisterFileChecker(Interpreter.Listener):
             self.flight = np.full((len(unit.done), len(self.kinds)), -1, np.int64)
             self.flight_entry = np.full((len(unit.done), len(self.kinds)), -1, np.int64)
             self.newest = np.full(len(unit.done), -1, np.int64)
-        held = [(op.result, "accumulator")] + ([(op.a, "A fragment")] if op.a_in_registers else [])
+        held = self.layout.held(op)
         for w in self._warpgroups(active):
             group = int(unit.open[w])
             self.newest[w] = group
-            for value, role in held:
-                columns = [self.layout.index[name] for name in self.names.get(value, ()) if name.startswith("%")]
+            for columns, role in held:
                 self.flight[w, columns] = group
                 self.flight_entry[w, columns] = len(self.entries)
                 self.entries.append(InFlight(w, group, op, role))

@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from xdsl.ir import Operation
 
+from tessera.interpreters.sm90.byte_box import put, take
+from tessera.interpreters.sm90.record_pool import records
 from tessera.interpreters.sm90.registers import WORD_BYTES
 from tessera.sm90 import facts
 
@@ -56,18 +58,18 @@ class SharedMemory:
     def __init__(self, cta: CtaView, size: int):
         self.cta = cta
         self.size = size
-        self.data = np.zeros(size, np.uint8)
-        self.state = np.zeros(size, np.int8)
-        self.barrier = np.full(size, -1, np.int32)
-        self.phase = np.zeros(size, np.int64)
-        self.writer = np.full(size, -1, np.int32)
-        self.written_at = np.zeros(size, np.int64)
-        self.write_op = np.full(size, -1, np.int32)
-        self.is_mbarrier = np.zeros(size, bool)
+        self.data = records(cta, size, 0, np.uint8)
+        self.state = records(cta, size, 0, np.int8)
+        self.barrier = records(cta, size, -1, np.int32)
+        self.phase = records(cta, size, 0, np.int64)
+        self.writer = records(cta, size, -1, np.int32)
+        self.written_at = records(cta, size, 0, np.int64)
+        self.write_op = records(cta, size, -1, np.int32)
+        self.is_mbarrier = records(cta, size, False, bool)
         self.buffers: dict[tuple[str, int], Buffer] = {}
         # In a cluster: the cluster time of each byte's latest read and its reader, for peers' multicasts.
-        self.read_at = np.full(size, -1, np.int64)
-        self.reader = np.full(size, -1, np.int32)
+        self.read_at = records(cta, size, -1, np.int64)
+        self.reader = records(cta, size, -1, np.int32)
 
     def note_read(self, addresses: np.ndarray, readers: np.ndarray) -> None:
         """Record a read in a cluster (see `tessera.interpreters.sm90.cluster`; no-op for a lone CTA)."""
@@ -112,17 +114,18 @@ class SharedMemory:
     def check_writable(self, op: Operation, addresses: np.ndarray, threads: np.ndarray, what: str) -> None:
         """Bytes at `addresses` (flat) may be overwritten by `threads` (flat): no live mbarrier, no TMA copy
         still writing them, no pending wgmma reading them."""
-        over = self.is_mbarrier[addresses]
+        over = take(self.is_mbarrier, addresses)
         if over.any():
             i = np.argmax(over)
             self.cta.fail(op, f"{what} overwrites the live mbarrier at {self.locate(addresses[i] & ~7)}",
                           int(threads[i]))
-        flying = self.state[addresses] == IN_FLIGHT
+        state = take(self.state, addresses)
+        flying = state == IN_FLIGHT
         if flying.any():
             i = np.argmax(flying)
             self.cta.fail(op, f"{what} writes {self.locate(addresses[i])} while a TMA copy into it is still in "
                               "flight (write-after-write race with the async proxy)", int(threads[i]))
-        copying = self.state[addresses] == CP_ASYNC
+        copying = state == CP_ASYNC
         if copying.any():
             i = np.argmax(copying)
             self.cta.fail(op, f"{what} writes {self.locate(addresses[i])} while thread "
@@ -218,9 +221,13 @@ class SharedMemory:
         if not every:
             self._refuse_unready(op, addresses, state, np.full(addresses.shape, readers[0]), what)
         if every or landed.any():
-            keys = (self.barrier[addresses].astype(np.int64) << 32 | self.phase[addresses]) if every else \
-                (self.barrier[addresses][landed].astype(np.int64) << 32 | self.phase[addresses][landed])
-            keys = keys[:1] if (keys == keys[0]).all() else np.unique(keys)
+            barriers, phases = self.barrier[addresses], self.phase[addresses]
+            if not every:
+                barriers, phases = barriers[landed], phases[landed]
+            if barriers.min() == barriers.max() and phases.min() == phases.max():  # one copy's bytes, the usual
+                keys = [int(barriers[0]) << 32 | int(phases[0])]
+            else:
+                keys = np.unique(barriers.astype(np.int64) << 32 | phases)
             for key in keys:
                 barrier, phase = int(key >> 32), int(key & 0xFFFFFFFF)
                 unseen = self.cta.mbarriers.observed[barrier, readers] <= phase
@@ -274,8 +281,8 @@ class SharedMemory:
         self.check_writable(op, addresses, issuer, "the TMA copy")
         if local:
             self.cta.hb.check_write(op, addresses, issuer, "the TMA copy")
-        self.state[addresses] = IN_FLIGHT
-        self.barrier[addresses] = barrier
+        put(self.state, addresses, IN_FLIGHT)
+        put(self.barrier, addresses, barrier)
 
     def begin_cp_async(self, op: Operation, threads: np.ndarray, addresses: np.ndarray) -> None:
         """cp.asyncs by `threads` [n] will write the bytes `addresses` [n, size] (each thread its row)."""
@@ -302,11 +309,11 @@ class SharedMemory:
              writers: np.ndarray | int = -1) -> None:
         """Bytes of a copy that completed on mbarrier instance `barrier` in phase `phase`: a TMA's (`writers`
         -1) or the cp.async of the threads `writers` that arrived on it."""
-        self.data[addresses] = data
-        self.state[addresses] = LANDED
-        self.barrier[addresses] = barrier
-        self.phase[addresses] = phase
-        self.writer[addresses] = writers
+        put(self.data, addresses, data)
+        put(self.state, addresses, LANDED)
+        put(self.barrier, addresses, barrier)
+        put(self.phase, addresses, phase)
+        put(self.writer, addresses, writers)
 
     def _refuse_unready(self, op: Operation, addresses: np.ndarray, state: np.ndarray, readers: np.ndarray,
                         what: str = "") -> None:

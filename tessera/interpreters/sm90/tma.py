@@ -25,6 +25,7 @@ import numpy as np
 from xdsl.ir import Operation
 
 from tessera.interpreters import serving_checks
+from tessera.interpreters.sm90.byte_box import byte_box
 from tessera.sm90 import facts
 
 if TYPE_CHECKING:
@@ -90,11 +91,19 @@ class TensorMap:
     def box_offsets(self, coords: list[int]) -> np.ndarray:
         """The byte offsets (from the tensor's first byte) of every byte a copy of the box at `coords` reads,
         the fill outside the tensor left out: what the global-memory records note for a TMA load."""
-        inside = _inside_offsets(self.spec, tuple(coords))
+        spec = self.spec
+        inside = _inside_offsets(spec, tuple(coords))
         if inside is not None:
-            return inside
-        offsets, valid = self.spec.box_byte_offsets(coords)
-        return (offsets[valid][:, None] + np.arange(self.spec.element_bytes)).reshape(-1)
+            if spec.interleave != facts.TensorMapInterleave.NONE or any(s != 1 for s in spec.strides):
+                return inside
+            # rows of the tensor at its strides: a box the records are read and written through as a view
+            e = spec.element_bytes
+            strides = (e,) + tuple(spec.global_strides)
+            start = sum(c * s for c, s in zip(coords, strides))
+            return byte_box(start, tuple(reversed(spec.box_dims[1:])) + (spec.box_dims[0] * e,),
+                            tuple(reversed(strides[1:])) + (1,))
+        offsets, valid = spec.box_byte_offsets(coords)
+        return (offsets[valid][:, None] + np.arange(spec.element_bytes)).reshape(-1)
 
     def read_box(self, coords: list[int]) -> np.ndarray:
         """The bytes of the box at element coordinates `coords` (innermost first), zero outside the tensor,
@@ -135,6 +144,36 @@ def _inside_offsets(spec: facts.TensorMapSpec, coords: tuple[int, ...]) -> np.nd
             return None
         shift += c * strides[dim]
     return origin + shift
+
+
+def shared_box(start: int, data: np.ndarray, swizzle: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the shared addresses a copy of the box bytes `data` to `start` writes under `swizzle`, its bytes in the
+    same order). Where the swizzle permutes 16-byte chunks only inside the copy's range (a start and size that
+    are whole 128-byte lines), the addresses are that range in order, as a `ByteBox` (the per-byte records are
+    then written as one slice) and the bytes are permuted to match; otherwise the swizzled address of each byte."""
+    order = _range_order(data.size, swizzle, start % facts.swizzle_period_bytes(swizzle))
+    if order is None:
+        return facts.swizzle_address(start + np.arange(data.size, dtype=np.int64), swizzle), data
+    return byte_box(start, (data.size,), (1,)), data if order is _IDENTITY else data[order]
+
+
+_IDENTITY = np.zeros(0, np.intp)
+
+
+@lru_cache(maxsize=64)
+def _range_order(size: int, swizzle: int, phase: int) -> np.ndarray | None:
+    """For a copy of `size` bytes to an address `phase` bytes past a swizzle period: the box byte landing at each
+    address of the range (`_IDENTITY` without swizzle), or None if the swizzled addresses are not that range.
+    A period's multiple added to the start moves the swizzled addresses by the same amount (the swizzle reads
+    only the address bits below the period)."""
+    if swizzle == 0:
+        return _IDENTITY
+    relative = facts.swizzle_address(phase + np.arange(size, dtype=np.int64), swizzle) - phase
+    order = np.argsort(relative, kind="stable")
+    if not np.array_equal(relative[order], np.arange(size)):
+        return None
+    order.flags.writeable = False
+    return order
 
 
 @dataclass(eq=False)
@@ -191,7 +230,7 @@ class TmaUnit:
                 if start + data.size > buffer.offset + buffer.size:
                     cta.fail(op, f"the {data.size}-byte box of tensor map {tensor_map.name} at "
                                  f"{smem.locate(start)} overruns buffer '{buffer.name}' ({buffer.size} bytes)", thread)
-            addresses = facts.swizzle_address(start + np.arange(data.size, dtype=np.int64), tensor_map.swizzle)
+            addresses, data = shared_box(start, data, tensor_map.swizzle)
             smem.begin_async_write(op, int(thread), addresses, barrier.index)
             self.in_flight.append(TmaCopy(op, int(thread), barrier, addresses, data, spec.box_bytes,
                                           barrier.state.phase))

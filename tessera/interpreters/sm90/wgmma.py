@@ -40,6 +40,8 @@ from xdsl.ir import BlockArgument, Operation, OpResult
 
 from tessera.dialects import sm90
 from tessera.interpreters.block_batch import describe_op
+from tessera.interpreters.sm90.byte_box import take
+from tessera.interpreters.sm90.record_pool import records
 from tessera.interpreters.sm90.registers import as_unsigned64
 from tessera.sm90 import facts
 
@@ -87,7 +89,7 @@ def _operand_addresses(descriptor: int, major: str, extent: int, k: int, element
     byte_addresses = (addresses.reshape(-1, 1) + np.arange(element_bytes)).reshape(-1)
     addresses.flags.writeable = False
     byte_addresses.flags.writeable = False
-    return fields, addresses, byte_addresses
+    return fields, addresses, byte_addresses, (int(addresses.min()), int(addresses.max()) + element_bytes)
 
 
 @lru_cache(maxsize=None)
@@ -113,7 +115,7 @@ class WgmmaUnit:
         self.registry: dict[int, Pending] = {}
         # read_group[w, byte]: the newest group of warpgroup w with a wgmma reading that shared byte (-1: none);
         # group_ops[(w, g)]: the first wgmma of that group, for messages.
-        self.read_group = np.full((groups, cta.smem_bytes), -1, np.int64)
+        self.read_group = records(cta, (groups, cta.smem_bytes), -1, np.int64)
         self.newest_read = np.full(groups, -1, np.int64)  # the newest group of each warpgroup that read shared memory
         self.group_ops: dict[tuple[int, int], Operation] = {}
         # _completed[w][g]: the time group g of warpgroup w completed (-1: not yet); wait_ops[(w, g)]: the wait
@@ -164,7 +166,7 @@ class WgmmaUnit:
         return result
 
     def _uniform(self, op: Operation, values: np.ndarray, threads: np.ndarray, what: str):
-        mine = values[threads]
+        mine = values[int(threads[0]):int(threads[-1]) + 1]  # a warpgroup's threads, in order
         differ = mine != mine[0]
         if differ.any():
             t = int(threads[np.argmax(differ)])
@@ -179,11 +181,11 @@ class WgmmaUnit:
         cta, smem = self.cta, self.cta.smem
         element_bytes = facts.WGMMA_K_BYTES // k
         try:
-            fields, addresses, byte_addresses = _operand_addresses(int(as_unsigned64(descriptor)), major, extent, k,
-                                                                   element_bytes)
+            fields, addresses, byte_addresses, (low, high) = _operand_addresses(
+                int(as_unsigned64(descriptor)), major, extent, k, element_bytes)
         except ValueError as error:
             cta.fail(op, f"operand {what}: {error}", threads[0])
-        if addresses.min() < 0 or addresses.max() + element_bytes > smem.size:
+        if low < 0 or high > smem.size:
             smem.check_bounds(op, addresses, np.full(addresses.shape, threads[0]), element_bytes,
                               f"reads operand {what}:")
         buffer = smem.buffer_at(fields.start_address)
@@ -192,7 +194,7 @@ class WgmmaUnit:
                          f"declared with swizzle {buffer.swizzle}", threads[0])
         smem.check_async_read(op, byte_addresses, threads, f"wgmma operand {what}")
         group = int(self.open[warpgroup])
-        self.read_group[warpgroup, byte_addresses] = group
+        self.read_group[warpgroup][byte_addresses] = group  # a row, then 1-D indexing: half the time
         self.newest_read[warpgroup] = group
         self.group_ops.setdefault((warpgroup, group), op)
         if ab in facts.FP8_FORMATS:
@@ -321,7 +323,7 @@ class WgmmaUnit:
         """Refuse writing shared bytes that a wgmma whose group has not completed may still read."""
         if (self.newest_read <= self.done).all():
             return  # no wgmma that read shared memory is pending
-        pending = self.read_group[:, addresses] > self.done[:, None]
+        pending = np.stack([take(groups, addresses) for groups in self.read_group]) > self.done[:, None]
         if pending.any():
             w, i = np.unravel_index(np.argmax(pending), pending.shape)
             reader = self.group_ops[(int(w), int(self.read_group[w, addresses[i]]))]

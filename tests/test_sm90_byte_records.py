@@ -1,0 +1,130 @@
+"""The CTA simulator's per-byte records read and written by range: byte boxes (strided views standing for index
+arrays), TMA copies landing as one shared range, and TMA reads of global memory recorded when something needs them.
+Each fast path is compared with the index-array path it replaces, on random cases."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tessera.interpreters.sm90.byte_box import ByteBox, byte_box, put, take
+from tessera.interpreters.sm90.global_races import GlobalAccesses, _Side
+from tessera.interpreters.sm90.tma import TensorMap, shared_box
+from tessera.sm90 import facts
+
+
+def test_byte_box_is_its_index_array():
+    where = byte_box(40, (3, 2, 5), (100, 10, 1))
+    expected = np.array([40 + 100 * i + 10 * j + k for i in range(3) for j in range(2) for k in range(5)])
+    assert isinstance(where, ByteBox) and np.array_equal(where, expected)
+    assert where.box == (40, (3, 2, 5), (100, 10, 1))
+    assert byte_box(7, (4, 8), (8, 1)).box == (7, (32,), (1,))  # rows back to back: one range
+    assert where[where > 100].box is None and (where + 1).box is None  # derived arrays are plain indices
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.bool_, np.uint8])
+def test_take_and_put_match_indexing(dtype):
+    rng = np.random.default_rng(0)
+    for shape, strides in [((16,), (1,)), ((6, 12), (40, 1)), ((3, 4, 8), (300, 50, 1)), ((5, 3), (7, 2))]:
+        where = byte_box(int(rng.integers(0, 20)), shape, strides)
+        plain = np.asarray(where).view(np.ndarray)
+        records = rng.integers(0, 2 if dtype is np.bool_ else 100, 1200).astype(dtype)
+        taken = take(records, where)
+        assert np.array_equal(taken, records[plain])
+        taken[...] = 0  # a copy, as indexing gives
+        assert np.array_equal(take(records, where), records[plain])
+        values = rng.integers(0, 2, len(plain)).astype(dtype)
+        for value in (values, dtype(1)):
+            ours, theirs = records.copy(), records.copy()
+            put(ours, where, value)
+            theirs[plain] = value
+            assert np.array_equal(ours, theirs)
+
+
+@pytest.mark.parametrize("swizzle", [0, 32, 64, 128])
+@pytest.mark.parametrize("start", [0, 128, 384, 1024 + 640])
+def test_shared_box_lands_the_swizzled_bytes(swizzle, start):
+    """The bytes a TMA copy writes, as a range in address order, are the swizzled copy's."""
+    size = 4096
+    data = np.random.default_rng(start + swizzle).integers(0, 256, size).astype(np.uint8)
+    addresses, ordered = shared_box(start, data, swizzle)
+    assert getattr(addresses, "box", None) == (start, (size,), (1,))
+    expected = np.zeros(start + size, np.uint8)
+    expected[facts.swizzle_address(start + np.arange(size), swizzle)] = data
+    landed = np.zeros(start + size, np.uint8)
+    put(landed, addresses, ordered)
+    assert np.array_equal(landed, expected)
+
+
+def test_shared_box_off_a_line_keeps_the_swizzled_addresses():
+    data = np.arange(200, dtype=np.uint8)  # not whole 128-byte lines: the swizzle leaves the range
+    addresses, ordered = shared_box(128, data, 128)
+    assert getattr(addresses, "box", None) is None and ordered is data
+    assert np.array_equal(addresses, facts.swizzle_address(128 + np.arange(200), 128))
+
+
+def test_box_offsets_inside_and_across_the_edge():
+    rng = np.random.default_rng(3)
+    for shape, box, dtype in [((300, 128), (64, 64), ml_dtypes.bfloat16), ((5, 77, 96), (32, 16, 2), np.float32),
+                              ((40,), (16,), np.float16)]:
+        tensor_map = TensorMap.encode("t", np.zeros(shape, dtype), box, 0)
+        for _ in range(12):
+            coords = [int(rng.integers(-3, d)) for d in reversed(shape)]
+            offsets, valid = tensor_map.spec.box_byte_offsets(coords)
+            expected = (offsets[valid][:, None] + np.arange(tensor_map.spec.element_bytes)).reshape(-1)
+            assert np.array_equal(tensor_map.box_offsets(coords), expected)
+
+
+def _sides(record) -> list[np.ndarray]:
+    sides = [getattr(side, name) for side in (record.read, record.other_read)
+             for name in ("cta", "thread", "time", "op", "atomic", "proxy_async")]
+    return sides + ([getattr(record.until, name) for name in ("cta", "thread", "op", "barrier", "phase")]
+                    if record.until is not None else [])
+
+
+def test_deferred_tma_reads_leave_the_records_of_recording_each():
+    """Random TMA reads by several CTAs of overlapping boxes, some with an `until`: recorded when a later access
+    needs them, the per-byte records equal recording each read as it came."""
+    rng = np.random.default_rng(5)
+    size, tensor, op = 4096, 0, object()
+    for trial in range(6):
+        deferred, eager = GlobalAccesses(["t"], (4, 1, 1)), GlobalAccesses(["t"], (4, 1, 1))
+        clock = iter(range(1, 10**6))
+        boxes = [byte_box(int(rng.integers(0, 8)) * 256, (4, 128), (256, 1)) for _ in range(3)]
+        boxes.append(np.arange(300, 900, 3))  # bytes that are no box (a copy across the tensor's edge)
+        for _ in range(40):
+            rank = int(rng.integers(0, 3))
+            cta = SimpleNamespace(cta_id=(rank, 0, 0), grid=(4, 1, 1), races=True, tick=lambda: next(clock))
+            where = boxes[int(rng.integers(0, len(boxes)))]
+            thread = int(rng.integers(0, 256))
+            until = (int(rng.integers(0, 4)), int(rng.integers(0, 3))) if rng.random() < 0.7 else None
+            deferred.async_read(cta, op, tensor, size, where, thread, until)
+            now = cta.tick()
+            record = eager._record(tensor, size)
+            eager._record_read(record, where, rank, thread, now - 1, eager._index(op), False, True)
+            if until is not None:
+                eager._until(record, size, where, rank, thread, eager._index(op), *until)
+        record = deferred.tensors[tensor]
+        assert record.deferred and len(record.deferred) <= len(boxes)
+        deferred._settle(record)
+        for ours, theirs in zip(_sides(record), _sides(eager.tensors[tensor]), strict=True):
+            assert np.array_equal(ours, theirs), trial
+        assert isinstance(record.read, _Side)
+
+
+def test_record_pool_lends_refilled_arrays():
+    from tessera.interpreters.sm90.record_pool import RecordPool
+
+    pool = RecordPool()
+    first = pool.full((3, 5), -1, np.int64)
+    first[...] = 9  # a CTA's records
+    second = pool.full((3, 5), -1, np.int64)
+    assert second is not first  # still lent
+    pool.reclaim()
+    again = [pool.full((3, 5), -1, np.int64) for _ in range(2)]
+    assert {id(a) for a in again} == {id(first), id(second)}  # the same memory, as np.full would give it
+    assert all((a == -1).all() for a in again)
+    assert pool.full((3, 5), 0, np.int32).dtype == np.int32
