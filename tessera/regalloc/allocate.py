@@ -205,10 +205,11 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
                     merged = (min(intervals[r][0], intervals[result_root][0]), max(intervals[r][1], intervals[result_root][1]))
                     groups.union(r, result_root)
                     intervals.pop(result_root, None)
-                    intervals[groups.find(r)] = merged
+                    root = groups.find(r)
+                    intervals[root] = merged
                     low = lowest.pop(r) if result_root == r else min(lowest.pop(r), lowest.pop(result_root))
-                    lowest[groups.find(r)] = low
-                    reads.merge(groups.find(r), r, result_root)
+                    lowest[root] = low
+                    reads.merge(root, r, result_root)
                 if not isinstance(op, scf.ForOp):
                     break  # one operand's registers per result
     _coalesce_yields(live, groups, intervals, lowest, reads, constants, fn)
@@ -486,12 +487,13 @@ class _GroupReads:
         for value, elements in live.elements():
             loop = live.carried.get(value)
             read = None if isinstance(value.owner, scf.ForOp) else live.read_end(value)
-            for element in elements:
-                group = root(element)
-                if loop is not None:
-                    self.loops[group].add(loop)
-                if read is not None:
-                    self.reads[group].append((live.defs[value], read))
+            if loop is not None:
+                for element in elements:
+                    self.loops[root(element)].add(loop)
+            if read is not None:
+                pair = (live.defs[value], read)
+                for element in elements:
+                    self.reads[root(element)].append(pair)
 
     def merge(self, root: int, a: int, b: int) -> None:
         """Groups `a` and `b` became one group with root `root`."""
@@ -553,8 +555,12 @@ def _live_ranges(live: _Liveness, root: Callable[[int], int], intervals: dict) -
     """The positions each register group is live at, as merged ranges: its interval, and the ranges its
     elements are held by in-flight wgmma groups (`_Liveness.in_flight`)."""
     ranges = {root: [interval] for root, interval in intervals.items()}
+    held_roots = set()  # only these have more than their interval to merge
     for value, held in live.holds.items():
         first = live.element(value)
         for i in range(element_count(value.type)):
             ranges[root(first + i)].extend(held)
-    return {root: _merge_ranges(spans) for root, spans in ranges.items()}
+            held_roots.add(root(first + i))
+    for group in held_roots:
+        ranges[group] = _merge_ranges(ranges[group])
+    return ranges
