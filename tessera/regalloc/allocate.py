@@ -214,7 +214,8 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
                     break  # one operand's registers per result
     _coalesce_yields(live, groups, intervals, lowest, reads, constants, fn)
     _coalesce_branch_results(live, groups, intervals, lowest, reads, constants)
-    root_of = groups.roots(len(live.value_of)).__getitem__  # the groups are final: each element's root, looked up
+    root_list = groups.roots(len(live.value_of))  # the groups are final: each element's root
+    root_of = root_list.__getitem__
     # The merged intervals are those of the final groups; in the order _intervals gives (by lowest element).
     intervals = dict(sorted(intervals.items(), key=lambda item: lowest[item[0]]))
     ranges = _live_ranges(live, root_of, intervals)
@@ -224,7 +225,7 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
     # accumulator list it sees maps consistently onto its registers (otherwise it serializes the wgmmas, C7511).
     blocks = _accumulator_blocks(live, root_of)
     block_of = {root: block for block in blocks for root in block}
-    space_of = _register_spaces(fn, live, root_of)
+    space_of = _register_spaces(fn, live, root_list)
     index_of_root: dict = {}  # root -> (pool, index in the pool); a pool is (class, space)
     used: dict[tuple[str, int], int] = defaultdict(int)  # registers each pool needs
     units = []  # (start, end, roots, ranges) in allocation order: a block is one unit
@@ -272,7 +273,7 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
 
     names = dict(constants)
     for value, elements in live.elements():
-        names[value] = [names_of_root[root_of(element)] for element in elements]
+        names[value] = list(map(names_of_root.__getitem__, root_list[elements.start:elements.stop]))
     for op in live.ops:  # aliasing results that are not in `elements` order still get their names
         for result in op.results:
             if result not in names and register_class(result.type) is not None and result not in constants:
@@ -280,7 +281,7 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
                                  for i in range(element_count(result.type))]
 
     widths = {root: CLASS_WIDTH[register_class(live.value_of[root].type)] for root in ranges}
-    uniform_roots = _uniform_roots(fn, live, root_of, ranges)
+    uniform_roots = _uniform_roots(fn, live, root_list, ranges)
     if uniform_roots and _peak({r: ranges[r] for r in uniform_roots}, widths)[0] <= UNIFORM_DESCRIPTOR_REGISTERS:
         widths.update({root: 0 for root in uniform_roots})  # in URx, not per-thread
     pressure = _PressureMap(live, root_of, ranges, widths)
@@ -288,17 +289,17 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
     return Allocation(names, dict(counts), at_peak.registers, at_peak.position, at_peak, pressure)
 
 
-def _uniform_roots(fn: func.FuncOp, live: _Liveness, root_of, ranges: dict) -> set[int]:
+def _uniform_roots(fn: func.FuncOp, live: _Liveness, roots: list[int], ranges: dict) -> set[int]:
     """The register groups made only of uniform descriptors (`tessera.regalloc.uniform`): ptxas keeps them in
-    uniform registers. A group that shares its register with any other value is not one."""
+    uniform registers. A group that shares its register with any other value is not one. (`roots`: each
+    element's root; a value's elements are a slice of it.)"""
     descriptors = uniform_descriptors(fn)
     if not descriptors:
         return set()
-    members: dict[int, set] = defaultdict(set)
+    held, shared = set(), set()  # groups holding an element of a uniform descriptor / of any other value
     for value, elements in live.elements():
-        for element in elements:
-            members[root_of(element)].add(value)
-    return {root for root, values in members.items() if root in ranges and values <= descriptors}
+        (held if value in descriptors else shared).update(roots[elements.start:elements.stop])
+    return {root for root in held - shared if root in ranges}
 
 
 def budget_regions(fn: func.FuncOp) -> list[Region]:
@@ -308,21 +309,19 @@ def budget_regions(fn: func.FuncOp) -> list[Region]:
             if region.blocks and any(isinstance(inner, sm90.SetMaxNRegOp) for inner in region.block.ops)]
 
 
-def _register_spaces(fn: func.FuncOp, live: _Liveness, root_of) -> dict:
+def _register_spaces(fn: func.FuncOp, live: _Liveness, roots: list[int]) -> dict:
     """The register space of each register group (module docstring): 0 for the kernel's, k for the k-th
-    budget region; a group takes the space of its earliest-defined value."""
+    budget region; a group takes the space of its earliest-defined value (of those defined at one position,
+    the first in definition order). `roots`: each element's root; a value's elements are a slice of it."""
     number = {region: k + 1 for k, region in enumerate(budget_regions(fn))}
-    earliest: dict = {}  # root -> (definition, the earliest-defined value of its group)
-    for value, elements in live.elements():
-        position = live.defs[value]
-        for element in elements:
-            root = root_of(element)
-            known = earliest.get(root)
-            if known is None or position < known[0]:
-                earliest[root] = (position, value)
+    # Latest definitions first, so that the earliest value of each group is the last one written.
+    by_position = sorted(live.elements(), key=lambda item: live.defs[item[0]])  # stable: ties in definition order
+    earliest: dict = {}  # root -> the earliest-defined value of its group
+    for value, elements in reversed(by_position):
+        earliest.update(dict.fromkeys(roots[elements.start:elements.stop], value))
     spaces = {}
     space_of_region: dict = {}  # the region a value is defined in -> its space (many values share a region)
-    for root, (_, value) in earliest.items():
+    for root, value in earliest.items():
         start = value.owner.parent if isinstance(value, BlockArgument) else value.owner.parent_region()
         space = space_of_region.get(start)
         if space is None:
