@@ -186,9 +186,9 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
                     groups.union(live.element(arg, i), live.element(result, i))
 
     # The groups do not change until the in-place decisions below: both read one snapshot of the roots.
-    snapshot = groups.roots(len(live.value_of)).__getitem__
+    snapshot = groups.roots(len(live.value_of))
     intervals, lowest = _intervals(live, snapshot)
-    reads = _GroupReads(live, snapshot)
+    reads = _GroupReads(live, snapshot.__getitem__)
     for op in live.ops:  # in program order, so a chain of in-place ops shares one set of registers
         for operand, result in _in_place_candidates(op):
             if register_class(operand.type) is None or operand in constants or _is_function_argument(operand, fn):
@@ -526,10 +526,10 @@ def _stable_key(live: _Liveness, element: int) -> tuple:
     return (value.name_hint or "", element - live.first[value])
 
 
-def _intervals(live: _Liveness, root: Callable[[int], int]) -> tuple[dict, dict]:
+def _intervals(live: _Liveness, roots: list[int]) -> tuple[dict, dict]:
     """(first, last) position of each register group, and its lowest element; loop-carried block arguments
     stay live to the end of their loop (the latch writes them). Groups come in the order of their lowest
-    element (elements are numbered in definition order)."""
+    element (elements are numbered in definition order). `roots`: each element's root."""
     intervals: dict = {}
     lowest: dict = {}
     for value, elements in live.elements():
@@ -539,8 +539,12 @@ def _intervals(live: _Liveness, root: Callable[[int], int]) -> tuple[dict, dict]
         if isinstance(value, BlockArgument) and isinstance(value.owner.parent_op(), scf.ForOp | scf.WhileOp):
             loop = value.owner.parent_op()
             end = max(end, next(stop for op, _, stop in live.loops if op is loop))
-        for element in elements:
-            group = root(element)
+        groups = roots[elements.start:elements.stop]
+        if intervals.keys().isdisjoint(groups) and len(set(groups)) == len(groups):  # most values: new groups
+            intervals.update(dict.fromkeys(groups, (start, end)))
+            lowest.update(zip(groups, elements))
+            continue
+        for element, group in zip(elements, groups):
             if group in intervals:
                 s, e = intervals[group]
                 intervals[group] = (min(s, start), max(e, end))
