@@ -279,6 +279,7 @@ class _Split:
             elif isinstance(op, scf.ForOp):
                 body = op.body.block
                 new_body = Block(arg_types=[body.args[0].type])
+                new_body.args[0].name_hint = body.args[0].name_hint
                 mapping[body.args[0]] = new_body.args[0]
                 new_body.add_ops(self._copy_slice(body.ops, kept, mapping) + [scf.YieldOp()])
                 copies.append(scf.ForOp(*(mapping.get(v, v) for v in (op.lb, op.ub, op.step)), [], new_body))
