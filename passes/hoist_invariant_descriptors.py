@@ -85,10 +85,43 @@ def invariant_advances(fn: func.FuncOp) -> list[tuple[SSAValue, int]]:
     return list(dict.fromkeys(keys))
 
 
-def hoist_descriptors(fn: func.FuncOp, keys: list[tuple[SSAValue, int]]) -> None:
+@dataclass
+class HoistedDescriptors:
+    """What `hoist_descriptors` changed, to keep or to take back: the advances it made (in insertion order)
+    and each advance it replaced, detached but kept, with where it was (its block and the op after it, as
+    before anything moved) and its uses."""
+
+    made: list[Operation]
+    replaced: list[tuple[Operation, Block, Operation, list[tuple[Operation, int]]]]
+
+    def keep(self) -> None:
+        """Keep the hoist: the replaced advances are erased."""
+        for op, _, _, _ in self.replaced:
+            op.erase()
+
+    def undo(self) -> None:
+        """Take the hoist back: every replaced advance where it was, read by its uses again, and the hoisted
+        ones erased; the kernel is as it was before `hoist_descriptors`."""
+        for op, block, following, _ in reversed(self.replaced):  # the op after each is back before it
+            block.insert_op_before(op, following)
+        for op, _, _, uses in self.replaced:
+            for user, index in uses:
+                user.operands[index] = op.result
+        for op in reversed(self.made):
+            Rewriter.erase_op(op)
+
+
+def hoist_descriptors(fn: func.FuncOp, keys: list[tuple[SSAValue, int]]) -> HoistedDescriptors:
     """Compute the advances `keys` ((base, bytes) of `invariant_advances`) once, right after their bases, and
-    make every advance of the same base and bytes use that value."""
+    make every advance of the same base and bytes use that value. The replaced advances are detached, not
+    erased, until the caller keeps or undoes the hoist (`HoistedDescriptors`): `_hoist_advances` tries a
+    count in place and takes it back where the budgets refuse it, instead of hoisting into a copy of the
+    kernel (a copy of the flash d128 kernel was 4% of its compile)."""
+    wanted = set(keys)
+    places = [(op, op.parent_block(), op.next_op) for op in fn.walk()
+              if isinstance(op, sm90.DescriptorAdvanceOp) and (op.descriptor, op.bytes.value.data) in wanted]
     hoisted: dict[tuple[SSAValue, int], SSAValue] = {}
+    made: list[Operation] = []
     last: dict[SSAValue, Operation] = {}  # the op the next hoisted advance of a base goes after
     for base, nbytes in keys:
         advance = sm90.DescriptorAdvanceOp(base, nbytes)
@@ -102,12 +135,15 @@ def hoist_descriptors(fn: func.FuncOp, keys: list[tuple[SSAValue, int]]) -> None
             base.owner.parent_block().insert_op_after(advance, base.owner)
         hoisted[(base, nbytes)] = advance.result
         last[base] = advance
-    for op in [o for o in fn.walk() if isinstance(o, sm90.DescriptorAdvanceOp)]:
-        value = hoisted.get((op.descriptor, op.bytes.value.data))
-        if value is not None and value is not op.result:
-            value.name_hint = value.name_hint or op.result.name_hint
-            op.result.replace_all_uses_with(value)
-            Rewriter.erase_op(op)
+        made.append(advance)
+    replaced = []
+    for op, block, following in places:
+        value = hoisted[(op.descriptor, op.bytes.value.data)]
+        value.name_hint = value.name_hint or op.result.name_hint
+        replaced.append((op, block, following, [(use.operation, use.index) for use in op.result.uses]))
+        op.result.replace_all_uses_with(value)
+        op.detach()
+    return HoistedDescriptors(made, replaced)
 
 
 def _outermost_loop(op: Operation) -> scf.ForOp | None:
@@ -228,19 +264,18 @@ class HoistInvariantDescriptorsPass(ModulePass):
                 _hoist_advances(kernel, keys, spare)
 
 
-def _hoist_advances(kernel: func.FuncOp, keys: list[tuple[SSAValue, int]], spare: int) -> func.FuncOp:
-    """The kernel with as many of the advances `keys` hoisted as its budgets allow (module docstring): the
-    kernel itself where none fits."""
+def _hoist_advances(kernel: func.FuncOp, keys: list[tuple[SSAValue, int]], spare: int) -> None:
+    """Hoist as many of the advances `keys` as the kernel's budgets allow (module docstring), in place; none
+    where none fits. Each count is tried in place, its allocation then being the one allocate-registers finds
+    in the allocator's memo, and undone where it does not fit."""
     # Each hoisted descriptor is live over the loops, where the peaks are: it takes its registers from the spare
     # ones; fewer are tried where the allocation says the first count does not fit. First all of them: ptxas
     # keeps warp-uniform ones in uniform registers, which the allocator does not count against the budget
     # (tessera.regalloc.uniform) while the uniform file has room for them.
     counts = [len(keys)] + list(range(min(len(keys) - 1, spare // REGISTERS_PER_DESCRIPTOR), 0, -1))
     for count in counts:
-        candidate = kernel.clone()
-        hoist_descriptors(candidate, invariant_advances(candidate)[:count])
-        if spare_registers(candidate) >= 0:
-            Rewriter.replace_op(kernel, candidate)
-            return candidate
-        candidate.erase()
-    return kernel
+        hoist = hoist_descriptors(kernel, invariant_advances(kernel)[:count])
+        if spare_registers(kernel) >= 0:
+            hoist.keep()
+            return
+        hoist.undo()

@@ -359,9 +359,13 @@ class RematerializeConstantsPass(ModulePass):
         _recreate_index_trees(op)
         _recreate_sizes(op)
         _recreate_late_offsets(op)
-        advances = [o for o in op.walk() if isinstance(o, sm90.DescriptorAdvanceOp)]
-        buffers = [o for o in op.walk() if isinstance(o, sm90.SharedBufferOp)]
-        for cheap in advances + buffers + [o for o in op.walk() if isinstance(o, arith.ConstantOp)]:
+        cheap_ops: dict[type, list[Operation]] = {sm90.DescriptorAdvanceOp: [], sm90.SharedBufferOp: [],
+                                                  arith.ConstantOp: []}
+        for o in op.walk():  # one walk: the advances, then the buffers, then the constants, each in program order
+            found = cheap_ops.get(type(o))
+            if found is not None:
+                found.append(o)
+        for cheap in [o for ops in cheap_ops.values() for o in ops]:
             lane = splat_value(cheap.result) if isinstance(cheap, arith.ConstantOp) else None
             for use in list(cheap.result.uses):
                 user = use.operation

@@ -180,12 +180,8 @@ class _Split:
         if tid is None:
             _refuse(self.fn, "the kernel does not read tid.x")
 
-        producer_block, consumer_block = Block(), Block()
-        # The producer: a clone of the main part, pruned to the refills and what they need.
-        mapping = {}
-        for op in main:
-            producer_block.add_op(op.clone(value_mapper=mapping))
-        self._prune(producer_block)
+        # The producer: the main part's slice that the refills need, copied op by op.
+        producer_block, consumer_block = Block(self._producer_slice(main)), Block()
         gathers = any(PRODUCER_WARPGROUP_ATTR in op.attributes for op in producer_block.walk())
         self._inline_refills(producer_block, tid, consumers if gathers else None)
         for op in main:
@@ -223,69 +219,76 @@ class _Split:
         self._budgets(split, consumers, gathers)
 
     # -- the producer slice ------------------------------------------------------------------------------
-    def _prune(self, block: Block) -> None:
-        """Keep the refills, the control flow around them and the values they read; drop the rest."""
+    def _producer_slice(self, main: list[Operation]) -> list[Operation]:
+        """Copies of the refills of `main` (the kernel's ops after the mbarrier initialisation), of the loops
+        and `scf.if`s around them without their loop-carried values or results (the consumers' state), and of
+        the ops computing the values they read; nothing else is copied. Refuses a refill that depends on a
+        loop-carried value, an `scf.if` result or an op with side effects."""
+        kept = self._slice_decisions(main)
+        return self._copy_slice(main, kept, {})
+
+    def _slice_decisions(self, ops: list[Operation]) -> dict[Operation, bool]:
+        """What the producer keeps of `ops` (and of the regions of the loops and ifs it strips), decided in one
+        walk in reverse program order: True for an op copied whole (a refill, or a pure op whose results are
+        read), False for a loop or `scf.if` around refills, copied without its loop-carried values or results."""
+        kept: dict[Operation, bool] = {}
         needed: set[SSAValue] = set()
 
-        def need_operands(op: Operation) -> None:
-            for inner in op.walk():
-                needed.update(inner.operands)
-
-        def visit(block: Block) -> None:
-            last = block.last_op
-            if isinstance(last, scf.YieldOp) and last.operands:  # the consumers' loop-carried state
-                block.insert_op_before(scf.YieldOp(), last)
-                last.detach()
-                last.erase()
-            for op in reversed(list(block.ops)):
+        def visit(block_ops) -> None:
+            for op in reversed(list(block_ops)):
                 if isinstance(op, scf.YieldOp):
-                    continue
+                    continue  # the consumers' loop-carried state: a stripped region yields nothing
                 if PRODUCER_ATTR in op.attributes:
-                    need_operands(op)
+                    kept[op] = True
+                    needed.update(operand for inner in op.walk() for operand in inner.operands)
                 elif isinstance(op, scf.ForOp | scf.IfOp) and _contains_producer(op):
                     for region in op.regions:
                         for inner in region.blocks:
-                            visit(inner)
-                    op = self._strip(op)
-                    needed.update(op.operands)
+                            visit(inner.ops)
+                    if isinstance(op, scf.ForOp):
+                        if any(arg in needed for arg in op.body.block.args[1:]):
+                            _refuse(op, "a ring refill depends on a loop-carried value")
+                        if any(r in needed for r in op.results):
+                            _refuse(op, "the producer's loop results are used")
+                        needed.update((op.lb, op.ub, op.step))
+                    else:
+                        if any(r in needed for r in op.results):
+                            _refuse(op, "the producer needs the result of an scf.if")
+                        needed.add(op.cond)
+                    kept[op] = False
                 elif any(r in needed for r in op.results):
                     if isinstance(op, scf.ForOp | scf.IfOp | scf.WhileOp) or not _is_pure(op):
                         _refuse(op, "a ring refill depends on a value this op computes with side effects or "
                                     "loop-carried state; the producer cannot recompute it")
-                    need_operands(op)
-                else:
-                    op.detach()
-                    op.erase()
+                    kept[op] = True
+                    needed.update(operand for inner in op.walk() for operand in inner.operands)
 
-        visit(block)
+        visit(ops)
+        return kept
 
-    def _strip(self, op: Operation) -> Operation:
-        """The loop or scf.if `op` without its loop-carried values / results (the consumers' state)."""
-        if isinstance(op, scf.ForOp):
-            body = op.body.block
-            for arg in body.args[1:]:
-                if arg.uses:
-                    _refuse(op, "a ring refill depends on a loop-carried value")
-            if any(r.uses for r in op.results):
-                _refuse(op, "the producer's loop results are used")
-            new_body = Block(arg_types=[body.args[0].type])
-            body.args[0].replace_all_uses_with(new_body.args[0])
-            new_body.add_ops(_take_ops(body) + [scf.YieldOp()])
-            new = scf.ForOp(op.lb, op.ub, op.step, [], new_body)
-        else:
-            if any(r.uses for r in op.results):
-                _refuse(op, "the producer needs the result of an scf.if")
-            regions = []
-            for region in op.regions:
-                if not region.blocks:
-                    regions.append(Region())
-                    continue
-                regions.append(Region(Block(_take_ops(region.block) + [scf.YieldOp()])))
-            new = scf.IfOp(op.cond, [], regions[0], regions[1] if len(regions) > 1 and regions[1].blocks else None)
-        op.parent_block().insert_op_before(new, op)
-        op.detach()
-        op.erase()
-        return new
+    def _copy_slice(self, ops, kept: dict[Operation, bool], mapping: dict) -> list[Operation]:
+        """Copies of the ops of `ops` that `kept` keeps, in program order; `mapping` takes each copied value
+        to its copy."""
+        copies = []
+        for op in ops:
+            whole = kept.get(op)
+            if whole is None:
+                continue
+            if whole:
+                copies.append(op.clone(value_mapper=mapping))
+            elif isinstance(op, scf.ForOp):
+                body = op.body.block
+                new_body = Block(arg_types=[body.args[0].type])
+                new_body.args[0].name_hint = body.args[0].name_hint
+                mapping[body.args[0]] = new_body.args[0]
+                new_body.add_ops(self._copy_slice(body.ops, kept, mapping) + [scf.YieldOp()])
+                copies.append(scf.ForOp(*(mapping.get(v, v) for v in (op.lb, op.ub, op.step)), [], new_body))
+            else:
+                regions = [Region(Block(self._copy_slice(region.block.ops, kept, mapping) + [scf.YieldOp()]))
+                           if region.blocks else Region() for region in op.regions]
+                copies.append(scf.IfOp(mapping.get(op.cond, op.cond), [], regions[0],
+                                       regions[1] if len(regions) > 1 and regions[1].blocks else None))
+        return copies
 
     @staticmethod
     def _inline_refills(block: Block, tid: SSAValue, leader: int | None) -> None:

@@ -3,6 +3,8 @@ as the consumers' budget allows, the allocation stays within it, and ptxas' stea
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 from xdsl.dialects import scf
 
@@ -19,9 +21,15 @@ WITHOUT = SPECIALIZED_PIPELINE.replace(",hoist-invariant-descriptors", "")
 
 
 def _kernel(spec: str, **options):
-    module = tessera.kernels.flash_attention(**options)
-    apply_pipeline(module, spec)
+    module = _lowered(spec, tuple(sorted(options.items()))).clone()  # each test may change its own copy
     return module, next(op for op in module.walk() if is_target_kernel(op))
+
+
+@functools.cache
+def _lowered(spec: str, options: tuple):
+    module = tessera.kernels.flash_attention(**dict(options))
+    apply_pipeline(module, spec)
+    return module
 
 
 def _in_loop(op) -> bool:
@@ -77,3 +85,26 @@ def test_steady_loop_is_shorter_without_spill():
         sizes.append((len(main), main.opcode_counts["R2UR"]))
     (before, _), (after, r2ur) = sizes
     assert after < before and r2ur == 0, sizes
+
+
+def test_a_refused_hoist_is_undone_exactly():
+    """The pass tries each count of hoisted advances in place and undoes it where the budgets refuse it: undone,
+    the kernel is exactly as before (the same ops in the same order, each reading the same values: every
+    advance back in its loop), and a kept hoist leaves no advance of those keys in a loop."""
+    from tessera.passes.hoist_invariant_descriptors import hoist_descriptors
+
+    _, kernel = _kernel(WITHOUT, head_dim=128)  # the lowering the test above makes
+
+    def body():
+        return [(op, op.parent, tuple(op.operands), tuple(op.results)) for op in kernel.walk()]
+
+    before = body()
+    keys = invariant_advances(kernel)
+    assert len(keys) >= 2
+    for count in (len(keys), 1):
+        hoist_descriptors(kernel, keys[:count]).undo()
+        assert body() == before
+    hoist_descriptors(kernel, keys[:1]).keep()
+    assert invariant_advances(kernel) == keys[1:]
+    assert len(body()) == len(before) + 1 - sum(
+        1 for op, *_ in before if isinstance(op, sm90.DescriptorAdvanceOp) and (op.descriptor, op.bytes.value.data) == keys[0])

@@ -186,9 +186,9 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
                     groups.union(live.element(arg, i), live.element(result, i))
 
     # The groups do not change until the in-place decisions below: both read one snapshot of the roots.
-    snapshot = groups.roots(len(live.value_of)).__getitem__
+    snapshot = groups.roots(len(live.value_of))
     intervals, lowest = _intervals(live, snapshot)
-    reads = _GroupReads(live, snapshot)
+    reads = _GroupReads(live, snapshot.__getitem__)
     for op in live.ops:  # in program order, so a chain of in-place ops shares one set of registers
         for operand, result in _in_place_candidates(op):
             if register_class(operand.type) is None or operand in constants or _is_function_argument(operand, fn):
@@ -205,15 +205,17 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
                     merged = (min(intervals[r][0], intervals[result_root][0]), max(intervals[r][1], intervals[result_root][1]))
                     groups.union(r, result_root)
                     intervals.pop(result_root, None)
-                    intervals[groups.find(r)] = merged
+                    root = groups.find(r)
+                    intervals[root] = merged
                     low = lowest.pop(r) if result_root == r else min(lowest.pop(r), lowest.pop(result_root))
-                    lowest[groups.find(r)] = low
-                    reads.merge(groups.find(r), r, result_root)
+                    lowest[root] = low
+                    reads.merge(root, r, result_root)
                 if not isinstance(op, scf.ForOp):
                     break  # one operand's registers per result
     _coalesce_yields(live, groups, intervals, lowest, reads, constants, fn)
     _coalesce_branch_results(live, groups, intervals, lowest, reads, constants)
-    root_of = groups.roots(len(live.value_of)).__getitem__  # the groups are final: each element's root, looked up
+    root_list = groups.roots(len(live.value_of))  # the groups are final: each element's root
+    root_of = root_list.__getitem__
     # The merged intervals are those of the final groups; in the order _intervals gives (by lowest element).
     intervals = dict(sorted(intervals.items(), key=lambda item: lowest[item[0]]))
     ranges = _live_ranges(live, root_of, intervals)
@@ -223,7 +225,7 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
     # accumulator list it sees maps consistently onto its registers (otherwise it serializes the wgmmas, C7511).
     blocks = _accumulator_blocks(live, root_of)
     block_of = {root: block for block in blocks for root in block}
-    space_of = _register_spaces(fn, live, root_of)
+    space_of = _register_spaces(fn, live, root_list)
     index_of_root: dict = {}  # root -> (pool, index in the pool); a pool is (class, space)
     used: dict[tuple[str, int], int] = defaultdict(int)  # registers each pool needs
     units = []  # (start, end, roots, ranges) in allocation order: a block is one unit
@@ -271,7 +273,7 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
 
     names = dict(constants)
     for value, elements in live.elements():
-        names[value] = [names_of_root[root_of(element)] for element in elements]
+        names[value] = list(map(names_of_root.__getitem__, root_list[elements.start:elements.stop]))
     for op in live.ops:  # aliasing results that are not in `elements` order still get their names
         for result in op.results:
             if result not in names and register_class(result.type) is not None and result not in constants:
@@ -279,7 +281,7 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
                                  for i in range(element_count(result.type))]
 
     widths = {root: CLASS_WIDTH[register_class(live.value_of[root].type)] for root in ranges}
-    uniform_roots = _uniform_roots(fn, live, root_of, ranges)
+    uniform_roots = _uniform_roots(fn, live, root_list, ranges)
     if uniform_roots and _peak({r: ranges[r] for r in uniform_roots}, widths)[0] <= UNIFORM_DESCRIPTOR_REGISTERS:
         widths.update({root: 0 for root in uniform_roots})  # in URx, not per-thread
     pressure = _PressureMap(live, root_of, ranges, widths)
@@ -287,17 +289,17 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
     return Allocation(names, dict(counts), at_peak.registers, at_peak.position, at_peak, pressure)
 
 
-def _uniform_roots(fn: func.FuncOp, live: _Liveness, root_of, ranges: dict) -> set[int]:
+def _uniform_roots(fn: func.FuncOp, live: _Liveness, roots: list[int], ranges: dict) -> set[int]:
     """The register groups made only of uniform descriptors (`tessera.regalloc.uniform`): ptxas keeps them in
-    uniform registers. A group that shares its register with any other value is not one."""
+    uniform registers. A group that shares its register with any other value is not one. (`roots`: each
+    element's root; a value's elements are a slice of it.)"""
     descriptors = uniform_descriptors(fn)
     if not descriptors:
         return set()
-    members: dict[int, set] = defaultdict(set)
+    held, shared = set(), set()  # groups holding an element of a uniform descriptor / of any other value
     for value, elements in live.elements():
-        for element in elements:
-            members[root_of(element)].add(value)
-    return {root for root, values in members.items() if root in ranges and values <= descriptors}
+        (held if value in descriptors else shared).update(roots[elements.start:elements.stop])
+    return {root for root in held - shared if root in ranges}
 
 
 def budget_regions(fn: func.FuncOp) -> list[Region]:
@@ -307,21 +309,19 @@ def budget_regions(fn: func.FuncOp) -> list[Region]:
             if region.blocks and any(isinstance(inner, sm90.SetMaxNRegOp) for inner in region.block.ops)]
 
 
-def _register_spaces(fn: func.FuncOp, live: _Liveness, root_of) -> dict:
+def _register_spaces(fn: func.FuncOp, live: _Liveness, roots: list[int]) -> dict:
     """The register space of each register group (module docstring): 0 for the kernel's, k for the k-th
-    budget region; a group takes the space of its earliest-defined value."""
+    budget region; a group takes the space of its earliest-defined value (of those defined at one position,
+    the first in definition order). `roots`: each element's root; a value's elements are a slice of it."""
     number = {region: k + 1 for k, region in enumerate(budget_regions(fn))}
-    earliest: dict = {}  # root -> (definition, the earliest-defined value of its group)
-    for value, elements in live.elements():
-        position = live.defs[value]
-        for element in elements:
-            root = root_of(element)
-            known = earliest.get(root)
-            if known is None or position < known[0]:
-                earliest[root] = (position, value)
+    # Latest definitions first, so that the earliest value of each group is the last one written.
+    by_position = sorted(live.elements(), key=lambda item: live.defs[item[0]])  # stable: ties in definition order
+    earliest: dict = {}  # root -> the earliest-defined value of its group
+    for value, elements in reversed(by_position):
+        earliest.update(dict.fromkeys(roots[elements.start:elements.stop], value))
     spaces = {}
     space_of_region: dict = {}  # the region a value is defined in -> its space (many values share a region)
-    for root, (_, value) in earliest.items():
+    for root, value in earliest.items():
         start = value.owner.parent if isinstance(value, BlockArgument) else value.owner.parent_region()
         space = space_of_region.get(start)
         if space is None:
@@ -486,12 +486,13 @@ class _GroupReads:
         for value, elements in live.elements():
             loop = live.carried.get(value)
             read = None if isinstance(value.owner, scf.ForOp) else live.read_end(value)
-            for element in elements:
-                group = root(element)
-                if loop is not None:
-                    self.loops[group].add(loop)
-                if read is not None:
-                    self.reads[group].append((live.defs[value], read))
+            if loop is not None:
+                for element in elements:
+                    self.loops[root(element)].add(loop)
+            if read is not None:
+                pair = (live.defs[value], read)
+                for element in elements:
+                    self.reads[root(element)].append(pair)
 
     def merge(self, root: int, a: int, b: int) -> None:
         """Groups `a` and `b` became one group with root `root`."""
@@ -525,10 +526,10 @@ def _stable_key(live: _Liveness, element: int) -> tuple:
     return (value.name_hint or "", element - live.first[value])
 
 
-def _intervals(live: _Liveness, root: Callable[[int], int]) -> tuple[dict, dict]:
+def _intervals(live: _Liveness, roots: list[int]) -> tuple[dict, dict]:
     """(first, last) position of each register group, and its lowest element; loop-carried block arguments
     stay live to the end of their loop (the latch writes them). Groups come in the order of their lowest
-    element (elements are numbered in definition order)."""
+    element (elements are numbered in definition order). `roots`: each element's root."""
     intervals: dict = {}
     lowest: dict = {}
     for value, elements in live.elements():
@@ -538,8 +539,12 @@ def _intervals(live: _Liveness, root: Callable[[int], int]) -> tuple[dict, dict]
         if isinstance(value, BlockArgument) and isinstance(value.owner.parent_op(), scf.ForOp | scf.WhileOp):
             loop = value.owner.parent_op()
             end = max(end, next(stop for op, _, stop in live.loops if op is loop))
-        for element in elements:
-            group = root(element)
+        groups = roots[elements.start:elements.stop]
+        if intervals.keys().isdisjoint(groups) and len(set(groups)) == len(groups):  # most values: new groups
+            intervals.update(dict.fromkeys(groups, (start, end)))
+            lowest.update(zip(groups, elements))
+            continue
+        for element, group in zip(elements, groups):
             if group in intervals:
                 s, e = intervals[group]
                 intervals[group] = (min(s, start), max(e, end))
@@ -553,8 +558,12 @@ def _live_ranges(live: _Liveness, root: Callable[[int], int], intervals: dict) -
     """The positions each register group is live at, as merged ranges: its interval, and the ranges its
     elements are held by in-flight wgmma groups (`_Liveness.in_flight`)."""
     ranges = {root: [interval] for root, interval in intervals.items()}
+    held_roots = set()  # only these have more than their interval to merge
     for value, held in live.holds.items():
         first = live.element(value)
         for i in range(element_count(value.type)):
             ranges[root(first + i)].extend(held)
-    return {root: _merge_ranges(spans) for root, spans in ranges.items()}
+            held_roots.add(root(first + i))
+    for group in held_roots:
+        ranges[group] = _merge_ranges(ranges[group])
+    return ranges

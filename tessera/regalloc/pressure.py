@@ -207,7 +207,9 @@ class _PressureMap:
         op_at = {position: op for op, position in live.position.items()}
         op_at.update({stop: loop for loop, _, stop in live.loops})  # the latch reads the bound and the step
         alternatives: dict = {}
-        ranges: dict = defaultdict(list)
+        ranges: dict = {}  # root -> the merged spans of its values (one list, shared by a value's elements)
+        several: dict = defaultdict(list)  # root -> the spans of each of its values, where it has more than one
+        root = self.root
         for value, elements in live.elements():  # every element of a value has the same spans
             defined = live.defs[value]
             spans = [(defined, defined)]
@@ -221,10 +223,17 @@ class _PressureMap:
                         for other in others:
                             reach = _subtract(reach, other)
                 spans += reach
-            spans += live.holds.get(value, ())
+            spans = _merge_ranges(spans + live.holds.get(value, []))  # once per value, not per element
             for element in elements:
-                ranges[self.root(element)] += spans
-        return {root: _merge_ranges(spans) for root, spans in ranges.items()}
+                group = root(element)
+                if group in ranges:
+                    several[group] += spans
+                else:
+                    ranges[group] = spans
+        # A group of several values (registers reused in place) merges their spans; most groups have one.
+        for group, spans in several.items():
+            ranges[group] = _merge_ranges(ranges[group] + spans)
+        return ranges
 
     def _alternatives(self, op: Operation) -> list[tuple[list, tuple[int, int] | None]]:
         """For each `scf.if` around `op`: the spans of its regions that do not hold `op`, and the span of the
