@@ -46,6 +46,11 @@ if TYPE_CHECKING:
     from tessera.interpreters.sm90.cta_view import CtaView
 
 
+Message = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""What a release carries to its acquirers: `ordered` [T] and `fenced` [T] (the join of the releasing threads'
+columns), and `observed` [mbarrier instances] (the phases of each barrier they had observed complete)."""
+
+
 def _columns(threads: np.ndarray):
     """Thread indices (or a [T] mask) as a slice where they are consecutive (a view), else as an index array."""
     if threads.dtype == np.bool_:
@@ -65,9 +70,9 @@ class HappensBefore:
         self.races = races
         self.ordered = np.full((threads, threads), -1, np.int64)
         self.fenced = np.full((threads, threads), -1, np.int64)
-        self.pending: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self.published: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self.cluster_pending: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.pending: dict[int, Message] = {}
+        self.published: dict[int, Message] = {}
+        self.cluster_pending: dict[int, Message] = {}
         self.reader = np.full(size, -1, np.int32)
         self.read_at = np.full(size, -1, np.int64)
         self.read_op = np.full(size, -1, np.int32)
@@ -88,23 +93,40 @@ class HappensBefore:
         return index
 
     # region edges
-    def release(self, threads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """`threads` release now: the join of their clocks (ordered, fenced)."""
+    def release(self, threads: np.ndarray) -> Message:
+        """`threads` release now: the join of their clocks (ordered, fenced) and of the mbarrier phases they have
+        observed complete (`MBarriers.observed`)."""
         columns = _columns(threads)
         now = self.cta.tick()
         index = np.arange(self.cta.threads)[columns]
         self.ordered[index, index] = now
-        return self.ordered[:, columns].max(axis=1), self.fenced[:, columns].max(axis=1)
+        observed = self.cta.mbarriers.observed
+        return (self.ordered[:, columns].max(axis=1), self.fenced[:, columns].max(axis=1),
+                observed[:, columns].max(axis=1, initial=0))
 
-    def acquire(self, threads: np.ndarray, message: tuple[np.ndarray, np.ndarray]) -> None:
+    def acquire(self, threads: np.ndarray, message: Message) -> None:
         columns = _columns(threads)
-        ordered, fenced = message
+        ordered, fenced, observed = message
         if isinstance(columns, slice):
             np.maximum(self.ordered[:, columns], ordered[:, None], out=self.ordered[:, columns])
             np.maximum(self.fenced[:, columns], fenced[:, None], out=self.fenced[:, columns])
         else:
             self.ordered[:, columns] = np.maximum(self.ordered[:, columns], ordered[:, None])
             self.fenced[:, columns] = np.maximum(self.fenced[:, columns], fenced[:, None])
+        if observed.any():  # a phase completion observed before the release is observed after the acquire
+            known = self.cta.mbarriers.observed
+            rows = slice(0, len(observed))
+            known[rows, columns] = np.maximum(known[rows, columns], observed[:, None])
+
+    @staticmethod
+    def join(old: Message | None, new: Message) -> Message:
+        """The join of two messages (the observed phases of barriers initialised since `old` count as 0 there)."""
+        if old is None:
+            return new
+        a, b = old[2], new[2]
+        if len(a) != len(b):
+            a, b = (np.pad(v, (0, max(len(a), len(b)) - len(v))) for v in (a, b))
+        return np.maximum(old[0], new[0]), np.maximum(old[1], new[1]), np.maximum(a, b)
 
     def barrier(self, participants: np.ndarray, waiters: np.ndarray) -> None:
         """A named barrier completed: `participants` arrived, `waiters` leave it."""
@@ -114,18 +136,14 @@ class HappensBefore:
 
     def arrive(self, barrier: int, threads: np.ndarray) -> None:
         """`threads` arrive on mbarrier instance `barrier`: a release into its pending phase."""
-        ordered, fenced = self.release(threads)
-        old = self.pending.get(barrier)
-        self.pending[barrier] = (ordered, fenced) if old is None else (np.maximum(old[0], ordered),
-                                                                       np.maximum(old[1], fenced))
+        self.pending[barrier] = self.join(self.pending.get(barrier), self.release(threads))
 
     def phase_completed(self, barrier: int) -> None:
         """The pending phase of mbarrier instance `barrier` completed: its releases reach later waiters."""
         new = self.pending.pop(barrier, None)
         if new is None:
             return
-        old = self.published.get(barrier)
-        self.published[barrier] = new if old is None else (np.maximum(old[0], new[0]), np.maximum(old[1], new[1]))
+        self.published[barrier] = self.join(self.published.get(barrier), new)
 
     def waited(self, barrier: int, threads: np.ndarray) -> None:
         """`threads` observed a completed phase of mbarrier instance `barrier`."""
@@ -135,10 +153,7 @@ class HappensBefore:
 
     def cluster_arrive(self, generation: int, threads: np.ndarray) -> None:
         """`threads` arrive at the cluster barrier's phase `generation`: a release (this CTA's side of it)."""
-        ordered, fenced = self.release(threads)
-        old = self.cluster_pending.get(generation)
-        self.cluster_pending[generation] = (ordered, fenced) if old is None else (np.maximum(old[0], ordered),
-                                                                                  np.maximum(old[1], fenced))
+        self.cluster_pending[generation] = self.join(self.cluster_pending.get(generation), self.release(threads))
 
     def cluster_wait(self, generations: np.ndarray, threads: np.ndarray) -> None:
         """`threads` passed the cluster barrier phases `generations` (one per thread): they acquire what this
