@@ -539,3 +539,60 @@ def test_tessera_run_takes_a_cluster_shape(tmp_path, capsys):
     assert tessera_run_ptx([str(tmp_path / "k.ptx"), "--grid", "3", "--block", "32", "--cluster", "2",
                             "--arg", "u32[96]=zeros"]) == 1
     assert "does not divide grid (3, 1, 1)" in capsys.readouterr().err
+
+
+_OWNER_STORE = "    st.shared.u32 [%r3], 41;"
+_OWNER_BULK = """    mov.u32 %r21, full;
+    ld.param.u64 %rd4, [src];
+    mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r21], 16;
+    cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r3], [%rd4], 16, [%r21];
+FULL:
+    mbarrier.try_wait.parity.shared::cta.b64 %p5, [%r21], 0;
+    @!%p5 bra FULL;"""
+
+
+@pytest.mark.parametrize("write", [_OWNER_STORE, _OWNER_BULK], ids=["st.shared", "bulk-copy"])
+@pytest.mark.parametrize("sync, reported", [
+    ("", True),  # nothing orders rank 1's read of rank 0's word before rank 0 overwrites it
+    ("RELEASE", False),  # rank 1 releases the word on rank 0's barrier, which rank 0 waits on before writing
+    ("CLUSTER", False),  # a cluster barrier between the read and the write
+], ids=["unordered", "released", "cluster-barrier"])
+def test_a_write_into_this_ctas_bytes_follows_a_peers_read_of_them(write, sync, reported):
+    """[memory_model.WRITE_ORDER] Rank 1 reads rank 0's word through `mapa` (`ld.shared::cluster`), then rank 0
+    overwrites it (a generic store, or a bulk copy landing): the peer's read must happen before the write. The
+    peer's reads are kept with a column per thread of the cluster, so the write is judged by what the writer
+    knows of the peer's threads, whatever order the executor ran the two in."""
+    release = ("mapa.shared::cluster.u32 %r6, %r20, 0;\n"
+               "    mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%r6];") if sync == "RELEASE" else ""
+    wait = WAIT_LOCAL_BARRIER.format(tag="0", parity=0) if sync == "RELEASE" else ""
+    cluster = SYNC_CLUSTER if sync == "CLUSTER" else ""
+    body = INIT_LOCAL_BARRIER.format(count=1).replace(
+        "    @%p7 fence", "    mov.u32 %r21, full;\n    @%p7 mbarrier.init.shared::cta.b64 [%r21], 1;\n    @%p7 fence") + f"""
+    mov.u32 %r1, %cluster_ctarank;
+    mov.u32 %r3, buf;
+    setp.eq.u32 %p1, %r1, 0;
+    @%p1 bra OWNER;
+    mapa.shared::cluster.u32 %r5, %r3, 0;
+    ld.shared::cluster.u32 %r9, [%r5];
+    {release}
+    {cluster}
+    bra END;
+OWNER:
+    {cluster}
+    {wait}
+{write}
+    mov.u32 %r9, 0;
+END:
+    """ + SYNC_CLUSTER
+    text = kernel("mov.u32 %r0, %tid.x;\n" + body + STORE_R9, params=".param .u64 out, .param .u64 src",
+                  extra=".shared .align 8 .b64 bar; .shared .align 8 .b64 full; .shared .align 16 .b32 buf[4];")
+    run = lambda: launch(text, "k", 2, 1, [np.zeros(2, np.uint32), np.full(4, 7, np.uint32)],  # noqa: E731
+                         cluster=2)[0]
+    if not reported:
+        np.testing.assert_array_equal(run(), [0, 0])  # rank 1 read the word before rank 0 overwrote it
+        return
+    with pytest.raises(PtxExecutionError, match=r"(st.shared.u32|cp.async.bulk\S*): (the bulk copy )?writes shared "
+                                                r"address 0x\w+ of CTA \(0, 0, 0\), which the instruction at line \d+ "
+                                                r"\(thread \(0, 0, 0\) of CTA \(1, 0, 0\)\) read through a "
+                                                r"shared::cluster address, and no synchronisation orders the two"):
+        run()

@@ -129,6 +129,7 @@ class AsyncTracker:
                                 races=getattr(m, "races", True))
         if getattr(m, "cluster_size", 1) > 1:  # a peer's bytes are judged in that peer's frame
             self.hb.peer_frame = (max(m.shared_bytes, 1), lambda slot: grid_rank(m, slot))
+            self.hb.cluster_size = m.cluster_size
         self.reset()
 
     def reset(self) -> None:
