@@ -156,7 +156,8 @@ TMA_READ_UNTIL_COMPLETE = Rule(
     "operation on the mbarrier has .release semantics at the .cluster scope",
     "a TMA load's read of global memory is a weak access of the async proxy that ends at its complete-tx, a "
     "release into the mbarrier phase it counts towards: a thread that observed that phase complete (a successful "
-    "wait, or a barrier after one) is ordered after the read and may overwrite the source; a thread of the CTA "
+    "wait, or any causality path from one: a barrier after it, or an mbarrier arrive after it whose phase this "
+    "thread waited on) is ordered after the read and may overwrite the source; a thread of the CTA "
     "ordered only after the issue (a bar.sync after it) is not: its generic write of those bytes is reported, "
     "naming the copy and the phase",
     "tessera.interpreters.sm90.global_races:GlobalAccesses._check_until")
