@@ -164,7 +164,11 @@ GENERIC_FAST = [("triton matmul (TMA)", "fence.proxy.async deleted: the first", 
                 ("triton flash attention forward (cp.async)", "fence.proxy.async deleted: the first",
                  r"missing fence.proxy.async after the store at line \d+"),
                 ("tessera gemm (default pipeline)", "expect_tx too small: the first",
-                 r"delivered 8192 bytes more than its expect_tx announced for phase 0 \(the arrive at line \d+")]
+                 r"delivered 8192 bytes more than its expect_tx announced for phase 0 \(the arrive at line \d+"),
+                ("triton matmul (TMA)", "mbarrier count wrong: the first mbarrier.init counts one more arrival",
+                 r"deadlock: no thread can make progress"),
+                ("triton flash attention forward (cp.async)", "bar.sync count wrong: the first bar.sync counts one warp",
+                 r"bar.sync: 128 threads arrive on barrier 0 at once, whose thread count is 32")]
 
 
 @pytest.mark.parametrize("kernel,bug,message", GENERIC_FAST, ids=[f"{k}: {b}" for k, b, _ in GENERIC_FAST])
