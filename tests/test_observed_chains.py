@@ -22,9 +22,9 @@ _SOURCE = np.arange(32, dtype=np.int32) + 100
 # waits on y only and reads the row
 
 _WAIT = """scf.while () : () -> () {{
-        %ok = sm90.mbarrier_try_wait_parity %{bar}, %c0_i32 : i32
-        %again = arith.xori %ok, %true1 : i1
-        scf.condition(%again)
+        %ok{tag} = sm90.mbarrier_try_wait_parity %{bar}, %{parity} : i32
+        %again{tag} = arith.xori %ok{tag}, %true1 : i1
+        scf.condition(%again{tag})
       }} do {{
         scf.yield
       }}"""
@@ -78,7 +78,8 @@ builtin.module {
     func.return
   }
 }
-""".replace("WAIT_X", _WAIT.format(bar="x")).replace("WAIT_Y", _WAIT.format(bar="y"))
+""".replace("WAIT_X", _WAIT.format(tag="x", bar="x", parity="c0_i32")).replace(
+    "WAIT_Y", _WAIT.format(tag="y", bar="y", parity="c0_i32"))
 _ARRIVE_Y = "sm90.mbarrier_arrive %y"
 
 
@@ -184,6 +185,127 @@ def test_ptx_an_arrive_into_a_later_phase_reaches_only_that_phases_waiters():
             "    @%p2 bra SPIN;")
     with pytest.raises(PtxHazardError, match=_NOT_OBSERVED):
         _ptx(early=_ARRIVE, late=_ARRIVE + "\n" + flag, count=2, second="@%p3 " + _ARRIVE, spin=spin)
+
+
+# endregion
+
+
+# region Target IR, clusters of two: what a thread knows of the peers' releases travels along chains too. CTA 0's
+# thread 0 multicasts a row into both CTAs; each CTA's thread 32 reads it and releases it on CTA 0's `empty`
+# barrier (remote arrives); CTA 0's thread 1 waits on `empty` and arrives on `link`; thread 0 waits on `link` only,
+# then multicasts the next row. (The PTX executor's clocks carry the same: tests/test_ptx_cluster.py.)
+
+_CLUSTER = """\
+builtin.module {
+  func.func @chain(%src: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<2, 32>, tile.role = "in",
+                              sm90.element_type = i32},
+                   %out: i64 {sm90.source = 1 : i64, tile.dims = #tile.dims<2, 32>, tile.role = "out",
+                              sm90.element_type = i32},
+                   %map: !sm90.tensormap {sm90.source = 0 : i64, sm90.box = [32 : i64, 1 : i64],
+                                          sm90.swizzle = 0 : i64, tile.dims = #tile.dims<2, 32>})
+      attributes {sm90.kernel = {threads = 64 : i64, smem_bytes = 256 : i64},
+                  tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<2>, tile.cluster = array<i64: 2, 1, 1>} {
+    %tid = sm90.special "tid.x" : index
+    %cta = sm90.special "ctaid.x" : index
+    %rank = sm90.special "cluster_ctarank" : index
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c4 = arith.constant 4 : index
+    %c32 = arith.constant 32 : index
+    %c0_i32 = arith.constant 0 : i32
+    %c1_i32 = arith.constant 1 : i32
+    %true1 = arith.constant true
+    %true = arith.constant dense<true> : vector<1xi1>
+    %box = sm90.shared_buffer "box" offset 0 size 128 align 128 swizzle 0 : i32
+    %full = sm90.shared_buffer "full" offset 128 size 8 align 8 swizzle 0 : i32
+    %empty = sm90.shared_buffer "empty" offset 136 size 8 align 8 swizzle 0 : i32
+    %link = sm90.shared_buffer "link" offset 144 size 8 align 8 swizzle 0 : i32
+    %lead = arith.cmpi eq, %tid, %c0 : index
+    %second = arith.cmpi eq, %tid, %c1 : index
+    %reader = arith.cmpi eq, %tid, %c32 : index
+    %first_cta = arith.cmpi eq, %rank, %c0 : index
+    scf.if %lead {
+      sm90.mbarrier_init %full, 1
+      sm90.mbarrier_init %empty, 2
+      sm90.mbarrier_init %link, 1
+      sm90.fence_mbarrier_init
+    }
+    sm90.cluster_arrive
+    sm90.cluster_wait
+    %warp0 = arith.cmpi ult, %tid, %c32 : index
+    scf.if %warp0 {
+      scf.if %lead {
+        sm90.mbarrier_arrive_expect_tx %full, 128
+        scf.if %first_cta {
+          sm90.tma_load_multicast %map[%c0_i32, %c0_i32], %box, %full mask 3 : i32, i32
+        }
+      }
+      %lead0 = arith.andi %lead, %first_cta : i1
+      %second0 = arith.andi %second, %first_cta : i1
+      scf.if %second0 {
+        EARLY
+        WAIT_EMPTY
+        LATE
+      }
+      scf.if %lead0 {
+        WAIT_LINK
+      }
+      scf.if %lead {
+        WAIT_FULL0
+        sm90.mbarrier_arrive_expect_tx %full, 128
+        scf.if %first_cta {
+          sm90.tma_load_multicast %map[%c0_i32, %c1_i32], %box, %full mask 3 : i32, i32
+        }
+      }
+    } else {
+      scf.if %reader {
+        WAIT_FULL0R
+        %w0 = sm90.ld_shared %box : i32 -> i32
+        %home = sm90.mapa %empty, %c0 : index
+        sm90.mbarrier_arrive_cluster %home
+        WAIT_FULL1
+        %w1 = sm90.ld_shared %box : i32 -> i32
+        %sum = arith.addi %w0, %w1 : i32
+        %row = arith.muli %cta, %c32 : index
+        %rowb = arith.muli %row, %c4 : index
+        %o64 = arith.index_cast %rowb : index to i64
+        %o = vector.broadcast %o64 : i64 to vector<1xi64>
+        %sv = vector.broadcast %sum : i32 to vector<1xi32>
+        sm90.st_global %out[%o], %sv, %true : vector<1xi64>, vector<1xi32>, vector<1xi1>
+      }
+    }
+    sm90.cluster_arrive
+    sm90.cluster_wait
+    func.return
+  }
+}
+""".replace("WAIT_EMPTY", _WAIT.format(tag="e", bar="empty", parity="c0_i32")).replace(
+    "WAIT_LINK", _WAIT.format(tag="l", bar="link", parity="c0_i32")).replace(
+    "WAIT_FULL0R", _WAIT.format(tag="r", bar="full", parity="c0_i32")).replace(
+    "WAIT_FULL0", _WAIT.format(tag="f", bar="full", parity="c0_i32")).replace(
+    "WAIT_FULL1", _WAIT.format(tag="g", bar="full", parity="c1_i32"))
+_ARRIVE_LINK = "sm90.mbarrier_arrive %link"
+
+
+def _cluster(early: str = "", late: str = _ARRIVE_LINK) -> np.ndarray:
+    text = _CLUSTER.replace("EARLY", early).replace("LATE", late)
+    kernel = next(op for op in parse_module(text).walk() if is_target_kernel(op))
+    out = np.zeros((2, 32), np.int32)
+    run_target_kernel(kernel, [np.arange(64, dtype=np.int32).reshape(2, 32), out], {})
+    return out
+
+
+def test_target_a_producer_learns_a_peers_release_through_a_chain():
+    """(The CTA simulator learnt a peer's release only through the producer's own wait: it reported the refill.)"""
+    np.testing.assert_array_equal(_cluster()[:, 0], [32, 32])  # row 0's word 0 plus row 1's, in both CTAs
+
+
+def test_target_an_arrive_before_the_empty_wait_carries_no_release():
+    with pytest.raises(KernelHazardError, match=r"^sm90.tma_load_multicast %map\[%c0_i32, %c1_i32\].*: the TMA copy "
+                                                r"writes shared address 0x0 \(buffer 'box' \+ 0\), which `%w0 = "
+                                                r"sm90.ld_shared %box .*` \(thread 32 .*\) read, and no "
+                                                r"synchronisation orders the two"):
+        _cluster(early=_ARRIVE_LINK, late="")
 
 
 # endregion

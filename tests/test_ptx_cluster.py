@@ -596,3 +596,48 @@ END:
                                                 r"\(thread \(0, 0, 0\) of CTA \(1, 0, 0\)\) read through a "
                                                 r"shared::cluster address, and no synchronisation orders the two"):
         run()
+
+
+_LINK = """
+    setp.eq.u32 %p4, %r0, 1;
+    @!%p4 bra NOLINK;
+EARLY
+EMPTY:
+    mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 %p5, [%r21], 0;
+    @!%p5 bra EMPTY;
+LATE
+NOLINK:
+"""
+_ARRIVE_LINK = "    mbarrier.arrive.shared::cta.b64 _, [%r22];"
+_WAIT_LINK = """
+LINK:
+    mbarrier.try_wait.parity.shared::cta.b64 %p5, [%r22], 0;
+    @!%p5 bra LINK;
+"""
+
+
+@pytest.mark.parametrize("early, late, reported", [("", _ARRIVE_LINK, False), (_ARRIVE_LINK, "", True)],
+                         ids=["arrive-after-the-empty-wait", "arrive-before-it"])
+def test_a_producer_learns_a_peers_release_through_a_chain(early, late, reported):
+    """The refill of `_REFILL`, but thread 1 waits on the empty barrier (both CTAs' consumers release on it) and
+    then arrives on a local `link` barrier, which the producer (thread 0) waits on before it multicasts: the peer's
+    reads reach the producer along that chain. Thread 1's arrival before its empty wait carries nothing."""
+    release = _RELEASE_TO.format(0, 1) + _LINK.replace("EARLY", early).replace("LATE", late)
+    body = _REFILL.replace("RELEASE", release).replace("EMPTY_WAIT", _WAIT_LINK).replace(
+        "    @%p7 fence", "    mov.u32 %r22, link;\n    @%p7 mbarrier.init.shared::cta.b64 [%r22], 1;\n    @%p7 fence")
+    text = kernel("mov.u32 %r0, %tid.x;\n" + body + STORE_R9, params=".param .u64 out, .param .align 64 .b8 tmap[128]",
+                  extra=".shared .align 1024 .b8 tile[2048]; .shared .align 8 .b64 bar; .shared .align 8 .b64 empty; "
+                        ".shared .align 8 .b64 link;"
+                  ).replace("    .reg .pred %p<8>;", "    .reg .pred %p<8>;\n    .reg .b16 %rs<4>;")
+    x = np.arange(16 * 32, dtype=np.float32).reshape(16, 32)
+    run = lambda: launch(text, "k", 2, 32, [np.zeros(64, np.uint32), TensorMapArg.tiled(x, box=(32, 8))],  # noqa: E731
+                         cluster=2)[0]
+    if not reported:
+        words = x.reshape(-1).view(np.uint32)
+        np.testing.assert_array_equal(run(), np.tile(words[:32] + words[32:64], 2))
+        return
+    with pytest.raises(PtxExecutionError, match=r"cp.async.bulk.tensor.*multicast::cluster: the TMA load writes "
+                                                r"shared address 0x[0-9a-f]+ (of CTA \(\d, 0, 0\))?, which the "
+                                                r"instruction at line \d+ \(thread \(\d+, 0, 0\) of CTA \(\d, 0, 0\)\) "
+                                                r"read, and no synchronisation orders the two"):
+        run()

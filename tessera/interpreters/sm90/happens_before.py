@@ -46,9 +46,13 @@ if TYPE_CHECKING:
     from tessera.interpreters.sm90.cta_view import CtaView
 
 
-Message = tuple[np.ndarray, np.ndarray, np.ndarray]
+Message = tuple[np.ndarray, np.ndarray, np.ndarray, tuple | None]
 """What a release carries to its acquirers: `ordered` [T] and `fenced` [T] (the join of the releasing threads'
-columns), and `observed` [mbarrier instances] (the phases of each barrier they had observed complete)."""
+columns), `observed` [mbarrier instances] (the phases of each barrier they had observed complete) and, in a
+cluster, what they knew of its CTAs' releases ([C, T] `Cluster.known`, and the latest cluster barrier
+completion they passed, `Cluster.passed_at`): a producer that learns of a peer's release of a slot only through
+another thread of its CTA (which waited on the empty barrier and then arrived on a barrier the producer waits on)
+may refill the slot."""
 
 
 def _columns(threads: np.ndarray):
@@ -101,12 +105,21 @@ class HappensBefore:
         index = np.arange(self.cta.threads)[columns]
         self.ordered[index, index] = now
         observed = self.cta.mbarriers.observed
+        cluster = self.cta.cluster
+        peers = None if cluster is None else (cluster.known[self.cta.rank, columns].max(axis=0),
+                                              int(cluster.passed_at[self.cta.rank, columns].max()))
         return (self.ordered[:, columns].max(axis=1), self.fenced[:, columns].max(axis=1),
-                observed[:, columns].max(axis=1, initial=0))
+                observed[:, columns].max(axis=1, initial=0), peers)
 
     def acquire(self, threads: np.ndarray, message: Message) -> None:
         columns = _columns(threads)
-        ordered, fenced, observed = message
+        ordered, fenced, observed, peers = message
+        if peers is not None:  # what the releasing threads knew of the cluster's releases (`Cluster.known`)
+            cluster, rank = self.cta.cluster, self.cta.rank
+            known = cluster.known[rank]
+            known[columns] = np.maximum(known[columns], peers[0])
+            passed = cluster.passed_at[rank]
+            passed[columns] = np.maximum(passed[columns], peers[1])
         if isinstance(columns, slice):
             np.maximum(self.ordered[:, columns], ordered[:, None], out=self.ordered[:, columns])
             np.maximum(self.fenced[:, columns], fenced[:, None], out=self.fenced[:, columns])
@@ -126,7 +139,9 @@ class HappensBefore:
         a, b = old[2], new[2]
         if len(a) != len(b):
             a, b = (np.pad(v, (0, max(len(a), len(b)) - len(v))) for v in (a, b))
-        return np.maximum(old[0], new[0]), np.maximum(old[1], new[1]), np.maximum(a, b)
+        peers = old[3] if new[3] is None else new[3] if old[3] is None else (np.maximum(old[3][0], new[3][0]),
+                                                                            max(old[3][1], new[3][1]))
+        return np.maximum(old[0], new[0]), np.maximum(old[1], new[1]), np.maximum(a, b), peers
 
     def barrier(self, participants: np.ndarray, waiters: np.ndarray) -> None:
         """A named barrier completed: `participants` arrived, `waiters` leave it."""
