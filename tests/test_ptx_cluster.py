@@ -529,6 +529,42 @@ def test_access_to_a_rank_outside_the_cluster_is_a_hazard():
 # endregion
 
 
+def _st_async(owner_reads_first: bool = False, owner_waits: bool = True) -> np.ndarray:
+    """Rank 1 stores 41 into rank 0's word with `st.async`, completing 4 bytes on rank 0's barrier, which rank 0
+    expects and (`owner_waits`) waits on before reading the word."""
+    body = INIT_LOCAL_BARRIER.format(count=1) + f"""
+    mov.u32 %r1, %cluster_ctarank;
+    mov.u32 %r3, buf;
+    setp.eq.u32 %p1, %r1, 0;
+    @%p1 bra OWNER;
+    mapa.shared::cluster.u32 %r5, %r3, 0;
+    mapa.shared::cluster.u32 %r6, %r20, 0;
+    mov.u32 %r7, 41;
+    st.async.shared::cluster.mbarrier::complete_tx::bytes.u32 [%r5], %r7, [%r6];
+    mov.u32 %r9, 0;
+    bra END;
+OWNER:
+    {"ld.shared.u32 %r8, [%r3];" if owner_reads_first else ""}
+    mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r20], 4;
+    {WAIT_LOCAL_BARRIER.format(tag="0", parity=0) if owner_waits else ""}
+    ld.shared.u32 %r9, [%r3];
+END:
+    """ + SYNC_CLUSTER
+    return per_thread(body, grid=2, block=1, cluster=2, extra=".shared .align 8 .b64 bar; .shared .align 4 .b32 buf[1];")
+
+
+def test_st_async_stores_into_a_peer_and_completes_on_its_barrier():
+    np.testing.assert_array_equal(_st_async(), [41, 0])
+
+
+@pytest.mark.parametrize("kw", [{"owner_waits": False}, {"owner_reads_first": True}], ids=["no-wait", "read-first"])
+def test_st_async_bytes_are_in_flight_until_the_owner_waits(kw):
+    with pytest.raises(PtxExecutionError, match=r"ld.shared.u32: reads shared address 0x8 of CTA \(0, 0, 0\) before it "
+                                                r"was signalled: the st.async at line \d+ \(thread \(0, 0, 0\) of CTA "
+                                                r"\(1, 0, 0\)\) into it has not completed"):
+        _st_async(**kw)
+
+
 def test_tessera_run_takes_a_cluster_shape(tmp_path, capsys):
     from tessera.interpreters.ptx.cli import main as tessera_run_ptx
 
@@ -551,7 +587,18 @@ FULL:
     @!%p5 bra FULL;"""
 
 
-@pytest.mark.parametrize("write", [_OWNER_STORE, _OWNER_BULK], ids=["st.shared", "bulk-copy"])
+_OWNER_ST_ASYNC = """    mov.u32 %r21, full;
+    mapa.shared::cluster.u32 %r22, %r3, 0;
+    mapa.shared::cluster.u32 %r23, %r21, 0;
+    mov.u32 %r19, 41;
+    mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r21], 4;
+    st.async.shared::cluster.mbarrier::complete_tx::bytes.u32 [%r22], %r19, [%r23];
+FULL:
+    mbarrier.try_wait.parity.shared::cta.b64 %p5, [%r21], 0;
+    @!%p5 bra FULL;"""
+
+
+@pytest.mark.parametrize("write", [_OWNER_STORE, _OWNER_BULK, _OWNER_ST_ASYNC], ids=["st.shared", "bulk-copy", "st.async"])
 @pytest.mark.parametrize("sync, reported", [
     ("", True),  # nothing orders rank 1's read of rank 0's word before rank 0 overwrites it
     ("RELEASE", False),  # rank 1 releases the word on rank 0's barrier, which rank 0 waits on before writing
@@ -591,7 +638,8 @@ END:
     if not reported:
         np.testing.assert_array_equal(run(), [0, 0])  # rank 1 read the word before rank 0 overwrote it
         return
-    with pytest.raises(PtxExecutionError, match=r"(st.shared.u32|cp.async.bulk\S*): (the bulk copy )?writes shared "
+    with pytest.raises(PtxExecutionError, match=r"(st.shared.u32|cp.async.bulk\S*|st.async\S*): (the (bulk copy|st.async) )?"
+                                                r"writes shared "
                                                 r"address 0x\w+ of CTA \(0, 0, 0\), which the instruction at line \d+ "
                                                 r"\(thread \(0, 0, 0\) of CTA \(1, 0, 0\)\) read through a "
                                                 r"shared::cluster address, and no synchronisation orders the two"):
