@@ -179,7 +179,9 @@ WRITE_ORDER = Rule(
     "write lands last, is not decided, and it is reported with both sides. Across a cluster too: a multicast or "
     "bulk copy into a peer CTA's shared memory must follow that peer's reads of the bytes in causality order "
     "(the peer's threads released them on an mbarrier the issuing thread waited on, remotely or through a "
-    "barrier of their own CTA, or a cluster barrier), so a slot released to the wrong CTA is a race",
+    "barrier of their own CTA, or a cluster barrier), so a slot released to the wrong CTA is a race; and any write "
+    "into a CTA's shared memory (a store, a TMA, bulk, multicast or st.async copy landing) must follow the reads "
+    "of those bytes that peer CTAs made through shared::cluster addresses",
     "tessera.interpreters.sm90.happens_before:HappensBefore.check_write")
 
 DATA_RACE = Rule(
