@@ -29,7 +29,9 @@ Per shared-memory byte: the last generic write (thread, epoch, line) and every g
 concurrently, as FastTrack keeps them). A write checks the write and every read against the writer's clock,
 a read checks the write: an access whose other side does not happen before it is a race, reported with both
 sides (instruction, line, thread) and the synchronisation that would have ordered them. A write racing an
-earlier reader is reported even when a later reader, ordered before the write, read the byte since.
+earlier reader is reported even when a later reader, ordered before the write, read the byte since. Reads of a
+CTA's bytes by its peers (`ld.shared::cluster` through `mapa`) are kept apart (`peer_reads`: a column per thread of
+the cluster), and a write of those bytes is judged by what the writer knows of the reading peer's threads.
 
 Other CTAs (`remote`): global memory (`global_order`) is shared by every CTA of the grid, and only atomics
 and strong accesses with release/acquire semantics order accesses of different CTAs. What a lane knows of
