@@ -277,7 +277,8 @@ class Edit:
     """One edit: "delete", "flip" (a wait tests the other parity), "scale" (expect_tx bytes times `value`),
     "count" (an init's arrival count or a bar_sync's thread count set to `value`), "mask" (a multicast's CTA mask
     set to `value`), "pending" (a wait_group's
-    count set to `value`), "move" (before the op `other` names), "double" (issued twice), "retarget" (a release
+    count set to `value`), "move" (before the op `other` names, with the ops
+    between that compute its operands), "double" (issued twice), "retarget" (a release
     arrives on the barrier of the release `other` names), "home" (a remote release, and the one `other` names,
     arrive on the executing CTA's own barrier: their `mapa` takes %cluster_ctarank as the rank)."""
 
@@ -289,6 +290,75 @@ class Edit:
 
 def _set(op, name: str, value: int) -> None:
     op.properties[name] = type(op.properties[name])(value, op.properties[name].type)
+
+
+def _with_operands(op, anchor) -> list:
+    """`op` and, before it, the ops of its block between `anchor` and it that compute its operands (transitively),
+    in their order: what a move before `anchor` must take along so that every value is still defined first."""
+    block = op.parent_block()
+    if anchor.parent_block() is not block:
+        return [op]
+    between, o = [], op.prev_op
+    while o is not None and o is not anchor:
+        between.append(o)
+        o = o.prev_op
+    if o is None:  # the anchor comes after the op
+        return [op]
+    needed, taken = {id(v.owner) for v in op.operands}, []
+    for o in between:  # nearest first
+        if id(o) in needed:
+            taken.append(o)
+            needed |= {id(v.owner) for v in o.operands}
+    return taken[::-1] + [op]
+
+
+def _ptx_operands(lines, start: int, stop: int) -> list[int]:
+    """The lines in [start, stop) that compute a register line `stop` reads (transitively: for each register, its
+    nearest write before the line that reads it), in their order."""
+    instruction = _instruction(lines[stop])
+    needed = set(_registers(instruction.split(" ", 1)[1] if " " in instruction else ""))
+    taken = []
+    for k in range(stop - 1, start - 1, -1):
+        text = _instruction(lines[k])
+        if text.startswith("//") or " " not in text or text.startswith(("st.", "mbarrier", "bar.", "@")):
+            continue
+        written = _registers(text.split(" ", 1)[1])
+        if written and written[0] in needed:
+            taken.append(k)
+            needed.discard(written[0])
+            needed |= set(written[1:])
+    return taken[::-1]
+
+
+def _registers(operands: str) -> list[str]:
+    return re.findall(r"%[a-z]+\d+(?!\w)", operands.split("//")[0])
+
+
+def _renamed(block: list[str], lines: list[str]) -> tuple[list[str], list[str]]:
+    """`block` (copies of instructions, each but the last computing an operand of a later one, to run earlier)
+    with the registers they write renamed to fresh ones, and the declarations of those (typed as `lines` declares the
+    originals): the allocator may have given those registers to other values live between the new place and the
+    old one, which an earlier write would clobber."""
+    kinds = {m.group(2): m.group(1) for m in re.finditer(r"\.reg \.(\w+) (%[a-z]+)<\d+>;", "\n".join(lines))}
+    current: dict[str, str] = {}
+    renamed, declarations = [], []
+    for n, line in enumerate(block):
+        head, _, operands = line.partition(_instruction(line).split(" ", 1)[0])
+        registers = _registers(operands)
+        dest = registers[0] if registers and n < len(block) - 1 else None
+        def use(match, skip=[dest is not None]):
+            if skip[0]:  # the destination: renamed below
+                skip[0] = False
+                return match.group(0)
+            return current.get(match.group(0), match.group(0))
+        operands = re.sub(r"%[a-z]+\d+(?!\w)", use, operands)
+        if dest is not None:
+            fresh = f"%seeded_m{n}"
+            declarations.append(f"    .reg .{kinds[re.match(r'%[a-z]+', dest).group(0)]} {fresh};")
+            operands = operands.replace(dest, fresh, 1)
+            current[dest] = fresh
+        renamed.append(head + _instruction(line).split(" ", 1)[0] + operands)
+    return renamed, declarations
 
 
 def apply_target(fn, edit: Edit) -> None:
@@ -312,8 +382,9 @@ def apply_target(fn, edit: Edit) -> None:
         _set(op, "mask", int(edit.value))
     elif edit.action == "move":
         anchor = find_target(fn, edit.other)
-        op.detach()
-        anchor.parent_block().insert_op_before(op, anchor)
+        for moved in _with_operands(op, anchor):
+            moved.detach()
+            anchor.parent_block().insert_op_before(moved, anchor)
     elif edit.action == "double":
         op.parent_block().insert_op_after(op.clone(), op)
     elif edit.action == "retarget":
@@ -353,8 +424,15 @@ def apply_ptx(text: str, edit: Edit) -> str:
         j = find_ptx(lines, edit.other)
         if edit.other.kind == "wait":  # before the wait loop's label
             j = max(k for k in range(j) if re.match(r"\$L__while\d+:", lines[k].strip()))
-        line = lines.pop(i)
-        lines.insert(j if j < i else j - 1, line)
+        if j < i:  # with copies of the instructions between that compute its operands (a remote release's mapa)
+            block, declarations = _renamed([lines[k] for k in _ptx_operands(lines, j, i) + [i]], lines)
+            del lines[i]
+            lines[j:j] = block
+            first = next(k for k, text in enumerate(lines) if text.strip().startswith(".reg"))
+            lines[first:first] = declarations
+        else:
+            line = lines.pop(i)
+            lines.insert(j - 1, line)
     elif edit.action == "double":
         lines.insert(i, lines[i])
     elif edit.action == "retarget":

@@ -108,6 +108,21 @@ def scale_expect_tx(pick, factor: float):
     return edit
 
 
+def set_count(pick, count: int | None = None):
+    """The count of the instruction `pick` chooses (an mbarrier.init's arrival count, a bar.sync's thread count,
+    added when it has none) set to `count`, or one more than it is (None)."""
+    def edit(lines):
+        i = pick(lines)
+        match = re.search(r",\s*(\d+);$", lines[i])
+        if match is None:
+            if count is None or not re.search(r"\bbar(rier)?\.sync\s+\d+;$", lines[i]):
+                raise LookupError(f"line {i + 1} has no count")
+            lines[i] = lines[i][:-1] + f", {count};"
+            return
+        lines[i] = lines[i][:match.start()] + f", {int(match.group(1)) + 1 if count is None else count};"
+    return edit
+
+
 def move_line(pick, before):
     """Move the line `pick` chooses to just before the line `before(lines, picked)` chooses."""
     def edit(lines):
@@ -320,6 +335,8 @@ GENERIC_BUGS = [
     ("fence.proxy.async deleted", "the first", delete_line(_first_any("fence.proxy.async"))),
     ("cp.async.wait_group deleted", "the first", delete_line(_first_any("cp.async.wait_group"))),
     ("bar.sync deleted", "after mbarrier.init", delete_line(_after_any("mbarrier.init"))),
+    ("bar.sync count wrong", "the first bar.sync counts one warp", set_count(_first_any("bar.sync"), 32)),
+    ("mbarrier count wrong", "the first mbarrier.init counts one more arrival", set_count(_first_any("mbarrier.init"))),
     ("bar.sync deleted", "after the first cp.async.wait_group", delete_line(_after_any("cp.async.wait_group"))),
     ("bar.sync deleted", "after the first fence.proxy.async", delete_line(_after_any("fence.proxy.async"))),
 ]

@@ -145,6 +145,9 @@ _INIT_FENCE = ("memory_model.MBARRIER_INIT_FENCE, one rule at both levels: the f
 _INIT_FENCE_CLUSTER = ("memory_model.MBARRIER_INIT_FENCE: the cluster barrier after the inits arrives with "
                        ".release (barrier.cluster.arrive.release; a Target IR cluster_arrive), which releases the "
                        "inits to the peer as the fence would; CUTLASS's .relaxed arrive needs the fence")
+_K_COVERED_BY_V = ("the producer refills a K slot only after its wait on the V slot's empty barrier, which the "
+                   "consumers release after the wait_group that completes their K reads (as for K's releases sent "
+                   "home)")
 _FIRST_FILLS = ("on the short shape (two k-blocks, four slots) every fill is a slot's first: its empty barrier is "
                 "fresh and the producer's wait passes at once, so deleting it changes nothing there")
 
@@ -209,6 +212,8 @@ _RELEASES = [
     ("slot release deleted", "V in the loop", Edit("delete", At(C, "release", 1)), "CRCR", _UNREACHED),
     ("release on the wrong barrier", "K's release arrives on V's empty barrier",
      Edit("retarget", At(C, "release", 0), other=At(C, "release", 1)), "CRCR", _UNREACHED),
+    ("slot released before the read", "K, before the loop's S = Q K^T (its wgmma_fence)",
+     Edit("move", At(C, "release", 0), other=At(C, "wgmma_fence", 0)), "CCCC", _K_COVERED_BY_V),
 ]
 """Releases in a CTA of its own (split-KV): `mbarrier.arrive` on the local empty barrier."""
 
@@ -242,6 +247,10 @@ _CLUSTER = [
      "the exiting CTA orders before its exit (memory_model.CLUSTER_EXIT_WAIT)"),
     ("cluster barrier deleted", "the arrive before exit", Edit("delete", At("kernel", "cluster_arrive", 1)), ALL,
      ""),
+    ("slot released before the read", "K's release on the first CTA, before the loop's S = Q K^T",
+     Edit("move", At(C, "remote_release", 0), other=At(C, "wgmma_fence", 0)), "CCCC", _K_COVERED_BY_V),
+    ("slot released before its wait_group", "V's release on the first CTA, before the loop's second wait_group",
+     Edit("move", At(C, "remote_release", 2), other=At(C, "wait_group", 1)), "CRCR", _UNREACHED),
 ]
 """The cluster's own kinds (clusters of two)."""
 
@@ -265,6 +274,9 @@ _GEMM = [
      Edit("count", At("kernel", "bar_sync", 0), 256), ALL, ""),
     ("slot released before its wait_group", "the loop's release",
      Edit("move", At(C, "release", 0), other=At(C, "wait_group", 0)), "CRCR",
+     "on the short shape no slot is refilled (two k-blocks, four slots)"),
+    ("slot released before the read", "the loop's release, before its wgmma_fence",
+     Edit("move", At(C, "release", 0), other=At(C, "wgmma_fence", 0)), "CRCR",
      "on the short shape no slot is refilled (two k-blocks, four slots)"),
     ("slot release deleted", "the first", Edit("delete", At(C, "release", 0)), "RRCR", _LEDGER),
     ("slot release deleted", "the second", Edit("delete", At(C, "release", 1)), "RRCR", _LEDGER),

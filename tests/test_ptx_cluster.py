@@ -529,6 +529,42 @@ def test_access_to_a_rank_outside_the_cluster_is_a_hazard():
 # endregion
 
 
+def _st_async(owner_reads_first: bool = False, owner_waits: bool = True) -> np.ndarray:
+    """Rank 1 stores 41 into rank 0's word with `st.async`, completing 4 bytes on rank 0's barrier, which rank 0
+    expects and (`owner_waits`) waits on before reading the word."""
+    body = INIT_LOCAL_BARRIER.format(count=1) + f"""
+    mov.u32 %r1, %cluster_ctarank;
+    mov.u32 %r3, buf;
+    setp.eq.u32 %p1, %r1, 0;
+    @%p1 bra OWNER;
+    mapa.shared::cluster.u32 %r5, %r3, 0;
+    mapa.shared::cluster.u32 %r6, %r20, 0;
+    mov.u32 %r7, 41;
+    st.async.shared::cluster.mbarrier::complete_tx::bytes.u32 [%r5], %r7, [%r6];
+    mov.u32 %r9, 0;
+    bra END;
+OWNER:
+    {"ld.shared.u32 %r8, [%r3];" if owner_reads_first else ""}
+    mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r20], 4;
+    {WAIT_LOCAL_BARRIER.format(tag="0", parity=0) if owner_waits else ""}
+    ld.shared.u32 %r9, [%r3];
+END:
+    """ + SYNC_CLUSTER
+    return per_thread(body, grid=2, block=1, cluster=2, extra=".shared .align 8 .b64 bar; .shared .align 4 .b32 buf[1];")
+
+
+def test_st_async_stores_into_a_peer_and_completes_on_its_barrier():
+    np.testing.assert_array_equal(_st_async(), [41, 0])
+
+
+@pytest.mark.parametrize("kw", [{"owner_waits": False}, {"owner_reads_first": True}], ids=["no-wait", "read-first"])
+def test_st_async_bytes_are_in_flight_until_the_owner_waits(kw):
+    with pytest.raises(PtxExecutionError, match=r"ld.shared.u32: reads shared address 0x8 of CTA \(0, 0, 0\) before it "
+                                                r"was signalled: the st.async at line \d+ \(thread \(0, 0, 0\) of CTA "
+                                                r"\(1, 0, 0\)\) into it has not completed"):
+        _st_async(**kw)
+
+
 def test_tessera_run_takes_a_cluster_shape(tmp_path, capsys):
     from tessera.interpreters.ptx.cli import main as tessera_run_ptx
 
@@ -539,3 +575,117 @@ def test_tessera_run_takes_a_cluster_shape(tmp_path, capsys):
     assert tessera_run_ptx([str(tmp_path / "k.ptx"), "--grid", "3", "--block", "32", "--cluster", "2",
                             "--arg", "u32[96]=zeros"]) == 1
     assert "does not divide grid (3, 1, 1)" in capsys.readouterr().err
+
+
+_OWNER_STORE = "    st.shared.u32 [%r3], 41;"
+_OWNER_BULK = """    mov.u32 %r21, full;
+    ld.param.u64 %rd4, [src];
+    mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r21], 16;
+    cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r3], [%rd4], 16, [%r21];
+FULL:
+    mbarrier.try_wait.parity.shared::cta.b64 %p5, [%r21], 0;
+    @!%p5 bra FULL;"""
+
+
+_OWNER_ST_ASYNC = """    mov.u32 %r21, full;
+    mapa.shared::cluster.u32 %r22, %r3, 0;
+    mapa.shared::cluster.u32 %r23, %r21, 0;
+    mov.u32 %r19, 41;
+    mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r21], 4;
+    st.async.shared::cluster.mbarrier::complete_tx::bytes.u32 [%r22], %r19, [%r23];
+FULL:
+    mbarrier.try_wait.parity.shared::cta.b64 %p5, [%r21], 0;
+    @!%p5 bra FULL;"""
+
+
+@pytest.mark.parametrize("write", [_OWNER_STORE, _OWNER_BULK, _OWNER_ST_ASYNC], ids=["st.shared", "bulk-copy", "st.async"])
+@pytest.mark.parametrize("sync, reported", [
+    ("", True),  # nothing orders rank 1's read of rank 0's word before rank 0 overwrites it
+    ("RELEASE", False),  # rank 1 releases the word on rank 0's barrier, which rank 0 waits on before writing
+    ("CLUSTER", False),  # a cluster barrier between the read and the write
+], ids=["unordered", "released", "cluster-barrier"])
+def test_a_write_into_this_ctas_bytes_follows_a_peers_read_of_them(write, sync, reported):
+    """[memory_model.WRITE_ORDER] Rank 1 reads rank 0's word through `mapa` (`ld.shared::cluster`), then rank 0
+    overwrites it (a generic store, or a bulk copy landing): the peer's read must happen before the write. The
+    peer's reads are kept with a column per thread of the cluster, so the write is judged by what the writer
+    knows of the peer's threads, whatever order the executor ran the two in."""
+    release = ("mapa.shared::cluster.u32 %r6, %r20, 0;\n"
+               "    mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%r6];") if sync == "RELEASE" else ""
+    wait = WAIT_LOCAL_BARRIER.format(tag="0", parity=0) if sync == "RELEASE" else ""
+    cluster = SYNC_CLUSTER if sync == "CLUSTER" else ""
+    body = INIT_LOCAL_BARRIER.format(count=1).replace(
+        "    @%p7 fence", "    mov.u32 %r21, full;\n    @%p7 mbarrier.init.shared::cta.b64 [%r21], 1;\n    @%p7 fence") + f"""
+    mov.u32 %r1, %cluster_ctarank;
+    mov.u32 %r3, buf;
+    setp.eq.u32 %p1, %r1, 0;
+    @%p1 bra OWNER;
+    mapa.shared::cluster.u32 %r5, %r3, 0;
+    ld.shared::cluster.u32 %r9, [%r5];
+    {release}
+    {cluster}
+    bra END;
+OWNER:
+    {cluster}
+    {wait}
+{write}
+    mov.u32 %r9, 0;
+END:
+    """ + SYNC_CLUSTER
+    text = kernel("mov.u32 %r0, %tid.x;\n" + body + STORE_R9, params=".param .u64 out, .param .u64 src",
+                  extra=".shared .align 8 .b64 bar; .shared .align 8 .b64 full; .shared .align 16 .b32 buf[4];")
+    run = lambda: launch(text, "k", 2, 1, [np.zeros(2, np.uint32), np.full(4, 7, np.uint32)],  # noqa: E731
+                         cluster=2)[0]
+    if not reported:
+        np.testing.assert_array_equal(run(), [0, 0])  # rank 1 read the word before rank 0 overwrote it
+        return
+    with pytest.raises(PtxExecutionError, match=r"(st.shared.u32|cp.async.bulk\S*|st.async\S*): (the (bulk copy|st.async) )?"
+                                                r"writes shared "
+                                                r"address 0x\w+ of CTA \(0, 0, 0\), which the instruction at line \d+ "
+                                                r"\(thread \(0, 0, 0\) of CTA \(1, 0, 0\)\) read through a "
+                                                r"shared::cluster address, and no synchronisation orders the two"):
+        run()
+
+
+_LINK = """
+    setp.eq.u32 %p4, %r0, 1;
+    @!%p4 bra NOLINK;
+EARLY
+EMPTY:
+    mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 %p5, [%r21], 0;
+    @!%p5 bra EMPTY;
+LATE
+NOLINK:
+"""
+_ARRIVE_LINK = "    mbarrier.arrive.shared::cta.b64 _, [%r22];"
+_WAIT_LINK = """
+LINK:
+    mbarrier.try_wait.parity.shared::cta.b64 %p5, [%r22], 0;
+    @!%p5 bra LINK;
+"""
+
+
+@pytest.mark.parametrize("early, late, reported", [("", _ARRIVE_LINK, False), (_ARRIVE_LINK, "", True)],
+                         ids=["arrive-after-the-empty-wait", "arrive-before-it"])
+def test_a_producer_learns_a_peers_release_through_a_chain(early, late, reported):
+    """The refill of `_REFILL`, but thread 1 waits on the empty barrier (both CTAs' consumers release on it) and
+    then arrives on a local `link` barrier, which the producer (thread 0) waits on before it multicasts: the peer's
+    reads reach the producer along that chain. Thread 1's arrival before its empty wait carries nothing."""
+    release = _RELEASE_TO.format(0, 1) + _LINK.replace("EARLY", early).replace("LATE", late)
+    body = _REFILL.replace("RELEASE", release).replace("EMPTY_WAIT", _WAIT_LINK).replace(
+        "    @%p7 fence", "    mov.u32 %r22, link;\n    @%p7 mbarrier.init.shared::cta.b64 [%r22], 1;\n    @%p7 fence")
+    text = kernel("mov.u32 %r0, %tid.x;\n" + body + STORE_R9, params=".param .u64 out, .param .align 64 .b8 tmap[128]",
+                  extra=".shared .align 1024 .b8 tile[2048]; .shared .align 8 .b64 bar; .shared .align 8 .b64 empty; "
+                        ".shared .align 8 .b64 link;"
+                  ).replace("    .reg .pred %p<8>;", "    .reg .pred %p<8>;\n    .reg .b16 %rs<4>;")
+    x = np.arange(16 * 32, dtype=np.float32).reshape(16, 32)
+    run = lambda: launch(text, "k", 2, 32, [np.zeros(64, np.uint32), TensorMapArg.tiled(x, box=(32, 8))],  # noqa: E731
+                         cluster=2)[0]
+    if not reported:
+        words = x.reshape(-1).view(np.uint32)
+        np.testing.assert_array_equal(run(), np.tile(words[:32] + words[32:64], 2))
+        return
+    with pytest.raises(PtxExecutionError, match=r"cp.async.bulk.tensor.*multicast::cluster: the TMA load writes "
+                                                r"shared address 0x[0-9a-f]+ (of CTA \(\d, 0, 0\))?, which the "
+                                                r"instruction at line \d+ \(thread \(\d+, 0, 0\) of CTA \(\d, 0, 0\)\) "
+                                                r"read, and no synchronisation orders the two"):
+        run()

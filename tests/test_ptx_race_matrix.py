@@ -57,15 +57,23 @@ FAST = ["bar.sync count wrong: the bar.sync after the inits counts only the cons
         "wgmma.fence deleted: before S = Q K^T in the loop"]
 
 
-LONG = {"wgmma.fence deleted: before S = Q K^T in the loop"}
-"""Bugs reachable only from the steady loop's second trip, run on 700 keys: the chain of S = Q K^T starts with
-scale-d false (no zero fill touches S), so the fence matters once the previous trip's softmax has read S, and on
-300 keys the rotated steady loop runs one trip."""
+ONE_TRIP = 200
+"""Keys for which the steady loop runs one trip (two key blocks: the first is the prologue's). The chain of
+S = Q K^T in the loop starts with scale-d false (no zero fill touches S), so its wgmma.fence matters once the
+previous trip's softmax has read S: from the loop's second trip on, which 300 keys reach (the masked block is
+the loop's last trip, under a branch)."""
 
 
 @pytest.mark.parametrize("name", FAST)
 def test_bugs_the_schedule_alone_missed_are_reported(name):
-    assert_reported(_bug(name)[2], SHAPES[1] if name in LONG else SHAPES[0])
+    assert_reported(_bug(name)[2], SHAPES[0])
+
+
+def test_the_loops_wgmma_fence_has_nothing_to_order_when_the_loop_runs_once():
+    """[memory_model.WGMMA_FENCE] On one trip no instruction of the thread touched the loop's S registers since
+    the prologue's wgmma.fence: the deleted fence orders nothing, and no rule can report it on that length."""
+    check = _run_flash(_bug("wgmma.fence deleted: before S = Q K^T in the loop")[2], ONE_TRIP)
+    assert check.ok, check
 
 
 def test_the_catalogue_has_33_bugs_of_17_kinds():
@@ -82,9 +90,6 @@ def test_edits_the_memory_model_accepts_run_clean(kind, name, edit):
 @pytest.mark.parametrize("seq_k", SHAPES)
 @pytest.mark.parametrize("kind,name,edit", FLASH_BUGS, ids=_ids(FLASH_BUGS))
 def test_every_seeded_bug_is_reported_on_every_shape(kind, name, edit, seq_k):
-    if f"{kind}: {name}" in LONG and seq_k < SHAPES[1]:  # unreachable on this shape (LONG): it must still run right
-        assert _run_flash(edit, seq_k).ok
-        return
     assert_reported(edit, seq_k)
 
 
@@ -164,7 +169,11 @@ GENERIC_FAST = [("triton matmul (TMA)", "fence.proxy.async deleted: the first", 
                 ("triton flash attention forward (cp.async)", "fence.proxy.async deleted: the first",
                  r"missing fence.proxy.async after the store at line \d+"),
                 ("tessera gemm (default pipeline)", "expect_tx too small: the first",
-                 r"delivered 8192 bytes more than its expect_tx announced for phase 0 \(the arrive at line \d+")]
+                 r"delivered 8192 bytes more than its expect_tx announced for phase 0 \(the arrive at line \d+"),
+                ("triton matmul (TMA)", "mbarrier count wrong: the first mbarrier.init counts one more arrival",
+                 r"deadlock: no thread can make progress"),
+                ("triton flash attention forward (cp.async)", "bar.sync count wrong: the first bar.sync counts one warp",
+                 r"bar.sync: 128 threads arrive on barrier 0 at once, whose thread count is 32")]
 
 
 @pytest.mark.parametrize("kernel,bug,message", GENERIC_FAST, ids=[f"{k}: {b}" for k, b, _ in GENERIC_FAST])

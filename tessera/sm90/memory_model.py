@@ -156,7 +156,8 @@ TMA_READ_UNTIL_COMPLETE = Rule(
     "operation on the mbarrier has .release semantics at the .cluster scope",
     "a TMA load's read of global memory is a weak access of the async proxy that ends at its complete-tx, a "
     "release into the mbarrier phase it counts towards: a thread that observed that phase complete (a successful "
-    "wait, or a barrier after one) is ordered after the read and may overwrite the source; a thread of the CTA "
+    "wait, or any causality path from one: a barrier after it, or an mbarrier arrive after it whose phase this "
+    "thread waited on) is ordered after the read and may overwrite the source; a thread of the CTA "
     "ordered only after the issue (a bar.sync after it) is not: its generic write of those bytes is reported, "
     "naming the copy and the phase",
     "tessera.interpreters.sm90.global_races:GlobalAccesses._check_until")
@@ -178,7 +179,9 @@ WRITE_ORDER = Rule(
     "write lands last, is not decided, and it is reported with both sides. Across a cluster too: a multicast or "
     "bulk copy into a peer CTA's shared memory must follow that peer's reads of the bytes in causality order "
     "(the peer's threads released them on an mbarrier the issuing thread waited on, remotely or through a "
-    "barrier of their own CTA, or a cluster barrier), so a slot released to the wrong CTA is a race",
+    "barrier of their own CTA, or a cluster barrier), so a slot released to the wrong CTA is a race; and any write "
+    "into a CTA's shared memory (a store, a TMA, bulk, multicast or st.async copy landing) must follow the reads "
+    "of those bytes that peer CTAs made through shared::cluster addresses",
     "tessera.interpreters.sm90.happens_before:HappensBefore.check_write")
 
 DATA_RACE = Rule(

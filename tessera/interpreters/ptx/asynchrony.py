@@ -131,6 +131,7 @@ class AsyncTracker:
                                 races=getattr(m, "races", True))
         if getattr(m, "cluster_size", 1) > 1:  # a peer's bytes are judged in that peer's frame
             self.hb.peer_frame = (max(m.shared_bytes, 1), lambda slot: grid_rank(m, slot))
+            self.hb.cluster_size = m.cluster_size
         self.reset()
 
     def reset(self) -> None:
@@ -147,7 +148,10 @@ class AsyncTracker:
         self.staged: list[tuple[np.ndarray, np.ndarray]] = []
         self.barriers: dict[tuple[int, int], int] = {}
         self.observed = np.zeros((0, m.lanes), np.int64)  # [barrier, lane]: phases known complete
-        self.carried = np.zeros((0, 0), np.int64)  # [barrier, barrier]: what arrivals on it had observed
+        # [barrier, barrier]: what the arrivals on it had observed when they arrived, for its completed phases
+        # (`carried`, what a waiter learns) and its pending one (`carrying`, published when it completes)
+        self.carried = np.zeros((0, 0), np.int64)
+        self.carrying = np.zeros((0, 0), np.int64)
         self.released = np.zeros((0, m.lanes), np.int32)  # [barrier, lane]: line of the lane's last arrive
         self.last_wait = np.full(m.lanes, -1, np.int64)  # barrier instance a lane last waited on
         self.last_arrival: dict[tuple[int, int], tuple[int, int]] = {}  # mbarrier -> (line, lane) of its last arrive
@@ -232,9 +236,10 @@ class AsyncTracker:
             lanes = self.m.lanes
             self.observed = np.concatenate([self.observed, np.zeros((1, lanes), np.int64)])
             self.released = np.concatenate([self.released, np.zeros((1, lanes), np.int32)])
-            carried = np.zeros((b + 1, b + 1), np.int64)
-            carried[:b, :b] = self.carried
-            self.carried = carried
+            for name in ("carried", "carrying"):
+                grown = np.zeros((b + 1, b + 1), np.int64)
+                grown[:b, :b] = getattr(self, name)
+                setattr(self, name, grown)
         return b
 
     def observe(self, key: tuple[int, int], lanes: np.ndarray, phase: int) -> None:
@@ -245,11 +250,26 @@ class AsyncTracker:
         self.observed[:, lanes] = np.maximum(self.observed[:, lanes], self.carried[b][:, None])
         self.last_wait[lanes] = b
 
-    def arrived(self, inst, key: tuple[int, int], lanes: np.ndarray) -> None:
-        """`lanes` arrived on the mbarrier at `key`: a later waiter learns what they had observed."""
+    def arriving(self, key: tuple[int, int], lanes: np.ndarray) -> None:
+        """`lanes` arrive on the mbarrier at `key` (called before the arrivals apply, so that the one completing
+        the phase counts in it): the waiters of the phase they arrive in learn what they had observed, once it
+        completes (`published`), not the waiters of a phase completed before: a thread that waits phase p of
+        barrier X and then arrives on Y lets Y's next phase's waiters read X's phase-p bytes, and an arrival
+        before that wait does not."""
         b = self.barrier(key)
         if len(self.observed):
-            self.carried[b] = np.maximum(self.carried[b], self.observed[:, lanes].max(axis=1))
+            self.carrying[b] = np.maximum(self.carrying[b], self.observed[:, lanes].max(axis=1))
+
+    def published(self, key: tuple[int, int]) -> None:
+        """The pending phase of the mbarrier at `key` completed: its waiters learn what its arrivals carried."""
+        b = self.barrier(key)
+        if self.carrying[b].any():
+            self.carried[b] = np.maximum(self.carried[b], self.carrying[b])
+            self.carrying[b] = 0
+
+    def arrived(self, inst, key: tuple[int, int], lanes: np.ndarray) -> None:
+        """`lanes` arrived on the mbarrier at `key` (for the messages: the last arrival of each lane)."""
+        b = self.barrier(key)
         self.released[b, lanes] = inst.line
         self.last_arrival[key] = (inst.line, int(lanes[-1]))
 

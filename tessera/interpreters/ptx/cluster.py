@@ -110,8 +110,8 @@ class ClusterState:
         m.sync_epoch += 1
         members = [(lanes[m.lane_cta[lanes] == cta], grid_rank(m, int(cta))) for cta in np.unique(m.lane_cta[lanes])]
         m.tracker.hb.cluster_barrier(members)  # each CTA learns what the others released (happens_before.remote)
-        for mine, _ in members:  # each CTA's threads release and acquire (happens_before)
-            m.tracker.hb.barrier(mine, mine)
+        for mine, _ in members:  # each CTA's threads release and acquire, observed phases included
+            m.tracker.shared_by_barrier(mine, mine)
         waiting = lanes[(m.status[lanes] == CLUSTER_WAIT) & (self.arrivals[lanes] <= self.phase[group])]
         m.status[waiting] = RUN
         m.woken += 1

@@ -29,7 +29,9 @@ Per shared-memory byte: the last generic write (thread, epoch, line) and every g
 concurrently, as FastTrack keeps them). A write checks the write and every read against the writer's clock,
 a read checks the write: an access whose other side does not happen before it is a race, reported with both
 sides (instruction, line, thread) and the synchronisation that would have ordered them. A write racing an
-earlier reader is reported even when a later reader, ordered before the write, read the byte since.
+earlier reader is reported even when a later reader, ordered before the write, read the byte since. Reads of a
+CTA's bytes by its peers (`ld.shared::cluster` through `mapa`) are kept apart (`peer_reads`: a column per thread of
+the cluster), and a write of those bytes is judged by what the writer knows of the reading peer's threads.
 
 Other CTAs (`remote`): global memory (`global_order`) is shared by every CTA of the grid, and only atomics
 and strong accesses with release/acquire semantics order accesses of different CTAs. What a lane knows of
@@ -62,6 +64,8 @@ class HappensBefore:
         self.hazard, self.where, self.describe_lane = hazard, where, describe_lane
         self.races = races  # check generic read/write races (the proxy rule is always checked)
         self.peer_frame = None  # in a cluster: (shared bytes per CTA, CTA slot -> grid rank), set by the tracker
+        self.cluster_size = 1  # CTAs per cluster (the batch's CTA slots of a cluster are consecutive)
+        self.peer_reads: ReadClocks | None = None  # reads of a CTA's bytes by its peers (see `_peer_read`)
         self.reset()
 
     def reset(self) -> None:
@@ -82,6 +86,9 @@ class HappensBefore:
             for array in (self.clock, self.fenced, self.w_clock, self.r_async):
                 array.fill(0)
             self.reads.reset()
+        if self.peer_reads is not None:
+            self.peer_reads.reset()
+        self.peer_read_any = False  # some byte holds a peer's read since its last write
         self.clock[np.arange(n), np.arange(n) % self.threads] = 1
         self.pending: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self.published: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
@@ -221,6 +228,21 @@ class HappensBefore:
         row = self.remote.get(lane, {}).get(rank)
         return row[:self.threads] if row is not None else np.zeros(self.threads, np.int32)
 
+    def cluster_rows(self, lanes: np.ndarray) -> np.ndarray:
+        """[lanes, cluster threads]: what each lane knows of every thread of its cluster, column = the thread's
+        position in the cluster (CTA rank x threads + thread): its own clock for its CTA's threads, `peer_known`
+        for the others'."""
+        t, size = self.threads, self.cluster_size
+        rows = np.zeros((len(lanes), size * t), np.int32)
+        rank_of = self.peer_frame[1]
+        for i, lane in enumerate(np.asarray(lanes).tolist()):
+            mine = lane // t
+            first = mine - mine % size
+            for slot in range(first, first + size):
+                columns = slice((slot - first) * t, (slot - first + 1) * t)
+                rows[i, columns] = self.clock[lane] if slot == mine else self.peer_known(lane, rank_of(slot))
+        return rows
+
     def phase_completed(self, key: tuple[int, int]) -> None:
         """The pending phase of the mbarrier at `key` completed: its releases are published to waiters."""
         new = self.pending.pop(key, None)
@@ -344,6 +366,7 @@ class HappensBefore:
             if span is None or self.w_clock[span].any():
                 self._check(inst, lanes[:1], index, self.w_lane, self.w_clock, self.w_line, "wrote", f"{what} writes",
                             rows)
+            self._after_peer_reads(inst, lanes[:1], index, f"{what} writes")
         self.async_written(flat if span is None else span)
 
     def _after_async_reads(self, inst, lanes: np.ndarray, index: np.ndarray, what: str, clocks: np.ndarray,
@@ -410,6 +433,8 @@ class HappensBefore:
         """An asynchronous copy wrote `flat`: the generic records no longer apply."""
         self.w_clock[flat] = 0
         self.reads.clear(flat)
+        if self.peer_read_any:
+            self.peer_reads.clear(flat)
 
     def landed(self, lanes: np.ndarray, index: np.ndarray, lines: np.ndarray) -> None:
         """cp.async copies of `lanes` (from the instructions at `lines`) completed into `index` [lanes, bytes] at
@@ -418,6 +443,8 @@ class HappensBefore:
         self.w_clock[index] = self.clock[lanes, lanes % self.threads][:, None]
         self.w_line[index] = lines[:, None]
         self.reads.clear(index)
+        if self.peer_read_any:
+            self.peer_reads.clear(index)
 
     def _peer_rows(self, lanes: np.ndarray, index: np.ndarray):
         """For accesses of a peer CTA's shared memory (a shared::cluster address through `mapa`, in a cluster):
@@ -450,10 +477,13 @@ class HappensBefore:
                 self._write_checks(inst, lanes[own], index[own])
             else:
                 self._write_checks(inst, lanes, index)
+            self._after_peer_reads(inst, lanes, index, "writes")
         self.w_lane[index] = lanes[:, None]
         self.w_clock[index] = self.clock[lanes, lanes % self.threads][:, None]
         self.w_line[index] = inst.line
         self.reads.clear(index)
+        if self.peer_read_any:
+            self.peer_reads.clear(index)
 
     def _write_checks(self, inst, lanes: np.ndarray, index: np.ndarray) -> None:
         if len(lanes):
@@ -471,12 +501,41 @@ class HappensBefore:
             foreign, rows = peers
             self._check(inst, lanes[foreign], index[foreign], self.w_lane, self.w_clock, self.w_line, "wrote", "reads",
                         rows)
-            if (~foreign).any():
-                self._check(inst, lanes[~foreign], index[~foreign], self.w_lane, self.w_clock, self.w_line, "wrote",
-                            "reads")
-        else:
-            self._check(inst, lanes, index, self.w_lane, self.w_clock, self.w_line, "wrote", "reads")
+            self._peer_read(inst, lanes[foreign], index[foreign])
+            lanes, index = lanes[~foreign], index[~foreign]
+            if not len(lanes):
+                return
+        self._check(inst, lanes, index, self.w_lane, self.w_clock, self.w_line, "wrote", "reads")
         self.reads.record(lanes, index, self.clock[lanes, lanes % self.threads], inst.line, self.clock)
+
+    def _peer_read(self, inst, lanes: np.ndarray, index: np.ndarray) -> None:
+        """`lanes` read `index` [lanes, bytes] of a peer CTA's shared memory (`ld.shared::cluster` through `mapa`).
+        Kept apart from the CTA's own readers (`reads`, whose columns are the threads of one CTA): `peer_reads`
+        has a column per thread of the cluster (`cluster_rows`), so a later write of those bytes, by the owner or
+        by an asynchronous copy, is judged by what the writer knows of the reading peer's threads
+        [memory_model.WRITE_ORDER]."""
+        if self.peer_reads is None:
+            self.peer_reads = ReadClocks(self.shared, self.cluster_size * self.threads)
+        clocks = np.zeros((self.lanes, self.cluster_size * self.threads), np.int32)  # rows of the readers only
+        unique = np.unique(lanes)
+        clocks[unique] = self.cluster_rows(unique)
+        self.peer_reads.record(lanes, index, self.clock[lanes, lanes % self.threads], inst.line, clocks)
+        self.peer_read_any = True
+
+    def _after_peer_reads(self, inst, lanes: np.ndarray, index: np.ndarray, does: str) -> None:
+        """Every peer's read of `index` [lanes, bytes] since its last write must happen before the writing lane."""
+        if not self.peer_read_any:
+            return
+        reads = self.peer_reads
+        if not (reads.clock[index].any() or (reads.shared and reads.row[index].any())):
+            return
+        found = reads.unordered(lanes, index, self.clock, self.cluster_rows(lanes))
+        if found is not None:
+            i, j, reader, line = found
+            raise self.hazard(inst, f"{does} {self.where(int(index[i, j]))}, which the instruction at line {line} "
+                                    f"({self.describe_lane(reader)}) read through a shared::cluster address, and no "
+                                    "synchronisation orders the two (race: a cluster barrier, or a release of the "
+                                    "peer's read on an mbarrier this thread waits on, is missing)", int(lanes[i]))
 
     def _check_reads(self, inst, lanes: np.ndarray, index: np.ndarray, does: str, rows: np.ndarray | None = None
                      ) -> None:

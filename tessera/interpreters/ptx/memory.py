@@ -31,7 +31,7 @@ import numpy as np
 
 from tessera.interpreters import serving_checks
 from tessera.interpreters.ptx.cluster import shared_offsets
-from tessera.interpreters.ptx.decode import Operands, elements, opcode
+from tessera.interpreters.ptx.decode import DECODERS, Operands, elements, opcode
 from tessera.interpreters.ptx.global_order import WEAK, StridedBox, strong_kind
 from tessera.interpreters.ptx.numerics import flush_f32
 from tessera.interpreters.ptx.state import (
@@ -193,7 +193,7 @@ def _check_sequence_store(m: Machine, inst, lanes: np.ndarray, addresses: np.nda
 
 
 # region ld, st
-def _vector(mods) -> int:
+def vector_width(mods) -> int:
     found = mods.take("v2", "v4", "v8")
     return int(found[1:]) if found else 1
 
@@ -215,7 +215,7 @@ def _access_modifiers(ops: Operands, inst, mods, address_at: int):
         space = _param_space(ops, inst, space, inst.operands[address_at])
     mods.drop(*_IGNORED)
     mods.drop_prefixed("L1::", "L2::")
-    return space, _vector(mods), mods.type()
+    return space, vector_width(mods), mods.type()
 
 
 _STRONG_SEMANTICS = ("relaxed", "acquire", "release", "acq_rel", "volatile")
@@ -271,6 +271,8 @@ def decode_ld(ops: Operands, inst, mods):
 
 @opcode("st")
 def decode_st(ops: Operands, inst, mods):
+    if mods.take("async"):  # a copy into a CTA of the cluster (`tensor`, which imports this module)
+        return DECODERS["st.async"](ops, inst, mods)
     strong = any(q in inst.modifiers for q in _STRONG_SEMANTICS)
     how = strong_kind(inst.modifiers) if strong else WEAK
     release = "release" in inst.modifiers

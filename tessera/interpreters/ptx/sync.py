@@ -259,6 +259,7 @@ def _changed(m: Machine, key: tuple[int, int], phase_before: int, state: facts.M
     m.sync_epoch += 1
     if state.phase != phase_before:
         m.tracker.hb.phase_completed(key)
+        m.tracker.published(key)
         wake = (m.status == PARK) & (m.park_address == key[1]) & (m.lane_cta == key[0])
         if prefer and wake.any():
             m.preferred = wake  # a release: the threads it wakes run first (see asynchrony)
@@ -304,10 +305,12 @@ def _released(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray) -> Non
         unique, which = unique_rows(pairs, return_inverse=True)
         for j, (cta, a) in enumerate(unique.tolist()):
             m.tracker.hb.arrive(inst, (cta, a), lanes[which.reshape(-1) == j])
+            m.tracker.arriving((cta, a), lanes[which.reshape(-1) == j])
         return
     keys = [mbarrier_key(m, int(lane), int(a)) for lane, a in zip(lanes, addresses)]
     for key in dict.fromkeys(keys):
         arriving = lanes[[k == key for k in keys]]
+        m.tracker.arriving(key, arriving)
         home = m.lane_cta[arriving] == key[0]
         if home.all():
             m.tracker.hb.arrive(inst, key, arriving)

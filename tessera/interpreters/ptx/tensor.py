@@ -15,7 +15,8 @@ a store reads shared memory at issue, checked as an async-proxy read, and `async
 read until the thread's cp.async.bulk.wait_group(.read) covers its bulk group.
 `.multicast::cluster` with mask M stages the data at the same shared offset in every CTA of cluster
 rank r with bit r of M set, as one copy per member on the mbarrier at the same offset in each (`cluster`);
-`cp.async.bulk.shared::cluster.shared::cta` forwards the executing CTA's shared memory into a peer's.
+`cp.async.bulk.shared::cluster.shared::cta` forwards the executing CTA's shared memory into a peer's, and
+`st.async` stores a thread's register into one, each completing on the receiving CTA's mbarrier.
 
 wgmma [P#asynchronous-warpgroup-level-matrix-*; facts.wgmma, facts.descriptor]: per warpgroup (all 128
 threads, collective) D = A x B (+ D when scale-d), A 64xK from shared memory through its descriptor (K-major,
@@ -293,6 +294,52 @@ def decode_bulk(ops: Operands, inst, mods):
                     m.tracker.bulk_store_reads(inst, lane, shared_index, "the bulk store")
                     access(m, inst, "global", one, sources[i:i + 1], nbytes, m.shared[shared_index][None], align=16,
                            how=ASYNC)
+
+    return run
+
+
+@opcode("st.async")
+def decode_st_async(ops: Operands, inst, mods):
+    """`st.async{.weak}{.cluster}.shared::cluster.mbarrier::complete_tx::bytes{.v2,.v4}.type [a], b, [mbar]`
+    [P#data-movement-and-conversion-instructions-st-async] (`memory`'s `st` sends it here): each executing thread
+    stores b into the shared memory of the CTA of the cluster that shared::cluster address a names (this one's
+    too), asynchronously, completing its bytes of transaction on the mbarrier at mbar, which must be in that same
+    CTA. The bytes are handed to `asynchrony` as a copy into that CTA: in flight until a thread waits on the
+    mbarrier, and judged as a write into it by what the storing thread knows of its threads (happens-before)."""
+    mods.take("weak")
+    mods.take("cluster")
+    if take_space(mods) != "shared" or not mods.take("mbarrier::complete_tx::bytes"):
+        raise ops.refuse(inst, "st.async form (st.async.shared::cluster.mbarrier::complete_tx::bytes)")
+    width = memory.vector_width(mods)
+    t = mods.type()
+    if t.bits not in (32, 64) or width * t.bits > 128 or len(inst.operands) != 3:
+        raise ops.refuse(inst, f"st.async of {width} x {t.name}")
+    sources = elements(inst.operands[1])
+    if len(sources) != width:
+        raise ops.refuse(inst, f"{width} source(s) expected, got {len(sources)}")
+    readers = [ops.read(inst, source, t) for source in sources]
+    address, barrier = ops.address(inst, inst.operands[0]), ops.address(inst, inst.operands[2])
+    nbytes = width * t.bits // 8
+    m = ops.m
+
+    def run(sel):
+        lanes = lanes_of(m, sel)
+        values = np.empty((len(lanes), width), t.dtype)
+        for i, read in enumerate(readers):
+            values[:, i] = read(sel)
+        data = values.view(np.uint8).reshape(len(lanes), nbytes)
+        places = np.broadcast_to(np.asarray(address(sel), np.int64), lanes.shape)
+        barriers = shared_addresses(m, inst, "shared", lanes, barrier(sel))
+        memory._check(m, inst, "shared", lanes, places, nbytes, nbytes)
+        slots = m.shared_target(lanes, places)[0]
+        if (m.shared_target(lanes, barriers)[0] != slots).any():
+            i = int(np.argmax(m.shared_target(lanes, barriers)[0] != slots))
+            raise m.error(inst, "the mbarrier of st.async must be in the CTA its data is stored into", int(lanes[i]))
+        starts = m.shared_flat(lanes, places)
+        for i, lane in enumerate(lanes.tolist()):  # one copy per thread, each completing on its barrier
+            start = int(starts[i])
+            m.tracker.stage(start + np.arange(nbytes), data[i], slice(start, start + nbytes))
+            m.tracker.issue(inst, lane, int(barriers[i]), nbytes, "st.async")
 
     return run
 

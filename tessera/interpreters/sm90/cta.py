@@ -40,7 +40,7 @@ class NamedBarrier:
     generation: int = 0
     first_op: Operation | None = None
     """The first bar_sync/bar_arrive of this phase (for messages)."""
-    released: tuple[np.ndarray, np.ndarray] | None = None
+    released: tuple | None = None
     """The join of what each arrival released when it arrived (`HappensBefore.release`): a bar_arrive thread
     runs on, and what it does after arriving is not ordered before the waiters [memory_model.BARRIER_ORDERING]."""
 
@@ -171,14 +171,14 @@ class CtaState:
     # endregion
     # region synchronisation
     def synchronise(self, participants: np.ndarray, waiters: np.ndarray,
-                    released: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+                    released: tuple | None = None) -> None:
         """A barrier completed: `waiters` are now ordered after everything `participants` did before it (before
-        each arrived: `released`, the join of their releases at their arrivals, when given)."""
+        each arrived: `released`, the join of their releases at their arrivals, when given), and have observed
+        every mbarrier phase completion the participants had observed then (`HappensBefore.Message`)."""
         if released is None:
             self.hb.barrier(participants, waiters)
         elif waiters.any():
             self.hb.acquire(waiters, released)
-        self.mbarriers.share_observations(participants, waiters)
 
     def bar_arrive(self, op: Operation, barrier: int, count: int, wait: bool) -> None:
         """bar.sync (wait=True) or bar.arrive at named barrier `barrier` expecting `count` threads."""
@@ -207,9 +207,7 @@ class CtaState:
             self.fail(op, f"{arrived} threads arrive at named barrier {barrier}, which expects {count}", active)
         # each arrival releases at its own point: a bar_arrive thread's later accesses are not ordered before
         # the waiters, whenever the barrier completes [memory_model.BARRIER_ORDERING]
-        message = self.hb.release(active)
-        state.released = message if state.released is None else (np.maximum(state.released[0], message[0]),
-                                                                 np.maximum(state.released[1], message[1]))
+        state.released = self.hb.join(state.released, self.hb.release(active))
         if arrived == count:
             self.synchronise(state.arrived, state.waiting, state.released)
             self.named[barrier] = NamedBarrier(generation=state.generation + 1)

@@ -48,6 +48,15 @@ if TYPE_CHECKING:
     from tessera.interpreters.sm90.cta_view import CtaView
 
 
+Message = tuple[np.ndarray, np.ndarray, np.ndarray, tuple | None]
+"""What a release carries to its acquirers: `ordered` [T] and `fenced` [T] (the join of the releasing threads'
+columns), `observed` [mbarrier instances] (the phases of each barrier they had observed complete) and, in a
+cluster, what they knew of its CTAs' releases ([C, T] `Cluster.known`, and the latest cluster barrier
+completion they passed, `Cluster.passed_at`): a producer that learns of a peer's release of a slot only through
+another thread of its CTA (which waited on the empty barrier and then arrived on a barrier the producer waits on)
+may refill the slot."""
+
+
 def _columns(threads: np.ndarray):
     """Thread indices (or a [T] mask) as a slice where they are consecutive (a view), else as an index array."""
     if threads.dtype == np.bool_:
@@ -67,9 +76,9 @@ class HappensBefore:
         self.races = races
         self.ordered = records(cta, (threads, threads), -1, np.int64)
         self.fenced = records(cta, (threads, threads), -1, np.int64)
-        self.pending: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self.published: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self.cluster_pending: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.pending: dict[int, Message] = {}
+        self.published: dict[int, Message] = {}
+        self.cluster_pending: dict[int, Message] = {}
         self.reader = records(cta, size, -1, np.int32)
         self.read_at = records(cta, size, -1, np.int64)
         self.read_op = records(cta, size, -1, np.int32)
@@ -90,23 +99,51 @@ class HappensBefore:
         return index
 
     # region edges
-    def release(self, threads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """`threads` release now: the join of their clocks (ordered, fenced)."""
+    def release(self, threads: np.ndarray) -> Message:
+        """`threads` release now: the join of their clocks (ordered, fenced) and of the mbarrier phases they have
+        observed complete (`MBarriers.observed`)."""
         columns = _columns(threads)
         now = self.cta.tick()
         index = np.arange(self.cta.threads)[columns]
         self.ordered[index, index] = now
-        return self.ordered[:, columns].max(axis=1), self.fenced[:, columns].max(axis=1)
+        observed = self.cta.mbarriers.observed
+        cluster = self.cta.cluster
+        peers = None if cluster is None else (cluster.known[self.cta.rank, columns].max(axis=0),
+                                              int(cluster.passed_at[self.cta.rank, columns].max()))
+        return (self.ordered[:, columns].max(axis=1), self.fenced[:, columns].max(axis=1),
+                observed[:, columns].max(axis=1, initial=0), peers)
 
-    def acquire(self, threads: np.ndarray, message: tuple[np.ndarray, np.ndarray]) -> None:
+    def acquire(self, threads: np.ndarray, message: Message) -> None:
         columns = _columns(threads)
-        ordered, fenced = message
+        ordered, fenced, observed, peers = message
+        if peers is not None:  # what the releasing threads knew of the cluster's releases (`Cluster.known`)
+            cluster, rank = self.cta.cluster, self.cta.rank
+            known = cluster.known[rank]
+            known[columns] = np.maximum(known[columns], peers[0])
+            passed = cluster.passed_at[rank]
+            passed[columns] = np.maximum(passed[columns], peers[1])
         if isinstance(columns, slice):
             np.maximum(self.ordered[:, columns], ordered[:, None], out=self.ordered[:, columns])
             np.maximum(self.fenced[:, columns], fenced[:, None], out=self.fenced[:, columns])
         else:
             self.ordered[:, columns] = np.maximum(self.ordered[:, columns], ordered[:, None])
             self.fenced[:, columns] = np.maximum(self.fenced[:, columns], fenced[:, None])
+        if observed.any():  # a phase completion observed before the release is observed after the acquire
+            known = self.cta.mbarriers.observed
+            rows = slice(0, len(observed))
+            known[rows, columns] = np.maximum(known[rows, columns], observed[:, None])
+
+    @staticmethod
+    def join(old: Message | None, new: Message) -> Message:
+        """The join of two messages (the observed phases of barriers initialised since `old` count as 0 there)."""
+        if old is None:
+            return new
+        a, b = old[2], new[2]
+        if len(a) != len(b):
+            a, b = (np.pad(v, (0, max(len(a), len(b)) - len(v))) for v in (a, b))
+        peers = old[3] if new[3] is None else new[3] if old[3] is None else (np.maximum(old[3][0], new[3][0]),
+                                                                            max(old[3][1], new[3][1]))
+        return np.maximum(old[0], new[0]), np.maximum(old[1], new[1]), np.maximum(a, b), peers
 
     def barrier(self, participants: np.ndarray, waiters: np.ndarray) -> None:
         """A named barrier completed: `participants` arrived, `waiters` leave it."""
@@ -116,18 +153,14 @@ class HappensBefore:
 
     def arrive(self, barrier: int, threads: np.ndarray) -> None:
         """`threads` arrive on mbarrier instance `barrier`: a release into its pending phase."""
-        ordered, fenced = self.release(threads)
-        old = self.pending.get(barrier)
-        self.pending[barrier] = (ordered, fenced) if old is None else (np.maximum(old[0], ordered),
-                                                                       np.maximum(old[1], fenced))
+        self.pending[barrier] = self.join(self.pending.get(barrier), self.release(threads))
 
     def phase_completed(self, barrier: int) -> None:
         """The pending phase of mbarrier instance `barrier` completed: its releases reach later waiters."""
         new = self.pending.pop(barrier, None)
         if new is None:
             return
-        old = self.published.get(barrier)
-        self.published[barrier] = new if old is None else (np.maximum(old[0], new[0]), np.maximum(old[1], new[1]))
+        self.published[barrier] = self.join(self.published.get(barrier), new)
 
     def waited(self, barrier: int, threads: np.ndarray) -> None:
         """`threads` observed a completed phase of mbarrier instance `barrier`."""
@@ -137,10 +170,7 @@ class HappensBefore:
 
     def cluster_arrive(self, generation: int, threads: np.ndarray) -> None:
         """`threads` arrive at the cluster barrier's phase `generation`: a release (this CTA's side of it)."""
-        ordered, fenced = self.release(threads)
-        old = self.cluster_pending.get(generation)
-        self.cluster_pending[generation] = (ordered, fenced) if old is None else (np.maximum(old[0], ordered),
-                                                                                  np.maximum(old[1], fenced))
+        self.cluster_pending[generation] = self.join(self.cluster_pending.get(generation), self.release(threads))
 
     def cluster_wait(self, generations: np.ndarray, threads: np.ndarray) -> None:
         """`threads` passed the cluster barrier phases `generations` (one per thread): they acquire what this

@@ -4,8 +4,10 @@ seen of it.
 A barrier *instance* lives from `mbarrier_init` to `mbarrier_inval` at an 8-byte shared address; TMA-written
 bytes are tagged with the instance and the phase their copy completed in. `observed[instance, t]` counts the
 phases thread t knows to be complete: a successful `mbarrier_try_wait_parity` sets it to the barrier's current
-phase, and a completed bar_sync passes it on to the threads that waited there. A thread may read TMA data of
-phase p only once `observed > p`.
+phase, and every happens-before edge passes on what the releasing threads had observed (a named barrier, an
+mbarrier phase, a cluster barrier: `HappensBefore.Message`), so a thread that waits phase p of barrier X and
+then arrives on barrier Y lets Y's waiters observe X's phase p. A thread may read TMA data of phase p only once
+`observed > p`.
 
 Rules enforced, each reported with the op and the thread: init at a free, 8-byte-aligned address inside shared
 memory, not over a live barrier; no use before init, after inval, or by a thread the init is not ordered before
@@ -287,12 +289,5 @@ class MBarriers:
 
     def _init_op(self, barrier: MBarrier) -> Operation:
         return self.init_ops.get(barrier.index)
-
-    def share_observations(self, participants: np.ndarray, waiters: np.ndarray) -> None:
-        """After a barrier, the waiters know every phase completion a participant had observed."""
-        if not len(self.observed):
-            return
-        seen = self.observed[:, participants].max(axis=1, initial=0)
-        self.observed[:, waiters] = np.maximum(self.observed[:, waiters], seen[:, None])
 
     # endregion
