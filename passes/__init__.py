@@ -45,6 +45,12 @@ def _rematerialize_constants() -> type[ModulePass]:
     return RematerializeConstantsPass
 
 
+def _interleave_elementwise() -> type[ModulePass]:
+    from tessera.passes.interleave_elementwise import InterleaveElementwisePass
+
+    return InterleaveElementwisePass
+
+
 def _warp_specialize() -> type[ModulePass]:
     from tessera.passes.warp_specialize import WarpSpecializePass
 
@@ -103,6 +109,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "assign-swizzle": _assign_swizzle,
     "convert-tile-to-sm90": _convert_tile_to_sm90,
     "rematerialize-constants": _rematerialize_constants,
+    "interleave-elementwise": _interleave_elementwise,
     "warp-specialize": _warp_specialize,
     "allocate-registers": _allocate_registers,
     "pipeline-loops": _pipeline_loops,
@@ -193,13 +200,13 @@ def allocated(pipeline: str) -> str:
     return pipeline if pipeline.split(",")[-1].strip() == "allocate-registers" else pipeline + ",allocate-registers"
 
 
-TARGET_PIPELINE = "assign-swizzle,convert-tile-to-sm90,canonicalize,cse,rematerialize-constants"
+TARGET_PIPELINE = "assign-swizzle,convert-tile-to-sm90,canonicalize,cse,rematerialize-constants,interleave-elementwise"
 """Tile IR to sm_90a Target IR, single-stage: one K/V (or K) tile in flight, 256 threads, no producer
 warpgroup, no setmaxnreg. The simplest kernel, for tests and comparison; not the default (`DEFAULT_PIPELINE`)."""
 
 PIPELINED_PIPELINE = (
     "assign-swizzle,pipeline-loops{stages=2},overlap-softmax,peel-masked-iterations{branch=true},"
-    "convert-tile-to-sm90,canonicalize,cse,rematerialize-constants"
+    "convert-tile-to-sm90,canonicalize,cse,rematerialize-constants,interleave-elementwise"
 )
 """Tile IR to Target IR with the K/V (and GEMM K) loops pipelined over two-slot rings, each trip's score mma
 issued before the previous trip's P.V mma (overlap-softmax), the masks run only on the trips that need them,
