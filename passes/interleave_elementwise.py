@@ -98,11 +98,13 @@ def _cheap(op: Operation, block: Block, lanes: int, found: list[Operation]) -> b
         return False
     if _lanes(op.results[0]) != lanes:
         return False
+    kept = len(found)
     for operand in op.operands:
         if _lanes(operand) is None or _is_constant(operand) or _is_view(operand, lanes):
             continue
         owner = operand.owner
         if not isinstance(owner, Operation) or not (owner in found or _cheap(owner, block, lanes, found)):
+            del found[kept:]  # the cheap ops found under it are read by an op that is not cheap: no tree
             return False
     if op not in found:
         found.append(op)

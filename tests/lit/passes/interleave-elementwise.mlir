@@ -47,3 +47,28 @@ func.func @alibi(%s: vector<16xf32>, %col: vector<4xf32>, %row: vector<2xf32>, %
 // CHECK-NEXT: %f = arith.addf %e, %lanes : vector<16xf32>
 // CHECK:      %c = sm90.setp "lt" %kv, %q : vector<16xf32> -> vector<16xi1>
 // CHECK-NEXT: %masked = sm90.selp %c, %s, %s : vector<16xi1>, vector<16xf32>
+
+
+// A mask's setp (cheap, but predicates only) read by a select of the score, which is no root of its own; the
+// add that reads the select and kv - q is: only kv - q is interleaved with it, the setp and select stay.
+func.func @masked(%s: vector<16xf32>, %col: vector<4xf32>, %row: vector<2xf32>, %p: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<1>, tile.role = "out"})
+    attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>,
+                sm90.kernel = {threads = 128 : i64, smem_bytes = 0 : i64}} {
+  %kv = vector.shuffle %col, %col [0, 1, 0, 1, 2, 3, 2, 3, 0, 1, 0, 1, 2, 3, 2, 3] : vector<4xf32>, vector<4xf32>
+  %q = vector.shuffle %row, %row [0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1] : vector<2xf32>, vector<2xf32>
+  %c = sm90.setp "lt" %kv, %q : vector<16xf32> -> vector<16xi1>
+  %m = sm90.selp %c, %s, %s : vector<16xi1>, vector<16xf32>
+  %d = arith.subf %kv, %q : vector<16xf32>
+  %r = arith.addf %m, %d : vector<16xf32>
+  %off = arith.constant dense<[0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60]> : vector<16xi32>
+  %mask = arith.constant dense<true> : vector<16xi1>
+  sm90.st_global %p[%off], %r, %mask : vector<16xi32>, vector<16xf32>, vector<16xi1>
+  func.return
+}
+
+// CHECK-LABEL: func.func @masked
+// CHECK:      %c = sm90.setp "lt" %kv, %q : vector<16xf32> -> vector<16xi1>
+// CHECK-NEXT: %m = sm90.selp %c, %s, %s : vector<16xi1>, vector<16xf32>
+// CHECK-NEXT: vector.shuffle %m, %m [0, 1, 2, 3, 4, 5, 6, 7]
+// CHECK:      arith.subf %{{.*}}, %{{.*}} : vector<8xf32>
+// CHECK:      %r = vector.shuffle
