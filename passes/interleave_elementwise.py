@@ -1,7 +1,10 @@
 """`interleave-elementwise`: compute a tile that is made only from row and column vectors, slab by slab, where
 it is used, instead of whole beside the tile it is combined with.
 
-Input and output: Target IR, after `rematerialize-constants` and before `allocate-registers`. A score_mod
+Input and output: Target IR, after `rematerialize-constants` and before `allocate-registers`. Not in the
+default pipelines (`tessera-opt -p ...,rematerialize-constants,interleave-elementwise,...` asks for it): ALiBi
+with document masking at head_dim 64 (128 x 128) counts 224 registers interleaved, but ptxas 13.0 then spills
+20 bytes at the consumers' 240, where it assembles the whole-tile kernel (counted 251) without a spill. A score_mod
 such as ALiBi's `score + slopes[h] * (kv_idx - q_idx)` lowers to `(kv - q)` over the broadcast views of a
 column vector (the thread's N/4 distinct key columns) and a row vector, then `* slope` over the view of a
 gathered row vector, then `+ score`: each a whole `[BM, BN]` vector op in program order, so that the
