@@ -45,6 +45,12 @@ def _rematerialize_constants() -> type[ModulePass]:
     return RematerializeConstantsPass
 
 
+def _interleave_elementwise() -> type[ModulePass]:
+    from tessera.passes.interleave_elementwise import InterleaveElementwisePass
+
+    return InterleaveElementwisePass
+
+
 def _warp_specialize() -> type[ModulePass]:
     from tessera.passes.warp_specialize import WarpSpecializePass
 
@@ -103,6 +109,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "assign-swizzle": _assign_swizzle,
     "convert-tile-to-sm90": _convert_tile_to_sm90,
     "rematerialize-constants": _rematerialize_constants,
+    "interleave-elementwise": _interleave_elementwise,
     "warp-specialize": _warp_specialize,
     "allocate-registers": _allocate_registers,
     "pipeline-loops": _pipeline_loops,

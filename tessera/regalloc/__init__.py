@@ -18,6 +18,14 @@ and a value used inside a loop but defined outside it stays live to the end of t
 every trip); loop-carried registers are live for the whole loop. Linear scan then gives each class exactly as
 many registers as are live at once (interval graphs colour optimally), reusing the registers of dead values.
 Pressure counts 32-bit registers (a .b64 counts 2; predicates are a separate file and are not counted).
+Kernel parameters (pointers, sizes) count none: the PTX loads each once (`ld.param`) into a register that
+lives through the kernel, but ptxas reads them from the constant bank where they are used (`c[0x0][...]` as an
+operand, or an `LDC`/`ULDC` again inside the loops: the backward's 20 registers of pointers and sizes are
+not held), so that the count is what ptxas needs. Measured under ptxas 13.0 on the warp-specialized
+kernels the budgets decide (the consumers' setmaxnreg lowered by steps of 8 until ptxas spills): the flash
+forward at head_dim 64 and 128 needs 153-160 and 217-224 where the count is 156 and 224; the backward with
+modifiers 217-232 where it is 220-229 (soft-cap, document masking, windows, ALiBi at head_dim 128), as
+`tests/test_regalloc_accuracy.py` checks. (Its names are still allocated: the PTX loads them once.)
 
 Asynchronous wgmma operands: between a `sm90.wgmma_mma_async` and the `sm90.wgmma_wait_group` that retires its
 group, the tensor core still reads the A fragment (register A, the vector operand) and writes the result's

@@ -281,24 +281,26 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
                                  for i in range(element_count(result.type))]
 
     widths = {root: CLASS_WIDTH[register_class(live.value_of[root].type)] for root in ranges}
-    uniform_roots = _uniform_roots(fn, live, root_list, ranges)
+    uniform_roots = _roots_made_of(live, root_list, ranges, uniform_descriptors(fn))
     if uniform_roots and _peak({r: ranges[r] for r in uniform_roots}, widths)[0] <= UNIFORM_DESCRIPTOR_REGISTERS:
         widths.update({root: 0 for root in uniform_roots})  # in URx, not per-thread
+    parameters = set(fn.body.block.args)
+    widths.update({root: 0 for root in _roots_made_of(live, root_list, ranges, parameters)})  # in the constant bank
     pressure = _PressureMap(live, root_of, ranges, widths)
     at_peak = pressure.kernel_peak()
     return Allocation(names, dict(counts), at_peak.registers, at_peak.position, at_peak, pressure)
 
 
-def _uniform_roots(fn: func.FuncOp, live: _Liveness, roots: list[int], ranges: dict) -> set[int]:
-    """The register groups made only of uniform descriptors (`tessera.regalloc.uniform`): ptxas keeps them in
-    uniform registers. A group that shares its register with any other value is not one. (`roots`: each
-    element's root; a value's elements are a slice of it.)"""
-    descriptors = uniform_descriptors(fn)
-    if not descriptors:
+def _roots_made_of(live: _Liveness, roots: list[int], ranges: dict, values: set) -> set[int]:
+    """The register groups that hold only `values` (a group that shares its registers with any other value is
+    not one): those made of uniform descriptors (`tessera.regalloc.uniform`), which ptxas keeps in uniform
+    registers, or of kernel parameters, which ptxas reads from the constant bank where they are used.
+    (`roots`: each element's root; a value's elements are a slice of it.)"""
+    if not values:
         return set()
-    held, shared = set(), set()  # groups holding an element of a uniform descriptor / of any other value
+    held, shared = set(), set()  # groups holding an element of one of `values` / of any other value
     for value, elements in live.elements():
-        (held if value in descriptors else shared).update(roots[elements.start:elements.stop])
+        (held if value in values else shared).update(roots[elements.start:elements.stop])
     return {root for root in held - shared if root in ranges}
 
 

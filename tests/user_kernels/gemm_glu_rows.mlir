@@ -1,6 +1,6 @@
-// gemm_glu with a second broadcast row and six row reductions of the accumulators, applied at the end: 241
-// registers per consumer thread, one more than warp specialization leaves; the default pipeline falls back
-// to two stages without a producer warpgroup (255 registers per thread).
+// gemm_glu with a second broadcast row and eight row reductions (of the accumulators and of g + bias), applied
+// at the end: 241 registers per consumer thread, one more than warp specialization leaves; the default
+// pipeline falls back to two stages without a producer warpgroup (255 registers per thread).
 builtin.module {
   func.func @gemm_glu_rows(
       %A: !tile.tile<?x?xbf16, global> {tile.dims = #tile.dims<M, K>},
@@ -57,6 +57,8 @@ builtin.module {
     %scale_rows = tile.load_broadcast %scale_window : !tile.tile<128xf32, global> -> !tile.tile<128x128xf32, register>
     %one = tile.fill 1.0 : !tile.tile<128x128xf32, register>
     %gb = tile.add %acc#0, %bias_rows : !tile.tile<128x128xf32, register>
+    %r6 = tile.row_sum %gb : !tile.tile<128x128xf32, register> -> !tile.tile<128xf32, register>
+    %r7 = tile.row_max %gb : !tile.tile<128x128xf32, register> -> !tile.tile<128xf32, register>
     %floor = tile.fill 0.0 : !tile.tile<128x128xf32, register>
     %relu = tile.element_max %gb, %floor : !tile.tile<128x128xf32, register>
     %half = tile.fill 0.5 : !tile.tile<128x128xf32, register>
@@ -71,8 +73,10 @@ builtin.module {
     %o3 = tile.mul_rows %o2, %r3 : !tile.tile<128x128xf32, register>, !tile.tile<128xf32, register>
     %o4 = tile.mul_rows %o3, %r4 : !tile.tile<128x128xf32, register>, !tile.tile<128xf32, register>
     %o5 = tile.mul_rows %o4, %r5 : !tile.tile<128x128xf32, register>, !tile.tile<128xf32, register>
+    %o6 = tile.mul_rows %o5, %r6 : !tile.tile<128x128xf32, register>, !tile.tile<128xf32, register>
+    %o7 = tile.mul_rows %o6, %r7 : !tile.tile<128x128xf32, register>, !tile.tile<128xf32, register>
     %c_window = tile.view %C[%m0, %n0] : !tile.tile<?x?xf32, global> -> !tile.tile<128x128xf32, global>
-    tile.store_global %o5, %c_window : !tile.tile<128x128xf32, register>, !tile.tile<128x128xf32, global>
+    tile.store_global %o7, %c_window : !tile.tile<128x128xf32, register>, !tile.tile<128x128xf32, global>
     func.return
   }
 }
