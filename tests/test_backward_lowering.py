@@ -281,8 +281,9 @@ def test_default_pipeline_warp_specializes_the_backward_ptxas_clean(head_dim, ca
     """At head_dim 128 (block 64 x 64) and 64 (128 x 128, rematerialized shared addresses: 248 -> 234 registers)
     the default pipeline's first configuration fits the main kernel, without a fallback warning: a producer
     warpgroup fills the Q/dO rings by TMA (UTMALDG), setmaxnreg gives the consumers their budget (USETMAXREG), and
-    ptxas takes it without a warning (no serialized wgmma) or a spill; the main loop issues HGMMA and adds dQ with
-    RED. (overlap-softmax leaves the loop alone: two accumulators, dK, dV.)"""
+    ptxas takes it without a warning (no serialized wgmma) or a spill; the main loop issues HGMMA and stages dQ for
+    the producer's bulk reduction (`atomic-add=auto`: no RED in the loop, UBLKRED in the kernel). (overlap-softmax
+    leaves the loop alone: two accumulators, dK, dV.)"""
     main = attention_backward(head_dim=head_dim, causal=causal, block_m=block, block_n=block).main
     with warnings.catch_warnings():
         warnings.simplefilter("error", TesseraWarning)
@@ -293,7 +294,8 @@ def test_default_pipeline_warp_specializes_the_backward_ptxas_clean(head_dim, ca
     sass = disassemble(result.cubin)
     assert "UTMALDG" in sass and "USETMAXREG.DEALLOC" in sass and "USETMAXREG.TRY_ALLOC" in sass
     ops = innermost_loop(sass, containing="HGMMA").opcode_counts
-    assert any(op.startswith("HGMMA") for op in ops) and any(op.startswith("RED") for op in ops), ops
+    assert any(op.startswith("HGMMA") for op in ops) and not any(op.startswith("RED") for op in ops), ops
+    assert "UBLKRED" in sass
 
 
 @pytest.mark.parametrize("head_dim, seq_q, seq_k, causal, heads, mode, block", [
@@ -476,7 +478,7 @@ def test_a_ring_in_a_loop_nest_whose_trip_count_varies_is_refused_by_name():
 
 
 def test_unknown_atomic_add_mode_is_refused():
-    with pytest.raises(DiagnosticException, match=r"atomic-add must be one of red, bulk, got 'cas'"):
+    with pytest.raises(DiagnosticException, match=r"atomic-add must be one of auto, red, bulk, got 'cas'"):
         tessera.compile(_kernels(64, False).main, target="target", pipeline=_pipeline("cas"))
 
 

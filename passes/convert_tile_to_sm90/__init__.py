@@ -77,10 +77,11 @@ class ConvertTileToSm90Pass(ModulePass):
     input_level: ClassVar[str] = "tile"
     """The kernels it transforms (Tile IR); tools refuse a module with only the other kind."""
 
-    atomic_add: str = "red"
-    """How `tile.atomic_add` is lowered: "red" (red.global.add.f32 per register) or "bulk" (a shared staging
+    atomic_add: str = "auto"
+    """How `tile.atomic_add` is lowered: "red" (red.global.add.f32 per register), "bulk" (a shared staging
     buffer and cp.reduce.async.bulk: in a pipelined kernel one per window from the producer, `reduction_slots`;
-    else one per row); `convert-tile-to-sm90{atomic-add=bulk}`. See `backward`."""
+    else one per row) or "auto", the default: "bulk" where the producer issues it, else "red" (the faster of the
+    two in each kernel, bench/backward_sass.py); `convert-tile-to-sm90{atomic-add=bulk}`. See `backward`."""
 
     store_shared: str = "st_shared"
     """How `tile.store_shared` is lowered: "st_shared" (one st.shared.b32 per packed pair, the default: the

@@ -78,7 +78,7 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
     """Lowers one Tile IR kernel; see the module docstring."""
 
     fn: func.FuncOp
-    atomic_add_mode: str = "red"  # how tile.atomic_add is lowered (backward.ATOMIC_ADD_MODES)
+    atomic_add_mode: str = "auto"  # how tile.atomic_add is lowered (backward.ATOMIC_ADD_MODES)
     store_shared_mode: str = "st_shared"  # how tile.store_shared is lowered (backward.STORE_SHARED_MODES)
     sig: KernelSignature = field(init=False)
     values: dict = field(default_factory=dict)

@@ -21,7 +21,9 @@ warpgroup, or thread 0 of the two-stage kernel), where the window is promised `i
 its tensor (its first column a constant 0, its width the tensor's constant row length: one run of rows x width
 f32), the add sits in a loop, and the kernel orders no additions with semaphores (`tile.sem_signal` waits for
 the reductions' writes, which only the issuing thread can). Elsewhere (the single-stage kernel, say)
-`atomic-add=bulk` stages the tile and adds it by rows from the consumers (`_bulk_add`).
+`atomic-add=bulk` stages the tile and adds it by rows from the consumers (`_bulk_add`), and the default
+`atomic-add=auto` adds it by `red.global.add` (faster there: no bar.sync, no wait for the read); where the
+producer takes it, auto is bulk.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ class ReductionSlotsLowering:
         `_alloc_reduction_slots`)."""
         self.reduction_slots = {}
         ops = list(self.fn.walk())
-        if (self.atomic_add_mode != "bulk" or not any(isinstance(op, tile.StageOp) for op in ops)
+        if (self.atomic_add_mode == "red" or not any(isinstance(op, tile.StageOp) for op in ops)
                 or any(isinstance(op, tile.SemWaitOp | tile.SemSignalOp) for op in ops)):
             return
         for op in self.fn.walk():
