@@ -281,9 +281,8 @@ def test_default_pipeline_warp_specializes_the_backward_ptxas_clean(head_dim, ca
     """At head_dim 128 (block 64 x 64) and 64 (128 x 128, rematerialized shared addresses: 248 -> 234 registers)
     the default pipeline's first configuration fits the main kernel, without a fallback warning: a producer
     warpgroup fills the Q/dO rings by TMA (UTMALDG), setmaxnreg gives the consumers their budget (USETMAXREG), and
-    ptxas takes it without a warning (no serialized wgmma) or a spill; the main loop issues HGMMA and stages dQ for
-    the producer's bulk reduction (`atomic-add=auto`: no RED in the loop, UBLKRED in the kernel). (overlap-softmax
-    leaves the loop alone: two accumulators, dK, dV.)"""
+    ptxas takes it without a warning (no serialized wgmma) or a spill; the main loop issues HGMMA and adds dQ with
+    RED. (overlap-softmax leaves the loop alone: two accumulators, dK, dV.)"""
     main = attention_backward(head_dim=head_dim, causal=causal, block_m=block, block_n=block).main
     with warnings.catch_warnings():
         warnings.simplefilter("error", TesseraWarning)
@@ -294,8 +293,7 @@ def test_default_pipeline_warp_specializes_the_backward_ptxas_clean(head_dim, ca
     sass = disassemble(result.cubin)
     assert "UTMALDG" in sass and "USETMAXREG.DEALLOC" in sass and "USETMAXREG.TRY_ALLOC" in sass
     ops = innermost_loop(sass, containing="HGMMA").opcode_counts
-    assert any(op.startswith("HGMMA") for op in ops) and not any(op.startswith("RED") for op in ops), ops
-    assert "UBLKRED" in sass
+    assert any(op.startswith("HGMMA") for op in ops) and any(op.startswith("RED") for op in ops), ops
 
 
 @pytest.mark.parametrize("head_dim, seq_q, seq_k, causal, heads, mode, block", [
@@ -480,6 +478,37 @@ def test_a_ring_in_a_loop_nest_whose_trip_count_varies_is_refused_by_name():
 def test_unknown_atomic_add_mode_is_refused():
     with pytest.raises(DiagnosticException, match=r"atomic-add must be one of auto, red, bulk, got 'cas'"):
         tessera.compile(_kernels(64, False).main, target="target", pipeline=_pipeline("cas"))
+
+
+# endregion
+
+
+# region atomic-add=auto, the default
+def _window(b, h, q_idx, kv_idx):
+    return (q_idx >= kv_idx) & (q_idx - kv_idx < 40)
+
+
+@pytest.mark.parametrize("build, pipeline, expected", [
+    (lambda: _key_rows(False), passes.DEFAULT_PIPELINE, "bulk"),  # keys on rows: dQ^T added transposed
+    (lambda: _kernels(128, False), passes.DEFAULT_PIPELINE, "red"),  # 64 x 64: dQ not transposed
+    (lambda: _key_rows(True), passes.PTX_PIPELINE, "red"),  # single-stage: no producer
+    (lambda: attention_backward(head_dim=128, block_m=64, block_n=128, deterministic=True),
+     passes.DEFAULT_PIPELINE, "red"),  # semaphores: only the adding thread could wait for its writes
+    (lambda: attention_backward(128, mask_mod=_window, block_sparse=True, block_m=64, block_n=128),
+     passes.DEFAULT_PIPELINE, "red"),  # the staging slots beside a mask_mod's P tile: more than 227 KiB
+], ids=["key-rows", "64x64", "single-stage", "deterministic", "mask-mod"])
+def test_auto_takes_the_producers_bulk_reduction_for_transposed_adds_only(build, pipeline, expected):
+    """`atomic-add=auto` (the default): the producer bulk-reduces dQ^T staged in its two slots where it may and the
+    add is transposed, every other dQ is added by red.global.add (reduction_slots.auto_takes_bulk)."""
+    from tessera.dialects import sm90_reductions
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lowered = tessera.compile(build().main, target="target", pipeline=pipeline)
+    ops = list(lowered.walk())
+    bulk = [op for op in ops if isinstance(op, sm90_reductions.BulkReduceAddOp)]
+    red = [op for op in ops if isinstance(op, sm90_reductions.RedGlobalAddOp)]
+    assert (len(bulk), len(red) > 0) == ((1, False) if expected == "bulk" else (0, True))
 
 
 # endregion
