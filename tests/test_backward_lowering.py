@@ -494,8 +494,10 @@ def _window(b, h, q_idx, kv_idx):
     (lambda: _key_rows(True), passes.PTX_PIPELINE, "red"),  # single-stage: no producer
     (lambda: attention_backward(head_dim=128, block_m=64, block_n=128, deterministic=True),
      passes.DEFAULT_PIPELINE, "red"),  # semaphores: only the adding thread could wait for its writes
-    (lambda: attention_backward(128, mask_mod=_window, block_sparse=True, block_m=64, block_n=128),
-     passes.DEFAULT_PIPELINE, "red"),  # the staging slots beside a mask_mod's P tile: more than 227 KiB
+    # the staging slots beside a mask_mod's P tile: more than 227 KiB (also tests/test_attention_mods_ws.py's
+    # test_d128_window_gqa_ragged_at_target_level_takes_the_dense_kernels_blocks)
+    pytest.param(lambda: attention_backward(128, mask_mod=_window, block_sparse=True, block_m=64, block_n=128),
+                 passes.DEFAULT_PIPELINE, "red", marks=SLOW),
 ], ids=["key-rows", "64x64", "single-stage", "deterministic", "mask-mod"])
 def test_auto_takes_the_producers_bulk_reduction_for_transposed_adds_only(build, pipeline, expected):
     """`atomic-add=auto` (the default): the producer bulk-reduces dQ^T staged in its two slots where it may and the
