@@ -462,8 +462,8 @@ def apply_ptx(text: str, edit: Edit) -> str:
 C, P = "consumer loop", "producer loop"
 _S_FENCE, _DP_FENCE, _DV_FENCE, _DK_FENCE, _DQ_FENCE = (At(C, "wgmma_fence", n) for n in range(5))
 _DQ_WAIT = At(C, "wait_group", 2)
-"""In every variant the loop's wgmma groups are S = Q K^T, dP = dO V^T, dV += P^T dO, dK += dS^T Q, dQ = dS K (one
-fence and one commit each); wait_group 0 after S, after dP and before dQ is added."""
+"""In every variant the loop's wgmma groups are S = Q K^T, dP = dO V^T (its accumulator starting at -dPsum), dV += P^T
+dO, dK += dS^T Q, dQ = dS K (one fence and one commit each); wait_group 0 after S, after dP and before dQ is added."""
 
 ALL = "RRRR"
 """What a seed must give, per (CTA simulator on one trip, on several; PTX executor on one trip, on several):
@@ -533,7 +533,8 @@ _WARP_SPECIALIZED = [
      Edit("count", At("kernel", "init", 2), 64), "RRCR", _LEDGER),
     ("mbarrier count wrong", "Q's first full barrier counts two arrivals", Edit("count", At("kernel", "init", 1), 2),
      ALL, ""),
-    ("wgmma.fence deleted", "before dP = dO V^T", Edit("delete", _DP_FENCE), "CCCC", _ZERO_ACC),
+    ("wgmma.fence deleted", "before dP - dPsum = dO V^T (its accumulator was just set to -dPsum)",
+     Edit("delete", _DP_FENCE), ALL, ""),
     ("wgmma.fence deleted", "before dQ = dS K", Edit("delete", _DQ_FENCE), "CCCC", _ZERO_ACC),
     ("fence.mbarrier_init deleted", "after the inits", Edit("delete", At("kernel", "fence_mbarrier_init", 0)),
      "CCCC", _INIT_FENCE),
