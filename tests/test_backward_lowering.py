@@ -514,3 +514,23 @@ def test_auto_takes_the_producers_bulk_reduction_for_transposed_adds_only(build,
 
 
 # endregion
+
+
+def test_each_wgmma_descriptor_has_ptx_registers_of_its_own():
+    """ptxas 13.3+ take a PTX register as one unit over the kernel: a descriptor sharing its name with another value
+    left the uniform datapath (the single-stage d128 loop under 13.5: 720 SASS instructions, 112 R2UR; 534 with a
+    name per descriptor, docs/performance.md). No two values of which one is a descriptor share a register."""
+    from tessera.regalloc.uniform import DESCRIPTOR_OPS
+
+    lowered = tessera.compile(_key_rows(False).main, target="target", pipeline=passes.PTX_PIPELINE)
+    fn = next(op for op in lowered.walk() if is_target_kernel(op))
+    names = allocate_registers(fn).names
+    owners: dict[str, set] = {}
+    for value, registers in names.items():
+        for register in registers if isinstance(registers, list) else []:
+            owners.setdefault(register, set()).add(value)
+    descriptors = [v for v in names if isinstance(v.owner, DESCRIPTOR_OPS)]
+    assert len(descriptors) > 40
+    for value in descriptors:
+        for register in names[value]:
+            assert owners[register] == {value}, (register, [str(v) for v in owners[register]][:3])
