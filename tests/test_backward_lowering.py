@@ -361,11 +361,12 @@ def test_key_rows_warp_specialized_is_bitwise_the_single_stage_kernel(seq_q, seq
     _assert_within_rule((dq, *single[1:]), problem, causal)
 
 
-@pytest.mark.parametrize("causal, mode, pipeline", [(True, "red", WARP_SPECIALIZED),
+@pytest.mark.parametrize("causal, mode, pipeline", [(True, "auto", WARP_SPECIALIZED),
                                                     pytest.param(False, "bulk", passes.PTX_PIPELINE, marks=SLOW),
-                                                    pytest.param(True, "bulk", WARP_SPECIALIZED, marks=SLOW)])
+                                                    pytest.param(True, "red", WARP_SPECIALIZED, marks=SLOW)])
 def test_key_rows_backward_ptxas_clean(causal, mode, pipeline, ptxas):
-    """No spill, no warning; warp-specialized (the default pipeline, dQ by red: without a fallback warning) a
+    """No spill, no warning; warp-specialized (the default pipeline, dQ^T by the producer's bulk reduction as
+    `atomic-add=auto` takes it, or by red: without a fallback warning) a
     producer and two consumer warpgroups (384 threads, UTMALDG, USETMAXREG), single-stage 256 threads; the main loop
     (one 64 x 128 block) issues HGMMA. bench/backward_sass.py prints its instructions per key beside FA3's."""
     main = _key_rows(causal).main
