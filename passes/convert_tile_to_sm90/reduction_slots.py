@@ -61,8 +61,8 @@ class ReductionSlots:
 def auto_takes_bulk(op: tile.AtomicAddOp) -> bool:
     """Whether `atomic-add=auto` hands `op` to the producer (where it may): a transposed add (`tile.atomic_add ...
     transpose`, the keys-on-rows backward's dQ^T), where the bulk reduction saves the most. bench/backward_sass.py,
-    SASS per trip of the warp-specialized loop, red -> bulk under ptxas 13.0: d128 keys-on-rows 64 x 128 481 -> 444
-    (causal 532 -> 497; under 13.5 508 -> 475 and 559 -> 528); d128 64 x 64 553 -> 534; d64 128 x 128 783 -> 779.
+    SASS per trip of the warp-specialized loop, red -> bulk under ptxas 13.0: d128 keys-on-rows 64 x 128 480 -> 442
+    (causal 531 -> 495; under 13.5 508 -> 475 and 559 -> 528); d128 64 x 64 553 -> 534; d64 128 x 128 783 -> 779.
     The untransposed adds keep `red`: at 128 x 128 the gain is 4 instructions for 64 KiB of staging, and those
     kernels are the ones a score_mod's tiles share (soft-cap at head_dim 64, 128 x 128, spills under ptxas 13.0
     and 13.5 with the staging and fits without it)."""
