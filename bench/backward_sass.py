@@ -2,14 +2,16 @@
 the main loop (the innermost loop holding HGMMA: one query block of a key block's loop), ours and
 FlashAttention-3's Hopper backward side by side, each under every ptxas found.
 
-    python bench/backward_sass.py [--head-dim 64 128] [--causal both|yes|no] [--fa3] [--ptxas 13.0 ...]
+    python bench/backward_sass.py [--head-dim 64 128] [--causal both|yes|no] [--deterministic] [--fa3]
+                                  [--ptxas 13.0 ...]
 
 Ours: the main kernel through
   "single"  the single-stage pipeline (`passes.PTX_PIPELINE`): 256 threads at block 128 x 128 and at 64 x 128
             (keys on the rows: two consumer warpgroups), 128 at 64 x 64;
   "ws"      the default pipeline named (`passes.DEFAULT_PIPELINE`, so that it does not fall back): two-stage Q/dO
             rings filled by a TMA producer warpgroup, setmaxnreg budgets (overlap-softmax leaves the loop alone),
-with dQ added by `red.global.add.f32` or `cp.reduce.async.bulk` (`convert-tile-to-sm90{atomic-add=...}`); a
+with dQ added by `red.global.add.f32` or `cp.reduce.async.bulk` (`convert-tile-to-sm90{atomic-add=...}`), and
+by the default `atomic-add=auto` (its row's dQ column says which it took: `auto=bulk`, `auto=red`); a
 configuration that does not fit is printed with its refusal. Blocks (block_m x block_n, `BLOCKS`): 128 x 128 at
 head_dim 64; at 128 the 64 x 64 kernel and the 64 x 128 one with keys on the rows of its register tiles (S^T, dP^T,
 dK, dV and dQ^T all 128 rows: FlashAttention-3's two consumer warpgroups of 64 keys each); "--block BMxBN" picks one.
@@ -34,6 +36,7 @@ from pathlib import Path
 
 import tessera
 from tessera import passes
+from tessera.dialects.sm90_reductions import BulkReduceAddOp
 from tessera.kernels import attention_backward
 from tessera.toolchain import compile_ptx, disassemble, find_all_ptxas, innermost_loop, parse_sass
 
@@ -64,12 +67,13 @@ def _row(kernel, ptxas, head_dim, causal, mode, bm, bn, threads, function, loop)
 
 
 def measure(head_dim: int, causal: bool, mode: str, kind: str, ptxas: str | None = None,
-            block: tuple[int, int] = (64, 64)):
+            block: tuple[int, int] = (64, 64), deterministic: bool = False):
     """Our main kernel through pipeline `kind` with dQ by `mode`: a row, or the refusal's text."""
     bm, bn = block
     pipeline = PIPELINES[kind].replace("convert-tile-to-sm90", f"convert-tile-to-sm90{{atomic-add={mode}}}")
-    main = attention_backward(head_dim=head_dim, causal=causal, block_m=bm, block_n=bn).main
-    name = f"{kind} d{head_dim} {bm}x{bn} causal={causal} {mode}"
+    main = attention_backward(head_dim=head_dim, causal=causal, block_m=bm, block_n=bn,
+                              deterministic=deterministic).main
+    name = f"{kind} d{head_dim} {bm}x{bn} causal={causal}{' deterministic' if deterministic else ''} {mode}"
     try:
         lowered = tessera.compile(main, target="target", pipeline=pipeline)
     except Exception as error:  # a register budget refusal: print it as the row
@@ -78,6 +82,8 @@ def measure(head_dim: int, causal: bool, mode: str, kind: str, ptxas: str | None
     if "sm90.pipeline_note" in fn.attributes:  # atomic-add=red is the default spec, which falls back
         return f"{name}: {fn.attributes['sm90.pipeline_note'].data[:160]}"
     threads = fn.attributes["sm90.kernel"].data["threads"].value.data
+    if mode == "auto":  # which one auto took
+        mode += "=bulk" if any(isinstance(op, BulkReduceAddOp) for op in lowered.walk()) else "=red"
     result = compile_ptx(tessera.compile(main, target="ptx", pipeline=pipeline), ptxas=ptxas)
     (function,) = result.log.functions.values()
     loop = innermost_loop(disassemble(result.cubin), containing="HGMMA")
@@ -138,6 +144,7 @@ def main() -> None:
     parser.add_argument("--causal", choices=("both", "yes", "no"), default="both")
     parser.add_argument("--block", help="block_m x block_n of ours, e.g. 64x128 (default: each of BLOCKS)")
     parser.add_argument("--fa3", action="store_true", help="also FA3's backward (tests/ptx_library/build.py)")
+    parser.add_argument("--deterministic", action="store_true", help="our kernels with deterministic=True")
     parser.add_argument("--ptxas", nargs="+", help="releases of ptxas to use (default: every one found), e.g. 13.0")
     args = parser.parse_args()
     causals = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
@@ -152,8 +159,10 @@ def main() -> None:
             for block in blocks:
                 for causal in causals:
                     for kind in PIPELINES:
-                        for mode in ("red", "bulk"):
-                            rows.append(measure(head_dim, causal, mode, kind, path, block))
+                        for mode in ("red", "bulk", "auto"):
+                            if args.deterministic and mode == "bulk":
+                                continue  # the semaphores keep auto at red, and bulk is no faster there
+                            rows.append(measure(head_dim, causal, mode, kind, path, block, args.deterministic))
             if args.fa3:
                 rows += fa3_rows(head_dim, path)
             for row in rows:

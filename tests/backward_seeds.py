@@ -7,7 +7,9 @@ warpgroup filling two-stage Q and dO rings, one consumer warpgroup; dQ added by 
 dQ added by a bulk reduction from shared memory (`cp.reduce.async.bulk`, its staging buffer reused every trip),
 and the single-stage kernel (thread 0 loads Q and dO each trip; every thread waits); and the default kernel at
 head_dim 128 (`DEFAULT_BLOCKS`, 64 x 128, "keys on rows": S^T = K Q^T, two consumer warpgroups of 64 keys each
-sharing dS^T, dQ^T added transposed by `red.global.add`, a bar.sync at the end of each trip).
+sharing dS^T, a bar.sync at the end of each trip), its dQ^T staged in two shared slots and bulk-reduced by the
+producer (the default `atomic-add=auto` there), and the same kernel with `atomic-add=red` (dQ^T added transposed by
+`red.global.add`: the red-specific seeds).
 
 An edit names what to change, not how: `At(region, kind, n)` is the n-th synchronisation op of `kind` in a region
 of the kernel, located the same way in both forms (op classes in Target IR, instruction prefixes in PTX: the
@@ -45,15 +47,19 @@ VARIANTS = {
                                                                  "convert-tile-to-sm90{atomic-add=bulk}"),
     "single-stage": passes.PTX_PIPELINE,
     "keys on rows": passes.DEFAULT_PIPELINE,
+    "keys on rows, red dQ": passes.DEFAULT_PIPELINE.replace("convert-tile-to-sm90",
+                                                            "convert-tile-to-sm90{atomic-add=red}"),
     "head_dim 64, 128 x 128": passes.DEFAULT_PIPELINE,
 }
 
-BLOCKS = {variant: (64, 64) for variant in VARIANTS} | {"keys on rows": (64, 128),
+BLOCKS = {variant: (64, 64) for variant in VARIANTS} | {"keys on rows": (64, 128), "keys on rows, red dQ": (64, 128),
                                                         "head_dim 64, 128 x 128": (128, 128)}
 HEAD_DIMS = {variant: HEAD_DIM for variant in VARIANTS} | {"head_dim 64, 128 x 128": 64}
 """(block_m, block_n) and head_dim of each variant: the old 64 x 64 kernel, and the default at head_dim 128 (`DEFAULT_BLOCKS`:
-keys on the rows, two consumer warpgroups of 64 keys each, dQ^T added transposed by `red.global.add`); and
-head_dim 64's default, 128 x 128, queries on the rows, two consumer warpgroups of 64 queries each sharing P and dS."""
+keys on the rows, two consumer warpgroups of 64 keys each, dQ^T staged in two shared slots and added by the producer's
+`cp.reduce.async.bulk`, the default `atomic-add=auto`; with `atomic-add=red` added transposed by `red.global.add`);
+and head_dim 64's default, 128 x 128, queries on the rows, two consumer warpgroups of 64 queries each sharing P and
+dS (dQ by `red.global.add`, auto's choice there)."""
 
 SHAPES = {"one trip": (64, 64), "several trips": (200, 100)}
 """(seq_q, seq_k) of the 64 x 64 variants: each CTA owns a key block and loops over the query blocks; the first
@@ -61,6 +67,7 @@ shape runs one trip (each ring slot filled once), the second four (each slot ref
 two CTAs. `shape(variant, name)` gives another variant's (`SHAPES_OF`)."""
 
 SHAPES_OF = {"keys on rows": {"one trip": (64, 128), "several trips": (200, 200)},
+             "keys on rows, red dQ": {"one trip": (64, 128), "several trips": (200, 200)},
              "head_dim 64, 128 x 128": {"one trip": (128, 128), "several trips": (300, 200)}}
 """The keys-on-rows kernel's shapes: one trip on one CTA; four trips (the last query block ragged) on two CTAs (the
 second key block ragged, 72 of its 128 key rows past seq_k); head_dim 64's: one trip, and three (the last 44 of
@@ -455,8 +462,8 @@ def apply_ptx(text: str, edit: Edit) -> str:
 C, P = "consumer loop", "producer loop"
 _S_FENCE, _DP_FENCE, _DV_FENCE, _DK_FENCE, _DQ_FENCE = (At(C, "wgmma_fence", n) for n in range(5))
 _DQ_WAIT = At(C, "wait_group", 2)
-"""In every variant the loop's wgmma groups are S = Q K^T, dP = dO V^T, dV += P^T dO, dK += dS^T Q, dQ = dS K (one
-fence and one commit each); wait_group 0 after S, after dP and before dQ is added."""
+"""In every variant the loop's wgmma groups are S = Q K^T, dP = dO V^T (its accumulator starting at -dPsum), dV += P^T
+dO, dK += dS^T Q, dQ = dS K (one fence and one commit each); wait_group 0 after S, after dP and before dQ is added."""
 
 ALL = "RRRR"
 """What a seed must give, per (CTA simulator on one trip, on several; PTX executor on one trip, on several):
@@ -526,7 +533,8 @@ _WARP_SPECIALIZED = [
      Edit("count", At("kernel", "init", 2), 64), "RRCR", _LEDGER),
     ("mbarrier count wrong", "Q's first full barrier counts two arrivals", Edit("count", At("kernel", "init", 1), 2),
      ALL, ""),
-    ("wgmma.fence deleted", "before dP = dO V^T", Edit("delete", _DP_FENCE), "CCCC", _ZERO_ACC),
+    ("wgmma.fence deleted", "before dP - dPsum = dO V^T (its accumulator was just set to -dPsum)",
+     Edit("delete", _DP_FENCE), ALL, ""),
     ("wgmma.fence deleted", "before dQ = dS K", Edit("delete", _DQ_FENCE), "CCCC", _ZERO_ACC),
     ("fence.mbarrier_init deleted", "after the inits", Edit("delete", At("kernel", "fence_mbarrier_init", 0)),
      "CCCC", _INIT_FENCE),
@@ -690,6 +698,75 @@ _KEY_ROWS = [
      "dK wgmma (same shape: no fence needed between them)"),
 ]
 
+_B_STAGED, _B_Q, _B_DO = At(C, "release", 0), At(C, "release", 1), At(C, "release", 2)
+_B_SLOT_FREE, _B_STAGED_WAIT, _B_READ = At(C, "wait", 2), At(P, "wait", 2), At(P, "bulk_wait", 0)
+_B_STAGE_FENCE, _B_FREED = At(C, "fence_proxy", 1), At(P, "release", 0)
+"""The keys-on-rows loop with dQ^T by the producer's bulk reduction (the default `atomic-add=auto`;
+convert-tile-to-sm90's reduction slots): as `_KEY_ROWS` up to dQ^T = K^T dS^T; then each consumer waits for a free
+staging slot (its empty barrier: "wait" 2), waits for dQ^T (wait_group 0), stores its registers into the slot
+transposed, fences them for the async proxy and arrives on the slot's full barrier ("release" 0), before Q's and dO's
+releases ("release" 1 and 2) and the end-of-trip bar.sync. The producer's loop fills the next trip's Q and dO, then
+waits on the full barrier of this trip's slot ("wait" 2), issues `cp.reduce.async.bulk`, waits for its read
+(`cp.async.bulk.wait_group.read 0`) and frees the slot ("release" 0)."""
+_STAGED_ORDERS_REFILL = ("the producer refills Q's slot for trip t + 2 only after its wait for trip t's staged dQ^T, "
+                         "which every consumer arrives at after the wait_group 0 that completes every wgmma reading "
+                         "trip t's Q: the staging slot's full barrier orders the refill as Q's empty barrier would")
+_SLOT_AFTER_REFILL = ("the producer's one thread reduces trip t (its wait_group.read included) before it fills Q for "
+                      "trip t + 2, which the consumers wait for before they store into trip t's staging slot again: "
+                      "the slot's empty barrier adds no order here")
+
+_KEY_ROWS_BULK = [
+    ("wait deleted", "the Q full wait in the consumer loop", Edit("delete", At(C, "wait", 0)), ALL, ""),
+    ("wait deleted", "the dO full wait in the consumer loop", Edit("delete", At(C, "wait", 1)), ALL, ""),
+    ("wait deleted", "the consumers' K/V wait", Edit("delete", At("consumer", "wait", 0)), ALL, ""),
+    ("wait deleted", "the producer's Q empty wait in its loop", Edit("delete", At(P, "wait", 0)), "CCCC",
+     _STAGED_ORDERS_REFILL),
+    ("parity flipped", "the Q full wait in the consumer loop", Edit("flip", At(C, "wait", 0)), ALL, ""),
+    ("parity flipped", "the producer's first Q empty wait", Edit("flip", At("producer", "wait", 0)), ALL, ""),
+    ("expect_tx too small", "the producer's first Q", Edit("scale", At("producer", "expect_tx", 0), 0.5), ALL, ""),
+    ("expect_tx deleted", "the producer's first dO", Edit("delete", At("producer", "expect_tx", 1)), ALL, ""),
+    ("riding row left out", "the producer's first Q fill expects Q's bytes, not its LSE2 row's",
+     Edit("scale", At("producer", "expect_tx", 0), _ROW_BYTES), ALL, ""),
+    ("wgmma.commit_group deleted", "dQ^T = K^T dS^T", Edit("delete", At(C, "commit", 4)), ALL, ""),
+    ("wgmma.wait_group deleted", "after S^T = K Q^T", Edit("delete", At(C, "wait_group", 0)), ALL, ""),
+    ("wgmma.fence deleted", "before dV += P^T dO (its A registers, P^T, were just written)",
+     Edit("delete", _R_DV), ALL, ""),
+    ("fence.proxy.async deleted", "after the dS^T stores", Edit("delete", At(C, "fence_proxy", 0)), ALL, ""),
+    ("second warpgroup's barrier", "the bar.sync publishing dS^T deleted (dQ^T reads the other warpgroup's rows)",
+     Edit("delete", _R_PUBLISH), ALL, ""),
+    ("end-of-trip barrier deleted", "the next trip's dS^T stores overwrite what the other warpgroup's dQ^T reads",
+     Edit("delete", _R_TRIP_END), "CRCR", _ONE_TRIP),
+    ("slot release deleted", "Q's", Edit("delete", _B_Q), "RRCR", _LEDGER),
+    # the staged dQ^T and the producer's bulk reduction
+    ("dQ^T staged without its wait", "the wait_group 0 before the staging stores", Edit("delete", _R_DQ_WAIT),
+     ALL, ""),
+    ("dQ^T staged without its wait", "wait_group 0 -> 1 before the staging stores", Edit("pending", _R_DQ_WAIT, 1),
+     ALL, ""),
+    ("fence.proxy.async deleted", "after the dQ^T staging stores (the bulk reduction reads through the async proxy)",
+     Edit("delete", _B_STAGE_FENCE), ALL, ""),
+    ("staged dQ^T published early", "a consumer arrives on the slot's full barrier before its fence.proxy.async",
+     Edit("move", _B_STAGED, other=_B_STAGE_FENCE), ALL, ""),
+    ("staged dQ^T published early", "a consumer arrives on the slot's full barrier before its staging stores",
+     Edit("move", _B_STAGED, other=_R_DQ_WAIT), ALL, ""),
+    ("staged dQ^T never published", "the consumers' arrive on the slot's full barrier deleted",
+     Edit("delete", _B_STAGED), ALL, ""),
+    ("wait deleted", "the producer's wait for the staged dQ^T", Edit("delete", _B_STAGED_WAIT), ALL, ""),
+    ("parity flipped", "the producer's wait for the staged dQ^T", Edit("flip", _B_STAGED_WAIT), ALL, ""),
+    ("mbarrier count wrong", "the staging slot's full barrier counts one warpgroup",
+     Edit("count", At("kernel", "init", 9), 128), ALL, ""),
+    ("bulk wait deleted", "the producer's wait_group.read before it frees the staging slot", Edit("delete", _B_READ),
+     ALL, ""),
+    ("staging slot freed early", "the producer frees the slot before its wait_group.read",
+     Edit("move", _B_FREED, other=_B_READ), "CCCC", _SLOT_AFTER_REFILL),
+    ("staging slot freed early", "the producer frees the slot before it waits for the staged dQ^T",
+     Edit("move", _B_FREED, other=_B_STAGED_WAIT), ALL, ""),
+    ("wait deleted", "the consumers' wait for a free staging slot", Edit("delete", _B_SLOT_FREE), "CCCC",
+     _SLOT_AFTER_REFILL),
+    ("slot release deleted", "the producer's release of the staging slot", Edit("delete", _B_FREED), "CRCR",
+     "on one trip each staging slot is filled once and never waited for again; the CTA simulator's end-of-kernel "
+     "ledger counts the rings' slots, not the staging slots' (a gap: an unbalanced slot there is not reported)"),
+]
+
 _D64_PUBLISH, _D64_TRIP_END = At(C, "bar_sync", 0), At(C, "bar_sync", 1)
 """head_dim 64's loop (each consumer warpgroup, 64 queries of the 128): S = Q K^T, the P stores and their fence,
 dP = dO V^T, the dS stores and their fence, the bar.sync publishing P and dS to the other warpgroup (dV += P^T dO,
@@ -723,7 +800,7 @@ _D64 = [
 ]
 
 CATALOGUE = {"warp-specialized": _WARP_SPECIALIZED, "warp-specialized, bulk dQ": _BULK, "single-stage": _SINGLE,
-             "keys on rows": _KEY_ROWS, "head_dim 64, 128 x 128": _D64}
+             "keys on rows": _KEY_ROWS_BULK, "keys on rows, red dQ": _KEY_ROWS, "head_dim 64, 128 x 128": _D64}
 """variant -> [(kind, name, edit, expected, reason)]; `expected` as `ALL` says."""
 
 LEVELS = ("target", "ptx")

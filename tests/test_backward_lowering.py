@@ -361,11 +361,12 @@ def test_key_rows_warp_specialized_is_bitwise_the_single_stage_kernel(seq_q, seq
     _assert_within_rule((dq, *single[1:]), problem, causal)
 
 
-@pytest.mark.parametrize("causal, mode, pipeline", [(True, "red", WARP_SPECIALIZED),
+@pytest.mark.parametrize("causal, mode, pipeline", [(True, "auto", WARP_SPECIALIZED),
                                                     pytest.param(False, "bulk", passes.PTX_PIPELINE, marks=SLOW),
-                                                    pytest.param(True, "bulk", WARP_SPECIALIZED, marks=SLOW)])
+                                                    pytest.param(True, "red", WARP_SPECIALIZED, marks=SLOW)])
 def test_key_rows_backward_ptxas_clean(causal, mode, pipeline, ptxas):
-    """No spill, no warning; warp-specialized (the default pipeline, dQ by red: without a fallback warning) a
+    """No spill, no warning; warp-specialized (the default pipeline, dQ^T by the producer's bulk reduction as
+    `atomic-add=auto` takes it, or by red: without a fallback warning) a
     producer and two consumer warpgroups (384 threads, UTMALDG, USETMAXREG), single-stage 256 threads; the main loop
     (one 64 x 128 block) issues HGMMA. bench/backward_sass.py prints its instructions per key beside FA3's."""
     main = _key_rows(causal).main
@@ -476,8 +477,61 @@ def test_a_ring_in_a_loop_nest_whose_trip_count_varies_is_refused_by_name():
 
 
 def test_unknown_atomic_add_mode_is_refused():
-    with pytest.raises(DiagnosticException, match=r"atomic-add must be one of red, bulk, got 'cas'"):
+    with pytest.raises(DiagnosticException, match=r"atomic-add must be one of auto, red, bulk, got 'cas'"):
         tessera.compile(_kernels(64, False).main, target="target", pipeline=_pipeline("cas"))
 
 
 # endregion
+
+
+# region atomic-add=auto, the default
+def _window(b, h, q_idx, kv_idx):
+    return (q_idx >= kv_idx) & (q_idx - kv_idx < 40)
+
+
+@pytest.mark.parametrize("build, pipeline, expected", [
+    (lambda: _key_rows(False), passes.DEFAULT_PIPELINE, "bulk"),  # keys on rows: dQ^T added transposed
+    (lambda: _kernels(128, False), passes.DEFAULT_PIPELINE, "red"),  # 64 x 64: dQ not transposed
+    (lambda: _key_rows(True), passes.PTX_PIPELINE, "red"),  # single-stage: no producer
+    (lambda: attention_backward(head_dim=128, block_m=64, block_n=128, deterministic=True),
+     passes.DEFAULT_PIPELINE, "red"),  # semaphores: only the adding thread could wait for its writes
+    # the staging slots beside a mask_mod's P tile: more than 227 KiB (also tests/test_attention_mods_ws.py's
+    # test_d128_window_gqa_ragged_at_target_level_takes_the_dense_kernels_blocks)
+    pytest.param(lambda: attention_backward(128, mask_mod=_window, block_sparse=True, block_m=64, block_n=128),
+                 passes.DEFAULT_PIPELINE, "red", marks=SLOW),
+], ids=["key-rows", "64x64", "single-stage", "deterministic", "mask-mod"])
+def test_auto_takes_the_producers_bulk_reduction_for_transposed_adds_only(build, pipeline, expected):
+    """`atomic-add=auto` (the default): the producer bulk-reduces dQ^T staged in its two slots where it may and the
+    add is transposed, every other dQ is added by red.global.add (reduction_slots.auto_takes_bulk)."""
+    from tessera.dialects import sm90_reductions
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lowered = tessera.compile(build().main, target="target", pipeline=pipeline)
+    ops = list(lowered.walk())
+    bulk = [op for op in ops if isinstance(op, sm90_reductions.BulkReduceAddOp)]
+    red = [op for op in ops if isinstance(op, sm90_reductions.RedGlobalAddOp)]
+    assert (len(bulk), len(red) > 0) == ((1, False) if expected == "bulk" else (0, True))
+
+
+# endregion
+
+
+def test_each_wgmma_descriptor_has_ptx_registers_of_its_own():
+    """ptxas 13.3+ take a PTX register as one unit over the kernel: a descriptor sharing its name with another value
+    left the uniform datapath (the single-stage d128 loop under 13.5: 720 SASS instructions, 112 R2UR; 534 with a
+    name per descriptor, docs/performance.md). No two values of which one is a descriptor share a register."""
+    from tessera.regalloc.uniform import DESCRIPTOR_OPS
+
+    lowered = tessera.compile(_key_rows(False).main, target="target", pipeline=passes.PTX_PIPELINE)
+    fn = next(op for op in lowered.walk() if is_target_kernel(op))
+    names = allocate_registers(fn).names
+    owners: dict[str, set] = {}
+    for value, registers in names.items():
+        for register in registers if isinstance(registers, list) else []:
+            owners.setdefault(register, set()).add(value)
+    descriptors = [v for v in names if isinstance(v.owner, DESCRIPTOR_OPS)]
+    assert len(descriptors) > 40
+    for value in descriptors:
+        for register in names[value]:
+            assert owners[register] == {value}, (register, [str(v) for v in owners[register]][:3])

@@ -1,7 +1,8 @@
 """Both race detectors on kernels they were not written for (issue 31): one-edit bugs seeded into the attention
 backward's main kernel at head_dim 128 (tests/backward_seeds.py: the warp-specialized kernel of the default
 pipeline, its bulk-reduction dQ variant, the single-stage kernel, all 64 x 64, and the default keys-on-rows kernel,
-64 x 128 with two consumer warpgroups) are reported by the CTA simulator (Target IR)
+64 x 128 with two consumer warpgroups, its dQ^T bulk-reduced by the producer as `atomic-add=auto` chooses there, and
+the same with `atomic-add=red`) are reported by the CTA simulator (Target IR)
 and the PTX executor alike, naming both sides, and the edits each kernel's synchronisation covers run clean
 with bitwise the unseeded outputs. One seed of each kind runs here on several trips; every seed on both shapes
 at both levels is `-m slow` (and `python bench/races_target.py --backward`, `python bench/races.py --backward`).
@@ -81,17 +82,18 @@ def test_the_producer_reduces_only_staged_dq_its_consumers_fenced(level):
     assert got == "R" == expected[0] and _both_sides(level, text), text
 
 
-KEY_ROWS = "keys on rows"
-NEW_KINDS = ["dQ^T added transposed without its wait", "second warpgroup's barrier", "riding row left out"]
-"""Kinds that exist only in the default keys-on-rows kernel (two consumer warpgroups; LSE2 riding on Q's barriers):
-one seed each, one trip."""
+KEY_ROWS, KEY_ROWS_RED = "keys on rows", "keys on rows, red dQ"
+NEW_KINDS = ["staged dQ^T published early", "second warpgroup's barrier", "riding row left out"]
+"""Kinds that exist only in the default keys-on-rows kernel (two consumer warpgroups; LSE2 riding on Q's barriers;
+dQ^T staged for the producer's bulk reduction): one seed each, one trip."""
 
 
 D64 = "head_dim 64, 128 x 128"
 
 
 @pytest.mark.parametrize("level", ["target", "ptx"])
-@pytest.mark.parametrize("variant,kind", [(KEY_ROWS, k) for k in NEW_KINDS] + [(D64, NEW_KINDS[1])])
+@pytest.mark.parametrize("variant,kind", [(KEY_ROWS, k) for k in NEW_KINDS] + [
+    (KEY_ROWS_RED, "dQ^T added transposed without its wait"), (D64, NEW_KINDS[1])])
 def test_the_two_warpgroup_kernels_own_kinds_are_reported_at_both_levels(variant, kind, level):
     _, name, edit, expected, _ = next(s for s in CATALOGUE[variant] if s[0] == kind)
     assert expected == ALL

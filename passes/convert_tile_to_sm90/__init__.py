@@ -65,6 +65,7 @@ from xdsl.passes import ModulePass
 from tessera.kernel_abi import kernels
 from tessera.passes.convert_tile_to_sm90.common import INVARIANT_ATTR, PRODUCER_ATTR, LoweringError
 from tessera.passes.convert_tile_to_sm90.kernel import KernelLowering
+from tessera.passes.convert_tile_to_sm90.reduction_slots import StagingDoesNotFit
 
 __all__ = ["INVARIANT_ATTR", "PRODUCER_ATTR", "ConvertTileToSm90Pass", "KernelLowering", "LoweringError"]
 
@@ -77,10 +78,11 @@ class ConvertTileToSm90Pass(ModulePass):
     input_level: ClassVar[str] = "tile"
     """The kernels it transforms (Tile IR); tools refuse a module with only the other kind."""
 
-    atomic_add: str = "red"
-    """How `tile.atomic_add` is lowered: "red" (red.global.add.f32 per register) or "bulk" (a shared staging
+    atomic_add: str = "auto"
+    """How `tile.atomic_add` is lowered: "red" (red.global.add.f32 per register), "bulk" (a shared staging
     buffer and cp.reduce.async.bulk: in a pipelined kernel one per window from the producer, `reduction_slots`;
-    else one per row); `convert-tile-to-sm90{atomic-add=bulk}`. See `backward`."""
+    else one per row) or "auto", the default: "bulk" where the producer issues it and it is the faster
+    (`reduction_slots.auto_takes_bulk`), else "red"; `convert-tile-to-sm90{atomic-add=bulk}`. See `backward`."""
 
     store_shared: str = "st_shared"
     """How `tile.store_shared` is lowered: "st_shared" (one st.shared.b32 per packed pair, the default: the
@@ -95,7 +97,10 @@ class ConvertTileToSm90Pass(ModulePass):
             if value not in modes:
                 raise LoweringError(f"convert-tile-to-sm90: {option} must be one of {', '.join(modes)}, got '{value}'")
         for kernel in kernels(op):
-            lowered = KernelLowering(kernel, self.atomic_add, self.store_shared).run()
+            try:
+                lowered = KernelLowering(kernel, self.atomic_add, self.store_shared).run()
+            except StagingDoesNotFit:  # auto's bulk staging does not fit: red, which stages nothing
+                lowered = KernelLowering(kernel, "red", self.store_shared).run()
             kernel.parent_block().insert_op_before(lowered, kernel)
             kernel.detach()
             kernel.erase()

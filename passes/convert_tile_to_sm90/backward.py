@@ -8,8 +8,9 @@ row subtraction, and 1-D row windows (LSE2, dPsum) loaded and stored per row.
   slab (`_stmatrix_slabs`), then `fence.proxy.async` (the wgmma reads shared memory through the async proxy); the `tile.barrier` that
   the builder puts before the reading mma orders the other warps' stores before it.
 - `tile.atomic_add` of an f32 register tile into a global window, two ways (`ATOMIC_ADD_MODES`, the pass
-  option `atomic-add`):
-    "red"  one `red.global.add.f32` per register and row in bounds (the default);
+  option `atomic-add`, whose default "auto" takes "bulk" for a transposed add the producer can issue and "red"
+  for the others: `reduction_slots.auto_takes_bulk`):
+    "red"  one `red.global.add.f32` per register and row in bounds;
     "bulk" FlashAttention-3's: in a pipelined kernel, into a window of whole rows, the producer adds it
            (`reduction_slots.py`: a two-slot staging ring with full and empty mbarriers, one
            `cp.reduce.async.bulk` of the whole window per trip). Elsewhere the tile is staged in an f32 shared
@@ -47,8 +48,12 @@ from tessera.passes.convert_tile_to_sm90.common import (
 from tessera.sm90 import facts
 from tessera.sm90 import matrix as matrix_facts
 
-ATOMIC_ADD_MODES = ("red", "bulk")
-"""How `tile.atomic_add` is lowered: per-register `red.global.add.f32`, or a bulk reduction from shared memory."""
+ATOMIC_ADD_MODES = ("auto", "red", "bulk")
+"""How `tile.atomic_add` is lowered: per-register `red.global.add.f32`, a bulk reduction from shared memory, or
+"auto" (the default): the bulk reduction where the producer issues it and it is the faster
+(`reduction_slots.auto_takes_bulk`: a transposed add in a pipelined kernel without semaphores, into a window of
+whole rows, whose staging fits in shared memory), `red` elsewhere (bulk from the consumers, which meet at a
+bar.sync and wait for the read, is the slower: bench/backward_sass.py)."""
 
 STORE_SHARED_MODES = ("stmatrix", "st_shared")
 """How `tile.store_shared` is lowered: `stmatrix.x4` per 16-column slab, or one `st.shared.b32` per pair."""
@@ -67,7 +72,7 @@ class BackwardLowering:
     windows of `tile.load`/`tile.store_global`, 16-bit to f32 casts, and the trailing wait of a backward
     kernel, and hands everything else to them)."""
 
-    atomic_add_mode: str = "red"
+    atomic_add_mode: str = "auto"
     store_shared_mode: str = "st_shared"
 
     # -- shared stores ----------------------------------------------------------------------------------------
@@ -179,7 +184,7 @@ class BackwardLowering:
         ty = op.value.type
         if not isinstance(window, Window) or len(window.shape) != 2 or ty.memory_space.value != "register":
             _refuse(op, "only f32 register tiles are added into a 2-D global window")
-        if self.atomic_add_mode == "bulk":
+        if self.atomic_add_mode == "bulk" or op in self.reduction_slots:
             self._bulk_add(op, window, e)
             return
         if op.transpose is not None:

@@ -64,7 +64,7 @@ from tessera.passes.convert_tile_to_sm90.control import ControlFlowLowering
 from tessera.passes.convert_tile_to_sm90.elementwise import ElementwiseLowering
 from tessera.passes.convert_tile_to_sm90.memory import MemoryLowering
 from tessera.passes.convert_tile_to_sm90.mma import MmaLowering
-from tessera.passes.convert_tile_to_sm90.reduction_slots import ReductionSlotsLowering
+from tessera.passes.convert_tile_to_sm90.reduction_slots import ReductionSlotsLowering, StagingDoesNotFit
 from tessera.passes.convert_tile_to_sm90.registers import RegisterTileLowering
 from tessera.passes.convert_tile_to_sm90.riding_rings import RidingRings, plan_riding_rings
 from tessera.passes.convert_tile_to_sm90.serving import ServingLowering
@@ -78,7 +78,7 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
     """Lowers one Tile IR kernel; see the module docstring."""
 
     fn: func.FuncOp
-    atomic_add_mode: str = "red"  # how tile.atomic_add is lowered (backward.ATOMIC_ADD_MODES)
+    atomic_add_mode: str = "auto"  # how tile.atomic_add is lowered (backward.ATOMIC_ADD_MODES)
     store_shared_mode: str = "st_shared"  # how tile.store_shared is lowered (backward.STORE_SHARED_MODES)
     sig: KernelSignature = field(init=False)
     values: dict = field(default_factory=dict)
@@ -283,6 +283,8 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
 
         # The launch asks for 1023 bytes more, to align the base at run time (tessera.ptx).
         if self.smem_offset + 1023 > facts.MAX_SHARED_MEMORY_PER_BLOCK:
+            if self.atomic_add_mode == "auto" and self.reduction_slots:
+                raise StagingDoesNotFit(self.fn)
             _refuse(self.fn, f"the kernel needs {self.smem_offset} bytes of shared memory (+1023 to align the base), more "
                           f"than the {facts.MAX_SHARED_MEMORY_PER_BLOCK} a thread block of sm_90 may have: use fewer "
                           "pipeline stages or smaller tiles")

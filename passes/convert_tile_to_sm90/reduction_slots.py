@@ -21,7 +21,11 @@ warpgroup, or thread 0 of the two-stage kernel), where the window is promised `i
 its tensor (its first column a constant 0, its width the tensor's constant row length: one run of rows x width
 f32), the add sits in a loop, and the kernel orders no additions with semaphores (`tile.sem_signal` waits for
 the reductions' writes, which only the issuing thread can). Elsewhere (the single-stage kernel, say)
-`atomic-add=bulk` stages the tile and adds it by rows from the consumers (`_bulk_add`).
+`atomic-add=bulk` stages the tile and adds it by rows from the consumers (`_bulk_add`), and the default
+`atomic-add=auto` adds it by `red.global.add` (faster there: no bar.sync, no wait for the read). Where the
+producer may take it, auto is bulk for a transposed add (`auto_takes_bulk`), unless its staging slots (twice the
+window's f32 bytes: 64 KiB for the backward's dQ) leave the kernel more shared memory than a thread block has (a
+score_mod's P tile beside the dense kernel's tiles): then the kernel is lowered again with `red`.
 """
 
 from __future__ import annotations
@@ -54,6 +58,22 @@ class ReductionSlots:
     empty: SSAValue
 
 
+def auto_takes_bulk(op: tile.AtomicAddOp) -> bool:
+    """Whether `atomic-add=auto` hands `op` to the producer (where it may): a transposed add (`tile.atomic_add ...
+    transpose`, the keys-on-rows backward's dQ^T), where the bulk reduction saves the most. bench/backward_sass.py,
+    SASS per trip of the warp-specialized loop, red -> bulk under ptxas 13.0: d128 keys-on-rows 64 x 128 480 -> 442
+    (causal 531 -> 495; under 13.5 508 -> 475 and 559 -> 528); d128 64 x 64 553 -> 534; d64 128 x 128 783 -> 779.
+    The untransposed adds keep `red`: at 128 x 128 the gain is 4 instructions for 64 KiB of staging, and those
+    kernels are the ones a score_mod's tiles share (soft-cap at head_dim 64, 128 x 128, spills under ptxas 13.0
+    and 13.5 with the staging and fits without it)."""
+    return op.transpose is not None
+
+
+class StagingDoesNotFit(Exception):
+    """`atomic-add=auto` took the bulk reduction by the producer, and its staging slots leave the kernel more shared
+    memory than a thread block has: the kernel is lowered again with `red` (`ConvertTileToSm90Pass`)."""
+
+
 class ReductionSlotsLowering:
     """The mixin of `KernelLowering` for reductions handed to the producer (module docstring)."""
 
@@ -62,11 +82,13 @@ class ReductionSlotsLowering:
         `_alloc_reduction_slots`)."""
         self.reduction_slots = {}
         ops = list(self.fn.walk())
-        if (self.atomic_add_mode != "bulk" or not any(isinstance(op, tile.StageOp) for op in ops)
+        if (self.atomic_add_mode == "red" or not any(isinstance(op, tile.StageOp) for op in ops)
                 or any(isinstance(op, tile.SemWaitOp | tile.SemSignalOp) for op in ops)):
             return
         for op in self.fn.walk():
             if not isinstance(op, tile.AtomicAddOp) or self._enclosing_loop(op) is None:
+                continue
+            if self.atomic_add_mode == "auto" and not auto_takes_bulk(op):
                 continue
             view = op.dest.owner
             if not (isinstance(view, tile.ViewOp) and view.in_bounds is not None and op.value.type.memory_space.value

@@ -421,9 +421,17 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None, head_spl
         p_half = b.cast(p, elt, "p_half")
         p = p_scored
         b.emit(tile.StoreSharedOp(p_half, smem["P"]))
-        dp = b.mma(smem["dO"], smem["V"], b.fill(0.0, register_tile([bm, bn]), "dp_zero"), "dp", transpose_b=True)
-        ds = b.binary(tile.MulOp, p, b.binary(tile.SubRowsOp, dp, dpsum if dpsum is not None else dpsum_rows(),
-                                                  "dp_minus_dpsum"), "ds")
+        dp_zero = b.fill(0.0, register_tile([bm, bn]), "dp_zero")
+        if dpsum is not None:
+            # dP - dPsum in one product: the accumulator starts at -dPsum (along each row), so that dPsum is not
+            # held beside P and the dP accumulator (2 registers a thread, which the deterministic causal kernel
+            # at head_dim 64 lacks warp-specialized), as the keys-on-rows kernel does down its columns
+            dp = b.mma(smem["dO"], smem["V"], b.binary(tile.SubRowsOp, dp_zero, dpsum, "neg_dpsum"),
+                       "dp_minus_dpsum", transpose_b=True)
+        else:
+            dp = b.binary(tile.SubRowsOp, b.mma(smem["dO"], smem["V"], dp_zero, "dp", transpose_b=True),
+                          dpsum_rows(), "dp_minus_dpsum")
+        ds = b.binary(tile.MulOp, p, dp, "ds")
         ds_half = b.cast(ds, elt, "ds_half")
         b.emit(tile.StoreSharedOp(ds_half, smem["dS"]))
         b.barrier()  # P and dS published to every warp

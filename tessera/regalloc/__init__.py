@@ -58,7 +58,10 @@ hands them out), the flash kernels' consumers were left with about 184 registers
 whatever their setmaxnreg said: ptxas spilled (292 bytes for head_dim 128, also in the producer, which
 uses a dozen registers) and serialized the wgmmas (C7512). Renaming the producer's registers in that PTX,
 and nothing else, removed both; ptxas 12.1 to 13.2 assemble both forms without a spill (under 13.0 the
-main loop's SASS is the same length, 497 and 602 instructions).
+main loop's SASS is the same length, 497 and 602 instructions). For the same reason each wgmma descriptor (`sm90.make_descriptor`,
+`descriptor_advance`, `descriptor_offset`) gets registers no other value is given (`allocate._descriptor_roots`):
+HGMMA reads descriptors from uniform registers, and a descriptor whose name also held a per-thread value left the
+uniform datapath under 13.3+ (R2UR or a UMOV pair per k-step).
 
 Pressure per region: `Allocation.region_pressure(op)` gives, for each region of `op` (the producer and the
 consumer branch of a warp-specialized `scf.if`, a loop body), the peak of 32-bit registers live at one

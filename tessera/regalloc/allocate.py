@@ -17,7 +17,7 @@ from tessera.sm90 import facts
 
 from tessera.regalloc.liveness import _Liveness, _alias_sources, _merge_ranges
 from tessera.regalloc.pressure import PressurePeak, _PressureMap, _peak
-from tessera.regalloc.uniform import UNIFORM_DESCRIPTOR_REGISTERS, uniform_descriptors
+from tessera.regalloc.uniform import DESCRIPTOR_OPS, UNIFORM_DESCRIPTOR_REGISTERS, uniform_descriptors
 from tessera.regalloc.registers import (
     CLASS_PREFIX, CLASS_WIDTH, _is_vector, _subclass_test, element_count, immediates, register_class,
 )
@@ -226,8 +226,9 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
     blocks = _accumulator_blocks(live, root_of)
     block_of = {root: block for block in blocks for root in block}
     space_of = _register_spaces(fn, live, root_list)
-    index_of_root: dict = {}  # root -> (pool, index in the pool); a pool is (class, space)
-    used: dict[tuple[str, int], int] = defaultdict(int)  # registers each pool needs
+    descriptor_roots = _descriptor_roots(live, root_list)
+    index_of_root: dict = {}  # root -> (pool, index in the pool); a pool is (class, space, descriptor)
+    used: dict[tuple[str, int, bool], int] = defaultdict(int)  # registers each pool needs
     units = []  # (start, end, roots, ranges) in allocation order: a block is one unit
     for block in blocks:
         spans = _merge_ranges(r for root in block for r in ranges[root])
@@ -243,13 +244,15 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
         cls = register_class(live.value_of[roots[0]].type)
         if roots[0] in block_of:
             cls = "acc"  # accumulators get a pool of their own (see above)
-        pool = (cls, space_of[roots[0]])
+        descriptor = roots[0] in descriptor_roots
+        pool = (cls, space_of[roots[0]], descriptor)
         while active[pool] and active[pool][0][0] < start:
             _, index = heapq.heappop(active[pool])
             free[pool].add(index)
         # Each accumulator block keeps registers of its own: ptxas maps wgmma chains onto physical registers
-        # itself, and a register shared by two chains (even at different times) made it serialize them.
-        if cls == "acc":
+        # itself, and a register shared by two chains (even at different times) made it serialize them. Each
+        # wgmma descriptor too (`_descriptor_roots`).
+        if cls == "acc" or descriptor:
             base = used[pool]
         else:
             holes = reserved[pool]
@@ -265,8 +268,8 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
 
     # Per class, the spaces are numbered one after the other: the kernel's from 0, then each budget region's.
     counts: dict[str, int] = defaultdict(int)
-    first: dict[tuple[str, int], int] = {}
-    for pool in sorted(used, key=lambda p: (p[1], p[0])):
+    first: dict[tuple[str, int, bool], int] = {}
+    for pool in sorted(used, key=lambda p: (p[1], p[0], p[2])):
         first[pool] = counts[pool[0]]
         counts[pool[0]] += used[pool]
     names_of_root = {root: f"{CLASS_PREFIX[pool[0]]}{first[pool] + index}" for root, (pool, index) in index_of_root.items()}
@@ -289,6 +292,22 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
     pressure = _PressureMap(live, root_of, ranges, widths)
     at_peak = pressure.kernel_peak()
     return Allocation(names, dict(counts), at_peak.registers, at_peak.position, at_peak, pressure)
+
+
+def _descriptor_roots(live: _Liveness, roots: list[int]) -> set[int]:
+    """The register groups holding a wgmma descriptor (`sm90.make_descriptor`, `descriptor_advance`,
+    `descriptor_offset`): each gets PTX registers no other group is given. ptxas 13.3 and later treat a virtual
+    register as one allocation unit across the kernel (module docstring), and HGMMA reads its descriptors from
+    uniform registers: a descriptor whose name another value (a per-thread address, another descriptor) also
+    holds is computed on the vector datapath and moved over by R2UR, or its k-step advances take a UMOV pair
+    each. The d128 keys-on-rows backward's single-stage loop under ptxas 13.5: 720 SASS instructions with the
+    names shared (112 R2UR), 534 with a name per descriptor; 12.9 and 13.0 give 527 and 528 either way.
+    (`roots`: each element's root; a value's elements are a slice of it.)"""
+    held = set()
+    for value, elements in live.elements():
+        if isinstance(value.owner, DESCRIPTOR_OPS):
+            held.update(roots[elements.start:elements.stop])
+    return held
 
 
 def _roots_made_of(live: _Liveness, roots: list[int], ranges: dict, values: set) -> set[int]:

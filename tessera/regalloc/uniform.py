@@ -46,7 +46,7 @@ _UNIFORM_SPECIALS = ("ctaid.", "nctaid.", "ntid.", "clusterid.", "nclusterid.", 
 """Special registers with one value per CTA (or cluster): the same in every lane."""
 
 
-_DESCRIPTOR_OPS = (sm90.MakeDescriptorOp, sm90.DescriptorAdvanceOp, sm90.DescriptorOffsetOp)
+DESCRIPTOR_OPS = (sm90.MakeDescriptorOp, sm90.DescriptorAdvanceOp, sm90.DescriptorOffsetOp)
 """The ops whose results are wgmma descriptors."""
 
 
@@ -83,7 +83,7 @@ def warp_uniform_values(fn: func.FuncOp) -> set[SSAValue]:
         elif isinstance(op, sm90.ShflSyncOp):
             if op.mode.data == "idx" and op.clamp.value.data == 0x1F and _is_integer(op.result):
                 uniform.add(op.result)
-        elif isinstance(op, _DESCRIPTOR_OPS) or (
+        elif isinstance(op, DESCRIPTOR_OPS) or (
                 op.name.startswith("arith.") and op.results and all(_is_integer(r) for r in op.results)):
             if op.operands and all(operand in uniform for operand in op.operands):
                 uniform.update(op.results)
@@ -94,5 +94,5 @@ def uniform_descriptors(fn: func.FuncOp) -> set[SSAValue]:
     """The uniform descriptors of `fn` (module docstring), before the register budget of the uniform file."""
     uniform = warp_uniform_values(fn)
     return {op.result for op in fn.walk()
-            if isinstance(op, _DESCRIPTOR_OPS) and op.result in uniform
+            if isinstance(op, DESCRIPTOR_OPS) and op.result in uniform
             and not _in_loop(op) and op.result.uses and all(_reads_as_descriptor(u) for u in op.result.uses)}
