@@ -462,9 +462,18 @@ def test_a_multicast_into_a_peer_follows_the_peers_release_of_the_slot(release, 
     right, but nothing orders the peer's reads before the refill, whatever order the executor ran them in."""
     if not empty_wait:
         release = release.replace("%r21", "%r22").replace("    mapa", "    mov.u32 %r22, empty;\n    mapa", 1)
-    text = kernel("mov.u32 %r0, %tid.x;\n" + _REFILL.replace("RELEASE", release).replace("EMPTY_WAIT", empty_wait)
-                  + STORE_R9, params=".param .u64 out, .param .align 64 .b8 tmap[128]",
+    # without the empty wait the refill races the issuing CTA's own reads too, which may come first
+    peer = r"\(1, 0, 0\)" if empty_wait else r"\(\d, 0, 0\)"
+    _run_refill(_REFILL.replace("RELEASE", release).replace("EMPTY_WAIT", empty_wait), "", reported,
+                peer, r" .*\(thread \(0, 0, 0\) of CTA \(0, 0, 0\)\)")
+
+
+def _run_refill(body: str, extra_shared: str, reported: bool, peer: str = r"\(\d, 0, 0\)", tail: str = ""):
+    """Runs a `_REFILL` kernel body on a cluster of two: unreported, each CTA stores both rows' sum; reported, the
+    multicast refill is named as racing a read of CTA `peer` (`tail`: more of the message to match)."""
+    text = kernel("mov.u32 %r0, %tid.x;\n" + body + STORE_R9, params=".param .u64 out, .param .align 64 .b8 tmap[128]",
                   extra=".shared .align 1024 .b8 tile[2048]; .shared .align 8 .b64 bar; .shared .align 8 .b64 empty;"
+                        + extra_shared
                   ).replace("    .reg .pred %p<8>;", "    .reg .pred %p<8>;\n    .reg .b16 %rs<4>;")
     x = np.arange(16 * 32, dtype=np.float32).reshape(16, 32)
     run = lambda: launch(text, "k", 2, 32, [np.zeros(64, np.uint32), TensorMapArg.tiled(x, box=(32, 8))],  # noqa: E731
@@ -473,13 +482,10 @@ def test_a_multicast_into_a_peer_follows_the_peers_release_of_the_slot(release, 
         words = x.reshape(-1).view(np.uint32)
         np.testing.assert_array_equal(run(), np.tile(words[:32] + words[32:64], 2))
         return
-    # without the empty wait the refill races the issuing CTA's own reads too, which may come first
-    peer = r"\(1, 0, 0\)" if empty_wait else r"\(\d, 0, 0\)"
     with pytest.raises(PtxExecutionError, match=r"cp.async.bulk.tensor.*multicast::cluster: the TMA load writes "
                                                 r"shared address 0x[0-9a-f]+ (of CTA " + peer + r")?, which the "
                                                 r"instruction at line \d+ \(thread \(\d+, 0, 0\) of CTA " + peer + r"\) "
-                                                r"read, and no synchronisation orders the two .*\(thread \(0, 0, 0\) "
-                                                r"of CTA \(0, 0, 0\)\)"):
+                                                r"read, and no synchronisation orders the two" + tail):
         run()
 
 
@@ -673,19 +679,4 @@ def test_a_producer_learns_a_peers_release_through_a_chain(early, late, reported
     release = _RELEASE_TO.format(0, 1) + _LINK.replace("EARLY", early).replace("LATE", late)
     body = _REFILL.replace("RELEASE", release).replace("EMPTY_WAIT", _WAIT_LINK).replace(
         "    @%p7 fence", "    mov.u32 %r22, link;\n    @%p7 mbarrier.init.shared::cta.b64 [%r22], 1;\n    @%p7 fence")
-    text = kernel("mov.u32 %r0, %tid.x;\n" + body + STORE_R9, params=".param .u64 out, .param .align 64 .b8 tmap[128]",
-                  extra=".shared .align 1024 .b8 tile[2048]; .shared .align 8 .b64 bar; .shared .align 8 .b64 empty; "
-                        ".shared .align 8 .b64 link;"
-                  ).replace("    .reg .pred %p<8>;", "    .reg .pred %p<8>;\n    .reg .b16 %rs<4>;")
-    x = np.arange(16 * 32, dtype=np.float32).reshape(16, 32)
-    run = lambda: launch(text, "k", 2, 32, [np.zeros(64, np.uint32), TensorMapArg.tiled(x, box=(32, 8))],  # noqa: E731
-                         cluster=2)[0]
-    if not reported:
-        words = x.reshape(-1).view(np.uint32)
-        np.testing.assert_array_equal(run(), np.tile(words[:32] + words[32:64], 2))
-        return
-    with pytest.raises(PtxExecutionError, match=r"cp.async.bulk.tensor.*multicast::cluster: the TMA load writes "
-                                                r"shared address 0x[0-9a-f]+ (of CTA \(\d, 0, 0\))?, which the "
-                                                r"instruction at line \d+ \(thread \(\d+, 0, 0\) of CTA \(\d, 0, 0\)\) "
-                                                r"read, and no synchronisation orders the two"):
-        run()
+    _run_refill(body, " .shared .align 8 .b64 link;", reported)
