@@ -34,7 +34,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
+
+from tessera.interpreters.byte_box import box_offsets, box_view
 
 WEAK, STRONG_CTA, STRONG_GPU, ASYNC, ASYNC_REDUCE = 1, 2, 3, 4, 5
 """How an access is made: a weak generic ld/st; a strong generic access of scope .cta, or .cluster/.gpu/.sys;
@@ -66,14 +67,11 @@ class StridedBox:
 
     def view(self, array: np.ndarray) -> np.ndarray:
         """The box's elements of the per-byte `array` (a writable view)."""
-        return as_strided(array[self.start:], self.shape, tuple(s * array.itemsize for s in self.strides))
+        return box_view(array, self.start, self.shape, self.strides)
 
     def index(self) -> np.ndarray:
         """[1, bytes]: the flat positions, in order."""
-        index = np.asarray(self.start, np.int64)
-        for n, s in zip(self.shape, self.strides):
-            index = index[..., None] + np.arange(n, dtype=np.int64) * s
-        return index.reshape(1, -1)
+        return box_offsets(self.start, self.shape, self.strides).reshape(1, -1)
 
 
 def _put(array: np.ndarray, where, value) -> None:

@@ -38,7 +38,7 @@ import numpy as np
 from xdsl.ir import Operation
 
 from tessera.interpreters.block_batch import describe_op
-from tessera.interpreters.sm90.byte_box import put, take
+from tessera.interpreters.byte_box import put, take
 
 if TYPE_CHECKING:
     from tessera.interpreters.sm90.cta_view import CtaView

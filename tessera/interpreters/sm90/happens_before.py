@@ -39,7 +39,7 @@ import numpy as np
 from xdsl.ir import Operation
 
 from tessera.interpreters.block_batch import describe_op
-from tessera.interpreters.sm90.byte_box import put, take
+from tessera.interpreters.byte_box import put, take
 from tessera.interpreters.sm90.record_pool import records
 from tessera.interpreters.sm90.shared_memory import GENERIC
 from tessera.sm90 import facts

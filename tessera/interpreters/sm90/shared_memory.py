@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from xdsl.ir import Operation
 
-from tessera.interpreters.sm90.byte_box import put, take
+from tessera.interpreters.byte_box import put, take
 from tessera.interpreters.sm90.record_pool import records
 from tessera.interpreters.sm90.registers import WORD_BYTES
 from tessera.sm90 import facts

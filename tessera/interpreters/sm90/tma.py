@@ -25,7 +25,7 @@ import numpy as np
 from xdsl.ir import Operation
 
 from tessera.interpreters import serving_checks
-from tessera.interpreters.sm90.byte_box import byte_box
+from tessera.interpreters.byte_box import byte_box
 from tessera.sm90 import facts
 
 if TYPE_CHECKING:

@@ -40,7 +40,7 @@ from xdsl.ir import BlockArgument, Operation, OpResult
 
 from tessera.dialects import sm90
 from tessera.interpreters.block_batch import describe_op
-from tessera.interpreters.sm90.byte_box import take
+from tessera.interpreters.byte_box import take
 from tessera.interpreters.sm90.record_pool import records
 from tessera.interpreters.sm90.registers import as_unsigned64
 from tessera.sm90 import facts

@@ -1,5 +1,8 @@
 """Byte sets that are regular boxes, so that per-byte records are read and written as strided views.
 
+Shared by both simulators: the CTA simulator's `ByteBox` below, and the PTX executor's
+`global_order.StridedBox`, which is built on `box_offsets` and `box_view`.
+
 The simulator keeps its records per byte (who wrote a shared byte and when, which CTA last read a global byte, ...)
 and addresses them with flat index arrays. A TMA copy touches its bytes as a box: in shared memory a contiguous
 range (the swizzle only permutes 16-byte chunks inside each 128-byte line), in global memory rows of the tensor at
@@ -31,10 +34,7 @@ class ByteBox(np.ndarray):
 def byte_box(start: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> ByteBox:
     """The offsets start + sum(i_k * strides[k]) for the row-major indices i of `shape` (no two equal: the
     strides must not make the box overlap itself), as a `ByteBox`."""
-    offsets = np.full((), start, np.int64)
-    for extent, stride in zip(shape, strides):
-        offsets = offsets[..., None] + np.arange(extent, dtype=np.int64) * stride
-    where = offsets.reshape(-1).view(ByteBox)
+    where = box_offsets(start, shape, strides).view(ByteBox)
     if len(shape) > 1 and strides[-1] == 1 and all(strides[k] == shape[k + 1] * strides[k + 1]
                                                      for k in range(len(shape) - 1)):
         shape, strides = (int(np.prod(shape)),), (1,)  # a contiguous range
@@ -42,12 +42,24 @@ def byte_box(start: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> By
     return where
 
 
-def _view(records: np.ndarray, box: tuple) -> np.ndarray:
-    start, shape, strides = box
+def box_offsets(start: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
+    """The flat offsets start + sum(i_k * strides[k]) for the row-major indices i of `shape`, [prod(shape)]."""
+    offsets = np.asarray(start, np.int64)
+    for extent, stride in zip(shape, strides):
+        offsets = offsets[..., None] + np.arange(extent, dtype=np.int64) * stride
+    return offsets.reshape(-1)
+
+
+def box_view(records: np.ndarray, start: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
+    """The box's elements of the 1-D `records` (strides in elements) as a writable view of `shape`."""
     if len(shape) == 1 and strides[0] == 1:
         return records[start:start + shape[0]]
     item = records.itemsize
     return np.lib.stride_tricks.as_strided(records[start:], shape, tuple(s * item for s in strides))
+
+
+def _view(records: np.ndarray, box: tuple) -> np.ndarray:
+    return box_view(records, *box)
 
 
 def take(records: np.ndarray, where: np.ndarray) -> np.ndarray:
@@ -68,4 +80,4 @@ def put(records: np.ndarray, where: np.ndarray, values) -> None:
     view[...] = values if np.ndim(values) == 0 else np.reshape(values, view.shape)
 
 
-__all__ = ["ByteBox", "byte_box", "put", "take"]
+__all__ = ["ByteBox", "box_offsets", "box_view", "byte_box", "put", "take"]
