@@ -159,6 +159,7 @@ class ReductionFunctions(InterpreterFunctions):
             dest_words = target + F32_BYTES * np.arange(nbytes // F32_BYTES, dtype=np.int64)
             self.memory.reduce_add_f32(cta, op, dest_words, np.full(len(dest_words), t), values, proxy_async=True)
             cta.bulk.issue(BulkReduction(op, t, addresses, dest_words))
+            cta.mbarriers.note_drain(t)
         return ()
 
     @impl(ops.BulkCommitGroupOp)
