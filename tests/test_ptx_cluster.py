@@ -606,7 +606,8 @@ END:
                                                  ("xor.b32", 12, 5 ^ 1 ^ 12), ("inc.u32", 6, 0)])
 def test_red_async_updates_a_word_of_the_cluster_and_completes_on_its_barrier(op, value, expected):
     """Two red.async updates of one word in flight at once do not race (atomic, relaxed at cluster scope); each
-    applies when it lands (inc: 5 -> 6 by rank 0's, bound 1... then 0 by rank 1's, bound 6)."""
+    applies to the word's value when it lands, in issue order (inc: rank 1's, bound 6, issued first, takes 5 to 6,
+    then rank 0's, bound 1, wraps it to 0)."""
     np.testing.assert_array_equal(_red_async(op=op, value=value), [expected, 0])
 
 
