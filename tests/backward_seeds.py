@@ -475,10 +475,11 @@ _PRODUCER_ORDERS_SLOTS = ("the producer's one thread reduces trip t (its wait_gr
                           "refills Q for trip t + 2, which the consumers wait for before they store into trip t's "
                           "staging slot again: the slot's empty barrier adds no order here")
 _UNREACHED = "on one trip the edited op never runs (the producer loop refills nothing) or the slot is never refilled"
+_LEDGER = ("on one trip the slot is never awaited again: not a race on that length; the CTA simulator reports it by "
+           "its end-of-kernel ledger (every ring slot released as often as it was filled, each arrival counted)")
 _STAGING_LEDGER = ("on one trip each staging slot is filled once and never waited for again: not a race on that "
                    "length; the CTA simulator reports it by its end-of-kernel ledger of staging slots (each drained "
-                   "once per fill, released once per drain); the PTX executor's ledger counts the slots TMA loads "
-                   "and bulk copies refill, not those filled by stores")
+                   "once per fill, released once per drain)")
 _Q_EMPTY_COVERS = ("the producer refills a dO slot only after its wait on the same slot's Q empty barrier, released "
                    "after the wait_group 0 that completes every wgmma reading Q and dO of that trip")
 _ZERO_ACC = ("memory_model.WGMMA_FENCE on registers, at both levels: the zero accumulator (scale-d 0) is written by "
@@ -524,13 +525,15 @@ _WARP_SPECIALIZED = [
      Edit("move", At(C, "release", 0), other=At(C, "bar_sync", 0)), "CRCR", _UNREACHED),
     ("slot released early", "Q, right after its full wait", Edit("move", At(C, "release", 0), other=_S_FENCE),
      "CRCR", _UNREACHED),
-    ("slot release deleted", "Q's", Edit("delete", At(C, "release", 0)), ALL, ""),
-    ("slot release deleted", "dO's", Edit("delete", At(C, "release", 1)), ALL, ""),
+    ("slot release deleted", "Q's", Edit("delete", At(C, "release", 0)), "RRCR", _LEDGER),
+    ("slot release deleted", "dO's", Edit("delete", At(C, "release", 1)), "RRCR", _LEDGER),
     ("release on the wrong barrier", "Q's release arrives on dO's empty barrier",
-     Edit("retarget", At(C, "release", 0), other=At(C, "release", 1)), ALL, ""),
-    ("extra arrival", "dO's release doubled", Edit("double", At(C, "release", 1)), ALL, ""),
+     Edit("retarget", At(C, "release", 0), other=At(C, "release", 1)), "RRCR", _LEDGER),
+    ("extra arrival", "dO's release doubled", Edit("double", At(C, "release", 1)), "RRCC",
+     "the extra phases of dO's empty barrier only let the producer's dO wait pass early, and " + _Q_EMPTY_COVERS
+     + "; the CTA simulator reports the extra arrivals by its ledger"),
     ("mbarrier count wrong", "Q's first empty barrier counts half the consumers",
-     Edit("count", At("kernel", "init", 2), 64), ALL, ""),
+     Edit("count", At("kernel", "init", 2), 64), "RRCR", _LEDGER),
     ("mbarrier count wrong", "Q's first full barrier counts two arrivals", Edit("count", At("kernel", "init", 1), 2),
      ALL, ""),
     ("wgmma.fence deleted", "before dP - dPsum = dO V^T (its accumulator was just set to -dPsum)",
@@ -664,17 +667,19 @@ _KEY_ROWS = [
     ("second warpgroup's barrier", "the bar.sync publishing dS^T counts one warpgroup",
      Edit("count", _R_PUBLISH, 128), ALL, ""),
     ("second warpgroup's barrier", "Q's first empty barrier counts one warpgroup",
-     Edit("count", At("kernel", "init", 2), 128), ALL, ""),
+     Edit("count", At("kernel", "init", 2), 128), "RRCR", _LEDGER),
     ("end-of-trip barrier deleted", "the next trip's dS^T stores overwrite what the other warpgroup's dQ^T reads",
      Edit("delete", _R_TRIP_END), "CRCR", _ONE_TRIP),
     ("slot released early", "Q, before the wait for dK += dS^T Q", Edit("move", At(C, "release", 0), other=_R_DK_WAIT),
      "CRCR", _UNREACHED),
     ("slot released early", "Q, right after its full wait", Edit("move", At(C, "release", 0), other=_R_S),
      "CRCR", _UNREACHED),
-    ("slot release deleted", "Q's", Edit("delete", At(C, "release", 0)), ALL, ""),
+    ("slot release deleted", "Q's", Edit("delete", At(C, "release", 0)), "RRCR", _LEDGER),
     ("release on the wrong barrier", "Q's release arrives on dO's empty barrier",
-     Edit("retarget", At(C, "release", 0), other=At(C, "release", 1)), ALL, ""),
-    ("extra arrival", "dO's release doubled", Edit("double", At(C, "release", 1)), ALL, ""),
+     Edit("retarget", At(C, "release", 0), other=At(C, "release", 1)), "RRCR", _LEDGER),
+    ("extra arrival", "dO's release doubled", Edit("double", At(C, "release", 1)), "RRCC",
+     "the extra phases of dO's empty barrier only let the producer's dO wait pass early, and " + _Q_EMPTY_COVERS
+     + "; the CTA simulator reports the extra arrivals by its ledger"),
     ("mbarrier count wrong", "Q's first full barrier counts two arrivals", Edit("count", At("kernel", "init", 1), 2),
      ALL, ""),
     ("fence.mbarrier_init deleted", "after the inits", Edit("delete", At("kernel", "fence_mbarrier_init", 0)),
@@ -736,7 +741,7 @@ _KEY_ROWS_BULK = [
      Edit("delete", _R_PUBLISH), ALL, ""),
     ("end-of-trip barrier deleted", "the next trip's dS^T stores overwrite what the other warpgroup's dQ^T reads",
      Edit("delete", _R_TRIP_END), "CRCR", _ONE_TRIP),
-    ("slot release deleted", "Q's", Edit("delete", _B_Q), ALL, ""),
+    ("slot release deleted", "Q's", Edit("delete", _B_Q), "RRCR", _LEDGER),
     # the staged dQ^T and the producer's bulk reduction
     ("dQ^T staged without its wait", "the wait_group 0 before the staging stores", Edit("delete", _R_DQ_WAIT),
      ALL, ""),
@@ -786,10 +791,10 @@ _D64 = [
     ("second warpgroup's barrier", "the bar.sync publishing P and dS counts one warpgroup",
      Edit("count", _D64_PUBLISH, 128), ALL, ""),
     ("second warpgroup's barrier", "Q's first empty barrier counts one warpgroup",
-     Edit("count", At("kernel", "init", 2), 128), ALL, ""),
+     Edit("count", At("kernel", "init", 2), 128), "RRCR", _LEDGER),
     ("end-of-trip barrier deleted", "the next trip's P stores overwrite what the other warpgroup's wgmmas read",
      Edit("delete", _D64_TRIP_END), "CRCR", _ONE_TRIP),
-    ("slot release deleted", "Q's", Edit("delete", At(C, "release", 0)), ALL, ""),
+    ("slot release deleted", "Q's", Edit("delete", At(C, "release", 0)), "RRCR", _LEDGER),
     ("fence.mbarrier_init deleted", "after the inits", Edit("delete", At("kernel", "fence_mbarrier_init", 0)),
      "CCCC", _INIT_FENCE),
     # edits the memory model accepts in this kernel

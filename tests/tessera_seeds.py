@@ -135,9 +135,11 @@ bug a detector misses (a gap, the reason names the simulator and the rule)."""
 
 _UNREACHED = ("on the short shape the loop never runs (one key block a part, one pair of key blocks in the "
               "cluster's ring: every fill is in the prologue)")
-_LEDGER_CLUSTER = ("on the short shape the slot is never awaited again: not a race at that length; both levels' "
-                   "end-of-kernel ledgers, which report it in a CTA of its own, leave a cluster's remote releases "
-                   "out")
+_LEDGER = ("on the short shape the slot is never awaited again: not a race at that length; the CTA simulator "
+           "reports it by its end-of-kernel ledger (every ring slot released as often as it was filled)")
+_LEDGER_CLUSTER = ("on the short shape the slot is never awaited again: not a race at that length; the CTA "
+                   "simulator's end-of-kernel ledger, which reports it in a CTA of its own, does not count the "
+                   "arrivals of a cluster's remote releases")
 _INIT_FENCE = ("memory_model.MBARRIER_INIT_FENCE, one rule at both levels: the fence releases inits to other CTAs "
                "of a cluster; inside one CTA the bar.sync after the inits orders them for every use")
 _INIT_FENCE_CLUSTER = ("memory_model.MBARRIER_INIT_FENCE: the cluster barrier after the inits arrives with "
@@ -197,7 +199,7 @@ def _flash(empty: int, cluster: bool) -> list:
          ALL, ""),
         ("mbarrier count wrong", "the first K empty barrier counts half its arrivals",
          Edit("count", At("kernel", "init", 2), empty // 2), *(("CRCR", _LEDGER_CLUSTER) if cluster else
-                                                                 (ALL, ""))),
+                                                                 ("RRCR", _LEDGER))),
         ("fence.mbarrier_init deleted", "after the inits", Edit("delete", At("kernel", "fence_mbarrier_init", 0)),
          "CCCC", _INIT_FENCE_CLUSTER if cluster else _INIT_FENCE),
     ]
@@ -206,7 +208,7 @@ def _flash(empty: int, cluster: bool) -> list:
 _RELEASES = [
     ("slot released before its wait_group", "V, before the loop's second wait_group",
      Edit("move", At(C, "release", 1), other=At(C, "wait_group", 1)), "CRCR", _UNREACHED),
-    ("slot release deleted", "the first K's", Edit("delete", At("consumer", "release", 0)), ALL, ""),
+    ("slot release deleted", "the first K's", Edit("delete", At("consumer", "release", 0)), "RRCR", _LEDGER),
     ("slot release deleted", "V in the loop", Edit("delete", At(C, "release", 1)), "CRCR", _UNREACHED),
     ("release on the wrong barrier", "K's release arrives on V's empty barrier",
      Edit("retarget", At(C, "release", 0), other=At(C, "release", 1)), "CRCR", _UNREACHED),
@@ -276,12 +278,12 @@ _GEMM = [
     ("slot released before the read", "the loop's release, before its wgmma_fence",
      Edit("move", At(C, "release", 0), other=At(C, "wgmma_fence", 0)), "CRCR",
      "on the short shape no slot is refilled (two k-blocks, four slots)"),
-    ("slot release deleted", "the first", Edit("delete", At(C, "release", 0)), ALL, ""),
-    ("slot release deleted", "the second", Edit("delete", At(C, "release", 1)), ALL, ""),
+    ("slot release deleted", "the first", Edit("delete", At(C, "release", 0)), "RRCR", _LEDGER),
+    ("slot release deleted", "the second", Edit("delete", At(C, "release", 1)), "RRCR", _LEDGER),
     ("mbarrier count wrong", "the first full barrier counts two arrivals", Edit("count", At("kernel", "init", 0), 2),
      ALL, ""),
     ("mbarrier count wrong", "the first empty barrier counts half its arrivals",
-     Edit("count", At("kernel", "init", 1), 128), ALL, ""),
+     Edit("count", At("kernel", "init", 1), 128), "RRCR", _LEDGER),
     ("fence.mbarrier_init deleted", "after the inits", Edit("delete", At("kernel", "fence_mbarrier_init", 0)),
      "CCCC", _INIT_FENCE),
 ]

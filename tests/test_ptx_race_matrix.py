@@ -24,7 +24,7 @@ from tessera.interpreters.ptx import PtxDeadlockError, PtxHazardError
 
 from conftest import build_kernel
 from race_kernels import KERNELS
-from race_seeds import FLASH_BENIGN, FLASH_BUGS, GENERIC_BUGS, delete_line, release, seed
+from race_seeds import FLASH_BENIGN, FLASH_BUGS, GENERIC_BUGS, seed
 from race_templates import INIT_LOCAL_BARRIER, REMOTE_ARRIVE_THEN_WAIT
 from test_ptx_cluster import per_thread
 from test_ptx_hazards import _attention, _qkv, _run
@@ -85,16 +85,13 @@ def test_the_loops_wgmma_fence_has_nothing_to_order_when_the_loop_runs_once():
 
 
 @pytest.mark.parametrize("seq_k", [ONE_TRIP, SHAPES[0]])
-def test_a_k_release_deleted_in_the_loop_is_reported_where_no_refill_waits_for_it(seq_k):
-    """On 200 keys (one trip) and 300 (the K slot of the loop's last trip is never refilled) no thread waits for
-    the deleted release, so nothing is left for happens-before to order; the end-of-CTA ledger of ring slots
-    (`AsyncTracker._check_released_at_exit`, as the CTA simulator's) reports the slot released fewer times than
-    it was filled, naming the refill that waited on its empty barrier."""
-    with pytest.raises(PtxHazardError, match=r"seeded\.ptx:\d+: error: cp\.async\.bulk\.tensor.*: the CTA ends with "
-                                             r"the mbarrier at shared address 0x\w+, which this refill waited on, "
-                                             r"released \d+ times .* while the slot it frees was filled \d+ times .*: a "
-                                             r"consumer's release of the slot is missing \(thread \(256, 0, 0\)"):
-        _run_flash(delete_line(release(0)), seq_k)
+def test_a_k_release_deleted_where_no_refill_waits_for_it_has_nothing_to_order(seq_k):
+    """On 200 keys (one trip) and 300 (the K slot of the loop's last trip is never refilled) no thread waits for the
+    deleted release: no access is left for happens-before to order and the kernel runs right. (The CTA simulator
+    reports it by its end-of-kernel ledger, a rule for Tessera's kernels; the executor keeps none, since
+    FlashAttention-3's forward skips the release of its last tile's Q slot by design.)"""
+    check = _run_flash(delete_line(release(0)), seq_k)
+    assert check.ok, check
 
 
 @lru_cache(maxsize=None)

@@ -186,9 +186,6 @@ class AsyncTracker:
         self.bulk_open = np.zeros(m.lanes, np.int64)
         self.bulk_done = np.full(m.lanes, -1, np.int64)
         self.bulk_reads: list[tuple[int, int, np.ndarray, object]] = []
-        # ring slots (`_check_released_at_exit`): per full mbarrier a TMA load or bulk copy completed on, the
-        # barriers its issuing thread had last waited on (the slot's "empty" candidates) -> that refill (inst, lane)
-        self.refills: dict[tuple[int, int], dict[int, tuple[object, int]]] = {}
 
     # region messages
     def hazard(self, inst, message: str, lane: int | None = None, error=PtxHazardError) -> PtxHazardError:
@@ -349,8 +346,6 @@ class AsyncTracker:
             span = None
         self.staged = []
         acquired = None if self.last_wait[lane] < 0 else int(self.last_wait[lane])
-        if acquired is not None and kind in ("TMA load", "bulk copy") and acquired != self.barrier(key):
-            self.refills.setdefault(key, {})[acquired] = (inst, lane)
         self.check_writable(inst, lane, index, f"the {kind}", acquired, span, atomic=combine is not None)
         known = None
         if len(index) and key[0] != int(m.lane_cta[lane]):  # into a peer's shared memory: its threads' frame
@@ -917,8 +912,6 @@ class AsyncTracker:
                     raise self.hazard(store, f"the CTA exits while this bulk store (bulk group {group}) may still read "
                                              "its shared source: no cp.async.bulk.wait_group.read of the issuing thread "
                                              "covers it [memory_model.BULK_READ_BEFORE_EXIT]", lane)
-            if getattr(m, "cluster_size", 1) == 1:
-                self._check_released_at_exit(int(cta))
             ws = int(cta) * self.groups_per_cta + np.arange(self.groups_per_cta)
             pending = ws[self.wg_issued[ws] > self.wg_done[ws]]
             if len(pending):
@@ -927,42 +920,6 @@ class AsyncTracker:
                 raise self.hazard(self.last_wgmma[w], f"the CTA ends with this wgmma of warpgroup "
                                                       f"{w % self.groups_per_cta} pending: no wgmma.commit_group and "
                                                       "wgmma.wait_group cover it", lane)
-
-    def _check_released_at_exit(self, cta: int) -> None:
-        """The end-of-kernel ledger of ring slots, as the CTA simulator keeps it (`MBarriers.check_released_at_end`):
-        a slot that a TMA load or bulk copy refills after its producer waited on an "empty" mbarrier must have been
-        released as often as it was filled: that barrier completed as many phases as the slot's full barrier, with
-        no arrivals into a further one. A release missing leaves the next refill of the slot (a longer sequence, a
-        persistent kernel's next tile) waiting forever, and an extra one lets it overwrite unread data, whether or
-        not this launch reaches that refill. A producer's last wait before a refill may be another barrier's (the
-        first fill of a slot needs none), so a slot is reported only when none of the barriers its refills waited
-        on balances it. Clusters are left out (a slot's releases may come from peers that exit later)."""
-        m = self.m
-        instances = {b: key for key, b in self.barriers.items()}
-        for full, partners in self.refills.items():
-            filled = m.mbarriers.get(full)
-            if full[0] != cta or filled is None:
-                continue
-            unbalanced = []
-            for empty, (inst, lane) in partners.items():
-                key = instances[empty]
-                state = m.mbarriers.get(key)
-                if key[0] != cta or state is None:
-                    continue
-                if state.phase == filled.phase and state.pending == state.expected:
-                    unbalanced = []
-                    break
-                unbalanced.append((key, state, inst, lane))
-            if unbalanced:
-                key, state, inst, lane = unbalanced[0]
-                what = ("a consumer's release of the slot is missing" if state.phase < filled.phase
-                        or state.pending != state.expected else "the slot was released more often than it was "
-                        "filled (an extra arrival lets the producer refill it before its consumers read it)")
-                raise self.hazard(inst, f"the CTA ends with the mbarrier at shared address {key[1]:#x}, which this "
-                                        f"refill waited on, released {state.phase} times (and "
-                                        f"{state.expected - state.pending} of {state.expected} arrivals into the next "
-                                        f"phase) while the slot it frees was filled {filled.phase} times through the "
-                                        f"mbarrier at shared address {full[1]:#x}: {what}", lane)
 
     # endregion
 
