@@ -24,7 +24,7 @@ from tessera.interpreters.ptx import PtxDeadlockError, PtxHazardError
 
 from conftest import build_kernel
 from race_kernels import KERNELS
-from race_seeds import FLASH_BENIGN, FLASH_BUGS, GENERIC_BUGS, seed
+from race_seeds import FLASH_BENIGN, FLASH_BUGS, GENERIC_BUGS, delete_line, release, seed
 from race_templates import INIT_LOCAL_BARRIER, REMOTE_ARRIVE_THEN_WAIT
 from test_ptx_cluster import per_thread
 from test_ptx_hazards import _attention, _qkv, _run
