@@ -400,10 +400,8 @@ class GlobalAccesses:
     def release(self, cta: CtaView, tensor: int, offset: int, thread: int) -> None:
         """A `sem_signal` by `thread` of the semaphore word at (tensor, offset): what the thread knows now (its CTA's
         accesses ordered before it, and of other CTAs) is released on the word."""
-        knowledge = cta.hb.knowledge(thread)
-        knowledge[grid_rank(cta)] = knowledge.pop(None)
         word = (tensor, offset)
-        self.released[word] = cta.hb.join_grid(self.released.get(word), knowledge)
+        self.released[word] = cta.hb.join_grid(self.released.get(word), cta.hb.knowledge(thread, grid_rank(cta)))
 
     def acquire(self, cta: CtaView, tensor: int, offset: int, threads: np.ndarray) -> None:
         """A successful `sem_try_wait` by `threads` on the word: they acquire every release the word holds (their

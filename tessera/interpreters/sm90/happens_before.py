@@ -174,12 +174,14 @@ class HappensBefore:
                 known = self.grid[rank] = np.full((len(times), self.cta.threads), -1, np.int64)
             known[:, threads] = np.maximum(known[:, threads], times[:, None])
 
-    def knowledge(self, thread: int) -> dict:
-        """What `thread` releases to another CTA now (a semaphore signal): its column of `ordered`, with its own
-        entry now, as its CTA's times (under `rank`, filled in by the caller), and what it knows of other CTAs."""
-        now = self.cta.tick()
-        self.ordered[thread, thread] = now
-        return {rank: known[:, thread].copy() for rank, known in self.grid.items()} | {None: self.ordered[:, thread].copy()}
+    def knowledge(self, thread: int, rank: int) -> dict:
+        """What `thread` releases to other CTAs now (a semaphore signal), as `grid` holds it: its column of
+        `ordered`, with its own entry now, as the times of its CTA (grid rank `rank`), and what it knows of
+        other CTAs."""
+        self.ordered[thread, thread] = self.cta.tick()
+        known = {other: times[:, thread].copy() for other, times in self.grid.items()}
+        known[rank] = self.ordered[:, thread].copy()
+        return known
 
     def barrier(self, participants: np.ndarray, waiters: np.ndarray) -> None:
         """A named barrier completed: `participants` arrived, `waiters` leave it."""
