@@ -477,6 +477,9 @@ _PRODUCER_ORDERS_SLOTS = ("the producer's one thread reduces trip t (its wait_gr
 _UNREACHED = "on one trip the edited op never runs (the producer loop refills nothing) or the slot is never refilled"
 _LEDGER = ("on one trip the slot is never awaited again: not a race on that length; the CTA simulator reports it by "
            "its end-of-kernel ledger (every ring slot released as often as it was filled, each arrival counted)")
+_STAGING_LEDGER = ("on one trip each staging slot is filled once and never waited for again: not a race on that "
+                   "length; the CTA simulator reports it by its end-of-kernel ledger of staging slots (each drained "
+                   "once per fill, released once per drain)")
 _Q_EMPTY_COVERS = ("the producer refills a dO slot only after its wait on the same slot's Q empty barrier, released "
                    "after the wait_group 0 that completes every wgmma reading Q and dO of that trip")
 _ZERO_ACC = ("memory_model.WGMMA_FENCE on registers, at both levels: the zero accumulator (scale-d 0) is written by "
@@ -566,6 +569,8 @@ _BULK = [
     ("wait deleted", "the producer's wait for the staged dQ", Edit("delete", At(P, "wait", 2)), ALL, ""),
     ("bulk wait deleted", "the producer's wait_group.read before it frees the staging slot",
      Edit("delete", At(P, "bulk_wait", 0)), ALL, ""),
+    ("slot release deleted", "the producer's release of the staging slot", Edit("delete", At(P, "release", 0)),
+     "RRCR", _STAGING_LEDGER),
     # edits the memory model accepts in this kernel
     ("staging slot freed early", "the producer frees the slot before its wait_group.read",
      Edit("move", At(P, "release", 0), other=At(P, "bulk_wait", 0)), "CCCC", _PRODUCER_ORDERS_SLOTS),
@@ -762,9 +767,8 @@ _KEY_ROWS_BULK = [
      Edit("move", _B_FREED, other=_B_STAGED_WAIT), ALL, ""),
     ("wait deleted", "the consumers' wait for a free staging slot", Edit("delete", _B_SLOT_FREE), "CCCC",
      _SLOT_AFTER_REFILL),
-    ("slot release deleted", "the producer's release of the staging slot", Edit("delete", _B_FREED), "CRCR",
-     "on one trip each staging slot is filled once and never waited for again; the CTA simulator's end-of-kernel "
-     "ledger counts the rings' slots, not the staging slots' (a gap: an unbalanced slot there is not reported)"),
+    ("slot release deleted", "the producer's release of the staging slot", Edit("delete", _B_FREED), "RRCR",
+     _STAGING_LEDGER),
 ]
 
 _D64_PUBLISH, _D64_TRIP_END = At(C, "bar_sync", 0), At(C, "bar_sync", 1)

@@ -5,7 +5,7 @@ registers, releases through `mapa` + `mbarrier.arrive.shared::cluster`).
 
 `LIBRARY_BUGS` are `(kind, name, edit)`; `edit(lines)` changes the lines in place and raises LookupError where the
 kernel has no such instruction. `run(name, text, sizes)` launches a (seeded) text as the library's host code
-describes and returns whether the output matches NumPy. tests/test_library_races.py and
+describes and returns whether the output matches NumPy. tests/test_backward_races.py and
 `python bench/races.py --library` run them.
 """
 

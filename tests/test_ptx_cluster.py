@@ -571,6 +571,69 @@ def test_st_async_bytes_are_in_flight_until_the_owner_waits(kw):
         _st_async(**kw)
 
 
+def _red_async(owner_waits: bool = True, owner_store: bool = False, op: str = "add.u32", value: int = 41,
+               owner_reads_first: bool = False, **kw) -> np.ndarray:
+    """Both CTAs update rank 0's word (holding 5) with `red.async` (rank 0 with 1, rank 1 with `value`), each
+    completing 4 bytes on rank 0's barrier, which rank 0 expects (8 bytes) and (`owner_waits`) waits on before
+    reading the word; `owner_store`: rank 0 stores into the word after its red.async and before its wait."""
+    body = INIT_LOCAL_BARRIER.format(count=1) + f"""
+    mov.u32 %r1, %cluster_ctarank;
+    mov.u32 %r3, buf;
+    setp.eq.u32 %p1, %r1, 0;
+    mapa.shared::cluster.u32 %r5, %r3, 0;
+    mapa.shared::cluster.u32 %r6, %r20, 0;
+    selp.u32 %r7, 1, {value}, %p1;
+    @%p1 bra OWNER;
+    red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.{op} [%r5], %r7, [%r6];
+    mov.u32 %r9, 0;
+    bra END;
+OWNER:
+    {"ld.shared.u32 %r8, [%r3];" if owner_reads_first else ""}
+    mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r20], 8;
+    red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.{op} [%r5], %r7, [%r6];
+    {"st.shared.u32 [%r3], 7;" if owner_store else ""}
+    {WAIT_LOCAL_BARRIER.format(tag="0", parity=0) if owner_waits else ""}
+    ld.shared.u32 %r9, [%r3];
+END:
+    """ + SYNC_CLUSTER
+    return per_thread(body.replace("    mov.u32 %r20, bar;", "    mov.u32 %r20, bar;\n    mov.u32 %r3, buf;\n"
+                                   "    setp.eq.u32 %p7, %r0, 0;\n    @%p7 st.shared.u32 [%r3], 5;", 1),
+                      grid=2, block=1, cluster=2, extra=".shared .align 8 .b64 bar; .shared .align 4 .b32 buf[1];",
+                      **kw)
+
+
+@pytest.mark.parametrize("op, value, expected", [("add.u32", 41, 47), ("max.s32", -3, 5), ("min.u32", 2, 1),
+                                                 ("xor.b32", 12, 5 ^ 1 ^ 12), ("inc.u32", 6, 0)])
+def test_red_async_updates_a_word_of_the_cluster_and_completes_on_its_barrier(op, value, expected):
+    """Two red.async updates of one word in flight at once do not race (atomic, relaxed at cluster scope); each
+    applies to the word's value when it lands, in issue order (inc: rank 1's, bound 6, issued first, takes 5 to 6,
+    then rank 0's, bound 1, wraps it to 0)."""
+    np.testing.assert_array_equal(_red_async(op=op, value=value), [expected, 0])
+
+
+def test_red_async_is_in_flight_until_the_owner_waits_and_races_a_plain_store():
+    with pytest.raises(PtxExecutionError, match=r"ld.shared.u32: reads shared address 0x8 of CTA \(0, 0, 0\) before it "
+                                                r"was signalled: the red.async at line \d+ \(thread \(0, 0, 0\) of CTA "
+                                                r"\(\d, 0, 0\)\) into it has not completed"):
+        _red_async(owner_waits=False)
+    with pytest.raises(PtxExecutionError, match=r"st.shared.u32: the store writes shared address 0x8 of CTA "
+                                                r"\(0, 0, 0\) while the red.async at line \d+ .* is still in flight"):
+        _red_async(owner_store=True)
+    # rank 0 reads the word that rank 1's update, unordered, may change: whichever runs first, it is reported
+    with pytest.raises(PtxExecutionError, match=r"ld.shared.u32: reads shared address 0x8 .* before it was signalled: "
+                                                r"the red.async at line \d+ \(thread \(0, 0, 0\) of CTA \(1, 0, 0\)\)"):
+        _red_async(owner_reads_first=True)
+    with pytest.raises(PtxExecutionError, match=r"red.async.relaxed.cluster.*: the red.async writes shared address "
+                                                r"0x8 of CTA \(0, 0, 0\), which the instruction at line \d+ \(thread "
+                                                r"\(0, 0, 0\) of CTA \(0, 0, 0\)\) read, and no synchronisation"):
+        _red_async(owner_reads_first=True, schedule="adversarial", seed=2)
+
+
+def test_red_async_forms_it_does_not_define_are_refused_by_name():
+    with pytest.raises(PtxExecutionError, match=r"red.async.add on .f32 \(supported: .inc.u32, .*\.add.u64\)"):
+        _red_async(op="add.f32")
+
+
 def test_tessera_run_takes_a_cluster_shape(tmp_path, capsys):
     from tessera.interpreters.ptx.cli import main as tessera_run_ptx
 

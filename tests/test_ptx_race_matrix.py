@@ -8,15 +8,23 @@ count are checked on small kernels here."""
 from __future__ import annotations
 
 import re
+import warnings
+from functools import lru_cache
 
 import numpy as np
 import pytest
 
-from tessera import reference
+import tessera
+from tessera import find_kernel, reference
+from tessera.host import describe
+from tessera.interpreters.launch import prepare_arguments
+from tessera.interpreters.ptx.launcher import launch_described
+from tessera.passes import PIPELINED_PIPELINE, allocated
 from tessera.interpreters.ptx import PtxDeadlockError, PtxHazardError
 
+from conftest import build_kernel
 from race_kernels import KERNELS
-from race_seeds import FLASH_BENIGN, FLASH_BUGS, GENERIC_BUGS, seed
+from race_seeds import FLASH_BENIGN, FLASH_BUGS, GENERIC_BUGS, delete_line, release, seed
 from race_templates import INIT_LOCAL_BARRIER, REMOTE_ARRIVE_THEN_WAIT
 from test_ptx_cluster import per_thread
 from test_ptx_hazards import _attention, _qkv, _run
@@ -74,6 +82,66 @@ def test_the_loops_wgmma_fence_has_nothing_to_order_when_the_loop_runs_once():
     the prologue's wgmma.fence: the deleted fence orders nothing, and no rule can report it on that length."""
     check = _run_flash(_bug("wgmma.fence deleted: before S = Q K^T in the loop")[2], ONE_TRIP)
     assert check.ok, check
+
+
+@pytest.mark.parametrize("seq_k", [ONE_TRIP, SHAPES[0]])
+def test_a_k_release_deleted_where_no_refill_waits_for_it_has_nothing_to_order(seq_k):
+    """On 200 keys (one trip) and 300 (the K slot of the loop's last trip is never refilled) no thread waits for the
+    deleted release: no access is left for happens-before to order and the kernel runs right. (The CTA simulator
+    reports it by its end-of-kernel ledger, a rule for Tessera's kernels; the executor keeps none, since
+    FlashAttention-3's forward skips the release of its last tile's Q slot by design.)"""
+    check = _run_flash(delete_line(release(0)), seq_k)
+    assert check.ok, check
+
+
+@lru_cache(maxsize=None)
+def _pingpong():
+    """(signature, host description, PTX) of the flash kernel with ping-pong consumer warpgroups
+    (`warp-specialize{pingpong=true}`: each warpgroup's loop waits on one named barrier and arrives on the other's)."""
+    module = build_kernel("flash_attention", head_dim=64, causal=False, dtype="bf16")
+    pipeline = allocated(PIPELINED_PIPELINE + ",warp-specialize{pingpong=true}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lowered = tessera.compile(module, target="target", pipeline=pipeline)
+        return find_kernel(module), describe(lowered)[0], tessera.compile(module, target="ptx", pipeline=pipeline)
+
+
+def _pingpong_barrier(action: str):
+    """The first `bar.<action>` of the first consumer loop (the ping-pong barrier of the first warpgroup)."""
+    def pick(lines):
+        start, stop = _consumer_loop_of(lines)
+        return next(i for i in range(start, stop) if lines[i].strip().startswith(f"bar.{action} "))
+    return pick
+
+
+def _consumer_loop_of(lines) -> tuple[int, int]:
+    """The first loop (label to back branch) after the first named barrier inside a loop."""
+    for i, line in enumerate(lines):
+        label = re.match(r"(\$L__for\d+):", line.strip())
+        if label:
+            end = next(j for j in range(i, len(lines)) if lines[j].strip().endswith(f"bra {label.group(1)};"))
+            if any(lines[k].strip().startswith("bar.sync 1,") for k in range(i, end)):
+                return i, end
+    raise LookupError("no ping-pong loop")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("action, seq_k, reported", [("sync", 200, False), ("sync", 300, True), ("arrive", 200, True)])
+def test_a_ping_pong_barrier_deleted_is_reported_where_its_arrivals_go_unmatched(action, seq_k, reported):
+    """The ping-pong named barriers order no memory access (each warpgroup's rows are its own, the K/V slots both
+    read are refilled after the empty barrier counting both): the loop's bar.sync deleted on one trip (200 keys)
+    leaves the other warpgroup's bar.arrive armed at exit, which the executor does not report (FlashAttention-3
+    exits so); on 300 keys the unmatched arrivals deadlock, and a deleted bar.arrive deadlocks on any length."""
+    sig, host, text = _pingpong()
+    lines = text.splitlines()
+    del lines[_pingpong_barrier(action)(lines)]
+    arrays, sizes = prepare_arguments(sig, _qkv(np.random.default_rng(seq_k), seq_k))
+    if not reported:
+        launch_described("\n".join(lines) + "\n", host, arrays, sizes, source="seeded.ptx")
+        assert reference.check_attention(arrays[3], *arrays[:3], arrays[0].dtype, causal=False).ok
+        return
+    with pytest.raises(PtxDeadlockError, match=r"deadlock: no thread can make progress"):
+        launch_described("\n".join(lines) + "\n", host, arrays, sizes, source="seeded.ptx")
 
 
 def test_the_catalogue_has_33_bugs_of_17_kinds():

@@ -488,3 +488,138 @@ def test_ptx_bulk_reduction_with_a_cache_hint_sums_the_slices():
     _, out = launch(hinted, "bulk", (CTAS, 1, 1), (32, 1, 1), [x, np.zeros((32, 2), np.float32)],
                     launch_smem_bytes(_kernel(BULK)))
     assert (np.abs(out - x.astype(np.float64).sum(axis=0)) <= _f32_sum_bound(x)).all()
+
+
+# region a staging slot the producer drains (convert-tile-to-sm90's reduction slots; MBarriers.check_drained_at_end)
+
+# Warp 0 (the consumers) stores x[trip] into one staging slot per trip: it waits for the slot's empty barrier, stores,
+# fences and arrives on its full barrier; thread 128 (the producer, in warpgroup 1) waits on the full barrier, adds
+# the slot into out with one bulk reduction, waits for its read and frees the slot on the empty barrier. TRIPS trips,
+# one slot.
+STAGED = """\
+builtin.module {
+  func.func @staged(%x: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<4, 32, 2>, tile.role = "in"},
+                    %out: i64 {sm90.source = 1 : i64, tile.dims = #tile.dims<32, 2>, tile.role = "out"})
+      attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>,
+                  sm90.kernel = {threads = 256 : i64, smem_bytes = 272 : i64}} {
+    %tid = sm90.special "tid.x" : index
+    %buf = sm90.shared_buffer "staging" offset 0 size 256 align 128 swizzle 0 : i32
+    %full = sm90.shared_buffer "full" offset 256 size 8 align 8 swizzle 0 : i32
+    %empty = sm90.shared_buffer "empty" offset 264 size 8 align 8 swizzle 0 : i32
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c32 = arith.constant 32 : index
+    %c128 = arith.constant 128 : index
+    %trips = arith.constant TRIPS : index
+    %true = arith.constant true
+    %first = arith.cmpi eq, %tid, %c0 : index
+    scf.if %first {
+      sm90.mbarrier_init %full, 32
+      sm90.mbarrier_init %empty, 1
+    }
+    sm90.bar_sync 0, 256
+    %consumer = arith.cmpi ult, %tid, %c32 : index
+    scf.if %consumer {
+      scf.for %i = %c0 to %trips step %c1 {
+        %i32 = arith.index_cast %i : index to i32
+        %one = arith.constant 1 : i32
+        %p = arith.andi %i32, %one : i32
+        %ep = arith.xori %p, %one : i32
+        scf.while () : () -> () {
+          %ok = sm90.mbarrier_try_wait_parity %empty, %ep : i32
+          %again = arith.xori %ok, %true : i1
+          scf.condition(%again)
+        } do {
+          scf.yield
+        }
+        %i64 = arith.index_cast %i : index to i64
+        %t64 = arith.index_cast %tid : index to i64
+        %c8 = arith.constant 8 : i64
+        %c256 = arith.constant 256 : i64
+        %row = arith.muli %t64, %c8 : i64
+        %slice = arith.muli %i64, %c256 : i64
+        %mine = arith.addi %slice, %row : i64
+        %xrows = vector.broadcast %mine : i64 to vector<2xi64>
+        %cols = arith.constant dense<[0, 4]> : vector<2xi64>
+        %xoffs = arith.addi %xrows, %cols : vector<2xi64>
+        %all = arith.constant dense<true> : vector<2xi1>
+        %v = sm90.ld_global %x[%xoffs], %all : vector<2xi64>, vector<2xi1> -> vector<2xf32>
+        %t32 = arith.index_cast %tid : index to i32
+        %c8i = arith.constant 8 : i32
+        %srow = arith.muli %t32, %c8i : i32
+        %sbase = arith.addi %buf, %srow : i32
+        %sb = vector.broadcast %sbase : i32 to vector<2xi32>
+        %scols = arith.constant dense<[0, 4]> : vector<2xi32>
+        %saddr = arith.addi %sb, %scols : vector<2xi32>
+        sm90.st_shared %saddr, %v : vector<2xi32>, vector<2xf32>
+        sm90.fence_proxy_async
+        sm90.mbarrier_arrive %full
+      }
+    } else {
+    %producer = arith.cmpi eq, %tid, %c128 : index
+    scf.if %producer {
+      scf.for %i = %c0 to %PRODUCER_TRIPS step %c1 {
+        %i32 = arith.index_cast %i : index to i32
+        %one = arith.constant 1 : i32
+        %p = arith.andi %i32, %one : i32
+        scf.while () : () -> () {
+          %ok = sm90.mbarrier_try_wait_parity %full, %p : i32
+          %again = arith.xori %ok, %true : i1
+          scf.condition(%again)
+        } do {
+          scf.yield
+        }
+        sm90.bulk_reduce_add %out, %buf, 256 : i64
+        sm90.bulk_commit_group
+        sm90.bulk_wait_group 0 read
+        sm90.mbarrier_arrive %empty
+      }
+    }
+    }
+    func.return
+  }
+}
+"""
+
+
+def _staged(trips: int, producer_trips: str = "%trips", edit: tuple[str, str] | None = None) -> np.ndarray:
+    text = STAGED.replace("%PRODUCER_TRIPS", producer_trips).replace("TRIPS", str(trips))
+    if edit is not None:
+        text = _seed(text, *edit)
+    x, out = _slices(), np.zeros((32, 2), np.float32)
+    run_target_kernel(_kernel(text), [x, out], {})
+    return out
+
+
+def test_a_staging_slot_drained_once_per_fill_and_released_once_per_drain_is_clean():
+    x = _slices()
+    for trips in (1, 3):
+        out = _staged(trips)
+        assert (np.abs(out - x[:trips].astype(np.float64).sum(axis=0)) <= _f32_sum_bound(x[:trips])).all()
+
+
+def test_a_staging_slot_never_released_is_reported_even_where_no_one_waits_for_it_again():
+    release = ("        sm90.bulk_wait_group 0 read\n        sm90.mbarrier_arrive %empty\n",
+               "        sm90.bulk_wait_group 0 read\n")
+    with pytest.raises(KernelHazardError, match=r"^sm90.mbarrier_init %empty, 1: the kernel ends with the mbarrier at "
+                                                r"shared address 0x108 \(buffer 'empty' \+ 0\) released 0 times .* "
+                                                r"drained 1 times through the mbarrier at shared address 0x100 .*: a "
+                                                r"release of the slot after its drain is missing"):
+        _staged(1, edit=release)  # one trip: the consumers never wait for the slot again
+
+
+def test_a_staging_slot_filled_and_not_drained_by_the_end_is_reported():
+    # the producer's loop runs one trip fewer than the consumers': the last fill never reaches global memory
+    with pytest.raises(KernelHazardError, match=r"^sm90.mbarrier_init %full, 32: the kernel ends with the staging "
+                                                r"slot behind the mbarrier at shared address 0x100 \(buffer 'full' "
+                                                r"\+ 0\) filled 2 times and drained after 1 of them"):
+        _staged(2, producer_trips="%c1")
+
+
+def test_a_staging_slot_drained_before_its_stores_are_published_is_reported():
+    # the producer's wait deleted: its bulk reduction reads stores no arrival has ordered before it
+    wait = ("          %ok = sm90.mbarrier_try_wait_parity %full, %p : i32\n"
+            "          %again = arith.xori %ok, %true : i1\n", "          %again = arith.constant false\n")
+    with pytest.raises(KernelHazardError, match=r"^sm90.bulk_reduce_add .*: reads the bulk reduction.s source at "
+                                                r"shared address 0x0 \(buffer .staging. \+ 0\), which thread 0 stored"):
+        _staged(1, edit=wait)

@@ -139,11 +139,16 @@ def test_a_write_racing_an_earlier_reader_is_reported_though_a_later_reader_is_o
 # region between CTAs: a semaphore orders them
 
 
-def _handoff(wait: bool) -> str:
-    """CTA 0 stores row 0 and signals the semaphore; CTA 1 (after waiting for it, if `wait`) copies row 0 into
-    row 1."""
+def _handoff(wait: bool, lead_waits: bool = False, before_signal: str = "      sm90.bar_sync 0, 32\n",
+             after_wait: str = "") -> str:
+    """CTA 0 stores row 0 and (after `before_signal`) its thread 0 signals the semaphore; CTA 1 (after waiting for
+    it, if `wait`: every thread, or thread 0 alone if `lead_waits`, then `after_wait`) copies row 0 into row 1."""
     waiting = ("      %one = arith.constant 1 : i32\n"
                "      %done = sm90.sem_try_wait %sem, %one : i64, i32\n") if wait else ""
+    if wait and lead_waits:
+        waiting = ("      %one = arith.constant 1 : i32\n      %waiter = arith.cmpi eq, %tid, %c0 : index\n"
+                   "      scf.if %waiter {\n  " + waiting.splitlines()[1] + "\n      }\n")
+    waiting += after_wait
     return f"""builtin.module {{
   func.func @k(%out: i64 {{sm90.source = 0 : i64, tile.dims = #tile.dims<4, 32>, tile.role = "out",
                           sm90.element_type = i32}},
@@ -165,8 +170,7 @@ def _handoff(wait: bool) -> str:
       %t32 = arith.index_cast %tid : index to i32
       %vals = vector.broadcast %t32 : i32 to vector<1xi32>
       sm90.st_global %out[%row0], %vals, %true : vector<1xi64>, vector<1xi32>, vector<1xi1>
-      sm90.bar_sync 0, 32
-      %lead = arith.cmpi eq, %tid, %c0 : index
+{before_signal}      %lead = arith.cmpi eq, %tid, %c0 : index
       scf.if %lead {{
         sm90.sem_signal %sem : i64
       }}
@@ -194,9 +198,33 @@ def test_a_semaphore_orders_a_ctas_stores_before_another_ctas_loads():
     assert run(True)[1].tolist() == list(range(32))
     with pytest.raises(KernelHazardError, match=r"^%got = sm90.ld_global .*: reads tensor %out at byte offset 0, "
                                                 r"which `sm90.st_global .*` \(thread 0 of CTA \(0, 0, 0\)\) wrote, .* "
-                                                r"no sem_signal of that CTA after its access was acquired by a "
-                                                r"sem_try_wait of this one\) in thread 0 .* of CTA \(1, 0, 0\)"):
+                                                r"no sem_signal of that CTA after its access .* was acquired by a "
+                                                r"sem_try_wait of this thread .*\) in thread 0 .* of CTA \(1, 0, 0\)"):
         run(False)
+
+
+def _run_handoff(text: str) -> np.ndarray:
+    kernel = next(op for op in parse_module(text).walk() if is_target_kernel(op))
+    out, sem = np.zeros((4, 32), np.int32), np.zeros(1, np.int32)
+    run_target_kernel(kernel, [out, sem], {})
+    return out
+
+
+def test_a_semaphore_orders_threads_not_ctas():
+    """The edge is per thread (`memory_model.RELEASE_ACQUIRE`): thread 0's wait orders thread 0 only, and the other
+    threads of its CTA after a bar_sync; thread 0's signal releases what a bar_sync before it ordered before it.
+    (FlashAttention-3's and the deterministic backward's pattern: one thread spins, a CTA barrier, ...)"""
+    barrier = "      sm90.bar_sync 0, 32\n"
+    assert _run_handoff(_handoff(True, lead_waits=True, after_wait=barrier))[1].tolist() == list(range(32))
+    # thread 1 of CTA 1 loads after thread 0's wait, but no barrier carries that wait to it
+    with pytest.raises(KernelHazardError, match=r"^%got = sm90.ld_global .*: reads tensor %out at byte offset 4, which "
+                                                r"`sm90.st_global .*` \(thread 1 of CTA \(0, 0, 0\)\) wrote, .* "
+                                                r"sem_try_wait of this thread .*\) in thread 1 .* of CTA \(1, 0, 0\)"):
+        _run_handoff(_handoff(True, lead_waits=True))
+    # every thread of CTA 1 waits, but thread 0 of CTA 0 signals without the barrier that orders the others' stores
+    with pytest.raises(KernelHazardError, match=r"^%got = sm90.ld_global .*: reads tensor %out at byte offset 4, which "
+                                                r"`sm90.st_global .*` \(thread 1 of CTA \(0, 0, 0\)\) wrote"):
+        _run_handoff(_handoff(True, before_signal=""))
 
 
 # region TMA copies read global memory through the async proxy (memory_model.PROXY_FENCE_STATE_SPACE)

@@ -180,8 +180,8 @@ WRITE_ORDER = Rule(
     "bulk copy into a peer CTA's shared memory must follow that peer's reads of the bytes in causality order "
     "(the peer's threads released them on an mbarrier the issuing thread waited on, remotely or through a "
     "barrier of their own CTA, or a cluster barrier), so a slot released to the wrong CTA is a race; and any write "
-    "into a CTA's shared memory (a store, a TMA, bulk, multicast or st.async copy landing) must follow the reads "
-    "of those bytes that peer CTAs made through shared::cluster addresses",
+    "into a CTA's shared memory (a store, a TMA, bulk, multicast, st.async or red.async copy landing) must follow "
+    "the reads of those bytes that peer CTAs made through shared::cluster addresses",
     "tessera.interpreters.sm90.happens_before:HappensBefore.check_write")
 
 DATA_RACE = Rule(
@@ -211,7 +211,8 @@ MORALLY_STRONG = Rule(
     "each operation is strong and specifies a scope that includes the thread executing the other operation",
     "the PTX executor's general form of ATOMICS_ARE_INDIVISIBLE: atom, red, bulk reductions and ld/st with "
     ".relaxed/.acquire/.release/.volatile are strong; two strong accesses through the same proxy whose scopes "
-    "include each other's thread (.cta: the same CTA only) are not a race")
+    "include each other's thread (.cta: the same CTA only) are not a race; so two red.async updates of one word "
+    "(.relaxed.cluster) in flight at once are not either, while a plain access of it racing one is")
 
 RELEASE_ACQUIRE = Rule(
     "release and acquire patterns synchronise", "memory-consistency-model-memory-synchronization",

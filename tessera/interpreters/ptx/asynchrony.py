@@ -79,6 +79,8 @@ class Copy:
     key: tuple[int, int] | None
     acquired: tuple[int, int] | None = None
     span: slice | None = None  # the range `index` fills, when it fills one (see `AsyncTracker.stage`)
+    combine: object = None
+    """A `red.async`'s update (old bytes -> new bytes, applied when it lands); None: a copy of `data`."""
 
 
 def _registers(inst) -> set[str]:
@@ -288,17 +290,20 @@ class AsyncTracker:
     # endregion
     # region asynchronous copies into shared memory
     def check_writable(self, inst, lanes, flat: np.ndarray, what: str, acquired: int | None = None,
-                       span: slice | None = None) -> None:
+                       span: slice | None = None, atomic: bool = False) -> None:
         """Refuse `what` (by `lanes`, one per byte or one for all) writing the bytes `flat` while an
         asynchronous copy still writes them, a pending wgmma may still read them, or a bulk store still
         reads them. `span`: the range `flat` fills, when it fills one (the records are then read as a range,
-        and a finding is located byte by byte)."""
+        and a finding is located byte by byte). `atomic`: a `red.async`, which another red.async in flight on
+        the bytes does not race (both relaxed at cluster scope: morally strong [memory_model.MORALLY_STRONG])."""
         # a range with nothing in flight and no pending wgmma reading it is decided without a gather
         clear = span is not None and not (self.tagged and (self.state[span] == FLIGHT).any()) \
             and not (self.reading and self._read_by_wgmma(span))
         lanes = np.broadcast_to(np.asarray(lanes), flat.shape)
         if self.tagged and not clear:
             flying = self.state[flat] == FLIGHT
+            if atomic and flying.any():
+                flying[flying] = [self.copies[int(c)].combine is None for c in self.tag[flat[flying]]]
             if flying.any():
                 i = int(np.argmax(flying))
                 copy = self.copies[int(self.tag[flat[i]])]
@@ -321,9 +326,11 @@ class AsyncTracker:
         range `index` fills, when it fills one (a swizzled box), so that its records are kept as a range."""
         self.staged.append((index, data, span))
 
-    def issue(self, inst, lane: int, address: int, nbytes: int, kind: str) -> None:
+    def issue(self, inst, lane: int, address: int, nbytes: int, kind: str, combine=None) -> None:
         """The staged bytes of `lane` are one copy completing `nbytes` of transaction on the mbarrier at
-        shared::cluster `address` (the lane's own CTA's, or a cluster member's): tag them in flight; they land when a thread waits on that barrier."""
+        shared::cluster `address` (the lane's own CTA's, or a cluster member's): tag them in flight; they land
+        when a thread waits on that barrier. `combine` (a `red.async`): the bytes are updated from what they
+        hold when the copy lands, not replaced by the staged ones."""
         from tessera.interpreters.ptx.sync import _state, mbarrier_key
 
         m = self.m
@@ -339,12 +346,12 @@ class AsyncTracker:
             span = None
         self.staged = []
         acquired = None if self.last_wait[lane] < 0 else int(self.last_wait[lane])
-        self.check_writable(inst, lane, index, f"the {kind}", acquired, span)
+        self.check_writable(inst, lane, index, f"the {kind}", acquired, span, atomic=combine is not None)
         known = None
         if len(index) and key[0] != int(m.lane_cta[lane]):  # into a peer's shared memory: its threads' frame
             known = self.hb.peer_known(lane, grid_rank(m, key[0]))
         self.hb.async_write(inst, np.array([lane]), index, f"the {kind}", span, known)
-        copy = Copy(kind, inst, lane, index, data, nbytes, key, acquired, span)
+        copy = Copy(kind, inst, lane, index, data, nbytes, key, acquired, span, combine)
         ident = len(self.copies)
         self.copies[ident] = copy
         self.in_flight.setdefault(key, []).append(copy)
@@ -392,7 +399,7 @@ class AsyncTracker:
                                              f"its expect_tx{self.last_arrival_at(key)} announced fewer bytes than "
                                              "the copies deliver", copy.lane)
             phase = state.phase
-            m.shared[copy.index] = copy.data
+            m.shared[copy.index] = copy.data if copy.combine is None else copy.combine(m.shared[copy.index])
             where = copy.index if copy.span is None else copy.span
             self.state[where] = LANDED
             self.tag[where] = b

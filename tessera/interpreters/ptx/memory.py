@@ -463,6 +463,8 @@ def decode_atom(ops: Operands, inst, mods):
     fastest, then tid): a legal serialisation. red's add (integer), min, max, and, or, xor fold them with one
     ufunc.at instead, which gives the same values. Scalar types only, per operation those that ptxas accepts
     for sm_90a (`_ATOMIC`); global or shared memory; `.L2::cache_hint` and its policy operand are ignored."""
+    if inst.opcode == "red" and mods.take("async"):  # a reduction into a CTA of the cluster (`tensor`)
+        return DECODERS["red.async"](ops, inst, mods)
     space = take_space(mods, "generic")
     if space not in ("generic", "global", "shared"):
         raise ops.refuse(inst, f"{inst.opcode} on the .{space} space (needs .global or .shared)")

@@ -15,8 +15,9 @@ a store reads shared memory at issue, checked as an async-proxy read, and `async
 read until the thread's cp.async.bulk.wait_group(.read) covers its bulk group.
 `.multicast::cluster` with mask M stages the data at the same shared offset in every CTA of cluster
 rank r with bit r of M set, as one copy per member on the mbarrier at the same offset in each (`cluster`);
-`cp.async.bulk.shared::cluster.shared::cta` forwards the executing CTA's shared memory into a peer's, and
-`st.async` stores a thread's register into one, each completing on the receiving CTA's mbarrier.
+`cp.async.bulk.shared::cluster.shared::cta` forwards the executing CTA's shared memory into a peer's,
+`st.async` stores a thread's register into one and `red.async` updates a word of one with it (atomically, when
+it lands), each completing on the receiving CTA's mbarrier.
 
 wgmma [P#asynchronous-warpgroup-level-matrix-*; facts.wgmma, facts.descriptor]: per warpgroup (all 128
 threads, collective) D = A x B (+ D when scale-d), A 64xK from shared memory through its descriptor (K-major,
@@ -318,28 +319,83 @@ def decode_st_async(ops: Operands, inst, mods):
     if len(sources) != width:
         raise ops.refuse(inst, f"{width} source(s) expected, got {len(sources)}")
     readers = [ops.read(inst, source, t) for source in sources]
-    address, barrier = ops.address(inst, inst.operands[0]), ops.address(inst, inst.operands[2])
     nbytes = width * t.bits // 8
+
+    def data(sel, lanes):
+        values = np.empty((len(lanes), width), t.dtype)
+        for i, read in enumerate(readers):
+            values[:, i] = read(sel)
+        return values.view(np.uint8).reshape(len(lanes), nbytes), None
+
+    return _into_cluster(ops, inst, nbytes, data, "st.async")
+
+
+_RED_ASYNC = {"inc": ("u32",), "dec": ("u32",), "min": ("u32", "s32"), "max": ("u32", "s32"), "and": ("b32",),
+              "or": ("b32",), "xor": ("b32",), "add": ("u32", "s32", "u64")}
+"""The operations and types of red.async [P#parallel-synchronization-and-communication-instructions-red-async]."""
+
+
+@opcode("red.async")
+def decode_red_async(ops: Operands, inst, mods):
+    """`red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.op.type [a], b, [mbar]`
+    [P#parallel-synchronization-and-communication-instructions-red-async] (`memory`'s `red` sends it here): each
+    executing thread updates the word at shared::cluster address a (in any CTA of the cluster, this one's too)
+    with op(old, b) (`_RED_ASYNC`: .inc/.dec .u32, .min/.max .u32/.s32, .and/.or/.xor .b32, .add .u32/.s32/.u64,
+    as atom defines each), asynchronously, completing the word's bytes of transaction on the mbarrier at mbar,
+    which must be in that same CTA. As `st.async`'s store, the update is in flight until a thread of that CTA
+    waits on the mbarrier (a read before is reported) and is judged as a write into it by what the issuing thread
+    knows of its threads (a plain access of the word racing it is reported); it applies to the word's value when
+    it lands, in issue order. Other red.async updates of the word in flight do not race it (relaxed, cluster
+    scope: morally strong [memory_model.MORALLY_STRONG])."""
+    if not (mods.take("relaxed") and mods.take("cluster")) or take_space(mods) != "shared" \
+            or not mods.take("mbarrier::complete_tx::bytes"):
+        raise ops.refuse(inst, "red.async form (red.async.relaxed.cluster.shared::cluster."
+                               "mbarrier::complete_tx::bytes.op.type)")
+    operation = mods.take(*_RED_ASYNC)
+    t = mods.type()
+    if operation is None or t.name not in _RED_ASYNC[operation] or len(inst.operands) != 3:
+        raise ops.refuse(inst, f"red.async{'.' + operation if operation else ''} on .{t.name} "
+                               f"(supported: {', '.join(f'.{o}.{n}' for o, ns in _RED_ASYNC.items() for n in ns)})")
+    read = ops.read(inst, inst.operands[1], t)
+    apply = memory._ATOMIC[operation].apply
+    nbytes = t.bits // 8
+
+    def data(sel, lanes):
+        values = np.broadcast_to(np.asarray(read(sel), t.dtype), lanes.shape)
+
+        def combine(value):
+            def update(old: np.ndarray) -> np.ndarray:
+                with np.errstate(over="ignore"):
+                    return np.asarray(apply(old.view(t.dtype), value, None), t.dtype).view(np.uint8)
+            return update
+
+        return np.zeros((len(lanes), nbytes), np.uint8), [combine(values[i:i + 1]) for i in range(len(lanes))]
+
+    return _into_cluster(ops, inst, nbytes, data, "red.async")
+
+
+def _into_cluster(ops: Operands, inst, nbytes: int, data, kind: str):
+    """The run of `st.async`/`red.async`: `data(sel, lanes)` gives each lane's bytes [lanes, nbytes] and, for a
+    reduction, each lane's update (else None); each lane's copy is staged into the CTA its address names and
+    completes on that CTA's mbarrier."""
+    address, barrier = ops.address(inst, inst.operands[0]), ops.address(inst, inst.operands[2])
     m = ops.m
 
     def run(sel):
         lanes = lanes_of(m, sel)
-        values = np.empty((len(lanes), width), t.dtype)
-        for i, read in enumerate(readers):
-            values[:, i] = read(sel)
-        data = values.view(np.uint8).reshape(len(lanes), nbytes)
+        bytes_, updates = data(sel, lanes)
         places = np.broadcast_to(np.asarray(address(sel), np.int64), lanes.shape)
         barriers = shared_addresses(m, inst, "shared", lanes, barrier(sel))
         memory._check(m, inst, "shared", lanes, places, nbytes, nbytes)
         slots = m.shared_target(lanes, places)[0]
         if (m.shared_target(lanes, barriers)[0] != slots).any():
             i = int(np.argmax(m.shared_target(lanes, barriers)[0] != slots))
-            raise m.error(inst, "the mbarrier of st.async must be in the CTA its data is stored into", int(lanes[i]))
+            raise m.error(inst, f"the mbarrier of {kind} must be in the CTA its data is stored into", int(lanes[i]))
         starts = m.shared_flat(lanes, places)
         for i, lane in enumerate(lanes.tolist()):  # one copy per thread, each completing on its barrier
             start = int(starts[i])
-            m.tracker.stage(start + np.arange(nbytes), data[i], slice(start, start + nbytes))
-            m.tracker.issue(inst, lane, int(barriers[i]), nbytes, "st.async")
+            m.tracker.stage(start + np.arange(nbytes), bytes_[i], slice(start, start + nbytes))
+            m.tracker.issue(inst, lane, int(barriers[i]), nbytes, kind, None if updates is None else updates[i])
 
     return run
 

@@ -152,8 +152,9 @@ class CtaState:
 
     def check_synchronisation_drained(self) -> None:
         """At the end of the kernel (with `races`): no named barrier is left with arrivals that no phase
-        completed (a bar_sync or bar_arrive of its other side is missing), and every filled ring slot was
-        released (`MBarriers.check_released_at_end`)."""
+        completed (a bar_sync or bar_arrive of its other side is missing), every filled ring slot was
+        released (`MBarriers.check_released_at_end`), and every staging slot drained and released
+        (`MBarriers.check_drained_at_end`)."""
         if not self.races:
             return
         for barrier, state in enumerate(self.named):
@@ -167,6 +168,7 @@ class CtaState:
                     raise KernelHazardError(f"{message} in {self.where(first)}")
                 self.fail(op, message, first)
         self.mbarriers.check_released_at_end()
+        self.mbarriers.check_drained_at_end()
 
     # endregion
     # region synchronisation

@@ -185,13 +185,14 @@ class GlobalMemory:
     def _word(self, address: int) -> tuple[int, int]:
         return (address >> TENSOR_SPACING_BITS) - 1, address & ((1 << TENSOR_SPACING_BITS) - 1)
 
-    def release(self, cta: CtaView, address: int) -> None:
-        """A `sem_signal` of the word at `address` (already stored): this CTA's accesses so far are released."""
-        self.accesses.release(cta, *self._word(address))
+    def release(self, cta: CtaView, address: int, thread: int) -> None:
+        """A `sem_signal` by `thread` of the word at `address` (already stored): what it knows is released."""
+        self.accesses.release(cta, *self._word(address), thread)
 
-    def acquire(self, cta: CtaView, address: int) -> None:
-        """A successful `sem_try_wait` on the word at `address`: this CTA acquires what its signals released."""
-        self.accesses.acquire(cta, *self._word(address))
+    def acquire(self, cta: CtaView, address: int, threads: np.ndarray) -> None:
+        """A successful `sem_try_wait` by `threads` on the word at `address`: they acquire what its signals
+        released."""
+        self.accesses.acquire(cta, *self._word(address), threads)
 
     # endregion
     # region reductions between CTAs

@@ -11,12 +11,15 @@ read-modify-write, and their order only decides rounding), and neither the same 
 happens-before orders them:
 
 - inside a CTA, as for shared memory: `hb.ordered[w, r] > t` (named barriers, mbarrier phases, transitively);
-- between CTAs: a semaphore. `sem_signal` releases its CTA's accesses so far on the semaphore word; a
-  `sem_try_wait` that succeeds acquires, for its CTA, every release the word holds. The edge is per CTA (the
-  accesses of the releasing CTA before its signal, by any of its threads, are ordered before the accesses of
-  the acquiring CTA after its wait), which may miss a race inside a CTA around the signal but never reports
-  one that is not there. The CTAs of one cluster, which order through cluster barriers, are not checked
-  against each other here.
+- between CTAs: a semaphore, per thread [`memory_model.RELEASE_ACQUIRE`]. `sem_signal` (`red.release.gpu`)
+  releases on the semaphore word what its signalling thread knows: its own accesses, those of its CTA's threads
+  ordered before the signal (a `bar_sync` before it), and what it had learnt of other CTAs; a `sem_try_wait` that
+  succeeds (`ld.acquire.gpu`) gives the waiting thread every release the word holds (the adds of one word form
+  a release sequence). The other threads of the waiting CTA learn it only through a later edge (the `bar_sync`
+  after the wait), carried with every edge of the CTA (`HappensBefore.grid`). So a signal without the barrier
+  before it releases only the signalling thread's accesses, and threads that access after a wait without the
+  barrier after it are not ordered after the signalling CTA's. The CTAs of one cluster, which order through
+  cluster barriers, are not checked against each other here.
 
 A race is reported with both sides: the op and thread of this access, the op, thread and CTA of the earlier one,
 and what synchronisation was missing. With `races=False` nothing is checked (the records are still kept).
@@ -135,10 +138,9 @@ class GlobalAccesses:
     tensors: dict[int, _TensorRecord] = field(default_factory=dict)
     ops: list[Operation] = field(default_factory=list)
     _op_index: dict[int, int] = field(default_factory=dict)
-    released: dict[tuple[int, int], dict[int, int]] = field(default_factory=dict)
-    """Per semaphore word (tensor, byte offset): CTA rank -> the latest time that CTA signalled it."""
-    acquired: dict[int, dict[int, int]] = field(default_factory=dict)
-    """Per CTA rank: releasing CTA rank -> the latest release time of it this CTA acquired."""
+    released: dict[tuple[int, int], dict[int, np.ndarray]] = field(default_factory=dict)
+    """Per semaphore word (tensor, byte offset): the join of its signals' releases, CTA rank -> [T] times of that
+    CTA's threads (`HappensBefore.grid`)."""
 
     def _index(self, op: Operation) -> int:
         index = self._op_index.get(id(op))
@@ -335,11 +337,16 @@ class GlobalAccesses:
             ordered = cta.hb.ordered[their_thread[mine], threads[where][mine]] > their_time[mine]
             unordered[mine] = ~(same_thread | ordered)
         if (~mine).any():
-            acquired = self.acquired.get(rank, {})
             peers = self._peers(cta)
-            ranks, inverse = np.unique(their_cta[~mine], return_inverse=True)
-            seen = np.array([acquired.get(int(r), NONE) for r in ranks], np.int64)[inverse]
-            peer = np.array([int(r) in peers for r in ranks], bool)[inverse]
+            seen = np.full(int((~mine).sum()), NONE, np.int64)
+            peer = np.zeros(len(seen), bool)
+            others, theirs, readers = their_cta[~mine], their_thread[~mine], threads[where][~mine]
+            for r in np.unique(others).tolist():
+                of = others == r
+                peer[of] = r in peers
+                known = cta.hb.grid.get(r)
+                if known is not None:
+                    seen[of] = known[theirs[of], readers[of]]
             unordered[~mine] = ~(peer | (seen > their_time[~mine]))
         if not unordered.any():
             return
@@ -375,7 +382,8 @@ class GlobalAccesses:
         if between_ctas:
             who = f"thread {other_thread} of CTA {self._cta_name(other_rank)}"
             missing = ("nothing orders accesses of two CTAs to the same bytes but a semaphore: no sem_signal of that "
-                       "CTA after its access was acquired by a sem_try_wait of this one")
+                       "CTA after its access (by that thread, or after a bar_sync that follows it) was acquired by a "
+                       "sem_try_wait of this thread (its own, or one before a bar_sync this thread passed)")
         else:
             who = cta.thread_name(other_thread)
             missing = "a bar_sync or an mbarrier release/wait between the two accesses is missing"
@@ -389,16 +397,25 @@ class GlobalAccesses:
 
     # endregion
     # region semaphores: release and acquire between CTAs
-    def release(self, cta: CtaView, tensor: int, offset: int) -> None:
-        """A `sem_signal` of the semaphore word at (tensor, offset): this CTA's accesses so far are released."""
-        signals = self.released.setdefault((tensor, offset), {})
-        signals[grid_rank(cta)] = cta.tick()
+    def release(self, cta: CtaView, tensor: int, offset: int, thread: int) -> None:
+        """A `sem_signal` by `thread` of the semaphore word at (tensor, offset): what the thread knows now (its CTA's
+        accesses ordered before it, and of other CTAs) is released on the word."""
+        word = (tensor, offset)
+        self.released[word] = cta.hb.join_grid(self.released.get(word), cta.hb.knowledge(thread, grid_rank(cta)))
 
-    def acquire(self, cta: CtaView, tensor: int, offset: int) -> None:
-        """A successful `sem_try_wait` on the word: this CTA acquires every release the word holds."""
-        seen = self.acquired.setdefault(grid_rank(cta), {})
-        for rank, time in self.released.get((tensor, offset), {}).items():
-            seen[rank] = max(seen.get(rank, NONE), time)
+    def acquire(self, cta: CtaView, tensor: int, offset: int, threads: np.ndarray) -> None:
+        """A successful `sem_try_wait` by `threads` on the word: they acquire every release the word holds (their
+        CTA's own release orders its threads as any other edge does)."""
+        released = self.released.get((tensor, offset))
+        if not released:
+            return
+        rank = grid_rank(cta)
+        others = {r: times for r, times in released.items() if r != rank}
+        if others:
+            cta.hb.learn(threads, others)
+        if rank in released:
+            ordered = cta.hb.ordered
+            ordered[:, threads] = np.maximum(ordered[:, threads], released[rank][:, None])
 
     # endregion
 

@@ -48,13 +48,14 @@ if TYPE_CHECKING:
     from tessera.interpreters.sm90.cta_view import CtaView
 
 
-Message = tuple[np.ndarray, np.ndarray, np.ndarray, tuple | None]
+Message = tuple[np.ndarray, np.ndarray, np.ndarray, tuple | None, dict | None]
 """What a release carries to its acquirers: `ordered` [T] and `fenced` [T] (the join of the releasing threads'
-columns), `observed` [mbarrier instances] (the phases of each barrier they had observed complete) and, in a
-cluster, what they knew of its CTAs' releases ([C, T] `Cluster.known`, and the latest cluster barrier
+columns), `observed` [mbarrier instances] (the phases of each barrier they had observed complete), in a
+cluster what they knew of its CTAs' releases ([C, T] `Cluster.known`, and the latest cluster barrier
 completion they passed, `Cluster.passed_at`): a producer that learns of a peer's release of a slot only through
 another thread of its CTA (which waited on the empty barrier and then arrived on a barrier the producer waits on)
-may refill the slot."""
+may refill the slot; and what they knew of other CTAs of the grid through semaphores (`grid`: rank -> [T] times
+of that CTA's threads; None when nothing)."""
 
 
 def _columns(threads: np.ndarray):
@@ -79,6 +80,11 @@ class HappensBefore:
         self.pending: dict[int, Message] = {}
         self.published: dict[int, Message] = {}
         self.cluster_pending: dict[int, Message] = {}
+        self.grid: dict[int, np.ndarray] = {}
+        """What this CTA's threads know of other CTAs' threads through semaphores (`global_races`): rank ->
+        [T_rank, T] times, `grid[c][w, r]` the latest time such that thread w of CTA c's accesses before it happen
+        before thread r's present point (as `ordered`, on CTA c's clock). Carried by every edge; empty (and free)
+        in a kernel without semaphores."""
         self.reader = records(cta, size, -1, np.int32)
         self.read_at = records(cta, size, -1, np.int64)
         self.read_op = records(cta, size, -1, np.int32)
@@ -110,12 +116,15 @@ class HappensBefore:
         cluster = self.cta.cluster
         peers = None if cluster is None else (cluster.known[self.cta.rank, columns].max(axis=0),
                                               int(cluster.passed_at[self.cta.rank, columns].max()))
+        grid = {rank: known[:, columns].max(axis=1) for rank, known in self.grid.items()} if self.grid else None
         return (self.ordered[:, columns].max(axis=1), self.fenced[:, columns].max(axis=1),
-                observed[:, columns].max(axis=1, initial=0), peers)
+                observed[:, columns].max(axis=1, initial=0), peers, grid)
 
     def acquire(self, threads: np.ndarray, message: Message) -> None:
         columns = _columns(threads)
-        ordered, fenced, observed, peers = message
+        ordered, fenced, observed, peers, grid = message
+        if grid:
+            self.learn(columns, grid)
         if peers is not None:  # what the releasing threads knew of the cluster's releases (`Cluster.known`)
             cluster, rank = self.cta.cluster, self.cta.rank
             known = cluster.known[rank]
@@ -143,7 +152,36 @@ class HappensBefore:
             a, b = (np.pad(v, (0, max(len(a), len(b)) - len(v))) for v in (a, b))
         peers = old[3] if new[3] is None else new[3] if old[3] is None else (np.maximum(old[3][0], new[3][0]),
                                                                             max(old[3][1], new[3][1]))
-        return np.maximum(old[0], new[0]), np.maximum(old[1], new[1]), np.maximum(a, b), peers
+        return np.maximum(old[0], new[0]), np.maximum(old[1], new[1]), np.maximum(a, b), peers, \
+            HappensBefore.join_grid(old[4], new[4])
+
+    @staticmethod
+    def join_grid(old: dict | None, new: dict | None) -> dict | None:
+        """The join of two messages' knowledge of other CTAs (rank -> [T] times)."""
+        if not old or not new:
+            return old or new
+        joined = dict(old)
+        for rank, times in new.items():
+            joined[rank] = times if rank not in joined else np.maximum(joined[rank], times)
+        return joined
+
+    def learn(self, threads, grid: dict) -> None:
+        """`threads` (columns) learn `grid` (rank -> [T_rank] times of that CTA's threads): a semaphore acquire,
+        or an edge from threads that had learnt it."""
+        for rank, times in grid.items():
+            known = self.grid.get(rank)
+            if known is None:
+                known = self.grid[rank] = np.full((len(times), self.cta.threads), -1, np.int64)
+            known[:, threads] = np.maximum(known[:, threads], times[:, None])
+
+    def knowledge(self, thread: int, rank: int) -> dict:
+        """What `thread` releases to other CTAs now (a semaphore signal), as `grid` holds it: its column of
+        `ordered`, with its own entry now, as the times of its CTA (grid rank `rank`), and what it knows of
+        other CTAs."""
+        self.ordered[thread, thread] = self.cta.tick()
+        known = {other: times[:, thread].copy() for other, times in self.grid.items()}
+        known[rank] = self.ordered[:, thread].copy()
+        return known
 
     def barrier(self, participants: np.ndarray, waiters: np.ndarray) -> None:
         """A named barrier completed: `participants` arrived, `waiters` leave it."""

@@ -55,6 +55,12 @@ class MBarriers:
         self.last_waited = np.full(cta.threads, -1, np.int64)
         self.refills: dict[int, set[int]] = {}
         self.init_ops: dict[int, Operation] = {}
+        # staging slots (`check_drained_at_end`): published[F] the barriers threads last waited on before a plain
+        # arrive on F (F's "empty" partners, as `refills`), drained[F] the phases of F after which a bulk reduction
+        # was issued, tx the barriers that count transaction bytes (a copy's, not a staging slot's)
+        self.published: dict[int, set[int]] = {}
+        self.drained: dict[int, set[int]] = {}
+        self.tx: set[int] = set()
 
     def _locate(self, address: int) -> str:
         return self.cta.smem.locate(address)
@@ -128,6 +134,8 @@ class MBarriers:
         threads = self._active_threads()
         if tx_bytes is None and self._arrive_together(op, threads, addresses):
             return
+        if tx_bytes is not None:
+            self.tx.update(self.get(op, int(t), int(addresses[t])).index for t in threads)
         completed: set[int] = set()
         arrivals: dict[int, list[int]] = {}
         for thread in threads:
@@ -148,6 +156,8 @@ class MBarriers:
             if barrier.state.phase != phase:
                 completed.add(barrier.index)
         for index, threads in arrivals.items():
+            if tx_bytes is None:
+                self._note_publish(index, np.asarray(threads))
             self.cta.hb.arrive(index, np.asarray(threads))
             if index in completed:
                 self.cta.hb.phase_completed(index)
@@ -170,13 +180,33 @@ class MBarriers:
             return False
         phase = barrier.state.phase
         barrier.state.arrive(len(threads))
+        self._note_publish(barrier.index, threads)
         self.cta.hb.arrive(barrier.index, threads)
         if barrier.state.phase != phase:
             self.cta.hb.phase_completed(barrier.index)
             self.cta.scheduler.hand_over()
         return True
 
+    def _note_publish(self, index: int, threads: np.ndarray) -> None:
+        """A plain arrive of `threads` on barrier `index`: the barriers they waited on last are its partners, if
+        it turns out to publish a staging slot (`check_drained_at_end`)."""
+        waited = self.last_waited[threads]
+        first = int(waited[0])
+        partners = {first} if (waited == first).all() else set(np.unique(waited).tolist())
+        partners.discard(-1)
+        partners.discard(index)
+        if partners:
+            self.published.setdefault(index, set()).update(partners)
+
+    def note_drain(self, thread: int) -> None:
+        """`thread` issues a bulk reduction (a drain of a staging slot): the barrier it waited on last is the slot's
+        full barrier, and the phase it observed there is drained."""
+        full = int(self.last_waited[thread])
+        if full >= 0:
+            self.drained.setdefault(full, set()).add(int(self.observed[full, thread]))
+
     def complete_tx(self, op: Operation, thread: int, barrier: MBarrier, nbytes: int) -> None:
+        self.tx.add(barrier.index)
         phase = barrier.state.phase
         try:
             barrier.state.complete_tx(nbytes)
@@ -286,6 +316,47 @@ class MBarriers:
                               f"of {s.expected} arrivals into the next phase) while the slot it frees was filled "
                               f"{filled.state.phase} times through the mbarrier at {self._locate(filled.address)}: "
                               f"{what}", released.init_thread)
+
+    def check_drained_at_end(self) -> None:
+        """At the end of the kernel every staging slot (shared bytes that threads store and publish with a plain
+        arrive on a full barrier F, and that a thread drains with a bulk reduction after waiting on F: the
+        backward's dQ staging, `reduction_slots`) was drained once per fill and released once per drain: F has
+        no arrivals into an unfinished phase (stores published to no one), every completed phase of F was
+        drained (a bulk reduction issued after observing it), and each barrier the publishing threads waited on
+        before arriving on F (the slot's empty barrier) completed as many phases as F. A fill left undrained is
+        data that never reaches global memory; a release missing leaves the next fill of the slot (on a longer
+        sequence) waiting forever; an extra one lets the slot be refilled before its reduction read it."""
+        for full, phases in self.drained.items():
+            filled = self.instances[full]
+            if full in self.tx or not filled.live:
+                continue
+            s = filled.state
+            where = self._locate(filled.address)
+            if s.pending != s.expected:
+                self.cta.fail(self._init_op(filled), f"the kernel ends with {s.expected - s.pending} of {s.expected} "
+                              f"arrivals on the staging slot's full barrier at {where} in phase {s.phase}: a fill "
+                              "published to no one (its drain by a bulk reduction never comes)", filled.init_thread)
+            if len(phases) != s.phase:
+                self.cta.fail(self._init_op(filled), f"the kernel ends with the staging slot behind the mbarrier at "
+                              f"{where} filled {s.phase} times and drained after {len(phases)} of them: a fill "
+                              "left in shared memory (a bulk reduction after waiting for each phase is missing)",
+                              filled.init_thread)
+            for empty in sorted(self.published.get(full, ())):
+                released = self.instances[empty]
+                if empty in self.tx or empty in self.drained or not released.live:
+                    continue
+                e = released.state
+                if e.phase == s.phase and e.pending == e.expected:
+                    continue
+                what = ("a release of the slot after its drain is missing" if e.phase < s.phase
+                        or e.pending != e.expected else "the slot was released more often than it was drained "
+                        "(an extra arrival lets the slot be refilled before its reduction read it)")
+                self.cta.fail(self._init_op(released), f"the kernel ends with the mbarrier at "
+                              f"{self._locate(released.address)} released {e.phase} times (and "
+                              f"{e.expected - e.pending} of {e.expected} arrivals into the next phase) while the "
+                              "staging slot it frees was "
+                              f"drained {len(phases)} times through the mbarrier at {where}: {what}",
+                              released.init_thread)
 
     def _init_op(self, barrier: MBarrier) -> Operation:
         return self.init_ops.get(barrier.index)

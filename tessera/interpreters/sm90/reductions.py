@@ -159,6 +159,7 @@ class ReductionFunctions(InterpreterFunctions):
             dest_words = target + F32_BYTES * np.arange(nbytes // F32_BYTES, dtype=np.int64)
             self.memory.reduce_add_f32(cta, op, dest_words, np.full(len(dest_words), t), values, proxy_async=True)
             cta.bulk.issue(BulkReduction(op, t, addresses, dest_words))
+            cta.mbarriers.note_drain(t)
         return ()
 
     @impl(ops.BulkCommitGroupOp)
@@ -200,21 +201,21 @@ class ReductionFunctions(InterpreterFunctions):
                               "one waits (the simulator runs CTAs one after another): a deadlock in this CTA order",
                           int(threads[i]))
         for address in np.unique(addresses).tolist():
-            self.memory.acquire(self.cta, address)
+            self.memory.acquire(self.cta, address, threads[addresses == address])
         done[threads] = True
         return (done,)
 
     @impl(ops.SemSignalOp)
     def run_sem_signal(self, interpreter: Interpreter, op: ops.SemSignalOp, args: PythonValues):
-        """Each active thread adds 1 to the i32 at its address (release: this CTA's earlier adds have landed,
-        since the simulator applies red adds when issued)."""
+        """Each active thread adds 1 to the i32 at its address (release: what the thread knows, its own and its
+        CTA's accesses ordered before it, is released on the word; the simulator applies red adds when issued)."""
         (sem,) = args
         threads = self._active()
         for t in threads:
             address = np.asarray(sem, np.int64)[[t]]
             old = self.memory.load_words(self.cta, op, address, np.array([t]), atomic=True).view(np.int32)
             self.memory.store_words(self.cta, op, address, np.array([t]), (old + 1).view(np.uint32), atomic=True)
-            self.memory.release(self.cta, int(address[0]))
+            self.memory.release(self.cta, int(address[0]), int(t))
         return ()
 
     @impl(ops.StMatrixOp)
