@@ -8,8 +8,8 @@ row subtraction, and 1-D row windows (LSE2, dPsum) loaded and stored per row.
   slab (`_stmatrix_slabs`), then `fence.proxy.async` (the wgmma reads shared memory through the async proxy); the `tile.barrier` that
   the builder puts before the reading mma orders the other warps' stores before it.
 - `tile.atomic_add` of an f32 register tile into a global window, two ways (`ATOMIC_ADD_MODES`, the pass
-  option `atomic-add`, whose default "auto" takes "bulk" for a transposed add the producer can issue and "red"
-  for the others: `reduction_slots.auto_takes_bulk`):
+  option `atomic-add`, whose default "auto" takes "bulk" for an add the producer can issue and "red" for the
+  others: `reduction_slots.py`):
     "red"  one `red.global.add.f32` per register and row in bounds;
     "bulk" FlashAttention-3's: in a pipelined kernel, into a window of whole rows, the producer adds it
            (`reduction_slots.py`: a two-slot staging ring with full and empty mbarriers, one
@@ -50,10 +50,11 @@ from tessera.sm90 import matrix as matrix_facts
 
 ATOMIC_ADD_MODES = ("auto", "red", "bulk")
 """How `tile.atomic_add` is lowered: per-register `red.global.add.f32`, a bulk reduction from shared memory, or
-"auto" (the default): the bulk reduction where the producer issues it and it is the faster
-(`reduction_slots.auto_takes_bulk`: a transposed add in a pipelined kernel without semaphores, into a window of
-whole rows, whose staging fits in shared memory), `red` elsewhere (bulk from the consumers, which meet at a
-bar.sync and wait for the read, is the slower: bench/backward_sass.py)."""
+"auto" (the default): the bulk reduction where the producer issues it, the shorter there (`reduction_slots.py`: an
+add in a pipelined kernel without semaphores, into a window of whole rows, whose staging fits in shared memory;
+the default pipeline lowers it again with `red` where the registers do not fit, `tessera.lowering.fallback`),
+`red` elsewhere (bulk from the consumers, which meet at a bar.sync and wait for the read, is the slower:
+bench/backward_sass.py)."""
 
 STORE_SHARED_MODES = ("stmatrix", "st_shared")
 """How `tile.store_shared` is lowered: `stmatrix.x4` per 16-column slab, or one `st.shared.b32` per pair."""
