@@ -83,7 +83,11 @@ class BackwardLowering:
         stored at chunk c ^ (r mod 8)). Row r of a pair is row_base + row_offset, and row_base mod 8 is the
         same for all of a thread's rows (its offsets are multiples of 8), so the swizzled chunk takes one XOR
         per distinct chunk (at most 8 per thread); each pair's address is then one add of a constant
-        (scalars, so that no vector of addresses stays live)."""
+        (scalars, so that no vector of addresses stays live). Where the thread's address of chunk 0 has its
+        chunk bits (4-6) from the swizzle alone (the tile aligned to its swizzle period, the thread's column
+        bytes under one chunk), chunk c's is that address XOR 16 c: one instruction each, from a value the loop
+        holds anyway (ptxas 13.5 otherwise rematerializes each swizzled chunk in the loop, with the constant 7 of
+        its mask: 17 SASS instructions of the d128 keys-on-rows trip)."""
         rows, cols = self._thread_offsets(op, ty, pairs=True)
         if any(r % CORE_ROWS for r in rows):
             _refuse(op, "the rows of a thread's registers must be a multiple of the swizzle atom apart")
@@ -99,10 +103,29 @@ class BackwardLowering:
         col_bytes = e.op(arith.MuliOp(e.op(arith.IndexCastOp(self.col_base, i32)), self._i32(e, t.elt_bytes)))
         thread = e.op(arith.AddiOp(e.op(arith.AddiOp(t.address, row_bytes)), col_bytes))
         bases = {}
+        if self._chunk_bits_free(t):
+            first = e.op(arith.AddiOp(thread, e.op(arith.MuliOp(row_in_atom, self._i32(e, chunk_bytes)))))
+            for chunk in sorted({k for k, _ in placed}):
+                bases[chunk] = e.op(arith.XOrIOp(first, self._i32(e, chunk * chunk_bytes))) if chunk else first
+            return [(bases[k], constant) for k, constant in placed]
         for chunk in sorted({k for k, _ in placed}):
             swizzled = e.op(arith.XOrIOp(row_in_atom, self._i32(e, chunk)))
             bases[chunk] = e.op(arith.AddiOp(thread, e.op(arith.MuliOp(swizzled, self._i32(e, chunk_bytes)))))
         return [(bases[k], constant) for k, constant in placed]
+
+    @staticmethod
+    def _chunk_bits_free(t: SharedTile) -> bool:
+        """Whether a thread's address in `t` before its swizzled chunk is added (tile address + row_base rows +
+        col_base columns) has zero chunk bits: `t` (a whole tile) is allocated on its swizzle period, a row spans
+        whole sets of the 8 chunks, and the largest first column of a thread
+        (`facts.ACCUMULATOR_THREAD_TERMS`) stays inside one chunk."""
+        last_col = sum((modulus - 1) * multiplier for _, modulus, multiplier in facts.ACCUMULATOR_THREAD_TERMS["col"]
+                       if modulus)
+        owner = t.address.owner
+        return (t.stage is None and isinstance(owner, sm90.SharedBufferOp)
+                and owner.alignment.value.data % facts.swizzle_period_bytes(t.swizzle) == 0
+                and LINE % (facts.SWIZZLE_CHUNK_BYTES * CORE_ROWS) == 0
+                and (last_col + 1) * t.elt_bytes <= facts.SWIZZLE_CHUNK_BYTES)
 
     @staticmethod
     def _i32(e: Emitter, value: int) -> SSAValue:

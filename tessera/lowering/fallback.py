@@ -32,7 +32,7 @@ none), the configuration is compiled again in that form, silently (it is the sam
   - the bulk form is refused for registers (the consumers' budget), or
   - it compiles with fewer than `AUTO_BULK_HEADROOM` registers to spare under the consumers' budget: ptxas
     allocates the same code in more registers than the allocator counts, and the bulk reduction's register
-    then spills (module docstring of `AUTO_BULK_HEADROOM`).
+    then costs a spill or moves (`AUTO_BULK_HEADROOM`).
 
 Each kernel of a module gets its own configuration: a module of several kernels is lowered kernel by kernel,
 each from a copy of the module holding it alone (with every op that is no kernel), so a kernel that fits
@@ -70,9 +70,12 @@ AUTO_BULK_HEADROOM = 20
 under its consumers' budget (the setmaxnreg count; 255 without one) at the allocator's peak, else it is lowered
 with `red` (module docstring). Measured, bench/backward_sass.py and the allocator's report: the head_dim 64
 soft-cap backward (128 x 128, budget 240) peaks at 223 with bulk (222 with `red`: the bulk reduction keeps the
-query block's trip number live across dS for its staging slot and barrier parity) and ptxas 13.0 and 13.5 spill
-8 bytes there (12.9 does not), while with `red` ptxas fits it in R0-R237; the dense kernels peak at 214-218 of
-240 with bulk (one less than with `red`) and assemble without spill under 12.9 to 13.5."""
+query block's trip number live across dS for its staging slot and barrier parity, where `red`'s dQ address comes
+from the offset the late dPsum load keeps anyway); ptxas, which allocates the same code in more registers than
+the allocator counts (R0-R237 of 240 with `red`), spilled 8 bytes there under 13.0 and 13.5, and since the dS
+stores' addresses are XORs of one (`BackwardLowering._swizzled_pairs`) it takes the bulk form without a spill but
+in 27 more SASS instructions per trip than `red` (2274 against 2247 under 13.0). The dense kernels peak at
+214-218 of 240 with bulk (one less than with `red`), and bulk is their shorter form under 12.9 to 13.5."""
 
 
 @dataclass(frozen=True)
