@@ -31,11 +31,12 @@ registers do not fit, the default pipeline lowers it again with `red` (`tessera.
 
 Bulk by the producer is the shorter wherever measured (bench/backward_sass.py, SASS per trip of the
 warp-specialized loop, red -> bulk under ptxas 12.9 / 13.0 / 13.5): d128 keys-on-rows 64 x 128 (dQ^T added
-transposed) 483 / 480 / 492 -> 442 / 442 / 459 (causal 534 / 531 / 543 -> 495 / 495 / 512); d128 64 x 64
-552 / 552 / 558 -> 534 / 534 / 540 (causal 574 / 574 / 580 -> 554 / 554 / 560); d64 128 x 128 782 / 782 / 788 ->
-777 / 777 / 783 (causal 820 / 820 / 826 -> 815 / 815 / 821); with a score_mod at 64 x 64 under 13.0, soft-cap d64
-1252 -> 1248, ALiBi d64 712 -> 708, soft-cap d128 without the head split 1319 -> 1283. (The head-split kernels'
-dQ windows are half a row, which the producer does not take.)
+transposed) 476 / 473 / 479 -> 435 / 435 / 446 (causal 527 / 524 / 530 -> 488 / 488 / 499); d128 64 x 64
+545 / 545 / 545 -> 527 / 527 / 527 (causal 567 -> 547); d64 128 x 128 775 -> 770 (causal 813 -> 808) under all
+three; with a score_mod at 64 x 64 under 13.0 (before the dS stores' XOR addresses), soft-cap d64 1252 -> 1248,
+ALiBi d64 712 -> 708, soft-cap d128 without the head split 1319 -> 1283. (The head-split kernels' dQ windows are
+half a row, which the producer does not take.) Near the consumers' register budget it is not (soft-cap d64 at
+128 x 128: 2274 against 2247), which `AUTO_BULK_HEADROOM` leaves to `red`.
 """
 
 from __future__ import annotations
