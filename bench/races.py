@@ -6,8 +6,9 @@
 
     python bench/races.py --backward | --tessera | --library | --fa3-backward
 
---backward: the seeds of tests/backward_seeds.py in the PTX of the attention backward (head_dim 128: warp-specialized,
-bulk-reduction dQ, single-stage at 64x64; the default keys-on-rows kernel at 64x128) on one trip and several: the outcome (R reported, C clean and right) against the
+--backward: the seeds of tests/backward_seeds.py in the PTX of the attention backward (head_dim 128: warp-specialized
+with red and with the producer's bulk-reduction dQ (the default), single-stage at 64x64; the default keys-on-rows kernel
+at 64x128, bulk and red; head_dim 64's 128x128, bulk and red) on one trip and several: the outcome (R reported, C clean and right) against the
 catalogue's expectation (exit status 1 on a mismatch). --tessera: the same for tests/tessera_seeds.py (split-KV,
 clusters of two, the GEMM). --library: the kinds of tests/library_seeds.py in the PTX of CUTLASS and FA3 that
 tests/ptx_library/build.py built here (the unseeded kernel first: it must run clean). --fa3-backward: its

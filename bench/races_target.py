@@ -5,8 +5,9 @@ cost.
     python bench/races_target.py --backward
     python bench/races_target.py --tessera
 
---backward: the seeds of tests/backward_seeds.py (the attention backward, head_dim 128: warp-specialized,
-bulk-reduction dQ, single-stage at 64x64; the default keys-on-rows kernel at 64x128) on one trip and several, each line the outcome (R reported, C clean and right)
+--backward: the seeds of tests/backward_seeds.py (the attention backward, head_dim 128: warp-specialized with red
+and with the producer's bulk-reduction dQ (the default), single-stage at 64x64; the default keys-on-rows kernel at
+64x128, bulk and red; head_dim 64's 128x128, bulk and red) on one trip and several, each line the outcome (R reported, C clean and right)
 and the start of the report, MISMATCH where it differs from the catalogue's expectation (exit status 1).
 --tessera: the same for tests/tessera_seeds.py (the split-KV flash kernel, the flash kernel in clusters of two and
 the warp-specialized GEMM, each on a short and a long shape).

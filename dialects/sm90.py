@@ -63,6 +63,7 @@ from tessera.dialects.sm90_cp_async import (  # the paged gather's copies
 )
 from tessera.dialects.sm90_memory import (
     COLUMN_BYTES,
+    SHARED_PAIR_BYTES,
     LdGlobalOp,
     LdGlobalU16Op,
     LdSharedOp,

@@ -267,6 +267,10 @@ class LdGlobalU16Op(IRDLOperation):
 
 # endregion
 # region Shared memory loads and stores [P#data-movement-and-conversion-instructions-ld, -st]
+SHARED_PAIR_BYTES = 8
+"""Bytes of `ld.shared.v2.b32`, to which its address must be aligned (PTX ISA, ld: a vector access is aligned to
+the size of the whole vector)."""
+
 
 
 @irdl_op_definition
@@ -320,22 +324,35 @@ class LdSharedOp(IRDLOperation):
     """`%v = sm90.ld_shared %addresses : vector<4xi32> -> vector<4xf32>`: load 32 bits from each shared byte
     address. Prints as one `ld.shared.b32` per register. With `column_bytes` (see `COLUMN_BYTES`) register i
     reads addresses[i] + column_bytes[i] (the immediate of its address); `addresses` may then be one i32
-    scalar that serves every register (a row of a one-row shared tile: one base, the columns immediates)."""
+    scalar that serves every register (a row of a one-row shared tile: one base, the columns immediates).
+
+    `aligned` (optional, bytes, a power of two of at least 4): a promise that every address operand is a multiple
+    of it at run time (the CTA simulator checks it). With one scalar address and `aligned` a multiple of
+    `SHARED_PAIR_BYTES`, two consecutive registers whose columns are c and c + 4, c a multiple of 8, print as one
+    `ld.shared.v2.b32` (a vector access must be aligned to its size): the backward's LSE2 and dPsum columns, which
+    ptxas 13.5 no longer pairs into LDS.64 itself (13.0 does)."""
 
     name = "sm90.ld_shared"
     irdl_options = (ParsePropInAttrDict(),)
     addresses = operand_def(base(VectorType) | base(IntegerType))
     column_bytes = opt_prop_def(DenseArrayBase)
+    aligned = opt_prop_def(IntegerAttr[I64])
     result = result_def(base(VectorType) | base(IntegerType) | base(Float32Type))
     assembly_format = "$addresses attr-dict `:` type($addresses) `->` type($result)"
     traits = traits_def(MemoryReadEffect())
 
-    def __init__(self, addresses, result_type, column_bytes: Sequence[int] | None = None):
-        super().__init__(operands=[addresses], result_types=[result_type], properties=_column_bytes(column_bytes))
+    def __init__(self, addresses, result_type, column_bytes: Sequence[int] | None = None, aligned: int | None = None):
+        properties = _column_bytes(column_bytes)
+        if aligned is not None:
+            properties["aligned"] = IntegerAttr(aligned, i64)
+        super().__init__(operands=[addresses], result_types=[result_type], properties=properties)
 
     def verify_(self) -> None:
         n = _lanes(self.result.type)
         _verify_column_bytes(self, n)
+        if self.aligned is not None:
+            a = _int(self.aligned)
+            _require(a >= 4 and a & (a - 1) == 0, self, f"aligned must be a power of two of at least 4 bytes, got {a}")
         _require(_element(self.result.type) in (i32, Float32Type()), self, f"loads 32-bit registers, got {self.result.type}")
         scalar = self.column_bytes is not None and self.addresses.type == i32
         _require(scalar or (_lanes(self.addresses.type) == n and _element(self.addresses.type) == i32), self,

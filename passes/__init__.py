@@ -240,11 +240,13 @@ default pipeline's last rung (`fallback_ladder`), never taken unless asked for o
 @cache
 def fallback_ladder() -> tuple:
     """The default pipeline's configurations, largest first (`tessera.lowering.fallback`): warp-specialized
-    with two stages, two stages without a producer warpgroup, single-stage, then single-stage spilling."""
+    with two stages (and its form with dQ by `red`, where auto's bulk reduction does not fit the registers), two
+    stages without a producer warpgroup, single-stage, then single-stage spilling."""
     from tessera.lowering.fallback import Configuration
 
     return (
-        Configuration("warp-specialized with two stages", DEFAULT_PIPELINE),
+        Configuration("warp-specialized with two stages", DEFAULT_PIPELINE,
+                      red=DEFAULT_PIPELINE.replace("convert-tile-to-sm90", "convert-tile-to-sm90{atomic-add=red}", 1)),
         Configuration("two stages without a producer warpgroup", allocated(PIPELINED_PIPELINE)),
         Configuration("single-stage", PTX_PIPELINE),
         Configuration("single-stage spilling past 255 registers", SPILL_PIPELINE, spills=True),

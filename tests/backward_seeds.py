@@ -2,14 +2,14 @@
 its default 64 x 128, head_dim 64 at its default 128 x 128), applied to its Target IR (CTA simulator) and to its
 PTX (PTX executor) alike: issue 31's kinds on a kernel the detectors were not written for.
 
-Variants (`VARIANTS`): at block 64 x 64, the warp-specialized kernel of the default pipeline (a TMA producer
-warpgroup filling two-stage Q and dO rings, one consumer warpgroup; dQ added by `red.global.add`), the same with
-dQ added by a bulk reduction from shared memory (`cp.reduce.async.bulk`, its staging buffer reused every trip),
-and the single-stage kernel (thread 0 loads Q and dO each trip; every thread waits); and the default kernel at
+Variants (`VARIANTS`): at block 64 x 64, the warp-specialized kernel (a TMA producer warpgroup filling two-stage Q
+and dO rings, one consumer warpgroup) with dQ added by `red.global.add` (`atomic-add=red`), the same with dQ
+staged in two shared slots and bulk-reduced by the producer (`cp.reduce.async.bulk`: the default `atomic-add=auto`),
+and the single-stage kernel (thread 0 loads Q and dO each trip; every thread waits); the default kernel at
 head_dim 128 (`DEFAULT_BLOCKS`, 64 x 128, "keys on rows": S^T = K Q^T, two consumer warpgroups of 64 keys each
-sharing dS^T, a bar.sync at the end of each trip), its dQ^T staged in two shared slots and bulk-reduced by the
-producer (the default `atomic-add=auto` there), and the same kernel with `atomic-add=red` (dQ^T added transposed by
-`red.global.add`: the red-specific seeds).
+sharing dS^T, a bar.sync at the end of each trip), its dQ^T bulk-reduced by the producer (auto), and the same
+kernel with `atomic-add=red` (dQ^T added transposed by `red.global.add`: the red-specific seeds); and head_dim
+64's default, 128 x 128, with dQ bulk-reduced by the producer (auto) and with `atomic-add=red`.
 
 An edit names what to change, not how: `At(region, kind, n)` is the n-th synchronisation op of `kind` in a region
 of the kernel, located the same way in both forms (op classes in Target IR, instruction prefixes in PTX: the
@@ -41,25 +41,28 @@ from tessera.kernels import attention_backward
 
 HEAD_DIM = 128
 
+RED_PIPELINE = passes.DEFAULT_PIPELINE.replace("convert-tile-to-sm90", "convert-tile-to-sm90{atomic-add=red}")
+"""The default pipeline with dQ by `red.global.add` (the red-specific seeds)."""
+
 VARIANTS = {
-    "warp-specialized": passes.DEFAULT_PIPELINE,
-    "warp-specialized, bulk dQ": passes.DEFAULT_PIPELINE.replace("convert-tile-to-sm90",
-                                                                 "convert-tile-to-sm90{atomic-add=bulk}"),
+    "warp-specialized, red dQ": RED_PIPELINE,
+    "warp-specialized, bulk dQ": passes.DEFAULT_PIPELINE,
     "single-stage": passes.PTX_PIPELINE,
     "keys on rows": passes.DEFAULT_PIPELINE,
-    "keys on rows, red dQ": passes.DEFAULT_PIPELINE.replace("convert-tile-to-sm90",
-                                                            "convert-tile-to-sm90{atomic-add=red}"),
+    "keys on rows, red dQ": RED_PIPELINE,
     "head_dim 64, 128 x 128": passes.DEFAULT_PIPELINE,
+    "head_dim 64, 128 x 128, red dQ": RED_PIPELINE,
 }
 
-BLOCKS = {variant: (64, 64) for variant in VARIANTS} | {"keys on rows": (64, 128), "keys on rows, red dQ": (64, 128),
-                                                        "head_dim 64, 128 x 128": (128, 128)}
-HEAD_DIMS = {variant: HEAD_DIM for variant in VARIANTS} | {"head_dim 64, 128 x 128": 64}
+D64_VARIANTS = ("head_dim 64, 128 x 128", "head_dim 64, 128 x 128, red dQ")
+BLOCKS = {variant: (64, 64) for variant in VARIANTS} | {"keys on rows": (64, 128), "keys on rows, red dQ": (64, 128)} \
+    | {variant: (128, 128) for variant in D64_VARIANTS}
+HEAD_DIMS = {variant: HEAD_DIM for variant in VARIANTS} | {variant: 64 for variant in D64_VARIANTS}
 """(block_m, block_n) and head_dim of each variant: the old 64 x 64 kernel, and the default at head_dim 128 (`DEFAULT_BLOCKS`:
 keys on the rows, two consumer warpgroups of 64 keys each, dQ^T staged in two shared slots and added by the producer's
 `cp.reduce.async.bulk`, the default `atomic-add=auto`; with `atomic-add=red` added transposed by `red.global.add`);
 and head_dim 64's default, 128 x 128, queries on the rows, two consumer warpgroups of 64 queries each sharing P and
-dS (dQ by `red.global.add`, auto's choice there)."""
+dS (dQ bulk-reduced by the producer, auto's choice there; and by `red.global.add`)."""
 
 SHAPES = {"one trip": (64, 64), "several trips": (200, 100)}
 """(seq_q, seq_k) of the 64 x 64 variants: each CTA owns a key block and loops over the query blocks; the first
@@ -68,7 +71,7 @@ two CTAs. `shape(variant, name)` gives another variant's (`SHAPES_OF`)."""
 
 SHAPES_OF = {"keys on rows": {"one trip": (64, 128), "several trips": (200, 200)},
              "keys on rows, red dQ": {"one trip": (64, 128), "several trips": (200, 200)},
-             "head_dim 64, 128 x 128": {"one trip": (128, 128), "several trips": (300, 200)}}
+             **{variant: {"one trip": (128, 128), "several trips": (300, 200)} for variant in D64_VARIANTS}}
 """The keys-on-rows kernel's shapes: one trip on one CTA; four trips (the last query block ragged) on two CTAs (the
 second key block ragged, 72 of its 128 key rows past seq_k); head_dim 64's: one trip, and three (the last 44 of
 128 queries) on two CTAs (the second 72 keys)."""
@@ -775,7 +778,10 @@ _D64_PUBLISH, _D64_TRIP_END = At(C, "bar_sync", 0), At(C, "bar_sync", 1)
 """head_dim 64's loop (each consumer warpgroup, 64 queries of the 128): S = Q K^T, the P stores and their fence,
 dP = dO V^T, the dS stores and their fence, the bar.sync publishing P and dS to the other warpgroup (dV += P^T dO,
 dK += dS^T Q and dQ = dS K read all 128 rows), the three wgmmas and one wait_group 0, red.global.add of dQ, the Q
-and dO releases, and the bar.sync at the end of the trip."""
+and dO releases, and the bar.sync at the end of the trip. With dQ bulk-reduced by the producer (the default): a
+wait for a free staging slot ("wait" 2) before that wait_group 0, then the staging stores, their fence
+("fence_proxy" 2) and the arrive on the slot's full barrier ("release" 0) before Q's and dO's releases ("release" 1
+and 2); the producer's loop as the keys-on-rows kernel's (`_B_STAGED_WAIT`, `_B_READ`, `_B_FREED`)."""
 _D64 = [
     ("wait deleted", "the Q full wait in the consumer loop", Edit("delete", At(C, "wait", 0)), ALL, ""),
     ("wait deleted", "the dO full wait in the consumer loop", Edit("delete", At(C, "wait", 1)), ALL, ""),
@@ -803,8 +809,36 @@ _D64 = [
      "every warp before the wgmmas read them"),
 ]
 
-CATALOGUE = {"warp-specialized": _WARP_SPECIALIZED, "warp-specialized, bulk dQ": _BULK, "single-stage": _SINGLE,
-             "keys on rows": _KEY_ROWS_BULK, "keys on rows, red dQ": _KEY_ROWS, "head_dim 64, 128 x 128": _D64}
+_D64_BULK = [
+    ("wait deleted", "the Q full wait in the consumer loop", Edit("delete", At(C, "wait", 0)), ALL, ""),
+    ("parity flipped", "the dO full wait in the consumer loop", Edit("flip", At(C, "wait", 1)), ALL, ""),
+    ("wgmma.wait_group deleted", "after dP = dO V^T", Edit("delete", At(C, "wait_group", 1)), ALL, ""),
+    ("second warpgroup's barrier", "the bar.sync publishing P and dS deleted", Edit("delete", _D64_PUBLISH), ALL, ""),
+    ("end-of-trip barrier deleted", "the next trip's P stores overwrite what the other warpgroup's wgmmas read",
+     Edit("delete", _D64_TRIP_END), "CRCR", _ONE_TRIP),
+    ("slot release deleted", "Q's", Edit("delete", _B_Q), "RRCR", _LEDGER),
+    # the staged dQ and the producer's bulk reduction
+    ("dQ staged without its wait", "the wait_group 0 before the staging stores", Edit("delete", At(C, "wait_group", 2)),
+     ALL, ""),
+    ("fence.proxy.async deleted", "after the dQ staging stores (the bulk reduction reads through the async proxy)",
+     Edit("delete", At(C, "fence_proxy", 2)), ALL, ""),
+    ("staged dQ published early", "a consumer arrives on the slot's full barrier before its fence.proxy.async",
+     Edit("move", _B_STAGED, other=At(C, "fence_proxy", 2)), ALL, ""),
+    ("staged dQ never published", "the consumers' arrive on the slot's full barrier deleted",
+     Edit("delete", _B_STAGED), ALL, ""),
+    ("wait deleted", "the producer's wait for the staged dQ", Edit("delete", _B_STAGED_WAIT), ALL, ""),
+    ("mbarrier count wrong", "the staging slot's full barrier counts one warpgroup",
+     Edit("count", At("kernel", "init", 9), 128), ALL, ""),
+    ("bulk wait deleted", "the producer's wait_group.read before it frees the staging slot", Edit("delete", _B_READ),
+     ALL, ""),
+    # edits the memory model accepts in this kernel
+    ("wait deleted", "the consumers' wait for a free staging slot", Edit("delete", _B_SLOT_FREE), "CCCC",
+     _SLOT_AFTER_REFILL),
+]
+
+CATALOGUE = {"warp-specialized, red dQ": _WARP_SPECIALIZED, "warp-specialized, bulk dQ": _BULK,
+             "single-stage": _SINGLE, "keys on rows": _KEY_ROWS_BULK, "keys on rows, red dQ": _KEY_ROWS,
+             "head_dim 64, 128 x 128": _D64_BULK, "head_dim 64, 128 x 128, red dQ": _D64}
 """variant -> [(kind, name, edit, expected, reason)]; `expected` as `ALL` says."""
 
 LEVELS = ("target", "ptx")

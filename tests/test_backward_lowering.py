@@ -281,8 +281,9 @@ def test_default_pipeline_warp_specializes_the_backward_ptxas_clean(head_dim, ca
     """At head_dim 128 (block 64 x 64) and 64 (128 x 128, rematerialized shared addresses: 248 -> 234 registers)
     the default pipeline's first configuration fits the main kernel, without a fallback warning: a producer
     warpgroup fills the Q/dO rings by TMA (UTMALDG), setmaxnreg gives the consumers their budget (USETMAXREG), and
-    ptxas takes it without a warning (no serialized wgmma) or a spill; the main loop issues HGMMA and adds dQ with
-    RED. (overlap-softmax leaves the loop alone: two accumulators, dK, dV.)"""
+    ptxas takes it without a warning (no serialized wgmma) or a spill; the main loop issues HGMMA and stages dQ for
+    the producer's bulk reduction (`atomic-add=auto`: no RED in the loop, UBLKRED in the kernel). (overlap-softmax
+    leaves the loop alone: two accumulators, dK, dV.)"""
     main = attention_backward(head_dim=head_dim, causal=causal, block_m=block, block_n=block).main
     with warnings.catch_warnings():
         warnings.simplefilter("error", TesseraWarning)
@@ -293,7 +294,8 @@ def test_default_pipeline_warp_specializes_the_backward_ptxas_clean(head_dim, ca
     sass = disassemble(result.cubin)
     assert "UTMALDG" in sass and "USETMAXREG.DEALLOC" in sass and "USETMAXREG.TRY_ALLOC" in sass
     ops = innermost_loop(sass, containing="HGMMA").opcode_counts
-    assert any(op.startswith("HGMMA") for op in ops) and any(op.startswith("RED") for op in ops), ops
+    assert any(op.startswith("HGMMA") for op in ops) and not any(op.startswith("RED") for op in ops), ops
+    assert "UBLKRED" in sass
 
 
 @pytest.mark.parametrize("head_dim, seq_q, seq_k, causal, heads, mode, block", [
@@ -489,9 +491,22 @@ def _window(b, h, q_idx, kv_idx):
     return (q_idx >= kv_idx) & (q_idx - kv_idx < 40)
 
 
+def _softcap(score, b, h, q_idx, kv_idx):
+    return 2.0 * np.tanh(score / 2.0)
+
+
+def _reductions(lowered) -> tuple[int, bool]:
+    """(bulk reductions, whether any red.global.add) of a lowered module."""
+    from tessera.dialects import sm90_reductions
+
+    ops = list(lowered.walk())
+    return (sum(isinstance(op, sm90_reductions.BulkReduceAddOp) for op in ops),
+            any(isinstance(op, sm90_reductions.RedGlobalAddOp) for op in ops))
+
+
 @pytest.mark.parametrize("build, pipeline, expected", [
     (lambda: _key_rows(False), passes.DEFAULT_PIPELINE, "bulk"),  # keys on rows: dQ^T added transposed
-    (lambda: _kernels(128, False), passes.DEFAULT_PIPELINE, "red"),  # 64 x 64: dQ not transposed
+    (lambda: _kernels(128, False), passes.DEFAULT_PIPELINE, "bulk"),  # 64 x 64: dQ added as it is
     (lambda: _key_rows(True), passes.PTX_PIPELINE, "red"),  # single-stage: no producer
     (lambda: attention_backward(head_dim=128, block_m=64, block_n=128, deterministic=True),
      passes.DEFAULT_PIPELINE, "red"),  # semaphores: only the adding thread could wait for its writes
@@ -499,19 +514,46 @@ def _window(b, h, q_idx, kv_idx):
     # test_d128_window_gqa_ragged_at_target_level_takes_the_dense_kernels_blocks)
     pytest.param(lambda: attention_backward(128, mask_mod=_window, block_sparse=True, block_m=64, block_n=128),
                  passes.DEFAULT_PIPELINE, "red", marks=SLOW),
-], ids=["key-rows", "64x64", "single-stage", "deterministic", "mask-mod"])
-def test_auto_takes_the_producers_bulk_reduction_for_transposed_adds_only(build, pipeline, expected):
-    """`atomic-add=auto` (the default): the producer bulk-reduces dQ^T staged in its two slots where it may and the
-    add is transposed, every other dQ is added by red.global.add (reduction_slots.auto_takes_bulk)."""
-    from tessera.dialects import sm90_reductions
-
+    # registers: 223 of 240 with bulk, short of AUTO_BULK_HEADROOM (27 SASS longer than red under ptxas 13.0)
+    (lambda: attention_backward(64, score_mod=_softcap, block_m=128, block_n=128), passes.DEFAULT_PIPELINE, "red"),
+], ids=["key-rows", "64x64", "single-stage", "deterministic", "mask-mod", "soft-cap-registers"])
+def test_auto_takes_the_producers_bulk_reduction_where_it_fits(build, pipeline, expected):
+    """`atomic-add=auto` (the default): the producer bulk-reduces dQ (or dQ^T) staged in its two slots wherever it
+    may and the staging fits in shared memory and the registers (`tessera.lowering.fallback.AUTO_BULK_HEADROOM`);
+    every other dQ is added by red.global.add, in the same configuration (no fallback warning)."""
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        warnings.simplefilter("error", TesseraWarning)
         lowered = tessera.compile(build().main, target="target", pipeline=pipeline)
-    ops = list(lowered.walk())
-    bulk = [op for op in ops if isinstance(op, sm90_reductions.BulkReduceAddOp)]
-    red = [op for op in ops if isinstance(op, sm90_reductions.RedGlobalAddOp)]
-    assert (len(bulk), len(red) > 0) == ((1, False) if expected == "bulk" else (0, True))
+    assert _reductions(lowered) == ((1, False) if expected == "bulk" else (0, True))
+    fn = next(op for op in lowered.walk() if is_target_kernel(op))
+    assert "sm90.pipeline_note" not in fn.attributes
+
+
+def test_auto_bulk_refused_for_registers_is_lowered_again_with_red():
+    """Where the warp-specialized configuration with auto's bulk reduction is refused for registers, the same
+    configuration is tried with dQ by red before the ladder's next rung (`tessera.lowering.fallback._takes_red`):
+    a stand-in for the pipeline, which runs it up to convert-tile-to-sm90, refuses any module holding a bulk
+    reduction."""
+    from tessera.ir import make_context
+    from tessera.lowering.fallback import apply_with_fallback
+    from tessera.regalloc import RegisterBudgetError
+
+    ran = []
+
+    def run(spec, module):
+        ran.append(spec)
+        upto = spec[:spec.index("convert-tile-to-sm90")] + spec[spec.index("convert-tile-to-sm90"):].split(",")[0]
+        passes.parse_pipeline(upto).apply(make_context(), module)
+        if _reductions(module)[0]:
+            raise RegisterBudgetError("stand-in: the consumers need 241 registers with the bulk reduction")
+
+    module = _key_rows(False).main
+    apply_with_fallback(module, passes.fallback_ladder(), run)
+    first = passes.fallback_ladder()[0]
+    assert ran == [first.pipeline, first.red]
+    assert _reductions(module) == (0, True)
+    fn = next(op for op in module.walk() if is_target_kernel(op))
+    assert "sm90.pipeline_note" not in fn.attributes
 
 
 # endregion

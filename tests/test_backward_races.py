@@ -1,8 +1,9 @@
 """Both race detectors on kernels they were not written for (issue 31): one-edit bugs seeded into the attention
-backward's main kernel at head_dim 128 (tests/backward_seeds.py: the warp-specialized kernel of the default
-pipeline, its bulk-reduction dQ variant, the single-stage kernel, all 64 x 64, and the default keys-on-rows kernel,
-64 x 128 with two consumer warpgroups, its dQ^T bulk-reduced by the producer as `atomic-add=auto` chooses there, and
-the same with `atomic-add=red`) are reported by the CTA simulator (Target IR)
+backward's main kernel (tests/backward_seeds.py: at head_dim 128 the warp-specialized kernel with dQ by
+`red.global.add`, with dQ bulk-reduced by the producer as the default `atomic-add=auto` chooses, the single-stage
+kernel, all 64 x 64, and the default keys-on-rows kernel, 64 x 128 with two consumer warpgroups, its dQ^T
+bulk-reduced by the producer (auto), and the same with `atomic-add=red`; head_dim 64's 128 x 128 kernel with dQ
+bulk-reduced (auto) and by red) are reported by the CTA simulator (Target IR)
 and the PTX executor alike, naming both sides, and the edits each kernel's synchronisation covers run clean
 with bitwise the unseeded outputs. One seed of each kind runs here on several trips; every seed on both shapes
 at both levels is `-m slow` (and `python bench/races_target.py --backward`, `python bench/races.py --backward`).
@@ -22,6 +23,7 @@ from library_seeds import LIBRARY
 from race_templates import check_expectations
 
 SEVERAL = "several trips"
+WS_RED = "warp-specialized, red dQ"
 
 
 def _seed(variant: str, index: int):
@@ -40,7 +42,7 @@ def _both_sides(level: str, text: str) -> bool:
 
 
 @pytest.mark.parametrize("level", ["target", "ptx"])
-@pytest.mark.parametrize("variant,index", [s for s in one_per_kind() if s[0] == "warp-specialized"],
+@pytest.mark.parametrize("variant,index", [s for s in one_per_kind() if s[0] == WS_RED],
                          ids=lambda x: x if isinstance(x, str) else None)
 def test_one_seed_of_each_kind_is_reported_at_both_levels(variant, index, level):
     kind, name, edit, expected, _ = _seed(variant, index)
@@ -56,8 +58,8 @@ def test_a_store_read_by_another_warps_wgmma_needs_the_barrier_not_just_a_fence(
     """Each thread stores part of P and dS and fences: without the bar.sync after the dS stores, warp 1's wgmma
     reads bytes thread 0 stored (the PTX executor accepted any issuing thread's fence until these seeds); the
     first fence may go, as the fence after the dS stores and the barrier cover P too."""
-    kind, seed_name, edit, expected, _ = next(s for s in CATALOGUE["warp-specialized"] if f"{s[0]}: {s[1]}" == name)
-    got, text = verdict(level, "warp-specialized", edit, SEVERAL)
+    kind, seed_name, edit, expected, _ = next(s for s in CATALOGUE[WS_RED] if f"{s[0]}: {s[1]}" == name)
+    got, text = verdict(level, WS_RED, edit, SEVERAL)
     assert got == expected[CELLS.index((level, SEVERAL))], text
     if got == "R":
         assert re.search(r"thread 0 stored .* this warp in thread 32|thread \(0, 0, 0\) of CTA \(0, 0, 0\) stored "

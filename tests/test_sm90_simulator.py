@@ -970,6 +970,15 @@ def test_out_of_bounds_shared_load_is_reported(rng):
         _run_ss(kernel, rng)
 
 
+def test_ld_shared_address_off_its_promised_alignment_is_reported(rng):
+    """`aligned` is a promise the printer's ld.shared.v2 relies on: an address off it stops the run."""
+    kernel = _seed(SS_GEMM, "    %da0 =", "    %odd = arith.constant 4 : i32\n"
+                                         "    %peek = sm90.ld_shared %odd {column_bytes = array<i32: 0, 4>, aligned = 8 : "
+                                         "i64} : i32 -> vector<2xi32>\n    %da0 =")
+    with pytest.raises(KernelHazardError, match=r"%peek = sm90.ld_shared %odd .*: the address promised aligned at "
+                                                r"shared address 0x4 .*which is not 8-byte aligned " + _thread(0)):
+        _run_ss(kernel, rng)
+
 def test_tx_count_overflow_is_reported(rng):
     kernel = _seed(SS_GEMM, "sm90.mbarrier_arrive_expect_tx %bar, 16384",
                    "sm90.mbarrier_arrive_expect_tx %bar, 1048575\n      sm90.mbarrier_arrive_expect_tx %bar, 1048575")

@@ -81,8 +81,8 @@ class ConvertTileToSm90Pass(ModulePass):
     atomic_add: str = "auto"
     """How `tile.atomic_add` is lowered: "red" (red.global.add.f32 per register), "bulk" (a shared staging
     buffer and cp.reduce.async.bulk: in a pipelined kernel one per window from the producer, `reduction_slots`;
-    else one per row) or "auto", the default: "bulk" where the producer issues it and it is the faster
-    (`reduction_slots.auto_takes_bulk`), else "red"; `convert-tile-to-sm90{atomic-add=bulk}`. See `backward`."""
+    else one per row) or "auto", the default: "bulk" where the producer issues it (the shorter there, and its
+    staging fits; `reduction_slots`), else "red"; `convert-tile-to-sm90{atomic-add=bulk}`. See `backward`."""
 
     store_shared: str = "st_shared"
     """How `tile.store_shared` is lowered: "st_shared" (one st.shared.b32 per packed pair, the default: the

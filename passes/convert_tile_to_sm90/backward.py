@@ -8,8 +8,8 @@ row subtraction, and 1-D row windows (LSE2, dPsum) loaded and stored per row.
   slab (`_stmatrix_slabs`), then `fence.proxy.async` (the wgmma reads shared memory through the async proxy); the `tile.barrier` that
   the builder puts before the reading mma orders the other warps' stores before it.
 - `tile.atomic_add` of an f32 register tile into a global window, two ways (`ATOMIC_ADD_MODES`, the pass
-  option `atomic-add`, whose default "auto" takes "bulk" for a transposed add the producer can issue and "red"
-  for the others: `reduction_slots.auto_takes_bulk`):
+  option `atomic-add`, whose default "auto" takes "bulk" for an add the producer can issue and "red" for the
+  others: `reduction_slots.py`):
     "red"  one `red.global.add.f32` per register and row in bounds;
     "bulk" FlashAttention-3's: in a pipelined kernel, into a window of whole rows, the producer adds it
            (`reduction_slots.py`: a two-slot staging ring with full and empty mbarriers, one
@@ -50,10 +50,11 @@ from tessera.sm90 import matrix as matrix_facts
 
 ATOMIC_ADD_MODES = ("auto", "red", "bulk")
 """How `tile.atomic_add` is lowered: per-register `red.global.add.f32`, a bulk reduction from shared memory, or
-"auto" (the default): the bulk reduction where the producer issues it and it is the faster
-(`reduction_slots.auto_takes_bulk`: a transposed add in a pipelined kernel without semaphores, into a window of
-whole rows, whose staging fits in shared memory), `red` elsewhere (bulk from the consumers, which meet at a
-bar.sync and wait for the read, is the slower: bench/backward_sass.py)."""
+"auto" (the default): the bulk reduction where the producer issues it, the shorter there (`reduction_slots.py`: an
+add in a pipelined kernel without semaphores, into a window of whole rows, whose staging fits in shared memory;
+the default pipeline lowers it again with `red` where the registers do not fit, `tessera.lowering.fallback`),
+`red` elsewhere (bulk from the consumers, which meet at a bar.sync and wait for the read, is the slower:
+bench/backward_sass.py)."""
 
 STORE_SHARED_MODES = ("stmatrix", "st_shared")
 """How `tile.store_shared` is lowered: `stmatrix.x4` per 16-column slab, or one `st.shared.b32` per pair."""
@@ -82,7 +83,11 @@ class BackwardLowering:
         stored at chunk c ^ (r mod 8)). Row r of a pair is row_base + row_offset, and row_base mod 8 is the
         same for all of a thread's rows (its offsets are multiples of 8), so the swizzled chunk takes one XOR
         per distinct chunk (at most 8 per thread); each pair's address is then one add of a constant
-        (scalars, so that no vector of addresses stays live)."""
+        (scalars, so that no vector of addresses stays live). Where the thread's address of chunk 0 has its
+        chunk bits (4-6) from the swizzle alone (the tile aligned to its swizzle period, the thread's column
+        bytes under one chunk), chunk c's is that address XOR 16 c: one instruction each, from a value the loop
+        holds anyway (ptxas 13.5 otherwise rematerializes each swizzled chunk in the loop, with the constant 7 of
+        its mask: 17 SASS instructions of the d128 keys-on-rows trip)."""
         rows, cols = self._thread_offsets(op, ty, pairs=True)
         if any(r % CORE_ROWS for r in rows):
             _refuse(op, "the rows of a thread's registers must be a multiple of the swizzle atom apart")
@@ -98,10 +103,29 @@ class BackwardLowering:
         col_bytes = e.op(arith.MuliOp(e.op(arith.IndexCastOp(self.col_base, i32)), self._i32(e, t.elt_bytes)))
         thread = e.op(arith.AddiOp(e.op(arith.AddiOp(t.address, row_bytes)), col_bytes))
         bases = {}
+        if self._chunk_bits_free(t):
+            first = e.op(arith.AddiOp(thread, e.op(arith.MuliOp(row_in_atom, self._i32(e, chunk_bytes)))))
+            for chunk in sorted({k for k, _ in placed}):
+                bases[chunk] = e.op(arith.XOrIOp(first, self._i32(e, chunk * chunk_bytes))) if chunk else first
+            return [(bases[k], constant) for k, constant in placed]
         for chunk in sorted({k for k, _ in placed}):
             swizzled = e.op(arith.XOrIOp(row_in_atom, self._i32(e, chunk)))
             bases[chunk] = e.op(arith.AddiOp(thread, e.op(arith.MuliOp(swizzled, self._i32(e, chunk_bytes)))))
         return [(bases[k], constant) for k, constant in placed]
+
+    @staticmethod
+    def _chunk_bits_free(t: SharedTile) -> bool:
+        """Whether a thread's address in `t` before its swizzled chunk is added (tile address + row_base rows +
+        col_base columns) has zero chunk bits: `t` (a whole tile) is allocated on its swizzle period, a row spans
+        whole sets of the 8 chunks, and the largest first column of a thread
+        (`facts.ACCUMULATOR_THREAD_TERMS`) stays inside one chunk."""
+        last_col = sum((modulus - 1) * multiplier for _, modulus, multiplier in facts.ACCUMULATOR_THREAD_TERMS["col"]
+                       if modulus)
+        owner = t.address.owner
+        return (t.stage is None and isinstance(owner, sm90.SharedBufferOp)
+                and owner.alignment.value.data % facts.swizzle_period_bytes(t.swizzle) == 0
+                and LINE % (facts.SWIZZLE_CHUNK_BYTES * CORE_ROWS) == 0
+                and (last_col + 1) * t.elt_bytes <= facts.SWIZZLE_CHUNK_BYTES)
 
     @staticmethod
     def _i32(e: Emitter, value: int) -> SSAValue:

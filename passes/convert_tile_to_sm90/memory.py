@@ -3,6 +3,8 @@ mbarriers, block barriers, and global loads and stores of register tiles."""
 
 from __future__ import annotations
 
+import math
+
 from xdsl.dialects import arith, scf
 from xdsl.dialects.builtin import (
     Float32Type,
@@ -517,8 +519,12 @@ class MemoryLowering:
         self._await_stage(op.source, row, e)
         first = e.op(arith.IndexCastOp(e.muli(self.col_base, e.index(row.elt_bytes)), i32))
         first = e.op(arith.AddiOp(row.address, first))
+        # each slot of a one-row tile is TMA_SMEM_ALIGNMENT-aligned (_alloc_row_tile) and the thread's first column
+        # a multiple of the column terms' multipliers: the printer pairs the columns into ld.shared.v2 with that
+        col_step = math.gcd(*(multiplier for _, _, multiplier in facts.ACCUMULATOR_THREAD_TERMS["col"]))
+        aligned = math.gcd(facts.TMA_SMEM_ALIGNMENT, col_step * row.elt_bytes)
         return e.op(sm90.LdSharedOp(first, VectorType(vector_type.element_type, [len(columns)]),
-                                    [c * row.elt_bytes for c in columns]))
+                                    [c * row.elt_bytes for c in columns], aligned=aligned))
 
     def _lower_LoadOp(self, op: tile.LoadOp, e: Emitter) -> None:
         """Each thread loads its registers of the window, masked by the tensor's bounds (0 outside): f32 tiles

@@ -23,9 +23,20 @@ f32), the add sits in a loop, and the kernel orders no additions with semaphores
 the reductions' writes, which only the issuing thread can). Elsewhere (the single-stage kernel, say)
 `atomic-add=bulk` stages the tile and adds it by rows from the consumers (`_bulk_add`), and the default
 `atomic-add=auto` adds it by `red.global.add` (faster there: no bar.sync, no wait for the read). Where the
-producer may take it, auto is bulk for a transposed add (`auto_takes_bulk`), unless its staging slots (twice the
-window's f32 bytes: 64 KiB for the backward's dQ) leave the kernel more shared memory than a thread block has (a
-score_mod's P tile beside the dense kernel's tiles): then the kernel is lowered again with `red`.
+producer may take it, auto is bulk, unless its staging slots (twice the window's f32 bytes:
+64 KiB for the backward's dQ) leave the kernel more shared memory than a thread block has (a mask_mod's P tile
+beside the dense kernel's tiles): then the kernel is lowered again with `red` (`StagingDoesNotFit`). Where its
+registers do not fit, the default pipeline lowers it again with `red` (`tessera.lowering.fallback`,
+`AUTO_BULK_HEADROOM`).
+
+Bulk by the producer is the shorter wherever measured (bench/backward_sass.py, SASS per trip of the
+warp-specialized loop, red -> bulk under ptxas 12.9 / 13.0 / 13.5): d128 keys-on-rows 64 x 128 (dQ^T added
+transposed) 476 / 473 / 479 -> 435 / 435 / 446 (causal 527 / 524 / 530 -> 488 / 488 / 499); d128 64 x 64
+545 / 545 / 545 -> 527 / 527 / 527 (causal 567 -> 547); d64 128 x 128 775 -> 770 (causal 813 -> 808) under all
+three; with a score_mod at 64 x 64 under 13.0 (before the dS stores' XOR addresses), soft-cap d64 1252 -> 1248,
+ALiBi d64 712 -> 708, soft-cap d128 without the head split 1319 -> 1283. (The head-split kernels' dQ windows are
+half a row, which the producer does not take.) Near the consumers' register budget it is not (soft-cap d64 at
+128 x 128: 2274 against 2247), which `AUTO_BULK_HEADROOM` leaves to `red`.
 """
 
 from __future__ import annotations
@@ -58,17 +69,6 @@ class ReductionSlots:
     empty: SSAValue
 
 
-def auto_takes_bulk(op: tile.AtomicAddOp) -> bool:
-    """Whether `atomic-add=auto` hands `op` to the producer (where it may): a transposed add (`tile.atomic_add ...
-    transpose`, the keys-on-rows backward's dQ^T), where the bulk reduction saves the most. bench/backward_sass.py,
-    SASS per trip of the warp-specialized loop, red -> bulk under ptxas 13.0: d128 keys-on-rows 64 x 128 480 -> 442
-    (causal 531 -> 495; under 13.5 508 -> 475 and 559 -> 528); d128 64 x 64 553 -> 534; d64 128 x 128 783 -> 779.
-    The untransposed adds keep `red`: at 128 x 128 the gain is 4 instructions for 64 KiB of staging, and those
-    kernels are the ones a score_mod's tiles share (soft-cap at head_dim 64, 128 x 128, spills under ptxas 13.0
-    and 13.5 with the staging and fits without it)."""
-    return op.transpose is not None
-
-
 class StagingDoesNotFit(Exception):
     """`atomic-add=auto` took the bulk reduction by the producer, and its staging slots leave the kernel more shared
     memory than a thread block has: the kernel is lowered again with `red` (`ConvertTileToSm90Pass`)."""
@@ -87,8 +87,6 @@ class ReductionSlotsLowering:
             return
         for op in self.fn.walk():
             if not isinstance(op, tile.AtomicAddOp) or self._enclosing_loop(op) is None:
-                continue
-            if self.atomic_add_mode == "auto" and not auto_takes_bulk(op):
                 continue
             view = op.dest.owner
             if not (isinstance(view, tile.ViewOp) and view.in_bounds is not None and op.value.type.memory_space.value

@@ -24,6 +24,16 @@ configuration kept and why the larger ones were refused. Only register budget re
 configuration; any other refusal of the first configuration is the kernel's error, reported as it is. When no
 configuration compiles, `NoConfigurationFitsError` names every configuration tried and why each failed.
 
+A configuration may name its form with dQ by `red.global.add` (`Configuration.red`: the warp-specialized one).
+Where `convert-tile-to-sm90{atomic-add=auto}` gave the producer a bulk reduction (`reduction_slots.py`: its
+staging slots and barriers cost the consumers the trip number at the add, one register, where `red` may need
+none), the configuration is compiled again in that form, silently (it is the same configuration), and kept
+(`_takes_red`) when
+  - the bulk form is refused for registers (the consumers' budget), or
+  - it compiles with fewer than `AUTO_BULK_HEADROOM` registers to spare under the consumers' budget: ptxas
+    allocates the same code in more registers than the allocator counts, and the bulk reduction's register
+    then costs a spill or moves (`AUTO_BULK_HEADROOM`).
+
 Each kernel of a module gets its own configuration: a module of several kernels is lowered kernel by kernel,
 each from a copy of the module holding it alone (with every op that is no kernel), so a kernel that fits
 warp-specialized keeps its pipeline beside a sibling that needs single-stage, and each note, warning and
@@ -48,9 +58,24 @@ from xdsl.utils.exceptions import DiagnosticException
 from tessera.ir.diagnostics import located, warn
 from tessera.kernel_abi import is_kernel, is_target_kernel, kernels
 from tessera.regalloc import SPILL_ATTR, RegisterBudgetError
+from tessera.passes.allocate_registers import REGISTERS_ATTR
+from tessera.sm90 import facts
 
 PIPELINE_NOTE_ATTR = "sm90.pipeline_note"
 """On a Target IR kernel compiled by a fallback configuration: which one, and why the larger did not fit."""
+
+
+AUTO_BULK_HEADROOM = 20
+"""Registers per thread that a kernel given the producer's bulk reduction by `atomic-add=auto` must leave spare
+under its consumers' budget (the setmaxnreg count; 255 without one) at the allocator's peak, else it is lowered
+with `red` (module docstring). Measured, bench/backward_sass.py and the allocator's report: the head_dim 64
+soft-cap backward (128 x 128, budget 240) peaks at 223 with bulk (222 with `red`: the bulk reduction keeps the
+query block's trip number live across dS for its staging slot and barrier parity, where `red`'s dQ address comes
+from the offset the late dPsum load keeps anyway); ptxas, which allocates the same code in more registers than
+the allocator counts (R0-R237 of 240 with `red`), spilled 8 bytes there under 13.0 and 13.5, and since the dS
+stores' addresses are XORs of one (`BackwardLowering._swizzled_pairs`) it takes the bulk form without a spill but
+in 27 more SASS instructions per trip than `red` (2274 against 2247 under 13.0). The dense kernels peak at
+214-218 of 240 with bulk (one less than with `red`), and bulk is their shorter form under 12.9 to 13.5."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +86,9 @@ class Configuration:
     pipeline: str
     spills: bool = False
     """Whether it lets ptxas spill (`allocate-registers{spill=true}`): skipped inside `without_spilling()`."""
+    red: str | None = None
+    """The pipeline spec of the same configuration with dQ by `red.global.add` (`atomic-add=red`), compiled
+    where auto's bulk reduction does not fit the registers (module docstring); None: no such form."""
 
 
 _SPILLING = ContextVar("tessera_fallback_spilling", default=True)
@@ -106,9 +134,47 @@ def apply_with_fallback(module: ModuleOp, ladder: Sequence[Configuration],
     try:
         run(first.pipeline, trial)
     except RegisterBudgetError as error:
-        _lower_down(module, first, error, rest, run)
+        if not _takes_red(first, trial, refused=True):
+            _lower_down(module, first, error, rest, run)
+            return
+        trial = module.clone()
+        try:
+            run(first.red, trial)
+        except RegisterBudgetError as red_error:
+            _lower_down(module, first, red_error, rest, run)
+            return
     else:
-        take_body(module, trial)
+        if _takes_red(first, trial, refused=False):
+            red = module.clone()
+            try:
+                run(first.red, red)
+            except RegisterBudgetError:  # keep the bulk form, which fits
+                pass
+            else:
+                trial = red
+    take_body(module, trial)
+
+
+def _takes_red(configuration: Configuration, trial: ModuleOp, refused: bool) -> bool:
+    """Whether `configuration` is to be compiled again with dQ by `red` (module docstring): it has that form,
+    `trial` (the module it lowered, or began to lower when `refused` for registers) holds auto's bulk
+    reduction, and it was refused or leaves less than `AUTO_BULK_HEADROOM` registers spare."""
+    from tessera.dialects import sm90
+    from tessera.dialects.sm90_reductions import BulkReduceAddOp
+
+    if configuration.red is None:
+        return False
+    for fn in trial.walk():
+        if not (is_target_kernel(fn) and any(isinstance(op, BulkReduceAddOp) for op in fn.walk())):
+            continue
+        if refused or REGISTERS_ATTR not in fn.attributes:
+            return True
+        budgets = [op.count.value.data for op in fn.walk() if isinstance(op, sm90.SetMaxNRegOp)
+                   and op.action.data == "inc"]
+        budget = max(budgets, default=facts.MAX_REGISTERS_PER_THREAD)
+        if fn.attributes[REGISTERS_ATTR].data["peak"].value.data > budget - AUTO_BULK_HEADROOM:
+            return True
+    return False
 
 
 def _lower_down(module: ModuleOp, first: Configuration, refusal: RegisterBudgetError,
@@ -176,7 +242,7 @@ def _note(module: ModuleOp, configuration: Configuration, failures: list) -> Non
         if is_target_kernel(fn):
             if configuration.spills:
                 spilled = fn.attributes[SPILL_ATTR].value.data if SPILL_ATTR in fn.attributes else 0
-                needed = fn.attributes["sm90.registers"].data["peak"].value.data
+                needed = fn.attributes[REGISTERS_ATTR].data["peak"].value.data
                 spills = (f"{spilled} past the 255 a thread can hold left to ptxas, which spills them to local "
                           "memory" if spilled else "none past 255")
                 note = (f"compiled {configuration.name}: {needed} registers per thread needed, {spills} (no "

@@ -535,15 +535,49 @@ def print_st_shared(p: KernelPrinter, op: sm90.StSharedOp) -> None:
 
 @handles(sm90.LdSharedOp)
 def print_ld_shared(p: KernelPrinter, op: sm90.LdSharedOp) -> None:
-    """One `ld.shared.b32 d, [address+column]` per register (`column_bytes` as the immediate)."""
+    """One `ld.shared.b32 d, [address+column]` per register (`column_bytes` as the immediate); under `aligned`,
+    consecutive registers of columns c and c + 4 of one address as one `ld.shared.v2.b32 {d, e}` (`_shared_pairs`)."""
     n = lanes(op.result.type)
     (addresses,) = element_lists(p, [op.addresses], n)
     columns = [0] * n if op.column_bytes is None else list(op.column_bytes.get_values())
+    dsts = p.define(op.result)
+
+    def at(address: str, column: int) -> str:
+        return f"[{address}{f'+{column}' if column else ''}]"
+
+    groups = _shared_pairs(op, addresses, columns, dsts)
+    if groups is not None:  # no destination is the address: the loads need no order
+        for group in groups:
+            names = ", ".join(dsts[i] for i in group)
+            vector = f"v{len(group)}." if len(group) > 1 else ""
+            p.emit(f"ld.shared.{vector}b32 {'{' + names + '}' if vector else names}, {at(addresses[0], columns[group[0]])}")
+        return
 
     def load(address: str, column: int):
-        return lambda d: [f"ld.shared.b32 {d}, [{address}{f'+{column}' if column else ''}]"]
+        return lambda d: [f"ld.shared.b32 {d}, {at(address, column)}"]
     cls = p.cls(op.result)
-    p.run([Job(d, cls, (a,), load(a, c)) for d, a, c in zip(p.define(op.result), addresses, columns)])
+    p.run([Job(d, cls, (a,), load(a, c)) for d, a, c in zip(dsts, addresses, columns)])
+
+
+def _shared_pairs(op: sm90.LdSharedOp, addresses: list[str], columns: list[int],
+                  dsts: list[str]) -> list[list[int]] | None:
+    """The registers of `op` grouped into loads: [i, i + 1] where register i + 1's column follows register i's
+    (c and c + 4) and c is a multiple of `SHARED_PAIR_BYTES`, [i] otherwise; None where `op` promises no
+    alignment of a multiple of `SHARED_PAIR_BYTES`, its registers have more than one address, or one destination
+    is the address (then each register is loaded alone, in the order `KernelPrinter.run` finds)."""
+    pair = sm90.SHARED_PAIR_BYTES
+    if (op.aligned is None or op.aligned.value.data % pair or len(set(addresses)) != 1
+            or addresses[0] in dsts):
+        return None
+    groups, i = [], 0
+    while i < len(columns):
+        if i + 1 < len(columns) and columns[i] % pair == 0 and columns[i + 1] == columns[i] + pair // 2:
+            groups.append([i, i + 1])
+            i += 2
+        else:
+            groups.append([i])
+            i += 1
+    return groups
 
 
 # endregion

@@ -388,6 +388,9 @@ class Sm90Functions(InterpreterFunctions):
     @impl(sm90.LdSharedOp)
     def run_ld_shared(self, interpreter: Interpreter, op: sm90.LdSharedOp, args: PythonValues):
         (addresses,) = args
+        if op.aligned is not None:  # the promise the printer's ld.shared.v2 relies on
+            promised, threads = self._rows(np.asarray(addresses, np.int64))
+            self.cta.smem.check_alignment(op, promised, threads, op.aligned.value.data, "the address promised aligned")
         if op.column_bytes is not None:  # register i reads addresses[i] + column_bytes[i] (a scalar: the same base)
             columns = np.asarray(op.column_bytes.get_values(), np.int64)
             addresses = np.asarray(addresses, np.int64).reshape(-1, 1) + columns if np.ndim(addresses) == 1 \

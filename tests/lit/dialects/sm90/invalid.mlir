@@ -489,6 +489,18 @@ sm90.st_shared %a, %v : vector<4xi64>, vector<4xi32>
 // CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}'sm90.ld_shared' op one i32 shared address per register (2), or one with column_bytes, got i32
 %v = sm90.ld_shared %a : i32 -> vector<2xf32>
 
+// -----
+
+%a = "test.op"() : () -> i32
+// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}'sm90.ld_shared' op aligned must be a power of two of at least 4 bytes, got 12
+%v = sm90.ld_shared %a {column_bytes = array<i32: 0, 4>, aligned = 12 : i64} : i32 -> vector<2xf32>
+
+// -----
+
+%a = "test.op"() : () -> i32
+// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}'sm90.ld_shared' op aligned must be a power of two of at least 4 bytes, got 2
+%v = sm90.ld_shared %a {column_bytes = array<i32: 0, 4>, aligned = 2 : i64} : i32 -> vector<2xf32>
+
 // ===== IRDL-level constraints (generic form, so that the message names the operand or result)
 
 // -----

@@ -102,6 +102,7 @@ func.func @attention_tile(%map_q: !sm90.tensormap, %map_k: !sm90.tensormap, %out
   sm90.bar_sync 1, 128
   %pa = sm90.ld_shared %paddr : vector<4xi32> -> vector<4xi32>
   %pl = sm90.ld_shared %sp : i32 -> f32
+  %pr = sm90.ld_shared %sp {column_bytes = array<i32: 0, 4>, aligned = 8 : i64} : i32 -> vector<2xf32>
   %dv = sm90.make_descriptor %sv lbo 128 sbo 512 swizzle 64 : i64
   %o0 = arith.constant dense<0.000000e+00> : vector<8xf32>
   sm90.wgmma_fence
@@ -220,6 +221,7 @@ func.func @attention_tile(%map_q: !sm90.tensormap, %map_k: !sm90.tensormap, %out
 // CHECK-NEXT:     sm90.bar_sync 1, 128
 // CHECK-NEXT:     %pa = sm90.ld_shared %paddr : vector<4xi32> -> vector<4xi32>
 // CHECK-NEXT:     %pl = sm90.ld_shared %sp : i32 -> f32
+// CHECK-NEXT:     %pr = sm90.ld_shared %sp {column_bytes = array<i32: 0, 4>, aligned = 8 : i64} : i32 -> vector<2xf32>
 // CHECK-NEXT:     %dv = sm90.make_descriptor %sv lbo 128 sbo 512 swizzle 64 : i64
 // CHECK-NEXT:     %o0 = arith.constant dense<0.000000e+00> : vector<8xf32>
 // CHECK-NEXT:     sm90.wgmma_fence
