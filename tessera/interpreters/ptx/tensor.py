@@ -706,7 +706,10 @@ def _wgmma_async(ops: Operands, inst, mods):
 def _uniform_per_group(m: Machine, inst, values, lanes, what: str) -> np.ndarray:
     """The value of `values` (per lane of `lanes`: whole warpgroups, in order) in each warpgroup, which must
     agree across it."""
-    values = np.broadcast_to(np.asarray(values), lanes.shape).reshape(-1, facts.WARPGROUP_SIZE)
+    values = np.asarray(values)
+    if values.shape != lanes.shape:  # an immediate
+        values = np.broadcast_to(values, lanes.shape)
+    values = values.reshape(-1, facts.WARPGROUP_SIZE)
     differ = values != values[:, :1]
     if differ.any():
         g, i = np.unravel_index(np.argmax(differ), differ.shape)
