@@ -179,7 +179,8 @@ class AsyncTracker:
         self.touch_log: list[tuple[int, frozenset, object, int]] = []
         self.touch_seq = 0
         self.fence_seq = np.zeros(m.lanes, np.int64)
-        self.dirty = np.zeros(m.lanes, bool)
+        self.dirty = np.zeros(m.lanes, bool)  # up to date for the log's first `dirty_from` entries (`_dirty`)
+        self.dirty_from = 0
         # accumulator register -> (lanes whose last wgmma on it came after their last wgmma.fence, that wgmma,
         # its shape)
         self.shaped: dict[str, tuple[np.ndarray, object, str]] = {}
@@ -785,10 +786,21 @@ class AsyncTracker:
 
     def touch(self, inst, lanes: np.ndarray | slice, names: frozenset) -> None:
         """`lanes` (an index or a slice of every lane, never modified afterwards) accessed the wgmma registers
-        `names` outside a wgmma: a wgmma.fence must follow."""
-        self.dirty[lanes] = True
+        `names` outside a wgmma: a wgmma.fence must follow (`dirty` learns it when next read)."""
         self.touch_seq += 1
         self.touch_log.append((self.touch_seq, names, lanes, inst.line))
+
+    def _dirty(self) -> np.ndarray:
+        """`dirty`, with the touches logged since it was last read: one write per distinct lanes object (the steps
+        of a straight run share theirs), not one per instruction."""
+        if self.dirty_from < len(self.touch_log):
+            seen: set[int] = set()
+            for _, _, lanes, _ in self.touch_log[self.dirty_from:]:
+                if id(lanes) not in seen:
+                    seen.add(id(lanes))
+                    self.dirty[lanes] = True
+            self.dirty_from = len(self.touch_log)
+        return self.dirty
 
     def _touched(self, name: str, lanes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(whether each of `lanes` accessed register `name` since its last wgmma.fence, the line of its last
@@ -807,11 +819,13 @@ class AsyncTracker:
         self.ever_fenced[lanes] = True
         self.touch_seq += 1
         self.fence_seq[lanes] = self.touch_seq
-        self.dirty[lanes] = False
-        if not self.dirty.any():
+        dirty = self._dirty()
+        dirty[lanes] = False
+        if not dirty.any():
             self.touch_log.clear()
         elif len(self.touch_log) > 256:  # keep the accesses some lane has not fenced since
             self.touch_log = [e for e in self.touch_log if (self.fence_seq[e[2]] < e[0]).any()]
+        self.dirty_from = len(self.touch_log)
         for unfenced in {id(e[0]): e[0] for e in self.shaped.values()}.values():
             unfenced[lanes] = False
 
@@ -849,7 +863,7 @@ class AsyncTracker:
             raise self.hazard(inst, "is the warpgroup's first wgmma.mma_async and no wgmma.fence precedes it "
                                     "(missing wgmma.fence)", lanes[int(np.argmax(unfenced))])
         shape = _wgmma_shape(inst) if self.shaped else None
-        touched = bool(self.dirty[lanes].any())  # some register touched since the lanes' last wgmma.fence
+        touched = bool(self._dirty()[lanes].any())  # some register touched since the lanes' last wgmma.fence
         for name, kind in roles.items():
             shaped = self.shaped.get(name) if kind == "result" else None
             if shaped is not None and shaped[2] != shape:
