@@ -15,7 +15,7 @@ process spins on another core (bench/busy_neighbour.py).
                              [--k 512] [--seq-k 1024] [--repeats 3]
 
     python bench/ptx_exec.py --grid [--seq-q 512] [--seq-k 1024] [--head-dim 128] [--baseline /path/to/checkout]
-                             [--races-cost]
+                             [--races-cost] [--step-kinds]
 
 times the whole grid of the warp-specialized flash kernel (seq_q / 128 CTAs, parse excluded, CPU time of this
 process) against NumPy fp32 attention on one core, and prints the ratio; with --baseline, a table of another
@@ -26,6 +26,10 @@ executor, is what is timed; dialects/ and passes/ resolve through the installed 
 same grid again with `races=False`, and the cost of the race checks as the ratio of the two; with
 --lanes-per-batch N [N ...], the same grid with CTAs vectorised together up to N threads a batch (the
 launcher's LANES_PER_BATCH), one row each.
+
+With --step-kinds, the grid is run with each decoded step's closure timed (CPU time) and the time of every
+kind of instruction (opcode and its first two modifiers) is printed, most first, with its steps and time per
+step: where a launch spends its time (the scheduler's own loop is the rest of the total).
 
 `--library` runs instead one CTA of NVIDIA's own kernels built by tests/ptx_library/build.py (nvcc, from CUTLASS and
 FlashAttention-3; skipped when not built): a CUTLASS GEMM CTA (one 128x128 output tile, K = --k) and an FA3
@@ -136,9 +140,10 @@ def numpy_grid_seconds(args) -> float:
     return min(times)
 
 
-def executor_grid_seconds(args, races: bool = True, warm: bool = False) -> float:
+def executor_grid_seconds(args, races: bool = True, warm: bool = False, before_timed=None) -> float:
     """The best CPU seconds of the whole flash grid in the PTX executor (parse excluded), of `args.repeats`
-    launches; `warm`: after one untimed launch (the decoded program is then kept: decode excluded)."""
+    launches; `warm`: after one untimed launch (the decoded program is then kept: decode excluded);
+    `before_timed()` is called before each timed launch."""
     module = tessera.kernels.flash_attention(head_dim=args.head_dim, causal=args.causal, dtype="bf16")
     sig = tessera.find_kernel(module)
     lowered = module.clone()
@@ -154,11 +159,59 @@ def executor_grid_seconds(args, races: bool = True, warm: bool = False) -> float
         launch_described(parsed, host, *prepare_arguments(sig, inputs), races=races)
     for _ in range(args.repeats):
         arrays, sizes = prepare_arguments(sig, inputs)
+        if before_timed is not None:
+            before_timed()
         start = time.process_time()
         launch_described(parsed, host, arrays, sizes, races=races)
         elapsed = time.process_time() - start
         best = elapsed if best is None else min(best, elapsed)
     return best
+
+
+def step_kind_rows(args, top: int = 25) -> None:
+    """The grid with every decoded step timed: CPU seconds per kind of instruction, of the fastest of
+    `args.repeats` launches after an untimed one (decode excluded), against the launch's total."""
+    from collections import Counter, defaultdict
+
+    from tessera.interpreters.ptx import launcher
+
+    seconds: dict[str, float] = defaultdict(float)
+    steps: Counter = Counter()
+    install = launcher.asynchrony.install
+
+    def timed_install(machine, decoded):
+        result = install(machine, decoded)
+        for step in result:
+            kind, run = ".".join([step.inst.opcode, *step.inst.modifiers[:2]]), step.run
+
+            def timed(*a, run=run, kind=kind):
+                start = time.process_time()
+                try:
+                    return run(*a)
+                finally:
+                    seconds[kind] += time.process_time() - start
+                    steps[kind] += 1
+            step.run = timed
+        return result
+
+    launcher.asynchrony.install = timed_install
+    best = None
+    try:
+        repeats, args.repeats = args.repeats, 1
+        for _ in range(repeats):
+            total = executor_grid_seconds(args, warm=True, before_timed=lambda: (seconds.clear(), steps.clear()))
+            if best is None or total < best[0]:
+                best = (total, dict(seconds), dict(steps))
+        args.repeats = repeats
+    finally:
+        launcher.asynchrony.install = install
+    total, times, counts = best
+    print(f"flash d{args.head_dim}, grid of {args.seq_q // 128} CTAs (seq_q {args.seq_q}, seq_k {args.seq_k}): "
+          f"{total:.3f} CPU s, {sum(times.values()):.3f} s in {sum(counts.values())} steps (best of {args.repeats})")
+    print("| instruction | CPU s | steps | us per step |")
+    print("|---|---|---|---|")
+    for kind, t in sorted(times.items(), key=lambda item: -item[1])[:top]:
+        print(f"| {kind} | {t:.4f} | {counts[kind]} | {1e6 * t / counts[kind]:.0f} |")
 
 
 def grid_row(args, races: bool = True) -> tuple[float, float]:
@@ -220,6 +273,8 @@ def main() -> None:
     parser.add_argument("--baseline", help="with --grid: a checkout of Tessera to time in the same run")
     parser.add_argument("--races-cost", action="store_true", help="with --grid: also time races=False, same run")
     parser.add_argument("--executor-seconds", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--step-kinds", action="store_true",
+                        help="with --grid: CPU time per kind of instruction (each step timed)")
     parser.add_argument("--lanes-per-batch", type=int, nargs="+",
                         help="with --grid: time the grid again with CTAs batched up to each of these thread counts")
     args = parser.parse_args()
@@ -232,6 +287,9 @@ def main() -> None:
             print(f"CTAs batched up to {lanes} threads:", end=" ")
             grid_row(args)
         launcher.LANES_PER_BATCH = default
+        return
+    if args.grid and args.step_kinds:
+        step_kind_rows(args)
         return
     if args.grid and args.executor_seconds:  # the baseline's side of --baseline
         print(f"{executor_grid_seconds(args, warm=True):.6f}")

@@ -116,6 +116,10 @@ def _wgmma_shape(inst) -> str:
     return ".".join(x for x in inst.modifiers if x not in ("mma_async", "sync", "aligned"))
 
 
+_CHUNK = facts.SWIZZLE_CHUNK_BYTES
+"""The bytes of a wgmma operand's chunk (`AsyncTracker.wgmma_reads`), which every swizzle keeps together."""
+
+
 class AsyncTracker:
     """The asynchrony state of a machine's batch; see the module docstring. Created by `install`."""
 
@@ -175,7 +179,8 @@ class AsyncTracker:
         self.touch_log: list[tuple[int, frozenset, object, int]] = []
         self.touch_seq = 0
         self.fence_seq = np.zeros(m.lanes, np.int64)
-        self.dirty = np.zeros(m.lanes, bool)
+        self.dirty = np.zeros(m.lanes, bool)  # up to date for the log's first `dirty_from` entries (`_dirty`)
+        self.dirty_from = 0
         # accumulator register -> (lanes whose last wgmma on it came after their last wgmma.fence, that wgmma,
         # its shape)
         self.shaped: dict[str, tuple[np.ndarray, object, str]] = {}
@@ -550,9 +555,8 @@ class AsyncTracker:
         range holding every byte of `flat` (a descriptor's K step reads 32 bytes of each 128-byte row of its
         tile): when the whole range passes, so do its bytes, and only otherwise are they walked one by one."""
         if span is not None or hull is not None:
-            cover = self._landed_cover(span if span is not None else hull)
-            if cover is not None and self._seen(lanes, cover[0]) > cover[1]:
-                return  # TMA bytes no generic store wrote since (it would have ended the range): nothing to fence
+            if self._landed_read(lanes, span if span is not None else hull):
+                return
             summary = self._range_summary(span if span is not None else hull)
             if summary is not None and (summary is _ALL_PLAIN or self._seen(lanes, summary[0]) > summary[1]):
                 self.hb.async_read(inst, lanes, flat, what, span, hull)
@@ -582,6 +586,14 @@ class AsyncTracker:
                                             f"of {self.barrier_name(b)} complete (no successful mbarrier wait for "
                                             "that phase, or a wait on the wrong parity)", reader)
         self.hb.async_read(inst, lanes, flat, what)
+
+    def _landed_read(self, lanes: np.ndarray, where: slice) -> bool:
+        """Whether an async-proxy read by `lanes` of bytes inside the range `where` passes without looking at
+        them: the range lies in ranges TMA copies of one mbarrier landed (`_landed_cover`) and every reader has
+        observed that phase. No generic store wrote those bytes since (it would have ended the range): there is
+        nothing to fence."""
+        cover = self._landed_cover(where)
+        return cover is not None and self._seen(lanes, cover[0]) > cover[1]
 
     def _observed_all(self, lanes: np.ndarray, flat: np.ndarray | slice, state: np.ndarray) -> bool:
         """The common case of an async-proxy read, decided without a walk per byte: every byte landed from
@@ -655,22 +667,37 @@ class AsyncTracker:
 
     # endregion
     # region wgmma
-    def wgmma_reads(self, inst, lanes: np.ndarray, flat: np.ndarray, operand: str, span: slice | None = None,
-                    hull: slice | None = None) -> None:
+    def wgmma_reads(self, inst, lanes: np.ndarray, flat: np.ndarray | None, operand: str, span: slice | None = None,
+                    hull: slice | None = None, chunks: np.ndarray | None = None, base: int = 0) -> None:
         """The warpgroups of `lanes` (whole warpgroups of one CTA, in order) each read their wgmma operand at
         `flat` (checked once as an async-proxy read of them all); the bytes stay read until a wgmma.wait_group
         covers each warpgroup's group. `span`: the range `flat` fills, when it fills one (a swizzled tile: its
-        records are written and later completed as one range); `hull`: a range holding `flat` (`async_read`)."""
-        self.async_read(inst, lanes, flat, f"wgmma operand {operand}", span, hull)
-        if span is not None:
-            flat = span
+        records are written and later completed as one range); `hull`: a range holding `flat` (`async_read`).
+        `chunks`: `flat` as whole 16-byte chunks of the CTA's shared memory at `base` (bytes base + 16c to
+        base + 16c + 15 for each c: 16 bytes of a core matrix row each), its records then written a chunk at a
+        time; `flat` may then be None (made from the chunks where a check walks the bytes)."""
+        if chunks is not None and flat is None and span is None:
+            def flat_bytes():
+                return base + (chunks[:, None] * _CHUNK + np.arange(_CHUNK)).reshape(-1)
+        else:
+            def flat_bytes():
+                return flat
+        where = span if span is not None else hull
+        if where is None or not self._landed_read(lanes, where):
+            self.async_read(inst, lanes, flat_bytes(), f"wgmma operand {operand}", span, hull)
         if self.wg_read is None:
             self.wg_read = self.hb.wgmma_reads = np.zeros((self.groups_per_cta, len(self.state)), np.int32)
+        records, at = self.wg_read, span
+        if span is None and chunks is not None:  # [groups per CTA, chunk, byte] of the CTA's bytes: a view
+            size = self.m.shared_bytes // _CHUNK * _CHUNK
+            records, at = self.wg_read[:, base:base + size].reshape(self.groups_per_cta, -1, _CHUNK), chunks
+        elif span is None:
+            at = flat_bytes()
         unit = self.m.unit_of[facts.WARPGROUP_SIZE]
         for start in range(0, len(lanes), facts.WARPGROUP_SIZE):  # each warpgroup reading it (whole warpgroups)
             w = int(unit[lanes[start]])
             group = int(self.wg_open[w])
-            self.wg_read[w % self.groups_per_cta, flat] = group + 1
+            records[w % self.groups_per_cta, at] = group + 1
             self.read_inst.setdefault((w, group), inst)
         self.reading = True
 
@@ -678,7 +705,9 @@ class AsyncTracker:
         """Whether a wgmma whose group no wait_group has covered yet may read a byte of `span` (one CTA's)."""
         cta = span.start // max(self.m.shared_bytes, 1)
         w = cta * self.groups_per_cta + np.arange(self.groups_per_cta)
-        return bool((self.wg_read[:, span].astype(np.int64) - 1 > self.wg_done[w][:, None]).any())
+        if span.stop <= span.start:
+            return False
+        return bool((self.wg_read[:, span].max(axis=1).astype(np.int64) - 1 > self.wg_done[w]).any())
 
     def _check_not_read_by_wgmma(self, inst, lanes, flat: np.ndarray, what: str, acquired: int | None) -> None:
         cta = flat // max(self.m.shared_bytes, 1)
@@ -757,10 +786,21 @@ class AsyncTracker:
 
     def touch(self, inst, lanes: np.ndarray | slice, names: frozenset) -> None:
         """`lanes` (an index or a slice of every lane, never modified afterwards) accessed the wgmma registers
-        `names` outside a wgmma: a wgmma.fence must follow."""
-        self.dirty[lanes] = True
+        `names` outside a wgmma: a wgmma.fence must follow (`dirty` learns it when next read)."""
         self.touch_seq += 1
         self.touch_log.append((self.touch_seq, names, lanes, inst.line))
+
+    def _dirty(self) -> np.ndarray:
+        """`dirty`, with the touches logged since it was last read: one write per distinct lanes object (the steps
+        of a straight run share theirs), not one per instruction."""
+        if self.dirty_from < len(self.touch_log):
+            seen: set[int] = set()
+            for _, _, lanes, _ in self.touch_log[self.dirty_from:]:
+                if id(lanes) not in seen:
+                    seen.add(id(lanes))
+                    self.dirty[lanes] = True
+            self.dirty_from = len(self.touch_log)
+        return self.dirty
 
     def _touched(self, name: str, lanes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(whether each of `lanes` accessed register `name` since its last wgmma.fence, the line of its last
@@ -779,11 +819,13 @@ class AsyncTracker:
         self.ever_fenced[lanes] = True
         self.touch_seq += 1
         self.fence_seq[lanes] = self.touch_seq
-        self.dirty[lanes] = False
-        if not self.dirty.any():
+        dirty = self._dirty()
+        dirty[lanes] = False
+        if not dirty.any():
             self.touch_log.clear()
         elif len(self.touch_log) > 256:  # keep the accesses some lane has not fenced since
             self.touch_log = [e for e in self.touch_log if (self.fence_seq[e[2]] < e[0]).any()]
+        self.dirty_from = len(self.touch_log)
         for unfenced in {id(e[0]): e[0] for e in self.shaped.values()}.values():
             unfenced[lanes] = False
 
@@ -821,7 +863,7 @@ class AsyncTracker:
             raise self.hazard(inst, "is the warpgroup's first wgmma.mma_async and no wgmma.fence precedes it "
                                     "(missing wgmma.fence)", lanes[int(np.argmax(unfenced))])
         shape = _wgmma_shape(inst) if self.shaped else None
-        touched = bool(self.dirty[lanes].any())  # some register touched since the lanes' last wgmma.fence
+        touched = bool(self._dirty()[lanes].any())  # some register touched since the lanes' last wgmma.fence
         for name, kind in roles.items():
             shaped = self.shaped.get(name) if kind == "result" else None
             if shaped is not None and shaped[2] != shape:

@@ -38,7 +38,10 @@ def _rounding(ops, inst, mods, default: str = "rn") -> str:
 
 def _signed_zero_order(result, a, b, larger: bool):
     """max/min of +0 and -0: +0 is the larger."""
-    zeros = (a == 0) & (b == 0)
+    zeros = a == 0
+    if not np.any(zeros):  # the common case, in half the work
+        return result
+    zeros = zeros & (b == 0)
     if not np.any(zeros):
         return result
     pick = (np.signbit(a) & np.signbit(b)) if larger else (np.signbit(a) | np.signbit(b))

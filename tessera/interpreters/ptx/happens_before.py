@@ -414,15 +414,15 @@ class HappensBefore:
         """The completed async reads (1 + index into `completions`) of some byte of the range `span` (one CTA's),
         found row by row: a row whose bytes agree (a slot read by one group, or by none) costs no gather."""
         found: set[int] = set()
-        for row in self.r_async[:, span]:
-            low, high = int(row.min(initial=0)), int(row.max(initial=0))
+        if span.stop <= span.start:
+            return found
+        for row, low, high in _row_bounds(self.r_async[:, span]):
             found.update((low,) if low == high else _present(row, low))
         if self.wgmma_reads is not None:
             per_cta = self._per_cta()
             first = span.start // max(self.shared // (self.lanes // self.threads), 1) * per_cta
             width = self.wgmma_groups.shape[1]
-            for r, row in enumerate(self.wgmma_reads[:, span]):
-                low, high = int(row.min(initial=0)), int(row.max(initial=0))
+            for r, (row, low, high) in enumerate(_row_bounds(self.wgmma_reads[:, span])):
                 for last in (low,) if low == high else _present(row, low):
                     if 0 < last <= width:
                         found.add(int(self.wgmma_groups[first + r, last - 1]))
@@ -619,6 +619,12 @@ class HappensBefore:
         return rows.reshape(-1, facts.WARP_SIZE, rows.shape[1]).max(axis=1)
 
     # endregion
+
+
+def _row_bounds(rows: np.ndarray):
+    """(row, least value, greatest value) of each row of `rows` [rows, bytes > 0], the bounds found for all rows
+    in two reductions."""
+    return zip(rows, rows.min(axis=1).tolist(), rows.max(axis=1).tolist())
 
 
 def _present(values: np.ndarray, low: int) -> list[int]:

@@ -454,9 +454,9 @@ def _multiplicand_values(raw: np.ndarray, name: str) -> np.ndarray:
 @lru_cache(maxsize=4096)
 def _descriptor_bytes(descriptor: int, major: str, e: int, extent: int) -> tuple | str:
     """(element addresses [extent, K elements], byte offsets [extent * K * e], lowest and highest address, the
-    range the offsets fill when they fill one, the range [lowest, highest] byte holding them) a descriptor reads,
-    or the reason it is invalid: computed once per descriptor value and kept across wgmmas, CTAs and launches (a
-    ring's slots give a handful of values)."""
+    range the offsets fill when they fill one, the range [lowest, highest] byte holding them, the offsets as
+    16-byte chunks or None) a descriptor reads, or the reason it is invalid: computed once per descriptor value
+    and kept across wgmmas, CTAs and launches (a ring's slots give a handful of values)."""
     try:
         fields = facts.decode_descriptor(descriptor)
         addresses = np.asarray(facts.descriptor_element_address(
@@ -467,7 +467,24 @@ def _descriptor_bytes(descriptor: int, major: str, e: int, extent: int) -> tuple
     addresses.setflags(write=False)
     offsets.setflags(write=False)
     return (addresses, offsets, int(addresses.min()), int(addresses.max()), _dense(offsets),
-            (int(offsets.min()), int(offsets.max()) + 1))
+            (int(offsets.min()), int(offsets.max()) + 1), _chunks(offsets))
+
+
+_CHUNK = facts.SWIZZLE_CHUNK_BYTES
+"""The bytes every swizzle keeps together (a core matrix row): a descriptor's bytes are whole such chunks."""
+
+
+def _chunks(offsets: np.ndarray) -> np.ndarray | None:
+    """The chunk numbers c (bytes 16c to 16c + 15) whose bytes, in order, are `offsets`, when they are, else
+    None: the operand is then gathered, and its asynchrony records written, a chunk at a time."""
+    if offsets.size % _CHUNK:
+        return None
+    rows = offsets.reshape(-1, _CHUNK)
+    if (rows[:, 0] % _CHUNK).any() or not np.array_equal(rows, rows[:, :1] + np.arange(_CHUNK)):
+        return None
+    chunks = rows[:, 0] // _CHUNK
+    chunks.setflags(write=False)
+    return chunks
 
 
 def _dense(offsets: np.ndarray) -> tuple[int, int] | None:
@@ -490,14 +507,19 @@ def _descriptor_operand(m: Machine, inst, lanes: np.ndarray, descriptor: int, ma
     decoded = _descriptor_bytes(descriptor, major, e, extent)
     if isinstance(decoded, str):
         raise m.error(inst, f"matrix descriptor {descriptor:#x}: {decoded}", int(lanes[0]))
-    addresses, offsets, low, high, dense, hull = decoded
+    addresses, offsets, low, high, dense, hull, chunks = decoded
     if low < 0 or high + e > m.shared_bytes:
         raise m.error(inst, f"matrix descriptor {descriptor:#x} reads outside shared memory", int(lanes[0]))
     base = int(m.lane_cta[lanes[0]]) * m.shared_bytes
-    index = offsets + base
-    m.tracker.wgmma_reads(inst, lanes, index, operand, None if dense is None else slice(base + dense[0], base + dense[1]),
-                          slice(base + hull[0], base + hull[1]))
-    return _multiplicand_values(m.shared[index].view(dtype).reshape(addresses.shape), name)
+    span = None if dense is None else slice(base + dense[0], base + dense[1])
+    if chunks is not None:  # gathered and recorded a chunk at a time
+        m.tracker.wgmma_reads(inst, lanes, None, operand, span, slice(base + hull[0], base + hull[1]), chunks, base)
+        raw = m.shared[base:base + m.shared_bytes // _CHUNK * _CHUNK].reshape(-1, _CHUNK)[chunks]
+    else:
+        index = offsets + base
+        m.tracker.wgmma_reads(inst, lanes, index, operand, span, slice(base + hull[0], base + hull[1]))
+        raw = m.shared[index]
+    return _multiplicand_values(raw.view(dtype).reshape(addresses.shape), name)
 
 
 @lru_cache(maxsize=None)
@@ -684,7 +706,10 @@ def _wgmma_async(ops: Operands, inst, mods):
 def _uniform_per_group(m: Machine, inst, values, lanes, what: str) -> np.ndarray:
     """The value of `values` (per lane of `lanes`: whole warpgroups, in order) in each warpgroup, which must
     agree across it."""
-    values = np.broadcast_to(np.asarray(values), lanes.shape).reshape(-1, facts.WARPGROUP_SIZE)
+    values = np.asarray(values)
+    if values.shape != lanes.shape:  # an immediate
+        values = np.broadcast_to(values, lanes.shape)
+    values = values.reshape(-1, facts.WARPGROUP_SIZE)
     differ = values != values[:, :1]
     if differ.any():
         g, i = np.unravel_index(np.argmax(differ), differ.shape)
