@@ -433,28 +433,50 @@ def _run_grid(func_op, arguments, sizes, allocation, listeners, cta_order, traff
         _run_groups(parallel, kernel, module, arguments, names, sizes, allocation, traffic, order, None, options)
         return
     pool = RecordPool() if listeners is None else None  # a listener may keep a CTA's state
-    size = batch_ctas if batchable(kernel, listeners, memory, options) else 1
-    for start in range(0, len(order), size):
-        ids = [(linear % gx, (linear // gx) % gy, linear // (gx * gy)) for linear in order[start:start + size]]
-        cta = run_cta(kernel, module, values, memory, ids[0], grid, allocation, listeners, options, pool, ids[1:])
-        if traffic is not None:
-            traffic[cta.cta_id] = dict(cta.traffic)
-        if pool is not None:
-            pool.reclaim()
-        followers = cta.followers
-        if followers is None:
-            continue
-        if followers.dropped is None:  # their stores, in the grid's order, as their own CTAs
-            for view in followers.commit(memory):
-                if traffic is not None:
-                    traffic[view.cta_id] = dict(cta.traffic)
-            continue
-        for cta_id in ids[1:]:  # they dropped out: each runs on its own, as without a batch
-            alone = run_cta(kernel, module, values, memory, cta_id, grid, allocation, listeners, options, pool)
+    # batches of consecutive CTAs; where their followers drop out (their control flow differs from the leader's),
+    # batches of CTAs that share their x index (a query block of every head: a causal trip count agrees), then
+    # one CTA at a time (`followers`)
+    gx, gy, gz = grid
+    pending = [(linear % gx, (linear // gx) % gy, linear // (gx * gy)) for linear in order]
+    modes = ["consecutive", "by_x", "alone"] if batchable(kernel, listeners, memory, options) and batch_ctas > 1 \
+        else ["alone"]
+    if cta_order is not None or gy * gz == 1:
+        modes = [m for m in modes if m != "by_x"]
+    for mode in modes:
+        batches = cta_batches(pending, batch_ctas if mode != "alone" else 1, mode == "by_x")
+        pending = []
+        for index, ids in enumerate(batches):
+            cta = run_cta(kernel, module, values, memory, ids[0], grid, allocation, listeners, options, pool,
+                          ids[1:])
             if traffic is not None:
-                traffic[alone.cta_id] = dict(alone.traffic)
+                traffic[cta.cta_id] = dict(cta.traffic)
             if pool is not None:
                 pool.reclaim()
+            followers = cta.followers
+            if followers is None:
+                continue
+            if followers.dropped is None:  # their stores, in the grid's order, as their own CTAs
+                for view in followers.commit(memory):
+                    if traffic is not None:
+                        traffic[view.cta_id] = dict(cta.traffic)
+                continue
+            pending = ids[1:] + [cta_id for later in batches[index + 1:] for cta_id in later]
+            break
+        if not pending:
+            return
+
+
+def cta_batches(ids: Sequence[tuple[int, int, int]], size: int, by_x: bool) -> list[list[tuple]]:
+    """The CTAs `ids` as batches of at most `size` (`followers`), the first CTA leading the first batch:
+    consecutive CTAs, or with `by_x` the CTAs that share their x index, in order of their first appearance."""
+    if size <= 1:
+        return [[cta_id] for cta_id in ids]
+    if not by_x:
+        return [list(ids[start:start + size]) for start in range(0, len(ids), size)]
+    columns: dict[int, list] = {}
+    for cta_id in ids:
+        columns.setdefault(cta_id[0], []).append(cta_id)
+    return [column[start:start + size] for column in columns.values() for start in range(0, len(column), size)]
 
 
 def batchable(kernel: TargetKernel, listeners, memory: GlobalMemory, options: SimulatorOptions) -> bool:
