@@ -35,13 +35,15 @@ from xdsl.dialects import arith, func, scf
 from xdsl.ir import Operation
 
 from tessera.dialects import sm90
-from tessera.interpreters.byte_box import put
+from tessera.interpreters import serving_checks
 from tessera.interpreters.block_batch import KernelHazardError, describe_op
+from tessera.interpreters.byte_box import put
 from tessera.interpreters.sm90 import wgmma as wgmma_unit
+from tessera.interpreters.sm90.arith import RegisterArithFunctions
+from tessera.interpreters.sm90.machine import Sm90Functions
 from tessera.interpreters.sm90.registers import as_unsigned64, row_mask, unsigned
 from tessera.interpreters.sm90.strands import HazardUnwind
 from tessera.interpreters.sm90.tma import shared_box
-from tessera.interpreters import serving_checks
 from tessera.sm90 import facts
 
 
@@ -191,14 +193,10 @@ class Followers:
     """The followers of one leader CTA (module docstring): their CTA ids, shared memory [F, bytes], the
     stores they make at the end, and why they dropped out (None while they follow)."""
 
-    def __init__(self, leader, cta_ids: list[tuple[int, int, int]], memory):
-        from tessera.interpreters.sm90.arith import RegisterArithFunctions
-        from tessera.interpreters.sm90.machine import Sm90Functions
-
+    def __init__(self, leader, cta_ids: list[tuple[int, int, int]]):
         self.leader = leader
         self.cta_ids = list(cta_ids)
         self.count = len(cta_ids)
-        self.memory = memory
         self.smem = np.zeros((self.count, leader.smem_bytes), np.uint8)
         self.stores: list[list[FollowerStore]] = [[] for _ in cta_ids]
         self.dropped: str | None = None
@@ -207,10 +205,6 @@ class Followers:
         self._special: dict[Operation, np.ndarray] = {}
         self.control_results: tuple = ()
         """The follower values of the control-flow op that just ran (`control`)."""
-
-    @property
-    def live(self) -> bool:
-        return self.dropped is None
 
     def drop(self, reason: str) -> None:
         if self.dropped is None:

@@ -257,7 +257,7 @@ def run_cta(kernel: TargetKernel, module: ModuleOp, values: list, memory: Global
     # one compiled program per CTA: its strands share its frame (`program`)
     main = CompiledCta(kernel.program, functions, _checkers(cta, allocation, listeners, options))
     if followers:
-        cta.followers = Followers(cta, list(followers), memory)
+        cta.followers = Followers(cta, list(followers))
         main.follow(cta.followers, values)
 
     def body():
