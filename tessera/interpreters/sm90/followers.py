@@ -203,6 +203,7 @@ class Followers:
         self.wide = _WideCta(leader, self.count)
         self._pure = {"arith": RegisterArithFunctions(self.wide), "machine": Sm90Functions(self.wide, None)}
         self._special: dict[Operation, np.ndarray] = {}
+        self._rules: dict[int, str | None] = {}
         self.control_results: tuple = ()
         """The follower values of the control-flow op that just ran (`control`)."""
 
@@ -231,7 +232,9 @@ class Followers:
     # region running an op
     def run(self, op: Operation, impl, functions, args: tuple, fargs: tuple, results: tuple) -> tuple:
         """The follower values of `op`'s results (the leader's `results` computed from `args`)."""
-        rule = follower_rule(op)
+        rule = self._rules.get(id(op), False)  # the kernel's ops live as long as the launch
+        if rule is False:
+            rule = self._rules[id(op)] = follower_rule(op)
         if rule == "control":
             return self.control_results
         if rule == "as leader":
@@ -348,7 +351,8 @@ class Followers:
                    else np.stack([b_tiles[d] for d in descriptors], axis=1))
         products = np.matmul(a_stack.astype(np.float64), b_stack.astype(np.float64).transpose(0, 1, 3, 2))
         fragment = wgmma_unit._accumulator_index(n)  # noqa: SLF001
-        d = products.reshape(count, len(warpgroups), -1)[:, :, fragment].reshape(count, -1, facc.shape[2])
+        d = np.take(products.reshape(count * len(warpgroups), -1), fragment.reshape(-1), axis=1)
+        d = d.reshape(count, -1, facc.shape[2])
         if all(accumulate):
             d += facc[:, rows]
         elif any(accumulate):

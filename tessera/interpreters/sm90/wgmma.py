@@ -173,7 +173,8 @@ class WgmmaUnit:
         # the products summed in float64 (one matrix product per warpgroup), gathered into the fragment (each
         # thread's registers), plus D where the warpgroup's scale-d is on
         products = np.matmul(a_stack.astype(np.float64), b_stack.astype(np.float64).transpose(0, 2, 1))
-        d = products.reshape(len(warpgroups), -1)[:, _accumulator_index(n)].reshape(-1, acc.shape[1])
+        d = np.take(products.reshape(len(warpgroups), -1), _accumulator_index(n).reshape(-1), axis=1)
+        d = d.reshape(-1, acc.shape[1])
         if all(accumulate):
             d += acc[rows]
         elif any(accumulate):
