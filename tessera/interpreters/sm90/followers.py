@@ -222,6 +222,13 @@ class Followers:
         elif followers is not leader:
             raise FollowerDropout(f"{describe_op(op)}: an operand differs between the CTAs of the batch")
 
+    @staticmethod
+    def _uniform(leader, followers) -> bool:
+        """Whether every follower holds `leader` (a broadcast of a value equal to it)."""
+        if not isinstance(followers, np.ndarray):
+            return followers is leader
+        return followers.strides[0] == 0 and (followers[0] is leader or np.array_equal(followers[0], leader))
+
     def broadcast(self, value):
         """The leader's value in every follower (a read-only view)."""
         if isinstance(value, np.ndarray):
@@ -246,6 +253,8 @@ class Followers:
                 self.same(op, leader, followers)
             return ()
         if rule == "pure":
+            if all(self._uniform(leader, followers) for leader, followers in zip(args, fargs)):
+                return tuple(self.broadcast(r) for r in results)  # the leader's operands: its results
             return self._run_pure(op, impl, functions, fargs)
         if rule == "sm90.special":
             return (self._special_register(op, functions),)
