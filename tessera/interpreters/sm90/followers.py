@@ -171,8 +171,12 @@ class FollowerView:
 
 
 class _Ordered:
-    def __init__(self, ordered: np.ndarray):
+    """The leader's happens-before as the global race checks read it at a follower's store: `ordered` and what
+    the threads knew of other CTAs through semaphores (`grid`: none, a batch has no semaphores)."""
+
+    def __init__(self, ordered: np.ndarray, grid: dict | None = None):
         self.ordered = ordered
+        self.grid = {} if grid is None else grid
 
 
 # endregion
