@@ -12,8 +12,9 @@ machine running a test suite; `--no-busy` leaves them out.
 
 The CTA simulator rows (`--simulator` prints only them) time the simulator alone over the whole grid of flash
 attention, lowered and allocated once outside the timing, with the register-file check on (as
-`tessera.interpret(level="target")` runs it) and off, against a plain NumPy fp32 attention on the same shape
-on one BLAS thread, as the simulator runs (issue 28's measure: the simulator's goal is <= 50x NumPy fp32).
+`tessera.interpret(level="target")` runs it) and off, and checked with one CTA at a time ("alone": batches of
+leader and followers turned off, `batch_ctas=1`), against a plain NumPy fp32 attention on the same shape on one
+BLAS thread, as the simulator runs (issue 28's measure: the simulator's goal is <= 50x NumPy fp32).
 """
 
 from __future__ import annotations
@@ -97,30 +98,31 @@ def simulator_rows(q, k, v, repeats: int) -> None:
     NumPy fp32 attention, best of `repeats`, each ratio from times taken in this run."""
     from tessera.interpreters.blas_threads import single_threaded_blas
     from tessera.interpreters.launch import prepare_arguments
-    from tessera.interpreters.sm90.launch import run_target_kernel
+    from tessera.interpreters.sm90.launch import BATCH_CTAS, run_target_kernel
     from tessera.kernel_abi import kernels, signature
     from tessera.regalloc import allocate_registers
 
     q32, k32, v32 = (x.astype(np.float32) for x in (q, k, v))
-    print(f"{'CTA simulator':<22}{'causal':<8}{'checked s':>10}{'unchecked s':>12}{'np f32 s':>10}"
-          f"{'checked/np':>11}{'unchecked/np':>13}")
+    print(f"{'CTA simulator':<22}{'causal':<8}{'checked s':>10}{'alone s':>9}{'unchecked s':>12}{'np f32 s':>10}"
+          f"{'checked/np':>11}{'alone/np':>9}{'unchecked/np':>13}")
     for causal in (False, True):
         module = tessera.kernels.flash_attention(head_dim=q.shape[-1], causal=causal)
         sig = signature(kernels(module)[0])
         target = tessera.lower_to_target(module, sig.name)
         allocation = allocate_registers(target)
 
-        def run(checked: bool) -> None:
+        def run(checked: bool, batch_ctas: int = BATCH_CTAS) -> None:
             arguments, sizes = prepare_arguments(sig, [q, k, v])
-            run_target_kernel(target, arguments, sizes, allocation if checked else None)
+            run_target_kernel(target, arguments, sizes, allocation if checked else None, batch_ctas=batch_ctas)
 
         t_checked, t_unchecked = best_time(lambda: run(True), repeats), best_time(lambda: run(False), repeats)
+        t_alone = best_time(lambda: run(True, 1), repeats)
         # NumPy takes milliseconds, and BLAS threads on a loaded machine make single runs vary 50x (their spinning
         # counts as CPU time): one BLAS thread, as the simulator runs with, and best of 20.
         with single_threaded_blas():
             t_np = best_time(lambda: numpy_attention_f32(q32, k32, v32, causal), max(20, repeats))
-        print(f"{'flash_attention':<22}{str(causal):<8}{t_checked:>10.3f}{t_unchecked:>12.3f}{t_np:>10.4f}"
-              f"{t_checked / t_np:>11.0f}{t_unchecked / t_np:>13.0f}")
+        print(f"{'flash_attention':<22}{str(causal):<8}{t_checked:>10.3f}{t_alone:>9.3f}{t_unchecked:>12.3f}"
+              f"{t_np:>10.4f}{t_checked / t_np:>11.0f}{t_alone / t_np:>9.0f}{t_unchecked / t_np:>13.0f}")
 
 
 def measure(module, q, k, v, causal: bool, repeats: int) -> tuple[float, float | None, float]:

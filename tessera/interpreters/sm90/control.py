@@ -22,6 +22,7 @@ from xdsl.interpreter import (
 )
 
 from tessera.interpreters.sm90.cta import CtaState
+from tessera.interpreters.sm90.followers import FollowerDropout
 from tessera.interpreters.sm90.registers import dtype_of, row_mask
 from tessera.interpreters.sm90.strands import Deferred
 
@@ -46,16 +47,54 @@ class DivergentControlFunctions(InterpreterFunctions):
             return self.cta.wgmma.merged(np.where(row_mask(mask, new), new, old), new, old)
         raise NotImplementedError(f"threads that took different paths hold different {type(new).__name__} values")
 
-    def _run(self, interpreter: Interpreter, region, args: tuple, mask: np.ndarray, name: str) -> PythonValues:
+    def _run(self, interpreter: Interpreter, region, args: tuple, mask: np.ndarray, name: str,
+             fargs: tuple | None = None) -> PythonValues:
         strand = self.cta.strand
         strand.push(mask)
         try:
-            return interpreter.run_ssacfg_region(region, args, name)
+            if fargs is None:
+                return interpreter.run_ssacfg_region(region, args, name)
+            return interpreter.run_ssacfg_region(region, args, name, fargs)
         finally:
             strand.pop()
 
+    # region followers (`followers`): their values go the leader's way, checked to agree with it
+    @staticmethod
+    def _followers(interpreter: Interpreter):
+        """The live followers of the CTA and the followers' operands of the op starting now, or (None, None)."""
+        followers = getattr(interpreter, "followers", None)
+        if followers is None or followers.dropped is not None:
+            return None, None
+        return followers, interpreter.fargs
+
+    @staticmethod
+    def _followed(interpreter: Interpreter, followers) -> tuple | None:
+        """The followers' values of the region that just ended (None once they have dropped out)."""
+        return interpreter.last_shadow if followers is not None and followers.dropped is None else None
+
+    @staticmethod
+    def _follower_merge(mask: np.ndarray, new, old):
+        """`merge` for the followers' values [F, T, ...] with the leader's mask."""
+        if new is old:
+            return new
+        return np.where(row_mask(mask, new[0])[None], new, old)
+
+    @staticmethod
+    def _agree(followers, op, leader, values) -> bool:
+        try:
+            followers.same(op, leader, values)
+        except FollowerDropout as dropout:
+            followers.drop(str(dropout))
+            return False
+        return True
+
+    # endregion
     @impl(scf.ForOp)
     def run_for(self, interpreter: Interpreter, op: scf.ForOp, args: PythonValues) -> PythonValues:
+        followers, fargs = self._followers(interpreter)
+        if followers is not None and not all(self._agree(followers, op, a, f) for a, f in zip(args[:3], fargs[:3])):
+            followers = None
+        fvalues = tuple(fargs[3:]) if followers is not None else None
         lb, ub, step = (np.asarray(a).astype(np.int64) for a in args[:3])
         values = tuple(args[3:])
         active = self.cta.active
@@ -68,31 +107,60 @@ class DivergentControlFunctions(InterpreterFunctions):
         iv_dtype = dtype_of(op.body.block.args[0].type)
         for i in range(count):
             iv = (lb + i * step).astype(iv_dtype)
+            body_fargs = None if fvalues is None else (followers.broadcast(iv), *fvalues)
             if uniform:
-                values = interpreter.run_ssacfg_region(op.body, (iv, *values), "for")
+                values = (interpreter.run_ssacfg_region(op.body, (iv, *values), "for") if body_fargs is None
+                          else interpreter.run_ssacfg_region(op.body, (iv, *values), "for", body_fargs))
+                fvalues = self._followed(interpreter, followers) if fvalues is not None else None
                 continue
             taking = trips > i
-            new = self._run(interpreter, op.body, (iv, *values), taking, "for")
+            new = self._run(interpreter, op.body, (iv, *values), taking, "for", body_fargs)
             values = tuple(self.merge(taking, n, o) for n, o in zip(new, values))
+            if fvalues is not None:
+                fnew = self._followed(interpreter, followers)
+                fvalues = None if fnew is None else tuple(self._follower_merge(taking, n, o)
+                                                          for n, o in zip(fnew, fvalues))
+        if followers is not None and fvalues is not None:
+            followers.control_results = fvalues
         return values
 
     @impl(scf.WhileOp)
     def run_while(self, interpreter: Interpreter, op: scf.WhileOp, args: PythonValues) -> PythonValues:
+        followers, fargs = self._followers(interpreter)
         values, results = tuple(args), None
+        fvalues, fresults = (tuple(fargs) if followers is not None else None), None
         looping = self.cta.active.copy()
         for _ in range(MAX_WHILE_ITERATIONS):
-            condition, *forwarded = self._run(interpreter, op.before_region, values, looping, "while_before")
+            condition, *forwarded = self._run(interpreter, op.before_region, values, looping, "while_before",
+                                              fvalues)
             staying = looping & condition
             leaving = looping & ~condition
             results = forwarded if results is None else [self.merge(leaving, f, r) for f, r in zip(forwarded, results)]
+            if fvalues is not None:
+                ended = self._followed(interpreter, followers)
+                if ended is None or not self._agree(followers, op, condition, ended[0]):
+                    fvalues = None
+                else:
+                    fforwarded = ended[1:]
+                    fresults = fforwarded if fresults is None else [self._follower_merge(leaving, f, r)
+                                                                    for f, r in zip(fforwarded, fresults)]
             if not staying.any():
+                if fvalues is not None:
+                    followers.control_results = tuple(fresults)
                 return tuple(results)
-            values = self._run(interpreter, op.after_region, tuple(forwarded), staying, "while_after")
+            values = self._run(interpreter, op.after_region, tuple(forwarded), staying, "while_after",
+                               tuple(fforwarded) if fvalues is not None else None)
+            if fvalues is not None:
+                fvalues = self._followed(interpreter, followers)
             looping = staying
         self.cta.fail(op, f"is still looping after {MAX_WHILE_ITERATIONS} iterations", looping)
 
     @impl(scf.IfOp)
     def run_if(self, interpreter: Interpreter, op: scf.IfOp, args: PythonValues) -> PythonValues:
+        followers, fargs = self._followers(interpreter)
+        if followers is not None and not self._agree(followers, op, args[0], fargs[0]):
+            followers = None
+        follow = () if followers is not None else None  # the branches have no arguments
         condition = np.asarray(args[0], bool)
         strand = self.cta.strand
         active = strand.active
@@ -100,24 +168,40 @@ class DivergentControlFunctions(InterpreterFunctions):
         has_else = bool(op.false_region.blocks)
         if not else_threads.any() or not has_else:
             if not then_threads.any():
+                if followers is not None:
+                    followers.control_results = ()
                 return ()
-            return self._run(interpreter, op.true_region, (), condition, "if_then")
+            values = self._run(interpreter, op.true_region, (), condition, "if_then", follow)
+            return self._follow_branch(interpreter, followers, values)
         if not then_threads.any():
-            return self._run(interpreter, op.false_region, (), ~condition, "if_else")
+            values = self._run(interpreter, op.false_region, (), ~condition, "if_else", follow)
+            return self._follow_branch(interpreter, followers, values)
         # Divergent: the else-branch waits, in case the then-branch blocks on its threads. It sees the SSA
         # scope of the if (the interpreter's current scope).
         deferred = Deferred(op.false_region, else_threads, interpreter._ctx)  # noqa: SLF001
         strand.deferred.append(deferred)
         try:
-            then_values = self._run(interpreter, op.true_region, (), condition, "if_then")
+            then_values = self._run(interpreter, op.true_region, (), condition, "if_then", follow)
+            fthen = self._followed(interpreter, followers)
         finally:
             strand.deferred.remove(deferred)
         if deferred.child is None:
-            else_values = self._run(interpreter, op.false_region, (), ~condition, "if_else")
+            else_values = self._run(interpreter, op.false_region, (), ~condition, "if_else", follow)
+            felse = self._followed(interpreter, followers)
         else:
             else_values = self.cta.scheduler.join(deferred, lambda: self.cta.describe(
                 op, "waits at the end of the scf.if for the threads of its else-branch", then_threads))
+            felse = deferred.child.shadow_results if followers is not None and followers.dropped is None else None
+        if fthen is not None and felse is not None and followers.dropped is None:
+            followers.control_results = tuple(self._follower_merge(condition, t, e) for t, e in zip(fthen, felse))
         return tuple(self.merge(condition, t, e) for t, e in zip(then_values, else_values))
+
+    def _follow_branch(self, interpreter: Interpreter, followers, values: PythonValues) -> PythonValues:
+        """The values of an scf.if that all threads took one way: the followers' are their branch's."""
+        ended = self._followed(interpreter, followers)
+        if ended is not None:
+            followers.control_results = tuple(ended)
+        return values
 
     @impl_terminator(scf.YieldOp)
     def run_yield(self, interpreter: Interpreter, op: scf.YieldOp, args: PythonValues):

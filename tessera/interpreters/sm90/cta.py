@@ -70,6 +70,8 @@ class CtaState:
     issuer)."""
     pool: object | None = None
     """The launch's `record_pool.RecordPool` the units take their per-byte records from (None: allocated)."""
+    followers: object | None = None
+    """The `followers.Followers` computed alongside this CTA (None: it runs alone)."""
 
     def __post_init__(self) -> None:
         self.tid = np.arange(self.threads, dtype=np.int32)

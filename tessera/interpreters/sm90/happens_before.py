@@ -350,20 +350,33 @@ class HappensBefore:
     def _after_wgmma_reads(self, op, addresses, threads, what) -> None:
         wgmma = self.cta.wgmma
         size = facts.WARPGROUP_SIZE
+        one_writer = len(threads) > 0 and bool(threads.min() == threads.max())  # a TMA copy's issuing thread
         for w in range(wgmma.read_group.shape[0]):
+            if wgmma.newest_read[w] < 0:
+                continue  # no wgmma of this warpgroup has read shared memory
             groups = take(wgmma.read_group[w], addresses)
-            read = groups >= 0
-            if not read.any():
-                continue
-            completed = wgmma.completed_at(w, groups[read])
-            # the latest release of any thread of warpgroup w (after its wait_group) that each writer has seen
-            writers = threads[read]
-            if (writers == writers[0]).all():  # one issuing thread (a TMA copy)
-                seen = self.ordered[w * size:(w + 1) * size, int(writers[0])].max()
+            if one_writer:
+                # the latest release of any thread of warpgroup w (after its wait_group) the writer has seen,
+                # against each group's completion time through a table over the groups (-1: not read)
+                seen = self.ordered[w * size:(w + 1) * size, int(threads[0])].max()
+                table = np.zeros(int(wgmma.open[w]) + 2, bool)
+                table[1:] = seen <= wgmma.completed_at(w, np.arange(len(table) - 1))
+                if not table.any():
+                    continue
+                unordered = table[groups + 1]
+                if not unordered.any():
+                    continue
+                read = groups >= 0
+                unordered = unordered[read]
             else:
+                read = groups >= 0
+                if not read.any():
+                    continue
+                completed = wgmma.completed_at(w, groups[read])
+                writers = threads[read]
                 unique, inverse = np.unique(writers, return_inverse=True)
                 seen = self.ordered[w * size:(w + 1) * size, unique].max(axis=0)[inverse]
-            unordered = seen <= completed
+                unordered = seen <= completed
             if unordered.any():
                 i = int(np.argmax(unordered))
                 address, group = int(addresses[read][i]), int(groups[read][i])

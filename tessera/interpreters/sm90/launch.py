@@ -38,6 +38,7 @@ from tessera.interpreters.sm90.cluster import Cluster, ClusterFunctions
 from tessera.interpreters.sm90.control import DivergentControlFunctions
 from tessera.interpreters.sm90.cp_async import CpAsyncFunctions
 from tessera.interpreters.sm90.cta import CtaState
+from tessera.interpreters.sm90.followers import Followers, follower_rule
 from tessera.interpreters.sm90.global_memory import GlobalMemory
 from tessera.interpreters.sm90.machine import Sm90Functions
 from tessera.interpreters.sm90.program import CompiledCta, CompiledKernel
@@ -197,6 +198,11 @@ def _argument_values(kernel: TargetKernel, arrays: Sequence[np.ndarray], sizes: 
     return values
 
 
+BATCH_CTAS = 16
+"""CTAs of a grid run as one leader and its followers (`followers`), at most: the followers' values take F times
+the leader's memory."""
+
+
 @dataclass(frozen=True)
 class SimulatorOptions:
     """How a CTA is simulated and checked: `races` (happens-before checks of writes, wgmma fences and
@@ -237,20 +243,25 @@ def _linear(cta_id: tuple[int, int, int], grid: tuple[int, int, int]) -> int:
 
 def run_cta(kernel: TargetKernel, module: ModuleOp, values: list, memory: GlobalMemory,
             cta_id: tuple[int, int, int], grid: tuple[int, int, int], allocation=None, listeners=None,
-            options: SimulatorOptions = SimulatorOptions(), pool: RecordPool | None = None) -> CtaState:
+            options: SimulatorOptions = SimulatorOptions(), pool: RecordPool | None = None,
+            followers: Sequence[tuple[int, int, int]] = ()) -> CtaState:
     """Run one CTA of `kernel` to completion; raises KernelHazardError (or DeadlockError) on a hazard, carried
     by a `HazardUnwind` (`run_target_kernel` raises the error itself). `listeners`, if given, makes extra
     interpreter listeners for the CTA (`tessera.validate` records values). `pool`: where its units take their
-    per-byte records from (`record_pool`)."""
+    per-byte records from (`record_pool`). `followers`: the ids of CTAs computed alongside it
+    (`tessera.interpreters.sm90.followers`; `cta.followers` says whether they dropped out)."""
     scheduler = Scheduler(lambda env: main, options.schedule, options.seed + _linear(cta_id, grid))
     cta = CtaState(kernel.threads, kernel.smem_bytes, cta_id, grid, scheduler, races=options.races, pool=pool)
     functions = (DivergentControlFunctions(cta), RegisterArithFunctions(cta), Sm90Functions(cta, memory),
                  ReductionFunctions(cta, memory), CpAsyncFunctions(cta, memory))
     # one compiled program per CTA: its strands share its frame (`program`)
     main = CompiledCta(kernel.program, functions, _checkers(cta, allocation, listeners, options))
+    if followers:
+        cta.followers = Followers(cta, list(followers))
+        main.follow(cta.followers, values)
 
     def body():
-        results = main.run_ssacfg_region(kernel.op.body, tuple(values), kernel.name)
+        results = main.run_ssacfg_region(kernel.op.body, tuple(values), kernel.name, main.fargs if followers else None)
         cta.tma.check_drained()
         cta.wgmma.check_drained()
         cta.bulk.check_drained()
@@ -322,7 +333,7 @@ def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], siz
                       allocation=None, listeners=None, cta_order: Sequence[int] | None = None,
                       traffic: dict | None = None, cluster: tuple[int, int, int] | None = None, *,
                       workers: int | None = None, executor=None, races: bool = True, schedule: str = "round_robin",
-                      seed: int = 0) -> None:
+                      seed: int = 0, batch_ctas: int = BATCH_CTAS) -> None:
     """Run every CTA of the target kernel `func_op` on the Tile-level argument arrays (inputs, outputs,
     scratch), writing outputs into them. Raises ValueError for a bad launch and KernelHazardError (or its
     subclass DeadlockError) naming the op and thread of a hazard; a grid, a thread count or dynamic shared memory
@@ -353,7 +364,7 @@ def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], siz
     options = simulator_options(func_op, races, schedule, seed)
     try:
         _run_grid(func_op, arguments, sizes, allocation, listeners, cta_order, traffic, cluster, workers, executor,
-                  options)
+                  options, max(1, int(batch_ctas)))
     except HazardUnwind as unwind:
         raise unwound(unwind) from None
 
@@ -368,7 +379,7 @@ def unwound(unwind: HazardUnwind) -> KernelHazardError:
 
 
 def _run_grid(func_op, arguments, sizes, allocation, listeners, cta_order, traffic, cluster, workers, executor,
-              options: SimulatorOptions) -> None:
+              options: SimulatorOptions, batch_ctas: int = 1) -> None:
     kernel = target_kernel(func_op)
     parallel = parallel_options(f"@{kernel.name}", workers, executor)
     if allocation is not None:
@@ -422,13 +433,64 @@ def _run_grid(func_op, arguments, sizes, allocation, listeners, cta_order, traff
         _run_groups(parallel, kernel, module, arguments, names, sizes, allocation, traffic, order, None, options)
         return
     pool = RecordPool() if listeners is None else None  # a listener may keep a CTA's state
-    for linear in order:
-        cta = run_cta(kernel, module, values, memory, (linear % gx, (linear // gx) % gy, linear // (gx * gy)), grid,
-                      allocation, listeners, options, pool)
-        if traffic is not None:
-            traffic[cta.cta_id] = dict(cta.traffic)
-        if pool is not None:
-            pool.reclaim()
+    # batches of consecutive CTAs; where their followers drop out (their control flow differs from the leader's),
+    # batches of CTAs that share their x index (a query block of every head: a causal trip count agrees), then
+    # one CTA at a time (`followers`)
+    gx, gy, gz = grid
+    pending = [(linear % gx, (linear // gx) % gy, linear // (gx * gy)) for linear in order]
+    modes = ["consecutive", "by_x", "alone"] if batchable(kernel, listeners, memory, options) and batch_ctas > 1 \
+        else ["alone"]
+    if cta_order is not None or gy * gz == 1:
+        modes = [m for m in modes if m != "by_x"]
+    for mode in modes:
+        batches = cta_batches(pending, batch_ctas if mode != "alone" else 1, mode == "by_x")
+        pending = []
+        for index, ids in enumerate(batches):
+            cta = run_cta(kernel, module, values, memory, ids[0], grid, allocation, listeners, options, pool,
+                          ids[1:])
+            if traffic is not None:
+                traffic[cta.cta_id] = dict(cta.traffic)
+            if pool is not None:
+                pool.reclaim()
+            followers = cta.followers
+            if followers is None:
+                continue
+            if followers.dropped is None:  # their stores, in the grid's order, as their own CTAs
+                for view in followers.commit(memory):
+                    if traffic is not None:
+                        traffic[view.cta_id] = dict(cta.traffic)
+                continue
+            pending = ids[1:] + [cta_id for later in batches[index + 1:] for cta_id in later]
+            break
+        if not pending:
+            return
+
+
+def cta_batches(ids: Sequence[tuple[int, int, int]], size: int, by_x: bool) -> list[list[tuple]]:
+    """The CTAs `ids` as batches of at most `size` (`followers`), the first CTA leading the first batch:
+    consecutive CTAs, or with `by_x` the CTAs that share their x index, in order of their first appearance."""
+    if size <= 1:
+        return [[cta_id] for cta_id in ids]
+    if not by_x:
+        return [list(ids[start:start + size]) for start in range(0, len(ids), size)]
+    columns: dict[int, list] = {}
+    for cta_id in ids:
+        columns.setdefault(cta_id[0], []).append(cta_id)
+    return [column[start:start + size] for column in columns.values() for start in range(0, len(column), size)]
+
+
+def batchable(kernel: TargetKernel, listeners, memory: GlobalMemory, options: SimulatorOptions) -> bool:
+    """Whether the CTAs of `kernel` can run in batches (`tessera.interpreters.sm90.followers`): no listeners (they
+    observe one CTA), the round-robin schedule (the adversarial one draws a schedule per CTA), no atomics or
+    reductions, every op with a follower rule, and no tensor that a TMA copy reads written through a pointer
+    (a follower's reads come before the stores of the CTAs before it)."""
+    if listeners is not None or options.schedule != "round_robin" or memory.atomic_targets:
+        return False
+    if not all(follower_rule(op) is not None for op in kernel.op.walk()):
+        return False
+    read = {arg.source for arg in kernel.args if arg.kind == "tensormap"}
+    written = {arg.source for arg in kernel.args if arg.kind == "pointer"}
+    return not (read & written)
 
 
 # region parallel groups (`tessera.interpreters.parallel`)

@@ -36,6 +36,8 @@ from xdsl.interpreter import Interpreter, InterpreterFunctions, ReturnedValues, 
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.utils.exceptions import InterpretationError
 
+from tessera.interpreters.sm90.followers import FollowerDropout
+
 _CACHE_ATTRIBUTE = "_tessera_compiled_kernel"
 
 
@@ -186,6 +188,13 @@ class _Steps:
         def step(cta: CompiledCta):
             values = cta._ctx  # noqa: SLF001
             args = tuple([values[slot] for slot in reads])
+            followers = cta.followers
+            if followers is not None:
+                if followers.dropped is None:
+                    shadow = cta.shadow
+                    cta.fargs = fargs = tuple([shadow[slot] for slot in reads])
+                else:
+                    followers = None
             if before:
                 wills = cta.wills
                 for j in before:
@@ -204,6 +213,20 @@ class _Steps:
                     dids[j](op, results)
             for slot, value in zip(writes, results):
                 values[slot] = value
+            if followers is not None and followers.dropped is None:
+                if result.terminator_value is not None:
+                    cta.last_shadow = fargs
+                else:
+                    try:
+                        follower_results = followers.run(op, implementation, cta.functions[position], args, fargs,
+                                                         results)
+                    except FollowerDropout as dropout:
+                        followers.drop(str(dropout))
+                    except Exception as error:  # noqa: BLE001 - the followers run alone (`followers`)
+                        followers.drop(f"{op.name}: {type(error).__name__}: {error}")
+                    else:
+                        for slot, value in zip(writes, follower_results):
+                            shadow[slot] = value
             return result.terminator_value
 
         return step
@@ -222,15 +245,32 @@ class CompiledCta:
         self.wills = tuple(listener.will_interpret_op for listener in listeners)
         self.dids = tuple(listener.did_interpret_op for listener in listeners)
         self._ctx: list = [None] * kernel.size
+        self.followers = None
+        """The `followers.Followers` computed alongside this CTA (None: it runs alone)."""
+        self.shadow: list = []
+        """The followers' values, slot by slot ([F, T, ...] arrays), while they follow."""
+        self.fargs: tuple = ()
+        """The followers' operands of the op now running (a control-flow op reads them at its start)."""
+        self.last_shadow: tuple | None = None
+        """The followers' values of the terminator that ended the last region run (read by its caller)."""
         key = (tuple(type(f) for f in functions), tuple(_observer_key(listener) for listener in listeners))
         steps = kernel.steps.get(key)
         if steps is None:
             steps = kernel.steps[key] = _Steps(kernel, functions)
         self._steps = steps
 
-    def run_ssacfg_region(self, region: Region, args: Sequence, name: str = "unknown") -> tuple:
+    def follow(self, followers, arguments: Sequence) -> None:
+        """Compute `followers` (`followers.Followers`) alongside this CTA, from the kernel's `arguments` (the
+        same in every CTA)."""
+        self.followers = followers
+        self.shadow = [None] * self.kernel.size
+        self.fargs = tuple(followers.broadcast(value) for value in arguments)
+
+    def run_ssacfg_region(self, region: Region, args: Sequence, name: str = "unknown",
+                          fargs: Sequence | None = None) -> tuple:
         """Run `region` from its first block with `args` as its arguments (what the control-flow implementations
-        call of an xDSL Interpreter); its terminator's values."""
+        call of an xDSL Interpreter); its terminator's values. `fargs`: the followers' arguments, while
+        followers follow (their terminator values are then `last_shadow`)."""
         code = self.kernel.entries.get(region)
         if code is None:
             if not region.blocks:
@@ -242,6 +282,10 @@ class CompiledCta:
             arg_slots, steps = steps_of(block, listeners)
             for slot, value in zip(arg_slots, args):
                 values[slot] = value
+            if fargs is not None:
+                shadow = self.shadow
+                for slot, value in zip(arg_slots, fargs):
+                    shadow[slot] = value
             for step in steps:
                 ended = step(self)
                 if ended is not None:
@@ -252,6 +296,9 @@ class CompiledCta:
                 return ended.values
             assert isinstance(ended, Successor)
             block, args = ended.block, ended.args
+            fargs = None
+            if self.followers is not None:
+                self.followers.drop(f"a branch to another block ({block}) has no follower rule")
 
 
 __all__ = ["CompiledKernel", "CompiledCta"]

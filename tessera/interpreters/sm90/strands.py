@@ -85,6 +85,8 @@ class Strand:
     """Makes the interpreters of the strand's deferred branches (its CTA's); None: the scheduler's."""
     producer: bool = False
     """It has issued a TMA copy (the adversarial schedule runs it first)."""
+    shadow_results: tuple | None = None
+    """The followers' values of its region's end (`followers`), for a deferred branch."""
 
     @property
     def active(self) -> np.ndarray:
@@ -167,6 +169,8 @@ class Scheduler:
             with self._cond:
                 self._wait_turn(strand)
             strand.results = body()
+            # the followers' values of a deferred region (`followers`), read by its parent after the join
+            strand.shadow_results = getattr(strand.interpreter, "last_shadow", None)
         except StrandAbort:
             return
         except BaseException as error:  # reported by the main strand

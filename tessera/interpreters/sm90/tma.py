@@ -188,6 +188,8 @@ class TmaCopy:
     """The phase of `barrier` when the copy was issued: it must land in that phase (expect_tx = bytes)."""
     issuer: int | None = None
     """The %cluster_ctarank of the CTA that issued it (a multicast from a peer), None for this CTA's own."""
+    follower_data: np.ndarray | None = None
+    """The same copy's bytes in each follower of the CTA ([F, n], `followers`), landing with it."""
 
 
 class TmaUnit:
@@ -253,6 +255,10 @@ class TmaUnit:
                                        "copies completed the phase, so the expect_tx bytes are fewer than the bytes "
                                        "delivered", copy.thread)
             self.cta.smem.land(copy.addresses, copy.data, barrier.index, barrier.state.phase)
+            if copy.follower_data is not None:
+                followers = getattr(self.cta, "followers", None)
+                if followers is not None and followers.dropped is None:
+                    followers.land(copy.addresses, copy.follower_data)
             self.cta.mbarriers.complete_tx(copy.op, copy.thread, barrier, copy.nbytes)
 
     def check_drained(self) -> None:

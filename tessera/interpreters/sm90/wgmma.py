@@ -92,6 +92,14 @@ def _operand_addresses(descriptor: int, major: str, extent: int, k: int, element
     return fields, addresses, byte_addresses, (int(addresses.min()), int(addresses.max()) + element_bytes)
 
 
+def _warpgroup_rows(warpgroups: list[int]) -> slice | np.ndarray:
+    """The threads of `warpgroups` (ascending) as a slice where they are consecutive, else as an index array."""
+    size = facts.WARPGROUP_SIZE
+    if warpgroups[-1] - warpgroups[0] + 1 == len(warpgroups):
+        return slice(warpgroups[0] * size, (warpgroups[-1] + 1) * size)
+    return (np.asarray(warpgroups)[:, None] * size + np.arange(size)).reshape(-1)
+
+
 @lru_cache(maxsize=None)
 def _a8_coords() -> tuple[np.ndarray, np.ndarray]:
     """(row, k) of 8-bit A element i (register i / 4, byte i % 4) of each thread: [128, 16] each."""
@@ -140,26 +148,48 @@ class WgmmaUnit:
         warpgroups = cta.converged_units(op, facts.WARPGROUP_SIZE, "wgmma_mma_async")
         if cta.races:
             self._check_fenced(op, warpgroups, acc, a if a_in_registers else None)
-        fragment = _accumulator_index(n)
+        # the checks and records per warpgroup, in order; the operand tiles, products and accumulation then
+        # for all warpgroups at once (a tile read through the same descriptor is converted once)
+        tiles: dict[tuple, np.ndarray] = {}
+        a_tiles, b_tiles, accumulate = [], [], []
         for w in warpgroups:
-            mine = slice(w * facts.WARPGROUP_SIZE, (w + 1) * facts.WARPGROUP_SIZE)
             threads = np.arange(w * facts.WARPGROUP_SIZE, (w + 1) * facts.WARPGROUP_SIZE)
-            if a_in_registers:
-                a_tile = self._register_a(a[mine], ab, m, k)
-            else:
+            if not a_in_registers:
                 a_desc = self._uniform(op, a, threads, "A descriptor")
-                a_tile = self._shared_operand(op, w, a_desc, "MN" if trans_a else "K", m, k, ab, threads, "A")
+                a_tiles.append(self._shared_operand(op, w, a_desc, "MN" if trans_a else "K", m, k, ab, threads, "A",
+                                                    tiles))
             b_desc = self._uniform(op, b, threads, "B descriptor")
-            b_tile = self._shared_operand(op, w, b_desc, "MN" if trans_b else "K", n, k, ab, threads, "B")
-            # the products summed in float64, gathered into the fragment (each thread's registers), plus D
-            d = (a_tile.astype(np.float64) @ b_tile.astype(np.float64).T).reshape(-1)[fragment]
-            if scale_d is None or self._uniform(op, scale_d, threads, "scale-d predicate"):
-                d += acc[mine]
-            result[mine] = d.astype(np.float32)
+            b_tiles.append(self._shared_operand(op, w, b_desc, "MN" if trans_b else "K", n, k, ab, threads, "B",
+                                                tiles))
+            accumulate.append(scale_d is None or bool(self._uniform(op, scale_d, threads, "scale-d predicate")))
+        if not warpgroups:
+            return self._register(op, result, acc, a, warpgroups)
+        rows = _warpgroup_rows(warpgroups)
+        if a_in_registers:
+            a_stack = self._register_tiles(a[rows], ab, m, k)
+        else:
+            a_stack = np.stack(a_tiles)
+        b_stack = b_tiles[0][None] if all(t is b_tiles[0] for t in b_tiles) else np.stack(b_tiles)
+        # the products summed in float64 (one matrix product per warpgroup), gathered into the fragment (each
+        # thread's registers), plus D where the warpgroup's scale-d is on
+        products = np.matmul(a_stack.astype(np.float64), b_stack.astype(np.float64).transpose(0, 2, 1))
+        d = np.take(products.reshape(len(warpgroups), -1), _accumulator_index(n).reshape(-1), axis=1)
+        d = d.reshape(-1, acc.shape[1])
+        if all(accumulate):
+            d += acc[rows]
+        elif any(accumulate):
+            on = np.repeat(np.asarray(accumulate), facts.WARPGROUP_SIZE)
+            d[on] += acc[rows][on]
+        result[rows] = d.astype(np.float32)
+        return self._register(op, result, acc, a, warpgroups)
+
+    def _register(self, op: sm90.WgmmaMmaAsyncOp, result: np.ndarray, acc: np.ndarray, a: np.ndarray,
+                  warpgroups: list[int]) -> np.ndarray:
+        """`result` (and an RS wgmma's A registers) pending on the warpgroups' open groups."""
         groups = self._groups_of(acc).copy()
         groups[warpgroups] = self.open[warpgroups]
         self.registry[id(result)] = Pending(result, groups, "result", op)
-        if a_in_registers:
+        if op.a_in_registers:
             a_groups = self._groups_of(a).copy()
             a_groups[warpgroups] = self.open[warpgroups]
             self.registry[id(a)] = Pending(a, a_groups, "A operand", op)
@@ -176,8 +206,9 @@ class WgmmaUnit:
         return mine[0]
 
     def _shared_operand(self, op: Operation, warpgroup: int, descriptor, major: str, extent: int, k: int, ab: str,
-                        threads: np.ndarray, what: str) -> np.ndarray:
-        """The [extent, k] operand (rows = M of A or N of B) read through `descriptor`, after the checks."""
+                        threads: np.ndarray, what: str, tiles: dict) -> np.ndarray:
+        """The [extent, k] operand (rows = M of A or N of B) read through `descriptor`, after the checks (made
+        and recorded for each warpgroup); `tiles` keeps the tiles one wgmma has converted, by what they read."""
         cta, smem = self.cta, self.cta.smem
         element_bytes = facts.WGMMA_K_BYTES // k
         try:
@@ -197,25 +228,37 @@ class WgmmaUnit:
         self.read_group[warpgroup][byte_addresses] = group  # a row, then 1-D indexing: half the time
         self.newest_read[warpgroup] = group
         self.group_ops.setdefault((warpgroup, group), op)
-        if ab in facts.FP8_FORMATS:
-            return facts.fp8_bits_to_f32(smem.data[addresses], ab)
-        bits = smem.data[byte_addresses].view("<u2").reshape(addresses.shape)
-        return facts.half_bits_to_f32(bits, ab)
+        key = (int(descriptor), major, extent, k, ab)
+        tile = tiles.get(key)
+        if tile is None:
+            if ab in facts.FP8_FORMATS:
+                tile = facts.fp8_bits_to_f32(smem.data[addresses], ab)
+            else:
+                tile = facts.half_bits_to_f32(smem.data[byte_addresses].view("<u2").reshape(addresses.shape), ab)
+            tiles[key] = tile
+        return tile
+
+    @classmethod
+    def _register_a(cls, registers: np.ndarray, ab: str, m: int, k: int) -> np.ndarray:
+        """The m x k A tile from the [128, 4] packed registers of a warpgroup (`_register_tiles`)."""
+        return cls._register_tiles(registers, ab, m, k)[0]
 
     @staticmethod
-    def _register_a(registers: np.ndarray, ab: str, m: int, k: int) -> np.ndarray:
-        """The m x k A tile from the [128, 4] packed registers of a warpgroup (each register two halves, or four
-        bytes for the 8-bit types, the low byte first)."""
-        tile = np.zeros((m, k), np.float32)
+    def _register_tiles(registers: np.ndarray, ab: str, m: int, k: int) -> np.ndarray:
+        """The m x k A tiles, [W, m, k], from the [W * 128, 4] packed registers of W warpgroups (each register
+        two halves, or four bytes for the 8-bit types, the low byte first)."""
+        count = len(registers) // facts.WARPGROUP_SIZE
+        tile = np.zeros((count, m, k), np.float32)
         if ab in facts.FP8_FORMATS:
             rows, ks = _a8_coords()
-            tile[rows, ks] = facts.fp8_bits_to_f32(np.ascontiguousarray(registers.view(np.uint32)).view(np.uint8)
-                                                   .reshape(facts.WARPGROUP_SIZE, facts.FP8_A_ELEMENTS), ab)
+            tile[:, rows, ks] = facts.fp8_bits_to_f32(np.ascontiguousarray(registers.view(np.uint32)).view(np.uint8)
+                                                      .reshape(count, facts.WARPGROUP_SIZE, facts.FP8_A_ELEMENTS), ab)
             return tile
         lo, hi = facts.mov_unpack_b32(registers.view(np.uint32))
         (row_lo, k_lo), (row_hi, k_hi) = _a_coords()
-        tile[row_lo, k_lo] = facts.half_bits_to_f32(lo, ab)
-        tile[row_hi, k_hi] = facts.half_bits_to_f32(hi, ab)
+        shape = (count, facts.WARPGROUP_SIZE, -1)
+        tile[:, row_lo, k_lo] = facts.half_bits_to_f32(lo, ab).reshape(shape)
+        tile[:, row_hi, k_hi] = facts.half_bits_to_f32(hi, ab).reshape(shape)
         return tile
 
     def _check_fenced(self, op: Operation, warpgroups: list[int], acc: np.ndarray, a: np.ndarray | None) -> None:

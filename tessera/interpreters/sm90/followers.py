@@ -1,0 +1,418 @@
+"""Several CTAs of a grid in one run of the CTA simulator: a leader and its followers.
+
+CTAs of a grid that do not interact run the same ops in the same order on the same shared addresses whenever
+their control flow, their shared-memory, mbarrier and descriptor operands and their waits' outcomes agree; they
+differ in their data (what TMA loads from global memory at their coordinates, what the tensor cores compute from
+it, where they store the results). So a batch of them is simulated as one CTA, the *leader*, run by the whole
+engine with every check (shared-memory and happens-before records, mbarriers, wgmma groups, the register-file
+check, the strands and their schedule), and its *followers*, whose values are computed alongside the leader's
+with one NumPy call per op for all of them: every value of the frame has a follower array [F, T, ...]
+(`program.CompiledCta.shadow`), the followers' shared memory is an array [F, smem bytes].
+
+The followers' bookkeeping is the leader's because their operands are the leader's: each op whose operands feed
+a check or a decision (a control-flow condition or bound, a shared or mbarrier address, a descriptor, a wait's
+outcome) compares the followers' operands with the leader's (`Followers.same`), and a follower that differs
+anywhere (a causal trip count, a masked tail) or fails (a division by zero, an out-of-range box) makes the batch's
+followers *drop out*: the leader goes on alone, and the followers run after it one at a time, in the grid's
+order, as if there had been no batch (`launch`). The followers' global stores wait until the leader has ended
+(`FollowerStore`) and are then made in the grid's order with the followers' own CTA ids, each checked and recorded
+by the global-memory race checks as a one-at-a-time run makes them; their TMA reads need no records, since a
+batch runs only where no tensor that a TMA copy reads is written by the kernel (`batchable`). Results are bitwise
+those of one CTA at a time, hazards are found in the leader (the followers' are the same by construction) and
+named with its CTA, or, for a follower that drops out, in its own run.
+
+What a batch needs (`batchable`): no cluster, no atomics, reductions or semaphores between CTAs, no interpreter
+listeners, the round-robin schedule, and only ops with a follower rule below (`FOLLOWER_OPS`); otherwise the CTAs
+run one at a time as before.
+"""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+import numpy as np
+from xdsl.dialects import arith, func, scf
+from xdsl.ir import Operation
+
+from tessera.dialects import sm90
+from tessera.interpreters import serving_checks
+from tessera.interpreters.block_batch import KernelHazardError, describe_op
+from tessera.interpreters.byte_box import put
+from tessera.interpreters.sm90 import wgmma as wgmma_unit
+from tessera.interpreters.sm90.arith import RegisterArithFunctions
+from tessera.interpreters.sm90.machine import Sm90Functions
+from tessera.interpreters.sm90.registers import as_unsigned64, row_mask, unsigned
+from tessera.interpreters.sm90.strands import HazardUnwind
+from tessera.interpreters.sm90.tma import shared_box
+from tessera.sm90 import facts
+
+
+class FollowerDropout(Exception):
+    """The followers of a batch cannot go on with the leader (they differ from it, or one of them fails)."""
+
+
+# region which ops followers run, and how
+_CONTROL = (scf.ForOp, scf.WhileOp, scf.IfOp)
+"""Their follower values come from `control` (`Followers.control_results`)."""
+
+_TERMINATORS = (scf.YieldOp, scf.ConditionOp, func.ReturnOp)
+
+_AS_LEADER = (arith.ConstantOp, sm90.SharedBufferOp, sm90.MBarrierTryWaitParityOp, sm90.ElectSyncOp)
+"""Ops whose results are the leader's in every follower: constants, shared addresses, and outcomes of the
+leader's bookkeeping (a wait's success, the elected lane), which the followers share."""
+
+_CHECKED_ONLY = (
+    sm90.BarSyncOp, sm90.BarArriveOp, sm90.FenceMBarrierInitOp, sm90.FenceProxyAsyncOp, sm90.MBarrierInitOp,
+    sm90.MBarrierArriveOp, sm90.MBarrierArriveExpectTxOp, sm90.MBarrierInvalOp, sm90.SetMaxNRegOp,
+    sm90.WgmmaFenceOp, sm90.WgmmaCommitGroupOp, sm90.WgmmaWaitGroupOp,
+)
+"""Ops without results or data: the followers' operands (addresses) must be the leader's."""
+
+_PURE_SM90 = tuple(getattr(sm90, name) for name in (
+    "CvtOp", "CvtPackOp", "CvtPackFp8Op", "Ex2ApproxOp", "RcpApproxOp", "Lg2ApproxOp", "TanhApproxOp",
+    "RsqrtApproxOp", "PrmtOp", "SetpOp", "SelpOp", "MakeDescriptorOp", "DescriptorAdvanceOp", "DescriptorOffsetOp",
+    "ShflSyncOp") if hasattr(sm90, name))
+"""`sm90` ops that compute from their operands alone: run over every follower's threads at once."""
+
+
+def _pure(op: Operation) -> bool:
+    if isinstance(op, _PURE_SM90):
+        return True
+    name = op.name
+    return (name.startswith(("arith.", "math.", "vector.")) and not isinstance(op, arith.ConstantOp))
+
+
+def follower_rule(op: Operation) -> str | None:
+    """How followers run `op` (None: they cannot, and a kernel with it runs one CTA at a time)."""
+    if isinstance(op, func.FuncOp):
+        return "kernel"
+    if isinstance(op, _CONTROL):
+        return "control"
+    if isinstance(op, _TERMINATORS):
+        return "terminator"
+    if isinstance(op, _AS_LEADER):
+        return "as leader"
+    if isinstance(op, _CHECKED_ONLY):
+        return "checked"
+    if isinstance(op, (sm90.SpecialRegOp, sm90.TmaLoadOp, sm90.WgmmaMmaAsyncOp, sm90.StGlobalOp, sm90.StGlobalB16Op)):
+        return op.name
+    if _pure(op):
+        return "pure"
+    return None
+
+
+# endregion
+# region the followers' view of the CTA
+
+
+class _WideCta:
+    """The leader as the pure implementations (`arith`, `machine`) see it for all followers at once: F * T
+    threads, the leader's active mask repeated for each follower; a failure drops the followers out."""
+
+    def __init__(self, leader, count: int):
+        self.leader = leader
+        self.count = count
+        self.threads = leader.threads * count
+        self.tid = np.arange(self.threads, dtype=np.int32)  # a row of the wide arrays (warps keep their lanes)
+        self.cluster = None
+        self.rank = 0
+        self._mask: tuple = (None, None)
+
+    @property
+    def active(self) -> np.ndarray:
+        leader_mask = self.leader.active
+        if self._mask[0] is not leader_mask:  # masks are never changed in place (`strands`)
+            self._mask = (leader_mask, np.tile(leader_mask, self.count))
+        return self._mask[1]
+
+    def converged_units(self, op: Operation, unit: int, what: str) -> list[int]:
+        self.leader.converged_units(op, unit, what)  # the leader's threads are the followers' (checked there)
+        groups = self.active.reshape(-1, unit)
+        return [int(g) for g in np.nonzero(groups.any(axis=1))[0]]
+
+    def fail(self, op: Operation, message: str, threads=None) -> NoReturn:
+        raise FollowerDropout(f"{describe_op(op)}: {message}")
+
+
+class FollowerView:
+    """One follower as the global memory sees it when its stores are made (`Followers.commit`): its CTA id, the
+    leader's happens-before as it was at the store, a clock from that time."""
+
+    def __init__(self, leader, cta_id: tuple[int, int, int], ordered: np.ndarray, clock: int):
+        self.leader = leader
+        self.cta_id = cta_id
+        self.grid = leader.grid
+        self.threads = leader.threads
+        self.rank = 0
+        self.cluster = None
+        self.clock = clock
+        self.hb = _Ordered(ordered)
+        self.races = leader.races
+        # what a store's checks read only of tensors a TMA copy reads, which a batch does not write (`batchable`)
+        self.bulk, self.mbarriers, self.smem = leader.bulk, leader.mbarriers, leader.smem
+
+    def tick(self) -> int:
+        self.clock += 1
+        return self.clock
+
+    def thread_name(self, thread: int) -> str:
+        thread = int(thread)
+        return (f"thread {thread} (warp {thread // facts.WARP_SIZE}, lane {thread % facts.WARP_SIZE}) "
+                f"of CTA {self.cta_id}")
+
+    def where(self, threads) -> str:
+        if isinstance(threads, np.ndarray) and threads.dtype == np.bool_:
+            threads = int(np.argmax(threads))
+        return self.thread_name(int(threads))
+
+    def fail(self, op: Operation, message: str, threads=None) -> NoReturn:
+        where = "" if threads is None else f" in {self.where(threads)}"
+        raise HazardUnwind(KernelHazardError(f"{describe_op(op)}: {message}{where}"))
+
+
+class _Ordered:
+    """The leader's happens-before as the global race checks read it at a follower's store: `ordered` and what
+    the threads knew of other CTAs through semaphores (`grid`: none, a batch has no semaphores)."""
+
+    def __init__(self, ordered: np.ndarray, grid: dict | None = None):
+        self.ordered = ordered
+        self.grid = {} if grid is None else grid
+
+
+# endregion
+
+
+class FollowerStore:
+    """A follower's global store, made when the leader has ended: the op, its addresses, threads, words and
+    width, the leader's happens-before matrix and clock at the store."""
+
+    __slots__ = ("op", "addresses", "threads", "words", "nbytes", "ordered", "clock")
+
+    def __init__(self, op, addresses, threads, words, nbytes, ordered, clock):
+        self.op, self.addresses, self.threads, self.words, self.nbytes = op, addresses, threads, words, nbytes
+        self.ordered, self.clock = ordered, clock
+
+
+class Followers:
+    """The followers of one leader CTA (module docstring): their CTA ids, shared memory [F, bytes], the
+    stores they make at the end, and why they dropped out (None while they follow)."""
+
+    def __init__(self, leader, cta_ids: list[tuple[int, int, int]]):
+        self.leader = leader
+        self.cta_ids = list(cta_ids)
+        self.count = len(cta_ids)
+        self.smem = np.zeros((self.count, leader.smem_bytes), np.uint8)
+        self.stores: list[list[FollowerStore]] = [[] for _ in cta_ids]
+        self.dropped: str | None = None
+        self.wide = _WideCta(leader, self.count)
+        self._pure = {"arith": RegisterArithFunctions(self.wide), "machine": Sm90Functions(self.wide, None)}
+        self._special: dict[Operation, np.ndarray] = {}
+        self._rules: dict[int, str | None] = {}
+        self.control_results: tuple = ()
+        """The follower values of the control-flow op that just ran (`control`)."""
+
+    def drop(self, reason: str) -> None:
+        if self.dropped is None:
+            self.dropped = reason
+
+    # region operands
+    def same(self, op: Operation, leader, followers) -> None:
+        """The followers' operand must be the leader's (it decides control flow or addresses)."""
+        if followers is leader:
+            return
+        if isinstance(leader, np.ndarray):
+            if followers is None or not (followers == leader).all():
+                raise FollowerDropout(f"{describe_op(op)}: an operand differs between the CTAs of the batch")
+        elif followers is not leader:
+            raise FollowerDropout(f"{describe_op(op)}: an operand differs between the CTAs of the batch")
+
+    @staticmethod
+    def _uniform(leader, followers) -> bool:
+        """Whether every follower holds `leader` (a broadcast of a value equal to it)."""
+        if not isinstance(followers, np.ndarray):
+            return followers is leader
+        return followers.strides[0] == 0 and (followers[0] is leader or np.array_equal(followers[0], leader))
+
+    def broadcast(self, value):
+        """The leader's value in every follower (a read-only view)."""
+        if isinstance(value, np.ndarray):
+            return np.broadcast_to(value, (self.count,) + value.shape)
+        return value
+
+    # endregion
+    # region running an op
+    def run(self, op: Operation, impl, functions, args: tuple, fargs: tuple, results: tuple) -> tuple:
+        """The follower values of `op`'s results (the leader's `results` computed from `args`)."""
+        rule = self._rules.get(id(op), False)  # the kernel's ops live as long as the launch
+        if rule is False:
+            rule = self._rules[id(op)] = follower_rule(op)
+        if rule == "control":
+            return self.control_results
+        if rule == "as leader":
+            for leader, followers in zip(args, fargs):
+                self.same(op, leader, followers)
+            return tuple(self.broadcast(r) for r in results)
+        if rule == "checked":
+            for leader, followers in zip(args, fargs):
+                self.same(op, leader, followers)
+            return ()
+        if rule == "pure":
+            if all(self._uniform(leader, followers) for leader, followers in zip(args, fargs)):
+                return tuple(self.broadcast(r) for r in results)  # the leader's operands: its results
+            return self._run_pure(op, impl, functions, fargs)
+        if rule == "sm90.special":
+            return (self._special_register(op, functions),)
+        if rule == "sm90.tma_load":
+            return self._tma_load(op, args, fargs)
+        if rule == "sm90.wgmma_mma_async":
+            return (self._wgmma(op, args, fargs, results[0]),)
+        if rule in ("sm90.st_global", "sm90.st_global_b16"):
+            return self._st_global(op, fargs, 4 if rule == "sm90.st_global" else 2)
+        raise FollowerDropout(f"{op.name} has no follower rule")
+
+    def _run_pure(self, op: Operation, impl, functions, fargs: tuple) -> tuple:
+        count, threads = self.count, self.leader.threads
+        wide = tuple(a.reshape((count * threads,) + a.shape[2:]) if isinstance(a, np.ndarray) else a for a in fargs)
+        own = self._pure["machine" if isinstance(op, _PURE_SM90) else "arith"]
+        out = impl(own, self, op, wide).values
+        return tuple(r.reshape((count, threads) + r.shape[1:]) for r in out)
+
+    def _special_register(self, op: sm90.SpecialRegOp, functions) -> np.ndarray:
+        value = self._special.get(op)
+        if value is None:
+            rows = []
+            for cta_id in self.cta_ids:
+                view = _SpecialView(self.leader, cta_id)
+                rows.append(type(functions)._special(_Functions(view), op))
+            value = self._special[op] = np.stack(rows)
+            value.setflags(write=False)
+        return value
+
+    def _tma_load(self, op: sm90.TmaLoadOp, args: tuple, fargs: tuple) -> tuple:
+        tensor_map, *coords, dest, mbarrier = args
+        _, *fcoords, fdest, fbarrier = fargs
+        self.same(op, dest, fdest)
+        self.same(op, mbarrier, fbarrier)
+        threads = np.nonzero(self.leader.active)[0]
+        copies = self.leader.tma.in_flight[len(self.leader.tma.in_flight) - len(threads):]
+        spec = tensor_map.spec
+        for copy, thread in zip(copies, threads):
+            start = int(dest[thread])
+            rows = []
+            for f in range(self.count):
+                at = [int(c[f, thread]) for c in fcoords]
+                problem = serving_checks.check_box(tensor_map.name, spec.global_dims, at, spec.box_dims)
+                if problem:
+                    raise FollowerDropout(problem)
+                rows.append(shared_box(start, tensor_map.read_box(at), tensor_map.swizzle)[1])
+            copy.follower_data = np.stack(rows)
+        return ()
+
+    def land(self, addresses: np.ndarray, data: np.ndarray) -> None:
+        """A TMA copy landed in the leader's shared memory at `addresses`: the followers' boxes [F, n] land too."""
+        box = getattr(addresses, "box", None)
+        if box is not None and len(box[1]) == 1 and box[2] == (1,):
+            self.smem[:, box[0]:box[0] + box[1][0]] = data
+        else:
+            for f in range(self.count):
+                put(self.smem[f], addresses, data[f])
+
+    def _wgmma(self, op: sm90.WgmmaMmaAsyncOp, args: tuple, fargs: tuple, leader_result) -> np.ndarray:
+        acc, a, b, *scale = args
+        facc, fa, fb, *fscale = fargs
+        self.same(op, b, fb)
+        if not op.a_in_registers:
+            self.same(op, a, fa)
+        if scale:
+            self.same(op, scale[0], fscale[0])
+        n, ab = op.n.value.data, op.ab_type.data
+        m, _, k = facts.wgmma_shape(n, ab, "f32")
+        size, count = facts.WARPGROUP_SIZE, self.count
+        warpgroups = self.leader.converged_units(op, size, "wgmma_mma_async")
+        result = np.array(facc, copy=True)
+        if not warpgroups:
+            return result
+        element_bytes = facts.WGMMA_K_BYTES // k
+        rows = wgmma_unit._warpgroup_rows(warpgroups)  # noqa: SLF001
+
+        def tile(descriptor, major: str, extent: int) -> np.ndarray:
+            _, addresses, byte_addresses, _ = wgmma_unit._operand_addresses(  # noqa: SLF001
+                as_unsigned64(descriptor), major, extent, k, element_bytes)
+            if ab in facts.FP8_FORMATS:
+                return facts.fp8_bits_to_f32(np.take(self.smem, addresses, axis=1), ab)
+            bits = np.ascontiguousarray(np.take(self.smem, np.asarray(byte_addresses), axis=1)).view("<u2")
+            bits = bits.reshape((count,) + addresses.shape)
+            return facts.half_bits_to_f32(bits, ab)
+
+        b_tiles, a_tiles, accumulate = {}, [], []
+        for w in warpgroups:
+            first = w * size
+            b_desc = int(b[first])
+            if b_desc not in b_tiles:
+                b_tiles[b_desc] = tile(b_desc, "MN" if op.trans_b.value.data else "K", n)
+            if not op.a_in_registers:
+                a_tiles.append(tile(int(a[first]), "MN" if op.trans_a.value.data else "K", m))
+            accumulate.append(not scale or bool(scale[0][first]))
+        if op.a_in_registers:
+            registers = fa[:, rows].reshape((-1,) + fa.shape[2:])
+            a_stack = wgmma_unit.WgmmaUnit._register_tiles(registers, ab, m, k).reshape(  # noqa: SLF001
+                count, len(warpgroups), m, k)
+        else:
+            a_stack = np.stack(a_tiles, axis=1)
+        descriptors = [int(b[w * size]) for w in warpgroups]
+        b_stack = (b_tiles[descriptors[0]][:, None] if len(set(descriptors)) == 1
+                   else np.stack([b_tiles[d] for d in descriptors], axis=1))
+        products = np.matmul(a_stack.astype(np.float64), b_stack.astype(np.float64).transpose(0, 1, 3, 2))
+        fragment = wgmma_unit._accumulator_index(n)  # noqa: SLF001
+        d = np.take(products.reshape(count * len(warpgroups), -1), fragment.reshape(-1), axis=1)
+        d = d.reshape(count, -1, facc.shape[2])
+        if all(accumulate):
+            d += facc[:, rows]
+        elif any(accumulate):
+            on = np.repeat(np.asarray(accumulate), size)
+            d[:, on] += facc[:, rows][:, on]
+        result[:, rows] = d.astype(np.float32)
+        return result
+
+    def _st_global(self, op, fargs: tuple, nbytes: int) -> tuple:
+        base, offsets, values, mask = fargs
+        leader = self.leader
+        columns = 0 if op.column_bytes is None else np.asarray(op.column_bytes.get_values(), np.int64)
+        words = unsigned(values) if values.dtype.kind in "iu" else values.view(np.uint32)  # as `machine` stores
+        ordered, clock = leader.hb.ordered.copy(), leader.clock
+        for f in range(self.count):
+            selected = mask[f] & row_mask(leader.active, mask[f])
+            thread, _ = np.nonzero(selected)
+            addresses = (base[f][:, None] + offsets[f] + columns)[selected]
+            self.stores[f].append(FollowerStore(op, addresses, thread, words[f][selected], nbytes, ordered, clock))
+        return ()
+
+    # endregion
+    def commit(self, memory) -> list:
+        """Make the followers' stores, follower by follower (the grid's order), as their own CTAs; the views
+        (for their traffic)."""
+        views = []
+        for cta_id, stores in zip(self.cta_ids, self.stores):
+            view = FollowerView(self.leader, cta_id, self.leader.hb.ordered, self.leader.clock)
+            for store in stores:
+                view.hb = _Ordered(store.ordered)
+                view.clock = store.clock
+                memory.store_words(view, store.op, store.addresses, store.threads, store.words, store.nbytes)
+            views.append(view)
+        return views
+
+
+class _SpecialView:
+    """A follower's CTA id and grid, for its special registers."""
+
+    def __init__(self, leader, cta_id):
+        self.cta_id, self.grid, self.threads, self.tid = cta_id, leader.grid, leader.threads, leader.tid
+        self.cluster, self.rank = None, 0
+
+
+class _Functions:
+    def __init__(self, cta):
+        self.cta = cta
+
+
+__all__ = ["FollowerDropout", "Followers", "follower_rule"]

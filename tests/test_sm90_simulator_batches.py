@@ -1,0 +1,121 @@
+"""The CTA simulator runs the CTAs of a grid in batches, a leader with every check and followers computed
+alongside it (`tessera.interpreters.sm90.followers`): results bitwise those of one CTA at a time, followers that
+differ from their leader (a causal trip count) or fail drop out and run alone, and a hazard names its CTA."""
+
+from __future__ import annotations
+
+import re
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tessera
+import tessera.interpreters.sm90.launch as launch
+from tessera.interpreters.block_batch import KernelHazardError
+from tessera.interpreters.launch import prepare_arguments
+from tessera.interpreters.sm90 import run_target_kernel
+from tessera.kernel_abi import kernels, signature
+from tessera.regalloc import allocate_registers
+
+from test_sm90_simulator import SS_GEMM, _kernel, _seed
+
+BF16 = ml_dtypes.bfloat16
+
+
+@pytest.fixture
+def batches(monkeypatch):
+    """Each leader's CTA id, its followers' count and why they dropped out (None: they followed to the end)."""
+    seen = []
+    run_cta = launch.run_cta
+
+    def recording(*args, **kwargs):
+        cta = run_cta(*args, **kwargs)
+        if cta.followers is not None:
+            seen.append((cta.cta_id, cta.followers.count, cta.followers.dropped))
+        return cta
+
+    monkeypatch.setattr(launch, "run_cta", recording)
+    return seen
+
+
+def _both_ways(module, inputs):
+    """The outputs of the kernel's target run one CTA at a time and in batches (allocation checked)."""
+    sig = signature(kernels(module)[0])
+    target = tessera.lower_to_target(module, sig.name)
+    allocation = allocate_registers(target)
+    outputs = []
+    for size in (1, launch.BATCH_CTAS):
+        arguments, sizes = prepare_arguments(sig, inputs)
+        run_target_kernel(target, arguments, sizes, allocation, batch_ctas=size)
+        outputs.append(arguments)
+    return outputs
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_batched_flash_is_bitwise_one_at_a_time(causal, batches, rng):
+    """Two heads of 200 queries (a masked tail block): the full kernel's four CTAs run as one batch; the causal
+    one's trip counts differ between query blocks, so its first batch drops out and the heads of each query
+    block run together."""
+    q, k, v = (rng.standard_normal((1, 2, 200, 64)) for _ in range(3))
+    alone, batched = _both_ways(tessera.kernels.flash_attention(head_dim=64, causal=causal), [q, k, v])
+    for a, b in zip(alone, batched):
+        assert a.tobytes() == b.tobytes()
+    if causal:
+        assert batches[0][0] == (0, 0, 0) and "differs between the CTAs" in batches[0][2]
+        assert [(cta_id, count, dropped) for cta_id, count, dropped in batches[1:]] == [((1, 0, 0), 1, None)]
+    else:
+        assert batches == [((0, 0, 0), 3, None)]
+
+
+def test_batched_gemm_is_bitwise_one_at_a_time(batches, rng):
+    a, b = rng.standard_normal((200, 96)), rng.standard_normal((96, 136))
+    alone, batched = _both_ways(tessera.kernels.gemm(), [a, b])
+    assert alone[2].tobytes() == batched[2].tobytes()
+    assert batches and all(dropped is None for _, _, dropped in batches)
+
+
+def _tile_grid(text: str, ctas: int) -> str:
+    return _seed(text, "tile.grid = #tile.dims<1>", f"tile.grid = #tile.dims<{ctas}>")
+
+
+def _run(text: str, rng, batch_ctas: int):
+    a, b = (rng.standard_normal((64, 64)).astype(BF16) for _ in range(2))
+    c = np.zeros((64, 64), np.float32)
+    run_target_kernel(_kernel(text), [a, b, c], {}, batch_ctas=batch_ctas)
+
+
+def _error(text: str, batch_ctas: int) -> str:
+    with pytest.raises(KernelHazardError) as caught:
+        _run(text, np.random.default_rng(0), batch_ctas)
+    return str(caught.value)
+
+
+def test_a_race_between_a_leader_and_its_follower_names_both_ctas(batches):
+    """Two CTAs store the same tile: the follower's stores, made after its leader's, race with them, reported as
+    one CTA at a time reports it."""
+    kernel = _tile_grid(SS_GEMM, 2)
+    message = _error(kernel, launch.BATCH_CTAS)
+    assert batches == [((0, 0, 0), 1, None)]
+    assert "CTA (1, 0, 0)" in message and "CTA (0, 0, 0)" in message
+    assert message == _error(kernel, 1)
+
+
+def test_a_follower_that_fails_runs_alone_and_is_named(batches):
+    """CTA 1 divides by zero where CTA 0 does not: its followers drop out, and its own run reports it."""
+    kernel = _seed(_tile_grid(SS_GEMM, 3), "    %c0 = arith.constant 0 : index\n",
+                   "    %c0 = arith.constant 0 : index\n    %cta = sm90.special \"ctaid.x\" : index\n"
+                   "    %one = arith.constant 1 : index\n    %gone = arith.subi %one, %cta : index\n"
+                   "    %bad = arith.divui %one, %gone : index\n")
+    message = _error(kernel, launch.BATCH_CTAS)
+    assert batches[0][0] == (0, 0, 0) and "divides by zero" in batches[0][2]
+    assert re.search(r"divides by zero in thread 0 .* of CTA \(1, 0, 0\)", message), message
+    assert message == _error(kernel, 1)
+
+
+def test_cta_batches_lead_with_the_first_cta():
+    ids = [(x, y, 0) for y in range(2) for x in range(3)]
+    assert launch.cta_batches(ids, 4, False) == [ids[:4], ids[4:]]
+    assert launch.cta_batches(ids, 4, True) == [[(0, 0, 0), (0, 1, 0)], [(1, 0, 0), (1, 1, 0)],
+                                                [(2, 0, 0), (2, 1, 0)]]
+    assert launch.cta_batches(ids, 1, True) == [[cta_id] for cta_id in ids]
