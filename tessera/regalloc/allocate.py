@@ -364,12 +364,15 @@ ELEMENTWISE = (
 """Ops whose register i of the result depends only on register i of each operand: computed in place, the
 result may take the registers of an operand that dies there."""
 _is_elementwise = _subclass_test(ELEMENTWISE)
+_may_compute_in_place = _subclass_test((sm90.WgmmaMmaAsyncOp, scf.ForOp, *ELEMENTWISE))
 
 
 def _in_place_candidates(op: Operation) -> list[tuple[SSAValue, SSAValue]]:
     """(operand, result) pairs where the result may take the operand's registers if the operand dies there:
     the accumulator of a wgmma (the instruction reads and writes the same list), a same-typed vector operand
     of an elementwise op, and the initial values of a loop's carried registers."""
+    if not _may_compute_in_place(op):
+        return []
     if isinstance(op, sm90.WgmmaMmaAsyncOp):
         return [(op.acc, op.result)]
     if isinstance(op, scf.ForOp):

@@ -13,7 +13,7 @@ from xdsl.ir import Block, Operation, SSAValue
 
 from tessera.dialects import sm90
 
-from tessera.regalloc.registers import element_count, register_class
+from tessera.regalloc.registers import _subclass_test, element_count, register_class
 
 
 @dataclass
@@ -189,8 +189,13 @@ def aliases_operand_registers(op: Operation) -> bool:
     return _alias_sources(op) is not None
 
 
+_is_register_move = _subclass_test((vector.ShuffleOp, vector.BroadcastOp, vector.ExtractOp))
+
+
 def _alias_sources(op: Operation) -> list[tuple[int, tuple[SSAValue, int]]] | None:
     """For a register-moving op, (result element, source element) pairs; None for other ops."""
+    if not _is_register_move(op):  # most ops: one lookup, not three ABC isinstance checks that fail
+        return None
     if isinstance(op, vector.ShuffleOp):
         n1 = element_count(op.v1.type)
         return [(i, (op.v1, m) if m < n1 else (op.v2, m - n1)) for i, m in enumerate(op.mask.get_values())]
