@@ -52,6 +52,7 @@ def _subclass_test(classes: type | tuple[type, ...]) -> Callable[[object], bool]
 
 
 _is_vector = _subclass_test(VectorType)
+_is_constant = _subclass_test(arith.ConstantOp)
 _is_f32 = _subclass_test(Float32Type)
 _is_index = _subclass_test(IndexType)
 _is_integer = _subclass_test(IntegerType)
@@ -111,7 +112,7 @@ def immediates(fn: func.FuncOp) -> dict[SSAValue, list[str]]:
     needs neither registers nor instructions)."""
     found = {}
     for op in fn.walk():
-        if not isinstance(op, arith.ConstantOp) or register_class(op.result.type) is None:
+        if not _is_constant(op) or register_class(op.result.type) is None:
             continue
         uses = list(op.result.uses)
         if register_class(op.result.type) == "pred":  # only wgmma's scale-d takes a predicate immediate
