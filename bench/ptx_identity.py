@@ -4,10 +4,10 @@ that a change meant to speed up the compiler is shown not to change a single emi
     python bench/ptx_identity.py save DIR      # write DIR/<configuration>.ptx for every configuration
     python bench/ptx_identity.py check DIR     # compile again and compare with DIR, line by line
 
-Configurations: flash, two- and three-pass attention at head_dim 64/128/256, causal or not, and GEMM, each
-through the default full pipeline (`passes.SPECIALIZED_PIPELINE` and allocate-registers). A line is a
-comment when it starts, after indentation, with `//`; every other line must be byte-identical (`check` also
-says whether the comments are).
+Configurations (`CONFIGS`): flash, two- and three-pass attention at head_dim 64/128/256, causal or not, GEMM, and
+the forward's other tiles, inputs and layouts and the backward's main kernel, each through the default full
+pipeline (`passes.SPECIALIZED_PIPELINE` and allocate-registers). A line is a comment when it starts, after
+indentation, with `//`; every other line must be byte-identical (`check` also says whether the comments are).
 """
 
 from __future__ import annotations
@@ -23,7 +23,13 @@ from tessera.ptx.target import allocated_registers
 
 PIPELINE = SPECIALIZED_PIPELINE + ",allocate-registers"
 CONFIGS = [(v, dict(head_dim=d, causal=c)) for v in ("flash_attention", "two_pass_attention", "three_pass_attention")
-           for d in (64, 128, 256) for c in (False, True)] + [("gemm", {})]
+           for d in (64, 128, 256) for c in (False, True)] + [("gemm", {})] + [
+    ("flash_attention", dict(head_dim=128, causal=c, block_n=128)) for c in (False, True)] + [
+    ("flash_attention", dict(head_dim=64, dtype="f16")), ("flash_attention", dict(head_dim=128, dtype="e4m3")),
+    ("flash_attention_paged", dict(head_dim=128)), ("flash_attention_varlen", dict(head_dim=128))] + [
+    ("attention_backward_main", dict(head_dim=d, causal=c)) for d in (64, 128) for c in (False, True)]
+"""Every builder's default and the forward's 128 x 128 tile, f16 and fp8 inputs, the paged and varlen forwards and
+the backward's main kernel: what a change to a pass shared by all of them must leave as it was."""
 
 
 def configuration_name(variant: str, config: dict) -> str:

@@ -23,7 +23,7 @@ from xdsl.irdl import (
 )
 from xdsl.traits import Pure
 
-from tessera.dialects.sm90_base import F32_LIKE, _element, _lanes, _require
+from tessera.dialects.sm90_base import F32_LIKE, _element, _lanes, _require, _i64
 from tessera.sm90.fp8 import FP8_FORMATS
 
 # region Arithmetic the machine does differently [P#floating-point-instructions-ex2, -rcp; P#...-cvt]
@@ -164,7 +164,7 @@ class PrmtOp(IRDLOperation):
     assembly_format = "$a `,` $b `selector` $selector attr-dict `:` type($result)"
 
     def __init__(self, a, b, selector: int):
-        super().__init__(operands=[a, b], properties={"selector": IntegerAttr(selector, 64)},
+        super().__init__(operands=[a, b], properties={"selector": _i64(selector)},
                          result_types=[SSAValue.get(a).type])
 
     def verify_(self) -> None:

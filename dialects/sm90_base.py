@@ -8,6 +8,8 @@ all as the `sm90` dialect (`SM90`, with `TensorMapType`) and re-exports each as 
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from xdsl.dialects.builtin import Float32Type, IndexType, IntegerAttr, VectorType, i32
 from xdsl.ir import Attribute, Operation, ParametrizedAttribute, TypeAttribute
 from xdsl.irdl import EqAttrConstraint, IRDLOperation, base, irdl_attr_definition, traits_def
@@ -18,6 +20,13 @@ from xdsl.utils.exceptions import VerifyException
 def _require(condition: bool, op: Operation, message: str) -> None:
     if not condition:
         raise VerifyException(f"'{op.name}' op {message}")
+
+
+@lru_cache(maxsize=4096)
+def _i64(value: int) -> IntegerAttr:
+    """The i64 attribute of a property (an offset, a count, a mode number), built and verified once per value:
+    attributes are immutable, and a lowering gives the same few numbers to hundreds of ops."""
+    return IntegerAttr(value, 64)
 
 
 def _int(attr: IntegerAttr) -> int:

@@ -13,7 +13,7 @@ from xdsl.dialects.builtin import I32, I64, IntegerAttr, i32
 from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, prop_def, result_def, traits_def, var_operand_def
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, Pure
 
-from tessera.dialects.sm90_base import I32_OR_INDEX, TensorMapType, _int, _NoOperandSyncOp, _require
+from tessera.dialects.sm90_base import I32_OR_INDEX, TensorMapType, _int, _NoOperandSyncOp, _require, _i64
 from tessera.sm90 import facts
 
 # region Thread-block clusters [P#cluster], facts in tessera/sm90/cluster.py
@@ -56,7 +56,7 @@ class TmaLoadMulticastOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
 
     def __init__(self, tensor_map, coords: Sequence, dest, mbarrier, mask: int):
-        super().__init__(operands=[tensor_map, list(coords), dest, mbarrier], properties={"mask": IntegerAttr(mask, 64)})
+        super().__init__(operands=[tensor_map, list(coords), dest, mbarrier], properties={"mask": _i64(mask)})
 
     def verify_(self) -> None:
         _require(1 <= len(self.coords) <= 5, self, f"a tensor copy has 1 to 5 coordinates, got {len(self.coords)}")

@@ -25,7 +25,7 @@ from xdsl.dialects.builtin import I32, I64, IntegerAttr
 from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, prop_def, traits_def
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect
 
-from tessera.dialects.sm90_base import _require
+from tessera.dialects.sm90_base import _require, _i64
 from tessera.sm90 import facts
 
 
@@ -48,7 +48,7 @@ class CpAsyncOp(IRDLOperation):
 
     def __init__(self, dest, source, src_size):
         super().__init__(operands=[dest, source, src_size],
-                         properties={"bytes": IntegerAttr(facts.CP_ASYNC_CG_BYTES, 64)})
+                         properties={"bytes": _i64(facts.CP_ASYNC_CG_BYTES)})
 
     def verify_(self) -> None:
         n = self.bytes.value.data
@@ -81,7 +81,7 @@ class CpAsyncWaitGroupOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
 
     def __init__(self, pending: int):
-        super().__init__(properties={"pending": IntegerAttr(pending, 64)})
+        super().__init__(properties={"pending": _i64(pending)})
 
     def verify_(self) -> None:
         n = self.pending.value.data

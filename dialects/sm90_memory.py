@@ -39,7 +39,7 @@ from xdsl.irdl import (
 )
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, Pure
 
-from tessera.dialects.sm90_base import I32_OR_INDEX, TensorMapType, _element, _int, _lanes, _require
+from tessera.dialects.sm90_base import I32_OR_INDEX, TensorMapType, _element, _int, _lanes, _require, _i64
 from tessera.sm90 import facts
 
 # region Shared memory [P#state-spaces-shared]
@@ -67,8 +67,8 @@ class SharedBufferOp(IRDLOperation):
     )
 
     def __init__(self, sym: str, offset: int, size: int, alignment: int, swizzle: int = 0):
-        props = {"sym": StringAttr(sym), "offset": IntegerAttr(offset, 64), "size": IntegerAttr(size, 64),
-                 "alignment": IntegerAttr(alignment, 64), "swizzle": IntegerAttr(swizzle, 64)}
+        props = {"sym": StringAttr(sym), "offset": _i64(offset), "size": _i64(size),
+                 "alignment": _i64(alignment), "swizzle": _i64(swizzle)}
         super().__init__(properties=props, result_types=[i32])
 
     def verify_(self) -> None:

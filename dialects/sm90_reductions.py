@@ -55,7 +55,7 @@ from xdsl.irdl import (
 )
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, Pure
 
-from tessera.dialects.sm90_base import _lanes, _require
+from tessera.dialects.sm90_base import _lanes, _require, _i64
 from tessera.dialects.sm90_memory import _column_bytes, _verify_column_bytes
 from tessera.sm90 import matrix as matrix_facts
 
@@ -159,7 +159,7 @@ class BulkReduceAddOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
 
     def __init__(self, dest, source, nbytes: int):
-        super().__init__(operands=[dest, source], properties={"bytes": IntegerAttr(nbytes, 64)})
+        super().__init__(operands=[dest, source], properties={"bytes": _i64(nbytes)})
 
     def verify_(self) -> None:
         n = self.bytes.value.data
@@ -197,7 +197,7 @@ class BulkWaitGroupOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
 
     def __init__(self, pending: int, read: bool = True):
-        props = {"pending": IntegerAttr(pending, 64)}
+        props = {"pending": _i64(pending)}
         if read:
             props["read"] = UnitAttr()
         super().__init__(properties=props)

@@ -25,7 +25,7 @@ from xdsl.irdl import (
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect
 from xdsl.utils.exceptions import VerifyException
 
-from tessera.dialects.sm90_base import I32_OR_INDEX, _element, _int, _NoOperandSyncOp, _require
+from tessera.dialects.sm90_base import I32_OR_INDEX, _element, _int, _NoOperandSyncOp, _require, _i64
 from tessera.sm90 import facts
 
 # region mbarrier [P#parallel-synchronization-and-communication-instructions-mbarrier]
@@ -43,7 +43,7 @@ class MBarrierInitOp(IRDLOperation):
     traits = traits_def(MemoryWriteEffect())
 
     def __init__(self, mbarrier, count: int):
-        super().__init__(operands=[mbarrier], properties={"count": IntegerAttr(count, 64)})
+        super().__init__(operands=[mbarrier], properties={"count": _i64(count)})
 
     def verify_(self) -> None:
         count = _int(self.count)
@@ -63,7 +63,7 @@ class MBarrierArriveExpectTxOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
 
     def __init__(self, mbarrier, nbytes: int):
-        super().__init__(operands=[mbarrier], properties={"bytes": IntegerAttr(nbytes, 64)})
+        super().__init__(operands=[mbarrier], properties={"bytes": _i64(nbytes)})
 
     def verify_(self) -> None:
         n = _int(self.bytes)
@@ -154,7 +154,7 @@ class ShflSyncOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect())  # not Pure: it synchronises the warp
 
     def __init__(self, mode: str, source, offset: int, clamp: int = 0x1F):
-        props = {"mode": StringAttr(mode), "offset": IntegerAttr(offset, 64), "clamp": IntegerAttr(clamp, 64)}
+        props = {"mode": StringAttr(mode), "offset": _i64(offset), "clamp": _i64(clamp)}
         super().__init__(operands=[source], properties=props, result_types=[SSAValue.get(source).type])
 
     def verify_(self) -> None:
@@ -172,7 +172,7 @@ class _NamedBarrierOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
 
     def __init__(self, barrier: int, threads: int):
-        super().__init__(properties={"barrier": IntegerAttr(barrier, 64), "threads": IntegerAttr(threads, 64)})
+        super().__init__(properties={"barrier": _i64(barrier), "threads": _i64(threads)})
 
     def verify_(self) -> None:
         barrier, threads = _int(self.barrier), _int(self.threads)
@@ -222,7 +222,7 @@ class SetMaxNRegOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
 
     def __init__(self, action: str, count: int):
-        super().__init__(properties={"action": StringAttr(action), "count": IntegerAttr(count, 64)})
+        super().__init__(properties={"action": StringAttr(action), "count": _i64(count)})
 
     def verify_(self) -> None:
         _require(self.action.data in ("inc", "dec"), self, f"action must be inc or dec, got '{self.action.data}'")

@@ -27,7 +27,7 @@ from xdsl.irdl import (
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, Pure
 from xdsl.utils.exceptions import VerifyException
 
-from tessera.dialects.sm90_base import _int, _NoOperandSyncOp, _require
+from tessera.dialects.sm90_base import _int, _NoOperandSyncOp, _require, _i64
 from tessera.sm90 import facts
 
 # region Warpgroup matrix multiply [P#asynchronous-warpgroup-level-matrix-instructions]
@@ -60,7 +60,7 @@ class WgmmaWaitGroupOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
 
     def __init__(self, pending: int):
-        super().__init__(properties={"pending": IntegerAttr(pending, 64)})
+        super().__init__(properties={"pending": _i64(pending)})
 
     def verify_(self) -> None:
         _require(0 <= _int(self.pending) <= 7, self, f"pending group count must be in [0, 7], got {_int(self.pending)}")
@@ -82,7 +82,7 @@ class MakeDescriptorOp(IRDLOperation):
     assembly_format = "$address `lbo` $lbo `sbo` $sbo `swizzle` $swizzle attr-dict `:` type($result)"
 
     def __init__(self, address, lbo: int, sbo: int, swizzle: int):
-        props = {"lbo": IntegerAttr(lbo, 64), "sbo": IntegerAttr(sbo, 64), "swizzle": IntegerAttr(swizzle, 64)}
+        props = {"lbo": _i64(lbo), "sbo": _i64(sbo), "swizzle": _i64(swizzle)}
         super().__init__(operands=[address], properties=props, result_types=[i64])
 
     def verify_(self) -> None:
@@ -107,7 +107,7 @@ class DescriptorAdvanceOp(IRDLOperation):
     assembly_format = "$descriptor `,` $bytes attr-dict `:` type($result)"
 
     def __init__(self, descriptor, nbytes: int):
-        super().__init__(operands=[descriptor], properties={"bytes": IntegerAttr(nbytes, 64)}, result_types=[i64])
+        super().__init__(operands=[descriptor], properties={"bytes": _i64(nbytes)}, result_types=[i64])
 
     def verify_(self) -> None:
         try:
@@ -187,8 +187,8 @@ class WgmmaMmaAsyncOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect())
 
     def __init__(self, acc, a, b, n: int, ab_type: str, trans_a: int = 0, trans_b: int = 0, scale_d=None):
-        props = {"n": IntegerAttr(n, 64), "type": StringAttr(ab_type), "trans_a": IntegerAttr(trans_a, 64),
-                 "trans_b": IntegerAttr(trans_b, 64)}
+        props = {"n": _i64(n), "type": StringAttr(ab_type), "trans_a": _i64(trans_a),
+                 "trans_b": _i64(trans_b)}
         super().__init__(operands=[acc, a, b, [scale_d] if scale_d is not None else []], properties=props,
                          result_types=[SSAValue.get(acc).type])
 

@@ -24,7 +24,7 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, ModuleOp
 from xdsl.passes import ModulePass
 
-from tessera.kernel_abi import is_target_kernel
+from tessera.ir.kernel_marks import target_kernels_in
 from tessera.regalloc import SPILL_ATTR, allocate_registers
 from tessera.sm90 import facts
 
@@ -49,7 +49,7 @@ class AllocateRegistersPass(ModulePass):
             raise ValueError(f"allocate-registers: budget must be in [1, {facts.MAX_REGISTERS_PER_THREAD}], got {self.budget}")
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for kernel in [o for o in op.walk() if is_target_kernel(o)]:
+        for kernel in target_kernels_in(op):
             kernel.attributes.pop(SPILL_ATTR, None)  # a kernel allocated again is judged again
             allocation = allocate_registers(kernel, 1 << 30 if self.spill else self.budget)
             if allocation.peak > self.budget:

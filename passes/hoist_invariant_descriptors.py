@@ -50,7 +50,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from tessera.dialects import sm90
-from tessera.kernel_abi import is_target_kernel
+from tessera.ir.kernel_marks import target_kernels_in
 from tessera.regalloc import region_peaks
 
 REGISTERS_PER_DESCRIPTOR = 2
@@ -242,7 +242,7 @@ class HoistInvariantDescriptorsPass(ModulePass):
     """The kernels it transforms (Target IR); tools refuse a module with only the other kind."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for kernel in [o for o in op.walk() if is_target_kernel(o)]:
+        for kernel in target_kernels_in(op):
             spare = spare_registers(kernel)  # warp-specialize's allocation, from the allocator's memo
             if spare is None or spare < 0:
                 continue

@@ -41,7 +41,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from tessera.dialects import sm90
-from tessera.kernel_abi import is_target_kernel
+from tessera.ir.kernel_marks import target_kernels_in
 from tessera.regalloc.allocate import ELEMENTWISE
 
 SLAB = 8
@@ -222,7 +222,7 @@ class InterleaveElementwisePass(ModulePass):
     """The kernels it transforms (Target IR); tools refuse a module with only the other kind."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for fn in [o for o in op.walk() if is_target_kernel(o)]:
+        for fn in target_kernels_in(op):
             blocks = [b for o in fn.walk() for r in o.regions for b in r.blocks]
             for block in blocks:
                 for tree in _trees(block):

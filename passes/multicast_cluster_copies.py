@@ -45,7 +45,8 @@ from xdsl.utils.exceptions import DiagnosticException
 from tessera.cluster import CLUSTER_ATTR, kernel_cluster
 from tessera.ir.diagnostics import located
 from tessera.dialects import sm90
-from tessera.kernel_abi import BOX_ATTR, ELEMENT_ATTR, SWIZZLE_ATTR, is_target_kernel
+from tessera.ir.kernel_marks import target_kernels_in
+from tessera.kernel_abi import BOX_ATTR, ELEMENT_ATTR, SWIZZLE_ATTR
 from tessera.lowering.fragments import element_type_bytes
 from tessera.passes.convert_tile_to_sm90.common import CLUSTER_SHARED_ATTR
 from tessera.sm90 import facts
@@ -224,7 +225,7 @@ class MulticastClusterCopiesPass(ModulePass):
     """The kernels it transforms (Target IR); tools refuse a module with only the other kind."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for fn in [o for o in op.walk() if is_target_kernel(o)]:
+        for fn in target_kernels_in(op):
             if CLUSTER_ATTR in fn.attributes:
                 try:
                     shape = kernel_cluster(fn)

@@ -60,7 +60,8 @@ from xdsl.utils.exceptions import DiagnosticException
 
 from tessera.ir.diagnostics import located, warn
 from tessera.dialects import sm90
-from tessera.kernel_abi import TARGET_KERNEL_ATTR, is_target_kernel
+from tessera.ir.kernel_marks import target_kernels_in
+from tessera.kernel_abi import TARGET_KERNEL_ATTR
 from tessera.regalloc import RegisterBudgetError
 from tessera.passes.convert_tile_to_sm90 import INVARIANT_ATTR, PRODUCER_ATTR
 from tessera.passes.convert_tile_to_sm90.common import PRODUCER_WARPGROUP_ATTR
@@ -392,5 +393,5 @@ class WarpSpecializePass(ModulePass):
     pingpong: bool = False
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for fn in [o for o in op.walk() if is_target_kernel(o)]:
+        for fn in target_kernels_in(op):
             _Split(fn, self.pingpong).run()

@@ -376,3 +376,23 @@ def test_producer_and_consumer_branches_write_disjoint_registers(variant, config
 
 
 # endregion
+
+
+def test_a_single_register_takes_the_lowest_usable_free_index(rng):
+    """The linear scan's single-register search (no sort of the free set) picks what the run search picks: the
+    lowest free index below the registers used so far that no later range reserves, else the first usable
+    index from there on."""
+    import itertools
+
+    from tessera.regalloc.allocate import _lowest_free_run
+
+    def by_runs(free, count, usable):  # the general search, for runs of one
+        return next(b for b in itertools.chain(sorted(i for i in free if i < count), itertools.count(count))
+                    if (b in free or b >= count) and usable(b))
+
+    for _ in range(300):
+        count = int(rng.integers(0, 40))
+        free = {int(i) for i in rng.integers(0, 48, size=int(rng.integers(0, 20)))}
+        reserved = {int(i) for i in rng.integers(0, 48, size=int(rng.integers(0, 12)))}
+        usable = lambda index: index not in reserved  # noqa: E731
+        assert _lowest_free_run(free, count, 1, usable) == by_runs(free, count, usable)

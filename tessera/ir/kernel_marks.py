@@ -24,3 +24,20 @@ def is_kernel(op: Attribute | func.FuncOp) -> bool:
 def is_target_kernel(op: Attribute | func.FuncOp) -> bool:
     """A kernel lowered to Target IR."""
     return isinstance(op, func.FuncOp) and TARGET_KERNEL_ATTR in op.attributes
+
+
+def target_kernels_in(op) -> list[func.FuncOp]:
+    """The Target IR kernels of `op` and the ops nested in it, in walk order: `[o for o in op.walk() if
+    is_target_kernel(o)]` without walking the kernels' own bodies (a kernel holds no kernel), which are most of
+    a module's ops; each pass that looks for its kernels asks this."""
+    found = []
+    pending = [op]
+    while pending:
+        current = pending.pop()
+        if is_target_kernel(current):
+            found.append(current)
+            continue
+        for region in reversed(current.regions):
+            for block in reversed(region.blocks):
+                pending.extend(reversed(block.ops))
+    return found

@@ -35,6 +35,19 @@ def _shuffle_mask(indices: tuple[int, ...]) -> DenseArrayBase:
     return DenseArrayBase.from_list(i64, list(indices))
 
 
+@functools.lru_cache(maxsize=1024)
+def _vector_type(element: Attribute, lanes: int) -> VectorType:
+    """`vector<lanes x element>`, built and verified once per distinct type (a lowering asks for the same few
+    fragment types hundreds of times: every shuffle of a tile makes one)."""
+    return VectorType(element, [lanes])
+
+
+@functools.lru_cache(maxsize=1024)
+def _index_attr(value: int) -> IntegerAttr:
+    """The index constant `value`'s attribute, one per value (as `_vector_type`)."""
+    return IntegerAttr(value, IndexType())
+
+
 class Emitter:
     """Appends ops to `block` and returns their result(s)."""
 
@@ -48,7 +61,7 @@ class Emitter:
 
     # -- constants --------------------------------------------------------------------------------------------
     def index(self, value: int) -> SSAValue:
-        return self.op(arith.ConstantOp(IntegerAttr(value, IndexType())))
+        return self.op(arith.ConstantOp(_index_attr(value)))
 
     def i64(self, value: int) -> SSAValue:
         return self.op(arith.ConstantOp(IntegerAttr(value, i64)))
@@ -57,7 +70,7 @@ class Emitter:
         return self.op(arith.ConstantOp(FloatAttr(value, f32)))
 
     def dense(self, element_type: Attribute, values: Sequence) -> SSAValue:
-        ty = VectorType(element_type, [len(values)])
+        ty = _vector_type(element_type, len(values))
         return self.op(arith.ConstantOp(DenseIntOrFPElementsAttr.from_list(ty, list(values))))
 
     def splat(self, element_type: Attribute, value, lanes: int) -> SSAValue:
@@ -65,14 +78,14 @@ class Emitter:
 
     # -- vectors ---------------------------------------------------------------------------------------------
     def broadcast(self, scalar: SSAValue, lanes: int) -> SSAValue:
-        return self.op(vector.BroadcastOp(scalar, VectorType(scalar.type, [lanes])))
+        return self.op(vector.BroadcastOp(scalar, _vector_type(scalar.type, lanes)))
 
     def shuffle(self, source: SSAValue, indices: Sequence[int], second: SSAValue | None = None) -> SSAValue:
         """result[i] = source[indices[i]] (registers of one thread); with `second`, indices from
         len(source) on select second's registers (source and second concatenated)."""
         element = source.type.element_type
         return self.op(vector.ShuffleOp(source, second or source, _shuffle_mask(tuple(indices)),
-                                        result_type=VectorType(element, [len(indices)])))
+                                        result_type=_vector_type(element, len(indices))))
 
     # -- arithmetic (scalars or vectors) ----------------------------------------------------------------------
     def addf(self, a, b):

@@ -175,15 +175,18 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
     live = _Liveness(fn, skip=constants)
     live.run()
     groups = _UnionFind()
+    union, element = groups.union, live.element
     for op in live.ops:
         pairs = _alias_sources(op)
         if pairs is not None:
+            result = op.results[0]
             for i, (value, j) in pairs:
-                groups.union(live.element(value, j), live.element(op.results[0], i))
-        if isinstance(op, scf.ForOp):
+                union(element(value, j), element(result, i))
+        elif _is_for(op):
             for arg, result in zip(op.body.block.args[1:], op.results):
+                first_arg, first_result = element(arg), element(result)
                 for i in range(element_count(arg.type)):
-                    groups.union(live.element(arg, i), live.element(result, i))
+                    union(first_arg + i, first_result + i)
 
     # The groups do not change until the in-place decisions below: both read one snapshot of the roots.
     snapshot = groups.roots(len(live.value_of))
@@ -200,16 +203,18 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
             distinct = len(set(roots)) == len(roots)  # not a broadcast or a shuffle with repeats
             if dies_here and distinct:
                 result_first = live.element(result)
+                find, merge = groups.find, reads.merge
                 for i, r in enumerate(roots):
-                    result_root = groups.find(result_first + i)
-                    merged = (min(intervals[r][0], intervals[result_root][0]), max(intervals[r][1], intervals[result_root][1]))
+                    result_root = find(result_first + i)
+                    (a, b), (c, d) = intervals[r], intervals[result_root]
+                    merged = (a if a < c else c, b if b > d else d)
                     groups.union(r, result_root)
                     intervals.pop(result_root, None)
-                    root = groups.find(r)
+                    root = find(r)
                     intervals[root] = merged
                     low = lowest.pop(r) if result_root == r else min(lowest.pop(r), lowest.pop(result_root))
                     lowest[root] = low
-                    reads.merge(root, r, result_root)
+                    merge(root, r, result_root)
                 if not isinstance(op, scf.ForOp):
                     break  # one operand's registers per result
     _coalesce_yields(live, groups, intervals, lowest, reads, constants, fn)
@@ -364,12 +369,16 @@ ELEMENTWISE = (
 """Ops whose register i of the result depends only on register i of each operand: computed in place, the
 result may take the registers of an operand that dies there."""
 _is_elementwise = _subclass_test(ELEMENTWISE)
+_is_for = _subclass_test(scf.ForOp)
+_may_compute_in_place = _subclass_test((sm90.WgmmaMmaAsyncOp, scf.ForOp, *ELEMENTWISE))
 
 
 def _in_place_candidates(op: Operation) -> list[tuple[SSAValue, SSAValue]]:
     """(operand, result) pairs where the result may take the operand's registers if the operand dies there:
     the accumulator of a wgmma (the instruction reads and writes the same list), a same-typed vector operand
     of an elementwise op, and the initial values of a loop's carried registers."""
+    if not _may_compute_in_place(op):
+        return []
     if isinstance(op, sm90.WgmmaMmaAsyncOp):
         return [(op.acc, op.result)]
     if isinstance(op, scf.ForOp):
@@ -486,6 +495,16 @@ def _accumulator_blocks(live: _Liveness, root: Callable[[int], int]) -> list[tup
 def _lowest_free_run(free: set, count: int, length: int, usable=lambda index: True) -> int:
     """The lowest index i such that i .. i + length - 1 are all free or beyond the registers used so far,
     and `usable` (not reserved for a later range that overlaps)."""
+    if length == 1:  # most units: the least usable free index (no sort), else the first usable one beyond
+        best = None
+        for index in free:
+            if index < count and (best is None or index < best) and usable(index):
+                best = index
+        if best is None:
+            best = count
+            while not usable(best):
+                best += 1
+        return best
     # A run starts at a free index or at one beyond those used so far: try those in order.
     for base in itertools.chain(sorted(i for i in free if i < count), itertools.count(count)):
         if all((base + k in free or base + k >= count) and usable(base + k) for k in range(length)):
@@ -530,7 +549,8 @@ class _GroupReads:
         latch writes the next trip's value into it, and the loop result is read only after the loop, as are
         the values defined after the loop that share its registers (a shuffle of the result: a row reduction
         of the accumulator). Anywhere else the group is live to the end of its interval."""
-        stops = [stop for start, stop in self.loops.get(root, ()) if start < pos < stop]
+        loops = self.loops.get(root)
+        stops = [stop for start, stop in loops if start < pos < stop] if loops else None
         if not stops:
             return intervals[root][1]
         bound = min(stops)

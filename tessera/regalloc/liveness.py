@@ -13,7 +13,7 @@ from xdsl.ir import Block, Operation, SSAValue
 
 from tessera.dialects import sm90
 
-from tessera.regalloc.registers import element_count, register_class
+from tessera.regalloc.registers import _subclass_test, element_count, register_class
 
 
 @dataclass
@@ -116,7 +116,7 @@ class _Liveness:
         for region in op.regions:
             for block in region.blocks:
                 self._block(block, start)
-        if isinstance(op, scf.ForOp | scf.WhileOp):
+        if _is_loop(op):
             self.counter += 1
             self.loops.append((op, start, self.counter))
             if isinstance(op, scf.ForOp):
@@ -127,7 +127,7 @@ class _Liveness:
                         self.uses[bound].append(self.counter)
             for result in op.results:
                 self._define(result, start)  # tied to the carried registers, live from the loop's start
-        elif isinstance(op, scf.IfOp) and op.results:
+        elif op.results and _is_if(op):
             # The results come into being where the branches join (each branch's yield moves its values
             # into them), not at the branch: defining them there would keep them live over both branches.
             self.counter += 1
@@ -189,8 +189,15 @@ def aliases_operand_registers(op: Operation) -> bool:
     return _alias_sources(op) is not None
 
 
+_is_loop = _subclass_test((scf.ForOp, scf.WhileOp))
+_is_if = _subclass_test(scf.IfOp)
+_is_register_move = _subclass_test((vector.ShuffleOp, vector.BroadcastOp, vector.ExtractOp))
+
+
 def _alias_sources(op: Operation) -> list[tuple[int, tuple[SSAValue, int]]] | None:
     """For a register-moving op, (result element, source element) pairs; None for other ops."""
+    if not _is_register_move(op):  # most ops: one lookup, not three ABC isinstance checks that fail
+        return None
     if isinstance(op, vector.ShuffleOp):
         n1 = element_count(op.v1.type)
         return [(i, (op.v1, m) if m < n1 else (op.v2, m - n1)) for i, m in enumerate(op.mask.get_values())]

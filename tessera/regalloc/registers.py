@@ -52,12 +52,34 @@ def _subclass_test(classes: type | tuple[type, ...]) -> Callable[[object], bool]
 
 
 _is_vector = _subclass_test(VectorType)
+_is_constant = _subclass_test(arith.ConstantOp)
 _is_f32 = _subclass_test(Float32Type)
 _is_index = _subclass_test(IndexType)
 _is_integer = _subclass_test(IntegerType)
 
 
+def _per_type(compute: Callable[[Attribute], object]) -> Callable[[Attribute], object]:
+    """`compute(ty)`, decided once per type object: the allocator asks a value's class and element count
+    several times over (about 12,000 times for the flash d128 kernel), and a kernel has a few dozen distinct
+    type objects. Each entry keeps its type alive, so an id is not reused while its entry is held."""
+    known: dict[int, tuple[Attribute, object]] = {}
+
+    def lookup(ty: Attribute):
+        entry = known.get(id(ty))
+        if entry is None or entry[0] is not ty:
+            if len(known) > 4096:  # types of kernels compiled long ago
+                known.clear()
+            entry = known[id(ty)] = (ty, compute(ty))
+        return entry[1]
+
+    lookup.__doc__ = compute.__doc__
+    return lookup
+
+
+@_per_type
 def register_class(ty: Attribute) -> str | None:
+    """The PTX register class of a value of type `ty` (`CLASS_PREFIX`'s keys but "acc"); None for a type that
+    takes no register (tensor maps and other parameters)."""
     element = ty.element_type if _is_vector(ty) else ty
     if _is_f32(element):
         return "f32"
@@ -65,10 +87,12 @@ def register_class(ty: Attribute) -> str | None:
         return "b32"
     if _is_integer(element):
         return {1: "pred", 32: "b32", 64: "b64"}.get(element.width.data)
-    return None  # tensor maps and other parameters are not registers
+    return None
 
 
+@_per_type
 def element_count(ty: Attribute) -> int:
+    """The registers of a class a value of type `ty` takes: a vector's length, else 1."""
     return ty.get_shape()[0] if _is_vector(ty) else 1
 
 
@@ -88,7 +112,7 @@ def immediates(fn: func.FuncOp) -> dict[SSAValue, list[str]]:
     needs neither registers nor instructions)."""
     found = {}
     for op in fn.walk():
-        if not isinstance(op, arith.ConstantOp) or register_class(op.result.type) is None:
+        if not _is_constant(op) or register_class(op.result.type) is None:
             continue
         uses = list(op.result.uses)
         if register_class(op.result.type) == "pred":  # only wgmma's scale-d takes a predicate immediate

@@ -71,28 +71,55 @@ def _reads_as_descriptor(use) -> bool:
         op.operands[use.index].type, IntegerType)
 
 
-def warp_uniform_values(fn: func.FuncOp) -> set[SSAValue]:
-    """The values of `fn` that are warp-uniform (module docstring), in one walk in program order."""
+_CONSTANT, _SPECIAL, _SHUFFLE, _DESCRIPTOR, _ARITH = range(5)
+_KINDS: dict[type, int | None] = {}
+"""The kind of each op class `warp_uniform_values` tells apart, decided once per class (xDSL's op classes are
+ABCs: a chain of failing isinstance checks per op was most of the walk)."""
+
+
+def _kind(op: Operation) -> int | None:
+    cls = type(op)
+    if cls not in _KINDS:
+        _KINDS[cls] = (_CONSTANT if issubclass(cls, arith.ConstantOp | sm90.SharedBufferOp) else
+                       _SPECIAL if issubclass(cls, sm90.SpecialRegOp) else
+                       _SHUFFLE if issubclass(cls, sm90.ShflSyncOp) else
+                       _DESCRIPTOR if issubclass(cls, DESCRIPTOR_OPS) else
+                       _ARITH if str(getattr(cls, "name", "")).startswith("arith.") else None)
+    return _KINDS[cls]
+
+
+def _uniform_walk(fn: func.FuncOp) -> tuple[set[SSAValue], list[Operation]]:
+    """(the warp-uniform values of `fn`, its descriptor ops), in one walk in program order."""
     uniform: set[SSAValue] = {arg for arg in fn.body.block.args}
+    descriptors = []
     for op in fn.walk():
-        if isinstance(op, arith.ConstantOp | sm90.SharedBufferOp):
+        kind = _kind(op)
+        if kind is None:
+            continue
+        if kind == _CONSTANT:
             uniform.update(op.results)
-        elif isinstance(op, sm90.SpecialRegOp):
+        elif kind == _SPECIAL:
             if op.register.data.startswith(_UNIFORM_SPECIALS):
                 uniform.add(op.result)
-        elif isinstance(op, sm90.ShflSyncOp):
+        elif kind == _SHUFFLE:
             if op.mode.data == "idx" and op.clamp.value.data == 0x1F and _is_integer(op.result):
                 uniform.add(op.result)
-        elif isinstance(op, DESCRIPTOR_OPS) or (
-                op.name.startswith("arith.") and op.results and all(_is_integer(r) for r in op.results)):
+        elif kind == _DESCRIPTOR or (op.results and all(_is_integer(r) for r in op.results)):
+            if kind == _DESCRIPTOR:
+                descriptors.append(op)
             if op.operands and all(operand in uniform for operand in op.operands):
                 uniform.update(op.results)
-    return uniform
+    return uniform, descriptors
+
+
+def warp_uniform_values(fn: func.FuncOp) -> set[SSAValue]:
+    """The values of `fn` that are warp-uniform (module docstring), in one walk in program order."""
+    return _uniform_walk(fn)[0]
 
 
 def uniform_descriptors(fn: func.FuncOp) -> set[SSAValue]:
     """The uniform descriptors of `fn` (module docstring), before the register budget of the uniform file."""
-    uniform = warp_uniform_values(fn)
-    return {op.result for op in fn.walk()
-            if isinstance(op, DESCRIPTOR_OPS) and op.result in uniform
+    uniform, descriptors = _uniform_walk(fn)
+    return {op.result for op in descriptors
+            if op.result in uniform
             and not _in_loop(op) and op.result.uses and all(_reads_as_descriptor(u) for u in op.result.uses)}
