@@ -42,6 +42,7 @@ from xdsl.ir import BlockArgument, Operation
 
 from tessera.dialects import sm90
 from tessera.interpreters.block_batch import KernelHazardError, describe_op
+from tessera.interpreters.sm90.register_windows import CheckWindows, check_windows, kernel_of
 from tessera.regalloc import Allocation, aliases_operand_registers
 from tessera.sm90 import facts
 
@@ -125,6 +126,7 @@ class RegisterLayout:
         self._layouts: dict[object, _Layout | None] = {}
         self._written: dict[Operation, list[tuple[str, object]]] = {}
         self.plans: dict[Operation, tuple] = {}
+        self._windows: dict[Operation, CheckWindows] = {}
         self.touch_plans: dict[Operation, tuple] = {}
         self.held_plans: dict[Operation, tuple] = {}
         self._wgmma_columns: np.ndarray | None = None
@@ -162,15 +164,31 @@ class RegisterLayout:
             pass
         return layout
 
+    def windows(self, op: Operation) -> CheckWindows | None:
+        """The reads the check compares and the writes it records in `op`'s kernel (`register_windows`), once
+        per kernel; None for an op outside a `func.func` (then every read is compared, every write recorded)."""
+        kernel = kernel_of(op)
+        if kernel is None:
+            return None
+        windows = self._windows.get(kernel)
+        if windows is None:
+            windows = self._windows[kernel] = check_windows(kernel, self)
+        return windows
+
     def plan(self, op: Operation, written) -> tuple:
-        """(operand positions with registers and their layouts, the same for results, the registers `op`
-        writes (`written(op)`: their columns, names and values; empty if none), whether its results are views of its operands'
-        registers): what the checker does at `op`, computed once per launch (`plans`)."""
+        """(operand positions whose registers the check compares, with their layouts; result positions whose
+        writes it records, with theirs; the registers of wgmma operands `op` writes (from `written(op)`: their
+        columns, names and values; empty if none); whether its results are views of its operands' registers):
+        what the checker does at `op`, computed once per kernel and allocation (`plans`)."""
         plan = self.plans.get(op)
         if plan is None:
-            reads = tuple((i, layout) for i, value in enumerate(op.operands) if (layout := self.of(value)))
-            writes = tuple((i, layout) for i, value in enumerate(op.results) if (layout := self.of(value)))
-            registers = written(op)
+            windows = self.windows(op)
+            compared = range(len(op.operands)) if windows is None else windows.reads.get(op, ())
+            reads = tuple((i, layout) for i in compared if (layout := self.of(op.operands[i])))
+            recorded = windows is None or op in windows.records
+            writes = tuple((i, layout) for i, value in enumerate(op.results) if recorded and (layout := self.of(value)))
+            followed = self.wgmma_columns  # only these can be in flight (`held`)
+            registers = [(name, value) for name, value in written(op) if followed[self.index[name]]]
             columns = np.array([self.index[name] for name, _ in registers], np.intp)
             plan = self.plans[op] = (reads, writes, registers and (columns, *zip(*registers)),
                                      aliases_operand_registers(op))
@@ -283,6 +301,22 @@ class RegisterFileChecker(Interpreter.Listener):
         self._touches = self.layout.touches
         if self.fences and getattr(cta, "wgmma", None) is not None:  # (a CTA without a wgmma unit: no fences)
             cta.wgmma.register_fences = True  # the SSA form of the rule gives way to this one
+
+    @property
+    def observes_key(self) -> tuple:
+        """What decides `observes` (`program`): the layout (its plans) and whether the fence rule applies."""
+        return ("RegisterFileChecker", self.layout, self.fences)
+
+    def observes(self, op: Operation) -> tuple[bool, bool]:
+        """(before, after) for `program`: an op with reads to compare or register accesses the fence rule
+        follows, a wgmma; after it also an op whose writes are recorded or may hit registers in flight."""
+        reads, writes, written, _ = self._plan(op)
+        wgmma = type(op) is sm90.WgmmaMmaAsyncOp
+        touches = self._touches(op, self._written) if self.fences else (None, None, None)
+        before = bool(reads) or wgmma and self.fences or touches[0] is not None
+        after = (bool(writes) or wgmma or bool(written)
+                 or self.fences and (type(op) is sm90.WgmmaFenceOp or touches[1] is not None))
+        return before, after
 
     # region the register file
     def _plan(self, op: Operation) -> tuple:

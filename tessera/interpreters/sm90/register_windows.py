@@ -1,0 +1,187 @@
+"""Which operand reads of a kernel the register-file check must compare at run time (`register_check`).
+
+The check fails at an op X reading a value v from a register r only if, in some thread, an op wrote r after v's
+definition D and before X: between D's write and X's read in program order, or anywhere in a loop that holds X
+but not D (its later trips and its back edge run before X reads again), or in a branch of an `scf.if` that
+holds D and X on neither side. A branch of an `scf.if` that holds X but not D, taken by the other threads, is
+not between them unless a loop holds the `scf.if` too (per thread, the branches exclude each other; in a loop a
+thread may take the other branch in an earlier trip). Any region op other than `scf.if` counts as a loop.
+
+`check_windows` numbers every op of the kernel with the event of its reads (`pre`) and of its result writes
+(`post`, after its regions'), lists per register the events that write it, and keeps, per op, only the
+operands whose window holds a write to one of their registers: a correct allocation leaves few (results of
+region ops read after them, values whose registers a loop's other values also use, ...), a wrong one keeps
+every read it can break. The file must then record the writes of every op writing a register that some kept
+read compares (`CheckWindows.records`), so its state for those registers is the state the full check would
+have; writes to other registers need no record. Views (ops whose results are their operands' registers) write
+nothing: their results are read through their own windows, and their operands are read at the view.
+
+This decides which comparisons run, never how they compare: a read left out cannot fail (no write into its
+registers can run between its definition and it), so the check raises the same error at the same op.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bisect import bisect_left, bisect_right
+
+import numpy as np
+from xdsl.dialects import func, scf
+from xdsl.ir import Operation, OpResult
+
+from tessera.regalloc import aliases_operand_registers
+
+
+@dataclass(frozen=True)
+class CheckWindows:
+    """The outcome of `check_windows` for one kernel and allocation."""
+
+    reads: dict[Operation, tuple[int, ...]]
+    """The operand positions of each op whose registers the check compares (ops with none are left out)."""
+    records: frozenset[Operation]
+    """The ops whose result writes the register file records: those writing a register some kept read compares."""
+    columns: frozenset[int]
+    """The file columns (registers) some kept read compares."""
+
+
+def kernel_of(op: Operation) -> func.FuncOp | None:
+    """The `func.func` holding `op` (None for an op outside one: the check then compares every read)."""
+    while op is not None and not isinstance(op, func.FuncOp):
+        op = op.parent_op()
+    return op
+
+
+def _number(func_op: func.FuncOp) -> tuple[dict[Operation, int], dict[Operation, int]]:
+    """(pre, post) event of every op below `func_op`: pre before its regions run, post after them."""
+    pre: dict[Operation, int] = {}
+    post: dict[Operation, int] = {}
+    counter = 0
+    stack: list[tuple[Operation, bool]] = []
+    for region in reversed(func_op.regions):
+        for block in reversed(region.blocks):
+            stack.extend((op, False) for op in reversed(block.ops))
+    while stack:
+        op, done = stack.pop()
+        if done:
+            post[op] = counter
+            counter += 1
+            continue
+        pre[op] = counter
+        counter += 1
+        stack.append((op, True))
+        for region in reversed(op.regions):
+            for block in reversed(region.blocks):
+                stack.extend((inner, False) for inner in reversed(block.ops))
+    return pre, post
+
+
+def _region_span(region, pre, post) -> tuple[int, int] | None:
+    """The events of the ops of `region` as [first, last]."""
+    ops = [op for block in region.blocks for op in block.ops]
+    return (pre[ops[0]], post[ops[-1]]) if ops else None
+
+
+def _window(definition: Operation, reader: Operation, pre, post) -> tuple[int, int, list] | None:
+    """(lo, hi, excluded spans): the writes that may run between `definition`'s result write and `reader`'s read
+    are the events e with lo < e < hi outside the excluded [first, last] spans (module docstring); None when
+    `reader` is not in a block below `definition`'s (then every write counts)."""
+    lo, hi = post[definition], pre[reader]
+    home = definition.parent_block()
+    chain = []  # (ancestor region op of `reader`, its child on the way to `reader`), innermost first
+    child = reader
+    while child.parent_block() is not home:
+        parent = child.parent_op()
+        if parent is None or parent not in pre:
+            return None
+        chain.append((parent, child))
+        child = parent
+    if pre[child] < lo:
+        return None  # the reader's branch of `home` runs before the definition: not SSA order
+    loops = [i for i, (parent, _) in enumerate(chain) if not isinstance(parent, scf.IfOp)]
+    if loops:
+        hi = post[chain[loops[-1]][0]]  # all of the outermost loop, not its own result writes
+    excluded = []
+    for parent, child in chain[loops[-1] + 1 if loops else 0:]:
+        inside = child.parent_block().parent
+        excluded += [span for region in parent.regions
+                     if region is not inside and (span := _region_span(region, pre, post)) is not None]
+    return lo, hi, excluded
+
+
+def _writes_in(events: list[int], lo: int, hi: int, excluded: list) -> bool:
+    """Whether the sorted `events` hold one in (lo, hi) outside the `excluded` (disjoint) [first, last] spans."""
+    count = bisect_left(events, hi) - bisect_right(events, lo)
+    for first, last in excluded:
+        if count <= 0:
+            break
+        first, last = max(first, lo + 1), min(last, hi - 1)
+        if first <= last:
+            count -= bisect_right(events, last) - bisect_left(events, first)
+    return count > 0
+
+
+def check_windows(func_op: func.FuncOp, layout) -> CheckWindows:
+    """The reads of `func_op` that the register-file check compares and the ops whose writes it records, for
+    `layout` (a `register_check.RegisterLayout`) (module docstring)."""
+    pre, post = _number(func_op)
+    ops = sorted(pre, key=pre.__getitem__)
+    # the events that write each register (file column); a view's results are its operands' registers
+    writes: dict[int, list[int]] = {}
+    result_columns: dict[Operation, set[int]] = {}
+    for op in ops:
+        layouts = [layout_ for result in op.results if (layout_ := layout.of(result)) is not None]
+        if not layouts:
+            continue
+        columns = set(layouts[0].columns.tolist())
+        for other in layouts[1:]:
+            columns.update(other.columns.tolist())
+        result_columns[op] = columns
+        if not aliases_operand_registers(op):
+            event = post[op]
+            for column in columns:
+                events = writes.get(column)
+                if events is None:
+                    writes[column] = [event]
+                else:
+                    events.append(event)
+    writes = {column: np.array(events, np.int64) for column, events in writes.items()}
+    empty = np.zeros(0, np.int64)
+    # per set of registers, the events writing any of them (sorted); per value, those and whether its
+    # definition's own write counts (two results of one op in one register)
+    events_of: dict[bytes, list[int]] = {}
+    value_events: dict[object, tuple[list[int], int]] = {}
+    reads: dict[Operation, tuple[int, ...]] = {}
+    columns: set[int] = set()
+    for op in ops:
+        kept = []
+        for position, value in enumerate(op.operands):
+            value_layout = layout.of(value)
+            if value_layout is None:
+                continue
+            definition = value.op if isinstance(value, OpResult) else None
+            if definition not in post:
+                kept.append(position)  # (a block argument or a value from outside the kernel: not reached)
+                columns.update(value_layout.columns.tolist())
+                continue
+            entry = value_events.get(value)
+            if entry is None:
+                own = value_layout.columns
+                key = own.tobytes()
+                events = events_of.get(key)
+                if events is None:
+                    unique = np.unique(own).tolist()
+                    events = events_of[key] = np.sort(np.concatenate([writes.get(c, empty) for c in unique])).tolist()
+                shared = len(definition.results) > 1 and any(
+                    other is not value and (other_layout := layout.of(other)) is not None
+                    and np.isin(other_layout.columns, own).any() for other in definition.results)
+                entry = value_events[value] = (events, -1 if shared or len(np.unique(own)) < len(own) else 0)
+            events, shift = entry
+            window = _window(definition, op, pre, post)
+            if window is None or _writes_in(events, window[0] + shift, window[1], window[2]):
+                kept.append(position)
+                columns.update(value_layout.columns.tolist())
+        if kept:
+            reads[op] = tuple(kept)
+    records = frozenset(op for op, written in result_columns.items() if not written.isdisjoint(columns))
+    return CheckWindows(reads, records, frozenset(columns))
