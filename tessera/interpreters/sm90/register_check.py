@@ -1,10 +1,16 @@
 """Checking a register allocation while the CTA simulator runs (as xDSL's RISC-V interpreter does).
 
 Beside the SSA values, the simulator keeps a register file: each op's results are written, for the active
-threads, into the registers `tessera.regalloc` assigned them; before each op runs, every operand that lives
-in registers is compared with the register file. If another value has overwritten a register while it was
+threads, into the registers `tessera.regalloc` assigned them; before each op runs, its operands that live in
+registers are compared with the register file. If another value has overwritten a register while it was
 still needed, the comparison fails and the run stops, naming the op, the value, the register and the thread:
-allocation bugs are errors, not wrong results. Values that are immediates, kernel arguments and loop-carried
+allocation bugs are errors, not wrong results. Which comparisons can fail is decided once per kernel and
+allocation (`register_windows`: a read is compared only if an op writing one of its registers can run between
+its value's definition and it), and the file records only the writes of registers some compared read uses,
+so a correct allocation costs next to nothing and a wrong one is reported at the same op as by comparing every
+read (`RegisterLayout(every_read=True)`, the reference the tests hold it to). A view (an op whose result is
+its operands' registers, printing no instruction) placed in other registers writes nothing: its reads are
+compared with what those registers hold. Values that are immediates, kernel arguments and loop-carried
 block arguments (written implicitly by the loop) are not checked directly; the results computed into their
 registers are.
 
@@ -23,7 +29,8 @@ and a wgmma that accesses the same register (its accumulator, which it writes, o
 warpgroup must execute a `wgmma_fence`; accesses by the wgmmas of a chain are exempt. The checker keeps, per
 warpgroup and register, the first instruction that touched it since the warpgroup's latest fence (reads and
 writes of ops that print an instruction: not views, not yields, not a constant folded into a wgmma's
-accumulator), and refuses a wgmma whose registers one touched. This is the rule on the registers the PTX has,
+accumulator), and refuses a wgmma whose registers one touched. Only accesses that can fall between a wgmma
+and the latest fence before it in its block are noted (`register_windows.fence_touches`). This is the rule on the registers the PTX has,
 so the CTA simulator and the PTX executor agree: a zero accumulator (scale-d 0) written by no instruction
 needs no fence, S registers read by the softmax since the last fence do. Without an allocation,
 `wgmma.WgmmaUnit` applies the rule to SSA values instead (a value feeding the wgmma computed after the fence).
@@ -42,7 +49,8 @@ from xdsl.ir import BlockArgument, Operation
 
 from tessera.dialects import sm90
 from tessera.interpreters.block_batch import KernelHazardError, describe_op
-from tessera.interpreters.sm90.register_windows import CheckWindows, check_windows, kernel_of
+from tessera.interpreters.sm90.register_windows import (CheckWindows, check_windows, fence_touches, kernel_of,
+                                                           view_in_place)
 from tessera.regalloc import Allocation, aliases_operand_registers
 from tessera.sm90 import facts
 
@@ -119,14 +127,19 @@ class RegisterLayout:
     slice), the registers of each value (`of`), and the registers each op writes (`written`); built once per
     launch and shared by the CTAs' checkers. The allocation must not change while it is in use."""
 
-    def __init__(self, allocation: Allocation):
+    def __init__(self, allocation: Allocation, every_read: bool = False):
         self.names = allocation.names
+        self.every_read = every_read
+        """Compare every read and record every write (no `register_windows`): the reference the tests hold the
+        windows to."""
         registers = {name for names in allocation.names.values() for name in names if name.startswith("%")}
         self.index = {name: i for i, name in enumerate(sorted(registers, key=_register_order))}
         self._layouts: dict[object, _Layout | None] = {}
         self._written: dict[Operation, list[tuple[str, object]]] = {}
         self.plans: dict[Operation, tuple] = {}
         self._windows: dict[Operation, CheckWindows] = {}
+        self._fence_noted: dict[Operation, frozenset[Operation]] = {}
+        self._raw_touch_plans: dict[Operation, tuple] = {}
         self.touch_plans: dict[Operation, tuple] = {}
         self.held_plans: dict[Operation, tuple] = {}
         self._wgmma_columns: np.ndarray | None = None
@@ -152,7 +165,9 @@ class RegisterLayout:
     @classmethod
     def shared(cls, allocation: Allocation) -> RegisterLayout:
         """The layout of `allocation`, kept on it across launches (with the per-op plans) while its names stay
-        the same; rebuilt if they changed."""
+        the same; rebuilt if they changed. A layout is its own."""
+        if isinstance(allocation, RegisterLayout):
+            return allocation
         fingerprint = hash(tuple((id(value), tuple(names)) for value, names in allocation.names.items()))
         cached = getattr(allocation, "_register_layout", None)
         if cached is not None and cached[0] == fingerprint:
@@ -167,7 +182,7 @@ class RegisterLayout:
     def windows(self, op: Operation) -> CheckWindows | None:
         """The reads the check compares and the writes it records in `op`'s kernel (`register_windows`), once
         per kernel; None for an op outside a `func.func` (then every read is compared, every write recorded)."""
-        kernel = kernel_of(op)
+        kernel = None if self.every_read else kernel_of(op)
         if kernel is None:
             return None
         windows = self._windows.get(kernel)
@@ -185,13 +200,14 @@ class RegisterLayout:
             windows = self.windows(op)
             compared = range(len(op.operands)) if windows is None else windows.reads.get(op, ())
             reads = tuple((i, layout) for i in compared if (layout := self.of(op.operands[i])))
-            recorded = windows is None or op in windows.records
+            view = aliases_operand_registers(op)
+            # a view outside its source's registers writes nothing there: its reads find what they hold
+            recorded = (windows is None or op in windows.records) and (not view or view_in_place(op, self))
             writes = tuple((i, layout) for i, value in enumerate(op.results) if recorded and (layout := self.of(value)))
             followed = self.wgmma_columns  # only these can be in flight (`held`)
             registers = [(name, value) for name, value in written(op) if followed[self.index[name]]]
             columns = np.array([self.index[name] for name, _ in registers], np.intp)
-            plan = self.plans[op] = (reads, writes, registers and (columns, *zip(*registers)),
-                                     aliases_operand_registers(op))
+            plan = self.plans[op] = (reads, writes, registers and (columns, *zip(*registers)), view)
         return plan
 
     def touches(self, op: Operation, written) -> tuple:
@@ -200,7 +216,21 @@ class RegisterLayout:
         `op`, once per launch (`RegisterFileChecker._touch`)."""
         plan = self.touch_plans.get(op)
         if plan is None:
-            plan = self.touch_plans[op] = self._touches(op, written)
+            plan = self._touches(op, written)
+            kernel = None if self.every_read or plan[2] is not None else kernel_of(op)
+            if kernel is not None:
+                noted = self._fence_noted.get(kernel)
+                if noted is None:
+                    noted = self._fence_noted[kernel] = fence_touches(kernel, lambda o: self._raw_touches(o, written))
+                if op not in noted:
+                    plan = (None, None, None)
+            self.touch_plans[op] = plan
+        return plan
+
+    def _raw_touches(self, op: Operation, written) -> tuple:
+        plan = self._raw_touch_plans.get(op)
+        if plan is None:
+            plan = self._raw_touch_plans[op] = self._touches(op, written)
         return plan
 
     @property
@@ -263,7 +293,7 @@ class RegisterFileChecker(Interpreter.Listener):
     integer compare, not [T, k] bits); otherwise, and for a write by part of a warp, the registers' bits are
     materialised from their owners into the file and compared bit for bit in the active threads, as before.
     The verdict is the per-operand bit comparison's: a register another array overwrote is compared by bits
-    (equal bits pass)."""
+    (equal bits pass). The ops with nothing to compare, record or note are not observed at all (`observes`)."""
 
     def __init__(self, cta, allocation: "Allocation | RegisterLayout"):
         self.cta = cta

@@ -30,7 +30,9 @@ import numpy as np
 from xdsl.dialects import func, scf
 from xdsl.ir import Operation, OpResult
 
+from tessera.dialects import sm90
 from tessera.regalloc import aliases_operand_registers
+from tessera.regalloc.liveness import _alias_sources
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,19 @@ def _writes_in(events: list[int], lo: int, hi: int, excluded: list) -> bool:
     return count > 0
 
 
+def view_in_place(view: Operation, layout) -> bool:
+    """Whether each register of `view`'s result is the register of the source element it shows (what the
+    allocator gives a view: it prints no instruction, so nothing else puts its values there)."""
+    names = layout.names.get(view.results[0], ())
+    for i, (source, j) in _alias_sources(view):
+        mine = names[i] if i < len(names) else None
+        if mine is not None and mine.startswith("%"):
+            theirs = layout.names.get(source, ())
+            if j >= len(theirs) or theirs[j] != mine:
+                return False
+    return True
+
+
 def check_windows(func_op: func.FuncOp, layout) -> CheckWindows:
     """The reads of `func_op` that the register-file check compares and the ops whose writes it records, for
     `layout` (a `register_check.RegisterLayout`) (module docstring)."""
@@ -145,6 +160,7 @@ def check_windows(func_op: func.FuncOp, layout) -> CheckWindows:
                     writes[column] = [event]
                 else:
                     events.append(event)
+    misplaced_views = {op for op in result_columns if aliases_operand_registers(op) and not view_in_place(op, layout)}
     writes = {column: np.array(events, np.int64) for column, events in writes.items()}
     empty = np.zeros(0, np.int64)
     # per set of registers, the events writing any of them (sorted); per value, those and whether its
@@ -162,6 +178,10 @@ def check_windows(func_op: func.FuncOp, layout) -> CheckWindows:
             definition = value.op if isinstance(value, OpResult) else None
             if definition not in post:
                 kept.append(position)  # (a block argument or a value from outside the kernel: not reached)
+                columns.update(value_layout.columns.tolist())
+                continue
+            if definition in misplaced_views:
+                kept.append(position)  # its registers are not its source's: what they hold is not decided here
                 columns.update(value_layout.columns.tolist())
                 continue
             entry = value_events.get(value)
@@ -185,3 +205,36 @@ def check_windows(func_op: func.FuncOp, layout) -> CheckWindows:
             reads[op] = tuple(kept)
     records = frozenset(op for op, written in result_columns.items() if not written.isdisjoint(columns))
     return CheckWindows(reads, records, frozenset(columns))
+
+
+def _since_fence(wgmma: Operation) -> list[Operation] | None:
+    """The ops of `wgmma`'s block between the latest `wgmma_fence` before it and it, with their regions' ops
+    (every path into the wgmma runs that fence and then only these); None without such a fence."""
+    between = []
+    op = wgmma.prev_op
+    while op is not None and not isinstance(op, sm90.WgmmaFenceOp):
+        between.append(op)
+        op = op.prev_op
+    return None if op is None else [inner for outer in between for inner in outer.walk()]
+
+
+def fence_touches(func_op: func.FuncOp, touches) -> frozenset[Operation]:
+    """The ops whose register accesses the `wgmma_fence` rule by registers must note (`register_check`):
+    those touching a register of a wgmma after the latest fence before it in its block. An access before that
+    fence is ordered by it; a wgmma with no fence before it in its block counts every access of its registers.
+    `touches(op)` is the layout's (columns read, columns written, the wgmma's columns) of `op`."""
+    noted: set[Operation] = set()
+    every = None
+    for wgmma in func_op.walk():
+        if not isinstance(wgmma, sm90.WgmmaMmaAsyncOp):
+            continue
+        held = set(touches(wgmma)[2][0].tolist())
+        window = _since_fence(wgmma)
+        if window is None:
+            window = every = list(func_op.walk()) if every is None else every
+        for op in window:
+            reads, writes, _ = touches(op)
+            if (reads is not None and not held.isdisjoint(reads.tolist())
+                    or writes is not None and not held.isdisjoint(writes.tolist())):
+                noted.add(op)
+    return frozenset(noted)
