@@ -152,3 +152,36 @@ def test_a_view_placed_outside_its_sources_registers_is_compared():
     allocation = _sharing(kernel, "stored", "v")
     with pytest.raises(KernelHazardError, match=r"sm90.st_global .*: register %r\d+ no longer holds %stored"):
         _run(kernel, allocation)
+
+
+def _flash_swaps():
+    """The bench's kernel, inputs and swaps (bench/register_windows.py)."""
+    import random
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
+    import register_windows as bench
+
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal((1, 1, 64, 64)) for _ in range(3)]
+    sig, kernel = bench.flash_kernel(64, causal=False)
+    base = allocate_registers(kernel)
+    return bench, sig, kernel, inputs, base, bench.swaps(base, random.Random(0))
+
+
+def test_a_seeded_flash_allocation_is_reported_as_comparing_every_read_reports_it():
+    """%col_base in the registers of %peeled_trips: both are live in the peeled loop."""
+    bench, sig, kernel, inputs, base, _ = _flash_swaps()
+    (full, _), (windowed, _) = bench.compare(sig, kernel, inputs, base, _value(kernel, "col_base"),
+                                             _value(kernel, "peeled_trips"))
+    assert full[0] == "KernelHazardError" and "no longer holds %col_base" in full[1]
+    assert windowed == full
+
+
+@pytest.mark.slow
+def test_random_seeded_flash_allocations_end_as_comparing_every_read_ends():
+    bench, sig, kernel, inputs, base, drawn = _flash_swaps()
+    for _ in range(12):
+        (full, _), (windowed, _) = bench.compare(sig, kernel, inputs, base, *next(drawn))
+        assert windowed == full
