@@ -82,9 +82,10 @@ def _index(positions: list[int]) -> slice | np.ndarray:
     return np.array(positions, np.intp)
 
 
-def _prints_nothing(op: Operation) -> bool:
-    """Ops whose operands no instruction reads: views of registers, casts, control flow (its moves are writes)."""
-    return (aliases_operand_registers(op) or isinstance(op, UnrealizedConversionCastOp) or bool(op.regions)
+def _prints_nothing(op: Operation, view: bool) -> bool:
+    """Ops whose operands no instruction reads: views of registers (`view`), casts, control flow (its moves are
+    writes)."""
+    return (view or isinstance(op, UnrealizedConversionCastOp) or bool(op.regions)
             or op.parent is not None and op is op.parent.last_op)
 
 
@@ -140,6 +141,9 @@ class RegisterLayout:
         self._windows: dict[Operation, CheckWindows] = {}
         self._fence_noted: dict[Operation, frozenset[Operation]] = {}
         self._raw_touch_plans: dict[Operation, tuple] = {}
+        self.in_place: dict[Operation, bool] = {}
+        self._is_view: dict[Operation, bool] = {}
+        """Per view op, whether its result is in its source's registers (`register_windows.view_in_place`)."""
         self.touch_plans: dict[Operation, tuple] = {}
         self.held_plans: dict[Operation, tuple] = {}
         self._wgmma_columns: np.ndarray | None = None
@@ -179,6 +183,13 @@ class RegisterLayout:
             pass
         return layout
 
+    def is_view(self, op: Operation) -> bool:
+        """Whether `op`'s results are views of its operands' registers (`aliases_operand_registers`), kept."""
+        view = self._is_view.get(op)
+        if view is None:
+            view = self._is_view[op] = aliases_operand_registers(op)
+        return view
+
     def windows(self, op: Operation) -> CheckWindows | None:
         """The reads the check compares and the writes it records in `op`'s kernel (`register_windows`), once
         per kernel; None for an op outside a `func.func` (then every read is compared, every write recorded)."""
@@ -200,7 +211,7 @@ class RegisterLayout:
             windows = self.windows(op)
             compared = range(len(op.operands)) if windows is None else windows.reads.get(op, ())
             reads = tuple((i, layout) for i in compared if (layout := self.of(op.operands[i])))
-            view = aliases_operand_registers(op)
+            view = self.is_view(op)
             # a view outside its source's registers writes nothing there: its reads find what they hold
             recorded = (windows is None or op in windows.records) and (not view or view_in_place(op, self))
             writes = tuple((i, layout) for i, value in enumerate(op.results) if recorded and (layout := self.of(value)))
@@ -216,7 +227,7 @@ class RegisterLayout:
         `op`, once per launch (`RegisterFileChecker._touch`)."""
         plan = self.touch_plans.get(op)
         if plan is None:
-            plan = self._touches(op, written)
+            plan = self._raw_touches(op, written)
             kernel = None if self.every_read or plan[2] is not None else kernel_of(op)
             if kernel is not None:
                 noted = self._fence_noted.get(kernel)
@@ -254,7 +265,7 @@ class RegisterLayout:
                            key=_register_order)
             return None, None, (np.array([self.index[n] for n in names], np.intp), tuple(names))
         followed = self.wgmma_columns
-        reads = [] if _prints_nothing(op) else sorted(
+        reads = [] if _prints_nothing(op, self.is_view(op)) else sorted(
             {int(c) for value in op.operands if (layout := self.of(value)) for c in layout.columns if followed[c]})
         writes = [] if _folded_accumulator(op) else [c for name, _ in written(op) if followed[c := self.index[name]]]
         return (np.array(reads, np.intp) if reads else None), (np.array(writes, np.intp) if writes else None), None
@@ -575,7 +586,7 @@ class RegisterFileChecker(Interpreter.Listener):
         return self.layout.written(op, self._find_written)
 
     def _find_written(self, op: Operation) -> list[tuple[str, object]]:
-        if aliases_operand_registers(op):
+        if self.layout.is_view(op):
             return []
         written = []
         for j, result in enumerate(op.results):

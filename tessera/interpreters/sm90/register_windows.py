@@ -31,7 +31,6 @@ from xdsl.dialects import func, scf
 from xdsl.ir import Operation, OpResult
 
 from tessera.dialects import sm90
-from tessera.regalloc import aliases_operand_registers
 from tessera.regalloc.liveness import _alias_sources
 
 
@@ -125,7 +124,15 @@ def _writes_in(events: list[int], lo: int, hi: int, excluded: list) -> bool:
 
 def view_in_place(view: Operation, layout) -> bool:
     """Whether each register of `view`'s result is the register of the source element it shows (what the
-    allocator gives a view: it prints no instruction, so nothing else puts its values there)."""
+    allocator gives a view: it prints no instruction, so nothing else puts its values there); kept on
+    `layout.in_place`."""
+    known = layout.in_place.get(view)
+    if known is None:
+        known = layout.in_place[view] = _in_place(view, layout)
+    return known
+
+
+def _in_place(view: Operation, layout) -> bool:
     names = layout.names.get(view.results[0], ())
     for i, (source, j) in _alias_sources(view):
         mine = names[i] if i < len(names) else None
@@ -152,7 +159,7 @@ def check_windows(func_op: func.FuncOp, layout) -> CheckWindows:
         for other in layouts[1:]:
             columns.update(other.columns.tolist())
         result_columns[op] = columns
-        if not aliases_operand_registers(op):
+        if not layout.is_view(op):
             event = post[op]
             for column in columns:
                 events = writes.get(column)
@@ -160,7 +167,7 @@ def check_windows(func_op: func.FuncOp, layout) -> CheckWindows:
                     writes[column] = [event]
                 else:
                     events.append(event)
-    misplaced_views = {op for op in result_columns if aliases_operand_registers(op) and not view_in_place(op, layout)}
+    misplaced_views = {op for op in result_columns if layout.is_view(op) and not view_in_place(op, layout)}
     writes = {column: np.array(events, np.int64) for column, events in writes.items()}
     empty = np.zeros(0, np.int64)
     # per set of registers, the events writing any of them (sorted); per value, those and whether its
@@ -171,7 +178,7 @@ def check_windows(func_op: func.FuncOp, layout) -> CheckWindows:
     columns: set[int] = set()
     for op in ops:
         kept = []
-        for position, value in enumerate(op.operands):
+        for position, value in enumerate(op._operands):  # noqa: SLF001 - xDSL's `operands` view costs 10x
             value_layout = layout.of(value)
             if value_layout is None:
                 continue
