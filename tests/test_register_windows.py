@@ -1,8 +1,8 @@
 """The register-file check compares only the reads a write can reach (`tessera.interpreters.sm90.register_windows`):
 a correct allocation leaves none to compare, and seeded wrong allocations of kinds the other tests do not plant
 are still reported: a register reused one op after its value's last read in a loop body (too early: the loop's
-back edge reads it again), and two values sharing a register across an `scf.if` whose branches the threads
-split over. Sharing a register between a value read only in the else-branch and one made only in the
+back edge reads it again), a loop-carried value's register reused before its last read in a trip, and two
+values sharing a register across an `scf.if` whose branches the threads split over. Sharing a register between a value read only in the else-branch and one made only in the
 then-branch is legal (each thread runs one branch) and passes."""
 
 from __future__ import annotations
@@ -52,7 +52,10 @@ def _kernel(body: str) -> func.FuncOp:
 
 
 def _value(kernel: func.FuncOp, name: str):
-    return next(r for op in kernel.walk() for r in op.results if r.name_hint == name)
+    """The op result or block argument named `name`."""
+    values = [r for op in kernel.walk() for r in op.results] + [
+        a for op in kernel.walk() for region in op.regions for block in region.blocks for a in block.args]
+    return next(v for v in values if v.name_hint == name)
 
 
 def _run(kernel: func.FuncOp, allocation) -> np.ndarray:
@@ -111,6 +114,32 @@ def test_a_register_reused_one_op_early_across_a_loops_back_edge_is_reported():
     with pytest.raises(KernelHazardError, match=r"%x = arith.addi %s, %v .*: register %r\d+ no longer holds %v "
                                                 r"\(another value was allocated to it while it was live\) in thread 0"):
         _run(kernel, allocation)
+
+
+# %s, carried by the loop, is read twice in each trip: %u may not take its registers before the second read.
+CARRIED = """\
+    %v = arith.addi %t, %five : i32
+    %result = scf.for %i = %c0 to %c3 step %c1 iter_args(%s = %v) -> (i32) {
+      %u = arith.muli %s, %s : i32
+      %s2 = arith.addi %u, %s : i32
+      scf.yield %s2 : i32
+    }"""
+
+
+def test_a_loop_carried_value_is_compared_in_the_registers_the_moves_write():
+    """The loop's entry and its yields move values into the carried registers: %s is read from them."""
+    kernel = _kernel(CARRIED)
+    allocation = allocate_registers(kernel)
+    assert _compared(kernel, allocation) == {}
+    s = np.arange(THREADS, dtype=np.int32) + 5
+    for _ in range(3):
+        s = s * s + s
+    np.testing.assert_array_equal(_run(kernel, allocation), s)
+    seeded = _sharing(kernel, "u", "s")
+    assert _compared(kernel, seeded) == {"s2": ["s"]}
+    with pytest.raises(KernelHazardError, match=r"%s2 = arith.addi %u, %s .*: register %r\d+ no longer holds %s .* "
+                                                r"in thread 0"):
+        _run(kernel, seeded)
 
 
 # Threads 0-15 take the then-branch, which makes %u; the else-branch reads %v; %v may be read after the if.

@@ -49,8 +49,8 @@ from xdsl.ir import BlockArgument, Operation
 
 from tessera.dialects import sm90
 from tessera.interpreters.block_batch import KernelHazardError, describe_op
-from tessera.interpreters.sm90.register_windows import (CheckWindows, check_windows, fence_touches, kernel_of,
-                                                           view_in_place)
+from tessera.interpreters.sm90.register_windows import (CheckWindows, carried, check_windows, fence_touches,
+                                                           kernel_of, moves_of, view_in_place)
 from tessera.regalloc import Allocation, aliases_operand_registers
 from tessera.sm90 import facts
 
@@ -149,14 +149,15 @@ class RegisterLayout:
         self._wgmma_columns: np.ndarray | None = None
 
     def of(self, value) -> _Layout | None:
-        """The registers of `value` (None for a value with none, or one written implicitly: a block argument)."""
+        """The registers of `value` (None for a value with none, or one no op or move writes: a kernel
+        argument, a loop's induction variable)."""
         try:
             return self._layouts[value]
         except KeyError:
             pass
         names = self.names.get(value)
         layout = None
-        if names is not None and not isinstance(value, BlockArgument):
+        if names is not None and (not isinstance(value, BlockArgument) or carried(value)):
             picked = [(i, name) for i, name in enumerate(names) if name.startswith("%")]
             if picked:
                 columns = [self.index[name] for _, name in picked]
@@ -204,7 +205,8 @@ class RegisterLayout:
     def plan(self, op: Operation, written) -> tuple:
         """(operand positions whose registers the check compares, with their layouts; result positions whose
         writes it records, with theirs; the registers of wgmma operands `op` writes (from `written(op)`: their
-        columns, names and values; empty if none); whether its results are views of its operands' registers):
+        columns, names and values; empty if none); whether its results are views of its operands' registers;
+        the operand positions it moves into a loop's carried registers, with the layouts of those (`moves_of`)):
         what the checker does at `op`, computed once per kernel and allocation (`plans`)."""
         plan = self.plans.get(op)
         if plan is None:
@@ -214,11 +216,13 @@ class RegisterLayout:
             view = self.is_view(op)
             # a view outside its source's registers writes nothing there: its reads find what they hold
             recorded = (windows is None or op in windows.records) and (not view or view_in_place(op, self))
+            # (a region op or terminator moving values into a loop's carried registers records those moves)
             writes = tuple((i, layout) for i, value in enumerate(op.results) if recorded and (layout := self.of(value)))
             followed = self.wgmma_columns  # only these can be in flight (`held`)
             registers = [(name, value) for name, value in written(op) if followed[self.index[name]]]
             columns = np.array([self.index[name] for name, _ in registers], np.intp)
-            plan = self.plans[op] = (reads, writes, registers and (columns, *zip(*registers)), view)
+            moves = tuple((i, layout) for i, target in moves_of(op) if recorded and (layout := self.of(target)))
+            plan = self.plans[op] = (reads, writes, registers and (columns, *zip(*registers)), view, moves)
         return plan
 
     def touches(self, op: Operation, written) -> tuple:
@@ -266,7 +270,8 @@ class RegisterLayout:
             return None, None, (np.array([self.index[n] for n in names], np.intp), tuple(names))
         followed = self.wgmma_columns
         reads = [] if _prints_nothing(op, self.is_view(op)) else sorted(
-            {int(c) for value in op.operands if (layout := self.of(value)) for c in layout.columns if followed[c]})
+            {int(c) for value in op.operands if not isinstance(value, BlockArgument) and (layout := self.of(value))
+             for c in layout.columns if followed[c]})
         writes = [] if _folded_accumulator(op) else [c for name, _ in written(op) if followed[c := self.index[name]]]
         return (np.array(reads, np.intp) if reads else None), (np.array(writes, np.intp) if writes else None), None
 
@@ -351,10 +356,10 @@ class RegisterFileChecker(Interpreter.Listener):
     def observes(self, op: Operation) -> tuple[bool, bool]:
         """(before, after) for `program`: an op with reads to compare or register accesses the fence rule
         follows, a wgmma; after it also an op whose writes are recorded or may hit registers in flight."""
-        reads, writes, written, _ = self._plan(op)
+        reads, writes, written, _, moves = self._plan(op)
         wgmma = type(op) is sm90.WgmmaMmaAsyncOp
         touches = self._touches(op, self._written) if self.fences else (None, None, None)
-        before = bool(reads) or wgmma and self.fences or touches[0] is not None
+        before = bool(reads) or bool(moves) or wgmma and self.fences or touches[0] is not None
         after = (bool(writes) or wgmma or bool(written)
                  or self.fences and (type(op) is sm90.WgmmaFenceOp or touches[1] is not None))
         return before, after
@@ -444,7 +449,7 @@ class RegisterFileChecker(Interpreter.Listener):
         self.owner[:, columns] = codes
 
     def did_interpret_op(self, op: Operation, results) -> None:
-        reads, writes, written, alias = self._plan(op)
+        _, writes, written, alias, _ = self._plan(op)
         active = self.cta.active
         kind = type(op)  # `type is`, not isinstance: ops are ABCs, whose isinstance is slow in this hot path
         if kind is sm90.WgmmaMmaAsyncOp:
@@ -456,12 +461,16 @@ class RegisterFileChecker(Interpreter.Listener):
                 self.touched[self._warpgroups(active)] = -1
             elif (columns := self._touches(op, self._written)[1]) is not None:
                 self._touch(op, active, columns)
-        if not writes:
-            return
+        if writes:
+            self._record(results, writes, alias, active)
+
+    def _record(self, values, writes: tuple, alias: bool, active: np.ndarray) -> None:
+        """The active threads' registers of each (position, layout) of `writes` now hold `values[position]` (a
+        view's: what they held, `_view`)."""
         granules, whole = self._granules(active)
         rows = granules if isinstance(granules, slice) else granules[:, None]
         for position, layout in writes:
-            array = np.asarray(results[position])
+            array = np.asarray(values[position])
             if alias and self._view(array, layout, granules):
                 continue
             kind = self._kind(array)
@@ -491,9 +500,13 @@ class RegisterFileChecker(Interpreter.Listener):
                 self._check_fenced(op, self.cta.active)
             elif (columns := self._touches(op, self._written)[0]) is not None:
                 self._touch(op, self.cta.active, columns)
-        reads = self._plan(op)[0]
-        if not reads:
-            return
+        reads, _, _, _, moves = self._plan(op)
+        if reads:
+            self._check_reads(op, args, reads)
+        if moves:  # the moves into a loop's carried registers, after their sources were read
+            self._record(args, moves, False, self.cta.active)
+
+    def _check_reads(self, op: Operation, args, reads: tuple) -> None:
         granules = self._granules(self.cta.active)[0]
         rows = granules if isinstance(granules, slice) else granules[:, None]
         for position, layout in reads:

@@ -28,7 +28,7 @@ from bisect import bisect_left, bisect_right
 
 import numpy as np
 from xdsl.dialects import func, scf
-from xdsl.ir import Operation, OpResult
+from xdsl.ir import Block, BlockArgument, Operation, OpResult
 
 from tessera.dialects import sm90
 from tessera.regalloc.liveness import _alias_sources
@@ -83,12 +83,13 @@ def _region_span(region, pre, post) -> tuple[int, int] | None:
     return (pre[ops[0]], post[ops[-1]]) if ops else None
 
 
-def _window(definition: Operation, reader: Operation, pre, post) -> tuple[int, int, list] | None:
-    """(lo, hi, excluded spans): the writes that may run between `definition`'s result write and `reader`'s read
-    are the events e with lo < e < hi outside the excluded [first, last] spans (module docstring); None when
-    `reader` is not in a block below `definition`'s (then every write counts)."""
-    lo, hi = post[definition], pre[reader]
-    home = definition.parent_block()
+def _window(lo: int | None, home: Block, reader: Operation, pre, post) -> tuple[int, int, list] | None:
+    """(lo, hi, excluded spans): the writes that may run between a value's definition (event `lo`, in block
+    `home`) and `reader`'s read are the events e with lo < e < hi outside the excluded [first, last] spans
+    (module docstring); None when `reader` is not in a block below `home` (then every write counts)."""
+    if lo is None:
+        return None
+    hi = pre[reader]
     chain = []  # (ancestor region op of `reader`, its child on the way to `reader`), innermost first
     child = reader
     while child.parent_block() is not home:
@@ -143,31 +144,64 @@ def _in_place(view: Operation, layout) -> bool:
     return True
 
 
+def carried(value: BlockArgument) -> bool:
+    """Whether the block argument `value` is a loop's carried value, which the moves of `moves_of` write (not
+    a kernel argument, not an `scf.for`'s induction variable)."""
+    parent = value.block.parent_op()
+    return isinstance(parent, scf.WhileOp) or isinstance(parent, scf.ForOp) and value.index > 0
+
+
+def moves_of(op: Operation) -> list[tuple[int, BlockArgument]]:
+    """(operand position, block argument) of each value `op` moves into a loop's carried registers: a loop's
+    initial values (`scf.for`, `scf.while`), a trip's yielded ones (`scf.yield` of a loop), the values an
+    `scf.condition` passes to the after-region. The moves run after `op` read its operands."""
+    if isinstance(op, scf.ForOp):
+        return [(3 + j, arg) for j, arg in enumerate(op.body.block.args[1:])]
+    if isinstance(op, scf.WhileOp):
+        return list(enumerate(op.before_region.block.args))
+    parent = op.parent_op()
+    if isinstance(op, scf.YieldOp) and isinstance(parent, scf.ForOp):
+        return [(j, arg) for j, arg in enumerate(parent.body.block.args[1:])]
+    if isinstance(op, scf.YieldOp) and isinstance(parent, scf.WhileOp) and op.parent_region() is parent.after_region:
+        return list(enumerate(parent.before_region.block.args))
+    if isinstance(op, scf.ConditionOp) and isinstance(parent, scf.WhileOp):
+        return [(1 + j, arg) for j, arg in enumerate(parent.after_region.block.args)]
+    return []
+
+
+def _note(writes: dict[int, list[int]], columns, event: int) -> None:
+    for column in columns:
+        events = writes.get(column)
+        if events is None:
+            writes[column] = [event]
+        else:
+            events.append(event)
+
+
 def check_windows(func_op: func.FuncOp, layout) -> CheckWindows:
     """The reads of `func_op` that the register-file check compares and the ops whose writes it records, for
     `layout` (a `register_check.RegisterLayout`) (module docstring)."""
     pre, post = _number(func_op)
     ops = sorted(pre, key=pre.__getitem__)
-    # the events that write each register (file column); a view's results are its operands' registers
+    # the events that write each register (file column): results at `post` (a view's results are its
+    # operands' registers), moves into carried registers at `pre`, after the op's reads
     writes: dict[int, list[int]] = {}
-    result_columns: dict[Operation, set[int]] = {}
+    written_by: dict[Operation, set[int]] = {}
     for op in ops:
         layouts = [layout_ for result in op.results if (layout_ := layout.of(result)) is not None]
-        if not layouts:
-            continue
-        columns = set(layouts[0].columns.tolist())
-        for other in layouts[1:]:
-            columns.update(other.columns.tolist())
-        result_columns[op] = columns
-        if not layout.is_view(op):
-            event = post[op]
-            for column in columns:
-                events = writes.get(column)
-                if events is None:
-                    writes[column] = [event]
-                else:
-                    events.append(event)
-    misplaced_views = {op for op in result_columns if layout.is_view(op) and not view_in_place(op, layout)}
+        if layouts:
+            columns = set(layouts[0].columns.tolist())
+            for other in layouts[1:]:
+                columns.update(other.columns.tolist())
+            written_by[op] = columns
+            if not layout.is_view(op):
+                _note(writes, columns, post[op])
+        moved = [layout_ for _, target in moves_of(op) if (layout_ := layout.of(target)) is not None]
+        if moved:
+            columns = {c for layout_ in moved for c in layout_.columns.tolist()}
+            written_by.setdefault(op, set()).update(columns)
+            _note(writes, columns, pre[op])
+    misplaced_views = {op for op in written_by if op.results and layout.is_view(op) and not view_in_place(op, layout)}
     writes = {column: np.array(events, np.int64) for column, events in writes.items()}
     empty = np.zeros(0, np.int64)
     # per set of registers, the events writing any of them (sorted); per value, those and whether its
@@ -182,13 +216,16 @@ def check_windows(func_op: func.FuncOp, layout) -> CheckWindows:
             value_layout = layout.of(value)
             if value_layout is None:
                 continue
-            definition = value.op if isinstance(value, OpResult) else None
-            if definition not in post:
-                kept.append(position)  # (a block argument or a value from outside the kernel: not reached)
-                columns.update(value_layout.columns.tolist())
-                continue
-            if definition in misplaced_views:
-                kept.append(position)  # its registers are not its source's: what they hold is not decided here
+            if isinstance(value, OpResult):
+                definition = value.op
+                window = _window(post.get(definition), definition.parent_block(), op, pre, post)
+                results = definition.results
+            else:  # a carried value: moved in before the block's first op (after a previous trip's moves)
+                first = value.block.first_op
+                window = _window(pre[first] - 1 if first in pre else None, value.block, op, pre, post)
+                definition, results = None, ()
+            if window is None or definition in misplaced_views:
+                kept.append(position)  # not below its definition, or a view whose registers are not its source's
                 columns.update(value_layout.columns.tolist())
                 continue
             entry = value_events.get(value)
@@ -199,18 +236,17 @@ def check_windows(func_op: func.FuncOp, layout) -> CheckWindows:
                 if events is None:
                     unique = np.unique(own).tolist()
                     events = events_of[key] = np.sort(np.concatenate([writes.get(c, empty) for c in unique])).tolist()
-                shared = len(definition.results) > 1 and any(
+                shared = len(results) > 1 and any(
                     other is not value and (other_layout := layout.of(other)) is not None
-                    and np.isin(other_layout.columns, own).any() for other in definition.results)
+                    and np.isin(other_layout.columns, own).any() for other in results)
                 entry = value_events[value] = (events, -1 if shared or len(np.unique(own)) < len(own) else 0)
             events, shift = entry
-            window = _window(definition, op, pre, post)
-            if window is None or _writes_in(events, window[0] + shift, window[1], window[2]):
+            if _writes_in(events, window[0] + shift, window[1], window[2]):
                 kept.append(position)
                 columns.update(value_layout.columns.tolist())
         if kept:
             reads[op] = tuple(kept)
-    records = frozenset(op for op, written in result_columns.items() if not written.isdisjoint(columns))
+    records = frozenset(op for op, written in written_by.items() if not written.isdisjoint(columns))
     return CheckWindows(reads, records, frozenset(columns))
 
 
