@@ -2,19 +2,22 @@
 
 The check fails at an op X reading a value v from a register r only if, in some thread, an op wrote r after v's
 definition D and before X: between D's write and X's read in program order, or anywhere in a loop that holds X
-but not D (its later trips and its back edge run before X reads again), or in a branch of an `scf.if` that
-holds D and X on neither side. A branch of an `scf.if` that holds X but not D, taken by the other threads, is
+but not D (its later trips and its back edge run before X reads again), or in either branch of an `scf.if`
+that runs between them. A branch of an `scf.if` that holds X but not D, taken by the other threads, is
 not between them unless a loop holds the `scf.if` too (per thread, the branches exclude each other; in a loop a
 thread may take the other branch in an earlier trip). Any region op other than `scf.if` counts as a loop.
 
-`check_windows` numbers every op of the kernel with the event of its reads (`pre`) and of its result writes
-(`post`, after its regions'), lists per register the events that write it, and keeps, per op, only the
-operands whose window holds a write to one of their registers: a correct allocation leaves few (results of
-region ops read after them, values whose registers a loop's other values also use, ...), a wrong one keeps
-every read it can break. The file must then record the writes of every op writing a register that some kept
+A loop's carried value (a block argument) is defined at the start of its block: the loop's entry, its yields
+and an `scf.condition` move values into carried registers right after reading their operands (`moves_of`).
+
+`check_windows` numbers every op of the kernel with the event of its reads and moves (`pre`) and of its result
+writes (`post`, after its regions'), lists per register the events that write it, and keeps, per op, only the
+operands whose window holds a write to one of their registers: a correct allocation leaves few or none (flash
+attention: none), a wrong one keeps every read it can break. The file must then record the writes of every op writing a register that some kept
 read compares (`CheckWindows.records`), so its state for those registers is the state the full check would
 have; writes to other registers need no record. Views (ops whose results are their operands' registers) write
-nothing: their results are read through their own windows, and their operands are read at the view.
+nothing: their results are read through their own windows, and their operands are read at the view; a view
+placed in other registers than its source's (`view_in_place`) has every read kept.
 
 This decides which comparisons run, never how they compare: a read left out cannot fail (no write into its
 registers can run between its definition and it), so the check raises the same error at the same op.
@@ -22,9 +25,8 @@ registers can run between its definition and it), so the check raises the same e
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
 
 import numpy as np
 from xdsl.dialects import func, scf
@@ -180,7 +182,7 @@ def _note(writes: dict[int, list[int]], columns, event: int) -> None:
 
 def check_windows(func_op: func.FuncOp, layout) -> CheckWindows:
     """The reads of `func_op` that the register-file check compares and the ops whose writes it records, for
-    `layout` (a `register_check.RegisterLayout`) (module docstring)."""
+    `layout` (a `register_layout.RegisterLayout`) (module docstring)."""
     pre, post = _number(func_op)
     ops = sorted(pre, key=pre.__getitem__)
     # the events that write each register (file column): results at `post` (a view's results are its
