@@ -2,8 +2,9 @@
 a correct allocation leaves none to compare, and seeded wrong allocations of kinds the other tests do not plant
 are still reported: a register reused one op after its value's last read in a loop body (too early: the loop's
 back edge reads it again), a loop-carried value's register reused before its last read in a trip, and two
-values sharing a register across an `scf.if` whose branches the threads split over. Sharing a register between a value read only in the else-branch and one made only in the
-then-branch is legal (each thread runs one branch) and passes."""
+values sharing a register across an `scf.if` whose branches the threads split over. Sharing a register between
+a value read only in the else-branch and one made only in the then-branch is legal (each thread runs one
+branch) and passes."""
 
 from __future__ import annotations
 

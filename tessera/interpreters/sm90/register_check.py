@@ -10,9 +10,9 @@ its value's definition and it), and the file records only the writes of register
 so a correct allocation costs next to nothing and a wrong one is reported at the same op as by comparing every
 read (`RegisterLayout(every_read=True)`, the reference the tests hold it to). A view (an op whose result is
 its operands' registers, printing no instruction) placed in other registers writes nothing: its reads are
-compared with what those registers hold. Values that are immediates, kernel arguments and loop-carried
-block arguments (written implicitly by the loop) are not checked directly; the results computed into their
-registers are.
+compared with what those registers hold. Immediates, kernel arguments and a loop's induction variable are
+not checked; a loop-carried value is read from the registers the loop's moves (at its entry, its yields and
+an `scf.condition`) write, after those ops read their operands.
 
 Registers of in-flight wgmma groups: from a `wgmma_mma_async` until the `wgmma_wait_group` that completes its
 group (`WgmmaUnit.done`), the tensor core still reads the A fragment's registers (register A) and writes the
@@ -29,10 +29,10 @@ and a wgmma that accesses the same register (its accumulator, which it writes, o
 warpgroup must execute a `wgmma_fence`; accesses by the wgmmas of a chain are exempt. The checker keeps, per
 warpgroup and register, the first instruction that touched it since the warpgroup's latest fence (reads and
 writes of ops that print an instruction: not views, not yields, not a constant folded into a wgmma's
-accumulator), and refuses a wgmma whose registers one touched. Only accesses that can fall between a wgmma
-and the latest fence before it in its block are noted (`register_windows.fence_touches`). This is the rule on the registers the PTX has,
-so the CTA simulator and the PTX executor agree: a zero accumulator (scale-d 0) written by no instruction
-needs no fence, S registers read by the softmax since the last fence do. Without an allocation,
+accumulator), and refuses a wgmma whose registers one touched; only accesses that can fall between a wgmma
+and the latest fence before it in its block are noted (`register_windows.fence_touches`). This is the rule
+on the registers the PTX has, so the CTA simulator and the PTX executor agree: a zero accumulator (scale-d 0)
+written by no instruction needs no fence, S registers read by the softmax since the last fence do. Without an allocation,
 `wgmma.WgmmaUnit` applies the rule to SSA values instead (a value feeding the wgmma computed after the fence).
 """
 
