@@ -14,27 +14,26 @@ compared with what those registers hold. Immediates, kernel arguments and a loop
 not checked; a loop-carried value is read from the registers the loop's moves (at its entry, its yields and
 an `scf.condition`) write, after those ops read their operands.
 
-Registers of in-flight wgmma groups: from a `wgmma_mma_async` until the `wgmma_wait_group` that completes its
-group (`WgmmaUnit.done`), the tensor core still reads the A fragment's registers (register A) and writes the
-result's `{d...}` registers. An op other than a wgmma that writes one of them in a thread of that warpgroup
-meanwhile is reported, naming the writer, the register and the wgmma (PTX: touching them before the wait is
-undefined; ptxas warns C7515 for accumulators). Ops whose results are views of their operands' registers print no instruction and
-write nothing. `scf.if`, `scf.for` and `scf.while` write their result registers with moves at their yields
-(and a loop's initial values at its entry); a result register that one of those sources already holds needs
-no move and is not counted as written (the check cannot tell which branch a thread took); the writes of a
-loop's latch into its carried registers are not seen.
+Registers of in-flight wgmma groups: from a `wgmma_mma_async` until the `wgmma_wait_group` that completes its group
+(`WgmmaUnit.done`), the tensor core still reads the A fragment's registers (register A) and writes the result's
+`{d...}` registers. An op other than a wgmma that writes one of them in a thread of that warpgroup meanwhile is
+reported, naming the writer, the register and the wgmma (PTX: touching them before the wait is undefined; ptxas
+warns C7515 for accumulators). Ops whose results are views of their operands' registers print no instruction and
+write nothing. `scf.if`, `scf.for` and `scf.while` write their result registers with moves at their yields (and a
+loop's initial values at its entry); a result register that one of those sources already holds needs no move and is
+not counted as written (the check cannot tell which branch a thread took); the moves of a loop's latch into its
+carried registers are not checked against registers in flight.
 
-`wgmma_fence` by registers (`memory_model.WGMMA_FENCE`, with `races`): between a thread's access of a register
-and a wgmma that accesses the same register (its accumulator, which it writes, or its A fragment), the
-warpgroup must execute a `wgmma_fence`; accesses by the wgmmas of a chain are exempt. The checker keeps, per
-warpgroup and register, the first instruction that touched it since the warpgroup's latest fence (reads and
-writes of ops that print an instruction: not views, not yields, not a constant folded into a wgmma's
-accumulator), and refuses a wgmma whose registers one touched; only accesses that can fall between a wgmma
-and the latest fence before it in its block are noted (`register_windows.fence_touches`). This is the rule
-on the registers the PTX has, so the CTA simulator and the PTX executor agree: a zero accumulator (scale-d 0)
-written by no instruction needs no fence, S registers read by the softmax since the last fence do. Without an allocation,
-`wgmma.WgmmaUnit` applies the rule to SSA values instead (a value feeding the wgmma computed after the fence).
-"""
+`wgmma_fence` by registers (`memory_model.WGMMA_FENCE`, with `races`): between a thread's access of a register and a
+wgmma that accesses the same register (its accumulator, which it writes, or its A fragment), the warpgroup must
+execute a `wgmma_fence`; accesses by the wgmmas of a chain are exempt. The checker keeps, per warpgroup and
+register, the first instruction that touched it since the warpgroup's latest fence (reads and writes of ops that
+print an instruction: not views, not yields, not a constant folded into a wgmma's accumulator), and refuses a wgmma
+whose registers one touched; only accesses that can fall between a wgmma and the latest fence before it in its block
+are noted (`register_windows.fence_touches`). This is the rule on the registers the PTX has, so the CTA simulator
+and the PTX executor agree: a zero accumulator (scale-d 0) written by no instruction needs no fence, S registers
+read by the softmax since the last fence do. Without an allocation, `wgmma.WgmmaUnit` applies the rule to SSA values
+instead (a value feeding the wgmma computed after the fence)."""
 
 from __future__ import annotations
 

@@ -14,10 +14,10 @@ and an `scf.condition` move values into carried registers right after reading th
 writes (`post`, after its regions'), lists per register the events that write it, and keeps, per op, only the
 operands whose window holds a write to one of their registers: a correct allocation leaves few or none (flash
 attention: none), a wrong one keeps every read it can break. The file must then record the writes of every op
-writing a register that some kept read compares (`CheckWindows.records`), so its state for those registers is
-the state the full check would have; writes to other registers need no record. Views (ops whose results are their operands' registers) write
-nothing: their results are read through their own windows, and their operands are read at the view; a view
-placed in other registers than its source's (`view_in_place`) has every read kept.
+writing a register that some kept read compares (`CheckWindows.records`), so its state for those registers is the
+state the full check would have; writes to other registers need no record. Views (ops whose results are their
+operands' registers) write nothing: their results are read through their own windows, and their operands are read at
+the view; a view placed in other registers than its source's (`view_in_place`) has every read kept.
 
 This decides which comparisons run, never how they compare: a read left out cannot fail (no write into its
 registers can run between its definition and it), so the check raises the same error at the same op.
