@@ -251,26 +251,6 @@ class WgmmaUnit:
         """The m x k A tile from the [128, 4] packed registers of a warpgroup (`_register_tiles`)."""
         return cls._register_tiles(registers, ab, m, k)[0]
 
-    def _check_read(self, op: Operation, warpgroup: int, byte_addresses: np.ndarray, low: int, high: int,
-                    threads: np.ndarray, what: str) -> None:
-        """The async-proxy read of an operand's bytes (in [low, high)) by `warpgroup`, checked once per epoch of
-        their lines: whole lines found readable by the warpgroup (so are the bytes read among them) stay so until
-        a write changes one of them (`shared_memory` change epochs), so the k-steps of a tile after the first,
-        and a tile read again (Q in every trip), only compare stamps. Lines with a byte not readable (and a span
-        much wider than the bytes read) take `check_async_read` of the bytes read, which reports it."""
-        smem = self.cta.smem
-        lines = slice(low // EPOCH_BYTES, (high - 1) // EPOCH_BYTES + 1)
-        verified = self._verified[warpgroup, lines]
-        if (verified >= smem.changed[lines]).all():
-            smem.note_read(byte_addresses, threads[0])
-            return
-        if (lines.stop - lines.start) * EPOCH_BYTES <= _SPAN_LIMIT * len(byte_addresses) and smem.async_readable(
-                lines, threads):
-            self._verified[warpgroup, lines] = smem.changes  # the bytes read are among them: they pass
-            smem.note_read(byte_addresses, threads[0])
-            return
-        smem.check_async_read(op, byte_addresses, threads, f"wgmma operand {what}")
-
     @staticmethod
     def _register_tiles(registers: np.ndarray, ab: str, m: int, k: int) -> np.ndarray:
         """The m x k A tiles, [W, m, k], from the [W * 128, 4] packed registers of W warpgroups (each register
@@ -320,6 +300,26 @@ class WgmmaUnit:
         done = self._completed[warpgroup]
         inside = groups < len(done)
         return np.where(inside, done[np.where(inside, groups, 0)], -1)
+
+    def _check_read(self, op: Operation, warpgroup: int, byte_addresses: np.ndarray, low: int, high: int,
+                    threads: np.ndarray, what: str) -> None:
+        """The async-proxy read of an operand's bytes (in [low, high)) by `warpgroup`, checked once per epoch of
+        their lines: whole lines found readable by the warpgroup (so are the bytes read among them) stay so until
+        a write changes one of them (`shared_memory` change epochs), so the k-steps of a tile after the first,
+        and a tile read again (Q in every trip), only compare stamps. Lines with a byte not readable (and a span
+        much wider than the bytes read) take `check_async_read` of the bytes read, which reports it."""
+        smem = self.cta.smem
+        lines = slice(low // EPOCH_BYTES, (high - 1) // EPOCH_BYTES + 1)
+        verified = self._verified[warpgroup, lines]
+        if (verified >= smem.changed[lines]).all():
+            smem.note_read(byte_addresses, threads[0])
+            return
+        if (lines.stop - lines.start) * EPOCH_BYTES <= _SPAN_LIMIT * len(byte_addresses) and smem.async_readable(
+                lines, threads):
+            self._verified[warpgroup, lines] = smem.changes  # the bytes read are among them: they pass
+            smem.note_read(byte_addresses, threads[0])
+            return
+        smem.check_async_read(op, byte_addresses, threads, f"wgmma operand {what}")
 
     # endregion
     # region groups
