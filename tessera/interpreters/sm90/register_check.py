@@ -410,7 +410,7 @@ class RegisterFileChecker(Interpreter.Listener):
         pending = self.flight[warpgroups][:, columns] > done[warpgroups][:, None]
         if not pending.any():
             return
-        i, j = np.unravelas_index(int(np.argmax(pending)), pending.shape)
+        i, j = np.unravel_index(int(np.argmax(pending)), pending.shape)
         entry = self.entries[int(self.flight_entry[warpgroups[i], columns[j]])]
         size, w = facts.WARPGROUP_SIZE, entry.warpgroup
         thread = w * size + int(np.argmax(active[w * size : (w + 1) * size]))
