@@ -94,7 +94,8 @@ class SharedMemory:
         box = getattr(addresses, "box", None)
         if box is not None:
             start, shape, strides = box
-            low, high = start, start + sum((extent - 1) * stride for extent, stride in zip(shape, strides))
+            reach = [(extent - 1) * stride for extent, stride in zip(shape, strides)]
+            low, high = start + sum(min(r, 0) for r in reach), start + sum(max(r, 0) for r in reach)
         elif len(addresses):
             low, high = int(addresses.min()), int(addresses.max())
         else:
