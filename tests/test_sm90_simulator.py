@@ -902,6 +902,31 @@ def test_missing_fence_proxy_async_is_reported(rng):
         _run_st_shared(kernel, rng)
 
 
+def test_a_store_between_two_reads_of_a_checked_operand_is_reported_at_the_second(rng):
+    """The wgmma operand check runs once per epoch of the operand's shared-memory lines: the first wgmma finds
+    B's lines readable; a later st_shared into them (after a bar_sync that orders the first wgmma's completion
+    before it, but no fence_proxy_async) starts a new epoch, so the second
+    wgmma reading B checks its bytes again and reports the store."""
+    second = """    sm90.wgmma_wait_group 0
+    sm90.bar_sync 2, 128
+    %sb_v = vector.broadcast %sb : i32 to vector<4xi32>
+    %b_addr = arith.addi %sb_v, %s_off : vector<4xi32>
+    sm90.st_shared %b_addr, %img : vector<4xi32>, vector<4xi32>
+    sm90.wgmma_fence
+    %d2 = sm90.wgmma_mma_async %acc0, %da, %db n 64 type "bf16" trans 0, 1 : vector<32xf32>, i64
+    sm90.wgmma_commit_group
+    sm90.wgmma_wait_group 0
+"""
+    kernel = _seed(ST_SHARED_GEMM, "    sm90.wgmma_wait_group 0\n", second)
+    with pytest.raises(KernelHazardError, match=r"%d2 = sm90.wgmma_mma_async .*: reads wgmma operand B at shared "
+                                                r"address 0x0 \(buffer 'b' \+ 0\), which thread 0 stored with st_shared "
+                                                r"and has not made visible to the async proxy"):
+        _run_st_shared(kernel, rng)
+    c, reference = _run_st_shared(_seed(ST_SHARED_GEMM, "    sm90.wgmma_wait_group 0\n", second.replace(
+        "    sm90.wgmma_fence\n", "    sm90.fence_proxy_async\n    sm90.bar_sync 3, 128\n    sm90.wgmma_fence\n")), rng)
+    np.testing.assert_allclose(c, reference, rtol=1e-5, atol=1e-5)
+
+
 def test_other_warps_stores_need_a_bar_sync_after_the_fence(rng):
     kernel = _seed(ST_SHARED_GEMM, "    sm90.bar_sync 1, 128\n", "")
     with pytest.raises(KernelHazardError, match=r"sm90.wgmma_mma_async .* which thread 0 stored and fenced with no "

@@ -1,48 +1,53 @@
 """Checking a register allocation while the CTA simulator runs (as xDSL's RISC-V interpreter does).
 
 Beside the SSA values, the simulator keeps a register file: each op's results are written, for the active
-threads, into the registers `tessera.regalloc` assigned them; before each op runs, every operand that lives
-in registers is compared with the register file. If another value has overwritten a register while it was
+threads, into the registers `tessera.regalloc` assigned them; before each op runs, its operands that live in
+registers are compared with the register file. If another value has overwritten a register while it was
 still needed, the comparison fails and the run stops, naming the op, the value, the register and the thread:
-allocation bugs are errors, not wrong results. Values that are immediates, kernel arguments and loop-carried
-block arguments (written implicitly by the loop) are not checked directly; the results computed into their
-registers are.
+allocation bugs are errors, not wrong results. Which comparisons can fail is decided once per kernel and
+allocation (`register_windows`: a read is compared only if an op writing one of its registers can run between
+its value's definition and it), and the file records only the writes of registers some compared read uses,
+so a correct allocation costs next to nothing and a wrong one is reported at the same op as by comparing every
+read (`RegisterLayout(every_read=True)`, the reference the tests hold it to). A view (an op whose result is
+its operands' registers, printing no instruction) placed in other registers writes nothing: its reads are
+compared with what those registers hold. Immediates, kernel arguments and a loop's induction variable are
+not checked; a loop-carried value is read from the registers the loop's moves (at its entry, its yields and
+an `scf.condition`) write, after those ops read their operands.
 
-Registers of in-flight wgmma groups: from a `wgmma_mma_async` until the `wgmma_wait_group` that completes its
-group (`WgmmaUnit.done`), the tensor core still reads the A fragment's registers (register A) and writes the
-result's `{d...}` registers. An op other than a wgmma that writes one of them in a thread of that warpgroup
-meanwhile is reported, naming the writer, the register and the wgmma (PTX: touching them before the wait is
-undefined; ptxas warns C7515 for accumulators). Ops whose results are views of their operands' registers print no instruction and
-write nothing. `scf.if`, `scf.for` and `scf.while` write their result registers with moves at their yields
-(and a loop's initial values at its entry); a result register that one of those sources already holds needs
-no move and is not counted as written (the check cannot tell which branch a thread took); the writes of a
-loop's latch into its carried registers are not seen.
+Registers of in-flight wgmma groups: from a `wgmma_mma_async` until the `wgmma_wait_group` that completes its group
+(`WgmmaUnit.done`), the tensor core still reads the A fragment's registers (register A) and writes the result's
+`{d...}` registers. An op other than a wgmma that writes one of them in a thread of that warpgroup meanwhile is
+reported, naming the writer, the register and the wgmma (PTX: touching them before the wait is undefined; ptxas
+warns C7515 for accumulators). Ops whose results are views of their operands' registers print no instruction and
+write nothing. `scf.if`, `scf.for` and `scf.while` write their result registers with moves at their yields (and a
+loop's initial values at its entry); a result register that one of those sources already holds needs no move and is
+not counted as written (the check cannot tell which branch a thread took); the moves of a loop's latch into its
+carried registers are not checked against registers in flight.
 
-`wgmma_fence` by registers (`memory_model.WGMMA_FENCE`, with `races`): between a thread's access of a register
-and a wgmma that accesses the same register (its accumulator, which it writes, or its A fragment), the
-warpgroup must execute a `wgmma_fence`; accesses by the wgmmas of a chain are exempt. The checker keeps, per
-warpgroup and register, the first instruction that touched it since the warpgroup's latest fence (reads and
-writes of ops that print an instruction: not views, not yields, not a constant folded into a wgmma's
-accumulator), and refuses a wgmma whose registers one touched. This is the rule on the registers the PTX has,
-so the CTA simulator and the PTX executor agree: a zero accumulator (scale-d 0) written by no instruction
-needs no fence, S registers read by the softmax since the last fence do. Without an allocation,
-`wgmma.WgmmaUnit` applies the rule to SSA values instead (a value feeding the wgmma computed after the fence).
-"""
+`wgmma_fence` by registers (`memory_model.WGMMA_FENCE`, with `races`): between a thread's access of a register and a
+wgmma that accesses the same register (its accumulator, which it writes, or its A fragment), the warpgroup must
+execute a `wgmma_fence`; accesses by the wgmmas of a chain are exempt. The checker keeps, per warpgroup and
+register, the first instruction that touched it since the warpgroup's latest fence (reads and writes of ops that
+print an instruction: not views, not yields, not a constant folded into a wgmma's accumulator), and refuses a wgmma
+whose registers one touched; only accesses that can fall between a wgmma and the latest fence before it in its block
+are noted (`register_windows.fence_touches`). This is the rule on the registers the PTX has, so the CTA simulator
+and the PTX executor agree: a zero accumulator (scale-d 0) written by no instruction needs no fence, S registers
+read by the softmax since the last fence do. Without an allocation, `wgmma.WgmmaUnit` applies the rule to SSA values
+instead (a value feeding the wgmma computed after the fence)."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
-from xdsl.dialects import arith, scf
-from xdsl.dialects.builtin import UnrealizedConversionCastOp
+from xdsl.dialects import scf
 from xdsl.interpreter import Interpreter
-from xdsl.ir import BlockArgument, Operation
+from xdsl.ir import Operation
 
 from tessera.dialects import sm90
 from tessera.interpreters.block_batch import KernelHazardError, describe_op
-from tessera.regalloc import Allocation, aliases_operand_registers
+from tessera.interpreters.sm90.register_layout import RegisterLayout, ValueLayout, as_index
+from tessera.regalloc import Allocation
 from tessera.sm90 import facts
 
 
@@ -58,35 +63,6 @@ _OWNED = 1 << 20
 """`RegisterFileChecker.owner` codes a register's owner as token * _OWNED + element."""
 
 
-def _register_order(name: str) -> tuple[str, int, str]:
-    """Registers of one class in numeric order (%f2 before %f10), so a vector's registers are one slice."""
-    match = re.fullmatch(r"%([A-Za-z_]*)(\d*)", name)
-    if match is None:
-        return (name, -1, name)
-    return (match[1], int(match[2]) if match[2] else -1, name)
-
-
-def _index(positions: list[int]) -> slice | np.ndarray:
-    """`positions` as a slice where they are consecutive (a view, not a copy), else as an index array."""
-    if positions == list(range(positions[0], positions[0] + len(positions))):
-        return slice(positions[0], positions[0] + len(positions))
-    return np.array(positions, np.intp)
-
-
-def _prints_nothing(op: Operation) -> bool:
-    """Ops whose operands no instruction reads: views of registers, casts, control flow (its moves are writes)."""
-    return (aliases_operand_registers(op) or isinstance(op, UnrealizedConversionCastOp) or bool(op.regions)
-            or op.parent is not None and op is op.parent.last_op)
-
-
-def _folded_accumulator(op: Operation) -> bool:
-    """A constant whose only uses are wgmma accumulators: the printer writes it into the wgmma's registers at
-    the fence, or not at all under scale-d 0 (`tessera.ptx.machine`), never after the fence."""
-    if not isinstance(op, arith.ConstantOp) or not op.result.uses:
-        return False
-    return all(isinstance(use.operation, sm90.WgmmaMmaAsyncOp) and use.index == 0 for use in op.result.uses)
-
-
 @dataclass(frozen=True)
 class InFlight:
     """A register that wgmma `op` of `warpgroup` reads (role "A fragment") or writes ("accumulator") until
@@ -96,138 +72,6 @@ class InFlight:
     group: int
     op: Operation
     role: str
-
-
-@dataclass(frozen=True)
-class _Layout:
-    """Where one SSA value lives in the register file: its registers (columns of the file), their names, and
-    the element (column of the value's [T, N] array) each holds; a scalar [T] value is in all its registers."""
-
-    registers: slice | np.ndarray
-    names: tuple[str, ...]
-    elements: slice | np.ndarray
-    columns: np.ndarray
-    """`registers` as an index array."""
-    codes: np.ndarray
-    """The element each register holds, as an index array (`RegisterFileChecker.owner`)."""
-
-
-class RegisterLayout:
-    """What the register file check needs of an allocation, the same for every CTA of a launch: the file's
-    column of each register (registers of a class in numeric order, so that a vector's registers are one
-    slice), the registers of each value (`of`), and the registers each op writes (`written`); built once per
-    launch and shared by the CTAs' checkers. The allocation must not change while it is in use."""
-
-    def __init__(self, allocation: Allocation):
-        self.names = allocation.names
-        registers = {name for names in allocation.names.values() for name in names if name.startswith("%")}
-        self.index = {name: i for i, name in enumerate(sorted(registers, key=_register_order))}
-        self._layouts: dict[object, _Layout | None] = {}
-        self._written: dict[Operation, list[tuple[str, object]]] = {}
-        self.plans: dict[Operation, tuple] = {}
-        self.touch_plans: dict[Operation, tuple] = {}
-        self.held_plans: dict[Operation, tuple] = {}
-        self._wgmma_columns: np.ndarray | None = None
-
-    def of(self, value) -> _Layout | None:
-        """The registers of `value` (None for a value with none, or one written implicitly: a block argument)."""
-        try:
-            return self._layouts[value]
-        except KeyError:
-            pass
-        names = self.names.get(value)
-        layout = None
-        if names is not None and not isinstance(value, BlockArgument):
-            picked = [(i, name) for i, name in enumerate(names) if name.startswith("%")]
-            if picked:
-                columns = [self.index[name] for _, name in picked]
-                elements = [i for i, _ in picked]
-                layout = _Layout(_index(columns), tuple(name for _, name in picked), _index(elements),
-                                 np.array(columns, np.intp), np.array(elements, np.int64))
-        self._layouts[value] = layout
-        return layout
-
-    @classmethod
-    def shared(cls, allocation: Allocation) -> RegisterLayout:
-        """The layout of `allocation`, kept on it across launches (with the per-op plans) while its names stay
-        the same; rebuilt if they changed."""
-        fingerprint = hash(tuple((id(value), tuple(names)) for value, names in allocation.names.items()))
-        cached = getattr(allocation, "_register_layout", None)
-        if cached is not None and cached[0] == fingerprint:
-            return cached[1]
-        layout = cls(allocation)
-        try:
-            allocation._register_layout = (fingerprint, layout)  # noqa: SLF001 - a cache, not state
-        except AttributeError:
-            pass
-        return layout
-
-    def plan(self, op: Operation, written) -> tuple:
-        """(operand positions with registers and their layouts, the same for results, the registers `op`
-        writes (`written(op)`: their columns, names and values; empty if none), whether its results are views of its operands'
-        registers): what the checker does at `op`, computed once per launch (`plans`)."""
-        plan = self.plans.get(op)
-        if plan is None:
-            reads = tuple((i, layout) for i, value in enumerate(op.operands) if (layout := self.of(value)))
-            writes = tuple((i, layout) for i, value in enumerate(op.results) if (layout := self.of(value)))
-            registers = written(op)
-            columns = np.array([self.index[name] for name, _ in registers], np.intp)
-            plan = self.plans[op] = (reads, writes, registers and (columns, *zip(*registers)),
-                                     aliases_operand_registers(op))
-        return plan
-
-    def touches(self, op: Operation, written) -> tuple:
-        """(columns `op` reads as an instruction, columns it writes, or None for each; for a wgmma the columns
-        of its accumulator, result and A fragment with their names): what the fence rule by registers notes at
-        `op`, once per launch (`RegisterFileChecker._touch`)."""
-        plan = self.touch_plans.get(op)
-        if plan is None:
-            plan = self.touch_plans[op] = self._touches(op, written)
-        return plan
-
-    @property
-    def wgmma_columns(self) -> np.ndarray:
-        """A [R] mask of the registers some wgmma of the kernel accesses (its accumulator, result or A
-        fragment): the only ones the fence rule needs to follow."""
-        if self._wgmma_columns is None:
-            mask = np.zeros(len(self.index), bool)
-            for value in self.names:
-                owner = getattr(value, "op", None)
-                if isinstance(owner, sm90.WgmmaMmaAsyncOp):
-                    for operand in [value, owner.acc] + ([owner.a] if owner.a_in_registers else []):
-                        mask[[self.index[n] for n in self.names.get(operand, ()) if n.startswith("%")]] = True
-            self._wgmma_columns = mask
-        return self._wgmma_columns
-
-    def _touches(self, op: Operation, written) -> tuple:
-        if isinstance(op, sm90.WgmmaMmaAsyncOp):
-            values = [op.acc, op.result] + ([op.a] if op.a_in_registers else [])
-            names = sorted({name for value in values for name in self.names.get(value, ()) if name.startswith("%")},
-                           key=_register_order)
-            return None, None, (np.array([self.index[n] for n in names], np.intp), tuple(names))
-        followed = self.wgmma_columns
-        reads = [] if _prints_nothing(op) else sorted(
-            {int(c) for value in op.operands if (layout := self.of(value)) for c in layout.columns if followed[c]})
-        writes = [] if _folded_accumulator(op) else [c for name, _ in written(op) if followed[c := self.index[name]]]
-        return (np.array(reads, np.intp) if reads else None), (np.array(writes, np.intp) if writes else None), None
-
-    def held(self, op: sm90.WgmmaMmaAsyncOp) -> tuple[tuple[np.ndarray, str], ...]:
-        """The register columns wgmma `op` holds in flight until its group completes, with their role: its
-        result's ("accumulator") and, for a register A operand, the A fragment's; once per launch."""
-        plan = self.held_plans.get(op)
-        if plan is None:
-            values = [(op.result, "accumulator")] + ([(op.a, "A fragment")] if op.a_in_registers else [])
-            plan = self.held_plans[op] = tuple(
-                (np.array([self.index[name] for name in self.names.get(value, ()) if name.startswith("%")], np.intp),
-                 role) for value, role in values)
-        return plan
-
-    def written(self, op: Operation, find) -> list[tuple[str, object]]:
-        """The registers `op` writes, with the value written into each (`find(op)` the first time)."""
-        cached = self._written.get(op)
-        if cached is None:
-            cached = self._written[op] = find(op)
-        return cached
 
 
 class RegisterFileChecker(Interpreter.Listener):
@@ -245,7 +89,7 @@ class RegisterFileChecker(Interpreter.Listener):
     integer compare, not [T, k] bits); otherwise, and for a write by part of a warp, the registers' bits are
     materialised from their owners into the file and compared bit for bit in the active threads, as before.
     The verdict is the per-operand bit comparison's: a register another array overwrote is compared by bits
-    (equal bits pass)."""
+    (equal bits pass). The ops with nothing to compare, record or note are not observed at all (`observes`)."""
 
     def __init__(self, cta, allocation: "Allocation | RegisterLayout"):
         self.cta = cta
@@ -284,6 +128,22 @@ class RegisterFileChecker(Interpreter.Listener):
         if self.fences and getattr(cta, "wgmma", None) is not None:  # (a CTA without a wgmma unit: no fences)
             cta.wgmma.register_fences = True  # the SSA form of the rule gives way to this one
 
+    @property
+    def observes_key(self) -> tuple:
+        """What decides `observes` (`program`): the layout (its plans) and whether the fence rule applies."""
+        return ("RegisterFileChecker", self.layout, self.fences)
+
+    def observes(self, op: Operation) -> tuple[bool, bool]:
+        """(before, after) for `program`: an op with reads to compare or register accesses the fence rule
+        follows, a wgmma; after it also an op whose writes are recorded or may hit registers in flight."""
+        reads, writes, written, _, moves = self._plan(op)
+        wgmma = type(op) is sm90.WgmmaMmaAsyncOp
+        touches = self._touches(op, self._written) if self.fences else (None, None, None)
+        before = bool(reads) or bool(moves) or wgmma and self.fences or touches[0] is not None
+        after = (bool(writes) or wgmma or bool(written)
+                 or self.fences and (type(op) is sm90.WgmmaFenceOp or touches[1] is not None))
+        return before, after
+
     # region the register file
     def _plan(self, op: Operation) -> tuple:
         plan = self._plans.get(op)
@@ -298,7 +158,7 @@ class RegisterFileChecker(Interpreter.Listener):
         if mask is not active:
             groups = active.reshape(-1, self.granule)
             some = groups.any(axis=1)
-            granules, whole = _index(np.flatnonzero(some).tolist() or [0]), bool((groups.all(axis=1) == some).all())
+            granules, whole = as_index(np.flatnonzero(some).tolist() or [0]), bool((groups.all(axis=1) == some).all())
             if not some.any():
                 granules = slice(0, 0)
             self._mask = (active, granules, whole)
@@ -312,7 +172,7 @@ class RegisterFileChecker(Interpreter.Listener):
             self._rows = (active, rows)
         return rows
 
-    def _view(self, array: np.ndarray, layout: _Layout, granules: np.ndarray) -> bool:
+    def _view(self, array: np.ndarray, layout: ValueLayout, granules: np.ndarray) -> bool:
         """A view op's result `array` (its registers are its operands', which they already hold): remember
         what its registers hold now instead of writing them, if owner arrays hold them in every active granule."""
         held = self.owner[:, layout.columns]
@@ -369,7 +229,7 @@ class RegisterFileChecker(Interpreter.Listener):
         self.owner[:, columns] = codes
 
     def did_interpret_op(self, op: Operation, results) -> None:
-        reads, writes, written, alias = self._plan(op)
+        _, writes, written, alias, _ = self._plan(op)
         active = self.cta.active
         kind = type(op)  # `type is`, not isinstance: ops are ABCs, whose isinstance is slow in this hot path
         if kind is sm90.WgmmaMmaAsyncOp:
@@ -381,12 +241,16 @@ class RegisterFileChecker(Interpreter.Listener):
                 self.touched[self._warpgroups(active)] = -1
             elif (columns := self._touches(op, self._written)[1]) is not None:
                 self._touch(op, active, columns)
-        if not writes:
-            return
+        if writes:
+            self._record(results, writes, alias, active)
+
+    def _record(self, values, writes: tuple, alias: bool, active: np.ndarray) -> None:
+        """The active threads' registers of each (position, layout) of `writes` now hold `values[position]` (a
+        view's: what they held, `_view`)."""
         granules, whole = self._granules(active)
         rows = granules if isinstance(granules, slice) else granules[:, None]
         for position, layout in writes:
-            array = np.asarray(results[position])
+            array = np.asarray(values[position])
             if alias and self._view(array, layout, granules):
                 continue
             kind = self._kind(array)
@@ -416,9 +280,13 @@ class RegisterFileChecker(Interpreter.Listener):
                 self._check_fenced(op, self.cta.active)
             elif (columns := self._touches(op, self._written)[0]) is not None:
                 self._touch(op, self.cta.active, columns)
-        reads = self._plan(op)[0]
-        if not reads:
-            return
+        reads, _, _, _, moves = self._plan(op)
+        if reads:
+            self._check_reads(op, args, reads)
+        if moves:  # the moves into a loop's carried registers, after their sources were read
+            self._record(args, moves, False, self.cta.active)
+
+    def _check_reads(self, op: Operation, args, reads: tuple) -> None:
         granules = self._granules(self.cta.active)[0]
         rows = granules if isinstance(granules, slice) else granules[:, None]
         for position, layout in reads:
@@ -434,7 +302,7 @@ class RegisterFileChecker(Interpreter.Listener):
                     continue
             self._compare(op, op.operands[position], layout, np.asarray(array))
 
-    def _compare(self, op: Operation, value, layout: _Layout, array: np.ndarray) -> None:
+    def _compare(self, op: Operation, value, layout: ValueLayout, array: np.ndarray) -> None:
         kind = self._kind(array)
         same = self.kinds[layout.registers] == kind
         if not same.any():
@@ -511,7 +379,7 @@ class RegisterFileChecker(Interpreter.Listener):
         return self.layout.written(op, self._find_written)
 
     def _find_written(self, op: Operation) -> list[tuple[str, object]]:
-        if aliases_operand_registers(op):
+        if self.layout.is_view(op):
             return []
         written = []
         for j, result in enumerate(op.results):

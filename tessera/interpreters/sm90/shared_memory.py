@@ -23,6 +23,11 @@ Readers are checked against the tags (the checked asynchrony of DESIGN.md sectio
   other threads and after the wait_group that completed a wgmma's read of its bytes (`happens_before`);
 - nobody reads IN_FLIGHT or NEVER bytes, and nothing is written over a live mbarrier, over bytes a TMA copy
   is still writing, or over bytes a pending wgmma still reads.
+
+Change epochs: every write of tags counts one change (`changes`) and stamps the EPOCH_BYTES-byte lines it
+touches (`changed`). A reader that found lines readable through the async proxy (`async_readable`) by some
+threads may take them as still readable while no line changed since: the tags of a LANDED byte change only by
+a write, and a thread's observed phases only grow (wgmma operands: `wgmma.WgmmaUnit`).
 """
 
 from __future__ import annotations
@@ -42,6 +47,10 @@ if TYPE_CHECKING:
     from tessera.interpreters.sm90.cta_view import CtaView
 
 NEVER, GENERIC, IN_FLIGHT, LANDED, CP_ASYNC = range(5)
+
+EPOCH_BYTES = 128
+"""The lines whose changes are counted (module docstring): a 128B-swizzled row, so that a wgmma operand's rows
+are whole lines."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +75,8 @@ class SharedMemory:
         self.written_at = records(cta, size, 0, np.int64)
         self.write_op = records(cta, size, -1, np.int32)
         self.is_mbarrier = records(cta, size, False, bool)
+        self.changes = 0
+        self.changed = np.zeros(-(-size // EPOCH_BYTES), np.int64)  # the change that last wrote each line's tags
         self.buffers: dict[tuple[str, int], Buffer] = {}
         # In a cluster: the cluster time of each byte's latest read and its reader, for peers' multicasts.
         self.read_at = records(cta, size, -1, np.int64)
@@ -76,6 +87,20 @@ class SharedMemory:
         if self.cta.cluster is not None:
             self.read_at[addresses] = self.cta.cluster.tick()
             self.reader[addresses] = readers
+
+    def _stamp(self, addresses: np.ndarray) -> None:
+        """A write of the tags of `addresses` (a `ByteBox` or an index array): a new change for their lines."""
+        self.changes += 1
+        box = getattr(addresses, "box", None)
+        if box is not None:
+            start, shape, strides = box
+            reach = [(extent - 1) * stride for extent, stride in zip(shape, strides)]
+            low, high = start + sum(min(r, 0) for r in reach), start + sum(max(r, 0) for r in reach)
+        elif len(addresses):
+            low, high = int(addresses.min()), int(addresses.max())
+        else:
+            return
+        self.changed[max(low, 0) // EPOCH_BYTES:min(high, self.size - 1) // EPOCH_BYTES + 1] = self.changes
 
     # region buffers and addresses
     def add_buffer(self, op: Operation, buffer: Buffer) -> None:
@@ -147,6 +172,7 @@ class SharedMemory:
         self._check_landed_write(op, byte_addresses, byte_threads)
         self.cta.hb.check_write(op, byte_addresses, byte_threads, "st_shared")
         self.data[byte_addresses] = words.astype("<u4").view(np.uint8).reshape(-1, WORD_BYTES)[:, :nbytes].reshape(-1)
+        self._stamp(byte_addresses)
         self.state[byte_addresses] = GENERIC
         self.writer[byte_addresses] = byte_threads
         self.written_at[byte_addresses] = self.cta.tick()
@@ -224,22 +250,38 @@ class SharedMemory:
             barriers, phases = self.barrier[addresses], self.phase[addresses]
             if not every:
                 barriers, phases = barriers[landed], phases[landed]
-            if barriers.min() == barriers.max() and phases.min() == phases.max():  # one copy's bytes, the usual
-                keys = [int(barriers[0]) << 32 | int(phases[0])]
-            else:
-                keys = np.unique(barriers.astype(np.int64) << 32 | phases)
-            for key in keys:
-                barrier, phase = int(key >> 32), int(key & 0xFFFFFFFF)
-                unseen = self.cta.mbarriers.observed[barrier, readers] <= phase
-                if unseen.any():
-                    hit = landed & (self.barrier[addresses] == barrier) & (self.phase[addresses] == phase)
-                    self._unsignalled(op, addresses[np.argmax(hit)], barrier, phase, int(readers[np.argmax(unseen)]),
-                                      what)
+            unseen = self._first_unseen(barriers, phases, readers)
+            if unseen is not None:
+                barrier, phase, reader = unseen
+                hit = landed & (self.barrier[addresses] == barrier) & (self.phase[addresses] == phase)
+                self._unsignalled(op, addresses[np.argmax(hit)], barrier, phase, reader, what)
         if every:
             return
         stored = state == GENERIC
         if stored.any():
             self._check_proxy_fenced(op, addresses[stored], readers, what)
+
+    def _first_unseen(self, barriers: np.ndarray, phases: np.ndarray, readers: np.ndarray) -> tuple | None:
+        """(barrier, phase, reader) of the first phase of `barriers` (with `phases`, landed bytes' tags) that one
+        of `readers` has not observed complete; None if they observed all."""
+        if barriers.min() == barriers.max() and phases.min() == phases.max():  # one copy's bytes, the usual
+            keys = [int(barriers[0]) << 32 | int(phases[0])]
+        else:
+            keys = np.unique(barriers.astype(np.int64) << 32 | phases)
+        for key in keys:
+            barrier, phase = int(key >> 32), int(key & 0xFFFFFFFF)
+            unseen = self.cta.mbarriers.observed[barrier, readers] <= phase
+            if unseen.any():
+                return barrier, phase, int(readers[np.argmax(unseen)])
+        return None
+
+    def async_readable(self, lines: slice, readers: np.ndarray) -> bool:
+        """Whether every byte of the EPOCH_BYTES-byte `lines` has LANDED in a phase every one of `readers` has
+        observed complete: an async-proxy read of any of them by `readers` passes `check_async_read`."""
+        span = slice(lines.start * EPOCH_BYTES, min(lines.stop * EPOCH_BYTES, self.size))
+        if not (self.state[span] == LANDED).all():
+            return False
+        return self._first_unseen(self.barrier[span], self.phase[span], readers) is None
 
     def _check_proxy_fenced(self, op: Operation, stored: np.ndarray, readers: np.ndarray, what: str) -> None:
         """Generic stores at `stored` read through the async proxy by `readers` (a warpgroup's wgmma, or one
@@ -281,6 +323,7 @@ class SharedMemory:
         self.check_writable(op, addresses, issuer, "the TMA copy")
         if local:
             self.cta.hb.check_write(op, addresses, issuer, "the TMA copy")
+        self._stamp(addresses)
         put(self.state, addresses, IN_FLIGHT)
         put(self.barrier, addresses, barrier)
 
@@ -292,12 +335,14 @@ class SharedMemory:
         flat, owners = addresses.reshape(-1), np.repeat(threads, size)
         self.check_writable(op, flat, owners, "the cp.async")
         self.cta.hb.check_write(op, flat, owners, "the cp.async")
+        self._stamp(flat)
         self.state[flat] = CP_ASYNC
         self.writer[flat] = owners
         self.barrier[flat] = -1
 
     def land_generic(self, addresses: np.ndarray, data: np.ndarray, writers: np.ndarray) -> None:
         """cp.async bytes waited for by their writers: written now, as st_shared would (generic proxy)."""
+        self._stamp(addresses)
         self.data[addresses] = data
         self.state[addresses] = GENERIC
         self.writer[addresses] = writers
@@ -309,6 +354,7 @@ class SharedMemory:
              writers: np.ndarray | int = -1) -> None:
         """Bytes of a copy that completed on mbarrier instance `barrier` in phase `phase`: a TMA's (`writers`
         -1) or the cp.async of the threads `writers` that arrived on it."""
+        self._stamp(addresses)
         put(self.data, addresses, data)
         put(self.state, addresses, LANDED)
         put(self.barrier, addresses, barrier)

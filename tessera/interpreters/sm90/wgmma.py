@@ -43,10 +43,15 @@ from tessera.interpreters.block_batch import describe_op
 from tessera.interpreters.byte_box import take
 from tessera.interpreters.sm90.record_pool import records
 from tessera.interpreters.sm90.registers import as_unsigned64
+from tessera.interpreters.sm90.shared_memory import EPOCH_BYTES
 from tessera.sm90 import facts
 
 if TYPE_CHECKING:
     from tessera.interpreters.sm90.cta_view import CtaView
+
+_SPAN_LIMIT = 8
+"""`_check_read` takes whole lines when they hold at most this many bytes per byte read (a K-major 128B-swizzled
+k-step reads a quarter of each row of its tile)."""
 
 _PASS_THROUGH = {scf.YieldOp: 0, scf.ConditionOp: 1, scf.ForOp: 3, scf.WhileOp: 0}
 """Control flow that carries values without reading them: operands from this position on."""
@@ -133,6 +138,9 @@ class WgmmaUnit:
         # time, op) for values that feed wgmma register operands (see RegisterWrites)
         self.fenced_at = np.full(groups, -1, np.int64)
         self.produced: dict[int, tuple[np.ndarray, int, Operation]] = {}
+        # _verified[w, line]: the shared-memory change at which warpgroup w found that line readable through the
+        # async proxy (-1: not yet; see _check_read)
+        self._verified = np.full((groups, len(cta.smem.changed)), -1, np.int64)
         self.register_fences = False
         """True when a register allocation is checked: `register_check` applies the fence rule to registers."""
 
@@ -223,7 +231,7 @@ class WgmmaUnit:
         if buffer is not None and buffer.swizzle != fields.swizzle:
             cta.fail(op, f"operand {what}: the descriptor swizzles {fields.swizzle}B but buffer '{buffer.name}' is "
                          f"declared with swizzle {buffer.swizzle}", threads[0])
-        smem.check_async_read(op, byte_addresses, threads, f"wgmma operand {what}")
+        self._check_read(op, warpgroup, byte_addresses, low, high, threads, what)
         group = int(self.open[warpgroup])
         self.read_group[warpgroup][byte_addresses] = group  # a row, then 1-D indexing: half the time
         self.newest_read[warpgroup] = group
@@ -292,6 +300,26 @@ class WgmmaUnit:
         done = self._completed[warpgroup]
         inside = groups < len(done)
         return np.where(inside, done[np.where(inside, groups, 0)], -1)
+
+    def _check_read(self, op: Operation, warpgroup: int, byte_addresses: np.ndarray, low: int, high: int,
+                    threads: np.ndarray, what: str) -> None:
+        """The async-proxy read of an operand's bytes (in [low, high)) by `warpgroup`, checked once per epoch of
+        their lines: whole lines found readable by the warpgroup (so are the bytes read among them) stay so until
+        a write changes one of them (`shared_memory` change epochs), so the k-steps of a tile after the first,
+        and a tile read again (Q in every trip), only compare stamps. Lines with a byte not readable (and a span
+        much wider than the bytes read) take `check_async_read` of the bytes read, which reports it."""
+        smem = self.cta.smem
+        lines = slice(low // EPOCH_BYTES, (high - 1) // EPOCH_BYTES + 1)
+        verified = self._verified[warpgroup, lines]
+        if (verified >= smem.changed[lines]).all():
+            smem.note_read(byte_addresses, threads[0])
+            return
+        if (lines.stop - lines.start) * EPOCH_BYTES <= _SPAN_LIMIT * len(byte_addresses) and smem.async_readable(
+                lines, threads):
+            self._verified[warpgroup, lines] = smem.changes  # the bytes read are among them: they pass
+            smem.note_read(byte_addresses, threads[0])
+            return
+        smem.check_async_read(op, byte_addresses, threads, f"wgmma operand {what}")
 
     # endregion
     # region groups
