@@ -45,6 +45,12 @@ def _rematerialize_constants() -> type[ModulePass]:
     return RematerializeConstantsPass
 
 
+def _compute_distinct_lanes() -> type[ModulePass]:
+    from tessera.passes.compute_distinct_lanes import ComputeDistinctLanesPass
+
+    return ComputeDistinctLanesPass
+
+
 def _interleave_elementwise() -> type[ModulePass]:
     from tessera.passes.interleave_elementwise import InterleaveElementwisePass
 
@@ -109,6 +115,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "assign-swizzle": _assign_swizzle,
     "convert-tile-to-sm90": _convert_tile_to_sm90,
     "rematerialize-constants": _rematerialize_constants,
+    "compute-distinct-lanes": _compute_distinct_lanes,
     "interleave-elementwise": _interleave_elementwise,
     "warp-specialize": _warp_specialize,
     "allocate-registers": _allocate_registers,

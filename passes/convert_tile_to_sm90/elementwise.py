@@ -24,7 +24,7 @@ approximate instructions are in `tessera.sm90.approx`.
 from __future__ import annotations
 
 from xdsl.dialects import arith, math, vector
-from xdsl.dialects.builtin import Float32Type, IndexType, IntegerAttr, UnitAttr, f32, i32
+from xdsl.dialects.builtin import Float32Type, IndexType, IntegerAttr, UnitAttr, VectorType, f32, i32
 from xdsl.ir import Block, Operation, SSAValue
 
 from tessera.dialects import sm90, tile
@@ -107,12 +107,68 @@ class ElementwiseLowering:
 
     # -- arithmetic ------------------------------------------------------------------------------------------
     def _lower_binary(self, op, e: Emitter) -> None:
+        if isinstance(op, tile.AddOp | tile.SubOp):
+            diagonal = self._index_diagonal(op, e)
+            if diagonal is not None:
+                self._set(op.result, diagonal)
+                return
         a, b = (self._broadcast_operand(op, v, op.result.type, e) for v in (op.lhs, op.rhs))
         element = op.result.type.element_type
         table = _FLOAT_BINARY if isinstance(element, Float32Type) else _INTEGER_BINARY
         if type(op) not in table or self._vector_type(op, op.result.type).element_type != element:
             _refuse(op, f"no lowering of {op.name} on {element} register tiles")
         self._set(op.result, e.op(table[type(op)](a, b)))
+
+    def _iota_start(self, value: SSAValue) -> tuple[SSAValue, str, bool] | None:
+        """(the thread's i32 start, "rows" or "cols", whether cast to f32) of a row vector `tile.iota rows`
+        [BM] or a column vector `tile.iota cols` [1, N], or of its `tile.cast` to f32; None for anything else."""
+        owner, as_f32 = value.owner, False
+        if isinstance(owner, tile.CastOp) and owner.source.type.element_type == i32 \
+                and isinstance(owner.result.type.element_type, Float32Type):
+            owner, as_f32 = owner.source.owner, True
+        if not isinstance(owner, tile.IotaOp):
+            return None
+        lowered = self.values.get(owner.result)
+        if isinstance(lowered, ColumnIota) and owner.axis.data == "cols":
+            return lowered.start, "cols", as_f32
+        if owner.axis.data != "rows" or owner.result.type.rank != 1 or not isinstance(lowered, SSAValue):
+            return None
+        # _lower_IotaOp's row vector: broadcast(start) + [0, 8]
+        added = lowered.owner
+        if isinstance(added, arith.AddiOp) and isinstance(added.lhs.owner, vector.BroadcastOp):
+            return added.lhs.owner.source, "rows", as_f32
+        return None
+
+    def _index_diagonal(self, op: tile.AddOp | tile.SubOp, e: Emitter) -> SSAValue | None:
+        """`kv_idx - q_idx` (a column iota and a row iota, or the other way round, either added or
+        subtracted, both i32 or both cast to f32) as a view of the thread's distinct values: register k of the
+        [BM, N] result is (start_a +- start_b) + (offset_a[k] +- offset_b[k]), and the offsets of a thread's
+        registers take only N/4 + 2 distinct values (each register's column minus its row: the second row's
+        is the first row's one 8-column group earlier), so the sum is computed on those (34 registers at 128
+        keys, not 64) and the result is their view; `compute-distinct-lanes` then computes what is made from it
+        with splats and gathers at program ids (ALiBi's slope, a relative-position table's gather) on the same
+        registers. In f32 that is cvt(a +- b), equal to f32(a) +- f32(b) for indices below 2^24
+        (`attention_mods.F32_EXACT_INTEGERS`). None where the operands are not two such iotas."""
+        result = op.result.type
+        if self._kind(result) != "full":
+            return None
+        starts = [self._iota_start(v) for v in (op.lhs, op.rhs)]
+        if None in starts or starts[0][1] == starts[1][1] or starts[0][2] != starts[1][2]:
+            return None
+        layout = self._layout(op, result)
+        offsets = [layout.col_offsets if axis == "cols" else [_ROW_VECTOR_ROWS[r] for r in layout.row_of_element]
+                   for _, axis, _ in starts]
+        sign = -1 if isinstance(op, tile.SubOp) else 1
+        per_register = [a + sign * b for a, b in zip(*offsets)]
+        distinct = sorted(set(per_register))
+        base = e.op((arith.SubiOp if sign < 0 else arith.AddiOp)(starts[0][0], starts[1][0]))
+        values = e.broadcast(base, len(distinct))
+        if any(distinct):
+            values = e.op(arith.AddiOp(values, e.dense(i32, distinct)))
+        if starts[0][2]:
+            values = e.op(sm90.CvtOp(values, VectorType(f32, [len(distinct)])))
+        values.name_hint = op.result.name_hint
+        return e.shuffle(values, [distinct.index(k) for k in per_register])
 
     _lower_AddOp = _lower_SubOp = _lower_MulOp = _lower_DivOp = _lower_binary
     _lower_ElementMaxOp = _lower_ElementMinOp = _lower_binary
