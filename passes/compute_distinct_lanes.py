@@ -34,12 +34,13 @@ from typing import ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects import arith, vector
-from xdsl.dialects.builtin import (DenseArrayBase, DenseIntOrFPElementsAttr, IntegerType, ModuleOp, VectorType,
-                                   i32, i64)
+from xdsl.dialects.builtin import (DenseArrayBase, DenseIntOrFPElementsAttr, IntegerType, ModuleOp, UnitAttr,
+                                   VectorType, i32, i64)
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from tessera.dialects import sm90
+from tessera.passes.convert_tile_to_sm90.common import DISTINCT_LANES_ATTR
 from tessera.kernel_abi import is_target_kernel
 from tessera.regalloc.allocate import ELEMENTWISE
 
@@ -68,6 +69,17 @@ def _keys(value: SSAValue) -> list:
         both = first + (_keys(owner.v2) if owner.v2 is not owner.v1 else first)
         return [both[m] for m in owner.mask.get_values()]
     return [(value, i) for i in range(_lanes(value))]
+
+
+def _seeded(value: SSAValue) -> bool:
+    """Whether `value` is, through views, a value `convert-tile-to-sm90` marked (`DISTINCT_LANES_ATTR`) or one
+    this pass computed on distinct registers."""
+    owner = value.owner
+    if isinstance(owner, Operation) and DISTINCT_LANES_ATTR in owner.attributes:
+        return True
+    if isinstance(owner, vector.ShuffleOp):
+        return _seeded(owner.v1) or (owner.v2 is not owner.v1 and _seeded(owner.v2))
+    return False
 
 
 def _narrowed(value: SSAValue, lanes: list[int], before: Operation) -> SSAValue:
@@ -128,6 +140,8 @@ def _compress(op: Operation) -> bool:
     if not vectors or any(_lanes(v) != lanes for v in vectors):
         return False
     keys = [_keys(v) for v in vectors]
+    if not any(_seeded(v) for v in vectors):
+        return False
     column_bytes = list(op.column_bytes.get_values()) if isinstance(op, sm90.LdGlobalOp) and op.column_bytes else None
     combos = [tuple(k[i] for k in keys) + ((column_bytes[i],) if column_bytes else ()) for i in range(lanes)]
     distinct: dict[tuple, int] = {}
@@ -154,6 +168,7 @@ def _compress(op: Operation) -> bool:
     view = vector.ShuffleOp(small.results[0], small.results[0],
                             DenseArrayBase.from_list(i64, [distinct[c] for c in combos]), result_type=result.type)
     block.insert_op_before(view, op)
+    small.attributes[DISTINCT_LANES_ATTR] = UnitAttr()
     if result.name_hint:
         small.results[0].name_hint = result.name_hint
     result.replace_all_uses_with(view.results[0])

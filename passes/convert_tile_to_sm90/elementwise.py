@@ -32,7 +32,7 @@ from tessera.dialects.tile_types import TileType
 from tessera.lowering.emitter import Emitter
 from tessera.lowering.fragments import AccumulatorLayout
 from tessera.numerics import exp2_factor
-from tessera.passes.convert_tile_to_sm90.common import INVARIANT_ATTR, ColumnIota, Scaled, _refuse
+from tessera.passes.convert_tile_to_sm90.common import DISTINCT_LANES_ATTR, INVARIANT_ATTR, ColumnIota, Scaled, _refuse
 
 _FLOAT_BINARY = {
     tile.AddOp: arith.AddfOp, tile.SubOp: arith.SubfOp, tile.MulOp: arith.MulfOp, tile.DivOp: arith.DivfOp,
@@ -168,6 +168,7 @@ class ElementwiseLowering:
         if starts[0][2]:
             values = e.op(sm90.CvtOp(values, VectorType(f32, [len(distinct)])))
         values.name_hint = op.result.name_hint
+        values.owner.attributes[DISTINCT_LANES_ATTR] = UnitAttr()
         return e.shuffle(values, [distinct.index(k) for k in per_register])
 
     _lower_AddOp = _lower_SubOp = _lower_MulOp = _lower_DivOp = _lower_binary
@@ -315,7 +316,9 @@ class ElementwiseLowering:
         scalar = self._get(op.value)
         if isinstance(scalar.type, IndexType):
             scalar = e.op(arith.IndexCastOp(scalar, i32))
-        self._set(op.result, e.broadcast(scalar, self._vector_type(op, op.result.type).get_shape()[0]))
+        splat = e.broadcast(scalar, self._vector_type(op, op.result.type).get_shape()[0])
+        splat.owner.attributes[DISTINCT_LANES_ATTR] = UnitAttr()
+        self._set(op.result, splat)
 
     # -- gathers ---------------------------------------------------------------------------------------------
     def _lower_GatherOp(self, op: tile.GatherOp, e: Emitter) -> None:
