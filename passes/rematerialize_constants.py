@@ -159,7 +159,8 @@ def _broadcast(copy: arith.ConstantOp, lane: float | int) -> list[Operation]:
 
 def _is_lane_offsets(op: Operation) -> bool:
     """An integer vector `arith.addi` of a broadcast scalar and a constant, used more than once."""
-    if not isinstance(op, arith.AddiOp) or not isinstance(op.result.type, VectorType) or len(list(op.result.uses)) < 2:
+    if not isinstance(op, arith.AddiOp) or not isinstance(op.result.type, VectorType) \
+            or len({use.operation for use in op.result.uses}) < 2:
         return False
     owners = {type(v.owner) for v in op.operands}
     return owners == {vector.BroadcastOp, arith.ConstantOp}
@@ -168,13 +169,16 @@ def _is_lane_offsets(op: Operation) -> bool:
 def _recreate_at_uses(op: arith.AddiOp) -> None:
     """A copy of `op` (and of its broadcast) right before each user (module docstring)."""
     spread = next(v.owner for v in op.operands if isinstance(v.owner, vector.BroadcastOp))
+    copies: dict[Operation, SSAValue] = {}  # one per user: a shuffle reading it as both operands takes one
     for use in list(op.result.uses):
         user = use.operation
-        new_spread, copy = spread.clone(), op.clone()
-        copy.operands[[v.owner for v in op.operands].index(spread)] = new_spread.results[0]
-        copy.result.name_hint = op.result.name_hint
-        user.parent_block().insert_ops_before([new_spread, copy], _insertion_point(user))
-        user.operands[use.index] = copy.result
+        if user not in copies:
+            new_spread, copy = spread.clone(), op.clone()
+            copy.operands[[v.owner for v in op.operands].index(spread)] = new_spread.results[0]
+            copy.result.name_hint = op.result.name_hint
+            user.parent_block().insert_ops_before([new_spread, copy], _insertion_point(user))
+            copies[user] = copy.result
+        user.operands[use.index] = copies[user]
     op.detach()
     op.erase()
     if not spread.results[0].uses:
@@ -283,11 +287,14 @@ def _clone_tree(op: Operation, before: Operation) -> SSAValue:
 def _recreate_index_trees(module: ModuleOp) -> None:
     """Each index expression (`_is_index_tree`) with more than one use re-created right before each user, as
     lane offsets are (module docstring)."""
-    trees = [o for o in module.walk() if _is_index_tree(o) and len(list(o.result.uses)) > 1]
+    trees = [o for o in module.walk() if _is_index_tree(o) and len({use.operation for use in o.result.uses}) > 1]
     for op in trees:
+        copies: dict[Operation, SSAValue] = {}  # one per user (a shuffle reads a vector as both its operands)
         for use in list(op.result.uses):
             user = use.operation
-            user.operands[use.index] = _clone_tree(op, _insertion_point(user))
+            if user not in copies:
+                copies[user] = _clone_tree(op, _insertion_point(user))
+            user.operands[use.index] = copies[user]
         _erase_tree(op)
 
 
