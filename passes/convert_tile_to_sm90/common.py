@@ -229,3 +229,13 @@ class LoopInfo:
 def op_tile_type(op: Operation) -> TileType:
     return op.operands[0].type
 
+
+def constant_i32(value: SSAValue) -> int | None:
+    """The value of a `tile.splat` of an integer `arith.constant` (a divisor, a compared bound), as an i32."""
+    owner = value.owner
+    if not isinstance(owner, tile.SplatOp) or not isinstance(owner.value.owner, arith.ConstantOp):
+        return None
+    constant = owner.value.owner.value
+    if not isinstance(constant, IntegerAttr):
+        return None
+    return (constant.value.data + 2**31) % 2**32 - 2**31  # an index constant is truncated to i32

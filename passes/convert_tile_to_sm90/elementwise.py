@@ -24,7 +24,7 @@ approximate instructions are in `tessera.sm90.approx`.
 from __future__ import annotations
 
 from xdsl.dialects import arith, math, vector
-from xdsl.dialects.builtin import Float32Type, IndexType, IntegerAttr, UnitAttr, VectorType, f32, i32
+from xdsl.dialects.builtin import Float32Type, IndexType, IntegerAttr, UnitAttr, f32, i32
 from xdsl.ir import Block, Operation, SSAValue
 
 from tessera.dialects import sm90, tile
@@ -32,7 +32,9 @@ from tessera.dialects.tile_types import TileType
 from tessera.lowering.emitter import Emitter
 from tessera.lowering.fragments import AccumulatorLayout
 from tessera.numerics import exp2_factor
-from tessera.passes.convert_tile_to_sm90.common import DISTINCT_LANES_ATTR, INVARIANT_ATTR, ColumnIota, Scaled, _refuse
+from tessera.passes.convert_tile_to_sm90.common import (DISTINCT_LANES_ATTR, INVARIANT_ATTR, ColumnIota, Scaled,
+                                                        _refuse, constant_i32)
+from tessera.passes.convert_tile_to_sm90.index_diagonals import ROW_VECTOR_ROWS, IndexDiagonalLowering
 
 _FLOAT_BINARY = {
     tile.AddOp: arith.AddfOp, tile.SubOp: arith.SubfOp, tile.MulOp: arith.MulfOp, tile.DivOp: arith.DivfOp,
@@ -42,17 +44,6 @@ _INTEGER_BINARY = {
     tile.AddOp: arith.AddiOp, tile.SubOp: arith.SubiOp, tile.MulOp: arith.MuliOp,
     tile.ElementMaxOp: arith.MaxSIOp, tile.ElementMinOp: arith.MinSIOp,
 }
-
-
-def _constant_i32(value: SSAValue) -> int | None:
-    """The divisor's value where it is a constant (`tile.splat` of an `arith.constant`), as an i32."""
-    owner = value.owner
-    if not isinstance(owner, tile.SplatOp) or not isinstance(owner.value.owner, arith.ConstantOp):
-        return None
-    constant = owner.value.owner.value
-    if not isinstance(constant, IntegerAttr):
-        return None
-    return (constant.value.data + 2**31) % 2**32 - 2**31  # an index constant is truncated to i32
 
 
 def _floored(e: Emitter, a: SSAValue, b: SSAValue, modulus: bool, constant: int | None = None) -> SSAValue:
@@ -74,11 +65,7 @@ def _floored(e: Emitter, a: SSAValue, b: SSAValue, modulus: bool, constant: int 
     return e.select(wrong_sign, e.op(arith.AddiOp(r, b)), r)
 
 
-_ROW_VECTOR_ROWS = sorted(set(AccumulatorLayout(8).row_offsets))
-"""The rows of a thread's two registers of a row vector, relative to its first row."""
-
-
-class ElementwiseLowering:
+class ElementwiseLowering(IndexDiagonalLowering):
     """The elementwise handlers of `KernelLowering` (a mixin: it uses the kernel's state)."""
 
     def _kind(self, ty: TileType) -> str:
@@ -119,58 +106,6 @@ class ElementwiseLowering:
             _refuse(op, f"no lowering of {op.name} on {element} register tiles")
         self._set(op.result, e.op(table[type(op)](a, b)))
 
-    def _iota_start(self, value: SSAValue) -> tuple[SSAValue, str, bool] | None:
-        """(the thread's i32 start, "rows" or "cols", whether cast to f32) of a row vector `tile.iota rows`
-        [BM] or a column vector `tile.iota cols` [1, N], or of its `tile.cast` to f32; None for anything else."""
-        owner, as_f32 = value.owner, False
-        if isinstance(owner, tile.CastOp) and owner.source.type.element_type == i32 \
-                and isinstance(owner.result.type.element_type, Float32Type):
-            owner, as_f32 = owner.source.owner, True
-        if not isinstance(owner, tile.IotaOp):
-            return None
-        lowered = self.values.get(owner.result)
-        if isinstance(lowered, ColumnIota) and owner.axis.data == "cols":
-            return lowered.start, "cols", as_f32
-        if owner.axis.data != "rows" or owner.result.type.rank != 1 or not isinstance(lowered, SSAValue):
-            return None
-        # _lower_IotaOp's row vector: broadcast(start) + [0, 8]
-        added = lowered.owner
-        if isinstance(added, arith.AddiOp) and isinstance(added.lhs.owner, vector.BroadcastOp):
-            return added.lhs.owner.source, "rows", as_f32
-        return None
-
-    def _index_diagonal(self, op: tile.AddOp | tile.SubOp, e: Emitter) -> SSAValue | None:
-        """`kv_idx - q_idx` (a column iota and a row iota, or the other way round, either added or
-        subtracted, both i32 or both cast to f32) as a view of the thread's distinct values: register k of the
-        [BM, N] result is (start_a +- start_b) + (offset_a[k] +- offset_b[k]), and the offsets of a thread's
-        registers take only N/4 + 2 distinct values (each register's column minus its row: the second row's
-        is the first row's one 8-column group earlier), so the sum is computed on those (34 registers at 128
-        keys, not 64) and the result is their view; `compute-distinct-lanes` then computes what is made from it
-        with splats and gathers at program ids (ALiBi's slope, a relative-position table's gather) on the same
-        registers. In f32 that is cvt(a +- b), equal to f32(a) +- f32(b) for indices below 2^24
-        (`attention_mods.F32_EXACT_INTEGERS`). None where the operands are not two such iotas."""
-        result = op.result.type
-        if self._kind(result) != "full":
-            return None
-        starts = [self._iota_start(v) for v in (op.lhs, op.rhs)]
-        if None in starts or starts[0][1] == starts[1][1] or starts[0][2] != starts[1][2]:
-            return None
-        layout = self._layout(op, result)
-        offsets = [layout.col_offsets if axis == "cols" else [_ROW_VECTOR_ROWS[r] for r in layout.row_of_element]
-                   for _, axis, _ in starts]
-        sign = -1 if isinstance(op, tile.SubOp) else 1
-        per_register = [a + sign * b for a, b in zip(*offsets)]
-        distinct = sorted(set(per_register))
-        base = e.op((arith.SubiOp if sign < 0 else arith.AddiOp)(starts[0][0], starts[1][0]))
-        values = e.broadcast(base, len(distinct))
-        if any(distinct):
-            values = e.op(arith.AddiOp(values, e.dense(i32, distinct)))
-        if starts[0][2]:
-            values = e.op(sm90.CvtOp(values, VectorType(f32, [len(distinct)])))
-        values.name_hint = op.result.name_hint
-        values.owner.attributes[DISTINCT_LANES_ATTR] = UnitAttr()
-        return e.shuffle(values, [distinct.index(k) for k in per_register])
-
     _lower_AddOp = _lower_SubOp = _lower_MulOp = _lower_DivOp = _lower_binary
     _lower_ElementMaxOp = _lower_ElementMinOp = _lower_binary
 
@@ -182,7 +117,7 @@ class ElementwiseLowering:
         modulus = isinstance(op, tile.ModOp)
         lanes = self._vector_type(op, op.result.type).get_shape()[0]
         a = self._broadcast_operand(op, op.lhs, op.result.type, e)
-        d = _constant_i32(op.rhs)
+        d = constant_i32(op.rhs)
         if d == 0:
             self._set(op.result, e.splat(i32, 0, lanes))
             return
@@ -268,6 +203,10 @@ class ElementwiseLowering:
 
     # -- compare and select ----------------------------------------------------------------------------------
     def _lower_CmpOp(self, op: tile.CmpOp, e: Emitter) -> None:
+        folded = self._index_comparison(op, e)
+        if folded is not None:
+            self._set(op.result, folded)
+            return
         a, b = (self._broadcast_operand(op, v, op.result.type, e) for v in (op.lhs, op.rhs))
         self._set(op.result, e.setp(op.predicate.data, a, b))
 
@@ -284,7 +223,7 @@ class ElementwiseLowering:
         kind, rows = self._kind(ty), op.axis.data == "rows"
         lanes = self._vector_type(op, ty).get_shape()[0]
         if kind == "row":
-            base, offsets = (self.row_base, _ROW_VECTOR_ROWS) if rows else (None, [0] * lanes)
+            base, offsets = (self.row_base, ROW_VECTOR_ROWS) if rows else (None, [0] * lanes)
         elif kind == "column":  # the thread's distinct columns
             base, offsets = (None, [0] * lanes) if rows else (self.col_base, self._layout(op, ty).distinct_columns[0])
         else:
