@@ -3,8 +3,9 @@ single-stage with `allocate-registers{spill=true}`, the registers past 255 left 
 the rung and the registers needed (`tessera.lowering.fallback`). With modifiers, `tessera.attention` and
 `tessera.attention_backward` try their own rungs (smaller key blocks, the head split) before it. The heavy
 variant below (a score_mod that halves scores farther than 64 apart, with soft-cap, ALiBi, a relative-position
-table and a key bias, under a per-batch document mask) needs 265 registers a thread single-stage at head_dim
-128 even with head_split=2: it runs right at target and PTX level, and ptxas assembles it with spills. The
+table, a key bias and two key-weighted tanh terms of the score, under a per-batch document mask) needs 286
+registers a thread single-stage at head_dim 128 even with head_split=2 (without the two tanh terms it fits
+since `kv_idx - q_idx` is computed on the thread's distinct offsets, `compute-distinct-lanes`): it runs right at target and PTX level, and ptxas assembles it with spills. The
 full matrix (PTX level, the forward's ordering) is `-m slow`."""
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from tessera.runtime.flex import attention_mods
 SLOPES = np.array([0.5, 0.25])
 TABLE = np.linspace(-1, 1, 126).reshape(2, 63)
 BIAS = np.linspace(0, 1, 170)
+BIAS2 = np.linspace(1, 0, 170)
 DOCS = np.array([np.repeat([0, 1, 2], [20, 15, 135]), np.repeat([0, 1], [90, 80])])  # per batch
 
 
@@ -37,7 +39,7 @@ def near(score, b, h, q_idx, kv_idx):
 def heavy(score, b, h, q_idx, kv_idx):
     s = near(score, b, h, q_idx, kv_idx)
     return (20.0 * np.tanh(s / 20.0) + SLOPES[h] * (kv_idx - q_idx) + TABLE[h, np.clip(q_idx - kv_idx + 31, 0, 62)]
-            + BIAS[kv_idx])
+            + BIAS[kv_idx] + BIAS2[kv_idx] * np.tanh(score) + BIAS[kv_idx] * np.tanh(score / 3.0))
 
 
 def document(b, h, q_idx, kv_idx):
