@@ -202,9 +202,9 @@ def _shape(kernels) -> tuple[int, int, int]:
 HEAD_SPLIT_FALLBACK = 2
 """The main kernel's head split (`attention_backward(head_split=)`) a backward with modifiers is rebuilt with,
 with a warning naming it, when its registers do not fit without one below Tile level and on the GPU (at
-head_dim 64: soft-cap + ALiBi + three gathered tables and a key bias with a document window needs 300
-registers a consumer thread at 64 x 64; split, each of two thread blocks holds 32 of dK's and dV's 64
-columns)."""
+head_dim 64: soft-cap + ALiBi + three gathered tables, a key bias and a key-weighted tanh of the score with a
+document window needs 275 registers a consumer thread at 64 x 64; split, each of two thread blocks holds 32 of
+dK's and dV's 64 columns)."""
 
 
 def warp_specialized_first(q, kernels, sparse: bool, **options):
