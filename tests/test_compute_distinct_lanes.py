@@ -28,7 +28,7 @@ def test_distinct_lanes_are_bitwise_the_whole_tile_lowering():
     """The forward with ALiBi, a table and a window, single-stage at target level, with and without the pass (the
     differences are lowered as views either way: without it, each op runs on all 64 registers)."""
     rng = np.random.default_rng(0)
-    q, k, v = (round_to(rng.standard_normal((1, 2, n, 64)), BF16) for n in (70, 90, 90))
+    q, k, v = (round_to(rng.standard_normal((1, 1, n, 64)), BF16) for n in (70, 90, 90))
     module = flash_attention(64, score_mod=alibi_table, mask_mod=window, return_lse=True, block_n=64)
     arrays = [SLOPES.astype(np.float32), TABLE.astype(np.float32)]
     without = passes.PTX_PIPELINE.replace("compute-distinct-lanes,", "")
