@@ -70,8 +70,8 @@ def window(b, h, q_idx, kv_idx):
     pytest.param(lambda: attention_backward(64, score_mod=softcap, block_m=128, block_n=128).main, 0, 1,
                  id="backward-d64-softcap-128x128"),
     pytest.param(lambda: attention_backward(64, score_mod=alibi, mask_mod=document, block_sparse=True, block_m=128,
-                                            block_n=128).main, 1, 0, id="backward-d64-alibi-document-128x128"),
-    pytest.param(lambda: attention_backward(64, score_mod=relative_table, block_m=128, block_n=128).main, 1, 0,
+                                            block_n=128).main, 2, 0, id="backward-d64-alibi-document-128x128"),
+    pytest.param(lambda: attention_backward(64, score_mod=relative_table, block_m=128, block_n=128).main, 2, 0,
                  id="backward-d64-table-128x128"),
     pytest.param(lambda: attention_backward(64, score_mod=softcap, mask_mod=window, block_sparse=True, block_m=128,
                                             block_n=128).main, 0, 0, id="backward-d64-softcap-window-128x128"),
@@ -81,7 +81,7 @@ def test_count_is_within_a_step_of_what_ptxas_needs(module, over, under):
     """ptxas fits the consumers in their count rounded up to setmaxnreg's step, plus `under` steps (a soft-cap's
     count is 3 under what ptxas needs), and spills a step below that, less `over` steps (the causal d128
     forward's count, 225, is up to 8 over; ALiBi with documents 224 and a relative-position table 222, where
-    ptxas 13.0 fits 216)."""
+    ptxas 13.0 fits 208: up to 16 over)."""
     module = module()
     count = consumer_count(tessera.compile(module, target="target"))
     ptx = tessera.compile(module, target="ptx")
