@@ -45,6 +45,12 @@ def _rematerialize_constants() -> type[ModulePass]:
     return RematerializeConstantsPass
 
 
+def _compute_distinct_lanes() -> type[ModulePass]:
+    from tessera.passes.compute_distinct_lanes import ComputeDistinctLanesPass
+
+    return ComputeDistinctLanesPass
+
+
 def _interleave_elementwise() -> type[ModulePass]:
     from tessera.passes.interleave_elementwise import InterleaveElementwisePass
 
@@ -109,6 +115,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "assign-swizzle": _assign_swizzle,
     "convert-tile-to-sm90": _convert_tile_to_sm90,
     "rematerialize-constants": _rematerialize_constants,
+    "compute-distinct-lanes": _compute_distinct_lanes,
     "interleave-elementwise": _interleave_elementwise,
     "warp-specialize": _warp_specialize,
     "allocate-registers": _allocate_registers,
@@ -200,13 +207,13 @@ def allocated(pipeline: str) -> str:
     return pipeline if pipeline.split(",")[-1].strip() == "allocate-registers" else pipeline + ",allocate-registers"
 
 
-TARGET_PIPELINE = "assign-swizzle,convert-tile-to-sm90,canonicalize,cse,rematerialize-constants"
+TARGET_PIPELINE = "assign-swizzle,convert-tile-to-sm90,canonicalize,compute-distinct-lanes,cse,rematerialize-constants"
 """Tile IR to sm_90a Target IR, single-stage: one K/V (or K) tile in flight, 256 threads, no producer
 warpgroup, no setmaxnreg. The simplest kernel, for tests and comparison; not the default (`DEFAULT_PIPELINE`)."""
 
 PIPELINED_PIPELINE = (
     "assign-swizzle,pipeline-loops{stages=2},overlap-softmax,peel-masked-iterations{branch=true},"
-    "convert-tile-to-sm90,canonicalize,cse,rematerialize-constants"
+    "convert-tile-to-sm90,canonicalize,compute-distinct-lanes,cse,rematerialize-constants"
 )
 """Tile IR to Target IR with the K/V (and GEMM K) loops pipelined over two-slot rings, each trip's score mma
 issued before the previous trip's P.V mma (overlap-softmax), the masks run only on the trips that need them,

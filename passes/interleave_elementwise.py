@@ -1,17 +1,18 @@
-"""`interleave-elementwise`: compute a tile that is made only from row and column vectors, slab by slab, where
+"""`interleave-elementwise`: compute a tile that is made only of row and column vectors, slab by slab, where
 it is used, instead of whole beside the tile it is combined with.
 
 Input and output: Target IR, after `rematerialize-constants` and before `allocate-registers`. Not in the
-default pipelines (`tessera-opt -p ...,rematerialize-constants,interleave-elementwise,...` asks for it): ALiBi
-with document masking at head_dim 64 (128 x 128) counts 224 registers interleaved, but ptxas 13.0 then spills
-20 bytes at the consumers' 240, where it assembles the whole-tile kernel (counted 251) without a spill. A score_mod
-such as ALiBi's `score + slopes[h] * (kv_idx - q_idx)` lowers to `(kv - q)` over the broadcast views of a
-column vector (the thread's N/4 distinct key columns) and a row vector, then `* slope` over the view of a
-gathered row vector, then `+ score`: each a whole `[BM, BN]` vector op in program order, so that the
-`slope * (kv - q)` tile (64 registers at 128 x 128) is live beside the score tile until the add. ptxas
-interleaves the chain itself and needs 216 registers where the allocator counted 246 at head_dim 64 (the
-consumer budget is 240), so the allocator refused a kernel that fits. This pass writes the chain as ptxas
-runs it, so that the allocator's count, its names and the PTX agree:
+default pipelines (`tessera-opt -p ...,rematerialize-constants,interleave-elementwise,...` asks for it): it
+lowers the allocator's count, not what ptxas needs. ptxas computes a tile that does not read the score
+whole between issuing the score's wgmma and waiting for it, whatever the order in the PTX: in ALiBi's
+backward with document masking (head_dim 64, 128 x 128) it issues the 64 FADDs of `kv_idx - q_idx` and the
+64 FMULs by the slope before `WARPGROUP.DEPBAR`, 237 registers live there from the whole-tile PTX and 242
+from the interleaved one, which ptxas 12.9, 13.0 and 13.5 then spill at the consumers' 240 (needing 248)
+where the count said 224. The default pipelines compute such tiles on the thread's distinct registers
+instead (`compute-distinct-lanes`: ALiBi's 34 at 128 keys), which no schedule makes whole again. A score_mod
+such as ALiBi's `score + slopes[h] * (kv_idx - q_idx)` otherwise lowers to `(kv - q)` over the broadcast views
+of a column vector and a row vector, then `* slope`, then `+ score`: each a whole `[BM, BN]` vector op in
+program order. This pass writes the chain `SLAB` lanes at a time:
 
 - a *cheap* op is a lane-wise op (`ELEMENTWISE`, `sm90.cvt`, `sm90.setp`) whose result has one use, and
   whose vector operands are constants, views (a `vector.shuffle` or a scalar's `vector.broadcast`, which the

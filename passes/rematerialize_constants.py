@@ -76,6 +76,7 @@ from xdsl.ir import BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from tessera.dialects import sm90
+from tessera.passes.convert_tile_to_sm90.common import DISTINCT_LANES_ATTR
 from tessera.lowering.fragments import ROWS_PER_THREAD
 from tessera.regalloc.allocate import ELEMENTWISE
 from tessera.regalloc.registers import IMMEDIATE_OPERANDS
@@ -157,9 +158,24 @@ def _broadcast(copy: arith.ConstantOp, lane: float | int) -> list[Operation]:
     return [scalar, spread]
 
 
+def _readers(op: Operation) -> int:
+    """How many copies re-creating `op` at its uses makes: one per user for a value computed on a thread's
+    distinct registers (`DISTINCT_LANES_ATTR`: its view reads it as both shuffle operands, and two copies of an
+    index diagonal held 68 registers where one holds 34), one per use otherwise (as before, so that other
+    kernels' PTX stays as it was: their epilogue's store offsets are copied once per operand of a view)."""
+    if DISTINCT_LANES_ATTR in op.attributes:
+        return len({use.operation for use in op.results[0].uses})
+    return len(list(op.results[0].uses))
+
+
+def _copies_per_user(op: Operation) -> bool:
+    """Whether `_readers` counts users (not uses) for `op`."""
+    return DISTINCT_LANES_ATTR in op.attributes
+
+
 def _is_lane_offsets(op: Operation) -> bool:
     """An integer vector `arith.addi` of a broadcast scalar and a constant, used more than once."""
-    if not isinstance(op, arith.AddiOp) or not isinstance(op.result.type, VectorType) or len(list(op.result.uses)) < 2:
+    if not isinstance(op, arith.AddiOp) or not isinstance(op.result.type, VectorType) or _readers(op) < 2:
         return False
     owners = {type(v.owner) for v in op.operands}
     return owners == {vector.BroadcastOp, arith.ConstantOp}
@@ -168,13 +184,17 @@ def _is_lane_offsets(op: Operation) -> bool:
 def _recreate_at_uses(op: arith.AddiOp) -> None:
     """A copy of `op` (and of its broadcast) right before each user (module docstring)."""
     spread = next(v.owner for v in op.operands if isinstance(v.owner, vector.BroadcastOp))
+    copies: dict[object, SSAValue] = {}  # one per user (`_readers`): a view reading it as both operands takes one
     for use in list(op.result.uses):
         user = use.operation
-        new_spread, copy = spread.clone(), op.clone()
-        copy.operands[[v.owner for v in op.operands].index(spread)] = new_spread.results[0]
-        copy.result.name_hint = op.result.name_hint
-        user.parent_block().insert_ops_before([new_spread, copy], _insertion_point(user))
-        user.operands[use.index] = copy.result
+        key = user if _copies_per_user(op) else (user, use.index)
+        if key not in copies:
+            new_spread, copy = spread.clone(), op.clone()
+            copy.operands[[v.owner for v in op.operands].index(spread)] = new_spread.results[0]
+            copy.result.name_hint = op.result.name_hint
+            user.parent_block().insert_ops_before([new_spread, copy], _insertion_point(user))
+            copies[key] = copy.result
+        user.operands[use.index] = copies[key]
     op.detach()
     op.erase()
     if not spread.results[0].uses:
@@ -283,11 +303,15 @@ def _clone_tree(op: Operation, before: Operation) -> SSAValue:
 def _recreate_index_trees(module: ModuleOp) -> None:
     """Each index expression (`_is_index_tree`) with more than one use re-created right before each user, as
     lane offsets are (module docstring)."""
-    trees = [o for o in module.walk() if _is_index_tree(o) and len(list(o.result.uses)) > 1]
+    trees = [o for o in module.walk() if _is_index_tree(o) and _readers(o) > 1]
     for op in trees:
+        copies: dict[object, SSAValue] = {}  # one per user or per use (`_readers`)
         for use in list(op.result.uses):
             user = use.operation
-            user.operands[use.index] = _clone_tree(op, _insertion_point(user))
+            key = user if _copies_per_user(op) else (user, use.index)
+            if key not in copies:
+                copies[key] = _clone_tree(op, _insertion_point(user))
+            user.operands[use.index] = copies[key]
         _erase_tree(op)
 
 

@@ -86,20 +86,30 @@ def softcap_alibi_table(score, b, h, q_idx, kv_idx):
     return softcap_alibi(score, b, h, q_idx, kv_idx) + TABLE[h, np.clip(q_idx - kv_idx + 31, 0, 62)]
 
 
+WEIGHTS = np.linspace(0, 1, 4096)
+
+
+def softcap_alibi_table_tanhs(score, b, h, q_idx, kv_idx):
+    """softcap_alibi_table and two tanh terms of the score weighted per key and per query."""
+    return (softcap_alibi_table(score, b, h, q_idx, kv_idx) + WEIGHTS[kv_idx] * np.tanh(score / 3.0)
+            + WEIGHTS[q_idx] * np.tanh(score / 5.0))
+
+
 @pytest.mark.slow
 def test_a_forward_too_large_for_bn_128_is_rebuilt_at_bn_64(monkeypatch):
-    """A soft-cap, ALiBi and a relative-position table's tiles beside S fit no configuration at BN 128 (333
-    registers a thread warp-specialized): rebuilt at BN 64, warned."""
+    """A soft-cap, ALiBi, a relative-position table and two tanh terms beside S fit no configuration at BN 128
+    (321 registers a thread warp-specialized; without the tanh terms it fits single-stage since ALiBi and the
+    table are computed on the thread's distinct offsets): rebuilt at BN 64, warned."""
     from tessera.ir.diagnostics import TesseraWarning
     from tessera.runtime.flex import forward_module
 
     q, k, v, _ = inputs()
-    module = forward_module(q, k, score_mod=softcap_alibi_table, mask_mod=window, causal=False, scale=None,
+    module = forward_module(q, k, score_mod=softcap_alibi_table_tanhs, mask_mod=window, causal=False, scale=None,
                             return_lse=True, head_dim=D, dtype="bf16", block_n=64)
     install_fake_driver(monkeypatch, (module,))
     with pytest.warns(TesseraWarning, match="block_n 128 fits no configuration .* rebuilt with block_n 64"):
-        o, lse = tessera.attention(q, k, v, score_mod=softcap_alibi_table, mask_mod=window, return_lse=True)
-    check = reference.check_attention_mods(o, q, k, v, BF16, softcap_alibi_table, window, lse=lse)
+        o, lse = tessera.attention(q, k, v, score_mod=softcap_alibi_table_tanhs, mask_mod=window, return_lse=True)
+    check = reference.check_attention_mods(o, q, k, v, BF16, softcap_alibi_table_tanhs, window, lse=lse)
     assert check.ok, check
 
 

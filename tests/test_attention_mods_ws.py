@@ -34,6 +34,10 @@ def alibi(score, b, h, q_idx, kv_idx):
 TABLE = np.linspace(-1.0, 1.0, 4 * 63).reshape(4, 63)
 
 
+def relative_table(score, b, h, q_idx, kv_idx):
+    return score + TABLE[h, np.clip(q_idx - kv_idx + 31, 0, 62)]
+
+
 def softcap_alibi_table(score, b, h, q_idx, kv_idx):
     return softcap_alibi(score, b, h, q_idx, kv_idx) + TABLE[h, np.clip(q_idx - kv_idx + 31, 0, 62)]
 
@@ -95,15 +99,17 @@ def test_d128_window_gqa_ragged_at_target_level_takes_the_dense_kernels_blocks()
     assert kernels.config.key_rows and flex.warp_specialized_refusal(kernels.main) is None  # taken above
 
 
-def test_d64_document_masking_at_target_level_takes_the_dense_kernels_blocks():
-    """Document masking at head_dim 64 (two gathers: a row vector of the queries' documents, a column vector
-    of the keys', each column loaded once) fits the dense default's 128 x 128 blocks warp-specialized (two
-    consumer warpgroups, 240 registers each: 220 counted): no warning; GQA, seq_q != seq_k, neither a multiple
-    of 128, an empty document. (A sliding window at 128 x 128: the slow PTX-level tests and the SASS test.)"""
+def test_d64_alibi_document_masking_at_target_level_takes_the_dense_kernels_blocks():
+    """ALiBi with document masking at head_dim 64 fits the dense default's 128 x 128 blocks warp-specialized (two
+    consumer warpgroups, 240 registers each: 224 counted): `kv_idx - q_idx` is lowered as the thread's 34
+    distinct (column - row) offsets, `slopes[h]` as one load, and `compute-distinct-lanes` computes the product
+    on those 34 registers; the documents are two gathers (a row vector of the queries' documents, a column vector
+    of the keys', each column loaded once). No warning; GQA, seq_q != seq_k, neither a multiple of 128, an empty
+    document. (A sliding window at 128 x 128: the slow PTX-level tests and the SASS test.)"""
     from tessera.runtime import flex
 
-    _check("target", 64, None, late_document, 150, 170, 2, 1)
-    kernels, _ = flex.backward_kernels(None, score_mod=None, mask_mod=late_document, causal=False, scale=None,
+    _check("target", 64, alibi, late_document, 150, 170, 2, 1)
+    kernels, _ = flex.backward_kernels(None, score_mod=alibi, mask_mod=late_document, causal=False, scale=None,
                                        level="target", head_dim=64, dtype="bf16", blocks=(128, 128))
     assert flex.warp_specialized_refusal(kernels.main) is None  # remembered from the run above
 
@@ -135,7 +141,19 @@ def test_slice_below_tile_level(level, d, score_mod, mask_mod):
 
 @pytest.mark.slow
 def test_d64_softcap_window_gqa_at_ptx_level():
-    _check("ptx", 64, softcap, window, 70, 90, 2, 1, warns=True)
+    """At 128 x 128 since the window's compares are one setp per register against an immediate (224 counted)."""
+    _check("ptx", 64, softcap, window, 70, 90, 2, 1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", ["target", "ptx"])
+@pytest.mark.parametrize("score_mod,mask_mod", [(alibi, None), (relative_table, None), (alibi, window),
+                                                (relative_table, late_document)],
+                         ids=["alibi", "table", "alibi-window", "table-document"])
+def test_d64_differences_of_coordinates_take_the_dense_kernels_blocks(level, score_mod, mask_mod):
+    """ALiBi and a relative-position table, alone, with a window or with documents, at head_dim 64 on 128 x 128
+    blocks without a warning; GQA (4 query heads, 2 K/V heads), seq_q != seq_k, neither a multiple of 128."""
+    _check(level, 64, score_mod, mask_mod, 150, 170, 4, 2)
 
 
 @pytest.mark.slow
@@ -143,19 +161,27 @@ def test_d64_window_gqa_at_ptx_level():
     _check("ptx", 64, None, window, 150, 200, 2, 1)
 
 
+KEY_WEIGHTS = np.linspace(0.0, 1.0, 4096)
+
+
+def softcap_alibi_table_tanh(score, b, h, q_idx, kv_idx):
+    return softcap_alibi_table(score, b, h, q_idx, kv_idx) + KEY_WEIGHTS[kv_idx] * np.tanh(score / 3.0)
+
+
 @pytest.mark.slow
 def test_d128_falls_back_to_the_head_split_with_a_warning():
-    """soft-cap + ALiBi + a relative-position table under a window needs 280 registers a thread in one thread
-    block per key block at head_dim 128 (one consumer warpgroup has 256): the backward takes head_split=2, and
-    says so. (Without the table it fits one thread block per key block: 250.)"""
+    """soft-cap + ALiBi + a relative-position table + a key-weighted tanh of the score under a window needs 296
+    registers a thread in one thread block per key block at head_dim 128 (one consumer warpgroup has 256): the
+    backward takes head_split=2, and says so. (Without the tanh term it fits one thread block per key block:
+    253 at 64 x 128, under 256 at 64 x 64.)"""
     q, k, v, do = inputs(128, 64, 64, 1, 1)
-    o, lse = tessera.attention(q, k, v, score_mod=softcap_alibi_table, mask_mod=window, return_lse=True,
+    o, lse = tessera.attention(q, k, v, score_mod=softcap_alibi_table_tanh, mask_mod=window, return_lse=True,
                                level="tile")
     with pytest.warns(UserWarning, match=r"does not fit warp-specialized .*as one thread block per key block "
                                          r"\(the consumer warpgroups need \d+ registers.*head_split=2"):
-        grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=softcap_alibi_table, mask_mod=window,
+        grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=softcap_alibi_table_tanh, mask_mod=window,
                                            level="target")
-    checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, softcap_alibi_table, window)
+    checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, softcap_alibi_table_tanh, window)
     assert all(c.ok for c in checks), [str(c) for c in checks]
 
 
@@ -163,6 +189,10 @@ def test_d128_falls_back_to_the_head_split_with_a_warning():
 @pytest.mark.parametrize("d,score_mod,mask_mod,options", [
     (64, softcap, None, dict(block_m=128, block_n=128)),
     pytest.param(64, softcap_alibi, window, {}, marks=pytest.mark.slow),
+    pytest.param(64, alibi, late_document, dict(block_m=128, block_n=128), marks=pytest.mark.slow),
+    pytest.param(64, relative_table, None, dict(block_m=128, block_n=128), marks=pytest.mark.slow),
+    pytest.param(64, softcap, window, dict(block_m=128, block_n=128), marks=pytest.mark.slow),
+    pytest.param(64, alibi, window, dict(block_m=128, block_n=128), marks=pytest.mark.slow),
     pytest.param(64, None, window, dict(block_m=128, block_n=128), marks=pytest.mark.slow),
     pytest.param(64, None, late_document, dict(block_m=128, block_n=128), marks=pytest.mark.slow),
     pytest.param(128, None, window, dict(block_m=64, block_n=128), marks=pytest.mark.slow),
@@ -183,6 +213,24 @@ def test_main_kernel_is_warp_specialized_and_ptxas_clean(d, score_mod, mask_mod,
     assert result.warnings == ()
     for entry in result.entries.values():
         assert not entry.spills, entry
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ptxas")
+@pytest.mark.parametrize("score_mod,mask_mod", [(alibi, None), (alibi, late_document), (relative_table, None),
+                                                (softcap, window)],
+                         ids=["alibi", "alibi-document", "table", "softcap-window"])
+def test_d64_128x128_modifiers_assemble_clean_under_every_ptxas(score_mod, mask_mod):
+    """The modifiers that fit head_dim 64's 128 x 128 blocks since `compute-distinct-lanes` (counted 222, 224,
+    222, 224) assemble without spilling under every ptxas found (12.9, 13.0, 13.5: they need 216, 216, 216 and
+    224-240 at the consumers' 240)."""
+    ptx = _ptx(attention_backward(64, score_mod=score_mod, mask_mod=mask_mod, block_sparse=mask_mod is not None,
+                                  block_m=128, block_n=128).main)
+    for ptxas in toolchain.find_all_ptxas():
+        result = toolchain.compile_ptx(ptx, ptxas=ptxas.path)
+        assert result.warnings == (), ptxas
+        for entry in result.entries.values():
+            assert not entry.spills, (ptxas, entry)
 
 
 BLOCK_LIST_READ = 12

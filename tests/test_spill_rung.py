@@ -3,8 +3,9 @@ single-stage with `allocate-registers{spill=true}`, the registers past 255 left 
 the rung and the registers needed (`tessera.lowering.fallback`). With modifiers, `tessera.attention` and
 `tessera.attention_backward` try their own rungs (smaller key blocks, the head split) before it. The heavy
 variant below (a score_mod that halves scores farther than 64 apart, with soft-cap, ALiBi, a relative-position
-table and a key bias, under a per-batch document mask) needs 265 registers a thread single-stage at head_dim
-128 even with head_split=2: it runs right at target and PTX level, and ptxas assembles it with spills. The
+table, a key bias and two key-weighted tanh terms of the score, under a per-batch document mask) needs 286
+registers a thread single-stage at head_dim 128 even with head_split=2 (without the two tanh terms it fits
+since `kv_idx - q_idx` is computed on the thread's distinct offsets, `compute-distinct-lanes`): it runs right at target and PTX level, and ptxas assembles it with spills. The
 full matrix (PTX level, the forward's ordering) is `-m slow`."""
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from tessera.runtime.flex import attention_mods
 SLOPES = np.array([0.5, 0.25])
 TABLE = np.linspace(-1, 1, 126).reshape(2, 63)
 BIAS = np.linspace(0, 1, 170)
+BIAS2 = np.linspace(1, 0, 170)
 DOCS = np.array([np.repeat([0, 1, 2], [20, 15, 135]), np.repeat([0, 1], [90, 80])])  # per batch
 
 
@@ -37,7 +39,7 @@ def near(score, b, h, q_idx, kv_idx):
 def heavy(score, b, h, q_idx, kv_idx):
     s = near(score, b, h, q_idx, kv_idx)
     return (20.0 * np.tanh(s / 20.0) + SLOPES[h] * (kv_idx - q_idx) + TABLE[h, np.clip(q_idx - kv_idx + 31, 0, 62)]
-            + BIAS[kv_idx])
+            + BIAS[kv_idx] + BIAS2[kv_idx] * np.tanh(score) + BIAS[kv_idx] * np.tanh(score / 3.0))
 
 
 def document(b, h, q_idx, kv_idx):
@@ -81,7 +83,7 @@ def test_heavy_backward_spills_at_ptx_level():
 
 
 def _forward(level, block_n):
-    """`near` with the document mask at head_dim 128 needs 278 registers single-stage at key blocks of 128: with
+    """`near` with the document mask at head_dim 128 needs 276 registers single-stage at key blocks of 128: with
     block_n given (no smaller key blocks to try) the spilling rung is taken."""
     q, k, v, _ = inputs(1, batch=2, seq_q=70, seq_k=170)
     with warnings.catch_warnings(record=True) as caught:
@@ -100,7 +102,7 @@ def _forward(level, block_n):
 @pytest.mark.parametrize("level", ["ptx", "target"])
 def test_forward_with_a_key_block_given_spills(level):
     (message,) = spill_warnings(_forward(level, 128))
-    assert "278 registers per thread needed, 23 past the 255" in message
+    assert "276 registers per thread needed, 21 past the 255" in message
 
 
 @pytest.mark.slow
@@ -130,15 +132,15 @@ def test_without_the_rung_or_with_a_named_pipeline_it_is_refused():
     from tessera.regalloc import RegisterBudgetError
 
     module = flash_attention(128, score_mod=near, mask_mod=document, block_sparse=True, block_n=128)
-    with pytest.raises(NoConfigurationFitsError, match=r"single-stage: 278 registers per thread"), without_spilling():
+    with pytest.raises(NoConfigurationFitsError, match=r"single-stage: 276 registers per thread"), without_spilling():
         tessera.compile(module, target="target")
-    with pytest.raises(RegisterBudgetError, match="278 registers per thread are live at once, over the budget of 255"):
+    with pytest.raises(RegisterBudgetError, match="276 registers per thread are live at once, over the budget of 255"):
         tessera.compile(module, target="target", pipeline=passes.PTX_PIPELINE)
     with warnings.catch_warnings():
         warnings.simplefilter("error", TesseraWarning)  # asked for by name: spilled without a fallback warning
         lowered = tessera.compile(module, target="target", pipeline=passes.SPILL_PIPELINE)
     (fn,) = [op for op in lowered.walk() if SPILL_ATTR in op.attributes]
-    assert fn.attributes[SPILL_ATTR].value.data == 32 and PIPELINE_NOTE_ATTR not in fn.attributes
+    assert fn.attributes[SPILL_ATTR].value.data == 21 and PIPELINE_NOTE_ATTR not in fn.attributes
 
 
 @pytest.mark.slow

@@ -31,6 +31,11 @@ thread 0: a row gather with cp.async. warp-specialize gives it to every thread o
 INVARIANT_ATTR = "sm90.invariant"
 """On an sm90.ld_global: it reads an input the kernel never writes (tile.load_index's table), so it reads the
 same value wherever it is recomputed (warp-specialize lets the producer recompute it)."""
+DISTINCT_LANES_ATTR = "sm90.distinct_lanes"
+"""On the op that makes a value from which `compute-distinct-lanes` computes lane-wise ops on their distinct
+registers: a `tile.splat`'s broadcast (a value the same for every element: `b`, `h`, a modifier's integer
+constants) and an index diagonal's distinct values (`kv_idx - q_idx`). Only ops that read such a value
+(through views), or an op that pass computed so, are computed so: other kernels keep their lowering."""
 CLUSTER_SHARED_ATTR = "sm90.cluster_shared"
 """On a `sm90.tma_load` of a ring refill: the box of a `cluster_shared` copy (multicast-cluster-copies)."""
 
@@ -224,3 +229,13 @@ class LoopInfo:
 def op_tile_type(op: Operation) -> TileType:
     return op.operands[0].type
 
+
+def constant_i32(value: SSAValue) -> int | None:
+    """The value of a `tile.splat` of an integer `arith.constant` (a divisor, a compared bound), as an i32."""
+    owner = value.owner
+    if not isinstance(owner, tile.SplatOp) or not isinstance(owner.value.owner, arith.ConstantOp):
+        return None
+    constant = owner.value.owner.value
+    if not isinstance(constant, IntegerAttr):
+        return None
+    return (constant.value.data + 2**31) % 2**32 - 2**31  # an index constant is truncated to i32

@@ -32,7 +32,9 @@ from tessera.dialects.tile_types import TileType
 from tessera.lowering.emitter import Emitter
 from tessera.lowering.fragments import AccumulatorLayout
 from tessera.numerics import exp2_factor
-from tessera.passes.convert_tile_to_sm90.common import INVARIANT_ATTR, ColumnIota, Scaled, _refuse
+from tessera.passes.convert_tile_to_sm90.common import (DISTINCT_LANES_ATTR, INVARIANT_ATTR, ColumnIota, Scaled,
+                                                        _refuse, constant_i32)
+from tessera.passes.convert_tile_to_sm90.index_diagonals import ROW_VECTOR_ROWS, IndexDiagonalLowering
 
 _FLOAT_BINARY = {
     tile.AddOp: arith.AddfOp, tile.SubOp: arith.SubfOp, tile.MulOp: arith.MulfOp, tile.DivOp: arith.DivfOp,
@@ -42,17 +44,6 @@ _INTEGER_BINARY = {
     tile.AddOp: arith.AddiOp, tile.SubOp: arith.SubiOp, tile.MulOp: arith.MuliOp,
     tile.ElementMaxOp: arith.MaxSIOp, tile.ElementMinOp: arith.MinSIOp,
 }
-
-
-def _constant_i32(value: SSAValue) -> int | None:
-    """The divisor's value where it is a constant (`tile.splat` of an `arith.constant`), as an i32."""
-    owner = value.owner
-    if not isinstance(owner, tile.SplatOp) or not isinstance(owner.value.owner, arith.ConstantOp):
-        return None
-    constant = owner.value.owner.value
-    if not isinstance(constant, IntegerAttr):
-        return None
-    return (constant.value.data + 2**31) % 2**32 - 2**31  # an index constant is truncated to i32
 
 
 def _floored(e: Emitter, a: SSAValue, b: SSAValue, modulus: bool, constant: int | None = None) -> SSAValue:
@@ -74,11 +65,7 @@ def _floored(e: Emitter, a: SSAValue, b: SSAValue, modulus: bool, constant: int 
     return e.select(wrong_sign, e.op(arith.AddiOp(r, b)), r)
 
 
-_ROW_VECTOR_ROWS = sorted(set(AccumulatorLayout(8).row_offsets))
-"""The rows of a thread's two registers of a row vector, relative to its first row."""
-
-
-class ElementwiseLowering:
+class ElementwiseLowering(IndexDiagonalLowering):
     """The elementwise handlers of `KernelLowering` (a mixin: it uses the kernel's state)."""
 
     def _kind(self, ty: TileType) -> str:
@@ -107,6 +94,11 @@ class ElementwiseLowering:
 
     # -- arithmetic ------------------------------------------------------------------------------------------
     def _lower_binary(self, op, e: Emitter) -> None:
+        if isinstance(op, tile.AddOp | tile.SubOp):
+            diagonal = self._index_diagonal(op, e)
+            if diagonal is not None:
+                self._set(op.result, diagonal)
+                return
         a, b = (self._broadcast_operand(op, v, op.result.type, e) for v in (op.lhs, op.rhs))
         element = op.result.type.element_type
         table = _FLOAT_BINARY if isinstance(element, Float32Type) else _INTEGER_BINARY
@@ -125,7 +117,7 @@ class ElementwiseLowering:
         modulus = isinstance(op, tile.ModOp)
         lanes = self._vector_type(op, op.result.type).get_shape()[0]
         a = self._broadcast_operand(op, op.lhs, op.result.type, e)
-        d = _constant_i32(op.rhs)
+        d = constant_i32(op.rhs)
         if d == 0:
             self._set(op.result, e.splat(i32, 0, lanes))
             return
@@ -211,6 +203,10 @@ class ElementwiseLowering:
 
     # -- compare and select ----------------------------------------------------------------------------------
     def _lower_CmpOp(self, op: tile.CmpOp, e: Emitter) -> None:
+        folded = self._index_comparison(op, e)
+        if folded is not None:
+            self._set(op.result, folded)
+            return
         a, b = (self._broadcast_operand(op, v, op.result.type, e) for v in (op.lhs, op.rhs))
         self._set(op.result, e.setp(op.predicate.data, a, b))
 
@@ -227,7 +223,7 @@ class ElementwiseLowering:
         kind, rows = self._kind(ty), op.axis.data == "rows"
         lanes = self._vector_type(op, ty).get_shape()[0]
         if kind == "row":
-            base, offsets = (self.row_base, _ROW_VECTOR_ROWS) if rows else (None, [0] * lanes)
+            base, offsets = (self.row_base, ROW_VECTOR_ROWS) if rows else (None, [0] * lanes)
         elif kind == "column":  # the thread's distinct columns
             base, offsets = (None, [0] * lanes) if rows else (self.col_base, self._layout(op, ty).distinct_columns[0])
         else:
@@ -259,7 +255,9 @@ class ElementwiseLowering:
         scalar = self._get(op.value)
         if isinstance(scalar.type, IndexType):
             scalar = e.op(arith.IndexCastOp(scalar, i32))
-        self._set(op.result, e.broadcast(scalar, self._vector_type(op, op.result.type).get_shape()[0]))
+        splat = e.broadcast(scalar, self._vector_type(op, op.result.type).get_shape()[0])
+        splat.owner.attributes[DISTINCT_LANES_ATTR] = UnitAttr()
+        self._set(op.result, splat)
 
     # -- gathers ---------------------------------------------------------------------------------------------
     def _lower_GatherOp(self, op: tile.GatherOp, e: Emitter) -> None:

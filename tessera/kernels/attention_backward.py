@@ -99,11 +99,9 @@ MODS_BLOCKS = {64: (64, 64), 128: (64, 64)}
 """(BM, BN) by head_dim with a score_mod or mask_mod: the builder's default, the smallest blocks the lowering
 takes (one consumer warpgroup: 256 registers warp-specialized), where soft-cap + ALiBi + a window fits the
 default pipeline's first rung at head_dim 64. `tessera.attention_backward` takes the dense kernel's blocks first
-where the main kernel lowers warp-specialized with them (`runtime.flex.WARP_SPECIALIZED_FIRST`): at head_dim 64
-128 x 128 (two consumer warpgroups of 240 registers: the allocator's count, soft-cap 236, document masking 238,
-a sliding window 238; ALiBi 262 and a window with `deterministic=True` 244 do not fit), at head_dim 128 the
-keys-on-rows 64 x 128 (a window 237, document masking 239; soft-cap 242, ALiBi 244 do not), then 64 x 64 with
-one thread block per key block, then `MODS_HEAD_SPLIT`."""
+where the main kernel lowers warp-specialized with them (`runtime.flex.WARP_SPECIALIZED_FIRST`, which says which
+modifiers fit them): at head_dim 64 128 x 128, at head_dim 128 the keys-on-rows 64 x 128, then 64 x 64 with one
+thread block per key block, then `MODS_HEAD_SPLIT`."""
 
 MODS_HEAD_SPLIT = {128: 2}
 """Main-kernel thread blocks per key block by head_dim with a score_mod or mask_mod (`attention_backward`'s

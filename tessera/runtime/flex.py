@@ -181,8 +181,9 @@ WARP_SPECIALIZED_FIRST = {
 (`MODS_BLOCKS`, `MODS_HEAD_SPLIT`) below Tile level and on the GPU: the first whose main kernel lowers
 warp-specialized (`warp_specialized_refusal`) is taken, else the default with a warning naming each refusal. At
 head_dim 64 the dense kernel's 128 x 128 blocks (two consumer warpgroups of 240 registers: soft-cap, document
-masking, a sliding window, deterministic or not, fit; ALiBi's f32 index tile, a relative-position table and a
-soft-cap with a mask do not); at head_dim 128 the dense kernel's keys-on-rows 64 x 128 blocks (two consumer
+masking, a sliding window, deterministic or not, ALiBi with or without document masking, a relative-position
+table and a soft-cap with a window fit: `kv_idx - q_idx` and what is made of it are computed on the thread's
+34 distinct offsets, `compute-distinct-lanes`; soft-cap + ALiBi does not); at head_dim 128 the dense kernel's keys-on-rows 64 x 128 blocks (two consumer
 warpgroups: a sliding window, a soft-cap, ALiBi, with document masking or not, fit), then one thread block
 per key block at 64 x 64
 (no extra S and dP products) instead of the head split. (Each: its name in the warning and the keywords of
@@ -201,9 +202,9 @@ def _shape(kernels) -> tuple[int, int, int]:
 HEAD_SPLIT_FALLBACK = 2
 """The main kernel's head split (`attention_backward(head_split=)`) a backward with modifiers is rebuilt with,
 with a warning naming it, when its registers do not fit without one below Tile level and on the GPU (at
-head_dim 64: soft-cap + ALiBi + three gathered tables and a key bias with a document window needs 300
-registers a consumer thread at 64 x 64; split, each of two thread blocks holds 32 of dK's and dV's 64
-columns)."""
+head_dim 64: soft-cap + ALiBi + three gathered tables, a key bias and a key-weighted tanh of the score with a
+document window needs 275 registers a consumer thread at 64 x 64; split, each of two thread blocks holds 32 of
+dK's and dV's 64 columns)."""
 
 
 def warp_specialized_first(q, kernels, sparse: bool, **options):

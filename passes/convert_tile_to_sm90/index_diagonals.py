@@ -1,0 +1,111 @@
+"""convert-tile-to-sm90, differences of coordinates: `kv_idx - q_idx` (a column iota and a row iota) as the
+thread's distinct values, and compares of it folded into immediates.
+
+In the accumulator layout a thread's register k of an [BM, N] tile sits at row r0 + row_k and column
+c0 + col_k, with row_k in {0, 8} and col_k in {8j, 8j + 1}. So `kv_idx - q_idx` at register k is
+(k0 + c0 - q0 - r0) + (col_k - row_k): one scalar per thread plus a constant per register, and the constants
+take only N/4 + 2 distinct values (the second row's are the first row's one 8-column group earlier): 34 at
+128 keys, where the tile has 64 registers. Score modifiers made of such a difference (ALiBi's
+`slope * (kv_idx - q_idx)`, a relative-position table `table[h, clip(q_idx - kv_idx + 31, 0, 62)]`) are then
+computed on those 34 registers (`compute-distinct-lanes`): no [BM, BN] tile of them is live beside the score,
+however ptxas schedules them (ptxas hoists what does not read the score above the wait for the score's wgmma,
+where a whole tile of it would be live beside the accumulator in flight).
+
+A compare of such a difference with a constant (`q_idx - kv_idx < 1024`, and `q_idx >= kv_idx` itself, a
+difference compared with 0) needs no register beyond the scalar: (s + d_k) < c is s < c - d_k, one `setp`
+per register against an immediate, as the bounds masks do. (Indices are taken to be below 2^30, so no sum or
+difference wraps; in f32, below 2^24, `attention_mods.F32_EXACT_INTEGERS`, where f32(a) - f32(b) is
+f32(a - b) exactly.)
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects import arith, vector
+from xdsl.dialects.builtin import Float32Type, UnitAttr, VectorType, f32, i32
+from xdsl.ir import SSAValue
+
+from tessera.dialects import sm90, tile
+from tessera.lowering.emitter import Emitter
+from tessera.lowering.fragments import AccumulatorLayout
+from tessera.passes.convert_tile_to_sm90.common import DISTINCT_LANES_ATTR, ColumnIota, constant_i32
+
+ROW_VECTOR_ROWS = sorted(set(AccumulatorLayout(8).row_offsets))
+"""The rows of a thread's two registers of a row vector, relative to its first row."""
+
+_SWAPPED = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
+"""The predicate of a compare with its operands swapped."""
+
+
+class IndexDiagonalLowering:
+    """Lowering of differences of coordinates (a mixin of `KernelLowering`, through `ElementwiseLowering`)."""
+
+    def _iota_start(self, value: SSAValue) -> tuple[SSAValue, str, bool] | None:
+        """(the thread's i32 start, "rows" or "cols", whether cast to f32) of a row vector `tile.iota rows`
+        [BM] or a column vector `tile.iota cols` [1, N], or of its `tile.cast` to f32; None for anything else."""
+        owner, as_f32 = value.owner, False
+        if isinstance(owner, tile.CastOp) and owner.source.type.element_type == i32 \
+                and isinstance(owner.result.type.element_type, Float32Type):
+            owner, as_f32 = owner.source.owner, True
+        if not isinstance(owner, tile.IotaOp):
+            return None
+        lowered = self.values.get(owner.result)
+        if isinstance(lowered, ColumnIota) and owner.axis.data == "cols":
+            return lowered.start, "cols", as_f32
+        if owner.axis.data != "rows" or owner.result.type.rank != 1 or not isinstance(lowered, SSAValue):
+            return None
+        added = lowered.owner  # _lower_IotaOp's row vector: broadcast(start) + [0, 8]
+        if isinstance(added, arith.AddiOp) and isinstance(added.lhs.owner, vector.BroadcastOp):
+            return added.lhs.owner.source, "rows", as_f32
+        return None
+
+    def _index_terms(self, op, lhs: SSAValue, rhs: SSAValue, sign: int, e: Emitter):
+        """(scalar, per-register constants, f32) with lhs + sign rhs = scalar + constant_k at register k of
+        `op`'s [BM, N] result, where lhs and rhs are a row iota and a column iota (`_iota_start`), both i32 or
+        both cast to f32; None otherwise."""
+        if self._kind(op.result.type) != "full":
+            return None
+        starts = [self._iota_start(v) for v in (lhs, rhs)]
+        if None in starts or starts[0][1] == starts[1][1] or starts[0][2] != starts[1][2]:
+            return None
+        layout = self._layout(op, op.result.type)
+        offsets = [layout.col_offsets if axis == "cols" else [ROW_VECTOR_ROWS[r] for r in layout.row_of_element]
+                   for _, axis, _ in starts]
+        scalar = e.op((arith.SubiOp if sign < 0 else arith.AddiOp)(starts[0][0], starts[1][0]))
+        return scalar, [a + sign * b for a, b in zip(*offsets)], starts[0][2]
+
+    def _index_diagonal(self, op: tile.AddOp | tile.SubOp, e: Emitter) -> SSAValue | None:
+        """lhs +- rhs of a row iota and a column iota as a view of the thread's distinct values (module
+        docstring), marked for `compute-distinct-lanes`; None where the operands are not two such iotas."""
+        terms = self._index_terms(op, op.lhs, op.rhs, 1 if isinstance(op, tile.AddOp) else -1, e)
+        if terms is None:
+            return None
+        scalar, per_register, as_f32 = terms
+        distinct = sorted(set(per_register))
+        values = e.broadcast(scalar, len(distinct))
+        if any(distinct):
+            values = e.op(arith.AddiOp(values, e.dense(i32, distinct)))
+        if as_f32:
+            values = e.op(sm90.CvtOp(values, VectorType(f32, [len(distinct)])))
+        values.name_hint = op.result.name_hint
+        values.owner.attributes[DISTINCT_LANES_ATTR] = UnitAttr()
+        return e.shuffle(values, [distinct.index(k) for k in per_register])
+
+    def _index_comparison(self, op: tile.CmpOp, e: Emitter) -> SSAValue | None:
+        """A compare of a difference (or sum) of a row iota and a column iota, i32, with a constant (either side),
+        or of the two iotas themselves, as one setp per register of the thread's scalar against an immediate
+        (module docstring); None for any other compare."""
+        predicate, lhs, rhs = op.predicate.data, op.lhs, op.rhs
+        if constant_i32(lhs) is not None:
+            predicate, lhs, rhs = _SWAPPED[predicate], rhs, lhs
+        constant = constant_i32(rhs)
+        if constant is not None and isinstance(lhs.owner, tile.AddOp | tile.SubOp):
+            inner = lhs.owner
+            terms = self._index_terms(op, inner.lhs, inner.rhs, 1 if isinstance(inner, tile.AddOp) else -1, e)
+        elif constant is None:
+            constant, terms = 0, self._index_terms(op, lhs, rhs, -1, e)  # a < b as a - b < 0
+        else:
+            return None
+        if terms is None or terms[2]:
+            return None
+        scalar, per_register, _ = terms
+        return e.setp(predicate, e.broadcast(scalar, len(per_register)), e.dense(i32, [constant - k for k in per_register]))
