@@ -676,7 +676,7 @@ class AsyncTracker:
         `chunks`: `flat` as whole 16-byte chunks of the CTA's shared memory at `base` (bytes base + 16c to
         base + 16c + 15 for each c: 16 bytes of a core matrix row each), its records then written a chunk at a
         time; `flat` may then be None (made from the chunks where a check walks the bytes)."""
-        if chunks is not None and flat is None and span is None:
+        if flat is None:
             def flat_bytes():
                 return base + (chunks[:, None] * _CHUNK + np.arange(_CHUNK)).reshape(-1)
         else:
