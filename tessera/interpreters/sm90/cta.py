@@ -45,8 +45,36 @@ class NamedBarrier:
     runs on, and what it does after arriving is not ordered before the waiters [memory_model.BARRIER_ORDERING]."""
 
 
+class NamesThreads:
+    """The clock and the thread names of a CTA's messages, for a class with `clock` and `cta_id`: the simulated
+    CTA (`CtaState`) and a batch follower's view of itself at its global stores (`followers.FollowerView`)."""
+
+    clock: int
+    cta_id: tuple[int, int, int]
+
+    def tick(self) -> int:
+        self.clock += 1
+        return self.clock
+
+    def thread_name(self, thread: int) -> str:
+        thread = int(thread)
+        return (f"thread {thread} (warp {thread // facts.WARP_SIZE}, lane {thread % facts.WARP_SIZE}) "
+                f"of CTA {self.cta_id}")
+
+    def where(self, threads) -> str:
+        """'thread N (...) of CTA (x, y, z)' for an index, or for the first thread of a [T] mask."""
+        if isinstance(threads, np.ndarray) and threads.dtype == np.bool_:
+            threads = int(np.argmax(threads))
+        return self.thread_name(int(threads))
+
+    def fail(self, op: Operation, message: str, threads=None) -> NoReturn:
+        """Raise a KernelHazardError naming the op (its first line) and a thread (an index or a [T] mask)."""
+        where = "" if threads is None else f" in {self.where(threads)}"
+        raise HazardUnwind(KernelHazardError(f"{describe_op(op)}: {message}{where}"))
+
+
 @dataclass
-class CtaState:
+class CtaState(NamesThreads):
     """One CTA being simulated: `threads` threads (1-D), `smem_bytes` of dynamic shared memory, its id and the
     grid, the scheduler of its strands, and the units (`smem`, `mbarriers`, `tma`, `wgmma`)."""
 
@@ -106,25 +134,6 @@ class CtaState:
     def active(self) -> np.ndarray:
         return self.strand.active
 
-    def tick(self) -> int:
-        self.clock += 1
-        return self.clock
-
-    def thread_name(self, thread: int) -> str:
-        thread = int(thread)
-        return (f"thread {thread} (warp {thread // facts.WARP_SIZE}, lane {thread % facts.WARP_SIZE}) "
-                f"of CTA {self.cta_id}")
-
-    def where(self, threads) -> str:
-        """'thread N (...) of CTA (x, y, z)' for an index, or for the first thread of a [T] mask."""
-        if isinstance(threads, np.ndarray) and threads.dtype == np.bool_:
-            threads = int(np.argmax(threads))
-        return self.thread_name(int(threads))
-
-    def fail(self, op: Operation, message: str, threads=None) -> NoReturn:
-        """Raise a KernelHazardError naming the op (its first line) and a thread (an index or a [T] mask)."""
-        where = "" if threads is None else f" in {self.where(threads)}"
-        raise HazardUnwind(KernelHazardError(f"{describe_op(op)}: {message}{where}"))
 
     def describe(self, op: Operation, message: str, threads=None) -> tuple[str, str]:
         """(the op's first line, the message with the thread): what a blocked strand waits for."""

@@ -36,13 +36,13 @@ from xdsl.ir import Operation
 
 from tessera.dialects import sm90
 from tessera.interpreters import serving_checks
-from tessera.interpreters.block_batch import KernelHazardError, describe_op
+from tessera.interpreters.block_batch import describe_op
 from tessera.interpreters.byte_box import put
 from tessera.interpreters.sm90 import wgmma as wgmma_unit
 from tessera.interpreters.sm90.arith import RegisterArithFunctions
+from tessera.interpreters.sm90.cta import NamesThreads
 from tessera.interpreters.sm90.machine import Sm90Functions
 from tessera.interpreters.sm90.registers import as_unsigned64, row_mask, unsigned
-from tessera.interpreters.sm90.strands import HazardUnwind
 from tessera.interpreters.sm90.tma import shared_box
 from tessera.sm90 import facts
 
@@ -134,7 +134,7 @@ class _WideCta:
         raise FollowerDropout(f"{describe_op(op)}: {message}")
 
 
-class FollowerView:
+class FollowerView(NamesThreads):
     """One follower as the global memory sees it when its stores are made (`Followers.commit`): its CTA id, the
     leader's happens-before as it was at the store, a clock from that time."""
 
@@ -150,24 +150,6 @@ class FollowerView:
         self.races = leader.races
         # what a store's checks read only of tensors a TMA copy reads, which a batch does not write (`batchable`)
         self.bulk, self.mbarriers, self.smem = leader.bulk, leader.mbarriers, leader.smem
-
-    def tick(self) -> int:
-        self.clock += 1
-        return self.clock
-
-    def thread_name(self, thread: int) -> str:
-        thread = int(thread)
-        return (f"thread {thread} (warp {thread // facts.WARP_SIZE}, lane {thread % facts.WARP_SIZE}) "
-                f"of CTA {self.cta_id}")
-
-    def where(self, threads) -> str:
-        if isinstance(threads, np.ndarray) and threads.dtype == np.bool_:
-            threads = int(np.argmax(threads))
-        return self.thread_name(int(threads))
-
-    def fail(self, op: Operation, message: str, threads=None) -> NoReturn:
-        where = "" if threads is None else f" in {self.where(threads)}"
-        raise HazardUnwind(KernelHazardError(f"{describe_op(op)}: {message}{where}"))
 
 
 class _Ordered:
