@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import textwrap
 
 import numpy as np
 import pytest
@@ -42,6 +43,39 @@ def _seed(text: str, old: str, new: str) -> str:
 
 
 # region kernels
+
+
+_STORE_SLICE = """\
+%t64 = arith.index_cast %tid : index to i64
+%s64 = arith.index_cast SLICE : index to i64
+%c8 = arith.constant 8 : i64
+%c256 = arith.constant 256 : i64
+%row = arith.muli %t64, %c8 : i64
+%slice = arith.muli %s64, %c256 : i64
+%mine = arith.addi %slice, %row : i64
+%xrows = vector.broadcast %mine : i64 to vector<2xi64>
+%cols = arith.constant dense<[0, 4]> : vector<2xi64>
+%xoffs = arith.addi %xrows, %cols : vector<2xi64>
+%all = arith.constant dense<true> : vector<2xi1>
+%v = sm90.ld_global %x[%xoffs], %all : vector<2xi64>, vector<2xi1> -> vector<2xf32>
+%t32 = arith.index_cast %tid : index to i32
+%c8i = arith.constant 8 : i32
+%srow = arith.muli %t32, %c8i : i32
+%sbase = arith.addi %buf, %srow : i32
+%sb = vector.broadcast %sbase : i32 to vector<2xi32>
+%scols = arith.constant dense<[0, 4]> : vector<2xi32>
+%saddr = arith.addi %sb, %scols : vector<2xi32>
+sm90.st_shared %saddr, %v : vector<2xi32>, vector<2xf32>
+sm90.fence_proxy_async
+"""
+"""Each thread loads its row of x[SLICE] (2 f32) and stores it into %buf at 8 bytes a row, then fences the stores
+for the async proxy (the source of a bulk reduction of %buf)."""
+
+
+def _store_slice(index: str, indent: str) -> str:
+    """`_STORE_SLICE` for the slice index `index` (an SSA index value), indented by `indent`."""
+    return textwrap.indent(_STORE_SLICE.replace("SLICE", index), indent)
+
 
 # Each of 4 CTAs adds its slice x[c] (32 threads x 2 f32) into out with red.global.add.f32; the atom variant
 # also writes what each add saw into seen[c].
@@ -90,27 +124,7 @@ builtin.module {
     %tid = sm90.special "tid.x" : index
     %cta = sm90.special "ctaid.x" : index
     %buf = sm90.shared_buffer "dq" offset 0 size 256 align 128 swizzle 0 : i32
-    %t64 = arith.index_cast %tid : index to i64
-    %c64 = arith.index_cast %cta : index to i64
-    %c8 = arith.constant 8 : i64
-    %c256 = arith.constant 256 : i64
-    %row = arith.muli %t64, %c8 : i64
-    %slice = arith.muli %c64, %c256 : i64
-    %mine = arith.addi %slice, %row : i64
-    %xrows = vector.broadcast %mine : i64 to vector<2xi64>
-    %cols = arith.constant dense<[0, 4]> : vector<2xi64>
-    %xoffs = arith.addi %xrows, %cols : vector<2xi64>
-    %all = arith.constant dense<true> : vector<2xi1>
-    %v = sm90.ld_global %x[%xoffs], %all : vector<2xi64>, vector<2xi1> -> vector<2xf32>
-    %t32 = arith.index_cast %tid : index to i32
-    %c8i = arith.constant 8 : i32
-    %srow = arith.muli %t32, %c8i : i32
-    %sbase = arith.addi %buf, %srow : i32
-    %sb = vector.broadcast %sbase : i32 to vector<2xi32>
-    %scols = arith.constant dense<[0, 4]> : vector<2xi32>
-    %saddr = arith.addi %sb, %scols : vector<2xi32>
-    sm90.st_shared %saddr, %v : vector<2xi32>, vector<2xf32>
-    sm90.fence_proxy_async
+""" + _store_slice("%cta", "    ") + """\
     sm90.bar_sync 0, 32
     %c0 = arith.constant 0 : index
     %first = arith.cmpi eq, %tid, %c0 : index
@@ -532,27 +546,7 @@ builtin.module {
         } do {
           scf.yield
         }
-        %i64 = arith.index_cast %i : index to i64
-        %t64 = arith.index_cast %tid : index to i64
-        %c8 = arith.constant 8 : i64
-        %c256 = arith.constant 256 : i64
-        %row = arith.muli %t64, %c8 : i64
-        %slice = arith.muli %i64, %c256 : i64
-        %mine = arith.addi %slice, %row : i64
-        %xrows = vector.broadcast %mine : i64 to vector<2xi64>
-        %cols = arith.constant dense<[0, 4]> : vector<2xi64>
-        %xoffs = arith.addi %xrows, %cols : vector<2xi64>
-        %all = arith.constant dense<true> : vector<2xi1>
-        %v = sm90.ld_global %x[%xoffs], %all : vector<2xi64>, vector<2xi1> -> vector<2xf32>
-        %t32 = arith.index_cast %tid : index to i32
-        %c8i = arith.constant 8 : i32
-        %srow = arith.muli %t32, %c8i : i32
-        %sbase = arith.addi %buf, %srow : i32
-        %sb = vector.broadcast %sbase : i32 to vector<2xi32>
-        %scols = arith.constant dense<[0, 4]> : vector<2xi32>
-        %saddr = arith.addi %sb, %scols : vector<2xi32>
-        sm90.st_shared %saddr, %v : vector<2xi32>, vector<2xf32>
-        sm90.fence_proxy_async
+""" + _store_slice("%i", "        ") + """\
         sm90.mbarrier_arrive %full
       }
     } else {
