@@ -1,0 +1,243 @@
+"""Kernels a user writes next, not the gallery's (`tests/user_kernels/*.mlir`): GEMM epilogues with f16 and bf16
+outputs and per-row/per-column scales, a transposed-A batched GEMM, fused residual + RMSNorm, an online softmax
+over long rows, cross-entropy with i32 labels, a row argmax, rotary embeddings, integer index arithmetic, i32
+tiles, and a chain of every approximate unary op. Each runs through `tessera.launch` at the Tile, target and PTX
+levels on odd shapes (1, 17, 100, 129, 130; never a multiple of the tile) against a float64 NumPy reference.
+
+The default run takes one odd shape of each kernel at the levels that found bugs (i32 row vectors and i32 tiles
+stored through the 16-bit path); `-m slow` runs every kernel at every level on every shape.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tessera
+from tessera.sm90 import approx
+
+KERNELS = Path(__file__).resolve().parent / "user_kernels"
+LEVELS = ("tile", "target", "ptx")
+BF16 = ml_dtypes.bfloat16
+F32_ULP = 2.0**-23
+RSQRT = approx.approx_relative_error("rsqrt")
+TANH = approx.approx_relative_error("tanh")
+
+
+@dataclass(frozen=True)
+class Case:
+    """A kernel file, its inputs for a shape (arrays, then sizes given at launch), its float64 reference (one
+    array per output) and the bound |got - expected| <= atol + rtol |expected|, each with its reason."""
+
+    kernel: str
+    inputs: Callable[[tuple, np.random.Generator], tuple[list, dict]]
+    reference: Callable[..., tuple]
+    rtol: float
+    atol: float
+    shapes: tuple
+
+
+def _f64(*arrays):
+    return [np.asarray(a).astype(np.float64) for a in arrays]
+
+
+def _silu(x):
+    return x / (1 + np.exp(-x))
+
+
+# region inputs and references
+
+
+def _gemm_relu_inputs(shape, rng):
+    m, n, k = shape
+    return [rng.standard_normal((m, k)).astype(np.float16), (rng.standard_normal((k, n)) / 8).astype(np.float16),
+            rng.standard_normal(n).astype(np.float32)], {}
+
+
+def _gemm_relu_ref(a, b, bias):
+    a, b, bias = _f64(a, b, bias)
+    return (np.maximum(a @ b + bias, 0),)
+
+
+def _dequant_inputs(shape, rng):
+    m, n, k = shape
+    return [rng.standard_normal((m, k)).astype(BF16), (rng.standard_normal((n, k)) / 8).astype(BF16),
+            rng.uniform(0.5, 2, m).astype(np.float32), rng.uniform(0.5, 2, n).astype(np.float32)], {}
+
+
+def _dequant_ref(a, bt, srow, scol):
+    a, bt, srow, scol = _f64(a, bt, srow, scol)
+    return (_silu((a @ bt.T) * srow[:, None] * scol[None, :]),)
+
+
+def _rms_inputs(shape, rng):
+    m, n = shape
+    return [rng.standard_normal((m, n)).astype(np.float32), rng.standard_normal((m, n)).astype(np.float32),
+            rng.standard_normal(n).astype(np.float32)], {}
+
+
+def _rms_ref(x, r, w):
+    x, r, w = _f64(x, r, w)
+    h = x + r
+    return h, h / np.sqrt((h**2).mean(1, keepdims=True) + 1e-6) * w
+
+
+def _rows_inputs(shape, rng):
+    return [(rng.standard_normal(shape) * 3).astype(np.float32)], {}
+
+
+def _online_softmax_ref(x):
+    x, = _f64(x)
+    m = x.max(1, keepdims=True)
+    e = np.exp(x - m)
+    s = e.sum(1, keepdims=True)
+    return e / s, (m + np.log(s))[:, 0]
+
+
+def _argmax_inputs(shape, rng):
+    return [rng.integers(-5, 5, shape).astype(np.float32)], {}  # small integers: ties, the first one wins
+
+
+def _argmax_ref(x):
+    return x.max(1).astype(np.float64), x.argmax(1).astype(np.float64)
+
+
+def _ce_inputs(shape, rng):
+    m, n = shape
+    return [(rng.standard_normal((m, n)) * 2).astype(np.float32), rng.integers(0, n, m).astype(np.int32)], {}
+
+
+def _ce_ref(x, labels):
+    x, = _f64(x)
+    m = x.max(1, keepdims=True)
+    lse = m + np.log(np.exp(x - m).sum(1, keepdims=True))
+    return x - lse, lse[:, 0] - x[np.arange(len(x)), labels]
+
+
+def _rotary_inputs(shape, rng):
+    heads, tokens = shape
+    angle = np.arange(tokens)[:, None] * (10000.0 ** (-np.arange(32) / 32))[None, :]
+    return [rng.standard_normal((heads, tokens, 64)).astype(np.float32), np.cos(angle).astype(np.float32),
+            np.sin(angle).astype(np.float32)], {}
+
+
+def _rotary_ref(x, cos, sin):
+    x, cos, sin = _f64(x, cos, sin)
+    x1, x2 = x[..., :32], x[..., 32:]
+    return (np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1),)
+
+
+def _bgemm_inputs(shape, rng):
+    batch, m, n, k = shape
+    return [rng.standard_normal((batch, k, m)).astype(BF16), rng.standard_normal((batch, k, n)).astype(BF16)], {}
+
+
+def _bgemm_ref(at, b):
+    at, b = _f64(at, b)
+    return (np.einsum("bkm,bkn->bmn", at, b),)
+
+
+def _index_inputs(shape, rng):
+    m, n = shape
+    return [rng.integers(-1000, 1000, m).astype(np.int32)], {"N": n}
+
+
+def _unary_ref(x):
+    x, = _f64(x)
+    ax = np.abs(x)
+    return (1 / (1 + np.exp(-x)) * np.tanh(np.sqrt(ax)) + 2 ** np.minimum(x, 4) / np.sqrt(1 + x * x)
+            + np.log2(1 + ax) - 1 / (2 + ax) - np.exp(-x * x / 2) + np.maximum(x, -x / 2),)
+
+
+def _i32_inputs(shape, rng):
+    return [rng.integers(-2**31, 2**31 - 1, shape).astype(np.int32)], {}
+
+
+def _i32_ref(x):
+    return ((x.astype(np.int64) * np.arange(x.shape[1])).astype(np.int32).astype(np.float64),)
+
+
+def _index_ref(d, n):
+    i, j = np.indices((len(d), n)).astype(np.int64)
+    den = j - 39
+    quotient = np.where(den == 0, 0, d[:, None] // np.where(den == 0, 1, den))
+    y = ((i * n + j) // 7) % 5 - j % 3 + quotient
+    return y.astype(np.float64), y * 0.5
+
+
+# endregion
+
+
+GEMM_SHAPES = ((17, 129, 100), (1, 1, 1), (100, 70, 129), (130, 64, 64))
+ROW_SHAPES = ((17, 128), (1, 1), (100, 100), (130, 3))
+
+CASES = {
+    # f16 products accumulate exactly in f32 (K <= 129 terms of |a b| ~ 1/8): the f16 output's half ulp (2^-11)
+    "gemm_bias_relu_f16": Case("gemm_bias_relu_f16", _gemm_relu_inputs, _gemm_relu_ref, 2.0**-11, 1e-5, GEMM_SHAPES),
+    # the bf16 output's half ulp (2^-8 relative to the output), silu's ex2 + rcp bounds far below it
+    "gemm_dequant": Case("gemm_dequant", _dequant_inputs, _dequant_ref, 2.0**-8 + 1e-6, 1e-6, GEMM_SHAPES),
+    # H: one f32 add; Y: the bf16 rounding of the output (2^-8) plus rsqrt.approx and the f32 row sum
+    "residual_rmsnorm": Case("residual_rmsnorm", _rms_inputs, _rms_ref, 2.0**-8 + RSQRT + 128 * F32_ULP, 1e-6,
+                             ROW_SHAPES),
+    # ex2.approx per term (2 ulp) and f32 sums over up to 1000 columns; LSE adds lg2.approx's bound
+    "online_softmax": Case("online_softmax", _rows_inputs, _online_softmax_ref, 1e-5, 2e-6,
+                           ((17, 129), (1, 1), (100, 1000), (65, 64))),
+    # exact: compares, selects and a max
+    "row_argmax": Case("row_argmax", _argmax_inputs, _argmax_ref, 0.0, 0.0, ROW_SHAPES),
+    # ex2/lg2 approximations and f32 sums of at most 128 terms, on logits of a few units
+    "cross_entropy": Case("cross_entropy", _ce_inputs, _ce_ref, 1e-5, 2e-6, ROW_SHAPES),
+    # f32 products and one fma, then the bf16 output's half ulp
+    "rotary": Case("rotary", _rotary_inputs, _rotary_ref, 2.0**-8 + 4 * F32_ULP, 1e-6, ((2, 129), (1, 1), (3, 100))),
+    # bf16 products are exact in f32; the sum of up to 129 terms of |a b| <~ 10 moves by K ulp of their magnitude
+    "batched_gemm_ta": Case("batched_gemm_ta", _bgemm_inputs, _bgemm_ref, 0.0, 129 * 64 * F32_ULP,
+                            ((2, 17, 129, 100), (1, 1, 1, 1), (3, 100, 70, 129))),
+    # exact integer arithmetic (floor division and modulo as Python's), then an exact cast and halving
+    "index_math": Case("index_math", _index_inputs, _index_ref, 0.0, 0.0, ((130, 41), (1, 1), (100, 64))),
+    # sigmoid, tanh, exp2, rsqrt, lg2, rcp, ex2 approximations, each at most 2^-11 relative (tanh.approx)
+    "unary_chain": Case("unary_chain", _rows_inputs, _unary_ref, 2 * TANH, 1e-5, ((130, 37), (1, 1), (100, 64))),
+    # exact: i32 multiplies wrap, as int32 does
+    "i32_tile": Case("i32_tile", _i32_inputs, _i32_ref, 0.0, 0.0, ((70, 13), (1, 1), (129, 16))),
+}
+
+FAST = {  # kernel: levels of the default run (the ones that found a bug, and each lowering once)
+    "row_argmax": ("target",), "cross_entropy": ("ptx",), "index_math": ("target", "ptx"), "i32_tile": ("ptx",),
+}
+
+
+def _run(case: Case, shape, level):
+    rng = np.random.default_rng(sum(shape))
+    arrays, sizes = case.inputs(shape, rng)
+    module = tessera.parse_module((KERNELS / f"{case.kernel}.mlir").read_text(), f"{case.kernel}.mlir")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # warp-specialize: nothing to specialize in these kernels
+        got = tessera.launch(module, *arrays, level=level, **sizes)
+    got = got if isinstance(got, tuple) else (got,)
+    expected = case.reference(*arrays, *sizes.values())
+    assert len(got) == len(expected)
+    for out, ref in zip(got, expected):
+        assert out.shape == ref.shape
+        err = np.abs(out.astype(np.float64) - ref)
+        bound = case.atol + case.rtol * np.abs(ref)
+        assert np.all(err <= bound), f"{case.kernel} at {level} {shape}: max error {err.max():.3g}, " \
+                                     f"worst excess {(err - bound).max():.3g}"
+
+
+@pytest.mark.parametrize("kernel, level", [(k, lv) for k, levels in FAST.items() for lv in levels])
+def test_unseen_kernel(kernel, level):
+    case = CASES[kernel]
+    _run(case, case.shapes[0], level)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("kernel", CASES)
+def test_unseen_kernel_every_shape(kernel, level):
+    case = CASES[kernel]
+    for shape in case.shapes:
+        _run(case, shape, level)
