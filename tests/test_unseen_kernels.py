@@ -160,7 +160,7 @@ def _i32_inputs(shape, rng):
 
 
 def _i32_ref(x):
-    return ((x.astype(np.int64) * np.arange(x.shape[1])).astype(np.int32).astype(np.float64),)
+    return ((x.astype(np.int64) * np.arange(x.shape[1]) - 7).astype(np.int32).astype(np.float64),)
 
 
 def _index_ref(d, n):

@@ -1,4 +1,4 @@
-// Elementwise i32 tiles through memory: Y = X * column index (wrapping), X, Y [M, N] i32, N <= 16 (any).
+// Elementwise i32 tiles through memory: Y = X * column index - 7 (wrapping), X, Y [M, N] i32, N <= 16 (any).
 builtin.module {
   func.func @i32_tile(
       %X: !tile.tile<?x?xi32, global> {tile.dims = #tile.dims<M, N>},
@@ -11,7 +11,9 @@ builtin.module {
     %xw = tile.view %X[%m0, %c0] : !tile.tile<?x?xi32, global> -> !tile.tile<64x16xi32, global>
     %x = tile.load %xw : !tile.tile<64x16xi32, global> -> !tile.tile<64x16xi32, register>
     %col = tile.iota cols : !tile.tile<64x16xi32, register>
-    %y = tile.mul %x, %col : !tile.tile<64x16xi32, register>
+    %xc = tile.mul %x, %col : !tile.tile<64x16xi32, register>
+    %seven = tile.fill -7.0 : !tile.tile<64x16xi32, register>
+    %y = tile.add %xc, %seven : !tile.tile<64x16xi32, register>
     %yw = tile.view %Y[%m0, %c0] : !tile.tile<?x?xi32, global> -> !tile.tile<64x16xi32, global>
     tile.store_global %y, %yw : !tile.tile<64x16xi32, register>, !tile.tile<64x16xi32, global>
     func.return
