@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, FloatAttr, IntegerAttr, IntegerType, ModuleOp, StringAttr
-from xdsl.ir import Attribute
+from xdsl.ir import Attribute, BlockArgument
 from xdsl.utils.exceptions import VerifyException
 
 from tessera.dialects.tile_types import DYNAMIC, DimsAttr, MemSpace, TileType, element_byte_width, is_fp8
@@ -485,7 +485,31 @@ def gemm_options(op: func.FuncOp, entries: Mapping[str, Attribute]) -> GemmOptio
     return GemmOptions(**values)
 
 
+WRITES = {"tile.store_global": "dest", "tile.store_global_rows": "dest", "tile.atomic_add": "dest",
+          "tile.sem_signal": "sem"}
+"""The Tile IR ops that write global memory, and the operand naming what they write."""
+
+
+def check_writes(op: func.FuncOp, sig: KernelSignature) -> None:
+    """A kernel writes only its "out" and "scratch" arguments. An input is the caller's: the GPU launch copies
+    a NumPy input to the device and never back, so a store into it would change the caller's array at the CPU
+    levels only, and a second run (the next level of a validation) would read the changed values."""
+    entry = op.body.blocks.first
+    for writer in op.walk():
+        field = WRITES.get(writer.name)
+        if field is None:
+            continue
+        target = getattr(writer, field)
+        while not isinstance(target, BlockArgument) and target.owner.name == "tile.view":
+            target = target.owner.operands[0]  # the viewed tensor
+        if isinstance(target, BlockArgument) and target.block is entry and sig.args[target.index].role == "in":
+            name = sig.args[target.index].name
+            raise VerifyException(located(writer, f"writes argument %{name}, an input: a kernel writes only its "
+                                                   f"outputs and scratch buffers (declare %{name} with "
+                                                   f"tile.role = \"out\")"))
+
+
 def verify_kernels(module: ModuleOp) -> None:
-    """Check the signature of every kernel in `module` (raises VerifyException)."""
+    """Check the signature of every kernel in `module`, and that it writes no input (raises VerifyException)."""
     for op in kernels(module):
-        signature(op)
+        check_writes(op, signature(op))
