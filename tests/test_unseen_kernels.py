@@ -156,11 +156,12 @@ def _unary_ref(x):
 
 
 def _i32_inputs(shape, rng):
-    return [rng.integers(-2**31, 2**31 - 1, shape).astype(np.int32)], {}
+    return [rng.integers(-2**31, 2**31 - 1, shape).astype(np.int32),
+            rng.integers(-2**31, 2**31 - 1, shape[1]).astype(np.int32)], {}
 
 
-def _i32_ref(x):
-    return ((x.astype(np.int64) * np.arange(x.shape[1]) - 7).astype(np.int32).astype(np.float64),)
+def _i32_ref(x, o):
+    return ((x.astype(np.int64) * np.arange(x.shape[1]) + o - 7).astype(np.int32).astype(np.float64),)
 
 
 def _index_ref(d, n):

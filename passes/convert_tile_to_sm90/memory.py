@@ -471,8 +471,8 @@ class MemoryLowering:
         immediates."""
         window = self._get(op.source)
         ty = op.result.type
-        if not isinstance(ty.element_type, Float32Type):
-            _refuse(op, "only f32 rows can be broadcast")
+        if not (isinstance(ty.element_type, Float32Type) or ty.element_type == i32):
+            _refuse(op, f"only f32 and i32 rows can be broadcast, got {ty.element_type}")
         vector_type = self._vector_type(op, ty)
         if self._is_column(ty):  # [BM, 1]: one element, on both of the thread's rows
             columns, spread = [0], [0] * vector_type.get_shape()[0]

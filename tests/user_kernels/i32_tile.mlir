@@ -1,7 +1,9 @@
-// Elementwise i32 tiles through memory: Y = X * column index - 7 (wrapping), X, Y [M, N] i32, N <= 16 (any).
+// Elementwise i32 tiles through memory: Y = X * column index + O - 7 (wrapping), X, Y [M, N] i32, O [N] i32
+// (a column vector, tile.load_broadcast), N <= 16 (any).
 builtin.module {
   func.func @i32_tile(
       %X: !tile.tile<?x?xi32, global> {tile.dims = #tile.dims<M, N>},
+      %O: !tile.tile<?xi32, global> {tile.dims = #tile.dims<N>},
       %Y: !tile.tile<?x?xi32, global> {tile.dims = #tile.dims<M, N>, tile.role = "out"})
       attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<ceildiv(M, 64)>} {
     %c0 = arith.constant 0 : index
@@ -12,8 +14,11 @@ builtin.module {
     %x = tile.load %xw : !tile.tile<64x16xi32, global> -> !tile.tile<64x16xi32, register>
     %col = tile.iota cols : !tile.tile<64x16xi32, register>
     %xc = tile.mul %x, %col : !tile.tile<64x16xi32, register>
+    %ow = tile.view %O[%c0] : !tile.tile<?xi32, global> -> !tile.tile<16xi32, global>
+    %o = tile.load_broadcast %ow : !tile.tile<16xi32, global> -> !tile.tile<1x16xi32, register>
+    %xo = tile.add %xc, %o : !tile.tile<64x16xi32, register>, !tile.tile<1x16xi32, register>
     %seven = tile.fill -7.0 : !tile.tile<64x16xi32, register>
-    %y = tile.add %xc, %seven : !tile.tile<64x16xi32, register>
+    %y = tile.add %xo, %seven : !tile.tile<64x16xi32, register>
     %yw = tile.view %Y[%m0, %c0] : !tile.tile<?x?xi32, global> -> !tile.tile<64x16xi32, global>
     tile.store_global %y, %yw : !tile.tile<64x16xi32, register>, !tile.tile<64x16xi32, global>
     func.return
