@@ -427,8 +427,8 @@ class FillOp(IRDLOperation):
         value = self.value.value.data
         _require(value == value, self, "fill value must not be NaN")
         element = _tile(self.result).element_type
-        if isinstance(element, IntegerType):
-            width = element.width.data
+        if isinstance(element, IntegerType | IndexType):
+            width = element.width.data if isinstance(element, IntegerType) else 64
             low, high = (0, 1) if width == 1 else (-(2 ** (width - 1)), 2 ** (width - 1) - 1)
             _require(math.isfinite(value) and value == int(value) and low <= value <= high, self,
                      f"a fill of {element} takes a whole number from {low} to {high}, got {value!r}")

@@ -1,15 +1,18 @@
 """Kernels a user writes next, not the gallery's (`tests/user_kernels/*.mlir`): GEMM epilogues with f16 and bf16
 outputs and per-row/per-column scales, a transposed-A batched GEMM, fused residual + RMSNorm, an online softmax
 over long rows, cross-entropy with i32 labels, a row argmax, rotary embeddings, integer index arithmetic, i32
-tiles, and a chain of every approximate unary op. Each runs through `tessera.launch` at the Tile, target and PTX
-levels on odd shapes (1, 17, 100, 129, 130; never a multiple of the tile) against a float64 NumPy reference.
+tiles, per-block scalars (arith.select, cmpf, maximumf, fptosi, scf.if) and a chain of every approximate unary
+op. Each runs through `tessera.launch` at the Tile, target and PTX levels on odd shapes (1, 17, 100, 129, 130;
+never a multiple of the tile) against a float64 NumPy reference.
 
-The default run takes one odd shape of each kernel at the levels that found bugs (i32 row vectors and i32 tiles
-stored through the 16-bit path); `-m slow` runs every kernel at every level on every shape.
+The default run takes one odd shape of the kernels that found bugs, at the levels where they were found (i32 row
+vectors and tiles, integer fills, scalar arith.select taken for tile.select); `-m slow` runs every kernel at
+every level on every shape, and checks each with every ptxas found and with `tessera-run --check`.
 """
 
 from __future__ import annotations
 
+import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +22,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import inprocess
 import tessera
 from tessera.sm90 import approx
+from tessera.toolchain import compile_ptx, find_all_ptxas
 
 KERNELS = Path(__file__).resolve().parent / "user_kernels"
 LEVELS = ("tile", "target", "ptx")
@@ -143,6 +148,15 @@ def _bgemm_ref(at, b):
     return (np.einsum("bkm,bkn->bmn", at, b),)
 
 
+def _block_scalars_ref(x):
+    x, = _f64(x)
+    b = np.arange(len(x)) // 64
+    s = np.maximum(b * 0.5, 0.75)
+    t = np.where(s > 1, -1.0, 2.0)
+    s2 = np.where(b == 1, np.trunc(3 * s), s)
+    return (x * s2[:, None] + t[:, None],)
+
+
 def _index_inputs(shape, rng):
     m, n = shape
     return [rng.integers(-1000, 1000, m).astype(np.int32)], {"N": n}
@@ -202,12 +216,16 @@ CASES = {
     "index_math": Case("index_math", _index_inputs, _index_ref, 0.0, 0.0, ((130, 41), (1, 1), (100, 64))),
     # sigmoid, tanh, exp2, rsqrt, lg2, rcp, ex2 approximations, each at most 2^-11 relative (tanh.approx)
     "unary_chain": Case("unary_chain", _rows_inputs, _unary_ref, 2 * TANH, 1e-5, ((130, 37), (1, 1), (100, 64))),
+    # scalars exact in f32 (halves, small integers); one fma rounding of x s2 + t
+    "block_scalars": Case("block_scalars", _rows_inputs, _block_scalars_ref, F32_ULP, 0.0,
+                          ((300, 64), (1, 64), (129, 64))),
     # exact: i32 multiplies wrap, as int32 does
     "i32_tile": Case("i32_tile", _i32_inputs, _i32_ref, 0.0, 0.0, ((70, 13), (1, 1), (129, 16))),
 }
 
 FAST = {  # kernel: levels of the default run (the ones that found a bug, and each lowering once)
     "row_argmax": ("target",), "cross_entropy": ("ptx",), "index_math": ("target", "ptx"), "i32_tile": ("ptx",),
+    "block_scalars": ("tile", "target"),
 }
 
 
@@ -242,3 +260,37 @@ def test_unseen_kernel_every_shape(kernel, level):
     case = CASES[kernel]
     for shape in case.shapes:
         _run(case, shape, level)
+
+
+TOOL_SIZES = {  # -d sizes for tessera-run: partial last blocks everywhere
+    "gemm_bias_relu_f16": ["M=70", "N=40", "K=72"], "gemm_dequant": ["M=70", "N=40", "K=72"],
+    "residual_rmsnorm": ["M=70", "N=100"], "online_softmax": ["M=70", "N=200"], "row_argmax": ["M=70", "N=100"],
+    "cross_entropy": ["M=70", "N=100"], "rotary": ["H=2", "T=70"], "batched_gemm_ta": ["batch=2", "M=70", "N=40", "K=72"],
+    "index_math": ["M=70", "N=41"], "unary_chain": ["M=70", "N=64"], "i32_tile": ["M=70", "N=13"],
+    "block_scalars": ["M=200"],
+}
+
+
+def test_every_case_has_tool_sizes():
+    assert sorted(TOOL_SIZES) == sorted(CASES)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernel", CASES)
+def test_unseen_kernel_tools(kernel):
+    """The lowered Target IR verifies, every ptxas found assembles the PTX without a warning or a spill, and
+    `tessera-run --level ptx --check` (the kernel against its own Tile IR in float64) passes."""
+    module = tessera.parse_module((KERNELS / f"{kernel}.mlir").read_text(), f"{kernel}.mlir")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        target = tessera.compile(module, target="target")
+        tessera.ir.verify(target)
+        ptx = tessera.compile(module)
+    for ptxas in find_all_ptxas():
+        result = compile_ptx(ptx, source_name=kernel, ptxas=ptxas.path)
+        assert result.warnings == (), f"ptxas {ptxas.release}: " + "\n".join(map(str, result.warnings))
+        assert not any(entry.spills for entry in result.entries.values()), f"ptxas {ptxas.release} spills"
+    sizes = [arg for size in TOOL_SIZES[kernel] for arg in ("-d", size)]
+    result = inprocess.run([sys.executable, "-m", "tessera.tools.tessera_run", str(KERNELS / f"{kernel}.mlir"),
+                            "--level", "ptx", "--check", *sizes])
+    assert result.returncode == 0, result.stdout + result.stderr

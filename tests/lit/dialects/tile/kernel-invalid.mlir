@@ -230,6 +230,25 @@ func.func @adds_into_input(%acc: !tile.tile<?x64xf32, global> {tile.dims = #tile
   func.return
 }
 
+// -----
+
+// ===== a Tile IR kernel holds tile, arith, scf and func ops
+
+// CHECK: kernel @math_op: 'math.exp' is not an op of Tile IR: a Tile IR kernel holds tile, arith, scf, func ops
+func.func @math_op(%x: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<m, 64>}, %y: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<m, 64>, tile.role = "out"}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>} {
+  %one = arith.constant 1.0 : f32
+  %e = math.exp %one : f32
+  func.return
+}
+
+// -----
+
+// CHECK: kernel @target_op: 'sm90.special' is a Target IR op, which convert-tile-to-sm90 makes: a Tile IR kernel holds tile, arith, scf, func ops
+func.func @target_op(%x: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<m, 64>}, %y: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<m, 64>, tile.role = "out"}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>} {
+  %t = sm90.special "tid.x" : index
+  func.return
+}
+
 // ===== valid kernels of each kind pass
 
 // -----
