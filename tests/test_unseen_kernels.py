@@ -294,3 +294,32 @@ def test_unseen_kernel_tools(kernel):
     result = inprocess.run([sys.executable, "-m", "tessera.tools.tessera_run", str(KERNELS / f"{kernel}.mlir"),
                             "--level", "ptx", "--check", *sizes])
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+CAST_TO_I32 = """
+builtin.module {
+  func.func @cast_to_i32(%X: !tile.tile<?x16xf32, global> {tile.dims = #tile.dims<M, 16>},
+      %Y: !tile.tile<?x16xi32, global> {tile.dims = #tile.dims<M, 16>, tile.role = "out"})
+      attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<ceildiv(M, 64)>} {
+    %c0 = arith.constant 0 : index
+    %xw = tile.view %X[%c0, %c0] : !tile.tile<?x16xf32, global> -> !tile.tile<64x16xf32, global>
+    %x = tile.load %xw : !tile.tile<64x16xf32, global> -> !tile.tile<64x16xf32, register>
+    %y = tile.cast %x : !tile.tile<64x16xf32, register> -> !tile.tile<64x16xi32, register>
+    %yw = tile.view %Y[%c0, %c0] : !tile.tile<?x16xi32, global> -> !tile.tile<64x16xi32, global>
+    tile.store_global %y, %yw : !tile.tile<64x16xi32, register>, !tile.tile<64x16xi32, global>
+    func.return
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("level", ["tile", pytest.param("ptx", marks=pytest.mark.slow)])
+def test_cast_to_i32_saturates(level):
+    """f32 to i32 truncates toward zero, saturates to the i32 range and takes NaN to 0 at every level, as
+    cvt.rzi.s32.f32 does (the Tile interpreter gave NumPy's undefined cast, -2^31, for inf, NaN and 3e9)."""
+    values = np.array([np.inf, -np.inf, np.nan, 3e9, -3e9, 2147483520.0, -7.9, 7.9, -0.0, 0.5], np.float32)
+    x = np.zeros((1, 16), np.float32)
+    x[0, :len(values)] = values
+    y = tessera.launch(tessera.parse_module(CAST_TO_I32), x, level=level)[0, :len(values)]
+    top, bottom = 2**31 - 1, -2**31
+    np.testing.assert_array_equal(y, [top, bottom, 0, top, bottom, 2147483520, -7, 7, 0, 0])
