@@ -1,6 +1,5 @@
 """Kernels a user writes next, not the gallery's (`tests/user_kernels/*.mlir`): GEMM epilogues with f16 and bf16
-outputs and per-row/per-column scales, a transposed-A batched GEMM, fused residual + RMSNorm, an online softmax
-over long rows, cross-entropy with i32 labels, a row argmax, rotary embeddings, integer index arithmetic, i32
+outputs and per-row/per-column scales, a transposed-A batched GEMM, fused residual + RMSNorm, cross-entropy with i32 labels, a row argmax, rotary embeddings, integer index arithmetic, i32
 tiles, per-block scalars (arith.select, cmpf, maximumf, fptosi, scf.if) and a chain of every approximate unary
 op. Each runs through `tessera.launch` at the Tile, target and PTX levels on odd shapes (1, 17, 100, 129, 130;
 never a multiple of the tile) against a float64 NumPy reference.
@@ -97,14 +96,6 @@ def _rows_inputs(shape, rng):
     return [(rng.standard_normal(shape) * 3).astype(np.float32)], {}
 
 
-def _online_softmax_ref(x):
-    x, = _f64(x)
-    m = x.max(1, keepdims=True)
-    e = np.exp(x - m)
-    s = e.sum(1, keepdims=True)
-    return e / s, (m + np.log(s))[:, 0]
-
-
 def _argmax_inputs(shape, rng):
     return [rng.integers(-5, 5, shape).astype(np.float32)], {}  # small integers: ties, the first one wins
 
@@ -183,7 +174,7 @@ def _index_ref(d, n):
     den = j - 39
     quotient = np.where(den == 0, 0, d[:, None] // np.where(den == 0, 1, den))
     y = ((i * n + j) // 7) % 5 - j % 3 + quotient
-    return y.astype(np.float64), y * 0.5
+    return y.astype(np.float64), y * 0.5, (d.astype(np.int64) % 7).astype(np.float64)
 
 
 # endregion
@@ -200,9 +191,6 @@ CASES = {
     # H: one f32 add; Y: the bf16 rounding of the output (2^-8) plus rsqrt.approx and the f32 row sum
     "residual_rmsnorm": Case("residual_rmsnorm", _rms_inputs, _rms_ref, 2.0**-8 + RSQRT + 128 * F32_ULP, 1e-6,
                              ROW_SHAPES),
-    # ex2.approx per term (2 ulp) and f32 sums over up to 1000 columns; LSE adds lg2.approx's bound
-    "online_softmax": Case("online_softmax", _rows_inputs, _online_softmax_ref, 1e-5, 2e-6,
-                           ((17, 129), (1, 1), (100, 1000), (65, 64))),
     # exact: compares, selects and a max
     "row_argmax": Case("row_argmax", _argmax_inputs, _argmax_ref, 0.0, 0.0, ROW_SHAPES),
     # ex2/lg2 approximations and f32 sums of at most 128 terms, on logits of a few units
@@ -224,7 +212,7 @@ CASES = {
 }
 
 FAST = {  # kernel: levels of the default run (the ones that found a bug, and each lowering once)
-    "row_argmax": ("target",), "cross_entropy": ("ptx",), "index_math": ("target", "ptx"), "i32_tile": ("ptx",),
+    "index_math": ("ptx",), "i32_tile": ("target",),
     "block_scalars": ("tile", "target"),
 }
 
@@ -264,7 +252,7 @@ def test_unseen_kernel_every_shape(kernel, level):
 
 TOOL_SIZES = {  # -d sizes for tessera-run: partial last blocks everywhere
     "gemm_bias_relu_f16": ["M=70", "N=40", "K=72"], "gemm_dequant": ["M=70", "N=40", "K=72"],
-    "residual_rmsnorm": ["M=70", "N=100"], "online_softmax": ["M=70", "N=200"], "row_argmax": ["M=70", "N=100"],
+    "residual_rmsnorm": ["M=70", "N=100"], "row_argmax": ["M=70", "N=100"],
     "cross_entropy": ["M=70", "N=100"], "rotary": ["H=2", "T=70"], "batched_gemm_ta": ["batch=2", "M=70", "N=40", "K=72"],
     "index_math": ["M=70", "N=41"], "unary_chain": ["M=70", "N=64"], "i32_tile": ["M=70", "N=13"],
     "block_scalars": ["M=200"],

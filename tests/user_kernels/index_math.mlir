@@ -1,10 +1,12 @@
 // Integer index arithmetic: Y[i, j] = ((i * N + j) // 7) % 5 - j % 3 + D[i] // (j - 39) in i32 (Python floor
-// semantics; a zero divisor gives 0), and F = f32(Y) * 0.5. D [M] i32; any M, N <= 64, N given at launch.
+// semantics; a zero divisor gives 0), F = f32(Y) * 0.5 and R[i] = D[i] % 7 (an i32 row vector).
+// D [M] i32; any M, N <= 64, N given at launch.
 builtin.module {
   func.func @index_math(
       %D: !tile.tile<?xi32, global> {tile.dims = #tile.dims<M>},
       %Y: !tile.tile<?x?xi32, global> {tile.dims = #tile.dims<M, N>, tile.role = "out"},
-      %F: !tile.tile<?x?xf32, global> {tile.dims = #tile.dims<M, N>, tile.role = "out"})
+      %F: !tile.tile<?x?xf32, global> {tile.dims = #tile.dims<M, N>, tile.role = "out"},
+      %R: !tile.tile<?xi32, global> {tile.dims = #tile.dims<M>, tile.role = "out"})
       attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<ceildiv(M, 64)>, tile.launch_sizes = ["N"]} {
     %c0 = arith.constant 0 : index
     %c64 = arith.constant 64 : index
@@ -39,6 +41,10 @@ builtin.module {
     %h = tile.scale %yf by 0.5 : !tile.tile<64x64xf32, register>
     %fw = tile.view %F[%m0, %c0] : !tile.tile<?x?xf32, global> -> !tile.tile<64x64xf32, global>
     tile.store_global %h, %fw : !tile.tile<64x64xf32, register>, !tile.tile<64x64xf32, global>
+    %r7 = tile.splat %c7 : index -> !tile.tile<64xi32, register>
+    %r = tile.mod %d, %r7 : !tile.tile<64xi32, register>
+    %rw = tile.view %R[%m0] : !tile.tile<?xi32, global> -> !tile.tile<64xi32, global>
+    tile.store_global %r, %rw : !tile.tile<64xi32, register>, !tile.tile<64xi32, global>
     func.return
   }
 }

@@ -1,5 +1,9 @@
-// Softmax over long rows X [M, N] (any N): pass 1 keeps a running max and sum over column blocks of 64,
-// pass 2 writes exp(x - m) / l. Columns past N are masked to -inf. Also writes LSE [M] = m + log(l).
+// Softmax over rows of any length, X [M, N] f32 (N = 1000 or 1: any N), and each row's log-sum-exp LSE [M].
+// Pass 1 loops over column blocks of 64 keeping a running max m and sum l (the online softmax:
+// l = l exp(m_old - m_new) + sum exp(x - m_new)); pass 2 loops again and writes exp(x - m) / l.
+// Columns past N read as 0 (a window past the tensor), so pass 1 masks them to -inf with tile.iota cols
+// (offset by the block's first column), tile.cmp against N (tile.splat of tile.dim) and tile.select;
+// pass 2 needs no mask, since its stores past N are dropped. One block per 64 rows.
 builtin.module {
   func.func @online_softmax(
       %X: !tile.tile<?x?xf32, global> {tile.dims = #tile.dims<M, N>},
