@@ -1,8 +1,9 @@
 """Kernels a user writes next, not the gallery's (`tests/user_kernels/*.mlir`): GEMM epilogues with f16 and bf16
-outputs and per-row/per-column scales, a transposed-A batched GEMM, fused residual + RMSNorm, cross-entropy with i32 labels, a row argmax, rotary embeddings, integer index arithmetic, i32
-tiles, per-block scalars (arith.select, cmpf, maximumf, fptosi, scf.if) and a chain of every approximate unary
-op. Each runs through `tessera.launch` at the Tile, target and PTX levels on odd shapes (1, 17, 100, 129, 130;
-never a multiple of the tile) against a float64 NumPy reference.
+outputs and per-row/per-column scales, a transposed-A batched GEMM, column sums by a tensor-core product with
+ones, fused residual + RMSNorm, cross-entropy with i32 labels, a row argmax, rotary embeddings, integer index
+arithmetic, i32 tiles, per-block scalars (arith.select, cmpf, maximumf, fptosi, scf.if) and a chain of every
+approximate unary op. Each runs through `tessera.launch` at the Tile, target and PTX levels on odd shapes (1,
+17, 100, 129, 130; never a multiple of the tile) against a float64 NumPy reference.
 
 The default run takes one odd shape of the kernels that found bugs, at the levels where they were found (i32 row
 vectors and tiles, integer fills, scalar arith.select taken for tile.select); `-m slow` runs every kernel at
@@ -148,6 +149,14 @@ def _block_scalars_ref(x):
     return (x * s2[:, None] + t[:, None],)
 
 
+def _colsum_inputs(shape, rng):
+    return [rng.standard_normal(shape).astype(BF16)], {}
+
+
+def _colsum_ref(x):
+    return (x.astype(np.float64).sum(0),)
+
+
 def _index_inputs(shape, rng):
     m, n = shape
     return [rng.integers(-1000, 1000, m).astype(np.int32)], {"N": n}
@@ -200,6 +209,9 @@ CASES = {
     # bf16 products are exact in f32; the sum of up to 129 terms of |a b| <~ 10 moves by K ulp of their magnitude
     "batched_gemm_ta": Case("batched_gemm_ta", _bgemm_inputs, _bgemm_ref, 0.0, 129 * 64 * F32_ULP,
                             ((2, 17, 129, 100), (1, 1, 1, 1), (3, 100, 70, 129))),
+    # bf16 inputs times 1.0 are exact; an f32 sum of at most 200 terms of |x| < 5
+    "column_sums": Case("column_sums", _colsum_inputs, _colsum_ref, 0.0, 200 * 5 * 200 * F32_ULP,
+                        ((200, 100), (1, 1), (129, 64))),
     # exact integer arithmetic (floor division and modulo as Python's), then an exact cast and halving
     "index_math": Case("index_math", _index_inputs, _index_ref, 0.0, 0.0, ((130, 41), (1, 1), (100, 64))),
     # sigmoid, tanh, exp2, rsqrt, lg2, rcp, ex2 approximations, each at most 2^-11 relative (tanh.approx)
@@ -255,7 +267,7 @@ TOOL_SIZES = {  # -d sizes for tessera-run: partial last blocks everywhere
     "residual_rmsnorm": ["M=70", "N=100"], "row_argmax": ["M=70", "N=100"],
     "cross_entropy": ["M=70", "N=100"], "rotary": ["H=2", "T=70"], "batched_gemm_ta": ["batch=2", "M=70", "N=40", "K=72"],
     "index_math": ["M=70", "N=41"], "unary_chain": ["M=70", "N=64"], "i32_tile": ["M=70", "N=13"],
-    "block_scalars": ["M=200"],
+    "block_scalars": ["M=200"], "column_sums": ["M=200", "N=100"],
 }
 
 
