@@ -495,7 +495,8 @@ TILE_KERNEL_DIALECTS = ("tile", "arith", "scf", "func")
 
 def check_body(op: func.FuncOp, sig: KernelSignature) -> None:
     """A Tile IR kernel holds ops of `TILE_KERNEL_DIALECTS` only (an `sm90` op is Target IR, which
-    convert-tile-to-sm90 makes; `math` and others have no meaning at any level), and it writes only its "out"
+    convert-tile-to-sm90 makes; `math` and others have no meaning at any level; of `func`, only its return: no
+    level calls a function), and it writes only its "out"
     and "scratch" arguments. An input is the caller's: the GPU launch copies a NumPy input to the device and
     never back, so a store into it would change the caller's array at the CPU levels only, and a second run
     (the next level of a validation) would read the changed values."""
@@ -504,6 +505,9 @@ def check_body(op: func.FuncOp, sig: KernelSignature) -> None:
         if inner is op:
             continue
         dialect = inner.dialect_name()
+        if dialect == "func" and inner.name != "func.return":
+            raise VerifyException(located(inner, f"'{inner.name}': a Tile IR kernel is one function, which calls "
+                                                 "none (write the callee's ops into the kernel)", name_op=False))
         if dialect not in TILE_KERNEL_DIALECTS:
             what = "a Target IR op, which convert-tile-to-sm90 makes" if dialect == "sm90" else "not an op of Tile IR"
             raise VerifyException(located(inner, f"'{inner.name}' is {what}: a Tile IR kernel holds "

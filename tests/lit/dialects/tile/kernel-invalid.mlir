@@ -249,6 +249,15 @@ func.func @target_op(%x: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<m,
   func.return
 }
 
+// -----
+
+// CHECK: kernel @calls: 'func.call': a Tile IR kernel is one function, which calls none (write the callee's ops into the kernel)
+func.func private @callee() -> ()
+func.func @calls(%x: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<m, 64>}, %y: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<m, 64>, tile.role = "out"}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>} {
+  func.call @callee() : () -> ()
+  func.return
+}
+
 // ===== valid kernels of each kind pass
 
 // -----
