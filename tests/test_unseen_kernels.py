@@ -6,8 +6,9 @@ approximate unary op. Each runs through `tessera.launch` at the Tile, target and
 17, 100, 129, 130; never a multiple of the tile) against a float64 NumPy reference.
 
 The default run takes one odd shape of the kernels that found bugs, at the levels where they were found (i32 row
-vectors and tiles, integer fills, scalar arith.select taken for tile.select); `-m slow` runs every kernel at
-every level on every shape, and checks each with every ptxas found and with `tessera-run --check`.
+vectors and tiles, integer fills, arith.select taken for tile.select, of scalars and of whole tiles); `-m slow`
+runs every kernel at every level on every shape, and checks each with every ptxas found and with
+`tessera-run --check`.
 """
 
 from __future__ import annotations
@@ -146,7 +147,8 @@ def _block_scalars_ref(x):
     s = np.maximum(b * 0.5, 0.75)
     t = np.where(s > 1, -1.0, 2.0)
     s2 = np.where(b == 1, np.trunc(3 * s), s)
-    return (x * s2[:, None] + t[:, None],)
+    x2 = np.where((s > 1)[:, None], 2 * x, x)
+    return (x2 * s2[:, None] + t[:, None],)
 
 
 def _colsum_inputs(shape, rng):

@@ -408,6 +408,8 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
         `tile` ops and the control flow (`scf`, `func`): another dialect's op of the same class name
         (`arith.select`, `math.exp`) is not a `tile.select` or `tile.exp`."""
         handler = getattr(self, f"_lower_{type(op).__name__}", None) if op.dialect_name() in HANDLED else None
+        if isinstance(op, arith.SelectOp) and isinstance(op.result.type, TileType):
+            handler = self._select_tiles  # a whole tile chosen by a scalar: arith.select is not a tile op
         self.e = e
         if isinstance(op, scf.ForOp | scf.IfOp | scf.YieldOp | func.ReturnOp) and not self._keeps_groups_in_flight(op):
             self._retire_all(e)  # wgmma groups stay in flight across control flow only as control.py allows

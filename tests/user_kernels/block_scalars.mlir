@@ -1,7 +1,8 @@
 // Per-block scalars computed from the program id with arith and scf (no tile op), spread over a tile:
 //   s = max(b / 2, 0.75); t = -1 if s > 1 else 2; k = trunc(3 s) (fptosi); s2 = k if b == 1 else s;
-//   Y = X * s2 + t, X, Y [M, 64] f32, one block per 64 rows. Shows scalar arith.select, arith.cmpf,
-//   arith.maximumf, arith.uitofp/fptosi and an scf.if yielding an f32, each different in each block.
+//   X2 = 2 X if s > 1 else X (a whole tile chosen by arith.select); Y = X2 * s2 + t, X, Y [M, 64] f32, one block
+//   per 64 rows. Shows scalar arith.select, arith.cmpf, arith.maximumf, arith.uitofp/fptosi and an scf.if
+//   yielding an f32, each different in each block.
 builtin.module {
   func.func @block_scalars(
       %X: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<M, 64>},
@@ -35,9 +36,11 @@ builtin.module {
     }
     %xw = tile.view %X[%m0, %c0] : !tile.tile<?x64xf32, global> -> !tile.tile<64x64xf32, global>
     %x = tile.load %xw : !tile.tile<64x64xf32, global> -> !tile.tile<64x64xf32, register>
+    %x2 = tile.scale %x by 2.0 : !tile.tile<64x64xf32, register>
+    %xs = arith.select %big, %x2, %x : !tile.tile<64x64xf32, register>
     %st = tile.splat %s2 : f32 -> !tile.tile<64x64xf32, register>
     %tt = tile.splat %t : f32 -> !tile.tile<64x64xf32, register>
-    %y = tile.fma %x, %st, %tt : !tile.tile<64x64xf32, register>
+    %y = tile.fma %xs, %st, %tt : !tile.tile<64x64xf32, register>
     %yw = tile.view %Y[%m0, %c0] : !tile.tile<?x64xf32, global> -> !tile.tile<64x64xf32, global>
     tile.store_global %y, %yw : !tile.tile<64x64xf32, register>, !tile.tile<64x64xf32, global>
     func.return
