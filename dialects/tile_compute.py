@@ -9,10 +9,11 @@ and constants (`tile.cast`, `tile.reshape`, `tile.fill`), and the causal and seq
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import ClassVar
 
-from xdsl.dialects.builtin import Float32Type, FloatAttr, IndexType, UnitAttr
+from xdsl.dialects.builtin import Float32Type, FloatAttr, IndexType, IntegerType, UnitAttr
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
@@ -409,7 +410,9 @@ class ReshapeOp(IRDLOperation):
 @irdl_op_definition
 class FillOp(IRDLOperation):
     """`%r = tile.fill -inf : type`: a register tile with every element equal to `value` (written as a number,
-    `inf`/`-inf`, or, as in MLIR float attributes, a hex literal that is the f32 bit pattern: `0xff800000`)."""
+    `inf`/`-inf`, or, as in MLIR float attributes, a hex literal that is the f32 bit pattern: `0xff800000`).
+    A float tile takes `value` rounded to its type; an integer tile (`tile.fill 3.0 : ...xi32`) takes a whole
+    number its type holds (i1: 0 or 1), never a truncated or wrapped one."""
 
     name = "tile.fill"
     value = prop_def(FloatAttr[Float32Type])
@@ -421,7 +424,14 @@ class FillOp(IRDLOperation):
 
     def verify_(self) -> None:
         _require_space(self, "result", _tile(self.result), MemSpace.REGISTER)
-        _require(self.value.value.data == self.value.value.data, self, "fill value must not be NaN")
+        value = self.value.value.data
+        _require(value == value, self, "fill value must not be NaN")
+        element = _tile(self.result).element_type
+        if isinstance(element, IntegerType | IndexType):
+            width = element.width.data if isinstance(element, IntegerType) else 64
+            low, high = (0, 1) if width == 1 else (-(2 ** (width - 1)), 2 ** (width - 1) - 1)
+            _require(math.isfinite(value) and value == int(value) and low <= value <= high, self,
+                     f"a fill of {element} takes a whole number from {low} to {high}, got {value!r}")
 
     def print(self, printer: Printer) -> None:
         value = self.value.value.data

@@ -202,8 +202,9 @@ def _in_key_order(sig: KernelSignature, arguments: list[np.ndarray]) -> list[np.
 
 
 def _check_element_kinds(where: str, sig: KernelSignature, arrays: list[np.ndarray]) -> None:
-    """Refuse floats for an integer input (a table of sequence starts or pages): truncating them would run the
-    kernel on other numbers than the caller's."""
+    """Refuse floats for an integer input (a table of sequence starts or pages), and integers its type does not
+    hold (an int64 label of 2^40): truncating or wrapping them would run the kernel on other numbers than the
+    caller's."""
     from tessera.numerics import numpy_dtype
 
     for i, (arg, array) in enumerate(zip(sig.inputs, arrays)):
@@ -211,6 +212,13 @@ def _check_element_kinds(where: str, sig: KernelSignature, arrays: list[np.ndarr
         if wanted.kind in "iu" and array.dtype.kind not in "iu":
             raise TypeError(f"{where}: input {i} ({arg.name} of @{sig.name}) holds integers ({wanted}); got "
                             f"element type {array.dtype} (pass x.astype(np.int32))")
+        if wanted.kind in "iu" and array.size and not np.can_cast(array.dtype, wanted):
+            info = np.iinfo(wanted)
+            low, high = array.min(), array.max()
+            if low < info.min or high > info.max:
+                bad = low if low < info.min else high
+                raise ValueError(f"{where}: input {i} ({arg.name} of @{sig.name}) holds {wanted} values, from "
+                                 f"{info.min} to {info.max}; got {bad}")
 
 
 def interpret(

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, FloatAttr, IntegerAttr, IntegerType, ModuleOp, StringAttr
-from xdsl.ir import Attribute
+from xdsl.ir import Attribute, BlockArgument
 from xdsl.utils.exceptions import VerifyException
 
 from tessera.dialects.tile_types import DYNAMIC, DimsAttr, MemSpace, TileType, element_byte_width, is_fp8
@@ -485,7 +485,47 @@ def gemm_options(op: func.FuncOp, entries: Mapping[str, Attribute]) -> GemmOptio
     return GemmOptions(**values)
 
 
+WRITES = {"tile.store_global": "dest", "tile.store_global_rows": "dest", "tile.atomic_add": "dest",
+          "tile.sem_signal": "sem"}
+"""The Tile IR ops that write global memory, and the operand naming what they write."""
+
+TILE_KERNEL_DIALECTS = ("tile", "arith", "scf", "func")
+"""The dialects of a Tile IR kernel's ops: every level (the Tile interpreter, convert-tile-to-sm90) knows them."""
+
+
+def check_body(op: func.FuncOp, sig: KernelSignature) -> None:
+    """A Tile IR kernel holds ops of `TILE_KERNEL_DIALECTS` only (an `sm90` op is Target IR, which
+    convert-tile-to-sm90 makes; `math` and others have no meaning at any level; of `func`, only its return: no
+    level calls a function), and it writes only its "out"
+    and "scratch" arguments. An input is the caller's: the GPU launch copies a NumPy input to the device and
+    never back, so a store into it would change the caller's array at the CPU levels only, and a second run
+    (the next level of a validation) would read the changed values."""
+    entry = op.body.blocks.first
+    for inner in op.walk():
+        if inner is op:
+            continue
+        dialect = inner.dialect_name()
+        if dialect == "func" and inner.name != "func.return":
+            raise VerifyException(located(inner, f"'{inner.name}': a Tile IR kernel is one function, which calls "
+                                                 "none (write the callee's ops into the kernel)", name_op=False))
+        if dialect not in TILE_KERNEL_DIALECTS:
+            what = "a Target IR op, which convert-tile-to-sm90 makes" if dialect == "sm90" else "not an op of Tile IR"
+            raise VerifyException(located(inner, f"'{inner.name}' is {what}: a Tile IR kernel holds "
+                                                 f"{', '.join(TILE_KERNEL_DIALECTS)} ops", name_op=False))
+        field = WRITES.get(inner.name)
+        if field is None:
+            continue
+        target = getattr(inner, field)
+        while not isinstance(target, BlockArgument) and target.owner.name == "tile.view":
+            target = target.owner.operands[0]  # the viewed tensor
+        if isinstance(target, BlockArgument) and target.block is entry and sig.args[target.index].role == "in":
+            name = sig.args[target.index].name
+            raise VerifyException(located(inner, f"writes argument %{name}, an input: a kernel writes only its "
+                                                 f"outputs and scratch buffers (declare %{name} with "
+                                                 f"tile.role = \"out\")"))
+
+
 def verify_kernels(module: ModuleOp) -> None:
-    """Check the signature of every kernel in `module` (raises VerifyException)."""
+    """Check the signature of every kernel in `module`, and its body (`check_body`; raises VerifyException)."""
     for op in kernels(module):
-        signature(op)
+        check_body(op, signature(op))

@@ -69,13 +69,17 @@ def dtype_from_name(name: str) -> np.dtype:
 def round_to(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """Convert to `dtype`: round to nearest even for floats (and saturate for the 8-bit floats, as
     `cvt.rn.satfinite`; from f64 they first round to f32, the register the GPU converts from), truncate toward
-    zero for integers."""
+    zero for integers from floats, saturating to the integer's range and NaN to 0 (as `cvt.rzi.s32.f32`;
+    NumPy's own cast of an out-of-range float is undefined)."""
     dtype = np.dtype(dtype)
     if dtype in FP8_DTYPES:
         x = np.asarray(x)
         return x if x.dtype == dtype else satfinite_f32(x.astype(np.float32), FP8_DTYPES[dtype])
     if np.issubdtype(dtype, np.integer) and not np.issubdtype(np.asarray(x).dtype, np.integer):
-        return np.trunc(np.asarray(x, np.float64)).astype(dtype)
+        info = np.iinfo(dtype)
+        x = np.asarray(x, np.float64)
+        with np.errstate(invalid="ignore"):
+            return np.where(np.isnan(x), 0, np.clip(np.trunc(x), info.min, info.max)).astype(dtype)
     return np.asarray(x).astype(dtype)
 
 

@@ -57,6 +57,13 @@ def softmax_ref(x):
     return e / e.sum(1, keepdims=True)
 
 
+def online_softmax_ref(x):
+    m = x.max(1, keepdims=True)
+    e = np.exp(x - m)
+    s = e.sum(1, keepdims=True)
+    return e / s, (m + np.log(s))[:, 0]
+
+
 def rmsnorm_ref(x, w):
     return x / np.sqrt((x**2).mean(1, keepdims=True) + 1e-5) * w
 
@@ -126,6 +133,20 @@ def test_softmax(level):
     x[3, 7] = 1.0
     # ex2.approx per term and f32 sums: a few times the ex2 bound, relative to the row's largest value
     _close(_launch("softmax", x, level=level), softmax_ref(*_f64(x)), rtol=0, atol=2.0**-19)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_online_softmax(level):
+    x = (np.random.default_rng(11).standard_normal((70, 200)) * 3).astype(np.float32)  # 4 column blocks, the last partial
+    x[5, 150:] = 40.0  # the row's max in the last blocks: the running sum is rescaled
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        y, lse = tessera.launch(_kernel("online_softmax"), x, level=level)
+    y_ref, lse_ref = online_softmax_ref(*_f64(x))
+    # ex2.approx per term (2 ulp) and f32 sums of 200 terms, relative to the row's largest value (1 after the
+    # division); the LSE adds lg2.approx's bound on log(l) and the f32 add of m
+    _close(y.astype(np.float64), y_ref, rtol=0, atol=2.0**-19)
+    _close(lse.astype(np.float64), lse_ref, rtol=2.0**-21, atol=2.0**-19)
 
 
 @pytest.mark.parametrize("level", LEVELS)
@@ -241,6 +262,7 @@ def test_sliding_window_attention(level):
 
 SIZES = {
     "softmax": ["M=70"],
+    "online_softmax": ["M=70", "N=200"],
     "rmsnorm": ["M=70"],
     "layernorm": ["M=70"],
     "gemm_softcap": ["M=70", "K=72", "N=40"],

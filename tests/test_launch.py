@@ -106,6 +106,19 @@ def test_floats_for_an_integer_input_are_refused():
         tessera.launch(module, *arrays, level="tile")
 
 
+def test_integers_an_integer_input_cannot_hold_are_refused():
+    """An int64 label of 2^40 would wrap to 0 in an i32 input: refused, naming the input and its range."""
+    from tessera.kernels import flash_attention_varlen
+
+    module = flash_attention_varlen(head_dim=64)
+    q = np.zeros((5, 1, 64), np.float32)
+    starts = np.array([0, 2**40], np.int64)
+    sig = tessera.find_kernel(module)
+    arrays = [q, q, q] + [starts] * (len(sig.inputs) - 3)
+    with pytest.raises(ValueError, match=r"holds int32 values, from -2147483648 to 2147483647; got 1099511627776"):
+        tessera.launch(module, *arrays, level="tile")
+
+
 def test_a_bad_level_is_named():
     module = tessera.parse_module(ROW_SCALE.read_text())
     with pytest.raises(ValueError, match=r"tessera.launch: unknown interpreter level 'gpu'"):

@@ -327,7 +327,7 @@ class BackwardLowering:
     # -- 1-D row windows, 16-bit to f32 casts ----------------------------------------------------------------
     def _row_window_access(self, op, window: Window, e: Emitter):
         """(base address, byte offsets, in-bounds mask) of this thread's two rows of a 1-D [BM] window
-        [lead..., row0] of an f32 tensor."""
+        [lead..., row0] of an f32 or i32 tensor."""
         *lead, row0 = window.indices
         rows = sorted(set(AccumulatorLayout(facts.WGMMA_K_BYTES // 4).row_offsets))  # the thread's two rows
         row = e.addi(row0, self.row_base)
@@ -342,18 +342,20 @@ class BackwardLowering:
         if not (isinstance(window, Window) and op.result.type.rank == 1):
             super()._lower_LoadOp(op, e)
             return
-        if not isinstance(op.result.type.element_type, Float32Type):
-            _refuse(op, "row vectors must be f32")
+        element = op.result.type.element_type
+        if not (isinstance(element, Float32Type) or element == i32):
+            _refuse(op, f"1-D windows load into f32 or i32 row vectors, got {element}")
         base, offsets, mask = self._row_window_access(op, window, e)
-        self._set(op.result, e.op(sm90.LdGlobalOp(base, offsets, mask, VectorType(f32, [ROWS_PER_THREAD]))))
+        self._set(op.result, e.op(sm90.LdGlobalOp(base, offsets, mask, VectorType(element, [ROWS_PER_THREAD]))))
 
     def _lower_StoreGlobalOp(self, op: tile.StoreGlobalOp, e: Emitter) -> None:
         window = self._get(op.dest)
         if not (isinstance(window, Window) and op.value.type.rank == 1):
             super()._lower_StoreGlobalOp(op, e)
             return
-        if not isinstance(op.value.type.element_type, Float32Type):
-            _refuse(op, "row vectors must be f32")
+        element = op.value.type.element_type
+        if not (isinstance(element, Float32Type) or element == i32):
+            _refuse(op, f"1-D windows store f32 or i32 row vectors, got {element}")
         base, offsets, mask = self._row_window_access(op, window, e)
         # the four lanes of a row's quad hold the same value: the one whose column base is 0 writes it
         first = e.setp("eq", self.col_base, e.index(0))

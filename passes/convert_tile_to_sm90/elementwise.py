@@ -28,7 +28,7 @@ from xdsl.dialects.builtin import Float32Type, IndexType, IntegerAttr, UnitAttr,
 from xdsl.ir import Block, Operation, SSAValue
 
 from tessera.dialects import sm90, tile
-from tessera.dialects.tile_types import TileType
+from tessera.dialects.tile_types import MemSpace, TileType
 from tessera.lowering.emitter import Emitter
 from tessera.lowering.fragments import AccumulatorLayout
 from tessera.numerics import exp2_factor
@@ -213,6 +213,15 @@ class ElementwiseLowering(IndexDiagonalLowering):
     def _lower_SelectOp(self, op: tile.SelectOp, e: Emitter) -> None:
         c, a, b = (self._broadcast_operand(op, v, op.result.type, e) for v in (op.condition, op.lhs, op.rhs))
         self._set(op.result, e.select(c, a, b))
+
+    def _select_tiles(self, op: arith.SelectOp, e: Emitter) -> None:
+        """`arith.select %c, %a, %b` of two register tiles by one i1 scalar (the same choice for every element):
+        sm90.selp register by register, the condition broadcast to each register."""
+        if op.result.type.memory_space != MemSpace.REGISTER:
+            _refuse(op, f"arith.select chooses between register tiles only, got {op.result.type.memory_space.value} "
+                        "tiles (select the indices of a view instead)")
+        a, b = self._get(op.lhs), self._get(op.rhs)
+        self._set(op.result, e.select(e.broadcast(self._get(op.cond), a.type.get_shape()[0]), a, b))
 
     # -- coordinates and splats ------------------------------------------------------------------------------
     def _lower_IotaOp(self, op: tile.IotaOp, e: Emitter) -> None:

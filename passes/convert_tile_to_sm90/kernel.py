@@ -71,6 +71,10 @@ from tessera.passes.convert_tile_to_sm90.serving import ServingLowering
 from tessera.passes.convert_tile_to_sm90.transpose import TransposeLowering
 
 
+HANDLED = ("tile", "scf", "func")
+"""The dialects whose ops `_translate` gives to a `_lower_<OpClass>` handler."""
+
+
 @dataclass
 class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, MmaLowering, AttentionLowering,
                      ElementwiseLowering, ControlFlowLowering, ServingLowering, TransposeLowering,
@@ -400,8 +404,12 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
             self._translate(op, e)
 
     def _translate(self, op: Operation, e: Emitter) -> None:
-        """Lower one op with its `_lower_<OpClass>` handler; index `arith` is copied as it is."""
-        handler = getattr(self, f"_lower_{type(op).__name__}", None)
+        """Lower one op with its `_lower_<OpClass>` handler; index `arith` is copied as it is. Handlers are for
+        `tile` ops and the control flow (`scf`, `func`): another dialect's op of the same class name
+        (`arith.select`, `math.exp`) is not a `tile.select` or `tile.exp`."""
+        handler = getattr(self, f"_lower_{type(op).__name__}", None) if op.dialect_name() in HANDLED else None
+        if isinstance(op, arith.SelectOp) and isinstance(op.result.type, TileType):
+            handler = self._select_tiles  # a whole tile chosen by a scalar: arith.select is not a tile op
         self.e = e
         if isinstance(op, scf.ForOp | scf.IfOp | scf.YieldOp | func.ReturnOp) and not self._keeps_groups_in_flight(op):
             self._retire_all(e)  # wgmma groups stay in flight across control flow only as control.py allows

@@ -386,7 +386,7 @@ class MemoryLowering:
         distinct rows and shuffled out to the registers (two registers live, not one per register).
         `per_element`: one register per element of a 16-bit tile too, not per packed pair. A window promised
         `in_bounds` (without `row_end`) takes an all-true mask: no compare, and unpredicated accesses."""
-        half = not isinstance(ty.element_type, Float32Type)
+        half = element_type_bytes(ty.element_type) == 2  # f32 and i32 tiles hold one element per register
         if half and (ty.get_shape()[1] % 2 or self._is_column(ty)):
             _refuse(op, "16-bit tiles in registers need an even number of columns")
         packed = half and not per_element
@@ -424,11 +424,11 @@ class MemoryLowering:
 
     def _words_aligned(self, window: Window, ty: TileType) -> bool:
         """Whether a register tile of type `ty` may move to or from `window` one 32-bit word per register:
-        f32, or 16-bit elements whose packed pairs start on their own size (an access must be aligned to its
-        size [P#operand-addresses]): every row of the tensor does (its innermost size is even for every size
-        the kernel accepts, `rows_aligned`) and so does the window's first column (`Window.even_column`; the
-        fragment layouts put pairs at even columns from it)."""
-        if isinstance(ty.element_type, Float32Type):
+        32-bit elements (f32, i32: one element per register), or 16-bit elements whose packed pairs start on
+        their own size (an access must be aligned to its size [P#operand-addresses]): every row of the tensor
+        does (its innermost size is even for every size the kernel accepts, `rows_aligned`) and so does the
+        window's first column (`Window.even_column`; the fragment layouts put pairs at even columns from it)."""
+        if element_type_bytes(ty.element_type) == 4:
             return True
         return window.even_column and rows_aligned(self.sig, window.arg, 2 * element_type_bytes(ty.element_type))
 
@@ -471,8 +471,8 @@ class MemoryLowering:
         immediates."""
         window = self._get(op.source)
         ty = op.result.type
-        if not isinstance(ty.element_type, Float32Type):
-            _refuse(op, "only f32 rows can be broadcast")
+        if not (isinstance(ty.element_type, Float32Type) or ty.element_type == i32):
+            _refuse(op, f"only f32 and i32 rows can be broadcast, got {ty.element_type}")
         vector_type = self._vector_type(op, ty)
         if self._is_column(ty):  # [BM, 1]: one element, on both of the thread's rows
             columns, spread = [0], [0] * vector_type.get_shape()[0]

@@ -78,8 +78,11 @@ class RegisterTileLowering:
     def _lower_FillOp(self, op: tile.FillOp, e: Emitter) -> None:
         ty = op.result.type
         vt = self._vector_type(op, ty)
+        if isinstance(vt.element_type, IntegerType):  # i32 values, i1 predicates: the verifier's whole number
+            self._set(op.result, e.splat(vt.element_type, int(op.value.value.data), vt.get_shape()[0]))
+            return
         if not isinstance(ty.element_type, Float32Type):
-            _refuse(op, "fills of 16-bit register tiles are not supported")
+            _refuse(op, f"fills of {ty.element_type} register tiles are not supported (fill f32, then tile.cast)")
         self._set(op.result, e.splat(f32, op.value.value.data, vt.get_shape()[0]))
 
     def _thread_offsets(self, op, ty: TileType, pairs: bool = False) -> tuple[list[int], list[int]]:

@@ -68,8 +68,18 @@ class BlockBatch:
             return new
         if isinstance(new, np.ndarray) and new.ndim >= 1 and new.shape[0] == self.size and getattr(old, "shape", None) == new.shape:
             return np.where(mask.reshape((-1,) + (1,) * (new.ndim - 1)), new, old)
+        if _is_float_scalar(new) and _is_float_scalar(old):  # f32 scalars (or [B] of them): keep their type
+            dtype = np.result_type(np.asarray(new).dtype, np.asarray(old).dtype)
+            return np.where(mask, np.broadcast_to(new, (self.size,)), np.broadcast_to(old, (self.size,))).astype(dtype)
         if isinstance(new, (int, np.integer, np.ndarray)) and isinstance(old, (int, np.integer, np.ndarray)):
             return np.where(mask, self.index_array(new), self.index_array(old))
         if hasattr(new, "select") and type(new) is type(old):
             return new.select(mask, old)
         raise InterpretationError(f"cannot merge values of {type(new).__name__} across blocks that took different paths")
+
+
+def _is_float_scalar(value) -> bool:
+    """A float scalar value of the batch: a NumPy/Python float, or a [B] array of them (one per block)."""
+    if isinstance(value, np.ndarray):
+        return value.ndim <= 1 and value.dtype.kind == "f"
+    return isinstance(value, (float, np.floating))

@@ -63,12 +63,19 @@ _FLOAT_BINARY = {
     arith.SubfOp: np.subtract,
     arith.MulfOp: np.multiply,
     arith.DivfOp: np.divide,
+    arith.MaximumfOp: np.maximum,  # NaN if either is NaN
+    arith.MinimumfOp: np.minimum,
+    arith.MaxnumfOp: np.fmax,  # the other operand if one is NaN
+    arith.MinnumfOp: np.fmin,
 }
 """Scalar f32 arithmetic (a value `tile.splat` spreads over a tile): f32 NumPy scalars or [B] arrays, IEEE."""
 _DIVISIONS = (arith.DivSIOp, arith.DivUIOp, arith.RemSIOp, arith.RemUIOp, arith.FloorDivSIOp,
               arith.CeilDivSIOp, arith.CeilDivUIOp)
 _PREDICATES = {0: np.equal, 1: np.not_equal, 2: np.less, 3: np.less_equal, 4: np.greater,
                5: np.greater_equal, 6: np.less, 7: np.less_equal, 8: np.greater, 9: np.greater_equal}
+_FLOAT_PREDICATES = {1: np.equal, 2: np.greater, 3: np.greater_equal, 4: np.less, 5: np.less_equal, 6: np.not_equal}
+"""arith.cmpf's ordered predicates (false where either operand is NaN); 8-13 are their unordered forms, true where
+either is NaN; 0/15 are false/true, 7/14 ord/uno."""
 
 
 def _simplify(value):
@@ -83,7 +90,7 @@ def _simplify(value):
 class BatchedControlFunctions(InterpreterFunctions):
     """Integer `arith` and `scf.for`/`scf.if`/`scf.yield` for a `BlockBatch`. Index arithmetic is exact
     (Python/NumPy int64); unsigned ops assume non-negative operands, as index values in kernels are. Scalar f32
-    add/sub/mul/div/neg and sitofp round to f32 (`_FLOAT_BINARY`)."""
+    add/sub/mul/div/max/min/neg and sitofp/uitofp round to f32 (`_FLOAT_BINARY`); cmpf and fptosi are exact."""
 
     def __init__(self, batch: BlockBatch):
         super().__init__()
@@ -132,6 +139,37 @@ class BatchedControlFunctions(InterpreterFunctions):
     @impl(arith.CmpiOp)
     def run_cmpi(self, interpreter: Interpreter, op: arith.CmpiOp, args: PythonValues) -> PythonValues:
         return (_simplify(_PREDICATES[op.predicate.value.data](*args)),)
+
+    @impl(arith.CmpfOp)
+    def run_cmpf(self, interpreter: Interpreter, op: arith.CmpfOp, args: PythonValues) -> PythonValues:
+        a, b = (np.asarray(x, np.float32) for x in args)
+        predicate = op.predicate.value.data
+        unordered = np.isnan(a) | np.isnan(b)
+        if predicate in (0, 15):
+            result = np.broadcast_to(predicate == 15, np.broadcast(a, b).shape)
+        elif predicate in (7, 14):
+            result = ~unordered if predicate == 7 else unordered
+        elif predicate < 7:
+            result = _FLOAT_PREDICATES[predicate](a, b) & ~unordered
+        else:
+            result = _FLOAT_PREDICATES[predicate - 7](a, b) | unordered
+        return (_simplify(result),)
+
+    @impl(arith.UIToFPOp)
+    def run_uitofp(self, interpreter: Interpreter, op: arith.UIToFPOp, args: PythonValues) -> PythonValues:
+        """A non-negative integer (index values are) to f32, rounded to nearest even (cvt.rn.f32.u32)."""
+        return (_simplify(np.asarray(args[0], np.int64).astype(np.float32)),)
+
+    @impl(arith.FPToSIOp)
+    def run_fptosi(self, interpreter: Interpreter, op: arith.FPToSIOp, args: PythonValues) -> PythonValues:
+        """f32 to a signed integer, rounded toward zero and saturated to the result's range, NaN to 0 (as
+        cvt.rzi.s32.f32)."""
+        width = op.result.type.width.data if hasattr(op.result.type, "width") else 64
+        low, high = -(2 ** (width - 1)), 2 ** (width - 1) - 1
+        x = np.asarray(args[0], np.float64)
+        with np.errstate(invalid="ignore"):
+            value = np.where(np.isnan(x), 0, np.clip(np.trunc(x), low, high))
+        return (_simplify(value.astype(np.int64)),)
 
     @impl(arith.SelectOp)
     def run_select(self, interpreter: Interpreter, op: arith.SelectOp, args: PythonValues) -> PythonValues:

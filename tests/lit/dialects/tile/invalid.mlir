@@ -641,5 +641,20 @@ tile.store_global %v, %w : !tile.tile<16x16xf32, register>, !tile.tile<16x16xbf1
 
 // -----
 
+// CHECK: 'tile.fill' op a fill of i32 takes a whole number from -2147483648 to 2147483647, got 3.5
+%f = tile.fill 3.5 : !tile.tile<64x16xi32, register>
+
+// -----
+
+// CHECK: 'tile.fill' op a fill of i32 takes a whole number from -2147483648 to 2147483647, got 10000000000.0
+%f = tile.fill 1.0e+10 : !tile.tile<64x16xi32, register>
+
+// -----
+
+// CHECK: 'tile.fill' op a fill of i1 takes a whole number from 0 to 1, got -1.0
+%f = tile.fill -1.0 : !tile.tile<64x16xi1, register>
+
+// -----
+
 // CHECK: 'tile.alloc_shared' op alignment must be a power of two >= 16 bytes, got 48
 %s = tile.alloc_shared align 48 : !tile.tile<64x64xbf16, shared>

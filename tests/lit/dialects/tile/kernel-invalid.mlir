@@ -206,6 +206,58 @@ func.func @gemm_args(%a: !tile.tile<?x?xf16, global> {tile.dims = #tile.dims<m, 
   func.return
 }
 
+// -----
+
+// ===== a kernel writes only its outputs and scratch buffers
+
+// CHECK: kernel @writes_input: op 'tile.store_global': writes argument %x, an input: a kernel writes only its outputs and scratch buffers (declare %x with tile.role = "out")
+func.func @writes_input(%x: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<m, 64>}, %y: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<m, 64>, tile.role = "out"}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>} {
+  %c0 = arith.constant 0 : index
+  %w = tile.view %x[%c0, %c0] : !tile.tile<?x64xf32, global> -> !tile.tile<64x64xf32, global>
+  %v = tile.load %w : !tile.tile<64x64xf32, global> -> !tile.tile<64x64xf32, register>
+  tile.store_global %v, %w : !tile.tile<64x64xf32, register>, !tile.tile<64x64xf32, global>
+  func.return
+}
+
+// -----
+
+// CHECK: kernel @adds_into_input: op 'tile.atomic_add': writes argument %acc, an input: a kernel writes only its outputs and scratch buffers (declare %acc with tile.role = "out")
+func.func @adds_into_input(%acc: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<m, 64>}, %y: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<m, 64>, tile.role = "out"}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>} {
+  %c0 = arith.constant 0 : index
+  %v = tile.fill 1.0 : !tile.tile<64x64xf32, register>
+  %w = tile.view %acc[%c0, %c0] : !tile.tile<?x64xf32, global> -> !tile.tile<64x64xf32, global>
+  tile.atomic_add %v, %w : !tile.tile<64x64xf32, register>, !tile.tile<64x64xf32, global>
+  func.return
+}
+
+// -----
+
+// ===== a Tile IR kernel holds tile, arith, scf and func ops
+
+// CHECK: kernel @math_op: 'math.exp' is not an op of Tile IR: a Tile IR kernel holds tile, arith, scf, func ops
+func.func @math_op(%x: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<m, 64>}, %y: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<m, 64>, tile.role = "out"}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>} {
+  %one = arith.constant 1.0 : f32
+  %e = math.exp %one : f32
+  func.return
+}
+
+// -----
+
+// CHECK: kernel @target_op: 'sm90.special' is a Target IR op, which convert-tile-to-sm90 makes: a Tile IR kernel holds tile, arith, scf, func ops
+func.func @target_op(%x: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<m, 64>}, %y: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<m, 64>, tile.role = "out"}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>} {
+  %t = sm90.special "tid.x" : index
+  func.return
+}
+
+// -----
+
+// CHECK: kernel @calls: 'func.call': a Tile IR kernel is one function, which calls none (write the callee's ops into the kernel)
+func.func private @callee() -> ()
+func.func @calls(%x: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<m, 64>}, %y: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<m, 64>, tile.role = "out"}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>} {
+  func.call @callee() : () -> ()
+  func.return
+}
+
 // ===== valid kernels of each kind pass
 
 // -----

@@ -48,8 +48,8 @@ func.func @all_ops(%q: !tile.tile<?x?x?x64xbf16, global> {tile.dims = #tile.dims
 // A plain function (no tile.kernel): the other element types, swizzle widths, fill values, loop-carried tiles.
 func.func @types(%g: !tile.tile<?x128xf16, global>, %s32: !tile.tile<4x16xf16, shared, swizzle 32>, %s64: !tile.tile<3x8x32xf16, shared, swizzle 64>, %sf: !tile.tile<16x32xf32, shared, swizzle 128>, %r: !tile.tile<8x8xf32, register>) -> !tile.tile<8x8xi32, register> {
   %i = tile.cast %r : !tile.tile<8x8xf32, register> -> !tile.tile<8x8xi32, register>
-  %x = tile.fill 2.5 : !tile.tile<8xi64, register>
-  %y = tile.fill -1.0e-03 : !tile.tile<2x2xindex, register>
+  %x = tile.fill -1.0e-03 : !tile.tile<8xf32, register>
+  %y = tile.fill -3.0 : !tile.tile<2x2xindex, register>
   %z = tile.fill inf : !tile.tile<4xf16, register>
   %c0 = arith.constant 0 : index
   %c4 = arith.constant 4 : index
@@ -111,8 +111,8 @@ func.func @grid_exprs(%x: !tile.tile<?x128xf32, global> {tile.dims = #tile.dims<
 // CHECK-NEXT: }
 // CHECK-NEXT: func.func @types(%g: !tile.tile<?x128xf16, global>, %s32: !tile.tile<4x16xf16, shared, swizzle 32>, %s64: !tile.tile<3x8x32xf16, shared, swizzle 64>, %sf: !tile.tile<16x32xf32, shared, swizzle 128>, %r: !tile.tile<8x8xf32, register>) -> !tile.tile<8x8xi32, register> {
 // CHECK-NEXT:   %i = tile.cast %r : !tile.tile<8x8xf32, register> -> !tile.tile<8x8xi32, register>
-// CHECK-NEXT:   %x = tile.fill 2.5 : !tile.tile<8xi64, register>
-// CHECK-NEXT:   %y = tile.fill -0.0010000000474974513 : !tile.tile<2x2xindex, register>
+// CHECK-NEXT:   %x = tile.fill -0.0010000000474974513 : !tile.tile<8xf32, register>
+// CHECK-NEXT:   %y = tile.fill -3.0 : !tile.tile<2x2xindex, register>
 // CHECK-NEXT:   %z = tile.fill inf : !tile.tile<4xf16, register>
 // CHECK-NEXT:   %c0 = arith.constant 0 : index
 // CHECK-NEXT:   %c4 = arith.constant 4 : index
