@@ -347,3 +347,13 @@ def test_a_partial_is_named_by_its_function():
     assert f"window' at {__file__}:{window.__code__.co_firstlineno + 1}" in message
 
 # endregion
+
+
+def test_an_array_default_argument_is_captured():
+    """def mask(..., doc_ids=DOC) reads DOC as a closure would (a kernel input, bounds-checked)."""
+    def document(b, h, q_idx, kv_idx, doc_ids=DOCUMENT_ID, *, first=OFFSETS):
+        return (doc_ids[q_idx] == doc_ids[kv_idx]) | (kv_idx == first[doc_ids[q_idx]])
+
+    trace = trace_mod(document, "mask_mod")
+    assert [a.name for a in trace.arrays] == ["mask_mod_doc_ids", "mask_mod_first"]
+    assert trace.arrays[0].array is DOCUMENT_ID

@@ -499,8 +499,8 @@ def _is_user_function(value: object) -> bool:
 
 
 def rebind_arrays(fn: Callable, wrap: Callable[[str, np.ndarray], object], _memo: dict | None = None) -> Callable:
-    """A copy of `fn` whose captured NumPy arrays (closure cells, and the module globals its code names)
-    read as `wrap(name, array)`; Python functions it captures (a helper, the parts of a composed mask, also in
+    """A copy of `fn` whose captured NumPy arrays (closure cells, argument defaults, and the module globals its
+    code names) read as `wrap(name, array)`; Python functions it captures (a helper, the parts of a composed mask, also in
     a tuple or list) are rebound the same way, so compositions trace; a functools.partial is rebound as its
     function and the arguments it binds. Everything else is unchanged."""
     if not isinstance(_underlying(fn), types.FunctionType):
@@ -537,12 +537,17 @@ def rebind_arrays(fn: Callable, wrap: Callable[[str, np.ndarray], object], _memo
             cells.append(types.CellType(rebound(name, value)))
         closure = tuple(cells)
     glb = dict(fn.__globals__)
-    copy = types.FunctionType(code, glb, fn.__name__, fn.__defaults__, closure)
+    defaults = fn.__defaults__
+    if defaults:  # def mod(..., doc_ids=DOC): an argument's default is captured as a closure cell is
+        names = code.co_varnames[code.co_argcount - len(defaults):code.co_argcount]
+        defaults = tuple(rebound(name, value) for name, value in zip(names, defaults))
+    copy = types.FunctionType(code, glb, fn.__name__, defaults, closure)
     memo[id(fn)] = copy  # before the globals: a recursive reference finds the copy
     for name in code.co_names:
         if name in glb:
             glb[name] = rebound(name, glb[name])
-    copy.__kwdefaults__ = fn.__kwdefaults__
+    copy.__kwdefaults__ = ({name: rebound(name, value) for name, value in fn.__kwdefaults__.items()}
+                           if fn.__kwdefaults__ else fn.__kwdefaults__)
     copy.__qualname__ = fn.__qualname__
     return copy
 
