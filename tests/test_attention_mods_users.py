@@ -156,6 +156,11 @@ def int_float_mix(score, b, h, q_idx, kv_idx):
     return score / 2.0 - bias / 16
 
 
+def score_masks_itself(score, b, h, q_idx, kv_idx):
+    """FlexAttention's first idiom: -inf from score_mod hides a key (queries before 20 see none)."""
+    return np.where(q_idx >= kv_idx + 20, score, -np.inf)
+
+
 def sqrt_distance(score, b, h, q_idx, kv_idx):
     even = (kv_idx % 2 == 0).astype(float)
     return score - 0.1 * np.sqrt(np.abs(q_idx - kv_idx).astype(np.float32)) + 0.25 * even + score ** 2 / 64
@@ -180,6 +185,7 @@ VARIANTS = {
     "where-chain": (where_chain, None),
     "int-float-mix+chunked": (int_float_mix, chunked_causal),
     "sqrt-distance+cross-documents": (sqrt_distance, cross_documents),
+    "score-minus-inf(empty rows)": (score_masks_itself, None),
 }
 
 SHAPES = [  # (batch, heads, heads_k, seq_q, seq_k): seq_q != seq_k both ways, no multiple of a block, GQA
