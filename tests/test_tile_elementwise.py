@@ -256,7 +256,7 @@ def test_compares_with_nan_infinities_and_signed_zeros(level):
 DIVISORS = (2.0, 0.25, -4.0, 2.0**126, 2.0**-126, 1.0, 3.0, 30.0)
 
 
-@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("level", ["tile", "target", pytest.param("ptx", marks=pytest.mark.slow)])
 def test_division_by_a_power_of_two_is_a_multiply_bit_for_bit(level):
     """x / 2^k lowers as x * 2^-k (`numerics.exact_reciprocal`): the same bits as NumPy's f32 division on
     NaN, infinities, signed zeros, subnormal quotients and overflow; 3.0 and 30.0 stay divisions."""
@@ -291,3 +291,19 @@ def test_exact_reciprocal():
     assert [exact_reciprocal(d) for d in (2.0, -0.5, 1.0, 2.0**126, 2.0**-126)] == [0.5, -2.0, 1.0, 2.0**-126, 2.0**126]
     assert [exact_reciprocal(d) for d in (3.0, 30.0, 0.0, float("inf"), float("nan"), 2.0**127, 2.0**-127, 0.1)] \
         == [None] * 8
+
+
+@pytest.mark.parametrize("level", ["tile", "target"])
+def test_float_to_integer_cast_saturates_with_nan_to_zero(level):
+    """tile.cast f32 -> i32 truncates toward zero, saturates and maps NaN to 0 at every level, as cvt.rzi does
+    (what NumPy's cast leaves undefined): NumPy's `.astype(int)` in a score_mod is traced to it."""
+    special = np.float32([np.nan, np.inf, -np.inf, 3e9, -3e9, -2.7, 2.7, -0.5])
+    expected = np.float32([0, 2**31, -2**31, 2**31, -2**31, -2, 2, 0])  # i32 back to f32: 2^31 - 1 rounds up
+    body = [f"%q = tile.cast %x : {T} -> {I}", f"%r = tile.cast %q : {I} -> {T}",
+            "%ow = tile.view %O[%m0, %c0] : !tile.tile<?x64xf32, global> -> !tile.tile<64x64xf32, global>",
+            f"tile.store_global %r, %ow : {T}, !tile.tile<64x64xf32, global>"]
+    text = EVERY_OP.replace("BODY", "\n".join("    " + line for line in body)).replace("WIDTH", "64")
+    x = np.resize(special, (64, 64)).astype(np.float32)
+    _, p, w = _every_op_inputs(64)
+    out = _interpret(parse_module(text), x, p, w, level=level)
+    np.testing.assert_array_equal(out, np.resize(expected, (64, 64)))
