@@ -32,6 +32,9 @@ BATCH_BIAS = np.array([[0.1, -0.2, 0.3, 0.0], [1.0, 0.5, -0.5, 2.0]])
 NUM_BUCKETS, MAX_DISTANCE = 32, 128
 RELATIVE_BIAS = np.random.default_rng(5).standard_normal((H, NUM_BUCKETS)).astype(np.float32) * 0.5
 SINKS, WINDOW = 4, 20
+BATCH_DOCS = np.stack([np.repeat([0, 1, 2], [30, 50, 176]), np.repeat([0, 1], [100, 156])])  # per batch entry
+KEY_LENGTHS = np.array([256, 37])             # key padding: batch 1 has 37 real keys
+TEMPERATURE = np.random.default_rng(6).uniform(0.5, 1.5, (H, 256))  # per head and query
 
 
 # region masks
@@ -97,6 +100,14 @@ def cross_documents(b, h, q_idx, kv_idx):
     return Q_DOC[q_idx] == KV_DOC[kv_idx]
 
 
+def batch_documents(b, h, q_idx, kv_idx):
+    return BATCH_DOCS[b, q_idx] == BATCH_DOCS[b, kv_idx]
+
+
+def key_padding(b, h, q_idx, kv_idx):
+    return kv_idx < KEY_LENGTHS[b]
+
+
 def not_future_nor_far(b, h, q_idx, kv_idx):
     future = kv_idx > q_idx
     far = (q_idx - kv_idx) > 40
@@ -156,6 +167,14 @@ def int_float_mix(score, b, h, q_idx, kv_idx):
     return score / 2.0 - bias / 16
 
 
+def per_query_temperature(score, b, h, q_idx, kv_idx):
+    return score * TEMPERATURE[h, q_idx]
+
+
+def signed_square_clip(score, b, h, q_idx, kv_idx):
+    return score + 0.3 * np.sign(q_idx - kv_idx) - np.square((q_idx - kv_idx).clip(-8, 8)) / 64
+
+
 def score_masks_itself(score, b, h, q_idx, kv_idx):
     """FlexAttention's first idiom: -inf from score_mod hides a key (queries before 20 see none)."""
     return np.where(q_idx >= kv_idx + 20, score, -np.inf)
@@ -186,6 +205,8 @@ VARIANTS = {
     "int-float-mix+chunked": (int_float_mix, chunked_causal),
     "sqrt-distance+cross-documents": (sqrt_distance, cross_documents),
     "score-minus-inf(empty rows)": (score_masks_itself, None),
+    "temperature+key-padding": (per_query_temperature, key_padding),
+    "sign-square-clip+batch-documents": (signed_square_clip, batch_documents),
 }
 
 SHAPES = [  # (batch, heads, heads_k, seq_q, seq_k): seq_q != seq_k both ways, no multiple of a block, GQA
@@ -285,6 +306,8 @@ def test_powers_and_casts_trace_to_the_kernel_vocabulary():
     assert trace_mod(lambda s, b, h, q, k: s ** 0.5, "score_mod").result.op == "sqrt"
     assert trace_mod(lambda s, b, h, q, k: s ** -1, "score_mod").result.op == "div"
     assert trace_mod(lambda s, b, h, q, k: (q > k).astype(float), "score_mod").result.op == "select"
+    assert trace_mod(lambda s, b, h, q, k: np.log1p(s), "score_mod").result.op == "log"
+    assert trace_mod(lambda s, b, h, q, k: s.clip(None, 5.0), "score_mod").result.op == "min"
 
 
 def test_powers_and_casts_at_tile_level_against_numpy():

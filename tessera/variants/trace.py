@@ -271,6 +271,11 @@ class Traced:
         raise t.refuse("'**' with a traced base and a traced exponent (write np.exp2(y * np.log2(x)) for a "
                        "positive base)")
 
+    def clip(self, lo=None, hi=None) -> Traced:
+        """x.clip(lo, hi) as np.clip (either bound may be None)."""
+        out = self if lo is None else self._apply("max", self, lo)
+        return out if hi is None else out._apply("min", out, hi)
+
     def astype(self, dtype, *args, **kwargs) -> Traced:
         """x.astype(dtype) as NumPy converts: a float to an integer truncates toward zero (`tile.cast`,
         cvt.rzi), an integer to a float converts (exact below 2^24), a boolean to a number is 1 or 0, a number
@@ -308,6 +313,8 @@ class Traced:
                                        f"np.{ufunc.__name__} with keyword arguments {sorted(kwargs)}")
         if ufunc in (np.power, np.float_power) and len(inputs) == 2:
             return self._power(*inputs)
+        if ufunc in _EXPANDED:
+            return _EXPANDED[ufunc](self, inputs[0])
         op = _UNARY.get(ufunc) or _BINARY.get(ufunc)
         if op is None:
             raise self._tracing.refuse(f"np.{ufunc.__name__} (supported: {', '.join(sorted(_ufunc_names()))}, "
@@ -399,8 +406,22 @@ class Traced:
         raise self._tracing.refuse(f"the attribute .{name} of a traced value")
 
 
+def _sign(t: Traced, x: object) -> Traced:
+    """np.sign: 1 / -1 / x * 0 (0 keeps its sign, NaN stays NaN; a derivative of 0)."""
+    return t._where(t._apply("gt", x, 0), 1, t._where(t._apply("lt", x, 0), -1, t._apply("mul", x, 0)))
+
+
+_EXPANDED = {
+    np.square: lambda t, x: t._apply("mul", x, x),
+    np.sign: _sign,
+    np.log1p: lambda t, x: t._apply("log", t._apply("add", 1.0, x)),
+    np.expm1: lambda t, x: t._apply("sub", t._apply("exp", x), 1.0),
+}
+"""NumPy functions traced as a few of the ops (np.log1p and np.expm1 without their accuracy near 0)."""
+
+
 def _ufunc_names() -> list[str]:
-    return [f"np.{u.__name__}" for u in (*_UNARY, *_BINARY, np.power, np.float_power)]
+    return [f"np.{u.__name__}" for u in (*_UNARY, *_BINARY, *_EXPANDED, np.power, np.float_power)]
 
 
 @dataclass
