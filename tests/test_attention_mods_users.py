@@ -386,3 +386,37 @@ def test_an_array_default_argument_is_captured():
     trace = trace_mod(document, "mask_mod")
     assert [a.name for a in trace.arrays] == ["mask_mod_doc_ids", "mask_mod_first"]
     assert trace.arrays[0].array is DOCUMENT_ID
+
+
+WIDTHS = np.array([4, 37, 2**31 - 1, 90])   # a window per head; head 2's reaches everything
+
+
+def head_window(b, h, q_idx, kv_idx):
+    return (q_idx >= kv_idx) & (q_idx - kv_idx < WIDTHS[h])
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ptxas")
+def test_symmetric_alibi_under_a_per_head_window_takes_the_dense_blocks():
+    """The window's compare with widths[h] is one setp a register against the thread's scalar less the bound
+    (`index_diagonals`): the backward at head_dim 64 lowers warp-specialized at the dense kernel's 128 x 128
+    blocks (224 registers; 256 when the difference's 34 registers stayed beside ALiBi's), no warning; ptxas
+    12.9, 13.0 and 13.5 assemble it without spilling; at target level it matches the reference."""
+    from tessera import toolchain
+    from tessera.kernels import attention_backward
+
+    kernels = attention_backward(64, block_m=128, block_n=128, score_mod=alibi_formula, mask_mod=head_window,
+                                 block_sparse=True)
+    ptx = tessera.compile(kernels.main, target="ptx")
+    for tool in toolchain.find_all_ptxas():
+        result = toolchain.compile_ptx(ptx, ptxas=tool.path)
+        assert result.warnings == () and not any(e.spills for e in result.entries.values()), tool.release
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no rung is taken: a warning would fail here
+        q, k, v, do = inputs((1, H, 2, 150, 133), 3)
+        o, lse = tessera.attention(q, k, v, score_mod=alibi_formula, mask_mod=head_window, return_lse=True,
+                                   level="tile")
+        grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=alibi_formula, mask_mod=head_window,
+                                           level="target")
+    checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, alibi_formula, head_window)
+    assert all(c.ok for c in checks), [str(c) for c in checks]
