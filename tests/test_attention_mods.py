@@ -408,7 +408,8 @@ def test_transposed_ranks_count_the_earlier_visitors():
 
 
 def test_backward_refuses_an_underivable_score_mod_by_name():
-    from tessera.variants.trace import Node, Trace, score_derivative
+    from tessera.variants.derivative import score_derivative
+    from tessera.variants.trace import Node, Trace
 
     trace = trace_mod(softcap, "score_mod")
     odd = Trace(softcap, Node("sigmoid", (trace.result,), "f32"))
