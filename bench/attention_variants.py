@@ -15,7 +15,9 @@ Rows:
   head_dim 64, the keys-on-rows 64 x 128 at 128, where the modifier fits them warp-specialized), the consumer
   warpgroups' registers (the allocator's count), ptxas spills, the full-block loop's SASS per key against the
   dense warp-specialized kernel's at the same blocks, and the partial-block cost per key of a mask_mod (the
-  score_mod's over the dense loop).
+  score_mod's over the dense loop); the newer rows: a soft-cap by a power of two (its division a multiply),
+  ALiBi with its slope computed in the hook (`2 ** (-8 * (h + 1) / H)`), T5's buckets, soft-cap + ALiBi, and
+  symmetric ALiBi under a per-head window array.
 
 Run: .venv/bin/python bench/attention_variants.py [--backward]
 """
@@ -77,6 +79,36 @@ def dilated(b, h, q_idx, kv_idx):
     return ((q_idx - kv_idx) % 4 == 0) & (q_idx >= kv_idx)
 
 
+def softcap32(score, b, h, q_idx, kv_idx):  # a power-of-two cap: the division is a multiply
+    return 32.0 * np.tanh(score / 32.0)
+
+
+def softcap_alibi(score, b, h, q_idx, kv_idx):
+    return 30.0 * np.tanh(score / 30.0) + SLOPES[h] * (kv_idx - q_idx)
+
+
+HEADS = 1
+WIDTHS = np.array([1024])
+BUCKET_BIAS = np.linspace(-1, 1, 32).reshape(1, 32)
+
+
+def alibi_formula(score, b, h, q_idx, kv_idx):  # symmetric ALiBi, its slope computed in the hook
+    return score - 2 ** (-8 * (h + 1) / HEADS) * abs(q_idx - kv_idx)
+
+
+def head_window(b, h, q_idx, kv_idx):  # a window read from a per-head array
+    return (q_idx >= kv_idx) & (q_idx - kv_idx < WIDTHS[h])
+
+
+def t5_bias(score, b, h, q_idx, kv_idx):  # T5's log-spaced relative-position buckets
+    relative = kv_idx - q_idx
+    n = np.abs(relative)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        large = 8 + (np.log(n / 8) / np.log(128 / 8) * 8).astype(np.int32)
+    bucket = (relative > 0).astype(np.int32) * 16 + np.where(n < 8, n, np.minimum(large, 15))
+    return score + BUCKET_BIAS[h, bucket]
+
+
 def hgmma_loops(module) -> list[int]:
     text = toolchain.disassemble(tessera.compile(module, target="cubin").cubin)
     return [len(loop.instructions) for loop in toolchain.sass_loops(text) if loop.opcode_counts["HGMMA"]]
@@ -107,7 +139,7 @@ def main() -> None:
         full, partial = hgmma_loops(flash_attention(d, block_n=bn, mask_mod=mask, block_sparse=True))
         print(f"mask_mod {mask.__name__:15s}: partial-block cost {(partial - full) / bn:.2f} SASS/key "
               f"(full {full / bn:.2f}, dense {dense / bn:.2f})")
-    for mod in (softcap, alibi, relative_table):
+    for mod in (softcap, softcap32, alibi, alibi_formula, relative_table, t5_bias):
         loops = hgmma_loops(flash_attention(d, block_n=bn, score_mod=mod))
         print(f"score_mod {mod.__name__:14s}: {(min(loops) - dense) / bn:.2f} SASS/key over the dense loop")
     backward()
@@ -173,7 +205,8 @@ def backward() -> None:
     dense = {}
     variants = [(None, m) for m in (causal, sliding_window, window_deterministic, prefix_lm, documents, chunked_local,
                                     dilated)] + [(m, None) for m in (softcap, alibi, relative_table)]
-    variants += [(softcap, sliding_window), (alibi, documents)]
+    variants += [(softcap, sliding_window), (alibi, documents), (softcap32, None), (alibi_formula, None),
+                 (t5_bias, None), (softcap_alibi, None), (alibi_formula, head_window)]
     for d in (64, 128):
         for score_mod, mask_mod in variants:
             names = "+".join(f.__name__ for f in (score_mod, mask_mod) if f is not None)

@@ -358,7 +358,7 @@ class Exp2SubtractOp(_F32RowBroadcastOp):
 @irdl_op_definition
 class CastOp(IRDLOperation):
     """`%r = tile.cast %x : from_type -> to_type`: convert each element of a register tile; to bf16/f16 it
-    rounds to nearest even, to integers it truncates toward zero.
+    rounds to nearest even, to integers it truncates toward zero (saturating, NaN to 0, as `cvt.rzi` does).
 
     To the 8-bit floats f8E4M3FN and f8E5M2 it rounds to nearest even and saturates, as the hardware's only
     conversion to them (`cvt.rn.satfinite`, `tessera.sm90.fp8`) does: a finite value beyond the format's

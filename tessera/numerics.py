@@ -94,6 +94,24 @@ def batched_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
+def exact_reciprocal(divisor: float) -> float | None:
+    """1/d where `x / d == x * (1/d)` bit for bit for every f32 x (IEEE round to nearest even, no flush to
+    zero), else None: d = +-2^k with 1/d = +-2^-k a normal f32 (|k| <= 126).
+
+    Why it holds: 1/d is then exact, so x * (1/d) is the exact real quotient x / d rounded once, which is what
+    a correctly rounded division (`div.rn.f32`) returns; infinities, NaN, signed zeros, overflow and subnormal
+    quotients follow, since both round the same real number (`mul.rn.f32` and `div.rn.f32` keep subnormals).
+    Any other divisor has an inexact reciprocal (1/3, 1/30), and x * round(1/d) may differ from x / d in the
+    last place, so it stays a division."""
+    d = float(np.float32(divisor))
+    if d != divisor or d == 0.0 or not np.isfinite(d):
+        return None
+    mantissa, exponent = np.frexp(abs(d))  # |d| = mantissa 2^exponent, mantissa in [0.5, 1)
+    if mantissa != 0.5 or abs(int(exponent) - 1) > 126:
+        return None
+    return 1.0 / d
+
+
 F32_LARGEST = float(np.finfo(np.float32).max)
 """FLT_MAX, the largest finite f32."""
 

@@ -86,7 +86,7 @@ def test_unsupported_torch_functions_are_refused_by_name():
     with pytest.raises(ModTraceError, match=r"score_mod 'test_unsupported_torch_functions_are_refused_by_name"
                                             r".<locals>.softplus' at .*: cannot trace torch.softplus"):
         trace_mod(softplus, "score_mod")
-    with pytest.raises(ModTraceError, match="torch.div with keyword arguments"):
+    with pytest.raises(ModTraceError, match="'//' with a float operand"):  # floor division of the score
         trace_mod(rounded, "score_mod")
 
 
@@ -96,3 +96,74 @@ def test_a_tensor_index_outside_a_captured_tensor_is_reported():
 
     with pytest.raises(ModTraceError, match="reads DOC at index 199 of dimension 0, outside its shape"):
         create_block_mask(past_the_end, 1, 1, 100, 100, 64, 64)
+
+
+# region attention-gym's code as written (torch's own and_masks / or_masks start from b.new_ones((), dtype=bool))
+
+def generate_alibi_bias(heads):
+    def alibi_mod(score, b, h, q_idx, kv_idx):
+        scale = torch.exp2(-((h + 1) * 8.0 / heads))
+        return score + (kv_idx - q_idx) * scale
+    return alibi_mod
+
+
+T5_BIAS = torch.linspace(-1, 1, 32).reshape(2, 16)
+
+
+def t5_bias(score, b, h, q_idx, kv_idx):
+    """Hugging Face's T5 bucket in torch: .to(torch.long), .float(), torch.min of two tensors, full_like."""
+    relative_position = kv_idx - q_idx
+    num_buckets = 8
+    buckets = (relative_position > 0).to(torch.long) * num_buckets
+    relative_position = torch.abs(relative_position)
+    max_exact = num_buckets // 2
+    large = max_exact + (torch.log(relative_position.float() / max_exact) / np.log(32 / max_exact)
+                         * (num_buckets - max_exact)).to(torch.long)
+    large = torch.min(large, torch.full_like(large, num_buckets - 1))
+    return score + T5_BIAS[h, buckets + torch.where(relative_position < max_exact, relative_position, large)]
+
+
+def pow_window(score, b, h, q_idx, kv_idx):
+    return score - torch.pow(2.0, -(h + 1.0)) * (q_idx - kv_idx).abs().pow(2) / 64
+
+
+def gym_masks():
+    from torch.nn.attention.flex_attention import and_masks, or_masks
+
+    def causal(b, h, q_idx, kv_idx):
+        return q_idx >= kv_idx
+
+    def window(b, h, q_idx, kv_idx):
+        return q_idx - kv_idx <= 24
+
+    def sink(b, h, q_idx, kv_idx):
+        return kv_idx < 2
+
+    return or_masks(and_masks(causal, window), sink)
+
+
+@pytest.mark.parametrize("name", ["alibi+gym-masks", "t5", "pow"])
+def test_attention_gym_torch_code_forward_and_backward(name):
+    score_mod, mask_mod = {"alibi+gym-masks": (generate_alibi_bias(2), gym_masks()), "t5": (t5_bias, None),
+                           "pow": (pow_window, None)}[name]
+    q, k, v, do = inputs(2)
+    o, lse = tessera.attention(q, k, v, score_mod=score_mod, mask_mod=mask_mod, return_lse=True, level="tile")
+    assert reference.check_attention_mods(o, q, k, v, BF16, score_mod, mask_mod, lse=lse).ok
+    grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=score_mod, mask_mod=mask_mod, level="tile")
+    checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, score_mod, mask_mod)
+    assert all(c.ok for c in checks), [str(c) for c in checks]
+
+
+def test_torch_reductions_and_non_scalar_constants_are_refused_by_name():
+    def row_min(score, b, h, q_idx, kv_idx):
+        return torch.min(score, 1)
+
+    def block(b, h, q_idx, kv_idx):
+        return b.new_ones((4, 4), dtype=torch.bool) & (q_idx >= kv_idx)
+
+    with pytest.raises(ModTraceError, match="torch.min of one tensor"):
+        trace_mod(row_min, "score_mod")
+    with pytest.raises(ModTraceError, match=r"torch.new_ones of size \(4, 4\)"):
+        trace_mod(block, "mask_mod")
+
+# endregion

@@ -251,3 +251,59 @@ def test_compares_with_nan_infinities_and_signed_zeros(level):
     with np.errstate(invalid="ignore"):
         for k, compare in enumerate(PREDICATES.values()):
             np.testing.assert_array_equal(out[:, 64 * k: 64 * k + 64], compare(x, y).astype(np.float32))
+
+
+DIVISORS = (2.0, 0.25, -4.0, 2.0**126, 2.0**-126, 1.0, 3.0, 30.0)
+
+
+@pytest.mark.parametrize("level", ["tile", "target", pytest.param("ptx", marks=pytest.mark.slow)])
+def test_division_by_a_power_of_two_is_a_multiply_bit_for_bit(level):
+    """x / 2^k lowers as x * 2^-k (`numerics.exact_reciprocal`): the same bits as NumPy's f32 division on
+    NaN, infinities, signed zeros, subnormal quotients and overflow; 3.0 and 30.0 stay divisions."""
+    body = []
+    for k, d in enumerate(DIVISORS):
+        body += [f"%d{k} = tile.fill {d!r} : {ROW}", f"%r{k} = tile.div %x, %d{k} : {T}, {ROW}",
+                 f"%col{k} = arith.constant {64 * k} : index",
+                 f"%ow{k} = tile.view %O[%m0, %col{k}] : !tile.tile<?xWIDTHxf32, global> -> !tile.tile<64x64xf32, global>",
+                 f"tile.store_global %r{k}, %ow{k} : {T}, !tile.tile<64x64xf32, global>"]
+    text = EVERY_OP.replace("BODY", "\n".join("    " + line for line in body)).replace("WIDTH", str(64 * len(DIVISORS)))
+    module = parse_module(text)
+    rng = np.random.default_rng(3)
+    tiny, huge = np.finfo(np.float32).tiny, np.finfo(np.float32).max
+    special = np.float32([np.nan, np.inf, -np.inf, 0.0, -0.0, tiny, -tiny / 8, 3 * tiny, huge, -huge, 1.0, 1e-30])
+    x = np.where(rng.random((64, 64)) < 0.5, rng.choice(special, (64, 64)),
+                 rng.standard_normal((64, 64)) * np.exp2(rng.integers(-140, 120, (64, 64)))).astype(np.float32)
+    _, p, w = _every_op_inputs(64)
+    out = _interpret(module, x, p, w, level=level)
+    with np.errstate(all="ignore"):
+        expected = np.concatenate([x / np.float32(d) for d in DIVISORS], axis=1)
+    np.testing.assert_array_equal(out.view(np.uint32), expected.view(np.uint32))
+    if level == "target":
+        lowered = parse_module(text)
+        tessera.passes.apply_pipeline(lowered, "convert-tile-to-sm90")
+        divisions = [op for op in lowered.walk() if op.name == "arith.divf"]
+        assert len(divisions) == 2  # by 3.0 and by 30.0
+
+
+def test_exact_reciprocal():
+    from tessera.numerics import exact_reciprocal
+
+    assert [exact_reciprocal(d) for d in (2.0, -0.5, 1.0, 2.0**126, 2.0**-126)] == [0.5, -2.0, 1.0, 2.0**-126, 2.0**126]
+    assert [exact_reciprocal(d) for d in (3.0, 30.0, 0.0, float("inf"), float("nan"), 2.0**127, 2.0**-127, 0.1)] \
+        == [None] * 8
+
+
+@pytest.mark.parametrize("level", ["tile", "target"])
+def test_float_to_integer_cast_saturates_with_nan_to_zero(level):
+    """tile.cast f32 -> i32 truncates toward zero, saturates and maps NaN to 0 at every level, as cvt.rzi does
+    (what NumPy's cast leaves undefined): NumPy's `.astype(int)` in a score_mod is traced to it."""
+    special = np.float32([np.nan, np.inf, -np.inf, 3e9, -3e9, -2.7, 2.7, -0.5])
+    expected = np.float32([0, 2**31, -2**31, 2**31, -2**31, -2, 2, 0])  # i32 back to f32: 2^31 - 1 rounds up
+    body = [f"%q = tile.cast %x : {T} -> {I}", f"%r = tile.cast %q : {I} -> {T}",
+            "%ow = tile.view %O[%m0, %c0] : !tile.tile<?x64xf32, global> -> !tile.tile<64x64xf32, global>",
+            f"tile.store_global %r, %ow : {T}, !tile.tile<64x64xf32, global>"]
+    text = EVERY_OP.replace("BODY", "\n".join("    " + line for line in body)).replace("WIDTH", "64")
+    x = np.resize(special, (64, 64)).astype(np.float32)
+    _, p, w = _every_op_inputs(64)
+    out = _interpret(parse_module(text), x, p, w, level=level)
+    np.testing.assert_array_equal(out, np.resize(expected, (64, 64)))

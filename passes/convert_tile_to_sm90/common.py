@@ -230,6 +230,12 @@ def op_tile_type(op: Operation) -> TileType:
     return op.operands[0].type
 
 
+def constant_f32(value: SSAValue) -> float | None:
+    """The value of a `tile.fill` (every element the same f32 constant), or None."""
+    owner = value.owner
+    return owner.value.value.data if isinstance(owner, tile.FillOp) else None
+
+
 def constant_i32(value: SSAValue) -> int | None:
     """The value of a `tile.splat` of an integer `arith.constant` (a divisor, a compared bound), as an i32."""
     owner = value.owner

@@ -7,7 +7,9 @@ accumulator layout (N/2 registers a thread), a row vector [BM] or column [BM, 1]
 as the values of the thread's distinct columns (N/4 registers, shuffled onto the registers of each column to
 meet an [BM, N] operand): a gather indexed by columns (`doc_ids[kv_idx]`) loads each column once.
 
-Instruction selection (f32): add/sub/mul `.rn`, div `div.rn.f32` (IEEE), element_max/min `max/min.NaN`;
+Instruction selection (f32): add/sub/mul `.rn`, div `div.rn.f32` (IEEE; by a constant +-2^k whose reciprocal
+is a normal f32, `mul.rn.f32` by that reciprocal: bit for bit the same quotient, `numerics.exact_reciprocal`,
+without the division's slow-path call), element_max/min `max/min.NaN`;
 exp = ex2.approx(x log2 e) (a `tile.scale` factor folds into the multiplier), exp2 = ex2.approx, log2 =
 lg2.approx, tanh = tanh.approx.f32, sigmoid = rcp.approx(1 + ex2.approx(-x log2 e)), silu = x sigmoid(x),
 sqrt = sqrt.rn.f32, rsqrt = rsqrt.approx, reciprocal = rcp.approx, abs/neg exact; i32 add/sub/mul/min/max
@@ -31,9 +33,9 @@ from tessera.dialects import sm90, tile
 from tessera.dialects.tile_types import MemSpace, TileType
 from tessera.lowering.emitter import Emitter
 from tessera.lowering.fragments import AccumulatorLayout
-from tessera.numerics import exp2_factor
+from tessera.numerics import exact_reciprocal, exp2_factor
 from tessera.passes.convert_tile_to_sm90.common import (DISTINCT_LANES_ATTR, INVARIANT_ATTR, ColumnIota, Scaled,
-                                                        _refuse, constant_i32)
+                                                        _refuse, constant_f32, constant_i32)
 from tessera.passes.convert_tile_to_sm90.index_diagonals import ROW_VECTOR_ROWS, IndexDiagonalLowering
 
 _FLOAT_BINARY = {
@@ -99,8 +101,15 @@ class ElementwiseLowering(IndexDiagonalLowering):
             if diagonal is not None:
                 self._set(op.result, diagonal)
                 return
-        a, b = (self._broadcast_operand(op, v, op.result.type, e) for v in (op.lhs, op.rhs))
         element = op.result.type.element_type
+        divisor = constant_f32(op.rhs) if isinstance(op, tile.DivOp) else None
+        reciprocal = None if divisor is None else exact_reciprocal(divisor)
+        if reciprocal is not None and isinstance(element, Float32Type):
+            lanes = self._vector_type(op, op.result.type).get_shape()[0]
+            x = self._broadcast_operand(op, op.lhs, op.result.type, e)
+            self._set(op.result, e.op(arith.MulfOp(x, e.splat(f32, reciprocal, lanes))))
+            return
+        a, b = (self._broadcast_operand(op, v, op.result.type, e) for v in (op.lhs, op.rhs))
         table = _FLOAT_BINARY if isinstance(element, Float32Type) else _INTEGER_BINARY
         if type(op) not in table or self._vector_type(op, op.result.type).element_type != element:
             _refuse(op, f"no lowering of {op.name} on {element} register tiles")

@@ -13,7 +13,11 @@ where a whole tile of it would be live beside the accumulator in flight).
 
 A compare of such a difference with a constant (`q_idx - kv_idx < 1024`, and `q_idx >= kv_idx` itself, a
 difference compared with 0) needs no register beyond the scalar: (s + d_k) < c is s < c - d_k, one `setp`
-per register against an immediate, as the bounds masks do. (Indices are taken to be below 2^30, so no sum or
+per register against an immediate, as the bounds masks do. So does a compare with a bound that is the same
+for every element (`q_idx - kv_idx < widths[h]`: a gather at the head's or batch's id, a splat, arithmetic of
+such): (s + d_k) < w is (s - w') < -d_k with w' = w clamped to [-2^30, 2^30], one scalar subtraction for the
+tile (the clamp changes no result, as |s + d_k| < 2^30, and keeps s - w' from wrapping), instead of the
+difference's N/4 + 2 registers beside whatever else the tile computes. (Indices are taken to be below 2^30, so no sum or
 difference wraps; in f32, below 2^24, `attention_mods.F32_EXACT_INTEGERS`, where f32(a) - f32(b) is
 f32(a - b) exactly.)
 """
@@ -21,7 +25,7 @@ f32(a - b) exactly.)
 from __future__ import annotations
 
 from xdsl.dialects import arith, vector
-from xdsl.dialects.builtin import Float32Type, UnitAttr, VectorType, f32, i32
+from xdsl.dialects.builtin import Float32Type, IntegerAttr, UnitAttr, VectorType, f32, i32
 from xdsl.ir import SSAValue
 
 from tessera.dialects import sm90, tile
@@ -34,6 +38,37 @@ ROW_VECTOR_ROWS = sorted(set(AccumulatorLayout(8).row_offsets))
 
 _SWAPPED = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
 """The predicate of a compare with its operands swapped."""
+
+INDEX_LIMIT = 2**30
+"""Indices, and sums and differences of two of them, are taken to be below this in magnitude (module docstring)."""
+
+_UNIFORM_ARITHMETIC = (tile.AddOp, tile.SubOp, tile.MulOp, tile.ElementMinOp, tile.ElementMaxOp, tile.FloorDivOp,
+                       tile.ModOp)
+
+
+def uniform_row_vector(value: SSAValue) -> bool:
+    """Whether `value` is an i32 row vector [BM] with every element the same: a splat, a gather whose indices
+    are all such values (`widths[h]`), or arithmetic of such values."""
+    ty = value.type
+    if not (hasattr(ty, "rank") and ty.rank == 1 and ty.element_type == i32):
+        return False
+    return _uniform(value)
+
+
+def _uniform(value: SSAValue) -> bool:
+    owner = value.owner
+    if isinstance(owner, tile.SplatOp):
+        return True
+    if isinstance(owner, tile.GatherOp):
+        return all(_uniform(i) for i in owner.indices)
+    if isinstance(owner, _UNIFORM_ARITHMETIC):
+        return _uniform(owner.lhs) and _uniform(owner.rhs)
+    return False
+
+
+def constant_scalar(e: Emitter, value: int) -> SSAValue:
+    """An i32 scalar constant."""
+    return e.op(arith.ConstantOp(IntegerAttr(value, i32)))
 
 
 class IndexDiagonalLowering:
@@ -91,13 +126,16 @@ class IndexDiagonalLowering:
         return e.shuffle(values, [distinct.index(k) for k in per_register])
 
     def _index_comparison(self, op: tile.CmpOp, e: Emitter) -> SSAValue | None:
-        """A compare of a difference (or sum) of a row iota and a column iota, i32, with a constant (either side),
-        or of the two iotas themselves, as one setp per register of the thread's scalar against an immediate
-        (module docstring); None for any other compare."""
+        """A compare of a difference (or sum) of a row iota and a column iota, i32, with a constant or a uniform
+        bound (either side), or of the two iotas themselves, as one setp per register of the thread's scalar
+        (less the clamped bound) against an immediate (module docstring); None for any other compare."""
         predicate, lhs, rhs = op.predicate.data, op.lhs, op.rhs
-        if constant_i32(lhs) is not None:
+        if constant_i32(lhs) is not None or uniform_row_vector(lhs):
             predicate, lhs, rhs = _SWAPPED[predicate], rhs, lhs
         constant = constant_i32(rhs)
+        bound = rhs if constant is None and uniform_row_vector(rhs) else None
+        if bound is not None:
+            constant = 0
         if constant is not None and isinstance(lhs.owner, tile.AddOp | tile.SubOp):
             inner = lhs.owner
             terms = self._index_terms(op, inner.lhs, inner.rhs, 1 if isinstance(inner, tile.AddOp) else -1, e)
@@ -108,4 +146,9 @@ class IndexDiagonalLowering:
         if terms is None or terms[2]:
             return None
         scalar, per_register, _ = terms
+        if bound is not None:
+            w = e.op(vector.ExtractOp(self._get(bound), [0], i32))
+            w = e.op(arith.MinSIOp(e.op(arith.MaxSIOp(w, constant_scalar(e, -INDEX_LIMIT))),
+                                   constant_scalar(e, INDEX_LIMIT)))
+            scalar = e.op(arith.SubiOp(scalar, w))
         return e.setp(predicate, e.broadcast(scalar, len(per_register)), e.dense(i32, [constant - k for k in per_register]))

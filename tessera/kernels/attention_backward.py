@@ -64,7 +64,8 @@ from xdsl.dialects.builtin import IntegerType, ModuleOp, StringAttr
 from xdsl.ir import Attribute, SSAValue
 
 from tessera.variants.block_mask import VISIT_HEAD
-from tessera.variants.trace import score_derivative, trace_mod
+from tessera.variants.derivative import score_derivative
+from tessera.variants.trace import trace_mod
 from tessera.dialects import tile
 from tessera.kernels.attention import AttentionConfig
 from tessera.kernels.attention_mods import AttentionMods, ScoreContext, apply_mask_mod, apply_score_mod
@@ -641,7 +642,7 @@ def attention_backward(
 
     `score_mod` and `mask_mod` (those of `flash_attention`, whose O and LSE the backward takes) change only the
     main kernel: P is recomputed from mask_mod(score_mod(scale Q K^T)), and dS is multiplied by the traced
-    derivative of score_mod with respect to the score (`attention_mods.score_derivative`; the arrays it reads
+    derivative of score_mod with respect to the score (`tessera.variants.derivative.score_derivative`; the arrays it reads
     need no gradient) before dQ and dK. Their captured arrays are main-kernel inputs after dPsum. Every key
     block visits every query block (with `causal`, those the causal mask allows), or with `block_sparse=True`
     the pairs of its work lists (`BlockMask.backward_inputs(heads_k)`, main-kernel inputs after the arrays: per

@@ -9,7 +9,8 @@ In the key loop of a query block at q0 and a key block at k0, with the [BM, BN] 
   same for every element is held as a row vector, which broadcasts against every other shape and which the
   lowering keeps in two registers a thread;
 - arithmetic, comparisons, np.where, min/max/clip and the unary functions are the `tile_elementwise` ops,
-  broadcasting as they do; an i32 operand of f32 arithmetic is converted with `tile.cast`;
+  broadcasting as they do; an i32 operand of f32 arithmetic is converted with `tile.cast`, and so is an f32
+  value `astype(int)` (truncated toward zero);
 - booleans (i1 tiles) combine through i32 0/1 tiles: a & b = (min(a, b) != 0), a | b = (max(a, b) != 0),
   ~a = (a == 0): Tile IR has no i1 logic ops;
 - `array[i, j]` of a captured array is `tile.gather` from the kernel input that holds it.
@@ -135,6 +136,8 @@ class ScoreContext:
                 f32_args = [b.cast(self.emit(a), f32, "mod_f32") for a in inner.args]
                 return b.emit(_BINARY_OPS[inner.op](*f32_args), f"mod_{inner.op}_f32")
             return b.cast(self.emit(inner), f32, "mod_f32")
+        if op == "to_i32":  # NumPy's astype(int): truncation toward zero
+            return b.cast(self.emit(node.args[0]), i32, "mod_i32")
         if op in _BINARY_OPS:
             return b.emit(_BINARY_OPS[op](*self._emit_args(node)), f"mod_{op}")
         if op in _UNARY_OPS:

@@ -1,13 +1,15 @@
 """FlexAttention-style attention variants: a user's `score_mod(score, b, h, q_idx, kv_idx)` and
-`mask_mod(b, h, q_idx, kv_idx)`, plain Python over NumPy, traced into Tile IR (`trace`), and the host-side
-block mask that classifies each (query block, key block) as empty, partial or full (`block_mask`).
+`mask_mod(b, h, q_idx, kv_idx)`, plain Python over NumPy, traced into Tile IR (`trace`; the score_mod's
+derivative: `derivative`), and the host-side block mask that classifies each (query block, key block) as
+empty, partial or full (`block_mask`).
 
 The kernels that use them are `tessera.kernels.flash_attention(..., score_mod=, mask_mod=)` and
 `tessera.kernels.attention_backward(...)`; the entry points are `tessera.attention` and
 `tessera.attention_backward` (`docs/attention-variants.md`)."""
 
 from tessera.variants.block_mask import EMPTY, FULL, PARTIAL, BlockMask, create_block_mask
-from tessera.variants.trace import ModTraceError, score_derivative, trace_mod
+from tessera.variants.derivative import score_derivative
+from tessera.variants.trace import ModTraceError, trace_mod
 
 __all__ = ["EMPTY", "FULL", "PARTIAL", "BlockMask", "ModTraceError", "create_block_mask", "score_derivative",
            "trace_mod"]

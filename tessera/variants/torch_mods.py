@@ -6,7 +6,11 @@ installed, such a function is traced and run like a NumPy one:
 
 - tracing (`tessera.variants.trace`): torch calls whose arguments hold a traced value reach
   `Traced.__torch_function__`, which maps them with `TORCH_OPS` (the same ops as the NumPy ufuncs) or
-  `torch_where` / `torch_clamp`; tensor methods on a traced value (`TRACED_METHODS`) do the same; a captured
+  `torch_where` / `torch_clamp`; tensor methods on a traced value (`TRACED_METHODS`) do the same; `torch.pow`
+  and `**` are `Traced._power`, `.to(dtype)` / `.float()` / `.long()` ... `Traced.astype`, `torch.min(a, b)`
+  and `torch.max(a, b)` elementwise, and a scalar `x.new_ones(())` / `new_zeros` / `new_full` / `full_like` /
+  `ones_like` / `zeros_like` a constant (FlexAttention's own `and_masks` and `or_masks` start from
+  `b.new_ones((), dtype=torch.bool)`); a captured
   torch tensor becomes a kernel input like a NumPy array (`as_numpy`: bool -> 0/1 int32, as for NumPy);
 - the reference and the host-side block mask (`trace.bounds_checked`) call a function that uses torch
   (`uses_torch`) with torch tensors made from the NumPy index grids (int64; the score float64) and turn its
@@ -142,8 +146,30 @@ def torch_op(func) -> str | tuple | None:
 
 TRACED_METHODS = ("abs", "neg", "exp", "exp2", "log", "log2", "tanh", "sqrt", "reciprocal", "clamp", "clip",
                   "minimum", "maximum", "logical_and", "logical_or", "logical_not", "where", "remainder",
-                  "floor_divide")
-"""Tensor methods a traced value answers (`(q_idx - kv_idx).abs()`, `score.clamp(-5, 5)`)."""
+                  "floor_divide", "pow", "to", "type", "float", "double", "int", "long", "bool", "new_ones",
+                  "new_zeros", "new_full")
+"""Tensor methods a traced value answers (`(q_idx - kv_idx).abs()`, `score.clamp(-5, 5)`, `x.to(torch.long)`,
+`b.new_ones((), dtype=torch.bool)` as FlexAttention's and_masks starts)."""
+
+_CASTS = {"float": "float32", "double": "float64", "int": "int32", "long": "int64", "bool": "bool"}
+"""Tensor methods that convert, by the NumPy dtype they convert to."""
+
+
+def _numpy_dtype(dtype) -> object:
+    """A torch dtype as the name NumPy knows it (torch.long -> "int64"); anything else unchanged."""
+    torch = torch_module()
+    return str(dtype).removeprefix("torch.") if isinstance(dtype, torch.dtype) else dtype
+
+
+def _scalar_constant(traced, name: str, size, value, dtype):
+    """`x.new_ones(())`, `torch.full_like(x, c)`, ...: one value for every element, of `dtype` (a torch dtype,
+    or None for x's); a size other than a scalar's is refused."""
+    if size is not None and int(np.prod(tuple(size) if isinstance(size, (tuple, list)) else (size,))) != 1:
+        raise traced._tracing.refuse(f"torch.{name} of size {tuple(size) if isinstance(size, (tuple, list)) else size} "
+                                     "(a traced value broadcasts: use a scalar size ())")
+    constant = traced._wrap(traced._lift(value))
+    return constant.astype(_numpy_dtype(dtype)) if dtype is not None else constant.astype(
+        {"f32": "float32", "i32": "int32", "bool": "bool"}[traced.node.dtype])
 
 
 def dispatch(traced, func, args: tuple, kwargs: dict):
@@ -163,6 +189,27 @@ def dispatch(traced, func, args: tuple, kwargs: dict):
         if hi is not None:
             out = traced._apply("min", out, hi)
         return out
+    if func in (torch.pow, torch.Tensor.pow, torch.Tensor.__pow__, torch.float_power) and not kwargs:
+        return traced._power(*args)
+    if func is torch.Tensor.__rpow__:
+        return traced._power(args[1], args[0])
+    if func in (torch.min, torch.max, torch.Tensor.min, torch.Tensor.max):
+        if len(args) != 2 or kwargs or isinstance(args[1], int):  # torch.min(x, dim): a reduction
+            raise traced._tracing.refuse(f"torch.{name} of one tensor (a reduction; torch.{name}(a, b) of two is "
+                                         "elementwise)")
+        return traced._apply("min" if name == "min" else "max", *args)
+    if func in (torch.Tensor.to, torch.Tensor.type):
+        targets = [a for a in list(args[1:]) + [kwargs.get("dtype")] if isinstance(a, torch.dtype)]
+        return args[0].astype(_numpy_dtype(targets[0])) if targets else args[0]  # .to(device): the same value
+    if name in _CASTS and func is getattr(torch.Tensor, name):
+        return args[0].astype(_CASTS[name])
+    if func in (torch.Tensor.new_ones, torch.Tensor.new_zeros, torch.Tensor.new_full):
+        size = args[1] if len(args) > 1 else kwargs.get("size", ())
+        value = {"new_ones": 1, "new_zeros": 0}.get(name, args[2] if len(args) > 2 else kwargs.get("fill_value"))
+        return _scalar_constant(traced, name, size, value, kwargs.get("dtype"))
+    if func in (torch.full_like, torch.ones_like, torch.zeros_like):
+        value = {"ones_like": 1, "zeros_like": 0}.get(name, args[1] if len(args) > 1 else kwargs.get("fill_value"))
+        return _scalar_constant(traced, name, None, value, kwargs.get("dtype"))
     if func in (torch.div, torch.Tensor.div, torch.divide) and kwargs.get("rounding_mode") is not None:
         mode = kwargs["rounding_mode"]
         if mode != "floor" or set(kwargs) != {"rounding_mode"}:

@@ -15,15 +15,20 @@ are constants of the kernel.
 With PyTorch installed, torch functions, tensor methods and captured tensors are accepted the same way
 (`tessera.variants.torch_mods`).
 
+`x ** p` and `c ** y` become multiplications, np.sqrt or exp2/log2 (`Traced._power`); `x.astype(dtype)`
+converts as NumPy does (`Traced.astype`: a float to an integer truncates toward zero).
+
 What cannot be traced is refused with a `ModTraceError` naming the function, file:line and the construct:
 Python control flow on a traced value (`if`, `and`, `or`, `not`, `bool()`), an unsupported NumPy function or
-operator (`**`, `^`, shifts), arithmetic on booleans, `//` and `%` of floats or by the constant 0 (integer
+operator (`^`, shifts, `**` of two traced values), arithmetic on booleans, `//` and `%` of floats or by the constant 0 (integer
 `//` and `%` are Python's: floor division, a modulus with the divisor's sign), a slice of a captured array, a NumPy array indexed by a
 traced value that is not a captured array of the modifier itself.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import sys
 import types
 from collections.abc import Callable
@@ -78,7 +83,7 @@ class Trace:
 
     @property
     def name(self) -> str:
-        return getattr(self.function, "__qualname__", repr(self.function))
+        return function_name(self.function)
 
     def uses(self, op: str) -> bool:
         """Whether any node of the graph is `op` (e.g. "b", "h", "score")."""
@@ -103,7 +108,7 @@ class _Tracing:
 
     def where(self) -> str:
         """file:line of the innermost frame running the modifier's code (or the function's first line)."""
-        code = self.fn.__code__
+        code = _underlying(self.fn).__code__
         frame = sys._getframe(1)
         while frame is not None:
             if frame.f_code is code:
@@ -112,7 +117,7 @@ class _Tracing:
         return f"{code.co_filename}:{code.co_firstlineno}"
 
     def refuse(self, construct: str) -> ModTraceError:
-        name = getattr(self.fn, "__qualname__", repr(self.fn))
+        name = function_name(self.fn)
         return ModTraceError(f"{self.kind} '{name}' at {self.where()}: cannot trace {construct}")
 
 
@@ -211,11 +216,105 @@ class Traced:
         dtype = F32 if F32 in (x.dtype, y.dtype) else I32
         return self._wrap(Node("select", (c, self._convert(x, dtype), self._convert(y, dtype)), dtype))
 
+    def _power(self, base: object, exponent: object) -> Traced:
+        """base ** exponent (np.power, np.float_power) in the ops the kernel has:
+
+        - a constant integer exponent n: x * x * ... by squaring (NumPy's x ** 2 is x * x), then 1 / that for
+          n < 0 (an i32 base with n < 0 is refused, as NumPy refuses it); x ** 0.5 is np.sqrt(x); another
+          constant p is exp2(p log2 x) (NaN for x < 0, as NumPy gives for a non-integer p);
+        - a positive constant base c with a traced exponent y: exp2(y log2 c), log2 c computed on the host
+          (ALiBi's `2 ** (-8 * (h + 1) / H)` is exp2 of the exponent itself); an integer base needs a float
+          exponent (an i32 power of a traced exponent is refused);
+        - a traced base and a traced exponent are refused (exp2(y log2 x) holds only for x > 0: write it)."""
+        t = self._tracing
+        x, y = self._lift(base), self._lift(exponent)
+        if BOOL in (x.dtype, y.dtype):
+            raise t.refuse("'**' of a boolean value (use np.where to turn a condition into numbers)")
+        if y.op == "const":
+            p = y.value
+            if float(p).is_integer() and abs(p) <= 2**16:
+                n = int(p)
+                if x.dtype == I32 and y.dtype == I32 and n < 0:
+                    raise t.refuse(f"'**' of an integer by the negative power {n} (NumPy refuses it too; write a "
+                                   "float base such as 2.0)")
+                dtype = F32 if F32 in (x.dtype, y.dtype) else x.dtype
+                x = self._convert(x, dtype)
+                result, square, m = None, x, abs(n)
+                while m:
+                    if m & 1:
+                        result = square if result is None else Node("mul", (result, square), dtype)
+                    m >>= 1
+                    if m:
+                        square = Node("mul", (square, square), dtype)
+                if result is None:  # x ** 0 is 1 (NaN ** 0 too)
+                    return self._wrap(Node("const", (), dtype, 1.0 if dtype == F32 else 1))
+                if n < 0:
+                    result = Node("div", (Node("const", (), F32, 1.0), result), F32)
+                return self._wrap(result)
+            x = self._convert(x, F32)
+            if p == 0.5:
+                return self._wrap(Node("sqrt", (x,), F32))
+            log2x = Node("log2", (x,), F32)
+            return self._wrap(Node("exp2", (Node("mul", (Node("const", (), F32, float(p)), log2x), F32),), F32))
+        if x.op == "const":
+            c = x.value
+            if x.dtype == I32 and y.dtype == I32:
+                raise t.refuse(f"'**' of the integer {c} by a traced integer exponent (an integer power; write a "
+                               f"float base such as {float(c)!r})")
+            if not c > 0:
+                raise t.refuse(f"'**' with the base {c} and a traced exponent (only a positive constant base: "
+                               "c ** y is exp2(y log2 c))")
+            y = self._convert(y, F32)
+            if float(c) != 2.0:
+                y = Node("mul", (y, Node("const", (), F32, float(np.log2(float(c))))), F32)
+            return self._wrap(Node("exp2", (y,), F32))
+        raise t.refuse("'**' with a traced base and a traced exponent (write np.exp2(y * np.log2(x)) for a "
+                       "positive base)")
+
+    def clip(self, lo=None, hi=None) -> Traced:
+        """x.clip(lo, hi) as np.clip (either bound may be None)."""
+        out = self if lo is None else self._apply("max", self, lo)
+        return out if hi is None else out._apply("min", out, hi)
+
+    def astype(self, dtype, *args, **kwargs) -> Traced:
+        """x.astype(dtype) as NumPy converts: a float to an integer truncates toward zero (`tile.cast`,
+        cvt.rzi), an integer to a float converts (exact below 2^24), a boolean to a number is 1 or 0, a number
+        to a boolean is x != 0. Every float type is traced as f32 and every signed integer as i32; float16,
+        unsigned integers (except from a boolean) and other kinds are refused by name."""
+        t = self._tracing
+        try:
+            target = np.dtype(dtype)
+        except TypeError:
+            raise t.refuse(f".astype({dtype!r}) (a NumPy dtype: int, float, bool, np.int32, np.float32, ...)") \
+                from None
+        node = self.node
+        kind = {"f": F32, "i": I32, "b": BOOL}.get(target.kind)
+        if target.kind == "u" and node.dtype == BOOL:
+            kind = I32
+        if kind is None or (kind == F32 and target.itemsize < 4):
+            raise t.refuse(f".astype({target}) (traced as f32, i32 or bool: float32/64, signed integers, bool)")
+        if kind == node.dtype:
+            return self
+        if node.dtype == BOOL:
+            one, zero = (Node("const", (), kind, 1.0 if kind == F32 else 1),
+                         Node("const", (), kind, 0.0 if kind == F32 else 0))
+            return self._wrap(Node("select", (node, one, zero), kind))
+        if kind == BOOL:
+            return self._wrap(Node("ne", (node, Node("const", (), node.dtype, 0.0 if node.dtype == F32 else 0)),
+                                   BOOL))
+        if kind == F32:
+            return self._wrap(self._convert(node, F32))
+        return self._wrap(Node("to_i32", (node,), I32))
+
     # -- NumPy protocols -------------------------------------------------------------------------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         if method != "__call__" or kwargs:
             raise self._tracing.refuse(f"np.{ufunc.__name__}.{method}" if method != "__call__" else
                                        f"np.{ufunc.__name__} with keyword arguments {sorted(kwargs)}")
+        if ufunc in (np.power, np.float_power) and len(inputs) == 2:
+            return self._power(*inputs)
+        if ufunc in _EXPANDED:
+            return _EXPANDED[ufunc](self, inputs[0])
         op = _UNARY.get(ufunc) or _BINARY.get(ufunc)
         if op is None:
             raise self._tracing.refuse(f"np.{ufunc.__name__} (supported: {', '.join(sorted(_ufunc_names()))}, "
@@ -274,7 +373,9 @@ class Traced:
             raise self._tracing.refuse(f"the operator {name} on a traced value")
         return method
 
-    __pow__ = __rpow__ = _refuse_op("**")
+    def __pow__(self, o): return self._power(self, o)
+    def __rpow__(self, o): return self._power(o, self)
+
     __xor__ = __rxor__ = _refuse_op("^")
     __lshift__ = __rshift__ = _refuse_op("<< / >>")
     __matmul__ = __rmatmul__ = _refuse_op("@")
@@ -305,62 +406,127 @@ class Traced:
         raise self._tracing.refuse(f"the attribute .{name} of a traced value")
 
 
+def _sign(t: Traced, x: object) -> Traced:
+    """np.sign: 1 / -1 / x * 0 (0 keeps its sign, NaN stays NaN; a derivative of 0)."""
+    return t._where(t._apply("gt", x, 0), 1, t._where(t._apply("lt", x, 0), -1, t._apply("mul", x, 0)))
+
+
+_EXPANDED = {
+    np.square: lambda t, x: t._apply("mul", x, x),
+    np.sign: _sign,
+    np.log1p: lambda t, x: t._apply("log", t._apply("add", 1.0, x)),
+    np.expm1: lambda t, x: t._apply("sub", t._apply("exp", x), 1.0),
+}
+"""NumPy functions traced as a few of the ops (np.log1p and np.expm1 without their accuracy near 0)."""
+
+
 def _ufunc_names() -> list[str]:
-    return [f"np.{u.__name__}" for u in (*_UNARY, *_BINARY)]
+    return [f"np.{u.__name__}" for u in (*_UNARY, *_BINARY, *_EXPANDED, np.power, np.float_power)]
+
+
+@dataclass
+class _Capture:
+    """An array a modifier names, until it is indexed with a traced value: `name` as the user wrote it,
+    `unique` the kernel input's name, `array` the NumPy array (a torch tensor's copy); `captured` once checked."""
+
+    name: str
+    unique: str
+    array: np.ndarray
+    captured: CapturedArray | None = None
 
 
 class _ArrayProxy:
     """A captured NumPy array while tracing: indexing with traced values (and numbers) records a gather."""
 
-    def __init__(self, tracing: _Tracing, captured: CapturedArray):
-        self._tracing, self._captured = tracing, captured
+    def __init__(self, tracing: _Tracing, capture: _Capture):
+        self._tracing, self._capture = tracing, capture
+
+    def _captured(self) -> CapturedArray:
+        """The kernel input, checked at its first traced read (so a refusal names that line)."""
+        c = self._capture
+        if c.captured is None:
+            problem = _array_problem(c.array)
+            if problem:
+                raise self._tracing.refuse(f"the captured array {c.name}: {problem}")
+            boolean = c.array.dtype.kind == "b"
+            c.captured = CapturedArray(c.unique, c.array.astype(np.int32) if boolean else c.array, boolean)
+        return c.captured
 
     def __getitem__(self, index) -> Traced:
-        t, arr = self._tracing, self._captured.array
+        t, arr, name = self._tracing, self._capture.array, self._capture.name
         index = index if isinstance(index, tuple) else (index,)
         if not any(isinstance(i, Traced) for i in index):  # a constant read: the value itself
             return arr[index if len(index) != 1 else index[0]]
+        captured = self._captured()
         if len(index) != arr.ndim:
-            raise t.refuse(f"{self._captured.name}[...] with {len(index)} indices: a captured array of shape "
-                           f"{arr.shape} takes exactly one index per dimension")
+            raise t.refuse(f"{name}[...] with {len(index)} indices: a captured array of shape {arr.shape} takes "
+                           "exactly one index per dimension")
         lifter = next(i for i in index if isinstance(i, Traced))
         nodes = []
         for i in index:
             if isinstance(i, slice) or i is Ellipsis or i is None:
-                raise t.refuse(f"a slice of the captured array {self._captured.name} (index it with one value per "
-                               "dimension)")
+                raise t.refuse(f"a slice of the captured array {name} (index it with one value per dimension)")
             n = lifter._lift(i)
             if n.dtype != I32:
-                raise t.refuse(f"{self._captured.name}[...] with a {n.dtype} index (indices are integers)")
+                raise t.refuse(f"{name}[...] with a {n.dtype} index (indices are integers)")
             nodes.append(n)
-        t.arrays.setdefault(id(arr), self._captured)
-        node = Node("gather", tuple(nodes), self._captured.dtype, self._captured)
-        if self._captured.boolean:
+        t.arrays.setdefault(id(captured), captured)
+        node = Node("gather", tuple(nodes), captured.dtype, captured)
+        if captured.boolean:
             node = Node("ne", (node, Node("const", (), I32, 0)), BOOL)
         return Traced(t, node)
 
     def __getattr__(self, name: str):
-        raise self._tracing.refuse(f"the attribute .{name} of the captured array {self._captured.name}")
+        raise self._tracing.refuse(f"the attribute .{name} of the captured array {self._capture.name}")
 
 
-def _checked_array(array: np.ndarray) -> np.ndarray:
-    if array.dtype.kind not in "fiub" or array.ndim == 0 or array.size == 0:
-        raise ValueError(f"a captured array must be a non-empty NumPy array of numbers or booleans with at least "
-                         f"one dimension; got dtype {array.dtype}, shape {array.shape}")
-    return array
+_I32_RANGE = (-2**31, 2**31 - 1)
+
+
+def _array_problem(array: np.ndarray) -> str | None:
+    """Why `array` cannot be a kernel input (f32 for floats, i32 for integers and booleans), or None."""
+    if array.dtype.kind not in "fiub":
+        return f"its dtype {array.dtype} is not a number or a boolean"
+    if array.ndim == 0 or array.size == 0:
+        return f"its shape {array.shape} is empty (a non-empty array of at least one dimension)"
+    if array.dtype.kind in "iu" and (int(array.min()) < _I32_RANGE[0] or int(array.max()) > _I32_RANGE[1]):
+        return (f"its values [{int(array.min())}, {int(array.max())}] do not fit i32 (the kernel reads integer "
+                "arrays as i32)")
+    if array.dtype.kind == "f":
+        finite = np.abs(array[np.isfinite(array)])
+        if finite.size and float(finite.max()) > float(np.finfo(np.float32).max):
+            return f"its value {float(finite.max())!r} overflows f32 (the kernel reads float arrays as f32)"
+    return None
+
+
+def _underlying(fn: Callable) -> Callable:
+    """The function a functools.partial (of a partial ...) calls; `fn` itself otherwise."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return fn
+
+
+def function_name(fn: Callable) -> str:
+    """How messages name a modifier: its qualified name (a functools.partial's function's)."""
+    inner = _underlying(fn)
+    return getattr(inner, "__qualname__", repr(inner))
 
 
 def _is_user_function(value: object) -> bool:
+    if isinstance(value, functools.partial):
+        return _is_user_function(_underlying(value))
     module = getattr(value, "__module__", None) or ""
     return isinstance(value, types.FunctionType) and not module.split(".")[0] in ("numpy", "tessera", "builtins")
 
 
 def rebind_arrays(fn: Callable, wrap: Callable[[str, np.ndarray], object], _memo: dict | None = None) -> Callable:
-    """A copy of `fn` whose captured NumPy arrays (closure cells, and the module globals its code names)
-    read as `wrap(name, array)`; Python functions it captures (a helper, the parts of a composed mask, also in
-    a tuple or list) are rebound the same way, so compositions trace. Everything else is unchanged."""
-    if not isinstance(fn, types.FunctionType):
-        raise ValueError(f"a score_mod or mask_mod must be a Python function (def or lambda); got {type(fn).__name__}")
+    """A copy of `fn` whose captured NumPy arrays (closure cells, argument defaults, and the module globals its
+    code names) read as `wrap(name, array)`; Python functions it captures (a helper, the parts of a composed mask, also in
+    a tuple or list) are rebound the same way, so compositions trace; a functools.partial is rebound as its
+    function and the arguments it binds. Everything else is unchanged."""
+    if not isinstance(_underlying(fn), types.FunctionType):
+        raise ModTraceError(f"a score_mod or mask_mod must be a Python function (def, lambda or functools.partial "
+                            f"of one); got {type(_underlying(fn)).__name__}")
     memo = {} if _memo is None else _memo
     if id(fn) in memo:
         return memo[id(fn)]
@@ -375,6 +541,10 @@ def rebind_arrays(fn: Callable, wrap: Callable[[str, np.ndarray], object], _memo
             return type(value)(rebound(name, v) for v in value)
         return value
 
+    if isinstance(fn, functools.partial):
+        inner = rebind_arrays(fn.func, wrap, memo)
+        args = [rebound(f"{function_name(fn)}_arg{i}", v) for i, v in enumerate(fn.args)]
+        return functools.partial(inner, *args, **{k: rebound(k, v) for k, v in fn.keywords.items()})
     code = fn.__code__
     closure = None
     if fn.__closure__:
@@ -388,12 +558,17 @@ def rebind_arrays(fn: Callable, wrap: Callable[[str, np.ndarray], object], _memo
             cells.append(types.CellType(rebound(name, value)))
         closure = tuple(cells)
     glb = dict(fn.__globals__)
-    copy = types.FunctionType(code, glb, fn.__name__, fn.__defaults__, closure)
+    defaults = fn.__defaults__
+    if defaults:  # def mod(..., doc_ids=DOC): an argument's default is captured as a closure cell is
+        names = code.co_varnames[code.co_argcount - len(defaults):code.co_argcount]
+        defaults = tuple(rebound(name, value) for name, value in zip(names, defaults))
+    copy = types.FunctionType(code, glb, fn.__name__, defaults, closure)
     memo[id(fn)] = copy  # before the globals: a recursive reference finds the copy
     for name in code.co_names:
         if name in glb:
             glb[name] = rebound(name, glb[name])
-    copy.__kwdefaults__ = fn.__kwdefaults__
+    copy.__kwdefaults__ = ({name: rebound(name, value) for name, value in fn.__kwdefaults__.items()}
+                           if fn.__kwdefaults__ else fn.__kwdefaults__)
     copy.__qualname__ = fn.__qualname__
     return copy
 
@@ -406,7 +581,7 @@ def trace_mod(fn: Callable, kind: str) -> Trace:
     if not callable(fn):
         raise TypeError(f"{kind} must be a function; got {type(fn).__name__}")
     tracing = _Tracing(fn, kind)
-    used: dict[int, CapturedArray] = {}
+    used: dict[int, _Capture] = {}
     names_taken: set[str] = set()
 
     def wrap(name: str, array) -> _ArrayProxy:
@@ -416,18 +591,18 @@ def trace_mod(fn: Callable, kind: str) -> Trace:
                 n += 1
                 unique = f"{kind}_{name}_{n}"
             names_taken.add(unique)
-            checked = _checked_array(torch_mods.as_numpy(array) if torch_mods.is_tensor(array) else array)
-            boolean = checked.dtype.kind == "b"
-            used[id(array)] = CapturedArray(unique, checked.astype(np.int32) if boolean else checked, boolean)
+            used[id(array)] = _Capture(name, unique,
+                                       torch_mods.as_numpy(array) if torch_mods.is_tensor(array) else array)
         return _ArrayProxy(tracing, used[id(array)])
 
     traced_fn = rebind_arrays(fn, wrap)
     names = SCORE_MOD_ARGS if kind == "score_mod" else MASK_MOD_ARGS
     args = [Traced(tracing, Node(n, (), F32 if n == "score" else I32)) for n in names]
-    expected = len(names)
-    if traced_fn.__code__.co_argcount < expected and not traced_fn.__code__.co_flags & 0x04:  # no *args
-        raise ModTraceError(f"{kind} '{fn.__qualname__}' takes {traced_fn.__code__.co_argcount} arguments; a {kind} "
-                            f"takes {expected}: ({', '.join(names)})")
+    try:
+        inspect.signature(traced_fn).bind(*args)
+    except TypeError as error:
+        raise ModTraceError(f"{kind} '{function_name(fn)}' cannot be called with a {kind}'s {len(names)} arguments "
+                            f"({', '.join(names)}): {error}") from None
     try:
         result = traced_fn(*args)
     except ModTraceError:
@@ -435,14 +610,14 @@ def trace_mod(fn: Callable, kind: str) -> Trace:
     except Exception as error:  # e.g. NumPy refusing a traced index: name where it happened
         what = (_UNCAPTURED if isinstance(error, IndexError) and "valid indices" in str(error)
                 else f"it: {type(error).__name__}: {error}")
-        raise ModTraceError(f"{kind} '{fn.__qualname__}' at {_user_line(error)}: cannot trace {what}") from None
+        raise ModTraceError(f"{kind} '{function_name(fn)}' at {_user_line(error)}: cannot trace {what}") from None
     node = args[0]._lift(result) if not isinstance(result, Traced) else result.node
     if kind == "mask_mod" and node.dtype != BOOL:
-        raise ModTraceError(f"mask_mod '{fn.__qualname__}' returns a {node.dtype} value; a mask_mod returns a "
+        raise ModTraceError(f"mask_mod '{function_name(fn)}' returns a {node.dtype} value; a mask_mod returns a "
                             "boolean (True: the key is visible)")
     if kind == "score_mod":
         if node.dtype == BOOL:
-            raise ModTraceError(f"score_mod '{fn.__qualname__}' returns a boolean; a score_mod returns the new score")
+            raise ModTraceError(f"score_mod '{function_name(fn)}' returns a boolean; a score_mod returns the new score")
         node = args[0]._convert(node, F32)
     return Trace(fn, node, list(tracing.arrays.values()))
 
@@ -471,7 +646,7 @@ def bounds_checked(fn: Callable, kind: str) -> Callable:
         return array.view(_make_checked(check))
 
     rebound = rebind_arrays(fn, wrap)
-    if torch_mods.uses_torch(fn):  # torch functions take tensors: the NumPy grids become tensors
+    if torch_mods.uses_torch(_underlying(fn)):  # torch functions take tensors: the NumPy grids become tensors
         return lambda *args: torch_mods.call_with_tensors(rebound, *args)
     return rebound
 
@@ -485,7 +660,7 @@ def _index_check(fn: Callable, kind: str, name: str) -> Callable:
             i = np.asarray(i)
             if i.size and (i.min() < 0 or i.max() >= n):
                 bad = int(i.min()) if i.min() < 0 else int(i.max())
-                raise ModTraceError(f"{kind} '{fn.__qualname__}' reads {name} at index {bad} of dimension "
+                raise ModTraceError(f"{kind} '{function_name(fn)}' reads {name} at index {bad} of dimension "
                                     f"{axis}, outside its shape {shape}")
     return check
 
@@ -500,111 +675,3 @@ def _make_checked(check: Callable) -> type:
             return np.asarray(base[index])
 
     return Checked
-
-
-# region The derivative of a score_mod (the backward's dS = dS_mod * d score_mod / d score)
-
-_LN2 = float(np.log(2.0))
-
-
-def _c(value: float) -> Node:
-    return Node("const", (), F32, float(value))
-
-
-def _is_const(node: Node, value: float) -> bool:
-    return node.op == "const" and node.dtype == F32 and float(node.value) == value
-
-
-def _mul(a: Node, b: Node) -> Node:
-    if _is_const(a, 0.0) or _is_const(b, 0.0):
-        return _c(0.0)
-    if _is_const(a, 1.0):
-        return b
-    if _is_const(b, 1.0):
-        return a
-    return Node("mul", (a, b), F32)
-
-
-def _add(a: Node, b: Node) -> Node:
-    if _is_const(a, 0.0):
-        return b
-    if _is_const(b, 0.0):
-        return a
-    return Node("add", (a, b), F32)
-
-
-def _neg(a: Node) -> Node:
-    return _c(0.0) if _is_const(a, 0.0) else Node("neg", (a,), F32)
-
-
-def _select(c: Node, a: Node, b: Node) -> Node:
-    if a is b or (a.op == b.op == "const" and a.dtype == b.dtype and a.value == b.value):
-        return a  # both arms the same (np.where(c, score + 1, score - d): the derivative is 1 either way)
-    return Node("select", (c, a, b), F32)
-
-
-def score_derivative(trace: Trace) -> Trace:
-    """d score_mod / d score as a traced graph over the same arguments (a Trace of the same function and
-    arrays): the chain rule over the traced ops; comparisons and conditions are piecewise constant (their
-    derivative is 0 almost everywhere), min/max/abs/np.where take the derivative of the branch they pick, and
-    i32 values (indices, integer tables) do not depend on the score. Captured arrays need no gradient.
-    ModTraceError names a score_mod whose derivative cannot be traced."""
-    memo: dict[int, Node] = {}
-
-    def d(n: Node) -> Node:
-        if id(n) in memo:
-            return memo[id(n)]
-        out = _derivative(n, d, trace)
-        memo[id(n)] = out
-        return out
-
-    return Trace(trace.function, d(trace.result), list(trace.arrays))
-
-
-def _derivative(n: Node, d, trace: Trace) -> Node:
-    op, args = n.op, n.args
-    if op == "score":
-        return _c(1.0)
-    if n.dtype != F32 or op in ("const", "gather", "to_f32"):
-        return _c(0.0)
-    if op == "add":
-        return _add(d(args[0]), d(args[1]))
-    if op == "sub":
-        return _add(d(args[0]), _neg(d(args[1])))
-    if op == "mul":
-        return _add(_mul(d(args[0]), args[1]), _mul(args[0], d(args[1])))
-    if op == "div":  # (a/b)' = a'/b - a b' / b^2
-        a, b = args
-        first = _c(0.0) if _is_const(d(a), 0.0) else Node("div", (d(a), b), F32)
-        db = d(b)
-        second = _c(0.0) if _is_const(db, 0.0) else Node("div", (_mul(n, db), b), F32)
-        return _add(first, _neg(second))
-    if op == "neg":
-        return _neg(d(args[0]))
-    if op == "abs":
-        negative = Node("lt", (args[0], _c(0.0)), BOOL)
-        return _select(negative, _neg(d(args[0])), d(args[0]))
-    if op in ("min", "max"):
-        picks_a = Node("le" if op == "min" else "ge", args, BOOL)
-        return _select(picks_a, d(args[0]), d(args[1]))
-    if op == "select":
-        return _select(args[0], d(args[1]), d(args[2]))
-    inner = d(args[0]) if args else _c(0.0)
-    if _is_const(inner, 0.0):
-        return inner
-    local = {
-        "exp": lambda: n,
-        "exp2": lambda: _mul(n, _c(_LN2)),
-        "log": lambda: Node("reciprocal", (args[0],), F32),
-        "log2": lambda: Node("reciprocal", (_mul(args[0], _c(_LN2)),), F32),
-        "tanh": lambda: Node("sub", (_c(1.0), _mul(n, n)), F32),
-        "sqrt": lambda: Node("div", (_c(0.5), n), F32),
-        "reciprocal": lambda: _neg(_mul(n, n)),
-    }.get(op)
-    if local is None:
-        raise ModTraceError(f"score_mod '{trace.name}': cannot trace the derivative of '{op}' with respect to "
-                            "the score")
-    return _mul(local(), inner)
-
-
-# endregion

@@ -20,6 +20,7 @@ from tessera.interpreters.sm90.cta import CtaState
 from tessera.interpreters.sm90.global_memory import GlobalMemory
 from tessera.interpreters.sm90.registers import as_signed64, dtype_of, full, row_mask, unsigned
 from tessera.interpreters.sm90.shared_memory import Buffer
+from tessera.numerics import round_to
 from tessera.sm90 import facts
 
 _F32_MIN_NORMAL = np.finfo(np.float32).tiny
@@ -287,9 +288,7 @@ class Sm90Functions(InterpreterFunctions):
         """s32 -> f32 rounds to nearest even; f32 -> s32 truncates, saturates, NaN -> 0 (cvt.rzi)."""
         (x,) = args
         if x.dtype == np.float32:
-            with np.errstate(invalid="ignore"):
-                clipped = np.clip(np.trunc(np.nan_to_num(x.astype(np.float64), nan=0.0)), -2.0**31, 2.0**31 - 1)
-            return (clipped.astype(np.int32),)
+            return (round_to(x, np.int32),)
         return (x.astype(np.int64).astype(np.float32),)
 
     @impl(sm90.CvtPackOp)
