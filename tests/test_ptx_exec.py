@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tessera.ptx
-from tessera.interpreters.ptx import PtxExecutionError, PtxHazardError, TensorMapArg, launch
+from tessera.interpreters.ptx import PtxDeadlockError, PtxExecutionError, PtxHazardError, TensorMapArg, launch
 from tessera.sm90 import facts
 
 HEADER = ".version 8.0\n.target sm_90a\n.address_size 64\n"
@@ -1096,6 +1096,69 @@ def test_generic_atomic_on_local_memory_is_an_error():
     """
     with pytest.raises(PtxExecutionError, match=r"atom.add.u32: atomic access to the local space .*thread \(0, 0, 0\)"):
         launch(kernel(body), "k", 1, 32, [np.zeros(1, np.uint32)])
+
+
+SPIN_LOCK = """
+    ld.param.u64 %rd1, [plock];
+    ld.param.u64 %rd2, [pcount];
+$Lspin:
+    atom.global.acquire.gpu.cas.b32 %r1, [%rd1], 0, 1;
+    setp.ne.b32 %p1, %r1, 0;
+    @%p1 bra $Lspin;
+    ld.global.u32 %r2, [%rd2];
+    add.u32 %r2, %r2, 1;
+    st.global.u32 [%rd2], %r2;
+    {release}
+"""
+CAS_MAX = """
+    mov.u32 %r0, %ctaid.x;
+    mov.u32 %r1, %ntid.x;
+    mov.u32 %r2, %tid.x;
+    mad.lo.s32 %r0, %r0, %r1, %r2;
+    mul.wide.u32 %rd0, %r0, 4;
+    ld.param.u64 %rd1, [plock];
+    add.s64 %rd1, %rd1, %rd0;
+    ld.global.f32 %f1, [%rd1];
+    ld.param.u64 %rd2, [pcount];
+    ld.relaxed.gpu.global.b32 %r3, [%rd2];
+$Lretry:
+    mov.b32 %f2, %r3;
+    max.f32 %f3, %f2, %f1;
+    mov.b32 %r4, %f3;
+    atom.global.cas.b32 %r5, [%rd2], %r3, %r4;
+    setp.ne.b32 %p1, %r5, %r3;
+    mov.b32 %r3, %r5;
+    @%p1 bra $Lretry;
+"""
+
+
+@pytest.mark.parametrize("release, schedule, seed", [
+    ("atom.global.release.gpu.exch.b32 %r3, [%rd1], 0;", "min-pc", None),
+    ("fence.acq_rel.gpu;\n    atom.global.exch.b32 %r3, [%rd1], 0;", "adversarial", 3),
+])
+def test_cas_spin_lock_runs_every_thread_in_turn(release, schedule, seed):
+    """Every thread of 3 CTAs takes a lock with an atom.cas spin loop (no nanosleep, as Triton and nvcc's
+    atomicCAS loops spin), bumps a plain counter and releases: a thread whose cas fails waits until nothing
+    else can run, so the holder, at a higher pc, gets on; the lock's acquire and release order the plain
+    accesses, so no race is reported."""
+    text = kernel(SPIN_LOCK.format(release=release), ".param .u64 plock, .param .u64 pcount")
+    out = launch(text, "k", 3, 8, [np.zeros(1, np.uint32), np.zeros(1, np.uint32)], schedule=schedule, seed=seed)
+    assert out[0][0] == 0 and out[1][0] == 24
+
+
+def test_cas_retry_loop_reaches_the_maximum():
+    """A lock-free float max (the atomicCAS retry loop): failed compares retry with the value they saw."""
+    values = np.random.default_rng(5).standard_normal(128).astype(np.float32)
+    out = launch(kernel(CAS_MAX, ".param .u64 plock, .param .u64 pcount"), "k", 2, 64,
+                 [values, np.full(1, -np.inf, np.float32)])
+    assert out[1][0] == values.max()
+
+
+def test_lock_nobody_releases_is_a_deadlock():
+    text = kernel(SPIN_LOCK.format(release=""), ".param .u64 plock, .param .u64 pcount")
+    with pytest.raises(PtxDeadlockError, match=r"spin on an atom.cas .*a lock nobody releases\) at line \d+ "
+                                              r"\(atom.global.acquire.gpu.cas.b32\)"):
+        launch(text, "k", 1, 32, [np.zeros(1, np.uint32), np.zeros(1, np.uint32)])
 
 
 # endregion

@@ -31,13 +31,14 @@ import numpy as np
 
 from tessera.interpreters import serving_checks
 from tessera.interpreters.ptx.cluster import shared_offsets
-from tessera.interpreters.ptx.decode import DECODERS, Operands, elements, opcode
+from tessera.interpreters.ptx.decode import DECODERS, Operands, Step, elements, opcode
 from tessera.interpreters.ptx.global_order import WEAK, StridedBox, strong_kind
 from tessera.interpreters.ptx.numerics import flush_f32
 from tessera.interpreters.ptx.state import (
     GLOBAL_BASE,
     LOCAL_WINDOW,
     PARAM_WINDOW,
+    PARK,
     SHARED_WINDOW,
     WINDOW_SIZE,
     Machine,
@@ -532,12 +533,34 @@ def decode_atom(ops: Operands, inst, mods):
             order.release(*located, how, fenced=not release)
             if inst.opcode == "atom":
                 order.acquire(*located, how, now=acquire)
-        if release:
-            m.sync_epoch += 1  # may end another CTA's spin wait (`nanosleep`)
+        if operation != "cas" or (old == args[0]).any():
+            m.sync_epoch += 1  # a write that may end another thread's spin wait (`nanosleep`, `_park_failed_cas`)
         if write is not None:
             write(sel, old)
+        return old
 
+    if operation == "cas":
+        return _park_failed_cas(m, inst, run, values[0])
     return run
+
+
+def _park_failed_cas(m: Machine, inst, run, compare) -> Step:
+    """atom.cas as a spin wait: a thread whose compare failed (a lock another thread holds) parks after the atom,
+    as after `nanosleep`, until nothing else can run. Any thread may be delayed (a legal timing), and without it
+    min-pc scheduling would run a CAS spin loop forever and never the holder, which sits at a higher pc (Triton's
+    `while tl.atomic_cas(lock, 0, 1) == 1: pass`). Woken twice with no atomic write in between is a deadlock."""
+
+    def run_cas(lanes, active):
+        m.pc[lanes] += 1
+        if not len(active):
+            return
+        old = run(active)
+        failed = active[old != np.broadcast_to(np.asarray(compare(active), old.dtype), old.shape)]
+        m.status[failed] = PARK
+        m.park_address[failed] = -1
+        m.park_test[failed] = True
+
+    return Step(inst, run_cas, control=True)
 
 
 # endregion
