@@ -1098,6 +1098,45 @@ def test_generic_atomic_on_local_memory_is_an_error():
         launch(kernel(body), "k", 1, 32, [np.zeros(1, np.uint32)])
 
 
+@pytest.mark.parametrize("instruction", ["atom.global.add.noftz.f16 %h2,", "atom.global.add.noftz.bf16 %h2,",
+                                         "red.shared.add.noftz.bf16", "red.global.add.noftz.f16"])
+def test_scalar_half_atomic_add_rounds_each_update_and_keeps_subnormals(instruction):
+    """atom/red.add.noftz.{f16,bf16} (PTX ISA: atom, sm_70 for .f16, sm_90 for .bf16; what Triton emits for
+    tl.atomic_add on fp16/bf16): each update rounds to nearest even in thread order and subnormals stay."""
+    half = ml_dtypes.bfloat16 if "bf16" in instruction else np.float16
+    space = "shared" if ".shared." in instruction else "global"
+    address = "[%r3]" if space == "shared" else "[%rd3]"
+    setup = ("mov.u32 %r3, acc;\n    setp.eq.u32 %p1, %r0, 0;\n    @%p1 st.shared.b16 [%r3], 0;\n    bar.sync 0;"
+             if space == "shared" else "ld.param.u64 %rd3, [ptotal];")
+    finish = ("bar.sync 0;\n    ld.shared.b16 %h3, [%r3];\n    ld.param.u64 %rd3, [ptotal];\n"
+              "    @%p1 st.global.b16 [%rd3], %h3;" if space == "shared" else "")
+    text = kernel(f"""
+    mov.u32 %r0, %tid.x;
+    mul.wide.u32 %rd0, %r0, 2;
+    ld.param.u64 %rd1, [pb];
+    add.s64 %rd1, %rd1, %rd0;
+    ld.global.b16 %h1, [%rd1];
+    {setup}
+    {instruction} {address}, %h1;
+    {finish}
+    ld.param.u64 %rd2, [pold];
+    add.s64 %rd2, %rd2, %rd0;
+    st.global.b16 [%rd2], %h2;
+    """, ".param .u64 pb, .param .u64 pold, .param .u64 ptotal", extra=".shared .align 2 .b16 acc;")
+    rng = np.random.default_rng(12)
+    b = (rng.standard_normal(64) * 2.0 ** rng.integers(-6, 6, 64)).astype(half)
+    tiny, eps = ml_dtypes.finfo(half).smallest_subnormal, ml_dtypes.finfo(half).eps
+    b[:6] = [tiny, tiny, 3 * tiny, 1.0, eps / 2, -1.0]  # subnormal sums, then half an ulp of 1
+    _, old, total = launch(text, "k", 1, 64, [b, np.zeros(64, half), np.zeros(1, half)])
+    acc, want = half(0), []
+    for x in b:
+        want.append(acc)
+        acc = half(np.float64(acc) + np.float64(x))
+    assert total.view(np.uint16)[0] == np.asarray(acc, half).view(np.uint16)
+    if instruction.startswith("atom"):
+        np.testing.assert_array_equal(old.view(np.uint16), np.asarray(want, half).view(np.uint16))
+
+
 SPIN_LOCK = """
     ld.param.u64 %rd1, [plock];
     ld.param.u64 %rd2, [pcount];
@@ -1170,8 +1209,8 @@ def test_unknown_instruction_names_itself_and_its_line():
 
 
 def test_unsupported_modifier_is_refused_before_running():
-    text = kernel("    atom.global.add.noftz.f16 %h1, [%rd1], %h2;\n    trap;")
-    with pytest.raises(PtxExecutionError, match="atom.global.add.noftz.f16: not supported by the PTX executor"):
+    text = kernel("    atom.global.add.noftz.f32 %f1, [%rd1], %f2;\n    trap;")
+    with pytest.raises(PtxExecutionError, match="atom.global.add.noftz.f32: not supported by the PTX executor"):
         launch(text, "k", 1, 32, [np.zeros(1, np.uint32)])
 
 

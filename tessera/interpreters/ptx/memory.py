@@ -384,7 +384,7 @@ _ATOMIC = {
     "cas": AtomicOp(("b32", "b64"), lambda old, b, c: np.where(old == b, c, old)),
 }
 _NOT_REDUCTIONS = ("exch", "cas")  # atom only: there is no red.exch or red.cas
-_HALF_ADD_TYPES = ("f16x2", "bf16x2")  # atom/red.add.noftz on packed 16-bit pairs (scalar .f16/.bf16: refused)
+_HALF_ADD_TYPES = ("f16", "bf16", "f16x2", "bf16x2")  # atom/red.add.noftz: scalar halves and packed pairs
 
 
 def _half_add(t: PtxType):
