@@ -505,6 +505,24 @@ def test_cvt_integer_rounding_saturation_and_bf16x2_order():
     np.testing.assert_array_equal(back, [16777216.0, -3.0])
 
 
+@pytest.mark.parametrize("rounding", ["", ".rn", ".rz"])
+def test_cvt_between_f16_and_bf16_rounds_to_nearest_even_by_default(rounding):
+    """[PTX ISA, cvt] a rounding modifier is mandatory only where the destination is smaller than the source:
+    cvt.bf16.f16 and cvt.f16.bf16 may omit it (Triton emits cvt.bf16.f16) and then round to nearest even."""
+    halves = np.float16([1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-9 + 2**-10), 2**-24, 65504, np.inf, -0.0, 3.0])
+    to_bf16 = elementwise(f"mov.b32 {{%h1, %h3}}, %r1; cvt{rounding}.bf16.f16 %h2, %h1; cvt.u32.u16 %r4, %h2;",
+                          halves.view(np.uint16).astype(np.uint32), np.zeros(8, np.uint32))
+    toward_zero = (halves.astype(np.float32).view(np.uint32) & 0xFFFF0000).view(np.float32)
+    want = toward_zero if rounding == ".rz" else halves.astype(np.float32)
+    np.testing.assert_array_equal(to_bf16.astype(np.uint16), want.astype(ml_dtypes.bfloat16).view(np.uint16))
+    brains = np.array([1 + 2**-7, 70000.0, 2.0**-26, -2.0**-20 * 3], np.float32).astype(ml_dtypes.bfloat16)
+    to_f16 = elementwise(f"mov.b32 {{%h1, %h3}}, %r1; cvt{rounding}.f16.bf16 %h2, %h1; cvt.u32.u16 %r4, %h2;",
+                         brains.view(np.uint16).astype(np.uint32), np.zeros(4, np.uint32))
+    if rounding != ".rz":  # overflow to infinity, a subnormal that rounds to even
+        np.testing.assert_array_equal(to_f16.astype(np.uint16), brains.astype(np.float16).view(np.uint16))
+    assert to_f16[1] == (0x7BFF if rounding == ".rz" else 0x7C00)
+
+
 def test_mov_packs_and_unpacks_low_first():
     body = """
     mov.u32 %r1, 0x11112222;
