@@ -1155,6 +1155,79 @@ def test_scalar_half_atomic_add_rounds_each_update_and_keeps_subnormals(instruct
         np.testing.assert_array_equal(old.view(np.uint16), np.asarray(want, half).view(np.uint16))
 
 
+def mma_fragments(lane):
+    """The PTX ISA's m16n8k16 fragments, its printed formulas (warp-level-matrix-fragment-mma-16816-float):
+    [(row, col) of a_i], [(k, n) of b_i], [(row, col) of c_i] for `lane`."""
+    g, t = lane >> 2, lane % 4
+    a = [(g if (i < 2 or 4 <= i < 6) else g + 8, t * 2 + (i & 1) + (8 if i >= 4 else 0)) for i in range(8)]
+    b = [(t * 2 + (i & 1) + (8 if i >= 2 else 0), g) for i in range(4)]
+    c = [(g if i < 2 else g + 8, t * 2 + (i & 1)) for i in range(4)]
+    return a, b, c
+
+
+MMA_BODY = """
+    mov.u32 %r0, %tid.x;
+    mul.wide.u32 %rd0, %r0, 16;
+    ld.param.u64 %rd1, [pa];
+    add.s64 %rd1, %rd1, %rd0;
+    ld.global.v4.b32 {%r1, %r2, %r3, %r4}, [%rd1];
+    ld.param.u64 %rd2, [pb];
+    add.s64 %rd2, %rd2, %rd0;
+    ld.global.v2.b32 {%r5, %r6}, [%rd2];
+    ld.param.u64 %rd3, [pc];
+    add.s64 %rd3, %rd3, %rd0;
+    ld.global.v4.b32 {%r7, %r8, %r9, %r10}, [%rd3];
+    mma.sync.aligned.m16n8k16.row.col.TYPES DREGS, {%r1, %r2, %r3, %r4}, {%r5, %r6}, DREGS;
+    ld.param.u64 %rd4, [pd];
+    add.s64 %rd4, %rd4, %rd0;
+    st.global.v4.b32 [%rd4], {%r7, %r8, %r9, %r10};
+"""
+
+
+@pytest.mark.parametrize("dtype, atype", [("f32", "f16"), ("f32", "bf16"), ("f16", "f16")])
+def test_mma_sync_m16n8k16_computes_a_times_b_plus_c_on_the_isa_fragments(dtype, atype):
+    """mma.sync.aligned.m16n8k16.row.col (Triton's dot below 64 rows on sm_90a, every dot on sm_80): two warps,
+    each with its own A, B, C laid out per the ISA's fragments; D overwrites C's registers, as Triton emits it."""
+    half = np.float16 if atype == "f16" else ml_dtypes.bfloat16
+    acc = np.float16 if dtype == "f16" else np.float32
+    rng = np.random.default_rng(13)
+    a = rng.standard_normal((2, 16, 16)).astype(half)
+    b = rng.standard_normal((2, 16, 8)).astype(half)
+    c = rng.standard_normal((2, 16, 8)).astype(acc)
+    a_words, b_words = np.zeros((64, 8), half), np.zeros((64, 8), half)
+    c_words = np.zeros((64, 4), np.uint32)
+    for thread in range(64):
+        w, lane = divmod(thread, 32)
+        fa, fb, fc = mma_fragments(lane)
+        a_words[thread] = [a[w][rc] for rc in fa]
+        b_words[thread, :4] = [b[w][kn] for kn in fb]
+        values = np.array([c[w][rc] for rc in fc], acc)
+        c_words[thread, :len(values.view(np.uint32))] = values.view(np.uint32)
+    regs = "{%r7, %r8}" if dtype == "f16" else "{%r7, %r8, %r9, %r10}"
+    text = kernel(MMA_BODY.replace("TYPES", f"{dtype}.{atype}.{atype}.{dtype}").replace("DREGS", regs),
+                  ".param .u64 pa, .param .u64 pb, .param .u64 pc, .param .u64 pd")
+    out = launch(text, "k", 1, 64, [a_words, b_words, c_words, np.zeros((64, 4), np.uint32)])[3]
+    exact = a.astype(np.float64) @ b.astype(np.float64) + c.astype(np.float64)
+    for thread in range(64):
+        w, lane = divmod(thread, 32)
+        got = out[thread].view(acc)[:4]
+        want = np.array([exact[w][rc] for rc in mma_fragments(lane)[2]]).astype(acc)
+        np.testing.assert_array_equal(got, want, err_msg=f"thread {thread}")
+
+
+@pytest.mark.parametrize("line, message", [
+    ("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%f1, %f2, %f3, %f4}, {%r1, %r2}, {%r3}, {%f1, %f2, %f3, %f4};",
+     r"mma .m16n8k8 \(supported: floating-point .m16n8k16\)"),
+    ("mma.sync.aligned.m16n8k16.row.col.f16.bf16.bf16.f16 {%r1, %r2}, {%r3, %r4, %r5, %r6}, {%r7, %r8}, {%r1, %r2};",
+     r"mma .m16n8k16.f16.bf16.bf16.f16 \(supported: .f16.f16.f16.f16, .f32.bf16.bf16.f32, .f32.f16.f16.f32\)"),
+    ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f1, %f2}, {%r3, %r4, %r5, %r6}, {%r7, %r8}, {%f1, %f2};",
+     r"mma .m16n8k16.f32.f16: d takes 4 registers"),
+])
+def test_mma_sync_outside_what_runs_is_refused_by_name(line, message):
+    with pytest.raises(PtxExecutionError, match="not supported by the PTX executor: " + message):
+        launch(kernel(f"    {line}\n    trap;"), "k", 1, 32, [np.zeros(1, np.uint32)])
+
+
 SPIN_LOCK = """
     ld.param.u64 %rd1, [plock];
     ld.param.u64 %rd2, [pcount];

@@ -128,24 +128,26 @@ def check_matmul(got: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
     np.testing.assert_allclose(got.astype(np.float64), exact, rtol=2e-3, atol=2e-3)
 
 
-REFUSED = {
-    "mma": """
-    .reg .b32 %r<12>; .reg .f32 %f<4>;
-    mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f0, %f1, %f2, %f3}, {%r0, %r1, %r2, %r3}, {%r4, %r5},
-        {%f0, %f1, %f2, %f3};""",
-    "tensormap": """
+REFUSED = {  # instruction: (body, what the refusal says)
+    "mma": ("""
+    .reg .b32 %r<12>;
+    mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%r0, %r1, %r2, %r3}, {%r4, %r5, %r6, %r7}, {%r8, %r9},
+        {%r0, %r1, %r2, %r3};""", r"not supported by the PTX executor: mma .m16n8k32"),
+    "tensormap": ("""
     .reg .b64 %rd<2>; .reg .b32 %r<2>;
     mov.u32 %r0, 64;
-    tensormap.replace.tile.global_dim.global.b1024.b32 [%rd0], 1, %r0;""",
+    tensormap.replace.tile.global_dim.global.b1024.b32 [%rd0], 1, %r0;""", "unknown instruction 'tensormap'"),
 }
 
 
 @pytest.mark.parametrize("opcode", REFUSED)
 def test_unsupported_triton_instructions_are_refused_by_name(opcode):
-    """Instructions Triton emits that the executor does not model fail with the line and the instruction."""
-    text = (".version 8.5\n.target sm_90a\n.address_size 64\n.visible .entry k()\n{" + REFUSED[opcode]
-            + "\n    ret;\n}\n")
-    with pytest.raises(PtxExecutionError, match=rf"<ptx>:\d+: error: {opcode}\..*unknown instruction '{opcode}'"):
+    """Instructions Triton emits that the executor does not model fail with the line and the instruction: the
+    integer mma.sync of Triton's int8 dot on sm_80 (the f16/bf16 m16n8k16 one runs) and `tensormap.replace`
+    (tensor maps built on the device)."""
+    body, message = REFUSED[opcode]
+    text = ".version 8.5\n.target sm_90a\n.address_size 64\n.visible .entry k()\n{" + body + "\n    ret;\n}\n"
+    with pytest.raises(PtxExecutionError, match=rf"<ptx>:\d+: error: {opcode}\..*{message}"):
         launch(text, "k", 1, (32, 1, 1), [])
 
 

@@ -179,6 +179,34 @@ def test_accumulator_to_a_repacking_follows_the_cutlass_layouts(k_slice):
 
 # endregion
 
+# region mma.sync m16n8k16 [P#warp-level-matrix-fragment-mma-16816-float]
+
+# (lane, element b_i, k, n) read off the printed formulas of Figure 81 "MMA .m16n8k16 fragment layout for matrix
+# B with .f16/.bf16 type": row = threadID_in_group * 2 + (i & 1) (+ 8 for i >= 2), col = groupID.
+B_FIGURE = [(0, 0, 0, 0), (0, 1, 1, 0), (0, 2, 8, 0), (0, 3, 9, 0), (1, 0, 2, 0), (3, 3, 15, 0), (4, 0, 0, 1),
+            (5, 2, 10, 1), (31, 3, 15, 7), (30, 1, 5, 7)]
+
+
+@pytest.mark.parametrize("lane, i, k, n", B_FIGURE)
+def test_mma_b_fragment_matches_figure_81(lane, i, k, n):
+    assert tuple(map(int, F.mma_b_fragment_coords(i // 2, i % 2, lane))) == (k, n)
+
+
+def test_mma_b_fragment_covers_the_16x8_tile_once():
+    lane, i = np.meshgrid(np.arange(32), np.arange(4), indexing="ij")
+    k, n = F.mma_b_fragment_coords(i // 2, i % 2, lane)
+    assert sorted(zip(k.ravel().tolist(), n.ravel().tolist())) == [(r, c) for r in range(16) for c in range(8)]
+
+
+def test_mma_sync_types_from_the_isa_table():
+    """[P#warp-level-matrix-instructions-mma]: .m16n8k16 with .f16 multiplicands accumulates in .f16 or .f32,
+    with .bf16 in .f32 only; A is .row and B .col."""
+    assert F.MMA_SYNC_SHAPE == (16, 8, 16) and F.MMA_SYNC_LAYOUT == ("row", "col")
+    assert F.MMA_SYNC_TYPES == {("f32", "f16"), ("f16", "f16"), ("f32", "bf16")}
+
+
+# endregion
+
 # region wgmma shapes, types, warpgroups
 
 
