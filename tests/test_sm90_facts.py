@@ -885,6 +885,12 @@ DOCUMENTED = {
                                 "e5m2": ("f16", "f32"), "u8": ("s32",), "s8": ("s32",), "b1": ("s32",)},
     # [-register-fragment-wgmma-64n16], Figure 148: a0..a3, four .f16x2 registers of A per thread
     "A_FRAGMENT_REGISTERS": 4,
+    # [P#warp-level-matrix-instructions-mma], its table of shapes and types: .m16n8k16 with .atype = .btype = .f16
+    # (.dtype = .ctype = .f16 or .f32) or .bf16 (.f32 only), "mma.sync.aligned.m16n8k16.row.col"; ptxas 13.5:
+    # ".dtype must be .f16 when .ctype is .f16 for mma with shape .m16n8k16" (and .f32 with .f32)
+    "MMA_SYNC_SHAPE": (16, 8, 16),
+    "MMA_SYNC_TYPES": {("f32", "f16"), ("f16", "f16"), ("f32", "bf16")},
+    "MMA_SYNC_LAYOUT": ("row", "col"),
     # Figure 149 as (divisor, modulus, multiplier) terms: row 16 * (T / 32) + (T % 32) / 4 (the warpgroup's 64 rows
     # follow from T / 32 counting its warps), column 2 * (T % 4)
     "ACCUMULATOR_THREAD_TERMS": {"row": ((32, 0, 16), (4, 8, 1)), "col": ((1, 4, 2),)},
