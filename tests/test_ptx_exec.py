@@ -1155,12 +1155,19 @@ def test_scalar_half_atomic_add_rounds_each_update_and_keeps_subnormals(instruct
         np.testing.assert_array_equal(old.view(np.uint16), np.asarray(want, half).view(np.uint16))
 
 
-def mma_fragments(lane):
-    """The PTX ISA's m16n8k16 fragments, its printed formulas (warp-level-matrix-fragment-mma-16816-float):
-    [(row, col) of a_i], [(k, n) of b_i], [(row, col) of c_i] for `lane`."""
+def mma_fragments(k: int, lane: int):
+    """The PTX ISA's printed fragment formulas (warp-level-matrix-fragment-mma-1688 .tf32, -16816-float .f16/.bf16,
+    -16832 .s8/.u8): [(row, col) of a_i], [(k, n) of b_i], [(row, col) of c_i] for `lane`."""
     g, t = lane >> 2, lane % 4
-    a = [(g if (i < 2 or 4 <= i < 6) else g + 8, t * 2 + (i & 1) + (8 if i >= 4 else 0)) for i in range(8)]
-    b = [(t * 2 + (i & 1) + (8 if i >= 2 else 0), g) for i in range(4)]
+    if k == 8:
+        a = [(g if i in (0, 2) else g + 8, t if i < 2 else t + 4) for i in range(4)]
+        b = [(t if i == 0 else t + 4, g) for i in range(2)]
+    elif k == 16:
+        a = [(g if (i < 2 or 4 <= i < 6) else g + 8, t * 2 + (i & 1) + (8 if i >= 4 else 0)) for i in range(8)]
+        b = [(t * 2 + (i & 1) + (8 if i >= 2 else 0), g) for i in range(4)]
+    else:
+        a = [(g if (i < 4 or 8 <= i < 12) else g + 8, t * 4 + (i & 3) + (16 if i >= 8 else 0)) for i in range(16)]
+        b = [(t * 4 + (i & 3) + (16 if i >= 4 else 0), g) for i in range(8)]
     c = [(g if i < 2 else g + 8, t * 2 + (i & 1)) for i in range(4)]
     return a, b, c
 
@@ -1177,49 +1184,67 @@ MMA_BODY = """
     ld.param.u64 %rd3, [pc];
     add.s64 %rd3, %rd3, %rd0;
     ld.global.v4.b32 {%r7, %r8, %r9, %r10}, [%rd3];
-    mma.sync.aligned.m16n8k16.row.col.TYPES DREGS, {%r1, %r2, %r3, %r4}, {%r5, %r6}, DREGS;
+    mma.sync.aligned.SHAPE.row.col.TYPES DREGS, {%r1, %r2, %r3, %r4}, {%r5, %r6}, DREGS;
     ld.param.u64 %rd4, [pd];
     add.s64 %rd4, %rd4, %rd0;
     st.global.v4.b32 [%rd4], {%r7, %r8, %r9, %r10};
 """
+MMA_CASES = {  # name: (shape, K, modifiers and types, multiplicand dtype (A, B), accumulator dtype)
+    "f32.f16": ("m16n8k16", 16, "f32.f16.f16.f32", (np.float16, np.float16), np.float32),
+    "f32.bf16": ("m16n8k16", 16, "f32.bf16.bf16.f32", (ml_dtypes.bfloat16,) * 2, np.float32),
+    "f16.f16": ("m16n8k16", 16, "f16.f16.f16.f16", (np.float16, np.float16), np.float16),
+    "f32.tf32": ("m16n8k8", 8, "f32.tf32.tf32.f32", (np.float32, np.float32), np.float32),
+    "s32.s8.u8": ("m16n8k32", 32, "satfinite.s32.s8.u8.s32", (np.int8, np.uint8), np.int32),
+}
 
 
-@pytest.mark.parametrize("dtype, atype", [("f32", "f16"), ("f32", "bf16"), ("f16", "f16")])
-def test_mma_sync_m16n8k16_computes_a_times_b_plus_c_on_the_isa_fragments(dtype, atype):
-    """mma.sync.aligned.m16n8k16.row.col (Triton's dot below 64 rows on sm_90a, every dot on sm_80): two warps,
-    each with its own A, B, C laid out per the ISA's fragments; D overwrites C's registers, as Triton emits it."""
-    half = np.float16 if atype == "f16" else ml_dtypes.bfloat16
-    acc = np.float16 if dtype == "f16" else np.float32
+@pytest.mark.parametrize("case", MMA_CASES)
+def test_mma_sync_computes_a_times_b_plus_c_on_the_isa_fragments(case):
+    """mma.sync.aligned.*.row.col (Triton's dot below 64 rows on sm_90a: k8 tf32, k16 f16/bf16, k32 int8): two
+    warps, each with its own A, B, C laid out per the ISA's fragments; D overwrites C's registers, as Triton
+    emits it. tf32 reads sign, exponent and 10 mantissa bits; .satfinite clamps the s32 sum."""
+    shape, k, types, (a_type, b_type), acc = MMA_CASES[case]
     rng = np.random.default_rng(13)
-    a = rng.standard_normal((2, 16, 16)).astype(half)
-    b = rng.standard_normal((2, 16, 8)).astype(half)
-    c = rng.standard_normal((2, 16, 8)).astype(acc)
-    a_words, b_words = np.zeros((64, 8), half), np.zeros((64, 8), half)
+    if acc == np.int32:
+        a, b = rng.integers(-128, 128, (2, 16, k)).astype(a_type), rng.integers(0, 256, (2, k, 8)).astype(b_type)
+        c = rng.integers(-2**20, 2**20, (2, 16, 8)).astype(np.int32)
+        c[0, 0, 0], c[0, 8, 1] = 2**31 - 1, -2**31  # D saturates there
+    else:
+        a, b = rng.standard_normal((2, 16, k)).astype(a_type), rng.standard_normal((2, k, 8)).astype(b_type)
+        c = rng.standard_normal((2, 16, 8)).astype(acc)
+    per_word = 4 // np.dtype(a_type).itemsize
+    a_words, b_words = np.zeros((64, 4 * per_word), a_type), np.zeros((64, 4 * per_word), b_type)
     c_words = np.zeros((64, 4), np.uint32)
     for thread in range(64):
         w, lane = divmod(thread, 32)
-        fa, fb, fc = mma_fragments(lane)
-        a_words[thread] = [a[w][rc] for rc in fa]
-        b_words[thread, :4] = [b[w][kn] for kn in fb]
-        values = np.array([c[w][rc] for rc in fc], acc)
-        c_words[thread, :len(values.view(np.uint32))] = values.view(np.uint32)
-    regs = "{%r7, %r8}" if dtype == "f16" else "{%r7, %r8, %r9, %r10}"
-    text = kernel(MMA_BODY.replace("TYPES", f"{dtype}.{atype}.{atype}.{dtype}").replace("DREGS", regs),
+        fa, fb, fc = mma_fragments(k, lane)
+        a_words[thread, :len(fa)] = [a[w][rc] for rc in fa]
+        b_words[thread, :len(fb)] = [b[w][kn] for kn in fb]
+        values = np.array([c[w][rc] for rc in fc], acc).view(np.uint32)
+        c_words[thread, :len(values)] = values
+    regs = "{%r7, %r8}" if acc == np.float16 else "{%r7, %r8, %r9, %r10}"
+    text = kernel(MMA_BODY.replace("SHAPE", shape).replace("TYPES", types).replace("DREGS", regs),
                   ".param .u64 pa, .param .u64 pb, .param .u64 pc, .param .u64 pd")
     out = launch(text, "k", 1, 64, [a_words, b_words, c_words, np.zeros((64, 4), np.uint32)])[3]
+    if a_type == np.float32:  # .tf32: the low 13 mantissa bits are not read
+        a, b = ((x.view(np.uint32) & 0xFFFFE000).view(np.float32) for x in (a, b))
     exact = a.astype(np.float64) @ b.astype(np.float64) + c.astype(np.float64)
+    if acc == np.int32:
+        exact = np.clip(exact, -2**31, 2**31 - 1)
     for thread in range(64):
         w, lane = divmod(thread, 32)
         got = out[thread].view(acc)[:4]
-        want = np.array([exact[w][rc] for rc in mma_fragments(lane)[2]]).astype(acc)
+        want = np.array([exact[w][rc] for rc in mma_fragments(k, lane)[2]]).astype(acc)
         np.testing.assert_array_equal(got, want, err_msg=f"thread {thread}")
 
 
 @pytest.mark.parametrize("line, message", [
-    ("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%f1, %f2, %f3, %f4}, {%r1, %r2}, {%r3}, {%f1, %f2, %f3, %f4};",
-     r"mma .m16n8k8 \(supported: floating-point .m16n8k16\)"),
+    ("mma.sync.aligned.m8n8k4.row.col.f32.f16.f16.f32 {%f1, %f2, %f3, %f4}, {%r1, %r2}, {%r3, %r4}, {%f1, %f2, %f3, %f4};",
+     r"mma .m8n8k4 \(supported: .m16n8k16, .m16n8k32, .m16n8k8\)"),
     ("mma.sync.aligned.m16n8k16.row.col.f16.bf16.bf16.f16 {%r1, %r2}, {%r3, %r4, %r5, %r6}, {%r7, %r8}, {%r1, %r2};",
-     r"mma .m16n8k16.f16.bf16.bf16.f16 \(supported: .f16.f16.f16.f16, .f32.bf16.bf16.f32, .f32.f16.f16.f32\)"),
+     r"mma .m16n8k16.f16.bf16.bf16.f16 \(supported: .m16n8k16.f16.f16.f16.f16, "),
+    ("mma.sync.aligned.m16n8k16.row.col.satfinite.f32.f16.f16.f32 {%f1, %f2, %f3, %f4}, {%r3, %r4, %r5, %r6}, "
+     "{%r7, %r8}, {%f1, %f2, %f3, %f4};", r"mma .m16n8k16.satfinite.f32.f16.f16.f32 .*; .satfinite with .s32 only"),
     ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f1, %f2}, {%r3, %r4, %r5, %r6}, {%r7, %r8}, {%f1, %f2};",
      r"mma .m16n8k16.f32.f16: d takes 4 registers"),
 ])

@@ -191,9 +191,9 @@ def check_matmul(got: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
 
 REFUSED = {  # instruction: (body, what the refusal says)
     "mma": ("""
-    .reg .b32 %r<12>;
-    mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%r0, %r1, %r2, %r3}, {%r4, %r5, %r6, %r7}, {%r8, %r9},
-        {%r0, %r1, %r2, %r3};""", r"not supported by the PTX executor: mma .m16n8k32"),
+    .reg .b32 %r<12>; .reg .f32 %f<8>;
+    mma.sync.aligned.m8n8k4.row.col.f32.f16.f16.f32 {%f0, %f1, %f2, %f3, %f4, %f5, %f6, %f7}, {%r4, %r5},
+        {%r8, %r9}, {%f0, %f1, %f2, %f3, %f4, %f5, %f6, %f7};""", r"not supported by the PTX executor: mma .m8n8k4"),
     "tensormap": ("""
     .reg .b64 %rd<2>; .reg .b32 %r<2>;
     mov.u32 %r0, 64;
@@ -204,8 +204,8 @@ REFUSED = {  # instruction: (body, what the refusal says)
 @pytest.mark.parametrize("opcode", REFUSED)
 def test_unsupported_triton_instructions_are_refused_by_name(opcode):
     """Instructions Triton emits that the executor does not model fail with the line and the instruction: the
-    integer mma.sync of Triton's int8 dot on sm_80 (the f16/bf16 m16n8k16 one runs) and `tensormap.replace`
-    (tensor maps built on the device)."""
+    m8n8k4 mma.sync of Triton's Volta dot (the m16n8k8/k16/k32 ones of sm_80 and small sm_90a dots run) and
+    `tensormap.replace` (tensor maps built on the device)."""
     body, message = REFUSED[opcode]
     text = ".version 8.5\n.target sm_90a\n.address_size 64\n.visible .entry k()\n{" + body + "\n    ret;\n}\n"
     with pytest.raises(PtxExecutionError, match=rf"<ptx>:\d+: error: {opcode}\..*{message}"):

@@ -179,30 +179,46 @@ def test_accumulator_to_a_repacking_follows_the_cutlass_layouts(k_slice):
 
 # endregion
 
-# region mma.sync m16n8k16 [P#warp-level-matrix-fragment-mma-16816-float]
-
-# (lane, element b_i, k, n) read off the printed formulas of Figure 81 "MMA .m16n8k16 fragment layout for matrix
-# B with .f16/.bf16 type": row = threadID_in_group * 2 + (i & 1) (+ 8 for i >= 2), col = groupID.
-B_FIGURE = [(0, 0, 0, 0), (0, 1, 1, 0), (0, 2, 8, 0), (0, 3, 9, 0), (1, 0, 2, 0), (3, 3, 15, 0), (4, 0, 0, 1),
-            (5, 2, 10, 1), (31, 3, 15, 7), (30, 1, 5, 7)]
+# region mma.sync [P#warp-level-matrix-fragment-mma-1688, -mma-16816-float, -mma-16832]
 
 
-@pytest.mark.parametrize("lane, i, k, n", B_FIGURE)
-def test_mma_b_fragment_matches_figure_81(lane, i, k, n):
-    assert tuple(map(int, F.mma_b_fragment_coords(i // 2, i % 2, lane))) == (k, n)
+def isa_mma_a(k: int, i: int, lane: int) -> tuple[int, int]:
+    """The ISA's printed A formulas: .tf32 (m16n8k8), .f16/.bf16 (m16n8k16), .s8/.u8 (m16n8k32)."""
+    g, t = lane >> 2, lane % 4
+    if k == 8:
+        return (g if i in (0, 2) else g + 8), (t if i in (0, 1) else t + 4)
+    if k == 16:
+        return (g if (i < 2 or 4 <= i < 6) else g + 8), t * 2 + (i & 1) + (8 if i >= 4 else 0)
+    return (g if (i < 4 or 8 <= i < 12) else g + 8), t * 4 + (i & 3) + (16 if i >= 8 else 0)
 
 
-def test_mma_b_fragment_covers_the_16x8_tile_once():
-    lane, i = np.meshgrid(np.arange(32), np.arange(4), indexing="ij")
-    k, n = F.mma_b_fragment_coords(i // 2, i % 2, lane)
-    assert sorted(zip(k.ravel().tolist(), n.ravel().tolist())) == [(r, c) for r in range(16) for c in range(8)]
+def isa_mma_b(k: int, i: int, lane: int) -> tuple[int, int]:
+    g, t = lane >> 2, lane % 4
+    if k == 8:
+        return (t if i == 0 else t + 4), g
+    if k == 16:
+        return t * 2 + (i & 1) + (8 if i >= 2 else 0), g
+    return t * 4 + (i & 3) + (16 if i >= 4 else 0), g
 
 
-def test_mma_sync_types_from_the_isa_table():
-    """[P#warp-level-matrix-instructions-mma]: .m16n8k16 with .f16 multiplicands accumulates in .f16 or .f32,
-    with .bf16 in .f32 only; A is .row and B .col."""
-    assert F.MMA_SYNC_SHAPE == (16, 8, 16) and F.MMA_SYNC_LAYOUT == ("row", "col")
-    assert F.MMA_SYNC_TYPES == {("f32", "f16"), ("f16", "f16"), ("f32", "bf16")}
+@pytest.mark.parametrize("k", [8, 16, 32])
+def test_mma_fragments_are_the_isa_formulas_and_cover_the_tiles(k):
+    per_register = k // 8
+    for lane in range(32):
+        for i in range(4 * per_register):
+            assert tuple(map(int, F.mma_a_fragment_coords(i, lane, k))) == isa_mma_a(k, i, lane)
+        for i in range(2 * per_register):
+            assert tuple(map(int, F.mma_b_fragment_coords(i, lane, k))) == isa_mma_b(k, i, lane)
+    lane, i = np.meshgrid(np.arange(32), np.arange(2 * per_register), indexing="ij")
+    rows, cols = F.mma_b_fragment_coords(i, lane, k)
+    assert sorted(zip(rows.ravel().tolist(), cols.ravel().tolist())) == [(r, c) for r in range(k) for c in range(8)]
+
+
+def test_mma_m16n8k16_a_is_warp_0_of_the_wgmma_a_fragment():
+    for lane in range(32):
+        for i in range(8):
+            assert tuple(map(int, F.mma_a_fragment_coords(i, lane, 16))) == \
+                tuple(map(int, F.a_fragment_coords(i // 2, i % 2, lane)))
 
 
 # endregion
@@ -885,11 +901,15 @@ DOCUMENTED = {
                                 "e5m2": ("f16", "f32"), "u8": ("s32",), "s8": ("s32",), "b1": ("s32",)},
     # [-register-fragment-wgmma-64n16], Figure 148: a0..a3, four .f16x2 registers of A per thread
     "A_FRAGMENT_REGISTERS": 4,
-    # [P#warp-level-matrix-instructions-mma], its table of shapes and types: .m16n8k16 with .atype = .btype = .f16
-    # (.dtype = .ctype = .f16 or .f32) or .bf16 (.f32 only), "mma.sync.aligned.m16n8k16.row.col"; ptxas 13.5:
-    # ".dtype must be .f16 when .ctype is .f16 for mma with shape .m16n8k16" (and .f32 with .f32)
-    "MMA_SYNC_SHAPE": (16, 8, 16),
-    "MMA_SYNC_TYPES": {("f32", "f16"), ("f16", "f16"), ("f32", "bf16")},
+    # [P#warp-level-matrix-instructions-mma], its table of shapes and types: .m16n8k8 .tf32 into .f32;
+    # .m16n8k16 .f16 (.dtype = .ctype = .f16 or .f32) or .bf16 (.f32 only); .m16n8k32 .s8/.u8 into .s32; all
+    # "mma.sync.aligned.shape.row.col"; ptxas 13.5: ".dtype must be .f16 when .ctype is .f16 for mma with shape
+    # .m16n8k16" (and .f32 with .f32). Elements: .tf32 32 bits, .f16/.bf16 16, .s8/.u8 8 [P#...-data-types]
+    "MMA_SYNC_M": 16,
+    "MMA_SYNC_N": 8,
+    "MMA_SYNC_TYPES": {("m16n8k8", "f32", "tf32"), ("m16n8k16", "f32", "f16"), ("m16n8k16", "f16", "f16"),
+                       ("m16n8k16", "f32", "bf16"), ("m16n8k32", "s32", "s8"), ("m16n8k32", "s32", "u8")},
+    "MMA_SYNC_ELEMENT_BITS": {"tf32": 32, "f16": 16, "bf16": 16, "s8": 8, "u8": 8},
     "MMA_SYNC_LAYOUT": ("row", "col"),
     # Figure 149 as (divisor, modulus, multiplier) terms: row 16 * (T / 32) + (T % 32) / 4 (the warpgroup's 64 rows
     # follow from T / 32 counting its warps), column 2 * (T % 4)

@@ -565,7 +565,11 @@ if want("fp8up"):
 if want("print"):
     compile_one(print_kernel, {"X": "*fp32", "n": "i32", "BLOCK": "constexpr"}, {"BLOCK": 128}, 90, "triton_print",
                 num_warps=4, ptx_version=PTXV, debug=True)
-if want("dot16"):  # M = 16 per program: below a warpgroup's 64 rows, Triton picks mma.sync (MMAv2) on sm_90
-    compile_one(triton.jit(rmsnorm_kernel.fn) if False else _dot_small, {"A": "*fp16", "B": "*fp16", "C": "*fp32",
-                "BM": "constexpr", "BN": "constexpr", "BK": "constexpr"}, {"BM": 16, "BN": 32, "BK": 32}, 90,
-                "triton_dot_mma16", divisible=("A", "B", "C"), num_warps=1, ptx_version=PTXV)
+# M = 16 per program: below a warpgroup's 64 rows Triton picks mma.sync (MMAv2) on sm_90: m16n8k16 for f16 and bf16
+# (and fp8, converted to f16), m16n8k8 for tf32, m16n8k32 .satfinite for int8
+for name, element, out in (("dot16", "fp16", "fp32"), ("dot16_bf16", "bf16", "fp32"), ("dot16_tf32", "fp32", "fp32"),
+                           ("dot16_fp8", "fp8e4nv", "fp32"), ("dot16_i8", "i8", "i32")):
+    if want(name):
+        compile_one(_dot_small, {"A": f"*{element}", "B": f"*{element}", "C": f"*{out}", "BM": "constexpr",
+                    "BN": "constexpr", "BK": "constexpr"}, {"BM": 16, "BN": 32, "BK": 32}, 90,
+                    "triton_dot_mma16" + name[5:], divisible=("A", "B", "C"), num_warps=1, ptx_version=PTXV)
