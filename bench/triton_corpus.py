@@ -60,6 +60,7 @@ KERNELS = {  # check name: (generator, its argument)
             "dot16_tf32",
             "dot16_fp8",
             "dot16_i8",
+            "hints",
         )
     },
     "ln": ("gen2.py", "ln"),
@@ -678,6 +679,15 @@ def k_dot16_fp8():
 
 def k_dot16_i8():
     small_dot("_i8", np.int8, np.int32, 0)
+
+
+def k_hints():
+    """Cache modifiers and eviction policies (createpolicy, .L2::cache_hint, .cg/.cv/.wt/.cs) leave values alone."""
+    n = 700
+    x, y = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    out = run("triton_cache_hints", "cache_hints_kernel", 3, [x, y, np.zeros(2 * n, np.float32), n])[2]
+    np.testing.assert_array_equal(out[:n], x * y)
+    np.testing.assert_array_equal(out[n:], x + y)
 
 
 def main() -> None:

@@ -1253,6 +1253,35 @@ def test_mma_sync_outside_what_runs_is_refused_by_name(line, message):
         launch(kernel(f"    {line}\n    trap;"), "k", 1, 32, [np.zeros(1, np.uint32)])
 
 
+@pytest.mark.parametrize("policy", ["createpolicy.fractional.L2::evict_last.b64 %rd5, 1.0;",
+                                    "createpolicy.fractional.L2::evict_first.L2::evict_unchanged.b64 %rd5, 0.25;",
+                                    "createpolicy.fractional.L2::evict_normal.b64 %rd5;",
+                                    "createpolicy.cvt.L2.b64 %rd5, %rd1;"])
+def test_createpolicy_makes_a_cache_hint_that_leaves_values_alone(policy):
+    """createpolicy (PTX ISA; Triton's eviction_policy=) makes the opaque .b64 operand of .L2::cache_hint loads and
+    stores, which only steer caches."""
+    body = f"""
+    mov.u32 %r0, %tid.x;
+    mul.wide.u32 %rd0, %r0, 4;
+    ld.param.u64 %rd1, [out];
+    add.s64 %rd1, %rd1, %rd0;
+    {policy}
+    ld.global.L1::evict_last.L2::cache_hint.b32 %r1, [%rd1], %rd5;
+    add.u32 %r1, %r1, 1;
+    st.global.L2::cache_hint.b32 [%rd1], %r1, %rd5;
+    """
+    out = launch(kernel(body), "k", 1, 32, [np.arange(32, dtype=np.uint32)])[0]
+    np.testing.assert_array_equal(out, np.arange(1, 33))
+
+
+@pytest.mark.parametrize("fraction", ["1.5", "0.0"])
+def test_createpolicy_fraction_outside_the_isa_range_is_refused(fraction):
+    """As ptxas: "value out of range, expected to be in range (0.0, 1.0]"."""
+    text = kernel(f"    createpolicy.fractional.L2::evict_last.b64 %rd5, {fraction};\n    trap;")
+    with pytest.raises(PtxExecutionError, match=r"createpolicy.fractional needs a fraction immediate in \(0.0, 1.0\]"):
+        launch(text, "k", 1, 32, [np.zeros(1, np.uint32)])
+
+
 SPIN_LOCK = """
     ld.param.u64 %rd1, [plock];
     ld.param.u64 %rd2, [pcount];

@@ -43,7 +43,7 @@ from tessera.interpreters.ptx.state import (
     WINDOW_SIZE,
     Machine,
 )
-from tessera.interpreters.ptx.syntax import Address, Reg, Sink, Symbol
+from tessera.interpreters.ptx.syntax import Address, FloatImm, Reg, Sink, Symbol
 from tessera.interpreters.ptx.types import PtxType, half_pair, pack_pair, ptx_type
 
 _IGNORED = ("weak", "volatile", "relaxed", "acquire", "release", "cta", "cluster", "gpu", "sys", "ca", "cg", "cs",
@@ -356,6 +356,47 @@ def decode_isspacep(ops: Operands, inst, mods):
 def decode_prefetch(ops: Operands, inst, mods):
     mods.left = []  # a prefetch has no effect on values
     return lambda sel: None
+
+
+_PRIMARY_PRIORITIES = ("L2::evict_last", "L2::evict_normal", "L2::evict_first", "L2::evict_unchanged")
+_SECONDARY_PRIORITIES = ("L2::evict_first", "L2::evict_unchanged")
+
+
+@opcode("createpolicy")
+def decode_createpolicy(ops: Operands, inst, mods):
+    """createpolicy.fractional.L2::primary{.L2::secondary}.b64 policy{, fraction}, createpolicy.range{.global}...
+    .b64 policy, [a], primary-size, total-size and createpolicy.cvt.L2.b64 policy, access-property [PTX ISA,
+    createpolicy]: an opaque 64-bit cache eviction policy for the `.L2::cache_hint` operands of ld/st/cp.async
+    (Triton's `eviction_policy=`). Caches do not change values, and those operands are ignored, so the policy
+    only has to be a well-formed b64 value: its primary and secondary priorities' indices. A fraction outside
+    (0.0, 1.0] is refused, as ptxas refuses it."""
+    kind = mods.take("fractional", "range", "cvt")
+    if kind is None:
+        raise ops.refuse(inst, "createpolicy needs .fractional, .range or .cvt")
+    if kind == "cvt":
+        mods.take("L2")
+        primary, secondary, count = 0, 0, (2,)
+    else:
+        if kind == "range":
+            mods.take("global")
+        primary = mods.take(*_PRIMARY_PRIORITIES)
+        if primary is None:
+            raise ops.refuse(inst, f"createpolicy needs a primary priority (.{', .'.join(_PRIMARY_PRIORITIES)})")
+        secondary = mods.take(*_SECONDARY_PRIORITIES)
+        count = (1, 2) if kind == "fractional" else (4,)
+        primary = 1 + _PRIMARY_PRIORITIES.index(primary)
+        secondary = 0 if secondary is None else 1 + _SECONDARY_PRIORITIES.index(secondary)
+    if mods.type().name != "b64" or len(inst.operands) not in count:
+        raise ops.refuse(inst, f"createpolicy.{kind} takes .b64 and {' or '.join(map(str, count))} operands")
+    if kind == "fractional" and len(inst.operands) == 2:
+        fraction = inst.operands[1]
+        value = np.uint64(fraction.bits).view(np.float64) if isinstance(fraction, FloatImm) and fraction.width == 64 \
+            else np.uint32(fraction.bits).view(np.float32) if isinstance(fraction, FloatImm) else None
+        if value is None or not 0.0 < value <= 1.0:
+            raise ops.refuse(inst, "createpolicy.fractional needs a fraction immediate in (0.0, 1.0]")
+    write = ops.write(inst, inst.operands[0], ptx_type("b64"))
+    policy = np.uint64(primary | secondary << 4)
+    return lambda sel: write(sel, policy)
 
 
 # endregion

@@ -472,6 +472,19 @@ def _dot_small(A, B, C, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     tl.store(C + rm[:, None] * BN + rn[None, :], tl.dot(a, b))
 
 
+
+@triton.jit
+def cache_hints_kernel(X, Y, OUT, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(X + offs, mask=mask, other=0.0, eviction_policy="evict_last")
+    y = tl.load(Y + offs, mask=mask, other=0.0, cache_modifier=".cg")
+    w = tl.load(X + offs, mask=mask, other=0.0, eviction_policy="evict_first")
+    z = tl.load(Y + offs, mask=mask, other=0.0, cache_modifier=".cv")
+    tl.store(OUT + offs, x * y, mask=mask, cache_modifier=".wt")
+    tl.store(OUT + n + offs, w + z, mask=mask, cache_modifier=".cs")
+
+
 which = sys.argv[1:]
 
 
@@ -573,3 +586,6 @@ for name, element, out in (("dot16", "fp16", "fp32"), ("dot16_bf16", "bf16", "fp
         compile_one(_dot_small, {"A": f"*{element}", "B": f"*{element}", "C": f"*{out}", "BM": "constexpr",
                     "BN": "constexpr", "BK": "constexpr"}, {"BM": 16, "BN": 32, "BK": 32}, 90,
                     "triton_dot_mma16" + name[5:], divisible=("A", "B", "C"), num_warps=1, ptx_version=PTXV)
+if want("hints"):
+    compile_one(cache_hints_kernel, {"X": "*fp32", "Y": "*fp32", "OUT": "*fp32", "n": "i32", "BLOCK": "constexpr"},
+                {"BLOCK": 256}, 90, "triton_cache_hints", divisible=("X", "Y", "OUT"), num_warps=4, ptx_version=PTXV)
