@@ -61,6 +61,9 @@ KERNELS = {  # check name: (generator, its argument)
             "dot16_fp8",
             "dot16_i8",
             "hints",
+            "misc",
+            "join",
+            "tmareduce",
         )
     },
     "ln": ("gen2.py", "ln"),
@@ -688,6 +691,73 @@ def k_hints():
     out = run("triton_cache_hints", "cache_hints_kernel", 3, [x, y, np.zeros(2 * n, np.float32), n])[2]
     np.testing.assert_array_equal(out[:n], x * y)
     np.testing.assert_array_equal(out[n:], x + y)
+
+
+def k_misc():
+    n = 300
+    x64 = rng.integers(-(2**62), 2**62, n).astype(np.int64)
+    xd = rng.standard_normal(n) * 3
+    out = run(
+        "triton_misc",
+        "misc_kernel",
+        3,
+        [
+            x64,
+            xd,
+            np.zeros(n, np.float32),
+            np.zeros(n, np.float32),
+            np.zeros(2 * n, np.int64),
+            np.zeros(3 * n),
+            np.zeros(16, np.int32),
+            np.arange(8, dtype=np.int64) * 0,
+            np.zeros(4, np.float32),
+            np.zeros(2, np.float32),
+            77,
+            n,
+        ],
+    )
+    ru, rn = out[2], out[3]
+    assert (ru >= 0).all() and (ru < 1).all() and abs(ru.mean() - 0.5) < 0.1 and abs(rn.std() - 1) < 0.2
+    q = np.sign(x64) * (np.abs(x64) // 1000003)
+    r = np.fmod(x64, -77)
+    np.testing.assert_array_equal(out[4][:n], q)
+    np.testing.assert_array_equal(out[4][n:], r)
+    np.testing.assert_array_equal(out[5][:n], np.sqrt(np.abs(xd)) + 1.0 / xd)
+    np.testing.assert_array_equal(out[5][n : 2 * n], xd * xd - 1.0)
+    np.testing.assert_allclose(out[5][2 * n :], np.exp(xd), rtol=1e-15)
+    ref_hist = np.zeros(16, np.int64)
+    for cta in range(3):  # each program counts its BLOCK lanes (masked-off lanes load other=1)
+        lanes = np.arange(cta * 128, cta * 128 + 128)
+        vals = np.where(lanes < n, x64[np.minimum(lanes, n - 1)], 1).astype(np.int32) & 15
+        ref_hist += np.bincount(vals, minlength=16)
+    np.testing.assert_array_equal(out[6], ref_hist)
+    np.testing.assert_allclose(
+        out[9], [xd[0::2].astype(np.float32).sum(), xd[1::2].astype(np.float32).sum()], rtol=1e-4
+    )
+    np.testing.assert_array_equal(out[7], [100, 0, 0, 0, 0, 0, 0, 0])  # only lane 0's compare (slot 0 == 0) held
+
+
+def k_join():
+    x = rng.standard_normal(64).astype(np.float32)
+    y = rng.standard_normal(64).astype(np.float32)
+    out = run("triton_join", "join_kernel", 1, [x, y, np.zeros(6 * 64, np.float32)])[2]
+    np.testing.assert_array_equal(out[:128], np.stack([x, y], 1).ravel())
+    np.testing.assert_array_equal(out[128:192], x * 2 + y * 3)
+    np.testing.assert_array_equal(out[192:256], x)
+    np.testing.assert_array_equal(out[256:], 1)
+
+
+def k_tmareduce():
+    dest = rng.standard_normal((32, 32)).astype(np.float32)
+    x = rng.standard_normal((4, 32, 32)).astype(np.float32)
+    want = dest.astype(np.float64) + x.astype(np.float64).sum(0)
+    out = run(
+        "triton_tma_reduce",
+        "tma_reduce_kernel",
+        4,
+        [TensorMapArg.tiled(dest, box=(32, 32), swizzle=128), 32, 32, 32, 1, x],
+    )
+    np.testing.assert_allclose(out[0], want, rtol=1e-5, atol=1e-5)
 
 
 def main() -> None:

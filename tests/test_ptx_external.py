@@ -194,6 +194,10 @@ REFUSED = {  # instruction: (body, what the refusal says)
     .reg .b32 %r<12>; .reg .f32 %f<8>;
     mma.sync.aligned.m8n8k4.row.col.f32.f16.f16.f32 {%f0, %f1, %f2, %f3, %f4, %f5, %f6, %f7}, {%r4, %r5},
         {%r8, %r9}, {%f0, %f1, %f2, %f3, %f4, %f5, %f6, %f7};""", r"not supported by the PTX executor: mma .m8n8k4"),
+    "cp": ("""
+    .reg .b64 %rd<2>; .reg .b32 %r<2>;
+    cp.reduce.async.bulk.tensor.1d.global.shared::cta.min.bulk_group [%rd0, {%r0}], [%r1];""",
+           "TMA reductions other than cp.reduce.async.bulk.tensor.Nd.global.shared::cta.add.bulk_group"),
     "tensormap": ("""
     .reg .b64 %rd<2>; .reg .b32 %r<2>;
     mov.u32 %r0, 64;
@@ -204,8 +208,8 @@ REFUSED = {  # instruction: (body, what the refusal says)
 @pytest.mark.parametrize("opcode", REFUSED)
 def test_unsupported_triton_instructions_are_refused_by_name(opcode):
     """Instructions Triton emits that the executor does not model fail with the line and the instruction: the
-    m8n8k4 mma.sync of Triton's Volta dot (the m16n8k8/k16/k32 ones of sm_80 and small sm_90a dots run) and
-    `tensormap.replace` (tensor maps built on the device)."""
+    m8n8k4 mma.sync of Triton's Volta dot (the m16n8k8/k16/k32 ones of sm_80 and small sm_90a dots run), TMA
+    reductions other than .add, and `tensormap.replace` (tensor maps built on the device)."""
     body, message = REFUSED[opcode]
     text = ".version 8.5\n.target sm_90a\n.address_size 64\n.visible .entry k()\n{" + body + "\n    ret;\n}\n"
     with pytest.raises(PtxExecutionError, match=rf"<ptx>:\d+: error: {opcode}\..*{message}"):
@@ -257,6 +261,15 @@ def test_small_dot_runs_on_mma_sync(rng):
     a, b = rng.standard_normal((16, 32)).astype(np.float16), rng.standard_normal((32, 32)).astype(np.float16)
     out = run("triton_dot_mma16", "_dot_small", 1, [a, b, np.zeros((16, 32), np.float32)])
     np.testing.assert_allclose(out[2], a.astype(np.float64) @ b.astype(np.float64), rtol=1e-6, atol=1e-5)
+
+
+def test_tma_reduce_add_from_every_program(rng):
+    """TensorDescriptor.atomic_add: cp.reduce.async.bulk.tensor.2d...add of a swizzled shared box into the tensor,
+    f32 as the map says, from 4 CTAs into one box: the sum in any CTA order, no race between the reductions."""
+    d, x = rng.standard_normal((32, 32)).astype(np.float32), rng.standard_normal((4, 32, 32)).astype(np.float32)
+    out = run("triton_tma_reduce", "tma_reduce_kernel", 4,
+              [TensorMapArg.tiled(d, box=(32, 32), swizzle=128), 32, 32, 32, 1, x], cta_order=[2, 0, 3, 1])
+    np.testing.assert_allclose(out[0], d.astype(np.float64) + x.astype(np.float64).sum(0), rtol=1e-5, atol=1e-5)
 
 
 def test_flash_attention_forward(rng):

@@ -485,6 +485,50 @@ def cache_hints_kernel(X, Y, OUT, n, BLOCK: tl.constexpr):
     tl.store(OUT + n + offs, w + z, mask=mask, cache_modifier=".cs")
 
 
+
+@triton.jit
+def misc_kernel(X64, XD, RU, RN, QR, DOUT, HIST, CAS64, XCHG, ACC, seed, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(RU + offs, tl.rand(seed, offs), mask=mask)
+    tl.store(RN + offs, tl.randn(seed, offs), mask=mask)
+    a = tl.load(X64 + offs, mask=mask, other=1)
+    tl.store(QR + offs, a // 1000003, mask=mask)
+    tl.store(QR + n + offs, a % -77, mask=mask)
+    d = tl.load(XD + offs, mask=mask, other=1.0)
+    tl.store(DOUT + offs, tl.sqrt(tl.abs(d)) + 1.0 / d, mask=mask)
+    tl.store(DOUT + n + offs, tl.math.fma(d, d, -1.0), mask=mask)
+    tl.store(DOUT + 2 * n + offs, tl.exp(d), mask=mask)
+    h = tl.histogram(a.to(tl.int32) & 15, 16)
+    tl.atomic_add(HIST + tl.arange(0, 16), h, sem="relaxed", scope="gpu")
+    tl.atomic_cas(CAS64 + offs % 8, offs.to(tl.int64) % 8, offs.to(tl.int64) + 100, sem="acq_rel", scope="cta")
+    tl.atomic_xchg(XCHG + offs % 4, d.to(tl.float32), mask=mask, sem="relaxed", scope="sys")
+    tl.atomic_add(ACC + offs % 2, d.to(tl.float32), mask=mask, sem="release", scope="gpu")
+
+
+@triton.jit
+def join_kernel(X, Y, OUT, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(X + offs)
+    y = tl.load(Y + offs)
+    inter = tl.interleave(x, y)
+    tl.store(OUT + tl.arange(0, 2 * BLOCK), inter)
+    lo, hi = tl.split(tl.join(x * 2, y * 3))
+    tl.store(OUT + 2 * BLOCK + offs, lo + hi)
+    z = tl.reshape(x, (BLOCK // 16, 16))
+    tl.store(OUT + 3 * BLOCK + offs, tl.reshape(tl.trans(tl.trans(z) * 1.0), (BLOCK,)))
+    tl.store(OUT + 4 * BLOCK + tl.arange(0, 2 * BLOCK), tl.cat(x, y, can_reorder=True) * 0 + 1)
+
+
+@triton.jit
+def tma_reduce_kernel(desc, X, BM: tl.constexpr, BN: tl.constexpr):
+    pid = tl.program_id(0)
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    x = tl.load(X + pid * BM * BN + rm[:, None] * BN + rn[None, :])
+    desc.atomic_add([0, 0], x)
+
+
 which = sys.argv[1:]
 
 
@@ -589,3 +633,14 @@ for name, element, out in (("dot16", "fp16", "fp32"), ("dot16_bf16", "bf16", "fp
 if want("hints"):
     compile_one(cache_hints_kernel, {"X": "*fp32", "Y": "*fp32", "OUT": "*fp32", "n": "i32", "BLOCK": "constexpr"},
                 {"BLOCK": 256}, 90, "triton_cache_hints", divisible=("X", "Y", "OUT"), num_warps=4, ptx_version=PTXV)
+if want("misc"):
+    compile_one(misc_kernel, {"X64": "*i64", "XD": "*fp64", "RU": "*fp32", "RN": "*fp32", "QR": "*i64",
+                "DOUT": "*fp64", "HIST": "*i32", "CAS64": "*i64", "XCHG": "*fp32", "ACC": "*fp32", "seed": "i32",
+                "n": "i32", "BLOCK": "constexpr"}, {"BLOCK": 128}, 90, "triton_misc", num_warps=4, ptx_version=PTXV)
+if want("join"):
+    compile_one(join_kernel, {"X": "*fp32", "Y": "*fp32", "OUT": "*fp32", "BLOCK": "constexpr"}, {"BLOCK": 64}, 90,
+                "triton_join", divisible=("X", "Y", "OUT"), num_warps=4, ptx_version=PTXV)
+if want("tmareduce"):
+    compile_one(tma_reduce_kernel, {"desc": "tensordesc<fp32[32, 32]>", "X": "*fp32", "BM": "constexpr",
+                "BN": "constexpr"}, {"BM": 32, "BN": 32}, 90, "triton_tma_reduce", divisible=("X",), num_warps=4,
+                ptx_version=87)
