@@ -417,8 +417,9 @@ _TMA_ADD = {facts.TensorMapDataType.FLOAT32: np.float32, facts.TensorMapDataType
 
 
 def _tma_add(old: np.ndarray, box: np.ndarray, dtype) -> np.ndarray:
-    """Element-wise old + box on raw bytes [n, e]: .f32 flushes subnormal inputs and results to zero, as the
-    bulk .add.f32 does (`reductions`); .f16/.bf16 round each sum once to nearest even; integers wrap."""
+    """Element-wise old + box on raw bytes [n, e]: .f32 flushes subnormal inputs and results to zero, as this
+    executor's non-tensor bulk .add.f32 does (`reductions`: as global f32 atomics do; the cp.reduce text does not
+    say); .f16/.bf16 round each sum once to nearest even; integers wrap."""
     kind = _TMA_ADD[dtype]
     a, b = (np.ascontiguousarray(x).view(kind).reshape(-1) for x in (old, box))
     with np.errstate(over="ignore", invalid="ignore"):
