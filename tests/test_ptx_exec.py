@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tessera.ptx
-from tessera.interpreters.ptx import PtxExecutionError, PtxHazardError, TensorMapArg, launch
+from tessera.interpreters.ptx import PtxDeadlockError, PtxExecutionError, PtxHazardError, TensorMapArg, launch
 from tessera.sm90 import facts
 
 HEADER = ".version 8.0\n.target sm_90a\n.address_size 64\n"
@@ -503,6 +503,24 @@ def test_cvt_integer_rounding_saturation_and_bf16x2_order():
     back = elementwise("cvt.rn.f32.s32 %f4, %r1;", np.array([16777217, -3], np.int32), np.zeros(2, np.int32),
                        result="%f4").view(np.float32)
     np.testing.assert_array_equal(back, [16777216.0, -3.0])
+
+
+@pytest.mark.parametrize("rounding", ["", ".rn", ".rz"])
+def test_cvt_between_f16_and_bf16_rounds_to_nearest_even_by_default(rounding):
+    """[PTX ISA, cvt] a rounding modifier is mandatory only where the destination is smaller than the source:
+    cvt.bf16.f16 and cvt.f16.bf16 may omit it (Triton emits cvt.bf16.f16) and then round to nearest even."""
+    halves = np.float16([1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-9 + 2**-10), 2**-24, 65504, np.inf, -0.0, 3.0])
+    to_bf16 = elementwise(f"mov.b32 {{%h1, %h3}}, %r1; cvt{rounding}.bf16.f16 %h2, %h1; cvt.u32.u16 %r4, %h2;",
+                          halves.view(np.uint16).astype(np.uint32), np.zeros(8, np.uint32))
+    toward_zero = (halves.astype(np.float32).view(np.uint32) & 0xFFFF0000).view(np.float32)
+    want = toward_zero if rounding == ".rz" else halves.astype(np.float32)
+    np.testing.assert_array_equal(to_bf16.astype(np.uint16), want.astype(ml_dtypes.bfloat16).view(np.uint16))
+    brains = np.array([1 + 2**-7, 70000.0, 2.0**-26, -2.0**-20 * 3], np.float32).astype(ml_dtypes.bfloat16)
+    to_f16 = elementwise(f"mov.b32 {{%h1, %h3}}, %r1; cvt{rounding}.f16.bf16 %h2, %h1; cvt.u32.u16 %r4, %h2;",
+                         brains.view(np.uint16).astype(np.uint32), np.zeros(4, np.uint32))
+    if rounding != ".rz":  # overflow to infinity, a subnormal that rounds to even
+        np.testing.assert_array_equal(to_f16.astype(np.uint16), brains.astype(np.float16).view(np.uint16))
+    assert to_f16[1] == (0x7BFF if rounding == ".rz" else 0x7C00)
 
 
 def test_mov_packs_and_unpacks_low_first():
@@ -1098,6 +1116,235 @@ def test_generic_atomic_on_local_memory_is_an_error():
         launch(kernel(body), "k", 1, 32, [np.zeros(1, np.uint32)])
 
 
+@pytest.mark.parametrize("instruction", ["atom.global.add.noftz.f16 %h2,", "atom.global.add.noftz.bf16 %h2,",
+                                         "red.shared.add.noftz.bf16", "red.global.add.noftz.f16"])
+def test_scalar_half_atomic_add_rounds_each_update_and_keeps_subnormals(instruction):
+    """atom/red.add.noftz.{f16,bf16} (PTX ISA: atom, sm_70 for .f16, sm_90 for .bf16; what Triton emits for
+    tl.atomic_add on fp16/bf16): each update rounds to nearest even in thread order and subnormals stay."""
+    half = ml_dtypes.bfloat16 if "bf16" in instruction else np.float16
+    space = "shared" if ".shared." in instruction else "global"
+    address = "[%r3]" if space == "shared" else "[%rd3]"
+    setup = ("mov.u32 %r3, acc;\n    setp.eq.u32 %p1, %r0, 0;\n    @%p1 st.shared.b16 [%r3], 0;\n    bar.sync 0;"
+             if space == "shared" else "ld.param.u64 %rd3, [ptotal];")
+    finish = ("bar.sync 0;\n    ld.shared.b16 %h3, [%r3];\n    ld.param.u64 %rd3, [ptotal];\n"
+              "    @%p1 st.global.b16 [%rd3], %h3;" if space == "shared" else "")
+    text = kernel(f"""
+    mov.u32 %r0, %tid.x;
+    mul.wide.u32 %rd0, %r0, 2;
+    ld.param.u64 %rd1, [pb];
+    add.s64 %rd1, %rd1, %rd0;
+    ld.global.b16 %h1, [%rd1];
+    {setup}
+    {instruction} {address}, %h1;
+    {finish}
+    ld.param.u64 %rd2, [pold];
+    add.s64 %rd2, %rd2, %rd0;
+    st.global.b16 [%rd2], %h2;
+    """, ".param .u64 pb, .param .u64 pold, .param .u64 ptotal", extra=".shared .align 2 .b16 acc;")
+    rng = np.random.default_rng(12)
+    b = (rng.standard_normal(64) * 2.0 ** rng.integers(-6, 6, 64)).astype(half)
+    tiny, eps = ml_dtypes.finfo(half).smallest_subnormal, ml_dtypes.finfo(half).eps
+    b[:6] = [tiny, tiny, 3 * tiny, 1.0, eps / 2, -1.0]  # subnormal sums, then half an ulp of 1
+    _, old, total = launch(text, "k", 1, 64, [b, np.zeros(64, half), np.zeros(1, half)])
+    acc, want = half(0), []
+    for x in b:
+        want.append(acc)
+        acc = half(np.float64(acc) + np.float64(x))
+    assert total.view(np.uint16)[0] == np.asarray(acc, half).view(np.uint16)
+    if instruction.startswith("atom"):
+        np.testing.assert_array_equal(old.view(np.uint16), np.asarray(want, half).view(np.uint16))
+
+
+def mma_fragments(k: int, lane: int):
+    """The PTX ISA's printed fragment formulas (warp-level-matrix-fragment-mma-1688 .tf32, -16816-float .f16/.bf16,
+    -16832 .s8/.u8): [(row, col) of a_i], [(k, n) of b_i], [(row, col) of c_i] for `lane`."""
+    g, t = lane >> 2, lane % 4
+    if k == 8:
+        a = [(g if i in (0, 2) else g + 8, t if i < 2 else t + 4) for i in range(4)]
+        b = [(t if i == 0 else t + 4, g) for i in range(2)]
+    elif k == 16:
+        a = [(g if (i < 2 or 4 <= i < 6) else g + 8, t * 2 + (i & 1) + (8 if i >= 4 else 0)) for i in range(8)]
+        b = [(t * 2 + (i & 1) + (8 if i >= 2 else 0), g) for i in range(4)]
+    else:
+        a = [(g if (i < 4 or 8 <= i < 12) else g + 8, t * 4 + (i & 3) + (16 if i >= 8 else 0)) for i in range(16)]
+        b = [(t * 4 + (i & 3) + (16 if i >= 4 else 0), g) for i in range(8)]
+    c = [(g if i < 2 else g + 8, t * 2 + (i & 1)) for i in range(4)]
+    return a, b, c
+
+
+MMA_BODY = """
+    mov.u32 %r0, %tid.x;
+    mul.wide.u32 %rd0, %r0, 16;
+    ld.param.u64 %rd1, [pa];
+    add.s64 %rd1, %rd1, %rd0;
+    ld.global.v4.b32 {%r1, %r2, %r3, %r4}, [%rd1];
+    ld.param.u64 %rd2, [pb];
+    add.s64 %rd2, %rd2, %rd0;
+    ld.global.v2.b32 {%r5, %r6}, [%rd2];
+    ld.param.u64 %rd3, [pc];
+    add.s64 %rd3, %rd3, %rd0;
+    ld.global.v4.b32 {%r7, %r8, %r9, %r10}, [%rd3];
+    mma.sync.aligned.SHAPE.row.col.TYPES DREGS, {%r1, %r2, %r3, %r4}, {%r5, %r6}, DREGS;
+    ld.param.u64 %rd4, [pd];
+    add.s64 %rd4, %rd4, %rd0;
+    st.global.v4.b32 [%rd4], {%r7, %r8, %r9, %r10};
+"""
+MMA_CASES = {  # name: (shape, K, modifiers and types, multiplicand dtype (A, B), accumulator dtype)
+    "f32.f16": ("m16n8k16", 16, "f32.f16.f16.f32", (np.float16, np.float16), np.float32),
+    "f32.bf16": ("m16n8k16", 16, "f32.bf16.bf16.f32", (ml_dtypes.bfloat16,) * 2, np.float32),
+    "f16.f16": ("m16n8k16", 16, "f16.f16.f16.f16", (np.float16, np.float16), np.float16),
+    "f32.tf32": ("m16n8k8", 8, "f32.tf32.tf32.f32", (np.float32, np.float32), np.float32),
+    "s32.s8.u8": ("m16n8k32", 32, "satfinite.s32.s8.u8.s32", (np.int8, np.uint8), np.int32),
+}
+
+
+@pytest.mark.parametrize("case", MMA_CASES)
+def test_mma_sync_computes_a_times_b_plus_c_on_the_isa_fragments(case):
+    """mma.sync.aligned.*.row.col (Triton's dot below 64 rows on sm_90a: k8 tf32, k16 f16/bf16, k32 int8): two
+    warps, each with its own A, B, C laid out per the ISA's fragments; D overwrites C's registers, as Triton
+    emits it. tf32 reads sign, exponent and 10 mantissa bits; .satfinite clamps the s32 sum."""
+    shape, k, types, (a_type, b_type), acc = MMA_CASES[case]
+    rng = np.random.default_rng(13)
+    if acc == np.int32:
+        a, b = rng.integers(-128, 128, (2, 16, k)).astype(a_type), rng.integers(0, 256, (2, k, 8)).astype(b_type)
+        c = rng.integers(-2**20, 2**20, (2, 16, 8)).astype(np.int32)
+        c[0, 0, 0], c[0, 8, 1] = 2**31 - 1, -2**31  # D saturates there
+    else:
+        a, b = rng.standard_normal((2, 16, k)).astype(a_type), rng.standard_normal((2, k, 8)).astype(b_type)
+        c = rng.standard_normal((2, 16, 8)).astype(acc)
+    per_word = 4 // np.dtype(a_type).itemsize
+    a_words, b_words = np.zeros((64, 4 * per_word), a_type), np.zeros((64, 4 * per_word), b_type)
+    c_words = np.zeros((64, 4), np.uint32)
+    for thread in range(64):
+        w, lane = divmod(thread, 32)
+        fa, fb, fc = mma_fragments(k, lane)
+        a_words[thread, :len(fa)] = [a[w][rc] for rc in fa]
+        b_words[thread, :len(fb)] = [b[w][kn] for kn in fb]
+        values = np.array([c[w][rc] for rc in fc], acc).view(np.uint32)
+        c_words[thread, :len(values)] = values
+    regs = "{%r7, %r8}" if acc == np.float16 else "{%r7, %r8, %r9, %r10}"
+    text = kernel(MMA_BODY.replace("SHAPE", shape).replace("TYPES", types).replace("DREGS", regs),
+                  ".param .u64 pa, .param .u64 pb, .param .u64 pc, .param .u64 pd")
+    out = launch(text, "k", 1, 64, [a_words, b_words, c_words, np.zeros((64, 4), np.uint32)])[3]
+    if a_type == np.float32:  # .tf32: the low 13 mantissa bits are not read
+        a, b = ((x.view(np.uint32) & 0xFFFFE000).view(np.float32) for x in (a, b))
+    exact = a.astype(np.float64) @ b.astype(np.float64) + c.astype(np.float64)
+    if acc == np.int32:
+        exact = np.clip(exact, -2**31, 2**31 - 1)
+    for thread in range(64):
+        w, lane = divmod(thread, 32)
+        got = out[thread].view(acc)[:4]
+        want = np.array([exact[w][rc] for rc in mma_fragments(k, lane)[2]]).astype(acc)
+        np.testing.assert_array_equal(got, want, err_msg=f"thread {thread}")
+
+
+@pytest.mark.parametrize("line, message", [
+    ("mma.sync.aligned.m8n8k4.row.col.f32.f16.f16.f32 {%f1, %f2, %f3, %f4}, {%r1, %r2}, {%r3, %r4}, {%f1, %f2, %f3, %f4};",
+     r"mma .m8n8k4 \(supported: .m16n8k16, .m16n8k32, .m16n8k8\)"),
+    ("mma.sync.aligned.m16n8k16.row.col.f16.bf16.bf16.f16 {%r1, %r2}, {%r3, %r4, %r5, %r6}, {%r7, %r8}, {%r1, %r2};",
+     r"mma .m16n8k16.f16.bf16.bf16.f16 \(supported: .m16n8k16.f16.f16.f16.f16, "),
+    ("mma.sync.aligned.m16n8k16.row.col.satfinite.f32.f16.f16.f32 {%f1, %f2, %f3, %f4}, {%r3, %r4, %r5, %r6}, "
+     "{%r7, %r8}, {%f1, %f2, %f3, %f4};", r"mma .m16n8k16.satfinite.f32.f16.f16.f32 .*; .satfinite with .s32 only"),
+    ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f1, %f2}, {%r3, %r4, %r5, %r6}, {%r7, %r8}, {%f1, %f2};",
+     r"mma .m16n8k16.f32.f16: d takes 4 registers"),
+])
+def test_mma_sync_outside_what_runs_is_refused_by_name(line, message):
+    with pytest.raises(PtxExecutionError, match="not supported by the PTX executor: " + message):
+        launch(kernel(f"    {line}\n    trap;"), "k", 1, 32, [np.zeros(1, np.uint32)])
+
+
+@pytest.mark.parametrize("policy", ["createpolicy.fractional.L2::evict_last.b64 %rd5, 1.0;",
+                                    "createpolicy.fractional.L2::evict_first.L2::evict_unchanged.b64 %rd5, 0.25;",
+                                    "createpolicy.fractional.L2::evict_normal.b64 %rd5;",
+                                    "createpolicy.cvt.L2.b64 %rd5, %rd1;"])
+def test_createpolicy_makes_a_cache_hint_that_leaves_values_alone(policy):
+    """createpolicy (PTX ISA; Triton's eviction_policy=) makes the opaque .b64 operand of .L2::cache_hint loads and
+    stores, which only steer caches."""
+    body = f"""
+    mov.u32 %r0, %tid.x;
+    mul.wide.u32 %rd0, %r0, 4;
+    ld.param.u64 %rd1, [out];
+    add.s64 %rd1, %rd1, %rd0;
+    {policy}
+    ld.global.L1::evict_last.L2::cache_hint.b32 %r1, [%rd1], %rd5;
+    add.u32 %r1, %r1, 1;
+    st.global.L2::cache_hint.b32 [%rd1], %r1, %rd5;
+    """
+    out = launch(kernel(body), "k", 1, 32, [np.arange(32, dtype=np.uint32)])[0]
+    np.testing.assert_array_equal(out, np.arange(1, 33))
+
+
+@pytest.mark.parametrize("fraction", ["1.5", "0.0"])
+def test_createpolicy_fraction_outside_the_isa_range_is_refused(fraction):
+    """As ptxas: "value out of range, expected to be in range (0.0, 1.0]"."""
+    text = kernel(f"    createpolicy.fractional.L2::evict_last.b64 %rd5, {fraction};\n    trap;")
+    with pytest.raises(PtxExecutionError, match=r"createpolicy.fractional needs a fraction immediate in \(0.0, 1.0\]"):
+        launch(text, "k", 1, 32, [np.zeros(1, np.uint32)])
+
+
+SPIN_LOCK = """
+    ld.param.u64 %rd1, [plock];
+    ld.param.u64 %rd2, [pcount];
+$Lspin:
+    atom.global.acquire.gpu.cas.b32 %r1, [%rd1], 0, 1;
+    setp.ne.b32 %p1, %r1, 0;
+    @%p1 bra $Lspin;
+    ld.global.u32 %r2, [%rd2];
+    add.u32 %r2, %r2, 1;
+    st.global.u32 [%rd2], %r2;
+    {release}
+"""
+CAS_MAX = """
+    mov.u32 %r0, %ctaid.x;
+    mov.u32 %r1, %ntid.x;
+    mov.u32 %r2, %tid.x;
+    mad.lo.s32 %r0, %r0, %r1, %r2;
+    mul.wide.u32 %rd0, %r0, 4;
+    ld.param.u64 %rd1, [plock];
+    add.s64 %rd1, %rd1, %rd0;
+    ld.global.f32 %f1, [%rd1];
+    ld.param.u64 %rd2, [pcount];
+    ld.relaxed.gpu.global.b32 %r3, [%rd2];
+$Lretry:
+    mov.b32 %f2, %r3;
+    max.f32 %f3, %f2, %f1;
+    mov.b32 %r4, %f3;
+    atom.global.cas.b32 %r5, [%rd2], %r3, %r4;
+    setp.ne.b32 %p1, %r5, %r3;
+    mov.b32 %r3, %r5;
+    @%p1 bra $Lretry;
+"""
+
+
+@pytest.mark.parametrize("release, schedule, seed", [
+    ("atom.global.release.gpu.exch.b32 %r3, [%rd1], 0;", "min-pc", None),
+    ("fence.acq_rel.gpu;\n    atom.global.exch.b32 %r3, [%rd1], 0;", "adversarial", 3),
+])
+def test_cas_spin_lock_runs_every_thread_in_turn(release, schedule, seed):
+    """Every thread of 3 CTAs takes a lock with an atom.cas spin loop (no nanosleep, as Triton and nvcc's
+    atomicCAS loops spin), bumps a plain counter and releases: a thread whose cas fails waits until nothing
+    else can run, so the holder, at a higher pc, gets on; the lock's acquire and release order the plain
+    accesses, so no race is reported."""
+    text = kernel(SPIN_LOCK.format(release=release), ".param .u64 plock, .param .u64 pcount")
+    out = launch(text, "k", 3, 8, [np.zeros(1, np.uint32), np.zeros(1, np.uint32)], schedule=schedule, seed=seed)
+    assert out[0][0] == 0 and out[1][0] == 24
+
+
+def test_cas_retry_loop_reaches_the_maximum():
+    """A lock-free float max (the atomicCAS retry loop): failed compares retry with the value they saw."""
+    values = np.random.default_rng(5).standard_normal(128).astype(np.float32)
+    out = launch(kernel(CAS_MAX, ".param .u64 plock, .param .u64 pcount"), "k", 2, 64,
+                 [values, np.full(1, -np.inf, np.float32)])
+    assert out[1][0] == values.max()
+
+
+def test_lock_nobody_releases_is_a_deadlock():
+    text = kernel(SPIN_LOCK.format(release=""), ".param .u64 plock, .param .u64 pcount")
+    with pytest.raises(PtxDeadlockError, match=r"spin on an atom.cas .*a lock nobody releases\) at line \d+ "
+                                              r"\(atom.global.acquire.gpu.cas.b32\)"):
+        launch(text, "k", 1, 32, [np.zeros(1, np.uint32), np.zeros(1, np.uint32)])
+
+
 # endregion
 # region errors and launches
 def test_unknown_instruction_names_itself_and_its_line():
@@ -1107,8 +1354,8 @@ def test_unknown_instruction_names_itself_and_its_line():
 
 
 def test_unsupported_modifier_is_refused_before_running():
-    text = kernel("    atom.global.add.noftz.f16 %h1, [%rd1], %h2;\n    trap;")
-    with pytest.raises(PtxExecutionError, match="atom.global.add.noftz.f16: not supported by the PTX executor"):
+    text = kernel("    atom.global.add.noftz.f32 %f1, [%rd1], %f2;\n    trap;")
+    with pytest.raises(PtxExecutionError, match="atom.global.add.noftz.f32: not supported by the PTX executor"):
         launch(text, "k", 1, 32, [np.zeros(1, np.uint32)])
 
 

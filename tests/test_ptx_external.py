@@ -43,12 +43,12 @@ def header_launch(text: str) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
-def run(name: str, kernel: str, grid, args, scratch_bytes: int = 0) -> list:
-    """Launch sample `name` with `args` plus Triton's two hidden scratch pointers."""
+def run(name: str, kernel: str, grid, args, scratch_bytes: int = 0, **options) -> list:
+    """Launch sample `name` with `args` plus Triton's two hidden scratch pointers (`options`: as `launch`)."""
     text = source(name)
     threads, shared = header_launch(text)
     hidden = [np.zeros(scratch_bytes, np.uint8), np.zeros(0, np.uint8)]
-    return launch(text, kernel, grid, (threads, 1, 1), [*args, *hidden], shared_bytes=shared)
+    return launch(text, kernel, grid, (threads, 1, 1), [*args, *hidden], shared_bytes=shared, **options)
 
 
 @pytest.fixture
@@ -120,6 +120,67 @@ def test_atomics(rng):
     assert out[3][0] == x.max()
 
 
+
+def test_layer_norm_backward_takes_its_locks_in_turn(rng):
+    """Tutorial 05's dx kernel: rows accumulate partial dW/dB into GROUP_SIZE_M buffers, each behind a spin lock
+    (`while tl.atomic_cas(Lock, 0, 1) == 1: pass`, no nanosleep) and a first-writer count (atomic_xchg); the
+    lock's acquire/release orders the plain loads and stores of the buffers (CTAs run last to first here)."""
+    rows, n, groups = 11, 100, 4
+    x, dy = rng.standard_normal((rows, n)).astype(np.float32), rng.standard_normal((rows, n)).astype(np.float32)
+    w = rng.standard_normal(n).astype(np.float32)
+    mean, rstd = x.mean(1).astype(np.float32), (1 / np.sqrt(x.var(1) + 1e-5)).astype(np.float32)
+    out = run("triton_layer_norm_bwd", "_layer_norm_bwd_dx_fused", rows,
+              [np.zeros_like(x), dy, np.zeros((groups, n), np.float32), np.zeros((groups, n), np.float32), x, w,
+               mean, rstd, np.zeros(2 * groups, np.int32), n, n], cta_order=list(range(rows))[::-1])
+    xhat, wdy = (x - mean[:, None]) * rstd[:, None], w * dy
+    c1, c2 = (xhat * wdy).sum(1, keepdims=True) / n, wdy.sum(1, keepdims=True) / n
+    np.testing.assert_allclose(out[0], (wdy - (xhat * c1 + c2)) * rstd[:, None], rtol=1e-4, atol=1e-5)
+    for got, part in ((out[2], dy * xhat), (out[3], dy)):  # the order of the additions is the CTAs' order
+        np.testing.assert_allclose(got, [part[g::groups].sum(0) for g in range(groups)], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(out[8], [0] * groups + [1] * groups)  # locks released, every group written
+
+
+def test_half_double_and_float_min_max_atomics(rng):
+    """tl.atomic_add on fp16/bf16 (atom.add.noftz.f16/.bf16), fp64, and tl.atomic_max/min on fp32, which Triton
+    splits by sign into atom.max.s32 / atom.min.u32 on the bit patterns."""
+    n = 160
+    x16, xb = rng.standard_normal(n).astype(np.float16), rng.standard_normal(n).astype(ml_dtypes.bfloat16)
+    xd, xf = rng.standard_normal(n), rng.standard_normal(n).astype(np.float32)
+    xf[:4] = [-0.0, 0.0, -5e-40, 1e30]
+    out = run("triton_atomics2", "atomics2_kernel", 2,
+              [x16, xb, xd, xf, np.zeros(4, np.float16), np.zeros(4, ml_dtypes.bfloat16), np.zeros(4),
+               np.full(4, -np.inf, np.float32), np.full(4, np.inf, np.float32), n])
+    slot = np.arange(n) % 4
+    for i, values, tolerance in ((4, x16, 2e-2), (5, xb, 2e-1), (6, xd, 1e-12)):
+        sums = [values[slot == s].astype(np.float64).sum() for s in range(4)]
+        np.testing.assert_allclose(out[i].astype(np.float64), sums, rtol=tolerance, atol=tolerance)
+    np.testing.assert_array_equal(out[7], [xf[slot == s].max() for s in range(4)])
+    np.testing.assert_array_equal(out[8], [xf[slot == s].min() for s in range(4)])
+
+
+def same_bits(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    match = (got.view(np.uint16) == want.view(np.uint16)) | (np.isnan(got) & np.isnan(want))
+    assert match.all(), f"{what}: {np.flatnonzero(~match)[:8]} got {got[~match][:8]} want {want[~match][:8]}"
+
+
+def test_fp8_upcasts_and_satfinite_downcast():
+    """Every e4m3 and e5m2 byte to f16 (cvt.rn.f16x2.e4m3x2/.e5m2x2), e4m3 to bf16 through cvt.bf16.f16 (no
+    rounding modifier) and f32, and an f16 product back to e5m2 (cvt.rn.satfinite.e5m2x2.f16x2: clamped)."""
+    e4m3 = np.tile(np.arange(256, dtype=np.uint8), 2).view(ml_dtypes.float8_e4m3fn)
+    e5m2 = np.concatenate([np.arange(256, dtype=np.uint8), np.arange(255, -1, -1, dtype=np.uint8)])
+    e5m2 = e5m2.view(ml_dtypes.float8_e5m2)
+    n = len(e4m3)
+    out = run("triton_fp8_upcast", "fp8_upcast_kernel", 2, [e4m3, e5m2, np.zeros(5 * n, np.float16), n])[2]
+    out = out.reshape(5, n)
+    same_bits(out[0], e4m3.astype(np.float16), "e4m3 -> f16")
+    same_bits(out[1], e5m2.astype(np.float16), "e5m2 -> f16")
+    same_bits(out[2], e4m3.astype(ml_dtypes.bfloat16).astype(np.float16), "e4m3 -> bf16 -> f16")
+    same_bits(out[3], e4m3.astype(np.float32).astype(np.float16), "e4m3 -> f32 -> f16")
+    with np.errstate(over="ignore"):
+        product = e4m3.astype(np.float16) * e5m2.astype(np.float16)
+    clamped = np.where(np.isnan(product), product, np.clip(product, -57344, 57344))
+    same_bits(out[4], clamped.astype(ml_dtypes.float8_e5m2).astype(np.float16), "f16 product -> e5m2")
+
 # endregion
 # region matrix multiply and attention
 def check_matmul(got: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
@@ -128,24 +189,30 @@ def check_matmul(got: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
     np.testing.assert_allclose(got.astype(np.float64), exact, rtol=2e-3, atol=2e-3)
 
 
-REFUSED = {
-    "mma": """
-    .reg .b32 %r<12>; .reg .f32 %f<4>;
-    mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f0, %f1, %f2, %f3}, {%r0, %r1, %r2, %r3}, {%r4, %r5},
-        {%f0, %f1, %f2, %f3};""",
-    "tensormap": """
+REFUSED = {  # instruction: (body, what the refusal says)
+    "mma": ("""
+    .reg .b32 %r<12>; .reg .f32 %f<8>;
+    mma.sync.aligned.m8n8k4.row.col.f32.f16.f16.f32 {%f0, %f1, %f2, %f3, %f4, %f5, %f6, %f7}, {%r4, %r5},
+        {%r8, %r9}, {%f0, %f1, %f2, %f3, %f4, %f5, %f6, %f7};""", r"not supported by the PTX executor: mma .m8n8k4"),
+    "cp": ("""
+    .reg .b64 %rd<2>; .reg .b32 %r<2>;
+    cp.reduce.async.bulk.tensor.1d.global.shared::cta.min.bulk_group [%rd0, {%r0}], [%r1];""",
+           "TMA reductions other than cp.reduce.async.bulk.tensor.Nd.global.shared::cta.add.bulk_group"),
+    "tensormap": ("""
     .reg .b64 %rd<2>; .reg .b32 %r<2>;
     mov.u32 %r0, 64;
-    tensormap.replace.tile.global_dim.global.b1024.b32 [%rd0], 1, %r0;""",
+    tensormap.replace.tile.global_dim.global.b1024.b32 [%rd0], 1, %r0;""", "unknown instruction 'tensormap'"),
 }
 
 
 @pytest.mark.parametrize("opcode", REFUSED)
 def test_unsupported_triton_instructions_are_refused_by_name(opcode):
-    """Instructions Triton emits that the executor does not model fail with the line and the instruction."""
-    text = (".version 8.5\n.target sm_90a\n.address_size 64\n.visible .entry k()\n{" + REFUSED[opcode]
-            + "\n    ret;\n}\n")
-    with pytest.raises(PtxExecutionError, match=rf"<ptx>:\d+: error: {opcode}\..*unknown instruction '{opcode}'"):
+    """Instructions Triton emits that the executor does not model fail with the line and the instruction: the
+    m8n8k4 mma.sync of Triton's Volta dot (the m16n8k8/k16/k32 ones of sm_80 and small sm_90a dots run), TMA
+    reductions other than .add, and `tensormap.replace` (tensor maps built on the device)."""
+    body, message = REFUSED[opcode]
+    text = ".version 8.5\n.target sm_90a\n.address_size 64\n.visible .entry k()\n{" + body + "\n    ret;\n}\n"
+    with pytest.raises(PtxExecutionError, match=rf"<ptx>:\d+: error: {opcode}\..*{message}"):
         launch(text, "k", 1, (32, 1, 1), [])
 
 
@@ -186,6 +253,23 @@ def test_single_dot_every_wgmma_type(name, rng):
         np.testing.assert_array_equal(out[2], exact.astype(np.int32))
     else:
         np.testing.assert_allclose(out[2].astype(np.float64), exact, rtol=1e-5, atol=4e-5)
+
+
+def test_small_dot_runs_on_mma_sync(rng):
+    """tl.dot of 16 x 32 by 32 x 32 in one warp: below a warpgroup's 64 rows Triton emits mma.sync m16n8k16
+    (fed by ldmatrix and ldmatrix.trans) on sm_90a instead of wgmma."""
+    a, b = rng.standard_normal((16, 32)).astype(np.float16), rng.standard_normal((32, 32)).astype(np.float16)
+    out = run("triton_dot_mma16", "_dot_small", 1, [a, b, np.zeros((16, 32), np.float32)])
+    np.testing.assert_allclose(out[2], a.astype(np.float64) @ b.astype(np.float64), rtol=1e-6, atol=1e-5)
+
+
+def test_tma_reduce_add_from_every_program(rng):
+    """TensorDescriptor.atomic_add: cp.reduce.async.bulk.tensor.2d...add of a swizzled shared box into the tensor,
+    f32 as the map says, from 4 CTAs into one box: the sum in any CTA order, no race between the reductions."""
+    d, x = rng.standard_normal((32, 32)).astype(np.float32), rng.standard_normal((4, 32, 32)).astype(np.float32)
+    out = run("triton_tma_reduce", "tma_reduce_kernel", 4,
+              [TensorMapArg.tiled(d, box=(32, 32), swizzle=128), 32, 32, 32, 1, x], cta_order=[2, 0, 3, 1])
+    np.testing.assert_allclose(out[0], d.astype(np.float64) + x.astype(np.float64).sum(0), rtol=1e-5, atol=1e-5)
 
 
 def test_flash_attention_forward(rng):

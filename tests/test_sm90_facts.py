@@ -179,6 +179,50 @@ def test_accumulator_to_a_repacking_follows_the_cutlass_layouts(k_slice):
 
 # endregion
 
+# region mma.sync [P#warp-level-matrix-fragment-mma-1688, -mma-16816-float, -mma-16832]
+
+
+def isa_mma_a(k: int, i: int, lane: int) -> tuple[int, int]:
+    """The ISA's printed A formulas: .tf32 (m16n8k8), .f16/.bf16 (m16n8k16), .s8/.u8 (m16n8k32)."""
+    g, t = lane >> 2, lane % 4
+    if k == 8:
+        return (g if i in (0, 2) else g + 8), (t if i in (0, 1) else t + 4)
+    if k == 16:
+        return (g if (i < 2 or 4 <= i < 6) else g + 8), t * 2 + (i & 1) + (8 if i >= 4 else 0)
+    return (g if (i < 4 or 8 <= i < 12) else g + 8), t * 4 + (i & 3) + (16 if i >= 8 else 0)
+
+
+def isa_mma_b(k: int, i: int, lane: int) -> tuple[int, int]:
+    g, t = lane >> 2, lane % 4
+    if k == 8:
+        return (t if i == 0 else t + 4), g
+    if k == 16:
+        return t * 2 + (i & 1) + (8 if i >= 2 else 0), g
+    return t * 4 + (i & 3) + (16 if i >= 4 else 0), g
+
+
+@pytest.mark.parametrize("k", [8, 16, 32])
+def test_mma_fragments_are_the_isa_formulas_and_cover_the_tiles(k):
+    per_register = k // 8
+    for lane in range(32):
+        for i in range(4 * per_register):
+            assert tuple(map(int, F.mma_a_fragment_coords(i, lane, k))) == isa_mma_a(k, i, lane)
+        for i in range(2 * per_register):
+            assert tuple(map(int, F.mma_b_fragment_coords(i, lane, k))) == isa_mma_b(k, i, lane)
+    lane, i = np.meshgrid(np.arange(32), np.arange(2 * per_register), indexing="ij")
+    rows, cols = F.mma_b_fragment_coords(i, lane, k)
+    assert sorted(zip(rows.ravel().tolist(), cols.ravel().tolist())) == [(r, c) for r in range(k) for c in range(8)]
+
+
+def test_mma_m16n8k16_a_is_warp_0_of_the_wgmma_a_fragment():
+    for lane in range(32):
+        for i in range(8):
+            assert tuple(map(int, F.mma_a_fragment_coords(i, lane, 16))) == \
+                tuple(map(int, F.a_fragment_coords(i // 2, i % 2, lane)))
+
+
+# endregion
+
 # region wgmma shapes, types, warpgroups
 
 
@@ -857,6 +901,16 @@ DOCUMENTED = {
                                 "e5m2": ("f16", "f32"), "u8": ("s32",), "s8": ("s32",), "b1": ("s32",)},
     # [-register-fragment-wgmma-64n16], Figure 148: a0..a3, four .f16x2 registers of A per thread
     "A_FRAGMENT_REGISTERS": 4,
+    # [P#warp-level-matrix-instructions-mma], its table of shapes and types: .m16n8k8 .tf32 into .f32;
+    # .m16n8k16 .f16 (.dtype = .ctype = .f16 or .f32) or .bf16 (.f32 only); .m16n8k32 .s8/.u8 into .s32; all
+    # "mma.sync.aligned.shape.row.col"; ptxas 13.5: ".dtype must be .f16 when .ctype is .f16 for mma with shape
+    # .m16n8k16" (and .f32 with .f32). Elements: .tf32 32 bits, .f16/.bf16 16, .s8/.u8 8 [P#...-data-types]
+    "MMA_SYNC_M": 16,
+    "MMA_SYNC_N": 8,
+    "MMA_SYNC_TYPES": {("m16n8k8", "f32", "tf32"), ("m16n8k16", "f32", "f16"), ("m16n8k16", "f16", "f16"),
+                       ("m16n8k16", "f32", "bf16"), ("m16n8k32", "s32", "s8"), ("m16n8k32", "s32", "u8")},
+    "MMA_SYNC_ELEMENT_BITS": {"tf32": 32, "f16": 16, "bf16": 16, "s8": 8, "u8": 8},
+    "MMA_SYNC_LAYOUT": ("row", "col"),
     # Figure 149 as (divisor, modulus, multiplier) terms: row 16 * (T / 32) + (T % 32) / 4 (the warpgroup's 64 rows
     # follow from T / 32 counting its warps), column 2 * (T % 4)
     "ACCUMULATOR_THREAD_TERMS": {"row": ((32, 0, 16), (4, 8, 1)), "col": ((1, 4, 2),)},

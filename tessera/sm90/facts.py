@@ -5,6 +5,7 @@ The facts live in one module per topic; this module re-exports them all:
   swizzle     shared-memory swizzle functions and banks          [P#tensor-swizzling-modes]
   cp_async    cp.async sizes, zero fill and its completion       [P#...-cp-async, -cp-async-mbarrier-arrive]
   wgmma       warpgroups, wgmma shapes/types, register fragments [P#asynchronous-warpgroup-level-*]
+  mma         warp-level mma.sync shapes, types, fragments       [P#warp-level-matrix-fragment-mma-*]
   descriptor  the 64-bit matrix descriptor, canonical layouts    [P#...-matrix-shared-memory-layout-*]
   tma         tensor maps (cuTensorMapEncodeTiled)               [DRV; P#tensor-*]
   mbarrier    the mbarrier state machine                         [P#...-mbarrier]
@@ -72,6 +73,15 @@ from tessera.sm90.fp8 import (
     transpose_4x4_words,
 )
 from tessera.sm90.mbarrier import MBARRIER_BYTES, MBARRIER_MAX_COUNT, MBARRIER_TX_LIMIT, MBarrierState
+from tessera.sm90.mma import (
+    MMA_SYNC_ELEMENT_BITS,
+    MMA_SYNC_LAYOUT,
+    MMA_SYNC_M,
+    MMA_SYNC_N,
+    MMA_SYNC_TYPES,
+    mma_a_fragment_coords,
+    mma_b_fragment_coords,
+)
 from tessera.sm90.packing import cvt_rn_bits, cvt_rn_x2, half_bits_to_f32, mov_pack_b32, mov_unpack_b32, prmt_b32
 from tessera.sm90.swizzle import (
     BANK_BYTES,

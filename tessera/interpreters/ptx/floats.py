@@ -358,8 +358,10 @@ def decode_cvt(ops: Operands, inst, mods):
             write(sel, numerics.saturate(out) if sat else out)
         return run_integral
     narrowing = dst.bits < src.bits or (dst.bits == src.bits and dst.name != src.name)
-    if narrowing and frnd is None:
+    if dst.bits < src.bits and frnd is None:  # the ISA's list of conversions whose rounding is mandatory
         raise ops.refuse(inst, f"cvt.{dst.name}.{src.name} needs a rounding modifier")
+    # .f16 <-> .bf16 may omit it (ptxas accepts cvt.bf16.f16, which Triton's fp8 -> bf16 path emits): the
+    # default rounding of PTX floating-point instructions, to nearest even, as with .rn.
     mode = frnd or "rn"
 
     def run_float(sel):

@@ -31,18 +31,19 @@ import numpy as np
 
 from tessera.interpreters import serving_checks
 from tessera.interpreters.ptx.cluster import shared_offsets
-from tessera.interpreters.ptx.decode import DECODERS, Operands, elements, opcode
+from tessera.interpreters.ptx.decode import DECODERS, Operands, Step, elements, opcode
 from tessera.interpreters.ptx.global_order import WEAK, StridedBox, strong_kind
 from tessera.interpreters.ptx.numerics import flush_f32
 from tessera.interpreters.ptx.state import (
     GLOBAL_BASE,
     LOCAL_WINDOW,
     PARAM_WINDOW,
+    PARK,
     SHARED_WINDOW,
     WINDOW_SIZE,
     Machine,
 )
-from tessera.interpreters.ptx.syntax import Address, Reg, Sink, Symbol
+from tessera.interpreters.ptx.syntax import Address, FloatImm, Reg, Sink, Symbol
 from tessera.interpreters.ptx.types import PtxType, half_pair, pack_pair, ptx_type
 
 _IGNORED = ("weak", "volatile", "relaxed", "acquire", "release", "cta", "cluster", "gpu", "sys", "ca", "cg", "cs",
@@ -357,6 +358,47 @@ def decode_prefetch(ops: Operands, inst, mods):
     return lambda sel: None
 
 
+_PRIMARY_PRIORITIES = ("L2::evict_last", "L2::evict_normal", "L2::evict_first", "L2::evict_unchanged")
+_SECONDARY_PRIORITIES = ("L2::evict_first", "L2::evict_unchanged")
+
+
+@opcode("createpolicy")
+def decode_createpolicy(ops: Operands, inst, mods):
+    """createpolicy.fractional.L2::primary{.L2::secondary}.b64 policy{, fraction}, createpolicy.range{.global}...
+    .b64 policy, [a], primary-size, total-size and createpolicy.cvt.L2.b64 policy, access-property [PTX ISA,
+    createpolicy]: an opaque 64-bit cache eviction policy for the `.L2::cache_hint` operands of ld/st/cp.async
+    (Triton's `eviction_policy=`). Caches do not change values, and those operands are ignored, so the policy
+    only has to be a well-formed b64 value: its primary and secondary priorities' indices. A fraction outside
+    (0.0, 1.0] is refused, as ptxas refuses it."""
+    kind = mods.take("fractional", "range", "cvt")
+    if kind is None:
+        raise ops.refuse(inst, "createpolicy needs .fractional, .range or .cvt")
+    if kind == "cvt":
+        mods.take("L2")
+        primary, secondary, count = 0, 0, (2,)
+    else:
+        if kind == "range":
+            mods.take("global")
+        primary = mods.take(*_PRIMARY_PRIORITIES)
+        if primary is None:
+            raise ops.refuse(inst, f"createpolicy needs a primary priority (.{', .'.join(_PRIMARY_PRIORITIES)})")
+        secondary = mods.take(*_SECONDARY_PRIORITIES)
+        count = (1, 2) if kind == "fractional" else (4,)
+        primary = 1 + _PRIMARY_PRIORITIES.index(primary)
+        secondary = 0 if secondary is None else 1 + _SECONDARY_PRIORITIES.index(secondary)
+    if mods.type().name != "b64" or len(inst.operands) not in count:
+        raise ops.refuse(inst, f"createpolicy.{kind} takes .b64 and {' or '.join(map(str, count))} operands")
+    if kind == "fractional" and len(inst.operands) == 2:
+        fraction = inst.operands[1]
+        value = np.uint64(fraction.bits).view(np.float64) if isinstance(fraction, FloatImm) and fraction.width == 64 \
+            else np.uint32(fraction.bits).view(np.float32) if isinstance(fraction, FloatImm) else None
+        if value is None or not 0.0 < value <= 1.0:
+            raise ops.refuse(inst, "createpolicy.fractional needs a fraction immediate in (0.0, 1.0]")
+    write = ops.write(inst, inst.operands[0], ptx_type("b64"))
+    policy = np.uint64(primary | secondary << 4)
+    return lambda sel: write(sel, policy)
+
+
 # endregion
 # region atom, red
 @dataclass(frozen=True)
@@ -383,7 +425,7 @@ _ATOMIC = {
     "cas": AtomicOp(("b32", "b64"), lambda old, b, c: np.where(old == b, c, old)),
 }
 _NOT_REDUCTIONS = ("exch", "cas")  # atom only: there is no red.exch or red.cas
-_HALF_ADD_TYPES = ("f16x2", "bf16x2")  # atom/red.add.noftz on packed 16-bit pairs (scalar .f16/.bf16: refused)
+_HALF_ADD_TYPES = ("f16", "bf16", "f16x2", "bf16x2")  # atom/red.add.noftz: scalar halves and packed pairs
 
 
 def _half_add(t: PtxType):
@@ -532,12 +574,34 @@ def decode_atom(ops: Operands, inst, mods):
             order.release(*located, how, fenced=not release)
             if inst.opcode == "atom":
                 order.acquire(*located, how, now=acquire)
-        if release:
-            m.sync_epoch += 1  # may end another CTA's spin wait (`nanosleep`)
+        if operation != "cas" or (old == args[0]).any():
+            m.sync_epoch += 1  # a write that may end another thread's spin wait (`nanosleep`, `_park_failed_cas`)
         if write is not None:
             write(sel, old)
+        return old
 
+    if operation == "cas":
+        return _park_failed_cas(m, inst, run, values[0])
     return run
+
+
+def _park_failed_cas(m: Machine, inst, run, compare) -> Step:
+    """atom.cas as a spin wait: a thread whose compare failed (a lock another thread holds) parks after the atom,
+    as after `nanosleep`, until nothing else can run. Any thread may be delayed (a legal timing), and without it
+    min-pc scheduling would run a CAS spin loop forever and never the holder, which sits at a higher pc (Triton's
+    `while tl.atomic_cas(lock, 0, 1) == 1: pass`). Woken twice with no atomic write in between is a deadlock."""
+
+    def run_cas(lanes, active):
+        m.pc[lanes] += 1
+        if not len(active):
+            return
+        old = run(active)
+        failed = active[old != np.broadcast_to(np.asarray(compare(active), old.dtype), old.shape)]
+        m.status[failed] = PARK
+        m.park_address[failed] = -1
+        m.park_test[failed] = True
+
+    return Step(inst, run_cas, control=True)
 
 
 # endregion

@@ -429,6 +429,9 @@ class Scheduler:
             elif status == PARK and pc > 0 and self.steps[pc - 1].inst.opcode == "nanosleep":
                 what = ("sleep in a spin wait that nothing can end (a semaphore wait, ld.acquire, whose count no "
                         "running CTA will reach: deadlock in this CTA order)")
+            elif status == PARK and pc > 0 and self.steps[pc - 1].inst.opcode == "atom":
+                what = "spin on an atom.cas that fails again with nothing left to run (a lock nobody releases)"
+                inst = self.steps[pc - 1].inst
             elif status == PARK and address >= 0:
                 what = f"wait on the mbarrier at shared address {address:#x}" + \
                     m.tracker.describe_barrier((int(m.lane_cta[lanes[0]]), address))

@@ -46,10 +46,11 @@ import numpy as np
 from tessera.interpreters.ptx import memory, sync
 from tessera.interpreters.ptx.cluster import _OFFSET_MASK, cluster_address, multicast_slots, shared_offsets
 from tessera.interpreters.ptx.decode import Operands, Step, elements, opcode
-from tessera.interpreters.ptx.global_order import ASYNC, StridedBox
+from tessera.interpreters.ptx.global_order import ASYNC, ASYNC_REDUCE, StridedBox
 from tessera.interpreters.ptx.memory import access, lanes_of, take_space
 from tessera.interpreters.ptx.state import GLOBAL_BASE, PARAM_WINDOW, WINDOW_SIZE, Machine, unique_rows
 from tessera.interpreters.ptx.sync import PRED, U32, shared_addresses
+from tessera.interpreters.ptx.numerics import flush_f32
 from tessera.interpreters.ptx.syntax import Address, Reg, Vector
 from tessera.interpreters.ptx.types import ptx_type
 from tessera.interpreters import serving_checks
@@ -117,10 +118,11 @@ def _box_offsets(spec: facts.TensorMapSpec, coords: tuple[int, ...]) -> tuple[np
 
 
 def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], smem: int, load: bool,
-              slot: int | None = None, barrier: int | None = None):
+              slot: int | None = None, barrier: int | None = None, combine=None):
     """One thread's tensor copy between the box at `coords` and shared offset `smem` of CTA slot `slot` (the
     thread's own by default); returns the bytes of the box. A load completing on the mbarrier at `barrier` (a
-    shared::cluster address of the thread's own CTA) reads global memory until that completes."""
+    shared::cluster address of the thread's own CTA) reads global memory until that completes. A store with
+    `combine` (old element bytes, box element bytes, data type -> new bytes) is a reduction into the tensor."""
     slot = int(m.lane_cta[lane]) if slot is None else slot
     tmap = _tensor_map(m, inst, lane, map_address)
     spec = tmap.spec
@@ -164,8 +166,15 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
     else:
         m.tracker.bulk_store_reads(inst, lane, shared_index, "the TMA store", span)
         data = m.shared[shared_index].reshape(-1, e)
-        m.memory.buffer[inside] = data if inside is global_index else data[valid]
-        memory.note_global(m, np.array([lane]), inside.reshape(1, -1), True, inst, ASYNC)
+        data = data if inside is global_index else data[valid]
+        if combine is not None:
+            watch = getattr(m, "watch", None)
+            if watch is not None:  # races between CTAs' reductions and plain accesses (`reductions`)
+                watch.on_add(inst, np.full(len(inside), lane), GLOBAL_BASE + inside[:, 0], e, reduction=True)
+            data = combine(m.memory.buffer[inside], data, spec.dtype)
+        m.memory.buffer[inside] = data
+        memory.note_global(m, np.array([lane]), inside.reshape(1, -1), True, inst,
+                           ASYNC if combine is None else ASYNC_REDUCE)
     return spec.box_bytes
 
 
@@ -400,10 +409,73 @@ def _into_cluster(ops: Operands, inst, nbytes: int, data, kind: str):
     return run
 
 
+_TMA_ADD = {facts.TensorMapDataType.FLOAT32: np.float32, facts.TensorMapDataType.FLOAT16: np.float16,
+            facts.TensorMapDataType.BFLOAT16: ml_dtypes.bfloat16, facts.TensorMapDataType.INT32: np.int32,
+            facts.TensorMapDataType.UINT32: np.uint32, facts.TensorMapDataType.UINT64: np.uint64}
+"""Tensor-map data types whose TMA .add reduction runs (PTX ISA cp.reduce.async.bulk.tensor: .add on .f32, .f16,
+.bf16, .s32, .u32, .u64), with their NumPy element types."""
+
+
+def _tma_add(old: np.ndarray, box: np.ndarray, dtype) -> np.ndarray:
+    """Element-wise old + box on raw bytes [n, e]: .f32 flushes subnormal inputs and results to zero, as this
+    executor's non-tensor bulk .add.f32 does (`reductions`: as global f32 atomics do; the cp.reduce text does not
+    say); .f16/.bf16 round each sum once to nearest even; integers wrap."""
+    kind = _TMA_ADD[dtype]
+    a, b = (np.ascontiguousarray(x).view(kind).reshape(-1) for x in (old, box))
+    with np.errstate(over="ignore", invalid="ignore"):
+        if kind == np.float32:
+            total = flush_f32(flush_f32(a) + flush_f32(b))
+        elif kind in (np.float16, ml_dtypes.bfloat16):
+            total = (a.astype(np.float64) + b.astype(np.float64)).astype(kind)
+        else:
+            total = a + b
+    return np.asarray(total, kind).view(np.uint8).reshape(old.shape)
+
+
+def _decode_tma_reduce(ops: Operands, inst, mods):
+    """cp.reduce.async.bulk.tensor.Nd.global.shared::cta.add{.tile}.bulk_group{.L2::cache_hint} [map, coords],
+    [smem]: the box in shared memory added into the tensor element by element, in the tensor map's data type
+    (Triton's TensorDescriptor.atomic_add), as a TMA store that combines (`_tma_lane`): its source is read until
+    the issuing thread's bulk wait_group.read, and races with plain accesses of other CTAs are reported. Other
+    operations (.min, .max, .inc, .dec, .and, .or, .xor) and modes are refused by name."""
+    m = ops.m
+    mods.drop("reduce", "async", "bulk", "tensor", "tile")
+    rank = mods.take("1d", "2d", "3d", "4d", "5d")
+    operation = mods.take("add", "min", "max", "inc", "dec", "and", "or", "xor")
+    form = [mods.take("global"), mods.take("shared::cta"), mods.take("bulk_group")]
+    hinted = mods.take("L2::cache_hint") is not None
+    if operation != "add" or not all(form) or rank is None or len(inst.operands) != 2 + hinted:
+        raise ops.refuse(inst, "TMA reductions other than cp.reduce.async.bulk.tensor.Nd.global.shared::cta.add"
+                               ".bulk_group")
+    map_address, coords = _coords(ops, inst, inst.operands[0])
+    if len(coords) != int(rank[0]):
+        raise ops.refuse(inst, f"{rank} needs {rank[0]} coordinates")
+    smem = ops.address(inst, inst.operands[1])
+
+    def combine(old, box, dtype):
+        if dtype not in _TMA_ADD:
+            raise m.error(inst, f"a TMA .add into a tensor of data type {dtype.name} (supported: "
+                                f"{', '.join(t.name for t in _TMA_ADD)})")
+        return _tma_add(old, box, dtype)
+
+    def run(sel):
+        lanes = lanes_of(m, sel)
+        smem_addresses = np.broadcast_to(np.asarray(smem(sel), np.int64), lanes.shape)
+        maps = np.broadcast_to(np.asarray(map_address(sel), np.int64), lanes.shape)
+        values = [np.broadcast_to(np.asarray(c(sel), np.int64), lanes.shape) for c in coords]
+        for i in _issued_per_warp(m, lanes, smem_addresses, maps, *values):
+            _tma_lane(m, inst, int(lanes[i]), int(maps[i]), [int(v[i]) for v in values], int(smem_addresses[i]),
+                      False, combine=combine)
+
+    return run
+
+
 @opcode("cp")
 def decode_cp(ops: Operands, inst, mods):
     from tessera.interpreters.ptx import reductions
 
+    if "reduce" in inst.modifiers and "tensor" in inst.modifiers:
+        return _decode_tma_reduce(ops, inst, mods)
     if "reduce" in inst.modifiers:
         return reductions.decode_cp_reduce(ops, inst, mods)
     if "bulk" in inst.modifiers and ("commit_group" in inst.modifiers or "wait_group" in inst.modifiers):
