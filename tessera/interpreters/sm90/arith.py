@@ -139,6 +139,23 @@ def saturating_to_int(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return clipped.astype(dtype)
 
 
+def _shuffle_plan(op: vector.ShuffleOp, lanes: int) -> tuple[int, slice] | np.ndarray:
+    """The lanes `op` takes from operands of `lanes` lanes: (0 or 1, a slice) where they are consecutive lanes of
+    one operand, else the mask as indices into both; decoded once per op and mask attribute (kept on the op)
+    instead of at every run."""
+    cached = op.__dict__.get("_tessera_shuffle")
+    if cached is not None and cached[0] is op.mask and cached[1] == lanes:
+        return cached[2]
+    mask = np.asarray(op.mask.get_values(), np.intp)
+    plan: tuple[int, slice] | np.ndarray = mask
+    if len(mask) and (np.diff(mask) == 1).all() and (mask[0] >= lanes or mask[-1] < lanes):
+        second = int(mask[0] >= lanes)
+        start = int(mask[0]) - second * lanes
+        plan = (second, slice(start, start + len(mask)))
+    op.__dict__["_tessera_shuffle"] = (op.mask, lanes, plan)
+    return plan
+
+
 @register_impls
 class RegisterArithFunctions(InterpreterFunctions):
     """`arith`, `math.fma` and `vector` ops on the registers of a CTA."""
@@ -336,11 +353,13 @@ class RegisterArithFunctions(InterpreterFunctions):
     @impl(vector.ShuffleOp)
     def run_shuffle(self, interpreter: Interpreter, op: vector.ShuffleOp, args: PythonValues):
         v1, v2 = (x if x.ndim == 2 else x[:, None] for x in args)
-        mask = self._constants.get(op)
-        if mask is None:  # the mask decoded once per op, not at every run
-            mask = self._constants[op] = np.asarray(op.mask.get_values(), np.intp)
-        if args[0] is args[1] or (mask < v1.shape[1]).all():
-            return (v1[:, np.where(mask < v1.shape[1], mask, mask - v1.shape[1])],)
-        return (np.concatenate([v1, v2], axis=1)[:, mask],)
+        plan = _shuffle_plan(op, v1.shape[1])
+        if isinstance(plan, tuple):  # consecutive lanes of one operand
+            return ((v2 if plan[0] else v1)[:, plan[1]].copy(),)
+        if args[0] is args[1]:
+            return (v1[:, np.where(plan < v1.shape[1], plan, plan - v1.shape[1])],)
+        if (plan < v1.shape[1]).all():
+            return (v1[:, plan],)
+        return (np.concatenate([v1, v2], axis=1)[:, plan],)
 
     # endregion

@@ -222,7 +222,8 @@ def simulator_options(func_op: func.FuncOp, races: bool = True, schedule: str = 
     """The options of a run of `func_op` (ValueError for an unknown schedule)."""
     if schedule not in SCHEDULES:
         raise ValueError(f"run_target_kernel: schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
-    sources = wgmma_register_sources(func_op) if races else (frozenset(), frozenset())
+    sources = (CompiledKernel.of(func_op).fact("wgmma register sources", lambda: wgmma_register_sources(func_op))
+               if races else (frozenset(), frozenset()))
     return SimulatorOptions(bool(races), schedule, int(seed), sources)
 
 
@@ -393,12 +394,14 @@ def _run_grid(func_op, arguments, sizes, allocation, listeners, cta_order, traff
         facts.check_launch(grid, (kernel.threads,), kernel.smem_bytes)
     except ValueError as error:
         raise ValueError(f"@{kernel.name}: {error}") from None
-    reduced, atomic = reduction_targets(kernel)
+    program = kernel.program
+    reduced, atomic = program.fact(("reduction targets", kernel.args), lambda: reduction_targets(kernel))
     memory = GlobalMemory(list(arguments), names, reduced, atomic, grid)
     values = _argument_values(kernel, arguments, sizes, memory)
     module = _module_of(func_op)
     declared = kernel_cluster(func_op) if CLUSTER_ATTR in func_op.attributes else None
-    if declared is None and any(isinstance(op, sm90.CLUSTER_OPS) for op in func_op.walk()):
+    if declared is None and program.fact("cluster ops", lambda: any(isinstance(op, sm90.CLUSTER_OPS)
+                                                                    for op in func_op.walk())):
         declared = (1, 1, 1)  # cluster ops without a declared cluster: each CTA is a cluster of one
     if cluster is None and declared is not None:
         cluster, _ = launch_cluster(declared, grid)
@@ -430,40 +433,64 @@ def _run_grid(func_op, arguments, sizes, allocation, listeners, cta_order, traff
         raise ValueError(f"@{kernel.name}: cta_order must be a permutation of the {gx * gy * gz} CTAs' linear "
                          "indices")
     if parallel is not None and len(order) > 1 and _parallel(parallel, kernel, listeners, memory):
-        _run_groups(parallel, kernel, module, arguments, names, sizes, allocation, traffic, order, None, options)
+        _run_groups(parallel, kernel, module, arguments, names, sizes, allocation, traffic, order, None, options,
+                    batch_ctas, cta_order is None and gy * gz > 1)
         return
+    ids = [(linear % gx, (linear // gx) % gy, linear // (gx * gy)) for linear in order]
+    size = batch_ctas if batchable(kernel, listeners, memory, options) else 1
+    run_batches(kernel, module, values, memory, ids, grid, allocation, listeners, options, traffic, size,
+                by_x=cta_order is None and gy * gz > 1)
+
+
+def run_batches(kernel: TargetKernel, module: ModuleOp, values: list, memory: GlobalMemory,
+                ids: Sequence[tuple[int, int, int]], grid: tuple[int, int, int], allocation, listeners,
+                options: SimulatorOptions, traffic: dict | None, size: int, by_x: bool = False,
+                on_cta=None) -> None:
+    """Run the CTAs `ids` (a serial order) in batches of at most `size`, a leader and its followers
+    (`followers`); `size` 1 runs them one at a time. The first batches are consecutive CTAs. Followers that
+    leave a batch (their operand differed from the leader's) are batched again with those that left at the
+    same op with the same operand (a causal trip count, a sequence's length), ahead of the rest; the first
+    time any leave, with `by_x`, the CTAs not yet run are batched instead by their x index (a query block of
+    every head, whose trip counts agree). Followers of a batch that fails run one at a time. `on_cta(cta_id)`
+    is called before each CTA's run and before each follower's stores are made (a worker's access log names
+    the CTA by it)."""
     pool = RecordPool() if listeners is None else None  # a listener may keep a CTA's state
-    # batches of consecutive CTAs; where their followers drop out (their control flow differs from the leader's),
-    # batches of CTAs that share their x index (a query block of every head: a causal trip count agrees), then
-    # one CTA at a time (`followers`)
-    gx, gy, gz = grid
-    pending = [(linear % gx, (linear // gx) % gy, linear // (gx * gy)) for linear in order]
-    modes = ["consecutive", "by_x", "alone"] if batchable(kernel, listeners, memory, options) and batch_ctas > 1 \
-        else ["alone"]
-    if cta_order is not None or gy * gz == 1:
-        modes = [m for m in modes if m != "by_x"]
-    for mode in modes:
-        batches = cta_batches(pending, batch_ctas if mode != "alone" else 1, mode == "by_x")
-        pending = []
-        for index, ids in enumerate(batches):
-            cta = run_cta(kernel, module, values, memory, ids[0], grid, allocation, listeners, options, pool,
-                          ids[1:])
+    queue = cta_batches(ids, size, False)
+    while queue:
+        batch = queue.pop(0)
+        if on_cta is not None:
+            on_cta(batch[0])
+        cta = run_cta(kernel, module, values, memory, batch[0], grid, allocation, listeners, options, pool,
+                      batch[1:])
+        if traffic is not None:
+            traffic[cta.cta_id] = dict(cta.traffic)
+        if pool is not None:
+            pool.reclaim()
+        followers = cta.followers
+        if followers is None:
+            continue
+        following = set(followers.following())
+        for view in followers.commit(memory, on_cta, following):  # in the grid's order, as their own CTAs
             if traffic is not None:
-                traffic[cta.cta_id] = dict(cta.traffic)
-            if pool is not None:
-                pool.reclaim()
-            followers = cta.followers
-            if followers is None:
-                continue
-            if followers.dropped is None:  # their stores, in the grid's order, as their own CTAs
-                for view in followers.commit(memory):
-                    if traffic is not None:
-                        traffic[view.cta_id] = dict(cta.traffic)
-                continue
-            pending = ids[1:] + [cta_id for later in batches[index + 1:] for cta_id in later]
-            break
-        if not pending:
-            return
+                traffic[view.cta_id] = dict(cta.traffic)
+        if len(following) == followers.count:
+            continue
+        if followers.dropped is not None and not followers.left:  # a failure: each runs alone
+            again = [[cta_id] for cta_id in batch[1:] if cta_id not in following]
+        else:
+            groups: dict = {}
+            for f, cta_id in enumerate(batch[1:]):
+                if cta_id not in following:
+                    signature = followers.left.get(f, (None, ("failed", f)))[1]
+                    groups.setdefault(signature, []).append(cta_id)
+            again = [group[start:start + size] for group in groups.values()
+                     for start in range(0, len(group), size)]
+        if by_x:  # once: the rest by query block
+            queue = cta_batches([cta_id for group in again for cta_id in group]
+                                + [cta_id for later in queue for cta_id in later], size, True)
+            by_x = False
+        else:
+            queue = again + queue
 
 
 def cta_batches(ids: Sequence[tuple[int, int, int]], size: int, by_x: bool) -> list[list[tuple]]:
@@ -486,11 +513,47 @@ def batchable(kernel: TargetKernel, listeners, memory: GlobalMemory, options: Si
     (a follower's reads come before the stores of the CTAs before it)."""
     if listeners is not None or options.schedule != "round_robin" or memory.atomic_targets:
         return False
-    if not all(follower_rule(op) is not None for op in kernel.op.walk()):
+    if not kernel.program.fact("follower rules", lambda: all(follower_rule(op) is not None
+                                                              for op in kernel.op.walk())):
         return False
-    read = {arg.source for arg in kernel.args if arg.kind == "tensormap"}
-    written = {arg.source for arg in kernel.args if arg.kind == "pointer"}
+    read, written = kernel.program.fact(("pointer accesses", kernel.args), lambda: _pointer_accesses(kernel))
+    read |= {arg.source for arg in kernel.args if arg.kind == "tensormap"}
     return not (read & written)
+
+
+def _pointer_accesses(kernel: TargetKernel) -> tuple[set[int], set[int]]:
+    """(the tensors `kernel` loads from through pointers, the tensors it stores to or may write some other way):
+    the `sm90.source` of each pointer argument from which a load's or store's address is computed (a loaded
+    value counts as data: a kernel that stores where it loads from another CTA's bytes races, and the race
+    checks between CTAs report it); every pointer argument not only loaded from counts as written."""
+    from xdsl.ir import BlockArgument
+
+    entry = kernel.op.body.blocks.first
+    pointers = {i: arg.source for i, arg in enumerate(kernel.args) if arg.kind == "pointer"}
+    loads, stores = (sm90.LdGlobalOp, sm90.LdGlobalU16Op), (sm90.StGlobalOp, sm90.StGlobalB16Op)
+
+    def sources(value) -> set[int]:
+        found, stack, seen = set(), [value], set()
+        while stack:
+            v = stack.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            if isinstance(v, BlockArgument):
+                if v.owner is entry and v.index in pointers:
+                    found.add(pointers[v.index])
+                continue
+            if not isinstance(v.owner, loads):  # a loaded value is data (a sequence's start), not that tensor's address
+                stack.extend(v.owner.operands)
+        return found
+
+    read, stored = set(), set()
+    for op in kernel.op.walk():
+        if isinstance(op, loads):
+            read |= sources(op.operands[0]) | sources(op.operands[1])
+        elif isinstance(op, stores):
+            stored |= sources(op.operands[0]) | sources(op.operands[1])
+    return read, set(pointers.values()) - (read - stored)
 
 
 # region parallel groups (`tessera.interpreters.parallel`)
@@ -504,7 +567,9 @@ def _parallel(parallel: Parallel, kernel: TargetKernel, listeners, memory: Globa
         serial_note(where, "its CTAs add into shared targets (red, atom, bulk reductions), which the race checks "
                            "between CTAs follow in one process")
         return False
-    if any(isinstance(op, (sm90_reductions.SemTryWaitOp, sm90_reductions.SemSignalOp)) for op in kernel.op.walk()):
+    if kernel.program.fact("semaphores", lambda: any(isinstance(op, (sm90_reductions.SemTryWaitOp,
+                                                                      sm90_reductions.SemSignalOp))
+                                                     for op in kernel.op.walk())):
         serial_note(where, "its CTAs wait for each other on semaphores (a grid-wide order)")
         return False
     return True
@@ -538,6 +603,9 @@ class _TargetGroup:
     checks: tuple
     simulation: tuple = (True, "round_robin", 0)
     """`SimulatorOptions` (races, schedule, seed): the worker finds the kernel's register sources itself."""
+    batch_ctas: int = 1
+    """Batches of CTAs in the group (`run_batches`; the launch's `batch_ctas`)."""
+    by_x: bool = False
 
 
 @dataclass
@@ -581,17 +649,19 @@ def _run_group(task: _TargetGroup) -> GroupResult:
     pool = RecordPool()
     with serving_checks.checking(*task.checks):
         try:
-            for unit in task.units:
-                if task.cluster is not None:
-                    x, y, z = unit[0]
-                    memory.log.current = x + gx * (y + gy * z)
-                    ctas = run_cluster(kernel, module, values, memory, unit, grid, task.cluster, layout, None, options,
-                                       pool)
-                else:
-                    memory.log.current = unit
-                    ctas = [run_cta(kernel, module, values, memory, (unit % gx, unit // gx % gy, unit // (gx * gy)),
-                                    grid, layout, None, options, pool)]
-                for cta in ctas:
+            if task.cluster is None:
+                def charge(cta_id) -> None:  # what the access log charges to a CTA (a TMA read: its leader)
+                    memory.log.current = _linear(cta_id, grid)
+
+                ids = [(unit % gx, unit // gx % gy, unit // (gx * gy)) for unit in task.units]
+                size = task.batch_ctas if batchable(kernel, None, memory, options) else 1
+                run_batches(kernel, module, values, memory, ids, grid, layout, None, options, traffic, size,
+                            task.by_x, charge)
+            for unit in task.units if task.cluster is not None else ():
+                x, y, z = unit[0]
+                memory.log.current = x + gx * (y + gy * z)
+                for cta in run_cluster(kernel, module, values, memory, unit, grid, task.cluster, layout, None,
+                                       options, pool):
                     traffic[cta.cta_id] = dict(cta.traffic)
                 pool.reclaim()
         except HazardUnwind as unwind:  # raised by the parent in the serial order (`merge`)
@@ -607,8 +677,10 @@ def _run_group(task: _TargetGroup) -> GroupResult:
 
 def _run_groups(parallel: Parallel, kernel: TargetKernel, module: ModuleOp, arguments: Sequence[np.ndarray],
                 names: list[str], sizes: Mapping[str, int], allocation, traffic: dict | None, units: Sequence,
-                cluster: tuple[int, int, int] | None, options: SimulatorOptions = SimulatorOptions()) -> None:
-    """Run `units` (in the serial order) in `parallel.groups` groups and merge their results into `arguments`."""
+                cluster: tuple[int, int, int] | None, options: SimulatorOptions = SimulatorOptions(),
+                batch_ctas: int = 1, by_x: bool = False) -> None:
+    """Run `units` (in the serial order) in `parallel.groups` groups and merge their results into `arguments`;
+    each group runs its CTAs in batches of `batch_ctas` (`run_batches`, `by_x` as there)."""
     if parallel.forks:  # the workers inherit the program and the arguments
         text, registers, shipped = None, None, None
         key = program_key(kernel.name, str(id(kernel.op)), str(os.getpid()), str(time.monotonic_ns()))
@@ -624,7 +696,7 @@ def _run_groups(parallel: Parallel, kernel: TargetKernel, module: ModuleOp, argu
     checks = serving_checks.active_checks()
     simulation = (options.races, options.schedule, options.seed)
     tasks = [_TargetGroup(key, text, kernel.name, registers, shipped, dict(sizes), units[part.start:part.stop],
-                          cluster, checks, simulation)
+                          cluster, checks, simulation, batch_ctas, by_x)
              for part in split(len(units), parallel.groups)]
     flat = [a.reshape(-1).view(np.uint8) if a.flags.c_contiguous else np.zeros(0, np.uint8) for a in arguments]
     gx, gy, _ = kernel.grid_size(sizes)
