@@ -68,6 +68,82 @@ def test_batched_flash_is_bitwise_one_at_a_time(causal, batches, rng):
         assert batches == [((0, 0, 0), 3, None)]
 
 
+@pytest.fixture
+def leaders(monkeypatch):
+    """Each run's leader, the followers that followed it to the end and those that left it."""
+    seen = []
+    run_cta = launch.run_cta
+
+    def recording(*args, **kwargs):
+        cta = run_cta(*args, **kwargs)
+        followers = cta.followers
+        seen.append((cta.cta_id, followers.following() if followers else [],
+                     sorted(followers.cta_ids[f] for f in followers.left) if followers else []))
+        return cta
+
+    monkeypatch.setattr(launch, "run_cta", recording)
+    return seen
+
+
+def test_a_causal_one_head_grid_batches_the_query_blocks_that_agree(leaders, rng):
+    """One head, 300 queries over 600 keys (d64, three 128-query blocks): the first query block has fewer key
+    blocks than the others and leaves the batch at the producer's loop; the last two have as many, their
+    diagonal block masked at different keys (a pure scf.if, where each follower takes its own branch), and run
+    as one batch: two leaders, not three."""
+    q = rng.standard_normal((1, 1, 300, 64))
+    k, v = (rng.standard_normal((1, 1, 600, 64)) for _ in range(2))
+    alone, batched = _both_ways(tessera.kernels.flash_attention(head_dim=64, causal=True), [q, k, v])
+    for a, b in zip(alone, batched):
+        assert a.tobytes() == b.tobytes()
+    assert leaders[3:] == [((0, 0, 0), [], [(1, 0, 0), (2, 0, 0)]), ((1, 0, 0), [(2, 0, 0)], [])]
+
+
+def test_a_varlen_grid_batches_the_sequences_that_agree(leaders, monkeypatch, rng):
+    """Packed sequences of 0, 1, 70 and 5 queries over 3, 1, 150 and 7 keys, two heads (8 CTAs): each loads its
+    sequence's bounds (ld_global, a follower rule) and the CTAs of equal trip counts run together."""
+    lengths_q, lengths_k = [0, 1, 70, 5], [3, 1, 150, 7]
+    cu = [np.concatenate([[0], np.cumsum(n)]).astype(np.int32) for n in (lengths_q, lengths_k)]
+    q = rng.standard_normal((sum(lengths_q), 2, 64)).astype(BF16)
+    k, v = (rng.standard_normal((sum(lengths_k), 1, 64)).astype(BF16) for _ in range(2))
+
+    def run():
+        return tessera.attention(q, k, v, causal=True, cu_seqlens_q=cu[0], cu_seqlens_k=cu[1], max_seqlen_q=70,
+                                 max_seqlen_k=150, level="target")
+
+    batched = run()
+    assert len(leaders) == 3 and len({cta for _, following, _ in leaders for cta in following}) == 5
+    monkeypatch.setattr(launch, "batchable", lambda *args: False)
+    assert run().tobytes() == batched.tobytes()
+    assert len(leaders) == 3 + 8
+
+
+def test_workers_run_their_ctas_in_batches(monkeypatch, tmp_path, rng):
+    """Each worker runs its share of the grid in batches: two heads of two query blocks, causal, in two groups
+    of two CTAs (forked workers note their leaders in a file), bitwise the serial run."""
+    notes, run_cta = tmp_path / "leaders", launch.run_cta
+
+    def recording(*args, **kwargs):
+        cta = run_cta(*args, **kwargs)
+        with notes.open("a") as out:
+            out.write(f"{cta.cta_id} {cta.followers.following() if cta.followers else None}\n")
+        return cta
+
+    monkeypatch.setattr(launch, "run_cta", recording)
+    q, k, v = (rng.standard_normal((1, 2, 200, 64)) for _ in range(3))
+    module = tessera.kernels.flash_attention(head_dim=64, causal=True)
+    sig = signature(kernels(module)[0])
+    target = tessera.lower_to_target(module, sig.name)
+    allocation = allocate_registers(target)
+    outputs = []
+    for workers in (None, 2):
+        arguments, sizes = prepare_arguments(sig, [q, k, v])
+        run_target_kernel(target, arguments, sizes, allocation, workers=workers)
+        outputs.append(arguments)
+    assert [a.tobytes() for a in outputs[0]] == [a.tobytes() for a in outputs[1]]
+    assert sorted(notes.read_text().splitlines()[2:]) == ["(0, 0, 0) []", "(0, 1, 0) []", "(1, 0, 0) None",
+                                                          "(1, 1, 0) None"]
+
+
 def test_batched_gemm_is_bitwise_one_at_a_time(batches, rng):
     a, b = rng.standard_normal((200, 96)), rng.standard_normal((96, 136))
     alone, batched = _both_ways(tessera.kernels.gemm(), [a, b])
