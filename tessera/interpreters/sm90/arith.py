@@ -139,7 +139,14 @@ def saturating_to_int(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return clipped.astype(dtype)
 
 
-def _shuffle_plan(op: vector.ShuffleOp, lanes: int) -> tuple[int, slice] | np.ndarray:
+def read_only(view: np.ndarray) -> np.ndarray:
+    """`view` (of a register value) marked read-only: values are never written in place, and a view of one
+    must not become the first exception."""
+    view.flags.writeable = False
+    return view
+
+
+def shuffle_plan(op: vector.ShuffleOp, lanes: int) -> tuple[int, slice] | np.ndarray:
     """The lanes `op` takes from operands of `lanes` lanes: (0 or 1, a slice) where they are consecutive lanes of
     one operand, else the mask as indices into both; decoded once per op and mask attribute (kept on the op)
     instead of at every run."""
@@ -353,9 +360,9 @@ class RegisterArithFunctions(InterpreterFunctions):
     @impl(vector.ShuffleOp)
     def run_shuffle(self, interpreter: Interpreter, op: vector.ShuffleOp, args: PythonValues):
         v1, v2 = (x if x.ndim == 2 else x[:, None] for x in args)
-        plan = _shuffle_plan(op, v1.shape[1])
-        if isinstance(plan, tuple):  # consecutive lanes of one operand
-            return ((v2 if plan[0] else v1)[:, plan[1]].copy(),)
+        plan = shuffle_plan(op, v1.shape[1])
+        if isinstance(plan, tuple):  # consecutive lanes of one operand: a read-only view, no copy
+            return (read_only((v2 if plan[0] else v1)[:, plan[1]]),)
         if args[0] is args[1]:
             return (v1[:, np.where(plan < v1.shape[1], plan, plan - v1.shape[1])],)
         if (plan < v1.shape[1]).all():

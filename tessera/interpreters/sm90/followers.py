@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import NoReturn
 
 import numpy as np
-from xdsl.dialects import arith, func, scf
+from xdsl.dialects import arith, func, scf, vector
 from xdsl.ir import Operation
 
 from tessera.dialects import sm90
@@ -39,7 +39,7 @@ from tessera.interpreters import serving_checks
 from tessera.interpreters.block_batch import describe_op
 from tessera.interpreters.byte_box import put
 from tessera.interpreters.sm90 import wgmma as wgmma_unit
-from tessera.interpreters.sm90.arith import RegisterArithFunctions
+from tessera.interpreters.sm90.arith import RegisterArithFunctions, read_only, shuffle_plan
 from tessera.interpreters.sm90.cta import NamesThreads
 from tessera.interpreters.sm90.machine import Sm90Functions
 from tessera.interpreters.sm90.registers import as_unsigned64, dtype_of, row_mask, unsigned
@@ -111,28 +111,53 @@ def _rule(op: Operation) -> str | None:
     if isinstance(op, (sm90.SpecialRegOp, sm90.TmaLoadOp, sm90.WgmmaMmaAsyncOp, sm90.StGlobalOp, sm90.StGlobalB16Op,
                        sm90.LdGlobalOp, sm90.LdGlobalU16Op)):
         return op.name
+    if isinstance(op, vector.ShuffleOp):
+        return "vector.shuffle"
     if _pure(op):
         return "pure"
     return None
 
 
-_REGION_OPS = ("pure", "sm90.special", "terminator")
+_REGION_OPS = ("pure", "vector.shuffle", "sm90.special", "terminator")
+
+
+def _shuffle(op: vector.ShuffleOp, first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """`vector.shuffle` of the followers' [F, T, N] values at once (`arith.run_shuffle`'s lanes)."""
+    v1, v2 = (x if x.ndim == 3 else x[:, :, None] for x in (first, second))
+    plan = shuffle_plan(op, v1.shape[2])
+    if isinstance(plan, tuple):
+        return read_only((v2 if plan[0] else v1)[:, :, plan[1]])
+    if first is second:
+        return v1[:, :, np.where(plan < v1.shape[2], plan, plan - v1.shape[2])]
+    return np.concatenate([v1, v2], axis=2)[:, :, plan]
 
 
 def pure_if(interpreter, op: scf.IfOp) -> bool:
     """Whether `op`'s branches only compute values (pure ops, constants, shared addresses, special registers:
-    no memory, synchronisation or nested control flow), so that followers whose condition differs from the
-    leader's can compute the branch it does not run by themselves (`Followers.region`); kept per kernel."""
+    no memory, synchronisation or nested control flow) that no check of the CTA observes, so that followers
+    whose condition differs from the leader's can compute the branch it does not run by themselves
+    (`Followers.region`) and a one-at-a-time run would find nothing more in it. A listener observes nothing in
+    such a branch if its `observes` says so for every op, or if it declares `pure_regions` ("check": its
+    `will_interpret_op` is called there with the leader's operands, `Followers.region`; "ignore"). Kept per
+    kernel and listener keys."""
+    ops = [inner for region in op.regions for block in region.blocks for inner in block.ops]
+    listeners = interpreter.listeners
+
     def compute() -> bool:
-        for region in op.regions:
-            for block in region.blocks:
-                for inner in block.ops:
-                    if inner.regions or not (follower_rule(inner) in _REGION_OPS
-                                             or isinstance(inner, (arith.ConstantOp, sm90.SharedBufferOp))):
-                        return False
+        if any(inner.regions or not (follower_rule(inner) in _REGION_OPS
+                                     or isinstance(inner, (arith.ConstantOp, sm90.SharedBufferOp)))
+               for inner in ops):
+            return False
+        for listener in listeners:
+            if getattr(listener, "pure_regions", None) in ("check", "ignore"):
+                continue
+            observes = getattr(listener, "observes", None)
+            if observes is None or any(observes(inner) != (False, False) for inner in ops):
+                return False
         return True
 
-    return interpreter.kernel.fact(("pure if", op), compute)
+    key = ("pure if", op, tuple(getattr(listener, "observes_key", type(listener)) for listener in listeners))
+    return interpreter.kernel.fact(key, compute)
 
 
 # endregion
@@ -282,11 +307,20 @@ class Followers:
         """The followers' values of a pure region (`pure_if`) that the leader does not run: its ops computed
         for the followers alone, from their frame (`interpreter.shadow`); the values its terminator yields."""
         code = interpreter.kernel.blocks[region.blocks.first]
-        shadow = interpreter.shadow
+        shadow, frame = interpreter.shadow, interpreter._ctx  # noqa: SLF001
         implementations = interpreter._steps.implementations  # noqa: SLF001
+        checks = [listener for listener in interpreter.listeners if getattr(listener, "pure_regions", None) == "check"]
+        inside: set[int] = set()
         for op_code in code.ops:
             op = op_code.op
             fargs = tuple(shadow[slot] for slot in op_code.reads)
+            try:
+                for listener in checks:
+                    listener.will_interpret_op(op, tuple(None if slot in inside else frame[slot]
+                                                         for slot in op_code.reads))
+            except HazardUnwind as unwind:  # a follower's own run reports it, naming that CTA
+                raise FollowerDropout(str(unwind.error)) from None
+            inside.update(op_code.writes)
             rule = follower_rule(op)
             if rule == "terminator":
                 return fargs
@@ -294,6 +328,8 @@ class Followers:
             functions = interpreter.functions[position]
             if rule == "pure":
                 results = self._run_wide(op, implementation, fargs)
+            elif rule == "vector.shuffle":
+                results = (_shuffle(op, *fargs),)
             elif rule == "sm90.special":
                 results = (self._special_register(op, functions),)
             else:  # a constant or a shared address: the leader's, computed by its implementation
@@ -343,6 +379,10 @@ class Followers:
             if all(self._uniform(leader, followers) for leader, followers in zip(args, fargs)):
                 return tuple(self.broadcast(r) for r in results)  # the leader's operands: its results
             return self._run_pure(op, impl, functions, fargs, args)
+        if rule == "vector.shuffle":
+            if all(self._uniform(leader, followers) for leader, followers in zip(args, fargs)):
+                return tuple(self.broadcast(r) for r in results)
+            return (_shuffle(op, *fargs),)
         if rule == "sm90.special":
             return (self._special_register(op, functions),)
         if rule == "sm90.tma_load":
@@ -488,7 +528,7 @@ class Followers:
         for f in np.nonzero(self.alive)[0]:
             selected = mask[f] & row_mask(leader.active, mask[f])
             thread, _ = np.nonzero(selected)
-            view = FollowerView(leader, self.cta_ids[f], leader.hb.ordered.copy(), leader.clock)
+            view = FollowerView(leader, self.cta_ids[f], leader.hb.ordered, leader.clock)  # read now, not kept
             try:
                 words[f][selected] = memory.load_words(view, op, (base[f][:, None] + offsets[f] + columns)[selected],
                                                        thread, nbytes)
