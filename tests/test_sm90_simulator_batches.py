@@ -15,6 +15,7 @@ import tessera.interpreters.sm90.launch as launch
 from tessera.interpreters.block_batch import KernelHazardError
 from tessera.interpreters.launch import prepare_arguments
 from tessera.interpreters.sm90 import run_target_kernel
+from tessera.interpreters.sm90.batches import cta_batches
 from tessera.kernel_abi import kernels, signature
 from tessera.regalloc import allocate_registers
 
@@ -192,7 +193,7 @@ def test_a_follower_that_fails_runs_alone_and_is_named(batches):
 
 def test_cta_batches_lead_with_the_first_cta():
     ids = [(x, y, 0) for y in range(2) for x in range(3)]
-    assert launch.cta_batches(ids, 4, False) == [ids[:4], ids[4:]]
-    assert launch.cta_batches(ids, 4, True) == [[(0, 0, 0), (0, 1, 0)], [(1, 0, 0), (1, 1, 0)],
+    assert cta_batches(ids, 4, False) == [ids[:4], ids[4:]]
+    assert cta_batches(ids, 4, True) == [[(0, 0, 0), (0, 1, 0)], [(1, 0, 0), (1, 1, 0)],
                                                 [(2, 0, 0), (2, 1, 0)]]
-    assert launch.cta_batches(ids, 1, True) == [[cta_id] for cta_id in ids]
+    assert cta_batches(ids, 1, True) == [[cta_id] for cta_id in ids]
