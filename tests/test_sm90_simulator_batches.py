@@ -41,16 +41,15 @@ def batches(monkeypatch):
     return seen
 
 
-def _both_ways(module, inputs, checked: bool = True):
-    """The outputs of the kernel's target run one CTA at a time (allocation checked) and in batches (allocation
-    checked unless not `checked`)."""
+def _both_ways(module, inputs):
+    """The outputs of the kernel's target run one CTA at a time and in batches (allocation checked)."""
     sig = signature(kernels(module)[0])
     target = tessera.lower_to_target(module, sig.name)
     allocation = allocate_registers(target)
     outputs = []
     for size in (1, launch.BATCH_CTAS):
         arguments, sizes = prepare_arguments(sig, inputs)
-        run_target_kernel(target, arguments, sizes, allocation if checked or size == 1 else None, batch_ctas=size)
+        run_target_kernel(target, arguments, sizes, allocation, batch_ctas=size)
         outputs.append(arguments)
     return outputs
 
@@ -90,11 +89,12 @@ def leaders(monkeypatch):
 def test_a_causal_one_head_grid_batches_the_query_blocks_that_agree(leaders, rng):
     """One head, 300 queries over 600 keys (d64, three 128-query blocks): the first query block has fewer key
     blocks than the others and leaves the batch at the producer's loop; the last two have as many, their
-    diagonal block masked at different keys (a pure scf.if, where each follower takes its own branch where no
-    check observes it: the register-file check is off), and run as one batch: two leaders, not three."""
+    diagonal block masked at different keys (a pure scf.if, where each follower takes its own branch, its ops
+    checked for writes to registers in flight as the leader's are), and run as one batch: two leaders, not
+    three."""
     q = rng.standard_normal((1, 1, 300, 64))
     k, v = (rng.standard_normal((1, 1, 600, 64)) for _ in range(2))
-    alone, batched = _both_ways(tessera.kernels.flash_attention(head_dim=64, causal=True), [q, k, v], False)
+    alone, batched = _both_ways(tessera.kernels.flash_attention(head_dim=64, causal=True), [q, k, v])
     for a, b in zip(alone, batched):
         assert a.tobytes() == b.tobytes()
     assert leaders[3:] == [((0, 0, 0), [], [(1, 0, 0), (2, 0, 0)]), ((1, 0, 0), [(2, 0, 0)], [])]

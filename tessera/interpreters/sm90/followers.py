@@ -136,10 +136,10 @@ def pure_if(interpreter, op: scf.IfOp) -> bool:
     """Whether `op`'s branches only compute values (pure ops, constants, shared addresses, special registers:
     no memory, synchronisation or nested control flow) that no check of the CTA observes, so that followers
     whose condition differs from the leader's can compute the branch it does not run by themselves
-    (`Followers.region`) and a one-at-a-time run would find nothing more in it. A listener observes nothing in
-    such a branch if its `observes` says so for every op, or if it declares `pure_regions` ("check": its
-    `will_interpret_op` is called there with the leader's operands, `Followers.region`; "ignore"). Kept per
-    kernel and listener keys."""
+    (`Followers.region`) and a one-at-a-time run would find nothing more in it: for every op of the branches,
+    each listener either observes nothing (`observes`) or says that `check_pure_region(op, leader operands)`
+    is all it needs there (`in_pure_region(op)`: a check that depends only on what every CTA of the batch
+    shares, made when the followers run the branch). Kept per kernel and listener keys."""
     ops = [inner for region in op.regions for block in region.blocks for inner in block.ops]
     listeners = interpreter.listeners
 
@@ -149,11 +149,13 @@ def pure_if(interpreter, op: scf.IfOp) -> bool:
                for inner in ops):
             return False
         for listener in listeners:
-            if getattr(listener, "pure_regions", None) in ("check", "ignore"):
-                continue
             observes = getattr(listener, "observes", None)
-            if observes is None or any(observes(inner) != (False, False) for inner in ops):
-                return False
+            in_pure_region = getattr(listener, "in_pure_region", None)
+            for inner in ops:
+                if in_pure_region is not None and in_pure_region(inner):
+                    continue
+                if observes is None or observes(inner) != (False, False):
+                    return False
         return True
 
     key = ("pure if", op, tuple(getattr(listener, "observes_key", type(listener)) for listener in listeners))
@@ -309,15 +311,16 @@ class Followers:
         code = interpreter.kernel.blocks[region.blocks.first]
         shadow, frame = interpreter.shadow, interpreter._ctx  # noqa: SLF001
         implementations = interpreter._steps.implementations  # noqa: SLF001
-        checks = [listener for listener in interpreter.listeners if getattr(listener, "pure_regions", None) == "check"]
+        checks = [listener for listener in interpreter.listeners if hasattr(listener, "check_pure_region")]
         inside: set[int] = set()
         for op_code in code.ops:
             op = op_code.op
             fargs = tuple(shadow[slot] for slot in op_code.reads)
             try:
                 for listener in checks:
-                    listener.will_interpret_op(op, tuple(None if slot in inside else frame[slot]
-                                                         for slot in op_code.reads))
+                    if listener.in_pure_region(op):
+                        listener.check_pure_region(op, tuple(None if slot in inside else frame[slot]
+                                                             for slot in op_code.reads))
             except HazardUnwind as unwind:  # a follower's own run reports it, naming that CTA
                 raise FollowerDropout(str(unwind.error)) from None
             inside.update(op_code.writes)
