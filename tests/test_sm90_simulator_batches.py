@@ -191,6 +191,21 @@ def test_a_follower_that_fails_runs_alone_and_is_named(batches):
     assert message == _error(kernel, 1)
 
 
+def test_a_hazard_in_a_branch_only_a_follower_takes_is_reported_by_its_own_run(batches):
+    """CTA 1 alone takes a pure scf.if's branch that reads the wgmma result before its wait: the followers
+    compute that branch by themselves, its ops checked there with the leader's operands; the check fails, the
+    batch drops, and CTA 1's own run reports it as one CTA at a time does."""
+    branch = ("    sm90.wgmma_commit_group\n    %cta = sm90.special \"ctaid.x\" : index\n"
+              "    %second = arith.cmpi eq, %cta, %c1 : index\n"
+              "    %early = scf.if %second -> (vector<32xf32>) {\n"
+              "      %twice = arith.addf %acc, %acc : vector<32xf32>\n      scf.yield %twice : vector<32xf32>\n"
+              "    } else {\n      scf.yield %acc0 : vector<32xf32>\n    }\n")
+    kernel = _seed(_tile_grid(SS_GEMM, 2), "    sm90.wgmma_commit_group\n", branch)
+    message = _error(kernel, launch.BATCH_CTAS)
+    assert batches[0][0] == (0, 0, 0) and "before a wgmma_wait_group" in batches[0][2]
+    assert "CTA (1, 0, 0)" in message and message == _error(kernel, 1)
+
+
 def test_cta_batches_lead_with_the_first_cta():
     ids = [(x, y, 0) for y in range(2) for x in range(3)]
     assert cta_batches(ids, 4, False) == [ids[:4], ids[4:]]

@@ -11,19 +11,23 @@ with one NumPy call per op for all of them: every value of the frame has a follo
 
 The followers' bookkeeping is the leader's because their operands are the leader's: each op whose operands feed
 a check or a decision (a control-flow condition or bound, a shared or mbarrier address, a descriptor, a wait's
-outcome) compares the followers' operands with the leader's (`Followers.same`), and a follower that differs
-anywhere (a causal trip count, a masked tail) or fails (a division by zero, an out-of-range box) makes the batch's
-followers *drop out*: the leader goes on alone, and the followers run after it one at a time, in the grid's
-order, as if there had been no batch (`launch`). The followers' global stores wait until the leader has ended
-(`FollowerStore`) and are then made in the grid's order with the followers' own CTA ids, each checked and recorded
-by the global-memory race checks as a one-at-a-time run makes them; their TMA reads need no records, since a
-batch runs only where no tensor that a TMA copy reads is written by the kernel (`batchable`). Results are bitwise
-those of one CTA at a time, hazards are found in the leader (the followers' are the same by construction) and
-named with its CTA, or, for a follower that drops out, in its own run.
+outcome) compares the followers' operands with the leader's (`Followers.same`). A follower whose operand differs
+(a causal trip count, a sequence's length) *leaves* the batch, noting where and with what operand (`left`); the
+others go on, and the rows of those that left are no longer compared or stored. A follower whose TMA box or load
+fails leaves the same way; a failure that cannot be told apart (a division by zero in one NumPy call for all)
+*drops* the batch (`dropped`): the leader goes on alone. Those that left or dropped run later (`batches`), as if
+there had been no batch. An `scf.if` of pure ops whose condition differs does not make followers leave: they
+compute the branch the leader does not take by themselves (`pure_if`, `Followers.region`). The followers' global
+stores wait until the leader has ended (`FollowerStore`) and are then made in the grid's order with the
+followers' own CTA ids, each checked and recorded by the global-memory race checks as a one-at-a-time run makes
+them; their loads are made at once as their own CTAs; their TMA reads need no records, since a batch runs only
+where no tensor that a TMA copy or a load reads is written by the kernel (`batches.batchable`). Results are
+bitwise those of one CTA at a time, hazards are found in the leader (the followers' are the same by
+construction) and named with its CTA, or, for a follower that leaves, in its own run.
 
-What a batch needs (`batchable`): no cluster, no atomics, reductions or semaphores between CTAs, no interpreter
-listeners, the round-robin schedule, and only ops with a follower rule below (`FOLLOWER_OPS`); otherwise the CTAs
-run one at a time as before.
+What a batch needs (`batches.batchable`): no cluster, no atomics, reductions or semaphores between CTAs, no
+interpreter listeners, the round-robin schedule, and only ops with a follower rule below (`follower_rule`);
+otherwise the CTAs run one at a time as before.
 """
 
 from __future__ import annotations
@@ -406,9 +410,8 @@ class Followers:
                 raise
         # a follower that left may hold anything: its rows take the leader's operands, and only a failure of
         # the followers that follow drops the batch
-        keep = self.alive.reshape((-1, 1))
         return self._run_wide(op, impl, tuple(
-            np.where(keep.reshape((-1,) + (1,) * (f.ndim - 1)), f, a) if isinstance(f, np.ndarray) else f
+            np.where(self.alive.reshape((-1,) + (1,) * (f.ndim - 1)), f, a) if isinstance(f, np.ndarray) else f
             for f, a in zip(fargs, args)))
 
     def _run_wide(self, op: Operation, impl, fargs: tuple) -> tuple:
