@@ -163,6 +163,27 @@ def shuffle_plan(op: vector.ShuffleOp, lanes: int) -> tuple[int, slice] | np.nda
     return plan
 
 
+def _constant(op: arith.ConstantOp, threads: int) -> np.ndarray:
+    """`op`'s value in every one of `threads` threads, read-only, kept on the op for its attribute, type and
+    thread count (the CTAs of a launch, and later launches, share it)."""
+    ty, attr = op.result.type, op.value
+    cached = op.__dict__.get("_tessera_constant")
+    if cached is not None and cached[0] is attr and cached[1] is ty and cached[2] == threads:
+        return cached[3]
+    if isinstance(attr, (IntegerAttr, FloatAttr)):
+        value = full(ty, threads, attr.value.data)
+    elif isinstance(attr, DenseIntOrFPElementsAttr):
+        elements = np.asarray(attr.get_values())
+        value = np.empty(thread_shape(ty, threads), dtype_of(ty))
+        value[...] = elements.astype(np.int64).astype(value.dtype) if value.dtype.kind in "iub" \
+            else elements.astype(value.dtype)
+    else:
+        raise NotImplementedError(f"arith.constant {attr} in the CTA simulator")
+    value.setflags(write=False)
+    op.__dict__["_tessera_constant"] = (attr, ty, threads, value)
+    return value
+
+
 @register_impls
 class RegisterArithFunctions(InterpreterFunctions):
     """`arith`, `math.fma` and `vector` ops on the registers of a CTA."""
@@ -180,19 +201,9 @@ class RegisterArithFunctions(InterpreterFunctions):
     def run_constant(self, interpreter: Interpreter, op: arith.ConstantOp, args: PythonValues):
         value = self._constants.get(op)
         if value is None:
-            ty, attr = op.result.type, op.value
-            if isinstance(attr, (IntegerAttr, FloatAttr)):
-                value = full(ty, self.cta.threads, attr.value.data)
-            elif isinstance(attr, DenseIntOrFPElementsAttr):
-                elements = np.asarray(attr.get_values())
-                value = np.empty(thread_shape(ty, self.cta.threads), dtype_of(ty))
-                value[...] = elements.astype(np.int64).astype(value.dtype) if value.dtype.kind in "iub" \
-                    else elements.astype(value.dtype)
-            else:
-                raise NotImplementedError(f"arith.constant {attr} in the CTA simulator")
-            value.setflags(write=False)
-            self._constants[op] = value
+            value = self._constants[op] = _constant(op, self.cta.threads)
         return (value,)
+
 
     def _integer(self, interpreter: Interpreter, op: Operation, args: PythonValues):
         a, b = args
