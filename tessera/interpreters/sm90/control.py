@@ -219,14 +219,11 @@ class DivergentControlFunctions(InterpreterFunctions):
             then_values = ran if not (active & ~leader).any() or not op.false_region.blocks else None
         elif op.false_region.blocks:
             else_values = ran
-        if not op.results:
-            followers.control_results = ()
-            return
-        try:
+        try:  # (a branch without results is run too: its ops are checked)
             if then_values is None:
                 then_values = followers.region(interpreter, op.true_region)
             if else_values is None:
-                else_values = followers.region(interpreter, op.false_region)
+                else_values = followers.region(interpreter, op.false_region) if op.false_region.blocks else ()
         except FollowerDropout as dropout:
             followers.drop(str(dropout))
             return
