@@ -2,6 +2,7 @@
 the same attention, in one run.
 
     python bench/interpret.py [--seq 1024] [--head-dim 128] [--repeats 3]
+    python bench/interpret.py --simulator --cpu --seq 512,2048 --heads 1,2
 
 Prints, for each attention variant and causal/non-causal: the best wall time of the Tile interpreter and of
 the CTA simulator (lowering included; "-" where the variant does not lower) over the repeats, the time of the
@@ -14,7 +15,9 @@ The CTA simulator rows (`--simulator` prints only them) time the simulator alone
 attention, lowered and allocated once outside the timing, with the register-file check on (as
 `tessera.interpret(level="target")` runs it) and off, and checked with one CTA at a time ("alone": batches of
 leader and followers turned off, `batch_ctas=1`), against a plain NumPy fp32 attention on the same shape on one
-BLAS thread, as the simulator runs (issue 28's measure: the simulator's goal is <= 50x NumPy fp32).
+BLAS thread, as the simulator runs (issue 28's measure: the simulator's goal is <= 50x NumPy fp32). With
+`--simulator`, `--seq` and `--heads` take comma-separated lists: a row per sequence length, head count and
+causality, every ratio from times taken in the same run.
 """
 
 from __future__ import annotations
@@ -48,11 +51,12 @@ def best_time(fn, repeats: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seq", type=int, default=1024, help="keys (and queries unless --queries)")
+    parser.add_argument("--seq", type=_sizes, default=[1024], help="keys (and queries unless --queries); with "
+                        "--simulator a comma-separated list")
     parser.add_argument("--queries", type=int, default=None)
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--heads", type=int, default=1)
+    parser.add_argument("--heads", type=_sizes, default=[1], help="with --simulator a comma-separated list")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-busy", action="store_true", help="leave out the rows with a busy neighbour core")
     parser.add_argument("--simulator", action="store_true", help="only the CTA simulator rows")
@@ -62,13 +66,22 @@ def main() -> None:
         global CLOCK
         CLOCK = time.process_time
     rng = np.random.default_rng(0)
-    shape = (args.batch, args.heads, args.seq, args.head_dim)
-    q = rng.standard_normal((args.batch, args.heads, args.queries or args.seq, args.head_dim))
+    if args.simulator:
+        print(f"CTA simulator, best of {args.repeats}, CPU time" if args.cpu else f"best of {args.repeats}")
+        header = True
+        for seq in args.seq:
+            for heads in args.heads:
+                shape = (args.batch, heads, seq, args.head_dim)
+                q = rng.standard_normal((args.batch, heads, args.queries or seq, args.head_dim))
+                k, v = (rng.standard_normal(shape) for _ in range(2))
+                simulator_rows(q, k, v, args.repeats, header)
+                header = False
+        return
+    seq, heads = args.seq[0], args.heads[0]
+    shape = (args.batch, heads, seq, args.head_dim)
+    q = rng.standard_normal((args.batch, heads, args.queries or seq, args.head_dim))
     k, v = (rng.standard_normal(shape) for _ in range(2))
     print(f"attention q {q.shape}, k/v {shape}, best of {args.repeats}")
-    if args.simulator:
-        simulator_rows(q, k, v, args.repeats)
-        return
     print(f"{'variant':<22}{'causal':<8}{'tile s':>9}{'target s':>10}{'numpy s':>9}{'tile/np':>9}{'target/np':>10}")
     rows = [(variant, causal, False) for variant in ("flash_attention", "two_pass_attention", "three_pass_attention")
             for causal in (False, True)]
@@ -93,7 +106,11 @@ def numpy_attention_f32(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: boo
     return np.matmul(scores / scores.sum(axis=-1, keepdims=True), v)
 
 
-def simulator_rows(q, k, v, repeats: int) -> None:
+def _sizes(text: str) -> list[int]:
+    return [int(part) for part in text.split(",")]
+
+
+def simulator_rows(q, k, v, repeats: int, header: bool = True) -> None:
     """The CTA simulator alone (register-file check on and off) over the whole grid of flash attention, against
     NumPy fp32 attention, best of `repeats`, each ratio from times taken in this run."""
     from tessera.interpreters.blas_threads import single_threaded_blas
@@ -103,8 +120,11 @@ def simulator_rows(q, k, v, repeats: int) -> None:
     from tessera.regalloc import allocate_registers
 
     q32, k32, v32 = (x.astype(np.float32) for x in (q, k, v))
-    print(f"{'CTA simulator':<22}{'causal':<8}{'checked s':>10}{'alone s':>9}{'unchecked s':>12}{'np f32 s':>10}"
-          f"{'checked/np':>11}{'alone/np':>9}{'unchecked/np':>13}")
+    if header:
+        print(f"{'seq x heads (CTAs)':<22}{'causal':<8}{'checked s':>10}{'alone s':>9}{'unchecked s':>12}"
+              f"{'np f32 s':>10}{'checked/np':>11}{'alone/np':>9}{'unchecked/np':>13}")
+    _, heads, seq_q, _ = q.shape
+    label = f"{seq_q} x {heads} ({-(-seq_q // 128) * heads * q.shape[0]})"
     for causal in (False, True):
         module = tessera.kernels.flash_attention(head_dim=q.shape[-1], causal=causal)
         sig = signature(kernels(module)[0])
@@ -121,7 +141,7 @@ def simulator_rows(q, k, v, repeats: int) -> None:
         # counts as CPU time): one BLAS thread, as the simulator runs with, and best of 20.
         with single_threaded_blas():
             t_np = best_time(lambda: numpy_attention_f32(q32, k32, v32, causal), max(20, repeats))
-        print(f"{'flash_attention':<22}{str(causal):<8}{t_checked:>10.3f}{t_alone:>9.3f}{t_unchecked:>12.3f}"
+        print(f"{label:<22}{str(causal):<8}{t_checked:>10.3f}{t_alone:>9.3f}{t_unchecked:>12.3f}"
               f"{t_np:>10.4f}{t_checked / t_np:>11.0f}{t_alone / t_np:>9.0f}{t_unchecked / t_np:>13.0f}")
 
 

@@ -15,6 +15,7 @@ import tessera.interpreters.sm90.launch as launch
 from tessera.interpreters.block_batch import KernelHazardError
 from tessera.interpreters.launch import prepare_arguments
 from tessera.interpreters.sm90 import run_target_kernel
+from tessera.interpreters.sm90.batches import cta_batches
 from tessera.kernel_abi import kernels, signature
 from tessera.regalloc import allocate_registers
 
@@ -25,7 +26,8 @@ BF16 = ml_dtypes.bfloat16
 
 @pytest.fixture
 def batches(monkeypatch):
-    """Each leader's CTA id, its followers' count and why they dropped out (None: they followed to the end)."""
+    """Each leader's CTA id, its followers' count and why they all stopped following (None: some followed to
+    the end)."""
     seen = []
     run_cta = launch.run_cta
 
@@ -55,17 +57,93 @@ def _both_ways(module, inputs):
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_batched_flash_is_bitwise_one_at_a_time(causal, batches, rng):
     """Two heads of 200 queries (a masked tail block): the full kernel's four CTAs run as one batch; the causal
-    one's trip counts differ between query blocks, so its first batch drops out and the heads of each query
-    block run together."""
+    one's trip counts differ between query blocks, so the second query block's CTAs leave the first batch
+    (its other head follows to the end) and run as the next."""
     q, k, v = (rng.standard_normal((1, 2, 200, 64)) for _ in range(3))
     alone, batched = _both_ways(tessera.kernels.flash_attention(head_dim=64, causal=causal), [q, k, v])
     for a, b in zip(alone, batched):
         assert a.tobytes() == b.tobytes()
     if causal:
-        assert batches[0][0] == (0, 0, 0) and "differs between the CTAs" in batches[0][2]
-        assert [(cta_id, count, dropped) for cta_id, count, dropped in batches[1:]] == [((1, 0, 0), 1, None)]
+        assert batches == [((0, 0, 0), 3, None), ((1, 0, 0), 1, None)]
     else:
         assert batches == [((0, 0, 0), 3, None)]
+
+
+@pytest.fixture
+def leaders(monkeypatch):
+    """Each run's leader, the followers that followed it to the end and those that left it."""
+    seen = []
+    run_cta = launch.run_cta
+
+    def recording(*args, **kwargs):
+        cta = run_cta(*args, **kwargs)
+        followers = cta.followers
+        seen.append((cta.cta_id, followers.following() if followers else [],
+                     sorted(followers.cta_ids[f] for f in followers.left) if followers else []))
+        return cta
+
+    monkeypatch.setattr(launch, "run_cta", recording)
+    return seen
+
+
+def test_a_causal_one_head_grid_batches_the_query_blocks_that_agree(leaders, rng):
+    """One head, 300 queries over 600 keys (d64, three 128-query blocks): the first query block has fewer key
+    blocks than the others and leaves the batch at the producer's loop; the last two have as many, their
+    diagonal block masked at different keys (a pure scf.if, where each follower takes its own branch, its ops
+    checked for writes to registers in flight as the leader's are), and run as one batch: two leaders, not
+    three."""
+    q = rng.standard_normal((1, 1, 300, 64))
+    k, v = (rng.standard_normal((1, 1, 600, 64)) for _ in range(2))
+    alone, batched = _both_ways(tessera.kernels.flash_attention(head_dim=64, causal=True), [q, k, v])
+    for a, b in zip(alone, batched):
+        assert a.tobytes() == b.tobytes()
+    assert leaders[3:] == [((0, 0, 0), [], [(1, 0, 0), (2, 0, 0)]), ((1, 0, 0), [(2, 0, 0)], [])]
+
+
+def test_a_varlen_grid_batches_the_sequences_that_agree(leaders, monkeypatch, rng):
+    """Packed sequences of 0, 1, 70 and 5 queries over 3, 1, 150 and 7 keys, two heads (8 CTAs): each loads its
+    sequence's bounds (ld_global, a follower rule) and the CTAs of equal trip counts run together."""
+    lengths_q, lengths_k = [0, 1, 70, 5], [3, 1, 150, 7]
+    cu = [np.concatenate([[0], np.cumsum(n)]).astype(np.int32) for n in (lengths_q, lengths_k)]
+    q = rng.standard_normal((sum(lengths_q), 2, 64)).astype(BF16)
+    k, v = (rng.standard_normal((sum(lengths_k), 1, 64)).astype(BF16) for _ in range(2))
+
+    def run():
+        return tessera.attention(q, k, v, causal=True, cu_seqlens_q=cu[0], cu_seqlens_k=cu[1], max_seqlen_q=70,
+                                 max_seqlen_k=150, level="target")
+
+    batched = run()
+    assert len(leaders) == 3 and len({cta for _, following, _ in leaders for cta in following}) == 5
+    monkeypatch.setattr(launch, "batchable", lambda *args: False)
+    assert run().tobytes() == batched.tobytes()
+    assert len(leaders) == 3 + 8
+
+
+def test_workers_run_their_ctas_in_batches(monkeypatch, tmp_path, rng):
+    """Each worker runs its share of the grid in batches: two heads of two query blocks, causal, in two groups
+    of two CTAs (forked workers note their leaders in a file), bitwise the serial run."""
+    notes, run_cta = tmp_path / "leaders", launch.run_cta
+
+    def recording(*args, **kwargs):
+        cta = run_cta(*args, **kwargs)
+        with notes.open("a") as out:
+            out.write(f"{cta.cta_id} {cta.followers.following() if cta.followers else None}\n")
+        return cta
+
+    monkeypatch.setattr(launch, "run_cta", recording)
+    q, k, v = (rng.standard_normal((1, 2, 200, 64)) for _ in range(3))
+    module = tessera.kernels.flash_attention(head_dim=64, causal=True)
+    sig = signature(kernels(module)[0])
+    target = tessera.lower_to_target(module, sig.name)
+    allocation = allocate_registers(target)
+    outputs = []
+    for workers in (None, 2):
+        arguments, sizes = prepare_arguments(sig, [q, k, v])
+        run_target_kernel(target, arguments, sizes, allocation, workers=workers)
+        outputs.append(arguments)
+    assert [a.tobytes() for a in outputs[0]] == [a.tobytes() for a in outputs[1]]
+    assert sorted(notes.read_text().splitlines()[2:]) == ["(0, 0, 0) []", "(0, 1, 0) []", "(1, 0, 0) None",
+                                                          "(1, 1, 0) None"]
 
 
 def test_batched_gemm_is_bitwise_one_at_a_time(batches, rng):
@@ -113,9 +191,24 @@ def test_a_follower_that_fails_runs_alone_and_is_named(batches):
     assert message == _error(kernel, 1)
 
 
+def test_a_hazard_in_a_branch_only_a_follower_takes_is_reported_by_its_own_run(batches):
+    """CTA 1 alone takes a pure scf.if's branch that reads the wgmma result before its wait: the followers
+    compute that branch by themselves, its ops checked there with the leader's operands; the check fails, the
+    batch drops, and CTA 1's own run reports it as one CTA at a time does."""
+    branch = ("    sm90.wgmma_commit_group\n    %cta = sm90.special \"ctaid.x\" : index\n"
+              "    %second = arith.cmpi eq, %cta, %c1 : index\n"
+              "    %early = scf.if %second -> (vector<32xf32>) {\n"
+              "      %twice = arith.addf %acc, %acc : vector<32xf32>\n      scf.yield %twice : vector<32xf32>\n"
+              "    } else {\n      scf.yield %acc0 : vector<32xf32>\n    }\n")
+    kernel = _seed(_tile_grid(SS_GEMM, 2), "    sm90.wgmma_commit_group\n", branch)
+    message = _error(kernel, launch.BATCH_CTAS)
+    assert batches[0][0] == (0, 0, 0) and "before a wgmma_wait_group" in batches[0][2]
+    assert "CTA (1, 0, 0)" in message and message == _error(kernel, 1)
+
+
 def test_cta_batches_lead_with_the_first_cta():
     ids = [(x, y, 0) for y in range(2) for x in range(3)]
-    assert launch.cta_batches(ids, 4, False) == [ids[:4], ids[4:]]
-    assert launch.cta_batches(ids, 4, True) == [[(0, 0, 0), (0, 1, 0)], [(1, 0, 0), (1, 1, 0)],
+    assert cta_batches(ids, 4, False) == [ids[:4], ids[4:]]
+    assert cta_batches(ids, 4, True) == [[(0, 0, 0), (0, 1, 0)], [(1, 0, 0), (1, 1, 0)],
                                                 [(2, 0, 0), (2, 1, 0)]]
-    assert launch.cta_batches(ids, 1, True) == [[cta_id] for cta_id in ids]
+    assert cta_batches(ids, 1, True) == [[cta_id] for cta_id in ids]

@@ -139,6 +139,51 @@ def saturating_to_int(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return clipped.astype(dtype)
 
 
+def read_only(view: np.ndarray) -> np.ndarray:
+    """`view` (of a register value) marked read-only: values are never written in place, and a view of one
+    must not become the first exception."""
+    view.flags.writeable = False
+    return view
+
+
+def shuffle_plan(op: vector.ShuffleOp, lanes: int) -> tuple[int, slice] | np.ndarray:
+    """The lanes `op` takes from operands of `lanes` lanes: (0 or 1, a slice) where they are consecutive lanes of
+    one operand, else the mask as indices into both; decoded once per op and mask attribute (kept on the op)
+    instead of at every run."""
+    cached = op.__dict__.get("_tessera_shuffle")
+    if cached is not None and cached[0] is op.mask and cached[1] == lanes:
+        return cached[2]
+    mask = np.asarray(op.mask.get_values(), np.intp)
+    plan: tuple[int, slice] | np.ndarray = mask
+    if len(mask) and (np.diff(mask) == 1).all() and (mask[0] >= lanes or mask[-1] < lanes):
+        second = int(mask[0] >= lanes)
+        start = int(mask[0]) - second * lanes
+        plan = (second, slice(start, start + len(mask)))
+    op.__dict__["_tessera_shuffle"] = (op.mask, lanes, plan)
+    return plan
+
+
+def _constant(op: arith.ConstantOp, threads: int) -> np.ndarray:
+    """`op`'s value in every one of `threads` threads, read-only, kept on the op for its attribute, type and
+    thread count (the CTAs of a launch, and later launches, share it)."""
+    ty, attr = op.result.type, op.value
+    cached = op.__dict__.get("_tessera_constant")
+    if cached is not None and cached[0] is attr and cached[1] is ty and cached[2] == threads:
+        return cached[3]
+    if isinstance(attr, (IntegerAttr, FloatAttr)):
+        value = full(ty, threads, attr.value.data)
+    elif isinstance(attr, DenseIntOrFPElementsAttr):
+        elements = np.asarray(attr.get_values())
+        value = np.empty(thread_shape(ty, threads), dtype_of(ty))
+        value[...] = elements.astype(np.int64).astype(value.dtype) if value.dtype.kind in "iub" \
+            else elements.astype(value.dtype)
+    else:
+        raise NotImplementedError(f"arith.constant {attr} in the CTA simulator")
+    value.setflags(write=False)
+    op.__dict__["_tessera_constant"] = (attr, ty, threads, value)
+    return value
+
+
 @register_impls
 class RegisterArithFunctions(InterpreterFunctions):
     """`arith`, `math.fma` and `vector` ops on the registers of a CTA."""
@@ -156,19 +201,9 @@ class RegisterArithFunctions(InterpreterFunctions):
     def run_constant(self, interpreter: Interpreter, op: arith.ConstantOp, args: PythonValues):
         value = self._constants.get(op)
         if value is None:
-            ty, attr = op.result.type, op.value
-            if isinstance(attr, (IntegerAttr, FloatAttr)):
-                value = full(ty, self.cta.threads, attr.value.data)
-            elif isinstance(attr, DenseIntOrFPElementsAttr):
-                elements = np.asarray(attr.get_values())
-                value = np.empty(thread_shape(ty, self.cta.threads), dtype_of(ty))
-                value[...] = elements.astype(np.int64).astype(value.dtype) if value.dtype.kind in "iub" \
-                    else elements.astype(value.dtype)
-            else:
-                raise NotImplementedError(f"arith.constant {attr} in the CTA simulator")
-            value.setflags(write=False)
-            self._constants[op] = value
+            value = self._constants[op] = _constant(op, self.cta.threads)
         return (value,)
+
 
     def _integer(self, interpreter: Interpreter, op: Operation, args: PythonValues):
         a, b = args
@@ -336,11 +371,13 @@ class RegisterArithFunctions(InterpreterFunctions):
     @impl(vector.ShuffleOp)
     def run_shuffle(self, interpreter: Interpreter, op: vector.ShuffleOp, args: PythonValues):
         v1, v2 = (x if x.ndim == 2 else x[:, None] for x in args)
-        mask = self._constants.get(op)
-        if mask is None:  # the mask decoded once per op, not at every run
-            mask = self._constants[op] = np.asarray(op.mask.get_values(), np.intp)
-        if args[0] is args[1] or (mask < v1.shape[1]).all():
-            return (v1[:, np.where(mask < v1.shape[1], mask, mask - v1.shape[1])],)
-        return (np.concatenate([v1, v2], axis=1)[:, mask],)
+        plan = shuffle_plan(op, v1.shape[1])
+        if isinstance(plan, tuple):  # consecutive lanes of one operand: a read-only view, no copy
+            return (read_only((v2 if plan[0] else v1)[:, plan[1]]),)
+        if args[0] is args[1]:
+            return (v1[:, np.where(plan < v1.shape[1], plan, plan - v1.shape[1])],)
+        if (plan < v1.shape[1]).all():
+            return (v1[:, plan],)
+        return (np.concatenate([v1, v2], axis=1)[:, plan],)
 
     # endregion

@@ -22,7 +22,7 @@ from xdsl.interpreter import (
 )
 
 from tessera.interpreters.sm90.cta import CtaState
-from tessera.interpreters.sm90.followers import FollowerDropout
+from tessera.interpreters.sm90.followers import FollowerDropout, pure_if
 from tessera.interpreters.sm90.registers import dtype_of, row_mask
 from tessera.interpreters.sm90.strands import Deferred
 
@@ -81,12 +81,13 @@ class DivergentControlFunctions(InterpreterFunctions):
 
     @staticmethod
     def _agree(followers, op, leader, values) -> bool:
+        """Whether any follower still follows after comparing its operand with the leader's (those whose
+        operand differs leave the batch, `Followers.same`)."""
         try:
             followers.same(op, leader, values)
         except FollowerDropout as dropout:
             followers.drop(str(dropout))
-            return False
-        return True
+        return followers.dropped is None
 
     # endregion
     @impl(scf.ForOp)
@@ -158,8 +159,18 @@ class DivergentControlFunctions(InterpreterFunctions):
     @impl(scf.IfOp)
     def run_if(self, interpreter: Interpreter, op: scf.IfOp, args: PythonValues) -> PythonValues:
         followers, fargs = self._followers(interpreter)
-        if followers is not None and not self._agree(followers, op, args[0], fargs[0]):
-            followers = None
+        fcondition = None
+        if followers is not None:
+            if followers.differ(args[0], fargs[0]) and pure_if(interpreter, op):
+                fcondition = fargs[0]  # each follower takes its own way (`_both_ways`)
+            elif not self._agree(followers, op, args[0], fargs[0]):
+                followers = None
+        values = self._run_if(interpreter, op, args, followers)
+        if fcondition is not None and followers.dropped is None:
+            self._both_ways(interpreter, op, followers, np.asarray(args[0], bool), fcondition)
+        return values
+
+    def _run_if(self, interpreter: Interpreter, op: scf.IfOp, args: PythonValues, followers) -> PythonValues:
         follow = () if followers is not None else None  # the branches have no arguments
         condition = np.asarray(args[0], bool)
         strand = self.cta.strand
@@ -195,6 +206,30 @@ class DivergentControlFunctions(InterpreterFunctions):
         if fthen is not None and felse is not None and followers.dropped is None:
             followers.control_results = tuple(self._follower_merge(condition, t, e) for t, e in zip(fthen, felse))
         return tuple(self.merge(condition, t, e) for t, e in zip(then_values, else_values))
+
+    def _both_ways(self, interpreter: Interpreter, op: scf.IfOp, followers, leader: np.ndarray,
+                   condition: np.ndarray) -> None:
+        """The followers' results of a pure `scf.if` (`pure_if`) whose condition differs from the leader's: each
+        branch the leader did not run is computed for the followers alone (`Followers.region`), and each
+        follower's thread takes the values of its own branch."""
+        ran = followers.control_results if len(op.results) else ()
+        then_values = else_values = None
+        active = self.cta.strand.active
+        if (active & leader).any():
+            then_values = ran if not (active & ~leader).any() or not op.false_region.blocks else None
+        elif op.false_region.blocks:
+            else_values = ran
+        try:  # (a branch without results is run too: its ops are checked)
+            if then_values is None:
+                then_values = followers.region(interpreter, op.true_region)
+            if else_values is None:
+                else_values = followers.region(interpreter, op.false_region) if op.false_region.blocks else ()
+        except FollowerDropout as dropout:
+            followers.drop(str(dropout))
+            return
+        rows = condition.reshape(condition.shape[:2])
+        followers.control_results = tuple(np.where(rows.reshape(rows.shape + (1,) * (t.ndim - 2)), t, e)
+                                          for t, e in zip(then_values, else_values))
 
     def _follow_branch(self, interpreter: Interpreter, followers, values: PythonValues) -> PythonValues:
         """The values of an scf.if that all threads took one way: the followers' are their branch's."""

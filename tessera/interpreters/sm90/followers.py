@@ -11,19 +11,23 @@ with one NumPy call per op for all of them: every value of the frame has a follo
 
 The followers' bookkeeping is the leader's because their operands are the leader's: each op whose operands feed
 a check or a decision (a control-flow condition or bound, a shared or mbarrier address, a descriptor, a wait's
-outcome) compares the followers' operands with the leader's (`Followers.same`), and a follower that differs
-anywhere (a causal trip count, a masked tail) or fails (a division by zero, an out-of-range box) makes the batch's
-followers *drop out*: the leader goes on alone, and the followers run after it one at a time, in the grid's
-order, as if there had been no batch (`launch`). The followers' global stores wait until the leader has ended
-(`FollowerStore`) and are then made in the grid's order with the followers' own CTA ids, each checked and recorded
-by the global-memory race checks as a one-at-a-time run makes them; their TMA reads need no records, since a
-batch runs only where no tensor that a TMA copy reads is written by the kernel (`batchable`). Results are bitwise
-those of one CTA at a time, hazards are found in the leader (the followers' are the same by construction) and
-named with its CTA, or, for a follower that drops out, in its own run.
+outcome) compares the followers' operands with the leader's (`Followers.same`). A follower whose operand differs
+(a causal trip count, a sequence's length) *leaves* the batch, noting where and with what operand (`left`); the
+others go on, and the rows of those that left are no longer compared or stored. A follower whose TMA box or load
+fails leaves the same way; a failure that cannot be told apart (a division by zero in one NumPy call for all)
+*drops* the batch (`dropped`): the leader goes on alone. Those that left or dropped run later (`batches`), as if
+there had been no batch. An `scf.if` of pure ops whose condition differs does not make followers leave: they
+compute the branch the leader does not take by themselves (`pure_if`, `Followers.region`). The followers' global
+stores wait until the leader has ended (`FollowerStore`) and are then made in the grid's order with the
+followers' own CTA ids, each checked and recorded by the global-memory race checks as a one-at-a-time run makes
+them; their loads are made at once as their own CTAs; their TMA reads need no records, since a batch runs only
+where no tensor that a TMA copy or a load reads is written by the kernel (`batches.batchable`). Results are
+bitwise those of one CTA at a time, hazards are found in the leader (the followers' are the same by
+construction) and named with its CTA, or, for a follower that leaves, in its own run.
 
-What a batch needs (`batchable`): no cluster, no atomics, reductions or semaphores between CTAs, no interpreter
-listeners, the round-robin schedule, and only ops with a follower rule below (`FOLLOWER_OPS`); otherwise the CTAs
-run one at a time as before.
+What a batch needs (`batches.batchable`): no cluster, no atomics, reductions or semaphores between CTAs, no
+interpreter listeners, the round-robin schedule, and only ops with a follower rule below (`follower_rule`);
+otherwise the CTAs run one at a time as before.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from __future__ import annotations
 from typing import NoReturn
 
 import numpy as np
-from xdsl.dialects import arith, func, scf
+from xdsl.dialects import arith, func, scf, vector
 from xdsl.ir import Operation
 
 from tessera.dialects import sm90
@@ -39,10 +43,11 @@ from tessera.interpreters import serving_checks
 from tessera.interpreters.block_batch import describe_op
 from tessera.interpreters.byte_box import put
 from tessera.interpreters.sm90 import wgmma as wgmma_unit
-from tessera.interpreters.sm90.arith import RegisterArithFunctions
+from tessera.interpreters.sm90.arith import RegisterArithFunctions, read_only, shuffle_plan
 from tessera.interpreters.sm90.cta import NamesThreads
 from tessera.interpreters.sm90.machine import Sm90Functions
-from tessera.interpreters.sm90.registers import as_unsigned64, row_mask, unsigned
+from tessera.interpreters.sm90.registers import as_unsigned64, dtype_of, row_mask, unsigned
+from tessera.interpreters.sm90.strands import HazardUnwind
 from tessera.interpreters.sm90.tma import shared_box
 from tessera.sm90 import facts
 
@@ -82,8 +87,21 @@ def _pure(op: Operation) -> bool:
     return (name.startswith(("arith.", "math.", "vector.")) and not isinstance(op, arith.ConstantOp))
 
 
+_RULES: dict[type, str | None] = {}
+"""`follower_rule` by op type (the rule reads only the type and its name)."""
+
+
 def follower_rule(op: Operation) -> str | None:
     """How followers run `op` (None: they cannot, and a kernel with it runs one CTA at a time)."""
+    kind = type(op)
+    try:
+        return _RULES[kind]
+    except KeyError:
+        rule = _RULES[kind] = _rule(op)
+        return rule
+
+
+def _rule(op: Operation) -> str | None:
     if isinstance(op, func.FuncOp):
         return "kernel"
     if isinstance(op, _CONTROL):
@@ -94,11 +112,58 @@ def follower_rule(op: Operation) -> str | None:
         return "as leader"
     if isinstance(op, _CHECKED_ONLY):
         return "checked"
-    if isinstance(op, (sm90.SpecialRegOp, sm90.TmaLoadOp, sm90.WgmmaMmaAsyncOp, sm90.StGlobalOp, sm90.StGlobalB16Op)):
+    if isinstance(op, (sm90.SpecialRegOp, sm90.TmaLoadOp, sm90.WgmmaMmaAsyncOp, sm90.StGlobalOp, sm90.StGlobalB16Op,
+                       sm90.LdGlobalOp, sm90.LdGlobalU16Op)):
         return op.name
+    if isinstance(op, vector.ShuffleOp):
+        return "vector.shuffle"
     if _pure(op):
         return "pure"
     return None
+
+
+_REGION_OPS = ("pure", "vector.shuffle", "sm90.special", "terminator")
+
+
+def _shuffle(op: vector.ShuffleOp, first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """`vector.shuffle` of the followers' [F, T, N] values at once (`arith.run_shuffle`'s lanes)."""
+    v1, v2 = (x if x.ndim == 3 else x[:, :, None] for x in (first, second))
+    plan = shuffle_plan(op, v1.shape[2])
+    if isinstance(plan, tuple):
+        return read_only((v2 if plan[0] else v1)[:, :, plan[1]])
+    if first is second:
+        return v1[:, :, np.where(plan < v1.shape[2], plan, plan - v1.shape[2])]
+    return np.concatenate([v1, v2], axis=2)[:, :, plan]
+
+
+def pure_if(interpreter, op: scf.IfOp) -> bool:
+    """Whether `op`'s branches only compute values (pure ops, constants, shared addresses, special registers:
+    no memory, synchronisation or nested control flow) that no check of the CTA observes, so that followers
+    whose condition differs from the leader's can compute the branch it does not run by themselves
+    (`Followers.region`) and a one-at-a-time run would find nothing more in it: for every op of the branches,
+    each listener either observes nothing (`observes`) or says that `check_pure_region(op, leader operands)`
+    is all it needs there (`in_pure_region(op)`: a check that depends only on what every CTA of the batch
+    shares, made when the followers run the branch). Kept per kernel and listener keys."""
+    ops = [inner for region in op.regions for block in region.blocks for inner in block.ops]
+    listeners = interpreter.listeners
+
+    def compute() -> bool:
+        if any(inner.regions or not (follower_rule(inner) in _REGION_OPS
+                                     or isinstance(inner, (arith.ConstantOp, sm90.SharedBufferOp)))
+               for inner in ops):
+            return False
+        for listener in listeners:
+            observes = getattr(listener, "observes", None)
+            in_pure_region = getattr(listener, "in_pure_region", None)
+            for inner in ops:
+                if in_pure_region is not None and in_pure_region(inner):
+                    continue
+                if observes is None or observes(inner) != (False, False):
+                    return False
+        return True
+
+    key = ("pure if", op, tuple(getattr(listener, "observes_key", type(listener)) for listener in listeners))
+    return interpreter.kernel.fact(key, compute)
 
 
 # endregion
@@ -164,6 +229,17 @@ class _Ordered:
 # endregion
 
 
+def _differs(op: Operation) -> str:
+    """Why followers leave at `op`: printing an op with regions prints them all, so those are named by their
+    operands' names only."""
+    if op.regions:
+        names = ", ".join(f"%{value.name_hint}" if value.name_hint else "%_" for value in op.operands)
+        where = f"{op.name} {names}"
+    else:
+        where = describe_op(op)
+    return f"{where}: an operand differs between the CTAs of the batch"
+
+
 class FollowerStore:
     """A follower's global store, made when the leader has ended: the op, its addresses, threads, words and
     width, the leader's happens-before matrix and clock at the store."""
@@ -186,10 +262,15 @@ class Followers:
         self.smem = np.zeros((self.count, leader.smem_bytes), np.uint8)
         self.stores: list[list[FollowerStore]] = [[] for _ in cta_ids]
         self.dropped: str | None = None
+        """Why every follower stopped following (a failure, or the last one left), None while any follows."""
+        self.alive = np.ones(self.count, bool)
+        """Which followers still follow; one whose operand differs from the leader's leaves alone (`same`)."""
+        self.left: dict[int, tuple[str, tuple]] = {}
+        """Follower index -> (why it left, its signature: the op and its differing operand, by which the
+        followers that left together are batched again, `launch`)."""
         self.wide = _WideCta(leader, self.count)
         self._pure = {"arith": RegisterArithFunctions(self.wide), "machine": Sm90Functions(self.wide, None)}
         self._special: dict[Operation, np.ndarray] = {}
-        self._rules: dict[int, str | None] = {}
         self.control_results: tuple = ()
         """The follower values of the control-flow op that just ran (`control`)."""
 
@@ -197,16 +278,81 @@ class Followers:
         if self.dropped is None:
             self.dropped = reason
 
+    def following(self) -> list[tuple[int, int, int]]:
+        """The CTA ids of the followers that follow to the end (with no failure of the batch)."""
+        return [] if self.dropped is not None else [c for c, alive in zip(self.cta_ids, self.alive) if alive]
+
     # region operands
     def same(self, op: Operation, leader, followers) -> None:
-        """The followers' operand must be the leader's (it decides control flow or addresses)."""
+        """The followers' operand must be the leader's (it decides control flow or addresses): the followers
+        whose operand differs leave the batch (`leave`); the others go on. The rows of followers that left hold
+        whatever their values became and are not compared again."""
         if followers is leader:
             return
-        if isinstance(leader, np.ndarray):
-            if followers is None or not (followers == leader).all():
-                raise FollowerDropout(f"{describe_op(op)}: an operand differs between the CTAs of the batch")
-        elif followers is not leader:
-            raise FollowerDropout(f"{describe_op(op)}: an operand differs between the CTAs of the batch")
+        if isinstance(leader, np.ndarray) and isinstance(followers, np.ndarray) and \
+                followers.shape[1:] == leader.shape:
+            equal = followers == leader
+            if equal.all():
+                return
+            differs = ~equal.reshape(self.count, -1).all(axis=1) & self.alive
+            if differs.any():
+                self.leave(differs, _differs(op), op, followers)
+            return
+        raise FollowerDropout(_differs(op))
+
+    def differ(self, leader, followers) -> bool:
+        """Whether a follower that follows holds another value than the leader's `leader`."""
+        if followers is leader:
+            return False
+        if not (isinstance(leader, np.ndarray) and isinstance(followers, np.ndarray)):
+            return True
+        equal = followers == leader
+        return not equal.all() and bool((~equal.reshape(self.count, -1).all(axis=1) & self.alive).any())
+
+    def region(self, interpreter, region) -> tuple:
+        """The followers' values of a pure region (`pure_if`) that the leader does not run: its ops computed
+        for the followers alone, from their frame (`interpreter.shadow`); the values its terminator yields."""
+        code = interpreter.kernel.blocks[region.blocks.first]
+        shadow, frame = interpreter.shadow, interpreter._ctx  # noqa: SLF001
+        implementations = interpreter._steps.implementations  # noqa: SLF001
+        checks = [listener for listener in interpreter.listeners if hasattr(listener, "check_pure_region")]
+        inside: set[int] = set()
+        for op_code in code.ops:
+            op = op_code.op
+            fargs = tuple(shadow[slot] for slot in op_code.reads)
+            try:
+                for listener in checks:
+                    if listener.in_pure_region(op):
+                        listener.check_pure_region(op, tuple(None if slot in inside else frame[slot]
+                                                             for slot in op_code.reads))
+            except HazardUnwind as unwind:  # a follower's own run reports it, naming that CTA
+                raise FollowerDropout(str(unwind.error)) from None
+            inside.update(op_code.writes)
+            rule = follower_rule(op)
+            if rule == "terminator":
+                return fargs
+            position, implementation = implementations[type(op)]
+            functions = interpreter.functions[position]
+            if rule == "pure":
+                results = self._run_wide(op, implementation, fargs)
+            elif rule == "vector.shuffle":
+                results = (_shuffle(op, *fargs),)
+            elif rule == "sm90.special":
+                results = (self._special_register(op, functions),)
+            else:  # a constant or a shared address: the leader's, computed by its implementation
+                results = tuple(self.broadcast(r) for r in implementation(functions, interpreter, op, ()).values)
+            for slot, value in zip(op_code.writes, results):
+                shadow[slot] = value
+        return ()
+
+    def leave(self, which: np.ndarray, reason: str, op: Operation, values: np.ndarray) -> None:
+        """The followers `which` ([F] bool) leave the batch at `op`, whose operand is `values` ([F, ...]); when
+        none is left, the batch is dropped (`dropped`)."""
+        for f in np.nonzero(which)[0]:
+            self.left[int(f)] = (reason, (id(op), values[f].tobytes()))
+        self.alive &= ~which
+        if not self.alive.any():
+            self.drop(reason)
 
     @staticmethod
     def _uniform(leader, followers) -> bool:
@@ -225,9 +371,7 @@ class Followers:
     # region running an op
     def run(self, op: Operation, impl, functions, args: tuple, fargs: tuple, results: tuple) -> tuple:
         """The follower values of `op`'s results (the leader's `results` computed from `args`)."""
-        rule = self._rules.get(id(op), False)  # the kernel's ops live as long as the launch
-        if rule is False:
-            rule = self._rules[id(op)] = follower_rule(op)
+        rule = follower_rule(op)
         if rule == "control":
             return self.control_results
         if rule == "as leader":
@@ -241,7 +385,11 @@ class Followers:
         if rule == "pure":
             if all(self._uniform(leader, followers) for leader, followers in zip(args, fargs)):
                 return tuple(self.broadcast(r) for r in results)  # the leader's operands: its results
-            return self._run_pure(op, impl, functions, fargs)
+            return self._run_pure(op, impl, functions, fargs, args)
+        if rule == "vector.shuffle":
+            if all(self._uniform(leader, followers) for leader, followers in zip(args, fargs)):
+                return tuple(self.broadcast(r) for r in results)
+            return (_shuffle(op, *fargs),)
         if rule == "sm90.special":
             return (self._special_register(op, functions),)
         if rule == "sm90.tma_load":
@@ -250,9 +398,23 @@ class Followers:
             return (self._wgmma(op, args, fargs, results[0]),)
         if rule in ("sm90.st_global", "sm90.st_global_b16"):
             return self._st_global(op, fargs, 4 if rule == "sm90.st_global" else 2)
+        if rule in ("sm90.ld_global", "sm90.ld_global_u16"):
+            return (self._ld_global(op, fargs, functions.memory, 4 if rule == "sm90.ld_global" else 2),)
         raise FollowerDropout(f"{op.name} has no follower rule")
 
-    def _run_pure(self, op: Operation, impl, functions, fargs: tuple) -> tuple:
+    def _run_pure(self, op: Operation, impl, functions, fargs: tuple, args: tuple = ()) -> tuple:
+        try:
+            return self._run_wide(op, impl, fargs)
+        except FollowerDropout:
+            if self.alive.all() or not args:
+                raise
+        # a follower that left may hold anything: its rows take the leader's operands, and only a failure of
+        # the followers that follow drops the batch
+        return self._run_wide(op, impl, tuple(
+            np.where(self.alive.reshape((-1,) + (1,) * (f.ndim - 1)), f, a) if isinstance(f, np.ndarray) else f
+            for f, a in zip(fargs, args)))
+
+    def _run_wide(self, op: Operation, impl, fargs: tuple) -> tuple:
         count, threads = self.count, self.leader.threads
         wide = tuple(a.reshape((count * threads,) + a.shape[2:]) if isinstance(a, np.ndarray) else a for a in fargs)
         own = self._pure["machine" if isinstance(op, _PURE_SM90) else "arith"]
@@ -282,10 +444,15 @@ class Followers:
             start = int(dest[thread])
             rows = []
             for f in range(self.count):
+                if not self.alive[f]:  # its rows are not read again; it loads nothing
+                    rows.append(np.zeros(copy.data.size, np.uint8))
+                    continue
                 at = [int(c[f, thread]) for c in fcoords]
                 problem = serving_checks.check_box(tensor_map.name, spec.global_dims, at, spec.box_dims)
-                if problem:
-                    raise FollowerDropout(problem)
+                if problem:  # it fails: its own run reports it
+                    self.leave(np.arange(self.count) == f, problem, op, np.arange(self.count))
+                    rows.append(np.zeros(copy.data.size, np.uint8))
+                    continue
                 rows.append(shared_box(start, tensor_map.read_box(at), tensor_map.swizzle)[1])
             copy.follower_data = np.stack(rows)
         return ()
@@ -356,13 +523,33 @@ class Followers:
         result[:, rows] = d.astype(np.float32)
         return result
 
+    def _ld_global(self, op, fargs: tuple, memory, nbytes: int) -> np.ndarray:
+        """Each follower's load, made now as its own CTA (checked and recorded as a one-at-a-time run makes it):
+        a batch loads only from tensors the kernel does not write (`launch.batchable`), so their bytes are the
+        same whenever it is made. A follower whose load fails leaves the batch (its own run reports it)."""
+        base, offsets, mask = fargs
+        leader = self.leader
+        columns = 0 if op.column_bytes is None else np.asarray(op.column_bytes.get_values(), np.int64)
+        words = np.zeros(mask.shape, np.uint32)
+        for f in np.nonzero(self.alive)[0]:
+            selected = mask[f] & row_mask(leader.active, mask[f])
+            thread, _ = np.nonzero(selected)
+            view = FollowerView(leader, self.cta_ids[f], leader.hb.ordered, leader.clock)  # read now, not kept
+            try:
+                words[f][selected] = memory.load_words(view, op, (base[f][:, None] + offsets[f] + columns)[selected],
+                                                       thread, nbytes)
+            except (Exception, HazardUnwind) as failure:  # noqa: BLE001 - its own run reports it
+                self.leave(np.arange(self.count) == f, str(getattr(failure, "error", failure)), op,
+                           np.arange(self.count))
+        return words.view(dtype_of(op.result.type))
+
     def _st_global(self, op, fargs: tuple, nbytes: int) -> tuple:
         base, offsets, values, mask = fargs
         leader = self.leader
         columns = 0 if op.column_bytes is None else np.asarray(op.column_bytes.get_values(), np.int64)
         words = unsigned(values) if values.dtype.kind in "iu" else values.view(np.uint32)  # as `machine` stores
         ordered, clock = leader.hb.ordered.copy(), leader.clock
-        for f in range(self.count):
+        for f in np.nonzero(self.alive)[0]:
             selected = mask[f] & row_mask(leader.active, mask[f])
             thread, _ = np.nonzero(selected)
             addresses = (base[f][:, None] + offsets[f] + columns)[selected]
@@ -370,11 +557,16 @@ class Followers:
         return ()
 
     # endregion
-    def commit(self, memory) -> list:
-        """Make the followers' stores, follower by follower (the grid's order), as their own CTAs; the views
-        (for their traffic)."""
+    def commit(self, memory, on_cta=None, following=None) -> list:
+        """Make the stores of the followers that followed to the end, follower by follower (the grid's order),
+        as their own CTAs (`on_cta(cta_id)` called before each); the views (for their traffic)."""
         views = []
+        following = set(self.following()) if following is None else following
         for cta_id, stores in zip(self.cta_ids, self.stores):
+            if cta_id not in following:
+                continue
+            if on_cta is not None:
+                on_cta(cta_id)
             view = FollowerView(self.leader, cta_id, self.leader.hb.ordered, self.leader.clock)
             for store in stores:
                 view.hb = _Ordered(store.ordered)

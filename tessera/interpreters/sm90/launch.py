@@ -38,7 +38,8 @@ from tessera.interpreters.sm90.cluster import Cluster, ClusterFunctions
 from tessera.interpreters.sm90.control import DivergentControlFunctions
 from tessera.interpreters.sm90.cp_async import CpAsyncFunctions
 from tessera.interpreters.sm90.cta import CtaState
-from tessera.interpreters.sm90.followers import Followers, follower_rule
+from tessera.interpreters.sm90.batches import batchable, run_batches
+from tessera.interpreters.sm90.followers import Followers
 from tessera.interpreters.sm90.global_memory import GlobalMemory
 from tessera.interpreters.sm90.machine import Sm90Functions
 from tessera.interpreters.sm90.program import CompiledCta, CompiledKernel
@@ -222,7 +223,8 @@ def simulator_options(func_op: func.FuncOp, races: bool = True, schedule: str = 
     """The options of a run of `func_op` (ValueError for an unknown schedule)."""
     if schedule not in SCHEDULES:
         raise ValueError(f"run_target_kernel: schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
-    sources = wgmma_register_sources(func_op) if races else (frozenset(), frozenset())
+    sources = (CompiledKernel.of(func_op).fact("wgmma register sources", lambda: wgmma_register_sources(func_op))
+               if races else (frozenset(), frozenset()))
     return SimulatorOptions(bool(races), schedule, int(seed), sources)
 
 
@@ -393,12 +395,14 @@ def _run_grid(func_op, arguments, sizes, allocation, listeners, cta_order, traff
         facts.check_launch(grid, (kernel.threads,), kernel.smem_bytes)
     except ValueError as error:
         raise ValueError(f"@{kernel.name}: {error}") from None
-    reduced, atomic = reduction_targets(kernel)
+    program = kernel.program
+    reduced, atomic = program.fact(("reduction targets", kernel.args), lambda: reduction_targets(kernel))
     memory = GlobalMemory(list(arguments), names, reduced, atomic, grid)
     values = _argument_values(kernel, arguments, sizes, memory)
     module = _module_of(func_op)
     declared = kernel_cluster(func_op) if CLUSTER_ATTR in func_op.attributes else None
-    if declared is None and any(isinstance(op, sm90.CLUSTER_OPS) for op in func_op.walk()):
+    if declared is None and program.fact("cluster ops", lambda: any(isinstance(op, sm90.CLUSTER_OPS)
+                                                                    for op in func_op.walk())):
         declared = (1, 1, 1)  # cluster ops without a declared cluster: each CTA is a cluster of one
     if cluster is None and declared is not None:
         cluster, _ = launch_cluster(declared, grid)
@@ -430,67 +434,13 @@ def _run_grid(func_op, arguments, sizes, allocation, listeners, cta_order, traff
         raise ValueError(f"@{kernel.name}: cta_order must be a permutation of the {gx * gy * gz} CTAs' linear "
                          "indices")
     if parallel is not None and len(order) > 1 and _parallel(parallel, kernel, listeners, memory):
-        _run_groups(parallel, kernel, module, arguments, names, sizes, allocation, traffic, order, None, options)
+        _run_groups(parallel, kernel, module, arguments, names, sizes, allocation, traffic, order, None, options,
+                    batch_ctas, cta_order is None and gy * gz > 1)
         return
-    pool = RecordPool() if listeners is None else None  # a listener may keep a CTA's state
-    # batches of consecutive CTAs; where their followers drop out (their control flow differs from the leader's),
-    # batches of CTAs that share their x index (a query block of every head: a causal trip count agrees), then
-    # one CTA at a time (`followers`)
-    gx, gy, gz = grid
-    pending = [(linear % gx, (linear // gx) % gy, linear // (gx * gy)) for linear in order]
-    modes = ["consecutive", "by_x", "alone"] if batchable(kernel, listeners, memory, options) and batch_ctas > 1 \
-        else ["alone"]
-    if cta_order is not None or gy * gz == 1:
-        modes = [m for m in modes if m != "by_x"]
-    for mode in modes:
-        batches = cta_batches(pending, batch_ctas if mode != "alone" else 1, mode == "by_x")
-        pending = []
-        for index, ids in enumerate(batches):
-            cta = run_cta(kernel, module, values, memory, ids[0], grid, allocation, listeners, options, pool,
-                          ids[1:])
-            if traffic is not None:
-                traffic[cta.cta_id] = dict(cta.traffic)
-            if pool is not None:
-                pool.reclaim()
-            followers = cta.followers
-            if followers is None:
-                continue
-            if followers.dropped is None:  # their stores, in the grid's order, as their own CTAs
-                for view in followers.commit(memory):
-                    if traffic is not None:
-                        traffic[view.cta_id] = dict(cta.traffic)
-                continue
-            pending = ids[1:] + [cta_id for later in batches[index + 1:] for cta_id in later]
-            break
-        if not pending:
-            return
-
-
-def cta_batches(ids: Sequence[tuple[int, int, int]], size: int, by_x: bool) -> list[list[tuple]]:
-    """The CTAs `ids` as batches of at most `size` (`followers`), the first CTA leading the first batch:
-    consecutive CTAs, or with `by_x` the CTAs that share their x index, in order of their first appearance."""
-    if size <= 1:
-        return [[cta_id] for cta_id in ids]
-    if not by_x:
-        return [list(ids[start:start + size]) for start in range(0, len(ids), size)]
-    columns: dict[int, list] = {}
-    for cta_id in ids:
-        columns.setdefault(cta_id[0], []).append(cta_id)
-    return [column[start:start + size] for column in columns.values() for start in range(0, len(column), size)]
-
-
-def batchable(kernel: TargetKernel, listeners, memory: GlobalMemory, options: SimulatorOptions) -> bool:
-    """Whether the CTAs of `kernel` can run in batches (`tessera.interpreters.sm90.followers`): no listeners (they
-    observe one CTA), the round-robin schedule (the adversarial one draws a schedule per CTA), no atomics or
-    reductions, every op with a follower rule, and no tensor that a TMA copy reads written through a pointer
-    (a follower's reads come before the stores of the CTAs before it)."""
-    if listeners is not None or options.schedule != "round_robin" or memory.atomic_targets:
-        return False
-    if not all(follower_rule(op) is not None for op in kernel.op.walk()):
-        return False
-    read = {arg.source for arg in kernel.args if arg.kind == "tensormap"}
-    written = {arg.source for arg in kernel.args if arg.kind == "pointer"}
-    return not (read & written)
+    ids = [(linear % gx, (linear // gx) % gy, linear // (gx * gy)) for linear in order]
+    size = batch_ctas if batchable(kernel, listeners, memory, options) else 1
+    run_batches(run_cta, kernel, module, values, memory, ids, grid, allocation, listeners, options, traffic, size,
+                by_x=cta_order is None and gy * gz > 1)
 
 
 # region parallel groups (`tessera.interpreters.parallel`)
@@ -504,7 +454,9 @@ def _parallel(parallel: Parallel, kernel: TargetKernel, listeners, memory: Globa
         serial_note(where, "its CTAs add into shared targets (red, atom, bulk reductions), which the race checks "
                            "between CTAs follow in one process")
         return False
-    if any(isinstance(op, (sm90_reductions.SemTryWaitOp, sm90_reductions.SemSignalOp)) for op in kernel.op.walk()):
+    if kernel.program.fact("semaphores", lambda: any(isinstance(op, (sm90_reductions.SemTryWaitOp,
+                                                                      sm90_reductions.SemSignalOp))
+                                                     for op in kernel.op.walk())):
         serial_note(where, "its CTAs wait for each other on semaphores (a grid-wide order)")
         return False
     return True
@@ -538,6 +490,9 @@ class _TargetGroup:
     checks: tuple
     simulation: tuple = (True, "round_robin", 0)
     """`SimulatorOptions` (races, schedule, seed): the worker finds the kernel's register sources itself."""
+    batch_ctas: int = 1
+    """Batches of CTAs in the group (`run_batches`; the launch's `batch_ctas`)."""
+    by_x: bool = False
 
 
 @dataclass
@@ -581,17 +536,19 @@ def _run_group(task: _TargetGroup) -> GroupResult:
     pool = RecordPool()
     with serving_checks.checking(*task.checks):
         try:
-            for unit in task.units:
-                if task.cluster is not None:
-                    x, y, z = unit[0]
-                    memory.log.current = x + gx * (y + gy * z)
-                    ctas = run_cluster(kernel, module, values, memory, unit, grid, task.cluster, layout, None, options,
-                                       pool)
-                else:
-                    memory.log.current = unit
-                    ctas = [run_cta(kernel, module, values, memory, (unit % gx, unit // gx % gy, unit // (gx * gy)),
-                                    grid, layout, None, options, pool)]
-                for cta in ctas:
+            if task.cluster is None:
+                def charge(cta_id) -> None:  # what the access log charges to a CTA (a TMA read: its leader)
+                    memory.log.current = _linear(cta_id, grid)
+
+                ids = [(unit % gx, unit // gx % gy, unit // (gx * gy)) for unit in task.units]
+                size = task.batch_ctas if batchable(kernel, None, memory, options) else 1
+                run_batches(run_cta, kernel, module, values, memory, ids, grid, layout, None, options, traffic,
+                            size, task.by_x, charge)
+            for unit in task.units if task.cluster is not None else ():
+                x, y, z = unit[0]
+                memory.log.current = x + gx * (y + gy * z)
+                for cta in run_cluster(kernel, module, values, memory, unit, grid, task.cluster, layout, None,
+                                       options, pool):
                     traffic[cta.cta_id] = dict(cta.traffic)
                 pool.reclaim()
         except HazardUnwind as unwind:  # raised by the parent in the serial order (`merge`)
@@ -607,8 +564,10 @@ def _run_group(task: _TargetGroup) -> GroupResult:
 
 def _run_groups(parallel: Parallel, kernel: TargetKernel, module: ModuleOp, arguments: Sequence[np.ndarray],
                 names: list[str], sizes: Mapping[str, int], allocation, traffic: dict | None, units: Sequence,
-                cluster: tuple[int, int, int] | None, options: SimulatorOptions = SimulatorOptions()) -> None:
-    """Run `units` (in the serial order) in `parallel.groups` groups and merge their results into `arguments`."""
+                cluster: tuple[int, int, int] | None, options: SimulatorOptions = SimulatorOptions(),
+                batch_ctas: int = 1, by_x: bool = False) -> None:
+    """Run `units` (in the serial order) in `parallel.groups` groups and merge their results into `arguments`;
+    each group runs its CTAs in batches of `batch_ctas` (`run_batches`, `by_x` as there)."""
     if parallel.forks:  # the workers inherit the program and the arguments
         text, registers, shipped = None, None, None
         key = program_key(kernel.name, str(id(kernel.op)), str(os.getpid()), str(time.monotonic_ns()))
@@ -624,7 +583,7 @@ def _run_groups(parallel: Parallel, kernel: TargetKernel, module: ModuleOp, argu
     checks = serving_checks.active_checks()
     simulation = (options.races, options.schedule, options.seed)
     tasks = [_TargetGroup(key, text, kernel.name, registers, shipped, dict(sizes), units[part.start:part.stop],
-                          cluster, checks, simulation)
+                          cluster, checks, simulation, batch_ctas, by_x)
              for part in split(len(units), parallel.groups)]
     flat = [a.reshape(-1).view(np.uint8) if a.flags.c_contiguous else np.zeros(0, np.uint8) for a in arguments]
     gx, gy, _ = kernel.grid_size(sizes)

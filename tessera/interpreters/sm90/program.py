@@ -115,6 +115,18 @@ class CompiledKernel:
                         if region.blocks.first is not None}
         self.steps: dict[tuple, _Steps] = {}
         """The closures per implementation classes and listener keys (`CompiledCta`)."""
+        self._facts: dict = {}
+
+    def fact(self, key, compute: Callable[[], object]):
+        """`compute()`, kept under `key` while the kernel's structure stays the same: what a launch derives from
+        the ops and operands alone (which ops have follower rules, the wgmma register sources, the reduction
+        targets), found once instead of by a walk of every op at every launch. A fact that also reads
+        attributes (which may change freely) puts them in `key`."""
+        try:
+            return self._facts[key]
+        except KeyError:
+            value = self._facts[key] = compute()
+            return value
 
     @classmethod
     def of(cls, func_op: func.FuncOp) -> CompiledKernel:

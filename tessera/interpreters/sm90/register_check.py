@@ -144,6 +144,20 @@ class RegisterFileChecker(Interpreter.Listener):
                  or self.fences and (type(op) is sm90.WgmmaFenceOp or touches[1] is not None))
         return before, after
 
+    def in_pure_region(self, op: Operation) -> bool:
+        """Whether `op`, in a branch of pure ops that only batch followers take (`followers.pure_if`), needs only
+        `check_pure_region`: it has no read to compare, no write to record or move, and no register access the
+        fence rule notes; what is left is the check that it writes no register a pending wgmma holds, which
+        depends on the wgmma groups alone (the same in every CTA of a batch)."""
+        reads, writes, _, _, moves = self._plan(op)
+        touches = self._touches(op, self._written) if self.fences else (None, None, None)
+        return not (reads or writes or moves) and touches[0] is None and touches[1] is None
+
+    def check_pure_region(self, op: Operation, args: tuple) -> None:
+        written = self._plan(op)[2]
+        if written and self.flight is not None:
+            self._check_writes(op, self.cta.active, written)
+
     # region the register file
     def _plan(self, op: Operation) -> tuple:
         plan = self._plans.get(op)

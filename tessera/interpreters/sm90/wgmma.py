@@ -458,6 +458,16 @@ class RegisterWrites(Interpreter.Listener):
     """Records when each value feeding a wgmma register operand was computed (`WgmmaUnit.produced`), from the
     sets `wgmma_register_sources` found: an origin's results now, a rename's results at its operand's time."""
 
+    @staticmethod
+    def in_pure_region(op: Operation) -> bool:
+        """A branch of pure ops (no wgmma_fence in it) that only batch followers take (`followers.pure_if`)
+        writes its values between the same fences as the branch its leader takes: the fence rule judges them
+        alike, and there is nothing to check (`check_pure_region`)."""
+        return True
+
+    def check_pure_region(self, op: Operation, args: tuple) -> None:
+        pass
+
     def __init__(self, unit: WgmmaUnit, sources: tuple[frozenset[int], frozenset[int]]):
         self.unit = unit
         self.origins, self.renames = sources
@@ -495,6 +505,16 @@ class RegisterWrites(Interpreter.Listener):
 
 class PendingUseChecker(Interpreter.Listener):
     """Checks every op's operands against the pending wgmma values before it runs."""
+
+    @staticmethod
+    def in_pure_region(op: Operation) -> bool:
+        """In a branch of pure ops that only batch followers take (`followers.pure_if`) each op is checked with
+        the leader's values of its operands defined outside the branch (which values are pending is the same in
+        every CTA of a batch: `check_pure_region`)."""
+        return True
+
+    def check_pure_region(self, op: Operation, args: tuple) -> None:
+        self.unit.check_uses(op, args)
 
     def __init__(self, unit: WgmmaUnit):
         self.unit = unit
