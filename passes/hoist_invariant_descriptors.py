@@ -31,7 +31,10 @@ each slot's is that descriptor moved by the slot offset (`sm90.descriptor_offset
 address >> 4, and a slot of a buffer below 2^18 bytes never carries out of it). It costs the budgets the same
 (the ring's descriptor is a uniform descriptor) and is kept where the hoisted kernel still fits. The d128
 steady loop, ptxas 12.9 / 13.0 / 13.5: 574 / 572 / 607 -> 567 / 569 / 602 at 128 x 176, 453 / 454 / 488 ->
-448 / 449 / 470 at 128 x 128 (docs/performance.md).
+448 / 449 / 470 at 128 x 128 (docs/performance.md). In a loop that runs its first trip itself
+(overlap-softmax{fold=true}: `_folds_first_trip`), a slot descriptor whose offset the loop does not change
+(Q's, the warpgroup's rows) is made once before the loop, so that Q's k-step advances are loop-invariant as
+they were when a peeled first trip made it.
 
 Invariants: every wgmma reads the same descriptor values as before (an advance is pure, and its base is
 defined, unchanged, before every use); only where they are computed changes, so results are bitwise equal.
@@ -187,6 +190,7 @@ def hoist_slot_descriptors(fn: func.FuncOp) -> int:
     (`sm90.descriptor_offset`); the number of descriptors rewritten. One hoisted descriptor per buffer,
     encoding and block serves every loop of that block after it (the peeled loops of one K/V loop)."""
     hoisted: dict[tuple, SSAValue] = {}
+    fixed: dict[tuple, sm90.DescriptorOffsetOp] = {}
     count = 0
     for op in [o for o in fn.walk() if _slot_descriptor(o) is not None]:
         buffer, offset = _slot_descriptor(op)
@@ -201,15 +205,37 @@ def hoist_slot_descriptors(fn: func.FuncOp) -> int:
             block.insert_ops_before([base, descriptor], loop)
             hoisted[key] = descriptor.result
         address = op.address.owner
-        moved = sm90.DescriptorOffsetOp(hoisted[key], offset)
-        moved.result.name_hint = op.result.name_hint
-        Rewriter.replace_op(op, moved)
+        if _defines(loop, offset) or not _folds_first_trip(loop):
+            moved = sm90.DescriptorOffsetOp(hoisted[key], offset)
+            moved.result.name_hint = op.result.name_hint
+            Rewriter.replace_op(op, moved)
+        else:  # the same slot on every trip of a folded loop (Q's): made once, before the loop
+            if (key, offset) not in fixed:
+                fixed[(key, offset)] = sm90.DescriptorOffsetOp(hoisted[key], offset)
+                fixed[(key, offset)].result.name_hint = op.result.name_hint
+                block.insert_op_before(fixed[(key, offset)], loop)
+            op.result.replace_all_uses_with(fixed[(key, offset)].result)
+            Rewriter.erase_op(op)
         count += 1
         if not address.results[0].uses:
             Rewriter.erase_op(address)
             if not buffer.result.uses:
                 Rewriter.erase_op(buffer)
     return count
+
+
+def _folds_first_trip(loop: scf.ForOp) -> bool:
+    """Whether `loop`'s body holds an update branch (overlap-softmax{fold=true}: one path issues a wgmma group,
+    the other commits an empty one). Its first trip runs in the loop, so no peeled trip before it makes the
+    descriptors every trip reads (Q's), which cse used to let the loop reuse: `hoist_slot_descriptors` makes
+    them once before the loop instead. Other loops keep their per-trip slot descriptors as they were."""
+    for op in loop.body.block.ops:
+        if isinstance(op, scf.IfOp) and op.false_region.blocks:
+            issues = [any(isinstance(o, sm90.WgmmaMmaAsyncOp) for o in r.block.ops) for r in op.regions]
+            commits = [any(isinstance(o, sm90.WgmmaCommitGroupOp) for o in r.block.ops) for r in op.regions]
+            if all(commits) and sorted(issues) == [False, True]:
+                return True
+    return False
 
 
 def _budget_splits(fn: func.FuncOp) -> list[scf.IfOp]:

@@ -34,7 +34,34 @@ and rewritten, with n = ceildivsi(ub - lb, step), as
       B_mma(lb + (n-1) step) B_rel(lb + (n-1) step)                                       // trip n-1
     } else { the loop's initial values }
 
-The accumulator's iter_arg of the rotated loop carries the scaled accumulator (B_scale's result, the operand
+With `fold=true` (the default) trip 0 is not peeled: the loop runs every trip, and the previous trip's B_mma
+and B_rel run under a warp-uniform branch that skips them on the first:
+
+    scf.if n > 0 {
+      scf.for %iv = lb to ub step step iter_args(..., the initial values, P_init = tile.fill 0.0) {
+        A_pre(iv)
+        %first = arith.cmpi eq, %iv, %lb
+        (iv - step's indices: the V stage)
+        %acc = scf.if %first { yield the accumulator } else { B_mma(iv - step); yield its result }
+        A_rest(iv)
+        scf.if %first {} else { B_rel(iv - step) }
+        B_scale(iv) A_sink(iv) A_copy(iv)
+      }
+      B_mma(lb + (n-1) step) B_rel(lb + (n-1) step)
+    } else { the loop's initial values }
+
+so the key-block body (the softmax, the masks) is printed once instead of twice: at head_dim 128 the PTX
+drops from 2,289 to 1,627 lines and ptxas' CPU time to 0.77x, for 3-5 more SASS instructions per steady trip
+(the compare and the branch; docs/performance.md). Off by default: the seeded-race catalogues of the
+simulators anchor on the peeled trip. The accumulator's iter_arg then carries the accumulator before
+B_mma (on trip 0 the initial one, which B_scale(lb) scales, as the peeled trip did). The carried values start
+as zero fills that no trip reads (trip 0 skips B_mma); a loop whose carried values are not all register
+tiles is rotated the peeled way. The skipping branch comes first so that the accumulator's last read is the
+mma, which updates it in place; convert-tile-to-sm90 keeps the score mma's wgmma group in flight across the
+branch and commits an empty group on the skipping path (control.py), so the wait counts after the join are
+those of the peeled form.
+
+The accumulator's iter_arg of the peeled rotated loop carries the scaled accumulator (B_scale's result, the operand
 the next B_mma adds to). When a slice does not split that way (a B_scale op that reads shared memory or holds
 an mma, or a B_mma that reads a B_scale value other than its accumulator), B_scale is empty and B_mma is the
 whole slice, run at iv - step as before.
@@ -366,12 +393,107 @@ def rotate(plan: Rotation) -> scf.IfOp:
     return if_op
 
 
+def foldable(plan: Rotation) -> bool:
+    """Whether `rotate_folded` can rotate `plan`'s loop: every value carried to the next trip is a register
+    tile (its first value, never read, is a `tile.fill 0.0`)."""
+    return all(isinstance(v.type, TileType) and v.type.memory_space == MemSpace.REGISTER for v in plan.carried)
+
+
+def rotate_folded(plan: Rotation) -> scf.IfOp:
+    """Replace the loop of `plan` by its rotated form with trip 0 run by the loop itself (module docstring,
+    `fold=true`): B_mma and B_rel of the previous trip run under `scf.if iv != lb`."""
+    loop = plan.loop
+    body = loop.body.block
+    iv, args = body.args[0], body.args[1:]
+    results = body.last_op.operands
+    acc = set(plan.accumulators)
+    b = IndexBuilder(loop)
+    trips = b.trip_count(loop)
+    any_trip = b.cmp("sgt", trips, b.const(0), "any_trip")
+
+    peeled = Block()
+    carried_inits = [tile.FillOp(0.0, v.type) for v in plan.carried]
+    for op in carried_inits:
+        peeled.add_op(op)
+    inits = list(loop.iter_args) + [op.result for op in carried_inits]
+    rotated = Block(arg_types=[iv.type, *(v.type for v in inits)])
+    new_iv, new_args, new_carried = rotated.args[0], rotated.args[1 : len(args) + 1], rotated.args[len(args) + 1 :]
+    for old, new in zip([iv, *args, *plan.carried], rotated.args):
+        new.name_hint = old.name_hint
+    for value in new_carried:
+        value.name_hint = f"{value.name_hint or 'carried'}_prev"
+
+    def b_mapping(carried: list[SSAValue], accumulators: list[SSAValue]) -> dict[SSAValue, SSAValue]:
+        mapping = dict(zip(plan.carried, carried))
+        mapping.update({plan.scaled[i]: accumulators[i] for i in acc})
+        return mapping
+
+    this_trip = {iv: new_iv, **dict(zip(args, new_args))}
+    _clone_into(rotated, plan.a_pre, this_trip, plan)
+    inner = IndexBuilder(InsertPoint.at_end(rotated), b)
+    first = inner.cmp("eq", new_iv, loop.lb, "first_trip")
+    # the previous trip's indices outside the branches, where ptxas can schedule them beside the score mma
+    previous = b_mapping(list(new_carried), list(new_args))
+    clone_at_iv(plan.recomputed, body, inner.sub(new_iv, loop.step, "iv_prev"), inner, previous)
+
+    def previous_trip(ops: list[Operation], yielded: list[SSAValue]) -> Block:
+        """A block running `ops` for the previous trip, yielding the mapped `yielded`."""
+        block = Block()
+        _clone_into(block, ops, previous, plan)
+        block.add_op(scf.YieldOp(*(previous[v] for v in yielded)))
+        return block
+
+    acc_results = [results[i] for i in sorted(acc)]
+    skip = Block([scf.YieldOp(*(new_args[i] for i in sorted(acc)))])
+    # the skipping branch first: the accumulator's last read is then the mma's, which updates it in place
+    update = scf.IfOp(first, [v.type for v in acc_results], [skip], [previous_trip(plan.b_mma, acc_results)])
+    rotated.add_op(update)
+    updated = dict(zip(sorted(acc), update.results))
+    for i, value in updated.items():
+        value.name_hint = results[i].name_hint
+    _clone_into(rotated, plan.a_rest, this_trip, plan)
+    if plan.b_rel:
+        rotated.add_op(scf.IfOp(first, [], [Block([scf.YieldOp()])], [previous_trip(plan.b_rel, [])]))
+    scale = {**this_trip, **{args[i]: updated[i] for i in acc}}
+    _clone_into(rotated, plan.b_scale, scale, plan)
+    _clone_into(rotated, plan.a_sink, this_trip, plan)
+    _clone_into(rotated, plan.a_copy, this_trip, plan)
+    yielded = [scale[plan.scaled[i]] if i in acc else this_trip.get(v, v) for i, v in enumerate(results)]
+    rotated.add_op(scf.YieldOp(*yielded, *(this_trip.get(v, v) for v in plan.carried)))
+    new_loop = scf.ForOp(loop.lb, loop.ub, loop.step, inits, rotated)
+    new_loop.attributes.update(loop.attributes)
+    peeled.add_op(new_loop)
+
+    end = IndexBuilder(InsertPoint.at_end(peeled), b)
+    last_iv = end.iv_of_trip(loop, end.sub(trips, end.const(1), "last_trip"), "iv_last")
+    loop_results = list(new_loop.results)
+    last = b_mapping(loop_results[len(args) :], loop_results)
+    clone_at_iv(plan.recomputed, body, last_iv, end, last)
+    _clone_into(peeled, plan.b_mma + plan.b_rel, last, plan)
+    peeled.add_op(scf.YieldOp(*(last[v] if i in acc else loop_results[i] for i, v in enumerate(results))))
+
+    if_op = scf.IfOp(any_trip, [r.type for r in loop.results], [peeled], [Block([scf.YieldOp(*loop.iter_args)])])
+    for old, new in zip(loop.results, if_op.results):
+        new.name_hint = old.name_hint
+    for old, new in zip(loop.results, new_loop.results):
+        new.name_hint = old.name_hint
+    for old, new in zip(plan.carried, new_loop.results[len(args) :]):
+        new.name_hint = f"{old.name_hint}_last" if old.name_hint else None
+    Rewriter.insert_op(if_op, InsertPoint.before(loop))
+    Rewriter.replace_op(loop, [], list(if_op.results))
+    erase_dead_code(if_op)
+    return if_op
+
+
 @dataclass(frozen=True)
 class OverlapSoftmaxPass(ModulePass):
     """Rotate each pipelined loop with an accumulator so that trip t issues its score mma before the delayed
     accumulator update of trip t-1 (see the module docstring)."""
 
     name = "overlap-softmax"
+    fold: bool = False
+    """Run trip 0 in the loop (the previous trip's B_mma and B_rel under `scf.if first`) instead of peeling
+    its A before the loop (module docstring)."""
     input_level: ClassVar[str] = "tile"
     """The kernels it transforms (Tile IR); tools refuse a module with only the other kind."""
 
@@ -382,4 +504,4 @@ class OverlapSoftmaxPass(ModulePass):
         for loop in reversed(loops):  # inner loops first; a loop is planned again once its inner ones changed
             plan = plan_rotation(loop)
             if plan is not None:
-                rotate(plan)
+                rotate_folded(plan) if self.fold and foldable(plan) else rotate(plan)

@@ -108,3 +108,19 @@ def test_a_refused_hoist_is_undone_exactly():
     assert invariant_advances(kernel) == keys[1:]
     assert len(body()) == len(before) + 1 - sum(
         1 for op, *_ in before if isinstance(op, sm90.DescriptorAdvanceOp) and (op.descriptor, op.bytes.value.data) == keys[0])
+
+
+def test_a_folded_loop_makes_q_slot_descriptor_once():
+    """overlap-softmax{fold=true} runs trip 0 in the loop, so no peeled trip makes Q's descriptor before it: the
+    pass makes Q's slot descriptor (the warpgroup's rows, the same on every trip) once before the loop, so
+    that Q's k-step advances leave the loop as they do in the peeled form; the K and V slots stay per trip."""
+    folded = WITHOUT.replace("overlap-softmax", "overlap-softmax{fold=true}")
+    _, before = _kernel(folded, head_dim=64)
+    assert not invariant_advances(before)  # Q's descriptor is made in the loop: nothing is invariant yet
+    _, after = _kernel(folded + ",hoist-invariant-descriptors", head_dim=64)
+    slots = [op for op in after.walk() if isinstance(op, sm90.DescriptorOffsetOp)]
+    (q_slot,) = [op for op in slots if not _in_loop(op)]
+    assert len({op.descriptor for op in slots if _in_loop(op)}) == 2 and q_slot.result in uniform_descriptors(after)
+    assert not invariant_advances(after)
+    assert any(isinstance(op, sm90.DescriptorAdvanceOp) and op.descriptor is q_slot.result and not _in_loop(op)
+               for op in after.walk())

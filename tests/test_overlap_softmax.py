@@ -37,6 +37,9 @@ SEQ_PAIRS = [(1, 1), (40, 40), (3, 64), (33, 70), (70, 300), (200, 45)]
 gives query blocks with 0, 1 and 2 key blocks."""
 
 ROTATED = "assign-swizzle,pipeline-loops{{stages={n}}},overlap-softmax"
+"""The default form: trip 0's softmax peeled before the loop."""
+FOLDED = ROTATED + "{{fold=true}}"
+"""Trip 0 runs in the loop, the previous trip's P.V mma and release under `scf.if first`."""
 FULL = ROTATED + ",peel-masked-iterations"
 
 
@@ -67,7 +70,7 @@ def _body_ops(loop: scf.ForOp, op_type) -> list:
 
 @pytest.mark.parametrize("stages", [2, 3, 4])
 @pytest.mark.parametrize("head_dim,causal,dtype", CONFIGS)
-@pytest.mark.parametrize("spec", [ROTATED, FULL], ids=["rotated", "rotated+peeled"])
+@pytest.mark.parametrize("spec", [FOLDED, FULL], ids=["folded", "peeled+split"])
 def test_rotated_flash_attention_is_bit_identical(spec, head_dim, causal, dtype, stages, rng):
     config = {"head_dim": head_dim, "causal": causal, "dtype": dtype}
     original = compiled("", **config)
@@ -176,6 +179,31 @@ def test_rotated_order(stages):
     assert yielded[2] is scale.results[0] and yielded[3] is cast.results[0]
 
 
+def test_folded_order():
+    """fold=true: the loop starts at lb with the initial values (P's a zero fill, never read); after the S mma,
+    `scf.if first` yields the accumulator as it is on trip 0 and runs the P.V mma of trip t-1 on the others
+    (the skipping branch first); the V release of trip t-1 sits under the same condition; the rescale reads
+    the branch's result."""
+    (loop,) = _rotated_loops(compiled(FOLDED.format(n=2), head_dim=64, causal=False, dtype="bf16"))
+    body = loop.body.block
+    ops = list(body.ops)
+    assert loop.lb.owner.value.value.data == 0
+    assert isinstance(loop.iter_args[3].owner, tile.FillOp) and loop.iter_args[3].owner.value.value.data == 0.0
+    (score,) = _body_ops(loop, tile.MmaOp)
+    update, release = [op for op in ops if isinstance(op, scf.IfOp) and op.cond.name_hint == "first_trip"]
+    first = update.cond.owner
+    assert first.predicate.value.data == 0 and first.lhs is body.args[0] and first.rhs is loop.lb
+    assert ops.index(score) < ops.index(update) < ops.index(release)
+    assert list(update.true_region.block.last_op.operands) == [body.args[3]]
+    (mma,) = [op for op in update.false_region.block.ops if isinstance(op, tile.MmaOp)]
+    assert mma.acc is body.args[3] and mma.a is body.args[4]
+    assert [type(op) for op in release.false_region.block.ops] == [tile.ReleaseOp, scf.YieldOp]
+    (scale,) = _body_ops(loop, tile.MulRowsOp)
+    assert scale.operands[0] is update.results[0] and ops.index(release) < ops.index(scale)
+    # the tail after the loop is the last trip's P.V mma, as in the peeled form
+    assert sum(isinstance(op, tile.MmaOp) for op in loop.parent_block().ops) == 1
+
+
 def _seeded(stages: int, seed) -> object:
     module = build_kernel("flash_attention", head_dim=64, causal=False, dtype="bf16", block_m=BLOCK, block_n=BLOCK).clone()
     apply_pipeline(module, ROTATED.format(n=stages))
@@ -248,6 +276,37 @@ def test_rotating_twice_changes_nothing():
     before = str(module)
     apply_pipeline(module, "overlap-softmax")
     assert str(module) == before
+
+
+# endregion
+
+
+# region lowered
+
+
+def _folded_against_default(level: str, shapes, rng) -> None:
+    from tessera.passes import DEFAULT_PIPELINE
+
+    folded = DEFAULT_PIPELINE.replace("overlap-softmax", "overlap-softmax{fold=true}")
+    module = build_kernel("flash_attention", head_dim=64, causal=True).clone()
+    for seq_q, seq_k in shapes:
+        q, k, v = (a.astype(np.float32) for a in _qkv(rng, seq_q, seq_k, 64))
+        out = tessera.interpret(module, q, k, v, level=level, pipeline=folded)
+        np.testing.assert_array_equal(out, tessera.interpret(module, q, k, v, level=level),
+                                      err_msg=f"{level} {seq_q}x{seq_k}")
+
+
+def test_folded_kernel_is_bit_identical_lowered(rng):
+    """The whole default pipeline with fold=true, in the CTA simulator: one key block, causal, with seq_q >
+    seq_k so that the first 55 rows see no key (O = 0): the same output bits as the peeled default."""
+    _folded_against_default("target", [(100, 45)], rng)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", ["target", "ptx"])
+def test_folded_kernel_is_bit_identical_lowered_matrix(level, rng):
+    """Slow: one trip, fully masked rows, several trips, at target and PTX level."""
+    _folded_against_default(level, [(130, 1), (200, 45), (64, 300), (256, 700)], rng)
 
 
 # endregion

@@ -304,4 +304,34 @@ def test_branch_keeps_the_pv_mma_in_flight_and_moves_nothing():
     assert names[branch.results[0]] == names[yielded[0]] == names[yielded[1]]
 
 
+def test_folded_update_branch_keeps_both_groups_in_flight_in_place():
+    """overlap-softmax{fold=true} (lowered with the masks' branch, registers allocated): the previous trip's P.V
+    update runs under `scf.if first`, after the score mma's group is committed and with it still in flight;
+    the skipping path commits an empty group (fence, commit), so the first wait after the join is
+    wait_group 1 on both paths; the accumulator, the wgmma's result and the branch's result share registers,
+    so no path copies an accumulator the tensor core still writes."""
+    from tessera.kernel_abi import is_target_kernel
+    from tessera.passes import PIPELINED_PIPELINE, allocated
+    from tessera.dialects import sm90
+    from tessera.regalloc import allocate_registers
+
+    module = build_kernel("flash_attention", head_dim=64, causal=True).clone()
+    apply_pipeline(module, allocated(PIPELINED_PIPELINE.replace("overlap-softmax", "overlap-softmax{fold=true}")))
+    kernel = next(op for op in module.walk() if is_target_kernel(op))
+    (update,) = [op for op in kernel.walk() if isinstance(op, scf.IfOp) and op.results
+                 and isinstance(op.parent_op(), scf.ForOp) and op.cond.name_hint == "first_trip"]
+    ops = list(update.parent_block().ops)
+    before = ops[: ops.index(update)]
+    assert not any(isinstance(op, sm90.WgmmaWaitGroupOp) for op in before[[type(o) for o in before].index(
+        sm90.WgmmaCommitGroupOp):])
+    skip, issue = ([type(op) for op in region.block.ops] for region in update.regions)
+    assert skip == [sm90.WgmmaFenceOp, sm90.WgmmaCommitGroupOp, scf.YieldOp]
+    assert issue.count(sm90.WgmmaCommitGroupOp) == 1 and sm90.WgmmaWaitGroupOp not in issue
+    after = next(op for op in ops[ops.index(update):] if isinstance(op, sm90.WgmmaWaitGroupOp))
+    assert after.pending.value.data == 1
+    names = allocate_registers(kernel).names
+    yielded = [region.block.last_op.operands[0] for region in update.regions]
+    assert names[update.results[0]] == names[yielded[0]] == names[yielded[1]]
+
+
 # endregion

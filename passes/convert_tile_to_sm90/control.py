@@ -11,6 +11,13 @@ counts after the join are those of straight-line code. The lowering checks it: a
 whose lowering changes the groups in flight is refused. A result that every branch yields as the same
 `Scaled` tile form (same factor) stays scaled: the branches yield the raw registers.
 
+An *update branch* (`update_branch_mma`: overlap-softmax{fold=true}'s P.V mma of the previous trip, skipped on
+the first) holds one tile.mma in one branch; the groups in flight before it stay in flight, the mma's group
+is committed in its branch and an empty one (wgmma.fence, wgmma.commit_group: PTX makes an empty group when
+no wgmma is pending) on the other path, so both paths leave one more group pending, and the branch's result
+is that group's from the join on: whatever reads it waits for it, as for the mma's own result. The fence on
+the empty path keeps ptxas 13.0 from injecting a warpgroup.arrive there (C7519).
+
 Phase counters. A copy group committed in a loop nest completes one phase of its barrier per execution; the
 parity it waits for is that of the number of earlier executions. Where every inner loop's bounds are defined
 outside the nest, that number is the linear trip number (`BackwardLowering._parity`). Where an inner loop's
@@ -25,15 +32,42 @@ from xdsl.dialects.builtin import IndexType
 from xdsl.ir import Block, Operation, Region
 from xdsl.traits import Pure
 
-from tessera.dialects import tile
+from tessera.dialects import sm90, tile
 from tessera.lowering.emitter import Emitter
 from tessera.passes.convert_tile_to_sm90.attention import combine_across_quad
 from tessera.passes.convert_tile_to_sm90.row_sums import reduced_after_loop
 from tessera.passes.convert_tile_to_sm90.common import (
     _refuse,
     LoopInfo,
+    PendingMma,
     Scaled,
 )
+
+
+def _register_only(op: Operation) -> bool:
+    """A pure op without regions, or integer `arith` (a division is not Pure in xDSL: it may trap on zero)."""
+    return not op.regions and (op.has_trait(Pure) or op.dialect_name() == "arith")
+
+
+def update_branch_mma(op: scf.IfOp) -> tile.MmaOp | None:
+    """The tile.mma of an *update branch* (module docstring): an scf.if with two branches, one holding a
+    single tile.mma among pure ops without regions, whose result it yields once, the other holding pure ops
+    without regions and no tile.mma (overlap-softmax{fold=true}'s P.V update, skipped on the first trip)."""
+    if len(op.regions) != 2 or not op.false_region.blocks:
+        return None
+    mmas = [inner for region in op.regions for inner in region.ops if isinstance(inner, tile.MmaOp)]
+    if len(mmas) != 1:
+        return None
+    (mma,) = mmas
+    for region in op.regions:
+        for inner in region.ops:
+            if not isinstance(inner, scf.YieldOp | tile.MmaOp) and not _register_only(inner):
+                return None
+    yields = mma.parent_block().last_op.operands
+    if sum(v is mma.result for v in yields) != 1 or any(use.operation is not mma.parent_block().last_op
+                                                        for use in mma.result.uses):
+        return None
+    return mma
 
 
 class ControlFlowLowering:
@@ -112,15 +146,21 @@ class ControlFlowLowering:
     def _keeps_groups_in_flight(self, op: Operation) -> bool:
         """Whether wgmma groups in flight stay so across `op`: a register-only scf.if (module docstring). The
         groups it reads are waited for here; `_lower_IfOp` yields its branches without waiting."""
-        if not isinstance(op, scf.IfOp) or not self.pending:
+        if not isinstance(op, scf.IfOp):
+            return False
+        update = update_branch_mma(op)
+        if not self.pending and update is None:
             return False
         read = set()
         for region in op.regions:
             for inner in region.ops:
-                if not isinstance(inner, scf.YieldOp) and (
-                        inner.regions or isinstance(inner, tile.MmaOp) or not inner.has_trait(Pure)):
+                if inner is update:
+                    continue
+                if not isinstance(inner, scf.YieldOp) and (isinstance(inner, tile.MmaOp) or not _register_only(inner)):
                     return False
                 read.update(inner.operands)
+        if update is not None:
+            read.discard(update.result)
         waited = [p.tile_value for p in self.pending if p.tile_value in read]
         if waited:  # the groups whose results the branch reads (and older ones) complete before it
             self._retire(waited[-1], self.e)
@@ -134,7 +174,9 @@ class ControlFlowLowering:
             if isinstance(inner, tile.CpCommitGroupOp) and inner not in self.ring_commits:
                 _refuse(inner, "copy groups of unstaged tiles cannot be committed inside an scf.if")
         in_flight = op in self.branches_in_flight
+        update = update_branch_mma(op) if in_flight else None
         before = list(self.pending)
+        issued = None
         blocks, yielded = [], []
         for region in op.regions:
             if not region.blocks:
@@ -148,10 +190,19 @@ class ControlFlowLowering:
                     self._translate(inner, be)
             if not in_flight:
                 self._retire_all(be)
+            elif update is not None and update.parent_region() is region:
+                if self.pending[:-1] != before or self.pending[-1].tile_value is not update.result:
+                    _refuse(op, "a branch the wgmma groups in flight cross must not commit or wait for a group "
+                                "other than its one tile.mma's")
+                issued = self.pending.pop()
             elif self.pending != before:
                 _refuse(op, "a branch the wgmma groups in flight cross must not commit or wait for a group")
+            elif update is not None:  # the other path commits an empty group: as many groups on both
+                be.op(sm90.WgmmaFenceOp())
+                be.op(sm90.WgmmaCommitGroupOp())
             self.e = be
-            yielded.append([self._peek(v) for v in terminator.operands])
+            yielded.append([self.values[v] if update is not None and v is update.result else self._peek(v)
+                            for v in terminator.operands])
             self.outstanding = saved + [c for c in self.outstanding if c not in saved]
             blocks.append(block)
         scaled = [all(isinstance(y[i], Scaled) and y[i].factor == yielded[0][i].factor for y in yielded)
@@ -171,6 +222,9 @@ class ControlFlowLowering:
                 self.values[old] = Scaled(res, yielded[0][i].factor)
             else:
                 self._set(old, res)
+        if update is not None:  # the result the mma's branch yields is pending on both paths
+            (position,) = [i for i, v in enumerate(update.parent_block().last_op.operands) if v is update.result]
+            self.pending.append(PendingMma(op.results[position], issued.reads))
 
     def _lower_YieldOp(self, op: scf.YieldOp, e: Emitter) -> None:
         # `_translate` has retired the wgmma groups in flight: no group outlives its region.

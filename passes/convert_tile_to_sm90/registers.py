@@ -3,6 +3,7 @@ types, each register's coordinates, fills."""
 
 from __future__ import annotations
 
+import numpy as np
 from xdsl.dialects.builtin import (
     BFloat16Type,
     Float16Type,
@@ -12,11 +13,13 @@ from xdsl.dialects.builtin import (
     VectorType,
     f32,
     i1,
+    i32,
 )
 from xdsl.ir import Operation, SSAValue
 
 from tessera.dialects import tile
-from tessera.dialects.tile_types import TileType
+from tessera.dialects.tile_types import TileType, is_fp8
+from tessera.numerics import numpy_dtype
 from tessera.lowering.emitter import Emitter
 from tessera.lowering.fragments import ROW_VECTOR_TYPE, AccumulatorLayout
 from tessera.sm90 import facts
@@ -76,14 +79,30 @@ class RegisterTileLowering:
         _refuse(op, f"register tiles of {element} are not supported")
 
     def _lower_FillOp(self, op: tile.FillOp, e: Emitter) -> None:
+        """An f32 (or i32, i1) tile is one register per element; a 16-bit or 8-bit one (the first, never-read value of a
+        P that overlap-softmax{fold=true} carries) is packed, two or four equal elements per 32-bit register,
+        as the A operand of an mma holds them (`_lower_CastOp`, `sm90.cvt_pack_fp8`: with every element equal,
+        the 8-bit key order does not matter)."""
         ty = op.result.type
-        vt = self._vector_type(op, ty)
-        if isinstance(vt.element_type, IntegerType):  # i32 values, i1 predicates: the verifier's whole number
-            self._set(op.result, e.splat(vt.element_type, int(op.value.value.data), vt.get_shape()[0]))
+        element = ty.element_type
+        if is_fp8(element) and ty.rank == 2:
+            per_register = 4
+        elif isinstance(element, BFloat16Type | Float16Type) and ty.rank == 2:
+            per_register = 2
+        else:
+            vt = self._vector_type(op, ty)
+            if isinstance(vt.element_type, IntegerType):  # i32 values, i1 predicates: the verifier's whole number
+                self._set(op.result, e.splat(vt.element_type, int(op.value.value.data), vt.get_shape()[0]))
+                return
+            if not isinstance(element, Float32Type):
+                _refuse(op, f"fills of {element} register tiles are not supported (fill f32, then tile.cast)")
+            self._set(op.result, e.splat(f32, op.value.value.data, vt.get_shape()[0]))
             return
-        if not isinstance(ty.element_type, Float32Type):
-            _refuse(op, f"fills of {ty.element_type} register tiles are not supported (fill f32, then tile.cast)")
-        self._set(op.result, e.splat(f32, op.value.value.data, vt.get_shape()[0]))
+        width = 32 // per_register
+        bits = int(np.array(op.value.value.data, dtype=numpy_dtype(element)).view(f"uint{width}"))
+        word = sum(bits << (width * k) for k in range(per_register))
+        lanes = self._layout(op, ty).lanes // per_register
+        self._set(op.result, e.splat(i32, word - (1 << 32) if word >= 1 << 31 else word, lanes))
 
     def _thread_offsets(self, op, ty: TileType, pairs: bool = False) -> tuple[list[int], list[int]]:
         """Per register of this thread's share of an [BM, N] tile (or of an [BM, 1] column, or per packed

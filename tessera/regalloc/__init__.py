@@ -7,6 +7,9 @@ Every element of every per-thread value is one PTX register of a class (`f32` ->
 - a `scf.for` result is the register of its loop-carried block argument (the latch moves each yielded value
   into it); a yielded value defined in the body takes those registers itself where the argument is no longer
   read or held by a wgmma in flight when the value is made (overlap-softmax's P): the latch then moves nothing;
+- an `scf.if` result takes the registers its branches yield where they are one register group, dead at the
+  join, or free from the join to the result's last read (a loop-carried accumulator that one branch updates
+  in place by a wgmma and the other yields as it is: overlap-softmax{fold=true}): no branch moves anything;
 - a `sm90.wgmma_mma_async` result reuses its accumulator's registers when the accumulator dies there (the
   instruction reads and writes the same `{d...}` list; otherwise the printer copies the accumulator first),
   and an elementwise op's vector result reuses the registers of an operand that dies there (register i of

@@ -449,6 +449,7 @@ def _coalesce_branch_results(live: _Liveness, groups: _UnionFind, intervals: dic
                     or any(v in constants or v not in live.first or v.type != result.type for v in yielded)):
                 continue
             join = live.defs[result]
+            free_after_join = None
             for i in range(element_count(result.type)):
                 roots = {groups.find(live.element(v, i)) for v in yielded}
                 target = groups.find(live.element(result, i))
@@ -456,8 +457,39 @@ def _coalesce_branch_results(live: _Liveness, groups: _UnionFind, intervals: dic
                     continue
                 (root,) = roots
                 if intervals[root][1] > join:
-                    continue
+                    free_after_join = free_after_join or _FreeAfterJoin(live, groups, op, yielded, result)
+                    if not free_after_join(reads, root):
+                        continue
                 _merge_groups(groups, intervals, lowest, reads, root, target)
+
+
+class _FreeAfterJoin:
+    """Whether a register group live past the join of an scf.if (a loop-carried accumulator: overlap-softmax
+    {fold=true}'s P.V update, skipped on the first trip) is free while the if's `result` lives: the yielded
+    values are last read by the yields, and no other value of the group is live or held by a wgmma in flight
+    between the join and the last read of `result` (values made after it, in place, are), so the result may
+    take the group's registers. A hold of a yielded value past the join (the update's wgmma group in flight)
+    is the result's own, as are those of the wgmma chain in the branch that makes it: the registers are the
+    same. What does not depend on the group is worked out once per result."""
+
+    def __init__(self, live: _Liveness, groups: _UnionFind, branch: scf.IfOp, yielded: list, result: SSAValue):
+        self.join = join = live.defs[result]
+        self.end = end = live.read_end(result) or join
+        self.dead = all((live.read_end(v) or 0) <= join for v in yielded)
+        self.mine = {(live.defs[v], live.read_end(v)) for v in yielded}
+        self.busy: set[int] = set()  # roots of the other values held in flight between the join and the end
+        if not self.dead:
+            return
+        for value, held in live.holds.items():
+            if value in yielded or value is result or branch.is_ancestor(value.owner):
+                continue
+            if any(b < end and e > join for b, e in held):
+                self.busy.update(groups.find(live.element(value, i)) for i in range(element_count(value.type)))
+
+    def __call__(self, reads: _GroupReads, root: int) -> bool:
+        if not self.dead or root in self.busy:
+            return False
+        return not any(d < self.end and r > self.join and (d, r) not in self.mine for d, r in reads.reads.get(root, ()))
 
 
 def _merge_groups(groups: _UnionFind, intervals: dict, lowest: dict, reads: _GroupReads, a, b):
