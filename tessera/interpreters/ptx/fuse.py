@@ -27,11 +27,13 @@ the same error at the same instruction and thread), or the program has seen more
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 import numpy as np
 
-from tessera.interpreters.ptx.decode import ALL, Operands, Step, decode, guard_reader
+from tessera.interpreters.ptx.decode import ALL, Operands, Step, decode
 from tessera.interpreters.ptx.state import Machine
-from tessera.interpreters.ptx.syntax import Address, Label, Negated, Reg, Special, Vector
+from tessera.interpreters.ptx.syntax import Address, Instruction, Label, Negated, Reg, Special, Vector
 
 FUSABLE = frozenset({
     "abs", "add", "and", "bfe", "bfi", "bfind", "brev", "clz", "cnot", "copysign", "cos", "cvt", "div", "ex2",
@@ -94,56 +96,183 @@ def _targets(entry) -> set[int]:
 
 
 class Scratch:
-    """A register file of `lanes` lanes standing in for the machine in a block's second decoding: the
-    registers are its own, every other attribute (symbol tables, the source for messages) the machine's."""
+    """The register file a group's canonical instruction is decoded against: `registers` (placeholder name ->
+    flat array of the group's lanes) and their types are its own, every other attribute (symbol tables, the
+    source for messages) the machine's."""
 
-    def __init__(self, machine: Machine, lanes: int):
+    def __init__(self, machine: Machine, lanes: int, registers: dict, types: dict):
         self._machine = machine
         self.lanes = lanes
         self.lane_ids = np.arange(lanes, dtype=np.int64)
-        self.register_types = machine.register_types
-        self.registers = {name: np.zeros(lanes, array.dtype) for name, array in machine.registers.items()}
+        self.registers, self.register_types = registers, types
 
     def __getattr__(self, name):
         return getattr(self._machine, name)
 
 
+@dataclass
+class _Op:
+    """One instruction of a block in single assignment: the versions it reads (`sources`, one per register
+    operand in order, with its placeholder), writes (`dests`) and, under a guard, the versions its
+    destinations had before (kept where the guard is false)."""
+
+    inst: Instruction
+    canonical: Instruction
+    sources: list[tuple[str, int]]
+    dests: list[tuple[str, int]]
+    guard: tuple[int, bool] | None
+    old: list[int]
+    level: int
+    key: tuple
+
+
+def _canonical(operand, prefix: str, taken: list, versions, name_of):
+    """`operand` with each register replaced by a placeholder `%<prefix><j>`; `taken` receives (placeholder,
+    version) in order (`versions(name)` gives the version a register operand stands for)."""
+    kind = type(operand)
+    if kind is Reg:
+        placeholder = f"%{prefix}{len(taken)}"
+        taken.append((placeholder, versions(operand.name)))
+        return Reg(placeholder)
+    if kind is Vector:
+        return Vector(tuple(_canonical(e, prefix, taken, versions, name_of) for e in operand.elements))
+    if kind is Negated:
+        return Negated(_canonical(operand.operand, prefix, taken, versions, name_of))
+    return operand
+
+
+def _shape(operand):
+    """What of an operand a group's members must share: everything but the registers' names."""
+    kind = type(operand)
+    if kind is Reg:
+        return "reg"
+    if kind is Vector:
+        return tuple(_shape(e) for e in operand.elements)
+    if kind is Negated:
+        return ("not", _shape(operand.operand))
+    return operand
+
+
 class Block:
-    """Instructions `start` .. `start + length - 1`, run as one step (see the module docstring)."""
+    """Instructions `start` .. `start + length - 1`, run as one step (see the module docstring).
+
+    Planned once: every register write gets a new *version* (single assignment within the block), so only
+    true dependences order instructions; an instruction's *level* is one more than the levels of the versions
+    it reads (versions read from the machine are level 0). Unguarded instructions of one level with the same
+    opcode, modifiers, immediates and register types form a *group* that runs as one call of the decoder's
+    closure over the members' lanes side by side (flat arrays of members x lanes); a guarded instruction is a
+    group of its own. Each version is a row of one [versions, lanes] array per storage type; a group's
+    destinations take consecutive rows, so that a group reading them in the same order reads a view."""
 
     def __init__(self, m: Machine, start: int, installed: list[Step], watched: list[frozenset]):
         self.m, self.start, self.length = m, start, len(installed)
         self.insts = [s.inst for s in installed]
         self.watched = watched  # per instruction: the wgmma registers it names (logged for wgmma.fence)
         self.watched_all = frozenset().union(*watched)
-        inputs, outputs, defined = [], [], set()
-        for inst in self.insts:
-            reads, writes, special = [], [], []
-            for operand in inst.operands[1:]:
-                _names(operand, reads, special)
-            _names(inst.operands[0], writes, special)
-            if inst.guard is not None:
-                reads.append(inst.guard.predicate.name)
-            for name in reads:
-                if name not in defined and name not in inputs:
-                    inputs.append(name)
-            for name in writes:
-                if name not in outputs:
-                    outputs.append(name)
-                if inst.guard is None:
-                    defined.add(name)
-                elif name not in defined and name not in inputs:
-                    inputs.append(name)  # lanes whose guard is false keep their bits
-        self.inputs, self.outputs = tuple(inputs), tuple(outputs)
-        self.decoded: dict[int, list] = {}
+        storage = {name: t.storage for name, t in m.register_types.items()}
+        self.version_names: list[str] = []
+        level_of: list[int] = []
+        current: dict[str, int] = {}
+        inputs: list[tuple[str, int]] = []
 
-    def _decode(self, scratch: Scratch, ops: Operands) -> list:
-        runs = []
-        for inst in self.insts:
-            runs.append((decode(ops, inst).run, guard_reader(ops, inst)))
-        return runs
+        def read(name: str) -> int:
+            if name not in current:
+                current[name] = len(self.version_names)
+                self.version_names.append(name)
+                level_of.append(0)
+                inputs.append((name, current[name]))
+            return current[name]
 
-    def run(self, lanes: np.ndarray, programs: "Fusion") -> bool:
+        ops: list[_Op] = []
+        for inst in self.insts:
+            sources: list[tuple[str, int]] = []
+            operands = [None] + [_canonical(o, "s", sources, read, None) for o in inst.operands[1:]]
+            guard = (read(inst.guard.predicate.name), inst.guard.negated) if inst.guard is not None else None
+            written: list[str] = []
+            _names(inst.operands[0], written, [])
+            old = [read(name) for name in written] if guard is not None else []
+            reads = [v for _, v in sources] + ([guard[0]] if guard else []) + old
+            level = 1 + max((level_of[v] for v in reads), default=0)
+            dests: list[tuple[str, int]] = []
+
+            def fresh(name: str) -> int:
+                current[name] = len(self.version_names)
+                self.version_names.append(name)
+                level_of.append(level)
+                return current[name]
+
+            operands[0] = _canonical(inst.operands[0], "d", dests, fresh, None)
+            canonical = replace(inst, operands=tuple(operands), guard=None)
+            types = tuple(m.register_types[self.version_names[v]].name for _, v in sources + dests)
+            key = (level, inst.opcode, inst.modifiers, tuple(_shape(o) for o in inst.operands), types) \
+                if guard is None else (level, len(ops))
+            ops.append(_Op(inst, canonical, sources, dests, guard, old, level, key))
+        groups: dict[tuple, list[_Op]] = {}
+        for op in ops:
+            groups.setdefault(op.key, []).append(op)
+        position = {id(op): i for i, op in enumerate(ops)}
+        self.groups = sorted(groups.values(), key=lambda members: (members[0].level, position[id(members[0])]))
+        # rows: per storage type, inputs first, then each group's destinations, member after member
+        self.row: dict[int, int] = {}
+        self.storage_of = [storage[name] for name in self.version_names]
+        counts: dict[np.dtype, int] = {}
+
+        def place(version: int) -> None:
+            dtype = self.storage_of[version]
+            self.row[version] = counts.get(dtype, 0)
+            counts[dtype] = self.row[version] + 1
+
+        for _, version in inputs:
+            place(version)
+        for members in self.groups:
+            for j in range(len(members[0].dests)):
+                for op in members:
+                    place(op.dests[j][1])
+        self.rows_per_type = counts
+        self.inputs = [(name, self.storage_of[v], self.row[v]) for name, v in inputs]
+        self.outputs = [(name, self.storage_of[v], self.row[v]) for name, v in current.items()
+                        if (name, v) not in inputs]
+        self.plans: dict[int, tuple] = {}
+
+    def _operand_array(self, files: dict, versions: list[int], n: int):
+        """The flat [members x lanes] array of one operand position: a view of consecutive rows, or None with
+        the rows to gather."""
+        dtype = self.storage_of[versions[0]]
+        rows = np.array([self.row[v] for v in versions], np.int64)
+        k = len(rows)
+        if k == 1 or (np.diff(rows) == 1).all():
+            return files[dtype][rows[0]:rows[0] + k].reshape(-1), None
+        return np.empty(k * n, dtype), (files[dtype], rows)
+
+    def _plan(self, n: int, ops: Operands | None = None) -> tuple:
+        """The version files for `n` lanes and, per group, its decoded closure with the gathers it needs."""
+        files = {dtype: np.zeros((count, n), dtype) for dtype, count in self.rows_per_type.items()}
+        steps = []
+        for members in self.groups:
+            first = members[0]
+            registers, types, gathers = {}, {}, []
+            for j, (placeholder, _) in enumerate(first.sources + first.dests):
+                versions = [(op.sources + op.dests)[j][1] for op in members]
+                array, gather = self._operand_array(files, versions, n)
+                if gather is not None and j >= len(first.sources):
+                    raise AssertionError("a group's destinations take consecutive rows")
+                if gather is not None:
+                    gathers.append((array.reshape(len(members), n), *gather))
+                registers[placeholder] = array
+                types[placeholder] = self.m.register_types[self.version_names[versions[0]]]
+            scratch = Scratch(self.m, len(members) * n, registers, types)
+            run = decode(Operands(scratch, {}), first.canonical).run
+            guard = None
+            if first.guard is not None:
+                version, negated = first.guard
+                predicate = files[np.dtype(bool)][self.row[version]]
+                keep = [(files[self.storage_of[d]][self.row[d]], files[self.storage_of[o]][self.row[o]])
+                        for (_, d), o in zip(first.dests, first.old)]
+                guard = (predicate, negated, keep)
+            steps.append((run, gathers, guard, [op.inst for op in members]))
+        return files, steps
+
+    def run(self, lanes: np.ndarray) -> bool:
         """Run the block for `lanes` (every lane at its first instruction, ascending); False (nothing done)
         where it must run unfused."""
         m = self.m
@@ -151,44 +280,48 @@ class Block:
         if tracker is not None and tracker.pending and not self.watched_all.isdisjoint(tracker.pending):
             return False
         n = len(lanes)
-        runs = self.decoded.get(n)
-        if runs is None:
-            scratch = programs.scratch(n)
-            if scratch is None:
+        plan = self.plans.get(n)
+        if plan is None:
+            if len(self.plans) >= MAX_LANE_COUNTS:
                 return False
-            runs = self.decoded[n] = self._decode(*scratch)
-        registers = programs.scratch(n)[0].registers
+            plan = self.plans[n] = self._plan(n)
+        files, steps = plan
         machine_registers = m.registers
         first = int(lanes[0])
         span = slice(first, first + n) if int(lanes[-1]) - first == n - 1 else None
-        for name in self.inputs:
+        for name, dtype, row in self.inputs:
             if span is not None:
-                registers[name][...] = machine_registers[name][span]
+                files[dtype][row] = machine_registers[name][span]
             else:
-                np.take(machine_registers[name], lanes, out=registers[name])
-        actives = []
+                np.take(machine_registers[name], lanes, out=files[dtype][row])
+        actives = {}
         try:
-            for run, guard in runs:
+            for run, gathers, guard, insts in steps:
+                for out, source, rows in gathers:
+                    np.take(source, rows, axis=0, out=out)
                 if guard is None:
                     run(ALL)
-                    actives.append(ALL)
                     continue
-                active = np.flatnonzero(guard(ALL))
+                predicate, negated, keep = guard
+                for new, old in keep:
+                    new[...] = old
+                active = np.flatnonzero(~predicate if negated else predicate)
                 if len(active) == n:
                     active = ALL
                 if active is ALL or len(active):
                     run(active)
-                actives.append(active)
+                actives[id(insts[0])] = active
         except Exception:  # noqa: BLE001 - nothing is written back: the unfused run reports it at its instruction
             return False
-        for name in self.outputs:
+        for name, dtype, row in self.outputs:
             if span is not None:
-                machine_registers[name][span] = registers[name]
+                machine_registers[name][span] = files[dtype][row]
             else:
-                machine_registers[name][lanes] = registers[name]
+                machine_registers[name][lanes] = files[dtype][row]
         if self.watched_all and tracker is not None:
             every = n == m.lanes
-            for inst, names, active in zip(self.insts, self.watched, actives):
+            for inst, names in zip(self.insts, self.watched):
+                active = actives.get(id(inst), ALL)
                 if names and (active is ALL or len(active)):
                     sel = (ALL if every else lanes) if active is ALL else lanes[active]
                     tracker.touch(inst, sel, names)
@@ -201,7 +334,6 @@ class Fusion:
 
     def __init__(self, m: Machine, entry, decoded: list[Step], installed: list[Step]):
         self.m = m
-        self._scratch: dict[int, tuple[Scratch, Operands]] = {}
         targets = _targets(entry)
         self.at: list[Block | None] = [None] * len(installed)
         fusable = [_fusable(s.inst, d, i) for s, d, i in zip(installed, decoded, installed)]
@@ -213,13 +345,6 @@ class Fusion:
             if stop - pc >= 2:
                 self.at[pc] = Block(m, pc, installed[pc:stop], [s.watched for s in installed[pc:stop]])
             pc = max(stop, pc + 1)
-
-    def scratch(self, lanes: int) -> tuple[Scratch, Operands] | None:
-        found = self._scratch.get(lanes)
-        if found is None and len(self._scratch) < MAX_LANE_COUNTS:
-            scratch = Scratch(self.m, lanes)
-            found = self._scratch[lanes] = (scratch, Operands(scratch, {}))
-        return found
 
     @property
     def blocks(self) -> list[Block]:

@@ -313,7 +313,7 @@ class Scheduler:
         block = self.fusion.at[pc] if self.fusion is not None else None
         if block is None or self.counts is not None or self.rng is not None or self.executed + block.length > limit:
             return 0
-        if not block.run(lanes, self.fusion):
+        if not block.run(lanes):
             count = len(self.m.lane_ids)
             for at in range(pc, pc + block.length):
                 guard = self.guards[at]
