@@ -29,7 +29,8 @@ launcher's LANES_PER_BATCH), one row each.
 
 With --step-kinds, the grid is run with each decoded step's closure timed (CPU time) and the time of every
 kind of instruction (opcode and its first two modifiers) is printed, most first, with its steps and time per
-step: where a launch spends its time (the scheduler's own loop is the rest of the total).
+step: where a launch spends its time (the scheduler's own loop is the rest of the total). Fused blocks of
+straight-line register instructions (`fuse`) are one row, "fused blocks", its steps the blocks run.
 
 `--library` runs instead one CTA of NVIDIA's own kernels built by tests/ptx_library/build.py (nvcc, from CUTLASS and
 FlashAttention-3; skipped when not built): a CUTLASS GEMM CTA (one 128x128 output tile, K = --k) and an FA3
@@ -194,7 +195,20 @@ def step_kind_rows(args, top: int = 25) -> None:
             step.run = timed
         return result
 
+    from tessera.interpreters.ptx import fuse
+
+    block_run = fuse.Block.run
+
+    def timed_block(block, lanes):
+        start = time.process_time()
+        try:
+            return block_run(block, lanes)
+        finally:
+            seconds["fused blocks"] += time.process_time() - start
+            steps["fused blocks"] += 1
+
     launcher.asynchrony.install = timed_install
+    fuse.Block.run = timed_block
     best = None
     try:
         repeats, args.repeats = args.repeats, 1
@@ -205,6 +219,7 @@ def step_kind_rows(args, top: int = 25) -> None:
         args.repeats = repeats
     finally:
         launcher.asynchrony.install = install
+        fuse.Block.run = block_run
     total, times, counts = best
     print(f"flash d{args.head_dim}, grid of {args.seq_q // 128} CTAs (seq_q {args.seq_q}, seq_k {args.seq_k}): "
           f"{total:.3f} CPU s, {sum(times.values()):.3f} s in {sum(counts.values())} steps (best of {args.repeats})")

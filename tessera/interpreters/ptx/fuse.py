@@ -222,6 +222,8 @@ class Block:
             self.row[version] = counts.get(dtype, 0)
             counts[dtype] = self.row[version] + 1
 
+        home = m.register_home
+        inputs.sort(key=lambda input_: (id(home[input_[0]][0]), home[input_[0]][1]))
         for _, version in inputs:
             place(version)
         for members in self.groups:
@@ -229,10 +231,26 @@ class Block:
                 for op in members:
                     place(op.dests[j][1])
         self.rows_per_type = counts
-        self.inputs = [(name, self.storage_of[v], self.row[v]) for name, v in inputs]
-        self.outputs = [(name, self.storage_of[v], self.row[v]) for name, v in current.items()
-                        if (name, v) not in inputs]
+        self.inputs = self._transfers(inputs)
+        self.outputs = self._transfers([(name, v) for name, v in current.items() if (name, v) not in inputs])
         self.plans: dict[int, tuple] = {}
+
+    def _transfers(self, versions: list[tuple[str, int]]) -> list[tuple]:
+        """The registers `versions` name, grouped by the array that holds them in the machine (`register_home`):
+        (that array, its axis of registers, their indices there, the storage type, their rows here)."""
+        grouped: dict[int, tuple] = {}
+        for name, v in versions:
+            array, index, axis = self.m.register_home[name]
+            entry = grouped.setdefault(id(array), (array, axis, [], self.storage_of[v], []))
+            entry[2].append(index)
+            entry[4].append(self.row[v])
+        transfers = []
+        for array, axis, indices, dtype, rows in grouped.values():
+            rows = np.array(rows, np.int64)
+            consecutive = bool((np.diff(rows) == 1).all())
+            rows = slice(int(rows[0]), int(rows[0]) + len(rows)) if consecutive else rows
+            transfers.append((array, axis, np.array(indices, np.int64), dtype, rows))
+        return transfers
 
     def _operand_array(self, files: dict, versions: list[int], n: int):
         """The flat [members x lanes] array of one operand position: a view of consecutive rows, or None with
@@ -286,14 +304,19 @@ class Block:
                 return False
             plan = self.plans[n] = self._plan(n)
         files, steps = plan
-        machine_registers = m.registers
-        first = int(lanes[0])
-        span = slice(first, first + n) if int(lanes[-1]) - first == n - 1 else None
-        for name, dtype, row in self.inputs:
-            if span is not None:
-                files[dtype][row] = machine_registers[name][span]
-            else:
-                np.take(machine_registers[name], lanes, out=files[dtype][row])
+        runs = _runs(lanes)
+        for array, axis, indices, dtype, rows in self.inputs:
+            into = files[dtype][rows]
+            if runs is None:
+                into[...] = array[indices[:, None], lanes] if axis == 0 else array[lanes][:, indices].T
+            elif axis == 0:  # rows of a register file
+                for machine_lanes, here in runs:
+                    into[:, here] = array[indices, machine_lanes]
+            else:  # columns of a block of wgmma registers
+                for machine_lanes, here in runs:
+                    into[:, here] = array[machine_lanes][:, indices].T
+            if type(rows) is not slice:
+                files[dtype][rows] = into
         actives = {}
         try:
             for run, gathers, guard, insts in steps:
@@ -313,11 +336,19 @@ class Block:
                 actives[id(insts[0])] = active
         except Exception:  # noqa: BLE001 - nothing is written back: the unfused run reports it at its instruction
             return False
-        for name, dtype, row in self.outputs:
-            if span is not None:
-                machine_registers[name][span] = files[dtype][row]
+        for array, axis, indices, dtype, rows in self.outputs:
+            values = files[dtype][rows]
+            if runs is None:
+                if axis == 0:
+                    array[indices[:, None], lanes] = values
+                else:
+                    array[lanes[:, None], indices] = values.T
+            elif axis == 0:
+                for machine_lanes, here in runs:
+                    array[indices, machine_lanes] = values[:, here]
             else:
-                machine_registers[name][lanes] = files[dtype][row]
+                for machine_lanes, here in runs:
+                    array[machine_lanes, indices] = values[:, here].T
         if self.watched_all and tracker is not None:
             every = n == m.lanes
             for inst, names in zip(self.insts, self.watched):
@@ -326,6 +357,25 @@ class Block:
                     sel = (ALL if every else lanes) if active is ALL else lanes[active]
                     tracker.touch(inst, sel, names)
         return True
+
+
+MAX_RUNS = 16
+"""Lanes in at most this many runs of consecutive lanes (the warpgroups of a few CTAs) are gathered and
+scattered a run at a time (slices), others by index."""
+
+
+def _runs(lanes: np.ndarray) -> list[tuple[slice, slice]] | None:
+    """(lanes of the machine, positions in `lanes`) of each run of consecutive lanes, or None for more than
+    MAX_RUNS runs."""
+    breaks = np.flatnonzero(np.diff(lanes) != 1) + 1
+    if len(breaks) >= MAX_RUNS:
+        return None
+    runs, start = [], 0
+    for stop in [*breaks.tolist(), len(lanes)]:
+        first = int(lanes[start])
+        runs.append((slice(first, first + stop - start), slice(start, stop)))
+        start = stop
+    return runs
 
 
 class Fusion:
