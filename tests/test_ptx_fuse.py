@@ -233,3 +233,29 @@ def test_max_steps_and_stats_are_those_of_single_instructions():
             launch(text, "k", 1, 32, [data.copy(), np.zeros_like(data), np.uint32(32)], max_steps=steps - 20,
                    fuse=fused)
         launch(text, "k", 1, 32, [data.copy(), np.zeros_like(data), np.uint32(32)], max_steps=steps + 1, fuse=fused)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind, config, shapes", [
+    ("flash_attention", dict(head_dim=128, causal=False, dtype="bf16"), [(1, 2, 256, 128)] + [(1, 2, 320, 128)] * 2),
+    ("flash_attention", dict(head_dim=64, causal=True, dtype="f16"), [(1, 1, 200, 64), (1, 1, 333, 64), (1, 1, 333, 64)]),
+    ("gemm", dict(dtype="bf16"), [(192, 128), (128, 320)]),
+])
+def test_builder_kernels_give_the_same_bits_fused(kind, config, shapes):
+    """The warp-specialized flash kernels and the GEMM through the default pipeline (`-m slow`)."""
+    from conftest import build_kernel
+    from tessera.host import describe
+    import tessera
+
+    module = build_kernel(kind, **config)
+    sig = tessera.find_kernel(module)
+    lowered = tessera.compile(module, target="target")
+    text = tessera.compile(module, target="ptx")
+    rng = np.random.default_rng(9)
+    inputs = [rng.standard_normal(shape) for shape in shapes]
+    outs = []
+    for fused in (False, True):
+        arrays, sizes = prepare_arguments(sig, inputs)
+        launch_described(text, describe(lowered)[0], arrays, sizes, fuse=fused)
+        outs.append([a.tobytes() for a in arrays])
+    assert outs[0] == outs[1]
