@@ -7,14 +7,13 @@ them (`asynchrony.install`). No thread can stand inside a block (a control step 
 ends), so the scheduler runs a block for all the lanes at its first instruction as one step and moves their
 pcs past it: the schedule, the step count and every result are those of the instructions one by one.
 
-What a block saves is the per-instruction traffic: its instructions are decoded a second time against a
-*scratch* register file of exactly the block's lanes (`Scratch`, one per lane count, shared by the blocks of a
-program), so that each instruction runs on whole arrays (`sel` = every lane) instead of gathering and
-scattering its lanes in the registers of the batch. A block gathers the registers it reads before writing them
-(and those it writes only under a guard, so that lanes whose guard is false keep their bits) once, runs its
-instructions in order (a guard is evaluated on the scratch predicates, as the instruction would), and scatters
-every register it wrote once. The instructions are the decoders' own closures, so the bits are the same in
-every lane, predicated or not, packed halves and approximate functions included.
+What a block saves is the per-instruction traffic (`Block`): it gathers the registers it reads before writing
+them (and those it writes only under a guard, so that lanes whose guard is false keep their bits) once, for the
+lanes that run it, runs its instructions in single assignment on rows of [versions, lanes] arrays, with the
+independent instructions of one form (the 64 `fma` of a softmax row block) grouped into one call over
+[members x lanes], and scatters the last version of every register it wrote once. Each group runs the
+decoder's own closure, decoded a second time against the group's arrays (`Scratch`) for every lane count, so
+the bits are the same in every lane, predicated or not, packed halves and approximate functions included.
 
 A block runs instruction by instruction instead, with the unfused steps, whenever the fused run could differ in
 what it reports: a register of the block belongs to a pending wgmma (the hazard is reported at the
@@ -126,7 +125,7 @@ class _Op:
     key: tuple
 
 
-def _canonical(operand, prefix: str, taken: list, versions, name_of):
+def _canonical(operand, prefix: str, taken: list, versions):
     """`operand` with each register replaced by a placeholder `%<prefix><j>`; `taken` receives (placeholder,
     version) in order (`versions(name)` gives the version a register operand stands for)."""
     kind = type(operand)
@@ -135,9 +134,9 @@ def _canonical(operand, prefix: str, taken: list, versions, name_of):
         taken.append((placeholder, versions(operand.name)))
         return Reg(placeholder)
     if kind is Vector:
-        return Vector(tuple(_canonical(e, prefix, taken, versions, name_of) for e in operand.elements))
+        return Vector(tuple(_canonical(e, prefix, taken, versions) for e in operand.elements))
     if kind is Negated:
-        return Negated(_canonical(operand.operand, prefix, taken, versions, name_of))
+        return Negated(_canonical(operand.operand, prefix, taken, versions))
     return operand
 
 
@@ -169,7 +168,6 @@ class Block:
         self.insts = [s.inst for s in installed]
         self.watched = watched  # per instruction: the wgmma registers it names (logged for wgmma.fence)
         self.watched_all = frozenset().union(*watched)
-        storage = {name: t.storage for name, t in m.register_types.items()}
         self.version_names: list[str] = []
         level_of: list[int] = []
         current: dict[str, int] = {}
@@ -186,7 +184,7 @@ class Block:
         ops: list[_Op] = []
         for inst in self.insts:
             sources: list[tuple[str, int]] = []
-            operands = [None] + [_canonical(o, "s", sources, read, None) for o in inst.operands[1:]]
+            operands = [None] + [_canonical(o, "s", sources, read) for o in inst.operands[1:]]
             guard = (read(inst.guard.predicate.name), inst.guard.negated) if inst.guard is not None else None
             written: list[str] = []
             _names(inst.operands[0], written, [])
@@ -201,7 +199,7 @@ class Block:
                 level_of.append(level)
                 return current[name]
 
-            operands[0] = _canonical(inst.operands[0], "d", dests, fresh, None)
+            operands[0] = _canonical(inst.operands[0], "d", dests, fresh)
             canonical = replace(inst, operands=tuple(operands), guard=None)
             types = tuple(m.register_types[self.version_names[v]].name for _, v in sources + dests)
             key = (level, inst.opcode, inst.modifiers, tuple(_shape(o) for o in inst.operands), types) \
@@ -214,7 +212,8 @@ class Block:
         self.groups = sorted(groups.values(), key=lambda members: (members[0].level, position[id(members[0])]))
         # rows: per storage type, inputs first, then each group's destinations, member after member
         self.row: dict[int, int] = {}
-        self.storage_of = [storage[name] for name in self.version_names]
+        types = m.register_types
+        self.storage_of = [types[name].storage for name in self.version_names]
         counts: dict[np.dtype, int] = {}
 
         def place(version: int) -> None:
@@ -232,7 +231,8 @@ class Block:
                     place(op.dests[j][1])
         self.rows_per_type = counts
         self.inputs = self._transfers(inputs)
-        self.outputs = self._transfers([(name, v) for name, v in current.items() if (name, v) not in inputs])
+        read_only = set(inputs)
+        self.outputs = self._transfers([(name, v) for name, v in current.items() if (name, v) not in read_only])
         self.plans: dict[int, tuple] = {}
 
     def _transfers(self, versions: list[tuple[str, int]]) -> list[tuple]:
@@ -253,8 +253,8 @@ class Block:
         return transfers
 
     def _operand_array(self, files: dict, versions: list[int], n: int):
-        """The flat [members x lanes] array of one operand position: a view of consecutive rows, or None with
-        the rows to gather."""
+        """(the flat [members x lanes] array of one operand position, None) where it is a view of consecutive
+        rows, else (an array of its own, (the rows' array, the rows)) to gather into before each run."""
         dtype = self.storage_of[versions[0]]
         rows = np.array([self.row[v] for v in versions], np.int64)
         k = len(rows)
@@ -262,7 +262,7 @@ class Block:
             return files[dtype][rows[0]:rows[0] + k].reshape(-1), None
         return np.empty(k * n, dtype), (files[dtype], rows)
 
-    def _plan(self, n: int, ops: Operands | None = None) -> tuple:
+    def _plan(self, n: int) -> tuple:
         """The version files for `n` lanes and, per group, its decoded closure with the gathers it needs."""
         files = {dtype: np.zeros((count, n), dtype) for dtype, count in self.rows_per_type.items()}
         steps = []
@@ -379,14 +379,14 @@ def _runs(lanes: np.ndarray) -> list[tuple[slice, slice]] | None:
 
 
 class Fusion:
-    """The blocks of a decoded program (`at[pc]`: the block starting there, or None) and the scratch register
-    files they share, one per lane count."""
+    """The blocks of a decoded program: `at[pc]` is the block starting at instruction `pc`, or None. `decoded`
+    are the program's steps as decoded, `installed` as the scheduler runs them (`asynchrony.install`)."""
 
     def __init__(self, m: Machine, entry, decoded: list[Step], installed: list[Step]):
         self.m = m
         targets = _targets(entry)
         self.at: list[Block | None] = [None] * len(installed)
-        fusable = [_fusable(s.inst, d, i) for s, d, i in zip(installed, decoded, installed)]
+        fusable = [_fusable(i.inst, d, i) for d, i in zip(decoded, installed)]
         pc, end = 0, len(installed)
         while pc < end:
             stop = pc
