@@ -18,6 +18,12 @@ from tessera.interpreters.ptx.parse import parse_ptx
 
 R, F, P, H = 12, 12, 4, 4  # b32, f32, pred and b16 registers of a random program
 
+
+@pytest.fixture(autouse=True)
+def fuse_at_once(monkeypatch):
+    """Blocks fused from their first run (launches here run most blocks once)."""
+    monkeypatch.setattr(fuse, "HOT", 0)
+
 _F32 = ["add.rn.f32 {f}, {f}, {f}", "sub.f32 {f}, {f}, {f}", "mul.rn.f32 {f}, {f}, {f}",
         "fma.rn.f32 {f}, {f}, {f}, {f}", "max.f32 {f}, {f}, {f}", "min.NaN.f32 {f}, {f}, {f}",
         "abs.f32 {f}, {f}", "neg.f32 {f}, {f}", "ex2.approx.ftz.f32 {f}, {f}", "rcp.approx.f32 {f}, {f}",

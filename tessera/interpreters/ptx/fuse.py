@@ -1,6 +1,6 @@
 """Fused straight-line blocks: a run of register-only instructions executed as one step.
 
-A *block* is a run of two or more consecutive instructions that only compute on registers (integer, logic,
+A *block* is a run of `MIN_LENGTH` or more consecutive instructions that only compute on registers (integer, logic,
 float, conversion, move, setp, selp: `FUSABLE`), with no branch target inside it (a label, a function start),
 no special register, no condition code (carry chains) and nothing but the wgmma-register check installed on
 them (`asynchrony.install`). No thread can stand inside a block (a control step or a label is at each of its
@@ -41,6 +41,14 @@ FUSABLE = frozenset({
 })
 """Opcodes whose decoders compute only on registers and immediates (no memory, no synchronisation, no
 per-thread state other than registers)."""
+
+MIN_LENGTH = 4
+"""Shorter runs of register instructions stay single steps (a block's gathers and scatters would cost what
+it saves)."""
+
+HOT = 2
+"""A block runs unfused the first HOT times it is reached (code that runs once or twice does not repay the
+planning); a program's decoded blocks are kept across launches with it."""
 
 MAX_LANE_COUNTS = 8
 """Distinct lane counts a program's blocks are decoded for (one scratch register file each); a block run
@@ -168,6 +176,12 @@ class Block:
         self.insts = [s.inst for s in installed]
         self.watched = watched  # per instruction: the wgmma registers it names (logged for wgmma.fence)
         self.watched_all = frozenset().union(*watched)
+        self.runs = 0  # times the block was reached: planned once it is hot (HOT)
+        self.groups: list[list[_Op]] | None = None
+
+    def _analyse(self) -> None:
+        """Versions, levels, groups and rows (see the class docstring)."""
+        m = self.m
         self.version_names: list[str] = []
         level_of: list[int] = []
         current: dict[str, int] = {}
@@ -298,6 +312,11 @@ class Block:
         if tracker is not None and tracker.pending and not self.watched_all.isdisjoint(tracker.pending):
             return False
         n = len(lanes)
+        self.runs += 1
+        if self.runs <= HOT:
+            return False
+        if self.groups is None:
+            self._analyse()
         plan = self.plans.get(n)
         if plan is None:
             if len(self.plans) >= MAX_LANE_COUNTS:
@@ -392,7 +411,7 @@ class Fusion:
             stop = pc
             while stop < end and fusable[stop] and (stop == pc or stop not in targets):
                 stop += 1
-            if stop - pc >= 2:
+            if stop - pc >= MIN_LENGTH:
                 self.at[pc] = Block(m, pc, installed[pc:stop], [s.watched for s in installed[pc:stop]])
             pc = max(stop, pc + 1)
 

@@ -222,8 +222,10 @@ class Machine:
         # the registers of one storage type are the rows of one [registers, lanes] array, so that a fused block
         # (fuse) gathers and scatters all it reads and writes of them in one operation
         self.register_home: dict[str, tuple[np.ndarray, int, int]] = {}  # name -> (array, row or column, axis)
-        for storage in {t.storage for t in self.register_types.values()}:
-            names = [n for n, t in self.register_types.items() if t.storage == storage]
+        by_storage: dict[np.dtype, list[str]] = {}
+        for name, t in self.register_types.items():
+            by_storage.setdefault(t.storage, []).append(name)
+        for storage, names in by_storage.items():
             rows = np.zeros((len(names), self.lanes), storage)
             for row, name in enumerate(names):
                 self.registers[name] = rows[row]
