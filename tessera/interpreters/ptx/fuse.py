@@ -26,7 +26,7 @@ the same error at the same instruction and thread), or the program has seen more
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -46,8 +46,8 @@ MIN_LENGTH = 4
 """Shorter runs of register instructions stay single steps (a block's gathers and scatters would cost what
 it saves)."""
 
-HOT = 2
-"""A block runs unfused the first HOT times it is reached (code that runs once or twice does not repay the
+HOT = 1
+"""A block runs unfused the first HOT times it is reached (code that runs once does not repay the
 planning); a program's decoded blocks are kept across launches with it."""
 
 MAX_LANE_COUNTS = 8
@@ -214,7 +214,7 @@ class Block:
                 return current[name]
 
             operands[0] = _canonical(inst.operands[0], "d", dests, fresh)
-            canonical = replace(inst, operands=tuple(operands), guard=None)
+            canonical = Instruction(inst.opcode, inst.modifiers, tuple(operands), None, inst.line)
             types = tuple(m.register_types[self.version_names[v]].name for _, v in sources + dests)
             key = (level, inst.opcode, inst.modifiers, tuple(_shape(o) for o in inst.operands), types) \
                 if guard is None else (level, len(ops))
