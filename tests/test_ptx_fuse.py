@@ -265,3 +265,12 @@ def test_builder_kernels_give_the_same_bits_fused(kind, config, shapes):
         launch_described(text, describe(lowered)[0], arrays, sizes, fuse=fused)
         outs.append([a.tobytes() for a in arrays])
     assert outs[0] == outs[1]
+
+
+def test_blocks_past_the_lane_counts_they_are_planned_for_run_unfused(monkeypatch):
+    monkeypatch.setattr(fuse, "MAX_LANE_COUNTS", 0)
+    rng = np.random.default_rng(10)
+    text = _random_program(rng, 40)
+    data = _inputs(rng, 64)
+    plain, fused = _run_both(text, [data, np.zeros_like(data), np.uint32(40)], block=64)
+    assert fused[1].tobytes() == plain[1].tobytes()
