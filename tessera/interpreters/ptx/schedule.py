@@ -326,9 +326,10 @@ class Scheduler:
     def _straight(self, pc: int, lanes: np.ndarray, candidates: np.ndarray, limit: int, woken: int,
                   picked: int) -> None:
         """Run on from `pc` the steps the min-pc schedule picks next, without rescanning every lane: `lanes` just
-        ran the plain step (or block) at `picked` (`candidates`: the pcs of the running lanes then, `big` elsewhere), so as
-        long as no other running lane is at or before their pc, no thread was woken (`m.woken` still `woken`) and
-        no release made others preferred, the schedule picks `lanes` again at the next pc, and only them: plain
+        ran the plain step (or fused block) at `picked` (`candidates`: the pcs of the running lanes then, `big`
+        elsewhere), so as long as no other running lane is at or before their pc, no thread was woken (`m.woken`
+        still `woken`) and no release made others preferred, the schedule picks `lanes` again at the next pc, and
+        only them: plain
         steps (neither control nor collective) never park, exit or move other threads. Stops before a control or
         collective step, the next other running lane's pc, a wake, the end, or the step budget; the main loop
         goes on from there, so the schedule and its results are the same as one full pick per step."""
