@@ -250,8 +250,7 @@ def baseline_rows(args) -> None:
     import sys
 
     command = [sys.executable, os.path.abspath(__file__), "--grid", "--executor-seconds", "--seq-q", str(args.seq_q),
-               "--seq-k",
-               str(args.seq_k), "--head-dim", str(args.head_dim), "--repeats", "1"]
+               "--seq-k", str(args.seq_k), "--head-dim", str(args.head_dim), "--repeats", "1"]
     environment = dict(os.environ, PYTHONPATH=os.pathsep.join([args.baseline, os.environ.get("PYTHONPATH", "")]))
     rounds, repeats = args.repeats, args.repeats
     baseline, this, numpy_seconds = [], [], []
