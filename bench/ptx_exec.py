@@ -29,7 +29,8 @@ launcher's LANES_PER_BATCH), one row each.
 
 With --step-kinds, the grid is run with each decoded step's closure timed (CPU time) and the time of every
 kind of instruction (opcode and its first two modifiers) is printed, most first, with its steps and time per
-step: where a launch spends its time (the scheduler's own loop is the rest of the total).
+step: where a launch spends its time (the scheduler's own loop is the rest of the total). Fused blocks of
+straight-line register instructions (`fuse`) are one row, "fused blocks", its steps the blocks run.
 
 `--library` runs instead one CTA of NVIDIA's own kernels built by tests/ptx_library/build.py (nvcc, from CUTLASS and
 FlashAttention-3; skipped when not built): a CUTLASS GEMM CTA (one 128x128 output tile, K = --k) and an FA3
@@ -142,7 +143,8 @@ def numpy_grid_seconds(args) -> float:
 
 def executor_grid_seconds(args, races: bool = True, warm: bool = False, before_timed=None) -> float:
     """The best CPU seconds of the whole flash grid in the PTX executor (parse excluded), of `args.repeats`
-    launches; `warm`: after one untimed launch (the decoded program is then kept: decode excluded);
+    launches; `warm`: after two untimed launches (the decoded program and its fused blocks' plans are then kept:
+    decode and planning excluded);
     `before_timed()` is called before each timed launch."""
     module = tessera.kernels.flash_attention(head_dim=args.head_dim, causal=args.causal, dtype="bf16")
     sig = tessera.find_kernel(module)
@@ -155,7 +157,7 @@ def executor_grid_seconds(args, races: bool = True, warm: bool = False, before_t
     rng = np.random.default_rng(0)
     inputs = [rng.standard_normal((1, 1, n, args.head_dim)) for n in (args.seq_q, args.seq_k, args.seq_k)]
     best = None
-    if warm:
+    for _ in range(2 if warm else 0):  # decode, then the fused blocks' planning (`fuse.HOT`): both kept
         launch_described(parsed, host, *prepare_arguments(sig, inputs), races=races)
     for _ in range(args.repeats):
         arrays, sizes = prepare_arguments(sig, inputs)
@@ -170,7 +172,7 @@ def executor_grid_seconds(args, races: bool = True, warm: bool = False, before_t
 
 def step_kind_rows(args, top: int = 25) -> None:
     """The grid with every decoded step timed: CPU seconds per kind of instruction, of the fastest of
-    `args.repeats` launches after an untimed one (decode excluded), against the launch's total."""
+    `args.repeats` launches after two untimed ones (decode and planning excluded), against the launch's total."""
     from collections import Counter, defaultdict
 
     from tessera.interpreters.ptx import launcher
@@ -194,7 +196,20 @@ def step_kind_rows(args, top: int = 25) -> None:
             step.run = timed
         return result
 
+    from tessera.interpreters.ptx import fuse
+
+    block_run = fuse.Block.run
+
+    def timed_block(block, lanes):
+        start = time.process_time()
+        try:
+            return block_run(block, lanes)
+        finally:
+            seconds["fused blocks"] += time.process_time() - start
+            steps["fused blocks"] += 1
+
     launcher.asynchrony.install = timed_install
+    fuse.Block.run = timed_block
     best = None
     try:
         repeats, args.repeats = args.repeats, 1
@@ -205,6 +220,7 @@ def step_kind_rows(args, top: int = 25) -> None:
         args.repeats = repeats
     finally:
         launcher.asynchrony.install = install
+        fuse.Block.run = block_run
     total, times, counts = best
     print(f"flash d{args.head_dim}, grid of {args.seq_q // 128} CTAs (seq_q {args.seq_q}, seq_k {args.seq_k}): "
           f"{total:.3f} CPU s, {sum(times.values()):.3f} s in {sum(counts.values())} steps (best of {args.repeats})")
@@ -227,19 +243,19 @@ def grid_row(args, races: bool = True) -> tuple[float, float]:
 
 def baseline_rows(args) -> None:
     """The grid in the `--baseline` checkout and in this one, alternating (`--repeats` rounds, the baseline in a
-    subprocess each round; each side's launch timed after an untimed one), and NumPy fp32 between them: one table, every ratio against the same NumPy time
+    subprocess each round; each side's launch timed after two untimed ones), and NumPy fp32 between them: one table, every ratio against the same NumPy time
     (the best of all its runs), so that before and after are measured together on a loaded machine."""
     import os
     import subprocess
     import sys
 
-    command = [sys.executable, __file__, "--grid", "--executor-seconds", "--seq-q", str(args.seq_q), "--seq-k",
-               str(args.seq_k), "--head-dim", str(args.head_dim), "--repeats", "1"]
+    command = [sys.executable, os.path.abspath(__file__), "--grid", "--executor-seconds", "--seq-q", str(args.seq_q),
+               "--seq-k", str(args.seq_k), "--head-dim", str(args.head_dim), "--repeats", "1"]
     environment = dict(os.environ, PYTHONPATH=os.pathsep.join([args.baseline, os.environ.get("PYTHONPATH", "")]))
     rounds, repeats = args.repeats, args.repeats
     baseline, this, numpy_seconds = [], [], []
     args.repeats = 1
-    for _ in range(rounds):  # each side after one untimed launch: decode excluded from both
+    for _ in range(rounds):  # each side after two untimed launches: decode and planning excluded from both
         out = subprocess.run(command, env=environment, cwd=args.baseline, capture_output=True, text=True, check=True)
         baseline.append(float(out.stdout.split()[-1]))
         numpy_seconds.append(numpy_grid_seconds(args))

@@ -971,8 +971,9 @@ def _lanes(m: Machine, sel) -> np.ndarray:
     return m.lane_ids if isinstance(sel, slice) else sel
 
 
-def _wrap(step: Step, before=None, after=None) -> Step:
-    """`step` with `before(active lanes)` / `after(active lanes)` around its run."""
+def _wrap(step: Step, before=None, after=None, watched: frozenset = frozenset()) -> Step:
+    """`step` with `before(active lanes)` / `after(active lanes)` around its run (`watched`: the wgmma
+    registers `before` checks and logs, for `fuse`)."""
     inner = step.run
     if step.control:
         def run_control(lanes, active):
@@ -982,7 +983,7 @@ def _wrap(step: Step, before=None, after=None) -> Step:
             if after is not None and len(active):
                 after(active)
 
-        return Step(step.inst, run_control, step.control, step.unit, step.mask, step.member_mask)
+        return Step(step.inst, run_control, step.control, step.unit, step.mask, step.member_mask, watched)
 
     def run(sel):
         if before is not None:
@@ -991,7 +992,7 @@ def _wrap(step: Step, before=None, after=None) -> Step:
         if after is not None:
             after(sel)
 
-    return Step(step.inst, run, step.control, step.unit, step.mask, step.member_mask)
+    return Step(step.inst, run, step.control, step.unit, step.mask, step.member_mask, watched)
 
 
 def _group_count(inst) -> int:
@@ -1064,7 +1065,8 @@ def install(m: Machine, steps: list[Step]) -> list[Step]:
         elif inst.opcode == "cp" and "bulk" in mods and "wait_group" in mods:
             def after(sel, keep=_group_count(inst), inst=inst):
                 tracker.bulk_wait(_lanes(m, sel), keep, inst)
-        result.append(step if before is None and after is None else _wrap(step, before, after))
+        watches = frozenset(names) if names and inst.opcode != "wgmma" else frozenset()
+        result.append(step if before is None and after is None else _wrap(step, before, after, watches))
     return result
 
 

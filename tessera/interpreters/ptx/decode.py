@@ -49,6 +49,7 @@ class Step:
     unit: int = 0
     mask: int | None = None  # the member mask of a warp collective, when it is an immediate
     member_mask: Callable | None = None  # otherwise the reader of its member mask operand (lanes -> mask)
+    watched: frozenset = frozenset()  # the wgmma registers it names, checked and logged around `run` (asynchrony)
 
 
 DECODERS: dict[str, Callable[[Operands, Instruction, Modifiers], Step | Callable]] = {}

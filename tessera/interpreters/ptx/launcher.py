@@ -58,6 +58,7 @@ from tessera.interpreters.ptx import alu, floats, memory, reductions, schedule, 
 from tessera.interpreters.ptx.cluster import ClusterState
 from tessera.interpreters.ptx import asynchrony, ptxas_rules
 from tessera.interpreters.ptx.decode import Operands, decode
+from tessera.interpreters.ptx.fuse import Fusion
 from tessera.interpreters.ptx.global_order import GlobalOrder
 from tessera.interpreters.ptx.params import ParamStruct, TensorMapArg
 from tessera.interpreters.ptx.state import (
@@ -276,7 +277,7 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
            memory_budget: int | None = None, cta_order=None, cluster=None,
            non_portable_cluster_size: bool = False, stats: dict | None = None,
            races: bool = True, workers: int | None = None, executor=None, schedule: str = "min-pc",
-           seed: int | None = None) -> list[np.ndarray | None]:
+           seed: int | None = None, fuse: bool = True) -> list[np.ndarray | None]:
     """Run entry `kernel` of `ptx` over `grid` CTAs of `block` threads; see the module docstring.
     `cluster` (x, y, z) runs the CTAs of each cluster together (`cluster`), as cudaLaunchKernelEx with the
     cluster dimension attribute; `non_portable_cluster_size` is cudaFuncAttributeNonPortableClusterSizeAllowed.
@@ -288,7 +289,9 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
     their linear indices (x fastest), in batches; a kernel with atomics is checked for races between CTAs
     (`reductions`). `races` (default on) reports two generic accesses to a shared-memory byte, one a write,
     that no synchronisation orders (`happens_before`); proxy fences are checked either way. `schedule` picks
-    which ready lanes run next: "min-pc" (default) or "adversarial", replayed by `seed` (`schedule`).
+    which ready lanes run next: "min-pc" (default) or "adversarial", replayed by `seed` (`schedule`). `fuse`
+    (default on) runs straight-line register instructions in blocks (`fuse`); off, one instruction a step, for
+    comparison (the same results).
 
     `workers` (processes on this machine) or `executor` (any `concurrent.futures.Executor`) runs the batches of
     CTAs in that many contiguous groups in parallel, with the serial run's results, counts and first error, and
@@ -296,7 +299,7 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
     atom or cp.reduce runs serially with a `SerialFallback` warning."""
     parallel = parallel_options(f"{source}: launch of {kernel}", workers, executor)
     run = _setup(ptx, kernel, grid, block, args, shared_bytes, source, max_steps, memory_budget, cta_order, cluster,
-                 non_portable_cluster_size, races, schedule, seed)
+                 non_portable_cluster_size, races, schedule, seed, fuse)
     starts = range(0, run.total, run.per_batch)
     if parallel is not None and run.machine.watch is not None:
         serial_note(f"{source}: launch of {kernel}", "the entry has red, atom or cp.reduce, whose races between "
@@ -306,7 +309,8 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
         _run_groups(parallel, run, starts, stats, ptx, kernel, dict(
             grid=grid, block=block, shared_bytes=shared_bytes, source=source, max_steps=max_steps,
             memory_budget=memory_budget, cta_order=cta_order, cluster=cluster,
-            non_portable_cluster_size=non_portable_cluster_size, races=races, schedule=schedule, seed=seed))
+            non_portable_cluster_size=non_portable_cluster_size, races=races, schedule=schedule, seed=seed,
+            fuse=fuse))
     else:
         counts = _run_batches(run, starts, stats is not None)
         if stats is not None:
@@ -375,7 +379,7 @@ def _parse_cached(text: str, source: str) -> Module:
 
 
 def _setup(ptx, kernel, grid, block, args, shared_bytes, source, max_steps, memory_budget, cta_order, cluster,
-           non_portable_cluster_size, races, schedule_name="min-pc", seed=None) -> _Launch:
+           non_portable_cluster_size, races, schedule_name="min-pc", seed=None, fuse=True) -> _Launch:
     """Every check of `launch` before a CTA runs, and the machine that runs them (see `launch`)."""
     _check_arguments(ptx, kernel, args, shared_bytes, source)
     if isinstance(ptx, str):
@@ -494,13 +498,13 @@ def _setup(ptx, kernel, grid, block, args, shared_bytes, source, max_steps, memo
 
     key = (kernel, source, block, grid, cluster, explicit_cluster, per_batch, int(shared_bytes), shared.total_bytes,
            tuple(shared.offsets.items()), tuple(local_offsets.items()), local_end, tuple(global_symbols.items()),
-           len(params_array), races)
+           len(params_array), races, bool(fuse))
     try:  # the machine, its decoded steps and their closures, from an earlier launch of this program
         decoded = _decoded(ptx)[key].pop()
     except (KeyError, IndexError):
         decoded = None
     if decoded:
-        machine, steps, ops, specials = decoded
+        machine, steps, ops, specials, fusion = decoded
         machine.memory, machine.params = memory_, params_array
     else:
         machine = Machine(entry, source, block, per_batch, shared, local_offsets, local_end, memory_, params_array,
@@ -516,9 +520,11 @@ def _setup(ptx, kernel, grid, block, args, shared_bytes, source, max_steps, memo
         specials["%is_explicit_cluster"][:] = explicit_cluster
         ops = Operands(machine, specials)
         ptxas_rules.check_entry(ptx, entry, source)
-        steps = asynchrony.install(machine, [decode(ops, inst) for inst in entry.instructions])
-    machine.recycle = (ptx, key, (machine, steps, ops, specials))
-    scheduler = schedule.Scheduler(machine, steps, ops, scheduler_steps, schedule_name, seed)
+        plain = [decode(ops, inst) for inst in entry.instructions]
+        steps = asynchrony.install(machine, plain)
+        fusion = Fusion(machine, entry, plain, steps) if fuse else None
+    machine.recycle = (ptx, key, (machine, steps, ops, specials, fusion))
+    scheduler = schedule.Scheduler(machine, steps, ops, scheduler_steps, schedule_name, seed, fusion)
     order = None
     if cta_order is not None:
         gx, gy, _ = grid
@@ -625,7 +631,7 @@ def _run_group(task: _PtxGroup) -> GroupResult:
                      [unship(a) for a in task.args], options.pop("shared_bytes"), options.pop("source"),
                      options.pop("max_steps"), options.pop("memory_budget"), options.pop("cta_order"),
                      options.pop("cluster"), options.pop("non_portable_cluster_size"), options.pop("races"),
-                     options.pop("schedule"), options.pop("seed"))
+                     options.pop("schedule"), options.pop("seed"), options.pop("fuse"))
     log = run.memory.log = AccessLog([run.memory.buffer.size])
     counts, error = {}, None
     with serving_checks.checking(*task.checks):
@@ -680,12 +686,12 @@ def _run_groups(parallel: Parallel, run: _Launch, starts: range, stats: dict | N
 def launch_described(ptx: str | Module, host, arrays: list[np.ndarray], sizes: dict[str, int],
                      source: str = "<ptx>", *, max_steps: int = schedule.DEFAULT_MAX_STEPS,
                      memory_budget: int | None = None, races: bool = True, workers: int | None = None,
-                     executor=None, schedule: str = "min-pc", seed: int | None = None) -> None:
+                     executor=None, schedule: str = "min-pc", seed: int | None = None, fuse: bool = True) -> None:
     """Run a Tessera kernel from its PTX as `tessera.host.describe` says to launch it: `arrays` are the
     Tile-level arguments (inputs, outputs, scratch, as `prepare_arguments` makes them; an input read through a
     tensor map may be a strided view, see `TensorMapArg.strided`), `sizes` the named sizes. Outputs are
-    written back into `arrays`. `max_steps`, `memory_budget`, `races`, `workers`, `executor`, `schedule` and
-    `seed` as for `launch`."""
+    written back into `arrays`. `max_steps`, `memory_budget`, `races`, `workers`, `executor`, `schedule`,
+    `seed` and `fuse` as for `launch`."""
     maps = host.tensor_maps(sizes)
     args = []
     for param in host.params:
@@ -702,7 +708,7 @@ def launch_described(ptx: str | Module, host, arrays: list[np.ndarray], sizes: d
     cluster = host.cluster(sizes)  # a clustered kernel: its shape, or (1, 1, 1) where it does not divide the grid
     results = launch(ptx, host.kernel, host.grid(sizes), host.block, args, host.dynamic_smem_bytes, source,
                      max_steps=max_steps, memory_budget=memory_budget, cluster=cluster, races=races, workers=workers,
-                     executor=executor, schedule=schedule, seed=seed)
+                     executor=executor, schedule=schedule, seed=seed, fuse=fuse)
     for param, result in zip(host.params, results):
         if param.kind == "pointer":
             arrays[param.source][...] = result

@@ -216,10 +216,11 @@ class Scheduler:
     `max_steps` steps (see the module docstring)."""
 
     def __init__(self, machine: Machine, steps: list[Step], ops: Operands, max_steps: int = DEFAULT_MAX_STEPS,
-                 schedule: str = "min-pc", seed: int | None = None):
+                 schedule: str = "min-pc", seed: int | None = None, fusion=None):
         self.m = machine
         self.rng = self.check_schedule(schedule, seed)
         self.steps = steps
+        self.fusion = fusion  # fuse.Fusion: blocks of straight-line register instructions run as one step
         self.guards = [guard_reader(ops, s.inst) for s in steps]
         self.forced_epoch = None
         self.executed = 0
@@ -283,28 +284,52 @@ class Scheduler:
                     lanes = self._gather_collective(step, pc, lanes)
                     if lanes is None:
                         continue
-                guard = guards[pc]
-                active = lanes if guard is None else lanes[guard(lanes)]
-                self.executed += 1
-                if self.counts is not None and len(active):
-                    warps = m.unit_of[facts.WARP_SIZE][active]
-                    self.counts["thread_instructions"] += len(active)
-                    self.counts["warp_instructions"] += int(np.count_nonzero(np.diff(warps))) + 1
-                if step.control:
-                    step.run(lanes, active)
+                woken = m.woken
+                ran = 0 if step.control or step.unit else self._block(pc, lanes, limit)
+                if ran:
+                    m.pc[lanes] += ran
                 else:
-                    woken = m.woken
+                    guard = guards[pc]
+                    active = lanes if guard is None else lanes[guard(lanes)]
+                    self.executed += 1
+                    if self.counts is not None and len(active):
+                        warps = m.unit_of[facts.WARP_SIZE][active]
+                        self.counts["thread_instructions"] += len(active)
+                        self.counts["warp_instructions"] += int(np.count_nonzero(np.diff(warps))) + 1
+                    if step.control:
+                        step.run(lanes, active)
+                        continue
                     if len(active):
                         step.run(ALL if len(active) == len(all_lanes) else active)
                     m.pc[lanes] += 1
-                    if not step.unit and self.rng is None and m.woken == woken and m.preferred is None:
-                        self._straight(pc + 1, lanes, candidates, limit, woken)
+                if not step.unit and self.rng is None and m.woken == woken and m.preferred is None:
+                    self._straight(pc + max(ran, 1), lanes, candidates, limit, woken, pc)
 
-    def _straight(self, pc: int, lanes: np.ndarray, candidates: np.ndarray, limit: int, woken: int) -> None:
+    def _block(self, pc: int, lanes: np.ndarray, limit: int) -> int:
+        """Run the fused block at `pc` (`fuse`) for `lanes`, all the lanes there: the number of instructions it
+        covered (their steps counted), or 0 where there is none or it must run unfused (step counts or an
+        adversarial schedule asked for, the step budget within it). Unfused, its instructions run one by one
+        here, from the first."""
+        block = self.fusion.at[pc] if self.fusion is not None else None
+        if block is None or self.counts is not None or self.rng is not None or self.executed + block.length > limit:
+            return 0
+        if not block.run(lanes):
+            count = len(self.m.lane_ids)
+            for at in range(pc, pc + block.length):
+                guard = self.guards[at]
+                active = lanes if guard is None else lanes[guard(lanes)]
+                if len(active):
+                    self.steps[at].run(ALL if len(active) == count else active)
+        self.executed += block.length
+        return block.length
+
+    def _straight(self, pc: int, lanes: np.ndarray, candidates: np.ndarray, limit: int, woken: int,
+                  picked: int) -> None:
         """Run on from `pc` the steps the min-pc schedule picks next, without rescanning every lane: `lanes` just
-        ran the plain step before `pc` (`candidates`: the pcs of the running lanes then, `big` elsewhere), so as
-        long as no other running lane is at or before their pc, no thread was woken (`m.woken` still `woken`) and
-        no release made others preferred, the schedule picks `lanes` again at the next pc, and only them: plain
+        ran the plain step (or fused block) at `picked` (`candidates`: the pcs of the running lanes then, `big`
+        elsewhere), so as long as no other running lane is at or before their pc, no thread was woken (`m.woken`
+        still `woken`) and no release made others preferred, the schedule picks `lanes` again at the next pc, and
+        only them: plain
         steps (neither control nor collective) never park, exit or move other threads. Stops before a control or
         collective step, the next other running lane's pc, a wake, the end, or the step budget; the main loop
         goes on from there, so the schedule and its results are the same as one full pick per step."""
@@ -313,13 +338,17 @@ class Scheduler:
         if pc >= end or steps[pc].control or steps[pc].unit:
             return
         big = _NEVER
-        horizon = min(end, int(np.where(candidates == pc - 1, big, candidates).min()))
+        horizon = min(end, int(np.where(candidates == picked, big, candidates).min()))
         count, counts, start = len(m.lane_ids), self.counts, pc
         try:  # the lanes' pcs move once at the end (no plain step reads them), also when a step raises
             while pc < horizon and self.executed < limit:
                 step = steps[pc]
                 if step.control or step.unit:
                     return
+                ran = self._block(pc, lanes, limit)
+                if ran:
+                    pc += ran
+                    continue
                 guard = guards[pc]
                 active = lanes if guard is None else lanes[guard(lanes)]
                 self.executed += 1

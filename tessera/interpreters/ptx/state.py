@@ -218,8 +218,19 @@ class Machine:
             t = ptx_type(type_name)
             if t is None:
                 raise fail(source, None, f"register {name} has type .{type_name}, which the executor does not know")
-            self.registers[name] = np.zeros(self.lanes, t.storage)
             self.register_types[name] = t
+        # the registers of one storage type are the rows of one [registers, lanes] array, so that a fused block
+        # (fuse) gathers and scatters all it reads and writes of them in one operation
+        self.register_home: dict[str, tuple[np.ndarray, int, int]] = {}  # name -> (array, row or column, axis)
+        by_storage: dict[np.dtype, list[str]] = {}
+        for name, t in self.register_types.items():
+            by_storage.setdefault(t.storage, []).append(name)
+        for storage, names in by_storage.items():
+            rows = np.zeros((len(names), self.lanes), storage)
+            for row, name in enumerate(names):
+                self.registers[name] = rows[row]
+                self.register_home[name] = (rows, row, 0)
+        self.registers = {name: self.registers[name] for name in self.register_types}
         self.register_blocks = self._block_vectors(entry)
         self.carry = np.zeros(self.lanes, bool)  # CC.CF: PTX's one condition-code bit, per thread
         self.shared_layout = shared
@@ -282,6 +293,7 @@ class Machine:
                 block = np.zeros((self.lanes, len(names)), dtypes.pop())
                 for column, name in enumerate(names):
                     self.registers[name] = block[:, column]
+                    self.register_home[name] = (block, column, 1)
                 blocks[names] = block
         return blocks
 
