@@ -11,11 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import BlockArgument
 
 from tessera.dialects import sm90
 from tessera.interpreters.sm90.followers import follower_rule
-from tessera.interpreters.sm90.global_memory import GlobalMemory
+from tessera.interpreters.sm90.global_memory import GlobalMemory, pointer_sources
 from tessera.interpreters.sm90.record_pool import RecordPool
 
 
@@ -104,24 +103,11 @@ def _pointer_accesses(kernel) -> tuple[frozenset[int], frozenset[int]]:
     the `sm90.source` of each pointer argument from which a load's or store's address is computed (a loaded
     value counts as data: a kernel that stores where it loads from another CTA's bytes races, and the race
     checks between CTAs report it); every pointer argument not only loaded from counts as written."""
-    entry = kernel.op.body.blocks.first
-    pointers = {i: arg.source for i, arg in enumerate(kernel.args) if arg.kind == "pointer"}
+    pointers = {arg.source for arg in kernel.args if arg.kind == "pointer"}
     loads, stores = (sm90.LdGlobalOp, sm90.LdGlobalU16Op), (sm90.StGlobalOp, sm90.StGlobalB16Op)
 
-    def sources(value) -> set[int]:
-        found, stack, seen = set(), [value], set()
-        while stack:
-            v = stack.pop()
-            if v in seen:
-                continue
-            seen.add(v)
-            if isinstance(v, BlockArgument):
-                if v.owner is entry and v.index in pointers:
-                    found.add(pointers[v.index])
-                continue
-            if not isinstance(v.owner, loads):  # a loaded value is data (a sequence's start), not that tensor's address
-                stack.extend(v.owner.operands)
-        return found
+    def sources(value) -> set[int]:  # a loaded value is data (a sequence's start), not that tensor's address
+        return pointer_sources(kernel, value, stop=loads)
 
     read, stored = set(), set()
     for op in kernel.op.walk():
@@ -129,7 +115,7 @@ def _pointer_accesses(kernel) -> tuple[frozenset[int], frozenset[int]]:
             read |= sources(op.operands[0]) | sources(op.operands[1])
         elif isinstance(op, stores):
             stored |= sources(op.operands[0]) | sources(op.operands[1])
-    return frozenset(read), frozenset(set(pointers.values()) - (read - stored))
+    return frozenset(read), frozenset(pointers - (read - stored))
 
 
 __all__ = ["batchable", "cta_batches", "run_batches"]

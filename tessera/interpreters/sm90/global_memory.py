@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-from xdsl.ir import Operation
+from xdsl.ir import BlockArgument, Operation
 
 from tessera.interpreters import serving_checks
 from tessera.interpreters.sm90.global_races import GlobalAccesses
@@ -287,3 +287,24 @@ class GlobalMemory:
         return str((rank % gx, rank // gx % gy, rank // (gx * gy)))
 
     # endregion
+
+
+def pointer_sources(kernel, value, stop=()) -> set[int]:
+    """The `sm90.source` of each pointer argument of `kernel` (a `launch.TargetKernel`) that `value` is computed
+    from, through any chain of ops except the results of ops of the classes `stop` (a loaded value is data, not
+    its tensor's address, where the caller says so)."""
+    entry = kernel.op.body.blocks.first
+    pointers = {i: arg.source for i, arg in enumerate(kernel.args) if arg.kind == "pointer"}
+    found, stack, seen = set(), [value], set()
+    while stack:
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if isinstance(v, BlockArgument):
+            if v.owner is entry and v.index in pointers:
+                found.add(pointers[v.index])
+            continue
+        if not isinstance(v.owner, stop):
+            stack.extend(v.owner.operands)
+    return found

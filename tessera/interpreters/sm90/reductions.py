@@ -28,6 +28,7 @@ from xdsl.ir import Operation
 
 from tessera.dialects import sm90_reductions as ops
 from tessera.interpreters.block_batch import describe_op
+from tessera.interpreters.sm90.global_memory import pointer_sources
 from tessera.interpreters.sm90.registers import row_mask, unsigned
 from tessera.sm90 import facts
 from tessera.sm90 import matrix as matrix_facts
@@ -246,23 +247,8 @@ def reduction_targets(kernel) -> tuple[frozenset[int], frozenset[int]]:
     """(the tensors `kernel` (a `launch.TargetKernel`) adds into with red or bulk reductions, those and the
     tensors of atom): the `sm90.source` of each pointer argument from which the address operand of such an
     op is computed (through any chain of ops)."""
-    from xdsl.ir import BlockArgument
-
-    pointers = {arg_index: a.source for arg_index, a in enumerate(kernel.args) if a.kind == "pointer"}
-
     def sources(value) -> set[int]:
-        found, stack, seen = set(), [value], set()
-        while stack:
-            v = stack.pop()
-            if v in seen:
-                continue
-            seen.add(v)
-            if isinstance(v, BlockArgument):
-                if v.owner is kernel.op.body.blocks.first and v.index in pointers:
-                    found.add(pointers[v.index])
-                continue
-            stack.extend(v.owner.operands)
-        return found
+        return pointer_sources(kernel, value)
 
     reduced, atomic = set(), set()
     for op in kernel.op.walk():
