@@ -322,6 +322,59 @@ def _clone_into(block: Block, ops: list[Operation], mapping: dict[SSAValue, SSAV
         block.add_op(clone)
 
 
+def _rotated_block(plan: Rotation, inits: list[SSAValue]) -> Block:
+    """The rotated loop's body block: the loop's induction variable and iter_args, then the carried values
+    (named `<name>_prev`: on trip t they hold what trip t-1's A computed)."""
+    body = plan.loop.body.block
+    rotated = Block(arg_types=[body.args[0].type, *(v.type for v in inits)])
+    for old, new in zip([*body.args, *plan.carried], rotated.args):
+        new.name_hint = old.name_hint
+    for value in rotated.args[len(body.args) :]:
+        value.name_hint = f"{value.name_hint or 'carried'}_prev"
+    return rotated
+
+
+def _b_mapping(plan: Rotation, carried: list[SSAValue], accumulators: list[SSAValue]) -> dict[SSAValue, SSAValue]:
+    """B_mma's values: what A gave it, and the scaled accumulators it adds to."""
+    mapping = dict(zip(plan.carried, carried))
+    mapping.update({plan.scaled[i]: accumulators[i] for i in plan.accumulators})
+    return mapping
+
+
+def _close(plan: Rotation, b: IndexBuilder, trips: SSAValue, any_trip: SSAValue, peeled: Block, rotated: Block,
+           lb: SSAValue, inits: list[SSAValue]) -> scf.IfOp:
+    """Finish a rotation: the rotated loop from `lb` at the end of `peeled`, then the last trip's B_mma and
+    B_rel; `peeled` runs under `scf.if any_trip` (else the loop's initial values) in place of the loop."""
+    loop = plan.loop
+    body = loop.body.block
+    args = body.args[1:]
+    results = body.last_op.operands
+    acc = set(plan.accumulators)
+    new_loop = scf.ForOp(lb, loop.ub, loop.step, inits, rotated)
+    new_loop.attributes.update(loop.attributes)
+    peeled.add_op(new_loop)
+
+    end = IndexBuilder(InsertPoint.at_end(peeled), b)
+    last_iv = end.iv_of_trip(loop, end.sub(trips, end.const(1), "last_trip"), "iv_last")
+    loop_results = list(new_loop.results)
+    last = _b_mapping(plan, loop_results[len(args) :], loop_results)
+    clone_at_iv(plan.recomputed, body, last_iv, end, last)
+    _clone_into(peeled, plan.b_mma + plan.b_rel, last, plan)
+    peeled.add_op(scf.YieldOp(*(last[v] if i in acc else loop_results[i] for i, v in enumerate(results))))
+
+    if_op = scf.IfOp(any_trip, [r.type for r in loop.results], [peeled], [Block([scf.YieldOp(*loop.iter_args)])])
+    for old, new in zip(loop.results, if_op.results):
+        new.name_hint = old.name_hint
+    for old, new in zip(loop.results, new_loop.results):
+        new.name_hint = old.name_hint
+    for old, new in zip(plan.carried, new_loop.results[len(args) :]):
+        new.name_hint = f"{old.name_hint}_last" if old.name_hint else None
+    Rewriter.insert_op(if_op, InsertPoint.before(loop))
+    Rewriter.replace_op(loop, [], list(if_op.results))
+    erase_dead_code(if_op)
+    return if_op
+
+
 def rotate(plan: Rotation) -> scf.IfOp:
     """Replace the loop of `plan` by its rotated form (see the module docstring)."""
     loop = plan.loop
@@ -341,22 +394,12 @@ def rotate(plan: Rotation) -> scf.IfOp:
     lb = start.add(loop.lb, loop.step, "lb_rotated")
     inits = [first.get(plan.scaled[i]) if i in acc else first.get(v, v) for i, v in enumerate(results)]
     inits += [first.get(v, v) for v in plan.carried]
-    rotated = Block(arg_types=[iv.type, *(v.type for v in inits)])
+    rotated = _rotated_block(plan, inits)
     new_iv, new_args, new_carried = rotated.args[0], rotated.args[1 : len(args) + 1], rotated.args[len(args) + 1 :]
-    for old, new in zip([iv, *args, *plan.carried], rotated.args):
-        new.name_hint = old.name_hint
-    for value in new_carried:
-        value.name_hint = f"{value.name_hint or 'carried'}_prev"
-
-    def b_mapping(carried: list[SSAValue], accumulators: list[SSAValue]) -> dict[SSAValue, SSAValue]:
-        """B_mma's values: what A gave it, and the scaled accumulators it adds to."""
-        mapping = dict(zip(plan.carried, carried))
-        mapping.update({plan.scaled[i]: accumulators[i] for i in acc})
-        return mapping
 
     this_trip = {iv: new_iv, **dict(zip(args, new_args))}
     _clone_into(rotated, plan.a_pre, this_trip, plan)
-    previous = b_mapping(list(new_carried), list(new_args))
+    previous = _b_mapping(plan, list(new_carried), list(new_args))
     inner = IndexBuilder(InsertPoint.at_end(rotated), b)
     clone_at_iv(plan.recomputed, body, inner.sub(new_iv, loop.step, "iv_prev"), inner, previous)
     _clone_into(rotated, plan.b_mma, previous, plan)
@@ -368,29 +411,7 @@ def rotate(plan: Rotation) -> scf.IfOp:
     _clone_into(rotated, plan.a_copy, this_trip, plan)
     yielded = [scale[plan.scaled[i]] if i in acc else this_trip.get(v, v) for i, v in enumerate(results)]
     rotated.add_op(scf.YieldOp(*yielded, *(this_trip.get(v, v) for v in plan.carried)))
-    new_loop = scf.ForOp(lb, loop.ub, loop.step, inits, rotated)
-    new_loop.attributes.update(loop.attributes)
-    peeled.add_op(new_loop)
-
-    end = IndexBuilder(InsertPoint.at_end(peeled), b)
-    last_iv = end.iv_of_trip(loop, end.sub(trips, end.const(1), "last_trip"), "iv_last")
-    loop_results = list(new_loop.results)
-    last = b_mapping(loop_results[len(args) :], loop_results)
-    clone_at_iv(plan.recomputed, body, last_iv, end, last)
-    _clone_into(peeled, plan.b_mma + plan.b_rel, last, plan)
-    peeled.add_op(scf.YieldOp(*(last[v] if i in acc else loop_results[i] for i, v in enumerate(results))))
-
-    if_op = scf.IfOp(any_trip, [r.type for r in loop.results], [peeled], [Block([scf.YieldOp(*loop.iter_args)])])
-    for old, new in zip(loop.results, if_op.results):
-        new.name_hint = old.name_hint
-    for old, new in zip(loop.results, new_loop.results):
-        new.name_hint = old.name_hint
-    for old, new in zip(plan.carried, new_loop.results[len(args) :]):
-        new.name_hint = f"{old.name_hint}_last" if old.name_hint else None
-    Rewriter.insert_op(if_op, InsertPoint.before(loop))
-    Rewriter.replace_op(loop, [], list(if_op.results))
-    erase_dead_code(if_op)
-    return if_op
+    return _close(plan, b, trips, any_trip, peeled, rotated, lb, inits)
 
 
 def foldable(plan: Rotation) -> bool:
@@ -416,24 +437,15 @@ def rotate_folded(plan: Rotation) -> scf.IfOp:
     for op in carried_inits:
         peeled.add_op(op)
     inits = list(loop.iter_args) + [op.result for op in carried_inits]
-    rotated = Block(arg_types=[iv.type, *(v.type for v in inits)])
+    rotated = _rotated_block(plan, inits)
     new_iv, new_args, new_carried = rotated.args[0], rotated.args[1 : len(args) + 1], rotated.args[len(args) + 1 :]
-    for old, new in zip([iv, *args, *plan.carried], rotated.args):
-        new.name_hint = old.name_hint
-    for value in new_carried:
-        value.name_hint = f"{value.name_hint or 'carried'}_prev"
-
-    def b_mapping(carried: list[SSAValue], accumulators: list[SSAValue]) -> dict[SSAValue, SSAValue]:
-        mapping = dict(zip(plan.carried, carried))
-        mapping.update({plan.scaled[i]: accumulators[i] for i in acc})
-        return mapping
 
     this_trip = {iv: new_iv, **dict(zip(args, new_args))}
     _clone_into(rotated, plan.a_pre, this_trip, plan)
     inner = IndexBuilder(InsertPoint.at_end(rotated), b)
     first = inner.cmp("eq", new_iv, loop.lb, "first_trip")
     # the previous trip's indices outside the branches, where ptxas can schedule them beside the score mma
-    previous = b_mapping(list(new_carried), list(new_args))
+    previous = _b_mapping(plan, list(new_carried), list(new_args))
     clone_at_iv(plan.recomputed, body, inner.sub(new_iv, loop.step, "iv_prev"), inner, previous)
 
     def previous_trip(ops: list[Operation], yielded: list[SSAValue]) -> Block:
@@ -460,29 +472,7 @@ def rotate_folded(plan: Rotation) -> scf.IfOp:
     _clone_into(rotated, plan.a_copy, this_trip, plan)
     yielded = [scale[plan.scaled[i]] if i in acc else this_trip.get(v, v) for i, v in enumerate(results)]
     rotated.add_op(scf.YieldOp(*yielded, *(this_trip.get(v, v) for v in plan.carried)))
-    new_loop = scf.ForOp(loop.lb, loop.ub, loop.step, inits, rotated)
-    new_loop.attributes.update(loop.attributes)
-    peeled.add_op(new_loop)
-
-    end = IndexBuilder(InsertPoint.at_end(peeled), b)
-    last_iv = end.iv_of_trip(loop, end.sub(trips, end.const(1), "last_trip"), "iv_last")
-    loop_results = list(new_loop.results)
-    last = b_mapping(loop_results[len(args) :], loop_results)
-    clone_at_iv(plan.recomputed, body, last_iv, end, last)
-    _clone_into(peeled, plan.b_mma + plan.b_rel, last, plan)
-    peeled.add_op(scf.YieldOp(*(last[v] if i in acc else loop_results[i] for i, v in enumerate(results))))
-
-    if_op = scf.IfOp(any_trip, [r.type for r in loop.results], [peeled], [Block([scf.YieldOp(*loop.iter_args)])])
-    for old, new in zip(loop.results, if_op.results):
-        new.name_hint = old.name_hint
-    for old, new in zip(loop.results, new_loop.results):
-        new.name_hint = old.name_hint
-    for old, new in zip(plan.carried, new_loop.results[len(args) :]):
-        new.name_hint = f"{old.name_hint}_last" if old.name_hint else None
-    Rewriter.insert_op(if_op, InsertPoint.before(loop))
-    Rewriter.replace_op(loop, [], list(if_op.results))
-    erase_dead_code(if_op)
-    return if_op
+    return _close(plan, b, trips, any_trip, peeled, rotated, loop.lb, inits)
 
 
 @dataclass(frozen=True)
