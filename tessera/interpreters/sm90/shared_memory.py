@@ -224,6 +224,7 @@ class SharedMemory:
         if landed.any():
             barrier, phase, reader = self.barrier[addresses][landed], self.phase[addresses][landed], readers[landed]
             unseen = self.cta.mbarriers.observed[barrier, reader] <= phase
+            unseen &= ~self._copied_before(addresses[landed], reader)
             if unseen.any():
                 i = np.argmax(unseen)
                 self._unsignalled(op, addresses[landed][i], int(barrier[i]), int(phase[i]), int(reader[i]))
@@ -251,6 +252,11 @@ class SharedMemory:
             if not every:
                 barriers, phases = barriers[landed], phases[landed]
             unseen = self._first_unseen(barriers, phases, readers)
+            if unseen is not None and self.writer[addresses[landed]].max() >= 0:  # cp.async bytes among them
+                late = landed.copy()
+                late[landed] = ~self._copied_before(addresses[landed], readers)
+                unseen = self._first_unseen(self.barrier[addresses][late], self.phase[addresses][late],
+                                            readers) if late.any() else None
             if unseen is not None:
                 barrier, phase, reader = unseen
                 hit = landed & (self.barrier[addresses] == barrier) & (self.phase[addresses] == phase)
@@ -260,6 +266,22 @@ class SharedMemory:
         stored = state == GENERIC
         if stored.any():
             self._check_proxy_fenced(op, addresses[stored], readers, what)
+
+    def _copied_before(self, addresses: np.ndarray, readers: np.ndarray) -> np.ndarray:
+        """Which LANDED `addresses` a cp.async of another thread wrote at a point that happens before every one of
+        `readers` (one per address, or the threads of one wgmma): the copies of a thread complete before the
+        arrive-on of each later cp.async.mbarrier.arrive of that thread, whose release (with every later one of
+        its releases) carries them, whichever barrier the reader observed [memory_model.CP_ASYNC_MBARRIER]."""
+        writers = self.writer[addresses]
+        copied = writers >= 0
+        if not copied.any():
+            return copied
+        order = self.cta.hb.ordered
+        if readers.shape == addresses.shape:
+            seen = order[np.maximum(writers, 0), readers]
+        else:
+            seen = order[np.maximum(writers, 0)][:, readers].min(axis=1)
+        return copied & (seen > self.written_at[addresses])
 
     def _first_unseen(self, barriers: np.ndarray, phases: np.ndarray, readers: np.ndarray) -> tuple | None:
         """(barrier, phase, reader) of the first phase of `barriers` (with `phases`, landed bytes' tags) that one
@@ -360,6 +382,8 @@ class SharedMemory:
         put(self.barrier, addresses, barrier)
         put(self.phase, addresses, phase)
         put(self.writer, addresses, writers)
+        if not isinstance(writers, int):  # cp.async: its thread's write now, released by the arrive that follows
+            put(self.written_at, addresses, self.cta.tick())
 
     def _refuse_unready(self, op: Operation, addresses: np.ndarray, state: np.ndarray, readers: np.ndarray,
                         what: str = "") -> None:
