@@ -261,6 +261,9 @@ class SharedMemory:
                 barrier, phase, reader = unseen
                 hit = landed & (self.barrier[addresses] == barrier) & (self.phase[addresses] == phase)
                 self._unsignalled(op, addresses[np.argmax(hit)], barrier, phase, reader, what)
+            copied = landed & (self.writer[addresses] >= 0)
+            if copied.any():  # cp.async bytes are generic-proxy writes: a proxy fence on the path, as a store's
+                self._check_proxy_fenced(op, addresses[copied], readers, what)
         if every:
             return
         stored = state == GENERIC
@@ -301,7 +304,7 @@ class SharedMemory:
         """Whether every byte of the EPOCH_BYTES-byte `lines` has LANDED in a phase every one of `readers` has
         observed complete: an async-proxy read of any of them by `readers` passes `check_async_read`."""
         span = slice(lines.start * EPOCH_BYTES, min(lines.stop * EPOCH_BYTES, self.size))
-        if not (self.state[span] == LANDED).all():
+        if not (self.state[span] == LANDED).all() or (self.writer[span] >= 0).any():  # cp.async's: fence check
             return False
         return self._first_unseen(self.barrier[span], self.phase[span], readers) is None
 
@@ -330,8 +333,9 @@ class SharedMemory:
                 ordered = reader != writer and hb.ordered[writer, reader] > when
                 why = (": the store is ordered before this read, but no fence_proxy_async lies on any "
                        "synchronisation path between them" if ordered else "")
+                how = "st_shared" if self.state[address] == GENERIC else "a cp.async"
                 self.cta.fail(op, f"reads {what} at {self.locate(address)}, which thread {writer} stored with "
-                                  f"st_shared and has not made visible to the async proxy (missing fence_proxy_async "
+                                  f"{how} and has not made visible to the async proxy (missing fence_proxy_async "
                                   f"after the store{why})", readers[0] if reader == writer else reader)
             self.cta.fail(op, f"reads {what} at {self.locate(address)}, which thread {writer} stored and fenced with "
                               "no bar_sync since then ordering it before this warp", reader)
