@@ -299,6 +299,12 @@ _BAR_COVERS_MBARRIER = ("thread 0 arrives on the mbarrier after its stores and f
 _K_COVERED_BY_V = ("the producer refills a K slot only after its wait on a V slot's empty barrier that the "
                    "consumers release after the wait_group completing the K reads (the loop's last wait_group 0 "
                    "completes S = Q K^T of the same iteration too): that chain orders the reads before the refill")
+_V_COVERED_BY_K = ("the consumers' wait for the loop's V slot: the next K slot's full barrier, which they waited on "
+                   "first, completes on the producers' cp.async.mbarrier.arrive made after they requested that V "
+                   "slot's copies, so its phase publishes those copies too (memory_model.CP_ASYNC_MBARRIER)")
+_V_FENCE_BY_K = ("the consumers' fence before the loop's P V: their fence after the next K slot's wait already lies "
+                 "on the path from the V slot's cp.async copies (published by that K phase, "
+                 "memory_model.CP_ASYNC_MBARRIER) to the P V wgmma (memory_model.PROXY_FENCE)")
 _LAST_V = "the last V slot release: no fill follows it on any shape, nothing waits on it again"
 _PV_FENCE = ("the wgmma.fence before S = Q K^T of the same iteration already orders every earlier access of P "
              "and O (nothing touches their registers in between; memory_model.WGMMA_FENCE)")
@@ -376,6 +382,22 @@ EXPECTED: dict[str, list[tuple[str, str, str]]] = {
         (r"fence_mbarrier_init deleted", "CCCC", _INIT_FENCE),
         (r"wgmma_fence deleted: wgmma_fence #2$", "CCCC", _PV_FENCE),
         (r"(wgmma_fence|commit|wait_group) .*#[12]\b|wgmma.wait_group weakened: wait_group #[12]", "CRCR",
+         _ONE_BLOCK),
+        (r"bar_sync deleted: bar_sync #1$", "CCCC", _Q_BAR),
+    ],
+    "paged gather": [
+        (r"wait deleted: wait #[0-3]$", "CCCC", _FIRST_FILL),
+        (r"wait deleted: wait #9$", "CCCC", _V_COVERED_BY_K),
+        (r"(wait deleted|parity flipped): wait #[2-589]$", "CRCR", _ONE_BLOCK),
+        (r"release deleted: release #3$|slot released .*: release #3 before", "CCCC", _LAST_V),
+        (r"slot released .*: release #1 before", "CCCC", _K_COVERED_BY_V),
+        (r"release deleted: release #[0-2]$|slot released .*: release #[02] before", "CRCR", _ONE_BLOCK),
+        (r"mbarrier count wrong: init #[26] counts 128", "RRCR", _LEDGER),
+        (r"mbarrier count wrong: init #[2-468] counts", "CRCR", _ONE_BLOCK),
+        (r"fence_mbarrier_init deleted", "CCCC", _INIT_FENCE),
+        (r"wgmma_fence deleted: wgmma_fence #2$", "CCCC", _PV_FENCE),
+        (r"fence_proxy deleted: fence_proxy #2$", "CCCC", _V_FENCE_BY_K),
+        (r"(wgmma_fence|commit|wait_group|fence_proxy) .*#[12]\b|wgmma.wait_group weakened: wait_group #[12]", "CRCR",
          _ONE_BLOCK),
         (r"bar_sync deleted: bar_sync #1$", "CCCC", _Q_BAR),
     ],

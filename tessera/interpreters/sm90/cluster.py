@@ -114,7 +114,7 @@ class Cluster:
                      what: str) -> MBarrier:
         """The live mbarrier at `offset` of `peer`, which `thread` of `cta` may use: the peer has not exited
         and, for a peer other than itself, the thread passed a cluster barrier after the barrier's init."""
-        where = f"the mbarrier at shared offset {offset:#x} of CTA rank {peer.rank}"
+        where = f"the mbarrier at shared address {offset:#x} of CTA rank {peer.rank}"
         if self.exited[peer.rank]:
             cta.fail(op, f"{what} {where}, which has exited (its shared memory is gone: a CTA must wait at a "
                          "cluster barrier before it exits while peers may still reach it)", thread)

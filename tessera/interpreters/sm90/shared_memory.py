@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from xdsl.ir import Operation
 
+from tessera.interpreters.block_batch import describe_op
 from tessera.interpreters.byte_box import put, take
 from tessera.interpreters.sm90.record_pool import records
 from tessera.interpreters.sm90.registers import WORD_BYTES
@@ -148,8 +149,14 @@ class SharedMemory:
         flying = state == IN_FLIGHT
         if flying.any():
             i = np.argmax(flying)
-            self.cta.fail(op, f"{what} writes {self.locate(addresses[i])} while a TMA copy into it is still in "
-                              "flight (write-after-write race with the async proxy)", int(threads[i]))
+            address = int(addresses[i])
+            other = next((c for c in self.cta.tma.in_flight if (c.addresses == address).any()), None)
+            which = "a TMA copy" if other is None else (
+                f"`{describe_op(other.op)}` of thread {other.thread}"
+                + ("" if other.issuer is None else f" of CTA rank {other.issuer}"))
+            self.cta.fail(op, f"{what} writes {self.locate(address)} while {which} into it is still in flight "
+                              "(write-after-write race with the async proxy: the slot's empty barrier wait or its "
+                              "release comes too early)", int(threads[i]))
         copying = state == CP_ASYNC
         if copying.any():
             i = np.argmax(copying)
