@@ -4,13 +4,16 @@
 
     python bench/races.py --matrix [--shapes 300,700]
 
-    python bench/races.py --backward | --tessera | --library | --fa3-backward
+    python bench/races.py --backward | --tessera | --unseen | --triton | --library | --fa3-backward
 
 --backward: the seeds of tests/backward_seeds.py in the PTX of the attention backward (head_dim 128: warp-specialized
 with red and with the producer's bulk-reduction dQ (the default), single-stage at 64x64; the default keys-on-rows kernel
 at 64x128, bulk and red; head_dim 64's 128x128, bulk and red) on one trip and several: the outcome (R reported, C clean and right) against the
 catalogue's expectation (exit status 1 on a mismatch). --tessera: the same for tests/tessera_seeds.py (split-KV,
-clusters of two, the GEMM). --library: the kinds of tests/library_seeds.py in the PTX of CUTLASS and FA3 that
+clusters of two, the GEMM). --unseen: tests/unseen_seeds.py (every synchronisation op of GEMMs of three layouts,
+single-stage and with generic stores, in clusters of 2 x 1, the FP8 forward, varlen, the paged gather, the
+deterministic backward). --triton: tests/triton_seeds.py (every synchronisation instruction of Triton's TMA matmul
+and flash attention PTX, on each shape). --library: the kinds of tests/library_seeds.py in the PTX of CUTLASS and FA3 that
 tests/ptx_library/build.py built here (the unseeded kernel first: it must run clean). --fa3-backward: its
 FA3_BACKWARD_BUGS in FA3's Hopper backward (hdim 128), unseeded first (clean and right against NumPy).
 
@@ -179,7 +182,18 @@ def main() -> None:
     parser.add_argument("--library", action="store_true", help="CUTLASS's and FA3's PTX seeded")
     parser.add_argument("--tessera", action="store_true", help="split-KV, clusters, GEMM (tests/tessera_seeds.py)")
     parser.add_argument("--fa3-backward", action="store_true", help="FA3's backward PTX seeded")
+    parser.add_argument("--unseen", action="store_true", help="eight more kernels (tests/unseen_seeds.py)")
+    parser.add_argument("--triton", action="store_true", help="Triton's PTX at every op (tests/triton_seeds.py)")
     options = parser.parse_args()
+    if options.unseen or options.triton:
+        sys.path.insert(0, str(KERNELS.parent))
+        if options.unseen:
+            from unseen_seeds import matrix as unseen_matrix
+
+            sys.exit(1 if unseen_matrix("ptx") else 0)
+        from triton_seeds import matrix as triton_matrix
+
+        sys.exit(1 if triton_matrix() else 0)
     if options.tessera:
         sys.path.insert(0, str(KERNELS.parent))
         from tessera_seeds import matrix as tessera_matrix

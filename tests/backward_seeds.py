@@ -197,8 +197,9 @@ KINDS = {
     "cluster_arrive": (sm90_cluster.ClusterArriveOp, "barrier.cluster.arrive"),
     "cluster_wait": (sm90_cluster.ClusterWaitOp, "barrier.cluster.wait"),
     "remote_release": (sm90_cluster.MBarrierArriveClusterOp, "mbarrier.arrive.release.cluster"),
-    "multicast": (sm90_cluster.TmaLoadMulticastOp,
-                  "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast"),
+    "multicast": (sm90_cluster.TmaLoadMulticastOp, tuple(
+        f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast"
+        for rank in range(1, 6))),
 }
 
 

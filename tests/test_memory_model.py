@@ -132,6 +132,11 @@ The copy operation in cp.async.bulk.tensor is treated as a weak memory operation
 operation on the mbarrier has .release semantics at the .cluster scope as described in the Memory
 Consistency Model.
 """,
+    # [P#parallel-synchronization-and-communication-instructions-mbarrier-test-wait-try-wait], Description
+    "parallel-synchronization-and-communication-instructions-mbarrier-test-wait-try-wait": """
+All cp.async operations requested prior, in program order, to cp.async.mbarrier.arrive during the completed
+phase by the participating threads of the CTA are performed and made visible to the executing thread.
+""",
     "data-movement-and-conversion-instructions-cp-async": """
 No other synchronization mechanism guarantees the completion of the asynchronous
 copy operations.

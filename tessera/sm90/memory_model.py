@@ -141,6 +141,18 @@ CP_ASYNC_COMPLETION = Rule(
     "a barrier does not land a copy: a thread that did not wait on the copy's group or mbarrier, and was not "
     "ordered after one that did, reads bytes still in flight")
 
+CP_ASYNC_MBARRIER = Rule(
+    "an mbarrier phase publishes the cp.async copies requested before its arrivals",
+    "parallel-synchronization-and-communication-instructions-mbarrier-test-wait-try-wait",
+    "All cp.async operations requested prior, in program order, to cp.async.mbarrier.arrive during the completed "
+    "phase by the participating threads of the CTA are performed and made visible to the executing thread.",
+    "a thread's cp.async copies complete before the arrive-on of each later cp.async.mbarrier.arrive of that "
+    "thread: a thread that observed the phase of any such arrive (or is ordered after one that did, or after a "
+    "later release of the copying thread) may read them, not only the observers of the barrier the copies "
+    "counted on. So a consumer's wait for a ring slot's copies may be covered by its wait for the next slot, "
+    "whose arrivals the producer made after requesting them",
+    "tessera.interpreters.sm90.shared_memory:SharedMemory._copied_before")
+
 BULK_READ_BEFORE_EXIT = Rule(
     "a bulk store reads shared memory until wait_group.read",
     "data-movement-and-conversion-instructions-cp-async-bulk-wait-group",
@@ -225,20 +237,21 @@ RELEASE_ACQUIRE = Rule(
 
 PTX_EXECUTOR_RULES = (BARRIER_ORDERING, BARRIER_COUNT, MBARRIER_INIT_BEFORE_USE, MBARRIER_INIT_FENCE, PROXY_FENCE,
                       PROXY_FENCE_STATE_SPACE, WGMMA_FENCE, WGMMA_FENCE_SCALE_D, WGMMA_WAIT, WGMMA_WAIT_PER_THREAD,
-                      CP_ASYNC_ORDER, CP_ASYNC_COMPLETION, BULK_READ_BEFORE_EXIT, TMA_READ_UNTIL_COMPLETE,
-                      CLUSTER_EXIT_WAIT, DATA_RACE, MORALLY_STRONG, RELEASE_ACQUIRE)
+                      CP_ASYNC_ORDER, CP_ASYNC_COMPLETION, CP_ASYNC_MBARRIER, BULK_READ_BEFORE_EXIT,
+                      TMA_READ_UNTIL_COMPLETE, CLUSTER_EXIT_WAIT, DATA_RACE, MORALLY_STRONG, RELEASE_ACQUIRE)
 """The rules the PTX executor's race detector applies, in the order of the sections."""
 
 CTA_SIMULATOR_RULES = (BARRIER_ORDERING, PROXY_FENCE, PROXY_FENCE_STATE_SPACE, WGMMA_FENCE, WGMMA_FENCE_SCALE_D,
                        WGMMA_WAIT, WGMMA_WAIT_PER_THREAD, WRITE_ORDER, DATA_RACE, ATOMICS_ARE_INDIVISIBLE,
-                       TMA_READ_UNTIL_COMPLETE)
+                       TMA_READ_UNTIL_COMPLETE, CP_ASYNC_MBARRIER)
 """The rules the CTA simulator checks by happens-before (`tessera.interpreters.sm90.happens_before`), each naming
 its checker."""
 
 # endregion
 
 __all__ = ["CTA_SIMULATOR_RULES", "PTX_EXECUTOR_RULES", "Rule", "WRITE_ORDER", "BARRIER_COUNT", "DATA_RACE",
-           "ATOMICS_ARE_INDIVISIBLE", "BARRIER_ORDERING", "BULK_READ_BEFORE_EXIT", "CLUSTER_EXIT_WAIT", "CP_ASYNC_COMPLETION", "CP_ASYNC_ORDER",
+           "ATOMICS_ARE_INDIVISIBLE", "BARRIER_ORDERING", "BULK_READ_BEFORE_EXIT", "CLUSTER_EXIT_WAIT", "CP_ASYNC_COMPLETION", "CP_ASYNC_MBARRIER",
+           "CP_ASYNC_ORDER",
            "MBARRIER_INIT_BEFORE_USE", "MBARRIER_INIT_FENCE", "PROXY_FENCE", "PROXY_FENCE_STATE_SPACE", "WGMMA_FENCE",
            "WGMMA_FENCE_SCALE_D", "WGMMA_WAIT", "WGMMA_WAIT_PER_THREAD",
            "MORALLY_STRONG", "RELEASE_ACQUIRE", "TMA_READ_UNTIL_COMPLETE"]

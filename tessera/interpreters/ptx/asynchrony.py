@@ -456,7 +456,8 @@ class AsyncTracker:
     def cp_async_landed(self, index: np.ndarray, lanes: np.ndarray) -> None:
         """The cp.async copies of `lanes` into `index` [copies, bytes] completed at their wait: the issuing
         thread wrote them now, and other threads see them only through synchronisation that follows this
-        point [memory_model.CP_ASYNC_COMPLETION]."""
+        point [memory_model.CP_ASYNC_COMPLETION]; at a cp.async.mbarrier.arrive that arrive and every later release
+        of the thread carry them [memory_model.CP_ASYNC_MBARRIER]."""
         lines = np.array([self.copies[int(t)].inst.line for t in self.tag[index[:, 0]]], np.int32)
         self.state[index.reshape(-1)] = PLAIN
         self._forget_ranges(index)

@@ -37,7 +37,8 @@ from xdsl.interpreter import Interpreter, InterpreterFunctions, PythonValues, im
 from xdsl.ir import Operation
 
 from tessera.dialects import sm90
-from tessera.interpreters.block_batch import KernelHazardError
+from tessera.interpreters.block_batch import KernelHazardError, describe_op
+from tessera.interpreters.byte_box import take
 from tessera.interpreters.sm90.cta import CtaState
 from tessera.interpreters.sm90.global_memory import GlobalMemory
 from tessera.interpreters.sm90.mbarrier import MBarrier
@@ -113,7 +114,7 @@ class Cluster:
                      what: str) -> MBarrier:
         """The live mbarrier at `offset` of `peer`, which `thread` of `cta` may use: the peer has not exited
         and, for a peer other than itself, the thread passed a cluster barrier after the barrier's init."""
-        where = f"the mbarrier at shared offset {offset:#x} of CTA rank {peer.rank}"
+        where = f"the mbarrier at shared address {offset:#x} of CTA rank {peer.rank}"
         if self.exited[peer.rank]:
             cta.fail(op, f"{what} {where}, which has exited (its shared memory is gone: a CTA must wait at a "
                          "cluster barrier before it exits while peers may still reach it)", thread)
@@ -145,20 +146,50 @@ class Cluster:
     # region hazards of multicast and exit
     def check_released(self, cta: CtaState, op: Operation, thread: int, peer: CtaState, addresses: np.ndarray) -> None:
         """`thread` of `cta` multicasts into `addresses` of `peer`: every peer thread that read them must have
-        released them in a way the issuer observed (module docstring)."""
+        released them in a way the issuer observed (module docstring); a wgmma's read lasts until the
+        wgmma_wait_group that completed its group (`_check_wgmma_reads`)."""
         read_at = peer.smem.read_at[addresses]
         read = read_at >= 0
-        if not read.any():
-            return
-        readers = peer.smem.reader[addresses][read]
-        known = self.known[cta.rank, thread, peer.rank, readers]
-        unreleased = (known <= read_at[read]) & (self.passed_at[cta.rank, thread] <= read_at[read])
-        if unreleased.any():
-            i = int(np.argmax(unreleased))
-            address = int(addresses[read][i])
-            cta.fail(op, f"multicasts into {peer.smem.locate(address)} of CTA rank {peer.rank}, which its thread "
-                         f"{int(readers[i])} read and has not released (no arrive of it on an mbarrier this thread "
-                         "waited on since): the peer's slot is not free", thread)
+        if read.any():
+            readers = peer.smem.reader[addresses][read]
+            known = self.known[cta.rank, thread, peer.rank, readers]
+            unreleased = (known <= read_at[read]) & (self.passed_at[cta.rank, thread] <= read_at[read])
+            if unreleased.any():
+                i = int(np.argmax(unreleased))
+                address = int(addresses[read][i])
+                cta.fail(op, f"multicasts into {peer.smem.locate(address)} of CTA rank {peer.rank}, which its thread "
+                             f"{int(readers[i])} read and has not released (no arrive of it on an mbarrier this "
+                             "thread waited on since): the peer's slot is not free", thread)
+        self._check_wgmma_reads(cta, op, thread, peer, addresses)
+
+    def _check_wgmma_reads(self, cta: CtaState, op: Operation, thread: int, peer: CtaState,
+                           addresses: np.ndarray) -> None:
+        """The peer's wgmma reads of `addresses` end when a wgmma_wait_group completes their group
+        (memory_model.WGMMA_WAIT, WRITE_ORDER across the cluster): the issuer must have observed an arrive of a
+        thread of that warpgroup made after the completion, or passed a cluster barrier that completed after it.
+        A release placed before the wait_group (the slot freed while the wgmma may still read it) is reported."""
+        wgmma, size = peer.wgmma, facts.WARPGROUP_SIZE
+        for w in range(wgmma.read_group.shape[0]):
+            if wgmma.newest_read[w] < 0:
+                continue
+            groups = take(wgmma.read_group[w], addresses)
+            read = groups >= 0
+            if not read.any():
+                continue
+            done = wgmma.cluster_completed_at(w, groups[read])
+            seen = max(int(self.known[cta.rank, thread, peer.rank, w * size:(w + 1) * size].max()),
+                       int(self.passed_at[cta.rank, thread]))
+            unreleased = (done < 0) | (seen <= done)
+            if unreleased.any():
+                i = int(np.argmax(unreleased))
+                address, group = int(addresses[read][i]), int(groups[read][i])
+                wait = wgmma.wait_ops.get((w, group))
+                until = "has not completed yet" if wait is None else f"completed at `{describe_op(wait)}`"
+                cta.fail(op, f"multicasts into {peer.smem.locate(address)} of CTA rank {peer.rank}, which "
+                             f"`{describe_op(wgmma.group_ops[(w, group)])}` of its warpgroup {w} read in a wgmma group "
+                             f"that {until}, and no arrive of that warpgroup after the completion was observed by "
+                             "this thread (race: the peer's slot was released before the wgmma reading it "
+                             "completed)", thread)
 
     def exit(self, cta: CtaState) -> None:
         """`cta`'s threads have all returned: refuse pending accesses to it, then count it as exited."""

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from xdsl.ir import Operation
 
+from tessera.interpreters.block_batch import describe_op
 from tessera.interpreters.byte_box import put, take
 from tessera.interpreters.sm90.record_pool import records
 from tessera.interpreters.sm90.registers import WORD_BYTES
@@ -148,8 +149,14 @@ class SharedMemory:
         flying = state == IN_FLIGHT
         if flying.any():
             i = np.argmax(flying)
-            self.cta.fail(op, f"{what} writes {self.locate(addresses[i])} while a TMA copy into it is still in "
-                              "flight (write-after-write race with the async proxy)", int(threads[i]))
+            address = int(addresses[i])
+            other = next((c for c in self.cta.tma.in_flight if (c.addresses == address).any()), None)
+            which = "a TMA copy" if other is None else (
+                f"`{describe_op(other.op)}` of thread {other.thread}"
+                + ("" if other.issuer is None else f" of CTA rank {other.issuer}"))
+            self.cta.fail(op, f"{what} writes {self.locate(address)} while {which} into it is still in flight "
+                              "(write-after-write race with the async proxy: the slot's empty barrier wait or its "
+                              "release comes too early)", int(threads[i]))
         copying = state == CP_ASYNC
         if copying.any():
             i = np.argmax(copying)
@@ -224,6 +231,7 @@ class SharedMemory:
         if landed.any():
             barrier, phase, reader = self.barrier[addresses][landed], self.phase[addresses][landed], readers[landed]
             unseen = self.cta.mbarriers.observed[barrier, reader] <= phase
+            unseen &= ~self._copied_before(addresses[landed], reader)
             if unseen.any():
                 i = np.argmax(unseen)
                 self._unsignalled(op, addresses[landed][i], int(barrier[i]), int(phase[i]), int(reader[i]))
@@ -251,15 +259,39 @@ class SharedMemory:
             if not every:
                 barriers, phases = barriers[landed], phases[landed]
             unseen = self._first_unseen(barriers, phases, readers)
+            if unseen is not None and self.writer[addresses[landed]].max() >= 0:  # cp.async bytes among them
+                late = landed.copy()
+                late[landed] = ~self._copied_before(addresses[landed], readers)
+                unseen = self._first_unseen(self.barrier[addresses][late], self.phase[addresses][late],
+                                            readers) if late.any() else None
             if unseen is not None:
                 barrier, phase, reader = unseen
                 hit = landed & (self.barrier[addresses] == barrier) & (self.phase[addresses] == phase)
                 self._unsignalled(op, addresses[np.argmax(hit)], barrier, phase, reader, what)
+            copied = landed & (self.writer[addresses] >= 0)
+            if copied.any():  # cp.async bytes are generic-proxy writes: a proxy fence on the path, as a store's
+                self._check_proxy_fenced(op, addresses[copied], readers, what)
         if every:
             return
         stored = state == GENERIC
         if stored.any():
             self._check_proxy_fenced(op, addresses[stored], readers, what)
+
+    def _copied_before(self, addresses: np.ndarray, readers: np.ndarray) -> np.ndarray:
+        """Which LANDED `addresses` a cp.async of another thread wrote at a point that happens before every one of
+        `readers` (one per address, or the threads of one wgmma): the copies of a thread complete before the
+        arrive-on of each later cp.async.mbarrier.arrive of that thread, whose release (with every later one of
+        its releases) carries them, whichever barrier the reader observed [memory_model.CP_ASYNC_MBARRIER]."""
+        writers = self.writer[addresses]
+        copied = writers >= 0
+        if not copied.any():
+            return copied
+        order = self.cta.hb.ordered
+        if readers.shape == addresses.shape:
+            seen = order[np.maximum(writers, 0), readers]
+        else:
+            seen = order[np.maximum(writers, 0)][:, readers].min(axis=1)
+        return copied & (seen > self.written_at[addresses])
 
     def _first_unseen(self, barriers: np.ndarray, phases: np.ndarray, readers: np.ndarray) -> tuple | None:
         """(barrier, phase, reader) of the first phase of `barriers` (with `phases`, landed bytes' tags) that one
@@ -279,7 +311,7 @@ class SharedMemory:
         """Whether every byte of the EPOCH_BYTES-byte `lines` has LANDED in a phase every one of `readers` has
         observed complete: an async-proxy read of any of them by `readers` passes `check_async_read`."""
         span = slice(lines.start * EPOCH_BYTES, min(lines.stop * EPOCH_BYTES, self.size))
-        if not (self.state[span] == LANDED).all():
+        if not (self.state[span] == LANDED).all() or (self.writer[span] >= 0).any():  # cp.async's: fence check
             return False
         return self._first_unseen(self.barrier[span], self.phase[span], readers) is None
 
@@ -308,8 +340,9 @@ class SharedMemory:
                 ordered = reader != writer and hb.ordered[writer, reader] > when
                 why = (": the store is ordered before this read, but no fence_proxy_async lies on any "
                        "synchronisation path between them" if ordered else "")
+                how = "st_shared" if self.state[address] == GENERIC else "a cp.async"
                 self.cta.fail(op, f"reads {what} at {self.locate(address)}, which thread {writer} stored with "
-                                  f"st_shared and has not made visible to the async proxy (missing fence_proxy_async "
+                                  f"{how} and has not made visible to the async proxy (missing fence_proxy_async "
                                   f"after the store{why})", readers[0] if reader == writer else reader)
             self.cta.fail(op, f"reads {what} at {self.locate(address)}, which thread {writer} stored and fenced with "
                               "no bar_sync since then ordering it before this warp", reader)
@@ -360,6 +393,8 @@ class SharedMemory:
         put(self.barrier, addresses, barrier)
         put(self.phase, addresses, phase)
         put(self.writer, addresses, writers)
+        if not isinstance(writers, int):  # cp.async: its thread's write now, released by the arrive that follows
+            put(self.written_at, addresses, self.cta.tick())
 
     def _refuse_unready(self, op: Operation, addresses: np.ndarray, state: np.ndarray, readers: np.ndarray,
                         what: str = "") -> None:

@@ -133,6 +133,8 @@ class WgmmaUnit:
         self.group_ops: dict[tuple[int, int], Operation] = {}
         # _completed[w][g]: the time group g of warpgroup w completed (-1: not yet); wait_ops[(w, g)]: the wait
         self._completed = [np.full(16, -1, np.int64) for _ in range(groups)]
+        # in a cluster, the same on the cluster clock (what a peer's multicast is judged against: `Cluster`)
+        self._completed_cluster = [np.full(16, -1, np.int64) for _ in range(groups)]
         self.wait_ops: dict[tuple[int, int], Operation] = {}
         # fenced_at[w]: the time of warpgroup w's latest wgmma_fence (-1: none); produced: id(value) -> (value,
         # time, op) for values that feed wgmma register operands (see RegisterWrites)
@@ -337,13 +339,22 @@ class WgmmaUnit:
                 self._record_completion(op, w, finished)
         self.registry = {k: p for k, p in self.registry.items() if (p.groups > self.done).any()}
 
+    def cluster_completed_at(self, warpgroup: int, groups: np.ndarray) -> np.ndarray:
+        """`completed_at` on the cluster clock (-1: not yet), in a CTA of a cluster."""
+        done = self._completed_cluster[warpgroup]
+        inside = groups < len(done)
+        return np.where(inside, done[np.where(inside, groups, 0)], -1)
+
     def _record_completion(self, op: Operation, warpgroup: int, groups: list[int]) -> None:
-        done = self._completed[warpgroup]
-        if groups[-1] >= len(done):
-            grown = np.full(max(2 * len(done), groups[-1] + 1), -1, np.int64)
-            grown[: len(done)] = done
-            done = self._completed[warpgroup] = grown
-        done[groups] = self.cta.tick()
+        for table, clock in ((self._completed, self.cta), (self._completed_cluster, self.cta.cluster)):
+            if clock is None:
+                continue
+            done = table[warpgroup]
+            if groups[-1] >= len(done):
+                grown = np.full(max(2 * len(done), groups[-1] + 1), -1, np.int64)
+                grown[: len(done)] = done
+                done = table[warpgroup] = grown
+            done[groups] = clock.tick()
         for g in groups:
             if (warpgroup, g) in self.group_ops:
                 self.wait_ops[(warpgroup, g)] = op
