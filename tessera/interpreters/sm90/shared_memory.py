@@ -396,13 +396,26 @@ class SharedMemory:
         if not isinstance(writers, int):  # cp.async: its thread's write now, released by the arrive that follows
             put(self.written_at, addresses, self.cta.tick())
 
+    def _last_wait(self, thread: int) -> str:
+        """The other side of a read of a byte nothing has written: the mbarrier phase the reading thread last
+        completed a wait on (a phase completed before the copy that fills the byte, or the wait for the right
+        phase missing), or that it completed none."""
+        mbarriers = self.cta.mbarriers
+        index = int(mbarriers.last_waited[thread])
+        if index < 0:
+            return " (the thread has completed no mbarrier wait yet)"
+        barrier = mbarriers.instances[index]
+        return (f" (the thread's last completed wait was on the mbarrier at {self.locate(barrier.address)}, after "
+                f"{int(mbarriers.observed[index, thread])} completed phase(s), none of them a copy's into this byte)")
+
     def _refuse_unready(self, op: Operation, addresses: np.ndarray, state: np.ndarray, readers: np.ndarray,
                         what: str = "") -> None:
         what = f" {what}" if what else ""
         never = state == NEVER
         if never.any():
             i = np.argmax(never)
-            self.cta.fail(op, f"reads{what} at {self.locate(addresses[i])}, which nothing has written", int(readers[i]))
+            self.cta.fail(op, f"reads{what} at {self.locate(addresses[i])}, which nothing has written"
+                              f"{self._last_wait(int(readers[i]))}", int(readers[i]))
         copying = state == CP_ASYNC
         if copying.any():
             i = np.argmax(copying)
