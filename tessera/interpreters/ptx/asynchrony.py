@@ -765,16 +765,20 @@ class AsyncTracker:
         unit = self.m.unit_of[facts.WARPGROUP_SIZE]
         ws = np.unique(unit[lanes])
         target = self.warp_open[self.m.unit_of[facts.WARP_SIZE][lanes]] - 1 - keep
-        self.lane_done[lanes] = np.maximum(self.lane_done[lanes], target)
-        before = self.wg_done[ws].copy()
+        previous = self.lane_done[lanes]
+        self.lane_done[lanes] = np.maximum(previous, target)
         np.maximum.at(self.wg_done, unit[lanes], target)
-        for w, old, new in zip(ws.tolist(), before.tolist(), self.wg_done[ws].tolist()):
-            if new <= old:
-                continue
-            if self.wg_read is not None and self.hb.races:
-                # the shared bytes these groups read last are read until now (happens_before): recorded per
-                # group, never per byte
-                self.hb.wgmma_groups_completed(w, old + 1, new, lanes[unit[lanes] == w], inst)
+        if self.wg_read is not None and self.hb.races:
+            # the shared bytes these groups read last are read until now (happens_before): recorded per group,
+            # never per byte, for every wait that completes a group for its threads (not only the first of the
+            # warpgroup: any of them frees the bytes)
+            for w in ws.tolist():
+                mine = unit[lanes] == w
+                for last in np.unique(target[mine]).tolist():
+                    same = mine & (target == last)
+                    first = int(previous[same].min()) + 1
+                    if last >= first:
+                        self.hb.wgmma_groups_completed(w, first, last, lanes[same], inst)
         if self.pending:
             least = np.full(self.warpgroups, _NO_GROUP, np.int64)
             np.minimum.at(least, unit, self.lane_done)  # a register stays pending until every thread waited

@@ -95,6 +95,8 @@ class HappensBefore:
         self.bar_released: dict[tuple[int, int], tuple] = {}  # (barrier, CTA slot) -> its arrivals' releases
         self.inits: dict[tuple[int, int], tuple[int, int, int]] = {}
         self.completions: list[tuple[np.ndarray, np.ndarray, int, int]] = []
+        # the wgmma groups (first, last) each completion was made for (reads_completed's: none, (0, -1))
+        self.completed_groups: list[tuple[int, int]] = []
         # [warpgroup of the batch, wgmma group]: 1 + index into `completions` of the wait that completed the
         # group, 0 while none has; with `wgmma_reads` ([warpgroup of its CTA, byte]: 1 + the last group that read
         # the byte, kept by `asynchrony`), a byte's completed wgmma read is found without a record per byte
@@ -307,6 +309,7 @@ class HappensBefore:
         may be a list of pieces, each an index array or a range (a slice)."""
         reader = reader or f"a wgmma of warpgroup {group} read until its wgmma.wait_group"
         self.completions.append((lanes, self.clock[lanes, lanes % self.threads].copy(), inst.line, reader, by))
+        self.completed_groups.append((0, -1))
         if group >= len(self.r_async):
             self.r_async = np.vstack([self.r_async, np.zeros((group + 1 - len(self.r_async), self.shared), np.int32)])
         for piece in flat if isinstance(flat, list) else (flat,):
@@ -315,15 +318,33 @@ class HappensBefore:
     def wgmma_groups_completed(self, w: int, first: int, last: int, lanes: np.ndarray, inst) -> None:
         """A wgmma.wait_group of `lanes` completed wgmma groups `first`..`last` of warpgroup `w` (of the batch):
         the shared bytes whose last wgmma read belongs to one of them (`wgmma_reads`) were read until this point
-        of one of the lanes; a later write of them must happen after it (`_after_async_reads`)."""
-        local = w % self._per_cta()
-        self.completions.append((lanes, self.clock[lanes, lanes % self.threads].copy(), inst.line,
-                                 f"a wgmma of warpgroup {local} read until its wgmma.wait_group", "the wgmma"))
+        of one of the lanes; a later write of them must happen after it (`_after_async_reads`). A group is one
+        per warpgroup, so any thread's wait that completed it frees its bytes [memory_model.WGMMA_WAIT_PER_THREAD]:
+        a group an earlier wait of other warps completed is free after either wait (CUTLASS's and FA3's
+        consumer_release signals from one thread after its own warp's wait, whichever warp waited first)."""
         if last >= self.wgmma_groups.shape[1]:
             grown = np.zeros((len(self.wgmma_groups), max(2 * self.wgmma_groups.shape[1], last + 1)), np.int32)
             grown[:, :self.wgmma_groups.shape[1]] = self.wgmma_groups
             self.wgmma_groups = grown
-        self.wgmma_groups[w, first:last + 1] = len(self.completions)
+        groups = self.wgmma_groups[w, first:last + 1]
+        local = w % self._per_cta()
+        record = (lanes, self.clock[lanes, lanes % self.threads].copy(), inst.line,
+                  f"a wgmma of warpgroup {local} read until its wgmma.wait_group", "the wgmma")
+        for c in np.unique(groups).tolist():
+            if not c:  # completed by no earlier wait: by this one
+                self.completions.append(record)
+                self.completed_groups.append((first, last))
+                groups[groups == 0] = len(self.completions)
+                continue
+            readers, epochs, line, reader, by = self.completions[c - 1]
+            merged = (np.concatenate([readers, lanes]), np.concatenate([epochs, record[1]]), line, reader, by)
+            low, high = self.completed_groups[c - 1]
+            if first <= low and high <= last:  # this wait completed every group of that one: either frees them
+                self.completions[c - 1] = merged
+            else:  # only some: those groups get a completion of their own
+                self.completions.append(merged)
+                self.completed_groups.append((max(low, first), min(high, last)))
+                groups[groups == c] = len(self.completions)
 
     def _async_ends(self, index: np.ndarray, span: slice | None) -> np.ndarray:
         """[reader row, row of `index`, byte]: 1 + the index into `completions` of each completed async read of
