@@ -599,14 +599,16 @@ class HappensBefore:
                               int(lanes[i]))
 
     def async_read(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str, span: slice | None = None,
-                   hull: slice | None = None) -> None:
+                   hull: slice | None = None, own_rows: bool = False) -> None:
         """The async proxy reads `flat` for `lanes`: each generic write of those bytes needs a
         fence.proxy.async on a happens-before path into every issuing warp (a path into one of its threads: the
         warp issues the copy or its part of the wgmma as one). A wgmma is issued by the four warps of its
         warpgroup, each `.sync.aligned` across its own warp only, and every warp reads the whole B operand: a
         store by one warp needs a path (a named barrier) into each of the others; the writer's own fence does not
-        order it before another warp's read. `span`: the range `flat` fills, when it fills one (no generic write
-        in it: nothing to check, decided without a gather); `hull`: a range holding `flat`, the same way."""
+        order it before another warp's read. `own_rows`: `flat` is a shared-memory A operand, row by row, of the
+        one warpgroup `lanes`: each warp reads its own quarter of the rows [memory_model.WGMMA_A_ROWS_PER_WARP],
+        so the path is needed into that warp only. `span`: the range `flat` fills, when it fills one (no generic
+        write in it: nothing to check, decided without a gather); `hull`: a range holding `flat`, the same way."""
         if span is not None and not self.w_clock[span].any():
             return
         if hull is not None and not self.w_clock[hull].any():
@@ -616,12 +618,17 @@ class HappensBefore:
             return
         writers = self.w_lane[flat]
         per_warp = self._per_warp(self.fenced[lanes, :self.threads])
-        bad = epochs > per_warp.min(axis=0)[writers % self.threads]
+        owner = None
+        if own_rows and len(per_warp) == facts.WARPS_PER_WARPGROUP and not len(flat) % facts.WARPS_PER_WARPGROUP:
+            owner = np.arange(len(flat)) * facts.WARPS_PER_WARPGROUP // len(flat)  # the warp of each byte's row
+            bad = epochs > per_warp[owner, writers % self.threads]
+        else:
+            bad = epochs > per_warp.min(axis=0)[writers % self.threads]
         if not bad.any():
             return
         i = int(np.argmax(bad))
         writer, b = int(writers[i]), int(flat[i])
-        warp = int(np.argmin(per_warp[:, writer % self.threads]))
+        warp = int(owner[i]) if owner is not None else int(np.argmin(per_warp[:, writer % self.threads]))
         reader = int(lanes[warp * facts.WARP_SIZE]) if len(per_warp) < len(lanes) else int(lanes[warp])
         ordered = int(self.clock[reader, writer % self.threads]) >= int(epochs[i])
         why = ("no fence.proxy.async lies between the store and this read on any synchronisation path" if ordered
