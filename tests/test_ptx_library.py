@@ -160,3 +160,25 @@ def test_library_variant_is_clean_and_right_on_adversarial_schedules(case, seed)
         tensors, _, _ = launch_library(name, (*sizes, CONFIGS[name]["HDIM"]), sms=2, options=options,
                                        prepare=_descales, schedule="adversarial", seed=seed)
         _attention_check(name, tensors, options)
+
+
+def test_flash_attention_3_packed_gqa_reads_cp_async_q_through_wgmma_without_a_proxy_fence():
+    """FA3's forward with the query heads of one K/V head packed into the M tile loads Q with cp.async (generic
+    proxy) and the consumers' first wgmma reads it (async proxy) after only the mbarrier wait: the PTX ISA asks a
+    fence.proxy.async between the two proxies [memory_model.PROXY_FENCE] and lists only cp.async.bulk, not
+    cp.async, among the async proxy's copies, so the executor reports it, naming the store. (CUTLASS's sm90 cp.async
+    GMMA mainloop does the same; hardware evidently makes cp.async bytes visible to wgmma at the mbarrier.) With
+    the fence inserted after the consumers' wait the kernel runs clean and right: 4 query heads on 2 K/V heads,
+    ragged blocks."""
+    name = "fa3_fwd_hdim64_packgqa"
+    needs(name)
+    text = (BUILD / name / "kernel.ptx").read_text()
+    with pytest.raises(PtxHazardError, match=r"wgmma operand A reads shared address 0x[0-9a-f]+ of CTA \(\d, 0, 0\), "
+                                             r"which thread \(\d+, 0, 0\) .* stored through the generic proxy .*"
+                                             r"missing fence.proxy.async after the store at line \d+"):
+        launch_library(name, (1, 4, 100, 150, 64), sms=2, options={"hk": 2})
+    lines = text.split("\n")
+    first = next(i for i, line in enumerate(lines) if line.strip() == "wgmma.fence.sync.aligned;")
+    lines.insert(first, "\tfence.proxy.async.shared::cta;")  # the consumers' first wgmma follows their Q wait
+    tensors, _, _ = launch_library(name, (1, 4, 100, 150, 64), sms=2, options={"hk": 2}, text="\n".join(lines))
+    _attention_check(name, tensors, {})
