@@ -74,6 +74,14 @@ instruction from their prior accesses. Otherwise, the behavior is undefined.
 wgmma.commit_group and wgmma.wait_group operations must be used to wait for the completion
 of the asynchronous matrix multiply and accumulate operations before the results are accessed.
 """,
+    # [P#asynchronous-warpgroup-level-matrix-register-fragment-wgmma-64n16], Matrix Fragments for
+    # wgmma.mma_async.m64nNk16
+    "asynchronous-warpgroup-level-matrix-register-fragment-wgmma-64n16": """
+A warpgroup executing wgmma.mma_async.m64nNk16 will compute an MMA operation of shape
+.m64nNk16 where N is a valid n dimension as listed in Matrix Shape.
+Elements of the matrix are distributed across the threads in a warpgroup so each thread of the
+warpgroup holds a fragment of the matrix.
+""",
     # [P#asynchronous-warpgroup-level-matrix-instructions-wgmma-fence], wgmma.fence: Description
     "asynchronous-warpgroup-level-matrix-instructions-wgmma-fence": """
 wgmma.fence instruction establishes an ordering between prior accesses to any warpgroup
@@ -174,6 +182,7 @@ def test_the_executor_names_the_rules_it_applies():
     source = " ".join(p.read_text() for p in Path(ptx.__file__).parent.glob("*.py"))
     for name in ("BARRIER_COUNT", "MBARRIER_INIT_FENCE", "DATA_RACE", "MORALLY_STRONG", "RELEASE_ACQUIRE",
                  "PROXY_FENCE", "PROXY_FENCE_STATE_SPACE", "WGMMA_FENCE_SCALE_D", "WGMMA_WAIT_PER_THREAD",
+                 "WGMMA_A_ROWS_PER_WARP",
                  "BULK_READ_BEFORE_EXIT", "CLUSTER_EXIT_WAIT", "TMA_READ_UNTIL_COMPLETE"):
         assert f"memory_model.{name}" in source, name
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -170,3 +171,15 @@ def test_tessera_run_reports_a_bad_description_in_one_line(tmp_path, capsys, cha
     assert tessera_run_ptx([str(tmp_path / "k.ptx"), "--arg", f"struct:{tmp_path / 'launch.json'}"]) == 1
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("type_name", ["e4m3", "e5m2"])
+def test_8_bit_float_arrays_are_made_from_floats(type_name):
+    """FP8 tensors of a launch description (FA3's and CUTLASS's FP8 kernels): `random` is standard normal rounded
+    to the type, not the integers 0..99 of integer types."""
+    from tessera.interpreters.ptx.cli import _array
+
+    values = _array(f"{type_name}[64]=random", np.random.default_rng(0))
+    assert values.dtype == np.dtype(getattr(ml_dtypes, "float8_e4m3fn" if type_name == "e4m3" else "float8_e5m2"))
+    wide = values.astype(np.float32)
+    assert np.isfinite(wide).all() and (wide < 0).any() and (np.abs(wide) < 1).any()

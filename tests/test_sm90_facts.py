@@ -901,6 +901,9 @@ DOCUMENTED = {
                                 "e5m2": ("f16", "f32"), "u8": ("s32",), "s8": ("s32",), "b1": ("s32",)},
     # [-register-fragment-wgmma-64n16], Figure 148: a0..a3, four .f16x2 registers of A per thread
     "A_FRAGMENT_REGISTERS": 4,
+    # [-register-fragment-wgmma-64n16], Figures 148 and 149: warp 0 of the warpgroup holds rows 0-15 of A and D,
+    # warp 1 rows 16-31, warp 2 rows 32-47, warp 3 rows 48-63
+    "WGMMA_ROWS_PER_WARP": 16,
     # [P#warp-level-matrix-instructions-mma], its table of shapes and types: .m16n8k8 .tf32 into .f32;
     # .m16n8k16 .f16 (.dtype = .ctype = .f16 or .f32) or .bf16 (.f32 only); .m16n8k32 .s8/.u8 into .s32; all
     # "mma.sync.aligned.shape.row.col"; ptxas 13.5: ".dtype must be .f16 when .ctype is .f16 for mma with shape

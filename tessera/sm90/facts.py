@@ -135,6 +135,7 @@ from tessera.sm90.wgmma import (
     WGMMA_ELEMENT_BITS,
     WGMMA_K_BYTES,
     WGMMA_M,
+    WGMMA_ROWS_PER_WARP,
     WGMMA_TRANSPOSE_TYPES,
     a_fragment_coords,
     a_register_sources,

@@ -108,6 +108,18 @@ WGMMA_FENCE_SCALE_D = Rule(
     "in Target IR)",
     "tessera.interpreters.sm90.register_check:RegisterFileChecker._check_fenced")
 
+WGMMA_A_ROWS_PER_WARP = Rule(
+    "each warp's part of a wgmma reads its own rows of A",
+    "asynchronous-warpgroup-level-matrix-register-fragment-wgmma-64n16",
+    "Elements of the matrix are distributed across the threads in a warpgroup so each thread of the warpgroup "
+    "holds a fragment of the matrix.",
+    "warp w of the warpgroup holds rows 16w..16w+15 of A and of D (Figures 148 and 149, "
+    "sm90.wgmma.WGMMA_ROWS_PER_WARP): the part of a wgmma each warp issues (.sync.aligned across itself) computes "
+    "its D rows from those A rows and the whole of B. So a generic store into shared-memory A rows needs a "
+    "fence.proxy.async on a path into the warp that owns them, not into every warp of the warpgroup (FA3's "
+    "forward with P through shared memory: each warp stores and fences its own P rows, then only __syncwarp); "
+    "B, read by every warp, needs the path into all four")
+
 WGMMA_WAIT_PER_THREAD = Rule(
     "each thread waits for its own wgmma groups", "asynchronous-warpgroup-level-matrix-instructions-wgmma-wait-group",
     "wgmma.wait_group instruction will cause the executing thread to wait until only N or fewer of the most recent "
@@ -237,7 +249,7 @@ RELEASE_ACQUIRE = Rule(
 
 PTX_EXECUTOR_RULES = (BARRIER_ORDERING, BARRIER_COUNT, MBARRIER_INIT_BEFORE_USE, MBARRIER_INIT_FENCE, PROXY_FENCE,
                       PROXY_FENCE_STATE_SPACE, WGMMA_FENCE, WGMMA_FENCE_SCALE_D, WGMMA_WAIT, WGMMA_WAIT_PER_THREAD,
-                      CP_ASYNC_ORDER, CP_ASYNC_COMPLETION, CP_ASYNC_MBARRIER, BULK_READ_BEFORE_EXIT,
+                      WGMMA_A_ROWS_PER_WARP, CP_ASYNC_ORDER, CP_ASYNC_COMPLETION, CP_ASYNC_MBARRIER, BULK_READ_BEFORE_EXIT,
                       TMA_READ_UNTIL_COMPLETE, CLUSTER_EXIT_WAIT, DATA_RACE, MORALLY_STRONG, RELEASE_ACQUIRE)
 """The rules the PTX executor's race detector applies, in the order of the sections."""
 
@@ -253,5 +265,5 @@ __all__ = ["CTA_SIMULATOR_RULES", "PTX_EXECUTOR_RULES", "Rule", "WRITE_ORDER", "
            "ATOMICS_ARE_INDIVISIBLE", "BARRIER_ORDERING", "BULK_READ_BEFORE_EXIT", "CLUSTER_EXIT_WAIT", "CP_ASYNC_COMPLETION", "CP_ASYNC_MBARRIER",
            "CP_ASYNC_ORDER",
            "MBARRIER_INIT_BEFORE_USE", "MBARRIER_INIT_FENCE", "PROXY_FENCE", "PROXY_FENCE_STATE_SPACE", "WGMMA_FENCE",
-           "WGMMA_FENCE_SCALE_D", "WGMMA_WAIT", "WGMMA_WAIT_PER_THREAD",
+           "WGMMA_FENCE_SCALE_D", "WGMMA_WAIT", "WGMMA_WAIT_PER_THREAD", "WGMMA_A_ROWS_PER_WARP",
            "MORALLY_STRONG", "RELEASE_ACQUIRE", "TMA_READ_UNTIL_COMPLETE"]

@@ -167,6 +167,11 @@ def accumulator_thread_base(thread) -> tuple[np.ndarray, np.ndarray]:
     return evaluate(ACCUMULATOR_THREAD_TERMS["row"]), evaluate(ACCUMULATOR_THREAD_TERMS["col"])
 
 
+WGMMA_ROWS_PER_WARP = WGMMA_M // WARPS_PER_WARPGROUP
+"""Warp w of the warpgroup holds rows 16w..16w+15 of the A fragment (Figure 148) and of D (Figure 149): its part
+of the product, D[16w:16w+16, :] = A[16w:16w+16, :] B, needs those rows of A and the whole of B."""
+
+
 A_FRAGMENT_REGISTERS = 4
 """m64nNk16 f16/bf16 A in registers: four .f16x2/.b32 registers a0..a3 per thread, eight 16-bit elements."""
 

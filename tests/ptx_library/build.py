@@ -36,12 +36,32 @@ CONFIGS = {
     "cutlass_pingpong_64x128x64": dict(source="cutlass_gemm.cu", SCHEDULE="Pingpong", TILE="64,128,64"),
     "cutlass_pingpong_128x128x64_cluster1x2": dict(source="cutlass_gemm.cu", SCHEDULE="Pingpong",
                                                    TILE="128,128,64", CLUSTER="1,2"),
+    # ... e4m3 x e4m3 with f32 accumulation (promoted from the wgmma accumulator every few k-blocks), D = alpha A B^T
+    # + beta C
+    "cutlass_fp8_cooperative_128x128x128": dict(source="cutlass_gemm.cu", SCHEDULE="Cooperative", TILE="128,128,128",
+                                                ELEMENT_AB=2),
+    # ... bf16 in and out, the epilogue visitor tree D = ReLU(alpha A B^T + beta C + bias[m]) stored through TMA
+    "cutlass_bf16_bias_relu_pingpong_64x128x64": dict(source="cutlass_gemm.cu", SCHEDULE="Pingpong",
+                                                      TILE="64,128,64", ELEMENT_AB=1, ELEMENT_D=1, BIAS_RELU=1),
+    # ... the stream-K scheduler: split-K and stream-K units whose partial tiles meet in a global workspace
+    # (locks spun on with ld.acquire, partials added by the last unit)
+    "cutlass_streamk_cooperative_128x128x64": dict(source="cutlass_gemm.cu", SCHEDULE="Cooperative",
+                                                   TILE="128,128,64", STREAM_K=1),
     # FlashAttention-3 forward, f16, its own tile sizes for the head dim (src/fa3_fwd.cu)
     "fa3_fwd_hdim64": dict(source="fa3_fwd.cu", needs="flash-attention", HDIM=64, IS_CAUSAL=0),
     "fa3_fwd_hdim128": dict(source="fa3_fwd.cu", needs="flash-attention", HDIM=128, IS_CAUSAL=0),
     "fa3_fwd_hdim128_causal": dict(source="fa3_fwd.cu", needs="flash-attention", HDIM=128, IS_CAUSAL=1),
     "fa3_fwd_hdim128_cluster2": dict(source="fa3_fwd.cu", needs="flash-attention", HDIM=128, IS_CAUSAL=0,
                                      CLUSTER_M=2),
+    # ... e4m3 in with descale factors, bf16 out (V transposed in shared memory by the producer warps)
+    "fa3_fwd_fp8_hdim128": dict(source="fa3_fwd.cu", needs="flash-attention", HDIM=128, IS_CAUSAL=0, IS_FP8=1),
+    # ... tanh soft-capping of the scores
+    "fa3_fwd_hdim128_softcap": dict(source="fa3_fwd.cu", needs="flash-attention", HDIM=128, IS_CAUSAL=0,
+                                    HAS_SOFTCAP=1),
+    # ... a sliding window (local attention: left and right bounds, the dynamic persistent scheduler)
+    "fa3_fwd_hdim64_local": dict(source="fa3_fwd.cu", needs="flash-attention", HDIM=64, IS_CAUSAL=0, IS_LOCAL=1),
+    # ... grouped-query attention with the query heads of one K/V head packed into the M tile
+    "fa3_fwd_hdim64_packgqa": dict(source="fa3_fwd.cu", needs="flash-attention", HDIM=64, IS_CAUSAL=0, PACK_GQA=1),
     # FlashAttention-3 backward, f16, not causal, launched as its host code does: preprocess, main kernel,
     # postprocess (src/fa3_bwd_run.cu; tests/library_backward.py runs it)
     "fa3_bwd_hdim64": dict(source="fa3_bwd_run.cu", needs="flash-attention", HDIM=64, IS_CAUSAL=0),
@@ -63,13 +83,15 @@ def nvcc_home() -> Path:
 def defines(config: dict) -> list[str]:
     if "HDIM" in config:
         return [f"-DHDIM={config['HDIM']}", f"-DIS_CAUSAL={config['IS_CAUSAL']}",
-                f"-DCLUSTER_M={config.get('CLUSTER_M', 1)}"]
+                f"-DCLUSTER_M={config.get('CLUSTER_M', 1)}",
+                *(f"-D{key}={config[key]}" for key in ("IS_LOCAL", "HAS_SOFTCAP", "PACK_GQA", "IS_FP8") if key in config)]
     m, n, k = config["TILE"].split(",")
     cm, cn = config.get("CLUSTER", "1,1").split(",")
     flags = [f"-DTILE_M={m}", f"-DTILE_N={n}", f"-DTILE_K={k}", f"-DCLUSTER_M={cm}", f"-DCLUSTER_N={cn}"]
     if "SCHEDULE" in config:
         flags += [f"-DSCHEDULE={config['SCHEDULE']}",
                   f"-DSCHEDULE_IS_COOPERATIVE={int(config['SCHEDULE'] == 'Cooperative')}"]
+    flags += [f"-D{key}={config[key]}" for key in ("ELEMENT_AB", "ELEMENT_D", "BIAS_RELU", "STREAM_K") if key in config]
     return flags
 
 

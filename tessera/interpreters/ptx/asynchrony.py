@@ -549,21 +549,22 @@ class AsyncTracker:
                 "consumer's last read)")
 
     def async_read(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str, span: slice | None = None,
-                   hull: slice | None = None) -> None:
+                   hull: slice | None = None, own_rows: bool = False) -> None:
         """The async proxy reads `flat` for `lanes` (a warpgroup's wgmma, or one thread's bulk store): every
         one of them must have observed TMA data, and generic stores must have been fenced. `span`: the range
         `flat` fills, when it fills one (read as a range; a finding is then located byte by byte). `hull`: a
         range holding every byte of `flat` (a descriptor's K step reads 32 bytes of each 128-byte row of its
-        tile): when the whole range passes, so do its bytes, and only otherwise are they walked one by one."""
+        tile): when the whole range passes, so do its bytes, and only otherwise are they walked one by one.
+        `own_rows`: a wgmma's shared-memory A, each warp reading its own rows (`happens_before`)."""
         if span is not None or hull is not None:
             if self._landed_read(lanes, span if span is not None else hull):
                 return
             summary = self._range_summary(span if span is not None else hull)
             if summary is not None and (summary is _ALL_PLAIN or self._seen(lanes, summary[0]) > summary[1]):
-                self.hb.async_read(inst, lanes, flat, what, span, hull)
+                self.hb.async_read(inst, lanes, flat, what, span, hull, own_rows)
                 return
             if span is not None:
-                self.async_read(inst, lanes, flat, what)  # raises, naming the byte, or passes
+                self.async_read(inst, lanes, flat, what, own_rows=own_rows)  # raises, naming the byte, or passes
                 return
         state = self.state[flat]
         if state.any() and not self._observed_all(lanes, flat, state):
@@ -586,7 +587,7 @@ class AsyncTracker:
                                             f"was signalled: this thread has not observed phase {p} (parity {p & 1}) "
                                             f"of {self.barrier_name(b)} complete (no successful mbarrier wait for "
                                             "that phase, or a wait on the wrong parity)", reader)
-        self.hb.async_read(inst, lanes, flat, what)
+        self.hb.async_read(inst, lanes, flat, what, own_rows=own_rows)
 
     def _landed_read(self, lanes: np.ndarray, where: slice) -> bool:
         """Whether an async-proxy read by `lanes` of bytes inside the range `where` passes without looking at
@@ -669,14 +670,16 @@ class AsyncTracker:
     # endregion
     # region wgmma
     def wgmma_reads(self, inst, lanes: np.ndarray, flat: np.ndarray | None, operand: str, span: slice | None = None,
-                    hull: slice | None = None, chunks: np.ndarray | None = None, base: int = 0) -> None:
+                    hull: slice | None = None, chunks: np.ndarray | None = None, base: int = 0,
+                    own_rows: bool = False) -> None:
         """The warpgroups of `lanes` (whole warpgroups of one CTA, in order) each read their wgmma operand at
         `flat` (checked once as an async-proxy read of them all); the bytes stay read until a wgmma.wait_group
         covers each warpgroup's group. `span`: the range `flat` fills, when it fills one (a swizzled tile: its
         records are written and later completed as one range); `hull`: a range holding `flat` (`async_read`).
         `chunks`: `flat` as whole 16-byte chunks of the CTA's shared memory at `base` (bytes base + 16c to
         base + 16c + 15 for each c: 16 bytes of a core matrix row each), its records then written a chunk at a
-        time; `flat` may then be None (made from the chunks where a check walks the bytes)."""
+        time; `flat` may then be None (made from the chunks where a check walks the bytes). `own_rows`: the
+        operand is A, its bytes row by row, each warp reading its own rows [memory_model.WGMMA_A_ROWS_PER_WARP]."""
         if flat is None:
             def flat_bytes():
                 return base + (chunks[:, None] * _CHUNK + np.arange(_CHUNK)).reshape(-1)
@@ -685,7 +688,7 @@ class AsyncTracker:
                 return flat
         where = span if span is not None else hull
         if where is None or not self._landed_read(lanes, where):
-            self.async_read(inst, lanes, flat_bytes(), f"wgmma operand {operand}", span, hull)
+            self.async_read(inst, lanes, flat_bytes(), f"wgmma operand {operand}", span, hull, own_rows)
         if self.wg_read is None:
             self.wg_read = self.hb.wgmma_reads = np.zeros((self.groups_per_cta, len(self.state)), np.int32)
         records, at = self.wg_read, span
@@ -765,16 +768,20 @@ class AsyncTracker:
         unit = self.m.unit_of[facts.WARPGROUP_SIZE]
         ws = np.unique(unit[lanes])
         target = self.warp_open[self.m.unit_of[facts.WARP_SIZE][lanes]] - 1 - keep
-        self.lane_done[lanes] = np.maximum(self.lane_done[lanes], target)
-        before = self.wg_done[ws].copy()
+        previous = self.lane_done[lanes]
+        self.lane_done[lanes] = np.maximum(previous, target)
         np.maximum.at(self.wg_done, unit[lanes], target)
-        for w, old, new in zip(ws.tolist(), before.tolist(), self.wg_done[ws].tolist()):
-            if new <= old:
-                continue
-            if self.wg_read is not None and self.hb.races:
-                # the shared bytes these groups read last are read until now (happens_before): recorded per
-                # group, never per byte
-                self.hb.wgmma_groups_completed(w, old + 1, new, lanes[unit[lanes] == w], inst)
+        if self.wg_read is not None and self.hb.races:
+            # the shared bytes these groups read last are read until now (happens_before): recorded per group,
+            # never per byte, for every wait that completes a group for its threads (not only the first of the
+            # warpgroup: any of them frees the bytes)
+            for w in ws.tolist():
+                mine = unit[lanes] == w
+                for last in np.unique(target[mine]).tolist():
+                    same = mine & (target == last)
+                    first = int(previous[same].min()) + 1
+                    if last >= first:
+                        self.hb.wgmma_groups_completed(w, first, last, lanes[same], inst)
         if self.pending:
             least = np.full(self.warpgroups, _NO_GROUP, np.int64)
             np.minimum.at(least, unit, self.lane_done)  # a register stays pending until every thread waited

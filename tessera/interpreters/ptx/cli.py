@@ -6,8 +6,9 @@
 
 Arguments (`--arg`, one per kernel parameter, in order):
   TYPE[D0,D1,...]=INIT       a global array (the parameter gets its address). TYPE: f16 bf16 f32 f64 u8 u16
-                             u32 u64 s8 s16 s32 s64. INIT: random (floats: standard normal; integers:
-                             0..99), zeros, ones, arange, or a .npy file (converted to TYPE, shape checked).
+                             u32 u64 s8 s16 s32 s64 e4m3 e5m2. INIT: random (floats: standard normal;
+                             integers: 0..99), zeros, ones, arange, or a .npy file (converted to TYPE,
+                             shape checked).
   TYPE=VALUE                 a scalar, e.g. u32=7, f32=0.5.
   tensormap:I:box=B0,B1,...[:swizzle=0|32|64|128][:source=J|bJ]
                              a tensor map over a row-major array: --arg number J (default: I) or, with
@@ -22,11 +23,11 @@ Arguments (`--arg`, one per kernel parameter, in order):
 --buffer TYPE[D0,...]=INIT   a global array that is not a parameter, reachable through tensor maps (e.g.
                              the A and B of a TMA GEMM), numbered from 0 in order.
 Arrays are created in order (arguments, then buffers) with --seed. With --save DIR every array argument
-is written after the run as DIR/arg<N>_<param>.npy and every buffer as DIR/buffer<N>.npy (bf16 as f32). Errors (syntax,
-unsupported instructions, memory faults, deadlocks, bad launches, a launch past the driver's limits or the memory
-budget, a run past --max-steps) print one diagnostic and exit with 1; so do races and other asynchrony hazards
-(happens_before, asynchrony). --schedule adversarial --schedule-seed N runs the threads in a seeded random
-order (the same N replays it); --no-races turns the generic race check off.
+is written after the run as DIR/arg<N>_<param>.npy and every buffer as DIR/buffer<N>.npy (bf16, e4m3, e5m2 as
+f32). Errors (syntax, unsupported instructions, memory faults, deadlocks, bad launches, a launch past the driver's
+limits or the memory budget, a run past --max-steps) print one diagnostic and exit with 1; so do races and
+other asynchrony hazards (happens_before, asynchrony). --schedule adversarial --schedule-seed N runs the
+threads in a seeded random order (the same N replays it); --no-races turns the generic race check off.
 """
 
 from __future__ import annotations
@@ -43,7 +44,9 @@ import numpy as np
 
 _DTYPES = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "f32": np.float32, "f64": np.float64, "u8": np.uint8,
            "u16": np.uint16, "u32": np.uint32, "u64": np.uint64, "s8": np.int8, "s16": np.int16, "s32": np.int32,
-           "s64": np.int64}
+           "s64": np.int64, "e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
+_ML_FLOATS = {np.dtype(_DTYPES[t]) for t in ("bf16", "e4m3", "e5m2")}
+"""ml_dtypes' floats (NumPy gives them kind 'V'): made from floats, saved as f32."""
 _ARRAY = re.compile(r"^(\w+)\[([\d,\s]+)\]=(.+)$")
 _SCALAR = re.compile(r"^(\w+)=(.+)$")
 
@@ -111,7 +114,7 @@ def _array(spec: str, rng: np.random.Generator, budget: int | None = None) -> np
     check_memory(f"--arg {spec}", [(f"{type_name}{list(shape)}", (8 + dtype.itemsize) * int(np.prod(shape, dtype=object)))],
                  budget)
     if init == "random":
-        values = rng.standard_normal(shape) if dtype.kind == "f" or dtype == _DTYPES["bf16"] \
+        values = rng.standard_normal(shape) if dtype.kind == "f" or dtype in _ML_FLOATS \
             else rng.integers(0, 100, shape)
     elif init in ("zeros", "ones"):
         values = np.full(shape, 0 if init == "zeros" else 1)
@@ -243,7 +246,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {name}: {array.dtype}{list(array.shape)} min {wide.min():.6g} max {wide.max():.6g} "
                   f"mean {wide.mean():.6g}")
             if args.save:
-                saved_array = array.astype(np.float32) if array.dtype == _DTYPES["bf16"] else array
+                saved_array = array.astype(np.float32) if array.dtype in _ML_FLOATS else array
                 np.save(os.path.join(args.save, f"{name}.npy"), saved_array)
     named = {id(b): f"buffer{j}" for j, b in enumerate(buffers)}
     saved = set()
@@ -260,7 +263,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {name}: {result.dtype}{list(result.shape)} min {wide.min():.6g} max {wide.max():.6g} "
               f"mean {wide.mean():.6g}")
         if args.save:  # .npy has no bfloat16: such arrays are saved as their float32 values
-            saved_array = result.astype(np.float32) if result.dtype == _DTYPES["bf16"] else result
+            saved_array = result.astype(np.float32) if result.dtype in _ML_FLOATS else result
             np.save(os.path.join(args.save, f"{name}.npy"), saved_array)
     return 0
 

@@ -95,6 +95,8 @@ class HappensBefore:
         self.bar_released: dict[tuple[int, int], tuple] = {}  # (barrier, CTA slot) -> its arrivals' releases
         self.inits: dict[tuple[int, int], tuple[int, int, int]] = {}
         self.completions: list[tuple[np.ndarray, np.ndarray, int, int]] = []
+        # the wgmma groups (first, last) each completion was made for (reads_completed's: none, (0, -1))
+        self.completed_groups: list[tuple[int, int]] = []
         # [warpgroup of the batch, wgmma group]: 1 + index into `completions` of the wait that completed the
         # group, 0 while none has; with `wgmma_reads` ([warpgroup of its CTA, byte]: 1 + the last group that read
         # the byte, kept by `asynchrony`), a byte's completed wgmma read is found without a record per byte
@@ -307,6 +309,7 @@ class HappensBefore:
         may be a list of pieces, each an index array or a range (a slice)."""
         reader = reader or f"a wgmma of warpgroup {group} read until its wgmma.wait_group"
         self.completions.append((lanes, self.clock[lanes, lanes % self.threads].copy(), inst.line, reader, by))
+        self.completed_groups.append((0, -1))
         if group >= len(self.r_async):
             self.r_async = np.vstack([self.r_async, np.zeros((group + 1 - len(self.r_async), self.shared), np.int32)])
         for piece in flat if isinstance(flat, list) else (flat,):
@@ -315,15 +318,33 @@ class HappensBefore:
     def wgmma_groups_completed(self, w: int, first: int, last: int, lanes: np.ndarray, inst) -> None:
         """A wgmma.wait_group of `lanes` completed wgmma groups `first`..`last` of warpgroup `w` (of the batch):
         the shared bytes whose last wgmma read belongs to one of them (`wgmma_reads`) were read until this point
-        of one of the lanes; a later write of them must happen after it (`_after_async_reads`)."""
-        local = w % self._per_cta()
-        self.completions.append((lanes, self.clock[lanes, lanes % self.threads].copy(), inst.line,
-                                 f"a wgmma of warpgroup {local} read until its wgmma.wait_group", "the wgmma"))
+        of one of the lanes; a later write of them must happen after it (`_after_async_reads`). A group is one
+        per warpgroup, so any thread's wait that completed it frees its bytes [memory_model.WGMMA_WAIT_PER_THREAD]:
+        a group an earlier wait of other warps completed is free after either wait (CUTLASS's and FA3's
+        consumer_release signals from one thread after its own warp's wait, whichever warp waited first)."""
         if last >= self.wgmma_groups.shape[1]:
             grown = np.zeros((len(self.wgmma_groups), max(2 * self.wgmma_groups.shape[1], last + 1)), np.int32)
             grown[:, :self.wgmma_groups.shape[1]] = self.wgmma_groups
             self.wgmma_groups = grown
-        self.wgmma_groups[w, first:last + 1] = len(self.completions)
+        groups = self.wgmma_groups[w, first:last + 1]
+        local = w % self._per_cta()
+        record = (lanes, self.clock[lanes, lanes % self.threads].copy(), inst.line,
+                  f"a wgmma of warpgroup {local} read until its wgmma.wait_group", "the wgmma")
+        for c in np.unique(groups).tolist():
+            if not c:  # completed by no earlier wait: by this one
+                self.completions.append(record)
+                self.completed_groups.append((first, last))
+                groups[groups == 0] = len(self.completions)
+                continue
+            readers, epochs, line, reader, by = self.completions[c - 1]
+            merged = (np.concatenate([readers, lanes]), np.concatenate([epochs, record[1]]), line, reader, by)
+            low, high = self.completed_groups[c - 1]
+            if first <= low and high <= last:  # this wait completed every group of that one: either frees them
+                self.completions[c - 1] = merged
+            else:  # only some: those groups get a completion of their own
+                self.completions.append(merged)
+                self.completed_groups.append((max(low, first), min(high, last)))
+                groups[groups == c] = len(self.completions)
 
     def _async_ends(self, index: np.ndarray, span: slice | None) -> np.ndarray:
         """[reader row, row of `index`, byte]: 1 + the index into `completions` of each completed async read of
@@ -578,14 +599,16 @@ class HappensBefore:
                               int(lanes[i]))
 
     def async_read(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str, span: slice | None = None,
-                   hull: slice | None = None) -> None:
+                   hull: slice | None = None, own_rows: bool = False) -> None:
         """The async proxy reads `flat` for `lanes`: each generic write of those bytes needs a
         fence.proxy.async on a happens-before path into every issuing warp (a path into one of its threads: the
         warp issues the copy or its part of the wgmma as one). A wgmma is issued by the four warps of its
         warpgroup, each `.sync.aligned` across its own warp only, and every warp reads the whole B operand: a
         store by one warp needs a path (a named barrier) into each of the others; the writer's own fence does not
-        order it before another warp's read. `span`: the range `flat` fills, when it fills one (no generic write
-        in it: nothing to check, decided without a gather); `hull`: a range holding `flat`, the same way."""
+        order it before another warp's read. `own_rows`: `flat` is a shared-memory A operand, row by row, of the
+        one warpgroup `lanes`: each warp reads its own quarter of the rows [memory_model.WGMMA_A_ROWS_PER_WARP],
+        so the path is needed into that warp only. `span`: the range `flat` fills, when it fills one (no generic
+        write in it: nothing to check, decided without a gather); `hull`: a range holding `flat`, the same way."""
         if span is not None and not self.w_clock[span].any():
             return
         if hull is not None and not self.w_clock[hull].any():
@@ -595,12 +618,17 @@ class HappensBefore:
             return
         writers = self.w_lane[flat]
         per_warp = self._per_warp(self.fenced[lanes, :self.threads])
-        bad = epochs > per_warp.min(axis=0)[writers % self.threads]
+        owner = None
+        if own_rows and len(per_warp) == facts.WARPS_PER_WARPGROUP and not len(flat) % facts.WARPS_PER_WARPGROUP:
+            owner = np.arange(len(flat)) * facts.WARPS_PER_WARPGROUP // len(flat)  # the warp of each byte's row
+            bad = epochs > per_warp[owner, writers % self.threads]
+        else:
+            bad = epochs > per_warp.min(axis=0)[writers % self.threads]
         if not bad.any():
             return
         i = int(np.argmax(bad))
         writer, b = int(writers[i]), int(flat[i])
-        warp = int(np.argmin(per_warp[:, writer % self.threads]))
+        warp = int(owner[i]) if owner is not None else int(np.argmin(per_warp[:, writer % self.threads]))
         reader = int(lanes[warp * facts.WARP_SIZE]) if len(per_warp) < len(lanes) else int(lanes[warp])
         ordered = int(self.clock[reader, writer % self.threads]) >= int(epochs[i])
         why = ("no fence.proxy.async lies between the store and this read on any synchronisation path" if ordered

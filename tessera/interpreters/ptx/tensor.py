@@ -584,12 +584,15 @@ def _descriptor_operand(m: Machine, inst, lanes: np.ndarray, descriptor: int, ma
         raise m.error(inst, f"matrix descriptor {descriptor:#x} reads outside shared memory", int(lanes[0]))
     base = int(m.lane_cta[lanes[0]]) * m.shared_bytes
     span = None if dense is None else slice(base + dense[0], base + dense[1])
+    own_rows = operand == "A"  # the bytes row by row (addresses [rows, K]): each warp reads its own rows
     if chunks is not None:  # gathered and recorded a chunk at a time
-        m.tracker.wgmma_reads(inst, lanes, None, operand, span, slice(base + hull[0], base + hull[1]), chunks, base)
+        m.tracker.wgmma_reads(inst, lanes, None, operand, span, slice(base + hull[0], base + hull[1]), chunks, base,
+                              own_rows)
         raw = m.shared[base:base + m.shared_bytes // _CHUNK * _CHUNK].reshape(-1, _CHUNK)[chunks]
     else:
         index = offsets + base
-        m.tracker.wgmma_reads(inst, lanes, index, operand, span, slice(base + hull[0], base + hull[1]))
+        m.tracker.wgmma_reads(inst, lanes, index, operand, span, slice(base + hull[0], base + hull[1]),
+                              own_rows=own_rows)
         raw = m.shared[index]
     return _multiplicand_values(raw.view(dtype).reshape(addresses.shape), name)
 
