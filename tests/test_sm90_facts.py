@@ -937,6 +937,9 @@ DOCUMENTED = {
     "RSQRT_APPROX_RELATIVE_ERROR": 2.0**-22.9,
     "RCP_APPROX_RELATIVE_ERROR": 2.0**-23,
     "EX2_APPROX_RELATIVE_ERROR": 2.0**-22,
+    # [P#data-movement-and-conversion-instructions-cvt], the integer rounding modifiers: PTX_ISA_INTEGER_ROUNDING_
+    # SENTENCES quotes them and test_integer_rounding_modifiers_are_the_ptx_isa_sentences derives each function
+    "INTEGER_ROUNDING": {"floor": "rmi", "ceil": "rpi", "rint": "rni", "trunc": "rzi"},
     # [P#warp-level-matrix-instructions-stmatrix]: ".num = { .x1, .x2, .x4 }", each an m8n8 matrix of 16-bit
     # elements whose rows are given by one thread's 16-byte-aligned row address
     "STMATRIX_COUNTS": (1, 2, 4),

@@ -498,6 +498,12 @@ _EXPANDED = {
 """NumPy functions traced as a few of the ops (np.log1p and np.expm1 without their accuracy near 0)."""
 
 
+def expand(traced: Traced, name: str, x: object) -> Traced:
+    """np.<name>(x) for one of the NumPy functions traced as a few ops (`_EXPANDED`: square, sign, log1p,
+    expm1), for `torch_mods`."""
+    return _EXPANDED[getattr(np, name)](traced, x)
+
+
 def _ufunc_names() -> list[str]:
     return [f"np.{u.__name__}" for u in (*_UNARY, *_BINARY, *_EXPANDED, *_ROUNDING, np.power, np.float_power)]
 
