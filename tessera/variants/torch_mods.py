@@ -115,6 +115,7 @@ def _ops() -> dict:
         "max": ("maximum", "fmax"), "and": ("logical_and", "bitwise_and"), "or": ("logical_or", "bitwise_or"),
         "lt": ("lt", "less"), "le": ("le", "less_equal"), "gt": ("gt", "greater"), "ge": ("ge", "greater_equal"),
         "eq": ("eq",), "ne": ("ne", "not_equal"), "floordiv": ("floor_divide",), "mod": ("remainder",),
+        "xor": ("logical_xor", "bitwise_xor"),
     }
     ops = {}
     for op, names in table.items():
@@ -125,11 +126,12 @@ def _ops() -> dict:
     dunders = {"__add__": "add", "__sub__": "sub", "__mul__": "mul", "__truediv__": "div", "__and__": "and",
                "__or__": "or", "__lt__": "lt", "__le__": "le", "__gt__": "gt", "__ge__": "ge", "__eq__": "eq",
                "__ne__": "ne", "__neg__": "neg", "__abs__": "abs", "__invert__": "not", "__floordiv__": "floordiv",
-               "__mod__": "mod"}
+               "__mod__": "mod", "__xor__": "xor"}
     for name, op in dunders.items():
         ops[getattr(torch.Tensor, name)] = op
     for name, op in {"__radd__": "add", "__rsub__": "sub", "__rmul__": "mul", "__rtruediv__": "div",
-                     "__rand__": "and", "__ror__": "or", "__rfloordiv__": "floordiv", "__rmod__": "mod"}.items():
+                     "__rand__": "and", "__ror__": "or", "__rfloordiv__": "floordiv", "__rmod__": "mod",
+                     "__rxor__": "xor"}.items():
         ops[getattr(torch.Tensor, name)] = ("reflected", op)
     return ops
 

@@ -21,7 +21,8 @@ family (`Traced._round`); `x.astype(dtype)` converts as NumPy does (`Traced.asty
 
 What cannot be traced is refused with a `ModTraceError` naming the function, file:line and the construct:
 Python control flow on a traced value (`if`, `and`, `or`, `not`, `bool()`), an unsupported NumPy function or
-operator (`^`, shifts, `**` of two traced integers), arithmetic on booleans, `//` and `%` by the constant 0
+operator (`^` of integers, shifts, `**` of two traced integers), arithmetic on booleans (`==`, `!=` and `^` of
+two booleans are their logic), `//` and `%` by the constant 0
 (`//` and `%` are Python's: floor division, a modulus with the divisor's sign; of floats floor(a / b) and
 a - b floor(a / b)), a slice of a captured array, a NumPy array indexed by a traced value that is not a
 captured array of the modifier itself, `math.sqrt`, `math.floor` and the other math functions of a traced value
@@ -132,7 +133,7 @@ _BINARY = {np.add: "add", np.subtract: "sub", np.multiply: "mul", np.true_divide
            np.maximum: "max", np.fmin: "min", np.fmax: "max", np.logical_and: "and", np.logical_or: "or",
            np.bitwise_and: "and", np.bitwise_or: "or", np.less: "lt", np.less_equal: "le", np.greater: "gt",
            np.greater_equal: "ge", np.equal: "eq", np.not_equal: "ne", np.floor_divide: "floordiv",
-           np.remainder: "mod"}
+           np.remainder: "mod", np.logical_xor: "xor", np.bitwise_xor: "xor"}
 _ROUNDING = {np.floor: "floor", np.ceil: "ceil", np.rint: "rint", np.trunc: "trunc"}
 """NumPy's rounding ufuncs (`Traced._round`): of f32 values the `tile.floor/ceil/rint/trunc` ops; of i32 values
 the value itself (NumPy 2 keeps an integer array's dtype), except np.rint, which gives floats."""
@@ -188,6 +189,13 @@ class Traced:
             return self._wrap(Node(op, tuple(nodes), BOOL))
         if op == "pos":
             return self._wrap(nodes[0])
+        if op in ("eq", "ne", "xor") and all(n.dtype == BOOL for n in nodes):  # (a == b), a != b, a ^ b
+            a, b = nodes
+            differ = Node("or", (Node("and", (a, Node("not", (b,), BOOL)), BOOL),
+                                 Node("and", (Node("not", (a,), BOOL), b), BOOL)), BOOL)
+            return self._wrap(Node("not", (differ,), BOOL) if op == "eq" else differ)
+        if op == "xor":
+            raise t.refuse("'^' (np.logical_xor) of non-boolean values (bitwise integer ops are not supported)")
         if any(n.dtype == BOOL for n in nodes):
             raise t.refuse(f"'{op}' of a boolean value (use np.where to turn a condition into numbers)")
         if op in FLOORED:
@@ -421,7 +429,9 @@ class Traced:
     def __pow__(self, o): return self._power(self, o)
     def __rpow__(self, o): return self._power(o, self)
 
-    __xor__ = __rxor__ = _refuse_op("^")
+    def __xor__(self, o): return self._apply("xor", self, o)
+    def __rxor__(self, o): return self._apply("xor", o, self)
+
     __lshift__ = __rshift__ = _refuse_op("<< / >>")
     __matmul__ = __rmatmul__ = _refuse_op("@")
 
