@@ -344,3 +344,18 @@ def test_rounding_to_integral_values_bit_for_bit(level, request):
         assert all(f"cvt.{m}.f32.f32" in ptx for m in ("rmi", "rpi", "rni", "rzi"))
         result = compile_ptx(ptx, source_name="rounding", ptxas=request.getfixturevalue("ptxas"))
         assert result.warnings == () and not any(e.spills for e in result.entries.values())
+
+
+@pytest.mark.parametrize("level", ["target", pytest.param("ptx", marks=pytest.mark.slow)])
+def test_scaled_difference_of_indices_added_slab_by_slab_is_bitwise_the_tile_value(level):
+    """x + slope * f32(kv_idx - q_idx) (tests/lit/passes/convert-tile-to-sm90-scaled-diagonal.mlir: computed 8
+    registers at a time from the thread's scalar) gives the Tile interpreter's bits: the same roundings."""
+    text = (Path(__file__).resolve().parent / "lit" / "passes" / "convert-tile-to-sm90-scaled-diagonal.mlir").read_text()
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((64, 64)).astype(np.float32)
+    slopes = np.float32([0.3, 0.25, 0.125, 1.0])
+    tile_value = _interpret(parse_module(text), x, slopes, level="tile")
+    lowered = _interpret(parse_module(text), x, slopes, level=level)
+    np.testing.assert_array_equal(np.asarray(lowered).view(np.uint32), np.asarray(tile_value).view(np.uint32))
+    i, j = np.arange(64)[:, None] + 5, np.arange(64)[None, :]
+    np.testing.assert_allclose(tile_value, x + np.float32(0.3) * (j - i).astype(np.float32), rtol=2**-22, atol=2**-20)

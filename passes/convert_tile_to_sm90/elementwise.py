@@ -102,6 +102,8 @@ class ElementwiseLowering(IndexDiagonalLowering):
     def _lower_binary(self, op, e: Emitter) -> None:
         if isinstance(op, tile.AddOp | tile.SubOp):
             diagonal = self._index_diagonal(op, e)
+            if diagonal is None and isinstance(op.result.type.element_type, Float32Type):
+                diagonal = self._scaled_diagonal_sum(op, e)
             if diagonal is not None:
                 self._set(op.result, diagonal)
                 return
