@@ -147,7 +147,7 @@ def torch_op(func) -> str | tuple | None:
 
 
 TRACED_METHODS = ("abs", "neg", "exp", "exp2", "log", "log2", "tanh", "sqrt", "reciprocal", "clamp", "clip",
-                  "floor", "ceil", "round", "trunc", "fix", "sign", "log1p", "expm1", "square",
+                  "floor", "ceil", "round", "trunc", "fix", "sign", "log1p", "expm1", "square", "fmod",
                   "minimum", "maximum", "logical_and", "logical_or", "logical_not", "where", "remainder",
                   "floor_divide", "pow", "to", "type", "float", "double", "int", "long", "bool", "new_ones",
                   "new_zeros", "new_full")
@@ -233,6 +233,8 @@ def dispatch(traced, func, args: tuple, kwargs: dict):
         integers = all(isinstance(a, (int, np.integer)) or (hasattr(a, "node") and a.node.dtype == "i32")
                        for a in args[:2])
         return truncated.astype("int32") if integers else truncated
+    if func in (torch.fmod, torch.Tensor.fmod) and not kwargs and len(args) == 2:
+        return traced._fmod(*args)
     rounding = _ROUNDING_FUNCTIONS.get(name)
     if rounding is not None and func in (getattr(torch, name, None), getattr(torch.Tensor, name, None)):
         x, decimals = _positional(traced, name, args, kwargs, ("input", "decimals"), optional=1)

@@ -24,7 +24,7 @@ Python control flow on a traced value (`if`, `and`, `or`, `not`, `bool()`), an u
 operator (`^` of integers, shifts, `**` of two traced integers), arithmetic on booleans (`==`, `!=` and `^` of
 two booleans are their logic), `//` and `%` by the constant 0
 (`//` and `%` are Python's: floor division, a modulus with the divisor's sign; of floats floor(a / b) and
-a - b floor(a / b)), a slice of a captured array, a NumPy array indexed by a traced value that is not a
+a - b floor(a / b); np.fmod is C's remainder), a slice of a captured array, a NumPy array indexed by a traced value that is not a
 captured array of the modifier itself, `math.sqrt`, `math.floor` and the other math functions of a traced value
 and `round()` (they take Python numbers, and fail on the reference's NumPy grids too: write np.floor,
 np.round, ...).
@@ -220,6 +220,25 @@ class Traced:
             return Node("sub", (a, Node("mul", (b, quotient), F32)), F32)
         return Node(op, tuple(nodes), I32)
 
+    def _fmod(self, a: object, b: object) -> Traced:
+        """np.fmod(a, b), C's remainder (the dividend's sign): of i32 values Python's a % b less b where it is
+        not 0 and a and b differ in sign (a zero divisor gives 0, as NumPy's); with a float operand
+        a - b trunc(a / b) in f32 (NumPy's value except where a / b rounds onto an integer)."""
+        x, y = self._lift(a), self._lift(b)
+        if BOOL in (x.dtype, y.dtype):
+            raise self._tracing.refuse("np.fmod of a boolean value (use np.where to turn a condition into numbers)")
+        if y.op == "const" and y.value == 0:
+            raise self._tracing.refuse("np.fmod by the constant 0 (division by zero)")
+        if F32 in (x.dtype, y.dtype):
+            x, y = self._convert(x, F32), self._convert(y, F32)
+            quotient = Node("trunc", (Node("div", (x, y), F32),), F32)
+            return self._wrap(Node("sub", (x, Node("mul", (y, quotient), F32)), F32))
+        r = Node("mod", (x, y), I32)
+        zero = Node("const", (), I32, 0)
+        signs_differ = self._apply("ne", self._wrap(Node("lt", (x, zero), BOOL)), self._wrap(Node("lt", (y, zero), BOOL)))
+        fix = Node("and", (Node("ne", (r, zero), BOOL), signs_differ.node), BOOL)
+        return self._wrap(Node("select", (fix, Node("sub", (r, y), I32), r), I32))
+
     def _round(self, op: str, x: object, decimals: object = 0) -> Traced:
         """np.floor / np.ceil / np.rint / np.trunc (`_ROUNDING`), and np.round(x, decimals) ("round") as NumPy
         computes it: rint(x * 10^d) / 10^d (for d < 0, rint(x / 10^-d) * 10^-d), d a Python integer. Of an i32 value
@@ -364,6 +383,8 @@ class Traced:
             return _EXPANDED[ufunc](self, inputs[0])
         if ufunc in _ROUNDING and len(inputs) == 1:
             return self._round(_ROUNDING[ufunc], inputs[0])
+        if ufunc is np.fmod and len(inputs) == 2:
+            return self._fmod(*inputs)
         op = _UNARY.get(ufunc) or _BINARY.get(ufunc)
         if op is None:
             raise self._tracing.refuse(f"np.{ufunc.__name__} (supported: {', '.join(sorted(_ufunc_names()))}, "
@@ -515,7 +536,8 @@ def expand(traced: Traced, name: str, x: object) -> Traced:
 
 
 def _ufunc_names() -> list[str]:
-    return [f"np.{u.__name__}" for u in (*_UNARY, *_BINARY, *_EXPANDED, *_ROUNDING, np.power, np.float_power)]
+    return [f"np.{u.__name__}" for u in (*_UNARY, *_BINARY, *_EXPANDED, *_ROUNDING, np.power, np.float_power,
+                                         np.fmod)]
 
 
 @dataclass
