@@ -7,7 +7,8 @@ accumulator layout (N/2 registers a thread), a row vector [BM] or column [BM, 1]
 as the values of the thread's distinct columns (N/4 registers, shuffled onto the registers of each column to
 meet an [BM, N] operand): a gather indexed by columns (`doc_ids[kv_idx]`) loads each column once.
 
-Instruction selection (f32): add/sub/mul `.rn`, div `div.rn.f32` (IEEE; by a constant +-2^k whose reciprocal
+Instruction selection (f32): add/sub/mul `.rn` (x + u * f32(kv_idx - q_idx), the product used once, slab by
+slab from the thread's scalar: `index_diagonals`), div `div.rn.f32` (IEEE; by a constant +-2^k whose reciprocal
 is a normal f32, `mul.rn.f32` by that reciprocal: bit for bit the same quotient, `numerics.exact_reciprocal`,
 without the division's slow-path call), element_max/min `max/min.NaN`;
 exp = ex2.approx(x log2 e) (a `tile.scale` factor folds into the multiplier), exp2 = ex2.approx, log2 =

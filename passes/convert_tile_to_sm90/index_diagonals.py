@@ -17,7 +17,13 @@ per register against an immediate, as the bounds masks do. So does a compare wit
 for every element (`q_idx - kv_idx < widths[h]`: a gather at the head's or batch's id, a splat, arithmetic of
 such): (s + d_k) < w is (s - w') < -d_k with w' = w clamped to [-2^30, 2^30], one scalar subtraction for the
 tile (the clamp changes no result, as |s + d_k| < 2^30, and keeps s - w' from wrapping), instead of the
-difference's N/4 + 2 registers beside whatever else the tile computes. (Indices are taken to be below 2^30, so no sum or
+difference's N/4 + 2 registers beside whatever else the tile computes.
+
+Such a difference in f32 times a row vector, added to (or subtracted from) a tile, and used nowhere else (ALiBi's
+`score + slopes[h] * (kv_idx - q_idx)`) is computed `SCALED_DIAGONAL_SLAB` registers at a time, each register's
+difference rebuilt from the thread's scalar (f32(s) + d_k, then the product, then the sum: the whole-tile
+values, bit for bit): no view of the N/4 + 2 distinct values is live beside the tile it is added to (a soft-cap's
+output, whose tanh value the backward keeps for its derivative). (Indices are taken to be below 2^30, so no sum or
 difference wraps; in f32, below 2^24, `attention_mods.F32_EXACT_INTEGERS`, where f32(a) - f32(b) is
 f32(a - b) exactly.)
 """
@@ -160,6 +166,8 @@ class IndexDiagonalLowering:
 
     def _scaled_diagonal_slabs(self, op, other: SSAValue, scale: SSAValue, scalar: SSAValue, per_register: list[int],
                                product_first: bool, e: Emitter) -> SSAValue:
+        """`op`'s result from x = `other`, u = `scale` and the difference's thread scalar and per-register
+        constants (`_index_terms`), slab by slab (`_scaled_diagonal_sum`), joined by shuffles."""
         layout = self._layout(op, op.result.type)
         x = self._broadcast_operand(op, other, op.result.type, e)
         u = self._get(scale)
