@@ -323,7 +323,8 @@ def test_rounding_to_integral_values_bit_for_bit(level, request):
         body += [f"%r{k} = tile.{name} %x : {T}", f"%col{k} = arith.constant {64 * k} : index",
                  f"%ow{k} = tile.view %O[%m0, %col{k}] : !tile.tile<?xWIDTHxf32, global> -> !tile.tile<64x64xf32, global>",
                  f"tile.store_global %r{k}, %ow{k} : {T}, !tile.tile<64x64xf32, global>"]
-    text = EVERY_OP.replace("BODY", "\n".join("    " + line for line in body)).replace("WIDTH", str(64 * len(ROUNDINGS)))
+    text = EVERY_OP.replace("BODY", "\n".join("    " + line for line in body))
+    text = text.replace("WIDTH", str(64 * len(ROUNDINGS)))
     tiny = np.finfo(np.float32).tiny
     special = np.float32([np.nan, np.inf, -np.inf, 0.0, -0.0, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, tiny / 4, -tiny / 4,
                           2.0**23 + 1, -(2.0**24) - 2, 1e30, 0.49999997, -2.0000002])
@@ -350,7 +351,8 @@ def test_rounding_to_integral_values_bit_for_bit(level, request):
 def test_scaled_difference_of_indices_added_slab_by_slab_is_bitwise_the_tile_value(level):
     """x + slope * f32(kv_idx - q_idx) (tests/lit/passes/convert-tile-to-sm90-scaled-diagonal.mlir: computed 8
     registers at a time from the thread's scalar) gives the Tile interpreter's bits: the same roundings."""
-    text = (Path(__file__).resolve().parent / "lit" / "passes" / "convert-tile-to-sm90-scaled-diagonal.mlir").read_text()
+    lit = Path(__file__).resolve().parent / "lit" / "passes"
+    text = (lit / "convert-tile-to-sm90-scaled-diagonal.mlir").read_text()
     rng = np.random.default_rng(4)
     x = rng.standard_normal((64, 64)).astype(np.float32)
     slopes = np.float32([0.3, 0.25, 0.125, 1.0])

@@ -13,7 +13,8 @@ is a normal f32, `mul.rn.f32` by that reciprocal: bit for bit the same quotient,
 without the division's slow-path call), element_max/min `max/min.NaN`;
 exp = ex2.approx(x log2 e) (a `tile.scale` factor folds into the multiplier), exp2 = ex2.approx, log2 =
 lg2.approx, tanh = tanh.approx.f32, sigmoid = rcp.approx(1 + ex2.approx(-x log2 e)), silu = x sigmoid(x),
-sqrt = sqrt.rn.f32, floor/ceil/rint/trunc = `math.floor/ceil/roundeven/trunc` (`cvt.rmi/rpi/rni/rzi.f32.f32`), rsqrt = rsqrt.approx, reciprocal = rcp.approx, abs/neg exact; i32 add/sub/mul/min/max
+sqrt = sqrt.rn.f32, floor/ceil/rint/trunc = `math.floor/ceil/roundeven/trunc` (`cvt.rmi/rpi/rni/rzi.f32.f32`),
+rsqrt = rsqrt.approx, reciprocal = rcp.approx, abs/neg exact; i32 add/sub/mul/min/max
 wrap; i32 floordiv/mod (Python's // and %) by a constant 2^k are `shr.s32` by k and `and.b32` with 2^k - 1
 (exact for negative dividends in two's complement), floordiv by another divisor `arith.floordivsi` (printed
 for a constant b > 0 as s ^ ((a ^ s) / b) with s = a >> 31, an unsigned division), mod by another divisor

@@ -179,11 +179,14 @@ class IndexDiagonalLowering:
         joined = None
         for first, x_slab in zip(slabs, cut):
             registers = range(first, min(first + SCALED_DIAGONAL_SLAB, lanes))
-            distance = e.addf(e.broadcast(start, len(registers)), e.dense(f32, [float(per_register[k]) for k in registers]))
+            offsets = e.dense(f32, [float(per_register[k]) for k in registers])
+            distance = e.addf(e.broadcast(start, len(registers)), offsets)
             scale_slab = e.shuffle(u, [layout.row_of_element[k] for k in registers])
             bias = e.mulf(scale_slab, distance)
             part = e.op(arith_op(bias, x_slab) if product_first else arith_op(x_slab, bias))
-            joined = part if joined is None else e.shuffle(joined, list(range(_lanes_of(joined) + len(registers))), part)
+            if joined is not None:  # the slabs side by side: registers of one thread, no instruction
+                part = e.shuffle(joined, list(range(_lanes_of(joined) + len(registers))), part)
+            joined = part
         joined.name_hint = op.result.name_hint
         return joined
 

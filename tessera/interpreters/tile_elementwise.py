@@ -3,7 +3,8 @@
 
 Each function is evaluated in float64 on the f32 operands and rounded once to f32 (the exact function, rounded
 to nearest even); a lowering's approximate instruction is within its documented bound of it
-(`tessera.sm90.approx`). f32 add/sub/mul/div are IEEE; floor/ceil/rint/trunc are exact; i32 arithmetic wraps; i32 floordiv/mod are Python's //
+(`tessera.sm90.approx`). f32 add/sub/mul/div are IEEE; floor/ceil/rint/trunc are exact; i32 arithmetic wraps;
+i32 floordiv/mod are Python's //
 and % (a zero divisor gives 0). Broadcasting follows the op's docstring: a row vector [B, M] is read as
 [B, M, 1]; a column vector [B, 1, N] broadcasts as it is.
 """

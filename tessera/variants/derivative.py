@@ -2,7 +2,8 @@
 
 The chain rule over a traced score_mod's graph (`tessera.variants.trace`): comparisons and conditions are
 piecewise constant (their derivative is 0 almost everywhere, and so are np.floor, np.ceil, np.rint/np.round
-and np.trunc: a score rounded to a grid passes no gradient to the score), min/max/abs/np.where take the derivative of the
+and np.trunc: a score rounded to a grid passes no gradient to the score), min/max/abs/np.where take the
+derivative of the
 branch they pick, and i32 values (indices, integer tables) do not depend on the score. Captured arrays need no
 gradient. A score_mod whose derivative cannot be traced is refused by name (`ModTraceError`).
 """

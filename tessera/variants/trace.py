@@ -17,17 +17,17 @@ With PyTorch installed, torch functions, tensor methods and captured tensors are
 
 `x ** p` and `c ** y` become multiplications, np.sqrt or exp2/log2 (`Traced._power`), `x ** y` exp2/log2 with
 NumPy's sign rules (`_traced_power`); np.floor / np.ceil / np.rint / np.round / np.trunc the `tile.floor`
-family (`Traced._round`); `x.astype(dtype)` converts as NumPy does (`Traced.astype`: a float to an integer truncates toward zero).
+family (`Traced._round`); `x.astype(dtype)` converts as NumPy does (`Traced.astype`: a float to an integer
+truncates toward zero).
 
 What cannot be traced is refused with a `ModTraceError` naming the function, file:line and the construct:
 Python control flow on a traced value (`if`, `and`, `or`, `not`, `bool()`), an unsupported NumPy function or
 operator (`^` of integers, shifts, `**` of two traced integers), arithmetic on booleans (`==`, `!=` and `^` of
-two booleans are their logic), `//` and `%` by the constant 0
-(`//` and `%` are Python's: floor division, a modulus with the divisor's sign; of floats floor(a / b) and
-a - b floor(a / b); np.fmod is C's remainder), a slice of a captured array, a NumPy array indexed by a traced value that is not a
-captured array of the modifier itself, `math.sqrt`, `math.floor` and the other math functions of a traced value
-and `round()` (they take Python numbers, and fail on the reference's NumPy grids too: write np.floor,
-np.round, ...).
+two booleans are their logic), `//` and `%` by the constant 0 (`//` and `%` are Python's: floor division, a
+modulus with the divisor's sign; of floats floor(a / b) and a - b floor(a / b); np.fmod is C's remainder), a
+slice of a captured array, a NumPy array indexed by a traced value that is not a captured array of the
+modifier itself, `math.sqrt`, `math.floor` and the other math functions of a traced value and `round()` (they
+take Python numbers, and fail on the reference's NumPy grids too: write np.floor, np.round, ...).
 """
 
 from __future__ import annotations
@@ -235,7 +235,8 @@ class Traced:
             return self._wrap(Node("sub", (x, Node("mul", (y, quotient), F32)), F32))
         r = Node("mod", (x, y), I32)
         zero = Node("const", (), I32, 0)
-        signs_differ = self._apply("ne", self._wrap(Node("lt", (x, zero), BOOL)), self._wrap(Node("lt", (y, zero), BOOL)))
+        negative = [self._wrap(Node("lt", (v, zero), BOOL)) for v in (x, y)]
+        signs_differ = self._apply("ne", *negative)
         fix = Node("and", (Node("ne", (r, zero), BOOL), signs_differ.node), BOOL)
         return self._wrap(Node("select", (fix, Node("sub", (r, y), I32), r), I32))
 
