@@ -159,7 +159,7 @@ _ROUNDING_FUNCTIONS = {"floor": "floor", "ceil": "ceil", "round": "round", "trun
 kept (torch.floor of an integer tensor is that tensor, as NumPy's), torch.round(x, decimals=d) as np.round."""
 
 _EXPANDED_FUNCTIONS = {"sign": "sign", "log1p": "log1p", "expm1": "expm1", "square": "square"}
-"""torch functions traced as NumPy's of the same name (`trace.expand`)."""
+"""torch functions traced as NumPy's of the same name (`Traced._expanded`)."""
 
 _CASTS = {"float": "float32", "double": "float64", "int": "int32", "long": "int64", "bool": "bool"}
 """Tensor methods that convert, by the NumPy dtype they convert to."""
@@ -242,9 +242,7 @@ def dispatch(traced, func, args: tuple, kwargs: dict):
     expanded = _EXPANDED_FUNCTIONS.get(name)
     if expanded is not None and func in (getattr(torch, name, None), getattr(torch.Tensor, name, None)) \
             and not kwargs and len(args) == 1:
-        from tessera.variants.trace import expand
-
-        return expand(traced, expanded, args[0])
+        return traced._expanded(expanded, args[0])
     op = torch_op(func)
     if op is None or kwargs:
         what = f"torch.{name}" + (f" with keyword arguments {sorted(kwargs)}" if kwargs and op is not None else "")

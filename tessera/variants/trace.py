@@ -338,6 +338,11 @@ class Traced:
                            "float base such as x.astype(float))")
         return self._wrap(_traced_power(self._convert(x, F32), self._convert(y, F32)))
 
+    def _expanded(self, name: str, x: object) -> Traced:
+        """np.<name>(x) for one of the NumPy functions traced as a few ops (`_EXPANDED`: square, sign, log1p,
+        expm1), for `torch_mods`."""
+        return _EXPANDED[getattr(np, name)](self, x)
+
     def clip(self, lo=None, hi=None) -> Traced:
         """x.clip(lo, hi) as np.clip (either bound may be None)."""
         out = self if lo is None else self._apply("max", self, lo)
@@ -528,12 +533,6 @@ _EXPANDED = {
     np.expm1: lambda t, x: t._apply("sub", t._apply("exp", x), 1.0),
 }
 """NumPy functions traced as a few of the ops (np.log1p and np.expm1 without their accuracy near 0)."""
-
-
-def expand(traced: Traced, name: str, x: object) -> Traced:
-    """np.<name>(x) for one of the NumPy functions traced as a few ops (`_EXPANDED`: square, sign, log1p,
-    expm1), for `torch_mods`."""
-    return _EXPANDED[getattr(np, name)](traced, x)
 
 
 def _ufunc_names() -> list[str]:
