@@ -185,7 +185,7 @@ MORE = {
     "nested-helpers+offset-causal(7)": (nested_helpers, offset_causal(7)),
     "parity-xor": (None, parity_xor),
 }
-MORE_FAST = ["padding(empty rows)", "parity-xor", "shared-array", "temperature-softcap+global"]
+MORE_FAST = ["padding(empty rows)", "parity-xor"]
 MORE_SHAPES = [(2, 2, 1, 70, 45), (2, 4, 2, 77, 133), (2, 4, 4, 150, 61)]  # (batch, heads, heads_k, seq_q, seq_k)
 
 
