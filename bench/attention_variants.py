@@ -16,8 +16,8 @@ Rows:
   warpgroups' registers (the allocator's count), ptxas spills, the full-block loop's SASS per key against the
   dense warp-specialized kernel's at the same blocks, and the partial-block cost per key of a mask_mod (the
   score_mod's over the dense loop); the newer rows: a soft-cap by a power of two (its division a multiply),
-  ALiBi with its slope computed in the hook (`2 ** (-8 * (h + 1) / H)`), T5's buckets, soft-cap + ALiBi, and
-  symmetric ALiBi under a per-head window array.
+  ALiBi with its slope computed in the hook (`2 ** (-8 * (h + 1) / H)`), T5's buckets, soft-cap + ALiBi,
+  symmetric ALiBi under a per-head window array, and a score rounded to eighths (`np.round`).
 
 Run: .venv/bin/python bench/attention_variants.py [--backward]
 """
@@ -87,6 +87,10 @@ def softcap_alibi(score, b, h, q_idx, kv_idx):
     return 30.0 * np.tanh(score / 30.0) + SLOPES[h] * (kv_idx - q_idx)
 
 
+def rounded(score, b, h, q_idx, kv_idx):  # the score rounded to eighths (tile.rint: cvt.rni.f32.f32)
+    return np.round(score * 8) / 8
+
+
 HEADS = 1
 WIDTHS = np.array([1024])
 BUCKET_BIAS = np.linspace(-1, 1, 32).reshape(1, 32)
@@ -139,10 +143,14 @@ def main() -> None:
         full, partial = hgmma_loops(flash_attention(d, block_n=bn, mask_mod=mask, block_sparse=True))
         print(f"mask_mod {mask.__name__:15s}: partial-block cost {(partial - full) / bn:.2f} SASS/key "
               f"(full {full / bn:.2f}, dense {dense / bn:.2f})")
-    for mod in (softcap, softcap32, alibi, alibi_formula, relative_table, t5_bias):
+    score_mods(d, bn, dense)
+    backward()
+
+
+def score_mods(d: int, bn: int, dense: int, mods=None) -> None:
+    for mod in mods or (softcap, softcap32, alibi, alibi_formula, relative_table, t5_bias, rounded):
         loops = hgmma_loops(flash_attention(d, block_n=bn, score_mod=mod))
         print(f"score_mod {mod.__name__:14s}: {(min(loops) - dense) / bn:.2f} SASS/key over the dense loop")
-    backward()
 
 
 def window_deterministic(b, h, q_idx, kv_idx):
@@ -177,7 +185,7 @@ def _kernel_of(op):
     return op
 
 
-def backward() -> None:
+def backward(variants=None, head_dims=(64, 128)) -> None:
     """The warp-specialized backward with modifiers at the blocks `tessera.attention_backward` takes
     (`runtime.flex.warp_specialized_first`): the blocks its work lists skip; per mod the blocks taken, the
     consumer warpgroups' registers, the full-block loop's SASS per key against the dense warp-specialized
@@ -203,11 +211,12 @@ def backward() -> None:
               f"(key block, query block) pairs (full {full}, partial {partial})")
     print(f"backward sliding window 1024 / causal work: {visited['sliding_window'] / visited['causal']:.4f}")
     dense = {}
-    variants = [(None, m) for m in (causal, sliding_window, window_deterministic, prefix_lm, documents, chunked_local,
-                                    dilated)] + [(m, None) for m in (softcap, alibi, relative_table)]
-    variants += [(softcap, sliding_window), (alibi, documents), (softcap32, None), (alibi_formula, None),
-                 (t5_bias, None), (softcap_alibi, None), (alibi_formula, head_window)]
-    for d in (64, 128):
+    if variants is None:  # every row; a subset: backward([(alibi, documents)], head_dims=(64,))
+        variants = [(None, m) for m in (causal, sliding_window, window_deterministic, prefix_lm, documents,
+                                        chunked_local, dilated)] + [(m, None) for m in (softcap, alibi, relative_table)]
+        variants += [(softcap, sliding_window), (alibi, documents), (softcap32, None), (alibi_formula, None),
+                     (t5_bias, None), (softcap_alibi, None), (alibi_formula, head_window), (rounded, None)]
+    for d in head_dims:
         for score_mod, mask_mod in variants:
             names = "+".join(f.__name__ for f in (score_mod, mask_mod) if f is not None)
             options = dict(score_mod=score_mod, mask_mod=mask_mod, causal=False, scale=None, level="ptx", head_dim=d,

@@ -14,7 +14,8 @@ is either of the result's shape or
 The result shape is the broadcast of the operands'; all operands share one element type (the select's
 condition is `i1`).
 
-Element types: the transcendental functions take and give f32; add/sub/mul/element_max/element_min/neg/abs
+Element types: the transcendental functions and the rounding ops (floor, ceil, rint, trunc) take and give f32;
+add/sub/mul/element_max/element_min/neg/abs
 take f32 (or any float) or i32; floordiv/mod (Python's `//` and `%`) take i32 only; compares take f32 or i32 and give i1 tiles; `tile.iota` gives i32.
 """
 
@@ -455,6 +456,68 @@ class NegOp(_UnaryOp):
 
 
 # endregion
+# region Rounding to an integral value
+
+
+class _RoundingOp(_UnaryOp):
+    """Base of `%r = tile.floor|ceil|rint|trunc %x : type`: r = the integral f32 value x rounds to (exact: every
+    f32 of magnitude 2^23 or more is already integral). NaN stays NaN; +-0 and +-inf are their own value; the
+    sign of a zero result is x's (floor(-0.5) = -1, ceil(-0.5) = -0, trunc(-0.5) = -0, rint(-0.5) = -0).
+
+    f32 tiles only: an i32 tile is integral already, so floor/ceil/rint/trunc of an integer is the integer
+    itself (NumPy keeps it: `np.floor` of an int array is that array; `np.rint` gives floats, a `tile.cast`).
+    The derivative is 0 almost everywhere (a step function), which is what a score_mod's backward uses.
+    Lowered to `cvt.<FUNCTION's modifier>.f32.f32` (`tessera.sm90.rounding.INTEGER_ROUNDING`)."""
+
+    FUNCTION: ClassVar[str] = ""
+
+    def verify_(self) -> None:
+        ty = _tile(self.result)
+        _require_space(self, "operand", ty, MemSpace.REGISTER)
+        if is_i32(ty.element_type):
+            _require(False, self, f"an i32 tile is integral already: {self.FUNCTION} of an integer is the integer "
+                                  "itself (use the operand)")
+        _require(isinstance(ty.element_type, Float32Type), self, f"rounds f32 tiles, got {ty.element_type}")
+
+
+@irdl_op_definition
+class FloorOp(_RoundingOp):
+    """`%r = tile.floor %x : type`: r = floor(x), the largest integral value <= x (`cvt.rmi.f32.f32`)."""
+
+    name = "tile.floor"
+    FUNCTION: ClassVar[str] = "floor"
+
+
+@irdl_op_definition
+class CeilOp(_RoundingOp):
+    """`%r = tile.ceil %x : type`: r = ceil(x), the smallest integral value >= x (`cvt.rpi.f32.f32`)."""
+
+    name = "tile.ceil"
+    FUNCTION: ClassVar[str] = "ceil"
+
+
+@irdl_op_definition
+class RintOp(_RoundingOp):
+    """`%r = tile.rint %x : type`: r = the integral value nearest x, ties to even (`np.rint`, `np.round`
+    with no decimals, Python's `round`: rint(2.5) = 2, rint(-1.5) = -2; `cvt.rni.f32.f32`)."""
+
+    name = "tile.rint"
+    FUNCTION: ClassVar[str] = "rint"
+
+
+@irdl_op_definition
+class TruncOp(_RoundingOp):
+    """`%r = tile.trunc %x : type`: r = x rounded toward zero to an integral value, as an f32
+    (`cvt.rzi.f32.f32`; `tile.cast` to i32 truncates too, but saturates to the i32 range)."""
+
+    name = "tile.trunc"
+    FUNCTION: ClassVar[str] = "trunc"
+
+
+ROUNDING_OPS = (FloorOp, CeilOp, RintOp, TruncOp)
+
+
+# endregion
 # region Coordinates and splats
 
 
@@ -550,5 +613,5 @@ class SplatOp(IRDLOperation):
 ELEMENTWISE_OPS = (
     AddOp, SubOp, MulOp, DivOp, FloorDivOp, ModOp, ElementMaxOp, ElementMinOp, CmpOp, SelectOp,
     ExpOp, Exp2Op, Log2Op, TanhOp, SigmoidOp, SiluOp, SqrtOp, RsqrtOp, ReciprocalOp, AbsOp, NegOp,
-    IotaOp, SplatOp,
+    *ROUNDING_OPS, IotaOp, SplatOp,
 )

@@ -459,7 +459,10 @@ def check_attention_mods(out, q, k, v, dtype, score_mod=None, mask_mod=None, sca
 
 def _score_mod_slope(q, k, scale, score_mod) -> np.ndarray | None:
     """d score_mod / d score at scale Q K^T, float64, by central differences (step 2^-20 |s|, at least 2^-20):
-    an estimate independent of the kernel's traced derivative; None without a score_mod."""
+    an estimate independent of the kernel's traced derivative; None without a score_mod. Where a step of the
+    function (np.floor, `//`, np.round of the score) lies within the differences, the forward and the
+    backward difference disagree, and the one of smaller magnitude is taken: a step function's derivative
+    is 0 almost everywhere, as the traced one is."""
     if score_mod is None:
         return None
     from tessera.variants.trace import bounds_checked
@@ -470,9 +473,13 @@ def _score_mod_slope(q, k, scale, score_mod) -> np.ndarray | None:
     grids = (np.arange(raw.shape[0]).reshape(-1, 1, 1, 1), np.arange(raw.shape[1]).reshape(1, -1, 1, 1),
              np.arange(raw.shape[2]).reshape(1, 1, -1, 1), np.arange(raw.shape[3]).reshape(1, 1, 1, -1))
     step = np.maximum(np.abs(raw), 1.0) * 2.0**-20
-    up = np.broadcast_to(np.asarray(fn(raw + step, *grids), np.float64), raw.shape)
-    down = np.broadcast_to(np.asarray(fn(raw - step, *grids), np.float64), raw.shape)
-    return (up - down) / (2 * step)
+    up, mid, down = (np.broadcast_to(np.asarray(fn(raw + d, *grids), np.float64), raw.shape)
+                     for d in (step, 0.0, -step))
+    with np.errstate(invalid="ignore"):
+        forward, backward = (up - mid) / step, (mid - down) / step
+        jump = np.abs(forward - backward) > 2.0**-6 * (1.0 + np.abs(forward) + np.abs(backward))
+    one_sided = np.where(np.abs(forward) < np.abs(backward), forward, backward)
+    return np.where(jump, one_sided, (up - down) / (2 * step))
 
 
 def _mods_backward(q, k, v, o, do, score_mod, mask_mod, scale, dtype, round_p, slope):

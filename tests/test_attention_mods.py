@@ -259,7 +259,7 @@ def test_refuses_python_branch_on_traced_value_naming_line():
 
 
 @pytest.mark.parametrize("fn,construct", [
-    (lambda b, h, q, k: (q ** k) == k, "'**' with a traced base and a traced exponent"),
+    (lambda b, h, q, k: (q ** k) == k, "'**' of a traced integer base by a traced integer exponent"),
     (lambda b, h, q, k: np.sin(q) > 0, "np.sin"),
     (lambda b, h, q, k: np.cumsum(q) > 0, "np.cumsum"),
     (lambda b, h, q, k: (q > k) + 1 > 0, "'add' of a boolean"),

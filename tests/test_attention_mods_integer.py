@@ -145,17 +145,26 @@ def _refusal(fn, kind="mask_mod") -> str:
 
 
 @pytest.mark.parametrize("fn,kind,construct", [
-    (lambda b, h, q, k: q // 0 == k, "mask_mod", "'//' by the constant 0 (integer division by zero)"),
+    (lambda b, h, q, k: q // 0 == k, "mask_mod", "'//' by the constant 0 (division by zero)"),
     (lambda b, h, q, k: q % 0 == k, "mask_mod", "'%' by the constant 0"),
-    (lambda b, h, q, k: q // 2.0 == k, "mask_mod", "'//' with the non-integer divisor 2.0"),
-    (lambda b, h, q, k: np.remainder(q, 0.5) == k, "mask_mod", "'%' with the non-integer divisor 0.5"),
-    (lambda s, b, h, q, k: s // 2, "score_mod", "'//' with a float operand"),
-    (lambda s, b, h, q, k: s + 7 % (q - k + 0.5), "score_mod", "'%' with a float operand"),
+    (lambda s, b, h, q, k: s // 0.0, "score_mod", "'//' by the constant 0"),
     (lambda b, h, q, k: (q > k) // 2 == 0, "mask_mod", "'floordiv' of a boolean"),
 ])
 def test_refusals_name_the_construct(fn, kind, construct):
     message = _refusal(fn, kind)
     assert construct in message and "test_attention_mods_integer.py" in message
+
+
+def test_float_floor_division_and_modulus_are_floor_of_the_quotient():
+    """`//` and `%` with a float operand (refused before the rounding ops): floor(a / b) and a - b floor(a / b)
+    in f32, NumPy's values away from the steps (tests/test_attention_mods_rounding.py runs them in kernels)."""
+    from tessera.variants.trace import trace_mod
+
+    def floored(score, b, h, q_idx, kv_idx):
+        return np.where(q_idx // 2.0 == kv_idx, score // 0.75, score % -1.25) + 7 % (q_idx - kv_idx + 0.5)
+
+    trace = trace_mod(floored, "score_mod")
+    assert trace.uses("floor") and not trace.uses("floordiv") and not trace.uses("mod")
 
 # endregion
 # region variants users write with // and %

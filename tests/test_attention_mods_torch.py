@@ -81,13 +81,28 @@ def test_unsupported_torch_functions_are_refused_by_name():
         return torch.nn.functional.softplus(score)
 
     def rounded(score, b, h, q_idx, kv_idx):
-        return torch.div(score, 2.0, rounding_mode="floor")
+        return torch.div(score, 2.0, rounding_mode="nearest")
 
     with pytest.raises(ModTraceError, match=r"score_mod 'test_unsupported_torch_functions_are_refused_by_name"
                                             r".<locals>.softplus' at .*: cannot trace torch.softplus"):
         trace_mod(softplus, "score_mod")
-    with pytest.raises(ModTraceError, match="'//' with a float operand"):  # floor division of the score
+    with pytest.raises(ModTraceError, match="rounding_mode='nearest'"):
         trace_mod(rounded, "score_mod")
+
+
+def test_torch_rounding_functions_trace_as_numpy_ones():
+    """torch.floor / ceil / round / trunc, tensor methods, torch.div(rounding_mode='trunc'), torch.sign and
+    torch.log1p are traced as their NumPy counterparts, and run at Tile level against the reference."""
+    def quantized(score, b, h, q_idx, kv_idx):
+        return (torch.floor(score * 4) / 4 + score.ceil() * 0.25 + torch.round(score, decimals=1)
+                + torch.trunc(score) - torch.log1p((q_idx - kv_idx).abs()) * torch.sign(score) * 0.1
+                + torch.div(q_idx - kv_idx, 3, rounding_mode="trunc") * 0.01)
+
+    trace = trace_mod(quantized, "score_mod")
+    assert all(trace.uses(op) for op in ("floor", "ceil", "rint", "trunc", "log"))
+    q, k, v, _ = inputs(3)
+    o = tessera.attention(q, k, v, score_mod=quantized, level="tile")
+    assert reference.check_attention_mods(o, q, k, v, BF16, quantized, None).ok
 
 
 def test_a_tensor_index_outside_a_captured_tensor_is_reported():

@@ -1,8 +1,12 @@
 """Attention variants written as FlexAttention users write them, none of which the kernels were built
 around (issue 29): attention sinks, a banded diagonal, a dilated (strided) mask, a soft-cap around ALiBi,
-prefix-LM inside packed documents. Each runs forward and backward through `tessera.attention` /
-`tessera.attention_backward` at Tile level (block lists included) against the float64 reference, with
-seq_q != seq_k, lengths that are no multiple of a block, and GQA."""
+prefix-LM inside packed documents; then (`MORE`) query and key padding from per-batch lengths, a block-causal
+mask of 3-token blocks, Longformer's global tokens, a per-head temperature inside a soft-cap, a log1p distance
+penalty, one captured array read by both hooks, a causal mask with an offset closure (negative: empty rows),
+nested helper functions, and a parity mask of `==` and `^` of booleans. Each runs forward and backward through
+`tessera.attention` / `tessera.attention_backward` at Tile level (block lists included) against the float64
+reference, with seq_q != seq_k, lengths that are no multiple of a block, and GQA; rows that see no key give
+O = 0, LSE = -inf and dQ = 0. `-m slow` runs `MORE` over more shapes and at target and PTX level."""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ import pytest
 import tessera
 from tessera import reference
 from tessera.numerics import BF16, round_to
-from tessera.variants import create_block_mask
+from tessera.variants import create_block_mask, trace_mod
 
 SEQ_Q, SEQ_K = 90, 150
 SLOPES = np.array([0.5, 0.25, 0.125, 0.0625])
@@ -106,3 +110,138 @@ def test_unseen_variant_below_tile_level(name, level):
     grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=score_mod, mask_mod=mask_mod, level=level)
     checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, score_mod, mask_mod)
     assert all(c.ok for c in checks), [str(c) for c in checks]
+
+
+# region more unseen variants (MORE)
+
+Q_LENS = np.array([61, 0])  # per-batch real queries: batch 1 has none (every row empty)
+KV_LENS = np.array([45, 30])
+IS_GLOBAL = np.zeros(256, bool)
+IS_GLOBAL[[0, 17, 64]] = True
+TEMPS = np.array([0.5, 1.0, 2.0, 4.0])
+SEG = np.repeat(np.arange(6), [10, 25, 1, 40, 30, 150])
+
+
+def padding(b, h, q_idx, kv_idx):
+    """Query and key padding from per-batch lengths."""
+    return (q_idx < Q_LENS[b]) & (kv_idx < KV_LENS[b])
+
+
+def block_causal_3(b, h, q_idx, kv_idx):
+    return q_idx // 3 >= kv_idx // 3
+
+
+def global_tokens(b, h, q_idx, kv_idx):
+    """Longformer: global tokens see and are seen by every token; the rest a band of 4."""
+    return IS_GLOBAL[kv_idx] | IS_GLOBAL[q_idx] | (np.abs(q_idx - kv_idx) <= 4)
+
+
+def temperature_softcap(score, b, h, q_idx, kv_idx):
+    return 30.0 * np.tanh(score / TEMPS[h] / 30.0)
+
+
+def log_distance(score, b, h, q_idx, kv_idx):
+    return score - np.log1p(np.abs(q_idx - kv_idx))
+
+
+def same_segment_bonus(score, b, h, q_idx, kv_idx):
+    return score + np.where(SEG[q_idx] == SEG[kv_idx], 0.5, 0.0)
+
+
+def segment_causal(b, h, q_idx, kv_idx):
+    return SEG[kv_idx] <= SEG[q_idx]
+
+
+def offset_causal(offset):
+    def causal(b, h, q_idx, kv_idx):
+        return q_idx + offset >= kv_idx
+    return causal
+
+
+def _distance_penalty(d, limit=16):
+    return -0.1 * np.minimum(np.abs(d), limit)
+
+
+def nested_helpers(score, b, h, q_idx, kv_idx):
+    def bonus(x):
+        return np.where(x == 0, 1.0, 0.0)
+    d = q_idx - kv_idx
+    return score + _distance_penalty(d) + bonus(d)
+
+
+def parity_xor(b, h, q_idx, kv_idx):
+    """`==` and `^` of booleans (NumPy's logic on bool arrays)."""
+    return ((q_idx % 2 == 0) == (kv_idx % 2 == 0)) ^ (q_idx < kv_idx)
+
+
+MORE = {
+    "padding(empty rows)": (None, padding),
+    "block-causal-3": (None, block_causal_3),
+    "global-tokens": (None, global_tokens),
+    "temperature-softcap+global": (temperature_softcap, global_tokens),
+    "log1p-distance+block-causal-3": (log_distance, block_causal_3),
+    "shared-array": (same_segment_bonus, segment_causal),
+    "offset-causal(-5)(empty rows)": (None, offset_causal(-5)),
+    "nested-helpers+offset-causal(7)": (nested_helpers, offset_causal(7)),
+    "parity-xor": (None, parity_xor),
+}
+MORE_FAST = ["padding(empty rows)", "parity-xor"]
+MORE_SHAPES = [(2, 2, 1, 70, 45), (2, 4, 2, 77, 133), (2, 4, 4, 150, 61)]  # (batch, heads, heads_k, seq_q, seq_k)
+
+
+def check_more(name, shape, level):
+    import warnings
+
+    score_mod, mask_mod = MORE[name]
+    batch, heads, heads_k, seq_q, seq_k = shape
+    rng = np.random.default_rng(sorted(MORE).index(name))
+    q = round_to(rng.standard_normal((batch, heads, seq_q, 64)), BF16)
+    k, v = (round_to(rng.standard_normal((batch, heads_k, seq_k, 64)), BF16) for _ in range(2))
+    do = round_to(rng.standard_normal(q.shape), BF16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a rung taken below Tile level is named in a warning
+        o, lse = tessera.attention(q, k, v, score_mod=score_mod, mask_mod=mask_mod, return_lse=True, level=level)
+        check = reference.check_attention_mods(o, q, k, v, BF16, score_mod, mask_mod, lse=lse)
+        assert check.ok, check
+        grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=score_mod, mask_mod=mask_mod,
+                                           level=level)
+    checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, score_mod, mask_mod)
+    assert all(c.ok for c in checks), [str(c) for c in checks]
+    empty = np.isneginf(np.asarray(lse))
+    assert not np.asarray(o, np.float32)[empty].any() and not np.asarray(grads[0], np.float32)[empty].any()
+    assert ("empty rows" in name) == bool(empty.any())
+
+
+@pytest.mark.parametrize("name", MORE_FAST)
+def test_more_unseen_variants_at_tile_level(name):
+    check_more(name, MORE_SHAPES[0], "tile")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", MORE_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", sorted(MORE))
+def test_more_unseen_variants_over_shapes(name, shape):
+    check_more(name, shape, "tile")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", ["target", "ptx"])
+@pytest.mark.parametrize("name", sorted(MORE))
+def test_more_unseen_variants_below_tile_level(name, level):
+    check_more(name, MORE_SHAPES[0], level)
+
+
+def test_boolean_equality_and_xor_are_logic():
+    """`a == b`, `a != b` and `a ^ b` of two booleans trace as and/or/not (they were refused as arithmetic on
+    booleans); `^` of integers stays refused by name."""
+    from tessera.variants import ModTraceError
+
+    trace = trace_mod(parity_xor, "mask_mod")
+    assert trace.uses("not") and trace.uses("or") and not trace.uses("xor")
+    with pytest.raises(ModTraceError, match="'\\^' \\(np.logical_xor\\) of non-boolean values"):
+        trace_mod(lambda b, h, q, k: (q ^ k) == 0, "mask_mod")
+    grid = np.arange(8)
+    assert np.array_equal(parity_xor(0, 0, grid[:, None], grid[None, :]),
+                          ((grid[:, None] % 2 == 0) == (grid[None, :] % 2 == 0)) ^ (grid[:, None] < grid[None, :]))
+
+# endregion

@@ -342,7 +342,7 @@ TABLE = np.zeros((2, 8), np.float32)
     (lambda b, h, q, k: EMPTY[q] > 0, "the captured array EMPTY: its shape (0,) is empty"),
     (lambda b, h, q, k: HUGE[h] > k, "the captured array HUGE: its values [1, 1099511627776] do not fit i32"),
     (lambda b, h, q, k: TABLE[h] > 0, "TABLE[...] with 1 indices: a captured array of shape (2, 8)"),
-    (lambda b, h, q, k: q ** k > 0, "'**' with a traced base and a traced exponent"),
+    (lambda b, h, q, k: q ** k > 0, "'**' of a traced integer base by a traced integer exponent"),
     (lambda b, h, q, k: 2 ** h > k, "'**' of the integer 2 by a traced integer exponent"),
     (lambda b, h, q, k: q ** -1 > 0, "'**' of an integer by the negative power -1"),
     (lambda b, h, q, k: (-2.0) ** (h + 0.5) > 0, "'**' with the base -2.0 and a traced exponent"),

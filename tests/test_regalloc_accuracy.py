@@ -55,6 +55,10 @@ def alibi(score, b, h, q_idx, kv_idx):
     return score + SLOPES[h] * (kv_idx - q_idx)
 
 
+def softcap_alibi(score, b, h, q_idx, kv_idx):
+    return 20.0 * np.tanh(score / 20.0) + SLOPES[h] * (kv_idx - q_idx)
+
+
 def relative_table(score, b, h, q_idx, kv_idx):
     return score + TABLE[h, np.clip(q_idx - kv_idx + 31, 0, 62)]
 
@@ -75,6 +79,8 @@ def window(b, h, q_idx, kv_idx):
                  id="backward-d64-table-128x128"),
     pytest.param(lambda: attention_backward(64, score_mod=softcap, mask_mod=window, block_sparse=True, block_m=128,
                                             block_n=128).main, 0, 0, id="backward-d64-softcap-window-128x128"),
+    pytest.param(lambda: attention_backward(64, score_mod=softcap_alibi, block_m=128, block_n=128).main, 0, 0,
+                 id="backward-d64-softcap-alibi-128x128"),
     pytest.param(lambda: flash_attention(64, causal=True), 0, 0, id="flash-d64"),
     pytest.param(lambda: flash_attention(128, causal=True), 1, 0, id="flash-d128")])
 def test_count_is_within_a_step_of_what_ptxas_needs(module, over, under):

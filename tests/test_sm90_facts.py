@@ -937,6 +937,9 @@ DOCUMENTED = {
     "RSQRT_APPROX_RELATIVE_ERROR": 2.0**-22.9,
     "RCP_APPROX_RELATIVE_ERROR": 2.0**-23,
     "EX2_APPROX_RELATIVE_ERROR": 2.0**-22,
+    # [P#data-movement-and-conversion-instructions-cvt], the integer rounding modifiers: PTX_ISA_INTEGER_ROUNDING_
+    # SENTENCES quotes them and test_integer_rounding_modifiers_are_the_ptx_isa_sentences derives each function
+    "INTEGER_ROUNDING": {"floor": "rmi", "ceil": "rpi", "rint": "rni", "trunc": "rzi"},
     # [P#warp-level-matrix-instructions-stmatrix]: ".num = { .x1, .x2, .x4 }", each an m8n8 matrix of 16-bit
     # elements whose rows are given by one thread's 16-byte-aligned row address
     "STMATRIX_COUNTS": (1, 2, 4),
@@ -1214,5 +1217,40 @@ def test_bulk_copy_issues_once_per_distinct_operands_of_a_warp(ptxas, nvdisasm):
     body = looping[0].instructions
     assert any(s.opcode == "R2UR" for s in body)
     assert any(s.opcode == "BRA" and "U.ANY" in s.mnemonic for s in body)
+
+# endregion
+
+
+# region cvt's integer rounding modifiers, from the PTX ISA's own sentences
+
+PTX_ISA_INTEGER_ROUNDING_SENTENCES = {
+    # [P#data-movement-and-conversion-instructions-cvt], "Integer Rounding Modifiers"
+    "rni": "round to nearest integer, choosing even integer if source is equidistant between two integers.",
+    "rzi": "round to nearest integer in the direction of zero",
+    "rmi": "round to nearest integer in direction of negative infinity",
+    "rpi": "round to nearest integer in direction of positive infinity",
+}
+
+
+def _rounding_from_sentence(sentence: str):
+    """The NumPy function a sentence describes, read from its words alone."""
+    if "equidistant" in sentence and "even" in sentence:
+        return np.rint
+    direction = {"zero": np.trunc, "negative infinity": np.floor, "positive infinity": np.ceil}
+    return next(f for words, f in direction.items() if sentence.endswith(words))
+
+
+def test_integer_rounding_modifiers_are_the_ptx_isa_sentences():
+    from tessera.interpreters.ptx import numerics
+    from tessera.sm90.rounding import INTEGER_ROUNDING, integer_rounding_mnemonic
+
+    x = np.array([-2.5, -1.5, -0.5, -0.25, 0.5, 1.5, 2.5, 2.75, -2.75], np.float32)
+    for function, modifier in INTEGER_ROUNDING.items():
+        described = _rounding_from_sentence(PTX_ISA_INTEGER_ROUNDING_SENTENCES[modifier])
+        np.testing.assert_array_equal(getattr(np, function)(x), described(x))
+        np.testing.assert_array_equal(numerics.INTEGER_MODES[modifier](x), described(x))  # the PTX executor
+        assert integer_rounding_mnemonic(function) == f"cvt.{modifier}.f32.f32"
+    with pytest.raises(ValueError, match="round"):
+        integer_rounding_mnemonic("round")
 
 # endregion

@@ -307,3 +307,58 @@ def test_float_to_integer_cast_saturates_with_nan_to_zero(level):
     _, p, w = _every_op_inputs(64)
     out = _interpret(parse_module(text), x, p, w, level=level)
     np.testing.assert_array_equal(out, np.resize(expected, (64, 64)))
+
+
+ROUNDINGS = {"floor": np.floor, "ceil": np.ceil, "rint": np.rint, "trunc": np.trunc}
+
+
+@pytest.mark.parametrize("level", ["tile", "target", pytest.param("ptx", marks=pytest.mark.slow)])
+def test_rounding_to_integral_values_bit_for_bit(level, request):
+    """tile.floor / ceil / rint / trunc are NumPy's functions bit for bit at every level (cvt.rmi/rpi/rni/rzi
+    .f32.f32 in the CTA simulator and the PTX executor): halves (rint's ties to even), signed zeros of the
+    result (ceil(-0.5) = -0), subnormals (kept: floor(-tiny) = -1), values past 2^23 (integral already), NaN
+    and infinities; the PTX assembles under ptxas without spilling."""
+    body = []
+    for k, name in enumerate(ROUNDINGS):
+        body += [f"%r{k} = tile.{name} %x : {T}", f"%col{k} = arith.constant {64 * k} : index",
+                 f"%ow{k} = tile.view %O[%m0, %col{k}] : !tile.tile<?xWIDTHxf32, global> -> !tile.tile<64x64xf32, global>",
+                 f"tile.store_global %r{k}, %ow{k} : {T}, !tile.tile<64x64xf32, global>"]
+    text = EVERY_OP.replace("BODY", "\n".join("    " + line for line in body))
+    text = text.replace("WIDTH", str(64 * len(ROUNDINGS)))
+    tiny = np.finfo(np.float32).tiny
+    special = np.float32([np.nan, np.inf, -np.inf, 0.0, -0.0, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, tiny / 4, -tiny / 4,
+                          2.0**23 + 1, -(2.0**24) - 2, 1e30, 0.49999997, -2.0000002])
+    rng = np.random.default_rng(11)
+    x = np.where(rng.random((64, 64)) < 0.5, rng.choice(special, (64, 64)),
+                 rng.uniform(-40, 40, (64, 64))).astype(np.float32)
+    _, p, w = _every_op_inputs(64)
+    module = parse_module(text)
+    out = _interpret(module, x, p, w, level=level)
+    expected = np.concatenate([f(x) for f in ROUNDINGS.values()], axis=1)
+    np.testing.assert_array_equal(out.view(np.uint32), expected.view(np.uint32))
+    if level == "target":  # the printed PTX: the four cvt forms, which ptxas assembles
+        from tessera.toolchain import compile_ptx
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ptx = tessera.compile(parse_module(text), target="ptx")
+        assert all(f"cvt.{m}.f32.f32" in ptx for m in ("rmi", "rpi", "rni", "rzi"))
+        result = compile_ptx(ptx, source_name="rounding", ptxas=request.getfixturevalue("ptxas"))
+        assert result.warnings == () and not any(e.spills for e in result.entries.values())
+
+
+@pytest.mark.slow  # ALiBi's kernels run at target level in the default run (tests/test_attention_mods_ws.py)
+@pytest.mark.parametrize("level", ["target", "ptx"])
+def test_scaled_difference_of_indices_added_slab_by_slab_is_bitwise_the_tile_value(level):
+    """x + slope * f32(kv_idx - q_idx) (tests/lit/passes/convert-tile-to-sm90-scaled-diagonal.mlir: computed 8
+    registers at a time from the thread's scalar) gives the Tile interpreter's bits: the same roundings."""
+    lit = Path(__file__).resolve().parent / "lit" / "passes"
+    text = (lit / "convert-tile-to-sm90-scaled-diagonal.mlir").read_text()
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((64, 64)).astype(np.float32)
+    slopes = np.float32([0.3, 0.25, 0.125, 1.0])
+    tile_value = _interpret(parse_module(text), x, slopes, level="tile")
+    lowered = _interpret(parse_module(text), x, slopes, level=level)
+    np.testing.assert_array_equal(np.asarray(lowered).view(np.uint32), np.asarray(tile_value).view(np.uint32))
+    i, j = np.arange(64)[:, None] + 5, np.arange(64)[None, :]
+    np.testing.assert_allclose(tile_value, x + np.float32(0.3) * (j - i).astype(np.float32), rtol=2**-22, atol=2**-20)

@@ -7,12 +7,14 @@ accumulator layout (N/2 registers a thread), a row vector [BM] or column [BM, 1]
 as the values of the thread's distinct columns (N/4 registers, shuffled onto the registers of each column to
 meet an [BM, N] operand): a gather indexed by columns (`doc_ids[kv_idx]`) loads each column once.
 
-Instruction selection (f32): add/sub/mul `.rn`, div `div.rn.f32` (IEEE; by a constant +-2^k whose reciprocal
+Instruction selection (f32): add/sub/mul `.rn` (x + u * f32(kv_idx - q_idx), the product used once, slab by
+slab from the thread's scalar: `index_diagonals`), div `div.rn.f32` (IEEE; by a constant +-2^k whose reciprocal
 is a normal f32, `mul.rn.f32` by that reciprocal: bit for bit the same quotient, `numerics.exact_reciprocal`,
 without the division's slow-path call), element_max/min `max/min.NaN`;
 exp = ex2.approx(x log2 e) (a `tile.scale` factor folds into the multiplier), exp2 = ex2.approx, log2 =
 lg2.approx, tanh = tanh.approx.f32, sigmoid = rcp.approx(1 + ex2.approx(-x log2 e)), silu = x sigmoid(x),
-sqrt = sqrt.rn.f32, rsqrt = rsqrt.approx, reciprocal = rcp.approx, abs/neg exact; i32 add/sub/mul/min/max
+sqrt = sqrt.rn.f32, floor/ceil/rint/trunc = `math.floor/ceil/roundeven/trunc` (`cvt.rmi/rpi/rni/rzi.f32.f32`),
+rsqrt = rsqrt.approx, reciprocal = rcp.approx, abs/neg exact; i32 add/sub/mul/min/max
 wrap; i32 floordiv/mod (Python's // and %) by a constant 2^k are `shr.s32` by k and `and.b32` with 2^k - 1
 (exact for negative dividends in two's complement), floordiv by another divisor `arith.floordivsi` (printed
 for a constant b > 0 as s ^ ((a ^ s) / b) with s = a >> 31, an unsigned division), mod by another divisor
@@ -46,6 +48,10 @@ _INTEGER_BINARY = {
     tile.AddOp: arith.AddiOp, tile.SubOp: arith.SubiOp, tile.MulOp: arith.MuliOp,
     tile.ElementMaxOp: arith.MaxSIOp, tile.ElementMinOp: arith.MinSIOp,
 }
+
+_ROUNDING = {tile.FloorOp: math.FloorOp, tile.CeilOp: math.CeilOp, tile.RintOp: math.RoundEvenOp,
+             tile.TruncOp: math.TruncOp}
+"""Rounding to an integral f32: upstream `math` on the registers, printed as `cvt.rmi/rpi/rni/rzi.f32.f32`."""
 
 
 def _floored(e: Emitter, a: SSAValue, b: SSAValue, modulus: bool, constant: int | None = None) -> SSAValue:
@@ -98,6 +104,8 @@ class ElementwiseLowering(IndexDiagonalLowering):
     def _lower_binary(self, op, e: Emitter) -> None:
         if isinstance(op, tile.AddOp | tile.SubOp):
             diagonal = self._index_diagonal(op, e)
+            if diagonal is None and isinstance(op.result.type.element_type, Float32Type):
+                diagonal = self._scaled_diagonal_sum(op, e)
             if diagonal is not None:
                 self._set(op.result, diagonal)
                 return
@@ -181,6 +189,11 @@ class ElementwiseLowering(IndexDiagonalLowering):
 
     def _lower_SqrtOp(self, op: tile.SqrtOp, e: Emitter) -> None:
         self._set(op.result, e.op(math.SqrtOp(self._get(op.source))))
+
+    def _lower_rounding(self, op: tile.FloorOp | tile.CeilOp | tile.RintOp | tile.TruncOp, e: Emitter) -> None:
+        self._set(op.result, e.op(_ROUNDING[type(op)](self._get(op.source))))
+
+    _lower_FloorOp = _lower_CeilOp = _lower_RintOp = _lower_TruncOp = _lower_rounding
 
     def _lower_RsqrtOp(self, op: tile.RsqrtOp, e: Emitter) -> None:
         self._set(op.result, e.op(sm90.RsqrtApproxOp(self._get(op.source))))

@@ -17,7 +17,13 @@ per register against an immediate, as the bounds masks do. So does a compare wit
 for every element (`q_idx - kv_idx < widths[h]`: a gather at the head's or batch's id, a splat, arithmetic of
 such): (s + d_k) < w is (s - w') < -d_k with w' = w clamped to [-2^30, 2^30], one scalar subtraction for the
 tile (the clamp changes no result, as |s + d_k| < 2^30, and keeps s - w' from wrapping), instead of the
-difference's N/4 + 2 registers beside whatever else the tile computes. (Indices are taken to be below 2^30, so no sum or
+difference's N/4 + 2 registers beside whatever else the tile computes.
+
+Such a difference in f32 times a row vector, added to (or subtracted from) a tile, and used nowhere else (ALiBi's
+`score + slopes[h] * (kv_idx - q_idx)`) is computed `SCALED_DIAGONAL_SLAB` registers at a time, each register's
+difference rebuilt from the thread's scalar (f32(s) + d_k, then the product, then the sum: the whole-tile
+values, bit for bit): no view of the N/4 + 2 distinct values is live beside the tile it is added to (a soft-cap's
+output, whose tanh value the backward keeps for its derivative). (Indices are taken to be below 2^30, so no sum or
 difference wraps; in f32, below 2^24, `attention_mods.F32_EXACT_INTEGERS`, where f32(a) - f32(b) is
 f32(a - b) exactly.)
 """
@@ -38,6 +44,14 @@ ROW_VECTOR_ROWS = sorted(set(AccumulatorLayout(8).row_offsets))
 
 _SWAPPED = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
 """The predicate of a compare with its operands swapped."""
+
+SCALED_DIAGONAL_SLAB = 8
+"""Registers of a scaled difference computed together (`_scaled_diagonal_sum`)."""
+
+
+def _lanes_of(value: SSAValue) -> int:
+    return value.type.get_shape()[0]
+
 
 INDEX_LIMIT = 2**30
 """Indices, and sums and differences of two of them, are taken to be below this in magnitude (module docstring)."""
@@ -124,6 +138,57 @@ class IndexDiagonalLowering:
         values.name_hint = op.result.name_hint
         values.owner.attributes[DISTINCT_LANES_ATTR] = UnitAttr()
         return e.shuffle(values, [distinct.index(k) for k in per_register])
+
+    def _scaled_diagonal_sum(self, op: tile.AddOp | tile.SubOp, e: Emitter) -> SSAValue | None:
+        """x +- u * f32(kv_idx - q_idx) (ALiBi's bias added to the score), where u is a row vector and the
+        product has no other use, computed slab by slab (`SCALED_DIAGONAL_SLAB` registers at a time), each
+        register's difference rebuilt from the thread's scalar: f32(s) + d_k (exact below 2^24), times u, then
+        added; None for any other add or sub. The same instructions on the same values as the whole-tile
+        lowering, register by register (bitwise equal), but no view of the difference's N/4 + 2 distinct
+        values is live beside x: only a slab's. x's registers are cut into slabs first, so that each dies at
+        its slab's add, where the sum takes it."""
+        if self._kind(op.result.type) != "full":
+            return None
+        candidates = [(op.rhs, op.lhs, False)] + ([(op.lhs, op.rhs, True)] if isinstance(op, tile.AddOp) else [])
+        for product, other, product_first in candidates:
+            owner = product.owner
+            if not isinstance(owner, tile.MulOp) or not product.has_one_use() or self._kind(other.type) != "full":
+                continue
+            for scale, diagonal in ((owner.lhs, owner.rhs), (owner.rhs, owner.lhs)):
+                if self._kind(scale.type) != "row" or not isinstance(diagonal.owner, tile.SubOp | tile.AddOp):
+                    continue
+                inner = diagonal.owner
+                terms = self._index_terms(inner, inner.lhs, inner.rhs, 1 if isinstance(inner, tile.AddOp) else -1, e)
+                if terms is None or not terms[2]:
+                    continue
+                return self._scaled_diagonal_slabs(op, other, scale, terms[0], terms[1], product_first, e)
+        return None
+
+    def _scaled_diagonal_slabs(self, op, other: SSAValue, scale: SSAValue, scalar: SSAValue, per_register: list[int],
+                               product_first: bool, e: Emitter) -> SSAValue:
+        """`op`'s result from x = `other`, u = `scale` and the difference's thread scalar and per-register
+        constants (`_index_terms`), slab by slab (`_scaled_diagonal_sum`), joined by shuffles."""
+        layout = self._layout(op, op.result.type)
+        x = self._broadcast_operand(op, other, op.result.type, e)
+        u = self._get(scale)
+        start = e.op(sm90.CvtOp(scalar, f32))
+        lanes = len(per_register)
+        slabs = range(0, lanes, SCALED_DIAGONAL_SLAB)
+        cut = [e.shuffle(x, list(range(first, min(first + SCALED_DIAGONAL_SLAB, lanes)))) for first in slabs]
+        arith_op = arith.AddfOp if isinstance(op, tile.AddOp) else arith.SubfOp
+        joined = None
+        for first, x_slab in zip(slabs, cut):
+            registers = range(first, min(first + SCALED_DIAGONAL_SLAB, lanes))
+            offsets = e.dense(f32, [float(per_register[k]) for k in registers])
+            distance = e.addf(e.broadcast(start, len(registers)), offsets)
+            scale_slab = e.shuffle(u, [layout.row_of_element[k] for k in registers])
+            bias = e.mulf(scale_slab, distance)
+            part = e.op(arith_op(bias, x_slab) if product_first else arith_op(x_slab, bias))
+            if joined is not None:  # the slabs side by side: registers of one thread, no instruction
+                part = e.shuffle(joined, list(range(_lanes_of(joined) + len(registers))), part)
+            joined = part
+        joined.name_hint = op.result.name_hint
+        return joined
 
     def _index_comparison(self, op: tile.CmpOp, e: Emitter) -> SSAValue | None:
         """A compare of a difference (or sum) of a row iota and a column iota, i32, with a constant or a uniform

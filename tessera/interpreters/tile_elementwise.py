@@ -3,7 +3,8 @@
 
 Each function is evaluated in float64 on the f32 operands and rounded once to f32 (the exact function, rounded
 to nearest even); a lowering's approximate instruction is within its documented bound of it
-(`tessera.sm90.approx`). f32 add/sub/mul/div are IEEE; i32 arithmetic wraps; i32 floordiv/mod are Python's //
+(`tessera.sm90.approx`). f32 add/sub/mul/div are IEEE; floor/ceil/rint/trunc are exact; i32 arithmetic wraps;
+i32 floordiv/mod are Python's //
 and % (a zero divisor gives 0). Broadcasting follows the op's docstring: a row vector [B, M] is read as
 [B, M, 1]; a column vector [B, 1, N] broadcasts as it is.
 """
@@ -71,6 +72,10 @@ UNARY_FUNCTIONS = {
     tile.SqrtOp: np.sqrt,
     tile.RsqrtOp: lambda x: 1.0 / np.sqrt(x),
     tile.ReciprocalOp: lambda x: 1.0 / x,
+    tile.FloorOp: np.floor,
+    tile.CeilOp: np.ceil,
+    tile.RintOp: np.rint,
+    tile.TruncOp: np.trunc,
 }
 """The exact function of each f32 unary op, evaluated in float64 (then rounded once to f32)."""
 

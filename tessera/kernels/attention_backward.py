@@ -64,7 +64,7 @@ from xdsl.dialects.builtin import IntegerType, ModuleOp, StringAttr
 from xdsl.ir import Attribute, SSAValue
 
 from tessera.variants.block_mask import VISIT_HEAD
-from tessera.variants.derivative import score_derivative
+from tessera.variants.derivative import may_be_unbounded, score_derivative
 from tessera.variants.trace import trace_mod
 from tessera.dialects import tile
 from tessera.kernels.attention import AttentionConfig
@@ -354,6 +354,17 @@ def _finish_main(cfg: BackwardConfig, f: _MainFrame, dk: SSAValue, dv: SSAValue)
     return finish_kernel(f.fn, b)
 
 
+def _finite_or_zero(b, scored: SSAValue) -> SSAValue:
+    """P d score_mod / d score where it is finite, else 0 (`derivative.may_be_unbounded`): the derivative of a
+    padded or hidden score, where P is 0 (or a padded query row's P, whose dO and Q are 0), may be infinite,
+    and 0 * inf would be NaN in dK and dQ. (At a finite score whose derivative is infinite, |x| ** 0.5 at 0,
+    the gradient is then 0 there.)"""
+    rows = scored.type.get_shape()[0]
+    magnitude = b.emit(tile.AbsOp(scored), "p_dscore_abs")
+    finite = b.emit(tile.CmpOp("lt", magnitude, b.fill(float("inf"), register_tile([rows]), "inf")), "p_dscore_finite")
+    return b.emit(tile.SelectOp(finite, scored, b.fill(0.0, register_tile([rows]), "dscore_zero")), "p_dscore_seen")
+
+
 def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None, head_split: int = 1) -> ModuleOp:
     """One thread block per key block of one K/V head: dK, dV in registers, dQ partials into dq_accum. With
     `mods` (score_mod / mask_mod, `attention_backward`), their captured arrays are inputs after dPsum.
@@ -401,7 +412,8 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None, head_spl
                 # d score_mod / d score, evaluated beside score_mod (they share nodes such as a soft-cap's tanh)
                 # so that the raw score and those nodes die here; it multiplies P before the dP mma.
                 s = apply_score_mod(ctx, mods.score_mod, s_raw)
-                dscore = ctx.emit(score_derivative(mods.score_mod).result)
+                derivative = score_derivative(mods.score_mod)
+                dscore, unbounded = ctx.emit(derivative.result), may_be_unbounded(derivative)
             else:
                 s = s_raw
             s = s if mods.mask_mod is None or not masked else apply_mask_mod(ctx, mods.mask_mod, s)
@@ -417,6 +429,8 @@ def _build_main(cfg: BackwardConfig, mods: AttentionMods | None = None, head_spl
             # the dP mma, so that one tile, P d score_mod / d score, lives across it; before P's store, so that
             # the store's address arithmetic never runs beside both P and the derivative.
             p_scored = b.binary(tile.MulOp, p, dscore, "p_dscore")
+            if unbounded:  # a padded or hidden score's derivative may be inf: 0 there, as the reference
+                p_scored = _finite_or_zero(b, p_scored)
         p_half = b.cast(p, elt, "p_half")
         p = p_scored
         b.emit(tile.StoreSharedOp(p_half, smem["P"]))
@@ -547,7 +561,8 @@ def _build_main_key_rows(cfg: BackwardConfig, mods: AttentionMods | None = None)
                                keys_on_rows=True)
             if mods.score_mod is not None:
                 st = apply_score_mod(ctx, mods.score_mod, st)
-                dscore = ctx.emit(score_derivative(mods.score_mod).result)
+                derivative = score_derivative(mods.score_mod)
+                dscore, unbounded = ctx.emit(derivative.result), may_be_unbounded(derivative)
             if mods.mask_mod is not None and masked:
                 st = apply_mask_mod(ctx, mods.mask_mod, st)
         if masked or c.causal:  # (a full block of the lists is masked by the built-in causal mask all the same)
@@ -574,7 +589,8 @@ def _build_main_key_rows(cfg: BackwardConfig, mods: AttentionMods | None = None)
             if dscore is not None:
                 # dS^T = P^T (dP^T - dPsum) d score_mod / d score: the derivative folded into P^T before the dP^T
                 # mma, so that one [BN, BM] tile lives across it
-                pt = b.binary(tile.MulOp, pt, dscore, "pt_dscore")
+                scored = b.binary(tile.MulOp, pt, dscore, "pt_dscore")
+                pt = _finite_or_zero(b, scored) if unbounded else scored
         # dP^T - dPsum in one product: the accumulator starts at -dPsum (down each column), so that dPsum is
         # never held beside P^T and dP^T (16 registers a thread, which the warp-specialized consumers lack)
         dpsum = b.load_broadcast(smem["dPsum"], bn, "dpsum")

@@ -34,7 +34,8 @@ from tessera.kernels.common import ArgSpec, TileBuilder, f32, global_tensor, reg
 _BINARY_OPS = {"add": tile.AddOp, "sub": tile.SubOp, "mul": tile.MulOp, "div": tile.DivOp,
                "min": tile.ElementMinOp, "max": tile.ElementMaxOp, "floordiv": tile.FloorDivOp, "mod": tile.ModOp}
 _UNARY_OPS = {"neg": tile.NegOp, "abs": tile.AbsOp, "exp": tile.ExpOp, "exp2": tile.Exp2Op, "log2": tile.Log2Op,
-              "log": tile.LogOp, "tanh": tile.TanhOp, "sqrt": tile.SqrtOp, "reciprocal": tile.ReciprocalOp}
+              "log": tile.LogOp, "tanh": tile.TanhOp, "sqrt": tile.SqrtOp, "reciprocal": tile.ReciprocalOp,
+              "floor": tile.FloorOp, "ceil": tile.CeilOp, "rint": tile.RintOp, "trunc": tile.TruncOp}
 _COMPARES = ("lt", "le", "gt", "ge", "eq", "ne")
 
 

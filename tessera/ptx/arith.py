@@ -31,6 +31,7 @@ from xdsl.ir import Operation, SSAValue
 
 from tessera.ptx.kernel import Job, KernelPrinter, element_lists, handles
 from tessera.ptx.registers import B32, B64, F32, PRED, RegisterClass, lanes, register_class
+from tessera.sm90.rounding import integer_rounding_mnemonic
 
 Render = Callable[[str, list[str]], list[str]]
 
@@ -372,6 +373,19 @@ def print_sqrt(p: KernelPrinter, op: math.SqrtOp) -> None:
     if p.cls(op.results[0]) is not F32:
         p.refuse(op, f"only f32 registers, got {op.results[0].type}")
     elementwise(p, op.results[0], list(op.operands), lambda d, s: [f"sqrt.rn.f32 {d}, {s[0]}"])
+
+
+_INTEGER_ROUNDING = {math.FloorOp: "floor", math.CeilOp: "ceil", math.RoundEvenOp: "rint", math.TruncOp: "trunc"}
+
+
+@handles(*_INTEGER_ROUNDING)
+def print_integer_rounding(p: KernelPrinter, op: Operation) -> None:
+    """Rounding to an integral f32, `cvt.rmi/rpi/rni/rzi.f32.f32` (`tessera.sm90.rounding`; no .ftz: subnormal
+    inputs are kept, as the IR's math.floor/ceil/roundeven/trunc)."""
+    if p.cls(op.results[0]) is not F32:
+        p.refuse(op, f"only f32 registers, got {op.results[0].type}")
+    mnemonic = integer_rounding_mnemonic(_INTEGER_ROUNDING[type(op)])
+    elementwise(p, op.results[0], list(op.operands), lambda d, s: [f"{mnemonic} {d}, {s[0]}"])
 
 
 @handles(math.FmaOp, vector.FMAOp)

@@ -184,7 +184,9 @@ head_dim 64 the dense kernel's 128 x 128 blocks (two consumer warpgroups of 240 
 masking, a sliding window, deterministic or not, ALiBi with or without document masking, a relative-position
 table, a soft-cap with a window and symmetric ALiBi under a per-head window array fit: `kv_idx - q_idx` and
 what is made of it are computed on the thread's 34 distinct offsets, `compute-distinct-lanes`, a compare of it
-with a constant or a per-head bound is one setp a register; soft-cap + ALiBi does not); at head_dim 128 the dense kernel's keys-on-rows 64 x 128 blocks (two consumer
+with a constant or a per-head bound is one setp a register; soft-cap + ALiBi too, its bias added to the
+soft-capped score 8 registers at a time from the thread's scalar; T5's buckets do not); at head_dim 128 the
+dense kernel's keys-on-rows 64 x 128 blocks (two consumer
 warpgroups: a sliding window, a soft-cap, ALiBi, with document masking or not, fit), then one thread block
 per key block at 64 x 64
 (no extra S and dP products) instead of the head split. (Each: its name in the warning and the keywords of

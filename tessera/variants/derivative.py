@@ -1,7 +1,9 @@
 """d score_mod / d score, traced: the backward's dS = dS_mod * d score_mod / d score (`score_derivative`).
 
 The chain rule over a traced score_mod's graph (`tessera.variants.trace`): comparisons and conditions are
-piecewise constant (their derivative is 0 almost everywhere), min/max/abs/np.where take the derivative of the
+piecewise constant (their derivative is 0 almost everywhere, and so are np.floor, np.ceil, np.rint/np.round
+and np.trunc: a score rounded to a grid passes no gradient to the score), min/max/abs/np.where take the
+derivative of the
 branch they pick, and i32 values (indices, integer tables) do not depend on the score. Captured arrays need no
 gradient. A score_mod whose derivative cannot be traced is refused by name (`ModTraceError`).
 """
@@ -69,6 +71,27 @@ def score_derivative(trace: Trace) -> Trace:
     return Trace(trace.function, d(trace.result), list(trace.arrays))
 
 
+UNBOUNDED = ("reciprocal", "log", "log2", "sqrt", "exp", "exp2")
+"""Ops whose value may be infinite (or NaN) at a finite operand: 1/0, log 0, an overflowing exp."""
+
+
+def may_be_unbounded(derivative: Trace) -> bool:
+    """Whether a derivative graph (`score_derivative`) may be infinite or NaN at a finite score: it holds one
+    of `UNBOUNDED` or a division by something other than a constant (a power's |x| ** y at x = 0, a
+    logarithm's 1 / x). The backward then keeps P times it only where that is finite: a hidden or padded score
+    (P = 0) gets a gradient of 0, not 0 * inf = NaN."""
+    seen, stack = set(), [derivative.result]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if n.op in UNBOUNDED or (n.op == "div" and n.args[1].op != "const"):
+            return True
+        stack.extend(n.args)
+    return False
+
+
 def _derivative(n: Node, d, trace: Trace) -> Node:
     op, args = n.op, n.args
     if op == "score":
@@ -97,6 +120,8 @@ def _derivative(n: Node, d, trace: Trace) -> Node:
         return _select(picks_a, d(args[0]), d(args[1]))
     if op == "select":
         return _select(args[0], d(args[1]), d(args[2]))
+    if op in ("floor", "ceil", "rint", "trunc"):  # step functions: 0 almost everywhere (undefined at the steps)
+        return _c(0.0)
     inner = d(args[0]) if args else _c(0.0)
     if _is_const(inner, 0.0):
         return inner

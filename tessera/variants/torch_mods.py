@@ -115,6 +115,7 @@ def _ops() -> dict:
         "max": ("maximum", "fmax"), "and": ("logical_and", "bitwise_and"), "or": ("logical_or", "bitwise_or"),
         "lt": ("lt", "less"), "le": ("le", "less_equal"), "gt": ("gt", "greater"), "ge": ("ge", "greater_equal"),
         "eq": ("eq",), "ne": ("ne", "not_equal"), "floordiv": ("floor_divide",), "mod": ("remainder",),
+        "xor": ("logical_xor", "bitwise_xor"),
     }
     ops = {}
     for op, names in table.items():
@@ -125,11 +126,12 @@ def _ops() -> dict:
     dunders = {"__add__": "add", "__sub__": "sub", "__mul__": "mul", "__truediv__": "div", "__and__": "and",
                "__or__": "or", "__lt__": "lt", "__le__": "le", "__gt__": "gt", "__ge__": "ge", "__eq__": "eq",
                "__ne__": "ne", "__neg__": "neg", "__abs__": "abs", "__invert__": "not", "__floordiv__": "floordiv",
-               "__mod__": "mod"}
+               "__mod__": "mod", "__xor__": "xor"}
     for name, op in dunders.items():
         ops[getattr(torch.Tensor, name)] = op
     for name, op in {"__radd__": "add", "__rsub__": "sub", "__rmul__": "mul", "__rtruediv__": "div",
-                     "__rand__": "and", "__ror__": "or", "__rfloordiv__": "floordiv", "__rmod__": "mod"}.items():
+                     "__rand__": "and", "__ror__": "or", "__rfloordiv__": "floordiv", "__rmod__": "mod",
+                     "__rxor__": "xor"}.items():
         ops[getattr(torch.Tensor, name)] = ("reflected", op)
     return ops
 
@@ -145,11 +147,19 @@ def torch_op(func) -> str | tuple | None:
 
 
 TRACED_METHODS = ("abs", "neg", "exp", "exp2", "log", "log2", "tanh", "sqrt", "reciprocal", "clamp", "clip",
+                  "floor", "ceil", "round", "trunc", "fix", "sign", "log1p", "expm1", "square", "fmod",
                   "minimum", "maximum", "logical_and", "logical_or", "logical_not", "where", "remainder",
                   "floor_divide", "pow", "to", "type", "float", "double", "int", "long", "bool", "new_ones",
                   "new_zeros", "new_full")
 """Tensor methods a traced value answers (`(q_idx - kv_idx).abs()`, `score.clamp(-5, 5)`, `x.to(torch.long)`,
 `b.new_ones((), dtype=torch.bool)` as FlexAttention's and_masks starts)."""
+
+_ROUNDING_FUNCTIONS = {"floor": "floor", "ceil": "ceil", "round": "round", "trunc": "trunc", "fix": "trunc"}
+"""torch's rounding functions (and tensor methods), by the tracer's rounding (`Traced._round`): integers are
+kept (torch.floor of an integer tensor is that tensor, as NumPy's), torch.round(x, decimals=d) as np.round."""
+
+_EXPANDED_FUNCTIONS = {"sign": "sign", "log1p": "log1p", "expm1": "expm1", "square": "square"}
+"""torch functions traced as NumPy's of the same name (`Traced._expanded`)."""
 
 _CASTS = {"float": "float32", "double": "float64", "int": "int32", "long": "int64", "bool": "bool"}
 """Tensor methods that convert, by the NumPy dtype they convert to."""
@@ -212,9 +222,27 @@ def dispatch(traced, func, args: tuple, kwargs: dict):
         return _scalar_constant(traced, name, None, value, kwargs.get("dtype"))
     if func in (torch.div, torch.Tensor.div, torch.divide) and kwargs.get("rounding_mode") is not None:
         mode = kwargs["rounding_mode"]
-        if mode != "floor" or set(kwargs) != {"rounding_mode"}:
-            raise traced._tracing.refuse(f"torch.{name} with rounding_mode={mode!r} (supported: 'floor', Python's //)")
-        return traced._apply("floordiv", *args)
+        if mode not in ("floor", "trunc") or set(kwargs) != {"rounding_mode"}:
+            raise traced._tracing.refuse(f"torch.{name} with rounding_mode={mode!r} (supported: 'floor', Python's "
+                                         "//, and 'trunc', C's)")
+        if mode == "floor":
+            return traced._apply("floordiv", *args)
+        # C's truncated division: trunc(a / b) in f32 (exact for the integers of indices, below 2^24), an
+        # integer again where both operands are
+        truncated = traced._round("trunc", traced._apply("div", *args))
+        integers = all(isinstance(a, (int, np.integer)) or (hasattr(a, "node") and a.node.dtype == "i32")
+                       for a in args[:2])
+        return truncated.astype("int32") if integers else truncated
+    if func in (torch.fmod, torch.Tensor.fmod) and not kwargs and len(args) == 2:
+        return traced._fmod(*args)
+    rounding = _ROUNDING_FUNCTIONS.get(name)
+    if rounding is not None and func in (getattr(torch, name, None), getattr(torch.Tensor, name, None)):
+        x, decimals = _positional(traced, name, args, kwargs, ("input", "decimals"), optional=1)
+        return traced._round(rounding, x, decimals or 0)
+    expanded = _EXPANDED_FUNCTIONS.get(name)
+    if expanded is not None and func in (getattr(torch, name, None), getattr(torch.Tensor, name, None)) \
+            and not kwargs and len(args) == 1:
+        return traced._expanded(expanded, args[0])
     op = torch_op(func)
     if op is None or kwargs:
         what = f"torch.{name}" + (f" with keyword arguments {sorted(kwargs)}" if kwargs and op is not None else "")

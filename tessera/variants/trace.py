@@ -15,14 +15,19 @@ are constants of the kernel.
 With PyTorch installed, torch functions, tensor methods and captured tensors are accepted the same way
 (`tessera.variants.torch_mods`).
 
-`x ** p` and `c ** y` become multiplications, np.sqrt or exp2/log2 (`Traced._power`); `x.astype(dtype)`
-converts as NumPy does (`Traced.astype`: a float to an integer truncates toward zero).
+`x ** p` and `c ** y` become multiplications, np.sqrt or exp2/log2 (`Traced._power`), `x ** y` exp2/log2 with
+NumPy's sign rules (`_traced_power`); np.floor / np.ceil / np.rint / np.round / np.trunc the `tile.floor`
+family (`Traced._round`); `x.astype(dtype)` converts as NumPy does (`Traced.astype`: a float to an integer
+truncates toward zero).
 
 What cannot be traced is refused with a `ModTraceError` naming the function, file:line and the construct:
 Python control flow on a traced value (`if`, `and`, `or`, `not`, `bool()`), an unsupported NumPy function or
-operator (`^`, shifts, `**` of two traced values), arithmetic on booleans, `//` and `%` of floats or by the constant 0 (integer
-`//` and `%` are Python's: floor division, a modulus with the divisor's sign), a slice of a captured array, a NumPy array indexed by a
-traced value that is not a captured array of the modifier itself.
+operator (`^` of integers, shifts, `**` of two traced integers), arithmetic on booleans (`==`, `!=` and `^` of
+two booleans are their logic), `//` and `%` by the constant 0 (`//` and `%` are Python's: floor division, a
+modulus with the divisor's sign; of floats floor(a / b) and a - b floor(a / b); np.fmod is C's remainder), a
+slice of a captured array, a NumPy array indexed by a traced value that is not a captured array of the
+modifier itself, `math.sqrt`, `math.floor` and the other math functions of a traced value and `round()` (they
+take Python numbers, and fail on the reference's NumPy grids too: write np.floor, np.round, ...).
 """
 
 from __future__ import annotations
@@ -128,11 +133,14 @@ _BINARY = {np.add: "add", np.subtract: "sub", np.multiply: "mul", np.true_divide
            np.maximum: "max", np.fmin: "min", np.fmax: "max", np.logical_and: "and", np.logical_or: "or",
            np.bitwise_and: "and", np.bitwise_or: "or", np.less: "lt", np.less_equal: "le", np.greater: "gt",
            np.greater_equal: "ge", np.equal: "eq", np.not_equal: "ne", np.floor_divide: "floordiv",
-           np.remainder: "mod"}
+           np.remainder: "mod", np.logical_xor: "xor", np.bitwise_xor: "xor"}
+_ROUNDING = {np.floor: "floor", np.ceil: "ceil", np.rint: "rint", np.trunc: "trunc"}
+"""NumPy's rounding ufuncs (`Traced._round`): of f32 values the `tile.floor/ceil/rint/trunc` ops; of i32 values
+the value itself (NumPy 2 keeps an integer array's dtype), except np.rint, which gives floats."""
 _UNCAPTURED = ("indexing with a traced value an array that is not a captured NumPy array of the function (a "
                "closure variable or a module global it names, or one of the functions it calls)")
 COMPARES = ("lt", "le", "gt", "ge", "eq", "ne")
-INTEGER_ONLY = ("floordiv", "mod")
+FLOORED = ("floordiv", "mod")
 FLOAT_ONLY = ("exp", "exp2", "log2", "log", "tanh", "sqrt", "reciprocal", "div")
 
 
@@ -181,27 +189,83 @@ class Traced:
             return self._wrap(Node(op, tuple(nodes), BOOL))
         if op == "pos":
             return self._wrap(nodes[0])
+        if op in ("eq", "ne", "xor") and all(n.dtype == BOOL for n in nodes):  # (a == b), a != b, a ^ b
+            a, b = nodes
+            differ = Node("or", (Node("and", (a, Node("not", (b,), BOOL)), BOOL),
+                                 Node("and", (Node("not", (a,), BOOL), b), BOOL)), BOOL)
+            return self._wrap(Node("not", (differ,), BOOL) if op == "eq" else differ)
+        if op == "xor":
+            raise t.refuse("'^' (np.logical_xor) of non-boolean values (bitwise integer ops are not supported)")
         if any(n.dtype == BOOL for n in nodes):
             raise t.refuse(f"'{op}' of a boolean value (use np.where to turn a condition into numbers)")
-        if op in INTEGER_ONLY:
-            return self._wrap(self._integer_division(op, nodes))
+        if op in FLOORED:
+            return self._wrap(self._floored_division(op, nodes))
         dtype = F32 if op in FLOAT_ONLY or any(n.dtype == F32 for n in nodes) else I32
         nodes = [self._convert(n, dtype) for n in nodes]
         return self._wrap(Node(op, tuple(nodes), BOOL if op in COMPARES else dtype))
 
-    def _integer_division(self, op: str, nodes: list[Node]) -> Node:
-        """a // b or a % b of i32 values (Python's floor division and a modulus with the divisor's sign); a
-        float operand or a constant divisor 0 is refused by name."""
+    def _floored_division(self, op: str, nodes: list[Node]) -> Node:
+        """a // b or a % b, Python's and NumPy's: floor division and a modulus with the divisor's sign. Of i32
+        values the `tile.floordiv` / `tile.mod` ops; with a float operand, in f32, floor(a / b) and
+        a - b * floor(a / b) (`tile.floor`: the same as NumPy's except where a / b rounds onto an integer it
+        does not reach, and for an infinite divisor). A constant divisor 0 is refused by name."""
         symbol = {"floordiv": "//", "mod": "%"}[op]
-        floats = [n for n in nodes if n.dtype == F32]
-        if floats:
-            what = (f"the non-integer divisor {floats[0].value!r}" if floats[0] is nodes[1] and floats[0].op == "const"
-                    else "a float operand")
-            raise self._tracing.refuse(f"'{symbol}' with {what} (integer // and % of indices only; use / for the "
-                                       "score)")
         if nodes[1].op == "const" and nodes[1].value == 0:
-            raise self._tracing.refuse(f"'{symbol}' by the constant 0 (integer division by zero)")
+            raise self._tracing.refuse(f"'{symbol}' by the constant 0 (division by zero)")
+        if any(n.dtype == F32 for n in nodes):
+            a, b = (self._convert(n, F32) for n in nodes)
+            quotient = Node("floor", (Node("div", (a, b), F32),), F32)
+            if op == "floordiv":
+                return quotient
+            return Node("sub", (a, Node("mul", (b, quotient), F32)), F32)
         return Node(op, tuple(nodes), I32)
+
+    def _fmod(self, a: object, b: object) -> Traced:
+        """np.fmod(a, b), C's remainder (the dividend's sign): of i32 values Python's a % b less b where it is
+        not 0 and a and b differ in sign (a zero divisor gives 0, as NumPy's); with a float operand
+        a - b trunc(a / b) in f32 (NumPy's value except where a / b rounds onto an integer)."""
+        x, y = self._lift(a), self._lift(b)
+        if BOOL in (x.dtype, y.dtype):
+            raise self._tracing.refuse("np.fmod of a boolean value (use np.where to turn a condition into numbers)")
+        if y.op == "const" and y.value == 0:
+            raise self._tracing.refuse("np.fmod by the constant 0 (division by zero)")
+        if F32 in (x.dtype, y.dtype):
+            x, y = self._convert(x, F32), self._convert(y, F32)
+            quotient = Node("trunc", (Node("div", (x, y), F32),), F32)
+            return self._wrap(Node("sub", (x, Node("mul", (y, quotient), F32)), F32))
+        r = Node("mod", (x, y), I32)
+        zero = Node("const", (), I32, 0)
+        negative = [self._wrap(Node("lt", (v, zero), BOOL)) for v in (x, y)]
+        signs_differ = self._apply("ne", *negative)
+        fix = Node("and", (Node("ne", (r, zero), BOOL), signs_differ.node), BOOL)
+        return self._wrap(Node("select", (fix, Node("sub", (r, y), I32), r), I32))
+
+    def _round(self, op: str, x: object, decimals: object = 0) -> Traced:
+        """np.floor / np.ceil / np.rint / np.trunc (`_ROUNDING`), and np.round(x, decimals) ("round") as NumPy
+        computes it: rint(x * 10^d) / 10^d (for d < 0, rint(x / 10^-d) * 10^-d), d a Python integer. Of an i32 value
+        floor, ceil, trunc and round are the value itself (NumPy keeps integers), rint its f32 conversion.
+        Their derivative is 0 almost everywhere (step functions: `derivative.score_derivative`)."""
+        t = self._tracing
+        node = self._lift(x)
+        if node.dtype == BOOL:
+            raise t.refuse(f"np.{op} of a boolean value (use np.where to turn a condition into numbers)")
+        if isinstance(decimals, Traced) or not isinstance(decimals, (int, np.integer)):
+            raise t.refuse(f"np.round with decimals={decimals!r} (a Python integer)")
+        if node.dtype == I32:
+            if op == "rint":
+                return self._wrap(self._convert(node, F32))
+            if decimals >= 0:
+                return self._wrap(node)
+            node = self._convert(node, F32)  # np.round(int, -1): NumPy rounds to tens and keeps the integer
+            scale = Node("const", (), F32, float(10 ** -decimals))
+            rounded = Node("mul", (Node("rint", (Node("div", (node, scale), F32),), F32), scale), F32)
+            return self._wrap(Node("to_i32", (rounded,), I32))
+        if decimals == 0:
+            return self._wrap(Node("rint" if op == "round" else op, (node,), F32))
+        scale = Node("const", (), F32, float(10 ** abs(decimals)))
+        if decimals > 0:
+            return self._wrap(Node("div", (Node("rint", (Node("mul", (node, scale), F32),), F32), scale), F32))
+        return self._wrap(Node("mul", (Node("rint", (Node("div", (node, scale), F32),), F32), scale), F32))
 
     def _where(self, cond: object, a: object, b: object) -> Traced:
         c = self._lift(cond)
@@ -225,7 +289,8 @@ class Traced:
         - a positive constant base c with a traced exponent y: exp2(y log2 c), log2 c computed on the host
           (ALiBi's `2 ** (-8 * (h + 1) / H)` is exp2 of the exponent itself); an integer base needs a float
           exponent (an i32 power of a traced exponent is refused);
-        - a traced base and a traced exponent are refused (exp2(y log2 x) holds only for x > 0: write it)."""
+        - a traced base x and a traced exponent y (not both integers: an integer power is refused, as for a
+          constant base): `_traced_power`."""
         t = self._tracing
         x, y = self._lift(base), self._lift(exponent)
         if BOOL in (x.dtype, y.dtype):
@@ -268,8 +333,15 @@ class Traced:
             if float(c) != 2.0:
                 y = Node("mul", (y, Node("const", (), F32, float(np.log2(float(c))))), F32)
             return self._wrap(Node("exp2", (y,), F32))
-        raise t.refuse("'**' with a traced base and a traced exponent (write np.exp2(y * np.log2(x)) for a "
-                       "positive base)")
+        if x.dtype == I32 and y.dtype == I32:
+            raise t.refuse("'**' of a traced integer base by a traced integer exponent (an integer power; write a "
+                           "float base such as x.astype(float))")
+        return self._wrap(_traced_power(self._convert(x, F32), self._convert(y, F32)))
+
+    def _expanded(self, name: str, x: object) -> Traced:
+        """np.<name>(x) for one of the NumPy functions traced as a few ops (`_EXPANDED`: square, sign, log1p,
+        expm1), for `torch_mods`."""
+        return _EXPANDED[getattr(np, name)](self, x)
 
     def clip(self, lo=None, hi=None) -> Traced:
         """x.clip(lo, hi) as np.clip (either bound may be None)."""
@@ -315,6 +387,10 @@ class Traced:
             return self._power(*inputs)
         if ufunc in _EXPANDED:
             return _EXPANDED[ufunc](self, inputs[0])
+        if ufunc in _ROUNDING and len(inputs) == 1:
+            return self._round(_ROUNDING[ufunc], inputs[0])
+        if ufunc is np.fmod and len(inputs) == 2:
+            return self._fmod(*inputs)
         op = _UNARY.get(ufunc) or _BINARY.get(ufunc)
         if op is None:
             raise self._tracing.refuse(f"np.{ufunc.__name__} (supported: {', '.join(sorted(_ufunc_names()))}, "
@@ -327,8 +403,12 @@ class Traced:
         if func is np.clip and not kwargs and len(args) == 3:
             x, lo, hi = args
             return self._apply("min", self._apply("max", x, lo), hi)
-        raise self._tracing.refuse(f"np.{func.__name__} (supported: np.where(c, a, b), np.clip(x, lo, hi) and the "
-                                   "ufuncs)")
+        if func in (np.round, np.around) and set(kwargs) <= {"decimals"} and 1 <= len(args) <= 2:
+            return self._round("round", args[0], args[1] if len(args) == 2 else kwargs.get("decimals", 0))
+        if func is np.fix and not kwargs and len(args) == 1:
+            return self._round("trunc", args[0])
+        raise self._tracing.refuse(f"np.{func.__name__} (supported: np.where(c, a, b), np.clip(x, lo, hi), "
+                                   "np.round(x, decimals), np.fix and the ufuncs)")
 
     @classmethod
     def __torch_function__(cls, func, types_, args=(), kwargs=None):
@@ -376,7 +456,9 @@ class Traced:
     def __pow__(self, o): return self._power(self, o)
     def __rpow__(self, o): return self._power(o, self)
 
-    __xor__ = __rxor__ = _refuse_op("^")
+    def __xor__(self, o): return self._apply("xor", self, o)
+    def __rxor__(self, o): return self._apply("xor", o, self)
+
     __lshift__ = __rshift__ = _refuse_op("<< / >>")
     __matmul__ = __rmatmul__ = _refuse_op("@")
 
@@ -388,10 +470,22 @@ class Traced:
         raise self._tracing.refuse(_UNCAPTURED)
 
     def __int__(self):
-        raise self._tracing.refuse("int() of a traced value")
+        raise self._tracing.refuse("int() of a traced value (write x.astype(int))")
 
     def __float__(self):
-        raise self._tracing.refuse("float() of a traced value")
+        raise self._tracing.refuse("float() of a traced value (math.sqrt, math.log, math.exp, ... take Python "
+                                   "numbers: on a traced value write np.sqrt, np.log, np.exp, ...)")
+
+    def _math_rounding(self, name: str):
+        raise self._tracing.refuse(f"math.{name} of a traced value (it takes one Python number, and fails on the "
+                                   f"NumPy index grids of the reference too: write np.{name})")
+
+    def __floor__(self): return self._math_rounding("floor")
+    def __ceil__(self): return self._math_rounding("ceil")
+    def __trunc__(self): return self._math_rounding("trunc")
+
+    def __round__(self, ndigits=None):
+        raise self._tracing.refuse("round() of a traced value (NumPy arrays have no round(): write np.round)")
 
     def __iter__(self):
         raise self._tracing.refuse("iteration over a traced value")
@@ -404,6 +498,27 @@ class Traced:
             method = getattr(torch.Tensor, name)
             return lambda *args, **kwargs: torch_mods.dispatch(self, method, (self, *args), kwargs)
         raise self._tracing.refuse(f"the attribute .{name} of a traced value")
+
+
+def _traced_power(x: Node, y: Node) -> Node:
+    """x ** y of two traced f32 values with NumPy's sign rules: |x| ** y = exp2(y log2 |x|) (`lg2.approx` and
+    `ex2.approx`: a relative error of about |y log2 x| 2^-22 ln 2 beside ex2's 2 ulp, within a soft-cap's tanh
+    bound while |y log2 x| < 2^10); for x < 0 that with the sign of (-1)^y where y is an integer (its parity
+    from y - 2 floor(y / 2)), NaN where it is not; x ** 0 = 1 and 1 ** y = 1 (NaN included); 0 ** y is 0 for
+    y > 0 and inf for y < 0 (-0 ** -1 gives +inf where NumPy gives -inf)."""
+    def c(v: float) -> Node:
+        return Node("const", (), F32, v)
+
+    magnitude = Node("exp2", (Node("mul", (y, Node("log2", (Node("abs", (x,), F32),), F32)), F32),), F32)
+    whole = Node("eq", (Node("floor", (y,), F32), y), BOOL)
+    half = Node("floor", (Node("mul", (y, c(0.5)), F32),), F32)
+    odd = Node("eq", (Node("sub", (y, Node("mul", (half, c(2.0)), F32)), F32), c(1.0)), BOOL)
+    nan = Node("sqrt", (x,), F32)  # NaN where it is read (x < 0): Tile IR fills no NaN constant
+    negative_base = Node("select", (whole, Node("select", (odd, Node("neg", (magnitude,), F32), magnitude), F32),
+                                    nan), F32)
+    signed = Node("select", (Node("lt", (x, c(0.0)), BOOL), negative_base, magnitude), F32)
+    one = Node("or", (Node("eq", (y, c(0.0)), BOOL), Node("eq", (x, c(1.0)), BOOL)), BOOL)
+    return Node("select", (one, c(1.0), signed), F32)
 
 
 def _sign(t: Traced, x: object) -> Traced:
@@ -421,7 +536,8 @@ _EXPANDED = {
 
 
 def _ufunc_names() -> list[str]:
-    return [f"np.{u.__name__}" for u in (*_UNARY, *_BINARY, *_EXPANDED, np.power, np.float_power)]
+    return [f"np.{u.__name__}" for u in (*_UNARY, *_BINARY, *_EXPANDED, *_ROUNDING, np.power, np.float_power,
+                                         np.fmod)]
 
 
 @dataclass

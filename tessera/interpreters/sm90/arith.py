@@ -259,6 +259,22 @@ class RegisterArithFunctions(InterpreterFunctions):
     def run_absf(self, interpreter: Interpreter, op: math.AbsFOp, args: PythonValues):
         return (np.abs(args[0]),)
 
+    @impl(math.FloorOp)
+    def run_floor(self, interpreter: Interpreter, op: math.FloorOp, args: PythonValues):
+        return self._result(op, np.floor(args[0]))
+
+    @impl(math.CeilOp)
+    def run_ceil(self, interpreter: Interpreter, op: math.CeilOp, args: PythonValues):
+        return self._result(op, np.ceil(args[0]))
+
+    @impl(math.RoundEvenOp)
+    def run_roundeven(self, interpreter: Interpreter, op: math.RoundEvenOp, args: PythonValues):
+        return self._result(op, np.rint(args[0]))
+
+    @impl(math.TruncOp)
+    def run_trunc(self, interpreter: Interpreter, op: math.TruncOp, args: PythonValues):
+        return self._result(op, np.trunc(args[0]))
+
     @impl(math.SqrtOp)
     def run_sqrt(self, interpreter: Interpreter, op: math.SqrtOp, args: PythonValues):
         """IEEE sqrt (PTX `sqrt.rn.f32`): the float64 root of an f32 rounded once more is correctly rounded."""

@@ -1,9 +1,11 @@
 // RUN: tessera-opt %s -p convert-tile-to-sm90,canonicalize,compute-distinct-lanes,cse | filecheck %s
 
-// ALiBi's slopes[h] * f32(kv_idx - q_idx) added to a [64, 64] tile. convert-tile-to-sm90 lowers the difference of
-// a column iota and a row iota as the thread's 18 distinct (column - row) offsets (16 columns, the second row's
-// two new ones) and a view of them; compute-distinct-lanes then makes the gather at the splat head one load,
-// and the product 18 registers: the only [64, 64] op left (32 registers a thread) is the add to the tile.
+// ALiBi's slopes[h] * f32(kv_idx - q_idx) multiplying a [64, 64] tile. convert-tile-to-sm90 lowers the difference
+// of a column iota and a row iota as the thread's 18 distinct (column - row) offsets (16 columns, the second
+// row's two new ones) and a view of them; compute-distinct-lanes then makes the gather at the splat head one
+// load, and the product 18 registers: the only [64, 64] op left (32 registers a thread) is the product with the
+// tile. (Added to a tile, the product is computed 8 registers at a time instead, each register's offset rebuilt
+// from the thread's scalar: convert-tile-to-sm90-scaled-diagonal.mlir.)
 func.func @alibi(%slopes: !tile.tile<4xf32, global> {tile.dims = #tile.dims<4>},
                  %X: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<n, 64>},
                  %Y: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<n, 64>, tile.role = "out"})
@@ -20,7 +22,7 @@ func.func @alibi(%slopes: !tile.tile<4xf32, global> {tile.dims = #tile.dims<4>},
   %d = tile.sub %kvf, %qf : !tile.tile<1x64xf32, register>, !tile.tile<64xf32, register>
   %slope = tile.gather %slopes[%h] : !tile.tile<4xf32, global>, !tile.tile<64xi32, register> -> !tile.tile<64xf32, register>
   %bias = tile.mul %slope, %d : !tile.tile<64xf32, register>, !tile.tile<64x64xf32, register>
-  %y = tile.add %x, %bias : !tile.tile<64x64xf32, register>
+  %y = tile.mul %x, %bias : !tile.tile<64x64xf32, register>
   %o = tile.view %Y[%c0, %c0] : !tile.tile<?x64xf32, global> -> !tile.tile<64x64xf32, global>
   tile.store_global %y, %o : !tile.tile<64x64xf32, register>, !tile.tile<64x64xf32, global>
   func.return
@@ -36,7 +38,7 @@ func.func @alibi(%slopes: !tile.tile<4xf32, global> {tile.dims = #tile.dims<4>},
 // CHECK:      %slope = sm90.ld_global %slopes_ptr[%{{.*}}], %{{.*}} {sm90.invariant, sm90.distinct_lanes} : vector<1xi32>, vector<1xi1> -> vector<1xf32>
 // CHECK:      %bias = arith.mulf %{{.*}}, %{{.*}} {sm90.distinct_lanes} : vector<18xf32>
 // CHECK-NEXT: %[[BIAS:.*]] = vector.shuffle %bias, %bias [0, 1, 2, 3, 4, 5, 0, 1, 6, 7, {{.*}}] : vector<18xf32>, vector<18xf32>
-// CHECK-NEXT: %y = arith.addf %x, %[[BIAS]] : vector<32xf32>
+// CHECK-NEXT: %y = arith.mulf %x, %[[BIAS]] : vector<32xf32>
 
 
 // Only what reads a marked value (a tile.splat's broadcast, an index diagonal) or a value this pass computed

@@ -198,3 +198,27 @@ func.func @f(%a: !tile.tile<64x32xi32, register>, %b: !tile.tile<64xf32, registe
   %c = tile.mod %a, %b : !tile.tile<64x32xi32, register>, !tile.tile<64xf32, register>
   func.return
 }
+
+// -----
+
+// CHECK: 'tile.floor' op an i32 tile is integral already: floor of an integer is the integer itself (use the operand)
+func.func @f(%a: !tile.tile<64x32xi32, register>) {
+  %c = tile.floor %a : !tile.tile<64x32xi32, register>
+  func.return
+}
+
+// -----
+
+// CHECK: 'tile.rint' op rounds f32 tiles, got bf16
+func.func @f(%a: !tile.tile<64x32xbf16, register>) {
+  %c = tile.rint %a : !tile.tile<64x32xbf16, register>
+  func.return
+}
+
+// -----
+
+// CHECK: 'tile.trunc' op operand must be a register tile, got shared
+func.func @f(%a: !tile.tile<64x32xf32, shared>) {
+  %c = tile.trunc %a : !tile.tile<64x32xf32, shared>
+  func.return
+}

@@ -36,6 +36,10 @@ func.func @ops(%x: !tile.tile<64x32xf32, register>, %r: !tile.tile<64xf32, regis
   %ii = tile.sub %k, %is : !tile.tile<64xi32, register>
   %fd = tile.floordiv %j, %is : !tile.tile<1x32xi32, register>, !tile.tile<64xi32, register>
   %md = tile.mod %i, %i : !tile.tile<64x32xi32, register>
+  %fl = tile.floor %x : !tile.tile<64x32xf32, register>
+  %ce = tile.ceil %r : !tile.tile<64xf32, register>
+  %ri = tile.rint %c : !tile.tile<1x32xf32, register>
+  %tr = tile.trunc %x : !tile.tile<64x32xf32, register>
   func.return
 }
 
@@ -68,8 +72,13 @@ func.func @ops(%x: !tile.tile<64x32xf32, register>, %r: !tile.tile<64xf32, regis
 // CHECK-NEXT: %ii = tile.sub %k, %is : !tile.tile<64xi32, register>
 // CHECK-NEXT: %fd = tile.floordiv %j, %is : !tile.tile<1x32xi32, register>, !tile.tile<64xi32, register>
 // CHECK-NEXT: %md = tile.mod %i, %i : !tile.tile<64x32xi32, register>
+// CHECK-NEXT: %fl = tile.floor %x : !tile.tile<64x32xf32, register>
+// CHECK-NEXT: %ce = tile.ceil %r : !tile.tile<64xf32, register>
+// CHECK-NEXT: %ri = tile.rint %c : !tile.tile<1x32xf32, register>
+// CHECK-NEXT: %tr = tile.trunc %x : !tile.tile<64x32xf32, register>
 
 // GENERIC: "tile.mul"(%r, %c) : (!tile.tile<64xf32, register>, !tile.tile<1x32xf32, register>) -> !tile.tile<64x32xf32, register>
 // GENERIC: "tile.iota"(%q0) <{axis = "rows"}> : (index) -> !tile.tile<64x32xi32, register>
 // GENERIC: "tile.cmp"(%j, %i) <{predicate = "le"}> : (!tile.tile<1x32xi32, register>, !tile.tile<64x32xi32, register>) -> !tile.tile<64x32xi1, register>
 // GENERIC: "tile.floordiv"(%j, %is) : (!tile.tile<1x32xi32, register>, !tile.tile<64xi32, register>) -> !tile.tile<64x32xi32, register>
+// GENERIC: "tile.rint"(%c) : (!tile.tile<1x32xf32, register>) -> !tile.tile<1x32xf32, register>
