@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, FloatAttr, IntegerAttr, IntegerType, ModuleOp, StringAttr
-from xdsl.ir import Attribute, BlockArgument
+from xdsl.ir import Attribute, BlockArgument, Operation
 from xdsl.utils.exceptions import VerifyException
 
 from tessera.dialects.tile_types import DYNAMIC, DimsAttr, MemSpace, TileType, element_byte_width, is_fp8
@@ -268,9 +268,9 @@ def check_divisible(kernel: str, divisible: Mapping[str, int], sizes: Mapping[st
         value = sizes.get(name)
         if value is not None and value % multiple:
             raise ValueError(f"kernel @{kernel} promises (tile.divisible) that {name} is a multiple of {multiple}, "
-                             f"got {name} = {value}: launch it with such sizes, or compile a kernel that does not promise "
-                             f"it (tessera.interpret compiles the default tessera.kernels.gemm() for the sizes it "
-                             f"is given)")
+                             f"got {name} = {value}: launch it with such sizes, or make the kernel ask for it with "
+                             f"tile.specialize instead (its launches then compile the variant the sizes meet: "
+                             f"docs/any-shape.md)")
 
 
 def specialized(module: ModuleOp, kernel: KernelSignature, sizes: Mapping[str, int]) -> ModuleOp:
@@ -512,6 +512,8 @@ def check_body(op: func.FuncOp, sig: KernelSignature) -> None:
             what = "a Target IR op, which convert-tile-to-sm90 makes" if dialect == "sm90" else "not an op of Tile IR"
             raise VerifyException(located(inner, f"'{inner.name}' is {what}: a Tile IR kernel holds "
                                                  f"{', '.join(TILE_KERNEL_DIALECTS)} ops", name_op=False))
+        if inner.name == "scf.for":
+            _check_step(inner)
         field = WRITES.get(inner.name)
         if field is None:
             continue
@@ -523,6 +525,15 @@ def check_body(op: func.FuncOp, sig: KernelSignature) -> None:
             raise VerifyException(located(inner, f"writes argument %{name}, an input: a kernel writes only its "
                                                  f"outputs and scratch buffers (declare %{name} with "
                                                  f"tile.role = \"out\")"))
+
+
+def _check_step(loop: Operation) -> None:
+    """A loop whose step is a constant must step by a positive amount (MLIR's scf.for verifier rule, which
+    xDSL 0.74 does not check): a zero step never ends, and a negative one has no meaning for scf.for."""
+    step = loop.operands[2].owner
+    if step.name == "arith.constant" and isinstance(step.value, IntegerAttr) and step.value.value.data <= 0:
+        raise VerifyException(located(loop, f"'scf.for' constant step operand must be positive, got "
+                                            f"{step.value.value.data}", name_op=False))
 
 
 def verify_kernels(module: ModuleOp) -> None:
