@@ -2,7 +2,8 @@
 LayerNorm forward of rows of any length with its saved statistics, and its backward (the input gradient, and
 the weight gradients as a column reduction across blocks through `tile.atomic_add`), softmax backward, a GEMM
 with a GELU and residual epilogue (f16, K not a multiple of the K step), a K loop stepping by 64 with TMA, a GEMV
-without the tensor core, an FP8 GEMM with per-row and per-column scales, a transpose through `tile.gather`,
+without the tensor core, FP8 GEMMs with per-row and per-column scales and with DeepSeek's K-block scales, a
+transpose through `tile.gather`,
 column sums and maxima, a 2-D reduction to a scalar, a top-1 with NumPy's first-index tie-break across column
 blocks, a masked softmax with emptied rows, two K loops in sequence, a loop whose trip count is an input, a grid
 using program ids x, y and z, f16/bf16 inputs with an output of each dtype, and NaN/inf through every kind of
@@ -11,7 +12,8 @@ against a float64 NumPy reference (NaN where NumPy gives NaN, the same infinitie
 
 The default run takes the kernels that found bugs, at the levels where they were found (a row vector added into
 a 1-D window was refused; [1, N] windows read and wrote the block's other rows; an [BM, 1] column was added four
-times; a loop of 2e9 trips read from the inputs ran for hours), about 4 s. `-m slow` runs every kernel at every
+times; a loop of 2e9 trips read from the inputs ran for hours; a K loop with compute after its trailing barrier
+was refused by the default pipeline instead of compiled single-stage), about 6 s. `-m slow` runs every kernel at every
 level on every shape, checks each with every ptxas found (no warning, no spill) and with `tessera-run --check`,
 and gives a few of them to `tessera.validate`.
 """
@@ -132,6 +134,19 @@ def _fp8_inputs(shape, rng):
 def _fp8_ref(a, bt, sa, sb):
     a, bt, sa, sb = _f64(a, bt, sa, sb)
     return ((a @ bt.T) * sa[:, None] * sb[None, :],)
+
+
+def _blockscaled_inputs(shape, rng):
+    m, n, k = shape
+    blocks = -(-k // 128)
+    return [rng.standard_normal((m, k)).astype(F8), rng.standard_normal((n, k)).astype(F8),
+            rng.uniform(0.5, 2, (blocks, m)).astype(np.float32), rng.uniform(0.5, 2, blocks).astype(np.float32)], {}
+
+
+def _blockscaled_ref(a, bt, sat, sb):
+    a, bt, sat, sb = _f64(a, bt, sat, sb)
+    return (sum((a[:, j * 128:(j + 1) * 128] @ bt[:, j * 128:(j + 1) * 128].T) * sat[j][:, None] * sb[j]
+                for j in range(len(sb))),)
 
 
 def _normal_inputs(shape, rng):
@@ -268,6 +283,9 @@ CASES = {
     # 8-bit products are exact in f32; the bf16 output's half ulp
     "fp8_gemm_scaled": Case("fp8_gemm_scaled", _fp8_inputs, _fp8_ref, 2.0**-8, 1e-5,
                             ((17, 100, 144), (1, 1, 16), (129, 64, 272))),
+    # as fp8_gemm_scaled: each K block's product exact in f32, scaled and summed in f32, then bf16
+    "fp8_blockscaled_gemm": Case("fp8_blockscaled_gemm", _blockscaled_inputs, _blockscaled_ref, 2.0**-8, 1e-4,
+                                 ((17, 100, 272), (1, 1, 16), (129, 64, 128))),
     # exact: moves
     "transpose": Case("transpose", _normal_inputs, _transpose_ref, 0.0, 0.0, ((17, 100), (1, 1), (129, 200))),
     # f32 column sums of up to 1000 terms; maxima exact
@@ -298,7 +316,7 @@ CASES = {
 }
 
 FAST = {  # kernel: levels of the default run (where each bug was found)
-    "layernorm_bwd_dw": ("target",), "total_sum": ("ptx",),
+    "layernorm_bwd_dw": ("target",), "total_sum": ("ptx",), "fp8_blockscaled_gemm": ("target",),
 }
 
 
@@ -321,7 +339,7 @@ TOOL_SIZES = {  # -d sizes for tessera-run: partial last blocks everywhere
     "layernorm_fwd": ["M=70", "N=100"], "layernorm_bwd_dx": ["M=70", "N=100"], "layernorm_bwd_dw": ["M=70", "N=100"],
     "softmax_bwd": ["M=70", "N=100"], "gemm_gelu_residual": ["M=70", "N=40", "K=72"],
     "gemm_k_step": ["M=70", "N=40", "K=72"], "gemv": ["M=70", "K=1000"],
-    "fp8_gemm_scaled": ["M=70", "N=40", "K=144"], "transpose": ["M=70", "N=100"], "column_reduce": ["M=200", "N=100"],
+    "fp8_gemm_scaled": ["M=70", "N=40", "K=144"], "fp8_blockscaled_gemm": ["M=70", "N=40", "K=272"], "transpose": ["M=70", "N=100"], "column_reduce": ["M=200", "N=100"],
     "total_sum": ["M=200", "N=100"], "top1": ["M=70", "N=1000"], "masked_softmax": ["M=70", "N=100"],
     "two_gemms": ["M=70", "N=40", "K1=72", "K2=17"], "scalar_trips": ["M=70"], "grid_xyz": ["B=3", "M=70", "N=65"],
     "mixed_dtypes": ["M=70", "N=38"], "nan_inf": ["M=70"],

@@ -222,7 +222,7 @@ class BackwardLowering:
             base, offsets, mask, columns = self._column_vector_access(op, window, ty, e, writers=True)
             e.op(reductions.RedGlobalAddOp(base, offsets, self._get(op.value), mask, columns))
             return
-        if (self.atomic_add_mode == "bulk" or op in self.reduction_slots) and not self._is_column(ty):
+        if (self.atomic_add_mode == "bulk" and not self._is_column(ty)) or op in self.reduction_slots:
             self._bulk_add(op, window, e)
             return
         if op.transpose is not None:
