@@ -492,11 +492,15 @@ WRITES = {"tile.store_global": "dest", "tile.store_global_rows": "dest", "tile.a
 TILE_KERNEL_DIALECTS = ("tile", "arith", "scf", "func")
 """The dialects of a Tile IR kernel's ops: every level (the Tile interpreter, convert-tile-to-sm90) knows them."""
 
+TILE_KERNEL_SCF_OPS = ("scf.for", "scf.if", "scf.yield")
+"""The control flow of a Tile IR kernel: loops with a trip count and conditionals (no level runs scf.while,
+scf.parallel or scf.index_switch in Tile IR)."""
+
 
 def check_body(op: func.FuncOp, sig: KernelSignature) -> None:
     """A Tile IR kernel holds ops of `TILE_KERNEL_DIALECTS` only (an `sm90` op is Target IR, which
     convert-tile-to-sm90 makes; `math` and others have no meaning at any level; of `func`, only its return: no
-    level calls a function), and it writes only its "out"
+    level calls a function; of `scf`, `TILE_KERNEL_SCF_OPS`), and it writes only its "out"
     and "scratch" arguments. An input is the caller's: the GPU launch copies a NumPy input to the device and
     never back, so a store into it would change the caller's array at the CPU levels only, and a second run
     (the next level of a validation) would read the changed values."""
@@ -508,6 +512,10 @@ def check_body(op: func.FuncOp, sig: KernelSignature) -> None:
         if dialect == "func" and inner.name != "func.return":
             raise VerifyException(located(inner, f"'{inner.name}': a Tile IR kernel is one function, which calls "
                                                  "none (write the callee's ops into the kernel)", name_op=False))
+        if dialect == "scf" and inner.name not in TILE_KERNEL_SCF_OPS:
+            raise VerifyException(located(inner, f"'{inner.name}' is not supported in a Tile IR kernel, whose control "
+                                                 f"flow is {', '.join(TILE_KERNEL_SCF_OPS)} (a loop has a trip count; "
+                                                 "leave it early with scf.if)", name_op=False))
         if dialect not in TILE_KERNEL_DIALECTS:
             what = "a Target IR op, which convert-tile-to-sm90 makes" if dialect == "sm90" else "not an op of Tile IR"
             raise VerifyException(located(inner, f"'{inner.name}' is {what}: a Tile IR kernel holds "

@@ -285,6 +285,21 @@ func.func @negative_step(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n
 
 // -----
 
+// CHECK: kernel @while_loop: 'scf.while' is not supported in a Tile IR kernel, whose control flow is scf.for, scf.if, scf.yield
+func.func @while_loop(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<n>} {
+  %c0 = arith.constant 0 : index
+  %r = scf.while (%i = %c0) : (index) -> index {
+    %go = arith.cmpi ult, %i, %c0 : index
+    scf.condition(%go) %i : index
+  } do {
+  ^bb0(%j: index):
+    scf.yield %j : index
+  }
+  func.return
+}
+
+// -----
+
 // ===== valid kernels of each kind pass
 
 // -----
