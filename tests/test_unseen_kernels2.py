@@ -20,6 +20,7 @@ and gives a few of them to `tessera.validate`.
 
 from __future__ import annotations
 
+import re
 import sys
 import warnings
 
@@ -444,3 +445,66 @@ def test_loop_trips_from_inputs_are_bounded(level):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             tessera.launch(module, x, np.array([2_000_000_000], np.int32), level=level)
+
+
+# region malformed kernels: each a located diagnostic from tessera-opt (exit 1, no traceback) and the Python API
+
+_MALFORMED_KERNEL = """builtin.module {{
+  func.func @k(%X: !tile.tile<?x64xf32, global> {{tile.dims = #tile.dims<M, 64>}},
+      %Y: !tile.tile<?x64xf32, global> {{tile.dims = #tile.dims<M, 64>, tile.role = "out"}})
+      attributes {{tile.kernel = {{kind = "custom"}}, tile.grid = #tile.dims<ceildiv(M, 64)>}} {{
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c4 = arith.constant 4 : index
+    %x = tile.fill 1.0 : !tile.tile<64x64xf32, register>
+{body}
+    func.return
+  }}
+}}
+"""
+
+MALFORMED = {  # name: (body, "line:col", message); line 9 is the body's first
+    "zero step": ("    scf.for %i = %c0 to %c4 step %c0 {\n    }", "9:5",
+                  "'scf.for' constant step operand must be positive, got 0"),
+    "while loop": ("    %r = scf.while (%i = %c0) : (index) -> index {\n      %go = arith.cmpi ult, %i, %c4 : index\n"
+                   "      scf.condition(%go) %i : index\n    } do {\n    ^bb0(%j: index):\n"
+                   "      %n = arith.addi %j, %c1 : index\n      scf.yield %n : index\n    }", "9:5",
+                   "'scf.while' is not supported in a Tile IR kernel"),
+    "fill past f32": ("    %t = tile.fill -1.0e39 : !tile.tile<64x64xf32, register>", "9:20",
+                      "fill value out of range for f32"),
+    "scale past f32": ("    %t = tile.scale %x by 4.0e38 : !tile.tile<64x64xf32, register>", "9:5",
+                       "float literal out of range for its float type"),
+    "constant past f32": ("    %t = arith.constant 1.0e39 : f32", "9:25", "float literal out of range for its float type"),
+}
+
+
+@pytest.mark.parametrize("name", MALFORMED)
+def test_malformed_kernel_is_located(name, tmp_path):
+    """The Python API raises the located diagnostic; tessera-opt prints it and exits 1, without a traceback."""
+    body, place, message = MALFORMED[name]
+    text = _MALFORMED_KERNEL.format(body=body)
+    with pytest.raises(Exception, match=rf"k.mlir:{place}[\s\S]*{re.escape(message)}") as caught:
+        tessera.parse_module(text, "k.mlir")
+    assert not isinstance(caught.value, OverflowError | AttributeError | KeyError | TypeError)
+    path = tmp_path / "k.mlir"
+    path.write_text(text)
+    result = inprocess.run(["tessera-opt", str(path)])
+    assert result.returncode == 1 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert f"k.mlir:{place}" in result.stderr
+
+
+def test_python_fill_past_f32_is_refused():
+    """A builder's fill or scale past f32's range is a ValueError naming the value (it became an infinity, with
+    a NumPy overflow warning)."""
+    from xdsl.dialects.builtin import f32
+
+    from tessera.dialects import tile
+    from tessera.dialects.tile_types import MemSpace, TileType
+
+    with pytest.raises(ValueError, match=r"1e\+40 is out of range for f32"):
+        tile.FillOp(1e40, TileType([64, 64], f32, MemSpace.REGISTER))
+    largest = tile.FillOp(-float(np.finfo(np.float32).max), TileType([64, 64], f32, MemSpace.REGISTER))
+    assert largest.value.value.data == -float(np.finfo(np.float32).max)
+
+
+# endregion
