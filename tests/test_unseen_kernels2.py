@@ -385,6 +385,21 @@ def test_unseen_kernel_validates(kernel):
     assert all(check.vs_reference <= check.tolerance for check in report.checks)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["auto", "red", "bulk"])
+def test_column_atomics_in_a_pipelined_loop(mode):
+    """Atomic adds of an [BM, 1] column and a [1, N] column vector in a pipelined, warp-specialized loop are added
+    once per row and per column whatever `atomic-add` says (the producer's bulk reduction takes whole-row tiles
+    only): every level of the pipeline within its tolerance of the kernel's own Tile IR in float64."""
+    module = tessera.parse_module((KERNELS / "gemm_atomic_stats.mlir").read_text(), "gemm_atomic_stats.mlir")
+    pipeline = ("assign-swizzle,pipeline-loops{stages=2},convert-tile-to-sm90{atomic-add=" + mode + "},canonicalize,"
+                "cse,warp-specialize,allocate-registers")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = validate(module, pipeline, sizes={"M": 128, "N": 64, "K": 192})
+    assert report.ok, report.table()
+
+
 ROW_WINDOWS = """
 builtin.module {
   func.func @row_windows(%X: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<M, 64>},
