@@ -210,7 +210,7 @@ class KernelSignature:
                 name = expr.symbol.data
                 if sizes.setdefault(name, actual) != actual:
                     raise ValueError(f"{what}: '{name}' is {sizes[name]} elsewhere, got {actual}")
-        check_divisible(self.name, self.promised, sizes)
+        check_divisible(self.name, self.promised, sizes, self.kind)
         bound = bind_launch_sizes(self.name, self.launch_sizes, sizes, launch or {})
         for what, expr, actual in derived:
             if expr.evaluate(bound) != actual:
@@ -252,6 +252,13 @@ def launch_size_names(op: func.FuncOp) -> tuple[str, ...]:
     return tuple(a.data for a in attr.data)
 
 
+def kernel_kind(op: func.FuncOp) -> str | None:
+    """The `kind` of a kernel's `tile.kernel` attribute (kept on its Target IR), or None where it has none."""
+    info = op.attributes.get(KERNEL_ATTR)
+    kind = info.data.get("kind") if isinstance(info, DictionaryAttr) else None
+    return kind.data if isinstance(kind, StringAttr) else None
+
+
 def divisible_sizes(op: func.FuncOp) -> dict[str, int]:
     """The promise `tile.divisible` of a Tile IR or Target IR kernel as {size name: multiple} ({} for none;
     `signature` checks its form on Tile IR kernels)."""
@@ -261,16 +268,20 @@ def divisible_sizes(op: func.FuncOp) -> dict[str, int]:
     return {name: v.value.data for name, v in attr.data.items() if isinstance(v, IntegerAttr)}
 
 
-def check_divisible(kernel: str, divisible: Mapping[str, int], sizes: Mapping[str, int]) -> None:
+def check_divisible(kernel: str, divisible: Mapping[str, int], sizes: Mapping[str, int],
+                    kind: str | None = None) -> None:
     """ValueError naming the size, its value and the promise where `sizes` break the kernel's `tile.divisible`
-    promise (its lowering may read rows with TMA or 32-bit pairs that such sizes misalign)."""
+    promise (its lowering may read rows with TMA or 32-bit pairs that such sizes misalign), and what to do: for
+    a GEMM (`kind`), the builder's kernel for any size; for any other kernel, `tile.specialize`."""
     for name, multiple in divisible.items():
         value = sizes.get(name)
         if value is not None and value % multiple:
+            instead = ("compile a kernel that does not promise it (tessera.interpret compiles the default "
+                       "tessera.kernels.gemm() for the sizes it is given)" if kind == "gemm" else
+                       "make the kernel ask for it with tile.specialize instead (its launches then compile the "
+                       "variant the sizes meet: docs/any-shape.md)")
             raise ValueError(f"kernel @{kernel} promises (tile.divisible) that {name} is a multiple of {multiple}, "
-                             f"got {name} = {value}: launch it with such sizes, or make the kernel ask for it with "
-                             f"tile.specialize instead (its launches then compile the variant the sizes meet: "
-                             f"docs/any-shape.md)")
+                             f"got {name} = {value}: launch it with such sizes, or {instead}")
 
 
 def specialized(module: ModuleOp, kernel: KernelSignature, sizes: Mapping[str, int]) -> ModuleOp:

@@ -508,6 +508,17 @@ def test_malformed_kernel_is_located(name, tmp_path):
     assert f"k.mlir:{place}" in result.stderr
 
 
+def test_broken_promise_of_a_custom_kernel_points_to_specialize():
+    """A size that breaks a hand-written kernel's tile.divisible is refused naming tile.specialize (the message
+    named the GEMM builder, whatever the kernel)."""
+    module = tessera.parse_module((KERNELS / "mixed_dtypes.mlir").read_text(), "mixed_dtypes.mlir")
+    a = np.ones((4, 5), np.float16)
+    with pytest.raises(ValueError, match=r"@mixed_dtypes promises \(tile.divisible\) that N is a multiple of 2, got "
+                                         r"N = 5: .*tile.specialize instead") as caught:
+        tessera.launch(module, a, a.astype(BF16), level="tile")
+    assert "gemm" not in str(caught.value)
+
+
 def test_python_fill_past_f32_is_refused():
     """A builder's fill or scale past f32's range is a ValueError naming the value (it became an infinity, with
     a NumPy overflow warning)."""
