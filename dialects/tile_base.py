@@ -7,6 +7,8 @@ verifier message has the form `'tile.op' op <rule>` (`_require`).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from xdsl.ir import Operation, SSAValue
@@ -24,8 +26,16 @@ def _tile(value: SSAValue | Operation) -> TileType:
     return value.type
 
 
+F32_OVERFLOW = 2.0**128 - 2.0**103
+"""The smallest magnitude that rounds to infinity in f32 (the largest finite f32 plus half its ulp)."""
+
+
 def _as_f32(value: float) -> float:
-    """The f32 nearest to `value`, so that an f32 property prints and parses back to the same number."""
+    """The f32 nearest to `value`, so that an f32 property prints and parses back to the same number; a finite
+    value past f32's range is a ValueError (it would silently become an infinity)."""
+    if math.isfinite(value) and abs(value) >= F32_OVERFLOW:
+        raise ValueError(f"{value!r} is out of range for f32 (magnitudes up to 3.4028235e+38; pass inf for an "
+                         "infinity)")
     return float(np.float32(value))
 
 

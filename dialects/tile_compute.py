@@ -31,6 +31,7 @@ from xdsl.traits import Pure
 
 from tessera.dialects.tile_base import (
     TILE,
+    F32_OVERFLOW,
     _as_f32,
     _require,
     _require_register_float,
@@ -453,6 +454,9 @@ class FillOp(IRDLOperation):
             value = bits
         else:
             value = float(parser.parse_number(context_msg=" (the fill value, or inf)"))
+            if math.isfinite(value) and abs(value) >= F32_OVERFLOW:
+                parser.raise_error("fill value out of range for f32 (magnitudes up to 3.4028235e+38; write inf for "
+                                   "an infinity)", start, parser.pos)
         attributes = parser.parse_optional_attr_dict()
         parser.parse_punctuation(":")
         ty = parser.parse_type()

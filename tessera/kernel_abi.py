@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, FloatAttr, IntegerAttr, IntegerType, ModuleOp, StringAttr
-from xdsl.ir import Attribute, BlockArgument
+from xdsl.ir import Attribute, BlockArgument, Operation
 from xdsl.utils.exceptions import VerifyException
 
 from tessera.dialects.tile_types import DYNAMIC, DimsAttr, MemSpace, TileType, element_byte_width, is_fp8
@@ -210,7 +210,7 @@ class KernelSignature:
                 name = expr.symbol.data
                 if sizes.setdefault(name, actual) != actual:
                     raise ValueError(f"{what}: '{name}' is {sizes[name]} elsewhere, got {actual}")
-        check_divisible(self.name, self.promised, sizes)
+        check_divisible(self.name, self.promised, sizes, self.kind)
         bound = bind_launch_sizes(self.name, self.launch_sizes, sizes, launch or {})
         for what, expr, actual in derived:
             if expr.evaluate(bound) != actual:
@@ -252,6 +252,13 @@ def launch_size_names(op: func.FuncOp) -> tuple[str, ...]:
     return tuple(a.data for a in attr.data)
 
 
+def kernel_kind(op: func.FuncOp) -> str | None:
+    """The `kind` of a kernel's `tile.kernel` attribute (kept on its Target IR), or None where it has none."""
+    info = op.attributes.get(KERNEL_ATTR)
+    kind = info.data.get("kind") if isinstance(info, DictionaryAttr) else None
+    return kind.data if isinstance(kind, StringAttr) else None
+
+
 def divisible_sizes(op: func.FuncOp) -> dict[str, int]:
     """The promise `tile.divisible` of a Tile IR or Target IR kernel as {size name: multiple} ({} for none;
     `signature` checks its form on Tile IR kernels)."""
@@ -261,16 +268,20 @@ def divisible_sizes(op: func.FuncOp) -> dict[str, int]:
     return {name: v.value.data for name, v in attr.data.items() if isinstance(v, IntegerAttr)}
 
 
-def check_divisible(kernel: str, divisible: Mapping[str, int], sizes: Mapping[str, int]) -> None:
+def check_divisible(kernel: str, divisible: Mapping[str, int], sizes: Mapping[str, int],
+                    kind: str | None = None) -> None:
     """ValueError naming the size, its value and the promise where `sizes` break the kernel's `tile.divisible`
-    promise (its lowering may read rows with TMA or 32-bit pairs that such sizes misalign)."""
+    promise (its lowering may read rows with TMA or 32-bit pairs that such sizes misalign), and what to do: for
+    a GEMM (`kind`), the builder's kernel for any size; for any other kernel, `tile.specialize`."""
     for name, multiple in divisible.items():
         value = sizes.get(name)
         if value is not None and value % multiple:
+            instead = ("compile a kernel that does not promise it (tessera.interpret compiles the default "
+                       "tessera.kernels.gemm() for the sizes it is given)" if kind == "gemm" else
+                       "make the kernel ask for it with tile.specialize instead (its launches then compile the "
+                       "variant the sizes meet: docs/any-shape.md)")
             raise ValueError(f"kernel @{kernel} promises (tile.divisible) that {name} is a multiple of {multiple}, "
-                             f"got {name} = {value}: launch it with such sizes, or compile a kernel that does not promise "
-                             f"it (tessera.interpret compiles the default tessera.kernels.gemm() for the sizes it "
-                             f"is given)")
+                             f"got {name} = {value}: launch it with such sizes, or {instead}")
 
 
 def specialized(module: ModuleOp, kernel: KernelSignature, sizes: Mapping[str, int]) -> ModuleOp:
@@ -492,11 +503,15 @@ WRITES = {"tile.store_global": "dest", "tile.store_global_rows": "dest", "tile.a
 TILE_KERNEL_DIALECTS = ("tile", "arith", "scf", "func")
 """The dialects of a Tile IR kernel's ops: every level (the Tile interpreter, convert-tile-to-sm90) knows them."""
 
+TILE_KERNEL_SCF_OPS = ("scf.for", "scf.if", "scf.yield")
+"""The control flow of a Tile IR kernel: loops with a trip count and conditionals (no level runs scf.while,
+scf.parallel or scf.index_switch in Tile IR)."""
+
 
 def check_body(op: func.FuncOp, sig: KernelSignature) -> None:
     """A Tile IR kernel holds ops of `TILE_KERNEL_DIALECTS` only (an `sm90` op is Target IR, which
     convert-tile-to-sm90 makes; `math` and others have no meaning at any level; of `func`, only its return: no
-    level calls a function), and it writes only its "out"
+    level calls a function; of `scf`, `TILE_KERNEL_SCF_OPS`), and it writes only its "out"
     and "scratch" arguments. An input is the caller's: the GPU launch copies a NumPy input to the device and
     never back, so a store into it would change the caller's array at the CPU levels only, and a second run
     (the next level of a validation) would read the changed values."""
@@ -508,10 +523,16 @@ def check_body(op: func.FuncOp, sig: KernelSignature) -> None:
         if dialect == "func" and inner.name != "func.return":
             raise VerifyException(located(inner, f"'{inner.name}': a Tile IR kernel is one function, which calls "
                                                  "none (write the callee's ops into the kernel)", name_op=False))
+        if dialect == "scf" and inner.name not in TILE_KERNEL_SCF_OPS:
+            raise VerifyException(located(inner, f"'{inner.name}' is not supported in a Tile IR kernel, whose control "
+                                                 f"flow is {', '.join(TILE_KERNEL_SCF_OPS)} (a loop has a trip count; "
+                                                 "leave it early with scf.if)", name_op=False))
         if dialect not in TILE_KERNEL_DIALECTS:
             what = "a Target IR op, which convert-tile-to-sm90 makes" if dialect == "sm90" else "not an op of Tile IR"
             raise VerifyException(located(inner, f"'{inner.name}' is {what}: a Tile IR kernel holds "
                                                  f"{', '.join(TILE_KERNEL_DIALECTS)} ops", name_op=False))
+        if inner.name == "scf.for":
+            _check_step(inner)
         field = WRITES.get(inner.name)
         if field is None:
             continue
@@ -523,6 +544,15 @@ def check_body(op: func.FuncOp, sig: KernelSignature) -> None:
             raise VerifyException(located(inner, f"writes argument %{name}, an input: a kernel writes only its "
                                                  f"outputs and scratch buffers (declare %{name} with "
                                                  f"tile.role = \"out\")"))
+
+
+def _check_step(loop: Operation) -> None:
+    """A loop whose step is a constant must step by a positive amount (MLIR's scf.for verifier rule, which
+    xDSL 0.74 does not check): a zero step never ends, and a negative one has no meaning for scf.for."""
+    step = loop.operands[2].owner
+    if step.name == "arith.constant" and isinstance(step.value, IntegerAttr) and step.value.value.data <= 0:
+        raise VerifyException(located(loop, f"'scf.for' constant step operand must be positive, got "
+                                            f"{step.value.value.data}", name_op=False))
 
 
 def verify_kernels(module: ModuleOp) -> None:

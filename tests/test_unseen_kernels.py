@@ -39,13 +39,14 @@ TANH = approx.approx_relative_error("tanh")
 @dataclass(frozen=True)
 class Case:
     """A kernel file, its inputs for a shape (arrays, then sizes given at launch), its float64 reference (one
-    array per output) and the bound |got - expected| <= atol + rtol |expected|, each with its reason."""
+    array per output) and the bound |got - expected| <= atol + rtol |expected| (one for every output, or a tuple
+    of one per output), each with its reason."""
 
     kernel: str
     inputs: Callable[[tuple, np.random.Generator], tuple[list, dict]]
     reference: Callable[..., tuple]
-    rtol: float
-    atol: float
+    rtol: float | tuple[float, ...]
+    atol: float | tuple[float, ...]
     shapes: tuple
 
 
@@ -241,10 +242,17 @@ def _run(case: Case, shape, level):
     got = got if isinstance(got, tuple) else (got,)
     expected = case.reference(*arrays, *sizes.values())
     assert len(got) == len(expected)
-    for out, ref in zip(got, expected):
+    for k, (out, ref) in enumerate(zip(got, expected)):
+        rtol, atol = (t[k] if isinstance(t, tuple) else t for t in (case.rtol, case.atol))
         assert out.shape == ref.shape
-        err = np.abs(out.astype(np.float64) - ref)
-        bound = case.atol + case.rtol * np.abs(ref)
+        out = out.astype(np.float64)
+        # NaN where NumPy gives NaN, the same infinities, and the bound on every finite value
+        np.testing.assert_array_equal(np.isnan(out), np.isnan(ref), f"{case.kernel} at {level} {shape}: NaNs")
+        infinite = np.isinf(ref)
+        np.testing.assert_array_equal(out[infinite], ref[infinite], f"{case.kernel} at {level} {shape}: infinities")
+        finite = np.isfinite(ref)
+        err = np.abs(out[finite] - ref[finite])
+        bound = atol + rtol * np.abs(ref[finite])
         assert np.all(err <= bound), f"{case.kernel} at {level} {shape}: max error {err.max():.3g}, " \
                                      f"worst excess {(err - bound).max():.3g}"
 

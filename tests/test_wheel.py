@@ -102,6 +102,25 @@ def _dependency_folders() -> list[str]:
     return folders
 
 
+def _fresh_install(wheel: Path, tmp_path: Path) -> tuple[Path, str, dict[str, str]]:
+    """A fresh virtual environment that sees the dependencies (through a .pth naming their folders, which does not
+    run the editable install's finder) but no tessera until `wheel` is installed into it: (venv, its
+    site-packages, the environment variables to run it with)."""
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], tmp_path, "creating a virtual environment")
+    python = venv / "bin" / "python"
+    site = _run([python, "-I", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], tmp_path,
+                "asking the fresh environment for its site-packages").stdout.strip()
+    Path(site, "tessera_test_dependencies.pth").write_text("\n".join(_dependency_folders()) + "\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
+    before = _run([python, "-I", "-c", "import importlib.util; print(importlib.util.find_spec('tessera'))"],
+                  tmp_path, "looking for tessera before the install", env=env).stdout.strip()
+    assert before == "None", f"the fresh environment finds a tessera before the wheel is installed: {before}"
+    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index", str(wheel)],
+         tmp_path, "installing the wheel", env=env)
+    return venv, site, env
+
+
 IMPORT_EVERY_MODULE = """
 import importlib, json, os, sys
 import tessera
@@ -164,20 +183,9 @@ def test_the_wheel_installs_a_working_tessera(tmp_path):
     assert not expected - packaged, f"modules missing from the wheel: {sorted(expected - packaged)}"
     assert not packaged - expected, f"files in the wheel that are no module of the package: {sorted(packaged - expected)}"
 
-    # 3. A fresh environment sees the dependencies (through a .pth naming their folders, which does not run the
-    # editable install's finder) but no tessera until the wheel is installed.
-    venv = tmp_path / "venv"
-    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], tmp_path, "creating a virtual environment")
+    # 3. A fresh environment sees the dependencies but no tessera until the wheel is installed.
+    venv, site, env = _fresh_install(wheel, tmp_path)
     python = venv / "bin" / "python"
-    site = _run([python, "-I", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], tmp_path,
-                "asking the fresh environment for its site-packages").stdout.strip()
-    Path(site, "tessera_test_dependencies.pth").write_text("\n".join(_dependency_folders()) + "\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
-    before = _run([python, "-I", "-c", "import importlib.util; print(importlib.util.find_spec('tessera'))"],
-                  tmp_path, "looking for tessera before the install", env=env).stdout.strip()
-    assert before == "None", f"the fresh environment finds a tessera before the wheel is installed: {before}"
-    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index", str(wheel)],
-         tmp_path, "installing the wheel", env=env)
 
     # 4. Every module of the installed package imports (those of optional extras that are absent are named).
     proc = _run([python, "-I", "-c", IMPORT_EVERY_MODULE, ",".join(OPTIONAL_IMPORTS)], tmp_path,
@@ -202,6 +210,39 @@ def test_the_wheel_installs_a_working_tessera(tmp_path):
     assert ": ok" in run.stdout, run.stdout
     for proc in (opt, run):
         assert "Traceback" not in proc.stderr
+
+
+DOCS_DATA = ("examples", "bench", "tests/ptx_kernels", "tests/user_kernels", "tests/rewriter")
+"""The checkout's folders that blocks of the docs read by relative path (a user runs them from a checkout)."""
+
+
+@pytest.mark.slow
+def test_docs_blocks_run_with_the_wheel(tmp_path):
+    """Every python and shell block of README.md and docs/*.md that is not gpu-only runs, as written, with the
+    wheel installed in a fresh environment, from a directory outside the checkout that holds copies of only the
+    data folders the blocks read (`DOCS_DATA`): no block may depend on the editable install (the package's
+    location, modules outside it). test_docs_snippets runs the same blocks against the editable install."""
+    import test_docs_snippets as snippets
+
+    source = tmp_path / "checkout"
+    _copy_checkout(source)
+    venv, _, env = _fresh_install(_build("build_wheel", source, tmp_path / "wheel"), tmp_path)
+    user = tmp_path / "user"
+    for folder in DOCS_DATA:
+        shutil.copytree(ROOT / folder, user / folder)
+    env = dict(env, PATH=str(venv / "bin") + os.pathsep + env.get("PATH", ""), OPENBLAS_NUM_THREADS="1")
+    failed = []
+    for block in snippets.ALL_BLOCKS:
+        if block.tag not in snippets.RUN or block.gpu_only:
+            continue
+        script = tmp_path / "block.py"
+        script.write_text(block.padded_code, encoding="utf-8")
+        command = ([venv / "bin" / "python", script] if block.tag == "python"
+                   else ["bash", "-e", "-o", "pipefail", "-c", block.code])
+        proc = subprocess.run(command, cwd=user, env=env, capture_output=True, text=True, timeout=snippets.TIMEOUT_S)
+        if proc.returncode != 0:
+            failed.append(f"{block.name}: exit {proc.returncode}\n{proc.stderr[-1500:]}")
+    assert not failed, "\n".join(failed)
 
 
 def test_install_hints_name_what_pip_can_install():

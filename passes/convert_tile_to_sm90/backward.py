@@ -7,7 +7,9 @@ row subtraction, and 1-D row windows (LSE2, dPsum) loaded and stored per row.
   (`STORE_SHARED_MODES`, the pass option `store-shared=stmatrix`) each warp one `stmatrix.x4` per 16-column
   slab (`_stmatrix_slabs`), then `fence.proxy.async` (the wgmma reads shared memory through the async proxy); the `tile.barrier` that
   the builder puts before the reading mma orders the other warps' stores before it.
-- `tile.atomic_add` of an f32 register tile into a global window, two ways (`ATOMIC_ADD_MODES`, the pass
+- `tile.atomic_add` of an f32 row vector [BM] into a 1-D window: one `red.global.add.f32` per row of the
+  thread, from the lane of each quad whose column base is 0 (the others hold the same value);
+- `tile.atomic_add` of an f32 register tile into a 2-D global window, two ways (`ATOMIC_ADD_MODES`, the pass
   option `atomic-add`, whose default "auto" takes "bulk" for an add the producer can issue and "red" for the
   others: `reduction_slots.py`):
     "red"  one `red.global.add.f32` per register and row in bounds;
@@ -206,15 +208,28 @@ class BackwardLowering:
     def _lower_AtomicAddOp(self, op: tile.AtomicAddOp, e: Emitter) -> None:
         window = self._get(op.dest)
         ty = op.value.type
+        if isinstance(window, Window) and len(window.shape) == 1 and ty.memory_space.value == "register":
+            # a row vector [BM] into a 1-D window: each row once, from the lane of its quad whose column base
+            # is 0 (the four lanes of a quad hold the same value, as for tile.store_global of a row vector)
+            base, offsets, mask = self._row_window_access(op, window, e)
+            first = e.setp("eq", self.col_base, e.index(0))
+            mask = e.andi(mask, e.broadcast(first, ROWS_PER_THREAD))
+            e.op(reductions.RedGlobalAddOp(base, offsets, self._get(op.value), mask))
+            return
         if not isinstance(window, Window) or len(window.shape) != 2 or ty.memory_space.value != "register":
-            _refuse(op, "only f32 register tiles are added into a 2-D global window")
-        if self.atomic_add_mode == "bulk" or op in self.reduction_slots:
+            _refuse(op, "only f32 register tiles are added into a global window (a row vector into a 1-D one)")
+        if self._is_column_vector(ty) and op.transpose is None:
+            base, offsets, mask, columns = self._column_vector_access(op, window, ty, e, writers=True)
+            e.op(reductions.RedGlobalAddOp(base, offsets, self._get(op.value), mask, columns))
+            return
+        if (self.atomic_add_mode == "bulk" and not self._is_column(ty)) or op in self.reduction_slots:
             self._bulk_add(op, window, e)
             return
         if op.transpose is not None:
             base, offsets, mask, columns = self._transposed_access(op, window, ty, e)
         else:
             base, offsets, mask, columns = self._row_access(op, window, ty, e)
+            mask = self._column_writers(ty, mask, columns, e)  # an [BM, 1] column: each row once
         e.op(reductions.RedGlobalAddOp(base, offsets, self._get(op.value), mask, columns))
 
     def _transposed_access(self, op, window: Window, ty, e: Emitter):

@@ -221,6 +221,9 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
             semaphores = tile.SemWaitOp | tile.SemSignalOp  # the deterministic backward's, through a pointer
             if isinstance(op, tile.LoadBroadcastOp) and op.source.type.memory_space == MemSpace.SHARED:
                 continue  # a row of shared memory (a one-row tile)
+            if isinstance(op, tile.LoadOp) and op.source.type.memory_space == MemSpace.SHARED:
+                _refuse(op, "tile.load of a shared tile into registers is not supported (the Tile interpreter runs "
+                            "it; a shared tile is read by tile.mma, or one row by tile.load_broadcast)")
             if isinstance(op, stores | semaphores | tile.LoadOp | tile.LoadBroadcastOp):
                 view = (op.dest if isinstance(op, stores) else op.sem if isinstance(op, semaphores)
                         else op.source).owner

@@ -437,7 +437,14 @@ class MemoryLowering:
         """Each thread stores its registers of `value` (of type `ty`) into the window, masked by the tensor's
         bounds (and `row_end`): one `st.global.b32` per register where `_words_aligned`, otherwise (16-bit
         elements in rows that may start on any even byte) one `st.global.b16` per element, the packed pair
-        (lo | hi << 16) split into its low half and hi = pair / 2^16."""
+        (lo | hi << 16) split into its low half and hi = pair / 2^16. A column vector [1, N] writes the
+        window's one row, from the threads of the tile's first row (`_column_vector_access`)."""
+        if self._is_column_vector(ty):
+            if row_end is not None:
+                _refuse(op, "a [1, N] register tile is stored with tile.store_global")
+            base, offsets, mask, columns = self._column_vector_access(op, window, ty, e, writers=True)
+            e.op(sm90.StGlobalOp(base, offsets, value, mask, columns))
+            return
         if self._words_aligned(window, ty):
             base, offsets, mask, columns = self._window_access(op, window, ty, e, row_end=row_end)
             mask = self._column_writers(ty, mask, columns, e)
@@ -491,8 +498,18 @@ class MemoryLowering:
             loaded = self._broadcast_from_shared(op, window, columns, vector_type, e)
             self._set(op.result, loaded if spread == list(range(len(columns))) else e.shuffle(loaded, spread))
             return
+        base, mask, column_bytes = self._one_row_access(window, ty, columns, e)
+        loaded = e.op(sm90.LdGlobalOp(base, e.dense(i32, [0] * len(columns)), mask,
+                                      VectorType(vector_type.element_type, [len(columns)]), column_bytes))
+        self._set(op.result, loaded if spread == list(range(len(columns))) else e.shuffle(loaded, spread))
+
+    def _one_row_access(self, window: Window, ty: TileType, columns: list[int], e: Emitter):
+        """(base address, in-bounds mask, column bytes) of the thread's `columns` (offsets from its column
+        base) of the one row of a window [lead..., col0] whose leading indices select the row (a 1-D window, or
+        a [1, N] window of a 2-D tensor): every thread reads the same row. Out-of-bounds columns, and every
+        column of a row outside the tensor, are masked (no mask for a window promised `in_bounds`). An [BM, 1]
+        column takes the window's one element whatever the thread's column."""
         *lead, col0 = window.indices
-        # a column reads the window's one element whatever the thread's column; a row, the thread's columns
         col = col0 if self._is_column(ty) else e.addi(col0, self.col_base)
         dims = [self._dim_value(window.arg, d, e) for d in range(len(window.indices))]
         mask = self._all_true(e, len(columns)) if window.in_bounds else self._below(e, e.op(arith.SubiOp(dims[-1], col)), columns)
@@ -504,10 +521,21 @@ class MemoryLowering:
         first = e.addi(e.muli(flat, e.to_i64(dims[-1])), e.to_i64(col))
         elt = element_type_bytes(ty.element_type)
         base = e.addi(self.entry_args[self.pointer_args[window.arg]], e.muli(first, e.i64(elt)))
-        loaded = e.op(sm90.LdGlobalOp(base, e.dense(i32, [0] * len(columns)), mask,
-                                      VectorType(vector_type.element_type, [len(columns)]),
-                                      [c * elt for c in columns]))
-        self._set(op.result, loaded if spread == list(range(len(columns))) else e.shuffle(loaded, spread))
+        return base, mask, [c * elt for c in columns]
+
+    def _column_vector_access(self, op, window: Window, ty: TileType, e: Emitter, writers: bool = False):
+        """(base, offsets, mask, column bytes) of a [1, N] register tile (a column vector: the thread's distinct
+        columns, `_is_column_vector`) moved to or from a [1, N] window of a 2-D tensor: the window's one row, not
+        the thread's rows. `writers`: only the threads of the tile's first row write (the lanes of one quad
+        hold every column once; the other rows hold the same values again)."""
+        if len(window.shape) != 2 or window.shape[0] != 1:
+            _refuse(op, f"a [1, N] register tile moves to or from a [1, N] window, got {list(window.shape)}")
+        columns = self._layout(op, ty).distinct_columns[0]
+        base, mask, column_bytes = self._one_row_access(window, ty, columns, e)
+        if writers:
+            first_row = e.setp("eq", self.row_base, e.index(0))
+            mask = e.andi(mask, e.broadcast(first_row, len(columns)))
+        return base, e.dense(i32, [0] * len(columns)), mask, column_bytes
 
     def _broadcast_from_shared(self, op: tile.LoadBroadcastOp, row: SharedTile, columns: list[int], vector_type,
                                e: Emitter) -> SSAValue:
@@ -535,6 +563,10 @@ class MemoryLowering:
         if not isinstance(window, Window):
             _refuse(op, "loads from shared memory are not supported")
         ty = op.result.type
+        if self._is_column_vector(ty):  # the window's one row: load_broadcast's access
+            base, offsets, mask, columns = self._column_vector_access(op, window, ty, e)
+            self._set(op.result, e.op(sm90.LdGlobalOp(base, offsets, mask, self._vector_type(op, ty), columns)))
+            return
         if not self._words_aligned(window, ty):
             base, offsets, mask, columns = self._window_access(op, window, ty, e, per_element=True)
             elements = e.op(sm90.LdGlobalU16Op(base, offsets, mask, len(columns), columns))

@@ -92,6 +92,8 @@ class ReductionSlotsLowering:
             if not (isinstance(view, tile.ViewOp) and view.in_bounds is not None and op.value.type.memory_space.value
                     == "register" and len(view.result.type.get_shape()) == 2 and _constant(view.indices[-1]) == 0):
                 continue
+            if self._is_column(op.value.type) or self._is_column_vector(op.value.type):
+                continue  # one value per row or per column: `red` from one lane of each (backward.py)
             width = list(self.sig.args[view.source.index].dims)[-1]
             if width.is_constant and width.value.data == view.result.type.get_shape()[1]:
                 self.reduction_slots[op] = None

@@ -20,6 +20,7 @@ from xdsl.dialects.builtin import FloatAttr, IntegerAttr
 from xdsl.utils.exceptions import InterpretationError
 
 from tessera.interpreters.block_batch import BlockBatch
+from tessera.interpreters.limits import MAX_LOOP_TRIPS
 
 
 def _floordiv(a, b):
@@ -192,6 +193,9 @@ class BatchedControlFunctions(InterpreterFunctions):
         if bad_step.any():
             batch.fail(op, "loop step must be positive", bad_step)
         trips = np.where(batch.active, np.maximum(0, _ceildiv(ub - lb, np.maximum(step, 1))), 0)
+        if trips.max(initial=0) > MAX_LOOP_TRIPS:
+            batch.fail(op, f"would run {int(trips.max())} trips, more than the interpreters' limit of {MAX_LOOP_TRIPS} "
+                           "(tessera.interpreters.limits.MAX_LOOP_TRIPS)", trips > MAX_LOOP_TRIPS)
         uniform = bool((trips[batch.active] == trips.max()).all()) if batch.active.any() else True
         for i in range(int(trips.max(initial=0))):
             taking = trips > i

@@ -1,4 +1,5 @@
-"""How much host memory a simulator may allocate for one launch, checked before it allocates anything.
+"""How much host memory a simulator may allocate for one launch, checked before it allocates anything, and how
+many trips one loop may run (`MAX_LOOP_TRIPS`).
 
 The Tile interpreter, the CTA simulator and the PTX executor hold every tensor of a launch in host memory
 (the PTX executor a copy as well, its global memory) and the state of the CTAs they run together (registers,
@@ -9,6 +10,12 @@ in a MemoryError (or swapping) after a long wait. The budget is an argument of e
 """
 
 from __future__ import annotations
+
+MAX_LOOP_TRIPS = 1 << 20
+"""The most trips one `scf.for` may run in the Tile interpreter and the CTA simulator, so that a trip count read
+from the inputs (`tile.load_index`, a size) that is far too large is refused at the loop, naming it, instead of
+running for hours (the PTX executor's bound is `max_steps`). Far above every loop of the suite and the
+benchmarks: a K loop over 2^20 tiles of 64 covers a dimension of 2^26."""
 
 DEFAULT_MEMORY_BUDGET = 8 << 30
 """8 GiB: above every launch of the test suite and the benchmarks by orders of magnitude."""

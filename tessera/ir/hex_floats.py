@@ -117,7 +117,9 @@ class HexFloatLiterals(AttrParser):
             attr = super().parse_optional_builtin_int_or_float_attr()
         except OverflowError:
             # xDSL converts with int.to_bytes (hex, too wide) or float() (a decimal integer past f64)
-            what = "hexadecimal float constant" if literal else "integer literal"
+            text = self._span_from(start).text
+            what = ("hexadecimal float constant" if literal else
+                    "float literal" if any(c in text for c in ".eE") else "integer literal")
             self.raise_error(f"{what} out of range for its float type", self._span_from(start))
         if isinstance(attr, FloatAttr):
             self._require_storable(attr.type, self._span_from(start))

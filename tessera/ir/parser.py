@@ -114,6 +114,10 @@ class TesseraParser(HexFloatLiterals, LocationAliases, Parser):
         except VerifyException as e:  # a property or attribute of the op failing its constraint while parsed
             span = Span(start, max(self.pos, start + 1), self.lexer.input, self.line_offset)
             raise LocatedVerifyException(span.print_with_context(str(e)).rstrip("\n")) from e
+        except OverflowError:  # xDSL packs a float property past its type's range (`tile.scale %x by 1e40`)
+            self.raise_error("float literal out of range for its float type (f32 holds magnitudes up to "
+                             "3.4028235e+38)",
+                             Span(start, max(self.pos, start + 1), self.lexer.input))
         if not isinstance(op.location, FileLineColLoc):
             # unknown, or a name/call-site/fused location (JAX's): diagnostics point into the text read
             op.location = self.file_line_col(start)

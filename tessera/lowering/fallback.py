@@ -21,8 +21,11 @@ fallback say so: a `TesseraWarning` located at each kernel, and the attribute `s
 Target IR kernel (`tessera.host.HostDescription.pipeline_note`, in `as_dict()` as `pipeline_note`), naming the
 configuration kept and why the larger ones were refused. Only register budget refusals
 (`tessera.regalloc.RegisterBudgetError`, which warp-specialize's `ConsumerBudgetError` is) lead to the next
-configuration; any other refusal of the first configuration is the kernel's error, reported as it is. When no
-configuration compiles, `NoConfigurationFitsError` names every configuration tried and why each failed.
+configuration; so does a loop that `pipeline-loops` cannot pipeline (`PipelineLoopsError`: a loop that copies,
+written in another shape than the pipelined Tile IR contract, such as compute after its trailing barrier), to
+the first configuration without pipeline-loops (single-stage), which runs the loop as written. Any other
+refusal of the first configuration is the kernel's error, reported as it is. When no configuration compiles,
+`NoConfigurationFitsError` names every configuration tried and why each failed.
 
 A configuration may name its form with dQ by `red.global.add` (`Configuration.red`: the warp-specialized one).
 Where `convert-tile-to-sm90{atomic-add=auto}` gave the producer a bulk reduction (`reduction_slots.py`: its
@@ -59,7 +62,12 @@ from tessera.ir.diagnostics import located, warn
 from tessera.kernel_abi import is_kernel, is_target_kernel, kernels
 from tessera.regalloc import SPILL_ATTR, RegisterBudgetError
 from tessera.passes.allocate_registers import REGISTERS_ATTR
+from tessera.passes.pipeline_loops import PipelineLoopsError
 from tessera.sm90 import facts
+
+PIPELINE_LOOPS = "pipeline-loops"
+"""The pass whose refusal (`PipelineLoopsError`: a loop that copies, of another shape than the pipelined Tile IR
+contract) sends a kernel to the configurations without it, single-stage (module docstring)."""
 
 PIPELINE_NOTE_ATTR = "sm90.pipeline_note"
 """On a Target IR kernel compiled by a fallback configuration: which one, and why the larger did not fit."""
@@ -133,6 +141,9 @@ def apply_with_fallback(module: ModuleOp, ladder: Sequence[Configuration],
     trial = module.clone()
     try:
         run(first.pipeline, trial)
+    except PipelineLoopsError as error:  # loops of another shape than pipelining takes: the rungs without it
+        _lower_down(module, first, error, [c for c in rest if PIPELINE_LOOPS not in c.pipeline], run)
+        return
     except RegisterBudgetError as error:
         if not _takes_red(first, trial, refused=True):
             _lower_down(module, first, error, rest, run)
@@ -177,7 +188,7 @@ def _takes_red(configuration: Configuration, trial: ModuleOp, refused: bool) -> 
     return False
 
 
-def _lower_down(module: ModuleOp, first: Configuration, refusal: RegisterBudgetError,
+def _lower_down(module: ModuleOp, first: Configuration, refusal: RegisterBudgetError | PipelineLoopsError,
                 rest: Sequence[Configuration], run: Callable[[str, ModuleOp], None]) -> None:
     """Lower `module` (one kernel) in place with the first configuration of `rest` that compiles it, `first`
     having refused it with `refusal`; NoConfigurationFitsError naming each configuration when none does."""

@@ -19,7 +19,9 @@ import numpy as np
 from tessera.dialects.tile_types import DimsAttr
 from tessera.host import HostDescription
 from tessera.interpreters.sm90.launch import target_kernel
-from tessera.kernel_abi import ELEMENT_ATTR, bind_launch_sizes, check_divisible, divisible_sizes, launch_size_names
+from tessera.kernel_abi import (
+    ELEMENT_ATTR, bind_launch_sizes, check_divisible, divisible_sizes, kernel_kind, launch_size_names,
+)
 from tessera.numerics import numpy_dtype
 from tessera.sm90 import facts
 
@@ -116,7 +118,7 @@ def bind_sizes(host: HostDescription, shapes: Mapping[int, Sequence[int]],
                     raise ValueError(f"{what}: the kernel is compiled for {expr.value.data}, got {actual}")
             elif expr.is_name and sizes.setdefault(expr.symbol.data, actual) != actual:
                 raise ValueError(f"{what}: '{expr.symbol.data}' is {sizes[expr.symbol.data]} elsewhere, got {actual}")
-    check_divisible(host.kernel, divisible_sizes(host.op), sizes)
+    check_divisible(host.kernel, divisible_sizes(host.op), sizes, kernel_kind(host.op))
     # launch sizes first: one that a tensor's dimensions use is a kernel parameter too (`tessera.kernel_abi`)
     sizes = bind_launch_sizes(host.kernel, launch_size_names(host.op), sizes, launch or {})
     for param in host.params:

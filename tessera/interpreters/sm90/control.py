@@ -21,6 +21,7 @@ from xdsl.interpreter import (
     register_impls,
 )
 
+from tessera.interpreters.limits import MAX_LOOP_TRIPS
 from tessera.interpreters.sm90.cta import CtaState
 from tessera.interpreters.sm90.followers import FollowerDropout, pure_if
 from tessera.interpreters.sm90.registers import dtype_of, row_mask
@@ -104,6 +105,9 @@ class DivergentControlFunctions(InterpreterFunctions):
             self.cta.fail(op, "loop step must be positive", bad)
         trips = np.where(active, np.maximum(0, -((lb - ub) // np.maximum(step, 1))), 0)
         count = int(trips.max(initial=0))
+        if count > MAX_LOOP_TRIPS:
+            self.cta.fail(op, f"would run {count} trips, more than the interpreters' limit of {MAX_LOOP_TRIPS} "
+                              "(tessera.interpreters.limits.MAX_LOOP_TRIPS)", trips > MAX_LOOP_TRIPS)
         uniform = bool((trips[active] == count).all())
         iv_dtype = dtype_of(op.body.block.args[0].type)
         for i in range(count):

@@ -258,6 +258,48 @@ func.func @calls(%x: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<m, 64>
   func.return
 }
 
+// -----
+
+// ===== a loop's constant step is positive (MLIR's scf.for rule: a zero step never ends)
+
+// CHECK: kernel @zero_step: 'scf.for' constant step operand must be positive, got 0
+func.func @zero_step(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<n>} {
+  %c0 = arith.constant 0 : index
+  %c4 = arith.constant 4 : index
+  scf.for %i = %c0 to %c4 step %c0 {
+  }
+  func.return
+}
+
+// -----
+
+// CHECK: kernel @negative_step: 'scf.for' constant step operand must be positive, got -64
+func.func @negative_step(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<n>} {
+  %c0 = arith.constant 0 : index
+  %c4 = arith.constant 4 : index
+  %step = arith.constant -64 : index
+  scf.for %i = %c4 to %c0 step %step {
+  }
+  func.return
+}
+
+// -----
+
+// CHECK: kernel @while_loop: 'scf.while' is not supported in a Tile IR kernel, whose control flow is scf.for, scf.if, scf.yield
+func.func @while_loop(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<n>} {
+  %c0 = arith.constant 0 : index
+  %r = scf.while (%i = %c0) : (index) -> index {
+    %go = arith.cmpi ult, %i, %c0 : index
+    scf.condition(%go) %i : index
+  } do {
+  ^bb0(%j: index):
+    scf.yield %j : index
+  }
+  func.return
+}
+
+// -----
+
 // ===== valid kernels of each kind pass
 
 // -----
