@@ -313,9 +313,10 @@ _SLOT_ONCE = ("the second ring slot is filled once on three trips and never awai
 _CHAINED_FENCE = ("the wgmma.fence before dP already orders every earlier access of the chained accumulators dV "
                   "and dK (nothing touches their registers in between; memory_model.WGMMA_FENCE)")
 _SCALE_D_FENCE = ("the fence before dQ = dS K (scale-d 0): no instruction writes the folded zero accumulator and "
-                  "nothing touched dQ's registers since the previous fence, so the PTX executor, judging registers, "
-                  "has nothing to order (memory_model.WGMMA_FENCE_SCALE_D); the CTA simulator without a register "
-                  "allocation judges SSA values, and the zero is a value computed after the fence")
+                  "nothing touched dQ's registers since the previous fence (memory_model.WGMMA_FENCE_SCALE_D): the "
+                  "PTX executor judges the registers; the CTA simulator without a register allocation takes a "
+                  "constant accumulator as no access (an immediate the scale-d 0 wgmma does not read) and finds no "
+                  "read of dQ's chain after the previous fence")
 _MERGED_COMMIT = "the next commit takes the group, and the wait_group 0 after dQ completes it"
 _P_FENCE = ("the fence after the P stores: the fence after the dS stores and the bar.sync after it lie on the path "
             "from the P stores to the wgmma reading them too")
@@ -436,7 +437,7 @@ EXPECTED: dict[str, list[tuple[str, str, str]]] = {
         (r"mbarrier count wrong: init #[37] counts", "CRCR", _ONE_BLOCK),
         (r"fence_mbarrier_init deleted", "CCCC", _INIT_FENCE),
         (r"wgmma_fence deleted: wgmma_fence #[23]$", "CCCC", _CHAINED_FENCE),
-        (r"wgmma_fence deleted: wgmma_fence #4$", "RRCC", _SCALE_D_FENCE),
+        (r"wgmma_fence deleted: wgmma_fence #4$", "CCCC", _SCALE_D_FENCE),
         (r"commit deleted: commit #[23]$", "CCCC", _MERGED_COMMIT),
         (r"fence_proxy deleted: fence_proxy #0$", "CCCC", _P_FENCE),
         (r"bar_sync deleted: bar_sync #1$", "CCCC", _OWN_WAIT),

@@ -80,7 +80,8 @@ WGMMA_FENCE = Rule(
     "wgmma.fence is reported. The CTA simulator with a register allocation judges the allocated registers, as the "
     "PTX executor judges the printed ones (a zero accumulator under scale-d 0 that no instruction writes needs no "
     "fence; registers the softmax read since the fence do: WGMMA_FENCE_SCALE_D); without one, SSA values (a value "
-    "feeding the wgmma computed after the fence, `wgmma.WgmmaUnit._check_fenced`)",
+    "feeding the wgmma that an instruction computed after the fence, `wgmma.WgmmaUnit._check_fenced`; a constant "
+    "accumulator under scale-d 0 is none: an immediate the wgmma does not read, which the printer folds)",
     "tessera.interpreters.sm90.register_check:RegisterFileChecker._check_fenced")
 
 PROXY_FENCE_STATE_SPACE = Rule(
@@ -105,7 +106,9 @@ WGMMA_FENCE_SCALE_D = Rule(
     "the previous result, zeroing), exactly as for scale-d true. The exemption covers only wgmma.mma_async "
     "instructions of the same shape; a wgmma of another shape (or type) on the same accumulator registers needs "
     "the fence too. The CTA simulator applies it to the allocated registers (a chained accumulator has one shape "
-    "in Target IR)",
+    "in Target IR); without an allocation, to the chain's registers: the chained wgmmas' accumulator is one set of "
+    "registers, which an SSA value keeps in every loop trip, so an instruction reading the chain's previous result "
+    "after the warpgroup's latest fence is reported (`wgmma.wgmma_accumulator_chains`)",
     "tessera.interpreters.sm90.register_check:RegisterFileChecker._check_fenced")
 
 WGMMA_A_ROWS_PER_WARP = Rule(
