@@ -112,3 +112,66 @@ def test_tile_level_refuses_a_transposed_a_of_two_groups_and_accepts_the_barrier
         _run("tile", 128, transpose_a=True)
     _run("tile", 64, transpose_a=True)
     _run("tile", 128, barrier=True)
+
+
+# The PTX executor when the warps of a warpgroup reach the wait at different times: warp 0 takes a detour, so
+# warps 1-3 complete the group first; thread 0 then stores into the bytes the wgmma read, after its own wait
+# (correct: the group is the warpgroup's, its wait returning means the reads are done) or, seeded, in the detour
+# before it (a race: nothing orders the other warps' wait before the store).
+LATE_WAIT = """.version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry late_wait(.param .u64 out)
+.reqntid 128, 1, 1
+{
+    .reg .f32 %f<8>;
+    .reg .b64 %rd<3>;
+    .reg .b32 %r<4>;
+    .reg .pred %p<3>;
+    .shared .align 128 .b8 tile[4096];
+    mov.u32 %r0, tile;
+    cvt.u64.u32 %rd0, %r0;
+    shr.u64 %rd0, %rd0, 4;
+    and.b64 %rd0, %rd0, 0x3FFF;
+    or.b64 %rd0, %rd0, 0x0000004000010000;
+    setp.ne.b64 %p0, %rd0, %rd0;
+    wgmma.fence.sync.aligned;
+    wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%f0,%f1,%f2,%f3,%f4,%f5,%f6,%f7}, %rd0, %rd0, %p0, 1, 1, 0, 0;
+    wgmma.commit_group.sync.aligned;
+    mov.u32 %r1, %tid.x;
+    setp.lt.u32 %p1, %r1, 32;
+    setp.eq.u32 %p2, %r1, 0;
+    mov.u32 %r2, 7;
+    @%p1 bra DETOUR;
+BACK:
+    wgmma.wait_group.sync.aligned 0;
+    AFTER
+    ld.param.u64 %rd1, [out];
+    cvta.to.global.u64 %rd1, %rd1;
+    mul.wide.u32 %rd2, %r1, 4;
+    add.s64 %rd1, %rd1, %rd2;
+    st.global.f32 [%rd1], %f0;
+    ret;
+DETOUR:
+    BEFORE
+    bra BACK;
+}
+"""
+_STORE = "@%p2 st.shared.u32 [tile], %r2;"
+
+
+@pytest.mark.parametrize("schedule, seed", [("min-pc", None), ("adversarial", 1)])
+def test_a_thread_whose_own_wait_comes_after_the_other_warps_may_overwrite(schedule, seed):
+    from tessera.interpreters.ptx import launch
+
+    launch(LATE_WAIT.replace("AFTER", _STORE).replace("BEFORE", ""), "late_wait", 1, 128,
+           [np.zeros(128, np.float32)], shared_bytes=4096, schedule=schedule, seed=seed)
+
+
+def test_a_store_before_the_threads_own_wait_races_the_wgmma_the_other_warps_waited_for():
+    from tessera.interpreters.ptx import launch
+
+    with pytest.raises(PtxExecutionError, match=r"st.shared.u32: the store overwrites shared address 0x0, which a "
+                                                r"wgmma of warpgroup 0 read until its wgmma.wait_group"):
+        launch(LATE_WAIT.replace("AFTER", "").replace("BEFORE", _STORE), "late_wait", 1, 128,
+               [np.zeros(128, np.float32)], shared_bytes=4096)
