@@ -212,7 +212,7 @@ def main() -> None:
     parser.add_argument("--library", action="store_true", help="CUTLASS's and FA3's PTX seeded")
     parser.add_argument("--tessera", action="store_true", help="split-KV, clusters, GEMM (tests/tessera_seeds.py)")
     parser.add_argument("--fa3-backward", action="store_true", help="FA3's backward PTX seeded")
-    parser.add_argument("--unseen", action="store_true", help="nine more kernels (tests/unseen_seeds.py)")
+    parser.add_argument("--unseen", action="store_true", help="ten more kernels (tests/unseen_seeds.py)")
     parser.add_argument("--triton", action="store_true", help="Triton's PTX at every op (tests/triton_seeds.py)")
     parser.add_argument("--clean", action="store_true", help="correct library PTX: no report on any schedule")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="with --clean: adversarial seeds")

@@ -1,4 +1,4 @@
-"""One-edit synchronisation bugs seeded mechanically at every synchronisation op of nine of Tessera's kernels
+"""One-edit synchronisation bugs seeded mechanically at every synchronisation op of ten of Tessera's kernels
 that the detectors were not written for, the same edit in Target IR (CTA simulator) and in PTX (PTX executor):
 issue 31's kinds, on a one-block shape and a longer one each.
 
@@ -10,7 +10,8 @@ consumers through remote releases), the FP8 forward (e4m3, head_dim 64: V TMA-lo
 transposed there by the producer warpgroup with st.shared + fence.proxy.async into V^T), the varlen forward
 (packed sequences, causal), the paged forward with the row gather (page size 32: cp.async rows into the ring,
 fenced and released by the producer), the deterministic backward (head_dim 64: dQ additions ordered by a
-semaphore per query block, `ld.acquire` / `red.release`), and decoding over a TMA-paged cache (page size 128: each
+semaphore per query block, `ld.acquire` / `red.release`), the forward with a bias (the kernel a StableHLO graph's
+attention is rewritten into), and decoding over a TMA-paged cache (page size 128: each
 key block one TMA box of one page through the page table; two key heads for four query heads; two split-KV parts
 writing O_partial and LSE_partial).
 
@@ -100,6 +101,13 @@ def _paged_tma(rng, lengths_q, lengths_k):
     return [q, k, v, starts[:-1], starts[1:], table, np.asarray(lengths_k, np.int32)], {"max_seqlen_q": max(lengths_q)}
 
 
+def _biased(rng, seq_q, seq_k):
+    """Q, K, V of one batch entry and two heads, and an f32 bias [1, 2, seq_q, seq_k] (the attention a StableHLO
+    graph's softmax(Q K^T s + bias) V is rewritten into)."""
+    return [_bf16(rng, 1, 2, n, 64) for n in (seq_q, seq_k, seq_k)] + [
+        rng.standard_normal((1, 2, seq_q, seq_k)).astype(np.float32)], None
+
+
 @lru_cache(maxsize=None)
 def _backward():
     return tessera.kernels.attention_backward(head_dim=64, deterministic=True)
@@ -139,6 +147,8 @@ KERNELS = {
     "paged gather": Kernel(lambda: _K.flash_attention_paged(head_dim=64, page_size=32), _paged(32),
                            (([1, 2], [5, 100]), ([1, 3], [40, 600]))),
     "backward deterministic": Kernel(lambda: _backward().main, _backward_inputs, ((128, 128), (300, 200))),
+    "flash with bias (StableHLO rewrite)": Kernel(lambda: _K.flash_attention(head_dim=64, bias=True), _biased,
+                                                  ((64, 100), (130, 700))),
     "paged TMA decode, GQA, 2 splits": Kernel(
         lambda: _K.flash_attention_paged(head_dim=64, page_size=128, num_splits=2), _paged_tma,
         (([1, 1], [5, 100]), ([1, 2], [300, 1100]))),
@@ -489,6 +499,9 @@ EXPECTED: dict[str, list[tuple[str, str, str]]] = {
     ],
 }
 """kernel -> [(pattern on "kind: name", expected per cell, reason)], the first match deciding."""
+EXPECTED["flash with bias (StableHLO rewrite)"] = EXPECTED["varlen"]
+"""The bias kernel has the varlen forward's synchronisation, op for op (each thread reads its bias from global memory:
+no synchronisation op of its own), and every seed gives the varlen seed's cells, for the same reasons."""
 
 
 def expectation(kernel: str, kind: str, name: str) -> tuple[str, str]:
