@@ -13,6 +13,7 @@ from contextlib import contextmanager
 import numpy as np
 
 import test_ptx_external as external
+from test_ptx_library import ATTENTION, BACKWARD, GEMMS
 from ptx_library.build import CONFIGS
 from ptx_library.library import (attention_reference, backward_reference, built, gemm_reference, launch_backward,
                                  launch_library)
@@ -22,10 +23,12 @@ EXTERNAL = {  # name: (test function of test_ptx_external, its arguments besides
     "integer ops": ("test_integer_division_remainder_and_wide_multiply", ()), "atomics": ("test_atomics", ()),
     "layer norm backward (locks)": ("test_layer_norm_backward_takes_its_locks_in_turn", ()),
     "min/max atomics": ("test_half_double_and_float_min_max_atomics", ()),
-    "TMA matmul": ("test_matmul_tma_descriptors", ()), "dot e4m3": ("test_single_dot_every_wgmma_type", ("triton_dot_fp8",)),
+    "TMA matmul": ("test_matmul_tma_descriptors", ()),
+    "dot e4m3": ("test_single_dot_every_wgmma_type", ("triton_dot_fp8",)),
     "dot s8": ("test_single_dot_every_wgmma_type", ("triton_dot_int8",)),
     "mma.sync dot": ("test_small_dot_runs_on_mma_sync", ()),
-    "TMA reduce": ("test_tma_reduce_add_from_every_program", ()), "flash attention": ("test_flash_attention_forward", ()),
+    "TMA reduce": ("test_tma_reduce_add_from_every_program", ()),
+    "flash attention": ("test_flash_attention_forward", ()),
 }
 """Triton's samples whose runs check their answers (the fp8 conversions and the refusals are not launches of a
 kernel with memory traffic)."""
@@ -74,12 +77,14 @@ def _backward(config: str, **options) -> None:
 
 
 def library_runs() -> Iterator[tuple[str, Callable[..., None]]]:
-    """(name, run(**launch options)) of each built CUTLASS / FA3 configuration (the schedule's seed is
-    `schedule_seed` there: `seed` draws the inputs)."""
-    for config, spec in CONFIGS.items():
+    """(name, run(**launch options)) of each built plain CUTLASS GEMM and FA3 forward and backward configuration
+    (the variants, FP8, bias-ReLU, stream-K, soft-cap, local, packed GQA, have their own adversarial runs in
+    tests/test_ptx_library.py). The schedule's seed is `schedule_seed` there: `seed` draws the inputs."""
+    checks = {**dict.fromkeys(GEMMS, _gemm), **dict.fromkeys(ATTENTION, _forward),
+              **dict.fromkeys(BACKWARD, _backward)}
+    for config, check in checks.items():
         if not built(config):
             continue
-        check = _gemm if config.startswith("cutlass") else _forward if spec["source"] == "fa3_fwd.cu" else _backward
 
         def run(config=config, check=check, seed=None, **options):
             check(config, schedule_seed=seed, **options)
