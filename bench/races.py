@@ -6,6 +6,13 @@
 
     python bench/races.py --backward | --tessera | --unseen | --triton | --library | --fa3-backward
 
+    python bench/races.py --clean [--seeds 0 1 2]
+
+--clean: the other direction: every correct kernel of tests/clean_runs.py (Triton's PTX samples, and the CUTLASS
+and FA3 configurations tests/ptx_library/build.py built here) with races on, under the default schedule and the
+adversarial one with each seed: one line per run, "clean" or the report (exit status 1 on any report or wrong
+answer; tests/test_ptx_clean_adversarial.py runs a slice, and all with -m slow).
+
 --backward: the seeds of tests/backward_seeds.py in the PTX of the attention backward (head_dim 128: warp-specialized
 with red and with the producer's bulk-reduction dQ (the default), single-stage at 64x64; the default keys-on-rows kernel
 at 64x128, bulk and red; head_dim 64's 128x128, bulk and red) on one trip and several: the outcome (R reported, C clean and right) against the
@@ -173,6 +180,29 @@ def fa3_backward() -> int:
     return missed
 
 
+def clean(seeds: list[int]) -> int:
+    """Run every kernel of tests/clean_runs.py with races on, min-pc then adversarial with each seed; the
+    number of runs that reported or went wrong."""
+    sys.path.insert(0, str(KERNELS.parent))
+    from clean_runs import external_runs, library_runs
+
+    failed = 0
+    schedules = [{"schedule": "min-pc"}] + [{"schedule": "adversarial", "seed": seed} for seed in seeds]
+    for name, run in [*external_runs(), *library_runs()]:
+        for options in schedules:
+            start = time.process_time()
+            try:
+                run(races=True, **options)
+                verdict = "clean"
+            except Exception as error:  # a report, a deadlock or a wrong answer: each is a false report here
+                failed += 1
+                verdict = f"FAILED {type(error).__name__}: {' '.join(str(error).split())[:200]}"
+            label = options["schedule"] + (f" seed {options['seed']}" if "seed" in options else "")
+            print(f"  {name:28s} {label:18s} {time.process_time() - start:6.1f} s  {verdict}", flush=True)
+    print(f"{failed} false reports")
+    return failed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -182,9 +212,13 @@ def main() -> None:
     parser.add_argument("--library", action="store_true", help="CUTLASS's and FA3's PTX seeded")
     parser.add_argument("--tessera", action="store_true", help="split-KV, clusters, GEMM (tests/tessera_seeds.py)")
     parser.add_argument("--fa3-backward", action="store_true", help="FA3's backward PTX seeded")
-    parser.add_argument("--unseen", action="store_true", help="eight more kernels (tests/unseen_seeds.py)")
+    parser.add_argument("--unseen", action="store_true", help="ten more kernels (tests/unseen_seeds.py)")
     parser.add_argument("--triton", action="store_true", help="Triton's PTX at every op (tests/triton_seeds.py)")
+    parser.add_argument("--clean", action="store_true", help="correct library PTX: no report on any schedule")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="with --clean: adversarial seeds")
     options = parser.parse_args()
+    if options.clean:
+        sys.exit(1 if clean(options.seeds) else 0)
     if options.unseen or options.triton:
         sys.path.insert(0, str(KERNELS.parent))
         if options.unseen:

@@ -12,8 +12,8 @@ and with the producer's bulk-reduction dQ (the default), single-stage at 64x64; 
 and the start of the report, MISMATCH where it differs from the catalogue's expectation (exit status 1).
 --tessera: the same for tests/tessera_seeds.py (the split-KV flash kernel, the flash kernel in clusters of two and
 the warp-specialized GEMM, each on a short and a long shape). --unseen: tests/unseen_seeds.py (every synchronisation op
-of eight more kernels: GEMM layouts and structures, clusters of 2 x 1, FP8, varlen, paged gather, deterministic
-backward, each on a one-block and a long shape).
+of ten more kernels: GEMM layouts and structures, clusters of 2 x 1, FP8, varlen, paged gather, deterministic
+backward, bias, TMA-paged decode, each on a one-block and a long shape).
 
 Matrix: every one-edit bug of tests/target_bug_seeds.py (the warp-specialized flash kernel, head_dim 64, its
 ping-pong variant, and the warp-specialized GEMM with K the sequence length rounded up to 8) on each length, with the first line of what the simulator reports ("SILENT" if
@@ -98,7 +98,7 @@ def main() -> None:
     parser.add_argument("--matrix-only", action="store_true")
     parser.add_argument("--backward", action="store_true", help="the backward's seeds (tests/backward_seeds.py)")
     parser.add_argument("--tessera", action="store_true", help="split-KV, clusters, GEMM (tests/tessera_seeds.py)")
-    parser.add_argument("--unseen", action="store_true", help="eight more kernels (tests/unseen_seeds.py)")
+    parser.add_argument("--unseen", action="store_true", help="ten more kernels (tests/unseen_seeds.py)")
     options = parser.parse_args()
     if options.unseen:
         from unseen_seeds import matrix as unseen_matrix

@@ -602,10 +602,11 @@ _SINGLE = [
     ("mbarrier count wrong", "the Q/dO barrier counts two arrivals", Edit("count", At("kernel", "init", 1), 2),
      ALL, ""),
     ("bar.sync deleted", "at the end of the trip (thread 0 refills Q/dO next trip)",
-     Edit("delete", At(C, "bar_sync", 2)), "CRCC",
-     "on one trip nothing is refilled; on several the levels differ: the CTA simulator asks for every warp's "
-     "wait_group to happen before the refill, the PTX executor takes one thread's wait_group as completing the "
-     "warpgroup's wgmma (CUTLASS and FA3 release a slot from one thread per warpgroup)"),
+     Edit("delete", At(C, "bar_sync", 2)), "CCCC",
+     "one consumer warpgroup: thread 0 refills Q and dO, and every thread stores the next P and dS, after its own "
+     "wgmma.wait_group 0, which completed the warpgroup's wgmma-group and so every read of those bytes "
+     "(memory_model.WGMMA_GROUP_PER_WARPGROUP, at both levels; CUTLASS and FA3 release a slot from one thread per "
+     "warpgroup)"),
     ("wgmma.fence deleted", "before dQ = dS K", Edit("delete", _DQ_FENCE), "CCCC", _ZERO_ACC),
     ("fence.mbarrier_init deleted", "after the inits", Edit("delete", At("kernel", "fence_mbarrier_init", 0)),
      "CCCC", _INIT_FENCE),

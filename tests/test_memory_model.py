@@ -107,6 +107,15 @@ Accessing the accumulator register or the input register containing the fragment
 wgmma.mma_async instruction without first performing a wgmma.wait_group instruction that
 waits on a wgmma-group including that wgmma.mma_async instruction is undefined behavior.
 """,
+    # [P#asynchronous-warpgroup-level-matrix-instructions-wgmma-commit-group], wgmma.commit_group: Description
+    "asynchronous-warpgroup-level-matrix-instructions-wgmma-commit-group": """
+wgmma.commit_group instruction creates a new wgmma-group per warpgroup and batches all prior
+wgmma.mma_async instructions initiated by the executing warp but not committed to any
+wgmma-group into the new wgmma-group. If there are no uncommitted wgmma.mma_async instructions
+then wgmma.commit_group results in an empty wgmma-group.
+An executing thread can wait for the completion of all wgmma.mma_async operations in a
+wgmma-group by using wgmma.wait_group.
+""",
     # [P#memory-consistency-model-morally-strong-operations], 8.7 Morally strong operations
     "memory-consistency-model-morally-strong-operations": """
 Two operations are said to be morally strong relative to each other if they satisfy all of the following
@@ -183,6 +192,7 @@ def test_the_executor_names_the_rules_it_applies():
     for name in ("BARRIER_COUNT", "MBARRIER_INIT_FENCE", "DATA_RACE", "MORALLY_STRONG", "RELEASE_ACQUIRE",
                  "PROXY_FENCE", "PROXY_FENCE_STATE_SPACE", "WGMMA_FENCE_SCALE_D", "WGMMA_WAIT_PER_THREAD",
                  "WGMMA_A_ROWS_PER_WARP",
+                 "WGMMA_GROUP_PER_WARPGROUP",
                  "BULK_READ_BEFORE_EXIT", "CLUSTER_EXIT_WAIT", "TMA_READ_UNTIL_COMPLETE"):
         assert f"memory_model.{name}" in source, name
 

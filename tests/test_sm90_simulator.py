@@ -870,13 +870,22 @@ _FENCE_THEN_ACC = _seed(RS_GEMM, """    %acc0 = arith.constant dense<0.0> : vect
 
 def test_a_zero_accumulator_under_scale_d_0_needs_no_fence_in_the_registers_the_ptx_has(rng):
     """memory_model.WGMMA_FENCE on registers: the printer folds the zero (scale-d 0), so no instruction writes
-    the accumulator's registers after the fence; with the allocation checked the kernel runs clean, as in PTX.
-    Without one, the simulator judges SSA values and counts the zero, defined after the fence, as written."""
-    c, reference = _run_rs(_FENCE_THEN_ACC, rng, allocate_registers)
-    np.testing.assert_allclose(c, reference, rtol=1e-5, atol=1e-5)
-    with pytest.raises(KernelHazardError, match=r"reads its accumulator registers, written by `%acc0 = arith.constant "
+    the accumulator's registers after the fence; with the allocation checked the kernel runs clean, as in PTX,
+    and without one too (SSA values: a constant is an immediate the scale-d 0 wgmma does not read)."""
+    for registers in (allocate_registers, None):
+        c, reference = _run_rs(_FENCE_THEN_ACC, rng, registers)
+        np.testing.assert_allclose(c, reference, rtol=1e-5, atol=1e-5)
+
+
+def test_an_accumulator_an_instruction_writes_after_the_fence_is_reported_under_scale_d_0(rng):
+    """memory_model.WGMMA_FENCE_SCALE_D without a register allocation: scale-d 0 reads no accumulator, but its
+    registers are written, and an instruction wrote them after the fence."""
+    negate = "    %acc1 = arith.negf %acc0 : vector<32xf32>\n"
+    kernel = (_FENCE_THEN_ACC.replace("    %false = arith.constant false\n", negate + "    %false = arith.constant false\n")
+              .replace("sm90.wgmma_mma_async %acc0,", "sm90.wgmma_mma_async %acc1,"))
+    with pytest.raises(KernelHazardError, match=r"writes its accumulator registers, written by `%acc1 = arith.negf "
                                                 r".*` after warpgroup 0's latest wgmma_fence"):
-        _run_rs(_FENCE_THEN_ACC, rng)
+        _run_rs(kernel, rng)
 
 
 def test_an_a_fragment_written_after_the_fence_is_reported_by_register(rng):

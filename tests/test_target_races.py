@@ -40,8 +40,11 @@ _EXPECTED = {
     # masked one too (its masks are under a branch, not in a tail loop of their own that still released)
     "K release deleted": r"the kernel ends with the mbarrier at shared address 0x[0-9a-f]+ \(buffer 'k_ring_empty' "
                          r"\+ \d+\) released 1 times .* filled 2 times .* a consumer's release of the slot is missing",
-    "loop S wgmma_fence deleted": r"reads its accumulator registers, written by `%s_zero = arith.constant .*` after "
-                                  r"warpgroup 0's latest wgmma_fence \(race: missing wgmma_fence",
+    # scale-d 0: the zero is no access (an immediate it does not read); the previous trip's softmax read S's
+    # registers after the P.V fence (memory_model.WGMMA_FENCE_SCALE_D)
+    "loop S wgmma_fence deleted": r"writes its accumulator registers \(scale-d 0\), which `%\w+ = math.fma .*` read "
+                                  r"after warpgroup 0's latest wgmma_fence: the chain's previous result holds the "
+                                  r"same registers \(race: missing wgmma_fence",
     "O store column shifted": r"^sm90.st_global .*: writes tensor %O\w* at byte offset \d+ in two threads at once "
                               r"\(thread \d+ .*\) writes it too\), and no synchronisation orders the two",
     # deleted on every trip after the first (one loop; before, the masked tail loop still synced, and the

@@ -1,7 +1,8 @@
 """Both race detectors on kernels they were not written for (issue 31), seeded mechanically at every
-synchronisation op: eight of Tessera's kernels at both levels (tests/unseen_seeds.py: GEMMs of three layouts,
+synchronisation op: ten of Tessera's kernels at both levels (tests/unseen_seeds.py: GEMMs of three layouts,
 single-stage and with generic stores, the GEMM in clusters of 2 x 1, the FP8 forward with its V transpose in shared
-memory, varlen, the paged gather, the deterministic backward) and Triton's TMA matmul and flash attention PTX in the
+memory, varlen, the paged gather, the deterministic backward, the forward with a bias, decoding over a TMA-paged
+cache with GQA and two split-KV parts) and Triton's TMA matmul and flash attention PTX in the
 PTX executor (tests/triton_seeds.py). Each seed has its expected outcome per level and shape, and every clean one
 the reason the memory model accepts it. A slice runs here; every seed on every shape is `-m slow` (and `python
 bench/races_target.py --unseen`, `python bench/races.py --unseen`, `python bench/races.py --triton`).

@@ -1,4 +1,4 @@
-"""One-edit synchronisation bugs seeded mechanically at every synchronisation op of eight of Tessera's kernels
+"""One-edit synchronisation bugs seeded mechanically at every synchronisation op of ten of Tessera's kernels
 that the detectors were not written for, the same edit in Target IR (CTA simulator) and in PTX (PTX executor):
 issue 31's kinds, on a one-block shape and a longer one each.
 
@@ -9,8 +9,11 @@ the wgmma), the GEMM in clusters of 2 x 1 (B multicast to both CTAs, B's empty b
 consumers through remote releases), the FP8 forward (e4m3, head_dim 64: V TMA-loaded into a staging slot and
 transposed there by the producer warpgroup with st.shared + fence.proxy.async into V^T), the varlen forward
 (packed sequences, causal), the paged forward with the row gather (page size 32: cp.async rows into the ring,
-fenced and released by the producer), and the deterministic backward (head_dim 64: dQ additions ordered by a
-semaphore per query block, `ld.acquire` / `red.release`).
+fenced and released by the producer), the deterministic backward (head_dim 64: dQ additions ordered by a
+semaphore per query block, `ld.acquire` / `red.release`), the forward with a bias (the kernel a StableHLO graph's
+attention is rewritten into), and decoding over a TMA-paged cache (page size 128: each
+key block one TMA box of one page through the page table; two key heads for four query heads; two split-KV parts
+writing O_partial and LSE_partial).
 
 `mechanical(kernel)` lists every seed: each op of a kind of `backward_seeds.KINDS` deleted (an mbarrier.init is
 miscounted instead, a multicast's CTA mask set to the first CTA only), each wait's parity flipped, each expect_tx halved and doubled, each init counting one more
@@ -84,6 +87,27 @@ def _paged(page_size: int):
     return make
 
 
+def _paged_tma(rng, lengths_q, lengths_k):
+    """Decoding over a TMA-paged cache: pages of 128 rows in the kernel's layout [num_pages, heads_k, 128, 64],
+    twice the pages the sequences need in a random order, two key heads for four query heads (GQA)."""
+    need = [-(-n // 128) for n in lengths_k]
+    order = iter(rng.permutation(2 * sum(need)))
+    table = np.zeros((len(lengths_k), max(need)), np.int32)
+    for b, n in enumerate(need):
+        table[b, :n] = [next(order) for _ in range(n)]
+    k, v = (_bf16(rng, 2 * sum(need), 2, 128, 64) for _ in range(2))
+    starts = np.concatenate([[0], np.cumsum(lengths_q)]).astype(np.int32)
+    q = _bf16(rng, 4, int(starts[-1]), 64)
+    return [q, k, v, starts[:-1], starts[1:], table, np.asarray(lengths_k, np.int32)], {"max_seqlen_q": max(lengths_q)}
+
+
+def _biased(rng, seq_q, seq_k):
+    """Q, K, V of one batch entry and two heads, and an f32 bias [1, 2, seq_q, seq_k] (the attention a StableHLO
+    graph's softmax(Q K^T s + bias) V is rewritten into)."""
+    return [_bf16(rng, 1, 2, n, 64) for n in (seq_q, seq_k, seq_k)] + [
+        rng.standard_normal((1, 2, seq_q, seq_k)).astype(np.float32)], None
+
+
 @lru_cache(maxsize=None)
 def _backward():
     return tessera.kernels.attention_backward(head_dim=64, deterministic=True)
@@ -123,10 +147,16 @@ KERNELS = {
     "paged gather": Kernel(lambda: _K.flash_attention_paged(head_dim=64, page_size=32), _paged(32),
                            (([1, 2], [5, 100]), ([1, 3], [40, 600]))),
     "backward deterministic": Kernel(lambda: _backward().main, _backward_inputs, ((128, 128), (300, 200))),
+    "flash with bias (StableHLO rewrite)": Kernel(lambda: _K.flash_attention(head_dim=64, bias=True), _biased,
+                                                  ((64, 100), (130, 700))),
+    "paged TMA decode, GQA, 2 splits": Kernel(
+        lambda: _K.flash_attention_paged(head_dim=64, page_size=128, num_splits=2), _paged_tma,
+        (([1, 1], [5, 100]), ([1, 2], [300, 1100]))),
 }
 """Shapes: GEMM (M, K, N), one k-block then several (more than the ring's slots); attention (seq_q, seq_k) or
 per-sequence lengths (queries, keys), one key block then several (the last ragged); the backward one trip of
-the query loop, then three on two CTAs."""
+the query loop, then three on two CTAs; the paged decode (one or two queries a sequence) one key block a part,
+then up to five (1100 keys: nine blocks in two parts, every slot refilled)."""
 
 SHAPES = ("one block", "long")
 LEVELS = ("target", "ptx")
@@ -313,9 +343,10 @@ _SLOT_ONCE = ("the second ring slot is filled once on three trips and never awai
 _CHAINED_FENCE = ("the wgmma.fence before dP already orders every earlier access of the chained accumulators dV "
                   "and dK (nothing touches their registers in between; memory_model.WGMMA_FENCE)")
 _SCALE_D_FENCE = ("the fence before dQ = dS K (scale-d 0): no instruction writes the folded zero accumulator and "
-                  "nothing touched dQ's registers since the previous fence, so the PTX executor, judging registers, "
-                  "has nothing to order (memory_model.WGMMA_FENCE_SCALE_D); the CTA simulator without a register "
-                  "allocation judges SSA values, and the zero is a value computed after the fence")
+                  "nothing touched dQ's registers since the previous fence (memory_model.WGMMA_FENCE_SCALE_D): the "
+                  "PTX executor judges the registers; the CTA simulator without a register allocation takes a "
+                  "constant accumulator as no access (an immediate the scale-d 0 wgmma does not read) and finds no "
+                  "read of dQ's chain after the previous fence")
 _MERGED_COMMIT = "the next commit takes the group, and the wait_group 0 after dQ completes it"
 _P_FENCE = ("the fence after the P stores: the fence after the dS stores and the bar.sync after it lie on the path "
             "from the P stores to the wgmma reading them too")
@@ -436,15 +467,41 @@ EXPECTED: dict[str, list[tuple[str, str, str]]] = {
         (r"mbarrier count wrong: init #[37] counts", "CRCR", _ONE_BLOCK),
         (r"fence_mbarrier_init deleted", "CCCC", _INIT_FENCE),
         (r"wgmma_fence deleted: wgmma_fence #[23]$", "CCCC", _CHAINED_FENCE),
-        (r"wgmma_fence deleted: wgmma_fence #4$", "RRCC", _SCALE_D_FENCE),
+        (r"wgmma_fence deleted: wgmma_fence #4$", "CCCC", _SCALE_D_FENCE),
         (r"commit deleted: commit #[23]$", "CCCC", _MERGED_COMMIT),
         (r"fence_proxy deleted: fence_proxy #0$", "CCCC", _P_FENCE),
         (r"bar_sync deleted: bar_sync #1$", "CCCC", _OWN_WAIT),
         (r"bar_sync deleted: bar_sync #[34]$", "CCCC", _SEMAPHORE_BARRIER),
         (r"bar_sync deleted: bar_sync #5$", "CCCC", _END_OF_TRIP_COVERED),
     ],
+    "paged TMA decode, GQA, 2 splits": [
+        (r"wait deleted: wait #[013]$", "CCCC", _FIRST_FILL),
+        (r"wait deleted: wait #2$", "CRCC", _FIRST_FILL + "; on the long shape the CTA simulator's end-of-kernel "
+                                            "ledger, which takes the barrier a producer waited on last as the slot's "
+                                            "release barrier, pairs that fill with V's empty barrier and reports the "
+                                            "pairing's counts: a report of the ledger's heuristic, not a race"),
+        (r"(wait deleted|parity flipped): wait #[2-589]$", "CRCR", _ONE_BLOCK),
+        (r"expect_tx .*: expect_tx #[2-5]$", "CRCR", _ONE_BLOCK),
+        (r"release deleted: release #0$", "RRCR", _LEDGER),
+        (r"release deleted: release #3$", "RRCC", _LAST_V + "; the CTA simulator's end-of-kernel ledger reports "
+                                                         "it (every ring slot released as often as it was filled)"),
+        (r"release deleted: release #[12]$", "CRCR", _ONE_BLOCK),
+        (r"slot released .*: release #1 before", "CCCC", _K_COVERED_BY_V),
+        (r"slot released .*: release #3 before", "CCCC", _LAST_V),
+        (r"slot released .*: release #[02] before", "CRCR", _ONE_BLOCK),
+        (r"mbarrier count wrong: init #[26] counts", "RRCR", _LEDGER),
+        (r"mbarrier count wrong: init #[3478] counts", "CRCR", _ONE_BLOCK),
+        (r"fence_mbarrier_init deleted", "CCCC", _INIT_FENCE),
+        (r"wgmma_fence deleted: wgmma_fence #2$", "CCCC", _PV_FENCE),
+        (r"(wgmma_fence|commit|wait_group) .*#[12]\b|wgmma.wait_group weakened: wait_group #[12]", "CRCR",
+         _ONE_BLOCK),
+        (r"bar_sync deleted: bar_sync #1$", "CCCC", _Q_BAR),
+    ],
 }
 """kernel -> [(pattern on "kind: name", expected per cell, reason)], the first match deciding."""
+EXPECTED["flash with bias (StableHLO rewrite)"] = EXPECTED["varlen"]
+"""The bias kernel has the varlen forward's synchronisation, op for op (each thread reads its bias from global memory:
+no synchronisation op of its own), and every seed gives the varlen seed's cells, for the same reasons."""
 
 
 def expectation(kernel: str, kind: str, name: str) -> tuple[str, str]:

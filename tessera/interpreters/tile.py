@@ -24,7 +24,7 @@ from tessera.interpreters import serving_checks
 from tessera.interpreters.block_batch import BlockBatch
 from tessera.interpreters.tile_cluster import check_shared_copy
 from tessera.interpreters.tile_elementwise import ElementwiseFunctions, _aligned
-from tessera.interpreters.tile_memory import AsyncCopies, GatheredRows, GlobalView, SharedBuffer, SharedRef
+from tessera.interpreters.tile_memory import ROW_GROUP, AsyncCopies, GatheredRows, GlobalView, SharedBuffer, SharedRef
 from tessera.interpreters.grid_sync import GridDeadlock, GridSync  # noqa: I001 - after tile_memory: merge-friendly
 from tessera.numerics import F32, batched_matmul, numpy_dtype, round_to, widened_dtype
 
@@ -71,11 +71,12 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
         assert isinstance(ty, TileType)
         return (np.ascontiguousarray(value, dtype=self.dtype(ty.element_type)),)
 
-    def _operand_tile(self, op, value, what: str) -> np.ndarray:
-        """A register tile, or a shared tile checked to be readable."""
+    def _operand_tile(self, op, value, what: str, row_groups: np.ndarray | None = None) -> np.ndarray:
+        """A register tile, or a shared tile checked to be readable (`row_groups`: a `tile.mma` operand's
+        readers per row, `SharedRef.check_readable`)."""
         if isinstance(value, SharedRef):
             value.check_stage_range(self.batch, op)
-            value.check_readable(self.batch, op, what)
+            value.check_readable(self.batch, op, what, row_groups)
             return value.read()
         return value
 
@@ -371,9 +372,21 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
     # region compute
     @impl(tile.MmaOp)
     def run_mma(self, interpreter: Interpreter, op: tile.MmaOp, args: PythonValues):
+        """d = acc + op(A) op(B); the shared operands' reads are noted per row group (`tile_memory.ROW_GROUP`
+        rows of the result each): group g reads A's rows of its slab (every row of a transposed A, whose
+        columns it reads) and every row of B."""
         wide = np.float64 if self.widen else F32
-        a = self._operand_tile(op, args[0], "operand A").astype(wide)
-        b = self._operand_tile(op, args[1], "operand B").astype(wide)
+        groups = -(-int(np.shape(args[2])[-2]) // ROW_GROUP) if np.ndim(args[2]) >= 3 else 1
+        every = np.int64((1 << groups) - 1)
+
+        def readers(operand, by_rows: bool) -> np.ndarray | None:
+            if not isinstance(operand, SharedRef) or operand.buffer.staged:
+                return None
+            rows = operand.buffer.mma_rows.shape[1]
+            return np.int64(1) << (np.arange(rows) // ROW_GROUP) if by_rows else np.full(rows, every)
+
+        a = self._operand_tile(op, args[0], "operand A", readers(args[0], op.transpose_a is None)).astype(wide)
+        b = self._operand_tile(op, args[1], "operand B", readers(args[1], False)).astype(wide)
         if op.transpose_a:
             a = np.swapaxes(a, -1, -2)
         if op.transpose_b:

@@ -25,6 +25,15 @@ overwrite it: the last `tile.barrier` for an unstaged buffer (other threads may 
 last `tile.release` of the stage for a ring (a barrier does not hand a stage back). Releasing a stage whose
 copy is still in flight is an error too. A copy's data is taken from global memory when it is issued and
 written to shared memory when a `tile.cp_wait_group` covers its group.
+
+A `tile.mma` is computed by row groups of `ROW_GROUP` rows of its result (one warpgroup each once lowered):
+group g reads rows [64 g, 64 g + 64) of a shared A (the columns of A^T, so every row of a transposed A) and
+every row of B, and its reads are complete when its part of the mma returns, for the threads of that group
+(`memory_model.WGMMA_GROUP_PER_WARPGROUP`: one wgmma-group per warpgroup, completed by any of its threads'
+waits). So a write of an unstaged buffer after a tile.mma and before a barrier races the mma only where a row
+another group read is written: `tile.store_shared` writes row r of its tile from group r // 64 (register tiles
+are split by rows), a copy is issued by the block's first thread (group 0). A one-group block (64 rows) may
+refill its own operands right after its mma; with two groups, B (read by both) needs the barrier.
 """
 
 from __future__ import annotations
@@ -35,8 +44,11 @@ import numpy as np
 from xdsl.ir import Operation
 
 from tessera.interpreters.block_batch import BlockBatch
+from tessera.sm90 import facts
 
 EMPTY, IN_FLIGHT, LANDED, READY, RELEASED, WRITTEN = range(6)
+ROW_GROUP = facts.WGMMA_M
+"""Rows of a `tile.mma` result that one group of threads (a warpgroup) computes, reading its operands itself."""
 _STATE_TEXT = {EMPTY: "never written", IN_FLIGHT: "still in flight (no cp_wait_group covers its copy)",
                LANDED: "landed but not yet published to the block (missing tile.barrier after cp_wait_group)",
                RELEASED: "released by tile.release and not refilled since (read after release)",
@@ -122,18 +134,23 @@ class SharedBuffer:
     buffer has a stage dimension, else 1).
 
     `read_unfreed` marks the stages read since the point from which a copy may overwrite them: the last
-    `tile.barrier` (unstaged buffer) or the stage's last `tile.release` (ring)."""
+    `tile.barrier` (unstaged buffer) or the stage's last `tile.release` (ring). `mma_rows` [B, rows] (unstaged
+    buffers) holds, per row, the bit mask of the `tile.mma` row groups that read the row since the last
+    barrier: a write of the row by another group races (module docstring)."""
 
     name: str
     data: np.ndarray
     staged: bool
     state: np.ndarray = field(init=False)
     read_unfreed: np.ndarray = field(init=False)
+    mma_rows: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
         stages = self.data.shape[1] if self.staged else 1
         self.state = np.full((stages, self.data.shape[0]), EMPTY, np.int8)
         self.read_unfreed = np.zeros((stages, self.data.shape[0]), bool)
+        rows = 0 if self.staged or self.data.ndim < 2 else self.data.shape[1]
+        self.mma_rows = np.zeros((self.data.shape[0], rows), np.int64)
 
     @property
     def kind(self) -> str:
@@ -190,6 +207,8 @@ class SharedRef:
         if racing.any():
             batch.fail(op, f"overwrites shared buffer {self.buffer.name}, read since the last tile.barrier "
                            "(write-after-read race)", racing)
+        rows = self.buffer.mma_rows.shape[1]
+        self.check_mma_readers(batch, op, np.int64(1) << (np.arange(rows) // ROW_GROUP), "its row group")
         self.write(values, active)
         self._set(self.buffer.state, WRITTEN, active)
 
@@ -200,13 +219,36 @@ class SharedRef:
             if bad.any():
                 batch.fail(op, f"stage index out of range [0, {stages}) for shared buffer {self.buffer.name}", bad)
 
-    def check_readable(self, batch: BlockBatch, op: Operation, what: str) -> None:
+    def check_readable(self, batch: BlockBatch, op: Operation, what: str, row_groups: np.ndarray | None = None
+                       ) -> None:
+        """Refuse reading contents that are not READY, and note the read: `row_groups` [rows] (a `tile.mma`
+        operand of an unstaged buffer) the bit mask of the row groups reading each row, None a read by any
+        thread of the block."""
         states = self._get(self.buffer.state)
         for state, text in _STATE_TEXT.items():
             bad = batch.active & (states == state).any(axis=0)
             if bad.any():
                 batch.fail(op, f"reads {what} ({self.buffer.kind} {self.buffer.name}) whose contents are {text}", bad)
+        if row_groups is not None and self.stage is None and self.buffer.mma_rows.shape[1] == len(row_groups):
+            self.buffer.mma_rows[batch.active] |= row_groups
+            return
         self._set(self.buffer.read_unfreed, True, batch.active)
+
+    def check_mma_readers(self, batch: BlockBatch, op: Operation, writers: np.ndarray, who: str) -> None:
+        """A write of this unstaged buffer whose row r comes from row group bit `writers[r]` (`who` names
+        them) must not overwrite a row another group's `tile.mma` read since the last barrier."""
+        readers = self.buffer.mma_rows
+        if self.stage is not None or not readers.any():
+            return
+        other = batch.active[:, None] & (readers & ~writers[None, :] != 0)
+        if other.any():
+            b, r = np.unravel_index(int(np.argmax(other)), other.shape)
+            groups = [g for g in range(63) if int(readers[b, r]) >> g & 1 and not int(writers[r]) >> g & 1]
+            batch.fail(op, f"overwrites row {r} of shared buffer {self.buffer.name}, which the tile.mma of row group "
+                           f"{groups[0]} (rows {ROW_GROUP * groups[0]}..{ROW_GROUP * groups[0] + ROW_GROUP - 1} of "
+                           f"its result) read since the last tile.barrier, from {who} (write-after-read race: "
+                           "memory_model.WGMMA_GROUP_PER_WARPGROUP, only the reading group's own threads are "
+                           "ordered after its reads)", other.any(axis=1))
 
     def release(self, batch: BlockBatch, op: Operation) -> None:
         """`tile.release` of this ring stage: READY contents become RELEASED and the stage may be refilled.
@@ -264,6 +306,9 @@ class AsyncCopies:
                 f"overwrites {dest.buffer.kind} {dest.buffer.name}, read since {since} (write-after-read race)",
                 racing,
             )
+        rows = dest.buffer.mma_rows.shape[1]
+        dest.check_mma_readers(batch, op, np.ones(rows, np.int64), "the block's first thread (row group 0), "
+                                                                 "which issues the copy")
         dest._set(dest.buffer.state, IN_FLIGHT, active)
         self.open.append((_Copy(dest, source.read()), active.copy()))
 
@@ -300,3 +345,4 @@ class AsyncCopies:
             landed = ((buffer.state == LANDED) | (buffer.state == WRITTEN)) & active[None, :]
             buffer.state[landed] = READY
             buffer.read_unfreed[:, active] = False
+            buffer.mma_rows[active] = 0

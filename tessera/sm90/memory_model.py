@@ -80,7 +80,8 @@ WGMMA_FENCE = Rule(
     "wgmma.fence is reported. The CTA simulator with a register allocation judges the allocated registers, as the "
     "PTX executor judges the printed ones (a zero accumulator under scale-d 0 that no instruction writes needs no "
     "fence; registers the softmax read since the fence do: WGMMA_FENCE_SCALE_D); without one, SSA values (a value "
-    "feeding the wgmma computed after the fence, `wgmma.WgmmaUnit._check_fenced`)",
+    "feeding the wgmma that an instruction computed after the fence, `wgmma.WgmmaUnit._check_fenced`; a constant "
+    "accumulator under scale-d 0 is none: an immediate the wgmma does not read, which the printer folds)",
     "tessera.interpreters.sm90.register_check:RegisterFileChecker._check_fenced")
 
 PROXY_FENCE_STATE_SPACE = Rule(
@@ -105,7 +106,9 @@ WGMMA_FENCE_SCALE_D = Rule(
     "the previous result, zeroing), exactly as for scale-d true. The exemption covers only wgmma.mma_async "
     "instructions of the same shape; a wgmma of another shape (or type) on the same accumulator registers needs "
     "the fence too. The CTA simulator applies it to the allocated registers (a chained accumulator has one shape "
-    "in Target IR)",
+    "in Target IR); without an allocation, to the chain's registers: the chained wgmmas' accumulator is one set of "
+    "registers, which an SSA value keeps in every loop trip, so an instruction reading the chain's previous result "
+    "after the warpgroup's latest fence is reported (`wgmma.wgmma_accumulator_chains`)",
     "tessera.interpreters.sm90.register_check:RegisterFileChecker._check_fenced")
 
 WGMMA_A_ROWS_PER_WARP = Rule(
@@ -127,9 +130,27 @@ WGMMA_WAIT_PER_THREAD = Rule(
     "the registers of a wgmma are released to a thread by that thread's own wgmma.wait_group (counting the groups "
     "its warp committed): a wait executed by some threads of the warpgroup (a predicated or divergent wait, "
     "undefined under .aligned) covers none of the others, whose accumulator and A registers stay pending. The CTA "
-    "simulator refuses a wait_group that only part of a warpgroup executes; the shared bytes a wgmma read are free "
-    "for writes ordered after any thread's wait that completed its group (the wgmma-group is one per warpgroup)",
+    "simulator refuses a wait_group that only part of a warpgroup executes. Shared memory: "
+    "WGMMA_GROUP_PER_WARPGROUP",
     "tessera.interpreters.sm90.wgmma:WgmmaUnit.wait")
+
+WGMMA_GROUP_PER_WARPGROUP = Rule(
+    "one wgmma-group per warpgroup", "asynchronous-warpgroup-level-matrix-instructions-wgmma-commit-group",
+    "wgmma.commit_group instruction creates a new wgmma-group per warpgroup and batches all prior "
+    "wgmma.mma_async instructions initiated by the executing warp but not committed to any wgmma-group into the "
+    "new wgmma-group.",
+    "the wgmma-group is the warpgroup's, and a wait completes it whole (\"wait for the completion of all "
+    "wgmma.mma_async operations in a wgmma-group\"): any thread's wgmma.wait_group that covers the group "
+    "completes the shared-memory reads of all four warps' wgmmas in it, so a write of those bytes that happens "
+    "after such a wait of any thread of the warpgroup (the writing thread's own wait by program order, another "
+    "thread's through a barrier or an mbarrier arrive) is ordered after the reads. CUTLASS's PipelineTmaAsync and "
+    "FlashAttention-3 release a slot from one thread per warpgroup after its own wait, and a one-warpgroup loop may "
+    "refill its operands right after its wait. Reads by another warpgroup are that warpgroup's group: a write "
+    "after warpgroup 0's wait still races warpgroup 1's reads of the same bytes (B, which both read) until one of "
+    "warpgroup 1's waits is ordered before it. Registers stay per thread (WGMMA_WAIT_PER_THREAD). The Tile "
+    "interpreter applies it to a tile.mma's row groups of 64 rows (one warpgroup each once lowered): a store of a "
+    "row another group read, before a tile.barrier, is a race; the group's own rows are not",
+    "tessera.interpreters.sm90.happens_before:HappensBefore._after_wgmma_reads")
 
 WGMMA_WAIT = Rule(
     "wgmma results and operands after wait_group", "asynchronous-warpgroup-level-matrix-instructions-wgmma-mma-async",
@@ -249,12 +270,13 @@ RELEASE_ACQUIRE = Rule(
 
 PTX_EXECUTOR_RULES = (BARRIER_ORDERING, BARRIER_COUNT, MBARRIER_INIT_BEFORE_USE, MBARRIER_INIT_FENCE, PROXY_FENCE,
                       PROXY_FENCE_STATE_SPACE, WGMMA_FENCE, WGMMA_FENCE_SCALE_D, WGMMA_WAIT, WGMMA_WAIT_PER_THREAD,
-                      WGMMA_A_ROWS_PER_WARP, CP_ASYNC_ORDER, CP_ASYNC_COMPLETION, CP_ASYNC_MBARRIER, BULK_READ_BEFORE_EXIT,
+                      WGMMA_A_ROWS_PER_WARP, WGMMA_GROUP_PER_WARPGROUP,
+                      CP_ASYNC_ORDER, CP_ASYNC_COMPLETION, CP_ASYNC_MBARRIER, BULK_READ_BEFORE_EXIT,
                       TMA_READ_UNTIL_COMPLETE, CLUSTER_EXIT_WAIT, DATA_RACE, MORALLY_STRONG, RELEASE_ACQUIRE)
 """The rules the PTX executor's race detector applies, in the order of the sections."""
 
 CTA_SIMULATOR_RULES = (BARRIER_ORDERING, PROXY_FENCE, PROXY_FENCE_STATE_SPACE, WGMMA_FENCE, WGMMA_FENCE_SCALE_D,
-                       WGMMA_WAIT, WGMMA_WAIT_PER_THREAD, WRITE_ORDER, DATA_RACE, ATOMICS_ARE_INDIVISIBLE,
+                       WGMMA_WAIT, WGMMA_WAIT_PER_THREAD, WGMMA_GROUP_PER_WARPGROUP, WRITE_ORDER, DATA_RACE, ATOMICS_ARE_INDIVISIBLE,
                        TMA_READ_UNTIL_COMPLETE, CP_ASYNC_MBARRIER)
 """The rules the CTA simulator checks by happens-before (`tessera.interpreters.sm90.happens_before`), each naming
 its checker."""
@@ -266,4 +288,5 @@ __all__ = ["CTA_SIMULATOR_RULES", "PTX_EXECUTOR_RULES", "Rule", "WRITE_ORDER", "
            "CP_ASYNC_ORDER",
            "MBARRIER_INIT_BEFORE_USE", "MBARRIER_INIT_FENCE", "PROXY_FENCE", "PROXY_FENCE_STATE_SPACE", "WGMMA_FENCE",
            "WGMMA_FENCE_SCALE_D", "WGMMA_WAIT", "WGMMA_WAIT_PER_THREAD", "WGMMA_A_ROWS_PER_WARP",
+           "WGMMA_GROUP_PER_WARPGROUP",
            "MORALLY_STRONG", "RELEASE_ACQUIRE", "TMA_READ_UNTIL_COMPLETE"]

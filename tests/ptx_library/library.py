@@ -43,10 +43,13 @@ _MODULES: dict[str, object] = {}
 
 
 def launch_library(name: str, sizes: tuple[int, ...], sms: int = 1, seed: int = 0, text: str | None = None,
-                   options: dict | None = None, prepare=None, **limits):
+                   options: dict | None = None, prepare=None, schedule_seed: int | None = None, **limits):
     """(tensors by name, launch description, seconds): one launch of configuration `name` (of PTX `text`
     instead of the built kernel.ptx if given: a seeded edit of it, tests/library_seeds.py) with the describe
-    program's `options`; `prepare(tensors, rng)` may set the tensors' values before the launch."""
+    program's `options`; `prepare(tensors, rng)` may set the tensors' values before the launch. `seed` draws the
+    inputs; `schedule_seed` is `launch`'s seed (with schedule="adversarial" in `limits`)."""
+    if schedule_seed is not None:
+        limits["seed"] = schedule_seed
     description = describe(name, sizes, sms, options)
     rng = np.random.default_rng(seed)
     loaded = load_description(description, lambda _, spec: _array(spec, rng), name)
@@ -134,11 +137,13 @@ BACKWARD_KERNELS = ("FlashAttnBwdPreprocess", "FlashAttnBwdSm90", "FlashAttnBwdP
 
 
 def launch_backward(name: str, sizes: tuple[int, ...], sms: int = 1, seed: int = 0, text: str | None = None,
-                    **limits) -> dict:
+                    schedule_seed: int | None = None, **limits) -> dict:
     """The tensors by name after FA3's backward (configuration `name`, sizes B, H, SQ, SK, D) ran as its host code
     launches it: the preprocess, the main kernel (of PTX `text` instead of the built kernel.ptx if given: a seeded
     edit of it) and the postprocess, on the same tensors. O and LSE are the forward's, computed in NumPy (O rounded
-    to f16), as FA3's autograd function passes them."""
+    to f16), as FA3's autograd function passes them. `seed` and `schedule_seed` as `launch_library`'s."""
+    if schedule_seed is not None:
+        limits["seed"] = schedule_seed
     lines = subprocess.run([str(BUILD / name / "describe"), *map(str, sizes), str(sms)], capture_output=True,
                            text=True, check=True).stdout
     decoder, descriptions, at = json.JSONDecoder(), [], 0

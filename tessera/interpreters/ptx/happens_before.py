@@ -319,7 +319,7 @@ class HappensBefore:
         """A wgmma.wait_group of `lanes` completed wgmma groups `first`..`last` of warpgroup `w` (of the batch):
         the shared bytes whose last wgmma read belongs to one of them (`wgmma_reads`) were read until this point
         of one of the lanes; a later write of them must happen after it (`_after_async_reads`). A group is one
-        per warpgroup, so any thread's wait that completed it frees its bytes [memory_model.WGMMA_WAIT_PER_THREAD]:
+        per warpgroup, so any thread's wait that completed it frees its bytes [memory_model.WGMMA_GROUP_PER_WARPGROUP]:
         a group an earlier wait of other warps completed is free after either wait (CUTLASS's and FA3's
         consumer_release signals from one thread after its own warp's wait, whichever warp waited first)."""
         if last >= self.wgmma_groups.shape[1]:

@@ -348,12 +348,19 @@ class HappensBefore:
                        "a bar_sync or an mbarrier release/wait between the two writes is missing")
 
     def _after_wgmma_reads(self, op, addresses, threads, what) -> None:
+        """Each completed wgmma read of the written bytes must happen before the write: after a
+        `wgmma_wait_group` of any thread of the reading warpgroup that completed the group
+        [memory_model.WGMMA_GROUP_PER_WARPGROUP]. A writer of that warpgroup took part in the wait (a warpgroup
+        waits converged here), so program order orders it; a writer of another warpgroup needs an edge from
+        one of the warpgroup's threads released after the wait."""
         wgmma = self.cta.wgmma
         size = facts.WARPGROUP_SIZE
         one_writer = len(threads) > 0 and bool(threads.min() == threads.max())  # a TMA copy's issuing thread
         for w in range(wgmma.read_group.shape[0]):
             if wgmma.newest_read[w] < 0:
                 continue  # no wgmma of this warpgroup has read shared memory
+            if one_writer and int(threads[0]) // size == w:
+                continue  # its own wait completed the group (pending reads: `check_not_read_by_pending`)
             groups = take(wgmma.read_group[w], addresses)
             if one_writer:
                 # the latest release of any thread of warpgroup w (after its wait_group) the writer has seen,
@@ -376,7 +383,7 @@ class HappensBefore:
                 writers = threads[read]
                 unique, inverse = np.unique(writers, return_inverse=True)
                 seen = self.ordered[w * size:(w + 1) * size, unique].max(axis=0)[inverse]
-                unordered = seen <= completed
+                unordered = (seen <= completed) & (writers // size != w)
             if unordered.any():
                 i = int(np.argmax(unordered))
                 address, group = int(addresses[read][i]), int(groups[read][i])

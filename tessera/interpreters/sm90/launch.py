@@ -214,7 +214,7 @@ class SimulatorOptions:
     races: bool = True
     schedule: str = "round_robin"
     seed: int = 0
-    register_sources: tuple = (frozenset(), frozenset())
+    register_sources: tuple = (frozenset(),) * 4
     """`wgmma.wgmma_register_sources` of the kernel (filled in by `simulator_options`)."""
 
 
@@ -224,7 +224,7 @@ def simulator_options(func_op: func.FuncOp, races: bool = True, schedule: str = 
     if schedule not in SCHEDULES:
         raise ValueError(f"run_target_kernel: schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
     sources = (CompiledKernel.of(func_op).fact("wgmma register sources", lambda: wgmma_register_sources(func_op))
-               if races else (frozenset(), frozenset()))
+               if races else (frozenset(),) * 4)
     return SimulatorOptions(bool(races), schedule, int(seed), sources)
 
 

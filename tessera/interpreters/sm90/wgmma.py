@@ -33,7 +33,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
-from xdsl.dialects import scf, vector
+from xdsl.dialects import arith, scf, vector
 from xdsl.dialects.builtin import UnrealizedConversionCastOp
 from xdsl.interpreter import Interpreter
 from xdsl.ir import BlockArgument, Operation, OpResult
@@ -145,6 +145,10 @@ class WgmmaUnit:
         self._verified = np.full((groups, len(cta.smem.changed)), -1, np.int64)
         self.register_fences = False
         """True when a register allocation is checked: `register_check` applies the fence rule to registers."""
+        # without one: chain_read[id of a chain's first wgmma] = ([W] times a value of the chain was last read by
+        # an instruction, -1 none; the op), kept by `RegisterWrites`; heads: id of a wgmma -> id of its chain's first
+        self.chain_read: dict[int, tuple[np.ndarray, Operation]] = {}
+        self.heads: dict[int, int] = {}
 
     # region mma_async
     def mma(self, op: sm90.WgmmaMmaAsyncOp, acc: np.ndarray, a: np.ndarray, b: np.ndarray,
@@ -157,7 +161,7 @@ class WgmmaUnit:
         a_in_registers = op.a_in_registers
         warpgroups = cta.converged_units(op, facts.WARPGROUP_SIZE, "wgmma_mma_async")
         if cta.races:
-            self._check_fenced(op, warpgroups, acc, a if a_in_registers else None)
+            self._check_fenced(op, warpgroups, acc, a if a_in_registers else None, scale_d)
         # the checks and records per warpgroup, in order; the operand tiles, products and accumulation then
         # for all warpgroups at once (a tile read through the same descriptor is converted once)
         tiles: dict[tuple, np.ndarray] = {}
@@ -271,9 +275,18 @@ class WgmmaUnit:
         tile[:, row_hi, k_hi] = facts.half_bits_to_f32(hi, ab).reshape(shape)
         return tile
 
-    def _check_fenced(self, op: Operation, warpgroups: list[int], acc: np.ndarray, a: np.ndarray | None) -> None:
+    def _check_fenced(self, op: Operation, warpgroups: list[int], acc: np.ndarray, a: np.ndarray | None,
+                      scale_d: np.ndarray | None = None) -> None:
         """The register operands of a wgmma must be written before the warpgroup's latest wgmma_fence
-        (`memory_model.WGMMA_FENCE`)."""
+        (`memory_model.WGMMA_FENCE`). Without a register allocation the registers are SSA values: the
+        accumulator and A values an instruction computed after the fence are reported. Under scale-d 0 the
+        accumulator is not read, but its registers are written, so one computed by an instruction after the
+        fence is still reported (`memory_model.WGMMA_FENCE_SCALE_D`); a constant is no instruction there (Target
+        IR constants are immediates, materialized only where an instruction reads them, and a scale-d 0 wgmma
+        reads none: the printer folds it), so it accesses no register. The registers it writes are its chain's
+        (the accumulator is tied through the chained wgmmas, and an SSA value keeps its registers in every loop
+        trip): an instruction reading the chain's previous result after the fence is reported
+        (`wgmma_accumulator_chains`)."""
         for w in warpgroups:
             fenced = int(self.fenced_at[w])
             if fenced < 0:
@@ -281,13 +294,24 @@ class WgmmaUnit:
                                   "(race: missing wgmma_fence)", w * facts.WARPGROUP_SIZE)
             if self.register_fences:
                 continue
+            overwrites = scale_d is not None and not scale_d[w * facts.WARPGROUP_SIZE:(w + 1) * facts.WARPGROUP_SIZE
+                                                             ].any()
             for value, role in ((acc, "accumulator"), (a, "A fragment")):
                 entry = self.produced.get(id(value)) if value is not None else None
                 if entry is None or entry[0] is not value or entry[1] < fenced:
                     continue
-                self.cta.fail(op, f"reads its {role} registers, written by `{describe_op(entry[2])}` after warpgroup "
-                                  f"{w}'s latest wgmma_fence (race: missing wgmma_fence between the write and the "
+                if overwrites and role == "accumulator" and isinstance(entry[2], arith.ConstantOp):
+                    continue
+                access = "writes" if overwrites and role == "accumulator" else "reads"
+                self.cta.fail(op, f"{access} its {role} registers, written by `{describe_op(entry[2])}` after "
+                                  f"warpgroup {w}'s latest wgmma_fence (race: missing wgmma_fence between the write and the "
                                   "wgmma)", w * facts.WARPGROUP_SIZE)
+            read = self.chain_read.get(self.heads.get(id(op), id(op))) if overwrites else None
+            if read is not None and read[0][w] >= fenced:
+                self.cta.fail(op, f"writes its accumulator registers (scale-d 0), which `{describe_op(read[1])}` read "
+                                  f"after warpgroup {w}'s latest wgmma_fence: the chain's previous result holds the "
+                                  "same registers (race: missing wgmma_fence between the read and the wgmma, "
+                                  "memory_model.WGMMA_FENCE_SCALE_D)", w * facts.WARPGROUP_SIZE)
 
     def fence(self, warpgroups: list[int]) -> None:
         """wgmma_fence by `warpgroups`: register writes so far are ordered before their later wgmmas."""
@@ -426,10 +450,10 @@ _RENAMES = (vector.ShuffleOp, UnrealizedConversionCastOp)
 """Ops that only rename registers (no instruction in the PTX): a value through them keeps its write time."""
 
 
-def wgmma_register_sources(func_op: Operation) -> tuple[frozenset[int], frozenset[int]]:
+def wgmma_register_sources(func_op: Operation) -> tuple[frozenset, ...]:
     """(ids of the ops that compute values feeding a wgmma's accumulator or A-fragment operand, ids of the
-    renaming ops on the way), traced back through renames and scf.for/scf.if values; a wgmma's own result
-    (a chained accumulator) ends a trace."""
+    renaming ops on the way, then `wgmma_accumulator_chains`), traced back through renames and scf.for/scf.if
+    values; a wgmma's own result (a chained accumulator) ends a trace."""
     origins, renames, seen = set(), set(), set()
     work = []
     for op in func_op.walk():
@@ -462,7 +486,57 @@ def wgmma_register_sources(func_op: Operation) -> tuple[frozenset[int], frozense
             if isinstance(parent, scf.ForOp) and value.index > 0:
                 work.append(parent.iter_args[value.index - 1])
                 work.append(parent.body.block.last_op.operands[value.index - 1])
-    return frozenset(origins), frozenset(renames)
+    return (frozenset(origins), frozenset(renames), *wgmma_accumulator_chains(func_op))
+
+
+_PASSES = (scf.YieldOp, scf.ConditionOp, scf.ForOp, scf.WhileOp, scf.IfOp)
+"""Control flow that passes a value on without reading it (`wgmma_accumulator_chains` follows it)."""
+
+
+def wgmma_accumulator_chains(func_op: Operation) -> tuple[frozenset, frozenset]:
+    """(pairs (id of a wgmma, id of its chain's first wgmma), pairs (id of an op that reads a value of a chain,
+    id of the chain's first wgmma)). A chain is a wgmma and the wgmmas taking its result as their accumulator,
+    through renames: one set of registers in the PTX (the accumulator is both operand and result). Readers are
+    found through renames and through control flow passing the value on (an scf.yield to the loop's next trip
+    or results, an scf.if's result)."""
+    heads: dict[int, int] = {}
+
+    def head(op: sm90.WgmmaMmaAsyncOp) -> int:
+        found = heads.get(id(op))
+        if found is None:
+            value = op.operands[0]
+            while isinstance(value, OpResult) and isinstance(value.op, _RENAMES):
+                value = value.op.operands[0]
+            owner = value.op if isinstance(value, OpResult) else None
+            found = heads[id(op)] = head(owner) if isinstance(owner, sm90.WgmmaMmaAsyncOp) else id(op)
+        return found
+
+    readers, seen = set(), set()
+    work = [(op.results[0], head(op)) for op in func_op.walk() if isinstance(op, sm90.WgmmaMmaAsyncOp)]
+    while work:
+        value, chain = work.pop()
+        if (id(value), chain) in seen:
+            continue
+        seen.add((id(value), chain))
+        for use in value.uses:
+            user, index = use.operation, use.index
+            if isinstance(user, sm90.WgmmaMmaAsyncOp) and index == 0:
+                continue  # the next wgmma of the chain (its own chain, the same registers)
+            if isinstance(user, _RENAMES):
+                work.extend((result, chain) for result in user.results)
+            elif isinstance(user, _PASSES):
+                parent = user.parent_op() if isinstance(user, (scf.YieldOp, scf.ConditionOp)) else None
+                if isinstance(parent, scf.ForOp):
+                    work.append((parent.results[index], chain))
+                    work.append((parent.body.block.args[index + 1], chain))
+                elif isinstance(parent, scf.IfOp):
+                    work.append((parent.results[index], chain))
+                elif isinstance(user, scf.ForOp) and index >= 3:
+                    work.append((user.body.block.args[index - 2], chain))
+                    work.append((user.results[index - 3], chain))
+            else:
+                readers.add((id(user), chain))
+    return frozenset(heads.items()), frozenset(readers)
 
 
 class RegisterWrites(Interpreter.Listener):
@@ -479,20 +553,25 @@ class RegisterWrites(Interpreter.Listener):
     def check_pure_region(self, op: Operation, args: tuple) -> None:
         pass
 
-    def __init__(self, unit: WgmmaUnit, sources: tuple[frozenset[int], frozenset[int]]):
+    def __init__(self, unit: WgmmaUnit, sources: tuple[frozenset, ...]):
         self.unit = unit
-        self.origins, self.renames = sources
+        self.origins, self.renames, heads, self.chain_pairs = sources
+        unit.heads = dict(heads)
+        self.chains: dict[int, list[int]] = {}
+        for reader, chain in self.chain_pairs:
+            self.chains.setdefault(reader, []).append(chain)
         self._args: tuple = ()
 
     @property
     def observes_key(self) -> tuple:
         """What decides `observes` (`program`): the same sources give the same answers."""
-        return ("RegisterWrites", self.origins, self.renames)
+        return ("RegisterWrites", self.origins, self.renames, self.chain_pairs)
 
     def observes(self, op: Operation) -> tuple[bool, bool]:
-        """(before, after): only the renames' operands and the origins' and renames' results matter."""
+        """(before, after): only the renames' operands, the origins' and renames' results, and the readers of
+        wgmma results (`wgmma_accumulator_chains`) matter."""
         key = id(op)
-        return key in self.renames, key in self.origins or key in self.renames
+        return key in self.renames, key in self.origins or key in self.renames or key in self.chains
 
     def will_interpret_op(self, op: Operation, args: tuple) -> None:
         if id(op) in self.renames:
@@ -500,6 +579,16 @@ class RegisterWrites(Interpreter.Listener):
 
     def did_interpret_op(self, op: Operation, results: tuple) -> None:
         key = id(op)
+        chains = self.chains.get(key)
+        if chains is not None:
+            unit = self.unit
+            now, warpgroups = unit.cta.tick(), unit.cta.active.reshape(-1, facts.WARPGROUP_SIZE).any(axis=1)
+            for chain in chains:
+                read = unit.chain_read.get(chain)
+                if read is None:
+                    read = (np.full(len(warpgroups), -1, np.int64), op)
+                read[0][warpgroups] = now
+                unit.chain_read[chain] = (read[0], op)
         if key in self.origins:
             produced, now = self.unit.produced, self.unit.cta.tick()
             for value in results:
