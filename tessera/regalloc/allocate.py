@@ -6,7 +6,6 @@ import heapq
 import itertools
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from xdsl.dialects import arith, func, math, scf
 from xdsl.ir import BlockArgument, Operation, Region, SSAValue
@@ -32,19 +31,46 @@ class RegisterBudgetError(DiagnosticException):
         self.summary = summary or message
 
 
-@dataclass
 class Allocation:
-    """Register names of each value (one per element), the registers used per class, and the pressure."""
+    """Register names of each value (one per element), the registers used per class, and the pressure.
 
-    names: dict[SSAValue, list[str]]
-    """Register names per element; for a constant used only where PTX takes immediates, its immediates
-    (`0f3FB8AA3B`, `-7`): such a constant needs no instruction and no register."""
-    counts: dict[str, int]
-    peak: int
-    peak_position: int
-    at_peak: PressurePeak | None = None
-    """Where the peak is and what is live there (`PressurePeak.describe` says it in words)."""
-    _pressure_map: _PressureMap | None = field(default=None, repr=False, compare=False)
+    The names and counts may be given as a function (`assign`) that returns both, called on first access: a
+    pass that asks only for the pressure of a kernel it then changes (warp-specialize's budgets, before
+    hoist-invariant-descriptors moves descriptors) never pays for the linear scan and the naming (a quarter of
+    an allocation: 20 of 77 ms for the flash d128 forward). The names are worked out from the liveness taken
+    when the kernel was allocated, so they are asked for before the kernel changes (`allocate_registers` on a
+    changed kernel allocates it again)."""
+
+    def __init__(self, names: dict[SSAValue, list[str]] | None = None, counts: dict[str, int] | None = None,
+                 peak: int = 0, peak_position: int = 0, at_peak: PressurePeak | None = None,
+                 _pressure_map: _PressureMap | None = None, *,
+                 assign: Callable[[], tuple[dict, dict]] | None = None):
+        self._names, self._counts, self._assign = names, counts, assign
+        self.peak = peak
+        self.peak_position = peak_position
+        self.at_peak = at_peak
+        """Where the peak is and what is live there (`PressurePeak.describe` says it in words)."""
+        self._pressure_map = _pressure_map
+
+    def _assigned(self) -> None:
+        if self._assign is not None:
+            (self._names, self._counts), self._assign = self._assign(), None
+
+    @property
+    def names(self) -> dict[SSAValue, list[str]]:
+        """Register names per element; for a constant used only where PTX takes immediates, its immediates
+        (`0f3FB8AA3B`, `-7`): such a constant needs no instruction and no register."""
+        self._assigned()
+        return self._names
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Registers used per class (`f`, `r`, `rd`, `p`)."""
+        self._assigned()
+        return self._counts
+
+    def __repr__(self) -> str:
+        return f"Allocation(peak={self.peak}, peak_position={self.peak_position})"
 
     @property
     def live_at_peak(self) -> list[tuple[str, int]]:
@@ -224,70 +250,6 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
     # The merged intervals are those of the final groups; in the order _intervals gives (by lowest element).
     intervals = dict(sorted(intervals.items(), key=lambda item: lowest[item[0]]))
     ranges = _live_ranges(live, root_of, intervals)
-
-    # Linear scan per class and register space (module docstring). wgmma accumulators are allocated as blocks
-    # of consecutive registers, element i at base + i: ptxas keeps a wgmma chain asynchronous only when every
-    # accumulator list it sees maps consistently onto its registers (otherwise it serializes the wgmmas, C7511).
-    blocks = _accumulator_blocks(live, root_of)
-    block_of = {root: block for block in blocks for root in block}
-    space_of = _register_spaces(fn, live, root_list)
-    descriptor_roots = _descriptor_roots(live, root_list)
-    index_of_root: dict = {}  # root -> (pool, index in the pool); a pool is (class, space, descriptor)
-    used: dict[tuple[str, int, bool], int] = defaultdict(int)  # registers each pool needs
-    units = []  # (start, end, roots, ranges) in allocation order: a block is one unit
-    for block in blocks:
-        spans = _merge_ranges(r for root in block for r in ranges[root])
-        units.append((spans[0][0], spans[-1][1], block, spans))
-    for root, spans in ranges.items():
-        if root not in block_of:
-            units.append((spans[0][0], spans[-1][1], (root,), spans))
-    units.sort(key=lambda u: (u[0], u[1], _stable_key(live, u[2][0])))
-    active: dict[tuple, list] = defaultdict(list)  # heaps of (end of the first range, register index)
-    free: dict[tuple, set] = defaultdict(set)      # free register indices
-    reserved: dict[tuple, dict] = defaultdict(dict)  # register index -> later ranges of a unit with holes
-    for start, _, roots, spans in units:
-        cls = register_class(live.value_of[roots[0]].type)
-        if roots[0] in block_of:
-            cls = "acc"  # accumulators get a pool of their own (see above)
-        descriptor = roots[0] in descriptor_roots
-        pool = (cls, space_of[roots[0]], descriptor)
-        while active[pool] and active[pool][0][0] < start:
-            _, index = heapq.heappop(active[pool])
-            free[pool].add(index)
-        # Each accumulator block keeps registers of its own: ptxas maps wgmma chains onto physical registers
-        # itself, and a register shared by two chains (even at different times) made it serialize them. Each
-        # wgmma descriptor too (`_descriptor_roots`).
-        if cls == "acc" or descriptor:
-            base = used[pool]
-        else:
-            holes = reserved[pool]
-            base = _lowest_free_run(free[pool], used[pool], len(roots),
-                                    lambda index: not _overlap(holes.get(index, ()), spans))
-        for k, root in enumerate(roots):
-            free[pool].discard(base + k)
-            heapq.heappush(active[pool], (spans[0][1], base + k))
-            if len(spans) > 1:  # free in the hole, reserved again for the later ranges
-                reserved[pool].setdefault(base + k, []).extend(spans[1:])
-            index_of_root[root] = (pool, base + k)
-        used[pool] = max(used[pool], base + len(roots))
-
-    # Per class, the spaces are numbered one after the other: the kernel's from 0, then each budget region's.
-    counts: dict[str, int] = defaultdict(int)
-    first: dict[tuple[str, int, bool], int] = {}
-    for pool in sorted(used, key=lambda p: (p[1], p[0], p[2])):
-        first[pool] = counts[pool[0]]
-        counts[pool[0]] += used[pool]
-    names_of_root = {root: f"{CLASS_PREFIX[pool[0]]}{first[pool] + index}" for root, (pool, index) in index_of_root.items()}
-
-    names = dict(constants)
-    for value, elements in live.elements():
-        names[value] = list(map(names_of_root.__getitem__, root_list[elements.start:elements.stop]))
-    for op in live.ops:  # aliasing results that are not in `elements` order still get their names
-        for result in op.results:
-            if result not in names and register_class(result.type) is not None and result not in constants:
-                names[result] = [names_of_root[groups.find(live.element(result, i))]
-                                 for i in range(element_count(result.type))]
-
     widths = {root: CLASS_WIDTH[register_class(live.value_of[root].type)] for root in ranges}
     uniform_roots = _roots_made_of(live, root_list, ranges, uniform_descriptors(fn))
     if uniform_roots and _peak({r: ranges[r] for r in uniform_roots}, widths)[0] <= UNIFORM_DESCRIPTOR_REGISTERS:
@@ -296,7 +258,77 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
     widths.update({root: 0 for root in _roots_made_of(live, root_list, ranges, parameters)})  # in the constant bank
     pressure = _PressureMap(live, root_of, ranges, widths)
     at_peak = pressure.kernel_peak()
-    return Allocation(names, dict(counts), at_peak.registers, at_peak.position, at_peak, pressure)
+
+    def assign() -> tuple[dict, dict]:
+        """The linear scan and the names (module docstring), run when the names are first asked for."""
+
+        # Linear scan per class and register space (module docstring). wgmma accumulators are allocated as blocks
+        # of consecutive registers, element i at base + i: ptxas keeps a wgmma chain asynchronous only when every
+        # accumulator list it sees maps consistently onto its registers (otherwise it serializes the wgmmas, C7511).
+        blocks = _accumulator_blocks(live, root_of)
+        block_of = {root: block for block in blocks for root in block}
+        space_of = _register_spaces(fn, live, root_list)
+        descriptor_roots = _descriptor_roots(live, root_list)
+        index_of_root: dict = {}  # root -> (pool, index in the pool); a pool is (class, space, descriptor)
+        used: dict[tuple[str, int, bool], int] = defaultdict(int)  # registers each pool needs
+        units = []  # (start, end, roots, ranges) in allocation order: a block is one unit
+        for block in blocks:
+            spans = _merge_ranges(r for root in block for r in ranges[root])
+            units.append((spans[0][0], spans[-1][1], block, spans))
+        for root, spans in ranges.items():
+            if root not in block_of:
+                units.append((spans[0][0], spans[-1][1], (root,), spans))
+        units.sort(key=lambda u: (u[0], u[1], _stable_key(live, u[2][0])))
+        active: dict[tuple, list] = defaultdict(list)  # heaps of (end of the first range, register index)
+        free: dict[tuple, set] = defaultdict(set)      # free register indices
+        reserved: dict[tuple, dict] = defaultdict(dict)  # register index -> later ranges of a unit with holes
+        for start, _, roots, spans in units:
+            cls = register_class(live.value_of[roots[0]].type)
+            if roots[0] in block_of:
+                cls = "acc"  # accumulators get a pool of their own (see above)
+            descriptor = roots[0] in descriptor_roots
+            pool = (cls, space_of[roots[0]], descriptor)
+            while active[pool] and active[pool][0][0] < start:
+                _, index = heapq.heappop(active[pool])
+                free[pool].add(index)
+            # Each accumulator block keeps registers of its own: ptxas maps wgmma chains onto physical registers
+            # itself, and a register shared by two chains (even at different times) made it serialize them. Each
+            # wgmma descriptor too (`_descriptor_roots`).
+            if cls == "acc" or descriptor:
+                base = used[pool]
+            else:
+                holes = reserved[pool]
+                base = _lowest_free_run(free[pool], used[pool], len(roots),
+                                        lambda index: not _overlap(holes.get(index, ()), spans))
+            for k, root in enumerate(roots):
+                free[pool].discard(base + k)
+                heapq.heappush(active[pool], (spans[0][1], base + k))
+                if len(spans) > 1:  # free in the hole, reserved again for the later ranges
+                    reserved[pool].setdefault(base + k, []).extend(spans[1:])
+                index_of_root[root] = (pool, base + k)
+            used[pool] = max(used[pool], base + len(roots))
+
+        # Per class, the spaces are numbered one after the other: the kernel's from 0, then each budget region's.
+        counts: dict[str, int] = defaultdict(int)
+        first: dict[tuple[str, int, bool], int] = {}
+        for pool in sorted(used, key=lambda p: (p[1], p[0], p[2])):
+            first[pool] = counts[pool[0]]
+            counts[pool[0]] += used[pool]
+        names_of_root = {root: f"{CLASS_PREFIX[pool[0]]}{first[pool] + index}" for root, (pool, index) in index_of_root.items()}
+
+        names = dict(constants)
+        for value, elements in live.elements():
+            names[value] = list(map(names_of_root.__getitem__, root_list[elements.start:elements.stop]))
+        for op in live.ops:  # aliasing results that are not in `elements` order still get their names
+            for result in op.results:
+                if result not in names and register_class(result.type) is not None and result not in constants:
+                    names[result] = [names_of_root[groups.find(live.element(result, i))]
+                                     for i in range(element_count(result.type))]
+
+        return names, dict(counts)
+
+    return Allocation(peak=at_peak.registers, peak_position=at_peak.position, at_peak=at_peak, _pressure_map=pressure,
+                      assign=assign)
 
 
 def _descriptor_roots(live: _Liveness, roots: list[int]) -> set[int]:
