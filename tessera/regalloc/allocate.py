@@ -14,7 +14,7 @@ from xdsl.utils.exceptions import DiagnosticException
 from tessera.dialects import sm90
 from tessera.sm90 import facts
 
-from tessera.regalloc.liveness import _Liveness, _alias_sources, _merge_ranges
+from tessera.regalloc.liveness import _Liveness, _alias_sources, _is_if, _is_loop, _is_wgmma, _merge_ranges
 from tessera.regalloc.pressure import PressurePeak, _PressureMap, _peak
 from tessera.regalloc.uniform import DESCRIPTOR_OPS, UNIFORM_DESCRIPTOR_REGISTERS, uniform_descriptors
 from tessera.regalloc.registers import (
@@ -171,6 +171,9 @@ _NOT_READ = (sm90.SetMaxNRegOp,)
 """Ops whose attributes and properties the allocator never reads: a setmaxnreg's budget does not change the
 allocation, so that warp-specialize can size its budgets from the allocation of the kernel holding the
 setmaxnreg ops and then set them, and allocate-registers finds that allocation in the memo."""
+_is_not_read = _subclass_test(_NOT_READ)
+_is_setmaxnreg = _subclass_test(sm90.SetMaxNRegOp)
+_is_descriptor_op = _subclass_test(DESCRIPTOR_OPS)
 
 
 def _fingerprint(fn: func.FuncOp) -> tuple:
@@ -178,7 +181,7 @@ def _fingerprint(fn: func.FuncOp) -> tuple:
     compared by identity and value: equal fingerprints mean the same body as the allocator sees it (the ops
     are held by the memo, so their identities are not reused). The kernel's own attributes (the summary
     allocate-registers writes) do not take part."""
-    return tuple((op, tuple(op.operands)) if isinstance(op, _NOT_READ) else
+    return tuple((op, tuple(op.operands)) if _is_not_read(op) else
                  (op, tuple(op.operands), tuple(op.attributes.items()), tuple(op.properties.items()))
                  for op in fn.body.walk())
 
@@ -342,7 +345,7 @@ def _descriptor_roots(live: _Liveness, roots: list[int]) -> set[int]:
     (`roots`: each element's root; a value's elements are a slice of it.)"""
     held = set()
     for value, elements in live.elements():
-        if isinstance(value.owner, DESCRIPTOR_OPS):
+        if _is_descriptor_op(value.owner):
             held.update(roots[elements.start:elements.stop])
     return held
 
@@ -363,8 +366,8 @@ def _roots_made_of(live: _Liveness, roots: list[int], ranges: dict, values: set)
 def budget_regions(fn: func.FuncOp) -> list[Region]:
     """The regions of `fn` that run under a register budget of their own, in program order: the branches of
     an `scf.if` whose block holds an `sm90.setmaxnreg` (warp-specialize's producer and consumer branches)."""
-    return [region for op in fn.walk() if isinstance(op, scf.IfOp) for region in op.regions
-            if region.blocks and any(isinstance(inner, sm90.SetMaxNRegOp) for inner in region.block.ops)]
+    return [region for op in fn.walk() if _is_if(op) for region in op.regions
+            if region.blocks and any(_is_setmaxnreg(inner) for inner in region.block.ops)]
 
 
 def _register_spaces(fn: func.FuncOp, live: _Liveness, roots: list[int]) -> dict:
@@ -429,7 +432,7 @@ def _coalesce_yields(live: _Liveness, groups: _UnionFind, intervals: dict, lowes
     group lives only inside the body. The latch then moves nothing for it, and the two are not counted at
     once (overlap-softmax's converted P, made at the end of a trip after the previous P.V mma retired, is
     what the next trip's mma reads). Accumulator chains are left alone (`_accumulator_blocks` places them)."""
-    accumulators = {groups.find(first + i) for op in live.ops if isinstance(op, sm90.WgmmaMmaAsyncOp)
+    accumulators = {groups.find(first + i) for op in live.ops if _is_wgmma(op)
                     for first in (live.element(op.result),) for i in range(element_count(op.result.type))}
     held_by_root: dict[int, set] = defaultdict(set)  # root -> the values of its group that wgmma holds
     for value in live.holds:
@@ -473,7 +476,7 @@ def _coalesce_branch_results(live: _Liveness, groups: _UnionFind, intervals: dic
     score tile, the other its masked form, computed in place (the masking select is the tile's last read), so
     both are one group, read last by the yields."""
     for op in live.ops:
-        if not (isinstance(op, scf.IfOp) and op.results and op.false_region.blocks):
+        if not (_is_if(op) and op.results and op.false_region.blocks):
             continue
         branches = [_terminator_operands(region.block) for region in op.regions]
         for n, result in enumerate(op.results):
@@ -547,7 +550,7 @@ def _accumulator_blocks(live: _Liveness, root: Callable[[int], int]) -> list[tup
     a group that would sit at two different positions (or in two blocks) is left to ordinary allocation."""
     blocks: dict[tuple, None] = {}
     for op in live.ops:
-        if isinstance(op, sm90.WgmmaMmaAsyncOp):
+        if _is_wgmma(op):
             first = live.element(op.result)
             blocks[tuple(root(first + i) for i in range(element_count(op.result.type)))] = None
     position: dict = {}
@@ -590,7 +593,7 @@ class _GroupReads:
         self.reads: dict[int, list] = defaultdict(list)  # root -> (definition, last read) of its read values
         for value, elements in live.elements():
             loop = live.carried.get(value)
-            read = None if isinstance(value.owner, scf.ForOp) else live.read_end(value)
+            read = None if _is_for(value.owner) else live.read_end(value)
             if loop is not None:
                 for element in elements:
                     self.loops[root(element)].add(loop)
@@ -601,12 +604,22 @@ class _GroupReads:
 
     def merge(self, root: int, a: int, b: int) -> None:
         """Groups `a` and `b` became one group with root `root`."""
-        loops = self.loops.pop(a, set()) | self.loops.pop(b, set())
-        reads = self.reads.pop(a, []) + self.reads.pop(b, [])
-        if loops:
-            self.loops[root] = loops
-        if reads:
-            self.reads[root] = reads
+        # The larger of each pair is extended in place (an accumulator chain merges hundreds of times: copying
+        # its reads each time was quadratic); the order of the reads does not matter to their readers.
+        loops_a, loops_b = self.loops.pop(a, None), self.loops.pop(b, None)
+        if loops_a or loops_b:
+            if not loops_a or (loops_b and len(loops_b) > len(loops_a)):
+                loops_a, loops_b = loops_b, loops_a
+            if loops_b:
+                loops_a |= loops_b
+            self.loops[root] = loops_a
+        reads_a, reads_b = self.reads.pop(a, None), self.reads.pop(b, None)
+        if reads_a or reads_b:
+            if not reads_a or (reads_b and len(reads_b) > len(reads_a)):
+                reads_a, reads_b = reads_b, reads_a
+            if reads_b:
+                reads_a.extend(reads_b)
+            self.reads[root] = reads_a
 
     def last_read(self, root: int, pos: int, intervals: dict) -> int:
         """The last position at which the group is read, as seen from an op at `pos`. Inside the body of a
@@ -642,7 +655,7 @@ def _intervals(live: _Liveness, roots: list[int]) -> tuple[dict, dict]:
         start = live.defs[value]
         read = live.read_end(value)
         end = start if read is None else max(read, start)
-        if isinstance(value, BlockArgument) and isinstance(value.owner.parent_op(), scf.ForOp | scf.WhileOp):
+        if isinstance(value, BlockArgument) and _is_loop(value.owner.parent_op()):
             loop = value.owner.parent_op()
             end = max(end, next(stop for op, _, stop in live.loops if op is loop))
         groups = roots[elements.start:elements.stop]
