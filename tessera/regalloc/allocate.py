@@ -72,6 +72,10 @@ class Allocation:
     def __repr__(self) -> str:
         return f"Allocation(peak={self.peak}, peak_position={self.peak_position})"
 
+    def __getstate__(self) -> dict:
+        self._assigned()  # a copy or a pickle carries the names, not the function that works them out
+        return dict(self.__dict__)
+
     @property
     def live_at_peak(self) -> list[tuple[str, int]]:
         """(name, registers) of each value live at the peak, most registers first (`at_peak` says more)."""
