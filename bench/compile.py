@@ -22,6 +22,8 @@ Python of the passes, or Triton's passes and LLVM) plus its finished children's 
 `getrusage(RUSAGE_CHILDREN)`), which a busy machine does not inflate as it does wall seconds; "ptxas CPU" is
 the children's part. `--repeat N` compiles each kernel N times, alternating Tessera and Triton, and keeps each
 one's run of least CPU time (best of N); the ratio row divides those, both measured in the same run.
+After the tables by stage, "CPU seconds by part" sums Tessera's stages into three: the passes (with building
+the Tile IR), printing the PTX, and ptxas.
 `--breakdown` prints, for each kernel and Triton's beside it, its PTX lines by kind (comments, declarations,
 labels and braces, then instructions by opcode family).
 """
@@ -145,6 +147,13 @@ def triton_compile(config: dict) -> Measured | None:
                     compiled.cpu, compiled.ptxas_cpu, compiled.ptx)
 
 
+def _part(m: Measured, part: str) -> float:
+    """CPU seconds of one part of a compile: "print PTX", "ptxas", or "passes" (every other stage)."""
+    if part != "passes":
+        return m.cpu_stages.get(part, 0.0)
+    return sum(t for name, t in m.cpu_stages.items() if name not in ("print PTX", "ptxas"))
+
+
 def _best(runs: list[Measured]) -> Measured | None:
     """The run of least CPU time (best of N); None for no runs."""
     return min(runs, key=lambda m: m.cpu) if runs else None
@@ -242,6 +251,10 @@ def main() -> None:
         print(f"{'stage':<28}" + "".join(f"{x:>{width}}" for x in labels))
         for name in names:
             print(f"{name:<28}" + "".join(f"{table(m).get(name, 0.0):>{width}.3f}" for m in measured))
+    print("\nCPU seconds by part (Tessera): the passes (building the Tile IR included), printing the PTX, ptxas")
+    print(f"{'part':<28}" + "".join(f"{x:>{width}}" for x in labels))
+    for part in ("passes", "print PTX", "ptxas"):
+        print(f"{part:<28}" + "".join(f"{_part(m, part):>{width}.3f}" for m in measured))
     print("smem: ptxas' static shared memory plus the dynamic shared memory the kernel asks for (with 1023 bytes "
           "of alignment slack for Tessera's).")
 

@@ -39,6 +39,7 @@ from xdsl.dialects.builtin import (DenseArrayBase, DenseIntOrFPElementsAttr, Int
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
+from tessera.ir.class_tests import subclass_test
 from tessera.dialects import sm90
 from tessera.passes.convert_tile_to_sm90.common import DISTINCT_LANES_ATTR
 from tessera.kernel_abi import is_target_kernel
@@ -47,6 +48,7 @@ from tessera.regalloc.allocate import ELEMENTWISE
 LANE_WISE = ELEMENTWISE + (sm90.CvtOp, sm90.SetpOp, sm90.LdGlobalOp)
 """Ops whose result register i reads only register i of each vector operand (`sm90.ld_global`: of its offsets
 and mask, plus its column_bytes i)."""
+_is_lane_wise = subclass_test(LANE_WISE)
 
 PREDICATE_LANES = 2
 """The most registers a predicate result is compressed to (a row vector's two rows, or one)."""
@@ -182,7 +184,7 @@ def _compress_block(block: Block) -> None:
         for region in op.regions:
             for inner in region.blocks:
                 _compress_block(inner)
-        if isinstance(op, LANE_WISE) and len(op.results) == 1 and (_lanes(op.results[0]) or 0) > 1:
+        if _is_lane_wise(op) and len(op.results) == 1 and (_lanes(op.results[0]) or 0) > 1:
             _compress(op)
 
 

@@ -52,12 +52,16 @@ from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
+from tessera.ir.class_tests import subclass_test
 from tessera.dialects import sm90
 from tessera.ir.kernel_marks import target_kernels_in
 from tessera.regalloc import region_peaks
 
 REGISTERS_PER_DESCRIPTOR = 2
 """32-bit registers per thread a 64-bit descriptor takes in the allocator's count."""
+_is_advance, _is_make_descriptor = subclass_test(sm90.DescriptorAdvanceOp), subclass_test(sm90.MakeDescriptorOp)
+_is_if, _is_setmaxnreg = subclass_test(scf.IfOp), subclass_test(sm90.SetMaxNRegOp)
+"""(Asked of every op of the kernel, several times per compile.)"""
 
 
 def _defines(loop: scf.ForOp, value: SSAValue) -> bool:
@@ -84,7 +88,7 @@ def _invariant_in_a_loop(advance: sm90.DescriptorAdvanceOp) -> bool:
 def invariant_advances(fn: func.FuncOp) -> list[tuple[SSAValue, int]]:
     """(base, bytes) of each loop-invariant advance of `fn` (module docstring), once each, in program order."""
     keys = [(op.descriptor, op.bytes.value.data) for op in fn.walk()
-            if isinstance(op, sm90.DescriptorAdvanceOp) and _invariant_in_a_loop(op)]
+            if _is_advance(op) and _invariant_in_a_loop(op)]
     return list(dict.fromkeys(keys))
 
 
@@ -122,7 +126,7 @@ def hoist_descriptors(fn: func.FuncOp, keys: list[tuple[SSAValue, int]]) -> Hois
     kernel (a copy of the flash d128 kernel was 4% of its compile)."""
     wanted = set(keys)
     places = [(op, op.parent_block(), op.next_op) for op in fn.walk()
-              if isinstance(op, sm90.DescriptorAdvanceOp) and (op.descriptor, op.bytes.value.data) in wanted]
+              if _is_advance(op) and (op.descriptor, op.bytes.value.data) in wanted]
     hoisted: dict[tuple[SSAValue, int], SSAValue] = {}
     made: list[Operation] = []
     last: dict[SSAValue, Operation] = {}  # the op the next hoisted advance of a base goes after
@@ -162,7 +166,7 @@ def _outermost_loop(op: Operation) -> scf.ForOp | None:
 def _slot_descriptor(op: Operation) -> tuple[sm90.SharedBufferOp, SSAValue] | None:
     """(buffer, offset) of a `sm90.make_descriptor` of `buffer + offset` inside a loop: a ring slot's
     descriptor made on every trip; None for any other."""
-    if not isinstance(op, sm90.MakeDescriptorOp) or _outermost_loop(op) is None:
+    if not _is_make_descriptor(op) or _outermost_loop(op) is None:
         return None
     address = op.address
     if isinstance(address, BlockArgument) or not isinstance(address.owner, arith.AddiOp):
@@ -240,8 +244,8 @@ def _folds_first_trip(loop: scf.ForOp) -> bool:
 
 def _budget_splits(fn: func.FuncOp) -> list[scf.IfOp]:
     """The `scf.if` ops whose branches run under budgets of their own (each opens with `sm90.setmaxnreg`)."""
-    return [op for op in fn.walk() if isinstance(op, scf.IfOp)
-            and any(isinstance(inner, sm90.SetMaxNRegOp) for region in op.regions if region.blocks
+    return [op for op in fn.walk() if _is_if(op)
+            and any(_is_setmaxnreg(inner) for region in op.regions if region.blocks
                     for inner in region.block.ops)]
 
 

@@ -75,6 +75,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
 
+from tessera.ir.class_tests import subclass_test
 from tessera.dialects import sm90
 from tessera.passes.convert_tile_to_sm90.common import DISTINCT_LANES_ATTR
 from tessera.lowering.fragments import ROWS_PER_THREAD
@@ -86,6 +87,9 @@ COMMUTATIVE = (
     arith.OrIOp, arith.XOrIOp, arith.MinSIOp, arith.MaxSIOp, arith.MinUIOp, arith.MaxUIOp, math.FmaOp,
 )
 """Ops whose operands 0 and 1 may be swapped without changing the result (for an fma, the two factors)."""
+_is_commutative = subclass_test(COMMUTATIVE)
+_is_elementwise = subclass_test(ELEMENTWISE)
+_is_addi = subclass_test(arith.AddiOp)
 
 _TAKE_REGISTERS = (scf.ForOp, scf.YieldOp, sm90.WgmmaMmaAsyncOp)
 """Users whose registers a whole vector constant becomes (loop-carried, accumulator): no broadcast there."""
@@ -129,7 +133,7 @@ def _becomes_result(user: Operation, index: int) -> bool:
     of that type has registers of its own to give instead (each is a constant, or a shuffle or broadcast,
     whose registers are another value's)."""
     ty = user.operands[index].type
-    if not isinstance(user, ELEMENTWISE) or len(user.results) != 1 or user.results[0].type != ty:
+    if not _is_elementwise(user) or len(user.results) != 1 or user.results[0].type != ty:
         return False
     return all(isinstance(other.owner, arith.ConstantOp | vector.ShuffleOp | vector.BroadcastOp)
                for k, other in enumerate(user.operands) if k != index and other.type == ty)
@@ -139,7 +143,7 @@ def _swap_splats_into_immediates(module: ModuleOp) -> None:
     """Swap a commutative op's operands where operand 0 is a splat that does not become the result and
     operand 1, which is not a constant, takes an immediate there."""
     for op in module.walk():
-        if not isinstance(op, COMMUTATIVE) or _is_immediate_use(op, 0) or not _is_immediate_use(op, 1):
+        if not _is_commutative(op) or _is_immediate_use(op, 0) or not _is_immediate_use(op, 1):
             continue
         first, second = op.operands[0], op.operands[1]
         if splat_value(first) is not None and not isinstance(second.owner, arith.ConstantOp) \
@@ -175,7 +179,7 @@ def _copies_per_user(op: Operation) -> bool:
 
 def _is_lane_offsets(op: Operation) -> bool:
     """An integer vector `arith.addi` of a broadcast scalar and a constant, used more than once."""
-    if not isinstance(op, arith.AddiOp) or not isinstance(op.result.type, VectorType) or _readers(op) < 2:
+    if not _is_addi(op) or not isinstance(op.result.type, VectorType) or _readers(op) < 2:
         return False
     owners = {type(v.owner) for v in op.operands}
     return owners == {vector.BroadcastOp, arith.ConstantOp}
@@ -206,7 +210,7 @@ def _is_shared_offset(op: Operation) -> bool:
     """An i32 `arith.addi` of a shared buffer's address and an offset (a ring stage's slot address), used
     anywhere but right after it, and not by an mbarrier operation (a barrier's address stays where the stage
     made it: one add per stage, and the barrier operations keep the order in which their addresses are made)."""
-    if not isinstance(op, arith.AddiOp):
+    if not _is_addi(op):
         return False
     uses = [use.operation for use in op.result.uses]
     return (any(user is not op.next_op for user in uses)
@@ -228,6 +232,7 @@ def _recreate_address_at_uses(op: arith.AddiOp) -> None:
 
 
 _SCALED = (arith.MuliOp, arith.ShLIOp)
+_is_scaled = subclass_test(_SCALED)
 
 
 def _ancestor_in(block, op: Operation) -> Operation | None:
@@ -242,7 +247,7 @@ def _recreate_late_offsets(module: ModuleOp) -> None:
     an element size) is re-created right before each later use where x itself is read after that use, in
     the same block: x is live there anyway, so the copy's one instruction costs no register, where the product
     would hold its own from its first use to its last (module docstring)."""
-    for op in [o for o in module.walk() if isinstance(o, _SCALED)]:
+    for op in [o for o in module.walk() if _is_scaled(o)]:
         result = op.result
         if isinstance(result.type, VectorType) or len(list(result.uses)) < 2:
             continue
@@ -268,6 +273,7 @@ def _recreate_late_offsets(module: ModuleOp) -> None:
 
 
 _INDEX_ARITHMETIC = (arith.AddiOp, arith.SubiOp, arith.MuliOp)
+_is_index_arithmetic = subclass_test(_INDEX_ARITHMETIC)
 _INDEX_LEAVES = (arith.ConstantOp, vector.BroadcastOp, vector.ShuffleOp)
 INDEX_TREE_DEPTH = 3
 """The most integer ops an index expression re-created at each use may have on a path to its leaves."""
@@ -277,7 +283,7 @@ def _is_index_tree(op: Operation, depth: int = 1) -> bool:
     """An i32 vector add/sub/mul whose operands are leaves that own no registers of their own (constants, a
     broadcast scalar, a shuffle of a row vector) or, used only here, such expressions: at most
     `INDEX_TREE_DEPTH` deep (`kv_idx - q_idx`, `(kv_idx - q_idx) * 2 + 1`)."""
-    if not isinstance(op, _INDEX_ARITHMETIC) or not isinstance(op.result.type, VectorType) \
+    if not _is_index_arithmetic(op) or not isinstance(op.result.type, VectorType) \
             or not isinstance(op.result.type.element_type, IntegerType):
         return False
     for value in op.operands:

@@ -396,3 +396,25 @@ def test_a_single_register_takes_the_lowest_usable_free_index(rng):
         reserved = {int(i) for i in rng.integers(0, 48, size=int(rng.integers(0, 12)))}
         usable = lambda index: index not in reserved  # noqa: E731
         assert _lowest_free_run(free, count, 1, usable) == by_runs(free, count, usable)
+
+
+def test_names_are_worked_out_when_first_asked_for():
+    """A pass that asks only for pressure (warp-specialize's budgets, on a kernel hoist-invariant-descriptors then
+    changes) pays for no naming; the names, asked for later, equal those of an allocation named at once, and a
+    copy carries them."""
+    import copy
+
+    from tessera.regalloc import region_peaks
+    from tessera.regalloc.allocate import _allocate_fresh
+
+    _, kernel = _target("gemm", dict(dtype="bf16"))
+    loop = next(op for op in kernel.walk() if isinstance(op, scf.ForOp))
+    region_peaks(kernel, loop)
+    lazy = _allocate_fresh(kernel)
+    assert lazy._assign is not None  # pressure only, so far
+    eager = _allocate_fresh(kernel)
+    names, counts = eager.names, eager.counts
+    assert lazy.region_pressure(loop) == eager.region_pressure(loop) and lazy.peak == eager.peak
+    assert lazy.names == names and lazy.counts == counts and lazy._assign is None
+    copied = copy.copy(_allocate_fresh(kernel))
+    assert copied._assign is None and copied.names == names

@@ -10,20 +10,24 @@ from __future__ import annotations
 from xdsl.dialects import func
 from xdsl.ir import Attribute
 
+from tessera.ir.class_tests import subclass_test
+
 KERNEL_ATTR = "tile.kernel"
 """Marks a Tile IR kernel: a `func.func` launched over a grid."""
 TARGET_KERNEL_ATTR = "sm90.kernel"
 """Marks a kernel already lowered to Target IR (see passes/convert_tile_to_sm90.py); it keeps `tile.kernel`."""
+_is_func = subclass_test(func.FuncOp)
+"""(Asked of every op of a module walk: most are not functions.)"""
 
 
 def is_kernel(op: Attribute | func.FuncOp) -> bool:
     """A Tile IR kernel (not yet lowered)."""
-    return isinstance(op, func.FuncOp) and KERNEL_ATTR in op.attributes and TARGET_KERNEL_ATTR not in op.attributes
+    return _is_func(op) and KERNEL_ATTR in op.attributes and TARGET_KERNEL_ATTR not in op.attributes
 
 
 def is_target_kernel(op: Attribute | func.FuncOp) -> bool:
     """A kernel lowered to Target IR."""
-    return isinstance(op, func.FuncOp) and TARGET_KERNEL_ATTR in op.attributes
+    return _is_func(op) and TARGET_KERNEL_ATTR in op.attributes
 
 
 def target_kernels_in(op) -> list[func.FuncOp]:

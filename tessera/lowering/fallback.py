@@ -58,6 +58,7 @@ from dataclasses import dataclass
 from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.utils.exceptions import DiagnosticException
 
+from tessera.ir.class_tests import subclass_test
 from tessera.ir.diagnostics import located, warn
 from tessera.kernel_abi import is_kernel, is_target_kernel, kernels
 from tessera.regalloc import SPILL_ATTR, RegisterBudgetError
@@ -176,7 +177,7 @@ def _takes_red(configuration: Configuration, trial: ModuleOp, refused: bool) -> 
     if configuration.red is None:
         return False
     for fn in trial.walk():
-        if not (is_target_kernel(fn) and any(isinstance(op, BulkReduceAddOp) for op in fn.walk())):
+        if not (is_target_kernel(fn) and any(map(subclass_test(BulkReduceAddOp), fn.walk()))):
             continue
         if refused or REGISTERS_ATTR not in fn.attributes:
             return True

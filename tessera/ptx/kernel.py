@@ -31,6 +31,7 @@ from xdsl.printer import Printer
 from xdsl.traits import IsTerminator
 from xdsl.utils.exceptions import DiagnosticException
 
+from tessera.ir.class_tests import subclass_test
 from tessera.cluster import CLUSTER_ATTR, kernel_cluster
 from tessera.dialects import sm90
 from tessera.kernel_abi import SOURCE_ATTR, TARGET_KERNEL_ATTR
@@ -115,10 +116,13 @@ def _kernel_info(fn: func.FuncOp, key: str) -> int:
     return entry.value.data
 
 
+_is_shared_buffer = subclass_test(sm90.SharedBufferOp)
+
+
 def smem_base_alignment(fn: func.FuncOp) -> int | None:
     """What the kernel rounds its dynamic shared memory base up to: SMEM_ALIGNMENT, or more if a buffer asks;
     None for a kernel without shared buffers."""
-    aligns = [op.alignment.value.data for op in fn.walk() if isinstance(op, sm90.SharedBufferOp)]
+    aligns = [op.alignment.value.data for op in fn.walk() if _is_shared_buffer(op)]
     return max([SMEM_ALIGNMENT, *aligns]) if aligns else None
 
 

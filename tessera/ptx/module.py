@@ -15,6 +15,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
 
 # The op printers register themselves on import.
+from tessera.ir.class_tests import subclass_test
 from tessera.ptx import arith as _arith  # noqa: F401
 from tessera.ptx import cluster as _cluster  # noqa: F401
 from tessera.ptx import control as _control  # noqa: F401
@@ -30,13 +31,14 @@ PTX_TARGET = "sm_90a"
 
 RegisterAssignment = Mapping[SSAValue, Sequence[str]]
 """Names per element of each value: registers (`%f12`) or, for constants, immediates (`0f3F800000`)."""
+_is_func = subclass_test(func.FuncOp)
 
 
 def target_kernels(module: ModuleOp) -> list[func.FuncOp]:
     """The module's Target IR kernels; anything else that is a function is refused by name."""
     found = []
     for op in module.walk():
-        if not isinstance(op, func.FuncOp):
+        if not _is_func(op):
             continue
         if is_target_kernel(op):
             found.append(op)

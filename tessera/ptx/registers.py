@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from xdsl.dialects.builtin import Float32Type, IndexType, IntegerType, VectorType
 from xdsl.ir import Attribute, SSAValue
 
+from tessera.ir.class_tests import subclass_test
+
 
 @dataclass(frozen=True)
 class RegisterClass:
@@ -42,6 +44,8 @@ B16 = RegisterClass("b16", "b16", "%h")
 """Scratch registers only (no Target IR value is 16 bits): the .b16 result of `cvt...e4m3x2.f32`."""
 CLASSES = (PRED, B32, B64, F32, B16)
 """In declaration order."""
+_is_vector, _is_f32 = subclass_test(VectorType), subclass_test(Float32Type)
+_is_index, _is_integer = subclass_test(IndexType), subclass_test(IntegerType)
 
 
 class UnsupportedType(ValueError):
@@ -49,7 +53,7 @@ class UnsupportedType(ValueError):
 
 
 def element_type(ty: Attribute) -> Attribute:
-    return ty.element_type if isinstance(ty, VectorType) else ty
+    return ty.element_type if _is_vector(ty) else ty
 
 
 def lanes(ty: Attribute) -> int:
@@ -64,11 +68,11 @@ def lanes(ty: Attribute) -> int:
 def register_class(ty: Attribute) -> RegisterClass:
     """The class of one register of a value of type `ty` (or of a vector's elements)."""
     element = element_type(ty)
-    if isinstance(element, Float32Type):
+    if _is_f32(element):
         return F32
-    if isinstance(element, IndexType):
+    if _is_index(element):
         return B32
-    if isinstance(element, IntegerType):
+    if _is_integer(element):
         width = element.width.data
         if width in (1, 32, 64):
             return {1: PRED, 32: B32, 64: B64}[width]

@@ -6,7 +6,6 @@ import heapq
 import itertools
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from xdsl.dialects import arith, func, math, scf
 from xdsl.ir import BlockArgument, Operation, Region, SSAValue
@@ -15,7 +14,7 @@ from xdsl.utils.exceptions import DiagnosticException
 from tessera.dialects import sm90
 from tessera.sm90 import facts
 
-from tessera.regalloc.liveness import _Liveness, _alias_sources, _merge_ranges
+from tessera.regalloc.liveness import _Liveness, _alias_sources, _is_if, _is_loop, _is_wgmma, _merge_ranges
 from tessera.regalloc.pressure import PressurePeak, _PressureMap, _peak
 from tessera.regalloc.uniform import DESCRIPTOR_OPS, UNIFORM_DESCRIPTOR_REGISTERS, uniform_descriptors
 from tessera.regalloc.registers import (
@@ -32,19 +31,50 @@ class RegisterBudgetError(DiagnosticException):
         self.summary = summary or message
 
 
-@dataclass
 class Allocation:
-    """Register names of each value (one per element), the registers used per class, and the pressure."""
+    """Register names of each value (one per element), the registers used per class, and the pressure.
 
-    names: dict[SSAValue, list[str]]
-    """Register names per element; for a constant used only where PTX takes immediates, its immediates
-    (`0f3FB8AA3B`, `-7`): such a constant needs no instruction and no register."""
-    counts: dict[str, int]
-    peak: int
-    peak_position: int
-    at_peak: PressurePeak | None = None
-    """Where the peak is and what is live there (`PressurePeak.describe` says it in words)."""
-    _pressure_map: _PressureMap | None = field(default=None, repr=False, compare=False)
+    The names and counts may be given as a function (`assign`) that returns both, called on first access: a
+    pass that asks only for the pressure of a kernel it then changes (warp-specialize's budgets, before
+    hoist-invariant-descriptors moves descriptors) never pays for the linear scan and the naming (a quarter of
+    an allocation: 20 of 77 ms for the flash d128 forward). The names are worked out from the liveness taken
+    when the kernel was allocated, so they are asked for before the kernel changes (`allocate_registers` on a
+    changed kernel allocates it again)."""
+
+    def __init__(self, names: dict[SSAValue, list[str]] | None = None, counts: dict[str, int] | None = None,
+                 peak: int = 0, peak_position: int = 0, at_peak: PressurePeak | None = None,
+                 _pressure_map: _PressureMap | None = None, *,
+                 assign: Callable[[], tuple[dict, dict]] | None = None):
+        self._names, self._counts, self._assign = names, counts, assign
+        self.peak = peak
+        self.peak_position = peak_position
+        self.at_peak = at_peak
+        """Where the peak is and what is live there (`PressurePeak.describe` says it in words)."""
+        self._pressure_map = _pressure_map
+
+    def _assigned(self) -> None:
+        if self._assign is not None:
+            (self._names, self._counts), self._assign = self._assign(), None
+
+    @property
+    def names(self) -> dict[SSAValue, list[str]]:
+        """Register names per element; for a constant used only where PTX takes immediates, its immediates
+        (`0f3FB8AA3B`, `-7`): such a constant needs no instruction and no register."""
+        self._assigned()
+        return self._names
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Registers used per class (`f`, `r`, `rd`, `p`)."""
+        self._assigned()
+        return self._counts
+
+    def __repr__(self) -> str:
+        return f"Allocation(peak={self.peak}, peak_position={self.peak_position})"
+
+    def __getstate__(self) -> dict:
+        self._assigned()  # a copy or a pickle carries the names, not the function that works them out
+        return dict(self.__dict__)
 
     @property
     def live_at_peak(self) -> list[tuple[str, int]]:
@@ -145,6 +175,9 @@ _NOT_READ = (sm90.SetMaxNRegOp,)
 """Ops whose attributes and properties the allocator never reads: a setmaxnreg's budget does not change the
 allocation, so that warp-specialize can size its budgets from the allocation of the kernel holding the
 setmaxnreg ops and then set them, and allocate-registers finds that allocation in the memo."""
+_is_not_read = _subclass_test(_NOT_READ)
+_is_setmaxnreg = _subclass_test(sm90.SetMaxNRegOp)
+_is_descriptor_op = _subclass_test(DESCRIPTOR_OPS)
 
 
 def _fingerprint(fn: func.FuncOp) -> tuple:
@@ -152,7 +185,7 @@ def _fingerprint(fn: func.FuncOp) -> tuple:
     compared by identity and value: equal fingerprints mean the same body as the allocator sees it (the ops
     are held by the memo, so their identities are not reused). The kernel's own attributes (the summary
     allocate-registers writes) do not take part."""
-    return tuple((op, tuple(op.operands)) if isinstance(op, _NOT_READ) else
+    return tuple((op, tuple(op.operands)) if _is_not_read(op) else
                  (op, tuple(op.operands), tuple(op.attributes.items()), tuple(op.properties.items()))
                  for op in fn.body.walk())
 
@@ -224,70 +257,6 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
     # The merged intervals are those of the final groups; in the order _intervals gives (by lowest element).
     intervals = dict(sorted(intervals.items(), key=lambda item: lowest[item[0]]))
     ranges = _live_ranges(live, root_of, intervals)
-
-    # Linear scan per class and register space (module docstring). wgmma accumulators are allocated as blocks
-    # of consecutive registers, element i at base + i: ptxas keeps a wgmma chain asynchronous only when every
-    # accumulator list it sees maps consistently onto its registers (otherwise it serializes the wgmmas, C7511).
-    blocks = _accumulator_blocks(live, root_of)
-    block_of = {root: block for block in blocks for root in block}
-    space_of = _register_spaces(fn, live, root_list)
-    descriptor_roots = _descriptor_roots(live, root_list)
-    index_of_root: dict = {}  # root -> (pool, index in the pool); a pool is (class, space, descriptor)
-    used: dict[tuple[str, int, bool], int] = defaultdict(int)  # registers each pool needs
-    units = []  # (start, end, roots, ranges) in allocation order: a block is one unit
-    for block in blocks:
-        spans = _merge_ranges(r for root in block for r in ranges[root])
-        units.append((spans[0][0], spans[-1][1], block, spans))
-    for root, spans in ranges.items():
-        if root not in block_of:
-            units.append((spans[0][0], spans[-1][1], (root,), spans))
-    units.sort(key=lambda u: (u[0], u[1], _stable_key(live, u[2][0])))
-    active: dict[tuple, list] = defaultdict(list)  # heaps of (end of the first range, register index)
-    free: dict[tuple, set] = defaultdict(set)      # free register indices
-    reserved: dict[tuple, dict] = defaultdict(dict)  # register index -> later ranges of a unit with holes
-    for start, _, roots, spans in units:
-        cls = register_class(live.value_of[roots[0]].type)
-        if roots[0] in block_of:
-            cls = "acc"  # accumulators get a pool of their own (see above)
-        descriptor = roots[0] in descriptor_roots
-        pool = (cls, space_of[roots[0]], descriptor)
-        while active[pool] and active[pool][0][0] < start:
-            _, index = heapq.heappop(active[pool])
-            free[pool].add(index)
-        # Each accumulator block keeps registers of its own: ptxas maps wgmma chains onto physical registers
-        # itself, and a register shared by two chains (even at different times) made it serialize them. Each
-        # wgmma descriptor too (`_descriptor_roots`).
-        if cls == "acc" or descriptor:
-            base = used[pool]
-        else:
-            holes = reserved[pool]
-            base = _lowest_free_run(free[pool], used[pool], len(roots),
-                                    lambda index: not _overlap(holes.get(index, ()), spans))
-        for k, root in enumerate(roots):
-            free[pool].discard(base + k)
-            heapq.heappush(active[pool], (spans[0][1], base + k))
-            if len(spans) > 1:  # free in the hole, reserved again for the later ranges
-                reserved[pool].setdefault(base + k, []).extend(spans[1:])
-            index_of_root[root] = (pool, base + k)
-        used[pool] = max(used[pool], base + len(roots))
-
-    # Per class, the spaces are numbered one after the other: the kernel's from 0, then each budget region's.
-    counts: dict[str, int] = defaultdict(int)
-    first: dict[tuple[str, int, bool], int] = {}
-    for pool in sorted(used, key=lambda p: (p[1], p[0], p[2])):
-        first[pool] = counts[pool[0]]
-        counts[pool[0]] += used[pool]
-    names_of_root = {root: f"{CLASS_PREFIX[pool[0]]}{first[pool] + index}" for root, (pool, index) in index_of_root.items()}
-
-    names = dict(constants)
-    for value, elements in live.elements():
-        names[value] = list(map(names_of_root.__getitem__, root_list[elements.start:elements.stop]))
-    for op in live.ops:  # aliasing results that are not in `elements` order still get their names
-        for result in op.results:
-            if result not in names and register_class(result.type) is not None and result not in constants:
-                names[result] = [names_of_root[groups.find(live.element(result, i))]
-                                 for i in range(element_count(result.type))]
-
     widths = {root: CLASS_WIDTH[register_class(live.value_of[root].type)] for root in ranges}
     uniform_roots = _roots_made_of(live, root_list, ranges, uniform_descriptors(fn))
     if uniform_roots and _peak({r: ranges[r] for r in uniform_roots}, widths)[0] <= UNIFORM_DESCRIPTOR_REGISTERS:
@@ -296,7 +265,77 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
     widths.update({root: 0 for root in _roots_made_of(live, root_list, ranges, parameters)})  # in the constant bank
     pressure = _PressureMap(live, root_of, ranges, widths)
     at_peak = pressure.kernel_peak()
-    return Allocation(names, dict(counts), at_peak.registers, at_peak.position, at_peak, pressure)
+
+    def assign() -> tuple[dict, dict]:
+        """The linear scan and the names (module docstring), run when the names are first asked for."""
+
+        # Linear scan per class and register space (module docstring). wgmma accumulators are allocated as blocks
+        # of consecutive registers, element i at base + i: ptxas keeps a wgmma chain asynchronous only when every
+        # accumulator list it sees maps consistently onto its registers (otherwise it serializes the wgmmas, C7511).
+        blocks = _accumulator_blocks(live, root_of)
+        block_of = {root: block for block in blocks for root in block}
+        space_of = _register_spaces(fn, live, root_list)
+        descriptor_roots = _descriptor_roots(live, root_list)
+        index_of_root: dict = {}  # root -> (pool, index in the pool); a pool is (class, space, descriptor)
+        used: dict[tuple[str, int, bool], int] = defaultdict(int)  # registers each pool needs
+        units = []  # (start, end, roots, ranges) in allocation order: a block is one unit
+        for block in blocks:
+            spans = _merge_ranges(r for root in block for r in ranges[root])
+            units.append((spans[0][0], spans[-1][1], block, spans))
+        for root, spans in ranges.items():
+            if root not in block_of:
+                units.append((spans[0][0], spans[-1][1], (root,), spans))
+        units.sort(key=lambda u: (u[0], u[1], _stable_key(live, u[2][0])))
+        active: dict[tuple, list] = defaultdict(list)  # heaps of (end of the first range, register index)
+        free: dict[tuple, set] = defaultdict(set)      # free register indices
+        reserved: dict[tuple, dict] = defaultdict(dict)  # register index -> later ranges of a unit with holes
+        for start, _, roots, spans in units:
+            cls = register_class(live.value_of[roots[0]].type)
+            if roots[0] in block_of:
+                cls = "acc"  # accumulators get a pool of their own (see above)
+            descriptor = roots[0] in descriptor_roots
+            pool = (cls, space_of[roots[0]], descriptor)
+            while active[pool] and active[pool][0][0] < start:
+                _, index = heapq.heappop(active[pool])
+                free[pool].add(index)
+            # Each accumulator block keeps registers of its own: ptxas maps wgmma chains onto physical registers
+            # itself, and a register shared by two chains (even at different times) made it serialize them. Each
+            # wgmma descriptor too (`_descriptor_roots`).
+            if cls == "acc" or descriptor:
+                base = used[pool]
+            else:
+                holes = reserved[pool]
+                base = _lowest_free_run(free[pool], used[pool], len(roots),
+                                        lambda index: not _overlap(holes.get(index, ()), spans))
+            for k, root in enumerate(roots):
+                free[pool].discard(base + k)
+                heapq.heappush(active[pool], (spans[0][1], base + k))
+                if len(spans) > 1:  # free in the hole, reserved again for the later ranges
+                    reserved[pool].setdefault(base + k, []).extend(spans[1:])
+                index_of_root[root] = (pool, base + k)
+            used[pool] = max(used[pool], base + len(roots))
+
+        # Per class, the spaces are numbered one after the other: the kernel's from 0, then each budget region's.
+        counts: dict[str, int] = defaultdict(int)
+        first: dict[tuple[str, int, bool], int] = {}
+        for pool in sorted(used, key=lambda p: (p[1], p[0], p[2])):
+            first[pool] = counts[pool[0]]
+            counts[pool[0]] += used[pool]
+        names_of_root = {root: f"{CLASS_PREFIX[pool[0]]}{first[pool] + index}" for root, (pool, index) in index_of_root.items()}
+
+        names = dict(constants)
+        for value, elements in live.elements():
+            names[value] = list(map(names_of_root.__getitem__, root_list[elements.start:elements.stop]))
+        for op in live.ops:  # aliasing results that are not in `elements` order still get their names
+            for result in op.results:
+                if result not in names and register_class(result.type) is not None and result not in constants:
+                    names[result] = [names_of_root[groups.find(live.element(result, i))]
+                                     for i in range(element_count(result.type))]
+
+        return names, dict(counts)
+
+    return Allocation(peak=at_peak.registers, peak_position=at_peak.position, at_peak=at_peak, _pressure_map=pressure,
+                      assign=assign)
 
 
 def _descriptor_roots(live: _Liveness, roots: list[int]) -> set[int]:
@@ -310,7 +349,7 @@ def _descriptor_roots(live: _Liveness, roots: list[int]) -> set[int]:
     (`roots`: each element's root; a value's elements are a slice of it.)"""
     held = set()
     for value, elements in live.elements():
-        if isinstance(value.owner, DESCRIPTOR_OPS):
+        if _is_descriptor_op(value.owner):
             held.update(roots[elements.start:elements.stop])
     return held
 
@@ -331,8 +370,8 @@ def _roots_made_of(live: _Liveness, roots: list[int], ranges: dict, values: set)
 def budget_regions(fn: func.FuncOp) -> list[Region]:
     """The regions of `fn` that run under a register budget of their own, in program order: the branches of
     an `scf.if` whose block holds an `sm90.setmaxnreg` (warp-specialize's producer and consumer branches)."""
-    return [region for op in fn.walk() if isinstance(op, scf.IfOp) for region in op.regions
-            if region.blocks and any(isinstance(inner, sm90.SetMaxNRegOp) for inner in region.block.ops)]
+    return [region for op in fn.walk() if _is_if(op) for region in op.regions
+            if region.blocks and any(_is_setmaxnreg(inner) for inner in region.block.ops)]
 
 
 def _register_spaces(fn: func.FuncOp, live: _Liveness, roots: list[int]) -> dict:
@@ -397,7 +436,7 @@ def _coalesce_yields(live: _Liveness, groups: _UnionFind, intervals: dict, lowes
     group lives only inside the body. The latch then moves nothing for it, and the two are not counted at
     once (overlap-softmax's converted P, made at the end of a trip after the previous P.V mma retired, is
     what the next trip's mma reads). Accumulator chains are left alone (`_accumulator_blocks` places them)."""
-    accumulators = {groups.find(first + i) for op in live.ops if isinstance(op, sm90.WgmmaMmaAsyncOp)
+    accumulators = {groups.find(first + i) for op in live.ops if _is_wgmma(op)
                     for first in (live.element(op.result),) for i in range(element_count(op.result.type))}
     held_by_root: dict[int, set] = defaultdict(set)  # root -> the values of its group that wgmma holds
     for value in live.holds:
@@ -441,7 +480,7 @@ def _coalesce_branch_results(live: _Liveness, groups: _UnionFind, intervals: dic
     score tile, the other its masked form, computed in place (the masking select is the tile's last read), so
     both are one group, read last by the yields."""
     for op in live.ops:
-        if not (isinstance(op, scf.IfOp) and op.results and op.false_region.blocks):
+        if not (_is_if(op) and op.results and op.false_region.blocks):
             continue
         branches = [_terminator_operands(region.block) for region in op.regions]
         for n, result in enumerate(op.results):
@@ -515,7 +554,7 @@ def _accumulator_blocks(live: _Liveness, root: Callable[[int], int]) -> list[tup
     a group that would sit at two different positions (or in two blocks) is left to ordinary allocation."""
     blocks: dict[tuple, None] = {}
     for op in live.ops:
-        if isinstance(op, sm90.WgmmaMmaAsyncOp):
+        if _is_wgmma(op):
             first = live.element(op.result)
             blocks[tuple(root(first + i) for i in range(element_count(op.result.type)))] = None
     position: dict = {}
@@ -558,7 +597,7 @@ class _GroupReads:
         self.reads: dict[int, list] = defaultdict(list)  # root -> (definition, last read) of its read values
         for value, elements in live.elements():
             loop = live.carried.get(value)
-            read = None if isinstance(value.owner, scf.ForOp) else live.read_end(value)
+            read = None if _is_for(value.owner) else live.read_end(value)
             if loop is not None:
                 for element in elements:
                     self.loops[root(element)].add(loop)
@@ -569,12 +608,22 @@ class _GroupReads:
 
     def merge(self, root: int, a: int, b: int) -> None:
         """Groups `a` and `b` became one group with root `root`."""
-        loops = self.loops.pop(a, set()) | self.loops.pop(b, set())
-        reads = self.reads.pop(a, []) + self.reads.pop(b, [])
-        if loops:
-            self.loops[root] = loops
-        if reads:
-            self.reads[root] = reads
+        # The larger of each pair is extended in place (an accumulator chain merges hundreds of times: copying
+        # its reads each time was quadratic); the order of the reads does not matter to their readers.
+        loops_a, loops_b = self.loops.pop(a, None), self.loops.pop(b, None)
+        if loops_a or loops_b:
+            if not loops_a or (loops_b and len(loops_b) > len(loops_a)):
+                loops_a, loops_b = loops_b, loops_a
+            if loops_b:
+                loops_a |= loops_b
+            self.loops[root] = loops_a
+        reads_a, reads_b = self.reads.pop(a, None), self.reads.pop(b, None)
+        if reads_a or reads_b:
+            if not reads_a or (reads_b and len(reads_b) > len(reads_a)):
+                reads_a, reads_b = reads_b, reads_a
+            if reads_b:
+                reads_a.extend(reads_b)
+            self.reads[root] = reads_a
 
     def last_read(self, root: int, pos: int, intervals: dict) -> int:
         """The last position at which the group is read, as seen from an op at `pos`. Inside the body of a
@@ -610,7 +659,7 @@ def _intervals(live: _Liveness, roots: list[int]) -> tuple[dict, dict]:
         start = live.defs[value]
         read = live.read_end(value)
         end = start if read is None else max(read, start)
-        if isinstance(value, BlockArgument) and isinstance(value.owner.parent_op(), scf.ForOp | scf.WhileOp):
+        if isinstance(value, BlockArgument) and _is_loop(value.owner.parent_op()):
             loop = value.owner.parent_op()
             end = max(end, next(stop for op, _, stop in live.loops if op is loop))
         groups = roots[elements.start:elements.stop]

@@ -57,7 +57,7 @@ class _Liveness:
         self.counter = 0
         self._block(self.fn.body.blocks.first, 0)
         for op in self.ops:
-            if isinstance(op, sm90.WgmmaMmaAsyncOp):
+            if _is_wgmma(op):
                 ranges = self.in_flight(op)
                 held = [op.result] + ([op.a] if op.a_in_registers else [])
                 for value in held:
@@ -164,9 +164,9 @@ def _scan_for_retirement(op: Operation | None, state: tuple[bool, int]) -> tuple
     at the end of the scan."""
     committed, after = state
     while op is not None:
-        if isinstance(op, sm90.WgmmaCommitGroupOp):
+        if _is_commit(op):
             committed, after = True, after + 1 if committed else 0
-        elif isinstance(op, sm90.WgmmaWaitGroupOp) and committed and after >= op.pending.value.data:
+        elif _is_wait(op) and committed and after >= op.pending.value.data:
             return op, (committed, after)
         op = op.next_op
     return None, (committed, after)
@@ -192,6 +192,9 @@ def aliases_operand_registers(op: Operation) -> bool:
 _is_loop = _subclass_test((scf.ForOp, scf.WhileOp))
 _is_if = _subclass_test(scf.IfOp)
 _is_register_move = _subclass_test((vector.ShuffleOp, vector.BroadcastOp, vector.ExtractOp))
+_is_commit = _subclass_test(sm90.WgmmaCommitGroupOp)
+_is_wait = _subclass_test(sm90.WgmmaWaitGroupOp)
+_is_wgmma = _subclass_test(sm90.WgmmaMmaAsyncOp)
 
 
 def _alias_sources(op: Operation) -> list[tuple[int, tuple[SSAValue, int]]] | None:

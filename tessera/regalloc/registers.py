@@ -11,6 +11,7 @@ from xdsl.dialects.builtin import Float32Type, IndexType, IntegerType, VectorTyp
 from xdsl.ir import Attribute, SSAValue
 
 from tessera.dialects import sm90
+from tessera.ir.class_tests import subclass_test
 
 
 
@@ -36,20 +37,8 @@ CLASS_WIDTH = {"f32": 1, "acc": 1, "b32": 1, "b64": 2, "pred": 0}
 """32-bit registers each class costs (predicates live in their own file)."""
 
 
-def _subclass_test(classes: type | tuple[type, ...]) -> Callable[[object], bool]:
-    """`isinstance(x, classes)`, decided once per concrete type: xDSL's attribute and op classes are ABCs,
-    whose isinstance is slow when the answer is no, and the allocator asks it of every value and op."""
-    known: dict[type, bool] = {}
-
-    def test(x: object) -> bool:
-        kind = type(x)
-        answer = known.get(kind)
-        if answer is None:
-            answer = known[kind] = issubclass(kind, classes)
-        return answer
-
-    return test
-
+_subclass_test = subclass_test
+"""(`tessera.ir.class_tests`: the allocator asks it of every value and op.)"""
 
 _is_vector = _subclass_test(VectorType)
 _is_constant = _subclass_test(arith.ConstantOp)
