@@ -160,3 +160,20 @@ def test_shared_box_lands_each_byte_at_its_swizzled_address(swizzle):
         put(landed, addresses, ordered)
         expected[facts.swizzle_address(start + np.arange(data.size), swizzle)] = data
         assert addresses.box is not None and np.array_equal(landed, expected)
+
+
+def test_launch_pool_outlives_a_launch_and_not_a_failure():
+    from tessera.interpreters.sm90 import record_pool
+
+    with record_pool.launch_pool() as pool:
+        lent = pool.full((4, 6), -1, np.int32)
+        lent[...] = 7
+    with record_pool.launch_pool() as again:  # the next launch refills the first one's array
+        assert again is pool and again.full((4, 6), -1, np.int32) is lent and (lent == -1).all()
+    with pytest.raises(RuntimeError), record_pool.launch_pool() as failing:
+        failing.full((4, 6), -1, np.int32)
+        raise RuntimeError("a CTA failed")
+    with record_pool.launch_pool() as fresh:  # the failed launch's pool is not reused
+        assert fresh is not failing and fresh.full((4, 6), -1, np.int32) is not lent
+    with record_pool.launch_pool(False) as none:
+        assert none is None
