@@ -516,10 +516,10 @@ class Followers:
         descriptors = [int(b[w * size]) for w in warpgroups]
         b_stack = (b_tiles[descriptors[0]][:, None] if len(set(descriptors)) == 1
                    else np.stack([b_tiles[d] for d in descriptors], axis=1))
-        products = np.matmul(a_stack.astype(np.float64), b_stack.astype(np.float64).transpose(0, 1, 3, 2))
         fragments = (count, len(warpgroups), size, facc.shape[2])
         out = result[:, rows].reshape(fragments) if isinstance(rows, slice) else np.empty(fragments, np.float32)
-        fragment_view.accumulate(products, facc[:, rows].reshape(fragments), out, np.asarray(accumulate), n)
+        fragment_view.multiply_accumulate(a_stack, b_stack, facc[:, rows].reshape(fragments), out,
+                                          np.asarray(accumulate), n)
         if not isinstance(rows, slice):
             result[:, rows] = out.reshape(count, -1, facc.shape[2])
         return result

@@ -1,20 +1,31 @@
-"""A wgmma's products scattered into its accumulator fragments as one strided NumPy pass.
+"""A wgmma's products scattered into its accumulator fragments in a few long NumPy passes.
 
-A warpgroup's m64nNk16 products are a row-major 64 x N tile; thread t's register v holds element
-`facts.accumulator_coords(v, t)`. Gathering them with the flat index of each (thread, register) is a gather of
-8-byte elements through an index array; but the layout is affine in mixed-radix digits of the thread and the
-register index (the thread's warp, lane group and lane in group; the register's column block, row half and
-column parity), so the same elements are a strided view of the tile, and the accumulation (products + D in
-float64, rounded once to f32, as `wgmma` defines it) is one ufunc call over views, without the gather, the
-float64 copy and the separate rounding pass (a third of the time at F = 3 followers).
+A warpgroup's m64nNk16 product is a 64 x N tile; thread t's register v holds element
+`facts.accumulator_coords(v, t)`. That layout is affine in mixed-radix *digits* of the thread and the register
+index (for f32: the thread's warp w, lane group g and lane in group q; the register's column block j, row half h
+and column parity e: row = 16w + 8h + g, col = 8j + 2q + e). Gathering each element through a flat index, or
+through a strided view of the tile, moves 8 bytes per step of NumPy's inner loop, whose overhead then dominates
+(the parity pair e is the only run contiguous in both).
 
-The digits are found from `facts.accumulator_coords` itself (`_digits`) and the view is checked against the
-flat index it replaces (`fragment_view`); a layout that is no such view falls back to the gather.
+So the product is computed in an order that matches the fragment instead (`FragmentPlan`): A's rows are
+permuted so that the row digits that the fragment places among the column digits (h) come first, B's rows
+(the tile's columns) so that the column digits come in the fragment's order; the product tile is then, for
+each value of those first digits, the fragment's registers in order, except that the row digit sits between
+column digits there. Each (column pair) of f32 registers is one complex64 and each pair of float64 products
+one complex128, so that for each h, `out[..., h] = round(P_h + acc[..., h])` is one ufunc pass with a single long
+inner loop. Complex addition and the complex128 -> complex64 cast are the float64 additions and the round to
+nearest f32 of each part, so the bits are those of the flat gather (`wgmma`'s definition: products exact,
+summed in float64, plus D, rounded once).
+
+The digits are found from `facts.accumulator_coords` itself (`_digits`) and each plan is checked, when made,
+against the flat index it replaces; a layout without such a plan falls back to the gather.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
+import itertools
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -39,68 +50,142 @@ def _digits(steps: np.ndarray) -> list[tuple[int, int]] | None:
     return digits
 
 
+def _offsets(digits: list[tuple[int, int]]) -> np.ndarray:
+    """The offsets sum digit_i * stride_i over every value of `digits` ((size, stride), outermost first), in
+    row-major order of the digits."""
+    offsets = np.zeros(1, np.int64)
+    for size, stride in digits:
+        offsets = (offsets[:, None] + stride * np.arange(size)).reshape(-1)
+    return offsets
+
+
+@dataclass(eq=False)
+class FragmentPlan:
+    """How the m64n`n` products reach the accumulator fragments (module docstring): compute the product from
+    A's rows in `row_order` and B's rows (the tile's columns) in `col_order`; the product tile is then
+    [`split`, rest of the rows, the columns] = for each of the `split` values, the fragments' complex pairs
+    viewed as `pairs_shape` and transposed by `pairs_axes` (the split digits first)."""
+
+    n: int
+    row_order: np.ndarray
+    col_order: np.ndarray
+    split: tuple[int, ...]
+    pairs_shape: tuple[int, ...]
+    pairs_axes: tuple[int, ...]
+
+    @cached_property
+    def split_values(self) -> tuple[tuple[int, ...], ...]:
+        """Every value of the split digits, in order."""
+        return tuple(itertools.product(*map(range, self.split)))
+
+    def accumulate(self, products: np.ndarray, acc: np.ndarray, out: np.ndarray, on: np.ndarray) -> None:
+        """out = f32(products + acc) where `on`, f32(products) elsewhere, per group: `products` [..., 64, n] float64
+        from the permuted operands (C-contiguous), `acc` and `out` [..., 128, n / 2] f32 with the same leading
+        dims (`out` written in place, through a view where its registers are contiguous), `on` a bool per group."""
+        lead = products.shape[:-2]
+        rest = tuple(self.pairs_shape[a] for a in self.pairs_axes[len(self.split):])
+        product = products.view(np.complex128).reshape(lead + self.split + rest)
+        into = _pairs(out)
+        target = None if into is None else self._arranged(into, lead)
+        temporary = None
+        if target is None:  # registers that are no view of pairs: through a temporary
+            temporary = np.empty(out.shape, np.float32)
+            target = self._arranged(temporary.view(np.complex64), lead)
+        addend = _pairs(acc)
+        addend = None if addend is None else self._arranged(addend, lead)
+        if addend is None:
+            addend = self._arranged(np.ascontiguousarray(acc).view(np.complex64), lead)
+        every = bool(np.all(on))
+        on = np.broadcast_to(on, lead)
+        everywhere = (slice(None),) * len(lead)
+        for g in [everywhere] if every else itertools.product(*map(range, lead)):  # per split digit (and group)
+            for s in self.split_values:
+                at = g + s
+                if every or on[g]:
+                    np.add(product[at], addend[at], out=target[at], dtype=np.complex128, casting="unsafe")
+                else:
+                    np.copyto(target[at], product[at], casting="unsafe")
+        if temporary is not None:
+            out[...] = temporary
+
+    def _arranged(self, pairs: np.ndarray, lead: tuple[int, ...]) -> np.ndarray | None:
+        """Complex pairs [..., 128, n / 4] as [..., split digits, the other digits in product order] (a view;
+        None where the pairs cannot be split into digits without a copy)."""
+        digits = pairs.view()
+        try:
+            digits.shape = lead + self.pairs_shape
+        except AttributeError:
+            return None
+        return digits.transpose(tuple(range(len(lead))) + tuple(len(lead) + a for a in self.pairs_axes))
+
+
+def _pairs(registers: np.ndarray) -> np.ndarray | None:
+    """`registers` [..., count] f32 as complex64 pairs (a view), or None if its registers are not contiguous."""
+    if registers.shape[-1] % 2 or (registers.strides[-1] != registers.itemsize and registers.shape[-1] > 1):
+        return None
+    try:
+        return registers.view(np.complex64)
+    except ValueError:
+        return None
+
+
 @lru_cache(maxsize=None)
-def fragment_view(n: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-    """(shape, element strides into the row-major 64 x n tile) of the accumulator fragment of m64n`n`: the view of
-    a tile with them, reshaped to [128 threads, registers], holds at [t, v] the element
-    `facts.accumulator_coords(v, t)`. None if the layout is no such view (the gather is used instead)."""
+def fragment_plan(n: int) -> FragmentPlan | None:
+    """The `FragmentPlan` of the f32 accumulator of m64n`n`, checked against `facts.accumulator_coords`; None
+    where the layout has none (`accumulate` then gathers)."""
     registers = facts.accumulator_registers(n, "f32")
     rows, cols = facts.accumulator_coords(np.arange(registers)[None, :], np.arange(facts.WARPGROUP_SIZE)[:, None])
     index = rows * n + cols
     threads, regs = _digits(index[:, 0] - index[0, 0]), _digits(index[0, :] - index[0, 0])
-    if threads is None or regs is None or index[0, 0] != 0:
+    if threads is None or regs is None or index[0, 0] != 0 or not regs or regs[0] != (2, 1):
         return None
-    digits = threads[::-1] + regs[::-1]  # outermost first: the fragment's row-major order
-    shape, strides = tuple(s for s, _ in digits), tuple(st for _, st in digits)
-    tile = np.arange(64 * n, dtype=np.int64)
-    view = np.lib.stride_tricks.as_strided(tile, shape, tuple(tile.itemsize * s for s in strides))
-    if not np.array_equal(view.reshape(index.shape), index):
+    digits = threads[::-1] + regs[::-1][:-1]  # outermost first; the column pair is the complex element
+    kinds = ["row" if stride % n == 0 else "col" for _, stride in digits]
+    first_col = kinds.index("col") if "col" in kinds else len(kinds)
+    split = [k for k in range(first_col, len(digits)) if kinds[k] == "row"]
+    rest = [k for k in range(len(digits)) if k not in split]
+    if [kinds[k] for k in rest] != sorted((kinds[k] for k in rest), key=lambda kind: kind != "row"):
         return None
-    return shape, strides
-
-
-def _split(array: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
-    """`array` reshaped to `shape` as a view, or None where that needs a copy."""
-    view = array.view()
-    try:
-        view.shape = shape
-    except AttributeError:
+    row_order = _offsets([(digits[k][0], digits[k][1] // n) for k in split + [k for k in rest
+                                                                              if kinds[k] == "row"]])
+    col_order = _offsets([digits[k] for k in rest if kinds[k] == "col"] + [(2, 1)])
+    if sorted(row_order.tolist()) != list(range(64)) or sorted(col_order.tolist()) != list(range(n)):
         return None
-    return view
+    plan = FragmentPlan(n, row_order, col_order, tuple(digits[k][0] for k in split),
+                        tuple(size for size, _ in digits), tuple(split + rest))
+    # the plan on the tile of flat indices must give every register its element
+    tile = np.arange(64 * n, dtype=np.float64).reshape(64, n)[row_order][:, col_order]
+    out = np.empty((facts.WARPGROUP_SIZE, registers), np.float32)
+    plan.accumulate(np.ascontiguousarray(tile), np.zeros_like(out), out, np.ones((), bool))
+    if not np.array_equal(out, index.astype(np.float32)):
+        return None
+    row_order.flags.writeable = col_order.flags.writeable = False
+    return plan
 
 
-def accumulate(products: np.ndarray, acc: np.ndarray, out: np.ndarray, on: np.ndarray, n: int) -> None:
-    """out = f32(fragments of products + acc) where `on`, f32(fragments of products) elsewhere, per group:
-    `products` [..., 64, n] float64 (C-contiguous), `acc` and `out` [..., 128, n / 2] f32 with the same leading
-    group dims (`out` may be a view, written in place), `on` a bool per group."""
-    layout = fragment_view(n)
+def multiply_accumulate(a: np.ndarray, b: np.ndarray, acc: np.ndarray, out: np.ndarray, on: np.ndarray,
+                        n: int) -> None:
+    """A wgmma's D for groups of warpgroups: `a` [..., 64, k] and `b` [..., n, k] f32 (bf16/f16/fp8 values, so
+    products are exact), `acc` and `out` [..., 128, n / 2] f32 fragments with the same leading dims (`a`, `b`
+    broadcast against them), `on` a bool per group (its scale-d): out = f32(sum_k a b in float64 + acc where
+    `on`), through the `FragmentPlan` of n, else the flat gather."""
+    plan = fragment_plan(n)
+    if plan is not None:
+        a, b = a[..., plan.row_order, :], b[..., plan.col_order, :]
+    products = np.matmul(a.astype(np.float64), b.astype(np.float64).swapaxes(-1, -2))
+    if products.shape[:-2] != out.shape[:-2]:
+        products = np.ascontiguousarray(np.broadcast_to(products, out.shape[:-2] + products.shape[-2:]))
+    if plan is not None:
+        plan.accumulate(products, acc, out, on)
+        return
+    from tessera.interpreters.sm90.wgmma import _accumulator_index  # noqa: PLC0415 - its flat index
+
     lead = products.shape[:-2]
     on = np.broadcast_to(on, lead)
-    if layout is None:
-        from tessera.interpreters.sm90.wgmma import _accumulator_index  # noqa: PLC0415 - the gather fallback
-
-        flat = products.reshape(lead + (-1,))
-        gathered = np.take(flat, _accumulator_index(n).reshape(-1), axis=-1).reshape(out.shape)
-        gathered[on] += acc[on]
-        out[...] = gathered.astype(np.float32)
-        return
-    shape, strides = layout
-    item = products.itemsize
-    view = np.lib.stride_tricks.as_strided(products, lead + shape,
-                                           products.strides[:-2] + tuple(item * s for s in strides))
-    into = _split(out, lead + shape)
-    target = np.empty(lead + shape, np.float32) if into is None else into
-    if on.all():
-        np.add(view, acc.reshape(lead + shape), out=target, dtype=np.float64, casting="unsafe")
-    else:
-        addend = acc.reshape(lead + shape)
-        for g in np.ndindex(*lead):
-            if on[g]:
-                np.add(view[g], addend[g], out=target[g], dtype=np.float64, casting="unsafe")
-            else:
-                np.copyto(target[g], view[g], casting="unsafe")
-    if into is None:
-        out[...] = target.reshape(out.shape)
+    gathered = np.take(products.reshape(lead + (-1,)), _accumulator_index(n).reshape(-1), axis=-1)
+    gathered = gathered.reshape(out.shape)
+    gathered[on] += acc[on]
+    out[...] = gathered.astype(np.float32)
 
 
-__all__ = ["accumulate", "fragment_view"]
+__all__ = ["FragmentPlan", "fragment_plan", "multiply_accumulate"]

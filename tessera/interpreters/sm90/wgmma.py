@@ -187,10 +187,10 @@ class WgmmaUnit:
         b_stack = b_tiles[0][None] if all(t is b_tiles[0] for t in b_tiles) else np.stack(b_tiles)
         # the products summed in float64 (one matrix product per warpgroup), gathered into the fragment (each
         # thread's registers), plus D where the warpgroup's scale-d is on
-        products = np.matmul(a_stack.astype(np.float64), b_stack.astype(np.float64).transpose(0, 2, 1))
         fragments = (len(warpgroups), facts.WARPGROUP_SIZE, acc.shape[1])
         out = result[rows].reshape(fragments) if isinstance(rows, slice) else np.empty(fragments, np.float32)
-        fragment_view.accumulate(products, acc[rows].reshape(fragments), out, np.asarray(accumulate), n)
+        fragment_view.multiply_accumulate(a_stack, b_stack, acc[rows].reshape(fragments), out,
+                                          np.asarray(accumulate), n)
         if not isinstance(rows, slice):
             result[rows] = out.reshape(-1, acc.shape[1])
         return self._register(op, result, acc, a, warpgroups)
