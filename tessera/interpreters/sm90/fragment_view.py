@@ -130,12 +130,22 @@ def _pairs(registers: np.ndarray) -> np.ndarray | None:
 
 
 @lru_cache(maxsize=None)
-def fragment_plan(n: int) -> FragmentPlan | None:
-    """The `FragmentPlan` of the f32 accumulator of m64n`n`, checked against `facts.accumulator_coords`; None
-    where the layout has none (`accumulate` then gathers)."""
+def accumulator_index(n: int) -> np.ndarray:
+    """The flat index into the row-major 64 x n tile of each thread's f32 accumulator registers ([128, n / 2],
+    `facts.accumulator_coords`)."""
     registers = facts.accumulator_registers(n, "f32")
     rows, cols = facts.accumulator_coords(np.arange(registers)[None, :], np.arange(facts.WARPGROUP_SIZE)[:, None])
-    index = rows * n + cols
+    index = np.asarray(rows * n + cols, np.intp)
+    index.flags.writeable = False
+    return index
+
+
+@lru_cache(maxsize=None)
+def fragment_plan(n: int) -> FragmentPlan | None:
+    """The `FragmentPlan` of the f32 accumulator of m64n`n`, checked against `facts.accumulator_coords`; None
+    where the layout has none (`multiply_accumulate` then gathers)."""
+    index = accumulator_index(n)
+    registers = index.shape[1]
     threads, regs = _digits(index[:, 0] - index[0, 0]), _digits(index[0, :] - index[0, 0])
     if threads is None or regs is None or index[0, 0] != 0 or not regs or regs[0] != (2, 1):
         return None
@@ -178,14 +188,12 @@ def multiply_accumulate(a: np.ndarray, b: np.ndarray, acc: np.ndarray, out: np.n
     if plan is not None:
         plan.accumulate(products, acc, out, on)
         return
-    from tessera.interpreters.sm90.wgmma import _accumulator_index  # noqa: PLC0415 - its flat index
-
     lead = products.shape[:-2]
     on = np.broadcast_to(on, lead)
-    gathered = np.take(products.reshape(lead + (-1,)), _accumulator_index(n).reshape(-1), axis=-1)
+    gathered = np.take(products.reshape(lead + (-1,)), accumulator_index(n).reshape(-1), axis=-1)
     gathered = gathered.reshape(out.shape)
     gathered[on] += acc[on]
     out[...] = gathered.astype(np.float32)
 
 
-__all__ = ["FragmentPlan", "fragment_plan", "multiply_accumulate"]
+__all__ = ["FragmentPlan", "accumulator_index", "fragment_plan", "multiply_accumulate"]

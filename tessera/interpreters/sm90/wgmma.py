@@ -69,21 +69,6 @@ class Pending:
     op: Operation
 
 
-@lru_cache(maxsize=None)
-def _accumulator_coords(n: int) -> tuple[np.ndarray, np.ndarray]:
-    v = np.arange(facts.accumulator_registers(n, "f32"))
-    return facts.accumulator_coords(v[None, :], np.arange(facts.WARPGROUP_SIZE)[:, None])
-
-
-@lru_cache(maxsize=None)
-def _accumulator_index(n: int) -> np.ndarray:
-    """The flat index into the row-major 64 x n tile of each thread's accumulator registers ([128, regs])."""
-    rows, cols = _accumulator_coords(n)
-    index = np.asarray(rows * n + cols, np.intp)
-    index.flags.writeable = False
-    return index
-
-
 @lru_cache(maxsize=4096)
 def _operand_addresses(descriptor: int, major: str, extent: int, k: int, element_bytes: int):
     """(descriptor fields, the [extent, k] element addresses, their bytes flattened) of a wgmma operand read
