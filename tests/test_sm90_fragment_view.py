@@ -47,3 +47,16 @@ def test_fragments_written_in_place_into_the_warpgroups_rows():
     multiply_accumulate(a, b[:, :1], acc, result[:, 128:].reshape(4, 2, 128, 88), np.ones(2, bool), 176)
     expected = _reference(a, np.broadcast_to(b[:, :1], b.shape), acc, np.ones((4, 2), bool), 176)
     assert (result[:, :128] == 0).all() and result[:, 128:].tobytes() == expected.reshape(4, 256, 88).tobytes()
+
+
+@pytest.mark.parametrize("on", [(True, True), (True, False)])
+def test_fragments_from_a_broadcast_accumulator(on):
+    """The followers' accumulator may be the leader's broadcast (a read-only view with a zero stride)."""
+    rng = np.random.default_rng(2)
+    a, b, _ = _operands(rng, (3, 2), 176)
+    leader = rng.standard_normal((256, 88)).astype(np.float32)
+    acc = np.broadcast_to(leader, (3, 256, 88)).reshape(3, 2, 128, 88)
+    out = np.empty((3, 2, 128, 88), np.float32)
+    multiply_accumulate(a, b[:, :1], acc, out, np.array(on), 176)
+    expected = _reference(a, np.broadcast_to(b[:, :1], b.shape), acc, np.broadcast_to(np.array(on), (3, 2)), 176)
+    assert out.tobytes() == expected.tobytes()
