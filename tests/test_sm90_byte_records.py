@@ -128,3 +128,52 @@ def test_record_pool_lends_refilled_arrays():
     assert {id(a) for a in again} == {id(first), id(second)}  # the same memory, as np.full would give it
     assert all((a == -1).all() for a in again)
     assert pool.full((3, 5), 0, np.int32).dtype == np.int32
+
+
+def test_read_box_is_the_per_byte_read():
+    """A TMA box read as strided rows (or moved origin offsets) holds the bytes the map's element offsets name,
+    zero outside the tensor, for row-major and padded-pitch tensors, boxes inside, at and across the edges."""
+    rng = np.random.default_rng(11)
+    padded = np.zeros((70, 160), ml_dtypes.bfloat16)[:, :96]
+    for array, box in [(np.zeros((300, 128), ml_dtypes.bfloat16), (64, 64)), (padded, (32, 16)),
+                       (np.zeros((5, 77, 96), np.float32), (32, 16, 2)), (np.zeros((40,), np.float16), (16,))]:
+        array[...] = rng.standard_normal(array.shape).astype(array.dtype)
+        tensor_map = TensorMap.encode("t", array, box, 0)
+        spec, e = tensor_map.spec, tensor_map.spec.element_bytes
+        for _ in range(12):
+            coords = [int(rng.integers(-3, d)) for d in reversed(array.shape)]
+            offsets, valid = spec.box_byte_offsets(coords)
+            expected = np.where(valid[:, None], tensor_map.memory[np.where(valid, offsets, 0)[:, None] + np.arange(e)],
+                                0).reshape(-1)
+            assert np.array_equal(tensor_map.read_box(coords), expected), coords
+
+
+@pytest.mark.parametrize("swizzle", [32, 64, 128])
+def test_shared_box_lands_each_byte_at_its_swizzled_address(swizzle):
+    """Bytes permuted as whole 16-byte chunks land where the swizzle puts each byte (facts.swizzle_address)."""
+    rng = np.random.default_rng(swizzle)
+    for _ in range(8):
+        start = int(rng.integers(0, 8)) * 128 + 1024 * int(rng.integers(0, 3))
+        data = rng.integers(0, 256, 128 * int(rng.integers(1, 40)), np.uint8)
+        addresses, ordered = shared_box(start, data, swizzle)
+        landed, expected = np.zeros(8192, np.uint8), np.zeros(8192, np.uint8)
+        put(landed, addresses, ordered)
+        expected[facts.swizzle_address(start + np.arange(data.size), swizzle)] = data
+        assert addresses.box is not None and np.array_equal(landed, expected)
+
+
+def test_launch_pool_outlives_a_launch_and_not_a_failure():
+    from tessera.interpreters.sm90 import record_pool
+
+    with record_pool.launch_pool() as pool:
+        lent = pool.full((4, 6), -1, np.int32)
+        lent[...] = 7
+    with record_pool.launch_pool() as again:  # the next launch refills the first one's array
+        assert again is pool and again.full((4, 6), -1, np.int32) is lent and (lent == -1).all()
+    with pytest.raises(RuntimeError), record_pool.launch_pool() as failing:
+        failing.full((4, 6), -1, np.int32)
+        raise RuntimeError("a CTA failed")
+    with record_pool.launch_pool() as fresh:  # the failed launch's pool is not reused
+        assert fresh is not failing and fresh.full((4, 6), -1, np.int32) is not lent
+    with record_pool.launch_pool(False) as none:
+        assert none is None

@@ -15,7 +15,7 @@ from xdsl.dialects.builtin import ModuleOp
 from tessera.dialects import sm90
 from tessera.interpreters.sm90.followers import follower_rule
 from tessera.interpreters.sm90.global_memory import GlobalMemory, pointer_sources
-from tessera.interpreters.sm90.record_pool import RecordPool
+from tessera.interpreters.sm90.record_pool import launch_pool
 
 
 def run_batches(run_cta, kernel, module: ModuleOp, values: list, memory: GlobalMemory,
@@ -31,7 +31,13 @@ def run_batches(run_cta, kernel, module: ModuleOp, values: list, memory: GlobalM
     every head, whose trip counts agree). Followers of a batch that fails run one at a time. `on_cta(cta_id)`
     is called before each CTA's run and before each follower's stores are made (a worker's access log names
     the CTA by it)."""
-    pool = RecordPool() if listeners is None else None  # a listener may keep a CTA's state
+    with launch_pool(listeners is None) as pool:  # a listener may keep a CTA's state
+        _run_batches(run_cta, kernel, module, values, memory, ids, grid, allocation, listeners, options, traffic,
+                     size, by_x, on_cta, pool)
+
+
+def _run_batches(run_cta, kernel, module, values, memory, ids, grid, allocation, listeners, options, traffic,
+                 size: int, by_x: bool, on_cta, pool) -> None:
     queue = cta_batches(ids, size, False)
     while queue:
         batch = queue.pop(0)

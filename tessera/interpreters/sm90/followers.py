@@ -42,6 +42,7 @@ from tessera.dialects import sm90
 from tessera.interpreters import serving_checks
 from tessera.interpreters.block_batch import describe_op
 from tessera.interpreters.byte_box import put
+from tessera.interpreters.sm90 import fragment_view
 from tessera.interpreters.sm90 import wgmma as wgmma_unit
 from tessera.interpreters.sm90.arith import RegisterArithFunctions, read_only, shuffle_plan
 from tessera.interpreters.sm90.cta import NamesThreads
@@ -478,11 +479,15 @@ class Followers:
         m, _, k = facts.wgmma_shape(n, ab, "f32")
         size, count = facts.WARPGROUP_SIZE, self.count
         warpgroups = self.leader.converged_units(op, size, "wgmma_mma_async")
-        result = np.array(facc, copy=True)
         if not warpgroups:
-            return result
+            return np.array(facc, copy=True)
         element_bytes = facts.WGMMA_K_BYTES // k
         rows = wgmma_unit._warpgroup_rows(warpgroups)  # noqa: SLF001
+        if isinstance(rows, slice):  # the other rows keep the accumulator; these are all written below
+            result = np.empty(facc.shape, facc.dtype)
+            result[:, :rows.start], result[:, rows.stop:] = facc[:, :rows.start], facc[:, rows.stop:]
+        else:
+            result = np.array(facc, copy=True)
 
         def tile(descriptor, major: str, extent: int) -> np.ndarray:
             _, addresses, byte_addresses, _ = wgmma_unit._operand_addresses(  # noqa: SLF001
@@ -511,16 +516,12 @@ class Followers:
         descriptors = [int(b[w * size]) for w in warpgroups]
         b_stack = (b_tiles[descriptors[0]][:, None] if len(set(descriptors)) == 1
                    else np.stack([b_tiles[d] for d in descriptors], axis=1))
-        products = np.matmul(a_stack.astype(np.float64), b_stack.astype(np.float64).transpose(0, 1, 3, 2))
-        fragment = wgmma_unit._accumulator_index(n)  # noqa: SLF001
-        d = np.take(products.reshape(count * len(warpgroups), -1), fragment.reshape(-1), axis=1)
-        d = d.reshape(count, -1, facc.shape[2])
-        if all(accumulate):
-            d += facc[:, rows]
-        elif any(accumulate):
-            on = np.repeat(np.asarray(accumulate), size)
-            d[:, on] += facc[:, rows][:, on]
-        result[:, rows] = d.astype(np.float32)
+        fragments = (count, len(warpgroups), size, facc.shape[2])
+        out = result[:, rows].reshape(fragments) if isinstance(rows, slice) else np.empty(fragments, np.float32)
+        fragment_view.multiply_accumulate(a_stack, b_stack, facc[:, rows].reshape(fragments), out,
+                                          np.asarray(accumulate), n)
+        if not isinstance(rows, slice):
+            result[:, rows] = out.reshape(count, -1, facc.shape[2])
         return result
 
     def _ld_global(self, op, fargs: tuple, memory, nbytes: int) -> np.ndarray:

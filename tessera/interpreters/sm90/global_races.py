@@ -55,22 +55,44 @@ def grid_rank(cta: CtaView) -> int:
     return x + gx * (y + gy * z)
 
 
-@dataclass
-class _Side:
-    """One recorded access per byte of a tensor: CTA rank, thread, time on that CTA's clock, op index, atomic."""
+_SIDE_FIELDS = ("cta", "thread", "time", "op", "atomic", "proxy_async")
 
-    cta: np.ndarray
-    thread: np.ndarray
-    time: np.ndarray
-    op: np.ndarray
-    atomic: np.ndarray
-    proxy_async: np.ndarray
-    """Made through the async proxy (a TMA copy's read, a bulk reduction's write)."""
+
+class _Side:
+    """One recorded access per byte of a tensor: CTA rank, thread, time on that CTA's clock, op index, atomic,
+    and whether it was made through the async proxy (a TMA copy's read, a bulk reduction's write).
+
+    The arrays (22 bytes per byte of the tensor) are allocated when an access is first recorded (`set`,
+    `copy_from`): until then every byte holds none (`recorded` is False) and a check against the side has
+    nothing to find. A launch's inputs read only by TMA, and the read sides of a tensor only written (a
+    kernel's output), never allocate them (allocating them at every launch cost about 17 ms at 512 tokens)."""
+
+    __slots__ = ("size", *_SIDE_FIELDS)
+
+    def __init__(self, size: int):
+        self.size = size
 
     @classmethod
     def empty(cls, size: int) -> _Side:
-        return cls(np.full(size, NONE, np.int32), np.full(size, NONE, np.int32), np.full(size, NONE, np.int64),
-                   np.full(size, NONE, np.int32), np.zeros(size, bool), np.zeros(size, bool))
+        return cls(size)
+
+    @property
+    def recorded(self) -> bool:
+        """Some access is recorded (else every byte holds none and the arrays are not allocated)."""
+        return hasattr(self, "cta")
+
+    def __getattr__(self, name: str):  # an array not yet allocated: the side's first use of its records
+        if name not in _SIDE_FIELDS:
+            raise AttributeError(name)
+        self._allocate()
+        return object.__getattribute__(self, name)
+
+    def _allocate(self) -> None:
+        size = self.size
+        self.cta, self.thread, self.time = np.full(size, NONE, np.int32), np.full(size, NONE, np.int32), \
+            np.full(size, NONE, np.int64)
+        self.op, self.atomic, self.proxy_async = np.full(size, NONE, np.int32), np.zeros(size, bool), \
+            np.zeros(size, bool)
 
     def set(self, where, cta: int, threads, time: int, op: int, atomic: bool, proxy_async: bool = False) -> None:
         for records, value in ((self.cta, cta), (self.thread, threads), (self.time, time), (self.op, op),
@@ -78,7 +100,11 @@ class _Side:
             put(records, where, value)
 
     def copy_from(self, other: _Side, where) -> None:
-        for name in ("cta", "thread", "time", "op", "atomic", "proxy_async"):
+        if not other.recorded:  # none recorded there: so none here either
+            if self.recorded:
+                put(self.cta, where, NONE)
+            return
+        for name in _SIDE_FIELDS:
             put(getattr(self, name), where, take(getattr(other, name), where))
 
 
@@ -182,7 +208,8 @@ class GlobalAccesses:
             record.written = True
             record.write.set(offsets, rank, threads, now, here, atomic, proxy_async)
             for side in (record.read, record.other_read):
-                put(side.cta, offsets, NONE)
+                if side.recorded:
+                    put(side.cta, offsets, NONE)
             if record.until is not None:
                 put(record.until.cta, offsets, NONE)
             return
@@ -253,7 +280,7 @@ class GlobalAccesses:
             if timed is not None:
                 steps[timed.seq] = (timed, steps.get(timed.seq, (timed, False, False))[1], True)
         record.deferred = {}
-        size = record.read.cta.size
+        size = record.read.size
         for seq in sorted(steps):
             read, reads, timed = steps[seq]
             if reads:
@@ -265,6 +292,9 @@ class GlobalAccesses:
     def _record_read(record: _TensorRecord, offsets, rank: int, threads, now: int, op: int, atomic: bool,
                      proxy_async: bool) -> None:
         """Note a read in `record`: the latest reader of each byte, and the one it replaces if of another CTA."""
+        if not record.read.recorded:
+            record.read.set(offsets, rank, threads, now, op, atomic, proxy_async)
+            return
         readers = take(record.read.cta, offsets)
         moved = (readers != NONE) & (readers != rank)
         if moved.all():
@@ -300,6 +330,8 @@ class GlobalAccesses:
                      writes: _Side) -> None:
         """An async-proxy read of bytes last written through the generic proxy (`memory_model.PROXY_FENCE_STATE_SPACE`:
         Target IR has no proxy fence for global memory, so no causality path carries one)."""
+        if not writes.recorded:
+            return
         generic = (take(writes.cta, offsets) != NONE) & ~take(writes.proxy_async, offsets)
         if not generic.any():
             return
@@ -316,6 +348,8 @@ class GlobalAccesses:
 
     def _check(self, cta: CtaView, op: Operation, tensor: int, offsets: np.ndarray, threads: np.ndarray, rank: int,
                side: _Side, write: bool, atomic: bool, until: _Until | None = None) -> None:
+        if not side.recorded:
+            return
         other_cta = take(side.cta, offsets)
         candidate = other_cta != NONE
         if not candidate.any():

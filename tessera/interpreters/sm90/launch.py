@@ -43,7 +43,7 @@ from tessera.interpreters.sm90.followers import Followers
 from tessera.interpreters.sm90.global_memory import GlobalMemory
 from tessera.interpreters.sm90.machine import Sm90Functions
 from tessera.interpreters.sm90.program import CompiledCta, CompiledKernel
-from tessera.interpreters.sm90.record_pool import RecordPool
+from tessera.interpreters.sm90.record_pool import RecordPool, launch_pool
 from tessera.interpreters.sm90.reductions import ReductionFunctions, reduction_targets
 from tessera.interpreters.sm90.registers import full
 from tessera.interpreters.sm90.strands import SCHEDULES, HazardUnwind, Scheduler
@@ -419,14 +419,14 @@ def _run_grid(func_op, arguments, sizes, allocation, listeners, cta_order, traff
             _run_groups(parallel, kernel, module, arguments, names, sizes, allocation, traffic, clusters,
                         tuple(cluster), options)
             return
-        pool = RecordPool() if listeners is None else None  # a listener may keep a CTA's state
-        for cta_ids in clusters:
-            for cta in run_cluster(kernel, module, values, memory, cta_ids, grid, tuple(cluster), allocation,
-                                   listeners, options, pool):
-                if traffic is not None:
-                    traffic[cta.cta_id] = dict(cta.traffic)
-            if pool is not None:
-                pool.reclaim()
+        with launch_pool(listeners is None) as pool:  # a listener may keep a CTA's state
+            for cta_ids in clusters:
+                for cta in run_cluster(kernel, module, values, memory, cta_ids, grid, tuple(cluster), allocation,
+                                       listeners, options, pool):
+                    if traffic is not None:
+                        traffic[cta.cta_id] = dict(cta.traffic)
+                if pool is not None:
+                    pool.reclaim()
         return
     gx, gy, gz = grid
     order = range(gx * gy * gz) if cta_order is None else [int(i) for i in cta_order]

@@ -64,6 +64,13 @@ class Buffer:
     swizzle: int
 
 
+def _box_span(box: tuple) -> tuple[int, int]:
+    """The lowest and highest offset of a `ByteBox`'s (start, shape, strides)."""
+    start, shape, strides = box
+    reach = [(extent - 1) * stride for extent, stride in zip(shape, strides)]
+    return start + sum(min(r, 0) for r in reach), start + sum(max(r, 0) for r in reach)
+
+
 class SharedMemory:
     def __init__(self, cta: CtaView, size: int):
         self.cta = cta
@@ -94,9 +101,7 @@ class SharedMemory:
         self.changes += 1
         box = getattr(addresses, "box", None)
         if box is not None:
-            start, shape, strides = box
-            reach = [(extent - 1) * stride for extent, stride in zip(shape, strides)]
-            low, high = start + sum(min(r, 0) for r in reach), start + sum(max(r, 0) for r in reach)
+            low, high = _box_span(box)
         elif len(addresses):
             low, high = int(addresses.min()), int(addresses.max())
         else:
@@ -351,8 +356,10 @@ class SharedMemory:
                           local: bool = True) -> None:
         """A TMA copy by `thread` will write `addresses` and complete on mbarrier instance `barrier`; `local`
         False: `thread` is of a peer CTA (a multicast), whose order the cluster checks (`check_released`)."""
-        self.check_bounds(op, addresses, np.full(addresses.shape, thread), 1, "writes")
-        issuer = np.full(addresses.shape, thread)
+        issuer = np.broadcast_to(np.int64(thread), addresses.shape)  # read only: one thread's copy
+        box = getattr(addresses, "box", None)
+        if box is None or not (0 <= _box_span(box)[0] and _box_span(box)[1] < self.size):
+            self.check_bounds(op, addresses, issuer, 1, "writes")
         self.check_writable(op, addresses, issuer, "the TMA copy")
         if local:
             self.cta.hb.check_write(op, addresses, issuer, "the TMA copy")

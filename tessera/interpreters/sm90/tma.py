@@ -25,7 +25,7 @@ import numpy as np
 from xdsl.ir import Operation
 
 from tessera.interpreters import serving_checks
-from tessera.interpreters.byte_box import byte_box
+from tessera.interpreters.byte_box import box_view, byte_box
 from tessera.sm90 import facts
 
 if TYPE_CHECKING:
@@ -92,16 +92,12 @@ class TensorMap:
         """The byte offsets (from the tensor's first byte) of every byte a copy of the box at `coords` reads,
         the fill outside the tensor left out: what the global-memory records note for a TMA load."""
         spec = self.spec
-        inside = _inside_offsets(spec, tuple(coords))
-        if inside is not None:
-            if spec.interleave != facts.TensorMapInterleave.NONE or any(s != 1 for s in spec.strides):
-                return inside
-            # rows of the tensor at its strides: a box the records are read and written through as a view
-            e = spec.element_bytes
-            strides = (e,) + tuple(spec.global_strides)
-            start = sum(c * s for c, s in zip(coords, strides))
-            return byte_box(start, tuple(reversed(spec.box_dims[1:])) + (spec.box_dims[0] * e,),
-                            tuple(reversed(strides[1:])) + (1,))
+        rows = _box_rows(spec, tuple(coords))
+        if rows is not None:  # rows of the tensor at its strides: records read and written through as a view
+            return byte_box(*rows)
+        shift = _inside_shift(spec, tuple(coords))
+        if shift is not None:
+            return _box_bytes_at_origin(spec) + shift
         offsets, valid = spec.box_byte_offsets(coords)
         return (offsets[valid][:, None] + np.arange(spec.element_bytes)).reshape(-1)
 
@@ -109,11 +105,15 @@ class TensorMap:
         """The bytes of the box at element coordinates `coords` (innermost first), zero outside the tensor,
         in shared-memory order (innermost dimension contiguous): element (c0 + i0, c1 + i1, ...) is read at
         byte (c0 + i0) * element bytes + sum (ck + ik) * globalStrides[k - 1] of the map."""
-        e = self.spec.element_bytes
-        inside = _inside_offsets(self.spec, tuple(coords))
-        if inside is not None:  # the whole box in the tensor: every byte read, none filled
-            return self.memory[inside]
-        offsets, valid = self.spec.box_byte_offsets(coords)
+        spec = self.spec
+        rows = _box_rows(spec, tuple(coords))
+        if rows is not None:  # the whole box in the tensor, unstrided: a strided copy of its rows
+            return box_view(self.memory, *rows).reshape(-1)
+        shift = _inside_shift(spec, tuple(coords))
+        if shift is not None:  # the whole box in the tensor: every byte read, none filled
+            return self.memory[_box_bytes_at_origin(spec) + shift]
+        e = spec.element_bytes
+        offsets, valid = spec.box_byte_offsets(coords)
         data = self.memory[offsets[:, None] + np.arange(e)]
         return np.where(valid[:, None], data, 0).astype(np.uint8).reshape(-1)
 
@@ -130,11 +130,10 @@ def _box_bytes_at_origin(spec: facts.TensorMapSpec) -> np.ndarray | None:
     return offsets
 
 
-def _inside_offsets(spec: facts.TensorMapSpec, coords: tuple[int, ...]) -> np.ndarray | None:
-    """The byte offsets of the box at `coords` if it lies wholly inside the tensor (the box at the origin moved by
-    the coordinates' byte offset), else None: `read_box`'s common case without recomputing the box per copy."""
-    origin = _box_bytes_at_origin(spec)
-    if origin is None:
+def _inside_shift(spec: facts.TensorMapSpec, coords: tuple[int, ...]) -> int | None:
+    """The byte offset of the box at `coords` from the box at the origin if it lies wholly inside the tensor
+    (its bytes are the origin's moved by it), else None: `read_box`'s common case without recomputing the box."""
+    if _box_bytes_at_origin(spec) is None:
         return None
     strides = (spec.element_bytes,) + tuple(spec.global_strides)
     shift = 0
@@ -143,7 +142,21 @@ def _inside_offsets(spec: facts.TensorMapSpec, coords: tuple[int, ...]) -> np.nd
         if c < 0 or c + step * (math.ceil(spec.box_dims[dim] / step) - 1) >= spec.global_dims[dim]:
             return None
         shift += c * strides[dim]
-    return origin + shift
+    return shift
+
+
+def _box_rows(spec: facts.TensorMapSpec, coords: tuple[int, ...]) -> tuple | None:
+    """(start, shape, strides) of the box at `coords` as rows of the tensor (outermost dimension first, the
+    innermost row as its bytes), for a box wholly inside the tensor with no interleave and unit element
+    strides; else None. Its row-major offsets are the box's bytes in shared-memory order (`box_byte_offsets`)."""
+    if spec.interleave != facts.TensorMapInterleave.NONE or any(s != 1 for s in spec.strides):
+        return None
+    shift = _inside_shift(spec, coords)
+    if shift is None:
+        return None
+    strides = tuple(spec.global_strides)
+    return (shift, tuple(reversed(spec.box_dims[1:])) + (spec.box_dims[0] * spec.element_bytes,),
+            tuple(reversed(strides)) + (1,))
 
 
 def shared_box(start: int, data: np.ndarray, swizzle: int) -> tuple[np.ndarray, np.ndarray]:
@@ -154,7 +167,27 @@ def shared_box(start: int, data: np.ndarray, swizzle: int) -> tuple[np.ndarray, 
     order = _range_order(data.size, swizzle, start % facts.swizzle_period_bytes(swizzle))
     if order is None:
         return facts.swizzle_address(start + np.arange(data.size, dtype=np.int64), swizzle), data
-    return byte_box(start, (data.size,), (1,)), data if order is _IDENTITY else data[order]
+    if order is _IDENTITY:
+        return byte_box(start, (data.size,), (1,)), data
+    chunks = _chunk_order(data.size, swizzle, start % facts.swizzle_period_bytes(swizzle))
+    ordered = data[order] if chunks is None else data.reshape(-1, facts.SWIZZLE_CHUNK_BYTES)[chunks].reshape(-1)
+    return byte_box(start, (data.size,), (1,)), ordered
+
+
+@lru_cache(maxsize=64)
+def _chunk_order(size: int, swizzle: int, phase: int) -> np.ndarray | None:
+    """`_range_order` as whole 16-byte chunks (the box chunk landing at each chunk of the range), where it moves
+    chunks intact (a range that starts and ends on chunk boundaries): a gather of a sixteenth of the indices."""
+    order = _range_order(size, swizzle, phase)
+    chunk = facts.SWIZZLE_CHUNK_BYTES
+    if order is None or order is _IDENTITY or size % chunk:
+        return None
+    rows = order.reshape(-1, chunk)
+    if not np.array_equal(rows, rows[:, :1] + np.arange(chunk)) or (rows[:, 0] % chunk).any():
+        return None
+    chunks = rows[:, 0] // chunk
+    chunks.flags.writeable = False
+    return chunks
 
 
 _IDENTITY = np.zeros(0, np.intp)

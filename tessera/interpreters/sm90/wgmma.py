@@ -41,6 +41,7 @@ from xdsl.ir import BlockArgument, Operation, OpResult
 from tessera.dialects import sm90
 from tessera.interpreters.block_batch import describe_op
 from tessera.interpreters.byte_box import take
+from tessera.interpreters.sm90 import fragment_view
 from tessera.interpreters.sm90.record_pool import records
 from tessera.interpreters.sm90.registers import as_unsigned64
 from tessera.interpreters.sm90.shared_memory import EPOCH_BYTES
@@ -66,21 +67,6 @@ class Pending:
     groups: np.ndarray
     kind: str
     op: Operation
-
-
-@lru_cache(maxsize=None)
-def _accumulator_coords(n: int) -> tuple[np.ndarray, np.ndarray]:
-    v = np.arange(facts.accumulator_registers(n, "f32"))
-    return facts.accumulator_coords(v[None, :], np.arange(facts.WARPGROUP_SIZE)[:, None])
-
-
-@lru_cache(maxsize=None)
-def _accumulator_index(n: int) -> np.ndarray:
-    """The flat index into the row-major 64 x n tile of each thread's accumulator registers ([128, regs])."""
-    rows, cols = _accumulator_coords(n)
-    index = np.asarray(rows * n + cols, np.intp)
-    index.flags.writeable = False
-    return index
 
 
 @lru_cache(maxsize=4096)
@@ -186,15 +172,12 @@ class WgmmaUnit:
         b_stack = b_tiles[0][None] if all(t is b_tiles[0] for t in b_tiles) else np.stack(b_tiles)
         # the products summed in float64 (one matrix product per warpgroup), gathered into the fragment (each
         # thread's registers), plus D where the warpgroup's scale-d is on
-        products = np.matmul(a_stack.astype(np.float64), b_stack.astype(np.float64).transpose(0, 2, 1))
-        d = np.take(products.reshape(len(warpgroups), -1), _accumulator_index(n).reshape(-1), axis=1)
-        d = d.reshape(-1, acc.shape[1])
-        if all(accumulate):
-            d += acc[rows]
-        elif any(accumulate):
-            on = np.repeat(np.asarray(accumulate), facts.WARPGROUP_SIZE)
-            d[on] += acc[rows][on]
-        result[rows] = d.astype(np.float32)
+        fragments = (len(warpgroups), facts.WARPGROUP_SIZE, acc.shape[1])
+        out = result[rows].reshape(fragments) if isinstance(rows, slice) else np.empty(fragments, np.float32)
+        fragment_view.multiply_accumulate(a_stack, b_stack, acc[rows].reshape(fragments), out,
+                                          np.asarray(accumulate), n)
+        if not isinstance(rows, slice):
+            result[rows] = out.reshape(-1, acc.shape[1])
         return self._register(op, result, acc, a, warpgroups)
 
     def _register(self, op: sm90.WgmmaMmaAsyncOp, result: np.ndarray, acc: np.ndarray, a: np.ndarray,
