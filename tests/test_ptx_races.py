@@ -237,8 +237,8 @@ def test_a_slot_is_free_only_after_the_wait_group_that_ends_the_read(release_aft
 
     def wait_ends_the_read():
         if per_group:
-            hb.wgmma_reads = np.zeros((1, 16), np.int32)
-            hb.wgmma_reads[0, slot] = 3  # read last by wgmma group 2 of the CTA's one warpgroup
+            hb.wgmma_reads = np.zeros((1, hb.chunk_count()), np.int32)  # a record per 16-byte chunk
+            hb.wgmma_reads[0, hb.chunk_of(slot)] = 3  # read last by wgmma group 2 of the CTA's one warpgroup
             hb.wgmma_groups_completed(0, 1, 2, consumer, _Inst())
         else:
             hb.reads_completed(slot, consumer, _Inst(), 0)

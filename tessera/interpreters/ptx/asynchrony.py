@@ -49,6 +49,7 @@ Registers and statuses are per lane (one thread of one CTA of the batch); tags a
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 import numpy as np
@@ -131,7 +132,8 @@ class AsyncTracker:
         self.state = np.zeros(n, np.int8)
         self.tag = np.zeros(n, np.int32)  # FLIGHT: copy id; LANDED: barrier instance
         self.phase = np.zeros(n, np.int64)  # LANDED: the phase the byte counts towards
-        self.wg_read: np.ndarray | None = None  # [groups per CTA, bytes]: wgmma group + 1 reading the byte
+        # [groups per CTA, 16-byte chunk (`HappensBefore.chunk_of`)]: wgmma group + 1 reading the chunk
+        self.wg_read: np.ndarray | None = None
         self.proxy_readers = True  # the program reads shared memory through the async proxy (set by install)
         self.hb = HappensBefore(m.lanes, m.threads, n, self.hazard, self.where, m.describe_lane,
                                 races=getattr(m, "races", True))
@@ -148,6 +150,7 @@ class AsyncTracker:
         # ranges that one copy landed whole (a swizzled TMA box), start -> (stop, barrier, phase), while none of
         # their bytes' `state`, `tag` or `phase` changed since: an operand inside one is judged without a walk
         self.landed_ranges: dict[int, tuple[int, int, int]] = {}
+        self.landed_starts: list[int] = []  # the keys of `landed_ranges`, ascending (the ranges are disjoint)
         self.tagged = False  # some byte may be FLIGHT or LANDED (an asynchronous copy was issued)
         self.copies: dict[int, Copy] = {}
         self.in_flight: dict[tuple[int, int], list[Copy]] = {}
@@ -412,6 +415,7 @@ class AsyncTracker:
             self._forget_ranges(where)
             if copy.span is not None:
                 self.landed_ranges[copy.span.start] = (copy.span.stop, b, phase)
+                bisect.insort(self.landed_starts, copy.span.start)  # its bytes' ranges were forgotten above
             copy.data = None
             try:
                 state.complete_tx(copy.nbytes)
@@ -626,6 +630,7 @@ class AsyncTracker:
             return
         self.landed_ranges = {start: kept for start, kept in self.landed_ranges.items()
                               if not (start < high and kept[0] > low)}
+        self.landed_starts = sorted(self.landed_ranges)
 
     def _landed_cover(self, span: slice) -> tuple[int, int] | None:
         """(barrier, latest phase) when `span` lies inside `landed_ranges` of one barrier (a K step of a ring
@@ -634,7 +639,8 @@ class AsyncTracker:
         if not self.landed_ranges:
             return None
         covered, barrier, latest = span.start, None, 0
-        for start in sorted(self.landed_ranges):
+        starts = self.landed_starts
+        for start in starts[max(bisect.bisect_right(starts, covered) - 1, 0):]:
             stop, b, phase = self.landed_ranges[start]
             if stop <= covered:
                 continue
@@ -671,15 +677,16 @@ class AsyncTracker:
     # region wgmma
     def wgmma_reads(self, inst, lanes: np.ndarray, flat: np.ndarray | None, operand: str, span: slice | None = None,
                     hull: slice | None = None, chunks: np.ndarray | None = None, base: int = 0,
-                    own_rows: bool = False) -> None:
+                    own_rows: bool = False, chunk_set: np.ndarray | slice | None = None) -> None:
         """The warpgroups of `lanes` (whole warpgroups of one CTA, in order) each read their wgmma operand at
         `flat` (checked once as an async-proxy read of them all); the bytes stay read until a wgmma.wait_group
-        covers each warpgroup's group. `span`: the range `flat` fills, when it fills one (a swizzled tile: its
-        records are written and later completed as one range); `hull`: a range holding `flat` (`async_read`).
-        `chunks`: `flat` as whole 16-byte chunks of the CTA's shared memory at `base` (bytes base + 16c to
-        base + 16c + 15 for each c: 16 bytes of a core matrix row each), its records then written a chunk at a
-        time; `flat` may then be None (made from the chunks where a check walks the bytes). `own_rows`: the
-        operand is A, its bytes row by row, each warp reading its own rows [memory_model.WGMMA_A_ROWS_PER_WARP]."""
+        covers each warpgroup's group. `span`: the range `flat` fills, when it fills one (a swizzled tile);
+        `hull`: a range holding `flat` (`async_read`). `chunks`: `flat` as whole 16-byte chunks of the CTA's
+        shared memory at `base` (bytes base + 16c to base + 16c + 15 for each c: 16 bytes of a core matrix row
+        each); `flat` may then be None (made from the chunks where a check walks the bytes). `own_rows`: the
+        operand is A, its bytes row by row, each warp reading its own rows [memory_model.WGMMA_A_ROWS_PER_WARP].
+        The records are one per chunk (`HappensBefore.chunk_of`): `chunk_set` the CTA's chunks the operand reads
+        (numbered from the CTA's first, a range where they are consecutive), else found from `flat`."""
         if flat is None:
             def flat_bytes():
                 return base + (chunks[:, None] * _CHUNK + np.arange(_CHUNK)).reshape(-1)
@@ -690,13 +697,14 @@ class AsyncTracker:
         if where is None or not self._landed_read(lanes, where):
             self.async_read(inst, lanes, flat_bytes(), f"wgmma operand {operand}", span, hull, own_rows)
         if self.wg_read is None:
-            self.wg_read = self.hb.wgmma_reads = np.zeros((self.groups_per_cta, len(self.state)), np.int32)
-        records, at = self.wg_read, span
-        if span is None and chunks is not None:  # [groups per CTA, chunk, byte] of the CTA's bytes: a view
-            size = self.m.shared_bytes // _CHUNK * _CHUNK
-            records, at = self.wg_read[:, base:base + size].reshape(self.groups_per_cta, -1, _CHUNK), chunks
-        elif span is None:
-            at = flat_bytes()
+            self.wg_read = self.hb.wgmma_reads = np.zeros((self.groups_per_cta, self.hb.chunk_count()), np.int32)
+        records = self.wg_read
+        if chunk_set is None:
+            at = np.unique(self.hb.chunk_of(flat_bytes()))
+        else:  # the CTA's chunks: its columns of the records
+            first = base // max(self.m.shared_bytes, 1) * -(-max(self.m.shared_bytes, 1) // _CHUNK)
+            records = records[:, first:]
+            at = chunk_set
         unit = self.m.unit_of[facts.WARPGROUP_SIZE]
         for start in range(0, len(lanes), facts.WARPGROUP_SIZE):  # each warpgroup reading it (whole warpgroups)
             w = int(unit[lanes[start]])
@@ -711,13 +719,14 @@ class AsyncTracker:
         w = cta * self.groups_per_cta + np.arange(self.groups_per_cta)
         if span.stop <= span.start:
             return False
-        return bool((self.wg_read[:, span].max(axis=1).astype(np.int64) - 1 > self.wg_done[w]).any())
+        chunks = self.hb.chunk_span(span)
+        return bool((self.wg_read[:, chunks].max(axis=1).astype(np.int64) - 1 > self.wg_done[w]).any())
 
     def _check_not_read_by_wgmma(self, inst, lanes, flat: np.ndarray, what: str, acquired: int | None) -> None:
         cta = flat // max(self.m.shared_bytes, 1)
         if len(cta) and cta[0] == cta[-1] and cta.min() == cta.max():
             cta = cta[:1]  # one CTA's bytes (a copy, a store): one row of warpgroups for all of them
-        groups = self.wg_read[:, flat].astype(np.int64) - 1  # [local warpgroup, byte]
+        groups = self.wg_read[:, self.hb.chunk_of(flat)].astype(np.int64) - 1  # [local warpgroup, byte]
         w = cta[None, :] * self.groups_per_cta + np.arange(self.groups_per_cta)[:, None]
         pending = groups > self.wg_done[w]
         if pending.any():

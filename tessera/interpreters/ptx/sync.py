@@ -297,15 +297,28 @@ def apply(m: Machine, inst, lane: int, address: int, action) -> int:
     return result
 
 
+def _own_barriers(m: Machine, lanes: np.ndarray, addresses: np.ndarray) -> list[tuple[tuple[int, int], object]]:
+    """[((CTA slot, address), the positions in `lanes` arriving on it: a slice or a mask)] for arrivals of `lanes`
+    (ascending) on their own CTA's mbarriers, in (CTA, address) order: one address in every CTA (the common case)
+    is a run of lanes per CTA, found without a sort."""
+    ctas = m.lane_cta[lanes]
+    step = np.diff(ctas)
+    if len(lanes) and addresses.min() == addresses.max() and not (step < 0).any():
+        starts = [0] + (np.flatnonzero(step) + 1).tolist() + [len(lanes)]
+        a = int(addresses[0])
+        return [((int(ctas[i]), a), slice(i, j)) for i, j in zip(starts[:-1], starts[1:])]
+    unique, which = unique_rows(np.stack([ctas, addresses], axis=1), return_inverse=True)
+    which = which.reshape(-1)
+    return [((cta, a), which == j) for j, (cta, a) in enumerate(unique.tolist())]
+
+
 def _released(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray) -> None:
     """`lanes` arrive on the mbarriers at `addresses`: a release into each barrier's pending phase, recorded
     before the arrivals apply, so that the arrive completing a phase is part of it (`happens_before`)."""
     if ((addresses >= 0) & (addresses < 1 << CLUSTER_RANK_SHIFT)).all():  # each lane's own CTA: (CTA, address)
-        pairs = np.stack([m.lane_cta[lanes], addresses], axis=1)
-        unique, which = unique_rows(pairs, return_inverse=True)
-        for j, (cta, a) in enumerate(unique.tolist()):
-            m.tracker.hb.arrive(inst, (cta, a), lanes[which.reshape(-1) == j])
-            m.tracker.arriving((cta, a), lanes[which.reshape(-1) == j])
+        for key, at in _own_barriers(m, lanes, addresses):
+            m.tracker.hb.arrive(inst, key, lanes[at])
+            m.tracker.arriving(key, lanes[at])
         return
     keys = [mbarrier_key(m, int(lane), int(a)) for lane, a in zip(lanes, addresses)]
     for key in dict.fromkeys(keys):
@@ -336,15 +349,12 @@ def _arrive_together(m: Machine, inst, lanes, addresses, phases) -> bool:
     applied) when some barrier has fewer pending or a lane names another CTA's barrier."""
     if not ((addresses >= 0) & (addresses < 1 << CLUSTER_RANK_SHIFT)).all():
         return False
-    pairs = np.stack([m.lane_cta[lanes], addresses], axis=1)
-    unique, which, counts = unique_rows(pairs, return_inverse=True, return_counts=True)
-    states = [m.mbarriers.get((cta, a)) for cta, a in unique.tolist()]
-    if any(state is None or state.pending < n for state, n in zip(states, counts.tolist())):
+    groups = _own_barriers(m, lanes, addresses)
+    counts = [len(lanes[at]) for _, at in groups]
+    if any(m.mbarriers.get(key) is None or m.mbarriers[key].pending < n for (key, _), n in zip(groups, counts)):
         return False
-    which = which.reshape(-1)
-    for j, ((cta, a), n) in enumerate(zip(unique.tolist(), counts.tolist())):
-        first = int(lanes[np.argmax(which == j)])
-        phases[which == j] = apply(m, inst, first, a, lambda s, n=n: s.arrive(n))
+    for (key, at), n in zip(groups, counts):
+        phases[at] = apply(m, inst, int(lanes[at][0]), key[1], lambda s, n=n: s.arrive(n))
     return True
 
 
