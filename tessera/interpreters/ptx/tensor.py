@@ -91,30 +91,42 @@ def _oob_fill(spec: facts.TensorMapSpec) -> np.ndarray:
 @lru_cache(maxsize=4096)
 def _box_offsets(spec: facts.TensorMapSpec, coords: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, tuple | None]:
     """Byte offsets from the tensor's address of the box elements (row-major, innermost last), which of them
-    lie inside the tensor (`TensorMapSpec.box_byte_offsets`), and for a box wholly inside it the layout of its
-    bytes (first offset, shape, strides: `global_order.StridedBox`, adjacent contiguous dimensions merged);
-    read-only, kept across copies, CTAs and launches (a grid's boxes give a handful of coordinates a map)."""
+    lie inside the tensor (`TensorMapSpec.box_byte_offsets`), and the layout of the bytes inside it when they
+    form a box (a box wholly inside, or one the tensor's edge clips: first offset, shape, strides:
+    `global_order.StridedBox`, adjacent contiguous dimensions merged), else None; read-only, kept across
+    copies, CTAs and launches (a grid's boxes give a handful of coordinates a map)."""
     offsets, valid = spec.box_byte_offsets(list(coords))
     offsets.setflags(write=False)
     valid.setflags(write=False)
-    if not valid.all() or not offsets.size:
+    if not valid.any() or not offsets.size:
         return offsets, valid, None
     counts = [-(-spec.box_dims[k] // (1 if k == 0 and spec.interleave == facts.TensorMapInterleave.NONE
                                       else spec.strides[k])) for k in reversed(range(spec.rank))]
-    grid = offsets.reshape(counts)
+    grid, inside = offsets.reshape(counts), valid.reshape(counts)
+    if not valid.all():  # the part inside the tensor, when it is a box: a range of indices along each axis
+        ranges = []
+        for axis in range(len(counts)):
+            hit = np.flatnonzero(inside.any(axis=tuple(a for a in range(len(counts)) if a != axis)))
+            if hit[-1] - hit[0] + 1 != len(hit):
+                return offsets, valid, None
+            ranges.append(slice(int(hit[0]), int(hit[-1]) + 1))
+        if not inside[tuple(ranges)].all() or inside.sum() != inside[tuple(ranges)].size:
+            return offsets, valid, None
+        grid = grid[tuple(ranges)]
+        counts = list(grid.shape)
     shape, strides = [spec.element_bytes], [1]
     for axis in reversed(range(len(counts))):
         if counts[axis] == 1:
             continue
-        step = int(grid[(0,) * axis + (1,) + (0,) * (len(counts) - axis - 1)] - grid.flat[0])
+        step = int(grid[(0,) * axis + (1,) + (0,) * (len(counts) - axis - 1)] - grid[(0,) * len(counts)])
         if step == shape[0] * strides[0]:
             shape[0] *= counts[axis]
         else:
             shape.insert(0, counts[axis])
             strides.insert(0, step)
-    layout = (int(offsets[0]), tuple(shape), tuple(strides))
+    layout = (int(grid[(0,) * len(counts)]), tuple(shape), tuple(strides))
     box = StridedBox(*layout).index().reshape(-1, spec.element_bytes)[:, 0]
-    return offsets, valid, layout if np.array_equal(box, offsets) else None
+    return offsets, valid, layout if np.array_equal(box, offsets[valid]) else None
 
 
 def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], smem: int, load: bool,
@@ -142,9 +154,13 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
     base = slot * m.shared_bytes
     shared_index = base + swizzled
     span = None if dense is None else slice(base + dense[0], base + dense[1])
-    if load and layout is not None:  # the whole box lies in the tensor (mostly): strided views, no index
+    if load and layout is not None:  # the bytes inside the tensor are a box: strided views, no index
         box = StridedBox(tmap.address - GLOBAL_BASE + layout[0], layout[1], layout[2])
-        data = box.view(m.memory.buffer).flatten()  # a copy: the data as it is at issue
+        if valid.all():  # the whole box lies in the tensor (mostly)
+            data = box.view(m.memory.buffer).flatten()  # a copy: the data as it is at issue
+        else:
+            data = m.memory.buffer[(tmap.address - GLOBAL_BASE + offsets)[:, None] + np.arange(e)]
+            data = np.where(valid[:, None], data, _oob_fill(spec)).astype(np.uint8).reshape(-1)
         memory.note_global(m, np.array([lane]), box, False, inst, ASYNC)
         if barrier is not None and getattr(m, "global_order", None) is not None:
             key = sync.mbarrier_key(m, lane, barrier)
@@ -526,8 +542,8 @@ def _multiplicand_values(raw: np.ndarray, name: str) -> np.ndarray:
 @lru_cache(maxsize=4096)
 def _descriptor_bytes(descriptor: int, major: str, e: int, extent: int) -> tuple | str:
     """(element addresses [extent, K elements], byte offsets [extent * K * e], lowest and highest address, the
-    range the offsets fill when they fill one, the range [lowest, highest] byte holding them, the offsets as
-    16-byte chunks or None) a descriptor reads, or the reason it is invalid: computed once per descriptor value
+    range the offsets fill when they fill one, the range [lowest, highest] byte holding them, the 16-byte chunks
+    holding them (`_chunk_set`), the offsets as 16-byte chunks in order or None) a descriptor reads, or the reason it is invalid: computed once per descriptor value
     and kept across wgmmas, CTAs and launches (a ring's slots give a handful of values)."""
     try:
         fields = facts.decode_descriptor(descriptor)
@@ -539,7 +555,7 @@ def _descriptor_bytes(descriptor: int, major: str, e: int, extent: int) -> tuple
     addresses.setflags(write=False)
     offsets.setflags(write=False)
     return (addresses, offsets, int(addresses.min()), int(addresses.max()), _dense(offsets),
-            (int(offsets.min()), int(offsets.max()) + 1), _chunks(offsets))
+            (int(offsets.min()), int(offsets.max()) + 1), _chunk_set(offsets), _chunks(offsets))
 
 
 _CHUNK = facts.SWIZZLE_CHUNK_BYTES
@@ -555,6 +571,17 @@ def _chunks(offsets: np.ndarray) -> np.ndarray | None:
     if (rows[:, 0] % _CHUNK).any() or not np.array_equal(rows, rows[:, :1] + np.arange(_CHUNK)):
         return None
     chunks = rows[:, 0] // _CHUNK
+    chunks.setflags(write=False)
+    return chunks
+
+
+def _chunk_set(offsets: np.ndarray) -> np.ndarray | slice:
+    """The 16-byte chunks (byte // 16) the offsets lie in, ascending, as a range where they are consecutive: the
+    columns of the wgmma read records (`asynchrony.AsyncTracker.wgmma_reads`). A descriptor reads whole chunks
+    (its addresses and strides are 16-byte units, a core matrix row is one chunk)."""
+    chunks = np.unique(offsets // _CHUNK)
+    if len(chunks) and int(chunks[-1]) - int(chunks[0]) + 1 == len(chunks):
+        return slice(int(chunks[0]), int(chunks[-1]) + 1)
     chunks.setflags(write=False)
     return chunks
 
@@ -579,20 +606,20 @@ def _descriptor_operand(m: Machine, inst, lanes: np.ndarray, descriptor: int, ma
     decoded = _descriptor_bytes(descriptor, major, e, extent)
     if isinstance(decoded, str):
         raise m.error(inst, f"matrix descriptor {descriptor:#x}: {decoded}", int(lanes[0]))
-    addresses, offsets, low, high, dense, hull, chunks = decoded
+    addresses, offsets, low, high, dense, hull, chunk_set, chunks = decoded
     if low < 0 or high + e > m.shared_bytes:
         raise m.error(inst, f"matrix descriptor {descriptor:#x} reads outside shared memory", int(lanes[0]))
     base = int(m.lane_cta[lanes[0]]) * m.shared_bytes
     span = None if dense is None else slice(base + dense[0], base + dense[1])
     own_rows = operand == "A"  # the bytes row by row (addresses [rows, K]): each warp reads its own rows
-    if chunks is not None:  # gathered and recorded a chunk at a time
+    if chunks is not None:  # gathered a chunk at a time
         m.tracker.wgmma_reads(inst, lanes, None, operand, span, slice(base + hull[0], base + hull[1]), chunks, base,
-                              own_rows)
+                              own_rows=own_rows, chunk_set=chunk_set)
         raw = m.shared[base:base + m.shared_bytes // _CHUNK * _CHUNK].reshape(-1, _CHUNK)[chunks]
     else:
         index = offsets + base
-        m.tracker.wgmma_reads(inst, lanes, index, operand, span, slice(base + hull[0], base + hull[1]),
-                              own_rows=own_rows)
+        m.tracker.wgmma_reads(inst, lanes, index, operand, span, slice(base + hull[0], base + hull[1]), None, base,
+                              own_rows=own_rows, chunk_set=chunk_set)
         raw = m.shared[index]
     return _multiplicand_values(raw.view(dtype).reshape(addresses.shape), name)
 
