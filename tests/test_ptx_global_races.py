@@ -748,3 +748,26 @@ def _assert_same_records(a, b) -> None:
         assert np.array_equal(x[alone], y[alone])
     for i, j in set(zip(ids[0][~alone].tolist(), ids[1][~alone].tolist())):
         assert all(np.array_equal(x, y) for x, y in zip(a.sets[i], b.sets[j]))
+
+
+def test_the_bytes_of_a_box_inside_the_tensor_are_a_box_when_the_edge_clips_it():
+    """`_box_offsets`' layout: the bytes inside the tensor as one strided box (a box wholly inside, or clipped by
+    the tensor's edge on any side), None when none is inside."""
+    import ml_dtypes
+
+    from tessera.interpreters.ptx.global_order import StridedBox
+    from tessera.interpreters.ptx.tensor import _box_offsets
+    from tessera.interpreters.sm90.tma import TensorMap
+
+    rng = np.random.default_rng(4)
+    for shape, box, dtype in [((300, 128), (64, 64), ml_dtypes.bfloat16), ((5, 77, 96), (32, 16, 2), np.float32)]:
+        spec = TensorMap.encode("t", np.zeros(shape, dtype), box, 0).spec
+        for _ in range(10):
+            coords = tuple(int(rng.integers(-box[-1 - k] - 2, shape[-1 - k] + 2)) for k in range(len(shape)))
+            offsets, valid, layout = _box_offsets(spec, coords)
+            if not valid.any():
+                assert layout is None
+                continue
+            assert layout is not None, coords
+            inside = (offsets[valid][:, None] + np.arange(spec.element_bytes)).reshape(-1)
+            assert np.array_equal(StridedBox(*layout).index().reshape(-1), inside), coords

@@ -157,6 +157,7 @@ class AsyncTracker:
         self.staged: list[tuple[np.ndarray, np.ndarray]] = []
         self.barriers: dict[tuple[int, int], int] = {}
         self.observed = np.zeros((0, m.lanes), np.int64)  # [barrier, lane]: phases known complete
+        self.seen_runs: dict[tuple[int, int, int], int] = {}  # `_seen` of runs of lanes, until `observed` changes
         # [barrier, barrier]: what the arrivals on it had observed when they arrived, for its completed phases
         # (`carried`, what a waiter learns) and its pending one (`carrying`, published when it completes)
         self.carried = np.zeros((0, 0), np.int64)
@@ -256,6 +257,7 @@ class AsyncTracker:
         """`lanes` saw the mbarrier at `key` in `phase` after a successful wait: they know every phase before
         it complete, and what the threads arriving on it had observed."""
         b = self.barrier(key)
+        self.seen_runs.clear()
         self.observed[b, lanes] = np.maximum(self.observed[b, lanes], phase)
         self.observed[:, lanes] = np.maximum(self.observed[:, lanes], self.carried[b][:, None])
         self.last_wait[lanes] = b
@@ -293,6 +295,7 @@ class AsyncTracker:
             self.hb.bar_completed(key, waiters)
         if len(self.observed) and len(participants) and len(waiters):
             seen = self.observed[:, participants].max(axis=1)
+            self.seen_runs.clear()
             self.observed[:, waiters] = np.maximum(self.observed[:, waiters], seen[:, None])
 
     # endregion
@@ -615,8 +618,12 @@ class AsyncTracker:
     def _seen(self, lanes: np.ndarray, b: int) -> int:
         """The latest phase of mbarrier instance `b` that every one of `lanes` has observed."""
         first, last = int(lanes[0]), int(lanes[-1])
-        seen = self.observed[b, first:last + 1] if last - first + 1 == len(lanes) else self.observed[b, lanes]
-        return int(seen.min())
+        if last - first + 1 != len(lanes):
+            return int(self.observed[b, lanes].min())
+        known = self.seen_runs.get((b, first, last))
+        if known is None:  # a run of lanes (a warpgroup's wgmma): kept until a wait or barrier changes `observed`
+            known = self.seen_runs[(b, first, last)] = int(self.observed[b, first:last + 1].min())
+        return known
 
     def _forget_ranges(self, where: np.ndarray | slice) -> None:
         """The bytes `where` change their asynchrony state: the landed ranges holding one no longer apply."""
@@ -748,10 +755,17 @@ class AsyncTracker:
     def wgmma_issued(self, inst, lanes: np.ndarray, roles: dict[str, str]) -> None:
         """The warpgroups of `lanes` issued a wgmma: its registers are pending in their open group. Registers
         pending on the same groups share one array (never modified in place)."""
-        ws = np.unique(self.m.unit_of[facts.WARPGROUP_SIZE][lanes])
+        ws = self.m.unit_of[facts.WARPGROUP_SIZE][lanes[::facts.WARPGROUP_SIZE]]  # whole warpgroups, ascending
         self.wg_issued[ws] = self.wg_open[ws]
         for w in ws.tolist():
             self.last_wgmma[w] = inst
+        names = tuple(roles)
+        olds = [None if e is None else e[0] for e in map(self.pending.get, names)]
+        if all(old is olds[0] for old in olds):  # every register pending on the same groups (a chain's wgmmas)
+            groups = olds[0].copy() if olds[0] is not None else np.full(self.warpgroups, -1, np.int64)
+            groups[ws] = self.wg_open[ws]
+            self.pending.update(zip(names, [(groups, kind, inst) for kind in roles.values()]))
+            return
         updated: dict[int, np.ndarray] = {}
         for name, kind in roles.items():
             entry = self.pending.get(name)
@@ -851,6 +865,17 @@ class AsyncTracker:
         access them next without a wgmma.fence [memory_model.WGMMA_FENCE_SCALE_D]. Registers last accessed by
         the same wgmmas share one entry (never modified in place once another wgmma takes some of them)."""
         shape = _wgmma_shape(inst)
+        results = [name for name, kind in roles.items() if kind == "result"]
+        olds = list(map(self.shaped.get, results))
+        if olds and all(old is olds[0] for old in olds):  # every register in one entry (a chain's wgmmas)
+            old = olds[0]
+            if old is not None and old[1] is inst:
+                old[0][lanes] = True  # the same wgmma again (a loop): the entry as it is
+                return
+            unfenced = old[0].copy() if old is not None else np.zeros(self.m.lanes, bool)
+            unfenced[lanes] = True
+            self.shaped.update(dict.fromkeys(results, (unfenced, inst, shape)))
+            return
         updated: dict[int, tuple] = {}
         for name, kind in roles.items():
             if kind != "result":
@@ -881,6 +906,11 @@ class AsyncTracker:
                                     "(missing wgmma.fence)", lanes[int(np.argmax(unfenced))])
         shape = _wgmma_shape(inst) if self.shaped else None
         touched = bool(self._dirty()[lanes].any())  # some register touched since the lanes' last wgmma.fence
+        if not touched:  # only another shape's wgmma can make it wrong: one look per entry, not per register
+            entries = {id(e): e for e in map(self.shaped.get, (n for n, k in roles.items() if k == "result"))
+                       if e is not None}
+            if all(e[2] == shape for e in entries.values()):
+                return
         for name, kind in roles.items():
             shaped = self.shaped.get(name) if kind == "result" else None
             if shaped is not None and shaped[2] != shape:

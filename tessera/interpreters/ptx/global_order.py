@@ -305,6 +305,8 @@ class GlobalOrder:
             entry[4] = (who, barrier, phase, inst.line)
             return
         flat = index if isinstance(index, StridedBox) else np.asarray(index, np.int64).reshape(-1)
+        if not isinstance(flat, StridedBox) and not flat.size:  # a box wholly outside the tensor reads nothing
+            return
         low, high = index.hull() if isinstance(index, StridedBox) else (int(flat.min()), int(flat.max()) + 1)
         self._settle(low, high)
         self._touch(low, high)

@@ -732,11 +732,15 @@ def _wgmma_async(ops: Operands, inst, mods):
         # lanes gathered and scattered once per register
         lanes = lanes_of(m, sel)
         groups = m.unit_of[facts.WARPGROUP_SIZE][lanes]
-        starts = np.flatnonzero(np.diff(groups, prepend=-1))  # lanes ascend: each warpgroup's lanes are one run
-        counts = np.diff(starts, append=len(groups))
-        short = counts != facts.WARPGROUP_SIZE
-        if short.any():
-            raise m.error(inst, "wgmma needs all 128 threads of the warpgroup", int(lanes[starts[np.argmax(short)]]))
+        size = facts.WARPGROUP_SIZE
+        if len(groups) % size == 0 and (groups[::size] == groups[size - 1::size]).all():
+            starts = np.arange(0, len(groups), size)  # whole warpgroups (lanes ascend, each once)
+        else:
+            starts = np.flatnonzero(np.diff(groups, prepend=-1))  # lanes ascend: each warpgroup's lanes are one run
+            counts = np.diff(starts, append=len(groups))
+            short = counts != size
+            if short.any():
+                raise m.error(inst, "wgmma needs all 128 threads of the warpgroup", int(lanes[starts[np.argmax(short)]]))
         a_tiles, b_tiles = [], []
         b_descs = _uniform_per_group(m, inst, read_b(sel), lanes, "B descriptor")
         a_descs = None if registers_a else _uniform_per_group(m, inst, read_a(sel), lanes, "A descriptor")
