@@ -771,3 +771,23 @@ def test_the_bytes_of_a_box_inside_the_tensor_are_a_box_when_the_edge_clips_it()
             assert layout is not None, coords
             inside = (offsets[valid][:, None] + np.arange(spec.element_bytes)).reshape(-1)
             assert np.array_equal(StridedBox(*layout).index().reshape(-1), inside), coords
+
+
+def test_releases_at_a_location_are_kept_joined_per_cta_and_scope():
+    """A lock handed over many times: the releases published at its word are one joined entry per releasing CTA
+    and scope, and an acquire takes in what each release carried (the clock of every releasing thread)."""
+    from tessera.interpreters.ptx.global_order import STRONG_CTA, STRONG_GPU
+
+    m, order = _order_machine(True)
+    hb = m.tracker.hb
+    for round_ in range(5):
+        for lane in (0, 1, 2):  # CTA 0's threads 0, 1 and CTA 1's thread 0
+            hb.clock[lane, lane % 2] += 1
+            order.release(np.array([lane]), np.array([64]), STRONG_GPU)
+    order.release(np.array([3]), np.array([64]), STRONG_CTA)
+    assert sorted(order.releases[64]) == [(0, True), (1, False), (1, True)]
+    order.acquire(np.array([1]), np.array([64]), STRONG_GPU, now=True)
+    assert hb.clock[1, 0] == hb.clock[0, 0] - 1  # thread 0's last release (its clock advanced past it)
+    assert hb.remote[1][1][0] == hb.clock[2, 0] - 1  # what it knows of CTA 1: its thread 0's last release
+    order.acquire(np.array([0]), np.array([64]), STRONG_CTA, now=True)
+    assert 1 not in hb.remote.get(0, {})  # a .cta acquire takes in its own CTA's releases only

@@ -125,7 +125,10 @@ class GlobalOrder:
     def __init__(self, m, size: int):
         self.m, self.size = m, size
         self.records: dict[str, dict[str, np.ndarray]] = {}
-        self.releases: dict[int, list[tuple[int, int, np.ndarray, dict | None, np.ndarray]]] = {}
+        # location -> {(releasing CTA rank, scope wider than the CTA): [kind, clock, remote, fenced]}: the join of
+        # every release published there by that CTA at that scope (an acquire takes in all of them, so their join
+        # is what it takes: one entry, not one per release, however often a lock changes hands)
+        self.releases: dict[int, dict[tuple[int, bool], list]] = {}
         self.read_set: np.ndarray | None = None  # per byte: 0, or its readers' set in `sets` (`_record_read`)
         self.sets: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = [(np.zeros(0, np.int64),) * 3]
         self._memo: dict[tuple, int] = {}  # (old readers, new readers, line) -> set: bytes read alike share one
@@ -624,8 +627,14 @@ class GlobalOrder:
             else:
                 released = hb._release(np.array([lane]))
             c, f, remote = released
-            self.releases.setdefault(location, []).append((int(self.lane_rank[lane]), kind, c.copy(), remote,
-                                                           f.copy()))
+            joined = self.releases.setdefault(location, {})
+            key = (int(self.lane_rank[lane]), bool(_WIDE[kind]))
+            entry = joined.get(key)
+            if entry is None:
+                joined[key] = [kind, c.copy(), remote, f.copy()]
+            else:
+                entry[1], entry[3] = np.maximum(entry[1], c), np.maximum(entry[3], f)
+                entry[2] = _join_remote(entry[2], remote)
 
     def acquire(self, lanes: np.ndarray, locations: np.ndarray, kind: int, now: bool) -> None:
         """`lanes` read the global `locations` strongly: with `now` (an acquire operation) they take in the
@@ -637,7 +646,8 @@ class GlobalOrder:
             if not published:
                 continue
             rank = int(self.lane_rank[lane])
-            usable = [p for p in published if p[0] == rank or (_WIDE[kind] and _WIDE[p[1]])]
+            usable = [(source, *entry) for (source, wide), entry in published.items()
+                      if source == rank or (_WIDE[kind] and wide)]
             if now:
                 self._take(lane, usable)
             else:
@@ -667,6 +677,16 @@ class GlobalOrder:
                 self.fence_release[lane] = hb._release(np.array([lane]))
 
     # endregion
+
+
+def _join_remote(a: dict | None, b: dict | None) -> dict | None:
+    """The join of two releases' knowledge of other CTAs ({rank: row}, None for none)."""
+    if not a or not b:
+        return a or b
+    joined = dict(a)
+    for rank, row in b.items():
+        joined[rank] = row if rank not in joined else np.maximum(joined[rank], row)
+    return joined
 
 
 def _uniform(values: np.ndarray) -> bool:
