@@ -761,21 +761,11 @@ class AsyncTracker:
             self.last_wgmma[w] = inst
         names = tuple(roles)
         olds = [None if e is None else e[0] for e in map(self.pending.get, names)]
-        if all(old is olds[0] for old in olds):  # every register pending on the same groups (a chain's wgmmas)
-            groups = olds[0].copy() if olds[0] is not None else np.full(self.warpgroups, -1, np.int64)
-            groups[ws] = self.wg_open[ws]
-            self.pending.update(zip(names, [(groups, kind, inst) for kind in roles.values()]))
-            return
         updated: dict[int, np.ndarray] = {}
-        for name, kind in roles.items():
-            entry = self.pending.get(name)
-            old = entry[0] if entry is not None else None
-            groups = updated.get(id(old))
-            if groups is None:
-                groups = old.copy() if old is not None else np.full(self.warpgroups, -1, np.int64)
-                groups[ws] = self.wg_open[ws]
-                updated[id(old)] = groups
-            self.pending[name] = (groups, kind, inst)
+        for key, old in {id(old): old for old in olds}.items():  # registers pending on the same groups: once
+            groups = updated[key] = old.copy() if old is not None else np.full(self.warpgroups, -1, np.int64)
+            groups[ws] = self.wg_open[ws]
+        self.pending.update(zip(names, [(updated[id(old)], kind, inst) for old, kind in zip(olds, roles.values())]))
 
     def wgmma_commit(self, lanes: np.ndarray) -> None:
         """wgmma.commit_group by `lanes`: each executing warp closes its open group (counted once per warp

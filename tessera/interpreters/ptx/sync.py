@@ -560,18 +560,23 @@ def decode_shfl(ops: Operands, inst, mods):
         lanes = lanes_of(m, sel)
         n = len(lanes)
         values = np.broadcast_to(read_a(m.lane_ids), (m.lanes,))
-        b = np.broadcast_to(np.asarray(read_b(sel), np.int64), (n,))
-        c = np.broadcast_to(np.asarray(read_c(sel), np.int64), (n,))
+        b, c = np.asarray(read_b(sel), np.int64), np.asarray(read_c(sel), np.int64)
         member = np.broadcast_to(np.asarray(mask(sel), np.int64), (n,))
         executing = np.zeros(m.lanes, bool)
         executing[lanes] = True
-        source = np.empty(n, np.int64)
-        valid = np.empty(n, bool)
-        for bc in unique_rows(np.stack([b, c], axis=1)):
-            pick = (b == bc[0]) & (c == bc[1])
-            src, ok = facts.shfl_source_lane(mode, m.laneid[lanes[pick]], int(bc[0]), int(bc[1]))
-            source[pick] = lanes[pick] - m.laneid[lanes[pick]] + src
-            valid[pick] = ok
+        if b.ndim == 0 and c.ndim == 0:  # immediates (a butterfly's offset): one rule for every lane
+            src, ok = facts.shfl_source_lane(mode, m.laneid[lanes], int(b), int(c))
+            source = lanes - m.laneid[lanes] + src
+            valid = np.broadcast_to(ok, (n,))
+        else:
+            b, c = np.broadcast_to(b, (n,)), np.broadcast_to(c, (n,))
+            source = np.empty(n, np.int64)
+            valid = np.empty(n, bool)
+            for bc in unique_rows(np.stack([b, c], axis=1)):
+                pick = (b == bc[0]) & (c == bc[1])
+                src, ok = facts.shfl_source_lane(mode, m.laneid[lanes[pick]], int(bc[0]), int(bc[1]))
+                source[pick] = lanes[pick] - m.laneid[lanes[pick]] + src
+                valid[pick] = ok
         wanted = source - lanes + m.laneid[lanes]  # the lane id read
         outside = source >= m.lanes  # a lane past the last thread of a partial warp
         source = np.where(outside, lanes, source)

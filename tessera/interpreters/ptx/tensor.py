@@ -218,6 +218,9 @@ def _issued_per_warp(m: Machine, lanes: np.ndarray, *operands: np.ndarray) -> np
     instruction writing the same bytes, 32 loads would complete 32 times the transaction bytes)."""
     if len(lanes) < 2:
         return np.arange(len(lanes))
+    warps = lanes // m.threads * m.threads + lanes % m.threads // 32
+    if (np.diff(warps) > 0).all():  # one lane of each warp (lanes ascend): each issues its own
+        return np.arange(len(lanes))
     keys = np.stack([lanes // m.threads, lanes % m.threads // 32, *operands], axis=1)
     return np.sort(unique_rows(keys, return_index=True)[1])
 
