@@ -470,7 +470,16 @@ def decode_mbarrier(ops: Operands, inst, mods):
         done = np.empty(len(active), bool)
         # lanes of one CTA waiting on one barrier with one token see the same state: test once per such group
         local = ((addresses >= 0) & (addresses < 1 << CLUSTER_RANK_SHIFT)).all()
-        if local and len(active) > 1:
+        bits = tokens.astype(np.int64) & (1 if parity else -1)
+        if local and len(active) > 1 and bits.min() == bits.max():  # one token: a group per barrier
+            if _wait_by_barrier(m, inst, active, addresses, tokens, parity, _own_barriers(m, active, addresses)):
+                write(active, np.ones(len(active), bool))
+                m.pc[active] += 1
+                return
+            groups = np.stack([m.lane_cta[active], addresses, bits], axis=1)
+            _, first, which = unique_rows(groups, return_index=True, return_inverse=True)
+            which = which.reshape(-1)
+        elif local and len(active) > 1:
             groups = np.stack([m.lane_cta[active], addresses, tokens.astype(np.int64) & (1 if parity else -1)], axis=1)
             _, first, which = unique_rows(groups, return_index=True, return_inverse=True)
             which = which.reshape(-1)
@@ -506,6 +515,29 @@ def decode_mbarrier(ops: Operands, inst, mods):
             m.park_test[failed] = True
 
     return Step(inst, run_wait, control=True)
+
+
+def _wait_by_barrier(m: Machine, inst, active: np.ndarray, addresses: np.ndarray, tokens: np.ndarray, parity: bool,
+                     groups: list) -> bool:
+    """`run_wait`'s test when every group of `active` (their own CTA's barrier, one token) passes: each group's
+    barrier tested once, the lanes then see its phase complete; False (nothing done) where one would fail, for the
+    general path to park them."""
+    passes = []
+    for key, at in groups:
+        lane = int(active[at][0])
+        state = _state(m, inst, lane, key[1])
+        try:
+            ok = state.try_wait_parity(int(tokens[0]) & 1) if parity else state.test_wait(int(tokens[0]))
+        except ValueError as error:
+            raise m.error(inst, str(error), lane) from None
+        if not ok:
+            return False
+        passes.append((key, active[at], lane, state))
+    for key, here, lane, state in passes:
+        m.cluster_state.observed(lane, mbarrier_key(m, lane, key[1]), state.phase)
+        m.tracker.observe(key, here, state.phase)
+        m.tracker.hb.waited(inst, key, here)
+    return True
 
 
 # endregion
