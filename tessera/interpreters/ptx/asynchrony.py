@@ -80,6 +80,7 @@ class Copy:
     key: tuple[int, int] | None
     acquired: tuple[int, int] | None = None
     span: slice | None = None  # the range `index` fills, when it fills one (see `AsyncTracker.stage`)
+    layout: object = None  # how `index` fills `span` (`AsyncTracker.stage`), for a landing without a gather
     combine: object = None
     """A `red.async`'s update (old bytes -> new bytes, applied when it lands); None: a copy of `data`."""
 
@@ -332,10 +333,13 @@ class AsyncTracker:
                                             f"{store.line} ({self.m.describe_lane(lane)}) may still read it (no "
                                             "cp.async.bulk.wait_group.read covers its bulk group)", lanes[i])
 
-    def stage(self, index: np.ndarray, data: np.ndarray, span: slice | None = None) -> None:
+    def stage(self, index: np.ndarray, data: np.ndarray, span: slice | None = None, layout=None) -> None:
         """A TMA/bulk load's bytes for the copy `issue` is about to record (called by the copy); `span`: the
-        range `index` fills, when it fills one (a swizzled box), so that its records are kept as a range."""
-        self.staged.append((index, data, span))
+        range `index` fills, when it fills one (a swizzled box), so that its records are kept as a range.
+        `layout`: "ordered" when `index` is `span` in order, (base, chunks) when it is whole 16-byte chunks of
+        the CTA's shared memory at `base` (bytes base + 16c .. base + 16c + 15 for each c in `chunks`, in order:
+        a swizzled box), so that the bytes land a chunk at a time."""
+        self.staged.append((index, data, span, layout))
 
     def issue(self, inst, lane: int, address: int, nbytes: int, kind: str, combine=None) -> None:
         """The staged bytes of `lane` are one copy completing `nbytes` of transaction on the mbarrier at
@@ -350,11 +354,11 @@ class AsyncTracker:
         if key[0] != int(m.lane_cta[lane]):
             m.cluster_state.remote_mbarrier(inst, lane, key, state.phase)
         if len(self.staged) == 1:
-            index, data, span = self.staged[0]
+            index, data, span, layout = self.staged[0]
         else:
-            index = np.concatenate([i for i, _, _ in self.staged]) if self.staged else np.zeros(0, np.int64)
-            data = np.concatenate([d for _, d, _ in self.staged]) if self.staged else np.zeros(0, np.uint8)
-            span = None
+            index = np.concatenate([i for i, *_ in self.staged]) if self.staged else np.zeros(0, np.int64)
+            data = np.concatenate([d for _, d, *_ in self.staged]) if self.staged else np.zeros(0, np.uint8)
+            span = layout = None
         self.staged = []
         acquired = None if self.last_wait[lane] < 0 else int(self.last_wait[lane])
         self.check_writable(inst, lane, index, f"the {kind}", acquired, span, atomic=combine is not None)
@@ -362,7 +366,7 @@ class AsyncTracker:
         if len(index) and key[0] != int(m.lane_cta[lane]):  # into a peer's shared memory: its threads' frame
             known = self.hb.peer_known(lane, grid_rank(m, key[0]))
         self.hb.async_write(inst, np.array([lane]), index, f"the {kind}", span, known)
-        copy = Copy(kind, inst, lane, index, data, nbytes, key, acquired, span, combine)
+        copy = Copy(kind, inst, lane, index, data, nbytes, key, acquired, span, combine=combine, layout=layout)
         ident = len(self.copies)
         self.copies[ident] = copy
         self.in_flight.setdefault(key, []).append(copy)
@@ -410,7 +414,16 @@ class AsyncTracker:
                                              f"its expect_tx{self.last_arrival_at(key)} announced fewer bytes than "
                                              "the copies deliver", copy.lane)
             phase = state.phase
-            m.shared[copy.index] = copy.data if copy.combine is None else copy.combine(m.shared[copy.index])
+            if copy.combine is not None:
+                m.shared[copy.index] = copy.combine(m.shared[copy.index])
+            elif copy.layout == "ordered":
+                m.shared[copy.span] = copy.data
+            elif copy.layout is not None:  # whole chunks: a row of 16 bytes each
+                base, chunks = copy.layout
+                m.shared[base:base + m.shared_bytes // _CHUNK * _CHUNK].reshape(-1, _CHUNK)[chunks] = \
+                    copy.data.reshape(-1, _CHUNK)
+            else:
+                m.shared[copy.index] = copy.data
             where = copy.index if copy.span is None else copy.span
             self.state[where] = LANDED
             self.tag[where] = b
@@ -823,6 +836,18 @@ class AsyncTracker:
             self.dirty_from = len(self.touch_log)
         return self.dirty
 
+    def _touched_any(self, names: frozenset, lanes: np.ndarray) -> bool:
+        """Whether one of `lanes` accessed one of the registers `names` since its last wgmma.fence."""
+        fenced = self.fence_seq[lanes]
+        for seq, touched, sel, _ in self.touch_log:
+            if touched.isdisjoint(names):
+                continue
+            hit = np.zeros(self.m.lanes, bool)
+            hit[sel] = True
+            if (hit[lanes] & (fenced < seq)).any():
+                return True
+        return False
+
     def _touched(self, name: str, lanes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(whether each of `lanes` accessed register `name` since its last wgmma.fence, the line of its last
         such access)."""
@@ -896,11 +921,12 @@ class AsyncTracker:
                                     "(missing wgmma.fence)", lanes[int(np.argmax(unfenced))])
         shape = _wgmma_shape(inst) if self.shaped else None
         touched = bool(self._dirty()[lanes].any())  # some register touched since the lanes' last wgmma.fence
-        if not touched:  # only another shape's wgmma can make it wrong: one look per entry, not per register
-            entries = {id(e): e for e in map(self.shaped.get, (n for n, k in roles.items() if k == "result"))
-                       if e is not None}
-            if all(e[2] == shape for e in entries.values()):
-                return
+        # one look per entry and per logged access, not per register; the walk below names the register
+        entries = {id(e): e for e in map(self.shaped.get, (n for n, k in roles.items() if k == "result"))
+                   if e is not None}
+        if not any(e[2] != shape and e[0][lanes].any() for e in entries.values()) \
+                and not (touched and self._touched_any(frozenset(roles), lanes)):
+            return
         for name, kind in roles.items():
             shaped = self.shaped.get(name) if kind == "result" else None
             if shaped is not None and shaped[2] != shape:

@@ -150,7 +150,7 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
     if smem < 0 or smem + size > m.shared_bytes:
         raise m.error(inst, f"the {size}-byte box at shared address {smem:#x} overruns shared memory "
                             f"({m.shared_bytes} bytes)", lane)
-    swizzled, dense = _swizzled(smem, size, facts.tensor_map_swizzle_bytes(spec.swizzle))
+    swizzled, dense, chunks = _swizzled(smem, size, facts.tensor_map_swizzle_bytes(spec.swizzle))
     base = slot * m.shared_bytes
     shared_index = base + swizzled
     span = None if dense is None else slice(base + dense[0], base + dense[1])
@@ -165,7 +165,7 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
         if barrier is not None and getattr(m, "global_order", None) is not None:
             key = sync.mbarrier_key(m, lane, barrier)
             m.global_order.read_until(inst, lane, box, m.tracker.barrier(key), sync._state(m, inst, lane, barrier).phase)
-        m.tracker.stage(shared_index, data, span)  # lands later (asynchrony)
+        m.tracker.stage(shared_index, data, span, None if chunks is None else (base, chunks))  # lands later
         return spec.box_bytes
     global_index = (tmap.address - GLOBAL_BASE + offsets)[:, None] + np.arange(e)
     inside = global_index if valid.all() else global_index[valid]  # the whole box lies in the tensor, mostly
@@ -178,7 +178,7 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
             key = sync.mbarrier_key(m, lane, barrier)
             m.global_order.read_until(inst, lane, inside, m.tracker.barrier(key),
                                       sync._state(m, inst, lane, barrier).phase)
-        m.tracker.stage(shared_index, data.reshape(-1), span)  # lands later (asynchrony)
+        m.tracker.stage(shared_index, data.reshape(-1), span, None if chunks is None else (base, chunks))
     else:
         m.tracker.bulk_store_reads(inst, lane, shared_index, "the TMA store", span)
         data = m.shared[shared_index].reshape(-1, e)
@@ -195,12 +195,14 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
 
 
 @lru_cache(maxsize=1024)
-def _swizzled(smem: int, size: int, swizzle: int) -> tuple[np.ndarray, tuple[int, int] | None]:
+def _swizzled(smem: int, size: int, swizzle: int) -> tuple[np.ndarray, tuple[int, int] | None, np.ndarray | None]:
     """The swizzled shared offsets of the `size` bytes of a box at `smem` (read-only; a ring's slots give a
-    handful of values, kept across copies, CTAs and launches), and their range when they fill one (`_dense`)."""
+    handful of values, kept across copies, CTAs and launches), their range when they fill one (`_dense`), and
+    the 16-byte chunks they are, in order, when they are whole chunks (`_chunks`: every swizzle moves whole
+    chunks)."""
     offsets = facts.swizzle_address(smem + np.arange(size, dtype=np.int64), swizzle)
     offsets.setflags(write=False)
-    return offsets, _dense(offsets)
+    return offsets, _dense(offsets), _chunks(offsets)
 
 
 def _coords(ops: Operands, inst, operand):
@@ -314,7 +316,8 @@ def decode_bulk(ops: Operands, inst, mods):
                         place = np.array([destination], np.int64)
                         memory._check(m, inst, "shared", one, place, nbytes, 16)
                         start = int(m.shared_flat(one, place)[0])
-                        m.tracker.stage(start + np.arange(nbytes), data.reshape(-1), slice(start, start + nbytes))
+                        m.tracker.stage(start + np.arange(nbytes), data.reshape(-1), slice(start, start + nbytes),
+                                        "ordered")
                         if barrier is not None:
                             m.tracker.issue(inst, lane, target_barrier, nbytes, "bulk copy")
                 else:
@@ -422,7 +425,7 @@ def _into_cluster(ops: Operands, inst, nbytes: int, data, kind: str):
         starts = m.shared_flat(lanes, places)
         for i, lane in enumerate(lanes.tolist()):  # one copy per thread, each completing on its barrier
             start = int(starts[i])
-            m.tracker.stage(start + np.arange(nbytes), bytes_[i], slice(start, start + nbytes))
+            m.tracker.stage(start + np.arange(nbytes), bytes_[i], slice(start, start + nbytes), "ordered")
             m.tracker.issue(inst, lane, int(barriers[i]), nbytes, kind, None if updates is None else updates[i])
 
     return run
