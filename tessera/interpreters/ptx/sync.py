@@ -297,12 +297,18 @@ def apply(m: Machine, inst, lane: int, address: int, action) -> int:
     return result
 
 
-def _own_barriers(m: Machine, lanes: np.ndarray, addresses: np.ndarray) -> list[tuple[tuple[int, int], object]]:
+def _own_barriers(m: Machine, lanes: np.ndarray, addresses: np.ndarray, tokens: np.ndarray | None = None
+                  ) -> list[tuple[tuple[int, int], object]] | None:
     """[((CTA slot, address), the positions in `lanes` arriving on it: a slice or a mask)] for arrivals of `lanes`
     (ascending) on their own CTA's mbarriers, in (CTA, address) order: one address in every CTA (the common case)
-    is a run of lanes per CTA, found without a sort."""
+    is a run of lanes per CTA, found without a sort. With `tokens` (a wait's, per lane): only the runs, and only
+    where each CTA's lanes hold one token (else None)."""
     ctas = m.lane_cta[lanes]
     step = np.diff(ctas)
+    if tokens is not None:
+        if not (len(lanes) and addresses.min() == addresses.max() and not (step < 0).any()
+                and not (np.diff(tokens)[step == 0]).any()):
+            return None
     if len(lanes) and addresses.min() == addresses.max() and not (step < 0).any():
         starts = [0] + (np.flatnonzero(step) + 1).tolist() + [len(lanes)]
         a = int(addresses[0])
@@ -471,15 +477,12 @@ def decode_mbarrier(ops: Operands, inst, mods):
         # lanes of one CTA waiting on one barrier with one token see the same state: test once per such group
         local = ((addresses >= 0) & (addresses < 1 << CLUSTER_RANK_SHIFT)).all()
         bits = tokens.astype(np.int64) & (1 if parity else -1)
-        if local and len(active) > 1 and bits.min() == bits.max():  # one token: a group per barrier
-            if _wait_by_barrier(m, inst, active, addresses, tokens, parity, _own_barriers(m, active, addresses)):
-                write(active, np.ones(len(active), bool))
-                m.pc[active] += 1
-                return
-            groups = np.stack([m.lane_cta[active], addresses, bits], axis=1)
-            _, first, which = unique_rows(groups, return_index=True, return_inverse=True)
-            which = which.reshape(-1)
-        elif local and len(active) > 1:
+        runs = _own_barriers(m, active, addresses, bits) if local and len(active) > 1 else None
+        if runs is not None and _wait_by_barrier(m, inst, active, addresses, tokens, parity, runs):
+            write(active, np.ones(len(active), bool))  # each CTA's lanes on its barrier with one token: all passed
+            m.pc[active] += 1
+            return
+        if local and len(active) > 1:
             groups = np.stack([m.lane_cta[active], addresses, tokens.astype(np.int64) & (1 if parity else -1)], axis=1)
             _, first, which = unique_rows(groups, return_index=True, return_inverse=True)
             which = which.reshape(-1)
@@ -519,15 +522,15 @@ def decode_mbarrier(ops: Operands, inst, mods):
 
 def _wait_by_barrier(m: Machine, inst, active: np.ndarray, addresses: np.ndarray, tokens: np.ndarray, parity: bool,
                      groups: list) -> bool:
-    """`run_wait`'s test when every group of `active` (their own CTA's barrier, one token) passes: each group's
-    barrier tested once, the lanes then see its phase complete; False (nothing done) where one would fail, for the
-    general path to park them."""
+    """`run_wait`'s test when every group of `active` (their own CTA's barrier, one token each) passes: each
+    group's barrier tested once, the lanes then see its phase complete; False (nothing done) where one would
+    fail, for the general path to park them."""
     passes = []
     for key, at in groups:
-        lane = int(active[at][0])
+        lane, token = int(active[at][0]), int(tokens[at][0])
         state = _state(m, inst, lane, key[1])
         try:
-            ok = state.try_wait_parity(int(tokens[0]) & 1) if parity else state.test_wait(int(tokens[0]))
+            ok = state.try_wait_parity(token & 1) if parity else state.test_wait(token)
         except ValueError as error:
             raise m.error(inst, str(error), lane) from None
         if not ok:
