@@ -430,8 +430,9 @@ class AsyncTracker:
             self.phase[where] = phase
             self._forget_ranges(where)
             if copy.span is not None:
+                if copy.span.start not in self.landed_ranges:  # (its bytes' ranges were forgotten above)
+                    bisect.insort(self.landed_starts, copy.span.start)
                 self.landed_ranges[copy.span.start] = (copy.span.stop, b, phase)
-                bisect.insort(self.landed_starts, copy.span.start)  # its bytes' ranges were forgotten above
             copy.data = None
             try:
                 state.complete_tx(copy.nbytes)
