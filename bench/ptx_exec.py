@@ -27,6 +27,12 @@ same grid again with `races=False`, and the cost of the race checks as the ratio
 --lanes-per-batch N [N ...], the same grid with CTAs vectorised together up to N threads a batch (the
 launcher's LANES_PER_BATCH), one row each.
 
+    python bench/ptx_exec.py --lock 32 128 256 [--repeats 3]
+
+times N threads of one CTA taking one `atom.cas` spin lock in turn (each increments a counter under it): the
+contention the executor's spin-wait parking and its release/acquire records see (CPU seconds, best of the
+repeats; the count is checked).
+
 With --step-kinds, the grid is run with each decoded step's closure timed (CPU time) and the time of every
 kind of instruction (opcode and its first two modifiers) is printed, most first, with its steps and time per
 step: where a launch spends its time (the scheduler's own loop is the rest of the total). Fused blocks of
@@ -230,6 +236,46 @@ def step_kind_rows(args, top: int = 25) -> None:
         print(f"| {kind} | {t:.4f} | {counts[kind]} | {1e6 * t / counts[kind]:.0f} |")
 
 
+_LOCK = """.version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry k(.param .u64 k_lock, .param .u64 k_count)
+{
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<3>;
+    .reg .pred %p<2>;
+    ld.param.u64 %rd1, [k_lock];
+    ld.param.u64 %rd2, [k_count];
+    cvta.to.global.u64 %rd1, %rd1;
+    cvta.to.global.u64 %rd2, %rd2;
+$L_spin:
+    atom.global.acquire.gpu.cas.b32 %r1, [%rd1], 0, 1;
+    setp.ne.u32 %p1, %r1, 0;
+    @%p1 bra $L_spin;
+    ld.global.u32 %r2, [%rd2];
+    add.u32 %r2, %r2, 1;
+    st.global.u32 [%rd2], %r2;
+    atom.global.release.gpu.exch.b32 %r3, [%rd1], 0;
+    ret;
+}
+"""
+
+
+def lock_rows(args) -> None:
+    """N threads taking one CAS lock in turn: the best CPU seconds of `args.repeats` launches, per N."""
+    from tessera.interpreters.ptx import launch
+
+    for threads in args.lock:
+        best = None
+        for _ in range(args.repeats):
+            start = time.process_time()
+            out = launch(_LOCK, "k", 1, threads, [np.zeros(1, np.uint32), np.zeros(1, np.uint32)])
+            elapsed = time.process_time() - start
+            assert int(out[1][0]) == threads, out[1]
+            best = elapsed if best is None else min(best, elapsed)
+        print(f"{threads} threads on one atom.cas lock: {best:.3f} CPU s (best of {args.repeats})")
+
+
 def grid_row(args, races: bool = True) -> tuple[float, float]:
     """(CPU seconds of the whole flash grid in the PTX executor, their ratio to NumPy fp32's on one BLAS
     thread); prints the row. `races=False` times the executor without the happens-before race checks."""
@@ -293,7 +339,11 @@ def main() -> None:
                         help="with --grid: CPU time per kind of instruction (each step timed)")
     parser.add_argument("--lanes-per-batch", type=int, nargs="+",
                         help="with --grid: time the grid again with CTAs batched up to each of these thread counts")
+    parser.add_argument("--lock", type=int, nargs="+", help="N threads taking one atom.cas lock in turn, per N")
     args = parser.parse_args()
+    if args.lock:
+        lock_rows(args)
+        return
     if args.grid and args.lanes_per_batch:
         from tessera.interpreters.ptx import launcher
 

@@ -274,3 +274,45 @@ def test_blocks_past_the_lane_counts_they_are_planned_for_run_unfused(monkeypatc
     data = _inputs(rng, 64)
     plain, fused = _run_both(text, [data, np.zeros_like(data), np.uint32(40)], block=64)
     assert fused[1].tobytes() == plain[1].tobytes()
+
+
+def test_a_lane_failing_inside_a_fused_block_stops_at_the_failing_instruction(monkeypatch):
+    """The loop body is a block run fused from its second trip; the third trip divides by zero: the error and every
+    lane's pc are those of the unfused run (the div, not the block's first instruction)."""
+    from tessera.interpreters.ptx import schedule
+
+    machines = []
+    run = schedule.Scheduler.run
+
+    def keep_machine(self):
+        machines.append(self.m)
+        return run(self)
+
+    monkeypatch.setattr(schedule.Scheduler, "run", keep_machine)
+    text = """.version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry k(.param .u64 k_out)
+{
+    .reg .b32 %r<8>;
+    .reg .b64 %rd<4>;
+    .reg .pred %p<2>;
+    ld.param.u64 %rd1, [k_out];
+    mov.u32 %r1, %tid.x;
+    mov.u32 %r7, 3;
+$L_loop:
+    add.s32 %r2, %r1, %r7;
+    sub.s32 %r3, %r7, 1;
+    mul.lo.s32 %r4, %r2, %r3;
+    div.s32 %r5, %r4, %r3;
+    add.s32 %r6, %r5, %r2;
+    sub.s32 %r7, %r7, 1;
+    setp.ne.s32 %p1, %r7, 0;
+    @%p1 bra $L_loop;
+    st.global.u32 [%rd1], %r6;
+    ret;
+}
+"""
+    errors = [_error(text, [np.zeros(4, np.uint32)], 32, fused) for fused in (False, True)]
+    assert str(errors[0]) == str(errors[1]) and "div.s32: division by zero" in str(errors[1])
+    assert np.array_equal(machines[0].pc, machines[1].pc)

@@ -237,8 +237,8 @@ def test_a_slot_is_free_only_after_the_wait_group_that_ends_the_read(release_aft
 
     def wait_ends_the_read():
         if per_group:
-            hb.wgmma_reads = np.zeros((1, 16), np.int32)
-            hb.wgmma_reads[0, slot] = 3  # read last by wgmma group 2 of the CTA's one warpgroup
+            hb.wgmma_reads = np.zeros((1, hb.chunk_count()), np.int32)  # a record per 16-byte chunk
+            hb.wgmma_reads[0, hb.chunk_of(slot)] = 3  # read last by wgmma group 2 of the CTA's one warpgroup
             hb.wgmma_groups_completed(0, 1, 2, consumer, _Inst())
         else:
             hb.reads_completed(slot, consumer, _Inst(), 0)
@@ -261,6 +261,44 @@ def test_a_slot_is_free_only_after_the_wait_group_that_ends_the_read(release_aft
                                                  r"slot was released before the wgmma reading it completed\) \(thread 1\)"):
             hb.async_write(_Inst(), producer, written, "the TMA load", span)
 
+
+
+def test_wgmma_read_records_are_kept_per_16_byte_chunk_of_each_cta():
+    """Chunks are numbered per CTA (a CTA of 40 bytes has chunks of 16, 16 and 8 bytes); a write ends the records
+    of the chunks it covers whole only."""
+    from tessera.interpreters.ptx.happens_before import HappensBefore
+
+    hb = HappensBefore(4, 2, 80, None, str, str)  # two CTAs of 40 bytes
+    assert hb.chunk_count() == 6
+    assert hb.chunk_of(np.array([0, 15, 16, 39, 40, 79])).tolist() == [0, 0, 1, 2, 3, 5]
+    assert hb.chunk_span(slice(44, 72)) == slice(3, 5)
+    assert hb._whole_chunks(slice(32, 40)) == slice(2, 3)  # the short last chunk, whole
+    assert hb._whole_chunks(slice(4, 36)) == slice(1, 2)
+    assert hb._whole_chunks(slice(40, 50)) == slice(3, 3)
+    assert hb._whole_chunks(np.concatenate([np.arange(56, 72), [72, 40]])).tolist() == [4]
+    assert hb._whole_chunks(np.arange(72, 80)[::-1]).tolist() == [5]
+
+
+@pytest.mark.parametrize("first", [np.arange(0, 4), np.arange(0, 16)], ids=["part", "whole"])
+def test_a_chunk_written_in_part_keeps_its_wgmma_read_for_its_other_bytes(first):
+    """A wgmma read bytes 0-15 until a wait of thread 0; thread 1, ordered after that wait, writes `first`; thread
+    2, ordered after nothing, writes bytes 8-11: a race with the wgmma's read when the first write left them
+    unwritten (the chunk's record stands for them), else a race with that write."""
+    from tessera.interpreters.ptx.happens_before import HappensBefore
+
+    def hazard(inst, message, lane):
+        return PtxHazardError(f"{inst.line}: {message} (thread {lane})")
+
+    hb = HappensBefore(3, 3, 16, hazard, lambda flat: f"byte {flat}", lambda lane: f"thread {lane}")
+    hb.wgmma_reads = np.zeros((1, hb.chunk_count()), np.int32)
+    hb.wgmma_reads[0, 0] = 1  # read last by wgmma group 0 of the CTA's one warpgroup
+    hb.wgmma_groups_completed(0, 0, 0, np.array([0]), _Inst())
+    hb.barrier(np.array([0]), np.array([1]))  # thread 1 is ordered after the wait
+    hb.write(_Inst(), np.array([1]), first[None, :])
+    expected = (r"writes byte 8, which the instruction at line 7 \(thread 1\) wrote" if len(first) == 16 else
+                r"the store overwrites byte 8, which a wgmma of warpgroup 0 read until its wgmma.wait_group at line 7")
+    with pytest.raises(PtxHazardError, match=expected):
+        hb.write(_Inst(), np.array([2]), np.arange(8, 12)[None, :])
 
 # the adversarial schedule: random interleavings, replayed by a seed
 

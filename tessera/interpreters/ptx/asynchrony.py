@@ -49,6 +49,7 @@ Registers and statuses are per lane (one thread of one CTA of the batch); tags a
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,6 +80,7 @@ class Copy:
     key: tuple[int, int] | None
     acquired: tuple[int, int] | None = None
     span: slice | None = None  # the range `index` fills, when it fills one (see `AsyncTracker.stage`)
+    layout: object = None  # how `index` fills `span` (`AsyncTracker.stage`), for a landing without a gather
     combine: object = None
     """A `red.async`'s update (old bytes -> new bytes, applied when it lands); None: a copy of `data`."""
 
@@ -131,7 +133,8 @@ class AsyncTracker:
         self.state = np.zeros(n, np.int8)
         self.tag = np.zeros(n, np.int32)  # FLIGHT: copy id; LANDED: barrier instance
         self.phase = np.zeros(n, np.int64)  # LANDED: the phase the byte counts towards
-        self.wg_read: np.ndarray | None = None  # [groups per CTA, bytes]: wgmma group + 1 reading the byte
+        # [groups per CTA, 16-byte chunk (`HappensBefore.chunk_of`)]: wgmma group + 1 reading the chunk
+        self.wg_read: np.ndarray | None = None
         self.proxy_readers = True  # the program reads shared memory through the async proxy (set by install)
         self.hb = HappensBefore(m.lanes, m.threads, n, self.hazard, self.where, m.describe_lane,
                                 races=getattr(m, "races", True))
@@ -148,12 +151,14 @@ class AsyncTracker:
         # ranges that one copy landed whole (a swizzled TMA box), start -> (stop, barrier, phase), while none of
         # their bytes' `state`, `tag` or `phase` changed since: an operand inside one is judged without a walk
         self.landed_ranges: dict[int, tuple[int, int, int]] = {}
+        self.landed_starts: list[int] = []  # the keys of `landed_ranges`, ascending (the ranges are disjoint)
         self.tagged = False  # some byte may be FLIGHT or LANDED (an asynchronous copy was issued)
         self.copies: dict[int, Copy] = {}
         self.in_flight: dict[tuple[int, int], list[Copy]] = {}
         self.staged: list[tuple[np.ndarray, np.ndarray]] = []
         self.barriers: dict[tuple[int, int], int] = {}
         self.observed = np.zeros((0, m.lanes), np.int64)  # [barrier, lane]: phases known complete
+        self.seen_runs: dict[tuple[int, int, int], int] = {}  # `_seen` of runs of lanes, until `observed` changes
         # [barrier, barrier]: what the arrivals on it had observed when they arrived, for its completed phases
         # (`carried`, what a waiter learns) and its pending one (`carrying`, published when it completes)
         self.carried = np.zeros((0, 0), np.int64)
@@ -253,6 +258,7 @@ class AsyncTracker:
         """`lanes` saw the mbarrier at `key` in `phase` after a successful wait: they know every phase before
         it complete, and what the threads arriving on it had observed."""
         b = self.barrier(key)
+        self.seen_runs.clear()
         self.observed[b, lanes] = np.maximum(self.observed[b, lanes], phase)
         self.observed[:, lanes] = np.maximum(self.observed[:, lanes], self.carried[b][:, None])
         self.last_wait[lanes] = b
@@ -290,6 +296,7 @@ class AsyncTracker:
             self.hb.bar_completed(key, waiters)
         if len(self.observed) and len(participants) and len(waiters):
             seen = self.observed[:, participants].max(axis=1)
+            self.seen_runs.clear()
             self.observed[:, waiters] = np.maximum(self.observed[:, waiters], seen[:, None])
 
     # endregion
@@ -326,10 +333,13 @@ class AsyncTracker:
                                             f"{store.line} ({self.m.describe_lane(lane)}) may still read it (no "
                                             "cp.async.bulk.wait_group.read covers its bulk group)", lanes[i])
 
-    def stage(self, index: np.ndarray, data: np.ndarray, span: slice | None = None) -> None:
+    def stage(self, index: np.ndarray, data: np.ndarray, span: slice | None = None, layout=None) -> None:
         """A TMA/bulk load's bytes for the copy `issue` is about to record (called by the copy); `span`: the
-        range `index` fills, when it fills one (a swizzled box), so that its records are kept as a range."""
-        self.staged.append((index, data, span))
+        range `index` fills, when it fills one (a swizzled box), so that its records are kept as a range.
+        `layout`: "ordered" when `index` is `span` in order, (base, chunks) when it is whole 16-byte chunks of
+        the CTA's shared memory at `base` (bytes base + 16c .. base + 16c + 15 for each c in `chunks`, in order:
+        a swizzled box), so that the bytes land a chunk at a time."""
+        self.staged.append((index, data, span, layout))
 
     def issue(self, inst, lane: int, address: int, nbytes: int, kind: str, combine=None) -> None:
         """The staged bytes of `lane` are one copy completing `nbytes` of transaction on the mbarrier at
@@ -344,11 +354,11 @@ class AsyncTracker:
         if key[0] != int(m.lane_cta[lane]):
             m.cluster_state.remote_mbarrier(inst, lane, key, state.phase)
         if len(self.staged) == 1:
-            index, data, span = self.staged[0]
+            index, data, span, layout = self.staged[0]
         else:
-            index = np.concatenate([i for i, _, _ in self.staged]) if self.staged else np.zeros(0, np.int64)
-            data = np.concatenate([d for _, d, _ in self.staged]) if self.staged else np.zeros(0, np.uint8)
-            span = None
+            index = np.concatenate([i for i, *_ in self.staged]) if self.staged else np.zeros(0, np.int64)
+            data = np.concatenate([d for _, d, *_ in self.staged]) if self.staged else np.zeros(0, np.uint8)
+            span = layout = None
         self.staged = []
         acquired = None if self.last_wait[lane] < 0 else int(self.last_wait[lane])
         self.check_writable(inst, lane, index, f"the {kind}", acquired, span, atomic=combine is not None)
@@ -356,7 +366,7 @@ class AsyncTracker:
         if len(index) and key[0] != int(m.lane_cta[lane]):  # into a peer's shared memory: its threads' frame
             known = self.hb.peer_known(lane, grid_rank(m, key[0]))
         self.hb.async_write(inst, np.array([lane]), index, f"the {kind}", span, known)
-        copy = Copy(kind, inst, lane, index, data, nbytes, key, acquired, span, combine)
+        copy = Copy(kind, inst, lane, index, data, nbytes, key, acquired, span, combine=combine, layout=layout)
         ident = len(self.copies)
         self.copies[ident] = copy
         self.in_flight.setdefault(key, []).append(copy)
@@ -404,13 +414,24 @@ class AsyncTracker:
                                              f"its expect_tx{self.last_arrival_at(key)} announced fewer bytes than "
                                              "the copies deliver", copy.lane)
             phase = state.phase
-            m.shared[copy.index] = copy.data if copy.combine is None else copy.combine(m.shared[copy.index])
+            if copy.combine is not None:
+                m.shared[copy.index] = copy.combine(m.shared[copy.index])
+            elif copy.layout == "ordered":
+                m.shared[copy.span] = copy.data
+            elif copy.layout is not None:  # whole chunks: a row of 16 bytes each
+                base, chunks = copy.layout
+                m.shared[base:base + m.shared_bytes // _CHUNK * _CHUNK].reshape(-1, _CHUNK)[chunks] = \
+                    copy.data.reshape(-1, _CHUNK)
+            else:
+                m.shared[copy.index] = copy.data
             where = copy.index if copy.span is None else copy.span
             self.state[where] = LANDED
             self.tag[where] = b
             self.phase[where] = phase
             self._forget_ranges(where)
             if copy.span is not None:
+                if copy.span.start not in self.landed_ranges:  # (its bytes' ranges were forgotten above)
+                    bisect.insort(self.landed_starts, copy.span.start)
                 self.landed_ranges[copy.span.start] = (copy.span.stop, b, phase)
             copy.data = None
             try:
@@ -611,8 +632,12 @@ class AsyncTracker:
     def _seen(self, lanes: np.ndarray, b: int) -> int:
         """The latest phase of mbarrier instance `b` that every one of `lanes` has observed."""
         first, last = int(lanes[0]), int(lanes[-1])
-        seen = self.observed[b, first:last + 1] if last - first + 1 == len(lanes) else self.observed[b, lanes]
-        return int(seen.min())
+        if last - first + 1 != len(lanes):
+            return int(self.observed[b, lanes].min())
+        known = self.seen_runs.get((b, first, last))
+        if known is None:  # a run of lanes (a warpgroup's wgmma): kept until a wait or barrier changes `observed`
+            known = self.seen_runs[(b, first, last)] = int(self.observed[b, first:last + 1].min())
+        return known
 
     def _forget_ranges(self, where: np.ndarray | slice) -> None:
         """The bytes `where` change their asynchrony state: the landed ranges holding one no longer apply."""
@@ -626,6 +651,7 @@ class AsyncTracker:
             return
         self.landed_ranges = {start: kept for start, kept in self.landed_ranges.items()
                               if not (start < high and kept[0] > low)}
+        self.landed_starts = sorted(self.landed_ranges)
 
     def _landed_cover(self, span: slice) -> tuple[int, int] | None:
         """(barrier, latest phase) when `span` lies inside `landed_ranges` of one barrier (a K step of a ring
@@ -634,7 +660,8 @@ class AsyncTracker:
         if not self.landed_ranges:
             return None
         covered, barrier, latest = span.start, None, 0
-        for start in sorted(self.landed_ranges):
+        starts = self.landed_starts
+        for start in starts[max(bisect.bisect_right(starts, covered) - 1, 0):]:
             stop, b, phase = self.landed_ranges[start]
             if stop <= covered:
                 continue
@@ -671,15 +698,16 @@ class AsyncTracker:
     # region wgmma
     def wgmma_reads(self, inst, lanes: np.ndarray, flat: np.ndarray | None, operand: str, span: slice | None = None,
                     hull: slice | None = None, chunks: np.ndarray | None = None, base: int = 0,
-                    own_rows: bool = False) -> None:
+                    own_rows: bool = False, chunk_set: np.ndarray | slice | None = None) -> None:
         """The warpgroups of `lanes` (whole warpgroups of one CTA, in order) each read their wgmma operand at
         `flat` (checked once as an async-proxy read of them all); the bytes stay read until a wgmma.wait_group
-        covers each warpgroup's group. `span`: the range `flat` fills, when it fills one (a swizzled tile: its
-        records are written and later completed as one range); `hull`: a range holding `flat` (`async_read`).
-        `chunks`: `flat` as whole 16-byte chunks of the CTA's shared memory at `base` (bytes base + 16c to
-        base + 16c + 15 for each c: 16 bytes of a core matrix row each), its records then written a chunk at a
-        time; `flat` may then be None (made from the chunks where a check walks the bytes). `own_rows`: the
-        operand is A, its bytes row by row, each warp reading its own rows [memory_model.WGMMA_A_ROWS_PER_WARP]."""
+        covers each warpgroup's group. `span`: the range `flat` fills, when it fills one (a swizzled tile);
+        `hull`: a range holding `flat` (`async_read`). `chunks`: `flat` as whole 16-byte chunks of the CTA's
+        shared memory at `base` (bytes base + 16c to base + 16c + 15 for each c: 16 bytes of a core matrix row
+        each); `flat` may then be None (made from the chunks where a check walks the bytes). `own_rows`: the
+        operand is A, its bytes row by row, each warp reading its own rows [memory_model.WGMMA_A_ROWS_PER_WARP].
+        The records are one per chunk (`HappensBefore.chunk_of`): `chunk_set` the CTA's chunks the operand reads
+        (numbered from the CTA's first, a range where they are consecutive), else found from `flat`."""
         if flat is None:
             def flat_bytes():
                 return base + (chunks[:, None] * _CHUNK + np.arange(_CHUNK)).reshape(-1)
@@ -690,13 +718,14 @@ class AsyncTracker:
         if where is None or not self._landed_read(lanes, where):
             self.async_read(inst, lanes, flat_bytes(), f"wgmma operand {operand}", span, hull, own_rows)
         if self.wg_read is None:
-            self.wg_read = self.hb.wgmma_reads = np.zeros((self.groups_per_cta, len(self.state)), np.int32)
-        records, at = self.wg_read, span
-        if span is None and chunks is not None:  # [groups per CTA, chunk, byte] of the CTA's bytes: a view
-            size = self.m.shared_bytes // _CHUNK * _CHUNK
-            records, at = self.wg_read[:, base:base + size].reshape(self.groups_per_cta, -1, _CHUNK), chunks
-        elif span is None:
-            at = flat_bytes()
+            self.wg_read = self.hb.wgmma_reads = np.zeros((self.groups_per_cta, self.hb.chunk_count()), np.int32)
+        records = self.wg_read
+        if chunk_set is None:
+            at = np.unique(self.hb.chunk_of(flat_bytes()))
+        else:  # the CTA's chunks: its columns of the records
+            first = base // max(self.m.shared_bytes, 1) * -(-max(self.m.shared_bytes, 1) // _CHUNK)
+            records = records[:, first:]
+            at = chunk_set
         unit = self.m.unit_of[facts.WARPGROUP_SIZE]
         for start in range(0, len(lanes), facts.WARPGROUP_SIZE):  # each warpgroup reading it (whole warpgroups)
             w = int(unit[lanes[start]])
@@ -711,13 +740,14 @@ class AsyncTracker:
         w = cta * self.groups_per_cta + np.arange(self.groups_per_cta)
         if span.stop <= span.start:
             return False
-        return bool((self.wg_read[:, span].max(axis=1).astype(np.int64) - 1 > self.wg_done[w]).any())
+        chunks = self.hb.chunk_span(span)
+        return bool((self.wg_read[:, chunks].max(axis=1).astype(np.int64) - 1 > self.wg_done[w]).any())
 
     def _check_not_read_by_wgmma(self, inst, lanes, flat: np.ndarray, what: str, acquired: int | None) -> None:
         cta = flat // max(self.m.shared_bytes, 1)
         if len(cta) and cta[0] == cta[-1] and cta.min() == cta.max():
             cta = cta[:1]  # one CTA's bytes (a copy, a store): one row of warpgroups for all of them
-        groups = self.wg_read[:, flat].astype(np.int64) - 1  # [local warpgroup, byte]
+        groups = self.wg_read[:, self.hb.chunk_of(flat)].astype(np.int64) - 1  # [local warpgroup, byte]
         w = cta[None, :] * self.groups_per_cta + np.arange(self.groups_per_cta)[:, None]
         pending = groups > self.wg_done[w]
         if pending.any():
@@ -739,20 +769,17 @@ class AsyncTracker:
     def wgmma_issued(self, inst, lanes: np.ndarray, roles: dict[str, str]) -> None:
         """The warpgroups of `lanes` issued a wgmma: its registers are pending in their open group. Registers
         pending on the same groups share one array (never modified in place)."""
-        ws = np.unique(self.m.unit_of[facts.WARPGROUP_SIZE][lanes])
+        ws = self.m.unit_of[facts.WARPGROUP_SIZE][lanes[::facts.WARPGROUP_SIZE]]  # whole warpgroups, ascending
         self.wg_issued[ws] = self.wg_open[ws]
         for w in ws.tolist():
             self.last_wgmma[w] = inst
+        names = tuple(roles)
+        olds = [None if e is None else e[0] for e in map(self.pending.get, names)]
         updated: dict[int, np.ndarray] = {}
-        for name, kind in roles.items():
-            entry = self.pending.get(name)
-            old = entry[0] if entry is not None else None
-            groups = updated.get(id(old))
-            if groups is None:
-                groups = old.copy() if old is not None else np.full(self.warpgroups, -1, np.int64)
-                groups[ws] = self.wg_open[ws]
-                updated[id(old)] = groups
-            self.pending[name] = (groups, kind, inst)
+        for key, old in {id(old): old for old in olds}.items():  # registers pending on the same groups: once
+            groups = updated[key] = old.copy() if old is not None else np.full(self.warpgroups, -1, np.int64)
+            groups[ws] = self.wg_open[ws]
+        self.pending.update(zip(names, [(updated[id(old)], kind, inst) for old, kind in zip(olds, roles.values())]))
 
     def wgmma_commit(self, lanes: np.ndarray) -> None:
         """wgmma.commit_group by `lanes`: each executing warp closes its open group (counted once per warp
@@ -810,6 +837,18 @@ class AsyncTracker:
             self.dirty_from = len(self.touch_log)
         return self.dirty
 
+    def _touched_any(self, names: frozenset, lanes: np.ndarray) -> bool:
+        """Whether one of `lanes` accessed one of the registers `names` since its last wgmma.fence."""
+        fenced = self.fence_seq[lanes]
+        for seq, touched, sel, _ in self.touch_log:
+            if touched.isdisjoint(names):
+                continue
+            hit = np.zeros(self.m.lanes, bool)
+            hit[sel] = True
+            if (hit[lanes] & (fenced < seq)).any():
+                return True
+        return False
+
     def _touched(self, name: str, lanes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(whether each of `lanes` accessed register `name` since its last wgmma.fence, the line of its last
         such access)."""
@@ -842,6 +881,17 @@ class AsyncTracker:
         access them next without a wgmma.fence [memory_model.WGMMA_FENCE_SCALE_D]. Registers last accessed by
         the same wgmmas share one entry (never modified in place once another wgmma takes some of them)."""
         shape = _wgmma_shape(inst)
+        results = [name for name, kind in roles.items() if kind == "result"]
+        olds = list(map(self.shaped.get, results))
+        if olds and all(old is olds[0] for old in olds):  # every register in one entry (a chain's wgmmas)
+            old = olds[0]
+            if old is not None and old[1] is inst:
+                old[0][lanes] = True  # the same wgmma again (a loop): the entry as it is
+                return
+            unfenced = old[0].copy() if old is not None else np.zeros(self.m.lanes, bool)
+            unfenced[lanes] = True
+            self.shaped.update(dict.fromkeys(results, (unfenced, inst, shape)))
+            return
         updated: dict[int, tuple] = {}
         for name, kind in roles.items():
             if kind != "result":
@@ -872,6 +922,12 @@ class AsyncTracker:
                                     "(missing wgmma.fence)", lanes[int(np.argmax(unfenced))])
         shape = _wgmma_shape(inst) if self.shaped else None
         touched = bool(self._dirty()[lanes].any())  # some register touched since the lanes' last wgmma.fence
+        # one look per entry and per logged access, not per register; the walk below names the register
+        entries = {id(e): e for e in map(self.shaped.get, (n for n, k in roles.items() if k == "result"))
+                   if e is not None}
+        if not any(e[2] != shape and e[0][lanes].any() for e in entries.values()) \
+                and not (touched and self._touched_any(frozenset(roles), lanes)):
+            return
         for name, kind in roles.items():
             shaped = self.shaped.get(name) if kind == "result" else None
             if shaped is not None and shaped[2] != shape:

@@ -32,6 +32,7 @@ acquire read an older value; it never reports a correct kernel.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -73,6 +74,32 @@ class StridedBox:
         """[1, bytes]: the flat positions, in order."""
         return box_offsets(self.start, self.shape, self.strides).reshape(1, -1)
 
+    def hull(self) -> tuple[int, int]:
+        """[low, high): the least range holding every byte of the box."""
+        reach = [(n - 1) * stride for n, stride in zip(self.shape, self.strides)]
+        return self.start + sum(min(r, 0) for r in reach), self.start + sum(max(r, 0) for r in reach) + 1
+
+    def meets(self, other: "StridedBox") -> bool:
+        """Whether the two boxes share a byte."""
+        (a, wa), (b, wb) = _runs(self), _runs(other)
+        if (len(a) > 1 and (np.diff(a) < wa).any()) or (len(b) > 1 and (np.diff(b) < wb).any()):
+            return bool(np.intersect1d(self.index(), other.index()).size)  # runs that overlap themselves
+        last = np.searchsorted(b, a + wa) - 1  # per run of `a`, the last run of `b` starting before its end
+        return bool(((last >= 0) & (b[np.maximum(last, 0)] + wb > a)).any())
+
+
+@lru_cache(maxsize=1024)
+def _runs(box: StridedBox) -> tuple[np.ndarray, int]:
+    """(first bytes, ascending; length): the box as runs of consecutive bytes, a row of its innermost dimension
+    each where that dimension's stride is 1, else a byte each (kept: a grid's boxes recur in every launch)."""
+    if box.strides and box.strides[-1] == 1:
+        starts, width = box_offsets(box.start, box.shape[:-1], box.strides[:-1]), box.shape[-1]
+    else:
+        starts, width = box_offsets(box.start, box.shape, box.strides), 1
+    starts = np.sort(starts)
+    starts.setflags(write=False)
+    return starts, width
+
 
 def _put(array: np.ndarray, where, value) -> None:
     """array[where] = value, `where` an index or a `StridedBox`."""
@@ -87,6 +114,10 @@ class GlobalOrder:
     module docstring. `m` is the machine (its `tracker.hb` holds the clocks), `size` the bytes of global
     memory. Records are allocated at the first access (zeroed pages cost nothing until touched)."""
 
+    keep_boxes = True
+    """Keep the records of TMA boxes as one per box (`boxes`); False records each read in the per-byte tables at
+    once (the same records: tests compare the two)."""
+
     FIELDS = ("who", "epoch", "line")
     """Per byte and side: `who` packs (CTA rank + 1) << 16 | thread << 3 | kind (0: none; thread < 1024 needs
     13 bits with the kind), then the epoch and the line."""
@@ -94,11 +125,22 @@ class GlobalOrder:
     def __init__(self, m, size: int):
         self.m, self.size = m, size
         self.records: dict[str, dict[str, np.ndarray]] = {}
-        self.releases: dict[int, list[tuple[int, int, np.ndarray, dict | None, np.ndarray]]] = {}
+        # location -> {(releasing CTA rank, scope wider than the CTA): [kind, clock, remote, fenced]}: the join of
+        # every release published there by that CTA at that scope (an acquire takes in all of them, so their join
+        # is what it takes: one entry, not one per release, however often a lock changes hands)
+        self.releases: dict[int, dict[tuple[int, bool], list]] = {}
         self.read_set: np.ndarray | None = None  # per byte: 0, or its readers' set in `sets` (`_record_read`)
         self.sets: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = [(np.zeros(0, np.int64),) * 3]
         self._memo: dict[tuple, int] = {}  # (old readers, new readers, line) -> set: bytes read alike share one
         self.until: dict[str, np.ndarray] | None = None  # TMA loads' reads until their complete-tx (`read_until`)
+        # TMA boxes whose bytes' read records are all alike, kept once per box rather than per byte: box ->
+        # [read set, who, epoch, line (as the "read" table and `read_set` would hold them), the `until` record
+        # (who, barrier, phase, line) or None], with its hull; written into the per-byte tables (`_settle`) when
+        # another access reaches the hull. `touched`: ranges of global memory the per-byte tables may hold a
+        # record in (outside them every record is zero)
+        self.boxes: dict[StridedBox, list] = {}
+        self.hulls: dict[StridedBox, tuple[int, int]] = {}
+        self.touched: list[tuple[int, int]] = []
         self.reset_batch()
 
     def reset_batch(self) -> None:
@@ -130,6 +172,9 @@ class GlobalOrder:
         if not hb.races or index.size == 0:
             return
         index = np.asarray(index, np.int64).reshape(len(lanes), -1)
+        low, high = int(index.min()), int(index.max()) + 1
+        self._settle(low, high)
+        self._touch(low, high)
         judged = self._check_until(inst, lanes, index) if write and self.until is not None else None
         for side in ("write", "read") if write else ("write",):
             if side in self.records:
@@ -150,7 +195,7 @@ class GlobalOrder:
         epochs = hb.clock[lanes, lanes % self.m.threads][:, None]
         if write:
             if self.until is not None:
-                self.until["phase"][index] = -1
+                self.until["phase"][index] = 0
             table = self._table("write")
             table["who"][index], table["epoch"][index], table["line"][index] = who, epochs, inst.line
             if "read" in self.records:
@@ -168,6 +213,16 @@ class GlobalOrder:
         if not hb.races:
             return
         lanes = np.array([lane])
+        entry = self.boxes.get(box)
+        if entry is None:
+            low, high = box.hull()
+            self._settle(low, high, box)
+            if self.keep_boxes and not self._touched(low, high):  # every record is zero: kept as one from now
+                entry = self.boxes[box] = [0, 0, 0, 0, None]
+                self.hulls[box] = (low, high)
+        if entry is not None:
+            self._read_box_records(inst, lane, entry, kind)
+            return
         writes = self.records.get("write")
         if writes is not None and box.view(writes["who"]).any():
             self.access(inst, lanes, box.index(), False, kind)
@@ -189,15 +244,83 @@ class GlobalOrder:
         self._read_into(box, s, 0 if s else w, 0 if s else e, l_, lanes, np.array([mine], np.int64),
                         np.array([now], np.int64), inst.line)
 
+    def _read_box_records(self, inst, lane: int, entry: list, kind: int) -> None:
+        """`read_box` of a box whose records are kept as one (`boxes`): the same decision on its one record."""
+        hb = self.m.tracker.hb
+        lanes = np.array([lane])
+        mine = int(self.lane_who[lane]) | kind
+        now = int(hb.clock[lane, lane % self.m.threads])
+        s, w, e, l_ = entry[:4]
+        if not s and (not w or self._ordered(lanes, np.array([[w]]), np.array([[e]]))[0, 0]):
+            entry[:4] = 0, mine, now, inst.line
+            return
+        new = self._next_set(s, 0 if s else w, 0 if s else e, l_, lanes, np.array([mine], np.int64),
+                             np.array([now], np.int64), inst.line)
+        entry[0] = new
+        if not new:
+            entry[1:4] = mine, now, inst.line
+
+    def _touched(self, low: int, high: int) -> bool:
+        """Whether the per-byte tables may hold a record in [low, high)."""
+        return any(lo < high and hi > low for lo, hi in self.touched)
+
+    def _touch(self, low: int, high: int) -> None:
+        """The per-byte tables may hold records in [low, high) from now (ranges merged where they meet; past 64,
+        one range holds them all)."""
+        kept = []
+        for lo, hi in self.touched:
+            if lo <= high and hi >= low:
+                low, high = min(lo, low), max(hi, high)
+            else:
+                kept.append((lo, hi))
+        kept.append((low, high))
+        if len(kept) > 64:
+            kept = [(min(lo for lo, _ in kept), max(hi for _, hi in kept))]
+        self.touched = kept
+
+    def _settle(self, low: int, high: int, reaching: StridedBox | None = None) -> None:
+        """Write the records of the boxes kept as one (`boxes`) whose hull meets [low, high) (and that share a
+        byte with the box `reaching`, the access's, when it is one) into the per-byte tables, where every other
+        access reads them."""
+        if not self.boxes:
+            return
+        for box in [b for b, (lo, hi) in self.hulls.items()
+                    if lo < high and hi > low and (reaching is None or b.meets(reaching))]:
+            s, who, epoch, line, until = self.boxes.pop(box)
+            self._touch(*self.hulls.pop(box))
+            if s or self.read_set is not None:
+                if self.read_set is None:
+                    self.read_set = np.zeros(self.size, np.int32)
+                _put(self.read_set, box, s)
+            if not s:
+                read = self._table("read")
+                for field, value in zip(self.FIELDS, (who, epoch, line)):
+                    _put(read[field], box, value)
+            if until is not None:
+                self._put_until(box, *until)
+
     def read_until(self, inst, lane: int, index: np.ndarray | StridedBox, barrier: int, phase: int) -> None:
         """The TMA load `inst` of `lane` (recorded by `access`) reads the global bytes `index` until its complete-tx
         on the tracker's mbarrier instance `barrier` in `phase` [memory_model.TMA_READ_UNTIL_COMPLETE]."""
+        who = int(self.lane_who[lane]) | ASYNC
+        entry = self.boxes.get(index) if isinstance(index, StridedBox) else None
+        if entry is not None:
+            entry[4] = (who, barrier, phase, inst.line)
+            return
+        flat = index if isinstance(index, StridedBox) else np.asarray(index, np.int64).reshape(-1)
+        if not isinstance(flat, StridedBox) and not flat.size:  # a box wholly outside the tensor reads nothing
+            return
+        low, high = index.hull() if isinstance(index, StridedBox) else (int(flat.min()), int(flat.max()) + 1)
+        self._settle(low, high)
+        self._touch(low, high)
+        self._put_until(flat, who, barrier, phase, inst.line)
+
+    def _put_until(self, flat: np.ndarray | StridedBox, who: int, barrier: int, phase: int, line: int) -> None:
         if self.until is None:
             self.until = {"who": np.zeros(self.size, np.int64), "barrier": np.zeros(self.size, np.int32),
-                          "phase": np.full(self.size, -1, np.int64), "line": np.zeros(self.size, np.int32)}
-        flat = index if isinstance(index, StridedBox) else np.asarray(index, np.int64).reshape(-1)
-        for field, value in (("who", int(self.lane_who[lane]) | ASYNC), ("barrier", barrier), ("phase", phase),
-                             ("line", inst.line)):
+                          "phase": np.zeros(self.size, np.int64), "line": np.zeros(self.size, np.int32)}
+        # phase + 1 (0: no load reads the byte): zeroed pages cost nothing until touched
+        for field, value in (("who", who), ("barrier", barrier), ("phase", phase + 1), ("line", line)):
             _put(self.until[field], flat, value)
 
     def _check_until(self, inst, lanes: np.ndarray, index: np.ndarray) -> np.ndarray | None:
@@ -206,7 +329,7 @@ class GlobalOrder:
         merely be ordered after its issue [memory_model.TMA_READ_UNTIL_COMPLETE]. Returns the bytes it judged
         (their read records are then not judged by the issuing thread's clock)."""
         until = self.until
-        phase = until["phase"][index]
+        phase = until["phase"][index] - 1
         mine = (phase >= 0) & ((until["who"][index] >> 16) == (self.lane_rank[lanes] + 1)[:, None])
         if not mine.any():
             return None
@@ -310,6 +433,17 @@ class GlobalOrder:
         """The bytes `where`, whose readers are the set `s` (or, with s = 0, the "read" table's one reader
         `prev_who` at `prev_epoch`, line `prev_line`), are read by `lanes` (as `who` at `epochs`) at `line`."""
         read = self.records["read"]
+        new = self._next_set(s, prev_who, prev_epoch, prev_line, lanes, who, epochs, line)
+        _put(self.read_set, where, new)
+        if not new:
+            for field, value in (("who", int(who[0])), ("epoch", int(epochs[0])), ("line", line)):
+                _put(read[field], where, value)
+
+    def _next_set(self, s: int, prev_who: int, prev_epoch: int, prev_line: int, lanes: np.ndarray, who: np.ndarray,
+                  epochs: np.ndarray, line: int) -> int:
+        """The read set (0: one reader, `who[0]`, kept in the "read" table) of bytes whose readers were the set `s`
+        (or with s = 0 the one reader `prev_who` at `prev_epoch`, line `prev_line`) once `lanes` read them: the
+        readers that happen before none of `lanes`, and `lanes`. Bytes read alike share one set."""
         key = (s, prev_who, prev_epoch, prev_line, tuple(who.tolist()), tuple(epochs.tolist()), line)
         new = self._memo.get(key)
         if new is None:
@@ -331,10 +465,7 @@ class GlobalOrder:
             if len(self._memo) > 1 << 16:
                 self._memo.clear()
             self._memo[key] = new
-        _put(self.read_set, where, new)
-        if not new:
-            for field, value in (("who", int(who[0])), ("epoch", int(epochs[0])), ("line", line)):
-                _put(read[field], where, value)
+        return new
 
     def _ordered(self, lanes: np.ndarray, who: np.ndarray, epoch: np.ndarray) -> np.ndarray:
         """Whether the accesses recorded as `who` at `epoch` [lanes, k] happen before each lane's present point:
@@ -496,8 +627,14 @@ class GlobalOrder:
             else:
                 released = hb._release(np.array([lane]))
             c, f, remote = released
-            self.releases.setdefault(location, []).append((int(self.lane_rank[lane]), kind, c.copy(), remote,
-                                                           f.copy()))
+            joined = self.releases.setdefault(location, {})
+            key = (int(self.lane_rank[lane]), bool(_WIDE[kind]))
+            entry = joined.get(key)
+            if entry is None:
+                joined[key] = [kind, c.copy(), remote, f.copy()]
+            else:
+                entry[1], entry[3] = np.maximum(entry[1], c), np.maximum(entry[3], f)
+                entry[2] = _join_remote(entry[2], remote)
 
     def acquire(self, lanes: np.ndarray, locations: np.ndarray, kind: int, now: bool) -> None:
         """`lanes` read the global `locations` strongly: with `now` (an acquire operation) they take in the
@@ -509,7 +646,8 @@ class GlobalOrder:
             if not published:
                 continue
             rank = int(self.lane_rank[lane])
-            usable = [p for p in published if p[0] == rank or (_WIDE[kind] and _WIDE[p[1]])]
+            usable = [(source, *entry) for (source, wide), entry in published.items()
+                      if source == rank or (_WIDE[kind] and wide)]
             if now:
                 self._take(lane, usable)
             else:
@@ -539,6 +677,16 @@ class GlobalOrder:
                 self.fence_release[lane] = hb._release(np.array([lane]))
 
     # endregion
+
+
+def _join_remote(a: dict | None, b: dict | None) -> dict | None:
+    """The join of two releases' knowledge of other CTAs ({rank: row}, None for none)."""
+    if not a or not b:
+        return a or b
+    joined = dict(a)
+    for rank, row in b.items():
+        joined[rank] = row if rank not in joined else np.maximum(joined[rank], row)
+    return joined
 
 
 def _uniform(values: np.ndarray) -> bool:

@@ -54,6 +54,8 @@ import numpy as np
 from tessera.interpreters.ptx.read_clocks import ReadClocks
 from tessera.sm90 import facts
 
+_CHUNK = facts.SWIZZLE_CHUNK_BYTES
+
 
 class HappensBefore:
     """Vector clocks of a machine's lanes and the per-byte access records of its shared memory; see the
@@ -98,14 +100,65 @@ class HappensBefore:
         # the wgmma groups (first, last) each completion was made for (reads_completed's: none, (0, -1))
         self.completed_groups: list[tuple[int, int]] = []
         # [warpgroup of the batch, wgmma group]: 1 + index into `completions` of the wait that completed the
-        # group, 0 while none has; with `wgmma_reads` ([warpgroup of its CTA, byte]: 1 + the last group that read
-        # the byte, kept by `asynchrony`), a byte's completed wgmma read is found without a record per byte
+        # group, 0 while none has; with `wgmma_reads` ([warpgroup of its CTA, 16-byte chunk]: 1 + the last group
+        # that read the chunk, kept by `asynchrony`), a byte's completed wgmma read is found without a record per
+        # byte
         self.wgmma_groups = np.zeros((self.lanes // max(self.threads, 1) * self._per_cta(), 8), np.int32)
         # lane -> {CTA rank: [thread] epochs known, then [thread] epochs whose global stores a proxy fence covers}
         self.remote: dict[int, dict[int, np.ndarray]] = {}
 
     def _per_cta(self) -> int:
         return -(-self.threads // facts.WARPGROUP_SIZE)
+
+    # region wgmma read records, one per 16-byte chunk
+    # A wgmma reads whole 16-byte chunks of its CTA's shared memory: a descriptor's start address and strides are
+    # in 16-byte units and each core matrix row is one chunk, which every swizzle keeps together
+    # [descriptor.SWIZZLE_CHUNK_BYTES]. So `wgmma_reads` has a column per chunk, not per byte: a CTA's bytes
+    # [0, S) are its chunks 0 .. ceil(S / 16) - 1 (the last one short when S is not a multiple of 16).
+    def _cta_bytes(self) -> int:
+        return max(self.shared // max(self.lanes // max(self.threads, 1), 1), 1)
+
+    def chunk_count(self) -> int:
+        """The chunks of the batch's shared memory: the columns of `wgmma_reads`."""
+        return self.lanes // max(self.threads, 1) * -(-self._cta_bytes() // _CHUNK)
+
+    def chunk_of(self, flat: np.ndarray) -> np.ndarray:
+        """The chunk (column of `wgmma_reads`) of each flat shared byte."""
+        size = self._cta_bytes()
+        if size % _CHUNK == 0:
+            return flat // _CHUNK
+        return flat // size * -(-size // _CHUNK) + flat % size // _CHUNK
+
+    def chunk_span(self, span: slice) -> slice:
+        """The chunks holding some byte of `span` (bytes of one CTA)."""
+        if span.stop <= span.start:
+            return slice(0, 0)
+        first, last = self.chunk_of(np.array([span.start, span.stop - 1])).tolist()
+        return slice(first, last + 1)
+
+    def _whole_chunks(self, where: np.ndarray | slice) -> np.ndarray | slice:
+        """The chunks every byte of which is in `where` (bytes of one CTA for a range). A write of them ends their
+        wgmma read records; a chunk written in part keeps its record, which still holds for its other bytes."""
+        size = self._cta_bytes()
+        per_cta = -(-size // _CHUNK)
+        if isinstance(where, slice):
+            if where.stop <= where.start:
+                return slice(0, 0)
+            cta, start = divmod(where.start, size)
+            stop = where.stop - cta * size
+            first = -(-start // _CHUNK)
+            last = per_cta if stop >= size else stop // _CHUNK
+            return slice(cta * per_cta + first, cta * per_cta + max(last, first))
+        chunks = self.chunk_of(np.unique(where))
+        if not len(chunks):
+            return chunks
+        low = int(chunks[0])
+        counts = np.bincount(chunks - low)
+        present = np.flatnonzero(counts) + low
+        full = np.minimum(_CHUNK, size - present % per_cta * _CHUNK)  # a CTA's last chunk may be short
+        return present[counts[present - low] == full]
+
+    # endregion
 
     # region synchronisation edges
     @staticmethod
@@ -346,13 +399,14 @@ class HappensBefore:
                 self.completed_groups.append((max(low, first), min(high, last)))
                 groups[groups == c] = len(self.completions)
 
-    def _async_ends(self, index: np.ndarray, span: slice | None) -> np.ndarray:
+    def _async_ends(self, index: np.ndarray) -> np.ndarray:
         """[reader row, row of `index`, byte]: 1 + the index into `completions` of each completed async read of
-        the bytes (a wgmma's, through its group: one row per warpgroup of the CTA; a bulk store's: `r_async`)."""
-        ends = self.r_async[:, index] if span is None else self.r_async[:, None, span]
+        the bytes (a wgmma's, through its group and the byte's chunk: one row per warpgroup of the CTA; a bulk
+        store's: `r_async`)."""
+        ends = self.r_async[:, index]
         if self.wgmma_reads is None:
             return ends
-        last = self.wgmma_reads[:, index] if span is None else self.wgmma_reads[:, None, span]
+        last = self.wgmma_reads[:, self.chunk_of(index)]
         top = int(last.max(initial=0))
         if not top:
             return ends
@@ -360,12 +414,7 @@ class HappensBefore:
         per_cta, known = self._per_cta(), min(top, self.wgmma_groups.shape[1])
         lookup = np.zeros((len(self.wgmma_groups), top + 1), np.int32)
         lookup[:, 1:known + 1] = self.wgmma_groups[:, :known]
-        cta_bytes = max(self.shared // (self.lanes // self.threads), 1)
-        if span is not None:  # one CTA's range: one row of the lookup per warpgroup
-            first = span.start // cta_bytes * per_cta
-            done = np.stack([lookup[first + r][last[r]] for r in range(per_cta)])
-        else:
-            done = lookup[index[None] // cta_bytes * per_cta + np.arange(per_cta)[:, None, None], last]
+        done = lookup[index[None] // self._cta_bytes() * per_cta + np.arange(per_cta)[:, None, None], last]
         return np.concatenate([done, ends])
 
     def async_write(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str, span: slice | None = None,
@@ -405,7 +454,7 @@ class HappensBefore:
                     self._after_async_reads(inst, lanes, index, what, clocks)  # raises, naming the byte
             self._forget_async_reads(span)
             return
-        ends = self._async_ends(index, span)  # [reader row, row, byte]
+        ends = self._async_ends(index)  # [reader row, row, byte]
         low, high = int(ends.min(initial=0)), int(ends.max(initial=0))
         if not high:
             return
@@ -429,7 +478,9 @@ class HappensBefore:
         """The bytes `where` were written after their completed async reads: those no longer apply."""
         self.r_async[:, where] = 0
         if self.wgmma_reads is not None:  # no wgmma reads them now (`asynchrony` refuses writes before)
-            self.wgmma_reads[:, where] = 0
+            touched = self.chunk_span(where) if isinstance(where, slice) else self.chunk_of(where)
+            if self.wgmma_reads[:, touched].any():
+                self.wgmma_reads[:, self._whole_chunks(where)] = 0
 
     def _span_completions(self, span: slice) -> set[int]:
         """The completed async reads (1 + index into `completions`) of some byte of the range `span` (one CTA's),
@@ -441,9 +492,9 @@ class HappensBefore:
             found.update((low,) if low == high else _present(row, low))
         if self.wgmma_reads is not None:
             per_cta = self._per_cta()
-            first = span.start // max(self.shared // (self.lanes // self.threads), 1) * per_cta
+            first = span.start // self._cta_bytes() * per_cta
             width = self.wgmma_groups.shape[1]
-            for r, (row, low, high) in enumerate(_row_bounds(self.wgmma_reads[:, span])):
+            for r, (row, low, high) in enumerate(_row_bounds(self.wgmma_reads[:, self.chunk_span(span)])):
                 for last in (low,) if low == high else _present(row, low):
                     if 0 < last <= width:
                         found.add(int(self.wgmma_groups[first + r, last - 1]))

@@ -315,11 +315,16 @@ class Scheduler:
             return 0
         if not block.run(lanes):
             count = len(self.m.lane_ids)
-            for at in range(pc, pc + block.length):
-                guard = self.guards[at]
-                active = lanes if guard is None else lanes[guard(lanes)]
-                if len(active):
-                    self.steps[at].run(ALL if len(active) == count else active)
+            at = pc
+            try:
+                for at in range(pc, pc + block.length):
+                    guard = self.guards[at]
+                    active = lanes if guard is None else lanes[guard(lanes)]
+                    if len(active):
+                        self.steps[at].run(ALL if len(active) == count else active)
+            except Exception:  # the lanes stop at the instruction that raised, as unfused
+                self.m.pc[lanes] += at - pc
+                raise
         self.executed += block.length
         return block.length
 

@@ -297,15 +297,34 @@ def apply(m: Machine, inst, lane: int, address: int, action) -> int:
     return result
 
 
+def _own_barriers(m: Machine, lanes: np.ndarray, addresses: np.ndarray, tokens: np.ndarray | None = None
+                  ) -> list[tuple[tuple[int, int], object]] | None:
+    """[((CTA slot, address), the positions in `lanes` arriving on it: a slice or a mask)] for arrivals of `lanes`
+    (ascending) on their own CTA's mbarriers, in (CTA, address) order: one address in every CTA (the common case)
+    is a run of lanes per CTA, found without a sort. With `tokens` (a wait's, per lane): only the runs, and only
+    where each CTA's lanes hold one token (else None)."""
+    ctas = m.lane_cta[lanes]
+    step = np.diff(ctas)
+    if tokens is not None:
+        if not (len(lanes) and addresses.min() == addresses.max() and not (step < 0).any()
+                and not (np.diff(tokens)[step == 0]).any()):
+            return None
+    if len(lanes) and addresses.min() == addresses.max() and not (step < 0).any():
+        starts = [0] + (np.flatnonzero(step) + 1).tolist() + [len(lanes)]
+        a = int(addresses[0])
+        return [((int(ctas[i]), a), slice(i, j)) for i, j in zip(starts[:-1], starts[1:])]
+    unique, which = unique_rows(np.stack([ctas, addresses], axis=1), return_inverse=True)
+    which = which.reshape(-1)
+    return [((cta, a), which == j) for j, (cta, a) in enumerate(unique.tolist())]
+
+
 def _released(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray) -> None:
     """`lanes` arrive on the mbarriers at `addresses`: a release into each barrier's pending phase, recorded
     before the arrivals apply, so that the arrive completing a phase is part of it (`happens_before`)."""
     if ((addresses >= 0) & (addresses < 1 << CLUSTER_RANK_SHIFT)).all():  # each lane's own CTA: (CTA, address)
-        pairs = np.stack([m.lane_cta[lanes], addresses], axis=1)
-        unique, which = unique_rows(pairs, return_inverse=True)
-        for j, (cta, a) in enumerate(unique.tolist()):
-            m.tracker.hb.arrive(inst, (cta, a), lanes[which.reshape(-1) == j])
-            m.tracker.arriving((cta, a), lanes[which.reshape(-1) == j])
+        for key, at in _own_barriers(m, lanes, addresses):
+            m.tracker.hb.arrive(inst, key, lanes[at])
+            m.tracker.arriving(key, lanes[at])
         return
     keys = [mbarrier_key(m, int(lane), int(a)) for lane, a in zip(lanes, addresses)]
     for key in dict.fromkeys(keys):
@@ -336,15 +355,12 @@ def _arrive_together(m: Machine, inst, lanes, addresses, phases) -> bool:
     applied) when some barrier has fewer pending or a lane names another CTA's barrier."""
     if not ((addresses >= 0) & (addresses < 1 << CLUSTER_RANK_SHIFT)).all():
         return False
-    pairs = np.stack([m.lane_cta[lanes], addresses], axis=1)
-    unique, which, counts = unique_rows(pairs, return_inverse=True, return_counts=True)
-    states = [m.mbarriers.get((cta, a)) for cta, a in unique.tolist()]
-    if any(state is None or state.pending < n for state, n in zip(states, counts.tolist())):
+    groups = _own_barriers(m, lanes, addresses)
+    counts = [len(lanes[at]) for _, at in groups]
+    if any(m.mbarriers.get(key) is None or m.mbarriers[key].pending < n for (key, _), n in zip(groups, counts)):
         return False
-    which = which.reshape(-1)
-    for j, ((cta, a), n) in enumerate(zip(unique.tolist(), counts.tolist())):
-        first = int(lanes[np.argmax(which == j)])
-        phases[which == j] = apply(m, inst, first, a, lambda s, n=n: s.arrive(n))
+    for (key, at), n in zip(groups, counts):
+        phases[at] = apply(m, inst, int(lanes[at][0]), key[1], lambda s, n=n: s.arrive(n))
     return True
 
 
@@ -460,6 +476,12 @@ def decode_mbarrier(ops: Operands, inst, mods):
         done = np.empty(len(active), bool)
         # lanes of one CTA waiting on one barrier with one token see the same state: test once per such group
         local = ((addresses >= 0) & (addresses < 1 << CLUSTER_RANK_SHIFT)).all()
+        bits = tokens.astype(np.int64) & (1 if parity else -1)
+        runs = _own_barriers(m, active, addresses, bits) if local and len(active) > 1 else None
+        if runs is not None and _wait_by_barrier(m, inst, active, addresses, tokens, parity, runs):
+            write(active, np.ones(len(active), bool))  # each CTA's lanes on its barrier with one token: all passed
+            m.pc[active] += 1
+            return
         if local and len(active) > 1:
             groups = np.stack([m.lane_cta[active], addresses, tokens.astype(np.int64) & (1 if parity else -1)], axis=1)
             _, first, which = unique_rows(groups, return_index=True, return_inverse=True)
@@ -496,6 +518,29 @@ def decode_mbarrier(ops: Operands, inst, mods):
             m.park_test[failed] = True
 
     return Step(inst, run_wait, control=True)
+
+
+def _wait_by_barrier(m: Machine, inst, active: np.ndarray, addresses: np.ndarray, tokens: np.ndarray, parity: bool,
+                     groups: list) -> bool:
+    """`run_wait`'s test when every group of `active` (their own CTA's barrier, one token each) passes: each
+    group's barrier tested once, the lanes then see its phase complete; False (nothing done) where one would
+    fail, for the general path to park them."""
+    passes = []
+    for key, at in groups:
+        lane, token = int(active[at][0]), int(tokens[at][0])
+        state = _state(m, inst, lane, key[1])
+        try:
+            ok = state.try_wait_parity(token & 1) if parity else state.test_wait(token)
+        except ValueError as error:
+            raise m.error(inst, str(error), lane) from None
+        if not ok:
+            return False
+        passes.append((key, active[at], lane, state))
+    for key, here, lane, state in passes:
+        m.cluster_state.observed(lane, mbarrier_key(m, lane, key[1]), state.phase)
+        m.tracker.observe(key, here, state.phase)
+        m.tracker.hb.waited(inst, key, here)
+    return True
 
 
 # endregion
@@ -550,18 +595,23 @@ def decode_shfl(ops: Operands, inst, mods):
         lanes = lanes_of(m, sel)
         n = len(lanes)
         values = np.broadcast_to(read_a(m.lane_ids), (m.lanes,))
-        b = np.broadcast_to(np.asarray(read_b(sel), np.int64), (n,))
-        c = np.broadcast_to(np.asarray(read_c(sel), np.int64), (n,))
+        b, c = np.asarray(read_b(sel), np.int64), np.asarray(read_c(sel), np.int64)
         member = np.broadcast_to(np.asarray(mask(sel), np.int64), (n,))
         executing = np.zeros(m.lanes, bool)
         executing[lanes] = True
-        source = np.empty(n, np.int64)
-        valid = np.empty(n, bool)
-        for bc in unique_rows(np.stack([b, c], axis=1)):
-            pick = (b == bc[0]) & (c == bc[1])
-            src, ok = facts.shfl_source_lane(mode, m.laneid[lanes[pick]], int(bc[0]), int(bc[1]))
-            source[pick] = lanes[pick] - m.laneid[lanes[pick]] + src
-            valid[pick] = ok
+        if b.ndim == 0 and c.ndim == 0:  # immediates (a butterfly's offset): one rule for every lane
+            src, ok = facts.shfl_source_lane(mode, m.laneid[lanes], int(b), int(c))
+            source = lanes - m.laneid[lanes] + src
+            valid = np.broadcast_to(ok, (n,))
+        else:
+            b, c = np.broadcast_to(b, (n,)), np.broadcast_to(c, (n,))
+            source = np.empty(n, np.int64)
+            valid = np.empty(n, bool)
+            for bc in unique_rows(np.stack([b, c], axis=1)):
+                pick = (b == bc[0]) & (c == bc[1])
+                src, ok = facts.shfl_source_lane(mode, m.laneid[lanes[pick]], int(bc[0]), int(bc[1]))
+                source[pick] = lanes[pick] - m.laneid[lanes[pick]] + src
+                valid[pick] = ok
         wanted = source - lanes + m.laneid[lanes]  # the lane id read
         outside = source >= m.lanes  # a lane past the last thread of a partial warp
         source = np.where(outside, lanes, source)

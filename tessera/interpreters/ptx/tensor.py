@@ -91,30 +91,42 @@ def _oob_fill(spec: facts.TensorMapSpec) -> np.ndarray:
 @lru_cache(maxsize=4096)
 def _box_offsets(spec: facts.TensorMapSpec, coords: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, tuple | None]:
     """Byte offsets from the tensor's address of the box elements (row-major, innermost last), which of them
-    lie inside the tensor (`TensorMapSpec.box_byte_offsets`), and for a box wholly inside it the layout of its
-    bytes (first offset, shape, strides: `global_order.StridedBox`, adjacent contiguous dimensions merged);
-    read-only, kept across copies, CTAs and launches (a grid's boxes give a handful of coordinates a map)."""
+    lie inside the tensor (`TensorMapSpec.box_byte_offsets`), and the layout of the bytes inside it when they
+    form a box (a box wholly inside, or one the tensor's edge clips: first offset, shape, strides:
+    `global_order.StridedBox`, adjacent contiguous dimensions merged), else None; read-only, kept across
+    copies, CTAs and launches (a grid's boxes give a handful of coordinates a map)."""
     offsets, valid = spec.box_byte_offsets(list(coords))
     offsets.setflags(write=False)
     valid.setflags(write=False)
-    if not valid.all() or not offsets.size:
+    if not valid.any() or not offsets.size:
         return offsets, valid, None
     counts = [-(-spec.box_dims[k] // (1 if k == 0 and spec.interleave == facts.TensorMapInterleave.NONE
                                       else spec.strides[k])) for k in reversed(range(spec.rank))]
-    grid = offsets.reshape(counts)
+    grid, inside = offsets.reshape(counts), valid.reshape(counts)
+    if not valid.all():  # the part inside the tensor, when it is a box: a range of indices along each axis
+        ranges = []
+        for axis in range(len(counts)):
+            hit = np.flatnonzero(inside.any(axis=tuple(a for a in range(len(counts)) if a != axis)))
+            if hit[-1] - hit[0] + 1 != len(hit):
+                return offsets, valid, None
+            ranges.append(slice(int(hit[0]), int(hit[-1]) + 1))
+        if not inside[tuple(ranges)].all() or inside.sum() != inside[tuple(ranges)].size:
+            return offsets, valid, None
+        grid = grid[tuple(ranges)]
+        counts = list(grid.shape)
     shape, strides = [spec.element_bytes], [1]
     for axis in reversed(range(len(counts))):
         if counts[axis] == 1:
             continue
-        step = int(grid[(0,) * axis + (1,) + (0,) * (len(counts) - axis - 1)] - grid.flat[0])
+        step = int(grid[(0,) * axis + (1,) + (0,) * (len(counts) - axis - 1)] - grid[(0,) * len(counts)])
         if step == shape[0] * strides[0]:
             shape[0] *= counts[axis]
         else:
             shape.insert(0, counts[axis])
             strides.insert(0, step)
-    layout = (int(offsets[0]), tuple(shape), tuple(strides))
+    layout = (int(grid[(0,) * len(counts)]), tuple(shape), tuple(strides))
     box = StridedBox(*layout).index().reshape(-1, spec.element_bytes)[:, 0]
-    return offsets, valid, layout if np.array_equal(box, offsets) else None
+    return offsets, valid, layout if np.array_equal(box, offsets[valid]) else None
 
 
 def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], smem: int, load: bool,
@@ -138,18 +150,22 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
     if smem < 0 or smem + size > m.shared_bytes:
         raise m.error(inst, f"the {size}-byte box at shared address {smem:#x} overruns shared memory "
                             f"({m.shared_bytes} bytes)", lane)
-    swizzled, dense = _swizzled(smem, size, facts.tensor_map_swizzle_bytes(spec.swizzle))
+    swizzled, dense, chunks = _swizzled(smem, size, facts.tensor_map_swizzle_bytes(spec.swizzle))
     base = slot * m.shared_bytes
     shared_index = base + swizzled
     span = None if dense is None else slice(base + dense[0], base + dense[1])
-    if load and layout is not None:  # the whole box lies in the tensor (mostly): strided views, no index
+    if load and layout is not None:  # the bytes inside the tensor are a box: strided views, no index
         box = StridedBox(tmap.address - GLOBAL_BASE + layout[0], layout[1], layout[2])
-        data = box.view(m.memory.buffer).flatten()  # a copy: the data as it is at issue
+        if valid.all():  # the whole box lies in the tensor (mostly)
+            data = box.view(m.memory.buffer).flatten()  # a copy: the data as it is at issue
+        else:
+            data = m.memory.buffer[(tmap.address - GLOBAL_BASE + offsets)[:, None] + np.arange(e)]
+            data = np.where(valid[:, None], data, _oob_fill(spec)).astype(np.uint8).reshape(-1)
         memory.note_global(m, np.array([lane]), box, False, inst, ASYNC)
         if barrier is not None and getattr(m, "global_order", None) is not None:
             key = sync.mbarrier_key(m, lane, barrier)
             m.global_order.read_until(inst, lane, box, m.tracker.barrier(key), sync._state(m, inst, lane, barrier).phase)
-        m.tracker.stage(shared_index, data, span)  # lands later (asynchrony)
+        m.tracker.stage(shared_index, data, span, None if chunks is None else (base, chunks))  # lands later
         return spec.box_bytes
     global_index = (tmap.address - GLOBAL_BASE + offsets)[:, None] + np.arange(e)
     inside = global_index if valid.all() else global_index[valid]  # the whole box lies in the tensor, mostly
@@ -162,7 +178,7 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
             key = sync.mbarrier_key(m, lane, barrier)
             m.global_order.read_until(inst, lane, inside, m.tracker.barrier(key),
                                       sync._state(m, inst, lane, barrier).phase)
-        m.tracker.stage(shared_index, data.reshape(-1), span)  # lands later (asynchrony)
+        m.tracker.stage(shared_index, data.reshape(-1), span, None if chunks is None else (base, chunks))
     else:
         m.tracker.bulk_store_reads(inst, lane, shared_index, "the TMA store", span)
         data = m.shared[shared_index].reshape(-1, e)
@@ -179,12 +195,14 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
 
 
 @lru_cache(maxsize=1024)
-def _swizzled(smem: int, size: int, swizzle: int) -> tuple[np.ndarray, tuple[int, int] | None]:
+def _swizzled(smem: int, size: int, swizzle: int) -> tuple[np.ndarray, tuple[int, int] | None, np.ndarray | None]:
     """The swizzled shared offsets of the `size` bytes of a box at `smem` (read-only; a ring's slots give a
-    handful of values, kept across copies, CTAs and launches), and their range when they fill one (`_dense`)."""
+    handful of values, kept across copies, CTAs and launches), their range when they fill one (`_dense`), and
+    the 16-byte chunks they are, in order, when they are whole chunks (`_chunks`: every swizzle moves whole
+    chunks)."""
     offsets = facts.swizzle_address(smem + np.arange(size, dtype=np.int64), swizzle)
     offsets.setflags(write=False)
-    return offsets, _dense(offsets)
+    return offsets, _dense(offsets), _chunks(offsets)
 
 
 def _coords(ops: Operands, inst, operand):
@@ -201,6 +219,9 @@ def _issued_per_warp(m: Machine, lanes: np.ndarray, *operands: np.ndarray) -> np
     issues its TMA stores from every lane of one warp: 32 copies would be reported as threads of one
     instruction writing the same bytes, 32 loads would complete 32 times the transaction bytes)."""
     if len(lanes) < 2:
+        return np.arange(len(lanes))
+    warps = lanes // m.threads * m.threads + lanes % m.threads // 32
+    if (np.diff(warps) > 0).all():  # one lane of each warp (lanes ascend): each issues its own
         return np.arange(len(lanes))
     keys = np.stack([lanes // m.threads, lanes % m.threads // 32, *operands], axis=1)
     return np.sort(unique_rows(keys, return_index=True)[1])
@@ -295,7 +316,8 @@ def decode_bulk(ops: Operands, inst, mods):
                         place = np.array([destination], np.int64)
                         memory._check(m, inst, "shared", one, place, nbytes, 16)
                         start = int(m.shared_flat(one, place)[0])
-                        m.tracker.stage(start + np.arange(nbytes), data.reshape(-1), slice(start, start + nbytes))
+                        m.tracker.stage(start + np.arange(nbytes), data.reshape(-1), slice(start, start + nbytes),
+                                        "ordered")
                         if barrier is not None:
                             m.tracker.issue(inst, lane, target_barrier, nbytes, "bulk copy")
                 else:
@@ -403,7 +425,7 @@ def _into_cluster(ops: Operands, inst, nbytes: int, data, kind: str):
         starts = m.shared_flat(lanes, places)
         for i, lane in enumerate(lanes.tolist()):  # one copy per thread, each completing on its barrier
             start = int(starts[i])
-            m.tracker.stage(start + np.arange(nbytes), bytes_[i], slice(start, start + nbytes))
+            m.tracker.stage(start + np.arange(nbytes), bytes_[i], slice(start, start + nbytes), "ordered")
             m.tracker.issue(inst, lane, int(barriers[i]), nbytes, kind, None if updates is None else updates[i])
 
     return run
@@ -526,8 +548,8 @@ def _multiplicand_values(raw: np.ndarray, name: str) -> np.ndarray:
 @lru_cache(maxsize=4096)
 def _descriptor_bytes(descriptor: int, major: str, e: int, extent: int) -> tuple | str:
     """(element addresses [extent, K elements], byte offsets [extent * K * e], lowest and highest address, the
-    range the offsets fill when they fill one, the range [lowest, highest] byte holding them, the offsets as
-    16-byte chunks or None) a descriptor reads, or the reason it is invalid: computed once per descriptor value
+    range the offsets fill when they fill one, the range [lowest, highest] byte holding them, the 16-byte chunks
+    holding them (`_chunk_set`), the offsets as 16-byte chunks in order or None) a descriptor reads, or the reason it is invalid: computed once per descriptor value
     and kept across wgmmas, CTAs and launches (a ring's slots give a handful of values)."""
     try:
         fields = facts.decode_descriptor(descriptor)
@@ -539,7 +561,7 @@ def _descriptor_bytes(descriptor: int, major: str, e: int, extent: int) -> tuple
     addresses.setflags(write=False)
     offsets.setflags(write=False)
     return (addresses, offsets, int(addresses.min()), int(addresses.max()), _dense(offsets),
-            (int(offsets.min()), int(offsets.max()) + 1), _chunks(offsets))
+            (int(offsets.min()), int(offsets.max()) + 1), _chunk_set(offsets), _chunks(offsets))
 
 
 _CHUNK = facts.SWIZZLE_CHUNK_BYTES
@@ -555,6 +577,17 @@ def _chunks(offsets: np.ndarray) -> np.ndarray | None:
     if (rows[:, 0] % _CHUNK).any() or not np.array_equal(rows, rows[:, :1] + np.arange(_CHUNK)):
         return None
     chunks = rows[:, 0] // _CHUNK
+    chunks.setflags(write=False)
+    return chunks
+
+
+def _chunk_set(offsets: np.ndarray) -> np.ndarray | slice:
+    """The 16-byte chunks (byte // 16) the offsets lie in, ascending, as a range where they are consecutive: the
+    columns of the wgmma read records (`asynchrony.AsyncTracker.wgmma_reads`). A descriptor reads whole chunks
+    (its addresses and strides are 16-byte units, a core matrix row is one chunk)."""
+    chunks = np.unique(offsets // _CHUNK)
+    if len(chunks) and int(chunks[-1]) - int(chunks[0]) + 1 == len(chunks):
+        return slice(int(chunks[0]), int(chunks[-1]) + 1)
     chunks.setflags(write=False)
     return chunks
 
@@ -579,20 +612,20 @@ def _descriptor_operand(m: Machine, inst, lanes: np.ndarray, descriptor: int, ma
     decoded = _descriptor_bytes(descriptor, major, e, extent)
     if isinstance(decoded, str):
         raise m.error(inst, f"matrix descriptor {descriptor:#x}: {decoded}", int(lanes[0]))
-    addresses, offsets, low, high, dense, hull, chunks = decoded
+    addresses, offsets, low, high, dense, hull, chunk_set, chunks = decoded
     if low < 0 or high + e > m.shared_bytes:
         raise m.error(inst, f"matrix descriptor {descriptor:#x} reads outside shared memory", int(lanes[0]))
     base = int(m.lane_cta[lanes[0]]) * m.shared_bytes
     span = None if dense is None else slice(base + dense[0], base + dense[1])
     own_rows = operand == "A"  # the bytes row by row (addresses [rows, K]): each warp reads its own rows
-    if chunks is not None:  # gathered and recorded a chunk at a time
+    if chunks is not None:  # gathered a chunk at a time
         m.tracker.wgmma_reads(inst, lanes, None, operand, span, slice(base + hull[0], base + hull[1]), chunks, base,
-                              own_rows)
+                              own_rows=own_rows, chunk_set=chunk_set)
         raw = m.shared[base:base + m.shared_bytes // _CHUNK * _CHUNK].reshape(-1, _CHUNK)[chunks]
     else:
         index = offsets + base
-        m.tracker.wgmma_reads(inst, lanes, index, operand, span, slice(base + hull[0], base + hull[1]),
-                              own_rows=own_rows)
+        m.tracker.wgmma_reads(inst, lanes, index, operand, span, slice(base + hull[0], base + hull[1]), None, base,
+                              own_rows=own_rows, chunk_set=chunk_set)
         raw = m.shared[index]
     return _multiplicand_values(raw.view(dtype).reshape(addresses.shape), name)
 
@@ -705,11 +738,15 @@ def _wgmma_async(ops: Operands, inst, mods):
         # lanes gathered and scattered once per register
         lanes = lanes_of(m, sel)
         groups = m.unit_of[facts.WARPGROUP_SIZE][lanes]
-        starts = np.flatnonzero(np.diff(groups, prepend=-1))  # lanes ascend: each warpgroup's lanes are one run
-        counts = np.diff(starts, append=len(groups))
-        short = counts != facts.WARPGROUP_SIZE
-        if short.any():
-            raise m.error(inst, "wgmma needs all 128 threads of the warpgroup", int(lanes[starts[np.argmax(short)]]))
+        size = facts.WARPGROUP_SIZE
+        if len(groups) % size == 0 and (groups[::size] == groups[size - 1::size]).all():
+            starts = np.arange(0, len(groups), size)  # whole warpgroups (lanes ascend, each once)
+        else:
+            starts = np.flatnonzero(np.diff(groups, prepend=-1))  # lanes ascend: each warpgroup's lanes are one run
+            counts = np.diff(starts, append=len(groups))
+            short = counts != size
+            if short.any():
+                raise m.error(inst, "wgmma needs all 128 threads of the warpgroup", int(lanes[starts[np.argmax(short)]]))
         a_tiles, b_tiles = [], []
         b_descs = _uniform_per_group(m, inst, read_b(sel), lanes, "B descriptor")
         a_descs = None if registers_a else _uniform_per_group(m, inst, read_a(sel), lanes, "A descriptor")
