@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from tessera.sm90.rounding import INTEGER_ROUNDING
+
 MODES = ("rn", "rz", "rm", "rp")
-INTEGER_MODES = {"rni": np.rint, "rzi": np.trunc, "rmi": np.floor, "rpi": np.ceil}
-"""Round to an integral value in the float type (cvt .rni/.rzi/.rmi/.rpi): nearest even, zero, down, up."""
+INTEGER_MODES = {modifier: getattr(np, function) for function, modifier in INTEGER_ROUNDING.items()}
+"""Round to an integral value in the float type (cvt .rni/.rzi/.rmi/.rpi): nearest even, zero, down, up; the
+modifiers' meanings are `tessera.sm90.rounding`'s (NumPy's floor/ceil/rint/trunc by the same names)."""
 
 _F32_TINY = np.float32(np.finfo(np.float32).tiny)
 
