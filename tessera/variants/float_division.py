@@ -20,9 +20,9 @@ exactly (compares, selects, abs, neg, add, sub, div, trunc, floor and `tile.fma`
   floor(a / b) gives 10.
 
 A divisor known at trace time takes only the steps whose C is finite (6 for |b| = 1.5, 12 at most), with
-their C folded; a traced one takes all 12; steps whose C exceeds every value the dividend can take (`magnitude_bound`: an
-index expression's) are left out. Each step is one `tile.div`, `tile.trunc` and `tile.fma` on the dividend's
-tile, three values live: the dividend, R and q.
+their C folded; a traced one takes all 12; steps whose C exceeds every value the dividend can take
+(`magnitude_bound`: an index expression's) are left out. Each step is one `tile.div`, `tile.trunc` and
+`tile.fma` on the dividend's tile, R and q live (and a, for a // b, which needs it after the steps).
 """
 
 from __future__ import annotations
@@ -72,11 +72,11 @@ _ROUNDING = 1 + 2.0**-22
 """A bound of an f32 result from bounds of the exact one: one rounding moves it by less than 2^-24 relative."""
 
 
-def magnitude_bound(node: Node, arrays_seen: dict | None = None) -> float:
+def magnitude_bound(node: Node, memo: dict | None = None) -> float:
     """An upper bound of |node| over every input, from the graph alone (inf where it knows none: the score,
     a division): index arguments and i32 values below 2^31, a captured table's largest magnitude, sums and
     products of bounds. It tells which fmod steps can never subtract anything."""
-    memo = {} if arrays_seen is None else arrays_seen
+    memo = {} if memo is None else memo
     if id(node) in memo:
         return memo[id(node)]
     op, args = node.op, node.args
