@@ -155,16 +155,17 @@ def test_refusals_name_the_construct(fn, kind, construct):
     assert construct in message and "test_attention_mods_integer.py" in message
 
 
-def test_float_floor_division_and_modulus_are_floor_of_the_quotient():
-    """`//` and `%` with a float operand (refused before the rounding ops): floor(a / b) and a - b floor(a / b)
-    in f32, NumPy's values away from the steps (tests/test_attention_mods_rounding.py runs them in kernels)."""
-    from tessera.variants.trace import trace_mod
+def test_float_floor_division_and_modulus_are_float_nodes():
+    """`//` and `%` with a float operand are f32 floordiv / mod nodes, emitted as NumPy computes them
+    (tests/test_attention_mods_float_division.py checks the bits at every level)."""
+    from tessera.variants.trace import F32, trace_mod
 
     def floored(score, b, h, q_idx, kv_idx):
         return np.where(q_idx // 2.0 == kv_idx, score // 0.75, score % -1.25) + 7 % (q_idx - kv_idx + 0.5)
 
     trace = trace_mod(floored, "score_mod")
-    assert trace.uses("floor") and not trace.uses("floordiv") and not trace.uses("mod")
+    assert trace.uses("floordiv") and trace.uses("mod") and not trace.uses("floor")
+    assert trace.result.dtype == F32
 
 # endregion
 # region variants users write with // and %

@@ -11,6 +11,8 @@ In the key loop of a query block at q0 and a key block at k0, with the [BM, BN] 
 - arithmetic, comparisons, np.where, min/max/clip and the unary functions are the `tile_elementwise` ops,
   broadcasting as they do; an i32 operand of f32 arithmetic is converted with `tile.cast`, and so is an f32
   value `astype(int)` (truncated toward zero);
+- a float `//`, `%` and np.fmod are NumPy's, from an exact fmod (`tessera.variants.float_division`: divisions,
+  truncations and `tile.fma`);
 - booleans (i1 tiles) combine through i32 0/1 tiles: a & b = (min(a, b) != 0), a | b = (max(a, b) != 0),
   ~a = (a == 0): Tile IR has no i1 logic ops;
 - `array[i, j]` of a captured array is `tile.gather` from the kernel input that holds it.
@@ -27,8 +29,10 @@ from dataclasses import dataclass, field
 from xdsl.dialects.builtin import i32
 from xdsl.ir import SSAValue
 
+from tessera.variants import float_division
 from tessera.variants.trace import BOOL, F32, Node, Trace
 from tessera.dialects import tile
+from tessera.dialects.tile_elementwise import broadcast_shape
 from tessera.kernels.common import ArgSpec, TileBuilder, f32, global_tensor, register_tile
 
 _BINARY_OPS = {"add": tile.AddOp, "sub": tile.SubOp, "mul": tile.MulOp, "div": tile.DivOp,
@@ -37,6 +41,9 @@ _UNARY_OPS = {"neg": tile.NegOp, "abs": tile.AbsOp, "exp": tile.ExpOp, "exp2": t
               "log": tile.LogOp, "tanh": tile.TanhOp, "sqrt": tile.SqrtOp, "reciprocal": tile.ReciprocalOp,
               "floor": tile.FloorOp, "ceil": tile.CeilOp, "rint": tile.RintOp, "trunc": tile.TruncOp}
 _COMPARES = ("lt", "le", "gt", "ge", "eq", "ne")
+FLOAT_DIVISIONS = ("floordiv", "mod", "fmod")
+"""f32 nodes emitted as NumPy computes them (`tessera.variants.float_division`); i32 floordiv and mod are the
+`tile.floordiv` / `tile.mod` ops."""
 
 
 @dataclass
@@ -69,6 +76,7 @@ class ScoreContext:
         return self._values[key]
 
     _ints: dict[int, SSAValue] = field(default_factory=dict)
+    _divisions: dict = field(default_factory=dict)
     _scored: dict[int, bool] = field(default_factory=dict)
 
     def _uses_score(self, node: Node) -> bool:
@@ -108,6 +116,22 @@ class ScoreContext:
         return self.b.emit(tile.SelectOp(self.emit(node), self._int_tile(1, "one"), self._int_tile(0, "zero")),
                            "mod_bool")
 
+    def _fma(self, node: Node) -> SSAValue:
+        """`tile.fma` (one rounding), whose operands share one type: an operand of a smaller shape is first
+        broadcast by adding -0.0 (x + -0 is x, a signed zero included)."""
+        args = self._emit_args(node)
+        shape = broadcast_shape([tuple(v.type.get_shape()) for v in args])
+        zero = None
+        for i, v in enumerate(args):
+            if tuple(v.type.get_shape()) == shape:
+                continue
+            if node.args[i].op == "const":  # a fill of the whole shape: the fma's immediate, no registers
+                args[i] = self.b.fill(float(node.args[i].value), register_tile(list(shape)), "mod_const")
+                continue
+            zero = zero or self.b.fill(-0.0, register_tile(list(shape)), "mod_minus_zero")
+            args[i] = self.b.emit(tile.AddOp(v, zero), "mod_broadcast")
+        return self.b.emit(tile.FmaOp(*args), "mod_fma")
+
     def _emit(self, node: Node) -> SSAValue:
         b, op = self.b, node.op
         if op == "score":
@@ -139,6 +163,10 @@ class ScoreContext:
             return b.cast(self.emit(inner), f32, "mod_f32")
         if op == "to_i32":  # NumPy's astype(int): truncation toward zero
             return b.cast(self.emit(node.args[0]), i32, "mod_i32")
+        if op in FLOAT_DIVISIONS and node.dtype == F32:
+            return self.emit(float_division.expand(node, self._divisions))
+        if op == "fma":
+            return self._fma(node)
         if op in _BINARY_OPS:
             return b.emit(_BINARY_OPS[op](*self._emit_args(node)), f"mod_{op}")
         if op in _UNARY_OPS:

@@ -1,8 +1,9 @@
 """d score_mod / d score, traced: the backward's dS = dS_mod * d score_mod / d score (`score_derivative`).
 
 The chain rule over a traced score_mod's graph (`tessera.variants.trace`): comparisons and conditions are
-piecewise constant (their derivative is 0 almost everywhere, and so are np.floor, np.ceil, np.rint/np.round
-and np.trunc: a score rounded to a grid passes no gradient to the score), min/max/abs/np.where take the
+piecewise constant (their derivative is 0 almost everywhere, and so are np.floor, np.ceil, np.rint/np.round,
+np.trunc and a float `//`: a score rounded to a grid passes no gradient to the score; `a % b` and np.fmod
+pass a' less the quotient times b'), min/max/abs/np.where take the
 derivative of the
 branch they pick, and i32 values (indices, integer tables) do not depend on the score. Captured arrays need no
 gradient. A score_mod whose derivative cannot be traced is refused by name (`ModTraceError`).
@@ -77,7 +78,7 @@ UNBOUNDED = ("reciprocal", "log", "log2", "sqrt", "exp", "exp2")
 
 def may_be_unbounded(derivative: Trace) -> bool:
     """Whether a derivative graph (`score_derivative`) may be infinite or NaN at a finite score: it holds one
-    of `UNBOUNDED` or a division by something other than a constant (a power's |x| ** y at x = 0, a
+    of `UNBOUNDED` or a division (or a float `//`) by something other than a constant (a power's |x| ** y at x = 0, a
     logarithm's 1 / x). The backward then keeps P times it only where that is finite: a hidden or padded score
     (P = 0) gets a gradient of 0, not 0 * inf = NaN."""
     seen, stack = set(), [derivative.result]
@@ -86,7 +87,7 @@ def may_be_unbounded(derivative: Trace) -> bool:
         if id(n) in seen:
             continue
         seen.add(id(n))
-        if n.op in UNBOUNDED or (n.op == "div" and n.args[1].op != "const"):
+        if n.op in UNBOUNDED or (n.op in ("div", "floordiv") and n.dtype == F32 and n.args[1].op != "const"):
             return True
         stack.extend(n.args)
     return False
@@ -120,8 +121,15 @@ def _derivative(n: Node, d, trace: Trace) -> Node:
         return _select(picks_a, d(args[0]), d(args[1]))
     if op == "select":
         return _select(args[0], d(args[1]), d(args[2]))
-    if op in ("floor", "ceil", "rint", "trunc"):  # step functions: 0 almost everywhere (undefined at the steps)
+    if op in ("floor", "ceil", "rint", "trunc", "floordiv"):  # step functions: 0 almost everywhere
         return _c(0.0)
+    if op in ("mod", "fmod"):  # a - b n with n = a // b, or the quotient truncated: a' - n b'
+        a, b = args
+        db = d(b)
+        if _is_const(db, 0.0):
+            return d(a)
+        quotient = Node("floordiv", args, F32) if op == "mod" else Node("div", (Node("sub", (a, n), F32), b), F32)
+        return _add(d(a), _neg(_mul(quotient, db)))
     inner = d(args[0]) if args else _c(0.0)
     if _is_const(inner, 0.0):
         return inner

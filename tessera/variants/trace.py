@@ -24,7 +24,8 @@ What cannot be traced is refused with a `ModTraceError` naming the function, fil
 Python control flow on a traced value (`if`, `and`, `or`, `not`, `bool()`), an unsupported NumPy function or
 operator (`^` of integers, shifts, `**` of two traced integers), arithmetic on booleans (`==`, `!=` and `^` of
 two booleans are their logic), `//` and `%` by the constant 0 (`//` and `%` are Python's: floor division, a
-modulus with the divisor's sign; of floats floor(a / b) and a - b floor(a / b); np.fmod is C's remainder), a
+modulus with the divisor's sign; of floats NumPy's values, `tessera.variants.float_division`; np.fmod is C's
+remainder), a
 slice of a captured array, a NumPy array indexed by a traced value that is not a captured array of the
 modifier itself, `math.sqrt`, `math.floor` and the other math functions of a traced value and `round()` (they
 take Python numbers, and fail on the reference's NumPy grids too: write np.floor, np.round, ...).
@@ -206,33 +207,27 @@ class Traced:
 
     def _floored_division(self, op: str, nodes: list[Node]) -> Node:
         """a // b or a % b, Python's and NumPy's: floor division and a modulus with the divisor's sign. Of i32
-        values the `tile.floordiv` / `tile.mod` ops; with a float operand, in f32, floor(a / b) and
-        a - b * floor(a / b) (`tile.floor`: the same as NumPy's except where a / b rounds onto an integer it
-        does not reach, and for an infinite divisor). A constant divisor 0 is refused by name."""
+        values the `tile.floordiv` / `tile.mod` ops; with a float operand an f32 "floordiv" / "mod" node,
+        which `tessera.variants.float_division` emits as NumPy computes it (from an exact fmod: 1.0 // 0.1 is
+        9.0). A constant divisor 0 is refused by name."""
         symbol = {"floordiv": "//", "mod": "%"}[op]
         if nodes[1].op == "const" and nodes[1].value == 0:
             raise self._tracing.refuse(f"'{symbol}' by the constant 0 (division by zero)")
         if any(n.dtype == F32 for n in nodes):
-            a, b = (self._convert(n, F32) for n in nodes)
-            quotient = Node("floor", (Node("div", (a, b), F32),), F32)
-            if op == "floordiv":
-                return quotient
-            return Node("sub", (a, Node("mul", (b, quotient), F32)), F32)
+            return Node(op, tuple(self._convert(n, F32) for n in nodes), F32)
         return Node(op, tuple(nodes), I32)
 
     def _fmod(self, a: object, b: object) -> Traced:
         """np.fmod(a, b), C's remainder (the dividend's sign): of i32 values Python's a % b less b where it is
-        not 0 and a and b differ in sign (a zero divisor gives 0, as NumPy's); with a float operand
-        a - b trunc(a / b) in f32 (NumPy's value except where a / b rounds onto an integer)."""
+        not 0 and a and b differ in sign (a zero divisor gives 0, as NumPy's); with a float operand an f32
+        "fmod" node, emitted exactly (`tessera.variants.float_division`)."""
         x, y = self._lift(a), self._lift(b)
         if BOOL in (x.dtype, y.dtype):
             raise self._tracing.refuse("np.fmod of a boolean value (use np.where to turn a condition into numbers)")
         if y.op == "const" and y.value == 0:
             raise self._tracing.refuse("np.fmod by the constant 0 (division by zero)")
         if F32 in (x.dtype, y.dtype):
-            x, y = self._convert(x, F32), self._convert(y, F32)
-            quotient = Node("trunc", (Node("div", (x, y), F32),), F32)
-            return self._wrap(Node("sub", (x, Node("mul", (y, quotient), F32)), F32))
+            return self._wrap(Node("fmod", (self._convert(x, F32), self._convert(y, F32)), F32))
         r = Node("mod", (x, y), I32)
         zero = Node("const", (), I32, 0)
         negative = [self._wrap(Node("lt", (v, zero), BOOL)) for v in (x, y)]
