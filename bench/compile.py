@@ -169,7 +169,8 @@ PTX_KINDS = (("comment", re.compile(r"\s*//")), ("blank", re.compile(r"\s*$")),
 
 def ptx_breakdown(ptx: str) -> Counter:
     """The PTX's lines by kind: the `PTX_KINDS`, then each instruction by its opcode's first part (`add`,
-    `wgmma`, `mbarrier`; a predicate guard is set aside)."""
+    `mbarrier`; a predicate guard is set aside), wgmma's as `wgmma.mma_async` and `wgmma other` (fence, commit,
+    wait)."""
     kinds: Counter = Counter()
     for line in ptx.split("\n"):
         kind = next((name for name, pattern in PTX_KINDS if pattern.match(line)), None)
@@ -177,6 +178,8 @@ def ptx_breakdown(ptx: str) -> Counter:
             words = line.split()
             opcode = words[1] if words[0].startswith("@") and len(words) > 1 else words[0]
             kind = opcode.split(".")[0].rstrip(";")
+            if kind == "wgmma":  # the mmas apart: each costs ptxas several ms (docs/performance.md)
+                kind = "wgmma.mma_async" if opcode.startswith("wgmma.mma_async") else "wgmma other"
         kinds[kind] += 1
     return kinds
 
