@@ -12,9 +12,11 @@ installed, such a function is traced and run like a NumPy one:
   `ones_like` / `zeros_like` a constant (FlexAttention's own `and_masks` and `or_masks` start from
   `b.new_ones((), dtype=torch.bool)`); a captured
   torch tensor becomes a kernel input like a NumPy array (`as_numpy`: bool -> 0/1 int32, as for NumPy);
-- the reference and the host-side block mask (`trace.bounds_checked`) call a function that uses torch
-  (`uses_torch`) with torch tensors made from the NumPy index grids (int64; the score float64) and turn its
-  result back into NumPy (`call_with_tensors`); captured tensors are bounds-checked as NumPy arrays are.
+- the reference and the host-side block mask (`trace.bounds_checked`, `host_callable`) call a function that
+  uses torch (`uses_torch`), or one that calls tensor methods on its arguments (`wants_tensors`), with torch
+  tensors made from the NumPy index grids (int64; the score float64) and turn its result back into NumPy
+  (`call_with_tensors`); captured tensors are bounds-checked as NumPy arrays are, and a 0-d one is a constant
+  (as `torch.tensor(2.0)` made in the function is).
 
 Torch is never imported here: only a function that names it (so the user imported it) makes it matter.
 """
@@ -85,6 +87,35 @@ def call_with_tensors(fn: Callable, *args):
                  if isinstance(a, np.ndarray) else a for a in args]
     result = fn(*converted)
     return as_numpy(result) if is_tensor(result) else np.asarray(result)
+
+
+def wants_tensors(error: BaseException) -> bool:
+    """Whether `error` is a NumPy array asked for a method only torch tensors have (`.clamp`, `.abs()`,
+    `.long()`, `.new_zeros` ...): the function was written for tensors."""
+    torch = torch_module()
+    return (torch is not None and isinstance(error, AttributeError) and isinstance(error.obj, np.ndarray)
+            and hasattr(torch.Tensor, error.name or ""))
+
+
+def host_callable(rebound: Callable, fn: Callable) -> Callable:
+    """How the host (the reference, the block mask) calls the modifier `fn` (`rebound`: its bounds-checked
+    copy) on NumPy index grids: with torch tensors made from them where `fn` names torch (`uses_torch`);
+    otherwise on the NumPy grids, and again on tensors if it calls a method only tensors have on them (NATTEN's
+    `q_x.clamp(...)` with `q_x = q_idx // W` names no torch, yet is written for tensors, as the tracer takes
+    it)."""
+    if torch_module() is None:
+        return rebound
+    if uses_torch(fn):
+        return lambda *args: call_with_tensors(rebound, *args)
+
+    def call(*args):
+        try:
+            return rebound(*args)
+        except AttributeError as error:
+            if not wants_tensors(error):
+                raise
+        return call_with_tensors(rebound, *args)
+    return call
 
 
 class CheckedTensor:

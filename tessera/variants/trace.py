@@ -636,8 +636,8 @@ def _is_user_function(value: object) -> bool:
 
 
 def rebind_arrays(fn: Callable, wrap: Callable[[str, np.ndarray], object], _memo: dict | None = None) -> Callable:
-    """A copy of `fn` whose captured NumPy arrays (closure cells, argument defaults, and the module globals its
-    code names) read as `wrap(name, array)`; Python functions it captures (a helper, the parts of a composed mask, also in
+    """A copy of `fn` whose captured NumPy arrays and torch tensors (closure cells, argument defaults, and the
+    module globals its code names) read as `wrap(name, array)`, except 0-d ones (constants, left as they are); Python functions it captures (a helper, the parts of a composed mask, also in
     a tuple or list) are rebound the same way, so compositions trace; a functools.partial is rebound as its
     function and the arguments it binds. Everything else is unchanged."""
     if not isinstance(_underlying(fn), types.FunctionType):
@@ -648,7 +648,7 @@ def rebind_arrays(fn: Callable, wrap: Callable[[str, np.ndarray], object], _memo
         return memo[id(fn)]
 
     def rebound(name: str, value: object) -> object:
-        if isinstance(value, np.ndarray) or torch_mods.is_tensor(value):
+        if (isinstance(value, np.ndarray) or torch_mods.is_tensor(value)) and value.ndim:  # 0-d: a constant
             return wrap(name, value)
         if _is_user_function(value):
             return rebind_arrays(value, wrap, memo)
@@ -762,9 +762,7 @@ def bounds_checked(fn: Callable, kind: str) -> Callable:
         return array.view(_make_checked(check))
 
     rebound = rebind_arrays(fn, wrap)
-    if torch_mods.uses_torch(_underlying(fn)):  # torch functions take tensors: the NumPy grids become tensors
-        return lambda *args: torch_mods.call_with_tensors(rebound, *args)
-    return rebound
+    return torch_mods.host_callable(rebound, _underlying(fn))  # torch functions take the grids as tensors
 
 
 def _index_check(fn: Callable, kind: str, name: str) -> Callable:

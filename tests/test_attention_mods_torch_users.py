@@ -1,0 +1,229 @@
+"""Attention variants written in PyTorch as FlexAttention users write them (issue 29), the attention-gym idioms
+in torch: factories (`generate_alibi_bias(H)`, `generate_sliding_window(W)`, `generate_doc_mask_mod(mask_mod,
+offsets)`, `generate_tanh_softcap(cap)`, NATTEN's 2-D neighbourhood with a helper), `torch.where`,
+`torch.exp2` / `log` / `sign` / `tanh`, tensor methods (`.abs()`, `.clamp(min=)`, `.to(torch.float32)`,
+`.float()`, `.long()`, `score.new_zeros`), `torch.zeros_like` / `full_like`, captured int64, int32, float32 and
+bool tensors (1-d, 2-d, 0-d, on device="cpu"), `torch.tensor(2.0)` constants, `math.log` of a Python constant,
+comparisons combined with `&`, `|`, `~`. Each runs through `tessera.attention` / `tessera.attention_backward`
+against the float64 reference (the same torch function run on the index grids), forward and backward;
+`create_block_mask` with torch mask_mods gives the kinds of the NumPy function and the lists of torch's own
+`create_block_mask`; what cannot be traced (`torch.searchsorted`, `torch.bucketize`, `.item()`, ...) is
+refused naming the function, the line and the construct.
+
+The default run takes a slice (`FAST`) at one odd shape; `-m slow` runs every variant over three shapes at Tile
+level, every variant at target level and a few at PTX level. Skipped without torch."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install -e '.[torch]')")
+
+import tessera  # noqa: E402
+from tessera import reference  # noqa: E402
+from tessera.numerics import BF16, round_to  # noqa: E402
+from tessera.variants import ModTraceError, create_block_mask, trace_mod  # noqa: E402
+
+H = 4                                                     # query heads of the shapes below
+CPU = torch.device("cpu")
+PREFIX = torch.tensor([7, 0], device=CPU)                 # int64, per batch entry: batch 1 has no prefix
+OFFSETS = torch.tensor([0, 20, 55, 56, 116, 256])         # packed documents' starts (and the end); doc 2 is one token
+HEAD_BIAS = torch.tensor([0.25, -0.5, 0.0, 1.0], dtype=torch.float32)
+TEMPERATURE = torch.tensor(0.75)                          # a 0-d tensor
+KEEP_KEY = torch.ones(2, 256, dtype=torch.bool)           # key padding as a boolean tensor
+KEEP_KEY[1, 37:] = False
+KEEP_KEY[0, 5] = False
+RELATIVE_BIAS = torch.from_numpy(np.random.default_rng(5).standard_normal((H, 32)).astype(np.float32) * 0.5)
+CANVAS, KERNEL = 10, 5                                    # NATTEN: a 10 x 10 image, 5 x 5 neighbourhoods
+
+
+# region masks as attention-gym writes them
+
+def causal_mask(b, h, q_idx, kv_idx):
+    return q_idx >= kv_idx
+
+
+def generate_sliding_window(window_size):
+    def sliding_window(b, h, q_idx, kv_idx):
+        return (q_idx - kv_idx <= window_size) & causal_mask(b, h, q_idx, kv_idx)
+    return sliding_window
+
+
+def prefix_lm(b, h, q_idx, kv_idx):
+    return (kv_idx < PREFIX[b]) | (q_idx >= kv_idx)
+
+
+def dilated_sliding_window(b, h, q_idx, kv_idx):
+    diff = q_idx - kv_idx
+    return (diff >= 0) & (diff < 64) & (diff % 3 == 0)
+
+
+def _offsets_to_doc_ids_tensor(offsets):
+    counts = offsets[1:] - offsets[:-1]
+    return torch.repeat_interleave(torch.arange(len(counts), device=offsets.device, dtype=torch.int32), counts)
+
+
+def generate_doc_mask_mod(mask_mod, offsets):
+    """attention-gym's document masking: `mask_mod` on positions inside each document (int32 ids, gathers of
+    gathers for the logical positions)."""
+    document_id = _offsets_to_doc_ids_tensor(offsets)
+
+    def doc_mask_mod(b, h, q_idx, kv_idx):
+        same_doc = document_id[q_idx] == document_id[kv_idx]
+        q_logical = q_idx - offsets[document_id[q_idx]]
+        kv_logical = kv_idx - offsets[document_id[kv_idx]]
+        inner_mask = mask_mod(b, h, q_logical, kv_logical)
+        return same_doc & inner_mask
+    return doc_mask_mod
+
+
+def get_x_y(idx):
+    return idx // CANVAS, idx % CANVAS
+
+
+def natten_mask(b, h, q_idx, kv_idx):
+    """NATTEN's 2-D neighbourhood (attention-gym): the kernel's centre clamped away from the canvas edge."""
+    q_x, q_y = get_x_y(q_idx)
+    kv_x, kv_y = get_x_y(kv_idx)
+    kernel_x = q_x.clamp(KERNEL // 2, (CANVAS - 1) - KERNEL // 2)
+    kernel_y = q_y.clamp(KERNEL // 2, (CANVAS - 1) - KERNEL // 2)
+    hori_mask = (kernel_x - kv_x).abs() <= KERNEL // 2
+    vert_mask = (kernel_y - kv_y).abs() <= KERNEL // 2
+    return hori_mask & vert_mask
+
+
+def sinks_or_window(b, h, q_idx, kv_idx):
+    """Attention sinks by torch.where of booleans, `~` of a disjunction."""
+    far = (q_idx - kv_idx) > 40
+    return torch.where(kv_idx < 4, True, ~(far | (kv_idx > q_idx)))
+
+
+def key_padding(b, h, q_idx, kv_idx):
+    return KEEP_KEY[b, kv_idx] & (q_idx >= 0)
+
+
+# endregion
+# region score mods
+
+def generate_alibi_bias(heads):
+    def alibi_mod(score, b, h, q_idx, kv_idx):
+        scale = torch.exp2(-((h + 1) * 8.0 / heads))
+        bias = (kv_idx - q_idx) * scale
+        return score + bias
+    return alibi_mod
+
+
+def generate_tanh_softcap(soft_cap):
+    def tanh_softcap(score, b, h, q_idx, kv_idx):
+        return soft_cap * torch.tanh(score / soft_cap)
+    return tanh_softcap
+
+
+def softcap_tensor_constant(score, b, h, q_idx, kv_idx):
+    """A 0-d tensor captured and another made in the function."""
+    cap = torch.tensor(20.0)
+    return cap * torch.tanh(score * TEMPERATURE / cap)
+
+
+def t5_buckets(score, b, h, q_idx, kv_idx):
+    """T5's bidirectional buckets in torch, `math.log` of a Python constant."""
+    relative_position = kv_idx - q_idx
+    num_buckets, max_distance = 16, 128
+    buckets = (relative_position > 0).long() * num_buckets
+    relative_position = relative_position.abs()
+    max_exact = num_buckets // 2
+    is_small = relative_position < max_exact
+    large = max_exact + (torch.log(relative_position.to(torch.float32) / max_exact)
+                         / math.log(max_distance / max_exact) * (num_buckets - max_exact)).to(torch.long)
+    large = torch.min(large, torch.full_like(large, num_buckets - 1))
+    return score + RELATIVE_BIAS[h, buckets + torch.where(is_small, relative_position, large)]
+
+
+def head_bias_sign_log(score, b, h, q_idx, kv_idx):
+    distance = q_idx - kv_idx
+    return score + HEAD_BIAS[h] - 0.1 * torch.sign(distance) * torch.log(1 + distance.abs().float())
+
+
+def clamped_distance(score, b, h, q_idx, kv_idx):
+    """.clamp(min=) and a zeros_like / new_zeros branch."""
+    penalty = (q_idx - kv_idx).clamp(min=0) * 0.05
+    return torch.where(penalty > 2.0, score.new_zeros(()) - 1.0, score - penalty) + torch.zeros_like(score)
+
+
+def score_masks_itself(score, b, h, q_idx, kv_idx):
+    """-inf from score_mod hides a key (queries before 20 see none)."""
+    return torch.where(q_idx >= kv_idx + 20, score, torch.full_like(score, -float("inf")))
+
+
+# endregion
+
+VARIANTS = {
+    "sliding-window(24)": (None, generate_sliding_window(24)),
+    "prefix-lm": (None, prefix_lm),
+    "dilated-window": (None, dilated_sliding_window),
+    "doc-mask(sliding-window)": (None, generate_doc_mask_mod(generate_sliding_window(8), OFFSETS)),
+    "natten-2d": (None, natten_mask),
+    "sinks-or-window": (None, sinks_or_window),
+    "alibi(H)+causal": (generate_alibi_bias(H), causal_mask),
+    "tanh-softcap(30)+prefix-lm": (generate_tanh_softcap(30.0), prefix_lm),
+    "softcap-tensor-constant": (softcap_tensor_constant, None),
+    "t5-buckets": (t5_buckets, None),
+    "head-bias-sign-log+key-padding": (head_bias_sign_log, key_padding),
+    "clamped-distance+natten": (clamped_distance, natten_mask),
+    "score-minus-inf(empty rows)": (score_masks_itself, None),
+}
+
+SHAPES = [(2, H, 2, 77, 133), (2, H, 1, 150, 61), (2, H, 4, 100, 100)]
+FAST = ["doc-mask(sliding-window)", "t5-buckets", "head-bias-sign-log+key-padding", "natten-2d"]
+FAST_SHAPE = (2, 2, 1, 70, 45)
+
+
+def inputs(shape, seed):
+    batch, heads, heads_k, seq_q, seq_k = shape
+    rng = np.random.default_rng(seed)
+    q = round_to(rng.standard_normal((batch, heads, seq_q, 64)), BF16)
+    k, v = (round_to(rng.standard_normal((batch, heads_k, seq_k, 64)), BF16) for _ in range(2))
+    return q, k, v, round_to(rng.standard_normal(q.shape), BF16)
+
+
+def check_forward_and_backward(name, shape, level):
+    score_mod, mask_mod = VARIANTS[name]
+    q, k, v, do = inputs(shape, sorted(VARIANTS).index(name))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a rung taken below Tile level is named in a warning
+        o, lse = tessera.attention(q, k, v, score_mod=score_mod, mask_mod=mask_mod, return_lse=True, level=level)
+        check = reference.check_attention_mods(o, q, k, v, BF16, score_mod, mask_mod, lse=lse)
+        assert check.ok, check
+        grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=score_mod, mask_mod=mask_mod,
+                                           level=level)
+        checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, score_mod, mask_mod)
+    assert all(c.ok for c in checks), [str(c) for c in checks]
+    return np.isneginf(np.asarray(lse))
+
+
+@pytest.mark.parametrize("name", FAST)
+def test_torch_users_variant_at_tile_level(name):
+    check_forward_and_backward(name, FAST_SHAPE, "tile")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_torch_users_variant_over_shapes_at_tile_level(name, shape):
+    check_forward_and_backward(name, shape, "tile")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_torch_users_variant_at_target_level(name):
+    check_forward_and_backward(name, (1, H, 2, 77, 133), "target")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["doc-mask(sliding-window)", "t5-buckets", "natten-2d"])
+def test_torch_users_variant_at_ptx_level(name):
+    check_forward_and_backward(name, (1, H, 2, 77, 133), "ptx")
