@@ -227,3 +227,127 @@ def test_torch_users_variant_at_target_level(name):
 @pytest.mark.parametrize("name", ["doc-mask(sliding-window)", "t5-buckets", "natten-2d"])
 def test_torch_users_variant_at_ptx_level(name):
     check_forward_and_backward(name, (1, H, 2, 77, 133), "ptx")
+
+
+# region what the tracer makes of them
+
+def test_captured_tensors_become_inputs_and_0d_tensors_constants():
+    """int64 and int32 tensors are i32 inputs, a float32 one f32, a boolean one 0/1 (read back as a boolean);
+    a 0-d tensor, captured or made with torch.tensor(20.0), is a constant of the kernel."""
+    doc = trace_mod(VARIANTS["doc-mask(sliding-window)"][1], "mask_mod")
+    assert [(a.name, a.dtype) for a in doc.arrays] == [("mask_mod_document_id", "i32"), ("mask_mod_offsets", "i32")]
+    bias = trace_mod(head_bias_sign_log, "score_mod")
+    assert [(a.name, a.dtype) for a in bias.arrays] == [("score_mod_HEAD_BIAS", "f32")]
+    padding = trace_mod(key_padding, "mask_mod")
+    assert padding.arrays[0].boolean and padding.arrays[0].array.dtype == np.int32
+    assert padding.arrays[0].array.tolist() == KEEP_KEY.int().tolist()
+    assert trace_mod(softcap_tensor_constant, "score_mod").arrays == []
+
+
+def test_natten_written_with_tensor_methods_only_runs_on_tensors_in_the_reference():
+    """natten_mask names no torch (its `.clamp` and `.abs()` are methods of what `get_x_y` returns): the
+    reference and the block mask call it on tensors, as the NumPy grids have no .clamp."""
+    kinds = create_block_mask(natten_mask, 1, 1, CANVAS * CANVAS, CANVAS * CANVAS, 16, 16).kinds[0, 0]
+    q = np.arange(CANVAS * CANVAS)
+    qx, qy = np.clip(q // CANVAS, 2, CANVAS - 3), np.clip(q % CANVAS, 2, CANVAS - 3)
+    visible = ((np.abs(qx[:, None] - q[None] // CANVAS) <= 2) & (np.abs(qy[:, None] - q[None] % CANVAS) <= 2))
+    assert visible.sum() == CANVAS * CANVAS * KERNEL * KERNEL  # every neighbourhood is whole
+    padded = np.pad(visible, ((0, 12), (0, 12))).reshape(7, 16, 7, 16)
+    assert np.array_equal(kinds != 0, padded.any(axis=(1, 3)))
+
+
+SORTED_OFFSETS = OFFSETS.clone()
+BOUNDARIES = torch.tensor([1, 2, 4, 8, 16, 32])
+
+
+def searched_documents(b, h, q_idx, kv_idx):
+    return torch.searchsorted(SORTED_OFFSETS, q_idx, right=True) == torch.searchsorted(SORTED_OFFSETS, kv_idx,
+                                                                                        right=True)
+
+
+def bucketized(score, b, h, q_idx, kv_idx):
+    return score + torch.bucketize((q_idx - kv_idx).abs(), BOUNDARIES).float()
+
+
+def made_in_the_function(b, h, q_idx, kv_idx):
+    return q_idx >= torch.arange(4)[kv_idx % 4]
+
+
+def reduced(score, b, h, q_idx, kv_idx):
+    return score - torch.logsumexp(score, -1)
+
+
+def item(score, b, h, q_idx, kv_idx):
+    return score * (q_idx - kv_idx).item()
+
+
+def branch(b, h, q_idx, kv_idx):
+    if (q_idx - kv_idx).abs() < 8:
+        return True
+    return q_idx >= kv_idx
+
+
+@pytest.mark.parametrize("fn,kind,line,construct", [
+    (searched_documents, "mask_mod", 0, "torch.searchsorted of the captured tensor SORTED_OFFSETS (run it on the "
+                                        "host once"),
+    (bucketized, "score_mod", 0, "torch.bucketize (run it on the host once"),
+    (made_in_the_function, "mask_mod", 0, "indexing with a traced value a tensor the function makes"),
+    (reduced, "score_mod", 0, "torch.logsumexp (supported: torch.where"),
+    (item, "score_mod", 0, "the attribute .item of a traced value"),
+    (branch, "mask_mod", 0, "Python control flow on a traced value"),
+], ids=lambda x: x.__name__ if callable(x) else "")
+def test_what_cannot_be_traced_is_refused_naming_function_line_and_construct(fn, kind, line, construct):
+    with pytest.raises(ModTraceError) as info:
+        trace_mod(fn, kind)
+    where = f"{kind} '{fn.__qualname__}' at {__file__}:{fn.__code__.co_firstlineno + 1 + line}: cannot trace "
+    assert str(info.value).startswith(where + construct), str(info.value)
+
+
+# endregion
+# region block masks
+
+def numpy_natten(b, h, q_idx, kv_idx):
+    kernel_x = np.clip(q_idx // CANVAS, KERNEL // 2, CANVAS - 1 - KERNEL // 2)
+    kernel_y = np.clip(q_idx % CANVAS, KERNEL // 2, CANVAS - 1 - KERNEL // 2)
+    return (np.abs(kernel_x - kv_idx // CANVAS) <= KERNEL // 2) & (np.abs(kernel_y - kv_idx % CANVAS) <= KERNEL // 2)
+
+
+DOCUMENT_NP = np.repeat(np.arange(5), np.diff(OFFSETS.numpy())).astype(np.int32)
+OFFSETS_NP = OFFSETS.numpy()
+
+
+def numpy_doc_window(b, h, q_idx, kv_idx):
+    q_logical, kv_logical = q_idx - OFFSETS_NP[DOCUMENT_NP[q_idx]], kv_idx - OFFSETS_NP[DOCUMENT_NP[kv_idx]]
+    return (DOCUMENT_NP[q_idx] == DOCUMENT_NP[kv_idx]) & (q_logical - kv_logical <= 8) & (q_logical >= kv_logical)
+
+
+def test_block_masks_of_torch_mask_mods_are_those_of_the_numpy_functions():
+    """The same masks written with NumPy classify every block the same, called with Tessera's arguments and
+    with FlexAttention's (B and H None, device=, BLOCK_SIZE=)."""
+    for torch_mod, numpy_mod in ((natten_mask, numpy_natten),
+                                 (VARIANTS["doc-mask(sliding-window)"][1], numpy_doc_window)):
+        ours = create_block_mask(torch_mod, None, None, 256, 200, device="cpu", BLOCK_SIZE=(32, 16))
+        assert (ours.block_m, ours.block_n) == (32, 16) and ours.kinds.shape == (1, 1, 8, 13)
+        assert np.array_equal(ours.kinds, create_block_mask(numpy_mod, 1, 1, 256, 200, 32, 16).kinds)
+        assert 0 < ours.skipped_fraction < 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in sorted(VARIANTS) if VARIANTS[n][1] is not None])
+def test_block_lists_are_those_of_torchs_create_block_mask(name):
+    """FlexAttention's own create_block_mask (on the CPU) gives the same counts and indices for every torch
+    mask_mod above (at lengths that are multiples of the block: torch pads the last block's rows with False)."""
+    from torch.nn.attention.flex_attention import create_block_mask as torch_create_block_mask
+
+    mask_mod = VARIANTS[name][1]
+    theirs = torch_create_block_mask(mask_mod, 2, 2, 256, 192, device="cpu", BLOCK_SIZE=32)
+    full_n, full_i, part_n, part_i = create_block_mask(mask_mod, 2, 2, 256, 192, device="cpu",
+                                                       BLOCK_SIZE=32).inputs()
+    for counts, indices, their_counts, their_indices in ((full_n, full_i, theirs.full_kv_num_blocks,
+                                                          theirs.full_kv_indices),
+                                                         (part_n, part_i, theirs.kv_num_blocks, theirs.kv_indices)):
+        assert np.array_equal(counts, their_counts.numpy())
+        used = np.arange(indices.shape[-1]) < counts[..., None]
+        assert np.array_equal(np.where(used, indices, -1), np.where(used, their_indices.numpy(), -1))
+
+# endregion

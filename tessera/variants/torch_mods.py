@@ -213,6 +213,23 @@ def _scalar_constant(traced, name: str, size, value, dtype):
         {"f32": "float32", "i32": "int32", "bool": "bool"}[traced.node.dtype])
 
 
+_HOST_SEARCHES = ("searchsorted", "bucketize")
+"""torch functions that search a captured tensor: each element would compare against all of it, so they are
+refused with the host-side rewrite (`_HOST_HINT`)."""
+
+_HOST_HINT = ("run it on the host once and index its result: doc_ids = torch.searchsorted(offsets, "
+              "torch.arange(seq_len), right=True) - 1 outside the function, doc_ids[q_idx] inside")
+
+
+def captured_call(func, name: str) -> str:
+    """The construct a refusal names for the torch function `func` called on the captured tensor `name`."""
+    what = f"torch.{getattr(func, '__name__', func)} of the captured tensor {name}"
+    if getattr(func, "__name__", "") in _HOST_SEARCHES:
+        return f"{what} ({_HOST_HINT})"
+    return (f"{what} (a captured tensor is read by indexing it with traced values, one per dimension: "
+            f"{name}[q_idx], {name}[h, kv_idx])")
+
+
 def dispatch(traced, func, args: tuple, kwargs: dict):
     """A torch call on traced values (`Traced.__torch_function__`): the traced result, or a ModTraceError."""
     torch = torch_module()
@@ -274,6 +291,11 @@ def dispatch(traced, func, args: tuple, kwargs: dict):
     if expanded is not None and func in (getattr(torch, name, None), getattr(torch.Tensor, name, None)) \
             and not kwargs and len(args) == 1:
         return traced._expanded(expanded, args[0])
+    if name in _HOST_SEARCHES:
+        raise traced._tracing.refuse(f"torch.{name} ({_HOST_HINT})")
+    if func is torch.Tensor.__getitem__:  # torch.arange(4)[kv_idx % 4]
+        raise traced._tracing.refuse("indexing with a traced value a tensor the function makes (a tensor it reads "
+                                     "must be captured: a closure variable or a module global it names)")
     op = torch_op(func)
     if op is None or kwargs:
         what = f"torch.{name}" + (f" with keyword arguments {sorted(kwargs)}" if kwargs and op is not None else "")

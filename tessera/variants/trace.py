@@ -595,6 +595,12 @@ class _ArrayProxy:
     def __getattr__(self, name: str):
         raise self._tracing.refuse(f"the attribute .{name} of the captured array {self._capture.name}")
 
+    @classmethod
+    def __torch_function__(cls, func, types_, args=(), kwargs=None):
+        """A torch function of a captured tensor (`torch.searchsorted(offsets, q_idx)`): refused by name."""
+        proxy = next(a for a in list(args) + list((kwargs or {}).values()) if isinstance(a, _ArrayProxy))
+        raise proxy._tracing.refuse(torch_mods.captured_call(func, proxy._capture.name))
+
 
 _I32_RANGE = (-2**31, 2**31 - 1)
 
