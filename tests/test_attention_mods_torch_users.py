@@ -1,32 +1,31 @@
 """Attention variants written in PyTorch as FlexAttention users write them (issue 29), the attention-gym idioms
 in torch: factories (`generate_alibi_bias(H)`, `generate_sliding_window(W)`, `generate_doc_mask_mod(mask_mod,
 offsets)`, `generate_tanh_softcap(cap)`, NATTEN's 2-D neighbourhood with a helper), `torch.where`,
-`torch.exp2` / `log` / `sign` / `tanh`, tensor methods (`.abs()`, `.clamp(min=)`, `.to(torch.float32)`,
-`.float()`, `.long()`, `score.new_zeros`), `torch.zeros_like` / `full_like`, captured int64, int32, float32 and
-bool tensors (1-d, 2-d, 0-d, on device="cpu"), `torch.tensor(2.0)` constants, `math.log` of a Python constant,
-comparisons combined with `&`, `|`, `~`. Each runs through `tessera.attention` / `tessera.attention_backward`
-against the float64 reference (the same torch function run on the index grids), forward and backward;
+`torch.exp2` / `log` / `sign` / `tanh`, `torch.clamp(min=)`, tensor methods (`.abs()`, `.clamp()`,
+`.to(torch.float32)`, `.float()`, `.long()`, `score.new_zeros`), `torch.zeros_like` / `full_like`, captured
+int64, int32, float32 and bool tensors (1-d, 2-d, 0-d, on device="cpu"), `torch.tensor(2.0)` constants,
+`math.log` of a Python constant, comparisons combined with `&`, `|`, `~`. Each runs through
+`tessera.attention` / `tessera.attention_backward` against the float64 reference (the same torch function run
+on the index grids), forward and backward;
 `create_block_mask` with torch mask_mods gives the kinds of the NumPy function and the lists of torch's own
 `create_block_mask`; what cannot be traced (`torch.searchsorted`, `torch.bucketize`, `.item()`, ...) is
 refused naming the function, the line and the construct.
 
 The default run takes a slice (`FAST`) at one odd shape; `-m slow` runs every variant over three shapes at Tile
-level, every variant at target level and a few at PTX level. Skipped without torch."""
+level, every variant at target level and a few at PTX level, ptxas on every forward and backward kernel (no
+spill) and torch's own `create_block_mask` against Tessera's. Skipped without torch."""
 
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install -e '.[torch]')")
 
-import tessera  # noqa: E402
-from tessera import reference  # noqa: E402
-from tessera.numerics import BF16, round_to  # noqa: E402
 from tessera.variants import ModTraceError, create_block_mask, trace_mod  # noqa: E402
+from test_attention_mods_users import assemble_without_spills, check_variant  # noqa: E402
 
 H = 4                                                     # query heads of the shapes below
 CPU = torch.device("cpu")
@@ -149,8 +148,8 @@ def head_bias_sign_log(score, b, h, q_idx, kv_idx):
 
 
 def clamped_distance(score, b, h, q_idx, kv_idx):
-    """.clamp(min=) and a zeros_like / new_zeros branch."""
-    penalty = (q_idx - kv_idx).clamp(min=0) * 0.05
+    """torch.clamp(min=) and a zeros_like / new_zeros branch."""
+    penalty = torch.clamp(q_idx - kv_idx, min=0) * 0.05
     return torch.where(penalty > 2.0, score.new_zeros(()) - 1.0, score - penalty) + torch.zeros_like(score)
 
 
@@ -182,27 +181,9 @@ FAST = ["doc-mask(sliding-window)", "t5-buckets", "head-bias-sign-log+key-paddin
 FAST_SHAPE = (2, 2, 1, 70, 45)
 
 
-def inputs(shape, seed):
-    batch, heads, heads_k, seq_q, seq_k = shape
-    rng = np.random.default_rng(seed)
-    q = round_to(rng.standard_normal((batch, heads, seq_q, 64)), BF16)
-    k, v = (round_to(rng.standard_normal((batch, heads_k, seq_k, 64)), BF16) for _ in range(2))
-    return q, k, v, round_to(rng.standard_normal(q.shape), BF16)
-
-
 def check_forward_and_backward(name, shape, level):
     score_mod, mask_mod = VARIANTS[name]
-    q, k, v, do = inputs(shape, sorted(VARIANTS).index(name))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a rung taken below Tile level is named in a warning
-        o, lse = tessera.attention(q, k, v, score_mod=score_mod, mask_mod=mask_mod, return_lse=True, level=level)
-        check = reference.check_attention_mods(o, q, k, v, BF16, score_mod, mask_mod, lse=lse)
-        assert check.ok, check
-        grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=score_mod, mask_mod=mask_mod,
-                                           level=level)
-        checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, score_mod, mask_mod)
-    assert all(c.ok for c in checks), [str(c) for c in checks]
-    return np.isneginf(np.asarray(lse))
+    return check_variant(score_mod, mask_mod, shape, sorted(VARIANTS).index(name), level)
 
 
 @pytest.mark.parametrize("name", FAST)
@@ -351,3 +332,10 @@ def test_block_lists_are_those_of_torchs_create_block_mask(name):
         assert np.array_equal(np.where(used, indices, -1), np.where(used, their_indices.numpy(), -1))
 
 # endregion
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ptxas")
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_torch_users_variant_kernels_assemble_without_spills(name):
+    assemble_without_spills(name, *VARIANTS[name])

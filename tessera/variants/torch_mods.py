@@ -81,11 +81,18 @@ def uses_torch(fn: Callable, seen: set | None = None) -> bool:
 
 def call_with_tensors(fn: Callable, *args):
     """`fn(*args)` with each NumPy array argument as a torch tensor (integers as int64, floats as float64),
-    the result back as a NumPy array."""
+    the result back as a NumPy array. torch's default dtype is float64 during the call, so that an integer
+    tensor times a Python float (`(h + 1) * 8.0`) and `torch.tensor(2.0)` are float64, as NumPy's are: the
+    reference is float64 where the function does not convert to float32 itself (`.float()`)."""
     torch = torch_module()
     converted = [torch.from_numpy(np.ascontiguousarray(a, np.float64 if a.dtype.kind == "f" else np.int64))
                  if isinstance(a, np.ndarray) else a for a in args]
-    result = fn(*converted)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        result = fn(*converted)
+    finally:
+        torch.set_default_dtype(default)
     return as_numpy(result) if is_tensor(result) else np.asarray(result)
 
 
