@@ -3,13 +3,13 @@ in torch: factories (`generate_alibi_bias(H)`, `generate_sliding_window(W)`, `ge
 offsets)`, `generate_tanh_softcap(cap)`, NATTEN's 2-D neighbourhood with a helper), `torch.where`,
 `torch.exp2` / `log` / `sign` / `tanh`, `torch.clamp(min=)`, tensor methods (`.abs()`, `.clamp()`,
 `.to(torch.float32)`, `.float()`, `.long()`, `score.new_zeros`), `torch.zeros_like` / `full_like`, captured
-int64, int32, float32 and bool tensors (1-d, 2-d, 0-d, on device="cpu"), `torch.tensor(2.0)` constants,
-`math.log` of a Python constant, comparisons combined with `&`, `|`, `~`. Each runs through
-`tessera.attention` / `tessera.attention_backward` against the float64 reference (the same torch function run
-on the index grids), forward and backward;
-`create_block_mask` with torch mask_mods gives the kinds of the NumPy function and the lists of torch's own
-`create_block_mask`; what cannot be traced (`torch.searchsorted`, `torch.bucketize`, `.item()`, ...) is
-refused naming the function, the line and the construct.
+int64, int32, float32, bool and bfloat16 tensors (1-d, 2-d, 0-d, on device="cpu", a parameter),
+`torch.tensor(2.0)` constants, `math.log` of a Python constant, comparisons combined with `&`, `|`, `~`. Each
+runs through `tessera.attention` / `tessera.attention_backward` against the float64 reference (the same torch
+function run on the index grids), forward and backward; `create_block_mask` with torch mask_mods gives the
+kinds of the NumPy function and the lists of torch's own `create_block_mask`; what cannot be traced
+(`torch.searchsorted`, `torch.bucketize`, `.item()`, ...) is refused naming the function, the line and the
+construct.
 
 The default run takes a slice (`FAST`) at one odd shape; `-m slow` runs every variant over three shapes at Tile
 level, every variant at target level and a few at PTX level, ptxas on every forward and backward kernel (no
@@ -37,6 +37,8 @@ KEEP_KEY = torch.ones(2, 256, dtype=torch.bool)           # key padding as a boo
 KEEP_KEY[1, 37:] = False
 KEEP_KEY[0, 5] = False
 RELATIVE_BIAS = torch.from_numpy(np.random.default_rng(5).standard_normal((H, 32)).astype(np.float32) * 0.5)
+LEARNED = torch.nn.Parameter(torch.from_numpy(np.random.default_rng(7).standard_normal((H, 32))).to(torch.bfloat16))
+"""A model's learned relative-position table: a bfloat16 parameter (NumPy has no bfloat16: read as float32)."""
 CANVAS, KERNEL = 10, 5                                    # NATTEN: a 10 x 10 image, 5 x 5 neighbourhoods
 
 
@@ -153,6 +155,10 @@ def clamped_distance(score, b, h, q_idx, kv_idx):
     return torch.where(penalty > 2.0, score.new_zeros(()) - 1.0, score - penalty) + torch.zeros_like(score)
 
 
+def learned_relative_bias(score, b, h, q_idx, kv_idx):
+    return score + LEARNED[h, (q_idx - kv_idx).clamp(-16, 15) + 16]
+
+
 def score_masks_itself(score, b, h, q_idx, kv_idx):
     """-inf from score_mod hides a key (queries before 20 see none)."""
     return torch.where(q_idx >= kv_idx + 20, score, torch.full_like(score, -float("inf")))
@@ -174,6 +180,7 @@ VARIANTS = {
     "head-bias-sign-log+key-padding": (head_bias_sign_log, key_padding),
     "clamped-distance+natten": (clamped_distance, natten_mask),
     "score-minus-inf(empty rows)": (score_masks_itself, None),
+    "learned-bf16-table+dilated": (learned_relative_bias, dilated_sliding_window),
 }
 
 SHAPES = [(2, H, 2, 77, 133), (2, H, 1, 150, 61), (2, H, 4, 100, 100)]
@@ -213,8 +220,9 @@ def test_torch_users_variant_at_ptx_level(name):
 # region what the tracer makes of them
 
 def test_captured_tensors_become_inputs_and_0d_tensors_constants():
-    """int64 and int32 tensors are i32 inputs, a float32 one f32, a boolean one 0/1 (read back as a boolean);
-    a 0-d tensor, captured or made with torch.tensor(20.0), is a constant of the kernel."""
+    """int64 and int32 tensors are i32 inputs, a float32 one f32, a boolean one 0/1 (read back as a boolean), a
+    bfloat16 parameter f32 (exactly its values); a 0-d tensor, captured or made with torch.tensor(20.0), is a
+    constant of the kernel."""
     doc = trace_mod(VARIANTS["doc-mask(sliding-window)"][1], "mask_mod")
     assert [(a.name, a.dtype) for a in doc.arrays] == [("mask_mod_document_id", "i32"), ("mask_mod_offsets", "i32")]
     bias = trace_mod(head_bias_sign_log, "score_mod")
@@ -223,6 +231,8 @@ def test_captured_tensors_become_inputs_and_0d_tensors_constants():
     assert padding.arrays[0].boolean and padding.arrays[0].array.dtype == np.int32
     assert padding.arrays[0].array.tolist() == KEEP_KEY.int().tolist()
     assert trace_mod(softcap_tensor_constant, "score_mod").arrays == []
+    learned = trace_mod(learned_relative_bias, "score_mod").arrays[0]
+    assert learned.array.dtype == np.float32 and np.array_equal(learned.array, LEARNED.detach().float().numpy())
 
 
 def test_natten_written_with_tensor_methods_only_runs_on_tensors_in_the_reference():

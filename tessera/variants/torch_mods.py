@@ -41,8 +41,13 @@ def is_tensor(value: object) -> bool:
 
 
 def as_numpy(tensor) -> np.ndarray:
-    """A captured tensor's values as a NumPy array (on the host, without grad)."""
-    return tensor.detach().cpu().numpy()
+    """A captured tensor's values as a NumPy array (on the host, without grad); a float type NumPy lacks
+    (bfloat16, the float8 types: a model's bias table) as float32, which holds each of its values exactly."""
+    torch = torch_module()
+    host = tensor.detach().cpu()
+    if host.is_floating_point() and host.dtype not in (torch.float16, torch.float32, torch.float64):
+        host = host.float()
+    return host.numpy()
 
 
 def _torch_valued(value: object, seen: set) -> bool:

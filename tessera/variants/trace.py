@@ -643,9 +643,10 @@ def _is_user_function(value: object) -> bool:
 
 def rebind_arrays(fn: Callable, wrap: Callable[[str, np.ndarray], object], _memo: dict | None = None) -> Callable:
     """A copy of `fn` whose captured NumPy arrays and torch tensors (closure cells, argument defaults, and the
-    module globals its code names) read as `wrap(name, array)`, except 0-d ones (constants, left as they are); Python functions it captures (a helper, the parts of a composed mask, also in
-    a tuple or list) are rebound the same way, so compositions trace; a functools.partial is rebound as its
-    function and the arguments it binds. Everything else is unchanged."""
+    module globals its code names) read as `wrap(name, array)`, except 0-d ones (constants, left as they are);
+    Python functions it captures (a helper, the parts of a composed mask, also in a tuple or list) are rebound
+    the same way, so compositions trace; a functools.partial is rebound as its function and the arguments it
+    binds. Everything else is unchanged."""
     if not isinstance(_underlying(fn), types.FunctionType):
         raise ModTraceError(f"a score_mod or mask_mod must be a Python function (def, lambda or functools.partial "
                             f"of one); got {type(_underlying(fn)).__name__}")
