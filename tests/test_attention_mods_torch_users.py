@@ -125,8 +125,8 @@ def generate_tanh_softcap(soft_cap):
 
 
 def softcap_tensor_constant(score, b, h, q_idx, kv_idx):
-    """A 0-d tensor captured and another made in the function."""
-    cap = torch.tensor(20.0)
+    """A 0-d tensor captured and another made in the function like the score (its dtype and device)."""
+    cap = torch.tensor(20.0, dtype=score.dtype, device=score.device)
     return cap * torch.tanh(score * TEMPERATURE / cap)
 
 

@@ -5,13 +5,15 @@ close over such as `doc_ids[q_idx] == doc_ids[kv_idx]`, methods such as `(q_idx 
 installed, such a function is traced and run like a NumPy one:
 
 - tracing (`tessera.variants.trace`): torch calls whose arguments hold a traced value reach
-  `Traced.__torch_function__`, which maps them with `TORCH_OPS` (the same ops as the NumPy ufuncs) or
-  `torch_where` / `torch_clamp`; tensor methods on a traced value (`TRACED_METHODS`) do the same; `torch.pow`
+  `Traced.__torch_function__`, which maps them in `dispatch` (`torch_op`: the same ops as the NumPy ufuncs;
+  torch.where, torch.clamp, ... by name); tensor methods on a traced value (`TRACED_METHODS`) do the same; `torch.pow`
   and `**` are `Traced._power`, `.to(dtype)` / `.float()` / `.long()` ... `Traced.astype`, `torch.min(a, b)`
   and `torch.max(a, b)` elementwise, and a scalar `x.new_ones(())` / `new_zeros` / `new_full` / `full_like` /
   `ones_like` / `zeros_like` a constant (FlexAttention's own `and_masks` and `or_masks` start from
-  `b.new_ones((), dtype=torch.bool)`); a captured
-  torch tensor becomes a kernel input like a NumPy array (`as_numpy`: bool -> 0/1 int32, as for NumPy);
+  `b.new_ones((), dtype=torch.bool)`); `.dtype` and `.device` of a traced value (`TRACED_ATTRIBUTES`) make
+  constants like it; a captured tensor becomes a kernel input like a NumPy array (`as_numpy`: bool -> 0/1
+  int32, as for NumPy; bfloat16 -> float32), a 0-d one a constant; `torch.searchsorted` / `bucketize` and
+  other torch functions of a captured tensor are refused by name (`captured_call`);
 - the reference and the host-side block mask (`trace.bounds_checked`, `host_callable`) call a function that
   uses torch (`uses_torch`), or one that calls tensor methods on its arguments (`wants_tensors`), with torch
   tensors made from the NumPy index grids (int64; the score float64) and turn its result back into NumPy
@@ -196,6 +198,15 @@ TRACED_METHODS = ("abs", "neg", "exp", "exp2", "log", "log2", "tanh", "sqrt", "r
                   "new_zeros", "new_full")
 """Tensor methods a traced value answers (`(q_idx - kv_idx).abs()`, `score.clamp(-5, 5)`, `x.to(torch.long)`,
 `b.new_ones((), dtype=torch.bool)` as FlexAttention's and_masks starts)."""
+
+TRACED_ATTRIBUTES = {
+    "dtype": lambda traced: getattr(torch_module(), {"f32": "float32", "i32": "int32", "bool": "bool"}[
+        traced.node.dtype]),
+    "device": lambda traced: torch_module().device("cpu"),
+}
+"""Tensor attributes a traced value answers, so that constants can be made like it (`torch.tensor(2.0,
+dtype=score.dtype, device=score.device)`, `x.to(score.dtype)`): its torch dtype (the score float32, indices
+int32 as FlexAttention passes them) and a device (the constant is a number of the kernel wherever it is made)."""
 
 _ROUNDING_FUNCTIONS = {"floor": "floor", "ceil": "ceil", "round": "round", "trunc": "trunc", "fix": "trunc"}
 """torch's rounding functions (and tensor methods), by the tracer's rounding (`Traced._round`): integers are

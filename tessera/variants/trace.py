@@ -497,6 +497,8 @@ class Traced:
         if torch is not None and name in torch_mods.TRACED_METHODS:  # a tensor method: (q_idx - kv_idx).abs()
             method = getattr(torch.Tensor, name)
             return lambda *args, **kwargs: torch_mods.dispatch(self, method, (self, *args), kwargs)
+        if torch is not None and name in torch_mods.TRACED_ATTRIBUTES:  # torch.tensor(2.0, dtype=score.dtype)
+            return torch_mods.TRACED_ATTRIBUTES[name](self)
         raise self._tracing.refuse(f"the attribute .{name} of a traced value")
 
 
