@@ -7,8 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch --index-url "
-                                            "https://download.pytorch.org/whl/cpu)")
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install -e '.[torch]')")
 
 import tessera  # noqa: E402
 from tessera import reference  # noqa: E402

@@ -227,10 +227,14 @@ def inputs(shape, seed):
 
 
 def check_forward_and_backward(name, shape, level):
-    """The variant through the public calls at `level` against the float64 reference; empty rows give O = 0,
-    LSE = -inf and zero dQ."""
     score_mod, mask_mod = VARIANTS[name]
-    q, k, v, do = inputs(shape, sorted(VARIANTS).index(name))
+    return check_variant(score_mod, mask_mod, shape, sorted(VARIANTS).index(name), level)
+
+
+def check_variant(score_mod, mask_mod, shape, seed, level):
+    """The variant through the public calls at `level` against the float64 reference; empty rows give O = 0,
+    LSE = -inf and zero dQ. Returns where the rows are empty (also for tests/test_attention_mods_torch_users.py)."""
+    q, k, v, do = inputs(shape, seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a rung taken below Tile level is named in a warning
         o, lse = tessera.attention(q, k, v, score_mod=score_mod, mask_mod=mask_mod, return_lse=True, level=level)
@@ -276,10 +280,15 @@ def test_users_variant_at_ptx_level(name):
 @pytest.mark.usefixtures("ptxas")
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_users_variant_kernels_assemble_without_spills(name):
+    assemble_without_spills(name, *VARIANTS[name])
+
+
+def assemble_without_spills(name, score_mod, mask_mod):
+    """ptxas takes the variant's forward and backward kernels (block-sparse with a mask_mod) without a warning
+    or a spill."""
     from tessera import passes
     from tessera.kernels import attention_backward, flash_attention
 
-    score_mod, mask_mod = VARIANTS[name]
     sparse = mask_mod is not None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

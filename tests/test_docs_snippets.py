@@ -11,6 +11,8 @@ The convention, by the block's language tag (the word after the opening ```):
               path it writes with `-o FILE` or `--save DIR` is removed afterwards (unless it was there before).
 - `<!-- gpu-only -->` on the line right before a ```python block: the block needs an H100/H200, so it is
               only compiled (`compile()`: it must be valid Python), never run. Only python blocks may be gpu-only.
+- `<!-- needs MODULE -->` on the line right before a ```python block: the block imports an optional package
+              (`<!-- needs torch -->`); it runs where MODULE is installed and is skipped, by name, where it is not.
 - ```console  commands for a reader to type that the tests do not run: installing, the whole test suite,
               benchmarks, GPU commands.
 - ```mlir, ```ptx, ```text
@@ -22,6 +24,7 @@ by accident. A test is named FILE:LINE, the line of the block's opening fence.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shlex
@@ -37,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RUN = ("python", "sh", "bash")
 SHOWN = ("console", "mlir", "ptx", "text")
 GPU_ONLY = "<!-- gpu-only -->"
+NEEDS = re.compile(r"<!-- needs (?P<module>[\w.]+) -->")
 TOOLS = ("tessera-opt", "tessera-run")
 TIMEOUT_S = 300
 FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>```+|~~~+)\s*(?P<tag>[^\s`]*)")
@@ -49,6 +53,7 @@ class Block:
     tag: str
     code: str
     gpu_only: bool
+    needs: str | None = None  # the optional module a python block imports (`<!-- needs MODULE -->`)
 
     @property
     def name(self) -> str:
@@ -80,8 +85,9 @@ def blocks(path: Path) -> list[Block]:
             body.append(text[min(indent, len(text) - len(text.lstrip(" "))):])
             j += 1
         previous = next((lines[k].strip() for k in range(i - 1, -1, -1) if lines[k].strip()), "")
+        needs = NEEDS.fullmatch(previous)
         found.append(Block(str(path.relative_to(ROOT)), i + 1, opening["tag"].lower(), "\n".join(body) + "\n",
-                           previous == GPU_ONLY))
+                           previous == GPU_ONLY, needs["module"] if needs else None))
         i = j + 1
     return found
 
@@ -93,6 +99,8 @@ def test_every_block_has_a_known_tag():
     wrong = [f"{b.name}: tag '{b.tag}'" for b in ALL_BLOCKS if b.tag not in RUN + SHOWN]
     wrong += [f"{b.name}: gpu-only marks a '{b.tag}' block (only python blocks may be gpu-only)"
               for b in ALL_BLOCKS if b.gpu_only and b.tag != "python"]
+    wrong += [f"{b.name}: needs marks a '{b.tag}' block (only python blocks may need a module)"
+              for b in ALL_BLOCKS if b.needs and b.tag != "python"]
     wrong += [f"{b.name}: a {b.tag} block runs neither tessera-opt nor tessera-run (show it as ```console)"
               for b in ALL_BLOCKS if b.tag in ("sh", "bash") and not any(t in b.code for t in TOOLS)]
     assert not wrong, "blocks outside the convention of tests/test_docs_snippets.py:\n" + "\n".join(wrong)
@@ -159,6 +167,9 @@ def test_block_runs_as_written(block: Block, tmp_path: Path):
     if block.gpu_only and block.tag == "python":
         compile(block.padded_code, block.path, "exec")  # a SyntaxError names the file and its line
         return
+    if block.needs and importlib.util.find_spec(block.needs) is None:
+        compile(block.padded_code, block.path, "exec")
+        pytest.skip(f"{block.name} needs {block.needs}, which is not installed")
     written = [p for p in _written_paths(block.code) if not p.exists()] if block.tag != "python" else []
     try:
         result = _run(block, tmp_path)

@@ -1,6 +1,7 @@
 """Host-side block masks for block-sparse attention (FlexAttention's `create_block_mask`).
 
-`create_block_mask(mask_mod, batch, heads, seq_q, seq_k, block_m, block_n)` evaluates the mask_mod on the host
+`create_block_mask(mask_mod, batch, heads, seq_q, seq_k, block_m, block_n)` (also called as FlexAttention's,
+`create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device=..., BLOCK_SIZE=...)`) evaluates the mask_mod on the host
 over every (query, key) position (on NumPy index grids, one query block at a time) and classifies each
 (query block, key block) of each (batch, head):
 
@@ -119,10 +120,20 @@ class BlockMask:
         return 1.0 - self.skipped_fraction
 
 
-def create_block_mask(mask_mod: Callable, batch: int, heads: int, seq_q: int, seq_k: int, block_m: int = 128,
-                      block_n: int = 128) -> BlockMask:
+def create_block_mask(mask_mod: Callable, batch: int | None, heads: int | None, seq_q: int, seq_k: int,
+                      block_m: int = 128, block_n: int = 128, *, device: object = None,
+                      BLOCK_SIZE: int | tuple[int, int] | None = None) -> BlockMask:  # noqa: N803
     """Classify the blocks of `mask_mod` (module docstring). The mask_mod runs through
-    `attention_mods.bounds_checked`: an index outside a captured array raises ModTraceError naming it."""
+    `attention_mods.bounds_checked`: an index outside a captured array raises ModTraceError naming it.
+
+    FlexAttention's calls port unchanged: `create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cpu",
+    BLOCK_SIZE=128)`, where a batch or heads of None is 1 (a mask for every batch entry or head, evaluated at
+    b = 0 or h = 0, as FlexAttention's), `device` is accepted and unused (the mask is evaluated on the host) and
+    `BLOCK_SIZE` (one size, or the (query, key) pair) replaces block_m and block_n."""
+    batch, heads = (1 if batch is None else batch), (1 if heads is None else heads)
+    if BLOCK_SIZE is not None:
+        sizes = BLOCK_SIZE if isinstance(BLOCK_SIZE, tuple) and len(BLOCK_SIZE) == 2 else (BLOCK_SIZE, BLOCK_SIZE)
+        block_m, block_n = sizes
     for name, value in (("batch", batch), ("heads", heads), ("seq_q", seq_q), ("seq_k", seq_k),
                         ("block_m", block_m), ("block_n", block_n)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -5,16 +5,20 @@ close over such as `doc_ids[q_idx] == doc_ids[kv_idx]`, methods such as `(q_idx 
 installed, such a function is traced and run like a NumPy one:
 
 - tracing (`tessera.variants.trace`): torch calls whose arguments hold a traced value reach
-  `Traced.__torch_function__`, which maps them with `TORCH_OPS` (the same ops as the NumPy ufuncs) or
-  `torch_where` / `torch_clamp`; tensor methods on a traced value (`TRACED_METHODS`) do the same; `torch.pow`
+  `Traced.__torch_function__`, which maps them in `dispatch` (`torch_op`: the same ops as the NumPy ufuncs;
+  torch.where, torch.clamp, ... by name); tensor methods on a traced value (`TRACED_METHODS`) do the same; `torch.pow`
   and `**` are `Traced._power`, `.to(dtype)` / `.float()` / `.long()` ... `Traced.astype`, `torch.min(a, b)`
   and `torch.max(a, b)` elementwise, and a scalar `x.new_ones(())` / `new_zeros` / `new_full` / `full_like` /
   `ones_like` / `zeros_like` a constant (FlexAttention's own `and_masks` and `or_masks` start from
-  `b.new_ones((), dtype=torch.bool)`); a captured
-  torch tensor becomes a kernel input like a NumPy array (`as_numpy`: bool -> 0/1 int32, as for NumPy);
-- the reference and the host-side block mask (`trace.bounds_checked`) call a function that uses torch
-  (`uses_torch`) with torch tensors made from the NumPy index grids (int64; the score float64) and turn its
-  result back into NumPy (`call_with_tensors`); captured tensors are bounds-checked as NumPy arrays are.
+  `b.new_ones((), dtype=torch.bool)`); `.dtype` and `.device` of a traced value (`TRACED_ATTRIBUTES`) make
+  constants like it; a captured tensor becomes a kernel input like a NumPy array (`as_numpy`: bool -> 0/1
+  int32, as for NumPy; bfloat16 -> float32), a 0-d one a constant; `torch.searchsorted` / `bucketize` and
+  other torch functions of a captured tensor are refused by name (`captured_call`);
+- the reference and the host-side block mask (`trace.bounds_checked`, `host_callable`) call a function that
+  uses torch (`uses_torch`), or one that calls tensor methods on its arguments (`wants_tensors`), with torch
+  tensors made from the NumPy index grids (int64; the score float64) and turn its result back into NumPy
+  (`call_with_tensors`); captured tensors are bounds-checked as NumPy arrays are, and a 0-d one is a constant
+  (as `torch.tensor(2.0)` made in the function is).
 
 Torch is never imported here: only a function that names it (so the user imported it) makes it matter.
 """
@@ -39,8 +43,13 @@ def is_tensor(value: object) -> bool:
 
 
 def as_numpy(tensor) -> np.ndarray:
-    """A captured tensor's values as a NumPy array (on the host, without grad)."""
-    return tensor.detach().cpu().numpy()
+    """A captured tensor's values as a NumPy array (on the host, without grad); a float type NumPy lacks
+    (bfloat16, the float8 types: a model's bias table) as float32, which holds each of its values exactly."""
+    torch = torch_module()
+    host = tensor.detach().cpu()
+    if host.is_floating_point() and host.dtype not in (torch.float16, torch.float32, torch.float64):
+        host = host.float()
+    return host.numpy()
 
 
 def _torch_valued(value: object, seen: set) -> bool:
@@ -79,12 +88,48 @@ def uses_torch(fn: Callable, seen: set | None = None) -> bool:
 
 def call_with_tensors(fn: Callable, *args):
     """`fn(*args)` with each NumPy array argument as a torch tensor (integers as int64, floats as float64),
-    the result back as a NumPy array."""
+    the result back as a NumPy array. torch's default dtype is float64 during the call, so that an integer
+    tensor times a Python float (`(h + 1) * 8.0`) and `torch.tensor(2.0)` are float64, as NumPy's are: the
+    reference is float64 where the function does not convert to float32 itself (`.float()`)."""
     torch = torch_module()
     converted = [torch.from_numpy(np.ascontiguousarray(a, np.float64 if a.dtype.kind == "f" else np.int64))
                  if isinstance(a, np.ndarray) else a for a in args]
-    result = fn(*converted)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        result = fn(*converted)
+    finally:
+        torch.set_default_dtype(default)
     return as_numpy(result) if is_tensor(result) else np.asarray(result)
+
+
+def wants_tensors(error: BaseException) -> bool:
+    """Whether `error` is a NumPy array asked for a method only torch tensors have (`.clamp`, `.abs()`,
+    `.long()`, `.new_zeros` ...): the function was written for tensors."""
+    torch = torch_module()
+    return (torch is not None and isinstance(error, AttributeError) and isinstance(error.obj, np.ndarray)
+            and hasattr(torch.Tensor, error.name or ""))
+
+
+def host_callable(rebound: Callable, fn: Callable) -> Callable:
+    """How the host (the reference, the block mask) calls the modifier `fn` (`rebound`: its bounds-checked
+    copy) on NumPy index grids: with torch tensors made from them where `fn` names torch (`uses_torch`);
+    otherwise on the NumPy grids, and again on tensors if it calls a method only tensors have on them (NATTEN's
+    `q_x.clamp(...)` with `q_x = q_idx // W` names no torch, yet is written for tensors, as the tracer takes
+    it)."""
+    if torch_module() is None:
+        return rebound
+    if uses_torch(fn):
+        return lambda *args: call_with_tensors(rebound, *args)
+
+    def call(*args):
+        try:
+            return rebound(*args)
+        except AttributeError as error:
+            if not wants_tensors(error):
+                raise
+        return call_with_tensors(rebound, *args)
+    return call
 
 
 class CheckedTensor:
@@ -154,6 +199,15 @@ TRACED_METHODS = ("abs", "neg", "exp", "exp2", "log", "log2", "tanh", "sqrt", "r
 """Tensor methods a traced value answers (`(q_idx - kv_idx).abs()`, `score.clamp(-5, 5)`, `x.to(torch.long)`,
 `b.new_ones((), dtype=torch.bool)` as FlexAttention's and_masks starts)."""
 
+TRACED_ATTRIBUTES = {
+    "dtype": lambda traced: getattr(torch_module(), {"f32": "float32", "i32": "int32", "bool": "bool"}[
+        traced.node.dtype]),
+    "device": lambda traced: torch_module().device("cpu"),
+}
+"""Tensor attributes a traced value answers, so that constants can be made like it (`torch.tensor(2.0,
+dtype=score.dtype, device=score.device)`, `x.to(score.dtype)`): its torch dtype (the score float32, indices
+int32 as FlexAttention passes them) and a device (the constant is a number of the kernel wherever it is made)."""
+
 _ROUNDING_FUNCTIONS = {"floor": "floor", "ceil": "ceil", "round": "round", "trunc": "trunc", "fix": "trunc"}
 """torch's rounding functions (and tensor methods), by the tracer's rounding (`Traced._round`): integers are
 kept (torch.floor of an integer tensor is that tensor, as NumPy's), torch.round(x, decimals=d) as np.round."""
@@ -180,6 +234,23 @@ def _scalar_constant(traced, name: str, size, value, dtype):
     constant = traced._wrap(traced._lift(value))
     return constant.astype(_numpy_dtype(dtype)) if dtype is not None else constant.astype(
         {"f32": "float32", "i32": "int32", "bool": "bool"}[traced.node.dtype])
+
+
+_HOST_SEARCHES = ("searchsorted", "bucketize")
+"""torch functions that search a captured tensor: each element would compare against all of it, so they are
+refused with the host-side rewrite (`_HOST_HINT`)."""
+
+_HOST_HINT = ("run it on the host once and index its result: doc_ids = torch.searchsorted(offsets, "
+              "torch.arange(seq_len), right=True) - 1 outside the function, doc_ids[q_idx] inside")
+
+
+def captured_call(func, name: str) -> str:
+    """The construct a refusal names for the torch function `func` called on the captured tensor `name`."""
+    what = f"torch.{getattr(func, '__name__', func)} of the captured tensor {name}"
+    if getattr(func, "__name__", "") in _HOST_SEARCHES:
+        return f"{what} ({_HOST_HINT})"
+    return (f"{what} (a captured tensor is read by indexing it with traced values, one per dimension: "
+            f"{name}[q_idx], {name}[h, kv_idx])")
 
 
 def dispatch(traced, func, args: tuple, kwargs: dict):
@@ -243,6 +314,11 @@ def dispatch(traced, func, args: tuple, kwargs: dict):
     if expanded is not None and func in (getattr(torch, name, None), getattr(torch.Tensor, name, None)) \
             and not kwargs and len(args) == 1:
         return traced._expanded(expanded, args[0])
+    if name in _HOST_SEARCHES:
+        raise traced._tracing.refuse(f"torch.{name} ({_HOST_HINT})")
+    if func is torch.Tensor.__getitem__:  # torch.arange(4)[kv_idx % 4]
+        raise traced._tracing.refuse("indexing with a traced value a tensor the function makes (a tensor it reads "
+                                     "must be captured: a closure variable or a module global it names)")
     op = torch_op(func)
     if op is None or kwargs:
         what = f"torch.{name}" + (f" with keyword arguments {sorted(kwargs)}" if kwargs and op is not None else "")

@@ -492,6 +492,8 @@ class Traced:
         if torch is not None and name in torch_mods.TRACED_METHODS:  # a tensor method: (q_idx - kv_idx).abs()
             method = getattr(torch.Tensor, name)
             return lambda *args, **kwargs: torch_mods.dispatch(self, method, (self, *args), kwargs)
+        if torch is not None and name in torch_mods.TRACED_ATTRIBUTES:  # torch.tensor(2.0, dtype=score.dtype)
+            return torch_mods.TRACED_ATTRIBUTES[name](self)
         raise self._tracing.refuse(f"the attribute .{name} of a traced value")
 
 
@@ -590,6 +592,12 @@ class _ArrayProxy:
     def __getattr__(self, name: str):
         raise self._tracing.refuse(f"the attribute .{name} of the captured array {self._capture.name}")
 
+    @classmethod
+    def __torch_function__(cls, func, types_, args=(), kwargs=None):
+        """A torch function of a captured tensor (`torch.searchsorted(offsets, q_idx)`): refused by name."""
+        proxy = next(a for a in list(args) + list((kwargs or {}).values()) if isinstance(a, _ArrayProxy))
+        raise proxy._tracing.refuse(torch_mods.captured_call(func, proxy._capture.name))
+
 
 _I32_RANGE = (-2**31, 2**31 - 1)
 
@@ -631,10 +639,11 @@ def _is_user_function(value: object) -> bool:
 
 
 def rebind_arrays(fn: Callable, wrap: Callable[[str, np.ndarray], object], _memo: dict | None = None) -> Callable:
-    """A copy of `fn` whose captured NumPy arrays (closure cells, argument defaults, and the module globals its
-    code names) read as `wrap(name, array)`; Python functions it captures (a helper, the parts of a composed mask, also in
-    a tuple or list) are rebound the same way, so compositions trace; a functools.partial is rebound as its
-    function and the arguments it binds. Everything else is unchanged."""
+    """A copy of `fn` whose captured NumPy arrays and torch tensors (closure cells, argument defaults, and the
+    module globals its code names) read as `wrap(name, array)`, except 0-d ones (constants, left as they are);
+    Python functions it captures (a helper, the parts of a composed mask, also in a tuple or list) are rebound
+    the same way, so compositions trace; a functools.partial is rebound as its function and the arguments it
+    binds. Everything else is unchanged."""
     if not isinstance(_underlying(fn), types.FunctionType):
         raise ModTraceError(f"a score_mod or mask_mod must be a Python function (def, lambda or functools.partial "
                             f"of one); got {type(_underlying(fn)).__name__}")
@@ -643,7 +652,7 @@ def rebind_arrays(fn: Callable, wrap: Callable[[str, np.ndarray], object], _memo
         return memo[id(fn)]
 
     def rebound(name: str, value: object) -> object:
-        if isinstance(value, np.ndarray) or torch_mods.is_tensor(value):
+        if (isinstance(value, np.ndarray) or torch_mods.is_tensor(value)) and value.ndim:  # 0-d: a constant
             return wrap(name, value)
         if _is_user_function(value):
             return rebind_arrays(value, wrap, memo)
@@ -757,9 +766,7 @@ def bounds_checked(fn: Callable, kind: str) -> Callable:
         return array.view(_make_checked(check))
 
     rebound = rebind_arrays(fn, wrap)
-    if torch_mods.uses_torch(_underlying(fn)):  # torch functions take tensors: the NumPy grids become tensors
-        return lambda *args: torch_mods.call_with_tensors(rebound, *args)
-    return rebound
+    return torch_mods.host_callable(rebound, _underlying(fn))  # torch functions take the grids as tensors
 
 
 def _index_check(fn: Callable, kind: str, name: str) -> Callable:
