@@ -114,7 +114,7 @@ def test_the_readme_and_docs_have_blocks_to_run():
 def test_the_readme_gives_the_test_command_ci_runs():
     """`.ci/run` installs with the test extras and runs pytest; the README's quick start says the same."""
     readme, ci = (ROOT / "README.md").read_text(encoding="utf-8"), (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    for command in ("pip install -q -e '.[test,ptx]'", "python -m pytest -q -n auto"):
+    for command in ("pip install -q -e '.[test,ptx,torch]'", "python -m pytest -q -n auto"):
         assert command in ci, f".ci/run no longer runs {command!r}: update the README's quick start with it"
         assert command in readme, f"the README's quick start must give CI's command {command!r}"
 
