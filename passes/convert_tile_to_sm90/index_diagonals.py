@@ -231,4 +231,9 @@ class IndexDiagonalLowering:
             w = e.op(arith.MinSIOp(e.op(arith.MaxSIOp(w, constant_scalar(e, -INDEX_LIMIT))),
                                    constant_scalar(e, INDEX_LIMIT)))
             scalar = e.op(arith.SubiOp(scalar, w))
-        return e.setp(predicate, e.broadcast(scalar, len(per_register)), e.dense(i32, [constant - k for k in per_register]))
+        spread = e.broadcast(scalar, len(per_register))
+        # seeded for `compute-distinct-lanes`: a compare whose users compute on distinct registers (T5's
+        # `kv_idx - q_idx > 0` selecting its bucket's half) is then computed on the N/4 + 2 distinct immediates
+        # too; one that masks the score stays a setp a register
+        spread.owner.attributes[DISTINCT_LANES_ATTR] = UnitAttr()
+        return e.setp(predicate, spread, e.dense(i32, [constant - k for k in per_register]))
