@@ -110,12 +110,19 @@ def _is_view_like(value: SSAValue) -> bool:
 
 def _narrowable(value: SSAValue, depth: int = 8) -> bool:
     """Whether `value` is view-like, or will be once this pass has computed the lane-wise ops it is made of on
-    their distinct registers (a bounded look back)."""
-    if _is_view_like(value):
-        return True
+    their distinct registers (a bounded look back: ops of view-like operands one of which is seeded, as
+    `_compress` asks; a load of a tile, whose offsets are views of nothing seeded, stays whole)."""
+    return _is_view_like(value) or _narrowed_op(value, depth)
+
+
+def _narrowed_op(value: SSAValue, depth: int) -> bool:
+    """Whether `value` is a lane-wise op this pass will compute on distinct registers (`_narrowable`)."""
     owner = value.owner
-    return depth > 0 and isinstance(owner, LANE_WISE) and len(owner.results) == 1 and all(
-        _narrowable(v, depth - 1) for v in owner.operands if _lanes(v) is not None)
+    if depth <= 0 or not isinstance(owner, LANE_WISE) or len(owner.results) != 1:
+        return False
+    vectors = [v for v in owner.operands if _lanes(v) is not None]
+    return all(_narrowable(v, depth - 1) for v in vectors) and any(
+        _seeded(v) or _narrowed_op(v, depth - 1) for v in vectors)
 
 
 def _feeds_narrow(predicate: SSAValue) -> bool:

@@ -73,6 +73,10 @@ CASES = [
     (lambda score, b, h, q_idx, kv_idx: score // 0.1, lambda a, d: np.floor_divide(a, np.float32(0.1))),
     (lambda score, b, h, q_idx, kv_idx: score % -1.5, lambda a, d: np.remainder(a, np.float32(-1.5))),
     (lambda score, b, h, q_idx, kv_idx: np.fmod(score, 3e-39), lambda a, d: np.fmod(a, np.float32(3e-39))),
+    # powers of two: floor of the exact quotient (`power_of_two_floordiv`), a folded ladder
+    (lambda score, b, h, q_idx, kv_idx: score // 0.5, lambda a, d: np.floor_divide(a, np.float32(0.5))),
+    (lambda score, b, h, q_idx, kv_idx: score // -4.0, lambda a, d: np.floor_divide(a, np.float32(-4.0))),
+    (lambda score, b, h, q_idx, kv_idx: score % 0.5, lambda a, d: np.remainder(a, np.float32(0.5))),
 ]
 
 
@@ -135,12 +139,17 @@ def floor_and_fmod(score, b, h, q_idx, kv_idx):
     return score - 0.1 * ((kv_idx - q_idx) * 0.5 // 4.0) + 0.5 * np.fmod(score, 1.5)
 
 
-@pytest.mark.slow  # ptxas, 20 s
+def floor_halves(score, b, h, q_idx, kv_idx):
+    return score // 0.5
+
+
+@pytest.mark.slow  # ptxas, 30 s
 @pytest.mark.usefixtures("ptxas")
-@pytest.mark.parametrize("score_mod,block_n", [(remainder_by_head, 128), (floor_and_fmod, 64)])
+@pytest.mark.parametrize("score_mod,block_n", [(remainder_by_head, 128), (floor_halves, 128), (floor_and_fmod, 64)])
 def test_ptxas_accepts_attention_with_float_division_without_spills(score_mod, block_n):
-    """A remainder by a per-head divisor fits the 128 x 128 warp-specialized forward at head_dim 64; a float
-    `//` of indices and an fmod of the score fit it at 128 x 64 (the forward's BN 64 rung)."""
+    """A remainder by a per-head divisor and a `//` by a power of two (no fmod) fit the 128 x 128
+    warp-specialized forward at head_dim 64; a float `//` of indices and an fmod of the score fit it at
+    128 x 64 (the forward's BN 64 rung)."""
     from tessera.kernels import flash_attention
 
     with warnings.catch_warnings():
@@ -191,6 +200,25 @@ def test_divmod_shares_one_fmod():
     fmods = [n for n in _nodes(quotient) if n.op == "fma"]
     assert fmods and {id(n) for n in fmods} <= {id(n) for n in _nodes(modulus)}
     assert len(fmods) == 6  # 0.75 * 2^(24 j) is finite for j <= 5
+
+
+def test_power_of_two_divisors_take_no_ladder_or_a_folded_one():
+    """A // b by +-2^k is floor(a / b) from fma(a, 0, a), which reads the score once (nothing stays live beside
+    it); a % 2^k folds the ladder to the steps whose quotient could overflow: one for |b| >= 1 or a bounded
+    dividend, two for `score % 0.5` (C = 2^119, then 0.5), where 0.75 takes six."""
+    from tessera.variants.trace import F32, I32, Node
+
+    score = Node("score", (), F32)
+
+    def ops(op, a, divisor):
+        return [n.op for n in _nodes(float_division.expand(Node(op, (a, Node("const", (), F32, divisor)), F32), {}))]
+
+    half = ops("floordiv", score, 0.5)
+    assert sorted(half) == ["const", "const", "div", "floor", "fma", "score"]
+    assert sorted(ops("floordiv", score, -4.0)) == sorted(half + ["ceil"])
+    assert ops("mod", score, 1.0).count("fma") == 1 and ops("mod", score, 0.5).count("fma") == 2
+    index = Node("to_f32", (Node("q_idx", (), I32),), F32)
+    assert ops("fmod", index, 0.5).count("fma") == 1 and ops("mod", score, 0.75).count("fma") == 6
 
 
 def _nodes(root):

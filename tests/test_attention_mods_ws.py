@@ -31,6 +31,10 @@ def alibi(score, b, h, q_idx, kv_idx):
     return score + SLOPES[h] * (kv_idx - q_idx)
 
 
+def softcap_symmetric_alibi(score, b, h, q_idx, kv_idx):
+    return 20.0 * np.tanh(score / 20.0) - SLOPES[h] * np.abs(q_idx - kv_idx)
+
+
 TABLE = np.linspace(-1.0, 1.0, 4 * 63).reshape(4, 63)
 
 
@@ -114,15 +118,17 @@ def test_d64_alibi_document_masking_at_target_level_takes_the_dense_kernels_bloc
     assert flex.warp_specialized_refusal(kernels.main) is None  # remembered from the run above
 
 
-def test_d64_softcap_alibi_takes_the_dense_kernels_blocks():
+@pytest.mark.parametrize("score_mod", [softcap_alibi, pytest.param(softcap_symmetric_alibi, marks=pytest.mark.slow)])
+def test_d64_softcap_alibi_takes_the_dense_kernels_blocks(score_mod):
     """A soft-cap with ALiBi at head_dim 64 fits 128 x 128 blocks warp-specialized (224 registers counted, 249
     before): ALiBi's bias is added to the soft-capped score 8 registers at a time, each register's distance
     rebuilt from the thread's scalar (`convert-tile-to-sm90`), so that no view of the 34 distinct distances is
     live beside tanh's value and the soft-cap's output. (ptxas 12.9, 13.0 and 13.5 assemble it without spilling
-    at the consumers' 240: -m slow tests/test_regalloc_accuracy.py.)"""
+    at the consumers' 240: -m slow tests/test_regalloc_accuracy.py.) So does symmetric ALiBi,
+    `score - slope * abs(q_idx - kv_idx)` (225 counted, 249 before), each register's |distance| rebuilt too."""
     from tessera.runtime import flex
 
-    kernels, _ = flex.backward_kernels(None, score_mod=softcap_alibi, mask_mod=None, causal=False, scale=None,
+    kernels, _ = flex.backward_kernels(None, score_mod=score_mod, mask_mod=None, causal=False, scale=None,
                                        level="target", head_dim=64, dtype="bf16", blocks=(128, 128))
     assert flex.warp_specialized_refusal(kernels.main) is None
 
@@ -140,16 +146,19 @@ def test_d64_empty_document_with_alibi_at_target_level():
 @pytest.mark.parametrize("d,score_mod,mask_mod", [(64, softcap_alibi, window), (128, softcap, None),
                                                   (128, None, late_document), (64, None, late_document),
                                                   (64, None, head_window), (128, None, head_window),
-                                                  (64, softcap, None), (128, alibi, window)],
+                                                  (64, softcap, None), (128, alibi, window),
+                                                  (64, softcap_symmetric_alibi, None)],
                          ids=["d64-softcap-alibi-window", "d128-softcap", "d128-document", "d64-document",
-                              "d64-head-window", "d128-head-window", "d64-softcap", "d128-alibi-window"])
+                              "d64-head-window", "d128-head-window", "d64-softcap", "d128-alibi-window",
+                              "d64-softcap-symmetric-alibi"])
 def test_slice_below_tile_level(level, d, score_mod, mask_mod):
     """GQA (4 query heads, 2 K/V heads), seq_q != seq_k, neither a multiple of 64; where a rung of a ladder is
     taken it warns. These take the dense kernel's blocks without one: the head windows, document masking (128 x
     128 at head_dim 64, the keys-on-rows 64 x 128 at 128) and a soft-cap at head_dim 64 (its tanh and
     1 - t^2 beside P)."""
     fits = mask_mod in (head_window, late_document) or (d, score_mod) in ((64, softcap), (128, alibi),
-                                                                          (64, softcap_alibi))
+                                                                          (64, softcap_alibi),
+                                                                          (64, softcap_symmetric_alibi))
     _check(level, d, score_mod, mask_mod, 70, 170, 4, 2, warns=not fits)
 
 
@@ -232,12 +241,12 @@ def test_main_kernel_is_warp_specialized_and_ptxas_clean(d, score_mod, mask_mod,
 @pytest.mark.slow
 @pytest.mark.usefixtures("ptxas")
 @pytest.mark.parametrize("score_mod,mask_mod", [(alibi, None), (alibi, late_document), (relative_table, None),
-                                                (softcap, window)],
-                         ids=["alibi", "alibi-document", "table", "softcap-window"])
+                                                (softcap, window), (softcap_symmetric_alibi, None)],
+                         ids=["alibi", "alibi-document", "table", "softcap-window", "softcap-symmetric-alibi"])
 def test_d64_128x128_modifiers_assemble_clean_under_every_ptxas(score_mod, mask_mod):
     """The modifiers that fit head_dim 64's 128 x 128 blocks since `compute-distinct-lanes` (counted 222, 224,
     222, 224) assemble without spilling under every ptxas found (12.9, 13.0, 13.5: they need 216, 216, 216 and
-    224-240 at the consumers' 240)."""
+    224-240 at the consumers' 240); so does a soft-cap with symmetric ALiBi (225 counted)."""
     ptx = _ptx(attention_backward(64, score_mod=score_mod, mask_mod=mask_mod, block_sparse=mask_mod is not None,
                                   block_m=128, block_n=128).main)
     for ptxas in toolchain.find_all_ptxas():
@@ -268,3 +277,15 @@ def test_full_block_loop_costs_what_the_dense_loop_costs():
     # the dense kernel's main loop is its smallest (its last trip, which masks the bounds, is peeled off)
     assert sparse[0] <= dense[0] + BLOCK_LIST_READ, (sparse, dense)
     assert sparse[1] > sparse[0] + 100, (sparse, dense)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", ["target", "ptx"])
+def test_d128_t5_buckets_take_the_dense_kernels_blocks(level):
+    """T5's buckets at head_dim 128 fit the keys-on-rows 64 x 128 blocks warp-specialized (235 registers
+    counted, 243 before): `kv_idx - q_idx > 0`, which picks the bucket's half, is computed on the thread's 34
+    distinct offsets like the rest of the bucket, so the table's gather loads 34 registers, not 64 (ptxas 12.9,
+    13.0 and 13.5 assemble it without spilling). No warning; GQA, seq_q != seq_k."""
+    from test_attention_mods_users import t5_relative_bias
+
+    _check(level, 128, t5_relative_bias, None, 70, 170, 4, 2)

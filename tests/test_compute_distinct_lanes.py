@@ -50,3 +50,45 @@ def test_fewer_registers_with_the_pass():
         (fn,) = [op for op in lowered.walk() if "sm90.registers" in op.attributes]
         counts.append(fn.attributes["sm90.registers"].data["peak"].value.data)
     assert counts[0] <= counts[1] - 14, counts
+
+
+SYMMETRIC_ALIBI = """\
+func.func @symmetric_alibi(%X: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<n, 64>},
+                           %S: !tile.tile<2xf32, global> {tile.dims = #tile.dims<2>},
+                           %O: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<n, 64>, tile.role = "out"})
+    attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<ceildiv(n, 64)>} {
+  %c0 = arith.constant 0 : index
+  %c64 = arith.constant 64 : index
+  %pid = tile.program_id x : index
+  %m0 = arith.muli %pid, %c64 : index
+  %xw = tile.view %X[%m0, %c0] : !tile.tile<?x64xf32, global> -> !tile.tile<64x64xf32, global>
+  %x = tile.load %xw : !tile.tile<64x64xf32, global> -> !tile.tile<64x64xf32, register>
+  %h = tile.splat %c0 : index -> !tile.tile<64xi32, register>
+  %slope = tile.gather %S[%h] : !tile.tile<2xf32, global>, !tile.tile<64xi32, register> -> !tile.tile<64xf32, register>
+  %q = tile.iota rows offset %m0 : !tile.tile<64xi32, register>
+  %k = tile.iota cols offset %c64 : !tile.tile<1x64xi32, register>
+  %d = tile.sub %k, %q : !tile.tile<1x64xi32, register>, !tile.tile<64xi32, register>
+  %a = tile.abs %d : !tile.tile<64x64xi32, register>
+  %af = tile.cast %a : !tile.tile<64x64xi32, register> -> !tile.tile<64x64xf32, register>
+  %bias = tile.mul %af, %slope : !tile.tile<64x64xf32, register>, !tile.tile<64xf32, register>
+  %y = tile.sub %x, %bias : !tile.tile<64x64xf32, register>
+  %o = tile.view %O[%m0, %c0] : !tile.tile<?x64xf32, global> -> !tile.tile<64x64xf32, global>
+  tile.store_global %y, %o : !tile.tile<64x64xf32, register>, !tile.tile<64x64xf32, global>
+  func.return
+}
+"""
+
+
+def test_symmetric_alibi_slabs_are_the_whole_tile_bits():
+    """x - f32(|kv_idx - q_idx|) * slope computed 8 registers at a time from the thread's scalar (f32 abs of
+    f32(s) + d_k) at target level is bitwise the Tile interpreter's i32 abs, conversion, product and difference,
+    for differences of both signs (queries 0..127 against keys 64..127)."""
+    from tessera.ir import parse_module
+
+    module = parse_module(SYMMETRIC_ALIBI)
+    x = np.random.default_rng(1).standard_normal((128, 64)).astype(np.float32)
+    slopes = np.float32([0.3, 0.7])
+    tile, target = (np.asarray(tessera.interpret(module, x, slopes, level=level)) for level in ("tile", "target"))
+    assert np.array_equal(tile.view(np.uint32), target.view(np.uint32))
+    kv, q = np.arange(64, 128)[None, :], np.arange(128)[:, None]
+    assert np.array_equal(tile, x - np.abs(kv - q).astype(np.float32) * slopes[0])

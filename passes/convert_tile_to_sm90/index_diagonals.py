@@ -30,7 +30,7 @@ f32(a - b) exactly.)
 
 from __future__ import annotations
 
-from xdsl.dialects import arith, vector
+from xdsl.dialects import arith, math, vector
 from xdsl.dialects.builtin import Float32Type, IntegerAttr, UnitAttr, VectorType, f32, i32
 from xdsl.ir import SSAValue
 
@@ -83,6 +83,17 @@ def _uniform(value: SSAValue) -> bool:
 def constant_scalar(e: Emitter, value: int) -> SSAValue:
     """An i32 scalar constant."""
     return e.op(arith.ConstantOp(IntegerAttr(value, i32)))
+
+
+def _absolute_difference(value: SSAValue) -> tuple[tile.AddOp | tile.SubOp, bool] | None:
+    """(the i32 sum or difference, True) of `tile.cast` to f32 of `tile.abs` of an i32 sum or difference (the
+    whole-tile lowering computes it in i32, then converts); None for anything else."""
+    cast = value.owner
+    if not (isinstance(cast, tile.CastOp) and cast.source.type.element_type == i32
+            and isinstance(cast.result.type.element_type, Float32Type) and isinstance(cast.source.owner, tile.AbsOp)):
+        return None
+    inner = cast.source.owner.source.owner
+    return (inner, True) if isinstance(inner, tile.SubOp | tile.AddOp) else None
 
 
 class IndexDiagonalLowering:
@@ -140,10 +151,11 @@ class IndexDiagonalLowering:
         return e.shuffle(values, [distinct.index(k) for k in per_register])
 
     def _scaled_diagonal_sum(self, op: tile.AddOp | tile.SubOp, e: Emitter) -> SSAValue | None:
-        """x +- u * f32(kv_idx - q_idx) (ALiBi's bias added to the score), where u is a row vector and the
-        product has no other use, computed slab by slab (`SCALED_DIAGONAL_SLAB` registers at a time), each
-        register's difference rebuilt from the thread's scalar: f32(s) + d_k (exact below 2^24), times u, then
-        added; None for any other add or sub. The same instructions on the same values as the whole-tile
+        """x +- u * f32(kv_idx - q_idx) (ALiBi's bias added to the score), or x +- u * f32(|kv_idx - q_idx|)
+        (symmetric ALiBi's, `tile.cast` of an i32 `tile.abs`), where u is a row vector and the product has no
+        other use, computed slab by slab (`SCALED_DIAGONAL_SLAB` registers at a time), each register's
+        difference rebuilt from the thread's scalar: f32(s) + d_k (exact below 2^24), its magnitude (the
+        conversion of the i32 magnitude, exactly), times u, then added; None for any other add or sub. The same instructions on the same values as the whole-tile
         lowering, register by register (bitwise equal), but no view of the difference's N/4 + 2 distinct
         values is live beside x: only a slab's. x's registers are cut into slabs first, so that each dies at
         its slab's add, where the sum takes it."""
@@ -155,19 +167,20 @@ class IndexDiagonalLowering:
             if not isinstance(owner, tile.MulOp) or not product.has_one_use() or self._kind(other.type) != "full":
                 continue
             for scale, diagonal in ((owner.lhs, owner.rhs), (owner.rhs, owner.lhs)):
-                if self._kind(scale.type) != "row" or not isinstance(diagonal.owner, tile.SubOp | tile.AddOp):
+                inner, absolute = _absolute_difference(diagonal) or (diagonal.owner, False)
+                if self._kind(scale.type) != "row" or not isinstance(inner, tile.SubOp | tile.AddOp):
                     continue
-                inner = diagonal.owner
                 terms = self._index_terms(inner, inner.lhs, inner.rhs, 1 if isinstance(inner, tile.AddOp) else -1, e)
-                if terms is None or not terms[2]:
+                if terms is None or terms[2] == absolute:  # f32(kv_idx) - f32(q_idx), or f32(|kv_idx - q_idx|)
                     continue
-                return self._scaled_diagonal_slabs(op, other, scale, terms[0], terms[1], product_first, e)
+                return self._scaled_diagonal_slabs(op, other, scale, terms[0], terms[1], product_first, absolute, e)
         return None
 
     def _scaled_diagonal_slabs(self, op, other: SSAValue, scale: SSAValue, scalar: SSAValue, per_register: list[int],
-                               product_first: bool, e: Emitter) -> SSAValue:
+                               product_first: bool, absolute: bool, e: Emitter) -> SSAValue:
         """`op`'s result from x = `other`, u = `scale` and the difference's thread scalar and per-register
-        constants (`_index_terms`), slab by slab (`_scaled_diagonal_sum`), joined by shuffles."""
+        constants (`_index_terms`), of its magnitude where `absolute`, slab by slab (`_scaled_diagonal_sum`),
+        joined by shuffles."""
         layout = self._layout(op, op.result.type)
         x = self._broadcast_operand(op, other, op.result.type, e)
         u = self._get(scale)
@@ -181,6 +194,8 @@ class IndexDiagonalLowering:
             registers = range(first, min(first + SCALED_DIAGONAL_SLAB, lanes))
             offsets = e.dense(f32, [float(per_register[k]) for k in registers])
             distance = e.addf(e.broadcast(start, len(registers)), offsets)
+            if absolute:  # |f32(s + d_k)| = f32(|s + d_k|): both exact below 2^24
+                distance = e.op(math.AbsFOp(distance))
             scale_slab = e.shuffle(u, [layout.row_of_element[k] for k in registers])
             bias = e.mulf(scale_slab, distance)
             part = e.op(arith_op(bias, x_slab) if product_first else arith_op(x_slab, bias))
@@ -216,4 +231,9 @@ class IndexDiagonalLowering:
             w = e.op(arith.MinSIOp(e.op(arith.MaxSIOp(w, constant_scalar(e, -INDEX_LIMIT))),
                                    constant_scalar(e, INDEX_LIMIT)))
             scalar = e.op(arith.SubiOp(scalar, w))
-        return e.setp(predicate, e.broadcast(scalar, len(per_register)), e.dense(i32, [constant - k for k in per_register]))
+        spread = e.broadcast(scalar, len(per_register))
+        # seeded for `compute-distinct-lanes`: a compare whose users compute on distinct registers (T5's
+        # `kv_idx - q_idx > 0` selecting its bucket's half) is then computed on the N/4 + 2 distinct immediates
+        # too; one that masks the score stays a setp a register
+        spread.owner.attributes[DISTINCT_LANES_ATTR] = UnitAttr()
+        return e.setp(predicate, spread, e.dense(i32, [constant - k for k in per_register]))

@@ -23,12 +23,24 @@ A divisor known at trace time takes only the steps whose C is finite (6 for |b| 
 their C folded; a traced one takes all 12; steps whose C exceeds every value the dividend can take
 (`magnitude_bound`: an index expression's) are left out. Each step is one `tile.div`, `tile.trunc` and
 `tile.fma` on the dividend's tile, R and q live (and a, for a // b, which needs it after the steps).
+
+A constant divisor b = +-2^k (`numerics.exact_reciprocal`: |k| <= 126) makes every quotient exact where it
+neither overflows nor underflows (then it is below 1: trunc gives 0 either way), so the ladder folds: the step
+C = |b|, after steps 5 apart (C = |b| 2^120, ...) only where a may exceed |b| times the largest f32 and the
+quotient could overflow (`score % 1.0` takes one step, `score % 0.5` two). And a // b needs no fmod at all
+(`power_of_two_floordiv`): with a / b exact, npy_divmod's div is trunc(a / b), less 1 where the fix-up
+flips, which is floor(a / b), its zero signed as a / b; a // b is floor(a / b), NaN for an infinite a
+(fma(a, 0, a) is a for a finite a, -0 included, and NaN for an infinite one). Where a / b underflows (|b| >=
+2, a subnormal) it is floor(floor(a) / b) (ceil(a) for a negative b): floor(x / n) = floor(floor(x) / n)
+for an integer n > 0, and an integer over 2^k is exact. The score is then read once, at the fma: nothing
+stays live beside it (`score // 0.5` fits the 128 x 128 warp-specialized forward at head_dim 64).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from tessera.numerics import exact_reciprocal
 from tessera.variants.trace import BOOL, F32, Node
 
 FMOD_STEP_BITS = 24
@@ -36,6 +48,9 @@ FMOD_STEP_BITS = 24
 FMOD_STEPS = 12
 """Steps covering every f32 dividend and divisor: 2^128 / 2^-149 = 2^277 <= 2^(24 * 12)."""
 F32_MAX = float(np.finfo(np.float32).max)
+_FOLDED_STRIDE = 5
+"""Steps of a power-of-two divisor's folded ladder are this many apart: a remainder below one kept step's C is
+below 2^(24 * 5) = 2^120 times the next one's, so that quotient is finite."""
 _MAX_POWER = 126
 """The largest power of two one multiplication scales by (2^127 is the largest in f32; 126 keeps it simple)."""
 
@@ -110,6 +125,18 @@ def _step_divisors(magnitude: Node, dividend_bound: float) -> list[tuple[Node, N
     every dividend (`dividend_bound`) never subtracts and is left out (past the smallest f32, 2^-149, for a
     traced |b|). A constant |b| folds both; its steps whose C overflows are left out too."""
     steps = []
+    if magnitude.op == "const" and exact_reciprocal(float(magnitude.value)) is not None:
+        # |b| = 2^k: R / C is exact unless it overflows (module docstring), so a step need only keep the next
+        # one's quotient finite: every `_FOLDED_STRIDE`-th step, up to one whose quotient cannot overflow
+        bound = min(dividend_bound, F32_MAX)
+        for j in range(0, FMOD_STEPS, _FOLDED_STRIDE):
+            c = float(magnitude.value) * 2.0 ** (FMOD_STEP_BITS * j)
+            if c > F32_MAX:
+                break
+            steps.append((_const(c), _const(-c)))
+            if bound <= c * F32_MAX:
+                break
+        return steps[::-1]
     if magnitude.op == "const":
         for j in range(FMOD_STEPS):
             c = float(magnitude.value) * 2.0 ** (FMOD_STEP_BITS * j)  # float64: exact, no overflow
@@ -149,6 +176,16 @@ def _by_sign(b: Node, negative: object, positive: object) -> Node:
     return _select(_cmp("lt", b, _const(0.0)), _const(negative), _const(positive))
 
 
+def power_of_two_floordiv(a: Node, b: float) -> Node:
+    """NumPy's a // b of an f32 node by a constant b = +-2^k (`numerics.exact_reciprocal`), without an fmod
+    (module docstring): floor(a / b) for |b| <= 1, floor(floor(a) / b) (ceil(a) for b < 0) for |b| >= 2,
+    each from fma(a, 0, a), NaN where a is infinite. Every op reads only the one before it."""
+    finite = Node("fma", (a, _const(0.0), a), F32)
+    if abs(b) >= 2.0:
+        finite = _op("floor" if b > 0 else "ceil", finite)
+    return _op("floor", _op("div", finite, _const(b)))
+
+
 def divmod_nodes(a: Node, b: Node, mod: Node, negative: Node) -> tuple[Node, Node]:
     """(a // b, a % b) of f32 nodes as NumPy computes them from `mod` = fmod(a, b) and `negative` =
     `sign_bit(a)` (npy_divmod; module docstring). The fix-ups add a select's 0 or b (0 or 1) so that each
@@ -178,9 +215,14 @@ def expand(node: Node, cache: dict) -> Node:
     kernel) shares one fmod, and one npy_divmod, between the nodes of the same operands (divmod(a, b))."""
     a, b = node.args
     entry = cache.setdefault((id(a), id(b)), {})
+    if "floordiv" not in entry and b.op == "const" and exact_reciprocal(float(b.value)) is not None:
+        entry["floordiv"] = power_of_two_floordiv(a, float(b.value))
+    if node.op in entry:
+        return entry[node.op]
     if "fmod" not in entry:
         entry["negative"] = sign_bit(a)
         entry["fmod"] = fmod(a, b, entry["negative"])
-    if node.op != "fmod" and node.op not in entry:
-        entry["floordiv"], entry["mod"] = divmod_nodes(a, b, entry["fmod"], entry["negative"])
+    if node.op != "fmod":
+        floordiv, entry["mod"] = divmod_nodes(a, b, entry["fmod"], entry["negative"])
+        entry.setdefault("floordiv", floordiv)
     return entry[node.op]
