@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tessera.numerics import BF16, FP8_DTYPES
 from tessera.variants import torch_mods
 
 F32, I32, BOOL = "f32", "i32", "bool"
@@ -171,6 +172,8 @@ class Traced:
             return self._lift(value[()])
         if torch_mods.is_tensor(value) and value.dim() == 0:
             return self._lift(value.item())
+        if isinstance(value, _ArrayProxy):  # a captured array named without an index
+            return self._lift(value.whole())
         raise self._tracing.refuse(f"an operand of type {type(value).__name__} (only traced values and numbers)")
 
     def _convert(self, node: Node, dtype: str) -> Node:
@@ -561,6 +564,8 @@ class _ArrayProxy:
         """The kernel input, checked at its first traced read (so a refusal names that line)."""
         c = self._capture
         if c.captured is None:
+            if c.array.dtype in (BF16, *FP8_DTYPES):  # a bf16 or 8-bit table: f32 holds its values exactly
+                c.array = c.array.astype(np.float32)
             problem = _array_problem(c.array)
             if problem:
                 raise self._tracing.refuse(f"the captured array {c.name}: {problem}")
@@ -591,6 +596,15 @@ class _ArrayProxy:
         if captured.boolean:
             node = Node("ne", (node, Node("const", (), I32, 0)), BOOL)
         return Traced(t, node)
+
+    def whole(self):
+        """The array used as a value without an index: a 0-d array's number (a constant, as a constant index's
+        read is); any other array is refused by name (it has no one value per score)."""
+        arr, name = self._capture.array, self._capture.name
+        if arr.ndim == 0:
+            return arr[()]
+        raise self._tracing.refuse(f"the captured array {name} of shape {arr.shape} used as a whole (index it with "
+                                   f"one value per dimension, such as {name}[{', '.join(MASK_MOD_ARGS[-arr.ndim:])}])")
 
     def __getattr__(self, name: str):
         raise self._tracing.refuse(f"the attribute .{name} of the captured array {self._capture.name}")

@@ -1,0 +1,358 @@
+"""Attention variants as a demanding FlexAttention user writes them next (issue 29, round 3), none of which the
+earlier rounds (`test_attention_mods_unseen.py`, `test_attention_mods_users.py`) have: non-causal chunks of 50
+(block-diagonal), prefix-LM with a per-batch prefix, sinks and per-batch key padding in one mask (three masks
+or-ed and and-ed), per-batch documents with gaps in the ids (empty documents) and padding keys marked -1, a
+per-head per-key bias table `bias[h, kv_idx]`, scores clipped by `np.where` on the score itself and by
+`np.clip` (their derivative 0 where clipped), `np.minimum`/`np.maximum` of the score, an additive -inf key mask
+read from a per-batch table, a data-dependent threshold that hides low scores, a score_mod that ignores the
+score, bottom-right causal alignment written by the user (`q_idx + (S_k - S_q) >= kv_idx`), a GQA mask_mod
+reading the query head `h`, and a bf16 bias table. Each runs forward and backward through `tessera.attention`
+/ `tessera.attention_backward` at Tile level against the float64 reference, over seq_q != seq_k both ways,
+lengths 1, 17, 129, GQA, batch 2; rows that see no key give O = 0, LSE = -inf and dQ = 0.
+
+The default run takes a slice (`FAST`, about 2 s); `-m slow` runs every variant over the shapes at Tile level
+and at one shape in the CTA simulator and the PTX executor. Then `create_block_mask`'s classes and lists
+against a brute-force evaluation, and bad input through the public calls (each a named refusal or a right
+answer)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import tessera
+from tessera import reference
+from tessera.numerics import BF16, round_to
+from tessera.variants import ModTraceError, create_block_mask, trace_mod
+from tessera.variants.block_mask import EMPTY, FULL, PARTIAL, VISIT_HEAD
+
+H = 4
+PREFIX = np.array([9, 30])                                   # per batch entry
+KV_LEN = np.array([1000, 23])                                # batch 1 has 23 real keys
+DOCS = np.full((2, 1000), -1)                                # per batch entry; -1: padding
+DOCS[0] = np.repeat([0, 2, 4], [20, 1, 979])                 # ids 1 and 3 have no token
+DOCS[1, :40] = np.repeat([0, 5], [12, 28])                   # 40 real tokens, the rest padding
+KEY_BIAS = np.random.default_rng(3).standard_normal((H, 1000)).astype(np.float32)
+KEY_BIAS_BF16 = KEY_BIAS.astype(BF16)
+ADDITIVE = np.where(np.arange(1000)[None, :] < np.array([1000, 30])[:, None], 0.0, -np.inf).astype(np.float32)
+
+
+# region masks
+
+def chunks_of_50(b, h, q_idx, kv_idx):
+    """Block-diagonal: bidirectional inside chunks of 50 positions."""
+    return q_idx // 50 == kv_idx // 50
+
+
+def prefix_sinks_padding(b, h, q_idx, kv_idx):
+    """Prefix-LM with a per-batch prefix, two sink keys, and per-batch key padding: three masks or-ed, and-ed
+    with a fourth."""
+    return ((kv_idx < PREFIX[b]) | (q_idx >= kv_idx) | (kv_idx < 2)) & (kv_idx < KV_LEN[b])
+
+
+def padded_documents(b, h, q_idx, kv_idx):
+    return (DOCS[b, q_idx] == DOCS[b, kv_idx]) & (DOCS[b, kv_idx] >= 0)
+
+
+def window_or_strided(b, h, q_idx, kv_idx):
+    """A causal window of 16 or, for odd queries, every seventh key (sparse-transformer flavour)."""
+    return ((q_idx >= kv_idx) & (q_idx - kv_idx < 16)) | ((kv_idx % 7 == 0) & (q_idx % 2 == 1))
+
+
+def bottom_right(seq_q, seq_k):
+    """Causal aligned to the bottom-right corner, as a user writes it for fixed lengths."""
+    offset = seq_k - seq_q
+
+    def causal_bottom_right(b, h, q_idx, kv_idx):
+        return q_idx + offset >= kv_idx
+    return causal_bottom_right
+
+
+def per_head(b, h, q_idx, kv_idx):
+    """GQA, the query head chooses: even heads see everything, odd ones are causal lagging by h keys."""
+    return (h % 2 == 0) | (q_idx >= kv_idx + h)
+
+
+def sees_nothing(b, h, q_idx, kv_idx):
+    return q_idx < 0
+
+
+# endregion
+# region score mods
+
+def key_bias(score, b, h, q_idx, kv_idx):
+    return score + KEY_BIAS[h, kv_idx]
+
+
+def key_bias_bf16(score, b, h, q_idx, kv_idx):
+    """The same table stored in bf16, as a learned bias often is."""
+    return score + KEY_BIAS_BF16[h, kv_idx]
+
+
+def soft_clip_where(score, b, h, q_idx, kv_idx):
+    """Scores above 1 grow ten times slower (np.where on the score itself)."""
+    return np.where(score > 1.0, 1.0 + 0.1 * (score - 1.0), score)
+
+
+def hard_clip(score, b, h, q_idx, kv_idx):
+    return np.clip(score, -1.5, 1.5)
+
+
+def min_max(score, b, h, q_idx, kv_idx):
+    return np.minimum(score, 0.5) + np.maximum(score, -0.5) * 0.5
+
+
+def additive_key_mask(score, b, h, q_idx, kv_idx):
+    """The SDPA habit: an additive 0 / -inf key mask, here per batch entry."""
+    return score + ADDITIVE[b, kv_idx]
+
+
+def threshold(score, b, h, q_idx, kv_idx):
+    """Data-dependent sparsity: scores below -0.5 are hidden (some rows see no key)."""
+    return np.where(score < -0.5, -np.inf, score)
+
+
+def ignores_score(score, b, h, q_idx, kv_idx):
+    return score * 0.0 + 0.01 * kv_idx
+
+
+# endregion
+
+VARIANTS = {
+    "chunks-of-50": (None, chunks_of_50),
+    "prefix+sinks+padding": (None, prefix_sinks_padding),
+    "padded-documents": (None, padded_documents),
+    "window-or-strided": (None, window_or_strided),
+    "bottom-right": (None, "bottom_right"),
+    "per-head-gqa": (None, per_head),
+    "key-bias+per-head": (key_bias, per_head),
+    "key-bias-bf16": (key_bias_bf16, None),
+    "soft-clip-where+three-or": (soft_clip_where, prefix_sinks_padding),
+    "hard-clip": (hard_clip, None),
+    "min-max": (min_max, chunks_of_50),
+    "additive-key-mask": (additive_key_mask, None),
+    "threshold": (threshold, None),
+    "ignores-score+documents": (ignores_score, padded_documents),
+    "sees-nothing": (soft_clip_where, sees_nothing),
+}
+SHAPES = [  # (batch, heads, heads_k, seq_q, seq_k)
+    (2, H, 2, 70, 45),
+    (1, H, 4, 1, 1),
+    (1, H, 1, 17, 129),
+    (2, H, 4, 129, 17),
+    (1, 2, 2, 1, 200),
+]
+FAST = ["padded-documents", "bottom-right", "soft-clip-where+three-or", "sees-nothing"]
+
+
+def _mods(name, seq_q, seq_k):
+    score_mod, mask_mod = VARIANTS[name]
+    return score_mod, bottom_right(seq_q, seq_k) if mask_mod == "bottom_right" else mask_mod
+
+
+def check_variant(name, shape, level):
+    """Forward and backward at `level` against the float64 reference; empty rows give O = 0, LSE = -inf, dQ = 0.
+    Returns the empty rows."""
+    batch, heads, heads_k, seq_q, seq_k = shape
+    score_mod, mask_mod = _mods(name, seq_q, seq_k)
+    rng = np.random.default_rng(sorted(VARIANTS).index(name))
+    q = round_to(rng.standard_normal((batch, heads, seq_q, 64)), BF16)
+    k, v = (round_to(rng.standard_normal((batch, heads_k, seq_k, 64)), BF16) for _ in range(2))
+    do = round_to(rng.standard_normal(q.shape), BF16)
+    with warnings.catch_warnings(), np.errstate(invalid="ignore"):  # -inf - -inf in the reference's differences
+        warnings.simplefilter("ignore")  # a rung taken below Tile level is named in a warning
+        o, lse = tessera.attention(q, k, v, score_mod=score_mod, mask_mod=mask_mod, return_lse=True, level=level)
+        check = reference.check_attention_mods(o, q, k, v, BF16, score_mod, mask_mod, lse=lse)
+        assert check.ok, check
+        grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=score_mod, mask_mod=mask_mod,
+                                           level=level)
+        checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, score_mod, mask_mod)
+    assert all(c.ok for c in checks), [str(c) for c in checks]
+    empty = np.isneginf(np.asarray(lse))
+    assert not np.asarray(o, np.float32)[empty].any() and not np.asarray(grads[0], np.float32)[empty].any()
+    return empty
+
+
+@pytest.mark.parametrize("name", FAST)
+def test_variant_at_tile_level(name):
+    empty = check_variant(name, SHAPES[0], "tile")
+    if name in ("padded-documents", "bottom-right", "sees-nothing"):  # seq_q 70 > seq_k 45: rows 0..24 see none
+        assert empty.any()
+    assert empty.all() == (name == "sees-nothing")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_variant_over_shapes_at_tile_level(name, shape):
+    check_variant(name, shape, "tile")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", ["target", "ptx"])
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_variant_below_tile_level(name, level):
+    check_variant(name, SHAPES[0], level)
+
+
+# region create_block_mask against a brute-force evaluation
+
+def _brute_kinds(mask_mod, batch, heads, seq_q, seq_k, bm, bn):
+    """Each block's class by looping over the blocks of the whole mask, evaluated once on the full grid."""
+    grid = np.broadcast_to(mask_mod(np.arange(batch)[:, None, None, None], np.arange(heads)[None, :, None, None],
+                                    np.arange(seq_q)[None, None, :, None], np.arange(seq_k)[None, None, None, :]),
+                           (batch, heads, seq_q, seq_k))
+    n_q, n_k = -(-seq_q // bm), -(-seq_k // bn)
+    kinds = np.zeros((batch, heads, n_q, n_k), int)
+    for b in range(batch):
+        for h in range(heads):
+            for i in range(n_q):
+                for j in range(n_k):
+                    block = grid[b, h, i * bm:(i + 1) * bm, j * bn:(j + 1) * bn]
+                    whole = (j + 1) * bn <= seq_k  # a block reaching past seq_k is never full
+                    kinds[b, h, i, j] = FULL if block.all() and whole else PARTIAL if block.any() else EMPTY
+    return kinds
+
+
+@pytest.mark.parametrize("name", ["chunks-of-50", "prefix+sinks+padding", "padded-documents", "window-or-strided",
+                                  "per-head-gqa", "sees-nothing"])
+def test_block_classes_and_lists_match_a_brute_force_evaluation(name):
+    batch, heads, seq_q, seq_k, bm, bn = 2, H, 130, 77, 32, 16
+    mask_mod = VARIANTS[name][1]
+    mask = create_block_mask(mask_mod, batch, heads, seq_q, seq_k, bm, bn)
+    kinds = _brute_kinds(mask_mod, batch, heads, seq_q, seq_k, bm, bn)
+    np.testing.assert_array_equal(mask.kinds, kinds)
+    full_n, full_i, part_n, part_i = mask.inputs()
+    for counts, indices, kind in ((full_n, full_i, FULL), (part_n, part_i, PARTIAL)):
+        for b, h, i in np.ndindex(counts.shape):
+            expected = np.flatnonzero(kinds[b, h, i] == kind)
+            assert indices[b, h, i, :counts[b, h, i]].tolist() == expected.tolist()
+            assert not indices[b, h, i, counts[b, h, i]:].any()
+    counts, visits = mask.backward_inputs(2)  # GQA: two query heads per K/V head
+    for b, hk, j in np.ndindex(counts.shape[:3]):
+        pairs = [divmod(int(x), VISIT_HEAD) for x in visits[b, hk, j, :counts[b, hk, j].sum()]]
+        group = [(h, i) for h in (2 * hk, 2 * hk + 1) for i in range(kinds.shape[2])]
+        assert pairs == ([p for p in group if kinds[b, p[0], p[1], j] == FULL]
+                         + [p for p in group if kinds[b, p[0], p[1], j] == PARTIAL])
+
+
+# endregion
+# region bad input through the public calls
+
+def _inputs(head_dim=64, heads=2, heads_k=2, dtype=BF16):
+    rng = np.random.default_rng(0)
+    return (rng.standard_normal((1, heads, 33, head_dim)).astype(dtype),
+            *(rng.standard_normal((1, heads_k, 40, head_dim)).astype(dtype) for _ in range(2)))
+
+
+def _causal(b, h, q_idx, kv_idx):
+    return q_idx >= kv_idx
+
+
+def test_unsupported_head_dim_with_mods_is_refused_by_name():
+    """head_dim 48 with a mask_mod was a KeyError from the block-size table; now the dense path's refusal."""
+    from tessera.runtime.attention_base import UnsupportedKernel
+
+    with pytest.raises(UnsupportedKernel, match="head_dim 48 is not supported .*supported: 64, 128, 256"):
+        tessera.attention(*_inputs(head_dim=48), mask_mod=_causal, level="tile")
+
+
+@pytest.mark.parametrize("scale", [np.float32(0.1), np.float64(0.1), np.int64(1)])
+def test_numpy_scalar_scale_with_mods(scale):
+    """A NumPy scalar scale (`1 / np.sqrt(np.float32(d))`) was refused with mods ("got np.float32(0.1)");
+    it is the number it holds, forward and backward."""
+    q, k, v = _inputs()
+    o, lse = tessera.attention(q, k, v, mask_mod=_causal, scale=scale, return_lse=True, level="tile")
+    assert reference.check_attention_mods(o, q, k, v, BF16, None, _causal, scale=float(scale), lse=lse).ok
+    grads = tessera.attention_backward(q, k, v, o, lse, q, mask_mod=_causal, scale=scale, level="tile")
+    assert all(c.ok for c in reference.check_attention_mods_backward(grads, q, k, v, o, q, BF16, None, _causal,
+                                                                     scale=float(scale)))
+
+
+@pytest.mark.parametrize("scale", [-0.125, 0.0, float("nan"), np.bool_(True), "0.1"])
+def test_bad_scale_is_refused_by_name(scale):
+    with pytest.raises(ValueError, match="scale must be a positive finite number"):
+        tessera.attention(*_inputs(), mask_mod=_causal, scale=scale, level="tile")
+
+
+ZERO_D = np.array(0.25)
+TABLE = np.arange(40.0)
+SHORT = np.ones(5)
+
+
+@pytest.mark.parametrize("fn,kind,message", [
+    (lambda s, b, h, q, k: s > 0, "score_mod", "returns a boolean; a score_mod returns the new score"),
+    (lambda s, b, h, q, k: (s, s), "score_mod", "cannot trace an operand of type tuple"),
+    (lambda b, h, q, k: (q - k) * 0.5, "mask_mod", "returns a f32 value; a mask_mod returns a boolean"),
+    (lambda b, h, q, k: SHORT[k] > 0, "mask_mod", "reads SHORT at index 39 of dimension 0, outside its shape (5,)"),
+    (lambda s, b, h, q, k: s + TABLE, "score_mod",
+     "the captured array TABLE of shape (40,) used as a whole (index it with one value per dimension, such as "
+     "TABLE[kv_idx])"),
+    (lambda s, b, h, q, k: s + TABLE[q * 0.5], "score_mod", "TABLE[...] with a f32 index (indices are integers)"),
+])
+def test_bad_modifiers_are_refused_by_name(fn, kind, message):
+    mods = {kind: fn}
+    with pytest.raises(ModTraceError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")
+                       .replace("]", r"\]")) as caught:
+        tessera.attention(*_inputs(), **mods, level="tile")
+    assert f"{kind} '<lambda>'" in str(caught.value)
+
+
+def test_a_zero_dimensional_captured_array_is_its_number():
+    """`score + ZERO_D` (a 0-d array, as NumPy reads it) was refused as "an operand of type _ArrayProxy"."""
+    def shifted(score, b, h, q_idx, kv_idx):
+        return ZERO_D * score + ZERO_D
+
+    assert trace_mod(shifted, "score_mod").arrays == []
+    q, k, v = _inputs()
+    o = tessera.attention(q, k, v, score_mod=shifted, level="tile")
+    assert reference.check_attention_mods(o, q, k, v, BF16, shifted).ok
+
+
+def test_a_bf16_table_is_read_as_f32():
+    """A bf16 captured table was refused ("its dtype bfloat16 is not a number"); it is widened to f32 exactly."""
+    trace = trace_mod(key_bias_bf16, "score_mod")
+    assert trace.arrays[0].array.dtype == np.float32
+    np.testing.assert_array_equal(trace.arrays[0].array, KEY_BIAS_BF16.astype(np.float32))
+
+
+@pytest.mark.parametrize("shapes,message", [
+    (((1, 3, 33, 64), (1, 2, 40, 64), (1, 2, 40, 64)), "a divisor of q's"),
+    (((1, 2, 0, 64), (1, 2, 40, 64), (1, 2, 40, 64)), "q has an empty dimension"),
+    (((1, 2, 33, 64), (1, 2, 40, 64), (1, 2, 41, 64)), "k and v must have the same sequence length"),
+])
+def test_bad_shapes_with_mods_are_refused_by_name(shapes, message):
+    q, k, v = (np.zeros(s, BF16) for s in shapes)
+    with pytest.raises(ValueError, match=message):
+        tessera.attention(q, k, v, mask_mod=_causal, level="tile")
+
+
+def test_float64_inputs_are_refused_naming_the_types():
+    q, k, v = _inputs(dtype=np.float64)
+    with pytest.raises(ValueError, match="element type float64 is not supported .*bfloat16, float16"):
+        tessera.attention(q, k, v, mask_mod=_causal, level="tile")
+
+
+def test_strided_inputs_give_the_contiguous_answer():
+    """Non-contiguous q (every other column of a wider array), a transposed view, negative strides and a
+    stride-0 broadcast k: the same bits as their contiguous copies, forward and backward."""
+    q, k, v = _inputs()
+    wide = np.repeat(q, 2, axis=-1)[..., ::2]
+    flipped = np.ascontiguousarray(k[:, :, ::-1])[:, :, ::-1]
+    transposed = np.swapaxes(np.ascontiguousarray(np.swapaxes(v, 1, 2)), 1, 2)
+    broadcast = np.broadcast_to(k[:, :1], k.shape)
+    for views in ((wide, flipped, transposed), (q, broadcast, v)):
+        copies = [np.ascontiguousarray(x) for x in views]
+        outs = [tessera.attention(*x, score_mod=soft_clip_where, mask_mod=_causal, return_lse=True, level="tile")
+                for x in (views, copies)]
+        for got, want in zip(*outs):
+            np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
+        o, lse = outs[1]
+        grads = [tessera.attention_backward(*x, o, lse, q, score_mod=soft_clip_where, mask_mod=_causal,
+                                            level="tile") for x in (views, copies)]
+        for got, want in zip(*grads):
+            np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
+
+# endregion
