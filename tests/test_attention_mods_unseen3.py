@@ -17,14 +17,13 @@ answer)."""
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pytest
+from mods_checks import check_variant_forward_and_backward, variant_inputs
 
 import tessera
 from tessera import reference
-from tessera.numerics import BF16, round_to
+from tessera.numerics import BF16
 from tessera.variants import ModTraceError, create_block_mask, trace_mod
 from tessera.variants.block_mask import EMPTY, FULL, PARTIAL, VISIT_HEAD
 
@@ -153,26 +152,10 @@ def _mods(name, seq_q, seq_k):
 
 
 def check_variant(name, shape, level):
-    """Forward and backward at `level` against the float64 reference; empty rows give O = 0, LSE = -inf, dQ = 0.
-    Returns the empty rows."""
-    batch, heads, heads_k, seq_q, seq_k = shape
-    score_mod, mask_mod = _mods(name, seq_q, seq_k)
-    rng = np.random.default_rng(sorted(VARIANTS).index(name))
-    q = round_to(rng.standard_normal((batch, heads, seq_q, 64)), BF16)
-    k, v = (round_to(rng.standard_normal((batch, heads_k, seq_k, 64)), BF16) for _ in range(2))
-    do = round_to(rng.standard_normal(q.shape), BF16)
-    with warnings.catch_warnings(), np.errstate(invalid="ignore"):  # -inf - -inf in the reference's differences
-        warnings.simplefilter("ignore")  # a rung taken below Tile level is named in a warning
-        o, lse = tessera.attention(q, k, v, score_mod=score_mod, mask_mod=mask_mod, return_lse=True, level=level)
-        check = reference.check_attention_mods(o, q, k, v, BF16, score_mod, mask_mod, lse=lse)
-        assert check.ok, check
-        grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=score_mod, mask_mod=mask_mod,
-                                           level=level)
-        checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, score_mod, mask_mod)
-    assert all(c.ok for c in checks), [str(c) for c in checks]
-    empty = np.isneginf(np.asarray(lse))
-    assert not np.asarray(o, np.float32)[empty].any() and not np.asarray(grads[0], np.float32)[empty].any()
-    return empty
+    """Forward and backward at `level` against the float64 reference (`mods_checks`); returns the empty rows."""
+    score_mod, mask_mod = _mods(name, shape[3], shape[4])
+    q, k, v, do = variant_inputs(shape, sorted(VARIANTS).index(name))
+    return check_variant_forward_and_backward(q, k, v, do, score_mod, mask_mod, level)
 
 
 @pytest.mark.parametrize("name", FAST)
