@@ -38,3 +38,21 @@ def check_variant_forward_and_backward(q, k, v, do, score_mod, mask_mod, level):
     empty = np.isneginf(np.asarray(lse))
     assert not np.asarray(o, np.float32)[empty].any() and not np.asarray(grads[0], np.float32)[empty].any()
     return empty
+
+
+def assert_variant_kernels_assemble(score_mod, mask_mod):
+    """The forward (BN 64, the default pipeline) and the backward's main kernel (single-stage) of the variant
+    at head_dim 64, block-sparse with a mask_mod, through ptxas without a warning or a spill."""
+    from tessera import passes
+    from tessera.kernels import attention_backward, flash_attention
+
+    sparse = mask_mod is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        forward = flash_attention(64, block_n=64, score_mod=score_mod, mask_mod=mask_mod, block_sparse=sparse)
+        backward = attention_backward(64, score_mod=score_mod, mask_mod=mask_mod, block_sparse=sparse).main
+        for module, pipeline in ((forward, None), (backward, passes.PTX_PIPELINE)):
+            result = tessera.compile(module, target="cubin", **({"pipeline": pipeline} if pipeline else {}))
+            assert result.warnings == ()
+            for entry in result.entries.values():
+                assert not entry.spills, entry

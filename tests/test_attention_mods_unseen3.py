@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from mods_checks import check_variant_forward_and_backward, variant_inputs
+from mods_checks import assert_variant_kernels_assemble, check_variant_forward_and_backward, variant_inputs
 
 import tessera
 from tessera import reference
@@ -180,6 +180,13 @@ def test_variant_below_tile_level(name, level):
     check_variant(name, SHAPES[0], level)
 
 
+@pytest.mark.slow
+@pytest.mark.usefixtures("ptxas")
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_variant_kernels_assemble_without_spills(name):
+    assert_variant_kernels_assemble(*_mods(name, 70, 45))
+
+
 # region create_block_mask against a brute-force evaluation
 
 def _brute_kinds(mask_mod, batch, heads, seq_q, seq_k, bm, bn):
@@ -337,5 +344,41 @@ def test_strided_inputs_give_the_contiguous_answer():
                                             level="tile") for x in (views, copies)]
         for got, want in zip(*grads):
             np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
+
+# endregion
+
+
+# region arrays read by code nested in a modifier
+
+DISTANCE_TABLE = np.random.default_rng(4).standard_normal((H, 64)).astype(np.float32) * 0.5
+SEGMENT = np.repeat([0, 1, 2], [25, 20, 1000])
+
+
+def nested_def_bias(score, b, h, q_idx, kv_idx):
+    def bias(d):
+        return DISTANCE_TABLE[h, np.clip(d, 0, 63)]
+    return score + bias(q_idx - kv_idx)
+
+
+def generator_bias(score, b, h, q_idx, kv_idx):
+    return score + sum(DISTANCE_TABLE[i, np.clip(kv_idx, 0, 63)] for i in range(2)) * 0.5
+
+
+def lambda_segments(b, h, q_idx, kv_idx):
+    same = lambda i, j: SEGMENT[i] == SEGMENT[j]  # noqa: E731
+    return same(q_idx, kv_idx) & (q_idx >= kv_idx)
+
+
+@pytest.mark.parametrize("score_mod,mask_mod", [(nested_def_bias, None), (generator_bias, lambda_segments)],
+                         ids=["nested-def", "generator+lambda"])
+def test_arrays_read_by_nested_code_are_captured(score_mod, mask_mod):
+    """A module-global array read only inside a def, a lambda or a generator expression of the modifier (their
+    own code objects, with the modifier's globals) was refused as "not a captured NumPy array ... a module
+    global it names"; it is captured like one read by the modifier's own code, forward and backward."""
+    for fn, kind in ((score_mod, "score_mod"), (mask_mod, "mask_mod")):
+        if fn is not None:
+            assert trace_mod(fn, kind).arrays
+    q, k, v, do = variant_inputs((1, H, 2, 45, 70), 5)
+    check_variant_forward_and_backward(q, k, v, do, score_mod, mask_mod, "tile")
 
 # endregion

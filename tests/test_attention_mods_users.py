@@ -15,7 +15,7 @@ import warnings
 
 import numpy as np
 import pytest
-from mods_checks import check_variant_forward_and_backward, variant_inputs
+from mods_checks import assert_variant_kernels_assemble, check_variant_forward_and_backward, variant_inputs
 
 import tessera
 from tessera import reference
@@ -258,20 +258,7 @@ def test_users_variant_at_ptx_level(name):
 @pytest.mark.usefixtures("ptxas")
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_users_variant_kernels_assemble_without_spills(name):
-    from tessera import passes
-    from tessera.kernels import attention_backward, flash_attention
-
-    score_mod, mask_mod = VARIANTS[name]
-    sparse = mask_mod is not None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        forward = flash_attention(64, block_n=64, score_mod=score_mod, mask_mod=mask_mod, block_sparse=sparse)
-        backward = attention_backward(64, score_mod=score_mod, mask_mod=mask_mod, block_sparse=sparse).main
-        for module, pipeline in ((forward, None), (backward, passes.PTX_PIPELINE)):
-            result = tessera.compile(module, target="cubin", **({"pipeline": pipeline} if pipeline else {}))
-            assert result.warnings == ()
-            for entry in result.entries.values():
-                assert not entry.spills, (name, entry)
+    assert_variant_kernels_assemble(*VARIANTS[name])
 
 
 # region what the tracer makes of them, and what it refuses

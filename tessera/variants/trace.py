@@ -649,6 +649,16 @@ def _is_user_function(value: object) -> bool:
     return isinstance(value, types.FunctionType) and not module.split(".")[0] in ("numpy", "tessera", "builtins")
 
 
+def _global_names(code: types.CodeType) -> set[str]:
+    """The global names `code` reads, and those of the code it nests (a def, a lambda, a generator expression or,
+    before Python 3.12, a comprehension inside the modifier: each runs with the modifier's globals)."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
+
+
 def rebind_arrays(fn: Callable, wrap: Callable[[str, np.ndarray], object], _memo: dict | None = None) -> Callable:
     """A copy of `fn` whose captured NumPy arrays (closure cells, argument defaults, and the module globals its
     code names) read as `wrap(name, array)`; Python functions it captures (a helper, the parts of a composed mask, also in
@@ -694,7 +704,7 @@ def rebind_arrays(fn: Callable, wrap: Callable[[str, np.ndarray], object], _memo
         defaults = tuple(rebound(name, value) for name, value in zip(names, defaults))
     copy = types.FunctionType(code, glb, fn.__name__, defaults, closure)
     memo[id(fn)] = copy  # before the globals: a recursive reference finds the copy
-    for name in code.co_names:
+    for name in _global_names(code):
         if name in glb:
             glb[name] = rebound(name, glb[name])
     copy.__kwdefaults__ = ({name: rebound(name, value) for name, value in fn.__kwdefaults__.items()}
