@@ -11,7 +11,8 @@ reading the query head `h`, and a bf16 bias table. Each runs forward and backwar
 lengths 1, 17, 129, GQA, batch 2; rows that see no key give O = 0, LSE = -inf and dQ = 0.
 
 The default run takes a slice (`FAST`, about 2 s); `-m slow` runs every variant over the shapes at Tile level
-and at one shape in the CTA simulator and the PTX executor. Then `create_block_mask`'s classes and lists
+and at one shape in the CTA simulator and the PTX executor (a slice at head_dim 128 too), and ptxas on each
+variant's forward and backward kernels (no spill). Then `create_block_mask`'s classes and lists
 against a brute-force evaluation, and bad input through the public calls (each a named refusal or a right
 answer)."""
 
@@ -151,10 +152,10 @@ def _mods(name, seq_q, seq_k):
     return score_mod, bottom_right(seq_q, seq_k) if mask_mod == "bottom_right" else mask_mod
 
 
-def check_variant(name, shape, level):
+def check_variant(name, shape, level, head_dim=64):
     """Forward and backward at `level` against the float64 reference (`mods_checks`); returns the empty rows."""
     score_mod, mask_mod = _mods(name, shape[3], shape[4])
-    q, k, v, do = variant_inputs(shape, sorted(VARIANTS).index(name))
+    q, k, v, do = variant_inputs(shape, sorted(VARIANTS).index(name), head_dim)
     return check_variant_forward_and_backward(q, k, v, do, score_mod, mask_mod, level)
 
 
@@ -178,6 +179,14 @@ def test_variant_over_shapes_at_tile_level(name, shape):
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_variant_below_tile_level(name, level):
     check_variant(name, SHAPES[0], level)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["padded-documents", "threshold", "key-bias+per-head", "soft-clip-where+three-or",
+                                  "sees-nothing"])
+def test_variant_at_head_dim_128_in_the_cta_simulator(name):
+    """head_dim 128: the backward's keys-on-rows blocks evaluate the modifiers on S^T."""
+    check_variant(name, SHAPES[0], "target", head_dim=128)
 
 
 @pytest.mark.slow
@@ -380,5 +389,31 @@ def test_arrays_read_by_nested_code_are_captured(score_mod, mask_mod):
             assert trace_mod(fn, kind).arrays
     q, k, v, do = variant_inputs((1, H, 2, 45, 70), 5)
     check_variant_forward_and_backward(q, k, v, do, score_mod, mask_mod, "tile")
+
+# endregion
+
+
+# region booleans in arithmetic, as NumPy promotes them
+
+def sink_bonus(score, b, h, q_idx, kv_idx):
+    """A boolean beside a number is 1 or 0: a bonus for the first key, a score zeroed above the diagonal."""
+    return score * (q_idx >= kv_idx) + 0.5 * (kv_idx == 0) - (q_idx % 2 == 1) * 0.25
+
+
+def sum_of_masks(b, h, q_idx, kv_idx):
+    """NumPy's booleans: `+` is or, `*` is and."""
+    return (q_idx >= kv_idx) * (q_idx - kv_idx < 8) + (kv_idx < 2)
+
+
+def test_booleans_promote_in_arithmetic():
+    """`0.5 * (kv_idx == 0)` and `score * (q_idx >= kv_idx)` were refused ("'mul' of a boolean value"); they
+    trace as NumPy computes them (a boolean beside a number is 1 or 0; bool + bool is or, bool * bool is and),
+    forward and backward. What NumPy refuses stays refused: bool - bool, -bool."""
+    assert trace_mod(sum_of_masks, "mask_mod").uses("or")
+    q, k, v, do = variant_inputs((2, H, 2, 45, 70), 6)
+    check_variant_forward_and_backward(q, k, v, do, sink_bonus, sum_of_masks, "tile")
+    for fn in (lambda b, h, q, k: (q >= k) - (k < 2), lambda b, h, q, k: -(q >= k)):
+        with pytest.raises(ModTraceError, match="of a boolean value"):
+            trace_mod(fn, "mask_mod")
 
 # endregion

@@ -199,8 +199,14 @@ class Traced:
             return self._wrap(Node("not", (differ,), BOOL) if op == "eq" else differ)
         if op == "xor":
             raise t.refuse("'^' (np.logical_xor) of non-boolean values (bitwise integer ops are not supported)")
+        if op in ("add", "mul") and len(nodes) == 2 and all(n.dtype == BOOL for n in nodes):  # as NumPy's bools
+            return self._wrap(Node("or" if op == "add" else "and", tuple(nodes), BOOL))
         if any(n.dtype == BOOL for n in nodes):
-            raise t.refuse(f"'{op}' of a boolean value (use np.where to turn a condition into numbers)")
+            if len(nodes) < 2 or all(n.dtype == BOOL for n in nodes):
+                raise t.refuse(f"'{op}' of a boolean value (use np.where to turn a condition into numbers)")
+            # NumPy's promotion: beside a number a boolean is 1 or 0 (`score + 0.5 * (kv_idx == 0)`)
+            one, zero = Node("const", (), I32, 1), Node("const", (), I32, 0)
+            nodes = [Node("select", (n, one, zero), I32) if n.dtype == BOOL else n for n in nodes]
         if op in FLOORED:
             return self._wrap(self._floored_division(op, nodes))
         dtype = F32 if op in FLOAT_ONLY or any(n.dtype == F32 for n in nodes) else I32
