@@ -417,3 +417,49 @@ def test_booleans_promote_in_arithmetic():
             trace_mod(fn, "mask_mod")
 
 # endregion
+
+
+# region block lists that are not the kernel's
+
+def _window(b, h, q_idx, kv_idx):
+    return (q_idx >= kv_idx) & (q_idx - kv_idx < 70)
+
+
+@pytest.mark.parametrize("blocks", [(128, 128), (64, 64), (128, 32)])
+def test_block_lists_for_other_blocks_are_refused(blocks):
+    """A `flash_attention(mask_mod=, block_sparse=True)` kernel (BM 128, BN 64) given lists that
+    `create_block_mask` made for other blocks read them in bounds and named other blocks: a silently wrong O
+    (max error 1.8). Its list inputs' dimensions are ceildiv(seq_q, BM) and ceildiv(seq_k, BN), checked at
+    launch."""
+    from tessera.kernels import flash_attention
+
+    q, k, v, _ = variant_inputs((1, 2, 2, 150, 150), 7)
+    module = flash_attention(64, mask_mod=_window, block_n=64, block_sparse=True)
+    lists = create_block_mask(_window, 1, 2, 150, 150, *blocks).inputs()
+    with pytest.raises(ValueError, match=r"input (FULL_)?KV_(NUM_BLOCKS|INDICES) of @\w+, dimension \d "
+                                         r"\(ceildiv\(seq_(q, 128|k, 64)\)\): the other sizes give \d, got \d"):
+        tessera.interpret(module, q, k, v, *lists, level="tile")
+    right = create_block_mask(_window, 1, 2, 150, 150, 128, 64).inputs()
+    o = tessera.interpret(module, q, k, v, *right, level="tile")
+    assert reference.check_attention_mods(o, q, k, v, BF16, None, _window).ok
+
+
+def test_backward_work_lists_for_other_key_blocks_are_refused():
+    """The backward's per-key-block work lists have ceildiv(seq_k, BN) rows, checked at launch."""
+    from tessera.kernels import attention_backward
+
+    kernels = attention_backward(64, mask_mod=_window, block_sparse=True)
+    c = kernels.config.attention
+    main = tessera.find_kernel(kernels.main)
+    q, k = (1, 2, 33, 64), (1, 2, 200, 64)
+    rows = (1, 2, -(-33 // c.block_m) * c.block_m)
+    for bn in (c.block_n, c.block_n // 2):
+        lists = create_block_mask(_window, 1, 2, 33, 200, c.block_m, bn).backward_inputs(2)
+        shapes = [q, k, k, q, rows, rows, *(x.shape for x in lists)]
+        if bn == c.block_n:
+            main.sizes_from_inputs(shapes)
+            continue
+        with pytest.raises(ValueError, match=rf"Q_NUM_VISITS of @\w+, dimension 2 \(ceildiv\(seq_k, {c.block_n}\)\)"):
+            main.sizes_from_inputs(shapes)
+
+# endregion
