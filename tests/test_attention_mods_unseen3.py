@@ -144,7 +144,7 @@ SHAPES = [  # (batch, heads, heads_k, seq_q, seq_k)
     (2, H, 4, 129, 17),
     (1, 2, 2, 1, 200),
 ]
-FAST = ["padded-documents", "bottom-right", "soft-clip-where+three-or", "sees-nothing"]
+FAST = ["padded-documents", "soft-clip-where+three-or", "sees-nothing"]
 
 
 def _mods(name, seq_q, seq_k):
@@ -162,7 +162,7 @@ def check_variant(name, shape, level, head_dim=64):
 @pytest.mark.parametrize("name", FAST)
 def test_variant_at_tile_level(name):
     empty = check_variant(name, SHAPES[0], "tile")
-    if name in ("padded-documents", "bottom-right", "sees-nothing"):  # seq_q 70 > seq_k 45: rows 0..24 see none
+    if name in ("padded-documents", "sees-nothing"):  # padding queries (batch 1 past 40) see no key
         assert empty.any()
     assert empty.all() == (name == "sees-nothing")
 
