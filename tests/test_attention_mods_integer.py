@@ -148,7 +148,7 @@ def _refusal(fn, kind="mask_mod") -> str:
     (lambda b, h, q, k: q // 0 == k, "mask_mod", "'//' by the constant 0 (division by zero)"),
     (lambda b, h, q, k: q % 0 == k, "mask_mod", "'%' by the constant 0"),
     (lambda s, b, h, q, k: s // 0.0, "score_mod", "'//' by the constant 0"),
-    (lambda b, h, q, k: (q > k) // 2 == 0, "mask_mod", "'floordiv' of a boolean"),
+    (lambda b, h, q, k: (q > k) // (k > 0) == 0, "mask_mod", "'floordiv' of a boolean"),  # of two booleans only + and *
 ])
 def test_refusals_name_the_construct(fn, kind, construct):
     message = _refusal(fn, kind)

@@ -9,13 +9,11 @@ and PTX level."""
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 import pytest
+from mods_checks import check_variant_forward_and_backward
 
-import tessera
-from tessera import reference
 from tessera.numerics import BF16, round_to
 from tessera.variants import ModTraceError, trace_mod
 from tessera.variants.derivative import score_derivative
@@ -100,15 +98,7 @@ def inputs(seed, heads=HEADS, seq_q=SEQ_Q, seq_k=SEQ_K):
 def _check(name, level, **shape):
     score_mod, mask_mod = EVERYTHING if name == "everything" else VARIANTS[name]
     q, k, v, do = inputs(sorted(VARIANTS).index(name) if name in VARIANTS else len(VARIANTS), **shape)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        o, lse = tessera.attention(q, k, v, score_mod=score_mod, mask_mod=mask_mod, return_lse=True, level=level)
-        check = reference.check_attention_mods(o, q, k, v, BF16, score_mod, mask_mod, lse=lse)
-        assert check.ok, check
-        grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=score_mod, mask_mod=mask_mod,
-                                           level=level)
-    checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, score_mod, mask_mod)
-    assert all(c.ok for c in checks), [str(c) for c in checks]
+    check_variant_forward_and_backward(q, k, v, do, score_mod, mask_mod, level)
 
 
 def test_rounding_variants_forward_and_backward():

@@ -25,7 +25,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install -e '.[torch]')")
 
 from tessera.variants import ModTraceError, create_block_mask, trace_mod  # noqa: E402
-from test_attention_mods_users import assemble_without_spills, check_variant  # noqa: E402
+from mods_checks import (assert_variant_kernels_assemble, check_variant_forward_and_backward,  # noqa: E402
+                         variant_inputs)
 
 H = 4                                                     # query heads of the shapes below
 CPU = torch.device("cpu")
@@ -190,7 +191,8 @@ FAST_SHAPE = (2, 2, 1, 70, 45)
 
 def check_forward_and_backward(name, shape, level):
     score_mod, mask_mod = VARIANTS[name]
-    return check_variant(score_mod, mask_mod, shape, sorted(VARIANTS).index(name), level)
+    q, k, v, do = variant_inputs(shape, sorted(VARIANTS).index(name))
+    return check_variant_forward_and_backward(q, k, v, do, score_mod, mask_mod, level)
 
 
 @pytest.mark.parametrize("name", FAST)
@@ -348,4 +350,4 @@ def test_block_lists_are_those_of_torchs_create_block_mask(name):
 @pytest.mark.usefixtures("ptxas")
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_torch_users_variant_kernels_assemble_without_spills(name):
-    assemble_without_spills(name, *VARIANTS[name])
+    assert_variant_kernels_assemble(*VARIANTS[name])

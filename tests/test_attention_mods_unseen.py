@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from mods_checks import check_variant_forward_and_backward, variant_inputs
 
 import tessera
 from tessera import reference
@@ -190,25 +191,9 @@ MORE_SHAPES = [(2, 2, 1, 70, 45), (2, 4, 2, 77, 133), (2, 4, 4, 150, 61)]  # (ba
 
 
 def check_more(name, shape, level):
-    import warnings
-
     score_mod, mask_mod = MORE[name]
-    batch, heads, heads_k, seq_q, seq_k = shape
-    rng = np.random.default_rng(sorted(MORE).index(name))
-    q = round_to(rng.standard_normal((batch, heads, seq_q, 64)), BF16)
-    k, v = (round_to(rng.standard_normal((batch, heads_k, seq_k, 64)), BF16) for _ in range(2))
-    do = round_to(rng.standard_normal(q.shape), BF16)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a rung taken below Tile level is named in a warning
-        o, lse = tessera.attention(q, k, v, score_mod=score_mod, mask_mod=mask_mod, return_lse=True, level=level)
-        check = reference.check_attention_mods(o, q, k, v, BF16, score_mod, mask_mod, lse=lse)
-        assert check.ok, check
-        grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=score_mod, mask_mod=mask_mod,
-                                           level=level)
-    checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, score_mod, mask_mod)
-    assert all(c.ok for c in checks), [str(c) for c in checks]
-    empty = np.isneginf(np.asarray(lse))
-    assert not np.asarray(o, np.float32)[empty].any() and not np.asarray(grads[0], np.float32)[empty].any()
+    q, k, v, do = variant_inputs(shape, sorted(MORE).index(name))
+    empty = check_variant_forward_and_backward(q, k, v, do, score_mod, mask_mod, level)
     assert ("empty rows" in name) == bool(empty.any())
 
 

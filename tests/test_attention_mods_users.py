@@ -15,10 +15,11 @@ import warnings
 
 import numpy as np
 import pytest
+from mods_checks import assert_variant_kernels_assemble, check_variant_forward_and_backward, variant_inputs
 
 import tessera
 from tessera import reference
-from tessera.numerics import BF16, round_to
+from tessera.numerics import BF16
 from tessera.variants import ModTraceError, trace_mod
 
 H = 4                                         # query heads of the shapes below (ALiBi's H)
@@ -218,35 +219,12 @@ FAST = ["t5-buckets", "alibi-formula+bidirectional", "prefix-only(empty rows)", 
 FAST_SHAPE = (2, 2, 1, 70, 45)
 
 
-def inputs(shape, seed):
-    batch, heads, heads_k, seq_q, seq_k = shape
-    rng = np.random.default_rng(seed)
-    q = round_to(rng.standard_normal((batch, heads, seq_q, 64)), BF16)
-    k, v = (round_to(rng.standard_normal((batch, heads_k, seq_k, 64)), BF16) for _ in range(2))
-    return q, k, v, round_to(rng.standard_normal(q.shape), BF16)
-
-
 def check_forward_and_backward(name, shape, level):
-    score_mod, mask_mod = VARIANTS[name]
-    return check_variant(score_mod, mask_mod, shape, sorted(VARIANTS).index(name), level)
-
-
-def check_variant(score_mod, mask_mod, shape, seed, level):
     """The variant through the public calls at `level` against the float64 reference; empty rows give O = 0,
-    LSE = -inf and zero dQ. Returns where the rows are empty (also for tests/test_attention_mods_torch_users.py)."""
-    q, k, v, do = inputs(shape, seed)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a rung taken below Tile level is named in a warning
-        o, lse = tessera.attention(q, k, v, score_mod=score_mod, mask_mod=mask_mod, return_lse=True, level=level)
-        check = reference.check_attention_mods(o, q, k, v, BF16, score_mod, mask_mod, lse=lse)
-        assert check.ok, check
-        grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=score_mod, mask_mod=mask_mod,
-                                           level=level)
-        checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, score_mod, mask_mod)
-    assert all(c.ok for c in checks), [str(c) for c in checks]
-    empty = np.isneginf(np.asarray(lse))
-    assert not np.asarray(o, np.float32)[empty].any() and not np.asarray(grads[0], np.float32)[empty].any()
-    return empty
+    LSE = -inf and zero dQ (`mods_checks`)."""
+    score_mod, mask_mod = VARIANTS[name]
+    q, k, v, do = variant_inputs(shape, sorted(VARIANTS).index(name))
+    return check_variant_forward_and_backward(q, k, v, do, score_mod, mask_mod, level)
 
 
 @pytest.mark.parametrize("name", FAST)
@@ -280,25 +258,7 @@ def test_users_variant_at_ptx_level(name):
 @pytest.mark.usefixtures("ptxas")
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_users_variant_kernels_assemble_without_spills(name):
-    assemble_without_spills(name, *VARIANTS[name])
-
-
-def assemble_without_spills(name, score_mod, mask_mod):
-    """ptxas takes the variant's forward and backward kernels (block-sparse with a mask_mod) without a warning
-    or a spill."""
-    from tessera import passes
-    from tessera.kernels import attention_backward, flash_attention
-
-    sparse = mask_mod is not None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        forward = flash_attention(64, block_n=64, score_mod=score_mod, mask_mod=mask_mod, block_sparse=sparse)
-        backward = attention_backward(64, score_mod=score_mod, mask_mod=mask_mod, block_sparse=sparse).main
-        for module, pipeline in ((forward, None), (backward, passes.PTX_PIPELINE)):
-            result = tessera.compile(module, target="cubin", **({"pipeline": pipeline} if pipeline else {}))
-            assert result.warnings == ()
-            for entry in result.entries.values():
-                assert not entry.spills, (name, entry)
+    assert_variant_kernels_assemble(*VARIANTS[name])
 
 
 # region what the tracer makes of them, and what it refuses
@@ -329,7 +289,7 @@ def test_powers_and_casts_at_tile_level_against_numpy():
     def window(b, h, q_idx, kv_idx):
         return np.abs(q_idx - kv_idx) < 50
 
-    q, k, v, do = inputs((1, 2, 1, 70, 45), 7)
+    q, k, v, do = variant_inputs((1, 2, 1, 70, 45), 7)
     o, lse = tessera.attention(q, k, v, score_mod=powers, mask_mod=window, return_lse=True, level="tile")
     assert reference.check_attention_mods(o, q, k, v, BF16, powers, window, lse=lse).ok
 
@@ -421,7 +381,7 @@ def test_symmetric_alibi_under_a_per_head_window_takes_the_dense_blocks():
         assert result.warnings == () and not any(e.spills for e in result.entries.values()), tool.release
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no rung is taken: a warning would fail here
-        q, k, v, do = inputs((1, H, 2, 150, 133), 3)
+        q, k, v, do = variant_inputs((1, H, 2, 150, 133), 3)
         o, lse = tessera.attention(q, k, v, score_mod=alibi_formula, mask_mod=head_window, return_lse=True,
                                    level="tile")
         grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=alibi_formula, mask_mod=head_window,

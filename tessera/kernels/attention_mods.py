@@ -33,7 +33,7 @@ from tessera.variants import float_division
 from tessera.variants.trace import BOOL, F32, Node, Trace
 from tessera.dialects import tile
 from tessera.dialects.tile_elementwise import broadcast_shape
-from tessera.kernels.common import ArgSpec, TileBuilder, f32, global_tensor, register_tile
+from tessera.kernels.common import ArgSpec, TileBuilder, ceildiv_dim, f32, global_tensor, register_tile
 
 _BINARY_OPS = {"add": tile.AddOp, "sub": tile.SubOp, "mul": tile.MulOp, "div": tile.DivOp,
                "min": tile.ElementMinOp, "max": tile.ElementMaxOp, "floordiv": tile.FloorDivOp, "mod": tile.ModOp}
@@ -278,15 +278,18 @@ class AttentionMods:
         specs = [ArgSpec(a.name, global_tensor(list(a.array.shape), f32 if a.dtype == F32 else i32),
                          list(a.array.shape)) for a in self.arrays]
         if self.block_sparse:
-            # Inputs name dimensions plainly: q_blocks is ceildiv(seq_q, BM) and kv_blocks ceildiv(seq_k, BN)
-            # when the lists come from `create_block_mask`; a read outside them is reported (tile.load_index).
-            rows = ["batch", "heads_k", "kv_blocks"] if backward else ["batch", "heads", "q_blocks"]
+            # The block counts are the kernel's (ceildiv(seq_q, BM), ceildiv(seq_k, BN)), checked at every launch:
+            # lists made for other blocks than the kernel's would be read in bounds, and the blocks they name
+            # would be other blocks (a silently wrong O). The backward's pairs per key block, group x
+            # ceildiv(seq_q, BM), are a plain name: a read outside them is reported (tile.load_index).
+            q_blocks, kv_blocks = ceildiv_dim("seq_q", c.block_m), ceildiv_dim("seq_k", c.block_n)
+            rows = ["batch", "heads_k", kv_blocks] if backward else ["batch", "heads", q_blocks]
             names = (BACKWARD_BLOCK_LISTS + (BACKWARD_RANKS if ranks else ())) if backward else BLOCK_LISTS
             for name in names:
                 if backward:
                     dims = rows + [2 if "NUM_" in name else "q_visits"]
                 else:
-                    dims = rows + (["kv_blocks"] if "NUM_" not in name else [])
+                    dims = rows + ([kv_blocks] if "NUM_" not in name else [])
                 specs.append(ArgSpec(name, global_tensor([None] * len(dims), i32), dims))
         return specs
 

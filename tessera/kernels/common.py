@@ -9,6 +9,7 @@ that `tessera.kernel_abi` reads; `finish_kernel` verifies the ops and the signat
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -80,10 +81,12 @@ F32_SMALLEST = float(np.finfo(np.float32).smallest_subnormal)
 
 
 def check_scale(scale: object, head_dim: int) -> float:
-    """The softmax scale: `scale`, or 1/sqrt(head_dim) when it is None; ValueError unless positive and finite."""
+    """The softmax scale: `scale` (a Python or NumPy real number, such as `1 / np.sqrt(np.float32(d))`), or
+    1/sqrt(head_dim) when it is None; ValueError unless positive and finite."""
     if scale is None:
         return 1.0 / math.sqrt(head_dim)
-    if isinstance(scale, bool) or not isinstance(scale, int | float) or not math.isfinite(scale) or scale <= 0:
+    if (isinstance(scale, bool | np.bool_) or not isinstance(scale, numbers.Real) or not math.isfinite(scale)
+            or scale <= 0):
         raise ValueError(f"scale must be a positive finite number, or None for 1/sqrt(head_dim); got {scale!r}")
     if not F32_SMALLEST <= scale <= F32_LARGEST:  # the kernels hold the scale as an f32
         raise ValueError(f"scale must be representable as an f32 (between {F32_SMALLEST:.7g} and "

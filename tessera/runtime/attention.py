@@ -32,7 +32,7 @@ and only then is the kernel, built with `tessera.passes.DEFAULT_PIPELINE`, compi
 from __future__ import annotations
 
 from tessera.runtime.attention_base import (  # noqa: F401 (DTYPES, LAYOUT, attention_config: names of this module)
-    DTYPES, LAYOUT, UnsupportedKernel, attention_config, check_tensor,
+    DTYPES, LAYOUT, UnsupportedKernel, attention_config, check_head_dim, check_tensor,
 )
 from tessera.runtime.compiler import CompiledKernel, compile_kernel
 from tessera.runtime.launch import dtype_name, is_torch_tensor, usable_device
@@ -156,6 +156,7 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, return_
             raise ValueError("attention: score_mod/mask_mod are not supported with bias, packed sequences "
                              "(cu_seqlens), num_splits != 1 or cluster != 1")
         head_dim, dtype = check_attention_arguments(q, k, v)
+        check_head_dim(head_dim)
         check_level(level)
         return attention_mods(q, k, v, score_mod=score_mod, mask_mod=mask_mod, causal=causal, scale=scale,
                               return_lse=return_lse, level=level, head_dim=head_dim, dtype=dtype)

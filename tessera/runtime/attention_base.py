@@ -26,11 +26,9 @@ def attention_config(head_dim: int, causal: bool = False, dtype: str = "bf16", s
     not the defaults, so the default kernel keeps its cache key. `cluster` > 1: clusters of that many query
     blocks sharing K and V (TMA multicast). `bias_broadcast` (None: no bias) is the kernel's with an additive
     bias: the dimensions, of "batch" and "heads", in which the bias has size 1."""
-    from tessera.kernels import HEAD_DIMS, AttentionConfig
+    from tessera.kernels import AttentionConfig
 
-    if head_dim not in HEAD_DIMS:
-        raise UnsupportedKernel(f"head_dim {head_dim} is not supported by Tessera's attention kernels "
-                                f"(supported: {', '.join(map(str, HEAD_DIMS))})")
+    check_head_dim(head_dim)
     if isinstance(scale, np.floating | np.integer):
         scale = float(scale)
     bias = bias_broadcast is not None
@@ -47,6 +45,16 @@ def attention_config(head_dim: int, causal: bool = False, dtype: str = "bf16", s
         extra["cluster"] = cluster
     return KernelConfig.of("flash_attention", head_dim=checked.head_dim, causal=checked.causal, dtype=checked.dtype,
                            scale=checked.scale, block_n=checked.block_n, **extra)
+
+
+def check_head_dim(head_dim: int) -> None:
+    """UnsupportedKernel naming `head_dim` and the supported ones unless a forward kernel takes it (every
+    forward path checks this before it builds a kernel: with score_mod/mask_mod too)."""
+    from tessera.kernels import HEAD_DIMS
+
+    if head_dim not in HEAD_DIMS:
+        raise UnsupportedKernel(f"head_dim {head_dim} is not supported by Tessera's attention kernels "
+                                f"(supported: {', '.join(map(str, HEAD_DIMS))})")
 
 
 def check_tensor(where: str, name: str, x) -> tuple:

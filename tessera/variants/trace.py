@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tessera.numerics import BF16, FP8_DTYPES
 from tessera.variants import torch_mods
 
 F32, I32, BOOL = "f32", "i32", "bool"
@@ -172,6 +173,8 @@ class Traced:
             return self._lift(value[()])
         if torch_mods.is_tensor(value) and value.dim() == 0:
             return self._lift(value.item())
+        if isinstance(value, _ArrayProxy):  # a captured array named without an index
+            return self._lift(value.whole())
         raise self._tracing.refuse(f"an operand of type {type(value).__name__} (only traced values and numbers)")
 
     def _convert(self, node: Node, dtype: str) -> Node:
@@ -197,8 +200,14 @@ class Traced:
             return self._wrap(Node("not", (differ,), BOOL) if op == "eq" else differ)
         if op == "xor":
             raise t.refuse("'^' (np.logical_xor) of non-boolean values (bitwise integer ops are not supported)")
+        if op in ("add", "mul") and len(nodes) == 2 and all(n.dtype == BOOL for n in nodes):  # as NumPy's bools
+            return self._wrap(Node("or" if op == "add" else "and", tuple(nodes), BOOL))
         if any(n.dtype == BOOL for n in nodes):
-            raise t.refuse(f"'{op}' of a boolean value (use np.where to turn a condition into numbers)")
+            if len(nodes) < 2 or all(n.dtype == BOOL for n in nodes):
+                raise t.refuse(f"'{op}' of a boolean value (use np.where to turn a condition into numbers)")
+            # NumPy's promotion: beside a number a boolean is 1 or 0 (`score + 0.5 * (kv_idx == 0)`)
+            one, zero = Node("const", (), I32, 1), Node("const", (), I32, 0)
+            nodes = [Node("select", (n, one, zero), I32) if n.dtype == BOOL else n for n in nodes]
         if op in FLOORED:
             return self._wrap(self._floored_division(op, nodes))
         dtype = F32 if op in FLOAT_ONLY or any(n.dtype == F32 for n in nodes) else I32
@@ -558,6 +567,8 @@ class _ArrayProxy:
         """The kernel input, checked at its first traced read (so a refusal names that line)."""
         c = self._capture
         if c.captured is None:
+            if c.array.dtype in (BF16, *FP8_DTYPES):  # a bf16 or 8-bit table: f32 holds its values exactly
+                c.array = c.array.astype(np.float32)
             problem = _array_problem(c.array)
             if problem:
                 raise self._tracing.refuse(f"the captured array {c.name}: {problem}")
@@ -588,6 +599,15 @@ class _ArrayProxy:
         if captured.boolean:
             node = Node("ne", (node, Node("const", (), I32, 0)), BOOL)
         return Traced(t, node)
+
+    def whole(self):
+        """The array used as a value without an index: a 0-d array's number (a constant, as a constant index's
+        read is); any other array is refused by name (it has no one value per score)."""
+        arr, name = self._capture.array, self._capture.name
+        if arr.ndim == 0:
+            return arr[()]
+        raise self._tracing.refuse(f"the captured array {name} of shape {arr.shape} used as a whole (index it with "
+                                   f"one value per dimension, such as {name}[{', '.join(MASK_MOD_ARGS[-arr.ndim:])}])")
 
     def __getattr__(self, name: str):
         raise self._tracing.refuse(f"the attribute .{name} of the captured array {self._capture.name}")
@@ -638,6 +658,16 @@ def _is_user_function(value: object) -> bool:
     return isinstance(value, types.FunctionType) and not module.split(".")[0] in ("numpy", "tessera", "builtins")
 
 
+def _global_names(code: types.CodeType) -> set[str]:
+    """The global names `code` reads, and those of the code it nests (a def, a lambda, a generator expression or,
+    before Python 3.12, a comprehension inside the modifier: each runs with the modifier's globals)."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
+
+
 def rebind_arrays(fn: Callable, wrap: Callable[[str, np.ndarray], object], _memo: dict | None = None) -> Callable:
     """A copy of `fn` whose captured NumPy arrays and torch tensors (closure cells, argument defaults, and the
     module globals its code names) read as `wrap(name, array)`, except 0-d ones (constants, left as they are);
@@ -684,7 +714,7 @@ def rebind_arrays(fn: Callable, wrap: Callable[[str, np.ndarray], object], _memo
         defaults = tuple(rebound(name, value) for name, value in zip(names, defaults))
     copy = types.FunctionType(code, glb, fn.__name__, defaults, closure)
     memo[id(fn)] = copy  # before the globals: a recursive reference finds the copy
-    for name in code.co_names:
+    for name in _global_names(code):
         if name in glb:
             glb[name] = rebound(name, glb[name])
     copy.__kwdefaults__ = ({name: rebound(name, value) for name, value in fn.__kwdefaults__.items()}

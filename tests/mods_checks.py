@@ -1,0 +1,58 @@
+"""The check every attention-variant test makes (issue 29): a score_mod/mask_mod pair forward and backward
+through `tessera.attention` / `tessera.attention_backward` at a level, against the float64 reference
+(`reference.check_attention_mods`, `check_attention_mods_backward`); rows that see no key give O = 0 and
+dQ = 0. Warnings naming a rung taken below Tile level are ignored."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+import tessera
+from tessera import reference
+from tessera.numerics import BF16, round_to
+
+
+def variant_inputs(shape, seed, head_dim=64):
+    """bf16 q, k, v, dO of (batch, heads, heads_k, seq_q, seq_k) from a seeded generator."""
+    batch, heads, heads_k, seq_q, seq_k = shape
+    rng = np.random.default_rng(seed)
+    q = round_to(rng.standard_normal((batch, heads, seq_q, head_dim)), BF16)
+    k, v = (round_to(rng.standard_normal((batch, heads_k, seq_k, head_dim)), BF16) for _ in range(2))
+    return q, k, v, round_to(rng.standard_normal(q.shape), BF16)
+
+
+def check_variant_forward_and_backward(q, k, v, do, score_mod, mask_mod, level):
+    """Assert the forward (O and LSE) and the backward right at `level`, and O and dQ zero on rows whose LSE is
+    -inf; returns those rows."""
+    with warnings.catch_warnings(), np.errstate(invalid="ignore"):  # the reference's -inf - -inf differences
+        warnings.simplefilter("ignore")
+        o, lse = tessera.attention(q, k, v, score_mod=score_mod, mask_mod=mask_mod, return_lse=True, level=level)
+        check = reference.check_attention_mods(o, q, k, v, BF16, score_mod, mask_mod, lse=lse)
+        assert check.ok, check
+        grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=score_mod, mask_mod=mask_mod,
+                                           level=level)
+        checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, score_mod, mask_mod)
+    assert all(c.ok for c in checks), [str(c) for c in checks]
+    empty = np.isneginf(np.asarray(lse))
+    assert not np.asarray(o, np.float32)[empty].any() and not np.asarray(grads[0], np.float32)[empty].any()
+    return empty
+
+
+def assert_variant_kernels_assemble(score_mod, mask_mod):
+    """The forward (BN 64, the default pipeline) and the backward's main kernel (single-stage) of the variant
+    at head_dim 64, block-sparse with a mask_mod, through ptxas without a warning or a spill."""
+    from tessera import passes
+    from tessera.kernels import attention_backward, flash_attention
+
+    sparse = mask_mod is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        forward = flash_attention(64, block_n=64, score_mod=score_mod, mask_mod=mask_mod, block_sparse=sparse)
+        backward = attention_backward(64, score_mod=score_mod, mask_mod=mask_mod, block_sparse=sparse).main
+        for module, pipeline in ((forward, None), (backward, passes.PTX_PIPELINE)):
+            result = tessera.compile(module, target="cubin", **({"pipeline": pipeline} if pipeline else {}))
+            assert result.warnings == ()
+            for entry in result.entries.values():
+                assert not entry.spills, entry
