@@ -252,6 +252,34 @@ def rewrite_backward(b: BackwardMatch, forward_op: Operation, config: dict, form
     return op
 
 
+def nested_near_misses(block, module: ModuleOp) -> list[Entry]:
+    """A near miss for each attention inside another op's region (the body of the `stablehlo.while` that
+    `jax.lax.scan` writes, a `case` branch), directly or in a function called from there: the matcher rewrites
+    a function's top-level ops only, and the StableHLO interpreter does not run those ops, so a rewrite there
+    could not be compared."""
+    from tessera.graph.match_attention_fwd import match_forward
+
+    functions = {f.sym_name.data: f for f in module.ops if isinstance(f, func.FuncOp)}
+    entries: list[Entry] = []
+
+    def visit(ops, inside: str, seen: set) -> None:
+        for op in ops:
+            if isinstance(op, func.CallOp) and (callee := functions.get(op.callee.root_reference.data)) is not None \
+                    and callee not in seen:
+                seen.add(callee)
+                visit(callee.body.walk(), inside, seen)
+            elif op.name == "stablehlo.dot_general" and (m := match_forward(op)) is not None:
+                entries.append(Entry("forward", where(op), list(m.found),
+                                     rule=f"it is inside the region of {inside}: only attention "
+                                          "in a function's top-level block is rewritten"))
+
+    for top in block.ops:
+        name = top.op_name.data if hasattr(top, "op_name") else top.name  # an opaque op keeps its own name
+        for region in top.regions:
+            visit(region.walk(), f"'{name}' at {where(top)}", set())
+    return entries
+
+
 def rewrite_function(fn: func.FuncOp, module: ModuleOp, mode: str, form: str) -> tuple[RewriteReport, func.FuncOp | None]:
     """Match and rewrite one function on a copy (module docstring); returns the report and the rewritten copy
     (None when nothing was rewritten)."""
@@ -272,6 +300,7 @@ def rewrite_function(fn: func.FuncOp, module: ModuleOp, mode: str, form: str) ->
                      and (m := match_forward(op)) is not None]
         backwards = match_backwards(forwards, block)
         forwards = resolve(forwards, backwards)
+        report.entries += nested_near_misses(block, module)
     rewritten = 0
     for m in forwards:
         kind = "composite" if m.bmm1 is None and m.bmm2.name == "stablehlo.composite" else "forward"

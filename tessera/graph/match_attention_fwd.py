@@ -35,6 +35,11 @@ from tessera.graph.attention_match import (
 )
 
 DOT = "stablehlo.dot_general"
+GROUPED = ("scores transposed or reshaped on their way to the softmax (jax.nn.dot_product_attention's rank-5 "
+           "[batch, kv_heads, groups, seq_q, seq_k] layout, or GQA written with query groups) are not matched; "
+           "attention written with rank-4 products (einsum 'bqhd,bkhd->bhqk', GQA by jnp.repeat of K and V) is")
+"""Why scores that change layout between BMM1 and the softmax are a near miss (the labels follow dot_general
+dimensions only)."""
 
 
 def match_dropout(value: SSAValue, ops: list[Operation]) -> Softmax | None:
@@ -135,6 +140,8 @@ class _ScoreWalk:
                     raise Refusal(f"two biases are added to the scores (at {where(op)} and {where(self.bias)})", op)
                 self.bias, self.bias_factor = op, self.scale
                 value = data[0]
+            elif op.name in ("stablehlo.transpose", "stablehlo.reshape"):
+                raise Refusal(f"'{op.name}' at {where(op)} between BMM1 and the softmax: {GROUPED}", op)
             else:
                 raise Refusal(f"'{op.name}' at {where(op)} between BMM1 and the softmax is not a scale, bias or "
                               "mask", op)
@@ -204,6 +211,13 @@ def match_forward(bmm2: Operation) -> ForwardMatch | None:
         if softmax is not None:
             break
     else:
+        for p_index in (0, 1):
+            exp = _unmatched_softmax(bmm2.operands[p_index])
+            if exp is not None:
+                return ForwardMatch(None, bmm2, None, None, None, [], [], [], [], 1.0, False, 0, "",
+                                    found=[f"exp(x - max) / sum at {where(exp)}"],
+                                    refusal=Refusal(f"the max or the sum of the softmax at {where(exp)} is taken on a "
+                                                    f"transposed or reshaped copy of its input: {GROUPED}"))
         return None
     ops = [bmm2, *dropout_ops, *softmax.ops]
     match = ForwardMatch(None, bmm2, None, None, bmm2.operands[1 - p_index], [], [], [], [], 1.0, False, 0, "",
@@ -213,6 +227,19 @@ def match_forward(bmm2: Operation) -> ForwardMatch | None:
     except Refusal as refusal:
         match.refusal = refusal
     return match
+
+
+def _unmatched_softmax(value: SSAValue) -> Operation | None:
+    """The `exponential` of `value` = exp(x - m) / r (through converts) that `match_softmax` did not take (its
+    max or sum seen through a transpose), for a near-miss report; else None. Never rewritten."""
+    div = producer(strip(value, []))
+    if div is None or div.name != "stablehlo.divide":
+        return None
+    exp = producer(strip(div.operands[0], []))
+    if exp is None or exp.name != "stablehlo.exponential":
+        return None
+    sub = producer(exp.operands[0])
+    return exp if sub is not None and sub.name == "stablehlo.subtract" else None
 
 
 def _complete(m: ForwardMatch, p_index: int, dropout_ops: list[Operation]) -> None:
