@@ -72,3 +72,20 @@ def test_unseen_rewrites_agree_with_the_original(name, capsys):
     out = capsys.readouterr().out
     outputs = re.findall(r"tolerance \S+: (ok|MISMATCH)", out)
     assert outputs and all(v == "ok" for v in outputs), out
+
+
+@pytest.mark.parametrize("fill, causal", [("-1.000000e+09", True), ("-1.000000e+02", False), ("-inf", True)])
+def test_an_added_mask_is_causal_only_when_it_hides(fill, causal, tmp_path):
+    """s + where(tril, 0, fill): a fill at or below -1e4 (or -inf) hides keys, so the mask is causal; -100 does
+    not (exp(-100) is not 0 in float32), so the addition stays the bias it is written as."""
+    from tessera.graph.rewrite_report import take_reports
+    from tessera.tools.tessera_opt import load_module, opt_context, parse_pipeline, run_pipeline
+
+    text = (FIXTURES / "fwd_added_mask_q64_k128_d64.mlir").read_text()
+    text = text.replace("dense<-1.000000e+09> : tensor<f32>",
+                        "dense<0xFF800000> : tensor<f32>" if fill == "-inf" else f"dense<{fill}> : tensor<f32>")
+    module = load_module(opt_context(), text, str(tmp_path / "edited.mlir"))
+    run_pipeline(parse_pipeline("rewrite-attention{match=patterns}"), opt_context(), module)
+    take_reports()
+    (op,) = ops_named(module, "tessera.attention")
+    assert op.is_causal == causal and (op.bias is None) == causal

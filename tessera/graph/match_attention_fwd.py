@@ -35,6 +35,9 @@ from tessera.graph.attention_match import (
 )
 
 DOT = "stablehlo.dot_general"
+ADDED_MASK_LIMIT = 2**25
+"""An added tensor with more elements than this is not evaluated to see whether it is a mask: it stays a bias
+(what it is written as; the bound of the backward's numeric check, `NUMERIC_CHECK_LIMIT`)."""
 GROUPED = ("scores transposed or reshaped on their way to the softmax (jax.nn.dot_product_attention's rank-5 "
            "[batch, kv_heads, groups, seq_q, seq_k] layout, or GQA written with query groups) are not matched; "
            "attention written with rank-4 products (einsum 'bqhd,bkhd->bhqk', GQA by jnp.repeat of K and V) is")
@@ -159,6 +162,8 @@ def _is_additive_mask(value: SSAValue) -> bool:
     """Whether `value`, added to the scores, is a mask written as a bias (`s + jnp.where(mask, 0, -1e9)`):
     computed from iota and constants alone, every element 0 or at most NEGATIVE_FILL, some of them hidden.
     Anything else added (data, ALiBi slopes computed from iota) is a bias."""
+    if int(np.prod(shape(value))) > ADDED_MASK_LIMIT:
+        return False
     try:
         values = evaluate(value, MASK_OPS)
     except Refusal:
