@@ -35,7 +35,7 @@ REFUSED = {
     "neg_dpa_s128_d64": r"the max or the sum of the softmax at .* is taken on a transposed or reshaped copy of "
                         r"its input: .*" + GROUPED,
     "neg_dpa_causal_s128_d64": r"'stablehlo.transpose' at .* between BMM1 and the softmax: .*" + GROUPED,
-    "neg_dpa_bias_s128_d64": r"the add at .* on the scores has no single score operand",
+    "neg_dpa_bias_s128_d64": r"'stablehlo.transpose' at .* between BMM1 and the softmax: .*" + GROUPED,
     "neg_gqa_groups_s128_d64": r"'stablehlo.transpose' at .* between BMM1 and the softmax: .*" + GROUPED,
     "neg_f32_s128_d64": r"Q, K, V are f32: the kernels take bf16 or f16",
     "neg_scan_layers_s128_d64": r"it is inside the region of 'stablehlo.while' at .*: only attention in a "

@@ -81,7 +81,7 @@ def _reaches_dot(value: SSAValue, depth: int = 8) -> bool:
     if op.name == DOT:
         return True
     if op.name in ("stablehlo.convert", "stablehlo.multiply", "stablehlo.divide", "stablehlo.add",
-                   "stablehlo.select", "stablehlo.subtract"):
+                   "stablehlo.select", "stablehlo.subtract", "stablehlo.transpose", "stablehlo.reshape"):
         return any(_reaches_dot(v, depth - 1) for v in op.operands)
     return False
 
