@@ -19,7 +19,8 @@ and bmm2_grad1), as the seed's new workflow does. A forward is rewritten only if
 (S, P, ...) has a user outside it and its backward; a backward only with its forward, which then also returns
 its log-sum-exp. An additive bias becomes the attention op's fourth operand, [batch|1, heads|1, seq_q, seq_k]
 (the kernel `flash_attention(bias=True)`); dropout is found and reported, never rewritten, and so is the
-backward of a forward with a bias (no backward kernel takes one).
+backward of a forward with a bias (no backward kernel takes one). Only a function's top-level ops are rewritten:
+attention inside another op's region (a `stablehlo.while` from `jax.lax.scan`) is reported as a near miss.
 
 Each function is matched on a copy with JAX's helper calls inlined (`tessera.graph.graph_edit`); the copy
 replaces the function only if something was rewritten, so a graph with nothing to rewrite is left exactly as
