@@ -162,6 +162,137 @@ FIXTURES = {
 }
 
 
+# region Unseen forms (tests/rewriter/unseen/): attention as JAX users write it, beyond the forms above
+
+
+def dot_product_attention(extra=(), **options):
+    """jax.nn.dot_product_attention (implementation None or "xla": the only ones that export on the CPU);
+    `extra` names the keyword arguments (bias, mask) the fixture's further arguments are."""
+    def f(q, k, v, *values):
+        return jax.nn.dot_product_attention(q, k, v, **dict(zip(extra, values)), **options)
+    return f
+
+
+def added_mask_attention(q, k, v, *, alibi=False, window=None):
+    """softmax(S * scale [+ ALiBi] + where(visible, 0, -1e9)) V: the mask added, causal or a band of `window`."""
+    s = scores(q, k) * (1.0 / math.sqrt(q.shape[-1]))
+    sq, sk = s.shape[-2:]
+    if alibi:
+        slopes = 2.0 ** -jnp.arange(1, H + 1)
+        distance = jnp.arange(sk)[None, :] - jnp.arange(sq)[:, None]
+        s = s + (slopes[:, None, None] * distance[None]).astype(s.dtype)
+    visible = jnp.tril(jnp.ones((sq, sk), bool), k=sk - sq)
+    if window is not None:
+        visible &= ~jnp.tril(jnp.ones((sq, sk), bool), k=sk - sq - window)
+    s = s + jnp.where(visible, 0.0, -1e9).astype(s.dtype)
+    return attend(jax.nn.softmax(s, axis=-1), v)
+
+
+def flax_attention(q, k, v, *, scale_on_q=False, fill="-inf", layout="bqhd", by_hand=False):
+    """Flax's habits: the scale on Q before the product, jnp.finfo(dtype).min as the fill, 'bhqd' einsums,
+    the softmax by hand (exp(x - max) / sum); causal (jnp.tril)."""
+    d = q.shape[-1]
+    if scale_on_q:
+        q = q / jnp.sqrt(d).astype(q.dtype)
+    if layout == "bhqd":
+        q, k, v = (t.transpose(0, 2, 1, 3) for t in (q, k, v))
+        s = jnp.einsum("bhqd,bhkd->bhqk", q, k)
+    else:
+        s = scores(q, k)
+    if not scale_on_q:
+        s = s / math.sqrt(d)
+    s = jnp.where(causal_mask(s), s, jnp.finfo(s.dtype).min if fill == "finfo" else -jnp.inf)
+    if by_hand:
+        e = jnp.exp(s - jnp.max(s, axis=-1, keepdims=True))
+        p = e / jnp.sum(e, axis=-1, keepdims=True)
+    else:
+        p = jax.nn.softmax(s, axis=-1)
+    if layout == "bhqd":
+        return jnp.einsum("bhqk,bhkd->bhqd", p, v)
+    return attend(p, v)
+
+
+def gqa_repeat(q, k, v):
+    """Grouped-query attention with K and V heads repeated to Q's (jnp.repeat): rank-4 products."""
+    groups = q.shape[2] // k.shape[2]
+    return attention(q, jnp.repeat(k, groups, axis=2), jnp.repeat(v, groups, axis=2))
+
+
+def gqa_groups(q, k, v):
+    """Grouped-query attention with Q reshaped to [batch, seq, kv_heads, groups, head_dim]: rank-5 products."""
+    b, t, n, d = q.shape
+    kh = k.shape[2]
+    s = jnp.einsum("btkgd,bskd->bkgts", q.reshape(b, t, kh, n // kh, d), k) / math.sqrt(d)
+    return jnp.einsum("bkgts,bskd->btkgd", jax.nn.softmax(s, axis=-1), v).reshape(b, t, n, d)
+
+
+def project(x, wqkv):
+    b, s, dm = x.shape
+    return (t.reshape(b, s, H, dm // H) for t in jnp.split(x @ wqkv, 3, axis=-1))
+
+
+def two_layers(x, wqkv1, wo1, wqkv2, wo2):
+    """Two causal self-attention layers, one after the other."""
+    for wqkv, wo in ((wqkv1, wo1), (wqkv2, wo2)):
+        x = x + attention(*project(x, wqkv), causal=True).reshape(x.shape) @ wo
+    return x
+
+
+def scanned_layers(x, wqkv, wo):
+    """The same layers under jax.lax.scan: the attention is in the body of a stablehlo.while."""
+    def layer(x, w):
+        return x + attention(*project(x, w[0]), causal=True).reshape(x.shape) @ w[1], None
+    return jax.lax.scan(layer, x, (wqkv, wo))[0]
+
+
+def grad_of_loss(**options):
+    """jax.grad of sum(attention(q, k, v)^2) with respect to Q, K and V."""
+    def f(q, k, v):
+        loss = lambda q, k, v: jnp.sum(added_mask_attention(q, k, v, **options).astype(jnp.float32) ** 2)
+        return jax.grad(loss, argnums=(0, 1, 2))(q, k, v)
+    return f
+
+
+S = 128
+UNSEEN = {
+    "neg_dpa_s128_d64": (dot_product_attention(), qkv(S, 64),
+                         "jax.nn.dot_product_attention: a near miss (rank-5 [batch, kv_heads, groups] products)"),
+    "neg_dpa_causal_s128_d64": (dot_product_attention(is_causal=True), qkv(S, 64),
+                                "jax.nn.dot_product_attention(is_causal=True): a near miss (the transpose rule)"),
+    "neg_dpa_bias_s128_d64": (dot_product_attention(implementation="xla", extra=("bias",)),
+                              qkv(S, 64, extra=(bf16(B, H, S, S),)),
+                              "jax.nn.dot_product_attention(bias=, implementation='xla'): a near miss"),
+    "fwd_added_mask_q64_k128_d64": (added_mask_attention, qkv(64, 64, S),
+                                    "s + where(tril, 0, -1e9), seq_q 64 < seq_k 128: one causal tessera.attention"),
+    "fwd_added_window_s128_d64": (lambda q, k, v: added_mask_attention(q, k, v, window=16), qkv(S, 64),
+                                  "an added band mask (16 keys): not causal, so rewritten as the bias it is"),
+    "fwd_alibi_causal_s128_d64": (lambda q, k, v: added_mask_attention(q, k, v, alibi=True), qkv(S, 64),
+                                  "ALiBi computed from iota plus an added causal mask: causal, with a bias"),
+    "fwd_flax_scale_q_s128_d64": (lambda q, k, v: flax_attention(q, k, v, scale_on_q=True), qkv(S, 64),
+                                  "q / sqrt(d) before the product, causal: one causal tessera.attention, scale 1"),
+    "fwd_flax_bhqd_finfo_s128_d64": (lambda q, k, v: flax_attention(q, k, v, fill="finfo", layout="bhqd",
+                                                                   by_hand=True), qkv(S, 64),
+                                     "'bhqd' einsums, jnp.finfo(bf16).min fill, softmax by hand: causal"),
+    "fwd_gqa_repeat_s128_d64": (gqa_repeat, (bf16(B, S, H, 64), bf16(B, S, 2, 64), bf16(B, S, 2, 64)),
+                                "GQA by jnp.repeat of 2 K/V heads: one tessera.attention over the repeated heads"),
+    "neg_gqa_groups_s128_d64": (gqa_groups, (bf16(B, S, H, 64), bf16(B, S, 2, 64), bf16(B, S, 2, 64)),
+                                "GQA with Q reshaped to groups: a near miss (the transpose rule)"),
+    "neg_f32_s128_d64": (lambda q, k, v: attention(q, k, v, causal=True),
+                         tuple(jax.ShapeDtypeStruct(x.shape, jnp.float32) for x in qkv(S, 64)),
+                         "float32 attention: a near miss (the kernels take bf16 or f16)"),
+    "two_layers_s128_d64": (two_layers, (bf16(B, S, 256), bf16(256, 768), bf16(256, 256), bf16(256, 768),
+                                         bf16(256, 256)),
+                            "two causal attention layers: two tessera.attention"),
+    "neg_scan_layers_s128_d64": (scanned_layers, (bf16(B, S, 256), bf16(2, 256, 768), bf16(2, 256, 256)),
+                             "layers under jax.lax.scan: a near miss inside the while body"),
+    "bwd_grad_added_mask_s128_d64": (grad_of_loss(), qkv(S, 64),
+                                     "jax.grad through an added causal mask: tessera.attention and attention_bwd"),
+}
+FIXTURES.update({f"unseen/{name}": entry for name, entry in UNSEEN.items()})
+
+# endregion
+
+
 def export(fn, shapes) -> str:
     module = jax.jit(fn).lower(*shapes).compiler_ir("stablehlo")
     text = module.operation.get_asm(print_generic_op_form=True, enable_debug_info=True)
@@ -181,6 +312,7 @@ def main() -> None:
         header = (f"// Generated by bench/make_rewriter_fixtures.py with jax {jax.__version__}: do not edit.\n"
                   f"// {name}: {what}.\n")
         path = os.path.join(args.out, f"{name}.mlir")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as f:
             f.write(header + text)
         print(f"{path}: {len(text)} bytes")

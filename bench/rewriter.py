@@ -1,5 +1,5 @@
 """The attention rewriter on every positive fixture: `tessera-run FIXTURE -p SPEC --compare` for each
-(tests/rewriter/*.mlir; the seq-1000 ones take seconds each, so they run here rather than in the suite).
+(tests/rewriter/*.mlir and unseen/*.mlir, named `unseen/NAME`; the seq-1000 ones take seconds each, so they run here rather than in the suite).
 
     .venv/bin/python bench/rewriter.py [--seed N] [--attention-level tile|ptx] [NAME ...]
 
@@ -28,7 +28,8 @@ def main() -> int:
     parser.add_argument("--attention-level", default="tile", choices=("tile", "ptx"))
     parser.add_argument("names", nargs="*")
     args = parser.parse_args()
-    names = args.names or sorted(p.stem for p in FIXTURES.glob("*.mlir") if not p.stem.startswith("neg_"))
+    names = args.names or sorted(str(p.relative_to(FIXTURES).with_suffix("")) for p in FIXTURES.glob("**/*.mlir")
+                                 if not p.stem.startswith("neg_"))
     status = 0
     for name in names:
         spec = SPECS.get(name, "rewrite-attention{match=patterns}")

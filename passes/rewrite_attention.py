@@ -19,7 +19,8 @@ and bmm2_grad1), as the seed's new workflow does. A forward is rewritten only if
 (S, P, ...) has a user outside it and its backward; a backward only with its forward, which then also returns
 its log-sum-exp. An additive bias becomes the attention op's fourth operand, [batch|1, heads|1, seq_q, seq_k]
 (the kernel `flash_attention(bias=True)`); dropout is found and reported, never rewritten, and so is the
-backward of a forward with a bias (no backward kernel takes one).
+backward of a forward with a bias (no backward kernel takes one). Only a function's top-level ops are rewritten:
+attention inside another op's region (a `stablehlo.while` from `jax.lax.scan`) is reported as a near miss.
 
 Each function is matched on a copy with JAX's helper calls inlined (`tessera.graph.graph_edit`); the copy
 replaces the function only if something was rewritten, so a graph with nothing to rewrite is left exactly as
@@ -252,6 +253,34 @@ def rewrite_backward(b: BackwardMatch, forward_op: Operation, config: dict, form
     return op
 
 
+def nested_near_misses(block, module: ModuleOp) -> list[Entry]:
+    """A near miss for each attention inside another op's region (the body of the `stablehlo.while` that
+    `jax.lax.scan` writes, a `case` branch), directly or in a function called from there: the matcher rewrites
+    a function's top-level ops only, and the StableHLO interpreter does not run those ops, so a rewrite there
+    could not be compared."""
+    from tessera.graph.match_attention_fwd import match_forward
+
+    functions = {f.sym_name.data: f for f in module.ops if isinstance(f, func.FuncOp)}
+    entries: list[Entry] = []
+
+    def visit(ops, inside: str, seen: set) -> None:
+        for op in ops:
+            if isinstance(op, func.CallOp) and (callee := functions.get(op.callee.root_reference.data)) is not None \
+                    and callee not in seen:
+                seen.add(callee)
+                visit(callee.body.walk(), inside, seen)
+            elif op.name == "stablehlo.dot_general" and (m := match_forward(op)) is not None:
+                entries.append(Entry("forward", where(op), list(m.found),
+                                     rule=f"it is inside the region of {inside}: only attention "
+                                          "in a function's top-level block is rewritten"))
+
+    for top in block.ops:
+        name = top.op_name.data if hasattr(top, "op_name") else top.name  # an opaque op keeps its own name
+        for region in top.regions:
+            visit(region.walk(), f"'{name}' at {where(top)}", set())
+    return entries
+
+
 def rewrite_function(fn: func.FuncOp, module: ModuleOp, mode: str, form: str) -> tuple[RewriteReport, func.FuncOp | None]:
     """Match and rewrite one function on a copy (module docstring); returns the report and the rewritten copy
     (None when nothing was rewritten)."""
@@ -272,6 +301,7 @@ def rewrite_function(fn: func.FuncOp, module: ModuleOp, mode: str, form: str) ->
                      and (m := match_forward(op)) is not None]
         backwards = match_backwards(forwards, block)
         forwards = resolve(forwards, backwards)
+        report.entries += nested_near_misses(block, module)
     rewritten = 0
     for m in forwards:
         kind = "composite" if m.bmm1 is None and m.bmm2.name == "stablehlo.composite" else "forward"

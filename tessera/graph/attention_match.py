@@ -11,7 +11,8 @@ Forward pattern (XLA's cuDNN rewriter, seed 003): walking bottom-up from each `d
   [batch or 1, heads or 1, seq_q, seq_k] (`tessera.kernels.flash_attention(bias=True)`); a bias added before
   a scale, broadcast along the queries or keys, or of another type is a near miss;
 - mask: `select(pred, S, fill)` with fill -inf (or a large negative constant) where `pred` is computed from
-  iota/constant/compare only; it is evaluated and must be a lower-triangular band, whose diagonal offset is
+  iota/constant/compare only, or `S + m` where `m` is computed so and holds only 0 and large negative values
+  (`jnp.where(mask, 0, -1e9)`; other constant additions, ALiBi say, are a bias); it is evaluated and must be a lower-triangular band, whose diagonal offset is
   read off the values and mapped onto Tessera's bottom-right causal mask (only offset seq_k - seq_q maps);
 - softmax = exp(x - max(x)) / sum(exp(x - max(x))) over one axis (reduce max and reduce add, broadcast
   back along that axis; converts anywhere, `maximum(-inf, max)` as jax.nn.softmax writes it);
@@ -261,14 +262,17 @@ def perm_to(labels: list[str | None], order: tuple[str, ...]) -> list[int]:
 
 @dataclass
 class Mask:
-    """A causal mask found in the graph: `pred` (the i1 value `select` takes), `visible_when` (whether pred
-    true means visible), `offset` (query i sees keys up to i + offset), `visible` ([seq_q, seq_k])."""
+    """A causal mask found in the graph: `pred` (the i1 value `select` takes, or the values an additive mask
+    adds), `offset` (query i sees keys up to i + offset), `visible` ([seq_q, seq_k])."""
 
     select: Operation
     pred: SSAValue
     offset: int
     visible: np.ndarray
     ops: list[Operation]
+    additive: bool = False
+    """Added to the scores (0 visible, <= NEGATIVE_FILL hidden) rather than selected: `select` is the add, and
+    the backward needs no mask on dS (P, hence dS, is already 0 where it hides)."""
 
 
 @dataclass

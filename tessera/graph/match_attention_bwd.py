@@ -236,7 +236,7 @@ def match_backward(f: ForwardMatch, grad1: Operation, block: Block) -> BackwardM
             raise Refusal(f"the scores have {int(np.prod(shape(ds)))} elements: too many to check the softmax "
                           f"gradient numerically (limit {NUMERIC_CHECK_LIMIT})")
         # the backward's mask and scale are the forward's
-        if (select is not None) != f.causal:
+        if (select is not None) != f.causal and not (select is None and f.mask is not None and f.mask.additive):
             raise Refusal("the backward masks dS but the forward is not causal" if select is not None
                           else "the forward is causal but the backward does not mask dS")
         if select is not None:

@@ -35,6 +35,14 @@ from tessera.graph.attention_match import (
 )
 
 DOT = "stablehlo.dot_general"
+ADDED_MASK_LIMIT = 2**25
+"""An added tensor with more elements than this is not evaluated to see whether it is a mask: it stays a bias
+(what it is written as; the bound of the backward's numeric check, `NUMERIC_CHECK_LIMIT`)."""
+GROUPED = ("scores transposed or reshaped on their way to the softmax (jax.nn.dot_product_attention's rank-5 "
+           "[batch, kv_heads, groups, seq_q, seq_k] layout, or GQA written with query groups) are not matched; "
+           "attention written with rank-4 products (einsum 'bqhd,bkhd->bhqk', GQA by jnp.repeat of K and V) is")
+"""Why scores that change layout between BMM1 and the softmax are a near miss (the labels follow dot_general
+dimensions only)."""
 
 
 def match_dropout(value: SSAValue, ops: list[Operation]) -> Softmax | None:
@@ -73,7 +81,7 @@ def _reaches_dot(value: SSAValue, depth: int = 8) -> bool:
     if op.name == DOT:
         return True
     if op.name in ("stablehlo.convert", "stablehlo.multiply", "stablehlo.divide", "stablehlo.add",
-                   "stablehlo.select", "stablehlo.subtract"):
+                   "stablehlo.select", "stablehlo.subtract", "stablehlo.transpose", "stablehlo.reshape"):
         return any(_reaches_dot(v, depth - 1) for v in op.operands)
     return False
 
@@ -86,7 +94,9 @@ class _ScoreWalk:
         self.scale_text: list[str] = []
         self.bias: Operation | None = None
         self.bias_factor = 1.0  # the scale factors applied after the bias (met before it, walking down)
-        self.masks: list[tuple[Operation, SSAValue, bool, float]] = []
+        self.masks: list[tuple[Operation, SSAValue, bool | None, float]] = []
+        """(select or add, predicate or added values, whether pred true is visible (None: added, 0 is), the fill
+        (of an added mask: the scale factors met before it, walking down, as `bias_factor`))"""
         self.ops: list[Operation] = []
 
     def walk(self, value: SSAValue) -> Operation:
@@ -131,14 +141,35 @@ class _ScoreWalk:
                 data = [v for v in op.operands if _reaches_dot(v)]
                 if len(data) != 1:
                     raise Refusal(f"the add at {where(op)} on the scores has no single score operand", op)
-                if self.bias is not None:
+                other = op.operands[1] if op.operands[0] is data[0] else op.operands[0]
+                if _is_additive_mask(other):
+                    self.masks.append((op, other, None, self.scale))
+                    value = data[0]
+                elif self.bias is not None:
                     raise Refusal(f"two biases are added to the scores (at {where(op)} and {where(self.bias)})", op)
-                self.bias, self.bias_factor = op, self.scale
-                value = data[0]
+                else:
+                    self.bias, self.bias_factor = op, self.scale
+                    value = data[0]
+            elif op.name in ("stablehlo.transpose", "stablehlo.reshape"):
+                raise Refusal(f"'{op.name}' at {where(op)} between BMM1 and the softmax: {GROUPED}", op)
             else:
                 raise Refusal(f"'{op.name}' at {where(op)} between BMM1 and the softmax is not a scale, bias or "
                               "mask", op)
             self.ops.append(op)
+
+
+def _is_additive_mask(value: SSAValue) -> bool:
+    """Whether `value`, added to the scores, is a mask written as a bias (`s + jnp.where(mask, 0, -1e9)`):
+    computed from iota and constants alone, every element 0 or at most NEGATIVE_FILL, some of them hidden.
+    Anything else added (data, ALiBi slopes computed from iota) is a bias."""
+    if int(np.prod(shape(value))) > ADDED_MASK_LIMIT:
+        return False
+    try:
+        values = evaluate(value, MASK_OPS)
+    except Refusal:
+        return False
+    hidden = values <= NEGATIVE_FILL
+    return bool(hidden.any() and np.all(hidden | (values == 0)))
 
 
 def match_bias(m: ForwardMatch, add: Operation, s_labels: list[str | None], bias_factor: float) -> None:
@@ -204,6 +235,13 @@ def match_forward(bmm2: Operation) -> ForwardMatch | None:
         if softmax is not None:
             break
     else:
+        for p_index in (0, 1):
+            exp = _unmatched_softmax(bmm2.operands[p_index])
+            if exp is not None:
+                return ForwardMatch(None, bmm2, None, None, None, [], [], [], [], 1.0, False, 0, "",
+                                    found=[f"exp(x - max) / sum at {where(exp)}"],
+                                    refusal=Refusal(f"the max or the sum of the softmax at {where(exp)} is taken on a "
+                                                    f"transposed or reshaped copy of its input: {GROUPED}"))
         return None
     ops = [bmm2, *dropout_ops, *softmax.ops]
     match = ForwardMatch(None, bmm2, None, None, bmm2.operands[1 - p_index], [], [], [], [], 1.0, False, 0, "",
@@ -213,6 +251,46 @@ def match_forward(bmm2: Operation) -> ForwardMatch | None:
     except Refusal as refusal:
         match.refusal = refusal
     return match
+
+
+def _causal_mask(m: ForwardMatch, s_labels: list, select: Operation, pred: SSAValue, visible_when: bool | None,
+                 sq: int, sk: int) -> None:
+    """Check a mask (`_ScoreWalk.masks`) is Tessera's bottom-right causal mask and set `m.causal`, `m.mask`;
+    a mask that hides nothing is noted and dropped; anything else raises the Refusal naming what it is."""
+    values = evaluate(pred, MASK_OPS)
+    values = np.broadcast_to(values, shape(select.results[0]))
+    visible = values == 0 if visible_when is None else values if visible_when else ~values
+    visible = visible.transpose(perm_to(s_labels, ("b0", "b1", "q", "k"))).reshape(-1, sq, sk)
+    if not all(np.array_equal(visible[0], v) for v in visible[1:]):
+        raise Refusal(f"the mask at {where(select)} differs between batch entries or heads: not causal", select)
+    offset = causal_offset(visible[0])
+    if visible[0].all():
+        m.found.append(f"mask at {where(select)} that hides nothing")
+    elif offset is None:
+        raise Refusal(f"the mask at {where(select)} is not causal (not 'query i sees keys 0 .. i + offset')", select)
+    elif offset != sk - sq:
+        raise Refusal(f"causal mask at {where(select)} with offset {offset} (query i sees keys 0 .. i{offset:+d}); "
+                      f"Tessera's causal mask is bottom-right, offset seq_k - seq_q = {sk - sq}", select)
+    elif sq > sk:
+        raise Refusal(f"causal mask at {where(select)} hides every key from the first {sq - sk} queries: the "
+                      "graph computes NaN there, the kernel 0", select)
+    else:
+        m.causal = True
+        m.mask = Mask(select, pred, offset, visible[0], [select], additive=visible_when is None)
+        m.found.append(f"causal mask at {where(select)} (offset {offset} = seq_k - seq_q: bottom-right)")
+
+
+def _unmatched_softmax(value: SSAValue) -> Operation | None:
+    """The `exponential` of `value` = exp(x - m) / r (through converts) that `match_softmax` did not take (its
+    max or sum seen through a transpose), for a near-miss report; else None. Never rewritten."""
+    div = producer(strip(value, []))
+    if div is None or div.name != "stablehlo.divide":
+        return None
+    exp = producer(strip(div.operands[0], []))
+    if exp is None or exp.name != "stablehlo.exponential":
+        return None
+    sub = producer(exp.operands[0])
+    return exp if sub is not None and sub.name == "stablehlo.subtract" else None
 
 
 def _complete(m: ForwardMatch, p_index: int, dropout_ops: list[Operation]) -> None:
@@ -267,28 +345,15 @@ def _complete(m: ForwardMatch, p_index: int, dropout_ops: list[Operation]) -> No
     if len(walk.masks) > 1:
         raise Refusal(f"two masks on the scores (at {where(walk.masks[0][0])} and {where(walk.masks[1][0])})")
     for select, pred, visible_when, fill in walk.masks:
-        values = evaluate(pred, MASK_OPS)
-        values = np.broadcast_to(values, shape(select.results[0]))
-        visible = values if visible_when else ~values
-        visible = visible.transpose(perm_to(s_labels, ("b0", "b1", "q", "k"))).reshape(-1, sq, sk)
-        if not all(np.array_equal(visible[0], v) for v in visible[1:]):
-            raise Refusal(f"the mask at {where(select)} differs between batch entries or heads: not causal", select)
-        offset = causal_offset(visible[0])
-        if visible[0].all():
-            m.found.append(f"mask at {where(select)} that hides nothing")
-        elif offset is None:
-            raise Refusal(f"the mask at {where(select)} is not causal (not 'query i sees keys 0 .. i + offset')",
-                          select)
-        elif offset != sk - sq:
-            raise Refusal(f"causal mask at {where(select)} with offset {offset} (query i sees keys 0 .. i{offset:+d}); "
-                          f"Tessera's causal mask is bottom-right, offset seq_k - seq_q = {sk - sq}", select)
-        elif sq > sk:
-            raise Refusal(f"causal mask at {where(select)} hides every key from the first {sq - sk} queries: the "
-                          "graph computes NaN there, the kernel 0", select)
-        else:
-            m.causal = True
-            m.mask = Mask(select, pred, offset, visible[0], [select])
-            m.found.append(f"causal mask at {where(select)} (offset {offset} = seq_k - seq_q: bottom-right)")
+        try:
+            _causal_mask(m, s_labels, select, pred, visible_when, sq, sk)
+        except Refusal:
+            if visible_when is not None or walk.bias is not None:
+                raise
+            # an added mask that is not Tessera's causal one is what it is written as: a bias (the
+            # "fill" of an added mask is the scale applied after it)
+            walk.bias, walk.bias_factor = select, fill
+            m.found.append(f"bias at {where(select)} ({describe(pred)}, a mask that is not causal)")
     if dropout_ops:
         m.found.append(f"dropout at {where(dropout_ops[-1])}")
     m.found.append(f"BMM2 at {where(m.bmm2)} (V {describe(m.v)})")

@@ -1,0 +1,91 @@
+"""The attention rewriter on graphs written the ways JAX users write attention, beyond the forms it was built
+from (tests/rewriter/unseen/*.mlir, exported by the `UNSEEN` table of bench/make_rewriter_fixtures.py; the
+header of each file says what it is): each is either rewritten and agrees with the original within the
+tolerance (`-m slow`: the comparisons, about 2 s each), or left alone with a near miss naming its rule.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tessera.tools import tessera_run
+from test_rewriter import ops_named, rewrite
+
+FIXTURES = Path(__file__).parent / "rewriter" / "unseen"
+ALL = sorted(p.stem for p in FIXTURES.glob("*.mlir"))
+
+# fixture: (forward ops, backward ops, causal, whether the op has a bias operand)
+REWRITTEN = {
+    "fwd_added_mask_q64_k128_d64": (1, 0, True, False),  # s + where(tril, 0, -1e9): causal, not a bias
+    "fwd_added_window_s128_d64": (1, 0, False, True),    # an added band: not causal, so the bias it is
+    "fwd_alibi_causal_s128_d64": (1, 0, True, True),     # ALiBi from iota is a bias, the added tril causal
+    "fwd_flax_scale_q_s128_d64": (1, 0, True, False),
+    "fwd_flax_bhqd_finfo_s128_d64": (1, 0, True, False),
+    "fwd_gqa_repeat_s128_d64": (1, 0, False, False),
+    "two_layers_s128_d64": (2, 0, True, False),
+    "bwd_grad_added_mask_s128_d64": (1, 1, True, False),
+}
+
+GROUPED = r"jax.nn.dot_product_attention's rank-5 \[batch, kv_heads, groups, seq_q, seq_k\] layout"
+# fixture: the rule the report gives (a regular expression)
+REFUSED = {
+    "neg_dpa_s128_d64": r"the max or the sum of the softmax at .* is taken on a transposed or reshaped copy of "
+                        r"its input: .*" + GROUPED,
+    "neg_dpa_causal_s128_d64": r"'stablehlo.transpose' at .* between BMM1 and the softmax: .*" + GROUPED,
+    "neg_dpa_bias_s128_d64": r"'stablehlo.transpose' at .* between BMM1 and the softmax: .*" + GROUPED,
+    "neg_gqa_groups_s128_d64": r"'stablehlo.transpose' at .* between BMM1 and the softmax: .*" + GROUPED,
+    "neg_f32_s128_d64": r"Q, K, V are f32: the kernels take bf16 or f16",
+    "neg_scan_layers_s128_d64": r"it is inside the region of 'stablehlo.while' at .*: only attention in a "
+                                r"function's top-level block is rewritten",
+}
+
+
+def test_every_unseen_fixture_is_covered():
+    assert set(ALL) == set(REWRITTEN) | set(REFUSED)
+
+
+@pytest.mark.parametrize("name", sorted(REWRITTEN))
+def test_unseen_forms_are_rewritten(name):
+    forwards, backwards, causal, biased = REWRITTEN[name]
+    module, report = rewrite(f"unseen/{name}")
+    fwd, bwd = ops_named(module, "tessera.attention"), ops_named(module, "tessera.attention_bwd")
+    assert (len(fwd), len(bwd)) == (forwards, backwards) and report.replaced() == forwards + backwards
+    assert all(op.is_causal == causal and (op.bias is not None) == biased for op in fwd)
+    assert not ops_named(module, "stablehlo.exponential")
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_unseen_near_misses_name_their_rule(name):
+    module, report = rewrite(f"unseen/{name}")
+    assert report.replaced() == 0 and not ops_named(module, "tessera.attention")
+    text = report.text()
+    assert "near miss" in text and re.search(REFUSED[name], text), text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(REWRITTEN))
+def test_unseen_rewrites_agree_with_the_original(name, capsys):
+    assert tessera_run.main([str(FIXTURES / f"{name}.mlir"), "-p", "rewrite-attention{match=patterns}", "--compare", "--seed", "5"]) == 0
+    out = capsys.readouterr().out
+    outputs = re.findall(r"tolerance \S+: (ok|MISMATCH)", out)
+    assert outputs and all(v == "ok" for v in outputs), out
+
+
+@pytest.mark.parametrize("fill, causal", [("-1.000000e+09", True), ("-1.000000e+02", False), ("-inf", True)])
+def test_an_added_mask_is_causal_only_when_it_hides(fill, causal, tmp_path):
+    """s + where(tril, 0, fill): a fill at or below -1e4 (or -inf) hides keys, so the mask is causal; -100 does
+    not (exp(-100) is not 0 in float32), so the addition stays the bias it is written as."""
+    from tessera.graph.rewrite_report import take_reports
+    from tessera.tools.tessera_opt import load_module, opt_context, parse_pipeline, run_pipeline
+
+    text = (FIXTURES / "fwd_added_mask_q64_k128_d64.mlir").read_text()
+    text = text.replace("dense<-1.000000e+09> : tensor<f32>",
+                        "dense<0xFF800000> : tensor<f32>" if fill == "-inf" else f"dense<{fill}> : tensor<f32>")
+    module = load_module(opt_context(), text, str(tmp_path / "edited.mlir"))
+    run_pipeline(parse_pipeline("rewrite-attention{match=patterns}"), opt_context(), module)
+    take_reports()
+    (op,) = ops_named(module, "tessera.attention")
+    assert op.is_causal == causal and (op.bias is None) == causal
