@@ -115,15 +115,18 @@ def test_a_forward_too_large_for_bn_128_is_rebuilt_at_bn_64(monkeypatch):
 
 @pytest.mark.slow
 def test_backward_with_modifiers_runs_through_the_driver_calls(monkeypatch):
-    """The three backward kernels (the main one with the transposed block lists) through the fake driver."""
+    """The three backward kernels (the main one with the transposed block lists) through the fake driver,
+    chosen as `attention_backward` chooses them on the GPU (`warp_specialized_first`: at head_dim 64 the dense
+    kernel's 128 x 128 blocks, whose preprocess runs 256 threads)."""
     from tessera import passes
-    from tessera.runtime.flex import BACKWARD_PIPELINE, backward_kernels
+    from tessera.runtime.flex import BACKWARD_PIPELINE, backward_kernels, warp_specialized_first
 
     q, k, v, do = inputs()
     o, lse = tessera.attention(q, k, v, score_mod=softcap_alibi, mask_mod=window, return_lse=True, level="tile")
-    kernels, sparse = backward_kernels(q, score_mod=softcap_alibi, mask_mod=window, causal=False, scale=None,
-                                       level=None, head_dim=D, dtype="bf16")
-    assert sparse
+    options = dict(score_mod=softcap_alibi, mask_mod=window, causal=False, scale=None, level=None, head_dim=D,
+                   dtype="bf16")
+    kernels, sparse, refused, _ = warp_specialized_first(q, *backward_kernels(q, **options), **options)
+    assert sparse and not refused
     pipeline = getattr(passes, BACKWARD_PIPELINE)
     fake = install_fake_driver(monkeypatch, *((m, pipeline) for m in kernels.modules))
     grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=softcap_alibi, mask_mod=window)
