@@ -48,7 +48,7 @@ from tessera.interpreters.ptx.cluster import _OFFSET_MASK, cluster_address, mult
 from tessera.interpreters.ptx.decode import Operands, Step, elements, opcode
 from tessera.interpreters.ptx.global_order import ASYNC, ASYNC_REDUCE, StridedBox
 from tessera.interpreters.ptx.memory import access, lanes_of, take_space
-from tessera.interpreters.ptx.state import GLOBAL_BASE, PARAM_WINDOW, WINDOW_SIZE, Machine, unique_rows
+from tessera.interpreters.ptx.state import GLOBAL_BASE, PARAM_WINDOW, WINDOW_SIZE, Machine, lane_rows, unique_rows
 from tessera.interpreters.ptx.sync import PRED, U32, shared_addresses
 from tessera.interpreters.ptx.numerics import flush_f32
 from tessera.interpreters.ptx.syntax import Address, Reg, Vector
@@ -732,6 +732,9 @@ def _wgmma_async(ops: Operands, inst, mods):
     rows, cols = _accumulator_coords(n)
     fragment = (rows * n + cols).reshape(-1)  # thread t's register v: element fragment[t * n / 2 + v] of D
     f16_acc = dtype_name == "f16"
+    # f32 accumulators in one block, laid out as `_fragment_view` says: updated in place (float products)
+    in_place = d_block is not None and dtype_name == "f32" and family != "int" and d_block.itemsize == 4 \
+        and _fragment_axes(n) is not None
 
     def run(sel):
         # every warpgroup at this wgmma in one batched product: operands per warpgroup, accumulators of all
@@ -778,6 +781,11 @@ def _wgmma_async(ops: Operands, inst, mods):
         if scale_b != 1:
             b_stack = scale_b * b_stack
         d = np.matmul(a_stack, b_stack.transpose(0, 2, 1))
+        if in_place and (accumulate.all() or not accumulate.any()):
+            rows = lane_rows(d_block, lanes)
+            if rows is not None:  # the accumulators of every warpgroup updated where they lie: one pass
+                _accumulate_fragments(d, rows.view(np.float32), bool(accumulate[0]))
+                return
         product = np.take(d.reshape(len(starts), -1), fragment, axis=1).reshape(len(lanes), -1)  # [lanes, registers]
         # [lanes, registers]; one gather where the accumulators are one block (Machine.register_blocks)
         acc_words = d_block[lanes] if d_block is not None else np.stack([r[lanes] for r in d_regs], axis=1)
@@ -813,6 +821,36 @@ def _wgmma_async(ops: Operands, inst, mods):
             r[lanes] = columns[v]
 
     return Step(inst, run, unit=facts.WARPGROUP_SIZE)
+
+
+@lru_cache(maxsize=None)
+def _fragment_axes(n: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(the split of D [64, n] into axes, their order) such that D split and transposed is the accumulator
+    fragment [thread, register] of m64nN (`facts.accumulator_coords`): row 16w + 8h + g and column 8j + 2c + b
+    are thread 32w + 4g + c's register 4j + 2h + b, so D as [w, h, g, j, c, b] transposed to [w, g, c, j, h, b]
+    is the fragment, read in place. Checked against the facts' coordinates: None if they disagree (the
+    update then gathers, `_wgmma_async`)."""
+    if n % 8:
+        return None
+    split, order = (4, 2, 8, n // 8, 4, 2), (0, 2, 4, 3, 1, 5)
+    rows, cols = _accumulator_coords(n)
+    view = np.arange(facts.WGMMA_M * n).reshape(split).transpose(order).reshape(-1)
+    return (split, order) if np.array_equal(view, (rows * n + cols).reshape(-1)) else None
+
+
+def _accumulate_fragments(d: np.ndarray, target: np.ndarray, accumulate: bool) -> None:
+    """target (f32 accumulators [runs, lanes of a run, n / 2], whole warpgroups) = D (+ target when
+    `accumulate`), D [warpgroups, 64, n] the products in float64: the sum taken in float64 and rounded once to
+    f32, as the gather-and-scatter path does, in one pass over the registers where they lie."""
+    runs, run, registers = target.shape
+    groups = run // facts.WARPGROUP_SIZE
+    split, order = _fragment_axes(2 * registers)
+    fragments = d.reshape(runs, groups, *split).transpose(0, 1, *(2 + a for a in order))
+    registers_view = np.reshape(target, (runs, groups, *(split[a] for a in order)), copy=False)
+    if accumulate:
+        np.add(fragments, registers_view, out=registers_view, dtype=np.float64, casting="unsafe")
+    else:
+        np.copyto(registers_view, fragments, casting="unsafe")
 
 
 def _uniform_per_group(m: Machine, inst, values, lanes, what: str) -> np.ndarray:

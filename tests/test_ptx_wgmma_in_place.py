@@ -1,0 +1,53 @@
+"""The wgmma accumulators updated where they lie (`tensor._accumulate_fragments` over `state.lane_rows`): the
+same bits as the gather, add and scatter through the facts' fragment coordinates, special values included."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tessera.interpreters.ptx.state import lane_rows
+from tessera.interpreters.ptx.tensor import _accumulate_fragments, _accumulator_coords, _fragment_axes
+from tessera.sm90 import facts
+
+
+def test_lane_rows_views_equal_runs_at_equal_strides():
+    array = np.arange(12 * 3).reshape(12, 3)
+    lanes = np.array([1, 2, 5, 6, 9, 10])
+    view = lane_rows(array, lanes)
+    assert view.shape == (3, 2, 3) and np.shares_memory(view, array)
+    assert np.array_equal(view.reshape(-1, 3), array[lanes])
+    view[...] = -1
+    assert (array[lanes] == -1).all() and (np.delete(array, lanes, axis=0) >= 0).all()
+    assert lane_rows(array, np.arange(4, 9)).shape == (1, 5, 3)
+
+
+@pytest.mark.parametrize("lanes", [[0, 1, 4], [0, 1, 3, 4, 7, 8, 9], [0, 1, 4, 5, 9, 10], [0, 2, 4, 6, 7]])
+def test_lane_rows_refuses_irregular_runs(lanes):
+    assert lane_rows(np.zeros((12, 2)), np.array(lanes)) is None
+
+
+@pytest.mark.parametrize("n", [8, 64, 256])
+def test_fragment_axes_are_the_facts_layout(n):
+    split, order = _fragment_axes(n)
+    rows, cols = _accumulator_coords(n)
+    d = np.arange(facts.WGMMA_M * n).reshape(facts.WGMMA_M, n)
+    assert np.array_equal(d.reshape(split).transpose(order).reshape(facts.WARPGROUP_SIZE, -1), d[rows, cols])
+
+
+@pytest.mark.parametrize("accumulate", [True, False])
+def test_accumulate_in_place_is_the_gathered_update(accumulate):
+    n, ctas, threads = 64, 3, 384  # two consumer warpgroups (lanes 128..383) of each CTA
+    rng = np.random.default_rng(1)
+    d = rng.standard_normal((2 * ctas, facts.WGMMA_M, n)) * np.exp2(rng.integers(-140, 130, (1, 1, n)))
+    d[0, 0, :4] = [np.inf, -np.inf, np.nan, 3e38]
+    registers = rng.standard_normal((ctas * threads, n // 2)).astype(np.float32)
+    registers[130, :3] = [np.float32(1e-45), np.inf, np.float32(3.4e38)]
+    lanes = (np.arange(ctas)[:, None] * threads + np.arange(128, threads)).reshape(-1)
+    rows, cols = _accumulator_coords(n)
+    product = np.take(d.reshape(len(d), -1), (rows * n + cols).reshape(-1), axis=1).reshape(len(lanes), -1)
+    expected, block = registers.copy(), registers.view(np.uint32).copy()
+    with np.errstate(over="ignore", invalid="ignore"):  # values past f32 round to inf in both
+        expected[lanes] = (product + registers[lanes].astype(np.float64) if accumulate else product).astype(np.float32)
+        _accumulate_fragments(d, lane_rows(block, lanes).view(np.float32), accumulate)
+    assert np.array_equal(block, expected.view(np.uint32))
