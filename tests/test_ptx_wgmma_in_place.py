@@ -1,5 +1,5 @@
 """The wgmma accumulators updated where they lie (`tensor._accumulate_fragments` over `state.lane_rows`): the
-same bits as the gather, add and scatter through the facts' fragment coordinates, special values included."""
+same bits as a gather, add in float64, rounding and scatter, special values included."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 from tessera.interpreters.ptx.state import lane_rows
-from tessera.interpreters.ptx.tensor import _accumulate_fragments, _accumulator_coords, _fragment_axes
-from tessera.sm90 import facts
+from tessera.interpreters.ptx.tensor import _accumulate_fragments
 
 
 def test_lane_rows_views_equal_runs_at_equal_strides():
@@ -27,27 +26,17 @@ def test_lane_rows_refuses_irregular_runs(lanes):
     assert lane_rows(np.zeros((12, 2)), np.array(lanes)) is None
 
 
-@pytest.mark.parametrize("n", [8, 64, 256])
-def test_fragment_axes_are_the_facts_layout(n):
-    split, order = _fragment_axes(n)
-    rows, cols = _accumulator_coords(n)
-    d = np.arange(facts.WGMMA_M * n).reshape(facts.WGMMA_M, n)
-    assert np.array_equal(d.reshape(split).transpose(order).reshape(facts.WARPGROUP_SIZE, -1), d[rows, cols])
-
-
 @pytest.mark.parametrize("accumulate", [True, False])
 def test_accumulate_in_place_is_the_gathered_update(accumulate):
-    n, ctas, threads = 64, 3, 384  # two consumer warpgroups (lanes 128..383) of each CTA
-    rng = np.random.default_rng(1)
-    d = rng.standard_normal((2 * ctas, facts.WGMMA_M, n)) * np.exp2(rng.integers(-140, 130, (1, 1, n)))
-    d[0, 0, :4] = [np.inf, -np.inf, np.nan, 3e38]
-    registers = rng.standard_normal((ctas * threads, n // 2)).astype(np.float32)
-    registers[130, :3] = [np.float32(1e-45), np.inf, np.float32(3.4e38)]
+    registers, ctas, threads = 32, 3, 384  # two consumer warpgroups (lanes 128..383) of each CTA
     lanes = (np.arange(ctas)[:, None] * threads + np.arange(128, threads)).reshape(-1)
-    rows, cols = _accumulator_coords(n)
-    product = np.take(d.reshape(len(d), -1), (rows * n + cols).reshape(-1), axis=1).reshape(len(lanes), -1)
-    expected, block = registers.copy(), registers.view(np.uint32).copy()
+    rng = np.random.default_rng(1)
+    product = rng.standard_normal((len(lanes), registers)) * np.exp2(rng.integers(-160, 130, (1, registers)))
+    product[0, :4] = [np.inf, -np.inf, np.nan, 3e38]
+    block = rng.standard_normal((ctas * threads, registers)).astype(np.float32)
+    block[lanes[1], :3] = [np.float32(1e-45), np.inf, np.float32(3.4e38)]
+    expected = block.copy()
     with np.errstate(over="ignore", invalid="ignore"):  # values past f32 round to inf in both
-        expected[lanes] = (product + registers[lanes].astype(np.float64) if accumulate else product).astype(np.float32)
-        _accumulate_fragments(d, lane_rows(block, lanes).view(np.float32), accumulate)
-    assert np.array_equal(block, expected.view(np.uint32))
+        expected[lanes] = (product + block[lanes].astype(np.float64) if accumulate else product).astype(np.float32)
+        _accumulate_fragments(product, lane_rows(block.view(np.uint32), lanes).view(np.float32), accumulate)
+    assert np.array_equal(block.view(np.uint32), expected.view(np.uint32))

@@ -732,9 +732,8 @@ def _wgmma_async(ops: Operands, inst, mods):
     rows, cols = _accumulator_coords(n)
     fragment = (rows * n + cols).reshape(-1)  # thread t's register v: element fragment[t * n / 2 + v] of D
     f16_acc = dtype_name == "f16"
-    # f32 accumulators in one block, laid out as `_fragment_view` says: updated in place (float products)
-    in_place = d_block is not None and dtype_name == "f32" and family != "int" and d_block.itemsize == 4 \
-        and _fragment_axes(n) is not None
+    # f32 accumulators in one block: updated in place (float products)
+    in_place = d_block is not None and dtype_name == "f32" and family != "int" and d_block.itemsize == 4
 
     def run(sel):
         # every warpgroup at this wgmma in one batched product: operands per warpgroup, accumulators of all
@@ -781,12 +780,12 @@ def _wgmma_async(ops: Operands, inst, mods):
         if scale_b != 1:
             b_stack = scale_b * b_stack
         d = np.matmul(a_stack, b_stack.transpose(0, 2, 1))
+        product = np.take(d.reshape(len(starts), -1), fragment, axis=1).reshape(len(lanes), -1)  # [lanes, registers]
         if in_place and (accumulate.all() or not accumulate.any()):
             rows = lane_rows(d_block, lanes)
             if rows is not None:  # the accumulators of every warpgroup updated where they lie: one pass
-                _accumulate_fragments(d, rows.view(np.float32), bool(accumulate[0]))
+                _accumulate_fragments(product, rows.view(np.float32), bool(accumulate[0]))
                 return
-        product = np.take(d.reshape(len(starts), -1), fragment, axis=1).reshape(len(lanes), -1)  # [lanes, registers]
         # [lanes, registers]; one gather where the accumulators are one block (Machine.register_blocks)
         acc_words = d_block[lanes] if d_block is not None else np.stack([r[lanes] for r in d_regs], axis=1)
         if f16_acc:
@@ -823,34 +822,16 @@ def _wgmma_async(ops: Operands, inst, mods):
     return Step(inst, run, unit=facts.WARPGROUP_SIZE)
 
 
-@lru_cache(maxsize=None)
-def _fragment_axes(n: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-    """(the split of D [64, n] into axes, their order) such that D split and transposed is the accumulator
-    fragment [thread, register] of m64nN (`facts.accumulator_coords`): row 16w + 8h + g and column 8j + 2c + b
-    are thread 32w + 4g + c's register 4j + 2h + b, so D as [w, h, g, j, c, b] transposed to [w, g, c, j, h, b]
-    is the fragment, read in place. Checked against the facts' coordinates: None if they disagree (the
-    update then gathers, `_wgmma_async`)."""
-    if n % 8:
-        return None
-    split, order = (4, 2, 8, n // 8, 4, 2), (0, 2, 4, 3, 1, 5)
-    rows, cols = _accumulator_coords(n)
-    view = np.arange(facts.WGMMA_M * n).reshape(split).transpose(order).reshape(-1)
-    return (split, order) if np.array_equal(view, (rows * n + cols).reshape(-1)) else None
-
-
-def _accumulate_fragments(d: np.ndarray, target: np.ndarray, accumulate: bool) -> None:
-    """target (f32 accumulators [runs, lanes of a run, n / 2], whole warpgroups) = D (+ target when
-    `accumulate`), D [warpgroups, 64, n] the products in float64: the sum taken in float64 and rounded once to
-    f32, as the gather-and-scatter path does, in one pass over the registers where they lie."""
-    runs, run, registers = target.shape
-    groups = run // facts.WARPGROUP_SIZE
-    split, order = _fragment_axes(2 * registers)
-    fragments = d.reshape(runs, groups, *split).transpose(0, 1, *(2 + a for a in order))
-    registers_view = np.reshape(target, (runs, groups, *(split[a] for a in order)), copy=False)
+def _accumulate_fragments(product: np.ndarray, target: np.ndarray, accumulate: bool) -> None:
+    """target (f32 accumulators [runs, lanes of a run, registers], whole warpgroups, a view of the register
+    block) = product (+ target when `accumulate`), `product` the float64 fragments [lanes, registers] in the
+    same order: the sum taken in float64 and rounded once to f32, as a gather, add and scatter would, in one
+    pass over the registers where they lie (each run's rows are contiguous)."""
+    product = product.reshape(target.shape)
     if accumulate:
-        np.add(fragments, registers_view, out=registers_view, dtype=np.float64, casting="unsafe")
+        np.add(product, target, out=target, dtype=np.float64, casting="unsafe")
     else:
-        np.copyto(registers_view, fragments, casting="unsafe")
+        np.copyto(target, product, casting="unsafe")
 
 
 def _uniform_per_group(m: Machine, inst, values, lanes, what: str) -> np.ndarray:
