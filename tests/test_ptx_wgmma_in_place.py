@@ -40,3 +40,13 @@ def test_accumulate_in_place_is_the_gathered_update(accumulate):
         expected[lanes] = (product + block[lanes].astype(np.float64) if accumulate else product).astype(np.float32)
         _accumulate_fragments(product, lane_rows(block.view(np.uint32), lanes).view(np.float32), accumulate)
     assert np.array_equal(block.view(np.uint32), expected.view(np.uint32))
+
+
+@pytest.mark.parametrize("lanes, size", [([0, 1, 6, 7], 12), ([4, 5, 10, 11], 12), ([0, 1, 4, 5], 6),
+                                         ([0, 1, 2, 3], 4)])
+def test_lane_rows_every_way_of_viewing(lanes, size):
+    """A reshaped slice from the first run, one ending at the last run, or strides past the array's end."""
+    array = np.arange(size * 2).reshape(size, 2)
+    lanes = np.array(lanes)
+    view = lane_rows(array, lanes)
+    assert np.shares_memory(view, array) and np.array_equal(view.reshape(-1, 2), array[lanes])

@@ -87,6 +87,11 @@ def lane_rows(array: np.ndarray, lanes: np.ndarray) -> np.ndarray | None:
     if not np.array_equal(breaks, run * np.arange(1, runs)) or \
             not np.array_equal(lanes[::run], first + stride * np.arange(runs)):
         return None  # consecutive lanes between the breaks, each run starting `stride` after the one before
+    if first + runs * stride <= len(array):  # a reshape of a slice, cheaper than as_strided
+        return array[first:first + runs * stride].reshape(runs, stride, *array.shape[1:])[:, :run]
+    low = first + run - stride  # the runs end their strides (the last run ends the array)
+    if low >= 0:
+        return array[low:low + runs * stride].reshape(runs, stride, *array.shape[1:])[:, stride - run:]
     return np.lib.stride_tricks.as_strided(array[first:], (runs, run, *array.shape[1:]),
                                            (stride * array.strides[0], *array.strides))
 
