@@ -603,31 +603,55 @@ def _dense(offsets: np.ndarray) -> tuple[int, int] | None:
     return low, high
 
 
-def _descriptor_operand(m: Machine, inst, lanes: np.ndarray, descriptor: int, major: str, extent: int,
-                        name: str, operand: str = "B") -> np.ndarray:
-    """The [extent, K] operand (K spanning facts.WGMMA_K_BYTES) read through a descriptor from the shared memory
-    of `lanes`' CTA, as float64 values."""
-    dtype = np.dtype(_MULTIPLICANDS[name])
-    e = dtype.itemsize
+def _descriptor_read(m: Machine, inst, lanes: np.ndarray, descriptor: int, major: str, extent: int,
+                     name: str, operand: str = "B") -> tuple:
+    """The [extent, K] operand (K spanning facts.WGMMA_K_BYTES) `lanes` (whole warpgroups of one CTA) read
+    through a descriptor from their CTA's shared memory: checked and recorded as an async-proxy read
+    (`asynchrony.AsyncTracker.wgmma_reads`); returns what `_descriptor_tiles` gathers it with."""
+    e = np.dtype(_MULTIPLICANDS[name]).itemsize
     decoded = _descriptor_bytes(descriptor, major, e, extent)
     if isinstance(decoded, str):
         raise m.error(inst, f"matrix descriptor {descriptor:#x}: {decoded}", int(lanes[0]))
     addresses, offsets, low, high, dense, hull, chunk_set, chunks = decoded
     if low < 0 or high + e > m.shared_bytes:
         raise m.error(inst, f"matrix descriptor {descriptor:#x} reads outside shared memory", int(lanes[0]))
-    base = int(m.lane_cta[lanes[0]]) * m.shared_bytes
+    cta = int(m.lane_cta[lanes[0]])
+    base = cta * m.shared_bytes
     span = None if dense is None else slice(base + dense[0], base + dense[1])
     own_rows = operand == "A"  # the bytes row by row (addresses [rows, K]): each warp reads its own rows
-    if chunks is not None:  # gathered a chunk at a time
-        m.tracker.wgmma_reads(inst, lanes, None, operand, span, slice(base + hull[0], base + hull[1]), chunks, base,
-                              own_rows=own_rows, chunk_set=chunk_set)
-        raw = m.shared[base:base + m.shared_bytes // _CHUNK * _CHUNK].reshape(-1, _CHUNK)[chunks]
+    m.tracker.wgmma_reads(inst, lanes, None if chunks is not None else offsets + base, operand, span,
+                          slice(base + hull[0], base + hull[1]), chunks, base, own_rows=own_rows,
+                          chunk_set=chunk_set)
+    return cta, descriptor, decoded
+
+
+def _descriptor_tiles(m: Machine, reads: list[tuple], name: str) -> np.ndarray:
+    """[len(reads), extent, K] float64: the operands `reads` (`_descriptor_read`'s, one per CTA and
+    descriptor, all of one operand of one wgmma) hold, gathered once per descriptor value for every CTA reading through it (the CTAs of a batch
+    run the same program: their descriptors agree), a 16-byte chunk at a time where the descriptor reads whole
+    chunks."""
+    dtype = np.dtype(_MULTIPLICANDS[name])
+    size = m.shared_bytes
+    by_value: dict[int, list[int]] = {}
+    for i, (_, descriptor, _) in enumerate(reads):
+        by_value.setdefault(descriptor, []).append(i)
+    parts = []
+    for positions in by_value.values():
+        decoded = reads[positions[0]][2]
+        ctas = np.array([reads[i][0] for i in positions], np.int64)[:, None]
+        chunks = decoded[7]
+        if chunks is not None and size % _CHUNK == 0:
+            raw = m.shared.reshape(-1, _CHUNK)[ctas * (size // _CHUNK) + chunks]
+        else:
+            raw = m.shared[ctas * size + decoded[1]]
+        parts.append((positions, raw.reshape(len(positions), -1)))
+    if len(parts) == 1:
+        raw = parts[0][1]
     else:
-        index = offsets + base
-        m.tracker.wgmma_reads(inst, lanes, index, operand, span, slice(base + hull[0], base + hull[1]), None, base,
-                              own_rows=own_rows, chunk_set=chunk_set)
-        raw = m.shared[index]
-    return _multiplicand_values(raw.view(dtype).reshape(addresses.shape), name)
+        raw = np.empty((len(reads), parts[0][1].shape[1]), np.uint8)
+        for positions, part in parts:
+            raw[positions] = part
+    return _multiplicand_values(raw.view(dtype).reshape(len(reads), *reads[0][2][0].shape), name)
 
 
 @lru_cache(maxsize=None)
@@ -749,7 +773,6 @@ def _wgmma_async(ops: Operands, inst, mods):
             short = counts != size
             if short.any():
                 raise m.error(inst, "wgmma needs all 128 threads of the warpgroup", int(lanes[starts[np.argmax(short)]]))
-        a_tiles, b_tiles = [], []
         b_descs = _uniform_per_group(m, inst, read_b(sel), lanes, "B descriptor")
         a_descs = None if registers_a else _uniform_per_group(m, inst, read_a(sel), lanes, "A descriptor")
         accumulate = np.full(len(starts), bool(static_scale)) if read_scale is None else \
@@ -758,23 +781,28 @@ def _wgmma_async(ops: Operands, inst, mods):
         sharing: dict[tuple[int, int], list[int]] = {}
         for i, start in enumerate(starts.tolist()):
             sharing.setdefault((int(m.lane_cta[lanes[start]]), int(b_descs[i])), []).append(start)
-        b_of: dict[tuple[int, int], np.ndarray] = {}
+        # every read checked and recorded in warpgroup order, then gathered across CTAs (`_descriptor_tiles`)
+        b_of: dict[tuple[int, int], int] = {}
+        b_reads, a_reads, b_index = [], [], []
         for i, start in enumerate(starts.tolist()):
             wg = lanes[start:start + facts.WARPGROUP_SIZE]
             key = (int(m.lane_cta[wg[0]]), int(b_descs[i]))
             if key not in b_of:
                 readers = np.concatenate([lanes[j:j + facts.WARPGROUP_SIZE] for j in sharing[key]])
-                b_of[key] = _descriptor_operand(m, inst, readers, key[1], "MN" if trans_b else "K", n, b_name)
-            b_tiles.append(b_of[key])
+                b_of[key] = len(b_reads)
+                b_reads.append(_descriptor_read(m, inst, readers, key[1], "MN" if trans_b else "K", n, b_name))
+            b_index.append(b_of[key])
             if not registers_a:
-                a_tiles.append(_descriptor_operand(m, inst, wg, int(a_descs[i]), "MN" if trans_a else "K",
-                                                   facts.WGMMA_M, a_name, "A"))
+                a_reads.append(_descriptor_read(m, inst, wg, int(a_descs[i]), "MN" if trans_a else "K",
+                                                facts.WGMMA_M, a_name, "A"))
         if registers_a:  # every warpgroup's A fragment in one gather (one block of registers: one more)
             words = a_block[lanes] if a_block is not None else np.stack([r[lanes] for r in a_regs], axis=1)
             a_stack = _register_operands(words.reshape(len(starts), facts.WARPGROUP_SIZE, -1), a_name)
         else:
-            a_stack = np.stack(a_tiles)
-        b_stack = np.stack(b_tiles)
+            a_stack = _descriptor_tiles(m, a_reads, a_name)
+        b_stack = _descriptor_tiles(m, b_reads, b_name)
+        if len(b_reads) != len(starts):
+            b_stack = b_stack[b_index]
         if scale_a != 1:
             a_stack = scale_a * a_stack
         if scale_b != 1:
