@@ -758,6 +758,7 @@ def _wgmma_async(ops: Operands, inst, mods):
     f16_acc = dtype_name == "f16"
     # f32 accumulators in one block: updated in place (float products)
     in_place = d_block is not None and dtype_name == "f32" and family != "int" and d_block.itemsize == 4
+    viewed = [np.empty(0, np.int64), None]  # the lanes last run and their rows of d_block (`lane_rows`)
 
     def run(sel):
         # every warpgroup at this wgmma in one batched product: operands per warpgroup, accumulators of all
@@ -810,7 +811,9 @@ def _wgmma_async(ops: Operands, inst, mods):
         d = np.matmul(a_stack, b_stack.transpose(0, 2, 1))
         product = np.take(d.reshape(len(starts), -1), fragment, axis=1).reshape(len(lanes), -1)  # [lanes, registers]
         if in_place and (accumulate.all() or not accumulate.any()):
-            rows = lane_rows(d_block, lanes)
+            if len(viewed[0]) != len(lanes) or not np.array_equal(viewed[0], lanes):
+                viewed[:] = [lanes.copy(), lane_rows(d_block, lanes)]  # kept: the same warpgroups run each wgmma
+            rows = viewed[1]
             if rows is not None:  # the accumulators of every warpgroup updated where they lie: one pass
                 _accumulate_fragments(product, rows.view(np.float32), bool(accumulate[0]))
                 return
