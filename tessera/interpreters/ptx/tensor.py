@@ -622,19 +622,19 @@ def _descriptor_read(m: Machine, inst, lanes: np.ndarray, descriptor: int, major
     m.tracker.wgmma_reads(inst, lanes, None if chunks is not None else offsets + base, operand, span,
                           slice(base + hull[0], base + hull[1]), chunks, base, own_rows=own_rows,
                           chunk_set=chunk_set)
-    return cta, descriptor, decoded
+    return cta, (descriptor, major, e, extent), decoded
 
 
 def _descriptor_tiles(m: Machine, reads: list[tuple], name: str) -> np.ndarray:
     """[len(reads), extent, K] float64: the operands `reads` (`_descriptor_read`'s, one per CTA and
-    descriptor, all of one operand of one wgmma) hold, gathered once per descriptor value for every CTA reading through it (the CTAs of a batch
-    run the same program: their descriptors agree), a 16-byte chunk at a time where the descriptor reads whole
-    chunks."""
+    descriptor, all of one operand of one wgmma) hold, gathered once per descriptor value for every CTA reading
+    through it (the CTAs of a batch run the same program: their descriptors agree), a 16-byte chunk at a time
+    where the descriptor reads whole chunks in order."""
     dtype = np.dtype(_MULTIPLICANDS[name])
     size = m.shared_bytes
-    by_value: dict[int, list[int]] = {}
-    for i, (_, descriptor, _) in enumerate(reads):
-        by_value.setdefault(descriptor, []).append(i)
+    by_value: dict[tuple, list[int]] = {}
+    for i, (_, key, _) in enumerate(reads):
+        by_value.setdefault(key, []).append(i)
     parts = []
     for positions in by_value.values():
         decoded = reads[positions[0]][2]
@@ -642,7 +642,7 @@ def _descriptor_tiles(m: Machine, reads: list[tuple], name: str) -> np.ndarray:
         chunks = decoded[7]
         if chunks is not None and size % _CHUNK == 0:
             raw = m.shared.reshape(-1, _CHUNK)[ctas * (size // _CHUNK) + chunks]
-        else:
+        else:  # byte by byte (an MN-major tile: whole chunks out of order; gathering them first is slower)
             raw = m.shared[ctas * size + decoded[1]]
         parts.append((positions, raw.reshape(len(positions), -1)))
     if len(parts) == 1:

@@ -1,13 +1,19 @@
-"""The wgmma accumulators updated where they lie (`tensor._accumulate_fragments` over `state.lane_rows`): the
-same bits as a gather, add in float64, rounding and scatter, special values included."""
+"""How the PTX executor's wgmma moves its data: operands gathered for every CTA of a batch at once, a 16-byte
+chunk at a time (`tensor._descriptor_tiles`), and the accumulators updated where they lie
+(`tensor._accumulate_fragments` over `state.lane_rows`): the same bits as a byte gather, and as a gather, add in
+float64, rounding and scatter, special values included."""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 from tessera.interpreters.ptx.state import lane_rows
-from tessera.interpreters.ptx.tensor import _accumulate_fragments
+from types import SimpleNamespace
+
+from tessera.interpreters.ptx.tensor import _accumulate_fragments, _descriptor_bytes, _descriptor_tiles
+from tessera.sm90 import facts
 
 
 def test_lane_rows_views_equal_runs_at_equal_strides():
@@ -50,3 +56,22 @@ def test_lane_rows_every_way_of_viewing(lanes, size):
     lanes = np.array(lanes)
     view = lane_rows(array, lanes)
     assert np.shares_memory(view, array) and np.array_equal(view.reshape(-1, 2), array[lanes])
+
+
+@pytest.mark.parametrize("major", ["K", "MN"])
+@pytest.mark.parametrize("swizzle", [0, 128])
+def test_descriptor_tiles_of_several_ctas_are_their_bytes(major, swizzle):
+    size = 32 * 1024
+    rng = np.random.default_rng(2)
+    values = rng.standard_normal(3 * size // 2).astype(ml_dtypes.bfloat16)
+    m = SimpleNamespace(shared=values.view(np.uint8), shared_bytes=size)
+    width = swizzle or 16
+    descriptor = facts.encode_descriptor(1024, 16 if not swizzle else 1024, 8 * width if swizzle else 128, swizzle)
+    key = (descriptor, major, 2, 64)
+    decoded = _descriptor_bytes(*key)
+    assert (decoded[7] is None) == (major == "MN")  # MN-major: whole chunks, out of order
+    ctas = [2, 0]
+    tiles = _descriptor_tiles(m, [(cta, key, decoded) for cta in ctas], "bf16")
+    for tile, cta in zip(tiles, ctas):
+        raw = m.shared[cta * size + decoded[1]].view(np.uint16).view(ml_dtypes.bfloat16).astype(np.float64)
+        assert np.array_equal(tile, raw.reshape(decoded[0].shape))
