@@ -259,8 +259,14 @@ class AsyncTracker:
         it complete, and what the threads arriving on it had observed."""
         b = self.barrier(key)
         self.seen_runs.clear()
-        self.observed[b, lanes] = np.maximum(self.observed[b, lanes], phase)
-        self.observed[:, lanes] = np.maximum(self.observed[:, lanes], self.carried[b][:, None])
+        columns = HappensBefore._rows(lanes)
+        if isinstance(columns, slice):  # consecutive lanes (a warpgroup, a CTA's consumers): in place
+            observed = self.observed[:, columns]
+            np.maximum(observed[b], phase, out=observed[b])
+            np.maximum(observed, self.carried[b][:, None], out=observed)
+        else:
+            self.observed[b, lanes] = np.maximum(self.observed[b, lanes], phase)
+            self.observed[:, lanes] = np.maximum(self.observed[:, lanes], self.carried[b][:, None])
         self.last_wait[lanes] = b
 
     def arriving(self, key: tuple[int, int], lanes: np.ndarray) -> None:

@@ -660,6 +660,7 @@ class GlobalOrder:
             if source == rank:
                 hb.clock[lane] = np.maximum(hb.clock[lane], clock)
                 hb.fenced[lane] = np.maximum(hb.fenced[lane], fenced)
+                hb.fenced_rows[lane] = True
             else:  # what the lane knows of that CTA: its clock, then what proxy fences covered of its global stores
                 hb.learn([lane], {source: np.concatenate([clock, fenced[hb.threads:]])})
             hb.learn([lane], {r: row for r, row in (remote or {}).items() if r != rank})

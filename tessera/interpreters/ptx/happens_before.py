@@ -78,6 +78,9 @@ class HappensBefore:
             # [lane, thread]: shared memory's columns, then global memory's (a proxy fence is limited to the
             # state space it names: fence.proxy.async.shared::cta orders no global bytes) [memory_model.PROXY_FENCE]
             self.fenced = np.zeros((n, 2 * self.threads), np.int32)
+            # [lane]: whether its `fenced` row may be nonzero (a fence of its own or one carried to it): a join
+            # of lanes none of whose rows may be skips their `fenced` rows (most releases, before any fence)
+            self.fenced_rows = np.zeros(n, bool)
             self.w_lane, self.w_line = np.zeros(s, np.int32), np.zeros(s, np.int32)
             self.w_clock = np.zeros(s, np.int32)  # 0: no generic write since the last asynchronous one
             self.reads = ReadClocks(s, self.threads)  # the generic reads since the last write
@@ -85,7 +88,7 @@ class HappensBefore:
             # ended last (one row per warpgroup: two warpgroups' wgmmas read the same bytes, unordered)
             self.r_async = np.zeros((1, s), np.int32)
         else:
-            for array in (self.clock, self.fenced, self.w_clock, self.r_async):
+            for array in (self.clock, self.fenced, self.fenced_rows, self.w_clock, self.r_async):
                 array.fill(0)
             self.reads.reset()
         if self.peer_reads is not None:
@@ -172,7 +175,8 @@ class HappensBefore:
         """(clock, fenced, remote): the join of `lanes`' clocks, fenced clocks and knowledge of other CTAs
         (None: none); their own epochs advance past it."""
         rows = self._rows(lanes)
-        c, f = self.clock[rows].max(axis=0), self.fenced[rows].max(axis=0)
+        c = self.clock[rows].max(axis=0)
+        f = self.fenced[rows].max(axis=0) if self.fenced_rows[rows].any() else np.zeros(2 * self.threads, np.int32)
         self.clock[lanes, lanes % self.threads] += 1
         return c, f, self._remote_of(lanes)
 
@@ -207,12 +211,17 @@ class HappensBefore:
     def _acquire(self, lanes: np.ndarray, c: np.ndarray, f: np.ndarray, r: dict | None = None) -> None:
         self.learn(lanes, r)
         rows = self._rows(lanes)
+        fenced = bool(f.any())
         if isinstance(rows, slice):
             np.maximum(self.clock[rows], c, out=self.clock[rows])
-            np.maximum(self.fenced[rows], f, out=self.fenced[rows])
+            if fenced:
+                np.maximum(self.fenced[rows], f, out=self.fenced[rows])
         else:
             self.clock[rows] = np.maximum(self.clock[rows], c)
-            self.fenced[rows] = np.maximum(self.fenced[rows], f)
+            if fenced:
+                self.fenced[rows] = np.maximum(self.fenced[rows], f)
+        if fenced:
+            self.fenced_rows[rows] = True
 
     def barrier(self, participants: np.ndarray, waiters: np.ndarray) -> None:
         """A barrier completed: `participants` arrived (released), `waiters` leave it (acquire)."""
@@ -339,6 +348,7 @@ class HappensBefore:
         for on, columns in ((shared, slice(0, t)), (global_, slice(t, 2 * t))):
             if on:
                 self.fenced[lanes, columns] = np.maximum(self.fenced[lanes, columns], self.clock[lanes])
+                self.fenced_rows[lanes] = True
         if global_ and self.remote:  # other CTAs' stores known to happen before: fenced too (new rows: shared)
             for lane in np.asarray(lanes).reshape(-1).tolist():
                 known = self.remote.get(lane)

@@ -70,6 +70,32 @@ def unique_rows(rows: np.ndarray, return_index: bool = False, return_inverse: bo
     return result[0] if len(result) == 1 else tuple(result)
 
 
+def lane_rows(array: np.ndarray, lanes: np.ndarray) -> np.ndarray | None:
+    """The rows `lanes` (ascending, each once) of `array` [lanes, ...] as a writable view [runs, run, ...] when
+    they are runs of equal length at equal strides (the consumer warpgroups of every CTA of a batch), else None:
+    an operation on the rows of a few CTAs then reads and writes them in place, without a gather and a scatter."""
+    n = len(lanes)
+    if not n:
+        return None
+    first = int(lanes[0])
+    breaks = np.flatnonzero(np.diff(lanes) != 1) + 1
+    run = int(breaks[0]) if len(breaks) else n
+    if n % run:
+        return None
+    runs = n // run
+    stride = int(lanes[run]) - first if runs > 1 else run
+    if not np.array_equal(breaks, run * np.arange(1, runs)) or \
+            not np.array_equal(lanes[::run], first + stride * np.arange(runs)):
+        return None  # consecutive lanes between the breaks, each run starting `stride` after the one before
+    if first + runs * stride <= len(array):  # a reshape of a slice, cheaper than as_strided
+        return array[first:first + runs * stride].reshape(runs, stride, *array.shape[1:])[:, :run]
+    low = first + run - stride  # the runs end their strides (the last run ends the array)
+    if low >= 0:
+        return array[low:low + runs * stride].reshape(runs, stride, *array.shape[1:])[:, stride - run:]
+    return np.lib.stride_tricks.as_strided(array[first:], (runs, run, *array.shape[1:]),
+                                           (stride * array.strides[0], *array.strides))
+
+
 RUN, EXITED, BAR, PARK, COLL, CLUSTER_WAIT = 0, 1, 2, 3, 4, 5
 STATUS_NAMES = {RUN: "running", EXITED: "exited", BAR: "at a barrier", PARK: "waiting on an mbarrier",
                 COLL: "waiting for its warp/warpgroup", CLUSTER_WAIT: "waiting at barrier.cluster.wait"}

@@ -48,7 +48,7 @@ from tessera.interpreters.ptx.cluster import _OFFSET_MASK, cluster_address, mult
 from tessera.interpreters.ptx.decode import Operands, Step, elements, opcode
 from tessera.interpreters.ptx.global_order import ASYNC, ASYNC_REDUCE, StridedBox
 from tessera.interpreters.ptx.memory import access, lanes_of, take_space
-from tessera.interpreters.ptx.state import GLOBAL_BASE, PARAM_WINDOW, WINDOW_SIZE, Machine, unique_rows
+from tessera.interpreters.ptx.state import GLOBAL_BASE, PARAM_WINDOW, WINDOW_SIZE, Machine, lane_rows, unique_rows
 from tessera.interpreters.ptx.sync import PRED, U32, shared_addresses
 from tessera.interpreters.ptx.numerics import flush_f32
 from tessera.interpreters.ptx.syntax import Address, Reg, Vector
@@ -603,31 +603,55 @@ def _dense(offsets: np.ndarray) -> tuple[int, int] | None:
     return low, high
 
 
-def _descriptor_operand(m: Machine, inst, lanes: np.ndarray, descriptor: int, major: str, extent: int,
-                        name: str, operand: str = "B") -> np.ndarray:
-    """The [extent, K] operand (K spanning facts.WGMMA_K_BYTES) read through a descriptor from the shared memory
-    of `lanes`' CTA, as float64 values."""
-    dtype = np.dtype(_MULTIPLICANDS[name])
-    e = dtype.itemsize
+def _descriptor_read(m: Machine, inst, lanes: np.ndarray, descriptor: int, major: str, extent: int,
+                     name: str, operand: str = "B") -> tuple:
+    """The [extent, K] operand (K spanning facts.WGMMA_K_BYTES) `lanes` (whole warpgroups of one CTA) read
+    through a descriptor from their CTA's shared memory: checked and recorded as an async-proxy read
+    (`asynchrony.AsyncTracker.wgmma_reads`); returns what `_descriptor_tiles` gathers it with."""
+    e = np.dtype(_MULTIPLICANDS[name]).itemsize
     decoded = _descriptor_bytes(descriptor, major, e, extent)
     if isinstance(decoded, str):
         raise m.error(inst, f"matrix descriptor {descriptor:#x}: {decoded}", int(lanes[0]))
     addresses, offsets, low, high, dense, hull, chunk_set, chunks = decoded
     if low < 0 or high + e > m.shared_bytes:
         raise m.error(inst, f"matrix descriptor {descriptor:#x} reads outside shared memory", int(lanes[0]))
-    base = int(m.lane_cta[lanes[0]]) * m.shared_bytes
+    cta = int(m.lane_cta[lanes[0]])
+    base = cta * m.shared_bytes
     span = None if dense is None else slice(base + dense[0], base + dense[1])
     own_rows = operand == "A"  # the bytes row by row (addresses [rows, K]): each warp reads its own rows
-    if chunks is not None:  # gathered a chunk at a time
-        m.tracker.wgmma_reads(inst, lanes, None, operand, span, slice(base + hull[0], base + hull[1]), chunks, base,
-                              own_rows=own_rows, chunk_set=chunk_set)
-        raw = m.shared[base:base + m.shared_bytes // _CHUNK * _CHUNK].reshape(-1, _CHUNK)[chunks]
+    m.tracker.wgmma_reads(inst, lanes, None if chunks is not None else offsets + base, operand, span,
+                          slice(base + hull[0], base + hull[1]), chunks, base, own_rows=own_rows,
+                          chunk_set=chunk_set)
+    return cta, (descriptor, major, e, extent), decoded
+
+
+def _descriptor_tiles(m: Machine, reads: list[tuple], name: str) -> np.ndarray:
+    """[len(reads), extent, K] float64: the operands `reads` (`_descriptor_read`'s, one per CTA and
+    descriptor, all of one operand of one wgmma) hold, gathered once per descriptor value for every CTA reading
+    through it (the CTAs of a batch run the same program: their descriptors agree), a 16-byte chunk at a time
+    where the descriptor reads whole chunks in order."""
+    dtype = np.dtype(_MULTIPLICANDS[name])
+    size = m.shared_bytes
+    by_value: dict[tuple, list[int]] = {}
+    for i, (_, key, _) in enumerate(reads):
+        by_value.setdefault(key, []).append(i)
+    parts = []
+    for positions in by_value.values():
+        decoded = reads[positions[0]][2]
+        ctas = np.array([reads[i][0] for i in positions], np.int64)[:, None]
+        chunks = decoded[7]
+        if chunks is not None and size % _CHUNK == 0:
+            raw = m.shared.reshape(-1, _CHUNK)[ctas * (size // _CHUNK) + chunks]
+        else:  # byte by byte (an MN-major tile: whole chunks out of order; gathering them first is slower)
+            raw = m.shared[ctas * size + decoded[1]]
+        parts.append((positions, raw.reshape(len(positions), -1)))
+    if len(parts) == 1:
+        raw = parts[0][1]
     else:
-        index = offsets + base
-        m.tracker.wgmma_reads(inst, lanes, index, operand, span, slice(base + hull[0], base + hull[1]), None, base,
-                              own_rows=own_rows, chunk_set=chunk_set)
-        raw = m.shared[index]
-    return _multiplicand_values(raw.view(dtype).reshape(addresses.shape), name)
+        raw = np.empty((len(reads), parts[0][1].shape[1]), np.uint8)
+        for positions, part in parts:
+            raw[positions] = part
+    return _multiplicand_values(raw.view(dtype).reshape(len(reads), *reads[0][2][0].shape), name)
 
 
 @lru_cache(maxsize=None)
@@ -732,6 +756,9 @@ def _wgmma_async(ops: Operands, inst, mods):
     rows, cols = _accumulator_coords(n)
     fragment = (rows * n + cols).reshape(-1)  # thread t's register v: element fragment[t * n / 2 + v] of D
     f16_acc = dtype_name == "f16"
+    # f32 accumulators in one block: updated in place (float products)
+    in_place = d_block is not None and dtype_name == "f32" and family != "int" and d_block.itemsize == 4
+    viewed = [np.empty(0, np.int64), None]  # the lanes last run and their rows of d_block (`lane_rows`)
 
     def run(sel):
         # every warpgroup at this wgmma in one batched product: operands per warpgroup, accumulators of all
@@ -747,7 +774,6 @@ def _wgmma_async(ops: Operands, inst, mods):
             short = counts != size
             if short.any():
                 raise m.error(inst, "wgmma needs all 128 threads of the warpgroup", int(lanes[starts[np.argmax(short)]]))
-        a_tiles, b_tiles = [], []
         b_descs = _uniform_per_group(m, inst, read_b(sel), lanes, "B descriptor")
         a_descs = None if registers_a else _uniform_per_group(m, inst, read_a(sel), lanes, "A descriptor")
         accumulate = np.full(len(starts), bool(static_scale)) if read_scale is None else \
@@ -756,29 +782,41 @@ def _wgmma_async(ops: Operands, inst, mods):
         sharing: dict[tuple[int, int], list[int]] = {}
         for i, start in enumerate(starts.tolist()):
             sharing.setdefault((int(m.lane_cta[lanes[start]]), int(b_descs[i])), []).append(start)
-        b_of: dict[tuple[int, int], np.ndarray] = {}
+        # every read checked and recorded in warpgroup order, then gathered across CTAs (`_descriptor_tiles`)
+        b_of: dict[tuple[int, int], int] = {}
+        b_reads, a_reads, b_index = [], [], []
         for i, start in enumerate(starts.tolist()):
             wg = lanes[start:start + facts.WARPGROUP_SIZE]
             key = (int(m.lane_cta[wg[0]]), int(b_descs[i]))
             if key not in b_of:
                 readers = np.concatenate([lanes[j:j + facts.WARPGROUP_SIZE] for j in sharing[key]])
-                b_of[key] = _descriptor_operand(m, inst, readers, key[1], "MN" if trans_b else "K", n, b_name)
-            b_tiles.append(b_of[key])
+                b_of[key] = len(b_reads)
+                b_reads.append(_descriptor_read(m, inst, readers, key[1], "MN" if trans_b else "K", n, b_name))
+            b_index.append(b_of[key])
             if not registers_a:
-                a_tiles.append(_descriptor_operand(m, inst, wg, int(a_descs[i]), "MN" if trans_a else "K",
-                                                   facts.WGMMA_M, a_name, "A"))
+                a_reads.append(_descriptor_read(m, inst, wg, int(a_descs[i]), "MN" if trans_a else "K",
+                                                facts.WGMMA_M, a_name, "A"))
         if registers_a:  # every warpgroup's A fragment in one gather (one block of registers: one more)
             words = a_block[lanes] if a_block is not None else np.stack([r[lanes] for r in a_regs], axis=1)
             a_stack = _register_operands(words.reshape(len(starts), facts.WARPGROUP_SIZE, -1), a_name)
         else:
-            a_stack = np.stack(a_tiles)
-        b_stack = np.stack(b_tiles)
+            a_stack = _descriptor_tiles(m, a_reads, a_name)
+        b_stack = _descriptor_tiles(m, b_reads, b_name)
+        if len(b_reads) != len(starts):
+            b_stack = b_stack[b_index]
         if scale_a != 1:
             a_stack = scale_a * a_stack
         if scale_b != 1:
             b_stack = scale_b * b_stack
         d = np.matmul(a_stack, b_stack.transpose(0, 2, 1))
         product = np.take(d.reshape(len(starts), -1), fragment, axis=1).reshape(len(lanes), -1)  # [lanes, registers]
+        if in_place and (accumulate.all() or not accumulate.any()):
+            if len(viewed[0]) != len(lanes) or not np.array_equal(viewed[0], lanes):
+                viewed[:] = [lanes.copy(), lane_rows(d_block, lanes)]  # kept: the same warpgroups run each wgmma
+            rows = viewed[1]
+            if rows is not None:  # the accumulators of every warpgroup updated where they lie: one pass
+                _accumulate_fragments(product, rows.view(np.float32), bool(accumulate[0]))
+                return
         # [lanes, registers]; one gather where the accumulators are one block (Machine.register_blocks)
         acc_words = d_block[lanes] if d_block is not None else np.stack([r[lanes] for r in d_regs], axis=1)
         if f16_acc:
@@ -813,6 +851,18 @@ def _wgmma_async(ops: Operands, inst, mods):
             r[lanes] = columns[v]
 
     return Step(inst, run, unit=facts.WARPGROUP_SIZE)
+
+
+def _accumulate_fragments(product: np.ndarray, target: np.ndarray, accumulate: bool) -> None:
+    """target (f32 accumulators [runs, lanes of a run, registers], whole warpgroups, a view of the register
+    block) = product (+ target when `accumulate`), `product` the float64 fragments [lanes, registers] in the
+    same order: the sum taken in float64 and rounded once to f32, as a gather, add and scatter would, in one
+    pass over the registers where they lie (each run's rows are contiguous)."""
+    product = product.reshape(target.shape)
+    if accumulate:
+        np.add(product, target, out=target, dtype=np.float64, casting="unsafe")
+    else:
+        np.copyto(target, product, casting="unsafe")
 
 
 def _uniform_per_group(m: Machine, inst, values, lanes, what: str) -> np.ndarray:

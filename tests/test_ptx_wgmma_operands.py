@@ -1,0 +1,77 @@
+"""How the PTX executor's wgmma moves its data: operands gathered for every CTA of a batch at once, a 16-byte
+chunk at a time (`tensor._descriptor_tiles`), and the accumulators updated where they lie
+(`tensor._accumulate_fragments` over `state.lane_rows`): the same bits as a byte gather, and as a gather, add in
+float64, rounding and scatter, special values included."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tessera.interpreters.ptx.state import lane_rows
+from types import SimpleNamespace
+
+from tessera.interpreters.ptx.tensor import _accumulate_fragments, _descriptor_bytes, _descriptor_tiles
+from tessera.sm90 import facts
+
+
+def test_lane_rows_views_equal_runs_at_equal_strides():
+    array = np.arange(12 * 3).reshape(12, 3)
+    lanes = np.array([1, 2, 5, 6, 9, 10])
+    view = lane_rows(array, lanes)
+    assert view.shape == (3, 2, 3) and np.shares_memory(view, array)
+    assert np.array_equal(view.reshape(-1, 3), array[lanes])
+    view[...] = -1
+    assert (array[lanes] == -1).all() and (np.delete(array, lanes, axis=0) >= 0).all()
+    assert lane_rows(array, np.arange(4, 9)).shape == (1, 5, 3)
+
+
+@pytest.mark.parametrize("lanes", [[0, 1, 4], [0, 1, 3, 4, 7, 8, 9], [0, 1, 4, 5, 9, 10], [0, 2, 4, 6, 7]])
+def test_lane_rows_refuses_irregular_runs(lanes):
+    assert lane_rows(np.zeros((12, 2)), np.array(lanes)) is None
+
+
+@pytest.mark.parametrize("accumulate", [True, False])
+def test_accumulate_in_place_is_the_gathered_update(accumulate):
+    registers, ctas, threads = 32, 3, 384  # two consumer warpgroups (lanes 128..383) of each CTA
+    lanes = (np.arange(ctas)[:, None] * threads + np.arange(128, threads)).reshape(-1)
+    rng = np.random.default_rng(1)
+    product = rng.standard_normal((len(lanes), registers)) * np.exp2(rng.integers(-160, 130, (1, registers)))
+    product[0, :4] = [np.inf, -np.inf, np.nan, 3e38]
+    block = rng.standard_normal((ctas * threads, registers)).astype(np.float32)
+    block[lanes[1], :3] = [np.float32(1e-45), np.inf, np.float32(3.4e38)]
+    expected = block.copy()
+    with np.errstate(over="ignore", invalid="ignore"):  # values past f32 round to inf in both
+        expected[lanes] = (product + block[lanes].astype(np.float64) if accumulate else product).astype(np.float32)
+        _accumulate_fragments(product, lane_rows(block.view(np.uint32), lanes).view(np.float32), accumulate)
+    assert np.array_equal(block.view(np.uint32), expected.view(np.uint32))
+
+
+@pytest.mark.parametrize("lanes, size", [([0, 1, 6, 7], 12), ([4, 5, 10, 11], 12), ([0, 1, 4, 5], 6),
+                                         ([0, 1, 2, 3], 4)])
+def test_lane_rows_every_way_of_viewing(lanes, size):
+    """A reshaped slice from the first run, one ending at the last run, or strides past the array's end."""
+    array = np.arange(size * 2).reshape(size, 2)
+    lanes = np.array(lanes)
+    view = lane_rows(array, lanes)
+    assert np.shares_memory(view, array) and np.array_equal(view.reshape(-1, 2), array[lanes])
+
+
+@pytest.mark.parametrize("major", ["K", "MN"])
+@pytest.mark.parametrize("swizzle", [0, 128])
+def test_descriptor_tiles_of_several_ctas_are_their_bytes(major, swizzle):
+    size = 32 * 1024
+    rng = np.random.default_rng(2)
+    values = rng.standard_normal(3 * size // 2).astype(ml_dtypes.bfloat16)
+    m = SimpleNamespace(shared=values.view(np.uint8), shared_bytes=size)
+    width = swizzle or 16
+    descriptor = facts.encode_descriptor(1024, 16 if not swizzle else 1024, 8 * width if swizzle else 128, swizzle)
+    key = (descriptor, major, 2, 64)
+    decoded = _descriptor_bytes(*key)
+    assert (decoded[7] is None) == (major == "MN")  # MN-major: whole chunks, out of order
+    ctas = [2, 0]
+    tiles = _descriptor_tiles(m, [(cta, key, decoded) for cta in ctas], "bf16")
+    for tile, cta in zip(tiles, ctas):
+        raw = m.shared[cta * size + decoded[1]].view(np.uint16).view(ml_dtypes.bfloat16).astype(np.float64)
+        assert np.array_equal(tile, raw.reshape(decoded[0].shape))
