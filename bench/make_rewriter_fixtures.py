@@ -255,13 +255,15 @@ def grad_of_loss(**options):
 
 S = 128
 UNSEEN = {
-    "neg_dpa_s128_d64": (dot_product_attention(), qkv(S, 64),
-                         "jax.nn.dot_product_attention: a near miss (rank-5 [batch, kv_heads, groups] products)"),
-    "neg_dpa_causal_s128_d64": (dot_product_attention(is_causal=True), qkv(S, 64),
-                                "jax.nn.dot_product_attention(is_causal=True): a near miss (the transpose rule)"),
-    "neg_dpa_bias_s128_d64": (dot_product_attention(implementation="xla", extra=("bias",)),
+    "fwd_dpa_s128_d64": (dot_product_attention(), qkv(S, 64),
+                         "jax.nn.dot_product_attention: one tessera.attention (rank-5 [batch, kv_heads, groups] "
+                         "products, transposed scores)"),
+    "fwd_dpa_causal_s128_d64": (dot_product_attention(is_causal=True), qkv(S, 64),
+                                "jax.nn.dot_product_attention(is_causal=True): one causal tessera.attention"),
+    "fwd_dpa_bias_s128_d64": (dot_product_attention(implementation="xla", extra=("bias",)),
                               qkv(S, 64, extra=(bf16(B, H, S, S),)),
-                              "jax.nn.dot_product_attention(bias=, implementation='xla'): a near miss"),
+                              "jax.nn.dot_product_attention(bias=, implementation='xla'): one tessera.attention "
+                              "with the bias operand"),
     "fwd_added_mask_q64_k128_d64": (added_mask_attention, qkv(64, 64, S),
                                     "s + where(tril, 0, -1e9), seq_q 64 < seq_k 128: one causal tessera.attention"),
     "fwd_added_window_s128_d64": (lambda q, k, v: added_mask_attention(q, k, v, window=16), qkv(S, 64),
@@ -275,8 +277,9 @@ UNSEEN = {
                                      "'bhqd' einsums, jnp.finfo(bf16).min fill, softmax by hand: causal"),
     "fwd_gqa_repeat_s128_d64": (gqa_repeat, (bf16(B, S, H, 64), bf16(B, S, 2, 64), bf16(B, S, 2, 64)),
                                 "GQA by jnp.repeat of 2 K/V heads: one tessera.attention over the repeated heads"),
-    "neg_gqa_groups_s128_d64": (gqa_groups, (bf16(B, S, H, 64), bf16(B, S, 2, 64), bf16(B, S, 2, 64)),
-                                "GQA with Q reshaped to groups: a near miss (the transpose rule)"),
+    "fwd_gqa_groups_s128_d64": (gqa_groups, (bf16(B, S, H, 64), bf16(B, S, 2, 64), bf16(B, S, 2, 64)),
+                                "GQA with Q reshaped to groups: one tessera.attention, K and V repeated over the "
+                                "groups"),
     "neg_f32_s128_d64": (lambda q, k, v: attention(q, k, v, causal=True),
                          tuple(jax.ShapeDtypeStruct(x.shape, jnp.float32) for x in qkv(S, 64)),
                          "float32 attention: a near miss (the kernels take bf16 or f16)"),
