@@ -253,6 +253,14 @@ def grad_of_loss(**options):
     return f
 
 
+def grad_of(attention_fn):
+    """jax.grad of sum(attention_fn(q, k, v)^2) with respect to Q, K and V."""
+    def f(q, k, v):
+        loss = lambda q, k, v: jnp.sum(attention_fn(q, k, v).astype(jnp.float32) ** 2)
+        return jax.grad(loss, argnums=(0, 1, 2))(q, k, v)
+    return f
+
+
 S = 128
 UNSEEN = {
     "fwd_dpa_s128_d64": (dot_product_attention(), qkv(S, 64),
@@ -264,6 +272,13 @@ UNSEEN = {
                               qkv(S, 64, extra=(bf16(B, H, S, S),)),
                               "jax.nn.dot_product_attention(bias=, implementation='xla'): one tessera.attention "
                               "with the bias operand"),
+    "fwd_dpa_gqa_causal_s128_d64": (dot_product_attention(is_causal=True),
+                                    (bf16(B, S, H, 64), bf16(B, S, 2, 64), bf16(B, S, 2, 64)),
+                                    "jax.nn.dot_product_attention(is_causal=True) with 2 K/V heads (GQA): one "
+                                    "causal tessera.attention, K and V repeated over the groups"),
+    "neg_dpa_grad_s128_d64": (grad_of(dot_product_attention(is_causal=True)), qkv(S, 64),
+                              "jax.grad through jax.nn.dot_product_attention(is_causal=True): a near miss (its "
+                              "backward's products are rank 5)"),
     "fwd_added_mask_q64_k128_d64": (added_mask_attention, qkv(64, 64, S),
                                     "s + where(tril, 0, -1e9), seq_q 64 < seq_k 128: one causal tessera.attention"),
     "fwd_added_window_s128_d64": (lambda q, k, v: added_mask_attention(q, k, v, window=16), qkv(S, 64),

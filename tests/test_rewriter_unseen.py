@@ -31,10 +31,13 @@ REWRITTEN = {
     "fwd_dpa_causal_s128_d64": (1, 0, True, False),
     "fwd_dpa_bias_s128_d64": (1, 0, False, True),
     "fwd_gqa_groups_s128_d64": (1, 0, False, False),     # query groups merged into the heads, K and V repeated
+    "fwd_dpa_gqa_causal_s128_d64": (1, 0, True, False),  # dot_product_attention, 2 K/V heads: the same
 }
 
 # fixture: the rule the report gives (a regular expression)
 REFUSED = {
+    "neg_dpa_grad_s128_d64": r"near miss \(backward\).*\n.*not rewritten: the backward of attention with query "
+                             r"groups \(jax.nn.dot_product_attention's rank-5 dS",
     "neg_f32_s128_d64": r"Q, K, V are f32: the kernels take bf16 or f16",
     "neg_scan_layers_s128_d64": r"it is inside the region of 'stablehlo.while' at .*: only attention in a "
                                 r"function's top-level block is rewritten",
