@@ -276,6 +276,14 @@ UNSEEN = {
                                     (bf16(B, S, H, 64), bf16(B, S, 2, 64), bf16(B, S, 2, 64)),
                                     "jax.nn.dot_product_attention(is_causal=True) with 2 K/V heads (GQA): one "
                                     "causal tessera.attention, K and V repeated over the groups"),
+    "fwd_dpa_gqa_bias_s128_d64": (dot_product_attention(extra=("bias",)),
+                                  (bf16(B, S, H, 64), bf16(B, S, 2, 64), bf16(B, S, 2, 64), bf16(1, H, S, S)),
+                                  "jax.nn.dot_product_attention(bias=) with 2 K/V heads and a bias broadcast over "
+                                  "the batch: one tessera.attention with the bias operand"),
+    "neg_dpa_mask_s128_d64": (dot_product_attention(extra=("mask",)), qkv(S, 64, extra=(jax.ShapeDtypeStruct(
+                                  (B, H, S, S), jnp.bool_),)),
+                              "jax.nn.dot_product_attention(mask=) given as data: a near miss (a causal mask is "
+                              "computed from iota and constants)"),
     "neg_dpa_grad_s128_d64": (grad_of(dot_product_attention(is_causal=True)), qkv(S, 64),
                               "jax.grad through jax.nn.dot_product_attention(is_causal=True): a near miss (its "
                               "backward's products are rank 5)"),

@@ -32,12 +32,14 @@ REWRITTEN = {
     "fwd_dpa_bias_s128_d64": (1, 0, False, True),
     "fwd_gqa_groups_s128_d64": (1, 0, False, False),     # query groups merged into the heads, K and V repeated
     "fwd_dpa_gqa_causal_s128_d64": (1, 0, True, False),  # dot_product_attention, 2 K/V heads: the same
+    "fwd_dpa_gqa_bias_s128_d64": (1, 0, False, True),    # and a bias [1, heads]: the kernel's _bias_b1
 }
 
 # fixture: the rule the report gives (a regular expression)
 REFUSED = {
     "neg_dpa_grad_s128_d64": r"near miss \(backward\).*\n.*not rewritten: the backward of attention with query "
                              r"groups \(jax.nn.dot_product_attention's rank-5 dS",
+    "neg_dpa_mask_s128_d64": r"the mask depends on argument %arg3: data, not a causal mask",
     "neg_f32_s128_d64": r"Q, K, V are f32: the kernels take bf16 or f16",
     "neg_scan_layers_s128_d64": r"it is inside the region of 'stablehlo.while' at .*: only attention in a "
                                 r"function's top-level block is rewritten",
@@ -124,3 +126,16 @@ def test_seeded_edits_of_dot_product_attention_are_refused(name, old, new, rule,
     text = report.text()
     assert report.replaced() == 0 and not ops_named(module, "tessera.attention")
     assert "near miss" in text and re.search(rule, text), text
+
+
+@pytest.mark.slow
+def test_a_transposed_bias_is_read_transposed(tmp_path, capsys):
+    """jax.nn.dot_product_attention(bias=) with the bias's transpose edited to swap queries and keys: the bias's
+    dimensions are followed, so the rewrite passes it transposed back and agrees with the edited graph."""
+    text = (FIXTURES / "fwd_dpa_bias_s128_d64.mlir").read_text()
+    old = "permutation = array<i64: 2, 0, 1, 3, 4>"
+    assert text.count(old) == 1
+    path = tmp_path / "transposed_bias.mlir"
+    path.write_text(text.replace(old, "permutation = array<i64: 2, 0, 1, 4, 3>"))
+    assert tessera_run.main([str(path), "-p", "rewrite-attention{match=patterns}", "--compare", "--seed", "5"]) == 0
+    assert re.search(r"tolerance \S+: ok", capsys.readouterr().out)

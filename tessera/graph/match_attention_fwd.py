@@ -239,6 +239,10 @@ def match_bias(m: ForwardMatch, add: Operation, s_labels: list[str | None], bias
     if element(source) != m.dtype:
         raise Refusal(f"the bias at {where(add)} is {element(source)}: the kernel reads a bias in {m.dtype} (the type "
                       "of Q, K and V)", add)
+    sizes = {x: n for x, n in zip(labels, shape(source)) if n != 1}
+    if "g" in m.q_labels and shape(m.q)[m.q_labels.index("g")] != 1 and ("b1" in sizes) != ("g" in sizes):
+        raise Refusal(f"the bias at {where(add)} is broadcast along the {'query groups' if 'b1' in sizes else 'kv heads'}"
+                      " only: the kernel reads a bias [batch or 1, heads or 1, seq_q, seq_k]", add)
     m.bias, m.bias_labels = source, labels
 
 
