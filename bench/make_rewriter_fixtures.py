@@ -253,15 +253,40 @@ def grad_of_loss(**options):
     return f
 
 
+def grad_of(attention_fn):
+    """jax.grad of sum(attention_fn(q, k, v)^2) with respect to Q, K and V."""
+    def f(q, k, v):
+        loss = lambda q, k, v: jnp.sum(attention_fn(q, k, v).astype(jnp.float32) ** 2)
+        return jax.grad(loss, argnums=(0, 1, 2))(q, k, v)
+    return f
+
+
 S = 128
 UNSEEN = {
-    "neg_dpa_s128_d64": (dot_product_attention(), qkv(S, 64),
-                         "jax.nn.dot_product_attention: a near miss (rank-5 [batch, kv_heads, groups] products)"),
-    "neg_dpa_causal_s128_d64": (dot_product_attention(is_causal=True), qkv(S, 64),
-                                "jax.nn.dot_product_attention(is_causal=True): a near miss (the transpose rule)"),
-    "neg_dpa_bias_s128_d64": (dot_product_attention(implementation="xla", extra=("bias",)),
+    "fwd_dpa_s128_d64": (dot_product_attention(), qkv(S, 64),
+                         "jax.nn.dot_product_attention: one tessera.attention (rank-5 [batch, kv_heads, groups] "
+                         "products, transposed scores)"),
+    "fwd_dpa_causal_s128_d64": (dot_product_attention(is_causal=True), qkv(S, 64),
+                                "jax.nn.dot_product_attention(is_causal=True): one causal tessera.attention"),
+    "fwd_dpa_bias_s128_d64": (dot_product_attention(implementation="xla", extra=("bias",)),
                               qkv(S, 64, extra=(bf16(B, H, S, S),)),
-                              "jax.nn.dot_product_attention(bias=, implementation='xla'): a near miss"),
+                              "jax.nn.dot_product_attention(bias=, implementation='xla'): one tessera.attention "
+                              "with the bias operand"),
+    "fwd_dpa_gqa_causal_s128_d64": (dot_product_attention(is_causal=True),
+                                    (bf16(B, S, H, 64), bf16(B, S, 2, 64), bf16(B, S, 2, 64)),
+                                    "jax.nn.dot_product_attention(is_causal=True) with 2 K/V heads (GQA): one "
+                                    "causal tessera.attention, K and V repeated over the groups"),
+    "fwd_dpa_gqa_bias_s128_d64": (dot_product_attention(extra=("bias",)),
+                                  (bf16(B, S, H, 64), bf16(B, S, 2, 64), bf16(B, S, 2, 64), bf16(1, H, S, S)),
+                                  "jax.nn.dot_product_attention(bias=) with 2 K/V heads and a bias broadcast over "
+                                  "the batch: one tessera.attention with the bias operand"),
+    "neg_dpa_mask_s128_d64": (dot_product_attention(extra=("mask",)), qkv(S, 64, extra=(jax.ShapeDtypeStruct(
+                                  (B, H, S, S), jnp.bool_),)),
+                              "jax.nn.dot_product_attention(mask=) given as data: a near miss (a causal mask is "
+                              "computed from iota and constants)"),
+    "neg_dpa_grad_s128_d64": (grad_of(dot_product_attention(is_causal=True)), qkv(S, 64),
+                              "jax.grad through jax.nn.dot_product_attention(is_causal=True): a near miss (its "
+                              "backward's products are rank 5)"),
     "fwd_added_mask_q64_k128_d64": (added_mask_attention, qkv(64, 64, S),
                                     "s + where(tril, 0, -1e9), seq_q 64 < seq_k 128: one causal tessera.attention"),
     "fwd_added_window_s128_d64": (lambda q, k, v: added_mask_attention(q, k, v, window=16), qkv(S, 64),
@@ -275,8 +300,9 @@ UNSEEN = {
                                      "'bhqd' einsums, jnp.finfo(bf16).min fill, softmax by hand: causal"),
     "fwd_gqa_repeat_s128_d64": (gqa_repeat, (bf16(B, S, H, 64), bf16(B, S, 2, 64), bf16(B, S, 2, 64)),
                                 "GQA by jnp.repeat of 2 K/V heads: one tessera.attention over the repeated heads"),
-    "neg_gqa_groups_s128_d64": (gqa_groups, (bf16(B, S, H, 64), bf16(B, S, 2, 64), bf16(B, S, 2, 64)),
-                                "GQA with Q reshaped to groups: a near miss (the transpose rule)"),
+    "fwd_gqa_groups_s128_d64": (gqa_groups, (bf16(B, S, H, 64), bf16(B, S, 2, 64), bf16(B, S, 2, 64)),
+                                "GQA with Q reshaped to groups: one tessera.attention, K and V repeated over the "
+                                "groups"),
     "neg_f32_s128_d64": (lambda q, k, v: attention(q, k, v, causal=True),
                          tuple(jax.ShapeDtypeStruct(x.shape, jnp.float32) for x in qkv(S, 64)),
                          "float32 attention: a near miss (the kernels take bf16 or f16)"),

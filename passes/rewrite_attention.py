@@ -57,7 +57,7 @@ from tessera.graph.attention_match import (
     BACKWARD_TARGET, CANONICAL, FORWARD_TARGET, ForwardMatch, Refusal, backward_config, element, kernel_config, perm_to,
     shape, where,
 )
-from tessera.graph.graph_edit import converted, transposed
+from tessera.graph.graph_edit import broadcast, converted, reshaped, transposed
 from tessera.graph.match_attention_bwd import BackwardMatch
 from tessera.graph.rewrite_report import REPORTS, Entry, RewriteReport
 
@@ -185,47 +185,70 @@ def _emit(name: str, target: str, form: str, operands: list[SSAValue], result_ty
     return op
 
 
-BIAS_LABELS = ("b0", "b1", "q", "k")
-"""The kernel's bias layout [batch, heads, seq_q, seq_k] by label."""
+BIAS_LABELS = ("b0", "b1", "g", "q", "k")
+"""The kernel's bias layout [batch, heads, seq_q, seq_k] by label (heads: kv heads b1 times query groups g)."""
+
+
+def group_count(m: ForwardMatch) -> int:
+    """The query groups of `m` (jax.nn.dot_product_attention's rank-5 Q, "g"), 1 when Q has none."""
+    return shape(m.q)[m.q_labels.index("g")] if "g" in m.q_labels else 1
 
 
 def bias_operand(m: ForwardMatch, at: Operation) -> tuple[SSAValue, tuple[str, ...]]:
-    """The bias of `m` as the kernel reads it, [b0 or 1, b1 or 1, q, k] (a transpose and, for a bias of lower
-    rank, a reshape inserted before `at`), and the dimensions it is broadcast along ("batch", "heads")."""
-    from tessera.dialects import stablehlo
-    from tessera.graph.graph_edit import transposed
-
-    present = sorted(m.bias_labels, key=BIAS_LABELS.index)
-    bias = transposed(m.bias, [m.bias_labels.index(label) for label in present], at)
+    """The bias of `m` as the kernel reads it, [b0 or 1, b1 * g or 1, q, k] (a transpose and, for a bias of
+    lower rank, a reshape inserted before `at`; dimensions without a label are of size 1), and the dimensions it
+    is broadcast along ("batch", "heads")."""
+    present = sorted((x for x in m.bias_labels if x in BIAS_LABELS), key=BIAS_LABELS.index)
+    others = [i for i, x in enumerate(m.bias_labels) if x not in BIAS_LABELS]
+    bias = transposed(m.bias, [m.bias_labels.index(label) for label in present] + others, at)
     sizes = dict(zip(present, bias.type.get_shape()))
-    target = [sizes.get(label, 1) for label in BIAS_LABELS]
-    if list(bias.type.get_shape()) != target:
-        reshape = stablehlo.ReshapeOp.create(operands=[bias], result_types=[TensorType(bias.type.element_type, target)])
-        at.parent_block().insert_op_before(reshape, at)
-        bias = reshape.results[0]
-    full = (shape(m.q)[m.q_labels.index("b0")], shape(m.q)[m.q_labels.index("b1")])
+    target = [sizes.get("b0", 1), sizes.get("b1", 1) * sizes.get("g", 1), sizes.get("q", 1), sizes.get("k", 1)]
+    bias = reshaped(bias, target, at)
+    full = (shape(m.q)[m.q_labels.index("b0")], shape(m.q)[m.q_labels.index("b1")] * group_count(m))
     broadcast = tuple(name for name, size, n in zip(("batch", "heads"), target[:2], full) if size == 1 and n != 1)
     return bias, broadcast
 
 
+def _heads(value: SSAValue, labels: list, seq: str, groups: int, at: Operation) -> SSAValue:
+    """Q, K or V in Tessera's layout [batch, heads, seq, head_dim]: a Q with query groups has its heads
+    b1 * groups + g (the groups merged after the kv heads); K and V of grouped attention are repeated over the
+    groups (query head h reads kv head h // groups, Tessera's GQA convention), else transposed only."""
+    if "g" in labels:
+        value = transposed(value, perm_to(labels, ("b0", "b1", "g", seq, "d")), at)
+    else:
+        value = transposed(value, perm_to(labels, ("b0", "b1", seq, "d")), at)
+        if groups == 1:
+            return value
+        b, h, n, d = value.type.get_shape()
+        value = broadcast(value, [b, h, groups, n, d], [0, 1, 3, 4], at)
+    b, h, g, n, d = value.type.get_shape()
+    return reshaped(value, [b, h * g, n, d], at)
+
+
 def rewrite_forward(m: ForwardMatch, with_lse: bool, form: str) -> tuple[Operation, dict]:
     """Replace the forward `m` (its BMM2's result, or the composite's) by Tessera's attention between
-    transposes, with its bias as a fourth operand; returns the new op and its configuration."""
+    transposes (and, for query groups, reshapes), with its bias as a fourth operand; returns the new op and
+    its configuration."""
     at = m.bmm2
-    q = transposed(m.q, perm_to(m.q_labels, CANONICAL), at)
-    k = transposed(m.k, perm_to(m.k_labels, ("b0", "b1", "k", "d")), at)
-    v = transposed(m.v, perm_to(m.v_labels, ("b0", "b1", "k", "d")), at)
-    operands, broadcast = [q, k, v], None
+    groups = group_count(m)
+    q = _heads(m.q, m.q_labels, "q", groups, at)
+    k = _heads(m.k, m.k_labels, "k", groups, at)
+    v = _heads(m.v, m.v_labels, "k", groups, at)
+    operands, broadcast_along = [q, k, v], None
     if m.bias is not None:
-        bias, broadcast = bias_operand(m, at)
+        bias, broadcast_along = bias_operand(m, at)
         operands.append(bias)
-    config = kernel_config(m.head_dim, m.causal, m.dtype, _f32(m.scale), broadcast)
+    config = kernel_config(m.head_dim, m.causal, m.dtype, _f32(m.scale), broadcast_along)
     element_type = q.type.element_type
     types = [TensorType(element_type, q.type.get_shape())]
     if with_lse:
         types.append(TensorType(f32, q.type.get_shape()[:3]))
     op = _emit("tessera.attention", FORWARD_TARGET, form, operands, types, config, at)
-    out = transposed(op.results[0], [CANONICAL.index(label) for label in m.out_labels], at)
+    out, order = op.results[0], CANONICAL
+    if "g" in m.out_labels:
+        b, h, n, d = out.type.get_shape()
+        out, order = reshaped(out, [b, h // groups, groups, n, d], at), ("b0", "b1", "g", "q", "d")
+    out = transposed(out, [order.index(label) for label in m.out_labels], at)
     out = converted(out, m.bmm2.results[0].type.element_type, at)
     m.bmm2.results[0].replace_all_uses_with(out)
     if m.bmm2.name == "stablehlo.composite":

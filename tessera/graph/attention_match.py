@@ -20,9 +20,11 @@ Forward pattern (XLA's cuDNN rewriter, seed 003): walking bottom-up from each `d
   without a bias);
 - BMM2 = dot_general(P, V) contracting the softmax axis, which must be BMM1's key axis.
 
-Dimensions are followed by label (b0, b1 for the two batching dimensions, q, k, d), so any layout JAX picks
-(BSHD arguments, transposes folded into dot_general) is understood; the rewrite transposes Q, K, V to
-Tessera's [batch, heads, seq, head_dim] and the output back. A candidate that fails a rule after its softmax
+Dimensions are followed by label (b0, b1 for the two batching dimensions, q, k, d), through the products
+and through transposes of the scores on their way to the softmax, so any layout JAX picks (BSHD arguments,
+transposes folded into dot_general, jax.nn.dot_product_attention's transposed rank-5 scores) is understood;
+a rank-5 Q has query groups "g" (the free dimension right after its heads b1), head = b1 * groups + g. The
+rewrite transposes (and reshapes) Q, K, V to Tessera's [batch, heads, seq, head_dim] and the output back. A candidate that fails a rule after its softmax
 was found is a near miss, reported with the rule (`Refusal`).
 """
 
@@ -114,10 +116,13 @@ def splat_constant(value: SSAValue, ops: list[Operation]) -> float | None:
     return float(array.flat[0])
 
 
-def row_reduce(value: SSAValue, kind: str, full: SSAValue, ops: list[Operation]) -> tuple[Operation, int] | None:
+def row_reduce(value: SSAValue, kind: str, full: SSAValue, ops: list[Operation],
+               source: SSAValue | None = None) -> tuple[Operation, int] | None:
     """If `value` (of `full`'s shape) is a `reduce` of kind `kind` ("add", "maximum") over one axis of a
-    tensor, broadcast back along that axis, return (the reduce op, the axis); converts and, for "maximum",
-    `maximum(-inf, r)` around the reduce are allowed. Ops are recorded in `ops`."""
+    tensor, broadcast back along that axis, return (the reduce op, the axis in `full`'s frame); converts and,
+    for "maximum", `maximum(-inf, r)` around the reduce are allowed. With `source`, the reduce must take
+    `source` itself or the tensor `source` transposes (`transposed_from`: the reduced axis and the broadcast
+    back are then read in `source`'s frame), else None. Ops are recorded in `ops`."""
     from tessera.graph.stablehlo_interpreter import _reduce_kind
 
     seen: list[Operation] = []
@@ -128,7 +133,7 @@ def row_reduce(value: SSAValue, kind: str, full: SSAValue, ops: list[Operation])
             return None
         if op.name == "stablehlo.reduce":
             break
-        if op.name in ("stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.convert"):
+        if op.name in ("stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.convert", "stablehlo.transpose"):
             current = op.operands[0]
         elif op.name == "stablehlo.maximum" and kind == "maximum":
             constants = [splat_constant(v, []) for v in op.operands]
@@ -151,17 +156,36 @@ def row_reduce(value: SSAValue, kind: str, full: SSAValue, ops: list[Operation])
     init = splat_constant(reduce.operands[1], [])
     if len(dims) != 1 or init != (0.0 if kind == "add" else -np.inf):
         return None
-    # the broadcast back must map the reduced tensor's dimensions onto every axis but the reduced one
     rank = len(shape(full))
-    axis = dims[0]
+    perm = list(range(rank))
+    if source is not None:
+        found = transposed_from(source, reduce.operands[0])
+        if found is None:
+            return None
+        perm = found
+    # the broadcast back must map the reduced tensor's dimensions onto every axis but the reduced one
+    reduced = dims[0]
     after: list[Operation] = []
     rebuilt = _origin_through(value, reduce.results[0], after)
-    expected = [i if i < axis else i - 1 for i in range(rank)]
+    expected: list[int | None] = [p if p < reduced else p - 1 for p in perm]
+    axis = perm.index(reduced)
     expected[axis] = None
     if rebuilt != expected:
         return None
     ops.extend(seen + [reduce])
     return reduce, axis
+
+
+def transposed_from(value: SSAValue, base: SSAValue) -> list[int] | None:
+    """The permutation p with `value` = transpose(`base`, p) (the identity when they are one value), converts
+    seen through on both; else None."""
+    value, base = strip(value, []), strip(base, [])
+    if value is base:
+        return list(range(len(shape(value))))
+    op = producer(value)
+    if op is not None and op.name == "stablehlo.transpose" and strip(op.operands[0], []) is base:
+        return [int(d) for d in op.permutation.get_values()]
+    return None
 
 
 def _origin_through(value: SSAValue, reduced: SSAValue, ops: list[Operation]) -> list[int | None] | None:
@@ -183,7 +207,9 @@ def _origin_through(value: SSAValue, reduced: SSAValue, ops: list[Operation]) ->
         if op.name in ("stablehlo.maximum", "stablehlo.convert"):
             continue
         source, result = shape(op.operands[0]), shape(op.results[0])
-        if op.name == "stablehlo.broadcast_in_dim":
+        if op.name == "stablehlo.transpose":
+            origin = [origin[int(p)] for p in op.permutation.get_values()]
+        elif op.name == "stablehlo.broadcast_in_dim":
             dims = [int(d) for d in op.broadcast_dimensions.get_values()]
             new: list[int | None] = [None] * len(result)
             for i, d in enumerate(dims):
@@ -220,23 +246,22 @@ def match_softmax(value: SSAValue) -> Softmax | None:
     exp = producer(exp_value)
     if exp is None or exp.name != "stablehlo.exponential":
         return None
-    found = row_reduce(div.operands[1], "add", p, ops)
+    found = row_reduce(div.operands[1], "add", p, ops, exp_value)
     if found is None:
         return None
     total, axis = found
-    if strip(total.operands[0], ops) is not exp_value:
-        return None
+    strip(total.operands[0], ops)
     ops.append(exp)
     sub = producer(exp.operands[0])
     if sub is None or sub.name != "stablehlo.subtract":
         return None
     ops.append(sub)
     x = strip(sub.operands[0], ops)
-    found = row_reduce(sub.operands[1], "maximum", p, ops)
+    found = row_reduce(sub.operands[1], "maximum", p, ops, x)
     if found is None:
         return None
     maximum, max_axis = found
-    if max_axis != axis or strip(maximum.operands[0], []) is not x:
+    if max_axis != axis:
         return None
     return Softmax(x, p, exp_value, axis, ops)
 

@@ -1,5 +1,5 @@
 """Small edits of StableHLO graphs the attention rewriter needs: inlining calls, transposes and converts,
-dead-code removal.
+dead-code removal, reshapes and broadcasts.
 
 JAX outlines helpers as private functions (`@tril`, `@_where`) called with `func.call`; the matcher walks one
 block, so calls to functions of the module are inlined first (`inline_calls`). Dead-code removal only
@@ -90,6 +90,25 @@ def transposed(value: SSAValue, perm: Sequence[int], before: Operation) -> SSAVa
     op = stablehlo.TransposeOp.create(operands=[value],
                                       properties={"permutation": DenseArrayBase.from_list(i64, list(perm))},
                                       result_types=[TensorType(source.element_type, shape)])
+    before.parent_block().insert_op_before(op, before)
+    return op.results[0]
+
+
+def reshaped(value: SSAValue, shape: Sequence[int], before: Operation) -> SSAValue:
+    """`value` reshaped to `shape` (a new `stablehlo.reshape` before `before`), or itself when it has it."""
+    if list(value.type.get_shape()) == list(shape):
+        return value
+    op = stablehlo.ReshapeOp.create(operands=[value], result_types=[TensorType(value.type.element_type, list(shape))])
+    before.parent_block().insert_op_before(op, before)
+    return op.results[0]
+
+
+def broadcast(value: SSAValue, shape: Sequence[int], dims: Sequence[int], before: Operation) -> SSAValue:
+    """`value` broadcast to `shape`, its dimension i becoming dimension `dims[i]` (a new
+    `stablehlo.broadcast_in_dim` before `before`)."""
+    op = stablehlo.BroadcastInDimOp.create(
+        operands=[value], properties={"broadcast_dimensions": DenseArrayBase.from_list(i64, list(dims))},
+        result_types=[TensorType(value.type.element_type, list(shape))])
     before.parent_block().insert_op_before(op, before)
     return op.results[0]
 

@@ -71,6 +71,13 @@ class BackwardMatch:
     became: str | None = None
 
 
+GROUPED_BACKWARD = ("the backward of attention with query groups (jax.nn.dot_product_attention's rank-5 dS "
+                    "[batch, kv_heads, groups, seq_q, seq_k]) is not matched: backwards are matched with rank-4 "
+                    "products")
+"""Why the backward of a forward matched with query groups is a near miss (and so, its P being used by the
+backward, the forward too)."""
+
+
 def _other(dot: Operation, value: SSAValue) -> tuple[int, SSAValue] | None:
     """(index, operand) of the operand of `dot` that is not `value`, if `value` is exactly one operand."""
     if dot.operands[0] is value and dot.operands[1] is not value:
@@ -206,6 +213,9 @@ def match_backward(f: ForwardMatch, grad1: Operation, block: Block) -> BackwardM
     """The backward of forward `f` with `grad1` (a dot_general taking f's K) as bmm1_grad1, or None when
     `grad1` does not take a dS-like operand; a BackwardMatch with `refusal` is a near miss."""
     found = _other(grad1, f.k)
+    if found is not None and len(shape(found[1])) == 5 and "g" in f.q_labels:
+        return BackwardMatch(f, where(grad1), [f"a product of dS and the forward's K at {where(grad1)}"],
+                             Refusal(GROUPED_BACKWARD), dq=grad1, ops=[grad1])
     if found is None or len(shape(found[1])) != 4:
         return None
     ds_index, ds_prime = found
@@ -341,6 +351,8 @@ def resolve(forwards: list[ForwardMatch], backwards: list[BackwardMatch]) -> lis
             if rule is None and b is not None:
                 rule = _backward_escape(b, allowed)
             if rule is not None:
+                if f.backward is not None and f.backward.refusal is not None:
+                    rule += f" (its backward at {f.backward.place}: {f.backward.refusal.rule})"
                 f.refusal = Refusal(rule)
                 if b is not None:
                     b.refusal = Refusal(f"its forward at {where(f.bmm2)} was not rewritten: {rule}")

@@ -38,11 +38,12 @@ DOT = "stablehlo.dot_general"
 ADDED_MASK_LIMIT = 2**25
 """An added tensor with more elements than this is not evaluated to see whether it is a mask: it stays a bias
 (what it is written as; the bound of the backward's numeric check, `NUMERIC_CHECK_LIMIT`)."""
-GROUPED = ("scores transposed or reshaped on their way to the softmax (jax.nn.dot_product_attention's rank-5 "
-           "[batch, kv_heads, groups, seq_q, seq_k] layout, or GQA written with query groups) are not matched; "
-           "attention written with rank-4 products (einsum 'bqhd,bkhd->bhqk', GQA by jnp.repeat of K and V) is")
-"""Why scores that change layout between BMM1 and the softmax are a near miss (the labels follow dot_general
-dimensions only)."""
+SCORE_ORDER = ("b0", "b1", "g", "q", "k")
+"""The scores' dimensions in Tessera's order: batch, heads (kv heads, query groups), queries, keys."""
+GROUPED = ("scores reshaped on their way to the softmax, or a max or sum over another axis or on a copy of the "
+           "softmax's input laid out otherwise, are not matched: dimensions are followed through products and transposes (jax.nn."
+           "dot_product_attention's rank-5 [batch, kv_heads, groups, seq_q, seq_k] scores are)")
+"""Why scores that change shape between BMM1 and the softmax are a near miss."""
 
 
 def match_dropout(value: SSAValue, ops: list[Operation]) -> Softmax | None:
@@ -98,6 +99,18 @@ class _ScoreWalk:
         """(select or add, predicate or added values, whether pred true is visible (None: added, 0 is), the fill
         (of an added mask: the scale factors met before it, walking down, as `bias_factor`))"""
         self.ops: list[Operation] = []
+        self.transposes: list[list[int]] = []
+        """The permutations of the transposes met, walking down (jax.nn.dot_product_attention's)."""
+        self.depth: dict[Operation, int] = {}
+        """For each mask and the bias: how many transposes were met above it (`labels_at`)."""
+
+    def labels_at(self, op: Operation | None, bmm1_labels: list) -> list:
+        """The labels of the scores where `op` (a mask, the bias; None: the softmax input) takes them, from
+        BMM1's result labels through the transposes below it."""
+        labels = list(bmm1_labels)
+        for perm in reversed(self.transposes[self.depth[op] if op is not None else 0:]):
+            labels = [labels[p] for p in perm]
+        return labels
 
     def walk(self, value: SSAValue) -> Operation:
         """Walk from the softmax input down to BMM1; returns it, or raises Refusal."""
@@ -110,6 +123,7 @@ class _ScoreWalk:
                 return op
             if op.name == "stablehlo.select":
                 fills = [splat_constant(v, []) for v in op.operands[1:]]
+                self.depth[op] = len(self.transposes)
                 if fills[1] is not None and fills[1] <= NEGATIVE_FILL:
                     self.masks.append((op, op.operands[0], True, fills[1]))
                     value = op.operands[1]
@@ -142,6 +156,7 @@ class _ScoreWalk:
                 if len(data) != 1:
                     raise Refusal(f"the add at {where(op)} on the scores has no single score operand", op)
                 other = op.operands[1] if op.operands[0] is data[0] else op.operands[0]
+                self.depth[op] = len(self.transposes)
                 if _is_additive_mask(other):
                     self.masks.append((op, other, None, self.scale))
                     value = data[0]
@@ -150,7 +165,10 @@ class _ScoreWalk:
                 else:
                     self.bias, self.bias_factor = op, self.scale
                     value = data[0]
-            elif op.name in ("stablehlo.transpose", "stablehlo.reshape"):
+            elif op.name == "stablehlo.transpose":
+                self.transposes.append([int(d) for d in op.permutation.get_values()])
+                value = op.operands[0]
+            elif op.name == "stablehlo.reshape":
                 raise Refusal(f"'{op.name}' at {where(op)} between BMM1 and the softmax: {GROUPED}", op)
             else:
                 raise Refusal(f"'{op.name}' at {where(op)} between BMM1 and the softmax is not a scale, bias or "
@@ -172,6 +190,31 @@ def _is_additive_mask(value: SSAValue) -> bool:
     return bool(hidden.any() and np.all(hidden | (values == 0)))
 
 
+def _through_layout(value: SSAValue, labels: list) -> tuple[SSAValue, list]:
+    """Follow a bias down through converts, transposes and reshapes that only add or drop dimensions of size 1
+    (jax.nn.dot_product_attention's [batch, kv_heads, 1, seq_q, seq_k]), carrying its dimensions' labels
+    (None for a dimension of size 1 a reshape added on the way up)."""
+    while (op := producer(value)) is not None:
+        if op.name == "stablehlo.convert":
+            pass
+        elif op.name == "stablehlo.transpose":
+            perm = [int(d) for d in op.permutation.get_values()]
+            inner: list = [None] * len(perm)
+            for i, p in enumerate(perm):
+                inner[p] = labels[i]
+            labels = inner
+        elif op.name == "stablehlo.reshape":
+            source, result = shape(op.operands[0]), shape(op.results[0])
+            if [n for n in source if n != 1] != [n for n in result if n != 1]:
+                break
+            kept = iter([x for x, n in zip(labels, result) if n != 1])
+            labels = [next(kept) if n != 1 else None for n in source]
+        else:
+            break
+        value = op.operands[0]
+    return value, labels
+
+
 def match_bias(m: ForwardMatch, add: Operation, s_labels: list[str | None], bias_factor: float) -> None:
     """Set `m.bias` and `m.bias_labels` from the `add` of a bias to the scores (labelled `s_labels`), or raise
     the Refusal naming what the kernel's Bias [batch|1, heads|1, seq_q, seq_k] in Q's type cannot be: a bias
@@ -181,8 +224,7 @@ def match_bias(m: ForwardMatch, add: Operation, s_labels: list[str | None], bias
     if bias_factor != 1.0:
         raise Refusal(f"the bias at {where(add)} is added before a scale (x {bias_factor:g}): the kernel adds its "
                       "bias after the scale", add)
-    source = strip(bias, [])
-    labels = list(s_labels)
+    source, labels = _through_layout(bias, list(s_labels))
     broadcast = producer(source)
     if broadcast is not None and broadcast.name == "stablehlo.broadcast_in_dim":
         dims = [int(d) for d in broadcast.broadcast_dimensions.get_values()]
@@ -193,38 +235,55 @@ def match_bias(m: ForwardMatch, add: Operation, s_labels: list[str | None], bias
             along = " and ".join(x for x, name in (("the queries", "q"), ("the keys", "k")) if name in spread)
             raise Refusal(f"the bias at {where(add)} ({describe(bias)}, {list(inner)}) is broadcast along {along}: "
                           "the kernel reads a bias [batch or 1, heads or 1, seq_q, seq_k]", add)
-        source, labels = strip(broadcast.operands[0], []), [labels[d] for d in dims]
+        source, labels = _through_layout(broadcast.operands[0], [labels[d] for d in dims])
     if element(source) != m.dtype:
         raise Refusal(f"the bias at {where(add)} is {element(source)}: the kernel reads a bias in {m.dtype} (the type "
                       "of Q, K and V)", add)
+    sizes = {x: n for x, n in zip(labels, shape(source)) if n != 1}
+    if "g" in m.q_labels and shape(m.q)[m.q_labels.index("g")] != 1 and ("b1" in sizes) != ("g" in sizes):
+        raise Refusal(f"the bias at {where(add)} is broadcast along the {'query groups' if 'b1' in sizes else 'kv heads'}"
+                      " only: the kernel reads a bias [batch or 1, heads or 1, seq_q, seq_k]", add)
     m.bias, m.bias_labels = source, labels
 
 
-def _label_operands(dot: Operation, a_is_lhs: bool, a_free: str, b_free: str, contract: str,
-                    a_batch: list[str] | None = None) -> tuple[list, list]:
-    """Labels of a dot_general's two operands: batching dimensions b0, b1 in pairing order (or `a_batch`),
-    the contracting one `contract`, the free ones `a_free` (operand a) and `b_free` (operand b)."""
-    dims = sides(dot)
-    lhs_rank, rhs_rank = (len(shape(v)) for v in dot.operands)
-    labels = {"lhs": [None] * lhs_rank, "rhs": [None] * rhs_rank}
-    a, b = ("lhs", "rhs") if a_is_lhs else ("rhs", "lhs")
-    batch = a_batch or [f"b{i}" for i in range(len(dims["lhs_batching_dimensions"]))]
+def _label_bmm1(bmm1: Operation, walk: _ScoreWalk, axis: int) -> tuple[bool, list, list]:
+    """(whether Q is BMM1's lhs, Q's labels, K's labels): batching dimensions b0, b1 in pairing order, the
+    contracting one d; K is the operand whose free dimension the softmax normalises (`axis` of the softmax
+    input, followed through the walk's transposes), "k"; Q's free dimension is "q", or, of rank 5, Q has two
+    and the one right after its heads (b1) is the query group "g" (jax.nn.dot_product_attention's
+    [batch, seq, kv_heads, groups, head_dim]: query head b1 * groups + g). Raises Refusal otherwise."""
+    dims = sides(bmm1)
+    if len(dims["lhs_batching_dimensions"]) != 2 or len(dims["lhs_contracting_dimensions"]) != 1:
+        raise Refusal(f"BMM1 at {where(bmm1)} is not a product over two batching dimensions (batch, heads) and "
+                      "one contracting dimension (head_dim)", bmm1)
+    labels = {}
     for side in ("lhs", "rhs"):
+        rank = len(shape(bmm1.operands[0 if side == "lhs" else 1]))
+        names: list = [f"{side}{i}" for i in range(rank)]
         for i, d in enumerate(dims[f"{side}_batching_dimensions"]):
-            labels[side][d] = batch[i]
-        for d in dims[f"{side}_contracting_dimensions"]:
-            labels[side][d] = contract
-    for side, free in ((a, a_free), (b, b_free)):
-        labels[side] = [free if x is None else x for x in labels[side]]
-    return labels[a], labels[b]
-
-
-def _check_dot_shape(dot: Operation, what: str) -> None:
-    dims = sides(dot)
-    if any(len(shape(v)) != 4 for v in dot.operands) or len(dims["lhs_batching_dimensions"]) != 2 \
-            or len(dims["lhs_contracting_dimensions"]) != 1:
-        raise Refusal(f"{what} at {where(dot)} is not a product of two rank-4 tensors over two batching "
-                      "dimensions and one contracting dimension", dot)
+            names[d] = f"b{i}"
+        names[dims[f"{side}_contracting_dimensions"][0]] = "d"
+        labels[side] = names
+    softmax_labels = walk.labels_at(None, dot_labels(bmm1, labels["lhs"], labels["rhs"]))
+    key = softmax_labels[axis]
+    if key in ("b0", "b1", "d"):
+        raise Refusal(f"the softmax runs over axis {axis} of the scores, a batching dimension, not the keys")
+    q_is_lhs = key.startswith("rhs")
+    k_side, q_side = ("rhs", "lhs") if q_is_lhs else ("lhs", "rhs")
+    k_labels = ["k" if x == key else x for x in labels[k_side]]
+    q_free = [i for i, x in enumerate(labels[q_side]) if x.startswith(q_side)]
+    if any(x.startswith(k_side) for x in k_labels) or len(k_labels) != 4:
+        raise Refusal(f"K of BMM1 at {where(bmm1)} has dimensions other than batch, heads, keys and head_dim", bmm1)
+    q_labels = list(labels[q_side])
+    if len(q_free) == 1:
+        q_labels[q_free[0]] = "q"
+    elif len(q_free) == 2 and q_labels.index("b1") + 1 in q_free:
+        g = q_labels.index("b1") + 1
+        q_labels = ["g" if i == g else "q" if i in q_free else x for i, x in enumerate(q_labels)]
+    else:
+        raise Refusal(f"Q of BMM1 at {where(bmm1)} has {len(q_free)} free dimensions: attention takes the queries, "
+                      "and, right after the heads, the query groups", bmm1)
+    return q_is_lhs, q_labels, k_labels
 
 
 def match_forward(bmm2: Operation) -> ForwardMatch | None:
@@ -240,8 +299,8 @@ def match_forward(bmm2: Operation) -> ForwardMatch | None:
             if exp is not None:
                 return ForwardMatch(None, bmm2, None, None, None, [], [], [], [], 1.0, False, 0, "",
                                     found=[f"exp(x - max) / sum at {where(exp)}"],
-                                    refusal=Refusal(f"the max or the sum of the softmax at {where(exp)} is taken on a "
-                                                    f"transposed or reshaped copy of its input: {GROUPED}"))
+                                    refusal=Refusal(f"the max or the sum of the softmax at {where(exp)} is not taken over "
+                                                    f"the axis it normalises: {GROUPED}"))
         return None
     ops = [bmm2, *dropout_ops, *softmax.ops]
     match = ForwardMatch(None, bmm2, None, None, bmm2.operands[1 - p_index], [], [], [], [], 1.0, False, 0, "",
@@ -260,7 +319,8 @@ def _causal_mask(m: ForwardMatch, s_labels: list, select: Operation, pred: SSAVa
     values = evaluate(pred, MASK_OPS)
     values = np.broadcast_to(values, shape(select.results[0]))
     visible = values == 0 if visible_when is None else values if visible_when else ~values
-    visible = visible.transpose(perm_to(s_labels, ("b0", "b1", "q", "k"))).reshape(-1, sq, sk)
+    visible = visible.transpose(perm_to(s_labels, SCORE_ORDER[:2] + SCORE_ORDER[2 if "g" in s_labels else 3:]))
+    visible = visible.reshape(-1, sq, sk)
     if not all(np.array_equal(visible[0], v) for v in visible[1:]):
         raise Refusal(f"the mask at {where(select)} differs between batch entries or heads: not causal", select)
     offset = causal_offset(visible[0])
@@ -303,17 +363,15 @@ def _complete(m: ForwardMatch, p_index: int, dropout_ops: list[Operation]) -> No
         m.found = [f"scale {t}" for t in reversed(walk.scale_text)] + [f"softmax at {where(producer(softmax.p))}"]
     m.bmm1 = bmm1
     m.ops += [*walk.ops, bmm1]
-    _check_dot_shape(bmm1, "BMM1")
-    _check_dot_shape(m.bmm2, "BMM2")
     axis = softmax.axis
-    if axis not in (2, 3):
-        raise Refusal(f"the softmax runs over axis {axis} of the scores, a batching dimension, not the keys")
-    q_is_lhs = axis == 3  # the softmax axis is K's free dimension: rhs's when it is the last
-    q_labels, k_labels = _label_operands(bmm1, q_is_lhs, "q", "k", "d")
+    q_is_lhs, q_labels, k_labels = _label_bmm1(bmm1, walk, axis)
     m.q, m.k = (bmm1.operands[0], bmm1.operands[1]) if q_is_lhs else (bmm1.operands[1], bmm1.operands[0])
     m.q_labels, m.k_labels = q_labels, k_labels
     s_labels = dot_labels(bmm1, *((q_labels, k_labels) if q_is_lhs else (k_labels, q_labels)))
+    p_labels = walk.labels_at(None, s_labels)
     m.found = [f"BMM1 at {where(bmm1)} (Q {describe(m.q)}, K {describe(m.k)})"]
+    if walk.transposes:
+        m.found.append(f"scores transposed {len(walk.transposes)} time(s) on the way to the softmax")
     m.found += [f"scale {t}" for t in reversed(walk.scale_text)]
     if walk.bias is not None:
         m.found.append(f"bias at {where(walk.bias)} ({describe(next(v for v in walk.bias.operands if not _reaches_dot(v)))})")
@@ -326,17 +384,18 @@ def _complete(m: ForwardMatch, p_index: int, dropout_ops: list[Operation]) -> No
         raise Refusal(f"the softmax normalises axis {axis} of the scores, but BMM2 at {where(m.bmm2)} sums over "
                       f"axis {p_contract[0] if p_contract else '?'}: attention normalises the axis it sums (the "
                       "keys)", m.bmm2)
-    if s_labels[axis] != "k":
-        raise Refusal(f"the softmax runs over the queries of the scores, not the keys", m.bmm2)
-    if dims[f"{p_side}_batching_dimensions"] != [0, 1]:
-        raise Refusal(f"BMM2 at {where(m.bmm2)} pairs P's batching dimensions out of order", m.bmm2)
-    v_labels = [None] * 4
+    p_batch = dims[f"{p_side}_batching_dimensions"]
+    if sorted(p_labels[d] for d in p_batch) != ["b0", "b1"]:
+        raise Refusal(f"BMM2 at {where(m.bmm2)} does not pair P's batch and heads with V's", m.bmm2)
+    v_labels: list = [None] * len(shape(m.v))
     for i, d in enumerate(dims[f"{v_side}_batching_dimensions"]):
-        v_labels[d] = s_labels[dims[f"{p_side}_batching_dimensions"][i]]
+        v_labels[d] = p_labels[p_batch[i]]
     v_labels[dims[f"{v_side}_contracting_dimensions"][0]] = "k"
+    if v_labels.count(None) != 1:
+        raise Refusal(f"V of BMM2 at {where(m.bmm2)} has dimensions other than batch, heads, keys and head_dim",
+                      m.bmm2)
     v_labels = ["d" if x is None else x for x in v_labels]
     m.v_labels = v_labels
-    p_labels = s_labels
     m.out_labels = dot_labels(m.bmm2, *((p_labels, v_labels) if p_index == 0 else (v_labels, p_labels)))
     m.found.append(f"softmax over the keys at {where(producer(softmax.p))}")
 
@@ -346,7 +405,7 @@ def _complete(m: ForwardMatch, p_index: int, dropout_ops: list[Operation]) -> No
         raise Refusal(f"two masks on the scores (at {where(walk.masks[0][0])} and {where(walk.masks[1][0])})")
     for select, pred, visible_when, fill in walk.masks:
         try:
-            _causal_mask(m, s_labels, select, pred, visible_when, sq, sk)
+            _causal_mask(m, walk.labels_at(select, s_labels), select, pred, visible_when, sq, sk)
         except Refusal:
             if visible_when is not None or walk.bias is not None:
                 raise
@@ -378,7 +437,7 @@ def _complete(m: ForwardMatch, p_index: int, dropout_ops: list[Operation]) -> No
     if dropout_ops:
         raise Refusal("dropout (no Tessera kernel applies dropout)", matched=True)
     if walk.bias is not None:
-        match_bias(m, walk.bias, s_labels, walk.bias_factor)
+        match_bias(m, walk.bias, walk.labels_at(walk.bias, s_labels), walk.bias_factor)
 
 
 def escaping_use(match: ForwardMatch, allowed: set[Operation]) -> str | None:
