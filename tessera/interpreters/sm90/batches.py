@@ -56,6 +56,7 @@ def _run_batches(run_cta, kernel, module, values, memory, ids, grid, allocation,
         for view in followers.commit(memory, on_cta, following):  # in the grid's order, as their own CTAs
             if traffic is not None:
                 traffic[view.cta_id] = dict(cta.traffic)
+        followers.release()
         if len(following) == followers.count:
             continue
         if followers.dropped is not None and not followers.left:  # a failure: each runs alone

@@ -272,6 +272,7 @@ def run_cta(kernel: TargetKernel, module: ModuleOp, values: list, memory: Global
         return results
 
     scheduler.run(main, np.ones(kernel.threads, bool), body)
+    main.release()
     return cta
 
 
