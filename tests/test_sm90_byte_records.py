@@ -130,6 +130,15 @@ def test_record_pool_lends_refilled_arrays():
     assert pool.full((3, 5), 0, np.int32).dtype == np.int32
 
 
+def test_a_side_allocates_its_records_at_the_first_access_only():
+    """Asking whether a side recorded anything allocates nothing; its first recorded access allocates its
+    arrays."""
+    side = _Side.empty(32)
+    assert not side.recorded and not side.recorded
+    side.set(np.arange(4), 1, np.arange(4), 5, 0, False)
+    assert side.recorded and side.cta[:5].tolist() == [1, 1, 1, 1, -1]
+
+
 def test_read_box_is_the_per_byte_read():
     """A TMA box read as strided rows (or moved origin offsets) holds the bytes the map's element offsets name,
     zero outside the tensor, for row-major and padded-pitch tensors, boxes inside, at and across the edges."""

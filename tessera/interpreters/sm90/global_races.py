@@ -78,8 +78,13 @@ class _Side:
 
     @property
     def recorded(self) -> bool:
-        """Some access is recorded (else every byte holds none and the arrays are not allocated)."""
-        return hasattr(self, "cta")
+        """Some access is recorded (else every byte holds none and the arrays are not allocated). Asks the slot
+        itself: `hasattr` would reach `__getattr__`, which allocates them."""
+        try:
+            object.__getattribute__(self, "cta")
+        except AttributeError:
+            return False
+        return True
 
     def __getattr__(self, name: str):  # an array not yet allocated: the side's first use of its records
         if name not in _SIDE_FIELDS:
