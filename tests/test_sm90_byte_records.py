@@ -130,6 +130,31 @@ def test_record_pool_lends_refilled_arrays():
     assert pool.full((3, 5), 0, np.int32).dtype == np.int32
 
 
+def test_record_pool_lends_launch_records_until_the_launch_ends():
+    """A launch's own records (its global race records) stay lent when its CTAs' are reclaimed, and are lent
+    again, refilled, only after the launch."""
+    from tessera.interpreters.sm90.record_pool import RecordPool
+
+    pool = RecordPool()
+    launch = pool.full(64, -1, np.int32, launch=True)
+    pool.reclaim()  # a batch of CTAs ends
+    assert pool.full(64, -1, np.int32) is not launch
+    pool.reclaim(launch=True)  # the launch ends
+    launch[...] = 3
+    assert pool.full(64, -1, np.int32) is launch and (launch == -1).all()
+
+
+def test_a_side_allocates_its_records_at_the_first_access_only():
+    """Asking whether a side recorded anything allocates nothing; its first recorded access allocates its arrays
+    (lent by the launch's pool where there is one)."""
+    from tessera.interpreters.sm90.record_pool import RecordPool
+
+    side = _Side.empty(32, RecordPool())
+    assert not side.recorded and not side.recorded
+    side.set(np.arange(4), 1, np.arange(4), 5, 0, False)
+    assert side.recorded and side.cta[:5].tolist() == [1, 1, 1, 1, -1] and side.pool.nbytes
+
+
 def test_read_box_is_the_per_byte_read():
     """A TMA box read as strided rows (or moved origin offsets) holds the bytes the map's element offsets name,
     zero outside the tensor, for row-major and padded-pitch tensors, boxes inside, at and across the edges."""

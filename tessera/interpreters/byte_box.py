@@ -19,6 +19,8 @@ selection, arithmetic) is a plain index array again.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 
@@ -31,10 +33,13 @@ class ByteBox(np.ndarray):
         self.box = None  # a derived array (a selection, a slice, a sum) is an ordinary index array
 
 
+@lru_cache(maxsize=256)
 def byte_box(start: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> ByteBox:
     """The offsets start + sum(i_k * strides[k]) for the row-major indices i of `shape` (no two equal: the
-    strides must not make the box overlap itself), as a `ByteBox`."""
+    strides must not make the box overlap itself), as a `ByteBox`: read-only, and kept (a ring of stages lands
+    and reads the same boxes at every trip)."""
     where = box_offsets(start, shape, strides).view(ByteBox)
+    where.flags.writeable = False
     if len(shape) > 1 and strides[-1] == 1 and all(strides[k] == shape[k + 1] * strides[k + 1]
                                                      for k in range(len(shape) - 1)):
         shape, strides = (int(np.prod(shape)),), (1,)  # a contiguous range

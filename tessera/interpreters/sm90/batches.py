@@ -32,6 +32,7 @@ def run_batches(run_cta, kernel, module: ModuleOp, values: list, memory: GlobalM
     is called before each CTA's run and before each follower's stores are made (a worker's access log names
     the CTA by it)."""
     with launch_pool(listeners is None) as pool:  # a listener may keep a CTA's state
+        memory.accesses.pool = pool  # its race records, lent for the launch
         _run_batches(run_cta, kernel, module, values, memory, ids, grid, allocation, listeners, options, traffic,
                      size, by_x, on_cta, pool)
 
@@ -56,6 +57,7 @@ def _run_batches(run_cta, kernel, module, values, memory, ids, grid, allocation,
         for view in followers.commit(memory, on_cta, following):  # in the grid's order, as their own CTAs
             if traffic is not None:
                 traffic[view.cta_id] = dict(cta.traffic)
+        followers.release()
         if len(following) == followers.count:
             continue
         if followers.dropped is not None and not followers.left:  # a failure: each runs alone

@@ -576,6 +576,12 @@ class Followers:
             views.append(view)
         return views
 
+    def release(self) -> None:
+        """Drop the followers' shared memory and stores once they are made (`commit`; see
+        `program.CompiledCta.release`)."""
+        self.smem = None
+        self.stores = [[] for _ in self.cta_ids]
+
 
 class _SpecialView:
     """A follower's CTA id and grid, for its special registers."""

@@ -67,19 +67,25 @@ class _Side:
     nothing to find. A launch's inputs read only by TMA, and the read sides of a tensor only written (a
     kernel's output), never allocate them (allocating them at every launch cost about 17 ms at 512 tokens)."""
 
-    __slots__ = ("size", *_SIDE_FIELDS)
+    __slots__ = ("size", "pool", *_SIDE_FIELDS)
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, pool=None):
         self.size = size
+        self.pool = pool  # the launch's `record_pool.RecordPool` the arrays are lent from (None: allocated)
 
     @classmethod
-    def empty(cls, size: int) -> _Side:
-        return cls(size)
+    def empty(cls, size: int, pool=None) -> _Side:
+        return cls(size, pool)
 
     @property
     def recorded(self) -> bool:
-        """Some access is recorded (else every byte holds none and the arrays are not allocated)."""
-        return hasattr(self, "cta")
+        """Some access is recorded (else every byte holds none and the arrays are not allocated). Asks the slot
+        itself: `hasattr` would reach `__getattr__`, which allocates them."""
+        try:
+            object.__getattribute__(self, "cta")
+        except AttributeError:
+            return False
+        return True
 
     def __getattr__(self, name: str):  # an array not yet allocated: the side's first use of its records
         if name not in _SIDE_FIELDS:
@@ -88,11 +94,13 @@ class _Side:
         return object.__getattribute__(self, name)
 
     def _allocate(self) -> None:
-        size = self.size
-        self.cta, self.thread, self.time = np.full(size, NONE, np.int32), np.full(size, NONE, np.int32), \
-            np.full(size, NONE, np.int64)
-        self.op, self.atomic, self.proxy_async = np.full(size, NONE, np.int32), np.zeros(size, bool), \
-            np.zeros(size, bool)
+        size, pool = self.size, self.pool
+
+        def full(value, dtype) -> np.ndarray:
+            return np.full(size, value, dtype) if pool is None else pool.full(size, value, dtype, launch=True)
+
+        self.cta, self.thread, self.time = full(NONE, np.int32), full(NONE, np.int32), full(NONE, np.int64)
+        self.op, self.atomic, self.proxy_async = full(NONE, np.int32), full(False, bool), full(False, bool)
 
     def set(self, where, cta: int, threads, time: int, op: int, atomic: bool, proxy_async: bool = False) -> None:
         for records, value in ((self.cta, cta), (self.thread, threads), (self.time, time), (self.op, op),
@@ -167,6 +175,9 @@ class GlobalAccesses:
     released: dict[tuple[int, int], dict[int, np.ndarray]] = field(default_factory=dict)
     """Per semaphore word (tensor, byte offset): the join of its signals' releases, CTA rank -> [T] times of that
     CTA's threads (`HappensBefore.grid`)."""
+    pool: object = None
+    """The launch's `record_pool.RecordPool`, which lends the per-byte arrays for the whole launch (None: they are
+    allocated); set by the launch (`batches.run_batches`)."""
 
     def _index(self, op: Operation) -> int:
         index = self._op_index.get(id(op))
@@ -178,7 +189,7 @@ class GlobalAccesses:
     def _record(self, tensor: int, size: int) -> _TensorRecord:
         record = self.tensors.get(tensor)
         if record is None:
-            record = self.tensors[tensor] = _TensorRecord(_Side.empty(size), _Side.empty(size), _Side.empty(size))
+            record = self.tensors[tensor] = _TensorRecord(*(_Side.empty(size, self.pool) for _ in range(3)))
         return record
 
     # region accesses

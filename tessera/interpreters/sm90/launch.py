@@ -272,6 +272,7 @@ def run_cta(kernel: TargetKernel, module: ModuleOp, values: list, memory: Global
         return results
 
     scheduler.run(main, np.ones(kernel.threads, bool), body)
+    main.release()
     return cta
 
 
@@ -293,6 +294,8 @@ def run_cluster(kernel: TargetKernel, module: ModuleOp, values: list, memory: Gl
         bodies.append(_member_body(kernel, module, values, memory, cta, allocation, listeners, options))
     cluster.members = members
     scheduler.run_together(bodies)
+    for _, interpreter, *_ in bodies:
+        interpreter.release()
     return members
 
 

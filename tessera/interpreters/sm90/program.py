@@ -278,6 +278,16 @@ class CompiledCta:
         self.shadow = [None] * self.kernel.size
         self.fargs = tuple(followers.broadcast(value) for value in arguments)
 
+    def release(self) -> None:
+        """Drop the frame (the leader's values and the followers') and the implementations, once the CTA has ended:
+        a CTA's units and strands refer to each other, so what they hold is otherwise freed only by the cyclic
+        garbage collector, and the arrays of every launch in between (tens of MB for a batch) take fresh pages."""
+        self._ctx = [None] * self.kernel.size
+        self.functions = ()  # they hold the launch's global memory
+        self.shadow = []
+        self.fargs = ()
+        self.last_shadow = None
+
     def run_ssacfg_region(self, region: Region, args: Sequence, name: str = "unknown",
                           fargs: Sequence | None = None) -> tuple:
         """Run `region` from its first block with `args` as its arguments (what the control-flow implementations
