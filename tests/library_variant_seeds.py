@@ -36,9 +36,9 @@ VARIANTS = {
     "cutlass stream-K, 2 SMs": ("cutlass_streamk_cooperative_128x128x64", [(384, 128, 192, 1), (384, 128, 1024, 1)],
                                 2, {"decomposition": "streamk"}),
     "cutlass stream-K nondeterministic, 4 SMs": ("cutlass_streamk_cooperative_128x128x64",
-                                                 [(384, 256, 384, 1), (384, 256, 640, 1)], 4,
+                                                 [(384, 256, 384, 1), (384, 128, 1024, 1)], 4,
                                                  {"decomposition": "streamk", "reduction": "nondeterministic"}),
-    "cutlass split-K in 3": ("cutlass_streamk_cooperative_128x128x64", [(128, 128, 192, 1), (200, 136, 520, 1)], 2,
+    "cutlass split-K in 3": ("cutlass_streamk_cooperative_128x128x64", [(128, 128, 192, 1), (330, 100, 520, 1)], 2,
                              {"decomposition": "splitk", "splits": 3}),
     "fa3 fp8 e4m3, descales": ("fa3_fwd_fp8_hdim128", [(1, 1, 128, 128), (1, 1, 200, 500)], 2, {}),
     "fa3 soft-cap": ("fa3_fwd_hdim128_softcap", [(1, 1, 128, 128), (1, 1, 200, 333)], 2, {"softcap": 2.5}),
@@ -46,8 +46,12 @@ VARIANTS = {
     "fa3 packed GQA": ("fa3_fwd_hdim64_packgqa", [(1, 4, 64, 128), (1, 4, 100, 333)], 2, {"hk": 2}),
 }
 """label -> (configuration, [short, long] sizes, SMs, options). GEMMs (M N K L): one k-block, then more k-blocks
-than the pipeline's stages (every slot refilled); stream-K: three output tiles on two SMs (split along K, the
-second tile shared by both units) and six on four, split-K in three: the short size with one k-block per split.
+than the pipeline's stages (every slot refilled); stream-K and split-K: a short size CUTLASS's heuristic keeps
+data-parallel (stream-K; no fixup runs) or with one k-block per split (split-K: one tile's three splits on two
+CTAs), and a long one whose split tiles meet across CTAs: three output tiles on two SMs and on four, three ragged
+tiles in three splits on two SMs (work unit u is tile u mod 3, so a tile's splits alternate between the CTAs; with
+an even count of tiles every split of a tile runs in one CTA, whose own program order and named barriers order the
+workspace, and the flag orders nothing more).
 FA3 (B H SQ SK): one key block, then several (the last ragged) over two query blocks; packed GQA four query heads
 on two K/V heads."""
 
@@ -57,12 +61,16 @@ def available() -> list[str]:
 
 
 def base_text(label: str) -> str:
-    """The PTX a label's seeds edit: the built kernel, and for packed GQA the kernel with the
-    `fence.proxy.async` the ISA asks before the consumers' first wgmma reads Q, which the warp group loaded
-    with cp.async (generic proxy: tests/test_ptx_library.py shows the executor reports it unfenced)."""
-    name = VARIANTS[label][0]
-    text = (BUILD / name / "kernel.ptx").read_text()
-    if "PACK_GQA" not in CONFIGS[name]:
+    """The PTX a label's seeds edit: the built kernel."""
+    return (BUILD / VARIANTS[label][0] / "kernel.ptx").read_text()
+
+
+def _fenced(label: str, text: str) -> str:
+    """The (seeded) text as it runs: for packed GQA with the `fence.proxy.async` the ISA asks before the
+    consumers' first wgmma reads Q, which the producer warps loaded with cp.async (generic proxy:
+    tests/test_ptx_library.py shows the executor reports it unfenced), inserted after the seed's edit so that the
+    edits find the kernel's own fences."""
+    if "PACK_GQA" not in CONFIGS[VARIANTS[label][0]]:
         return text
     lines = text.split("\n")
     first = next(i for i, line in enumerate(lines) if line.strip() == "wgmma.fence.sync.aligned;")
@@ -79,11 +87,11 @@ def run(label: str, text: str, size: int) -> bool:
     name, sizes, sms, options = VARIANTS[label]
     try:
         if name.startswith("cutlass"):
-            tensors, _, _ = launch_library(name, sizes[size], sms, options=options, text=text)
+            tensors, _, _ = launch_library(name, sizes[size], sms, options=options, text=_fenced(label, text))
             _gemm_check(name, tensors, options)
         else:
             tensors, _, _ = launch_library(name, (*sizes[size], CONFIGS[name]["HDIM"]), sms, options=options,
-                                           prepare=_descales, text=text)
+                                           prepare=_descales, text=_fenced(label, text))
             _attention_check(name, tensors, options)
     except AssertionError:
         return False
@@ -179,6 +187,16 @@ _PEER_FIRST = ("the one flag load the edit leaves still acquires (memory_model.R
                "load reads the final count and orders the workspace reads: no race in that execution; the edit is "
                "a bug only on a schedule that delays the peer by its share, which neither schedule tries")
 
+_FA3_LOOP = "one key block never runs the main loop, where this wait is (the loop's K wait)"
+_FA3_FIRST_FILL = ("the producer's first wait is for the first fill of a fresh slot (its empty barrier is fresh, "
+                   "the parity waited for is the phase before the init): no fill needs it, on any size")
+_SPLIT_ONE_K_BLOCK = ("each split is one k-block here: the mainloop's steady state, where this is, never runs (the "
+                      "wait_group 0 after the loop completes the prologue's wgmma), and the first fill needs no wait")
+
+_FA3 = [
+    (r"wait deleted: the consumers' second", "CR", _FA3_LOOP),
+    (r"wait deleted: the producer's first", "CC", _FA3_FIRST_FILL),
+]
 _CUTLASS_COMMON = [
     (r"wait deleted: the consumers' second", "CR", _ONE_K_BLOCK),
     (r"wait deleted: the producer's first", "CR", _FIRST_FILL),
@@ -187,15 +205,24 @@ _CUTLASS_COMMON = [
 ]
 _STREAM_K = [
     (r"bulk wait deleted", "CC", _LATER_BULK_WAIT),
-    (r"fixup: wait deleted", "CC", _DATA_PARALLEL + " on the short size; on the long one " + _PEER_FIRST),
     (r"fixup: ", "CR", _DATA_PARALLEL),
 ]
 EXPECTED: dict[str, list[tuple[str, str, str]]] = {
     "cutlass fp8 cooperative, alpha/beta": _CUTLASS_COMMON,
     "cutlass bf16 bias+ReLU ping-pong": [(r"wgmma.wait_group deleted", "CR", _PINGPONG_LOOP)] + _CUTLASS_COMMON,
-    "cutlass stream-K, 2 SMs": _STREAM_K,
+    "cutlass stream-K, 2 SMs": [(r"fixup: wait deleted", "CC", _DATA_PARALLEL + " on the short size; on the long "
+                                 "one " + _PEER_FIRST)] + _STREAM_K,
     "cutlass stream-K nondeterministic, 4 SMs": _STREAM_K,
-    "cutlass split-K in 3": _STREAM_K,
+    "cutlass split-K in 3": [(r"wait deleted: the producer's first|wgmma.wait_group deleted", "CR",
+                              _SPLIT_ONE_K_BLOCK),
+                             (r"bulk wait deleted", "CC", _LATER_BULK_WAIT),
+                             (r"fixup: wait deleted", "RC", "on the long size " + _PEER_FIRST)],
+    "fa3 fp8 e4m3, descales": _FA3,
+    "fa3 soft-cap": _FA3,
+    "fa3 local": _FA3,
+    "fa3 packed GQA": [(r"wait deleted: the producer's first", "CR",
+                        "on one key block the slot this wait guards is filled once, and a first fill needs no wait")]
+                      + _FA3,
 }
 """label -> [(pattern on "kind: name", expected per size, reason)], the first match deciding; a seed no pattern
 matches must be reported on both sizes."""
