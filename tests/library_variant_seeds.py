@@ -49,9 +49,8 @@ VARIANTS = {
 than the pipeline's stages (every slot refilled); stream-K and split-K: a short size CUTLASS's heuristic keeps
 data-parallel (stream-K; no fixup runs) or with one k-block per split (split-K: one tile's three splits on two
 CTAs), and a long one whose split tiles meet across CTAs: three output tiles on two SMs and on four, three ragged
-tiles in three splits on two SMs (work unit u is tile u mod 3, so a tile's splits alternate between the CTAs; with
-an even count of tiles every split of a tile runs in one CTA, whose own program order and named barriers order the
-workspace, and the flag orders nothing more).
+tiles in three splits on two SMs (on four tiles every fixup kind but the deleted increment ran clean, as it must
+if each tile's splits run in one CTA, whose program order and named barriers order the workspace without the flag).
 FA3 (B H SQ SK): one key block, then several (the last ragged) over two query blocks; packed GQA four query heads
 on two K/V heads."""
 
@@ -182,7 +181,7 @@ _PINGPONG_LOOP = ("this wgmma.wait_group 1 is in the mainloop's steady state, wh
 _DATA_PARALLEL = ("CUTLASS's stream-K heuristic keeps this size data-parallel (its describe gives no workspace): "
                   "every tile is one unit, so no fixup runs")
 _PEER_FIRST = ("the one flag load the edit leaves still acquires (memory_model.RELEASE_ACQUIRE): in every schedule "
-               "the executor runs (min-pc, adversarial seeds 0 to 3, the CTAs in either order) the peer stores its "
+               "the executor runs (min-pc, adversarial seeds, the CTAs in either order) the peer stores its "
                "partial and releases the flag a whole share of k-blocks before the reducing unit loads it, so that "
                "load reads the final count and orders the workspace reads: no race in that execution; the edit is "
                "a bug only on a schedule that delays the peer by its share, which neither schedule tries")
@@ -221,7 +220,12 @@ EXPECTED: dict[str, list[tuple[str, str, str]]] = {
     "fa3 soft-cap": _FA3,
     "fa3 local": _FA3,
     "fa3 packed GQA": [(r"wait deleted: the producer's first", "CR",
-                        "on one key block the slot this wait guards is filled once, and a first fill needs no wait")]
+                        "on one key block the slot this wait guards is filled once, and a first fill needs no wait"),
+                       (r"bar.sync deleted: the epilogue's", "CR",
+                        "in this PTX (hdim 64, P through shared memory) the first fence.proxy.async follows the "
+                        "consumers' P stores (stmatrix), and the bar.sync after it is the warpgroups' scheduling "
+                        "barrier of the key loop: one key block has no later iteration for it to order; on several "
+                        "the refill it orders is reported")]
                       + _FA3,
 }
 """label -> [(pattern on "kind: name", expected per size, reason)], the first match deciding; a seed no pattern
