@@ -25,7 +25,7 @@ def _seeded(label: str, kind: str) -> str:
 
 FIXUP_FAST = [
     ("fixup: fence deleted", r"race"),
-    ("fixup: flag increment deleted", r"deadlock: .*spin on a strong load of a flag"),
+    ("fixup: flag increment deleted", r"deadlock: .*sleep in a spin wait that nothing can end"),
 ]
 
 

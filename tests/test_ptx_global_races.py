@@ -145,8 +145,8 @@ def test_a_spin_on_ld_acquire_lets_the_cta_that_writes_the_flag_run(schedule, se
 
 def test_a_spin_on_a_flag_nobody_writes_is_a_deadlock_at_the_load():
     text = _SPIN_FIRST.replace("SIGNAL", "").replace("WAIT", _ACQUIRE)
-    with pytest.raises(PtxDeadlockError, match=r"spin on a strong load of a flag that no thread left running will "
-                                               r"write .* at line 20 \(ld.acquire.gpu.global.u32\)"):
+    with pytest.raises(PtxDeadlockError, match=r"sleep in a spin wait that nothing can end \(a semaphore "
+                                               r"wait, ld.acquire, .* at line 20 \(ld.acquire.gpu.global.u32\)"):
         launch(text, "handoff", 2, 32, [np.zeros(1, np.uint32), np.zeros(1, np.uint32), np.zeros(1, np.uint32)])
 
 

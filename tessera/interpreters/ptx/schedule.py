@@ -460,15 +460,13 @@ class Scheduler:
             what = STATUS_NAMES[status]
             if status == BAR:
                 what = f"wait at named barrier {bar}"
-            elif status == PARK and pc > 0 and self.steps[pc - 1].inst.opcode == "nanosleep":
+            elif status == PARK and (pc > 0 and self.steps[pc - 1].inst.opcode == "nanosleep" or pc < len(self.steps)
+                                     and self.steps[pc].inst.opcode in ("ld", "ldu")):  # `memory._spin_wait`
                 what = ("sleep in a spin wait that nothing can end (a semaphore wait, ld.acquire, whose count no "
                         "running CTA will reach: deadlock in this CTA order)")
             elif status == PARK and pc > 0 and self.steps[pc - 1].inst.opcode == "atom":
                 what = "spin on an atom.cas that fails again with nothing left to run (a lock nobody releases)"
                 inst = self.steps[pc - 1].inst
-            elif status == PARK and pc < len(self.steps) and self.steps[pc].inst.opcode in ("ld", "ldu"):
-                what = ("spin on a strong load of a flag that no thread left running will write (a wait, "
-                        "ld.acquire, for a count or value it never reaches)")
             elif status == PARK and address >= 0:
                 what = f"wait on the mbarrier at shared address {address:#x}" + \
                     m.tracker.describe_barrier((int(m.lane_cta[lanes[0]]), address))
