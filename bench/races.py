@@ -21,7 +21,9 @@ clusters of two, the GEMM). --unseen: tests/unseen_seeds.py (every synchronisati
 single-stage and with generic stores, in clusters of 2 x 1, the FP8 forward, varlen, the paged gather, the
 deterministic backward). --triton: tests/triton_seeds.py (every synchronisation instruction of Triton's TMA matmul
 and flash attention PTX, on each shape). --library: the kinds of tests/library_seeds.py in the PTX of CUTLASS and FA3 that
-tests/ptx_library/build.py built here (the unseeded kernel first: it must run clean). --fa3-backward: its
+tests/ptx_library/build.py built here (the unseeded kernel first: it must run clean), then the seven variant
+configurations' seeds of tests/library_variant_seeds.py against their expected outcomes (exit status 1 on a
+mismatch). --fa3-backward: its
 FA3_BACKWARD_BUGS in FA3's Hopper backward (hdim 128), unseeded first (clean and right against NumPy).
 
 With --matrix: the one-edit bugs of tests/race_seeds.py (33 of 17 kinds in the warp-specialized flash
@@ -153,6 +155,18 @@ def library() -> None:
     print("counts:", ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
 
 
+def library_variants() -> int:
+    """The seven variant configurations seeded (tests/library_variant_seeds.py: the 17 kinds, and the stream-K /
+    split-K fixup's own), each cell against its expectation; returns how many differ."""
+    sys.path.insert(0, str(KERNELS.parent))
+    from library_variant_seeds import VARIANTS, available, matrix
+
+    for label in VARIANTS:
+        if label not in available():
+            print(f"{label}: not built (tests/ptx_library/build.py)")
+    return matrix()
+
+
 def fa3_backward() -> int:
     """FA3's backward seeded (tests/library_seeds.py FA3_BACKWARD_BUGS) in each built configuration: one line per
     seed and size, with its expected outcome; returns how many differ from it."""
@@ -242,7 +256,7 @@ def main() -> None:
         sys.exit(1 if backward_matrix("ptx") else 0)
     if options.library:
         library()
-        return
+        sys.exit(1 if library_variants() else 0)
     if options.matrix:
         matrix([int(s) for s in options.shapes.split(",")])
         return

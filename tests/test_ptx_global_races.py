@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tessera.interpreters.ptx import PtxHazardError, launch
+from tessera.interpreters.ptx import PtxDeadlockError, PtxHazardError, launch
 
 from race_templates import PTX_HEADER, STORE_TID_TO_TILE
 
@@ -103,6 +103,51 @@ def _handoff(signal: str = _RELEASE, wait: str = _ACQUIRE) -> np.ndarray:
 ])
 def test_a_release_acquire_pair_orders_the_handoff_between_ctas(signal, wait):
     assert _handoff(signal, wait)[0] == 42
+
+
+# The same handoff with the consumer's spin first (lower pcs, as in CUTLASS's stream-K fixup, where the unit that
+# waits for a partial tile runs ahead of the one that writes it): min-pc scheduling picks the spin every step.
+_SPIN_FIRST = _HANDOFF.replace("""    @%p1 bra CONSUMER;
+    st.global.u32 [%rd0], 42;
+    SIGNAL
+    bra DONE;
+CONSUMER:
+    WAIT
+    setp.eq.u32 %p2, %r2, 0;
+    @%p2 bra CONSUMER;
+    ld.global.u32 %r3, [%rd0];
+    st.global.u32 [%rd2], %r3;
+""", """    @%p1 bra CONSUMER;
+    bra PRODUCER;
+CONSUMER:
+    WAIT
+    setp.eq.u32 %p2, %r2, 0;
+    @%p2 bra CONSUMER;
+    ld.global.u32 %r3, [%rd0];
+    st.global.u32 [%rd2], %r3;
+    bra DONE;
+PRODUCER:
+    st.global.u32 [%rd0], 42;
+    SIGNAL
+""")
+
+
+@pytest.mark.parametrize("schedule, seed", [("min-pc", None), ("adversarial", 4)])
+def test_a_spin_on_ld_acquire_lets_the_cta_that_writes_the_flag_run(schedule, seed):
+    """CUTLASS's GenericBarrier spins on ld.acquire.gpu with no nanosleep: a thread that comes back to the same
+    strong load with no write since parks until nothing else can run (a legal timing), so the producer, at a
+    higher pc, gets on; the executor ran the spin until max_steps before (split-K in 3 on 128 x 128 x 192)."""
+    text = _SPIN_FIRST.replace("SIGNAL", "red.release.gpu.global.add.u32 [%rd1], 1;").replace("WAIT", _ACQUIRE)
+    out = launch(text, "handoff", 2, 32, [np.zeros(1, np.uint32), np.zeros(1, np.uint32), np.zeros(1, np.uint32)],
+                 schedule=schedule, seed=seed)
+    assert out[2][0] == 42
+
+
+def test_a_spin_on_a_flag_nobody_writes_is_a_deadlock_at_the_load():
+    text = _SPIN_FIRST.replace("SIGNAL", "").replace("WAIT", _ACQUIRE)
+    with pytest.raises(PtxDeadlockError, match=r"sleep in a spin wait that nothing can end \(a semaphore "
+                                               r"wait, ld.acquire, .* at line 20 \(ld.acquire.gpu.global.u32\)"):
+        launch(text, "handoff", 2, 32, [np.zeros(1, np.uint32), np.zeros(1, np.uint32), np.zeros(1, np.uint32)])
 
 
 _UNORDERED = (r"^<ptx>:25: error: ld.global.u32: reads global address 0x[0-9a-f]+ \(argument 0 \(data\) at byte offset "

@@ -41,6 +41,20 @@ def test_seeds_in_unseen_kernels_are_reported_at_both_levels_naming_both_sides(k
     assert _both_sides(level, text), text
 
 
+def test_the_ledger_pairs_each_ring_slot_with_its_own_release_barrier():
+    """The decode kernel's producer wait before its second K slot's first fill deleted (a first fill needs no
+    wait), on 1100 keys: the CTA simulator's end-of-kernel ledger took the barrier the producer waited on last,
+    V's empty barrier, as that slot's release barrier and reported the pairing's counts, where the PTX executor
+    ran it clean. It pairs k_ring_full[s] with k_ring_empty[s], the barriers of the buffers that own the slot,
+    and runs it clean too; a slot whose release is deleted is still reported by it on one key block."""
+    kernel = "paged TMA decode, GQA, 2 splits"
+    got, text = unseen_seeds.verdict("target", kernel, _seed(kernel, "wait deleted: wait #2"), "long")
+    assert got == "C", text
+    got, text = unseen_seeds.verdict("target", kernel, _seed(kernel, "release deleted: release #0"), "one block")
+    assert got == "R" and re.search(r"buffer 'k_ring_empty' \+ 0\) released 0 times .* filled 1 times through the "
+                                    r"mbarrier at .* \(buffer 'k_ring_full' \+ 0\)", text), text
+
+
 def test_triton_matmul_refill_without_the_wgmma_wait_is_reported_naming_both_sides():
     kernel = "triton matmul (TMA)"
     edit = next(e for kind, name, e in triton_seeds.edits(triton_seeds.source(kernel))

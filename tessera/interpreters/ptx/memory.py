@@ -267,7 +267,38 @@ def decode_ld(ops: Operands, inst, mods):
         for i, w in enumerate(writers):
             w(sel, values[:, i])
 
+    if strong and space in ("global", "generic"):
+        return _spin_wait(m, inst, run)
     return run
+
+
+def _spin_wait(m: Machine, inst, run) -> Step:
+    """A strong load of global memory as a spin wait (CUTLASS's `GenericBarrier::wait_eq`: thread 0 loops on
+    `ld.acquire.gpu` until a flag in a workspace reaches its value, with no nanosleep): a lane that comes back to
+    the same load with no global write, atomic or synchronisation since (`sync_epoch` unchanged) would read the
+    same value, so it parks before the load, as after `nanosleep`, until nothing else can run, and then loads
+    again. Any thread may be delayed (a legal timing); without it min-pc scheduling runs the loop forever and
+    never the CTA that would write the flag, which sits at a higher pc. Woken twice with no progress between is
+    a deadlock (`schedule`), reported at the load."""
+
+    def run_load(lanes, active):
+        pc = int(m.pc[lanes[0]])
+        spinning = (m.spin_pc[active] == pc) & (m.spin_epoch[active] == m.sync_epoch)
+        parked, going = active[spinning], active[~spinning]
+        if len(going):
+            run(going)
+        m.spin_pc[going] = pc
+        m.spin_epoch[going] = m.sync_epoch
+        if not len(parked):
+            m.pc[lanes] += 1
+            return
+        m.pc[np.setdiff1d(lanes, parked, assume_unique=True)] += 1
+        m.spin_pc[parked] = -1  # woken, it loads again
+        m.status[parked] = PARK
+        m.park_address[parked] = -1
+        m.park_test[parked] = True
+
+    return Step(inst, run_load, control=True)
 
 
 @opcode("st")
@@ -302,6 +333,8 @@ def decode_st(ops: Operands, inst, mods):
                watched=not strong, how=how)
         if strong and m.global_order is not None:
             m.global_order.release(*_sync_locations(m, space, lanes, where), how, fenced=not release)
+        if strong:
+            m.sync_epoch += 1  # a write that may end another thread's spin wait (`_spin_wait`)
 
     return run
 

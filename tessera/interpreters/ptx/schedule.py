@@ -460,7 +460,8 @@ class Scheduler:
             what = STATUS_NAMES[status]
             if status == BAR:
                 what = f"wait at named barrier {bar}"
-            elif status == PARK and pc > 0 and self.steps[pc - 1].inst.opcode == "nanosleep":
+            elif status == PARK and (pc > 0 and self.steps[pc - 1].inst.opcode == "nanosleep" or pc < len(self.steps)
+                                     and self.steps[pc].inst.opcode in ("ld", "ldu")):  # `memory._spin_wait`
                 what = ("sleep in a spin wait that nothing can end (a semaphore wait, ld.acquire, whose count no "
                         "running CTA will reach: deadlock in this CTA order)")
             elif status == PARK and pc > 0 and self.steps[pc - 1].inst.opcode == "atom":

@@ -272,6 +272,9 @@ class Machine:
         self.mbarriers: dict[tuple[int, int], facts.MBarrierState] = {}
         self.park_address = np.full(self.lanes, -1, np.int64)
         self.park_test = np.zeros(self.lanes, bool)
+        # spin_pc/spin_epoch: the strong load a lane ran last and `sync_epoch` then (`memory.decode_ld`'s spin waits)
+        self.spin_pc = np.full(self.lanes, -1, np.int64)
+        self.spin_epoch = np.zeros(self.lanes, np.int64)
         self.exit_hooks: list = []
         self.bar_arrived = np.zeros((facts.NAMED_BARRIERS, self.lanes), bool)
         self.bar_expected = np.zeros((facts.NAMED_BARRIERS, ctas), np.int64)
@@ -341,6 +344,7 @@ class Machine:
         self.mbarriers.clear()
         self.park_address[:] = -1
         self.park_test[:] = False
+        self.spin_pc[:] = -1
         self.bar_arrived[:] = False
         self.bar_count[:] = 0
         self.bar_uncounted[:] = False

@@ -31,6 +31,10 @@ from tessera.sm90 import facts
 if TYPE_CHECKING:
     from tessera.interpreters.sm90.cta_view import CtaView
 
+RING_FULL, RING_EMPTY = "_full", "_empty"
+"""The suffixes of the shared buffers holding a ring's full and empty mbarriers, one per slot (the names
+passes/convert_tile_to_sm90/kernel.py gives them: `MBarriers.ring_partner`)."""
+
 
 @dataclass(eq=False)
 class MBarrier:
@@ -50,10 +54,12 @@ class MBarriers:
         self.instances: list[MBarrier] = []
         self.live: dict[int, MBarrier] = {}
         self.observed = np.zeros((0, cta.threads), np.int64)
-        # last_waited[t]: the instance thread t last waited on successfully (-1: none); refills[F]: the barriers
-        # a TMA completing on F was issued after waiting on (F's "empty" partners, see `check_released_at_end`)
+        # last_waited[t]: the instance thread t last waited on successfully (-1: none); refills[F]: the release
+        # barriers of the slot a TMA completing on F filled (F's "empty" partners: `note_refill`,
+        # `check_released_at_end`)
         self.last_waited = np.full(cta.threads, -1, np.int64)
         self.refills: dict[int, set[int]] = {}
+        self.partners: dict[int, int | None] = {}
         self.init_ops: dict[int, Operation] = {}
         # staging slots (`check_drained_at_end`): published[F] the barriers threads last waited on before a plain
         # arrive on F (F's "empty" partners, as `refills`), drained[F] the phases of F after which a bulk reduction
@@ -288,15 +294,37 @@ class MBarriers:
                 f"can complete the phase{short}", thread)
 
     def note_refill(self, thread: int, barrier: MBarrier) -> None:
-        """A TMA copy completing on `barrier` is issued by `thread`: the barrier that thread waited on last (if
-        another) is the slot's release barrier."""
-        empty = int(self.last_waited[thread])
+        """A TMA copy completing on `barrier` is issued by `thread`: the slot's release barrier is the one the
+        kernel's structure pairs with `barrier` (`ring_partner`); in a kernel that does not name its rings so
+        (hand-written Target IR), the barrier that thread waited on last (if another)."""
+        if barrier.index not in self.partners:
+            self.partners[barrier.index] = self.ring_partner(barrier)
+        empty = self.partners[barrier.index]
+        if empty is None:
+            empty = int(self.last_waited[thread])
         if empty >= 0 and empty != barrier.index:
             self.refills.setdefault(barrier.index, set()).add(empty)
 
+    def ring_partner(self, barrier: MBarrier) -> int | None:
+        """The instance of the release ("empty") barrier of the ring slot whose "full" barrier is `barrier`, from
+        the shared buffers that own them, or None where they do not pair. convert-tile-to-sm90 gives each ring
+        (and a transposed ring's staging ring) an array of full barriers, one per slot, in the shared buffer
+        `RING + "_full"` and the slots' empty barriers in `RING + "_empty"`, slot s at byte 8 s of each: the
+        slot is the one at the same offset. A producer's last wait is not that: where a wait is missing (the
+        first fill of a slot needs none) it is another ring's."""
+        buffer = self.cta.smem.buffer_at(barrier.address)
+        if buffer is None or not buffer.name.endswith(RING_FULL):
+            return None
+        name = buffer.name[: -len(RING_FULL)] + RING_EMPTY
+        for empty in self.cta.smem.buffers.values():
+            if empty.name == name and empty.size == buffer.size:
+                partner = self.live.get(empty.offset + barrier.address - buffer.offset)
+                return None if partner is None else partner.index
+        return None
+
     def check_released_at_end(self) -> None:
-        """At the end of the kernel every fill of a ring slot has been released once: each barrier a producer
-        waited on before refilling a slot completed as many phases as the slot's full barrier, with no arrivals
+        """At the end of the kernel every fill of a ring slot has been released once: the release barrier of each
+        slot a TMA filled (`note_refill`) completed as many phases as the slot's full barrier, with no arrivals
         into a further phase. A release missing leaves the producer's next refill of that slot (on a longer
         sequence, or in a persistent kernel) waiting forever; an extra one lets it refill unread data."""
         for full, empties in self.refills.items():
