@@ -3,7 +3,7 @@
 A *block* is a run of `MIN_LENGTH` or more consecutive instructions that only compute on registers (integer, logic,
 float, conversion, move, setp, selp: `FUSABLE`), with no branch target inside it (a label, a function start),
 no special register, no condition code (carry chains) and nothing but the wgmma-register check installed on
-them (`asynchrony.install`). No thread can stand inside a block (a control step or a label is at each of its
+them (`async_checks.install`). No thread can stand inside a block (a control step or a label is at each of its
 ends), so the scheduler runs a block for all the lanes at its first instruction as one step and moves their
 pcs past it: the schedule, the step count and every result are those of the instructions one by one.
 
@@ -399,7 +399,7 @@ def _runs(lanes: np.ndarray) -> list[tuple[slice, slice]] | None:
 
 class Fusion:
     """The blocks of a decoded program: `at[pc]` is the block starting at instruction `pc`, or None. `decoded`
-    are the program's steps as decoded, `installed` as the scheduler runs them (`asynchrony.install`)."""
+    are the program's steps as decoded, `installed` as the scheduler runs them (`async_checks.install`)."""
 
     def __init__(self, m: Machine, entry, decoded: list[Step], installed: list[Step]):
         self.m = m

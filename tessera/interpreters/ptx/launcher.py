@@ -56,7 +56,7 @@ from tessera.interpreters.parallel import (
 )
 from tessera.interpreters.ptx import alu, floats, memory, reductions, schedule, sync, tensor, warp_mma  # noqa: F401 - registers decoders
 from tessera.interpreters.ptx.cluster import ClusterState
-from tessera.interpreters.ptx import asynchrony, ptxas_rules
+from tessera.interpreters.ptx import async_checks, ptxas_rules
 from tessera.interpreters.ptx.decode import Operands, decode
 from tessera.interpreters.ptx.fuse import Fusion
 from tessera.interpreters.ptx.global_order import GlobalOrder
@@ -521,7 +521,7 @@ def _setup(ptx, kernel, grid, block, args, shared_bytes, source, max_steps, memo
         ops = Operands(machine, specials)
         ptxas_rules.check_entry(ptx, entry, source)
         plain = [decode(ops, inst) for inst in entry.instructions]
-        steps = asynchrony.install(machine, plain)
+        steps = async_checks.install(machine, plain)
         fusion = Fusion(machine, entry, plain, steps) if fuse else None
     machine.recycle = (ptx, key, (machine, steps, ops, specials, fusion))
     scheduler = schedule.Scheduler(machine, steps, ops, scheduler_steps, schedule_name, seed, fusion)

@@ -293,7 +293,7 @@ class Machine:
         self.return_copies: dict[int, object] = {}  # call pc -> copy of the callee's return values
         self.recycle = None  # (program, launch key, decoded state): handed back after the launch (launcher)
         self.global_order = None  # happens-before of global memory (global_order.GlobalOrder), set by the launcher
-        self.tracker = None  # the asynchrony checks (asynchrony.AsyncTracker), attached by `asynchrony.install`
+        self.tracker = None  # the asynchrony checks (asynchrony.AsyncTracker), attached by `async_checks.install`
         self.preferred: np.ndarray | None = None  # lanes a release woke: they run first (see schedule)
 
     def _block_vectors(self, entry: Entry) -> dict[tuple[str, ...], np.ndarray]:

@@ -583,7 +583,7 @@ def _chunks(offsets: np.ndarray) -> np.ndarray | None:
 
 def _chunk_set(offsets: np.ndarray) -> np.ndarray | slice:
     """The 16-byte chunks (byte // 16) the offsets lie in, ascending, as a range where they are consecutive: the
-    columns of the wgmma read records (`asynchrony.AsyncTracker.wgmma_reads`). A descriptor reads whole chunks
+    columns of the wgmma read records (`wgmma_tracking.WgmmaTracking.wgmma_reads`). A descriptor reads whole chunks
     (its addresses and strides are 16-byte units, a core matrix row is one chunk)."""
     chunks = np.unique(offsets // _CHUNK)
     if len(chunks) and int(chunks[-1]) - int(chunks[0]) + 1 == len(chunks):
@@ -607,7 +607,7 @@ def _descriptor_read(m: Machine, inst, lanes: np.ndarray, descriptor: int, major
                      name: str, operand: str = "B") -> tuple:
     """The [extent, K] operand (K spanning facts.WGMMA_K_BYTES) `lanes` (whole warpgroups of one CTA) read
     through a descriptor from their CTA's shared memory: checked and recorded as an async-proxy read
-    (`asynchrony.AsyncTracker.wgmma_reads`); returns what `_descriptor_tiles` gathers it with."""
+    (`wgmma_tracking.WgmmaTracking.wgmma_reads`); returns what `_descriptor_tiles` gathers it with."""
     e = np.dtype(_MULTIPLICANDS[name]).itemsize
     decoded = _descriptor_bytes(descriptor, major, e, extent)
     if isinstance(decoded, str):
@@ -887,7 +887,7 @@ def decode_wgmma(ops: Operands, inst, mods):
     if mods.take("fence", "commit_group", "wait_group") is None:
         raise ops.refuse(inst, "wgmma form (sparse wgmma.mma_async.sp is not supported)")
     mods.drop("sync", "aligned")
-    return lambda sel: None  # groups are counted by asynchrony.install's wrapper
+    return lambda sel: None  # groups are counted by async_checks.install's wrapper
 
 
 # endregion

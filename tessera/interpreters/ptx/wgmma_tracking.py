@@ -1,0 +1,340 @@
+"""wgmma in the PTX executor's asynchrony checks (`asynchrony.AsyncTracker` inherits these): the shared bytes a
+wgmma reads stay read until a `wgmma.wait_group` covers its group, its accumulator and A registers are pending until
+then, and registers written since the last `wgmma.fence` may not feed one.
+
+- Groups [memory_model.WGMMA_WAIT_PER_THREAD]: `wgmma.mma_async` joins its warp's open group,
+  `wgmma.commit_group` closes it, `wgmma.wait_group N` completes all but the N newest committed groups for each
+  executing thread; a warpgroup's wgmma-group is complete (its shared-memory reads over) when a thread of it waited.
+- Reads (`wgmma_reads`): recorded per 16-byte chunk (a descriptor reads whole chunks) and per warpgroup; a write
+  into bytes a pending wgmma reads is a hazard (`_check_not_read_by_wgmma`).
+- Registers: an instruction other than wgmma.mma_async naming a pending accumulator or A register is a hazard
+  (`check_registers`); one that names any wgmma register marks it touched in its thread (`touch`), and a wgmma
+  whose accumulator or A register is touched since the thread's last `wgmma.fence` is a hazard (`check_fenced`)
+  [P#asynchronous-warpgroup-level-matrix-instructions-wgmma-fence]; chains of one shape (`wgmma_shaped`).
+
+The state (`warp_open`, `lane_done`, `wg_open`, `wg_done`, `wg_issued`, `pending`, `touch_log`, `shaped`, ...) is
+created and reset by `AsyncTracker.reset` with the rest of the batch's asynchrony state.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tessera.interpreters.ptx.decode import elements
+from tessera.interpreters.ptx.syntax import Address, Negated, Reg, Vector
+from tessera.sm90 import facts
+
+_NO_GROUP = np.iinfo(np.int64).max  # above every wgmma group (`WgmmaTracking.wgmma_wait`)
+_CHUNK = facts.SWIZZLE_CHUNK_BYTES
+"""The bytes of a wgmma operand's chunk (`WgmmaTracking.wgmma_reads`), which every swizzle keeps together."""
+
+
+def _registers(inst) -> set[str]:
+    """Names of the registers an instruction names (operands, vector elements, address bases, guard)."""
+    names: set[str] = set()
+    for operand in inst.operands:
+        kind = type(operand)
+        if kind is Reg:
+            names.add(operand.name)
+        elif kind is Vector:
+            names.update(e.name for e in operand.elements if type(e) is Reg)
+        elif kind is Address and type(operand.base) is Reg:
+            names.add(operand.base.name)
+        elif kind is Negated:
+            names.add(operand.operand.name)
+    if inst.guard is not None:
+        names.add(inst.guard.predicate.name)
+    return names
+
+
+def _wgmma_roles(inst) -> dict[str, str]:
+    """register -> "result" / "A operand" for a wgmma.mma_async instruction ({} for anything else)."""
+    if inst.opcode != "wgmma" or "mma_async" not in inst.modifiers or len(inst.operands) < 2:
+        return {}
+    roles = {r.name: "result" for r in elements(inst.operands[0]) if isinstance(r, Reg)}
+    if isinstance(inst.operands[1], Vector):
+        roles.update({r.name: "A operand" for r in inst.operands[1].elements if isinstance(r, Reg)})
+    return roles
+
+
+def _wgmma_shape(inst) -> str:
+    """'m64nNkK.dtype.atype.btype' of a wgmma.mma_async: what "the same shape" compares."""
+    return ".".join(x for x in inst.modifiers if x not in ("mma_async", "sync", "aligned"))
+
+
+class WgmmaTracking:
+    """The wgmma half of `asynchrony.AsyncTracker` (see the module docstring); its state lives on the tracker."""
+
+    def wgmma_reads(self, inst, lanes: np.ndarray, flat: np.ndarray | None, operand: str, span: slice | None = None,
+                    hull: slice | None = None, chunks: np.ndarray | None = None, base: int = 0,
+                    own_rows: bool = False, chunk_set: np.ndarray | slice | None = None) -> None:
+        """The warpgroups of `lanes` (whole warpgroups of one CTA, in order) each read their wgmma operand at
+        `flat` (checked once as an async-proxy read of them all); the bytes stay read until a wgmma.wait_group
+        covers each warpgroup's group. `span`: the range `flat` fills, when it fills one (a swizzled tile);
+        `hull`: a range holding `flat` (`async_read`). `chunks`: `flat` as whole 16-byte chunks of the CTA's
+        shared memory at `base` (bytes base + 16c to base + 16c + 15 for each c: 16 bytes of a core matrix row
+        each); `flat` may then be None (made from the chunks where a check walks the bytes). `own_rows`: the
+        operand is A, its bytes row by row, each warp reading its own rows [memory_model.WGMMA_A_ROWS_PER_WARP].
+        The records are one per chunk (`HappensBefore.chunk_of`): `chunk_set` the CTA's chunks the operand reads
+        (numbered from the CTA's first, a range where they are consecutive), else found from `flat`."""
+        if flat is None:
+            def flat_bytes():
+                return base + (chunks[:, None] * _CHUNK + np.arange(_CHUNK)).reshape(-1)
+        else:
+            def flat_bytes():
+                return flat
+        where = span if span is not None else hull
+        if where is None or not self._landed_read(lanes, where):
+            self.async_read(inst, lanes, flat_bytes(), f"wgmma operand {operand}", span, hull, own_rows)
+        if self.wg_read is None:
+            self.wg_read = self.hb.wgmma_reads = np.zeros((self.groups_per_cta, self.hb.chunk_count()), np.int32)
+        records = self.wg_read
+        if chunk_set is None:
+            at = np.unique(self.hb.chunk_of(flat_bytes()))
+        else:  # the CTA's chunks: its columns of the records
+            first = base // max(self.m.shared_bytes, 1) * -(-max(self.m.shared_bytes, 1) // _CHUNK)
+            records = records[:, first:]
+            at = chunk_set
+        unit = self.m.unit_of[facts.WARPGROUP_SIZE]
+        for start in range(0, len(lanes), facts.WARPGROUP_SIZE):  # each warpgroup reading it (whole warpgroups)
+            w = int(unit[lanes[start]])
+            group = int(self.wg_open[w])
+            records[w % self.groups_per_cta, at] = group + 1
+            self.read_inst.setdefault((w, group), inst)
+        self.reading = True
+
+    def _read_by_wgmma(self, span: slice) -> bool:
+        """Whether a wgmma whose group no wait_group has covered yet may read a byte of `span` (one CTA's)."""
+        cta = span.start // max(self.m.shared_bytes, 1)
+        w = cta * self.groups_per_cta + np.arange(self.groups_per_cta)
+        if span.stop <= span.start:
+            return False
+        chunks = self.hb.chunk_span(span)
+        return bool((self.wg_read[:, chunks].max(axis=1).astype(np.int64) - 1 > self.wg_done[w]).any())
+
+    def _check_not_read_by_wgmma(self, inst, lanes, flat: np.ndarray, what: str, acquired: int | None) -> None:
+        cta = flat // max(self.m.shared_bytes, 1)
+        if len(cta) and cta[0] == cta[-1] and cta.min() == cta.max():
+            cta = cta[:1]  # one CTA's bytes (a copy, a store): one row of warpgroups for all of them
+        groups = self.wg_read[:, self.hb.chunk_of(flat)].astype(np.int64) - 1  # [local warpgroup, byte]
+        w = cta[None, :] * self.groups_per_cta + np.arange(self.groups_per_cta)[:, None]
+        pending = groups > self.wg_done[w]
+        if pending.any():
+            w = np.broadcast_to(w, groups.shape)
+            local, i = np.unravel_index(np.argmax(pending), pending.shape)
+            reader = self.read_inst[(int(w[local, i]), int(groups[local, i]))]
+            released = ""
+            if acquired is not None:
+                group_lanes = np.flatnonzero(self.m.unit_of[facts.WARPGROUP_SIZE] == w[local, i])
+                lines = self.released[acquired, group_lanes]
+                if lines.any():
+                    released = (f"; warpgroup {int(local)} released it with the arrive on "
+                                f"{self.barrier_name(acquired)} at line {int(lines.max())} before a wgmma.wait_group "
+                                "covered that wgmma (a release before the consumer's last read)")
+            raise self.hazard(inst, f"{what} overwrites {self.where(flat[i])} while the wgmma at line {reader.line} "
+                                    f"of warpgroup {int(local)} may still read it (no wgmma.wait_group covers its "
+                                    f"group yet){released}", lanes[i])
+
+    def wgmma_issued(self, inst, lanes: np.ndarray, roles: dict[str, str]) -> None:
+        """The warpgroups of `lanes` issued a wgmma: its registers are pending in their open group. Registers
+        pending on the same groups share one array (never modified in place)."""
+        ws = self.m.unit_of[facts.WARPGROUP_SIZE][lanes[::facts.WARPGROUP_SIZE]]  # whole warpgroups, ascending
+        self.wg_issued[ws] = self.wg_open[ws]
+        for w in ws.tolist():
+            self.last_wgmma[w] = inst
+        names = tuple(roles)
+        olds = [None if e is None else e[0] for e in map(self.pending.get, names)]
+        updated: dict[int, np.ndarray] = {}
+        for key, old in {id(old): old for old in olds}.items():  # registers pending on the same groups: once
+            groups = updated[key] = old.copy() if old is not None else np.full(self.warpgroups, -1, np.int64)
+            groups[ws] = self.wg_open[ws]
+        self.pending.update(zip(names, [(updated[id(old)], kind, inst) for old, kind in zip(olds, roles.values())]))
+
+    def wgmma_commit(self, lanes: np.ndarray) -> None:
+        """wgmma.commit_group by `lanes`: each executing warp closes its open group (counted once per warp
+        however the scheduler split the warpgroup's warps into steps)."""
+        warp_of = self.m.unit_of[facts.WARP_SIZE]
+        self.warp_open[np.unique(warp_of[lanes])] += 1
+        np.maximum.at(self.wg_open, self.m.unit_of[facts.WARPGROUP_SIZE][lanes], self.warp_open[warp_of[lanes]])
+
+    def wgmma_wait(self, lanes: np.ndarray, keep: int, inst=None) -> None:
+        """wgmma.wait_group `keep` by `lanes`: for each executing thread, every group its warp committed but
+        the `keep` newest is complete [memory_model.WGMMA_WAIT_PER_THREAD]; a thread that did not execute it
+        has waited for nothing, whatever the other threads of its warpgroup did."""
+        unit = self.m.unit_of[facts.WARPGROUP_SIZE]
+        ws = np.unique(unit[lanes])
+        target = self.warp_open[self.m.unit_of[facts.WARP_SIZE][lanes]] - 1 - keep
+        previous = self.lane_done[lanes]
+        self.lane_done[lanes] = np.maximum(previous, target)
+        np.maximum.at(self.wg_done, unit[lanes], target)
+        if self.wg_read is not None and self.hb.races:
+            # the shared bytes these groups read last are read until now (happens_before): recorded per group,
+            # never per byte, for every wait that completes a group for its threads (not only the first of the
+            # warpgroup: any of them frees the bytes)
+            for w in ws.tolist():
+                mine = unit[lanes] == w
+                for last in np.unique(target[mine]).tolist():
+                    same = mine & (target == last)
+                    first = int(previous[same].min()) + 1
+                    if last >= first:
+                        self.hb.wgmma_groups_completed(w, first, last, lanes[same], inst)
+        if self.pending:
+            least = np.full(self.warpgroups, _NO_GROUP, np.int64)
+            np.minimum.at(least, unit, self.lane_done)  # a register stays pending until every thread waited
+            live: dict[int, bool] = {}
+            for e in self.pending.values():
+                if id(e[0]) not in live:
+                    live[id(e[0])] = bool((e[0] > least).any())
+            self.pending = {name: e for name, e in self.pending.items() if live[id(e[0])]}
+        self.reading = bool((self.wg_issued > self.wg_done).any())
+
+    def touch(self, inst, lanes: np.ndarray | slice, names: frozenset) -> None:
+        """`lanes` (an index or a slice of every lane, never modified afterwards) accessed the wgmma registers
+        `names` outside a wgmma: a wgmma.fence must follow (`dirty` learns it when next read)."""
+        self.touch_seq += 1
+        self.touch_log.append((self.touch_seq, names, lanes, inst.line))
+
+    def _dirty(self) -> np.ndarray:
+        """`dirty`, with the touches logged since it was last read: one write per distinct lanes object (the steps
+        of a straight run share theirs), not one per instruction."""
+        if self.dirty_from < len(self.touch_log):
+            seen: set[int] = set()
+            for _, _, lanes, _ in self.touch_log[self.dirty_from:]:
+                if id(lanes) not in seen:
+                    seen.add(id(lanes))
+                    self.dirty[lanes] = True
+            self.dirty_from = len(self.touch_log)
+        return self.dirty
+
+    def _touched_any(self, names: frozenset, lanes: np.ndarray) -> bool:
+        """Whether one of `lanes` accessed one of the registers `names` since its last wgmma.fence."""
+        fenced = self.fence_seq[lanes]
+        for seq, touched, sel, _ in self.touch_log:
+            if touched.isdisjoint(names):
+                continue
+            hit = np.zeros(self.m.lanes, bool)
+            hit[sel] = True
+            if (hit[lanes] & (fenced < seq)).any():
+                return True
+        return False
+
+    def _touched(self, name: str, lanes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(whether each of `lanes` accessed register `name` since its last wgmma.fence, the line of its last
+        such access)."""
+        bad, line = np.zeros(len(lanes), bool), np.zeros(len(lanes), np.int32)
+        for seq, names, sel, at in self.touch_log:
+            if name in names:
+                hit = np.zeros(self.m.lanes, bool)
+                hit[sel] = True
+                here = hit[lanes] & (self.fence_seq[lanes] < seq)
+                bad |= here
+                line[here] = at
+        return bad, line
+
+    def wgmma_fenced(self, lanes: np.ndarray) -> None:
+        self.ever_fenced[lanes] = True
+        self.touch_seq += 1
+        self.fence_seq[lanes] = self.touch_seq
+        dirty = self._dirty()
+        dirty[lanes] = False
+        if not dirty.any():
+            self.touch_log.clear()
+        elif len(self.touch_log) > 256:  # keep the accesses some lane has not fenced since
+            self.touch_log = [e for e in self.touch_log if (self.fence_seq[e[2]] < e[0]).any()]
+        self.dirty_from = len(self.touch_log)
+        for unfenced in {id(e[0]): e[0] for e in self.shaped.values()}.values():
+            unfenced[lanes] = False
+
+    def wgmma_shaped(self, inst, lanes: np.ndarray, roles: dict[str, str]) -> None:
+        """A wgmma.mma_async of `lanes` accessed its accumulators: only a wgmma of the same shape and types may
+        access them next without a wgmma.fence [memory_model.WGMMA_FENCE_SCALE_D]. Registers last accessed by
+        the same wgmmas share one entry (never modified in place once another wgmma takes some of them)."""
+        shape = _wgmma_shape(inst)
+        results = [name for name, kind in roles.items() if kind == "result"]
+        olds = list(map(self.shaped.get, results))
+        if olds and all(old is olds[0] for old in olds):  # every register in one entry (a chain's wgmmas)
+            old = olds[0]
+            if old is not None and old[1] is inst:
+                old[0][lanes] = True  # the same wgmma again (a loop): the entry as it is
+                return
+            unfenced = old[0].copy() if old is not None else np.zeros(self.m.lanes, bool)
+            unfenced[lanes] = True
+            self.shaped.update(dict.fromkeys(results, (unfenced, inst, shape)))
+            return
+        updated: dict[int, tuple] = {}
+        for name, kind in roles.items():
+            if kind != "result":
+                continue
+            old = self.shaped.get(name)
+            key = id(old) if old is not None else 0
+            entry = updated.get(key)
+            if entry is None:
+                if old is not None and old[1] is inst:
+                    old[0][lanes] = True  # the same wgmma again (a loop): its registers' entry as it is
+                    entry = old
+                else:
+                    unfenced = old[0].copy() if old is not None else np.zeros(self.m.lanes, bool)
+                    unfenced[lanes] = True
+                    entry = (unfenced, inst, shape)
+                updated[key] = entry
+            self.shaped[name] = entry
+
+    def check_fenced(self, inst, lanes: np.ndarray, roles: dict[str, str]) -> None:
+        """A wgmma.mma_async of `lanes` uses `roles`' registers: none may be touched since a wgmma.fence (with
+        scale-d false too: the wgmma writes its accumulators [memory_model.WGMMA_FENCE_SCALE_D]), nor accessed by
+        a wgmma of another shape since then, and the warpgroup's first wgmma.mma_async needs a wgmma.fence before
+        it (the PTX ISA's first location for the fence, [memory_model.WGMMA_FENCE]), whether or not its
+        registers were touched (a chain starting with scale-d false reads no accumulator)."""
+        unfenced = ~self.ever_fenced[lanes]
+        if unfenced.any():
+            raise self.hazard(inst, "is the warpgroup's first wgmma.mma_async and no wgmma.fence precedes it "
+                                    "(missing wgmma.fence)", lanes[int(np.argmax(unfenced))])
+        shape = _wgmma_shape(inst) if self.shaped else None
+        touched = bool(self._dirty()[lanes].any())  # some register touched since the lanes' last wgmma.fence
+        # one look per entry and per logged access, not per register; the walk below names the register
+        entries = {id(e): e for e in map(self.shaped.get, (n for n, k in roles.items() if k == "result"))
+                   if e is not None}
+        if not any(e[2] != shape and e[0][lanes].any() for e in entries.values()) \
+                and not (touched and self._touched_any(frozenset(roles), lanes)):
+            return
+        for name, kind in roles.items():
+            shaped = self.shaped.get(name) if kind == "result" else None
+            if shaped is not None and shaped[2] != shape:
+                bad = shaped[0][lanes]
+                if bad.any():
+                    i = int(np.argmax(bad))
+                    raise self.hazard(inst, f"uses {name} as its accumulator register after the wgmma.mma_async at "
+                                            f"line {shaped[1].line} of another shape or type ({shaped[2]}"
+                                            f") accessed it, with no wgmma.fence between them: only wgmmas of one "
+                                            "shape are ordered on their accumulators by default (missing wgmma.fence, "
+                                            "[memory_model.WGMMA_FENCE_SCALE_D])", lanes[i])
+            if not touched:
+                continue
+            bad, line = self._touched(name, lanes)
+            if bad.any():
+                i = int(np.argmax(bad))
+                what = "accumulator" if kind == "result" else "A-fragment"
+                raise self.hazard(inst, f"uses {name} as its {what} register after the instruction at line "
+                                        f"{int(line[i])} accessed it, with no wgmma.fence between them "
+                                        "(missing wgmma.fence)", lanes[i])
+
+    def check_registers(self, inst, lanes: np.ndarray, names, roles: dict[str, str]) -> None:
+        """Refuse an instruction of `lanes` naming registers of a wgmma whose group is still pending."""
+        ws = None
+        for name in names:
+            entry = self.pending.get(name)
+            if entry is None or roles.get(name) == entry[1]:
+                continue
+            if ws is None:
+                ws = self.m.unit_of[facts.WARPGROUP_SIZE][lanes]
+            groups, kind, wgmma = entry
+            bad = groups[ws] > self.lane_done[lanes]
+            if bad.any():
+                i = int(np.argmax(bad))
+                what = "an accumulator" if kind == "result" else "an A-fragment"
+                others = (": another thread's wgmma.wait_group covered it, and each thread waits only for itself "
+                          "[memory_model.WGMMA_WAIT_PER_THREAD]") if self.wg_done[ws[i]] >= groups[ws[i]] else ""
+                raise self.hazard(inst, f"touches {name}, {what} register of the wgmma.mma_async at line "
+                                        f"{wgmma.line}, before a wgmma.wait_group covers its group (group "
+                                        f"{int(groups[ws[i]])} of warpgroup {int(ws[i]) % self.groups_per_cta} is "
+                                        f"still pending){others}", lanes[i])
