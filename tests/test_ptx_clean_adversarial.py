@@ -12,47 +12,29 @@ import pytest
 from clean_runs import external_runs, library_runs
 
 SEEDS = (0, 1, 2)
-FAST = ("TMA matmul",)
+SCHEDULES = ("adversarial", "delayed")
+FAST = [("TMA matmul", "adversarial", seed) for seed in SEEDS] + [("layer norm backward (locks)", "delayed", 1)]
 EXTERNAL = dict(external_runs())
 LIBRARY = dict(library_runs())
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("name", FAST)
-def test_triton_runs_clean_under_the_adversarial_schedule(name, seed):
-    EXTERNAL[name](races=True, schedule="adversarial", seed=seed)
+@pytest.mark.parametrize("name,schedule,seed", FAST)
+def test_triton_runs_clean_under_the_adversarial_and_delayed_schedules(name, schedule, seed):
+    EXTERNAL[name](races=True, schedule=schedule, seed=seed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,schedule,seed", [(name, schedule, seed) for name in sorted(EXTERNAL)
+                                                for schedule in SCHEDULES for seed in SEEDS
+                                                if (name, schedule, seed) not in FAST])
+def test_every_triton_sample_runs_clean_under_each_schedule(name, schedule, seed):
+    EXTERNAL[name](races=True, schedule=schedule, seed=seed)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("name", sorted(set(EXTERNAL) - set(FAST)))
-def test_every_triton_sample_runs_clean_under_the_adversarial_schedule(name, seed):
-    EXTERNAL[name](races=True, schedule="adversarial", seed=seed)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("name", sorted(LIBRARY) or [pytest.param("none", marks=pytest.mark.skip(
     "no CUTLASS or FA3 configuration is built here (tests/ptx_library/build.py)"))])
-def test_every_built_library_kernel_runs_clean_under_the_adversarial_schedule(name, seed):
-    LIBRARY[name](races=True, schedule="adversarial", seed=seed)
-
-
-@pytest.mark.parametrize("name", ["layer norm backward (locks)"])
-def test_triton_runs_clean_with_a_cta_delayed(name):
-    EXTERNAL[name](races=True, schedule="delayed", seed=1)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("name", sorted(EXTERNAL))
-def test_every_triton_sample_runs_clean_with_each_cta_delayed(name, seed):
-    EXTERNAL[name](races=True, schedule="delayed", seed=seed)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("name", sorted(LIBRARY) or [pytest.param("none", marks=pytest.mark.skip(
-    "no CUTLASS or FA3 configuration is built here (tests/ptx_library/build.py)"))])
-def test_every_built_library_kernel_runs_clean_with_each_cta_delayed(name, seed):
-    LIBRARY[name](races=True, schedule="delayed", seed=seed)
+def test_every_built_library_kernel_runs_clean_under_each_schedule(name, schedule, seed):
+    LIBRARY[name](races=True, schedule=schedule, seed=seed)
