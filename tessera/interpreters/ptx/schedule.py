@@ -31,11 +31,11 @@ some interleavings deadlock on, a value read from memory that decides the contro
 "delayed" (with `seed`) delays one CTA as long as the synchronisation allows: the CTA whose linear index (x
 fastest, as `launch(cta_order=)` numbers them) is `seed` modulo the grid's CTAs (0 without a seed) runs only when
 no lane of another CTA of its batch can run (each has exited, or waits at a barrier, on an mbarrier phase, in a
-spin or a `nanosleep` poll), and otherwise the schedule is min-pc. A GPU may start a CTA late or stall it for any
-time; a peer that has not yet stored and released what another CTA reads through a flag whose wait was deleted
-is what makes that read race the peer's later stores, and only a schedule that runs the read first shows it,
-since the value a load reads decides what happens-before sees of it. A matrix over seeds delays each CTA in
-turn; the same seed replays the run.
+spin or a `nanosleep` poll), and otherwise the schedule is min-pc. A GPU may start or stall a CTA for any time.
+Happens-before judges the synchronisation a run went through, and what a load reads decides that: a consumer
+whose flag wait was deleted still loads the flag once with `ld.acquire`, and only a schedule that runs that load
+before the producer CTA's release shows the race between the consumer's reads and the producer's later stores.
+A matrix over seeds delays each CTA in turn; the same seed replays the run.
 
 Deadlock: when no lane can run and some have not exited, `run` raises `PtxDeadlockError` naming each group
 of blocked lanes, what they wait for (for an mbarrier: its phase, pending arrivals, tx-count and the copies
