@@ -9,8 +9,8 @@
     python bench/races.py --clean [--seeds 0 1 2]
 
 --clean: the other direction: every correct kernel of tests/clean_runs.py (Triton's PTX samples, and the CUTLASS
-and FA3 configurations tests/ptx_library/build.py built here) with races on, under the default schedule and the
-adversarial one with each seed: one line per run, "clean" or the report (exit status 1 on any report or wrong
+and FA3 configurations tests/ptx_library/build.py built here) with races on, under the default schedule, the
+adversarial one with each seed and the delayed one with each seed's CTA delayed: one line per run, "clean" or the report (exit status 1 on any report or wrong
 answer; tests/test_ptx_clean_adversarial.py runs a slice, and all with -m slow).
 
 --backward: the seeds of tests/backward_seeds.py in the PTX of the attention backward (head_dim 128: warp-specialized
@@ -195,13 +195,14 @@ def fa3_backward() -> int:
 
 
 def clean(seeds: list[int]) -> int:
-    """Run every kernel of tests/clean_runs.py with races on, min-pc then adversarial with each seed; the
-    number of runs that reported or went wrong."""
+    """Run every kernel of tests/clean_runs.py with races on, min-pc, then adversarial and delayed (the seed's
+    CTA run only when no other can) with each seed; the number of runs that reported or went wrong."""
     sys.path.insert(0, str(KERNELS.parent))
     from clean_runs import external_runs, library_runs
 
     failed = 0
-    schedules = [{"schedule": "min-pc"}] + [{"schedule": "adversarial", "seed": seed} for seed in seeds]
+    schedules = [{"schedule": "min-pc"}] + [{"schedule": kind, "seed": seed} for kind in ("adversarial", "delayed")
+                                            for seed in seeds]
     for name, run in [*external_runs(), *library_runs()]:
         for options in schedules:
             start = time.process_time()

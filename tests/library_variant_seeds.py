@@ -14,17 +14,22 @@ path at run time).
 
 `EXPECTED[label]` lists `(pattern on "kind: name", expected per size, reason)` for the seeds not reported on both
 sizes: R reported (a hazard, a deadlock, an error), C clean and right (the reason says why the memory model
-accepts it there, or that the size never reaches it). `python bench/races.py --library` runs every cell (exit 1 on
-a mismatch); tests/test_library_variant_races.py runs a slice, and all with -m slow.
+accepts it there, or that the size never reaches it). A cell of a stream-K or split-K launch runs on the min-pc
+schedule and then on the delayed one with each CTA delayed in turn (`schedules`): the CTAs meet through flags in
+the workspace, and a peer late by its share of k-blocks is a timing only the delayed schedule tries.
+`python bench/races.py --library` runs every cell (exit 1 on a mismatch); tests/test_library_variant_races.py runs
+a slice, and all with -m slow.
 """
 
 from __future__ import annotations
 
 import re
 
+import numpy as np
+
 from library_seeds import LIBRARY_BUGS, _all, _instruction, seed
 from ptx_library.build import CONFIGS
-from ptx_library.library import BUILD, built, launch_library
+from ptx_library.library import BUILD, built, describe, launch_library
 
 VARIANTS = {
     "cutlass fp8 cooperative, alpha/beta": ("cutlass_fp8_cooperative_128x128x128", [(128, 128, 128, 1),
@@ -77,24 +82,36 @@ def _fenced(label: str, text: str) -> str:
     return "\n".join(lines)
 
 
-def run(label: str, text: str, size: int) -> bool:
-    """Launch PTX `text` as `label` on its size number `size`: whether the output is right (the checks of
-    tests/test_ptx_library.py: alpha A B^T + beta C (+ bias, ReLU) for the GEMMs, softmax(S) V with the window,
-    soft-cap and FP8 bounds for FA3)."""
+def run(label: str, text: str, size: int, **schedule) -> bool:
+    """Launch PTX `text` as `label` on its size number `size` (with `launch_library`'s `schedule`,
+    `schedule_seed`): whether the output is right (the checks of tests/test_ptx_library.py: alpha A B^T + beta C
+    (+ bias, ReLU) for the GEMMs, softmax(S) V with the window, soft-cap and FP8 bounds for FA3)."""
     from test_ptx_library import _attention_check, _descales, _gemm_check
 
     name, sizes, sms, options = VARIANTS[label]
     try:
         if name.startswith("cutlass"):
-            tensors, _, _ = launch_library(name, sizes[size], sms, options=options, text=_fenced(label, text))
+            tensors, _, _ = launch_library(name, sizes[size], sms, options=options, text=_fenced(label, text),
+                                           **schedule)
             _gemm_check(name, tensors, options)
         else:
             tensors, _, _ = launch_library(name, (*sizes[size], CONFIGS[name]["HDIM"]), sms, options=options,
-                                           prepare=_descales, text=_fenced(label, text))
+                                           prepare=_descales, text=_fenced(label, text), **schedule)
             _attention_check(name, tensors, options)
     except AssertionError:
         return False
     return True
+
+
+def schedules(label: str, size: int) -> list[dict]:
+    """The schedules a cell runs on (`run`'s keywords): min-pc, and for a stream-K or split-K launch, whose CTAs
+    meet in the workspace, the delayed schedule with each CTA of the grid its host code gives delayed in turn
+    (`launch(schedule="delayed")`: that CTA runs only when no other can)."""
+    name, sizes, sms, options = VARIANTS[label]
+    if "decomposition" not in options:
+        return [{}]
+    ctas = int(np.prod(describe(name, sizes[size], sms, options)["grid"]))
+    return [{}] + [{"schedule": "delayed", "schedule_seed": cta} for cta in range(ctas)]
 
 
 # region the stream-K fixup's own kinds
@@ -180,12 +197,6 @@ _PINGPONG_LOOP = ("this wgmma.wait_group 1 is in the mainloop's steady state, wh
                   "wait_group 0 after the loop completes the prologue's wgmma before its slot is released")
 _DATA_PARALLEL = ("CUTLASS's stream-K heuristic keeps this size data-parallel (its describe gives no workspace): "
                   "every tile is one unit, so no fixup runs")
-_PEER_FIRST = ("the one flag load the edit leaves still acquires (memory_model.RELEASE_ACQUIRE): in every schedule "
-               "the executor runs (min-pc, adversarial seeds, the CTAs in either order) the peer stores its "
-               "partial and releases the flag a whole share of k-blocks before the reducing unit loads it, so that "
-               "load reads the final count and orders the workspace reads: no race in that execution; the edit is "
-               "a bug only on a schedule that delays the peer by its share, which neither schedule tries")
-
 _FA3_LOOP = "one key block never runs the main loop, where this wait is (the loop's K wait)"
 _FA3_FIRST_FILL = ("the producer's first wait is for the first fill of a fresh slot (its empty barrier is fresh, "
                    "the parity waited for is the phase before the init): no fill needs it, on any size")
@@ -209,13 +220,11 @@ _STREAM_K = [
 EXPECTED: dict[str, list[tuple[str, str, str]]] = {
     "cutlass fp8 cooperative, alpha/beta": _CUTLASS_COMMON,
     "cutlass bf16 bias+ReLU ping-pong": [(r"wgmma.wait_group deleted", "CR", _PINGPONG_LOOP)] + _CUTLASS_COMMON,
-    "cutlass stream-K, 2 SMs": [(r"fixup: wait deleted", "CC", _DATA_PARALLEL + " on the short size; on the long "
-                                 "one " + _PEER_FIRST)] + _STREAM_K,
+    "cutlass stream-K, 2 SMs": _STREAM_K,
     "cutlass stream-K nondeterministic, 4 SMs": _STREAM_K,
     "cutlass split-K in 3": [(r"wait deleted: the producer's first|wgmma.wait_group deleted", "CR",
                               _SPLIT_ONE_K_BLOCK),
-                             (r"bulk wait deleted", "CC", _LATER_BULK_WAIT),
-                             (r"fixup: wait deleted", "RC", "on the long size " + _PEER_FIRST)],
+                             (r"bulk wait deleted", "CC", _LATER_BULK_WAIT)],
     "fa3 fp8 e4m3, descales": _FA3,
     "fa3 soft-cap": _FA3,
     "fa3 local": _FA3,
@@ -240,14 +249,19 @@ def expectation(label: str, kind: str, name: str) -> tuple[str, str]:
 
 
 def verdict(label: str, text: str, size: int) -> tuple[str, str]:
-    """("R", the report's start), ("C", "clean, right") or ("WRONG", ...) of one run."""
+    """("R", the report's start), ("C", "clean, right") or ("WRONG", ...) of a cell: its runs on each of its
+    `schedules` up to the first report or wrong answer (a delayed one named in front)."""
     from tessera.interpreters.ptx import PtxExecutionError
 
-    try:
-        ok = run(label, text, size)
-    except PtxExecutionError as error:
-        return "R", " ".join(str(error).split("\n")[:2])
-    return ("C", "clean, right") if ok else ("WRONG", "silent with a WRONG answer")
+    for schedule in schedules(label, size):
+        where = f"[CTA {schedule['schedule_seed']} delayed] " if schedule else ""
+        try:
+            ok = run(label, text, size, **schedule)
+        except PtxExecutionError as error:
+            return "R", where + " ".join(str(error).split("\n")[:2])
+        if not ok:
+            return "WRONG", where + "silent with a WRONG answer"
+    return "C", "clean, right"
 
 
 def matrix(out=print, labels=None) -> int:

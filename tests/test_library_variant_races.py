@@ -2,13 +2,16 @@
 ReLU GEMMs, stream-K on 2 and 4 SMs and split-K in 3, FA3's FP8, soft-cap, local and packed-GQA forwards) built
 by tests/ptx_library/build.py (skipped where not built): the unseeded kernels run clean and right, every seed
 gives its expected outcome (R reported, C clean and right for the reason the catalogue gives). Two cells of the
-stream-K fixup run here; every cell with -m slow (and `python bench/races.py --library`)."""
+stream-K fixup run here, and the flag wait deleted on the long split-K size with a CTA delayed (stream-K's with -m slow); every
+cell with -m slow (and `python bench/races.py --library`)."""
 
 from __future__ import annotations
 
 import re
 
 import pytest
+
+from tessera.interpreters.ptx import PtxHazardError
 
 import library_variant_seeds as variants
 
@@ -38,6 +41,23 @@ def test_split_k_fixup_seeded_is_reported(kind, message):
     _need(label)
     got, text = variants.verdict(label, _seeded(label, kind), 0)
     assert got == "R" and re.search(message, text), text
+
+
+@pytest.mark.parametrize("label", ["cutlass split-K in 3",
+                                   pytest.param("cutlass stream-K, 2 SMs", marks=pytest.mark.slow)])
+def test_fixup_wait_deleted_races_the_delayed_peer(label):
+    """The long size, the flag's spin branch deleted: the reducing unit's one `ld.acquire` still acquires on
+    min-pc, where its peer has stored and released long before; with CTA 0 delayed (`schedule="delayed"`) the
+    reducer in CTA 1 reads the workspace before the peer has written it, and the peer's store is reported racing
+    that read, both sides named (the answer would be wrong)."""
+    _need(label)
+    text = _seeded(label, "fixup: wait deleted")
+    with pytest.raises(PtxHazardError) as caught:
+        variants.run(label, text, 1, schedule="delayed", schedule_seed=0)
+    message = str(caught.value)
+    assert re.search(r"st\.global\.f32: writes global address .* which the instruction at line \d+ \(thread "
+                     r"\(\d+, 0, 0\) of CTA \(0, 1, 0\)\) read .*no synchronisation orders the two \(race:.*of CTA "
+                     r"\(0, 0, 0\)\)$", " ".join(message.split())), message
 
 
 @pytest.mark.slow

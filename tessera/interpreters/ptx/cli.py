@@ -27,7 +27,8 @@ is written after the run as DIR/arg<N>_<param>.npy and every buffer as DIR/buffe
 f32). Errors (syntax, unsupported instructions, memory faults, deadlocks, bad launches, a launch past the driver's
 limits or the memory budget, a run past --max-steps) print one diagnostic and exit with 1; so do races and
 other asynchrony hazards (happens_before, asynchrony). --schedule adversarial --schedule-seed N runs the
-threads in a seeded random order (the same N replays it); --no-races turns the generic race check off.
+threads in a seeded random order (the same N replays it); --schedule delayed --schedule-seed N runs CTA N (linear
+index, modulo the CTAs) only when no other CTA can run; --no-races turns the generic race check off.
 """
 
 from __future__ import annotations
@@ -88,11 +89,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--races", action=argparse.BooleanOptionalAction, default=True,
                         help="report generic shared-memory accesses no synchronisation orders (default on; proxy "
                              "fences and the other asynchrony checks stay on with --no-races)")
-    parser.add_argument("--schedule", choices=("min-pc", "adversarial"), default="min-pc",
-                        help="which ready threads run next: min-pc (default) or adversarial (random, replayed by "
-                             "--schedule-seed)")
+    from tessera.interpreters.ptx.schedule import SCHEDULES
+
+    parser.add_argument("--schedule", choices=SCHEDULES, default="min-pc",
+                        help="which ready threads run next: min-pc (default), adversarial (random, replayed by "
+                             "--schedule-seed) or delayed (CTA --schedule-seed, modulo the CTAs, runs only when no "
+                             "other can)")
     parser.add_argument("--schedule-seed", type=int, default=None, metavar="N",
-                        help="the seed of --schedule adversarial (default 0)")
+                        help="the seed of --schedule adversarial, or the CTA --schedule delayed delays (default 0)")
     return parser
 
 
@@ -228,8 +232,8 @@ def run(args: argparse.Namespace) -> int:
     cluster = _dims(cluster, "--cluster") if cluster else None
     shared_bytes = args.shared_bytes if args.shared_bytes is not None else (default("shared_bytes") or 0)
     start = time.perf_counter()
-    if args.schedule_seed is not None and args.schedule != "adversarial":
-        raise ValueError("--schedule-seed replays --schedule adversarial")
+    if args.schedule_seed is not None and args.schedule == "min-pc":
+        raise ValueError("--schedule-seed replays --schedule adversarial or picks the CTA of --schedule delayed")
     limits = {"memory_budget": args.memory_budget, "workers": args.workers, "races": args.races,
               "schedule": args.schedule, "seed": args.schedule_seed}
     if args.max_steps is not None:

@@ -289,7 +289,8 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
     their linear indices (x fastest), in batches; a kernel with atomics is checked for races between CTAs
     (`reductions`). `races` (default on) reports two generic accesses to a shared-memory byte, one a write,
     that no synchronisation orders (`happens_before`); proxy fences are checked either way. `schedule` picks
-    which ready lanes run next: "min-pc" (default) or "adversarial", replayed by `seed` (`schedule`). `fuse`
+    which ready lanes run next: "min-pc" (default), "adversarial", replayed by `seed`, or "delayed", one CTA
+    (linear index `seed` modulo the CTAs) run only when no other can (`schedule`). `fuse`
     (default on) runs straight-line register instructions in blocks (`fuse`); off, one instruction a step, for
     comparison (the same results).
 

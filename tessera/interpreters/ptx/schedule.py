@@ -28,6 +28,15 @@ random, so warps overtake each other and consumers run late in ways min-pc never
 (`happens_before`) judges ordering on any schedule; this one finds what it cannot decide (an order that only
 some interleavings deadlock on, a value read from memory that decides the control flow).
 
+"delayed" (with `seed`) delays one CTA as long as the synchronisation allows: the CTA whose linear index (x
+fastest, as `launch(cta_order=)` numbers them) is `seed` modulo the grid's CTAs (0 without a seed) runs only when
+no lane of another CTA of its batch can run (each has exited, or waits at a barrier, on an mbarrier phase, in a
+spin or a `nanosleep` poll), and otherwise the schedule is min-pc. A GPU may start or stall a CTA for any time.
+Happens-before judges the synchronisation a run went through, and what a load reads decides that: a consumer
+whose flag wait was deleted still loads the flag once with `ld.acquire`, and only a schedule that runs that load
+before the producer CTA's release shows the race between the consumer's reads and the producer's later stores.
+A matrix over seeds delays each CTA in turn; the same seed replays the run.
+
 Deadlock: when no lane can run and some have not exited, `run` raises `PtxDeadlockError` naming each group
 of blocked lanes, what they wait for (for an mbarrier: its phase, pending arrivals, tx-count and the copies
 in flight on it), and the line.
@@ -191,7 +200,7 @@ def decode_trap(ops: Operands, inst, mods):
 # endregion
 
 
-SCHEDULES = ("min-pc", "adversarial")
+SCHEDULES = ("min-pc", "adversarial", "delayed")
 """The lane-selection policies `launch(schedule=...)` accepts (see the module docstring)."""
 
 DEFAULT_MAX_STEPS = 1_000_000
@@ -219,6 +228,7 @@ class Scheduler:
                  schedule: str = "min-pc", seed: int | None = None, fusion=None):
         self.m = machine
         self.rng = self.check_schedule(schedule, seed)
+        self.delay = (0 if seed is None else int(seed)) if schedule == "delayed" else None  # the delayed CTA's seed
         self.steps = steps
         self.fusion = fusion  # fuse.Fusion: blocks of straight-line register instructions run as one step
         self.guards = [guard_reader(ops, s.inst) for s in steps]
@@ -229,14 +239,18 @@ class Scheduler:
 
     @staticmethod
     def check_schedule(schedule, seed):
-        """None for "min-pc", the seeded generator for "adversarial"; ValueError for anything else."""
+        """The seeded generator for "adversarial", None for "min-pc" and "delayed" (whose seed picks the CTA, see
+        `delayed_lanes`); ValueError for anything else."""
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}; got {schedule!r}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
             raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
         if schedule == "min-pc":
             if seed is not None:
-                raise ValueError("seed= replays an adversarial schedule; the min-pc schedule has no randomness")
+                raise ValueError("seed= replays an adversarial schedule or picks the delayed CTA; the min-pc "
+                                 "schedule has no randomness")
+            return None
+        if schedule == "delayed":
             return None
         return np.random.default_rng(0 if seed is None else int(seed))
 
@@ -247,12 +261,26 @@ class Scheduler:
             raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
         return int(max_steps)
 
+    def delayed_lanes(self) -> np.ndarray | None:
+        """For the "delayed" schedule, the lanes of this batch's delayed CTA (the one of linear index `seed`
+        modulo the grid's CTAs; none when it is in another batch); None for the other schedules."""
+        if self.delay is None:
+            return None
+        m = self.m
+        gx, gy, gz = m.grid
+        target = self.delay % (gx * gy * gz)
+        linear = m.ctaid[:, 0] + gx * (m.ctaid[:, 1] + gy * m.ctaid[:, 2])
+        return ((linear == target) & m.cta_valid)[m.lane_cta]
+
     def run(self) -> None:
         m, steps, guards = self.m, self.steps, self.guards
         end = len(steps)
         big = _NEVER
         all_lanes = m.lane_ids
         limit = self.executed + self.max_steps
+        delayed = self.delayed_lanes()
+        if delayed is not None and not delayed.any():
+            delayed = None
         with np.errstate(all="ignore"):
             while True:
                 if self.executed >= limit:
@@ -262,12 +290,16 @@ class Scheduler:
                     if self._stalled():
                         return
                     continue
+                if delayed is not None:  # the delayed CTA runs only when no other lane can
+                    others = running & ~delayed
+                    if others.any():
+                        running = others
                 if m.preferred is not None:  # lanes a release woke run first (asynchrony)
                     preferred = running & m.preferred
                     if preferred.any():
                         running = preferred
-                    else:
-                        m.preferred = None
+                    elif delayed is None or not (m.preferred & (m.status == RUN)).any():
+                        m.preferred = None  # (kept while the woken lanes are the delayed CTA's)
                 candidates = np.where(running, m.pc, big)
                 if self.rng is not None:  # adversarial: the pc of a running lane drawn at random
                     pick = np.flatnonzero(running)
