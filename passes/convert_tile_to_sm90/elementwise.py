@@ -14,9 +14,9 @@ without the division's slow-path call), element_max/min `max/min.NaN`;
 exp = ex2.approx(x log2 e) (a `tile.scale` factor folds into the multiplier), exp2 = ex2.approx, log2 =
 lg2.approx, tanh = tanh.approx.f32, sigmoid = rcp.approx(1 + ex2.approx(-x log2 e)), silu = x sigmoid(x),
 sqrt = sqrt.rn.f32, floor/ceil/rint/trunc = `math.floor/ceil/roundeven/trunc` (`cvt.rmi/rpi/rni/rzi.f32.f32`),
-rsqrt = rsqrt.approx, reciprocal = rcp.approx, abs/neg exact; i32 add/sub/mul/min/max
-wrap; i32 floordiv/mod (Python's // and %) by a constant 2^k are `shr.s32` by k and `and.b32` with 2^k - 1
-(exact for negative dividends in two's complement), floordiv by another divisor `arith.floordivsi` (printed
+rsqrt = rsqrt.approx, reciprocal = rcp.approx, abs/neg exact (i32 abs one `abs.s32`, |-2^31| wrapping to
+itself); i32 add/sub/mul/min/max wrap; i32 floordiv/mod (Python's // and %) by a constant 2^k are `shr.s32`
+by k and `and.b32` with 2^k - 1 (exact for negative dividends in two's complement), floordiv by another divisor `arith.floordivsi` (printed
 for a constant b > 0 as s ^ ((a ^ s) / b) with s = a >> 31, an unsigned division), mod by another divisor
 the truncated remainder with a sign fix-up, and by a run-time divisor either behind a guard that gives 0 for
 a zero divisor; cmp = setp per register, select = selp; iota = the thread's base row or column (the
@@ -206,8 +206,7 @@ class ElementwiseLowering(IndexDiagonalLowering):
         if isinstance(op.result.type.element_type, Float32Type):
             self._set(op.result, e.op(math.AbsFOp(x)))
             return
-        negated = e.op(arith.SubiOp(e.splat(i32, 0, x.type.get_shape()[0]), x))
-        self._set(op.result, e.op(arith.MaxSIOp(x, negated)))
+        self._set(op.result, e.op(math.AbsIOp(x)))  # one abs.s32 holds one value, max(x, 0 - x) three
 
     def _lower_NegOp(self, op: tile.NegOp, e: Emitter) -> None:
         x = self._get(op.source)
