@@ -315,9 +315,10 @@ def test_t5_buckets_assemble_clean_under_every_ptxas():
 @pytest.mark.parametrize("level", ["target", "ptx"])
 def test_d128_t5_buckets_take_the_dense_kernels_blocks(level):
     """T5's buckets at head_dim 128 fit the keys-on-rows 64 x 128 blocks warp-specialized (219 registers
-    counted since their distance's magnitude is re-created at its late readers, 235 before, 243 before that): `kv_idx - q_idx > 0`, which picks the bucket's half, is computed on the thread's 34
-    distinct offsets like the rest of the bucket, so the table's gather loads 34 registers, not 64 (ptxas 12.9,
-    13.0 and 13.5 assemble it without spilling). No warning; GQA, seq_q != seq_k."""
+    counted since their distance's magnitude is re-created at its late readers, 235 before, 243 before that):
+    `kv_idx - q_idx > 0`, which picks the bucket's half, is computed on the thread's 34 distinct offsets like the
+    rest of the bucket, so the table's gather loads 34 registers, not 64 (ptxas 12.9, 13.0 and 13.5 assemble it
+    without spilling). No warning; GQA, seq_q != seq_k."""
     from test_attention_mods_users import t5_relative_bias
 
     _check(level, 128, t5_relative_bias, None, 70, 170, 4, 2)
