@@ -35,7 +35,13 @@ Only the scalar stays live. So is a small index expression over such vectors, ro
 constants (integer add/sub/mul, at most `INDEX_TREE_DEPTH` deep, its inner values used only inside it): a
 score_mod's `(kv_idx - q_idx) % 5` and a mask_mod's `(kv_idx - q_idx) % period[h]` each compute their own
 `kv_idx - q_idx`, a few instructions a register, instead of one [BM, BN] tile live from the first to the
-second.
+second. Its ops may be an abs (`abs(kv_idx - q_idx)`) and may read each other through views (compute-distinct-
+lanes computes them on a thread's 34 distinct offsets and views those from each reader): T5's buckets read the
+distance's magnitude n for the logarithm and again in `np.where(n < 8, n, ...)` after its conversion to an
+integer, so n is re-created there (an add and an abs a register) rather than held beside that conversion (the
+head_dim 64 backward at 128 x 128: 253 registers, 223 after). Its leaves own no tile of registers: constants,
+broadcast scalars and views of row vectors (an expression reading a view of another tile would keep that tile
+live in its place).
 
 A size expression (`arith.ceildivsi` of a kernel's size argument by a constant, and its product with a
 constant: `64 * ceildiv(seq_q, 64)`, the rows of the attention backward's padded intermediates, which every
@@ -165,16 +171,17 @@ def _broadcast(copy: arith.ConstantOp, lane: float | int) -> list[Operation]:
 def _readers(op: Operation) -> int:
     """How many copies re-creating `op` at its uses makes: one per user for a value computed on a thread's
     distinct registers (`DISTINCT_LANES_ATTR`: its view reads it as both shuffle operands, and two copies of an
-    index diagonal held 68 registers where one holds 34), one per use otherwise (as before, so that other
-    kernels' PTX stays as it was: their epilogue's store offsets are copied once per operand of a view)."""
-    if DISTINCT_LANES_ATTR in op.attributes:
+    index diagonal held 68 registers where one holds 34) and for a view of one, one per use otherwise (as
+    before, so that other kernels' PTX stays as it was: their epilogue's store offsets are copied once per
+    operand of a view)."""
+    if _copies_per_user(op):
         return len({use.operation for use in op.results[0].uses})
     return len(list(op.results[0].uses))
 
 
 def _copies_per_user(op: Operation) -> bool:
     """Whether `_readers` counts users (not uses) for `op`."""
-    return DISTINCT_LANES_ATTR in op.attributes
+    return DISTINCT_LANES_ATTR in op.attributes or isinstance(op, vector.ShuffleOp)
 
 
 def _is_lane_offsets(op: Operation) -> bool:
@@ -272,47 +279,73 @@ def _recreate_late_offsets(module: ModuleOp) -> None:
             user.operands[use.index] = copy.result
 
 
-_INDEX_ARITHMETIC = (arith.AddiOp, arith.SubiOp, arith.MuliOp)
+_INDEX_ARITHMETIC = (arith.AddiOp, arith.SubiOp, arith.MuliOp, math.AbsIOp)
 _is_index_arithmetic = subclass_test(_INDEX_ARITHMETIC)
-_INDEX_LEAVES = (arith.ConstantOp, vector.BroadcastOp, vector.ShuffleOp)
 INDEX_TREE_DEPTH = 3
 """The most integer ops an index expression re-created at each use may have on a path to its leaves."""
 
 
 def _is_index_tree(op: Operation, depth: int = 1) -> bool:
-    """An i32 vector add/sub/mul whose operands are leaves that own no registers of their own (constants, a
+    """An i32 vector add/sub/mul/abs whose operands are leaves that own no registers of their own (constants, a
     broadcast scalar, a shuffle of a row vector) or, used only here, such expressions: at most
-    `INDEX_TREE_DEPTH` deep (`kv_idx - q_idx`, `(kv_idx - q_idx) * 2 + 1`)."""
-    if not _is_index_arithmetic(op) or not isinstance(op.result.type, VectorType) \
-            or not isinstance(op.result.type.element_type, IntegerType):
+    `INDEX_TREE_DEPTH` deep (`kv_idx - q_idx`, `(kv_idx - q_idx) * 2 + 1`, `abs(kv_idx - q_idx)`); or a view
+    (`vector.shuffle`) of one, such as compute-distinct-lanes leaves between an op on a thread's distinct
+    offsets and its readers: a view costs no instruction and is re-created with what it views."""
+    if isinstance(op, vector.ShuffleOp):
+        return op.v2 is op.v1 and _is_inner(op.v1, depth)
+    if not _is_index_arithmetic(op) or not isinstance(op.results[0].type, VectorType) \
+            or not isinstance(op.results[0].type.element_type, IntegerType):
         return False
-    for value in op.operands:
-        owner = value.owner
-        if isinstance(owner, _INDEX_LEAVES):
-            continue
-        if depth >= INDEX_TREE_DEPTH or len(list(value.uses)) != 1 or not _is_index_tree(owner, depth + 1):
-            return False
-    return True
+    return all(_is_inner(value, depth + 1) or _is_index_leaf(value) for value in op.operands)
 
 
-def _clone_tree(op: Operation, before: Operation) -> SSAValue:
-    """A copy of the index expression `op` before `before`: its ops cloned, its leaves shared."""
+def _is_index_leaf(value: SSAValue) -> bool:
+    """A constant, a broadcast scalar, or a view of row vectors (or of leaves): what an index expression may
+    read without holding a tile's registers (a view of 34 distinct offsets as a leaf would keep them live)."""
+    owner = value.owner
+    if isinstance(owner, vector.ShuffleOp):
+        return all(v.type.get_shape()[0] <= ROWS_PER_THREAD or _is_index_leaf(v) for v in (owner.v1, owner.v2))
+    return isinstance(owner, arith.ConstantOp | vector.BroadcastOp)
+
+
+def _is_inner(value: SSAValue, depth: int) -> bool:
+    """Whether `value`, an operand at `depth` of an index expression (`_is_index_tree`), is part of it: used
+    only there, and itself an index expression within `INDEX_TREE_DEPTH` (a view of one included); otherwise
+    it is a leaf, shared by the copies."""
+    owner = value.owner
+    return (isinstance(owner, Operation) and depth <= INDEX_TREE_DEPTH
+            and len({use.operation for use in value.uses}) == 1 and _is_index_tree(owner, depth))
+
+
+def _inner_operands(op: Operation, depth: int) -> list[tuple[int, Operation, int]]:
+    """(position, owner, its depth) of the operands of the index expression `op` (at `depth`) that are part of
+    it: a view's source is at the view's depth, an op's operands one deeper."""
+    inner_depth = depth if isinstance(op, vector.ShuffleOp) else depth + 1
+    return [(k, value.owner, inner_depth) for k, value in enumerate(op.operands) if _is_inner(value, inner_depth)]
+
+
+def _clone_tree(op: Operation, before: Operation, depth: int = 1) -> SSAValue:
+    """A copy of the index expression `op` before `before`: its ops and views cloned (a view reads its copy as
+    both operands), its leaves shared."""
+    inner = _inner_operands(op, depth)  # before the clone, which reads them too
     copy = op.clone()
-    for k, value in enumerate(op.operands):
-        if not isinstance(value.owner, _INDEX_LEAVES):
-            copy.operands[k] = _clone_tree(value.owner, before)
-    copy.result.name_hint = op.result.name_hint
+    copies: dict[Operation, SSAValue] = {}
+    for k, owner, inner_depth in inner:
+        if owner not in copies:
+            copies[owner] = _clone_tree(owner, before, inner_depth)
+        copy.operands[k] = copies[owner]
+    copy.results[0].name_hint = op.results[0].name_hint
     before.parent_block().insert_op_before(copy, before)
-    return copy.result
+    return copy.results[0]
 
 
 def _recreate_index_trees(module: ModuleOp) -> None:
-    """Each index expression (`_is_index_tree`) with more than one use re-created right before each user, as
-    lane offsets are (module docstring)."""
+    """Each index expression (`_is_index_tree`, an op or a view) with more than one use re-created right before
+    each user, as lane offsets are (module docstring)."""
     trees = [o for o in module.walk() if _is_index_tree(o) and _readers(o) > 1]
     for op in trees:
         copies: dict[object, SSAValue] = {}  # one per user or per use (`_readers`)
-        for use in list(op.result.uses):
+        for use in list(op.results[0].uses):
             user = use.operation
             key = user if _copies_per_user(op) else (user, use.index)
             if key not in copies:
@@ -364,13 +397,13 @@ def _recreate_sizes(module: ModuleOp) -> None:
                 owner.erase()
 
 
-def _erase_tree(op: Operation) -> None:
-    inner = [v.owner for v in op.operands if not isinstance(v.owner, _INDEX_LEAVES)]
+def _erase_tree(op: Operation, depth: int = 1) -> None:
+    inner = {owner: inner_depth for _, owner, inner_depth in _inner_operands(op, depth)}
     op.detach()
     op.erase()
-    for owner in inner:
+    for owner, inner_depth in inner.items():
         if not owner.results[0].uses:
-            _erase_tree(owner)
+            _erase_tree(owner, inner_depth)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import pytest
 
 import tessera
 from tessera import passes, reference, toolchain
-from tessera.kernels import attention_backward
+from tessera.kernels import attention_backward, flash_attention
 from tessera.numerics import BF16, round_to
 
 SLOPES = np.array([0.5, 0.25, 0.125, 0.0625])
@@ -281,11 +281,44 @@ def test_full_block_loop_costs_what_the_dense_loop_costs():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("level", ["target", "ptx"])
+def test_d64_t5_buckets_take_the_dense_kernels_blocks(level):
+    """T5's buckets at head_dim 64 fit the dense kernel's 128 x 128 blocks warp-specialized (223 registers
+    counted, 253 before): the i32 abs is one `abs.s32`, and the distance's magnitude n, which
+    `np.where(n < 8, n, ...)` reads after the logarithm's conversion to an integer, is re-created there
+    (`rematerialize-constants`) instead of held beside that conversion. No warning; GQA, seq_q != seq_k."""
+    from test_attention_mods_users import t5_relative_bias
+
+    _check(level, 64, t5_relative_bias, None, 70, 170, 4, 2)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ptxas")
+def test_t5_buckets_assemble_clean_under_every_ptxas():
+    """T5's backward at head_dim 64 on 128 x 128 blocks and at 128 on 64 x 128, warp-specialized, and its
+    forward at BN 128 (225 registers counted, 259 before) assemble without spilling under every ptxas found
+    (12.9, 13.0, 13.5)."""
+    from test_attention_mods_users import t5_relative_bias
+
+    kernels = [attention_backward(64, score_mod=t5_relative_bias, block_m=128, block_n=128).main,
+               attention_backward(128, score_mod=t5_relative_bias, block_m=64, block_n=128, head_split=1).main,
+               flash_attention(64, block_n=128, score_mod=t5_relative_bias)]
+    for ptx in map(_ptx, kernels):
+        assert "setmaxnreg.inc.sync.aligned.u32" in ptx
+        for ptxas in toolchain.find_all_ptxas():
+            result = toolchain.compile_ptx(ptx, ptxas=ptxas.path)
+            assert result.warnings == (), ptxas
+            for entry in result.entries.values():
+                assert not entry.spills, (ptxas, entry)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", ["target", "ptx"])
 def test_d128_t5_buckets_take_the_dense_kernels_blocks(level):
-    """T5's buckets at head_dim 128 fit the keys-on-rows 64 x 128 blocks warp-specialized (235 registers
-    counted, 243 before): `kv_idx - q_idx > 0`, which picks the bucket's half, is computed on the thread's 34
-    distinct offsets like the rest of the bucket, so the table's gather loads 34 registers, not 64 (ptxas 12.9,
-    13.0 and 13.5 assemble it without spilling). No warning; GQA, seq_q != seq_k."""
+    """T5's buckets at head_dim 128 fit the keys-on-rows 64 x 128 blocks warp-specialized (219 registers
+    counted since their distance's magnitude is re-created at its late readers, 235 before, 243 before that):
+    `kv_idx - q_idx > 0`, which picks the bucket's half, is computed on the thread's 34 distinct offsets like the
+    rest of the bucket, so the table's gather loads 34 registers, not 64 (ptxas 12.9, 13.0 and 13.5 assemble it
+    without spilling). No warning; GQA, seq_q != seq_k."""
     from test_attention_mods_users import t5_relative_bias
 
     _check(level, 128, t5_relative_bias, None, 70, 170, 4, 2)

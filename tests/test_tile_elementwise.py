@@ -60,6 +60,7 @@ builtin.module {
     %c3 = arith.constant 3 : index
     %c64 = arith.constant 64 : index
     %k20 = arith.constant 20 : i32
+    %kmin = arith.constant -2147483648 : i32
     %b = tile.program_id x : index
     %m0 = arith.muli %b, %c64 : index
     %xw = tile.view %X[%m0, %c0] : !tile.tile<?x64xf32, global> -> !tile.tile<64x64xf32, global>
@@ -103,6 +104,10 @@ RESULTS = [
      f"%eK = tile.mul %cK, %cK : {I}\n%gK = tile.neg %iK : {I}\n%hK = tile.add %eK, %gK : {I}\n"
      f"%rK = tile.cast %hK : {I} -> {T}",
      lambda x, p, w, i, j: np.minimum(np.maximum(np.abs(i - j), 3), 20) ** 2 - i, 0.0),
+    # |-2^31| wraps to itself in i32 (one abs.s32 below Tile IR): odd rows times -2^31 are -2^31
+    (f"%iK = tile.iota rows offset %m0 : {I}\n%kK = tile.splat %kmin : i32 -> {I}\n%pK = tile.mul %iK, %kK : {I}\n"
+     f"%aK = tile.abs %pK : {I}\n%rK = tile.cast %aK : {I} -> {T}",
+     lambda x, p, w, i, j: np.where(i % 2 == 1, -2.0**31, 0.0) + 0 * j, 0.0),
     (f"%qK = tile.cast %x : {T} -> {I}\n%rK = tile.cast %qK : {I} -> {T}", lambda x, p, w, i, j: np.trunc(x), 0.0),
     (f"%lK = tile.cmp lt %x, %w : {T}, {COL}\n%gK = tile.cmp ge %p, %x : {T}\n"
      f"%zK = tile.fill 0.0 : {T}\n%sK = tile.select %gK, %p, %zK : !tile.tile<64x64xi1, register>, {T}\n"

@@ -7,22 +7,21 @@ accumulator layout (N/2 registers a thread), a row vector [BM] or column [BM, 1]
 as the values of the thread's distinct columns (N/4 registers, shuffled onto the registers of each column to
 meet an [BM, N] operand): a gather indexed by columns (`doc_ids[kv_idx]`) loads each column once.
 
-Instruction selection (f32): add/sub/mul `.rn` (x + u * f32(kv_idx - q_idx), the product used once, slab by
-slab from the thread's scalar: `index_diagonals`), div `div.rn.f32` (IEEE; by a constant +-2^k whose reciprocal
-is a normal f32, `mul.rn.f32` by that reciprocal: bit for bit the same quotient, `numerics.exact_reciprocal`,
-without the division's slow-path call), element_max/min `max/min.NaN`;
-exp = ex2.approx(x log2 e) (a `tile.scale` factor folds into the multiplier), exp2 = ex2.approx, log2 =
-lg2.approx, tanh = tanh.approx.f32, sigmoid = rcp.approx(1 + ex2.approx(-x log2 e)), silu = x sigmoid(x),
-sqrt = sqrt.rn.f32, floor/ceil/rint/trunc = `math.floor/ceil/roundeven/trunc` (`cvt.rmi/rpi/rni/rzi.f32.f32`),
-rsqrt = rsqrt.approx, reciprocal = rcp.approx, abs/neg exact; i32 add/sub/mul/min/max
-wrap; i32 floordiv/mod (Python's // and %) by a constant 2^k are `shr.s32` by k and `and.b32` with 2^k - 1
-(exact for negative dividends in two's complement), floordiv by another divisor `arith.floordivsi` (printed
-for a constant b > 0 as s ^ ((a ^ s) / b) with s = a >> 31, an unsigned division), mod by another divisor
-the truncated remainder with a sign fix-up, and by a run-time divisor either behind a guard that gives 0 for
-a zero divisor; cmp = setp per register, select = selp; iota = the thread's base row or column (the
-accumulator's thread terms, `facts.ACCUMULATOR_THREAD_TERMS`) plus the offset, plus each register's constant
-offset in the fragment; splat = a broadcast of the scalar (an index truncated to i32). The error bounds of the
-approximate instructions are in `tessera.sm90.approx`.
+Instruction selection (f32): add/sub/mul `.rn` (x + u * f32(kv_idx - q_idx), the product used once, slab by slab
+from the thread's scalar: `index_diagonals`), div `div.rn.f32` (IEEE; by a constant +-2^k whose reciprocal is a
+normal f32, `mul.rn.f32` by that reciprocal: bit for bit the same quotient, `numerics.exact_reciprocal`, without
+the division's slow-path call), element_max/min `max/min.NaN`; exp = ex2.approx(x log2 e) (a `tile.scale` factor
+folds into the multiplier), exp2 = ex2.approx, log2 = lg2.approx, tanh = tanh.approx.f32, sigmoid = rcp.approx(1 +
+ex2.approx(-x log2 e)), silu = x sigmoid(x), sqrt = sqrt.rn.f32, floor/ceil/rint/trunc =
+`math.floor/ceil/roundeven/trunc` (`cvt.rmi/rpi/rni/rzi.f32.f32`), rsqrt = rsqrt.approx, reciprocal = rcp.approx,
+abs/neg exact (i32 abs one `abs.s32`, |-2^31| wrapping to itself); i32 add/sub/mul/min/max wrap; i32 floordiv/mod
+(Python's // and %) by a constant 2^k are `shr.s32` by k and `and.b32` with 2^k - 1 (exact for negative dividends
+in two's complement), floordiv by another divisor `arith.floordivsi` (printed for a constant b > 0 as s ^ ((a ^ s)
+/ b) with s = a >> 31, an unsigned division), mod by another divisor the truncated remainder with a sign fix-up,
+and by a run-time divisor either behind a guard that gives 0 for a zero divisor; cmp = setp per register, select =
+selp; iota = the thread's base row or column (the accumulator's thread terms, `facts.ACCUMULATOR_THREAD_TERMS`)
+plus the offset, plus each register's constant offset in the fragment; splat = a broadcast of the scalar (an index
+truncated to i32). The error bounds of the approximate instructions are in `tessera.sm90.approx`.
 """
 
 from __future__ import annotations
@@ -206,8 +205,7 @@ class ElementwiseLowering(IndexDiagonalLowering):
         if isinstance(op.result.type.element_type, Float32Type):
             self._set(op.result, e.op(math.AbsFOp(x)))
             return
-        negated = e.op(arith.SubiOp(e.splat(i32, 0, x.type.get_shape()[0]), x))
-        self._set(op.result, e.op(arith.MaxSIOp(x, negated)))
+        self._set(op.result, e.op(math.AbsIOp(x)))  # one abs.s32 holds one value, max(x, 0 - x) three
 
     def _lower_NegOp(self, op: tile.NegOp, e: Emitter) -> None:
         x = self._get(op.source)

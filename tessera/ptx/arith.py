@@ -8,6 +8,7 @@ P#data-movement-and-conversion-instructions-cvt]:
   and `and` (ptxas keeps a generic division sequence for `div.u32 %r, %r, 2`); `ceildivsi`/`floordivsi` round the truncated quotient towards
   +inf/-inf when the remainder is non-zero and its sign is (not) the divisor's; `ceildivui` adds one when the
   remainder is non-zero (no overflow, unlike (a + b - 1) / b). Shifts clamp their amount as PTX does.
+  `math.absi` is `abs.s32`/`abs.s64` (|most negative| is itself).
 - f32 `addf`/`subf`/`mulf` are `add.rn`/`sub.rn`/`mul.rn`: the explicit rounding keeps ptxas from contracting
   a mul and an add into an fma, so each op rounds once, as the IR says; `maximumf`/`minimumf` are
   `max.NaN`/`min.NaN` (NaN propagates), `maxnumf`/`minnumf` `max`/`min`; `math.fma` is `fma.rn.f32`,
@@ -186,6 +187,16 @@ def _power_of_two(value) -> int | None:
     shift by k, the remainder the low k bits."""
     v = _uniform_constant(value)
     return v.bit_length() - 1 if v is not None and v > 0 and v & (v - 1) == 0 else None
+
+
+@handles(math.AbsIOp)
+def print_absi(p: KernelPrinter, op: math.AbsIOp) -> None:
+    """`abs.s32` / `abs.s64`: one instruction (the most negative value is itself, as the IR's wrapping says)."""
+    cls = p.cls(op.result)
+    if cls is PRED:
+        p.refuse(op, "no PTX for 'math.absi' on i1")
+    mnemonic = "abs.s32" if cls is B32 else "abs.s64"
+    elementwise(p, op.result, [op.operand], lambda d, s: [f"{mnemonic} {d}, {s[0]}"])
 
 
 _SHIFTS = {arith.ShLIOp: "shl.b", arith.ShRSIOp: "shr.s", arith.ShRUIOp: "shr.u"}

@@ -185,12 +185,12 @@ masking, a sliding window, deterministic or not, ALiBi with or without document 
 table, a soft-cap with a window and symmetric ALiBi under a per-head window array fit: `kv_idx - q_idx` and
 what is made of it are computed on the thread's 34 distinct offsets, `compute-distinct-lanes`, a compare of it
 with a constant or a per-head bound is one setp a register; soft-cap + ALiBi too, its bias added to the
-soft-capped score 8 registers at a time from the thread's scalar; T5's buckets do not); at head_dim 128 the
-dense kernel's keys-on-rows 64 x 128 blocks (two consumer
-warpgroups: a sliding window, a soft-cap, ALiBi, with document masking or not, fit), then one thread block
-per key block at 64 x 64
-(no extra S and dP products) instead of the head split. (Each: its name in the warning and the keywords of
-`backward_kernels`.)"""
+soft-capped score 8 registers at a time from the thread's scalar; and T5's buckets, 223 registers, the
+distance's magnitude re-created where `np.where(n < 8, n, ...)` reads it after the logarithm's conversion,
+`rematerialize-constants`); at head_dim 128 the dense kernel's keys-on-rows 64 x 128 blocks (two consumer
+warpgroups: a sliding window, a soft-cap, ALiBi, with document masking or not, T5's buckets, fit), then one
+thread block per key block at 64 x 64 (no extra S and dP products) instead of the head split. (Each: its name
+in the warning and the keywords of `backward_kernels`.)"""
 
 DEFAULT_NAMES = {64: "with 64 x 64 blocks", 128: "with head_split=2"}
 """What the builder's default is called in `WARP_SPECIALIZED_FIRST`'s warning, by head_dim."""

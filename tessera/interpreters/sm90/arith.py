@@ -259,6 +259,11 @@ class RegisterArithFunctions(InterpreterFunctions):
     def run_absf(self, interpreter: Interpreter, op: math.AbsFOp, args: PythonValues):
         return (np.abs(args[0]),)
 
+    @impl(math.AbsIOp)
+    def run_absi(self, interpreter: Interpreter, op: math.AbsIOp, args: PythonValues):
+        with np.errstate(all="ignore"):  # the most negative value is itself, as PTX `abs.s32` wraps
+            return (np.abs(args[0]),)
+
     @impl(math.FloorOp)
     def run_floor(self, interpreter: Interpreter, op: math.FloorOp, args: PythonValues):
         return self._result(op, np.floor(args[0]))

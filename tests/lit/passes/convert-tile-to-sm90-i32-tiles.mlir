@@ -2,7 +2,8 @@
 
 // i32 register tiles hold one value per register, as f32 tiles do: a fill is an i32 splat, a [64, 16] tile
 // moves one 32-bit word per register (ld/st.global, never the 16-bit path's st.global.b16 of packed pairs),
-// and a 1-D window loads and stores an i32 row vector (two registers: the thread's two rows).
+// and a 1-D window loads and stores an i32 row vector (two registers: the thread's two rows). An i32 abs is
+// one math.absi (abs.s32), not max(x, 0 - x).
 
 func.func @i32_tiles(%L: !tile.tile<?xi32, global> {tile.dims = #tile.dims<M>},
                      %X: !tile.tile<?x?xi32, global> {tile.dims = #tile.dims<M, N>},
@@ -15,7 +16,8 @@ func.func @i32_tiles(%L: !tile.tile<?xi32, global> {tile.dims = #tile.dims<M>},
   %xw = tile.view %X[%c0, %c0] : !tile.tile<?x?xi32, global> -> !tile.tile<64x16xi32, global>
   %x = tile.load %xw : !tile.tile<64x16xi32, global> -> !tile.tile<64x16xi32, register>
   %three = tile.fill 3.0 : !tile.tile<64x16xi32, register>
-  %y = tile.add %x, %three : !tile.tile<64x16xi32, register>
+  %a = tile.abs %x : !tile.tile<64x16xi32, register>
+  %y = tile.add %a, %three : !tile.tile<64x16xi32, register>
   %yw = tile.view %Y[%c0, %c0] : !tile.tile<?x?xi32, global> -> !tile.tile<64x16xi32, global>
   tile.store_global %y, %yw : !tile.tile<64x16xi32, register>, !tile.tile<64x16xi32, global>
   %iw = tile.view %I[%c0] : !tile.tile<?xi32, global> -> !tile.tile<64xi32, global>
@@ -26,7 +28,8 @@ func.func @i32_tiles(%L: !tile.tile<?xi32, global> {tile.dims = #tile.dims<M>},
 // CHECK:      %l = sm90.ld_global {{.*}} -> vector<2xi32>
 // CHECK:      %x = sm90.ld_global {{.*}} -> vector<8xi32>
 // CHECK:      %three = arith.constant dense<3> : vector<8xi32>
-// CHECK-NEXT: %y = arith.addi %x, %three : vector<8xi32>
+// CHECK-NEXT: %a = math.absi %x : vector<8xi32>
+// CHECK-NEXT: %y = arith.addi %a, %three : vector<8xi32>
 // CHECK-NOT:  st_global_b16
 // CHECK:      sm90.st_global {{.*}}, %y, {{.*}} : vector<8xi32>, vector<8xi32>, vector<8xi1>
 // CHECK:      sm90.st_global {{.*}}, %l, {{.*}} : vector<2xi32>, vector<2xi32>, vector<2xi1>

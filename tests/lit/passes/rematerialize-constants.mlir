@@ -146,3 +146,47 @@ func.func @late_offsets(%row: i64, %other: i64, %a: i64, %b: i64)
 // CHECK:      %[[K:.*]] = arith.muli %other, %{{.*}} : i64
 // CHECK:      %one = arith.addi %a, %[[K]] : i64
 // CHECK:      %two = arith.addi %b, %[[K]] : i64
+
+// |kv_idx - q_idx| on a thread's distinct offsets (compute-distinct-lanes: ops on 4 registers, read through
+// views of 8) read early (a conversion) and late (a compare, a select): the abs, the add and their views are
+// re-created right before each reader, so that only the scalar stays live between them (T5's buckets). An
+// expression reading a view of a value with registers of its own (%w) is no index expression: re-created, it
+// would keep those registers live instead of its own.
+func.func @distinct_views(%k0: i32, %w: vector<4xi32>, %m: vector<8xi32>, %p: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<1>, tile.role = "out"})
+    attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>,
+                sm90.kernel = {threads = 128 : i64, smem_bytes = 0 : i64}} {
+  %base = vector.broadcast %k0 : i32 to vector<4xi32>
+  %lanes = arith.constant dense<[-8, -7, 0, 1]> : vector<4xi32>
+  %d = arith.addi %base, %lanes {sm90.distinct_lanes} : vector<4xi32>
+  %d8 = vector.shuffle %d, %d [0, 1, 2, 3, 2, 3, 0, 1] : vector<4xi32>, vector<4xi32>
+  %d4 = vector.shuffle %d8, %d8 [0, 1, 2, 3] : vector<8xi32>, vector<8xi32>
+  %n = math.absi %d4 {sm90.distinct_lanes} : vector<4xi32>
+  %n8 = vector.shuffle %n, %n [0, 1, 2, 3, 2, 3, 0, 1] : vector<4xi32>, vector<4xi32>
+  %f = sm90.cvt %n8 : vector<8xi32> -> vector<8xf32>
+  %eight = arith.constant dense<8> : vector<8xi32>
+  %lt = sm90.setp "lt" %n8, %eight : vector<8xi32> -> vector<8xi1>
+  %sel = sm90.selp %lt, %n8, %m : vector<8xi1>, vector<8xi32>
+  %w8 = vector.shuffle %w, %w [0, 1, 2, 3, 2, 3, 0, 1] : vector<4xi32>, vector<4xi32>
+  %spread = vector.broadcast %k0 : i32 to vector<8xi32>
+  %kept = arith.addi %w8, %spread : vector<8xi32>
+  %x = arith.muli %kept, %m : vector<8xi32>
+  %y = arith.subi %kept, %m : vector<8xi32>
+  func.return
+}
+
+// CHECK-LABEL: func.func @distinct_views
+// CHECK:      %[[D1:.*]] = arith.addi %{{.*}}, %{{.*}} {sm90.distinct_lanes} : vector<4xi32>
+// CHECK-NEXT: %[[V1:.*]] = vector.shuffle %[[D1]], %[[D1]] [0, 1, 2, 3, 2, 3, 0, 1]
+// CHECK-NEXT: %[[W1:.*]] = vector.shuffle %[[V1]], %[[V1]] [0, 1, 2, 3]
+// CHECK-NEXT: %[[N1:.*]] = math.absi %[[W1]] {sm90.distinct_lanes} : vector<4xi32>
+// CHECK-NEXT: %[[E1:.*]] = vector.shuffle %[[N1]], %[[N1]] [0, 1, 2, 3, 2, 3, 0, 1]
+// CHECK-NEXT: %f = sm90.cvt %[[E1]]
+// CHECK:      math.absi
+// CHECK-NEXT: %[[E2:.*]] = vector.shuffle
+// CHECK:      %lt = sm90.setp "lt" %[[E2]]
+// CHECK:      math.absi
+// CHECK-NEXT: %[[E3:.*]] = vector.shuffle
+// CHECK-NEXT: %sel = sm90.selp %lt, %[[E3]], %m
+// CHECK:      %kept = arith.addi %w8, %spread : vector<8xi32>
+// CHECK-NEXT: %x = arith.muli %kept, %m : vector<8xi32>
+// CHECK-NEXT: %y = arith.subi %kept, %m : vector<8xi32>
