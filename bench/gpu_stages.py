@@ -153,7 +153,8 @@ def tests_stage(writer, out: Path, dry: bool, quick: bool) -> None:
     for name, selection in SELECTIONS:
         if dry and quick and name != "runtime":  # collecting the whole suite: the full dry run does
             continue
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *parallel, *selection]
+        command = [sys.executable, "-m", "pytest", "-v" if not dry else "-q", "-p", "no:cacheprovider", *parallel,
+                   *selection]  # -v: the log names each test as it ends, so a stage cut keeps which ran
         if dry:
             result = subprocess.run([*command, "--collect-only"], cwd=ROOT, capture_output=True, text=True)
             lines = [line for line in result.stdout.splitlines() if "::" in line]
@@ -193,13 +194,31 @@ def fidelity_stage(writer, dry: bool, quick: bool) -> None:
             return
         pending = {c.name: pool.apply_async(gpu_fidelity.executor_side, (c.name,)) for c in run_here}
         # The GPU side of every case first (seconds), then each case as its executor side finishes.
-        gpu = {c.name: {"case": c.name, "kind": c.kind, **_gpu_side(c, gpu_fidelity.inputs(c), dry)} for c in run_here}
+        gpu = {}
+        for c in run_here:  # each GPU side recorded as it ends (and the case named before it starts): a stage cut
+            if not dry:     # before an executor side finishes keeps the GPU against float64, a hang names its case
+                writer.set("gpu_running", c.name)
+            gpu[c.name] = {"case": c.name, "kind": c.kind, **_gpu_side(c, gpu_fidelity.inputs(c), dry)}
+            if not dry:
+                writer.add("gpu_cases", _gpu_row(c, gpu[c.name]))
         while pending:
             done = [name for name, result in pending.items() if result.ready()]
             if not done:
                 time.sleep(0.05)
             for name in done:
                 writer.add("cases", _fidelity_row(gpu_fidelity.case_named(name), gpu[name], pending.pop(name).get()))
+
+
+def _gpu_row(case, record: dict) -> dict:
+    """A case's GPU side alone: its time and kernels, and each output's largest error against the float64
+    reference (or why it failed)."""
+    row = {k: v for k, v in record.items() if k != "_outputs"}
+    outputs = record.get("_outputs")
+    if outputs is not None:
+        ref = gpu_fidelity.reference(case, gpu_fidelity.inputs(case))
+        row["gpu_error"] = {name: gpu_fidelity.compare({name: g}, {name: g}, ref)[name].get("gpu_error")
+                            for name, g in outputs.items()}
+    return row
 
 
 def _fidelity_row(case, record: dict, ptx: dict) -> dict:
