@@ -89,6 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--races", action=argparse.BooleanOptionalAction, default=True,
                         help="report generic shared-memory accesses no synchronisation orders (default on; proxy "
                              "fences and the other asynchrony checks stay on with --no-races)")
+    parser.add_argument("--strict-proxy", action="store_true",
+                        help="hold cp.async bytes read by wgmma to the PTX ISA's letter: a fence.proxy.async even "
+                             "after a cp.async.mbarrier.arrive completed them (by default that completion suffices, "
+                             "as CUTLASS's and FlashAttention-3's cp.async mainloops rely on)")
     from tessera.interpreters.ptx.schedule import SCHEDULES
 
     parser.add_argument("--schedule", choices=SCHEDULES, default="min-pc",
@@ -235,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
     if args.schedule_seed is not None and args.schedule == "min-pc":
         raise ValueError("--schedule-seed replays --schedule adversarial or picks the CTA of --schedule delayed")
     limits = {"memory_budget": args.memory_budget, "workers": args.workers, "races": args.races,
-              "schedule": args.schedule, "seed": args.schedule_seed}
+              "schedule": args.schedule, "seed": args.schedule_seed, "strict_proxy": args.strict_proxy}
     if args.max_steps is not None:
         limits["max_steps"] = args.max_steps
     results = launch(module, args.kernel, grid, block, values, shared_bytes, args.file, cluster=cluster, **limits)

@@ -649,8 +649,10 @@ class AsyncCopy:
     data: np.ndarray
 
 
-def land_copies(m: Machine, lanes: np.ndarray, before_group: np.ndarray | None) -> None:
-    """Write the pending copies of `lanes` whose group < before_group[lane] (all when None)."""
+def land_copies(m: Machine, lanes: np.ndarray, before_group: np.ndarray | None,
+                through_mbarrier: bool = False) -> None:
+    """Write the pending copies of `lanes` whose group < before_group[lane] (all when None); `through_mbarrier`: at a
+    cp.async.mbarrier.arrive, not a wait_group."""
     if not m.async_copies:
         return
     selected = np.zeros(m.lanes, bool)
@@ -663,7 +665,7 @@ def land_copies(m: Machine, lanes: np.ndarray, before_group: np.ndarray | None) 
         done = selected[copy.lanes] & (copy.groups < limit[copy.lanes])
         if done.any():
             m.shared[copy.index[done]] = copy.data[done]
-            m.tracker.cp_async_landed(copy.index[done], copy.lanes[done])
+            m.tracker.cp_async_landed(copy.index[done], copy.lanes[done], through_mbarrier)
         if not done.all():
             keep.append(AsyncCopy(copy.lanes[~done], copy.groups[~done], copy.index[~done], copy.data[~done]))
     m.async_copies = keep
