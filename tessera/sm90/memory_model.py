@@ -202,7 +202,9 @@ CP_ASYNC_PROXY = Rule(
     "the same way with no fence, while it fences every st.shared a wgmma reads (rotary Q, P, the transposed V before "
     "its mbarrier arrive). So generic stores stay under PROXY_FENCE even when an mbarrier orders them (CUTLASS's "
     "cp.async mainloop zero-fills a partial first k-tile with st.shared and no fence: reported), and copies completed "
-    "by cp.async.wait_group need the fence: no NVIDIA kernel relies on that path")
+    "by cp.async.wait_group need the fence: no NVIDIA kernel relies on that path. The CTA simulator applies the same "
+    "default to the bytes a cp_async_mbarrier_arrive_noinc landed (`CtaState.strict_proxy` the letter)",
+    "tessera.interpreters.sm90.shared_memory:SharedMemory.check_async_read")
 
 BULK_READ_BEFORE_EXIT = Rule(
     "a bulk store reads shared memory until wait_group.read",
@@ -295,7 +297,7 @@ PTX_EXECUTOR_RULES = (BARRIER_ORDERING, BARRIER_COUNT, MBARRIER_INIT_BEFORE_USE,
 
 CTA_SIMULATOR_RULES = (BARRIER_ORDERING, PROXY_FENCE, PROXY_FENCE_STATE_SPACE, WGMMA_FENCE, WGMMA_FENCE_SCALE_D,
                        WGMMA_WAIT, WGMMA_WAIT_PER_THREAD, WGMMA_GROUP_PER_WARPGROUP, WRITE_ORDER, DATA_RACE, ATOMICS_ARE_INDIVISIBLE,
-                       TMA_READ_UNTIL_COMPLETE, CP_ASYNC_MBARRIER)
+                       TMA_READ_UNTIL_COMPLETE, CP_ASYNC_MBARRIER, CP_ASYNC_PROXY)
 """The rules the CTA simulator checks by happens-before (`tessera.interpreters.sm90.happens_before`), each naming
 its checker."""
 
