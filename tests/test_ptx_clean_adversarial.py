@@ -3,7 +3,7 @@ under the adversarial schedule (producers as far ahead as the synchronisation al
 from the seed), under the delayed one (the seed's CTA run only when no other can) and with one warp or warpgroup of
 every CTA delayed (the seed's), each with three seeds, clean and right. The default run takes Triton's TMA matmul
 adversarial (about 2 s), its layer norm backward, whose CTAs take locks in turn, with CTA 1 delayed (under 1 s), and
-the TMA matmul and flash attention with warp 1 delayed (under 1 s); `-m slow` every sample and every built library
+the TMA matmul with warp 1 delayed (under 1 s); `-m slow` every sample and every built library
 configuration; `python bench/races.py --clean` the same list as a table."""
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from clean_runs import external_runs, library_runs
 SEEDS = (0, 1, 2)
 SCHEDULES = ("adversarial", "delayed", "delayed-warp", "delayed-warpgroup")
 FAST = [("TMA matmul", "adversarial", seed) for seed in SEEDS] + [("layer norm backward (locks)", "delayed", 1),
-                                                                  ("TMA matmul", "delayed-warp", 1),
-                                                                  ("flash attention", "delayed-warp", 1)]
+                                                                  ("TMA matmul", "delayed-warp", 1)]
 EXTERNAL = dict(external_runs())
 LIBRARY = dict(library_runs())
 

@@ -9,14 +9,20 @@ one `ld.acquire` left still acquires whatever release it reads: min-pc (warp 1's
 seeds and a delayed warp 0 run warp 1's stores and release first, so the run is ordered and right; only warp 1 held
 back until warp 0 has read the buffer makes the read happen before the release, and then warp 1's store races it
 (both sides named). The poll parks between loads when nothing changed (`memory._spin_wait`), so the correct kernel
-runs with warp 1 delayed instead of spinning for ever."""
+runs with warp 1 delayed instead of spinning for ever.
+
+The same in a real kernel: Tessera's flash kernel with ping-pong consumer warpgroups (`warp-specialize{pingpong=
+true}`) with the second warpgroup's loop `bar.sync 1, 256` counting 128: on min-pc the halved barrier completes
+with that warpgroup alone in every phase and the run is clean and right on 200, 300 and 700 keys; with consumer
+warpgroup 0 (or any of its warps) late, its `bar.arrive 1, 256` and the halved `bar.sync` meet in one phase, which
+is reported (the adversarial seeds find it too)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tessera.interpreters.ptx import PtxHazardError, launch
+from tessera.interpreters.ptx import PtxExecutionError, PtxHazardError, launch
 
 HANDOFF = """.version 8.0
 .target sm_90a
@@ -116,3 +122,51 @@ def test_tessera_run_delays_the_warp_the_seed_names(tmp_path, capsys):
     capsys.readouterr()
     assert tessera_run.main(base + ["--schedule-seed", "1"]) == 1
     assert "no synchronisation orders the two (race:" in capsys.readouterr().err
+
+
+def _pingpong_count_halved():
+    """(signature, host description, PTX) of the ping-pong flash kernel with its second `bar.sync 1, 256` (the
+    second consumer warpgroup's wait in its loop) counting 128."""
+    from test_ptx_race_matrix import _pingpong
+
+    sig, host, text = _pingpong()
+    lines = text.splitlines()
+    i = [k for k, line in enumerate(lines) if line.strip() == "bar.sync 1, 256;"][1]
+    lines[i] = lines[i].replace("256", "128")
+    return sig, host, "\n".join(lines) + "\n", i + 1
+
+
+def _run_pingpong(seq_k: int, **schedule):
+    from tessera import reference
+    from tessera.interpreters.launch import prepare_arguments
+    from tessera.interpreters.ptx.launcher import launch_described
+    from test_ptx_hazards import _qkv
+
+    sig, host, text, _ = _pingpong_count_halved()
+    arrays, sizes = prepare_arguments(sig, _qkv(np.random.default_rng(seq_k), seq_k))
+    launch_described(text, host, arrays, sizes, source="seeded.ptx", **schedule)
+    return reference.check_attention(arrays[3], *arrays[:3], arrays[0].dtype, causal=False)
+
+
+def test_a_ping_pong_barrier_counting_one_warpgroup_is_reported_when_the_other_is_late():
+    line = _pingpong_count_halved()[3]
+    assert _run_pingpong(300).ok
+    with pytest.raises(PtxExecutionError, match=rf"^seeded.ptx:{line}: error: bar.sync: barrier 1 used with thread "
+                                                 r"counts 256 and 128 \(thread \(0, 0, 0\) of CTA \(0, 0, 0\)\)$"):
+        _run_pingpong(300, schedule="delayed-warpgroup", seed=0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seq_k", [200, 300, 700])
+def test_the_halved_ping_pong_barrier_on_every_length_and_each_late_warp(seq_k):
+    """Silent on min-pc; reported with each warp of consumer warpgroup 0 late, and with warpgroup 0 late; clean with
+    the other warps and warpgroups late (their lateness keeps the phases apart)."""
+    assert _run_pingpong(seq_k).ok
+    for warp in range(12):
+        if warp < 4:
+            with pytest.raises(PtxExecutionError, match=r"barrier 1 used with thread counts (256 and 128|128 and 256)"):
+                _run_pingpong(seq_k, schedule="delayed-warp", seed=warp)
+        else:
+            assert _run_pingpong(seq_k, schedule="delayed-warp", seed=warp).ok
+    with pytest.raises(PtxExecutionError, match=r"barrier 1 used with thread counts 256 and 128"):
+        _run_pingpong(seq_k, schedule="delayed-warpgroup", seed=0)
