@@ -291,10 +291,10 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
     that no synchronisation orders (`happens_before`); proxy fences are checked either way. `schedule` picks
     which ready lanes run next: "min-pc" (default), "adversarial", replayed by `seed`, "delayed", one CTA
     (linear index `seed` modulo the CTAs) run only when no other can, or "delayed-warp" ("delayed-warpgroup"), warp
-    (warpgroup) `seed` modulo the CTA's of every CTA run only when no other lane of its CTA can (`schedule`). `strict_proxy` holds cp.async
-    bytes read by the async proxy (a wgmma operand) to the PTX ISA's letter, a fence.proxy.async on the path even
-    after a cp.async.mbarrier.arrive completed them; by default that completion suffices, as NVIDIA's kernels rely
-    on (`memory_model.CP_ASYNC_PROXY`). `fuse`
+    (warpgroup) `seed` modulo the CTA's of every CTA run only when no other lane of its CTA can (`schedule`).
+    `strict_proxy` holds cp.async bytes read by the async proxy (a wgmma operand) to the PTX ISA's letter, a
+    fence.proxy.async on the path even after a cp.async.mbarrier.arrive completed them; by default that completion
+    suffices, as NVIDIA's kernels rely on (`memory_model.CP_ASYNC_PROXY`). `fuse`
     (default on) runs straight-line register instructions in blocks (`fuse`); off, one instruction a step, for
     comparison (the same results).
 
