@@ -169,10 +169,10 @@ _PROXY = (r"wgmma operand [AB] reads shared address 0x[0-9a-f]+ of CTA \(\d, \d,
           r"stored through the generic proxy .*missing fence.proxy.async after the store at line (\d+)")
 
 
-def _stored_by(name: str, error: PtxHazardError, text: str | None = None) -> str:
-    """The PTX line a proxy-fence report names as the store."""
+def _stored_by(name: str, error: PtxHazardError) -> str:
+    """The line of configuration `name`'s PTX that a proxy-fence report names as the store."""
     line = int(re.search(_PROXY, str(error)).group(1))
-    return (text or (BUILD / name / "kernel.ptx").read_text()).split("\n")[line - 1].strip()
+    return (BUILD / name / "kernel.ptx").read_text().split("\n")[line - 1].strip()
 
 
 def test_flash_attention_3_packed_gqa_relies_on_barrier_q_for_the_async_proxy():
