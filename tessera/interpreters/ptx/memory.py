@@ -267,19 +267,20 @@ def decode_ld(ops: Operands, inst, mods):
         for i, w in enumerate(writers):
             w(sel, values[:, i])
 
-    if strong and space in ("global", "generic"):
+    if strong and space in ("global", "generic", "shared"):
         return _spin_wait(m, inst, run)
     return run
 
 
 def _spin_wait(m: Machine, inst, run) -> Step:
-    """A strong load of global memory as a spin wait (CUTLASS's `GenericBarrier::wait_eq`: thread 0 loops on
-    `ld.acquire.gpu` until a flag in a workspace reaches its value, with no nanosleep): a lane that comes back to
-    the same load with no global write, atomic or synchronisation since (`sync_epoch` unchanged) would read the
-    same value, so it parks before the load, as after `nanosleep`, until nothing else can run, and then loads
-    again. Any thread may be delayed (a legal timing); without it min-pc scheduling runs the loop forever and
-    never the CTA that would write the flag, which sits at a higher pc. Woken twice with no progress between is
-    a deadlock (`schedule`), reported at the load."""
+    """A strong load of global or shared memory as a spin wait (CUTLASS's `GenericBarrier::wait_eq`: thread 0
+    loops on `ld.acquire.gpu` until a flag in a workspace reaches its value, with no nanosleep; a warp polling a
+    flag in shared memory with `ld.acquire.cta.shared`): a lane that comes back to the same load with no strong
+    write, atomic or synchronisation since (`sync_epoch` unchanged) would read the same value, so it parks before
+    the load, as after `nanosleep`, until nothing else can run, and then loads again. Any thread may be delayed (a
+    legal timing); without it min-pc scheduling runs the loop forever and never the CTA that would write the flag,
+    which sits at a higher pc, and a delayed warp (`schedule`) would never run while its CTA's spinner can. Woken
+    twice with no progress between is a deadlock (`schedule`), reported at the load."""
 
     def run_load(lanes, active):
         pc = int(m.pc[lanes[0]])
@@ -649,8 +650,10 @@ class AsyncCopy:
     data: np.ndarray
 
 
-def land_copies(m: Machine, lanes: np.ndarray, before_group: np.ndarray | None) -> None:
-    """Write the pending copies of `lanes` whose group < before_group[lane] (all when None)."""
+def land_copies(m: Machine, lanes: np.ndarray, before_group: np.ndarray | None,
+                through_mbarrier: bool = False) -> None:
+    """Write the pending copies of `lanes` whose group < before_group[lane] (all when None); `through_mbarrier`: at a
+    cp.async.mbarrier.arrive, not a wait_group."""
     if not m.async_copies:
         return
     selected = np.zeros(m.lanes, bool)
@@ -663,7 +666,7 @@ def land_copies(m: Machine, lanes: np.ndarray, before_group: np.ndarray | None) 
         done = selected[copy.lanes] & (copy.groups < limit[copy.lanes])
         if done.any():
             m.shared[copy.index[done]] = copy.data[done]
-            m.tracker.cp_async_landed(copy.index[done], copy.lanes[done])
+            m.tracker.cp_async_landed(copy.index[done], copy.lanes[done], through_mbarrier)
         if not done.all():
             keep.append(AsyncCopy(copy.lanes[~done], copy.groups[~done], copy.index[~done], copy.data[~done]))
     m.async_copies = keep

@@ -385,7 +385,7 @@ def decode_cp_async_mbarrier_arrive(ops: Operands, inst, mods):
 
     def run_arrive(sel):
         lanes = lanes_of(m, sel)
-        land_copies(m, lanes, None)
+        land_copies(m, lanes, None, through_mbarrier=True)
         if noinc:
             mbarrier_arrive_lanes(m, inst, space, lanes, address(sel), 1)
     return run_arrive
