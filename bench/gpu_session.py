@@ -6,7 +6,9 @@ pytest installed), from the repository root, with `.whl/` carried there:
     python bench/gpu_session.py --out $OUT
 
 (the device tool: that command with carry [".whl"], timeout 540 s; `--stages NAME ...` reruns some stages).
-`.whl/` comes from `bench/gpu_wheels.sh`, run on a machine with network. On any machine, without a GPU:
+`.whl/` comes from `bench/gpu_wheels.sh`, run on a machine with network, then `python bench/gpu_session.py
+--prepare` (the fidelity table's PTX-executor side into .whl/fidelity/, bench/gpu_prepared.py). On any
+machine, without a GPU:
 
     python bench/gpu_session.py --dry-run --out /tmp/gpu-plan            # the whole plan (a few minutes)
     python bench/gpu_session.py --dry-run --quick --out /tmp/gpu-plan    # one kernel per path (the test suite)
@@ -17,7 +19,8 @@ Stages (`gpu_plan.STAGES`), each its own process with its own budget (`gpu_plan.
 2. compile: every kernel of the session (Tile IR -> PTX -> cubin with the wheel's ptxas) in a process pool,
    into the kernel cache (`--cache`, else Tessera's default), from which the later stages load them;
 3. tests: tests/test_runtime.py and every test marked `gpu` (those skip without a GPU);
-4. fidelity: the same PTX on the GPU and in the PTX executor on the same inputs (bench/gpu_fidelity.py);
+4. fidelity: the same PTX on the GPU and in the PTX executor on the same inputs (bench/gpu_fidelity.py): the
+   GPU side here, the executor's prepared ahead (`--prepare`; a stale or missing case is named);
 5-8. forward, fp8, backward, gemm: FlashAttention-3's grid against PyTorch SDPA's backends, Triton's kernel
    and FlexAttention where present; the FP8 forward (e4m3) against cuDNN's FP8 through SDPA where present and
    FA3's published FP8 figures, its outputs checked by `tessera.reference.check_attention_fp8`; GEMM 4k and
@@ -30,7 +33,7 @@ stage's own, `logs/<name>.log` its output. Exit status 0 when every stage finish
 
 --dry-run runs the same stages without a GPU: it reports the wheels (or how to make them), compiles every
 kernel, collects the GPU tests, builds every input (the fidelity cases' for real, with their PTX-executor
-side; the benchmark's as zero-stride arrays through Tessera's host-side launch checks) and checks that the
+side prepared into --out as --prepare does, and says which cases of .whl/fidelity/ are usable; the benchmark's as zero-stride arrays through Tessera's host-side launch checks) and checks that the
 budgets fit the session and the compile fits its budget on 16 cores; it writes plan.json.
 
 Importing this file imports nothing beyond the standard library: the install stage runs before Tessera is.
@@ -53,6 +56,7 @@ ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
 
 import gpu_plan  # noqa: E402 - bench/ is not a package (gpu_plan imports nothing of Tessera at import)
+from gpu_results import StageWriter, write_json  # noqa: E402
 
 CARRY_LIMIT_BYTES = 64 << 20
 """What the device machine's `carry` takes, and so the most .whl/ may hold."""
@@ -113,9 +117,10 @@ def wheel_report(folder: Path) -> dict:
     missing = [name for name, size in manifest["files"].items()
                if not (folder / name).exists() or (folder / name).stat().st_size != size]
     unfit = [name for name in manifest["files"] if not _wheel_tag_fits(name, sys.version_info[:2])]
+    folder_bytes = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())  # the wheels and fidelity/
     report = {"found": not missing, "folder": str(folder), "python": manifest["python"], "running_python": running,
-              "files": manifest["files"], "total_bytes": manifest["total_bytes"],
-              "fits_carry": manifest["total_bytes"] <= CARRY_LIMIT_BYTES, "requirements": manifest["requirements"]}
+              "files": manifest["files"], "total_bytes": manifest["total_bytes"], "folder_bytes": folder_bytes,
+              "fits_carry": folder_bytes <= CARRY_LIMIT_BYTES, "requirements": manifest["requirements"]}
     if missing:
         report["message"] = f"{len(missing)} wheels of {MANIFEST} are missing or changed ({missing[0]}): {how}"
     elif manifest["python"] != running:
@@ -165,32 +170,6 @@ def install_stage(writer, folder: Path, dry: bool) -> None:
 # endregion
 
 # region Stages: processes with budgets
-
-
-class StageWriter:
-    """A stage's results as one JSON object, rewritten whole (through a temporary file and a rename) after
-    every change, so that a stage killed at any moment leaves a readable file."""
-
-    def __init__(self, path: Path):
-        self.path, self.data = path, {}
-        path.parent.mkdir(parents=True, exist_ok=True)
-
-    def set(self, key: str, value) -> None:
-        self.data[key] = value
-        self._write()
-
-    def add(self, key: str, record) -> None:
-        self.data.setdefault(key, []).append(record)
-        self._write()
-
-    def _write(self) -> None:
-        write_json(self.path, self.data)
-
-
-def write_json(path: Path, data) -> None:
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(data, indent=1, default=str) + "\n")
-    temporary.replace(path)
 
 
 def run_stage(name: str, command: list[str], budget_s: float, out: Path, env: dict) -> dict:
@@ -286,8 +265,24 @@ def run_one_stage(args) -> int:
         return 0
     import gpu_stages
 
-    gpu_stages.run(args.stage, writer, args.out, args.dry_run, args.quick)
+    gpu_stages.run(args.stage, writer, args.out, args.dry_run, args.quick, args.wheels / "fidelity")
     return 0
+
+
+def prepare_fidelity(folder: Path) -> int:
+    """`--prepare`: the fidelity table's PTX-executor side, every case, into `folder` (bench/gpu_prepared.py)."""
+    import gpu_fidelity
+    import gpu_prepared
+
+    target = folder / gpu_prepared.FOLDER
+    failed = gpu_prepared.prepare(StageWriter(target / gpu_prepared.MANIFEST), target,
+                                  [c.name for c in gpu_fidelity.cases()])
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())  # what the device tool carries
+    print(f"{target / gpu_prepared.MANIFEST}: {len(gpu_fidelity.cases()) - len(failed)} cases prepared; {folder} "
+          f"holds {size / 2**20:.1f} MiB (carry limit {CARRY_LIMIT_BYTES >> 20} MiB)")
+    if failed:
+        print(f"the executor failed on {', '.join(failed)} (their errors are in the manifest)", file=sys.stderr)
+    return 1 if failed or size > CARRY_LIMIT_BYTES else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -297,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="with --dry-run: one kernel per builder and path")
     parser.add_argument("--wheels", type=Path, default=ROOT / ".whl", help="the wheels folder (default .whl/)")
     parser.add_argument("--cache", type=Path, help="the kernel cache (TESSERA_CACHE_DIR; default Tessera's)")
+    parser.add_argument("--prepare", action="store_true",
+                        help="run the fidelity table's PTX-executor side here into WHEELS/fidelity/ (no GPU needed)")
     parser.add_argument("--stages", nargs="+", choices=gpu_plan.STAGES, help="run only these stages")
     parser.add_argument("--stage", choices=gpu_plan.STAGES, help=argparse.SUPPRESS)
     parser.add_argument("--wheel-requirements", action="store_true", help=argparse.SUPPRESS)
@@ -309,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.write_wheel_manifest:
         return write_wheel_manifest(args.write_wheel_manifest, args.python, args.requirements)
+    if args.prepare:
+        return prepare_fidelity(args.wheels.resolve())
     if args.out is None:
         parser.error("--out FOLDER is required")
     if args.quick and not args.dry_run:

@@ -23,6 +23,7 @@ from types import SimpleNamespace
 
 import gpu_fidelity
 import gpu_plan
+import gpu_results
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -176,9 +177,15 @@ def tests_stage(writer, out: Path, dry: bool, quick: bool) -> None:
 # region fidelity
 
 
-def fidelity_stage(writer, dry: bool, quick: bool) -> None:
-    """Every case's inputs recorded; the executor sides in a process pool while the GPU runs each case; a row
-    per case as its executor side finishes. The dry run: the executor against the float64 reference."""
+def fidelity_stage(writer, out: Path, prepared: Path, dry: bool, quick: bool) -> None:
+    """Every case's inputs recorded; then, on the GPU, each case's GPU side compared with its executor side
+    prepared ahead (bench/gpu_prepared.py, `prepared`: .whl/fidelity/), a row per case as it ends (`running`
+    names the case in progress). A case whose prepared side is missing or stale says so by name and keeps
+    the GPU against float64. The dry run prepares the executor side of its cases into out/fidelity/ as
+    `--prepare` does (the quick one: `QUICK_EXECUTOR`), each row the executor against float64, and reports
+    which prepared cases are usable (`prepared`)."""
+    import gpu_prepared
+
     cases = [c for c in gpu_fidelity.cases() if not quick or c.name in gpu_fidelity.QUICK]
     for case in cases:
         arrays = gpu_fidelity.inputs(case)
@@ -186,61 +193,41 @@ def fidelity_stage(writer, dry: bool, quick: bool) -> None:
                               "shapes": {k: list(v.shape) for k, v in arrays.items()},
                               "bytes": int(sum(v.nbytes for v in arrays.values())),
                               "kernels": [str(c) for c in gpu_fidelity.case_configs(case, arrays)]})
-    run_here = [c for c in cases if not dry or not quick or c.name in QUICK_EXECUTOR]
-    with _pool(len(run_here)) as pool:  # forked before the GPU is looked for
-        reason = None if dry else gpu_reason()
+    if dry:
+        run_here = [c for c in cases if not quick or c.name in QUICK_EXECUTOR]
+        writer.set("prepared", gpu_prepared.status(prepared, run_here if quick else cases))
+        prepared = out / gpu_prepared.FOLDER
+        gpu_prepared.prepare(gpu_results.StageWriter(prepared / gpu_prepared.MANIFEST), prepared, [c.name for c in run_here])
+        cases = run_here
+    else:
+        reason = gpu_reason()
         if reason is not None:
             writer.set("skipped", f"no GPU: {reason}")
             return
-        pending = {c.name: pool.apply_async(gpu_fidelity.executor_side, (c.name,)) for c in run_here}
-        # The GPU side of every case first (seconds), then each case as its executor side finishes.
-        gpu = {}
-        for c in run_here:  # each GPU side recorded as it ends (and the case named before it starts): a stage cut
-            if not dry:     # before an executor side finishes keeps the GPU against float64, a hang names its case
-                writer.set("gpu_running", c.name)
-            gpu[c.name] = {"case": c.name, "kind": c.kind, **_gpu_side(c, gpu_fidelity.inputs(c), dry)}
-            if not dry:
-                writer.add("gpu_cases", _gpu_row(c, gpu[c.name]))
-        while pending:
-            done = [name for name, result in pending.items() if result.ready()]
-            if not done:
-                time.sleep(0.05)
-            for name in done:
-                writer.add("cases", _fidelity_row(gpu_fidelity.case_named(name), gpu[name], pending.pop(name).get()))
+    manifest = gpu_prepared.load(prepared)
+    for case in cases:
+        writer.set("running", case.name)  # a hang names its case
+        arrays = gpu_fidelity.inputs(case)
+        row = {"case": case.name, "kind": case.kind, **({} if dry else _gpu_side(case, arrays))}
+        gpu = row.pop("_outputs", None)
+        executor, why = gpu_prepared.executor_outputs(manifest, prepared, case, arrays)
+        if executor is None:
+            row["executor"] = why
+        measured = gpu if gpu is not None else executor
+        if measured is not None:
+            table = gpu_fidelity.compare(measured, executor or measured, gpu_fidelity.reference(case, arrays))
+            if gpu is None or executor is None:  # one side only: its error against float64, no difference
+                for output in table.values():
+                    for key in ("max_ulp", "differing", "max_abs_diff", "gpu_error" if gpu is None else "ptx_error"):
+                        output.pop(key)
+            row["outputs"] = table
+        writer.add("cases", row)
+    writer.set("running", None)
 
 
-def _gpu_row(case, record: dict) -> dict:
-    """A case's GPU side alone: its time and kernels, and each output's largest error against the float64
-    reference (or why it failed)."""
-    row = {k: v for k, v in record.items() if k != "_outputs"}
-    outputs = record.get("_outputs")
-    if outputs is not None:
-        ref = gpu_fidelity.reference(case, gpu_fidelity.inputs(case))
-        row["gpu_error"] = {name: gpu_fidelity.compare({name: g}, {name: g}, ref)[name].get("gpu_error")
-                            for name, g in outputs.items()}
-    return row
-
-
-def _fidelity_row(case, record: dict, ptx: dict) -> dict:
-    record = dict(record)
-    gpu = record.pop("_outputs", None)
-    if "error" in ptx:
-        return {**record, "executor_failed": ptx["error"]}
-    record["ptx_seconds"] = ptx["seconds"]
-    if gpu is None and "gpu_failed" in record:
-        return record
-    ref = gpu_fidelity.reference(case, gpu_fidelity.inputs(case))
-    record["outputs"] = gpu_fidelity.compare(gpu if gpu is not None else ptx["outputs"], ptx["outputs"], ref)
-    if gpu is None:  # the dry run: the executor against the reference only
-        for row in record["outputs"].values():
-            for key in ("max_ulp", "differing", "max_abs_diff", "gpu_error"):
-                row.pop(key, None)
-    return record
-
-
-def _gpu_side(case, arrays: dict, dry: bool) -> dict:
-    if dry:
-        return {}
+def _gpu_side(case, arrays: dict) -> dict:
+    """The case on the GPU: its outputs (`_outputs`), seconds, and the kernels it compiled (`planned`: all
+    of them in the session's compile list), or why it failed."""
     from tessera.runtime import compiler
 
     before = set(compiler._COMPILED)
@@ -451,14 +438,14 @@ def report_stage(writer, out: Path) -> None:
     writer.set("records", len(everything))
 
 
-def run(name: str, writer, out: Path, dry: bool, quick: bool) -> None:
-    """Run stage `name`."""
+def run(name: str, writer, out: Path, dry: bool, quick: bool, prepared: Path) -> None:
+    """Run stage `name` (`prepared`: the fidelity executor side's folder, bench/gpu_prepared.py)."""
     if name == "compile":
         compile_stage(writer, quick)
     elif name == "tests":
         tests_stage(writer, out, dry, quick)
     elif name == "fidelity":
-        fidelity_stage(writer, dry, quick)
+        fidelity_stage(writer, out, prepared, dry, quick)
     elif name in gpu_plan.BENCHMARKS:
         benchmark_stage(name, writer, dry, quick)
     elif name == "report":

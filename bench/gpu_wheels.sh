@@ -39,7 +39,7 @@ python=python3
 # The requirements, from pyproject.toml (bench/gpu_session.py keeps the one list of what the image has).
 mapfile -t requirements < <("$python" bench/gpu_session.py --wheel-requirements)
 
-rm -rf "$dest"
+rm -f "$dest"/*.whl "$dest/MANIFEST.json"  # not fidelity/: `gpu_session.py --prepare` made it
 mkdir -p "$dest"
 "$python" -m pip download --only-binary=:all: --python-version "$python_version" --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \

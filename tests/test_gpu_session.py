@@ -223,8 +223,13 @@ def test_every_fidelity_case_builds_its_inputs_and_names_its_kernels():
 
 # endregion
 
-def test_the_fidelity_stage_measures_the_gpu_against_the_executor_in_ulps(tmp_path, monkeypatch):
-    """With a fake GPU that returns the executor's result with one element 2 ULP off: the row says so."""
+def test_the_fidelity_stage_compares_the_gpu_with_the_prepared_executor_side_and_refuses_a_stale_one(tmp_path,
+                                                                                                      monkeypatch):
+    """The executor side prepared ahead (`--prepare`); a fake GPU that returns the executor's result with one
+    element 2 ULP off: the row says so. The same file with another PTX hash is refused by name, and the row
+    keeps the GPU against float64."""
+    import gpu_prepared
+
     case = gpu_fidelity.case_named("gemm-odd-mn")
     real_run = gpu_fidelity.run
 
@@ -236,14 +241,29 @@ def test_the_fidelity_stage_measures_the_gpu_against_the_executor_in_ulps(tmp_pa
 
     monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(gpu_fidelity, "cases", lambda: [case])
+    prepared = tmp_path / "whl" / "fidelity"
+    manifest = prepared / gpu_prepared.MANIFEST
+    assert gpu_prepared.prepare(gpu_session.StageWriter(manifest), prepared, [case.name], processes=1) == []
+    entry = json.loads(manifest.read_text())["cases"][case.name]
+    assert entry["outputs"] == {"c": {"dtype": "float32", "shape": [333, 136]}} and len(entry["ptx_sha256"]) == 64
     monkeypatch.setattr(gpu_fidelity, "run", fake_run)
     monkeypatch.setattr(gpu_stages, "gpu_reason", lambda: None)
-    writer = gpu_session.StageWriter(tmp_path / "fidelity.json")
-    gpu_stages.fidelity_stage(writer, dry=False, quick=False)
-    (row,) = json.loads((tmp_path / "fidelity.json").read_text())["cases"]
+
+    def stage() -> dict:
+        path = tmp_path / "fidelity.json"
+        gpu_stages.fidelity_stage(gpu_session.StageWriter(path), tmp_path, prepared, dry=False, quick=False)
+        (row,) = json.loads(path.read_text())["cases"]
+        return row
+
+    row = stage()
     c = row["outputs"]["c"]
     assert (row["case"], row["planned"], c["dtype"], c["max_ulp"], c["differing"]) == ("gemm-odd-mn", True, "float32", 2, 1)
-    assert c["gpu_error"] > 0 and c["ptx_error"] > 0 and c["max_abs_diff"] > 0
+    assert c["gpu_error"] > 0 and c["ptx_error"] > 0 and c["max_abs_diff"] > 0 and "executor" not in row
+    manifest.write_text(manifest.read_text().replace(entry["ptx_sha256"], "0" * 64))
+    row = stage()
+    assert row["executor"] == (f"gemm-odd-mn: stale: prepared from other PTX (sha256 000000000000, now "
+                               f"{entry['ptx_sha256'][:12]}): {gpu_prepared.HOW}")
+    assert set(row["outputs"]["c"]) == {"dtype", "elements", "gpu_error"} and row["outputs"]["c"]["gpu_error"] > 0
 
 
 # region Pictures and test reports
@@ -299,6 +319,8 @@ def test_the_quick_dry_run_compiles_builds_checks_and_writes_its_plan(tmp_path):
     executed = {c["case"]: c for c in stages["fidelity"]["cases"]}
     assert set(executed) == set(gpu_stages.QUICK_EXECUTOR)
     assert executed["paged-decode-d64"]["outputs"]["o"]["ptx_error"] < 1e-2
+    assert "python bench/gpu_session.py --prepare" in stages["fidelity"]["prepared"]["not_usable"][0]  # no .whl/
+    assert set(json.loads((out / "fidelity" / "manifest.json").read_text())["cases"]) == set(gpu_stages.QUICK_EXECUTOR)
     assert plan["benchmark_rows"] == {"forward": 36, "fp8": 18, "backward": 36, "gemm": 2}
     checked = json.loads((out / "stages" / "gemm.json").read_text())["records"]
     assert [r["host_check"] for r in checked] == ["ok", "ok"]
