@@ -10,13 +10,10 @@ through Tessera's host-side launch checks (sizes, tensor maps, grid); `report` d
 
 from __future__ import annotations
 
-import importlib.util
 import multiprocessing
 import os
-import subprocess
 import sys
 import time
-import xml.etree.ElementTree as ElementTree
 from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
@@ -24,6 +21,7 @@ from types import SimpleNamespace
 import gpu_fidelity
 import gpu_plan
 import gpu_results
+import gpu_tests
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,56 +118,6 @@ def compile_stage(writer, quick: bool) -> None:
     if errors:
         raise SystemExit(f"{len(errors)} of {len(configs)} kernels failed to compile; first: {errors[0]['kernel']}: "
                          f"{errors[0]['error']}")
-
-
-# endregion
-
-# region tests
-
-
-SELECTIONS = (("runtime", ["tests/test_runtime.py"]),
-              ("gpu-marked", ["-m", "gpu", "tests", "--ignore=tests/test_runtime.py", "--continue-on-collection-errors"]))
-"""tests/test_runtime.py whole, and every other test marked `gpu` (tests/conftest.py: those skip without a GPU;
-a test module that cannot be imported there, for want of a test-only package, does not stop the others)."""
-
-
-def junit_summary(path: Path) -> dict:
-    """Counts and the failing tests (name and the first line of the message) of a pytest JUnit XML file."""
-    root = ElementTree.parse(path).getroot()
-    suite = root if root.tag == "testsuite" else root.find("testsuite")
-    counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
-    failing = []
-    for case in suite.iter("testcase"):
-        problem = case.find("failure") if case.find("failure") is not None else case.find("error")
-        if problem is not None:
-            message = (problem.get("message") or "").strip().splitlines()
-            failing.append(f"{case.get('classname')}::{case.get('name')}: {message[0] if message else ''}"[:300])
-    return {**counts, "failing": failing}
-
-
-def tests_stage(writer, out: Path, dry: bool, quick: bool) -> None:
-    """Each selection run by pytest (on 8 workers where pytest-xdist is installed), its JUnit summary recorded;
-    in the dry run, collected only (the quick one collects tests/test_runtime.py alone)."""
-    parallel = ["-n", "8"] if importlib.util.find_spec("xdist") and not dry else ["-p", "no:xdist"]
-    for name, selection in SELECTIONS:
-        if dry and quick and name != "runtime":  # collecting the whole suite: the full dry run does
-            continue
-        command = [sys.executable, "-m", "pytest", "-v" if not dry else "-q", "-p", "no:cacheprovider", *parallel,
-                   *selection]  # -v: the log names each test as it ends, so a stage cut keeps which ran
-        if dry:
-            result = subprocess.run([*command, "--collect-only"], cwd=ROOT, capture_output=True, text=True)
-            lines = [line for line in result.stdout.splitlines() if "::" in line]
-            writer.set(name, {"collected": len(lines), "exit": result.returncode, "command": " ".join(command[1:])})
-            if result.returncode not in (0, 5):  # 5: nothing collected
-                raise SystemExit(f"pytest could not collect {name}: {result.stdout[-2000:]}{result.stderr[-2000:]}")
-            continue
-        junit = out / f"tests-{name}.xml"
-        # What runs, in case the stage is cut before pytest writes its report (the log has its progress).
-        writer.set(name, {"running": " ".join(command[1:])})
-        start = time.perf_counter()
-        result = subprocess.run([*command, f"--junitxml={junit}"], cwd=ROOT)
-        summary = junit_summary(junit) if junit.exists() else {}
-        writer.set(name, {**summary, "exit": result.returncode, "seconds": time.perf_counter() - start})
 
 
 # endregion
@@ -443,7 +391,7 @@ def run(name: str, writer, out: Path, dry: bool, quick: bool, prepared: Path) ->
     if name == "compile":
         compile_stage(writer, quick)
     elif name == "tests":
-        tests_stage(writer, out, dry, quick)
+        gpu_tests.tests_stage(writer, out, dry, quick)
     elif name == "fidelity":
         fidelity_stage(writer, out, prepared, dry, quick)
     elif name in gpu_plan.BENCHMARKS:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -24,6 +25,7 @@ import gpu_plan  # noqa: E402
 import gpu_plot  # noqa: E402
 import gpu_session  # noqa: E402
 import gpu_stages  # noqa: E402
+import gpu_tests  # noqa: E402
 
 from tessera.numerics import BF16  # noqa: E402
 
@@ -95,12 +97,13 @@ def test_the_budgets_cover_every_stage_and_fit_the_session():
 
 
 def test_gpu_tests_are_marked_so_the_session_finds_them():
-    """A test that skips without a GPU is marked `gpu` (tests/conftest.py skips it, saying why; the session's
-    tests stage selects `-m gpu`), not given a skipif of its own that the session could not find."""
+    """A test that needs a GPU is marked `gpu` (tests/conftest.py skips it, saying why), not given a skipif of its
+    own that the session could not find; every file marking tests `gpu` is in the session's plan."""
+    needs_a_gpu = re.compile(r"skipif\(\s*not\s+has_gpu\(\)|skipif\([^)]*unavailable_reason\(\)\s+is\s+not\s+None")
     for path in sorted((ROOT / "tests").glob("test_*.py")):
-        text = path.read_text()
-        if "cuda_unavailable_reason" in text and "skipif" in text:
-            assert "mark.gpu" in text, f"{path.name}: mark its GPU tests @pytest.mark.gpu instead of skipif"
+        assert not needs_a_gpu.search(path.read_text()), f"{path.name}: mark its GPU tests @pytest.mark.gpu"
+    planned = {f for _, files, _, _ in gpu_plan.GPU_TESTS for f in files}
+    assert set(gpu_tests.marked_files()) <= planned and "tests/test_launch.py" in planned
 
 
 def test_the_grid_is_flashattention_3s():
@@ -283,15 +286,43 @@ def test_the_svg_has_one_bar_per_measured_system_and_configuration(tmp_path):
     assert (tmp_path / "a.csv").read_text().splitlines()[0].startswith("system,status,tflops")
 
 
-def test_junit_summary_names_the_failing_tests(tmp_path):
-    path = tmp_path / "r.xml"
-    path.write_text('<testsuites><testsuite tests="3" failures="1" errors="0" skipped="1">'
-                    '<testcase classname="tests.test_runtime" name="test_a"/>'
-                    '<testcase classname="tests.test_runtime" name="test_b"><failure message="assert 1 == 2&#10;more"/>'
-                    '</testcase><testcase classname="t" name="c"><skipped/></testcase></testsuite></testsuites>')
-    summary = gpu_stages.junit_summary(path)
-    assert summary == {"tests": 3, "failures": 1, "errors": 0, "skipped": 1,
-                       "failing": ["tests.test_runtime::test_b: assert 1 == 2"]}
+def test_each_gpu_test_is_recorded_as_it_ends_and_one_past_its_limit_is_cut_and_the_rest_run(tmp_path):
+    """The tests stage's runner on a file of five tests: a pass, a failure, a skip, one that hangs (cut at its
+    limit, pytest started again without it) and one that kills pytest (recorded as crashed); each recorded."""
+    (tmp_path / "test_five.py").write_text(textwrap.dedent("""
+        import os, time, pytest
+
+        def test_a_pass():
+            pass
+
+        def test_a_failure():
+            assert 1 == 2, "one is not two"
+
+        def test_a_hang():
+            time.sleep(60)
+
+        def test_a_crash():
+            os._exit(3)
+
+        @pytest.mark.skip(reason="not here")
+        def test_a_skip():
+            pass
+    """))
+    writer = gpu_session.StageWriter(tmp_path / "tests.json")
+    tests = gpu_tests.collect(["test_five.py"], cwd=tmp_path)  # every test, no marker
+    assert [t.split("::")[1] for t in tests] == ["test_a_pass", "test_a_failure", "test_a_hang", "test_a_crash",
+                                                 "test_a_skip"]
+    start = time.monotonic()
+    counts = gpu_tests.run_tests(writer, tests, 1, 2.0, tmp_path / "log.jsonl", cwd=tmp_path)
+    assert time.monotonic() - start < 30
+    records = {r["test"].split("::")[1]: r for r in json.loads((tmp_path / "tests.json").read_text())["tests"]}
+    assert {n: r["outcome"] for n, r in records.items()} == {
+        "test_a_pass": "passed", "test_a_failure": "failed", "test_a_hang": "timeout", "test_a_crash": "crashed",
+        "test_a_skip": "skipped"}
+    assert counts == {"passed": 1, "failed": 1, "timeout": 1, "crashed": 1, "skipped": 1}
+    assert records["test_a_failure"]["message"] == "AssertionError: one is not two"
+    assert records["test_a_skip"]["message"] == "Skipped: not here"
+    assert 2 <= records["test_a_hang"]["seconds"] < 10 and "limit of 2 s" in records["test_a_hang"]["message"]
 
 
 # endregion
