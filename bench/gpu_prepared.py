@@ -129,7 +129,8 @@ def executor_outputs(manifest: dict | None, folder: Path, case, arrays: dict) ->
         return None, (f"{case.name}: stale: prepared from other PTX (sha256 {entry['ptx_sha256'][:12]}, now "
                       f"{now[:12]}): {HOW}")
     with np.load(folder / entry["file"]) as saved:
-        outputs = {k: saved[k].view(_dtype(spec["dtype"])).reshape(spec["shape"]) for k, spec in entry["outputs"].items()}
+        outputs = {k: saved[k].view(_dtype(spec["dtype"])).reshape(spec["shape"])
+                   for k, spec in entry["outputs"].items()}
     return outputs, "fresh"
 
 

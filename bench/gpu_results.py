@@ -5,6 +5,7 @@ only: the install stage runs before Tessera is installed."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 
@@ -23,6 +24,11 @@ class StageWriter:
     def add(self, key: str, record) -> None:
         self.data.setdefault(key, []).append(record)
         self._write()
+
+    def running(self, item) -> None:
+        """Say that `item` (JSON) runs from now, or (None) that nothing does: `running` {"item", "since" (epoch
+        seconds)}, which gpu_session.run_stage watches against the stage's item limit."""
+        self.set("running", None if item is None else {"item": item, "since": time.time()})
 
     def _write(self) -> None:
         write_json(self.path, self.data)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -145,7 +144,8 @@ def fidelity_stage(writer, out: Path, prepared: Path, dry: bool, quick: bool) ->
         run_here = [c for c in cases if not quick or c.name in QUICK_EXECUTOR]
         writer.set("prepared", gpu_prepared.status(prepared, run_here if quick else cases))
         prepared = out / gpu_prepared.FOLDER
-        gpu_prepared.prepare(gpu_results.StageWriter(prepared / gpu_prepared.MANIFEST), prepared, [c.name for c in run_here])
+        gpu_prepared.prepare(gpu_results.StageWriter(prepared / gpu_prepared.MANIFEST), prepared,
+                             [c.name for c in run_here])
         cases = run_here
     else:
         reason = gpu_reason()
@@ -154,7 +154,7 @@ def fidelity_stage(writer, out: Path, prepared: Path, dry: bool, quick: bool) ->
             return
     manifest = gpu_prepared.load(prepared)
     for case in cases:
-        writer.set("running", case.name)  # a hang names its case
+        writer.running(case.name)  # a hang names its case
         arrays = gpu_fidelity.inputs(case)
         row = {"case": case.name, "kind": case.kind, **({} if dry else _gpu_side(case, arrays))}
         gpu = row.pop("_outputs", None)
@@ -170,7 +170,7 @@ def fidelity_stage(writer, out: Path, prepared: Path, dry: bool, quick: bool) ->
                         output.pop(key)
             row["outputs"] = table
         writer.add("cases", row)
-    writer.set("running", None)
+    writer.running(None)
 
 
 def _gpu_side(case, arrays: dict) -> dict:
@@ -258,25 +258,58 @@ def plan_row(row: dict, compiled: set | None) -> dict:
     return record
 
 
-def benchmark_stage(name: str, writer, dry: bool, quick: bool) -> None:
-    """The rows of stage `name` measured on the GPU; in the dry run, planned and host-checked (`plan_row`),
-    SystemExit naming the first row Tessera's checks refuse."""
+def benchmark_stage(name: str, writer, dry: bool, quick: bool, resume: Path | None = None) -> None:
+    """The rows of stage `name` measured on the GPU (with `resume`, those an earlier session did not:
+    `rows_left`); in the dry run, planned and host-checked (`plan_rows`)."""
     rows = gpu_plan.benchmark_rows(name)
     if dry:
-        compiled = set(kernel_plan(True)) if quick else None
-        for row in rows:
-            writer.add("records", plan_row(row, compiled))
-        bad = [r for r in writer.data["records"] if r["host_check"] not in ("ok", "not in --quick")
-               and not r["host_check"].startswith("no Tessera kernel")]
-        if bad:
-            raise SystemExit(f"{len(bad)} {name} rows fail Tessera's host checks; first: {bad[0]['config']}: "
-                             f"{bad[0]['host_check']}")
+        plan_rows(name, rows, writer, quick)
         return
     reason = gpu_reason()
     if reason is not None:
         writer.set("skipped", f"no GPU: {reason}")
         return
-    _measure_rows(name, rows, writer)
+    _measure_rows(name, rows_left(name, rows, writer, resume), writer)
+
+
+def plan_rows(name: str, rows: list[dict], writer, quick: bool) -> None:
+    """Each row planned and host-checked (`plan_row`; with `quick`, only those whose kernels the quick plan
+    compiles); SystemExit naming the first row Tessera's checks refuse."""
+    compiled = set(kernel_plan(True)) if quick else None
+    for row in rows:
+        writer.add("records", plan_row(row, compiled))
+    bad = [r for r in writer.data["records"] if r["host_check"] not in ("ok", "not in --quick")
+           and not r["host_check"].startswith("no Tessera kernel")]
+    if bad:
+        raise SystemExit(f"{len(bad)} {name} rows fail Tessera's host checks; first: {bad[0]['config']}: "
+                         f"{bad[0]['host_check']}")
+
+
+def backward_parts_stage(writer, dry: bool, quick: bool, resume: Path | None = None) -> None:
+    """bench/backward_parts.py's rows, each taken apart on the GPU and written as it ends (`running` names the
+    row in progress); in the dry run, planned and host-checked."""
+    import backward_parts
+
+    rows = backward_parts.rows()
+    if dry:
+        plan_rows("backward_parts", rows, writer, quick)
+        return
+    reason = gpu_reason()
+    if reason is not None:
+        writer.set("skipped", f"no GPU: {reason}")
+        return
+    import torch
+
+    for row in rows_left("backward_parts", rows, writer, resume):
+        writer.running(row)
+        generator = torch.Generator(device="cuda").manual_seed(row["seq"] + row["causal"])
+        shape = (row["batch"], row["heads"], row["seq"], row["head_dim"])
+        q, k, v, do = (torch.randn(*shape, device="cuda", dtype=torch.bfloat16, generator=generator) for _ in range(4))
+        try:
+            writer.add("records", {"config": row, **backward_parts.measure(torch, q, k, v, do, row["causal"])})
+        except Exception as error:  # noqa: BLE001 - the row says what failed, the next runs
+            writer.add("records", {"config": row, "error": f"{type(error).__name__}: {error}"[:500]})
+    writer.running(None)
 
 
 def _measure_rows(name: str, rows: list[dict], writer) -> None:
@@ -306,6 +339,7 @@ def _measure_rows(name: str, rows: list[dict], writer) -> None:
         systems = [capped(s, FLEX_SHARE_S) if s.name == "FlexAttention" else s for s in systems]
     writer.set("systems", [s.name for s in systems])
     for row in rows:
+        writer.running(row)  # a row past the stage's item limit is cut by gpu_session.run_stage
         seed = sum(int(v) for v in row.values() if isinstance(v, int | bool))
         generator = torch.Generator(device="cuda").manual_seed(seed)
         try:
@@ -318,6 +352,28 @@ def _measure_rows(name: str, rows: list[dict], writer) -> None:
             writer.add("records", asdict(record))
         inputs = check = None
         torch.cuda.empty_cache()
+    writer.running(None)
+
+
+def rows_left(name: str, rows: list[dict], writer, resume: Path | None) -> list[dict]:
+    """`rows` less those an earlier session (its --out folder `resume`) measured in stage `name`, whose records
+    are kept (`records`), and less the one it was cut in (`cut_before`: a row that hangs the GPU once does not
+    get the chance twice)."""
+    path = resume / "stages" / f"{name}.json" if resume is not None else None
+    if path is None or not path.exists():
+        return rows
+    import json
+
+    earlier = json.loads(path.read_text())
+    key = lambda row: json.dumps(row, sort_keys=True)  # noqa: E731
+    done = {key(r["config"]) for r in earlier.get("records", [])}
+    cut = (earlier.get("running") or {}).get("item")
+    writer.set("resumed_from", str(resume))
+    writer.set("records", earlier.get("records", []))
+    if cut is not None:
+        writer.set("cut_before", [cut])
+        done.add(key(cut))
+    return [row for row in rows if key(row) not in done]
 
 
 def _row_inputs(torch, name: str, row: dict, generator):
@@ -386,8 +442,9 @@ def report_stage(writer, out: Path) -> None:
     writer.set("records", len(everything))
 
 
-def run(name: str, writer, out: Path, dry: bool, quick: bool, prepared: Path) -> None:
-    """Run stage `name` (`prepared`: the fidelity executor side's folder, bench/gpu_prepared.py)."""
+def run(name: str, writer, out: Path, dry: bool, quick: bool, prepared: Path, resume: Path | None = None) -> None:
+    """Run stage `name` (`prepared`: the fidelity executor side's folder, bench/gpu_prepared.py; `resume`: an
+    earlier session's --out, whose measured benchmark rows are kept and not measured again)."""
     if name == "compile":
         compile_stage(writer, quick)
     elif name == "tests":
@@ -395,7 +452,9 @@ def run(name: str, writer, out: Path, dry: bool, quick: bool, prepared: Path) ->
     elif name == "fidelity":
         fidelity_stage(writer, out, prepared, dry, quick)
     elif name in gpu_plan.BENCHMARKS:
-        benchmark_stage(name, writer, dry, quick)
+        benchmark_stage(name, writer, dry, quick, resume)
+    elif name == "backward_parts":
+        backward_parts_stage(writer, dry, quick, resume)
     elif name == "report":
         report_stage(writer, out)
     else:

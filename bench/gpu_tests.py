@@ -11,7 +11,7 @@ run likewise. No pytest-timeout needed (the GPU machine may not have it).
 
 The selections run in `gpu_plan.GPU_TESTS`' order, cheap first: the runtime's tests on 8 workers (pytest-xdist,
 from .whl/), then the other `gpu` tests one at a time in their files' planned order. `tests` in the stage's
-JSON: one record per test as it ends ({"test", "outcome", "seconds", "message"}); `running`: what runs now.
+JSON: one record per test as it ends ({"test", "outcome", "seconds", "message"}); `running_tests`: those running now.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ MARKS_GPU = re.compile(r"^\s*@pytest\.mark\.gpu\b|=\s*pytest\.mark\.gpu\b", re.M
 
 def marked_files(root: Path = ROOT) -> list[str]:
     """The test files that mark tests `gpu` (`MARKS_GPU`), relative to `root`."""
-    return sorted(str(p.relative_to(root)) for p in (root / "tests").glob("test_*.py") if MARKS_GPU.search(p.read_text()))
+    return sorted(str(p.relative_to(root)) for p in (root / "tests").glob("test_*.py")
+                  if MARKS_GPU.search(p.read_text()))
 
 
 def collect(files: list[str], marker: str | None = None, cwd: Path = ROOT) -> list[str]:
@@ -94,21 +95,22 @@ def run_tests(writer, tests: list[str], workers: int, limit_s: float, log: Path,
                     running.pop(event["test"], None)
                     record(event["test"], event["outcome"], event["seconds"], event["message"])
             if events:
-                writer.set("running", sorted(running))
+                writer.set("running_tests", sorted(running))
             if exited:
                 break
             over = next((t for t, since in running.items() if time.time() - since > limit_s), None)
             time.sleep(0 if over else POLL_S)
         if over is not None:
             _kill(process)
-            record(over, "timeout", time.time() - running.pop(over), f"still running after its limit of {limit_s:.0f} s")
+            record(over, "timeout", time.time() - running.pop(over),
+                   f"still running after its limit of {limit_s:.0f} s")
         elif running:  # pytest died under these tests
             for test, since in running.items():
                 record(test, "crashed", time.time() - since, f"pytest exited ({process.returncode}) during the test")
         elif remaining:  # pytest ended without running them: a collection error, say
             for test in list(remaining):
                 record(test, "not run", 0.0, f"pytest exited ({process.returncode}) without running it")
-    writer.set("running", [])
+    writer.set("running_tests", [])
     return counts
 
 
@@ -139,7 +141,7 @@ def tests_stage(writer, out: Path, dry: bool, quick: bool) -> None:
         writer.set(name, {"collected": len(tests), "files": list(files), "workers": workers})
         if not dry:
             writer.set(name, {**writer.data[name], "outcomes": run_tests(
-                writer, tests, workers, gpu_plan.TEST_LIMIT_S, out / f"tests-{name}.jsonl")})
+                writer, tests, workers, gpu_plan.TEST_LIMIT_S, out / "logs" / f"tests-{name}.jsonl")})
     if dry and not quick:
         found = {t.split("::")[0] for t in collect(["tests"], "gpu")}
         if found - set(planned):

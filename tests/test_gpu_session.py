@@ -86,14 +86,46 @@ def test_a_failing_stage_is_reported_with_its_output_and_a_spent_session_runs_no
     assert session["stages"]["never"]["status"] == "not run: the session's time is spent"
 
 
+def test_an_item_past_its_limit_cuts_its_stage_which_names_it(tmp_path):
+    """A stage whose current item (a benchmark row, a fidelity case) runs past the item limit is cut there, long
+    before its budget, and the status names the item."""
+    hung = _stage("hung", """
+        write({"records": [1], "running": {"item": {"seq": 512}, "since": time.time()}})
+        time.sleep(60)
+    """)
+    start = time.monotonic()
+    session = gpu_session.run_session([("hung", hung + [str(tmp_path)], 60, 1.0)], tmp_path, dict(os.environ), 60, {})
+    assert time.monotonic() - start < 15
+    cut = session["stages"]["hung"]
+    assert cut["status"] == 'cut: {"seq": 512} ran past the item limit of 1 s' and cut["results"]["records"] == [1]
+
+
+def test_a_second_call_measures_only_the_rows_the_first_did_not(tmp_path):
+    """--resume: the earlier records are kept, the rows they cover and the one the earlier stage was cut in are
+    not measured again."""
+    rows = gpu_plan.benchmark_rows("forward")
+    earlier = tmp_path / "earlier"
+    (earlier / "stages").mkdir(parents=True)
+    records = [{"system": "Tessera", "config": rows[0], "status": "ok"}]
+    (earlier / "stages" / "forward.json").write_text(json.dumps({"records": records,
+                                                                 "running": {"item": rows[1], "since": 0}}))
+    writer = gpu_session.StageWriter(tmp_path / "forward.json")
+    assert gpu_stages.rows_left("forward", rows, writer, earlier) == rows[2:]
+    assert writer.data["records"] == records and writer.data["cut_before"] == [rows[1]]
+    assert gpu_stages.rows_left("forward", rows, writer, None) == rows
+    assert "--resume $OUT" in gpu_plan.SECOND_RUN
+
+
 def test_the_budgets_cover_every_stage_and_fit_the_session():
     assert set(gpu_plan.BUDGETS_S) == set(gpu_plan.STAGES)
-    total, *benchmarks = gpu_session.budget_checks()
-    assert total["ok"] and total["value_s"] == sum(gpu_plan.BUDGETS_S.values()) <= 480
+    total, device, *benchmarks = gpu_session.budget_checks()
+    assert total["ok"] and total["value_s"] == sum(gpu_plan.BUDGETS_S.values()) <= gpu_plan.SESSION_LIMIT_S <= 560
+    assert device["ok"] and device["value_s"] <= 900 - 60  # a minute of the device's 15 left for a rerun
     assert [c["check"].split(":")[0] for c in benchmarks] == ["forward", "fp8", "backward", "gemm"]
     assert all(c["ok"] and c["value_s"] > 0 for c in benchmarks)
-    over = {"stages": {"compile": {"results": {"estimate_on_gpu_machine_s": 81.0}}}}
-    assert [c["ok"] for c in gpu_session.budget_checks(over)] == [True, True, True, True, True, False]
+    over = {"stages": {"compile": {"results": {"estimate_on_gpu_machine_s": gpu_plan.BUDGETS_S["compile"] + 1}}}}
+    assert [c["ok"] for c in gpu_session.budget_checks(over)] == [True] * 6 + [False]
+    assert set(gpu_plan.ITEM_LIMITS_S) <= set(gpu_plan.STAGES) and gpu_plan.STAGES[-2:] == ("fp8", "report")
 
 
 def test_gpu_tests_are_marked_so_the_session_finds_them():
@@ -353,11 +385,77 @@ def test_the_quick_dry_run_compiles_builds_checks_and_writes_its_plan(tmp_path):
     assert "python bench/gpu_session.py --prepare" in stages["fidelity"]["prepared"]["not_usable"][0]  # no .whl/
     assert set(json.loads((out / "fidelity" / "manifest.json").read_text())["cases"]) == set(gpu_stages.QUICK_EXECUTOR)
     assert plan["benchmark_rows"] == {"forward": 36, "fp8": 18, "backward": 36, "gemm": 2}
+    parts = json.loads((out / "stages" / "backward_parts.json").read_text())["records"]
+    assert len(parts) == 6 and all(r["host_check"] in ("ok", "not in --quick") for r in parts)
     checked = json.loads((out / "stages" / "gemm.json").read_text())["records"]
     assert [r["host_check"] for r in checked] == ["ok", "ok"]
     fp8 = json.loads((out / "stages" / "fp8.json").read_text())["records"]  # the quick kernel's rows checked
     assert [r["host_check"] for r in fp8 if (r["config"]["head_dim"], r["config"]["causal"]) == (128, False)] == \
         ["ok"] * 3
-    assert all(c["ok"] for c in plan["budget_checks"]) and len(plan["budget_checks"]) == 6
+    assert all(c["ok"] for c in plan["budget_checks"]) and len(plan["budget_checks"]) == 7
     assert {p.name for p in out.glob("*.svg")} == {"attention_forward.svg", "attention_fp8.svg",
                                                    "attention_backward.svg", "gemm.svg"}
+
+
+def test_backward_parts_times_each_kernel_its_zero_fills_the_gaps_and_the_host_work(monkeypatch):
+    """bench/backward_parts.py around the real `tessera.attention_backward` on a fake CUDA: tensors that say they
+    are on the GPU, events that read the host clock, a launch_zeroed that spends 1 ms before its kernel and
+    kernels of 2 ms. Each part's kernel and zero fill, the host work and the gaps come out; the runtime's
+    functions are restored after."""
+    from types import SimpleNamespace
+
+    import backward_parts
+
+    import tessera
+    import tessera.runtime.attention_backward as backward
+    from tessera.runtime import compiler, launch
+
+    class Tensor:
+        is_cuda, shape = True, (1, 2, 300, 128)
+
+        def float(self):
+            return self
+
+        def contiguous(self):
+            return self
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.at = None
+
+        def record(self, stream=None):
+            self.at = time.perf_counter()
+
+        def elapsed_time(self, other):
+            return (other.at - self.at) * 1e3
+
+    torch = SimpleNamespace(Tensor=Tensor, cuda=SimpleNamespace(Event=Event, synchronize=lambda: None))
+
+    def launch_zeroed(kernel, *inputs, **sizes):
+        time.sleep(0.001)  # the zero fills
+        launch.prepare(kernel, {}, {})()
+        return [Tensor()] * (1 if kernel.config.builder.endswith("postprocess") else 3)
+
+    def prepare(kernel, views, sizes, *rest, **options):
+        return lambda: time.sleep(0.002)
+
+    config = SimpleNamespace(attention=SimpleNamespace(head_dim=128, causal=False, dtype="bf16", scale=0.1,
+                                                       block_m=128, block_n=128), deterministic=False)
+    monkeypatch.setattr(launch, "_torch", lambda: torch)
+    monkeypatch.setattr(launch, "usable_device", lambda inputs: 0)
+    monkeypatch.setattr(backward, "check_backward_arguments", lambda *arguments: config)
+    monkeypatch.setattr(compiler, "compile_kernel", lambda c: SimpleNamespace(config=c))
+    monkeypatch.setattr(launch, "launch_zeroed", launch_zeroed)
+    monkeypatch.setattr(launch, "prepare", prepare)
+    monkeypatch.setattr(tessera, "attention", lambda *a, **k: (Tensor(), Tensor()))
+    q = Tensor()
+    parts = backward_parts.measure(torch, q, q, q, q, causal=False, warmup=1, repeats=3)
+    assert set(parts) == {"plain", "wall", "gpu_span", "kernel", "zero_fill", "gap", "host"}
+    assert all(2 <= parts["kernel"][p] < 50 and 1 <= parts["zero_fill"][p] < 50 for p in backward_parts.PARTS)
+    assert set(parts["gap"]) == {"before_preprocess", "preprocess_to_main", "main_to_postprocess", "after_postprocess"}
+    assert {"check", "lookup", "preprocess", "main", "postprocess", "prepare[main]"} <= set(parts["host"])
+    assert parts["wall"] >= parts["gpu_span"] >= sum(parts["kernel"].values()) + sum(parts["zero_fill"].values())
+    assert parts["plain"] >= 9  # three parts of 3 ms
+    assert launch.launch_zeroed is launch_zeroed and launch.prepare is prepare  # restored
+    assert compiler.compile_kernel(1).config == 1
+    assert [r["seq"] for r in backward_parts.rows()] == [512, 1024, 2048] * 2
