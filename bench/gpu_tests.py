@@ -3,9 +3,10 @@ test under its own time limit, each outcome written to the stage's JSON as the t
 
 The first H200 session ran them as two pytest calls whose JUnit report is written at the end: one failed early,
 one ran past the stage's budget, and which ones was lost. Here pytest reports each test's start and end through
-a plugin (bench/gpu_test_log.py) into a file this stage watches; a test still running `gpu_plan.TEST_LIMIT_S`
-after its start is a timeout: pytest is killed (its process group: a kernel that hangs the GPU cannot be
-interrupted from inside), the test recorded as `timeout`, and pytest started again on the tests not yet run.
+a plugin (bench/pytest_plugin/gpu_test_log.py) into a file this stage watches; a test still running
+`gpu_plan.TEST_LIMIT_S` after its start is a timeout: pytest is killed (its process group: a kernel that hangs
+the GPU cannot be interrupted from inside), the test recorded as `timeout`, and pytest started again on the
+tests not yet run.
 A pytest that dies under a test (a crash of the driver, say) has that test recorded as `crashed`, and the rest
 run likewise. No pytest-timeout needed (the GPU machine may not have it).
 
@@ -30,6 +31,8 @@ import gpu_plan
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
+PLUGIN = BENCH / "pytest_plugin"
+"""The folder of the plugin alone, put on pytest's PYTHONPATH (bench/ itself would shadow modules by its names)."""
 POLL_S = 0.2
 
 
@@ -71,7 +74,7 @@ def run_tests(writer, tests: list[str], workers: int, limit_s: float, log: Path,
     `limit_s`; each test's record added to writer's `tests` as it ends. The counts of each outcome."""
     remaining, counts = list(tests), {}
     env = dict(os.environ, GPU_TEST_LOG=str(log),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(BENCH), os.environ.get("PYTHONPATH")])))
+               PYTHONPATH=os.pathsep.join(filter(None, [str(PLUGIN), os.environ.get("PYTHONPATH")])))
     parallel = ["-n", str(workers)] if workers > 1 and importlib.util.find_spec("xdist") else ["-p", "no:xdist"]
 
     def record(test: str, outcome: str, seconds: float, message: str = "") -> None:

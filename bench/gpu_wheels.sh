@@ -16,6 +16,8 @@
 # Binary wheels only, for CPython --python on manylinux x86_64; the total must stay under 64 MiB (what the
 # device machine's `carry` takes), else this exits 1. .whl/MANIFEST.json records the Python version, the
 # requirements and every file with its size; the session checks the running Python against it.
+# .whl/fidelity/ (the fidelity table's PTX-executor side, `python bench/gpu_session.py --prepare`) is kept:
+# run that after this script, and again after any change to the kernels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1,6 +1,7 @@
-"""A pytest plugin for the GPU session's tests stage (bench/gpu_tests.py loads it with `-p gpu_test_log`): one
-JSON line per event, flushed at once, into the file named by $GPU_TEST_LOG, so that the stage, watching the
-file from outside, knows which test runs since when and how each one ended, even if pytest is then killed.
+"""A pytest plugin for the GPU session's tests stage (bench/gpu_tests.py loads it with `-p gpu_test_log`, this
+folder on PYTHONPATH): one JSON line per event, flushed at once, into the file named by $GPU_TEST_LOG, so that
+the stage, watching the file from outside, knows which test runs since when and how each one ended, even if
+pytest is then killed.
 
     {"event": "start", "test": NODEID, "time": EPOCH_S}
     {"event": "end", "test": NODEID, "outcome": "passed" | "failed" | "skipped", "seconds": S, "message": LINE}
