@@ -25,10 +25,13 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK_EXECUTOR = ("gemm-odd-mn", "paged-decode-d64")
-QUICK_FP8 = dict(head_dim=128, causal=False)
-"""`--dry-run --quick` compiles the FP8 forward's kernel of this row (and host-checks its rows)."""
 """`--dry-run --quick` runs the PTX-executor side of these cases only: one through a compiled kernel, one
 through an entry point."""
+QUICK_FP8 = dict(head_dim=128, causal=False)
+"""`--dry-run --quick` compiles the FP8 forward's kernel of this row (and host-checks its rows)."""
+QUICK_BACKWARD = dict(head_dim=64, causal=True)
+"""`--dry-run --quick` compiles the forward with LSE of these backward rows (the quick fidelity case compiles
+their three backward kernels), so that their launches, the postprocess's seq_q included, are host-checked."""
 FLEX_SHARE_S = 35
 """The forward stage's seconds FlexAttention's builds (torch.compile per shape) may take."""
 
@@ -73,6 +76,7 @@ def kernel_plan(quick: bool) -> list:
             configs += gpu_fidelity.case_configs(case)
     if quick:
         configs.append(gpu_plan.fp8_config(**QUICK_FP8))
+        configs.append(gpu_plan.forward_config(**QUICK_BACKWARD, return_lse=True))
     return gpu_plan.unique(configs)
 
 
@@ -200,13 +204,13 @@ def zeros(shape, dtype) -> np.ndarray:
     return np.broadcast_to(np.zeros((), dtype), tuple(shape))
 
 
-def host_check(kernel, inputs: list) -> list:
-    """Tessera's host-side checks of a launch of `kernel` on `inputs` (`check_inputs`: sizes, tensor maps,
-    grid); its outputs as zero-stride arrays."""
+def host_check(kernel, inputs: list, **launch: int) -> list:
+    """Tessera's host-side checks of a launch of `kernel` on `inputs` with launch sizes `launch`
+    (`check_inputs`: sizes, tensor maps, grid); its outputs as zero-stride arrays."""
     from tessera.runtime.arguments import kernel_tensors
     from tessera.runtime.launch import check_inputs
 
-    sizes, _ = check_inputs(kernel.host, inputs)
+    sizes, _ = check_inputs(kernel.host, inputs, launch)
     return [zeros(t.dims.evaluate(sizes), t.dtype) for t in kernel_tensors(kernel.host) if t.role == "out"]
 
 
@@ -251,7 +255,7 @@ def plan_row(row: dict, compiled: set | None) -> dict:
             o, lse = host_check(forward, [q, k, v])
             dpsum, lse2, _ = host_check(pre, [o, do, lse.reshape(lse.shape[:-1])])
             dq_accum, _, _ = host_check(main, [q, k, v, do, lse2, dpsum])
-            host_check(post, [dq_accum])
+            host_check(post, [dq_accum], seq_q=row["seq"])  # dq_accum's rows are padded
         record["host_check"] = "ok" if kernels else "no Tessera kernel (the backward refuses this head_dim)"
     except Exception as error:  # noqa: BLE001 - reported in the plan, and fails the dry run
         record["host_check"] = f"{type(error).__name__}: {error}"
