@@ -133,8 +133,8 @@ def fidelity_stage(writer, out: Path, prepared: Path, dry: bool, quick: bool) ->
     prepared ahead (bench/gpu_prepared.py, `prepared`: .whl/fidelity/), a row per case as it ends (`running`
     names the case in progress). A case whose prepared side is missing or stale says so by name and keeps
     the GPU against float64. The dry run prepares the executor side of its cases into out/fidelity/ as
-    `--prepare` does (the quick one: `QUICK_EXECUTOR`), each row the executor against float64, and reports
-    which prepared cases are usable (`prepared`)."""
+    `--prepare` does (the quick one: `QUICK_EXECUTOR`), each row the executor against float64 (SystemExit
+    naming the cases the executor failed on), and reports which prepared cases are usable (`prepared`)."""
     import gpu_prepared
 
     cases = [c for c in gpu_fidelity.cases() if not quick or c.name in gpu_fidelity.QUICK]
@@ -148,8 +148,8 @@ def fidelity_stage(writer, out: Path, prepared: Path, dry: bool, quick: bool) ->
         run_here = [c for c in cases if not quick or c.name in QUICK_EXECUTOR]
         writer.set("prepared", gpu_prepared.status(prepared, run_here if quick else cases))
         prepared = out / gpu_prepared.FOLDER
-        gpu_prepared.prepare(gpu_results.StageWriter(prepared / gpu_prepared.MANIFEST), prepared,
-                             [c.name for c in run_here])
+        failed = gpu_prepared.prepare(gpu_results.StageWriter(prepared / gpu_prepared.MANIFEST), prepared,
+                                      [c.name for c in run_here])
         cases = run_here
     else:
         reason = gpu_reason()
@@ -175,6 +175,8 @@ def fidelity_stage(writer, out: Path, prepared: Path, dry: bool, quick: bool) ->
             row["outputs"] = table
         writer.add("cases", row)
     writer.running(None)
+    if dry and failed:
+        raise SystemExit(f"the PTX executor failed on {', '.join(failed)} (each row's `executor` says how)")
 
 
 def _gpu_side(case, arrays: dict) -> dict:
