@@ -384,6 +384,9 @@ def main(argv: list[str] | None = None) -> int:
     wheels = ((session["stages"].get("install") or {}).get("results") or {}).get("wheels") or {}
     if wheels.get("message"):  # no wheels, or wheels for another Python: said where it is seen
         print(f"wheels: {wheels['message']}")
+    prepared = ((session["stages"].get("fidelity") or {}).get("results") or {}).get("prepared") or {}
+    if prepared.get("message"):  # the dry run's view of .whl/fidelity/: missing or stale cases
+        print(f"fidelity: {prepared['message']}")
     if args.dry_run:
         checks = budget_checks(session)
         plan = {**header, "command": "python bench/gpu_session.py --out $OUT (with .whl/ carried)",
