@@ -62,7 +62,8 @@ def boundaries_problem(array: np.ndarray, decreasing: bool = False) -> str | Non
         return None
     first = int(np.flatnonzero(steps < 0)[0])
     order = "increasing or decreasing" if decreasing else "increasing"
-    return (f"it is not sorted in {order} order ({array[first]!r} at index {first} before {array[first + 1]!r}); "
+    return (f"it is not sorted in {order} order ({array[first].item()!r} at index {first} before "
+            f"{array[first + 1].item()!r}); "
             "a search needs sorted boundaries")
 
 

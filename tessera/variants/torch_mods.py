@@ -258,7 +258,7 @@ def is_search(func) -> bool:
 def _search(traced, name: str, args: tuple, kwargs: dict):
     """torch.searchsorted(sorted_sequence, input, *, out_int32, right, side, sorter) or torch.bucketize(input,
     boundaries, *, out_int32, right) of a traced value: its count as an i32 value (out_int32 changes nothing;
-    side and right set to opposites are refused, as torch refuses them; out= is refused)."""
+    side='left' with right=True is refused, as torch refuses it; side wins over right=False; out= is refused)."""
     first, second = _SEARCHES[name]
     allowed = {first, second, "out_int32", "right"} | ({"side", "sorter"} if name == "searchsorted" else set())
     unknown = sorted(set(kwargs) - allowed)
@@ -267,8 +267,8 @@ def _search(traced, name: str, args: tuple, kwargs: dict):
                                      f"{first}, {second}, right=, out_int32={', side=, sorter=' if 'side' in allowed else ''})")
     values = dict(zip((first, second), args)) | kwargs
     right, side = bool(values.get("right", False)), values.get("side")
-    if side is not None and (side == "left") == right:
-        raise traced._tracing.refuse(f"torch.{name} with side={side!r} and right={right} (opposites; torch refuses "
+    if side == "left" and right:
+        raise traced._tracing.refuse(f"torch.{name} with side='left' and right=True (opposites; torch refuses "
                                      "them too)")
     side = side or ("right" if right else "left")
     boundaries, value = (values["sorted_sequence"], values["input"]) if name == "searchsorted" else (

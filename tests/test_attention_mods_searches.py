@@ -1,0 +1,294 @@
+"""np.searchsorted / np.digitize / torch.searchsorted / torch.bucketize in score_mod and mask_mod (issue 29),
+traced (`tessera.variants.searches`): document masks (`doc = torch.searchsorted(offsets, q_idx, right=True)`),
+relative-position buckets and piecewise biases of the score.
+
+- The counts are NumPy's exactly, at Tile, target and PTX level, by both lowerings (unrolled compares and the
+  binary search with gathers, forced by `UNROLLED_SEARCH_MAX`): left and right sides, np.digitize with
+  increasing and decreasing bins and both `right`s, values equal to a boundary, a unit in the last place off
+  it, NaN, infinities, -0.0, duplicate and infinite boundaries, integer values against float boundaries.
+- Variants forward and backward at Tile level against the float64 reference, NumPy and torch spellings (the
+  default run: one NumPy and one torch variant at one odd shape; `-m slow`: each over odd shapes and GQA, a
+  slice at target and PTX level, ptxas on document masks of 9 and 300 documents).
+- Block lists of `create_block_mask` from searched masks equal those of the precomputed document ids.
+- What stays refused is named: unsorted boundaries (with the array's name), NaN boundaries, sorter=, a 2-D
+  array, side and right set to opposites, a boolean value, boundaries computed from traced values.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from mods_checks import check_variant_forward_and_backward, score_mod_kernel, variant_inputs
+
+import tessera
+from tessera.variants import ModTraceError, create_block_mask, searches, trace_mod
+
+SHORT = np.float32([-2.0, -0.5, -0.5, 0.0, 1.25])                           # unrolled by default
+LONG = np.concatenate([[-np.inf], np.linspace(-3, 3, 37), [3.0, np.inf]]).astype(np.float32)  # a binary search
+DECREASING = np.float32([2.0, 1.0, 1.0, -0.75, -3.0])
+SPANS = np.array([-40.5, -17.0, -3.25, 0.0, 0.5, 2.0, 9.75, 30.0])         # float64, searched by integers
+STEPS = np.arange(-60, 61, 3)                                                # int64, 41 boundaries
+
+
+def left(score, b, h, q_idx, kv_idx):
+    return np.searchsorted(SHORT, score) * 1.0
+
+
+def right(score, b, h, q_idx, kv_idx):
+    return SHORT.searchsorted(score, side="right") * 1.0
+
+
+def long_left(score, b, h, q_idx, kv_idx):
+    return np.searchsorted(LONG, score, "left") * 1.0
+
+
+def long_right(score, b, h, q_idx, kv_idx):
+    return np.searchsorted(LONG, score, side="right") * 1.0
+
+
+def digitized(score, b, h, q_idx, kv_idx):
+    return np.digitize(score, DECREASING) + 10.0 * np.digitize(score, DECREASING, right=True) \
+        + 100.0 * np.digitize(score, LONG, right=True)
+
+
+def index_buckets(score, b, h, q_idx, kv_idx):
+    return np.searchsorted(SPANS, q_idx - kv_idx) + 10.0 * np.searchsorted(SPANS, kv_idx - q_idx, side="right") \
+        + 100.0 * np.searchsorted(STEPS, q_idx - 2 * kv_idx, side="right")
+
+
+COUNTS = [left, right, long_left, long_right, digitized, index_buckets]
+
+
+def scores(rows=128):
+    """[rows, 64] f32: every boundary, a unit in the last place either side of it, NaN, +-inf, -0.0, random."""
+    rng = np.random.default_rng(29)
+    x = (rng.standard_normal((rows, 64)) * 2).astype(np.float32)
+    special = np.concatenate([SHORT, LONG, DECREASING, [np.nan, np.inf, -np.inf, -0.0, 0.0]]).astype(np.float32)
+    near = np.concatenate([special, np.nextafter(special, np.float32(np.inf)),
+                           np.nextafter(special, np.float32(-np.inf))]).astype(np.float32)
+    picks = rng.random((rows, 64)) < 0.5
+    x[picks] = rng.choice(near, picks.sum())
+    return x
+
+
+def numpy_counts(fn, x):
+    """What `fn` gives on the host: NumPy's own functions on x and the index grids."""
+    q, kv = np.arange(x.shape[0])[:, None], np.arange(64)[None, :]
+    return np.broadcast_to(fn(x, 0, 0, q, kv), x.shape).astype(np.float32)
+
+
+def _check_counts(level, fns, unrolled_max, rows=128):
+    x = scores(rows)
+    saved = searches.UNROLLED_SEARCH_MAX
+    searches.UNROLLED_SEARCH_MAX = unrolled_max
+    try:
+        module, arrays = score_mod_kernel(fns)
+    finally:
+        searches.UNROLLED_SEARCH_MAX = saved
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = tessera.interpret(module, x, *arrays, level=level)
+    for k, fn in enumerate(fns):
+        got, expected = out[:, 64 * k: 64 * k + 64], numpy_counts(fn, x)
+        bad = np.argwhere(got != expected)[:3]
+        assert not len(bad), f"{fn.__name__}: {[(x[tuple(i)], got[tuple(i)], expected[tuple(i)]) for i in bad]}"
+    return arrays
+
+
+@pytest.mark.parametrize("unrolled_max", [0, 1000], ids=["binary", "unrolled"])
+def test_counts_are_numpys_by_both_lowerings_at_tile_level(unrolled_max):
+    arrays = _check_counts("tile", COUNTS, unrolled_max)
+    # the binary search reads its boundaries from kernel inputs (SPANS as floor / ceil integers), unrolled none
+    assert len(arrays) == (0 if unrolled_max else 6)
+
+
+def test_binary_search_counts_in_the_cta_simulator():
+    """The binary search's gathers and selects in the CTA simulator: NumPy's counts (the rest: -m slow)."""
+    _check_counts("target", [long_right, index_buckets], 0, rows=64)
+
+
+@pytest.mark.slow  # 10-40 s
+@pytest.mark.parametrize("level", ["target", "ptx"])
+@pytest.mark.parametrize("unrolled_max", [0, 1000], ids=["binary", "unrolled"])
+def test_counts_are_numpys_by_both_lowerings_below_tile_level(level, unrolled_max):
+    """The CTA simulator and the PTX executor (setp, selp, ld.global of the boundaries): the same counts."""
+    _check_counts(level, COUNTS, unrolled_max)
+
+
+def test_default_threshold_unrolls_short_searches_and_gathers_long_ones():
+    short, long = trace_mod(left, "score_mod"), trace_mod(long_left, "score_mod")
+    assert not short.uses("gather") and short.arrays == []
+    assert long.uses("gather") and [a.name for a in long.arrays] == ["score_mod_LONG"]
+    assert len(SHORT) <= searches.UNROLLED_SEARCH_MAX < len(LONG)
+    # ceil(log2 41) = 6 halvings, the first at a constant boundary, then the last probe: 6 gathers
+    gathers, seen, stack = 0, set(), [long.result]
+    while stack:
+        n = stack.pop()
+        if id(n) not in seen:
+            seen.add(id(n))
+            gathers += n.op == "gather"
+            stack.extend(n.args)
+    assert gathers == 6
+
+
+# region variants as users write them
+
+OFFSETS = np.array([0, 13, 13, 40, 41, 77, 120, 121, 160, 200])   # 9 documents (one empty) over 200 tokens
+DISTANCES = np.array([1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512])  # log-spaced
+BUCKET_BIAS = np.random.default_rng(3).standard_normal((4, len(DISTANCES) + 1)).astype(np.float32) * 0.5
+PIECES = np.array([-4.0, -1.0, 0.5, 3.0])
+MANY = np.cumsum(np.random.default_rng(4).integers(0, 2, 300))    # 300 documents' starts (repeats: empty ones)
+
+
+def documents(b, h, q_idx, kv_idx):
+    """Packed documents, causal inside each (the FlexAttention idiom, searched in the mod)."""
+    doc = np.searchsorted(OFFSETS, q_idx, side="right")
+    return (doc == np.searchsorted(OFFSETS, kv_idx, side="right")) & (q_idx >= kv_idx)
+
+
+def many_documents(b, h, q_idx, kv_idx):
+    return np.searchsorted(MANY, q_idx, side="right") == np.searchsorted(MANY, kv_idx, side="right")
+
+
+def bucketed_bias(score, b, h, q_idx, kv_idx):
+    """A relative-position bias per log-spaced bucket of the distance and head, and a piecewise penalty of the
+    score (np.digitize of the score: its derivative is the identity's)."""
+    bucket = np.searchsorted(DISTANCES, np.abs(q_idx - kv_idx), side="right")
+    return score + BUCKET_BIAS[h, bucket] - 0.125 * np.digitize(score, PIECES)
+
+
+def numpy_variant(score, b, h, q_idx, kv_idx):
+    return bucketed_bias(score, b, h, q_idx, kv_idx)
+
+
+VARIANTS = {
+    "numpy-documents": (None, documents),
+    "numpy-many-documents": (None, many_documents),
+    "numpy-buckets": (bucketed_bias, None),
+    "numpy-buckets+documents": (bucketed_bias, documents),
+}
+SHAPES = [(1, 4, 2, 200, 200), (2, 4, 4, 77, 200), (1, 2, 1, 130, 61)]
+
+
+def _torch_variants():
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install -e '.[torch]')")
+    offsets, distances = torch.from_numpy(OFFSETS), torch.from_numpy(DISTANCES)
+    pieces, many = torch.from_numpy(PIECES), torch.from_numpy(MANY)
+    table = torch.from_numpy(BUCKET_BIAS)
+
+    def torch_documents(b, h, q_idx, kv_idx):
+        doc = torch.searchsorted(offsets, q_idx, right=True)
+        return (doc == torch.searchsorted(offsets, kv_idx, side="right")) & (q_idx >= kv_idx)
+
+    def torch_many(b, h, q_idx, kv_idx):
+        return torch.bucketize(q_idx, many, right=True) == torch.bucketize(kv_idx, many, right=True)
+
+    def torch_buckets(score, b, h, q_idx, kv_idx):
+        bucket = torch.bucketize((q_idx - kv_idx).abs(), distances, right=True)
+        return score + table[h, bucket] - 0.125 * torch.bucketize(score, pieces, right=True)
+
+    return {"torch-documents": (None, torch_documents), "torch-many-documents": (None, torch_many),
+            "torch-buckets+documents": (torch_buckets, torch_documents)}
+
+
+def _variant(name):
+    return VARIANTS[name] if name in VARIANTS else _torch_variants()[name]
+
+
+def _check(name, level, shape):
+    score_mod, mask_mod = _variant(name)
+    q, k, v, do = variant_inputs(shape, seed=len(name))
+    check_variant_forward_and_backward(q, k, v, do, score_mod, mask_mod, level)
+
+
+@pytest.mark.parametrize("name,shape", [("numpy-buckets+documents", SHAPES[2]),
+                                        ("torch-buckets+documents", (1, 2, 1, 45, 61))])
+def test_searched_variants_forward_and_backward(name, shape):
+    _check(name, "tile", shape)
+
+
+ALL = sorted(VARIANTS) + ["torch-documents", "torch-many-documents", "torch-buckets+documents"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("name", ALL)
+def test_each_searched_variant_over_shapes(name, shape):
+    _check(name, "tile", shape)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", ["target", "ptx"])
+@pytest.mark.parametrize("name", ["numpy-buckets+documents", "numpy-many-documents"])
+def test_searched_variants_below_tile_level(name, level):
+    _check(name, level, (1, 2, 1, 70, 90))
+
+
+def test_block_lists_of_searched_documents_are_those_of_the_document_ids():
+    """A document mask searched in the mod, in NumPy and in torch, classifies the blocks as the one that
+    indexes document ids precomputed on the host (the rewrite users made before)."""
+    doc_ids = np.searchsorted(OFFSETS, np.arange(200), side="right")
+
+    def indexed(b, h, q_idx, kv_idx):
+        return (doc_ids[q_idx] == doc_ids[kv_idx]) & (q_idx >= kv_idx)
+
+    expected = create_block_mask(indexed, 1, 1, 200, 200, 32, 16)
+    mods = [documents] + ([_torch_variants()["torch-documents"][1]] if _has_torch() else [])
+    for mod in mods:
+        got = create_block_mask(mod, 1, 1, 200, 200, 32, 16)
+        assert np.array_equal(got.kinds, expected.kinds)
+        assert all(np.array_equal(a, b) for a, b in zip(got.inputs(), expected.inputs()))
+
+
+def _has_torch():
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# endregion
+# region refusals
+
+UNSORTED = np.array([0, 5, 3, 9])
+WITH_NAN = np.array([0.0, np.nan, 1.0])
+GRID = np.arange(12).reshape(3, 4)
+
+
+@pytest.mark.parametrize("fn,construct", [
+    (lambda b, h, q, k: np.searchsorted(UNSORTED, q) == 1,
+     "np.searchsorted of UNSORTED: it is not sorted in increasing order \\(5 at index 1 before 3\\)"),
+    (lambda b, h, q, k: np.digitize(q, UNSORTED) == 1,
+     "np.digitize of UNSORTED: it is not sorted in increasing or decreasing order"),
+    (lambda b, h, q, k: np.searchsorted(WITH_NAN, q) == 1, "np.searchsorted of WITH_NAN: it holds NaN at index 1"),
+    (lambda b, h, q, k: np.searchsorted(OFFSETS, q, sorter=np.arange(10)) == 1, "np.searchsorted with sorter="),
+    (lambda b, h, q, k: np.searchsorted(GRID, q) == 1, "np.searchsorted of GRID: its shape \\(3, 4\\) is not"),
+    (lambda b, h, q, k: np.searchsorted(OFFSETS, q, side="middle") == 1, "np.searchsorted with side='middle'"),
+    (lambda b, h, q, k: np.searchsorted(OFFSETS, q > k) == 1, "np.searchsorted of a boolean value"),
+    (lambda b, h, q, k: np.digitize(q, OFFSETS, right=k > 0) == 1, "np.digitize with right="),
+])
+def test_what_stays_refused_is_named(fn, construct):
+    with pytest.raises(ModTraceError, match=f"mask_mod '<lambda>' at .*: cannot trace {construct}"):
+        trace_mod(fn, "mask_mod")
+
+
+def test_torch_refusals_are_named():
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install -e '.[torch]')")
+    unsorted = torch.tensor([3, 1, 2])
+    offsets = torch.from_numpy(OFFSETS)
+    cases = [
+        (lambda b, h, q, k: torch.searchsorted(unsorted, q) == 0, "torch.searchsorted of unsorted: it is not sorted"),
+        (lambda b, h, q, k: torch.searchsorted(offsets, q, side="left", right=True) == 0,
+         "torch.searchsorted with side='left' and right=True \\(opposites"),
+        (lambda b, h, q, k: torch.bucketize(q, offsets, out=None) == 0, "torch.bucketize with the arguments"),
+        (lambda b, h, q, k: torch.searchsorted(offsets, q, sorter=torch.arange(10)) == 0,
+         "torch.searchsorted with sorter="),
+    ]
+    for fn, construct in cases:
+        with pytest.raises(ModTraceError, match=f"mask_mod '.*<lambda>' at .*: cannot trace {construct}"):
+            trace_mod(fn, "mask_mod")
+
+# endregion
