@@ -30,6 +30,7 @@ LONG = np.concatenate([[-np.inf], np.linspace(-3, 3, 37), [3.0, np.inf]]).astype
 DECREASING = np.float32([2.0, 1.0, 1.0, -0.75, -3.0])
 SPANS = np.array([-40.5, -17.0, -3.25, 0.0, 0.5, 2.0, 9.75, 30.0])         # float64, searched by integers
 STEPS = np.arange(-60, 61, 3)                                                # int64, 41 boundaries
+SHIFTED = SPANS + 64
 
 
 def left(score, b, h, q_idx, kv_idx):
@@ -58,7 +59,17 @@ def index_buckets(score, b, h, q_idx, kv_idx):
         + 100.0 * np.searchsorted(STEPS, q_idx - 2 * kv_idx, side="right")
 
 
-COUNTS = [left, right, long_left, long_right, digitized, index_buckets]
+def same_buckets(score, b, h, q_idx, kv_idx):
+    """Equal counts of two searches of the same boundaries (emitted as two compares per element against the
+    boundaries around the smaller operand's count, `searches.same_count`): floats with NaN, integers."""
+    shifted = kv_idx * 0.125 - 4.0
+    return 1.0 * (np.searchsorted(SHORT, score) == np.searchsorted(SHORT, shifted)) \
+        + 2.0 * (np.searchsorted(LONG, shifted, side="right") != np.searchsorted(LONG, score, side="right")) \
+        + 4.0 * (np.searchsorted(STEPS, q_idx - 64) == np.searchsorted(STEPS, kv_idx)) \
+        + 8.0 * (np.digitize(q_idx, SHIFTED, right=True) == np.digitize(kv_idx, SHIFTED, right=True))
+
+
+COUNTS = [left, right, long_left, long_right, digitized, index_buckets, same_buckets]
 
 
 def scores(rows=128):
@@ -99,14 +110,20 @@ def _check_counts(level, fns, unrolled_max, rows=128):
 
 @pytest.mark.parametrize("unrolled_max", [0, 1000], ids=["binary", "unrolled"])
 def test_counts_are_numpys_by_both_lowerings_at_tile_level(unrolled_max):
-    arrays = _check_counts("tile", COUNTS, unrolled_max)
-    # the binary search reads its boundaries from kernel inputs (SPANS as floor / ceil integers), unrolled none
-    assert len(arrays) == (0 if unrolled_max else 6)
+    arrays = _check_counts("tile", COUNTS, unrolled_max, rows=64)
+    # the binary search reads its boundaries from kernel inputs (SPANS as floor / ceil integers); unrolled, only
+    # same_buckets' equalities read theirs (SHORT, LONG, STEPS, SHIFTED as floor integers)
+    assert len(arrays) == (4 if unrolled_max else 7)
+
+
+def same_documents(score, b, h, q_idx, kv_idx):
+    return 1.0 * (np.searchsorted(STEPS, q_idx - 64, side="right") == np.searchsorted(STEPS, kv_idx, side="right"))
 
 
 def test_binary_search_counts_in_the_cta_simulator():
-    """The binary search's gathers and selects in the CTA simulator: NumPy's counts (the rest: -m slow)."""
-    _check_counts("target", [long_right, index_buckets], 0, rows=64)
+    """The binary search's gathers and selects, and an equality's two compares, in the CTA simulator: NumPy's
+    counts (the rest: -m slow)."""
+    _check_counts("target", [long_right, same_documents], 0, rows=64)
 
 
 @pytest.mark.slow  # 10-40 s

@@ -34,6 +34,7 @@ kernel input of their own where the binary search gathers them.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -116,21 +117,74 @@ def binary_count(value: Node, c: np.ndarray, op: str, table: CapturedArray) -> N
     return past if base is None else Node("add", (base, past), I32)
 
 
-def search_count(value: Node, array: np.ndarray, side: str, table: Callable[[np.ndarray], CapturedArray]) -> Node:
+@dataclass(frozen=True, eq=False)
+class Search:
+    """A traced search: `count` (the node) is the number of j with not (`value` OP c[j]) over the sorted
+    boundaries `c`; `table` the kernel input c is gathered from (by the binary search, and by `same_count`'s
+    lookups; None where nothing gathers it)."""
+
+    value: Node
+    c: np.ndarray
+    op: str
+    table: CapturedArray | None
+    count: Node
+
+    def same_boundaries(self, other: Search) -> bool:
+        return self.op == other.op and self.c.dtype == other.c.dtype and np.array_equal(self.c, other.c)
+
+
+def search_count(value: Node, array: np.ndarray, side: str, table: Callable[[np.ndarray], CapturedArray]) -> Search:
     """np.searchsorted(array, value, side) of a traced i32 or f32 `value` and sorted host boundaries `array`:
     unrolled up to `UNROLLED_SEARCH_MAX` boundaries, else a binary search gathering the kernel input `table(c)`
     gives for the compared boundaries c."""
     c, op = effective_boundaries(value.dtype, array, side)
     if len(c) <= UNROLLED_SEARCH_MAX:
-        return unrolled_count(value, c, op)
-    return binary_count(value, c, op, table(c))
+        return Search(value, c, op, None, unrolled_count(value, c, op))
+    kept = table(c)
+    return Search(value, c, op, kept, binary_count(value, c, op, kept))
 
 
-def digitize_count(value: Node, bins: np.ndarray, right: bool, table: Callable[[np.ndarray], CapturedArray]) -> Node:
+def digitize_count(value: Node, bins: np.ndarray, right: bool,
+                   table: Callable[[np.ndarray], CapturedArray]) -> tuple[Node, Search]:
     """np.digitize(value, bins, right) of monotonic `bins`: a search of the increasing bins, or n less that of
-    the reversed decreasing ones (NumPy's definition)."""
+    the reversed decreasing ones (NumPy's definition); the node and the search."""
     side = "left" if right else "right"
     if len(bins) > 1 and bins[0] > bins[-1]:
-        count = search_count(value, bins[::-1].copy(), side, table)
-        return Node("sub", (_index(len(bins)), count), I32)
-    return search_count(value, bins, side, table)
+        search = search_count(value, bins[::-1].copy(), side, table)
+        return Node("sub", (_index(len(bins)), search.count), I32), search
+    search = search_count(value, bins, side, table)
+    return search.count, search
+
+
+@dataclass(frozen=True, eq=False)
+class SearchedEqual:
+    """The `value` of an "eq" node between the counts of two searches of the same boundaries (a document mask's
+    `searchsorted(offsets, q_idx) == searchsorted(offsets, kv_idx)`): the node means that equality, and the
+    kernel emits it as `same_count` of the search of the operand with fewer elements (the row or column vector
+    of the query indices) and the other's value."""
+
+    first: Search
+    second: Search
+
+
+def _lookup(search: Search, index: Node) -> Node:
+    """c[index] for an index in [0, n - 1]: a gather of the search's table."""
+    assert search.table is not None, "same_count gathers the boundaries"
+    return Node("gather", (index,), search.table.dtype, search.table)
+
+
+def same_count(search: Search, other: Node) -> Node:
+    """Whether `other` counts as many boundaries as `search`'s value, d: P(d - 1) and not P(d) at `other`
+    (P(j) = not (other OP c[j]) holds on a prefix; P(-1) holds, P(n) does not), from c[d - 1] and c[d] looked
+    gathered once for `search`'s value (a row vector's: two loads a row): two compares per element of `other`
+    instead of its whole search."""
+    d, n, op = search.count, len(search.c), search.op
+    below = _lookup(search, Node("max", (Node("sub", (d, _index(1)), I32), _index(0)), I32))
+    above = _lookup(search, Node("min", (d, _index(n - 1)), I32))
+    if other.dtype == I32:  # not (y <= c) is y > c, not (y < c) is y >= c
+        past = Node({"le": "gt", "lt": "ge"}[op], (other, below), BOOL)
+    else:  # NaN: only the negation counts it
+        past = Node("not", (Node(op, (other, below), BOOL),), BOOL)
+    first = Node("or", (Node("eq", (d, _index(0)), BOOL), past), BOOL)
+    last = Node("or", (Node("eq", (d, _index(n)), BOOL), Node(op, (other, above), BOOL)), BOOL)
+    return Node("and", (first, last), BOOL)

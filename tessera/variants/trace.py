@@ -33,6 +33,7 @@ take Python numbers, and fail on the reference's NumPy grids too: write np.floor
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import sys
@@ -89,6 +90,7 @@ class _Tracing:
         self.arrays: dict[int, CapturedArray] = {}
         self.names: set[str] = set()
         self.searched: dict[tuple, CapturedArray] = {}
+        self.searches: dict[int, tuple[searches.Search, Callable]] = {}
 
     def unique_name(self, name: str) -> str:
         """A kernel input's name for an array the user calls `name`: `{kind}_{name}`, then _2, _3, ..."""
@@ -196,6 +198,13 @@ class Traced:
             nodes = [Node("select", (n, one, zero), I32) if n.dtype == BOOL else n for n in nodes]
         if op in FLOORED:
             return self._wrap(self._floored_division(op, nodes))
+        if op in ("eq", "ne") and all(id(n) in t.searches for n in nodes):  # searchsorted(a, q) == ...(a, kv)
+            (first, table), (second, _) = (t.searches[id(n)] for n in nodes)
+            if first.same_boundaries(second):  # its lookups gather the boundaries (a row vector's: two loads)
+                kept = first.table or table(first.c)
+                first, second = (dataclasses.replace(x, table=kept) for x in (first, second))
+                equal = Node("eq", tuple(nodes), BOOL, searches.SearchedEqual(first, second))
+                return self._wrap(equal if op == "eq" else Node("not", (equal,), BOOL))
         dtype = F32 if op in FLOAT_ONLY or any(n.dtype == F32 for n in nodes) else I32
         nodes = [self._convert(n, dtype) for n in nodes]
         return self._wrap(Node(op, tuple(nodes), BOOL if op in COMPARES else dtype))
@@ -314,8 +323,12 @@ class Traced:
             return found
 
         if digitize:
-            return self._wrap(searches.digitize_count(node, array, bool(side), table))
-        return self._wrap(searches.search_count(node, array, str(side), table))
+            count, search = searches.digitize_count(node, array, bool(side), table)
+        else:
+            search = searches.search_count(node, array, str(side), table)
+            count = search.count
+        t.searches[id(count)] = (search, table)
+        return self._wrap(count)
 
     def _power(self, base: object, exponent: object) -> Traced:
         """base ** exponent (np.power, np.float_power) in the ops the kernel has:
