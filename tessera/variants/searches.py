@@ -24,6 +24,10 @@ boundary, as both libraries give it. Each count is that of P(j) = not (v OP c[j]
 
 Both compute the same count, so they agree bit for bit at every level.
 
+Two counts of the same boundaries compared for equality (`doc(q_idx) == doc(kv_idx)`, `SearchedEqual`) are
+emitted as one search and two compares (`same_count`): the kernel searches the operand with fewer elements and
+compares the other against the boundaries gathered around that count.
+
 The compares are of the value's type: for an i32 value the boundaries as i32, a float boundary b taken as
 floor(b) against `le` (v <= b iff v <= floor(b) for an integer v) and ceil(b) against `lt`, each clipped to the
 i32 range, so an index is compared exactly as the libraries compare it (bar i32's two extreme values); for an

@@ -15,6 +15,9 @@ are constants of the kernel.
 With PyTorch installed, torch functions, tensor methods and captured tensors are accepted the same way
 (`tessera.variants.torch_mods`).
 
+np.searchsorted, np.digitize (and torch.searchsorted / torch.bucketize) of a traced value in a captured sorted
+1-D array are counts of compares, unrolled or a binary search (`Traced._search`, `tessera.variants.searches`).
+
 `x ** p` and `c ** y` become multiplications, np.sqrt or exp2/log2 (`Traced._power`), `x ** y` exp2/log2 with
 NumPy's sign rules (`_traced_power`); np.floor / np.ceil / np.rint / np.round / np.trunc the `tile.floor`
 family (`Traced._round`); `x.astype(dtype)` converts as NumPy does (`Traced.astype`: a float to an integer
