@@ -111,9 +111,10 @@ def _check_counts(level, fns, unrolled_max, rows=128):
 @pytest.mark.parametrize("unrolled_max", [0, 1000], ids=["binary", "unrolled"])
 def test_counts_are_numpys_by_both_lowerings_at_tile_level(unrolled_max):
     arrays = _check_counts("tile", COUNTS, unrolled_max, rows=64)
-    # the binary search reads its boundaries from kernel inputs (SPANS as floor / ceil integers); unrolled, only
-    # same_buckets' equalities read theirs (SHORT, LONG, STEPS, SHIFTED as floor integers)
-    assert len(arrays) == (4 if unrolled_max else 7)
+    # the binary search reads its boundaries from kernel inputs (SPANS as floor / ceil integers, SHIFTED as
+    # floor integers); same_buckets' equalities read the floats' boundaries (SHORT, LONG) and the integers' padded
+    # bounds (`searches.count_bounds` of STEPS and SHIFTED), the only inputs where the searches are unrolled
+    assert len(arrays) == (4 if unrolled_max else 9)
 
 
 def same_documents(score, b, h, q_idx, kv_idx):

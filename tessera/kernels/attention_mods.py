@@ -135,12 +135,15 @@ class ScoreContext:
         return self.b.emit(tile.FmaOp(*args), "mod_fma")
 
     def _searched_equal(self, equal: searches.SearchedEqual) -> Node:
-        """Two searches' counts compared (`searches.SearchedEqual`): the search of the value with fewer elements
-        (a document mask's query row vector) and two compares of the other's per element (`same_count`)."""
+        """Two searches' counts compared (`searches.SearchedEqual`): the search of a row vector's value (else of
+        the value with fewer elements) and two compares of the other's per element (`same_count`)."""
         if id(equal) not in self._equalities:  # kept: the emitted nodes' ids must stay theirs
-            sizes = [int(np.prod(self.emit(s.value).type.get_shape())) for s in (equal.first, equal.second)]
+            # a row vector first: its ops with constants (row vectors too) stay row vectors, where a column
+            # vector's broadcast to the whole tile
+            sizes = [(len(shape) != 1, int(np.prod(shape))) for shape in
+                     (tuple(self.emit(s.value).type.get_shape()) for s in (equal.first, equal.second))]
             searched, other = (equal.first, equal.second) if sizes[0] <= sizes[1] else (equal.second, equal.first)
-            self._equalities[id(equal)] = searches.same_count(searched, other.value)
+            self._equalities[id(equal)] = searches.same_count(searched, other.value, equal.bounds)
         return self._equalities[id(equal)]
 
     def _emit(self, node: Node) -> SSAValue:

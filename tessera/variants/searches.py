@@ -25,8 +25,8 @@ boundary, as both libraries give it. Each count is that of P(j) = not (v OP c[j]
 Both compute the same count, so they agree bit for bit at every level.
 
 Two counts of the same boundaries compared for equality (`doc(q_idx) == doc(kv_idx)`, `SearchedEqual`) are
-emitted as one search and two compares (`same_count`): the kernel searches the operand with fewer elements and
-compares the other against the boundaries gathered around that count.
+emitted as one search and two compares (`same_count`): the kernel searches the operand that is a row vector and
+compares the other against bounds gathered at that count (a window's two compares, for integers).
 
 The compares are of the value's type: for an i32 value the boundaries as i32, a float boundary b taken as
 floor(b) against `le` (v <= b iff v <= floor(b) for an integer v) and ceil(b) against `lt`, each clipped to the
@@ -164,11 +164,23 @@ def digitize_count(value: Node, bins: np.ndarray, right: bool,
 class SearchedEqual:
     """The `value` of an "eq" node between the counts of two searches of the same boundaries (a document mask's
     `searchsorted(offsets, q_idx) == searchsorted(offsets, kv_idx)`): the node means that equality, and the
-    kernel emits it as `same_count` of the search of the operand with fewer elements (the row or column vector
-    of the query indices) and the other's value."""
+    kernel emits it as `same_count` of the search of the operand that is a row vector (a search of a column vector
+    would broadcast against the constants, row vectors, to the whole tile) and the other's value; `bounds` holds
+    `count_bounds` of integer searches."""
 
     first: Search
     second: Search
+    bounds: CapturedArray | None = None
+
+
+def count_bounds(search: Search) -> np.ndarray | None:
+    """For an i32 search, L padded: [i32 min, L[0], ..., L[n - 1], i32 max] where P(j) is y >= L[j] (L = c + 1 for
+    `le`, c for `lt`, clipped to i32), so that count(y) = d is L'[d] <= y < L'[d + 1] with no case for d = 0 or n
+    (bar i32's two extreme values); None for an f32 search (a NaN or infinite value has no such bound)."""
+    if search.value.dtype != I32:
+        return None
+    lower = search.c.astype(np.int64) + (1 if search.op == "le" else 0)
+    return np.clip(np.concatenate([[_I32_MIN], lower, [_I32_MAX]]), _I32_MIN, _I32_MAX).astype(np.int32)
 
 
 def _lookup(search: Search, index: Node) -> Node:
@@ -177,12 +189,17 @@ def _lookup(search: Search, index: Node) -> Node:
     return Node("gather", (index,), search.table.dtype, search.table)
 
 
-def same_count(search: Search, other: Node) -> Node:
+def same_count(search: Search, other: Node, bounds: CapturedArray | None = None) -> Node:
     """Whether `other` counts as many boundaries as `search`'s value, d: P(d - 1) and not P(d) at `other`
-    (P(j) = not (other OP c[j]) holds on a prefix; P(-1) holds, P(n) does not), from c[d - 1] and c[d] looked
-    gathered once for `search`'s value (a row vector's: two loads a row): two compares per element of `other`
-    instead of its whole search."""
+    (P(j) = not (other OP c[j]) holds on a prefix; P(-1) holds, P(n) does not), from bounds gathered once for
+    `search`'s value (a row vector's: two loads a row): two compares per element of `other` instead of its
+    whole search. With `bounds` (`count_bounds`, integers) L'[d] <= other < L'[d + 1], a window's compares
+    applied one after the other; else from c[d - 1] and c[d], with the cases d = 0 and d = n."""
     d, n, op = search.count, len(search.c), search.op
+    if bounds is not None:
+        low = Node("gather", (d,), I32, bounds)
+        high = Node("gather", (Node("add", (d, _index(1)), I32),), I32, bounds)
+        return Node("and", (Node("ge", (other, low), BOOL), Node("lt", (other, high), BOOL)), BOOL)
     below = _lookup(search, Node("max", (Node("sub", (d, _index(1)), I32), _index(0)), I32))
     above = _lookup(search, Node("min", (d, _index(n - 1)), I32))
     if other.dtype == I32:  # not (y <= c) is y > c, not (y < c) is y >= c

@@ -203,10 +203,13 @@ class Traced:
             return self._wrap(self._floored_division(op, nodes))
         if op in ("eq", "ne") and all(id(n) in t.searches for n in nodes):  # searchsorted(a, q) == ...(a, kv)
             (first, table), (second, _) = (t.searches[id(n)] for n in nodes)
-            if first.same_boundaries(second):  # its lookups gather the boundaries (a row vector's: two loads)
-                kept = first.table or table(first.c)
-                first, second = (dataclasses.replace(x, table=kept) for x in (first, second))
-                equal = Node("eq", tuple(nodes), BOOL, searches.SearchedEqual(first, second))
+            if first.same_boundaries(second):  # its lookups gather bounds (a row vector's: two loads a row)
+                bounds = searches.count_bounds(first)
+                if bounds is None:
+                    kept = first.table or table(first.c)
+                    first, second = (dataclasses.replace(x, table=kept) for x in (first, second))
+                kept_bounds = None if bounds is None else table(bounds)
+                equal = Node("eq", tuple(nodes), BOOL, searches.SearchedEqual(first, second, kept_bounds))
                 return self._wrap(equal if op == "eq" else Node("not", (equal,), BOOL))
         dtype = F32 if op in FLOAT_ONLY or any(n.dtype == F32 for n in nodes) else I32
         nodes = [self._convert(n, dtype) for n in nodes]
