@@ -31,6 +31,7 @@ DECREASING = np.float32([2.0, 1.0, 1.0, -0.75, -3.0])
 SPANS = np.array([-40.5, -17.0, -3.25, 0.0, 0.5, 2.0, 9.75, 30.0])         # float64, searched by integers
 STEPS = np.arange(-60, 61, 3)                                                # int64, 41 boundaries
 SHIFTED = SPANS + 64
+DECREASING_UP = DECREASING[::-1].copy()  # digitize(x, DECREASING) is 5 less this one's count: no equality
 
 
 def left(score, b, h, q_idx, kv_idx):
@@ -66,7 +67,8 @@ def same_buckets(score, b, h, q_idx, kv_idx):
     return 1.0 * (np.searchsorted(SHORT, score) == np.searchsorted(SHORT, shifted)) \
         + 2.0 * (np.searchsorted(LONG, shifted, side="right") != np.searchsorted(LONG, score, side="right")) \
         + 4.0 * (np.searchsorted(STEPS, q_idx - 64) == np.searchsorted(STEPS, kv_idx)) \
-        + 8.0 * (np.digitize(q_idx, SHIFTED, right=True) == np.digitize(kv_idx, SHIFTED, right=True))
+        + 8.0 * (np.digitize(q_idx, SHIFTED, right=True) == np.digitize(kv_idx, SHIFTED, right=True)) \
+        + 16.0 * (np.digitize(score, DECREASING) == np.searchsorted(DECREASING_UP, score, side="right"))
 
 
 COUNTS = [left, right, long_left, long_right, digitized, index_buckets, same_buckets]
@@ -114,7 +116,7 @@ def test_counts_are_numpys_by_both_lowerings_at_tile_level(unrolled_max):
     # the binary search reads its boundaries from kernel inputs (SPANS as floor / ceil integers, SHIFTED as
     # floor integers); same_buckets' equalities read the floats' boundaries (SHORT, LONG) and the integers' padded
     # bounds (`searches.count_bounds` of STEPS and SHIFTED), the only inputs where the searches are unrolled
-    assert len(arrays) == (4 if unrolled_max else 9)
+    assert len(arrays) == (4 if unrolled_max else 10)
 
 
 def same_documents(score, b, h, q_idx, kv_idx):

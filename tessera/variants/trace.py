@@ -93,7 +93,7 @@ class _Tracing:
         self.arrays: dict[int, CapturedArray] = {}
         self.names: set[str] = set()
         self.searched: dict[tuple, CapturedArray] = {}
-        self.searches: dict[int, tuple[searches.Search, Callable]] = {}
+        self.searches: dict[int, tuple[searches.Search, Callable, bool]] = {}
 
     def unique_name(self, name: str) -> str:
         """A kernel input's name for an array the user calls `name`: `{kind}_{name}`, then _2, _3, ..."""
@@ -202,8 +202,8 @@ class Traced:
         if op in FLOORED:
             return self._wrap(self._floored_division(op, nodes))
         if op in ("eq", "ne") and all(id(n) in t.searches for n in nodes):  # searchsorted(a, q) == ...(a, kv)
-            (first, table), (second, _) = (t.searches[id(n)] for n in nodes)
-            if first.same_boundaries(second):  # its lookups gather bounds (a row vector's: two loads a row)
+            (first, table, flipped), (second, _, flipped_too) = (t.searches[id(n)] for n in nodes)
+            if first.same_boundaries(second) and flipped == flipped_too:  # bounds gathered at one count
                 bounds = searches.count_bounds(first)
                 if bounds is None:
                     kept = first.table or table(first.c)
@@ -333,7 +333,7 @@ class Traced:
         else:
             search = searches.search_count(node, array, str(side), table)
             count = search.count
-        t.searches[id(count)] = (search, table)
+        t.searches[id(count)] = (search, table, count is not search.count)  # n - count: decreasing bins
         return self._wrap(count)
 
     def _power(self, base: object, exponent: object) -> Traced:
