@@ -8,7 +8,8 @@ relative-position buckets and piecewise biases of the score.
   it, NaN, infinities, -0.0, duplicate and infinite boundaries, integer values against float boundaries.
 - Variants forward and backward at Tile level against the float64 reference, NumPy and torch spellings (the
   default run: one NumPy and one torch variant at one odd shape; `-m slow`: each over odd shapes and GQA, a
-  slice at target and PTX level, ptxas on document masks of 9 and 300 documents).
+  slice at target and PTX level, head_dim 128's keys-on-rows backward in the CTA simulator; document masks of 9
+  and 300 documents warp-specialized and through ptxas without spilling).
 - Block lists of `create_block_mask` from searched masks equal those of the precomputed document ids.
 - What stays refused is named: unsorted boundaries (with the array's name), NaN boundaries, sorter=, a 2-D
   array, side and right set to opposites, a boolean value, boundaries computed from traced values.
@@ -244,6 +245,40 @@ def test_each_searched_variant_over_shapes(name, shape):
 @pytest.mark.parametrize("name", ["numpy-buckets+documents", "numpy-many-documents"])
 def test_searched_variants_below_tile_level(name, level):
     _check(name, level, (1, 2, 1, 70, 90))
+
+
+@pytest.mark.slow  # 20 s: the CTA simulator at head_dim 128
+def test_searched_documents_on_the_backwards_keys_on_rows_blocks():
+    """At head_dim 128 the backward takes the keys-on-rows 64 x 128 blocks (S^T: `kv_idx` the row vector, so
+    the equality searches the keys and compares the queries' column): right in the CTA simulator."""
+    q, k, v, do = variant_inputs((1, 2, 1, 90, 130), seed=11, head_dim=128)
+    check_variant_forward_and_backward(q, k, v, do, None, documents, "target")
+
+
+@pytest.mark.slow  # ptxas, 20 s each
+@pytest.mark.usefixtures("ptxas")
+@pytest.mark.parametrize("name", ["numpy-documents", "numpy-many-documents"])
+def test_searched_document_masks_stay_warp_specialized_without_spills(name):
+    """A document mask searched over 9 and over 300 documents: the forward at head_dim 64 (BN 128) and the
+    backward's main kernel at the blocks `tessera.attention_backward` takes first (128 x 128) lower
+    warp-specialized, and ptxas assembles them without spilling (bench/searched_documents.py: both head_dims,
+    every ptxas, SASS)."""
+    from tessera import passes
+    from tessera.kernels import flash_attention
+    from tessera.runtime import flex
+
+    mask = _variant(name)[1]
+    forward = flash_attention(64, mask_mod=mask, block_sparse=True)
+    assert flex.warp_specialized_refusal(forward) is None
+    options = dict(score_mod=None, mask_mod=mask, causal=False, scale=None, level="ptx", head_dim=64, dtype="bf16",
+                   deterministic=False)
+    kernels, _, refused, _ = flex.warp_specialized_first(None, *flex.backward_kernels(None, **options), **options)
+    assert refused == [] and kernels.config.attention.block_m == kernels.config.attention.block_n == 128
+    for module in (forward, kernels.main):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no fallback
+            result = tessera.compile(module, target="cubin", pipeline=passes.DEFAULT_PIPELINE)
+        assert result.warnings == () and not any(entry.spills for entry in result.entries.values())
 
 
 def test_block_lists_of_searched_documents_are_those_of_the_document_ids():
