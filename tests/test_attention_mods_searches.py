@@ -72,7 +72,13 @@ def same_buckets(score, b, h, q_idx, kv_idx):
         + 16.0 * (np.digitize(score, DECREASING) == np.searchsorted(DECREASING_UP, score, side="right"))
 
 
-COUNTS = [left, right, long_left, long_right, digitized, index_buckets, same_buckets]
+def literal(score, b, h, q_idx, kv_idx):
+    """Boundaries written in the hook: a list (21 entries: a binary search over a kernel input of its own) and
+    a tuple."""
+    return np.searchsorted(list(range(-40, 41, 4)), q_idx - kv_idx) + 100.0 * np.digitize(score, (-1.0, 0.0, 2.5))
+
+
+COUNTS = [left, right, long_left, long_right, digitized, index_buckets, same_buckets, literal]
 
 
 def scores(rows=128):
@@ -117,7 +123,7 @@ def test_counts_are_numpys_by_both_lowerings_at_tile_level(unrolled_max):
     # the binary search reads its boundaries from kernel inputs (SPANS as floor / ceil integers, SHIFTED as
     # floor integers); same_buckets' equalities read the floats' boundaries (SHORT, LONG) and the integers' padded
     # bounds (`searches.count_bounds` of STEPS and SHIFTED), the only inputs where the searches are unrolled
-    assert len(arrays) == (4 if unrolled_max else 10)
+    assert len(arrays) == (4 if unrolled_max else 12)
 
 
 def same_documents(score, b, h, q_idx, kv_idx):
@@ -169,6 +175,14 @@ def documents(b, h, q_idx, kv_idx):
     return (doc == np.searchsorted(OFFSETS, kv_idx, side="right")) & (q_idx >= kv_idx)
 
 
+def document_window(b, h, q_idx, kv_idx):
+    """A window of 24 on the positions inside each document, from its start read at the searched index (the
+    attention-gym idiom `q_idx - offsets[doc[q_idx]]`; the searched array is also gathered)."""
+    doc, kv_doc = np.searchsorted(OFFSETS, q_idx, side="right"), np.searchsorted(OFFSETS, kv_idx, side="right")
+    q_logical, kv_logical = q_idx - OFFSETS[doc - 1], kv_idx - OFFSETS[kv_doc - 1]
+    return (doc == kv_doc) & (q_logical >= kv_logical) & (q_logical - kv_logical < 24)
+
+
 def many_documents(b, h, q_idx, kv_idx):
     return np.searchsorted(MANY, q_idx, side="right") == np.searchsorted(MANY, kv_idx, side="right")
 
@@ -189,6 +203,7 @@ VARIANTS = {
     "numpy-many-documents": (None, many_documents),
     "numpy-buckets": (bucketed_bias, None),
     "numpy-buckets+documents": (bucketed_bias, documents),
+    "numpy-buckets+document-window": (bucketed_bias, document_window),
 }
 SHAPES = [(1, 4, 2, 200, 200), (2, 4, 4, 77, 200), (1, 2, 1, 130, 61)]
 
@@ -224,7 +239,7 @@ def _check(name, level, shape):
     check_variant_forward_and_backward(q, k, v, do, score_mod, mask_mod, level)
 
 
-@pytest.mark.parametrize("name,shape", [("numpy-buckets+documents", SHAPES[2]),
+@pytest.mark.parametrize("name,shape", [("numpy-buckets+document-window", SHAPES[2]),
                                         ("torch-buckets+documents", (1, 2, 1, 45, 61))])
 def test_searched_variants_forward_and_backward(name, shape):
     _check(name, "tile", shape)
