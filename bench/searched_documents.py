@@ -50,7 +50,8 @@ def ptxas_columns(module, pipeline=None) -> str:
     for tool in toolchain.find_all_ptxas():
         entries = toolchain.compile_ptx(ptx, ptxas=tool.path).entries.values()
         registers = max(e.registers or 0 for e in entries)
-        cells.append(f"{'.'.join(map(str, tool.version[:2]))}: {registers}{' SPILLS' if any(e.spills for e in entries) else ''}")
+        spills = " SPILLS" if any(e.spills for e in entries) else ""
+        cells.append(f"{'.'.join(map(str, tool.version[:2]))}: {registers}{spills}")
     return ", ".join(cells)
 
 

@@ -263,8 +263,9 @@ def _search(traced, name: str, args: tuple, kwargs: dict):
     allowed = {first, second, "out_int32", "right"} | ({"side", "sorter"} if name == "searchsorted" else set())
     unknown = sorted(set(kwargs) - allowed)
     if unknown or len(args) > 2:
+        extra = ", side=, sorter=" if "side" in allowed else ""
         raise traced._tracing.refuse(f"torch.{name} with the arguments {unknown or list(args[2:])} (supported: "
-                                     f"{first}, {second}, right=, out_int32={', side=, sorter=' if 'side' in allowed else ''})")
+                                     f"{first}, {second}, right=, out_int32={extra})")
     values = dict(zip((first, second), args)) | kwargs
     right, side = bool(values.get("right", False)), values.get("side")
     if side == "left" and right:
