@@ -12,8 +12,9 @@ installed, such a function is traced and run like a NumPy one:
   `ones_like` / `zeros_like` a constant (FlexAttention's own `and_masks` and `or_masks` start from
   `b.new_ones((), dtype=torch.bool)`); `.dtype` and `.device` of a traced value (`TRACED_ATTRIBUTES`) make
   constants like it; a captured tensor becomes a kernel input like a NumPy array (`as_numpy`: bool -> 0/1
-  int32, as for NumPy; bfloat16 -> float32), a 0-d one a constant; `torch.searchsorted` / `bucketize` and
-  other torch functions of a captured tensor are refused by name (`captured_call`);
+  int32, as for NumPy; bfloat16 -> float32), a 0-d one a constant; `torch.searchsorted` / `bucketize` of a
+  traced value in a captured tensor are np.searchsorted's search (`tessera.variants.searches`), other torch
+  functions of a captured tensor are refused by name (`captured_call`);
 - the reference and the host-side block mask (`trace.bounds_checked`, `host_callable`) call a function that
   uses torch (`uses_torch`), or one that calls tensor methods on its arguments (`wants_tensors`), with torch
   tensors made from the NumPy index grids (int64; the score float64) and turn its result back into NumPy
@@ -148,6 +149,13 @@ class CheckedTensor:
     def __getattr__(self, name: str):
         return getattr(self.tensor, name)
 
+    @classmethod
+    def __torch_function__(cls, func, types_, args=(), kwargs=None):
+        """A torch function of the tensor (`torch.searchsorted(offsets, q_idx)`): called on the tensor itself."""
+        def unwrap(value):
+            return value.tensor if isinstance(value, CheckedTensor) else value
+        return func(*[unwrap(a) for a in args], **{k: unwrap(v) for k, v in (kwargs or {}).items()})
+
 
 def _ops() -> dict:
     """torch function -> the traced op name (those of the NumPy ufuncs)."""
@@ -236,21 +244,43 @@ def _scalar_constant(traced, name: str, size, value, dtype):
         {"f32": "float32", "i32": "int32", "bool": "bool"}[traced.node.dtype])
 
 
-_HOST_SEARCHES = ("searchsorted", "bucketize")
-"""torch functions that search a captured tensor: each element would compare against all of it, so they are
-refused with the host-side rewrite (`_HOST_HINT`)."""
+_SEARCHES = {"searchsorted": ("sorted_sequence", "input"), "bucketize": ("input", "boundaries")}
+"""torch's searches, by their positional arguments: traced as np.searchsorted (`Traced._search`,
+`tessera.variants.searches`); bucketize(input, boundaries, right=r) is searchsorted(boundaries, input, right=r)."""
 
-_HOST_HINT = ("run it on the host once and index its result: doc_ids = torch.searchsorted(offsets, "
-              "torch.arange(seq_len), right=True) - 1 outside the function, doc_ids[q_idx] inside")
+
+def is_search(func) -> bool:
+    """Whether `func` is torch.searchsorted or torch.bucketize."""
+    torch = torch_module()
+    return func in (torch.searchsorted, torch.bucketize)
+
+
+def _search(traced, name: str, args: tuple, kwargs: dict):
+    """torch.searchsorted(sorted_sequence, input, *, out_int32, right, side, sorter) or torch.bucketize(input,
+    boundaries, *, out_int32, right) of a traced value: its count as an i32 value (out_int32 changes nothing;
+    side='left' with right=True is refused, as torch refuses it; side wins over right=False; out= is refused)."""
+    first, second = _SEARCHES[name]
+    allowed = {first, second, "out_int32", "right"} | ({"side", "sorter"} if name == "searchsorted" else set())
+    unknown = sorted(set(kwargs) - allowed)
+    if unknown or len(args) > 2:
+        extra = ", side=, sorter=" if "side" in allowed else ""
+        raise traced._tracing.refuse(f"torch.{name} with the arguments {unknown or list(args[2:])} (supported: "
+                                     f"{first}, {second}, right=, out_int32={extra})")
+    values = dict(zip((first, second), args)) | kwargs
+    right, side = bool(values.get("right", False)), values.get("side")
+    if side == "left" and right:
+        raise traced._tracing.refuse(f"torch.{name} with side='left' and right=True (opposites; torch refuses "
+                                     "them too)")
+    side = side or ("right" if right else "left")
+    boundaries, value = (values["sorted_sequence"], values["input"]) if name == "searchsorted" else (
+        values["boundaries"], values["input"])
+    return traced._search(f"torch.{name}", boundaries, value, side, values.get("sorter"))
 
 
 def captured_call(func, name: str) -> str:
     """The construct a refusal names for the torch function `func` called on the captured tensor `name`."""
-    what = f"torch.{getattr(func, '__name__', func)} of the captured tensor {name}"
-    if getattr(func, "__name__", "") in _HOST_SEARCHES:
-        return f"{what} ({_HOST_HINT})"
-    return (f"{what} (a captured tensor is read by indexing it with traced values, one per dimension: "
-            f"{name}[q_idx], {name}[h, kv_idx])")
+    return (f"torch.{getattr(func, '__name__', func)} of the captured tensor {name} (a captured tensor is read by "
+            f"indexing it with traced values, one per dimension: {name}[q_idx], {name}[h, kv_idx])")
 
 
 def dispatch(traced, func, args: tuple, kwargs: dict):
@@ -314,8 +344,8 @@ def dispatch(traced, func, args: tuple, kwargs: dict):
     if expanded is not None and func in (getattr(torch, name, None), getattr(torch.Tensor, name, None)) \
             and not kwargs and len(args) == 1:
         return traced._expanded(expanded, args[0])
-    if name in _HOST_SEARCHES:
-        raise traced._tracing.refuse(f"torch.{name} ({_HOST_HINT})")
+    if name in _SEARCHES and is_search(func):
+        return _search(traced, name, args, kwargs)
     if func is torch.Tensor.__getitem__:  # torch.arange(4)[kv_idx % 4]
         raise traced._tracing.refuse("indexing with a traced value a tensor the function makes (a tensor it reads "
                                      "must be captured: a closure variable or a module global it names)")
