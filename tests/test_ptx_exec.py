@@ -909,23 +909,23 @@ def test_a_k_major_descriptor_reads_whole_16_byte_chunks(swizzle, element_bytes)
     """A K-major descriptor's K step reads whole 16-byte chunks in order under every swizzle (the bytes a
     swizzle keeps together), so its operand is gathered, and its read records written, a chunk at a time;
     the chunks name exactly the bytes, in the order, of the element addresses."""
-    from tessera.interpreters.ptx.tensor import _descriptor_bytes
+    from tessera.interpreters.ptx.wgmma_operands import descriptor_bytes
 
     width = swizzle or 16  # the bytes of one row of the tile's layout (LBO 16 and SBO 128 without swizzle)
     descriptor = facts.encode_descriptor(1024, 16 if not swizzle else 0, 8 * width if swizzle else 128, swizzle)
-    addresses, offsets, *_, chunks = _descriptor_bytes(descriptor, "K", element_bytes, 64)
+    addresses, offsets, *_, chunks = descriptor_bytes(descriptor, "K", element_bytes, 64)
     assert chunks is not None
     np.testing.assert_array_equal((chunks[:, None] * 16 + np.arange(16)).reshape(-1), offsets)
     assert offsets.size == addresses.size * element_bytes == 64 * facts.WGMMA_K_BYTES
 
 
 def test_bytes_that_are_not_whole_chunks_in_order_have_none():
-    from tessera.interpreters.ptx.tensor import _chunks
+    from tessera.interpreters.ptx.shared_chunks import chunks_in_order
 
-    np.testing.assert_array_equal(_chunks(np.arange(32, 64)), [2, 3])
-    assert _chunks(np.arange(8, 40)) is None  # not 16-byte aligned
-    assert _chunks(np.arange(32)[::-1].copy()) is None  # whole chunks, bytes out of order
-    assert _chunks(np.arange(24)) is None
+    np.testing.assert_array_equal(chunks_in_order(np.arange(32, 64)), [2, 3])
+    assert chunks_in_order(np.arange(8, 40)) is None  # not 16-byte aligned
+    assert chunks_in_order(np.arange(32)[::-1].copy()) is None  # whole chunks, bytes out of order
+    assert chunks_in_order(np.arange(24)) is None
 
 
 @pytest.mark.parametrize("line,message", [

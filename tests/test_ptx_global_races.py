@@ -801,7 +801,7 @@ def test_the_bytes_of_a_box_inside_the_tensor_are_a_box_when_the_edge_clips_it()
     import ml_dtypes
 
     from tessera.interpreters.ptx.global_order import StridedBox
-    from tessera.interpreters.ptx.tensor import _box_offsets
+    from tessera.interpreters.ptx.bulk_copy import _box_offsets
     from tessera.interpreters.sm90.tma import TensorMap
 
     rng = np.random.default_rng(4)

@@ -303,7 +303,7 @@ def _spin_wait(m: Machine, inst, run) -> Step:
 
 @opcode("st")
 def decode_st(ops: Operands, inst, mods):
-    if mods.take("async"):  # a copy into a CTA of the cluster (`tensor`, which imports this module)
+    if mods.take("async"):  # a copy into a CTA of the cluster (`bulk_copy`, which imports this module)
         return DECODERS["st.async"](ops, inst, mods)
     strong = any(q in inst.modifiers for q in _STRONG_SEMANTICS)
     how = strong_kind(inst.modifiers) if strong else WEAK
@@ -538,7 +538,7 @@ def decode_atom(ops: Operands, inst, mods):
     fastest, then tid): a legal serialisation. red's add (integer), min, max, and, or, xor fold them with one
     ufunc.at instead, which gives the same values. Scalar types only, per operation those that ptxas accepts
     for sm_90a (`_ATOMIC`); global or shared memory; `.L2::cache_hint` and its policy operand are ignored."""
-    if inst.opcode == "red" and mods.take("async"):  # a reduction into a CTA of the cluster (`tensor`)
+    if inst.opcode == "red" and mods.take("async"):  # a reduction into a CTA of the cluster (`bulk_copy`)
         return DECODERS["red.async"](ops, inst, mods)
     space = take_space(mods, "generic")
     if space not in ("generic", "global", "shared"):
