@@ -22,6 +22,7 @@ from tessera.kernels import flash_attention
 from tessera.passes import DEFAULT_PIPELINE, PTX_PIPELINE
 from tessera.passes.convert_tile_to_sm90 import LoweringError
 from tessera.sm90.fp8 import P8_KEY_ORDER, p8_key_positions
+from text_edits import checked
 
 E4M3 = ml_dtypes.float8_e4m3fn
 BF16_ULP = 2.0**-7  # of the bf16 output, relative
@@ -130,6 +131,7 @@ def test_what_is_not_lowered_is_refused_by_name():
 def test_the_kernel_abi_checks_key_order():
     text = str(flash_attention(head_dim=64, dtype="e4m3", v_transposed="p8"))
     with pytest.raises(VerifyException, match="must promise .* that seq_k is a multiple of 16"):
-        tessera.parse_module(text.replace("tile.divisible = {seq_k = 16 : i64}", "tile.divisible = {seq_k = 8 : i64}"))
+        tessera.parse_module(checked(text).replace("tile.divisible = {seq_k = 16 : i64}",
+                                                   "tile.divisible = {seq_k = 8 : i64}"))
     with pytest.raises(VerifyException, match="'tile.key_order' must be one of 'p8'"):
-        tessera.parse_module(text.replace('tile.key_order = "p8"', 'tile.key_order = "p4"'))
+        tessera.parse_module(checked(text).replace('tile.key_order = "p8"', 'tile.key_order = "p4"'))

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import inprocess
+from text_edits import checked
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "flash_attention.mlir"
@@ -191,9 +192,9 @@ def test_a_wrong_target_ir_kernel_fails_the_check(capsys, gemm_target_files, tmp
     store = re.search(r"\n(\s*)sm90\.st_global (\S+), %acc_final,", text)
     assert store is not None
     doubled = f"\n{store[1]}%doubled = arith.addf %acc_final, %acc_final : vector<64xf32>" + \
-              store[0].replace("%acc_final", "%doubled")
+              checked(store[0]).replace("%acc_final", "%doubled")
     broken = tmp_path / "broken.mlir"
-    broken.write_text(text.replace(store[0], doubled))
+    broken.write_text(checked(text).replace(store[0], doubled))
     status, out, err = run_in_process(capsys, str(broken), *GEMM_SIZES, "--check")
     assert status == 1, out + err
     assert "check: max error" in out and ": ok" not in out
