@@ -36,7 +36,7 @@ from tessera.kernel_abi import is_target_kernel
 from tessera.kernels import attention_backward
 from tessera.dialects import sm90
 from tessera.regalloc import allocate_registers
-from tessera.toolchain import disassemble, innermost_loop
+from tessera.sass import disassemble, innermost_loop
 from text_edits import checked
 
 BF16 = ml_dtypes.bfloat16

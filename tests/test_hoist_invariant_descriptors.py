@@ -74,7 +74,8 @@ def test_steady_loop_is_shorter_without_spill():
     spill, no R2UR in it (slow: two compiles to cubin; bench/pipeline.py --ptxas-all measures every ptxas)."""
     from tessera.ptx.module import print_ptx
     from tessera.ptx.target import allocated_registers
-    from tessera.toolchain import compile_ptx, disassemble, sass_loops
+    from tessera.sass import disassemble, sass_loops
+    from tessera.toolchain import compile_ptx
 
     sizes = []
     for spec in (WITHOUT, SPECIALIZED_PIPELINE):
