@@ -4,6 +4,8 @@ torch tensors. Skipped without torch."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -180,4 +182,32 @@ def test_torch_reductions_and_non_scalar_constants_are_refused_by_name():
     with pytest.raises(ModTraceError, match=r"torch.new_ones of size \(4, 4\)"):
         trace_mod(block, "mask_mod")
 
+# endregion
+
+
+# region the reference's float64 without global state
+def test_the_reference_calls_hooks_in_float64_without_changing_torchs_default_dtype():
+    """`call_with_tensors` gives float64 where torch would take its default dtype, as NumPy does, for the calling
+    thread only: torch's process-wide default stays float32, and another thread's torch calls keep it."""
+    from tessera.variants.torch_mods import call_with_tensors, float64_defaults
+
+    seen = {}
+
+    def hook(h, q_idx):
+        seen["default"] = torch.get_default_dtype()
+        other = threading.Thread(target=lambda: seen.setdefault("other thread", torch.tensor(2.0).dtype))
+        other.start()
+        other.join()
+        seen["dtypes"] = [x.dtype for x in (torch.tensor(2.0), torch.exp2(h), h / 3, torch.where(h > 1, 0.5, 1),
+                                            (h > 1) * 0.5, h.float() * 0.5, h.to(torch.float32) / 3)]
+        return torch.exp2(-((h + 1) * 8.0 / 3)) * q_idx
+
+    h, q_idx = np.arange(4), np.arange(4) * 7
+    out = call_with_tensors(hook, h, q_idx)
+    assert out.dtype == np.float64 and np.array_equal(out, np.exp2(-((h + 1) * 8.0 / 3)) * q_idx)
+    assert seen["default"] == seen["other thread"] == torch.float32 == torch.get_default_dtype()
+    assert seen["dtypes"] == [torch.float64] * 5 + [torch.float32] * 2
+    with float64_defaults():
+        assert (torch.arange(3) * 0.5).dtype == torch.float64
+    assert (torch.arange(3) * 0.5).dtype == torch.float32
 # endregion
