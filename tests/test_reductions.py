@@ -223,20 +223,23 @@ def test_atom_returns_the_running_sum_in_launch_order():
     np.testing.assert_array_equal(out, running)
 
 
+PLAIN_STORE_IN_CTA_1 = planted(
+    RED, "    sm90.red_global_add %out[%offs], %v, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n",
+    "    %c1 = arith.constant 1 : index\n"
+    "    %odd = arith.cmpi eq, %cta, %c1 : index\n"
+    "    scf.if %odd {\n"
+    "      sm90.st_global %out[%offs], %v, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n"
+    "    } else {\n"
+    "      sm90.red_global_add %out[%offs], %v, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n"
+    "    }\n")
+"""RED with CTA 1 storing its slice plainly instead of adding it: a race with the other CTAs' adds."""
+
+
 def test_a_plain_store_to_an_address_another_cta_adds_into_is_a_race():
-    # CTA 1 stores its slice plainly instead of adding it
-    racy = planted(RED, "    sm90.red_global_add %out[%offs], %v, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n",
-                   "    %c1 = arith.constant 1 : index\n"
-                   "    %odd = arith.cmpi eq, %cta, %c1 : index\n"
-                   "    scf.if %odd {\n"
-                   "      sm90.st_global %out[%offs], %v, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n"
-                   "    } else {\n"
-                   "      sm90.red_global_add %out[%offs], %v, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n"
-                   "    }\n")
     for order in ([0, 1, 2, 3], [1, 0, 2, 3]):  # the store after the adds, and before them
         args = [_slices(), np.zeros((32, 2), np.float32), np.zeros((CTAS, 32, 2), np.float32)]
         with pytest.raises(KernelHazardError, match=r"race between CTAs") as error:
-            run_target_kernel(_kernel(racy), args, {}, cta_order=order)
+            run_target_kernel(_kernel(PLAIN_STORE_IN_CTA_1), args, {}, cta_order=order)
         assert "CTA (" in str(error.value) and "tensor %out at byte offset 0" in str(error.value)
 
 
@@ -426,17 +429,9 @@ def test_ptx_atom_returns_the_running_sum_in_launch_order():
 
 
 def test_ptx_plain_store_racing_an_add_and_early_read_are_reported():
-    racy = planted(RED, "    sm90.red_global_add %out[%offs], %v, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n",
-                   "    %c1 = arith.constant 1 : index\n"
-                   "    %odd = arith.cmpi eq, %cta, %c1 : index\n"
-                   "    scf.if %odd {\n"
-                   "      sm90.st_global %out[%offs], %v, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n"
-                   "    } else {\n"
-                   "      sm90.red_global_add %out[%offs], %v, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n"
-                   "    }\n")
     args = [_slices(), np.zeros((32, 2), np.float32), np.zeros((CTAS, 32, 2), np.float32)]
     with pytest.raises(PtxExecutionError, match=r"race between CTAs"):
-        _run_ptx(racy, "red", args, [1, 0, 2, 3])
+        _run_ptx(PLAIN_STORE_IN_CTA_1, "red", args, [1, 0, 2, 3])
     early = planted(RED, "    func.return\n",
                     "    %read = sm90.ld_global %out[%offs], %all : vector<2xi64>, vector<2xi1> -> vector<2xf32>\n"
                     "    sm90.st_global %seen[%xoffs], %read, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n"
