@@ -15,6 +15,7 @@ import tessera  # noqa: E402
 from tessera import reference  # noqa: E402
 from tessera.numerics import BF16, round_to  # noqa: E402
 from tessera.variants import ModTraceError, create_block_mask, trace_mod  # noqa: E402
+from mods_checks import check_variant_forward_and_backward  # noqa: E402
 
 DOC = torch.tensor([0] * 40 + [1] * 30 + [2] * 100)
 SLOPES = torch.tensor([0.5, 0.25])
@@ -63,12 +64,7 @@ def test_torch_and_numpy_modifiers_give_the_same_kernel_bit_for_bit():
                          ids=["tanh-alibi-documents", "where-clamp-minimum"])
 def test_torch_modifiers_forward_and_backward_match_float64(score_mod, mask_mod):
     q, k, v, do = inputs(1)
-    o, lse = tessera.attention(q, k, v, score_mod=score_mod, mask_mod=mask_mod, return_lse=True, level="tile")
-    check = reference.check_attention_mods(o, q, k, v, BF16, score_mod, mask_mod, lse=lse)
-    assert check.ok, check
-    grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=score_mod, mask_mod=mask_mod, level="tile")
-    checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, score_mod, mask_mod)
-    assert all(c.ok for c in checks), [str(c) for c in checks]
+    check_variant_forward_and_backward(q, k, v, do, score_mod, mask_mod, "tile")
 
 
 def test_captured_tensors_become_inputs():
