@@ -312,7 +312,7 @@ def test_cp_async_read_before_its_wait_is_reported():
         launch(seeded, "row_scale_sum", (2, 1, 1), (64, 1, 1), args)
 
 
-_BULK_STORE = (PTX_HEADER + """.visible .entry bulk_store(.param .u64 out)
+_BULK_STORE = checked(PTX_HEADER + """.visible .entry bulk_store(.param .u64 out)
 {
     .reg .b32 %r<4>;
     .reg .b64 %rd<3>;

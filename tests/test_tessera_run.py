@@ -238,7 +238,7 @@ BAD_INPUTS = {
     "type": '\n"test.op"() : () -> !tile.tile<8x64xf16, global, swizzle 128>\n',
     "unknown-op": "func.func @f() {\n  %x = tile.bogus : index\n  func.return\n}\n",
     "no-terminator": "func.func @f() {\n  %c = arith.constant 0 : index\n}\n",
-    "kernel-abi": GEMM.read_text().replace('kind = "gemm"', 'kind = "conv"'),
+    "kernel-abi": checked(GEMM.read_text()).replace('kind = "gemm"', 'kind = "conv"'),
     "property": "\nsm90.setmaxnreg 100 100\n",
 }
 
