@@ -86,14 +86,8 @@ GEMM_SIZES = ("-d", "M=70", "-d", "N=136", "-d", "K=128")
 
 
 def run_in_process(capsys, *args: str) -> tuple[int, str, str]:
-    """(status, stdout, stderr) of `tessera-run ARGS` in this process; argparse errors exit with 2."""
-    try:
-        status = tessera_run.main(list(args))
-    except SystemExit as e:
-        status = e.code
-    out, err = capsys.readouterr()
-    assert "Traceback" not in out + err
-    return status, out, err
+    """(status, stdout, stderr) of `tessera-run ARGS` in this process."""
+    return inprocess.main_in_process(tessera_run.main, capsys, *args)
 
 
 @pytest.mark.parametrize(
