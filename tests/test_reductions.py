@@ -275,18 +275,21 @@ def test_bulk_reduction_from_shared_memory_sums_the_slices(order):
     assert (np.abs(out - x.astype(np.float64).sum(axis=0)) <= _f32_sum_bound(x)).all()
 
 
+SOURCE_REUSED_BEFORE_READ_WAIT = planted(
+    BULK, "      sm90.bulk_wait_group 0 read\n    }\n",
+    "    }\n"
+    "    sm90.bar_sync 0, 32\n"
+    "    sm90.st_shared %saddr, %v : vector<2xi32>, vector<2xf32>\n"
+    "    scf.if %first {\n"
+    "      sm90.bulk_wait_group 0 read\n"
+    "    }\n")
+"""BULK with the wait_group.read moved after a second store into the reduction's source buffer."""
+
+
 def test_reusing_the_source_before_wait_group_read_is_reported():
-    # the wait moves after a second store into the buffer
-    reuse = planted(BULK, "      sm90.bulk_wait_group 0 read\n    }\n",
-                    "    }\n"
-                    "    sm90.bar_sync 0, 32\n"
-                    "    sm90.st_shared %saddr, %v : vector<2xi32>, vector<2xf32>\n"
-                    "    scf.if %first {\n"
-                    "      sm90.bulk_wait_group 0 read\n"
-                    "    }\n")
     with pytest.raises(KernelHazardError, match=r"st_shared overwrites shared address 0x0 \(buffer 'dq' \+ 0\), the "
                                                 r"source of `sm90.bulk_reduce_add .*before a bulk_wait_group ... read"):
-        run_target_kernel(_kernel(reuse), [_slices(), np.zeros((32, 2), np.float32)], {})
+        run_target_kernel(_kernel(SOURCE_REUSED_BEFORE_READ_WAIT), [_slices(), np.zeros((32, 2), np.float32)], {})
 
 
 def test_wait_group_1_leaves_the_newest_group_reading():
@@ -441,16 +444,9 @@ def test_ptx_plain_store_racing_an_add_and_early_read_are_reported():
 
 
 def test_ptx_reuse_of_the_bulk_source_before_wait_group_read_is_reported():
-    reuse = planted(BULK, "      sm90.bulk_wait_group 0 read\n    }\n",
-                    "    }\n"
-                    "    sm90.bar_sync 0, 32\n"
-                    "    sm90.st_shared %saddr, %v : vector<2xi32>, vector<2xf32>\n"
-                    "    scf.if %first {\n"
-                    "      sm90.bulk_wait_group 0 read\n"
-                    "    }\n")
     with pytest.raises(PtxExecutionError, match=r"st.shared.b32: overwrites shared memory that cp.reduce.async.bulk "
                                                 r"at line \d+ .* may still be reading"):
-        _run_ptx(reuse, "bulk", [_slices(), np.zeros((32, 2), np.float32)])
+        _run_ptx(SOURCE_REUSED_BEFORE_READ_WAIT, "bulk", [_slices(), np.zeros((32, 2), np.float32)])
     unwaited = planted(BULK, "      sm90.bulk_wait_group 0 read\n", "")
     with pytest.raises(PtxExecutionError, match=r"CTA exits while this bulk reduction may still read"):
         _run_ptx(unwaited, "bulk", [_slices(), np.zeros((32, 2), np.float32)])
