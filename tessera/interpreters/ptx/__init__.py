@@ -8,9 +8,9 @@
   `ParamStruct` passes a by-value Params struct (CUTLASS, FA3) with pointers and tensor maps inside (`params`).
 
 The executor: `state` (lanes, registers, memories), `decode` (each instruction to a pre-bound closure), `alu` and
-`floats` (arithmetic, comparisons, conversions, with PTX rounding in `numerics`), `memory`
-(ld/st/cvta/cp.async/atom), `cluster` (clusters: mapa, barrier.cluster, remote mbarriers, hazards), `sync`
-(barriers, mbarriers), `warp_collectives` (shfl, vote, match, redux, elect), `bulk_copy` (TMA, bulk copies,
+`floats` (arithmetic, comparisons, conversions, with PTX rounding in `numerics`), `memory` (ld/st/cvta/cp.async),
+`atomics` (atom/red), `cluster` (clusters: mapa, barrier.cluster, remote mbarriers, hazards), `sync` (barriers,
+mbarriers), `warp_collectives` (shfl, vote, match, redux, elect), `bulk_copy` (TMA, bulk copies,
 st.async/red.async), `wgmma` (its operands read by `wgmma_operands`, their byte layouts in `shared_chunks`),
 `ldmatrix` (ldmatrix/stmatrix), `warp_mma` (mma.sync), `asynchrony` (TMA, bulk copies, wgmma and cp.async complete
 late: reads before their wait, writes over bytes still read, missing proxy fences and expect_tx mismatches are

@@ -29,7 +29,7 @@ from functools import lru_cache
 import ml_dtypes
 import numpy as np
 
-from tessera.interpreters.ptx import memory, sync
+from tessera.interpreters.ptx import atomics, memory, sync
 from tessera.interpreters.ptx.cluster import _OFFSET_MASK, cluster_address, multicast_slots, shared_offsets
 from tessera.interpreters.ptx.decode import Operands, elements, opcode
 from tessera.interpreters.ptx.global_order import ASYNC, ASYNC_REDUCE, StridedBox
@@ -301,14 +301,14 @@ def decode_bulk(ops: Operands, inst, mods):
                     data = access(m, inst, source_space, one, sources[i:i + 1], nbytes, align=16, how=ASYNC)
                     for _, destination, target_barrier in targets:
                         place = np.array([destination], np.int64)
-                        memory._check(m, inst, "shared", one, place, nbytes, 16)
+                        memory.check_access(m, inst, "shared", one, place, nbytes, 16)
                         start = int(m.shared_flat(one, place)[0])
                         m.tracker.stage(start + np.arange(nbytes), data.reshape(-1), slice(start, start + nbytes),
                                         "ordered")
                         if barrier is not None:
                             m.tracker.issue(inst, lane, target_barrier, nbytes, "bulk copy")
                 else:
-                    memory._check(m, inst, "shared", one, smem_addresses[i:i + 1], nbytes, 16)
+                    memory.check_access(m, inst, "shared", one, smem_addresses[i:i + 1], nbytes, 16)
                     shared_index = m.shared_flat(one, smem_addresses[i:i + 1])[0] + np.arange(nbytes)
                     m.tracker.bulk_store_reads(inst, lane, shared_index, "the bulk store")
                     access(m, inst, "global", one, sources[i:i + 1], nbytes, m.shared[shared_index][None], align=16,
@@ -375,7 +375,7 @@ def decode_red_async(ops: Operands, inst, mods):
         raise ops.refuse(inst, f"red.async{'.' + operation if operation else ''} on .{t.name} "
                                f"(supported: {', '.join(f'.{o}.{n}' for o, ns in _RED_ASYNC.items() for n in ns)})")
     read = ops.read(inst, inst.operands[1], t)
-    apply = memory._ATOMIC[operation].apply
+    apply = atomics.ATOMIC_OPS[operation].apply
     nbytes = t.bits // 8
 
     def data(sel, lanes):
@@ -404,7 +404,7 @@ def _into_cluster(ops: Operands, inst, nbytes: int, data, kind: str):
         bytes_, updates = data(sel, lanes)
         places = np.broadcast_to(np.asarray(address(sel), np.int64), lanes.shape)
         barriers = shared_addresses(m, inst, "shared", lanes, barrier(sel))
-        memory._check(m, inst, "shared", lanes, places, nbytes, nbytes)
+        memory.check_access(m, inst, "shared", lanes, places, nbytes, nbytes)
         slots = m.shared_target(lanes, places)[0]
         if (m.shared_target(lanes, barriers)[0] != slots).any():
             i = int(np.argmax(m.shared_target(lanes, barriers)[0] != slots))

@@ -55,7 +55,7 @@ from tessera.interpreters.parallel import (
     serial_note, ship, split, unship,
 )
 from tessera.interpreters.ptx import (  # noqa: F401 - registers decoders
-    alu, bulk_copy, floats, ldmatrix, memory, reductions, schedule, sync, warp_collectives, warp_mma, wgmma,
+    alu, atomics, bulk_copy, floats, ldmatrix, memory, reductions, schedule, sync, warp_collectives, warp_mma, wgmma,
 )
 from tessera.interpreters.ptx.bulk_copy import TensorMapObject
 from tessera.interpreters.ptx.cluster import ClusterState
