@@ -54,7 +54,10 @@ from tessera.interpreters.parallel import (
     AccessLog, GroupResult, Parallel, cached_program, merge, parallel_options, program_key, running_groups,
     serial_note, ship, split, unship,
 )
-from tessera.interpreters.ptx import alu, floats, memory, reductions, schedule, sync, tensor, warp_mma  # noqa: F401 - registers decoders
+from tessera.interpreters.ptx import (  # noqa: F401 - registers decoders
+    alu, atomics, bulk_copy, floats, ldmatrix, memory, reductions, schedule, sync, warp_collectives, warp_mma, wgmma,
+)
+from tessera.interpreters.ptx.bulk_copy import TensorMapObject
 from tessera.interpreters.ptx.cluster import ClusterState
 from tessera.interpreters.ptx import async_checks, ptxas_rules
 from tessera.interpreters.ptx.decode import Operands, decode
@@ -70,7 +73,6 @@ from tessera.interpreters.ptx.state import (
     layout_shared,
 )
 from tessera.interpreters.ptx.syntax import Module
-from tessera.interpreters.ptx.tensor import TensorMapObject
 from tessera.interpreters.ptx.types import ptx_type
 from tessera.sm90 import facts
 
