@@ -280,6 +280,10 @@ class AttentionMods:
     mask_mod: Trace | None = None
     block_sparse: bool = False
 
+    def traced(self) -> list[tuple[Trace, str]]:
+        """(trace, "score_mod" or "mask_mod") of each modifier (`index_ranges.check_at_launch`)."""
+        return [(t, kind) for t, kind in ((self.score_mod, "score_mod"), (self.mask_mod, "mask_mod")) if t is not None]
+
     @property
     def arrays(self) -> list:
         """The captured arrays of both modifiers, each once (by name), in argument order."""

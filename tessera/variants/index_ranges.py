@@ -23,7 +23,11 @@ the read, the array's name and shape, the index expression, the range it reaches
 Negative indices are refused too (NumPy would wrap them, and torch; the kernel's gather reads 0 there): write
 `i % n` for a wrap, or np.clip.
 
-The kernels stay safe without this check: `tile.gather` is a bounds-checked read (0 outside the table, a
+A kernel built with `flash_attention(score_mod=, mask_mod=)` or `attention_backward(score_mod=, mask_mod=)`
+knows no shapes; its builder registers its traces (`check_at_launch`), and `tessera.launch` / `tessera.interpret`
+prove them for the launch's batch, heads, seq_q and seq_k (`check_launch`) before running it, with the captured
+arrays' traced values (a read's range through an integer array, `offsets[doc_ids[q_idx]]`, is that of the
+values traced). The kernels stay safe without this check: `tile.gather` is a bounds-checked read (0 outside the table, a
 predicated `ld.global` at every level below Tile IR), so a kernel launched with other shapes than those checked
 never reads another buffer.
 """
@@ -31,6 +35,7 @@ never reads another buffer.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -473,3 +478,30 @@ def check_index_ranges(score_mod: Callable | None = None, mask_mod: Callable | N
 
 
 # endregion
+
+
+_AT_LAUNCH: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""Per kernel module a builder made from modifiers, their (trace, kind)s (`check_at_launch`)."""
+
+LAUNCH_DIMS = ("batch", "heads", "seq_q", "seq_k")
+"""The kernel dims (`tessera.kernel_abi`) a launch's positions are read from."""
+
+
+def check_at_launch(module, traces: list) -> None:
+    """Have every launch of `module` through `tessera.launch` or `tessera.interpret` prove the reads of
+    `traces` ((Trace, "score_mod" or "mask_mod") pairs) for its sizes first (`check_launch`)."""
+    _AT_LAUNCH[module] = list(traces)
+
+
+def check_launch(where: str, module, sizes: dict[str, int]) -> None:
+    """`check_trace` of the modifiers registered for `module` (`check_at_launch`) at the launch's `sizes`
+    (the kernel's dims bound by the inputs); nothing for any other module. `where` names the entry point."""
+    traces = _AT_LAUNCH.get(module)
+    if not traces or not all(name in sizes for name in LAUNCH_DIMS):
+        return
+    dims = LaunchDims(*(int(sizes[name]) for name in LAUNCH_DIMS))
+    try:
+        for trace, kind in traces:
+            check_trace(trace, kind, dims)
+    except IndexRangeError as error:
+        raise IndexRangeError(f"{where}: {error}") from None
