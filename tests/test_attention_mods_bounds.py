@@ -11,7 +11,7 @@ import pytest
 
 import tessera
 from tessera import reference
-from tessera.kernels import flash_attention
+from tessera.kernels import attention_backward, flash_attention
 from tessera.numerics import BF16
 from tessera.variants import ModTraceError, create_block_mask
 from tessera.variants.index_ranges import EXACT_EVALUATION_LIMIT, IndexRangeError, check_index_ranges
@@ -97,6 +97,10 @@ def wrapped_head(score, b, h, q_idx, kv_idx):
     return score - SLOPES[(h - 1) % 2] * np.abs(q_idx - kv_idx)
 
 
+def last_slope(score, b, h, q_idx, kv_idx):  # a constant index is NumPy's: -1 is the last
+    return score - SLOPES[-1] * np.abs(q_idx - kv_idx)
+
+
 def scrambled(b, h, q_idx, kv_idx):
     return DOC_IDS[(q_idx * 7) % 13] == DOC_IDS[kv_idx % 30]
 
@@ -111,10 +115,11 @@ def t5_bias(score, b, h, q_idx, kv_idx, buckets=16, max_distance=64):  # in rang
 
 
 @pytest.mark.parametrize("mods", [dict(score_mod=clipped, mask_mod=scrambled), dict(score_mod=wrapped_head),
-                                  dict(score_mod=t5_bias)])
+                                  dict(score_mod=t5_bias), dict(score_mod=last_slope)])
 def test_reads_proved_in_range_run_and_agree_with_the_reference(mods):
     """np.clip of a relative position, a wrap written as % (the policy for negative indices), `(q * 7) % 13`
-    (intervals), T5's buckets (exact evaluation over the seq_q + seq_k - 1 relative positions)."""
+    (intervals), T5's buckets (exact evaluation over the seq_q + seq_k - 1 relative positions), a constant
+    negative index (NumPy's, in the tracer and the reference alike)."""
     q, k, v = inputs(1, 2, 40, 50)
     o = tessera.attention(q, k, v, **mods, level="tile")
     check = reference.check_attention_mods(o, q, k, v, BF16, mods.get("score_mod"), mods.get("mask_mod"))
@@ -154,12 +159,32 @@ def test_what_cannot_be_proved_is_refused_naming_np_clip():
         check_index_ranges(mask_mod=product, batch=1, heads=1, seq_q=side, seq_k=side)
 
 
+def test_a_launch_of_a_kernel_built_from_modifiers_checks_its_shapes():
+    """flash_attention and attention_backward know no shapes: tessera.interpret / tessera.launch prove the reads
+    for the inputs' (and refuse on the GPU path before asking for a GPU)."""
+    q, k, v = inputs(1, 4, 20, 20)
+    arrays = (SLOPES.astype(np.float32),)
+    message = _located("score_mod", alibi, r"reads SLOPES\[h\], which reaches \[0, 3\]")
+    module = flash_attention(D, score_mod=alibi)
+    for run in (lambda: tessera.interpret(module, q, k, v, *arrays),
+                lambda: tessera.launch(module, q, k, v, *arrays, level="ptx"),
+                lambda: tessera.launch(module, q, k, v, *arrays)):
+        with pytest.raises(IndexRangeError, match=r"tessera\.(interpret|launch): " + message):
+            run()
+    main = attention_backward(D, score_mod=alibi).main
+    lse, do = np.zeros((1, 4, 64), np.float32), np.ones(q.shape, BF16)  # LSE2, dPsum: rows padded to 64
+    with pytest.raises(IndexRangeError, match=message):
+        tessera.interpret(main, q, k, v, do, lse, lse, *arrays)
+    tessera.interpret(module, *(x[:, :2] for x in (q, k, v)), *arrays)  # two heads: in bounds
+
+
 @pytest.mark.parametrize("level", ["tile", "target", "ptx"])
 def test_a_kernel_launched_unchecked_reads_0_outside_a_table(level):
-    """flash_attention(score_mod=) launched by hand with more heads than slopes: the bounds-checked gather reads
-    0 for heads 2 and 3 (the reference with those slopes 0 agrees), never a neighbouring input."""
+    """A kernel no builder registered (here a copy of flash_attention(score_mod=)'s module) launched with more
+    heads than slopes: the bounds-checked gather reads 0 for heads 2 and 3 (the reference with those slopes 0
+    agrees), never a neighbouring input."""
     q, k, v = (x.astype(np.float64) for x in inputs(1, 4, 40, 50, seed=1))
-    module = flash_attention(D, score_mod=alibi)
+    module = flash_attention(D, score_mod=alibi).clone()
     o = tessera.interpret(module, q, k, v, SLOPES.astype(np.float32), level=level)
     padded = np.array([0.5, 0.25, 0.0, 0.0])
 

@@ -889,11 +889,14 @@ def bounds_checked(fn: Callable, kind: str) -> Callable:
 
 
 def _index_check(fn: Callable, kind: str, name: str) -> Callable:
-    """A check of one index per dimension against an array's shape, raising ModTraceError naming the array."""
+    """A check of one index per dimension against an array's shape, raising ModTraceError naming the array. A
+    constant index (a Python or NumPy integer, `slopes[-1]`) is NumPy's, as the tracer reads it: in [-n, n)."""
     def check(idx: tuple, shape: tuple) -> None:
         if not all(isinstance(i, (np.ndarray, int, np.integer)) for i in idx):
             return
         for axis, (i, n) in enumerate(zip(idx, shape)):
+            if not isinstance(i, np.ndarray) and -n <= i < n:
+                continue
             i = np.asarray(i)
             if i.size and (i.min() < 0 or i.max() >= n):
                 bad = int(i.min()) if i.min() < 0 else int(i.max())
