@@ -174,6 +174,9 @@ def _arithmetic(op: str, args: list[tuple]) -> tuple:
     if op == "abs":
         lo, hi = args[0]
         return (max(lo, -hi, 0), max(-lo, hi))
+    if op == "div" and not args[1][0] <= 0 <= args[1][1]:
+        quotients = [x / y for x in args[0] for y in args[1] if math.isfinite(x) or math.isfinite(y)]
+        return (min(quotients), max(quotients)) if len(quotients) == 4 else (-_INF, _INF)
     if op == "floordiv" and isinstance(args[0][0], int):
         return _floordiv(*args)
     if op == "mod" and isinstance(args[0][0], int):
@@ -345,7 +348,10 @@ def _gather(array: np.ndarray, indices: list[np.ndarray]) -> np.ndarray:
 
 
 def _domain(leaves: frozenset, dims: LaunchDims) -> list[tuple[str, np.ndarray]]:
-    """(argument, values) per axis of an index's domain."""
+    """(argument, values) per axis of an index's domain: the difference q_idx - kv_idx is one axis only where the
+    index reads neither q_idx nor kv_idx otherwise (else the two are axes of their own)."""
+    if "d" in leaves and leaves & {"q_idx", "kv_idx"}:
+        leaves = (leaves - {"d"}) | {"q_idx", "kv_idx"}
     axes = []
     for leaf in ("b", "h", "q_idx", "kv_idx"):
         if leaf in leaves:
