@@ -19,7 +19,8 @@ In the key loop of a query block at q0 and a key block at k0, with the [BM, BN] 
 
 Each node is emitted once (the graph is a DAG). Positions past seq_q and seq_k are computed too and masked by
 the kernel afterwards (`tile.mask_bounds`), so a modifier sees indices up to the tile's edge there; its
-gathers read 0 outside their table.
+gathers read 0 outside their table. Before a launch the host proves every read at the positions that count
+inside its table (`tessera.variants.index_ranges`; the builders register the traces with the module).
 """
 
 from __future__ import annotations
