@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tessera.variants.index_ranges import LaunchDims, check_trace
+from tessera.variants.index_intervals import LaunchDims
+from tessera.variants.index_ranges import check_trace
 from tessera.variants.trace import ModTraceError, bounds_checked, trace_mod
 
 EMPTY, PARTIAL, FULL = 0, 1, 2

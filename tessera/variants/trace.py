@@ -49,7 +49,7 @@ import numpy as np
 
 from tessera.numerics import BF16, FP8_DTYPES
 from tessera.variants import searches, torch_mods
-from tessera.variants.nodes import BOOL, F32, I32, CapturedArray, Count, Node, Read
+from tessera.variants.nodes import BOOL, F32, I32, I32_RANGE, CapturedArray, Count, Node, Read
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 """The tessera package's directory: frames under it are not the user's (`_Tracing.read_site`)."""
@@ -714,16 +714,13 @@ class _ArrayProxy:
         raise proxy._tracing.refuse(torch_mods.captured_call(func, proxy._capture.name))
 
 
-_I32_RANGE = (-2**31, 2**31 - 1)
-
-
 def _array_problem(array: np.ndarray) -> str | None:
     """Why `array` cannot be a kernel input (f32 for floats, i32 for integers and booleans), or None."""
     if array.dtype.kind not in "fiub":
         return f"its dtype {array.dtype} is not a number or a boolean"
     if array.ndim == 0 or array.size == 0:
         return f"its shape {array.shape} is empty (a non-empty array of at least one dimension)"
-    if array.dtype.kind in "iu" and (int(array.min()) < _I32_RANGE[0] or int(array.max()) > _I32_RANGE[1]):
+    if array.dtype.kind in "iu" and (int(array.min()) < I32_RANGE[0] or int(array.max()) > I32_RANGE[1]):
         return (f"its values [{int(array.min())}, {int(array.max())}] do not fit i32 (the kernel reads integer "
                 "arrays as i32)")
     if array.dtype.kind == "f":
