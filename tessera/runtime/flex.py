@@ -12,6 +12,9 @@ the kernel cache keys them by their text; the captured arrays and lists are inpu
 compile) and launches them like the dense kernels (`tessera.launch`; the backward's as
 `runtime.launch.launch_zeroed`); the captured arrays and block lists go to the
 device beside q, k and v (tensors on q's device for PyTorch inputs).
+
+Before anything is built, every read of a captured array is proved inside its array for the launch's batch, heads,
+seq_q and seq_k (`tessera.variants.index_ranges.check_index_ranges`): a read that leaves it is refused by name.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import numpy as np
 
 from tessera.variants.trace import F32, trace_mod
 from tessera.variants.block_mask import create_block_mask
+from tessera.variants.index_ranges import check_index_ranges
 
 
 SPARSE_BACKWARD_HEAD_DIMS = (64, 128)
@@ -117,6 +121,8 @@ def attention_mods(q, k, v, *, score_mod, mask_mod, causal: bool, scale, return_
     from tessera.lowering.fallback import NoConfigurationFitsError, without_spilling
     from tessera.runtime.launch import usable_device
 
+    (batch, heads, seq_q, _), seq_k = q.shape, k.shape[2]
+    check_index_ranges(score_mod, mask_mod, batch=batch, heads=heads, seq_q=seq_q, seq_k=seq_k)
     if level is None:
         usable_device((q, k, v))  # no GPU, no compile (CudaUnavailable names level= as the alternative)
     first = DEFAULT_BLOCK_N[head_dim] if block_n is None else block_n
@@ -242,6 +248,8 @@ def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal:
     from tessera.regalloc import RegisterBudgetError
     from tessera.runtime.launch import usable_device
 
+    (batch, heads, seq_q, _), seq_k = q.shape, k.shape[2]
+    check_index_ranges(score_mod, mask_mod, batch=batch, heads=heads, seq_q=seq_q, seq_k=seq_k)
     if level is None:
         usable_device((q, k, v, o, lse, do))  # no GPU, no compile
     options = dict(score_mod=score_mod, mask_mod=mask_mod, causal=causal, scale=scale, level=level,
