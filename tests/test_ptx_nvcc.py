@@ -204,6 +204,36 @@ def test_shfl_with_activemask_in_divergent_branch():
     np.testing.assert_array_equal(out, np.where(np.arange(64) % 2, np.arange(64) // 32 * 32 + 1, 0))
 
 
+# if (lane & 1) { buf[lane] = 3; __syncwarp(0xaaaaaaaa); r = buf[lane ^ 2]; } else { ...; __syncwarp(0x55555555); ... }
+# (deadlocked before: bar.warp.sync waited for the whole warp, whose other half waits at its own mask)
+def test_syncwarp_with_a_mask_in_each_branch():
+    body = ("and.b32 %r1, %r0, 1;\nsetp.eq.u32 %p1, %r1, 0;\nmov.u32 %r3, 0;\n@%p1 bra EVEN;\n"
+            "bar.warp.sync -1431655766;\nadd.s32 %r3, %r0, 100;\nbra.uni DONE;\n"
+            "EVEN:\nbar.warp.sync 1431655765;\nadd.s32 %r3, %r0, 200;\nDONE:\nbar.warp.sync -1;\n"
+            "st.global.u32 [%rd9], %r3;")
+    out = launch(kernel(body), "k", 1, 64, [np.zeros(64, np.uint32)])[0]
+    np.testing.assert_array_equal(out, np.arange(64) + np.where(np.arange(64) % 2, 100, 200))
+
+
+# cg::reduce(cg::tiled_partition<16>(block), v, cg::plus<int>())  ->  redux.sync with mask 0xffff << (laneid & 16)
+# (each half of the warp reduced the whole warp before)
+@pytest.mark.parametrize("opcode", ["redux.sync.add.s32 %r3, %r0, %r2", "vote.sync.ballot.b32 %r3, %p1, %r2",
+                                    "match.any.sync.b32 %r3, %r4, %r2"])
+def test_warp_collectives_with_one_mask_per_half_warp(opcode):
+    body = ("and.b32 %r1, %r0, 16;\nmov.u32 %r5, 65535;\nshl.b32 %r2, %r5, %r1;\nsetp.lt.u32 %p1, %r0, 4;\n"
+            "and.b32 %r4, %r0, 1;\n" + opcode + ";\nst.global.u32 [%rd9], %r3;")
+    out = launch(kernel(body), "k", 1, 32, [np.zeros(32, np.uint32)])[0]
+    lanes = np.arange(32)
+    half = lanes // 16
+    if opcode.startswith("redux"):
+        want = np.where(half, sum(range(16, 32)), sum(range(16)))
+    elif opcode.startswith("vote"):
+        want = np.where(half, 0, 0xF)
+    else:
+        want = np.where(lanes % 2, 0xAAAA, 0x5555) << (16 * half)
+    np.testing.assert_array_equal(out, want)
+
+
 # c = __syncthreads_count(v & 1); x = __syncthreads_and(v > 0); y = __syncthreads_or(v > 1000);
 def test_bar_red():
     body = ("and.b32 %r1, %r0, 1;\nsetp.eq.u32 %p1, %r1, 1;\nbar.red.popc.u32 %r2, 0, %p1;\n"

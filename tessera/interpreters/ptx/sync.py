@@ -17,6 +17,9 @@ of one instruction are applied in lane order.
 
 Warp collectives (shfl.sync, vote.sync, redux.sync, elect.sync, bar.warp.sync) run once all non-exited
 threads of the member mask reach them (the scheduler's `unit`); reading a lane outside the mask is an error.
+vote, match and redux give each thread the result over the threads of its own mask (lanes of one warp may
+name different masks at one instruction: a half-warp tile's reduction); `bar.warp.sync` waits for its mask's
+threads only (`__syncwarp(mask)` in a divergent branch).
 `elect.sync` elects the lowest active lane of the mask. `setmaxnreg` checks `facts.check_setmaxnreg` per
 warpgroup and records the count; it has no other effect. Fences and membar have no effect on values: the
 executor is sequentially consistent (fence.proxy.async is tracked by `asynchrony`, which also lands TMA copies
@@ -107,12 +110,17 @@ def decode_bar(ops: Operands, inst, mods):
     if mods.take("warp"):
         mods.take("sync")
 
+        if len(inst.operands) != 1:
+            raise ops.refuse(inst, "bar.warp.sync needs one member mask")
+        # the threads of the member mask meet, the others go on: __syncwarp(mask) in a divergent branch
+        mask, static = _member_mask(ops, inst, inst.operands[0])
+
         def warp_sync(sel):  # "guarantees memory ordering among threads participating in barrier"
             lanes = lanes_of(m, sel)
             warp = m.unit_of[facts.WARP_SIZE][lanes]
             for w in np.unique(warp):
                 m.tracker.hb.barrier(lanes[warp == w], lanes[warp == w])
-        return Step(inst, warp_sync, unit=facts.WARP_SIZE)
+        return Step(inst, warp_sync, unit=facts.WARP_SIZE, mask=static, member_mask=mask)
     operands, reduce = inst.operands, None
     if mods.take("red"):
         reduce = _bar_reduction(ops, inst, mods)
@@ -550,6 +558,18 @@ def _member_mask(ops: Operands, inst, operand):
     return ops.read(inst, operand, U32), (operand.value & 0xFFFFFFFF if isinstance(operand, Imm) else None)
 
 
+def _member_groups(m: Machine, sel, lanes: np.ndarray, mask) -> np.ndarray:
+    """For a vote, match or redux over `lanes`: a group number per lane, equal for the lanes of one warp that
+    name one member mask. Each thread's result is over the threads of its own mask, so a warp whose halves
+    name their own halves (cooperative groups' `thread_block_tile<16>`: `0xffff << (laneid & 16)`) computes two
+    results at one instruction."""
+    warp = m.unit_of[facts.WARP_SIZE][lanes].astype(np.int64)
+    masks = np.broadcast_to(np.asarray(mask(sel), np.uint32), lanes.shape).astype(np.int64)
+    if (masks == masks[0]).all():
+        return warp
+    return np.unique((warp << 32) | masks, return_inverse=True)[1].reshape(-1)
+
+
 @opcode("elect")
 def decode_elect(ops: Operands, inst, mods):
     mods.take("sync")
@@ -642,7 +662,7 @@ def decode_vote(ops: Operands, inst, mods):
     def run(sel):
         lanes = lanes_of(m, sel)
         p = np.broadcast_to(pred(sel), lanes.shape)
-        warp = m.unit_of[facts.WARP_SIZE][lanes]
+        warp = _member_groups(m, sel, lanes, mask)
         ballot = np.zeros(warp.max() + 1, np.uint64)
         np.bitwise_or.at(ballot, warp, np.where(p, np.uint64(1) << m.laneid[lanes].astype(np.uint64), np.uint64(0)))
         present = np.zeros(warp.max() + 1, np.uint64)
@@ -681,7 +701,7 @@ def decode_match(ops: Operands, inst, mods):
     def run(sel):
         lanes = lanes_of(m, sel)
         x = np.broadcast_to(read(sel), lanes.shape)
-        warp = m.unit_of[facts.WARP_SIZE][lanes]
+        warp = _member_groups(m, sel, lanes, mask)
         bit = np.uint64(1) << m.laneid[lanes].astype(np.uint64)
         out = np.zeros(len(lanes), np.uint64)
         same_all = np.zeros(len(lanes), bool)
@@ -717,7 +737,7 @@ def decode_redux(ops: Operands, inst, mods):
     def run(sel):
         lanes = lanes_of(m, sel)
         x = np.broadcast_to(read(sel), lanes.shape)
-        warp = m.unit_of[facts.WARP_SIZE][lanes]
+        warp = _member_groups(m, sel, lanes, mask)
         out = np.empty(len(lanes), t.dtype)
         for w in np.unique(warp):
             out[warp == w] = ufunc.reduce(x[warp == w])
