@@ -12,7 +12,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from tessera.interpreters.ptx import PtxExecutionError, launch
+from tessera.interpreters.ptx import PtxExecutionError, PtxHazardError, launch
 
 DATA = Path(__file__).parent / "ptx_nvcc"
 HEADER = ".version 9.0\n.target sm_90a\n.address_size 64\n"
@@ -182,6 +182,37 @@ def test_atom_add_noftz_f16x2():
     body = "mov.b32 %r1, 0x38003C00;\natom.global.add.noftz.f16x2 %r2, [%rd2], %r1;"
     out = launch(kernel(body), "k", 1, 64, [np.zeros(2, np.float16)])[0]
     np.testing.assert_array_equal(out, [64, 32])
+
+
+# float atomic max, the CUDA guide's loop: int old = *p, assumed; do { assumed = old; if (__int_as_float(assumed)
+# >= v) break; old = atomicCAS(p, assumed, __float_as_int(v)); } while (assumed != old);
+# (a race before: the plain load of old against other threads' cas; the cas checks the value it read)
+CAS_MAX = """
+ld.global.u32 %r1, [%rd2];
+cvt.rn.f32.u32 %f1, %r0;
+mov.b32 %r2, %f1;
+LOOP:
+mov.b32 %f2, %r1;
+setp.le.f32 %p1, %f1, %f2;
+@%p1 bra DONE;
+atom.global.cas.b32 %r3, [%rd2], %r1, %r2;
+setp.ne.s32 %p2, %r1, %r3;
+mov.u32 %r1, %r3;
+@%p2 bra LOOP;
+DONE:
+"""
+
+
+def test_plain_load_seeding_an_atomic_cas_loop_is_not_a_race():
+    out = launch(kernel(CAS_MAX), "k", 2, 64, [np.full(1, -1.0, np.float32)])[0]
+    np.testing.assert_array_equal(out, [63.0])
+
+
+def test_plain_load_of_an_atomic_counter_is_still_a_race():
+    racy = kernel("ld.global.u32 %r1, [%rd2];\natom.global.add.u32 %r3, [%rd2], 1;\nst.global.u32 [%rd9+4], %r1;")
+    with pytest.raises(PtxHazardError, match=r"atom.global.add.u32: writes global address .* read through the "
+                                             r"generic proxy, and no synchronisation orders the two"):
+        launch(racy, "k", 1, 64, [np.zeros(65, np.uint32)])
 
 
 # --- warp and block collectives --------------------------------------------------------------------------

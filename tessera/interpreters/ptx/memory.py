@@ -18,7 +18,9 @@ a read of its bytes before is reported (`asynchrony`, which also checks every sh
 Under `serving_checks`, every 32-bit word loaded from a checked cache's page table is checked against the
 cache's page count (a gathered row of a page out of range would read another allocation: they are contiguous).
 `atom`/`red` (scalar, global or shared memory): threads of one execution that hit one location update it one
-at a time in increasing lane order, one legal serialisation (see `decode_atom`).
+at a time in increasing lane order, one legal serialisation (see `decode_atom`). A weak load whose value is the
+compare operand of an `atom.cas` at the same address (an atomicCAS loop's first read) counts as relaxed for the
+race checks (`seeds_cas`).
 """
 
 from __future__ import annotations
@@ -241,10 +243,26 @@ def _sync_locations(m: Machine, space: str, lanes: np.ndarray, addresses) -> tup
     return lanes[:0], addresses[:0]
 
 
+def seeds_cas(m: Machine, inst) -> bool:
+    """Whether the weak load `inst` reads the expected value of an `atom.cas` at its own address: its
+    destination is the cas's compare operand (nvcc's atomicCAS loops, the CUDA guide's `old = *p; do {
+    assumed = old; old = atomicCAS(p, assumed, f(assumed)); } while (assumed != old)`). Such a load is taken
+    as relaxed (strong, .gpu) by the race checks (`global_order`): the cas checks the value it read, so its
+    races with other threads' atomics at that address decide nothing the cas does not check again."""
+    seeds = getattr(m, "cas_seeds", None)
+    if seeds is None:  # the lines of such loads, found once per decoded entry
+        instructions = m.entry.instructions
+        cas = {(i.operands[1], i.operands[2]) for i in instructions
+               if i.opcode == "atom" and "cas" in i.modifiers and len(i.operands) == 4}
+        seeds = m.cas_seeds = frozenset(i.line for i in instructions if i.opcode == "ld" and len(i.operands) == 2
+                                        and (i.operands[1], i.operands[0]) in cas)
+    return inst.line in seeds
+
+
 @opcode("ld", "ldu")
 def decode_ld(ops: Operands, inst, mods):
     strong = any(q in inst.modifiers for q in _STRONG_SEMANTICS)
-    how = strong_kind(inst.modifiers) if strong else WEAK
+    how = strong_kind(inst.modifiers) if strong or seeds_cas(ops.m, inst) else WEAK
     acquire = "acquire" in inst.modifiers
     space, width, t = _access_modifiers(ops, inst, mods, 1)
     if len(inst.operands) not in (2, 3):
