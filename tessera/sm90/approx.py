@@ -89,8 +89,8 @@ def intrinsic_error_bound(name: str, operand, exact) -> np.ndarray:
     x, exact = np.asarray(operand, np.float64), np.abs(np.asarray(exact, np.float64))
     inside = lambda low, high: (x >= low) & (x <= high)  # noqa: E731
     if name == "__fdividef":
-        return np.where(inside(*FDIVIDEF_DIVISOR_RANGE) | inside(-FDIVIDEF_DIVISOR_RANGE[1], -FDIVIDEF_DIVISOR_RANGE[0]),
-                        FDIVIDEF_ULPS * F32_ULP_RELATIVE * exact, np.inf)
+        low, high = FDIVIDEF_DIVISOR_RANGE
+        return np.where(inside(low, high) | inside(-high, -low), FDIVIDEF_ULPS * F32_ULP_RELATIVE * exact, np.inf)
     if name == "__expf":
         base, slope = EXPF_ULPS
         return (base + np.floor(np.abs(slope * x))) * F32_ULP_RELATIVE * exact
@@ -101,4 +101,5 @@ def intrinsic_error_bound(name: str, operand, exact) -> np.ndarray:
         return np.where(inside(*SINCOS_RANGE), bound, np.inf)
     if name == "rsqrtf":
         return RSQRT_APPROX_RELATIVE_ERROR * exact
-    raise ValueError(f"no documented error bound for {name} (known: __expf, __logf, __sinf, __cosf, __fdividef, rsqrtf)")
+    raise ValueError(f"no documented error bound for {name} (known: __expf, __logf, __sinf, __cosf, __fdividef, "
+                     "rsqrtf)")
