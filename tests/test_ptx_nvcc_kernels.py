@@ -1,0 +1,359 @@
+"""The PTX executor on whole CUDA kernels it was not written against: tests/ptx_nvcc/NAME.cu as a user or a
+library writes them, compiled by nvcc 13.5 (`tests/ptx_nvcc/build.py`, the PTX committed beside the source), run
+against float64 NumPy: bitwise where the arithmetic is exact or correctly rounded, within the documented bound
+of each approximate intrinsic (`tessera.sm90.approx`) otherwise. Every launch runs with the race checks on, so
+each passing kernel is also a kernel the race detector finds nothing in; two have an ordering bug seeded into
+their PTX (a deleted `__syncthreads`, a deleted `cp.async.wait_group`) that must be reported with both sides
+named. `-m slow` runs every kernel again under the adversarial schedule."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tessera.interpreters.ptx import PtxExecutionError, PtxHazardError, launch
+from tessera.sm90 import approx
+
+DATA = Path(__file__).parent / "ptx_nvcc"
+BF16 = ml_dtypes.bfloat16
+
+
+def ptx(name: str) -> str:
+    return (DATA / f"{name}.ptx").read_text()
+
+
+def run(name: str, grid, block, args, **options):
+    return launch(ptx(name), f"k_{name}", grid, block, args, source=f"{name}.ptx", **options)
+
+
+def rounded(exact: np.ndarray, dtype) -> np.ndarray:
+    """float64 values rounded once to `dtype` (f32, f16, bf16), nearest even: to f32 by rounding to odd, then
+    to the narrower type (correct, as f32 has more than two bits beyond bf16's and f16's precision); a direct
+    float64 -> bfloat16 cast in ml_dtypes rounds twice."""
+    exact = np.asarray(exact, np.float64)
+    r = exact.astype(np.float32)
+    if np.dtype(dtype) == np.float32:
+        return r
+    inexact = r.astype(np.float64) != exact
+    even = (r.view(np.uint32) & 1) == 0
+    toward = np.where(r.astype(np.float64) < exact, np.float32(np.inf), np.float32(-np.inf))
+    r = np.where(inexact & even, np.nextafter(r, toward), r).astype(np.float32)
+    return r.astype(dtype)
+
+
+# --- the kernels, each with its NumPy reference ------------------------------------------------------------
+def packed_case(rng):
+    n = 50
+    x, y = (rng.standard_normal((n, 2)).astype(np.float32) for _ in range(2))
+    args = [x, y, np.zeros((n, 2), np.float16), np.zeros((n, 2), BF16), np.zeros((n, 2), np.float32), np.int32(n)]
+    out = run("packed", 1, 64, args)
+    ha, hb = x.astype(np.float16), y.astype(np.float16)
+    h = rounded(ha.astype(np.float64) * hb + rounded(ha.astype(np.float64) * ha, np.float16), np.float16)
+    ba, bb = x.astype(BF16).astype(np.float64), y.astype(BF16).astype(np.float64)
+    bc = rounded(ba * bb + rounded(ba + bb, BF16).astype(np.float64), BF16)
+    b = np.maximum(bc, (-bb).astype(BF16))
+    hd = rounded(ha.astype(np.float64) - hb, np.float16).astype(np.float32)
+    f = np.stack([bc[:, 0].astype(np.float32) + hd[:, 0], bc[:, 1].astype(np.float32) * hd[:, 1]], 1)
+    return out[2:5], [h, b, f]
+
+
+def shfl_xor_case(rng):
+    x = rng.standard_normal(64).astype(np.float32)
+    out = run("shfl_xor", 1, 64, [x, np.zeros(64, np.float32), np.zeros(64, np.int32)])
+    warps = x.reshape(2, 32).astype(np.float64)
+    sums = []
+    for w in warps:  # the butterfly's own order: offset 16, 8, 4, 2, 1, every lane the same sum
+        v = w.astype(np.float32)
+        for o in (16, 8, 4, 2, 1):
+            v = v + v[np.arange(32) ^ o]
+        sums.append(v)
+    low = (x.view(np.int32) & 0xFFFF).reshape(2, 32)
+    maxima = np.where(np.arange(32) < 16, low[:, :16].max(1, keepdims=True), -1)
+    return out[1:], [np.concatenate(sums), maxima.reshape(-1)]
+
+
+def atomics_case(rng):
+    n = 100
+    x = rng.standard_normal(n).astype(np.float32)
+    x[::7] = np.round(x[::7] * 4) / 4  # some ties in the histogram's bits too
+    args = [x, np.int32(n), np.zeros(1, np.float32), np.zeros(2, np.float16), np.zeros(4, BF16),
+            np.full(1, -np.inf, np.float32), np.zeros(8, np.int32)]
+    out = run("atomics", 2, 64, args)
+    # the executor adds in thread order (one legal serialisation): the reference adds in the same order, each
+    # sum rounded to its type after every step, as the hardware's atomics do
+    f = np.float32(0)
+    for v in x:
+        f = np.float32(f + v)
+    h = [np.float16(0), np.float16(0)]
+    for v in x:
+        h = [np.float16(h[0] + np.float16(v)), np.float16(h[1] + np.float16(1))]
+    b = np.zeros(4, np.float64)
+    for i, v in enumerate(x):
+        b[i & 3] = float(rounded(b[i & 3] + float(np.float32(v).astype(BF16)), BF16))
+    hist = np.bincount(x.view(np.int32) & 7, minlength=8)
+    return out[2:], [np.array([f]), np.array(h, np.float16), b.astype(BF16), np.array([x.max()]), hist]
+
+
+def ldg_case(rng):
+    n = 60
+    a, b = rng.standard_normal((n, 4)).astype(np.float32), rng.standard_normal((n, 2)).astype(np.float32)
+    c = rng.integers(-9, 9, (n, 2)).astype(np.int32)
+    out = run("ldg", 1, 64, [a, b, c, np.zeros((n, 4), np.float32), np.int32(n)])
+    r = c[::-1].astype(np.float32)
+    want = np.stack([a[:, 0] * b[:, 0] + r[:, 0], a[:, 1] * b[:, 1] - r[:, 1], a[:, 2] + b[:, 0],
+                     a[:, 3] - b[:, 1]], 1)
+    want[:, 0] = rounded(a[:, 0].astype(np.float64) * b[:, 0] + r[:, 0], np.float32)  # nvcc made it fma.rn
+    return out[3:4], [want]
+
+
+def int64_case(rng):
+    n = 64
+    a = rng.integers(-2**62, 2**62, n)
+    b = rng.integers(1, 2**40, n) * rng.choice([-1, 1], n)
+    a[:4] = [-2**63, 2**63 - 1, -7, 7]
+    b[:4] = [-3, 2**63 - 1, 2, -2]
+    c = rng.integers(-2**31, 2**31, n).astype(np.int32)
+    d = (rng.integers(1, 2**20, n) * rng.choice([-1, 1], n)).astype(np.int32)
+    out = run("int64", 1, 64, [a, b, c, d, np.zeros(8 * n, np.int64), np.int32(n)])[4].reshape(n, 8)
+    want = np.zeros((n, 8), np.int64)
+    wrap = 1 << 64
+    for i in range(n):
+        x, y, s, t = int(a[i]), int(b[i]), int(c[i]), int(d[i])
+        ux, uy, us, ut = x % wrap, y % wrap, s % 2**32, t % 2**32
+        row = [x * y + (x >> 7) - (ux >> 9), (x * y) >> 64, (ux * uy) >> 64, ((us * ut) >> 32) + ((s * t) >> 32) * 3,
+               int(x / y) if abs(x) < 2**53 else _trunc_div(x, y), ux % uy,
+               _trunc_div(s, t) * 1000003 + (s - _trunc_div(s, t) * t), us // ut + us % ut]
+        want[i] = [(v + 2**63) % wrap - 2**63 for v in row]
+    return [out], [want]
+
+
+def _trunc_div(x: int, y: int) -> int:
+    """C's integer division, rounding toward zero."""
+    q = abs(x) // abs(y)
+    return q if (x < 0) == (y < 0) else -q
+
+
+def bits_case(rng):
+    n = 64
+    a, b = (rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32) for _ in range(2))
+    a[:3], b[:3] = [0, 0xFFFFFFFF, 1], [0, 0x80000000, 0xFFFFFFFF]
+    out = run("bits", 1, 64, [a, b, np.zeros(8 * n, np.uint32), np.int32(n)])[2].reshape(n, 8)
+    want = np.zeros((n, 8), np.uint64)
+    m32 = 0xFFFFFFFF
+    for i in range(n):
+        x, y = int(a[i]), int(b[i])
+
+        def bfe(v, start, length, signed):
+            if length == 0:
+                return 0
+            field = (v >> min(start, 31)) & ((1 << length) - 1) if start < 32 else 0
+            if start + length > 32:  # the field runs past bit 31: the source's top bit (its sign when signed)
+                top = (v >> 31) & 1 if signed else 0
+                field &= (1 << max(32 - start, 0)) - 1
+                if top:
+                    field |= ((1 << length) - 1) & ~((1 << max(32 - start, 0)) - 1)
+            sign = (field >> (length - 1)) & 1 if signed else 0
+            return (field | (m32 & ~((1 << length) - 1))) if sign else field
+
+        def bfi(base, insert, start, length):
+            mask = (((1 << length) - 1) << start) & m32 if start < 32 else 0
+            return (base & ~mask | (insert << start) & mask) & m32
+
+        both = (x << 32) | y
+        row = [int(f"{x:032b}"[::-1], 2), bin(x).count("1") + (bin(both).count("1") << 8),
+               (32 - x.bit_length()) | (((y & -y).bit_length()) << 8) | ((64 - y.bit_length()) << 16),
+               _prmt(x, y, 0x5140 + (i & 7)),
+               ((((y << 32) | x) << (i & 31)) >> 32 & m32) ^ ((((y << 32) | x) >> ((i * 3) & 31)) & m32),
+               bfe(x, y & 31, (y >> 8) & 31, False) ^ ((x >> (y & 15)) & 0x3FF),
+               (bfi(y, x, i & 31, (i >> 1) & 31) + ((x & ~(0xFF << 8)) | ((y & 0xFF) << 8))) & m32,
+               bfe(x, (y >> 16) & 31, (y >> 24) & 31, True)]
+        want[i] = row
+    return [out], [want.astype(np.uint32)]
+
+
+def _prmt(a: int, b: int, selector: int) -> int:
+    """prmt.b32 (default mode): byte k of the result is byte selector[4k+2:4k] of b:a, its sign replicated
+    when selector bit 4k+3 is set (the PTX ISA's table)."""
+    source = (b << 32) | a
+    out = 0
+    for k in range(4):
+        nibble = (selector >> (4 * k)) & 0xF
+        byte = (source >> (8 * (nibble & 7))) & 0xFF
+        if nibble & 8:
+            byte = 0xFF if byte & 0x80 else 0
+        out |= byte << (8 * k)
+    return out
+
+
+def fastmath_case(rng):
+    n = 64
+    a = rng.uniform(-3, 3, n).astype(np.float32)  # __sinf/__cosf: their bound holds on [-pi, pi]
+    b = rng.uniform(0.5, 2, n).astype(np.float32)  # __logf: the absolute bound on [0.5, 2]
+    b[::2] = rng.uniform(2.5, 1000, n // 2)
+    out = run("fastmath", 1, 64, [a, b, np.zeros(8 * n, np.float32), np.int32(n)])[2].reshape(n, 8)
+    x, y = a.astype(np.float64), b.astype(np.float64)
+    return [out], [(x, y)]
+
+
+def check_fastmath(out: np.ndarray, inputs) -> None:
+    """Each intrinsic within its bound: approx.intrinsic_error_bound names the CUDA guide's, per input."""
+    x, y = inputs
+    exact = {"__expf": np.exp(x), "__logf": np.log(y), "rsqrtf": 1 / np.sqrt(y), "__fdividef": x / y,
+             "__sinf": np.sin(x), "__cosf": np.cos(x)}
+    for column, (name, value) in enumerate(exact.items()):
+        bound = approx.intrinsic_error_bound(name, y if name in ("__logf", "rsqrtf", "__fdividef") else x, value)
+        error = np.abs(out[:, column] - value)
+        assert (error <= bound).all(), (name, float((error / bound).max()))
+    np.testing.assert_array_equal(out[:, 6], rounded(1 / y, np.float32))  # __frcp_rn and __fsqrt_rn: IEEE
+    np.testing.assert_array_equal(out[:, 7], rounded(np.sqrt(y), np.float32))
+
+
+def mma_bf16_case(rng, text: str | None = None):
+    m, n, k = 32, 32, 64
+    a = rng.standard_normal((m, k)).astype(BF16)
+    b = rng.standard_normal((n, k)).astype(BF16)
+    args = [a, b, np.zeros((m, n), np.float32), np.int32(m), np.int32(n), np.int32(k)]
+    out = launch(text or ptx("mma_bf16"), "k_mma_bf16", (n // 16, m // 16, 1), 32, args, source="mma_bf16.ptx")
+    # f32 accumulation over k steps of 16: each mma's products are exact in f32 and its sum within the f32
+    # accumulator's rounding, so against float64 within k/16 roundings of the partial sums' magnitude
+    want = a.astype(np.float64) @ b.astype(np.float64).T
+    scale = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)).T
+    return [out[2]], [(want, scale * k * 2.0**-23)]
+
+
+def memcpy_async_case(rng):
+    x = rng.standard_normal(512).astype(np.float32)
+    out = run("memcpy_async", 2, 256, [x, np.zeros(512, np.float32)])
+    return out[1:], [np.roll(x.reshape(2, 256), -1, axis=1).reshape(-1) * 2]
+
+
+def cg_reduce_case(rng):
+    x = rng.integers(-1000, 1000, 512).astype(np.int32)
+    out = run("cg_reduce", 2, 256, [x, np.zeros(512, np.int32), np.zeros(512, np.int32), np.zeros(2, np.int32)])
+    return out[1:], [np.repeat(x.reshape(-1, 16).sum(1), 16), np.repeat(x.reshape(-1, 8).max(1), 8),
+                     x.reshape(2, 256).sum(1)]
+
+
+def stack_case(rng):
+    n = 60
+    x = rng.standard_normal(8 * n).astype(np.float32)
+    out = run("stack", 2, 32, [x, np.zeros(n, np.float32), np.int32(n)])
+    v = np.sort(x.reshape(n, 8), axis=1)
+    s = np.zeros(n, np.float32)
+    for k in range(8):  # nvcc keeps the sum's order and contracts each step into fma.rn
+        s = rounded(v[:, k].astype(np.float64) * (k + 1) + s, np.float32)
+    pick = np.where(x.reshape(n, 8)[:, 0] > 0, v[:, 7], v[:, 0])
+    return out[1:2], [s + pick]
+
+
+def syncwarp_case(rng):
+    x = rng.integers(-1000, 1000, 128).astype(np.int32)
+    out = run("syncwarp", 2, 64, [x, np.zeros(128, np.int32)])
+    w = x.reshape(-1, 32).astype(np.int64)
+    lane = np.arange(32)
+    stored = np.where(lane & 1, w * 3, w * 5)
+    v = np.where(lane & 1, w + stored[:, (lane + 2) & 31], w - stored[:, (lane + 30) & 31])
+    return out[1:], [(v + v[:, lane ^ 1]).reshape(-1)]
+
+
+def grid_stride_case(rng):
+    n = 1000
+    x, y = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    out = run("grid_stride", 3, 64, [np.int32(n), np.float32(1.5), x, y.copy()])
+    return out[3:], [rounded(1.5 * x.astype(np.float64) + y, np.float32)]
+
+
+def dyn_smem_case(rng, text: str | None = None):
+    x = (rng.integers(-64, 64, 256) / 8).astype(np.float32)  # sums exact in f32: any order gives the same bits
+    args = [x, np.zeros(256, np.float32), np.zeros(2, np.float32)]
+    out = launch(text or ptx("dyn_smem"), "k_dyn_smem", 2, 128, args, shared_bytes=512, source="dyn_smem.ptx")
+    sums = x.reshape(2, 128).sum(1)
+    return out[1:], [x - np.repeat(sums / np.float32(128), 128), sums]
+
+
+CASES = {name[:-5]: case for name, case in globals().items() if name.endswith("_case")}
+
+
+def check(name: str, got, want) -> None:
+    if name == "fastmath":
+        return check_fastmath(got[0], want[0])
+    if name == "mma_bf16":
+        (exact, bound), = want
+        assert (np.abs(got[0] - exact) <= bound).all()
+        return
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(np.asarray(g).reshape(np.shape(w)), w)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_nvcc_kernel_against_numpy(name):
+    got, want = CASES[name](np.random.default_rng(7))
+    check(name, got, want)
+
+
+def test_printf_is_refused_by_name_and_trap_stops_the_run():
+    good = [np.arange(64, dtype=np.int32), np.zeros(64, np.int32), np.int32(64)]
+    np.testing.assert_array_equal(run("trap", 1, 64, good)[1], np.arange(64) * 2)  # nobody prints
+    bad = [np.arange(64, dtype=np.int32) - 3, np.zeros(64, np.int32), np.int32(64)]
+    with pytest.raises(PtxExecutionError, match=r"trap.ptx:\d+: error: call.uni: the kernel called vprintf \(printf\)"):
+        run("trap", 1, 64, bad)
+    with pytest.raises(PtxExecutionError, match=r"trap.ptx:\d+: error: trap: the kernel executed a trap"):
+        launch(ptx("trap"), "k_trap_quiet", 1, 64, bad, source="trap.ptx")
+
+
+# --- seeded ordering bugs: reported with both sides named --------------------------------------------------
+def _delete_line(text: str, pattern: str, occurrence: int) -> tuple[str, int]:
+    """The text without the `occurrence`-th line matching `pattern` (a regex) and that line's number."""
+    lines = text.split("\n")
+    hits = [i for i, line in enumerate(lines) if re.search(pattern, line)]
+    del lines[hits[occurrence]]
+    return "\n".join(lines), hits[occurrence] + 1
+
+
+def test_deleted_syncthreads_in_the_tree_reduction_is_a_race_naming_both_sides():
+    # the second bar.sync (inside the loop over halves): a thread adds s[t + h] that another thread still writes
+    text, _ = _delete_line(ptx("dyn_smem"), r"^\s*bar\.sync\s+0;", 1)
+    with pytest.raises(PtxHazardError) as error:
+        dyn_smem_case(np.random.default_rng(7), text)
+    message = str(error.value)
+    assert "race" in message
+    lines = [int(re.match(r"dyn_smem.ptx:(\d+)", message)[1])] + [int(n) for n in re.findall(r"line (\d+)", message)]
+    ops = {re.sub(r"\s+", " ", text.split("\n")[line - 1].strip()).split(" ")[0] for line in lines}
+    assert {"ld.shared.f32", "st.shared.f32"} <= ops, message
+
+
+def test_deleted_cp_async_wait_in_the_mma_pipeline_is_reported_naming_both_sides():
+    text, _ = _delete_line(ptx("mma_bf16"), r"cp\.async\.wait_group", 0)
+    with pytest.raises(PtxHazardError) as error:
+        mma_bf16_case(np.random.default_rng(7), text)
+    message = str(error.value)
+    reader = re.match(r"mma_bf16.ptx:(\d+): error: ldmatrix.* the cp.async at line (\d+) into it has not landed",
+                      message)
+    assert reader, message
+    assert "ldmatrix" in text.split("\n")[int(reader[1]) - 1] and "cp.async.cg" in text.split("\n")[int(reader[2]) - 1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_nvcc_kernel_under_the_adversarial_schedule(name, seed, monkeypatch):
+    """The same results, and no report, when the ready lanes run in a random order."""
+    original = launch
+
+    def adversarial(*args, **kwargs):
+        return original(*args, schedule="adversarial", seed=seed, **kwargs)
+
+    monkeypatch.setattr(f"{__name__}.launch", adversarial)
+    got, want = CASES[name](np.random.default_rng(7))
+    if name == "atomics":  # the atomics' order follows the schedule: sums within rounding, the rest exact
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
+        np.testing.assert_allclose(got[1].astype(np.float64), want[1].astype(np.float64), atol=0.25)
+        np.testing.assert_allclose(got[2].astype(np.float64), want[2].astype(np.float64), atol=0.25)
+        np.testing.assert_array_equal(got[3], want[3])
+        np.testing.assert_array_equal(got[4], want[4])
+        return
+    check(name, got, want)
