@@ -215,6 +215,19 @@ def test_plain_load_of_an_atomic_counter_is_still_a_race():
         launch(racy, "k", 1, 64, [np.zeros(65, np.uint32)])
 
 
+# threadFenceReduction's reset: if (last block) retirement_count = 0;  after every block's atomicInc(&count, n).
+# Ordered by the fences around the tickets it is no race (tests/test_ptx_nvcc_kernels.py runs the whole kernel);
+# a store no release/acquire orders before the other CTAs' increments still is.
+def test_plain_store_to_an_atomic_counter_without_ordering_is_a_race_naming_both_sides():
+    body = ("mov.u32 %r1, %ctaid.x;\nor.b32 %r3, %r1, %r0;\nsetp.ne.u32 %p1, %r3, 0;\n@%p1 bra ADD;\n"
+            "st.global.u32 [%rd2], 100;\nADD:\natom.global.inc.u32 %r4, [%rd2], 1000;")
+    for order in ([0, 1, 2, 3], [3, 2, 1, 0]):
+        with pytest.raises(PtxHazardError, match=r"<ptx>:\d+: error: atom.global.inc.u32: writes global address .* "
+                                                 r"which the instruction at line \d+ \(thread \(0, 0, 0\) of CTA "
+                                                 r"\(0, 0, 0\)\) wrote .* no synchronisation orders the two"):
+            launch(kernel(body), "k", 4, 32, [np.zeros(1, np.uint32)], cta_order=order)
+
+
 # --- warp and block collectives --------------------------------------------------------------------------
 # out[i] = __match_any_sync(0xffffffff, v & 3)
 def test_match_any_and_all():
