@@ -275,6 +275,75 @@ def dyn_smem_case(rng, text: str | None = None):
     return out[1:], [x - np.repeat(sums / np.float32(128), 128), sums]
 
 
+def atomics_more_case(rng):
+    n = 200
+    x = rng.integers(-1000, 1000, n).astype(np.int32)
+    args = [x, np.int32(n), np.zeros(16, np.uint32), np.array([2**31 - 1, -2**31], np.int32), np.zeros(2, np.uint32),
+            np.array([0xFFFFFFFF, 0, 0], np.uint32), np.zeros(1), np.zeros(1, np.int32)]
+    out = run("atomics_more", 2, 128, args)
+    inc = dec = 0
+    for _ in range(n):  # atomicInc: old >= limit ? 0 : old + 1; atomicDec: old == 0 or old > limit ? limit : old - 1
+        inc = 0 if inc >= 9 else inc + 1
+        dec = 6 if dec == 0 or dec > 6 else dec - 1
+    bits = np.uint32(1) << (x & 31).astype(np.uint32)
+    want = [np.bincount(x & 15, minlength=16), [x.min(), x.max()], [inc, dec],
+            [0xFFFFFFFF & ~np.bitwise_or.reduce(bits), np.bitwise_or.reduce(bits), np.bitwise_xor.reduce(x.view(np.uint32))],
+            [(x * 0.25).sum()], [1]]  # the double sum is exact: quarters of small integers
+    return out[2:], [np.asarray(w, o.dtype) for w, o in zip(want, out[2:])]
+
+
+def simd_int_case(rng):
+    n = 64
+    a, b = (rng.integers(-2**31, 2**31, n).astype(np.int32) for _ in range(2))
+    out = run("simd_int", 1, 64, [a, b, np.zeros(8 * n, np.int32), np.int32(n)])[2].reshape(n, 8)
+
+    def parts(v, bits, signed):
+        v = int(v) & 0xFFFFFFFF
+        p = [(v >> (bits * i)) & ((1 << bits) - 1) for i in range(32 // bits)]
+        return [q - (1 << bits) if signed and q >> (bits - 1) else q for q in p]
+
+    want = np.zeros((n, 8), np.int64)
+    for i in range(n):
+        x, y = int(a[i]), int(b[i])
+        ux, uy = x & 0xFFFFFFFF, y & 0xFFFFFFFF
+        xb, yb, ubx, uby = parts(x, 8, True), parts(y, 8, True), parts(x, 8, False), parts(y, 8, False)
+        xh = parts(x, 16, True)
+        dp4a = i + sum(p * q for p, q in zip(xb, yb))
+        dp2a = -i + xh[0] * yb[0] + xh[1] * yb[1]
+        absdiff = sum(abs(p - q) << (8 * k) for k, (p, q) in enumerate(zip(ubx, uby)))
+        vadd = sum(((p + q) & 0xFF) << (8 * k) for k, (p, q) in enumerate(zip(ubx, uby)))
+        vcmp = sum((0xFF if p > q else 0) << (8 * k) for k, (p, q) in enumerate(zip(ubx, uby)))
+        sad = abs(x - y) + 7 + abs(ux - uy) + 3
+        hadd, rhadd = (x + y) >> 1, (x + y + 1) >> 1
+        majority = (ux & uy) | (ux & i) | (uy & i)
+        want[i] = [dp4a, dp2a, absdiff, vadd ^ vcmp, sad, hadd ^ rhadd, majority, i % 32]
+    return [out], [((want + 2**31) % 2**32 - 2**31).astype(np.int32)]
+
+
+def struct_param_case(rng):
+    from tessera.interpreters.ptx import ParamStruct
+
+    rows, cols, pitch = 20, 37, 40
+    x = rng.standard_normal((rows, pitch)).astype(np.float32)
+    out = np.zeros((rows, pitch), np.float32)
+    offsets = np.array([0.5, -1.0, 2.0, 0.25], np.float32)
+    data = (np.zeros(2, np.uint64).tobytes() + np.array([rows, cols, pitch], np.int32).tobytes()
+            + np.float32(1.5).tobytes() + offsets.tobytes())
+    struct = ParamStruct(data, {0: x, 8: out})
+    launch(ptx("struct_param"), "k_struct_param", (3, 3, 1), (16, 8, 1), [struct], source="struct_param.ptx")
+    want = np.zeros_like(out)
+    want[:, :cols] = rounded(1.5 * x[:, :cols].astype(np.float64) + offsets[np.arange(cols) % 4], np.float32)
+    return [out], [want]
+
+
+def fence_reduce_case(rng, text: str | None = None):
+    n = 1000
+    x = (rng.integers(-64, 64, n) / 8).astype(np.float32)  # every partial sum exact
+    args = [x, np.zeros(4, np.float32), np.zeros(1, np.float32), np.int32(n)]
+    out = launch(text or ptx("fence_reduce"), "k_fence_reduce", 4, 128, args, source="fence_reduce.ptx")
+    return out[2:3], [np.array([x.sum()], np.float32)]
+
+
 CASES = {name[:-5]: case for name, case in globals().items() if name.endswith("_case")}
 
 
@@ -335,6 +404,19 @@ def test_deleted_cp_async_wait_in_the_mma_pipeline_is_reported_naming_both_sides
                       message)
     assert reader, message
     assert "ldmatrix" in text.split("\n")[int(reader[1]) - 1] and "cp.async.cg" in text.split("\n")[int(reader[2]) - 1]
+
+
+def test_threadfence_reduction_without_the_readers_fence_is_a_race_naming_both_sides():
+    """The CUDA sample as NVIDIA wrote it: the last block reads the partials after its atomicInc with no fence,
+    so nothing orders the other blocks' plain stores before its reads [memory_model.RELEASE_ACQUIRE]."""
+    text, _ = _delete_line(ptx("fence_reduce"), r"^\s*membar\.gl;", 1)
+    with pytest.raises(PtxHazardError) as error:
+        fence_reduce_case(np.random.default_rng(7), text)
+    message = str(error.value)
+    reader = re.match(r"fence_reduce.ptx:(\d+): error: ld.volatile.global.f32: reads .* which the instruction at "
+                      r"line (\d+) \(thread \(0, 0, 0\) of CTA \((\d), 0, 0\)\) wrote", message)
+    assert reader, message
+    assert "st.global.f32" in text.split("\n")[int(reader[2]) - 1] and "race" in message
 
 
 @pytest.mark.slow
