@@ -164,6 +164,24 @@ def test_rcp_approx_ftz_f64():
     np.testing.assert_allclose(out, 1 / (np.arange(32) + 1.5), rtol=2**-22)
 
 
+# exp(x) in double: nvcc reduces x by k ln2 with fma.rn.f64 (x - k ln2_hi - k ln2_lo), which must round once
+# (20 ulp off at x = 40 before, when the f64 product was rounded first)
+def test_fma_rn_f64_rounds_once():
+    from fractions import Fraction
+
+    a = np.array([1 + 2.0**-30, 3.0, 0.1, 1e300, 2.0**-600], np.float64)
+    b = np.array([1 + 2.0**-30, 1 / 3, 10.0, 1e10, 2.0**-600], np.float64)
+    c = np.array([-1.0, -1.0, -1.0, 1.0, 1.0], np.float64)
+    buffer = np.concatenate([np.zeros(8), a, b, c])
+    body = ("setp.lt.u32 %p1, %r0, 5;\n@!%p1 bra DONE;\nmul.wide.u32 %rd4, %r0, 8;\nadd.s64 %rd5, %rd2, %rd4;\n"
+            "ld.global.f64 %fd1, [%rd5+64];\nld.global.f64 %fd2, [%rd5+104];\nld.global.f64 %fd3, [%rd5+144];\n"
+            "fma.rn.f64 %fd4, %fd1, %fd2, %fd3;\nst.global.f64 [%rd5], %fd4;\nDONE:")
+    out = launch(kernel(body), "k", 1, 32, [buffer])[0][:5]
+    want = [float(Fraction(x) * Fraction(y) + Fraction(z)) for x, y, z in zip(a[:3], b[:3], c[:3])]
+    np.testing.assert_array_equal(out, want + [np.inf, 1.0])  # overflow; a product below the exact range
+    assert out[0] == 2.0**-29 + 2.0**-60
+
+
 # __nv_cvt_float2_to_fp8x2(v, __NV_SATFINITE, __NV_E4M3); __nv_cvt_fp8x2_to_halfraw2(s, __NV_E4M3)
 @pytest.mark.parametrize("kind,dtype", [("e4m3x2", ml_dtypes.float8_e4m3fn), ("e5m2x2", ml_dtypes.float8_e5m2)])
 def test_cvt_fp8x2(kind, dtype):
