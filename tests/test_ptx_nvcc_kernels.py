@@ -344,12 +344,54 @@ def fence_reduce_case(rng, text: str | None = None):
     return out[2:3], [np.array([x.sum()], np.float32)]
 
 
+STANDARD_FUNCTION_ULPS = {"expf": 2, "logf": 1, "sinf": 2, "tanhf": 2, "erff": 2, "powf": 4, "exp": 1}
+"""The CUDA C++ Programming Guide's maximum ulp errors of the standard functions (its tables "Single-Precision
+Mathematical Standard Library Functions with Maximum ULP Error" and the double-precision one); x / y and sqrt
+are IEEE (0 ulp) as nvcc compiles them by default (-prec-div, -prec-sqrt)."""
+
+
+def mathlib_case(rng):
+    n = 64
+    a = (rng.standard_normal(n) * 3).astype(np.float32)
+    a[:3] = [0.0, 40.0, -0.5]  # 0: a / 0 * 0 is NaN too; 40: expf near its overflow
+    b = rng.uniform(0.1, 10, n).astype(np.float32)
+    out = run("mathlib", 1, 64, [a, b, np.zeros(12 * n, np.float32), np.zeros(2 * n), np.int32(n)])
+    return [out[2].reshape(n, 12), out[3].reshape(n, 2)], [(a, b)]
+
+
+def check_mathlib(got, inputs) -> None:
+    import math
+
+    a, b = inputs[0]
+    out, dout = got
+    x, y = a.astype(np.float64), b.astype(np.float64)
+    library = {"expf": np.exp(x), "logf": np.log(y), "sinf": np.sin(x), "tanhf": np.tanh(x),
+               "erff": np.array([math.erf(v) for v in x]), "powf": y ** x}
+    for column, (name, exact) in enumerate(library.items()):
+        ulp = np.spacing(np.abs(exact).astype(np.float32)).astype(np.float64)
+        assert (np.abs(out[:, column] - exact) <= STANDARD_FUNCTION_ULPS[name] * ulp).all(), name
+    np.testing.assert_array_equal(out[:, 6], a / b)
+    np.testing.assert_array_equal(out[:, 7], np.sqrt(b))
+    np.testing.assert_array_equal(out[:, 8], np.minimum(a, b) + a)  # fmaxf(a, NaN) = a
+    three, five, seven = a * np.float32(3), a * np.float32(5), a * np.float32(7)
+    round_away = np.copysign(np.floor(np.abs(three.astype(np.float64)) + 0.5), three).astype(np.float32)
+    np.testing.assert_array_equal(out[:, 9], round_away + np.trunc(five) + np.rint(seven))
+    np.testing.assert_array_equal(out[:, 10], np.copysign(b, a) + np.float32(100))
+    np.testing.assert_array_equal(out[:, 11], np.arange(len(a)))
+    with np.errstate(divide="ignore"):
+        np.testing.assert_array_equal(dout[:, 0], np.sqrt(y) / x)
+    exact = np.exp(x)
+    assert (np.abs(dout[:, 1] - exact) <= STANDARD_FUNCTION_ULPS["exp"] * np.spacing(exact)).all()
+
+
 CASES = {name[:-5]: case for name, case in globals().items() if name.endswith("_case")}
 
 
 def check(name: str, got, want) -> None:
     if name == "fastmath":
         return check_fastmath(got[0], want[0])
+    if name == "mathlib":
+        return check_mathlib(got, want)
     if name == "mma_bf16":
         (exact, bound), = want
         assert (np.abs(got[0] - exact) <= bound).all()
