@@ -225,6 +225,24 @@ def mma_bf16_case(rng, text: str | None = None):
     return [out[2]], [(want, scale * k * 2.0**-23)]
 
 
+def wmma_case(rng):
+    """Both WMMA kernels: f16 from global memory, and bf16 staged in shared memory, scaled elementwise in the
+    fragment and stored column-major; f32 accumulation within k/16 roundings of the products' magnitude."""
+    m, n, k = 32, 32, 32
+    a, b = rng.standard_normal((m, k)).astype(np.float16), rng.standard_normal((n, k)).astype(np.float16)
+    f16 = run("wmma", (n // 16, m // 16, 1), 32, [a, b, np.zeros((m, n), np.float32), np.int32(m), np.int32(n),
+                                                   np.int32(k)])[2]
+    a2, b2 = rng.standard_normal((m, k)).astype(BF16), rng.standard_normal((k, n)).astype(BF16)
+    bf16 = launch(ptx("wmma"), "k_wmma_bf16", (n // 16, m // 32, 1), 64,
+                  [a2, b2, np.zeros((n, m), np.float32), np.int32(m), np.int32(n), np.int32(k), np.float32(0.5)],
+                  source="wmma.ptx")[2]
+    wants = []
+    for x, y, scale in ((a, b.T, 1.0), (a2, b2, 0.5)):
+        x, y = x.astype(np.float64), y.astype(np.float64)
+        wants.append((scale * (x @ y), scale * (np.abs(x) @ np.abs(y)) * k * 2.0**-23))
+    return [f16, bf16.T], wants
+
+
 def memcpy_async_case(rng):
     x = rng.standard_normal(512).astype(np.float32)
     out = run("memcpy_async", 2, 256, [x, np.zeros(512, np.float32)])
@@ -392,9 +410,9 @@ def check(name: str, got, want) -> None:
         return check_fastmath(got[0], want[0])
     if name == "mathlib":
         return check_mathlib(got, want)
-    if name == "mma_bf16":
-        (exact, bound), = want
-        assert (np.abs(got[0] - exact) <= bound).all()
+    if name in ("mma_bf16", "wmma"):
+        for g, (exact, bound) in zip(got, want, strict=True):
+            assert (np.abs(g - exact) <= bound).all()
         return
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(np.asarray(g).reshape(np.shape(w)), w)
@@ -416,6 +434,17 @@ def test_sinf_of_large_arguments_takes_the_payne_hanek_path_within_its_bound():
     exact = np.sin(a.astype(np.float64))
     ulp = np.spacing(np.abs(exact).astype(np.float32)).astype(np.float64)
     assert (np.abs(out - exact) <= STANDARD_FUNCTION_ULPS["sinf"] * ulp).all()
+
+
+@pytest.mark.parametrize("edit,message", [
+    (("m16n16k16.global.f16", "m32n8k16.global.f16"), r"wmma .m32n8k16 \(supported: .m16n16k16\)"),
+    (("m16n16k16.f32.f32", "m16n16k16.s32.s32"), r"wmma.mma .s32.s32 \(supported:"),
+    ((", %r14;\n\twmma.load.b", ";\n\twmma.load.b"), r"wmma.load without its stride operand")])
+def test_wmma_beyond_the_supported_forms_is_refused_by_name(edit, message):
+    text = ptx("wmma").replace(*edit, 1)
+    args = [np.zeros((16, 16), np.float16)] * 2 + [np.zeros((16, 16), np.float32)] + [np.int32(16)] * 3
+    with pytest.raises(PtxExecutionError, match=r"wmma.ptx:\d+: error: .*not supported by the PTX executor: " + message):
+        launch(text, "k_wmma", 1, 32, args, source="wmma.ptx")
 
 
 def test_printf_is_refused_by_name_and_trap_stops_the_run():

@@ -54,7 +54,7 @@ from tessera.interpreters.parallel import (
     AccessLog, GroupResult, Parallel, cached_program, merge, parallel_options, program_key, running_groups,
     serial_note, ship, split, unship,
 )
-from tessera.interpreters.ptx import alu, floats, memory, reductions, schedule, sync, tensor, warp_mma  # noqa: F401 - registers decoders
+from tessera.interpreters.ptx import alu, floats, memory, reductions, schedule, sync, tensor, warp_mma, wmma  # noqa: F401 - registers decoders
 from tessera.interpreters.ptx.cluster import ClusterState
 from tessera.interpreters.ptx import async_checks, ptxas_rules
 from tessera.interpreters.ptx.decode import Operands, decode
