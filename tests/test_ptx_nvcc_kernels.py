@@ -2,9 +2,10 @@
 library writes them, compiled by nvcc 13.5 (`tests/ptx_nvcc/build.py`, the PTX committed beside the source), run
 against float64 NumPy: bitwise where the arithmetic is exact or correctly rounded, within the documented bound
 of each approximate intrinsic (`tessera.sm90.approx`) otherwise. Every launch runs with the race checks on, so
-each passing kernel is also a kernel the race detector finds nothing in; two have an ordering bug seeded into
-their PTX (a deleted `__syncthreads`, a deleted `cp.async.wait_group`) that must be reported with both sides
-named. `-m slow` runs every kernel again under the adversarial schedule."""
+each passing kernel is also a kernel the race detector finds nothing in; three have an ordering bug seeded into
+their PTX (a deleted `__syncthreads`, a deleted `cp.async.wait_group`, the deleted acquire fence of the CUDA
+samples' threadFenceReduction) that must be reported with both sides named. `-m slow` runs every kernel again
+under the adversarial schedule."""
 
 from __future__ import annotations
 
