@@ -246,6 +246,30 @@ def test_plain_store_to_an_atomic_counter_without_ordering_is_a_race_naming_both
             launch(kernel(body), "k", 4, 32, [np.zeros(1, np.uint32)], cta_order=order)
 
 
+# cuda::annotated_ptr<const float, cuda::access_property::streaming> in{x}; ... in[i]  ->  a fraction in a register
+# (refused before: only an immediate fraction was accepted)
+@pytest.mark.parametrize("fraction", ["0f3F800000", "0f3FC00000"])
+def test_createpolicy_with_a_register_fraction(fraction):
+    body = (f"mov.f32 %f1, {fraction};\ncreatepolicy.fractional.L2::evict_first.b64 %rd4, %f1;\n"
+            "ld.global.L2::cache_hint.u32 %r1, [%rd9], %rd4;\nadd.s32 %r1, %r1, 1;\nst.global.u32 [%rd9], %r1;")
+    if fraction == "0f3F800000":  # 1.0: what annotated_ptr passes
+        out = launch(kernel(body), "k", 1, 32, [np.arange(32, dtype=np.uint32)])[0]
+        np.testing.assert_array_equal(out, np.arange(1, 33))
+        return
+    with pytest.raises(PtxExecutionError, match=r"createpolicy.fractional: the fraction 1.5 is outside \(0.0, 1.0\]"):
+        launch(kernel(body), "k", 1, 32, [np.arange(32, dtype=np.uint32)])
+
+
+# atomicAdd(float4*, v) (sm_90)  ->  atom.global.add.v4.f32: four atomics, one per element
+def test_vector_atom_adds_each_element():
+    body = ("cvt.rn.f32.u32 %f1, %r0;\nmov.f32 %f2, 0f3F800000;\n"
+            "atom.global.add.v4.f32 {%f3, %f4, %f5, %f6}, [%rd2], {%f1, %f2, %f1, %f2};")
+    out = launch(kernel(body), "k", 2, 32, [np.zeros(4, np.float32)])[0]
+    np.testing.assert_array_equal(out, [2 * 496, 64, 2 * 496, 64])
+    with pytest.raises(PtxExecutionError, match=r"vector atom .v4 \(supported: .global .add/.min/.max"):
+        launch(kernel(body.replace("add.v4.f32", "add.v4.u32")), "k", 1, 32, [np.zeros(4, np.uint32)])
+
+
 # --- warp and block collectives --------------------------------------------------------------------------
 # out[i] = __match_any_sync(0xffffffff, v & 3)
 def test_match_any_and_all():

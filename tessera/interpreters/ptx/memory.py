@@ -26,14 +26,14 @@ race checks (`seeds_cas`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import ml_dtypes
 import numpy as np
 
 from tessera.interpreters import serving_checks
 from tessera.interpreters.ptx.cluster import shared_offsets
-from tessera.interpreters.ptx.decode import DECODERS, Operands, Step, elements, opcode
+from tessera.interpreters.ptx.decode import DECODERS, Operands, Step, decode, elements, opcode
 from tessera.interpreters.ptx.global_order import WEAK, StridedBox, strong_kind
 from tessera.interpreters.ptx.numerics import flush_f32
 from tessera.interpreters.ptx.state import (
@@ -419,8 +419,9 @@ def decode_createpolicy(ops: Operands, inst, mods):
     .b64 policy, [a], primary-size, total-size and createpolicy.cvt.L2.b64 policy, access-property [PTX ISA,
     createpolicy]: an opaque 64-bit cache eviction policy for the `.L2::cache_hint` operands of ld/st/cp.async
     (Triton's `eviction_policy=`). Caches do not change values, and those operands are ignored, so the policy
-    only has to be a well-formed b64 value: its primary and secondary priorities' indices. A fraction outside
-    (0.0, 1.0] is refused, as ptxas refuses it."""
+    only has to be a well-formed b64 value: its primary and secondary priorities' indices. An immediate fraction
+    outside (0.0, 1.0] is refused, as ptxas refuses it; a register fraction (libcu++'s `annotated_ptr` passes
+    1.0f in one) outside it stops the run naming the thread."""
     kind = mods.take("fractional", "range", "cvt")
     if kind is None:
         raise ops.refuse(inst, "createpolicy needs .fractional, .range or .cvt")
@@ -439,15 +440,32 @@ def decode_createpolicy(ops: Operands, inst, mods):
         secondary = 0 if secondary is None else 1 + _SECONDARY_PRIORITIES.index(secondary)
     if mods.type().name != "b64" or len(inst.operands) not in count:
         raise ops.refuse(inst, f"createpolicy.{kind} takes .b64 and {' or '.join(map(str, count))} operands")
+    fraction_of = None
     if kind == "fractional" and len(inst.operands) == 2:
         fraction = inst.operands[1]
-        value = np.uint64(fraction.bits).view(np.float64) if isinstance(fraction, FloatImm) and fraction.width == 64 \
-            else np.uint32(fraction.bits).view(np.float32) if isinstance(fraction, FloatImm) else None
-        if value is None or not 0.0 < value <= 1.0:
-            raise ops.refuse(inst, "createpolicy.fractional needs a fraction immediate in (0.0, 1.0]")
+        if isinstance(fraction, FloatImm):
+            value = np.uint64(fraction.bits).view(np.float64) if fraction.width == 64 \
+                else np.uint32(fraction.bits).view(np.float32)
+            if not 0.0 < value <= 1.0:
+                raise ops.refuse(inst, "createpolicy.fractional needs a fraction in (0.0, 1.0]")
+        else:
+            fraction_of = ops.read(inst, fraction, ptx_type("f32"))
     write = ops.write(inst, inst.operands[0], ptx_type("b64"))
     policy = np.uint64(primary | secondary << 4)
-    return lambda sel: write(sel, policy)
+    m = ops.m
+
+    def run(sel):
+        if fraction_of is not None:
+            lanes = lanes_of(m, sel)
+            values = np.broadcast_to(np.asarray(fraction_of(sel), np.float32), lanes.shape)
+            outside = ~((values > 0) & (values <= 1))
+            if outside.any():
+                i = int(np.argmax(outside))
+                raise m.error(inst, f"createpolicy.fractional: the fraction {float(values[i])} is outside "
+                                    "(0.0, 1.0]", int(lanes[i]))
+        write(sel, policy)
+
+    return run
 
 
 # endregion
@@ -566,8 +584,10 @@ def decode_atom(ops: Operands, inst, mods):
     how = strong_kind(inst.modifiers)  # atom and red are strong (.relaxed and .gpu by default)
     mods.drop(*_IGNORED)
     hint = mods.take("L2::cache_hint")
-    if mods.take("v2", "v4", "v8"):
-        raise ops.refuse(inst, f"vector {inst.opcode}")
+    vector = mods.take("v2", "v4", "v8")
+    if vector:
+        mods.left = []
+        return _vector_atom(ops, inst, vector, space)
     operation = mods.take(*_ATOMIC)
     if operation is None:
         raise ops.refuse(inst, f"{inst.opcode} needs an operation (.{', .'.join(_ATOMIC)})")
@@ -636,11 +656,51 @@ def decode_atom(ops: Operands, inst, mods):
     return run
 
 
+_VECTOR_ATOM = {"add": ("f32", "f16", "bf16", "f16x2", "bf16x2"), "min": ("f16", "bf16", "f16x2", "bf16x2"),
+                "max": ("f16", "bf16", "f16x2", "bf16x2")}
+"""sm_90's vector atom/red on global memory [P#parallel-synchronization-and-communication-instructions-atom]:
+the operations and element types of `.v2`/`.v4` (and `.v8` of 16-bit elements)."""
+
+
+def _vector_atom(ops: Operands, inst, vector: str, space: str):
+    """atom/red.global.op.vN.type (CUDA's atomicAdd on float2 and float4): each element is its own atomic on
+    consecutive elements, as the ISA says (the vector is not one atomic), so element i runs as the scalar
+    instruction at offset i * size with the i-th source and destination, one after another."""
+    operation = next((x for x in inst.modifiers if x in _VECTOR_ATOM), None)
+    t = next((ptx_type(x) for x in inst.modifiers if ptx_type(x) is not None), None)
+    width = int(vector[1:])
+    if space not in ("global", "generic") or operation is None or t is None or t.name not in _VECTOR_ATOM[operation] \
+            or (width == 8 and t.bits != 16):
+        raise ops.refuse(inst, f"vector {inst.opcode} .{vector} (supported: .global .add/.min/.max of .v2/.v4 .f16x2 "
+                               ".bf16x2 .f16 .bf16 and .add .f32, .v8 of .f16 and .bf16)")
+    returns = inst.opcode == "atom"
+    first = 1 if returns else 0
+    address = inst.operands[first]
+    sources = elements(inst.operands[first + 1])
+    dests = elements(inst.operands[0]) if returns else (None,) * width
+    if not isinstance(address, Address) or len(sources) != width or len(dests) != width:
+        raise ops.refuse(inst, f"vector {inst.opcode} .{vector} needs {width} sources and destinations")
+    scalar = tuple(x for x in inst.modifiers if x != vector)
+    steps = []
+    for i in range(width):
+        moved = replace(address, offset=address.offset + i * (t.bits // 8))
+        operands = ((dests[i],) if returns else ()) + (moved, sources[i]) + inst.operands[first + 2:]
+        steps.append(decode(ops, replace(inst, modifiers=scalar, operands=operands)).run)
+
+    def run(sel):
+        for step in steps:
+            step(sel)
+
+    return run
+
+
 def _park_failed_cas(m: Machine, inst, run, compare) -> Step:
     """atom.cas as a spin wait: a thread whose compare failed (a lock another thread holds) parks after the atom,
     as after `nanosleep`, until nothing else can run. Any thread may be delayed (a legal timing), and without it
     min-pc scheduling would run a CAS spin loop forever and never the holder, which sits at a higher pc (Triton's
-    `while tl.atomic_cas(lock, 0, 1) == 1: pass`). Woken twice with no atomic write in between is a deadlock."""
+    `while tl.atomic_cas(lock, 0, 1) == 1: pass`). Woken twice with no atomic write in between is a deadlock.
+    A woken lane's next `nanosleep` before it retries (nvcc's `while (atomicCAS(m, 0, 1)) __nanosleep(t);`)
+    does not park it again: it waited at the cas already (`Machine.cas_parked`)."""
 
     def run_cas(lanes, active):
         m.pc[lanes] += 1
@@ -648,6 +708,8 @@ def _park_failed_cas(m: Machine, inst, run, compare) -> Step:
             return
         old = run(active)
         failed = active[old != np.broadcast_to(np.asarray(compare(active), old.dtype), old.shape)]
+        m.cas_parked[active] = False
+        m.cas_parked[failed] = True
         m.status[failed] = PARK
         m.park_address[failed] = -1
         m.park_test[failed] = True

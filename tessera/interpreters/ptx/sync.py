@@ -798,15 +798,19 @@ def decode_nanosleep(ops: Operands, inst, mods):
     as a park that ends when nothing else can run (a legal timing): a spin wait on memory (the deterministic
     backward's semaphore, `ld.acquire` then `@!p nanosleep`) thus lets the other CTAs of the batch progress,
     instead of min-pc scheduling running the spin forever. Woken twice with no synchronisation progress
-    between (a barrier, an mbarrier arrival, a release reduction) is a deadlock, reported naming the line."""
+    between (a barrier, an mbarrier arrival, a release reduction) is a deadlock, reported naming the line. A lane
+    woken from a failed atom.cas's park sleeps no time here (`Machine.cas_parked`): it has not retried the cas
+    since the write that woke it."""
     mods.left = []
     m = ops.m
 
     def run(lanes, active):
         m.pc[lanes] += 1
-        m.status[active] = PARK
-        m.park_address[active] = -1
-        m.park_test[active] = True
+        sleeping = active[~m.cas_parked[active]]
+        m.cas_parked[active] = False
+        m.status[sleeping] = PARK
+        m.park_address[sleeping] = -1
+        m.park_test[sleeping] = True
 
     return Step(inst, run, control=True)
 
