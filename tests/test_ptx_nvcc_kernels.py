@@ -363,6 +363,71 @@ def fence_reduce_case(rng, text: str | None = None):
     return out[2:3], [np.array([x.sum()], np.float32)]
 
 
+def cluster_dsmem_case(rng):
+    x = rng.integers(0, 1000, 512).astype(np.int32)
+    out = run("cluster_dsmem", 4, 128, [x, np.zeros(64, np.int32)], cluster=(2, 1, 1))
+    return out[1:], [np.concatenate([np.bincount(c & 31, minlength=32) for c in x.reshape(2, 256)])]
+
+
+def tma_cxx_case(rng):
+    from tessera.interpreters.ptx import TensorMapArg
+
+    image = rng.standard_normal((32, 64)).astype(np.float32)
+    tensor_map = TensorMapArg.encode(image, 7, (64, 32), (64 * 4,), (32, 16))  # FLOAT32, box 32 x 16
+    out = run("tma_cxx", (2, 2, 1), 128, [tensor_map, np.zeros((32, 64), np.float32), np.int32(64)])
+    return out[1:2], [2 * image]
+
+
+def vector_atomics_case(rng):
+    n = 64
+    x = (rng.integers(-64, 64, (n, 4)) / 4).astype(np.float32)  # sums exact in f32: any order, the same bits
+    h = rng.standard_normal((n, 2)).astype(np.float16)
+    h[0] = [np.nan, -1]
+    args = [x, np.zeros((2, 2), np.float32), np.zeros((1, 4), np.float32), h, np.zeros((n, 2), np.float16), np.int32(n)]
+    out = run("vector_atomics", 1, 64, args)
+    a, b = h.astype(np.float64), h[::-1].astype(np.float64)
+    relu = rounded(a * b + a, np.float16)
+    relu = np.where(np.isnan(relu), np.uint16(0x7FFF).view(np.float16), np.maximum(relu, np.float16(0)))
+    larger = np.where(np.isnan(a) | np.isnan(b), np.nan, np.maximum(a, b)).astype(np.float16)  # __hmax2_nan
+    pairs = np.stack([x[0::2, :2].sum(0), x[1::2, :2].sum(0)])
+    return [out[1], out[2], out[4].view(np.uint16)], [pairs, x.sum(0, keepdims=True),
+                                                     rounded(relu.astype(np.float64) + larger, np.float16).view(np.uint16)]
+
+
+def spin_lock_case(rng):
+    x = rng.integers(-50, 50, 8).astype(np.int32)
+    out = run("spin_lock", 8, 32, [np.zeros(1, np.int32), np.array([0, -100], np.int32), x])
+    return out[:2], [[0], [8, x.max()]]
+
+
+def int128_case(rng):
+    n = 64
+    a, b = (rng.integers(0, 2**64, n, dtype=np.uint64) for _ in range(2))
+    out = run("int128", 1, 64, [a, b, np.zeros(2 * n, np.uint64), np.int32(n)])[2]
+    wrap = 1 << 128
+    want = []
+    for x, y in zip(a.tolist(), b.tolist()):
+        r = (x * y + (y << 64) + x) % wrap
+        r = (r * 0x9E3779B97F4A7C15 - (r >> 3)) % wrap
+        want += [r & (2**64 - 1), r >> 64]
+    return [out], [np.array(want, np.uint64)]
+
+
+def cub_block_case(rng):
+    x = rng.integers(-100, 100, 1024).astype(np.int32)
+    out = run("cub_block", 2, 128, [x, np.zeros(1024, np.int32), np.zeros(4, np.int32)])
+    rows = x.reshape(2, 512)
+    return out[1:], [(np.cumsum(rows, 1) - rows).reshape(-1), np.stack([rows.sum(1), rows.max(1)], 1).reshape(-1)]
+
+
+def annotated_case(rng):
+    n = 64
+    x = rng.standard_normal(n).astype(np.float32)
+    out = run("annotated", 1, 64, [x, np.zeros(2 * n, np.float32), np.zeros(1, np.int32), np.int32(n)])
+    v = x + x[::-1]
+    return out[1:3], [np.concatenate([v, v * 2]), [n]]
+
+
 STANDARD_FUNCTION_ULPS = {"expf": 2, "logf": 1, "sinf": 2, "tanhf": 2, "erff": 2, "powf": 4, "exp": 1}
 """The CUDA C++ Programming Guide's maximum ulp errors of the standard functions (its tables "Single-Precision
 Mathematical Standard Library Functions with Maximum ULP Error" and the double-precision one); x / y and sqrt
