@@ -268,15 +268,20 @@ def float_to_int(x: np.ndarray, dtype: np.dtype, rounding) -> np.ndarray:
 def int_to_float(x: np.ndarray, dtype: np.dtype, mode: str) -> np.ndarray:
     """cvt.<mode>.<float>.<int>: one correct rounding of the integer value."""
     x = np.asarray(x)
-    if np.dtype(dtype) == np.float64:
-        if mode != "rn" and x.dtype.itemsize > 4:
-            raise ValueError("directed rounding of 64-bit integers to f64 is not supported")
-        return x.astype(np.float64)  # exact for 32-bit integers; C's correctly rounded cast for 64-bit
-    if x.dtype.itemsize <= 4:
-        exact = x.astype(np.float64)
-    else:  # split in 32-bit halves, each exact in float64, and sum to odd
+    if x.dtype.itemsize > 4:  # split in 32-bit halves, each exact in float64
         signed = x.dtype.kind == "i"
         high = (x >> 32).astype(np.int64 if signed else np.uint64).astype(np.float64) * 2.0**32
         low = (x.astype(np.uint64) & np.uint64(0xFFFFFFFF)).astype(np.float64)
-        exact = sum_to_odd(high, low)
+    if np.dtype(dtype) == np.float64:
+        if mode == "rn" or x.dtype.itemsize <= 4:
+            return x.astype(np.float64)  # exact for 32-bit integers; C's correctly rounded cast for 64-bit
+        # cvt.rz/rm/rp.f64.{s,u}64 (__ll2double_rz, ...): the nearest sum, and its exact error (TwoSum)
+        # says on which side of it the integer lies
+        nearest = high + low
+        back = nearest - high
+        error = (high - (nearest - back)) + (low - back)
+        up = {"rz": nearest < 0, "rm": np.zeros(x.shape, bool), "rp": np.ones(x.shape, bool)}[mode]
+        fix = (error != 0) & ((error > 0) == up)
+        return np.where(fix, _step(nearest, up), nearest)
+    exact = x.astype(np.float64) if x.dtype.itemsize <= 4 else sum_to_odd(high, low)  # to odd: rounds once
     return round_f64(exact, dtype, mode)
