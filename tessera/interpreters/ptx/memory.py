@@ -491,7 +491,7 @@ _ATOMIC = {
     "inc": AtomicOp(("u32",), lambda old, b, c: np.where(old >= b, old.dtype.type(0), old + old.dtype.type(1))),
     "dec": AtomicOp(("u32",), lambda old, b, c: np.where((old == 0) | (old > b), b, old - old.dtype.type(1))),
     "exch": AtomicOp(("b32", "b64"), lambda old, b, c: b),
-    "cas": AtomicOp(("b32", "b64"), lambda old, b, c: np.where(old == b, c, old)),
+    "cas": AtomicOp(("b16", "b32", "b64"), lambda old, b, c: np.where(old == b, c, old)),  # .b16: sm_70+
 }
 _NOT_REDUCTIONS = ("exch", "cas")  # atom only: there is no red.exch or red.cas
 _HALF_ADD_TYPES = ("f16", "bf16", "f16x2", "bf16x2")  # atom/red.add.noftz: scalar halves and packed pairs
