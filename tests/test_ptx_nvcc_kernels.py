@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from tessera.interpreters.ptx import PtxExecutionError, PtxHazardError, launch
+from tessera.interpreters.ptx.syntax import PtxSyntaxError
 from tessera.sm90 import approx
 
 DATA = Path(__file__).parent / "ptx_nvcc"
@@ -428,6 +429,113 @@ def annotated_case(rng):
     return out[1:3], [np.concatenate([v, v * 2]), [n]]
 
 
+def pipeline_case(rng):
+    tiles, valid = 3, 100
+    x = rng.integers(-8, 8, (tiles * 128, 4)).astype(np.float32)  # small integers: every sum exact
+    out = run("pipeline", 1, 128, [x, np.zeros(128, np.float32), np.int32(tiles), np.int32(valid)])
+    seen = x.reshape(tiles, 128, 4).copy()
+    seen[-1, valid:] = 0  # the zero-filled copies of the last tile
+    return out[1:2], [seen.sum((0, 2))]
+
+
+def compact_case(rng):
+    n = 200
+    x = rng.integers(-5, 5, n).astype(np.int32)
+    out = run("compact", 2, 128, [x, np.zeros(n, np.int32), np.zeros(1, np.int32), np.int32(n)])
+    count = int(out[2][0])
+    # the order of the groups follows the atomics' order: compare as multisets, and nothing written past them
+    return [np.sort(out[1][:count]), out[1][count:], out[2]], [np.sort(x[x > 0]), np.zeros(n - count), [count]]
+
+
+def atomics16_case(rng):
+    n = 64
+    x = rng.integers(0, 100, n).astype(np.int32)
+    args = [np.zeros(1, np.uint16), np.zeros(1, np.float16), np.zeros(2, BF16), np.zeros(1, np.uint64),
+            np.zeros(1, np.int64), x, np.int32(n)]
+    out = run("atomics16", 1, 64, args)
+    spread = x.astype(np.uint64) * np.uint64(0x100000001)
+    return out[:5], [[3 * n], [n / 2], [n, (x & 3).sum()], [spread.max()], [-spread.astype(np.int64).max()]]
+
+
+_BITS = {np.dtype(np.float16): np.uint16, np.dtype(BF16): np.uint16, np.dtype(np.float32): np.uint32,
+         np.dtype(np.float64): np.uint64}
+
+
+def directed(compare, dtype, mode: str, negative: bool = False) -> int:
+    """The bit pattern of the `dtype` value that rounds a positive magnitude v to nearest even ("rn"), toward zero
+    ("rz"), -inf ("rm") or +inf ("rp"): `compare(c)` is the sign of c - v for a Fraction c; a binary search over
+    the positive finite patterns, which are ordered as their values. `negative` is v's sign (the result takes
+    it)."""
+    from fractions import Fraction
+
+    bits = _BITS[np.dtype(dtype)]
+    infinity = int(np.array([np.inf], dtype).view(bits)[0])
+    beyond = Fraction(2) ** int(ml_dtypes.finfo(dtype).maxexp)  # where rounding to nearest overflows from
+
+    def value(pattern):
+        return beyond if pattern == infinity else Fraction(float(np.array([pattern], bits).view(dtype)[0]))
+
+    low, high = 0, infinity - 1  # value(low) <= v throughout
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if compare(value(middle)) <= 0 else (low, middle - 1)
+    if mode == "rn":
+        midpoint = compare((value(low) + value(low + 1)) / 2) if compare(value(low)) else 1
+        away = midpoint < 0 or (midpoint == 0 and low % 2 == 1)
+    else:
+        away = {"rz": False, "rm": negative, "rp": not negative}[mode] and compare(value(low)) != 0
+    sign = 1 << (8 * np.dtype(bits).itemsize - 1)
+    return (low + away) | (sign if negative else 0)
+
+
+def to_float(v, dtype, mode: str) -> int:
+    """The bit pattern of the rational v (int, float or Fraction) rounded to `dtype` in `mode`."""
+    from fractions import Fraction
+
+    v = Fraction(v)
+    return directed(lambda c: (c > abs(v)) - (c < abs(v)), dtype, mode, v < 0)
+
+
+def convert_case(rng):
+    n = 64
+    x = rng.standard_normal(n).astype(np.float32)
+    x[:4] = [1 + 2.0**-11, -(1 + 2.0**-11), 3.0e-6, -65519.0]  # ties of f16, a subnormal half, near max
+    d = rng.standard_normal(n) * 1e3
+    big = rng.integers(-2**62, 2**62, n)
+    big[:3] = [2**53 + 1, -(2**62 + 3), 2**63 - 1]
+    out = run("convert", 1, 64, [x, d, big, np.zeros(12 * n, np.uint32), np.int32(n)])[3].reshape(n, 12)
+    return [out], [(x, d, big)]
+
+
+def check_convert(out: np.ndarray, inputs) -> None:
+    """Every lane against exact rational arithmetic (`to_float`), bitwise."""
+    import math
+    from fractions import Fraction
+
+    x, d, big = inputs
+    f16, f32, f64 = np.float16, np.float32, np.float64
+    for i in range(len(x)):
+        a, e, l = float(x[i]), float(d[i]), int(big[i])
+        m1000, m3e9 = (float(np.float32(x[i]) * np.float32(k)) for k in (1000, 3e9))
+        m1e9 = float(np.abs(x[i]) * np.float32(1e9))
+        rz64 = float(np.array([to_float(l % 2**64, f64, "rz")], np.uint64).view(f64)[0])
+        sum64 = float(l) + rz64  # Python's int -> float rounds to nearest even
+        rz_recip = to_float(Fraction(1) / Fraction(a), f32, "rz")
+        sqrt_up = directed(lambda c: (c * c > abs(Fraction(a))) - (c * c < abs(Fraction(a))), f32, "rp")
+        want = [to_float(a, f16, "rz") | to_float(a, f16, "rm") << 16,
+                to_float(a, f16, "rp") | to_float(a, BF16, "rz") << 16,
+                math.trunc(m1000) % 2**32, (math.floor(m1000) ^ math.ceil(m1000)) % 2**32,
+                min(int(np.rint(m1e9)), 2**32 - 1),  # cvt.rni.u32 saturates
+                to_float(l, f32, "rn") ^ to_float(l, f32, "rz"),
+                int(np.array([sum64], f64).view(np.uint64)[0]) >> 32,
+                to_float(e, f32, "rz") ^ to_float(e, f32, "rm"),
+                int(np.array([np.uint16(i + 1).view(f16).astype(f32)], f32).view(np.uint32)[0]),
+                int(np.rint(m3e9)) % 2**32,
+                to_float(0x7FFFFFC1 - i, f32, "rz") ^ to_float(0xFFFFFE01 + i, f32, "rp"),
+                rz_recip ^ sqrt_up]
+        np.testing.assert_array_equal(out[i], np.array(want, np.uint64).astype(np.uint32), err_msg=f"lane {i}")
+
+
 STANDARD_FUNCTION_ULPS = {"expf": 2, "logf": 1, "sinf": 2, "tanhf": 2, "erff": 2, "powf": 4, "exp": 1}
 """The CUDA C++ Programming Guide's maximum ulp errors of the standard functions (its tables "Single-Precision
 Mathematical Standard Library Functions with Maximum ULP Error" and the double-precision one); x / y and sqrt
@@ -476,6 +584,8 @@ def check(name: str, got, want) -> None:
         return check_fastmath(got[0], want[0])
     if name == "mathlib":
         return check_mathlib(got, want)
+    if name == "convert":
+        return check_convert(got[0], want[0])
     if name in ("mma_bf16", "wmma"):
         for g, (exact, bound) in zip(got, want, strict=True):
             assert (np.abs(g - exact) <= bound).all()
@@ -511,6 +621,23 @@ def test_wmma_beyond_the_supported_forms_is_refused_by_name(edit, message):
     args = [np.zeros((16, 16), np.float16)] * 2 + [np.zeros((16, 16), np.float32)] + [np.int32(16)] * 3
     with pytest.raises(PtxExecutionError, match=r"wmma.ptx:\d+: error: .*not supported by the PTX executor: " + message):
         launch(text, "k_wmma", 1, 32, args, source="wmma.ptx")
+
+
+def test_textures_function_pointers_and_failed_asserts_are_refused_by_name():
+    with pytest.raises(PtxExecutionError, match=r"tex.ptx:\d+: error: .*unknown instruction 'tex'"):
+        launch(ptx("tex"), "k_tex", 1, 32, [np.uint64(0), np.zeros(32, np.float32), np.int32(32)], source="tex.ptx")
+    good = [np.arange(32, dtype=np.int32), np.zeros(32, np.int32), np.int32(32)]
+    np.testing.assert_array_equal(launch(ptx("tex"), "k_assert", 1, 32, good)[1], np.arange(1, 33))
+    bad = [np.arange(32, dtype=np.int32) - 1, np.zeros(32, np.int32), np.int32(32)]
+    with pytest.raises(PtxExecutionError, match=r"call.uni: the kernel called __assertfail \(a failed assert\(\)\)"):
+        launch(ptx("tex"), "k_assert", 1, 32, bad)
+    args = [np.zeros(32, np.float32), np.zeros(32, np.int32), np.zeros(32, np.float32), np.int32(32)]
+    with pytest.raises(PtxSyntaxError, match=r"the address of '_Z5twicef' as an initial value \(a table of "
+                                             r"function or variable pointers\) is not supported"):
+        launch(ptx("func_ptr"), "k_func_ptr", 1, 32, args)
+    without_table = ptx("func_ptr").replace("{_Z5twicef, _Z6squaref, _Z6negatef}", "{0, 0, 0}")
+    with pytest.raises(PtxSyntaxError, match=r"'.callprototype': indirect calls through a function pointer"):
+        launch(without_table, "k_func_ptr", 1, 32, args)
 
 
 def test_printf_is_refused_by_name_and_trap_stops_the_run():
