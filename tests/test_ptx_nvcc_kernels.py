@@ -245,6 +245,14 @@ def wmma_case(rng):
     return [f16, bf16.T], wants
 
 
+def test_mma_bf16_for_sm_80():
+    """nvcc -arch=sm_80 writes this kernel's PTX as for sm_90a but for the .target line (checked with nvcc 13.5):
+    the Ampere GEMM runs the same on an sm_80 target."""
+    text = ptx("mma_bf16").replace(".target sm_90a", ".target sm_80")
+    got, want = mma_bf16_case(np.random.default_rng(3), text)
+    check("mma_bf16", got, want)
+
+
 def memcpy_async_case(rng):
     x = rng.standard_normal(512).astype(np.float32)
     out = run("memcpy_async", 2, 256, [x, np.zeros(512, np.float32)])
