@@ -28,7 +28,13 @@ import numpy as np
 from tessera.interpreters.ptx.decode import Operands, Step, elements, opcode
 from tessera.interpreters.ptx.memory import access, lanes_of, take_space
 from tessera.interpreters.ptx.types import ptx_type
-from tessera.interpreters.ptx.warp_mma import _elements
+from tessera.interpreters.ptx.warp_mma import (
+    accumulator_words,
+    fragment_values,
+    operand_registers,
+    warp_products,
+    whole_warps,
+)
 from tessera.sm90 import facts
 
 SHAPE, TILE = "m16n16k16", 16
@@ -71,12 +77,6 @@ def _words(regs, lanes: np.ndarray) -> np.ndarray:
     return np.stack([np.asarray(r[lanes], np.uint32) for r in regs], axis=1)
 
 
-def _whole_warps(m, inst, lanes: np.ndarray) -> None:
-    units = m.unit_of[facts.WARP_SIZE][lanes]
-    if len(lanes) % facts.WARP_SIZE or (units.reshape(-1, facts.WARP_SIZE) != units[::facts.WARP_SIZE, None]).any():
-        raise m.error(inst, "wmma needs all 32 threads of the warp", int(lanes[0]))
-
-
 def _element_type(t: str) -> tuple[np.dtype, int]:
     """(stored dtype, bytes) of one element in memory: .f32, or the bits of a 16-bit float."""
     return (np.dtype(np.float32), 4) if t == "f32" else (np.dtype(np.uint16), 2)
@@ -116,7 +116,7 @@ def decode_wmma(ops: Operands, inst, mods):
 
     def run(sel):
         lanes = lanes_of(m, sel)
-        _whole_warps(m, inst, lanes)
+        whole_warps(m, inst, lanes, "wmma")
         lane = m.laneid[lanes]
         base = np.broadcast_to(np.asarray(address(sel), np.int64), lanes.shape)
         pitch = np.broadcast_to(np.asarray(stride(sel), np.int64), lanes.shape)
@@ -152,13 +152,7 @@ def _decode_mma(ops: Operands, inst, mods):
     if len(inst.operands) != 4:
         raise ops.refuse(inst, "wmma.mma needs d, a, b, c")
     counts = (REGISTERS["c", dtype], REGISTERS["a", atype], REGISTERS["b", atype], REGISTERS["c", ctype])
-    registers = []
-    for operand, count, what in zip(inst.operands, counts, "dabc"):
-        regs = [ops.register(inst, r)[0] for r in elements(operand)]
-        if len(regs) != count:
-            raise ops.refuse(inst, f"wmma.mma: {what} takes {count} registers")
-        registers.append(regs)
-    d_regs, a_regs, b_regs, c_regs = registers
+    d_regs, a_regs, b_regs, c_regs = operand_registers(ops, inst, counts, "wmma.mma")
     a_row, a_col = coordinates("a", 8)
     b_k, b_n = coordinates("b", 8)
     c_row, c_col = coordinates("c", 8)
@@ -168,24 +162,14 @@ def _decode_mma(ops: Operands, inst, mods):
         words = _words(regs, lanes)
         if t == "f32":
             return words.view(np.float32).astype(np.float64)
-        return _elements(words, t)[:, :8]  # the first copy of a multiplicand
+        return fragment_values(words, t)[:, :8]  # the first copy of a multiplicand
 
     def run(sel):
         lanes = lanes_of(m, sel)
-        _whole_warps(m, inst, lanes)
-        warps = len(lanes) // facts.WARP_SIZE
-        warp = np.repeat(np.arange(warps), facts.WARP_SIZE)[:, None]
-        lane = m.laneid[lanes]
-        a = np.zeros((warps, TILE, TILE))
-        a[warp, a_row[lane], a_col[lane]] = values(a_regs, lanes, atype)
-        b = np.zeros((warps, TILE, TILE))
-        b[warp, b_k[lane], b_n[lane]] = values(b_regs, lanes, atype)
-        d = np.matmul(a, b)[warp, c_row[lane], c_col[lane]] + values(c_regs, lanes, ctype)
-        if dtype == "f16":
-            out = d.astype(np.float16).view(np.uint16).astype(np.uint32)
-            out = out[:, 0::2] | (out[:, 1::2] << 16)
-        else:
-            out = d.astype(np.float32).view(np.uint32)
+        whole_warps(m, inst, lanes, "wmma")
+        d = warp_products(m, lanes, values(a_regs, lanes, atype), (a_row, a_col), values(b_regs, lanes, atype),
+                          (b_k, b_n), (c_row, c_col), (TILE, TILE, TILE)) + values(c_regs, lanes, ctype)
+        out = accumulator_words(d, dtype)
         for v, r in enumerate(d_regs):
             r[lanes] = out[:, v]
 
