@@ -315,7 +315,8 @@ def atomics_more_case(rng):
         dec = 6 if dec == 0 or dec > 6 else dec - 1
     bits = np.uint32(1) << (x & 31).astype(np.uint32)
     want = [np.bincount(x & 15, minlength=16), [x.min(), x.max()], [inc, dec],
-            [0xFFFFFFFF & ~np.bitwise_or.reduce(bits), np.bitwise_or.reduce(bits), np.bitwise_xor.reduce(x.view(np.uint32))],
+            [0xFFFFFFFF & ~np.bitwise_or.reduce(bits), np.bitwise_or.reduce(bits),
+             np.bitwise_xor.reduce(x.view(np.uint32))],
             [(x * 0.25).sum()], [1]]  # the double sum is exact: quarters of small integers
     return out[2:], [np.asarray(w, o.dtype) for w, o in zip(want, out[2:])]
 
@@ -399,8 +400,8 @@ def vector_atomics_case(rng):
     relu = np.where(np.isnan(relu), np.uint16(0x7FFF).view(np.float16), np.maximum(relu, np.float16(0)))
     larger = np.where(np.isnan(a) | np.isnan(b), np.nan, np.maximum(a, b)).astype(np.float16)  # __hmax2_nan
     pairs = np.stack([x[0::2, :2].sum(0), x[1::2, :2].sum(0)])
-    return [out[1], out[2], out[4].view(np.uint16)], [pairs, x.sum(0, keepdims=True),
-                                                     rounded(relu.astype(np.float64) + larger, np.float16).view(np.uint16)]
+    halves = rounded(relu.astype(np.float64) + larger, np.float16).view(np.uint16)
+    return [out[1], out[2], out[4].view(np.uint16)], [pairs, x.sum(0, keepdims=True), halves]
 
 
 def spin_lock_case(rng):
@@ -627,7 +628,8 @@ def test_sinf_of_large_arguments_takes_the_payne_hanek_path_within_its_bound():
 def test_wmma_beyond_the_supported_forms_is_refused_by_name(edit, message):
     text = ptx("wmma").replace(*edit, 1)
     args = [np.zeros((16, 16), np.float16)] * 2 + [np.zeros((16, 16), np.float32)] + [np.int32(16)] * 3
-    with pytest.raises(PtxExecutionError, match=r"wmma.ptx:\d+: error: .*not supported by the PTX executor: " + message):
+    with pytest.raises(PtxExecutionError, match=r"wmma.ptx:\d+: error: .*not supported by the PTX executor: "
+                       + message):
         launch(text, "k_wmma", 1, 32, args, source="wmma.ptx")
 
 
@@ -701,6 +703,75 @@ def test_threadfence_reduction_without_the_readers_fence_is_a_race_naming_both_s
                       r"line (\d+) \(thread \(0, 0, 0\) of CTA \((\d), 0, 0\)\) wrote", message)
     assert reader, message
     assert "st.global.f32" in text.split("\n")[int(reader[2]) - 1] and "race" in message
+
+
+def _reported(name: str, pattern: str, occurrence: int, case=None) -> tuple[str, str]:
+    """Run kernel `name` with the `occurrence`-th line matching `pattern` deleted: (the race reported, the
+    edited text). `case` runs it (default: the kernel's own case through `run`)."""
+    text, _ = _delete_line(ptx(name), pattern, occurrence)
+    with pytest.raises(PtxHazardError) as error:
+        if case is not None:
+            case(text)
+        else:
+            launch(text, f"k_{name}", *_SEED_LAUNCHES[name], source=f"{name}.ptx")
+    return str(error.value), text
+
+
+_SEED_LAUNCHES = {
+    "atomics_more": (2, 128, [np.arange(200, dtype=np.int32), np.int32(200), np.zeros(16, np.uint32),
+                              np.array([2**31 - 1, -2**31], np.int32), np.zeros(2, np.uint32),
+                              np.array([0xFFFFFFFF, 0, 0], np.uint32), np.zeros(1), np.zeros(1, np.int32)]),
+    "cub_block": (2, 128, [np.arange(1024, dtype=np.int32), np.zeros(1024, np.int32), np.zeros(4, np.int32)]),
+    "syncwarp": (2, 64, [np.arange(128, dtype=np.int32), np.zeros(128, np.int32)]),
+}
+
+
+def _sides(message: str, text: str, name: str) -> tuple[str, str]:
+    """The opcodes of the two accesses a race report names: the reporting instruction's and the earlier one's."""
+    lines = text.split("\n")
+    here = int(re.match(rf"{name}.ptx:(\d+)", message)[1])
+    there = int(re.search(r"the instruction at line (\d+)", message)[1])
+    return lines[here - 1].split()[0], lines[there - 1].split()[0]
+
+
+@pytest.mark.parametrize("name,pattern,occurrence,sides", [
+    # the __syncthreads between zeroing the shared histogram and the atomics, and between the atomics and the
+    # flush: plain accesses against shared-memory atomics (both reported since atomics are tracked there)
+    ("atomics_more", r"^\s*bar\.sync\s+0;", 0, ("atom.shared.add.u32", "st.shared.u32")),
+    ("atomics_more", r"^\s*bar\.sync\s+0;", 1, ("ld.shared.u32", "atom.shared.add.u32")),
+    # CUB's temp storage reused by BlockReduce then BlockScan without the __syncthreads between
+    ("cub_block", r"^\s*bar\.sync\s+0;", 2, ("ld.shared.v2.u32", "st.shared.u32")),
+    # the warp's __syncwarp() between the exchange's store and its read
+    ("syncwarp", r"^\s*bar\.warp\.sync\s+-1;", 1, ("ld.shared.u32", "st.shared.u32")),
+])
+def test_seeded_missing_barrier_is_a_race_naming_both_sides(name, pattern, occurrence, sides):
+    message, text = _reported(name, pattern, occurrence)
+    assert "no synchronisation orders the two" in message
+    assert _sides(message, text, name) == sides, message
+
+
+def test_seeded_missing_cluster_sync_before_reading_remote_atomics_is_a_race():
+    """Without the second cluster.sync, the first block reads its bins while the other block still adds into
+    them through distributed shared memory (atom.shared::cluster)."""
+    x = np.arange(512, dtype=np.int32)
+    text, _ = _delete_line(ptx("cluster_dsmem"), r"^\s*barrier\.cluster\.wait;", 1)
+    text, _ = _delete_line(text, r"^\s*barrier\.cluster\.arrive;", 1)
+    with pytest.raises(PtxHazardError) as error:
+        launch(text, "k_cluster_dsmem", 4, 128, [x, np.zeros(64, np.int32)], cluster=(2, 1, 1),
+               source="cluster_dsmem.ptx")
+    message = str(error.value)
+    assert _sides(message, text, "cluster_dsmem") == ("ld.shared.u32", "atom.shared::cluster.add.u32"), message
+    assert "of CTA (1, 0, 0)) wrote" in message and "(thread (0, 0, 0) of CTA (0, 0, 0))" in message
+
+
+def test_seeded_missing_fences_around_a_spin_lock_are_a_race():
+    """The mutex's atomics are relaxed: without __threadfence() after taking it, the next holder's plain reads
+    of the record are not ordered after the last holder's plain writes."""
+    for occurrence in (0, 1):
+        message, text = _reported("spin_lock", r"^\s*membar\.gl;", occurrence, lambda text: launch(
+            text, "k_spin_lock", 8, 32, [np.zeros(1, np.int32), np.array([0, -100], np.int32),
+                                         np.arange(8, dtype=np.int32)], source="spin_lock.ptx"))
+        assert _sides(message, text, "spin_lock") == ("ld.global.u32", "st.global.u32"), message
 
 
 @pytest.mark.slow

@@ -631,6 +631,8 @@ def decode_atom(ops: Operands, inst, mods):
                 old[positions] = seen
             if part_space == "global":
                 touched.append((lanes[positions], index))
+            else:  # a plain access on either side needs synchronisation with it (`asynchrony.generic_access`)
+                m.tracker.generic_access(inst, lanes[positions], index, True, True, atomic=True)
         watch = getattr(m, "watch", None)
         if watch is not None:
             on_global = addresses < SHARED_WINDOW if space == "generic" else np.full(lanes.shape, space == "global")
