@@ -250,13 +250,13 @@ def seeds_cas(m: Machine, inst) -> bool:
     as relaxed (strong, .gpu) by the race checks (`global_order`): the cas checks the value it read, so its
     races with other threads' atomics at that address decide nothing the cas does not check again."""
     seeds = getattr(m, "cas_seeds", None)
-    if seeds is None:  # the lines of such loads, found once per decoded entry
+    if seeds is None:  # such loads (by identity: a module built without source lines has them all 0), once
         instructions = m.entry.instructions
         cas = {(i.operands[1], i.operands[2]) for i in instructions
                if i.opcode == "atom" and "cas" in i.modifiers and len(i.operands) == 4}
-        seeds = m.cas_seeds = frozenset(i.line for i in instructions if i.opcode == "ld" and len(i.operands) == 2
+        seeds = m.cas_seeds = frozenset(id(i) for i in instructions if i.opcode == "ld" and len(i.operands) == 2
                                         and (i.operands[1], i.operands[0]) in cas)
-    return inst.line in seeds
+    return id(inst) in seeds
 
 
 @opcode("ld", "ldu")
