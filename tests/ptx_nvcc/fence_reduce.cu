@@ -2,7 +2,7 @@
 // ticket with atomicInc; the block that takes the last ticket sums the partials (read through volatile) and
 // resets the counter. One fence more than the sample: the PTX memory model orders the partials before the last
 // block's reads only if that block acquires too (the ticket's atomic read, then a fence); the sample's reader
-// has no fence, which the executor reports (tests/test_ptx_nvcc_kernels.py deletes this one to show it).
+// has no fence, which the executor reports (tests/test_ptx_nvcc_races.py deletes this one to show it).
 __device__ unsigned int retirement_count = 0;
 extern "C" __global__ void k_fence_reduce(const float* x, float* partial, float* total, int n) {
   __shared__ float s[128];
