@@ -270,6 +270,18 @@ def test_vector_atom_adds_each_element():
         launch(kernel(body.replace("add.v4.f32", "add.v4.u32")), "k", 1, 32, [np.zeros(4, np.uint32)])
 
 
+# __hisnan(h), h2log's special cases (cuda_fp16.h)  ->  set.nan.f16.f16, set.eq.f16x2.f16x2; and the 32-bit forms
+@pytest.mark.parametrize("line,want", [
+    ("set.lt.u32.s32 %r2, %r0, 5;", lambda t: np.where(t < 5, 0xFFFFFFFF, 0)),
+    ("cvt.rn.f32.u32 %f1, %r0;\nset.ge.f32.f32 %r2, %f1, 0f41000000;", lambda t: np.where(t >= 8, 0x3F800000, 0)),
+    ("mov.b32 %r1, 0x3C00BC00;\nmov.b32 %r3, 0x3C003C00;\nset.eq.f16x2.f16x2 %r2, %r1, %r3;", lambda t: 0x3C000000),
+    ("mov.b32 %r1, 0x7E003C00;\nset.nan.u32.f16x2 %r2, %r1, %r1;", lambda t: 0xFFFF0000),
+])
+def test_set_writes_one_or_all_ones(line, want):
+    out = launch(kernel(line + "\nst.global.u32 [%rd9], %r2;"), "k", 1, 32, [np.zeros(32, np.uint32)])[0]
+    np.testing.assert_array_equal(out, np.broadcast_to(want(np.arange(32)), (32,)).astype(np.uint32))
+
+
 # --- warp and block collectives --------------------------------------------------------------------------
 # out[i] = __match_any_sync(0xffffffff, v & 3)
 def test_match_any_and_all():

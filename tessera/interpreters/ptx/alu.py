@@ -1,7 +1,7 @@
 """Integer, logic, comparison and data-movement instructions: mov, add/sub/mul/mad/div/rem, min/max/abs/neg,
 carry chains (add.cc/addc/sub.cc/subc, mad.cc/madc), and/or/xor/not/cnot, shl/shr/shf,
 popc/clz/brev/bfe/bfi/prmt/lop3, dp4a/dp2a, the SIMD video vabsdiff4/vadd4/vsub4/vmin4/vmax4,
-setp, selp.
+setp, set, selp.
 
 Semantics [PTX ISA 9.1, integer-arithmetic-instructions, logic-and-shift-instructions, comparison-and-
 selection-instructions, data-movement-and-conversion-instructions-mov]:
@@ -34,7 +34,7 @@ import numpy as np
 from tessera.interpreters.ptx import floats
 from tessera.interpreters.ptx.decode import Operands, elements, opcode
 from tessera.interpreters.ptx.syntax import Imm, Reg, Vector
-from tessera.interpreters.ptx.types import PtxType, ptx_type
+from tessera.interpreters.ptx.types import PtxType, half_pair, pack_pair, ptx_type
 
 
 def _float_last(inst) -> bool:
@@ -666,6 +666,57 @@ def decode_setp(ops: Operands, inst, mods):
             if write_q is not None:
                 write_q(sel, f(~result, third))
 
+    return run
+
+
+_ONE_BITS = {"f32": 0x3F800000, "f16": 0x3C00, "bf16": 0x3F80}
+"""1.0 as .f32, .f16 and .bf16 bits: what `set` writes for true into a float destination."""
+
+
+@opcode("set")
+def decode_set(ops: Operands, inst, mods):
+    """`set.CmpOp.dtype.stype d, a, b` [P#comparison-and-selection-instructions-set, P#half-precision-comparison-
+    instructions-set]: d = true ? (1.0 for a float dtype, all ones for an integer one) : 0, per half for the
+    packed .f16x2/.bf16x2 sources (cuda_fp16.h's comparisons and special-value tests: `set.nan.f16.f16`,
+    `set.eq.f16x2.f16x2`). Flushing (.ftz on 16-bit sources) and a predicate operand (.and/.or/.xor) are
+    refused by name."""
+    names = [x for x in mods.left if ptx_type(x) is not None]
+    if len(names) != 2:
+        raise ops.refuse(inst, "set needs a destination type and a source type")
+    for name in names:
+        mods.left.remove(name)
+    dst, src = (ptx_type(x) for x in names)
+    ftz = mods.take("ftz")
+    if mods.take("and", "or", "xor") or len(inst.operands) != 3:
+        raise ops.refuse(inst, "set with a predicate operand (.and/.or/.xor)")
+    if ftz and src.name != "f32":
+        raise ops.refuse(inst, f"set.ftz on .{src.name}")
+    packed = src.kind == "x2"  # per half: into a packed float pair, or .u32/.s32 halves of all ones
+    if len(mods.left) != 1 or (dst.kind == "x2" and not packed) or (packed and dst.kind not in ("x2", "u", "s")):
+        raise ops.refuse(inst, f"set.{'.'.join(mods.left)}.{dst.name}.{src.name}")
+    cmp = mods.left.pop()
+    compare = compare_function(ops, inst, cmp, ptx_type(src.half) if packed else src)
+    a, b = (ops.read(inst, o, src) for o in inst.operands[1:3])
+    write = ops.write(inst, inst.operands[0], ptx_type("b32") if packed else dst)
+    bits = 16 if packed else dst.bits
+    one = _ONE_BITS.get(dst.half if dst.kind == "x2" else dst.name, (1 << bits) - 1)
+    unsigned = np.dtype(f"uint{bits}")
+
+    def truth(x, y):
+        if ftz:
+            x, y = floats.flush_f32(x), floats.flush_f32(y)
+        return np.where(compare(x, y), unsigned.type(one), unsigned.type(0))
+
+    def run(sel):
+        x, y = a(sel), b(sel)
+        if packed:
+            (x_lo, x_hi), (y_lo, y_hi) = half_pair(x, src.half), half_pair(y, src.half)
+            out = pack_pair(truth(x_lo, y_lo), truth(x_hi, y_hi))
+        else:
+            out = truth(np.asarray(x), np.asarray(y))
+        write(sel, np.broadcast_to(out, (_lanes(ops, sel),)).view(write_dtype))
+
+    write_dtype = np.dtype(np.uint32) if packed else dst.dtype
     return run
 
 
