@@ -454,6 +454,52 @@ def atomics16_case(rng):
     return out[:5], [[3 * n], [n / 2], [n, (x & 3).sum()], [spread.max()], [-spread.astype(np.int64).max()]]
 
 
+def scan_case(rng):
+    x = rng.integers(-100, 100, 512).astype(np.int32)
+    out = run("scan", 2, 256, [x, np.zeros(512, np.int32)])
+    return out[1:], [np.cumsum(x.reshape(2, 256), 1).reshape(-1)]
+
+
+def pdl_case(rng):
+    x = rng.standard_normal(128).astype(np.float32)
+    out = run("pdl", 4, 64, [x, np.zeros(128, np.float32)])
+    return out[1:], [((x.reshape(4, 32) * np.float32(3))[:, ::-1] + np.float32(1)).reshape(-1)]
+
+
+def half_math_case(rng):
+    n = 64
+    h = rng.standard_normal((n, 2)).astype(np.float16)
+    h[0, 1] = np.nan
+    b = rng.standard_normal((n, 2)).astype(BF16)
+    out = run("half_math", 1, 64, [h, b, np.zeros((4 * n, 2), np.float16), np.zeros((2 * n, 2), BF16), np.int32(n)])
+    return [out[2].reshape(n, 4, 2), out[3].reshape(n, 2, 2)], [(h, b)]
+
+
+def check_half_math(got, inputs) -> None:
+    """cuda_fp16.h's and cuda_bf16.h's functions compute in f32 and round once to 16 bits: each result within
+    one ulp of its format of the float64 value (faithful), NaN where the value is NaN; the exact ones bitwise."""
+    h, b = inputs
+    halves, bfloats = got
+    x, a, y = h.astype(np.float64), np.abs(h.astype(np.float64)), b.astype(np.float64)
+
+    def faithful(result, exact, dtype):
+        ulp = np.spacing(np.abs(np.where(np.isnan(exact), 1, exact)).astype(dtype)).astype(np.float64)
+        assert (np.isnan(result) == np.isnan(exact)).all()
+        assert (np.abs(np.where(np.isnan(exact), 0, result.astype(np.float64) - exact)) <= ulp).all()
+
+    with np.errstate(invalid="ignore"):
+        faithful(halves[:, 0], np.exp(x), np.float16)
+        faithful(halves[:, 1], np.log(a), np.float16)
+        # __hmul2_sat of two faithful halves: within three half-ulps of 1 at most, and saturated to [0, 1]
+        product = np.clip(np.sqrt(a) / a, 0, 1)
+        assert (np.abs(np.nan_to_num(halves[:, 2].astype(np.float64) - product)) <= 3 * 2.0**-11).all()
+        assert (halves[:, 2][~np.isnan(product)] <= 1).all()
+        faithful(halves[:, 3, 0], 1 / np.sqrt(a[:, 0]), np.float16)
+        np.testing.assert_array_equal(halves[:, 3, 1], np.isnan(x[:, 1]).astype(np.float16))  # __hisnan
+        faithful(bfloats[:, 0], np.exp2(y), BF16)
+        np.testing.assert_array_equal(bfloats[:, 1], np.stack([np.maximum(b[:, 0], b[:, 1]), b[:, 0]], 1))
+
+
 _BITS = {np.dtype(np.float16): np.uint16, np.dtype(BF16): np.uint16, np.dtype(np.float32): np.uint32,
          np.dtype(np.float64): np.uint64}
 
@@ -583,6 +629,8 @@ def check(name: str, got, want) -> None:
         return check_mathlib(got, want)
     if name == "convert":
         return check_convert(got[0], want[0])
+    if name == "half_math":
+        return check_half_math(got, want[0])
     if name in ("mma_bf16", "wmma"):
         for g, (exact, bound) in zip(got, want, strict=True):
             assert (np.abs(g - exact) <= bound).all()
