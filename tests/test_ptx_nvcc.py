@@ -269,7 +269,7 @@ def test_vector_atom_adds_each_element():
     out = launch(kernel(body), "k", 2, 32, [np.zeros(4, np.float32)])[0]
     np.testing.assert_array_equal(out, [2 * 496, 64, 2 * 496, 64])
     with pytest.raises(PtxExecutionError, match=r"vector atom .v4 \(supported: .global .add/.min/.max"):
-        launch(kernel(body.replace("add.v4.f32", "add.v4.u32")), "k", 1, 32, [np.zeros(4, np.uint32)])
+        launch(kernel(checked(body).replace("add.v4.f32", "add.v4.u32")), "k", 1, 32, [np.zeros(4, np.uint32)])
 
 
 # __hisnan(h), h2log's special cases (cuda_fp16.h)  ->  set.nan.f16.f16, set.eq.f16x2.f16x2; and the 32-bit forms

@@ -12,6 +12,7 @@ import nvcc_kernels
 from nvcc_kernels import CASES, STANDARD_FUNCTION_ULPS, check, mma_bf16_case, ptx, run
 from tessera.interpreters.ptx import PtxExecutionError, launch
 from tessera.interpreters.ptx.syntax import PtxSyntaxError
+from text_edits import checked, planted
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -37,7 +38,7 @@ def test_sinf_of_large_arguments_takes_the_payne_hanek_path_within_its_bound():
     (("m16n16k16.f32.f32", "m16n16k16.s32.s32"), r"wmma.mma .s32.s32 \(supported:"),
     ((", %r14;\n\twmma.load.b", ";\n\twmma.load.b"), r"wmma.load without its stride operand")])
 def test_wmma_beyond_the_supported_forms_is_refused_by_name(edit, message):
-    text = ptx("wmma").replace(*edit, 1)
+    text = str(checked(ptx("wmma")).replace(*edit, 1))
     args = [np.zeros((16, 16), np.float16)] * 2 + [np.zeros((16, 16), np.float32)] + [np.int32(16)] * 3
     with pytest.raises(PtxExecutionError, match=r"wmma.ptx:\d+: error: .*not supported by the PTX executor: "
                        + message):
@@ -56,7 +57,7 @@ def test_textures_function_pointers_and_failed_asserts_are_refused_by_name():
     with pytest.raises(PtxSyntaxError, match=r"the address of '_Z5twicef' as an initial value \(a table of "
                                              r"function or variable pointers\) is not supported"):
         launch(ptx("func_ptr"), "k_func_ptr", 1, 32, args)
-    without_table = ptx("func_ptr").replace("{_Z5twicef, _Z6squaref, _Z6negatef}", "{0, 0, 0}")
+    without_table = planted(ptx("func_ptr"), "{_Z5twicef, _Z6squaref, _Z6negatef}", "{0, 0, 0}")
     with pytest.raises(PtxSyntaxError, match=r"'.callprototype': indirect calls through a function pointer"):
         launch(without_table, "k_func_ptr", 1, 32, args)
 
@@ -77,7 +78,7 @@ def test_printf_is_refused_by_name_and_trap_stops_the_run():
 def test_mma_bf16_for_sm_80():
     """nvcc -arch=sm_80 writes this kernel's PTX as for sm_90a but for the .target line (checked with nvcc 13.5):
     the Ampere GEMM runs the same on an sm_80 target."""
-    text = ptx("mma_bf16").replace(".target sm_90a", ".target sm_80")
+    text = planted(ptx("mma_bf16"), ".target sm_90a", ".target sm_80")
     got, want = mma_bf16_case(np.random.default_rng(3), text)
     check("mma_bf16", got, want)
 
