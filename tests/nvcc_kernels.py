@@ -643,5 +643,6 @@ def delete_line(text: str, pattern: str, occurrence: int) -> tuple[str, int]:
     """The text without the `occurrence`-th line matching `pattern` (a regex) and that line's number."""
     lines = text.split("\n")
     hits = [i for i, line in enumerate(lines) if re.search(pattern, line)]
+    assert len(hits) > occurrence, f"{pattern!r} matches {len(hits)} line(s), not an occurrence {occurrence}"
     del lines[hits[occurrence]]
     return "\n".join(lines), hits[occurrence] + 1
