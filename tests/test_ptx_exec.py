@@ -1099,7 +1099,7 @@ def test_atom_add_f32_rounds_in_thread_order_and_flushes_only_on_global(space):
     ("atom.global.inc.s32 %r1, [%rd1], %r2;", r"atom.inc on .s32 \(supported: .u32\)"),
     ("atom.global.min.f32 %f1, [%rd1], %f2;", "atom.min on .f32"),
     ("atom.local.add.u32 %r1, [%rd1], %r2;", "atom on the .local space"),
-    ("atom.global.v2.f32.add {%f1, %f2}, [%rd1], {%f2, %f3};", "vector atom"),
+    ("atom.global.v2.u32.add {%r1, %r2}, [%rd1], {%r2, %r3};", "vector atom .v2"),
 ])
 def test_atomic_variants_outside_the_isa_are_refused(line, message):
     with pytest.raises(PtxExecutionError, match="not supported by the PTX executor: " + message):
@@ -1279,7 +1279,7 @@ def test_createpolicy_makes_a_cache_hint_that_leaves_values_alone(policy):
 def test_createpolicy_fraction_outside_the_isa_range_is_refused(fraction):
     """As ptxas: "value out of range, expected to be in range (0.0, 1.0]"."""
     text = kernel(f"    createpolicy.fractional.L2::evict_last.b64 %rd5, {fraction};\n    trap;")
-    with pytest.raises(PtxExecutionError, match=r"createpolicy.fractional needs a fraction immediate in \(0.0, 1.0\]"):
+    with pytest.raises(PtxExecutionError, match=r"createpolicy.fractional needs a fraction in \(0.0, 1.0\]"):
         launch(text, "k", 1, 32, [np.zeros(1, np.uint32)])
 
 

@@ -12,7 +12,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from tessera.interpreters.ptx import PtxExecutionError, launch
+from tessera.interpreters.ptx import PtxExecutionError, PtxHazardError, launch
 from text_edits import checked, filled
 
 DATA = Path(__file__).parent / "ptx_nvcc"
@@ -166,6 +166,24 @@ def test_rcp_approx_ftz_f64():
     np.testing.assert_allclose(out, 1 / (np.arange(32) + 1.5), rtol=2**-22)
 
 
+# exp(x) in double: nvcc reduces x by k ln2 with fma.rn.f64 (x - k ln2_hi - k ln2_lo), which must round once
+# (20 ulp off at x = 40 before, when the f64 product was rounded first)
+def test_fma_rn_f64_rounds_once():
+    from fractions import Fraction
+
+    a = np.array([1 + 2.0**-30, 3.0, 0.1, 1e300, 2.0**-600], np.float64)
+    b = np.array([1 + 2.0**-30, 1 / 3, 10.0, 1e10, 2.0**-600], np.float64)
+    c = np.array([-1.0, -1.0, -1.0, 1.0, 1.0], np.float64)
+    buffer = np.concatenate([np.zeros(8), a, b, c])
+    body = ("setp.lt.u32 %p1, %r0, 5;\n@!%p1 bra DONE;\nmul.wide.u32 %rd4, %r0, 8;\nadd.s64 %rd5, %rd2, %rd4;\n"
+            "ld.global.f64 %fd1, [%rd5+64];\nld.global.f64 %fd2, [%rd5+104];\nld.global.f64 %fd3, [%rd5+144];\n"
+            "fma.rn.f64 %fd4, %fd1, %fd2, %fd3;\nst.global.f64 [%rd5], %fd4;\nDONE:")
+    out = launch(kernel(body), "k", 1, 32, [buffer])[0][:5]
+    want = [float(Fraction(x) * Fraction(y) + Fraction(z)) for x, y, z in zip(a[:3], b[:3], c[:3])]
+    np.testing.assert_array_equal(out, want + [np.inf, 1.0])  # overflow; a product below the exact range
+    assert out[0] == 2.0**-29 + 2.0**-60
+
+
 # __nv_cvt_float2_to_fp8x2(v, __NV_SATFINITE, __NV_E4M3); __nv_cvt_fp8x2_to_halfraw2(s, __NV_E4M3)
 @pytest.mark.parametrize("kind,dtype", [("e4m3x2", ml_dtypes.float8_e4m3fn), ("e5m2x2", ml_dtypes.float8_e5m2)])
 def test_cvt_fp8x2(kind, dtype):
@@ -186,6 +204,86 @@ def test_atom_add_noftz_f16x2():
     np.testing.assert_array_equal(out, [64, 32])
 
 
+# float atomic max, the CUDA guide's loop: int old = *p, assumed; do { assumed = old; if (__int_as_float(assumed)
+# >= v) break; old = atomicCAS(p, assumed, __float_as_int(v)); } while (assumed != old);
+# (a race before: the plain load of old against other threads' cas; the cas checks the value it read)
+CAS_MAX = """
+ld.global.u32 %r1, [%rd2];
+cvt.rn.f32.u32 %f1, %r0;
+mov.b32 %r2, %f1;
+LOOP:
+mov.b32 %f2, %r1;
+setp.le.f32 %p1, %f1, %f2;
+@%p1 bra DONE;
+atom.global.cas.b32 %r3, [%rd2], %r1, %r2;
+setp.ne.s32 %p2, %r1, %r3;
+mov.u32 %r1, %r3;
+@%p2 bra LOOP;
+DONE:
+"""
+
+
+def test_plain_load_seeding_an_atomic_cas_loop_is_not_a_race():
+    out = launch(kernel(CAS_MAX), "k", 2, 64, [np.full(1, -1.0, np.float32)])[0]
+    np.testing.assert_array_equal(out, [63.0])
+
+
+def test_plain_load_of_an_atomic_counter_is_still_a_race():
+    racy = kernel("ld.global.u32 %r1, [%rd2];\natom.global.add.u32 %r3, [%rd2], 1;\nst.global.u32 [%rd9+4], %r1;")
+    with pytest.raises(PtxHazardError, match=r"atom.global.add.u32: writes global address .* read through the "
+                                             r"generic proxy, and no synchronisation orders the two"):
+        launch(racy, "k", 1, 64, [np.zeros(65, np.uint32)])
+
+
+# threadFenceReduction's reset: if (last block) retirement_count = 0;  after every block's atomicInc(&count, n).
+# Ordered by the fences around the tickets it is no race (tests/test_ptx_nvcc_kernels.py runs the whole kernel);
+# a store no release/acquire orders before the other CTAs' increments still is.
+def test_plain_store_to_an_atomic_counter_without_ordering_is_a_race_naming_both_sides():
+    body = ("mov.u32 %r1, %ctaid.x;\nor.b32 %r3, %r1, %r0;\nsetp.ne.u32 %p1, %r3, 0;\n@%p1 bra ADD;\n"
+            "st.global.u32 [%rd2], 100;\nADD:\natom.global.inc.u32 %r4, [%rd2], 1000;")
+    for order in ([0, 1, 2, 3], [3, 2, 1, 0]):
+        with pytest.raises(PtxHazardError, match=r"<ptx>:\d+: error: atom.global.inc.u32: writes global address .* "
+                                                 r"which the instruction at line \d+ \(thread \(0, 0, 0\) of CTA "
+                                                 r"\(0, 0, 0\)\) wrote .* no synchronisation orders the two"):
+            launch(kernel(body), "k", 4, 32, [np.zeros(1, np.uint32)], cta_order=order)
+
+
+# cuda::annotated_ptr<const float, cuda::access_property::streaming> in{x}; ... in[i]  ->  a fraction in a register
+# (refused before: only an immediate fraction was accepted)
+@pytest.mark.parametrize("fraction", ["0f3F800000", "0f3FC00000"])
+def test_createpolicy_with_a_register_fraction(fraction):
+    body = (f"mov.f32 %f1, {fraction};\ncreatepolicy.fractional.L2::evict_first.b64 %rd4, %f1;\n"
+            "ld.global.L2::cache_hint.u32 %r1, [%rd9], %rd4;\nadd.s32 %r1, %r1, 1;\nst.global.u32 [%rd9], %r1;")
+    if fraction == "0f3F800000":  # 1.0: what annotated_ptr passes
+        out = launch(kernel(body), "k", 1, 32, [np.arange(32, dtype=np.uint32)])[0]
+        np.testing.assert_array_equal(out, np.arange(1, 33))
+        return
+    with pytest.raises(PtxExecutionError, match=r"createpolicy.fractional: the fraction 1.5 is outside \(0.0, 1.0\]"):
+        launch(kernel(body), "k", 1, 32, [np.arange(32, dtype=np.uint32)])
+
+
+# atomicAdd(float4*, v) (sm_90)  ->  atom.global.add.v4.f32: four atomics, one per element
+def test_vector_atom_adds_each_element():
+    body = ("cvt.rn.f32.u32 %f1, %r0;\nmov.f32 %f2, 0f3F800000;\n"
+            "atom.global.add.v4.f32 {%f3, %f4, %f5, %f6}, [%rd2], {%f1, %f2, %f1, %f2};")
+    out = launch(kernel(body), "k", 2, 32, [np.zeros(4, np.float32)])[0]
+    np.testing.assert_array_equal(out, [2 * 496, 64, 2 * 496, 64])
+    with pytest.raises(PtxExecutionError, match=r"vector atom .v4 \(supported: .global .add/.min/.max"):
+        launch(kernel(checked(body).replace("add.v4.f32", "add.v4.u32")), "k", 1, 32, [np.zeros(4, np.uint32)])
+
+
+# __hisnan(h), h2log's special cases (cuda_fp16.h)  ->  set.nan.f16.f16, set.eq.f16x2.f16x2; and the 32-bit forms
+@pytest.mark.parametrize("line,want", [
+    ("set.lt.u32.s32 %r2, %r0, 5;", lambda t: np.where(t < 5, 0xFFFFFFFF, 0)),
+    ("cvt.rn.f32.u32 %f1, %r0;\nset.ge.f32.f32 %r2, %f1, 0f41000000;", lambda t: np.where(t >= 8, 0x3F800000, 0)),
+    ("mov.b32 %r1, 0x3C00BC00;\nmov.b32 %r3, 0x3C003C00;\nset.eq.f16x2.f16x2 %r2, %r1, %r3;", lambda t: 0x3C000000),
+    ("mov.b32 %r1, 0x7E003C00;\nset.nan.u32.f16x2 %r2, %r1, %r1;", lambda t: 0xFFFF0000),
+])
+def test_set_writes_one_or_all_ones(line, want):
+    out = launch(kernel(line + "\nst.global.u32 [%rd9], %r2;"), "k", 1, 32, [np.zeros(32, np.uint32)])[0]
+    np.testing.assert_array_equal(out, np.broadcast_to(want(np.arange(32)), (32,)).astype(np.uint32))
+
+
 # --- warp and block collectives --------------------------------------------------------------------------
 # out[i] = __match_any_sync(0xffffffff, v & 3)
 def test_match_any_and_all():
@@ -204,6 +302,36 @@ def test_shfl_with_activemask_in_divergent_branch():
             "activemask.b32 %r2;\nshfl.sync.idx.b32 %r3, %r0, 1, 31, %r2;\nEVEN:\nst.global.u32 [%rd9], %r3;")
     out = launch(kernel(body), "k", 1, 64, [np.zeros(64, np.uint32)])[0]
     np.testing.assert_array_equal(out, np.where(np.arange(64) % 2, np.arange(64) // 32 * 32 + 1, 0))
+
+
+# if (lane & 1) { buf[lane] = 3; __syncwarp(0xaaaaaaaa); r = buf[lane ^ 2]; } else { ...; __syncwarp(0x55555555); ... }
+# (deadlocked before: bar.warp.sync waited for the whole warp, whose other half waits at its own mask)
+def test_syncwarp_with_a_mask_in_each_branch():
+    body = ("and.b32 %r1, %r0, 1;\nsetp.eq.u32 %p1, %r1, 0;\nmov.u32 %r3, 0;\n@%p1 bra EVEN;\n"
+            "bar.warp.sync -1431655766;\nadd.s32 %r3, %r0, 100;\nbra.uni DONE;\n"
+            "EVEN:\nbar.warp.sync 1431655765;\nadd.s32 %r3, %r0, 200;\nDONE:\nbar.warp.sync -1;\n"
+            "st.global.u32 [%rd9], %r3;")
+    out = launch(kernel(body), "k", 1, 64, [np.zeros(64, np.uint32)])[0]
+    np.testing.assert_array_equal(out, np.arange(64) + np.where(np.arange(64) % 2, 100, 200))
+
+
+# cg::reduce(cg::tiled_partition<16>(block), v, cg::plus<int>())  ->  redux.sync with mask 0xffff << (laneid & 16)
+# (each half of the warp reduced the whole warp before)
+@pytest.mark.parametrize("opcode", ["redux.sync.add.s32 %r3, %r0, %r2", "vote.sync.ballot.b32 %r3, %p1, %r2",
+                                    "match.any.sync.b32 %r3, %r4, %r2"])
+def test_warp_collectives_with_one_mask_per_half_warp(opcode):
+    body = ("and.b32 %r1, %r0, 16;\nmov.u32 %r5, 65535;\nshl.b32 %r2, %r5, %r1;\nsetp.lt.u32 %p1, %r0, 4;\n"
+            "and.b32 %r4, %r0, 1;\n" + opcode + ";\nst.global.u32 [%rd9], %r3;")
+    out = launch(kernel(body), "k", 1, 32, [np.zeros(32, np.uint32)])[0]
+    lanes = np.arange(32)
+    half = lanes // 16
+    if opcode.startswith("redux"):
+        want = np.where(half, sum(range(16, 32)), sum(range(16)))
+    elif opcode.startswith("vote"):
+        want = np.where(half, 0, 0xF)
+    else:
+        want = np.where(lanes % 2, 0xAAAA, 0x5555) << (16 * half)
+    np.testing.assert_array_equal(out, want)
 
 
 # c = __syncthreads_count(v & 1); x = __syncthreads_and(v > 0); y = __syncthreads_or(v > 1000);

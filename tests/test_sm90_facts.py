@@ -937,6 +937,18 @@ DOCUMENTED = {
     "RSQRT_APPROX_RELATIVE_ERROR": 2.0**-22.9,
     "RCP_APPROX_RELATIVE_ERROR": 2.0**-23,
     "EX2_APPROX_RELATIVE_ERROR": 2.0**-22,
+    # CUDA's fast-math intrinsics as wholes: CUDA_GUIDE_INTRINSIC_SENTENCES below quotes the CUDA C++ Programming
+    # Guide's table and test_intrinsic_bounds_are_the_cuda_guide_sentences derives each value from its sentence.
+    "F32_ULP_RELATIVE": 2.0**-23,
+    "FDIVIDEF_ULPS": 2,
+    "FDIVIDEF_DIVISOR_RANGE": (2.0**-126, 2.0**126),
+    "EXPF_ULPS": (2, 1.173),
+    "LOGF_ABSOLUTE_ERROR": 2.0**-21.41,
+    "LOGF_ABSOLUTE_RANGE": (0.5, 2.0),
+    "LOGF_ULPS": 3,
+    "SINF_ABSOLUTE_ERROR": 2.0**-21.41,
+    "COSF_ABSOLUTE_ERROR": 2.0**-21.19,
+    "SINCOS_RANGE": (-np.pi, np.pi),
     # [P#data-movement-and-conversion-instructions-cvt], the integer rounding modifiers: PTX_ISA_INTEGER_ROUNDING_
     # SENTENCES quotes them and test_integer_rounding_modifiers_are_the_ptx_isa_sentences derives each function
     "INTEGER_ROUNDING": {"floor": "rmi", "ceil": "rpi", "rint": "rni", "trunc": "rzi"},
@@ -1046,6 +1058,52 @@ def test_lg2_bound_is_the_ptx_isa_sentence():
     inside, outside = np.array([np.nextafter(low, 1.0), 1.0, np.nextafter(high, 1.0)]), np.array([0.25, low, high, 1024.0])
     np.testing.assert_array_equal(approx.lg2_approx_error_bound(inside), bound)
     np.testing.assert_array_equal(approx.lg2_approx_error_bound(outside), bound * np.abs(np.log2(outside)))
+
+
+CUDA_GUIDE_INTRINSIC_SENTENCES = {
+    # CUDA C++ Programming Guide, "Single-Precision Floating-Point Intrinsic Functions (Supported by the CUDA
+    # Runtime Library with Respective Error Bounds)"; superscripts flattened as in the PTX ISA's sentences
+    "__fdividef": "For |y| in [2-126, 2126], the maximum ulp error is 2.",
+    "__expf": "The maximum ulp error is 2 + floor(abs(1.173 * x)).",
+    "__logf": "For x in [0.5, 2], the maximum absolute error is 2-21.41, otherwise, the maximum ulp error is 3.",
+    "__sinf": "For x in [-π, π], the maximum absolute error is 2-21.41, and larger otherwise.",
+    "__cosf": "For x in [-π, π], the maximum absolute error is 2-21.19, and larger otherwise.",
+}
+
+
+def test_intrinsic_bounds_are_the_cuda_guide_sentences():
+    """Each constant from its sentence, and intrinsic_error_bound applying them inside and outside the ranges."""
+    import re
+
+    from tessera.sm90 import approx
+
+    sentences = CUDA_GUIDE_INTRINSIC_SENTENCES
+    assert approx.F32_ULP_RELATIVE == F32_ULP_OF_ONE
+    divide = re.fullmatch(r"For \|y\| in \[2-(\d+), 2(\d+)\], the maximum ulp error is (\d+)\.", sentences["__fdividef"])
+    assert approx.FDIVIDEF_DIVISOR_RANGE == (2.0 ** -int(divide[1]), 2.0 ** int(divide[2]))
+    assert approx.FDIVIDEF_ULPS == int(divide[3])
+    exp = re.fullmatch(r"The maximum ulp error is (\d+) \+ floor\(abs\(([\d.]+) \* x\)\)\.", sentences["__expf"])
+    assert approx.EXPF_ULPS == (int(exp[1]), float(exp[2]))
+    log = re.fullmatch(r"For x in \[([\d.]+), ([\d.]+)\], the maximum absolute error is (2-[\d.]+), otherwise, the "
+                       r"maximum ulp error is (\d+)\.", sentences["__logf"])
+    assert approx.LOGF_ABSOLUTE_RANGE == (float(log[1]), float(log[2]))
+    assert approx.LOGF_ABSOLUTE_ERROR == _power_of_two(log[3]) and approx.LOGF_ULPS == int(log[4])
+    for name, constant in (("__sinf", approx.SINF_ABSOLUTE_ERROR), ("__cosf", approx.COSF_ABSOLUTE_ERROR)):
+        trig = re.fullmatch(r"For x in \[-π, π\], the maximum absolute error is (2-[\d.]+), and larger otherwise\.",
+                            sentences[name])
+        assert constant == _power_of_two(trig[1])
+    assert approx.SINCOS_RANGE == (-np.pi, np.pi)
+    x = np.array([-np.pi, 0.5, np.pi, 4.0])
+    np.testing.assert_array_equal(approx.intrinsic_error_bound("__sinf", x, np.sin(x)),
+                                  [approx.SINF_ABSOLUTE_ERROR] * 3 + [np.inf])
+    np.testing.assert_array_equal(approx.intrinsic_error_bound("__logf", [1.5, 8.0], [np.log(1.5), np.log(8.0)]),
+                                  [approx.LOGF_ABSOLUTE_ERROR, 3 * 2.0**-23 * np.log(8.0)])
+    np.testing.assert_array_equal(approx.intrinsic_error_bound("__expf", [-2.0], [np.exp(-2.0)]),
+                                  [4 * 2.0**-23 * np.exp(-2.0)])
+    np.testing.assert_array_equal(approx.intrinsic_error_bound("__fdividef", [3.0, 2.0**127], [1.0, 1.0]),
+                                  [2 * 2.0**-23, np.inf])
+    with pytest.raises(ValueError, match="no documented error bound for __tanf"):
+        approx.intrinsic_error_bound("__tanf", [1.0], [1.0])
 
 
 # endregion

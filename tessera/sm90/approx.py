@@ -13,6 +13,15 @@ the full range of inputs.", at most 2^-22 of the correctly rounded result.
 positive finite inputs outside of this interval, maximum relative error is 2^-22." Special values: -inf,
 -normal -> NaN; -0, +0 -> -inf; +inf -> +inf; NaN -> NaN; with `.ftz`, subnormal inputs are flushed to
 (sign-preserving) zero first, so they give -inf.
+
+CUDA's fast-math intrinsics, which nvcc lowers to these instructions and a few more (`__expf` to a multiply
+by log2(e) and `ex2.approx`, `__logf` to `lg2.approx` and a multiply, `__sinf`/`__cosf` to `sin.approx`/
+`cos.approx`, `__fdividef` to `div.approx`), are bounded as wholes by the CUDA C++ Programming Guide's table
+"Single-Precision Floating-Point Intrinsic Functions" (`intrinsic_error_bound`): "__fdividef(x,y): For |y| in
+[2^-126, 2^126], the maximum ulp error is 2."; "__expf(x): The maximum ulp error is 2 + floor(abs(1.173 * x)).";
+"__logf(x): For x in [0.5, 2], the maximum absolute error is 2^-21.41, otherwise, the maximum ulp error is 3.";
+"__sinf(x): For x in [-pi, pi], the maximum absolute error is 2^-21.41, and larger otherwise."; "__cosf(x): For x
+in [-pi, pi], the maximum absolute error is 2^-21.19, and larger otherwise." `rsqrtf` is `rsqrt.approx.f32`.
 """
 
 from __future__ import annotations
@@ -55,3 +64,42 @@ def approx_relative_error(instruction: str) -> float:
     if instruction not in bounds:
         raise ValueError(f"no documented relative error bound for {instruction}.approx.f32 (known: {', '.join(bounds)})")
     return bounds[instruction]
+
+
+F32_ULP_RELATIVE = 2.0**-23
+"""One ulp of an f32 value v is at most 2^-23 |v|: an n-ulp bound is at most n 2^-23 |v|."""
+
+FDIVIDEF_ULPS, FDIVIDEF_DIVISOR_RANGE = 2, (2.0**-126, 2.0**126)
+"""__fdividef(x, y): 2 ulp for |y| in [2^-126, 2^126]."""
+
+EXPF_ULPS = (2, 1.173)
+"""__expf(x): 2 + floor(|1.173 x|) ulp."""
+
+LOGF_ABSOLUTE_ERROR, LOGF_ABSOLUTE_RANGE, LOGF_ULPS = 2.0**-21.41, (0.5, 2.0), 3
+"""__logf(x): absolute 2^-21.41 for x in [0.5, 2], else 3 ulp."""
+
+SINF_ABSOLUTE_ERROR, COSF_ABSOLUTE_ERROR, SINCOS_RANGE = 2.0**-21.41, 2.0**-21.19, (-np.pi, np.pi)
+"""__sinf(x), __cosf(x): absolute 2^-21.41 and 2^-21.19 for x in [-pi, pi]; unbounded ("larger") elsewhere."""
+
+
+def intrinsic_error_bound(name: str, operand, exact) -> np.ndarray:
+    """The largest |result - exact| the CUDA guide allows the fast-math intrinsic `name` (__expf, __logf,
+    __sinf, __cosf, __fdividef, rsqrtf) per element: `operand` is the argument its range names (x; y, the
+    divisor, for __fdividef), `exact` the exact value. Outside a stated range the bound is inf (none stated)."""
+    x, exact = np.asarray(operand, np.float64), np.abs(np.asarray(exact, np.float64))
+    inside = lambda low, high: (x >= low) & (x <= high)  # noqa: E731
+    if name == "__fdividef":
+        low, high = FDIVIDEF_DIVISOR_RANGE
+        return np.where(inside(low, high) | inside(-high, -low), FDIVIDEF_ULPS * F32_ULP_RELATIVE * exact, np.inf)
+    if name == "__expf":
+        base, slope = EXPF_ULPS
+        return (base + np.floor(np.abs(slope * x))) * F32_ULP_RELATIVE * exact
+    if name == "__logf":
+        return np.where(inside(*LOGF_ABSOLUTE_RANGE), LOGF_ABSOLUTE_ERROR, LOGF_ULPS * F32_ULP_RELATIVE * exact)
+    if name in ("__sinf", "__cosf"):
+        bound = SINF_ABSOLUTE_ERROR if name == "__sinf" else COSF_ABSOLUTE_ERROR
+        return np.where(inside(*SINCOS_RANGE), bound, np.inf)
+    if name == "rsqrtf":
+        return RSQRT_APPROX_RELATIVE_ERROR * exact
+    raise ValueError(f"no documented error bound for {name} (known: __expf, __logf, __sinf, __cosf, __fdividef, "
+                     "rsqrtf)")

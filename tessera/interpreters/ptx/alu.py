@@ -1,6 +1,7 @@
 """Integer, logic, comparison and data-movement instructions: mov, add/sub/mul/mad/div/rem, min/max/abs/neg,
 carry chains (add.cc/addc/sub.cc/subc, mad.cc/madc), and/or/xor/not/cnot, shl/shr/shf,
-popc/clz/brev/bfe/bfi/prmt/lop3, setp, selp.
+popc/clz/brev/bfe/bfi/prmt/lop3, dp4a/dp2a, the SIMD video vabsdiff4/vadd4/vsub4/vmin4/vmax4,
+setp, set, selp.
 
 Semantics [PTX ISA 9.1, integer-arithmetic-instructions, logic-and-shift-instructions, comparison-and-
 selection-instructions, data-movement-and-conversion-instructions-mov]:
@@ -32,8 +33,8 @@ import numpy as np
 
 from tessera.interpreters.ptx import floats
 from tessera.interpreters.ptx.decode import Operands, elements, opcode
-from tessera.interpreters.ptx.syntax import Vector
-from tessera.interpreters.ptx.types import PtxType, ptx_type
+from tessera.interpreters.ptx.syntax import Imm, Reg, Vector
+from tessera.interpreters.ptx.types import PtxType, half_pair, pack_pair, ptx_type
 
 
 def _float_last(inst) -> bool:
@@ -411,6 +412,77 @@ def decode_sad(ops: Operands, inst, mods):
     return run
 
 
+@opcode("dp4a", "dp2a")
+def decode_dot_product(ops: Operands, inst, mods):
+    """`dp4a.atype.btype d, a, b, c`: d = c + the sum of the products of a's four bytes with b's (each byte
+    sign-extended for .s32, zero-extended for .u32); `dp2a.{lo,hi}.atype.btype d, a, b, c`: d = c + the products
+    of a's two 16-bit halves with bytes 0-1 (.lo) or 2-3 (.hi) of b. d is .s32 unless both types are .u32; the
+    sum wraps at 32 bits [P#integer-arithmetic-instructions-dp4a, -dp2a]."""
+    half = mods.take("lo", "hi") if inst.opcode == "dp2a" else None
+    if inst.opcode == "dp2a" and half is None:
+        raise ops.refuse(inst, "dp2a needs .lo or .hi")
+    kinds = [mods.take("u32", "s32"), mods.take("u32", "s32")]
+    if None in kinds:
+        raise ops.refuse(inst, f"{inst.opcode} needs two types among .u32 and .s32")
+    u32 = ptx_type("u32")
+    a, b, c = _sources(ops, inst, u32, 3)
+    write = ops.write(inst, inst.operands[0], u32)
+    widths = (16, 8) if inst.opcode == "dp2a" else (8, 8)
+    first_byte = 2 if half == "hi" else 0
+
+    def parts(x, bits: int, count: int, start: int, signed: bool) -> np.ndarray:
+        x = np.asarray(x).astype(np.int64)
+        out = np.stack([(x >> (bits * (start + i))) & ((1 << bits) - 1) for i in range(count)])
+        return np.where(out >= 1 << (bits - 1), out - (1 << bits), out) if signed else out
+
+    def run(sel):
+        count = 32 // widths[0]
+        pa = parts(a(sel), widths[0], count, 0, kinds[0] == "s32")
+        pb = parts(b(sel), widths[1], count, first_byte, kinds[1] == "s32")
+        total = np.asarray(c(sel)).astype(np.int64) + (pa * pb).sum(axis=0)
+        write(sel, (total & 0xFFFFFFFF).astype(np.uint32))
+
+    return run
+
+
+_SIMD4 = {"vabsdiff4": lambda x, y: np.abs(x - y), "vadd4": np.add, "vsub4": np.subtract, "vmin4": np.minimum,
+          "vmax4": np.maximum}
+
+
+@opcode(*_SIMD4)
+def decode_simd4(ops: Operands, inst, mods):
+    """`vop4.dtype.atype.btype{.add} d, a, b, c` (vabsdiff4, vadd4, vsub4, vmin4, vmax4) with the default byte
+    selectors and mask: per byte, a's and b's bytes (signed for .s32, unsigned for .u32) combined; without .add
+    d's bytes are the results' low bytes, with .add d = c + the sum of the four results
+    [P#simd-video-instructions-vadd4-vsub4-vavrg4-vabsdiff4-vmin4-vmax4]. Saturation, byte selectors and masks
+    are refused by name."""
+    kinds = [mods.take("u32", "s32") for _ in range(3)]
+    accumulate = mods.take("add") is not None
+    if None in kinds:
+        raise ops.refuse(inst, f"{inst.opcode} needs three types among .u32 and .s32")
+    if len(inst.operands) != 4 or not all(isinstance(o, Reg) or isinstance(o, Imm) for o in inst.operands[1:]):
+        raise ops.refuse(inst, f"{inst.opcode} with byte selectors or a mask (only the default form)")
+    u32 = ptx_type("u32")
+    a, b, c = _sources(ops, inst, u32, 3)
+    write = ops.write(inst, inst.operands[0], u32)
+    combine = _SIMD4[inst.opcode]
+
+    def run(sel):
+        def byte_lanes(x, signed):
+            x = np.asarray(x).astype(np.int64)
+            out = np.stack([(x >> (8 * i)) & 0xFF for i in range(4)])
+            return np.where(out >= 128, out - 256, out) if signed else out
+
+        r = combine(byte_lanes(a(sel), kinds[1] == "s32"), byte_lanes(b(sel), kinds[2] == "s32"))
+        if accumulate:
+            total = np.asarray(c(sel)).astype(np.int64) + r.sum(axis=0)
+        else:
+            total = sum((r[i] & 0xFF) << (8 * i) for i in range(4))
+        write(sel, (np.asarray(total) & 0xFFFFFFFF).astype(np.uint32))
+
+    return run
+
+
 def _low_mask(n, dtype, bits):
     """(1 << n) - 1 in dtype for n in [0, bits]."""
     n = np.asarray(n, np.int64)
@@ -594,6 +666,57 @@ def decode_setp(ops: Operands, inst, mods):
             if write_q is not None:
                 write_q(sel, f(~result, third))
 
+    return run
+
+
+_ONE_BITS = {"f32": 0x3F800000, "f16": 0x3C00, "bf16": 0x3F80}
+"""1.0 as .f32, .f16 and .bf16 bits: what `set` writes for true into a float destination."""
+
+
+@opcode("set")
+def decode_set(ops: Operands, inst, mods):
+    """`set.CmpOp.dtype.stype d, a, b` [P#comparison-and-selection-instructions-set, P#half-precision-comparison-
+    instructions-set]: d = true ? (1.0 for a float dtype, all ones for an integer one) : 0, per half for the
+    packed .f16x2/.bf16x2 sources (cuda_fp16.h's comparisons and special-value tests: `set.nan.f16.f16`,
+    `set.eq.f16x2.f16x2`). Flushing (.ftz on 16-bit sources) and a predicate operand (.and/.or/.xor) are
+    refused by name."""
+    names = [x for x in mods.left if ptx_type(x) is not None]
+    if len(names) != 2:
+        raise ops.refuse(inst, "set needs a destination type and a source type")
+    for name in names:
+        mods.left.remove(name)
+    dst, src = (ptx_type(x) for x in names)
+    ftz = mods.take("ftz")
+    if mods.take("and", "or", "xor") or len(inst.operands) != 3:
+        raise ops.refuse(inst, "set with a predicate operand (.and/.or/.xor)")
+    if ftz and src.name != "f32":
+        raise ops.refuse(inst, f"set.ftz on .{src.name}")
+    packed = src.kind == "x2"  # per half: into a packed float pair, or .u32/.s32 halves of all ones
+    if len(mods.left) != 1 or (dst.kind == "x2" and not packed) or (packed and dst.kind not in ("x2", "u", "s")):
+        raise ops.refuse(inst, f"set.{'.'.join(mods.left)}.{dst.name}.{src.name}")
+    cmp = mods.left.pop()
+    compare = compare_function(ops, inst, cmp, ptx_type(src.half) if packed else src)
+    a, b = (ops.read(inst, o, src) for o in inst.operands[1:3])
+    write = ops.write(inst, inst.operands[0], ptx_type("b32") if packed else dst)
+    bits = 16 if packed else dst.bits
+    one = _ONE_BITS.get(dst.half if dst.kind == "x2" else dst.name, (1 << bits) - 1)
+    unsigned = np.dtype(f"uint{bits}")
+
+    def truth(x, y):
+        if ftz:
+            x, y = floats.flush_f32(x), floats.flush_f32(y)
+        return np.where(compare(x, y), unsigned.type(one), unsigned.type(0))
+
+    def run(sel):
+        x, y = a(sel), b(sel)
+        if packed:
+            (x_lo, x_hi), (y_lo, y_hi) = half_pair(x, src.half), half_pair(y, src.half)
+            out = pack_pair(truth(x_lo, y_lo), truth(x_hi, y_hi))
+        else:
+            out = truth(np.asarray(x), np.asarray(y))
+        write(sel, np.broadcast_to(out, (_lanes(ops, sel),)).view(write_dtype))
+
+    write_dtype = np.dtype(np.uint32) if packed else dst.dtype
     return run
 
 

@@ -462,11 +462,14 @@ class AsyncTracker(WgmmaTracking):
 
     # endregion
     # region reads and writes of shared memory
-    def generic_access(self, inst, lanes: np.ndarray, index: np.ndarray, write: bool, strong: bool = False) -> None:
+    def generic_access(self, inst, lanes: np.ndarray, index: np.ndarray, write: bool, strong: bool = False,
+                       atomic: bool = False) -> None:
         """An ld/st/ldmatrix/stmatrix... of `lanes` at `index` [lanes, bytes] of `Machine.shared`. A `strong`
         access (.relaxed/.acquire/.release/.volatile: a flag) is a synchronisation operation, morally strong with
         the others of its CTA [memory_model.MORALLY_STRONG]: it is kept out of the generic race records (its
-        release/acquire edges are `global_order`'s), and still checked against copies in flight."""
+        release/acquire edges are `global_order`'s), and still checked against copies in flight. An `atomic`
+        write (atom/red on shared memory: a histogram's bins) is recorded, so that a plain access no
+        synchronisation orders against it is a race; atomics never race with each other (`HappensBefore.write`)."""
         if write:
             if self.tagged or self.reading or self.bulk_reads:
                 self.check_writable(inst, np.repeat(lanes, index.shape[1]), index.reshape(-1), "the store")
@@ -477,8 +480,8 @@ class AsyncTracker(WgmmaTracking):
                     self._check_landed_write(inst, writers, index.reshape(-1), state.reshape(-1))
                 self.state[index] = PLAIN
                 self._forget_ranges(index)
-            if (self.proxy_readers or self.hb.races) and not strong:
-                self.hb.write(inst, lanes, index)
+            if (self.proxy_readers or self.hb.races) and (atomic or not strong):
+                self.hb.write(inst, lanes, index, atomic)
             return
         if not strong:
             self.hb.read(inst, lanes, index)

@@ -8,12 +8,12 @@ checked as `memory` checks any access, and global ones are recorded for the race
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import ml_dtypes
 import numpy as np
 
-from tessera.interpreters.ptx.decode import DECODERS, Operands, Step, opcode
+from tessera.interpreters.ptx.decode import DECODERS, Operands, Step, decode, elements, opcode
 from tessera.interpreters.ptx.global_order import strong_kind
 from tessera.interpreters.ptx.memory import (
     IGNORED_QUALIFIERS,
@@ -27,7 +27,8 @@ from tessera.interpreters.ptx.memory import (
 )
 from tessera.interpreters.ptx.numerics import flush_f32
 from tessera.interpreters.ptx.state import PARK, SHARED_WINDOW, Machine
-from tessera.interpreters.ptx.types import PtxType, half_pair, pack_pair
+from tessera.interpreters.ptx.syntax import Address
+from tessera.interpreters.ptx.types import PtxType, half_pair, pack_pair, ptx_type
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ ATOMIC_OPS = {
     "inc": AtomicOp(("u32",), lambda old, b, c: np.where(old >= b, old.dtype.type(0), old + old.dtype.type(1))),
     "dec": AtomicOp(("u32",), lambda old, b, c: np.where((old == 0) | (old > b), b, old - old.dtype.type(1))),
     "exch": AtomicOp(("b32", "b64"), lambda old, b, c: b),
-    "cas": AtomicOp(("b32", "b64"), lambda old, b, c: np.where(old == b, c, old)),
+    "cas": AtomicOp(("b16", "b32", "b64"), lambda old, b, c: np.where(old == b, c, old)),  # .b16: sm_70+
 }
 _NOT_REDUCTIONS = ("exch", "cas")  # atom only: there is no red.exch or red.cas
 _HALF_ADD_TYPES = ("f16", "bf16", "f16x2", "bf16x2")  # atom/red.add.noftz: scalar halves and packed pairs
@@ -144,8 +145,10 @@ def decode_atom(ops: Operands, inst, mods):
     how = strong_kind(inst.modifiers)  # atom and red are strong (.relaxed and .gpu by default)
     mods.drop(*IGNORED_QUALIFIERS)
     hint = mods.take("L2::cache_hint")
-    if mods.take("v2", "v4", "v8"):
-        raise ops.refuse(inst, f"vector {inst.opcode}")
+    vector = mods.take("v2", "v4", "v8")
+    if vector:
+        mods.left = []
+        return _vector_atom(ops, inst, vector, space)
     operation = mods.take(*ATOMIC_OPS)
     if operation is None:
         raise ops.refuse(inst, f"{inst.opcode} needs an operation (.{', .'.join(ATOMIC_OPS)})")
@@ -189,6 +192,8 @@ def decode_atom(ops: Operands, inst, mods):
                 old[positions] = seen
             if part_space == "global":
                 touched.append((lanes[positions], index))
+            else:  # a plain access on either side needs synchronisation with it (`asynchrony.generic_access`)
+                m.tracker.generic_access(inst, lanes[positions], index, True, True, atomic=True)
         watch = getattr(m, "watch", None)
         if watch is not None:
             on_global = addresses < SHARED_WINDOW if space == "generic" else np.full(lanes.shape, space == "global")
@@ -214,11 +219,51 @@ def decode_atom(ops: Operands, inst, mods):
     return run
 
 
+_VECTOR_ATOM = {"add": ("f32", "f16", "bf16", "f16x2", "bf16x2"), "min": ("f16", "bf16", "f16x2", "bf16x2"),
+                "max": ("f16", "bf16", "f16x2", "bf16x2")}
+"""sm_90's vector atom/red on global memory [P#parallel-synchronization-and-communication-instructions-atom]:
+the operations and element types of `.v2`/`.v4` (and `.v8` of 16-bit elements)."""
+
+
+def _vector_atom(ops: Operands, inst, vector: str, space: str):
+    """atom/red.global.op.vN.type (CUDA's atomicAdd on float2 and float4): each element is its own atomic on
+    consecutive elements, as the ISA says (the vector is not one atomic), so element i runs as the scalar
+    instruction at offset i * size with the i-th source and destination, one after another."""
+    operation = next((x for x in inst.modifiers if x in _VECTOR_ATOM), None)
+    t = next((ptx_type(x) for x in inst.modifiers if ptx_type(x) is not None), None)
+    width = int(vector[1:])
+    if space not in ("global", "generic") or operation is None or t is None or t.name not in _VECTOR_ATOM[operation] \
+            or (width == 8 and t.bits != 16):
+        raise ops.refuse(inst, f"vector {inst.opcode} .{vector} (supported: .global .add/.min/.max of .v2/.v4 .f16x2 "
+                               ".bf16x2 .f16 .bf16 and .add .f32, .v8 of .f16 and .bf16)")
+    returns = inst.opcode == "atom"
+    first = 1 if returns else 0
+    address = inst.operands[first]
+    sources = elements(inst.operands[first + 1])
+    dests = elements(inst.operands[0]) if returns else (None,) * width
+    if not isinstance(address, Address) or len(sources) != width or len(dests) != width:
+        raise ops.refuse(inst, f"vector {inst.opcode} .{vector} needs {width} sources and destinations")
+    scalar = tuple(x for x in inst.modifiers if x != vector)
+    steps = []
+    for i in range(width):
+        moved = replace(address, offset=address.offset + i * (t.bits // 8))
+        operands = ((dests[i],) if returns else ()) + (moved, sources[i]) + inst.operands[first + 2:]
+        steps.append(decode(ops, replace(inst, modifiers=scalar, operands=operands)).run)
+
+    def run(sel):
+        for step in steps:
+            step(sel)
+
+    return run
+
+
 def _park_failed_cas(m: Machine, inst, run, compare) -> Step:
     """atom.cas as a spin wait: a thread whose compare failed (a lock another thread holds) parks after the atom,
     as after `nanosleep`, until nothing else can run. Any thread may be delayed (a legal timing), and without it
     min-pc scheduling would run a CAS spin loop forever and never the holder, which sits at a higher pc (Triton's
-    `while tl.atomic_cas(lock, 0, 1) == 1: pass`). Woken twice with no atomic write in between is a deadlock."""
+    `while tl.atomic_cas(lock, 0, 1) == 1: pass`). Woken twice with no atomic write in between is a deadlock.
+    A woken lane's next `nanosleep` before it retries (nvcc's `while (atomicCAS(m, 0, 1)) __nanosleep(t);`)
+    does not park it again: it waited at the cas already (`Machine.cas_parked`)."""
 
     def run_cas(lanes, active):
         m.pc[lanes] += 1
@@ -226,6 +271,8 @@ def _park_failed_cas(m: Machine, inst, run, compare) -> Step:
             return
         old = run(active)
         failed = active[old != np.broadcast_to(np.asarray(compare(active), old.dtype), old.shape)]
+        m.cas_parked[active] = False
+        m.cas_parked[failed] = True
         m.status[failed] = PARK
         m.park_address[failed] = -1
         m.park_test[failed] = True

@@ -119,17 +119,34 @@ def decode_binary(ops: Operands, inst, mods):
     return _elementwise(ops, inst, t, 2, f, bool(ftz), bool(sat))
 
 
+_CANONICAL_NAN = np.uint16(0x7FFF)
+"""The canonical NaN of .f16 and .bf16 that `.relu` gives for a NaN result [P#half-precision-floating-point-
+instructions-fma]."""
+
+
 def decode_fma(ops: Operands, inst, mods):
-    """fma/mad on a float type: one rounding (mad.f32 without a rounding is fma.rn, as on sm_20+)."""
+    """fma/mad on a float type: one rounding (mad.f32 without a rounding is fma.rn, as on sm_20+). `.relu` (on
+    .f16, .bf16 and their x2 forms: `__hfma2_relu`) clamps a negative result to 0 and gives the canonical NaN
+    for a NaN; `.oob` is refused."""
     t = mods.type()
     ftz, sat = mods.take("ftz"), mods.take("sat")
-    if mods.take("relu", "oob"):
-        raise ops.refuse(inst, "fma .relu/.oob")
+    if mods.take("oob"):
+        raise ops.refuse(inst, "fma .oob")
+    relu = mods.take("relu") is not None
+    if relu and (t.name not in ("f16", "bf16", "f16x2", "bf16x2") or sat):
+        raise ops.refuse(inst, f"fma .relu on .{t.name}{' with .sat' if sat else ''} (only .f16/.bf16 and x2)")
     mode = _rounding(ops, inst, mods)
     if t.name == "f64" and mode != "rn":
         raise ops.refuse(inst, "directed rounding of f64 fma")
     dtype = _HALF[t.half] if t.kind == "x2" else t.dtype
-    return _elementwise(ops, inst, t, 3, lambda a, b, c: numerics.fma(a, b, c, dtype, mode), bool(ftz), bool(sat))
+
+    def fused(a, b, c):
+        out = np.asarray(numerics.fma(a, b, c, dtype, mode), dtype)
+        if not relu:
+            return out
+        return np.where(np.isnan(out), _CANONICAL_NAN.view(dtype), np.where(out < 0, dtype.type(0), out))
+
+    return _elementwise(ops, inst, t, 3, fused, bool(ftz), bool(sat))
 
 
 opcode("fma")(decode_fma)

@@ -88,12 +88,14 @@ class HappensBefore:
             self.w_clock = np.zeros(s, np.int32)  # 0: no generic write since the last asynchronous one
             # the last write was a cp.async completed by a cp.async.mbarrier.arrive [memory_model.CP_ASYNC_PROXY]
             self.w_mbarrier = np.zeros(s, bool)
+            self.w_atomic = np.zeros(s, bool)  # the last generic write was an atom/red (`write`)
             self.reads = ReadClocks(s, self.threads)  # the generic reads since the last write
             # [warpgroup of its CTA, byte]: 1 + index into `completions`, the async read by that warpgroup that
             # ended last (one row per warpgroup: two warpgroups' wgmmas read the same bytes, unordered)
             self.r_async = np.zeros((1, s), np.int32)
         else:
-            for array in (self.clock, self.fenced, self.fenced_rows, self.w_clock, self.w_mbarrier, self.r_async):
+            for array in (self.clock, self.fenced, self.fenced_rows, self.w_clock, self.w_mbarrier, self.w_atomic,
+                          self.r_async):
                 array.fill(0)
             self.reads.reset()
         if self.peer_reads is not None:
@@ -551,23 +553,27 @@ class HappensBefore:
                          for lane, slot in zip(lanes[foreign], slots[foreign])])
         return foreign, rows
 
-    def write(self, inst, lanes: np.ndarray, index: np.ndarray) -> None:
+    def write(self, inst, lanes: np.ndarray, index: np.ndarray, atomic: bool = False) -> None:
         """A generic store of `lanes` at `index` [lanes, bytes] (a row of a peer's bytes, a distributed shared
-        memory store, is judged by what its lane knows of the peer's threads [memory_model.WRITE_ORDER])."""
+        memory store, is judged by what its lane knows of the peer's threads [memory_model.WRITE_ORDER]).
+        `atomic`: an atom/red, morally strong with the other atomics [memory_model.MORALLY_STRONG], so it is not
+        judged against an earlier atomic write, but a plain access on either side of it is."""
         if self.races:
             peers = self._peer_rows(lanes, index)
             if peers is not None:
                 foreign, rows = peers
                 lanes_f, index_f = lanes[foreign], index[foreign]
-                self._check(inst, lanes_f, index_f, self.w_lane, self.w_clock, self.w_line, "wrote", "writes", rows)
+                self._check(inst, lanes_f, index_f, self.w_lane, self.w_clock, self.w_line, "wrote", "writes", rows,
+                            atomic)
                 self._check_reads(inst, lanes_f, index_f, "writes", rows)
                 if self.completions:
                     self._after_async_reads(inst, lanes_f, index_f, "the store", rows)
                 own = ~foreign
-                self._write_checks(inst, lanes[own], index[own])
+                self._write_checks(inst, lanes[own], index[own], atomic)
             else:
-                self._write_checks(inst, lanes, index)
+                self._write_checks(inst, lanes, index, atomic)
             self._after_peer_reads(inst, lanes, index, "writes")
+        self.w_atomic[index] = atomic
         self.w_lane[index] = lanes[:, None]
         self.w_clock[index] = self.clock[lanes, lanes % self.threads][:, None]
         self.w_line[index] = inst.line
@@ -576,9 +582,9 @@ class HappensBefore:
         if self.peer_read_any:
             self.peer_reads.clear(index)
 
-    def _write_checks(self, inst, lanes: np.ndarray, index: np.ndarray) -> None:
+    def _write_checks(self, inst, lanes: np.ndarray, index: np.ndarray, atomic: bool = False) -> None:
         if len(lanes):
-            self._check(inst, lanes, index, self.w_lane, self.w_clock, self.w_line, "wrote", "writes")
+            self._check(inst, lanes, index, self.w_lane, self.w_clock, self.w_line, "wrote", "writes", None, atomic)
             self._check_reads(inst, lanes, index, "writes")
             if self.completions:
                 self._after_async_reads(inst, lanes, index, "the store", self.clock[lanes])
@@ -639,11 +645,13 @@ class HappensBefore:
                                     f"({self.describe_lane(reader)}) read, and no synchronisation orders the two "
                                     "(race: a bar.sync or an mbarrier wait between them is missing)", int(lanes[i]))
 
-    def _check(self, inst, lanes, index, who, when, line, did: str, does: str, rows: np.ndarray | None = None
-               ) -> None:
+    def _check(self, inst, lanes, index, who, when, line, did: str, does: str, rows: np.ndarray | None = None,
+               atomic: bool = False) -> None:
         epochs = when[index]
         if not epochs.any():
             return
+        if atomic:  # an atomic against an atomic write: morally strong, never a race
+            epochs = np.where(self.w_atomic[index], 0, epochs)
         other = who[index]
         if rows is None:
             unordered = epochs > self.clock[lanes[:, None], other % self.threads]

@@ -56,6 +56,7 @@ from tessera.interpreters.parallel import (
 )
 from tessera.interpreters.ptx import (  # noqa: F401 - registers decoders
     alu, atomics, bulk_copy, floats, ldmatrix, memory, reductions, schedule, sync, warp_collectives, warp_mma, wgmma,
+    wmma,
 )
 from tessera.interpreters.ptx.bulk_copy import TensorMapObject
 from tessera.interpreters.ptx.cluster import ClusterState

@@ -18,6 +18,8 @@ a read of its bytes before is reported (`asynchrony`, which also checks every sh
 `cp.async.mbarrier.arrive{.noinc}` lands the thread's pending copies, then (with `.noinc`) arrives.
 Under `serving_checks`, every 32-bit word loaded from a checked cache's page table is checked against the
 cache's page count (a gathered row of a page out of range would read another allocation: they are contiguous).
+A weak load whose value is the compare operand of an `atom.cas` at the same address (an atomicCAS loop's first
+read) counts as relaxed for the race checks (`seeds_cas`).
 """
 
 from __future__ import annotations
@@ -237,10 +239,26 @@ def sync_locations(m: Machine, space: str, lanes: np.ndarray, addresses) -> tupl
     return lanes[:0], addresses[:0]
 
 
+def seeds_cas(m: Machine, inst) -> bool:
+    """Whether the weak load `inst` reads the expected value of an `atom.cas` at its own address: its
+    destination is the cas's compare operand (nvcc's atomicCAS loops, the CUDA guide's `old = *p; do {
+    assumed = old; old = atomicCAS(p, assumed, f(assumed)); } while (assumed != old)`). Such a load is taken
+    as relaxed (strong, .gpu) by the race checks (`global_order`): the cas checks the value it read, so its
+    races with other threads' atomics at that address decide nothing the cas does not check again."""
+    seeds = getattr(m, "cas_seeds", None)
+    if seeds is None:  # such loads (by identity: a module built without source lines has them all 0), once
+        instructions = m.entry.instructions
+        cas = {(i.operands[1], i.operands[2]) for i in instructions
+               if i.opcode == "atom" and "cas" in i.modifiers and len(i.operands) == 4}
+        seeds = m.cas_seeds = frozenset(id(i) for i in instructions if i.opcode == "ld" and len(i.operands) == 2
+                                        and (i.operands[1], i.operands[0]) in cas)
+    return id(inst) in seeds
+
+
 @opcode("ld", "ldu")
 def decode_ld(ops: Operands, inst, mods):
     strong = any(q in inst.modifiers for q in _STRONG_SEMANTICS)
-    how = strong_kind(inst.modifiers) if strong else WEAK
+    how = strong_kind(inst.modifiers) if strong or seeds_cas(ops.m, inst) else WEAK
     acquire = "acquire" in inst.modifiers
     space, width, t = _access_modifiers(ops, inst, mods, 1)
     if len(inst.operands) not in (2, 3):
@@ -398,8 +416,9 @@ def decode_createpolicy(ops: Operands, inst, mods):
     .b64 policy, [a], primary-size, total-size and createpolicy.cvt.L2.b64 policy, access-property [PTX ISA,
     createpolicy]: an opaque 64-bit cache eviction policy for the `.L2::cache_hint` operands of ld/st/cp.async
     (Triton's `eviction_policy=`). Caches do not change values, and those operands are ignored, so the policy
-    only has to be a well-formed b64 value: its primary and secondary priorities' indices. A fraction outside
-    (0.0, 1.0] is refused, as ptxas refuses it."""
+    only has to be a well-formed b64 value: its primary and secondary priorities' indices. An immediate fraction
+    outside (0.0, 1.0] is refused, as ptxas refuses it; a register fraction (libcu++'s `annotated_ptr` passes
+    1.0f in one) outside it stops the run naming the thread."""
     kind = mods.take("fractional", "range", "cvt")
     if kind is None:
         raise ops.refuse(inst, "createpolicy needs .fractional, .range or .cvt")
@@ -418,15 +437,32 @@ def decode_createpolicy(ops: Operands, inst, mods):
         secondary = 0 if secondary is None else 1 + _SECONDARY_PRIORITIES.index(secondary)
     if mods.type().name != "b64" or len(inst.operands) not in count:
         raise ops.refuse(inst, f"createpolicy.{kind} takes .b64 and {' or '.join(map(str, count))} operands")
+    fraction_of = None
     if kind == "fractional" and len(inst.operands) == 2:
         fraction = inst.operands[1]
-        value = np.uint64(fraction.bits).view(np.float64) if isinstance(fraction, FloatImm) and fraction.width == 64 \
-            else np.uint32(fraction.bits).view(np.float32) if isinstance(fraction, FloatImm) else None
-        if value is None or not 0.0 < value <= 1.0:
-            raise ops.refuse(inst, "createpolicy.fractional needs a fraction immediate in (0.0, 1.0]")
+        if isinstance(fraction, FloatImm):
+            value = np.uint64(fraction.bits).view(np.float64) if fraction.width == 64 \
+                else np.uint32(fraction.bits).view(np.float32)
+            if not 0.0 < value <= 1.0:
+                raise ops.refuse(inst, "createpolicy.fractional needs a fraction in (0.0, 1.0]")
+        else:
+            fraction_of = ops.read(inst, fraction, ptx_type("f32"))
     write = ops.write(inst, inst.operands[0], ptx_type("b64"))
     policy = np.uint64(primary | secondary << 4)
-    return lambda sel: write(sel, policy)
+    m = ops.m
+
+    def run(sel):
+        if fraction_of is not None:
+            lanes = lanes_of(m, sel)
+            values = np.broadcast_to(np.asarray(fraction_of(sel), np.float32), lanes.shape)
+            outside = ~((values > 0) & (values <= 1))
+            if outside.any():
+                i = int(np.argmax(outside))
+                raise m.error(inst, f"createpolicy.fractional: the fraction {float(values[i])} is outside "
+                                    "(0.0, 1.0]", int(lanes[i]))
+        write(sel, policy)
+
+    return run
 
 
 # endregion

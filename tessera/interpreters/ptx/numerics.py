@@ -8,8 +8,8 @@ Rounding modes are PTX's: "rn" (nearest, ties to even), "rz" (toward zero), "rm"
   f32/f16/bf16 (at least 2 bits narrower) in any mode gives the correctly rounded result of the exact value,
   so `fma.rn.f32` is a single rounding (no double-rounding error) and `add.rz.f32` is exact too.
 - f16/bf16 results go float64 -> f32 (to odd) -> 16-bit, for the same reason.
-- float64 arithmetic is done by NumPy (round to nearest); directed modes for f64 arithmetic are refused by the
-  decoder (they would need more than float64).
+- float64 arithmetic is done by NumPy (round to nearest; `fma.rn.f64` by `fma_f64`, one rounding); directed
+  modes for f64 arithmetic are refused by the decoder (they would need more than float64).
 
 The approximate functions (`ex2`, `lg2`, `rcp`, `rsqrt`, `sqrt`, `sin`, `cos`, `tanh` with `.approx`) return
 the correctly rounded f32 of the exact function, which is within the error the PTX ISA documents for each
@@ -163,9 +163,40 @@ _F32_NORMAL_SUMS = 2.0 ** -125
 """Sums at least this large round to normal f32 values (24 bits: `_F32_MIDPOINT` marks their midpoints)."""
 
 
+_VELTKAMP = 2.0**27 + 1.0
+"""Splits a float64 into two halves of 26 bits whose products are exact (Dekker's product)."""
+_F64_SPLIT_LIMIT = 2.0**995
+"""|x| below this: the Veltkamp split of x does not overflow."""
+_F64_EXACT_PRODUCT = 2.0**-969
+"""|a * b| at least this (2^(-1022 + 53)): the rounding error of the float64 product is a float64 itself."""
+
+
+def fma_f64(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """fma.rn.f64: a * b + c rounded once. The exact product as p + e (Dekker's product, Veltkamp's split),
+    p + c as s + t (TwoSum), then s + RO(t + e), round to odd inside: correctly rounded (Boldo and Melquiond,
+    "Emulation of FMA and correctly rounded sums: proved algorithms using rounding to odd", 2008). Lanes where
+    the split could overflow, the product's error could underflow or the result is not finite take NumPy's
+    a * b + c (two roundings): nvcc's f64 library code (exp, log, the Payne-Hanek reduction) needs the one
+    rounding to stay within its documented ulps."""
+    a, b, c = (np.asarray(x, np.float64) for x in (a, b, c))
+    with np.errstate(all="ignore"):
+        plain = a * b + c
+        p = a * b
+        big_a, big_b = _VELTKAMP * a, _VELTKAMP * b
+        a_hi, b_hi = big_a - (big_a - a), big_b - (big_b - b)
+        a_lo, b_lo = a - a_hi, b - b_hi
+        e = ((a_hi * b_hi - p) + a_hi * b_lo + a_lo * b_hi) + a_lo * b_lo
+        s = p + c
+        back = s - p
+        t = (p - (s - back)) + (c - back)
+        fused = s + sum_to_odd(t, e)
+        exact = ((np.abs(p) >= _F64_EXACT_PRODUCT) | (p == 0)) & (np.abs(a) < _F64_SPLIT_LIMIT) & \
+            (np.abs(b) < _F64_SPLIT_LIMIT) & np.isfinite(fused) & (np.abs(fused) >= _F64_EXACT_PRODUCT)
+    return np.where(exact, fused, plain)
+
+
 def fma(a: np.ndarray, b: np.ndarray, c: np.ndarray, dtype: np.dtype, mode: str) -> np.ndarray:
-    """a * b + c with a single rounding in `mode` (f64 operands: NumPy's float64, one extra rounding of the
-    product, which is documented as a gap).
+    """a * b + c with a single rounding in `mode` (f64 operands: `fma_f64`).
 
     fma.rn.f32 takes a shortcut that gives the same bits: the float64 sum s of the exact product and c,
     rounded to f32, is the correctly rounded f32 of the exact sum unless s is itself an f32 midpoint (an f32
@@ -173,7 +204,7 @@ def fma(a: np.ndarray, b: np.ndarray, c: np.ndarray, dtype: np.dtype, mode: str)
     is small enough to round to an f32 subnormal; those lanes take the round-to-odd path."""
     with np.errstate(all="ignore"):
         if np.dtype(dtype) == np.float64:
-            return a * b + c
+            return fma_f64(a, b, c)
         product = a.astype(np.float64) * b.astype(np.float64)
         if mode == "rn" and np.dtype(dtype) == np.float32:
             s = product + c
@@ -237,15 +268,20 @@ def float_to_int(x: np.ndarray, dtype: np.dtype, rounding) -> np.ndarray:
 def int_to_float(x: np.ndarray, dtype: np.dtype, mode: str) -> np.ndarray:
     """cvt.<mode>.<float>.<int>: one correct rounding of the integer value."""
     x = np.asarray(x)
-    if np.dtype(dtype) == np.float64:
-        if mode != "rn" and x.dtype.itemsize > 4:
-            raise ValueError("directed rounding of 64-bit integers to f64 is not supported")
-        return x.astype(np.float64)  # exact for 32-bit integers; C's correctly rounded cast for 64-bit
-    if x.dtype.itemsize <= 4:
-        exact = x.astype(np.float64)
-    else:  # split in 32-bit halves, each exact in float64, and sum to odd
+    if x.dtype.itemsize > 4:  # split in 32-bit halves, each exact in float64
         signed = x.dtype.kind == "i"
         high = (x >> 32).astype(np.int64 if signed else np.uint64).astype(np.float64) * 2.0**32
         low = (x.astype(np.uint64) & np.uint64(0xFFFFFFFF)).astype(np.float64)
-        exact = sum_to_odd(high, low)
+    if np.dtype(dtype) == np.float64:
+        if mode == "rn" or x.dtype.itemsize <= 4:
+            return x.astype(np.float64)  # exact for 32-bit integers; C's correctly rounded cast for 64-bit
+        # cvt.rz/rm/rp.f64.{s,u}64 (__ll2double_rz, ...): the nearest sum, and its exact error (TwoSum)
+        # says on which side of it the integer lies
+        nearest = high + low
+        back = nearest - high
+        error = (high - (nearest - back)) + (low - back)
+        up = {"rz": nearest < 0, "rm": np.zeros(x.shape, bool), "rp": np.ones(x.shape, bool)}[mode]
+        fix = (error != 0) & ((error > 0) == up)
+        return np.where(fix, _step(nearest, up), nearest)
+    exact = x.astype(np.float64) if x.dtype.itemsize <= 4 else sum_to_odd(high, low)  # to odd: rounds once
     return round_f64(exact, dtype, mode)

@@ -387,6 +387,9 @@ class _Parser(_FunctionParser):
 
     def constant(self) -> tuple[Token, Operand]:
         token = self.peek()
+        if token.kind == "name":  # nvcc's table of function pointers: {_Z5twicef, ...}
+            raise self.error(f"the address of '{token.text}' as an initial value (a table of function or variable "
+                             "pointers) is not supported by the PTX executor", token)
         if token.kind not in ("int", "float", "-"):
             raise self.error(f"expected a constant, found {_describe(token)}", token)
         return token, self.number()
@@ -518,6 +521,9 @@ class _Parser(_FunctionParser):
                 self.entry.variables.append(replace(v, name=f"{v.name}@{scope.number}"))
         elif word in ("global", "const", "extern"):
             raise self.error(f"{token.text} declarations are not supported inside an entry", token)
+        elif word == "callprototype":
+            raise self.error("'.callprototype': indirect calls through a function pointer (function tables, virtual "
+                             "functions) are not supported by the PTX executor", token)
         else:
             raise self.error(f"unsupported directive '{token.text}' in an entry body", token)
 

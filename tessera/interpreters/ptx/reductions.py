@@ -13,7 +13,9 @@ still being read [memory_model.BULK_READ_BEFORE_EXIT].
 A `ReductionWatch` is attached to the machine (`Machine.watch`) when the entry has `red`, `atom` or
 `cp.reduce`: every global access then marks the 32-bit words it touches with the CTA (its linear index in the
 grid) that stored, added or read them, and reports, naming both CTAs:
-- a plain store to a word another CTA adds into (red, atom, cp.reduce): the store and the add are unordered;
+- a plain store to a word another CTA adds into (red, atom, cp.reduce): the store and the add are unordered.
+  With the race checks on, a store against `atom` is left to `global_order`, which knows when a release and
+  acquire order the two (threadFenceReduction's last block resets the ticket counter every block took);
 - a plain load of a word another CTA *reduces* into (red, cp.reduce: the result-less reductions that
   accumulate, like dq_accum): it reads before every contribution landed. `atom`, whose result orders it (a
   counter, a semaphore), may be read.
@@ -101,13 +103,18 @@ class ReductionWatch:
         first = (addresses - GLOBAL_BASE) // WORD
         return (first[:, None] + np.arange(max(1, nbytes // WORD))).reshape(-1)
 
+    def _store_conflicts(self) -> str:
+        """The marks a plain store conflicts with: every add ("added"), or with the race checks on only the
+        result-less reductions ("reduced"; `global_order` judges stores against `atom` by happens-before)."""
+        return "reduced" if self.m.tracker.hb.races else "added"
+
     def on_global(self, inst, lanes: np.ndarray, addresses: np.ndarray, nbytes: int, write: bool) -> None:
         """A plain ld/st of `nbytes` per lane at global `addresses` (checked, in bounds)."""
         words = self._words(addresses, nbytes)
         lanes = np.repeat(lanes, len(words) // max(len(lanes), 1))
         ranks = self.ranks(lanes)
-        kinds = ("added", "stores plainly to", "a race between CTAs: the store and the atomic add are unordered") \
-            if write else ("reduced", "reads", "it reads before every contribution landed")
+        kinds = (self._store_conflicts(), "stores plainly to", "a race between CTAs: the store and the atomic add are "
+                 "unordered") if write else ("reduced", "reads", "it reads before every contribution landed")
         i = self._conflict(kinds[0], words, ranks)
         if i is not None:
             raise self.m.error(inst, f"{kinds[1]} global address {GLOBAL_BASE + WORD * int(words[i]):#x}, which "
@@ -120,7 +127,10 @@ class ReductionWatch:
         words = self._words(addresses, nbytes)
         lanes = np.repeat(lanes, len(words) // max(len(lanes), 1))
         ranks = self.ranks(lanes)
-        checks = [("stored", "stored plainly to", "a race between CTAs: the store and the atomic add are unordered")]
+        checks = []
+        if reduction or self._store_conflicts() == "added":
+            checks.append(("stored", "stored plainly to", "a race between CTAs: the store and the atomic add are "
+                                                          "unordered"))
         if reduction:
             checks.append(("read", "read", "it read before every contribution landed"))
         for kind, what, why in checks:

@@ -275,6 +275,8 @@ class Machine:
         # spin_pc/spin_epoch: the strong load a lane ran last and `sync_epoch` then (`memory.decode_ld`'s spin waits)
         self.spin_pc = np.full(self.lanes, -1, np.int64)
         self.spin_epoch = np.zeros(self.lanes, np.int64)
+        # cas_parked: the lane's last park was a failed atom.cas (`memory._park_failed_cas`), not yet retried
+        self.cas_parked = np.zeros(self.lanes, bool)
         self.exit_hooks: list = []
         self.bar_arrived = np.zeros((facts.NAMED_BARRIERS, self.lanes), bool)
         self.bar_expected = np.zeros((facts.NAMED_BARRIERS, ctas), np.int64)
@@ -344,6 +346,7 @@ class Machine:
         self.mbarriers.clear()
         self.park_address[:] = -1
         self.park_test[:] = False
+        self.cas_parked[:] = False
         self.spin_pc[:] = -1
         self.bar_arrived[:] = False
         self.bar_count[:] = 0

@@ -16,7 +16,8 @@ the phase completes, see `schedule`) and test_wait(.parity) (returns at once). A
 the phase number it arrived in. Generic addresses must fall in the shared window. Arrivals from many threads
 of one instruction are applied in lane order.
 
-bar.warp.sync runs once all non-exited threads of the member mask reach it (the scheduler's `unit`).
+bar.warp.sync runs once all non-exited threads of its member mask reach it (the scheduler's `unit`); the others
+go on (`__syncwarp(mask)` in each branch of a divergent warp).
 `setmaxnreg` checks `facts.check_setmaxnreg` per
 warpgroup and records the count; it has no other effect. Fences and membar have no effect on values: the
 executor is sequentially consistent (fence.proxy.async is tracked by `asynchrony`, which also lands TMA copies
@@ -98,6 +99,11 @@ def _barriers_on_exit(m: Machine):
     return hook
 
 
+def member_mask(ops: Operands, inst, operand):
+    """(reader, immediate or None) of the member mask operand of bar.warp.sync or a warp collective."""
+    return ops.read(inst, operand, U32), (operand.value & 0xFFFFFFFF if isinstance(operand, Imm) else None)
+
+
 @opcode("bar", "barrier")
 def decode_bar(ops: Operands, inst, mods):
     if "cluster" in inst.modifiers:
@@ -107,12 +113,16 @@ def decode_bar(ops: Operands, inst, mods):
     if mods.take("warp"):
         mods.take("sync")
 
+        if len(inst.operands) != 1:
+            raise ops.refuse(inst, "bar.warp.sync needs one member mask")
+        mask, static = member_mask(ops, inst, inst.operands[0])
+
         def warp_sync(sel):  # "guarantees memory ordering among threads participating in barrier"
             lanes = lanes_of(m, sel)
             warp = m.unit_of[facts.WARP_SIZE][lanes]
             for w in np.unique(warp):
                 m.tracker.hb.barrier(lanes[warp == w], lanes[warp == w])
-        return Step(inst, warp_sync, unit=facts.WARP_SIZE)
+        return Step(inst, warp_sync, unit=facts.WARP_SIZE, mask=static, member_mask=mask)
     operands, reduce = inst.operands, None
     if mods.take("red"):
         reduce = _bar_reduction(ops, inst, mods)
@@ -581,15 +591,19 @@ def decode_nanosleep(ops: Operands, inst, mods):
     as a park that ends when nothing else can run (a legal timing): a spin wait on memory (the deterministic
     backward's semaphore, `ld.acquire` then `@!p nanosleep`) thus lets the other CTAs of the batch progress,
     instead of min-pc scheduling running the spin forever. Woken twice with no synchronisation progress
-    between (a barrier, an mbarrier arrival, a release reduction) is a deadlock, reported naming the line."""
+    between (a barrier, an mbarrier arrival, a release reduction) is a deadlock, reported naming the line. A lane
+    woken from a failed atom.cas's park sleeps no time here (`Machine.cas_parked`): it has not retried the cas
+    since the write that woke it."""
     mods.left = []
     m = ops.m
 
     def run(lanes, active):
         m.pc[lanes] += 1
-        m.status[active] = PARK
-        m.park_address[active] = -1
-        m.park_test[active] = True
+        sleeping = active[~m.cas_parked[active]]
+        m.cas_parked[active] = False
+        m.status[sleeping] = PARK
+        m.park_address[sleeping] = -1
+        m.park_test[sleeping] = True
 
     return Step(inst, run, control=True)
 

@@ -1,7 +1,9 @@
 """Warp collectives [P#parallel-synchronization-and-communication-instructions-*]: elect.sync, shfl.sync,
 vote.sync, match.sync, redux.sync and activemask. Each runs once all non-exited threads of its member mask
-reach it (the scheduler's `unit`); reading a lane outside the mask is an error. `elect.sync` elects the lowest
-active lane of the mask. (bar.warp.sync is a named-barrier form: `sync`.)
+reach it (the scheduler's `unit`); reading a lane outside the mask is an error. vote, match and redux give each
+thread the result over the threads of its own mask (lanes of one warp may name different masks at one
+instruction: a half-warp tile's reduction). `elect.sync` elects the lowest active lane of the mask.
+(bar.warp.sync is a named-barrier form: `sync`.)
 """
 
 from __future__ import annotations
@@ -11,14 +13,21 @@ import numpy as np
 from tessera.interpreters.ptx.decode import Operands, Step, elements, opcode
 from tessera.interpreters.ptx.memory import lanes_of
 from tessera.interpreters.ptx.state import unique_rows
-from tessera.interpreters.ptx.sync import PRED, U32
-from tessera.interpreters.ptx.syntax import Imm, Sink
+from tessera.interpreters.ptx.sync import PRED, U32, member_mask
+from tessera.interpreters.ptx.syntax import Sink
 from tessera.sm90 import facts
 
 
-def _member_mask(ops: Operands, inst, operand):
-    """(reader, immediate or None) of a member mask operand."""
-    return ops.read(inst, operand, U32), (operand.value & 0xFFFFFFFF if isinstance(operand, Imm) else None)
+def _member_groups(m, sel, lanes: np.ndarray, mask) -> np.ndarray:
+    """For a vote, match or redux over `lanes`: a group number per lane, equal for the lanes of one warp that
+    name one member mask. Each thread's result is over the threads of its own mask, so a warp whose halves
+    name their own halves (cooperative groups' `thread_block_tile<16>`: `0xffff << (laneid & 16)`) computes two
+    results at one instruction."""
+    warp = m.unit_of[facts.WARP_SIZE][lanes].astype(np.int64)
+    masks = np.broadcast_to(np.asarray(mask(sel), np.uint32), lanes.shape).astype(np.int64)
+    if (masks == masks[0]).all():
+        return warp
+    return np.unique((warp << 32) | masks, return_inverse=True)[1].reshape(-1)
 
 
 @opcode("elect")
@@ -28,7 +37,7 @@ def decode_elect(ops: Operands, inst, mods):
     dests = elements(inst.operands[0])
     write_d = ops.write(inst, dests[0], U32)
     write_p = ops.write(inst, dests[1], PRED) if len(dests) > 1 else None
-    mask, static = _member_mask(ops, inst, inst.operands[1])
+    mask, static = member_mask(ops, inst, inst.operands[1])
 
     def run(sel):
         lanes = lanes_of(m, sel)
@@ -60,7 +69,7 @@ def decode_shfl(ops: Operands, inst, mods):
     write_p = ops.write(inst, dests[1], PRED) if len(dests) > 1 and not isinstance(dests[1], Sink) else None
     read_a = ops.read(inst, inst.operands[1], t)
     read_b, read_c = (ops.read(inst, o, U32) for o in inst.operands[2:4])
-    mask, static = _member_mask(ops, inst, inst.operands[4])
+    mask, static = member_mask(ops, inst, inst.operands[4])
 
     def run(sel):
         lanes = lanes_of(m, sel)
@@ -108,12 +117,12 @@ def decode_vote(ops: Operands, inst, mods):
     m = ops.m
     write = ops.write(inst, inst.operands[0], t)
     pred = ops.read(inst, inst.operands[1], PRED)
-    mask, static = _member_mask(ops, inst, inst.operands[2])
+    mask, static = member_mask(ops, inst, inst.operands[2])
 
     def run(sel):
         lanes = lanes_of(m, sel)
         p = np.broadcast_to(pred(sel), lanes.shape)
-        warp = m.unit_of[facts.WARP_SIZE][lanes]
+        warp = _member_groups(m, sel, lanes, mask)
         ballot = np.zeros(warp.max() + 1, np.uint64)
         np.bitwise_or.at(ballot, warp, np.where(p, np.uint64(1) << m.laneid[lanes].astype(np.uint64), np.uint64(0)))
         present = np.zeros(warp.max() + 1, np.uint64)
@@ -147,12 +156,12 @@ def decode_match(ops: Operands, inst, mods):
     write = ops.write(inst, dests[0], U32)
     write_p = ops.write(inst, dests[1], PRED) if len(dests) > 1 else None
     read = ops.read(inst, inst.operands[1], t)
-    mask, static = _member_mask(ops, inst, inst.operands[2])
+    mask, static = member_mask(ops, inst, inst.operands[2])
 
     def run(sel):
         lanes = lanes_of(m, sel)
         x = np.broadcast_to(read(sel), lanes.shape)
-        warp = m.unit_of[facts.WARP_SIZE][lanes]
+        warp = _member_groups(m, sel, lanes, mask)
         bit = np.uint64(1) << m.laneid[lanes].astype(np.uint64)
         out = np.zeros(len(lanes), np.uint64)
         same_all = np.zeros(len(lanes), bool)
@@ -181,14 +190,14 @@ def decode_redux(ops: Operands, inst, mods):
     m = ops.m
     write = ops.write(inst, inst.operands[0], t)
     read = ops.read(inst, inst.operands[1], t)
-    mask, static = _member_mask(ops, inst, inst.operands[2])
+    mask, static = member_mask(ops, inst, inst.operands[2])
     ufunc = {"add": np.add, "min": np.minimum, "max": np.maximum, "and": np.bitwise_and, "or": np.bitwise_or,
              "xor": np.bitwise_xor}[operation]
 
     def run(sel):
         lanes = lanes_of(m, sel)
         x = np.broadcast_to(read(sel), lanes.shape)
-        warp = m.unit_of[facts.WARP_SIZE][lanes]
+        warp = _member_groups(m, sel, lanes, mask)
         out = np.empty(len(lanes), t.dtype)
         for w in np.unique(warp):
             out[warp == w] = ufunc.reduce(x[warp == w])

@@ -36,10 +36,53 @@ def _fragments(k: int) -> tuple[np.ndarray, ...]:
     return a_row, a_col, b_k, b_n, c_row, c_col
 
 
-def _elements(words: np.ndarray, name: str) -> np.ndarray:
+def fragment_values(words: np.ndarray, name: str) -> np.ndarray:
     """[lanes, registers] 32-bit words -> [lanes, elements] exact float64 values, low bits first."""
     raw = np.ascontiguousarray(words, np.uint32).view(MULTIPLICANDS[name]).reshape(len(words), -1)
     return multiplicand_values(raw, name)
+
+
+def operand_registers(ops: Operands, inst, counts: tuple[int, ...], name: str) -> list[list[np.ndarray]]:
+    """The register stores of the operands d, a, b, c of a warp matrix instruction (`name` in refusals), each
+    vector of the count `counts` gives."""
+    registers = []
+    for operand, count, what in zip(inst.operands, counts, "dabc"):
+        regs = [ops.register(inst, r)[0] for r in elements(operand)]
+        if len(regs) != count:
+            raise ops.refuse(inst, f"{name}: {what} takes {count} registers")
+        registers.append(regs)
+    return registers
+
+
+def warp_products(m, lanes: np.ndarray, a: np.ndarray, a_at, b: np.ndarray, b_at, c_at, shape: tuple[int, int, int]):
+    """[lanes, accumulators] float64: per warp of `lanes` (whole warps), the product A B (M x K times K x N of
+    `shape`) at each lane's accumulator coordinates `c_at`, A and B scattered from the lanes' fragment values
+    `a` and `b` ([lanes, elements]) at their coordinates `a_at` and `b_at` ((rows, cols), [32, elements])."""
+    rows, depth, cols = shape
+    warps = len(lanes) // facts.WARP_SIZE
+    warp = np.repeat(np.arange(warps), facts.WARP_SIZE)[:, None]
+    lane = m.laneid[lanes]
+    left = np.zeros((warps, rows, depth))
+    left[warp, a_at[0][lane], a_at[1][lane]] = a
+    right = np.zeros((warps, depth, cols))
+    right[warp, b_at[0][lane], b_at[1][lane]] = b
+    return np.matmul(left, right)[warp, c_at[0][lane], c_at[1][lane]]
+
+
+def accumulator_words(d: np.ndarray, dtype: str) -> np.ndarray:
+    """[lanes, elements] float64 accumulators rounded once to .f32 or .f16 (two to a register, low first), as
+    the 32-bit register words [lanes, registers]."""
+    if dtype == "f16":
+        bits = d.astype(np.float16).view(np.uint16).astype(np.uint32)
+        return bits[:, 0::2] | (bits[:, 1::2] << 16)
+    return d.astype(np.float32).view(np.uint32)
+
+
+def whole_warps(m, inst, lanes: np.ndarray, name: str) -> None:
+    """Stop the run unless `lanes` are whole warps (a .sync.aligned warp matrix instruction)."""
+    units = m.unit_of[facts.WARP_SIZE][lanes]
+    if len(lanes) % facts.WARP_SIZE or (units.reshape(-1, facts.WARP_SIZE) != units[::facts.WARP_SIZE, None]).any():
+        raise m.error(inst, f"{name} needs all 32 threads of the warp", int(lanes[0]))
 
 
 @opcode("mma")
@@ -71,48 +114,32 @@ def decode_mma(ops: Operands, inst, mods):
         raise ops.refuse(inst, "mma needs d, a, b, c")
     accumulators = 2 if dtype == "f16" else 4
     counts = (accumulators, 4, 2, accumulators)  # A: four 32-bit registers, B: two, for every shape here
-    registers = []
-    for operand, count, what in zip(inst.operands, counts, "dabc"):
-        regs = [ops.register(inst, r)[0] for r in elements(operand)]
-        if len(regs) != count:
-            raise ops.refuse(inst, f"mma .{shape}.{dtype}.{atype}: {what} takes {count} registers")
-        registers.append(regs)
-    d_regs, a_regs, b_regs, c_regs = registers
+    d_regs, a_regs, b_regs, c_regs = operand_registers(ops, inst, counts, f"mma .{shape}.{dtype}.{atype}")
     k = int(shape[shape.index("k") + 1:])
     a_row, a_col, b_k, b_n, c_row, c_col = _fragments(k)
 
     def run(sel):
         lanes = lanes_of(m, sel)
-        units = m.unit_of[facts.WARP_SIZE][lanes]
-        if len(lanes) % facts.WARP_SIZE or (units.reshape(-1, facts.WARP_SIZE) != units[::facts.WARP_SIZE, None]).any():
-            raise m.error(inst, "mma.sync needs all 32 threads of the warp", int(lanes[0]))
-        warps = len(lanes) // facts.WARP_SIZE
-        warp = np.repeat(np.arange(warps), facts.WARP_SIZE)[:, None]
-        lane = m.laneid[lanes]
+        whole_warps(m, inst, lanes, "mma.sync")
 
         def words(regs):
             return np.stack([np.asarray(r[lanes], np.uint32) for r in regs], axis=1)
 
-        a = np.zeros((warps, facts.MMA_SYNC_M, k))
-        a[warp, a_row[lane], a_col[lane]] = _elements(words(a_regs), atype)
-        b = np.zeros((warps, k, facts.MMA_SYNC_N))
-        b[warp, b_k[lane], b_n[lane]] = _elements(words(b_regs), btype)
         c_words = words(c_regs)
         if ctype == "f16":
-            c_values = _elements(c_words, "f16")
+            c_values = fragment_values(c_words, "f16")
         elif integer:
             c_values = c_words.view(np.int32).astype(np.float64)
         else:
             c_values = c_words.view(np.float32).astype(np.float64)
-        d = np.matmul(a, b)[warp, c_row[lane], c_col[lane]] + c_values  # [lanes, 4]
-        if dtype == "f16":
-            bits = d.astype(np.float16).view(np.uint16).astype(np.uint32)
-            out = bits[:, 0::2] | (bits[:, 1::2] << 16)
-        elif integer:  # exact: |sum| < 2^53
+        d = warp_products(m, lanes, fragment_values(words(a_regs), atype), (a_row, a_col),
+                          fragment_values(words(b_regs), btype), (b_k, b_n), (c_row, c_col),
+                          (facts.MMA_SYNC_M, k, facts.MMA_SYNC_N)) + c_values  # [lanes, 4]
+        if integer:  # exact: |sum| < 2^53
             total = d.astype(np.int64)
             out = (np.clip(total, -(1 << 31), (1 << 31) - 1) if satfinite else total).astype(np.uint32)
         else:
-            out = d.astype(np.float32).view(np.uint32)
+            out = accumulator_words(d, dtype)
         for v, r in enumerate(d_regs):
             r[lanes] = out[:, v]
 
