@@ -49,9 +49,10 @@ from triton_attention import children_cpu
 
 CONFIGS = [("flash_attention", dict(head_dim=d, causal=c)) for d in (64, 128, 256) for c in (False, True)] + [
     ("flash_attention", dict(head_dim=128, causal=c, block_n=128)) for c in (False, True)] + [
-    ("two_pass_attention", dict(head_dim=128)), ("three_pass_attention", dict(head_dim=128)), ("gemm", {})]
-"""Every builder at its defaults (flash attention at head_dim 128: FlashAttention-3's 128 x 176 tile), and the
-128 x 128 tile beside it."""
+    ("two_pass_attention", dict(head_dim=128)), ("three_pass_attention", dict(head_dim=128)), ("gemm", {})] + [
+    ("attention_backward_main", dict(head_dim=d)) for d in (64, 128)]
+"""Every builder at its defaults (flash attention at head_dim 128: FlashAttention-3's 128 x 176 tile), the
+128 x 128 tile beside it, and the backward's main kernel (`--only attention_backward_main`)."""
 
 
 @dataclass

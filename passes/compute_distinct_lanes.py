@@ -40,6 +40,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from tessera.ir.class_tests import subclass_test
+from tessera.ir.walk import walk_ops
 from tessera.dialects import sm90
 from tessera.passes.convert_tile_to_sm90.common import DISTINCT_LANES_ATTR
 from tessera.kernel_abi import is_target_kernel
@@ -204,7 +205,7 @@ class ComputeDistinctLanesPass(ModulePass):
     """The kernels it transforms (Target IR); tools refuse a module with only the other kind."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for fn in [o for o in op.walk() if is_target_kernel(o)]:
+        for fn in [o for o in walk_ops(op) if is_target_kernel(o)]:
             for region in fn.regions:
                 for block in region.blocks:
                     _compress_block(block)

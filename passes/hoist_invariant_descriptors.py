@@ -53,6 +53,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from tessera.ir.class_tests import subclass_test
+from tessera.ir.walk import walk_ops
 from tessera.dialects import sm90
 from tessera.ir.kernel_marks import target_kernels_in
 from tessera.regalloc import region_peaks
@@ -87,7 +88,7 @@ def _invariant_in_a_loop(advance: sm90.DescriptorAdvanceOp) -> bool:
 
 def invariant_advances(fn: func.FuncOp) -> list[tuple[SSAValue, int]]:
     """(base, bytes) of each loop-invariant advance of `fn` (module docstring), once each, in program order."""
-    keys = [(op.descriptor, op.bytes.value.data) for op in fn.walk()
+    keys = [(op.descriptor, op.bytes.value.data) for op in walk_ops(fn)
             if _is_advance(op) and _invariant_in_a_loop(op)]
     return list(dict.fromkeys(keys))
 
@@ -125,7 +126,7 @@ def hoist_descriptors(fn: func.FuncOp, keys: list[tuple[SSAValue, int]]) -> Hois
     count in place and takes it back where the budgets refuse it, instead of hoisting into a copy of the
     kernel (a copy of the flash d128 kernel was 4% of its compile)."""
     wanted = set(keys)
-    places = [(op, op.parent_block(), op.next_op) for op in fn.walk()
+    places = [(op, op.parent_block(), op.next_op) for op in walk_ops(fn)
               if _is_advance(op) and (op.descriptor, op.bytes.value.data) in wanted]
     hoisted: dict[tuple[SSAValue, int], SSAValue] = {}
     made: list[Operation] = []
@@ -185,7 +186,7 @@ def _ring_key(op: sm90.MakeDescriptorOp, buffer: sm90.SharedBufferOp) -> tuple:
 
 def _slot_rings(fn: func.FuncOp) -> set[tuple]:
     """The ring descriptors `hoist_slot_descriptors` would make (`_ring_key`s)."""
-    return {_ring_key(op, found[0]) for op in fn.walk() if (found := _slot_descriptor(op)) is not None}
+    return {_ring_key(op, found[0]) for op in walk_ops(fn) if (found := _slot_descriptor(op)) is not None}
 
 
 def hoist_slot_descriptors(fn: func.FuncOp) -> int:
@@ -196,7 +197,7 @@ def hoist_slot_descriptors(fn: func.FuncOp) -> int:
     hoisted: dict[tuple, SSAValue] = {}
     fixed: dict[tuple, sm90.DescriptorOffsetOp] = {}
     count = 0
-    for op in [o for o in fn.walk() if _slot_descriptor(o) is not None]:
+    for op in [o for o in walk_ops(fn) if _slot_descriptor(o) is not None]:
         buffer, offset = _slot_descriptor(op)
         loop = _outermost_loop(op)
         block = loop.parent_block()
@@ -244,7 +245,7 @@ def _folds_first_trip(loop: scf.ForOp) -> bool:
 
 def _budget_splits(fn: func.FuncOp) -> list[scf.IfOp]:
     """The `scf.if` ops whose branches run under budgets of their own (each opens with `sm90.setmaxnreg`)."""
-    return [op for op in fn.walk() if _is_if(op)
+    return [op for op in walk_ops(fn) if _is_if(op)
             and any(_is_setmaxnreg(inner) for region in op.regions if region.blocks
                     for inner in region.block.ops)]
 

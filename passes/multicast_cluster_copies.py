@@ -43,6 +43,7 @@ from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import DiagnosticException
 
 from tessera.cluster import CLUSTER_ATTR, kernel_cluster
+from tessera.ir.walk import walk_ops
 from tessera.ir.diagnostics import located
 from tessera.dialects import sm90
 from tessera.ir.kernel_marks import target_kernels_in
@@ -233,6 +234,6 @@ class MulticastClusterCopiesPass(ModulePass):
                     _refuse(fn, str(error))
                 _Multicast(fn, shape).run()
             else:
-                for load in fn.walk():
+                for load in walk_ops(fn):
                     if CLUSTER_SHARED_ATTR in load.attributes:
                         del load.attributes[CLUSTER_SHARED_ATTR]

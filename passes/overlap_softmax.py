@@ -108,6 +108,7 @@ from xdsl.traits import Pure
 from xdsl.utils.exceptions import DiagnosticException
 
 from tessera.ir.diagnostics import located
+from tessera.ir.walk import walk_ops
 from tessera.analysis.loop_trips import (
     IndexBuilder,
     clone_at_iv,
@@ -488,7 +489,7 @@ class OverlapSoftmaxPass(ModulePass):
     """The kernels it transforms (Tile IR); tools refuse a module with only the other kind."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        loops = [o for o in op.walk() if isinstance(o, scf.ForOp) and NO_OVERLAP_ATTR not in o.attributes]
+        loops = [o for o in walk_ops(op) if isinstance(o, scf.ForOp) and NO_OVERLAP_ATTR not in o.attributes]
         for loop in loops:  # every refusal before any change: a refused module is left as it was
             plan_rotation(loop)
         for loop in reversed(loops):  # inner loops first; a loop is planned again once its inner ones changed

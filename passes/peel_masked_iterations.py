@@ -58,6 +58,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from tessera.analysis.loop_trips import IndexBuilder, clone_at_iv, constant_index, erase_dead_code, trip_slope
+from tessera.ir.walk import walk_ops
 from tessera.dialects import tile
 
 MASKS = (tile.MaskBoundsOp, tile.MaskCausalOp)
@@ -218,7 +219,7 @@ class PeelMaskedIterationsPass(ModulePass):
     """The kernels it transforms (Tile IR); tools refuse a module with only the other kind."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        loops = [o for o in op.walk() if isinstance(o, scf.ForOp)]
+        loops = [o for o in walk_ops(op) if isinstance(o, scf.ForOp)]
         for loop in reversed(loops):  # inner loops first: an outer split clones them already split
             plan = plan_split(loop)
             if plan is None:

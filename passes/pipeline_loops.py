@@ -68,6 +68,7 @@ from xdsl.traits import is_side_effect_free
 from xdsl.utils.exceptions import DiagnosticException
 
 from tessera.ir.diagnostics import located
+from tessera.ir.walk import walk_ops
 from tessera.dialects import tile
 from tessera.dialects.tile_types import TileType
 from tessera.interpreters.block_batch import describe_op
@@ -108,7 +109,7 @@ def loops_with_copies(module: Operation) -> dict[scf.ForOp, list[tile.CpAsyncOp 
     enclosing loop it is). A loop qualifies when it owns a copy into a tile that is not a ring stage; loops
     whose copies all fill ring stages are pipelined already and are not listed."""
     owned: dict[scf.ForOp, list[tile.CpAsyncOp | tile.CpAsyncGatherOp]] = {}
-    for op in module.walk():
+    for op in walk_ops(module):
         if isinstance(op, tile.ASYNC_COPY_OPS) and (loop := enclosing_loop(op)) is not None:
             owned.setdefault(loop, []).append(op)
     return {loop: copies for loop, copies in owned.items()

@@ -82,6 +82,7 @@ from xdsl.ir import BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from tessera.ir.class_tests import subclass_test
+from tessera.ir.walk import walk_ops
 from tessera.dialects import sm90
 from tessera.passes.convert_tile_to_sm90.common import DISTINCT_LANES_ATTR
 from tessera.lowering.fragments import ROWS_PER_THREAD
@@ -148,7 +149,7 @@ def _becomes_result(user: Operation, index: int) -> bool:
 def _swap_splats_into_immediates(module: ModuleOp) -> None:
     """Swap a commutative op's operands where operand 0 is a splat that does not become the result and
     operand 1, which is not a constant, takes an immediate there."""
-    for op in module.walk():
+    for op in walk_ops(module):
         if not _is_commutative(op) or _is_immediate_use(op, 0) or not _is_immediate_use(op, 1):
             continue
         first, second = op.operands[0], op.operands[1]
@@ -254,7 +255,7 @@ def _recreate_late_offsets(module: ModuleOp) -> None:
     an element size) is re-created right before each later use where x itself is read after that use, in
     the same block: x is live there anyway, so the copy's one instruction costs no register, where the product
     would hold its own from its first use to its last (module docstring)."""
-    for op in [o for o in module.walk() if _is_scaled(o)]:
+    for op in [o for o in walk_ops(module) if _is_scaled(o)]:
         result = op.result
         if isinstance(result.type, VectorType) or len(list(result.uses)) < 2:
             continue
@@ -342,7 +343,7 @@ def _clone_tree(op: Operation, before: Operation, depth: int = 1) -> SSAValue:
 def _recreate_index_trees(module: ModuleOp) -> None:
     """Each index expression (`_is_index_tree`, an op or a view) with more than one use re-created right before
     each user, as lane offsets are (module docstring)."""
-    trees = [o for o in module.walk() if _is_index_tree(o) and _readers(o) > 1]
+    trees = [o for o in walk_ops(module) if _is_index_tree(o) and _readers(o) > 1]
     for op in trees:
         copies: dict[object, SSAValue] = {}  # one per user or per use (`_readers`)
         for use in list(op.results[0].uses):
@@ -382,7 +383,7 @@ def _clone_size(op: Operation, before: Operation) -> SSAValue:
 
 def _recreate_sizes(module: ModuleOp) -> None:
     """Each size expression (`_is_size_expression`, outermost) re-created right before each user."""
-    sizes = [o for o in module.walk() if _is_size_expression(o)
+    sizes = [o for o in walk_ops(module) if _is_size_expression(o)
              and not any(_is_size_expression(u.operation) for u in o.results[0].uses)]
     for op in sizes:
         for use in list(op.results[0].uses):
@@ -415,16 +416,16 @@ class RematerializeConstantsPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         _swap_splats_into_immediates(op)
-        for offsets in [o for o in op.walk() if _is_lane_offsets(o)]:
+        for offsets in [o for o in walk_ops(op) if _is_lane_offsets(o)]:
             _recreate_at_uses(offsets)
-        for address in [o for o in op.walk() if _is_shared_offset(o)]:
+        for address in [o for o in walk_ops(op) if _is_shared_offset(o)]:
             _recreate_address_at_uses(address)
         _recreate_index_trees(op)
         _recreate_sizes(op)
         _recreate_late_offsets(op)
         cheap_ops: dict[type, list[Operation]] = {sm90.DescriptorAdvanceOp: [], sm90.SharedBufferOp: [],
                                                   arith.ConstantOp: []}
-        for o in op.walk():  # one walk: the advances, then the buffers, then the constants, each in program order
+        for o in walk_ops(op):  # one walk: the advances, then the buffers, then the constants, each in program order
             found = cheap_ops.get(type(o))
             if found is not None:
                 found.append(o)

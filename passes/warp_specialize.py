@@ -59,6 +59,7 @@ from xdsl.traits import is_side_effect_free
 from xdsl.utils.exceptions import DiagnosticException
 
 from tessera.ir.diagnostics import located, warn
+from tessera.ir.walk import walk_ops
 from tessera.dialects import sm90
 from tessera.ir.kernel_marks import target_kernels_in
 from tessera.kernel_abi import TARGET_KERNEL_ATTR
@@ -158,7 +159,7 @@ class _Split:
         return any(kinds == {False} for kinds in loops.values())
 
     def run(self) -> None:
-        if not any(PRODUCER_ATTR in op.attributes for op in self.fn.walk()):
+        if not any(PRODUCER_ATTR in op.attributes for op in walk_ops(self.fn)):
             if self._unpipelined_tma_loop():
                 warn(located(self.fn, "warp-specialize: no ring refills to give a producer (the kernel was not "
                                       "pipelined: run pipeline-loops before convert-tile-to-sm90); left unchanged"))

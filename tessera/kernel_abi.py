@@ -59,6 +59,7 @@ from xdsl.ir import Attribute, BlockArgument, Operation
 from xdsl.utils.exceptions import VerifyException
 
 from tessera.dialects.tile_types import DYNAMIC, DimsAttr, MemSpace, TileType, element_byte_width, is_fp8
+from tessera.ir.walk import walk_ops
 from tessera.ir.diagnostics import located
 from tessera.ir.kernel_marks import KERNEL_ATTR, TARGET_KERNEL_ATTR, is_kernel, is_target_kernel  # noqa: F401 (ABI names)
 
@@ -239,7 +240,7 @@ need not start on 16 bytes); tensor-map arguments are the TMA copies."""
 
 
 def kernels(module: ModuleOp) -> list[func.FuncOp]:
-    return [op for op in module.walk() if is_kernel(op)]
+    return [op for op in walk_ops(module) if is_kernel(op)]
 
 
 def launch_size_names(op: func.FuncOp) -> tuple[str, ...]:

@@ -26,6 +26,7 @@ from xdsl.ir import (
 )
 
 from tessera.dialects import sm90, tile
+from tessera.ir.walk import walk_ops
 from tessera.dialects.tile_types import MemSpace, TileType
 from tessera.cluster import CLUSTER_ATTR
 from tessera.kernel_abi import (
@@ -118,7 +119,7 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
     # region set-up --------------------------------------------------------------------------------------
     def _block_rows(self) -> int:
         rows = set()
-        for op in self.fn.walk():
+        for op in walk_ops(self.fn):
             for value in op.results:
                 ty = value.type
                 if isinstance(ty, TileType) and ty.memory_space == MemSpace.REGISTER and not self._is_column_vector(ty):
@@ -139,7 +140,7 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
         warpgroup's arrivals on its full barriers."""
         ring_copies = defaultdict(list)
         gathers = defaultdict(list)
-        for op in self.fn.walk():
+        for op in walk_ops(self.fn):
             if isinstance(op, tile.ASYNC_COPY_OPS):
                 anchor = op
                 while True:
@@ -158,7 +159,7 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
                 gathers[nxt].append(isinstance(op, tile.CpAsyncGatherOp))
                 if staged and isinstance(op, tile.CpAsyncGatherOp):
                     self.gather_rings.add(op.dest.owner.source.owner)
-        for op in self.fn.walk():
+        for op in walk_ops(self.fn):
             if isinstance(op, tile.CpCommitGroupOp):
                 kinds = ring_copies.get(op, [])
                 if all(kinds):
@@ -182,7 +183,7 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
         unswizzled destination (a one-row tile) takes the window's whole row as its box (`row_box_cols`)."""
         keys = {}
         self.row_box_cols = {}
-        for op in self.fn.walk():
+        for op in walk_ops(self.fn):
             if isinstance(op, tile.CpAsyncOp):
                 view = op.source.owner
                 if not isinstance(view, tile.ViewOp) or not isinstance(view.source.owner, Block):
@@ -200,7 +201,7 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
 
     def _pointer_args(self) -> list[int]:
         args = []
-        for op in self.fn.walk():
+        for op in walk_ops(self.fn):
             if isinstance(op, tile.CpAsyncOp) and not self._tma_allowed(op.source.owner.source.index):
                 self.copied_by_threads.add(op.source.owner.source.index)  # without TMA, through a pointer
                 if op.source.owner.source.index not in args:
@@ -339,12 +340,12 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
         warpgroup.name_hint = "warpgroup"
         self.warpgroup = warpgroup
         self.a_row_offset = e.op(arith.MuliOp(warpgroup, e.op(arith.ConstantOp(IntegerAttr(facts.WGMMA_M * LINE, i32)))))
-        commits = [op for op in self.fn.walk() if isinstance(op, tile.CpCommitGroupOp)
+        commits = [op for op in walk_ops(self.fn) if isinstance(op, tile.CpCommitGroupOp)
                    and op not in self.ring_commits and op not in self.gather_commits]
         for k, op in enumerate(commits):
             bar = self._alloc(e, f"group{k}_bar", facts.MBARRIER_BYTES, facts.MBARRIER_BYTES, 0)
             self.groups[op] = Group(bar, self._enclosing_loop(op))
-        staged = [op for op in self.fn.walk() if isinstance(op, tile.AllocSharedOp) and op.result.type.rank >= 3]
+        staged = [op for op in walk_ops(self.fn) if isinstance(op, tile.AllocSharedOp) and op.result.type.rank >= 3]
         for op in staged:
             if op in self.riding.leader:
                 continue  # its leader's barriers (riding_rings.py)

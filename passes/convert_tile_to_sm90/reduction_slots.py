@@ -48,6 +48,7 @@ from xdsl.dialects.builtin import UnitAttr, i32
 from xdsl.ir import SSAValue
 
 from tessera.dialects import sm90, tile
+from tessera.ir.walk import walk_ops
 from tessera.dialects import sm90_reductions as reductions
 from tessera.lowering.emitter import Emitter
 from tessera.passes.convert_tile_to_sm90.common import PRODUCER_ATTR, Window, _constant
@@ -81,11 +82,11 @@ class ReductionSlotsLowering:
         """The `tile.atomic_add`s whose bulk reduction the producer issues (`reduction_slots`, filled in by
         `_alloc_reduction_slots`)."""
         self.reduction_slots = {}
-        ops = list(self.fn.walk())
+        ops = walk_ops(self.fn)
         if (self.atomic_add_mode == "red" or not any(isinstance(op, tile.StageOp) for op in ops)
                 or any(isinstance(op, tile.SemWaitOp | tile.SemSignalOp) for op in ops)):
             return
-        for op in self.fn.walk():
+        for op in ops:
             if not isinstance(op, tile.AtomicAddOp) or self._enclosing_loop(op) is None:
                 continue
             view = op.dest.owner

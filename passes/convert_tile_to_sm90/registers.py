@@ -112,7 +112,8 @@ class RegisterTileLowering:
             return rows, [0] * len(rows)
         layout = self._layout(op, ty)
         elements = layout.packed_pairs() if pairs else list(range(layout.lanes))
-        return [layout.row_offsets[v] for v in elements], [layout.col_offsets[v] for v in elements]
+        rows, cols = layout.row_offsets, layout.col_offsets  # each a new list: made once, not once per element
+        return [rows[v] for v in elements], [cols[v] for v in elements]
 
     def _origin(self, e: Emitter, row0: SSAValue, col0: SSAValue, column: bool = False) -> tuple[SSAValue, SSAValue]:
         """The absolute (row, col) of this thread's first element of a tile whose corner is (row0, col0)."""

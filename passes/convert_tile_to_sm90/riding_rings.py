@@ -26,6 +26,7 @@ from xdsl.dialects import func
 from xdsl.ir import Operation
 
 from tessera.dialects import tile
+from tessera.ir.walk import walk_ops
 from tessera.lowering.fragments import element_type_bytes
 from tessera.passes.convert_tile_to_sm90.common import ROW_TILE_ROWS
 
@@ -88,7 +89,7 @@ def plan_riding_rings(fn: func.FuncOp, excluded: set) -> RidingRings:
     fills = defaultdict(list)  # ring -> [(its copy's stage index, leader found or None)]
     copies = defaultdict(list)  # ring -> the copies that fill it
     releases = defaultdict(lambda: defaultdict(list))  # block -> ring -> [(release op, stage index)]
-    for op in fn.walk():
+    for op in walk_ops(fn):
         if isinstance(op, tile.ASYNC_COPY_OPS):
             found = _ring_of(op.dest)
             if found is not None:

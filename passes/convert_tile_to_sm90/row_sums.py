@@ -31,6 +31,7 @@ from xdsl.dialects import scf
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
 from tessera.dialects import tile
+from tessera.ir.walk import walk_ops
 
 
 def _is_zero_fill(value: SSAValue) -> bool:
@@ -51,7 +52,7 @@ def partial_row_sums(fn: Operation) -> set[SSAValue]:
     """The Tile values of `fn` held as per-thread partial row sums (module docstring)."""
     candidates: set[SSAValue] = set()
     loops: list[scf.ForOp] = []
-    for op in fn.walk():
+    for op in walk_ops(fn):
         if isinstance(op, tile.RowSumOp):
             candidates.add(op.result)
         elif isinstance(op, tile.FmaOp) and _is_row_tile(op.result):

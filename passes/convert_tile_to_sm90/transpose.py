@@ -41,6 +41,7 @@ from xdsl.dialects.builtin import UnitAttr, VectorType, i32
 from xdsl.ir import SSAValue
 
 from tessera.dialects import sm90, tile
+from tessera.ir.walk import walk_ops
 from tessera.dialects.tile_types import MemSpace, is_fp8
 from tessera.lowering.emitter import Emitter
 from tessera.passes.convert_tile_to_sm90.common import (
@@ -83,7 +84,7 @@ class TransposeLowering:
 
     def _plan_transposes(self) -> None:
         """Find the rings of V tiles the producer transposes (module docstring) and check their shapes."""
-        for op in self.fn.walk():
+        for op in walk_ops(self.fn):
             if not _reads_v_rows(op):
                 continue
             stage = op.b.owner

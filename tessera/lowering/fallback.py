@@ -59,6 +59,7 @@ from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.utils.exceptions import DiagnosticException
 
 from tessera.ir.class_tests import subclass_test
+from tessera.ir.walk import walk_ops
 from tessera.ir.diagnostics import located, warn
 from tessera.kernel_abi import is_kernel, is_target_kernel, kernels
 from tessera.regalloc import SPILL_ATTR, RegisterBudgetError
@@ -176,8 +177,8 @@ def _takes_red(configuration: Configuration, trial: ModuleOp, refused: bool) -> 
 
     if configuration.red is None:
         return False
-    for fn in trial.walk():
-        if not (is_target_kernel(fn) and any(map(subclass_test(BulkReduceAddOp), fn.walk()))):
+    for fn in walk_ops(trial):
+        if not (is_target_kernel(fn) and any(map(subclass_test(BulkReduceAddOp), walk_ops(fn)))):
             continue
         if refused or REGISTERS_ATTR not in fn.attributes:
             return True

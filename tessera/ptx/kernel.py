@@ -32,6 +32,7 @@ from xdsl.traits import IsTerminator
 from xdsl.utils.exceptions import DiagnosticException
 
 from tessera.ir.class_tests import subclass_test
+from tessera.ir.walk import walk_ops
 from tessera.cluster import CLUSTER_ATTR, kernel_cluster
 from tessera.dialects import sm90
 from tessera.kernel_abi import SOURCE_ATTR, TARGET_KERNEL_ATTR
@@ -122,7 +123,7 @@ _is_shared_buffer = subclass_test(sm90.SharedBufferOp)
 def smem_base_alignment(fn: func.FuncOp) -> int | None:
     """What the kernel rounds its dynamic shared memory base up to: SMEM_ALIGNMENT, or more if a buffer asks;
     None for a kernel without shared buffers."""
-    aligns = [op.alignment.value.data for op in fn.walk() if _is_shared_buffer(op)]
+    aligns = [op.alignment.value.data for op in walk_ops(fn) if _is_shared_buffer(op)]
     return max([SMEM_ALIGNMENT, *aligns]) if aligns else None
 
 

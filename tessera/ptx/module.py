@@ -16,6 +16,7 @@ from xdsl.ir import SSAValue
 
 # The op printers register themselves on import.
 from tessera.ir.class_tests import subclass_test
+from tessera.ir.walk import walk_ops
 from tessera.ptx import arith as _arith  # noqa: F401
 from tessera.ptx import cluster as _cluster  # noqa: F401
 from tessera.ptx import control as _control  # noqa: F401
@@ -37,7 +38,7 @@ _is_func = subclass_test(func.FuncOp)
 def target_kernels(module: ModuleOp) -> list[func.FuncOp]:
     """The module's Target IR kernels; anything else that is a function is refused by name."""
     found = []
-    for op in module.walk():
+    for op in walk_ops(module):
         if not _is_func(op):
             continue
         if is_target_kernel(op):

@@ -12,6 +12,7 @@ from xdsl.ir import BlockArgument, Operation, Region, SSAValue
 from xdsl.utils.exceptions import DiagnosticException
 
 from tessera.dialects import sm90
+from tessera.ir.walk import walk_ops
 from tessera.sm90 import facts
 
 from tessera.regalloc.liveness import _Liveness, _alias_sources, _is_if, _is_loop, _is_wgmma, _merge_ranges
@@ -187,7 +188,7 @@ def _fingerprint(fn: func.FuncOp) -> tuple:
     allocate-registers writes) do not take part."""
     return tuple((op, tuple(op.operands)) if _is_not_read(op) else
                  (op, tuple(op.operands), tuple(op.attributes.items()), tuple(op.properties.items()))
-                 for op in fn.body.walk())
+                 for op in walk_ops(fn.body))
 
 
 def _allocate(fn: func.FuncOp) -> Allocation:
@@ -370,7 +371,7 @@ def _roots_made_of(live: _Liveness, roots: list[int], ranges: dict, values: set)
 def budget_regions(fn: func.FuncOp) -> list[Region]:
     """The regions of `fn` that run under a register budget of their own, in program order: the branches of
     an `scf.if` whose block holds an `sm90.setmaxnreg` (warp-specialize's producer and consumer branches)."""
-    return [region for op in fn.walk() if _is_if(op) for region in op.regions
+    return [region for op in walk_ops(fn) if _is_if(op) for region in op.regions
             if region.blocks and any(_is_setmaxnreg(inner) for inner in region.block.ops)]
 
 

@@ -11,6 +11,7 @@ from xdsl.dialects.builtin import Float32Type, IndexType, IntegerType, VectorTyp
 from xdsl.ir import Attribute, SSAValue
 
 from tessera.dialects import sm90
+from tessera.ir.walk import walk_ops
 from tessera.ir.class_tests import subclass_test
 
 
@@ -100,7 +101,7 @@ def immediates(fn: func.FuncOp) -> dict[SSAValue, list[str]]:
     scale-d of a wgmma, 0 or 1), or the accumulator of a wgmma whose scale-d is a constant 0 (not read: it
     needs neither registers nor instructions)."""
     found = {}
-    for op in fn.walk():
+    for op in walk_ops(fn):
         if not _is_constant(op) or register_class(op.result.type) is None:
             continue
         uses = list(op.result.uses)

@@ -33,6 +33,7 @@ from xdsl.dialects.builtin import IntegerType, IndexType
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
 from tessera.dialects import sm90
+from tessera.ir.walk import walk_ops
 from tessera.sm90.warp import UNIFORM_REGISTERS_PER_WARP
 
 UNIFORM_DESCRIPTOR_REGISTERS = UNIFORM_REGISTERS_PER_WARP // 2
@@ -92,7 +93,7 @@ def _uniform_walk(fn: func.FuncOp) -> tuple[set[SSAValue], list[Operation]]:
     """(the warp-uniform values of `fn`, its descriptor ops), in one walk in program order."""
     uniform: set[SSAValue] = {arg for arg in fn.body.block.args}
     descriptors = []
-    for op in fn.walk():
+    for op in walk_ops(fn):
         kind = _kind(op)
         if kind is None:
             continue

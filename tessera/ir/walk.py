@@ -1,0 +1,37 @@
+"""The ops nested in an op, as a list: xDSL's `Operation.walk()` order without its generators.
+
+`op.walk()` yields through one generator per nesting level (op, region, block, op, ...), so every op of a kernel
+nested six deep passes through a dozen frames: a walk of the flash d128 forward's Target IR kernel (about 1,000
+ops) costs 1.7 ms, and a compile walks its kernels some 50 times (each pass, the allocator, the printer).
+`walk_ops` visits the same ops in the same order (the op itself, then its regions, blocks and ops in order,
+depth first) with one call per op that holds regions: about a third of the time.
+
+It returns a snapshot: ops inserted or erased while the caller loops over it are not seen (xDSL's walk follows
+the links as it goes, so an op erased under it ends the walk of its block). Use it where the loop only reads the
+IR, or collects the ops it then changes, as a list comprehension over `walk()` does.
+"""
+
+from __future__ import annotations
+
+from xdsl.ir import Operation, Region
+
+
+def walk_ops(root: Operation | Region) -> list[Operation]:
+    """Every op nested in `root` (an op, which comes first, or a region), in `root.walk()`'s order."""
+    found: list[Operation] = []
+    append = found.append
+
+    def visit(regions) -> None:
+        for region in regions:
+            for block in region.blocks:
+                for op in block.ops:
+                    append(op)
+                    if op.regions:
+                        visit(op.regions)
+
+    if isinstance(root, Region):
+        visit((root,))
+    else:
+        append(root)
+        visit(root.regions)
+    return found
