@@ -22,6 +22,7 @@ import numpy as np
 
 from tessera.variants.trace import F32, trace_mod
 from tessera.variants.block_mask import create_block_mask
+from tessera.variants.ranges import check_index_ranges
 
 
 SPARSE_BACKWARD_HEAD_DIMS = (64, 128)
@@ -61,12 +62,16 @@ def warp_specialized_refusal(module) -> str | None:
     return _FITS[key]
 
 
-def _captured(score_mod, mask_mod) -> list[np.ndarray]:
-    """The arrays the modifiers read, in the kernels' argument order (each once)."""
+def _captured(score_mod, mask_mod, q, k) -> list[np.ndarray]:
+    """The arrays the modifiers read, in the kernels' argument order (each once), after checking that their
+    integer arithmetic stays inside i32 at q's and k's sizes (`check_index_ranges`)."""
+    (batch, heads, seq_q, _), seq_k = q.shape, k.shape[2]
     arrays: dict[str, np.ndarray] = {}
     for fn, kind in ((score_mod, "score_mod"), (mask_mod, "mask_mod")):
         if fn is not None:
-            for captured in trace_mod(fn, kind).arrays:  # in the kernel input's type (the GPU takes no other)
+            trace = trace_mod(fn, kind)
+            check_index_ranges(trace, kind, batch, heads, seq_q, seq_k)
+            for captured in trace.arrays:  # in the kernel input's type (the GPU takes no other)
                 arrays.setdefault(captured.name, np.ascontiguousarray(
                     captured.array, np.float32 if captured.dtype == F32 else np.int32))
     return list(arrays.values())
@@ -148,7 +153,7 @@ def _forward(q, k, v, score_mod, mask_mod, causal, scale, return_lse, level, hea
     (batch, heads, seq_q, _), seq_k = q.shape, k.shape[2]
     module = forward_module(q, k, score_mod=score_mod, mask_mod=mask_mod, causal=causal, scale=scale,
                             return_lse=return_lse, head_dim=head_dim, dtype=dtype, block_n=block_n)
-    extra = _captured(score_mod, mask_mod)
+    extra = _captured(score_mod, mask_mod, q, k)
     if mask_mod is not None:
         extra += create_block_mask(mask_mod, batch, heads, seq_q, seq_k, DEFAULT_BLOCK_M, block_n).inputs()
     if level is None:
@@ -275,7 +280,7 @@ def _backward(kernels, sparse, q, k, v, o, lse, do, *, score_mod, mask_mod, leve
     from tessera import api
     from tessera.runtime.launch import is_torch_tensor, numpy_to_torch
 
-    extra = _captured(score_mod, mask_mod)
+    extra = _captured(score_mod, mask_mod, q, k)
     if sparse:
         c = kernels.config.attention
         (batch, heads, seq_q, _), seq_k = q.shape, k.shape[2]
