@@ -153,6 +153,10 @@ def always(b, h, q_idx, kv_idx):
     return True
 
 
+def never(b, h, q_idx, kv_idx):
+    return False
+
+
 def star_args(*args):
     b, h, q_idx, kv_idx = args
     return q_idx >= kv_idx
@@ -173,6 +177,7 @@ VARIANTS = {
     "head-scale+boolean-table": (head_scale, boolean_table),
     "always+star-args": (head_scale, always),
     "star-args": (None, star_args),
+    "nested-where+never": (nested_where, never),
 }
 SHAPES = [  # (batch, heads, heads_k, seq_q, seq_k)
     (2, H, 2, 70, 45),
@@ -243,12 +248,14 @@ def test_objects_and_partials_capture_their_arrays_by_attribute_name():
 
 
 def test_bit_ops_are_the_kernels_arithmetic():
-    """`& 7` is `% 8`, `>> 4` is `// 16`; no op outside the kernel's vocabulary is recorded."""
+    """`& 7` is `% 8`, `>> 4` is `// 16`; each bit op of a difference of either sign (a boolean beside an
+    integer is 1 or 0, as NumPy promotes it) at Tile level against the reference's int64 NumPy."""
     trace = trace_mod(bit_ops, "mask_mod")
     assert trace.uses("mod") and trace.uses("floordiv") and trace.uses("mul")
-    for fn in (lambda v: v & 7, lambda v: v & 0b1011010, lambda v: v & ~7, lambda v: v | 5, lambda v: v ^ 6,
-               lambda v: ~v, lambda v: v >> 3, lambda v: v << 3, lambda v: np.right_shift(v, 2)):
-        q, k, v, _ = variant_inputs((1, 1, 1, 140, 140), 1)
+    q, k, v, _ = variant_inputs((1, 1, 1, 100, 100), 1)
+    for fn in (lambda d: d & 7, lambda d: d & 0b1011010, lambda d: d & ~7, lambda d: d | 5, lambda d: d ^ 6,
+               lambda d: ~d, lambda d: d >> 3, lambda d: d << 3, lambda d: np.right_shift(d, 2),
+               lambda d: True & d, lambda d: (d >= 0) & 3, lambda d: np.bitwise_xor(d, 1)):
 
         def score_mod(score, b, h, q_idx, kv_idx, fn=fn):
             return score + 0.01 * fn(q_idx - kv_idx)

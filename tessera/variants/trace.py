@@ -232,7 +232,7 @@ class Traced:
         if any(n.dtype == F32 for n in nodes):
             raise self._tracing.refuse(f"'{symbol}' of a float value (bitwise ops take integers and booleans)")
         one, zero = Node("const", (), I32, 1), Node("const", (), I32, 0)
-        nodes = [Node("select", (n, one, zero), I32) if n.dtype == BOOL else n for n in nodes]
+        nodes = [Node("select", (n, one, zero), I32) if n.dtype == BOOL and n.op != "const" else n for n in nodes]
         return [int(n.value) if n.op == "const" else self._wrap(n) for n in nodes]
 
     def _bitwise(self, op: str, nodes: list[Node]) -> Traced:
