@@ -331,11 +331,26 @@ def test_a_product_of_indices_is_bounded_by_the_lengths(seq, refused):
         check_index_ranges(trace, "score_mod", 1, 1, seq, seq)
 
 
+def test_a_conversion_past_i32_is_refused():
+    """`(q_idx * 1e9).astype(int)` saturates in the kernel (cvt.rzi.s32.f32) and not in NumPy: refused; the
+    float bound follows + - * / and the roundings of bounded values."""
+    def hashed(b, h, q_idx, kv_idx):
+        return (np.floor(q_idx / 3.0 + 0.5) * 1e9).astype(int) % 7 != kv_idx % 7
+
+    with pytest.raises(ModTraceError, match=r"mask_mod '.*hashed' .*int\(\(np.floor\(\(\(float\(q_idx\) / 3.0\) \+ "
+                                            r"0.5\)\) \* 1000000000.0\)\): it reaches 23000000000 at batch 1, heads 1, "
+                                            r"seq_q 70, .*the kernel's conversion saturates"):
+        check_index_ranges(trace_mod(hashed, "mask_mod"), "mask_mod", 1, 1, 70, 70)
+    check_index_ranges(trace_mod(hashed, "mask_mod"), "mask_mod", 1, 1, 6, 70)  # 2e9 fits
+
+
 def test_what_stays_inside_i32_is_not_refused():
-    """A modulus bounds what follows (`(q_idx * 1000) % 7 * 10**6`), a float-converted value is not bounded
-    (and not refused), and every variant above passes at 1000 tokens."""
-    for fn in (lambda b, h, q, k: (q * 1000) % 7 * 10**6 > k, lambda b, h, q, k: (q * 0.5e9).astype(int) > k):
-        check_index_ranges(trace_mod(fn, "mask_mod"), "mask_mod", 2, H, 1000, 1000)
+    """A modulus bounds what follows (`(q_idx * 1000) % 7 * 10**6`), a value made from the score has no bound
+    (and is not refused), and every variant above passes at 1000 tokens."""
+    check_index_ranges(trace_mod(lambda b, h, q, k: (q * 1000) % 7 * 10**6 > k, "mask_mod"), "mask_mod", 2, H,
+                       1000, 1000)
+    check_index_ranges(trace_mod(lambda s, b, h, q, k: s + (s * 1e9).astype(int) % 3, "score_mod"), "score_mod",
+                       2, H, 1000, 1000)
     for score_mod, mask_mod in VARIANTS.values():
         for fn, kind in ((score_mod, "score_mod"), (mask_mod, "mask_mod")):
             if fn is not None:
