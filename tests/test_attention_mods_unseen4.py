@@ -247,6 +247,37 @@ def test_objects_and_partials_capture_their_arrays_by_attribute_name():
     assert trace_mod(Windows(5).causal_window, "mask_mod").name == "Windows.causal_window"
 
 
+def test_torch_modules_are_modifiers():
+    """A torch module (`nn.Module` with a buffer and a parameter read in `forward`) was refused ("a tensor the
+    function makes", at torch's `Module._wrapped_call_impl`); it is traced as its class's `forward`, its buffers
+    and parameters kernel inputs by name, and the reference calls it on tensors. Forward and backward."""
+    torch = pytest.importorskip("torch")
+
+    class HeadBias(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("bias", torch.from_numpy(BH_BIAS[0].copy()))
+            self.scale = torch.nn.Parameter(torch.from_numpy(HEAD_SCALE.copy()))
+
+        def forward(self, score, b, h, q_idx, kv_idx):
+            return score * self.scale[h] + self.bias[h]
+
+    class Window(torch.nn.Module):
+        def __init__(self, width):
+            super().__init__()
+            self.width = width
+
+        def forward(self, b, h, q_idx, kv_idx):
+            return (q_idx - kv_idx).abs() < self.width
+
+    bias = HeadBias()
+    trace = trace_mod(bias, "score_mod")
+    assert trace.name.endswith("HeadBias.forward")
+    assert [a.name for a in trace.arrays] == ["score_mod_scale", "score_mod_bias"]
+    q, k, v, do = variant_inputs((2, H, 2, 45, 70), 16)
+    check_variant_forward_and_backward(q, k, v, do, bias, Window(9), "tile")
+
+
 def test_bit_ops_are_the_kernels_arithmetic():
     """`& 7` is `% 8`, `>> 4` is `// 16`; each bit op of a difference of either sign (a boolean beside an
     integer is 1 or 0, as NumPy promotes it) at Tile level against the reference's int64 NumPy."""

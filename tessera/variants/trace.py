@@ -26,12 +26,17 @@ truncates toward zero).
 What cannot be traced is refused with a `ModTraceError` naming the function, file:line and the construct:
 Python control flow on a traced value (`if`, `and`, `or`, `not`, `bool()`), an unsupported NumPy function or
 operator (`&`, `|`, `^` of two traced integers, a shift by a traced amount, `**` of two traced integers),
-arithmetic on booleans (`==`, `!=` and `^` of two booleans are their logic), `//` and `%` by the constant 0 (`//` and `%` are Python's: floor division, a
-modulus with the divisor's sign; of floats NumPy's values, `tessera.variants.float_division`; np.fmod is C's
-remainder), a
-slice of a captured array, a NumPy array indexed by a traced value that is not a captured array of the
-modifier itself, `math.sqrt`, `math.floor` and the other math functions of a traced value and `round()` (they
-take Python numbers, and fail on the reference's NumPy grids too: write np.floor, np.round, ...).
+arithmetic on booleans (`==`, `!=` and `^` of two booleans are their logic), `//` and `%` by the constant 0
+(`//` and `%` are Python's: floor division, a modulus with the divisor's sign; of floats NumPy's values,
+`tessera.variants.float_division`; np.fmod is C's remainder), a slice of a captured array, a NumPy array
+indexed by a traced value that is not a captured array of the modifier itself, `math.sqrt`, `math.floor` and
+the other math functions of a traced value and `round()` (they take Python numbers, and fail on the
+reference's NumPy grids too: write np.floor, np.round, ...), a generator or async function, an assignment into a
+captured array.
+
+A modifier may be a function, a functools.partial of one, a bound method, a callable object whose class defines
+`__call__` in Python, or a torch module (its `forward`): an instance's arrays are captured by attribute name
+(`rebind_arrays`, `_rebound_instance`).
 """
 
 from __future__ import annotations
@@ -706,10 +711,15 @@ def _underlying(fn: Callable) -> Callable:
 
 
 def _method_parts(fn: object) -> tuple[types.FunctionType, object] | None:
-    """(function, instance) of a bound method of a Python function, or of a callable object whose class defines
-    `__call__` in Python (`class Bias: def __call__(self, score, b, h, q_idx, kv_idx)`); None otherwise."""
+    """(function, instance) of a bound method of a Python function, of a callable object whose class defines
+    `__call__` in Python (`class Bias: def __call__(self, score, b, h, q_idx, kv_idx)`), or of a torch module
+    (its class's `forward`; hooks are not run); None otherwise."""
     if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
         return fn.__func__, fn.__self__
+    torch = torch_mods.torch_module()
+    if torch is not None and isinstance(fn, torch.nn.Module):  # a module is called through its forward
+        forward = getattr(type(fn), "forward", None)
+        return (forward, fn) if isinstance(forward, types.FunctionType) else None
     call = getattr(type(fn), "__call__", None)
     if isinstance(call, types.FunctionType) and not isinstance(fn, type):
         return call, fn
@@ -726,14 +736,18 @@ def _rebound_value(name: str, value: object, wrap: Callable, memo: dict) -> obje
     if isinstance(value, (tuple, list)) and any(_is_user_function(v) or isinstance(v, np.ndarray)
                                                 or torch_mods.is_tensor(v) for v in value):
         return type(value)(_rebound_value(name, v, wrap, memo) for v in value)
+    if isinstance(value, dict) and any(_is_user_function(v) or isinstance(v, np.ndarray) or torch_mods.is_tensor(v)
+                                       for v in value.values()):  # by key: a torch module's buffers, parameters
+        return {key: _rebound_value(str(key), v, wrap, memo) for key, v in value.items()}
     return value
 
 
 def _rebound_instance(obj: object, wrap: Callable, memo: dict) -> object:
     """A copy of `obj` (a callable object's instance, or a bound method's) whose attributes read as
     `_rebound_value` makes them: its arrays (its own and its class's) wrapped, its Python methods bound to the
-    copy with their arrays rebound too (`self.table[h]`, `self.helper(q_idx)` trace). A class whose instances cannot be made
-    without its constructor (one of C) is refused by name."""
+    copy with their arrays rebound too (`self.table[h]`, `self.helper(q_idx)` trace; a dict attribute of arrays
+    is rebound by key: a torch module's buffers and parameters). A class whose instances cannot be made without
+    its constructor (one of C) is refused by name."""
     cls, key = type(obj), ("instance", id(obj))
     if key in memo:
         return memo[key]
@@ -922,7 +936,22 @@ def bounds_checked(fn: Callable, kind: str) -> Callable:
         return array.view(_make_checked(check))
 
     rebound = rebind_arrays(fn, wrap)
+    if _holds_tensors(fn):  # an object holding tensors (a torch module) is written for tensors
+        return lambda *args: torch_mods.call_with_tensors(rebound, *args)
     return torch_mods.host_callable(rebound, _underlying(fn))  # torch functions take the grids as tensors
+
+
+def _holds_tensors(fn: Callable) -> bool:
+    """Whether the instance a modifier is called on (a callable object's, a bound method's, through partials)
+    holds a torch tensor: as an attribute, or in a dict attribute (a torch module's buffers and parameters)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    parts = _method_parts(fn)
+    if parts is None or torch_mods.torch_module() is None:
+        return False
+    values = list(getattr(parts[1], "__dict__", {}).values())
+    values += [v for d in values if isinstance(d, dict) for v in d.values()]
+    return any(torch_mods.is_tensor(v) for v in values)
 
 
 def _index_check(fn: Callable, kind: str, name: str) -> Callable:
