@@ -503,3 +503,14 @@ def test_bad_inputs_with_modifiers_are_refused_by_name(change, message):
         tessera.attention_backward(q, k, v, o, lse, do, **mods)
 
 # endregion
+
+
+@pytest.mark.parametrize("keyword", [dict(seqused_k=np.array([5], np.int32)), dict(max_seqlen_k=45),
+                                     dict(max_seqlen_q=33)])
+def test_packed_sequence_keywords_with_modifiers_are_refused(keyword):
+    """`seqused_k=` (and max_seqlen_q/k) without cu_seqlens beside a mask_mod were ignored: O as if every key
+    were used. Refused by name, as they are without modifiers."""
+    q, k, v, _ = variant_inputs((1, 2, 2, 33, 40), 17)
+    with pytest.raises(ValueError, match=r"score_mod/mask_mod are not supported with .*seqused_k"):
+        tessera.attention(q, k, v, mask_mod=per_head_window, level="tile", **keyword)
+
