@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from tessera.variants.trace import F32, I32, Node, Trace, _Tracing
 
 I32_MIN, I32_MAX = -2**31, 2**31 - 1
@@ -64,7 +62,7 @@ def _bound(node: Node, arguments: dict[str, Interval], args: list[Interval | Non
     bound = _exact_bound(node, arguments, args)
     if bound is None or node.dtype == I32:
         return bound
-    return bound if all(math.isfinite(v) for v in bound) else None
+    return bound if all(math.isfinite(v) for v in bound) else None  # NaN fails isfinite too
 
 
 def _exact_bound(node: Node, arguments: dict[str, Interval], args: list[Interval | None]) -> Interval | None:
@@ -90,7 +88,7 @@ def _exact_bound(node: Node, arguments: dict[str, Interval], args: list[Interval
         array = node.value.array
         if node.dtype == I32:
             return int(array.min()), int(array.max())
-        return (None if np.isnan(array).any() else (float(array.min()), float(array.max())))
+        return float(array.min()), float(array.max())  # NaN or infinite: no bound (`_bound`)
     if op == "select":  # (condition, a, b)
         a, b = args[1], args[2]
         return None if a is None or b is None else (min(a[0], b[0]), max(a[1], b[1]))
