@@ -1,13 +1,16 @@
 """Kernels a user writes next, round 4 (`tests/user_kernels/*.mlir`, not rounds 1 to 3's): a two-layer MLP in one
 kernel (X W1, silu, rounded to bf16 into shared memory, then W2: two GEMMs whose hidden activations never leave
 the block), a weighted histogram by atomic adds (a one-hot tile summed by a transposed tensor-core product,
-then `tile.atomic_add` per bin), and 64 x 80 tiles (a wgmma N that is no power of two) over odd shapes with
-f16 and bf16 outputs of f32 math and row sums added across column blocks. Each runs through `tessera.launch`
+then `tile.atomic_add` per bin), 64 x 80 tiles (a wgmma N that is no power of two) over odd shapes with
+f16 and bf16 outputs of f32 math and row sums added across column blocks, and a GEMM that stores its result
+transposed (both operands of `tile.mma` transposed; the same through a transposed atomic add is refused by
+name below Tile level). Each runs through `tessera.launch`
 at the Tile, target and PTX levels on odd shapes (M = 1, N = 1, N = 1000, 17, 129) against a float64 NumPy
 reference. Tiles of 48 rows are refused by name at their kernel's line below Tile IR, by `tessera-run` too
 (exit 1, no traceback).
 
-The default run takes the histogram and the 64 x 80 tiles at Tile level and the refusal (about 3 s); `-m slow`
+The default run takes the histogram and the 64 x 80 tiles at Tile level, the transposed store in the CTA
+simulator, and the refusals (about 4 s); `-m slow`
 runs every kernel at every level on every shape, and checks each with every ptxas found (no warning, no spill)
 and with `tessera-run --level ptx --check`.
 """
@@ -54,9 +57,22 @@ def _awkward_ref(x):
             (x.astype(np.float64) ** 2).sum(1))
 
 
+def _gemm_inputs(shape, rng):
+    m, k, n = shape
+    return [rng.integers(-4, 5, (m, k)).astype(BF16), rng.integers(-4, 5, (k, n)).astype(BF16)], {}
+
+
+def _gemm_transposed_ref(a, b):
+    a, b = (x.astype(np.float64) for x in (a, b))
+    return ((a @ b).T,)
+
+
 # endregion
 
 CASES = {
+    # exact: small integers, every partial sum an integer below 2^24
+    "gemm_store_transposed": Case("gemm_store_transposed", _gemm_inputs, _gemm_transposed_ref, 0.0, 0.0,
+                                  ((70, 100, 130), (1, 1, 1), (17, 129, 1000), (128, 64, 64))),
     # exact: counts below 2^24 times powers of two, added in any order
     "histogram": Case("histogram", _histogram_inputs, _histogram_ref, 0.0, 0.0, ((1000, 70), (1, 1), (129, 200),
                                                                                  (64, 64))),
@@ -66,7 +82,8 @@ CASES = {
                           0.0, ((129, 81), (1, 1000), (70, 1), (64, 80))),
 }
 
-FAST = {"histogram": ((200, 70), "tile"), "awkward_tiles": ((129, 81), "tile")}
+FAST = {"histogram": ((200, 70), "tile"), "awkward_tiles": ((129, 81), "tile"),
+        "gemm_store_transposed": ((70, 100, 130), "target")}
 
 
 @pytest.mark.parametrize("kernel", FAST)
@@ -135,6 +152,7 @@ def test_mlp_every_shape(level):
 
 TOOL_SIZES = {  # -d sizes for tessera-run: partial last blocks everywhere
     "mlp": ["M=70", "D=100", "F=129", "N=65"], "histogram": ["M=300", "NB=70"], "awkward_tiles": ["M=70", "N=81"],
+    "gemm_store_transposed": ["M=70", "K=100", "N=130"],
 }
 
 
@@ -177,3 +195,22 @@ def test_tiles_of_48_rows_are_refused_by_name(tmp_path):
     result = inprocess.run([sys.executable, "-m", "tessera.tools.tessera_run", str(path), "--level", "target",
                             "-d", "M=50", "-d", "N=81"])
     assert result.returncode == 1 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def test_a_transposed_atomic_add_into_an_inner_window_is_refused_by_name():
+    """`tile.atomic_add ... transpose` into a window that does not start at column 0 runs at Tile level (the
+    answer of gemm_store_transposed) and is refused below it at its line, by `tessera-run` with exit 1 and no
+    traceback (the lowering's transposed add covers the backward's dQ^T windows only)."""
+    rng = np.random.default_rng(19)
+    a, b = _gemm_inputs((70, 100, 130), rng)[0]
+    module = tessera.parse_module((KERNELS / "gemm_atomic_transposed.mlir").read_text(),
+                                  "gemm_atomic_transposed.mlir")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        np.testing.assert_array_equal(tessera.launch(module, a, b, level="tile"), *_gemm_transposed_ref(a, b))
+    path = str(KERNELS / "gemm_atomic_transposed.mlir")
+    result = inprocess.run([sys.executable, "-m", "tessera.tools.tessera_run", path, "--level", "target", "-d", "M=70", "-d", "K=100", "-d", "N=130"])
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "gemm_atomic_transposed.mlir:43:5: kernel @gemm_atomic_transposed: convert-tile-to-sm90" in result.stderr
+    assert "a transposed add needs a window from column 0" in result.stderr
+
