@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 import tessera
-from tessera import toolchain
+from tessera.sass import disassemble, sass_loops
 from tessera.variants.block_mask import create_block_mask
 from tessera.kernels import flash_attention
 
@@ -114,8 +114,8 @@ def t5_bias(score, b, h, q_idx, kv_idx):  # T5's log-spaced relative-position bu
 
 
 def hgmma_loops(module) -> list[int]:
-    text = toolchain.disassemble(tessera.compile(module, target="cubin").cubin)
-    return [len(loop.instructions) for loop in toolchain.sass_loops(text) if loop.opcode_counts["HGMMA"]]
+    text = disassemble(tessera.compile(module, target="cubin").cubin)
+    return [len(loop.instructions) for loop in sass_loops(text) if loop.opcode_counts["HGMMA"]]
 
 
 def main() -> None:
@@ -199,8 +199,8 @@ def backward(variants=None, head_dims=(64, 128)) -> None:
     def loops(module) -> list[int]:
         result = tessera.compile(module, target="cubin", pipeline=passes.DEFAULT_PIPELINE)
         spilled[id(module)] = any(entry.spills for entry in result.entries.values())
-        text = toolchain.disassemble(result.cubin)
-        return sorted(len(loop.instructions) for loop in toolchain.sass_loops(text) if loop.opcode_counts["HGMMA"])
+        text = disassemble(result.cubin)
+        return sorted(len(loop.instructions) for loop in sass_loops(text) if loop.opcode_counts["HGMMA"])
 
     visited = {}
     for mask in (causal, sliding_window, documents):

@@ -38,7 +38,8 @@ import tessera
 from tessera import passes
 from tessera.dialects.sm90_reductions import BulkReduceAddOp
 from tessera.kernels import attention_backward
-from tessera.toolchain import compile_ptx, disassemble, find_all_ptxas, innermost_loop, parse_sass
+from tessera.toolchain import compile_ptx, find_all_ptxas
+from tessera.sass import disassemble, innermost_loop, parse_sass
 
 BLOCKS = {64: [(128, 128)], 128: [(64, 64), (64, 128)]}
 """(block_m, block_n) measured by head_dim."""

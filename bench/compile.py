@@ -43,7 +43,8 @@ from tessera.passes import DEFAULT_PIPELINE, all_passes, without_cyclic_gc
 from tessera.ptx.module import print_ptx
 from tessera.ptx.target import allocated_registers
 from tessera.regalloc import allocate_registers
-from tessera.toolchain import compile_ptx, disassemble, find_nvdisasm, find_ptxas, innermost_loop
+from tessera.toolchain import compile_ptx, find_nvdisasm, find_ptxas
+from tessera.sass import disassemble, innermost_loop
 from triton_attention import children_cpu
 
 CONFIGS = [("flash_attention", dict(head_dim=d, causal=c)) for d in (64, 128, 256) for c in (False, True)] + [

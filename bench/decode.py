@@ -122,18 +122,18 @@ class ByteCounter:
             counter.gathered += len(lanes) * size
             return read_source(m, inst, lanes, addresses, size)
 
-        from tessera.interpreters.ptx import tensor as ptx_tensor
+        from tessera.interpreters.ptx import bulk_copy
 
-        tma_lane = ptx_tensor._tma_lane
+        tma_lane = bulk_copy._tma_lane
 
         def counted_lane(m, inst, lane, map_address, coords, smem, load, *rest):
             if load:
-                spec = ptx_tensor._tensor_map(m, inst, lane, map_address).spec
+                spec = bulk_copy._tensor_map(m, inst, lane, map_address).spec
                 _, valid = spec.box_byte_offsets(coords)
                 counter.tma += int(valid.sum()) * spec.element_bytes
             return tma_lane(m, inst, lane, map_address, coords, smem, load, *rest)
 
-        for owner, name, new in ((ptx_tensor, "_tma_lane", counted_lane),
+        for owner, name, new in ((bulk_copy, "_tma_lane", counted_lane),
                                  (tma.TensorMap, "read_box", counted_box),
                                  (global_memory.GlobalMemory, "load_words", counted_words),
                                  (global_memory.GlobalMemory, "load_bytes", counted_bytes),

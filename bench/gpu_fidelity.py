@@ -12,7 +12,8 @@ Two kinds of case:
   rearranged into the kernel's layout, descales): the entry point with `level=None` (GPU) and `level="ptx"`,
   which lowers the same builders through the same pipeline and runs the printed PTX.
 The GPU side records which kernels it compiled, so a case whose kernels differ from `case_configs` (the
-session's compile list) says so (`planned: false`).
+session's compile list) says so (`planned: false`). The executor side is run ahead, on a machine without a
+GPU (`python bench/gpu_session.py --prepare`, bench/gpu_prepared.py), and carried to the GPU session.
 
 ULP distance: the integers that order the floats of a type (sign-magnitude to two's complement, -0 = +0)
 subtracted; a NaN on one side only counts as infinitely far.

@@ -5,33 +5,43 @@ pytest installed), from the repository root, with `.whl/` carried there:
 
     python bench/gpu_session.py --out $OUT
 
-(the device tool: that command with carry [".whl"], timeout 540 s; `--stages NAME ...` reruns some stages).
-`.whl/` comes from `bench/gpu_wheels.sh`, run on a machine with network. On any machine, without a GPU:
+(the device tool: that command with carry [".whl"], timeout 570 s; `--stages NAME ...` runs some stages,
+`--resume EARLIER_OUT` measures only the benchmark rows an earlier call did not: `gpu_plan.SECOND_RUN`).
+`.whl/` comes from `bench/gpu_wheels.sh`, run on a machine with network, then `python bench/gpu_session.py
+--prepare` (the fidelity table's PTX-executor side into .whl/fidelity/, bench/gpu_prepared.py). On any
+machine, without a GPU:
 
     python bench/gpu_session.py --dry-run --out /tmp/gpu-plan            # the whole plan (a few minutes)
     python bench/gpu_session.py --dry-run --quick --out /tmp/gpu-plan    # one kernel per path (the test suite)
 
-Stages (`gpu_plan.STAGES`), each its own process with its own budget (`gpu_plan.BUDGETS_S`, 480 s in all):
-1. install: the wheels of `.whl/` and this checkout (editable) with pip, offline; skipped when xDSL 0.74 and
-   this checkout's Tessera import already. The running Python must match the wheels' (.whl/MANIFEST.json);
-2. compile: every kernel of the session (Tile IR -> PTX -> cubin with the wheel's ptxas) in a process pool,
-   into the kernel cache (`--cache`, else Tessera's default), from which the later stages load them;
-3. tests: tests/test_runtime.py and every test marked `gpu` (those skip without a GPU);
-4. fidelity: the same PTX on the GPU and in the PTX executor on the same inputs (bench/gpu_fidelity.py);
-5-8. forward, fp8, backward, gemm: FlashAttention-3's grid against PyTorch SDPA's backends, Triton's kernel
-   and FlexAttention where present; the FP8 forward (e4m3) against cuDNN's FP8 through SDPA where present and
-   FA3's published FP8 figures, its outputs checked by `tessera.reference.check_attention_fp8`; GEMM 4k and
-   8k against cuBLAS (bench/attention.py's harness);
-9. report: attention_forward.svg, attention_fp8.svg, attention_backward.svg, gemm.svg (hand-written SVG, FA3
-   Figure 5's layout: no matplotlib there) and benchmark.csv.
-A stage past its budget is killed (with its process group); what it wrote so far is kept. After every stage
-`session.json` in --out holds the plan, every stage's status, seconds and results; `stages/<name>.json` each
-stage's own, `logs/<name>.log` its output. Exit status 0 when every stage finished.
+Stages (`gpu_plan.STAGES`, in this order), each its own process with its own budget (`gpu_plan.BUDGETS_S`,
+`gpu_plan.SESSION_LIMIT_S` in all):
+- install: the wheels of `.whl/` and this checkout (editable) with pip, offline; skipped when xDSL 0.74 and
+  this checkout's Tessera import already. The running Python must match the wheels' (.whl/MANIFEST.json);
+- compile: every kernel of the session (Tile IR -> PTX -> cubin with the wheel's ptxas) in a process pool,
+  into the kernel cache (`--cache`, else Tessera's default), from which the later stages load them;
+- fidelity: the same PTX on the GPU and in the PTX executor on the same inputs (bench/gpu_fidelity.py): the
+  GPU side here, the executor's prepared ahead (`--prepare`; a stale or missing case is named);
+- backward_parts: the backward at 512, 1k, 2k taken apart (bench/backward_parts.py);
+- tests: tests/test_runtime.py and every test marked `gpu`, each under its own limit, each recorded as it
+  ends (bench/gpu_tests.py);
+- gemm, backward, forward, fp8: FlashAttention-3's grid against PyTorch SDPA's backends, Triton's kernel
+  and FlexAttention where present; the FP8 forward (e4m3) against cuDNN's FP8 through SDPA where present and
+  FA3's published FP8 figures, its outputs checked by `tessera.reference.check_attention_fp8`; GEMM 4k and
+  8k against cuBLAS (bench/attention.py's harness);
+- report: attention_forward.svg, attention_fp8.svg, attention_backward.svg, gemm.svg (hand-written SVG, FA3
+  Figure 5's layout: no matplotlib there) and benchmark.csv.
+A stage past its budget, or with an item (a fidelity case, a benchmark row) past its item limit
+(`gpu_plan.ITEM_LIMITS_S`), is killed with its process group; what it wrote so far is kept. After every
+stage `session.json` in --out holds the plan, every stage's status, seconds and results; `stages/<name>.json`
+each stage's own (those of `TOP_LEVEL` also copied to --out, whose top-level files are what the device tool
+returns first), `logs/<name>.log` its output. Exit status 0 when every stage finished.
 
 --dry-run runs the same stages without a GPU: it reports the wheels (or how to make them), compiles every
 kernel, collects the GPU tests, builds every input (the fidelity cases' for real, with their PTX-executor
-side; the benchmark's as zero-stride arrays through Tessera's host-side launch checks) and checks that the
-budgets fit the session and the compile fits its budget on 16 cores; it writes plan.json.
+side prepared into --out as --prepare does, and says which cases of .whl/fidelity/ are usable; the
+benchmark's as zero-stride arrays through Tessera's host-side launch checks) and checks that the budgets fit
+the session and the compile fits its budget on 16 cores; it writes plan.json.
 
 Importing this file imports nothing beyond the standard library: the install stage runs before Tessera is.
 """
@@ -42,6 +52,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -53,6 +64,7 @@ ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
 
 import gpu_plan  # noqa: E402 - bench/ is not a package (gpu_plan imports nothing of Tessera at import)
+from gpu_results import StageWriter, write_json  # noqa: E402
 
 CARRY_LIMIT_BYTES = 64 << 20
 """What the device machine's `carry` takes, and so the most .whl/ may hold."""
@@ -60,6 +72,9 @@ GPU_IMAGE_HAS = ("numpy", "ml-dtypes", "pytest", "torch", "triton", "cuda-bindin
 """What the GPU machine's image installs: left out of the wheels."""
 MANIFEST = "MANIFEST.json"
 KILL_GRACE_S = 3
+TOP_LEVEL = ("tests", "fidelity", "backward_parts")
+"""Stages whose results are also copied to --out as stage-<name>.json after they end (session.json holds
+them too): the device tool returns a few top-level files first."""
 
 
 # region Wheels
@@ -113,9 +128,10 @@ def wheel_report(folder: Path) -> dict:
     missing = [name for name, size in manifest["files"].items()
                if not (folder / name).exists() or (folder / name).stat().st_size != size]
     unfit = [name for name in manifest["files"] if not _wheel_tag_fits(name, sys.version_info[:2])]
+    folder_bytes = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())  # the wheels and fidelity/
     report = {"found": not missing, "folder": str(folder), "python": manifest["python"], "running_python": running,
-              "files": manifest["files"], "total_bytes": manifest["total_bytes"],
-              "fits_carry": manifest["total_bytes"] <= CARRY_LIMIT_BYTES, "requirements": manifest["requirements"]}
+              "files": manifest["files"], "total_bytes": manifest["total_bytes"], "folder_bytes": folder_bytes,
+              "fits_carry": folder_bytes <= CARRY_LIMIT_BYTES, "requirements": manifest["requirements"]}
     if missing:
         report["message"] = f"{len(missing)} wheels of {MANIFEST} are missing or changed ({missing[0]}): {how}"
     elif manifest["python"] != running:
@@ -167,35 +183,11 @@ def install_stage(writer, folder: Path, dry: bool) -> None:
 # region Stages: processes with budgets
 
 
-class StageWriter:
-    """A stage's results as one JSON object, rewritten whole (through a temporary file and a rename) after
-    every change, so that a stage killed at any moment leaves a readable file."""
-
-    def __init__(self, path: Path):
-        self.path, self.data = path, {}
-        path.parent.mkdir(parents=True, exist_ok=True)
-
-    def set(self, key: str, value) -> None:
-        self.data[key] = value
-        self._write()
-
-    def add(self, key: str, record) -> None:
-        self.data.setdefault(key, []).append(record)
-        self._write()
-
-    def _write(self) -> None:
-        write_json(self.path, self.data)
-
-
-def write_json(path: Path, data) -> None:
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(data, indent=1, default=str) + "\n")
-    temporary.replace(path)
-
-
-def run_stage(name: str, command: list[str], budget_s: float, out: Path, env: dict) -> dict:
-    """Run `command` (a stage writing out/stages/<name>.json) in its own process group for at most `budget_s`;
-    past it, the group is sent SIGTERM, then SIGKILL. Returns its status, seconds, budget and results."""
+def run_stage(name: str, command: list[str], budget_s: float, out: Path, env: dict,
+              item_limit_s: float | None = None) -> dict:
+    """Run `command` (a stage writing out/stages/<name>.json) in its own process group for at most `budget_s`,
+    and, with `item_limit_s`, until an item it says is `running` (`StageWriter.running`) has run that long;
+    past either, the group is sent SIGTERM, then SIGKILL. Returns its status, seconds, budget and results."""
     (out / "logs").mkdir(parents=True, exist_ok=True)
     results = out / "stages" / f"{name}.json"
     results.unlink(missing_ok=True)  # an earlier run's, which this stage replaces
@@ -203,21 +195,22 @@ def run_stage(name: str, command: list[str], budget_s: float, out: Path, env: di
     with open(out / "logs" / f"{name}.log", "w") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env,
                                    start_new_session=True)
-        try:
-            code = process.wait(timeout=budget_s)
-            status = "ok" if code == 0 else f"failed (exit {code})"
-        except subprocess.TimeoutExpired:
-            status = f"cut at its budget of {budget_s:.0f} s"
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                try:
-                    os.killpg(process.pid, sig)
-                except ProcessLookupError:
-                    break
-                try:
-                    process.wait(timeout=KILL_GRACE_S)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
+        while True:
+            try:
+                code = process.wait(timeout=POLL_S)
+                status = "ok" if code == 0 else f"failed (exit {code})"
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            if time.monotonic() - start >= budget_s:
+                status = f"cut at its budget of {budget_s:.0f} s"
+            elif item_limit_s is not None and (item := _running(results)) \
+                    and time.time() - item["since"] > item_limit_s:
+                status = f"cut: {json.dumps(item['item'])} ran past the item limit of {item_limit_s:.0f} s"
+            else:
+                continue
+            _kill_group(process)
+            break
     record = {"status": status, "seconds": round(time.monotonic() - start, 2), "budget_s": budget_s,
               "log": f"logs/{name}.log"}
     if results.exists():
@@ -230,19 +223,46 @@ def run_stage(name: str, command: list[str], budget_s: float, out: Path, env: di
     return record
 
 
-def run_session(stages: list[tuple[str, list[str], float]], out: Path, env: dict, limit_s: float, header: dict) -> dict:
-    """Run (name, command, budget) stages in order, each cut at min(its budget, what is left of `limit_s`);
-    session.json is rewritten after each."""
+POLL_S = 0.25
+
+
+def _running(results: Path) -> dict | None:
+    """The item a stage says is running (its results' `running`), None when none or unreadable."""
+    try:
+        return json.loads(results.read_text()).get("running")
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=KILL_GRACE_S)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_session(stages: list[tuple], out: Path, env: dict, limit_s: float, header: dict,
+                top_level: tuple = ()) -> dict:
+    """Run (name, command, budget[, item limit]) stages in order, each cut at min(its budget, what is left of
+    `limit_s`) or when one of its items runs past its item limit; session.json is rewritten after each."""
     session = {**header, "stages": {}}
     start = time.monotonic()
-    for name, command, budget in stages:
+    for name, command, budget, *item_limit in stages:
         left = limit_s - (time.monotonic() - start)
         if left < 1:
             session["stages"][name] = {"status": "not run: the session's time is spent", "budget_s": budget}
         else:
             print(f"[{time.monotonic() - start:6.1f} s] {name} (budget {min(budget, left):.0f} s)", flush=True)
-            session["stages"][name] = run_stage(name, command, min(budget, left), out, env)
+            session["stages"][name] = run_stage(name, command, min(budget, left), out, env, *item_limit)
             print(f"           {name}: {session['stages'][name]['status']}", flush=True)
+            if name in top_level and (out / "stages" / f"{name}.json").exists():
+                shutil.copyfile(out / "stages" / f"{name}.json", out / f"stage-{name}.json")
         session["seconds"] = round(time.monotonic() - start, 2)
         write_json(out / "session.json", session)
     return session
@@ -254,12 +274,16 @@ def run_session(stages: list[tuple[str, list[str], float]], out: Path, env: dict
 
 
 def budget_checks(session: dict | None = None) -> list[dict]:
-    """The plan's budget checks: the stages' budgets sum to at most the session's, each benchmark stage's grid
+    """The plan's budget checks: the stages' budgets sum to at most the session's, which fits the device time
+    with the machine's start, each benchmark stage's grid
     fits its budget at a pessimistic speed (`gpu_plan.stage_estimate_s`), and (after a dry run's compile stage)
     the estimated compile time on the GPU machine fits the compile budget."""
     total = sum(gpu_plan.BUDGETS_S[s] for s in gpu_plan.STAGES)
     checks = [{"check": "stage budgets sum to at most the session limit", "value_s": total,
                "limit_s": gpu_plan.SESSION_LIMIT_S, "ok": total <= gpu_plan.SESSION_LIMIT_S}]
+    device = gpu_plan.SESSION_LIMIT_S + gpu_plan.MACHINE_START_S + 2 * KILL_GRACE_S * len(gpu_plan.STAGES)
+    checks.append({"check": "the session, the machine's start and every stage's kill fit the device time",
+                   "value_s": device, "limit_s": gpu_plan.DEVICE_S, "ok": device <= gpu_plan.DEVICE_S})
     for name in gpu_plan.BENCHMARKS:
         estimate = round(gpu_plan.stage_estimate_s(name), 1)
         checks.append({"check": f"{name}: the grid at a pessimistic speed fits its budget", "value_s": estimate,
@@ -276,7 +300,8 @@ def budget_checks(session: dict | None = None) -> list[dict]:
 def stage_command(name: str, args) -> list[str]:
     command = [sys.executable, str(Path(__file__).resolve()), "--stage", name, "--out", str(args.out),
                "--wheels", str(args.wheels)]
-    return command + (["--dry-run"] if args.dry_run else []) + (["--quick"] if args.quick else [])
+    return command + (["--dry-run"] if args.dry_run else []) + (["--quick"] if args.quick else []) + \
+        (["--resume", str(args.resume)] if args.resume else [])
 
 
 def run_one_stage(args) -> int:
@@ -286,8 +311,24 @@ def run_one_stage(args) -> int:
         return 0
     import gpu_stages
 
-    gpu_stages.run(args.stage, writer, args.out, args.dry_run, args.quick)
+    gpu_stages.run(args.stage, writer, args.out, args.dry_run, args.quick, args.wheels / "fidelity", args.resume)
     return 0
+
+
+def prepare_fidelity(folder: Path) -> int:
+    """`--prepare`: the fidelity table's PTX-executor side, every case, into `folder` (bench/gpu_prepared.py)."""
+    import gpu_fidelity
+    import gpu_prepared
+
+    target = folder / gpu_prepared.FOLDER
+    failed = gpu_prepared.prepare(StageWriter(target / gpu_prepared.MANIFEST), target,
+                                  [c.name for c in gpu_fidelity.cases()])
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())  # what the device tool carries
+    print(f"{target / gpu_prepared.MANIFEST}: {len(gpu_fidelity.cases()) - len(failed)} cases prepared; {folder} "
+          f"holds {size / 2**20:.1f} MiB (carry limit {CARRY_LIMIT_BYTES >> 20} MiB)")
+    if failed:
+        print(f"the executor failed on {', '.join(failed)} (their errors are in the manifest)", file=sys.stderr)
+    return 1 if failed or size > CARRY_LIMIT_BYTES else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -297,6 +338,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="with --dry-run: one kernel per builder and path")
     parser.add_argument("--wheels", type=Path, default=ROOT / ".whl", help="the wheels folder (default .whl/)")
     parser.add_argument("--cache", type=Path, help="the kernel cache (TESSERA_CACHE_DIR; default Tessera's)")
+    parser.add_argument("--prepare", action="store_true",
+                        help="run the fidelity table's PTX-executor side here into WHEELS/fidelity/ (no GPU needed)")
+    parser.add_argument("--resume", type=Path, help="an earlier session's --out: its measured benchmark rows are "
+                        "kept and not measured again (gpu_plan.SECOND_RUN)")
     parser.add_argument("--stages", nargs="+", choices=gpu_plan.STAGES, help="run only these stages")
     parser.add_argument("--stage", choices=gpu_plan.STAGES, help=argparse.SUPPRESS)
     parser.add_argument("--wheel-requirements", action="store_true", help=argparse.SUPPRESS)
@@ -309,11 +354,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.write_wheel_manifest:
         return write_wheel_manifest(args.write_wheel_manifest, args.python, args.requirements)
+    if args.prepare:
+        return prepare_fidelity(args.wheels.resolve())
     if args.out is None:
         parser.error("--out FOLDER is required")
     if args.quick and not args.dry_run:
         parser.error("--quick goes with --dry-run (the GPU session always runs the whole plan)")
     args.out, args.wheels = args.out.resolve(), args.wheels.resolve()  # the stages run from the repository root
+    args.resume = args.resume.resolve() if args.resume else None
     if args.stage:
         return run_one_stage(args)
 
@@ -325,16 +373,20 @@ def main(argv: list[str] | None = None) -> int:
     header = {"dry_run": args.dry_run, "quick": args.quick, "python": sys.version.split()[0],
               "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "limit_s": gpu_plan.SESSION_LIMIT_S,
               "budgets_s": gpu_plan.BUDGETS_S}
-    stages = [(name, stage_command(name, args), gpu_plan.BUDGETS_S[name]) for name in names]
+    stages = [(name, stage_command(name, args), gpu_plan.BUDGETS_S[name], gpu_plan.ITEM_LIMITS_S.get(name))
+              for name in names]
     # A dry run on a small machine is not held to the GPU machine's budgets; its own limit is generous.
     limit = gpu_plan.SESSION_LIMIT_S * (4 if args.dry_run else 1)
     if args.dry_run:
-        stages = [(n, c, b * 4) for n, c, b in stages]
-    session = run_session(stages, args.out, env, limit, header)
+        stages = [(n, c, b * 4, None) for n, c, b, _ in stages]
+    session = run_session(stages, args.out, env, limit, header, TOP_LEVEL)
     ok = all(s["status"] == "ok" for s in session["stages"].values())
     wheels = ((session["stages"].get("install") or {}).get("results") or {}).get("wheels") or {}
     if wheels.get("message"):  # no wheels, or wheels for another Python: said where it is seen
         print(f"wheels: {wheels['message']}")
+    prepared = ((session["stages"].get("fidelity") or {}).get("results") or {}).get("prepared") or {}
+    if prepared.get("message"):  # the dry run's view of .whl/fidelity/: missing or stale cases
+        print(f"fidelity: {prepared['message']}")
     if args.dry_run:
         checks = budget_checks(session)
         plan = {**header, "command": "python bench/gpu_session.py --out $OUT (with .whl/ carried)",

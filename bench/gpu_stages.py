@@ -10,27 +10,28 @@ through Tessera's host-side launch checks (sizes, tensor maps, grid); `report` d
 
 from __future__ import annotations
 
-import importlib.util
 import multiprocessing
 import os
-import subprocess
-import sys
 import time
-import xml.etree.ElementTree as ElementTree
 from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
 
 import gpu_fidelity
 import gpu_plan
+import gpu_results
+import gpu_tests
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK_EXECUTOR = ("gemm-odd-mn", "paged-decode-d64")
-QUICK_FP8 = dict(head_dim=128, causal=False)
-"""`--dry-run --quick` compiles the FP8 forward's kernel of this row (and host-checks its rows)."""
 """`--dry-run --quick` runs the PTX-executor side of these cases only: one through a compiled kernel, one
 through an entry point."""
+QUICK_FP8 = dict(head_dim=128, causal=False)
+"""`--dry-run --quick` compiles the FP8 forward's kernel of this row (and host-checks its rows)."""
+QUICK_BACKWARD = dict(head_dim=64, causal=True)
+"""`--dry-run --quick` compiles the forward with LSE of these backward rows (the quick fidelity case compiles
+their three backward kernels), so that their launches, the postprocess's seq_q included, are host-checked."""
 FLEX_SHARE_S = 35
 """The forward stage's seconds FlexAttention's builds (torch.compile per shape) may take."""
 
@@ -75,6 +76,7 @@ def kernel_plan(quick: bool) -> list:
             configs += gpu_fidelity.case_configs(case)
     if quick:
         configs.append(gpu_plan.fp8_config(**QUICK_FP8))
+        configs.append(gpu_plan.forward_config(**QUICK_BACKWARD, return_lse=True))
     return gpu_plan.unique(configs)
 
 
@@ -123,62 +125,18 @@ def compile_stage(writer, quick: bool) -> None:
 
 # endregion
 
-# region tests
-
-
-SELECTIONS = (("runtime", ["tests/test_runtime.py"]),
-              ("gpu-marked", ["-m", "gpu", "tests", "--ignore=tests/test_runtime.py", "--continue-on-collection-errors"]))
-"""tests/test_runtime.py whole, and every other test marked `gpu` (tests/conftest.py: those skip without a GPU;
-a test module that cannot be imported there, for want of a test-only package, does not stop the others)."""
-
-
-def junit_summary(path: Path) -> dict:
-    """Counts and the failing tests (name and the first line of the message) of a pytest JUnit XML file."""
-    root = ElementTree.parse(path).getroot()
-    suite = root if root.tag == "testsuite" else root.find("testsuite")
-    counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
-    failing = []
-    for case in suite.iter("testcase"):
-        problem = case.find("failure") if case.find("failure") is not None else case.find("error")
-        if problem is not None:
-            message = (problem.get("message") or "").strip().splitlines()
-            failing.append(f"{case.get('classname')}::{case.get('name')}: {message[0] if message else ''}"[:300])
-    return {**counts, "failing": failing}
-
-
-def tests_stage(writer, out: Path, dry: bool, quick: bool) -> None:
-    """Each selection run by pytest (on 8 workers where pytest-xdist is installed), its JUnit summary recorded;
-    in the dry run, collected only (the quick one collects tests/test_runtime.py alone)."""
-    parallel = ["-n", "8"] if importlib.util.find_spec("xdist") and not dry else ["-p", "no:xdist"]
-    for name, selection in SELECTIONS:
-        if dry and quick and name != "runtime":  # collecting the whole suite: the full dry run does
-            continue
-        command = [sys.executable, "-m", "pytest", "-v" if not dry else "-q", "-p", "no:cacheprovider", *parallel,
-                   *selection]  # -v: the log names each test as it ends, so a stage cut keeps which ran
-        if dry:
-            result = subprocess.run([*command, "--collect-only"], cwd=ROOT, capture_output=True, text=True)
-            lines = [line for line in result.stdout.splitlines() if "::" in line]
-            writer.set(name, {"collected": len(lines), "exit": result.returncode, "command": " ".join(command[1:])})
-            if result.returncode not in (0, 5):  # 5: nothing collected
-                raise SystemExit(f"pytest could not collect {name}: {result.stdout[-2000:]}{result.stderr[-2000:]}")
-            continue
-        junit = out / f"tests-{name}.xml"
-        # What runs, in case the stage is cut before pytest writes its report (the log has its progress).
-        writer.set(name, {"running": " ".join(command[1:])})
-        start = time.perf_counter()
-        result = subprocess.run([*command, f"--junitxml={junit}"], cwd=ROOT)
-        summary = junit_summary(junit) if junit.exists() else {}
-        writer.set(name, {**summary, "exit": result.returncode, "seconds": time.perf_counter() - start})
-
-
-# endregion
-
 # region fidelity
 
 
-def fidelity_stage(writer, dry: bool, quick: bool) -> None:
-    """Every case's inputs recorded; the executor sides in a process pool while the GPU runs each case; a row
-    per case as its executor side finishes. The dry run: the executor against the float64 reference."""
+def fidelity_stage(writer, out: Path, prepared: Path, dry: bool, quick: bool) -> None:
+    """Every case's inputs recorded; then, on the GPU, each case's GPU side compared with its executor side
+    prepared ahead (bench/gpu_prepared.py, `prepared`: .whl/fidelity/), a row per case as it ends (`running`
+    names the case in progress). A case whose prepared side is missing or stale says so by name and keeps
+    the GPU against float64. The dry run prepares the executor side of its cases into out/fidelity/ as
+    `--prepare` does (the quick one: `QUICK_EXECUTOR`), each row the executor against float64 (SystemExit
+    naming the cases the executor failed on), and reports which prepared cases are usable (`prepared`)."""
+    import gpu_prepared
+
     cases = [c for c in gpu_fidelity.cases() if not quick or c.name in gpu_fidelity.QUICK]
     for case in cases:
         arrays = gpu_fidelity.inputs(case)
@@ -186,61 +144,44 @@ def fidelity_stage(writer, dry: bool, quick: bool) -> None:
                               "shapes": {k: list(v.shape) for k, v in arrays.items()},
                               "bytes": int(sum(v.nbytes for v in arrays.values())),
                               "kernels": [str(c) for c in gpu_fidelity.case_configs(case, arrays)]})
-    run_here = [c for c in cases if not dry or not quick or c.name in QUICK_EXECUTOR]
-    with _pool(len(run_here)) as pool:  # forked before the GPU is looked for
-        reason = None if dry else gpu_reason()
+    if dry:
+        run_here = [c for c in cases if not quick or c.name in QUICK_EXECUTOR]
+        writer.set("prepared", gpu_prepared.status(prepared, run_here if quick else cases))
+        prepared = out / gpu_prepared.FOLDER
+        failed = gpu_prepared.prepare(gpu_results.StageWriter(prepared / gpu_prepared.MANIFEST), prepared,
+                                      [c.name for c in run_here])
+        cases = run_here
+    else:
+        reason = gpu_reason()
         if reason is not None:
             writer.set("skipped", f"no GPU: {reason}")
             return
-        pending = {c.name: pool.apply_async(gpu_fidelity.executor_side, (c.name,)) for c in run_here}
-        # The GPU side of every case first (seconds), then each case as its executor side finishes.
-        gpu = {}
-        for c in run_here:  # each GPU side recorded as it ends (and the case named before it starts): a stage cut
-            if not dry:     # before an executor side finishes keeps the GPU against float64, a hang names its case
-                writer.set("gpu_running", c.name)
-            gpu[c.name] = {"case": c.name, "kind": c.kind, **_gpu_side(c, gpu_fidelity.inputs(c), dry)}
-            if not dry:
-                writer.add("gpu_cases", _gpu_row(c, gpu[c.name]))
-        while pending:
-            done = [name for name, result in pending.items() if result.ready()]
-            if not done:
-                time.sleep(0.05)
-            for name in done:
-                writer.add("cases", _fidelity_row(gpu_fidelity.case_named(name), gpu[name], pending.pop(name).get()))
+    manifest = gpu_prepared.load(prepared)
+    for case in cases:
+        writer.running(case.name)  # a hang names its case
+        arrays = gpu_fidelity.inputs(case)
+        row = {"case": case.name, "kind": case.kind, **({} if dry else _gpu_side(case, arrays))}
+        gpu = row.pop("_outputs", None)
+        executor, why = gpu_prepared.executor_outputs(manifest, prepared, case, arrays)
+        if executor is None:
+            row["executor"] = why
+        measured = gpu if gpu is not None else executor
+        if measured is not None:
+            table = gpu_fidelity.compare(measured, executor or measured, gpu_fidelity.reference(case, arrays))
+            if gpu is None or executor is None:  # one side only: its error against float64, no difference
+                for output in table.values():
+                    for key in ("max_ulp", "differing", "max_abs_diff", "gpu_error" if gpu is None else "ptx_error"):
+                        output.pop(key)
+            row["outputs"] = table
+        writer.add("cases", row)
+    writer.running(None)
+    if dry and failed:
+        raise SystemExit(f"the PTX executor failed on {', '.join(failed)} (each row's `executor` says how)")
 
 
-def _gpu_row(case, record: dict) -> dict:
-    """A case's GPU side alone: its time and kernels, and each output's largest error against the float64
-    reference (or why it failed)."""
-    row = {k: v for k, v in record.items() if k != "_outputs"}
-    outputs = record.get("_outputs")
-    if outputs is not None:
-        ref = gpu_fidelity.reference(case, gpu_fidelity.inputs(case))
-        row["gpu_error"] = {name: gpu_fidelity.compare({name: g}, {name: g}, ref)[name].get("gpu_error")
-                            for name, g in outputs.items()}
-    return row
-
-
-def _fidelity_row(case, record: dict, ptx: dict) -> dict:
-    record = dict(record)
-    gpu = record.pop("_outputs", None)
-    if "error" in ptx:
-        return {**record, "executor_failed": ptx["error"]}
-    record["ptx_seconds"] = ptx["seconds"]
-    if gpu is None and "gpu_failed" in record:
-        return record
-    ref = gpu_fidelity.reference(case, gpu_fidelity.inputs(case))
-    record["outputs"] = gpu_fidelity.compare(gpu if gpu is not None else ptx["outputs"], ptx["outputs"], ref)
-    if gpu is None:  # the dry run: the executor against the reference only
-        for row in record["outputs"].values():
-            for key in ("max_ulp", "differing", "max_abs_diff", "gpu_error"):
-                row.pop(key, None)
-    return record
-
-
-def _gpu_side(case, arrays: dict, dry: bool) -> dict:
-    if dry:
-        return {}
+def _gpu_side(case, arrays: dict) -> dict:
+    """The case on the GPU: its outputs (`_outputs`), seconds, and the kernels it compiled (`planned`: all
+    of them in the session's compile list), or why it failed."""
     from tessera.runtime import compiler
 
     before = set(compiler._COMPILED)
@@ -265,13 +206,13 @@ def zeros(shape, dtype) -> np.ndarray:
     return np.broadcast_to(np.zeros((), dtype), tuple(shape))
 
 
-def host_check(kernel, inputs: list) -> list:
-    """Tessera's host-side checks of a launch of `kernel` on `inputs` (`check_inputs`: sizes, tensor maps,
-    grid); its outputs as zero-stride arrays."""
+def host_check(kernel, inputs: list, **launch: int) -> list:
+    """Tessera's host-side checks of a launch of `kernel` on `inputs` with launch sizes `launch`
+    (`check_inputs`: sizes, tensor maps, grid); its outputs as zero-stride arrays."""
     from tessera.runtime.arguments import kernel_tensors
     from tessera.runtime.launch import check_inputs
 
-    sizes, _ = check_inputs(kernel.host, inputs)
+    sizes, _ = check_inputs(kernel.host, inputs, launch)
     return [zeros(t.dims.evaluate(sizes), t.dtype) for t in kernel_tensors(kernel.host) if t.role == "out"]
 
 
@@ -316,32 +257,65 @@ def plan_row(row: dict, compiled: set | None) -> dict:
             o, lse = host_check(forward, [q, k, v])
             dpsum, lse2, _ = host_check(pre, [o, do, lse.reshape(lse.shape[:-1])])
             dq_accum, _, _ = host_check(main, [q, k, v, do, lse2, dpsum])
-            host_check(post, [dq_accum])
+            host_check(post, [dq_accum], seq_q=row["seq"])  # dq_accum's rows are padded
         record["host_check"] = "ok" if kernels else "no Tessera kernel (the backward refuses this head_dim)"
     except Exception as error:  # noqa: BLE001 - reported in the plan, and fails the dry run
         record["host_check"] = f"{type(error).__name__}: {error}"
     return record
 
 
-def benchmark_stage(name: str, writer, dry: bool, quick: bool) -> None:
-    """The rows of stage `name` measured on the GPU; in the dry run, planned and host-checked (`plan_row`),
-    SystemExit naming the first row Tessera's checks refuse."""
+def benchmark_stage(name: str, writer, dry: bool, quick: bool, resume: Path | None = None) -> None:
+    """The rows of stage `name` measured on the GPU (with `resume`, those an earlier session did not:
+    `rows_left`); in the dry run, planned and host-checked (`plan_rows`)."""
     rows = gpu_plan.benchmark_rows(name)
     if dry:
-        compiled = set(kernel_plan(True)) if quick else None
-        for row in rows:
-            writer.add("records", plan_row(row, compiled))
-        bad = [r for r in writer.data["records"] if r["host_check"] not in ("ok", "not in --quick")
-               and not r["host_check"].startswith("no Tessera kernel")]
-        if bad:
-            raise SystemExit(f"{len(bad)} {name} rows fail Tessera's host checks; first: {bad[0]['config']}: "
-                             f"{bad[0]['host_check']}")
+        plan_rows(name, rows, writer, quick)
         return
     reason = gpu_reason()
     if reason is not None:
         writer.set("skipped", f"no GPU: {reason}")
         return
-    _measure_rows(name, rows, writer)
+    _measure_rows(name, rows_left(name, rows, writer, resume), writer)
+
+
+def plan_rows(name: str, rows: list[dict], writer, quick: bool) -> None:
+    """Each row planned and host-checked (`plan_row`; with `quick`, only those whose kernels the quick plan
+    compiles); SystemExit naming the first row Tessera's checks refuse."""
+    compiled = set(kernel_plan(True)) if quick else None
+    for row in rows:
+        writer.add("records", plan_row(row, compiled))
+    bad = [r for r in writer.data["records"] if r["host_check"] not in ("ok", "not in --quick")
+           and not r["host_check"].startswith("no Tessera kernel")]
+    if bad:
+        raise SystemExit(f"{len(bad)} {name} rows fail Tessera's host checks; first: {bad[0]['config']}: "
+                         f"{bad[0]['host_check']}")
+
+
+def backward_parts_stage(writer, dry: bool, quick: bool, resume: Path | None = None) -> None:
+    """bench/backward_parts.py's rows, each taken apart on the GPU and written as it ends (`running` names the
+    row in progress); in the dry run, planned and host-checked."""
+    import backward_parts
+
+    rows = backward_parts.rows()
+    if dry:
+        plan_rows("backward_parts", rows, writer, quick)
+        return
+    reason = gpu_reason()
+    if reason is not None:
+        writer.set("skipped", f"no GPU: {reason}")
+        return
+    import torch
+
+    for row in rows_left("backward_parts", rows, writer, resume):
+        writer.running(row)
+        generator = torch.Generator(device="cuda").manual_seed(row["seq"] + row["causal"])
+        shape = (row["batch"], row["heads"], row["seq"], row["head_dim"])
+        q, k, v, do = (torch.randn(*shape, device="cuda", dtype=torch.bfloat16, generator=generator) for _ in range(4))
+        try:
+            writer.add("records", {"config": row, **backward_parts.measure(torch, q, k, v, do, row["causal"])})
+        except Exception as error:  # noqa: BLE001 - the row says what failed, the next runs
+            writer.add("records", {"config": row, "error": f"{type(error).__name__}: {error}"[:500]})
+    writer.running(None)
 
 
 def _measure_rows(name: str, rows: list[dict], writer) -> None:
@@ -371,6 +345,7 @@ def _measure_rows(name: str, rows: list[dict], writer) -> None:
         systems = [capped(s, FLEX_SHARE_S) if s.name == "FlexAttention" else s for s in systems]
     writer.set("systems", [s.name for s in systems])
     for row in rows:
+        writer.running(row)  # a row past the stage's item limit is cut by gpu_session.run_stage
         seed = sum(int(v) for v in row.values() if isinstance(v, int | bool))
         generator = torch.Generator(device="cuda").manual_seed(seed)
         try:
@@ -383,6 +358,28 @@ def _measure_rows(name: str, rows: list[dict], writer) -> None:
             writer.add("records", asdict(record))
         inputs = check = None
         torch.cuda.empty_cache()
+    writer.running(None)
+
+
+def rows_left(name: str, rows: list[dict], writer, resume: Path | None) -> list[dict]:
+    """`rows` less those an earlier session (its --out folder `resume`) measured in stage `name`, whose records
+    are kept (`records`), and less the one it was cut in (`cut_before`: a row that hangs the GPU once does not
+    get the chance twice)."""
+    path = resume / "stages" / f"{name}.json" if resume is not None else None
+    if path is None or not path.exists():
+        return rows
+    import json
+
+    earlier = json.loads(path.read_text())
+    key = lambda row: json.dumps(row, sort_keys=True)  # noqa: E731
+    done = {key(r["config"]) for r in earlier.get("records", [])}
+    cut = (earlier.get("running") or {}).get("item")
+    writer.set("resumed_from", str(resume))
+    writer.set("records", earlier.get("records", []))
+    if cut is not None:
+        writer.set("cut_before", [cut])
+        done.add(key(cut))
+    return [row for row in rows if key(row) not in done]
 
 
 def _row_inputs(torch, name: str, row: dict, generator):
@@ -451,16 +448,19 @@ def report_stage(writer, out: Path) -> None:
     writer.set("records", len(everything))
 
 
-def run(name: str, writer, out: Path, dry: bool, quick: bool) -> None:
-    """Run stage `name`."""
+def run(name: str, writer, out: Path, dry: bool, quick: bool, prepared: Path, resume: Path | None = None) -> None:
+    """Run stage `name` (`prepared`: the fidelity executor side's folder, bench/gpu_prepared.py; `resume`: an
+    earlier session's --out, whose measured benchmark rows are kept and not measured again)."""
     if name == "compile":
         compile_stage(writer, quick)
     elif name == "tests":
-        tests_stage(writer, out, dry, quick)
+        gpu_tests.tests_stage(writer, out, dry, quick)
     elif name == "fidelity":
-        fidelity_stage(writer, dry, quick)
+        fidelity_stage(writer, out, prepared, dry, quick)
     elif name in gpu_plan.BENCHMARKS:
-        benchmark_stage(name, writer, dry, quick)
+        benchmark_stage(name, writer, dry, quick, resume)
+    elif name == "backward_parts":
+        backward_parts_stage(writer, dry, quick, resume)
     elif name == "report":
         report_stage(writer, out)
     else:

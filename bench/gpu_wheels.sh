@@ -16,6 +16,8 @@
 # Binary wheels only, for CPython --python on manylinux x86_64; the total must stay under 64 MiB (what the
 # device machine's `carry` takes), else this exits 1. .whl/MANIFEST.json records the Python version, the
 # requirements and every file with its size; the session checks the running Python against it.
+# .whl/fidelity/ (the fidelity table's PTX-executor side, `python bench/gpu_session.py --prepare`) is kept:
+# run that after this script, and again after any change to the kernels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,7 +41,7 @@ python=python3
 # The requirements, from pyproject.toml (bench/gpu_session.py keeps the one list of what the image has).
 mapfile -t requirements < <("$python" bench/gpu_session.py --wheel-requirements)
 
-rm -rf "$dest"
+rm -f "$dest"/*.whl "$dest/MANIFEST.json"  # not fidelity/: `gpu_session.py --prepare` made it
 mkdir -p "$dest"
 "$python" -m pip download --only-binary=:all: --python-version "$python_version" --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \

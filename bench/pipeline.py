@@ -43,7 +43,8 @@ from tessera.kernels.attention_fp8 import FP8_BLOCK_N
 from tessera.passes import apply_pipeline
 from tessera.ptx.module import print_ptx
 from tessera.ptx.target import allocated_registers
-from tessera.toolchain import compile_ptx, disassemble, find_all_ptxas, find_nvdisasm, find_ptxas, sass_loops
+from tessera.toolchain import compile_ptx, find_all_ptxas, find_nvdisasm, find_ptxas
+from tessera.sass import disassemble, sass_loops
 from xdsl.dialects import scf
 
 MMA_OPCODES = ("HGMMA", "QGMMA")

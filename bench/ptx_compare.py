@@ -26,7 +26,8 @@ import sys
 from pathlib import Path
 
 from ptx_identity import instruction_lines
-from tessera.toolchain import compile_ptx, disassemble, find_all_ptxas, innermost_loop, parse_sass
+from tessera.toolchain import compile_ptx, find_all_ptxas
+from tessera.sass import disassemble, innermost_loop, parse_sass
 
 
 def _children_cpu() -> float:

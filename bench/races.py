@@ -10,8 +10,9 @@
 
 --clean: the other direction: every correct kernel of tests/clean_runs.py (Triton's PTX samples, and the CUTLASS
 and FA3 configurations tests/ptx_library/build.py built here) with races on, under the default schedule, the
-adversarial one with each seed and the delayed one with each seed's CTA delayed: one line per run, "clean" or the report (exit status 1 on any report or wrong
-answer; tests/test_ptx_clean_adversarial.py runs a slice, and all with -m slow).
+adversarial one with each seed, the delayed one with each seed's CTA delayed, and delayed-warp and delayed-warpgroup
+with each seed's warp or warpgroup of every CTA delayed: one line per run, "clean" or the report (exit status 1 on any
+report or wrong answer; tests/test_ptx_clean_adversarial.py runs a slice, and all with -m slow).
 
 --backward: the seeds of tests/backward_seeds.py in the PTX of the attention backward (head_dim 128: warp-specialized
 with red and with the producer's bulk-reduction dQ (the default), single-stage at 64x64; the default keys-on-rows kernel
@@ -195,14 +196,15 @@ def fa3_backward() -> int:
 
 
 def clean(seeds: list[int]) -> int:
-    """Run every kernel of tests/clean_runs.py with races on, min-pc, then adversarial and delayed (the seed's
-    CTA run only when no other can) with each seed; the number of runs that reported or went wrong."""
+    """Run every kernel of tests/clean_runs.py with races on, min-pc, then adversarial, delayed (the seed's CTA run
+    only when no other can), delayed-warp and delayed-warpgroup (the seed's warp or warpgroup of every CTA run only
+    when no other of its CTA can) with each seed; the number of runs that reported or went wrong."""
     sys.path.insert(0, str(KERNELS.parent))
     from clean_runs import external_runs, library_runs
 
     failed = 0
-    schedules = [{"schedule": "min-pc"}] + [{"schedule": kind, "seed": seed} for kind in ("adversarial", "delayed")
-                                            for seed in seeds]
+    kinds = ("adversarial", "delayed", "delayed-warp", "delayed-warpgroup")
+    schedules = [{"schedule": "min-pc"}] + [{"schedule": kind, "seed": seed} for kind in kinds for seed in seeds]
     for name, run in [*external_runs(), *library_runs()]:
         for options in schedules:
             start = time.process_time()

@@ -1,4 +1,4 @@
-"""NVIDIA's tools, driven from Python: find ptxas and nvdisasm, assemble PTX into a cubin, read SASS.
+"""NVIDIA's tools, driven from Python: find ptxas and nvdisasm, assemble PTX into a cubin.
 
 - `find_ptxas()` / `find_nvdisasm()`: the tool on PATH, else in `$CUDA_HOME/bin` (or `$CUDA_PATH/bin`), else
   in NVIDIA's PyPI wheels (`nvidia-cuda-nvcc`, `nvidia-cuda-nvdisasm`: `nvidia/cu13/bin/` in site-packages,
@@ -9,10 +9,9 @@
 - `compile_ptx(ptx)`: `ptxas -arch=sm_90a -v` as data: per function the registers, barriers, static shared
   memory, stack frame and spill bytes; every warning and error with its PTX line. A rejected module raises
   `PtxasError` carrying the parsed errors.
-- `sass_opcode_counts(cubin)`: SASS opcodes counted by full mnemonic (`HGMMA.64x64x16.F32.BF16`) and base
-  opcode (`HGMMA`), through `nvdisasm -c`. `innermost_loop(disassembly)` finds a loop's body and counts it.
+- `run_tool(command, timeout)`: an NVIDIA tool run with its output captured, or a `ToolchainError`.
 
-cuobjdump is not used: `cuobjdump -sass` runs nvdisasm itself, so it adds nothing where nvdisasm is missing.
+Reading SASS back (`nvdisasm -c`, opcode counts, loops) is `tessera.sass`.
 """
 
 from __future__ import annotations
@@ -24,8 +23,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -131,7 +129,7 @@ class ToolVersion:
 @functools.lru_cache(maxsize=None)
 def tool_version(path: str) -> ToolVersion:
     """The version of the NVIDIA tool at `path` (cached per path)."""
-    completed = _run([path, "--version"], timeout=60.0)
+    completed = run_tool([path, "--version"], timeout=60.0)
     text = (completed.stdout + completed.stderr).strip()
     release = re.search(r"release (\d+(?:\.\d+)*)", text)
     version = re.search(r"\bV(\d+(?:\.\d+)*)", text)
@@ -386,7 +384,7 @@ def compile_ptx(
         Path(work, ptx_name).write_text(ptx)
         cubin_path = Path(output).resolve() if output is not None else Path(work, "kernel.cubin")
         command = (tool, f"-arch={arch}", "-v", *options, "-o", str(cubin_path), ptx_name)
-        completed = _run(list(command), timeout=timeout, cwd=work)
+        completed = run_tool(list(command), timeout=timeout, cwd=work)
         text = completed.stdout + completed.stderr
         log = parse_ptxas_log(text, source_name=source_name, reported_name=ptx_name)
         if completed.returncode != 0:
@@ -408,306 +406,15 @@ def compile_ptx(
     )
 
 
-def _run(command: list[str], timeout: float, cwd: str | None = None) -> subprocess.CompletedProcess:
+def run_tool(command: list[str], timeout: float, cwd: str | None = None) -> subprocess.CompletedProcess:
+    """`command` run to completion with its output captured; a `ToolchainError` when it cannot start or runs past
+    `timeout` seconds (its exit status is the caller's to judge)."""
     try:
         return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=cwd, check=False)
     except subprocess.TimeoutExpired:
         raise ToolchainError(f"{Path(command[0]).name} did not finish within {timeout:g} s") from None
     except OSError as e:
         raise ToolchainError(f"cannot run {command[0]}: {e.strerror or e}") from None
-
-
-# endregion
-
-# region SASS
-
-
-@dataclass(frozen=True)
-class SassInstruction:
-    """One SASS instruction: `mnemonic` is the opcode with its modifiers (`HGMMA.64x64x16.F32.BF16`),
-    `opcode` the part before the first dot (`HGMMA`); `target` is a branch's target offset."""
-
-    function: str
-    offset: int
-    mnemonic: str
-    operands: str
-    predicate: str | None = None
-    target: int | None = None
-
-    @property
-    def opcode(self) -> str:
-        return self.mnemonic.split(".", 1)[0]
-
-    def __str__(self) -> str:
-        predicate = f"@{self.predicate} " if self.predicate else ""
-        return f"/*{self.offset:04x}*/ {predicate}{self.mnemonic} {self.operands}".rstrip()
-
-
-def disassemble(cubin: bytes | str | os.PathLike, *, nvdisasm: str | None = None, timeout: float = 120.0) -> str:
-    """The SASS of `cubin` (its bytes or its path) as `nvdisasm -c` prints it. Raises `ToolchainError` when
-    no nvdisasm is found (install `nvidia-cuda-nvdisasm`, or the `ptx` extra) or it fails."""
-    tool = nvdisasm or find_nvdisasm()
-    if tool is None:
-        raise ToolchainError(
-            "nvdisasm not found: searched PATH, $CUDA_HOME/bin, $CUDA_PATH/bin and the nvidia-cuda-nvdisasm "
-            "wheel (nvidia/cu13/bin); install it with `pip install nvidia-cuda-nvdisasm`, or from a Tessera "
-            "checkout `pip install '.[ptx]'`"
-        )
-    with tempfile.TemporaryDirectory(prefix="tessera-nvdisasm-") as work:
-        if isinstance(cubin, bytes):
-            path = Path(work, "kernel.cubin")
-            path.write_bytes(cubin)
-        else:
-            path = Path(cubin)
-        completed = _run([tool, "-c", str(path)], timeout=timeout)
-    if completed.returncode != 0:
-        raise ToolchainError(f"nvdisasm failed on {path.name}: {(completed.stderr or completed.stdout).strip()}")
-    return completed.stdout
-
-
-_SECTION = re.compile(r"^\s*\.section\s+\.text\.([^,\s]+)")
-_LABEL = re.compile(r"^\s*([.\w$]+):\s*$")
-_INSTRUCTION = re.compile(
-    r"^\s*/\*([0-9a-fA-F]+)\*/\s+(?:@(?P<pred>!?\w+)\s+)?(?P<mnemonic>[A-Z][\w.]*)\s*(?P<rest>.*)$"
-)
-_LABEL_TARGET = re.compile(r"`\(([^)]+)\)")
-_ADDRESS_TARGET = re.compile(r"^(0x[0-9a-fA-F]+)\b")
-_BRANCHES = ("BRA", "JMP")
-
-
-def parse_sass(disassembly: str) -> list[SassInstruction]:
-    """The instructions of nvdisasm's output, in address order per function, with branch targets resolved.
-
-    Each function ends with `BRA` to itself followed by `NOP`s (ptxas' end-of-code padding); those are
-    dropped, so counts and loops see only the kernel's own code."""
-    rows: list[tuple[str, int, str | None, str, str, str | None]] = []
-    labels: dict[tuple[str, str], int] = {}
-    pending: list[str] = []
-    function = ""
-    for line in disassembly.splitlines():
-        if section := _SECTION.match(line):
-            function, pending = section[1], []
-            continue
-        if label := _LABEL.match(line):
-            pending.append(label[1])
-            continue
-        if not (found := _INSTRUCTION.match(line)):
-            continue
-        offset = int(found[1], 16)
-        for name in pending:
-            labels[(function, name)] = offset
-        pending = []
-        rest = found["rest"].split(";", 1)[0].strip()
-        target = _LABEL_TARGET.search(rest)
-        rows.append((function, offset, found["pred"], found["mnemonic"], rest, target[1] if target else None))
-    for name in pending:  # labels after the last instruction (a function's end)
-        labels[(function, name)] = -1
-
-    instructions = []
-    for function, offset, predicate, mnemonic, operands, target_label in rows:
-        target = None
-        if mnemonic.split(".", 1)[0] in _BRANCHES:
-            if target_label is not None:
-                target = labels.get((function, target_label))
-            elif address := _ADDRESS_TARGET.match(operands):
-                target = int(address[1], 16)
-        instructions.append(SassInstruction(function, offset, mnemonic, operands, predicate, target))
-    return _drop_padding(instructions)
-
-
-def _drop_padding(instructions: list[SassInstruction]) -> list[SassInstruction]:
-    kept: list[SassInstruction] = []
-    padding_in: str | None = None
-    for ins in instructions:
-        if padding_in == ins.function and ins.opcode == "NOP":
-            continue
-        padding_in = None
-        if ins.opcode == "BRA" and ins.predicate is None and ins.target == ins.offset:
-            padding_in = ins.function
-            continue
-        kept.append(ins)
-    return kept
-
-
-def opcode_counts(instructions: Iterable[SassInstruction]) -> Counter[str]:
-    """Instructions counted by full mnemonic and by base opcode: four `HGMMA.64x64x16.F32.BF16` give
-    counts["HGMMA.64x64x16.F32.BF16"] == counts["HGMMA"] == 4. An opcode without modifiers (`EXIT`) is
-    counted once. Missing opcodes read as 0, so the counts do not sum to the instruction count."""
-    counts: Counter[str] = Counter()
-    for ins in instructions:
-        counts[ins.mnemonic] += 1
-        if ins.opcode != ins.mnemonic:
-            counts[ins.opcode] += 1
-    return counts
-
-
-def sass_opcode_counts(cubin: bytes | str | os.PathLike, *, nvdisasm: str | None = None) -> Counter[str]:
-    """SASS opcode counts of every function in `cubin` (bytes or path); see `opcode_counts`."""
-    return opcode_counts(parse_sass(disassemble(cubin, nvdisasm=nvdisasm)))
-
-
-@dataclass(frozen=True)
-class SassLoop:
-    """A natural loop of a function's SASS control-flow graph: `head` is the offset of its header (the target
-    of its back edges), `instructions` its body in address order, blocks that ptxas placed out of line
-    included. Static counts: each instruction once, however often it runs."""
-
-    function: str
-    head: int
-    instructions: tuple[SassInstruction, ...]
-
-    @property
-    def opcode_counts(self) -> Counter[str]:
-        return opcode_counts(self.instructions)
-
-    @property
-    def offsets(self) -> frozenset[int]:
-        return frozenset(ins.offset for ins in self.instructions)
-
-    @property
-    def is_polling(self) -> bool:
-        """Whether the loop only waits: every instruction is a barrier poll, a sleep or a branch (the
-        `mbarrier.try_wait` retry loop is `SYNCS.PHASECHK.TRANS64.TRYWAIT` and a branch back)."""
-        return all(ins.opcode in POLLING_OPCODES for ins in self.instructions)
-
-    def contains(self, other: SassLoop) -> bool:
-        return self is not other and self.function == other.function and other.offsets < self.offsets
-
-    def skippable(self, keep: tuple[str, ...] = ("HGMMA", "QGMMA", "UTMALDG", "SYNCS")) -> tuple[SassInstruction, ...]:
-        """The instructions a trip may branch over: those between a predicated forward branch and its target,
-        both in the loop's in-line body (header to back edge), where the range holds no `keep` opcode (by
-        default: register work without an MMA, a TMA copy or an mbarrier operation, as the masks
-        peel-masked-iterations{branch=true} puts under a warp-uniform `scf.if`; not one thread's TMA issue).
-        A trip that takes every such branch runs the rest (`len(self) - len(self.skippable())` instructions)."""
-        code = self.instructions
-        latch = max((i.offset for i in code if i.opcode in _BRANCHES and i.target == self.head), default=None)
-        if latch is None:
-            return ()
-        skipped: dict[int, SassInstruction] = {}
-        for branch in code:
-            if not (branch.opcode in _BRANCHES and branch.predicate and branch.target is not None
-                    and self.head < branch.offset < branch.target <= latch):
-                continue
-            inside = [i for i in code if branch.offset < i.offset < branch.target]
-            if inside and not any(i.opcode in keep for i in inside):
-                skipped.update((i.offset, i) for i in inside)
-        return tuple(skipped[o] for o in sorted(skipped))
-
-    def __len__(self) -> int:
-        return len(self.instructions)
-
-
-POLLING_OPCODES = frozenset({"SYNCS", "NANOSLEEP", "YIELD", "BRA", "NOP"})
-_ENDS_THREAD = ("EXIT", "RET")
-
-
-def sass_loops(disassembly: str | Sequence[SassInstruction]) -> list[SassLoop]:
-    """Every natural loop in the disassembly (text or `parse_sass` output), one per header, ordered by
-    function and header offset.
-
-    Per function: basic blocks start at the entry, at branch targets and after branches, `EXIT` and `RET`;
-    `BRA`/`JMP` go to their target, and also fall through when predicated; an unpredicated `EXIT`/`RET`
-    ends the path. An edge to a block that dominates its source is a back edge; the loop is its header
-    plus every block that reaches the back edge without passing the header."""
-    instructions = parse_sass(disassembly) if isinstance(disassembly, str) else list(disassembly)
-    by_function: dict[str, list[SassInstruction]] = {}
-    for ins in instructions:
-        by_function.setdefault(ins.function, []).append(ins)
-    loops: list[SassLoop] = []
-    for function, code in by_function.items():
-        loops.extend(_natural_loops(function, sorted(code, key=lambda i: i.offset)))
-    return loops
-
-
-def _natural_loops(function: str, code: list[SassInstruction]) -> list[SassLoop]:
-    if not code:
-        return []
-    index = {ins.offset: n for n, ins in enumerate(code)}
-    leaders = {0}
-    for n, ins in enumerate(code):
-        if ins.target in index:
-            leaders.add(index[ins.target])
-        if ins.opcode in _BRANCHES or ins.opcode in _ENDS_THREAD:
-            leaders.add(n + 1)
-    starts = sorted(leader for leader in leaders if leader < len(code))
-    block_of = {}
-    for b, first in enumerate(starts):
-        for n in range(first, starts[b + 1] if b + 1 < len(starts) else len(code)):
-            block_of[n] = b
-    successors: list[set[int]] = []
-    for b, first in enumerate(starts):
-        last = (starts[b + 1] if b + 1 < len(starts) else len(code)) - 1
-        ins, falls_through = code[last], True
-        succ: set[int] = set()
-        if ins.opcode in _BRANCHES and ins.target in index:
-            succ.add(block_of[index[ins.target]])
-            falls_through = ins.predicate is not None
-        elif ins.opcode in _ENDS_THREAD:
-            falls_through = ins.predicate is not None
-        if falls_through and last + 1 < len(code):
-            succ.add(block_of[last + 1])
-        successors.append(succ)
-
-    reachable, stack = {0}, [0]
-    while stack:
-        for s in successors[stack.pop()]:
-            if s not in reachable:
-                reachable.add(s)
-                stack.append(s)
-    predecessors: dict[int, set[int]] = {b: set() for b in reachable}
-    for b in reachable:
-        for s in successors[b]:
-            predecessors[s].add(b)
-    dominators = {b: set(reachable) for b in reachable}
-    dominators[0] = {0}
-    changed = True
-    while changed:
-        changed = False
-        for b in sorted(reachable - {0}):
-            new = {b} | set.intersection(*(dominators[p] for p in predecessors[b]))
-            if new != dominators[b]:
-                dominators[b], changed = new, True
-
-    bodies: dict[int, set[int]] = {}
-    for b in sorted(reachable):
-        for head in successors[b]:
-            if head in dominators[b]:
-                body = bodies.setdefault(head, {head})
-                stack = [b] if b not in body else []
-                body.add(b)
-                while stack:
-                    for p in predecessors[stack.pop()]:
-                        if p not in body:
-                            body.add(p)
-                            stack.append(p)
-    return [
-        SassLoop(
-            function,
-            code[starts[head]].offset,
-            tuple(ins for n, ins in enumerate(code) if block_of[n] in body),
-        )
-        for head, body in sorted(bodies.items())
-    ]
-
-
-def innermost_loop(disassembly: str | Sequence[SassInstruction], containing: str | None = None) -> SassLoop | None:
-    """The kernel's main loop, found by a heuristic over `sass_loops`; None when there is none.
-
-    - With `containing` (a base opcode such as "HGMMA", or a full mnemonic): the smallest loop holding
-      such an instruction, i.e. the innermost loop around it.
-    - Without: polling loops (`SassLoop.is_polling`: the retry loops of mbarrier waits, which sit inside
-      the loops that wait) are set aside; of the remaining loops, those that contain no other remaining
-      loop are innermost, and the one with the most instructions is returned.
-
-    The body is the loop's whole natural loop, so it includes the out-of-line blocks ptxas moved after
-    `EXIT` (a wait's retry path) and any nested polling loop."""
-    loops = sass_loops(disassembly)
-    if containing is not None:
-        holding = [loop for loop in loops if any(containing in (i.mnemonic, i.opcode) for i in loop.instructions)]
-        return min(holding, key=len, default=None)
-    working = [loop for loop in loops if not loop.is_polling]
-    innermost = [loop for loop in working if not any(loop.contains(other) for other in working)]
-    return max(innermost, key=len, default=None)
 
 
 # endregion

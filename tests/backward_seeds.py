@@ -38,10 +38,11 @@ import tessera
 from tessera import find_kernel, passes, reference
 from tessera.dialects import sm90, sm90_cluster, sm90_reductions
 from tessera.kernels import attention_backward
+from text_edits import checked
 
 HEAD_DIM = 128
 
-RED_PIPELINE = passes.DEFAULT_PIPELINE.replace("convert-tile-to-sm90", "convert-tile-to-sm90{atomic-add=red}")
+RED_PIPELINE = checked(passes.DEFAULT_PIPELINE).replace("convert-tile-to-sm90", "convert-tile-to-sm90{atomic-add=red}")
 """The default pipeline with dQ by `red.global.add` (the red-specific seeds)."""
 
 VARIANTS = {
@@ -366,7 +367,7 @@ def _renamed(block: list[str], lines: list[str]) -> tuple[list[str], list[str]]:
         if dest is not None:
             fresh = f"%seeded_m{n}"
             declarations.append(f"    .reg .{kinds[re.match(r'%[a-z]+', dest).group(0)]} {fresh};")
-            operands = operands.replace(dest, fresh, 1)
+            operands = checked(operands).replace(dest, fresh, 1)
             current[dest] = fresh
         renamed.append(head + _instruction(line).split(" ", 1)[0] + operands)
     return renamed, declarations

@@ -147,3 +147,15 @@ def run(argv: Sequence[str], stdin: str | bytes = b"", cwd: str | os.PathLike | 
                 os.environ[key] = value
     decode = lambda b: b.getvalue().decode("utf-8", "replace")  # noqa: E731
     return Completed(list(argv), status, decode(out), decode(err))
+
+
+def main_in_process(main: Callable[[list[str]], int], capsys, *args: str) -> tuple[int, str, str]:
+    """(status, stdout, stderr) of a tool's `main(args)` called in this process, its output taken from pytest's
+    `capsys`; argparse's errors exit with 2. Asserts that no traceback was printed."""
+    try:
+        status = main(list(args))
+    except SystemExit as e:
+        status = e.code
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return status, out, err

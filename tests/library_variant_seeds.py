@@ -69,19 +69,6 @@ def base_text(label: str) -> str:
     return (BUILD / VARIANTS[label][0] / "kernel.ptx").read_text()
 
 
-def _fenced(label: str, text: str) -> str:
-    """The (seeded) text as it runs: for packed GQA with the `fence.proxy.async` the ISA asks before the
-    consumers' first wgmma reads Q, which the producer warps loaded with cp.async (generic proxy:
-    tests/test_ptx_library.py shows the executor reports it unfenced), inserted after the seed's edit so that the
-    edits find the kernel's own fences."""
-    if "PACK_GQA" not in CONFIGS[VARIANTS[label][0]]:
-        return text
-    lines = text.split("\n")
-    first = next(i for i, line in enumerate(lines) if line.strip() == "wgmma.fence.sync.aligned;")
-    lines.insert(first, "\tfence.proxy.async.shared::cta;")
-    return "\n".join(lines)
-
-
 def run(label: str, text: str, size: int, **schedule) -> bool:
     """Launch PTX `text` as `label` on its size number `size` (with `launch_library`'s `schedule`,
     `schedule_seed`): whether the output is right (the checks of tests/test_ptx_library.py: alpha A B^T + beta C
@@ -91,12 +78,12 @@ def run(label: str, text: str, size: int, **schedule) -> bool:
     name, sizes, sms, options = VARIANTS[label]
     try:
         if name.startswith("cutlass"):
-            tensors, _, _ = launch_library(name, sizes[size], sms, options=options, text=_fenced(label, text),
+            tensors, _, _ = launch_library(name, sizes[size], sms, options=options, text=text,
                                            **schedule)
             _gemm_check(name, tensors, options)
         else:
             tensors, _, _ = launch_library(name, (*sizes[size], CONFIGS[name]["HDIM"]), sms, options=options,
-                                           prepare=_descales, text=_fenced(label, text), **schedule)
+                                           prepare=_descales, text=text, **schedule)
             _attention_check(name, tensors, options)
     except AssertionError:
         return False

@@ -74,3 +74,34 @@ def brute_block_kinds(mask_mod, batch, heads, seq_q, seq_k, bm, bn):
                     whole = (j + 1) * bn <= seq_k  # a block reaching past seq_k is never full
                     kinds[b, h, i, j] = FULL if block.all() and whole else PARTIAL if block.any() else EMPTY
     return kinds
+
+
+def score_mod_kernel(score_mods, rows=64):
+    """One custom kernel evaluating score_mods as attention kernels emit them (`ScoreContext`): X [M, 64] f32
+    is the score of query rows m0.. (q_idx) and keys 0..63 (kv_idx), b = h = 0; each score_mod's result fills
+    its own 64 columns of O [M, 64 * len(score_mods)]. Returns the module and the captured arrays, the inputs
+    after X (`tessera.interpret(module, x, *arrays)`)."""
+    from xdsl.dialects.builtin import StringAttr, i32
+
+    from tessera.kernels.attention_mods import ScoreContext, apply_score_mod
+    from tessera.kernels.common import ArgSpec, ceildiv_dim, f32, finish_kernel, global_tensor, kernel_function
+    from tessera.variants.trace import F32, trace_mod
+
+    traces = [trace_mod(fn, "score_mod") for fn in score_mods]
+    arrays = {a.name: a for t in traces for a in t.arrays}
+    width = 64 * len(traces)
+    args = [ArgSpec("X", global_tensor([None, 64], f32), ["M", 64])]
+    args += [ArgSpec(name, global_tensor(list(a.array.shape), f32 if a.dtype == F32 else i32), list(a.array.shape))
+             for name, a in arrays.items()]
+    args.append(ArgSpec("O", global_tensor([None, width], f32), ["M", width], role="out"))
+    fn, b = kernel_function("score_mods", args, {"kind": StringAttr("custom")}, [ceildiv_dim("M", rows)])
+    values = dict(zip([a.name for a in args], fn.body.blocks.first.args))
+    m0 = b.muli(b.program_id("x", "pid"), b.const(rows), "m0")
+    zero = b.const(0)
+    x = b.load(b.view(values["X"], [m0, zero], [rows, 64], "xw"), "x")
+    for k, trace in enumerate(traces):
+        ctx = ScoreContext(b, rows, 64, m0, zero, zero, zero, {name: values[name] for name in arrays})
+        out = apply_score_mod(ctx, trace, x)
+        b.store_global(out, b.view(values["O"], [m0, b.const(64 * k)], [rows, 64], f"ow{k}"))
+    return finish_kernel(fn, b), [np.asarray(a.array, np.float32 if a.dtype == F32 else np.int32)
+                                  for a in arrays.values()]

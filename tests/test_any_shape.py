@@ -25,6 +25,7 @@ from tessera.kernels import gemm
 from tessera.numerics import dtype_from_name
 from tessera.passes import apply_pipeline
 from tessera.runtime.arguments import bind_sizes
+from text_edits import checked, filled
 
 NUMPY = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "f32": np.float32}
 
@@ -54,11 +55,11 @@ def copy_kernel(src: str, dst: str, promise: str = ""):
     """Y = X rounded to `dst`: a [64, 16] register tile per block, loaded as `src` and stored as `dst`."""
     cast = ("%y = tile.cast %x : !tile.tile<64x16xSRC, register> -> !tile.tile<64x16xDST, register>"
             if src != dst else "%y = tile.fill 0.0 : !tile.tile<64x16xDST, register>")
-    text = COPY.replace("CAST", cast).replace("PROMISE", f", tile.divisible = {{{promise}}}" if promise else "")
+    text = filled(COPY, CAST=cast, PROMISE=f", tile.divisible = {{{promise}}}" if promise else "")
     if src == dst:  # store the loaded tile itself: the load and the store both take the tensor's alignment
-        text = text.replace("tile.store_global %y,", "tile.store_global %x,").replace(
+        text = checked(text).replace("tile.store_global %y,", "tile.store_global %x,").replace(
             "    %y = tile.fill 0.0 : !tile.tile<64x16xDST, register>\n", "")
-    return tessera.parse_module(text.replace("SRC", src).replace("DST", dst))
+    return tessera.parse_module(filled(text, SRC=src, DST=dst))
 
 
 def _expected(x: np.ndarray, dst: str) -> np.ndarray:
@@ -272,7 +273,8 @@ def test_an_odd_first_column_moves_elements_even_under_a_promise(rng):
     """N promised even makes rows start on 4 bytes, but a window that starts at an odd column (here 16 j + 1)
     still puts pairs across 4-byte boundaries: one element per register there, and the right values."""
     text = tessera.print_module(copy_kernel("f32", "bf16", "N = 2 : i64"))
-    text = text.replace("%y_window = tile.view %Y[%m0, %n0]", "%one = arith.constant 1 : index\n    %n1 = arith.addi %n0, %one : index\n    %y_window = tile.view %Y[%m0, %n1]")
+    text = checked(text).replace("%y_window = tile.view %Y[%m0, %n0]", "%one = arith.constant 1 : index\n"
+                                 "    %n1 = arith.addi %n0, %one : index\n    %y_window = tile.view %Y[%m0, %n1]")
     kernel = tessera.parse_module(text)
     assert "st.global.b16" in tessera.compile(kernel)
     x = rng.standard_normal((3, 34)).astype(np.float32)

@@ -13,7 +13,9 @@ from tessera import reference
 from tessera.numerics import BF16, round_to
 
 D = 64
-SLOPES = np.array([0.5, 0.25])
+SLOPES = np.array([0.5, 0.25, 0.125, 0.0625])
+"""One ALiBi slope per query head: four, as test_modifiers_on_the_gpu has (with two it failed at once on the H200,
+reading SLOPES[3]; the CPU tests use two heads)."""
 
 
 def softcap_alibi(score, b, h, q_idx, kv_idx):
@@ -152,9 +154,22 @@ def test_modifiers_compile_nothing_without_a_gpu(monkeypatch):
         tessera.attention_backward(q, k, v, q, lse, do, score_mod=softcap_alibi)
 
 
+GPU_SHAPE = dict(seq_q=300, seq_k=500, heads=4, heads_k=2)
+"""test_modifiers_on_the_gpu's shape: GQA 4:2, neither length a multiple of the blocks."""
+
+
+def test_the_gpu_tests_modifiers_read_inside_their_arrays_at_its_shape():
+    """test_modifiers_on_the_gpu's reference at its shape, here: the modifiers read every captured array only
+    inside its shape at every head (with two slopes for four heads the H200 run failed at once: the compiled
+    kernel ran, the reference's bounds check refused SLOPES[3])."""
+    q, k, v, _ = inputs(**GPU_SHAPE)
+    o, lse = reference.attention_mods(q, k, v, softcap_alibi, window, None)
+    assert o.shape == q.shape and np.isfinite(o).all()
+
+
 @pytest.mark.gpu
 def test_modifiers_on_the_gpu():
-    q, k, v, do = inputs(300, 500, heads=4, heads_k=2)
+    q, k, v, do = inputs(**GPU_SHAPE)
     o, lse = tessera.attention(q, k, v, score_mod=softcap_alibi, mask_mod=window, return_lse=True)
     check = reference.check_attention_mods(o, q, k, v, BF16, softcap_alibi, window, lse=lse)
     assert check.ok, check

@@ -16,6 +16,7 @@ from tessera import reference
 from tessera.ir import parse_module
 from tessera.numerics import BF16, round_to
 from tessera.variants.trace import ModTraceError, trace_mod
+from text_edits import filled
 
 # region tile.floordiv and tile.mod at every level
 
@@ -66,8 +67,8 @@ def integer_division_kernel(cases):
                   f"%ow{k} = tile.view %O[%m0, %col{k}] : !tile.tile<?xWIDTHxf32, global> -> "
                   "!tile.tile<64x64xf32, global>",
                   f"tile.store_global %r{k}, %ow{k} : {T}, !tile.tile<64x64xf32, global>"]
-    text = KERNEL.replace("BODY", "\n".join("    " + line for line in lines))
-    return parse_module(text.replace("WIDTH", str(64 * len(cases))))
+    text = filled(KERNEL, BODY="\n".join("    " + line for line in lines))
+    return parse_module(filled(text, WIDTH=str(64 * len(cases))))
 
 
 CASES = [(op, d) for d in (64, -3, None) for op in ("floordiv", "mod")]

@@ -9,6 +9,7 @@ import pytest
 
 import tessera
 from tessera import reference, toolchain
+from tessera.sass import disassemble, sass_loops
 from tessera.variants.block_mask import create_block_mask
 from tessera.kernels import flash_attention
 from tessera.numerics import BF16
@@ -133,8 +134,8 @@ def test_full_block_loop_is_the_dense_main_loop():
     the next key block's index from the block list (319 against 315 in one CI run, 351 against 352 at head_dim
     128 under ptxas 13.0), far from the partial loop's per-element mask (575)."""
     def hgmma_loops(module):
-        text = toolchain.disassemble(tessera.compile(module, target="cubin").cubin)
-        return sorted(len(loop.instructions) for loop in toolchain.sass_loops(text) if loop.opcode_counts["HGMMA"])
+        text = disassemble(tessera.compile(module, target="cubin").cubin)
+        return sorted(len(loop.instructions) for loop in sass_loops(text) if loop.opcode_counts["HGMMA"])
 
     dense = hgmma_loops(flash_attention(D, block_n=64))
     sparse = hgmma_loops(flash_attention(D, block_n=64, mask_mod=window, block_sparse=True))

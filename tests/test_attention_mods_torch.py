@@ -4,6 +4,8 @@ torch tensors. Skipped without torch."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -13,6 +15,7 @@ import tessera  # noqa: E402
 from tessera import reference  # noqa: E402
 from tessera.numerics import BF16, round_to  # noqa: E402
 from tessera.variants import ModTraceError, create_block_mask, trace_mod  # noqa: E402
+from mods_checks import check_variant_forward_and_backward  # noqa: E402
 
 DOC = torch.tensor([0] * 40 + [1] * 30 + [2] * 100)
 SLOPES = torch.tensor([0.5, 0.25])
@@ -61,12 +64,7 @@ def test_torch_and_numpy_modifiers_give_the_same_kernel_bit_for_bit():
                          ids=["tanh-alibi-documents", "where-clamp-minimum"])
 def test_torch_modifiers_forward_and_backward_match_float64(score_mod, mask_mod):
     q, k, v, do = inputs(1)
-    o, lse = tessera.attention(q, k, v, score_mod=score_mod, mask_mod=mask_mod, return_lse=True, level="tile")
-    check = reference.check_attention_mods(o, q, k, v, BF16, score_mod, mask_mod, lse=lse)
-    assert check.ok, check
-    grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=score_mod, mask_mod=mask_mod, level="tile")
-    checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, score_mod, mask_mod)
-    assert all(c.ok for c in checks), [str(c) for c in checks]
+    check_variant_forward_and_backward(q, k, v, do, score_mod, mask_mod, "tile")
 
 
 def test_captured_tensors_become_inputs():
@@ -180,4 +178,32 @@ def test_torch_reductions_and_non_scalar_constants_are_refused_by_name():
     with pytest.raises(ModTraceError, match=r"torch.new_ones of size \(4, 4\)"):
         trace_mod(block, "mask_mod")
 
+# endregion
+
+
+# region the reference's float64 without global state
+def test_the_reference_calls_hooks_in_float64_without_changing_torchs_default_dtype():
+    """`call_with_tensors` gives float64 where torch would take its default dtype, as NumPy does, for the calling
+    thread only: torch's process-wide default stays float32, and another thread's torch calls keep it."""
+    from tessera.variants.torch_mods import call_with_tensors, float64_defaults
+
+    seen = {}
+
+    def hook(h, q_idx):
+        seen["default"] = torch.get_default_dtype()
+        other = threading.Thread(target=lambda: seen.setdefault("other thread", torch.tensor(2.0).dtype))
+        other.start()
+        other.join()
+        seen["dtypes"] = [x.dtype for x in (torch.tensor(2.0), torch.exp2(h), h / 3, torch.where(h > 1, 0.5, 1),
+                                            (h > 1) * 0.5, h.float() * 0.5, h.to(torch.float32) / 3)]
+        return torch.exp2(-((h + 1) * 8.0 / 3)) * q_idx
+
+    h, q_idx = np.arange(4), np.arange(4) * 7
+    out = call_with_tensors(hook, h, q_idx)
+    assert out.dtype == np.float64 and np.array_equal(out, np.exp2(-((h + 1) * 8.0 / 3)) * q_idx)
+    assert seen["default"] == seen["other thread"] == torch.float32 == torch.get_default_dtype()
+    assert seen["dtypes"] == [torch.float64] * 5 + [torch.float32] * 2
+    with float64_defaults():
+        assert (torch.arange(3) * 0.5).dtype == torch.float64
+    assert (torch.arange(3) * 0.5).dtype == torch.float32
 # endregion

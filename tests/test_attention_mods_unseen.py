@@ -76,12 +76,7 @@ def inputs(seed):
 def test_unseen_variant_forward_and_backward(name):
     score_mod, mask_mod = VARIANTS[name]
     q, k, v, do = inputs(sorted(VARIANTS).index(name))
-    o, lse = tessera.attention(q, k, v, score_mod=score_mod, mask_mod=mask_mod, return_lse=True, level="tile")
-    check = reference.check_attention_mods(o, q, k, v, BF16, score_mod, mask_mod, lse=lse)
-    assert check.ok, check
-    grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=score_mod, mask_mod=mask_mod, level="tile")
-    checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, score_mod, mask_mod)
-    assert all(c.ok for c in checks), [str(c) for c in checks]
+    check_variant_forward_and_backward(q, k, v, do, score_mod, mask_mod, "tile")
 
 
 def test_unseen_masks_skip_blocks():

@@ -12,6 +12,7 @@ import pytest
 
 import tessera
 from tessera import passes, reference, toolchain
+from tessera.sass import disassemble, sass_loops
 from tessera.kernels import attention_backward, flash_attention
 from tessera.numerics import BF16, round_to
 
@@ -268,8 +269,8 @@ def test_full_block_loop_costs_what_the_dense_loop_costs():
     dense default kernel's main loop (head_dim 64, 128 x 128, warp-specialized) plus at most the work list's
     read (ptxas 13.0: 842 against 867: the dense loop masks the bounds); the partial loop is the one that masks."""
     def hgmma_loops(module):
-        text = toolchain.disassemble(toolchain.compile_ptx(_ptx(module)).cubin)
-        return sorted(len(loop.instructions) for loop in toolchain.sass_loops(text) if loop.opcode_counts["HGMMA"])
+        text = disassemble(toolchain.compile_ptx(_ptx(module)).cubin)
+        return sorted(len(loop.instructions) for loop in sass_loops(text) if loop.opcode_counts["HGMMA"])
 
     dense = hgmma_loops(attention_backward(64).main)
     sparse = hgmma_loops(attention_backward(64, block_m=128, block_n=128, mask_mod=window, block_sparse=True).main)

@@ -36,7 +36,8 @@ from tessera.kernel_abi import is_target_kernel
 from tessera.kernels import attention_backward
 from tessera.dialects import sm90
 from tessera.regalloc import allocate_registers
-from tessera.toolchain import disassemble, innermost_loop
+from tessera.sass import disassemble, innermost_loop
+from text_edits import checked
 
 BF16 = ml_dtypes.bfloat16
 BLOCKS = {64: 128, 128: 64}
@@ -45,7 +46,7 @@ BLOCKS = {64: 128, 128: 64}
 
 def _pipeline(mode: str = "red", store: str = "st_shared", base: str = passes.PTX_PIPELINE) -> str:
     options = f"atomic-add={mode} store-shared={store}"
-    return base.replace("convert-tile-to-sm90", f"convert-tile-to-sm90{{{options}}}")
+    return checked(base).replace("convert-tile-to-sm90", f"convert-tile-to-sm90{{{options}}}")
 
 
 WARP_SPECIALIZED = passes.DEFAULT_PIPELINE

@@ -238,12 +238,12 @@ def test_ptx_level_runs_the_cluster_together_bitwise_equal_to_cluster_1(rng):
     (lambda: tessera.kernels.gemm(cluster=(2, 1)), "UTMALDG.2D.MULTICAST"),
 ])
 def test_ptxas_clean_without_spills_and_sass_multicasts_and_syncs_the_cluster(ptxas, nvdisasm, build, multicasts):
-    from tessera import toolchain
+    from tessera.sass import sass_opcode_counts
 
     result = tessera.compile(build(), target="cubin")
     entry = result.entry()
     assert not result.warnings and not entry.spills and entry.stack_frame_bytes == 0
-    counts = toolchain.sass_opcode_counts(result.cubin, nvdisasm=nvdisasm)
+    counts = sass_opcode_counts(result.cubin, nvdisasm=nvdisasm)
     assert counts[multicasts] > 0  # each CTA's slice of K/V (B) into both CTAs' shared memory
     assert counts["UCGABAR_ARV"] == 2 and counts["UCGABAR_WAIT"] == 2  # after the init and before the exit
     assert counts["SYNCS.ARRIVE.TRANS64.RED.A1T0"] > 0  # the remote arrives on the peer's empty barriers

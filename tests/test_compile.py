@@ -20,7 +20,8 @@ import pytest
 import tessera
 import tessera.kernel_abi
 import tessera.regalloc
-from tessera.toolchain import compile_ptx, find_all_ptxas, sass_opcode_counts
+from tessera.toolchain import compile_ptx, find_all_ptxas
+from tessera.sass import sass_opcode_counts
 
 from tessera.passes import PTX_PIPELINE, SPECIALIZED_PIPELINE
 

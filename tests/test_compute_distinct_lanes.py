@@ -11,6 +11,7 @@ import tessera
 from tessera import passes
 from tessera.kernels import flash_attention
 from tessera.numerics import BF16, round_to
+from text_edits import checked
 
 SLOPES = np.array([0.5, 0.25])
 TABLE = np.linspace(-1.0, 1.0, 2 * 63).reshape(2, 63)
@@ -31,7 +32,7 @@ def test_distinct_lanes_are_bitwise_the_whole_tile_lowering():
     q, k, v = (round_to(rng.standard_normal((1, 1, n, 64)), BF16) for n in (70, 90, 90))
     module = flash_attention(64, score_mod=alibi_table, mask_mod=window, return_lse=True, block_n=64)
     arrays = [SLOPES.astype(np.float32), TABLE.astype(np.float32)]
-    without = passes.PTX_PIPELINE.replace("compute-distinct-lanes,", "")
+    without = checked(passes.PTX_PIPELINE).replace("compute-distinct-lanes,", "")
     assert without != passes.PTX_PIPELINE
     runs = [tessera.interpret(module, q, k, v, *arrays, level="target", pipeline=p) for p in (passes.PTX_PIPELINE,
                                                                                                  without)]
@@ -45,7 +46,7 @@ def test_fewer_registers_with_the_pass():
     (Without the pass the kernel at 128 keys does not fit single-stage: 273 registers.)"""
     module = flash_attention(64, score_mod=alibi_table, block_n=64)
     counts = []
-    for pipeline in (passes.PTX_PIPELINE, passes.PTX_PIPELINE.replace("compute-distinct-lanes,", "")):
+    for pipeline in (passes.PTX_PIPELINE, checked(passes.PTX_PIPELINE).replace("compute-distinct-lanes,", "")):
         lowered = tessera.compile(module, target="target", pipeline=pipeline)
         (fn,) = [op for op in lowered.walk() if "sm90.registers" in op.attributes]
         counts.append(fn.attributes["sm90.registers"].data["peak"].value.data)

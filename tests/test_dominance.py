@@ -15,6 +15,7 @@ from xdsl.utils.exceptions import VerifyException
 import tessera
 from tessera.ir.dominance import DominanceError, verify_dominance
 from tessera.kernels import flash_attention, gemm, three_pass_attention, two_pass_attention
+from text_edits import checked
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,7 +68,7 @@ def test_tessera_run_reports_a_use_before_def_with_its_location(tmp_path, capsys
     n0 = "    %n0 = arith.muli %n_block, %c128 : index                 // first column\n"
     assert m0 + n0 in text
     path = tmp_path / "gemm.mlir"
-    path.write_text(text.replace(m0 + n0, n0.replace("%n_block", "%m0") + m0))
+    path.write_text(checked(text).replace(m0 + n0, checked(n0).replace("%n_block", "%m0") + m0))
     assert main([str(path), "-d", "M=64", "-d", "N=64", "-d", "K=64"]) == 1
     err = capsys.readouterr().err
     line = text[:text.index(m0)].count("\n") + 1
@@ -85,4 +86,4 @@ def test_an_operand_naming_the_ops_own_region_argument_is_located():
     iv = loop.split("scf.for ")[1].split()[0]
     with pytest.raises(VerifyException, match=r"gemm.mlir:\d+:\d+: kernel @\w+: operand #2 of 'scf.for' uses a value "
                                               r"which is not defined where this use can see it"):
-        tessera.parse_module(text.replace(loop, loop.replace(f" step {step}", f" step {iv}")), "gemm.mlir")
+        tessera.parse_module(checked(text).replace(loop, loop.replace(f" step {step}", f" step {iv}")), "gemm.mlir")

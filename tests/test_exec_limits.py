@@ -21,6 +21,7 @@ from tessera.interpreters.sm90 import run_target_kernel
 from tessera.tools.tessera_run import main as tessera_run
 
 from conftest import build_kernel
+from text_edits import checked
 
 # Warp 0 waits at a barrier for the others; warps 1 and 2 call `spin`, which never returns.
 SPIN = """\
@@ -75,7 +76,7 @@ def test_the_default_budget_is_far_above_the_suites_kernels():
 
 
 def test_a_finite_loop_within_the_budget_runs():
-    counted = SPIN.replace("bra.uni LOOP;", "setp.lt.s32 %p, %s1, 50;\n    @%p bra LOOP;\n    ret;").replace(
+    counted = checked(SPIN).replace("bra.uni LOOP;", "setp.lt.s32 %p, %s1, 50;\n    @%p bra LOOP;\n    ret;").replace(
         ".reg .b32 %s<2>;", ".reg .b32 %s<2>;\n    .reg .pred %p;")
     launch(counted, "endless", 1, 64, [np.zeros(4, np.float32)], max_steps=400)
     with pytest.raises(PtxExecutionError, match="stopped after 100 steps"):
@@ -148,7 +149,7 @@ def test_the_ptx_executor_checks_its_memory_budget_before_copying():
 
 
 def test_a_huge_module_variable_is_refused_before_allocation():
-    text = SPIN.replace(".func spin()", ".global .align 8 .b8 table[1000000000000];\n\n.func spin()")
+    text = checked(SPIN).replace(".func spin()", ".global .align 8 .b8 table[1000000000000];\n\n.func spin()")
     with pytest.raises(MemoryBudgetError, match=r"module variable table: 2000000000000 bytes"):
         launch(text, "endless", 1, 32, [np.zeros(4, np.float32)])
 

@@ -18,6 +18,7 @@ import pytest
 import tessera
 from tessera.ir import parse_module
 from tessera.sm90 import fp8 as F
+from text_edits import filled
 
 # region The formats, decoded by hand
 
@@ -212,7 +213,7 @@ func.func @cast(%X: !tile.tile<?x32xSRC, global> {tile.dims = #tile.dims<M, 32>}
 
 
 def _cast_module(src: str, dst: str):
-    return parse_module(CAST_KERNEL.replace("SRC", src).replace("DST", dst))
+    return parse_module(filled(CAST_KERNEL, SRC=src, DST=dst))
 
 
 def _boundary_values(fmt: str) -> np.ndarray:

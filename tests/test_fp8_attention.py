@@ -15,17 +15,7 @@ import tessera
 from tessera import reference as R
 from tessera.kernels import flash_attention
 from tessera.runtime.attention_base import UnsupportedKernel
-
-E4M3 = ml_dtypes.float8_e4m3fn
-
-
-def _inputs(seed, batch, heads, heads_k, seq_q, seq_k, d, spread=3.0):
-    rng = np.random.default_rng(seed)
-    q = (rng.standard_normal((batch, heads, seq_q, d)) * spread).astype(E4M3)
-    k = (rng.standard_normal((batch, heads_k, seq_k, d)) * spread).astype(E4M3)
-    v = (rng.standard_normal((batch, heads_k, seq_k, d)) * spread).astype(E4M3)
-    descales = [(rng.random((batch, heads_k)) * 2).astype(np.float32) for _ in range(3)]  # FA3's test draw
-    return q, k, v, descales
+from fp8_inputs import E4M3, fp8_inputs
 
 
 @pytest.mark.parametrize("batch, heads, heads_k, seq_q, seq_k, d, causal", [
@@ -34,7 +24,7 @@ def _inputs(seed, batch, heads, heads_k, seq_q, seq_k, d, spread=3.0):
     (1, 3, 1, 65, 50, 256, False),    # MQA, head_dim 256, fewer keys than one block
 ])
 def test_fp8_attention_through_the_public_api(batch, heads, heads_k, seq_q, seq_k, d, causal):
-    q, k, v, (dq, dk, dv) = _inputs(seq_q + d, batch, heads, heads_k, seq_q, seq_k, d)
+    q, k, v, (dq, dk, dv) = fp8_inputs(seq_q + d, batch, heads, heads_k, seq_q, seq_k, d)
     o, lse = tessera.attention(q, k, v, causal=causal, descale_q=dq, descale_k=dk, descale_v=dv,
                                return_lse=True, level="tile")
     assert o.dtype == np.dtype(ml_dtypes.bfloat16) and o.shape == q.shape and lse.shape == q.shape[:3]
@@ -49,7 +39,7 @@ def test_fp8_attention_through_the_public_api(batch, heads, heads_k, seq_q, seq_
 def test_v_transposed_gives_the_same_output():
     """`v_transposed=True` takes V^T [batch, heads_k, head_dim, seq_k] and computes the same thing bit for bit
     (the same products, summed in the same order by the interpreter)."""
-    q, k, v, descales = _inputs(7, 1, 2, 2, 70, 130, 64)
+    q, k, v, descales = fp8_inputs(7, 1, 2, 2, 70, 130, 64)
     plain = tessera.launch(flash_attention(head_dim=64, causal=True, dtype="e4m3"), q, k, v, *descales, level="tile")
     vt = np.ascontiguousarray(np.swapaxes(v, -1, -2))
     module = flash_attention(head_dim=64, causal=True, dtype="e4m3", v_transposed=True)
@@ -61,7 +51,7 @@ def test_v_transposed_gives_the_same_output():
 def test_descales_are_exact_factors():
     """Halving q and k (exact in e4m3 away from the subnormals) with descale 2 gives the same scores bit for bit;
     missing descales are 1."""
-    q, k, v, _ = _inputs(3, 1, 2, 2, 40, 60, 64, spread=1.0)
+    q, k, v, _ = fp8_inputs(3, 1, 2, 2, 40, 60, 64, spread=1.0)
     q, v = (np.where(np.abs(x.astype(np.float32)) < 2.0**-5, 0, x.astype(np.float32)).astype(E4M3) for x in (q, v))
     ones = np.ones((1, 2), np.float32)
     base = tessera.attention(q, k, v, level="tile")
@@ -78,7 +68,7 @@ def test_descales_are_exact_factors():
 def test_p_is_rounded_to_e4m3_before_p_v():
     """One key block (seq_k <= BN, not causal): O = sum_j e4m3(2^8 P_j) v_j / sum_j 2^8 P_j * descale_v with
     P = exp(S - max S). The kernel matches this within bf16 rounding, and not the same sum with P unrounded."""
-    q, k, v, (dq, dk, dv) = _inputs(11, 1, 1, 1, 64, 96, 64, spread=2.0)
+    q, k, v, (dq, dk, dv) = fp8_inputs(11, 1, 1, 1, 64, 96, 64, spread=2.0)
     o = tessera.attention(q, k, v, descale_q=dq, descale_k=dk, descale_v=dv, level="tile").astype(np.float64)
     q32, k32, v32 = (x.astype(np.float64) for x in (q, k, v))
     s = q32[0, 0] @ k32[0, 0].T * float(np.float32(dq[0, 0] * dk[0, 0] * np.float32(1 / 8)))
@@ -95,7 +85,7 @@ def test_p_is_rounded_to_e4m3_before_p_v():
 def test_saturated_inputs_stay_finite():
     """q, k at e4m3's largest value (448) and a large descale: huge scores, but finite; the softmax's max
     subtraction keeps O finite and right."""
-    q, k, v, _ = _inputs(5, 1, 1, 1, 20, 30, 64)
+    q, k, v, _ = fp8_inputs(5, 1, 1, 1, 20, 30, 64)
     q = np.where(np.arange(64) % 2 == 0, np.float32(448), q.astype(np.float32)).astype(E4M3)
     big = np.full((1, 1), 64.0, np.float32)
     o = tessera.attention(q, k, v, descale_q=big, level="tile")
@@ -113,13 +103,13 @@ def test_saturated_inputs_stay_finite():
     (dict(level=None, causal="yes"), ValueError, "causal must be True or False"),
 ])
 def test_the_api_refuses_what_fp8_does_not_support(kwargs, error, message):
-    q, k, v, _ = _inputs(0, 1, 2, 2, 8, 8, 64)
+    q, k, v, _ = fp8_inputs(0, 1, 2, 2, 8, 8, 64)
     with pytest.raises(error, match=message):
         tessera.attention(q, k, v, **kwargs)
 
 
 def test_the_api_refuses_mixed_and_e5m2_inputs():
-    q, k, v, (dq, _, _) = _inputs(0, 1, 2, 2, 8, 8, 64)
+    q, k, v, (dq, _, _) = fp8_inputs(0, 1, 2, 2, 8, 8, 64)
     bf16 = [x.astype(ml_dtypes.bfloat16) for x in (q, k, v)]
     with pytest.raises(ValueError, match="mixed FP8 and other inputs are not supported"):
         tessera.attention(q, k, bf16[2], level="tile")

@@ -21,16 +21,7 @@ from tessera.runtime.attention_base import UnsupportedKernel
 from tessera.runtime.attention_fp8 import LOWERED_V_LAYOUT, fp8_config, fp8_signature, kernel_v
 from tessera.runtime.compiler import compile_kernel
 from tessera.sm90.fp8 import p8_key_positions
-
-E4M3 = ml_dtypes.float8_e4m3fn
-
-
-def _inputs(seed, batch, heads, heads_k, seq_q, seq_k, d):
-    rng = np.random.default_rng(seed)
-    q, k, v = ((rng.standard_normal((batch, h, s, d)) * 3).astype(E4M3)
-               for h, s in ((heads, seq_q), (heads_k, seq_k), (heads_k, seq_k)))
-    descales = [(rng.random((batch, heads_k)) * 2).astype(np.float32) for _ in range(3)]
-    return q, k, v, descales
+from fp8_inputs import E4M3, fp8_inputs
 
 
 def _torch():
@@ -56,7 +47,7 @@ def private_cache(tmp_path_factory, monkeypatch):
 def test_kernel_v_follows_the_kernels_signature(v_transposed):
     """V as given (V's dims are K's), transposed (K's last two swapped) and in P8 key order (`tile.key_order`):
     read from the kernel's signature; NumPy and PyTorch give the same bytes."""
-    _, _, v, _ = _inputs(1, 2, 2, 1, 1, 48, 64)
+    _, _, v, _ = fp8_inputs(1, 2, 2, 1, 1, 48, 64)
     sig = api.find_kernel(flash_attention(head_dim=64, dtype="e4m3", grouped=True, v_transposed=v_transposed))
     expected = v if not v_transposed else np.swapaxes(v, 2, 3)
     if v_transposed == "p8":
@@ -107,7 +98,7 @@ def test_fp8_attention_runs_through_the_driver_calls(monkeypatch):
     """GQA, causal, LSE: one launch over (ceildiv(seq_q, 128), heads, batch); the V tensor map addresses V in the
     layout the kernel's signature asks for (V^T in P8 key order while the lowering takes that), the descales are
     f32 device buffers; the result meets `check_attention_fp8`."""
-    q, k, v, (dq, dk, dv) = _inputs(3, 1, 2, 1, 70, 96, 64)
+    q, k, v, (dq, dk, dv) = fp8_inputs(3, 1, 2, 1, 70, 96, 64)
     config = fp8_config(64, True, None, True, True, None)
     fake = fake_gpu(monkeypatch, config)
     o, lse = tessera.attention(q, k, v, causal=True, descale_q=dq, descale_k=dk, descale_v=dv, return_lse=True)
@@ -134,7 +125,7 @@ def test_fp8_attention_runs_through_the_driver_calls(monkeypatch):
 def test_torch_cpu_tensors_run_through_the_driver_calls(monkeypatch):
     """CPU float8_e4m3fn tensors and f32 descale tensors: through NumPy bit for bit, returned as CPU tensors."""
     torch = _torch()
-    q, k, v, (dq, dk, dv) = _inputs(4, 1, 1, 1, 20, 48, 64)
+    q, k, v, (dq, dk, dv) = fp8_inputs(4, 1, 1, 1, 20, 48, 64)
     fake_gpu(monkeypatch, fp8_config(64, False, None, False, False, None))
     o = tessera.attention(*(_tensor(torch, x) for x in (q, k, v)), descale_q=_tensor(torch, dq),
                           descale_k=_tensor(torch, dk), descale_v=dv)
@@ -156,7 +147,7 @@ def test_fp8_on_the_gpu_compiles_nothing_without_one(monkeypatch):
     no_device = FakeCuda(fail={"cuInit": FakeResult.CUDA_ERROR_NO_DEVICE})
     monkeypatch.setattr(launch_module, "get_driver", lambda: Driver(no_device))
     monkeypatch.setattr(attention_fp8, "compile_kernel", no_compile)
-    q, k, v, _ = _inputs(0, 1, 2, 2, 8, 32, 64)
+    q, k, v, _ = fp8_inputs(0, 1, 2, 2, 8, 32, 64)
     with pytest.raises(CudaUnavailable, match="level="):
         tessera.attention(q, k, v)
     multiple = fp8_signature(fp8_config(64, False, None, False, False, None)).divisible.get("seq_k", 1)
@@ -172,7 +163,7 @@ def test_fp8_on_the_gpu_compiles_nothing_without_one(monkeypatch):
 
 def test_torch_fp8_tensors_are_the_arrays_bit_for_bit():
     torch = _torch()
-    q, k, v, (dq, dk, dv) = _inputs(5, 1, 2, 1, 33, 50, 64)
+    q, k, v, (dq, dk, dv) = fp8_inputs(5, 1, 2, 1, 33, 50, 64)
     dk = dk.astype(ml_dtypes.bfloat16).astype(np.float32)  # given as a bf16 tensor below, exactly
     arrays = tessera.attention(q, k, v, causal=True, descale_q=dq, descale_k=dk, descale_v=dv, return_lse=True,
                                level="tile")
@@ -187,7 +178,7 @@ def test_torch_fp8_tensors_are_the_arrays_bit_for_bit():
 
 def test_torch_fp8_refusals_are_named():
     torch = _torch()
-    q, k, v, (dq, _, _) = _inputs(0, 1, 2, 2, 8, 16, 64)
+    q, k, v, (dq, _, _) = fp8_inputs(0, 1, 2, 2, 8, 16, 64)
     tq, tk, tv = (_tensor(torch, x) for x in (q, k, v))
     with pytest.raises(UnsupportedKernel, match="element type float8_e5m2 is not supported"):
         tessera.attention(*(x.to(torch.float8_e5m2) for x in (tq, tk, tv)), level="tile")
@@ -223,7 +214,7 @@ def test_fp8_attention_on_the_gpu():
     a key length off the block size, head_dim 128; the rule of `check_attention_fp8`, and both kinds agree."""
     import torch
 
-    q, k, v, (dq, dk, dv) = _inputs(6, 2, 4, 2, 300, 528, 128)
+    q, k, v, (dq, dk, dv) = fp8_inputs(6, 2, 4, 2, 300, 528, 128)
     o, lse = tessera.attention(q, k, v, causal=True, descale_q=dq, descale_k=dk, descale_v=dv, return_lse=True)
     check = R.check_attention_fp8(o, q, k, v, dq, dk, dv, causal=True)
     assert check.ok, check
@@ -234,6 +225,6 @@ def test_fp8_attention_on_the_gpu():
     np.testing.assert_array_equal(o.view(np.uint16), o_t.cpu().view(torch.int16).numpy().view(np.uint16))
     np.testing.assert_array_equal(lse, lse_t.cpu().numpy())
     for seq_q, d in ((1, 64), (129, 256)):  # a single query row (decoding); head_dim 256
-        q, k, v, ds = _inputs(seq_q + d, 1, 2, 1, seq_q, 144, d)
+        q, k, v, ds = fp8_inputs(seq_q + d, 1, 2, 1, seq_q, 144, d)
         assert R.check_attention_fp8(tessera.attention(q, k, v, descale_q=ds[0], descale_k=ds[1],
                                                        descale_v=ds[2]), q, k, v, *ds).ok

@@ -22,17 +22,10 @@ from tessera.kernels import flash_attention
 from tessera.passes import DEFAULT_PIPELINE, PTX_PIPELINE
 from tessera.passes.convert_tile_to_sm90 import LoweringError
 from tessera.sm90.fp8 import P8_KEY_ORDER, p8_key_positions
+from fp8_inputs import fp8_inputs
+from text_edits import checked
 
-E4M3 = ml_dtypes.float8_e4m3fn
 BF16_ULP = 2.0**-7  # of the bf16 output, relative
-
-
-def _inputs(seed, batch, heads, heads_k, seq_q, seq_k, d):
-    rng = np.random.default_rng(seed)
-    q, k, v = ((rng.standard_normal((batch, h, s, d)) * 3).astype(E4M3)
-               for h, s in ((heads, seq_q), (heads_k, seq_k), (heads_k, seq_k)))
-    descales = [(rng.random((batch, heads_k)) * 2).astype(np.float32) for _ in range(3)]
-    return q, k, v, descales
 
 
 def test_p8_key_positions_permute_each_group_of_16_as_p8_key_order():
@@ -49,7 +42,7 @@ def test_p8_key_positions_permute_each_group_of_16_as_p8_key_order():
 def test_v_transposed_p8_at_tile_level_is_v_transposed_with_the_keys_reordered():
     """The Tile IR interpreter restores the keys' own order of a `tile.key_order` input: bit for bit the
     v_transposed=True kernel on V^T."""
-    q, k, v, ds = _inputs(1, 1, 2, 1, 40, 48, 64)
+    q, k, v, ds = fp8_inputs(1, 1, 2, 1, 40, 48, 64)
     vt = np.ascontiguousarray(np.swapaxes(v, 2, 3))
     plain = tessera.launch(flash_attention(head_dim=64, dtype="e4m3", v_transposed=True, grouped=True),
                            q, k, vt, *ds, level="tile")
@@ -75,7 +68,7 @@ _RAGGED = [  # (batch, heads, heads_k, seq_q, seq_k, causal): key lengths of any
 ] + [pytest.param(level, *shape[:5], d, shape[5], False, marks=pytest.mark.slow)
      for level in ("target", "ptx") for d in (64, 128, 256) for shape in _RAGGED])
 def test_lowered_fp8_attention_through_the_public_api(level, batch, heads, heads_k, seq_q, seq_k, d, causal, lse):
-    q, k, v, (dq, dk, dv) = _inputs(seq_q + d, batch, heads, heads_k, seq_q, seq_k, d)
+    q, k, v, (dq, dk, dv) = fp8_inputs(seq_q + d, batch, heads, heads_k, seq_q, seq_k, d)
     kw = dict(causal=causal, descale_q=dq, descale_k=dk, descale_v=dv, return_lse=lse)
     got, tile = (tessera.attention(q, k, v, level=lv, **kw) for lv in (level, "tile"))
     if lse:
@@ -91,7 +84,7 @@ def test_lowered_fp8_attention_through_the_public_api(level, batch, heads, heads
 
 def test_the_single_stage_pipeline_lowers_it_too():
     """The fallback ladder's last rung: one K/V tile in flight, no producer warpgroup."""
-    q, k, v, ds = _inputs(5, 1, 1, 1, 70, 208, 64)
+    q, k, v, ds = fp8_inputs(5, 1, 1, 1, 70, 208, 64)
     vt = np.ascontiguousarray(np.swapaxes(v, 2, 3)[..., p8_key_positions(208)])
     module = flash_attention(head_dim=64, dtype="e4m3", v_transposed="p8", causal=True)
     got = tessera.launch(module, q, k, vt, *ds, level="target", pipeline=PTX_PIPELINE)
@@ -130,6 +123,7 @@ def test_what_is_not_lowered_is_refused_by_name():
 def test_the_kernel_abi_checks_key_order():
     text = str(flash_attention(head_dim=64, dtype="e4m3", v_transposed="p8"))
     with pytest.raises(VerifyException, match="must promise .* that seq_k is a multiple of 16"):
-        tessera.parse_module(text.replace("tile.divisible = {seq_k = 16 : i64}", "tile.divisible = {seq_k = 8 : i64}"))
+        tessera.parse_module(checked(text).replace("tile.divisible = {seq_k = 16 : i64}",
+                                                   "tile.divisible = {seq_k = 8 : i64}"))
     with pytest.raises(VerifyException, match="'tile.key_order' must be one of 'p8'"):
-        tessera.parse_module(text.replace('tile.key_order = "p8"', 'tile.key_order = "p4"'))
+        tessera.parse_module(checked(text).replace('tile.key_order = "p8"', 'tile.key_order = "p4"'))

@@ -12,7 +12,8 @@ from xdsl.utils.exceptions import VerifyException
 
 from tessera.ir import parse_module
 
-from test_sm90_simulator import _run_c, _seed
+from test_sm90_simulator import _run_c
+from text_edits import planted
 
 E4M3, E5M2 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2
 
@@ -146,7 +147,7 @@ def test_fp8_ss_wgmma_printed_runs_in_the_ptx_executor_and_ptxas_takes_it(rng):
 @pytest.mark.parametrize("trans, operand", [("1, 0", "A"), ("0, 1", "B")])
 def test_fp8_wgmma_refuses_mn_major_operands(trans, operand):
     with pytest.raises(VerifyException, match=f"an MN-major {operand} .* needs .f16 or .bf16 multiplicands, got .e4m3"):
-        parse_module(_seed(fp8_gemm(), 'type "e4m3" trans 0, 0', f'type "e4m3" trans {trans}'))
+        parse_module(planted(fp8_gemm(), 'type "e4m3" trans 0, 0', f'type "e4m3" trans {trans}'))
 
 
 def test_rs_fp8_a_registers_are_read_by_figure_88():
@@ -312,19 +313,20 @@ TRANSPOSE = """
 
 def transposing_kernel() -> str:
     """RS_FP8 with V (not V^T) from global, transposed in shared memory by TRANSPOSE."""
-    text = _seed(RS_FP8, "sm90.box = [32 : i64, 64 : i64], sm90.swizzle = 32 : i64, tile.dims = #tile.dims<64, 32>}",
-                 "sm90.box = [64 : i64, 32 : i64], sm90.swizzle = 0 : i64, tile.dims = #tile.dims<32, 64>}")
-    text = _seed(text, 'smem_bytes = 2056 : i64', 'smem_bytes = 4104 : i64')
-    text = _seed(text, '%svt = sm90.shared_buffer "vt" offset 0 size 2048 align 1024 swizzle 32 : i32\n'
-                       '    %bar = sm90.shared_buffer "full" offset 2048 size 8 align 8 swizzle 0 : i32',
-                 '%sv = sm90.shared_buffer "v" offset 0 size 2048 align 1024 swizzle 0 : i32\n'
-                 '    %svt = sm90.shared_buffer "vt" offset 2048 size 2048 align 1024 swizzle 0 : i32\n'
-                 '    %bar = sm90.shared_buffer "full" offset 4096 size 8 align 8 swizzle 0 : i32\n'
-                 '    %c8 = arith.constant 8 : index\n    %c128 = arith.constant 128 : index\n'
-                 '    %c256 = arith.constant 256 : index')
-    text = _seed(text, "sm90.tma_load %vt_map[%zero_i32, %zero_i32], %svt, %bar", "sm90.tma_load %vt_map[%zero_i32, %zero_i32], %sv, %bar")
-    text = _seed(text, "      scf.yield\n    }\n    %db = sm90.make_descriptor %svt lbo 16 sbo 256 swizzle 32 : i64",
-                 "      scf.yield\n    }\n" + TRANSPOSE + "    %db = sm90.make_descriptor %svt lbo 128 sbo 256 swizzle 0 : i64")
+    text = planted(RS_FP8, "sm90.box = [32 : i64, 64 : i64], sm90.swizzle = 32 : i64, tile.dims = #tile.dims<64, 32>}",
+                   "sm90.box = [64 : i64, 32 : i64], sm90.swizzle = 0 : i64, tile.dims = #tile.dims<32, 64>}")
+    text = planted(text, 'smem_bytes = 2056 : i64', 'smem_bytes = 4104 : i64')
+    text = planted(text, '%svt = sm90.shared_buffer "vt" offset 0 size 2048 align 1024 swizzle 32 : i32\n'
+                         '    %bar = sm90.shared_buffer "full" offset 2048 size 8 align 8 swizzle 0 : i32',
+                   '%sv = sm90.shared_buffer "v" offset 0 size 2048 align 1024 swizzle 0 : i32\n'
+                   '    %svt = sm90.shared_buffer "vt" offset 2048 size 2048 align 1024 swizzle 0 : i32\n'
+                   '    %bar = sm90.shared_buffer "full" offset 4096 size 8 align 8 swizzle 0 : i32\n'
+                   '    %c8 = arith.constant 8 : index\n    %c128 = arith.constant 128 : index\n'
+                   '    %c256 = arith.constant 256 : index')
+    text = planted(text, "sm90.tma_load %vt_map[%zero_i32, %zero_i32], %svt, %bar",
+                   "sm90.tma_load %vt_map[%zero_i32, %zero_i32], %sv, %bar")
+    text = planted(text, "      scf.yield\n    }\n    %db = sm90.make_descriptor %svt lbo 16 sbo 256 swizzle 32 : i64",
+                   "      scf.yield\n    }\n" + TRANSPOSE + "    %db = sm90.make_descriptor %svt lbo 128 sbo 256 swizzle 0 : i64")
     return text
 
 
@@ -345,7 +347,8 @@ def test_wgmma_reading_vt_before_the_transpose_is_fenced_is_reported_by_both_sim
     from tessera.interpreters.ptx import PtxHazardError
 
     p, v, _ = _pv(rng, key_order=False)
-    text = _seed(transposing_kernel(), "    sm90.fence_proxy_async\n    sm90.bar_sync 0, 128\n", "    sm90.bar_sync 0, 128\n")
+    text = planted(transposing_kernel(), "    sm90.fence_proxy_async\n    sm90.bar_sync 0, 128\n",
+                   "    sm90.bar_sync 0, 128\n")
     with pytest.raises(KernelHazardError, match="missing fence_proxy_async after the store"):
         _run_c(text, [p, v], None)
     with pytest.raises(PtxHazardError, match="missing fence.proxy.async after the store"):
@@ -358,7 +361,8 @@ def test_wgmma_reading_vt_before_every_warp_finished_the_transpose_is_reported(r
     from tessera.interpreters.block_batch import KernelHazardError
 
     p, v, _ = _pv(rng, key_order=False)
-    text = _seed(transposing_kernel(), "    sm90.fence_proxy_async\n    sm90.bar_sync 0, 128\n", "    sm90.fence_proxy_async\n")
+    text = planted(transposing_kernel(), "    sm90.fence_proxy_async\n    sm90.bar_sync 0, 128\n",
+                   "    sm90.fence_proxy_async\n")
     with pytest.raises(KernelHazardError, match="with no bar_sync since then ordering it before this warp"):
         _run_c(text, [p, v], None)
 
@@ -371,7 +375,7 @@ def test_the_next_tma_racing_the_transpose_is_reported_by_the_ptx_executor(rng):
     from tessera.interpreters.ptx import PtxHazardError
 
     p, v, _ = _pv(rng, key_order=False)
-    text = _seed(transposing_kernel(), "    sm90.wgmma_wait_group 0\n", """    sm90.wgmma_wait_group 0
+    text = planted(transposing_kernel(), "    sm90.wgmma_wait_group 0\n", """    sm90.wgmma_wait_group 0
     %one_i32 = arith.constant 1 : i32
     scf.while () : () -> () {
       %ok1 = sm90.mbarrier_try_wait_parity %bar, %one_i32 : i32
@@ -381,7 +385,7 @@ def test_the_next_tma_racing_the_transpose_is_reported_by_the_ptx_executor(rng):
       scf.yield
     }
 """)
-    text = _seed(text, "    %w3 = sm90.ld_shared %s9 : i32 -> i32\n", """    %w3 = sm90.ld_shared %s9 : i32 -> i32
+    text = planted(text, "    %w3 = sm90.ld_shared %s9 : i32 -> i32\n", """    %w3 = sm90.ld_shared %s9 : i32 -> i32
     scf.if %leader {
       sm90.mbarrier_arrive_expect_tx %bar, 2048
       sm90.tma_load %vt_map[%zero_i32, %zero_i32], %sv, %bar : i32, i32

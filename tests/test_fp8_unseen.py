@@ -178,6 +178,7 @@ def test_every_lowered_fp8_kernel_is_ptxas_clean_and_its_sass_runs_qgmma(head_di
     every ptxas found (12.x, 13.0, 13.5 where installed) assembles them without a diagnostic or a spill, and the
     SASS runs the e4m3 products on the tensor core (QGMMA, Hopper's FP8 warpgroup MMA) with no local memory."""
     from tessera import toolchain
+    from tessera.sass import sass_opcode_counts
     from tessera.kernels import flash_attention
 
     ptxases = toolchain.find_all_ptxas()
@@ -191,7 +192,7 @@ def test_every_lowered_fp8_kernel_is_ptxas_clean_and_its_sass_runs_qgmma(head_di
         assert entry.spill_store_bytes == entry.spill_load_bytes == 0, ptxas.release
         if toolchain.find_nvdisasm() is None:
             continue
-        counts = toolchain.sass_opcode_counts(result.cubin)
+        counts = sass_opcode_counts(result.cubin)
         assert counts["QGMMA"] > 0 and counts["HGMMA"] == 0, (ptxas.release, counts)
         assert counts["STL"] == counts["LDL"] == 0, ptxas.release
 

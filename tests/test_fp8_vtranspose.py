@@ -28,6 +28,7 @@ from tessera.kernels import flash_attention
 from tessera.passes import PIPELINED_PIPELINE, SPECIALIZED_PIPELINE, allocated
 from tessera.passes.convert_tile_to_sm90 import LoweringError
 from tessera.sm90 import facts
+from text_edits import checked
 
 E4M3 = ml_dtypes.float8_e4m3fn
 
@@ -209,7 +210,7 @@ def test_the_unseeded_transpose_runs_clean_in_the_ptx_executor():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("pipeline, block_n", [
-    (allocated(SPECIALIZED_PIPELINE.replace("stages=2", "stages=3")), None),  # three staging and V^T slots
+    (allocated(checked(SPECIALIZED_PIPELINE).replace("stages=2", "stages=3")), None),  # three staging and V^T slots
     (allocated(PIPELINED_PIPELINE + ",warp-specialize{pingpong=true}"), None),  # ping-pong consumers
     (allocated(PIPELINED_PIPELINE), None),  # no producer warpgroup: the first consumer warpgroup transposes
     (None, 64),                             # 64-key blocks at head_dim 128: four row groups per warp

@@ -11,6 +11,7 @@ import pytest
 
 from fuzz.cases import ROOT, Case, generate
 from fuzz.harness import FINDINGS, run_case, run_cases
+from text_edits import checked
 
 SLICE_SEED, SLICE_CASES = 20261125, 400
 
@@ -38,12 +39,13 @@ def test_a_seeded_slice_finds_nothing(kinds):
 GEMM = (ROOT / "examples" / "gemm.mlir").read_text()
 GEMM_SIZES = ("--dim=M=7", "--dim=N=8", "--dim=K=8")
 VALID_MUTANTS = {
-    "a comment line": GEMM.replace("builtin.module {", "builtin.module {\n  // a note\n", 1),
+    "a comment line": checked(GEMM).replace("builtin.module {", "builtin.module {\n  // a note\n", 1),
     "an SSA value renamed everywhere": re.sub(r"%acc_final\b", "%c_tile", GEMM),
-    "an unused constant": GEMM.replace("%c1 = arith.constant 1 : index", "%c1 = arith.constant 1 : index\n"
-                                       "    %unused = arith.constant 7 : index", 1),
-    "constants reordered": GEMM.replace("    %c0 = arith.constant 0 : index\n    %c1 = arith.constant 1 : index",
-                                        "    %c1 = arith.constant 1 : index\n    %c0 = arith.constant 0 : index", 1),
+    "an unused constant": checked(GEMM).replace("%c1 = arith.constant 1 : index", "%c1 = arith.constant 1 : index\n"
+                                                "    %unused = arith.constant 7 : index", 1),
+    "constants reordered": checked(GEMM).replace(
+        "    %c0 = arith.constant 0 : index\n    %c1 = arith.constant 1 : index",
+        "    %c1 = arith.constant 1 : index\n    %c0 = arith.constant 0 : index", 1),
 }
 
 
@@ -59,13 +61,15 @@ def test_valid_mutants_are_accepted(name, tmp_path):
 
 
 INVALID_MUTANTS = {
-    "mma operands swapped": (GEMM.replace("tile.mma %a_smem, %b_smem, %acc", "tile.mma %b_smem, %a_smem, %acc"),
+    "mma operands swapped": (checked(GEMM).replace("tile.mma %a_smem, %b_smem, %acc",
+                                                   "tile.mma %b_smem, %a_smem, %acc"),
                              r"case0.mlir:\d+:\d+.*operand is used with type"),
     "the loop's yield dropped": (re.sub(r"\n\s*scf.yield[^\n]*", "", GEMM),
                                  r"op 'tile.barrier'.*terminates block .* not a terminator"),
-    "a grid of an unknown size": (GEMM.replace("ceildiv(M, 128), ceildiv(N, 128)", "ceildiv(Q, 128), ceildiv(N, 128)"),
+    "a grid of an unknown size": (checked(GEMM).replace("ceildiv(M, 128), ceildiv(N, 128)",
+                                                        "ceildiv(Q, 128), ceildiv(N, 128)"),
                                   r"kernel @gemm_bf16: 'tile.grid' uses sizes no input defines: \['Q'\]"),
-    "an undefined value": (GEMM.replace("%k0 = arith.muli %j, %c64", "%k0 = arith.muli %jj, %c64"),
+    "an undefined value": (checked(GEMM).replace("%k0 = arith.muli %j, %c64", "%k0 = arith.muli %jj, %c64"),
                            r"use of undefined value %jj"),
     "a zero size": (GEMM, r"size 'M' must be positive"),
 }

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -24,6 +25,7 @@ import gpu_plan  # noqa: E402
 import gpu_plot  # noqa: E402
 import gpu_session  # noqa: E402
 import gpu_stages  # noqa: E402
+import gpu_tests  # noqa: E402
 
 from tessera.numerics import BF16  # noqa: E402
 
@@ -84,23 +86,56 @@ def test_a_failing_stage_is_reported_with_its_output_and_a_spent_session_runs_no
     assert session["stages"]["never"]["status"] == "not run: the session's time is spent"
 
 
+def test_an_item_past_its_limit_cuts_its_stage_which_names_it(tmp_path):
+    """A stage whose current item (a benchmark row, a fidelity case) runs past the item limit is cut there, long
+    before its budget, and the status names the item."""
+    hung = _stage("hung", """
+        write({"records": [1], "running": {"item": {"seq": 512}, "since": time.time()}})
+        time.sleep(60)
+    """)
+    start = time.monotonic()
+    session = gpu_session.run_session([("hung", hung + [str(tmp_path)], 60, 1.0)], tmp_path, dict(os.environ), 60, {})
+    assert time.monotonic() - start < 15
+    cut = session["stages"]["hung"]
+    assert cut["status"] == 'cut: {"seq": 512} ran past the item limit of 1 s' and cut["results"]["records"] == [1]
+
+
+def test_a_second_call_measures_only_the_rows_the_first_did_not(tmp_path):
+    """--resume: the earlier records are kept, the rows they cover and the one the earlier stage was cut in are
+    not measured again."""
+    rows = gpu_plan.benchmark_rows("forward")
+    earlier = tmp_path / "earlier"
+    (earlier / "stages").mkdir(parents=True)
+    records = [{"system": "Tessera", "config": rows[0], "status": "ok"}]
+    (earlier / "stages" / "forward.json").write_text(json.dumps({"records": records,
+                                                                 "running": {"item": rows[1], "since": 0}}))
+    writer = gpu_session.StageWriter(tmp_path / "forward.json")
+    assert gpu_stages.rows_left("forward", rows, writer, earlier) == rows[2:]
+    assert writer.data["records"] == records and writer.data["cut_before"] == [rows[1]]
+    assert gpu_stages.rows_left("forward", rows, writer, None) == rows
+    assert "--resume $OUT" in gpu_plan.SECOND_RUN
+
+
 def test_the_budgets_cover_every_stage_and_fit_the_session():
     assert set(gpu_plan.BUDGETS_S) == set(gpu_plan.STAGES)
-    total, *benchmarks = gpu_session.budget_checks()
-    assert total["ok"] and total["value_s"] == sum(gpu_plan.BUDGETS_S.values()) <= 480
+    total, device, *benchmarks = gpu_session.budget_checks()
+    assert total["ok"] and total["value_s"] == sum(gpu_plan.BUDGETS_S.values()) <= gpu_plan.SESSION_LIMIT_S <= 560
+    assert device["ok"] and device["value_s"] <= 900 - 60  # a minute of the device's 15 left for a rerun
     assert [c["check"].split(":")[0] for c in benchmarks] == ["forward", "fp8", "backward", "gemm"]
     assert all(c["ok"] and c["value_s"] > 0 for c in benchmarks)
-    over = {"stages": {"compile": {"results": {"estimate_on_gpu_machine_s": 81.0}}}}
-    assert [c["ok"] for c in gpu_session.budget_checks(over)] == [True, True, True, True, True, False]
+    over = {"stages": {"compile": {"results": {"estimate_on_gpu_machine_s": gpu_plan.BUDGETS_S["compile"] + 1}}}}
+    assert [c["ok"] for c in gpu_session.budget_checks(over)] == [True] * 6 + [False]
+    assert set(gpu_plan.ITEM_LIMITS_S) <= set(gpu_plan.STAGES) and gpu_plan.STAGES[-2:] == ("fp8", "report")
 
 
 def test_gpu_tests_are_marked_so_the_session_finds_them():
-    """A test that skips without a GPU is marked `gpu` (tests/conftest.py skips it, saying why; the session's
-    tests stage selects `-m gpu`), not given a skipif of its own that the session could not find."""
+    """A test that needs a GPU is marked `gpu` (tests/conftest.py skips it, saying why), not given a skipif of its
+    own that the session could not find; every file marking tests `gpu` is in the session's plan."""
+    needs_a_gpu = re.compile(r"skipif\(\s*not\s+has_gpu\(\)|skipif\([^)]*unavailable_reason\(\)\s+is\s+not\s+None")
     for path in sorted((ROOT / "tests").glob("test_*.py")):
-        text = path.read_text()
-        if "cuda_unavailable_reason" in text and "skipif" in text:
-            assert "mark.gpu" in text, f"{path.name}: mark its GPU tests @pytest.mark.gpu instead of skipif"
+        assert not needs_a_gpu.search(path.read_text()), f"{path.name}: mark its GPU tests @pytest.mark.gpu"
+    planned = {f for _, files, _, _ in gpu_plan.GPU_TESTS for f in files}
+    assert set(gpu_tests.marked_files()) <= planned and "tests/test_launch.py" in planned
 
 
 def test_the_grid_is_flashattention_3s():
@@ -223,8 +258,13 @@ def test_every_fidelity_case_builds_its_inputs_and_names_its_kernels():
 
 # endregion
 
-def test_the_fidelity_stage_measures_the_gpu_against_the_executor_in_ulps(tmp_path, monkeypatch):
-    """With a fake GPU that returns the executor's result with one element 2 ULP off: the row says so."""
+def test_the_fidelity_stage_compares_the_gpu_with_the_prepared_executor_side_and_refuses_a_stale_one(tmp_path,
+                                                                                                      monkeypatch):
+    """The executor side prepared ahead (`--prepare`); a fake GPU that returns the executor's result with one
+    element 2 ULP off: the row says so. The same file with another PTX hash is refused by name, and the row
+    keeps the GPU against float64."""
+    import gpu_prepared
+
     case = gpu_fidelity.case_named("gemm-odd-mn")
     real_run = gpu_fidelity.run
 
@@ -236,14 +276,29 @@ def test_the_fidelity_stage_measures_the_gpu_against_the_executor_in_ulps(tmp_pa
 
     monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(gpu_fidelity, "cases", lambda: [case])
+    prepared = tmp_path / "whl" / "fidelity"
+    manifest = prepared / gpu_prepared.MANIFEST
+    assert gpu_prepared.prepare(gpu_session.StageWriter(manifest), prepared, [case.name], processes=1) == []
+    entry = json.loads(manifest.read_text())["cases"][case.name]
+    assert entry["outputs"] == {"c": {"dtype": "float32", "shape": [333, 136]}} and len(entry["ptx_sha256"]) == 64
     monkeypatch.setattr(gpu_fidelity, "run", fake_run)
     monkeypatch.setattr(gpu_stages, "gpu_reason", lambda: None)
-    writer = gpu_session.StageWriter(tmp_path / "fidelity.json")
-    gpu_stages.fidelity_stage(writer, dry=False, quick=False)
-    (row,) = json.loads((tmp_path / "fidelity.json").read_text())["cases"]
+
+    def stage() -> dict:
+        path = tmp_path / "fidelity.json"
+        gpu_stages.fidelity_stage(gpu_session.StageWriter(path), tmp_path, prepared, dry=False, quick=False)
+        (row,) = json.loads(path.read_text())["cases"]
+        return row
+
+    row = stage()
     c = row["outputs"]["c"]
     assert (row["case"], row["planned"], c["dtype"], c["max_ulp"], c["differing"]) == ("gemm-odd-mn", True, "float32", 2, 1)
-    assert c["gpu_error"] > 0 and c["ptx_error"] > 0 and c["max_abs_diff"] > 0
+    assert c["gpu_error"] > 0 and c["ptx_error"] > 0 and c["max_abs_diff"] > 0 and "executor" not in row
+    manifest.write_text(manifest.read_text().replace(entry["ptx_sha256"], "0" * 64))
+    row = stage()
+    assert row["executor"] == (f"gemm-odd-mn: stale: prepared from other PTX (sha256 000000000000, now "
+                               f"{entry['ptx_sha256'][:12]}): {gpu_prepared.HOW}")
+    assert set(row["outputs"]["c"]) == {"dtype", "elements", "gpu_error"} and row["outputs"]["c"]["gpu_error"] > 0
 
 
 # region Pictures and test reports
@@ -263,15 +318,43 @@ def test_the_svg_has_one_bar_per_measured_system_and_configuration(tmp_path):
     assert (tmp_path / "a.csv").read_text().splitlines()[0].startswith("system,status,tflops")
 
 
-def test_junit_summary_names_the_failing_tests(tmp_path):
-    path = tmp_path / "r.xml"
-    path.write_text('<testsuites><testsuite tests="3" failures="1" errors="0" skipped="1">'
-                    '<testcase classname="tests.test_runtime" name="test_a"/>'
-                    '<testcase classname="tests.test_runtime" name="test_b"><failure message="assert 1 == 2&#10;more"/>'
-                    '</testcase><testcase classname="t" name="c"><skipped/></testcase></testsuite></testsuites>')
-    summary = gpu_stages.junit_summary(path)
-    assert summary == {"tests": 3, "failures": 1, "errors": 0, "skipped": 1,
-                       "failing": ["tests.test_runtime::test_b: assert 1 == 2"]}
+def test_each_gpu_test_is_recorded_as_it_ends_and_one_past_its_limit_is_cut_and_the_rest_run(tmp_path):
+    """The tests stage's runner on a file of five tests: a pass, a failure, a skip, one that hangs (cut at its
+    limit, pytest started again without it) and one that kills pytest (recorded as crashed); each recorded."""
+    (tmp_path / "test_five.py").write_text(textwrap.dedent("""
+        import os, time, pytest
+
+        def test_a_pass():
+            pass
+
+        def test_a_failure():
+            assert 1 == 2, "one is not two"
+
+        def test_a_hang():
+            time.sleep(60)
+
+        def test_a_crash():
+            os._exit(3)
+
+        @pytest.mark.skip(reason="not here")
+        def test_a_skip():
+            pass
+    """))
+    writer = gpu_session.StageWriter(tmp_path / "tests.json")
+    tests = gpu_tests.collect(["test_five.py"], cwd=tmp_path)  # every test, no marker
+    assert [t.split("::")[1] for t in tests] == ["test_a_pass", "test_a_failure", "test_a_hang", "test_a_crash",
+                                                 "test_a_skip"]
+    start = time.monotonic()
+    counts = gpu_tests.run_tests(writer, tests, 1, 2.0, tmp_path / "log.jsonl", cwd=tmp_path)
+    assert time.monotonic() - start < 30
+    records = {r["test"].split("::")[1]: r for r in json.loads((tmp_path / "tests.json").read_text())["tests"]}
+    assert {n: r["outcome"] for n, r in records.items()} == {
+        "test_a_pass": "passed", "test_a_failure": "failed", "test_a_hang": "timeout", "test_a_crash": "crashed",
+        "test_a_skip": "skipped"}
+    assert counts == {"passed": 1, "failed": 1, "timeout": 1, "crashed": 1, "skipped": 1}
+    assert records["test_a_failure"]["message"] == "AssertionError: one is not two"
+    assert records["test_a_skip"]["message"] == "Skipped: not here"
+    assert 2 <= records["test_a_hang"]["seconds"] < 10 and "limit of 2 s" in records["test_a_hang"]["message"]
 
 
 # endregion
@@ -290,7 +373,7 @@ def test_the_quick_dry_run_compiles_builds_checks_and_writes_its_plan(tmp_path):
     assert all(stages[s]["status"] == "ok" for s in gpu_plan.STAGES)
     assert "bench/gpu_wheels.sh" in stages["install"]["wheels"]["message"]
     compiled = stages["compile"]["compiled"]
-    assert len(compiled) == stages["compile"]["kernels"] == 11 and all("error" not in k for k in compiled)
+    assert len(compiled) == stages["compile"]["kernels"] == 12 and all("error" not in k for k in compiled)
     assert {k["builder"] for k in compiled} == {"flash_attention", "attention_combine", "flash_attention_paged",
                                                "gemm", *(f"attention_backward_{p}" for p in ("preprocess", "main",
                                                                                              "postprocess"))}
@@ -299,12 +382,83 @@ def test_the_quick_dry_run_compiles_builds_checks_and_writes_its_plan(tmp_path):
     executed = {c["case"]: c for c in stages["fidelity"]["cases"]}
     assert set(executed) == set(gpu_stages.QUICK_EXECUTOR)
     assert executed["paged-decode-d64"]["outputs"]["o"]["ptx_error"] < 1e-2
+    assert "python bench/gpu_session.py --prepare" in stages["fidelity"]["prepared"]["not_usable"][0]  # no .whl/
+    assert set(json.loads((out / "fidelity" / "manifest.json").read_text())["cases"]) == set(gpu_stages.QUICK_EXECUTOR)
     assert plan["benchmark_rows"] == {"forward": 36, "fp8": 18, "backward": 36, "gemm": 2}
+    parts = json.loads((out / "stages" / "backward_parts.json").read_text())["records"]
+    assert len(parts) == 6 and all(r["host_check"] in ("ok", "not in --quick") for r in parts)
     checked = json.loads((out / "stages" / "gemm.json").read_text())["records"]
     assert [r["host_check"] for r in checked] == ["ok", "ok"]
+    backward = json.loads((out / "stages" / "backward.json").read_text())["records"]  # the quick kernels' rows
+    assert [r["host_check"] for r in backward if (r["config"]["head_dim"], r["config"]["causal"]) == (64, True)] == \
+        ["ok"] * 6
     fp8 = json.loads((out / "stages" / "fp8.json").read_text())["records"]  # the quick kernel's rows checked
     assert [r["host_check"] for r in fp8 if (r["config"]["head_dim"], r["config"]["causal"]) == (128, False)] == \
         ["ok"] * 3
-    assert all(c["ok"] for c in plan["budget_checks"]) and len(plan["budget_checks"]) == 6
+    assert all(c["ok"] for c in plan["budget_checks"]) and len(plan["budget_checks"]) == 7
     assert {p.name for p in out.glob("*.svg")} == {"attention_forward.svg", "attention_fp8.svg",
                                                    "attention_backward.svg", "gemm.svg"}
+
+
+def test_backward_parts_times_each_kernel_its_zero_fills_the_gaps_and_the_host_work(monkeypatch):
+    """bench/backward_parts.py around the real `tessera.attention_backward` on a fake CUDA: tensors that say they
+    are on the GPU, events that read the host clock, a launch_zeroed that spends 1 ms before its kernel and
+    kernels of 2 ms. Each part's kernel and zero fill, the host work and the gaps come out; the runtime's
+    functions are restored after."""
+    from types import SimpleNamespace
+
+    import backward_parts
+
+    import tessera
+    import tessera.runtime.attention_backward as backward
+    from tessera.runtime import compiler, launch
+
+    class Tensor:
+        is_cuda, shape = True, (1, 2, 300, 128)
+
+        def float(self):
+            return self
+
+        def contiguous(self):
+            return self
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.at = None
+
+        def record(self, stream=None):
+            self.at = time.perf_counter()
+
+        def elapsed_time(self, other):
+            return (other.at - self.at) * 1e3
+
+    torch = SimpleNamespace(Tensor=Tensor, cuda=SimpleNamespace(Event=Event, synchronize=lambda: None))
+
+    def launch_zeroed(kernel, *inputs, **sizes):
+        time.sleep(0.001)  # the zero fills
+        launch.prepare(kernel, {}, {})()
+        return [Tensor()] * (1 if kernel.config.builder.endswith("postprocess") else 3)
+
+    def prepare(kernel, views, sizes, *rest, **options):
+        return lambda: time.sleep(0.002)
+
+    config = SimpleNamespace(attention=SimpleNamespace(head_dim=128, causal=False, dtype="bf16", scale=0.1,
+                                                       block_m=128, block_n=128), deterministic=False)
+    monkeypatch.setattr(launch, "_torch", lambda: torch)
+    monkeypatch.setattr(launch, "usable_device", lambda inputs: 0)
+    monkeypatch.setattr(backward, "check_backward_arguments", lambda *arguments: config)
+    monkeypatch.setattr(compiler, "compile_kernel", lambda c: SimpleNamespace(config=c))
+    monkeypatch.setattr(launch, "launch_zeroed", launch_zeroed)
+    monkeypatch.setattr(launch, "prepare", prepare)
+    monkeypatch.setattr(tessera, "attention", lambda *a, **k: (Tensor(), Tensor()))
+    q = Tensor()
+    parts = backward_parts.measure(torch, q, q, q, q, causal=False, warmup=1, repeats=3)
+    assert set(parts) == {"plain", "wall", "gpu_span", "kernel", "zero_fill", "gap", "host"}
+    assert all(2 <= parts["kernel"][p] < 50 and 1 <= parts["zero_fill"][p] < 50 for p in backward_parts.PARTS)
+    assert set(parts["gap"]) == {"before_preprocess", "preprocess_to_main", "main_to_postprocess", "after_postprocess"}
+    assert {"check", "lookup", "preprocess", "main", "postprocess", "prepare[main]"} <= set(parts["host"])
+    assert parts["wall"] >= parts["gpu_span"] >= sum(parts["kernel"].values()) + sum(parts["zero_fill"].values())
+    assert parts["plain"] >= 9  # three parts of 3 ms
+    assert launch.launch_zeroed is launch_zeroed and launch.prepare is prepare  # restored
+    assert compiler.compile_kernel(1).config == 1
+    assert [r["seq"] for r in backward_parts.rows()] == [512, 1024, 2048] * 2

@@ -16,8 +16,9 @@ from tessera.passes import SPECIALIZED_PIPELINE, apply_pipeline
 from tessera.passes.hoist_invariant_descriptors import invariant_advances, spare_registers
 from tessera.regalloc.uniform import uniform_descriptors
 from tessera.toolchain import find_nvdisasm, find_ptxas
+from text_edits import checked
 
-WITHOUT = SPECIALIZED_PIPELINE.replace(",hoist-invariant-descriptors", "")
+WITHOUT = checked(SPECIALIZED_PIPELINE).replace(",hoist-invariant-descriptors", "")
 
 
 def _kernel(spec: str, **options):
@@ -73,7 +74,8 @@ def test_steady_loop_is_shorter_without_spill():
     spill, no R2UR in it (slow: two compiles to cubin; bench/pipeline.py --ptxas-all measures every ptxas)."""
     from tessera.ptx.module import print_ptx
     from tessera.ptx.target import allocated_registers
-    from tessera.toolchain import compile_ptx, disassemble, sass_loops
+    from tessera.sass import disassemble, sass_loops
+    from tessera.toolchain import compile_ptx
 
     sizes = []
     for spec in (WITHOUT, SPECIALIZED_PIPELINE):
@@ -114,7 +116,7 @@ def test_a_folded_loop_makes_q_slot_descriptor_once():
     """overlap-softmax{fold=true} runs trip 0 in the loop, so no peeled trip makes Q's descriptor before it: the
     pass makes Q's slot descriptor (the warpgroup's rows, the same on every trip) once before the loop, so
     that Q's k-step advances leave the loop as they do in the peeled form; the K and V slots stay per trip."""
-    folded = WITHOUT.replace("overlap-softmax", "overlap-softmax{fold=true}")
+    folded = checked(WITHOUT).replace("overlap-softmax", "overlap-softmax{fold=true}")
     _, before = _kernel(folded, head_dim=64)
     assert not invariant_advances(before)  # Q's descriptor is made in the loop: nothing is invariant yet
     _, after = _kernel(folded + ",hoist-invariant-descriptors", head_dim=64)

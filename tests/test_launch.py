@@ -139,7 +139,7 @@ def test_without_a_gpu_the_error_names_the_cpu_levels(rng):
         tessera.launch(module, x)
 
 
-@pytest.mark.skipif(not has_gpu(), reason="needs an sm_90a GPU and tessera-compiler[cuda]")
+@pytest.mark.gpu  # skipped without a GPU by tests/conftest.py; bench/gpu_session.py runs it
 def test_launch_on_the_gpu_runs_a_hand_written_kernel(rng):
     module = tessera.parse_module(ROW_SCALE.read_text())
     x = rng.standard_normal((100, 24)).astype(np.float32)

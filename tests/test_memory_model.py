@@ -159,6 +159,8 @@ No other synchronization mechanism guarantees the completion of the asynchronous
 copy operations.
 There is no ordering guarantee between two cp.async operations if they are not explicitly
 synchronized using cp.async.wait_all or cp.async.wait_group or mbarrier instructions.
+cp.async is treated as a weak memory operation performed in the generic proxy in the
+Memory Consistency Model.
 """,
 }
 
@@ -193,7 +195,7 @@ def test_the_executor_names_the_rules_it_applies():
                  "PROXY_FENCE", "PROXY_FENCE_STATE_SPACE", "WGMMA_FENCE_SCALE_D", "WGMMA_WAIT_PER_THREAD",
                  "WGMMA_A_ROWS_PER_WARP",
                  "WGMMA_GROUP_PER_WARPGROUP",
-                 "BULK_READ_BEFORE_EXIT", "CLUSTER_EXIT_WAIT", "TMA_READ_UNTIL_COMPLETE"):
+                 "BULK_READ_BEFORE_EXIT", "CLUSTER_EXIT_WAIT", "TMA_READ_UNTIL_COMPLETE", "CP_ASYNC_PROXY"):
         assert f"memory_model.{name}" in source, name
 
 

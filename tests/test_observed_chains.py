@@ -15,6 +15,7 @@ from tessera.interpreters.ptx import PtxHazardError, launch
 from tessera.interpreters.sm90 import run_target_kernel
 from tessera.ir import parse_module
 from tessera.kernel_abi import is_target_kernel
+from text_edits import filled
 
 _SOURCE = np.arange(32, dtype=np.int32) + 100
 
@@ -29,7 +30,7 @@ _WAIT = """scf.while () : () -> () {{
         scf.yield
       }}"""
 
-_TARGET = """\
+_TARGET = filled("""\
 builtin.module {
   func.func @chain(%src: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<1, 32>, tile.role = "in",
                               sm90.element_type = i32},
@@ -78,13 +79,12 @@ builtin.module {
     func.return
   }
 }
-""".replace("WAIT_X", _WAIT.format(tag="x", bar="x", parity="c0_i32")).replace(
-    "WAIT_Y", _WAIT.format(tag="y", bar="y", parity="c0_i32"))
+""", WAIT_X=_WAIT.format(tag="x", bar="x", parity="c0_i32"), WAIT_Y=_WAIT.format(tag="y", bar="y", parity="c0_i32"))
 _ARRIVE_Y = "sm90.mbarrier_arrive %y"
 
 
 def _target(early: str = "", late: str = _ARRIVE_Y) -> np.ndarray:
-    text = _TARGET.replace("EARLY", early).replace("LATE", late)
+    text = filled(_TARGET, EARLY=early, LATE=late)
     kernel = next(op for op in parse_module(text).walk() if is_target_kernel(op))
     out = np.zeros(32, np.int32)
     run_target_kernel(kernel, [_SOURCE.reshape(1, 32), out], {})
@@ -160,8 +160,8 @@ _NOT_OBSERVED = (r"^<ptx>:\d+: error: ld.shared.u32: reads shared address 0x0 be
 
 
 def _ptx(early: str = "", late: str = _ARRIVE, count: int = 1, second: str = "", spin: str = "", **kw) -> np.ndarray:
-    text = _PTX.replace("Y_COUNT", str(count)).replace("SECOND", second).replace("SPIN", spin)
-    text = text.replace("EARLY", early).replace("LATE", late)
+    text = filled(_PTX, Y_COUNT=str(count), SECOND=second, SPIN=spin)
+    text = filled(text, EARLY=early, LATE=late)
     args = [_SOURCE.view(np.uint32).copy(), np.zeros(32, np.uint32), np.zeros(1, np.uint32)]
     return launch(text, "chain", 1, 64, args, **kw)[1]
 
@@ -195,7 +195,7 @@ def test_ptx_an_arrive_into_a_later_phase_reaches_only_that_phases_waiters():
 # barrier (remote arrives); CTA 0's thread 1 waits on `empty` and arrives on `link`; thread 0 waits on `link` only,
 # then multicasts the next row. (The PTX executor's clocks carry the same: tests/test_ptx_cluster.py.)
 
-_CLUSTER = """\
+_CLUSTER = filled("""\
 builtin.module {
   func.func @chain(%src: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<2, 32>, tile.role = "in",
                               sm90.element_type = i32},
@@ -279,16 +279,16 @@ builtin.module {
     func.return
   }
 }
-""".replace("WAIT_EMPTY", _WAIT.format(tag="e", bar="empty", parity="c0_i32")).replace(
-    "WAIT_LINK", _WAIT.format(tag="l", bar="link", parity="c0_i32")).replace(
-    "WAIT_FULL0R", _WAIT.format(tag="r", bar="full", parity="c0_i32")).replace(
-    "WAIT_FULL0", _WAIT.format(tag="f", bar="full", parity="c0_i32")).replace(
-    "WAIT_FULL1", _WAIT.format(tag="g", bar="full", parity="c1_i32"))
+""", WAIT_EMPTY=_WAIT.format(tag="e", bar="empty", parity="c0_i32"),
+    WAIT_LINK=_WAIT.format(tag="l", bar="link", parity="c0_i32"),
+    WAIT_FULL0R=_WAIT.format(tag="r", bar="full", parity="c0_i32"),
+    WAIT_FULL0=_WAIT.format(tag="f", bar="full", parity="c0_i32"),
+    WAIT_FULL1=_WAIT.format(tag="g", bar="full", parity="c1_i32"))
 _ARRIVE_LINK = "sm90.mbarrier_arrive %link"
 
 
 def _cluster(early: str = "", late: str = _ARRIVE_LINK) -> np.ndarray:
-    text = _CLUSTER.replace("EARLY", early).replace("LATE", late)
+    text = filled(_CLUSTER, EARLY=early, LATE=late)
     kernel = next(op for op in parse_module(text).walk() if is_target_kernel(op))
     out = np.zeros((2, 32), np.int32)
     run_target_kernel(kernel, [np.arange(64, dtype=np.int32).reshape(2, 32), out], {})

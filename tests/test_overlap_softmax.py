@@ -25,6 +25,7 @@ from tessera.passes import TARGET_PIPELINE, apply_pipeline
 from tessera.passes.overlap_softmax import OverlapSoftmaxError
 
 from conftest import build_kernel
+from text_edits import checked
 
 BLOCK = 32
 """Query and key block of the numerics kernels: small blocks give many key blocks for short sequences."""
@@ -287,7 +288,7 @@ def test_rotating_twice_changes_nothing():
 def _folded_against_default(level: str, shapes, rng) -> None:
     from tessera.passes import DEFAULT_PIPELINE
 
-    folded = DEFAULT_PIPELINE.replace("overlap-softmax", "overlap-softmax{fold=true}")
+    folded = checked(DEFAULT_PIPELINE).replace("overlap-softmax", "overlap-softmax{fold=true}")
     module = build_kernel("flash_attention", head_dim=64, causal=True).clone()
     for seq_q, seq_k in shapes:
         q, k, v = (a.astype(np.float32) for a in _qkv(rng, seq_q, seq_k, 64))

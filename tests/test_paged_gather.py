@@ -246,6 +246,48 @@ def test_a_consumer_that_skips_the_full_barrier_of_a_gathered_stage_is_a_hazard(
         tessera.interpret(module, *_kernel_inputs(*_decode_inputs(rng, 16)), level="target", max_seqlen_q=1)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("level", ["target", "ptx"])
+def test_the_gathered_stage_reaches_wgmma_through_its_full_barrier_without_the_fence(level, rng, monkeypatch):
+    """[memory_model.CP_ASYNC_PROXY] The warp-specialized gather with the consumers' fence_proxy_async after the full
+    wait deleted: the producers' cp.async completed through cp.async.mbarrier.arrive.noinc, which both simulators
+    accept by default (as CUTLASS's and FlashAttention-3's cp.async mainloops rely on: clean and right), and report
+    with `strict_proxy`, the PTX ISA's letter (cp.async writes through the generic proxy)."""
+    lower = tessera.api._lower
+
+    def lowered(where, module, pipeline):
+        out = lower(where, module, pipeline)
+        for wait in [o for o in out.walk() if isinstance(o, sm90.MBarrierTryWaitParityOp)
+                     and _buffer_of(o.mbarrier) is not None
+                     and _buffer_of(o.mbarrier).sym.data in ("k_ring_full", "v_ring_full")]:
+            fence = wait.parent_op().next_op
+            assert isinstance(fence, sm90.FenceProxyAsyncOp)
+            fence.detach()
+            fence.erase()
+        return out
+    monkeypatch.setattr(tessera.api, "_lower", lowered)
+    module = flash_attention_paged(64, causal=True, page_size=16)
+    q, k_cache, v_cache, table, lengths = _decode_inputs(rng, 16)
+    inputs = _kernel_inputs(q, k_cache, v_cache, table, lengths)
+    _check_kernel_output(tessera.interpret(module, *inputs, level=level, max_seqlen_q=1), q, k_cache, v_cache, table,
+                         lengths)
+    if level == "target":
+        from tessera.interpreters.sm90 import launch as target_launch
+
+        options = target_launch.simulator_options
+        monkeypatch.setattr(target_launch, "simulator_options", lambda *a: options(*a[:4], True))
+        message = r"stored with a cp.async and has not made visible to the async proxy"
+    else:
+        from functools import partial
+
+        from tessera.interpreters.ptx import launcher
+
+        monkeypatch.setattr(launcher, "launch_described", partial(launcher.launch_described, strict_proxy=True))
+        message = r"stored through the generic proxy and has not made visible to the async proxy"
+    with pytest.raises(Exception, match=message):  # KernelHazardError, PtxHazardError
+        tessera.interpret(module, *inputs, level=level, max_seqlen_q=1)
+
+
 # endregion
 # region ptxas and the launch
 

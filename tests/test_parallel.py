@@ -23,6 +23,7 @@ from tessera.ir import parse_module
 from tessera.kernel_abi import is_target_kernel, specialized
 from tessera.passes import TARGET_PIPELINE
 from tessera.regalloc import allocate_registers
+from text_edits import checked, filled
 
 
 def _lowered(module, inputs, pipeline=TARGET_PIPELINE):
@@ -232,7 +233,7 @@ PTX_ROWS = """.version 8.0
 
 def _ptx_rows(row_of_odd: str, **parallel):
     out = np.zeros((4, 1024), np.uint32)
-    return launch(PTX_ROWS.replace("ROW_OF_ODD", row_of_odd), "rows", 4, 1024, [out], **parallel)[0]
+    return launch(filled(PTX_ROWS, ROW_OF_ODD=row_of_odd), "rows", 4, 1024, [out], **parallel)[0]
 
 
 def test_ptx_executor_groups_errors_and_races():
@@ -248,15 +249,15 @@ def test_ptx_executor_groups_errors_and_races():
 
 
 def test_kernels_with_atomics_run_serially_with_a_note():
-    text = PTX_ROWS.replace("st.global.u32 [%rd3], %r6;", "red.global.add.u32 [%rd3], %r6;")
+    text = checked(PTX_ROWS).replace("st.global.u32 [%rd3], %r6;", "red.global.add.u32 [%rd3], %r6;")
     out = np.zeros((4, 1024), np.uint32)
     with pytest.warns(SerialFallback, match=r"runs serially: the entry has red, atom or cp.reduce"):
-        result = launch(text.replace("ROW_OF_ODD", "%r1"), "rows", 4, 1024, [out], workers=2)[0]
+        result = launch(filled(text, ROW_OF_ODD="%r1"), "rows", 4, 1024, [out], workers=2)[0]
     assert result[:, 0].tolist() == [1, 2, 3, 4]
     with warnings.catch_warnings():
         warnings.simplefilter("error", SerialFallback)
         with pytest.raises(SerialFallback):
-            launch(text.replace("ROW_OF_ODD", "%r1"), "rows", 4, 1024, [out], workers=2)
+            launch(filled(text, ROW_OF_ODD="%r1"), "rows", 4, 1024, [out], workers=2)
 # endregion
 
 

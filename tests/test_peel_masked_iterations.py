@@ -23,6 +23,7 @@ from tessera.numerics import dtype_from_name
 from tessera.passes import apply_pipeline
 
 from conftest import build_kernel
+from text_edits import checked, filled
 
 BLOCK = 32
 """Query and key block of the numerics kernels: small blocks give many key blocks for short sequences."""
@@ -210,7 +211,7 @@ K0_FORMS = {
 @pytest.mark.parametrize("form", K0_FORMS)
 def test_split_point_of_affine_key_starts(form):
     lb, step, k0 = K0_FORMS[form]
-    text = LOOP.replace("LB", str(lb)).replace("STEP", str(step)).replace("K0", k0)
+    text = filled(LOOP, LB=str(lb), STEP=str(step), K0=k0)
     original = tessera.parse_module(text)
     peeled = tessera.parse_module(text)
     apply_pipeline(peeled, "peel-masked-iterations")
@@ -234,7 +235,7 @@ def test_split_point_of_affine_key_starts(form):
     "%k0 = arith.divsi %j, %c3 : index",  # slope 1/3
 ])
 def test_loops_whose_key_start_is_not_affine_are_left_alone(k0):
-    text = LOOP.replace("LB", "0").replace("STEP", "1").replace("K0", k0)
+    text = filled(LOOP, LB="0", STEP="1", K0=k0)
     module = tessera.parse_module(text)
     before = str(module)
     apply_pipeline(module, "peel-masked-iterations")
@@ -316,7 +317,8 @@ def test_folded_update_branch_keeps_both_groups_in_flight_in_place():
     from tessera.regalloc import allocate_registers
 
     module = build_kernel("flash_attention", head_dim=64, causal=True).clone()
-    apply_pipeline(module, allocated(PIPELINED_PIPELINE.replace("overlap-softmax", "overlap-softmax{fold=true}")))
+    apply_pipeline(module, allocated(checked(PIPELINED_PIPELINE).replace("overlap-softmax",
+                                                                         "overlap-softmax{fold=true}")))
     kernel = next(op for op in module.walk() if is_target_kernel(op))
     (update,) = [op for op in kernel.walk() if isinstance(op, scf.IfOp) and op.results
                  and isinstance(op.parent_op(), scf.ForOp) and op.cond.name_hint == "first_trip"]

@@ -22,6 +22,7 @@ from tessera.numerics import dtype_from_name
 from tessera.passes import SPECIALIZED_PIPELINE
 
 from conftest import build_kernel
+from text_edits import checked
 
 BUILDERS = ["flash_attention", "two_pass_attention", "three_pass_attention"]
 MATRIX = list(itertools.product(BUILDERS, (64, 128), (False, True), ("bf16", "f16")))
@@ -29,9 +30,9 @@ MATRIX = list(itertools.product(BUILDERS, (64, 128), (False, True), ("bf16", "f1
 
 def _with_stages(stages: int) -> str:
     """The full pipeline with `stages` ring slots (overlap-softmax needs two: it is left out for one)."""
-    pipeline = SPECIALIZED_PIPELINE.replace("pipeline-loops{stages=2}", f"pipeline-loops{{stages={stages}}}")
+    pipeline = checked(SPECIALIZED_PIPELINE).replace("pipeline-loops{stages=2}", f"pipeline-loops{{stages={stages}}}")
     assert pipeline != SPECIALIZED_PIPELINE or stages == 2
-    return pipeline.replace("overlap-softmax,", "") if stages == 1 else pipeline
+    return checked(pipeline).replace("overlap-softmax,", "") if stages == 1 else pipeline
 
 
 def _check(builder, head_dim, causal, dtype, stages, shapes, rng, **options):

@@ -1,8 +1,9 @@
 """No false report: correct PTX of Triton, CUTLASS and FlashAttention-3 (tests/clean_runs.py) runs with races on
 under the adversarial schedule (producers as far ahead as the synchronisation allows, the rest in an order drawn
-from the seed) and under the delayed one (the seed's CTA run only when no other can), each with three seeds,
-clean and right. The default run takes Triton's TMA matmul adversarial (about 2 s) and its layer norm backward,
-whose CTAs take locks in turn, with CTA 1 delayed (under 1 s); `-m slow` every sample and every built library
+from the seed), under the delayed one (the seed's CTA run only when no other can) and with one warp or warpgroup of
+every CTA delayed (the seed's), each with three seeds, clean and right. The default run takes Triton's TMA matmul
+adversarial (about 2 s), its layer norm backward, whose CTAs take locks in turn, with CTA 1 delayed (under 1 s), and
+the TMA matmul with warp 1 delayed (under 1 s); `-m slow` every sample and every built library
 configuration; `python bench/races.py --clean` the same list as a table."""
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import pytest
 from clean_runs import external_runs, library_runs
 
 SEEDS = (0, 1, 2)
-SCHEDULES = ("adversarial", "delayed")
-FAST = [("TMA matmul", "adversarial", seed) for seed in SEEDS] + [("layer norm backward (locks)", "delayed", 1)]
+SCHEDULES = ("adversarial", "delayed", "delayed-warp", "delayed-warpgroup")
+FAST = [("TMA matmul", "adversarial", seed) for seed in SEEDS] + [("layer norm backward (locks)", "delayed", 1),
+                                                                  ("TMA matmul", "delayed-warp", 1)]
 EXTERNAL = dict(external_runs())
 LIBRARY = dict(library_runs())
 

@@ -13,6 +13,7 @@ from tessera.interpreters.ptx import PtxExecutionError, TensorMapArg, launch
 from tessera.sm90 import facts
 
 from race_templates import INIT_LOCAL_BARRIER, PTX_HEADER, REMOTE_ARRIVE_THEN_WAIT, SYNC_CLUSTER, WAIT_LOCAL_BARRIER
+from text_edits import checked, filled
 
 REGS = """
     .reg .b32 %r<24>;
@@ -259,8 +260,8 @@ MULTICAST = """
 
 def multicast_kernel(mask: str) -> str:
     body = "mov.u32 %r0, %tid.x;\n" + INIT_LOCAL_BARRIER.format(count=1) + MULTICAST.format(mask=mask) + STORE_R9
-    return kernel(body.replace(".reg .pred", ".reg .pred"), params=".param .u64 out, .param .align 64 .b8 tmap[128]",
-                  extra=".shared .align 1024 .b8 tile[2048]; .shared .align 8 .b64 bar;").replace(
+    return checked(kernel(body, params=".param .u64 out, .param .align 64 .b8 tmap[128]",
+                          extra=".shared .align 1024 .b8 tile[2048]; .shared .align 8 .b64 bar;")).replace(
         "    .reg .pred %p<8>;", "    .reg .pred %p<8>;\n    .reg .b16 %rs<4>;")
 
 
@@ -376,7 +377,7 @@ def test_a_cta_exits_only_after_waiting_for_a_cluster_barrier_its_peers_reached_
     mov.u32 %r1, %cluster_ctarank;
     setp.eq.u32 %p1, %r1, 0;
     @%p1 bra RANK0;
-    {rank1.replace("REMOTE", remote)}
+    {filled(rank1, REMOTE=remote)}
     bra END;
 RANK0:
     {rank0}
@@ -396,11 +397,12 @@ def test_a_cta_exiting_while_a_multicast_into_it_is_pending_is_a_hazard():
     """Both CTAs multicast into each other, but rank 1 exits without waiting for its barrier (and without
     reading what lands: a read would be reported first, as a read before the TMA signalled)."""
     text = multicast_kernel("3")
-    text = text.replace("WAIT0:", "mov.u32 %r12, %cluster_ctarank; setp.eq.u32 %p5, %r12, 1; @%p5 bra SKIP;\nWAIT0:")
+    text = checked(text).replace("WAIT0:",
+                                 "mov.u32 %r12, %cluster_ctarank; setp.eq.u32 %p5, %r12, 1; @%p5 bra SKIP;\nWAIT0:")
     head, brace, tail = text.rpartition("}")
     text = head + "SKIP:\n    ret;\n" + brace + tail
-    text = text.replace("barrier.cluster.arrive.release.aligned;\n    barrier.cluster.wait.acquire.aligned;\n\n"
-                        "    ld.param", "    ld.param")
+    text = checked(text).replace("barrier.cluster.arrive.release.aligned;\n"
+                                 "    barrier.cluster.wait.acquire.aligned;\n\n    ld.param", "    ld.param")
     x = np.zeros((16, 32), np.float32)
     with pytest.raises(PtxExecutionError, match=r"hazard: CTA \(1, 0, 0\) exited while a copy into its shared memory "
                                                 r"on its mbarrier at shared address 0x800 was pending"):
@@ -410,7 +412,7 @@ def test_a_cta_exiting_while_a_multicast_into_it_is_pending_is_a_hazard():
 # Each CTA's thread 0 multicasts its half of a 16x32 f32 box into both CTAs (mask 0b11) on the full barrier `bar`;
 # every thread reads its word of the first row and releases the slot on the `empty` barriers (64 arrivals each):
 # RELEASE; thread 0 waits on its own empty barrier (EMPTY_WAIT) and multicasts again; every thread reads again.
-_REFILL = INIT_LOCAL_BARRIER.format(count=1).replace(
+_REFILL = checked(INIT_LOCAL_BARRIER.format(count=1)).replace(
     "    @%p7 fence", "    mov.u32 %r21, empty;\n    @%p7 mbarrier.init.shared::cta.b64 [%r21], 64;\n    @%p7 fence") + """
     mov.u32 %r1, %cluster_ctarank;
     mov.u32 %r3, tile;
@@ -460,21 +462,22 @@ def test_a_multicast_into_a_peer_follows_the_peers_release_of_the_slot(release, 
     ordered after the peer's reads of it: the peer's threads arrive (remotely) on the producer's empty barrier,
     as CUTLASS's cluster pipelines do. Sent to their own CTA's barrier instead, every arrival count is still
     right, but nothing orders the peer's reads before the refill, whatever order the executor ran them in."""
-    if not empty_wait:
-        release = release.replace("%r21", "%r22").replace("    mapa", "    mov.u32 %r22, empty;\n    mapa", 1)
+    if not empty_wait and "mapa" in release:  # the releases' %r21 is set by the empty wait: their own register
+        release = checked(release).replace("%r21", "%r22").replace("    mapa", "    mov.u32 %r22, empty;\n    mapa", 1)
     # without the empty wait the refill races the issuing CTA's own reads too, which may come first
     peer = r"\(1, 0, 0\)" if empty_wait else r"\(\d, 0, 0\)"
-    _run_refill(_REFILL.replace("RELEASE", release).replace("EMPTY_WAIT", empty_wait), "", reported,
+    _run_refill(filled(_REFILL, RELEASE=release, EMPTY_WAIT=empty_wait), "", reported,
                 peer, r" .*\(thread \(0, 0, 0\) of CTA \(0, 0, 0\)\)")
 
 
 def _run_refill(body: str, extra_shared: str, reported: bool, peer: str = r"\(\d, 0, 0\)", tail: str = ""):
     """Runs a `_REFILL` kernel body on a cluster of two: unreported, each CTA stores both rows' sum; reported, the
     multicast refill is named as racing a read of CTA `peer` (`tail`: more of the message to match)."""
-    text = kernel("mov.u32 %r0, %tid.x;\n" + body + STORE_R9, params=".param .u64 out, .param .align 64 .b8 tmap[128]",
-                  extra=".shared .align 1024 .b8 tile[2048]; .shared .align 8 .b64 bar; .shared .align 8 .b64 empty;"
-                        + extra_shared
-                  ).replace("    .reg .pred %p<8>;", "    .reg .pred %p<8>;\n    .reg .b16 %rs<4>;")
+    text = checked(kernel("mov.u32 %r0, %tid.x;\n" + body + STORE_R9,
+                          params=".param .u64 out, .param .align 64 .b8 tmap[128]",
+                          extra=".shared .align 1024 .b8 tile[2048]; .shared .align 8 .b64 bar; "
+                                ".shared .align 8 .b64 empty;" + extra_shared)).replace(
+        "    .reg .pred %p<8>;", "    .reg .pred %p<8>;\n    .reg .b16 %rs<4>;")
     x = np.arange(16 * 32, dtype=np.float32).reshape(16, 32)
     run = lambda: launch(text, "k", 2, 32, [np.zeros(64, np.uint32), TensorMapArg.tiled(x, box=(32, 8))],  # noqa: E731
                          cluster=2)[0]
@@ -596,7 +599,7 @@ OWNER:
     ld.shared.u32 %r9, [%r3];
 END:
     """ + SYNC_CLUSTER
-    return per_thread(body.replace("    mov.u32 %r20, bar;", "    mov.u32 %r20, bar;\n    mov.u32 %r3, buf;\n"
+    return per_thread(checked(body).replace("    mov.u32 %r20, bar;", "    mov.u32 %r20, bar;\n    mov.u32 %r3, buf;\n"
                                    "    setp.eq.u32 %p7, %r0, 0;\n    @%p7 st.shared.u32 [%r3], 5;", 1),
                       grid=2, block=1, cluster=2, extra=".shared .align 8 .b64 bar; .shared .align 4 .b32 buf[1];",
                       **kw)
@@ -682,7 +685,7 @@ def test_a_write_into_this_ctas_bytes_follows_a_peers_read_of_them(write, sync, 
                "    mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%r6];") if sync == "RELEASE" else ""
     wait = WAIT_LOCAL_BARRIER.format(tag="0", parity=0) if sync == "RELEASE" else ""
     cluster = SYNC_CLUSTER if sync == "CLUSTER" else ""
-    body = INIT_LOCAL_BARRIER.format(count=1).replace(
+    body = checked(INIT_LOCAL_BARRIER.format(count=1)).replace(
         "    @%p7 fence", "    mov.u32 %r21, full;\n    @%p7 mbarrier.init.shared::cta.b64 [%r21], 1;\n    @%p7 fence") + f"""
     mov.u32 %r1, %cluster_ctarank;
     mov.u32 %r3, buf;
@@ -739,7 +742,7 @@ def test_a_producer_learns_a_peers_release_through_a_chain(early, late, reported
     """The refill of `_REFILL`, but thread 1 waits on the empty barrier (both CTAs' consumers release on it) and
     then arrives on a local `link` barrier, which the producer (thread 0) waits on before it multicasts: the peer's
     reads reach the producer along that chain. Thread 1's arrival before its empty wait carries nothing."""
-    release = _RELEASE_TO.format(0, 1) + _LINK.replace("EARLY", early).replace("LATE", late)
-    body = _REFILL.replace("RELEASE", release).replace("EMPTY_WAIT", _WAIT_LINK).replace(
+    release = _RELEASE_TO.format(0, 1) + filled(_LINK, EARLY=early, LATE=late)
+    body = checked(_REFILL).replace("RELEASE", release).replace("EMPTY_WAIT", _WAIT_LINK).replace(
         "    @%p7 fence", "    mov.u32 %r22, link;\n    @%p7 mbarrier.init.shared::cta.b64 [%r22], 1;\n    @%p7 fence")
     _run_refill(body, " .shared .align 8 .b64 link;", reported)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from tessera.interpreters.ptx import PtxHazardError, launch
+from text_edits import checked
 
 HANDOFF = """.version 8.0
 .target sm_90a
@@ -54,7 +55,7 @@ SYNC:
     ret;
 }
 """
-WAIT_DELETED = HANDOFF.replace("    @%p2 bra WAIT;\n", "")
+WAIT_DELETED = checked(HANDOFF).replace("    @%p2 bra WAIT;\n", "")
 THREADS = 64
 
 

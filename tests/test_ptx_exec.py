@@ -14,6 +14,7 @@ import pytest
 import tessera.ptx
 from tessera.interpreters.ptx import PtxDeadlockError, PtxExecutionError, PtxHazardError, TensorMapArg, launch
 from tessera.sm90 import facts
+from text_edits import checked, filled
 
 HEADER = ".version 8.0\n.target sm_90a\n.address_size 64\n"
 REGS = """
@@ -735,7 +736,7 @@ def test_cp_async_groups_land_at_their_wait():
     # zero-filled second word
     np.testing.assert_array_equal(out, src[4 * t] + 0 + 0 * 1000 + src[128 + 4 * t])
     # reading the second copy's bytes after wait_group 1 (its group may still be in flight) is reported
-    early = text.replace("mov.u32 %r5, 0;", "ld.shared.u32 %r5, [%r3+512];")
+    early = checked(text).replace("mov.u32 %r5, 0;", "ld.shared.u32 %r5, [%r3+512];")
     with pytest.raises(PtxHazardError, match=r":\d+: error: ld.shared.u32: reads shared address 0x200 before it was "
                                              r"signalled: the cp.async at line \d+ into it has not landed .*\(thread "
                                              r"\(0, 0, 0\) of CTA \(0, 0, 0\)\)"):
@@ -909,23 +910,23 @@ def test_a_k_major_descriptor_reads_whole_16_byte_chunks(swizzle, element_bytes)
     """A K-major descriptor's K step reads whole 16-byte chunks in order under every swizzle (the bytes a
     swizzle keeps together), so its operand is gathered, and its read records written, a chunk at a time;
     the chunks name exactly the bytes, in the order, of the element addresses."""
-    from tessera.interpreters.ptx.tensor import _descriptor_bytes
+    from tessera.interpreters.ptx.wgmma_operands import descriptor_bytes
 
     width = swizzle or 16  # the bytes of one row of the tile's layout (LBO 16 and SBO 128 without swizzle)
     descriptor = facts.encode_descriptor(1024, 16 if not swizzle else 0, 8 * width if swizzle else 128, swizzle)
-    addresses, offsets, *_, chunks = _descriptor_bytes(descriptor, "K", element_bytes, 64)
+    addresses, offsets, *_, chunks = descriptor_bytes(descriptor, "K", element_bytes, 64)
     assert chunks is not None
     np.testing.assert_array_equal((chunks[:, None] * 16 + np.arange(16)).reshape(-1), offsets)
     assert offsets.size == addresses.size * element_bytes == 64 * facts.WGMMA_K_BYTES
 
 
 def test_bytes_that_are_not_whole_chunks_in_order_have_none():
-    from tessera.interpreters.ptx.tensor import _chunks
+    from tessera.interpreters.ptx.shared_chunks import chunks_in_order
 
-    np.testing.assert_array_equal(_chunks(np.arange(32, 64)), [2, 3])
-    assert _chunks(np.arange(8, 40)) is None  # not 16-byte aligned
-    assert _chunks(np.arange(32)[::-1].copy()) is None  # whole chunks, bytes out of order
-    assert _chunks(np.arange(24)) is None
+    np.testing.assert_array_equal(chunks_in_order(np.arange(32, 64)), [2, 3])
+    assert chunks_in_order(np.arange(8, 40)) is None  # not 16-byte aligned
+    assert chunks_in_order(np.arange(32)[::-1].copy()) is None  # whole chunks, bytes out of order
+    assert chunks_in_order(np.arange(24)) is None
 
 
 @pytest.mark.parametrize("line,message", [
@@ -1223,7 +1224,7 @@ def test_mma_sync_computes_a_times_b_plus_c_on_the_isa_fragments(case):
         values = np.array([c[w][rc] for rc in fc], acc).view(np.uint32)
         c_words[thread, :len(values)] = values
     regs = "{%r7, %r8}" if acc == np.float16 else "{%r7, %r8, %r9, %r10}"
-    text = kernel(MMA_BODY.replace("SHAPE", shape).replace("TYPES", types).replace("DREGS", regs),
+    text = kernel(filled(MMA_BODY, SHAPE=shape, TYPES=types, DREGS=regs),
                   ".param .u64 pa, .param .u64 pb, .param .u64 pc, .param .u64 pd")
     out = launch(text, "k", 1, 64, [a_words, b_words, c_words, np.zeros((64, 4), np.uint32)])[3]
     if a_type == np.float32:  # .tf32: the low 13 mantissa bits are not read
@@ -1485,7 +1486,7 @@ def test_address_offsets_are_64_bit_immediates_read_modulo_2_to_the_64():
     out = launch(kernel(body), "k", 1, 1, [np.zeros(4, np.uint32)])[0]
     assert out.tolist() == [7, 0, 0, 0]
     with pytest.raises(Exception, match=r"address offset 18446744073709551616 does not fit 64 bits"):
-        launch(kernel(body.replace("18446744073709551608", "18446744073709551616")), "k", 1, 1,
+        launch(kernel(checked(body).replace("18446744073709551608", "18446744073709551616")), "k", 1, 1,
                [np.zeros(4, np.uint32)])
 
 

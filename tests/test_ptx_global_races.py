@@ -11,6 +11,7 @@ import pytest
 from tessera.interpreters.ptx import PtxDeadlockError, PtxHazardError, launch
 
 from race_templates import PTX_HEADER, STORE_TID_TO_TILE
+from text_edits import checked, filled
 
 
 # Two threads of one CTA store to one word of `out` (threads 0 and 32, or one instruction for both).
@@ -38,22 +39,22 @@ def test_two_threads_storing_one_word_without_a_barrier_race():
                                              r"the instruction at line 14 \(thread \(0, 0, 0\) of CTA \(0, 0, 0\)\) "
                                              r"wrote through the generic proxy, and no synchronisation orders the two "
                                              r"\(race: a bar.sync.*\) \(thread \(32, 0, 0\) of CTA \(0, 0, 0\)\)"):
-        launch(_TWO_STORES.replace("SYNC", ""), "stores", 1, 64, [np.zeros(1, np.uint32)])
+        launch(filled(_TWO_STORES, SYNC=""), "stores", 1, 64, [np.zeros(1, np.uint32)])
 
 
 def test_a_barrier_orders_the_two_stores():
-    out = launch(_TWO_STORES.replace("SYNC", "bar.sync 0;"), "stores", 1, 64, [np.zeros(1, np.uint32)])[0]
+    out = launch(filled(_TWO_STORES, SYNC="bar.sync 0;"), "stores", 1, 64, [np.zeros(1, np.uint32)])[0]
     assert out[0] == 2
 
 
 def test_two_threads_storing_one_word_in_one_instruction_race():
-    text = _TWO_STORES.replace("@%p0 st.global.u32 [%rd0], 1;", "").replace("@%p1 st.global.u32 [%rd0], 2;",
-                                                                           "st.global.u32 [%rd0], %r0;")
+    text = checked(_TWO_STORES).replace("@%p0 st.global.u32 [%rd0], 1;", "").replace(
+        "@%p1 st.global.u32 [%rd0], 2;", "st.global.u32 [%rd0], %r0;")
     with pytest.raises(PtxHazardError, match=r"^<ptx>:16: error: st.global.u32: writes global address .* which the "
                                              r"instruction at line 16 \(thread \(\d+, 0, 0\) of CTA \(0, 0, 0\)\) "
                                              r"wrote .* no synchronisation orders the two \(race: two threads store to one "
                                              r"location in one instruction\)"):
-        launch(text.replace("SYNC", ""), "stores", 1, 64, [np.zeros(1, np.uint32)])
+        launch(filled(text, SYNC=""), "stores", 1, 64, [np.zeros(1, np.uint32)])
 
 
 # CTA 0's thread 0 writes `data` and signals `flag`; CTA 1's thread 0 waits for the flag and copies `data` to `out`.
@@ -90,7 +91,7 @@ _ACQUIRE = "ld.acquire.gpu.global.u32 %r2, [%rd1];"
 
 
 def _handoff(signal: str = _RELEASE, wait: str = _ACQUIRE) -> np.ndarray:
-    text = _HANDOFF.replace("SIGNAL", signal).replace("WAIT", wait)
+    text = filled(_HANDOFF, SIGNAL=signal, WAIT=wait)
     return launch(text, "handoff", 2, 32, [np.zeros(1, np.uint32), np.zeros(1, np.uint32), np.zeros(1, np.uint32)])[2]
 
 
@@ -107,7 +108,7 @@ def test_a_release_acquire_pair_orders_the_handoff_between_ctas(signal, wait):
 
 # The same handoff with the consumer's spin first (lower pcs, as in CUTLASS's stream-K fixup, where the unit that
 # waits for a partial tile runs ahead of the one that writes it): min-pc scheduling picks the spin every step.
-_SPIN_FIRST = _HANDOFF.replace("""    @%p1 bra CONSUMER;
+_SPIN_FIRST = checked(_HANDOFF).replace("""    @%p1 bra CONSUMER;
     st.global.u32 [%rd0], 42;
     SIGNAL
     bra DONE;
@@ -137,14 +138,14 @@ def test_a_spin_on_ld_acquire_lets_the_cta_that_writes_the_flag_run(schedule, se
     """CUTLASS's GenericBarrier spins on ld.acquire.gpu with no nanosleep: a thread that comes back to the same
     strong load with no write since parks until nothing else can run (a legal timing), so the producer, at a
     higher pc, gets on; the executor ran the spin until max_steps before (split-K in 3 on 128 x 128 x 192)."""
-    text = _SPIN_FIRST.replace("SIGNAL", "red.release.gpu.global.add.u32 [%rd1], 1;").replace("WAIT", _ACQUIRE)
+    text = filled(_SPIN_FIRST, SIGNAL="red.release.gpu.global.add.u32 [%rd1], 1;", WAIT=_ACQUIRE)
     out = launch(text, "handoff", 2, 32, [np.zeros(1, np.uint32), np.zeros(1, np.uint32), np.zeros(1, np.uint32)],
                  schedule=schedule, seed=seed)
     assert out[2][0] == 42
 
 
 def test_a_spin_on_a_flag_nobody_writes_is_a_deadlock_at_the_load():
-    text = _SPIN_FIRST.replace("SIGNAL", "").replace("WAIT", _ACQUIRE)
+    text = filled(_SPIN_FIRST, SIGNAL="", WAIT=_ACQUIRE)
     with pytest.raises(PtxDeadlockError, match=r"sleep in a spin wait that nothing can end \(a semaphore "
                                                r"wait, ld.acquire, .* at line 20 \(ld.acquire.gpu.global.u32\)"):
         launch(text, "handoff", 2, 32, [np.zeros(1, np.uint32), np.zeros(1, np.uint32), np.zeros(1, np.uint32)])
@@ -207,7 +208,7 @@ _READ_THEN_WRITE = PTX_HEADER + """.visible .entry overwrite(.param .u64 x, .par
 @pytest.mark.parametrize("grid, block, cta_order", [(2, 32, [0, 1]), (2, 32, [1, 0]), (3, 1024, None)])
 def test_a_write_after_another_ctas_read_is_a_race(grid, block, cta_order):
     """In one batch of CTAs, or in the next batch (1024 threads: two CTAs a batch): records last the launch."""
-    text = _READ_THEN_WRITE.replace("setp.eq.u32 %p1, %r1, 1;", f"setp.eq.u32 %p1, %r1, {grid - 1};")
+    text = checked(_READ_THEN_WRITE).replace("setp.eq.u32 %p1, %r1, 1;", f"setp.eq.u32 %p1, %r1, {grid - 1};")
     with pytest.raises(PtxHazardError, match=r"^<ptx>:20: error: st.global.u32: writes global address .*\(argument 0 "
                                              r"\(x\) .* which the instruction at line 13 \(thread \(\d+, 0, 0\) of CTA "
                                              r"\([01], 0, 0\)\) read"):
@@ -229,7 +230,7 @@ def test_atomics_of_every_thread_and_cta_never_race():
 
 
 def test_races_false_turns_the_global_checks_off():
-    out = launch(_TWO_STORES.replace("SYNC", ""), "stores", 1, 64, [np.zeros(1, np.uint32)], races=False)[0]
+    out = launch(filled(_TWO_STORES, SYNC=""), "stores", 1, 64, [np.zeros(1, np.uint32)], races=False)[0]
     assert out[0] == 2
 
 
@@ -260,20 +261,20 @@ _READERS_THEN_WRITE = PTX_HEADER + """.visible .entry readers(.param .u64 x, .pa
     ("ld.global.u32 %r1, [%rd0];", 0),
 ])
 def test_a_write_races_every_unordered_reader_since_the_last_write(reads, writer):
-    text = _READERS_THEN_WRITE.replace("WRITER", str(writer)).replace("READS", reads)
+    text = filled(_READERS_THEN_WRITE, WRITER=str(writer), READS=reads)
     other = r"\(thread \((?!" + str(writer) + r",)\d+, 0, 0\) of CTA \(0, 0, 0\)\)"  # a reader, not the writer
     with pytest.raises(PtxHazardError, match=r"^<ptx>:1[56]: error: st.global.u32: writes global address .*\(argument "
                                              r"0 \(x\) at byte offset 0\) .* which the instruction at line 1[45] "
                                              + other + r" read through the generic proxy"):
         launch(text, "readers", 1, 64, [np.full(1, 5, np.uint32), np.zeros(1, np.uint32)])
-    ordered = text.replace("    @%p1 st.global", "    bar.sync 0;\n    @%p1 st.global")
+    ordered = checked(text).replace("    @%p1 st.global", "    bar.sync 0;\n    @%p1 st.global")
     assert launch(ordered, "readers", 1, 64, [np.full(1, 5, np.uint32), np.zeros(1, np.uint32)])[0][0] == 9
 
 
 def test_readers_of_three_ctas_are_all_kept():
     """CTAs 0, 1 and 2 read x[0], in every order; CTA 2's thread 0 writes it after its own read and a barrier:
     CTA 0's and CTA 1's reads race with it, whichever ran first."""
-    text = _READ_THEN_WRITE.replace("setp.eq.u32 %p1, %r1, 1;", "setp.eq.u32 %p1, %r1, 2;")
+    text = checked(_READ_THEN_WRITE).replace("setp.eq.u32 %p1, %r1, 1;", "setp.eq.u32 %p1, %r1, 2;")
     for order in ([0, 1, 2], [1, 0, 2], [2, 0, 1]):
         with pytest.raises(PtxHazardError, match=r"^<ptx>:20: error: st.global.u32: .* which the instruction at line "
                                                  r"13 \(thread \(\d+, 0, 0\) of CTA \([01], 0, 0\)\) read"):
@@ -322,7 +323,7 @@ LOOP:
 def test_generic_global_stores_read_by_a_bulk_copy_need_a_proxy_fence(every, issuer, reported):
     """[memory_model.PROXY_FENCE_STATE_SPACE]: a fence.proxy.async (or .global) on a path from each store to the
     async-proxy read; .shared::cta orders no global memory."""
-    text = _STORE_THEN_BULK.replace("EVERY", every).replace("ISSUER", issuer)
+    text = filled(_STORE_THEN_BULK, EVERY=every, ISSUER=issuer)
     src = np.zeros(64, np.uint32)
     if reported is None:
         out = launch(text, "store_then_bulk", 1, 32, [src])[0]
@@ -375,7 +376,7 @@ def test_generic_global_stores_read_by_a_tma_load_need_a_proxy_fence(fence, repo
     from tessera.interpreters.ptx import TensorMapArg
 
     args = [np.zeros(64, np.uint32), TensorMapArg.tiled(0, (64,), shape=(64,), dtype=np.uint32)]
-    text = _STORE_THEN_TMA.replace("FENCE", fence)
+    text = filled(_STORE_THEN_TMA, FENCE=fence)
     if not reported:
         assert np.array_equal(launch(text, "store_then_tma", 1, 32, args)[0], np.repeat(np.arange(32), 2))
         return
@@ -432,7 +433,7 @@ def test_a_tma_loads_source_may_be_overwritten_only_after_its_phase_completes(be
 
     src = np.arange(64, dtype=np.uint32)
     args = [src, TensorMapArg.tiled(0, (64,), shape=(64,), dtype=np.uint32)]
-    text = _TMA_THEN_STORE.replace("BEFORE", before).replace("AFTER", after)
+    text = filled(_TMA_THEN_STORE, BEFORE=before, AFTER=after)
     if not reported:
         out = launch(text, "tma_then_store", 1, 32, args)[0]
         expected = np.repeat(np.arange(32, dtype=np.uint32), 2) if "@" not in after else \
@@ -492,7 +493,7 @@ DONE:
     ("", "fence.proxy.async.shared::cta;", True),
 ])
 def test_another_ctas_generic_stores_read_by_a_bulk_copy_need_a_proxy_fence_on_the_path(producer, consumer, reported):
-    text = _HANDOFF_TO_BULK.replace("PRODUCER_FENCE", producer).replace("CONSUMER_FENCE", consumer)
+    text = filled(_HANDOFF_TO_BULK, PRODUCER_FENCE=producer, CONSUMER_FENCE=consumer)
     args = [np.zeros(16, np.uint32), np.zeros(1, np.uint32)]
     if not reported:
         launch(text, "handoff_bulk", 2, 1, args)
@@ -529,13 +530,13 @@ _STORE_THEN_REDUCE = PTX_HEADER + """.visible .entry store_then_reduce(.param .u
 
 def test_a_bulk_reduction_into_generic_global_stores_needs_a_proxy_fence():
     """The reduction reads what it adds to: a fence.proxy.async covering global memory must come between."""
-    out = launch(_STORE_THEN_REDUCE.replace("FENCE", "fence.proxy.async;"), "store_then_reduce", 1, 1,
+    out = launch(filled(_STORE_THEN_REDUCE, FENCE="fence.proxy.async;"), "store_then_reduce", 1, 1,
                  [np.zeros(4, np.float32)])[0]
     assert np.array_equal(out, np.full(4, 2, np.float32))
     with pytest.raises(PtxHazardError, match=r"cp.reduce.async.bulk\S*: reads global address .* through the async "
                                              r"proxy \(bulk reduction\), which the instruction at line 13 .* has not "
                                              r"made visible to the async proxy"):
-        launch(_STORE_THEN_REDUCE.replace("FENCE", "fence.proxy.async.shared::cta;"), "store_then_reduce", 1, 1,
+        launch(filled(_STORE_THEN_REDUCE, FENCE="fence.proxy.async.shared::cta;"), "store_then_reduce", 1, 1,
                [np.zeros(4, np.float32)])
 
 
@@ -567,14 +568,14 @@ DONE:
 def test_a_warp_issuing_one_bulk_store_stores_once():
     """The lanes of a warp with the same operands issue one bulk store (TMA runs on the uniform datapath, once
     per warp and operand set): not 32 stores of one tile racing each other."""
-    out = launch(_WARP_BULK_STORE.replace("LANE_ADDRESS", ""), "warp_store", 1, 64, [np.zeros(64, np.uint32)])[0]
+    out = launch(filled(_WARP_BULK_STORE, LANE_ADDRESS=""), "warp_store", 1, 64, [np.zeros(64, np.uint32)])[0]
     np.testing.assert_array_equal(out, np.arange(64))
 
 
 def test_lanes_of_a_warp_with_different_operands_issue_one_bulk_store_each():
     """Lanes 0-15 store the tile to out[0:64], lanes 16-31 to out[64:128]: two stores, both land."""
     per_half = ("shr.u32 %r3, %r0, 4;\n    mul.wide.u32 %rd1, %r3, 256;\n    add.s64 %rd0, %rd0, %rd1;")
-    out = launch(_WARP_BULK_STORE.replace("LANE_ADDRESS", per_half), "warp_store", 1, 64,
+    out = launch(filled(_WARP_BULK_STORE, LANE_ADDRESS=per_half), "warp_store", 1, 64,
                  [np.zeros(128, np.uint32)])[0]
     np.testing.assert_array_equal(out, np.tile(np.arange(64), 2))
 
@@ -583,7 +584,7 @@ def test_a_warp_issuing_one_bulk_load_loads_once():
     """`tessera.sm90.tma.BULK_COPY_ISSUED_PER_DISTINCT_OPERANDS` for loads: every lane of the warp executes the
     same bulk copy into shared memory after one expect_tx of 256 bytes: one copy is issued and completes the
     phase (32 copies would complete 32 times the bytes the barrier expects)."""
-    text = (_STORE_THEN_BULK.replace("EVERY", "fence.proxy.async.global;").replace("ISSUER", "")
+    text = (checked(_STORE_THEN_BULK).replace("EVERY", "fence.proxy.async.global;").replace("ISSUER", "")
             .replace("@%p0 cp.async.bulk", "cp.async.bulk"))
     out = launch(text, "store_then_bulk", 1, 32, [np.zeros(64, np.uint32)])[0]
     assert np.array_equal(out, np.repeat(np.arange(32, dtype=np.uint32), 2))
@@ -598,7 +599,7 @@ def test_a_cta_exiting_before_its_bulk_store_read_the_tile_is_reported(wait, rep
     issuing thread covers its group; the CTA exiting before frees the memory it reads (FA3's backward with its
     dK/dV epilogue's last wait deleted). A wait that leaves the store's group pending does not
     cover it; one that leaves only a newer (empty) group pending does."""
-    text = _WARP_BULK_STORE.replace("LANE_ADDRESS", "").replace("cp.async.bulk.wait_group.read 0;", wait)
+    text = checked(_WARP_BULK_STORE).replace("LANE_ADDRESS", "").replace("cp.async.bulk.wait_group.read 0;", wait)
     if not reported:
         out = launch(text, "warp_store", 1, 64, [np.zeros(64, np.uint32)])[0]
         np.testing.assert_array_equal(out, np.arange(64))
@@ -656,7 +657,7 @@ def test_a_buffer_freed_before_the_bulk_copy_reading_it_is_waited_for_is_a_race(
     wait_group.read; the next stores into it must happen after that wait. Freeing the buffer first and waiting
     later is a race whatever order the executor runs the two warps in: the wait that covers the read comes after
     the release the stores acquire (FA3's dQ writer with its first bulk wait deleted)."""
-    text = _REDUCE_THEN_FREE.replace("BEFORE", before).replace("AFTER", after)
+    text = filled(_REDUCE_THEN_FREE, BEFORE=before, AFTER=after)
     if store:  # a bulk store of the buffer reads it the same way
         text = "\n".join(_BULK_STORE if "cp.reduce" in line else line for line in text.split("\n"))
     if not reported:
@@ -678,7 +679,7 @@ def test_a_store_over_a_tma_copy_needs_the_copys_phase_observed(before, reported
     the copy's writes, although the executor landed it for thread 0's wait before they stored."""
     from tessera.interpreters.ptx import TensorMapArg
 
-    text = _TMA_THEN_STORE.replace("BEFORE", before).replace("AFTER", "SKIP:\n"
+    text = filled(_TMA_THEN_STORE, BEFORE=before, AFTER="SKIP:\n"
                                                                     "    mul.lo.u32 %r3, %r0, 4;\n"
                                                                     "    add.u32 %r3, %r1, %r3;\n"
                                                                     "    st.shared.u32 [%r3], %r0;")
@@ -801,7 +802,7 @@ def test_the_bytes_of_a_box_inside_the_tensor_are_a_box_when_the_edge_clips_it()
     import ml_dtypes
 
     from tessera.interpreters.ptx.global_order import StridedBox
-    from tessera.interpreters.ptx.tensor import _box_offsets
+    from tessera.interpreters.ptx.bulk_copy import _box_offsets
     from tessera.interpreters.sm90.tma import TensorMap
 
     rng = np.random.default_rng(4)

@@ -25,6 +25,7 @@ from tessera.passes import PTX_PIPELINE
 
 from conftest import build_kernel
 from race_templates import PTX_HEADER, STORE_TID_TO_TILE
+from text_edits import checked, filled
 
 THREAD = r"\(thread \(\d+, 0, 0\) of CTA \(0, 0, 0\)\)"
 
@@ -311,7 +312,7 @@ def test_cp_async_read_before_its_wait_is_reported():
         launch(seeded, "row_scale_sum", (2, 1, 1), (64, 1, 1), args)
 
 
-_BULK_STORE = (PTX_HEADER + """.visible .entry bulk_store(.param .u64 out)
+_BULK_STORE = checked(PTX_HEADER + """.visible .entry bulk_store(.param .u64 out)
 {
     .reg .b32 %r<4>;
     .reg .b64 %rd<3>;
@@ -333,16 +334,16 @@ def test_bulk_stores_need_the_proxy_fence_and_their_read_wait():
     """A bulk store reads shared memory through the async proxy: the stores before it need fence.proxy.async,
     and shared memory it reads may be overwritten only after cp.async.bulk.wait_group.read covers it."""
     fence, wait = "fence.proxy.async.shared::cta;", "@%p0 cp.async.bulk.wait_group.read 0;\n    bar.sync 0;"
-    out = launch(_BULK_STORE.replace("FENCE", fence).replace("WAIT", wait), "bulk_store", 1, 64,
+    out = launch(filled(_BULK_STORE, FENCE=fence, WAIT=wait), "bulk_store", 1, 64,
                  [np.zeros(64, np.uint32)])[0]
     np.testing.assert_array_equal(out, np.arange(64))
     with pytest.raises(PtxHazardError, match=r":19: error: cp.async.bulk.global.shared::cta.bulk_group: the bulk store "
                                              r"reads shared address 0x0, which thread \(0, 0, 0\) .* \(missing "
                                              r"fence.proxy.async after the store"):
-        launch(_BULK_STORE.replace("FENCE", "").replace("WAIT", wait), "bulk_store", 1, 64, [np.zeros(64, np.uint32)])
+        launch(filled(_BULK_STORE, FENCE="", WAIT=wait), "bulk_store", 1, 64, [np.zeros(64, np.uint32)])
     with pytest.raises(PtxHazardError, match=r"st.shared.u32: the store overwrites shared address 0x[0-9a-f]+ while "
                                              r"the bulk store at line 19 .* may still read it"):
-        launch(_BULK_STORE.replace("FENCE", fence).replace("WAIT", "bar.sync 0;"), "bulk_store", 1, 64,
+        launch(filled(_BULK_STORE, FENCE=fence, WAIT="bar.sync 0;"), "bulk_store", 1, 64,
                [np.zeros(64, np.uint32)])
 
 
@@ -379,11 +380,11 @@ def test_a_cta_that_ends_with_a_copy_in_flight_is_reported():
     mbarrier.try_wait.parity.shared::cta.b64 %p1, [%r2], 0;
     @!%p1 bra LOOP;"""
     src = np.arange(64, dtype=np.uint32)
-    launch(_BULK_LOAD.replace("WAIT", wait), "bulk_load", 1, 32, [src, np.zeros(4, np.uint32)])
+    launch(filled(_BULK_LOAD, WAIT=wait), "bulk_load", 1, 32, [src, np.zeros(4, np.uint32)])
     with pytest.raises(PtxHazardError, match=r":19: error: cp.async.bulk.shared::cluster\S*: the CTA ends with this "
                                              r"bulk copy in flight \(no thread waited on its mbarrier at shared address "
                                              r"0x100 once its arrivals were in\) \(thread \(0, 0, 0\)"):
-        launch(_BULK_LOAD.replace("WAIT", ""), "bulk_load", 1, 32, [src, np.zeros(4, np.uint32)])
+        launch(filled(_BULK_LOAD, WAIT=""), "bulk_load", 1, 32, [src, np.zeros(4, np.uint32)])
 
 
 def test_generic_reads_of_copied_bytes_need_an_observed_phase():
@@ -395,20 +396,20 @@ def test_generic_reads_of_copied_bytes_need_an_observed_phase():
     mbarrier.try_wait.parity.shared::cta.b64 %p1, [%r2], {parity};
     @!%p1 bra LOOP;"""
     mine = loop.format(parity=0) + read
-    launch(_BULK_LOAD.replace("WAIT", mine), "bulk_load", 1, 32, [src, np.zeros(4, np.uint32)])
+    launch(filled(_BULK_LOAD, WAIT=mine), "bulk_load", 1, 32, [src, np.zeros(4, np.uint32)])
     in_flight = r"reads shared address 0x0 before it was signalled: the bulk copy at line 19 .* has not completed"
     with pytest.raises(PtxHazardError, match=r":21: error: ld.shared.u32: " + in_flight):
-        launch(_BULK_LOAD.replace("WAIT", read), "bulk_load", 1, 32, [src, np.zeros(4, np.uint32)])
+        launch(filled(_BULK_LOAD, WAIT=read), "bulk_load", 1, 32, [src, np.zeros(4, np.uint32)])
     with pytest.raises(PtxHazardError, match=in_flight + r".*a missing wait, or one on the wrong parity"):
-        launch(_BULK_LOAD.replace("WAIT", loop.format(parity=1) + read), "bulk_load", 1, 32,
+        launch(filled(_BULK_LOAD, WAIT=loop.format(parity=1) + read), "bulk_load", 1, 32,
                [src, np.zeros(4, np.uint32)])
     only_thread_0 = "@!%p0 bra SKIP;\n" + loop.format(parity=0) + "\nSKIP:" + read
     with pytest.raises(PtxHazardError, match=r"ld.shared.u32: reads shared address 0x0 before the TMA copy into it was "
                                              r"signalled: this thread has not observed phase 0 \(parity 0\) of the "
                                              r"mbarrier at shared address 0x100 complete .* \(thread \(1, 0, 0\)"):
-        launch(_BULK_LOAD.replace("WAIT", only_thread_0), "bulk_load", 1, 32, [src, np.zeros(4, np.uint32)])
-    synchronised = only_thread_0.replace("SKIP:", "SKIP:\n    bar.sync 0;")
-    launch(_BULK_LOAD.replace("WAIT", synchronised), "bulk_load", 1, 32, [src, np.zeros(4, np.uint32)])
+        launch(filled(_BULK_LOAD, WAIT=only_thread_0), "bulk_load", 1, 32, [src, np.zeros(4, np.uint32)])
+    synchronised = checked(only_thread_0).replace("SKIP:", "SKIP:\n    bar.sync 0;")
+    launch(filled(_BULK_LOAD, WAIT=synchronised), "bulk_load", 1, 32, [src, np.zeros(4, np.uint32)])
 
 
 def test_a_cta_that_ends_with_a_wgmma_pending_is_reported():
@@ -443,7 +444,7 @@ def _gemm_storing_into_b(after_store: str) -> str:
     text = _TMA_GEMM.read_text()
     text = text[:text.index(".visible .entry gemm_nn(")]
     anchor = "\tsetp.ne.s32 \t%p2, %r16, 0;"
-    return text.replace(anchor, f"\t@%p1 st.shared.u32 [%r12+4100], %r4;\n{after_store}{anchor}", 1)
+    return checked(text).replace(anchor, f"\t@%p1 st.shared.u32 [%r12+4100], %r4;\n{after_store}{anchor}", 1)
 
 
 @pytest.mark.parametrize("after_store, bad", [("", True), ("\t@%p1 fence.proxy.async.shared::cta;\n", True),

@@ -10,6 +10,8 @@ when its configuration is not built."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -18,7 +20,8 @@ from ptx_library.library import (BUILD, attention_fp8_bound, attention_reference
                                  gemm_reference, launch_backward, launch_library)
 from tessera.interpreters.ptx import PtxHazardError
 
-_VARIANTS = {"ELEMENT_AB", "ELEMENT_D", "BIAS_RELU", "STREAM_K", "IS_FP8", "HAS_SOFTCAP", "IS_LOCAL", "PACK_GQA"}
+_VARIANTS = {"ELEMENT_AB", "ELEMENT_D", "BIAS_RELU", "STREAM_K", "CPASYNC", "IS_FP8", "HAS_SOFTCAP", "IS_LOCAL",
+             "PACK_GQA"}
 GEMMS = [name for name in CONFIGS if name.startswith("cutlass") and not _VARIANTS & set(CONFIGS[name])]
 ATTENTION = [name for name in CONFIGS if CONFIGS[name]["source"] == "fa3_fwd.cu" and not _VARIANTS & set(CONFIGS[name])]
 BACKWARD = [name for name in CONFIGS if CONFIGS[name]["source"] == "fa3_bwd_run.cu"]
@@ -162,23 +165,53 @@ def test_library_variant_is_clean_and_right_on_adversarial_schedules(case, seed)
         _attention_check(name, tensors, options)
 
 
-def test_flash_attention_3_packed_gqa_reads_cp_async_q_through_wgmma_without_a_proxy_fence():
+_PROXY = (r"wgmma operand [AB] reads shared address 0x[0-9a-f]+ of CTA \(\d, \d, 0\), which thread \(\d+, 0, 0\) .* "
+          r"stored through the generic proxy .*missing fence.proxy.async after the store at line (\d+)")
+
+
+def _stored_by(name: str, error: PtxHazardError) -> str:
+    """The line of configuration `name`'s PTX that a proxy-fence report names as the store."""
+    line = int(re.search(_PROXY, str(error)).group(1))
+    return (BUILD / name / "kernel.ptx").read_text().split("\n")[line - 1].strip()
+
+
+def test_flash_attention_3_packed_gqa_relies_on_barrier_q_for_the_async_proxy():
     """FA3's forward with the query heads of one K/V head packed into the M tile loads Q with cp.async (generic
-    proxy) and the consumers' first wgmma reads it (async proxy) after only the mbarrier wait: the PTX ISA asks a
-    fence.proxy.async between the two proxies [memory_model.PROXY_FENCE] and lists only cp.async.bulk, not
-    cp.async, among the async proxy's copies, so the executor reports it, naming the store. (CUTLASS's sm90 cp.async
-    GMMA mainloop does the same; hardware evidently makes cp.async bytes visible to wgmma at the mbarrier.) With
-    the fence inserted after the consumers' wait the kernel runs clean and right: 4 query heads on 2 K/V heads,
-    ragged blocks."""
+    proxy), completes it with cp.async.mbarrier.arrive on barrier_Q, and the consumers' first wgmma reads it after
+    their barrier_Q wait with no fence.proxy.async [memory_model.CP_ASYNC_PROXY]: clean and right by default (as
+    CUTLASS's cp.async GMMA mainloop, NVIDIA's kernels rely on the mbarrier completion); `strict_proxy` reports it
+    as the ISA's letter asks, naming the cp.async; with a fence after the consumers' wait it passes that too. 4
+    query heads on 2 K/V heads, ragged blocks."""
     name = "fa3_fwd_hdim64_packgqa"
     needs(name)
-    text = (BUILD / name / "kernel.ptx").read_text()
-    with pytest.raises(PtxHazardError, match=r"wgmma operand A reads shared address 0x[0-9a-f]+ of CTA \(\d, 0, 0\), "
-                                             r"which thread \(\d+, 0, 0\) .* stored through the generic proxy .*"
-                                             r"missing fence.proxy.async after the store at line \d+"):
-        launch_library(name, (1, 4, 100, 150, 64), sms=2, options={"hk": 2})
-    lines = text.split("\n")
+    sizes, options = (1, 4, 100, 150, 64), {"hk": 2}
+    tensors, _, _ = launch_library(name, sizes, sms=2, options=options)
+    _attention_check(name, tensors, {})
+    with pytest.raises(PtxHazardError, match=_PROXY) as caught:
+        launch_library(name, sizes, sms=2, options=options, strict_proxy=True)
+    assert _stored_by(name, caught.value).startswith("cp.async.")
+    lines = (BUILD / name / "kernel.ptx").read_text().split("\n")
     first = next(i for i, line in enumerate(lines) if line.strip() == "wgmma.fence.sync.aligned;")
     lines.insert(first, "\tfence.proxy.async.shared::cta;")  # the consumers' first wgmma follows their Q wait
-    tensors, _, _ = launch_library(name, (1, 4, 100, 150, 64), sms=2, options={"hk": 2}, text="\n".join(lines))
+    tensors, _, _ = launch_library(name, sizes, sms=2, options=options, text="\n".join(lines), strict_proxy=True)
     _attention_check(name, tensors, {})
+
+
+def test_cutlass_cp_async_gemm_relies_on_its_stage_mbarrier_for_the_async_proxy():
+    """CUTLASS's cp.async GMMA mainloop (KernelCpAsyncWarpSpecializedCooperative: what KernelScheduleAuto builds
+    for operands TMA cannot load) completes each stage with cp.async.mbarrier.arrive and a plain arrive, and its
+    consumers issue wgmma after the stage wait with no fence.proxy.async: clean and right by default, reported
+    under `strict_proxy` naming the cp.async [memory_model.CP_ASYNC_PROXY]. On a K that is not a multiple of the
+    tile's 64, the producer zero-fills the first stage's k-blocks past K with st.shared, which no fence orders
+    before the wgmma either: that stays reported (a generic store, as FA3 fences its transposed V before the same
+    kind of mbarrier arrive)."""
+    name = "cutlass_cpasync_cooperative_128x128x64"
+    needs(name)
+    tensors, _, _ = launch_library(name, (200, 136, 256, 2), sms=2)
+    _gemm_check(name, tensors, {})
+    with pytest.raises(PtxHazardError, match=_PROXY) as caught:
+        launch_library(name, (200, 136, 256, 2), sms=2, strict_proxy=True)
+    assert _stored_by(name, caught.value).startswith("cp.async.")
+    with pytest.raises(PtxHazardError, match=_PROXY) as caught:
+        launch_library(name, (200, 136, 200, 2), sms=2)
+    assert _stored_by(name, caught.value).startswith("st.u16")

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tessera.interpreters.ptx import PtxExecutionError, launch
+from text_edits import checked, filled
 
 DATA = Path(__file__).parent / "ptx_nvcc"
 HEADER = ".version 9.0\n.target sm_90a\n.address_size 64\n"
@@ -65,7 +66,7 @@ CALL_ADDMUL = """
 def test_call_of_a_func_with_params_and_return_value():
     text = kernel("@%p1 bra SKIP;\n" + CALL_ADDMUL + "st.global.u32 [%rd9], %r8;\nSKIP:",
                   prelude=ADDMUL)
-    text = text.replace("@%p1 bra SKIP;", "setp.eq.u32 %p1, %r0, 3;\n@%p1 bra SKIP;")  # lane 3 does not call
+    text = checked(text).replace("@%p1 bra SKIP;", "setp.eq.u32 %p1, %r0, 3;\n@%p1 bra SKIP;")  # lane 3 does not call
     out = launch(text, "k", 1, 32, [np.full(32, -1, np.int32)])[0]
     want = np.arange(32) * 3 + 5
     want[3] = -1
@@ -73,7 +74,7 @@ def test_call_of_a_func_with_params_and_return_value():
 
 
 def test_two_calls_sites_of_one_function_return_to_their_own_sites():
-    second = CALL_ADDMUL.replace("callseq 0", "callseq 1").replace("%r8", "%r9").replace(
+    second = checked(CALL_ADDMUL).replace("callseq 0", "callseq 1").replace("%r8", "%r9").replace(
         "[param0+0], %r0", "[param0+0], %r8")
     text = kernel(CALL_ADDMUL + second + "st.global.u32 [%rd9], %r9;", prelude=ADDMUL)
     out = launch(text, "k", 1, 32, [np.zeros(32, np.int32)])[0]
@@ -82,8 +83,9 @@ def test_two_calls_sites_of_one_function_return_to_their_own_sites():
 
 # __device__ __noinline__ int fib(int n) { if (n < 2) return n; return fib(n - 1) + fib(n - 2); }
 def test_recursive_function_is_refused_by_name():
-    recursive = ADDMUL.replace("mad.lo.s32 	%r3, %r1, 3, %r2;", CALL_ADDMUL.replace("%r0", "%r1").replace(
-        "%r8", "%r3").replace(".reg .b32 temp_param_reg;", ""))
+    inner_call = checked(CALL_ADDMUL).replace("%r0", "%r1").replace("%r8", "%r3").replace(
+        ".reg .b32 temp_param_reg;", "")
+    recursive = checked(ADDMUL).replace("mad.lo.s32 	%r3, %r1, 3, %r2;", inner_call)
     text = kernel(CALL_ADDMUL + "st.global.u32 [%rd9], %r8;", prelude=recursive)
     with pytest.raises(PtxExecutionError, match=r"call.uni: not supported .*call of _Z6addmulii: recursive"):
         launch(text, "k", 1, 32, [np.zeros(32, np.int32)])
@@ -122,10 +124,10 @@ CALL_PRINTF = """
 def test_extern_call_runs_when_not_executed_and_stops_by_name_when_executed():
     text = kernel("setp.lt.u32 %p1, %r0, LIMIT;\n@%p1 bra DONE;\n" + CALL_PRINTF + "DONE:\nst.global.u32 [%rd9], %r0;",
                   prelude=PRINTF)
-    out = launch(text.replace("LIMIT", "32"), "k", 1, 32, [np.zeros(32, np.int32)])[0]  # nobody prints
+    out = launch(filled(text, LIMIT="32"), "k", 1, 32, [np.zeros(32, np.int32)])[0]  # nobody prints
     np.testing.assert_array_equal(out, np.arange(32))
     with pytest.raises(PtxExecutionError, match=r"call.uni: the kernel called vprintf \(printf\)"):
-        launch(text.replace("LIMIT", "30"), "k", 1, 32, [np.zeros(32, np.int32)])
+        launch(filled(text, LIMIT="30"), "k", 1, 32, [np.zeros(32, np.int32)])
 
 
 # --- integer and float instructions ----------------------------------------------------------------------

@@ -17,6 +17,7 @@ from tessera.interpreters.ptx.syntax import (
     Address, Entry, FloatImm, Guard, Imm, Instruction, Label, Module, Negated, PtxSyntaxError, Reg, Sink,
     Special, Symbol, Variable, Vector,
 )
+from text_edits import checked
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted((ROOT / "tests" / "ptx_samples").glob("*.ptx"))
@@ -440,7 +441,7 @@ def test_syntax_error_sample():
     text = path.read_text()
     e = error(text)
     assert (e.message, e.line, e.column) == ("register %r9 is not declared", 11, 23)
-    assert_error(text.replace("%r9", "%r0"), "unknown instruction 'bogus'", 12, 5)
+    assert_error(checked(text).replace("%r9", "%r0"), "unknown instruction 'bogus'", 12, 5)
 
 
 PIPELINES = {

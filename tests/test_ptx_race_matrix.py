@@ -28,6 +28,7 @@ from race_seeds import FLASH_BENIGN, FLASH_BUGS, GENERIC_BUGS, delete_line, rele
 from race_templates import INIT_LOCAL_BARRIER, REMOTE_ARRIVE_THEN_WAIT
 from test_ptx_cluster import per_thread
 from test_ptx_hazards import _attention, _qkv, _run
+from text_edits import checked
 
 SHAPES = (300, 700)
 
@@ -176,7 +177,7 @@ _ARRIVE = "barrier.cluster.arrive.release.aligned;"
 
 
 def _remote(fence: bool, arrive: str):
-    body = _REMOTE_ARRIVE.replace(_FENCE, _FENCE if fence else "").replace(_ARRIVE, arrive, 1)
+    body = checked(_REMOTE_ARRIVE).replace(_FENCE, _FENCE if fence else "").replace(_ARRIVE, arrive, 1)
     return per_thread(body, grid=2, block=1, cluster=2, extra=".shared .align 8 .b64 bar;")
 
 

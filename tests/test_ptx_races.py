@@ -14,6 +14,7 @@ from tessera.interpreters.ptx import PtxHazardError, launch
 
 from race_templates import PTX_HEADER, STORE_TID_TO_TILE
 from test_ptx_hazards import _attention, _qkv, _run, _seeded
+from text_edits import checked, filled
 
 BOTH = r"\(thread \((\d+), 0, 0\) of CTA \(0, 0, 0\)\)"
 
@@ -40,7 +41,7 @@ _ISSUER_FENCE = "@%p0 fence.proxy.async.shared::cta;"
 
 
 def _epilogue(early: str = "", barrier: str = "bar.sync 1, 128;", late: str = _ISSUER_FENCE) -> np.ndarray:
-    text = _EPILOGUE.replace("EARLY", early).replace("BARRIER", barrier).replace("LATE", late)
+    text = filled(_EPILOGUE, EARLY=early, BARRIER=barrier, LATE=late)
     return launch(text, "epilogue", 1, 128, [np.zeros(128, np.uint32)])[0]
 
 
@@ -105,7 +106,7 @@ _HANDOFF = PTX_HEADER + """.visible .entry handoff(.param .u64 out)
 
 
 def test_a_handoff_through_a_barrier_is_ordered():
-    out = launch(_HANDOFF.replace("SYNC", "bar.sync 0;"), "handoff", 1, 64,
+    out = launch(filled(_HANDOFF, SYNC="bar.sync 0;"), "handoff", 1, 64,
                  [np.zeros(64, np.uint32)])[0]
     np.testing.assert_array_equal(out[32:], np.arange(32))
 
@@ -116,14 +117,14 @@ def test_a_handoff_without_a_barrier_is_a_race_on_any_schedule():
                                              r"which the instruction at line 16 \(thread \((\d|[12]\d|3[01]), 0, 0\) "
                                              r"of CTA \(0, 0, 0\)\) wrote, and no synchronisation orders the two "
                                              r"\(race: .*\) \(thread \((3[2-9]|[45]\d|6[0-3]), 0, 0\)"):
-        launch(_HANDOFF.replace("SYNC", ""), "handoff", 1, 64, [np.zeros(64, np.uint32)])
+        launch(filled(_HANDOFF, SYNC=""), "handoff", 1, 64, [np.zeros(64, np.uint32)])
 
 
 def test_a_write_after_a_read_needs_an_order_too():
     """Warp 1 reads and overwrites the box after the barrier; warp 0 then stores into it again without a
     second barrier: unordered with warp 1's accesses."""
-    text = _HANDOFF.replace("SYNC", "bar.sync 0;").replace("    ld.param.u64", "    @%p0 st.shared.u32 [%r2], 5;\n"
-                                                                             "    ld.param.u64", 1)
+    text = checked(_HANDOFF).replace("SYNC", "bar.sync 0;").replace(
+        "    ld.param.u64", "    @%p0 st.shared.u32 [%r2], 5;\n    ld.param.u64", 1)
     with pytest.raises(PtxHazardError, match=r"^<ptx>:\d+: error: st.shared.u32: writes shared address .* which the "
                                              r"instruction at line \d+ .* no synchronisation orders the two"):
         launch(text, "handoff", 1, 64, [np.zeros(64, np.uint32)])
@@ -155,7 +156,7 @@ _READERS = PTX_HEADER + """.visible .entry readers(.param .u64 out)
 
 
 def _readers(first: str = "", second: str = "") -> np.ndarray:
-    return launch(_READERS.replace("FIRST", first).replace("SECOND", second), "readers", 1, 64,
+    return launch(filled(_READERS, FIRST=first, SECOND=second), "readers", 1, 64,
                   [np.zeros(1, np.uint32)])[0]
 
 
@@ -170,11 +171,11 @@ def test_a_write_racing_an_earlier_reader_is_reported_though_a_later_ordered_rea
 
 def test_readers_of_one_instruction_are_all_kept():
     """Both threads read the word in one instruction (one step of the executor): still two readers."""
-    text = _READERS.replace("@%p0 ld.shared.u32 %r3, [%r1];\n    @%p1 ld.shared.u32 %r4, [%r1];",
-                            "ld.shared.u32 %r3, [%r1];")
+    text = checked(_READERS).replace("@%p0 ld.shared.u32 %r3, [%r1];\n    @%p1 ld.shared.u32 %r4, [%r1];",
+                                     "ld.shared.u32 %r3, [%r1];")
     with pytest.raises(PtxHazardError, match=r"^<ptx>:\d+: error: st.shared.u32: writes shared address 0x0, which the "
                                              r"instruction at line 15 \(thread \((?!32,)\d+, 0, 0\)"):
-        launch(text.replace("FIRST", "").replace("SECOND", ""), "readers", 1, 64, [np.zeros(1, np.uint32)])
+        launch(filled(text, FIRST="", SECOND=""), "readers", 1, 64, [np.zeros(1, np.uint32)])
 
 
 @pytest.mark.parametrize("first, second", [("", "bar.sync 0;"), ("bar.sync 0;", "bar.sync 0;")])
@@ -320,7 +321,7 @@ def test_a_race_is_reported_on_adversarial_schedules_too():
     for seed in (0, 1, 1):
         with pytest.raises(PtxHazardError, match=r"reads shared address 0x[0-9a-f]+, which the instruction at line "
                                                  r"16 .* no synchronisation orders the two") as caught:
-            launch(_HANDOFF.replace("SYNC", ""), "handoff", 1, 64, [np.zeros(64, np.uint32)], schedule="adversarial",
+            launch(filled(_HANDOFF, SYNC=""), "handoff", 1, 64, [np.zeros(64, np.uint32)], schedule="adversarial",
                    seed=seed)
         messages.append(str(caught.value))
     assert messages[1] == messages[2]  # the same seed replays the same interleaving
@@ -331,14 +332,14 @@ def test_a_race_is_reported_on_adversarial_schedules_too():
                                         ({"schedule": "adversarial", "seed": -1}, "seed must be a non-negative")])
 def test_bad_schedules_are_refused(kw, message):
     with pytest.raises(ValueError, match=message):
-        launch(_HANDOFF.replace("SYNC", "bar.sync 0;"), "handoff", 1, 64, [np.zeros(64, np.uint32)], **kw)
+        launch(filled(_HANDOFF, SYNC="bar.sync 0;"), "handoff", 1, 64, [np.zeros(64, np.uint32)], **kw)
 
 
 def test_tessera_run_takes_the_schedule_and_the_race_switch(tmp_path, capsys):
     from tessera.tools import tessera_run
 
     path = tmp_path / "handoff.ptx"
-    path.write_text(_HANDOFF.replace("SYNC", ""))
+    path.write_text(filled(_HANDOFF, SYNC=""))
     base = [str(path), "--block", "64", "--arg", "u32[64]=zeros"]
     assert tessera_run.main(base + ["--schedule", "adversarial", "--schedule-seed", "5"]) == 1
     assert "no synchronisation orders the two (race:" in capsys.readouterr().err
@@ -406,13 +407,13 @@ DONE:
 ])
 def test_a_release_acquire_flag_in_shared_memory_orders_the_handoff(signal, wait):
     """The flag's strong accesses are morally strong (never a race), and the pair orders the data."""
-    text = _SHARED_FLAG.replace("SIGNAL", signal).replace("WAIT", wait)
+    text = filled(_SHARED_FLAG, SIGNAL=signal, WAIT=wait)
     assert launch(text, "flag", 1, 64, [np.zeros(1, np.uint32)])[0][0] == 42
 
 
 def test_the_relaxed_twin_of_the_shared_flag_races_on_the_data():
-    text = _SHARED_FLAG.replace("SIGNAL", "st.relaxed.cta.shared.u32 [%r2], 1;").replace(
-        "WAIT", "ld.relaxed.cta.shared.u32 %r3, [%r2];")
+    text = filled(_SHARED_FLAG, SIGNAL="st.relaxed.cta.shared.u32 [%r2], 1;",
+                  WAIT="ld.relaxed.cta.shared.u32 %r3, [%r2];")
     with pytest.raises(PtxHazardError, match=r"^<ptx>:26: error: ld.shared.u32: reads shared address 0x0, which the "
                                              r"instruction at line 16 \(thread \(0, 0, 0\) of CTA \(0, 0, 0\)\) wrote"):
         launch(text, "flag", 1, 64, [np.zeros(1, np.uint32)])
@@ -454,7 +455,7 @@ def test_a_bar_arrive_releases_only_what_its_thread_did_before_arriving(after, r
     """[memory_model.BARRIER_ORDERING] bar.arrive orders the arriving thread's earlier accesses before the
     waiters; a store after it races the waiters' reads, even when the executor ran that store before the barrier
     completed (it released the arrivals' clocks at completion, and missed this race)."""
-    text = _ARRIVE_THEN_STORE.replace("STORES_AFTER", after)
+    text = filled(_ARRIVE_THEN_STORE, STORES_AFTER=after)
     if not reported:
         out = launch(text, "arrive", 1, 64, [np.zeros(64, np.uint32)])[0]
         np.testing.assert_array_equal(out[:32], 5)

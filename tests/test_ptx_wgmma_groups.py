@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tessera.interpreters.ptx import PtxHazardError, launch
+from text_edits import checked, filled
 
 _KERNEL = """.version 8.0
 .target sm_90a
@@ -52,7 +53,7 @@ _N8 = "m64n8k16.f32.bf16.bf16 {%f0,%f1,%f2,%f3}"
 
 
 def _run(waiters: int = 128, second: str = ""):
-    text = _KERNEL.replace("WAITERS", str(waiters)).replace("SECOND", second)
+    text = filled(_KERNEL, WAITERS=str(waiters), SECOND=second)
     return launch(text, "groups", 1, 128, [np.full(128, 7, np.float32)], shared_bytes=4096)[0]
 
 
@@ -75,34 +76,34 @@ def test_a_wait_group_of_some_threads_covers_none_of_the_others(waiters, first):
 def test_a_scale_d_false_wgmma_after_an_access_of_its_accumulators_needs_a_fence():
     """The second wgmma computes D = A*B (scale-d false) into the registers the thread just stored: it writes
     them, so the fence before it is required."""
-    fenced = _SECOND.replace("FENCE", "wgmma.fence.sync.aligned;").replace("SHAPE", _N16)
+    fenced = filled(_SECOND, FENCE="wgmma.fence.sync.aligned;", SHAPE=_N16)
     assert np.array_equal(_run(second=fenced), np.zeros(128, np.float32))
     with pytest.raises(PtxHazardError, match=r"^<ptx>:30: error: wgmma.mma_async\S*: uses %f0 as its accumulator "
                                              r"register after the instruction at line 28 accessed it, with no "
                                              r"wgmma.fence between them \(missing wgmma.fence\)"):
-        _run(second=_SECOND.replace("FENCE", "").replace("SHAPE", _N16))
+        _run(second=filled(_SECOND, FENCE="", SHAPE=_N16))
 
 
 def test_wgmmas_of_two_shapes_on_one_accumulator_need_a_fence_between_them():
     """Back-to-back wgmmas on the same accumulators are ordered by default only when they have the same
     shape: an m64n8k16 after an m64n16k16 on %f0-%f3 needs a wgmma.fence."""
-    text = _KERNEL.replace("    st.global.f32 [%rd1], %f0;\nSECOND", "SECOND")
-    text = text.replace("    @%p1 wgmma.wait_group.sync.aligned 0;\n", "")
-    text = text.replace("    wgmma.commit_group.sync.aligned;\nSECOND", "SECOND")
-    second = _SECOND.replace("SHAPE", _N8)
-    same = _SECOND.replace("SHAPE", _N16).replace("FENCE", "")
+    text = checked(_KERNEL).replace("    st.global.f32 [%rd1], %f0;\nSECOND", "SECOND")
+    text = checked(text).replace("    @%p1 wgmma.wait_group.sync.aligned 0;\n", "")
+    text = checked(text).replace("    wgmma.commit_group.sync.aligned;\nSECOND", "SECOND")
+    second = filled(_SECOND, SHAPE=_N8)
+    same = filled(_SECOND, SHAPE=_N16, FENCE="")
 
     def run(body):
-        return launch(text.replace("WAITERS", "128").replace("SECOND", body), "groups", 1, 128,
+        return launch(filled(text, WAITERS="128", SECOND=body), "groups", 1, 128,
                       [np.full(128, 7, np.float32)], shared_bytes=4096)[0]
 
     assert np.array_equal(run(same), np.zeros(128, np.float32))
-    assert np.array_equal(run(second.replace("FENCE", "wgmma.fence.sync.aligned;")), np.zeros(128, np.float32))
+    assert np.array_equal(run(filled(second, FENCE="wgmma.fence.sync.aligned;")), np.zeros(128, np.float32))
     with pytest.raises(PtxHazardError, match=r"wgmma.mma_async\S*: uses %f0 as its accumulator register after the "
                                              r"wgmma.mma_async at line 25 of another shape or type "
                                              r"\(m64n16k16.f32.bf16.bf16\) accessed it, with no wgmma.fence between "
                                              r"them"):
-        run(second.replace("FENCE", ""))
+        run(filled(second, FENCE=""))
 
 
 _RELEASE = """.version 8.0
@@ -170,7 +171,7 @@ def test_a_slot_released_after_the_releasing_warps_own_wait_is_free_whichever_wa
     wait frees the bytes as well [memory_model.WGMMA_WAIT_PER_THREAD] (it was reported as a race when only the
     first wait of the warpgroup counted). The arrive moved before the wait is reported."""
     def run(where):
-        text = _RELEASE.replace(where, _RELEASE_ARRIVE).replace("EARLY", "").replace("LATE", "")
+        text = filled(_RELEASE, **{place: _RELEASE_ARRIVE if place == where else "" for place in ("EARLY", "LATE")})
         return launch(text, "release", 1, 160, [np.full(128, 7, np.float32)], shared_bytes=4096, **schedule)[0]
 
     assert np.array_equal(run("LATE"), np.zeros(128, np.float32))
@@ -229,7 +230,7 @@ def test_a_warp_that_stores_and_fences_its_own_rows_of_a_needs_no_barrier():
     warp storing the next warp's rows needs a barrier into it, and is reported without one. (B, read by every
     warp, is a tile nothing wrote.)"""
     def run(shift):
-        return launch(_OWN_ROWS.replace("SHIFT", str(shift)), "own_rows", 1, 128, [np.full(128, 7, np.float32)],
+        return launch(filled(_OWN_ROWS, SHIFT=str(shift)), "own_rows", 1, 128, [np.full(128, 7, np.float32)],
                       shared_bytes=4096)[0]
 
     assert np.array_equal(run(0), np.zeros(128, np.float32))

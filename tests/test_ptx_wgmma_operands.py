@@ -1,6 +1,6 @@
 """How the PTX executor's wgmma moves its data: operands gathered for every CTA of a batch at once, a 16-byte
-chunk at a time (`tensor._descriptor_tiles`), and the accumulators updated where they lie
-(`tensor._accumulate_fragments` over `state.lane_rows`): the same bits as a byte gather, and as a gather, add in
+chunk at a time (`wgmma_operands.descriptor_tiles`), and the accumulators updated where they lie
+(`wgmma._accumulate_fragments` over `state.lane_rows`): the same bits as a byte gather, and as a gather, add in
 float64, rounding and scatter, special values included."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import pytest
 from tessera.interpreters.ptx.state import lane_rows
 from types import SimpleNamespace
 
-from tessera.interpreters.ptx.tensor import _accumulate_fragments, _descriptor_bytes, _descriptor_tiles
+from tessera.interpreters.ptx.wgmma import _accumulate_fragments
+from tessera.interpreters.ptx.wgmma_operands import descriptor_bytes, descriptor_tiles
 from tessera.sm90 import facts
 
 
@@ -68,10 +69,10 @@ def test_descriptor_tiles_of_several_ctas_are_their_bytes(major, swizzle):
     width = swizzle or 16
     descriptor = facts.encode_descriptor(1024, 16 if not swizzle else 1024, 8 * width if swizzle else 128, swizzle)
     key = (descriptor, major, 2, 64)
-    decoded = _descriptor_bytes(*key)
+    decoded = descriptor_bytes(*key)
     assert (decoded[7] is None) == (major == "MN")  # MN-major: whole chunks, out of order
     ctas = [2, 0]
-    tiles = _descriptor_tiles(m, [(cta, key, decoded) for cta in ctas], "bf16")
+    tiles = descriptor_tiles(m, [(cta, key, decoded) for cta in ctas], "bf16")
     for tile, cta in zip(tiles, ctas):
         raw = m.shared[cta * size + decoded[1]].view(np.uint16).view(ml_dtypes.bfloat16).astype(np.float64)
         assert np.array_equal(tile, raw.reshape(decoded[0].shape))

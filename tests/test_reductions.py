@@ -29,17 +29,13 @@ from tessera.kernel_abi import is_target_kernel
 from tessera.ptx import launch, print_ptx
 from tessera.sm90 import facts
 from tessera.sm90 import matrix as matrix_facts
+from text_edits import checked, filled, planted
 
 CTAS = 4
 
 
 def _kernel(text: str):
     return next(op for op in parse_module(text).walk() if is_target_kernel(op))
-
-
-def _seed(text: str, old: str, new: str) -> str:
-    assert old in text, old
-    return text.replace(old, new)
 
 
 # region kernels
@@ -74,7 +70,7 @@ for the async proxy (the source of a bulk reduction of %buf)."""
 
 def _store_slice(index: str, indent: str) -> str:
     """`_STORE_SLICE` for the slice index `index` (an SSA index value), indented by `indent`."""
-    return textwrap.indent(_STORE_SLICE.replace("SLICE", index), indent)
+    return textwrap.indent(filled(_STORE_SLICE, SLICE=index), indent)
 
 
 # Each of 4 CTAs adds its slice x[c] (32 threads x 2 f32) into out with red.global.add.f32; the atom variant
@@ -108,10 +104,10 @@ builtin.module {
 }
 """
 
-ATOM = _seed(RED, "    sm90.red_global_add %out[%offs], %v, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n",
-             "    %old = sm90.atom_global_add %out[%offs], %v, %all : vector<2xi64>, vector<2xf32>, vector<2xi1> "
-             "-> vector<2xf32>\n"
-             "    sm90.st_global %seen[%xoffs], %old, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n")
+ATOM = planted(RED, "    sm90.red_global_add %out[%offs], %v, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n",
+               "    %old = sm90.atom_global_add %out[%offs], %v, %all : vector<2xi64>, vector<2xf32>, vector<2xi1> "
+               "-> vector<2xf32>\n"
+               "    sm90.st_global %seen[%xoffs], %old, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n")
 
 # Each CTA stores its slice into shared memory (st.shared), fences it for the async proxy, and one thread adds
 # the 256 bytes into out with one bulk reduction, then waits until it has read its source.
@@ -227,34 +223,37 @@ def test_atom_returns_the_running_sum_in_launch_order():
     np.testing.assert_array_equal(out, running)
 
 
+PLAIN_STORE_IN_CTA_1 = planted(
+    RED, "    sm90.red_global_add %out[%offs], %v, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n",
+    "    %c1 = arith.constant 1 : index\n"
+    "    %odd = arith.cmpi eq, %cta, %c1 : index\n"
+    "    scf.if %odd {\n"
+    "      sm90.st_global %out[%offs], %v, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n"
+    "    } else {\n"
+    "      sm90.red_global_add %out[%offs], %v, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n"
+    "    }\n")
+"""RED with CTA 1 storing its slice plainly instead of adding it: a race with the other CTAs' adds."""
+
+
 def test_a_plain_store_to_an_address_another_cta_adds_into_is_a_race():
-    # CTA 1 stores its slice plainly instead of adding it
-    racy = _seed(RED, "    sm90.red_global_add %out[%offs], %v, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n",
-                 "    %c1 = arith.constant 1 : index\n"
-                 "    %odd = arith.cmpi eq, %cta, %c1 : index\n"
-                 "    scf.if %odd {\n"
-                 "      sm90.st_global %out[%offs], %v, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n"
-                 "    } else {\n"
-                 "      sm90.red_global_add %out[%offs], %v, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n"
-                 "    }\n")
     for order in ([0, 1, 2, 3], [1, 0, 2, 3]):  # the store after the adds, and before them
         args = [_slices(), np.zeros((32, 2), np.float32), np.zeros((CTAS, 32, 2), np.float32)]
         with pytest.raises(KernelHazardError, match=r"race between CTAs") as error:
-            run_target_kernel(_kernel(racy), args, {}, cta_order=order)
+            run_target_kernel(_kernel(PLAIN_STORE_IN_CTA_1), args, {}, cta_order=order)
         assert "CTA (" in str(error.value) and "tensor %out at byte offset 0" in str(error.value)
 
 
 def test_reading_the_reduction_target_while_other_ctas_add_into_it_is_reported():
     # CTA 3 reads out (and copies it to seen) instead of adding into it
-    early = _seed(RED, "    sm90.red_global_add %out[%offs], %v, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n",
-                  "    %c3 = arith.constant 3 : index\n"
-                  "    %last = arith.cmpi eq, %cta, %c3 : index\n"
-                  "    scf.if %last {\n"
-                  "      %read = sm90.ld_global %out[%offs], %all : vector<2xi64>, vector<2xi1> -> vector<2xf32>\n"
-                  "      sm90.st_global %seen[%xoffs], %read, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n"
-                  "    } else {\n"
-                  "      sm90.red_global_add %out[%offs], %v, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n"
-                  "    }\n")
+    early = planted(RED, "    sm90.red_global_add %out[%offs], %v, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n",
+                    "    %c3 = arith.constant 3 : index\n"
+                    "    %last = arith.cmpi eq, %cta, %c3 : index\n"
+                    "    scf.if %last {\n"
+                    "      %read = sm90.ld_global %out[%offs], %all : vector<2xi64>, vector<2xi1> -> vector<2xf32>\n"
+                    "      sm90.st_global %seen[%xoffs], %read, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n"
+                    "    } else {\n"
+                    "      sm90.red_global_add %out[%offs], %v, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n"
+                    "    }\n")
     # CTA 3 after the adds: reported at its read; before them: at the first add that follows
     for order, where in (([0, 1, 2, 3], "reads the reduction target tensor %out at byte offset 0, which several other CTAs"),
                          ([3, 0, 1, 2], "adds into tensor %out at byte offset 0, which CTA (3, 0, 0) read")):
@@ -276,40 +275,43 @@ def test_bulk_reduction_from_shared_memory_sums_the_slices(order):
     assert (np.abs(out - x.astype(np.float64).sum(axis=0)) <= _f32_sum_bound(x)).all()
 
 
+SOURCE_REUSED_BEFORE_READ_WAIT = planted(
+    BULK, "      sm90.bulk_wait_group 0 read\n    }\n",
+    "    }\n"
+    "    sm90.bar_sync 0, 32\n"
+    "    sm90.st_shared %saddr, %v : vector<2xi32>, vector<2xf32>\n"
+    "    scf.if %first {\n"
+    "      sm90.bulk_wait_group 0 read\n"
+    "    }\n")
+"""BULK with the wait_group.read moved after a second store into the reduction's source buffer."""
+
+
 def test_reusing_the_source_before_wait_group_read_is_reported():
-    # the wait moves after a second store into the buffer
-    reuse = _seed(BULK, "      sm90.bulk_wait_group 0 read\n    }\n",
-                  "    }\n"
-                  "    sm90.bar_sync 0, 32\n"
-                  "    sm90.st_shared %saddr, %v : vector<2xi32>, vector<2xf32>\n"
-                  "    scf.if %first {\n"
-                  "      sm90.bulk_wait_group 0 read\n"
-                  "    }\n")
     with pytest.raises(KernelHazardError, match=r"st_shared overwrites shared address 0x0 \(buffer 'dq' \+ 0\), the "
                                                 r"source of `sm90.bulk_reduce_add .*before a bulk_wait_group ... read"):
-        run_target_kernel(_kernel(reuse), [_slices(), np.zeros((32, 2), np.float32)], {})
+        run_target_kernel(_kernel(SOURCE_REUSED_BEFORE_READ_WAIT), [_slices(), np.zeros((32, 2), np.float32)], {})
 
 
 def test_wait_group_1_leaves_the_newest_group_reading():
     # wait_group.read 1 with only one group committed covers nothing: the reuse is still early
-    reuse = _seed(BULK, "      sm90.bulk_wait_group 0 read\n    }\n",
-                  "      sm90.bulk_wait_group 1 read\n"
-                  "    }\n"
-                  "    sm90.bar_sync 0, 32\n"
-                  "    sm90.st_shared %saddr, %v : vector<2xi32>, vector<2xf32>\n")
+    reuse = planted(BULK, "      sm90.bulk_wait_group 0 read\n    }\n",
+                    "      sm90.bulk_wait_group 1 read\n"
+                    "    }\n"
+                    "    sm90.bar_sync 0, 32\n"
+                    "    sm90.st_shared %saddr, %v : vector<2xi32>, vector<2xf32>\n")
     with pytest.raises(KernelHazardError, match=r"the source of `sm90.bulk_reduce_add"):
         run_target_kernel(_kernel(reuse), [_slices(), np.zeros((32, 2), np.float32)], {})
 
 
 def test_uncommitted_or_unwaited_reduction_at_the_end_is_reported():
-    for seeded in (_seed(BULK, "      sm90.bulk_wait_group 0 read\n", ""),
-                   _seed(BULK, "      sm90.bulk_commit_group\n", "")):
+    for seeded in (planted(BULK, "      sm90.bulk_wait_group 0 read\n", ""),
+                   planted(BULK, "      sm90.bulk_commit_group\n", "")):
         with pytest.raises(KernelHazardError, match=r"kernel ends with this bulk reduction possibly still reading"):
             run_target_kernel(_kernel(seeded), [_slices(), np.zeros((32, 2), np.float32)], {})
 
 
 def test_bulk_source_without_fence_proxy_async_is_reported():
-    unfenced = _seed(BULK, "    sm90.fence_proxy_async\n", "")
+    unfenced = planted(BULK, "    sm90.fence_proxy_async\n", "")
     with pytest.raises(KernelHazardError, match=r"missing fence_proxy_async"):
         run_target_kernel(_kernel(unfenced), [_slices(), np.zeros((32, 2), np.float32)], {})
 
@@ -360,15 +362,15 @@ def _matrices(x: np.ndarray, trans: bool) -> np.ndarray:
 @pytest.mark.parametrize("trans", [False, True])
 def test_stmatrix_writes_the_figures_layout(trans):
     x = np.random.default_rng(5).integers(0, 2**32, (32, 4), dtype=np.uint64).astype(np.uint32).view(np.int32)
-    text = STMATRIX if not trans else _seed(STMATRIX, "sm90.stmatrix %a, %v :", "sm90.stmatrix %a, %v trans :")
+    text = STMATRIX if not trans else planted(STMATRIX, "sm90.stmatrix %a, %v :", "sm90.stmatrix %a, %v trans :")
     out = np.zeros_like(x)
     run_target_kernel(_kernel(text), [x, out], {})
     np.testing.assert_array_equal(out.view(np.uint16).reshape(4, 8, 8), _matrices(x, trans))
 
 
 def test_stmatrix_row_address_not_16_byte_aligned_is_reported():
-    bad = _seed(STMATRIX, "    %a = arith.addi %buf, %o : i32\n",
-                "    %c2 = arith.constant 2 : i32\n    %o2 = arith.addi %o, %c2 : i32\n    %a = arith.addi %buf, %o2 : i32\n")
+    bad = planted(STMATRIX, "    %a = arith.addi %buf, %o : i32\n", "    %c2 = arith.constant 2 : i32\n"
+                  "    %o2 = arith.addi %o, %c2 : i32\n    %a = arith.addi %buf, %o2 : i32\n")
     with pytest.raises(KernelHazardError, match=r"stmatrix row .* not 16-byte aligned"):
         run_target_kernel(_kernel(bad), [np.zeros((32, 4), np.int32), np.zeros((32, 4), np.int32)], {})
 
@@ -430,37 +432,22 @@ def test_ptx_atom_returns_the_running_sum_in_launch_order():
 
 
 def test_ptx_plain_store_racing_an_add_and_early_read_are_reported():
-    racy = _seed(RED, "    sm90.red_global_add %out[%offs], %v, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n",
-                 "    %c1 = arith.constant 1 : index\n"
-                 "    %odd = arith.cmpi eq, %cta, %c1 : index\n"
-                 "    scf.if %odd {\n"
-                 "      sm90.st_global %out[%offs], %v, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n"
-                 "    } else {\n"
-                 "      sm90.red_global_add %out[%offs], %v, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n"
-                 "    }\n")
     args = [_slices(), np.zeros((32, 2), np.float32), np.zeros((CTAS, 32, 2), np.float32)]
     with pytest.raises(PtxExecutionError, match=r"race between CTAs"):
-        _run_ptx(racy, "red", args, [1, 0, 2, 3])
-    early = _seed(RED, "    func.return\n",
-                  "    %read = sm90.ld_global %out[%offs], %all : vector<2xi64>, vector<2xi1> -> vector<2xf32>\n"
-                  "    sm90.st_global %seen[%xoffs], %read, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n"
-                  "    func.return\n")
+        _run_ptx(PLAIN_STORE_IN_CTA_1, "red", args, [1, 0, 2, 3])
+    early = planted(RED, "    func.return\n",
+                    "    %read = sm90.ld_global %out[%offs], %all : vector<2xi64>, vector<2xi1> -> vector<2xf32>\n"
+                    "    sm90.st_global %seen[%xoffs], %read, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n"
+                    "    func.return\n")
     with pytest.raises(PtxExecutionError, match=r"before every contribution landed"):
         _run_ptx(early, "red", args)
 
 
 def test_ptx_reuse_of_the_bulk_source_before_wait_group_read_is_reported():
-    reuse = _seed(BULK, "      sm90.bulk_wait_group 0 read\n    }\n",
-                  "    }\n"
-                  "    sm90.bar_sync 0, 32\n"
-                  "    sm90.st_shared %saddr, %v : vector<2xi32>, vector<2xf32>\n"
-                  "    scf.if %first {\n"
-                  "      sm90.bulk_wait_group 0 read\n"
-                  "    }\n")
     with pytest.raises(PtxExecutionError, match=r"st.shared.b32: overwrites shared memory that cp.reduce.async.bulk "
                                                 r"at line \d+ .* may still be reading"):
-        _run_ptx(reuse, "bulk", [_slices(), np.zeros((32, 2), np.float32)])
-    unwaited = _seed(BULK, "      sm90.bulk_wait_group 0 read\n", "")
+        _run_ptx(SOURCE_REUSED_BEFORE_READ_WAIT, "bulk", [_slices(), np.zeros((32, 2), np.float32)])
+    unwaited = planted(BULK, "      sm90.bulk_wait_group 0 read\n", "")
     with pytest.raises(PtxExecutionError, match=r"CTA exits while this bulk reduction may still read"):
         _run_ptx(unwaited, "bulk", [_slices(), np.zeros((32, 2), np.float32)])
 
@@ -468,7 +455,7 @@ def test_ptx_reuse_of_the_bulk_source_before_wait_group_read_is_reported():
 def test_ptx_bulk_reduction_of_unfenced_stores_is_reported():
     """cp.reduce.async.bulk reads its source through the async proxy: every thread's st.shared needs a
     fence.proxy.async on the way to it (tests/backward_seeds.py found it silent)."""
-    unfenced = _seed(BULK, "    sm90.fence_proxy_async\n", "")
+    unfenced = planted(BULK, "    sm90.fence_proxy_async\n", "")
     with pytest.raises(PtxExecutionError, match=r"cp.reduce.async.bulk\S*: the bulk reduction reads shared address "
                                                 r"0x0 of CTA \(0, 0, 0\), which thread \(0, 0, 0\) of CTA \(\d, 0, 0\) "
                                                 r"stored through the generic proxy .*\(missing fence.proxy.async "
@@ -479,7 +466,7 @@ def test_ptx_bulk_reduction_of_unfenced_stores_is_reported():
 @pytest.mark.parametrize("trans", [False, True])
 def test_ptx_stmatrix_matches_the_simulator(trans):
     x = np.random.default_rng(5).integers(0, 2**32, (32, 4), dtype=np.uint64).astype(np.uint32).view(np.int32)
-    text = STMATRIX if not trans else _seed(STMATRIX, "sm90.stmatrix %a, %v :", "sm90.stmatrix %a, %v trans :")
+    text = STMATRIX if not trans else planted(STMATRIX, "sm90.stmatrix %a, %v :", "sm90.stmatrix %a, %v trans :")
     module = parse_module(text)
     _, out = launch(print_ptx(module), "stmatrix", (1, 1, 1), (32, 1, 1), [x, np.zeros_like(x)],
                     launch_smem_bytes(_kernel(text)))
@@ -497,7 +484,8 @@ def test_ptx_bulk_reduction_with_a_cache_hint_sums_the_slices():
     hinted = re.sub(r"cp\.reduce\.async\.bulk\.global\.shared::cta\.bulk_group\.add\.f32 (\[%rd\d+\], \[%r\d+\], \d+);",
                     lambda m: "cp.reduce.async.bulk.global.shared::cta.bulk_group.L2::cache_hint.add.f32 "
                               f"{m.group(1)}, %rd_policy;", ptx)
-    hinted = hinted.replace("{\n", "{\n    .reg .b64 %rd_policy;\n    mov.u64 %rd_policy, 1508705875169116160;\n", 1)
+    hinted = checked(hinted).replace("{\n",
+                                     "{\n    .reg .b64 %rd_policy;\n    mov.u64 %rd_policy, 1508705875169116160;\n", 1)
     assert "L2::cache_hint" in hinted
     _, out = launch(hinted, "bulk", (CTAS, 1, 1), (32, 1, 1), [x, np.zeros((32, 2), np.float32)],
                     launch_smem_bytes(_kernel(BULK)))
@@ -577,9 +565,9 @@ builtin.module {
 
 
 def _staged(trips: int, producer_trips: str = "%trips", edit: tuple[str, str] | None = None) -> np.ndarray:
-    text = STAGED.replace("%PRODUCER_TRIPS", producer_trips).replace("TRIPS", str(trips))
+    text = checked(STAGED).replace("%PRODUCER_TRIPS", producer_trips).replace("TRIPS", str(trips))
     if edit is not None:
-        text = _seed(text, *edit)
+        text = planted(text, *edit)
     x, out = _slices(), np.zeros((32, 2), np.float32)
     run_target_kernel(_kernel(text), [x, out], {})
     return out

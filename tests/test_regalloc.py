@@ -20,6 +20,7 @@ from tessera.regalloc import RegisterBudgetError, allocate_registers, region_pre
 from tessera.sm90 import facts
 
 from conftest import build_kernel
+from text_edits import checked
 
 CONFIGS = [("flash_attention", dict(head_dim=d, causal=c, dtype=t)) for d in (64, 128) for c in (False, True)
            for t in ("bf16", "f16")] + [
@@ -154,7 +155,7 @@ def test_a_value_made_between_commit_and_wait_does_not_take_the_a_fragment():
 
 def test_after_the_wait_the_a_fragment_registers_are_free_again():
     """The same kernel waiting before %x: %x takes %a's registers (so the test above shows the hold)."""
-    eager = RS_COMMIT_THEN_VALUE.replace("    sm90.wgmma_wait_group 0\n", "").replace(
+    eager = checked(RS_COMMIT_THEN_VALUE).replace("    sm90.wgmma_wait_group 0\n", "").replace(
         "    %x = arith.muli", "    sm90.wgmma_wait_group 0\n    %x = arith.muli")
     fn = _function(eager)
     allocation = allocate_registers(fn)
@@ -189,7 +190,8 @@ def test_wait_group_1_retires_all_but_the_newest_group():
 
 
 def test_wait_group_1_right_after_the_only_commit_does_not_retire_it():
-    fn = _function(RS_COMMIT_THEN_VALUE.replace("    %x = arith.muli", "    sm90.wgmma_wait_group 1\n    %x = arith.muli"))
+    fn = _function(checked(RS_COMMIT_THEN_VALUE).replace("    %x = arith.muli",
+                                                         "    sm90.wgmma_wait_group 1\n    %x = arith.muli"))
     allocation = allocate_registers(fn)
     assert not _registers(fn, allocation, "x") & _registers(fn, allocation, "a")
 
@@ -270,7 +272,8 @@ def test_region_pressure_in_a_loop_counts_reads_of_the_next_trip():
     """Inside a loop that %big is defined outside of, a thread of the producer branch may take the consumer
     branch on the next trip: %big stays live in both (16 more than above), and in the consumer branch %c can
     no longer take its registers (16 more again)."""
-    looped = WARP_SPECIALIZED.replace("func.func @ws(%out: i64) {", "func.func @ws(%out: i64, %n: index) {").replace(
+    looped = checked(WARP_SPECIALIZED).replace("func.func @ws(%out: i64) {",
+                                               "func.func @ws(%out: i64, %n: index) {").replace(
         "    scf.if %producer {", "    %c0 = arith.constant 0 : index\n    %c1 = arith.constant 1 : index\n"
                                 "    scf.for %i = %c0 to %n step %c1 {\n    scf.if %producer {").replace(
         "    sm90.st_global %out[%off], %w, %mask", "    }\n    sm90.st_global %out[%off], %w, %mask")
@@ -288,7 +291,7 @@ def test_region_pressure_of_a_loop_counts_held_wgmma_operands():
     loop = next(op for op in fn.walk() if isinstance(op, scf.ForOp))
     (body,) = allocation.region_pressure(loop)
     assert body <= allocation.peak
-    eager = _function(LAZY_LOOP.replace("      sm90.wgmma_wait_group 0\n      %mid", "      %mid").replace(
+    eager = _function(checked(LAZY_LOOP).replace("      sm90.wgmma_wait_group 0\n      %mid", "      %mid").replace(
         "      sm90.wgmma_commit_group\n      scf.yield", "      sm90.wgmma_commit_group\n      sm90.wgmma_wait_group 0\n      scf.yield"))
     eager_loop = next(op for op in eager.walk() if isinstance(op, scf.ForOp))
     (eager_body,) = allocate_registers(eager).region_pressure(eager_loop)

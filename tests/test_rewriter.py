@@ -18,6 +18,7 @@ from tessera.graph.rewrite_report import take_reports
 from tessera.graph.stablehlo_interpreter import constant_value, run_function
 from tessera.tools import tessera_opt, tessera_run
 from tessera.tools.tessera_opt import load_module, opt_context
+from text_edits import checked
 
 FIXTURES = Path(__file__).parent / "rewriter"
 ALL = sorted(p.stem for p in FIXTURES.glob("*.mlir"))
@@ -127,8 +128,8 @@ def test_location_aliases_defined_at_the_end_are_resolved(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda t: t.replace("#loc7 = loc(callsite(#loc6 at #loc5))\n", ""), "undefined symbol alias '#loc7'"),
-    (lambda t: t.replace('#loc6 = loc("f"(#loc5))', '#loc6 = loc("f"(#loc7))'), "defined in terms of itself"),
+    (lambda t: checked(t).replace("#loc7 = loc(callsite(#loc6 at #loc5))\n", ""), "undefined symbol alias '#loc7'"),
+    (lambda t: checked(t).replace('#loc6 = loc("f"(#loc5))', '#loc6 = loc("f"(#loc7))'), "defined in terms of itself"),
     (lambda t: t + '#loc5 = loc("again.py":1:1)\n', "redefinition of location alias '#loc5'"),
 ])
 def test_bad_location_aliases_are_located_diagnostics(edit, message, tmp_path, capsys):
@@ -146,7 +147,7 @@ def test_ops_outside_the_subset_are_opaque_but_other_dialects_are_not(tmp_path, 
                     '  "func.return"() : () -> ()\n}) : () -> ()\n')
     assert tessera_opt.main([str(path)]) == 0
     assert "stablehlo.rng_bit_generator" in capsys.readouterr().out
-    path.write_text(path.read_text().replace("stablehlo.rng_bit_generator", "tile.rng_bit_generator"))
+    path.write_text(checked(path.read_text()).replace("stablehlo.rng_bit_generator", "tile.rng_bit_generator"))
     assert tessera_opt.main([str(path)]) == 1
     assert "tile.rng_bit_generator is not registered" in capsys.readouterr().err
 
@@ -154,7 +155,7 @@ def test_ops_outside_the_subset_are_opaque_but_other_dialects_are_not(tmp_path, 
 def test_dense_array_of_an_unstorable_width_is_a_diagnostic(tmp_path, capsys):
     """Found by fuzzing the fixtures: xDSL stores dense arrays of i1/i8/i16/i32/i64 only (it raised
     NotImplementedError, an internal error, for `array<i319>`)."""
-    text = (FIXTURES / "fwd_plain_s256_d64.mlir").read_text().replace("array<i64: 3>", "array<i319: 3>", 1)
+    text = checked((FIXTURES / "fwd_plain_s256_d64.mlir").read_text()).replace("array<i64: 3>", "array<i319: 3>", 1)
     path = tmp_path / "i319.mlir"
     path.write_text(text)
     assert tessera_opt.main([str(path)]) == 1
@@ -178,7 +179,7 @@ def test_fuzzed_fixtures_never_crash(tmp_path, capsys):
         elif kind == 2:
             lines[i] = re.sub(r"\d+", lambda m: str(int(m.group()) + rng.choice([1, 7, 255])), lines[i], count=1)
         elif kind == 3:
-            lines[i] = lines[i].replace("stablehlo.", "stablehlo.x", 1).replace("#loc", "#lok", 1)
+            lines[i] = checked(lines[i].replace("stablehlo.", "stablehlo.x", 1)).replace("#loc", "#lok", 1)
         elif kind == 4:
             lines = lines[:i] + [lines[i][: len(lines[i]) // 2]]
         else:
@@ -255,7 +256,7 @@ def test_rewrite_report_on_the_command_line(capsys):
 
 def test_attention_op_verifier_refuses_what_no_kernel_runs(tmp_path, capsys):
     module, _ = rewrite("fwd_plain_s256_d64")
-    text = str(module).replace("head_dim = 64 : i64", "head_dim = 96 : i64")
+    text = checked(str(module)).replace("head_dim = 64 : i64", "head_dim = 96 : i64")
     path = tmp_path / "bad.mlir"
     path.write_text(text)
     assert tessera_opt.main([str(path)]) == 1
@@ -349,7 +350,7 @@ def bias_variant(tmp_path, name: str, source_shape: str | None = None, dims: str
     text = (FIXTURES / "fwd_bias_s256_d64.mlir").read_text()
     if source_shape is not None:
         arg_type = f"tensor<{source_shape}x{element}>"
-        text = text.replace(BIAS_ARG, f"%arg3: {arg_type}").replace(
+        text = checked(text).replace(BIAS_ARG, f"%arg3: {arg_type}").replace(
             "tensor<2x256x4x64xbf16>, tensor<2x4x256x256xbf16>) -> tensor<2x256x4x64xbf16>",
             f"tensor<2x256x4x64xbf16>, {arg_type}) -> tensor<2x256x4x64xbf16>")
         value = "%arg3"
@@ -359,8 +360,8 @@ def bias_variant(tmp_path, name: str, source_shape: str | None = None, dims: str
             value = "%bias_c"
         lines.append(f'%bias_b = "stablehlo.broadcast_in_dim"({value}) <{{broadcast_dimensions = array<i64: {dims}>}}> '
                      f': (tensor<{source_shape}xbf16>) -> tensor<2x4x256x256xbf16>')
-        text = text.replace(f"    {BIAS_ADD}", "".join(f"    {line}\n" for line in lines)
-                            + f"    {BIAS_ADD.replace('%arg3', '%bias_b')}")
+        text = checked(text).replace(f"    {BIAS_ADD}", "".join(f"    {line}\n" for line in lines)
+                            + f"    {checked(BIAS_ADD).replace('%arg3', '%bias_b')}")
     if edit is not None:
         text = edit(text)
     path = tmp_path / f"{name}.mlir"
@@ -402,7 +403,7 @@ def test_a_bias_broadcast_over_batch_or_heads_stays_broadcast(source_shape, dims
     (dict(source_shape="2x256", dims="0, 3"), r"is broadcast along the queries: the kernel reads a bias"),
     (dict(source_shape="2x4x256x256", element="f32"),
      r"the bias at .* is f32: the kernel reads a bias in bf16 \(the type of Q, K and V\)"),
-    (dict(edit=lambda t: t.replace('%3 = "stablehlo.multiply"(%0, %2)', '%3 = "stablehlo.add"(%0, %arg3)')
+    (dict(edit=lambda t: checked(t).replace('%3 = "stablehlo.multiply"(%0, %2)', '%3 = "stablehlo.add"(%0, %arg3)')
                           .replace(BIAS_ADD, '%4 = "stablehlo.multiply"(%3, %2)')),
      r"the bias at .* is added before a scale \(x 0.125\): the kernel adds its bias after the scale"),
 ])
@@ -418,8 +419,9 @@ def test_a_bias_the_kernel_cannot_take_is_a_near_miss(variant, rule, tmp_path):
 def test_bias_and_dropout_stays_matched_not_rewritten(tmp_path):
     """Dropout after the softmax of a biased attention (P times a keep mask): dropout is what stops it."""
     def with_dropout(text):
-        text = text.replace('%21 = "stablehlo.dot_general"(%arg2, %20)', '%21 = "stablehlo.dot_general"(%arg2, %dropped)')
-        return text.replace('    %21 = "stablehlo.dot_general"',
+        text = checked(text).replace('%21 = "stablehlo.dot_general"(%arg2, %20)',
+                                     '%21 = "stablehlo.dot_general"(%arg2, %dropped)')
+        return checked(text).replace('    %21 = "stablehlo.dot_general"',
                             '    %dropped = "stablehlo.multiply"(%20, %arg3) : (tensor<2x4x256x256xbf16>, '
                             'tensor<2x4x256x256xbf16>) -> tensor<2x4x256x256xbf16>\n    %21 = "stablehlo.dot_general"')
     path = bias_variant(tmp_path, "dropout", edit=with_dropout)
@@ -455,7 +457,7 @@ def test_the_backward_of_a_biased_forward_is_refused(tmp_path):
          '    %20 = "stablehlo.constant"() <{value = dense<true>'),
     ]:
         assert old in t
-        t = t.replace(old, new, 1)
+        t = checked(t).replace(old, new, 1)
     path = tmp_path / "fwd_bwd_bias.mlir"
     path.write_text(t)
     module, report = rewrite_file(path)
@@ -469,7 +471,8 @@ def test_attention_op_verifier_checks_the_bias(tmp_path, capsys):
     module, _ = rewrite("fwd_bias_s256_d64")
     text = str(module)
     for edit, message in [
-        (lambda t: t.replace('kernel = "flash_attention_d64_bf16_bias"', 'kernel = "flash_attention_d64_bf16"'),
+        (lambda t: checked(t).replace('kernel = "flash_attention_d64_bf16_bias"',
+                                      'kernel = "flash_attention_d64_bf16"'),
          "a bias operand goes with a '_bias' kernel"),
     ]:
         path = tmp_path / "bad.mlir"

@@ -14,6 +14,7 @@ import pytest
 
 from tessera.tools import tessera_run
 from test_rewriter import ops_named, rewrite
+from text_edits import checked
 
 FIXTURES = Path(__file__).parent / "rewriter" / "unseen"
 ALL = sorted(p.stem for p in FIXTURES.glob("*.mlir"))
@@ -86,7 +87,7 @@ def test_an_added_mask_is_causal_only_when_it_hides(fill, causal, tmp_path):
     from tessera.tools.tessera_opt import load_module, opt_context, parse_pipeline, run_pipeline
 
     text = (FIXTURES / "fwd_added_mask_q64_k128_d64.mlir").read_text()
-    text = text.replace("dense<-1.000000e+09> : tensor<f32>",
+    text = checked(text).replace("dense<-1.000000e+09> : tensor<f32>",
                         "dense<0xFF800000> : tensor<f32>" if fill == "-inf" else f"dense<{fill}> : tensor<f32>")
     module = load_module(opt_context(), text, str(tmp_path / "edited.mlir"))
     run_pipeline(parse_pipeline("rewrite-attention{match=patterns}"), opt_context(), module)
@@ -121,7 +122,7 @@ def test_seeded_edits_of_dot_product_attention_are_refused(name, old, new, rule,
 
     text = (FIXTURES / f"{name}.mlir").read_text()
     assert text.count(old) == 1
-    module = load_module(opt_context(), text.replace(old, new), str(tmp_path / "edited.mlir"))
+    module = load_module(opt_context(), checked(text).replace(old, new), str(tmp_path / "edited.mlir"))
     run_pipeline(parse_pipeline("rewrite-attention{match=patterns}"), opt_context(), module)
     (report,) = take_reports()
     text = report.text()
@@ -137,6 +138,6 @@ def test_a_transposed_bias_is_read_transposed(tmp_path, capsys):
     old = "permutation = array<i64: 2, 0, 1, 3, 4>"
     assert text.count(old) == 1
     path = tmp_path / "transposed_bias.mlir"
-    path.write_text(text.replace(old, "permutation = array<i64: 2, 0, 1, 4, 3>"))
+    path.write_text(checked(text).replace(old, "permutation = array<i64: 2, 0, 1, 4, 3>"))
     assert tessera_run.main([str(path), "-p", "rewrite-attention{match=patterns}", "--compare", "--seed", "5"]) == 0
     assert re.search(r"tolerance \S+: ok", capsys.readouterr().out)

@@ -1203,14 +1203,15 @@ def test_bulk_copy_issues_once_per_distinct_operands_of_a_warp(ptxas, nvdisasm):
     UTMASTG inside a loop that moves one lane's value to a uniform register (R2UR) and branches back while lanes
     are left (BRA.U.ANY): one copy per distinct value, never one per lane by construction."""
     from tessera import toolchain
+    from tessera.sass import disassemble, parse_sass, sass_loops
     from tessera.sm90.tma import BULK_COPY_ISSUED_PER_DISTINCT_OPERANDS
 
     assert BULK_COPY_ISSUED_PER_DISTINCT_OPERANDS
     result = toolchain.compile_ptx(_BULK_STORES, ptxas=ptxas)
-    sass = toolchain.parse_sass(toolchain.disassemble(result.cubin, nvdisasm=nvdisasm))
+    sass = parse_sass(disassemble(result.cubin, nvdisasm=nvdisasm))
     stores = [s for s in sass if s.opcode == "UTMASTG"]
     assert len(stores) == 2, [s.mnemonic for s in sass]
-    loops = toolchain.sass_loops(sass)
+    loops = sass_loops(sass)
     assert not any(stores[0] in loop.instructions for loop in loops)  # uniform operands: issued once
     looping = [loop for loop in loops if stores[1] in loop.instructions]
     assert looping, "a per-lane coordinate must give a loop over the distinct values"

@@ -16,18 +16,13 @@ from tessera.interpreters.sm90 import DeadlockError, run_target_kernel
 from tessera.ir import parse_module
 from tessera.kernel_abi import is_target_kernel
 from tessera.regalloc import allocate_registers
+from text_edits import checked, planted
 
 BF16 = ml_dtypes.bfloat16
 
 
 def _kernel(text: str) -> func.FuncOp:
     return next(op for op in parse_module(text).walk() if is_target_kernel(op))
-
-
-def _seed(text: str, old: str, new: str) -> str:
-    """The kernel with one bug planted: `old` (which must occur) replaced by `new`."""
-    assert old in text, old
-    return text.replace(old, new)
 
 
 # region kernels
@@ -622,7 +617,7 @@ hoist-invariant-descriptors reaches a ring's slots), not advanced from the previ
 
 
 def test_descriptors_moved_by_a_run_time_offset_match_numpy(rng):
-    c, reference = _run_ss(_seed(SS_GEMM, *SLOT_OFFSETS), rng)
+    c, reference = _run_ss(planted(SS_GEMM, *SLOT_OFFSETS), rng)
     np.testing.assert_allclose(c, reference, rtol=1e-5, atol=1e-5)
 
 
@@ -631,18 +626,18 @@ def test_descriptors_moved_by_a_run_time_offset_match_numpy(rng):
     (262144, r"sm90.descriptor_offset .*the descriptor's start address field overflows"),
 ])
 def test_a_descriptor_offset_off_the_16_byte_grid_or_past_the_start_field_is_reported(step, message, rng):
-    kernel = _seed(_seed(SS_GEMM, *SLOT_OFFSETS), "%kstep = arith.constant 32 : i32",
-                   f"%kstep = arith.constant {step} : i32")
+    kernel = planted(planted(SS_GEMM, *SLOT_OFFSETS), "%kstep = arith.constant 32 : i32",
+                     f"%kstep = arith.constant {step} : i32")
     with pytest.raises(KernelHazardError, match=message):
         _run_ss(kernel, rng)
 
 
 def test_tma_box_partly_outside_the_tensor_reads_zeros(rng):
     # A has 40 rows and its box starts at row -8: box rows 0-7 and 48-63 are outside and land as zeros.
-    kernel = _seed(SS_GEMM, "tile.dims = #tile.dims<64, 64>},\n      %b_map",
-                   "tile.dims = #tile.dims<40, 64>},\n      %b_map")
-    kernel = _seed(kernel, "sm90.tma_load %a_map[%zero_i32, %zero_i32]",
-                   "%minus8 = arith.constant -8 : i32\n      sm90.tma_load %a_map[%zero_i32, %minus8]")
+    kernel = planted(SS_GEMM, "tile.dims = #tile.dims<64, 64>},\n      %b_map",
+                     "tile.dims = #tile.dims<40, 64>},\n      %b_map")
+    kernel = planted(kernel, "sm90.tma_load %a_map[%zero_i32, %zero_i32]",
+                     "%minus8 = arith.constant -8 : i32\n      sm90.tma_load %a_map[%zero_i32, %minus8]")
     a, b = rng.standard_normal((40, 64)).astype(BF16), rng.standard_normal((64, 64)).astype(BF16)
     padded = np.zeros((64, 64))
     padded[8:48] = a.astype(np.float64)
@@ -730,7 +725,7 @@ def test_grid_of_ctas_with_masked_stores():
 
 def test_store_outside_the_tensor_is_reported():
     out = np.full(70, -1, np.int32)
-    kernel = _seed(GRID_FILL, "%inside = arith.cmpi slt, %i, %n : index", "%inside = arith.constant true")
+    kernel = planted(GRID_FILL, "%inside = arith.cmpi slt, %i, %n : index", "%inside = arith.constant true")
     with pytest.raises(KernelHazardError, match=r"sm90.st_global .*: stores 4 bytes at global address 0x[0-9a-f]+, "
                                                 r"outside tensor %out \(280 bytes\) at byte offset 280 "
                                                 r"in thread 6 \(warp 0, lane 6\) of CTA \(2, 0, 0\)"):
@@ -742,7 +737,7 @@ def test_store_outside_the_tensor_is_reported():
 
 
 def test_wgmma_by_threads_that_did_not_wait_is_reported(rng):
-    kernel = _seed(SS_GEMM, _WAIT_LOOP, "    scf.if %leader {\n" + _WAIT_LOOP + "    }\n")
+    kernel = planted(SS_GEMM, _WAIT_LOOP, "    scf.if %leader {\n" + _WAIT_LOOP + "    }\n")
     with pytest.raises(KernelHazardError, match=r"sm90.wgmma_mma_async .*: reads wgmma operand A at shared address "
                                                 r"0x0 \(buffer 'a' \+ 0\) before the TMA signalled: this thread has "
                                                 r"not observed phase 0 .* " + _thread(1)):
@@ -750,7 +745,7 @@ def test_wgmma_by_threads_that_did_not_wait_is_reported(rng):
 
 
 def test_wgmma_reading_a_copy_still_in_flight_is_reported(rng):
-    kernel = _seed(SS_GEMM, "%ok = sm90.mbarrier_try_wait_parity %bar, %zero_i32 : i32", "%ok = arith.constant true")
+    kernel = planted(SS_GEMM, "%ok = sm90.mbarrier_try_wait_parity %bar, %zero_i32 : i32", "%ok = arith.constant true")
     with pytest.raises(KernelHazardError, match=r"sm90.wgmma_mma_async .* before the TMA signalled: the copy into "
                                                 r"it has not completed on the mbarrier at shared address 0x4000 .*"
                                                 + _thread(0)):
@@ -758,7 +753,7 @@ def test_wgmma_reading_a_copy_still_in_flight_is_reported(rng):
 
 
 def test_ld_shared_before_the_wait_is_reported(rng):
-    kernel = _seed(SS_GEMM, _WAIT_LOOP, "    %peek = sm90.ld_shared %sb : i32 -> i32\n" + _WAIT_LOOP)
+    kernel = planted(SS_GEMM, _WAIT_LOOP, "    %peek = sm90.ld_shared %sb : i32 -> i32\n" + _WAIT_LOOP)
     with pytest.raises(KernelHazardError, match=r"%peek = sm90.ld_shared %sb : i32 -> i32: reads at shared address "
                                                 r"0x2000 \(buffer 'b' \+ 0\) before the TMA signalled: the copy .*"
                                                 + _thread(0)):
@@ -766,7 +761,7 @@ def test_ld_shared_before_the_wait_is_reported(rng):
 
 
 def test_arrive_without_expect_tx_completes_the_phase_before_the_data(rng):
-    kernel = _seed(SS_GEMM, "sm90.mbarrier_arrive_expect_tx %bar, 16384", "sm90.mbarrier_arrive %bar")
+    kernel = planted(SS_GEMM, "sm90.mbarrier_arrive_expect_tx %bar, 16384", "sm90.mbarrier_arrive %bar")
     with pytest.raises(KernelHazardError, match=r"sm90.wgmma_mma_async .* before the TMA signalled: this thread has "
                                                 r"not observed phase 1 .*" + _thread(0)):
         _run_ss(kernel, rng)
@@ -777,7 +772,7 @@ def test_arrive_without_expect_tx_completes_the_phase_before_the_data(rng):
 
 
 def test_result_used_before_wait_group_is_reported(rng):
-    kernel = _seed(SS_GEMM, "    sm90.wgmma_wait_group 0\n", "")
+    kernel = planted(SS_GEMM, "    sm90.wgmma_wait_group 0\n", "")
     with pytest.raises(KernelHazardError, match=r"sm90.st_global %c_ptr.*: reads the result of `%d2 = "
                                                 r"sm90.wgmma_mma_async .*` before a wgmma_wait_group covers its group "
                                                 r"\(group 0 of warpgroup 0 is still pending\) " + _thread(0)):
@@ -785,25 +780,25 @@ def test_result_used_before_wait_group_is_reported(rng):
 
 
 def test_uncommitted_group_is_not_covered_by_wait_group(rng):
-    kernel = _seed(SS_GEMM, "    sm90.wgmma_commit_group\n", "")
+    kernel = planted(SS_GEMM, "    sm90.wgmma_commit_group\n", "")
     with pytest.raises(KernelHazardError, match=r"sm90.st_global .* still pending"):
         _run_ss(kernel, rng)
 
 
 def test_wait_group_1_leaves_the_newest_group_pending(rng):
     # One group per k-step (groups 0..3); waiting with 1 pending leaves the last one, which produced %acc.
-    kernel = _seed(SS_GEMM, "      %a2 = arith.addi", "      sm90.wgmma_commit_group\n      %a2 = arith.addi")
-    kernel = _seed(kernel, "    sm90.wgmma_commit_group\n    sm90.wgmma_wait_group 0\n",
-                   "    sm90.wgmma_wait_group 1\n")
+    kernel = planted(SS_GEMM, "      %a2 = arith.addi", "      sm90.wgmma_commit_group\n      %a2 = arith.addi")
+    kernel = planted(kernel, "    sm90.wgmma_commit_group\n    sm90.wgmma_wait_group 0\n",
+                     "    sm90.wgmma_wait_group 1\n")
     with pytest.raises(KernelHazardError, match=r"sm90.st_global .* \(group 3 of warpgroup 0 is still pending\)"):
         _run_ss(kernel, rng)
-    c, reference = _run_ss(_seed(kernel, "sm90.wgmma_wait_group 1", "sm90.wgmma_wait_group 0"), rng)
+    c, reference = _run_ss(planted(kernel, "sm90.wgmma_wait_group 1", "sm90.wgmma_wait_group 0"), rng)
     np.testing.assert_allclose(c, reference, rtol=1e-5, atol=1e-5)
 
 
 def test_a_registers_of_a_pending_rs_wgmma_are_not_readable(rng):
-    kernel = _seed(RS_GEMM, "    sm90.wgmma_commit_group\n",
-                   "    %peek = vector.extract %a_regs[0] : i32 from vector<4xi32>\n    sm90.wgmma_commit_group\n")
+    kernel = planted(RS_GEMM, "    sm90.wgmma_commit_group\n",
+                     "    %peek = vector.extract %a_regs[0] : i32 from vector<4xi32>\n    sm90.wgmma_commit_group\n")
     with pytest.raises(KernelHazardError, match=r"%peek = vector.extract %a_regs\[0\] .*: reads the A registers of "
                                                 r"`%d = sm90.wgmma_mma_async .*` before a wgmma_wait_group "
                                                 r"covers its group .*" + _thread(0)):
@@ -812,12 +807,12 @@ def test_a_registers_of_a_pending_rs_wgmma_are_not_readable(rng):
 
 def test_tma_into_a_stage_a_pending_wgmma_still_reads_is_reported(rng):
     # The consumer releases the stage (arrive on empty) before waiting for the wgmma that reads it.
-    kernel = _seed(WS_GEMM, "        sm90.wgmma_commit_group\n        sm90.wgmma_wait_group 0\n"
-                            "        sm90.mbarrier_arrive %empty_s\n",
-                   "        sm90.wgmma_commit_group\n        sm90.mbarrier_arrive %empty_s\n"
-                   "        sm90.wgmma_wait_group 1\n")
-    kernel = _seed(kernel, "      scf.yield %accf : vector<32xf32>",
-                   "      sm90.wgmma_wait_group 0\n      scf.yield %accf : vector<32xf32>")
+    kernel = planted(WS_GEMM, "        sm90.wgmma_commit_group\n        sm90.wgmma_wait_group 0\n"
+                              "        sm90.mbarrier_arrive %empty_s\n",
+                     "        sm90.wgmma_commit_group\n        sm90.mbarrier_arrive %empty_s\n"
+                     "        sm90.wgmma_wait_group 1\n")
+    kernel = planted(kernel, "      scf.yield %accf : vector<32xf32>",
+                     "      sm90.wgmma_wait_group 0\n      scf.yield %accf : vector<32xf32>")
     with pytest.raises(KernelHazardError, match=r"sm90.tma_load %a_map.*: the TMA copy overwrites shared address "
                                                 r"0x[0-9a-f]+ \(buffer 'a' \+ \d+\) while `%dn = "
                                                 r"sm90.wgmma_mma_async .*` of warpgroup 0 may still read it "
@@ -826,10 +821,10 @@ def test_tma_into_a_stage_a_pending_wgmma_still_reads_is_reported(rng):
 
 
 # RS_GEMM with %x and %y computed between the commit and the wait (dead values: only their writes matter).
-RS_GEMM_OVERLAP = _seed(RS_GEMM, "    sm90.wgmma_commit_group\n",
-                        "    sm90.wgmma_commit_group\n    %w32 = arith.index_cast %w : index to i32\n"
-                        "    %wv = vector.broadcast %w32 : i32 to vector<4xi32>\n"
-                        "    %x = arith.muli %wv, %wv : vector<4xi32>\n    %y = arith.sitofp %w32 : i32 to f32\n")
+RS_GEMM_OVERLAP = planted(RS_GEMM, "    sm90.wgmma_commit_group\n",
+                          "    sm90.wgmma_commit_group\n    %w32 = arith.index_cast %w : index to i32\n"
+                          "    %wv = vector.broadcast %w32 : i32 to vector<4xi32>\n"
+                          "    %x = arith.muli %wv, %wv : vector<4xi32>\n    %y = arith.sitofp %w32 : i32 to f32\n")
 
 
 def _value(kernel: func.FuncOp, name: str):
@@ -860,7 +855,7 @@ def test_write_to_a_register_of_an_in_flight_wgmma_is_reported(value, held, role
         _run_rs(RS_GEMM_OVERLAP, rng, seeded)
 
 
-_FENCE_THEN_ACC = _seed(RS_GEMM, """    %acc0 = arith.constant dense<0.0> : vector<32xf32>
+_FENCE_THEN_ACC = planted(RS_GEMM, """    %acc0 = arith.constant dense<0.0> : vector<32xf32>
     sm90.wgmma_fence
     %d = sm90.wgmma_mma_async %acc0, %a_regs, %db n 64""", """    sm90.wgmma_fence
     %acc0 = arith.constant dense<0.0> : vector<32xf32>
@@ -881,7 +876,8 @@ def test_an_accumulator_an_instruction_writes_after_the_fence_is_reported_under_
     """memory_model.WGMMA_FENCE_SCALE_D without a register allocation: scale-d 0 reads no accumulator, but its
     registers are written, and an instruction wrote them after the fence."""
     negate = "    %acc1 = arith.negf %acc0 : vector<32xf32>\n"
-    kernel = (_FENCE_THEN_ACC.replace("    %false = arith.constant false\n", negate + "    %false = arith.constant false\n")
+    kernel = (checked(_FENCE_THEN_ACC).replace("    %false = arith.constant false\n",
+                                               negate + "    %false = arith.constant false\n")
               .replace("sm90.wgmma_mma_async %acc0,", "sm90.wgmma_mma_async %acc1,"))
     with pytest.raises(KernelHazardError, match=r"writes its accumulator registers, written by `%acc1 = arith.negf "
                                                 r".*` after warpgroup 0's latest wgmma_fence"):
@@ -890,7 +886,8 @@ def test_an_accumulator_an_instruction_writes_after_the_fence_is_reported_under_
 
 def test_an_a_fragment_written_after_the_fence_is_reported_by_register(rng):
     pack = '    %a_regs = sm90.cvt_pack %a_f32 type "bf16" : vector<8xf32> -> vector<4xi32>\n'
-    kernel = _seed(_FENCE_THEN_ACC, pack, "").replace("    sm90.wgmma_fence\n", "    sm90.wgmma_fence\n" + pack)
+    kernel = checked(planted(_FENCE_THEN_ACC, pack, "")).replace("    sm90.wgmma_fence\n",
+                                                                 "    sm90.wgmma_fence\n" + pack)
     with pytest.raises(KernelHazardError, match=r"^%d = sm90.wgmma_mma_async .*: accesses register %\w+ \(its "
                                                 r"accumulator or A fragment\), which `%a_regs = sm90.cvt_pack .*` "
                                                 r"accessed after warpgroup 0's latest wgmma_fence \(race: missing "
@@ -903,7 +900,7 @@ def test_an_a_fragment_written_after_the_fence_is_reported_by_register(rng):
 
 
 def test_missing_fence_proxy_async_is_reported(rng):
-    kernel = _seed(ST_SHARED_GEMM, "    sm90.fence_proxy_async\n", "")
+    kernel = planted(ST_SHARED_GEMM, "    sm90.fence_proxy_async\n", "")
     with pytest.raises(KernelHazardError, match=r"sm90.wgmma_mma_async .*: reads wgmma operand A at shared address "
                                                 r"0x800 \(buffer 'a' \+ 0\), which thread 0 stored with st_shared and "
                                                 r"has not made visible to the async proxy \(missing "
@@ -926,26 +923,27 @@ def test_a_store_between_two_reads_of_a_checked_operand_is_reported_at_the_secon
     sm90.wgmma_commit_group
     sm90.wgmma_wait_group 0
 """
-    kernel = _seed(ST_SHARED_GEMM, "    sm90.wgmma_wait_group 0\n", second)
+    kernel = planted(ST_SHARED_GEMM, "    sm90.wgmma_wait_group 0\n", second)
     with pytest.raises(KernelHazardError, match=r"%d2 = sm90.wgmma_mma_async .*: reads wgmma operand B at shared "
                                                 r"address 0x0 \(buffer 'b' \+ 0\), which thread 0 stored with st_shared "
                                                 r"and has not made visible to the async proxy"):
         _run_st_shared(kernel, rng)
-    c, reference = _run_st_shared(_seed(ST_SHARED_GEMM, "    sm90.wgmma_wait_group 0\n", second.replace(
-        "    sm90.wgmma_fence\n", "    sm90.fence_proxy_async\n    sm90.bar_sync 3, 128\n    sm90.wgmma_fence\n")), rng)
+    c, reference = _run_st_shared(planted(ST_SHARED_GEMM, "    sm90.wgmma_wait_group 0\n", checked(second).replace(
+          "    sm90.wgmma_fence\n", "    sm90.fence_proxy_async\n    sm90.bar_sync 3, 128\n    sm90.wgmma_fence\n")),
+                                  rng)
     np.testing.assert_allclose(c, reference, rtol=1e-5, atol=1e-5)
 
 
 def test_other_warps_stores_need_a_bar_sync_after_the_fence(rng):
-    kernel = _seed(ST_SHARED_GEMM, "    sm90.bar_sync 1, 128\n", "")
+    kernel = planted(ST_SHARED_GEMM, "    sm90.bar_sync 1, 128\n", "")
     with pytest.raises(KernelHazardError, match=r"sm90.wgmma_mma_async .* which thread 0 stored and fenced with no "
                                                 r"bar_sync since then ordering it before this warp " + _thread(32)):
         _run_st_shared(kernel, rng)
 
 
 def test_ld_shared_of_another_threads_store_without_bar_sync_is_a_race(rng):
-    kernel = _seed(ST_SHARED_GEMM, "    sm90.fence_proxy_async\n",
-                   "    %peek = sm90.ld_shared %sa : i32 -> i32\n    sm90.fence_proxy_async\n")
+    kernel = planted(ST_SHARED_GEMM, "    sm90.fence_proxy_async\n",
+                     "    %peek = sm90.ld_shared %sa : i32 -> i32\n    sm90.fence_proxy_async\n")
     with pytest.raises(KernelHazardError, match=r"%peek = sm90.ld_shared %sa .*: reads shared address 0x800 "
                                                 r"\(buffer 'a' \+ 0\), which thread 0 stored with no bar_sync in "
                                                 r"between \(data race\) " + _thread(1)):
@@ -957,8 +955,8 @@ def test_ld_shared_of_another_threads_store_without_bar_sync_is_a_race(rng):
 
 
 def test_wrong_parity_deadlocks(rng):
-    kernel = _seed(SS_GEMM, "%ok = sm90.mbarrier_try_wait_parity %bar, %zero_i32 : i32",
-                   "%one = arith.constant 1 : i32\n      %ok = sm90.mbarrier_try_wait_parity %bar, %one : i32")
+    kernel = planted(SS_GEMM, "%ok = sm90.mbarrier_try_wait_parity %bar, %zero_i32 : i32",
+                     "%one = arith.constant 1 : i32\n      %ok = sm90.mbarrier_try_wait_parity %bar, %one : i32")
     with pytest.raises(DeadlockError, match=r"%ok = sm90.mbarrier_try_wait_parity %bar, %one : i32: deadlock: every "
                                             r"active thread spins on the mbarrier at shared address 0x4000 \(buffer "
                                             r"'full' \+ 0\) waiting for parity 1, but the barrier is in phase 1 "
@@ -967,13 +965,13 @@ def test_wrong_parity_deadlocks(rng):
 
 
 def test_missing_expect_tx_deadlocks(rng):
-    kernel = _seed(SS_GEMM, "      sm90.mbarrier_arrive_expect_tx %bar, 16384\n", "")
+    kernel = planted(SS_GEMM, "      sm90.mbarrier_arrive_expect_tx %bar, 16384\n", "")
     with pytest.raises(DeadlockError, match=r"phase 0 \(parity 0\) with 1 of 1 arrivals pending and tx-count -16384"):
         _run_ss(kernel, rng)
 
 
 def test_consumers_that_never_release_a_stage_deadlock_both_sides(rng):
-    kernel = _seed(WS_GEMM, "        sm90.mbarrier_arrive %empty_s\n", "")
+    kernel = planted(WS_GEMM, "        sm90.mbarrier_arrive %empty_s\n", "")
     with pytest.raises(DeadlockError, match=r"try_wait_parity %full_s, %phase : i32: deadlock: .*buffer 'full' \+ 0.*"
                                             + _thread(0) + r"; meanwhile .*try_wait_parity %empty_s, %parity : "
                                             r"i32: .*buffer 'empty' \+ 0\) waiting for parity 0, .* 128 of 128 "
@@ -982,8 +980,8 @@ def test_consumers_that_never_release_a_stage_deadlock_both_sides(rng):
 
 
 def test_named_barrier_the_other_warpgroup_never_reaches_deadlocks(rng):
-    kernel = _seed(WS_GEMM, '      sm90.setmaxnreg "dec" 40\n',
-                   '      sm90.setmaxnreg "dec" 40\n      sm90.bar_sync 2, 256\n')
+    kernel = planted(WS_GEMM, '      sm90.setmaxnreg "dec" 40\n',
+                     '      sm90.setmaxnreg "dec" 40\n      sm90.bar_sync 2, 256\n')
     # The consumers block first (the producer never issues), so their wait leads the message.
     with pytest.raises(DeadlockError, match=r"%full_s, %phase : i32: deadlock: .*; meanwhile sm90.bar_sync 2, 256: "
                                             r"waits at named barrier 2 for 256 threads, but only 128 arrive "
@@ -996,8 +994,8 @@ def test_named_barrier_the_other_warpgroup_never_reaches_deadlocks(rng):
 
 
 def test_out_of_bounds_shared_load_is_reported(rng):
-    kernel = _seed(SS_GEMM, "    %da0 =", "    %far = arith.constant 16392 : i32\n"
-                                         "    %peek = sm90.ld_shared %far : i32 -> i32\n    %da0 =")
+    kernel = planted(SS_GEMM, "    %da0 =", "    %far = arith.constant 16392 : i32\n"
+                                           "    %peek = sm90.ld_shared %far : i32 -> i32\n    %da0 =")
     with pytest.raises(KernelHazardError, match=r"%peek = sm90.ld_shared %far : i32 -> i32: loads 4 bytes at shared "
                                                 r"address 0x4008, outside the CTA's 16392 bytes of shared memory "
                                                 + _thread(0)):
@@ -1006,24 +1004,24 @@ def test_out_of_bounds_shared_load_is_reported(rng):
 
 def test_ld_shared_address_off_its_promised_alignment_is_reported(rng):
     """`aligned` is a promise the printer's ld.shared.v2 relies on: an address off it stops the run."""
-    kernel = _seed(SS_GEMM, "    %da0 =", "    %odd = arith.constant 4 : i32\n"
-                                         "    %peek = sm90.ld_shared %odd {column_bytes = array<i32: 0, 4>, aligned = 8 : "
-                                         "i64} : i32 -> vector<2xi32>\n    %da0 =")
+    kernel = planted(SS_GEMM, "    %da0 =", "    %odd = arith.constant 4 : i32\n"
+                                           "    %peek = sm90.ld_shared %odd {column_bytes = array<i32: 0, 4>, "
+                                           "aligned = 8 : i64} : i32 -> vector<2xi32>\n    %da0 =")
     with pytest.raises(KernelHazardError, match=r"%peek = sm90.ld_shared %odd .*: the address promised aligned at "
                                                 r"shared address 0x4 .*which is not 8-byte aligned " + _thread(0)):
         _run_ss(kernel, rng)
 
 def test_tx_count_overflow_is_reported(rng):
-    kernel = _seed(SS_GEMM, "sm90.mbarrier_arrive_expect_tx %bar, 16384",
-                   "sm90.mbarrier_arrive_expect_tx %bar, 1048575\n      sm90.mbarrier_arrive_expect_tx %bar, 1048575")
+    kernel = planted(SS_GEMM, "sm90.mbarrier_arrive_expect_tx %bar, 16384",
+                     "sm90.mbarrier_arrive_expect_tx %bar, 1048575\n      sm90.mbarrier_arrive_expect_tx %bar, 1048575")
     with pytest.raises(KernelHazardError, match=r"sm90.mbarrier_arrive_expect_tx %bar, 1048575: mbarrier expect_tx "
                                                 r"takes tx-count to 2097150, outside \+-1048575 .*" + _thread(0)):
         _run_ss(kernel, rng)
 
 
 def test_more_arrivals_than_the_phase_expects_are_reported(rng):
-    kernel = _seed(SS_GEMM, "    scf.if %leader {\n      sm90.mbarrier_arrive_expect_tx",
-                   "    sm90.mbarrier_arrive %bar\n    scf.if %leader {\n      sm90.mbarrier_arrive_expect_tx")
+    kernel = planted(SS_GEMM, "    scf.if %leader {\n      sm90.mbarrier_arrive_expect_tx",
+                     "    sm90.mbarrier_arrive %bar\n    scf.if %leader {\n      sm90.mbarrier_arrive_expect_tx")
     with pytest.raises(KernelHazardError, match=r"sm90.mbarrier_arrive %bar: arrives on the mbarrier at shared address "
                                                 r"0x4000 .* more threads arrive than the 1 the barrier expects "
                                                 + _thread(1)):
@@ -1031,7 +1029,7 @@ def test_more_arrivals_than_the_phase_expects_are_reported(rng):
 
 
 def test_use_before_init_is_reported(rng):
-    kernel = _seed(SS_GEMM, "      sm90.mbarrier_init %bar, 1\n", "")
+    kernel = planted(SS_GEMM, "      sm90.mbarrier_init %bar, 1\n", "")
     with pytest.raises(KernelHazardError, match=r"sm90.mbarrier_arrive_expect_tx %bar, 16384: uses the mbarrier at "
                                                 r"shared address 0x4000 \(buffer 'full' \+ 0\) before mbarrier_init "
                                                 + _thread(0)):
@@ -1039,8 +1037,8 @@ def test_use_before_init_is_reported(rng):
 
 
 def test_init_not_yet_visible_to_other_threads_is_reported(rng):
-    kernel = _seed(SS_GEMM, "    sm90.bar_sync 0, 128\n    scf.if %leader {\n      sm90.mbarrier_arrive_expect_tx",
-                   "    scf.if %leader {\n      sm90.mbarrier_arrive_expect_tx")
+    kernel = planted(SS_GEMM, "    sm90.bar_sync 0, 128\n    scf.if %leader {\n      sm90.mbarrier_arrive_expect_tx",
+                     "    scf.if %leader {\n      sm90.mbarrier_arrive_expect_tx")
     with pytest.raises(KernelHazardError, match=r"try_wait_parity %bar, %zero_i32 : i32: uses the mbarrier at shared "
                                                 r"address 0x4000 .*, which thread 0 initialised with no bar_sync since "
                                                 r".*" + _thread(1)):
@@ -1048,9 +1046,9 @@ def test_init_not_yet_visible_to_other_threads_is_reported(rng):
 
 
 def test_init_by_every_thread_reinitialises_a_live_barrier(rng):
-    kernel = _seed(SS_GEMM,
-                   "    scf.if %leader {\n      sm90.mbarrier_init %bar, 1\n      sm90.fence_mbarrier_init\n    }",
-                   "    sm90.mbarrier_init %bar, 1")
+    kernel = planted(SS_GEMM,
+                     "    scf.if %leader {\n      sm90.mbarrier_init %bar, 1\n      sm90.fence_mbarrier_init\n    }",
+                     "    sm90.mbarrier_init %bar, 1")
     with pytest.raises(KernelHazardError, match=r"sm90.mbarrier_init %bar, 1: initialises the mbarrier at shared "
                                                 r"address 0x4000 .* again while it is live \(mbarrier_inval it "
                                                 r"first\) " + _thread(1)):
@@ -1062,19 +1060,19 @@ def test_init_by_every_thread_reinitialises_a_live_barrier(rng):
 
 
 def test_bar_sync_in_a_divergent_warp_is_reported(rng):
-    kernel = _seed(SS_GEMM, "      sm90.fence_mbarrier_init\n",
-                   "      sm90.fence_mbarrier_init\n      sm90.bar_sync 1, 32\n")
+    kernel = planted(SS_GEMM, "      sm90.fence_mbarrier_init\n",
+                     "      sm90.fence_mbarrier_init\n      sm90.bar_sync 1, 32\n")
     with pytest.raises(KernelHazardError, match=r"sm90.bar_sync 1, 32: divergent barrier: warp 0 executes it with only "
                                                 r"some of its threads active \(thread 1 is not\) " + _thread(0)):
         _run_ss(kernel, rng)
 
 
 def test_shuffle_by_half_a_warp_is_reported(rng):
-    kernel = _seed(QUAD_ROW_MAX, '    %o1 = sm90.shfl_sync "bfly" %x, 1, 31 : vector<2xf32>\n',
-                   '    %c16 = arith.constant 16 : index\n    %low = arith.cmpi ult, %tid, %c16 : index\n'
-                   '    %o1 = scf.if %low -> (vector<2xf32>) {\n'
-                   '      %s = sm90.shfl_sync "bfly" %x, 1, 31 : vector<2xf32>\n      scf.yield %s : vector<2xf32>\n'
-                   '    } else {\n      scf.yield %x : vector<2xf32>\n    }\n')
+    kernel = planted(QUAD_ROW_MAX, '    %o1 = sm90.shfl_sync "bfly" %x, 1, 31 : vector<2xf32>\n',
+                     '    %c16 = arith.constant 16 : index\n    %low = arith.cmpi ult, %tid, %c16 : index\n'
+                     '    %o1 = scf.if %low -> (vector<2xf32>) {\n'
+                     '      %s = sm90.shfl_sync "bfly" %x, 1, 31 : vector<2xf32>\n      scf.yield %s : vector<2xf32>\n'
+                     '    } else {\n      scf.yield %x : vector<2xf32>\n    }\n')
     x = rng.standard_normal((32, 2)).astype(np.float32)
     with pytest.raises(KernelHazardError, match=r"sm90.shfl_sync .*: divergent shfl_sync .*: warp 0 executes it with "
                                                 r"only some of its threads active \(thread 16 is not\) " + _thread(0)):
@@ -1082,25 +1080,25 @@ def test_shuffle_by_half_a_warp_is_reported(rng):
 
 
 def test_setmaxnreg_by_part_of_a_warpgroup_is_reported(rng):
-    kernel = _seed(WS_GEMM, '      sm90.setmaxnreg "dec" 40\n      %issuer = arith.cmpi eq, %tid, %c128 : index\n'
-                            '      scf.if %issuer {\n',
-                   '      %issuer = arith.cmpi eq, %tid, %c128 : index\n      scf.if %issuer {\n'
-                   '        sm90.setmaxnreg "dec" 40\n')
+    kernel = planted(WS_GEMM, '      sm90.setmaxnreg "dec" 40\n      %issuer = arith.cmpi eq, %tid, %c128 : index\n'
+                              '      scf.if %issuer {\n',
+                     '      %issuer = arith.cmpi eq, %tid, %c128 : index\n      scf.if %issuer {\n'
+                     '        sm90.setmaxnreg "dec" 40\n')
     with pytest.raises(KernelHazardError, match=r'sm90.setmaxnreg "dec" 40: divergent setmaxnreg: warpgroup 1 '
                                                 r"executes it with only some of its threads active"):
         _run_ws(kernel, rng)
 
 
 def test_tma_box_wider_than_its_swizzle_is_refused_at_launch(rng):
-    kernel = SS_GEMM.replace("sm90.swizzle = 128 : i64", "sm90.swizzle = 64 : i64")
+    kernel = checked(SS_GEMM).replace("sm90.swizzle = 128 : i64", "sm90.swizzle = 64 : i64")
     with pytest.raises(ValueError, match=r"argument 0 \(%a_map\): cuTensorMapEncodeTiled would refuse this map: with "
                                          r"swizzle 64B the inner box dimension .* must be <= 64 bytes, got 128"):
         _run_ss(kernel, rng)
 
 
 def test_tma_into_a_buffer_of_another_swizzle_is_reported(rng):
-    kernel = _seed(SS_GEMM, 'sm90.shared_buffer "a" offset 0 size 8192 align 1024 swizzle 128',
-                   'sm90.shared_buffer "a" offset 0 size 8192 align 1024 swizzle 64')
+    kernel = planted(SS_GEMM, 'sm90.shared_buffer "a" offset 0 size 8192 align 1024 swizzle 128',
+                     'sm90.shared_buffer "a" offset 0 size 8192 align 1024 swizzle 64')
     with pytest.raises(KernelHazardError, match=r"sm90.tma_load %a_map.*: tensor map a_map swizzles 128B but its "
                                                 r"destination, buffer 'a', is declared with swizzle 64 " + _thread(0)):
         _run_ss(kernel, rng)
@@ -1217,9 +1215,9 @@ _ARRIVE_IN_EACH_BRANCH = ("        sm90.mbarrier_arrive %consumed\n      }\n    
 def _pingpong(arrive_in_each_branch: bool = False) -> str:
     if not arrive_in_each_branch:
         return PINGPONG
-    text = _seed(PINGPONG, "        sm90.bar_sync 1, 256\n      } else {",
-                 "        sm90.bar_sync 1, 256\n        sm90.mbarrier_arrive %consumed\n      } else {")
-    return _seed(text, _ARRIVE_AFTER_THE_BRANCHES, _ARRIVE_IN_EACH_BRANCH)
+    text = planted(PINGPONG, "        sm90.bar_sync 1, 256\n      } else {",
+                   "        sm90.bar_sync 1, 256\n        sm90.mbarrier_arrive %consumed\n      } else {")
+    return planted(text, _ARRIVE_AFTER_THE_BRANCHES, _ARRIVE_IN_EACH_BRANCH)
 
 
 def _run_pingpong(text: str) -> tuple[np.ndarray, np.ndarray]:
@@ -1236,7 +1234,8 @@ def test_fa3_consumers_ping_pong_and_release_the_producer(arrive_in_each_branch)
 
 
 def test_parity_0_on_a_fresh_barrier_waits_for_its_first_phase():
-    kernel = _seed(PINGPONG, "%passed = sm90.mbarrier_try_wait_parity %fresh, %one", "%passed = sm90.mbarrier_try_wait_parity %fresh, %zero")
+    kernel = planted(PINGPONG, "%passed = sm90.mbarrier_try_wait_parity %fresh, %one",
+                     "%passed = sm90.mbarrier_try_wait_parity %fresh, %zero")
     with pytest.raises(DeadlockError, match=r"try_wait_parity %fresh, %zero : i32: deadlock: every active thread spins on "
                                             r"the mbarrier at shared address 0x8 \(buffer 'fresh' \+ 0\) waiting for parity "
                                             r"0, but the barrier is in phase 0 \(parity 0\) with 1 of 1 arrivals pending"):
@@ -1244,14 +1243,14 @@ def test_parity_0_on_a_fresh_barrier_waits_for_its_first_phase():
 
 
 def test_an_expected_count_the_consumers_do_not_reach_deadlocks_the_producer():
-    kernel = _seed(PINGPONG, "sm90.mbarrier_init %consumed, 256", "sm90.mbarrier_init %consumed, 384")
+    kernel = planted(PINGPONG, "sm90.mbarrier_init %consumed, 256", "sm90.mbarrier_init %consumed, 384")
     with pytest.raises(DeadlockError, match=r"try_wait_parity %consumed, %zero : i32: deadlock: .* phase 0 \(parity 0\) "
                                             r"with 128 of 384 arrivals pending .*" + _thread(0)):
         _run_pingpong(kernel)
 
 
 def test_a_consumer_that_never_hands_over_the_first_turn_deadlocks_both():
-    kernel = _seed(PINGPONG, "        sm90.bar_arrive 1, 256\n        scf.for", "        scf.for")
+    kernel = planted(PINGPONG, "        sm90.bar_arrive 1, 256\n        scf.for", "        scf.for")
     # Warpgroup 1 blocks first; warpgroup 2, started then, blocks last and leads the message.
     with pytest.raises(DeadlockError, match=r"sm90.bar_sync 2, 256: deadlock: waits at named barrier 2 for 256 threads, "
                                             r"but only 128 arrive " + _thread(256) + r"; meanwhile .*%consumed.*; "
@@ -1262,9 +1261,10 @@ def test_a_consumer_that_never_hands_over_the_first_turn_deadlocks_both():
 
 def test_a_turn_taken_before_the_barrier_is_a_shared_memory_race():
     # Warpgroup 2 logs, then waits for its turn: warpgroup 1 reads the counter warpgroup 2 stored unordered.
-    kernel = _seed(PINGPONG, "          sm90.bar_sync 2, 256\n          scf.if %wg_leader {", "          scf.if %wg_leader {")
-    kernel = _seed(kernel, "          }\n          sm90.bar_arrive 1, 256",
-                   "          }\n          sm90.bar_sync 2, 256\n          sm90.bar_arrive 1, 256")
+    kernel = planted(PINGPONG, "          sm90.bar_sync 2, 256\n          scf.if %wg_leader {",
+                     "          scf.if %wg_leader {")
+    kernel = planted(kernel, "          }\n          sm90.bar_arrive 1, 256",
+                     "          }\n          sm90.bar_sync 2, 256\n          sm90.bar_arrive 1, 256")
     with pytest.raises(KernelHazardError, match=r"%n = sm90.ld_shared %turn : i32 -> i32: reads shared address 0x10 "
                                                 r"\(buffer 'turn' \+ 0\), which thread 256 stored with no bar_sync in "
                                                 r"between \(data race\) " + _thread(128)):
@@ -1272,7 +1272,8 @@ def test_a_turn_taken_before_the_barrier_is_a_shared_memory_race():
 
 
 def test_a_named_barrier_arrival_with_another_thread_count_is_reported():
-    kernel = _seed(PINGPONG, "        sm90.bar_arrive 1, 256\n        scf.for", "        sm90.bar_arrive 1, 384\n        scf.for")
+    kernel = planted(PINGPONG, "        sm90.bar_arrive 1, 256\n        scf.for",
+                     "        sm90.bar_arrive 1, 384\n        scf.for")
     with pytest.raises(KernelHazardError, match=r"sm90.bar_arrive 1, 384: named barrier 1 expects 256 threads from "
                                                 r"earlier arrivals, this one says 384 " + _thread(256)):
         _run_pingpong(kernel)
@@ -1280,7 +1281,7 @@ def test_a_named_barrier_arrival_with_another_thread_count_is_reported():
 
 def test_a_register_split_over_the_register_file_is_reported():
     """24 x 128 + 2 x 240 x 128 = 64512 registers fit the 65536 of an SM; 248 for the consumers do not."""
-    kernel = _seed(PINGPONG, 'sm90.setmaxnreg "inc" 240', 'sm90.setmaxnreg "inc" 248')
+    kernel = planted(PINGPONG, 'sm90.setmaxnreg "inc" 240', 'sm90.setmaxnreg "inc" 248')
     with pytest.raises(KernelHazardError, match=r'sm90.setmaxnreg "inc" 248: register split needs 66560 registers, '
                                                 r"more than the 65536 of an SM"):
         _run_pingpong(kernel)

@@ -21,7 +21,8 @@ from tessera.interpreters.sm90.batches import cta_batches
 from tessera.kernel_abi import kernels, signature
 from tessera.regalloc import allocate_registers
 
-from test_sm90_simulator import SS_GEMM, _kernel, _seed
+from test_sm90_simulator import SS_GEMM, _kernel
+from text_edits import planted
 
 BF16 = ml_dtypes.bfloat16
 
@@ -182,7 +183,7 @@ def test_a_launch_frees_its_ctas_values_without_the_cyclic_collector(rng):
 
 
 def _tile_grid(text: str, ctas: int) -> str:
-    return _seed(text, "tile.grid = #tile.dims<1>", f"tile.grid = #tile.dims<{ctas}>")
+    return planted(text, "tile.grid = #tile.dims<1>", f"tile.grid = #tile.dims<{ctas}>")
 
 
 def _run(text: str, rng, batch_ctas: int):
@@ -209,10 +210,10 @@ def test_a_race_between_a_leader_and_its_follower_names_both_ctas(batches):
 
 def test_a_follower_that_fails_runs_alone_and_is_named(batches):
     """CTA 1 divides by zero where CTA 0 does not: its followers drop out, and its own run reports it."""
-    kernel = _seed(_tile_grid(SS_GEMM, 3), "    %c0 = arith.constant 0 : index\n",
-                   "    %c0 = arith.constant 0 : index\n    %cta = sm90.special \"ctaid.x\" : index\n"
-                   "    %one = arith.constant 1 : index\n    %gone = arith.subi %one, %cta : index\n"
-                   "    %bad = arith.divui %one, %gone : index\n")
+    kernel = planted(_tile_grid(SS_GEMM, 3), "    %c0 = arith.constant 0 : index\n",
+                     "    %c0 = arith.constant 0 : index\n    %cta = sm90.special \"ctaid.x\" : index\n"
+                     "    %one = arith.constant 1 : index\n    %gone = arith.subi %one, %cta : index\n"
+                     "    %bad = arith.divui %one, %gone : index\n")
     message = _error(kernel, launch.BATCH_CTAS)
     assert batches[0][0] == (0, 0, 0) and "divides by zero" in batches[0][2]
     assert re.search(r"divides by zero in thread 0 .* of CTA \(1, 0, 0\)", message), message
@@ -228,7 +229,7 @@ def test_a_hazard_in_a_branch_only_a_follower_takes_is_reported_by_its_own_run(b
               "    %early = scf.if %second -> (vector<32xf32>) {\n"
               "      %twice = arith.addf %acc, %acc : vector<32xf32>\n      scf.yield %twice : vector<32xf32>\n"
               "    } else {\n      scf.yield %acc0 : vector<32xf32>\n    }\n")
-    kernel = _seed(_tile_grid(SS_GEMM, 2), "    sm90.wgmma_commit_group\n", branch)
+    kernel = planted(_tile_grid(SS_GEMM, 2), "    sm90.wgmma_commit_group\n", branch)
     message = _error(kernel, launch.BATCH_CTAS)
     assert batches[0][0] == (0, 0, 0) and "before a wgmma_wait_group" in batches[0][2]
     assert "CTA (1, 0, 0)" in message and message == _error(kernel, 1)

@@ -12,6 +12,7 @@ from tessera.interpreters.block_batch import KernelHazardError
 from tessera.interpreters.sm90 import run_target_kernel
 from tessera.ir import parse_module
 from tessera.kernel_abi import is_target_kernel
+from text_edits import checked, filled
 
 
 def _kernel(body: str, threads: int = 32, ctas: int = 1, smem: int = 0) -> str:
@@ -117,10 +118,10 @@ def _shared(between: str) -> str:
         "    %c32i = arith.constant 32 : index\n"
         + alone(0, "      sm90.st_shared %s0, %t32 : i32, i32\n")
         + "    sm90.bar_sync 0, 64\n"
-        + alone(0, read.format(t=0)).replace("%is0 =", "%again0 =").replace("scf.if %is0", "scf.if %again0")
-        + alone(32, read.format(t=32)).replace("%c32 :", "%c32i :")
+        + checked(alone(0, read.format(t=0))).replace("%is0 =", "%again0 =").replace("scf.if %is0", "scf.if %again0")
+        + checked(alone(32, read.format(t=32))).replace("%c32 :", "%c32i :")
         + between
-        + alone(32, "      sm90.st_shared %s0, %t32 : i32, i32\n").replace("%is32 =", "%w32 =")
+        + checked(alone(32, "      sm90.st_shared %s0, %t32 : i32, i32\n")).replace("%is32 =", "%w32 =")
         .replace("scf.if %is32", "scf.if %w32").replace("%c32 :", "%c32i :"),
         threads=64, smem=64)
 
@@ -233,7 +234,7 @@ def test_a_semaphore_orders_threads_not_ctas():
 def _tma(before: str, row: str = "%c0_i32", ctas: int = 1) -> str:
     """Every thread stores its word of row %cta (`before` comes after the store), then thread 0 copies row `row`
     with a TMA load (the same tensor through a tensor map) and every thread waits for it."""
-    text = _kernel(_offsets("mine", "%word") + """\
+    text = _kernel(_offsets("mine", "%word") + filled("""\
     %box = sm90.shared_buffer "box" offset 0 size 128 align 128 swizzle 0 : i32
     %bar = sm90.shared_buffer "bar" offset 128 size 8 align 8 swizzle 0 : i32
     %lead = arith.cmpi eq, %tid, %c0 : index
@@ -257,11 +258,11 @@ BEFORE    scf.if %lead {
     } do {
       scf.yield
     }
-""".replace("BEFORE", before).replace("ROW", row), ctas=ctas, smem=256)
-    text = text.replace("    %true = arith", "    %true1 = arith.constant true\n"
+""", BEFORE=before, ROW=row), ctas=ctas, smem=256)
+    text = checked(text).replace("    %true = arith", "    %true1 = arith.constant true\n"
                         "    %rowb = arith.muli %cta, %c32 : index\n    %word = arith.addi %rowb, %tid : index\n"
                         "    %true = arith", 1)
-    return text.replace("sm90.element_type = i32})", "sm90.element_type = i32},\n"
+    return checked(text).replace("sm90.element_type = i32})", "sm90.element_type = i32},\n"
                         "          %map: !sm90.tensormap {sm90.source = 0 : i64, sm90.box = [32 : i64, 1 : i64], "
                         "sm90.swizzle = 0 : i64, tile.dims = #tile.dims<4, 32>})", 1)
 
@@ -293,7 +294,7 @@ def test_a_tma_load_racing_another_ctas_store_is_reported_with_both_sides():
 
 def test_a_tma_load_of_bytes_no_one_writes_in_the_launch_is_clean():
     """Row 2 is written by no CTA: the copies read it beside the stores."""
-    out = _run(_tma("", row="%c2_i32", ctas=2).replace("    %c0_i32 = arith.constant 0 : i32\n",
+    out = _run(checked(_tma("", row="%c2_i32", ctas=2)).replace("    %c0_i32 = arith.constant 0 : i32\n",
                                                        "    %c0_i32 = arith.constant 0 : i32\n"
                                                        "    %c2_i32 = arith.constant 2 : i32\n"))
     assert out[1].tolist() == list(range(32))
@@ -302,7 +303,7 @@ def test_a_tma_load_of_bytes_no_one_writes_in_the_launch_is_clean():
 def _tma_then_store(before: str, after: str, waiters: str = "") -> np.ndarray:
     """Thread 0 copies row 0 with a TMA load; every thread then stores its word of row 0 (`before` the wait on the
     copy's mbarrier, or `after` it). `waiters`: the i1 value that selects the threads that wait (all if empty)."""
-    text = _kernel(_offsets("mine", "%tid") + """\
+    text = _kernel(_offsets("mine", "%tid") + filled("""\
     %box = sm90.shared_buffer "box" offset 0 size 128 align 128 swizzle 0 : i32
     %bar = sm90.shared_buffer "bar" offset 128 size 8 align 8 swizzle 0 : i32
     %lead = arith.cmpi eq, %tid, %c0 : index
@@ -322,13 +323,13 @@ BEFORE    scf.while () : () -> () {
     } do {
       scf.yield
     }
-AFTER""".replace("BEFORE", before).replace("AFTER", after), smem=256)
-    text = text.replace("    %true = arith", "    %true1 = arith.constant true\n    %true = arith", 1)
+AFTER""", BEFORE=before, AFTER=after), smem=256)
+    text = checked(text).replace("    %true = arith", "    %true1 = arith.constant true\n    %true = arith", 1)
     if waiters:
         head, loop = text.split("    scf.while", 1)
         loop, tail = loop.split("      scf.yield\n    }\n", 1)
         text = f"{head}    scf.if {waiters} {{\n    scf.while{loop}      scf.yield\n    }}\n    }}\n{tail}"
-    return _run(text.replace("sm90.element_type = i32})", "sm90.element_type = i32},\n"
+    return _run(checked(text).replace("sm90.element_type = i32})", "sm90.element_type = i32},\n"
                              "          %map: !sm90.tensormap {sm90.source = 0 : i64, sm90.box = [32 : i64, 1 : i64], "
                              "sm90.swizzle = 0 : i64, tile.dims = #tile.dims<4, 32>})", 1))
 

@@ -16,6 +16,7 @@ from tessera.ir import parse_module
 from tessera.kernel_abi import is_target_kernel
 
 from target_bug_seeds import BENIGN, SEEDS, kernel, one_per_kind, seeded
+from text_edits import filled
 
 
 def _qkv(rng, seq_k: int):
@@ -128,7 +129,7 @@ _ISSUER_FENCE = "sm90.fence_proxy_async"
 
 
 def _epilogue(early: str = "", barrier: str = "sm90.bar_sync 0, 64", late: str = _ISSUER_FENCE) -> np.ndarray:
-    text = _EPILOGUE.replace("EARLY", early).replace("BARRIER", barrier).replace("LATE", late)
+    text = filled(_EPILOGUE, EARLY=early, BARRIER=barrier, LATE=late)
     fn = next(op for op in parse_module(text).walk() if is_target_kernel(op))
     out = np.zeros((32, 2), np.float32)
     run_target_kernel(fn, [np.zeros((32, 2), np.float32), out], {})
@@ -188,7 +189,7 @@ builtin.module {
 
 
 def _handoff(sync: str, **kw) -> None:
-    fn = next(op for op in parse_module(_HANDOFF.replace("SYNC", sync)).walk() if is_target_kernel(op))
+    fn = next(op for op in parse_module(filled(_HANDOFF, SYNC=sync)).walk() if is_target_kernel(op))
     run_target_kernel(fn, [np.zeros(64, np.int32)], {}, **kw)
 
 
@@ -242,7 +243,7 @@ builtin.module {
 
 
 def _arrive(after: str) -> None:
-    fn = next(op for op in parse_module(_ARRIVE.replace("AFTER", after)).walk() if is_target_kernel(op))
+    fn = next(op for op in parse_module(filled(_ARRIVE, AFTER=after)).walk() if is_target_kernel(op))
     run_target_kernel(fn, [np.zeros(64, np.int32)], {})
 
 

@@ -18,6 +18,7 @@ import pytest
 
 import inprocess
 from tessera.tools import tessera_opt
+from text_edits import checked
 
 KERNEL = """\
 func.func @k(%x: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<n, 64>}) \
@@ -34,15 +35,15 @@ INPUTS = {
     "syntax.mlir": "func.func @f() {\n  %x = arith.constant : index\n}\n",
     "verifier.mlir": "%t = \"test.op\"() : () -> !tile.tile<4x4xf32, register>\n%n = tile.dim %t[0] : !tile.tile<4x4xf32, register>\n",
     "type.mlir": "\n\"test.op\"() : () -> !tile.tile<8x64xf16, global, swizzle 128>\n",
-    "kernel.mlir": KERNEL.replace('kind = "custom"', 'kind = "conv"'),
+    "kernel.mlir": checked(KERNEL).replace('kind = "custom"', 'kind = "conv"'),
     "unknown-op.mlir": "func.func @f() {\n  %x = tile.bogus : index\n  func.return\n}\n",
     "unknown-dialect.mlir": '"nosuch.op"() : () -> ()\n',
-    "split.mlir": KERNEL + "// -----\n" + KERNEL.replace("64>}", "32>}", 1),
+    "split.mlir": KERNEL + "// -----\n" + checked(KERNEL).replace("64>}", "32>}", 1),
     "not-utf8.mlir": b"\xff\xfe\n",
     "no-terminator.mlir": "func.func @f() {\n  %c = arith.constant 0 : index\n}\n",
     "unknown-type.mlir": 'func.func @f() {\n  %x = "test.op"() : () -> !nosuch.type\n  func.return\n}\n',
     "property.mlir": "\nsm90.setmaxnreg 100 100\n",
-    "rows32.mlir": KERNEL.replace("  %i = tile.program_id x : index\n",
+    "rows32.mlir": checked(KERNEL).replace("  %i = tile.program_id x : index\n",
                                   "  %i = tile.program_id x : index\n  %z = tile.fill 0.0 : !tile.tile<32x64xf32, register>\n"),
     "functions.mlir": "func.func @f() {\n  func.return\n}\n",
     "sm90.mlir": 'func.func @f() {\n  %t = sm90.special "tid.x" : index\n  func.return\n}\n',

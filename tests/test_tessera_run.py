@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import inprocess
+from text_edits import checked
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "flash_attention.mlir"
@@ -85,14 +86,8 @@ GEMM_SIZES = ("-d", "M=70", "-d", "N=136", "-d", "K=128")
 
 
 def run_in_process(capsys, *args: str) -> tuple[int, str, str]:
-    """(status, stdout, stderr) of `tessera-run ARGS` in this process; argparse errors exit with 2."""
-    try:
-        status = tessera_run.main(list(args))
-    except SystemExit as e:
-        status = e.code
-    out, err = capsys.readouterr()
-    assert "Traceback" not in out + err
-    return status, out, err
+    """(status, stdout, stderr) of `tessera-run ARGS` in this process."""
+    return inprocess.main_in_process(tessera_run.main, capsys, *args)
 
 
 @pytest.mark.parametrize(
@@ -191,9 +186,9 @@ def test_a_wrong_target_ir_kernel_fails_the_check(capsys, gemm_target_files, tmp
     store = re.search(r"\n(\s*)sm90\.st_global (\S+), %acc_final,", text)
     assert store is not None
     doubled = f"\n{store[1]}%doubled = arith.addf %acc_final, %acc_final : vector<64xf32>" + \
-              store[0].replace("%acc_final", "%doubled")
+              checked(store[0]).replace("%acc_final", "%doubled")
     broken = tmp_path / "broken.mlir"
-    broken.write_text(text.replace(store[0], doubled))
+    broken.write_text(checked(text).replace(store[0], doubled))
     status, out, err = run_in_process(capsys, str(broken), *GEMM_SIZES, "--check")
     assert status == 1, out + err
     assert "check: max error" in out and ": ok" not in out
@@ -237,7 +232,7 @@ BAD_INPUTS = {
     "type": '\n"test.op"() : () -> !tile.tile<8x64xf16, global, swizzle 128>\n',
     "unknown-op": "func.func @f() {\n  %x = tile.bogus : index\n  func.return\n}\n",
     "no-terminator": "func.func @f() {\n  %c = arith.constant 0 : index\n}\n",
-    "kernel-abi": GEMM.read_text().replace('kind = "gemm"', 'kind = "conv"'),
+    "kernel-abi": checked(GEMM.read_text()).replace('kind = "gemm"', 'kind = "conv"'),
     "property": "\nsm90.setmaxnreg 100 100\n",
 }
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import inprocess
 import tessera
 from tessera import reference
 from tessera.numerics import numpy_dtype
@@ -21,13 +22,8 @@ SIZE_ARGS = tuple(a for n, v in SIZES.items() for a in ("-d", f"{n}={v}"))
 
 
 def run_in_process(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        status = tessera_run.main(list(args))
-    except SystemExit as e:
-        status = e.code
-    out, err = capsys.readouterr()
-    assert "Traceback" not in out + err
-    return status, out, err
+    """(status, stdout, stderr) of `tessera-run ARGS` in this process."""
+    return inprocess.main_in_process(tessera_run.main, capsys, *args)
 
 
 def test_level_ptx_gives_what_tessera_interpret_gives(capsys):

@@ -13,6 +13,7 @@ import tessera
 from tessera.dialects import tile
 from tessera.interpreters.block_batch import KernelHazardError
 from tessera.interpreters.launch import prepare_arguments, run_grid
+from text_edits import checked
 
 ORDERED_ADD = """
 func.func @ordered_add(%X: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<n, 64>},
@@ -62,7 +63,7 @@ def test_semaphores_order_the_additions_bitwise(rng):
 
 
 def test_a_wait_no_block_can_satisfy_is_a_deadlock(rng):
-    no_signal = ORDERED_ADD.replace("  tile.sem_signal %sem : !tile.tile<1xi32, global>\n", "")
+    no_signal = checked(ORDERED_ADD).replace("  tile.sem_signal %sem : !tile.tile<1xi32, global>\n", "")
     with pytest.raises(KernelHazardError, match=r"tile.sem_wait .* to reach \d, but it is 0 and every other "
                                                 r"block is waiting or finished \(deadlock\)"):
         _run(no_signal, np.ones((16, 64)))

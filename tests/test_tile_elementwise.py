@@ -18,6 +18,7 @@ from tessera.ir.diagnostics import LocatedVerifyException
 from tessera.dialects.tile_elementwise import broadcast_shape
 from tessera.ir import parse_module
 from tessera.sm90 import approx
+from text_edits import checked, filled
 
 KERNELS = Path(__file__).resolve().parent.parent / "examples" / "kernels"
 LEVELS = ("tile", "target", "ptx")
@@ -123,8 +124,8 @@ def _every_op_module():
         lines += [f"%col{k} = arith.constant {64 * k} : index",
                   f"%ow{k} = tile.view %O[%m0, %col{k}] : !tile.tile<?xWIDTHxf32, global> -> !tile.tile<64x64xf32, global>",
                   f"tile.store_global %r{k}, %ow{k} : {T}, !tile.tile<64x64xf32, global>"]
-    text = EVERY_OP.replace("BODY", "\n".join("    " + line for line in lines))
-    return parse_module(text.replace("WIDTH", str(64 * len(RESULTS))))
+    text = filled(EVERY_OP, BODY="\n".join("    " + line for line in lines))
+    return parse_module(filled(text, WIDTH=str(64 * len(RESULTS))))
 
 
 def _every_op_inputs(m: int):
@@ -193,7 +194,7 @@ def test_every_op_assembles(ptxas):
 
 def test_lowering_refuses_bf16_elementwise_by_name():
     text = (KERNELS / "softmax.mlir").read_text()
-    module = parse_module(text.replace(
+    module = parse_module(checked(text).replace(
         "%y = tile.div %e, %s : !tile.tile<64x64xf32, register>, !tile.tile<64xf32, register>",
         "%h = tile.cast %e : !tile.tile<64x64xf32, register> -> !tile.tile<64x64xbf16, register>\n"
         "%h2 = tile.add %h, %h : !tile.tile<64x64xbf16, register>\n"
@@ -241,12 +242,12 @@ def test_compares_with_nan_infinities_and_signed_zeros(level):
                  f"%col{k} = arith.constant {64 * k} : index",
                  f"%ow{k} = tile.view %O[%m0, %col{k}] : !tile.tile<?x384xf32, global> -> !tile.tile<64x64xf32, global>",
                  f"tile.store_global %r{k}, %ow{k} : {T}, !tile.tile<64x64xf32, global>"]
-    text = (EVERY_OP.replace("WIDTH", "384")
+    text = (checked(EVERY_OP).replace("WIDTH", "384")
             .replace("%W: !tile.tile<64xf32, global> {tile.dims = #tile.dims<64>},\n", "")
             .replace("    %ww = tile.view %W[%c0] : !tile.tile<64xf32, global> -> !tile.tile<64xf32, global>\n", "")
             .replace("    %w = tile.load_broadcast %ww : !tile.tile<64xf32, global> -> !tile.tile<1x64xf32, register>\n",
                      f"    %one = tile.fill 1.0 : {T}\n    %zero = tile.fill 0.0 : {T}\n")
-            .replace("%X:", "%X:").replace("%P:", "%Y:").replace("%P[", "%Y[").replace("%p = tile.load", "%y = tile.load")
+            .replace("%P:", "%Y:").replace("%P[", "%Y[").replace("%p = tile.load", "%y = tile.load")
             .replace("BODY", "\n".join("    " + line for line in body)))
     rng = np.random.default_rng(9)
     special = np.float32([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0])
@@ -271,7 +272,7 @@ def test_division_by_a_power_of_two_is_a_multiply_bit_for_bit(level):
                  f"%col{k} = arith.constant {64 * k} : index",
                  f"%ow{k} = tile.view %O[%m0, %col{k}] : !tile.tile<?xWIDTHxf32, global> -> !tile.tile<64x64xf32, global>",
                  f"tile.store_global %r{k}, %ow{k} : {T}, !tile.tile<64x64xf32, global>"]
-    text = EVERY_OP.replace("BODY", "\n".join("    " + line for line in body)).replace("WIDTH", str(64 * len(DIVISORS)))
+    text = filled(EVERY_OP, BODY="\n".join("    " + line for line in body), WIDTH=str(64 * len(DIVISORS)))
     module = parse_module(text)
     rng = np.random.default_rng(3)
     tiny, huge = np.finfo(np.float32).tiny, np.finfo(np.float32).max
@@ -307,7 +308,7 @@ def test_float_to_integer_cast_saturates_with_nan_to_zero(level):
     body = [f"%q = tile.cast %x : {T} -> {I}", f"%r = tile.cast %q : {I} -> {T}",
             "%ow = tile.view %O[%m0, %c0] : !tile.tile<?x64xf32, global> -> !tile.tile<64x64xf32, global>",
             f"tile.store_global %r, %ow : {T}, !tile.tile<64x64xf32, global>"]
-    text = EVERY_OP.replace("BODY", "\n".join("    " + line for line in body)).replace("WIDTH", "64")
+    text = filled(EVERY_OP, BODY="\n".join("    " + line for line in body), WIDTH="64")
     x = np.resize(special, (64, 64)).astype(np.float32)
     _, p, w = _every_op_inputs(64)
     out = _interpret(parse_module(text), x, p, w, level=level)
@@ -328,8 +329,8 @@ def test_rounding_to_integral_values_bit_for_bit(level, request):
         body += [f"%r{k} = tile.{name} %x : {T}", f"%col{k} = arith.constant {64 * k} : index",
                  f"%ow{k} = tile.view %O[%m0, %col{k}] : !tile.tile<?xWIDTHxf32, global> -> !tile.tile<64x64xf32, global>",
                  f"tile.store_global %r{k}, %ow{k} : {T}, !tile.tile<64x64xf32, global>"]
-    text = EVERY_OP.replace("BODY", "\n".join("    " + line for line in body))
-    text = text.replace("WIDTH", str(64 * len(ROUNDINGS)))
+    text = filled(EVERY_OP, BODY="\n".join("    " + line for line in body))
+    text = filled(text, WIDTH=str(64 * len(ROUNDINGS)))
     tiny = np.finfo(np.float32).tiny
     special = np.float32([np.nan, np.inf, -np.inf, 0.0, -0.0, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, tiny / 4, -tiny / 4,
                           2.0**23 + 1, -(2.0**24) - 2, 1e30, 0.49999997, -2.0000002])

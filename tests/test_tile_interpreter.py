@@ -12,6 +12,7 @@ from tessera.dialects import tile
 from tessera.interpreters.block_batch import KernelHazardError
 
 from conftest import build_kernel
+from text_edits import filled
 
 
 def _fresh_flash():
@@ -94,7 +95,7 @@ func.func @ring(%A: !tile.tile<?x64xbf16, global> {tile.dims = #tile.dims<n, 64>
 
 
 def _ring(stage=1, pending=0, read="%b1"):
-    text = RING.replace("STAGE", str(stage)).replace("PENDING", str(pending)).replace("READ", read)
+    text = filled(RING, STAGE=str(stage), PENDING=str(pending), READ=read)
     return tessera.parse_module(text)
 
 

@@ -13,18 +13,9 @@ from pathlib import Path
 import pytest
 
 from tessera import toolchain
-from tessera.toolchain import (
-    PtxasError,
-    ToolchainError,
-    compile_ptx,
-    find_nvdisasm,
-    find_ptxas,
-    innermost_loop,
-    parse_ptxas_log,
-    parse_sass,
-    sass_loops,
-    sass_opcode_counts,
-)
+from tessera.sass import disassemble, opcode_counts
+from tessera.toolchain import PtxasError, ToolchainError, compile_ptx, find_nvdisasm, find_ptxas, parse_ptxas_log
+from tessera.sass import innermost_loop, parse_sass, sass_loops, sass_opcode_counts
 
 SAMPLES = Path(__file__).parent / "ptx_samples"
 # The test command installs both tools (tessera-compiler[ptx]): without one these tests fail, never skip (conftest).
@@ -52,7 +43,7 @@ def compiled(name: str) -> toolchain.PtxasResult:
 
 @functools.lru_cache(maxsize=None)
 def sass(name: str) -> str:
-    return toolchain.disassemble(compiled(name).cubin)
+    return disassemble(compiled(name).cubin)
 
 
 # region Finding the tools
@@ -141,7 +132,7 @@ def test_a_missing_ptxas_is_a_toolchain_error_that_says_how_to_install_it(no_cud
 def test_a_missing_nvdisasm_is_a_toolchain_error_that_says_how_to_install_it(no_cuda, no_wheels):
     with pytest.raises(ToolchainError, match=r"nvdisasm not found.*install it with `pip install nvidia-cuda-nvdisasm`, "
                                              r"or from a Tessera checkout `pip install '\.\[ptx\]'`$"):
-        toolchain.disassemble(b"not a cubin")
+        disassemble(b"not a cubin")
 
 
 # endregion
@@ -342,7 +333,7 @@ def test_sass_is_parsed_without_the_end_of_code_padding():
     hgmma = instructions[4]
     assert (hgmma.function, hgmma.mnemonic, hgmma.opcode) == ("nested", "HGMMA.64x64x16.F32.BF16", "HGMMA")
     assert (instructions[3].predicate, instructions[3].target) == ("!P1", 0xB0)
-    counts = toolchain.opcode_counts(instructions)
+    counts = opcode_counts(instructions)
     assert (counts["BRA"], counts["NOP"], counts["EXIT"], counts["ISETP"], counts["ISETP.GE.AND"]) == (5, 0, 1, 2, 2)
 
 

@@ -103,7 +103,8 @@ def test_uniform_register_file_against_sass():
     from tessera.passes import SPECIALIZED_PIPELINE, apply_pipeline
     from tessera.ptx.module import print_ptx
     from tessera.ptx.target import allocated_registers
-    from tessera.toolchain import compile_ptx, disassemble
+    from tessera.toolchain import compile_ptx
+    from tessera.sass import disassemble
 
     module = tessera.kernels.gemm()
     apply_pipeline(module, SPECIALIZED_PIPELINE + ",allocate-registers")

@@ -13,45 +13,18 @@ runs every kernel at every level on every shape, and checks each with every ptxa
 
 from __future__ import annotations
 
-import sys
-import warnings
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable
-
 import ml_dtypes
 import numpy as np
 import pytest
 
-import inprocess
 import tessera
 from tessera.sm90 import approx
-from tessera.toolchain import compile_ptx, find_all_ptxas
+from unseen_rounds import Case, f64, round_tests
 
-KERNELS = Path(__file__).resolve().parent / "user_kernels"
-LEVELS = ("tile", "target", "ptx")
 BF16 = ml_dtypes.bfloat16
 F32_ULP = 2.0**-23
 RSQRT = approx.approx_relative_error("rsqrt")
 TANH = approx.approx_relative_error("tanh")
-
-
-@dataclass(frozen=True)
-class Case:
-    """A kernel file, its inputs for a shape (arrays, then sizes given at launch), its float64 reference (one
-    array per output) and the bound |got - expected| <= atol + rtol |expected| (one for every output, or a tuple
-    of one per output), each with its reason."""
-
-    kernel: str
-    inputs: Callable[[tuple, np.random.Generator], tuple[list, dict]]
-    reference: Callable[..., tuple]
-    rtol: float | tuple[float, ...]
-    atol: float | tuple[float, ...]
-    shapes: tuple
-
-
-def _f64(*arrays):
-    return [np.asarray(a).astype(np.float64) for a in arrays]
 
 
 def _silu(x):
@@ -68,7 +41,7 @@ def _gemm_relu_inputs(shape, rng):
 
 
 def _gemm_relu_ref(a, b, bias):
-    a, b, bias = _f64(a, b, bias)
+    a, b, bias = f64(a, b, bias)
     return (np.maximum(a @ b + bias, 0),)
 
 
@@ -79,7 +52,7 @@ def _dequant_inputs(shape, rng):
 
 
 def _dequant_ref(a, bt, srow, scol):
-    a, bt, srow, scol = _f64(a, bt, srow, scol)
+    a, bt, srow, scol = f64(a, bt, srow, scol)
     return (_silu((a @ bt.T) * srow[:, None] * scol[None, :]),)
 
 
@@ -90,7 +63,7 @@ def _rms_inputs(shape, rng):
 
 
 def _rms_ref(x, r, w):
-    x, r, w = _f64(x, r, w)
+    x, r, w = f64(x, r, w)
     h = x + r
     return h, h / np.sqrt((h**2).mean(1, keepdims=True) + 1e-6) * w
 
@@ -113,7 +86,7 @@ def _ce_inputs(shape, rng):
 
 
 def _ce_ref(x, labels):
-    x, = _f64(x)
+    x, = f64(x)
     m = x.max(1, keepdims=True)
     lse = m + np.log(np.exp(x - m).sum(1, keepdims=True))
     return x - lse, lse[:, 0] - x[np.arange(len(x)), labels]
@@ -127,7 +100,7 @@ def _rotary_inputs(shape, rng):
 
 
 def _rotary_ref(x, cos, sin):
-    x, cos, sin = _f64(x, cos, sin)
+    x, cos, sin = f64(x, cos, sin)
     x1, x2 = x[..., :32], x[..., 32:]
     return (np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1),)
 
@@ -138,12 +111,12 @@ def _bgemm_inputs(shape, rng):
 
 
 def _bgemm_ref(at, b):
-    at, b = _f64(at, b)
+    at, b = f64(at, b)
     return (np.einsum("bkm,bkn->bmn", at, b),)
 
 
 def _block_scalars_ref(x):
-    x, = _f64(x)
+    x, = f64(x)
     b = np.arange(len(x)) // 64
     s = np.maximum(b * 0.5, 0.75)
     t = np.where(s > 1, -1.0, 2.0)
@@ -166,7 +139,7 @@ def _index_inputs(shape, rng):
 
 
 def _unary_ref(x):
-    x, = _f64(x)
+    x, = f64(x)
     ax = np.abs(x)
     return (1 / (1 + np.exp(-x)) * np.tanh(np.sqrt(ax)) + 2 ** np.minimum(x, 4) / np.sqrt(1 + x * x)
             + np.log2(1 + ax) - 1 / (2 + ax) - np.exp(-x * x / 2) + np.maximum(x, -x / 2),)
@@ -232,46 +205,6 @@ FAST = {  # kernel: levels of the default run (the ones that found a bug, and ea
 }
 
 
-def _run(case: Case, shape, level):
-    rng = np.random.default_rng(sum(shape))
-    arrays, sizes = case.inputs(shape, rng)
-    module = tessera.parse_module((KERNELS / f"{case.kernel}.mlir").read_text(), f"{case.kernel}.mlir")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # warp-specialize: nothing to specialize in these kernels
-        got = tessera.launch(module, *arrays, level=level, **sizes)
-    got = got if isinstance(got, tuple) else (got,)
-    expected = case.reference(*arrays, *sizes.values())
-    assert len(got) == len(expected)
-    for k, (out, ref) in enumerate(zip(got, expected)):
-        rtol, atol = (t[k] if isinstance(t, tuple) else t for t in (case.rtol, case.atol))
-        assert out.shape == ref.shape
-        out = out.astype(np.float64)
-        # NaN where NumPy gives NaN, the same infinities, and the bound on every finite value
-        np.testing.assert_array_equal(np.isnan(out), np.isnan(ref), f"{case.kernel} at {level} {shape}: NaNs")
-        infinite = np.isinf(ref)
-        np.testing.assert_array_equal(out[infinite], ref[infinite], f"{case.kernel} at {level} {shape}: infinities")
-        finite = np.isfinite(ref)
-        err = np.abs(out[finite] - ref[finite])
-        bound = atol + rtol * np.abs(ref[finite])
-        assert np.all(err <= bound), f"{case.kernel} at {level} {shape}: max error {err.max():.3g}, " \
-                                     f"worst excess {(err - bound).max():.3g}"
-
-
-@pytest.mark.parametrize("kernel, level", [(k, lv) for k, levels in FAST.items() for lv in levels])
-def test_unseen_kernel(kernel, level):
-    case = CASES[kernel]
-    _run(case, case.shapes[0], level)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("level", LEVELS)
-@pytest.mark.parametrize("kernel", CASES)
-def test_unseen_kernel_every_shape(kernel, level):
-    case = CASES[kernel]
-    for shape in case.shapes:
-        _run(case, shape, level)
-
-
 TOOL_SIZES = {  # -d sizes for tessera-run: partial last blocks everywhere
     "gemm_bias_relu_f16": ["M=70", "N=40", "K=72"], "gemm_dequant": ["M=70", "N=40", "K=72"],
     "residual_rmsnorm": ["M=70", "N=100"], "row_argmax": ["M=70", "N=100"],
@@ -280,30 +213,8 @@ TOOL_SIZES = {  # -d sizes for tessera-run: partial last blocks everywhere
     "block_scalars": ["M=200"], "column_sums": ["M=200", "N=100"],
 }
 
-
-def test_every_case_has_tool_sizes():
-    assert sorted(TOOL_SIZES) == sorted(CASES)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("kernel", CASES)
-def test_unseen_kernel_tools(kernel):
-    """The lowered Target IR verifies, every ptxas found assembles the PTX without a warning or a spill, and
-    `tessera-run --level ptx --check` (the kernel against its own Tile IR in float64) passes."""
-    module = tessera.parse_module((KERNELS / f"{kernel}.mlir").read_text(), f"{kernel}.mlir")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        target = tessera.compile(module, target="target")
-        tessera.ir.verify(target)
-        ptx = tessera.compile(module)
-    for ptxas in find_all_ptxas():
-        result = compile_ptx(ptx, source_name=kernel, ptxas=ptxas.path)
-        assert result.warnings == (), f"ptxas {ptxas.release}: " + "\n".join(map(str, result.warnings))
-        assert not any(entry.spills for entry in result.entries.values()), f"ptxas {ptxas.release} spills"
-    sizes = [arg for size in TOOL_SIZES[kernel] for arg in ("-d", size)]
-    result = inprocess.run([sys.executable, "-m", "tessera.tools.tessera_run", str(KERNELS / f"{kernel}.mlir"),
-                            "--level", "ptx", "--check", *sizes])
-    assert result.returncode == 0, result.stdout + result.stderr
+test_unseen_kernel, test_unseen_kernel_every_shape, test_every_case_has_tool_sizes, test_unseen_kernel_tools = \
+    round_tests(CASES, FAST, TOOL_SIZES)
 
 
 CAST_TO_I32 = """

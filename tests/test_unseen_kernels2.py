@@ -21,13 +21,11 @@ and gives a few of them to `tessera.validate`.
 from __future__ import annotations
 
 import re
-import sys
 import warnings
 
 import ml_dtypes
 import numpy as np
 import pytest
-from test_unseen_kernels import KERNELS, LEVELS, Case, _run
 
 import inprocess
 import tessera
@@ -35,17 +33,13 @@ from tessera.interpreters.block_batch import KernelHazardError
 from tessera.interpreters.limits import MAX_LOOP_TRIPS
 from tessera.passes import PTX_PIPELINE
 from tessera.sm90 import approx
-from tessera.toolchain import compile_ptx, find_all_ptxas
 from tessera.validate import validate
+from unseen_rounds import KERNELS, Case, f64, round_tests
 
 BF16 = ml_dtypes.bfloat16
 F8 = ml_dtypes.float8_e4m3fn
 F32_ULP = 2.0**-23
 EX2 = approx.approx_relative_error("ex2")
-
-
-def _f64(*arrays):
-    return [np.asarray(a).astype(np.float64) for a in arrays]
 
 
 def _gelu(x):
@@ -62,14 +56,14 @@ def _ln_inputs(shape, rng):
 
 
 def _ln_stats(x):
-    x, = _f64(x)
+    x, = f64(x)
     mean = x.mean(1)
     return mean, 1 / np.sqrt(((x - mean[:, None]) ** 2).mean(1) + 1e-5)
 
 
 def _ln_ref(x, g, b):
     mean, rstd = _ln_stats(x)
-    xd, g, b = _f64(x, g, b)
+    xd, g, b = f64(x, g, b)
     return (xd - mean[:, None]) * rstd[:, None] * g + b, mean, rstd
 
 
@@ -80,7 +74,7 @@ def _ln_bwd_inputs(shape, rng):
 
 
 def _ln_dx_ref(dy, x, g, mean, rstd):
-    dy, x, g, mean, rstd = _f64(dy, x, g, mean, rstd)
+    dy, x, g, mean, rstd = f64(dy, x, g, mean, rstd)
     xhat, gdy = (x - mean[:, None]) * rstd[:, None], dy * g
     return (rstd[:, None] * (gdy - gdy.mean(1, keepdims=True) - xhat * (gdy * xhat).mean(1, keepdims=True)),)
 
@@ -91,7 +85,7 @@ def _ln_dw_inputs(shape, rng):
 
 
 def _ln_dw_ref(dy, x, mean, rstd):
-    dy, x, mean, rstd = _f64(dy, x, mean, rstd)
+    dy, x, mean, rstd = f64(dy, x, mean, rstd)
     return (dy * (x - mean[:, None]) * rstd[:, None]).sum(0), dy.sum(0)
 
 
@@ -101,7 +95,7 @@ def _softmax_bwd_inputs(shape, rng):
 
 
 def _softmax_bwd_ref(y, dy):
-    y, dy = _f64(y, dy)
+    y, dy = f64(y, dy)
     return (y * (dy - (dy * y).sum(1, keepdims=True)),)
 
 
@@ -112,7 +106,7 @@ def _epilogue_inputs(shape, rng):
 
 
 def _epilogue_ref(a, b, bias, r):
-    a, b, bias, r = _f64(a, b, bias, r)
+    a, b, bias, r = f64(a, b, bias, r)
     return (_gelu(a @ b + bias) + r,)
 
 
@@ -122,7 +116,7 @@ def _gemv_inputs(shape, rng):
 
 
 def _gemv_ref(a, x):
-    a, x = _f64(a, x)
+    a, x = f64(a, x)
     return (a @ x,)
 
 
@@ -133,7 +127,7 @@ def _fp8_inputs(shape, rng):
 
 
 def _fp8_ref(a, bt, sa, sb):
-    a, bt, sa, sb = _f64(a, bt, sa, sb)
+    a, bt, sa, sb = f64(a, bt, sa, sb)
     return ((a @ bt.T) * sa[:, None] * sb[None, :],)
 
 
@@ -145,7 +139,7 @@ def _blockscaled_inputs(shape, rng):
 
 
 def _blockscaled_ref(a, bt, sat, sb):
-    a, bt, sat, sb = _f64(a, bt, sat, sb)
+    a, bt, sat, sb = f64(a, bt, sat, sb)
     return (sum((a[:, j * 128:(j + 1) * 128] @ bt[:, j * 128:(j + 1) * 128].T) * sat[j][:, None] * sb[j]
                 for j in range(len(sb))),)
 
@@ -198,7 +192,7 @@ def _two_gemms_inputs(shape, rng):
 
 
 def _two_gemms_ref(a1, b1, a2, b2):
-    a1, b1, a2, b2 = _f64(a1, b1, a2, b2)
+    a1, b1, a2, b2 = f64(a1, b1, a2, b2)
     return (a1 @ b1 + a2 @ b2,)
 
 
@@ -209,7 +203,7 @@ def _trips_inputs(shape, rng):
 
 def _trips_ref(x, steps):
     t = int(steps[0])
-    x, = _f64(x)
+    x, = f64(x)
     return x * 2.0**-t, t * x + t * (t - 1) / 2
 
 
@@ -221,7 +215,7 @@ def _xyz_inputs(shape, rng):
 def _xyz_ref(x, w):
     b, m, n = x.shape
     i, j = np.indices((m, n))
-    x, w = _f64(x, w)
+    x, w = f64(x, w)
     return (x * w[:, None, None] + 1000 * np.arange(b)[:, None, None] + i - j,)
 
 
@@ -231,7 +225,7 @@ def _mixed_inputs(shape, rng):
 
 def _mixed_ref(a, b):
     s = a.astype(np.float32) + b.astype(np.float32)  # the f32 sum, rounded once to each output type
-    a, b = _f64(a, b)
+    a, b = f64(a, b)
     return s.astype(np.float64), s.astype(np.float16).astype(np.float64), s.astype(BF16).astype(np.float64), \
         (a * b).sum(1)
 
@@ -321,21 +315,6 @@ FAST = {  # kernel: levels of the default run (where each bug was found)
 }
 
 
-@pytest.mark.parametrize("kernel, level", [(k, lv) for k, levels in FAST.items() for lv in levels])
-def test_unseen_kernel(kernel, level):
-    case = CASES[kernel]
-    _run(case, case.shapes[0], level)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("level", LEVELS)
-@pytest.mark.parametrize("kernel", CASES)
-def test_unseen_kernel_every_shape(kernel, level):
-    case = CASES[kernel]
-    for shape in case.shapes:
-        _run(case, shape, level)
-
-
 TOOL_SIZES = {  # -d sizes for tessera-run: partial last blocks everywhere
     "layernorm_fwd": ["M=70", "N=100"], "layernorm_bwd_dx": ["M=70", "N=100"], "layernorm_bwd_dw": ["M=70", "N=100"],
     "softmax_bwd": ["M=70", "N=100"], "gemm_gelu_residual": ["M=70", "N=40", "K=72"],
@@ -346,29 +325,8 @@ TOOL_SIZES = {  # -d sizes for tessera-run: partial last blocks everywhere
     "mixed_dtypes": ["M=70", "N=38"], "nan_inf": ["M=70"],
 }
 
-
-def test_every_case_has_tool_sizes():
-    assert sorted(TOOL_SIZES) == sorted(CASES)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("kernel", CASES)
-def test_unseen_kernel_tools(kernel):
-    """The lowered Target IR verifies, every ptxas found assembles the PTX without a warning or a spill, and
-    `tessera-run --level ptx --check` (the kernel against its own Tile IR in float64) passes."""
-    module = tessera.parse_module((KERNELS / f"{kernel}.mlir").read_text(), f"{kernel}.mlir")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        tessera.ir.verify(tessera.compile(module, target="target"))
-        ptx = tessera.compile(module)
-    for ptxas in find_all_ptxas():
-        result = compile_ptx(ptx, source_name=kernel, ptxas=ptxas.path)
-        assert result.warnings == (), f"ptxas {ptxas.release}: " + "\n".join(map(str, result.warnings))
-        assert not any(entry.spills for entry in result.entries.values()), f"ptxas {ptxas.release} spills"
-    sizes = [arg for size in TOOL_SIZES[kernel] for arg in ("-d", size)]
-    result = inprocess.run([sys.executable, "-m", "tessera.tools.tessera_run", str(KERNELS / f"{kernel}.mlir"),
-                            "--level", "ptx", "--check", *sizes])
-    assert result.returncode == 0, result.stdout + result.stderr
+test_unseen_kernel, test_unseen_kernel_every_shape, test_every_case_has_tool_sizes, test_unseen_kernel_tools = \
+    round_tests(CASES, FAST, TOOL_SIZES)
 
 
 @pytest.mark.slow

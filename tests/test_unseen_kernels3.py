@@ -16,27 +16,20 @@ no spill) and with `tessera-run --level ptx --check`.
 
 from __future__ import annotations
 
-import sys
-import warnings
-
 import ml_dtypes
 import numpy as np
 import pytest
-from test_unseen_kernels import KERNELS, LEVELS, Case, _run
 
 import inprocess
 import tessera
 from tessera.sm90 import approx
-from tessera.toolchain import compile_ptx, find_all_ptxas
+from text_edits import checked
+from unseen_rounds import KERNELS, Case, f64, round_tests
 
 BF16 = ml_dtypes.bfloat16
 F32_ULP = 2.0**-23
 RSQRT = approx.approx_relative_error("rsqrt")
 EX2 = approx.approx_relative_error("ex2")
-
-
-def _f64(*arrays):
-    return [np.asarray(a).astype(np.float64) for a in arrays]
 
 
 # region inputs and references
@@ -49,7 +42,7 @@ def _rms_bwd_inputs(shape, rng):
 
 
 def _rms_bwd_ref(dy, x, w, rstd):
-    dy, x, w, rstd = _f64(dy, x, w, rstd)
+    dy, x, w, rstd = f64(dy, x, w, rstd)
     xhat, g = x * rstd[:, None], dy * w
     return rstd[:, None] * (g - xhat * (g * xhat).mean(1, keepdims=True)), (dy * xhat).sum(0)
 
@@ -61,7 +54,7 @@ def _rms_gemm_inputs(shape, rng):
 
 
 def _rms_gemm_ref(x, r, w, b):
-    x, r, w, b = _f64(x, r, w, b)
+    x, r, w, b = f64(x, r, w, b)
     h = x + r
     y = h / np.sqrt((h**2).mean(1, keepdims=True) + 1e-6) * w
     return (round_bf16(y) @ b,)  # the kernel rounds the normalized rows to bf16 for the tensor core
@@ -76,7 +69,7 @@ def _softmax_inputs(shape, rng):
 
 
 def _softmax_ref(x):
-    x, = _f64(x)
+    x, = f64(x)
     top = x.max(1, keepdims=True)
     e = np.exp(x - top)
     total = e.sum(1, keepdims=True)
@@ -113,48 +106,13 @@ CASES = {
 FAST = {"row_cumsum": ("ptx",)}
 
 
-@pytest.mark.parametrize("kernel, level", [(k, lv) for k, levels in FAST.items() for lv in levels])
-def test_unseen_kernel(kernel, level):
-    case = CASES[kernel]
-    _run(case, case.shapes[2], level)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("level", LEVELS)
-@pytest.mark.parametrize("kernel", CASES)
-def test_unseen_kernel_every_shape(kernel, level):
-    case = CASES[kernel]
-    for shape in case.shapes:
-        _run(case, shape, level)
-
-
 TOOL_SIZES = {  # -d sizes for tessera-run: partial last blocks everywhere
     "rmsnorm_bwd": ["M=70", "N=100"], "rmsnorm_gemm": ["M=70", "N=40", "K=100"], "online_softmax": ["M=70", "N=300"],
     "row_cumsum": ["M=70", "N=300"],
 }
 
-
-def test_every_case_has_tool_sizes():
-    assert sorted(TOOL_SIZES) == sorted(CASES)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("kernel", CASES)
-def test_unseen_kernel_tools(kernel):
-    """Every ptxas found assembles the PTX without a warning or a spill, and `tessera-run --level ptx --check`
-    (the kernel against its own Tile IR in float64) passes."""
-    module = tessera.parse_module((KERNELS / f"{kernel}.mlir").read_text(), f"{kernel}.mlir")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ptx = tessera.compile(module)
-    for ptxas in find_all_ptxas():
-        result = compile_ptx(ptx, source_name=kernel, ptxas=ptxas.path)
-        assert result.warnings == (), f"ptxas {ptxas.release}: " + "\n".join(map(str, result.warnings))
-        assert not any(entry.spills for entry in result.entries.values()), f"ptxas {ptxas.release} spills"
-    sizes = [arg for size in TOOL_SIZES[kernel] for arg in ("-d", size)]
-    result = inprocess.run([sys.executable, "-m", "tessera.tools.tessera_run", str(KERNELS / f"{kernel}.mlir"),
-                            "--level", "ptx", "--check", *sizes])
-    assert result.returncode == 0, result.stdout + result.stderr
+test_unseen_kernel, test_unseen_kernel_every_shape, test_every_case_has_tool_sizes, test_unseen_kernel_tools = \
+    round_tests(CASES, FAST, TOOL_SIZES, fast_shape=2)
 
 
 # region what Tile IR does not have: refused by name at the line
@@ -162,10 +120,10 @@ def test_unseen_kernel_tools(kernel):
 _MMA = ("%part = tile.mma %x_smem, %u_smem, %zeros : !tile.tile<64x64xbf16, shared, swizzle 128>, "
         "!tile.tile<64x64xbf16, shared, swizzle 128>, !tile.tile<64x64xf32, register>")
 MISSING = {  # name: (edit of row_cumsum.mlir, "line:col", message)
-    "scan op": (lambda text: text.replace(_MMA, "%part = tile.cumsum %x_smem : !tile.tile<64x64xbf16, shared, "
+    "scan op": (lambda text: checked(text).replace(_MMA, "%part = tile.cumsum %x_smem : !tile.tile<64x64xbf16, shared, "
                                                 "swizzle 128> -> !tile.tile<64x64xf32, register>"),
                 "37:27", "Operation tile.cumsum is not registered"),
-    "int8 GEMM": (lambda text: text.replace("xbf16", "xi8"), "9:21",
+    "int8 GEMM": (lambda text: checked(text).replace("xbf16", "xi8"), "9:21",
                   "element type must be bf16, f16, f32, f8E4M3FN, f8E5M2, i32, i64, index or i1, got i8"),
 }
 

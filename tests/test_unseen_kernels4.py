@@ -23,12 +23,11 @@ import warnings
 import ml_dtypes
 import numpy as np
 import pytest
-from test_unseen_kernels import KERNELS, LEVELS, Case, _run
 
 import inprocess
 import tessera
 from tessera.sm90 import approx
-from tessera.toolchain import compile_ptx, find_all_ptxas
+from unseen_rounds import KERNELS, LEVELS, Case, check_tools, round_tests
 
 BF16 = ml_dtypes.bfloat16
 F32_ULP = 2.0**-23
@@ -74,31 +73,23 @@ CASES = {
     "gemm_store_transposed": Case("gemm_store_transposed", _gemm_inputs, _gemm_transposed_ref, 0.0, 0.0,
                                   ((70, 100, 130), (1, 1, 1), (17, 129, 1000), (128, 64, 64))),
     # exact: counts below 2^24 times powers of two, added in any order
-    "histogram": Case("histogram", _histogram_inputs, _histogram_ref, 0.0, 0.0, ((1000, 70), (1, 1), (129, 200),
-                                                                                 (64, 64))),
+    "histogram": Case("histogram", _histogram_inputs, _histogram_ref, 0.0, 0.0, ((200, 70), (1000, 70), (1, 1),
+                                                                                 (129, 200), (64, 64))),
     # the 16-bit outputs bit for bit (each one f32 operation, then the 16-bit rounding); R: f32 squares and an f32
     # sum of at most 1000 terms in any order (2 N ulp of the sum of squares, which is R itself)
     "awkward_tiles": Case("awkward_tiles", _awkward_inputs, _awkward_ref, (0.0, 0.0, 2 * 1000 * F32_ULP),
                           0.0, ((129, 81), (1, 1000), (70, 1), (64, 80))),
 }
 
-FAST = {"histogram": ((200, 70), "tile"), "awkward_tiles": ((129, 81), "tile"),
-        "gemm_store_transposed": ((70, 100, 130), "target")}
+FAST = {"histogram": ("tile",), "awkward_tiles": ("tile",), "gemm_store_transposed": ("target",)}
 
+TOOL_SIZES = {  # -d sizes for tessera-run: partial last blocks everywhere
+    "histogram": ["M=300", "NB=70"], "awkward_tiles": ["M=70", "N=81"],
+    "gemm_store_transposed": ["M=70", "K=100", "N=130"],
+}
 
-@pytest.mark.parametrize("kernel", FAST)
-def test_unseen_kernel(kernel):
-    shape, level = FAST[kernel]
-    _run(CASES[kernel], shape, level)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("level", LEVELS)
-@pytest.mark.parametrize("kernel", CASES)
-def test_unseen_kernel_every_shape(kernel, level):
-    case = CASES[kernel]
-    for shape in case.shapes:
-        _run(case, shape, level)
+test_unseen_kernel, test_unseen_kernel_every_shape, test_every_case_has_tool_sizes, test_unseen_kernel_tools = \
+    round_tests(CASES, FAST, TOOL_SIZES)
 
 
 # region the MLP: a bound that follows silu's approximation through the bf16 rounding of the hidden units
@@ -150,29 +141,9 @@ def test_mlp_every_shape(level):
 # endregion
 
 
-TOOL_SIZES = {  # -d sizes for tessera-run: partial last blocks everywhere
-    "mlp": ["M=70", "D=100", "F=129", "N=65"], "histogram": ["M=300", "NB=70"], "awkward_tiles": ["M=70", "N=81"],
-    "gemm_store_transposed": ["M=70", "K=100", "N=130"],
-}
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("kernel", TOOL_SIZES)
-def test_unseen_kernel_tools(kernel):
-    """Every ptxas found assembles the PTX without a warning or a spill, and `tessera-run --level ptx --check`
-    (the kernel against its own Tile IR in float64) passes."""
-    module = tessera.parse_module((KERNELS / f"{kernel}.mlir").read_text(), f"{kernel}.mlir")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ptx = tessera.compile(module)
-    for ptxas in find_all_ptxas():
-        result = compile_ptx(ptx, source_name=kernel, ptxas=ptxas.path)
-        assert result.warnings == (), f"ptxas {ptxas.release}: " + "\n".join(map(str, result.warnings))
-        assert not any(entry.spills for entry in result.entries.values()), f"ptxas {ptxas.release} spills"
-    sizes = [arg for size in TOOL_SIZES[kernel] for arg in ("-d", size)]
-    result = inprocess.run([sys.executable, "-m", "tessera.tools.tessera_run", str(KERNELS / f"{kernel}.mlir"),
-                            "--level", "ptx", "--check", *sizes])
-    assert result.returncode == 0, result.stdout + result.stderr
+def test_mlp_tools():
+    check_tools("mlp", ["M=70", "D=100", "F=129", "N=65"])
 
 
 def test_tiles_of_48_rows_are_refused_by_name(tmp_path):
@@ -209,7 +180,8 @@ def test_a_transposed_atomic_add_into_an_inner_window_is_refused_by_name():
         warnings.simplefilter("ignore")
         np.testing.assert_array_equal(tessera.launch(module, a, b, level="tile"), *_gemm_transposed_ref(a, b))
     path = str(KERNELS / "gemm_atomic_transposed.mlir")
-    result = inprocess.run([sys.executable, "-m", "tessera.tools.tessera_run", path, "--level", "target", "-d", "M=70", "-d", "K=100", "-d", "N=130"])
+    result = inprocess.run([sys.executable, "-m", "tessera.tools.tessera_run", path, "--level", "target",
+                            "-d", "M=70", "-d", "K=100", "-d", "N=130"])
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     assert "gemm_atomic_transposed.mlir:43:5: kernel @gemm_atomic_transposed: convert-tile-to-sm90" in result.stderr
     assert "a transposed add needs a window from column 0" in result.stderr

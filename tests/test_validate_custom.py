@@ -19,6 +19,7 @@ from tessera.passes import PTX_PIPELINE, SPECIALIZED_PIPELINE
 from tessera.validate import validate
 from tessera.validation import rounding
 from tessera.validation.levels import generate_inputs
+from text_edits import checked
 
 KERNELS = Path(__file__).parent / "user_kernels"
 SIZES = {"row_softmax": {"M": 100}, "row_scale": {"M": 100, "N": 20}, "gemm_bias": {"M": 130, "N": 72, "K": 72}}
@@ -39,7 +40,7 @@ def test_user_kernel_gets_a_reference_a_tolerance_and_a_verdict_at_every_level(n
     for check in report.checks:
         assert check.vs_reference is not None and check.tolerance is not None, str(report)
         assert 0 < check.tolerance < 0.5 and check.vs_reference <= check.tolerance, str(report)
-    assert " - " not in report.table().split("\n", 2)[2].replace("-            ", ""), report.table()
+    assert " - " not in checked(report.table().split("\n", 2)[2]).replace("-            ", ""), report.table()
 
 
 def test_the_reference_is_the_kernel_in_float64():
@@ -153,7 +154,7 @@ def test_the_ptx_level_is_held_to_the_target_ir_bit_for_bit(monkeypatch):
     def wrong(module):
         text, printed = right(module)
         assert "cvt.rn.f16x2.f32" in text
-        return text.replace("cvt.rn.f16x2.f32", "cvt.rz.f16x2.f32", 1), printed
+        return checked(text).replace("cvt.rn.f16x2.f32", "cvt.rz.f16x2.f32", 1), printed
 
     monkeypatch.setattr(compiled, "ptx_text", wrong)
     report = validate(user_kernel("row_scale"), PTX_PIPELINE, sizes=SIZES["row_scale"])

@@ -10,6 +10,7 @@ import tessera
 from tessera import passes
 from tessera.interpreters.block_batch import KernelHazardError
 from tessera.kernels import attention_backward
+from text_edits import filled
 
 # Each block copies its 64-row window of X (rows 64 m ...) into Y, through views promised in bounds: X has
 # 64 ceildiv(n, 64) rows, Y n; a promise the Y view keeps only when n is a multiple of 64.
@@ -32,7 +33,7 @@ func.func @copy(%N: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>},
 
 
 def _copy(promise_y: bool):
-    return tessera.parse_module(COPY.replace("YPROMISE", "in_bounds" if promise_y else ""))
+    return tessera.parse_module(filled(COPY, YPROMISE="in_bounds" if promise_y else ""))
 
 
 def test_promise_kept_computes_as_without_it(rng):

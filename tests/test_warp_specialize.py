@@ -242,7 +242,7 @@ def test_flash_128x176_tile_main_loop_costs_less_per_key():
     import warnings
 
     from tessera.ir.diagnostics import TesseraWarning
-    from tessera.toolchain import disassemble, sass_loops
+    from tessera.sass import disassemble, sass_loops
 
     per_key = {}
     for block_n in (128, 176):

@@ -21,6 +21,7 @@ import pytest
 import tessera
 from tessera.interpreters.block_batch import KernelHazardError
 from tessera.interpreters.ptx import PtxExecutionError
+from text_edits import filled
 
 BF16 = ml_dtypes.bfloat16
 
@@ -72,9 +73,8 @@ def _module(rows: int, transpose_a: bool = False, barrier: bool = False):
     """Register tiles all have `rows` rows, so B's K block is `rows` too (the lowering's rule)."""
     shape, view = (f"{rows}x{rows}", "%k0, %row0") if transpose_a else (f"{rows}x{rows}", "%row0, %k0")
     dims, divisible = ("K, M", "M") if transpose_a else ("M, K", "K")
-    text = (GEMM.replace("ADIMS", dims).replace("ADIV", divisible).replace("ASHAPE", shape).replace("AVIEW", view).replace("BM", str(rows)).replace("BK", str(rows))
-            .replace("TRANSPOSE", "transpose_a " if transpose_a else "")
-            .replace("AFTER", "tile.barrier" if barrier else ""))
+    text = (filled(GEMM, ADIMS=dims, ADIV=divisible, ASHAPE=shape, AVIEW=view, BM=str(rows), BK=str(rows),
+                   TRANSPOSE="transpose_a " if transpose_a else "", AFTER="tile.barrier" if barrier else ""))
     return tessera.parse_module(text, "gemm_refill.mlir")
 
 
@@ -164,7 +164,7 @@ _STORE = "@%p2 st.shared.u32 [tile], %r2;"
 def test_a_thread_whose_own_wait_comes_after_the_other_warps_may_overwrite(schedule, seed):
     from tessera.interpreters.ptx import launch
 
-    launch(LATE_WAIT.replace("AFTER", _STORE).replace("BEFORE", ""), "late_wait", 1, 128,
+    launch(filled(LATE_WAIT, AFTER=_STORE, BEFORE=""), "late_wait", 1, 128,
            [np.zeros(128, np.float32)], shared_bytes=4096, schedule=schedule, seed=seed)
 
 
@@ -173,5 +173,5 @@ def test_a_store_before_the_threads_own_wait_races_the_wgmma_the_other_warps_wai
 
     with pytest.raises(PtxExecutionError, match=r"st.shared.u32: the store overwrites shared address 0x0, which a "
                                                 r"wgmma of warpgroup 0 read until its wgmma.wait_group"):
-        launch(LATE_WAIT.replace("AFTER", "").replace("BEFORE", _STORE), "late_wait", 1, 128,
+        launch(filled(LATE_WAIT, AFTER="", BEFORE=_STORE), "late_wait", 1, 128,
                [np.zeros(128, np.float32)], shared_bytes=4096)

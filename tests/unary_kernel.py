@@ -11,6 +11,7 @@ from tessera.interpreters.sm90 import run_target_kernel
 from tessera.ir import parse_module
 from tessera.kernel_abi import is_target_kernel
 from tessera.ptx import launch, print_ptx
+from text_edits import filled
 
 SHAPE = (32, 2)
 """The input and output of the kernel: one row of two f32 per thread."""
@@ -41,7 +42,7 @@ builtin.module {
 def unary_module(op: str, name: str = "unary"):
     """The module of kernel @`name` applying the one-operand Target IR op `op` (`sm90.tanh_approx`,
     `math.sqrt`, ...) to each element."""
-    return parse_module(_KERNEL.replace("NAME", name).replace("OP", op))
+    return parse_module(filled(_KERNEL, NAME=name, OP=op))
 
 
 def simulate(op: str, x: np.ndarray) -> np.ndarray:

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 from xdsl.dialects.builtin import i32
 from xdsl.ir import SSAValue
 
-from tessera.variants import float_division
+from tessera.variants import float_division, searches
 from tessera.variants.trace import BOOL, F32, Node, Trace
 from tessera.dialects import tile
 from tessera.dialects.tile_elementwise import broadcast_shape
@@ -77,6 +78,7 @@ class ScoreContext:
 
     _ints: dict[int, SSAValue] = field(default_factory=dict)
     _divisions: dict = field(default_factory=dict)
+    _equalities: dict = field(default_factory=dict)
     _scored: dict[int, bool] = field(default_factory=dict)
 
     def _uses_score(self, node: Node) -> bool:
@@ -132,6 +134,18 @@ class ScoreContext:
             args[i] = self.b.emit(tile.AddOp(v, zero), "mod_broadcast")
         return self.b.emit(tile.FmaOp(*args), "mod_fma")
 
+    def _searched_equal(self, equal: searches.SearchedEqual) -> Node:
+        """Two searches' counts compared (`searches.SearchedEqual`): the search of a row vector's value (else of
+        the value with fewer elements) and two compares of the other's per element (`same_count`)."""
+        if id(equal) not in self._equalities:  # kept: the emitted nodes' ids must stay theirs
+            # a row vector first: its ops with constants (row vectors too) stay row vectors, where a column
+            # vector's broadcast to the whole tile
+            sizes = [(len(shape) != 1, int(np.prod(shape))) for shape in
+                     (tuple(self.emit(s.value).type.get_shape()) for s in (equal.first, equal.second))]
+            searched, other = (equal.first, equal.second) if sizes[0] <= sizes[1] else (equal.second, equal.first)
+            self._equalities[id(equal)] = searches.same_count(searched, other.value, equal.bounds)
+        return self._equalities[id(equal)]
+
     def _emit(self, node: Node) -> SSAValue:
         b, op = self.b, node.op
         if op == "score":
@@ -171,6 +185,8 @@ class ScoreContext:
             return b.emit(_BINARY_OPS[op](*self._emit_args(node)), f"mod_{op}")
         if op in _UNARY_OPS:
             return b.emit(_UNARY_OPS[op](self.emit(node.args[0])), f"mod_{op}")
+        if isinstance(node.value, searches.SearchedEqual):
+            return self.emit(self._searched_equal(node.value))
         if op in _COMPARES:
             return b.emit(tile.CmpOp(op, *self._emit_args(node)), f"mod_{op}")
         if op == "select":
@@ -221,6 +237,8 @@ def apply_mask_mod(ctx: ScoreContext, trace: Trace, s: SSAValue) -> SSAValue:
         """S where `node` equals keep_if, -inf elsewhere."""
         if node.op == "not":
             return hide(node.args[0], s, not keep_if)
+        if isinstance(node.value, searches.SearchedEqual):  # a document mask: its compares as selects on S
+            return hide(ctx._searched_equal(node.value), s, keep_if)
         if node.op == "const":
             if bool(node.value) == keep_if:
                 return s

@@ -20,8 +20,11 @@ data-movement-and-conversion-instructions-cp-async [P#...-cp-async], -cp-async-c
   Without `.noinc` the pending count is incremented before that asynchronous arrive-on (a net change of 0:
   the thread arrives as well, separately); with `.noinc` it is not, so the asynchronous arrive-on counts as
   one of the arrivals the phase expects and the init count must include one per arriving thread.
-- The writes of cp.async are generic-proxy writes: wgmma (async proxy) reads of them need a
-  `fence.proxy.async` after they are visible to the reader.
+- The writes of cp.async are generic-proxy writes [P#...-cp-async: "cp.async is treated as a weak memory operation
+  performed in the generic proxy"]: by the ISA's letter wgmma (async proxy) reads of them need a
+  `fence.proxy.async` after they are visible to the reader. NVIDIA's cp.async mainloops (CUTLASS's sm90 cp.async
+  GMMA, FlashAttention-3's packed-GQA Q) omit it after a `cp.async.mbarrier.arrive` completion; the simulators
+  accept that and check the letter on request (`memory_model.CP_ASYNC_PROXY` records the evidence).
 """
 
 from __future__ import annotations

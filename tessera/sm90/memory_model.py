@@ -186,6 +186,26 @@ CP_ASYNC_MBARRIER = Rule(
     "whose arrivals the producer made after requesting them",
     "tessera.interpreters.sm90.shared_memory:SharedMemory._copied_before")
 
+CP_ASYNC_PROXY = Rule(
+    "cp.async writes are generic-proxy writes", "data-movement-and-conversion-instructions-cp-async",
+    "cp.async is treated as a weak memory operation performed in the generic proxy in the Memory Consistency Model.",
+    "by the ISA's letter a wgmma (async proxy) reading bytes a cp.async wrote needs a fence.proxy.async on a path "
+    "from the copy's completion to the read, as a generic store does (PROXY_FENCE); `launch(..., strict_proxy=True)` "
+    "(`tessera-run --strict-proxy`) checks that. NVIDIA's kernels rely on the mbarrier instead, and the executor "
+    "follows them by default: bytes a cp.async.mbarrier.arrive completed are visible to the async proxy of every "
+    "thread the completion happens before (the phase's waiters, and paths on from them), as a bulk copy's completion "
+    "is followed by an implicit generic-async proxy fence. The evidence (CUTLASS and flash-attention at the commits "
+    "docs/races-seeded.md names): CUTLASS's sm90_mma_multistage_gmma_{ss,rs}_warpspecialized.hpp (the mainloop "
+    "KernelScheduleAuto picks when A or B is not aligned for TMA) and its sm100 cp.async UMMA mainloops complete each "
+    "stage with cpasync_barrier_arrive and issue the MMA after the consumer's wait with no fence_view_async_shared; "
+    "FlashAttention-3's forward (hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp) loads packed-GQA Q and non-TMA paged K/V "
+    "the same way with no fence, while it fences every st.shared a wgmma reads (rotary Q, P, the transposed V before "
+    "its mbarrier arrive). So generic stores stay under PROXY_FENCE even when an mbarrier orders them (CUTLASS's "
+    "cp.async mainloop zero-fills a partial first k-tile with st.shared and no fence: reported), and copies completed "
+    "by cp.async.wait_group need the fence: no NVIDIA kernel relies on that path. The CTA simulator applies the same "
+    "default to the bytes a cp_async_mbarrier_arrive_noinc landed (`CtaState.strict_proxy` the letter)",
+    "tessera.interpreters.sm90.shared_memory:SharedMemory.check_async_read")
+
 BULK_READ_BEFORE_EXIT = Rule(
     "a bulk store reads shared memory until wait_group.read",
     "data-movement-and-conversion-instructions-cp-async-bulk-wait-group",
@@ -271,13 +291,13 @@ RELEASE_ACQUIRE = Rule(
 PTX_EXECUTOR_RULES = (BARRIER_ORDERING, BARRIER_COUNT, MBARRIER_INIT_BEFORE_USE, MBARRIER_INIT_FENCE, PROXY_FENCE,
                       PROXY_FENCE_STATE_SPACE, WGMMA_FENCE, WGMMA_FENCE_SCALE_D, WGMMA_WAIT, WGMMA_WAIT_PER_THREAD,
                       WGMMA_A_ROWS_PER_WARP, WGMMA_GROUP_PER_WARPGROUP,
-                      CP_ASYNC_ORDER, CP_ASYNC_COMPLETION, CP_ASYNC_MBARRIER, BULK_READ_BEFORE_EXIT,
+                      CP_ASYNC_ORDER, CP_ASYNC_COMPLETION, CP_ASYNC_MBARRIER, CP_ASYNC_PROXY, BULK_READ_BEFORE_EXIT,
                       TMA_READ_UNTIL_COMPLETE, CLUSTER_EXIT_WAIT, DATA_RACE, MORALLY_STRONG, RELEASE_ACQUIRE)
 """The rules the PTX executor's race detector applies, in the order of the sections."""
 
 CTA_SIMULATOR_RULES = (BARRIER_ORDERING, PROXY_FENCE, PROXY_FENCE_STATE_SPACE, WGMMA_FENCE, WGMMA_FENCE_SCALE_D,
                        WGMMA_WAIT, WGMMA_WAIT_PER_THREAD, WGMMA_GROUP_PER_WARPGROUP, WRITE_ORDER, DATA_RACE, ATOMICS_ARE_INDIVISIBLE,
-                       TMA_READ_UNTIL_COMPLETE, CP_ASYNC_MBARRIER)
+                       TMA_READ_UNTIL_COMPLETE, CP_ASYNC_MBARRIER, CP_ASYNC_PROXY)
 """The rules the CTA simulator checks by happens-before (`tessera.interpreters.sm90.happens_before`), each naming
 its checker."""
 
@@ -285,7 +305,7 @@ its checker."""
 
 __all__ = ["CTA_SIMULATOR_RULES", "PTX_EXECUTOR_RULES", "Rule", "WRITE_ORDER", "BARRIER_COUNT", "DATA_RACE",
            "ATOMICS_ARE_INDIVISIBLE", "BARRIER_ORDERING", "BULK_READ_BEFORE_EXIT", "CLUSTER_EXIT_WAIT", "CP_ASYNC_COMPLETION", "CP_ASYNC_MBARRIER",
-           "CP_ASYNC_ORDER",
+           "CP_ASYNC_ORDER", "CP_ASYNC_PROXY",
            "MBARRIER_INIT_BEFORE_USE", "MBARRIER_INIT_FENCE", "PROXY_FENCE", "PROXY_FENCE_STATE_SPACE", "WGMMA_FENCE",
            "WGMMA_FENCE_SCALE_D", "WGMMA_WAIT", "WGMMA_WAIT_PER_THREAD", "WGMMA_A_ROWS_PER_WARP",
            "WGMMA_GROUP_PER_WARPGROUP",

@@ -229,6 +229,6 @@ ptxas compiles it to the uniform datapath (UTMALDG / UTMASTG / UBLKCP read unifo
 in every lane give one instruction, operands that differ give a loop (R2UR of one lane's values, the copy,
 `BRA.U.ANY` back while lanes are left) that issues the copy once per distinct value. CUTLASS's sm90 epilogue
 issues its TMA stores from all 32 lanes of one warp and relies on it. Checked against ptxas' SASS in
-tests/test_sm90_facts.py; the PTX executor issues bulk copies so (`tessera.interpreters.ptx.tensor`)."""
+tests/test_sm90_facts.py; the PTX executor issues bulk copies so (`tessera.interpreters.ptx.bulk_copy`)."""
 
 # endregion

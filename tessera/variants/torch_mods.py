@@ -12,11 +12,13 @@ installed, such a function is traced and run like a NumPy one:
   `ones_like` / `zeros_like` a constant (FlexAttention's own `and_masks` and `or_masks` start from
   `b.new_ones((), dtype=torch.bool)`); `.dtype` and `.device` of a traced value (`TRACED_ATTRIBUTES`) make
   constants like it; a captured tensor becomes a kernel input like a NumPy array (`as_numpy`: bool -> 0/1
-  int32, as for NumPy; bfloat16 -> float32), a 0-d one a constant; `torch.searchsorted` / `bucketize` and
-  other torch functions of a captured tensor are refused by name (`captured_call`);
+  int32, as for NumPy; bfloat16 -> float32), a 0-d one a constant; `torch.searchsorted` / `bucketize` of a
+  traced value in a captured tensor are np.searchsorted's search (`tessera.variants.searches`), other torch
+  functions of a captured tensor are refused by name (`captured_call`);
 - the reference and the host-side block mask (`trace.bounds_checked`, `host_callable`) call a function that
   uses torch (`uses_torch`), or one that calls tensor methods on its arguments (`wants_tensors`), with torch
-  tensors made from the NumPy index grids (int64; the score float64) and turn its result back into NumPy
+  tensors made from the NumPy index grids (int64; the score float64), float64 where torch would take its
+  default dtype (`float64_defaults`, for the calling thread only), and turn its result back into NumPy
   (`call_with_tensors`); captured tensors are bounds-checked as NumPy arrays are, and a 0-d one is a constant
   (as `torch.tensor(2.0)` made in the function is).
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 import sys
 import types
 from collections.abc import Callable
+from functools import lru_cache
 
 import numpy as np
 
@@ -88,19 +91,78 @@ def uses_torch(fn: Callable, seen: set | None = None) -> bool:
 
 def call_with_tensors(fn: Callable, *args):
     """`fn(*args)` with each NumPy array argument as a torch tensor (integers as int64, floats as float64),
-    the result back as a NumPy array. torch's default dtype is float64 during the call, so that an integer
-    tensor times a Python float (`(h + 1) * 8.0`) and `torch.tensor(2.0)` are float64, as NumPy's are: the
-    reference is float64 where the function does not convert to float32 itself (`.float()`)."""
+    the result back as a NumPy array. The call runs under `float64_defaults()`, so that an integer tensor times
+    a Python float (`(h + 1) * 8.0`) and `torch.tensor(2.0)` are float64, as NumPy's are: the reference is
+    float64 where the function does not convert to float32 itself (`.float()`). torch's process-wide default
+    dtype is left alone (other threads may be running torch)."""
     torch = torch_module()
     converted = [torch.from_numpy(np.ascontiguousarray(a, np.float64 if a.dtype.kind == "f" else np.int64))
                  if isinstance(a, np.ndarray) else a for a in args]
-    default = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
+    with float64_defaults():
         result = fn(*converted)
-    finally:
-        torch.set_default_dtype(default)
     return as_numpy(result) if is_tensor(result) else np.asarray(result)
+
+
+_FLOAT_CONVERSIONS = ("float", "double", "half", "bfloat16")
+"""Tensor methods that name their float type (`.float()`): their results keep it."""
+
+
+@lru_cache(maxsize=None)
+def _float64_defaults_mode() -> type:
+    """The `TorchFunctionMode` class of `float64_defaults` (made once torch is loaded: it subclasses torch's)."""
+    torch = torch_module()
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._pytree import tree_flatten, tree_map
+
+    def integers(x):
+        return x.double() if isinstance(x, torch.Tensor) and not x.is_floating_point() and x.dtype != torch.bool else x
+
+    def floats(x):
+        return torch.tensor(x, dtype=torch.float64) if type(x) is float else x
+
+    def booleans(x):
+        return x.double() if isinstance(x, torch.Tensor) and x.dtype == torch.bool else x
+
+    def defaulted(result) -> bool:  # a float tensor of the default dtype: no input named its type
+        return isinstance(result, torch.Tensor) and result.dtype == torch.get_default_dtype() != torch.float64
+
+    class Float64Defaults(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            leaves = tree_flatten((args, kwargs))[0]
+            result = func(*args, **kwargs)
+            if not defaulted(result) or "dtype" in kwargs or any(isinstance(x, torch.dtype) for x in leaves) \
+                    or getattr(func, "__name__", "") in _FLOAT_CONVERSIONS \
+                    or any(isinstance(x, torch.Tensor) and x.is_floating_point() for x in leaves):
+                return result
+            if not any(isinstance(x, torch.Tensor) for x in leaves):  # a factory: torch.tensor(2.0), torch.ones(3)
+                return func(*args, dtype=torch.float64, **kwargs)
+            for step in (integers, floats, booleans):  # the first that gives a float64 result, as NumPy would
+                changed = tree_map(step, (args, kwargs))
+                if all(a is b for a, b in zip(tree_flatten(changed)[0], leaves)):
+                    continue
+                try:
+                    again = func(*changed[0], **changed[1])
+                except (TypeError, RuntimeError):  # e.g. torch.where's condition must stay bool
+                    continue
+                (args, kwargs), leaves, result = changed, tree_flatten(changed)[0], again
+                if not defaulted(result):
+                    break
+            return result
+
+    return Float64Defaults
+
+
+def float64_defaults():
+    """A context in which a torch call whose float result takes torch's default dtype (float32 unless the user
+    changed it) because none of its inputs names a float type gives float64 instead, as NumPy does: a factory
+    (`torch.tensor(2.0)`, `torch.ones(3)`) gets dtype=float64, and an operation on integer or bool tensors and
+    Python numbers (`(h + 1) * 8.0`, `torch.exp2(h)`, `h / 3`, `torch.where(mask, 0.5, 1)`) is run again with
+    its integer tensors, then its Python floats (as 0-d float64 tensors), then its bool tensors as float64
+    until the result is float64. A call with an explicit dtype (`dtype=`, `.to(torch.float32)`, `.float()`)
+    or a float tensor input is left as it is. A `TorchFunctionMode`: it holds for the calling thread only,
+    unlike `torch.set_default_dtype`, which is process-wide."""
+    return _float64_defaults_mode()()
 
 
 def wants_tensors(error: BaseException) -> bool:
@@ -147,6 +209,13 @@ class CheckedTensor:
 
     def __getattr__(self, name: str):
         return getattr(self.tensor, name)
+
+    @classmethod
+    def __torch_function__(cls, func, types_, args=(), kwargs=None):
+        """A torch function of the tensor (`torch.searchsorted(offsets, q_idx)`): called on the tensor itself."""
+        def unwrap(value):
+            return value.tensor if isinstance(value, CheckedTensor) else value
+        return func(*[unwrap(a) for a in args], **{k: unwrap(v) for k, v in (kwargs or {}).items()})
 
 
 def _ops() -> dict:
@@ -236,21 +305,43 @@ def _scalar_constant(traced, name: str, size, value, dtype):
         {"f32": "float32", "i32": "int32", "bool": "bool"}[traced.node.dtype])
 
 
-_HOST_SEARCHES = ("searchsorted", "bucketize")
-"""torch functions that search a captured tensor: each element would compare against all of it, so they are
-refused with the host-side rewrite (`_HOST_HINT`)."""
+_SEARCHES = {"searchsorted": ("sorted_sequence", "input"), "bucketize": ("input", "boundaries")}
+"""torch's searches, by their positional arguments: traced as np.searchsorted (`Traced._search`,
+`tessera.variants.searches`); bucketize(input, boundaries, right=r) is searchsorted(boundaries, input, right=r)."""
 
-_HOST_HINT = ("run it on the host once and index its result: doc_ids = torch.searchsorted(offsets, "
-              "torch.arange(seq_len), right=True) - 1 outside the function, doc_ids[q_idx] inside")
+
+def is_search(func) -> bool:
+    """Whether `func` is torch.searchsorted or torch.bucketize."""
+    torch = torch_module()
+    return func in (torch.searchsorted, torch.bucketize)
+
+
+def _search(traced, name: str, args: tuple, kwargs: dict):
+    """torch.searchsorted(sorted_sequence, input, *, out_int32, right, side, sorter) or torch.bucketize(input,
+    boundaries, *, out_int32, right) of a traced value: its count as an i32 value (out_int32 changes nothing;
+    side='left' with right=True is refused, as torch refuses it; side wins over right=False; out= is refused)."""
+    first, second = _SEARCHES[name]
+    allowed = {first, second, "out_int32", "right"} | ({"side", "sorter"} if name == "searchsorted" else set())
+    unknown = sorted(set(kwargs) - allowed)
+    if unknown or len(args) > 2:
+        extra = ", side=, sorter=" if "side" in allowed else ""
+        raise traced._tracing.refuse(f"torch.{name} with the arguments {unknown or list(args[2:])} (supported: "
+                                     f"{first}, {second}, right=, out_int32={extra})")
+    values = dict(zip((first, second), args)) | kwargs
+    right, side = bool(values.get("right", False)), values.get("side")
+    if side == "left" and right:
+        raise traced._tracing.refuse(f"torch.{name} with side='left' and right=True (opposites; torch refuses "
+                                     "them too)")
+    side = side or ("right" if right else "left")
+    boundaries, value = (values["sorted_sequence"], values["input"]) if name == "searchsorted" else (
+        values["boundaries"], values["input"])
+    return traced._search(f"torch.{name}", boundaries, value, side, values.get("sorter"))
 
 
 def captured_call(func, name: str) -> str:
     """The construct a refusal names for the torch function `func` called on the captured tensor `name`."""
-    what = f"torch.{getattr(func, '__name__', func)} of the captured tensor {name}"
-    if getattr(func, "__name__", "") in _HOST_SEARCHES:
-        return f"{what} ({_HOST_HINT})"
-    return (f"{what} (a captured tensor is read by indexing it with traced values, one per dimension: "
-            f"{name}[q_idx], {name}[h, kv_idx])")
+    return (f"torch.{getattr(func, '__name__', func)} of the captured tensor {name} (a captured tensor is read by "
+            f"indexing it with traced values, one per dimension: {name}[q_idx], {name}[h, kv_idx])")
 
 
 def dispatch(traced, func, args: tuple, kwargs: dict):
@@ -314,8 +405,8 @@ def dispatch(traced, func, args: tuple, kwargs: dict):
     if expanded is not None and func in (getattr(torch, name, None), getattr(torch.Tensor, name, None)) \
             and not kwargs and len(args) == 1:
         return traced._expanded(expanded, args[0])
-    if name in _HOST_SEARCHES:
-        raise traced._tracing.refuse(f"torch.{name} ({_HOST_HINT})")
+    if name in _SEARCHES and is_search(func):
+        return _search(traced, name, args, kwargs)
     if func is torch.Tensor.__getitem__:  # torch.arange(4)[kv_idx % 4]
         raise traced._tracing.refuse("indexing with a traced value a tensor the function makes (a tensor it reads "
                                      "must be captured: a closure variable or a module global it names)")

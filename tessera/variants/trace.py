@@ -15,6 +15,9 @@ are constants of the kernel.
 With PyTorch installed, torch functions, tensor methods and captured tensors are accepted the same way
 (`tessera.variants.torch_mods`).
 
+np.searchsorted, np.digitize (and torch.searchsorted / torch.bucketize) of a traced value in a captured sorted
+1-D array are counts of compares, unrolled or a binary search (`Traced._search`, `tessera.variants.searches`).
+
 `&`, `|`, `^`, `~` of a traced integer and a constant and shifts by a constant become `+ - * // %`
 (`tessera.variants.bitwise`: `kv_idx & 7` is `kv_idx % 8`, `q_idx >> 6` is `q_idx // 64`).
 
@@ -41,6 +44,7 @@ A modifier may be a function, a functools.partial of one, a bound method, a call
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import sys
@@ -51,9 +55,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tessera.numerics import BF16, FP8_DTYPES
-from tessera.variants import bitwise, torch_mods
+from tessera.variants import bitwise, searches, torch_mods
+from tessera.variants.nodes import BOOL, F32, I32, CapturedArray, Node
 
-F32, I32, BOOL = "f32", "i32", "bool"
 SCORE_MOD_ARGS = ("score", "b", "h", "q_idx", "kv_idx")
 MASK_MOD_ARGS = ("b", "h", "q_idx", "kv_idx")
 
@@ -61,31 +65,6 @@ MASK_MOD_ARGS = ("b", "h", "q_idx", "kv_idx")
 class ModTraceError(ValueError):
     """A score_mod or mask_mod that cannot be traced: the message names the function, file:line and the
     construct."""
-
-
-@dataclass(frozen=True)
-class CapturedArray:
-    """A NumPy array a modifier reads, passed to the kernel as an input named `name` (f32 for floats, i32 for
-    integers and booleans): `array` is what the kernel takes (a boolean array as 0/1 int32, `boolean` set)."""
-
-    name: str
-    array: np.ndarray
-    boolean: bool = False
-
-    @property
-    def dtype(self) -> str:
-        return F32 if self.array.dtype.kind == "f" else I32
-
-
-@dataclass(eq=False)
-class Node:
-    """One value of a traced modifier: `op` on `args` (Nodes), with `value` for constants, arguments and
-    gathers (the CapturedArray), and `dtype` f32, i32 or bool."""
-
-    op: str
-    args: tuple[Node, ...]
-    dtype: str
-    value: object = None
 
 
 @dataclass
@@ -120,6 +99,18 @@ class _Tracing:
     def __init__(self, fn: Callable, kind: str):
         self.fn, self.kind = fn, kind
         self.arrays: dict[int, CapturedArray] = {}
+        self.names: set[str] = set()
+        self.searched: dict[tuple, CapturedArray] = {}
+        self.searches: dict[int, tuple[searches.Search, Callable, bool]] = {}
+
+    def unique_name(self, name: str) -> str:
+        """A kernel input's name for an array the user calls `name`: `{kind}_{name}`, then _2, _3, ..."""
+        unique, n = f"{self.kind}_{name}", 1
+        while unique in self.names:
+            n += 1
+            unique = f"{self.kind}_{name}_{n}"
+        self.names.add(unique)
+        return unique
 
     def where(self) -> str:
         """file:line of the innermost frame running the modifier's code (or the function's first line)."""
@@ -220,6 +211,16 @@ class Traced:
             nodes = [Node("select", (n, one, zero), I32) if n.dtype == BOOL else n for n in nodes]
         if op in FLOORED:
             return self._wrap(self._floored_division(op, nodes))
+        if op in ("eq", "ne") and all(id(n) in t.searches for n in nodes):  # searchsorted(a, q) == ...(a, kv)
+            (first, table, flipped), (second, _, flipped_too) = (t.searches[id(n)] for n in nodes)
+            if first.same_boundaries(second) and flipped == flipped_too:  # bounds gathered at one count
+                bounds = searches.count_bounds(first)
+                if bounds is None:
+                    kept = first.table or table(first.c)
+                    first, second = (dataclasses.replace(x, table=kept) for x in (first, second))
+                kept_bounds = None if bounds is None else table(bounds)
+                equal = Node("eq", tuple(nodes), BOOL, searches.SearchedEqual(first, second, kept_bounds))
+                return self._wrap(equal if op == "eq" else Node("not", (equal,), BOOL))
         dtype = F32 if op in FLOAT_ONLY or any(n.dtype == F32 for n in nodes) else I32
         nodes = [self._convert(n, dtype) for n in nodes]
         return self._wrap(Node(op, tuple(nodes), BOOL if op in COMPARES else dtype))
@@ -331,6 +332,57 @@ class Traced:
             return self._wrap(Node("or", picked, BOOL))
         dtype = F32 if F32 in (x.dtype, y.dtype) else I32
         return self._wrap(Node("select", (c, self._convert(x, dtype), self._convert(y, dtype)), dtype))
+
+    def _search(self, function: str, boundaries: object, value: object, side: object = "left",
+                sorter: object = None, digitize: bool = False) -> Traced:
+        """`function` (np.searchsorted, torch.searchsorted, torch.bucketize; with `digitize` np.digitize, `side`
+        its `right`) of a traced value in sorted boundaries: a captured array or one made in the function,
+        checked here (`searches.boundaries_problem`), searched as `tessera.variants.searches` builds it. A
+        sorter=, a traced side, boundaries computed from traced values and a boolean value are refused."""
+        t = self._tracing
+        if sorter is not None:
+            raise t.refuse(f"{function} with sorter= (sort the boundaries on the host: a search needs them sorted)")
+        if digitize and not isinstance(side, (bool, np.bool_)):
+            raise t.refuse(f"{function} with right={side!r} (True or False)")
+        if not digitize and side not in searches.SIDES:
+            raise t.refuse(f"{function} with side={side!r} ('left' or 'right')")
+        capture = None
+        if isinstance(boundaries, _ArrayProxy):
+            capture = boundaries._captured()
+            name, array = boundaries._capture.name, boundaries._capture.array
+        elif isinstance(boundaries, Traced):
+            raise t.refuse(f"{function} in boundaries computed from traced values (search a captured array)")
+        else:
+            name = "the boundaries made in the function"
+            array = torch_mods.as_numpy(boundaries) if torch_mods.is_tensor(boundaries) else np.asarray(boundaries)
+        node = self._lift(value)
+        if node.dtype == BOOL:
+            raise t.refuse(f"{function} of a boolean value (use np.where to turn a condition into numbers)")
+        problem = searches.boundaries_problem(array, decreasing=digitize)
+        if problem:
+            raise t.refuse(f"{function} of {name}: {problem}")
+
+        def table(c: np.ndarray) -> CapturedArray:
+            """The kernel input the binary search gathers the compared boundaries c from: the captured array
+            itself where the kernel reads c from it, else an input of its own."""
+            kept = capture is not None and capture.dtype == (F32 if c.dtype.kind == "f" else I32)
+            found = capture if kept and np.array_equal(capture.array, c) else None
+            if found is None:
+                key = (capture.name if capture is not None else "", c.dtype.str, c.tobytes())
+                if key not in t.searched:
+                    stem = f"{boundaries._capture.name}_searched" if capture is not None else "boundaries"
+                    t.searched[key] = CapturedArray(t.unique_name(stem), c)
+                found = t.searched[key]
+            t.arrays.setdefault(id(found), found)
+            return found
+
+        if digitize:
+            count, search = searches.digitize_count(node, array, bool(side), table)
+        else:
+            search = searches.search_count(node, array, str(side), table)
+            count = search.count
+        t.searches[id(count)] = (search, table, count is not search.count)  # n - count: decreasing bins
+        return self._wrap(count)
 
     def _power(self, base: object, exponent: object) -> Traced:
         """base ** exponent (np.power, np.float_power) in the ops the kernel has:
@@ -463,8 +515,18 @@ class Traced:
             return self._round("round", args[0], args[1] if len(args) == 2 else kwargs.get("decimals", 0))
         if func is np.fix and not kwargs and len(args) == 1:
             return self._round("trunc", args[0])
+        if func in (np.searchsorted, np.digitize):
+            try:
+                bound = inspect.signature(func).bind(*args, **kwargs).arguments
+            except TypeError as error:
+                raise self._tracing.refuse(f"np.{func.__name__} with these arguments ({error})") from None
+            if func is np.digitize:
+                return self._search("np.digitize", bound["bins"], bound["x"], bound.get("right", False),
+                                    digitize=True)
+            return self._search("np.searchsorted", bound["a"], bound["v"], bound.get("side", "left"),
+                                bound.get("sorter"))
         raise self._tracing.refuse(f"np.{func.__name__} (supported: np.where(c, a, b), np.clip(x, lo, hi), "
-                                   "np.round(x, decimals), np.fix and the ufuncs)")
+                                   "np.round(x, decimals), np.fix, np.searchsorted, np.digitize and the ufuncs)")
 
     @classmethod
     def __torch_function__(cls, func, types_, args=(), kwargs=None):
@@ -665,6 +727,12 @@ class _ArrayProxy:
         raise self._tracing.refuse(f"the captured array {name} of shape {arr.shape} used as a whole (index it with "
                                    f"one value per dimension, such as {name}[{', '.join(MASK_MOD_ARGS[-arr.ndim:])}])")
 
+    def searchsorted(self, v, side="left", sorter=None) -> Traced:
+        """`array.searchsorted(v, side)`, NumPy's method: np.searchsorted (`Traced._search`)."""
+        if not isinstance(v, Traced):
+            return self._capture.array.searchsorted(v, side, sorter)
+        return v._search("np.searchsorted", self, v, side, sorter)
+
     def __getattr__(self, name: str):
         raise self._tracing.refuse(f"the attribute .{name} of the captured array {self._capture.name}")
 
@@ -674,8 +742,13 @@ class _ArrayProxy:
 
     @classmethod
     def __torch_function__(cls, func, types_, args=(), kwargs=None):
-        """A torch function of a captured tensor (`torch.searchsorted(offsets, q_idx)`): refused by name."""
-        proxy = next(a for a in list(args) + list((kwargs or {}).values()) if isinstance(a, _ArrayProxy))
+        """A torch function of a captured tensor: torch.searchsorted / torch.bucketize of a traced value
+        (`torch_mods.dispatch`); any other is refused by name."""
+        everything = list(args) + list((kwargs or {}).values())
+        proxy = next(a for a in everything if isinstance(a, _ArrayProxy))
+        traced = next((a for a in everything if isinstance(a, Traced)), None)
+        if traced is not None and torch_mods.is_search(func):
+            return torch_mods.dispatch(traced, func, tuple(args), dict(kwargs or {}))
         raise proxy._tracing.refuse(torch_mods.captured_call(func, proxy._capture.name))
 
 
@@ -873,16 +946,10 @@ def trace_mod(fn: Callable, kind: str) -> Trace:
         if test(inner):
             raise tracing.refuse(f"{what}: a modifier returns its value")
     used: dict[int, _Capture] = {}
-    names_taken: set[str] = set()
 
     def wrap(name: str, array) -> _ArrayProxy:
         if id(array) not in used:  # one input per array; two arrays of one name get _2, _3, ...
-            unique, n = f"{kind}_{name}", 1
-            while unique in names_taken:
-                n += 1
-                unique = f"{kind}_{name}_{n}"
-            names_taken.add(unique)
-            used[id(array)] = _Capture(name, unique,
+            used[id(array)] = _Capture(name, tracing.unique_name(name),
                                        torch_mods.as_numpy(array) if torch_mods.is_tensor(array) else array)
         return _ArrayProxy(tracing, used[id(array)])
 

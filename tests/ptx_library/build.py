@@ -47,6 +47,10 @@ CONFIGS = {
     # (locks spun on with ld.acquire, partials added by the last unit)
     "cutlass_streamk_cooperative_128x128x64": dict(source="cutlass_gemm.cu", SCHEDULE="Cooperative",
                                                    TILE="128,128,64", STREAM_K=1),
+    # ... the cp.async GMMA mainloop (what CUTLASS picks for operands TMA cannot load): cp.async producers completing
+    # each stage through cp.async.mbarrier.arrive, wgmma consumers, no proxy fence between them
+    "cutlass_cpasync_cooperative_128x128x64": dict(source="cutlass_gemm.cu", SCHEDULE="Cooperative",
+                                                   TILE="128,128,64", CPASYNC=1),
     # FlashAttention-3 forward, f16, its own tile sizes for the head dim (src/fa3_fwd.cu)
     "fa3_fwd_hdim64": dict(source="fa3_fwd.cu", needs="flash-attention", HDIM=64, IS_CAUSAL=0),
     "fa3_fwd_hdim128": dict(source="fa3_fwd.cu", needs="flash-attention", HDIM=128, IS_CAUSAL=0),
@@ -91,7 +95,8 @@ def defines(config: dict) -> list[str]:
     if "SCHEDULE" in config:
         flags += [f"-DSCHEDULE={config['SCHEDULE']}",
                   f"-DSCHEDULE_IS_COOPERATIVE={int(config['SCHEDULE'] == 'Cooperative')}"]
-    flags += [f"-D{key}={config[key]}" for key in ("ELEMENT_AB", "ELEMENT_D", "BIAS_RELU", "STREAM_K") if key in config]
+    flags += [f"-D{key}={config[key]}" for key in ("ELEMENT_AB", "ELEMENT_D", "BIAS_RELU", "STREAM_K", "CPASYNC")
+              if key in config]
     return flags
 
 

@@ -442,15 +442,15 @@ class AsyncTracker(WgmmaTracking):
         self.hb.async_written(flat)
         self.tagged = True
 
-    def cp_async_landed(self, index: np.ndarray, lanes: np.ndarray) -> None:
+    def cp_async_landed(self, index: np.ndarray, lanes: np.ndarray, through_mbarrier: bool) -> None:
         """The cp.async copies of `lanes` into `index` [copies, bytes] completed at their wait: the issuing
         thread wrote them now, and other threads see them only through synchronisation that follows this
-        point [memory_model.CP_ASYNC_COMPLETION]; at a cp.async.mbarrier.arrive that arrive and every later release
-        of the thread carry them [memory_model.CP_ASYNC_MBARRIER]."""
+        point [memory_model.CP_ASYNC_COMPLETION]; at a cp.async.mbarrier.arrive (`through_mbarrier`) that arrive and
+        every later release of the thread carry them [memory_model.CP_ASYNC_MBARRIER]."""
         lines = np.array([self.copies[int(t)].inst.line for t in self.tag[index[:, 0]]], np.int32)
         self.state[index.reshape(-1)] = PLAIN
         self._forget_ranges(index)
-        self.hb.landed(lanes, index, lines)
+        self.hb.landed(lanes, index, lines, through_mbarrier)
 
     def describe_flight(self, flat: int) -> str:
         copy = self.copies[int(self.tag[flat])]

@@ -28,7 +28,9 @@ f32). Errors (syntax, unsupported instructions, memory faults, deadlocks, bad la
 limits or the memory budget, a run past --max-steps) print one diagnostic and exit with 1; so do races and
 other asynchrony hazards (happens_before, asynchrony). --schedule adversarial --schedule-seed N runs the
 threads in a seeded random order (the same N replays it); --schedule delayed --schedule-seed N runs CTA N (linear
-index, modulo the CTAs) only when no other CTA can run; --no-races turns the generic race check off.
+index, modulo the CTAs) only when no other CTA can run; --schedule delayed-warp (delayed-warpgroup) runs warp
+(warpgroup) N of every CTA only when no other of its CTA can; --no-races turns the generic race check off;
+--strict-proxy asks a fence.proxy.async after cp.async bytes an mbarrier completed, before wgmma reads them.
 """
 
 from __future__ import annotations
@@ -89,14 +91,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--races", action=argparse.BooleanOptionalAction, default=True,
                         help="report generic shared-memory accesses no synchronisation orders (default on; proxy "
                              "fences and the other asynchrony checks stay on with --no-races)")
+    parser.add_argument("--strict-proxy", action="store_true",
+                        help="hold cp.async bytes read by wgmma to the PTX ISA's letter: a fence.proxy.async even "
+                             "after a cp.async.mbarrier.arrive completed them (by default that completion suffices, "
+                             "as CUTLASS's and FlashAttention-3's cp.async mainloops rely on)")
     from tessera.interpreters.ptx.schedule import SCHEDULES
 
     parser.add_argument("--schedule", choices=SCHEDULES, default="min-pc",
                         help="which ready threads run next: min-pc (default), adversarial (random, replayed by "
-                             "--schedule-seed) or delayed (CTA --schedule-seed, modulo the CTAs, runs only when no "
-                             "other can)")
+                             "--schedule-seed), delayed (CTA --schedule-seed, modulo the CTAs, runs only when no "
+                             "other can), delayed-warp or delayed-warpgroup (warp or warpgroup --schedule-seed of "
+                             "every CTA runs only when no other of its CTA can)")
     parser.add_argument("--schedule-seed", type=int, default=None, metavar="N",
-                        help="the seed of --schedule adversarial, or the CTA --schedule delayed delays (default 0)")
+                        help="the seed of --schedule adversarial, or the CTA, warp or warpgroup a delayed schedule "
+                             "delays (default 0)")
     return parser
 
 
@@ -233,9 +241,9 @@ def run(args: argparse.Namespace) -> int:
     shared_bytes = args.shared_bytes if args.shared_bytes is not None else (default("shared_bytes") or 0)
     start = time.perf_counter()
     if args.schedule_seed is not None and args.schedule == "min-pc":
-        raise ValueError("--schedule-seed replays --schedule adversarial or picks the CTA of --schedule delayed")
+        raise ValueError("--schedule-seed replays --schedule adversarial or picks what a delayed schedule delays")
     limits = {"memory_budget": args.memory_budget, "workers": args.workers, "races": args.races,
-              "schedule": args.schedule, "seed": args.schedule_seed}
+              "schedule": args.schedule, "seed": args.schedule_seed, "strict_proxy": args.strict_proxy}
     if args.max_steps is not None:
         limits["max_steps"] = args.max_steps
     results = launch(module, args.kernel, grid, block, values, shared_bytes, args.file, cluster=cluster, **limits)

@@ -65,6 +65,9 @@ class HappensBefore:
         self.lanes, self.threads, self.shared = lanes, threads, shared
         self.hazard, self.where, self.describe_lane = hazard, where, describe_lane
         self.races = races  # check generic read/write races (the proxy rule is always checked)
+        # the ISA's letter for cp.async bytes read by the async proxy (a fence.proxy.async even after an mbarrier
+        # completed them) instead of what NVIDIA's kernels rely on [memory_model.CP_ASYNC_PROXY]; set by `launch`
+        self.strict_proxy = False
         self.peer_frame = None  # in a cluster: (shared bytes per CTA, CTA slot -> grid rank), set by the tracker
         self.cluster_size = 1  # CTAs per cluster (the batch's CTA slots of a cluster are consecutive)
         self.peer_reads: ReadClocks | None = None  # reads of a CTA's bytes by its peers (see `_peer_read`)
@@ -83,12 +86,14 @@ class HappensBefore:
             self.fenced_rows = np.zeros(n, bool)
             self.w_lane, self.w_line = np.zeros(s, np.int32), np.zeros(s, np.int32)
             self.w_clock = np.zeros(s, np.int32)  # 0: no generic write since the last asynchronous one
+            # the last write was a cp.async completed by a cp.async.mbarrier.arrive [memory_model.CP_ASYNC_PROXY]
+            self.w_mbarrier = np.zeros(s, bool)
             self.reads = ReadClocks(s, self.threads)  # the generic reads since the last write
             # [warpgroup of its CTA, byte]: 1 + index into `completions`, the async read by that warpgroup that
             # ended last (one row per warpgroup: two warpgroups' wgmmas read the same bytes, unordered)
             self.r_async = np.zeros((1, s), np.int32)
         else:
-            for array in (self.clock, self.fenced, self.fenced_rows, self.w_clock, self.r_async):
+            for array in (self.clock, self.fenced, self.fenced_rows, self.w_clock, self.w_mbarrier, self.r_async):
                 array.fill(0)
             self.reads.reset()
         if self.peer_reads is not None:
@@ -518,12 +523,15 @@ class HappensBefore:
         if self.peer_read_any:
             self.peer_reads.clear(flat)
 
-    def landed(self, lanes: np.ndarray, index: np.ndarray, lines: np.ndarray) -> None:
+    def landed(self, lanes: np.ndarray, index: np.ndarray, lines: np.ndarray, through_mbarrier: bool) -> None:
         """cp.async copies of `lanes` (from the instructions at `lines`) completed into `index` [lanes, bytes] at
-        the issuing threads' present point: a write by them, as a generic store is."""
+        the issuing threads' present point: a write by them, as a generic store is; `through_mbarrier`: completed
+        by a cp.async.mbarrier.arrive, which makes them visible to the async proxy of the threads the completion
+        happens before [memory_model.CP_ASYNC_PROXY], not by a cp.async.wait_group."""
         self.w_lane[index] = lanes[:, None]
         self.w_clock[index] = self.clock[lanes, lanes % self.threads][:, None]
         self.w_line[index] = lines[:, None]
+        self.w_mbarrier[index] = through_mbarrier
         self.reads.clear(index)
         if self.peer_read_any:
             self.peer_reads.clear(index)
@@ -563,6 +571,7 @@ class HappensBefore:
         self.w_lane[index] = lanes[:, None]
         self.w_clock[index] = self.clock[lanes, lanes % self.threads][:, None]
         self.w_line[index] = inst.line
+        self.w_mbarrier[index] = False
         self.reads.clear(index)
         if self.peer_read_any:
             self.peer_reads.clear(index)
@@ -669,7 +678,9 @@ class HappensBefore:
         order it before another warp's read. `own_rows`: `flat` is a shared-memory A operand, row by row, of the
         one warpgroup `lanes`: each warp reads its own quarter of the rows [memory_model.WGMMA_A_ROWS_PER_WARP],
         so the path is needed into that warp only. `span`: the range `flat` fills, when it fills one (no generic
-        write in it: nothing to check, decided without a gather); `hull`: a range holding `flat`, the same way."""
+        write in it: nothing to check, decided without a gather); `hull`: a range holding `flat`, the same way.
+        Bytes a cp.async.mbarrier.arrive completed need no fence, only the completion happening before the read
+        (unless `strict_proxy`) [memory_model.CP_ASYNC_PROXY]."""
         if span is not None and not self.w_clock[span].any():
             return
         if hull is not None and not self.w_clock[hull].any():
@@ -687,6 +698,14 @@ class HappensBefore:
             bad = epochs > per_warp.min(axis=0)[writers % self.threads]
         if not bad.any():
             return
+        completed = bad & self.w_mbarrier[flat] if not self.strict_proxy else None
+        if completed is not None and completed.any():  # visible to the async proxy of whoever it happens before
+            known = self._per_warp(self.clock[lanes])
+            column = writers % self.threads
+            seen = known[owner, column] if owner is not None else known.min(axis=0)[column]
+            bad &= ~(completed & (epochs <= seen))
+            if not bad.any():
+                return
         i = int(np.argmax(bad))
         writer, b = int(writers[i]), int(flat[i])
         warp = int(owner[i]) if owner is not None else int(np.argmin(per_warp[:, writer % self.threads]))

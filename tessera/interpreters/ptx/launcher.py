@@ -54,7 +54,10 @@ from tessera.interpreters.parallel import (
     AccessLog, GroupResult, Parallel, cached_program, merge, parallel_options, program_key, running_groups,
     serial_note, ship, split, unship,
 )
-from tessera.interpreters.ptx import alu, floats, memory, reductions, schedule, sync, tensor, warp_mma  # noqa: F401 - registers decoders
+from tessera.interpreters.ptx import (  # noqa: F401 - registers decoders
+    alu, atomics, bulk_copy, floats, ldmatrix, memory, reductions, schedule, sync, warp_collectives, warp_mma, wgmma,
+)
+from tessera.interpreters.ptx.bulk_copy import TensorMapObject
 from tessera.interpreters.ptx.cluster import ClusterState
 from tessera.interpreters.ptx import async_checks, ptxas_rules
 from tessera.interpreters.ptx.decode import Operands, decode
@@ -70,7 +73,6 @@ from tessera.interpreters.ptx.state import (
     layout_shared,
 )
 from tessera.interpreters.ptx.syntax import Module
-from tessera.interpreters.ptx.tensor import TensorMapObject
 from tessera.interpreters.ptx.types import ptx_type
 from tessera.sm90 import facts
 
@@ -277,7 +279,7 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
            memory_budget: int | None = None, cta_order=None, cluster=None,
            non_portable_cluster_size: bool = False, stats: dict | None = None,
            races: bool = True, workers: int | None = None, executor=None, schedule: str = "min-pc",
-           seed: int | None = None, fuse: bool = True) -> list[np.ndarray | None]:
+           seed: int | None = None, fuse: bool = True, strict_proxy: bool = False) -> list[np.ndarray | None]:
     """Run entry `kernel` of `ptx` over `grid` CTAs of `block` threads; see the module docstring.
     `cluster` (x, y, z) runs the CTAs of each cluster together (`cluster`), as cudaLaunchKernelEx with the
     cluster dimension attribute; `non_portable_cluster_size` is cudaFuncAttributeNonPortableClusterSizeAllowed.
@@ -289,8 +291,12 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
     their linear indices (x fastest), in batches; a kernel with atomics is checked for races between CTAs
     (`reductions`). `races` (default on) reports two generic accesses to a shared-memory byte, one a write,
     that no synchronisation orders (`happens_before`); proxy fences are checked either way. `schedule` picks
-    which ready lanes run next: "min-pc" (default), "adversarial", replayed by `seed`, or "delayed", one CTA
-    (linear index `seed` modulo the CTAs) run only when no other can (`schedule`). `fuse`
+    which ready lanes run next: "min-pc" (default), "adversarial", replayed by `seed`, "delayed", one CTA
+    (linear index `seed` modulo the CTAs) run only when no other can, or "delayed-warp" ("delayed-warpgroup"), warp
+    (warpgroup) `seed` modulo the CTA's of every CTA run only when no other lane of its CTA can (`schedule`).
+    `strict_proxy` holds cp.async bytes read by the async proxy (a wgmma operand) to the PTX ISA's letter, a
+    fence.proxy.async on the path even after a cp.async.mbarrier.arrive completed them; by default that completion
+    suffices, as NVIDIA's kernels rely on (`memory_model.CP_ASYNC_PROXY`). `fuse`
     (default on) runs straight-line register instructions in blocks (`fuse`); off, one instruction a step, for
     comparison (the same results).
 
@@ -300,7 +306,7 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
     atom or cp.reduce runs serially with a `SerialFallback` warning."""
     parallel = parallel_options(f"{source}: launch of {kernel}", workers, executor)
     run = _setup(ptx, kernel, grid, block, args, shared_bytes, source, max_steps, memory_budget, cta_order, cluster,
-                 non_portable_cluster_size, races, schedule, seed, fuse)
+                 non_portable_cluster_size, races, schedule, seed, fuse, strict_proxy)
     starts = range(0, run.total, run.per_batch)
     if parallel is not None and run.machine.watch is not None:
         serial_note(f"{source}: launch of {kernel}", "the entry has red, atom or cp.reduce, whose races between "
@@ -311,7 +317,7 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
             grid=grid, block=block, shared_bytes=shared_bytes, source=source, max_steps=max_steps,
             memory_budget=memory_budget, cta_order=cta_order, cluster=cluster,
             non_portable_cluster_size=non_portable_cluster_size, races=races, schedule=schedule, seed=seed,
-            fuse=fuse))
+            fuse=fuse, strict_proxy=strict_proxy))
     else:
         counts = _run_batches(run, starts, stats is not None)
         if stats is not None:
@@ -380,7 +386,8 @@ def _parse_cached(text: str, source: str) -> Module:
 
 
 def _setup(ptx, kernel, grid, block, args, shared_bytes, source, max_steps, memory_budget, cta_order, cluster,
-           non_portable_cluster_size, races, schedule_name="min-pc", seed=None, fuse=True) -> _Launch:
+           non_portable_cluster_size, races, schedule_name="min-pc", seed=None, fuse=True,
+           strict_proxy=False) -> _Launch:
     """Every check of `launch` before a CTA runs, and the machine that runs them (see `launch`)."""
     _check_arguments(ptx, kernel, args, shared_bytes, source)
     if isinstance(ptx, str):
@@ -524,6 +531,7 @@ def _setup(ptx, kernel, grid, block, args, shared_bytes, source, max_steps, memo
         plain = [decode(ops, inst) for inst in entry.instructions]
         steps = async_checks.install(machine, plain)
         fusion = Fusion(machine, entry, plain, steps) if fuse else None
+    machine.tracker.hb.strict_proxy = bool(strict_proxy)
     machine.recycle = (ptx, key, (machine, steps, ops, specials, fusion))
     scheduler = schedule.Scheduler(machine, steps, ops, scheduler_steps, schedule_name, seed, fusion)
     order = None
@@ -632,7 +640,7 @@ def _run_group(task: _PtxGroup) -> GroupResult:
                      [unship(a) for a in task.args], options.pop("shared_bytes"), options.pop("source"),
                      options.pop("max_steps"), options.pop("memory_budget"), options.pop("cta_order"),
                      options.pop("cluster"), options.pop("non_portable_cluster_size"), options.pop("races"),
-                     options.pop("schedule"), options.pop("seed"), options.pop("fuse"))
+                     options.pop("schedule"), options.pop("seed"), options.pop("fuse"), options.pop("strict_proxy"))
     log = run.memory.log = AccessLog([run.memory.buffer.size])
     counts, error = {}, None
     with serving_checks.checking(*task.checks):
@@ -687,12 +695,13 @@ def _run_groups(parallel: Parallel, run: _Launch, starts: range, stats: dict | N
 def launch_described(ptx: str | Module, host, arrays: list[np.ndarray], sizes: dict[str, int],
                      source: str = "<ptx>", *, max_steps: int = schedule.DEFAULT_MAX_STEPS,
                      memory_budget: int | None = None, races: bool = True, workers: int | None = None,
-                     executor=None, schedule: str = "min-pc", seed: int | None = None, fuse: bool = True) -> None:
+                     executor=None, schedule: str = "min-pc", seed: int | None = None, fuse: bool = True,
+                     strict_proxy: bool = False) -> None:
     """Run a Tessera kernel from its PTX as `tessera.host.describe` says to launch it: `arrays` are the
     Tile-level arguments (inputs, outputs, scratch, as `prepare_arguments` makes them; an input read through a
     tensor map may be a strided view, see `TensorMapArg.strided`), `sizes` the named sizes. Outputs are
     written back into `arrays`. `max_steps`, `memory_budget`, `races`, `workers`, `executor`, `schedule`,
-    `seed` and `fuse` as for `launch`."""
+    `seed`, `fuse` and `strict_proxy` as for `launch`."""
     maps = host.tensor_maps(sizes)
     args = []
     for param in host.params:
@@ -709,7 +718,7 @@ def launch_described(ptx: str | Module, host, arrays: list[np.ndarray], sizes: d
     cluster = host.cluster(sizes)  # a clustered kernel: its shape, or (1, 1, 1) where it does not divide the grid
     results = launch(ptx, host.kernel, host.grid(sizes), host.block, args, host.dynamic_smem_bytes, source,
                      max_steps=max_steps, memory_budget=memory_budget, cluster=cluster, races=races, workers=workers,
-                     executor=executor, schedule=schedule, seed=seed, fuse=fuse)
+                     executor=executor, schedule=schedule, seed=seed, fuse=fuse, strict_proxy=strict_proxy)
     for param, result in zip(host.params, results):
         if param.kind == "pointer":
             arrays[param.source][...] = result

@@ -1,5 +1,6 @@
-"""Memory instructions: ld, st (scalars and .v2/.v4/.v8 vectors), cvta, isspacep, prefetch, atom/red, and
-the Ampere-style cp.async with commit/wait groups.
+"""Memory instructions: ld, st (scalars and .v2/.v4/.v8 vectors), cvta, isspacep, prefetch, createpolicy, and the
+Ampere-style cp.async with commit/wait groups; the checks every access takes (`check_access`, `access`), which
+`atomics` (atom, red) and `bulk_copy` share.
 
 Spaces and addresses are those of `state`: `.global` (and `.const`, whose variables live in global memory),
 `.shared{::cta,::cluster}` (shared::cluster addresses reach the CTAs of the cluster, see `cluster`), `.local`, `.param` (the kernel's parameters, read-only; the
@@ -17,23 +18,18 @@ a read of its bytes before is reported (`asynchrony`, which also checks every sh
 `cp.async.mbarrier.arrive{.noinc}` lands the thread's pending copies, then (with `.noinc`) arrives.
 Under `serving_checks`, every 32-bit word loaded from a checked cache's page table is checked against the
 cache's page count (a gathered row of a page out of range would read another allocation: they are contiguous).
-`atom`/`red` (scalar, global or shared memory): threads of one execution that hit one location update it one
-at a time in increasing lane order, one legal serialisation (see `decode_atom`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 
 from tessera.interpreters import serving_checks
 from tessera.interpreters.ptx.cluster import shared_offsets
 from tessera.interpreters.ptx.decode import DECODERS, Operands, Step, elements, opcode
 from tessera.interpreters.ptx.global_order import WEAK, StridedBox, strong_kind
-from tessera.interpreters.ptx.numerics import flush_f32
 from tessera.interpreters.ptx.state import (
     GLOBAL_BASE,
     LOCAL_WINDOW,
@@ -44,10 +40,10 @@ from tessera.interpreters.ptx.state import (
     Machine,
 )
 from tessera.interpreters.ptx.syntax import Address, FloatImm, Reg, Sink, Symbol
-from tessera.interpreters.ptx.types import PtxType, half_pair, pack_pair, ptx_type
+from tessera.interpreters.ptx.types import ptx_type
 
-_IGNORED = ("weak", "volatile", "relaxed", "acquire", "release", "cta", "cluster", "gpu", "sys", "ca", "cg", "cs",
-            "lu", "cv", "wb", "wt", "nc", "unified", "mmio")
+IGNORED_QUALIFIERS = ("weak", "volatile", "relaxed", "acquire", "release", "cta", "cluster", "gpu", "sys", "ca", "cg",
+                      "cs", "lu", "cv", "wb", "wt", "nc", "unified", "mmio")
 _SPACES = {"global": "global", "const": "global", "shared": "shared", "shared::cta": "shared",
            "shared::cluster": "shared", "local": "local", "param": "param"}
 _WINDOWS = {"shared": SHARED_WINDOW, "local": LOCAL_WINDOW, "param": PARAM_WINDOW}
@@ -63,7 +59,7 @@ def lanes_of(m: Machine, sel) -> np.ndarray:
     return m.lane_ids if isinstance(sel, slice) else sel
 
 
-def _split_generic(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray):
+def split_generic(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray):
     """[(space, lanes, space addresses)] for generic addresses, by window."""
     parts = []
     window = addresses // WINDOW_SIZE
@@ -77,7 +73,7 @@ def _split_generic(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray):
     return parts
 
 
-def _check(m: Machine, inst, space: str, lanes: np.ndarray, addresses: np.ndarray, nbytes: int, align: int):
+def check_access(m: Machine, inst, space: str, lanes: np.ndarray, addresses: np.ndarray, nbytes: int, align: int):
     if space == "global":
         bad = m.memory.outside(addresses, nbytes)
         limit = None
@@ -97,7 +93,7 @@ def _check(m: Machine, inst, space: str, lanes: np.ndarray, addresses: np.ndarra
                             f"(needs {align}-byte alignment)", int(lanes[i]))
 
 
-def _flat(m: Machine, space: str, lanes: np.ndarray, addresses: np.ndarray, nbytes: int):
+def flat_offsets(m: Machine, space: str, lanes: np.ndarray, addresses: np.ndarray, nbytes: int):
     """(buffer, flat byte indices [n, nbytes]) of an access already checked."""
     offsets = np.arange(nbytes, dtype=np.int64)
     if space == "global":
@@ -120,7 +116,7 @@ def access(m: Machine, inst, space: str, lanes: np.ndarray, addresses: np.ndarra
     align = nbytes if align is None else align
     if space == "generic":
         out = np.zeros((len(lanes), nbytes), np.uint8) if data is None else None
-        for sub_space, sub_lanes, sub_addresses, index in _split_generic(m, inst, lanes, addresses):
+        for sub_space, sub_lanes, sub_addresses, index in split_generic(m, inst, lanes, addresses):
             part = access(m, inst, sub_space, sub_lanes, sub_addresses, nbytes,
                           None if data is None else data[index], align, watched, how)
             if out is not None:
@@ -128,10 +124,10 @@ def access(m: Machine, inst, space: str, lanes: np.ndarray, addresses: np.ndarra
         return out
     if space == "param" and data is not None:
         raise m.error(inst, "the parameter space is read-only", int(lanes[0]))
-    _check(m, inst, space, lanes, addresses, nbytes, align)
+    check_access(m, inst, space, lanes, addresses, nbytes, align)
     if space == "global" and data is not None and serving_checks.active():
         _check_sequence_store(m, inst, lanes, addresses)
-    buffer, index = _flat(m, space, lanes, addresses, nbytes)
+    buffer, index = flat_offsets(m, space, lanes, addresses, nbytes)
     watch = getattr(m, "watch", None) if watched else None
     if watch is not None and space == "global":
         watch.on_global(inst, lanes, addresses, nbytes, data is not None)
@@ -214,7 +210,7 @@ def _access_modifiers(ops: Operands, inst, mods, address_at: int):
     space = take_space(mods, "generic")
     if len(inst.operands) > address_at:
         space = _param_space(ops, inst, space, inst.operands[address_at])
-    mods.drop(*_IGNORED)
+    mods.drop(*IGNORED_QUALIFIERS)
     mods.drop_prefixed("L1::", "L2::")
     return space, vector_width(mods), mods.type()
 
@@ -222,7 +218,7 @@ def _access_modifiers(ops: Operands, inst, mods, address_at: int):
 _STRONG_SEMANTICS = ("relaxed", "acquire", "release", "acq_rel", "volatile")
 
 
-def _sync_locations(m: Machine, space: str, lanes: np.ndarray, addresses) -> tuple[np.ndarray, np.ndarray]:
+def sync_locations(m: Machine, space: str, lanes: np.ndarray, addresses) -> tuple[np.ndarray, np.ndarray]:
     """(lanes, locations) of the strong accesses of `lanes` at `addresses` for release/acquire
     (`global_order`): a global byte's flat position, or -1 - the flat index of a shared byte."""
     addresses = np.broadcast_to(np.asarray(addresses, np.int64), lanes.shape)
@@ -262,24 +258,25 @@ def decode_ld(ops: Operands, inst, mods):
         where = address(sel)
         data = access(m, inst, space, lanes, where, nbytes * width, watched=not strong, how=how)
         if strong and m.global_order is not None and m.global_order.releases:
-            m.global_order.acquire(*_sync_locations(m, space, lanes, where), how, now=acquire)
+            m.global_order.acquire(*sync_locations(m, space, lanes, where), how, now=acquire)
         values = np.ascontiguousarray(data).view(t.dtype).reshape(len(lanes), width)
         for i, w in enumerate(writers):
             w(sel, values[:, i])
 
-    if strong and space in ("global", "generic"):
+    if strong and space in ("global", "generic", "shared"):
         return _spin_wait(m, inst, run)
     return run
 
 
 def _spin_wait(m: Machine, inst, run) -> Step:
-    """A strong load of global memory as a spin wait (CUTLASS's `GenericBarrier::wait_eq`: thread 0 loops on
-    `ld.acquire.gpu` until a flag in a workspace reaches its value, with no nanosleep): a lane that comes back to
-    the same load with no global write, atomic or synchronisation since (`sync_epoch` unchanged) would read the
-    same value, so it parks before the load, as after `nanosleep`, until nothing else can run, and then loads
-    again. Any thread may be delayed (a legal timing); without it min-pc scheduling runs the loop forever and
-    never the CTA that would write the flag, which sits at a higher pc. Woken twice with no progress between is
-    a deadlock (`schedule`), reported at the load."""
+    """A strong load of global or shared memory as a spin wait (CUTLASS's `GenericBarrier::wait_eq`: thread 0
+    loops on `ld.acquire.gpu` until a flag in a workspace reaches its value, with no nanosleep; a warp polling a
+    flag in shared memory with `ld.acquire.cta.shared`): a lane that comes back to the same load with no strong
+    write, atomic or synchronisation since (`sync_epoch` unchanged) would read the same value, so it parks before
+    the load, as after `nanosleep`, until nothing else can run, and then loads again. Any thread may be delayed (a
+    legal timing); without it min-pc scheduling runs the loop forever and never the CTA that would write the flag,
+    which sits at a higher pc, and a delayed warp (`schedule`) would never run while its CTA's spinner can. Woken
+    twice with no progress between is a deadlock (`schedule`), reported at the load."""
 
     def run_load(lanes, active):
         pc = int(m.pc[lanes[0]])
@@ -303,7 +300,7 @@ def _spin_wait(m: Machine, inst, run) -> Step:
 
 @opcode("st")
 def decode_st(ops: Operands, inst, mods):
-    if mods.take("async"):  # a copy into a CTA of the cluster (`tensor`, which imports this module)
+    if mods.take("async"):  # a copy into a CTA of the cluster (`bulk_copy`, which imports this module)
         return DECODERS["st.async"](ops, inst, mods)
     strong = any(q in inst.modifiers for q in _STRONG_SEMANTICS)
     how = strong_kind(inst.modifiers) if strong else WEAK
@@ -332,7 +329,7 @@ def decode_st(ops: Operands, inst, mods):
         access(m, inst, space, lanes, where, nbytes * width, values.view(np.uint8).reshape(len(lanes), -1),
                watched=not strong, how=how)
         if strong and m.global_order is not None:
-            m.global_order.release(*_sync_locations(m, space, lanes, where), how, fenced=not release)
+            m.global_order.release(*sync_locations(m, space, lanes, where), how, fenced=not release)
         if strong:
             m.sync_epoch += 1  # a write that may end another thread's spin wait (`_spin_wait`)
 
@@ -433,211 +430,6 @@ def decode_createpolicy(ops: Operands, inst, mods):
 
 
 # endregion
-# region atom, red
-@dataclass(frozen=True)
-class AtomicOp:
-    """One atom/red operation: the scalar types it is defined on, its update new = apply(old, b, c), and
-    `combine`, an associative and commutative ufunc that folds any number of updates of one location in any
-    order to the same value (None when the order matters)."""
-
-    types: tuple[str, ...]
-    apply: Callable[[np.ndarray, np.ndarray, np.ndarray | None], np.ndarray]
-    combine: np.ufunc | None = None
-
-
-_ATOMIC = {
-    "add": AtomicOp(("u32", "s32", "u64", "f32", "f64"), lambda old, b, c: old + b, np.add),
-    "min": AtomicOp(("u32", "s32", "u64", "s64"), lambda old, b, c: np.minimum(old, b), np.minimum),
-    "max": AtomicOp(("u32", "s32", "u64", "s64"), lambda old, b, c: np.maximum(old, b), np.maximum),
-    "and": AtomicOp(("b32", "b64"), lambda old, b, c: old & b, np.bitwise_and),
-    "or": AtomicOp(("b32", "b64"), lambda old, b, c: old | b, np.bitwise_or),
-    "xor": AtomicOp(("b32", "b64"), lambda old, b, c: old ^ b, np.bitwise_xor),
-    "inc": AtomicOp(("u32",), lambda old, b, c: np.where(old >= b, old.dtype.type(0), old + old.dtype.type(1))),
-    "dec": AtomicOp(("u32",), lambda old, b, c: np.where((old == 0) | (old > b), b, old - old.dtype.type(1))),
-    "exch": AtomicOp(("b32", "b64"), lambda old, b, c: b),
-    "cas": AtomicOp(("b32", "b64"), lambda old, b, c: np.where(old == b, c, old)),
-}
-_NOT_REDUCTIONS = ("exch", "cas")  # atom only: there is no red.exch or red.cas
-_HALF_ADD_TYPES = ("f16", "bf16", "f16x2", "bf16x2")  # atom/red.add.noftz: scalar halves and packed pairs
-
-
-def _half_add(t: PtxType):
-    """new = old + b for .noftz.{f16,bf16} (one rounding of the exact sum: NumPy computes 16-bit float sums in
-    float32, exact enough that rounding twice equals rounding once) and elementwise for the packed pairs."""
-    if t.kind == "f":
-        return lambda old, b, c: (old.astype(np.float32) + b.astype(np.float32)).astype(t.dtype)
-    half = np.dtype(ml_dtypes.bfloat16) if t.half == "bf16" else np.dtype(np.float16)
-
-    def add_pairs(old, b, c):
-        (old_lo, old_hi), (b_lo, b_hi) = half_pair(old, t.half), half_pair(b, t.half)
-        return pack_pair((old_lo + b_lo).astype(half).view(np.uint16), (old_hi + b_hi).astype(half).view(np.uint16))
-
-    return add_pairs
-
-
-def _flushing_add(old, b, c):
-    """atom.add.f32 on global memory flushes subnormal inputs and results to sign-preserving zero."""
-    return flush_f32(flush_f32(old) + flush_f32(b))
-
-
-def _atomic_locations(m: Machine, inst, space: str, lanes: np.ndarray, addresses: np.ndarray, nbytes: int):
-    """[(space, positions into lanes, buffer, flat byte indices [n, nbytes])] of checked atomic accesses."""
-    whole = [(space, lanes, addresses, np.arange(len(lanes)))]
-    parts = _split_generic(m, inst, lanes, addresses) if space == "generic" else whole
-    located = []
-    for sub_space, sub_lanes, sub_addresses, positions in parts:
-        if sub_space not in ("global", "shared"):
-            raise m.error(inst, f"atomic access to the {sub_space} space (atom/red need global or shared memory)",
-                          int(sub_lanes[0]))
-        _check(m, inst, sub_space, sub_lanes, sub_addresses, nbytes, nbytes)
-        located.append((sub_space, positions, *_flat(m, sub_space, sub_lanes, sub_addresses, nbytes)))
-    return located
-
-
-def _apply_atomics(buffer: np.ndarray, index: np.ndarray, lanes: np.ndarray, dtype: np.dtype, apply, b, c,
-                   combine: np.ufunc | None) -> np.ndarray | None:
-    """Update the locations `index` [n, nbytes] of `buffer`, lane by lane in increasing lane order where lanes
-    share a location; the old value each lane saw (None when `combine` folds the updates instead)."""
-    nbytes = index.shape[1]
-    start = index[:, 0]
-
-    def load(rows):
-        return np.ascontiguousarray(buffer[rows]).view(dtype).reshape(-1)
-
-    def store(rows, values):
-        buffer[rows] = np.ascontiguousarray(np.asarray(values, dtype)).view(np.uint8).reshape(-1, nbytes)
-
-    if combine is not None:
-        _, first, inverse = np.unique(start, return_index=True, return_inverse=True)
-        current = load(index[first])
-        combine.at(current, inverse.reshape(-1), b)
-        store(index[first], current)
-        return None
-    # Round r applies the r-th update (in lane order) of every location at once: the locations of one round
-    # are distinct, and each location sees its updates in lane order.
-    order = np.lexsort((lanes, start))
-    ordered = start[order]
-    begins = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-    rank = np.empty(len(start), np.int64)
-    rank[order] = np.arange(len(start)) - np.repeat(begins, np.diff(np.r_[begins, len(start)]))
-    rounds = np.argsort(rank, kind="stable")
-    old = np.empty(len(start), dtype)
-    for pick in np.split(rounds, np.cumsum(np.bincount(rank))[:-1]):
-        rows = index[pick]
-        current = load(rows)
-        old[pick] = current
-        store(rows, apply(current, b[pick], None if c is None else c[pick]))
-    return old
-
-
-@opcode("atom", "red")
-def decode_atom(ops: Operands, inst, mods):
-    """atom{.sem}{.scope}{.space}.op.type d, [a], b{, c} and red{...}.op.type [a], b: new = op(old, b{, c})
-    stored atomically, atom returning old. Where several threads of one execution hit one location, their
-    updates apply one at a time in increasing lane order, which is thread order (CTAs in launch order, x
-    fastest, then tid): a legal serialisation. red's add (integer), min, max, and, or, xor fold them with one
-    ufunc.at instead, which gives the same values. Scalar types only, per operation those that ptxas accepts
-    for sm_90a (`_ATOMIC`); global or shared memory; `.L2::cache_hint` and its policy operand are ignored."""
-    if inst.opcode == "red" and mods.take("async"):  # a reduction into a CTA of the cluster (`tensor`)
-        return DECODERS["red.async"](ops, inst, mods)
-    space = take_space(mods, "generic")
-    if space not in ("generic", "global", "shared"):
-        raise ops.refuse(inst, f"{inst.opcode} on the .{space} space (needs .global or .shared)")
-    release = bool(mods.take("release", "acq_rel"))  # a semaphore signal, not an accumulation
-    acquire = inst.opcode == "atom" and ("acquire" in inst.modifiers or "acq_rel" in inst.modifiers)
-    how = strong_kind(inst.modifiers)  # atom and red are strong (.relaxed and .gpu by default)
-    mods.drop(*_IGNORED)
-    hint = mods.take("L2::cache_hint")
-    if mods.take("v2", "v4", "v8"):
-        raise ops.refuse(inst, f"vector {inst.opcode}")
-    operation = mods.take(*_ATOMIC)
-    if operation is None:
-        raise ops.refuse(inst, f"{inst.opcode} needs an operation (.{', .'.join(_ATOMIC)})")
-    noftz = bool(mods.take("noftz"))
-    t = mods.type()
-    returns = inst.opcode == "atom"
-    half_add = operation == "add" and t.name in _HALF_ADD_TYPES
-    if half_add != noftz or (noftz and operation != "add"):
-        raise ops.refuse(inst, f"{inst.opcode}.add on .{t.name} " + ("needs .noftz" if half_add else "with .noftz"))
-    if not returns and operation in _NOT_REDUCTIONS:
-        raise ops.refuse(inst, f"red.{operation} (only atom has .{operation})")
-    if t.name not in _ATOMIC[operation].types and not half_add:
-        supported = ", ".join(f".{name}" for name in _ATOMIC[operation].types)
-        raise ops.refuse(inst, f"{inst.opcode}.{operation} on .{t.name} (supported: {supported})")
-    first = 1 if returns else 0
-    count = first + 1 + (2 if operation == "cas" else 1) + (1 if hint else 0)
-    if len(inst.operands) != count:
-        raise ops.refuse(inst, f"{inst.opcode}.{operation} needs {count} operands")
-    address = ops.address(inst, inst.operands[first])
-    values = [ops.read(inst, o, t) for o in inst.operands[first + 1:count - (1 if hint else 0)]]
-    write = ops.write(inst, inst.operands[0], t) if returns else None
-    op = _ATOMIC[operation]
-    if half_add:
-        op = AtomicOp(_HALF_ADD_TYPES, _half_add(t))
-    combine = op.combine if not returns and t.kind not in ("f", "x2") else None
-    m = ops.m
-
-    def run(sel):
-        lanes = lanes_of(m, sel)
-        addresses = np.broadcast_to(np.asarray(address(sel), np.int64), lanes.shape)
-        args = [np.broadcast_to(np.asarray(v(sel), t.dtype), lanes.shape) for v in values]
-        old = np.empty(len(lanes), t.dtype)
-        touched = []
-        for part_space, positions, buffer, index in _atomic_locations(m, inst, space, lanes, addresses, t.bits // 8):
-            apply = _flushing_add if (t.name, operation, part_space) == ("f32", "add", "global") else op.apply
-            b = args[0][positions]
-            c = args[1][positions] if len(args) > 1 else None
-            with np.errstate(over="ignore", invalid="ignore"):
-                seen = _apply_atomics(buffer, index, lanes[positions], t.dtype, apply, b, c, combine)
-            if seen is not None:
-                old[positions] = seen
-            if part_space == "global":
-                touched.append((lanes[positions], index))
-        watch = getattr(m, "watch", None)
-        if watch is not None:
-            on_global = addresses < SHARED_WINDOW if space == "generic" else np.full(lanes.shape, space == "global")
-            if on_global.any():
-                watch.on_add(inst, lanes[on_global], addresses[on_global], t.bits // 8,
-                             reduction=not returns and not release)
-        for part_lanes, index in touched:  # after the watch: its message names the CTAs for add/store races
-            note_global(m, part_lanes, index, True, inst, how)
-        order = m.global_order
-        if order is not None:
-            located = _sync_locations(m, space, lanes, addresses)
-            order.release(*located, how, fenced=not release)
-            if inst.opcode == "atom":
-                order.acquire(*located, how, now=acquire)
-        if operation != "cas" or (old == args[0]).any():
-            m.sync_epoch += 1  # a write that may end another thread's spin wait (`nanosleep`, `_park_failed_cas`)
-        if write is not None:
-            write(sel, old)
-        return old
-
-    if operation == "cas":
-        return _park_failed_cas(m, inst, run, values[0])
-    return run
-
-
-def _park_failed_cas(m: Machine, inst, run, compare) -> Step:
-    """atom.cas as a spin wait: a thread whose compare failed (a lock another thread holds) parks after the atom,
-    as after `nanosleep`, until nothing else can run. Any thread may be delayed (a legal timing), and without it
-    min-pc scheduling would run a CAS spin loop forever and never the holder, which sits at a higher pc (Triton's
-    `while tl.atomic_cas(lock, 0, 1) == 1: pass`). Woken twice with no atomic write in between is a deadlock."""
-
-    def run_cas(lanes, active):
-        m.pc[lanes] += 1
-        if not len(active):
-            return
-        old = run(active)
-        failed = active[old != np.broadcast_to(np.asarray(compare(active), old.dtype), old.shape)]
-        m.status[failed] = PARK
-        m.park_address[failed] = -1
-        m.park_test[failed] = True
-
-    return Step(inst, run_cas, control=True)
-
-
-# endregion
 # region cp.async (Ampere)
 @dataclass
 class AsyncCopy:
@@ -649,8 +441,10 @@ class AsyncCopy:
     data: np.ndarray
 
 
-def land_copies(m: Machine, lanes: np.ndarray, before_group: np.ndarray | None) -> None:
-    """Write the pending copies of `lanes` whose group < before_group[lane] (all when None)."""
+def land_copies(m: Machine, lanes: np.ndarray, before_group: np.ndarray | None,
+                through_mbarrier: bool = False) -> None:
+    """Write the pending copies of `lanes` whose group < before_group[lane] (all when None); `through_mbarrier`: at a
+    cp.async.mbarrier.arrive, not a wait_group."""
     if not m.async_copies:
         return
     selected = np.zeros(m.lanes, bool)
@@ -663,7 +457,7 @@ def land_copies(m: Machine, lanes: np.ndarray, before_group: np.ndarray | None) 
         done = selected[copy.lanes] & (copy.groups < limit[copy.lanes])
         if done.any():
             m.shared[copy.index[done]] = copy.data[done]
-            m.tracker.cp_async_landed(copy.index[done], copy.lanes[done])
+            m.tracker.cp_async_landed(copy.index[done], copy.lanes[done], through_mbarrier)
         if not done.all():
             keep.append(AsyncCopy(copy.lanes[~done], copy.groups[~done], copy.index[~done], copy.data[~done]))
     m.async_copies = keep
@@ -717,7 +511,7 @@ def decode_cp_async(ops: Operands, inst, mods):
             got = read_cp_async_source(m, inst, lanes[reading], source[reading], size)
             data[reading] = np.where(np.arange(size) < count[reading][:, None], got, 0)
         target = np.broadcast_to(np.asarray(dst(sel), np.int64), lanes.shape)
-        _check(m, inst, "shared", lanes, target, size, size)
+        check_access(m, inst, "shared", lanes, target, size, size)
         index = m.shared_flat(lanes, target)[:, None] + np.arange(size)
         m.tracker.cp_async_issued(inst, lanes, index)
         m.async_copies.append(AsyncCopy(lanes.copy(), m.cp_groups[lanes].copy(), index, data))

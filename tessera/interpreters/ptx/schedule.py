@@ -37,6 +37,15 @@ whose flag wait was deleted still loads the flag once with `ld.acquire`, and onl
 before the producer CTA's release shows the race between the consumer's reads and the producer's later stores.
 A matrix over seeds delays each CTA in turn; the same seed replays the run.
 
+"delayed-warp" and "delayed-warpgroup" (with `seed`) delay one warp (warpgroup) of every CTA the same way: the warp
+of index `seed` modulo the CTA's warps (warpgroups; 0 without a seed) runs only when no other lane of its own CTA
+can, and otherwise the schedule is min-pc. A GPU's warp schedulers may leave one warp behind for any time (a
+consumer warpgroup stalled on its math while the producer and the other consumers run on), and min-pc, which keeps
+the warps of a CTA in lockstep wherever their code agrees, never tries that: a slot release that counts one
+consumer warpgroup where two read the slot lets the producer refill it before the late warpgroup has read it, and
+only then does happens-before see the late read of a refill it has no edge from. Seeds 0 to warps - 1 delay each
+warp in turn.
+
 Deadlock: when no lane can run and some have not exited, `run` raises `PtxDeadlockError` naming each group
 of blocked lanes, what they wait for (for an mbarrier: its phase, pending arrivals, tx-count and the copies
 in flight on it), and the line.
@@ -200,13 +209,16 @@ def decode_trap(ops: Operands, inst, mods):
 # endregion
 
 
-SCHEDULES = ("min-pc", "adversarial", "delayed")
+SCHEDULES = ("min-pc", "adversarial", "delayed", "delayed-warp", "delayed-warpgroup")
 """The lane-selection policies `launch(schedule=...)` accepts (see the module docstring)."""
 
 DEFAULT_MAX_STEPS = 1_000_000
 """Steps one batch of CTAs may take by default: the largest kernel of the test suite takes under 7,000 per
 batch (three-pass attention at head_dim 128 from its PTX), and an endless loop stops within a minute."""
 
+
+_DELAYED_UNIT = {"delayed": None, "delayed-warp": facts.WARP_SIZE, "delayed-warpgroup": facts.WARPGROUP_SIZE}
+"""The lanes each delayed schedule holds back: a whole CTA (None), or one warp or warpgroup of every CTA."""
 
 _NEVER = np.iinfo(np.int64).max
 """The pc of a lane that is not a candidate (`Scheduler.run`)."""
@@ -228,7 +240,9 @@ class Scheduler:
                  schedule: str = "min-pc", seed: int | None = None, fusion=None):
         self.m = machine
         self.rng = self.check_schedule(schedule, seed)
-        self.delay = (0 if seed is None else int(seed)) if schedule == "delayed" else None  # the delayed CTA's seed
+        # the seed of the delayed CTA, warp or warpgroup (`delayed_lanes`), and which of them (`_DELAYED_UNIT`)
+        self.delay = (0 if seed is None else int(seed)) if schedule in _DELAYED_UNIT else None
+        self.delay_unit = _DELAYED_UNIT.get(schedule)
         self.steps = steps
         self.fusion = fusion  # fuse.Fusion: blocks of straight-line register instructions run as one step
         self.guards = [guard_reader(ops, s.inst) for s in steps]
@@ -239,18 +253,18 @@ class Scheduler:
 
     @staticmethod
     def check_schedule(schedule, seed):
-        """The seeded generator for "adversarial", None for "min-pc" and "delayed" (whose seed picks the CTA, see
-        `delayed_lanes`); ValueError for anything else."""
+        """The seeded generator for "adversarial", None for "min-pc" and the delayed schedules (whose seed picks the
+        CTA, warp or warpgroup, see `delayed_lanes`); ValueError for anything else."""
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}; got {schedule!r}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
             raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
         if schedule == "min-pc":
             if seed is not None:
-                raise ValueError("seed= replays an adversarial schedule or picks the delayed CTA; the min-pc "
-                                 "schedule has no randomness")
+                raise ValueError("seed= replays an adversarial schedule or picks the delayed CTA, warp or warpgroup; "
+                                 "the min-pc schedule has no randomness")
             return None
-        if schedule == "delayed":
+        if schedule in _DELAYED_UNIT:
             return None
         return np.random.default_rng(0 if seed is None else int(seed))
 
@@ -263,10 +277,14 @@ class Scheduler:
 
     def delayed_lanes(self) -> np.ndarray | None:
         """For the "delayed" schedule, the lanes of this batch's delayed CTA (the one of linear index `seed`
-        modulo the grid's CTAs; none when it is in another batch); None for the other schedules."""
+        modulo the grid's CTAs; none when it is in another batch); for "delayed-warp" ("delayed-warpgroup"), the
+        lanes of warp (warpgroup) `seed` modulo the CTA's warps (warpgroups) in every CTA; None for the others."""
         if self.delay is None:
             return None
         m = self.m
+        if self.delay_unit is not None:
+            units = -(-m.threads // self.delay_unit)
+            return (m.tid // self.delay_unit == self.delay % units) & m.cta_valid[m.lane_cta]
         gx, gy, gz = m.grid
         target = self.delay % (gx * gy * gz)
         linear = m.ctaid[:, 0] + gx * (m.ctaid[:, 1] + gy * m.ctaid[:, 2])
@@ -290,16 +308,21 @@ class Scheduler:
                     if self._stalled():
                         return
                     continue
-                if delayed is not None:  # the delayed CTA runs only when no other lane can
+                if delayed is not None:  # the delayed CTA (warp) runs only when no other lane (of its CTA) can
                     others = running & ~delayed
-                    if others.any():
-                        running = others
+                    if self.delay_unit is None:
+                        if others.any():
+                            running = others
+                    elif others.any():
+                        busy = np.zeros(m.ctas, bool)
+                        busy[m.lane_cta[others]] = True
+                        running = others | (running & ~busy[m.lane_cta])
                 if m.preferred is not None:  # lanes a release woke run first (asynchrony)
                     preferred = running & m.preferred
                     if preferred.any():
                         running = preferred
                     elif delayed is None or not (m.preferred & (m.status == RUN)).any():
-                        m.preferred = None  # (kept while the woken lanes are the delayed CTA's)
+                        m.preferred = None  # (kept while the woken lanes are the delayed CTA's or warp's)
                 candidates = np.where(running, m.pc, big)
                 if self.rng is not None:  # adversarial: the pc of a running lane drawn at random
                     pick = np.flatnonzero(running)

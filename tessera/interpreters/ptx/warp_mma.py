@@ -5,7 +5,7 @@
 Each warp computes D = A * B + C for a 16 x K A, a K x 8 B and 16 x 8 C, D spread over its 32 threads as the
 PTX ISA's fragments say. Floating point: the products of .tf32 (sign, exponent and 10 mantissa bits of the
 f32 pattern, as wgmma reads them) and .f16/.bf16 elements are exact in float64; they and C are summed in
-float64 and rounded once to .dtype, to nearest even, as the wgmma model does (`tensor`): the ISA leaves the
+float64 and rounded once to .dtype, to nearest even, as the wgmma model does (`wgmma`): the ISA leaves the
 order and rounding of the accumulation unspecified. Integers: the sum is exact; .s32 wraps modulo 2^32 and
 .satfinite clamps to the .s32 range. Other shapes and types (m8n8k4, .f64, fp8, .b1, sparse `mma.sp`,
 block-scaled forms) are refused by name before the run.
@@ -19,7 +19,7 @@ import numpy as np
 
 from tessera.interpreters.ptx.decode import Operands, Step, elements, opcode
 from tessera.interpreters.ptx.memory import lanes_of
-from tessera.interpreters.ptx.tensor import _MULTIPLICANDS, _multiplicand_values  # the wgmma element readers
+from tessera.interpreters.ptx.wgmma_operands import MULTIPLICANDS, multiplicand_values  # the wgmma element readers
 from tessera.sm90 import facts
 
 _SHAPES = sorted({shape for shape, _, _ in facts.MMA_SYNC_TYPES})
@@ -38,8 +38,8 @@ def _fragments(k: int) -> tuple[np.ndarray, ...]:
 
 def _elements(words: np.ndarray, name: str) -> np.ndarray:
     """[lanes, registers] 32-bit words -> [lanes, elements] exact float64 values, low bits first."""
-    raw = np.ascontiguousarray(words, np.uint32).view(_MULTIPLICANDS[name]).reshape(len(words), -1)
-    return _multiplicand_values(raw, name)
+    raw = np.ascontiguousarray(words, np.uint32).view(MULTIPLICANDS[name]).reshape(len(words), -1)
+    return multiplicand_values(raw, name)
 
 
 @opcode("mma")

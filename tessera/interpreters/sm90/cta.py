@@ -86,6 +86,9 @@ class CtaState(NamesThreads):
     clock: int = 0
     races: bool = True
     """Check writes against earlier accesses by happens-before (`happens_before`); the edges are kept either way."""
+    strict_proxy: bool = False
+    """Ask a fence_proxy_async between cp.async bytes an mbarrier completed and a wgmma reading them, as the PTX
+    ISA's letter does, instead of accepting the completion as NVIDIA's kernels rely on [memory_model.CP_ASYNC_PROXY]."""
     tid: np.ndarray = field(init=False)
     named: list[NamedBarrier] = field(init=False)
     register_budget: dict[int, int] = field(default_factory=dict)

@@ -209,23 +209,24 @@ class SimulatorOptions:
     """How a CTA is simulated and checked: `races` (happens-before checks of writes, wgmma fences and
     mbarrier-init fences, `happens_before`), the strand `schedule` ("round_robin", or "adversarial": producers run
     as far ahead as the synchronisation allows, the others in a random order drawn from `seed`; see
-    `strands.Scheduler`)."""
+    `strands.Scheduler`), `strict_proxy` (`CtaState.strict_proxy`)."""
 
     races: bool = True
     schedule: str = "round_robin"
     seed: int = 0
+    strict_proxy: bool = False
     register_sources: tuple = (frozenset(),) * 4
     """`wgmma.wgmma_register_sources` of the kernel (filled in by `simulator_options`)."""
 
 
 def simulator_options(func_op: func.FuncOp, races: bool = True, schedule: str = "round_robin",
-                      seed: int = 0) -> SimulatorOptions:
+                      seed: int = 0, strict_proxy: bool = False) -> SimulatorOptions:
     """The options of a run of `func_op` (ValueError for an unknown schedule)."""
     if schedule not in SCHEDULES:
         raise ValueError(f"run_target_kernel: schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
     sources = (CompiledKernel.of(func_op).fact("wgmma register sources", lambda: wgmma_register_sources(func_op))
                if races else (frozenset(),) * 4)
-    return SimulatorOptions(bool(races), schedule, int(seed), sources)
+    return SimulatorOptions(bool(races), schedule, int(seed), bool(strict_proxy), sources)
 
 
 def _checkers(cta: CtaState, allocation, listeners, options: SimulatorOptions) -> tuple:
@@ -253,7 +254,8 @@ def run_cta(kernel: TargetKernel, module: ModuleOp, values: list, memory: Global
     per-byte records from (`record_pool`). `followers`: the ids of CTAs computed alongside it
     (`tessera.interpreters.sm90.followers`; `cta.followers` says whether they dropped out)."""
     scheduler = Scheduler(lambda env: main, options.schedule, options.seed + _linear(cta_id, grid))
-    cta = CtaState(kernel.threads, kernel.smem_bytes, cta_id, grid, scheduler, races=options.races, pool=pool)
+    cta = CtaState(kernel.threads, kernel.smem_bytes, cta_id, grid, scheduler, races=options.races,
+                   strict_proxy=options.strict_proxy, pool=pool)
     functions = (DivergentControlFunctions(cta), RegisterArithFunctions(cta), Sm90Functions(cta, memory),
                  ReductionFunctions(cta, memory), CpAsyncFunctions(cta, memory))
     # one compiled program per CTA: its strands share its frame (`program`)
@@ -289,7 +291,7 @@ def run_cluster(kernel: TargetKernel, module: ModuleOp, values: list, memory: Gl
     members, bodies = [], []
     for rank, cta_id in enumerate(cta_ids):
         cta = CtaState(kernel.threads, kernel.smem_bytes, cta_id, grid, scheduler, cluster=cluster, rank=rank,
-                       races=options.races, pool=pool)
+                       races=options.races, strict_proxy=options.strict_proxy, pool=pool)
         members.append(cta)
         bodies.append(_member_body(kernel, module, values, memory, cta, allocation, listeners, options))
     cluster.members = members
@@ -338,7 +340,7 @@ def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], siz
                       allocation=None, listeners=None, cta_order: Sequence[int] | None = None,
                       traffic: dict | None = None, cluster: tuple[int, int, int] | None = None, *,
                       workers: int | None = None, executor=None, races: bool = True, schedule: str = "round_robin",
-                      seed: int = 0, batch_ctas: int = BATCH_CTAS) -> None:
+                      seed: int = 0, batch_ctas: int = BATCH_CTAS, strict_proxy: bool = False) -> None:
     """Run every CTA of the target kernel `func_op` on the Tile-level argument arrays (inputs, outputs,
     scratch), writing outputs into them. Raises ValueError for a bad launch and KernelHazardError (or its
     subclass DeadlockError) naming the op and thread of a hazard; a grid, a thread count or dynamic shared memory
@@ -365,8 +367,9 @@ def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], siz
     happens-before (`happens_before`): a race is reported whatever order the strands ran in. `schedule`
     "adversarial" runs producers as far ahead as the synchronisation allows and the other strands in a random
     order drawn from `seed` (each CTA its own stream), for what happens-before cannot decide; the default
-    "round_robin" is deterministic."""
-    options = simulator_options(func_op, races, schedule, seed)
+    "round_robin" is deterministic. `strict_proxy` asks a fence_proxy_async between cp.async bytes an mbarrier
+    completed and a wgmma reading them, by the PTX ISA's letter (`memory_model.CP_ASYNC_PROXY`)."""
+    options = simulator_options(func_op, races, schedule, seed, strict_proxy)
     try:
         _run_grid(func_op, arguments, sizes, allocation, listeners, cta_order, traffic, cluster, workers, executor,
                   options, max(1, int(batch_ctas)))
@@ -491,8 +494,9 @@ class _TargetGroup:
     units: Sequence
     cluster: tuple[int, int, int] | None
     checks: tuple
-    simulation: tuple = (True, "round_robin", 0)
-    """`SimulatorOptions` (races, schedule, seed): the worker finds the kernel's register sources itself."""
+    simulation: tuple = (True, "round_robin", 0, False)
+    """`SimulatorOptions` (races, schedule, seed, strict_proxy): the worker finds the kernel's register sources
+    itself."""
     batch_ctas: int = 1
     """Batches of CTAs in the group (`run_batches`; the launch's `batch_ctas`)."""
     by_x: bool = False
@@ -584,7 +588,7 @@ def _run_groups(parallel: Parallel, kernel: TargetKernel, module: ModuleOp, argu
         key = program_key(text, kernel.name, repr(sorted(registers.items())) if registers else "")
         shipped = [ship(a) for a in arguments]
     checks = serving_checks.active_checks()
-    simulation = (options.races, options.schedule, options.seed)
+    simulation = (options.races, options.schedule, options.seed, options.strict_proxy)
     tasks = [_TargetGroup(key, text, kernel.name, registers, shipped, dict(sizes), units[part.start:part.stop],
                           cluster, checks, simulation, batch_ctas, by_x)
              for part in split(len(units), parallel.groups)]

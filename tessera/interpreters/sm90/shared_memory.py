@@ -18,7 +18,8 @@ Readers are checked against the tags (the checked asynchrony of DESIGN.md sectio
 - an async-proxy read (a wgmma operand, a bulk copy's source) needs every thread of the issuing warpgroup to
   have observed the TMA's phase; a GENERIC byte must be covered by a fence_proxy_async on a happens-before
   path from the store into the issuing thread (for a warpgroup's wgmma: the writer itself, if it reads, and
-  every reader outside the writer's warp);
+  every reader outside the writer's warp); a LANDED byte of a cp.async needs the fence too only under
+  `CtaState.strict_proxy` (memory_model.CP_ASYNC_PROXY);
 - every write (st_shared, a TMA copy, a cp.async) must happen after the earlier generic reads and writes of
   other threads and after the wait_group that completed a wgmma's read of its bytes (`happens_before`);
 - nobody reads IN_FLIGHT or NEVER bytes, and nothing is written over a live mbarrier, over bytes a TMA copy
@@ -274,7 +275,9 @@ class SharedMemory:
                 hit = landed & (self.barrier[addresses] == barrier) & (self.phase[addresses] == phase)
                 self._unsignalled(op, addresses[np.argmax(hit)], barrier, phase, reader, what)
             copied = landed & (self.writer[addresses] >= 0)
-            if copied.any():  # cp.async bytes are generic-proxy writes: a proxy fence on the path, as a store's
+            if copied.any() and self.cta.strict_proxy:  # by the ISA's letter cp.async bytes are generic-proxy
+                # writes, which need a proxy fence on the path; NVIDIA's kernels take the mbarrier completion the
+                # readers observed (checked above) as enough [memory_model.CP_ASYNC_PROXY]
                 self._check_proxy_fenced(op, addresses[copied], readers, what)
         if every:
             return

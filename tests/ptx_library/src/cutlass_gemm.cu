@@ -6,6 +6,10 @@
 //   ELEMENT_D   0: f32 (default), 1: bf16 (C and D)
 //   BIAS_RELU   1: D = ReLU(alpha A B^T + beta C + bias[m]) (the epilogue visitor tree LinCombPerRowBiasEltAct)
 //   STREAM_K    1: the stream-K tile scheduler (split-K / stream-K with fix-up through a global workspace)
+//   CPASYNC     1: the cp.async warp-specialized GMMA mainloop (KernelCpAsyncWarpSpecialized<SCHEDULE>, what
+//               KernelScheduleAuto picks when A or B is not 16-byte aligned for TMA) with the epilogue that stores
+//               from registers (NoSmemWarpSpecialized): producers copy with cp.async and complete the stage through
+//               cp.async.mbarrier.arrive, consumers wait on the stage's mbarrier and issue wgmma
 //
 // The host part runs CUTLASS's own host code (GemmKernel::to_underlying_arguments) on the CPU and prints the
 // launch description as JSON (record_launch.h): the Params bytes, where the tensor maps and pointers lie in
@@ -45,6 +49,9 @@ using namespace cute;
 #ifndef STREAM_K
 #define STREAM_K 0
 #endif
+#ifndef CPASYNC
+#define CPASYNC 0
+#endif
 
 #if ELEMENT_AB == 0
 using ElementA = cutlass::half_t;
@@ -76,11 +83,16 @@ using ClusterShape = Shape<Int<CLUSTER_M>, Int<CLUSTER_N>, _1>;
 
 #define CAT2(a, b) a##b
 #define CAT(a, b) CAT2(a, b)
+#if CPASYNC
+using MainloopSchedule = cutlass::gemm::CAT(KernelCpAsyncWarpSpecialized, SCHEDULE);
+using EpilogueSchedule = cutlass::epilogue::NoSmemWarpSpecialized;
+#else
 using MainloopSchedule = cutlass::gemm::CAT(KernelTmaWarpSpecialized, SCHEDULE);
 #if SCHEDULE_IS_COOPERATIVE
 using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
 #else
 using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
+#endif
 #endif
 
 #if BIAS_RELU

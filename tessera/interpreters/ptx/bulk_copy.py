@@ -1,5 +1,6 @@
-"""Tensor-core and bulk-copy instructions: cp.async.bulk(.tensor) with tensor maps (TMA), wgmma, ldmatrix and
-stmatrix. (`cp.async` of the Ampere kind is dispatched to `memory`.)
+"""Bulk copies: cp.async.bulk(.tensor) with tensor maps (TMA), their .add reduction (cp.reduce.async.bulk.tensor),
+st.async and red.async, and the `cp` opcode's dispatch (`cp.async` of the Ampere kind goes to `memory`, the
+non-tensor cp.reduce forms and bulk groups to `reductions`).
 
 TMA [P#data-movement-and-conversion-instructions-cp-async-bulk-tensor; facts.tma]:
 `cp.async.bulk.tensor.Nd.shared::cluster.global.tile.mbarrier::complete_tx::bytes [dst], [map, {c..}], [mbar]`
@@ -18,21 +19,6 @@ rank r with bit r of M set, as one copy per member on the mbarrier at the same o
 `cp.async.bulk.shared::cluster.shared::cta` forwards the executing CTA's shared memory into a peer's,
 `st.async` stores a thread's register into one and `red.async` updates a word of one with it (atomically, when
 it lands), each completing on the receiving CTA's mbarrier.
-
-wgmma [P#asynchronous-warpgroup-level-matrix-*; facts.wgmma, facts.descriptor]: per warpgroup (all 128
-threads, collective) D = A x B (+ D when scale-d), A 64xK from shared memory through its descriptor (K-major,
-or MN-major with imm-trans-a) or from four registers per thread (`facts.a_fragment_coords`), B KxN through its
-descriptor (imm-trans-b: MN-major); imm-scale-a/b = -1 negates. K spans 32 bytes: .f16/.bf16 (k16), .tf32
-(k8, the low 13 mantissa bits ignored), .e4m3/.e5m2 (k32, mixable, .f16/.f32 accumulator), .s8/.u8 (k32,
-mixable, .s32 accumulator that wraps, or clamps with .satfinite); .b1 is refused. Float products are exact,
-sums in float64 rounded once per instruction to the accumulator type (as the Target IR simulator does);
-integer sums are exact. D is written at issue, and `asynchrony` reports any other access to the D and A
-registers, or a write over the shared operands, before the wgmma.wait_group that covers the wgmma (commit and
-wait are counted there; wgmma.fence has no effect). Descriptors must be uniform over the warpgroup.
-
-ldmatrix/stmatrix m8n8 .x1/.x2/.x4 (.trans) .b16: lanes 8j..8j+7 address the eight 16-byte rows of matrix j;
-lane l holds row l/4, columns 2(l%4), 2(l%4)+1 of each matrix (.trans: the transposed elements), low half
-first (notes/ptx-sm90a.md section 8).
 """
 
 from __future__ import annotations
@@ -43,15 +29,16 @@ from functools import lru_cache
 import ml_dtypes
 import numpy as np
 
-from tessera.interpreters.ptx import memory, sync
+from tessera.interpreters.ptx import atomics, memory, sync
 from tessera.interpreters.ptx.cluster import _OFFSET_MASK, cluster_address, multicast_slots, shared_offsets
-from tessera.interpreters.ptx.decode import Operands, Step, elements, opcode
+from tessera.interpreters.ptx.decode import Operands, elements, opcode
 from tessera.interpreters.ptx.global_order import ASYNC, ASYNC_REDUCE, StridedBox
 from tessera.interpreters.ptx.memory import access, lanes_of, take_space
-from tessera.interpreters.ptx.state import GLOBAL_BASE, PARAM_WINDOW, WINDOW_SIZE, Machine, lane_rows, unique_rows
-from tessera.interpreters.ptx.sync import PRED, U32, shared_addresses
+from tessera.interpreters.ptx.shared_chunks import chunks_in_order, dense_range
+from tessera.interpreters.ptx.state import GLOBAL_BASE, PARAM_WINDOW, WINDOW_SIZE, Machine, unique_rows
+from tessera.interpreters.ptx.sync import U32, shared_addresses
 from tessera.interpreters.ptx.numerics import flush_f32
-from tessera.interpreters.ptx.syntax import Address, Reg, Vector
+from tessera.interpreters.ptx.syntax import Address
 from tessera.interpreters.ptx.types import ptx_type
 from tessera.interpreters import serving_checks
 from tessera.sm90 import facts
@@ -197,12 +184,12 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
 @lru_cache(maxsize=1024)
 def _swizzled(smem: int, size: int, swizzle: int) -> tuple[np.ndarray, tuple[int, int] | None, np.ndarray | None]:
     """The swizzled shared offsets of the `size` bytes of a box at `smem` (read-only; a ring's slots give a
-    handful of values, kept across copies, CTAs and launches), their range when they fill one (`_dense`), and
-    the 16-byte chunks they are, in order, when they are whole chunks (`_chunks`: every swizzle moves whole
-    chunks)."""
+    handful of values, kept across copies, CTAs and launches), their range when they fill one (`dense_range`),
+    and the 16-byte chunks they are, in order, when they are whole chunks (`chunks_in_order`: every swizzle
+    moves whole chunks)."""
     offsets = facts.swizzle_address(smem + np.arange(size, dtype=np.int64), swizzle)
     offsets.setflags(write=False)
-    return offsets, _dense(offsets), _chunks(offsets)
+    return offsets, dense_range(offsets), chunks_in_order(offsets)
 
 
 def _coords(ops: Operands, inst, operand):
@@ -314,14 +301,14 @@ def decode_bulk(ops: Operands, inst, mods):
                     data = access(m, inst, source_space, one, sources[i:i + 1], nbytes, align=16, how=ASYNC)
                     for _, destination, target_barrier in targets:
                         place = np.array([destination], np.int64)
-                        memory._check(m, inst, "shared", one, place, nbytes, 16)
+                        memory.check_access(m, inst, "shared", one, place, nbytes, 16)
                         start = int(m.shared_flat(one, place)[0])
                         m.tracker.stage(start + np.arange(nbytes), data.reshape(-1), slice(start, start + nbytes),
                                         "ordered")
                         if barrier is not None:
                             m.tracker.issue(inst, lane, target_barrier, nbytes, "bulk copy")
                 else:
-                    memory._check(m, inst, "shared", one, smem_addresses[i:i + 1], nbytes, 16)
+                    memory.check_access(m, inst, "shared", one, smem_addresses[i:i + 1], nbytes, 16)
                     shared_index = m.shared_flat(one, smem_addresses[i:i + 1])[0] + np.arange(nbytes)
                     m.tracker.bulk_store_reads(inst, lane, shared_index, "the bulk store")
                     access(m, inst, "global", one, sources[i:i + 1], nbytes, m.shared[shared_index][None], align=16,
@@ -388,7 +375,7 @@ def decode_red_async(ops: Operands, inst, mods):
         raise ops.refuse(inst, f"red.async{'.' + operation if operation else ''} on .{t.name} "
                                f"(supported: {', '.join(f'.{o}.{n}' for o, ns in _RED_ASYNC.items() for n in ns)})")
     read = ops.read(inst, inst.operands[1], t)
-    apply = memory._ATOMIC[operation].apply
+    apply = atomics.ATOMIC_OPS[operation].apply
     nbytes = t.bits // 8
 
     def data(sel, lanes):
@@ -417,7 +404,7 @@ def _into_cluster(ops: Operands, inst, nbytes: int, data, kind: str):
         bytes_, updates = data(sel, lanes)
         places = np.broadcast_to(np.asarray(address(sel), np.int64), lanes.shape)
         barriers = shared_addresses(m, inst, "shared", lanes, barrier(sel))
-        memory._check(m, inst, "shared", lanes, places, nbytes, nbytes)
+        memory.check_access(m, inst, "shared", lanes, places, nbytes, nbytes)
         slots = m.shared_target(lanes, places)[0]
         if (m.shared_target(lanes, barriers)[0] != slots).any():
             i = int(np.argmax(m.shared_target(lanes, barriers)[0] != slots))
@@ -509,453 +496,3 @@ def decode_cp(ops: Operands, inst, mods):
     if "mbarrier" in inst.modifiers:
         return sync.decode_cp_async_mbarrier_arrive(ops, inst, mods)
     return memory.decode_cp_async(ops, inst, mods)
-
-
-# endregion
-# region wgmma
-@lru_cache(maxsize=None)
-def _accumulator_coords(n: int) -> tuple[np.ndarray, np.ndarray]:
-    v = np.arange(n // 2)
-    return facts.accumulator_coords(v[None, :], np.arange(facts.WARPGROUP_SIZE)[:, None])
-
-
-@lru_cache(maxsize=None)
-def _a_coords() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    i = np.arange(facts.A_FRAGMENT_REGISTERS)[None, :]
-    t = np.arange(facts.WARPGROUP_SIZE)[:, None]
-    (r0, k0), (r1, k1) = facts.a_fragment_coords(i, 0, t), facts.a_fragment_coords(i, 1, t)
-    return r0, k0, r1, k1
-
-
-_MULTIPLICANDS = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "tf32": np.uint32,
-                  "e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2, "s8": np.int8, "u8": np.uint8}
-"""wgmma multiplicand type -> the NumPy dtype of its stored element (.tf32 as its 32-bit pattern)."""
-
-_FAMILIES = {"f16": "f16", "bf16": "bf16", "tf32": "tf32", "e4m3": "fp8", "e5m2": "fp8", "s8": "int", "u8": "int"}
-"""A and B must have the same family (.e4m3/.e5m2 mix freely, so do .s8/.u8)."""
-
-_TF32_MASK = np.uint32(0xFFFFE000)
-"""A .tf32 element is an f32 pattern of which the tensor core reads sign, exponent and 10 mantissa bits."""
-
-
-def _multiplicand_values(raw: np.ndarray, name: str) -> np.ndarray:
-    """Stored elements (of `_MULTIPLICANDS[name]`) as exact float64 values."""
-    if name == "tf32":
-        return (raw & _TF32_MASK).view(np.float32).astype(np.float64)
-    return raw.astype(np.float64)
-
-
-@lru_cache(maxsize=4096)
-def _descriptor_bytes(descriptor: int, major: str, e: int, extent: int) -> tuple | str:
-    """(element addresses [extent, K elements], byte offsets [extent * K * e], lowest and highest address, the
-    range the offsets fill when they fill one, the range [lowest, highest] byte holding them, the 16-byte chunks
-    holding them (`_chunk_set`), the offsets as 16-byte chunks in order or None) a descriptor reads, or the reason it is invalid: computed once per descriptor value
-    and kept across wgmmas, CTAs and launches (a ring's slots give a handful of values)."""
-    try:
-        fields = facts.decode_descriptor(descriptor)
-        addresses = np.asarray(facts.descriptor_element_address(
-            fields, major, e, np.arange(extent)[:, None], np.arange(facts.WGMMA_K_BYTES // e)[None, :]), np.int64)
-    except ValueError as error:
-        return str(error)
-    offsets = (addresses[..., None] + np.arange(e)).reshape(-1)
-    addresses.setflags(write=False)
-    offsets.setflags(write=False)
-    return (addresses, offsets, int(addresses.min()), int(addresses.max()), _dense(offsets),
-            (int(offsets.min()), int(offsets.max()) + 1), _chunk_set(offsets), _chunks(offsets))
-
-
-_CHUNK = facts.SWIZZLE_CHUNK_BYTES
-"""The bytes every swizzle keeps together (a core matrix row): a descriptor's bytes are whole such chunks."""
-
-
-def _chunks(offsets: np.ndarray) -> np.ndarray | None:
-    """The chunk numbers c (bytes 16c to 16c + 15) whose bytes, in order, are `offsets`, when they are, else
-    None: the operand is then gathered, and its asynchrony records written, a chunk at a time."""
-    if offsets.size % _CHUNK:
-        return None
-    rows = offsets.reshape(-1, _CHUNK)
-    if (rows[:, 0] % _CHUNK).any() or not np.array_equal(rows, rows[:, :1] + np.arange(_CHUNK)):
-        return None
-    chunks = rows[:, 0] // _CHUNK
-    chunks.setflags(write=False)
-    return chunks
-
-
-def _chunk_set(offsets: np.ndarray) -> np.ndarray | slice:
-    """The 16-byte chunks (byte // 16) the offsets lie in, ascending, as a range where they are consecutive: the
-    columns of the wgmma read records (`wgmma_tracking.WgmmaTracking.wgmma_reads`). A descriptor reads whole chunks
-    (its addresses and strides are 16-byte units, a core matrix row is one chunk)."""
-    chunks = np.unique(offsets // _CHUNK)
-    if len(chunks) and int(chunks[-1]) - int(chunks[0]) + 1 == len(chunks):
-        return slice(int(chunks[0]), int(chunks[-1]) + 1)
-    chunks.setflags(write=False)
-    return chunks
-
-
-def _dense(offsets: np.ndarray) -> tuple[int, int] | None:
-    """(low, high) when `offsets` are the bytes [low, high) each once, in some order (a swizzled tile), else
-    None: the asynchrony records of such bytes are read and written as one range (`asynchrony`)."""
-    if not offsets.size:
-        return None
-    low, high = int(offsets.min()), int(offsets.max()) + 1
-    if high - low != offsets.size or np.bincount(offsets - low, minlength=high - low).max() != 1:
-        return None
-    return low, high
-
-
-def _descriptor_read(m: Machine, inst, lanes: np.ndarray, descriptor: int, major: str, extent: int,
-                     name: str, operand: str = "B") -> tuple:
-    """The [extent, K] operand (K spanning facts.WGMMA_K_BYTES) `lanes` (whole warpgroups of one CTA) read
-    through a descriptor from their CTA's shared memory: checked and recorded as an async-proxy read
-    (`wgmma_tracking.WgmmaTracking.wgmma_reads`); returns what `_descriptor_tiles` gathers it with."""
-    e = np.dtype(_MULTIPLICANDS[name]).itemsize
-    decoded = _descriptor_bytes(descriptor, major, e, extent)
-    if isinstance(decoded, str):
-        raise m.error(inst, f"matrix descriptor {descriptor:#x}: {decoded}", int(lanes[0]))
-    addresses, offsets, low, high, dense, hull, chunk_set, chunks = decoded
-    if low < 0 or high + e > m.shared_bytes:
-        raise m.error(inst, f"matrix descriptor {descriptor:#x} reads outside shared memory", int(lanes[0]))
-    cta = int(m.lane_cta[lanes[0]])
-    base = cta * m.shared_bytes
-    span = None if dense is None else slice(base + dense[0], base + dense[1])
-    own_rows = operand == "A"  # the bytes row by row (addresses [rows, K]): each warp reads its own rows
-    m.tracker.wgmma_reads(inst, lanes, None if chunks is not None else offsets + base, operand, span,
-                          slice(base + hull[0], base + hull[1]), chunks, base, own_rows=own_rows,
-                          chunk_set=chunk_set)
-    return cta, (descriptor, major, e, extent), decoded
-
-
-def _descriptor_tiles(m: Machine, reads: list[tuple], name: str) -> np.ndarray:
-    """[len(reads), extent, K] float64: the operands `reads` (`_descriptor_read`'s, one per CTA and
-    descriptor, all of one operand of one wgmma) hold, gathered once per descriptor value for every CTA reading
-    through it (the CTAs of a batch run the same program: their descriptors agree), a 16-byte chunk at a time
-    where the descriptor reads whole chunks in order."""
-    dtype = np.dtype(_MULTIPLICANDS[name])
-    size = m.shared_bytes
-    by_value: dict[tuple, list[int]] = {}
-    for i, (_, key, _) in enumerate(reads):
-        by_value.setdefault(key, []).append(i)
-    parts = []
-    for positions in by_value.values():
-        decoded = reads[positions[0]][2]
-        ctas = np.array([reads[i][0] for i in positions], np.int64)[:, None]
-        chunks = decoded[7]
-        if chunks is not None and size % _CHUNK == 0:
-            raw = m.shared.reshape(-1, _CHUNK)[ctas * (size // _CHUNK) + chunks]
-        else:  # byte by byte (an MN-major tile: whole chunks out of order; gathering them first is slower)
-            raw = m.shared[ctas * size + decoded[1]]
-        parts.append((positions, raw.reshape(len(positions), -1)))
-    if len(parts) == 1:
-        raw = parts[0][1]
-    else:
-        raw = np.empty((len(reads), parts[0][1].shape[1]), np.uint8)
-        for positions, part in parts:
-            raw[positions] = part
-    return _multiplicand_values(raw.view(dtype).reshape(len(reads), *reads[0][2][0].shape), name)
-
-
-@lru_cache(maxsize=None)
-def _a_tile_bytes() -> np.ndarray:
-    """For each byte of the 64 x 32-byte A tile (row-major), its position in the bytes of the 128 threads' four
-    A registers ([thread, register, byte] flattened): the fragment fills the tile, each byte once.
-
-    Every multiplicand type packs the same bytes of the tile into a register (Figure 148 and its .tf32/8-bit
-    siblings): register a[i] holds the 4 bytes of row 16w + g + 8(i & 1) starting at byte 4c + 16(i >> 1) of
-    the row's 32 K-bytes, the positions of the f16 fragment's pair (`facts.a_fragment_coords`, half 0)."""
-    r0, k0, _, _ = _a_coords()
-    source = np.full((facts.WGMMA_M, facts.WGMMA_K_BYTES), -1, np.int64)
-    source[r0[..., None], 2 * k0[..., None] + np.arange(4)] = np.arange(r0.size * 4).reshape(*r0.shape, 4)
-    assert (source >= 0).all(), "the A fragment fills the tile"
-    source.setflags(write=False)
-    return source.reshape(-1)
-
-
-def _register_operands(words: np.ndarray, name: str) -> np.ndarray:
-    """The 64xK A tiles [warpgroups, 64, K] from the four 32-bit A registers of each thread of each warpgroup
-    (`words` [warpgroups, 128, 4]), in one gather."""
-    raw = np.take(np.ascontiguousarray(words, np.uint32).view(np.uint8).reshape(len(words), -1), _a_tile_bytes(), axis=1)
-    return _multiplicand_values(raw.reshape(len(words), facts.WGMMA_M, facts.WGMMA_K_BYTES)
-                                .view(_MULTIPLICANDS[name]), name)
-
-
-def _wgmma_types(ops: Operands, inst, mods) -> tuple[str, str, str, bool]:
-    """(.dtype, .atype, .btype, .satfinite) of wgmma.mma_async, refusing combinations outside the ISA."""
-    if "popc" in mods.left:
-        raise ops.refuse(inst, "single-bit wgmma (.b1 with .and.popc)")
-    satfinite = mods.take("satfinite") is not None
-    if len(mods.left) < 3:
-        raise ops.refuse(inst, "wgmma needs .dtype.atype.btype")
-    dtype_name, a_name, b_name = mods.left[-3:]
-    del mods.left[-3:]
-    for name in (a_name, b_name):
-        if name not in _MULTIPLICANDS:
-            raise ops.refuse(inst, f"wgmma multiplicand type .{name} (supported: "
-                                   f".{', .'.join(_MULTIPLICANDS)})")
-    if _FAMILIES[a_name] != _FAMILIES[b_name]:
-        raise ops.refuse(inst, f"wgmma .{a_name} with .{b_name}: A and B types must match (only .e4m3/.e5m2 "
-                               "and .s8/.u8 mix)")
-    if satfinite and _FAMILIES[a_name] != "int":
-        raise ops.refuse(inst, "wgmma .satfinite applies to .s8/.u8 multiplicands only")
-    return dtype_name, a_name, b_name, satfinite
-
-
-def _wgmma_async(ops: Operands, inst, mods):
-    m = ops.m
-    mods.drop("sync", "aligned")
-    shape = next((x for x in mods.left if x.startswith("m64n")), None)
-    if shape is None:
-        raise ops.refuse(inst, "wgmma shape")
-    mods.left.remove(shape)
-    dtype_name, a_name, b_name, satfinite = _wgmma_types(ops, inst, mods)
-    n = int(shape[4:shape.index("k")])
-    try:
-        _, _, k = facts.wgmma_shape(n, a_name, dtype_name)
-        facts.wgmma_shape(n, b_name, dtype_name)
-    except ValueError as error:
-        raise ops.refuse(inst, str(error)) from None
-    if shape != f"m64n{n}k{k}":
-        raise ops.refuse(inst, f"wgmma .{a_name} has K = {k}, got .{shape}")
-    family = _FAMILIES[a_name]
-    operands = list(inst.operands)
-    registers_a = isinstance(operands[1], Vector)
-    count = len(operands)
-    # Immediates after scale-d: imm-scale-a/b for floats, imm-trans-a/b (f16/bf16 only; no trans-a for
-    # register A), nothing for integers.
-    if family == "int":
-        allowed = (4,)
-    elif family in ("f16", "bf16"):
-        allowed = (7, 6) if registers_a else (8, 6)
-    else:
-        allowed = (6,)
-    if count not in allowed:
-        raise ops.refuse(inst, f"wgmma .{a_name} with {count} operands (expected {' or '.join(map(str, allowed))})")
-    d_regs = [ops.register(inst, r)[0] for r in elements(operands[0])]
-    d_block = m.register_blocks.get(tuple(getattr(r, "name", None) for r in elements(operands[0])))
-    if len(d_regs) != facts.accumulator_registers(n, dtype_name):
-        raise ops.refuse(inst, f"{len(d_regs)} accumulator registers for m64n{n} .{dtype_name}")
-    if registers_a:
-        a_regs = [ops.register(inst, r)[0] for r in elements(operands[1])]
-        a_block = m.register_blocks.get(tuple(getattr(r, "name", None) for r in elements(operands[1])))
-        if len(a_regs) != facts.A_FRAGMENT_REGISTERS:
-            raise ops.refuse(inst, "register A needs four registers")
-        read_a = None
-    else:
-        a_block = None
-        read_a = ops.read(inst, operands[1], U64)
-    read_b = ops.read(inst, operands[2], U64)
-    scale_d = operands[3]
-    read_scale = ops.read(inst, scale_d, PRED) if isinstance(scale_d, Reg) else None
-    static_scale = ops.static(inst, scale_d) if read_scale is None else None
-    immediates = [ops.static(inst, o) for o in operands[4:]]
-    scale_a, scale_b = immediates[:2] if immediates else (1, 1)
-    trans = immediates[2:]
-    trans_a = 0 if registers_a else (trans[0] if trans else 0)
-    trans_b = trans[-1] if (len(trans) == 2 or (registers_a and trans)) else 0
-    if scale_a not in (1, -1) or scale_b not in (1, -1) or any(t not in (0, 1) for t in trans):
-        raise ops.refuse(inst, "imm-scale must be 1 or -1 and imm-trans 0 or 1")
-    rows, cols = _accumulator_coords(n)
-    fragment = (rows * n + cols).reshape(-1)  # thread t's register v: element fragment[t * n / 2 + v] of D
-    f16_acc = dtype_name == "f16"
-    # f32 accumulators in one block: updated in place (float products)
-    in_place = d_block is not None and dtype_name == "f32" and family != "int" and d_block.itemsize == 4
-    viewed = [np.empty(0, np.int64), None]  # the lanes last run and their rows of d_block (`lane_rows`)
-
-    def run(sel):
-        # every warpgroup at this wgmma in one batched product: operands per warpgroup, accumulators of all
-        # lanes gathered and scattered once per register
-        lanes = lanes_of(m, sel)
-        groups = m.unit_of[facts.WARPGROUP_SIZE][lanes]
-        size = facts.WARPGROUP_SIZE
-        if len(groups) % size == 0 and (groups[::size] == groups[size - 1::size]).all():
-            starts = np.arange(0, len(groups), size)  # whole warpgroups (lanes ascend, each once)
-        else:
-            starts = np.flatnonzero(np.diff(groups, prepend=-1))  # lanes ascend: each warpgroup's lanes are one run
-            counts = np.diff(starts, append=len(groups))
-            short = counts != size
-            if short.any():
-                raise m.error(inst, "wgmma needs all 128 threads of the warpgroup", int(lanes[starts[np.argmax(short)]]))
-        b_descs = _uniform_per_group(m, inst, read_b(sel), lanes, "B descriptor")
-        a_descs = None if registers_a else _uniform_per_group(m, inst, read_a(sel), lanes, "A descriptor")
-        accumulate = np.full(len(starts), bool(static_scale)) if read_scale is None else \
-            _uniform_per_group(m, inst, read_scale(sel), lanes, "scale-d predicate").astype(bool)
-        # warpgroups of one CTA reading B through one descriptor (two consumers sharing a K tile) read it once
-        sharing: dict[tuple[int, int], list[int]] = {}
-        for i, start in enumerate(starts.tolist()):
-            sharing.setdefault((int(m.lane_cta[lanes[start]]), int(b_descs[i])), []).append(start)
-        # every read checked and recorded in warpgroup order, then gathered across CTAs (`_descriptor_tiles`)
-        b_of: dict[tuple[int, int], int] = {}
-        b_reads, a_reads, b_index = [], [], []
-        for i, start in enumerate(starts.tolist()):
-            wg = lanes[start:start + facts.WARPGROUP_SIZE]
-            key = (int(m.lane_cta[wg[0]]), int(b_descs[i]))
-            if key not in b_of:
-                readers = np.concatenate([lanes[j:j + facts.WARPGROUP_SIZE] for j in sharing[key]])
-                b_of[key] = len(b_reads)
-                b_reads.append(_descriptor_read(m, inst, readers, key[1], "MN" if trans_b else "K", n, b_name))
-            b_index.append(b_of[key])
-            if not registers_a:
-                a_reads.append(_descriptor_read(m, inst, wg, int(a_descs[i]), "MN" if trans_a else "K",
-                                                facts.WGMMA_M, a_name, "A"))
-        if registers_a:  # every warpgroup's A fragment in one gather (one block of registers: one more)
-            words = a_block[lanes] if a_block is not None else np.stack([r[lanes] for r in a_regs], axis=1)
-            a_stack = _register_operands(words.reshape(len(starts), facts.WARPGROUP_SIZE, -1), a_name)
-        else:
-            a_stack = _descriptor_tiles(m, a_reads, a_name)
-        b_stack = _descriptor_tiles(m, b_reads, b_name)
-        if len(b_reads) != len(starts):
-            b_stack = b_stack[b_index]
-        if scale_a != 1:
-            a_stack = scale_a * a_stack
-        if scale_b != 1:
-            b_stack = scale_b * b_stack
-        d = np.matmul(a_stack, b_stack.transpose(0, 2, 1))
-        product = np.take(d.reshape(len(starts), -1), fragment, axis=1).reshape(len(lanes), -1)  # [lanes, registers]
-        if in_place and (accumulate.all() or not accumulate.any()):
-            if len(viewed[0]) != len(lanes) or not np.array_equal(viewed[0], lanes):
-                viewed[:] = [lanes.copy(), lane_rows(d_block, lanes)]  # kept: the same warpgroups run each wgmma
-            rows = viewed[1]
-            if rows is not None:  # the accumulators of every warpgroup updated where they lie: one pass
-                _accumulate_fragments(product, rows.view(np.float32), bool(accumulate[0]))
-                return
-        # [lanes, registers]; one gather where the accumulators are one block (Machine.register_blocks)
-        acc_words = d_block[lanes] if d_block is not None else np.stack([r[lanes] for r in d_regs], axis=1)
-        if f16_acc:
-            acc = np.stack([(acc_words & 0xFFFF), acc_words >> 16], axis=2).reshape(len(lanes), -1)
-            acc = acc.astype(np.uint16).view(np.float16).astype(np.float64)
-        elif family == "int":
-            acc = acc_words.astype(np.uint32).view(np.int32).astype(np.float64)
-        else:
-            acc = acc_words.view(np.float32).astype(np.float64)
-        if accumulate.all():
-            result = product + acc
-        elif not accumulate.any():
-            result = product
-        else:
-            result = np.where(np.repeat(accumulate, facts.WARPGROUP_SIZE)[:, None], product + acc, product)
-        if f16_acc:
-            bits = result.astype(np.float16).view(np.uint16).astype(np.uint32).reshape(len(lanes), -1, 2)
-            out = bits[..., 0] | (bits[..., 1] << 16)
-        elif family == "int":
-            # Integer sums are exact in float64 (|sum| < 2^53); .s32 wraps, .satfinite clamps.
-            total = result.astype(np.int64)
-            if satfinite:
-                total = np.clip(total, -(1 << 31), (1 << 31) - 1)
-            out = total.astype(np.uint32)
-        else:
-            out = result.astype(np.float32).view(np.uint32)
-        if d_block is not None:
-            d_block[lanes] = out
-            return
-        columns = np.ascontiguousarray(out.T)  # one register's values contiguous: a faster scatter
-        for v, r in enumerate(d_regs):
-            r[lanes] = columns[v]
-
-    return Step(inst, run, unit=facts.WARPGROUP_SIZE)
-
-
-def _accumulate_fragments(product: np.ndarray, target: np.ndarray, accumulate: bool) -> None:
-    """target (f32 accumulators [runs, lanes of a run, registers], whole warpgroups, a view of the register
-    block) = product (+ target when `accumulate`), `product` the float64 fragments [lanes, registers] in the
-    same order: the sum taken in float64 and rounded once to f32, as a gather, add and scatter would, in one
-    pass over the registers where they lie (each run's rows are contiguous)."""
-    product = product.reshape(target.shape)
-    if accumulate:
-        np.add(product, target, out=target, dtype=np.float64, casting="unsafe")
-    else:
-        np.copyto(target, product, casting="unsafe")
-
-
-def _uniform_per_group(m: Machine, inst, values, lanes, what: str) -> np.ndarray:
-    """The value of `values` (per lane of `lanes`: whole warpgroups, in order) in each warpgroup, which must
-    agree across it."""
-    values = np.asarray(values)
-    if values.shape != lanes.shape:  # an immediate
-        values = np.broadcast_to(values, lanes.shape)
-    values = values.reshape(-1, facts.WARPGROUP_SIZE)
-    differ = values != values[:, :1]
-    if differ.any():
-        g, i = np.unravel_index(np.argmax(differ), differ.shape)
-        raise m.error(inst, f"the {what} must be the same in the whole warpgroup",
-                      int(lanes[g * facts.WARPGROUP_SIZE + i]))
-    return values[:, 0]
-
-
-@opcode("wgmma")
-def decode_wgmma(ops: Operands, inst, mods):
-    if mods.take("mma_async"):
-        return _wgmma_async(ops, inst, mods)
-    if mods.take("fence", "commit_group", "wait_group") is None:
-        raise ops.refuse(inst, "wgmma form (sparse wgmma.mma_async.sp is not supported)")
-    mods.drop("sync", "aligned")
-    return lambda sel: None  # groups are counted by async_checks.install's wrapper
-
-
-# endregion
-# region ldmatrix, stmatrix
-def _matrix_step(ops: Operands, inst, mods, store: bool):
-    mods.drop("sync", "aligned")
-    if not mods.take("m8n8"):
-        raise ops.refuse(inst, "shapes other than .m8n8")
-    count = mods.take("x1", "x2", "x4")
-    transpose = bool(mods.take("trans"))
-    space = take_space(mods, "generic")
-    mods.take("b16")
-    if count is None:
-        raise ops.refuse(inst, "needs .x1, .x2 or .x4")
-    matrices = int(count[1])
-    m = ops.m
-    address = ops.address(inst, inst.operands[0 if store else 1])
-    regs = elements(inst.operands[1 if store else 0])
-    if len(regs) != matrices:
-        raise ops.refuse(inst, f"{matrices} registers expected")
-    b32 = ptx_type("b32")
-    readers = [ops.read(inst, r, b32) for r in regs] if store else None
-    writers = None if store else [ops.write(inst, r, b32) for r in regs]
-    lane = np.arange(facts.WARP_SIZE)
-    row, col = lane // 4, 2 * (lane % 4)
-
-    def run(sel):
-        lanes = lanes_of(m, sel)
-        warps = m.unit_of[facts.WARP_SIZE][lanes]
-        addresses = np.broadcast_to(np.asarray(address(sel), np.int64), lanes.shape)
-        outputs = [np.zeros(len(lanes), np.uint32) for _ in range(matrices)]
-        for w in np.unique(warps):
-            here = np.flatnonzero(warps == w)
-            if len(here) != facts.WARP_SIZE:
-                raise m.error(inst, "needs all 32 threads of the warp", int(lanes[here[0]]))
-            warp_lanes = lanes[here]
-            for j in range(matrices):
-                row_lanes = warp_lanes[8 * j:8 * j + 8]
-                row_addresses = addresses[here[8 * j:8 * j + 8]]
-                if store:
-                    words = np.stack([np.broadcast_to(r(warp_lanes), (32,)) for r in readers])[j]
-                    halves = np.stack([words & 0xFFFF, words >> 16], axis=1).astype(np.uint16)
-                    matrix = np.zeros((8, 8), np.uint16)
-                    if transpose:
-                        matrix[col, row], matrix[col + 1, row] = halves[:, 0], halves[:, 1]
-                    else:
-                        matrix[row, col], matrix[row, col + 1] = halves[:, 0], halves[:, 1]
-                    access(m, inst, space, row_lanes, row_addresses, 16, matrix.view(np.uint8).reshape(8, 16))
-                else:
-                    matrix = access(m, inst, space, row_lanes, row_addresses, 16).view(np.uint16).reshape(8, 8)
-                    lo, hi = (matrix[col, row], matrix[col + 1, row]) if transpose else \
-                        (matrix[row, col], matrix[row, col + 1])
-                    outputs[j][here] = lo.astype(np.uint32) | (hi.astype(np.uint32) << 16)
-        if not store:
-            for j, write in enumerate(writers):
-                write(sel, outputs[j])
-
-    return Step(inst, run, unit=facts.WARP_SIZE)
-
-
-@opcode("ldmatrix")
-def decode_ldmatrix(ops: Operands, inst, mods):
-    return _matrix_step(ops, inst, mods, store=False)
-
-
-@opcode("stmatrix")
-def decode_stmatrix(ops: Operands, inst, mods):
-    return _matrix_step(ops, inst, mods, store=True)
-
-
-# endregion

@@ -1,0 +1,250 @@
+"""wgmma [P#asynchronous-warpgroup-level-matrix-*; facts.wgmma, facts.descriptor]: per warpgroup (all 128
+threads, collective) D = A x B (+ D when scale-d), A 64xK from shared memory through its descriptor (K-major,
+or MN-major with imm-trans-a) or from four registers per thread (`facts.a_fragment_coords`), B KxN through its
+descriptor (imm-trans-b: MN-major); imm-scale-a/b = -1 negates. K spans 32 bytes: .f16/.bf16 (k16), .tf32
+(k8, the low 13 mantissa bits ignored), .e4m3/.e5m2 (k32, mixable, .f16/.f32 accumulator), .s8/.u8 (k32,
+mixable, .s32 accumulator that wraps, or clamps with .satfinite); .b1 is refused. Float products are exact,
+sums in float64 rounded once per instruction to the accumulator type (as the Target IR simulator does);
+integer sums are exact. D is written at issue, and `asynchrony` reports any other access to the D and A
+registers, or a write over the shared operands, before the wgmma.wait_group that covers the wgmma (commit and
+wait are counted there; wgmma.fence has no effect). Descriptors must be uniform over the warpgroup. The
+operands are read by `wgmma_operands`.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from tessera.interpreters.ptx.decode import Operands, Step, elements, opcode
+from tessera.interpreters.ptx.memory import lanes_of
+from tessera.interpreters.ptx.state import Machine, lane_rows
+from tessera.interpreters.ptx.sync import PRED
+from tessera.interpreters.ptx.syntax import Reg, Vector
+from tessera.interpreters.ptx.types import ptx_type
+from tessera.interpreters.ptx.wgmma_operands import (FAMILIES, MULTIPLICANDS, descriptor_read, descriptor_tiles,
+                                                     register_operands)
+from tessera.sm90 import facts
+
+U64 = ptx_type("u64")
+
+
+@lru_cache(maxsize=None)
+def _accumulator_coords(n: int) -> tuple[np.ndarray, np.ndarray]:
+    v = np.arange(n // 2)
+    return facts.accumulator_coords(v[None, :], np.arange(facts.WARPGROUP_SIZE)[:, None])
+
+
+
+def _wgmma_types(ops: Operands, inst, mods) -> tuple[str, str, str, bool]:
+    """(.dtype, .atype, .btype, .satfinite) of wgmma.mma_async, refusing combinations outside the ISA."""
+    if "popc" in mods.left:
+        raise ops.refuse(inst, "single-bit wgmma (.b1 with .and.popc)")
+    satfinite = mods.take("satfinite") is not None
+    if len(mods.left) < 3:
+        raise ops.refuse(inst, "wgmma needs .dtype.atype.btype")
+    dtype_name, a_name, b_name = mods.left[-3:]
+    del mods.left[-3:]
+    for name in (a_name, b_name):
+        if name not in MULTIPLICANDS:
+            raise ops.refuse(inst, f"wgmma multiplicand type .{name} (supported: "
+                                   f".{', .'.join(MULTIPLICANDS)})")
+    if FAMILIES[a_name] != FAMILIES[b_name]:
+        raise ops.refuse(inst, f"wgmma .{a_name} with .{b_name}: A and B types must match (only .e4m3/.e5m2 "
+                               "and .s8/.u8 mix)")
+    if satfinite and FAMILIES[a_name] != "int":
+        raise ops.refuse(inst, "wgmma .satfinite applies to .s8/.u8 multiplicands only")
+    return dtype_name, a_name, b_name, satfinite
+
+
+def _wgmma_async(ops: Operands, inst, mods):
+    m = ops.m
+    mods.drop("sync", "aligned")
+    shape = next((x for x in mods.left if x.startswith("m64n")), None)
+    if shape is None:
+        raise ops.refuse(inst, "wgmma shape")
+    mods.left.remove(shape)
+    dtype_name, a_name, b_name, satfinite = _wgmma_types(ops, inst, mods)
+    n = int(shape[4:shape.index("k")])
+    try:
+        _, _, k = facts.wgmma_shape(n, a_name, dtype_name)
+        facts.wgmma_shape(n, b_name, dtype_name)
+    except ValueError as error:
+        raise ops.refuse(inst, str(error)) from None
+    if shape != f"m64n{n}k{k}":
+        raise ops.refuse(inst, f"wgmma .{a_name} has K = {k}, got .{shape}")
+    family = FAMILIES[a_name]
+    operands = list(inst.operands)
+    registers_a = isinstance(operands[1], Vector)
+    count = len(operands)
+    # Immediates after scale-d: imm-scale-a/b for floats, imm-trans-a/b (f16/bf16 only; no trans-a for
+    # register A), nothing for integers.
+    if family == "int":
+        allowed = (4,)
+    elif family in ("f16", "bf16"):
+        allowed = (7, 6) if registers_a else (8, 6)
+    else:
+        allowed = (6,)
+    if count not in allowed:
+        raise ops.refuse(inst, f"wgmma .{a_name} with {count} operands (expected {' or '.join(map(str, allowed))})")
+    d_regs = [ops.register(inst, r)[0] for r in elements(operands[0])]
+    d_block = m.register_blocks.get(tuple(getattr(r, "name", None) for r in elements(operands[0])))
+    if len(d_regs) != facts.accumulator_registers(n, dtype_name):
+        raise ops.refuse(inst, f"{len(d_regs)} accumulator registers for m64n{n} .{dtype_name}")
+    if registers_a:
+        a_regs = [ops.register(inst, r)[0] for r in elements(operands[1])]
+        a_block = m.register_blocks.get(tuple(getattr(r, "name", None) for r in elements(operands[1])))
+        if len(a_regs) != facts.A_FRAGMENT_REGISTERS:
+            raise ops.refuse(inst, "register A needs four registers")
+        read_a = None
+    else:
+        a_block = None
+        read_a = ops.read(inst, operands[1], U64)
+    read_b = ops.read(inst, operands[2], U64)
+    scale_d = operands[3]
+    read_scale = ops.read(inst, scale_d, PRED) if isinstance(scale_d, Reg) else None
+    static_scale = ops.static(inst, scale_d) if read_scale is None else None
+    immediates = [ops.static(inst, o) for o in operands[4:]]
+    scale_a, scale_b = immediates[:2] if immediates else (1, 1)
+    trans = immediates[2:]
+    trans_a = 0 if registers_a else (trans[0] if trans else 0)
+    trans_b = trans[-1] if (len(trans) == 2 or (registers_a and trans)) else 0
+    if scale_a not in (1, -1) or scale_b not in (1, -1) or any(t not in (0, 1) for t in trans):
+        raise ops.refuse(inst, "imm-scale must be 1 or -1 and imm-trans 0 or 1")
+    rows, cols = _accumulator_coords(n)
+    fragment = (rows * n + cols).reshape(-1)  # thread t's register v: element fragment[t * n / 2 + v] of D
+    f16_acc = dtype_name == "f16"
+    # f32 accumulators in one block: updated in place (float products)
+    in_place = d_block is not None and dtype_name == "f32" and family != "int" and d_block.itemsize == 4
+    viewed = [np.empty(0, np.int64), None]  # the lanes last run and their rows of d_block (`lane_rows`)
+
+    def run(sel):
+        # every warpgroup at this wgmma in one batched product: operands per warpgroup, accumulators of all
+        # lanes gathered and scattered once per register
+        lanes = lanes_of(m, sel)
+        groups = m.unit_of[facts.WARPGROUP_SIZE][lanes]
+        size = facts.WARPGROUP_SIZE
+        if len(groups) % size == 0 and (groups[::size] == groups[size - 1::size]).all():
+            starts = np.arange(0, len(groups), size)  # whole warpgroups (lanes ascend, each once)
+        else:
+            starts = np.flatnonzero(np.diff(groups, prepend=-1))  # lanes ascend: each warpgroup's lanes are one run
+            counts = np.diff(starts, append=len(groups))
+            short = counts != size
+            if short.any():
+                raise m.error(inst, "wgmma needs all 128 threads of the warpgroup", int(lanes[starts[np.argmax(short)]]))
+        b_descs = _uniform_per_group(m, inst, read_b(sel), lanes, "B descriptor")
+        a_descs = None if registers_a else _uniform_per_group(m, inst, read_a(sel), lanes, "A descriptor")
+        accumulate = np.full(len(starts), bool(static_scale)) if read_scale is None else \
+            _uniform_per_group(m, inst, read_scale(sel), lanes, "scale-d predicate").astype(bool)
+        # warpgroups of one CTA reading B through one descriptor (two consumers sharing a K tile) read it once
+        sharing: dict[tuple[int, int], list[int]] = {}
+        for i, start in enumerate(starts.tolist()):
+            sharing.setdefault((int(m.lane_cta[lanes[start]]), int(b_descs[i])), []).append(start)
+        # every read checked and recorded in warpgroup order, then gathered across CTAs (`descriptor_tiles`)
+        b_of: dict[tuple[int, int], int] = {}
+        b_reads, a_reads, b_index = [], [], []
+        for i, start in enumerate(starts.tolist()):
+            wg = lanes[start:start + facts.WARPGROUP_SIZE]
+            key = (int(m.lane_cta[wg[0]]), int(b_descs[i]))
+            if key not in b_of:
+                readers = np.concatenate([lanes[j:j + facts.WARPGROUP_SIZE] for j in sharing[key]])
+                b_of[key] = len(b_reads)
+                b_reads.append(descriptor_read(m, inst, readers, key[1], "MN" if trans_b else "K", n, b_name))
+            b_index.append(b_of[key])
+            if not registers_a:
+                a_reads.append(descriptor_read(m, inst, wg, int(a_descs[i]), "MN" if trans_a else "K",
+                                                facts.WGMMA_M, a_name, "A"))
+        if registers_a:  # every warpgroup's A fragment in one gather (one block of registers: one more)
+            words = a_block[lanes] if a_block is not None else np.stack([r[lanes] for r in a_regs], axis=1)
+            a_stack = register_operands(words.reshape(len(starts), facts.WARPGROUP_SIZE, -1), a_name)
+        else:
+            a_stack = descriptor_tiles(m, a_reads, a_name)
+        b_stack = descriptor_tiles(m, b_reads, b_name)
+        if len(b_reads) != len(starts):
+            b_stack = b_stack[b_index]
+        if scale_a != 1:
+            a_stack = scale_a * a_stack
+        if scale_b != 1:
+            b_stack = scale_b * b_stack
+        d = np.matmul(a_stack, b_stack.transpose(0, 2, 1))
+        product = np.take(d.reshape(len(starts), -1), fragment, axis=1).reshape(len(lanes), -1)  # [lanes, registers]
+        if in_place and (accumulate.all() or not accumulate.any()):
+            if len(viewed[0]) != len(lanes) or not np.array_equal(viewed[0], lanes):
+                viewed[:] = [lanes.copy(), lane_rows(d_block, lanes)]  # kept: the same warpgroups run each wgmma
+            rows = viewed[1]
+            if rows is not None:  # the accumulators of every warpgroup updated where they lie: one pass
+                _accumulate_fragments(product, rows.view(np.float32), bool(accumulate[0]))
+                return
+        # [lanes, registers]; one gather where the accumulators are one block (Machine.register_blocks)
+        acc_words = d_block[lanes] if d_block is not None else np.stack([r[lanes] for r in d_regs], axis=1)
+        if f16_acc:
+            acc = np.stack([(acc_words & 0xFFFF), acc_words >> 16], axis=2).reshape(len(lanes), -1)
+            acc = acc.astype(np.uint16).view(np.float16).astype(np.float64)
+        elif family == "int":
+            acc = acc_words.astype(np.uint32).view(np.int32).astype(np.float64)
+        else:
+            acc = acc_words.view(np.float32).astype(np.float64)
+        if accumulate.all():
+            result = product + acc
+        elif not accumulate.any():
+            result = product
+        else:
+            result = np.where(np.repeat(accumulate, facts.WARPGROUP_SIZE)[:, None], product + acc, product)
+        if f16_acc:
+            bits = result.astype(np.float16).view(np.uint16).astype(np.uint32).reshape(len(lanes), -1, 2)
+            out = bits[..., 0] | (bits[..., 1] << 16)
+        elif family == "int":
+            # Integer sums are exact in float64 (|sum| < 2^53); .s32 wraps, .satfinite clamps.
+            total = result.astype(np.int64)
+            if satfinite:
+                total = np.clip(total, -(1 << 31), (1 << 31) - 1)
+            out = total.astype(np.uint32)
+        else:
+            out = result.astype(np.float32).view(np.uint32)
+        if d_block is not None:
+            d_block[lanes] = out
+            return
+        columns = np.ascontiguousarray(out.T)  # one register's values contiguous: a faster scatter
+        for v, r in enumerate(d_regs):
+            r[lanes] = columns[v]
+
+    return Step(inst, run, unit=facts.WARPGROUP_SIZE)
+
+
+def _accumulate_fragments(product: np.ndarray, target: np.ndarray, accumulate: bool) -> None:
+    """target (f32 accumulators [runs, lanes of a run, registers], whole warpgroups, a view of the register
+    block) = product (+ target when `accumulate`), `product` the float64 fragments [lanes, registers] in the
+    same order: the sum taken in float64 and rounded once to f32, as a gather, add and scatter would, in one
+    pass over the registers where they lie (each run's rows are contiguous)."""
+    product = product.reshape(target.shape)
+    if accumulate:
+        np.add(product, target, out=target, dtype=np.float64, casting="unsafe")
+    else:
+        np.copyto(target, product, casting="unsafe")
+
+
+def _uniform_per_group(m: Machine, inst, values, lanes, what: str) -> np.ndarray:
+    """The value of `values` (per lane of `lanes`: whole warpgroups, in order) in each warpgroup, which must
+    agree across it."""
+    values = np.asarray(values)
+    if values.shape != lanes.shape:  # an immediate
+        values = np.broadcast_to(values, lanes.shape)
+    values = values.reshape(-1, facts.WARPGROUP_SIZE)
+    differ = values != values[:, :1]
+    if differ.any():
+        g, i = np.unravel_index(np.argmax(differ), differ.shape)
+        raise m.error(inst, f"the {what} must be the same in the whole warpgroup",
+                      int(lanes[g * facts.WARPGROUP_SIZE + i]))
+    return values[:, 0]
+
+
+@opcode("wgmma")
+def decode_wgmma(ops: Operands, inst, mods):
+    if mods.take("mma_async"):
+        return _wgmma_async(ops, inst, mods)
+    if mods.take("fence", "commit_group", "wait_group") is None:
+        raise ops.refuse(inst, "wgmma form (sparse wgmma.mma_async.sp is not supported)")
+    mods.drop("sync", "aligned")
+    return lambda sel: None  # groups are counted by async_checks.install's wrapper
+

@@ -1,0 +1,141 @@
+"""The operands of wgmma [P#asynchronous-warpgroup-level-matrix-*; facts.wgmma, facts.descriptor]: the multiplicand
+types (`MULTIPLICANDS`, their families and exact float64 values), the bytes a matrix descriptor reads from shared
+memory (`descriptor_bytes`: decoded once per descriptor value), the read checked and recorded for asynchrony
+(`descriptor_read`) and gathered across CTAs (`descriptor_tiles`), and the A tile from the four registers of each
+thread of a warpgroup (`register_operands`, `facts.a_fragment_coords`). `wgmma` runs the product; `warp_mma`
+reads its elements with the same readers.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import ml_dtypes
+import numpy as np
+
+from tessera.interpreters.ptx.shared_chunks import CHUNK, chunk_set, chunks_in_order, dense_range
+from tessera.interpreters.ptx.state import Machine
+from tessera.sm90 import facts
+
+
+@lru_cache(maxsize=None)
+def _a_coords() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    i = np.arange(facts.A_FRAGMENT_REGISTERS)[None, :]
+    t = np.arange(facts.WARPGROUP_SIZE)[:, None]
+    (r0, k0), (r1, k1) = facts.a_fragment_coords(i, 0, t), facts.a_fragment_coords(i, 1, t)
+    return r0, k0, r1, k1
+
+
+MULTIPLICANDS = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "tf32": np.uint32,
+                  "e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2, "s8": np.int8, "u8": np.uint8}
+"""wgmma multiplicand type -> the NumPy dtype of its stored element (.tf32 as its 32-bit pattern)."""
+
+FAMILIES = {"f16": "f16", "bf16": "bf16", "tf32": "tf32", "e4m3": "fp8", "e5m2": "fp8", "s8": "int", "u8": "int"}
+"""A and B must have the same family (.e4m3/.e5m2 mix freely, so do .s8/.u8)."""
+
+_TF32_MASK = np.uint32(0xFFFFE000)
+"""A .tf32 element is an f32 pattern of which the tensor core reads sign, exponent and 10 mantissa bits."""
+
+
+def multiplicand_values(raw: np.ndarray, name: str) -> np.ndarray:
+    """Stored elements (of `MULTIPLICANDS[name]`) as exact float64 values."""
+    if name == "tf32":
+        return (raw & _TF32_MASK).view(np.float32).astype(np.float64)
+    return raw.astype(np.float64)
+
+
+@lru_cache(maxsize=4096)
+def descriptor_bytes(descriptor: int, major: str, e: int, extent: int) -> tuple | str:
+    """(element addresses [extent, K elements], byte offsets [extent * K * e], lowest and highest address, the
+    range the offsets fill when they fill one, the range [lowest, highest] byte holding them, the 16-byte chunks
+    holding them (`chunk_set`), the offsets as 16-byte chunks in order or None) a descriptor reads, or the
+    reason it is invalid: computed once per descriptor value and kept across wgmmas, CTAs and launches (a ring's
+    slots give a handful of values)."""
+    try:
+        fields = facts.decode_descriptor(descriptor)
+        addresses = np.asarray(facts.descriptor_element_address(
+            fields, major, e, np.arange(extent)[:, None], np.arange(facts.WGMMA_K_BYTES // e)[None, :]), np.int64)
+    except ValueError as error:
+        return str(error)
+    offsets = (addresses[..., None] + np.arange(e)).reshape(-1)
+    addresses.setflags(write=False)
+    offsets.setflags(write=False)
+    return (addresses, offsets, int(addresses.min()), int(addresses.max()), dense_range(offsets),
+            (int(offsets.min()), int(offsets.max()) + 1), chunk_set(offsets), chunks_in_order(offsets))
+
+
+
+def descriptor_read(m: Machine, inst, lanes: np.ndarray, descriptor: int, major: str, extent: int,
+                     name: str, operand: str = "B") -> tuple:
+    """The [extent, K] operand (K spanning facts.WGMMA_K_BYTES) `lanes` (whole warpgroups of one CTA) read
+    through a descriptor from their CTA's shared memory: checked and recorded as an async-proxy read
+    (`wgmma_tracking.WgmmaTracking.wgmma_reads`); returns what `descriptor_tiles` gathers it with."""
+    e = np.dtype(MULTIPLICANDS[name]).itemsize
+    decoded = descriptor_bytes(descriptor, major, e, extent)
+    if isinstance(decoded, str):
+        raise m.error(inst, f"matrix descriptor {descriptor:#x}: {decoded}", int(lanes[0]))
+    addresses, offsets, low, high, dense, hull, columns, chunks = decoded
+    if low < 0 or high + e > m.shared_bytes:
+        raise m.error(inst, f"matrix descriptor {descriptor:#x} reads outside shared memory", int(lanes[0]))
+    cta = int(m.lane_cta[lanes[0]])
+    base = cta * m.shared_bytes
+    span = None if dense is None else slice(base + dense[0], base + dense[1])
+    own_rows = operand == "A"  # the bytes row by row (addresses [rows, K]): each warp reads its own rows
+    m.tracker.wgmma_reads(inst, lanes, None if chunks is not None else offsets + base, operand, span,
+                          slice(base + hull[0], base + hull[1]), chunks, base, own_rows=own_rows,
+                          chunk_set=columns)
+    return cta, (descriptor, major, e, extent), decoded
+
+
+def descriptor_tiles(m: Machine, reads: list[tuple], name: str) -> np.ndarray:
+    """[len(reads), extent, K] float64: the operands `reads` (`descriptor_read`'s, one per CTA and
+    descriptor, all of one operand of one wgmma) hold, gathered once per descriptor value for every CTA reading
+    through it (the CTAs of a batch run the same program: their descriptors agree), a 16-byte chunk at a time
+    where the descriptor reads whole chunks in order."""
+    dtype = np.dtype(MULTIPLICANDS[name])
+    size = m.shared_bytes
+    by_value: dict[tuple, list[int]] = {}
+    for i, (_, key, _) in enumerate(reads):
+        by_value.setdefault(key, []).append(i)
+    parts = []
+    for positions in by_value.values():
+        decoded = reads[positions[0]][2]
+        ctas = np.array([reads[i][0] for i in positions], np.int64)[:, None]
+        chunks = decoded[7]
+        if chunks is not None and size % CHUNK == 0:
+            raw = m.shared.reshape(-1, CHUNK)[ctas * (size // CHUNK) + chunks]
+        else:  # byte by byte (an MN-major tile: whole chunks out of order; gathering them first is slower)
+            raw = m.shared[ctas * size + decoded[1]]
+        parts.append((positions, raw.reshape(len(positions), -1)))
+    if len(parts) == 1:
+        raw = parts[0][1]
+    else:
+        raw = np.empty((len(reads), parts[0][1].shape[1]), np.uint8)
+        for positions, part in parts:
+            raw[positions] = part
+    return multiplicand_values(raw.view(dtype).reshape(len(reads), *reads[0][2][0].shape), name)
+
+
+@lru_cache(maxsize=None)
+def _a_tile_bytes() -> np.ndarray:
+    """For each byte of the 64 x 32-byte A tile (row-major), its position in the bytes of the 128 threads' four
+    A registers ([thread, register, byte] flattened): the fragment fills the tile, each byte once.
+
+    Every multiplicand type packs the same bytes of the tile into a register (Figure 148 and its .tf32/8-bit
+    siblings): register a[i] holds the 4 bytes of row 16w + g + 8(i & 1) starting at byte 4c + 16(i >> 1) of
+    the row's 32 K-bytes, the positions of the f16 fragment's pair (`facts.a_fragment_coords`, half 0)."""
+    r0, k0, _, _ = _a_coords()
+    source = np.full((facts.WGMMA_M, facts.WGMMA_K_BYTES), -1, np.int64)
+    source[r0[..., None], 2 * k0[..., None] + np.arange(4)] = np.arange(r0.size * 4).reshape(*r0.shape, 4)
+    assert (source >= 0).all(), "the A fragment fills the tile"
+    source.setflags(write=False)
+    return source.reshape(-1)
+
+
+def register_operands(words: np.ndarray, name: str) -> np.ndarray:
+    """The 64xK A tiles [warpgroups, 64, K] from the four 32-bit A registers of each thread of each warpgroup
+    (`words` [warpgroups, 128, 4]), in one gather."""
+    raw = np.take(np.ascontiguousarray(words, np.uint32).view(np.uint8).reshape(len(words), -1), _a_tile_bytes(), axis=1)
+    return multiplicand_values(raw.reshape(len(words), facts.WGMMA_M, facts.WGMMA_K_BYTES)
+                                .view(MULTIPLICANDS[name]), name)
+
