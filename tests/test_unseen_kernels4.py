@@ -209,7 +209,8 @@ def test_a_transposed_atomic_add_into_an_inner_window_is_refused_by_name():
         warnings.simplefilter("ignore")
         np.testing.assert_array_equal(tessera.launch(module, a, b, level="tile"), *_gemm_transposed_ref(a, b))
     path = str(KERNELS / "gemm_atomic_transposed.mlir")
-    result = inprocess.run([sys.executable, "-m", "tessera.tools.tessera_run", path, "--level", "target", "-d", "M=70", "-d", "K=100", "-d", "N=130"])
+    result = inprocess.run([sys.executable, "-m", "tessera.tools.tessera_run", path, "--level", "target",
+                            "-d", "M=70", "-d", "K=100", "-d", "N=130"])
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     assert "gemm_atomic_transposed.mlir:43:5: kernel @gemm_atomic_transposed: convert-tile-to-sm90" in result.stderr
     assert "a transposed add needs a window from column 0" in result.stderr
