@@ -441,7 +441,8 @@ class GatherOp(IRDLOperation):
     It reads what a score or mask modifier indexes (`slopes[h]`, `doc_ids[kv_idx]`, a relative-position
     table). Each read is bounds-checked: an element whose coordinates fall outside the table reads 0 (a
     predicated load), because a modifier is evaluated over whole tiles, including positions past seq_q or
-    seq_k that the kernel masks afterwards; the host checks the positions that count (`tessera.variants.trace.
+    seq_k that the kernel masks afterwards; the host proves the positions that count inside the table before a
+    launch (`tessera.variants.index_ranges`), and the reference checks them (`tessera.variants.trace.
     bounds_checked`). The table holds f32 or i32; the result has its element type."""
 
     name = "tile.gather"

@@ -13,6 +13,7 @@ from tessera.arguments import check_array, check_choice, check_module, check_siz
 # package attribute `kernels`, which would replace a function of that name here.
 from tessera.kernel_abi import KernelSignature, is_target_kernel, signature, specialized
 from tessera.kernel_abi import kernels as kernel_functions
+from tessera.variants.index_ranges import check_launch
 
 LEVELS = ("tile", "target", "ptx")
 """Where `interpret` runs a kernel: the Tile IR interpreter, the CTA simulator on its Target IR, or the PTX
@@ -158,6 +159,7 @@ def run_interpreted(where: str, module, arrays, kernel, level, pipeline, sizes, 
             raise ValueError(f"{where}: size {name}={value} contradicts the inputs, which give {name}={bound[name]}")
     for name, value in bound.items():  # sizes the inputs give reach the kernel as 32-bit parameters too
         check_size(where, name, value)
+    check_launch(where, module, bound)  # a kernel built from score_mod / mask_mod: their reads in bounds
 
     from tessera.interpreters.launch import prepare_arguments, run_grid
 

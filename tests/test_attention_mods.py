@@ -222,7 +222,8 @@ def test_block_mask_reports_an_index_outside_a_captured_array():
 
     def bad(b, h, q_idx, kv_idx):
         return doc[q_idx - 1] == doc[kv_idx]
-    with pytest.raises(ModTraceError, match=r"mask_mod 'test_block_mask_reports.*bad' reads doc at index -1"):
+    with pytest.raises(ModTraceError, match=r"mask_mod 'test_block_mask_reports.*bad' at .*: reads "
+                                            r"doc\[q_idx - 1\], which reaches \[-1, 8\]"):
         create_block_mask(bad, 1, 1, 10, 10, 64, 64)
 
 

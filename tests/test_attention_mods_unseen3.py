@@ -269,7 +269,7 @@ SHORT = np.ones(5)
     (lambda s, b, h, q, k: s > 0, "score_mod", "returns a boolean; a score_mod returns the new score"),
     (lambda s, b, h, q, k: (s, s), "score_mod", "cannot trace an operand of type tuple"),
     (lambda b, h, q, k: (q - k) * 0.5, "mask_mod", "returns a f32 value; a mask_mod returns a boolean"),
-    (lambda b, h, q, k: SHORT[k] > 0, "mask_mod", "reads SHORT at index 39 of dimension 0, outside its shape (5,)"),
+    (lambda b, h, q, k: SHORT[k] > 0, "mask_mod", "reads SHORT[kv_idx], which reaches [0, 39] for the launch"),
     (lambda s, b, h, q, k: s + TABLE, "score_mod",
      "the captured array TABLE of shape (40,) used as a whole (index it with one value per dimension, such as "
      "TABLE[kv_idx])"),

@@ -30,7 +30,7 @@ import tessera
 from tessera import reference
 from tessera.numerics import BF16
 from tessera.variants import ModTraceError, create_block_mask, trace_mod
-from tessera.variants.ranges import check_index_ranges
+from tessera.variants.index_ranges import check_index_ranges
 
 H = 4
 _rng = np.random.default_rng(10)
@@ -377,7 +377,7 @@ def test_index_arithmetic_past_i32_is_refused_before_it_wraps():
     the expression and the sizes."""
     q, k, v, do = variant_inputs((2, H, 2, 70, 45), 11)
     with pytest.raises(ModTraceError, match=r"mask_mod 'hashed_keys' at .*test_attention_mods_unseen4.py:\d+: "
-                                            r"cannot trace the integer value \(q_idx \* 50000000\): it reaches "
+                                            r"cannot trace the integer value q_idx \* 50000000: it reaches "
                                             r"3450000000 at batch 2, heads 4, seq_q 70, seq_k 45, outside i32"):
         tessera.attention(q, k, v, mask_mod=hashed_keys, level="tile")
     o, lse = tessera.attention(q, k, v, return_lse=True, level="tile")
@@ -388,12 +388,11 @@ def test_index_arithmetic_past_i32_is_refused_before_it_wraps():
 @pytest.mark.parametrize("seq,refused", [(46341, False), (46342, True), (70, False)])
 def test_a_product_of_indices_is_bounded_by_the_lengths(seq, refused):
     """`q_idx * kv_idx` fits i32 up to 46,341 tokens (46,340^2 < 2^31); one more and it is refused."""
-    trace = trace_mod(product_bias, "score_mod")
     if refused:
-        with pytest.raises(ModTraceError, match=r"\(q_idx \* kv_idx\): it reaches 2147488281"):
-            check_index_ranges(trace, "score_mod", 1, 1, seq, seq)
+        with pytest.raises(ModTraceError, match=r"q_idx \* kv_idx: it reaches 2147488281"):
+            check_index_ranges(score_mod=product_bias, batch=1, heads=1, seq_q=seq, seq_k=seq)
     else:
-        check_index_ranges(trace, "score_mod", 1, 1, seq, seq)
+        check_index_ranges(score_mod=product_bias, batch=1, heads=1, seq_q=seq, seq_k=seq)
 
 
 def test_a_conversion_past_i32_is_refused():
@@ -402,24 +401,24 @@ def test_a_conversion_past_i32_is_refused():
     def hashed(b, h, q_idx, kv_idx):
         return (np.floor(q_idx / 3.0 + 0.5) * 1e9).astype(int) % 7 != kv_idx % 7
 
-    with pytest.raises(ModTraceError, match=r"mask_mod '.*hashed' .*int\(\(np.floor\(\(\(float\(q_idx\) / 3.0\) \+ "
-                                            r"0.5\)\) \* 1000000000.0\)\): it reaches 23000000000 at batch 1, heads 1, "
-                                            r"seq_q 70, .*the kernel's conversion saturates"):
-        check_index_ranges(trace_mod(hashed, "mask_mod"), "mask_mod", 1, 1, 70, 70)
-    check_index_ranges(trace_mod(hashed, "mask_mod"), "mask_mod", 1, 1, 6, 70)  # 2e9 fits
+    with pytest.raises(ModTraceError, match=r"mask_mod '.*hashed' .*\(np.floor\(q_idx / 3.0 \+ 0.5\) \* "
+                                            r"1000000000.0\).astype\(int\): it reaches 24000000000 at batch 1, "
+                                            r"heads 1, seq_q 70, .*the kernel's conversion saturates"):
+        check_index_ranges(mask_mod=hashed, batch=1, heads=1, seq_q=70, seq_k=70)
+    check_index_ranges(mask_mod=hashed, batch=1, heads=1, seq_q=3, seq_k=70)  # 2e9 fits
 
 
 def test_what_stays_inside_i32_is_not_refused():
     """A modulus bounds what follows (`(q_idx * 1000) % 7 * 10**6`), a value made from the score has no bound
     (and is not refused), and every variant above passes at 1000 tokens."""
-    check_index_ranges(trace_mod(lambda b, h, q, k: (q * 1000) % 7 * 10**6 > k, "mask_mod"), "mask_mod", 2, H,
-                       1000, 1000)
-    check_index_ranges(trace_mod(lambda s, b, h, q, k: s + (s * 1e9).astype(int) % 3, "score_mod"), "score_mod",
-                       2, H, 1000, 1000)
+    check_index_ranges(mask_mod=lambda b, h, q, k: (q * 1000) % 7 * 10**6 > k, batch=2, heads=H, seq_q=1000,
+                       seq_k=1000)
+    check_index_ranges(score_mod=lambda s, b, h, q, k: s + (s * 1e9).astype(int) % 3, batch=2, heads=H, seq_q=1000,
+                       seq_k=1000)
     for score_mod, mask_mod in VARIANTS.values():
         for fn, kind in ((score_mod, "score_mod"), (mask_mod, "mask_mod")):
             if fn is not None:
-                check_index_ranges(trace_mod(fn, kind), kind, 2, H, 1000, 1000)
+                check_index_ranges(**{kind: fn}, batch=2, heads=H, seq_q=1000, seq_k=1000)
 
 # endregion
 # region captured arrays that change between calls

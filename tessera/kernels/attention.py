@@ -73,6 +73,7 @@ from tessera.kernels.common import (
     register_tile,
     shared_tile,
 )
+from tessera.variants.index_ranges import check_at_launch
 from tessera.variants.trace import trace_mod
 from tessera.kernels import attention_fp8
 from tessera.kernels.attention_mods import AttentionMods
@@ -695,7 +696,10 @@ def flash_attention(
     store_results(b, blk, acc, m, l)
     if c.v_transposed == "p8":
         attention_fp8.order_v_keys(fn)
-    return apply_cluster(finish_kernel(fn, b), shape)
+    module = apply_cluster(finish_kernel(fn, b), shape)
+    if mods is not None:  # a launch proves the modifiers' reads in bounds for its shapes
+        check_at_launch(module, mods.traced())
+    return module
 
 
 def check_mods(score_mod, mask_mod, block_sparse, c: AttentionConfig, cluster) -> AttentionMods | None:

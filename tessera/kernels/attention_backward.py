@@ -65,6 +65,7 @@ from xdsl.ir import Attribute, SSAValue
 
 from tessera.variants.block_mask import VISIT_HEAD
 from tessera.variants.derivative import may_be_unbounded, score_derivative
+from tessera.variants.index_ranges import check_at_launch
 from tessera.variants.trace import trace_mod
 from tessera.dialects import tile
 from tessera.kernels.attention import AttentionConfig
@@ -704,6 +705,8 @@ def attention_backward(
         main = _build_main_key_rows(cfg, mods)
     else:
         main = _build_main(cfg, mods, head_split)
+    if mods is not None:  # a launch proves the modifiers' reads in bounds for its shapes
+        check_at_launch(main, mods.traced())
     return AttentionBackward(cfg, _build_preprocess(cfg), main, _build_postprocess(cfg), head_split)
 
 

@@ -19,7 +19,8 @@ In the key loop of a query block at q0 and a key block at k0, with the [BM, BN] 
 
 Each node is emitted once (the graph is a DAG). Positions past seq_q and seq_k are computed too and masked by
 the kernel afterwards (`tile.mask_bounds`), so a modifier sees indices up to the tile's edge there; its
-gathers read 0 outside their table.
+gathers read 0 outside their table. Before a launch the host proves every read at the positions that count
+inside its table (`tessera.variants.index_ranges`; the builders register the traces with the module).
 """
 
 from __future__ import annotations
@@ -279,6 +280,10 @@ class AttentionMods:
     score_mod: Trace | None = None
     mask_mod: Trace | None = None
     block_sparse: bool = False
+
+    def traced(self) -> list[tuple[Trace, str]]:
+        """(trace, "score_mod" or "mask_mod") of each modifier (`index_ranges.check_at_launch`)."""
+        return [(t, kind) for t, kind in ((self.score_mod, "score_mod"), (self.mask_mod, "mask_mod")) if t is not None]
 
     @property
     def arrays(self) -> list:

@@ -18,6 +18,7 @@ from tessera.passes import DEFAULT_PIPELINE
 from tessera.runtime.compiler import CompiledKernel, compile_module
 from tessera.runtime.driver import CudaUnavailable
 from tessera.runtime.launch import run, usable_device
+from tessera.variants.index_ranges import check_launch
 
 
 def launch(
@@ -77,7 +78,8 @@ def _launch_gpu(where: str, module, sig: KernelSignature | None, arrays, pipelin
         if getattr(x, "shape", None) is None:
             check_array(where, f"input {i}", x)  # the TypeError naming what it is
     if sig is not None:  # a wrong call fails before the GPU is asked
-        sig.sizes_from_inputs([tuple(x.shape) for x in arrays], sizes)
+        bound = sig.sizes_from_inputs([tuple(x.shape) for x in arrays], sizes)
+        check_launch(where, module, bound)  # a kernel built from score_mod / mask_mod: their reads in bounds
     try:
         usable_device(arrays)  # no GPU, no compile; the message names level= as the CPU alternative
     except CudaUnavailable as error:

@@ -12,6 +12,9 @@ the kernel cache keys them by their text; the captured arrays and lists are inpu
 compile) and launches them like the dense kernels (`tessera.launch`; the backward's as
 `runtime.launch.launch_zeroed`); the captured arrays and block lists go to the
 device beside q, k and v (tensors on q's device for PyTorch inputs).
+
+Before anything is built, every read of a captured array is proved inside its array for the launch's batch, heads,
+seq_q and seq_k (`tessera.variants.index_ranges.check_index_ranges`): a read that leaves it is refused by name.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import numpy as np
 
 from tessera.variants.trace import F32, trace_mod
 from tessera.variants.block_mask import create_block_mask
-from tessera.variants.ranges import check_index_ranges
+from tessera.variants.index_ranges import check_index_ranges
 
 
 SPARSE_BACKWARD_HEAD_DIMS = (64, 128)
@@ -62,16 +65,12 @@ def warp_specialized_refusal(module) -> str | None:
     return _FITS[key]
 
 
-def _captured(score_mod, mask_mod, q, k) -> list[np.ndarray]:
-    """The arrays the modifiers read, in the kernels' argument order (each once), after checking that their
-    integer arithmetic stays inside i32 at q's and k's sizes (`check_index_ranges`)."""
-    (batch, heads, seq_q, _), seq_k = q.shape, k.shape[2]
+def _captured(score_mod, mask_mod) -> list[np.ndarray]:
+    """The arrays the modifiers read, in the kernels' argument order (each once)."""
     arrays: dict[str, np.ndarray] = {}
     for fn, kind in ((score_mod, "score_mod"), (mask_mod, "mask_mod")):
         if fn is not None:
-            trace = trace_mod(fn, kind)
-            check_index_ranges(trace, kind, batch, heads, seq_q, seq_k)
-            for captured in trace.arrays:  # in the kernel input's type (the GPU takes no other)
+            for captured in trace_mod(fn, kind).arrays:  # in the kernel input's type (the GPU takes no other)
                 arrays.setdefault(captured.name, np.ascontiguousarray(
                     captured.array, np.float32 if captured.dtype == F32 else np.int32))
     return list(arrays.values())
@@ -122,6 +121,8 @@ def attention_mods(q, k, v, *, score_mod, mask_mod, causal: bool, scale, return_
     from tessera.lowering.fallback import NoConfigurationFitsError, without_spilling
     from tessera.runtime.launch import usable_device
 
+    (batch, heads, seq_q, _), seq_k = q.shape, k.shape[2]
+    check_index_ranges(score_mod, mask_mod, batch=batch, heads=heads, seq_q=seq_q, seq_k=seq_k)
     if level is None:
         usable_device((q, k, v))  # no GPU, no compile (CudaUnavailable names level= as the alternative)
     first = DEFAULT_BLOCK_N[head_dim] if block_n is None else block_n
@@ -153,7 +154,7 @@ def _forward(q, k, v, score_mod, mask_mod, causal, scale, return_lse, level, hea
     (batch, heads, seq_q, _), seq_k = q.shape, k.shape[2]
     module = forward_module(q, k, score_mod=score_mod, mask_mod=mask_mod, causal=causal, scale=scale,
                             return_lse=return_lse, head_dim=head_dim, dtype=dtype, block_n=block_n)
-    extra = _captured(score_mod, mask_mod, q, k)
+    extra = _captured(score_mod, mask_mod)
     if mask_mod is not None:
         extra += create_block_mask(mask_mod, batch, heads, seq_q, seq_k, DEFAULT_BLOCK_M, block_n).inputs()
     if level is None:
@@ -247,6 +248,8 @@ def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal:
     from tessera.regalloc import RegisterBudgetError
     from tessera.runtime.launch import usable_device
 
+    (batch, heads, seq_q, _), seq_k = q.shape, k.shape[2]
+    check_index_ranges(score_mod, mask_mod, batch=batch, heads=heads, seq_q=seq_q, seq_k=seq_k)
     if level is None:
         usable_device((q, k, v, o, lse, do))  # no GPU, no compile
     options = dict(score_mod=score_mod, mask_mod=mask_mod, causal=causal, scale=scale, level=level,
@@ -280,7 +283,7 @@ def _backward(kernels, sparse, q, k, v, o, lse, do, *, score_mod, mask_mod, leve
     from tessera import api
     from tessera.runtime.launch import is_torch_tensor, numpy_to_torch
 
-    extra = _captured(score_mod, mask_mod, q, k)
+    extra = _captured(score_mod, mask_mod)
     if sparse:
         c = kernels.config.attention
         (batch, heads, seq_q, _), seq_k = q.shape, k.shape[2]

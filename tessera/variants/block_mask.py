@@ -23,7 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tessera.variants.trace import bounds_checked
+from tessera.variants.index_intervals import LaunchDims
+from tessera.variants.index_ranges import check_trace
+from tessera.variants.trace import ModTraceError, bounds_checked, trace_mod
 
 EMPTY, PARTIAL, FULL = 0, 1, 2
 
@@ -123,8 +125,10 @@ class BlockMask:
 def create_block_mask(mask_mod: Callable, batch: int | None, heads: int | None, seq_q: int, seq_k: int,
                       block_m: int = 128, block_n: int = 128, *, device: object = None,
                       BLOCK_SIZE: int | tuple[int, int] | None = None) -> BlockMask:  # noqa: N803
-    """Classify the blocks of `mask_mod` (module docstring). The mask_mod runs through
-    `attention_mods.bounds_checked`: an index outside a captured array raises ModTraceError naming it.
+    """Classify the blocks of `mask_mod` (module docstring). Its reads of captured arrays are first proved in
+    bounds for these dims (`tessera.variants.index_ranges`: IndexRangeError names the read, its line and the
+    range it reaches); a mask_mod that cannot be traced runs through `trace.bounds_checked`, where an index
+    outside a captured array raises ModTraceError naming it.
 
     FlexAttention's calls port unchanged: `create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cpu",
     BLOCK_SIZE=128)`, where a batch or heads of None is 1 (a mask for every batch entry or head, evaluated at
@@ -138,6 +142,12 @@ def create_block_mask(mask_mod: Callable, batch: int | None, heads: int | None, 
                         ("block_m", block_m), ("block_n", block_n)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"create_block_mask: {name} must be a positive integer; got {value!r}")
+    try:
+        trace = trace_mod(mask_mod, "mask_mod")
+    except ModTraceError:  # a mask only the host evaluates: bounds_checked names a read outside its array
+        trace = None
+    if trace is not None:
+        check_trace(trace, "mask_mod", LaunchDims(batch, heads, seq_q, seq_k))
     fn = bounds_checked(mask_mod, "mask_mod")
     n_q, n_k = -(-seq_q // block_m), -(-seq_k // block_n)
     kinds = np.empty((batch, heads, n_q, n_k), np.int8)

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 
 F32, I32, BOOL = "f32", "i32", "bool"
+I32_RANGE = (-2**31, 2**31 - 1)
+"""The values an i32 holds (integer arrays are read as i32; i32 arithmetic wraps outside them)."""
 
 
 @dataclass(frozen=True)
@@ -34,3 +36,25 @@ class Node:
     args: tuple[Node, ...]
     dtype: str
     value: object = None
+
+
+@dataclass(frozen=True)
+class Read:
+    """A read the modifier wrote of a captured array, `name[indices]` (`name` as the user calls it), at
+    `where` (file:line): what `tessera.variants.index_ranges` proves in bounds for a launch."""
+
+    array: CapturedArray
+    name: str
+    indices: tuple[Node, ...]
+    where: str
+
+
+@dataclass(frozen=True)
+class Count:
+    """A search's count (np.searchsorted, np.digitize, torch.searchsorted / bucketize of `value` in the `n`
+    boundaries of `boundaries`): a value in [0, n], whatever the graph that computes it."""
+
+    n: int
+    function: str
+    boundaries: str
+    value: Node

@@ -47,6 +47,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import os
 import sys
 import types
 from collections.abc import Callable
@@ -56,8 +57,10 @@ import numpy as np
 
 from tessera.numerics import BF16, FP8_DTYPES
 from tessera.variants import bitwise, searches, torch_mods
-from tessera.variants.nodes import BOOL, F32, I32, CapturedArray, Node
+from tessera.variants.nodes import BOOL, F32, I32, I32_RANGE, CapturedArray, Count, Node, Read
 
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+"""The tessera package's directory: frames under it are not the user's (`_Tracing.read_site`)."""
 SCORE_MOD_ARGS = ("score", "b", "h", "q_idx", "kv_idx")
 MASK_MOD_ARGS = ("b", "h", "q_idx", "kv_idx")
 
@@ -69,11 +72,15 @@ class ModTraceError(ValueError):
 
 @dataclass
 class Trace:
-    """A traced modifier: its result node, the arrays it gathers from (in first-use order), and its name."""
+    """A traced modifier: its result node, the arrays it gathers from (in first-use order), and its name;
+    `reads`, the reads of captured arrays the function wrote (each with its line), and `counts`, the searches'
+    counts by their node's id (`tessera.variants.index_ranges` proves the reads in bounds for a launch)."""
 
     function: Callable
     result: Node
     arrays: list[CapturedArray] = field(default_factory=list)
+    reads: list[Read] = field(default_factory=list)
+    counts: dict[int, Count] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -102,6 +109,8 @@ class _Tracing:
         self.names: set[str] = set()
         self.searched: dict[tuple, CapturedArray] = {}
         self.searches: dict[int, tuple[searches.Search, Callable, bool]] = {}
+        self.reads: list[Read] = []
+        self.counts: dict[int, Count] = {}
 
     def unique_name(self, name: str) -> str:
         """A kernel input's name for an array the user calls `name`: `{kind}_{name}`, then _2, _3, ..."""
@@ -121,6 +130,17 @@ class _Tracing:
                 return f"{code.co_filename}:{frame.f_lineno}"
             frame = frame.f_back
         return f"{code.co_filename}:{code.co_firstlineno}"
+
+    def read_site(self) -> str:
+        """file:line of the innermost frame outside Tessera, NumPy and torch (the line of the user's code that
+        reads an array, in the modifier or in a function it calls)."""
+        frame = sys._getframe(1)
+        while frame is not None:
+            name = frame.f_code.co_filename
+            if not (name.startswith(_PACKAGE) or any(f"{os.sep}{lib}{os.sep}" in name for lib in ("numpy", "torch"))):
+                return f"{name}:{frame.f_lineno}"
+            frame = frame.f_back
+        return self.where()
 
     def refuse(self, construct: str) -> ModTraceError:
         name = function_name(self.fn)
@@ -382,6 +402,7 @@ class Traced:
             search = searches.search_count(node, array, str(side), table)
             count = search.count
         t.searches[id(count)] = (search, table, count is not search.count)  # n - count: decreasing bins
+        t.counts[id(count)] = Count(len(array), function, name, node)
         return self._wrap(count)
 
     def _power(self, base: object, exponent: object) -> Traced:
@@ -714,6 +735,7 @@ class _ArrayProxy:
             nodes.append(n)
         t.arrays.setdefault(id(captured), captured)
         node = Node("gather", tuple(nodes), captured.dtype, captured)
+        t.reads.append(Read(captured, name, tuple(nodes), t.read_site()))
         if captured.boolean:
             node = Node("ne", (node, Node("const", (), I32, 0)), BOOL)
         return Traced(t, node)
@@ -752,16 +774,13 @@ class _ArrayProxy:
         raise proxy._tracing.refuse(torch_mods.captured_call(func, proxy._capture.name))
 
 
-_I32_RANGE = (-2**31, 2**31 - 1)
-
-
 def _array_problem(array: np.ndarray) -> str | None:
     """Why `array` cannot be a kernel input (f32 for floats, i32 for integers and booleans), or None."""
     if array.dtype.kind not in "fiub":
         return f"its dtype {array.dtype} is not a number or a boolean"
     if array.ndim == 0 or array.size == 0:
         return f"its shape {array.shape} is empty (a non-empty array of at least one dimension)"
-    if array.dtype.kind in "iu" and (int(array.min()) < _I32_RANGE[0] or int(array.max()) > _I32_RANGE[1]):
+    if array.dtype.kind in "iu" and (int(array.min()) < I32_RANGE[0] or int(array.max()) > I32_RANGE[1]):
         return (f"its values [{int(array.min())}, {int(array.max())}] do not fit i32 (the kernel reads integer "
                 "arrays as i32)")
     if array.dtype.kind == "f" and array.dtype.itemsize > 4:  # (narrower floats all fit f32: no pass over them)
@@ -977,7 +996,7 @@ def trace_mod(fn: Callable, kind: str) -> Trace:
         if node.dtype == BOOL:
             raise ModTraceError(f"score_mod '{function_name(fn)}' returns a boolean; a score_mod returns the new score")
         node = args[0]._convert(node, F32)
-    return Trace(fn, node, list(tracing.arrays.values()))
+    return Trace(fn, node, list(tracing.arrays.values()), tracing.reads, tracing.counts)
 
 
 def _user_line(error: BaseException) -> str:
@@ -1023,11 +1042,14 @@ def _holds_tensors(fn: Callable) -> bool:
 
 
 def _index_check(fn: Callable, kind: str, name: str) -> Callable:
-    """A check of one index per dimension against an array's shape, raising ModTraceError naming the array."""
+    """A check of one index per dimension against an array's shape, raising ModTraceError naming the array. A
+    constant index (a Python or NumPy integer, `slopes[-1]`) is NumPy's, as the tracer reads it: in [-n, n)."""
     def check(idx: tuple, shape: tuple) -> None:
         if not all(isinstance(i, (np.ndarray, int, np.integer)) for i in idx):
             return
         for axis, (i, n) in enumerate(zip(idx, shape)):
+            if not isinstance(i, np.ndarray) and -n <= i < n:
+                continue
             i = np.asarray(i)
             if i.size and (i.min() < 0 or i.max() >= n):
                 bad = int(i.min()) if i.min() < 0 else int(i.max())
