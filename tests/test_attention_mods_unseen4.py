@@ -385,6 +385,18 @@ def test_index_arithmetic_past_i32_is_refused_before_it_wraps():
         tessera.attention_backward(q, k, v, o, lse, do, mask_mod=big_offsets, level="tile")
 
 
+def test_a_hand_built_kernel_is_checked_at_launch():
+    """`flash_attention(mask_mod=)` launched by hand through `tessera.interpret` is checked for the launch's
+    sizes as `tessera.attention` is: the wrap refused before the kernel runs."""
+    from tessera.kernels import flash_attention
+
+    q, k, v, _ = variant_inputs((2, H, H, 70, 45), 21)
+    module = flash_attention(64, mask_mod=hashed_keys, block_n=64, block_sparse=True)
+    lists = create_block_mask(lambda b, h, q_idx, kv_idx: q_idx >= 0, 2, H, 70, 45, 128, 64).inputs()
+    with pytest.raises(ModTraceError, match=r"q_idx \* 50000000: it reaches 3450000000 at batch 2, heads 4"):
+        tessera.interpret(module, q, k, v, *lists, level="tile")
+
+
 @pytest.mark.parametrize("seq,refused", [(46341, False), (46342, True), (70, False)])
 def test_a_product_of_indices_is_bounded_by_the_lengths(seq, refused):
     """`q_idx * kv_idx` fits i32 up to 46,341 tokens (46,340^2 < 2^31); one more and it is refused."""
