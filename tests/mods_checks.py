@@ -12,6 +12,7 @@ import numpy as np
 import tessera
 from tessera import reference
 from tessera.numerics import BF16, round_to
+from tessera.variants.block_mask import EMPTY, FULL, PARTIAL
 
 
 def variant_inputs(shape, seed, head_dim=64):
@@ -56,6 +57,23 @@ def assert_variant_kernels_assemble(score_mod, mask_mod):
             assert result.warnings == ()
             for entry in result.entries.values():
                 assert not entry.spills, entry
+
+
+def brute_block_kinds(mask_mod, batch, heads, seq_q, seq_k, bm, bn):
+    """Each block's class by looping over the blocks of the whole mask, evaluated once on the full grid."""
+    grid = np.broadcast_to(mask_mod(np.arange(batch)[:, None, None, None], np.arange(heads)[None, :, None, None],
+                                    np.arange(seq_q)[None, None, :, None], np.arange(seq_k)[None, None, None, :]),
+                           (batch, heads, seq_q, seq_k))
+    n_q, n_k = -(-seq_q // bm), -(-seq_k // bn)
+    kinds = np.zeros((batch, heads, n_q, n_k), int)
+    for b in range(batch):
+        for h in range(heads):
+            for i in range(n_q):
+                for j in range(n_k):
+                    block = grid[b, h, i * bm:(i + 1) * bm, j * bn:(j + 1) * bn]
+                    whole = (j + 1) * bn <= seq_k  # a block reaching past seq_k is never full
+                    kinds[b, h, i, j] = FULL if block.all() and whole else PARTIAL if block.any() else EMPTY
+    return kinds
 
 
 def score_mod_kernel(score_mods, rows=64):

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from mods_checks import assert_variant_kernels_assemble, check_variant_forward_and_backward, variant_inputs
+from mods_checks import (assert_variant_kernels_assemble, brute_block_kinds, check_variant_forward_and_backward,
+                         variant_inputs)
 
 import tessera
 from tessera import reference
 from tessera.numerics import BF16
 from tessera.variants import ModTraceError, create_block_mask, trace_mod
-from tessera.variants.block_mask import EMPTY, FULL, PARTIAL, VISIT_HEAD
+from tessera.variants.block_mask import FULL, PARTIAL, VISIT_HEAD
 
 H = 4
 PREFIX = np.array([9, 30])                                   # per batch entry
@@ -198,30 +199,13 @@ def test_variant_kernels_assemble_without_spills(name):
 
 # region create_block_mask against a brute-force evaluation
 
-def _brute_kinds(mask_mod, batch, heads, seq_q, seq_k, bm, bn):
-    """Each block's class by looping over the blocks of the whole mask, evaluated once on the full grid."""
-    grid = np.broadcast_to(mask_mod(np.arange(batch)[:, None, None, None], np.arange(heads)[None, :, None, None],
-                                    np.arange(seq_q)[None, None, :, None], np.arange(seq_k)[None, None, None, :]),
-                           (batch, heads, seq_q, seq_k))
-    n_q, n_k = -(-seq_q // bm), -(-seq_k // bn)
-    kinds = np.zeros((batch, heads, n_q, n_k), int)
-    for b in range(batch):
-        for h in range(heads):
-            for i in range(n_q):
-                for j in range(n_k):
-                    block = grid[b, h, i * bm:(i + 1) * bm, j * bn:(j + 1) * bn]
-                    whole = (j + 1) * bn <= seq_k  # a block reaching past seq_k is never full
-                    kinds[b, h, i, j] = FULL if block.all() and whole else PARTIAL if block.any() else EMPTY
-    return kinds
-
-
 @pytest.mark.parametrize("name", ["chunks-of-50", "prefix+sinks+padding", "padded-documents", "window-or-strided",
                                   "per-head-gqa", "sees-nothing"])
 def test_block_classes_and_lists_match_a_brute_force_evaluation(name):
     batch, heads, seq_q, seq_k, bm, bn = 2, H, 130, 77, 32, 16
     mask_mod = VARIANTS[name][1]
     mask = create_block_mask(mask_mod, batch, heads, seq_q, seq_k, bm, bn)
-    kinds = _brute_kinds(mask_mod, batch, heads, seq_q, seq_k, bm, bn)
+    kinds = brute_block_kinds(mask_mod, batch, heads, seq_q, seq_k, bm, bn)
     np.testing.assert_array_equal(mask.kinds, kinds)
     full_n, full_i, part_n, part_i = mask.inputs()
     for counts, indices, kind in ((full_n, full_i, FULL), (part_n, part_i, PARTIAL)):

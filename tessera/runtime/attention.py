@@ -152,9 +152,11 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, return_
     if score_mod is not None or mask_mod is not None:
         from tessera.runtime.flex import attention_mods
 
-        if bias is not None or cu_seqlens_q is not None or cu_seqlens_k is not None or num_splits != 1 or cluster != 1:
+        packed = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k)
+        if bias is not None or any(x is not None for x in packed) or num_splits != 1 or cluster != 1:
+            # seqused_k and max_seqlen_* alone were ignored: a mask_mod `kv_idx < used[b]` says the same
             raise ValueError("attention: score_mod/mask_mod are not supported with bias, packed sequences "
-                             "(cu_seqlens), num_splits != 1 or cluster != 1")
+                             "(cu_seqlens_q/k, max_seqlen_q/k, seqused_k), num_splits != 1 or cluster != 1")
         head_dim, dtype = check_attention_arguments(q, k, v)
         check_head_dim(head_dim)
         check_level(level)

@@ -50,11 +50,19 @@ class Intervals:
     def __init__(self, dims: LaunchDims, counts: dict[int, Count]):
         self.dims, self.counts = dims, counts
         self.memo: dict[int, tuple] = {}
+        self.wrapped: list[tuple[Node, tuple]] = []
+        """The i32 values whose interval, computed from operands that are all bounded, leaves i32 (the kernel's
+        arithmetic wraps or its conversion saturates where NumPy's int64 does not), with that interval."""
+        self.unbounded: set[int] = set()
+        """The values (by node id) whose interval is no bound of theirs: the score and what is made from it, a
+        conversion of an infinite or NaN value, a wrapped value, and what is computed from those."""
 
     def of(self, node: Node):
         key = id(node)
         if key not in self.memo:
             self.memo[key] = self._of(node)
+            if node.op == "score" or any(id(a) in self.unbounded for a in node.args):
+                self.unbounded.add(key)
         return self.memo[key]
 
     def _of(self, node: Node):
@@ -82,6 +90,7 @@ class Intervals:
         elif op == "to_i32":
             lo, hi = args[0]
             if not (math.isfinite(lo) and math.isfinite(hi)):  # NaN or infinities: 0 or i32's ends
+                self.unbounded.add(id(node))
                 return I32_RANGE
             result = (math.trunc(lo), math.trunc(hi))
         else:
@@ -90,6 +99,9 @@ class Intervals:
             return result
         lo, hi = result
         if not (I32_RANGE[0] <= lo and hi <= I32_RANGE[1]):  # i32 arithmetic wraps: anything
+            if not any(id(a) in self.unbounded for a in node.args):
+                self.wrapped.append((node, (lo, hi)))
+            self.unbounded.add(id(node))
             return I32_RANGE
         return (int(lo), int(hi))
 

@@ -18,6 +18,11 @@ h in [0, heads), q_idx in [0, seq_q), kv_idx in [0, seq_k) (`LaunchDims`). `chec
 3. otherwise (an index computed from the score, or from q_idx and kv_idx over a larger grid) the read is
    refused by name: Tessera cannot prove it in bounds; wrap the index in np.clip.
 
+Before the reads, every integer value of the graph is checked against i32 (`wrap_problem`): the kernel's
+i32 arithmetic wraps and its float-to-i32 conversion saturates where the reference's NumPy int64 does neither,
+so a value whose interval (from bounded operands) leaves i32 is refused naming it (`q_idx * kv_idx` past 46,341
+tokens, `(q_idx * 1e9).astype(int)`); what is made from the score is not bounded and not checked.
+
 An index that does reach outside its array is refused with `IndexRangeError` naming the modifier, the line of
 the read, the array's name and shape, the index expression, the range it reaches and the launch's dims.
 Negative indices are refused too (NumPy would wrap them, and torch; the kernel's gather reads 0 there): write
@@ -41,7 +46,7 @@ import numpy as np
 
 from tessera.variants.index_intervals import Intervals, LaunchDims
 from tessera.variants.nodes import BOOL, F32, I32_RANGE, Count, Node, Read
-from tessera.variants.trace import ModTraceError, trace_mod
+from tessera.variants.trace import ModTraceError, _Tracing, trace_mod
 
 EXACT_EVALUATION_LIMIT = 1 << 24
 """The most positions of an index's domain that `check_trace` evaluates exactly (a third of a second of NumPy
@@ -257,11 +262,38 @@ def read_problem(read: Read, dims: LaunchDims, intervals: Intervals, names: dict
     return None
 
 
+def wrap_problem(trace, dims: LaunchDims, intervals: Intervals, names: dict[int, str]) -> str | None:
+    """Why an integer value of `trace` may leave i32 for a launch of `dims` (the message's tail), or None. The
+    kernel's i32 arithmetic wraps and its float-to-i32 conversion saturates where the reference's NumPy int64
+    does neither (`(q_idx * 50_000_000 + kv_idx) % 7` masked other keys than the reference at 70 queries):
+    every i32 value is bounded by the intervals (`Intervals.wrapped`), exact for each operation and loose only
+    for operands that share a variable."""
+    intervals.of(trace.result)
+    if not intervals.wrapped:
+        return None
+    node, (lo, hi) = intervals.wrapped[0]
+    extreme = hi if hi > I32_RANGE[1] else lo
+    how = ("the kernel's conversion saturates at the i32 range where NumPy's to int64 does not" if node.op == "to_i32"
+           else "the kernel's index arithmetic is 32-bit and would wrap where NumPy's int64 does not; compute it in "
+           "floats, e.g. q_idx.astype(float), or keep it below 2^31")
+    return (f"cannot trace the integer value {render(node, names, trace.counts)}: it reaches {extreme} at {dims}, "
+            f"outside i32 ({how})")
+
+
+def trace_site(trace) -> str:
+    """file:line of a traced modifier's function (a partial's or a callable object's)."""
+    return _Tracing(trace.function, "").where()
+
+
 def check_trace(trace, kind: str, dims: LaunchDims) -> None:
-    """Raise `IndexRangeError` for the first read of `trace` (a `tessera.variants.trace.Trace`) that leaves its
-    array for a launch of `dims`, or that cannot be proved inside it (module docstring)."""
+    """Raise `IndexRangeError` for the first integer value of `trace` (a `tessera.variants.trace.Trace`) that
+    may leave i32 for a launch of `dims` (`wrap_problem`), else for the first read that leaves its array or that
+    cannot be proved inside it (module docstring)."""
     intervals = Intervals(dims, trace.counts)
     names = {id(r.array): r.name for r in trace.reads}
+    problem = wrap_problem(trace, dims, intervals, names)
+    if problem:
+        raise IndexRangeError(f"{kind} '{trace.name}' at {trace_site(trace)}: {problem}")
     for read in trace.reads:
         problem = read_problem(read, dims, intervals, names, trace.counts)
         if problem:

@@ -18,6 +18,9 @@ With PyTorch installed, torch functions, tensor methods and captured tensors are
 np.searchsorted, np.digitize (and torch.searchsorted / torch.bucketize) of a traced value in a captured sorted
 1-D array are counts of compares, unrolled or a binary search (`Traced._search`, `tessera.variants.searches`).
 
+`&`, `|`, `^`, `~` of a traced integer and a constant and shifts by a constant become `+ - * // %`
+(`tessera.variants.bitwise`: `kv_idx & 7` is `kv_idx % 8`, `q_idx >> 6` is `q_idx // 64`).
+
 `x ** p` and `c ** y` become multiplications, np.sqrt or exp2/log2 (`Traced._power`), `x ** y` exp2/log2 with
 NumPy's sign rules (`_traced_power`); np.floor / np.ceil / np.rint / np.round / np.trunc the `tile.floor`
 family (`Traced._round`); `x.astype(dtype)` converts as NumPy does (`Traced.astype`: a float to an integer
@@ -25,13 +28,18 @@ truncates toward zero).
 
 What cannot be traced is refused with a `ModTraceError` naming the function, file:line and the construct:
 Python control flow on a traced value (`if`, `and`, `or`, `not`, `bool()`), an unsupported NumPy function or
-operator (`^` of integers, shifts, `**` of two traced integers), arithmetic on booleans (`==`, `!=` and `^` of
-two booleans are their logic), `//` and `%` by the constant 0 (`//` and `%` are Python's: floor division, a
-modulus with the divisor's sign; of floats NumPy's values, `tessera.variants.float_division`; np.fmod is C's
-remainder), a
-slice of a captured array, a NumPy array indexed by a traced value that is not a captured array of the
-modifier itself, `math.sqrt`, `math.floor` and the other math functions of a traced value and `round()` (they
-take Python numbers, and fail on the reference's NumPy grids too: write np.floor, np.round, ...).
+operator (`&`, `|`, `^` of two traced integers, a shift by a traced amount, `**` of two traced integers),
+arithmetic on booleans (`==`, `!=` and `^` of two booleans are their logic), `//` and `%` by the constant 0
+(`//` and `%` are Python's: floor division, a modulus with the divisor's sign; of floats NumPy's values,
+`tessera.variants.float_division`; np.fmod is C's remainder), a slice of a captured array, a NumPy array
+indexed by a traced value that is not a captured array of the modifier itself, `math.sqrt`, `math.floor` and
+the other math functions of a traced value and `round()` (they take Python numbers, and fail on the
+reference's NumPy grids too: write np.floor, np.round, ...), a generator or async function, an assignment into a
+captured array.
+
+A modifier may be a function, a functools.partial of one, a bound method, a callable object whose class defines
+`__call__` in Python, or a torch module (its `forward`): an instance's arrays are captured by attribute name
+(`rebind_arrays`, `_rebound_instance`).
 """
 
 from __future__ import annotations
@@ -48,7 +56,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tessera.numerics import BF16, FP8_DTYPES
-from tessera.variants import searches, torch_mods
+from tessera.variants import bitwise, searches, torch_mods
 from tessera.variants.nodes import BOOL, F32, I32, I32_RANGE, CapturedArray, Count, Node, Read
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -147,6 +155,8 @@ _BINARY = {np.add: "add", np.subtract: "sub", np.multiply: "mul", np.true_divide
            np.bitwise_and: "and", np.bitwise_or: "or", np.less: "lt", np.less_equal: "le", np.greater: "gt",
            np.greater_equal: "ge", np.equal: "eq", np.not_equal: "ne", np.floor_divide: "floordiv",
            np.remainder: "mod", np.logical_xor: "xor", np.bitwise_xor: "xor"}
+_LOGICAL = (np.logical_and, np.logical_or, np.logical_xor, np.logical_not)
+"""NumPy's logical ufuncs: of numbers, their truth (`Traced._truth`)."""
 _ROUNDING = {np.floor: "floor", np.ceil: "ceil", np.rint: "rint", np.trunc: "trunc"}
 """NumPy's rounding ufuncs (`Traced._round`): of f32 values the `tile.floor/ceil/rint/trunc` ops; of i32 values
 the value itself (NumPy 2 keeps an integer array's dtype), except np.rint, which gives floats."""
@@ -198,6 +208,8 @@ class Traced:
     def _apply(self, op: str, *operands: object) -> Traced:
         nodes = [self._lift(o) for o in operands]
         t = self._tracing
+        if op in ("and", "or", "not", "xor") and any(n.dtype != BOOL for n in nodes):
+            return self._bitwise(op, nodes)
         if op in ("and", "or", "not"):
             if any(n.dtype != BOOL for n in nodes):
                 raise t.refuse(f"'{op}' (&, |, ~) of non-boolean values (bitwise integer ops are not supported)")
@@ -209,8 +221,6 @@ class Traced:
             differ = Node("or", (Node("and", (a, Node("not", (b,), BOOL)), BOOL),
                                  Node("and", (Node("not", (a,), BOOL), b), BOOL)), BOOL)
             return self._wrap(Node("not", (differ,), BOOL) if op == "eq" else differ)
-        if op == "xor":
-            raise t.refuse("'^' (np.logical_xor) of non-boolean values (bitwise integer ops are not supported)")
         if op in ("add", "mul") and len(nodes) == 2 and all(n.dtype == BOOL for n in nodes):  # as NumPy's bools
             return self._wrap(Node("or" if op == "add" else "and", tuple(nodes), BOOL))
         if any(n.dtype == BOOL for n in nodes):
@@ -234,6 +244,44 @@ class Traced:
         dtype = F32 if op in FLOAT_ONLY or any(n.dtype == F32 for n in nodes) else I32
         nodes = [self._convert(n, dtype) for n in nodes]
         return self._wrap(Node(op, tuple(nodes), BOOL if op in COMPARES else dtype))
+
+    def _truth(self, x: object) -> Traced:
+        """x as a boolean: itself, or x != 0 of a number."""
+        node = self._lift(x)
+        if node.dtype == BOOL:
+            return self._wrap(node)
+        return self._wrap(Node("ne", (node, Node("const", (), node.dtype, 0.0 if node.dtype == F32 else 0)), BOOL))
+
+    def _integers(self, symbol: str, nodes: list[Node]) -> list[object]:
+        """The operands of a bitwise op as `bitwise` takes them: a constant as a Python int, a traced value as
+        a Traced, a boolean as 1 or 0 (as NumPy promotes it); a float is refused, as NumPy refuses it."""
+        if any(n.dtype == F32 for n in nodes):
+            raise self._tracing.refuse(f"'{symbol}' of a float value (bitwise ops take integers and booleans)")
+        one, zero = Node("const", (), I32, 1), Node("const", (), I32, 0)
+        nodes = [Node("select", (n, one, zero), I32) if n.dtype == BOOL and n.op != "const" else n for n in nodes]
+        return [int(n.value) if n.op == "const" else self._wrap(n) for n in nodes]
+
+    def _bitwise(self, op: str, nodes: list[Node]) -> Traced:
+        """&, |, ^, ~ of integers (`tessera.variants.bitwise`: each of the kernel's arithmetic ops)."""
+        operands = self._integers(bitwise.SYMBOLS.get(op, "~"), nodes)
+        if op == "not":
+            return bitwise.invert(operands[0])
+        a, b = operands
+        if isinstance(a, int):
+            a, b = b, a
+        if isinstance(a, int):  # two constants (a constant traced value beside a number)
+            return self._wrap(self._lift({"and": a & b, "or": a | b, "xor": a ^ b}[op]))
+        result = bitwise.binary(op, a, b, self._tracing.refuse)
+        return result if isinstance(result, Traced) else self._wrap(self._lift(result))
+
+    def _shift(self, op: str, x: object, n: object) -> Traced:
+        """x << n, x >> n (np.left_shift, np.right_shift) of integers by a constant (`bitwise.shift`)."""
+        a, b = self._integers(bitwise.SYMBOLS[op], [self._lift(x), self._lift(n)])
+        if isinstance(a, int) and isinstance(b, int):
+            return self._wrap(self._lift(a << b if op == "lshift" else a >> b))
+        if isinstance(a, int):
+            a = self._wrap(self._lift(a))
+        return bitwise.shift(op, a, b, self._tracing.refuse)
 
     def _floored_division(self, op: str, nodes: list[Node]) -> Node:
         """a // b or a % b, Python's and NumPy's: floor division and a modulus with the divisor's sign. Of i32
@@ -468,6 +516,10 @@ class Traced:
             return self._round(_ROUNDING[ufunc], inputs[0])
         if ufunc is np.fmod and len(inputs) == 2:
             return self._fmod(*inputs)
+        if ufunc in _LOGICAL:  # of numbers, their truth (x != 0), as NumPy takes it; &, |, ^ of them are bitwise
+            inputs = tuple(self._truth(x) for x in inputs)
+        if ufunc in (np.left_shift, np.right_shift) and len(inputs) == 2:
+            return self._shift("lshift" if ufunc is np.left_shift else "rshift", *inputs)
         op = _UNARY.get(ufunc) or _BINARY.get(ufunc)
         if op is None:
             raise self._tracing.refuse(f"np.{ufunc.__name__} (supported: {', '.join(sorted(_ufunc_names()))}, "
@@ -546,7 +598,11 @@ class Traced:
     def __xor__(self, o): return self._apply("xor", self, o)
     def __rxor__(self, o): return self._apply("xor", o, self)
 
-    __lshift__ = __rshift__ = _refuse_op("<< / >>")
+    def __lshift__(self, o): return self._shift("lshift", self, o)
+    def __rlshift__(self, o): return self._shift("lshift", o, self)
+    def __rshift__(self, o): return self._shift("rshift", self, o)
+    def __rrshift__(self, o): return self._shift("rshift", o, self)
+
     __matmul__ = __rmatmul__ = _refuse_op("@")
 
     def __bool__(self):
@@ -626,7 +682,7 @@ _EXPANDED = {
 
 def _ufunc_names() -> list[str]:
     return [f"np.{u.__name__}" for u in (*_UNARY, *_BINARY, *_EXPANDED, *_ROUNDING, np.power, np.float_power,
-                                         np.fmod)]
+                                         np.fmod, np.left_shift, np.right_shift)]
 
 
 @dataclass
@@ -702,6 +758,10 @@ class _ArrayProxy:
     def __getattr__(self, name: str):
         raise self._tracing.refuse(f"the attribute .{name} of the captured array {self._capture.name}")
 
+    def __setitem__(self, index, value):
+        raise self._tracing.refuse(f"an assignment into the captured array {self._capture.name} (a modifier reads "
+                                   "its arrays; it may not change them)")
+
     @classmethod
     def __torch_function__(cls, func, types_, args=(), kwargs=None):
         """A torch function of a captured tensor: torch.searchsorted / torch.bucketize of a traced value
@@ -723,18 +783,92 @@ def _array_problem(array: np.ndarray) -> str | None:
     if array.dtype.kind in "iu" and (int(array.min()) < I32_RANGE[0] or int(array.max()) > I32_RANGE[1]):
         return (f"its values [{int(array.min())}, {int(array.max())}] do not fit i32 (the kernel reads integer "
                 "arrays as i32)")
-    if array.dtype.kind == "f":
-        finite = np.abs(array[np.isfinite(array)])
-        if finite.size and float(finite.max()) > float(np.finfo(np.float32).max):
-            return f"its value {float(finite.max())!r} overflows f32 (the kernel reads float arrays as f32)"
+    if array.dtype.kind == "f" and array.dtype.itemsize > 4:  # (narrower floats all fit f32: no pass over them)
+        finite = np.isfinite(array)
+        largest = float(np.max(np.abs(array), where=finite, initial=0.0))
+        if largest > float(np.finfo(np.float32).max):
+            return f"its value {largest!r} overflows f32 (the kernel reads float arrays as f32)"
     return None
 
 
 def _underlying(fn: Callable) -> Callable:
-    """The function a functools.partial (of a partial ...) calls; `fn` itself otherwise."""
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    return fn
+    """The function a functools.partial (of a partial ...), a bound method or a callable object calls; `fn`
+    itself otherwise."""
+    while True:
+        if isinstance(fn, functools.partial):
+            fn = fn.func
+        elif _method_parts(fn) is not None:
+            fn = _method_parts(fn)[0]
+        else:
+            return fn
+
+
+def _method_parts(fn: object) -> tuple[types.FunctionType, object] | None:
+    """(function, instance) of a bound method of a Python function, of a callable object whose class defines
+    `__call__` in Python (`class Bias: def __call__(self, score, b, h, q_idx, kv_idx)`), or of a torch module
+    (its class's `forward`; hooks are not run); None otherwise."""
+    if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
+        return fn.__func__, fn.__self__
+    torch = torch_mods.torch_module()
+    if torch is not None and isinstance(fn, torch.nn.Module):  # a module is called through its forward
+        forward = getattr(type(fn), "forward", None)
+        return (forward, fn) if isinstance(forward, types.FunctionType) else None
+    call = getattr(type(fn), "__call__", None)
+    if isinstance(call, types.FunctionType) and not isinstance(fn, type):
+        return call, fn
+    return None
+
+
+def _rebound_value(name: str, value: object, wrap: Callable, memo: dict) -> object:
+    """`value`, a variable a modifier reads, as `rebind_arrays` rebinds it: an array of at least one dimension
+    wrapped, a user's function rebound, a tuple or list of them each rebound; anything else itself."""
+    if (isinstance(value, np.ndarray) or torch_mods.is_tensor(value)) and value.ndim:  # 0-d: a constant
+        return wrap(name, value)
+    if _is_user_function(value):
+        return rebind_arrays(value, wrap, memo)
+    if isinstance(value, (tuple, list)) and any(_is_user_function(v) or isinstance(v, np.ndarray)
+                                                or torch_mods.is_tensor(v) for v in value):
+        return type(value)(_rebound_value(name, v, wrap, memo) for v in value)
+    if isinstance(value, dict) and any(_is_user_function(v) or isinstance(v, np.ndarray) or torch_mods.is_tensor(v)
+                                       for v in value.values()):  # by key: a torch module's buffers, parameters
+        return {key: _rebound_value(str(key), v, wrap, memo) for key, v in value.items()}
+    return value
+
+
+def _rebound_instance(obj: object, wrap: Callable, memo: dict) -> object:
+    """A copy of `obj` (a callable object's instance, or a bound method's) whose attributes read as
+    `_rebound_value` makes them: its arrays (its own and its class's) wrapped, its Python methods bound to the
+    copy with their arrays rebound too (`self.table[h]`, `self.helper(q_idx)` trace; a dict attribute of arrays
+    is rebound by key: a torch module's buffers and parameters). A class whose instances cannot be made without
+    its constructor (one of C) is refused by name."""
+    cls, key = type(obj), ("instance", id(obj))
+    if key in memo:
+        return memo[key]
+    try:
+        clone = object.__new__(cls)
+    except TypeError:
+        raise ModTraceError(f"a score_mod or mask_mod's instance of {cls.__qualname__} cannot be copied for "
+                            "tracing (write the modifier as a function, or a class defined in Python)") from None
+    memo[key] = clone
+    state: dict[str, object] = {}
+    for klass in reversed(cls.__mro__[:-1]):  # class attributes: arrays and methods
+        for name, value in vars(klass).items():
+            if isinstance(value, types.FunctionType) and not name.startswith("__"):
+                state[name] = types.MethodType(rebind_arrays(value, wrap, memo), clone)
+            elif isinstance(value, np.ndarray) or torch_mods.is_tensor(value):
+                state[name] = _rebound_value(name, value, wrap, memo)
+    own = dict(getattr(obj, "__dict__", {}))
+    for klass in cls.__mro__:
+        for name in getattr(klass, "__slots__", ()):
+            if hasattr(obj, name) and name not in ("__dict__", "__weakref__"):
+                own[name] = getattr(obj, name)
+    state.update({name: _rebound_value(name, value, wrap, memo) for name, value in own.items()})
+    for name, value in state.items():
+        try:
+            object.__setattr__(clone, name, value)
+        except AttributeError:  # a method name on a class with __slots__: the class's own method is used
+            pass
+    return clone
 
 
 def function_name(fn: Callable) -> str:
@@ -744,7 +878,7 @@ def function_name(fn: Callable) -> str:
 
 
 def _is_user_function(value: object) -> bool:
-    if isinstance(value, functools.partial):
+    if isinstance(value, functools.partial) or _method_parts(value) is not None:
         return _is_user_function(_underlying(value))
     module = getattr(value, "__module__", None) or ""
     return isinstance(value, types.FunctionType) and not module.split(".")[0] in ("numpy", "tessera", "builtins")
@@ -765,24 +899,25 @@ def rebind_arrays(fn: Callable, wrap: Callable[[str, np.ndarray], object], _memo
     module globals its code names) read as `wrap(name, array)`, except 0-d ones (constants, left as they are);
     Python functions it captures (a helper, the parts of a composed mask, also in a tuple or list) are rebound
     the same way, so compositions trace; a functools.partial is rebound as its function and the arguments it
-    binds. Everything else is unchanged."""
+    binds; a callable object (a class with a Python `__call__`) or a bound method as its function given a copy
+    of the instance whose arrays are wrapped (`_rebound_instance`). Everything else is unchanged."""
     if not isinstance(_underlying(fn), types.FunctionType):
-        raise ModTraceError(f"a score_mod or mask_mod must be a Python function (def, lambda or functools.partial "
-                            f"of one); got {type(_underlying(fn)).__name__}")
+        raise ModTraceError(f"a score_mod or mask_mod must be a Python function (def, lambda, functools.partial "
+                            f"of one, or an object whose class defines __call__ in Python); got "
+                            f"{type(_underlying(fn)).__name__}")
     memo = {} if _memo is None else _memo
     if id(fn) in memo:
         return memo[id(fn)]
 
     def rebound(name: str, value: object) -> object:
-        if (isinstance(value, np.ndarray) or torch_mods.is_tensor(value)) and value.ndim:  # 0-d: a constant
-            return wrap(name, value)
-        if _is_user_function(value):
-            return rebind_arrays(value, wrap, memo)
-        if isinstance(value, (tuple, list)) and any(_is_user_function(v) or isinstance(v, np.ndarray)
-                                                    or torch_mods.is_tensor(v) for v in value):
-            return type(value)(rebound(name, v) for v in value)
-        return value
+        return _rebound_value(name, value, wrap, memo)
 
+    parts = _method_parts(fn)
+    if parts is not None:
+        function, instance = parts
+        memo[id(fn)] = bound = functools.partial(rebind_arrays(function, wrap, memo),
+                                                 _rebound_instance(instance, wrap, memo))
+        return bound
     if isinstance(fn, functools.partial):
         inner = rebind_arrays(fn.func, wrap, memo)
         args = [rebound(f"{function_name(fn)}_arg{i}", v) for i, v in enumerate(fn.args)]
@@ -823,6 +958,12 @@ def trace_mod(fn: Callable, kind: str) -> Trace:
     if not callable(fn):
         raise TypeError(f"{kind} must be a function; got {type(fn).__name__}")
     tracing = _Tracing(fn, kind)
+    inner = _underlying(fn)
+    for test, what in ((inspect.isgeneratorfunction, "a generator function (it yields)"),
+                       (inspect.iscoroutinefunction, "an async function"),
+                       (inspect.isasyncgenfunction, "an async generator function")):
+        if test(inner):
+            raise tracing.refuse(f"{what}: a modifier returns its value")
     used: dict[int, _Capture] = {}
 
     def wrap(name: str, array) -> _ArrayProxy:
@@ -882,7 +1023,22 @@ def bounds_checked(fn: Callable, kind: str) -> Callable:
         return array.view(_make_checked(check))
 
     rebound = rebind_arrays(fn, wrap)
+    if _holds_tensors(fn):  # an object holding tensors (a torch module) is written for tensors
+        return lambda *args: torch_mods.call_with_tensors(rebound, *args)
     return torch_mods.host_callable(rebound, _underlying(fn))  # torch functions take the grids as tensors
+
+
+def _holds_tensors(fn: Callable) -> bool:
+    """Whether the instance a modifier is called on (a callable object's, a bound method's, through partials)
+    holds a torch tensor: as an attribute, or in a dict attribute (a torch module's buffers and parameters)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    parts = _method_parts(fn)
+    if parts is None or torch_mods.torch_module() is None:
+        return False
+    values = list(getattr(parts[1], "__dict__", {}).values())
+    values += [v for d in values if isinstance(d, dict) for v in d.values()]
+    return any(torch_mods.is_tensor(v) for v in values)
 
 
 def _index_check(fn: Callable, kind: str, name: str) -> Callable:
