@@ -446,9 +446,10 @@ def variants_plan(writer, quick: bool) -> None:
         record = {"config": row, "density": gpu_variants.density(variant, row)}
         shape = (row["batch"], row["heads"], row["seq"], row["head_dim"])
         q = zeros(shape, BF16)
-        if (row["variant"], row["seq"]) in checked:
-            kernel, block_n = gpu_variants.compiled(gpu_variants.variant_of(row, *gpu_variants.tracing_lib()), row)
-            extra = gpu_variants.tessera_inputs(variant, row, q, q, block_n)
+        if (row["variant"], row["seq"]) in checked:  # as the GPU stage's Tessera builds it
+            traced = gpu_variants.variant_of(row, *gpu_variants.tracing_lib())
+            kernel, block_n = gpu_variants.compiled(traced, row)
+            extra = gpu_variants.tessera_inputs(traced, row, q, q, block_n)
             record["input_bytes"] = int(sum(x.nbytes for x in extra))
             (o,) = host_check(kernel, [q, q, q, *extra])
             record.update(kernel=kernel.name, block_n=block_n, host_check="ok" if o.shape == shape else o.shape)

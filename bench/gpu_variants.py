@@ -221,13 +221,16 @@ def tessera_inputs(variant: Variant, row: dict, q, k, block_n: int) -> list:
 
 
 def tessera_system(torch):
-    """Tessera's kernel for the variant, prepared once on the row's tensors (module docstring)."""
+    """Tessera's kernel for the variant, prepared once on the row's tensors (module docstring). It traces the
+    variant's functions with their tables on the host (`tracing_lib`), as the compile stage did: the host's block
+    mask evaluates them on CPU tensors, and the kernel's module, keyed by its text, is the one compiled then."""
     from harness import System
     from tessera.runtime.flex import as_inputs_of
     from tessera.runtime.launch import prepare_torch
 
     def build(inputs):
-        q, k, v, variant, row = inputs
+        q, k, v, _, row = inputs
+        variant = variant_of(row, *tracing_lib())
         kernel, block_n = compiled(variant, row)
         launch, (o,) = prepare_torch(kernel, q, k, v, *as_inputs_of(q, tessera_inputs(variant, row, q, k, block_n)))
 

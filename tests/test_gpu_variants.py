@@ -56,6 +56,11 @@ def test_the_functions_are_written_once_numpy_and_torch_agree_and_the_masks_read
     row = dict(seq=2048, batch=2, heads=3)
     broadcast = gpu_variants.block_mask(window, row)
     assert np.array_equal(broadcast.kinds, create_block_mask(window.mask_mod, 2, 3, 2048, 2048, 128, 128).kinds)
+    document = dict(variant="document", seq=2048, batch=1, heads=2, head_dim=128)
+    q = np.broadcast_to(np.zeros((), np.float32), (1, 2, 2048, 128))
+    extra = gpu_variants.tessera_inputs(gpu_variants.variant_of(document, torch, "cpu"), document, q, q, 128)
+    assert [x.shape for x in extra] == [(2048,), *[(1, 2, 16), (1, 2, 16, 16)] * 2]  # doc ids, full, partial lists
+    assert np.array_equal(extra[0], gpu_variants.document_ids(2048))
     dense = dict(variant="ALiBi", seq=2048, batch=8, heads=16, head_dim=128)
     assert gpu_variants.flops(dense, gpu_variants.density(gpu_variants.variant_of(dense), dense)) == \
         4 * 8 * 16 * 2048**2 * 128
