@@ -29,8 +29,11 @@ Stages (`gpu_plan.STAGES`, in this order), each its own process with its own bud
   and FlexAttention where present; the FP8 forward (e4m3) against cuDNN's FP8 through SDPA where present and
   FA3's published FP8 figures, its outputs checked by `tessera.reference.check_attention_fp8`; GEMM 4k and
   8k against cuBLAS (bench/attention.py's harness);
+- variants (the second call's: without --stages the first runs `gpu_plan.FIRST_RUN`, every other stage):
+  attention-gym's variants, Tessera against FlexAttention on the same inputs and functions (bench/gpu_variants.py);
 - report: attention_forward.svg, attention_fp8.svg, attention_backward.svg, gemm.svg (hand-written SVG, FA3
-  Figure 5's layout: no matplotlib there) and benchmark.csv.
+  Figure 5's layout: no matplotlib there), attention_variants.svg and benchmark.csv (a stage this call did not
+  run read from --resume).
 A stage past its budget, or with an item (a fidelity case, a benchmark row) past its item limit
 (`gpu_plan.ITEM_LIMITS_S`), is killed with its process group; what it wrote so far is kept. After every
 stage `session.json` in --out holds the plan, every stage's status, seconds and results; `stages/<name>.json`
