@@ -10,20 +10,27 @@ grid (`FP8_SEQS`), against cuDNN's through SDPA and FA3's published figures.
 
 from __future__ import annotations
 
-STAGES = ("install", "compile", "fidelity", "backward_parts", "tests", "gemm", "backward", "forward", "fp8", "report")
+STAGES = ("install", "compile", "fidelity", "backward_parts", "tests", "gemm", "backward", "forward", "fp8", "variants",
+          "report")
 """The session's stages in the order they run, each its own process cut at its budget: what the first H200
 session (2026-11-29) left unknown first (the fidelity table, the backward's parts, which GPU tests fail), then
-the benchmarks, cheapest first, the FP8 forward last (it recorded nothing in 40 s there), then the pictures."""
+the benchmarks, cheapest first, the FP8 forward last (it recorded nothing in 40 s there), then the pictures.
+The first call runs `FIRST_RUN`; `variants` waits for the second (`SECOND_RUN`)."""
+FIRST_RUN = tuple(s for s in STAGES if s != "variants")
+"""What `python bench/gpu_session.py --out $OUT` runs (no --stages): every stage but `variants`, which with
+FlexAttention's compiles does not fit beside them in the session's 540 s."""
 BUDGETS_S = {"install": 30, "compile": 30, "fidelity": 45, "backward_parts": 20, "tests": 120, "gemm": 15,
-             "backward": 70, "forward": 140, "fp8": 50, "report": 10}
+             "backward": 70, "forward": 140, "fp8": 50, "variants": 240, "report": 10}
 """Seconds of wall time each stage may take on the GPU machine before it is cut (what it wrote is kept). From
 the first session: install 12.5 s, compile 4.9 s, the runtime tests 20 s, backward 57 s, gemm 7 s, forward 80 s
 for two thirds of its rows, report 0.5 s; fidelity 15 cases of the GPU side at about a second each (the
 executor's side prepared ahead); the tests' worst case: every slow test at its limit."""
-ITEM_LIMITS_S = {"fidelity": 20, "backward_parts": 20, "gemm": 20, "backward": 30, "forward": 90, "fp8": 30}
+ITEM_LIMITS_S = {"fidelity": 20, "backward_parts": 20, "gemm": 20, "backward": 30, "forward": 90, "fp8": 30,
+                 "variants": 90}
 """Seconds one item (a fidelity case, a benchmark row) of these stages may run before the stage is cut there
 (`gpu_session.run_stage`): a kernel that never finishes costs this, not the stage's budget. The forward's
-first row builds Triton's kernel and FlexAttention's (torch.compile), hence its margin."""
+first row builds Triton's kernel and FlexAttention's (torch.compile), hence its margin; so does each variant's
+first row (bench/gpu_variants.py)."""
 SESSION_LIMIT_S = 540
 """The whole run, compilation included: with the machine's start (a minute or two) and its return, within the
 15 device minutes a task has; the device tool's command then takes a timeout of 570 s. What a cut leaves
@@ -31,9 +38,11 @@ undone, `--resume` does in a second call (`SECOND_RUN`)."""
 DEVICE_S, MACHINE_START_S = 900, 120
 """The device time a task has, all calls together, and what the machine's start takes of it (a minute or two)."""
 SECOND_RUN = ("python bench/gpu_session.py --out $OUT/more --resume $OUT "
-              "--stages install compile forward fp8 backward gemm report")
+              "--stages install compile forward fp8 backward gemm variants report")
 """The second command: the benchmark rows the first call did not measure (its records are kept in the new
-stage files; the row a stage was cut in is not tried again), then the pictures of all of them."""
+stage files; the row a stage was cut in is not tried again), the attention variants against FlexAttention
+(`variants`, bench/gpu_variants.py; run again with `--resume $OUT/more` to measure the rows it did not), then
+the pictures of all of them (the first call's stages it did not run read from --resume)."""
 GPU_TESTS = (("runtime", ("tests/test_runtime.py",), None, 8),
              ("gpu-marked", ("tests/test_launch.py", "tests/test_attention_mods_gpu.py", "tests/test_fp8_gpu.py"),
               "gpu", 1))
@@ -115,7 +124,8 @@ second per row for inputs, launches and synchronisation."""
 
 
 BENCHMARKS = ("forward", "fp8", "backward", "gemm")
-"""The benchmark stages."""
+"""The benchmark stages of FlashAttention-3's grid (`variants`, the attention variants, has its own rows:
+bench/gpu_variants.py)."""
 
 
 def benchmark_rows(name: str) -> list[dict]:

@@ -5,7 +5,8 @@ have no room for it), and a CSV of the same numbers.
 (mask, head_dim), rows "no mask" then "causal", columns head_dim 64, 128, 256; in each panel, TFLOP/s
 against sequence length as groups of bars, one bar (and one colour, the same in every panel) per system,
 its value written above it; a system that did not run a configuration leaves its bar out. GEMM records
-(no head_dim) make one panel against M = N = K. `write_csv(path, records)`: one line per record.
+(no head_dim) make one panel against M = N = K; the attention variants' (`variant_panel`) one panel per
+variant. `write_csv(path, records)`: one line per record.
 """
 
 from __future__ import annotations
@@ -18,16 +19,23 @@ from pathlib import Path
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 PANEL_W, PANEL_H, MARGIN, LEGEND_H = 420, 260, 50, 28
 CSV_FIELDS = ("system", "status", "tflops", "ms", "max_error", "tolerance", "seq", "batch", "heads", "head_dim",
-              "causal", "direction", "M", "N", "K", "dtype", "note")
+              "causal", "direction", "M", "N", "K", "dtype", "note", "variant")
 
 
 def _panel_key(config: dict):
     return ("gemm", 0) if "head_dim" not in config else (bool(config["causal"]), int(config["head_dim"]))
 
 
+def variant_panel(config: dict):
+    """The panel of an attention variant's record (bench/gpu_variants.py): one per variant."""
+    return ("variant", config["variant"])
+
+
 def _panel_title(key) -> str:
     if key[0] == "gemm":
         return "GEMM, M = N = K"
+    if key[0] == "variant":
+        return key[1]
     return f"head_dim {key[1]}, {'causal' if key[0] else 'no mask'}"
 
 
@@ -39,11 +47,12 @@ def _label(x: int) -> str:
     return f"{x // 1024}k" if x >= 1024 and x % 1024 == 0 else str(x)
 
 
-def write_svg(path: Path, records: list[dict], title: str) -> Path:
-    """The picture of `records` (bench/attention.py's Record fields as dicts) at `path`."""
+def write_svg(path: Path, records: list[dict], title: str, panel=_panel_key, columns: int | None = None) -> Path:
+    """The picture of `records` (bench/attention.py's Record fields as dicts) at `path`; `panel(config)` the
+    panel of a record (default FA3's (mask, head_dim); `variant_panel`: one per variant, `columns` a row)."""
     systems = list(dict.fromkeys(r["system"] for r in records))
-    keys = sorted({_panel_key(r["config"]) for r in records}, key=lambda k: (str(k[0]), k[1])) or [("gemm", 0)]
-    columns = len({k[1] for k in keys}) if keys[0][0] != "gemm" else 1
+    keys = sorted({panel(r["config"]) for r in records}, key=lambda k: (str(k[0]), k[1])) or [("gemm", 0)]
+    columns = columns or (len({k[1] for k in keys}) if keys[0][0] != "gemm" else 1)
     rows = -(-len(keys) // columns)
     width = columns * PANEL_W + MARGIN
     height = rows * PANEL_H + 2 * MARGIN + LEGEND_H
@@ -57,7 +66,7 @@ def write_svg(path: Path, records: list[dict], title: str) -> Path:
     for index, key in enumerate(keys):
         left = MARGIN + (index % columns) * PANEL_W
         top = MARGIN + LEGEND_H + (index // columns) * PANEL_H
-        out += _panel(key, [r for r in records if _panel_key(r["config"]) == key], systems, left, top)
+        out += _panel(key, [r for r in records if panel(r["config"]) == key], systems, left, top)
     out.append("</svg>")
     path.write_text("\n".join(out) + "\n")
     return path

@@ -29,8 +29,11 @@ Stages (`gpu_plan.STAGES`, in this order), each its own process with its own bud
   and FlexAttention where present; the FP8 forward (e4m3) against cuDNN's FP8 through SDPA where present and
   FA3's published FP8 figures, its outputs checked by `tessera.reference.check_attention_fp8`; GEMM 4k and
   8k against cuBLAS (bench/attention.py's harness);
+- variants (the second call's: without --stages the first runs `gpu_plan.FIRST_RUN`, every other stage):
+  attention-gym's variants, Tessera against FlexAttention on the same inputs and functions (bench/gpu_variants.py);
 - report: attention_forward.svg, attention_fp8.svg, attention_backward.svg, gemm.svg (hand-written SVG, FA3
-  Figure 5's layout: no matplotlib there) and benchmark.csv.
+  Figure 5's layout: no matplotlib there), attention_variants.svg and benchmark.csv (a stage this call did not
+  run read from --resume).
 A stage past its budget, or with an item (a fidelity case, a benchmark row) past its item limit
 (`gpu_plan.ITEM_LIMITS_S`), is killed with its process group; what it wrote so far is kept. After every
 stage `session.json` in --out holds the plan, every stage's status, seconds and results; `stages/<name>.json`
@@ -278,16 +281,26 @@ def budget_checks(session: dict | None = None) -> list[dict]:
     with the machine's start, each benchmark stage's grid
     fits its budget at a pessimistic speed (`gpu_plan.stage_estimate_s`), and (after a dry run's compile stage)
     the estimated compile time on the GPU machine fits the compile budget."""
-    total = sum(gpu_plan.BUDGETS_S[s] for s in gpu_plan.STAGES)
+    total = sum(gpu_plan.BUDGETS_S[s] for s in gpu_plan.FIRST_RUN)
     checks = [{"check": "stage budgets sum to at most the session limit", "value_s": total,
                "limit_s": gpu_plan.SESSION_LIMIT_S, "ok": total <= gpu_plan.SESSION_LIMIT_S}]
-    device = gpu_plan.SESSION_LIMIT_S + gpu_plan.MACHINE_START_S + 2 * KILL_GRACE_S * len(gpu_plan.STAGES)
+    device = gpu_plan.SESSION_LIMIT_S + gpu_plan.MACHINE_START_S + 2 * KILL_GRACE_S * len(gpu_plan.FIRST_RUN)
     checks.append({"check": "the session, the machine's start and every stage's kill fit the device time",
                    "value_s": device, "limit_s": gpu_plan.DEVICE_S, "ok": device <= gpu_plan.DEVICE_S})
     for name in gpu_plan.BENCHMARKS:
         estimate = round(gpu_plan.stage_estimate_s(name), 1)
         checks.append({"check": f"{name}: the grid at a pessimistic speed fits its budget", "value_s": estimate,
                        "limit_s": gpu_plan.BUDGETS_S[name], "ok": estimate <= gpu_plan.BUDGETS_S[name]})
+    import gpu_variants
+
+    estimate = round(gpu_variants.estimate_s(gpu_plan.WARMUP, gpu_plan.REPEATS, gpu_plan.SLOW_TFLOPS,
+                                             gpu_plan.ROW_OVERHEAD_S), 1)
+    checks.append({"check": "variants: the rows at a pessimistic speed and FlexAttention's compiles fit its budget",
+                   "value_s": estimate, "limit_s": gpu_plan.BUDGETS_S["variants"],
+                   "ok": estimate <= gpu_plan.BUDGETS_S["variants"]})
+    second = sum(gpu_plan.BUDGETS_S[s] for s in ("install", "compile", "variants", "report"))
+    checks.append({"check": "the second call's variants with install, compile and report fit the session limit",
+                   "value_s": second, "limit_s": gpu_plan.SESSION_LIMIT_S, "ok": second <= gpu_plan.SESSION_LIMIT_S})
     compiled = ((session or {}).get("stages", {}).get("compile", {}).get("results") or {})
     if "estimate_on_gpu_machine_s" in compiled:
         estimate = compiled["estimate_on_gpu_machine_s"]
@@ -369,7 +382,9 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ, PYTHONUNBUFFERED="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", OMP_NUM_THREADS="1")
     if args.cache is not None:
         env["TESSERA_CACHE_DIR"] = str(args.cache.resolve())
-    names = [s for s in gpu_plan.STAGES if not args.stages or s in args.stages]
+    # Without --stages: the first call's stages; the dry run rehearses both calls' (every stage).
+    names = [s for s in gpu_plan.STAGES if s in (args.stages or ()) or (not args.stages and
+                                                                        (args.dry_run or s in gpu_plan.FIRST_RUN))]
     header = {"dry_run": args.dry_run, "quick": args.quick, "python": sys.version.split()[0],
               "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "limit_s": gpu_plan.SESSION_LIMIT_S,
               "budgets_s": gpu_plan.BUDGETS_S}
@@ -394,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
                                **{k: v for k, v in (session["stages"][n].get("results") or {}).items()
                                   if k not in ("records",)}} for n in names},
                 "benchmark_rows": {n: len((session["stages"].get(n, {}).get("results") or {}).get("records", []))
-                                   for n in gpu_plan.BENCHMARKS},
+                                   for n in (*gpu_plan.BENCHMARKS, "variants")},
                 "budget_checks": checks}
         write_json(args.out / "plan.json", plan)
         ok = ok and all(c["ok"] for c in checks)

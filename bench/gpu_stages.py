@@ -10,6 +10,7 @@ through Tessera's host-side launch checks (sizes, tensor maps, grid); `report` d
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import time
@@ -21,6 +22,7 @@ import gpu_fidelity
 import gpu_plan
 import gpu_results
 import gpu_tests
+import gpu_variants
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,18 +79,19 @@ def kernel_plan(quick: bool) -> list:
     if quick:
         configs.append(gpu_plan.fp8_config(**QUICK_FP8))
         configs.append(gpu_plan.forward_config(**QUICK_BACKWARD, return_lse=True))
-    return gpu_plan.unique(configs)
+    return gpu_plan.unique(configs + gpu_variants.kernel_jobs(quick))
 
 
 def compile_one(config) -> dict:
-    """Compile one kernel into the cache (a process-pool job): its name, seconds, PTX size, whether ptxas made a
-    cubin, or the first line of its error."""
+    """Compile one kernel into the cache (a process-pool job; a `KernelConfig`, or a job with its own
+    `compile()`: `gpu_variants.VariantKernel`): its name, seconds, PTX size, whether ptxas made a cubin, or the
+    first line of its error."""
     from tessera.runtime.compiler import compile_kernel
 
     start = time.perf_counter()
     record = {"kernel": str(config), "builder": config.builder}
     try:
-        kernel = compile_kernel(config)
+        kernel = config.compile() if isinstance(config, gpu_variants.VariantKernel) else compile_kernel(config)
     except Exception as error:  # noqa: BLE001 - one kernel's failure is recorded; the others compile on
         return {**record, "error": f"{type(error).__name__}: {str(error).strip().splitlines()[0]}",
                 "seconds": time.perf_counter() - start}
@@ -427,22 +430,101 @@ def capped(system, share_s: float):
 # endregion
 
 
-def report_stage(writer, out: Path) -> None:
-    """attention_forward.svg, attention_fp8.svg, attention_backward.svg, gemm.svg and benchmark.csv from the
-    benchmark stages."""
+# region variants
+
+
+def variants_plan(writer, quick: bool) -> None:
+    """The dry run: each row's density, and its kernel host-checked on zero-stride q, k, v and the real captured
+    arrays and block lists (with `quick`: the rows at 2k, none host-checked: loading the one kernel the quick plan
+    compiles and importing torch would double the stage's seconds in the test suite)."""
+    from tessera.numerics import BF16
+
+    checked = set() if quick else {(j.variant, j.seq) for j in gpu_variants.kernel_jobs(False)}
+    for row in gpu_variants.rows():
+        if quick and row["seq"] != 2048:
+            continue
+        variant = gpu_variants.variant_of(row)
+        record = {"config": row, "density": gpu_variants.density(variant, row)}
+        shape = (row["batch"], row["heads"], row["seq"], row["head_dim"])
+        q = zeros(shape, BF16)
+        if (row["variant"], row["seq"]) in checked:  # as the GPU stage's Tessera builds it
+            traced = gpu_variants.variant_of(row, *gpu_variants.tracing_lib())
+            kernel, block_n = gpu_variants.compiled(traced, row)
+            extra = gpu_variants.tessera_inputs(traced, row, q, q, block_n)
+            record["input_bytes"] = int(sum(x.nbytes for x in extra))
+            (o,) = host_check(kernel, [q, q, q, *extra])
+            record.update(kernel=kernel.name, block_n=block_n, host_check="ok" if o.shape == shape else o.shape)
+        else:
+            record["host_check"] = "not in --quick" if quick else "the forward stage's causal kernel (checked there)"
+        writer.add("records", record)
+
+
+def variants_stage(writer, dry: bool, quick: bool, resume: Path | None = None) -> None:
+    """The attention variants against FlexAttention (bench/gpu_variants.py): each row measured and written as it
+    ends (`running` names the row in progress, which the session cuts at its item limit; with `resume`, the rows
+    an earlier call did not measure, its records and rows' summaries kept); in the dry run, planned
+    (`variants_plan`)."""
+    if dry:
+        variants_plan(writer, quick)
+        return
+    reason = gpu_reason()
+    if reason is not None:
+        writer.set("skipped", f"no GPU: {reason}")
+        return
+    import attention
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    writer.set("environment", attention.environment(torch))
+    seconds: dict = {}
+    found = (gpu_variants.tessera_system(torch), gpu_variants.flex_system(torch))
+    systems = [gpu_variants.timed_builds(s, seconds) for s in found if s is not None]
+    writer.set("systems", [s.name for s in systems])
+    args = SimpleNamespace(warmup=gpu_plan.WARMUP, repeats=gpu_plan.REPEATS)
+    left = rows_left("variants", gpu_variants.rows(), writer, resume)
+    if "resumed_from" in writer.data:  # the earlier call's rows' summaries with its records
+        writer.set("rows", json.loads((resume / "stages" / "variants.json").read_text()).get("rows", []))
+    for row in left:
+        writer.running(row)
+        try:
+            records, summary = gpu_variants.measure(torch, row, systems, seconds, args)
+        except Exception as error:  # noqa: BLE001 - the row says what failed, the next runs
+            records, summary = [], {"config": row, "error": f"{type(error).__name__}: {error}"[:500]}
+        for record in records:
+            writer.add("records", asdict(record))
+        writer.add("rows", summary)
+        torch.cuda.empty_cache()
+    writer.running(None)
+
+
+# endregion
+
+
+def report_stage(writer, out: Path, resume: Path | None = None) -> None:
+    """attention_forward.svg, attention_fp8.svg, attention_backward.svg, gemm.svg, attention_variants.svg and
+    benchmark.csv from the benchmark stages (a stage this call did not run: from `resume`, the earlier call's
+    --out, where it ran there)."""
     import json
 
     import gpu_plot
 
     everything = []
     for name, title in (("forward", "Forward attention, bf16"), ("fp8", "Forward attention, FP8 e4m3"),
-                        ("backward", "Backward attention, bf16"), ("gemm", "GEMM, bf16 inputs")):
+                        ("backward", "Backward attention, bf16"), ("gemm", "GEMM, bf16 inputs"),
+                        ("variants", "Attention variants against FlexAttention, forward, bf16, head_dim 128")):
         path = out / "stages" / f"{name}.json"
+        if not path.exists() and resume is not None:
+            path = resume / "stages" / f"{name}.json"
         records = json.loads(path.read_text()).get("records", []) if path.exists() else []
+        records = [r for r in records if "system" in r]  # the dry run's are plans
         device = json.loads(path.read_text()).get("environment", {}).get("device") if path.exists() else None
         everything += records
-        picture = gpu_plot.write_svg(out / f"{'gemm' if name == 'gemm' else 'attention_' + name}.svg", records,
-                                     f"{title}{', ' + device if device else ''}")
+        title = f"{title}{', ' + device if device else ''}"
+        if name == "variants":
+            picture = gpu_plot.write_svg(out / "attention_variants.svg", records, title, gpu_plot.variant_panel, 4)
+        else:
+            picture = gpu_plot.write_svg(out / f"{'gemm' if name == 'gemm' else 'attention_' + name}.svg", records,
+                                         title)
         writer.add("pictures", picture.name)
     writer.set("csv", gpu_plot.write_csv(out / "benchmark.csv", everything).name)
     writer.set("records", len(everything))
@@ -461,7 +543,9 @@ def run(name: str, writer, out: Path, dry: bool, quick: bool, prepared: Path, re
         benchmark_stage(name, writer, dry, quick, resume)
     elif name == "backward_parts":
         backward_parts_stage(writer, dry, quick, resume)
+    elif name == "variants":
+        variants_stage(writer, dry, quick, resume)
     elif name == "report":
-        report_stage(writer, out)
+        report_stage(writer, out, resume)
     else:
         raise SystemExit(f"unknown stage '{name}' (stages: {', '.join(gpu_plan.STAGES)})")

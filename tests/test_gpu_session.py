@@ -119,13 +119,18 @@ def test_a_second_call_measures_only_the_rows_the_first_did_not(tmp_path):
 def test_the_budgets_cover_every_stage_and_fit_the_session():
     assert set(gpu_plan.BUDGETS_S) == set(gpu_plan.STAGES)
     total, device, *benchmarks = gpu_session.budget_checks()
-    assert total["ok"] and total["value_s"] == sum(gpu_plan.BUDGETS_S.values()) <= gpu_plan.SESSION_LIMIT_S <= 560
+    first = sum(gpu_plan.BUDGETS_S[s] for s in gpu_plan.FIRST_RUN)
+    assert total["ok"] and total["value_s"] == first <= gpu_plan.SESSION_LIMIT_S <= 560
     assert device["ok"] and device["value_s"] <= 900 - 60  # a minute of the device's 15 left for a rerun
-    assert [c["check"].split(":")[0] for c in benchmarks] == ["forward", "fp8", "backward", "gemm"]
+    assert [c["check"].split(":")[0] for c in benchmarks] == ["forward", "fp8", "backward", "gemm", "variants",
+                                                               "the second call's variants with install, compile and "
+                                                               "report fit the session limit"]
     assert all(c["ok"] and c["value_s"] > 0 for c in benchmarks)
     over = {"stages": {"compile": {"results": {"estimate_on_gpu_machine_s": gpu_plan.BUDGETS_S["compile"] + 1}}}}
-    assert [c["ok"] for c in gpu_session.budget_checks(over)] == [True] * 6 + [False]
-    assert set(gpu_plan.ITEM_LIMITS_S) <= set(gpu_plan.STAGES) and gpu_plan.STAGES[-2:] == ("fp8", "report")
+    assert [c["ok"] for c in gpu_session.budget_checks(over)] == [True] * 8 + [False]
+    assert set(gpu_plan.ITEM_LIMITS_S) <= set(gpu_plan.STAGES) and gpu_plan.STAGES[-3:] == ("fp8", "variants", "report")
+    assert gpu_plan.FIRST_RUN == tuple(s for s in gpu_plan.STAGES if s != "variants")  # the second call's
+    assert "variants" in gpu_plan.SECOND_RUN.split("--stages")[1]
 
 
 def test_gpu_tests_are_marked_so_the_session_finds_them():
@@ -373,10 +378,11 @@ def test_the_quick_dry_run_compiles_builds_checks_and_writes_its_plan(tmp_path):
     assert all(stages[s]["status"] == "ok" for s in gpu_plan.STAGES)
     assert "bench/gpu_wheels.sh" in stages["install"]["wheels"]["message"]
     compiled = stages["compile"]["compiled"]
-    assert len(compiled) == stages["compile"]["kernels"] == 12 and all("error" not in k for k in compiled)
+    assert len(compiled) == stages["compile"]["kernels"] == 13 and all("error" not in k for k in compiled)
     assert {k["builder"] for k in compiled} == {"flash_attention", "attention_combine", "flash_attention_paged",
                                                "gemm", *(f"attention_backward_{p}" for p in ("preprocess", "main",
-                                                                                             "postprocess"))}
+                                                                                             "postprocess")),
+                                               "flex_attention (variants)"}
     assert stages["tests"]["runtime"]["collected"] > 50
     assert {i["case"] for i in stages["fidelity"]["inputs"]} == set(gpu_fidelity.QUICK)
     executed = {c["case"]: c for c in stages["fidelity"]["cases"]}
@@ -384,7 +390,7 @@ def test_the_quick_dry_run_compiles_builds_checks_and_writes_its_plan(tmp_path):
     assert executed["paged-decode-d64"]["outputs"]["o"]["ptx_error"] < 1e-2
     assert "python bench/gpu_session.py --prepare" in stages["fidelity"]["prepared"]["not_usable"][0]  # no .whl/
     assert set(json.loads((out / "fidelity" / "manifest.json").read_text())["cases"]) == set(gpu_stages.QUICK_EXECUTOR)
-    assert plan["benchmark_rows"] == {"forward": 36, "fp8": 18, "backward": 36, "gemm": 2}
+    assert plan["benchmark_rows"] == {"forward": 36, "fp8": 18, "backward": 36, "gemm": 2, "variants": 8}  # at 2k
     parts = json.loads((out / "stages" / "backward_parts.json").read_text())["records"]
     assert len(parts) == 6 and all(r["host_check"] in ("ok", "not in --quick") for r in parts)
     checked = json.loads((out / "stages" / "gemm.json").read_text())["records"]
@@ -395,9 +401,12 @@ def test_the_quick_dry_run_compiles_builds_checks_and_writes_its_plan(tmp_path):
     fp8 = json.loads((out / "stages" / "fp8.json").read_text())["records"]  # the quick kernel's rows checked
     assert [r["host_check"] for r in fp8 if (r["config"]["head_dim"], r["config"]["causal"]) == (128, False)] == \
         ["ok"] * 3
-    assert all(c["ok"] for c in plan["budget_checks"]) and len(plan["budget_checks"]) == 7
+    variants = {r["config"]["variant"]: r for r in json.loads((out / "stages" / "variants.json").read_text())["records"]}
+    assert {r["host_check"] for r in variants.values()} == {"not in --quick"}  # the full dry run host-checks them
+    assert variants["sliding window 1024"]["density"] == 27 / 64 and variants["ALiBi"]["density"] == 1.0
+    assert all(c["ok"] for c in plan["budget_checks"]) and len(plan["budget_checks"]) == 9
     assert {p.name for p in out.glob("*.svg")} == {"attention_forward.svg", "attention_fp8.svg",
-                                                   "attention_backward.svg", "gemm.svg"}
+                                                   "attention_backward.svg", "gemm.svg", "attention_variants.svg"}
 
 
 def test_backward_parts_times_each_kernel_its_zero_fills_the_gaps_and_the_host_work(monkeypatch):

@@ -76,7 +76,7 @@ def _captured(score_mod, mask_mod) -> list[np.ndarray]:
     return list(arrays.values())
 
 
-def _as_inputs_of(q, arrays: list[np.ndarray]) -> list:
+def as_inputs_of(q, arrays: list[np.ndarray]) -> list:
     """Captured arrays and block lists as inputs beside q: tensors on q's device when q is a PyTorch tensor."""
     from tessera.runtime.launch import is_torch_tensor
 
@@ -116,21 +116,35 @@ def attention_mods(q, k, v, *, score_mod, mask_mod, causal: bool, scale, return_
     IR and on the GPU, a kernel no configuration of the default pipeline fits is rebuilt with smaller key
     blocks (`BLOCK_N_FALLBACK`, with a warning) unless `block_n` is given; only the last key block tried may
     take the default pipeline's spilling rung (`tessera.lowering.fallback`), with its warning."""
-    from tessera.ir.diagnostics import warn
-    from tessera.kernels.attention import DEFAULT_BLOCK_N
-    from tessera.lowering.fallback import NoConfigurationFitsError, without_spilling
     from tessera.runtime.launch import usable_device
 
     (batch, heads, seq_q, _), seq_k = q.shape, k.shape[2]
     check_index_ranges(score_mod, mask_mod, batch=batch, heads=heads, seq_q=seq_q, seq_k=seq_k)
     if level is None:
         usable_device((q, k, v))  # no GPU, no compile (CudaUnavailable names level= as the alternative)
+    out = _with_block_n_fallback(
+        lambda bn: _forward(q, k, v, score_mod, mask_mod, causal, scale, return_lse, level, head_dim, dtype, bn),
+        head_dim, block_n, level)
+    if return_lse:
+        o, lse = out
+        return o, lse[..., 0]
+    return out
+
+
+def _with_block_n_fallback(attempt, head_dim: int, block_n: int | None, level):
+    """`attempt(bn)` for the head_dim's default key block (or `block_n`), then, below Tile IR and on the GPU,
+    for each of `BLOCK_N_FALLBACK` below it while no configuration fits (with a warning); spilling allowed
+    only for the last key block tried."""
+    from tessera.ir.diagnostics import warn
+    from tessera.kernels.attention import DEFAULT_BLOCK_N
+    from tessera.lowering.fallback import NoConfigurationFitsError, without_spilling
+
     first = DEFAULT_BLOCK_N[head_dim] if block_n is None else block_n
     tries = [first] + ([bn for bn in BLOCK_N_FALLBACK if bn < first] if block_n is None and level != "tile" else [])
     for i, bn in enumerate(tries):
         try:  # spilling only for the last key block, once every rung that may fit without it is refused
             with nullcontext() if i + 1 == len(tries) else without_spilling():
-                out = _forward(q, k, v, score_mod, mask_mod, causal, scale, return_lse, level, head_dim, dtype, bn)
+                return attempt(bn)
         except NoConfigurationFitsError as error:
             if i + 1 == len(tries):
                 raise
@@ -138,27 +152,54 @@ def attention_mods(q, k, v, *, score_mod, mask_mod, causal: bool, scale, return_
             warn(f"attention: the kernel with score_mod/mask_mod at block_n {bn} fits no configuration of the "
                  f"default pipeline (single-stage: {tried[-1].split(': ', 1)[-1][:80] if tried else 'registers'}"
                  f"...); rebuilt with block_n {tries[i + 1]}")
-            continue
-        if return_lse:
-            o, lse = out
-            return o, lse[..., 0]
-        return out
+
+
+def compiled_forward(q, k, *, score_mod, mask_mod, causal: bool, scale, return_lse: bool, head_dim: int,
+                     dtype: str, block_n: int | None = None):
+    """(the compiled kernel, its key block) that `attention_mods` launches on the GPU for these arguments (the
+    same `BLOCK_N_FALLBACK`, through the same kernel cache), compiled here without a GPU: what a GPU session
+    compiles ahead (bench/gpu_variants.py), and with `forward_inputs`, a launch without the per-call host work
+    (tracing, the block mask) to time."""
+    from tessera import api
+    from tessera.runtime.compiler import compile_module
+
+    def attempt(bn):
+        module = forward_module(q, k, score_mod=score_mod, mask_mod=mask_mod, causal=causal, scale=scale,
+                                return_lse=return_lse, head_dim=head_dim, dtype=dtype, block_n=bn)
+        return compile_module(module, api.find_kernel(module).name), bn
+    return _with_block_n_fallback(attempt, head_dim, block_n, None)
+
+
+def forward_inputs(q, k, score_mod, mask_mod, block_n: int, block_mask=None) -> list:
+    """The inputs the forward kernel with modifiers takes after q, k and v: the captured arrays, then (with a
+    mask_mod) the block lists of `block_mask` (default: `create_block_mask` for q's and k's shapes with the
+    kernel's blocks; one given must have them), as NumPy arrays (`as_inputs_of` puts them beside q)."""
+    from tessera.kernels.attention import DEFAULT_BLOCK_M
+
+    (batch, heads, seq_q, _), seq_k = q.shape, k.shape[2]
+    extra = _captured(score_mod, mask_mod)
+    if mask_mod is not None:
+        if block_mask is None:
+            block_mask = create_block_mask(mask_mod, batch, heads, seq_q, seq_k, DEFAULT_BLOCK_M, block_n)
+        if (block_mask.block_m, block_mask.block_n) != (DEFAULT_BLOCK_M, block_n) or \
+                block_mask.kinds.shape[:2] != (batch, heads):
+            raise ValueError(f"forward_inputs: the block mask has {block_mask.block_m} x {block_mask.block_n} blocks "
+                             f"for {block_mask.kinds.shape[:2]} (batch, heads); the kernel takes {DEFAULT_BLOCK_M} x "
+                             f"{block_n} for {(batch, heads)}")
+        extra += block_mask.inputs()
+    return extra
 
 
 def _forward(q, k, v, score_mod, mask_mod, causal, scale, return_lse, level, head_dim, dtype, block_n):
     from tessera import api
-    from tessera.kernels.attention import DEFAULT_BLOCK_M
     from tessera.runtime import entry
     from tessera.runtime.launch import is_torch_tensor, numpy_to_torch
 
-    (batch, heads, seq_q, _), seq_k = q.shape, k.shape[2]
     module = forward_module(q, k, score_mod=score_mod, mask_mod=mask_mod, causal=causal, scale=scale,
                             return_lse=return_lse, head_dim=head_dim, dtype=dtype, block_n=block_n)
-    extra = _captured(score_mod, mask_mod)
-    if mask_mod is not None:
-        extra += create_block_mask(mask_mod, batch, heads, seq_q, seq_k, DEFAULT_BLOCK_M, block_n).inputs()
+    extra = forward_inputs(q, k, score_mod, mask_mod, block_n)
     if level is None:
-        return entry.launch(module, q, k, v, *_as_inputs_of(q, extra))
+        return entry.launch(module, q, k, v, *as_inputs_of(q, extra))
     out = api.interpret(module, *(_numpy(x) for x in (q, k, v)), *extra, level=level)
     if not is_torch_tensor(q):
         return out
@@ -326,6 +367,6 @@ def _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline: str):
             out = entry.launch(kernel, *inputs, **sizes)
             return list(out) if isinstance(out, tuple) else [out]
     dpsum, lse2, _ = launch(pre, o, do, lse)
-    dq_accum, dk, dv = launch(main, q, k, v, do, lse2, dpsum, *_as_inputs_of(q, extra))
+    dq_accum, dk, dv = launch(main, q, k, v, do, lse2, dpsum, *as_inputs_of(q, extra))
     (dq,) = launch(post, dq_accum, seq_q=q.shape[2])  # dq_accum's rows are padded
     return dq, dk, dv
