@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from mods_checks import brute_block_kinds
 
 import tessera
 from tessera import reference
@@ -444,3 +445,20 @@ def test_tessera_attention_refuses_modifiers_with_bias():
 
 
 # endregion
+
+
+_PER_HEAD_WINDOW = np.array([3, 40, 200], np.int32)
+_PER_BATCH_PREFIX = np.array([5, 90], np.int32)
+
+
+@pytest.mark.parametrize("mask_mod", [
+    lambda b, h, q_idx, kv_idx: q_idx >= kv_idx,                                          # reads neither b nor h
+    lambda b, h, q_idx, kv_idx: np.abs(q_idx - kv_idx) <= _PER_HEAD_WINDOW[h],             # reads h
+    lambda b, h, q_idx, kv_idx: (kv_idx < _PER_BATCH_PREFIX[b]) | (q_idx >= kv_idx),       # reads b
+    lambda b, h, q_idx, kv_idx: (q_idx >= kv_idx) & ((h + b) % 2 == 0),                   # reads both
+], ids=["neither", "heads", "batch", "both"])
+def test_block_classes_broadcast_only_over_what_the_mask_does_not_read(mask_mod):
+    """create_block_mask classifies a mask that reads neither b nor h once and broadcasts it; one that reads
+    either is classified per entry: each against a brute-force evaluation at batch 2, heads 3."""
+    got = create_block_mask(mask_mod, 2, 3, 300, 260, 64, 128).kinds
+    np.testing.assert_array_equal(got, brute_block_kinds(mask_mod, 2, 3, 300, 260, 64, 128))

@@ -157,11 +157,16 @@ def create_block_mask(mask_mod: Callable, batch: int | None, heads: int | None, 
     pad = n_k * block_n - seq_k
     for i in range(n_q):
         rows = np.arange(i * block_m, min(seq_q, (i + 1) * block_m)).reshape(1, 1, -1, 1)
-        visible = np.broadcast_to(np.asarray(fn(b, h, rows, kv), bool), (batch, heads, rows.size, seq_k))
+        raw = np.asarray(fn(b, h, rows, kv), bool)
+        raw = raw.reshape((1,) * (4 - raw.ndim) + raw.shape)
+        # A mask that reads neither b nor h (causal, windows, documents shared by the batch) is classified once
+        # and broadcast: the (batch, heads) copies would cost batch x heads the work for the same classes.
+        own_batch, own_heads = (batch if raw.shape[0] != 1 else 1), (heads if raw.shape[1] != 1 else 1)
+        visible = np.broadcast_to(raw, (own_batch, own_heads, rows.size, seq_k))
         # Keys past seq_k are no one's: they neither make a block partial nor visible.
         seen = np.pad(visible, ((0, 0), (0, 0), (0, 0), (0, pad)), constant_values=False)
         inside = np.pad(np.ones(seq_k, bool), (0, pad), constant_values=False).reshape(n_k, block_n)
-        per_block = seen.reshape(batch, heads, rows.size, n_k, block_n)
+        per_block = seen.reshape(own_batch, own_heads, rows.size, n_k, block_n)
         any_visible = per_block.any(axis=(2, 4))
         # A block reaching past seq_k is at most partial: a full block is visited with no mask at all.
         all_visible = per_block.all(axis=(2, 4)) & inside.all(axis=1)
