@@ -45,9 +45,13 @@ from xdsl.dialects.builtin import ModuleOp, VectorType
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
+from tessera.ir.class_tests import subclass_test
 from tessera.ir.kernel_marks import target_kernels_in
-from tessera.passes.interleave_elementwise import (SLAB, _is_constant, _is_lane_wise, _is_predicate, _is_view,
-                                                   _lanes, _shuffle, _slab)
+from tessera.passes.interleave_elementwise import (LANE_WISE, SLAB, _is_constant, _is_lane_wise, _is_predicate,
+                                                   _is_view, _lanes, _shuffle, _slab)
+
+_of_lane_wise_kind = subclass_test(LANE_WISE)
+"""`isinstance(op, LANE_WISE)`, decided once per op class (a pass over every block of every kernel)."""
 
 
 @dataclass
@@ -81,7 +85,7 @@ def _components(block: Block, order: dict[Operation, int]) -> list[list[Operatio
         return op
 
     for op in block.ops:
-        if _is_lane_wise(op) and _lanes(op.results[0]) > SLAB:
+        if _of_lane_wise_kind(op) and _is_lane_wise(op) and _lanes(op.results[0]) > SLAB:
             parent[op] = op
             for operand in op.operands:
                 owner = operand.owner
