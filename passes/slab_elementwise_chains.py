@@ -9,11 +9,11 @@ then npy_divmod's fix-ups) lowers to some forty lane-wise ops on the [BM, BN] sc
 `vector<64xf32>` at 128 x 128 in program order: the score, the remainder and a step's quotient are live at
 once (with the predicates the fix-ups keep), 292 registers where the consumers have 240. Each lane of such a
 chain depends only on the same lane of its operands, so the chain can be computed `SLAB` (8) lanes at a time
-(`interleave_elementwise`'s slab, whose leaf cutting this pass shares):
+(`tessera.lowering.lane_slabs`, which `interleave-elementwise` uses too):
 the whole chain for lanes 0-7, then 8-15, ...; only one slab's intermediates are live beside the chain's
 inputs and results.
 
-- A *chain* is a set of lane-wise ops (`interleave_elementwise.LANE_WISE`: one result, every vector operand
+- A *chain* is a set of lane-wise ops (`lane_slabs.LANE_WISE`: one result, every vector operand
   of the result's lane count, no side effects) of one block, all of the same lane count L > `SLAB`, joined
   by reading each other's results directly (not through a view); its *leaves* are the values it reads that
   it does not make (a fragment such as the score, a constant, a view of a row vector or of a scalar), its
@@ -41,14 +41,14 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp, VectorType
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from tessera.ir.class_tests import subclass_test
 from tessera.ir.kernel_marks import target_kernels_in
-from tessera.passes.interleave_elementwise import (LANE_WISE, SLAB, _is_constant, _is_lane_wise, _is_predicate,
-                                                   _is_view, _lanes, _shuffle, _slab)
+from tessera.lowering.lane_slabs import (LANE_WISE, SLAB, emit_in_slabs, is_constant, is_lane_wise, is_predicate,
+                                         is_view, lanes_of)
 
 _of_lane_wise_kind = subclass_test(LANE_WISE)
 """`isinstance(op, LANE_WISE)`, decided once per op class (a pass over every block of every kernel)."""
@@ -85,11 +85,11 @@ def _components(block: Block, order: dict[Operation, int]) -> list[list[Operatio
         return op
 
     for op in block.ops:
-        if _of_lane_wise_kind(op) and _is_lane_wise(op) and _lanes(op.results[0]) > SLAB:
+        if _of_lane_wise_kind(op) and is_lane_wise(op) and lanes_of(op.results[0]) > SLAB:
             parent[op] = op
             for operand in op.operands:
                 owner = operand.owner
-                if owner in parent and _lanes(operand) == _lanes(op.results[0]):
+                if owner in parent and lanes_of(operand) == lanes_of(op.results[0]):
                     parent[find(owner)] = find(op)
     groups: dict[Operation, list[Operation]] = {}
     for op in parent:
@@ -129,14 +129,14 @@ def _runs(ops: list[Operation], order: dict[Operation, int], block: Block) -> li
 
 def _whole(value: SSAValue, lanes: int) -> bool:
     """Whether `value` holds a register per lane of its own (not a constant, nor a view of fewer registers)."""
-    return _lanes(value) == lanes and not _is_constant(value) and not _is_view(value, lanes)
+    return lanes_of(value) == lanes and not is_constant(value) and not is_view(value, lanes)
 
 
 def plain_peak(chain: Chain, order: dict[Operation, int]) -> int:
     """The most whole non-predicate fragments live at once after an op of the chain, emitted op by op: the
     full-width leaves until their last read in the chain, each value of the chain from its op to its last
     read in the chain (a result to the end)."""
-    lanes = _lanes(chain.ops[0].results[0])
+    lanes = lanes_of(chain.ops[0].results[0])
     last_read: dict[SSAValue, int] = {}
     for op in chain.ops:
         for operand in op.operands:
@@ -144,12 +144,12 @@ def plain_peak(chain: Chain, order: dict[Operation, int]) -> int:
     end = order[chain.ops[-1]]
     for value in chain.results:
         last_read[value] = end + 1
-    counted = [v for v in chain.leaves if _whole(v, lanes) and not _is_predicate(v)]
+    counted = [v for v in chain.leaves if _whole(v, lanes) and not is_predicate(v)]
     peak = 0
     for op in chain.ops:
         at = order[op]
         live = sum(1 for v in counted if last_read[v] > at)
-        live += sum(1 for o in chain.ops if order[o] <= at and not _is_predicate(o.results[0])
+        live += sum(1 for o in chain.ops if order[o] <= at and not is_predicate(o.results[0])
                     and last_read.get(o.results[0], at) > at)
         peak = max(peak, live)
     return peak
@@ -159,58 +159,9 @@ def slab_peak(chain: Chain) -> int:
     """The whole fragments the slab emission holds at once, less a slab's temporaries: as the slabs advance,
     the full-width leaves die a slab at a time while the results grow a slab at a time, so the larger count
     of the two."""
-    lanes = _lanes(chain.ops[0].results[0])
-    leaves = sum(1 for v in chain.leaves if _whole(v, lanes) and not _is_predicate(v))
-    return max(leaves, sum(1 for v in chain.results if not _is_predicate(v)))
-
-
-def _named_like(op: Operation, value: SSAValue) -> None:
-    """A slab of `value` keeps its name and source location: the allocator's report of what is live at a peak
-    names the slabs as it named the whole value (`8 x %gb (64 registers, arith.addf at file:line:col)`)."""
-    op.results[0].name_hint = value.name_hint
-    if isinstance(value.owner, Operation):
-        op.location = value.owner.location
-
-
-def _emit_in_slabs(chain: Chain) -> None:
-    last = chain.ops[-1]
-    block = last.parent_block()
-    lanes = _lanes(last.results[0])
-    cut: dict[SSAValue, list[SSAValue]] = {}
-    for leaf in chain.leaves:
-        if _lanes(leaf) is not None and not _is_constant(leaf) and not _is_view(leaf, lanes):
-            cut[leaf] = []
-            for first in range(0, lanes, SLAB):
-                op = _shuffle(leaf, leaf, list(range(first, min(first + SLAB, lanes))))
-                _named_like(op, leaf)
-                block.insert_op_before(op, last)
-                cut[leaf].append(op.results[0])
-    joined: dict[SSAValue, SSAValue] = {}
-    for first in range(0, lanes, SLAB):
-        count = min(SLAB, lanes - first)
-        mapped: dict[SSAValue, SSAValue] = {}
-        for op in chain.ops:
-            operands = [mapped[v] if v in mapped else _slab(v, first, count, last, cut) for v in op.operands]
-            result = op.results[0]
-            part = type(op).create(operands=operands, result_types=[VectorType(result.type.element_type, [count])],
-                                   attributes=dict(op.attributes), properties=dict(op.properties))
-            _named_like(part, result)
-            block.insert_op_before(part, last)
-            mapped[result] = part.results[0]
-        for value in chain.results:
-            part = mapped[value]
-            if value in joined:
-                op = _shuffle(joined[value], part, list(range(_lanes(joined[value]) + count)))
-                block.insert_op_before(op, last)
-                part = op.results[0]
-            joined[value] = part
-    for value in chain.results:
-        if value.name_hint:
-            joined[value].name_hint = value.name_hint
-        value.replace_all_uses_with(joined[value])
-    for op in reversed(chain.ops):
-        op.detach()
-        op.erase()
+    lanes = lanes_of(chain.ops[0].results[0])
+    leaves = sum(1 for v in chain.leaves if _whole(v, lanes) and not is_predicate(v))
+    return max(leaves, sum(1 for v in chain.results if not is_predicate(v)))
 
 
 def chains(block: Block) -> list[Chain]:
@@ -241,4 +192,5 @@ class SlabElementwiseChainsPass(ModulePass):
             for block in blocks:
                 for chain in chains(block):
                     # an earlier chain's results are new values now (its slabs joined): read the leaves again
-                    _emit_in_slabs(_chain_of(chain.ops))
+                    chain = _chain_of(chain.ops)
+                    emit_in_slabs(chain.ops, chain.leaves, chain.results)
