@@ -57,6 +57,12 @@ def _interleave_elementwise() -> type[ModulePass]:
     return InterleaveElementwisePass
 
 
+def _slab_elementwise_chains() -> type[ModulePass]:
+    from tessera.passes.slab_elementwise_chains import SlabElementwiseChainsPass
+
+    return SlabElementwiseChainsPass
+
+
 def _warp_specialize() -> type[ModulePass]:
     from tessera.passes.warp_specialize import WarpSpecializePass
 
@@ -117,6 +123,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "rematerialize-constants": _rematerialize_constants,
     "compute-distinct-lanes": _compute_distinct_lanes,
     "interleave-elementwise": _interleave_elementwise,
+    "slab-elementwise-chains": _slab_elementwise_chains,
     "warp-specialize": _warp_specialize,
     "allocate-registers": _allocate_registers,
     "pipeline-loops": _pipeline_loops,
@@ -207,13 +214,13 @@ def allocated(pipeline: str) -> str:
     return pipeline if pipeline.split(",")[-1].strip() == "allocate-registers" else pipeline + ",allocate-registers"
 
 
-TARGET_PIPELINE = "assign-swizzle,convert-tile-to-sm90,canonicalize,compute-distinct-lanes,cse,rematerialize-constants"
+TARGET_PIPELINE = "assign-swizzle,convert-tile-to-sm90,canonicalize,compute-distinct-lanes,cse,slab-elementwise-chains,rematerialize-constants"
 """Tile IR to sm_90a Target IR, single-stage: one K/V (or K) tile in flight, 256 threads, no producer
 warpgroup, no setmaxnreg. The simplest kernel, for tests and comparison; not the default (`DEFAULT_PIPELINE`)."""
 
 PIPELINED_PIPELINE = (
     "assign-swizzle,pipeline-loops{stages=2},overlap-softmax,peel-masked-iterations{branch=true},"
-    "convert-tile-to-sm90,canonicalize,compute-distinct-lanes,cse,rematerialize-constants"
+    "convert-tile-to-sm90,canonicalize,compute-distinct-lanes,cse,slab-elementwise-chains,rematerialize-constants"
 )
 """Tile IR to Target IR with the K/V (and GEMM K) loops pipelined over two-slot rings, each trip's score mma
 issued before the previous trip's P.V mma (overlap-softmax), the masks run only on the trips that need them,

@@ -143,13 +143,19 @@ def floor_halves(score, b, h, q_idx, kv_idx):
     return score // 0.5
 
 
+def floor_tenths(score, b, h, q_idx, kv_idx):
+    return score // 0.1
+
+
 @pytest.mark.slow  # ptxas, 30 s
 @pytest.mark.usefixtures("ptxas")
-@pytest.mark.parametrize("score_mod,block_n", [(remainder_by_head, 128), (floor_halves, 128), (floor_and_fmod, 64)])
+@pytest.mark.parametrize("score_mod,block_n", [(remainder_by_head, 128), (floor_halves, 128), (floor_and_fmod, 128),
+                                               (floor_and_fmod, 64), (floor_tenths, 128)])
 def test_ptxas_accepts_attention_with_float_division_without_spills(score_mod, block_n):
     """A remainder by a per-head divisor and a `//` by a power of two (no fmod) fit the 128 x 128
-    warp-specialized forward at head_dim 64; a float `//` of indices and an fmod of the score fit it at
-    128 x 64 (the forward's BN 64 rung)."""
+    warp-specialized forward at head_dim 64; so do a float `//` of indices with an fmod of the score, and
+    `score // 0.1`, their ladders computed 8 registers at a time (`slab-elementwise-chains`; op by op they
+    fit only 128 x 64, the forward's BN 64 rung)."""
     from tessera.kernels import flash_attention
 
     with warnings.catch_warnings():

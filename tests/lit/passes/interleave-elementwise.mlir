@@ -1,10 +1,10 @@
 // RUN: tessera-opt %s -p interleave-elementwise | filecheck %s
 
-// A tile made only of row and column vectors (ALiBi's slope * (kv - q), over broadcast views) is computed
-// SLAB (8) lanes at a time with the op that combines it with a tile of its own (+ score): the score is
-// shuffled out slab by slab first, then each slab's sub, mul and add, and the slabs are joined by a shuffle
-// that takes the root's name. A cheap tree read by no lane-wise root (a store's value) and a mask's
-// predicates (no registers to save) are left as they are.
+// A tile made only of row and column vectors (ALiBi's slope * (kv - q), over broadcast views) is computed SLAB
+// (8) lanes at a time with the op that combines it with a tile of its own (+ score): the score is shuffled out
+// slab by slab first, then each slab's sub, mul and add, and the slabs are joined by a shuffle named as the
+// root (each slab is named as the value it is a slab of). A cheap tree read by no lane-wise root (a store's
+// value) and a mask's predicates (no registers to save) are left as they are.
 
 func.func @alibi(%s: vector<16xf32>, %col: vector<4xf32>, %row: vector<2xf32>, %slope: vector<2xf32>, %p: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<1>, tile.role = "out"})
     attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>,
@@ -30,19 +30,19 @@ func.func @alibi(%s: vector<16xf32>, %col: vector<4xf32>, %row: vector<2xf32>, %
 }
 
 // CHECK-LABEL: func.func @alibi
-// CHECK:      %0 = vector.shuffle %s, %s [0, 1, 2, 3, 4, 5, 6, 7] : vector<16xf32>, vector<16xf32>
-// CHECK-NEXT: %1 = vector.shuffle %s, %s [8, 9, 10, 11, 12, 13, 14, 15] : vector<16xf32>, vector<16xf32>
-// CHECK-NEXT: %2 = vector.shuffle %col, %col [0, 1, 0, 1, 2, 3, 2, 3] : vector<4xf32>, vector<4xf32>
-// CHECK-NEXT: %3 = vector.shuffle %row, %row [0, 0, 1, 1, 0, 0, 1, 1] : vector<2xf32>, vector<2xf32>
-// CHECK-NEXT: %4 = arith.subf %2, %3 : vector<8xf32>
-// CHECK-NEXT: %5 = vector.shuffle %slope, %slope [0, 0, 1, 1, 0, 0, 1, 1] : vector<2xf32>, vector<2xf32>
-// CHECK-NEXT: %6 = arith.mulf %5, %4 : vector<8xf32>
-// CHECK-NEXT: %7 = arith.addf %0, %6 : vector<8xf32>
-// CHECK:      %12 = arith.mulf %11, %10 : vector<8xf32>
-// CHECK-NEXT: %13 = arith.addf %1, %12 : vector<8xf32>
-// CHECK-NEXT: %score = vector.shuffle %7, %13 [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] : vector<8xf32>, vector<8xf32>
+// CHECK:      %s_1 = vector.shuffle %s, %s [0, 1, 2, 3, 4, 5, 6, 7] : vector<16xf32>, vector<16xf32>
+// CHECK-NEXT: %s_2 = vector.shuffle %s, %s [8, 9, 10, 11, 12, 13, 14, 15] : vector<16xf32>, vector<16xf32>
+// CHECK-NEXT: %0 = vector.shuffle %col, %col [0, 1, 0, 1, 2, 3, 2, 3] : vector<4xf32>, vector<4xf32>
+// CHECK-NEXT: %1 = vector.shuffle %row, %row [0, 0, 1, 1, 0, 0, 1, 1] : vector<2xf32>, vector<2xf32>
+// CHECK-NEXT: %d = arith.subf %0, %1 : vector<8xf32>
+// CHECK-NEXT: %2 = vector.shuffle %slope, %slope [0, 0, 1, 1, 0, 0, 1, 1] : vector<2xf32>, vector<2xf32>
+// CHECK-NEXT: %bias = arith.mulf %2, %d : vector<8xf32>
+// CHECK-NEXT: %score = arith.addf %s_1, %bias : vector<8xf32>
+// CHECK:      %bias_1 = arith.mulf %5, %d_1 : vector<8xf32>
+// CHECK-NEXT: %score_1 = arith.addf %s_2, %bias_1 : vector<8xf32>
+// CHECK-NEXT: %score_2 = vector.shuffle %score, %score_1 [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] : vector<8xf32>, vector<8xf32>
 // CHECK-NOT:  arith.subf {{.*}} vector<16xf32>
-// CHECK:      sm90.st_global %p[%off], %score, %mask
+// CHECK:      sm90.st_global %p[%off], %score_2, %mask
 // CHECK:      %e = arith.mulf %kv, %two : vector<16xf32>
 // CHECK-NEXT: %f = arith.addf %e, %lanes : vector<16xf32>
 // CHECK:      %c = sm90.setp "lt" %kv, %q : vector<16xf32> -> vector<16xi1>
@@ -71,4 +71,4 @@ func.func @masked(%s: vector<16xf32>, %col: vector<4xf32>, %row: vector<2xf32>, 
 // CHECK-NEXT: %m = sm90.selp %c, %s, %s : vector<16xi1>, vector<16xf32>
 // CHECK-NEXT: vector.shuffle %m, %m [0, 1, 2, 3, 4, 5, 6, 7]
 // CHECK:      arith.subf %{{.*}}, %{{.*}} : vector<8xf32>
-// CHECK:      %r = vector.shuffle
+// CHECK:      %r_2 = vector.shuffle %r, %r_1
