@@ -15,8 +15,44 @@ import pytest
 import tessera
 from tessera import reference
 
+import shape_sweep
 
 bf16 = ml_dtypes.bfloat16
+
+
+DEFAULT_SLICE = 3
+"""Cases per family in the default suite: the first of seed 0 whose `shape_sweep.cost` is at most SMALL."""
+SMALL = 500_000
+SLOW_SEEDS, SLOW_COUNT = (0, 1), 40
+
+
+def _default_slice() -> list:
+    params = []
+    for family in shape_sweep.FAMILIES:
+        small = [(i, c) for i, c in enumerate(shape_sweep.cases(family, 0, 40)) if shape_sweep.cost(c) <= SMALL]
+        for i, case in small[:DEFAULT_SLICE]:
+            params.append(pytest.param(family, case, id=f"{family}-0-{i}"))
+    return params
+
+
+def _whole_sweep() -> list:
+    params = []
+    for seed in SLOW_SEEDS:
+        for family in shape_sweep.FAMILIES:
+            for i, case in enumerate(shape_sweep.cases(family, seed, SLOW_COUNT)):
+                params.append(pytest.param(family, case, seed, id=f"{family}-{seed}-{i}"))
+    return params
+
+
+@pytest.mark.parametrize("family, case", _default_slice())
+def test_the_sweeps_default_slice_matches_float64(family, case):
+    assert shape_sweep.run(family, case) == [], case
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family, case, seed", _whole_sweep())
+def test_the_whole_sweep_matches_float64(family, case, seed):
+    assert shape_sweep.run(family, case, seed) == [], (seed, case)
 
 
 def _bf16(rng, *shape):
