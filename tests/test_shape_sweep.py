@@ -104,3 +104,99 @@ def test_a_shared_prefix_page_with_appends_into_own_pages_runs(rng):
 
 
 # endregion
+# region Bad shapes and types at each entry point: refused by name
+
+
+def _a(*shape, dtype=bf16):
+    return np.random.default_rng(0).standard_normal(shape).astype(dtype)
+
+
+def _varlen(cu_q, cu_k, max_q=5, max_k=5, rows=10, **options):
+    cu_q, cu_k = (np.asarray(c, options.pop("cu_dtype", np.int32)) for c in (cu_q, cu_k))
+    return tessera.attention(_a(rows, 2, 64), _a(10, 2, 64), _a(10, 2, 64), cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                             max_seqlen_q=max_q, max_seqlen_k=max_k, level="tile", **options)
+
+
+def _kvcache(table=((0, 1),), lengths=(20,), q=(1, 1, 2, 64), cache=(4, 16, 2, 64), **options):
+    table = None if table is None else np.asarray(table, options.pop("table_dtype", np.int32))
+    lengths = np.asarray(lengths, np.int32) if isinstance(lengths, tuple) else lengths
+    return tessera.attention_with_kvcache(_a(*q), _a(*cache), _a(*cache), cache_seqlens=lengths, page_table=table,
+                                          level="tile", **options)
+
+
+def _dense(q=(1, 2, 65, 64), k=(1, 2, 70, 64), dtype=bf16, **options):
+    return tessera.attention(_a(*q, dtype=dtype), _a(*k, dtype=dtype), _a(*k, dtype=dtype), level="tile", **options)
+
+
+def _backward(q=(1, 2, 65, 64), k=(1, 2, 70, 64), lse=(1, 2, 65), lse_dtype=np.float32, do_dtype=bf16):
+    return tessera.attention_backward(_a(*q), _a(*k), _a(*k), _a(*q), np.zeros(lse, lse_dtype), _a(*q, dtype=do_dtype),
+                                      level="tile")
+
+
+def _fp8(q=(1, 2, 65, 64), k=(1, 2, 70, 64), **options):
+    e4m3 = ml_dtypes.float8_e4m3fn
+    return tessera.attention(_a(*q, dtype=e4m3), _a(*k, dtype=e4m3), _a(*k, dtype=e4m3), level="tile", **options)
+
+
+REFUSALS = {
+    "attention batch mismatch": (lambda: _dense(q=(2, 2, 65, 64)), "must have the same batch"),
+    "attention heads not a multiple": (lambda: _dense(q=(1, 3, 65, 64)), "a divisor of q's"),
+    "attention seq_q 0": (lambda: _dense(q=(1, 2, 0, 64)), "q has an empty dimension"),
+    "attention float32": (lambda: _dense(dtype=np.float32), "element type float32 is not supported"),
+    "attention head_dim 96": (lambda: _dense(q=(1, 2, 5, 96), k=(1, 2, 5, 96)), "head_dim 96 is not supported"),
+    "attention split-KV at 256": (lambda: _dense(q=(1, 2, 5, 256), k=(1, 2, 5, 256), num_splits=2),
+                                  "num_splits > 1 .split-KV. supports head_dim 64, 128; got head_dim 256"),
+    "attention num_splits 300": (lambda: _dense(num_splits=300), "num_splits must be an integer from 1 to 256"),
+    "attention a list": (lambda: tessera.attention([[1.0]], _a(1, 2, 5, 64), _a(1, 2, 5, 64), level="tile"),
+                         "q must be a NumPy array or a PyTorch tensor"),
+    "varlen negative cu_seqlens": (lambda: _varlen([0, -1, 10], [0, 5, 10], max_q=11),
+                                   "cu_seqlens_q must be non-decreasing from >= 0"),
+    "varlen non-monotone cu_seqlens": (lambda: _varlen([0, 7, 5, 10], [0, 3, 5, 10], max_q=7),
+                                       "cu_seqlens_q must be non-decreasing"),
+    "varlen cu_seqlens past the rows": (lambda: _varlen([0, 5, 12], [0, 5, 10]), "ends at 12, past the 10 packed"),
+    "varlen batch mismatch": (lambda: _varlen([0, 5, 10], [0, 10], max_k=10), "cu_seqlens_k must have 3 entries"),
+    "varlen int64 cu_seqlens": (lambda: _varlen([0, 5, 10], [0, 5, 10], cu_dtype=np.int64),
+                                "cu_seqlens_q must hold int32, got int64"),
+    "varlen max_seqlen too small": (lambda: _varlen([0, 5, 10], [0, 5, 10], max_q=3),
+                                    "max_seqlen_q = 3 is smaller than the longest sequence"),
+    "varlen seqused_k past a sequence": (lambda: _varlen([0, 5, 10], [0, 5, 10],
+                                                         seqused_k=np.array([6, 1], np.int32)),
+                                         "seqused_k must lie between 0 and each sequence's length"),
+    "varlen no sequence": (lambda: _varlen([0], [0], max_q=0, max_k=0), "must have batch . 1 >= 2 entries"),
+    "kvcache page out of range": (lambda: _kvcache(table=((0, 4),)), "page_table holds page 4, outside the 4"),
+    "kvcache negative page": (lambda: _kvcache(table=((0, -1),)), "page_table holds page -1"),
+    "kvcache float table": (lambda: _kvcache(table_dtype=np.float64), "page_table must hold int32"),
+    "kvcache table batch": (lambda: _kvcache(table=((0, 1), (2, 3))), "page_table must have 1 entries"),
+    "kvcache cache_seqlens past the pages": (lambda: _kvcache(lengths=(40,)), r"must lie in \[0, 32\]"),
+    "kvcache negative cache_seqlens": (lambda: _kvcache(lengths=-1), r"must lie in \[0, 32\]"),
+    "kvcache seq_q 0": (lambda: _kvcache(q=(1, 0, 2, 64)), "q has an empty dimension"),
+    "kvcache page_size 0": (lambda: _kvcache(cache=(4, 0, 2, 64), lengths=(0,)), "k_cache has an empty dimension"),
+    "kvcache k_new batch": (lambda: _kvcache(lengths=(5,), k_new=_a(2, 1, 2, 64), v_new=_a(2, 1, 2, 64)),
+                            r"k_new and v_new must be \[batch=1"),
+    "gemm K mismatch": (lambda: tessera.gemm(_a(5, 7), _a(8, 3), level="tile"), "whose K differ"),
+    "gemm M 0": (lambda: tessera.gemm(_a(0, 7), _a(7, 3), level="tile"), "a has an empty dimension"),
+    "gemm batch mismatch": (lambda: tessera.gemm(_a(2, 5, 7), _a(3, 7, 3), level="tile"), "same batch size"),
+    "gemm mixed types": (lambda: tessera.gemm(_a(5, 7), _a(7, 3, dtype=np.float16), level="tile"),
+                         "one element type"),
+    "backward lse shape": (lambda: _backward(lse=(1, 2, 64)), r"lse must be \[batch, heads, seq_q\]"),
+    "backward dO type": (lambda: _backward(do_dtype=np.float16), "one element type"),
+    "backward head_dim 256": (lambda: _backward(q=(1, 1, 5, 256), k=(1, 1, 5, 256), lse=(1, 1, 5)),
+                              "head_dim 256 is not supported by the backward kernels"),
+    "fp8 descale shape": (lambda: _fp8(descale_q=np.ones((2, 2), np.float32)), "descale_q must have shape"),
+    "fp8 negative descale": (lambda: _fp8(descale_q=-np.ones((1, 2), np.float32)), "must be non-negative"),
+    "fp8 head_dim 96": (lambda: _fp8(q=(1, 1, 5, 96), k=(1, 1, 5, 96)), "head_dim 96 is not supported"),
+    "fp8 seq_q 0": (lambda: _fp8(q=(1, 2, 0, 64)), "must be a non-empty 4-D"),
+    "fp8 with split-KV": (lambda: _fp8(num_splits=2), "not supported with num_splits=2"),
+    "launch batch mismatch": (lambda: tessera.launch(tessera.kernels.gemm(), _a(2, 5, 7), _a(7, 3), level="tile"),
+                              "must have rank 2"),
+}
+
+
+@pytest.mark.parametrize("name", list(REFUSALS))
+def test_a_bad_shape_or_type_is_refused_by_name(name):
+    call, message = REFUSALS[name]
+    with pytest.raises((ValueError, TypeError), match=message):
+        call()
+
+
+# endregion
