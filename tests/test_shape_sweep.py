@@ -8,6 +8,8 @@ paths in the CTA simulator and the PTX executor, and ptxas 13.0 on their kernels
 
 from __future__ import annotations
 
+import os
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -197,6 +199,97 @@ def test_a_bad_shape_or_type_is_refused_by_name(name):
     call, message = REFUSALS[name]
     with pytest.raises((ValueError, TypeError), match=message):
         call()
+
+
+# endregion
+# region The sweep's code paths in the CTA simulator and the PTX executor
+
+
+def _attention(batch=1, heads=1, heads_k=1, seq_q=1, seq_k=1, head_dim=64, causal=False, dtype="bf16", num_splits=1):
+    return dict(batch=batch, heads=heads, heads_k=heads_k, seq_q=seq_q, seq_k=seq_k, head_dim=head_dim,
+                causal=causal, dtype=dtype, num_splits=num_splits)
+
+
+def _gemm(m, n, k, transpose_a=False, transpose_b=False, dtype="bf16", batch=None, epilogue=False):
+    return dict(m=m, n=n, k=k, transpose_a=transpose_a, transpose_b=transpose_b, dtype=dtype, batch=batch,
+                epilogue=epilogue)
+
+
+def _paged(page_size, lengths, head_dim=64, seq_new=0, paged=True, heads=2, heads_k=1, seq_q=2, num_splits=1):
+    return dict(batch=len(lengths), seq_q=seq_q, heads=heads, heads_k=heads_k, head_dim=head_dim,
+                page_size=page_size, lengths=lengths, seq_new=seq_new, causal=False, dtype="bf16",
+                num_splits=num_splits, paged=paged)
+
+
+LOWERED_SLICE = {
+    # tails in M, N and K of each layout; the unaligned ("any") kernel for rows not a multiple of 8
+    "gemm tails m1 n7 k65": ("gemm", _gemm(1, 7, 65)),
+    "gemm tails m65 n1 k7 tt f16": ("gemm", _gemm(65, 1, 7, True, True, "f16")),
+    "gemm tails m7 n65 k1 tn": ("gemm", _gemm(7, 65, 1, True)),
+    "gemm m200 n7 k200 nt batched epilogue": ("gemm", _gemm(200, 7, 200, False, True, batch=2, epilogue=True)),
+    # causal with seq_q > seq_k: rows that see no key (O = 0, LSE = -inf)
+    "attention causal 65 x 2": ("attention", _attention(seq_q=65, seq_k=2, causal=True)),
+    "attention head_dim 256 tails": ("attention", _attention(heads=2, heads_k=2, seq_q=65, seq_k=129, head_dim=256)),
+    # decoding: PackGQA 8:1 with split-KV, and more splits than key blocks
+    "decode gqa 8:1 split 3": ("decode", _attention(heads=8, seq_q=1, seq_k=129, head_dim=128, causal=True,
+                                                    num_splits=3)),
+    "attention 16 splits over one key block": ("attention", _attention(seq_q=63, seq_k=63, num_splits=16)),
+    # packed sequences with empty ones either way
+    "varlen empty sequences": ("varlen", dict(lengths_q=[0, 3, 65, 2], lengths_k=[5, 0, 70, 1], heads=2, heads_k=1,
+                                              head_dim=64, causal=True, dtype="bf16", num_splits=1)),
+    # the cp.async gather (page 3 and 100 do not divide the key block), an empty cache, appends, no table
+    "paged page 3 with an empty cache": ("paged", _paged(3, [0, 70], seq_new=1)),
+    "paged page 100 split 3": ("paged", _paged(100, [130, 1], num_splits=3)),
+    "paged page 16 head_dim 256": ("paged", _paged(16, [50], head_dim=256)),
+    "unpaged odd length": ("paged", _paged(0, [77], paged=False, seq_new=2)),
+    # FP8 with a key count that is not a multiple of 16, GQA, causal
+    "fp8 65 x 63 gqa causal": ("fp8", dict(batch=1, heads=2, heads_k=1, seq_q=65, seq_k=63, head_dim=64,
+                                           causal=True)),
+    # the backward's three kernels on rows that see no key and key tails
+    "backward 65 x 63 gqa causal": ("backward", dict(batch=1, heads=2, heads_k=1, seq_q=65, seq_k=63, head_dim=64,
+                                                     causal=True, dtype="bf16")),
+}
+
+
+@pytest.mark.parametrize("level", ["ptx"])
+def test_gemm_tails_in_m_n_and_k_in_the_ptx_executor(level):
+    family, case = LOWERED_SLICE["gemm tails m1 n7 k65"]
+    assert shape_sweep.run(family, case, level=level) == []
+
+
+SYSTEM_PTXAS = "/usr/local/bin/ptxas"
+"""ptxas 13.0, the one the lowered slice's kernels must assemble cleanly with (the wheels' others have their own
+tests: docs/performance.md)."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", ["target", "ptx"])
+@pytest.mark.parametrize("name", list(LOWERED_SLICE))
+def test_the_sweeps_code_paths_lowered(name, level, monkeypatch):
+    """Each code path in the CTA simulator and the PTX executor; at "ptx", every kernel the call ran assembles
+    with ptxas 13.0 without a warning or a spill."""
+    from tessera.interpreters.ptx import printed
+    from tessera.toolchain import compile_ptx
+
+    texts = []
+
+    def recorded(module):
+        result = ptx_text(module)
+        texts.append(result[0])
+        return result
+
+    ptx_text = printed.ptx_text
+    monkeypatch.setattr(printed, "ptx_text", recorded)
+    family, case = LOWERED_SLICE[name]
+    assert shape_sweep.run(family, case, level=level) == [], case
+    assert (level == "ptx") == bool(texts)
+    if texts and not os.path.exists(SYSTEM_PTXAS):
+        pytest.skip(f"no {SYSTEM_PTXAS}")
+    for text in texts:
+        result = compile_ptx(text, ptxas=SYSTEM_PTXAS)
+        assert not result.warnings and not result.log.diagnostics, result.log
+        for entry in result.entries.values():
+            assert entry.spill_store_bytes == entry.spill_load_bytes == entry.stack_frame_bytes == 0
 
 
 # endregion
