@@ -303,4 +303,15 @@ def test_validate_runs_the_variant_a_launch_with_those_sizes_runs():
     assert [c.level for c in report.checks][-1] == "ptx" and all(c.ok for c in report.checks)
 
 
+@pytest.mark.parametrize("builder", ["flash_attention_varlen", "flash_attention_paged"])
+def test_validate_refuses_a_kernel_sized_by_its_launch_by_name(builder):
+    """validate generated no index tables and took no launch size: it reported 'needs the launch size
+    max_seqlen_q', and refused max_seqlen_q as an unknown size when given."""
+    from tessera.passes import PTX_PIPELINE
+    from tessera.validate import validate
+
+    with pytest.raises(ValueError, match=r"is sized by its launch \(max_seqlen_q\) and reads index tables"):
+        validate(getattr(tessera.kernels, builder)(head_dim=64), PTX_PIPELINE, sizes={"max_seqlen_q": 5})
+
+
 # endregion
