@@ -92,14 +92,14 @@ def _gemm_case(r: random.Random) -> dict:
 
 def _fp8_case(r: random.Random) -> dict:
     heads_k = r.choice((1, 2))
-    return dict(batch=r.randint(1, 2), heads=heads_k * r.choice((1, 2, 4)), heads_k=heads_k, seq_q=_long(r, 191),
-                seq_k=_long(r, 191), head_dim=r.choice(HEAD_DIMS), causal=r.random() < 0.5)
+    return dict(batch=r.randint(1, 2), heads=heads_k * r.choice((1, 2, 4)), heads_k=heads_k, seq_q=_long(r),
+                seq_k=_long(r), head_dim=r.choice(HEAD_DIMS), causal=r.random() < 0.5)
 
 
 def _backward_case(r: random.Random) -> dict:
     heads_k = r.choice((1, 2))
-    return dict(batch=r.randint(1, 2), heads=heads_k * r.choice((1, 2, 4)), heads_k=heads_k, seq_q=_long(r, 191),
-                seq_k=_long(r, 191), head_dim=r.choice(HEAD_DIMS[:2]), causal=r.random() < 0.5,
+    return dict(batch=r.randint(1, 2), heads=heads_k * r.choice((1, 2, 4)), heads_k=heads_k, seq_q=_long(r),
+                seq_k=_long(r), head_dim=r.choice(HEAD_DIMS[:2]), causal=r.random() < 0.5,
                 dtype=r.choice(tuple(DTYPES)))
 
 
