@@ -19,6 +19,7 @@ import ml_dtypes
 import numpy as np
 
 import tessera
+import tessera.kernels
 from tessera import reference
 
 SEQ = (1, 2, 63, 65, 127, 129, 191, 1000)
@@ -101,6 +102,15 @@ def _backward_case(r: random.Random) -> dict:
     return dict(batch=r.randint(1, 2), heads=heads_k * r.choice((1, 2, 4)), heads_k=heads_k, seq_q=_long(r),
                 seq_k=_long(r), head_dim=r.choice(HEAD_DIMS[:2]), causal=r.random() < 0.5,
                 dtype=r.choice(tuple(DTYPES)))
+
+
+def _multipass_case(r: random.Random) -> dict:
+    case = dict(builder=r.choice(("two_pass_attention", "three_pass_attention")), batch=r.randint(1, 2),
+                heads=r.choice((1, 3)), seq_q=_long(r), seq_k=_long(r), head_dim=r.choice(HEAD_DIMS),
+                causal=r.random() < 0.5, dtype=r.choice(tuple(DTYPES)))
+    if case["seq_q"] * case["seq_k"] * case["heads"] * case["batch"] > 1_000_000:
+        case["seq_q"] = r.choice(SEQ[:4])
+    return case
 
 
 def _draw(x: tuple[int, ...], rng: np.random.Generator, dtype) -> np.ndarray:
@@ -219,6 +229,17 @@ def run_backward(case: dict, rng: np.random.Generator, level: str = "tile") -> l
     return _check("dq", dq) + _check("dk", dk) + _check("dv", dv)
 
 
+def run_multipass(case: dict, rng: np.random.Generator, level: str = "tile") -> list[str]:
+    """The two- and three-pass kernel builders through tessera.launch (their scratch buffers sized by it)."""
+    dtype = DTYPES[case["dtype"]]
+    b, h, sq, sk, d = (case[n] for n in ("batch", "heads", "seq_q", "seq_k", "head_dim"))
+    q, k, v = _draw((b, h, sq, d), rng, dtype), _draw((b, h, sk, d), rng, dtype), _draw((b, h, sk, d), rng, dtype)
+    module = getattr(tessera.kernels, case["builder"])(head_dim=d, causal=case["causal"], dtype=case["dtype"])
+    o = tessera.launch(module, q, k, v, level=level)
+    o = o[0] if isinstance(o, tuple) else o
+    return _check("o", reference.check_attention(o, q, k, v, dtype, causal=case["causal"]))
+
+
 FAMILIES = {
     "attention": (_attention_case, run_attention),
     "decode": (_decode_case, run_attention),
@@ -227,6 +248,7 @@ FAMILIES = {
     "gemm": (_gemm_case, run_gemm),
     "fp8": (_fp8_case, run_fp8),
     "backward": (_backward_case, run_backward),
+    "multipass": (_multipass_case, run_multipass),
 }
 
 

@@ -245,6 +245,9 @@ LOWERED_SLICE = {
     # FP8 with a key count that is not a multiple of 16, GQA, causal
     "fp8 65 x 63 gqa causal": ("fp8", dict(batch=1, heads=2, heads_k=1, seq_q=65, seq_k=63, head_dim=64,
                                            causal=True)),
+    # the three-pass builder through tessera.launch: scratch buffers, causal tails at head_dim 256
+    "three-pass 256 causal 191 x 63": ("multipass", dict(builder="three_pass_attention", batch=1, heads=1, seq_q=191,
+                                                         seq_k=63, head_dim=256, causal=True, dtype="bf16")),
     # the backward's three kernels on rows that see no key and key tails
     "backward 65 x 63 gqa causal": ("backward", dict(batch=1, heads=2, heads_k=1, seq_q=65, seq_k=63, head_dim=64,
                                                      causal=True, dtype="bf16")),
