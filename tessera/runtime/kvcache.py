@@ -68,6 +68,29 @@ def _lib(x):
     return np
 
 
+def check_appends(where: str, table: np.ndarray, lengths: np.ndarray, seq_new: int, page_size: int) -> None:
+    """Refuse k_new/v_new rows that land on a cache row another position reads (ValueError naming both):
+    sequences sharing a page past one's cache_seqlens, or a page listed twice in one table row, would have
+    the append overwrite a key that is attended to, and the result would be silently wrong (FlashAttention
+    leaves this undefined). Reading a shared page (a shared prefix) without appending into it is fine.
+    `table` and `lengths` are host values (int32 [batch, max_pages], [batch])."""
+    ends = lengths.astype(np.int64) + seq_new
+    seq = np.repeat(np.arange(len(ends)), ends)
+    pos = np.arange(int(ends.sum())) - np.repeat(np.cumsum(ends) - ends, ends)
+    cells = table[seq, pos // page_size].astype(np.int64) * page_size + pos % page_size
+    readers = np.bincount(cells)
+    written = pos >= np.repeat(lengths.astype(np.int64), ends)
+    clash = written & (readers[cells] > 1)
+    if clash.any():
+        i = int(np.argmax(clash))
+        page, row = divmod(int(cells[i]), page_size)
+        other = int(np.flatnonzero((cells == cells[i]) & (np.arange(len(cells)) != i))[0])
+        raise ValueError(f"{where}: k_new would overwrite a key that is read: sequence {int(seq[i])}'s token "
+                         f"{int(pos[i])} is appended to page {page}, row {row}, which sequence {int(seq[other])} reads "
+                         f"as its token {int(pos[other])} (page_table shares that page; give each sequence its "
+                         "own pages past its cache_seqlens)")
+
+
 def append_to_cache(k_cache, v_cache, k_new, v_new, page_table, cache_seqlens) -> None:
     """Write k_new/v_new [batch, seq_new, heads_k, D] into the paged caches at positions cache_seqlens[b] + i
     (row (pos mod page_size) of page page_table[b, pos // page_size]), in place."""
@@ -155,6 +178,9 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=N
     if lengths is not None and (np.any(lengths < 0) or np.any(lengths + seq_new > capacity)):
         raise ValueError(f"{where}: cache_seqlens (+ seq_new = {seq_new}) must lie in [0, {capacity}] (the rows the "
                          f"page table or cache reaches), got {lengths.tolist()}")
+
+    if page_table is not None and seq_new and table_values is not None and lengths is not None:
+        check_appends(where, table_values, lengths, seq_new, page_size)
 
     if not isinstance(return_lse, bool):
         raise ValueError(f"{where}: return_lse must be True or False; got {return_lse!r}")

@@ -153,10 +153,13 @@ def validate(module: ModuleOp, pipeline: str, *, sizes: Mapping[str, int] | None
     """Validate every pass of `pipeline` (a `tessera-opt -p` spec) on `module`'s kernel (which is not
     modified); see the module docstring. `sizes` override the defaults of `levels.DEFAULT_SIZES`; inputs are
     drawn with `seed`. With `ptx`, the PTX of the final Target IR is run too (reported as skipped when there
-    is no PTX executor). Returns the report; `report.mismatch` says which pass broke what."""
+    is no PTX executor). Returns the report; `report.mismatch` says which pass broke what. A kernel with
+    launch sizes (`tile.launch_sizes`: packed and paged attention) is refused by name: its tables are not
+    generated."""
     from tessera import find_kernel
     from tessera.arguments import check_module, check_seed, check_sizes, check_string
     from tessera.ir import make_context
+    from tessera.kernel_abi import specialized
     from tessera.passes import parse_pipeline
 
     where = "tessera.validate.validate"
@@ -169,7 +172,15 @@ def validate(module: ModuleOp, pipeline: str, *, sizes: Mapping[str, int] | None
     passes = parse_pipeline(pipeline).passes if pipeline else ()
     module = module.clone()
     sig = find_kernel(module, kernel)
+    if sig.launch_sizes:  # packed and paged attention: max_seqlen_q sizes the grid, cu_seqlens/pages index it
+        raise ValueError(f"{where}: kernel @{sig.name} is sized by its launch ({', '.join(sig.launch_sizes)}) and "
+                         "reads index tables that validate does not generate; run it with tessera.launch at each "
+                         "level on real tables and compare with tessera.reference (docs/serving.md)")
     bound = levels.default_sizes(sig, check_sizes(where, sizes, sig.size_names()))
+    # The variant a launch with these sizes runs (`tile.specialize`, docs/any-shape.md): the fast one would
+    # be refused for sizes it does not meet (a GEMM with K = 65 has rows of 130 bytes, no TMA).
+    module = specialized(module, sig, bound)
+    sig = find_kernel(module, sig.name)
     inputs = levels.generate_inputs(sig, bound, seed)
     report = ValidationReport(sig.name, pipeline, bound)
     try:
