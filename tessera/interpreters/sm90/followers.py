@@ -357,10 +357,11 @@ class Followers:
 
     @staticmethod
     def _uniform(leader, followers) -> bool:
-        """Whether every follower holds `leader` (a broadcast of a value equal to it)."""
+        """Whether every follower holds `leader` (a broadcast of a value equal to it; of the leader's own array, as
+        `broadcast` makes it, without comparing its elements)."""
         if not isinstance(followers, np.ndarray):
             return followers is leader
-        return followers.strides[0] == 0 and (followers[0] is leader or np.array_equal(followers[0], leader))
+        return followers.strides[0] == 0 and (followers.base is leader or np.array_equal(followers[0], leader))
 
     def broadcast(self, value):
         """The leader's value in every follower (a read-only view)."""
