@@ -361,7 +361,11 @@ class Followers:
         `broadcast` makes it, without comparing its elements)."""
         if not isinstance(followers, np.ndarray):
             return followers is leader
-        return followers.strides[0] == 0 and (followers.base is leader or np.array_equal(followers[0], leader))
+        if followers.strides[0] != 0:
+            return False
+        if followers.base is leader and followers.shape[1:] == leader.shape and followers.strides[1:] == leader.strides:
+            return True  # a view of the leader's array itself: the same bytes
+        return np.array_equal(followers[0], leader)
 
     def broadcast(self, value):
         """The leader's value in every follower (a read-only view)."""
