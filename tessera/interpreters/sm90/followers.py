@@ -448,18 +448,24 @@ class Followers:
         spec = tensor_map.spec
         for copy, thread in zip(copies, threads):
             start = int(dest[thread])
+            # a box at the leader's coordinates (K and V of the same head) is the leader's bytes: a batch reads
+            # only tensors that no CTA writes (`batches.batchable`); followers with the same coordinates share one
+            boxes = {tuple(int(c[thread]) for c in coords): copy.data}
             rows = []
             for f in range(self.count):
                 if not self.alive[f]:  # its rows are not read again; it loads nothing
                     rows.append(np.zeros(copy.data.size, np.uint8))
                     continue
-                at = [int(c[f, thread]) for c in fcoords]
-                problem = serving_checks.check_box(tensor_map.name, spec.global_dims, at, spec.box_dims)
-                if problem:  # it fails: its own run reports it
-                    self.leave(np.arange(self.count) == f, problem, op, np.arange(self.count))
-                    rows.append(np.zeros(copy.data.size, np.uint8))
-                    continue
-                rows.append(shared_box(start, tensor_map.read_box(at), tensor_map.swizzle)[1])
+                at = tuple(int(c[f, thread]) for c in fcoords)
+                box = boxes.get(at)
+                if box is None:
+                    problem = serving_checks.check_box(tensor_map.name, spec.global_dims, list(at), spec.box_dims)
+                    if problem:  # it fails: its own run reports it
+                        self.leave(np.arange(self.count) == f, problem, op, np.arange(self.count))
+                        rows.append(np.zeros(copy.data.size, np.uint8))
+                        continue
+                    box = boxes[at] = shared_box(start, tensor_map.read_box(list(at)), tensor_map.swizzle)[1]
+                rows.append(box)
             copy.follower_data = np.stack(rows)
         return ()
 
