@@ -131,6 +131,8 @@ def _shuffle(op: vector.ShuffleOp, first: np.ndarray, second: np.ndarray) -> np.
     v1, v2 = (x if x.ndim == 3 else x[:, :, None] for x in (first, second))
     plan = shuffle_plan(op, v1.shape[2])
     if isinstance(plan, tuple):
+        if plan[0] == 2:  # a concatenation
+            return np.concatenate([v1, v2[:, :, plan[1]]], axis=2)
         return read_only((v2 if plan[0] else v1)[:, :, plan[1]])
     if first is second:
         return v1[:, :, np.where(plan < v1.shape[2], plan, plan - v1.shape[2])]
