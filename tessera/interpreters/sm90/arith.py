@@ -147,9 +147,10 @@ def read_only(view: np.ndarray) -> np.ndarray:
 
 
 def shuffle_plan(op: vector.ShuffleOp, lanes: int) -> tuple[int, slice] | np.ndarray:
-    """The lanes `op` takes from operands of `lanes` lanes: (0 or 1, a slice) where they are consecutive lanes of
-    one operand, else the mask as indices into both; decoded once per op and mask attribute (kept on the op)
-    instead of at every run."""
+    """The lanes `op` takes from the first operand of `lanes` lanes and the second: (0 or 1, a slice) where they
+    are consecutive lanes of one operand, (2, a slice of the second) where they are all of the first's then the
+    second's first lanes (a concatenation), else the mask as indices into both; decoded once per op and mask
+    attribute (kept on the op) instead of at every run."""
     cached = op.__dict__.get("_tessera_shuffle")
     if cached is not None and cached[0] is op.mask and cached[1] == lanes:
         return cached[2]
@@ -159,6 +160,8 @@ def shuffle_plan(op: vector.ShuffleOp, lanes: int) -> tuple[int, slice] | np.nda
         second = int(mask[0] >= lanes)
         start = int(mask[0]) - second * lanes
         plan = (second, slice(start, start + len(mask)))
+    elif len(mask) > lanes and (mask == np.arange(len(mask))).all():
+        plan = (2, slice(0, len(mask) - lanes))
     op.__dict__["_tessera_shuffle"] = (op.mask, lanes, plan)
     return plan
 
@@ -393,8 +396,10 @@ class RegisterArithFunctions(InterpreterFunctions):
     def run_shuffle(self, interpreter: Interpreter, op: vector.ShuffleOp, args: PythonValues):
         v1, v2 = (x if x.ndim == 2 else x[:, None] for x in args)
         plan = shuffle_plan(op, v1.shape[1])
-        if isinstance(plan, tuple):  # consecutive lanes of one operand: a read-only view, no copy
-            return (read_only((v2 if plan[0] else v1)[:, plan[1]]),)
+        if isinstance(plan, tuple):
+            if plan[0] == 2:  # a concatenation: no gather
+                return (np.concatenate([v1, v2[:, plan[1]]], axis=1),)
+            return (read_only((v2 if plan[0] else v1)[:, plan[1]]),)  # lanes of one operand: a view, no copy
         if args[0] is args[1]:
             return (v1[:, np.where(plan < v1.shape[1], plan, plan - v1.shape[1])],)
         if (plan < v1.shape[1]).all():

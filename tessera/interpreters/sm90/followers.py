@@ -131,6 +131,8 @@ def _shuffle(op: vector.ShuffleOp, first: np.ndarray, second: np.ndarray) -> np.
     v1, v2 = (x if x.ndim == 3 else x[:, :, None] for x in (first, second))
     plan = shuffle_plan(op, v1.shape[2])
     if isinstance(plan, tuple):
+        if plan[0] == 2:  # a concatenation
+            return np.concatenate([v1, v2[:, :, plan[1]]], axis=2)
         return read_only((v2 if plan[0] else v1)[:, :, plan[1]])
     if first is second:
         return v1[:, :, np.where(plan < v1.shape[2], plan, plan - v1.shape[2])]
@@ -357,10 +359,15 @@ class Followers:
 
     @staticmethod
     def _uniform(leader, followers) -> bool:
-        """Whether every follower holds `leader` (a broadcast of a value equal to it)."""
+        """Whether every follower holds `leader` (a broadcast of a value equal to it; of the leader's own array, as
+        `broadcast` makes it, without comparing its elements)."""
         if not isinstance(followers, np.ndarray):
             return followers is leader
-        return followers.strides[0] == 0 and (followers[0] is leader or np.array_equal(followers[0], leader))
+        if followers.strides[0] != 0:
+            return False
+        if followers.base is leader and followers.shape[1:] == leader.shape and followers.strides[1:] == leader.strides:
+            return True  # a view of the leader's array itself: the same bytes
+        return np.array_equal(followers[0], leader)
 
     def broadcast(self, value):
         """The leader's value in every follower (a read-only view)."""
@@ -443,18 +450,24 @@ class Followers:
         spec = tensor_map.spec
         for copy, thread in zip(copies, threads):
             start = int(dest[thread])
+            # a box at the leader's coordinates (K and V of the same head) is the leader's bytes: a batch reads
+            # only tensors that no CTA writes (`batches.batchable`); followers with the same coordinates share one
+            boxes = {tuple(int(c[thread]) for c in coords): copy.data}
             rows = []
             for f in range(self.count):
                 if not self.alive[f]:  # its rows are not read again; it loads nothing
                     rows.append(np.zeros(copy.data.size, np.uint8))
                     continue
-                at = [int(c[f, thread]) for c in fcoords]
-                problem = serving_checks.check_box(tensor_map.name, spec.global_dims, at, spec.box_dims)
-                if problem:  # it fails: its own run reports it
-                    self.leave(np.arange(self.count) == f, problem, op, np.arange(self.count))
-                    rows.append(np.zeros(copy.data.size, np.uint8))
-                    continue
-                rows.append(shared_box(start, tensor_map.read_box(at), tensor_map.swizzle)[1])
+                at = tuple(int(c[f, thread]) for c in fcoords)
+                box = boxes.get(at)
+                if box is None:
+                    problem = serving_checks.check_box(tensor_map.name, spec.global_dims, list(at), spec.box_dims)
+                    if problem:  # it fails: its own run reports it
+                        self.leave(np.arange(self.count) == f, problem, op, np.arange(self.count))
+                        rows.append(np.zeros(copy.data.size, np.uint8))
+                        continue
+                    box = boxes[at] = shared_box(start, tensor_map.read_box(list(at)), tensor_map.swizzle)[1]
+                rows.append(box)
             copy.follower_data = np.stack(rows)
         return ()
 
