@@ -25,8 +25,7 @@ Per row (one variant at one sequence length):
 Tessera's timed launch is the kernel `tessera.attention` launches (`runtime.flex.compiled_forward`, the same
 key-block fallback) on the inputs it passes (`runtime.flex.forward_inputs`), prepared once: tracing the hooks and
 the host's block mask, which `tessera.attention` redoes on every call, are outside the timing as FlexAttention's
-`create_block_mask` is. The masks here read neither b nor h, so their block mask is evaluated once and broadcast
-over (batch, heads).
+`create_block_mask` is (which classifies a mask that reads neither b nor h once and broadcasts it).
 """
 
 from __future__ import annotations
@@ -119,15 +118,13 @@ def variant_of(row: dict, lib=np, device=None) -> Variant:
 
 
 def block_mask(variant: Variant, row: dict, block_n: int = BLOCK):
-    """Tessera's block mask of the row's mask (causal for the built-in), evaluated at b = h = 0 and broadcast
-    over (batch, heads): these masks read neither (`tests/test_gpu_variants.py` checks it); None without one."""
-    from tessera.variants.block_mask import BlockMask, create_block_mask
+    """Tessera's block mask of the row's mask (causal for the built-in) for the row's (batch, heads); None
+    without one."""
+    from tessera.variants.block_mask import create_block_mask
 
     if variant.mask_mod is None:
         return None
-    one = create_block_mask(variant.mask_mod, 1, 1, row["seq"], row["seq"], BLOCK, block_n)
-    kinds = np.broadcast_to(one.kinds, (row["batch"], row["heads"], *one.kinds.shape[2:]))
-    return BlockMask(kinds, one.block_m, one.block_n)
+    return create_block_mask(variant.mask_mod, row["batch"], row["heads"], row["seq"], row["seq"], BLOCK, block_n)
 
 
 def density(variant: Variant, row: dict) -> float:
