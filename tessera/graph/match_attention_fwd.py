@@ -122,7 +122,10 @@ class _ScoreWalk:
             if op.name == DOT:
                 return op
             if op.name == "stablehlo.select":
+                # a fill hides a key where it reaches the softmax at or below NEGATIVE_FILL: times the scale
+                # factors applied after the mask (x 1e-9 makes a -1e9 fill -1, which hides nothing)
                 fills = [splat_constant(v, []) for v in op.operands[1:]]
+                fills = [None if f is None else f * self.scale for f in fills]
                 self.depth[op] = len(self.transposes)
                 if fills[1] is not None and fills[1] <= NEGATIVE_FILL:
                     self.masks.append((op, op.operands[0], True, fills[1]))
@@ -131,7 +134,8 @@ class _ScoreWalk:
                     self.masks.append((op, op.operands[0], False, fills[0]))
                     value = op.operands[2]
                 else:
-                    raise Refusal(f"a select at {where(op)} on the scores is not a mask (neither branch is -inf)", op)
+                    raise Refusal(f"a select at {where(op)} on the scores is not a mask (neither branch, times the "
+                                  f"scale after it, is -inf or at most {NEGATIVE_FILL:g})", op)
             elif op.name in ("stablehlo.multiply", "stablehlo.divide"):
                 constants = [splat_constant(v, []) for v in op.operands]
                 if constants[1] is not None:
@@ -157,7 +161,7 @@ class _ScoreWalk:
                     raise Refusal(f"the add at {where(op)} on the scores has no single score operand", op)
                 other = op.operands[1] if op.operands[0] is data[0] else op.operands[0]
                 self.depth[op] = len(self.transposes)
-                if _is_additive_mask(other):
+                if _is_additive_mask(other, self.scale):
                     self.masks.append((op, other, None, self.scale))
                     value = data[0]
                 elif self.bias is not None:
@@ -176,17 +180,18 @@ class _ScoreWalk:
             self.ops.append(op)
 
 
-def _is_additive_mask(value: SSAValue) -> bool:
-    """Whether `value`, added to the scores, is a mask written as a bias (`s + jnp.where(mask, 0, -1e9)`):
-    computed from iota and constants alone, every element 0 or at most NEGATIVE_FILL, some of them hidden.
-    Anything else added (data, ALiBi slopes computed from iota) is a bias."""
+def _is_additive_mask(value: SSAValue, factor: float) -> bool:
+    """Whether `value`, added to the scores and then scaled by `factor` (the scale factors applied after the
+    add), is a mask written as a bias (`s + jnp.where(mask, 0, -1e9)`): computed from iota and constants alone,
+    every element 0 or, times `factor`, at most NEGATIVE_FILL, some of them hidden. Anything else added (data,
+    ALiBi slopes computed from iota, a fill a small factor brings above NEGATIVE_FILL) is a bias."""
     if int(np.prod(shape(value))) > ADDED_MASK_LIMIT:
         return False
     try:
         values = evaluate(value, MASK_OPS)
     except Refusal:
         return False
-    hidden = values <= NEGATIVE_FILL
+    hidden = values * factor <= NEGATIVE_FILL
     return bool(hidden.any() and np.all(hidden | (values == 0)))
 
 
