@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 import pytest
 
 from hand_graphs import graph
@@ -73,3 +75,25 @@ def test_what_is_not_the_kernels_attention_is_left_alone(name, tmp_path, capsys)
         assert "near miss" in report.text() and re.search(rule, report.text()), report.text()
     assert tessera_run.main([str(path), "-p", "rewrite-attention{match=patterns}", "--compare"]) == 1
     assert "nothing was replaced" in capsys.readouterr().out
+
+
+INT8_DOT = """func.func @main(%a: tensor<2x64xi8>, %b: tensor<64x3xi8>) -> tensor<2x3xi32> {
+    %0 = "stablehlo.dot_general"(%a, %b) <{dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [1],
+        rhs_contracting_dimensions = [0]>}> : (tensor<2x64xi8>, tensor<64x3xi8>) -> tensor<2x3xi32>
+    func.return %0 : tensor<2x3xi32>
+}
+"""
+
+
+def test_an_int8_product_sums_in_its_result_type():
+    """Regression: the StableHLO interpreter multiplied i8 x i8 -> i32 (a quantized matmul) in int8, so 64
+    products of 100 x 100 wrapped to 0; StableHLO converts the operands to the result type first."""
+    from tessera.graph.stablehlo_interpreter import run_function
+    from tessera.tools.tessera_opt import load_module, opt_context
+
+    module = load_module(opt_context(), INT8_DOT, "int8_dot.mlir")
+    a, b = np.full((2, 64), 100, np.int8), np.full((64, 3), -100, np.int8)
+    a[1, 0] = -128
+    (out,) = run_function(module, [a, b])
+    assert out.dtype == np.int32
+    np.testing.assert_array_equal(out, a.astype(np.int64) @ b.astype(np.int64))

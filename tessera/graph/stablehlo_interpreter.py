@@ -104,7 +104,12 @@ def _reduce_kind(op: Operation) -> str:
 
 
 def dot_general(op: Operation, lhs: np.ndarray, rhs: np.ndarray) -> np.ndarray:
-    """`dot_general` of two arrays by the op's dimension numbers (result in float64 or float32 as the inputs)."""
+    """`dot_general` of two arrays by the op's dimension numbers (result in float64 or float32 as the inputs;
+    integer inputs are multiplied and summed in the result's integer type, as StableHLO converts them to it:
+    i8 x i8 -> i32 does not wrap at 8 bits)."""
+    if lhs.dtype.kind in "iub" and rhs.dtype.kind in "iub":
+        result = storage_dtype(op.results[0].type.element_type)
+        lhs, rhs = lhs.astype(result), rhs.astype(result)
     d = op.dot_dimension_numbers
     lb, rb = d.dims("lhs_batching_dimensions"), d.dims("rhs_batching_dimensions")
     lc, rc = d.dims("lhs_contracting_dimensions"), d.dims("rhs_contracting_dimensions")
