@@ -36,6 +36,7 @@ from tessera.runtime.attention_base import (  # noqa: F401 (DTYPES, LAYOUT, atte
 )
 from tessera.runtime.compiler import CompiledKernel, compile_kernel
 from tessera.runtime.launch import dtype_name, is_torch_tensor, usable_device
+from tessera.runtime.no_backward import no_backward
 
 def check_attention_arguments(q, k, v) -> tuple[int, str]:
     """(head_dim, dtype) of well-formed q, k, v. Otherwise, naming the argument and the rule: TypeError for
@@ -112,6 +113,7 @@ def refuse_with_bias(grouped: bool, num_splits: object, cluster: object) -> None
         raise ValueError(f"attention: bias is not supported with cluster={cluster!r}; use 1")
 
 
+@no_backward("attention")
 def attention(q, k, v, causal: bool = False, scale: float | None = None, return_lse: bool = False,
               num_splits: int | str = 1, level: str | None = None, *, cu_seqlens_q=None, cu_seqlens_k=None,
               max_seqlen_q=None, max_seqlen_k=None, seqused_k=None, cluster: int = 1, bias=None, score_mod=None,

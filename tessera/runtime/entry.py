@@ -18,9 +18,11 @@ from tessera.passes import DEFAULT_PIPELINE
 from tessera.runtime.compiler import CompiledKernel, compile_module
 from tessera.runtime.driver import CudaUnavailable
 from tessera.runtime.launch import run, usable_device
+from tessera.runtime.no_backward import no_backward
 from tessera.variants.index_ranges import check_launch
 
 
+@no_backward("launch")
 def launch(
     module: ModuleOp, *arrays: np.ndarray, kernel: str | None = None, level: str | None = None,
     pipeline: str | None = None, workers: int | None = None, executor=None, **sizes: int,

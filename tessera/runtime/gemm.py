@@ -21,6 +21,7 @@ from __future__ import annotations
 from tessera.runtime.attention import DTYPES, UnsupportedKernel, check_tensor
 from tessera.runtime.compiler import CompiledKernel, KernelConfig, compile_kernel
 from tessera.runtime.launch import dtype_name, is_torch_tensor, usable_device
+from tessera.runtime.no_backward import no_backward
 
 ROW_MULTIPLE = 8
 """Elements per 16-byte row granule of bf16/f16 (`facts.TENSOR_MAP_GLOBAL_ALIGNMENT` / 2): the sizes TMA can read."""
@@ -116,6 +117,7 @@ def gemm_kernel(a, b, **options) -> CompiledKernel:
     return compile_kernel(check_gemm_arguments(a, b, **options))
 
 
+@no_backward("gemm")
 def gemm(a, b, *, transpose_a: bool = False, transpose_b: bool = False, alpha: float = 1.0,
          beta: float | None = None, c=None, bias=None, level: str | None = None):
     """alpha op(a) op(b) + beta c + bias in float32 (see the module docstring). `level=None` runs on the GPU;

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tessera.runtime.no_backward import no_backward
 from tessera.runtime.serving import (
     check_groups,
     check_head_dim,
@@ -109,6 +110,7 @@ def append_to_cache(k_cache, v_cache, k_new, v_new, page_table, cache_seqlens) -
         v_cache[pages, pos % page_size] = v_new
 
 
+@no_backward("attention_with_kvcache")
 def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=None, k_new=None, v_new=None,
                            causal: bool = False, scale: float | None = None, num_splits: int | str = 1,
                            return_lse: bool = False, level=None):
