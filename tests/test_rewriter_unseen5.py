@@ -97,3 +97,37 @@ def test_an_int8_product_sums_in_its_result_type():
     (out,) = run_function(module, [a, b])
     assert out.dtype == np.int32
     np.testing.assert_array_equal(out, a.astype(np.int64) @ b.astype(np.int64))
+
+
+def _graph(text: str, name: str):
+    from tessera.tools.tessera_opt import load_module, opt_context
+
+    return load_module(opt_context(), text, name)
+
+
+def test_an_integer_division_is_exact_and_truncates():
+    """Regression: i64 division ran as trunc(a / b) in float64, off by one past 2^53 (2^53 + 1 over 1 gave
+    2^53); it is C's division, toward zero, in the integers (by zero: 0, as NumPy's integer division)."""
+    from tessera.graph.stablehlo_interpreter import run_function
+
+    text = """func.func @main(%a: tensor<5xi64>, %b: tensor<5xi64>) -> tensor<5xi64> {
+    %0 = "stablehlo.divide"(%a, %b) : (tensor<5xi64>, tensor<5xi64>) -> tensor<5xi64>
+    func.return %0 : tensor<5xi64>
+}
+"""
+    a = np.array([2**53 + 1, -7, 7, -(2**62) - 3, 5], np.int64)
+    b = np.array([1, 2, -2, 3, 0], np.int64)
+    (out,) = run_function(_graph(text, "divide.mlir"), [a, b])
+    np.testing.assert_array_equal(out, [2**53 + 1, -3, -3, -(2**62 + 3) // 3 + 1, 0])
+
+
+def test_a_graph_with_a_dynamic_dimension_is_refused_by_name(tmp_path, capsys):
+    path = tmp_path / "dynamic.mlir"
+    path.write_text("""func.func @main(%a: tensor<?x4xf32>) -> tensor<?x4xf32> {
+    %0 = "stablehlo.add"(%a, %a) : (tensor<?x4xf32>, tensor<?x4xf32>) -> tensor<?x4xf32>
+    func.return %0 : tensor<?x4xf32>
+}
+""")
+    assert tessera_run.main([str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "argument %0 of the entry function is tensor<?x4xf32>: inputs are drawn for static shapes" in err, err

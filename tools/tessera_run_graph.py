@@ -48,6 +48,9 @@ def generate_inputs(module: ModuleOp, seed: int) -> list[np.ndarray]:
         if not isinstance(arg.type, TensorType):
             raise ValueError(f"argument %{arg.index} of the entry function is {arg.type}, not a tensor")
         shape = tuple(arg.type.get_shape())
+        if any(n < 0 for n in shape):
+            raise ValueError(f"argument %{arg.index} of the entry function is {arg.type}: inputs are drawn for static "
+                             "shapes only (export the graph for concrete sizes)")
         dtype = storage_dtype(arg.type.element_type)
         if dtype.kind == "f":
             x = rng.standard_normal(shape)

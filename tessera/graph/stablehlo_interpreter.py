@@ -207,8 +207,11 @@ class Interpreter:
         if name in _BINARY:
             return [_BINARY[name](x[0], x[1])]
         if name == "stablehlo.divide":
-            if np.issubdtype(x[0].dtype, np.integer):
-                return [np.trunc(x[0] / x[1])]
+            if np.issubdtype(x[0].dtype, np.integer):  # C's division, toward zero, exact at any width
+                with np.errstate(divide="ignore"):
+                    quotient = x[0] // x[1]
+                    inexact = (quotient * x[1] != x[0]) & ((x[0] < 0) != (x[1] < 0)) & (x[1] != 0)
+                return [quotient + inexact.astype(quotient.dtype)]
             with np.errstate(divide="ignore", invalid="ignore"):
                 return [x[0] / x[1]]
         if name in _UNARY:
