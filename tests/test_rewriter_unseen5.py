@@ -11,6 +11,7 @@ alone with their rule. About 3 s.
 from __future__ import annotations
 
 import re
+import warnings
 
 import numpy as np
 
@@ -131,3 +132,24 @@ def test_a_graph_with_a_dynamic_dimension_is_refused_by_name(tmp_path, capsys):
     assert tessera_run.main([str(path)]) == 1
     err = capsys.readouterr().err
     assert "argument %0 of the entry function is tensor<?x4xf32>: inputs are drawn for static shapes" in err, err
+
+
+def test_integer_power_and_float_to_integer_conversion_follow_xla():
+    """Regression: an i32 power with a negative exponent raised NumPy's ValueError (no location) on every
+    generated input; now 1/a^|b| truncated (0 but for a = +-1). A float converted to i32 out of range, or NaN,
+    was NumPy's undefined cast (INT_MIN, with a RuntimeWarning); now it saturates, NaN to 0, as XLA converts."""
+    from tessera.graph.stablehlo_interpreter import run_function
+
+    text = """func.func @main(%a: tensor<6xi32>, %b: tensor<6xi32>, %x: tensor<6xf32>) -> (tensor<6xi32>, tensor<6xi32>) {
+    %0 = "stablehlo.power"(%a, %b) : (tensor<6xi32>, tensor<6xi32>) -> tensor<6xi32>
+    %1 = "stablehlo.convert"(%x) : (tensor<6xf32>) -> tensor<6xi32>
+    func.return %0, %1 : tensor<6xi32>, tensor<6xi32>
+}
+"""
+    a, b = np.array([2, 1, -1, -1, 0, 3], np.int32), np.array([-1, -5, -3, -2, 2, 3], np.int32)
+    x = np.array([1e10, -1e10, np.nan, 2.7, -2.7, np.inf], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        power, converted = run_function(_graph(text, "power.mlir"), [a, b, x])
+    np.testing.assert_array_equal(power, [0, 1, -1, 1, 0, 27])
+    np.testing.assert_array_equal(converted, [2**31 - 1, -(2**31), 0, 2, -2, 2**31 - 1])

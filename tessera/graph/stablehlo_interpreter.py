@@ -73,7 +73,10 @@ def round_value(x: np.ndarray, type_: Attribute, exact: bool = False) -> np.ndar
     if not exact and isinstance(element, (BFloat16Type, Float16Type)):
         x = x.astype(np.float32).astype(BF16 if isinstance(element, BFloat16Type) else F16).astype(np.float32)
     elif np.issubdtype(dtype, np.integer) and not np.issubdtype(x.dtype, np.integer) and x.dtype != np.bool_:
-        x = np.trunc(x)
+        # toward zero; out of range saturates and NaN is 0 (XLA's conversion; NumPy's cast is undefined there)
+        info, x = np.iinfo(dtype), np.trunc(np.asarray(x, np.float64))
+        high, low = x >= float(info.max), x <= float(info.min)
+        x = np.where(high, info.max, np.where(low, info.min, np.where(high | low | np.isnan(x), 0, x).astype(dtype)))
     return x.astype(dtype, copy=False)
 
 
@@ -128,9 +131,22 @@ def dot_general(op: Operation, lhs: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     return out.reshape(batch + [lhs.shape[i] for i in lf] + [rhs.shape[i] for i in rf])
 
 
+def _power(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a^b; for integers a negative exponent gives 1/a^|b| truncated (0 but for a = 1 or -1), which NumPy
+    refuses, and the rest wraps in the integer type as XLA's repeated squaring does."""
+    if not (np.issubdtype(a.dtype, np.integer) and np.issubdtype(b.dtype, np.integer)):
+        return np.power(a, b)
+    a, b = np.broadcast_arrays(a, b)
+    negative = b < 0
+    whole = np.power(a, np.where(negative, 0, b))
+    odd = (np.abs(b) % 2).astype(bool)
+    inverse = np.where(a == 1, 1, np.where(a == -1, np.where(odd, -1, 1), 0)).astype(whole.dtype)
+    return np.where(negative, inverse, whole)
+
+
 _BINARY = {
     "stablehlo.add": np.add, "stablehlo.subtract": np.subtract, "stablehlo.multiply": np.multiply,
-    "stablehlo.maximum": np.maximum, "stablehlo.minimum": np.minimum, "stablehlo.power": np.power,
+    "stablehlo.maximum": np.maximum, "stablehlo.minimum": np.minimum, "stablehlo.power": _power,
     "stablehlo.and": np.bitwise_and, "stablehlo.or": np.bitwise_or,
 }
 _UNARY = {
