@@ -23,7 +23,8 @@ from contextlib import nullcontext
 
 import numpy as np
 
-from tessera.variants.trace import F32, trace_mod
+from tessera.variants.nodes import F32
+from tessera.variants.trace import trace_mod
 from tessera.variants.block_mask import create_block_mask
 from tessera.variants.index_ranges import check_index_ranges
 

@@ -11,7 +11,8 @@ The kernels that use them are `tessera.kernels.flash_attention(..., score_mod=, 
 from tessera.variants.block_mask import EMPTY, FULL, PARTIAL, BlockMask, create_block_mask
 from tessera.variants.derivative import score_derivative
 from tessera.variants.index_ranges import IndexRangeError, check_index_ranges
-from tessera.variants.trace import ModTraceError, trace_mod
+from tessera.variants.trace import trace_mod
+from tessera.variants.tracing import ModTraceError
 
 __all__ = ["EMPTY", "FULL", "PARTIAL", "BlockMask", "IndexRangeError", "ModTraceError", "check_index_ranges",
            "create_block_mask", "score_derivative", "trace_mod"]
