@@ -19,13 +19,15 @@ seq_q and seq_k (`tessera.variants.index_ranges.check_index_ranges`): a read tha
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from contextlib import nullcontext
 
 import numpy as np
 
 from tessera.variants.nodes import F32
-from tessera.variants.trace import trace_mod
+from tessera.variants.trace import trace_mod, tracer_settings
 from tessera.variants.block_mask import create_block_mask
+from tessera.variants.fingerprint import fingerprint
 from tessera.variants.index_ranges import check_index_ranges
 
 
@@ -94,14 +96,38 @@ def _numpy(x) -> np.ndarray:
     return torch_to_numpy(x.detach().cpu()) if is_torch_tensor(x) else np.asarray(x)
 
 
+_BUILT: dict[Hashable, object] = {}
+"""Kernels built from modifiers, kept by the modifiers' fingerprints and the builder's options (`_kept`): at most
+64, all dropped when full."""
+
+
+def _kept(build: Callable, builder: str, score_mod, mask_mod, **options):
+    """`build()`, kept in `_BUILT` by `builder`, `options`, the tracer's settings and the
+    `tessera.variants.fingerprint` of each modifier (its code and the values it reads, arrays by their identity
+    and contents), so that a repeated call neither traces nor
+    builds; built anew where a modifier's fingerprint cannot be told. What is kept is shared: not to be changed."""
+    prints = tuple(None if fn is None else fingerprint(fn) for fn in (score_mod, mask_mod))
+    if any(p is None and fn is not None for p, fn in zip(prints, (score_mod, mask_mod))):
+        return build()
+    key = (builder, prints, tracer_settings(),
+           tuple((name, type(v).__name__, repr(v)) for name, v in sorted(options.items())))
+    if key not in _BUILT:
+        if len(_BUILT) >= 64:
+            _BUILT.clear()
+        _BUILT[key] = build()
+    return _BUILT[key]
+
+
 def forward_module(q, k, *, score_mod, mask_mod, causal: bool, scale, return_lse: bool, head_dim: int, dtype: str,
                    block_n: int | None = None):
-    """The forward kernel `attention_mods` runs for these arguments (at every level, the GPU's included)."""
+    """The forward kernel `attention_mods` runs for these arguments (at every level, the GPU's included), built
+    once per modifiers and options (`_kept`)."""
     from tessera.kernels import flash_attention
 
-    return flash_attention(head_dim, causal=causal, dtype=dtype, scale=scale, block_n=block_n,
-                           grouped=k.shape[1] != q.shape[1], return_lse=return_lse, score_mod=score_mod,
-                           mask_mod=mask_mod, block_sparse=mask_mod is not None)
+    options = dict(causal=causal, dtype=dtype, scale=scale, block_n=block_n, grouped=k.shape[1] != q.shape[1],
+                   return_lse=return_lse, block_sparse=mask_mod is not None)
+    return _kept(lambda: flash_attention(head_dim, score_mod=score_mod, mask_mod=mask_mod, **options),
+                 "flash_attention", score_mod, mask_mod, head_dim=head_dim, **options)
 
 
 BLOCK_N_FALLBACK = (64, 32)
@@ -215,9 +241,10 @@ def backward_kernels(q, *, score_mod, mask_mod, causal: bool, scale, level, head
 
     sparse = mask_mod is not None and (level == "tile" or head_dim in SPARSE_BACKWARD_HEAD_DIMS)
     block_m, block_n = blocks or (None, None)
-    return attention_backward(head_dim, causal=causal, dtype=dtype, scale=scale, score_mod=score_mod,
-                              mask_mod=mask_mod, block_sparse=sparse, deterministic=deterministic,
-                              head_split=head_split, block_m=block_m, block_n=block_n), sparse
+    options = dict(causal=causal, dtype=dtype, scale=scale, block_sparse=sparse, deterministic=deterministic,
+                   head_split=head_split, block_m=block_m, block_n=block_n)
+    return _kept(lambda: attention_backward(head_dim, score_mod=score_mod, mask_mod=mask_mod, **options),
+                 "attention_backward", score_mod, mask_mod, head_dim=head_dim, **options), sparse
 
 
 WARP_SPECIALIZED_FIRST = {

@@ -74,13 +74,13 @@ def _rebound_instance(obj: object, wrap: Callable, memo: dict) -> object:
 
 
 
-def _global_names(code: types.CodeType) -> set[str]:
+def global_names(code: types.CodeType) -> set[str]:
     """The global names `code` reads, and those of the code it nests (a def, a lambda, a generator expression or,
     before Python 3.12, a comprehension inside the modifier: each runs with the modifier's globals)."""
     names = set(code.co_names)
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            names |= _global_names(const)
+            names |= global_names(const)
     return names
 
 
@@ -131,7 +131,7 @@ def rebind_arrays(fn: Callable, wrap: Callable[[str, np.ndarray], object], _memo
         defaults = tuple(rebound(name, value) for name, value in zip(names, defaults))
     copy = types.FunctionType(code, glb, fn.__name__, defaults, closure)
     memo[id(fn)] = copy  # before the globals: a recursive reference finds the copy
-    for name in _global_names(code):
+    for name in global_names(code):
         if name in glb:
             glb[name] = rebound(name, glb[name])
     copy.__kwdefaults__ = ({name: rebound(name, value) for name, value in fn.__kwdefaults__.items()}

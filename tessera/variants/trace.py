@@ -55,12 +55,13 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
-from tessera.variants import torch_mods
+from tessera.variants import searches, torch_mods
 from tessera.variants.callables import MASK_MOD_ARGS, SCORE_MOD_ARGS, function_name, underlying
 from tessera.variants.captured import ArrayProxy, Capture
+from tessera.variants.fingerprint import fingerprint
 from tessera.variants.nodes import BOOL, F32, I32, CapturedArray, Count, Node, Read
 from tessera.variants.rebinding import rebind_arrays
 from tessera.variants.traced import Traced
@@ -101,13 +102,43 @@ class Trace:
 
 
 
+_TRACES: dict[Hashable, Trace] = {}
+"""Traces kept by (kind, `fingerprint` of the function, `tracer_settings`): at most `KEPT_TRACES`, all dropped
+when full."""
+KEPT_TRACES = 64
+
+
 def trace_mod(fn: Callable, kind: str) -> Trace:
     """Trace `fn`, a "score_mod" (5 arguments, returns a number) or a "mask_mod" (4 arguments, returns a
-    boolean), into a `Trace`; raises ModTraceError for what cannot be traced (module docstring)."""
+    boolean), into a `Trace`; raises ModTraceError for what cannot be traced (module docstring).
+
+    A trace is kept by the function's `tessera.variants.fingerprint` (its code and the values it reads, arrays by
+    their contents): a call with a function whose fingerprint is kept returns that trace (shared: it is not to be
+    changed) without tracing; a captured array changed in place, a closure cell rebound or a global reassigned
+    is a new fingerprint, traced anew. A function whose fingerprint cannot be told is traced on every call."""
     if kind not in ("score_mod", "mask_mod"):
         raise ValueError(f"kind must be score_mod or mask_mod; got {kind!r}")
     if not callable(fn):
         raise TypeError(f"{kind} must be a function; got {type(fn).__name__}")
+    key = fingerprint(fn)
+    if key is None:
+        return _trace(fn, kind)
+    key = (kind, key, tracer_settings())
+    if key not in _TRACES:
+        if len(_TRACES) >= KEPT_TRACES:
+            _TRACES.clear()
+        _TRACES[key] = _trace(fn, kind)
+    return _TRACES[key]
+
+
+def tracer_settings() -> tuple:
+    """The module settings a trace depends on besides the function (`searches.UNROLLED_SEARCH_MAX`), for the
+    keys of what is kept."""
+    return (searches.UNROLLED_SEARCH_MAX,)
+
+
+def _trace(fn: Callable, kind: str) -> Trace:
+    """`trace_mod` without the kept traces."""
     tracing = Tracing(fn, kind)
     inner = underlying(fn)
     for test, what in ((inspect.isgeneratorfunction, "a generator function (it yields)"),
