@@ -149,3 +149,23 @@ def test_fingerprints_tell_apart_what_the_trace_depends_on():
         return lambda score, b_, h, q_idx, kv_idx: score + c
     assert fingerprint(plus(0.0)) == fingerprint(plus(0.0))
     assert fingerprint(plus(0.0)) != fingerprint(plus(-0.0))  # two constants of the kernel
+
+
+def test_a_librarys_closure_is_keyed_by_what_it_closes_over():
+    """A composition made by a library (torch's and_masks returns a closure of torch's module) calls the user's
+    masks through its cells: a global one of them reads, reassigned, changes the key."""
+    def and_masks(*masks):
+        def combined(b, h, q_idx, kv_idx):
+            return masks[0](b, h, q_idx, kv_idx) & masks[1](b, h, q_idx, kv_idx)
+        combined.__module__ = "torch.nn.attention.flex_attention"  # as torch's own
+        return combined
+
+    global WINDOW
+    composed = and_masks(lambda b, h, q_idx, kv_idx: q_idx >= kv_idx, window)
+    before = fingerprint(composed)
+    assert before is not None
+    WINDOW = 4
+    try:
+        assert fingerprint(composed) != before
+    finally:
+        WINDOW = 16

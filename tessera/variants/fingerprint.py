@@ -11,7 +11,8 @@ an array is keyed by its identity (the trace holds the array itself, the kernel 
 shape and a digest of its bytes, and two names of one array by its first (one kernel input, not two). A number is keyed by its type and repr (0.0 and -0.0 differ), a library's function,
 class or module (NumPy's, math's, torch's, Tessera's, the builtins) by identity. Anything else the function reads
 (an object of the user's, a module of the user's whose attributes it may read, a torch module) makes the
-fingerprint None: a value it cannot key could change between calls without the key changing.
+fingerprint None; a library's closure (torch's `and_masks(causal, window)`) is keyed as a user's function is,
+by what it closes over: a value it cannot key could change between calls without the key changing.
 
 So an array changed in place between calls, a closure cell rebound, or a global the function reads reassigned
 changes the fingerprint: a cache keyed by it is never served stale (`tessera.variants.trace.trace_mod`,
@@ -94,10 +95,10 @@ class _Walk:
         torch = torch_mods.torch_module()
         if torch is not None and isinstance(value, torch.nn.Module):  # parameters, buffers, hooks: not keyed
             raise _Unkeyable
+        if isinstance(value, types.FunctionType) and (is_user_function(value) or value.__closure__):
+            return self.function(value)  # a library's closure too (torch's and_masks(...)): what it closes over
         if _is_library(value):
             return "library", value
-        if isinstance(value, types.FunctionType) and is_user_function(value):
-            return self.function(value)
         parts = method_parts(value)
         if parts is not None:
             function, instance = parts
