@@ -23,6 +23,7 @@ Q, K, V = (RNG.standard_normal((1, 2, 64, 64)).astype(ml_dtypes.bfloat16) for _ 
 TABLE = np.linspace(-2.0, 2.0, 63).reshape(1, 63).repeat(2, axis=0)
 WEIGHTS = np.array([0.5, 3.0])
 WINDOW = 16
+DOCS = np.repeat([0, 1, 2], [20, 24, 20])
 
 
 def relative(score, b, h, q_idx, kv_idx):
@@ -35,6 +36,10 @@ def weighted(score, b, h, q_idx, kv_idx):  # WEIGHTS[0] read with a constant ind
 
 def window(b, h, q_idx, kv_idx):
     return (q_idx >= kv_idx) & (q_idx - kv_idx < WINDOW)
+
+
+def documents(b, h, q_idx, kv_idx):
+    return DOCS[q_idx] == DOCS[kv_idx]
 
 
 def attend(score_mod=None, mask_mod=None):
@@ -70,6 +75,7 @@ def test_a_repeated_call_traces_and_builds_nothing(traces, monkeypatch):
     import tessera.kernels
 
     monkeypatch.setattr(tessera.kernels, "flash_attention", None)  # a build would fail
+    monkeypatch.setattr(flex, "create_block_mask", None)  # so would evaluating the block mask
     assert np.array_equal(attend(relative, window), first)
     assert traces == []
     check = reference.check_attention_mods(first, Q, K, V, BF16, relative, window)
@@ -77,17 +83,19 @@ def test_a_repeated_call_traces_and_builds_nothing(traces, monkeypatch):
 
 
 def test_an_array_changed_in_place_is_read_anew(traces):
-    saved = TABLE.copy(), WEIGHTS.copy()
+    saved = TABLE.copy(), WEIGHTS.copy(), DOCS.copy()
     try:
-        before = attend(relative), attend(weighted)
+        before = attend(relative), attend(weighted), attend(mask_mod=documents)
         TABLE[:] = TABLE[:, ::-1]  # a gathered table: a kernel input
         WEIGHTS[0] = -1.5  # a constant index: a constant in the kernel
-        after = attend(relative), attend(weighted)
-        for old, new, mod in zip(before, after, (relative, weighted)):
+        DOCS[:] = np.repeat([0, 1], [40, 24])  # a mask's array: the block mask too
+        after = attend(relative), attend(weighted), attend(mask_mod=documents)
+        for old, new, (score_mod, mask_mod) in zip(before, after, ((relative, None), (weighted, None),
+                                                                   (None, documents))):
             assert not np.array_equal(old, new)
-            assert np.array_equal(new, fresh(mod))
+            assert np.array_equal(new, fresh(score_mod, mask_mod))
     finally:
-        TABLE[:], WEIGHTS[:] = saved
+        TABLE[:], WEIGHTS[:], DOCS[:] = saved
 
 
 def test_a_rebound_closure_cell_is_traced_anew(traces):

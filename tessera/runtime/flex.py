@@ -118,6 +118,13 @@ def _kept(build: Callable, builder: str, score_mod, mask_mod, **options):
     return _BUILT[key]
 
 
+def kept_block_mask(mask_mod, batch: int, heads: int, seq_q: int, seq_k: int, block_m: int, block_n: int):
+    """`create_block_mask` for these sizes, kept as kernels are (`_kept`): a repeated call evaluates the mask on
+    the host once (at 16k tokens a second or so). Shared: not to be changed."""
+    sizes = dict(batch=batch, heads=heads, seq_q=seq_q, seq_k=seq_k, block_m=block_m, block_n=block_n)
+    return _kept(lambda: create_block_mask(mask_mod, **sizes), "create_block_mask", None, mask_mod, **sizes)
+
+
 def forward_module(q, k, *, score_mod, mask_mod, causal: bool, scale, return_lse: bool, head_dim: int, dtype: str,
                    block_n: int | None = None):
     """The forward kernel `attention_mods` runs for these arguments (at every level, the GPU's included), built
@@ -207,7 +214,7 @@ def forward_inputs(q, k, score_mod, mask_mod, block_n: int, block_mask=None) -> 
     extra = _captured(score_mod, mask_mod)
     if mask_mod is not None:
         if block_mask is None:
-            block_mask = create_block_mask(mask_mod, batch, heads, seq_q, seq_k, DEFAULT_BLOCK_M, block_n)
+            block_mask = kept_block_mask(mask_mod, batch, heads, seq_q, seq_k, DEFAULT_BLOCK_M, block_n)
         if (block_mask.block_m, block_mask.block_n) != (DEFAULT_BLOCK_M, block_n) or \
                 block_mask.kinds.shape[:2] != (batch, heads):
             raise ValueError(f"forward_inputs: the block mask has {block_mask.block_m} x {block_mask.block_n} blocks "
@@ -356,7 +363,7 @@ def _backward(kernels, sparse, q, k, v, o, lse, do, *, score_mod, mask_mod, leve
     if sparse:
         c = kernels.config.attention
         (batch, heads, seq_q, _), seq_k = q.shape, k.shape[2]
-        mask = create_block_mask(mask_mod, batch, heads, seq_q, seq_k, c.block_m, c.block_n)
+        mask = kept_block_mask(mask_mod, batch, heads, seq_q, seq_k, c.block_m, c.block_n)
         extra += mask.backward_inputs(k.shape[1], ranks=deterministic)
     from tessera import passes
 
