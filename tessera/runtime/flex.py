@@ -118,6 +118,30 @@ def _kept(build: Callable, builder: str, score_mod, mask_mod, **options):
     return _BUILT[key]
 
 
+_COMPILED: dict[tuple, tuple[object, object]] = {}
+"""The compiled kernels of kept modules (`_compiled`), by (the module's id, pipeline, spilling allowed), beside the
+module itself (an id is only trusted while that module is the one kept)."""
+
+
+def _compiled(module, pipeline: str | None = None):
+    """`compile_module` of `module` (one kernel) with `pipeline` (default: the default pipeline), kept beside it: a
+    repeated GPU call with a kept module (`_kept`) neither prints nor hashes its text (`compile_module`'s key,
+    40 ms at head_dim 64) nor verifies it again (`entry.launch` of a module)."""
+    from tessera import api
+    from tessera.lowering.fallback import spilling_allowed
+    from tessera.runtime.compiler import compile_module
+
+    key = (id(module), pipeline, spilling_allowed())
+    kept = _COMPILED.get(key)
+    if kept is None or kept[0] is not module:
+        if len(_COMPILED) >= 64:
+            _COMPILED.clear()
+        name = api.find_kernel(module).name
+        compiled = compile_module(module, name) if pipeline is None else compile_module(module, name, pipeline)
+        kept = _COMPILED[key] = (module, compiled)
+    return kept[1]
+
+
 def kept_block_mask(mask_mod, batch: int, heads: int, seq_q: int, seq_k: int, block_m: int, block_n: int):
     """`create_block_mask` for these sizes, kept as kernels are (`_kept`): a repeated call evaluates the mask on
     the host once (at 16k tokens a second or so). Shared: not to be changed."""
@@ -232,8 +256,8 @@ def _forward(q, k, v, score_mod, mask_mod, causal, scale, return_lse, level, hea
     module = forward_module(q, k, score_mod=score_mod, mask_mod=mask_mod, causal=causal, scale=scale,
                             return_lse=return_lse, head_dim=head_dim, dtype=dtype, block_n=block_n)
     extra = forward_inputs(q, k, score_mod, mask_mod, block_n)
-    if level is None:
-        return entry.launch(module, q, k, v, *as_inputs_of(q, extra))
+    if level is None:  # the reads were proved in bounds for these sizes (`attention_mods`)
+        return entry.launch(_compiled(module), q, k, v, *as_inputs_of(q, extra))
     out = api.interpret(module, *(_numpy(x) for x in (q, k, v)), *extra, level=level)
     if not is_torch_tensor(q):
         return out
@@ -382,14 +406,12 @@ def _backward(kernels, sparse, q, k, v, o, lse, do, *, score_mod, mask_mod, leve
 
 
 def _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline: str):
-    """The three kernels compiled with `pipeline` (through the kernel cache, keyed by each module's text) and
-    launched as the dense backward launches its own (`runtime.attention_backward`: outputs zeroed; dq_accum
-    is added into)."""
-    from tessera import api
-    from tessera.runtime.compiler import compile_module
+    """The three kernels compiled with `pipeline` (through the kernel cache, keyed by each module's text, and
+    kept beside the kept modules: `_compiled`) and launched as the dense backward launches its own
+    (`runtime.attention_backward`: outputs zeroed; dq_accum is added into)."""
     from tessera.runtime.launch import is_torch_tensor, launch_zeroed
 
-    pre, main, post = (compile_module(m, api.find_kernel(m).name, pipeline) for m in kernels.modules)
+    pre, main, post = (_compiled(m, pipeline) for m in kernels.modules)
     if is_torch_tensor(q) and q.is_cuda:
         lse = lse.float().contiguous()
         launch = launch_zeroed
