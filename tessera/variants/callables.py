@@ -61,3 +61,13 @@ def is_user_function(value: object) -> bool:
         return is_user_function(underlying(value))
     module = getattr(value, "__module__", None) or ""
     return isinstance(value, types.FunctionType) and not module.split(".")[0] in ("numpy", "tessera", "builtins")
+
+
+def instance_attributes(obj: object) -> dict[str, object]:
+    """An instance's own attributes: its __dict__ and the slots of its classes that are set."""
+    own = dict(getattr(obj, "__dict__", {}))
+    for klass in type(obj).__mro__:
+        for name in getattr(klass, "__slots__", ()):
+            if hasattr(obj, name) and name not in ("__dict__", "__weakref__"):
+                own[name] = getattr(obj, name)
+    return own

@@ -2,17 +2,18 @@
 told (then nothing traced from it is kept).
 
 Tracing calls the function on traced values, so its graph is fixed by its code and by every value the code reads:
-closure cells, argument defaults, the module globals its code names (and its nested code's), a
-functools.partial's function and arguments, a method's or callable object's instance attributes and class, and,
-through them, the user's helper functions and theirs, as `tessera.variants.rebinding` finds them. Arrays enter
-the graph as kernel inputs, but their contents matter too (a constant index reads a value into the kernel, the
-boundaries of a search may be unrolled into compares, the proof that reads stay in bounds reads the indices), so
-an array is keyed by its identity (the trace holds the array itself, the kernel input the launch passes), dtype,
-shape and a digest of its bytes, and two names of one array by its first (one kernel input, not two). A number is keyed by its type and repr (0.0 and -0.0 differ), a library's function,
-class or module (NumPy's, math's, torch's, Tessera's, the builtins) by identity. Anything else the function reads
-(an object of the user's, a module of the user's whose attributes it may read, a torch module) makes the
-fingerprint None; a library's closure (torch's `and_masks(causal, window)`) is keyed as a user's function is,
-by what it closes over: a value it cannot key could change between calls without the key changing.
+closure cells, argument defaults, the module globals its code names (and its nested code's), a functools.partial's
+function and arguments, a method's or callable object's instance attributes and class, and, through them, the
+user's helper functions and theirs, as `tessera.variants.rebinding` finds them. Arrays enter the graph as kernel
+inputs, but their contents matter too (a constant index reads a value into the kernel, the boundaries of a search
+may be unrolled into compares, the proof that reads stay in bounds reads the indices), so an array is keyed by its
+identity (the trace holds the array itself, the kernel input the launch passes), dtype, shape and a digest of its
+bytes, and two names of one array by its first (one kernel input, not two). A number is keyed by its type and repr
+(0.0 and -0.0 differ), a library's function, class or module (NumPy's, math's, torch's, Tessera's, the builtins)
+by identity, except a library's closure (torch's `and_masks(causal, window)`), keyed as a user's function is, by
+what it closes over. Anything else the function reads (an object of the user's, a module of the user's whose
+attributes it may read, a torch module) makes the fingerprint None: a value it cannot key could change between
+calls without the key changing.
 
 So an array changed in place between calls, a closure cell rebound, or a global the function reads reassigned
 changes the fingerprint: a cache keyed by it is never served stale (`tessera.variants.trace.trace_mod`,
@@ -29,7 +30,7 @@ from collections.abc import Callable, Hashable
 import numpy as np
 
 from tessera.variants import torch_mods
-from tessera.variants.callables import is_user_function, method_parts
+from tessera.variants.callables import instance_attributes, is_user_function, method_parts
 from tessera.variants.rebinding import global_names
 
 LIBRARIES = ("numpy", "math", "builtins", "operator", "functools", "torch", "tessera", "ml_dtypes")
@@ -130,12 +131,7 @@ class _Walk:
             members = tuple((name, self.value(v)) for name, v in vars(klass).items()
                             if not (name.startswith("__") and name != "__call__"))
             classes.append((klass, members))
-        own = dict(getattr(obj, "__dict__", {}))
-        for klass in cls.__mro__:
-            for name in getattr(klass, "__slots__", ()):
-                if hasattr(obj, name) and name not in ("__dict__", "__weakref__"):
-                    own[name] = getattr(obj, name)
-        return "instance", tuple(classes), self.value(own)
+        return "instance", tuple(classes), self.value(instance_attributes(obj))
 
 
 _FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType, type, type(np.where))

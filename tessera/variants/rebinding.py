@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from tessera.variants import torch_mods
-from tessera.variants.callables import function_name, is_user_function, method_parts, underlying
+from tessera.variants.callables import function_name, instance_attributes, is_user_function, method_parts, underlying
 from tessera.variants.tracing import ModTraceError
 
 
@@ -58,11 +58,7 @@ def _rebound_instance(obj: object, wrap: Callable, memo: dict) -> object:
                 state[name] = types.MethodType(rebind_arrays(value, wrap, memo), clone)
             elif isinstance(value, np.ndarray) or torch_mods.is_tensor(value):
                 state[name] = _rebound_value(name, value, wrap, memo)
-    own = dict(getattr(obj, "__dict__", {}))
-    for klass in cls.__mro__:
-        for name in getattr(klass, "__slots__", ()):
-            if hasattr(obj, name) and name not in ("__dict__", "__weakref__"):
-                own[name] = getattr(obj, name)
+    own = instance_attributes(obj)
     state.update({name: _rebound_value(name, value, wrap, memo) for name, value in own.items()})
     for name, value in state.items():
         try:
