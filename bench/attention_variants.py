@@ -252,10 +252,11 @@ def backward(variants=None, head_dims=(64, 128)) -> None:
 
 def repeated_calls(calls: int = 8) -> None:
     """A 64-token `tessera.attention` call at Tile level repeated (1 x 2 heads x 64 x 64, bf16): causal without
-    modifiers, then relative_table + causal as score_mod / mask_mod with nothing kept (no fingerprints: each
-    call traces its modifiers where it needs them and builds the kernel, as before they were kept) and kept (`trace.trace_mod`, `runtime.flex._kept`), and how much of the call
-    with nothing kept is tracing and building the kernel (time inside `trace._trace` and `flash_attention`,
-    tracing not counted in building). Ratios from this one run."""
+    modifiers, then relative_table + causal as score_mod / mask_mod with nothing kept (no fingerprints: each call
+    traces its modifiers where it needs them and builds the kernel, as before they were kept) and kept
+    (`trace.trace_mod`, `runtime.flex._kept`), and how much of the call with nothing kept is tracing and building
+    the kernel (time inside `trace._trace` and `flash_attention`, tracing not counted in building). Ratios from
+    this one run."""
     import time
 
     import ml_dtypes
