@@ -19,7 +19,11 @@ Rows:
   ALiBi with its slope computed in the hook (`2 ** (-8 * (h + 1) / H)`), T5's buckets, soft-cap + ALiBi,
   symmetric ALiBi under a per-head window array, and a score rounded to eighths (`np.round`).
 
-Run: .venv/bin/python bench/attention_variants.py [--backward]
+- a 64-token call at Tile level repeated (`--repeated` alone): the call with modifiers against one without,
+  with nothing kept between calls and with the traces and kernels kept (`trace.trace_mod`, `runtime.flex`), and
+  the share of tracing and of building the kernel in a call with nothing kept.
+
+Run: .venv/bin/python bench/attention_variants.py [--backward | --repeated]
 """
 
 from __future__ import annotations
@@ -246,10 +250,70 @@ def backward(variants=None, head_dims=(64, 128)) -> None:
             print(row, flush=True)
 
 
+def repeated_calls(calls: int = 8) -> None:
+    """A 64-token `tessera.attention` call at Tile level repeated (1 x 2 heads x 64 x 64, bf16): causal without
+    modifiers, then relative_table + causal as score_mod / mask_mod with nothing kept (no fingerprints: each call
+    traces its modifiers where it needs them and builds the kernel, as before they were kept) and kept
+    (`trace.trace_mod`, `runtime.flex._kept`), and how much of the call with nothing kept is tracing and building
+    the kernel (time inside `trace._trace` and `flash_attention`, tracing not counted in building). Ratios from
+    this one run."""
+    import time
+
+    import ml_dtypes
+
+    import tessera.kernels
+    from tessera.runtime import flex
+    from tessera.variants import trace
+
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 2, 64, 64)).astype(ml_dtypes.bfloat16) for _ in range(3))
+    table = np.linspace(-1, 1, 63).reshape(1, 63).repeat(2, axis=0)
+
+    def relative(score, b, h, q_idx, kv_idx):
+        return score + table[h, np.clip(q_idx - kv_idx + 31, 0, 62)]
+
+    spent = {"trace": 0.0, "build": 0.0}
+
+    def timed(name, fn):
+        def call(*args, **kwargs):
+            start, traced = time.perf_counter(), spent["trace"]
+            try:
+                return fn(*args, **kwargs)
+            finally:  # building includes its own traces: counted once, as tracing
+                spent[name] += time.perf_counter() - start - (spent["trace"] - traced if name == "build" else 0.0)
+        return call
+
+    def per_call(run) -> float:
+        run()
+        start = time.perf_counter()
+        for _ in range(calls):
+            run()
+        return (time.perf_counter() - start) / calls
+
+    real = trace._trace, tessera.kernels.flash_attention, trace.fingerprint, flex.fingerprint
+    dense = per_call(lambda: tessera.attention(q, k, v, causal=True, level="tile"))
+    mods = lambda: tessera.attention(q, k, v, level="tile", score_mod=relative, mask_mod=causal)  # noqa: E731
+    try:  # nothing kept: no fingerprint, as before traces and kernels were kept
+        trace._trace, tessera.kernels.flash_attention = timed("trace", real[0]), timed("build", real[1])
+        trace.fingerprint = flex.fingerprint = lambda fn: None
+        dropped = per_call(mods)
+        tracing, building = spent["trace"] / (calls + 1), spent["build"] / (calls + 1)
+    finally:
+        trace._trace, tessera.kernels.flash_attention, trace.fingerprint, flex.fingerprint = real
+    kept = per_call(mods)
+    print(f"64-token call at Tile level, {calls} calls: with mods, nothing kept / dense {dropped / dense:.2f}, "
+          f"kept / dense {kept / dense:.2f}, kept / nothing kept {kept / dropped:.2f}")
+    print(f"    of a call with mods and nothing kept: tracing {tracing / dropped:.0%}, building the kernel "
+          f"{building / dropped:.0%}, the rest (checks, block mask, verifying and interpreting) "
+          f"{1 - (tracing + building) / dropped:.0%}")
+
+
 if __name__ == "__main__":
     import sys
 
     if "--backward" in sys.argv:
         backward()
+    elif "--repeated" in sys.argv:
+        repeated_calls()
     else:
         main()

@@ -442,7 +442,7 @@ class GatherOp(IRDLOperation):
     table). Each read is bounds-checked: an element whose coordinates fall outside the table reads 0 (a
     predicated load), because a modifier is evaluated over whole tiles, including positions past seq_q or
     seq_k that the kernel masks afterwards; the host proves the positions that count inside the table before a
-    launch (`tessera.variants.index_ranges`), and the reference checks them (`tessera.variants.trace.
+    launch (`tessera.variants.index_ranges`), and the reference checks them (`tessera.variants.bounds_checks.
     bounds_checked`). The table holds f32 or i32; the result has its element type."""
 
     name = "tile.gather"

@@ -12,7 +12,10 @@ Flash attention clustered along x (query blocks of one head): the K and V copies
 the Q copy (its window starts at the block's own query rows) is not. GEMM clustered along x (M blocks): the B
 copies are shared, the A copies are not. Refused by name: a copy whose window is shared but whose loop runs a
 number of trips that depends on the cluster's program ids (causal attention: the members' key ranges differ,
-so they would not copy in step), and a cluster under which no copy is shared (it would save nothing). Options
+so they would not copy in step), a cluster under which no copy is shared (it would save nothing), and a cluster
+that `multicast-cluster-copies` could not give the shared copies (more than 8 blocks, or a copy's TMA box whose
+rows do not split into one slice of whole swizzle periods per block: `facts.multicast_slice_problem`; flash
+attention's K and V boxes of 128 rows take clusters of 1, 2, 4 or 8), naming the sizes that fit. Options
 below 1 are refused as a pipeline error. `x = y = z = 1` leaves a kernel unchanged.
 
 `tessera.kernels.flash_attention(..., cluster=2)` and `tessera.kernels.gemm(..., cluster=(2, 1))` apply
@@ -21,6 +24,7 @@ below 1 are refused as a pipeline error. `x = y = z = 1` leaves a kernel unchang
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -34,7 +38,10 @@ from xdsl.utils.exceptions import DiagnosticException
 from tessera.cluster import CLUSTER_ATTR, cluster_attr
 from tessera.ir.diagnostics import located
 from tessera.dialects import tile
+from tessera.dialects.tile_types import element_byte_width
 from tessera.kernel_abi import is_kernel
+from tessera.passes.assign_swizzle import largest_swizzle
+from tessera.sm90 import facts
 
 
 class FormClustersError(DiagnosticException):
@@ -115,10 +122,38 @@ def form_clusters(fn: func.FuncOp, shape: tuple[int, int, int]) -> list[tile.CpA
     if not shared:
         _refuse(fn, f"no copy of the kernel is the same for the blocks of a cluster along {names}: a cluster "
                     "would share nothing")
+    _check_multicast(fn, shape, shared)
     fn.attributes[CLUSTER_ATTR] = cluster_attr(shape)
     for op in shared:
         op.cluster_shared = UnitAttr()
     return shared
+
+
+def _box(op: tile.CpAsyncOp) -> tuple[int, int, int]:
+    """(rows, row bytes, swizzle bytes) of the TMA box the lowering gives the copy `op`: one swizzle width of
+    its rows (`assign-swizzle`'s choice for its destination), or its whole row unswizzled."""
+    rows, cols = op.source.type.get_shape()[0], op.source.type.get_shape()[-1]
+    swizzle = largest_swizzle(op.dest.type)
+    return rows, swizzle or cols * element_byte_width(op.source.type.element_type), swizzle
+
+
+def _check_multicast(fn: func.FuncOp, shape: tuple[int, int, int], shared: list[tile.CpAsyncOp]) -> None:
+    """Refuse, before anything is lowered, a cluster that `multicast-cluster-copies` could not give its shared
+    copies: more blocks than a cluster may hold, or a copy whose TMA box does not split into a slice per block of
+    whole swizzle periods (`facts.multicast_slice_problem`); the message names the sizes that fit."""
+    boxes = [_box(op) for op in shared]
+    allowed = ", ".join(str(n) for n in facts.multicast_sizes(boxes))
+    why = (f"clusters of {allowed} blocks share this kernel's copies (up to {facts.MAX_PORTABLE_CLUSTER_SIZE} "
+           "blocks a cluster; TMA multicast gives each block a slice of every shared box, of whole swizzle periods)")
+    try:
+        facts.check_cluster(shape, shape)  # the size limit (a grid of one cluster)
+    except ValueError as error:
+        _refuse(fn, f"{error}: {why}")
+    for op, box in zip(shared, boxes):
+        problem = facts.multicast_slice_problem(*box, math.prod(shape))
+        if problem:
+            _refuse(op, f"a cluster of {math.prod(shape)} blocks cannot multicast this copy's TMA box: "
+                        f"{problem}; {why}")
 
 
 @dataclass(frozen=True)

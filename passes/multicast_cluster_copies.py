@@ -144,14 +144,13 @@ class _Multicast:
         box = [b.value.data for b in attrs[BOX_ATTR].data]
         elt = element_type_bytes(attrs[ELEMENT_ATTR])
         swizzle = attrs[SWIZZLE_ATTR].value.data
-        if len(box) < 2 or box[1] % self.size:
-            _refuse(loads[0], f"the box {box} has no row count divisible by the cluster's {self.size} CTAs")
+        if len(box) < 2:
+            _refuse(loads[0], f"the box {box} has no rows to split among the cluster's {self.size} CTAs")
+        problem = facts.multicast_slice_problem(box[1], box[0] * elt, swizzle, self.size)
+        if problem:
+            _refuse(loads[0], f"the box {box}: {problem}")
         rows = box[1] // self.size
         slice_bytes = rows * box[0] * elt
-        period = max(facts.swizzle_period_bytes(swizzle), facts.TMA_SMEM_ALIGNMENT)
-        if slice_bytes % period:
-            _refuse(loads[0], f"a slice of {rows} rows of the box {box} ({slice_bytes} bytes) is not a whole number "
-                              f"of {period}-byte swizzle periods, so the slices would not land where the whole box does")
         attrs[BOX_ATTR] = ArrayAttr([IntegerAttr(b, 64) for b in [box[0], rows] + box[2:]])
         arg_attrs = list(self.fn.arg_attrs.data)
         arg_attrs[arg.index] = type(self.fn.arg_attrs.data[arg.index])(attrs)

@@ -402,7 +402,7 @@ def mod_scores(q, k, scale: float | None, score_mod=None, mask_mod=None, dtype=n
     (b [B,1,1,1], h [1,H,1,1], q_idx [1,1,Sq,1], kv_idx [1,1,1,Sk], int64), through
     `attention_mods.bounds_checked` (an index outside a captured array is an error, not NumPy's wrap-around);
     hidden scores are -inf. K may have fewer heads than Q (GQA: repeated)."""
-    from tessera.variants.trace import bounds_checked
+    from tessera.variants.bounds_checks import bounds_checked
 
     q, k = np.asarray(q), np.asarray(k)
     k = _expand_heads(k, q.shape[1])
@@ -465,7 +465,7 @@ def _score_mod_slope(q, k, scale, score_mod) -> np.ndarray | None:
     is 0 almost everywhere, as the traced one is."""
     if score_mod is None:
         return None
-    from tessera.variants.trace import bounds_checked
+    from tessera.variants.bounds_checks import bounds_checked
 
     fn = bounds_checked(score_mod, "score_mod")
     raw = _scores(q, _expand_heads(k, q.shape[1]), 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale,

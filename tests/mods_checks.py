@@ -85,7 +85,8 @@ def score_mod_kernel(score_mods, rows=64):
 
     from tessera.kernels.attention_mods import ScoreContext, apply_score_mod
     from tessera.kernels.common import ArgSpec, ceildiv_dim, f32, finish_kernel, global_tensor, kernel_function
-    from tessera.variants.trace import F32, trace_mod
+    from tessera.variants.nodes import F32
+    from tessera.variants.trace import trace_mod
 
     traces = [trace_mod(fn, "score_mod") for fn in score_mods]
     arrays = {a.name: a for t in traces for a in t.arrays}

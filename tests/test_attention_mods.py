@@ -10,7 +10,7 @@ from mods_checks import brute_block_kinds
 
 import tessera
 from tessera import reference
-from tessera.variants.trace import ModTraceError, trace_mod
+from tessera.variants import ModTraceError, trace_mod
 from tessera.variants.block_mask import EMPTY, FULL, PARTIAL, VISIT_HEAD, create_block_mask
 from tessera.kernels import flash_attention
 from tessera.numerics import BF16, round_to
@@ -411,7 +411,8 @@ def test_transposed_ranks_count_the_earlier_visitors():
 
 def test_backward_refuses_an_underivable_score_mod_by_name():
     from tessera.variants.derivative import score_derivative
-    from tessera.variants.trace import Node, Trace
+    from tessera.variants.nodes import Node
+    from tessera.variants.trace import Trace
 
     trace = trace_mod(softcap, "score_mod")
     odd = Trace(softcap, Node("sigmoid", (trace.result,), "f32"))

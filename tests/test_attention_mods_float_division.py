@@ -197,7 +197,7 @@ def test_trace_keeps_the_operations_and_their_derivatives():
 
 def test_divmod_shares_one_fmod():
     """divmod(a, b) emits one fmod ladder for both results (`float_division.expand`'s cache)."""
-    from tessera.variants.trace import F32, Node
+    from tessera.variants.nodes import F32, Node
 
     a, b = Node("score", (), F32), Node("const", (), F32, 0.75)
     cache: dict = {}
@@ -212,7 +212,7 @@ def test_power_of_two_divisors_take_no_ladder_or_a_folded_one():
     """A // b by +-2^k is floor(a / b) from fma(a, 0, a), which reads the score once (nothing stays live beside
     it); a % 2^k folds the ladder to the steps whose quotient could overflow: one for |b| >= 1 or a bounded
     dividend, two for `score % 0.5` (C = 2^119, then 0.5), where 0.75 takes six."""
-    from tessera.variants.trace import F32, I32, Node
+    from tessera.variants.nodes import F32, I32, Node
 
     score = Node("score", (), F32)
 

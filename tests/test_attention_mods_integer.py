@@ -15,7 +15,7 @@ import tessera
 from tessera import reference
 from tessera.ir import parse_module
 from tessera.numerics import BF16, round_to
-from tessera.variants.trace import ModTraceError, trace_mod
+from tessera.variants import ModTraceError, trace_mod
 from text_edits import filled
 
 # region tile.floordiv and tile.mod at every level
@@ -159,7 +159,8 @@ def test_refusals_name_the_construct(fn, kind, construct):
 def test_float_floor_division_and_modulus_are_float_nodes():
     """`//` and `%` with a float operand are f32 floordiv / mod nodes, emitted as NumPy computes them
     (tests/test_attention_mods_float_division.py checks the bits at every level)."""
-    from tessera.variants.trace import F32, trace_mod
+    from tessera.variants.nodes import F32
+    from tessera.variants.trace import trace_mod
 
     def floored(score, b, h, q_idx, kv_idx):
         return np.where(q_idx // 2.0 == kv_idx, score // 0.75, score % -1.25) + 7 % (q_idx - kv_idx + 0.5)

@@ -11,6 +11,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from xdsl.dialects.builtin import IntegerAttr
+from xdsl.utils.exceptions import DiagnosticException
 
 import tessera
 from tessera import passes
@@ -67,6 +68,26 @@ def test_causal_flash_and_2x2_gemm_are_refused_by_name():
         tessera.kernels.gemm(cluster=(2, 2))
     with pytest.raises(ValueError, match="cluster sizes must be >= 1"):
         tessera.kernels.flash_attention(cluster=0)
+
+
+def test_cluster_sizes_multicast_cannot_slice_are_refused_at_tile_level_by_name(rng):
+    """A cluster whose K/V boxes do not split into a slice of whole swizzle periods per block (3 of 128 rows; 8 of
+    32 rows: 4-row slices of 512 bytes, not 1024-byte periods) or of more than 8 blocks is refused where the
+    kernel is built, naming the sizes that fit, by the builder, tessera.attention at every level and the pass."""
+    with pytest.raises(ValueError, match=r"its 128 rows do not split among the cluster's 3 blocks; clusters of 1, "
+                                         r"2, 4, 8 blocks share this kernel's copies"):
+        tessera.kernels.flash_attention(head_dim=64, cluster=3)
+    with pytest.raises(ValueError, match=r"a slice of 4 rows \(512 bytes\) is not a whole number of 1024-byte "
+                                         r"swizzle periods.*clusters of 1, 2, 4 blocks"):
+        tessera.kernels.flash_attention(head_dim=64, block_n=32, cluster=8)
+    with pytest.raises(ValueError, match="more than the 8 a cluster may hold"):
+        tessera.kernels.flash_attention(head_dim=128, cluster=16)
+    q, k, v = (x.astype(ml_dtypes.bfloat16) for x in _qkv(rng, 256))
+    with pytest.raises(ValueError, match="clusters of 1, 2, 4, 8 blocks"):
+        tessera.attention(q, k, v, level="tile", cluster=3)
+    module = tessera.kernels.flash_attention(head_dim=64)
+    with pytest.raises(DiagnosticException, match="form-clusters: .*cannot multicast this copy's TMA box"):
+        passes.apply_pipeline(module, "form-clusters{x=6}")
 
 
 def test_tile_interpreter_checks_that_members_copy_the_same_window(rng):

@@ -16,6 +16,7 @@ from xdsl.dialects import arith, vector
 from xdsl.dialects.builtin import VectorType
 
 import tessera
+import tessera.kernels
 from tessera.ir.diagnostics import TesseraWarning
 from tessera.dialects import sm90
 from tessera.host import describe
@@ -195,6 +196,20 @@ def test_the_default_pipeline_falls_back_to_single_stage(rng):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TesseraWarning)
         close(tessera.interpret(load("attention_weighted"), *inputs, level="ptx"), expected, 2e-2)
+
+
+def test_two_stages_past_the_shared_memory_fall_back_to_single_stage():
+    """flash_attention(head_dim=256, block_n=96) runs in the Tile interpreter, and its two stages need 263,168
+    bytes of shared memory: the default pipeline compiles it single-stage (one K/V tile), with the note, rather
+    than refusing it below Tile IR."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        lowered = tessera.compile(tessera.kernels.flash_attention(256, block_n=96), target="target")
+    fallbacks = [str(w.message) for w in caught if "fell back" in str(w.message)]
+    note = describe(lowered)[0].pipeline_note
+    assert len(fallbacks) == 1 and note in fallbacks[0]
+    assert note.startswith("compiled single-stage, the largest configuration that fits (refused: warp-specialized "
+                           "with two stages: convert-tile-to-sm90: the kernel needs 263168 bytes of shared memory")
 
 
 def test_each_kernel_of_a_module_gets_its_own_configuration():

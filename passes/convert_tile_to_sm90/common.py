@@ -51,11 +51,16 @@ class LoweringError(DiagnosticException):
     """A Tile IR construct convert-tile-to-sm90 cannot lower; the message names the op and the rule."""
 
 
-def _refuse(op: Operation, message: str) -> None:
-    """Raise the LoweringError `message` about `op` (the kernel itself for what concerns it as a whole), located
-    in the input (`tessera.ir.diagnostics.located`)."""
+class SharedMemoryError(LoweringError):
+    """A kernel that needs more shared memory than a thread block may have. The default pipeline's fallback
+    lowers it with the configurations without a second stage (`tessera.lowering.fallback`)."""
+
+
+def _refuse(op: Operation, message: str, error: type[LoweringError] = LoweringError) -> None:
+    """Raise the LoweringError (or `error`) `message` about `op` (the kernel itself for what concerns it as a
+    whole), located in the input (`tessera.ir.diagnostics.located`)."""
     where = f"{tile_text(op)}: " if not isinstance(op, func.FuncOp) else ""
-    raise LoweringError(located(op, f"convert-tile-to-sm90: {where}{message}", name_op=False))
+    raise error(located(op, f"convert-tile-to-sm90: {where}{message}", name_op=False))
 
 
 def tile_text(op: Operation) -> str:

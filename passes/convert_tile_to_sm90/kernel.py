@@ -58,6 +58,7 @@ from tessera.passes.convert_tile_to_sm90.common import (
     PendingMma,
     Group,
     LoopInfo,
+    SharedMemoryError,
 )
 from tessera.passes.convert_tile_to_sm90.attention import AttentionLowering
 from tessera.passes.convert_tile_to_sm90.backward import BackwardLowering
@@ -295,7 +296,7 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
                 raise StagingDoesNotFit(self.fn)
             _refuse(self.fn, f"the kernel needs {self.smem_offset} bytes of shared memory (+1023 to align the base), more "
                           f"than the {facts.MAX_SHARED_MEMORY_PER_BLOCK} a thread block of sm_90 may have: use fewer "
-                          "pipeline stages or smaller tiles")
+                          "pipeline stages or smaller tiles", SharedMemoryError)
         attributes = {KERNEL_ATTR: self.fn.attributes[KERNEL_ATTR], GRID_ATTR: self.fn.attributes[GRID_ATTR]}
         for kept in (CLUSTER_ATTR, LAUNCH_SIZES_ATTR):  # the launch reads them from the Target IR kernel
             if kept in self.fn.attributes:

@@ -32,7 +32,8 @@ from xdsl.dialects.builtin import i32
 from xdsl.ir import SSAValue
 
 from tessera.variants import float_division, searches
-from tessera.variants.trace import BOOL, F32, Node, Trace
+from tessera.variants.nodes import BOOL, COMPARES, F32, Node
+from tessera.variants.trace import Trace
 from tessera.dialects import tile
 from tessera.dialects.tile_elementwise import broadcast_shape
 from tessera.kernels.common import ArgSpec, TileBuilder, ceildiv_dim, f32, global_tensor, register_tile
@@ -42,7 +43,6 @@ _BINARY_OPS = {"add": tile.AddOp, "sub": tile.SubOp, "mul": tile.MulOp, "div": t
 _UNARY_OPS = {"neg": tile.NegOp, "abs": tile.AbsOp, "exp": tile.ExpOp, "exp2": tile.Exp2Op, "log2": tile.Log2Op,
               "log": tile.LogOp, "tanh": tile.TanhOp, "sqrt": tile.SqrtOp, "reciprocal": tile.ReciprocalOp,
               "floor": tile.FloorOp, "ceil": tile.CeilOp, "rint": tile.RintOp, "trunc": tile.TruncOp}
-_COMPARES = ("lt", "le", "gt", "ge", "eq", "ne")
 FLOAT_DIVISIONS = ("floordiv", "mod", "fmod")
 """f32 nodes emitted as NumPy computes them (`tessera.variants.float_division`); i32 floordiv and mod are the
 `tile.floordiv` / `tile.mod` ops."""
@@ -188,7 +188,7 @@ class ScoreContext:
             return b.emit(_UNARY_OPS[op](self.emit(node.args[0])), f"mod_{op}")
         if isinstance(node.value, searches.SearchedEqual):
             return self.emit(self._searched_equal(node.value))
-        if op in _COMPARES:
+        if op in COMPARES:
             return b.emit(tile.CmpOp(op, *self._emit_args(node)), f"mod_{op}")
         if op == "select":
             return b.emit(tile.SelectOp(*self._emit_args(node)), "mod_select")

@@ -23,7 +23,10 @@ configuration kept and why the larger ones were refused. Only register budget re
 (`tessera.regalloc.RegisterBudgetError`, which warp-specialize's `ConsumerBudgetError` is) lead to the next
 configuration; so does a loop that `pipeline-loops` cannot pipeline (`PipelineLoopsError`: a loop that copies,
 written in another shape than the pipelined Tile IR contract, such as compute after its trailing barrier), to
-the first configuration without pipeline-loops (single-stage), which runs the loop as written. Any other
+the first configuration without pipeline-loops (single-stage), which runs the loop as written, and so does a
+kernel whose two stages need more shared memory than a thread block may have (`SharedMemoryError`:
+`flash_attention(head_dim=128, block_n=224)`, whose Tile IR the interpreter runs; single-stage holds one K/V
+tile). Any other
 refusal of the first configuration is the kernel's error, reported as it is. When no configuration compiles,
 `NoConfigurationFitsError` names every configuration tried and why each failed.
 
@@ -64,6 +67,7 @@ from tessera.ir.diagnostics import located, warn
 from tessera.kernel_abi import is_kernel, is_target_kernel, kernels
 from tessera.regalloc import SPILL_ATTR, RegisterBudgetError
 from tessera.passes.allocate_registers import REGISTERS_ATTR
+from tessera.passes.convert_tile_to_sm90.common import SharedMemoryError
 from tessera.passes.pipeline_loops import PipelineLoopsError
 from tessera.sm90 import facts
 
@@ -143,7 +147,8 @@ def apply_with_fallback(module: ModuleOp, ladder: Sequence[Configuration],
     trial = module.clone()
     try:
         run(first.pipeline, trial)
-    except PipelineLoopsError as error:  # loops of another shape than pipelining takes: the rungs without it
+    except (PipelineLoopsError, SharedMemoryError) as error:  # loops of another shape than pipelining takes, or
+        # two stages past a thread block's shared memory: the rungs without pipelining
         _lower_down(module, first, error, [c for c in rest if PIPELINE_LOOPS not in c.pipeline], run)
         return
     except RegisterBudgetError as error:
@@ -190,7 +195,8 @@ def _takes_red(configuration: Configuration, trial: ModuleOp, refused: bool) -> 
     return False
 
 
-def _lower_down(module: ModuleOp, first: Configuration, refusal: RegisterBudgetError | PipelineLoopsError,
+def _lower_down(module: ModuleOp, first: Configuration,
+                refusal: RegisterBudgetError | PipelineLoopsError | SharedMemoryError,
                 rest: Sequence[Configuration], run: Callable[[str, ModuleOp], None]) -> None:
     """Lower `module` (one kernel) in place with the first configuration of `rest` that compiles it, `first`
     having refused it with `refusal`; NoConfigurationFitsError naming each configuration when none does."""

@@ -19,12 +19,15 @@ seq_q and seq_k (`tessera.variants.index_ranges.check_index_ranges`): a read tha
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from contextlib import nullcontext
 
 import numpy as np
 
-from tessera.variants.trace import F32, trace_mod
+from tessera.variants.nodes import F32
+from tessera.variants.trace import trace_mod, tracer_settings
 from tessera.variants.block_mask import create_block_mask
+from tessera.variants.fingerprint import fingerprint
 from tessera.variants.index_ranges import check_index_ranges
 
 
@@ -93,14 +96,69 @@ def _numpy(x) -> np.ndarray:
     return torch_to_numpy(x.detach().cpu()) if is_torch_tensor(x) else np.asarray(x)
 
 
+_BUILT: dict[Hashable, object] = {}
+"""Kernels built from modifiers, kept by the modifiers' fingerprints and the builder's options (`_kept`): at most
+64, all dropped when full."""
+
+
+def _kept(build: Callable, builder: str, score_mod, mask_mod, **options):
+    """`build()`, kept in `_BUILT` by `builder`, `options`, the tracer's settings and the
+    `tessera.variants.fingerprint` of each modifier (its code and the values it reads, arrays by their identity
+    and contents), so that a repeated call neither traces nor builds; built anew where a modifier's fingerprint
+    cannot be told. What is kept is shared: not to be changed."""
+    prints = tuple(None if fn is None else fingerprint(fn) for fn in (score_mod, mask_mod))
+    if any(p is None and fn is not None for p, fn in zip(prints, (score_mod, mask_mod))):
+        return build()
+    key = (builder, prints, tracer_settings(),
+           tuple((name, type(v).__name__, repr(v)) for name, v in sorted(options.items())))
+    if key not in _BUILT:
+        if len(_BUILT) >= 64:
+            _BUILT.clear()
+        _BUILT[key] = build()
+    return _BUILT[key]
+
+
+_COMPILED: dict[tuple, tuple[object, object]] = {}
+"""The compiled kernels of kept modules (`_compiled`), by (the module's id, pipeline, spilling allowed), beside the
+module itself (an id is only trusted while that module is the one kept)."""
+
+
+def _compiled(module, pipeline: str | None = None):
+    """`compile_module` of `module` (one kernel) with `pipeline` (default: the default pipeline), kept beside it: a
+    repeated GPU call with a kept module (`_kept`) neither prints nor hashes its text (`compile_module`'s key,
+    40 ms at head_dim 64) nor verifies it again (`entry.launch` of a module)."""
+    from tessera import api
+    from tessera.lowering.fallback import spilling_allowed
+    from tessera.runtime.compiler import compile_module
+
+    key = (id(module), pipeline, spilling_allowed())
+    kept = _COMPILED.get(key)
+    if kept is None or kept[0] is not module:
+        if len(_COMPILED) >= 64:
+            _COMPILED.clear()
+        name = api.find_kernel(module).name
+        compiled = compile_module(module, name) if pipeline is None else compile_module(module, name, pipeline)
+        kept = _COMPILED[key] = (module, compiled)
+    return kept[1]
+
+
+def kept_block_mask(mask_mod, batch: int, heads: int, seq_q: int, seq_k: int, block_m: int, block_n: int):
+    """`create_block_mask` for these sizes, kept as kernels are (`_kept`): a repeated call evaluates the mask on
+    the host once (a causal mask at 16k tokens: 2.3 s a call on a 2-core machine). Shared: not to be changed."""
+    sizes = dict(batch=batch, heads=heads, seq_q=seq_q, seq_k=seq_k, block_m=block_m, block_n=block_n)
+    return _kept(lambda: create_block_mask(mask_mod, **sizes), "create_block_mask", None, mask_mod, **sizes)
+
+
 def forward_module(q, k, *, score_mod, mask_mod, causal: bool, scale, return_lse: bool, head_dim: int, dtype: str,
                    block_n: int | None = None):
-    """The forward kernel `attention_mods` runs for these arguments (at every level, the GPU's included)."""
+    """The forward kernel `attention_mods` runs for these arguments (at every level, the GPU's included), built
+    once per modifiers and options (`_kept`)."""
     from tessera.kernels import flash_attention
 
-    return flash_attention(head_dim, causal=causal, dtype=dtype, scale=scale, block_n=block_n,
-                           grouped=k.shape[1] != q.shape[1], return_lse=return_lse, score_mod=score_mod,
-                           mask_mod=mask_mod, block_sparse=mask_mod is not None)
+    options = dict(causal=causal, dtype=dtype, scale=scale, block_n=block_n, grouped=k.shape[1] != q.shape[1],
+                   return_lse=return_lse, block_sparse=mask_mod is not None)
+    return _kept(lambda: flash_attention(head_dim, score_mod=score_mod, mask_mod=mask_mod, **options),
+                 "flash_attention", score_mod, mask_mod, head_dim=head_dim, **options)
 
 
 BLOCK_N_FALLBACK = (64, 32)
@@ -180,7 +238,7 @@ def forward_inputs(q, k, score_mod, mask_mod, block_n: int, block_mask=None) -> 
     extra = _captured(score_mod, mask_mod)
     if mask_mod is not None:
         if block_mask is None:
-            block_mask = create_block_mask(mask_mod, batch, heads, seq_q, seq_k, DEFAULT_BLOCK_M, block_n)
+            block_mask = kept_block_mask(mask_mod, batch, heads, seq_q, seq_k, DEFAULT_BLOCK_M, block_n)
         if (block_mask.block_m, block_mask.block_n) != (DEFAULT_BLOCK_M, block_n) or \
                 block_mask.kinds.shape[:2] != (batch, heads):
             raise ValueError(f"forward_inputs: the block mask has {block_mask.block_m} x {block_mask.block_n} blocks "
@@ -198,8 +256,8 @@ def _forward(q, k, v, score_mod, mask_mod, causal, scale, return_lse, level, hea
     module = forward_module(q, k, score_mod=score_mod, mask_mod=mask_mod, causal=causal, scale=scale,
                             return_lse=return_lse, head_dim=head_dim, dtype=dtype, block_n=block_n)
     extra = forward_inputs(q, k, score_mod, mask_mod, block_n)
-    if level is None:
-        return entry.launch(module, q, k, v, *as_inputs_of(q, extra))
+    if level is None:  # the reads were proved in bounds for these sizes (`attention_mods`)
+        return entry.launch(_compiled(module), q, k, v, *as_inputs_of(q, extra))
     out = api.interpret(module, *(_numpy(x) for x in (q, k, v)), *extra, level=level)
     if not is_torch_tensor(q):
         return out
@@ -214,9 +272,10 @@ def backward_kernels(q, *, score_mod, mask_mod, causal: bool, scale, level, head
 
     sparse = mask_mod is not None and (level == "tile" or head_dim in SPARSE_BACKWARD_HEAD_DIMS)
     block_m, block_n = blocks or (None, None)
-    return attention_backward(head_dim, causal=causal, dtype=dtype, scale=scale, score_mod=score_mod,
-                              mask_mod=mask_mod, block_sparse=sparse, deterministic=deterministic,
-                              head_split=head_split, block_m=block_m, block_n=block_n), sparse
+    options = dict(causal=causal, dtype=dtype, scale=scale, block_sparse=sparse, deterministic=deterministic,
+                   head_split=head_split, block_m=block_m, block_n=block_n)
+    return _kept(lambda: attention_backward(head_dim, score_mod=score_mod, mask_mod=mask_mod, **options),
+                 "attention_backward", score_mod, mask_mod, head_dim=head_dim, **options), sparse
 
 
 WARP_SPECIALIZED_FIRST = {
@@ -328,7 +387,7 @@ def _backward(kernels, sparse, q, k, v, o, lse, do, *, score_mod, mask_mod, leve
     if sparse:
         c = kernels.config.attention
         (batch, heads, seq_q, _), seq_k = q.shape, k.shape[2]
-        mask = create_block_mask(mask_mod, batch, heads, seq_q, seq_k, c.block_m, c.block_n)
+        mask = kept_block_mask(mask_mod, batch, heads, seq_q, seq_k, c.block_m, c.block_n)
         extra += mask.backward_inputs(k.shape[1], ranks=deterministic)
     from tessera import passes
 
@@ -347,14 +406,12 @@ def _backward(kernels, sparse, q, k, v, o, lse, do, *, score_mod, mask_mod, leve
 
 
 def _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline: str):
-    """The three kernels compiled with `pipeline` (through the kernel cache, keyed by each module's text) and
-    launched as the dense backward launches its own (`runtime.attention_backward`: outputs zeroed; dq_accum
-    is added into)."""
-    from tessera import api
-    from tessera.runtime.compiler import compile_module
+    """The three kernels compiled with `pipeline` (through the kernel cache, keyed by each module's text, and
+    kept beside the kept modules: `_compiled`) and launched as the dense backward launches its own
+    (`runtime.attention_backward`: outputs zeroed; dq_accum is added into)."""
     from tessera.runtime.launch import is_torch_tensor, launch_zeroed
 
-    pre, main, post = (compile_module(m, api.find_kernel(m).name, pipeline) for m in kernels.modules)
+    pre, main, post = (_compiled(m, pipeline) for m in kernels.modules)
     if is_torch_tensor(q) and q.is_cuda:
         lse = lse.float().contiguous()
         launch = launch_zeroed

@@ -45,6 +45,8 @@ from tessera.sm90.cp_async import (
 from tessera.sm90.cluster import (
     MULTICAST_MASK_BITS,
     CLUSTER_SPECIAL_REGISTERS,
+    multicast_sizes,
+    multicast_slice_problem,
 )
 from tessera.sm90.launch import (
     MAX_BLOCK_DIMS,

@@ -11,7 +11,7 @@ checks before a launch):
 - `~x` is `-x - 1`;
 - `x >> n` is `x // 2^n` (an arithmetic shift is a floor division) and `x << n` is `x * 2^n`, 0 <= n <= 30.
 
-The functions take the traced value (`tessera.variants.trace.Traced`, whose Python operators record the ops)
+The functions take the traced value (`tessera.variants.traced.Traced`, whose Python operators record the ops)
 and the constant as a Python int. `&`, `|` and `^` of two traced integers, a shift by a traced amount
 (`1 << h`) and a constant outside [-2^30, 2^30) are refused by name (`refuse(construct)` makes the caller's located
 error).

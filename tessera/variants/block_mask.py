@@ -25,7 +25,9 @@ import numpy as np
 
 from tessera.variants.index_intervals import LaunchDims
 from tessera.variants.index_ranges import check_trace
-from tessera.variants.trace import ModTraceError, bounds_checked, trace_mod
+from tessera.variants.bounds_checks import bounds_checked
+from tessera.variants.trace import trace_mod
+from tessera.variants.tracing import ModTraceError
 
 EMPTY, PARTIAL, FULL = 0, 1, 2
 

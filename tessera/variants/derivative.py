@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.variants.trace import BOOL, F32, ModTraceError, Node, Trace
+from tessera.variants.nodes import BOOL, F32, Node
+from tessera.variants.trace import Trace
+from tessera.variants.tracing import ModTraceError
 
 _LN2 = float(np.log(2.0))
 

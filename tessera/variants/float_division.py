@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.numerics import exact_reciprocal
-from tessera.variants.trace import BOOL, F32, Node
+from tessera.variants.nodes import BOOL, F32, Node
 
 FMOD_STEP_BITS = 24
 """Bits of the quotient one fmod step removes: q = trunc(R / C) is exact below 2^24."""

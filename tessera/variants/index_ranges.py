@@ -46,7 +46,8 @@ import numpy as np
 
 from tessera.variants.index_intervals import Intervals, LaunchDims
 from tessera.variants.nodes import BOOL, F32, I32_RANGE, Count, Node, Read
-from tessera.variants.trace import ModTraceError, _Tracing, trace_mod
+from tessera.variants.trace import trace_mod
+from tessera.variants.tracing import ModTraceError, Tracing
 
 EXACT_EVALUATION_LIMIT = 1 << 24
 """The most positions of an index's domain that `check_trace` evaluates exactly (a third of a second of NumPy
@@ -282,7 +283,7 @@ def wrap_problem(trace, dims: LaunchDims, intervals: Intervals, names: dict[int,
 
 def trace_site(trace) -> str:
     """file:line of a traced modifier's function (a partial's or a callable object's)."""
-    return _Tracing(trace.function, "").where()
+    return Tracing(trace.function, "").where()
 
 
 def check_trace(trace, kind: str, dims: LaunchDims) -> None:

@@ -11,6 +11,8 @@ import numpy as np
 F32, I32, BOOL = "f32", "i32", "bool"
 I32_RANGE = (-2**31, 2**31 - 1)
 """The values an i32 holds (integer arrays are read as i32; i32 arithmetic wraps outside them)."""
+COMPARES = ("lt", "le", "gt", "ge", "eq", "ne")
+"""The ops that compare two numbers (their result is bool)."""
 
 
 @dataclass(frozen=True)

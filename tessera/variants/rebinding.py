@@ -1,0 +1,137 @@
+"""Rebinding a modifier's captured arrays: a copy of the function (of a partial's function and arguments, of a
+method's or callable object's instance) whose NumPy arrays and torch tensors read as `wrap(name, array)`.
+
+The tracer wraps them in proxies that record gathers (`tessera.variants.captured`); the reference and the
+host-side block mask in bounds-checked views (`tessera.variants.bounds_checks`). What is rebound: closure
+cells, argument defaults, the module globals the code names, a user's helper functions it reads (and theirs),
+tuples, lists and dicts of those, and an instance's attributes (its own, its class's, a torch module's buffers
+and parameters). The copy is made on every call, so what it reads is the function's state at that call."""
+
+from __future__ import annotations
+
+import functools
+import types
+from collections.abc import Callable
+
+import numpy as np
+
+from tessera.variants import torch_mods
+from tessera.variants.callables import function_name, instance_attributes, is_user_function, method_parts, underlying
+from tessera.variants.tracing import ModTraceError
+
+
+def _rebound_value(name: str, value: object, wrap: Callable, memo: dict) -> object:
+    """`value`, a variable a modifier reads, as `rebind_arrays` rebinds it: an array of at least one dimension
+    wrapped, a user's function rebound, a tuple or list of them each rebound; anything else itself."""
+    if (isinstance(value, np.ndarray) or torch_mods.is_tensor(value)) and value.ndim:  # 0-d: a constant
+        return wrap(name, value)
+    if is_user_function(value):
+        return rebind_arrays(value, wrap, memo)
+    if isinstance(value, (tuple, list)) and any(is_user_function(v) or isinstance(v, np.ndarray)
+                                                or torch_mods.is_tensor(v) for v in value):
+        return type(value)(_rebound_value(name, v, wrap, memo) for v in value)
+    if isinstance(value, dict) and any(is_user_function(v) or isinstance(v, np.ndarray) or torch_mods.is_tensor(v)
+                                       for v in value.values()):  # by key: a torch module's buffers, parameters
+        return {key: _rebound_value(str(key), v, wrap, memo) for key, v in value.items()}
+    return value
+
+
+def _rebound_instance(obj: object, wrap: Callable, memo: dict) -> object:
+    """A copy of `obj` (a callable object's instance, or a bound method's) whose attributes read as
+    `_rebound_value` makes them: its arrays (its own and its class's) wrapped, its Python methods bound to the
+    copy with their arrays rebound too (`self.table[h]`, `self.helper(q_idx)` trace; a dict attribute of arrays
+    is rebound by key: a torch module's buffers and parameters). A class whose instances cannot be made without
+    its constructor (one of C) is refused by name."""
+    cls, key = type(obj), ("instance", id(obj))
+    if key in memo:
+        return memo[key]
+    try:
+        clone = object.__new__(cls)
+    except TypeError:
+        raise ModTraceError(f"a score_mod or mask_mod's instance of {cls.__qualname__} cannot be copied for "
+                            "tracing (write the modifier as a function, or a class defined in Python)") from None
+    memo[key] = clone
+    state: dict[str, object] = {}
+    for klass in reversed(cls.__mro__[:-1]):  # class attributes: arrays and methods
+        for name, value in vars(klass).items():
+            if isinstance(value, types.FunctionType) and not name.startswith("__"):
+                state[name] = types.MethodType(rebind_arrays(value, wrap, memo), clone)
+            elif isinstance(value, np.ndarray) or torch_mods.is_tensor(value):
+                state[name] = _rebound_value(name, value, wrap, memo)
+    own = instance_attributes(obj)
+    state.update({name: _rebound_value(name, value, wrap, memo) for name, value in own.items()})
+    for name, value in state.items():
+        try:
+            object.__setattr__(clone, name, value)
+        except AttributeError:  # a method name on a class with __slots__: the class's own method is used
+            pass
+    return clone
+
+
+
+
+def global_names(code: types.CodeType) -> set[str]:
+    """The global names `code` reads, and those of the code it nests (a def, a lambda, a generator expression or,
+    before Python 3.12, a comprehension inside the modifier: each runs with the modifier's globals)."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= global_names(const)
+    return names
+
+
+def rebind_arrays(fn: Callable, wrap: Callable[[str, np.ndarray], object], _memo: dict | None = None) -> Callable:
+    """A copy of `fn` whose captured NumPy arrays and torch tensors (closure cells, argument defaults, and the
+    module globals its code names) read as `wrap(name, array)`, except 0-d ones (constants, left as they are);
+    Python functions it captures (a helper, the parts of a composed mask, also in a tuple or list) are rebound
+    the same way, so compositions trace; a functools.partial is rebound as its function and the arguments it
+    binds; a callable object (a class with a Python `__call__`) or a bound method as its function given a copy
+    of the instance whose arrays are wrapped (`_rebound_instance`). Everything else is unchanged."""
+    if not isinstance(underlying(fn), types.FunctionType):
+        raise ModTraceError(f"a score_mod or mask_mod must be a Python function (def, lambda, functools.partial "
+                            f"of one, or an object whose class defines __call__ in Python); got "
+                            f"{type(underlying(fn)).__name__}")
+    memo = {} if _memo is None else _memo
+    if id(fn) in memo:
+        return memo[id(fn)]
+
+    def rebound(name: str, value: object) -> object:
+        return _rebound_value(name, value, wrap, memo)
+
+    parts = method_parts(fn)
+    if parts is not None:
+        function, instance = parts
+        memo[id(fn)] = bound = functools.partial(rebind_arrays(function, wrap, memo),
+                                                 _rebound_instance(instance, wrap, memo))
+        return bound
+    if isinstance(fn, functools.partial):
+        inner = rebind_arrays(fn.func, wrap, memo)
+        args = [rebound(f"{function_name(fn)}_arg{i}", v) for i, v in enumerate(fn.args)]
+        return functools.partial(inner, *args, **{k: rebound(k, v) for k, v in fn.keywords.items()})
+    code = fn.__code__
+    closure = None
+    if fn.__closure__:
+        cells = []
+        for name, cell in zip(code.co_freevars, fn.__closure__):
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell: leave it for Python to report
+                cells.append(cell)
+                continue
+            cells.append(types.CellType(rebound(name, value)))
+        closure = tuple(cells)
+    glb = dict(fn.__globals__)
+    defaults = fn.__defaults__
+    if defaults:  # def mod(..., doc_ids=DOC): an argument's default is captured as a closure cell is
+        names = code.co_varnames[code.co_argcount - len(defaults):code.co_argcount]
+        defaults = tuple(rebound(name, value) for name, value in zip(names, defaults))
+    copy = types.FunctionType(code, glb, fn.__name__, defaults, closure)
+    memo[id(fn)] = copy  # before the globals: a recursive reference finds the copy
+    for name in global_names(code):
+        if name in glb:
+            glb[name] = rebound(name, glb[name])
+    copy.__kwdefaults__ = ({name: rebound(name, value) for name, value in fn.__kwdefaults__.items()}
+                           if fn.__kwdefaults__ else fn.__kwdefaults__)
+    copy.__qualname__ = fn.__qualname__
+    return copy
+
