@@ -68,7 +68,7 @@ from tessera.variants.derivative import may_be_unbounded, score_derivative
 from tessera.variants.index_ranges import check_at_launch
 from tessera.variants.trace import trace_mod
 from tessera.dialects import tile
-from tessera.kernels.attention import AttentionConfig
+from tessera.kernels.attention_config import AttentionConfig
 from tessera.kernels.attention_mods import AttentionMods, ScoreContext, apply_mask_mod, apply_score_mod
 from tessera.kernels.common import (
     ArgSpec,
