@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tessera
-from tessera import reference
+from tessera import reference, reference_attention
 from tessera.kernels import attention_backward, flash_attention
 from tessera.numerics import BF16
 from tessera.variants import ModTraceError, create_block_mask
@@ -86,7 +86,7 @@ def test_a_read_outside_its_array_is_refused_at_every_entry_point(mods, launch, 
         with pytest.raises(IndexRangeError, match=message):
             create_block_mask(fn, batch, heads, seq_q, seq_k, 64, 64)
     with pytest.raises(ModTraceError):  # the reference refuses the same read
-        reference.attention_mods(q, k, v, **mods)
+        reference_attention.attention_mods(q, k, v, **mods)
 
 
 def clipped(score, b, h, q_idx, kv_idx):

@@ -82,7 +82,7 @@ def bias_accumulator(b: TileBuilder, blk: AttentionBlock, k0: SSAValue) -> SSAVa
     they scale (`subtract_first` on tile.exp_subtract and tile.exp_diff: ex2((s - m) log2 e), not the unbiased
     kernel's one fma, whose rounding of m log2 e would leave the maximum ex2 of a residual of up to 2^42): the
     uniform average over the keys the row sees, as float64 and PyTorch's eager attention give, with LSE
-    -V scale + ln(keys) for a saturated fill (`reference.saturate_bias`); beside any other key a fill weighs 0.
+    -V scale + ln(keys) for a saturated fill (`reference_attention.saturate_bias`); beside any other key a fill weighs 0.
     A -inf bias hides its key, and a row that sees no key gives O = 0, LSE = -inf (FlashAttention's
     convention). Costs per bias element: mul, max, min, two setp and two selp, in place (no register: the
     warp-specialized head_dim 128 kernel keeps its 232 of 240), and for the subtraction first two more f32
