@@ -40,7 +40,7 @@ import numpy as np
 
 from harness import (
     CHECK_SCORE_BYTES, Record, System, Unsupported, environment, measure, plot, print_header, print_row, report_problems, require_gpu,
-    write_results,
+    sdpa_systems_of, write_results,
 )
 
 SEQS = (512, 1024, 2048, 4096, 8192, 16384)
@@ -76,17 +76,9 @@ def tessera_system(torch, cluster: int = 1) -> System:
 
 
 def sdpa_systems(torch) -> list[System]:
-    try:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-    except ImportError:
-        return []
     import torch.nn.functional as F
 
-    def system(name: str, backend_name: str) -> System | None:
-        backend = getattr(SDPBackend, backend_name, None)
-        if backend is None:
-            return None
-
+    def build_for(backend, sdpa_kernel):
         def build(inputs):
             q, k, v, causal = inputs
 
@@ -98,11 +90,8 @@ def sdpa_systems(torch) -> list[System]:
             except RuntimeError as why:  # "No available kernel", a shape the backend refuses
                 raise Unsupported(str(why).splitlines()[0]) from None
             return run
-        return System(name, build)
-
-    found = [system("PyTorch flash", "FLASH_ATTENTION"), system("PyTorch cuDNN", "CUDNN_ATTENTION"),
-             system("PyTorch efficient", "EFFICIENT_ATTENTION")]
-    return [s for s in found if s is not None]
+        return build
+    return sdpa_systems_of(build_for)
 
 
 def triton_system(torch, autotune: bool = True) -> System | None:

@@ -13,7 +13,9 @@ never timed. Tessera's O and LSE come from its own forward (`tessera.attention(.
 
 from __future__ import annotations
 
-from harness import CHECK_SCORE_BYTES, Record, System, Unsupported, measure, print_header, print_row, report_problems
+from harness import (
+    CHECK_SCORE_BYTES, Record, System, Unsupported, measure, print_header, print_row, report_problems, sdpa_systems_of,
+)
 
 
 def tessera_backward_system(torch) -> System:
@@ -35,17 +37,9 @@ def tessera_backward_system(torch) -> System:
 
 
 def sdpa_backward_systems(torch) -> list[System]:
-    try:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-    except ImportError:
-        return []
     import torch.nn.functional as F
 
-    def system(name: str, backend_name: str) -> System | None:
-        backend = getattr(SDPBackend, backend_name, None)
-        if backend is None:
-            return None
-
+    def build_for(backend, sdpa_kernel):
         def build(inputs):
             q, k, v, do, causal = inputs
             leaves = [x.detach().clone().requires_grad_(True) for x in (q, k, v)]
@@ -62,11 +56,8 @@ def sdpa_backward_systems(torch) -> list[System]:
                     o.backward(do, retain_graph=True)
                 return tuple(x.grad for x in leaves)
             return run
-        return System(name, build)
-
-    found = [system("PyTorch flash", "FLASH_ATTENTION"), system("PyTorch cuDNN", "CUDNN_ATTENTION"),
-             system("PyTorch efficient", "EFFICIENT_ATTENTION")]
-    return [s for s in found if s is not None]
+        return build
+    return sdpa_systems_of(build_for)
 
 
 def backward_check(torch, q, k, v, do, causal: bool):
