@@ -139,3 +139,10 @@ def attention_mods(q, k, v, score_mod=None, mask_mod=None, scale: float | None =
     with np.errstate(divide="ignore"):
         lse = safe + np.log(np.exp(scores - safe[..., None]).sum(axis=-1))
     return out, np.where(np.isneginf(top), -np.inf, lse)
+
+
+def attention_operands(rng: np.random.Generator, seq_q: int, seq_k: int, head_dim: int, batch: int = 1,
+                       heads: int = 1) -> list[np.ndarray]:
+    """Standard-normal float64 q [batch, heads, seq_q, head_dim], k and v [batch, heads, seq_k, head_dim], drawn
+    in that order from `rng`: an attention kernel's inputs before they are rounded to its element type."""
+    return [rng.standard_normal((batch, heads, s, head_dim)) for s in (seq_q, seq_k, seq_k)]
