@@ -91,6 +91,19 @@ def sdpa_systems_of(build_for: Callable) -> list[System]:
             if getattr(SDPBackend, member, None) is not None]
 
 
+CAUSAL_CHOICES = {"both": (False, True), "yes": (True,), "no": (False,)}
+"""The causal settings a `--causal` choice of bench/attention.py runs."""
+
+
+def attention_grid(args):
+    """(head_dim, heads, causal, seq, batch) of each row of the attention tables, in table order: heads =
+    hidden / head_dim and batch = tokens / seq (at least 1), so every row does about the same work."""
+    for head_dim in args.head_dim:
+        for causal in CAUSAL_CHOICES[args.causal]:
+            for seq in args.seq:
+                yield head_dim, args.hidden // head_dim, causal, seq, max(1, args.tokens // seq)
+
+
 def time_ms(torch, fn: Callable, warmup: int, repeats: int, flush) -> float:
     """Median milliseconds of `fn` by CUDA events, after `warmup` calls, with L2 flushed before each run."""
     for _ in range(warmup):
