@@ -142,7 +142,10 @@ def attention_mods(q, k, v, score_mod=None, mask_mod=None, scale: float | None =
 
 
 def attention_operands(rng: np.random.Generator, seq_q: int, seq_k: int, head_dim: int, batch: int = 1,
-                       heads: int = 1) -> list[np.ndarray]:
-    """Standard-normal float64 q [batch, heads, seq_q, head_dim], k and v [batch, heads, seq_k, head_dim], drawn
-    in that order from `rng`: an attention kernel's inputs before they are rounded to its element type."""
-    return [rng.standard_normal((batch, heads, s, head_dim)) for s in (seq_q, seq_k, seq_k)]
+                       heads: int = 1, heads_k: int | None = None) -> list[np.ndarray]:
+    """Standard-normal float64 q [batch, heads, seq_q, head_dim], k and v [batch, heads_k, seq_k, head_dim]
+    (heads_k: `heads` unless given, GQA), drawn in that order from `rng`: an attention kernel's inputs before
+    they are rounded to its element type."""
+    kv_heads = heads if heads_k is None else heads_k
+    shapes = ((heads, seq_q), (kv_heads, seq_k), (kv_heads, seq_k))
+    return [rng.standard_normal((batch, h, s, head_dim)) for h, s in shapes]

@@ -85,9 +85,7 @@ def run(q, k, v, score_mod=None, mask_mod=None, block_sparse=False, grouped=Fals
 
 def inputs(seq_q, seq_k, heads=2, heads_k=None, batch=1, seed=0):
     rng = np.random.default_rng(seed)
-    heads_k = heads_k or heads
-    return (rng.standard_normal((batch, heads, seq_q, D)), rng.standard_normal((batch, heads_k, seq_k, D)),
-            rng.standard_normal((batch, heads_k, seq_k, D)))
+    return reference_attention.attention_operands(rng, seq_q, seq_k, D, batch, heads, heads_k or heads)
 
 
 VARIANTS = {

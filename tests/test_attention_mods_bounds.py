@@ -45,7 +45,7 @@ def previous_head(score, b, h, q_idx, kv_idx):
 
 def inputs(batch, heads, seq_q, seq_k, seed=0):
     rng = np.random.default_rng(seed)
-    return tuple(rng.standard_normal((batch, heads, n, D)).astype(BF16) for n in (seq_q, seq_k, seq_k))
+    return tuple(x.astype(BF16) for x in reference_attention.attention_operands(rng, seq_q, seq_k, D, batch, heads))
 
 
 BAD = [  # (mods, launch (batch, heads, seq_q, seq_k), the message's tail)
